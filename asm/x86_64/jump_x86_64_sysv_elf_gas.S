@@ -1,0 +1,129 @@
+/* jump_x86_64_sysv_elf_gas.S: fiber context switch for x86_64, System V ABI.
+ *
+ *   void *cbcmn__ctx_jump(void **save_sp, void *to_sp, void *xfer);
+ *
+ * Saves the caller's callee-saved state on its own stack, stores the stack
+ * pointer in *save_sp, switches to to_sp, restores the state found there and
+ * returns into that context.  xfer is handed over: the resumed jump returns
+ * it in rax, and a fresh context (cbcmn__ctx_make) receives it as its first
+ * argument in rdi.
+ *
+ * Saved frame, at the saved stack pointer (low addresses first):
+ *
+ *   +------+-----------------------------------+
+ *   | 0x00 | MXCSR (4 bytes)                   |
+ *   | 0x04 | x87 control word (2 bytes)        |
+ *   | 0x06 | zero (2 bytes)                    |
+ *   | 0x08 | r12                               |
+ *   | 0x10 | r13                               |
+ *   | 0x18 | r14                               |
+ *   | 0x20 | r15                               |
+ *   | 0x28 | rbx                               |
+ *   | 0x30 | rbp                               |
+ *   | 0x38 | return address (rip)              |
+ *   +------+-----------------------------------+
+ *
+ * The first 8 bytes hold the floating-point control state as one word, so
+ * the restore can skip LDMXCSR/FLDCW (each ~10 cycles) when the target's
+ * control state equals the current one, which it nearly always does.
+ * Everything else the ABI lets a callee clobber (rax, rcx, rdx, rsi, rdi,
+ * r8-r11, vector registers, flags) is not saved: the compiler already
+ * assumes a call destroys it.
+ */
+	.text
+	.globl	cbcmn__ctx_jump
+	.hidden	cbcmn__ctx_jump
+	.type	cbcmn__ctx_jump,@function
+	.align	16
+cbcmn__ctx_jump:
+	.cfi_startproc
+	leaq	-0x38(%rsp), %rsp	/* room for the frame below the return address */
+	.cfi_adjust_cfa_offset 0x38
+	stmxcsr	0x00(%rsp)		/* save MXCSR (control + sticky status bits) */
+	fnstcw	0x04(%rsp)		/* save x87 control word */
+	movw	$0, 0x06(%rsp)		/* make the 8-byte control word comparable */
+	movq	%r12, 0x08(%rsp)	/* callee-saved GPRs */
+	movq	%r13, 0x10(%rsp)
+	movq	%r14, 0x18(%rsp)
+	movq	%r15, 0x20(%rsp)
+	movq	%rbx, 0x28(%rsp)
+	movq	%rbp, 0x30(%rsp)
+	movq	0x00(%rsp), %r8		/* r8 = our FP control word, for the compare */
+
+	movq	%rsp, (%rdi)		/* *save_sp = our frame */
+	movq	%rsi, %rsp		/* switch stacks */
+
+	cmpq	0x00(%rsp), %r8		/* same FP control state as the target? */
+	jne	1f			/* rarely: restore it */
+2:
+	movq	0x08(%rsp), %r12	/* restore callee-saved GPRs */
+	movq	0x10(%rsp), %r13
+	movq	0x18(%rsp), %r14
+	movq	0x20(%rsp), %r15
+	movq	0x28(%rsp), %rbx
+	movq	0x30(%rsp), %rbp
+	leaq	0x38(%rsp), %rsp	/* pop the frame, leaving the return address */
+	.cfi_adjust_cfa_offset -0x38
+	movq	%rdx, %rax		/* xfer: return value of the resumed jump */
+	movq	%rdx, %rdi		/* xfer: first argument of a fresh entry */
+	ret				/* into the target context */
+1:
+	.cfi_adjust_cfa_offset 0x38
+	ldmxcsr	0x00(%rsp)		/* restore MXCSR */
+	fldcw	0x04(%rsp)		/* restore x87 control word */
+	jmp	2b
+	.cfi_endproc
+	.size	cbcmn__ctx_jump,.-cbcmn__ctx_jump
+
+/* void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
+ *
+ * Build a context on a fresh stack that, when jumped to, calls entry(xfer)
+ * with the ABI's default FP control state (MXCSR 0x1F80, x87 CW 0x037F) and
+ * a correctly aligned stack.  entry must never return: its return address
+ * is cbcmn__ctx_trap, which aborts.  Returns the context's stack pointer.
+ *
+ * Layout built below stack_top (rounded down to 16 bytes):
+ *   top-0x08  cbcmn__ctx_trap  (entry's return address; entry sees
+ *                               rsp % 16 == 8, as after a call)
+ *   top-0x10  entry            (the frame's return address slot)
+ *   top-0x48  the 0x38-byte frame, GPRs zero
+ */
+	.globl	cbcmn__ctx_make
+	.hidden	cbcmn__ctx_make
+	.type	cbcmn__ctx_make,@function
+	.align	16
+cbcmn__ctx_make:
+	.cfi_startproc
+	movq	%rdi, %rax
+	andq	$-16, %rax		/* align the top */
+	leaq	cbcmn__ctx_trap(%rip), %rcx
+	movq	%rcx, -0x08(%rax)	/* where entry would return to */
+	movq	%rsi, -0x10(%rax)	/* the jump's ret lands in entry */
+	leaq	-0x48(%rax), %rax	/* the saved frame */
+	movl	$0x1F80, 0x00(%rax)	/* default MXCSR: all exceptions masked */
+	movw	$0x037F, 0x04(%rax)	/* default x87 CW: extended precision, masked */
+	movw	$0, 0x06(%rax)
+	xorl	%ecx, %ecx
+	movq	%rcx, 0x08(%rax)	/* r12..rbp start as zero */
+	movq	%rcx, 0x10(%rax)
+	movq	%rcx, 0x18(%rax)
+	movq	%rcx, 0x20(%rax)
+	movq	%rcx, 0x28(%rax)
+	movq	%rcx, 0x30(%rax)	/* rbp = 0 ends frame-pointer unwinding */
+	ret
+	.cfi_endproc
+	.size	cbcmn__ctx_make,.-cbcmn__ctx_make
+
+/* An entry function returned: that is a bug in the runtime, not in a task. */
+	.type	cbcmn__ctx_trap,@function
+	.align	16
+cbcmn__ctx_trap:
+	.cfi_startproc
+	.cfi_undefined rip
+	andq	$-16, %rsp		/* realign for the call */
+	call	abort@PLT
+	hlt
+	.cfi_endproc
+	.size	cbcmn__ctx_trap,.-cbcmn__ctx_trap
+
+	.section .note.GNU-stack,"",%progbits

@@ -1,0 +1,22 @@
+/* arch.h: private to libcbcmn: the one place that picks the CPU architecture. */
+#ifndef CBCMN_ARCH_H
+#define CBCMN_ARCH_H
+
+#include <stddef.h>
+
+#if defined(__x86_64__)
+/* asm/x86_64/jump_x86_64_sysv_elf_gas.S */
+#define CBCMN__ARCH_NAME "x86_64"
+/* A spin-wait hint: lets the sibling hyperthread run and saves power. */
+static inline void cbcmn__cpu_relax(void) { __asm__ __volatile__("pause" ::: "memory"); }
+#else
+#error "cbcmn: no context switch for this architecture (add asm/<arch>/ and a branch here)"
+#endif
+
+/* Switch contexts: save ours in *save_sp, resume to_sp, hand it xfer.
+ * Returns the xfer of whoever later resumes us. */
+void *cbcmn__ctx_jump(void **save_sp, void *to_sp, void *xfer);
+/* A context on a fresh stack that calls entry(xfer) when first jumped to. */
+void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
+
+#endif

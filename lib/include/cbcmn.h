@@ -1,0 +1,256 @@
+/* cbcmn.h: the public API of libcbcmn, a capability-budgeted M:N runtime.
+ *
+ * Tasks are stackful fibers scheduled M:N on executor threads that balance
+ * load by work stealing.  Every task belongs to a nursery (structured
+ * concurrency): a nursery is opened by a task (or by a thread outside the
+ * runtime), children are spawned into it, and cbcmn_nursery_await_all() waits
+ * for all of them before the nursery is gone.  A task function receives its
+ * context explicitly:
+ *
+ *     static int64_t child(cbcmn_cx *cx, void *arg) { ...; return 0; }
+ *
+ *     cbcmn_nursery *n;
+ *     cbcmn_nursery_open(rt, cx, &n);
+ *     cbcmn_nursery_spawn(cx, n, child, arg, NULL);
+ *     int64_t rc = cbcmn_nursery_await_all(cx, n);   // 0 or the first failure
+ *
+ * Errors.  Every call that can fail returns a negative errno value or one of
+ * the CBCMN_E* codes below; cbcmn_strerror() names all of them.  Bad input
+ * from the caller is an error, never an abort.
+ *
+ * Threads and contexts.  Unless a function says otherwise it may be called
+ * from any thread, inside or outside a task.  The scheduler keeps no hidden
+ * "current task": calls that act on behalf of a task take its cbcmn_cx, and
+ * must be made from inside that task; code outside the runtime (an ordinary
+ * thread) passes NULL instead and is then blocked as a thread, not a fiber.
+ */
+#ifndef CBCMN_H
+#define CBCMN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CBCMN_API __attribute__((visibility("default")))
+
+#define CBCMN_VERSION_MAJOR 0
+#define CBCMN_VERSION_MINOR 1
+
+/* ------------------------------------------------------------------------
+ * Errors
+ *
+ * Results are negative errno values (-EINVAL, -ENOMEM, -EBUSY, ...) or one of
+ * these codes, which all lie below CBCMN_EBASE so they never collide with an
+ * errno.  Cancellation uses the errno value: CBCMN_ECANCELED == -ECANCELED.
+ */
+#define CBCMN_EBASE (-4096)
+
+#define CBCMN_ERRNO_MAP(XX)                                                   \
+	XX(PANIC, -4097, "task panicked (stack overflow)")                     \
+	XX(CLOSED, -4098, "nursery is closing: no new spawns")                 \
+	XX(NOTASK, -4099, "call must be made from inside a cbcmn task")        \
+	XX(WRONGRT, -4100, "object belongs to another runtime")                \
+	XX(JOINED, -4101, "task handle was already joined")
+
+enum {
+#define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),
+	CBCMN_ERRNO_MAP(CBCMN__XX)
+#undef CBCMN__XX
+	CBCMN_ECANCELED = -125, /* == -ECANCELED on Linux */
+};
+
+/* A static, human-readable description of any result this library returns
+ * (negative errno or CBCMN_E*); "success" for 0 and positive values. */
+CBCMN_API const char *cbcmn_strerror(int64_t err);
+
+/* ------------------------------------------------------------------------
+ * Runtime
+ */
+typedef struct cbcmn_runtime cbcmn_runtime;
+typedef struct cbcmn_cx cbcmn_cx;
+typedef struct cbcmn_nursery cbcmn_nursery;
+typedef struct cbcmn_task cbcmn_task;
+
+/* A task.  Its result is the return value: negative is a failure (errno or
+ * CBCMN_E* by convention), zero or positive a success. */
+typedef int64_t (*cbcmn_task_fn)(cbcmn_cx *cx, void *arg);
+
+/* How a thief chooses its victims (SPEC-021 §7.3). */
+typedef enum cbcmn_victim_policy {
+	CBCMN_VICTIM_RANDOM = 0,   /* seeded xoshiro256**, the default */
+	CBCMN_VICTIM_ROUND_ROBIN,  /* cycle through the executors */
+	CBCMN_VICTIM_LEAST_LOADED, /* the longest run queue first */
+} cbcmn_victim_policy;
+
+#define CBCMN_MAX_EXECUTORS 1024
+#define CBCMN_STACK_MIN (8u * 1024)
+#define CBCMN_STACK_DEFAULT (64u * 1024)
+#define CBCMN_STACK_MAX (256u * 1024 * 1024)
+
+/* Runtime configuration.  Initialise with cbcmn_config_init() and change
+ * only the fields you care about; zero fields mean "the default". */
+typedef struct cbcmn_config {
+	/* Executor threads.  0: one per CPU in the process's affinity mask. */
+	uint32_t workers;
+	/* Victim choice for stealing. */
+	cbcmn_victim_policy victim;
+	/* Seed of the per-executor victim RNGs (executor i uses seed + i). */
+	uint64_t seed;
+	/* Bytes reserved per fiber stack, rounded up to whole pages; only the
+	 * pages a fiber touches cost memory.  0: CBCMN_STACK_DEFAULT.  Must lie
+	 * in [CBCMN_STACK_MIN, CBCMN_STACK_MAX]. */
+	size_t stack_size;
+	/* How many stacks may have a PROT_NONE guard page.  Each guarded stack
+	 * costs two entries of vm.max_map_count; stacks beyond this limit get
+	 * a checked canary instead (docs/FIBERS.md).  0: automatic, from the
+	 * map budget at start-up; UINT32_MAX: guard none. */
+	uint32_t guard_stacks_max;
+	/* Let a task waiting for its own nursery run not-yet-started children
+	 * of that nursery on its own stack (no context switch).  Default on;
+	 * set CBCMN_CONFIG_NO_INLINE in flags to turn it off. */
+	uint32_t flags;
+} cbcmn_config;
+
+#define CBCMN_CONFIG_NO_INLINE 0x1u
+
+/* Fill *cfg with the defaults. */
+CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
+
+/* Create a runtime and start its executor threads.  cfg may be NULL (the
+ * defaults).  On success stores the runtime in *out and returns 0; on
+ * failure returns -EINVAL (bad configuration), -ENOMEM, or the error of the
+ * failing system call, and nothing is left running. */
+CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
+
+/* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
+ * runtime running, while any task is alive (every nursery must have been
+ * awaited).  Must not be called from one of the runtime's own tasks
+ * (-EDEADLK). */
+CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);
+
+/* Run fn(cx, arg) as a task in a fresh nursery and wait for it from the
+ * calling thread, which must not be one of rt's executors (-EDEADLK).
+ * Stores the task's result in *result (if not NULL).  Returns 0, or a
+ * negative error if the task could not be started. */
+CBCMN_API int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg,
+				int64_t *result);
+
+/* Number of executor threads. */
+CBCMN_API uint32_t cbcmn_runtime_workers(const cbcmn_runtime *rt);
+
+/* ------------------------------------------------------------------------
+ * Task context (valid only inside the task it was given to)
+ */
+
+/* The runtime the task runs on. */
+CBCMN_API cbcmn_runtime *cbcmn_cx_runtime(const cbcmn_cx *cx);
+/* The task's id: unique within its runtime, never 0. */
+CBCMN_API uint64_t cbcmn_cx_task_id(const cbcmn_cx *cx);
+/* Index of the executor running the task right now.  Tasks may migrate
+ * between executors at every yield or blocking call. */
+CBCMN_API uint32_t cbcmn_cx_executor(const cbcmn_cx *cx);
+/* True once the task's nursery, or any enclosing nursery, was cancelled. */
+CBCMN_API bool cbcmn_cx_cancelled(const cbcmn_cx *cx);
+
+/* Let other tasks run; the task is rescheduled behind them.  Costs no
+ * budget.  Returns 0, CBCMN_ECANCELED if the task has been cancelled (it
+ * should wind down and return), or -EINVAL for a NULL cx. */
+CBCMN_API int cbcmn_yield(cbcmn_cx *cx);
+
+/* ------------------------------------------------------------------------
+ * Nurseries (SPEC-021 §8)
+ */
+
+/* Open a nursery.  cx is the task opening it, or NULL when a thread outside
+ * the runtime opens it (that thread then awaits it).  A nursery cannot
+ * outlive its opener: a task must await every nursery it opened before it
+ * returns.  Returns 0, -EINVAL, -ENOMEM or CBCMN_EWRONGRT. */
+CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out);
+
+/* Spawn fn(cx, arg) as a child of n.  cx is the calling task, or NULL from
+ * a thread outside the runtime.  May be called by n's opener or by a task
+ * inside n (a descendant).  If handle is not NULL the task can be
+ * joined with cbcmn_task_join(), which must then be called exactly once
+ * (before or after the nursery is awaited).  Returns 0, -EINVAL, -ENOMEM,
+ * CBCMN_ECLOSED (await_all has begun) or CBCMN_ECANCELED (n was cancelled;
+ * nothing was spawned). */
+CBCMN_API int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,
+				  void *arg, cbcmn_task **handle);
+
+/* Wait until every child of n has ended, then free n.  Must be called once,
+ * by n's opener: cx is the task that opened n, or NULL for the thread that
+ * opened it.  Children that have not started yet may run on the caller's
+ * stack meanwhile (see CBCMN_CONFIG_NO_INLINE).
+ * Returns 0 if every child succeeded; otherwise the first failure in the
+ * order children ended: a child's negative result, CBCMN_EPANIC for a child
+ * that overflowed its stack, or CBCMN_ECANCELED when n was cancelled and no
+ * child failed otherwise.  The first child failure cancels its siblings.
+ * If the opener is itself cancelled, n is cancelled too before waiting.
+ * Returns -EINVAL for NULL, -EPERM when cx is not n's opener (n is left
+ * untouched). */
+CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
+
+/* Cancel n: children that have not started never run (they end with
+ * CBCMN_ECANCELED); running ones observe it at their next yield or blocking
+ * call (cbcmn_cx_cancelled() turns true).  Nested nurseries opened below n
+ * are cancelled with it.  Idempotent.  Returns 0 or -EINVAL. */
+CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
+
+/* ------------------------------------------------------------------------
+ * Task handles
+ */
+
+/* Wait for the task and store its result in *result (may be NULL), then
+ * release the handle.  cx is the calling task, or NULL from a thread
+ * outside the runtime.  Returns 0, -EINVAL, or CBCMN_EJOINED when the handle
+ * was already joined (detected while the runtime still holds it). */
+CBCMN_API int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result);
+
+/* The task's id (the same as cbcmn_cx_task_id() inside it); 0 for NULL. */
+CBCMN_API uint64_t cbcmn_task_id(const cbcmn_task *t);
+
+/* ------------------------------------------------------------------------
+ * Statistics
+ *
+ * Counters are kept per executor by the executor itself and read without
+ * locks: a snapshot taken while tasks run is consistent per counter, not
+ * across counters.
+ */
+typedef struct cbcmn_executor_stats {
+	uint64_t tasks_run;       /* tasks started or resumed */
+	uint64_t local_hits;      /* ...of which came from its own slot/deque/yield list */
+	uint64_t inject_hits;     /* ...from the global inject queue */
+	uint64_t steal_attempts;  /* victims probed */
+	uint64_t steal_successes; /* probes that took at least one task */
+	uint64_t tasks_stolen;    /* tasks taken from victims */
+	uint64_t inline_runs;     /* children run on their awaiter's stack */
+	uint64_t parks;           /* times the executor went to sleep */
+	uint64_t wakes;           /* times it was woken by a notification */
+	uint64_t spawns;          /* tasks spawned from this executor */
+	uint64_t queue_depth;     /* run queue length at snapshot time */
+} cbcmn_executor_stats;
+
+typedef struct cbcmn_stats {
+	uint32_t executors;
+	uint64_t tasks_spawned;   /* since the runtime started */
+	uint64_t tasks_completed;
+	uint64_t tasks_live;      /* spawned and not yet ended */
+	cbcmn_executor_stats total; /* sum over executors */
+	double local_hit_ratio;   /* local_hits / tasks_run */
+	double steal_success_rate; /* steal_successes / steal_attempts */
+} cbcmn_stats;
+
+/* Take a snapshot.  per may be NULL; otherwise it receives min(nper,
+ * executors) entries.  Returns 0 or -EINVAL. */
+CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
+				   cbcmn_executor_stats *per, uint32_t nper);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CBCMN_H */

@@ -1,0 +1,39 @@
+/* lock.h: private to libcbcmn: the runtime's few mutexes, ranked.
+ *
+ * cbcmn has no global runtime lock (seed 000): executor state belongs to its
+ * executor, configuration is immutable after start, counters are atomics.
+ * The locks that remain guard cold, shared structures.  When two must be held
+ * together they are taken in increasing rank (docs/LOCKING.md has the table).
+ * Debug builds (CBCMN_DEBUG) keep the held locks per thread and abort, naming
+ * both locks, when a lock is taken out of order or held across a fiber
+ * switch.  Every acquisition that has to wait fires the lock_contended probe.
+ */
+#ifndef CBCMN_LOCK_H
+#define CBCMN_LOCK_H
+
+#include <pthread.h>
+
+/* The canonical order: a lock may only be taken while holding locks of a
+ * lower rank.  Gaps leave room for the layers still to come. */
+enum cbcmn__lock_rank {
+	CBCMN__LOCK_RUNTIME_JANUS = 10, /* janus_rt: the global runtime pointer */
+	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */
+	CBCMN__LOCK_STACKS = 60,        /* shared stack pool and slab list */
+};
+
+struct cbcmn__mutex {
+	pthread_mutex_t m;
+	const char *name;
+	int rank;
+};
+
+void cbcmn__mutex_init(struct cbcmn__mutex *mu, const char *name, int rank);
+void cbcmn__mutex_destroy(struct cbcmn__mutex *mu);
+void cbcmn__mutex_lock(struct cbcmn__mutex *mu);
+void cbcmn__mutex_unlock(struct cbcmn__mutex *mu);
+
+/* Debug builds: abort if the calling thread holds any cbcmn lock (called
+ * before every fiber switch: a lock must never travel with a fiber). */
+void cbcmn__lock_assert_none_held(const char *where);
+
+#endif

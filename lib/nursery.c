@@ -1,0 +1,168 @@
+/* nursery.c: structured concurrency scopes (SPEC-021 §8): open, await, cancel.
+ *
+ * live counts the children not yet ended plus one "await token" held by the
+ * opener.  await_all drops the token; whoever takes live to zero is the last
+ * one to touch the nursery and wakes the opener (a child), or frees it (the
+ * opener, when no child was left).  So a nursery is freed exactly when
+ * nothing can reach it any more, without a lock or a reference count.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+#define NURSERY_CACHE_MAX 256u
+
+static struct cbcmn_nursery *nursery_alloc(struct cbcmn__exec *e)
+{
+	if (e && e->free_nurseries) {
+		struct cbcmn_nursery *n = e->free_nurseries;
+		e->free_nurseries = n->next_free;
+		e->nfree_nurseries--;
+		return n;
+	}
+	return aligned_alloc(CBCMN__CACHELINE, sizeof(struct cbcmn_nursery));
+}
+
+static void nursery_free(struct cbcmn_nursery *n, struct cbcmn__exec *e)
+{
+	if (e && e->nfree_nurseries < NURSERY_CACHE_MAX) {
+		n->next_free = e->free_nurseries;
+		e->free_nurseries = n;
+		e->nfree_nurseries++;
+		return;
+	}
+	free(n);
+}
+
+void cbcmn__nursery_free_cache(struct cbcmn__exec *e)
+{
+	while (e->free_nurseries) {
+		struct cbcmn_nursery *n = e->free_nurseries;
+		e->free_nurseries = n->next_free;
+		free(n);
+	}
+	e->nfree_nurseries = 0;
+}
+
+int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
+			struct cbcmn_nursery **out)
+{
+	struct cbcmn_nursery *n = nursery_alloc(owner ? owner->exec : NULL);
+	if (!n)
+		return -ENOMEM;
+	memset(n, 0, sizeof(*n));
+	n->rt = rt;
+	n->owner = owner;
+	if (owner) {
+		n->parent = owner->nursery;
+		n->prev_open = owner->open;
+		owner->open = n;
+	}
+	atomic_init(&n->live, 1); /* the await token */
+	*out = n;
+	return 0;
+}
+
+/* True when the calling thread is one of rt's executors: it must never
+ * block as a thread.  The one place the scheduler looks at its thread-local
+ * pointer, to turn a deadlock into an error. */
+static bool on_executor(const struct cbcmn_runtime *rt)
+{
+	return cbcmn__tls_exec && cbcmn__tls_exec->rt == rt;
+}
+
+int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!rt || !out)
+		return -EINVAL;
+	if (self && self->rt != rt)
+		return CBCMN_EWRONGRT;
+	if (!self && on_executor(rt))
+		return -EDEADLK;
+	return cbcmn__nursery_open(rt, self, out);
+}
+
+void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why)
+{
+	uint32_t zero = 0;
+	/* Relaxed: cancellation is a hint observed at the next check. */
+	atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_relaxed,
+						memory_order_relaxed);
+}
+
+int cbcmn_nursery_cancel(cbcmn_nursery *n)
+{
+	if (!n)
+		return -EINVAL;
+	cbcmn__nursery_cancel(n, 1);
+	return 0;
+}
+
+void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e)
+{
+	if (result < 0) {
+		int64_t zero = 0;
+		if (atomic_compare_exchange_strong_explicit(&n->first_error, &zero, result,
+							    memory_order_relaxed,
+							    memory_order_relaxed) &&
+		    result != CBCMN_ECANCELED)
+			cbcmn__nursery_cancel(n, 2); /* fail fast: stop the siblings */
+	}
+	/* acq_rel: release hands our writes (first_error, the task's effects)
+	 * to whoever drops live to zero; acquire lets that one see the
+	 * opener's waiter, stored before its own decrement. */
+	if (atomic_fetch_sub_explicit(&n->live, 1, memory_order_acq_rel) == 1)
+		cbcmn__waiter_wake(n->waiter, e);
+}
+
+int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
+{
+	struct cbcmn_runtime *rt = n->rt;
+	atomic_store_explicit(&n->closing, 1, memory_order_relaxed);
+
+	/* Children still on top of our own queue run here, on our stack. */
+	if (self && !(rt->cfg.flags & CBCMN_CONFIG_NO_INLINE)) {
+		struct cbcmn_task *c;
+		while ((c = cbcmn__take_local_child(self->exec, n)))
+			cbcmn__run_inline(self->exec, c);
+	}
+
+	struct cbcmn__waiter w = {.task = self};
+	n->waiter = &w;
+	if (self)
+		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+	if (atomic_fetch_sub_explicit(&n->live, 1, memory_order_acq_rel) != 1)
+		cbcmn__waiter_wait(&w);
+	else if (self)
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+
+	int64_t r = atomic_load_explicit(&n->first_error, memory_order_relaxed);
+	if (r == 0 && atomic_load_explicit(&n->cancelled, memory_order_relaxed))
+		r = CBCMN_ECANCELED;
+	if (self) {
+		struct cbcmn_nursery **pp = &self->open;
+		while (*pp && *pp != n)
+			pp = &(*pp)->prev_open;
+		if (*pp)
+			*pp = n->prev_open;
+	}
+	nursery_free(n, self ? self->exec : NULL);
+	return r;
+}
+
+int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!n)
+		return -EINVAL;
+	if (n->owner != self)
+		return -EPERM;
+	if (!self && on_executor(n->rt))
+		return -EDEADLK;
+	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
+		return -EINVAL; /* already being awaited */
+	return cbcmn__nursery_await(self, n);
+}

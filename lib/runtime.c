@@ -1,0 +1,247 @@
+/* runtime.c: the runtime root: configuration, executor start-up and shutdown, stats. */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+#define DEQUE_INITIAL 256u
+#define DEFAULT_SEED 0x9e3779b97f4a7c15ull
+
+void cbcmn_config_init(cbcmn_config *cfg)
+{
+	if (!cfg)
+		return;
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->victim = CBCMN_VICTIM_RANDOM;
+	cfg->seed = DEFAULT_SEED;
+	cfg->stack_size = CBCMN_STACK_DEFAULT;
+}
+
+static uint32_t affinity_cpus(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+		int n = CPU_COUNT(&set);
+		if (n > 0)
+			return (uint32_t)n;
+	}
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+/* Validate and fill in defaults.  Bad values are errors, not clamped. */
+static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page)
+{
+	cbcmn_config_init(out);
+	if (in)
+		*out = *in;
+	if (out->workers == 0) {
+		out->workers = affinity_cpus();
+		if (out->workers > CBCMN_MAX_EXECUTORS)
+			out->workers = CBCMN_MAX_EXECUTORS;
+	}
+	if (out->workers > CBCMN_MAX_EXECUTORS)
+		return -EINVAL;
+	if ((unsigned)out->victim > CBCMN_VICTIM_LEAST_LOADED)
+		return -EINVAL;
+	if (out->flags & ~CBCMN_CONFIG_NO_INLINE)
+		return -EINVAL;
+	if (out->stack_size == 0)
+		out->stack_size = CBCMN_STACK_DEFAULT;
+	if (out->stack_size < CBCMN_STACK_MIN || out->stack_size > CBCMN_STACK_MAX)
+		return -EINVAL;
+	out->stack_size = (out->stack_size + page - 1) & ~(page - 1);
+	return 0;
+}
+
+static void exec_free(struct cbcmn__exec *e)
+{
+	if (!e)
+		return;
+	cbcmn__deque_destroy(&e->dq);
+	free(e);
+}
+
+static void runtime_free(struct cbcmn_runtime *rt)
+{
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		exec_free(rt->exec[i]);
+	free(rt->exec);
+	cbcmn__stack_pool_fini(&rt->stacks);
+	cbcmn__mutex_destroy(&rt->inject_lock);
+	free(rt);
+}
+
+/* Stop and join the first n executors (start-up failure or destroy). */
+static void stop_executors(struct cbcmn_runtime *rt, uint32_t n)
+{
+	atomic_store_explicit(&rt->shutdown, 1, memory_order_release);
+	cbcmn__unpark_all(rt);
+	for (uint32_t i = 0; i < n; i++)
+		pthread_join(rt->exec[i]->thread, NULL);
+}
+
+int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
+{
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	cbcmn_config c;
+	int rc = config_resolve(cfg, &c, page);
+	if (rc)
+		return rc;
+	rc = cbcmn__signal_init();
+	if (rc)
+		return rc;
+
+	struct cbcmn_runtime *rt = aligned_alloc(CBCMN__CACHELINE,
+						 (sizeof(*rt) + CBCMN__CACHELINE - 1) &
+							 ~(size_t)(CBCMN__CACHELINE - 1));
+	if (!rt)
+		return -ENOMEM;
+	memset(rt, 0, sizeof(*rt));
+	rt->cfg = c;
+	rt->page = page;
+	cbcmn__mutex_init(&rt->inject_lock, "inject", CBCMN__LOCK_INJECT);
+	rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);
+	if (rc) {
+		cbcmn__mutex_destroy(&rt->inject_lock);
+		free(rt);
+		return rc;
+	}
+	rt->exec = calloc(c.workers, sizeof(*rt->exec));
+	if (!rt->exec) {
+		runtime_free(rt);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < c.workers; i++) {
+		struct cbcmn__exec *e = aligned_alloc(CBCMN__CACHELINE, sizeof(*e));
+		if (!e) {
+			runtime_free(rt);
+			return -ENOMEM;
+		}
+		memset(e, 0, sizeof(*e));
+		rt->exec[i] = e;
+		rt->nexec = i + 1;
+		if (cbcmn__deque_init(&e->dq, DEQUE_INITIAL) != 0) {
+			runtime_free(rt);
+			return -ENOMEM;
+		}
+		e->rt = rt;
+		e->id = i;
+		cbcmn__rng_seed(&e->rng, c.seed + i);
+		e->rr_next = i;
+	}
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		rc = pthread_create(&rt->exec[i]->thread, NULL, cbcmn__exec_main, rt->exec[i]);
+		if (rc != 0) {
+			stop_executors(rt, i);
+			runtime_free(rt);
+			return -rc;
+		}
+	}
+	*out = rt;
+	return 0;
+}
+
+static uint64_t live_tasks(const struct cbcmn_runtime *rt)
+{
+	/* Completions first: a task counted as completed was counted as
+	 * spawned before, so this never undercounts. */
+	uint64_t done = atomic_load_explicit(&rt->ext_completions, memory_order_acquire);
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		done += atomic_load_explicit(&rt->exec[i]->ctr.completions, memory_order_acquire);
+	uint64_t spawned = atomic_load_explicit(&rt->ext_spawns, memory_order_acquire);
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		spawned += atomic_load_explicit(&rt->exec[i]->ctr.spawns, memory_order_acquire);
+	return spawned > done ? spawned - done : 0;
+}
+
+int cbcmn_runtime_destroy(cbcmn_runtime *rt)
+{
+	if (!rt)
+		return -EINVAL;
+	if (cbcmn__tls_exec && cbcmn__tls_exec->rt == rt)
+		return -EDEADLK;
+	if (live_tasks(rt) != 0)
+		return -EBUSY;
+	stop_executors(rt, rt->nexec);
+	runtime_free(rt);
+	return 0;
+}
+
+uint32_t cbcmn_runtime_workers(const cbcmn_runtime *rt)
+{
+	return rt ? rt->nexec : 0;
+}
+
+int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *result)
+{
+	if (!rt || !fn)
+		return -EINVAL;
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(rt, NULL, &n);
+	if (rc)
+		return rc;
+	cbcmn_task *t;
+	rc = cbcmn_nursery_spawn(NULL, n, fn, arg, &t);
+	if (rc) {
+		cbcmn_nursery_await_all(NULL, n);
+		return rc;
+	}
+	cbcmn_nursery_await_all(NULL, n);
+	return cbcmn_task_join(NULL, t, result);
+}
+
+int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_executor_stats *per,
+			 uint32_t nper)
+{
+	if (!rt || !out || (nper && !per))
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	out->executors = rt->nexec;
+	cbcmn_executor_stats *tot = &out->total;
+	uint64_t completed = atomic_load_explicit(&rt->ext_completions, memory_order_relaxed);
+	uint64_t spawned = atomic_load_explicit(&rt->ext_spawns, memory_order_relaxed);
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		const struct cbcmn__exec *e = rt->exec[i];
+		const struct cbcmn__counters *c = &e->ctr;
+		cbcmn_executor_stats s = {
+#define LD(f) .f = atomic_load_explicit(&c->f, memory_order_relaxed)
+			LD(tasks_run),       LD(local_hits),      LD(inject_hits),
+			LD(steal_attempts),  LD(steal_successes), LD(tasks_stolen),
+			LD(inline_runs),     LD(parks),           LD(wakes),
+			LD(spawns),
+#undef LD
+			.queue_depth = (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
+				       (atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL),
+		};
+		completed += atomic_load_explicit(&c->completions, memory_order_relaxed);
+		spawned += s.spawns;
+		if (per && i < nper)
+			per[i] = s;
+		tot->tasks_run += s.tasks_run;
+		tot->local_hits += s.local_hits;
+		tot->inject_hits += s.inject_hits;
+		tot->steal_attempts += s.steal_attempts;
+		tot->steal_successes += s.steal_successes;
+		tot->tasks_stolen += s.tasks_stolen;
+		tot->inline_runs += s.inline_runs;
+		tot->parks += s.parks;
+		tot->wakes += s.wakes;
+		tot->spawns += s.spawns;
+		tot->queue_depth += s.queue_depth;
+	}
+	out->tasks_spawned = spawned;
+	out->tasks_completed = completed;
+	out->tasks_live = spawned > completed ? spawned - completed : 0;
+	uint64_t picks = tot->local_hits + tot->inject_hits + tot->tasks_stolen;
+	out->local_hit_ratio = picks ? (double)tot->local_hits / (double)picks : 0.0;
+	out->steal_success_rate =
+		tot->steal_attempts ? (double)tot->steal_successes / (double)tot->steal_attempts : 0.0;
+	return 0;
+}

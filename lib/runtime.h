@@ -1,0 +1,237 @@
+/* runtime.h: private to libcbcmn: tasks, executors, nurseries and the runtime root.
+ *
+ * Ownership (seed 000: no global runtime lock):
+ *   - cbcmn_runtime: configuration, immutable after create; the inject queue
+ *     (its own lock); the idle set and searching count (atomics).
+ *   - cbcmn__exec: owned by its thread.  Only the deque top, the next-task
+ *     slot, the park word and the counters are touched by other threads,
+ *     each on its own cache line.
+ *   - cbcmn_task: owned by whoever runs it; others touch only state, refs
+ *     and joiner (atomics).
+ *   - cbcmn_nursery: owned by its opener; children touch live, first_error,
+ *     cancelled (atomics).
+ */
+#ifndef CBCMN_RUNTIME_H
+#define CBCMN_RUNTIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cbcmn.h"
+#include "deque.h"
+#include "lock.h"
+#include "rng.h"
+#include "stack.h"
+
+#define CBCMN__CACHELINE 64
+
+/* ---- waiting ---------------------------------------------------------- */
+
+/* Someone waiting for an event: a suspended task, or a thread outside the
+ * runtime sleeping on the futex.  Lives on the waiter's own stack; the
+ * waker reads it once, before it wakes the waiter, and never again. */
+struct cbcmn__waiter {
+	struct cbcmn_task *task; /* NULL: a thread */
+	_Atomic uint32_t futex;  /* threads: 0 waiting, 1 woken */
+};
+
+/* ---- tasks ------------------------------------------------------------ */
+
+enum cbcmn__task_state {
+	CBCMN__T_READY = 0,    /* queued, or not yet queued */
+	CBCMN__T_RUNNING,      /* on an executor */
+	CBCMN__T_PARKING,      /* about to suspend: registered as a waiter */
+	CBCMN__T_BLOCKED,      /* suspended, waiting for a wake */
+	CBCMN__T_WAKE_PENDING, /* woken while still PARKING: requeue at once */
+	CBCMN__T_DONE,         /* completed or cancelled, result set */
+};
+
+enum cbcmn__task_flags {
+	CBCMN__TF_ABI = 1u << 0,    /* fn is int64_t (*)(void *) (janus ABI) */
+	CBCMN__TF_HANDLE = 1u << 1, /* a join handle was handed out */
+};
+
+#define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)
+
+struct cbcmn_task {
+	void *sp;                         /* saved context while suspended */
+	struct cbcmn__stack *stack;       /* the stack it owns, if it has one */
+	struct cbcmn__exec *exec;         /* executor running it (or last to) */
+	struct cbcmn_runtime *rt;
+	union {
+		cbcmn_task_fn fn;
+		int64_t (*abi_fn)(void *);
+	};
+	void *arg;
+	struct cbcmn_nursery *nursery;    /* the nursery it belongs to */
+	struct cbcmn_nursery *open;       /* innermost nursery it has open */
+	struct cbcmn_task *inline_parent; /* runs on this task's stack, if set */
+	struct cbcmn_task *next;          /* intrusive: inject, yield list, free list */
+	_Atomic(struct cbcmn__waiter *) joiner; /* waiting joiner, or JOIN_DONE */
+	int64_t result;
+	uint64_t id;
+	void *abi_slot;                   /* one pointer for the janus adapter */
+	_Atomic uint32_t state;
+	_Atomic uint32_t refs;            /* runtime's reference + join handle */
+	uint32_t flags;
+	uint32_t pad_;
+};
+
+/* ---- nurseries -------------------------------------------------------- */
+
+struct cbcmn_nursery {
+	struct cbcmn_runtime *rt;
+	struct cbcmn_task *owner;         /* opener, NULL for a thread */
+	struct cbcmn_nursery *parent;     /* owner's nursery: the cancel chain */
+	struct cbcmn_nursery *prev_open;  /* owner's next-outer open nursery */
+	struct cbcmn__waiter *waiter;     /* set by await_all before it blocks */
+	struct cbcmn_nursery *next_free;
+	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* children + the await token */
+	_Atomic int64_t first_error;
+	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
+	_Atomic uint32_t closing;         /* await_all has begun: no new spawns */
+};
+
+/* ---- executors -------------------------------------------------------- */
+
+/* Park word values (the executor's status bits + its one permit). */
+enum { CBCMN__PARK_EMPTY = 0, CBCMN__PARK_SLEEPING = 1, CBCMN__PARK_NOTIFIED = 2 };
+
+/* What the scheduler does right after a task switched back to it. */
+enum cbcmn__post {
+	CBCMN__POST_NONE = 0,
+	CBCMN__POST_SUSPEND, /* task is PARKING: make it BLOCKED or requeue */
+	CBCMN__POST_YIELD,   /* put the task on the yield list */
+	CBCMN__POST_EXIT,    /* the fiber finished: recycle its stack */
+	CBCMN__POST_PANIC,   /* the fiber overflowed its stack */
+};
+
+/* Counters: written by the owning executor only (a relaxed load + store,
+ * no locked instruction), read by anyone. */
+struct cbcmn__counters {
+	_Atomic uint64_t tasks_run, local_hits, inject_hits, steal_attempts, steal_successes,
+		tasks_stolen, inline_runs, parks, wakes, spawns, completions;
+};
+
+#define CBCMN__COUNT(e, field, n)                                                          \
+	atomic_store_explicit(&(e)->ctr.field,                                             \
+			      atomic_load_explicit(&(e)->ctr.field, memory_order_relaxed) + (n), \
+			      memory_order_relaxed)
+
+struct cbcmn__exec {
+	/* Shared with thieves. */
+	struct cbcmn__deque dq;
+	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) slot; /* next-task slot */
+	/* Shared with wakers. */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
+	_Atomic uint32_t searching_hint; /* set by a notifier: wake as a searcher */
+
+	/* Owner only from here on. */
+	_Alignas(CBCMN__CACHELINE) struct cbcmn_runtime *rt;
+	uint32_t id;
+	uint32_t tick;
+	uint32_t slot_runs;
+	bool searching;
+	struct cbcmn_task *current;
+	void *sched_sp;                   /* the scheduler loop's context */
+	enum cbcmn__post post;
+	struct cbcmn_task *post_task;
+	struct cbcmn__stack *post_stack;
+	struct cbcmn_task *yq_head, *yq_tail; /* yielded tasks, FIFO */
+	struct cbcmn__rng rng;
+	uint32_t rr_next;
+	struct cbcmn__stack_cache stacks;
+	struct cbcmn_task *free_tasks;
+	uint32_t nfree_tasks;
+	struct cbcmn_nursery *free_nurseries;
+	uint32_t nfree_nurseries;
+	uint64_t id_next, id_end;         /* task ids, taken in blocks */
+	pthread_t thread;
+	void *altstack;
+	size_t altstack_size;
+	void *san_sched_fiber;            /* TSan: the scheduler's own fiber */
+	void *asan_fake;                  /* ASan: the scheduler's fake stack */
+	const void *sched_stack_lo;       /* ASan: the thread's own stack */
+	size_t sched_stack_size;
+
+	_Alignas(CBCMN__CACHELINE) struct cbcmn__counters ctr;
+};
+
+/* ---- the runtime root ----------------------------------------------- */
+
+struct cbcmn_runtime {
+	cbcmn_config cfg;                 /* immutable after create */
+	uint32_t nexec;
+	struct cbcmn__exec **exec;
+	struct cbcmn__stack_pool stacks;
+	size_t page;
+
+	/* Inject queue: work from outside the executors, FIFO. */
+	_Alignas(CBCMN__CACHELINE) struct cbcmn__mutex inject_lock;
+	struct cbcmn_task *inj_head, *inj_tail;
+	_Atomic uint64_t inj_len;
+
+	/* Idle set and search accounting (seed 002). */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t num_searching;
+	_Atomic uint32_t num_idle;
+	_Atomic uint64_t idle_bits[CBCMN_MAX_EXECUTORS / 64];
+
+	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;
+	_Atomic uint32_t started;         /* executors that finished start-up */
+	_Atomic uint64_t next_id_block;
+	/* Tasks spawned / ended by threads outside the executors. */
+	_Atomic uint64_t ext_spawns, ext_completions;
+};
+
+/* ---- internal calls, by file -------------------------------------------- */
+
+/* sched.c */
+extern __thread struct cbcmn__exec *cbcmn__tls_exec;
+void *cbcmn__exec_main(void *arg);
+void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
+void cbcmn__suspend(struct cbcmn_task *t);
+void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker);
+void cbcmn__waiter_wake(struct cbcmn__waiter *w, struct cbcmn__exec *waker);
+void cbcmn__waiter_wait(struct cbcmn__waiter *w);
+struct cbcmn_task *cbcmn__take_local_child(struct cbcmn__exec *e, struct cbcmn_nursery *n);
+struct cbcmn_task *cbcmn__take_local_task(struct cbcmn__exec *e, struct cbcmn_task *want);
+void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child);
+int64_t cbcmn__task_call(struct cbcmn_task *t);
+__attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s);
+
+/* wake.c */
+void cbcmn__notify_one(struct cbcmn_runtime *rt);
+void cbcmn__unpark_all(struct cbcmn_runtime *rt);
+bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns);
+bool cbcmn__any_work(struct cbcmn_runtime *rt);
+void cbcmn__searching_begin(struct cbcmn__exec *e);
+void cbcmn__searching_end(struct cbcmn__exec *e);
+void cbcmn__futex_wake_one(_Atomic uint32_t *word);
+void cbcmn__futex_wait_zero(_Atomic uint32_t *word);
+
+/* task.c */
+struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e);
+void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e);
+void cbcmn__task_complete(struct cbcmn_task *t, int64_t result);
+bool cbcmn__task_cancelled(const struct cbcmn_task *t);
+void cbcmn__task_free_cache(struct cbcmn__exec *e);
+int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
+		 void *arg, cbcmn_task **handle);
+
+/* nursery.c */
+void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e);
+void cbcmn__nursery_free_cache(struct cbcmn__exec *e);
+int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
+			struct cbcmn_nursery **out);
+int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n);
+void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why);
+
+/* signal.c */
+int cbcmn__signal_init(void);
+int cbcmn__altstack_setup(struct cbcmn__exec *e);
+void cbcmn__altstack_teardown(struct cbcmn__exec *e);
+void cbcmn__panic_prepare(struct cbcmn_task *t);
+
+#endif

@@ -1,0 +1,676 @@
+/* sched.c: the executor loop: local queues, inject queue, stealing, fiber switches.
+ *
+ * An executor looks for work in this order (SPEC-021 §6.3, with Tokio's
+ * refinements): every 61st pick the inject queue, the yield list and its own
+ * deque's oldest task first, so nothing starves; otherwise the next-task
+ * slot (at most 3 runs in a row), its deque's newest task, the yield list,
+ * the inject queue; then it searches other executors and, after an
+ * exponential back-off, parks (wake.c).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "arch.h"
+#include "probes.h"
+#include "runtime.h"
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef __SANITIZE_THREAD__
+#include <sanitizer/tsan_interface.h>
+#endif
+
+/* The executor this thread runs, for the two users that get no context:
+ * the SIGSEGV handler and the janus C ABI adapter.  The scheduler itself
+ * always passes its executor explicitly. */
+__thread struct cbcmn__exec *cbcmn__tls_exec;
+
+#define FAIRNESS_INTERVAL 61 /* picks between inject/yield/self-steal checks */
+#define SLOT_RUNS_MAX 3      /* next-task slot runs in a row */
+#define STEAL_VICTIMS_MAX 4  /* victims probed per round */
+#define STEAL_BATCH_MAX 32   /* tasks taken per successful steal */
+#define SPIN_NS_MAX 32000u   /* back-off below this spins, above it sleeps */
+#define BACKOFF_NS_MIN 1000u
+#define BACKOFF_NS_MAX 1000000u
+
+/* ---- fiber switches ------------------------------------------------------ */
+
+static void fiber_entry(void *xfer);
+
+/* Scheduler -> task t, which runs on t->stack (its own or, inline, borrowed). */
+static inline void switch_to_task(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__stack *s = t->stack;
+	cbcmn__lock_assert_none_held("switch_to_task");
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_start_switch_fiber(&e->asan_fake, s->lo, s->size);
+#endif
+#ifdef __SANITIZE_THREAD__
+	if (!s->san_fiber)
+		s->san_fiber = __tsan_create_fiber(0);
+	__tsan_switch_to_fiber(s->san_fiber, 0);
+#endif
+	(void)s;
+	cbcmn__ctx_jump(&e->sched_sp, t->sp, t);
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(e->asan_fake, NULL, NULL);
+#endif
+}
+
+/* Task t -> its executor's scheduler.  save is where t's context goes (NULL
+ * when the fiber is finished and never resumes).  Returns when t is resumed,
+ * possibly on another executor: callers re-read t->exec. */
+static inline void switch_to_sched(struct cbcmn__exec *e, struct cbcmn_task *t, void **save)
+{
+	struct cbcmn__stack *s = t->stack;
+	void *dead;
+	cbcmn__lock_assert_none_held("switch_to_sched");
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_start_switch_fiber(save ? &s->asan_fake : NULL, e->sched_stack_lo,
+				       e->sched_stack_size);
+#endif
+#ifdef __SANITIZE_THREAD__
+	__tsan_switch_to_fiber(e->san_sched_fiber, 0);
+#endif
+	(void)s;
+	cbcmn__ctx_jump(save ? save : &dead, e->sched_sp, NULL);
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(s->asan_fake, NULL, NULL);
+#endif
+}
+
+/* ---- queues -------------------------------------------------------------- */
+
+static void inject_push(struct cbcmn_runtime *rt, struct cbcmn_task *t)
+{
+	t->next = NULL;
+	cbcmn__mutex_lock(&rt->inject_lock);
+	if (rt->inj_tail)
+		rt->inj_tail->next = t;
+	else
+		rt->inj_head = t;
+	rt->inj_tail = t;
+	/* Release under the lock is enough for the lock-free emptiness check:
+	 * a reader that sees len > 0 takes the lock before touching the list. */
+	atomic_fetch_add_explicit(&rt->inj_len, 1, memory_order_release);
+	cbcmn__mutex_unlock(&rt->inject_lock);
+}
+
+static struct cbcmn_task *inject_pop(struct cbcmn_runtime *rt)
+{
+	if (atomic_load_explicit(&rt->inj_len, memory_order_acquire) == 0)
+		return NULL;
+	cbcmn__mutex_lock(&rt->inject_lock);
+	struct cbcmn_task *t = rt->inj_head;
+	if (t) {
+		rt->inj_head = t->next;
+		if (!rt->inj_head)
+			rt->inj_tail = NULL;
+		atomic_fetch_sub_explicit(&rt->inj_len, 1, memory_order_relaxed);
+	}
+	cbcmn__mutex_unlock(&rt->inject_lock);
+	return t;
+}
+
+static void yq_push(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	t->next = NULL;
+	if (e->yq_tail)
+		e->yq_tail->next = t;
+	else
+		e->yq_head = t;
+	e->yq_tail = t;
+}
+
+static struct cbcmn_task *yq_pop(struct cbcmn__exec *e)
+{
+	struct cbcmn_task *t = e->yq_head;
+	if (t) {
+		e->yq_head = t->next;
+		if (!e->yq_head)
+			e->yq_tail = NULL;
+	}
+	return t;
+}
+
+/* Owner: push on the deque; if it cannot grow, the task goes global. */
+static void deque_push_or_inject(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	if (__builtin_expect(cbcmn__deque_push(&e->dq, t) != 0, 0))
+		inject_push(e->rt, t);
+}
+
+void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	if (e) {
+		/* Newest work goes in the slot, the task it displaces to the
+		 * deque.  Only the owner stores into its slot; thieves only take,
+		 * so prev is the previous occupant or NULL if it was stolen.
+		 * acq_rel: release publishes t to a thief's exchange, acquire
+		 * pairs with the owner's own earlier release of prev. */
+		struct cbcmn_task *prev =
+			atomic_exchange_explicit(&e->slot, t, memory_order_acq_rel);
+		if (prev)
+			deque_push_or_inject(e, prev);
+	} else {
+		inject_push(rt, t);
+	}
+	cbcmn__notify_one(rt);
+}
+
+/* Take a not-yet-started task of nursery n (or the task want) from the top
+ * of this executor's own queues, to run it inline.  Only the newest work is
+ * considered: the slot, then the deque's bottom. */
+static struct cbcmn_task *take_local(struct cbcmn__exec *e, struct cbcmn_nursery *n,
+				     struct cbcmn_task *want)
+{
+	struct cbcmn_task *t = atomic_load_explicit(&e->slot, memory_order_relaxed);
+	if (t) {
+		/* Take before looking: a thief may take the slot, run the task
+		 * and free it, so peeking at it would race.  acquire pairs with
+		 * the exchange in cbcmn__schedule(). */
+		t = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
+		if (!t)
+			return NULL; /* stolen meanwhile */
+		if (t->sp == NULL && (want ? t == want : t->nursery == n))
+			return t;
+		/* Newer work than the deque that is not ours: put it back (only
+		 * the owner stores into its slot) and stop looking. */
+		atomic_store_explicit(&e->slot, t, memory_order_release);
+		return NULL;
+	}
+	t = cbcmn__deque_pop(&e->dq);
+	if (!t)
+		return NULL;
+	if (t->sp == NULL && (want ? t == want : t->nursery == n))
+		return t;
+	deque_push_or_inject(e, t);
+	return NULL;
+}
+
+struct cbcmn_task *cbcmn__take_local_child(struct cbcmn__exec *e, struct cbcmn_nursery *n)
+{
+	return take_local(e, n, NULL);
+}
+
+struct cbcmn_task *cbcmn__take_local_task(struct cbcmn__exec *e, struct cbcmn_task *want)
+{
+	return take_local(e, NULL, want);
+}
+
+/* ---- running tasks ------------------------------------------------------- */
+
+int64_t cbcmn__task_call(struct cbcmn_task *t)
+{
+	if (t->flags & CBCMN__TF_ABI)
+		return t->abi_fn(t->arg);
+	return t->fn((cbcmn_cx *)t, t->arg);
+}
+
+/* A task never started because it was cancelled first. */
+static bool cancel_unstarted(struct cbcmn_task *t)
+{
+	if (!cbcmn__task_cancelled(t))
+		return false;
+	cbcmn__task_complete(t, CBCMN_ECANCELED);
+	return true;
+}
+
+void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
+{
+	struct cbcmn_task *parent = e->current;
+	child->exec = e;
+	if (cancel_unstarted(child))
+		return;
+	child->inline_parent = parent;
+	child->stack = parent->stack; /* borrowed: parent's fiber owns it */
+	child->sp = (void *)1;        /* started: never taken inline again */
+	atomic_store_explicit(&child->state, CBCMN__T_RUNNING, memory_order_relaxed);
+	e->current = child;
+	CBCMN__COUNT(e, tasks_run, 1);
+	CBCMN__COUNT(e, inline_runs, 1);
+	int64_t r = cbcmn__task_call(child);
+	/* The child may have suspended and moved to another executor. */
+	e = child->exec;
+	cbcmn__task_complete(child, r);
+	e->current = parent;
+	parent->exec = e;
+}
+
+/* Every fiber starts here, on a fresh stack, with the task to run. */
+static void fiber_entry(void *xfer)
+{
+	struct cbcmn_task *t = xfer;
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+	int64_t r = cbcmn__task_call(t);
+	struct cbcmn__exec *e = t->exec;
+	struct cbcmn__stack *s = t->stack;
+	cbcmn__task_complete(t, r); /* t may be gone after this */
+	cbcmn__fiber_exit(e, s);
+}
+
+void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s)
+{
+	e->current = NULL;
+	e->post = CBCMN__POST_EXIT;
+	e->post_stack = s;
+	/* A stand-in task that only names the stack for the switch. */
+	struct cbcmn_task shell = {.stack = s};
+	switch_to_sched(e, &shell, NULL);
+	__builtin_unreachable();
+}
+
+static void check_canary(struct cbcmn_task *t, struct cbcmn__stack *s)
+{
+	if (__builtin_expect(cbcmn__stack_canary_ok(s), 1))
+		return;
+	/* Without a guard page the overflow has already written over the
+	 * neighbouring stack: there is nothing safe left to run. */
+	fprintf(stderr,
+		"cbcmn: task %llu overflowed its %zu-byte unguarded stack (canary "
+		"overwritten; memory is corrupt, aborting).  Raise stack_size or "
+		"lower the number of live fibers; see docs/FIBERS.md\n",
+		t ? (unsigned long long)t->id : 0ull, s->size);
+	abort();
+}
+
+/* Scheduler side: run (start or resume) t, then do what it asked for. */
+static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	if (t->sp == NULL) {
+		t->exec = e;
+		if (cancel_unstarted(t))
+			return;
+		struct cbcmn__stack *s = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
+		if (!s) {
+			/* No memory for a stack: the task fails, nothing else does. */
+			cbcmn__task_complete(t, -ENOMEM);
+			return;
+		}
+		t->stack = s;
+		t->sp = cbcmn__ctx_make(cbcmn__stack_top(s), fiber_entry);
+		CBCMN__COUNT(e, tasks_run, 1);
+	}
+again:
+	t->exec = e;
+	atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
+	e->current = t;
+	e->post = CBCMN__POST_NONE;
+	switch_to_task(e, t);
+	e->current = NULL;
+
+	struct cbcmn_task *p = e->post_task;
+	switch (e->post) {
+	case CBCMN__POST_SUSPEND: {
+		check_canary(p, p->stack);
+		/* The task is off its stack now: let the waker have it.  If a
+		 * wake came in while it was PARKING, requeue it ourselves.
+		 * acq_rel pairs with cbcmn__wake_task()'s CAS. */
+		uint32_t s = CBCMN__T_PARKING;
+		if (!atomic_compare_exchange_strong_explicit(&p->state, &s, CBCMN__T_BLOCKED,
+							     memory_order_acq_rel,
+							     memory_order_acquire)) {
+			atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
+			cbcmn__schedule(e->rt, p, e);
+		}
+		break;
+	}
+	case CBCMN__POST_YIELD:
+		check_canary(p, p->stack);
+		atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
+		yq_push(e, p);
+		break;
+	case CBCMN__POST_EXIT:
+		check_canary(NULL, e->post_stack);
+		cbcmn__stack_put(&e->rt->stacks, &e->stacks, e->post_stack);
+		break;
+	case CBCMN__POST_PANIC:
+		/* The stack restarts with the clean-up routine (signal.c). */
+		cbcmn__panic_prepare(p);
+		t = p;
+		goto again;
+	case CBCMN__POST_NONE:
+		break;
+	}
+	e->post = CBCMN__POST_NONE;
+}
+
+/* Task side: suspend t, which the caller has set PARKING and registered as
+ * a waiter.  Returns once it was woken and resumed. */
+void cbcmn__suspend(struct cbcmn_task *t)
+{
+	struct cbcmn__exec *e = t->exec;
+	e->post = CBCMN__POST_SUSPEND;
+	e->post_task = t;
+	switch_to_sched(e, t, &t->sp);
+}
+
+void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
+{
+	struct cbcmn_runtime *rt = t->rt;
+	uint32_t s = atomic_load_explicit(&t->state, memory_order_acquire);
+	for (;;) {
+		if (s == CBCMN__T_PARKING) {
+			/* Still on its way out: its executor requeues it. */
+			if (atomic_compare_exchange_weak_explicit(&t->state, &s,
+								  CBCMN__T_WAKE_PENDING,
+								  memory_order_acq_rel,
+								  memory_order_acquire))
+				return;
+		} else if (s == CBCMN__T_BLOCKED) {
+			if (atomic_compare_exchange_weak_explicit(&t->state, &s, CBCMN__T_READY,
+								  memory_order_acq_rel,
+								  memory_order_acquire)) {
+				CBCMN_PROBE2(wake, waker ? (int)waker->id : -1,
+					     t->exec ? (int)t->exec->id : -1);
+				cbcmn__schedule(rt, t, waker);
+				return;
+			}
+		} else {
+			return; /* not waiting: a late wake has nothing to do */
+		}
+	}
+}
+
+void cbcmn__waiter_wake(struct cbcmn__waiter *w, struct cbcmn__exec *waker)
+{
+	struct cbcmn_task *t = w->task; /* read before the waiter can go away */
+	if (t) {
+		cbcmn__wake_task(t, waker);
+	} else {
+		/* Release: pairs with the acquire load in cbcmn__waiter_wait(). */
+		atomic_store_explicit(&w->futex, 1, memory_order_release);
+		cbcmn__futex_wake_one(&w->futex);
+	}
+}
+
+void cbcmn__waiter_wait(struct cbcmn__waiter *w)
+{
+	if (w->task) {
+		cbcmn__suspend(w->task);
+		return;
+	}
+	while (atomic_load_explicit(&w->futex, memory_order_acquire) == 0)
+		cbcmn__futex_wait_zero(&w->futex);
+}
+
+int cbcmn_yield(cbcmn_cx *cx)
+{
+	if (!cx)
+		return -EINVAL;
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	struct cbcmn__exec *e = t->exec;
+	e->post = CBCMN__POST_YIELD;
+	e->post_task = t;
+	switch_to_sched(e, t, &t->sp);
+	return cbcmn__task_cancelled(t) ? CBCMN_ECANCELED : 0;
+}
+
+/* ---- finding work -------------------------------------------------------- */
+
+static struct cbcmn_task *find_local(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	struct cbcmn_task *t;
+
+	if (__builtin_expect(++e->tick >= FAIRNESS_INTERVAL, 0)) {
+		e->tick = 0;
+		if ((t = inject_pop(rt))) {
+			CBCMN__COUNT(e, inject_hits, 1);
+			return t;
+		}
+		if ((t = yq_pop(e)))
+			goto local;
+		/* The oldest task of our own deque, which LIFO pops would reach last. */
+		t = cbcmn__deque_steal(&e->dq);
+		if (t != CBCMN__DEQUE_EMPTY && t != CBCMN__DEQUE_ABORT)
+			goto local;
+	}
+	if (atomic_load_explicit(&e->slot, memory_order_relaxed)) {
+		/* acquire: pairs with the exchange in cbcmn__schedule(). */
+		t = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
+		if (t) {
+			if (e->slot_runs < SLOT_RUNS_MAX) {
+				e->slot_runs++;
+				goto local_slot;
+			}
+			/* Capped: behind the work that has been waiting. */
+			yq_push(e, t);
+		}
+	}
+	e->slot_runs = 0;
+	if ((t = cbcmn__deque_pop(&e->dq)))
+		goto local;
+	if ((t = yq_pop(e)))
+		goto local;
+	if ((t = inject_pop(rt))) {
+		CBCMN__COUNT(e, inject_hits, 1);
+		return t;
+	}
+	return NULL;
+local:
+	e->slot_runs = 0;
+local_slot:
+	CBCMN__COUNT(e, local_hits, 1);
+	return t;
+}
+
+static uint32_t pick_victim(struct cbcmn__exec *e, uint32_t attempt)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint32_t n = rt->nexec, v;
+	switch (rt->cfg.victim) {
+	case CBCMN_VICTIM_ROUND_ROBIN:
+		v = e->rr_next++ % (n - 1);
+		break;
+	case CBCMN_VICTIM_LEAST_LOADED:
+		if (attempt == 0) {
+			/* The longest queue; ties to the lowest index. O(n). */
+			int64_t best = -1;
+			uint32_t bi = 0;
+			for (uint32_t i = 0; i < n; i++) {
+				if (i == e->id)
+					continue;
+				int64_t len = cbcmn__deque_len(&rt->exec[i]->dq) +
+					      (atomic_load_explicit(&rt->exec[i]->slot,
+								    memory_order_relaxed) != NULL);
+				if (len > best) {
+					best = len;
+					bi = i;
+				}
+			}
+			return bi;
+		}
+		/* later attempts pick at random */
+		__attribute__((fallthrough));
+	case CBCMN_VICTIM_RANDOM:
+	default:
+		v = cbcmn__rng_below(&e->rng, n - 1);
+		break;
+	}
+	return v >= e->id ? v + 1 : v; /* skip ourselves */
+}
+
+/* Take up to half of v's queue.  Chase-Lev's owner pops the last items
+ * without a CAS, so a thief cannot claim several items with one CAS on top
+ * (docs/SCHEDULER.md): the batch is a run of single steals, stopped at the
+ * first miss.  The first task is returned, the rest go on our deque. */
+static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *v,
+				     uint32_t *taken)
+{
+	struct cbcmn_task *first = NULL;
+	int64_t len = cbcmn__deque_len(&v->dq);
+	int64_t want = (len + 1) / 2;
+	if (want > STEAL_BATCH_MAX)
+		want = STEAL_BATCH_MAX;
+	uint32_t n = 0;
+	for (int64_t i = 0; i < want; i++) {
+		void *x = cbcmn__deque_steal(&v->dq);
+		if (x == CBCMN__DEQUE_ABORT) {
+			cbcmn__cpu_relax();
+			continue; /* lost a race; the batch goes on while items remain */
+		}
+		if (x == CBCMN__DEQUE_EMPTY)
+			break;
+		if (!first)
+			first = x;
+		else
+			deque_push_or_inject(e, x);
+		n++;
+	}
+	if (!first && atomic_load_explicit(&v->slot, memory_order_relaxed)) {
+		/* acquire: pairs with the owner's exchange in cbcmn__schedule(). */
+		first = atomic_exchange_explicit(&v->slot, NULL, memory_order_acquire);
+		n = first != NULL;
+	}
+	*taken = n;
+	return first;
+}
+
+static struct cbcmn_task *steal_round(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (rt->nexec < 2)
+		return NULL;
+	uint32_t tries = rt->nexec - 1 < STEAL_VICTIMS_MAX ? rt->nexec - 1 : STEAL_VICTIMS_MAX;
+	for (uint32_t i = 0; i < tries; i++) {
+		uint32_t vi = pick_victim(e, i);
+		uint32_t taken;
+		CBCMN__COUNT(e, steal_attempts, 1);
+		struct cbcmn_task *t = steal_from(e, rt->exec[vi], &taken);
+		if (t) {
+			CBCMN__COUNT(e, steal_successes, 1);
+			CBCMN__COUNT(e, tasks_stolen, taken);
+			CBCMN_PROBE3(steal, e->id, vi, taken);
+			return t;
+		}
+		CBCMN_PROBE2(steal_fail, e->id, vi);
+	}
+	return NULL;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void spin_for(uint64_t ns)
+{
+	uint64_t end = now_ns() + ns;
+	do {
+		for (int i = 0; i < 16; i++)
+			cbcmn__cpu_relax();
+	} while (now_ns() < end);
+}
+
+/* Nothing local: steal, back off 1 us -> 1 ms between failed rounds
+ * (spinning while short, parked with a timeout once longer), then park
+ * until notified.  Returns NULL only at shutdown. */
+static struct cbcmn_task *search(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint64_t backoff = BACKOFF_NS_MIN;
+	cbcmn__searching_begin(e);
+	for (;;) {
+		struct cbcmn_task *t = steal_round(e);
+		if (!t && (t = inject_pop(rt)))
+			CBCMN__COUNT(e, inject_hits, 1);
+		if (!t)
+			t = find_local(e); /* a wake may have filled our slot */
+		if (t) {
+			cbcmn__searching_end(e);
+			return t;
+		}
+		if (atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
+			cbcmn__searching_end(e);
+			return NULL;
+		}
+		if (backoff <= SPIN_NS_MAX) {
+			spin_for(backoff);
+		} else if (backoff <= BACKOFF_NS_MAX) {
+			if (cbcmn__park(e, backoff))
+				backoff = BACKOFF_NS_MIN / 2; /* notified: fresh start */
+		} else {
+			cbcmn__park(e, 0);
+			backoff = BACKOFF_NS_MIN / 2;
+		}
+		backoff *= 2;
+	}
+}
+
+static int exec_thread_setup(struct cbcmn__exec *e)
+{
+	cbcmn__tls_exec = e;
+#ifdef __SANITIZE_THREAD__
+	e->san_sched_fiber = __tsan_get_current_fiber();
+#endif
+	pthread_attr_t a;
+	if (pthread_getattr_np(pthread_self(), &a) == 0) {
+		void *lo;
+		size_t sz;
+		pthread_attr_getstack(&a, &lo, &sz);
+		e->sched_stack_lo = lo;
+		e->sched_stack_size = sz;
+		pthread_attr_destroy(&a);
+	}
+	return cbcmn__altstack_setup(e);
+}
+
+void *cbcmn__exec_main(void *arg)
+{
+	struct cbcmn__exec *e = arg;
+	struct cbcmn_runtime *rt = e->rt;
+	int rc = exec_thread_setup(e);
+	if (rc != 0)
+		fprintf(stderr, "cbcmn: executor %u: no alternate signal stack (%s); stack "
+				"overflows will not be caught\n",
+			e->id, strerror(-rc));
+	atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
+
+	for (;;) {
+		struct cbcmn_task *t = find_local(e);
+		if (!t)
+			t = search(e);
+		if (!t)
+			break;
+		run_task(e, t);
+	}
+
+	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
+	cbcmn__task_free_cache(e);
+	cbcmn__nursery_free_cache(e);
+	cbcmn__altstack_teardown(e);
+	cbcmn__tls_exec = NULL;
+	return NULL;
+}
+
+/* ---- task context accessors -------------------------------------------- */
+
+cbcmn_runtime *cbcmn_cx_runtime(const cbcmn_cx *cx)
+{
+	return cx ? ((const struct cbcmn_task *)cx)->rt : NULL;
+}
+
+uint64_t cbcmn_cx_task_id(const cbcmn_cx *cx)
+{
+	return cx ? ((const struct cbcmn_task *)cx)->id : 0;
+}
+
+uint32_t cbcmn_cx_executor(const cbcmn_cx *cx)
+{
+	return cx ? ((const struct cbcmn_task *)cx)->exec->id : UINT32_MAX;
+}
+
+bool cbcmn_cx_cancelled(const cbcmn_cx *cx)
+{
+	return cx ? cbcmn__task_cancelled((const struct cbcmn_task *)cx) : false;
+}

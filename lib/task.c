@@ -1,0 +1,199 @@
+/* task.c: task records, spawning, completion, join and the cancel check. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "probes.h"
+#include "runtime.h"
+
+#define TASK_CACHE_MAX 1024u /* free task records kept per executor */
+#define ID_BLOCK 1024u       /* task ids an executor takes at once */
+
+static uint64_t next_id(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
+{
+	if (!e)
+		return atomic_fetch_add_explicit(&rt->next_id_block, 1, memory_order_relaxed) + 1;
+	if (e->id_next == e->id_end) {
+		e->id_next = atomic_fetch_add_explicit(&rt->next_id_block, ID_BLOCK,
+						       memory_order_relaxed) + 1;
+		e->id_end = e->id_next + ID_BLOCK;
+	}
+	return e->id_next++;
+}
+
+struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
+{
+	struct cbcmn_task *t;
+	if (e && e->free_tasks) {
+		t = e->free_tasks;
+		e->free_tasks = t->next;
+		e->nfree_tasks--;
+	} else {
+		t = malloc(sizeof(*t));
+		if (!t)
+			return NULL;
+	}
+	memset(t, 0, sizeof(*t));
+	t->rt = rt;
+	t->id = next_id(rt, e);
+	return t;
+}
+
+static void task_free(struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	/* Cache the record on the executor freeing it; a record may move
+	 * between executors' caches. */
+	if (e && e->nfree_tasks < TASK_CACHE_MAX) {
+		t->next = e->free_tasks;
+		e->free_tasks = t;
+		e->nfree_tasks++;
+		return;
+	}
+	free(t);
+}
+
+void cbcmn__task_free_cache(struct cbcmn__exec *e)
+{
+	while (e->free_tasks) {
+		struct cbcmn_task *t = e->free_tasks;
+		e->free_tasks = t->next;
+		free(t);
+	}
+	e->nfree_tasks = 0;
+}
+
+void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	/* acq_rel: the last owner sees every other owner's writes before it
+	 * frees the record. */
+	if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+		task_free(t, e);
+}
+
+bool cbcmn__task_cancelled(const struct cbcmn_task *t)
+{
+	/* The chain of enclosing nurseries is short and stays alive while t
+	 * does (each is awaited before its opener ends).  Relaxed: a late
+	 * observation only delays the stop to the next check. */
+	for (const struct cbcmn_nursery *n = t->nursery; n; n = n->parent)
+		if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
+			return true;
+	return false;
+}
+
+void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
+{
+	struct cbcmn__exec *e = t->exec;
+	struct cbcmn_nursery *n = t->nursery;
+	t->result = result;
+	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
+	if (e)
+		CBCMN__COUNT(e, completions, 1);
+	else
+		atomic_fetch_add_explicit(&t->rt->ext_completions, 1, memory_order_relaxed);
+	if (t->flags & CBCMN__TF_HANDLE) {
+		/* acq_rel: release publishes result to the joiner, who acquires
+		 * JOIN_DONE; acquire sees a waiter it registered. */
+		struct cbcmn__waiter *w = atomic_exchange_explicit(&t->joiner, CBCMN__JOIN_DONE,
+								   memory_order_acq_rel);
+		if (w)
+			cbcmn__waiter_wake(w, e);
+	}
+	/* Last: after this the nursery, and its opener, may be gone. */
+	cbcmn__nursery_child_done(n, result, e);
+	cbcmn__task_unref(t, e);
+}
+
+int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
+		 void *arg, cbcmn_task **handle)
+{
+	struct cbcmn_runtime *rt = n->rt;
+	if (self && self->rt != rt)
+		return CBCMN_EWRONGRT;
+	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
+		return CBCMN_ECLOSED;
+	/* Spawning into a cancelled scope would start work nobody wants. */
+	for (const struct cbcmn_nursery *x = n; x; x = x->parent)
+		if (atomic_load_explicit(&x->cancelled, memory_order_relaxed))
+			return CBCMN_ECANCELED;
+
+	struct cbcmn__exec *e = self ? self->exec : NULL;
+	struct cbcmn_task *t = cbcmn__task_new(rt, e);
+	if (!t)
+		return -ENOMEM;
+	if (flags & CBCMN__TF_ABI)
+		t->abi_fn = (int64_t (*)(void *))fn;
+	else
+		t->fn = (cbcmn_task_fn)fn;
+	t->arg = arg;
+	t->nursery = n;
+	t->flags = flags | (handle ? CBCMN__TF_HANDLE : 0);
+	atomic_init(&t->refs, handle ? 2 : 1);
+	atomic_init(&t->state, CBCMN__T_READY);
+	atomic_init(&t->joiner, NULL);
+	/* Relaxed: the child can only decrement after it was published
+	 * through a queue (release/acquire). */
+	atomic_fetch_add_explicit(&n->live, 1, memory_order_relaxed);
+	if (e)
+		CBCMN__COUNT(e, spawns, 1);
+	else
+		atomic_fetch_add_explicit(&rt->ext_spawns, 1, memory_order_relaxed);
+	CBCMN_PROBE3(spawn, t->id, self ? self->id : 0, e ? (int)e->id : -1);
+	if (handle)
+		*handle = t;
+	cbcmn__schedule(rt, t, e);
+	return 0;
+}
+
+int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
+			cbcmn_task **handle)
+{
+	if (!n || !fn)
+		return -EINVAL;
+	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, handle);
+}
+
+int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!t)
+		return -EINVAL;
+	if (self && self->rt != t->rt)
+		return CBCMN_EWRONGRT;
+	if (!(t->flags & CBCMN__TF_HANDLE))
+		return CBCMN_EJOINED;
+	t->flags &= ~CBCMN__TF_HANDLE;
+
+	/* Not started and on top of our own queue: run it here, no switch. */
+	if (self && !(t->rt->cfg.flags & CBCMN_CONFIG_NO_INLINE) &&
+	    atomic_load_explicit(&t->joiner, memory_order_relaxed) == NULL) {
+		struct cbcmn_task *c = cbcmn__take_local_task(self->exec, t);
+		if (c)
+			cbcmn__run_inline(self->exec, c);
+	}
+
+	/* acquire: pairs with the exchange in cbcmn__task_complete(). */
+	if (atomic_load_explicit(&t->joiner, memory_order_acquire) != CBCMN__JOIN_DONE) {
+		struct cbcmn__waiter w = {.task = self};
+		if (self)
+			atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+		struct cbcmn__waiter *expect = NULL;
+		if (atomic_compare_exchange_strong_explicit(&t->joiner, &expect, &w,
+							    memory_order_acq_rel,
+							    memory_order_acquire)) {
+			cbcmn__waiter_wait(&w);
+		} else if (self) {
+			/* Completed meanwhile (expect == JOIN_DONE). */
+			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		}
+	}
+	if (result)
+		*result = t->result;
+	cbcmn__task_unref(t, self ? self->exec : NULL);
+	return 0;
+}
+
+uint64_t cbcmn_task_id(const cbcmn_task *t)
+{
+	return t ? t->id : 0;
+}

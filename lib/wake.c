@@ -1,0 +1,231 @@
+/* wake.c: parking and waking executors without lost or spurious wake-ups (seed 002).
+ *
+ * State:
+ *   e->park         the executor's status + permit: EMPTY, SLEEPING (in
+ *                   futex_wait), NOTIFIED (a permit is waiting).
+ *   rt->idle_bits   summary bitmap of parked executors; rt->num_idle.
+ *   rt->num_searching  executors looking for work right now.
+ *
+ * A notifier (new work was queued) wakes at most one executor, and none if
+ * someone is already searching: the searcher will find the work, and when
+ * the last searcher finds some it wakes another if more is left.  So a
+ * spawn into an idle runtime wakes exactly one executor (no herd).
+ *
+ * The lost-wake-up argument is the store-buffering pair:
+ *   notifier: queue the work; fence(seq_cst); read num_searching / idle set
+ *   parker:   set idle bit (seq_cst RMW); fence(seq_cst); re-check queues
+ * Either the notifier sees the idle bit (and wakes the parker), or the
+ * parker's re-check sees the work.  Leaving the searching state has the same
+ * shape: decrement (seq_cst RMW), fence, re-check.
+ */
+#include <errno.h>
+
+#include "futex.h"
+#include "probes.h"
+#include "runtime.h"
+
+void cbcmn__futex_wake_one(_Atomic uint32_t *word) { cbcmn__futex_wake(word, 1); }
+
+void cbcmn__futex_wait_zero(_Atomic uint32_t *word) { cbcmn__futex_wait(word, 0, NULL); }
+
+bool cbcmn__any_work(struct cbcmn_runtime *rt)
+{
+	if (atomic_load_explicit(&rt->inj_len, memory_order_relaxed))
+		return true;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__exec *x = rt->exec[i];
+		if (cbcmn__deque_len(&x->dq) > 0 ||
+		    atomic_load_explicit(&x->slot, memory_order_relaxed) != NULL)
+			return true;
+	}
+	return false;
+}
+
+static void idle_set(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	atomic_fetch_add_explicit(&rt->num_idle, 1, memory_order_seq_cst);
+	atomic_fetch_or_explicit(&rt->idle_bits[e->id / 64], 1ull << (e->id % 64),
+				 memory_order_seq_cst);
+}
+
+/* Clear our own idle bit.  False if a notifier cleared it first: it has
+ * claimed us and a permit is on its way. */
+static bool idle_try_clear(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint64_t bit = 1ull << (e->id % 64);
+	uint64_t old = atomic_fetch_and_explicit(&rt->idle_bits[e->id / 64], ~bit,
+						 memory_order_seq_cst);
+	if (!(old & bit))
+		return false;
+	atomic_fetch_sub_explicit(&rt->num_idle, 1, memory_order_relaxed);
+	return true;
+}
+
+/* Claim one parked executor: clear its bit.  NULL if none is parked. */
+static struct cbcmn__exec *idle_claim(struct cbcmn_runtime *rt)
+{
+	uint32_t words = (rt->nexec + 63) / 64;
+	for (uint32_t w = 0; w < words; w++) {
+		uint64_t bits = atomic_load_explicit(&rt->idle_bits[w], memory_order_relaxed);
+		while (bits) {
+			uint64_t bit = bits & -bits;
+			if (atomic_compare_exchange_weak_explicit(&rt->idle_bits[w], &bits,
+								  bits & ~bit,
+								  memory_order_seq_cst,
+								  memory_order_relaxed)) {
+				atomic_fetch_sub_explicit(&rt->num_idle, 1, memory_order_relaxed);
+				return rt->exec[w * 64 + (uint32_t)__builtin_ctzll(bit)];
+			}
+		}
+	}
+	return NULL;
+}
+
+/* Give e its permit; wake it if it sleeps.  acq_rel: release publishes the
+ * notifier's work; the wakee's acquire load of the word pairs with it. */
+static void unpark(struct cbcmn__exec *e)
+{
+	uint32_t old = atomic_exchange_explicit(&e->park, CBCMN__PARK_NOTIFIED,
+						memory_order_acq_rel);
+	if (old == CBCMN__PARK_SLEEPING)
+		cbcmn__futex_wake(&e->park, 1);
+}
+
+void cbcmn__notify_one(struct cbcmn_runtime *rt)
+{
+	/* Pairs with the fence in cbcmn__park() and cbcmn__searching_end(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&rt->num_searching, memory_order_relaxed) != 0 ||
+	    atomic_load_explicit(&rt->num_idle, memory_order_relaxed) == 0)
+		return;
+	/* Become "the one waking a searcher": a second notifier racing us sees
+	 * num_searching != 0 and stays out. */
+	uint32_t zero = 0;
+	if (!atomic_compare_exchange_strong_explicit(&rt->num_searching, &zero, 1,
+						     memory_order_seq_cst, memory_order_relaxed))
+		return;
+	struct cbcmn__exec *e = idle_claim(rt);
+	if (!e) {
+		/* Everyone is awake after all; they re-check before parking. */
+		atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst);
+		return;
+	}
+	/* The searching count we took is e's now: it wakes as a searcher. */
+	atomic_store_explicit(&e->searching_hint, 1, memory_order_relaxed);
+	unpark(e);
+}
+
+void cbcmn__unpark_all(struct cbcmn_runtime *rt)
+{
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		unpark(rt->exec[i]);
+}
+
+void cbcmn__searching_begin(struct cbcmn__exec *e)
+{
+	if (e->searching)
+		return;
+	e->searching = true;
+	atomic_fetch_add_explicit(&e->rt->num_searching, 1, memory_order_seq_cst);
+}
+
+void cbcmn__searching_end(struct cbcmn__exec *e)
+{
+	if (!e->searching)
+		return;
+	e->searching = false;
+	struct cbcmn_runtime *rt = e->rt;
+	if (atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst) != 1)
+		return;
+	/* We were the last searcher: notifiers skipped waking anyone while we
+	 * searched.  If work is left, hand it to another executor. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (cbcmn__any_work(rt))
+		cbcmn__notify_one(rt);
+}
+
+/* Wait for our permit; timeout_ns 0 means forever.  True if we got it. */
+static bool wait_permit(struct cbcmn__exec *e, uint64_t timeout_ns)
+{
+	uint32_t w = CBCMN__PARK_EMPTY;
+	if (!atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_SLEEPING,
+						     memory_order_acquire, memory_order_acquire)) {
+		/* NOTIFIED already: consume it. */
+		atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+		return true;
+	}
+	struct timespec ts = {.tv_sec = (time_t)(timeout_ns / 1000000000u),
+			      .tv_nsec = (long)(timeout_ns % 1000000000u)};
+	for (;;) {
+		int rc = cbcmn__futex_wait(&e->park, CBCMN__PARK_SLEEPING, timeout_ns ? &ts : NULL);
+		/* acquire: pairs with unpark()'s exchange. */
+		w = atomic_load_explicit(&e->park, memory_order_acquire);
+		if (w == CBCMN__PARK_NOTIFIED) {
+			atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+			return true;
+		}
+		if (rc == -ETIMEDOUT && timeout_ns) {
+			w = CBCMN__PARK_SLEEPING;
+			if (atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_EMPTY,
+								    memory_order_acquire,
+								    memory_order_acquire))
+				return false;
+			atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+			return true; /* the permit raced the timeout */
+		}
+		/* EINTR, EAGAIN or a spurious return: wait again. */
+	}
+}
+
+/* Executor e has found nothing: sleep until notified, or for timeout_ns
+ * (0: no timeout).  Returns true if woken by a notification.  Either way e
+ * comes back searching. */
+bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
+{
+	struct cbcmn_runtime *rt = e->rt;
+
+	/* Stop searching first; we re-check everything below anyway. */
+	if (e->searching) {
+		e->searching = false;
+		atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst);
+	}
+	idle_set(e);
+	/* Pairs with the fence in cbcmn__notify_one(): see the file comment. */
+	atomic_thread_fence(memory_order_seq_cst);
+	bool notified;
+	if (cbcmn__any_work(rt) || atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
+		if (idle_try_clear(e)) {
+			cbcmn__searching_begin(e);
+			return false;
+		}
+		/* A notifier claimed us between the two steps: take its permit
+		 * (it is at most a few instructions away). */
+		notified = wait_permit(e, 0);
+	} else {
+		CBCMN__COUNT(e, parks, 1);
+		CBCMN_PROBE1(park, e->id);
+		notified = wait_permit(e, timeout_ns);
+		if (!notified && !idle_try_clear(e)) {
+			/* Timed out, but claimed meanwhile: the permit is coming. */
+			notified = wait_permit(e, 0);
+		}
+		CBCMN_PROBE2(unpark, e->id, notified);
+	}
+	if (notified) {
+		CBCMN__COUNT(e, wakes, 1);
+		/* A permit from cbcmn__unpark_all() (shutdown) comes without a
+		 * claim: drop our idle bit ourselves.  No-op after a claim. */
+		idle_try_clear(e);
+		/* The notifier counted us in num_searching (or, at shutdown, did
+		 * not: unpark_all sets no hint). */
+		if (atomic_exchange_explicit(&e->searching_hint, 0, memory_order_relaxed))
+			e->searching = true;
+		else
+			cbcmn__searching_begin(e);
+	} else {
+		cbcmn__searching_begin(e);
+	}
+	return notified;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Install every Debian package cbcmn needs (now and for the later layers).
+# Idempotent: does nothing when all of them are present.  Used by `make test`,
+# by the README's run command and by CI on a fresh machine.
+#   scripts/install-deps.sh          install what is missing
+#   scripts/install-deps.sh --check  exit 1 if something is missing, install nothing
+set -euo pipefail
+
+PKGS=(
+	build-essential make pkg-config
+	liburing-dev libbpf-dev bpftool libelf-dev zlib1g-dev
+	libnuma-dev numactl
+	libcmocka-dev
+	clang llvm
+	systemtap-sdt-dev
+	libncurses-dev
+	gnuplot-nox
+	util-linux
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	# dpkg-query prints "install ok installed" only for a fully installed package.
+	if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
+		missing+=("$p")
+	fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+	echo "missing packages: ${missing[*]}" >&2
+	exit 1
+fi
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null 2>&1; then
+		SUDO=sudo
+	else
+		echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+		exit 1
+	fi
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

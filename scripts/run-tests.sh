@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run cmocka suites and summarise.  Usage: run-tests.sh DIR [NAME ...]
+# With no names, every test_* binary in DIR runs.  Exit status 1 if any failed.
+set -u
+dir=$1; shift
+if [ $# -eq 0 ]; then
+	set -- $(cd "$dir" && ls test_* 2>/dev/null | grep -v '\.d$')
+fi
+# Sanitizer runtimes: fail loudly, keep going across suites.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:allow_user_segv_handler=1:detect_stack_use_after_return=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+failed=()
+passed=0
+for t in "$@"; do
+	echo "=== $dir/$t"
+	start=$(date +%s)
+	if timeout 600 "$dir/$t"; then
+		passed=$((passed + 1))
+	else
+		failed+=("$t")
+	fi
+	echo "=== $t: $(( $(date +%s) - start ))s"
+done
+echo "suites in $dir: $passed passed, ${#failed[@]} failed"
+if [ ${#failed[@]} -ne 0 ]; then
+	echo "failed: ${failed[*]}"
+	exit 1
+fi
