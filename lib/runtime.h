@@ -73,10 +73,11 @@ struct cbcmn_task {
 	int64_t result;
 	uint64_t id;
 	void *abi_slot;                   /* one pointer for the janus adapter */
+	void **landing;                   /* overflow landing pad (a jmp buffer) */
 	_Atomic uint32_t state;
 	_Atomic uint32_t refs;            /* runtime's reference + join handle */
-	uint32_t flags;
-	uint32_t pad_;
+	uint32_t flags;                   /* CBCMN__TF_*, fixed at spawn */
+	_Atomic uint32_t joined;          /* the handle was joined */
 };
 
 /* ---- nurseries -------------------------------------------------------- */
@@ -105,7 +106,6 @@ enum cbcmn__post {
 	CBCMN__POST_SUSPEND, /* task is PARKING: make it BLOCKED or requeue */
 	CBCMN__POST_YIELD,   /* put the task on the yield list */
 	CBCMN__POST_EXIT,    /* the fiber finished: recycle its stack */
-	CBCMN__POST_PANIC,   /* the fiber overflowed its stack */
 };
 
 /* Counters: written by the owning executor only (a relaxed load + store,
@@ -199,6 +199,7 @@ struct cbcmn_task *cbcmn__take_local_child(struct cbcmn__exec *e, struct cbcmn_n
 struct cbcmn_task *cbcmn__take_local_task(struct cbcmn__exec *e, struct cbcmn_task *want);
 void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child);
 int64_t cbcmn__task_call(struct cbcmn_task *t);
+int64_t cbcmn__task_call_guarded(struct cbcmn_task *t);
 __attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s);
 
 /* wake.c */
@@ -232,6 +233,6 @@ void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why);
 int cbcmn__signal_init(void);
 int cbcmn__altstack_setup(struct cbcmn__exec *e);
 void cbcmn__altstack_teardown(struct cbcmn__exec *e);
-void cbcmn__panic_prepare(struct cbcmn_task *t);
+void cbcmn__panic_unpoison(struct cbcmn_task *t, void *landing_frame);
 
 #endif

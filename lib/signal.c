@@ -3,13 +3,11 @@
  * Every executor thread has an alternate signal stack, so the SIGSEGV
  * handler runs even when the fault was "no stack left".  When the faulting
  * address is in the guard page of the stack the current task runs on, the
- * handler prints one line naming the task and its stack size, and switches
- * straight to the executor's scheduler: the fiber's frames are gone, and the
- * scheduler restarts the fiber's stack with a clean-up routine that ends the
- * task (and any tasks running inline on the same stack) with CBCMN_EPANIC
- * after cancelling and awaiting the nurseries they had open.  Any other
- * fault goes to the handler that was installed before ours, or to the
- * default action.
+ * handler prints one line naming the task and its stack size and jumps to
+ * the task's landing pad (cbcmn__task_call_guarded, sched.c), a frame above
+ * the overflow: the task ends with CBCMN_EPANIC, and a parent that ran it
+ * inline on the same stack goes on unharmed.  Any other fault goes to the
+ * handler that was installed before ours, or to the default action.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,17 +18,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "arch.h"
 #include "probes.h"
 #include "runtime.h"
 
 #ifdef __SANITIZE_ADDRESS__
-#include <sanitizer/common_interface_defs.h>
+#include <sanitizer/asan_interface.h>
 #endif
 
 static struct sigaction old_segv;
-static pthread_once_t segv_once = PTHREAD_ONCE_INIT;
-static int segv_err;
 static size_t page;
 
 /* Async-signal-safe decimal formatting. */
@@ -80,38 +75,43 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	struct cbcmn__exec *e = cbcmn__tls_exec;
 	struct cbcmn_task *t = e ? e->current : NULL;
 	if (t && t->stack && cbcmn__stack_in_guard(t->stack, si->si_addr, page)) {
-		say_overflow(t->id, t->stack->size);
-		CBCMN_PROBE2(task_panic, t->id, t->stack->size);
-		e->post = CBCMN__POST_PANIC;
-		e->post_task = t;
-		/* Leave the handler for good: the scheduler's stack is intact.
-		 * SA_NODEFER left SIGSEGV unblocked, and the kernel sees we are
-		 * off the alternate stack once rsp is. */
-#ifdef __SANITIZE_ADDRESS__
-		__sanitizer_start_switch_fiber(NULL, e->sched_stack_lo, e->sched_stack_size);
-#endif
-		void *dead;
-		cbcmn__ctx_jump(&dead, e->sched_sp, NULL);
+		/* The size the user configured, which is what they can change. */
+		say_overflow(t->id, t->rt->cfg.stack_size);
+		CBCMN_PROBE2(task_panic, t->id, t->rt->cfg.stack_size);
+		/* Leave the handler for good, to the task's landing pad, which
+		 * is above the overflow.  SA_NODEFER left SIGSEGV unblocked,
+		 * and the kernel sees we are off the alternate stack once rsp
+		 * is. */
+		__builtin_longjmp(t->landing, 1);
 	}
 	chain(sig, si, uc);
 }
 
-static void install(void)
-{
-	page = (size_t)sysconf(_SC_PAGESIZE);
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_segv;
-	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGSEGV, &sa, &old_segv) != 0)
-		segv_err = -errno;
-}
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Install our handler unless it is the current one.  Called at every
+ * runtime start, because a program (or a test framework) may have installed
+ * its own handler since; faults that are not ours go to that one. */
 int cbcmn__signal_init(void)
 {
-	pthread_once(&segv_once, install);
-	return segv_err;
+	int rc = 0;
+	pthread_mutex_lock(&install_lock);
+	page = (size_t)sysconf(_SC_PAGESIZE);
+	struct sigaction cur;
+	if (sigaction(SIGSEGV, NULL, &cur) != 0) {
+		rc = -errno;
+	} else if (!((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_segv)) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = on_segv;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+		sigemptyset(&sa.sa_mask);
+		old_segv = cur;
+		if (sigaction(SIGSEGV, &sa, NULL) != 0)
+			rc = -errno;
+	}
+	pthread_mutex_unlock(&install_lock);
+	return rc;
 }
 
 /* Room for the kernel's signal frame (large with AVX-512/AMX state, see
@@ -157,36 +157,15 @@ void cbcmn__altstack_teardown(struct cbcmn__exec *e)
 	e->altstack = NULL;
 }
 
-/* Runs on the overflowed stack, restarted from its top: end every task of
- * the inline chain, innermost first. */
-static void panic_entry(void *xfer)
+void cbcmn__panic_unpoison(struct cbcmn_task *t, void *landing_frame)
 {
-	struct cbcmn_task *t = xfer;
 #ifdef __SANITIZE_ADDRESS__
-	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+	/* The abandoned frames below the landing pad keep their poisoned
+	 * redzones in ASan's shadow; clear them for the frames to come. */
+	char *lo = t->stack->lo;
+	__asan_unpoison_memory_region(lo, (size_t)((char *)landing_frame - lo));
+#else
+	(void)t;
+	(void)landing_frame;
 #endif
-	struct cbcmn__stack *s = t->stack;
-	for (;;) {
-		struct cbcmn_task *parent = t->inline_parent;
-		struct cbcmn__exec *e = t->exec;
-		e->current = t;
-		/* Its nurseries cannot outlive it: cancel and wait for them. */
-		while (t->open) {
-			struct cbcmn_nursery *n = t->open;
-			cbcmn__nursery_cancel(n, 1);
-			cbcmn__nursery_await(t, n);
-		}
-		e = t->exec;
-		cbcmn__task_complete(t, CBCMN_EPANIC);
-		if (!parent)
-			cbcmn__fiber_exit(e, s);
-		parent->exec = e;
-		t = parent;
-	}
-}
-
-void cbcmn__panic_prepare(struct cbcmn_task *t)
-{
-	/* t->stack is the chain's root stack: restart it at its top. */
-	t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), panic_entry);
 }

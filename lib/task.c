@@ -160,9 +160,9 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 		return -EINVAL;
 	if (self && self->rt != t->rt)
 		return CBCMN_EWRONGRT;
-	if (!(t->flags & CBCMN__TF_HANDLE))
+	if (!(t->flags & CBCMN__TF_HANDLE) ||
+	    atomic_exchange_explicit(&t->joined, 1, memory_order_relaxed))
 		return CBCMN_EJOINED;
-	t->flags &= ~CBCMN__TF_HANDLE;
 
 	/* Not started and on top of our own queue: run it here, no switch. */
 	if (self && !(t->rt->cfg.flags & CBCMN_CONFIG_NO_INLINE) &&
