@@ -1,0 +1,116 @@
+/* test_lockorder: the debug lock-order checker fires, naming both locks. */
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "lock.h"
+
+/* Run fn in a child with stderr captured; return its wait status. */
+static int in_child(void (*fn)(void), char *out, size_t len)
+{
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	fflush(stdout);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], STDERR_FILENO);
+		close(p[0]);
+		fn();
+		_exit(0);
+	}
+	close(p[1]);
+	size_t n = 0;
+	ssize_t r;
+	while (n + 1 < len && (r = read(p[0], out + n, len - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = 0;
+	close(p[0]);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+static struct cbcmn__mutex inject, stacks;
+
+static void right_order(void)
+{
+	cbcmn__mutex_lock(&inject);
+	cbcmn__mutex_lock(&stacks);
+	cbcmn__mutex_unlock(&stacks);
+	cbcmn__mutex_unlock(&inject);
+}
+
+static __attribute__((unused)) void wrong_order(void)
+{
+	cbcmn__mutex_lock(&stacks);
+	cbcmn__mutex_lock(&inject); /* rank 40 while holding rank 60 */
+	cbcmn__mutex_unlock(&inject);
+	cbcmn__mutex_unlock(&stacks);
+}
+
+static __attribute__((unused)) void same_lock_twice(void)
+{
+	cbcmn__mutex_lock(&inject);
+	cbcmn__mutex_lock(&inject);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	cbcmn__mutex_init(&inject, "inject", CBCMN__LOCK_INJECT);
+	cbcmn__mutex_init(&stacks, "stacks", CBCMN__LOCK_STACKS);
+	return 0;
+}
+
+static void test_documented_order_is_accepted(void **state)
+{
+	(void)state;
+	char msg[512];
+	int st = in_child(right_order, msg, sizeof(msg));
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_string_equal(msg, "");
+}
+
+static void test_checker_fires_naming_both_locks(void **state)
+{
+	(void)state;
+#ifndef CBCMN_DEBUG
+	T_SKIP("the lock-order checker is built into debug builds only; make test runs "
+	       "this suite again under ASan and TSan, which are debug builds");
+#else
+	char msg[512];
+	int st = in_child(wrong_order, msg, sizeof(msg));
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGABRT);
+	assert_non_null(strstr(msg, "lock order violation"));
+	assert_non_null(strstr(msg, "\"inject\""));
+	assert_non_null(strstr(msg, "\"stacks\""));
+#endif
+}
+
+/* Taking a lock you hold is a self-deadlock: the checker catches it too. */
+static void test_checker_fires_on_recursion(void **state)
+{
+	(void)state;
+#ifndef CBCMN_DEBUG
+	T_SKIP("the lock-order checker is built into debug builds only");
+#else
+	char msg[512];
+	int st = in_child(same_lock_twice, msg, sizeof(msg));
+	assert_true(WIFSIGNALED(st));
+	assert_non_null(strstr(msg, "\"inject\""));
+#endif
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_documented_order_is_accepted, setup),
+		cmocka_unit_test_setup(test_checker_fires_naming_both_locks, setup),
+		cmocka_unit_test_setup(test_checker_fires_on_recursion, setup),
+	};
+	return cmocka_run_group_tests_name("lockorder", tests, NULL, NULL);
+}
