@@ -88,7 +88,10 @@ int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why)
 {
 	uint32_t zero = 0;
-	/* Relaxed: cancellation is a hint observed at the next check. */
+	/* Count first, so a checker that sees the flag also passes the
+	 * runtime-wide fast path.  Relaxed: cancellation is observed at the
+	 * next check, a late observation only delays the stop. */
+	atomic_fetch_add_explicit(&n->rt->cancels, 1, memory_order_relaxed);
 	atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_relaxed,
 						memory_order_relaxed);
 }

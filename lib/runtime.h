@@ -181,6 +181,7 @@ struct cbcmn_runtime {
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;
 	_Atomic uint32_t started;         /* executors that finished start-up */
 	_Atomic uint64_t next_id_block;
+	_Atomic uint64_t cancels;         /* nursery cancellations so far */
 	/* Tasks spawned / ended by threads outside the executors. */
 	_Atomic uint64_t ext_spawns, ext_completions;
 };
@@ -204,6 +205,7 @@ __attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct c
 
 /* wake.c */
 void cbcmn__notify_one(struct cbcmn_runtime *rt);
+void cbcmn__notify_one_sc(struct cbcmn_runtime *rt);
 void cbcmn__unpark_all(struct cbcmn_runtime *rt);
 bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns);
 bool cbcmn__any_work(struct cbcmn_runtime *rt);
@@ -217,6 +219,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__task_complete(struct cbcmn_task *t, int64_t result);
 bool cbcmn__task_cancelled(const struct cbcmn_task *t);
+bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n);
 void cbcmn__task_free_cache(struct cbcmn__exec *e);
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
 		 void *arg, cbcmn_task **handle);

@@ -147,20 +147,21 @@ static void deque_push_or_inject(struct cbcmn__exec *e, struct cbcmn_task *t)
 
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
-	if (e) {
-		/* Newest work goes in the slot, the task it displaces to the
-		 * deque.  Only the owner stores into its slot; thieves only take,
-		 * so prev is the previous occupant or NULL if it was stolen.
-		 * acq_rel: release publishes t to a thief's exchange, acquire
-		 * pairs with the owner's own earlier release of prev. */
-		struct cbcmn_task *prev =
-			atomic_exchange_explicit(&e->slot, t, memory_order_acq_rel);
-		if (prev)
-			deque_push_or_inject(e, prev);
-	} else {
+	if (!e) {
 		inject_push(rt, t);
+		cbcmn__notify_one(rt);
+		return;
 	}
-	cbcmn__notify_one(rt);
+	/* Newest work goes in the slot, the task it displaces to the deque.
+	 * Only the owner stores into its slot; thieves only take, so prev is
+	 * the previous occupant or NULL if it was stolen.  seq_cst: it
+	 * releases t to a thief's exchange, acquires prev, and is the
+	 * publication a parker's re-check pairs with, so the notification
+	 * below needs no fence of its own (on x86 it is one xchg). */
+	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
+	if (prev)
+		deque_push_or_inject(e, prev);
+	cbcmn__notify_one_sc(rt);
 }
 
 /* Take a not-yet-started task of nursery n (or the task want) from the top

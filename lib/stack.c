@@ -1,5 +1,7 @@
 /* stack.c: fiber stack slabs, guard pages within the map budget, recycling. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,14 @@ struct cbcmn__stack_slab {
 #define MAP_RESERVE_MIN 4096u
 /* Stacks the shared pool hands to or takes from a cache at once. */
 #define BATCH 32u
+
+/* vm.max_map_count is per process, so every pool (one per runtime) draws on
+ * one budget: the one process-wide counter of the library, because the
+ * limit it models is process-wide.  count_maps() sees the guard pages made
+ * so far; this counts those promised to pools and not made yet. */
+static _Atomic uint64_t guards_promised;
+/* Makes "read the budget, promise part of it" one step across pool inits. */
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t page_size(void)
 {
@@ -65,13 +75,15 @@ uint64_t cbcmn__stack_guard_budget(void)
 	long reserve = max / 4 > (long)MAP_RESERVE_MIN ? max / 4 : (long)MAP_RESERVE_MIN;
 	long left = max - count_maps() - reserve;
 	/* A guarded stack splits its slab: PROT_NONE page + RW stack. */
-	return left > 0 ? (uint64_t)left / 2 : 0;
+	uint64_t pairs = left > 0 ? (uint64_t)left / 2 : 0;
+	uint64_t promised = atomic_load_explicit(&guards_promised, memory_order_relaxed);
+	return pairs > promised ? pairs - promised : 0;
 }
 
 int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t guard_max)
 {
 	size_t pg = page_size();
-	if (size % pg)
+	if (size % pg || size < 2 * pg)
 		return -EINVAL;
 	memset(p, 0, sizeof(*p));
 	p->size = size - sizeof(struct cbcmn__stack);
@@ -80,8 +92,11 @@ int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t gu
 	if (guard_max == UINT32_MAX) {
 		p->guard_left = 0;
 	} else {
+		pthread_mutex_lock(&budget_lock);
 		uint64_t budget = cbcmn__stack_guard_budget();
 		p->guard_left = guard_max && guard_max < budget ? guard_max : budget;
+		atomic_fetch_add_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
+		pthread_mutex_unlock(&budget_lock);
 	}
 	cbcmn__mutex_init(&p->lock, "stacks", CBCMN__LOCK_STACKS);
 	return 0;
@@ -104,6 +119,9 @@ void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 	p->slabs = NULL;
 	p->free = NULL;
 	p->nfree = 0;
+	/* Guards never made go back to the other pools. */
+	atomic_fetch_sub_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
+	p->guard_left = 0;
 	cbcmn__mutex_destroy(&p->lock);
 }
 
@@ -136,6 +154,8 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		if (guarded && mprotect(r, pg, PROT_NONE) != 0) {
 			/* Out of map entries after all: the rest go unguarded. */
 			guarded = false;
+			atomic_fetch_sub_explicit(&guards_promised, p->guard_left,
+						  memory_order_relaxed);
 			p->guard_left = 0;
 		}
 		char *lo = r + (guarded ? pg : 0);
@@ -150,8 +170,11 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		p->nfree++;
 		p->stacks_total++;
 		p->stacks_guarded += guarded;
-		if (guarded)
+		/* After the mprotect: until now count_maps() did not see it. */
+		if (guarded) {
 			p->guard_left--;
+			atomic_fetch_sub_explicit(&guards_promised, 1, memory_order_relaxed);
+		}
 	}
 	sl->base = base;
 	sl->len = len;
@@ -237,10 +260,12 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 
 void cbcmn__stack_cache_drain(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
 {
+	/* Like a spill: stacks in the shared pool have given their memory back. */
 	while (c->free) {
 		struct cbcmn__stack *s = c->free;
 		c->free = s->next;
 		c->n--;
+		release_pages(s);
 		cbcmn__mutex_lock(&p->lock);
 		s->next = p->free;
 		p->free = s;

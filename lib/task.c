@@ -64,21 +64,31 @@ void cbcmn__task_free_cache(struct cbcmn__exec *e)
 
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
-	/* acq_rel: the last owner sees every other owner's writes before it
-	 * frees the record. */
-	if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+	/* The sole owner needs no locked instruction: nobody else can take a
+	 * reference.  acquire pairs with the other owner's release below. */
+	if (atomic_load_explicit(&t->refs, memory_order_acquire) == 1 ||
+	    atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
 		task_free(t, e);
+}
+
+bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
+{
+	/* Until the first cancellation in this runtime nothing can be
+	 * cancelled: one load instead of a walk up a deep fork-join tree. */
+	if (__builtin_expect(atomic_load_explicit(&n->rt->cancels, memory_order_relaxed) == 0, 1))
+		return false;
+	/* The chain of enclosing nurseries stays alive while anything inside
+	 * it does (each is awaited before its opener ends).  Relaxed: a late
+	 * observation only delays the stop to the next check. */
+	for (; n; n = n->parent)
+		if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
+			return true;
+	return false;
 }
 
 bool cbcmn__task_cancelled(const struct cbcmn_task *t)
 {
-	/* The chain of enclosing nurseries is short and stays alive while t
-	 * does (each is awaited before its opener ends).  Relaxed: a late
-	 * observation only delays the stop to the next check. */
-	for (const struct cbcmn_nursery *n = t->nursery; n; n = n->parent)
-		if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
-			return true;
-	return false;
+	return cbcmn__nursery_chain_cancelled(t->nursery);
 }
 
 void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
@@ -113,9 +123,8 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return CBCMN_ECLOSED;
 	/* Spawning into a cancelled scope would start work nobody wants. */
-	for (const struct cbcmn_nursery *x = n; x; x = x->parent)
-		if (atomic_load_explicit(&x->cancelled, memory_order_relaxed))
-			return CBCMN_ECANCELED;
+	if (cbcmn__nursery_chain_cancelled(n))
+		return CBCMN_ECANCELED;
 
 	struct cbcmn__exec *e = self ? self->exec : NULL;
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);

@@ -97,8 +97,16 @@ void cbcmn__notify_one(struct cbcmn_runtime *rt)
 {
 	/* Pairs with the fence in cbcmn__park() and cbcmn__searching_end(). */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&rt->num_searching, memory_order_relaxed) != 0 ||
-	    atomic_load_explicit(&rt->num_idle, memory_order_relaxed) == 0)
+	cbcmn__notify_one_sc(rt);
+}
+
+void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
+{
+	/* seq_cst loads: after the caller's seq_cst publication (a fence, or
+	 * the seq_cst exchange that filled a slot) they take part in the
+	 * store-buffering pair with the parker; on x86 they are plain loads. */
+	if (atomic_load_explicit(&rt->num_searching, memory_order_seq_cst) != 0 ||
+	    atomic_load_explicit(&rt->num_idle, memory_order_seq_cst) == 0)
 		return;
 	/* Become "the one waking a searcher": a second notifier racing us sees
 	 * num_searching != 0 and stays out. */

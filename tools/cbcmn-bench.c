@@ -1,0 +1,440 @@
+/* cbcmn-bench: the runtime's micro-benchmarks.
+ *
+ * Prints one line per figure on stdout, "NAME METRIC VALUE", and nothing
+ * else there; medians over repetitions, so a noisy shared machine moves
+ * them less.  docs/BENCHMARKS.md keeps the latest numbers.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "arch.h"
+#include "cbcmn.h"
+
+static uint32_t workers = 2;
+static int reps = 7;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double percentile(double *v, int n, double p)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	int i = (int)(p * (n - 1) + 0.5);
+	return v[i];
+}
+
+static void die(const char *what, int64_t rc)
+{
+	fprintf(stderr, "cbcmn-bench: %s: %s\n", what, cbcmn_strerror(rc));
+	exit(1);
+}
+
+static cbcmn_runtime *runtime(uint32_t n, uint32_t flags)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = n;
+	cfg.flags = flags;
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc)
+		die("runtime_create", rc);
+	return rt;
+}
+
+static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
+{
+	int64_t r;
+	int rc = cbcmn_runtime_run(rt, fn, arg, &r);
+	if (rc || r < 0)
+		die("task", rc ? rc : r);
+}
+
+/* ---- switch: raw context switch, one thread ------------------------------ */
+
+static void *main_sp, *fiber_sp;
+static volatile uint64_t switches_left;
+
+static void pingpong(void *x)
+{
+	(void)x;
+	for (;;)
+		cbcmn__ctx_jump(&fiber_sp, main_sp, NULL);
+}
+
+static int64_t yielder(cbcmn_cx *cx, void *arg)
+{
+	long n = (long)(intptr_t)arg;
+	for (long i = 0; i < n; i++)
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static void bench_switch(void)
+{
+	size_t sz = 64 * 1024;
+	char *stack = malloc(sz);
+	fiber_sp = cbcmn__ctx_make(stack + sz, pingpong);
+	const uint64_t n = 10000000;
+	double v[16];
+	for (int r = 0; r < reps; r++) {
+		uint64_t t0 = now_ns();
+		for (uint64_t i = 0; i < n; i++)
+			cbcmn__ctx_jump(&main_sp, fiber_sp, NULL);
+		v[r] = (double)(now_ns() - t0) / (double)(2 * n); /* two switches per round */
+	}
+	printf("switch ns_per_switch %.2f\n", median(v, reps));
+	free(stack);
+
+	/* The same through the scheduler: task -> scheduler -> task. */
+	cbcmn_runtime *rt = runtime(1, 0);
+	const long ny = 2000000;
+	for (int r = 0; r < reps; r++) {
+		uint64_t t0 = now_ns();
+		run(rt, yielder, (void *)(intptr_t)ny);
+		v[r] = (double)(now_ns() - t0) / (double)ny;
+	}
+	printf("switch ns_per_yield %.2f\n", median(v, reps));
+	cbcmn_runtime_destroy(rt);
+}
+
+/* ---- spawn: 1 000 000 trivial tasks spawned and joined ------------------- */
+
+static int64_t trivial(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t spawner(cbcmn_cx *cx, void *arg)
+{
+	long n = (long)(intptr_t)arg;
+	cbcmn_nursery *nu;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu);
+	if (rc)
+		return rc;
+	for (long i = 0; i < n; i++)
+		if ((rc = cbcmn_nursery_spawn(cx, nu, trivial, NULL, NULL)) != 0)
+			break;
+	int64_t r = cbcmn_nursery_await_all(cx, nu);
+	return rc ? rc : r;
+}
+
+static void bench_spawn(void)
+{
+	const long n = 1000000;
+	double v[16];
+	static const struct {
+		const char *metric;
+		uint32_t flags;
+	} modes[] = {{"tasks_per_s", 0}, {"tasks_per_s_no_inline", CBCMN_CONFIG_NO_INLINE}};
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		cbcmn_runtime *rt = runtime(workers, modes[m].flags);
+		for (int r = 0; r < reps; r++) {
+			uint64_t t0 = now_ns();
+			run(rt, spawner, (void *)(intptr_t)n);
+			v[r] = (double)n * 1e9 / (double)(now_ns() - t0);
+		}
+		printf("spawn %s %.0f\n", modes[m].metric, median(v, reps));
+		cbcmn_runtime_destroy(rt);
+	}
+}
+
+/* ---- fib: fork-join fib(30), a task per call ------------------------------ */
+
+struct fib {
+	int n;
+	int64_t out;
+};
+
+static int64_t fib_task(cbcmn_cx *cx, void *arg)
+{
+	struct fib *f = arg;
+	if (f->n < 2) {
+		f->out = f->n;
+		return 0;
+	}
+	struct fib a = {.n = f->n - 1}, b = {.n = f->n - 2};
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	if ((rc = cbcmn_nursery_spawn(cx, n, fib_task, &a, NULL)) == 0)
+		rc = cbcmn_nursery_spawn(cx, n, fib_task, &b, NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	f->out = a.out + b.out;
+	return rc ? rc : r;
+}
+
+static void bench_fib(void)
+{
+	cbcmn_runtime *rt = runtime(workers, 0);
+	double v[16];
+	for (int r = 0; r < reps; r++) {
+		struct fib f = {.n = 30};
+		uint64_t t0 = now_ns();
+		run(rt, fib_task, &f);
+		v[r] = (double)(now_ns() - t0) / 1e6;
+		if (f.out != 832040)
+			die("fib(30) gave a wrong answer", -EPROTO);
+	}
+	printf("fib ms %.1f\n", median(v, reps));
+	cbcmn_runtime_destroy(rt);
+}
+
+/* ---- parked: RSS per fiber with 1 000 000 parked ------------------------- */
+
+static struct {
+	cbcmn_task **h;
+	long n;
+	_Atomic long parked;
+	_Atomic int release;
+} chain;
+
+static int64_t link_task(cbcmn_cx *cx, void *arg)
+{
+	long i = (long)(intptr_t)arg;
+	atomic_fetch_add(&chain.parked, 1);
+	if (i + 1 < chain.n) {
+		while (!__atomic_load_n(&chain.h[i + 1], __ATOMIC_ACQUIRE))
+			cbcmn_yield(cx);
+		return cbcmn_task_join(cx, chain.h[i + 1], NULL);
+	}
+	while (!atomic_load(&chain.release))
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t chain_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	for (long i = 0; i < chain.n && rc == 0; i++) {
+		cbcmn_task *h;
+		rc = cbcmn_nursery_spawn(cx, n, link_task, (void *)(intptr_t)i, &h);
+		if (rc == 0)
+			__atomic_store_n(&chain.h[i], h, __ATOMIC_RELEASE);
+	}
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	if (rc == 0)
+		rc = cbcmn_task_join(cx, chain.h[0], NULL);
+	return rc ? rc : r;
+}
+
+static long status_kib(const char *key)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+	size_t kl = strlen(key);
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl) && sscanf(line + kl, " %ld", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static void *chain_thread(void *rt)
+{
+	run(rt, chain_root, NULL);
+	return NULL;
+}
+
+static void bench_parked(void)
+{
+	chain.n = 1000000;
+	chain.h = calloc((size_t)chain.n, sizeof(*chain.h));
+	cbcmn_runtime *rt = runtime(1, CBCMN_CONFIG_NO_INLINE);
+	long rss0 = status_kib("VmRSS:"), pte0 = status_kib("VmPTE:");
+	pthread_t th;
+	pthread_create(&th, NULL, chain_thread, rt);
+	while (atomic_load(&chain.parked) < chain.n)
+		usleep(10000);
+	long rss1 = status_kib("VmRSS:"), pte1 = status_kib("VmPTE:");
+	atomic_store(&chain.release, 1);
+	pthread_join(th, NULL);
+	printf("parked bytes_per_fiber %.0f\n", (double)(rss1 - rss0) * 1024.0 / (double)chain.n);
+	printf("parked page_table_bytes_per_fiber %.0f\n",
+	       (double)(pte1 - pte0) * 1024.0 / (double)chain.n);
+	cbcmn_runtime_destroy(rt);
+	free(chain.h);
+}
+
+/* ---- steal: push on one executor -> start on a spinning thief ------------- */
+
+struct probe {
+	uint64_t pushed;
+	_Atomic uint64_t started;
+	_Atomic uint32_t where;
+};
+
+static int64_t record_start(cbcmn_cx *cx, void *arg)
+{
+	struct probe *p = arg;
+	atomic_store_explicit(&p->where, cbcmn_cx_executor(cx), memory_order_relaxed);
+	atomic_store_explicit(&p->started, now_ns(), memory_order_release);
+	return 0;
+}
+
+struct steal_run {
+	int samples;
+	double *lat;
+	int got;
+};
+
+static int64_t steal_producer(cbcmn_cx *cx, void *arg)
+{
+	struct steal_run *s = arg;
+	uint32_t me = cbcmn_cx_executor(cx);
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	struct probe p;
+	uint64_t seed = 88172645463325252ull;
+	for (int i = 0; i < s->samples * 2 && s->got < s->samples; i++) {
+		atomic_store(&p.started, 0);
+		p.pushed = now_ns();
+		rc = cbcmn_nursery_spawn(cx, n, record_start, &p, NULL);
+		if (rc)
+			break;
+		/* Stay busy (do not pop our own queue) until someone starts it. */
+		uint64_t t;
+		while (!(t = atomic_load_explicit(&p.started, memory_order_acquire)))
+			cbcmn__cpu_relax();
+		if (atomic_load(&p.where) != me)
+			s->lat[s->got++] = (double)(t - p.pushed);
+		/* A random 0..8 us pause: the thief is in its spinning back-off. */
+		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+		uint64_t until = now_ns() + seed % 8000;
+		while (now_ns() < until)
+			cbcmn__cpu_relax();
+	}
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static void bench_steal(void)
+{
+	if (workers < 2) {
+		fprintf(stderr, "cbcmn-bench: steal needs --workers >= 2\n");
+		exit(2);
+	}
+	cbcmn_runtime *rt = runtime(workers, 0);
+	struct steal_run s = {.samples = 20000};
+	s.lat = calloc((size_t)s.samples, sizeof(double));
+	run(rt, steal_producer, &s);
+	if (s.got < 100)
+		die("too few steals observed", -EAGAIN);
+	printf("steal p50_ns %.0f\n", percentile(s.lat, s.got, 0.50));
+	printf("steal p99_ns %.0f\n", percentile(s.lat, s.got, 0.99));
+	free(s.lat);
+	cbcmn_runtime_destroy(rt);
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static const struct bench {
+	const char *name;
+	void (*fn)(void);
+	const char *help;
+} benches[] = {
+	{"switch", bench_switch, "context switch ns (raw, one thread) and yield round trip"},
+	{"spawn", bench_spawn, "1 000 000 trivial tasks spawned and joined, tasks/s"},
+	{"fib", bench_fib, "fork-join fib(30) with a task per call, ms"},
+	{"parked", bench_parked, "RSS per fiber with 1 000 000 parked fibers"},
+	{"steal", bench_steal, "push on one executor -> start on a spinning thief, p50/p99 ns"},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R]\n\nbenchmarks:\n");
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
+		fprintf(f, "  %-8s %s\n", benches[i].name, benches[i].help);
+	fprintf(f, "\nPrints one line per figure: NAME METRIC VALUE (medians of R runs).\n"
+		   "\nEXAMPLES\n  cbcmn-bench fib --workers 2\n  cbcmn-bench all\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {{"workers", required_argument, NULL, 'w'},
+					     {"reps", required_argument, NULL, 'r'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	int c;
+	while ((c = getopt_long(argc, argv, "w:r:h", opts, NULL)) != -1) {
+		char *end;
+		long v;
+		switch (c) {
+		case 'w':
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > CBCMN_MAX_EXECUTORS) {
+				fprintf(stderr, "cbcmn-bench: --workers wants 1..%d, got '%s'\n",
+					CBCMN_MAX_EXECUTORS, optarg);
+				return 2;
+			}
+			workers = (uint32_t)v;
+			break;
+		case 'r':
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 16) {
+				fprintf(stderr, "cbcmn-bench: --reps wants 1..16, got '%s'\n", optarg);
+				return 2;
+			}
+			reps = (int)v;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		usage(stderr);
+		return 2;
+	}
+	const char *name = argv[optind];
+	int found = 0;
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {
+		if (!strcmp(name, "all") || !strcmp(name, benches[i].name)) {
+			benches[i].fn();
+			fflush(stdout);
+			found = 1;
+		}
+	}
+	if (!found) {
+		fprintf(stderr, "cbcmn-bench: no benchmark named '%s' (try --help)\n", name);
+		return 2;
+	}
+	return 0;
+}
