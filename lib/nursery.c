@@ -1,9 +1,13 @@
 /* nursery.c: structured concurrency scopes (SPEC-021 §8): open, await, cancel.
  *
- * live counts the children not yet ended plus one "await token" held by the
- * opener.  await_all drops the token; whoever takes live to zero is the last
- * one to touch the nursery and wakes the opener (a child), or frees it (the
- * opener, when no child was left).  So a nursery is freed exactly when
+ * Counting children without a locked instruction per spawn: live starts at
+ * a large bias; the opener counts its own spawns in a plain field, other
+ * spawners (descendants) add to live, and every child subtracts one when it
+ * ends.  live cannot reach zero while the bias is in it.  await_all adds its
+ * own count and removes the bias in one step, after which live is exactly
+ * the number of children still running: whoever takes it to zero is the
+ * last one to touch the nursery and wakes the opener (a child), or frees it
+ * (the opener, when no child was left).  So a nursery is freed exactly when
  * nothing can reach it any more, without a lock or a reference count.
  */
 #include <errno.h>
@@ -60,7 +64,7 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 		n->prev_open = owner->open;
 		owner->open = n;
 	}
-	atomic_init(&n->live, 1); /* the await token */
+	atomic_init(&n->live, CBCMN__LIVE_BIAS);
 	*out = n;
 	return 0;
 }
@@ -137,7 +141,8 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	n->waiter = &w;
 	if (self)
 		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
-	if (atomic_fetch_sub_explicit(&n->live, 1, memory_order_acq_rel) != 1)
+	int64_t adjust = (int64_t)n->owner_spawns - CBCMN__LIVE_BIAS;
+	if (atomic_fetch_add_explicit(&n->live, adjust, memory_order_acq_rel) + adjust != 0)
 		cbcmn__waiter_wait(&w);
 	else if (self)
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);

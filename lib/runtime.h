@@ -77,10 +77,14 @@ struct cbcmn_task {
 	_Atomic uint32_t state;
 	_Atomic uint32_t refs;            /* runtime's reference + join handle */
 	uint32_t flags;                   /* CBCMN__TF_*, fixed at spawn */
+	uint32_t home;                    /* executor whose cache it returns to */
 	_Atomic uint32_t joined;          /* the handle was joined */
 };
 
 /* ---- nurseries -------------------------------------------------------- */
+
+/* live's starting value: far above any number of children. */
+#define CBCMN__LIVE_BIAS (INT64_C(1) << 62)
 
 struct cbcmn_nursery {
 	struct cbcmn_runtime *rt;
@@ -89,7 +93,8 @@ struct cbcmn_nursery {
 	struct cbcmn_nursery *prev_open;  /* owner's next-outer open nursery */
 	struct cbcmn__waiter *waiter;     /* set by await_all before it blocks */
 	struct cbcmn_nursery *next_free;
-	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* children + the await token */
+	uint64_t owner_spawns;            /* opener-only: children it spawned */
+	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* see nursery.c */
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
 	_Atomic uint32_t closing;         /* await_all has begun: no new spawns */
@@ -124,6 +129,8 @@ struct cbcmn__exec {
 	/* Shared with thieves. */
 	struct cbcmn__deque dq;
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) slot; /* next-task slot */
+	/* Task records other executors freed, on their way home (LIFO). */
+	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) remote_free;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic uint32_t searching_hint; /* set by a notifier: wake as a searcher */
@@ -192,6 +199,7 @@ struct cbcmn_runtime {
 extern __thread struct cbcmn__exec *cbcmn__tls_exec;
 void *cbcmn__exec_main(void *arg);
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
+void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__suspend(struct cbcmn_task *t);
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker);
 void cbcmn__waiter_wake(struct cbcmn__waiter *w, struct cbcmn__exec *waker);

@@ -152,7 +152,9 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		cbcmn__notify_one(rt);
 		return;
 	}
-	/* Newest work goes in the slot, the task it displaces to the deque.
+	/* A woken task runs next: it goes in the slot, where its data is
+	 * still hot (typically the parent its last child just finished);
+	 * the task it displaces goes to the deque.
 	 * Only the owner stores into its slot; thieves only take, so prev is
 	 * the previous occupant or NULL if it was stolen.  seq_cst: it
 	 * releases t to a thief's exchange, acquires prev, and is the
@@ -164,33 +166,35 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	cbcmn__notify_one_sc(rt);
 }
 
-/* Take a not-yet-started task of nursery n (or the task want) from the top
- * of this executor's own queues, to run it inline.  Only the newest work is
- * considered: the slot, then the deque's bottom. */
+void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	if (!e) {
+		inject_push(rt, t);
+		cbcmn__notify_one(rt);
+		return;
+	}
+	/* New tasks go to the deque, where thieves take the oldest.  Wake-ups
+	 * are coalesced (seed 001): only the push that makes the deque
+	 * non-empty notifies.  A later push finds an executor already notified
+	 * or one whose pre-park re-check saw the deque non-empty. */
+	int64_t before = cbcmn__deque_len(&e->dq);
+	deque_push_or_inject(e, t);
+	if (before == 0)
+		cbcmn__notify_one(rt);
+}
+
+/* Take a not-yet-started task of nursery n (or the task want) from the
+ * bottom of this executor's deque, to run it inline.  Only the newest task
+ * is considered.  New tasks never sit in the slot, which holds woken ones. */
 static struct cbcmn_task *take_local(struct cbcmn__exec *e, struct cbcmn_nursery *n,
 				     struct cbcmn_task *want)
 {
-	struct cbcmn_task *t = atomic_load_explicit(&e->slot, memory_order_relaxed);
-	if (t) {
-		/* Take before looking: a thief may take the slot, run the task
-		 * and free it, so peeking at it would race.  acquire pairs with
-		 * the exchange in cbcmn__schedule(). */
-		t = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
-		if (!t)
-			return NULL; /* stolen meanwhile */
-		if (t->sp == NULL && (want ? t == want : t->nursery == n))
-			return t;
-		/* Newer work than the deque that is not ours: put it back (only
-		 * the owner stores into its slot) and stop looking. */
-		atomic_store_explicit(&e->slot, t, memory_order_release);
-		return NULL;
-	}
-	t = cbcmn__deque_pop(&e->dq);
+	struct cbcmn_task *t = cbcmn__deque_pop(&e->dq);
 	if (!t)
 		return NULL;
 	if (t->sp == NULL && (want ? t == want : t->nursery == n))
 		return t;
-	deque_push_or_inject(e, t);
+	deque_push_or_inject(e, t); /* not ours: back where it was */
 	return NULL;
 }
 

@@ -21,44 +21,74 @@ static uint64_t next_id(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
 	return e->id_next++;
 }
 
+/* Task records are recycled by the executor that allocated them: one that
+ * another executor frees (a stolen task) goes back on its home's remote
+ * list, a lock-free stack that only the home empties, all at once (so no
+ * ABA).  Freeing into a foreign malloc arena instead would serialise the
+ * executors on glibc's arena locks. */
+#define HOME_NONE UINT32_MAX
+
 struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
 {
-	struct cbcmn_task *t;
-	if (e && e->free_tasks) {
-		t = e->free_tasks;
-		e->free_tasks = t->next;
-		e->nfree_tasks--;
-	} else {
-		t = malloc(sizeof(*t));
-		if (!t)
-			return NULL;
+	struct cbcmn_task *t = NULL;
+	if (e) {
+		if (!e->free_tasks && atomic_load_explicit(&e->remote_free, memory_order_relaxed)) {
+			/* acquire: pairs with the release CAS in task_free(). */
+			e->free_tasks = atomic_exchange_explicit(&e->remote_free, NULL,
+								 memory_order_acquire);
+			e->nfree_tasks = TASK_CACHE_MAX; /* unknown length: no more caching */
+		}
+		if ((t = e->free_tasks)) {
+			e->free_tasks = t->next;
+			if (e->nfree_tasks)
+				e->nfree_tasks--;
+		}
 	}
+	if (!t && !(t = malloc(sizeof(*t))))
+		return NULL;
 	memset(t, 0, sizeof(*t));
 	t->rt = rt;
 	t->id = next_id(rt, e);
+	t->home = e ? e->id : HOME_NONE;
 	return t;
 }
 
 static void task_free(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
-	/* Cache the record on the executor freeing it; a record may move
-	 * between executors' caches. */
-	if (e && e->nfree_tasks < TASK_CACHE_MAX) {
-		t->next = e->free_tasks;
-		e->free_tasks = t;
-		e->nfree_tasks++;
-		return;
+	if (t->home == HOME_NONE) {
+		free(t);
+	} else if (e && t->home == e->id) {
+		if (e->nfree_tasks < TASK_CACHE_MAX) {
+			t->next = e->free_tasks;
+			e->free_tasks = t;
+			e->nfree_tasks++;
+		} else {
+			free(t);
+		}
+	} else {
+		struct cbcmn__exec *home = t->rt->exec[t->home];
+		struct cbcmn_task *head = atomic_load_explicit(&home->remote_free,
+							       memory_order_relaxed);
+		do
+			t->next = head;
+		while (!atomic_compare_exchange_weak_explicit(&home->remote_free, &head, t,
+							      memory_order_release,
+							      memory_order_relaxed));
 	}
-	free(t);
 }
 
 void cbcmn__task_free_cache(struct cbcmn__exec *e)
 {
-	while (e->free_tasks) {
-		struct cbcmn_task *t = e->free_tasks;
-		e->free_tasks = t->next;
-		free(t);
+	struct cbcmn_task *lists[2] = {
+		e->free_tasks, atomic_exchange_explicit(&e->remote_free, NULL, memory_order_acquire)};
+	for (int i = 0; i < 2; i++) {
+		while (lists[i]) {
+			struct cbcmn_task *t = lists[i];
+			lists[i] = t->next;
+			free(t);
+		}
 	}
+	e->free_tasks = NULL;
 	e->nfree_tasks = 0;
 }
 
@@ -140,9 +170,13 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	atomic_init(&t->refs, handle ? 2 : 1);
 	atomic_init(&t->state, CBCMN__T_READY);
 	atomic_init(&t->joiner, NULL);
-	/* Relaxed: the child can only decrement after it was published
-	 * through a queue (release/acquire). */
-	atomic_fetch_add_explicit(&n->live, 1, memory_order_relaxed);
+	/* The opener counts in a plain field (nursery.c); anyone else in
+	 * live.  Relaxed: the child can only decrement after it was
+	 * published through a queue (release/acquire). */
+	if (self == n->owner)
+		n->owner_spawns++;
+	else
+		atomic_fetch_add_explicit(&n->live, 1, memory_order_relaxed);
 	if (e)
 		CBCMN__COUNT(e, spawns, 1);
 	else
@@ -150,7 +184,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	CBCMN_PROBE3(spawn, t->id, self ? self->id : 0, e ? (int)e->id : -1);
 	if (handle)
 		*handle = t;
-	cbcmn__schedule(rt, t, e);
+	cbcmn__schedule_new(rt, t, e);
 	return 0;
 }
 

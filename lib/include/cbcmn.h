@@ -172,8 +172,8 @@ CBCMN_API int cbcmn_yield(cbcmn_cx *cx);
 CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out);
 
 /* Spawn fn(cx, arg) as a child of n.  cx is the calling task, or NULL from
- * a thread outside the runtime.  May be called by n's opener or by a task
- * inside n (a descendant).  If handle is not NULL the task can be
+ * the thread outside the runtime that opened n.  May be called by n's
+ * opener or by a task inside n (a descendant).  If handle is not NULL the task can be
  * joined with cbcmn_task_join(), which must then be called exactly once
  * (before or after the nursery is awaited).  Returns 0, -EINVAL, -ENOMEM,
  * CBCMN_ECLOSED (await_all has begun) or CBCMN_ECANCELED (n was cancelled;
