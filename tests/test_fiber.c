@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -324,6 +325,57 @@ static void test_million_parked(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a signal handler on a fiber's stack ---- */
+
+static volatile uintptr_t handler_sp;
+static volatile int handled;
+
+static void on_usr1(int sig)
+{
+	volatile char here;
+	(void)sig;
+	handler_sp = (uintptr_t)&here;
+	/* What a handler typically does: format text, which wants stack. */
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%d %f", sig, 1.5);
+	handled = buf[0] != 0;
+}
+
+static int64_t raise_on_fiber(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	volatile char here;
+	*(uintptr_t *)arg = (uintptr_t)&here;
+	raise(SIGUSR1);
+	return handled ? 0 : -1;
+}
+
+/* The kernel's signal frame (xsave area: large with AVX-512) lands on the
+ * fiber stack when the handler has no SA_ONSTACK.  Measure it and check
+ * that the default stack leaves room for it and a handler. */
+static void test_signal_frame_fits(void **state)
+{
+	(void)state;
+	struct sigaction sa = {.sa_handler = on_usr1}, old;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	uintptr_t task_sp = 0;
+	int64_t r = -1;
+	handled = 0;
+	assert_int_equal(cbcmn_runtime_run(rt, raise_on_fiber, &task_sp, &r), 0);
+	assert_int_equal(r, 0);
+	long frame = (long)(task_sp - handler_sp);
+	printf("[ INFO     ] signal frame + handler on a fiber stack: %ld bytes "
+	       "(sysconf(_SC_MINSIGSTKSZ) = %ld, default stack %u)\n",
+	       frame, sysconf(_SC_MINSIGSTKSZ), CBCMN_STACK_DEFAULT);
+	assert_true(frame > 0);
+	assert_true(frame >= sysconf(_SC_MINSIGSTKSZ) / 2);  /* it really was on this stack */
+	assert_true(frame < (long)CBCMN_STACK_DEFAULT / 4);  /* and leaves most of it */
+	t_destroy(rt);
+	sigaction(SIGUSR1, &old, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -331,6 +383,7 @@ int main(void)
 		cmocka_unit_test(test_overflow_is_a_panic),
 		cmocka_unit_test(test_overflow_no_inline),
 		cmocka_unit_test(test_overflow_inline_chain),
+		cmocka_unit_test(test_signal_frame_fits),
 		cmocka_unit_test(test_million_parked),
 	};
 	return cmocka_run_group_tests_name("fiber", tests, NULL, NULL);
