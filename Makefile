@@ -85,10 +85,10 @@ $(BUILD)/bin/%: tools/%.c $(STATIC)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) -lm
 
-$(BUILD)/tests/%: tests/%.c tests/helpers.h $(STATIC)
+$(BUILD)/tests/%: tests/%.c tests/helpers.h $(STATIC) $(SHARED)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) -lcmocka -lm
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) -lcmocka -lm -ldl
 
 tests: $(TESTS)
 tools: $(TOOLS)

@@ -1,0 +1,91 @@
+/* test_abi: libcbcmn.so exports the public API and the janus ABI, nothing else. */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+static void *lib;
+
+static int open_lib(void **state)
+{
+	(void)state;
+	char exe[PATH_MAX], path[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return -1;
+	exe[n] = 0;
+	/* build[/SAN]/tests/test_abi -> build[/SAN]/lib/libcbcmn.so */
+	snprintf(path, sizeof(path), "%s/../lib/libcbcmn.so", dirname(exe));
+	lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+	return lib ? 0 : -1;
+}
+
+static int close_lib(void **state)
+{
+	(void)state;
+	return dlclose(lib);
+}
+
+static const char *const exported[] = {
+	"cbcmn_config_init",     "cbcmn_runtime_create",   "cbcmn_runtime_destroy",
+	"cbcmn_runtime_run",     "cbcmn_runtime_workers",  "cbcmn_cx_runtime",
+	"cbcmn_cx_task_id",      "cbcmn_cx_executor",      "cbcmn_cx_cancelled",
+	"cbcmn_yield",           "cbcmn_nursery_open",     "cbcmn_nursery_spawn",
+	"cbcmn_nursery_await_all", "cbcmn_nursery_cancel", "cbcmn_task_join",
+	"cbcmn_task_id",         "cbcmn_stats_snapshot",   "cbcmn_strerror",
+	"janus_rt_init",         "janus_rt_shutdown",      "janus_rt_get",
+	"janus_nursery_create",  "janus_nursery_spawn",    "janus_nursery_await_all",
+	"janus_scheduler_create", "janus_scheduler_shutdown", "janus_scheduler_spawn",
+	"janus_scheduler_yield",
+};
+
+static void test_public_calls_are_exported(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(exported) / sizeof(exported[0]); i++) {
+		void *p = dlsym(lib, exported[i]);
+		if (!p)
+			fail_msg("%s is not exported", exported[i]);
+	}
+}
+
+static void test_internals_are_hidden(void **state)
+{
+	(void)state;
+	static const char *const hidden[] = {
+		"cbcmn__spawn", "cbcmn__ctx_jump", "cbcmn__deque_pop", "cbcmn__tls_exec",
+		"cbcmn__notify_one", "cbcmn_spawn_semaphore",
+	};
+	for (size_t i = 0; i < sizeof(hidden) / sizeof(hidden[0]); i++)
+		if (dlsym(lib, hidden[i]))
+			fail_msg("%s leaks out of libcbcmn.so", hidden[i]);
+}
+
+/* The shared library works on its own, not just links. */
+static void test_shared_library_runs_a_task(void **state)
+{
+	(void)state;
+	int (*create)(const cbcmn_config *, cbcmn_runtime **) = dlsym(lib, "cbcmn_runtime_create");
+	int (*destroy)(cbcmn_runtime *) = dlsym(lib, "cbcmn_runtime_destroy");
+	const char *(*strerr)(int64_t) = dlsym(lib, "cbcmn_strerror");
+	assert_non_null(create);
+	cbcmn_runtime *rt;
+	assert_int_equal(create(NULL, &rt), 0);
+	assert_int_equal(destroy(rt), 0);
+	assert_string_equal(strerr(CBCMN_ECLOSED), "nursery is closing: no new spawns");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_public_calls_are_exported),
+		cmocka_unit_test(test_internals_are_hidden),
+		cmocka_unit_test(test_shared_library_runs_a_task),
+	};
+	return cmocka_run_group_tests_name("abi", tests, open_lib, close_lib);
+}
