@@ -129,6 +129,10 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 {
 	struct cbcmn_runtime *rt = n->rt;
 	atomic_store_explicit(&n->closing, 1, memory_order_relaxed);
+	/* A cancelled opener cancels what it waits for (its children already
+	 * see it through the chain; this makes the result say so too). */
+	if (self && cbcmn__task_cancelled(self))
+		cbcmn__nursery_cancel(n, 1);
 
 	/* Children still on top of our own queue run here, on our stack. */
 	if (self && !(rt->cfg.flags & CBCMN_CONFIG_NO_INLINE)) {
