@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "iwait.h"
 #include "runtime.h"
 
 #define NURSERY_CACHE_MAX 256u
@@ -96,8 +97,9 @@ void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why)
 	 * runtime-wide fast path.  Relaxed: cancellation is observed at the
 	 * next check, a late observation only delays the stop. */
 	atomic_fetch_add_explicit(&n->rt->cancels, 1, memory_order_relaxed);
-	atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_relaxed,
-						memory_order_relaxed);
+	if (atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_relaxed,
+						    memory_order_relaxed))
+		cbcmn__iwait_cancel_scan(n->rt); /* interrupt blocked waits */
 }
 
 int cbcmn_nursery_cancel(cbcmn_nursery *n)

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "iwait.h"
 #include "runtime.h"
 
 #define DEQUE_INITIAL 256u
@@ -61,6 +62,7 @@ static void exec_free(struct cbcmn__exec *e)
 {
 	if (!e)
 		return;
+	cbcmn__iwait_reg_fini(&e->iwaits);
 	cbcmn__deque_destroy(&e->dq);
 	free(e);
 }
@@ -125,6 +127,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			return -ENOMEM;
 		}
 		memset(e, 0, sizeof(*e));
+		cbcmn__iwait_reg_init(&e->iwaits);
 		rt->exec[i] = e;
 		rt->nexec = i + 1;
 		if (cbcmn__deque_init(&e->dq, DEQUE_INITIAL) != 0) {

@@ -102,6 +102,13 @@ struct cbcmn_nursery {
 
 /* ---- executors -------------------------------------------------------- */
 
+struct cbcmn__iwait;
+/* An executor's registry of interruptible waits (iwait.c). */
+struct cbcmn__iwait_reg {
+	struct cbcmn__mutex lock; /* CBCMN__LOCK_IWAIT */
+	struct cbcmn__iwait *head;
+};
+
 /* Park word values (the executor's status bits + its one permit). */
 enum { CBCMN__PARK_EMPTY = 0, CBCMN__PARK_SLEEPING = 1, CBCMN__PARK_NOTIFIED = 2 };
 
@@ -131,6 +138,8 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) slot; /* next-task slot */
 	/* Task records other executors freed, on their way home (LIFO). */
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) remote_free;
+	/* Interruptible waits of tasks blocked here (iwait.h). */
+	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwait_reg iwaits;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic uint32_t searching_hint; /* set by a notifier: wake as a searcher */

@@ -1,0 +1,102 @@
+/* iwait.c: registries of interruptible waits; see iwait.h for the protocol. */
+#include "iwait.h"
+
+void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r)
+{
+	cbcmn__mutex_init(&r->lock, "iwait", CBCMN__LOCK_IWAIT);
+	r->head = NULL;
+}
+
+void cbcmn__iwait_reg_fini(struct cbcmn__iwait_reg *r)
+{
+	cbcmn__mutex_destroy(&r->lock);
+}
+
+void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
+{
+	iw->w.task = self;
+	atomic_init(&iw->w.futex, 0);
+	atomic_init(&iw->state, CBCMN__IW_WAITING);
+	iw->prev = iw->next = NULL;
+	iw->reg = NULL;
+	iw->user = NULL;
+	iw->qnext = NULL;
+	if (self)
+		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+}
+
+static void reg_add(struct cbcmn__iwait_reg *r, struct cbcmn__iwait *iw)
+{
+	cbcmn__mutex_lock(&r->lock);
+	iw->reg = r;
+	iw->prev = NULL;
+	iw->next = r->head;
+	if (r->head)
+		r->head->prev = iw;
+	r->head = iw;
+	cbcmn__mutex_unlock(&r->lock);
+}
+
+static void reg_del(struct cbcmn__iwait *iw)
+{
+	struct cbcmn__iwait_reg *r = iw->reg;
+	cbcmn__mutex_lock(&r->lock);
+	if (iw->prev)
+		iw->prev->next = iw->next;
+	else
+		r->head = iw->next;
+	if (iw->next)
+		iw->next->prev = iw->prev;
+	cbcmn__mutex_unlock(&r->lock);
+	iw->reg = NULL;
+}
+
+uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
+{
+	struct cbcmn_task *self = iw->w.task;
+	if (!self) {
+		cbcmn__waiter_wait(&iw->w);
+		return atomic_load_explicit(&iw->state, memory_order_acquire);
+	}
+	reg_add(&self->exec->iwaits, iw);
+	/* A cancellation whose scan ran before we were registered set its
+	 * flag before the scan took the registry lock we have since taken:
+	 * we see it here and claim the wait ourselves. */
+	if (cbcmn__task_cancelled(self)) {
+		uint32_t s = CBCMN__IW_WAITING;
+		if (atomic_compare_exchange_strong_explicit(&iw->state, &s, CBCMN__IW_CANCELLED,
+							    memory_order_acq_rel,
+							    memory_order_acquire)) {
+			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+			reg_del(iw);
+			return CBCMN__IW_CANCELLED;
+		}
+		/* The event won: its wake is on the way, suspend for it. */
+	}
+	cbcmn__suspend(self);
+	reg_del(iw);
+	return atomic_load_explicit(&iw->state, memory_order_acquire);
+}
+
+void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt)
+{
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__iwait_reg *r = &rt->exec[i]->iwaits;
+		cbcmn__mutex_lock(&r->lock);
+		for (struct cbcmn__iwait *iw = r->head; iw; iw = iw->next) {
+			if (!cbcmn__task_cancelled(iw->w.task))
+				continue;
+			uint32_t s = CBCMN__IW_WAITING;
+			if (atomic_compare_exchange_strong_explicit(&iw->state, &s,
+								    CBCMN__IW_CANCELLED,
+								    memory_order_acq_rel,
+								    memory_order_acquire))
+				/* The task stays registered until it runs and
+				 * removes itself, so iw stays valid meanwhile.
+				 * Woken through the inject queue: cancellation
+				 * is rare and has no executor of its own. */
+				cbcmn__waiter_wake(&iw->w, NULL);
+		}
+		cbcmn__mutex_unlock(&r->lock);
+	}
+}

@@ -1,0 +1,77 @@
+/* iwait.h: private to libcbcmn: blocking waits that cancellation interrupts.
+ *
+ * A task blocked on a channel (or, later, on I/O) must wake up when its
+ * nursery, or one enclosing it, is cancelled.  Each executor keeps a
+ * registry of such waits; cancelling a nursery scans the registries and
+ * claims every wait whose task is now cancelled.  A wait is claimed exactly
+ * once, by its event (the object it waits on) or by cancellation, with one
+ * CAS on its state; the loser does nothing.
+ *
+ * How a blocking operation uses it (the object's own lock is "objlock"):
+ *
+ *	lock(objlock);
+ *	...nothing available...
+ *	cbcmn__iwait_init(&iw, self);        // state WAITING, task PARKING
+ *	enqueue &iw on the object;
+ *	unlock(objlock);
+ *	if (cbcmn__iwait_block(&iw) == IW_CANCELLED) {
+ *		lock(objlock); dequeue &iw if still queued; unlock(objlock);
+ *		return CBCMN_ECANCELED;
+ *	}
+ *	... the event's side filled in what we waited for ...
+ *
+ * and the event's side, under objlock, for each queued wait:
+ *
+ *	if (cbcmn__iwait_claim(iw)) { hand over; dequeue; cbcmn__iwait_wake(iw, e); }
+ *	else { dequeue and skip: cancellation owns it }
+ *
+ * Lock order: the registry lock is never held with an object's lock.
+ */
+#ifndef CBCMN_IWAIT_H
+#define CBCMN_IWAIT_H
+
+#include "runtime.h"
+
+enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED };
+
+struct cbcmn__iwait {
+	struct cbcmn__waiter w;
+	_Atomic uint32_t state;
+	struct cbcmn__iwait *prev, *next; /* registry links */
+	struct cbcmn__iwait_reg *reg;     /* where it is registered */
+	void *user;                       /* for the object's queue */
+	struct cbcmn__iwait *qnext;       /* ... likewise */
+};
+
+void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r);
+void cbcmn__iwait_reg_fini(struct cbcmn__iwait_reg *r);
+
+/* Prepare a wait for task self (which becomes PARKING).  self may be NULL
+ * for a thread outside the runtime (then nothing interrupts the wait). */
+void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self);
+
+/* Block until claimed.  Returns CBCMN__IW_WOKEN or CBCMN__IW_CANCELLED. */
+uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw);
+
+/* Event side: claim the wait.  False if cancellation claimed it first. */
+static inline bool cbcmn__iwait_claim(struct cbcmn__iwait *iw)
+{
+	uint32_t s = CBCMN__IW_WAITING;
+	/* acq_rel: what the claimer hands over is released to the waiter,
+	 * which reads the state with acquire after it wakes. */
+	return atomic_compare_exchange_strong_explicit(&iw->state, &s, CBCMN__IW_WOKEN,
+						       memory_order_acq_rel, memory_order_acquire);
+}
+
+/* Event side: wake a wait it has claimed.  waker: the calling executor, or
+ * NULL outside the runtime. */
+static inline void cbcmn__iwait_wake(struct cbcmn__iwait *iw, struct cbcmn__exec *waker)
+{
+	cbcmn__waiter_wake(&iw->w, waker);
+}
+
+/* Called after a nursery of rt was cancelled: interrupt every registered
+ * wait whose task is now cancelled.  O(waits registered). */
+void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt);
+
+#endif
