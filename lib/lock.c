@@ -25,7 +25,9 @@ static void order_violation(const struct cbcmn__mutex *want, const struct cbcmn_
 
 void cbcmn__mutex_init(struct cbcmn__mutex *mu, const char *name, int rank)
 {
-	pthread_mutex_init(&mu->m, NULL);
+	/* The static initializer: the same as pthread_mutex_init(.., NULL)
+	 * without the call, which matters for per-nursery locks. */
+	mu->m = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 	mu->name = name;
 	mu->rank = rank;
 }

@@ -17,6 +17,7 @@
  * lower rank.  Gaps leave room for the layers still to come. */
 enum cbcmn__lock_rank {
 	CBCMN__LOCK_RUNTIME_JANUS = 10, /* janus_rt: the global runtime pointer */
+	CBCMN__LOCK_NURSERY = 20,       /* a nursery's list of exhausted children */
 	CBCMN__LOCK_IWAIT = 30,         /* an executor's interruptible-wait registry */
 	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */
 	CBCMN__LOCK_STACKS = 60,        /* shared stack pool and slab list */

@@ -57,15 +57,22 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	struct cbcmn_nursery *n = nursery_alloc(owner ? owner->exec : NULL);
 	if (!n)
 		return -ENOMEM;
-	memset(n, 0, sizeof(*n));
+	/* Field by field, not memset (see cbcmn__task_new). */
 	n->rt = rt;
 	n->owner = owner;
-	if (owner) {
-		n->parent = owner->nursery;
-		n->prev_open = owner->open;
+	n->parent = owner ? owner->nursery : NULL;
+	n->prev_open = owner ? owner->open : NULL;
+	if (owner)
 		owner->open = n;
-	}
-	atomic_init(&n->live, CBCMN__LIVE_BIAS);
+	n->next_free = NULL;
+	n->owner_spawns = 0;
+	n->exhausted = NULL;
+	atomic_init(&n->first_error, 0);
+	atomic_init(&n->cancelled, 0);
+	atomic_init(&n->closing, 0);
+	atomic_init(&n->nexhausted, 0);
+	atomic_init(&n->live, CBCMN__LIVE_BIAS * CBCMN__LIVE_ONE);
+	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
 	*out = n;
 	return 0;
 }
@@ -121,10 +128,20 @@ void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct c
 			cbcmn__nursery_cancel(n, 2); /* fail fast: stop the siblings */
 	}
 	/* acq_rel: release hands our writes (first_error, the task's effects)
-	 * to whoever drops live to zero; acquire lets that one see the
-	 * opener's waiter, stored before its own decrement. */
-	if (atomic_fetch_sub_explicit(&n->live, 1, memory_order_acq_rel) == 1)
-		cbcmn__waiter_wake(n->waiter, e);
+	 * to the opener, which acquires live; acquire orders our look at the
+	 * ARMED bit.  seq_cst: pairs with the increment of nexhausted in
+	 * budget.c (one of the two sides sees the other). */
+	int64_t old = atomic_fetch_sub_explicit(&n->live, CBCMN__LIVE_ONE, memory_order_seq_cst);
+	if ((old >> 1) == 1) {
+		/* Last child: the opener is waiting (ARMED) and we wake it, or
+		 * it will see zero when it looks.  Either way we are the last
+		 * to touch the nursery, right here. */
+		if (old & CBCMN__LIVE_ARMED)
+			cbcmn__waiter_wake(&n->await_w, e);
+		return;
+	}
+	if (__builtin_expect(atomic_load_explicit(&n->nexhausted, memory_order_seq_cst) != 0, 0))
+		cbcmn__nursery_check_exhausted(n, e);
 }
 
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
@@ -143,15 +160,33 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 			cbcmn__run_inline(self->exec, c);
 	}
 
-	struct cbcmn__waiter w = {.task = self};
-	n->waiter = &w;
-	if (self)
-		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
-	int64_t adjust = (int64_t)n->owner_spawns - CBCMN__LIVE_BIAS;
-	if (atomic_fetch_add_explicit(&n->live, adjust, memory_order_acq_rel) + adjust != 0)
-		cbcmn__waiter_wait(&w);
-	else if (self)
-		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+	/* Add our own count, drop the bias: live is now exact. */
+	int64_t adjust = ((int64_t)n->owner_spawns - CBCMN__LIVE_BIAS) * CBCMN__LIVE_ONE;
+	int64_t v = atomic_fetch_add_explicit(&n->live, adjust, memory_order_seq_cst) + adjust;
+	while (v >> 1) {
+		if (atomic_load_explicit(&n->nexhausted, memory_order_seq_cst) == (v >> 1)) {
+			/* Everyone left waits for budget nobody will give: end
+			 * them (CBCMN_EBUDGET) rather than wait forever. */
+			cbcmn__budget_kill_exhausted(n);
+		}
+		/* Arm, then sleep until the last child or an exhausted one
+		 * disarms and wakes us. */
+		n->await_w.task = self;
+		atomic_store_explicit(&n->await_w.futex, 0, memory_order_relaxed);
+		if (self)
+			atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+		if (atomic_compare_exchange_strong_explicit(&n->live, &v, v | CBCMN__LIVE_ARMED,
+							    memory_order_seq_cst,
+							    memory_order_seq_cst)) {
+			/* A child may have become exhausted before we armed. */
+			cbcmn__nursery_check_exhausted(n, self ? self->exec : NULL);
+			cbcmn__waiter_wait(&n->await_w);
+		} else if (self) {
+			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		}
+		/* acquire (seq_cst): pairs with the children's decrements. */
+		v = atomic_load_explicit(&n->live, memory_order_seq_cst) & ~(int64_t)CBCMN__LIVE_ARMED;
+	}
 
 	int64_t r = atomic_load_explicit(&n->first_error, memory_order_relaxed);
 	if (r == 0 && atomic_load_explicit(&n->cancelled, memory_order_relaxed))
@@ -163,6 +198,7 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		if (*pp)
 			*pp = n->prev_open;
 	}
+	cbcmn__mutex_destroy(&n->lock);
 	nursery_free(n, self ? self->exec : NULL);
 	return r;
 }

@@ -19,6 +19,9 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	cfg->victim = CBCMN_VICTIM_RANDOM;
 	cfg->seed = DEFAULT_SEED;
 	cfg->stack_size = CBCMN_STACK_DEFAULT;
+	cfg->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
+	cfg->budget = (cbcmn_budget){CBCMN_UNLIMITED, CBCMN_UNLIMITED, CBCMN_UNLIMITED,
+				     CBCMN_UNLIMITED, CBCMN_UNLIMITED};
 }
 
 static uint32_t affinity_cpus(void)
@@ -52,6 +55,13 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->stack_size == 0)
 		out->stack_size = CBCMN_STACK_DEFAULT;
+	if (out->yield_interval == 0)
+		out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
+	uint64_t *b[] = {&out->budget.ops, &out->budget.memory, &out->budget.spawn_count,
+			 &out->budget.channel_ops, &out->budget.syscalls};
+	for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+		if (*b[i] == 0)
+			*b[i] = CBCMN_UNLIMITED;
 	if (out->stack_size < CBCMN_STACK_MIN || out->stack_size > CBCMN_STACK_MAX)
 		return -EINVAL;
 	out->stack_size = (out->stack_size + page - 1) & ~(page - 1);

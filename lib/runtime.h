@@ -29,6 +29,8 @@
 
 /* ---- waiting ---------------------------------------------------------- */
 
+struct cbcmn__iwait;
+
 /* Someone waiting for an event: a suspended task, or a thread outside the
  * runtime sleeping on the futex.  Lives on the waiter's own stack; the
  * waker reads it once, before it wakes the waiter, and never again. */
@@ -55,7 +57,13 @@ enum cbcmn__task_flags {
 
 #define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)
 
+/* Budget components, indexing cbcmn_task.refund. */
+enum { CBCMN__B_OPS, CBCMN__B_MEMORY, CBCMN__B_SPAWN, CBCMN__B_CHANNEL, CBCMN__B_SYSCALLS,
+       CBCMN__B_N };
+
 struct cbcmn_task {
+	/* First: cbcmn.h's struct cbcmn__cx_hot, for CBCMN_CHECKPOINT(). */
+	int64_t countdown;                /* ops until the budget slow path */
 	void *sp;                         /* saved context while suspended */
 	struct cbcmn__stack *stack;       /* the stack it owns, if it has one */
 	struct cbcmn__exec *exec;         /* executor running it (or last to) */
@@ -79,30 +87,44 @@ struct cbcmn_task {
 	uint32_t flags;                   /* CBCMN__TF_*, fixed at spawn */
 	uint32_t home;                    /* executor whose cache it returns to */
 	_Atomic uint32_t joined;          /* the handle was joined */
+
+	/* Budget (owner-only), see budget.c.  ops and yield_left exclude the
+	 * countdown window. */
+	uint64_t ops, yield_left, memory, spawn_count, channel_ops, syscalls;
+	/* Budget coming in from others: children's leftovers, recharges. */
+	_Atomic uint64_t refund[CBCMN__B_N];
+	_Atomic uint32_t killed;          /* its nursery gave up on it */
+	bool limited;                     /* some component is not unlimited */
+	int64_t unwind_result;            /* what the landing pad returns */
 };
 
 /* ---- nurseries -------------------------------------------------------- */
 
-/* live's starting value: far above any number of children. */
-#define CBCMN__LIVE_BIAS (INT64_C(1) << 62)
+/* live holds (count << 1) | ARMED; count starts far above any number of
+ * children; ARMED: the opener waits in await_all (nursery.c). */
+#define CBCMN__LIVE_BIAS (INT64_C(1) << 60)
+#define CBCMN__LIVE_ONE 2
+#define CBCMN__LIVE_ARMED 1
 
 struct cbcmn_nursery {
 	struct cbcmn_runtime *rt;
 	struct cbcmn_task *owner;         /* opener, NULL for a thread */
 	struct cbcmn_nursery *parent;     /* owner's nursery: the cancel chain */
 	struct cbcmn_nursery *prev_open;  /* owner's next-outer open nursery */
-	struct cbcmn__waiter *waiter;     /* set by await_all before it blocks */
 	struct cbcmn_nursery *next_free;
+	struct cbcmn__waiter await_w;     /* the opener, while ARMED */
+	struct cbcmn__mutex lock;         /* CBCMN__LOCK_NURSERY: the list below */
+	struct cbcmn__iwait *exhausted;   /* children waiting for budget */
 	uint64_t owner_spawns;            /* opener-only: children it spawned */
 	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* see nursery.c */
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
 	_Atomic uint32_t closing;         /* await_all has begun: no new spawns */
+	_Atomic int64_t nexhausted;       /* children waiting for budget */
 };
 
 /* ---- executors -------------------------------------------------------- */
 
-struct cbcmn__iwait;
 /* An executor's registry of interruptible waits (iwait.c). */
 struct cbcmn__iwait_reg {
 	struct cbcmn__mutex lock; /* CBCMN__LOCK_IWAIT */
@@ -248,6 +270,15 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 			struct cbcmn_nursery **out);
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n);
 void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why);
+
+/* budget.c */
+void cbcmn__budget_init_root(struct cbcmn_task *t);
+int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child);
+void cbcmn__budget_leftover(struct cbcmn_task *t);
+void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount);
+void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
+void cbcmn__nursery_check_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e);
+void cbcmn__budget_charge_spawn(struct cbcmn_task *spawner);
 
 /* signal.c */
 int cbcmn__signal_init(void);

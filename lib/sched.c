@@ -219,8 +219,10 @@ int64_t cbcmn__task_call(struct cbcmn_task *t)
 
 /* Run t's function with a landing pad: when it overflows its stack into the
  * guard page, the SIGSEGV handler (signal.c) jumps back here, to a frame
- * above the overflow and therefore intact.  The task then ends with
- * CBCMN_EPANIC after its open nurseries were cancelled and awaited, and
+ * above the overflow and therefore intact; so does a task whose nursery gave
+ * up waiting for its budget (budget.c).  The task then ends with
+ * CBCMN_EPANIC or CBCMN_EBUDGET after its open nurseries were cancelled and
+ * awaited, and
  * whoever called us (the fiber entry, or a parent running it inline) goes
  * on.  __builtin_setjmp saves three words; it costs a few ns per task. */
 int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
@@ -229,6 +231,8 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 	struct cbcmn_task *volatile vt = t;
 	t->landing = jb;
 	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
+		/* Landed: a stack overflow (CBCMN_EPANIC) or a budget the
+		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
 		t = vt;
 		cbcmn__panic_unpoison(t, jb);
 		while (t->open) {
@@ -236,7 +240,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 			cbcmn__nursery_cancel(n, 1);
 			cbcmn__nursery_await(t, n);
 		}
-		return CBCMN_EPANIC;
+		return t->unwind_result;
 	}
 	return cbcmn__task_call(t);
 }

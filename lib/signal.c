@@ -82,6 +82,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		 * is above the overflow.  SA_NODEFER left SIGSEGV unblocked,
 		 * and the kernel sees we are off the alternate stack once rsp
 		 * is. */
+		t->unwind_result = CBCMN_EPANIC;
 		__builtin_longjmp(t->landing, 1);
 	}
 	chain(sig, si, uc);

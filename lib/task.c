@@ -46,10 +46,29 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	}
 	if (!t && !(t = malloc(sizeof(*t))))
 		return NULL;
-	memset(t, 0, sizeof(*t));
+	/* Field by field, not memset: a 300-byte rep stos costs more than
+	 * the stores, on the path every spawn takes.  The budget fields are
+	 * set by the caller (budget.c). */
+	t->sp = NULL;
+	t->stack = NULL;
+	t->exec = NULL;
 	t->rt = rt;
+	t->arg = NULL;
+	t->nursery = NULL;
+	t->open = NULL;
+	t->inline_parent = NULL;
+	t->next = NULL;
+	t->result = 0;
 	t->id = next_id(rt, e);
+	t->abi_slot = NULL;
+	t->landing = NULL;
+	t->flags = 0;
 	t->home = e ? e->id : HOME_NONE;
+	atomic_init(&t->joined, 0);
+	for (int c = 0; c < CBCMN__B_N; c++)
+		atomic_init(&t->refund[c], 0);
+	atomic_init(&t->killed, 0);
+	t->unwind_result = 0;
 	return t;
 }
 
@@ -126,6 +145,7 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	struct cbcmn__exec *e = t->exec;
 	struct cbcmn_nursery *n = t->nursery;
 	t->result = result;
+	cbcmn__budget_leftover(t);
 	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
 	if (e)
 		CBCMN__COUNT(e, completions, 1);
@@ -156,10 +176,17 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	if (cbcmn__nursery_chain_cancelled(n))
 		return CBCMN_ECANCELED;
 
+	/* Pay first: the spawner may wait here for budget (or be ended). */
+	if (self)
+		cbcmn__budget_charge_spawn(self);
 	struct cbcmn__exec *e = self ? self->exec : NULL;
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);
 	if (!t)
 		return -ENOMEM;
+	if (self)
+		cbcmn__budget_draw(self, t);
+	else
+		cbcmn__budget_init_root(t);
 	if (flags & CBCMN__TF_ABI)
 		t->abi_fn = (int64_t (*)(void *))fn;
 	else
@@ -176,7 +203,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	if (self == n->owner)
 		n->owner_spawns++;
 	else
-		atomic_fetch_add_explicit(&n->live, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&n->live, CBCMN__LIVE_ONE, memory_order_relaxed);
 	if (e)
 		CBCMN__COUNT(e, spawns, 1);
 	else
@@ -203,6 +230,9 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 		return -EINVAL;
 	if (self && self->rt != t->rt)
 		return CBCMN_EWRONGRT;
+	/* A thread join from an executor thread would block it: refuse. */
+	if (!self && cbcmn__tls_exec && cbcmn__tls_exec->rt == t->rt)
+		return -EDEADLK;
 	if (!(t->flags & CBCMN__TF_HANDLE) ||
 	    atomic_exchange_explicit(&t->joined, 1, memory_order_relaxed))
 		return CBCMN_EJOINED;

@@ -54,7 +54,8 @@ extern "C" {
 	XX(CLOSED, -4098, "nursery is closing: no new spawns")                 \
 	XX(NOTASK, -4099, "call must be made from inside a cbcmn task")        \
 	XX(WRONGRT, -4100, "object belongs to another runtime")                \
-	XX(JOINED, -4101, "task handle was already joined")
+	XX(JOINED, -4101, "task handle was already joined")                    \
+	XX(BUDGET, -4102, "budget exhausted and not recharged")
 
 enum {
 #define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),
@@ -86,10 +87,25 @@ typedef enum cbcmn_victim_policy {
 	CBCMN_VICTIM_LEAST_LOADED, /* the longest run queue first */
 } cbcmn_victim_policy;
 
+/* A task's budget (SPEC-021 §5): what it may still consume.  Any component
+ * reaching zero makes the task BudgetExhausted: it does not run again until
+ * it is recharged (cbcmn_budget_recharge) or its nursery gives up on it
+ * (the task then ends with CBCMN_EBUDGET).  CBCMN_UNLIMITED never runs out. */
+typedef struct cbcmn_budget {
+	uint64_t ops;         /* CBCMN_CHECKPOINT()s and runtime calls */
+	uint64_t memory;      /* bytes allocated with cbcmn_alloc() */
+	uint64_t spawn_count; /* children spawned */
+	uint64_t channel_ops; /* channel sends and receives */
+	uint64_t syscalls;    /* I/O calls */
+} cbcmn_budget;
+
+#define CBCMN_UNLIMITED UINT64_MAX
+
 #define CBCMN_MAX_EXECUTORS 1024
 #define CBCMN_STACK_MIN (8u * 1024)
 #define CBCMN_STACK_DEFAULT (64u * 1024)
 #define CBCMN_STACK_MAX (256u * 1024 * 1024)
+#define CBCMN_YIELD_INTERVAL_DEFAULT 1024u
 
 /* Runtime configuration.  Initialise with cbcmn_config_init() and change
  * only the fields you care about; zero fields mean "the default". */
@@ -113,6 +129,14 @@ typedef struct cbcmn_config {
 	 * of that nursery on its own stack (no context switch).  Default on;
 	 * set CBCMN_CONFIG_NO_INLINE in flags to turn it off. */
 	uint32_t flags;
+	/* Checkpoints between two forced yields (fairness).  0: 1024. */
+	uint32_t yield_interval;
+	/* The budget a task asks for when it is spawned: a task spawned from
+	 * outside the runtime gets it; a child draws it from its spawner's
+	 * budget (at most what the spawner has left), and returns what it did
+	 * not use to its nursery's opener when it ends.  A zero component
+	 * means CBCMN_UNLIMITED, the default for every component. */
+	cbcmn_budget budget;
 } cbcmn_config;
 
 #define CBCMN_CONFIG_NO_INLINE 0x1u
@@ -162,6 +186,50 @@ CBCMN_API bool cbcmn_cx_cancelled(const cbcmn_cx *cx);
 CBCMN_API int cbcmn_yield(cbcmn_cx *cx);
 
 /* ------------------------------------------------------------------------
+ * Budgets (SPEC-021 §5)
+ *
+ * Costs: CBCMN_CHECKPOINT() 1 op; spawning 1 op + 1 spawn_count (and the
+ * child's budget comes out of the spawner's); cbcmn_alloc(size) 1 op + size
+ * bytes of memory.  Voluntary yields cost nothing.  When a cost cannot be
+ * paid the task waits, BudgetExhausted, until its nursery's opener recharges
+ * it; if every child a nursery still waits for is exhausted, the nursery
+ * ends them (each with CBCMN_EBUDGET) instead of waiting forever.
+ */
+
+/* The fast path of the loop yield check: a countdown at the start of the
+ * task's context.  Private: use CBCMN_CHECKPOINT(). */
+struct cbcmn__cx_hot {
+	int64_t countdown;
+};
+CBCMN_API void cbcmn__checkpoint_slow(cbcmn_cx *cx);
+
+/* Place in loops: costs one op of budget, yields every yield_interval
+ * checkpoints, and stops here while the task's ops are exhausted.  A few
+ * instructions when nothing is due.  cx must be the running task. */
+#define CBCMN_CHECKPOINT(cx)                                                   \
+	do {                                                                    \
+		if (__builtin_expect(--((struct cbcmn__cx_hot *)(cx))->countdown <= 0, 0)) \
+			cbcmn__checkpoint_slow(cx);                             \
+	} while (0)
+
+/* The calling task's remaining budget.  Returns 0 or -EINVAL. */
+CBCMN_API int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out);
+
+/* Give task t (a child of a nursery cx opened) more budget, taken from
+ * cx's own.  Components of amount may be 0.  If t was waiting exhausted it
+ * runs again.  Returns 0, -EINVAL, -EPERM (cx is not t's parent), or
+ * CBCMN_EBUDGET (cx has less than amount to give; nothing was moved). */
+CBCMN_API int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount);
+
+/* Allocate size bytes (malloc), charged to the task's memory budget.
+ * NULL with errno ENOMEM when out of memory, EINVAL for a NULL cx.  While
+ * the memory budget is exhausted the task waits, as for any cost. */
+CBCMN_API void *cbcmn_alloc(cbcmn_cx *cx, size_t size);
+/* Free what cbcmn_alloc returned.  Memory budget is a count of bytes
+ * allocated, not live: freeing gives none back. */
+CBCMN_API void cbcmn_free(void *p);
+
+/* ------------------------------------------------------------------------
  * Nurseries (SPEC-021 §8)
  */
 
@@ -206,8 +274,9 @@ CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
 
 /* Wait for the task and store its result in *result (may be NULL), then
  * release the handle.  cx is the calling task, or NULL from a thread
- * outside the runtime.  Returns 0, -EINVAL, or CBCMN_EJOINED when the handle
- * was already joined (detected while the runtime still holds it). */
+ * outside the runtime.  Returns 0, -EINVAL, CBCMN_EJOINED when the handle
+ * was already joined (detected while the runtime still holds it), or
+ * -EDEADLK for a NULL cx on one of the runtime's executor threads. */
 CBCMN_API int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result);
 
 /* The task's id (the same as cbcmn_cx_task_id() inside it); 0 for NULL. */
@@ -251,6 +320,10 @@ CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
 
 #ifdef __cplusplus
 }
+#endif
+
+#if __has_include("cbcmn_chan.h")
+#include "cbcmn_chan.h" /* channels and obligations */
 #endif
 
 #endif /* CBCMN_H */

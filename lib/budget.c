@@ -1,0 +1,339 @@
+/* budget.c: task budgets (SPEC-021 §5): charging, the checkpoint slow path,
+ * exhaustion, recharge, and the nursery giving up on exhausted children.
+ *
+ * A task's budget is owned by the task: charging is plain arithmetic, and
+ * ops are counted down inline by CBCMN_CHECKPOINT() in a window of at most
+ * yield_interval.  Budget given to a task by others (what its children did
+ * not use, recharges) arrives in its atomic refund counters and is folded
+ * in when a cost cannot be paid.  CBCMN_UNLIMITED components never change.
+ *
+ * Exhaustion: a task that cannot pay waits on its nursery's list of
+ * exhausted children (an interruptible wait, so cancellation ends it too).
+ * A recharge wakes it.  When every child the opener still awaits is
+ * exhausted, await_all ends them: they unwind to their landing pad and end
+ * with CBCMN_EBUDGET.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "iwait.h"
+#include "runtime.h"
+
+#define U CBCMN_UNLIMITED
+
+static inline uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > U - b ? U : a + b;
+}
+
+static inline uint64_t *field(struct cbcmn_task *t, int comp)
+{
+	switch (comp) {
+	case CBCMN__B_MEMORY:
+		return &t->memory;
+	case CBCMN__B_SPAWN:
+		return &t->spawn_count;
+	case CBCMN__B_CHANNEL:
+		return &t->channel_ops;
+	case CBCMN__B_SYSCALLS:
+		return &t->syscalls;
+	default:
+		return &t->ops;
+	}
+}
+
+static uint64_t interval(const struct cbcmn_task *t)
+{
+	return t->rt->cfg.yield_interval;
+}
+
+/* Open a new countdown window from ops and yield_left. */
+static void refill_window(struct cbcmn_task *t)
+{
+	uint64_t w = t->yield_left < t->ops ? t->yield_left : t->ops;
+	if (t->ops != U)
+		t->ops -= w;
+	t->yield_left -= w;
+	t->countdown = (int64_t)w;
+}
+
+static void set_budget(struct cbcmn_task *t, const cbcmn_budget *b)
+{
+	t->ops = b->ops;
+	t->memory = b->memory;
+	t->spawn_count = b->spawn_count;
+	t->channel_ops = b->channel_ops;
+	t->syscalls = b->syscalls;
+	t->limited = (b->ops & b->memory & b->spawn_count & b->channel_ops & b->syscalls) != U;
+	t->yield_left = interval(t);
+	refill_window(t);
+}
+
+void cbcmn__budget_init_root(struct cbcmn_task *t)
+{
+	set_budget(t, &t->rt->cfg.budget);
+}
+
+/* Take up to want of a component from the spawner. */
+static uint64_t take(uint64_t *have, uint64_t want)
+{
+	if (*have == U)
+		return want;
+	uint64_t got = want < *have ? want : *have;
+	*have -= got;
+	return got;
+}
+
+void cbcmn__budget_charge_spawn(struct cbcmn_task *spawner)
+{
+	/* The spawn itself: one op and one spawn. */
+	cbcmn__charge(spawner, CBCMN__B_SPAWN, 1);
+}
+
+int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child)
+{
+	const cbcmn_budget *want = &child->rt->cfg.budget;
+	cbcmn_budget b = {
+		.ops = take(&spawner->ops, want->ops),
+		.memory = take(&spawner->memory, want->memory),
+		.spawn_count = take(&spawner->spawn_count, want->spawn_count),
+		.channel_ops = take(&spawner->channel_ops, want->channel_ops),
+		.syscalls = take(&spawner->syscalls, want->syscalls),
+	};
+	set_budget(child, &b);
+	return 0;
+}
+
+/* Give back what t did not use, to the opener of its nursery. */
+void cbcmn__budget_leftover(struct cbcmn_task *t)
+{
+	/* Nothing to give back from an unlimited task: unlimited flows
+	 * nowhere, and budget sent to it was absorbed. */
+	if (!t->limited)
+		return;
+	struct cbcmn_task *o = t->nursery ? t->nursery->owner : NULL;
+	if (!o)
+		return;
+	uint64_t left[CBCMN__B_N] = {
+		[CBCMN__B_OPS] = t->ops == U ? U : t->ops + (t->countdown > 0 ? (uint64_t)t->countdown : 0),
+		[CBCMN__B_MEMORY] = t->memory,
+		[CBCMN__B_SPAWN] = t->spawn_count,
+		[CBCMN__B_CHANNEL] = t->channel_ops,
+		[CBCMN__B_SYSCALLS] = t->syscalls,
+	};
+	for (int c = 0; c < CBCMN__B_N; c++) {
+		left[c] = sat_add(left[c], atomic_load_explicit(&t->refund[c], memory_order_relaxed));
+		/* Unlimited flows nowhere: whoever gave it had unlimited. */
+		if (left[c] && left[c] != U)
+			atomic_fetch_add_explicit(&o->refund[c], left[c], memory_order_relaxed);
+	}
+}
+
+/* Fold incoming budget into t's own.  True if anything arrived. */
+static bool fold_refunds(struct cbcmn_task *t)
+{
+	bool any = false;
+	for (int c = 0; c < CBCMN__B_N; c++) {
+		if (!atomic_load_explicit(&t->refund[c], memory_order_relaxed))
+			continue;
+		/* acquire: pairs with the release in cbcmn_budget_recharge(). */
+		uint64_t v = atomic_exchange_explicit(&t->refund[c], 0, memory_order_acquire);
+		uint64_t *f = field(t, c);
+		*f = sat_add(*f, v);
+		any = true;
+	}
+	return any;
+}
+
+/* Unwind t to its landing pad (sched.c), ending it with result. */
+static __attribute__((noreturn)) void unwind(struct cbcmn_task *t, int64_t result)
+{
+	t->unwind_result = result;
+	__builtin_longjmp(t->landing, 1);
+}
+
+/* Every child the opener still waits for is exhausted: wake the opener,
+ * which ends them.  Called with the checks of nursery.c's protocol. */
+static void maybe_wake_opener(struct cbcmn_nursery *n, int64_t v, struct cbcmn__exec *e)
+{
+	int64_t count = v >> 1;
+	if (!(v & CBCMN__LIVE_ARMED) || count == 0 ||
+	    count != atomic_load_explicit(&n->nexhausted, memory_order_seq_cst))
+		return;
+	/* Only one disarms, and wakes. */
+	if (atomic_compare_exchange_strong_explicit(&n->live, &v, v & ~(int64_t)CBCMN__LIVE_ARMED,
+						    memory_order_acq_rel, memory_order_relaxed))
+		cbcmn__waiter_wake(&n->await_w, e);
+}
+
+void cbcmn__nursery_check_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e)
+{
+	maybe_wake_opener(n, atomic_load_explicit(&n->live, memory_order_seq_cst), e);
+}
+
+/* t cannot pay: wait, exhausted, until it is recharged (true) or ended. */
+static void wait_exhausted(struct cbcmn_task *t)
+{
+	struct cbcmn_nursery *n = t->nursery;
+	if (!t->landing)
+		abort(); /* every task runs below a landing pad (sched.c) */
+	struct cbcmn__iwait iw;
+	cbcmn__mutex_lock(&n->lock);
+	if (fold_refunds(t)) {
+		/* A recharge landed meanwhile. */
+		cbcmn__mutex_unlock(&n->lock);
+		return;
+	}
+	cbcmn__iwait_init(&iw, t);
+	iw.qnext = n->exhausted;
+	n->exhausted = &iw;
+	/* seq_cst: pairs with the load of nexhausted after the decrement of
+	 * live in cbcmn__nursery_child_done(). */
+	atomic_fetch_add_explicit(&n->nexhausted, 1, memory_order_seq_cst);
+	cbcmn__mutex_unlock(&n->lock);
+	cbcmn__nursery_check_exhausted(n, t->exec);
+
+	uint32_t how = cbcmn__iwait_block(&iw);
+
+	cbcmn__mutex_lock(&n->lock);
+	for (struct cbcmn__iwait **pp = &n->exhausted; *pp; pp = &(*pp)->qnext) {
+		if (*pp == &iw) {
+			*pp = iw.qnext;
+			atomic_fetch_sub_explicit(&n->nexhausted, 1, memory_order_seq_cst);
+			break;
+		}
+	}
+	cbcmn__mutex_unlock(&n->lock);
+	if (atomic_load_explicit(&t->killed, memory_order_acquire))
+		unwind(t, CBCMN_EBUDGET);
+	if (how == CBCMN__IW_CANCELLED)
+		unwind(t, CBCMN_ECANCELED);
+	fold_refunds(t);
+}
+
+void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
+{
+	/* Every cost includes one op. */
+	if (__builtin_expect(--t->countdown <= 0, 0))
+		cbcmn__checkpoint_slow((cbcmn_cx *)t);
+	if (comp == CBCMN__B_OPS)
+		return;
+	uint64_t *f = field(t, comp);
+	while (*f != U && *f < amount) {
+		if (!fold_refunds(t))
+			wait_exhausted(t);
+	}
+	if (*f != U)
+		*f -= amount;
+}
+
+void cbcmn__checkpoint_slow(cbcmn_cx *cx)
+{
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (t->yield_left == 0) {
+		/* Fairness: a full interval has run.  The yield costs nothing. */
+		t->yield_left = interval(t);
+		cbcmn_yield(cx);
+	}
+	while (t->ops == 0) {
+		if (!fold_refunds(t))
+			wait_exhausted(t);
+	}
+	refill_window(t);
+}
+
+int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out)
+{
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (!t || !out)
+		return -EINVAL;
+	fold_refunds(t);
+	*out = (cbcmn_budget){
+		.ops = t->ops == U ? U : t->ops + (t->countdown > 0 ? (uint64_t)t->countdown : 0),
+		.memory = t->memory,
+		.spawn_count = t->spawn_count,
+		.channel_ops = t->channel_ops,
+		.syscalls = t->syscalls,
+	};
+	return 0;
+}
+
+int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!self || !t || !amount)
+		return -EINVAL;
+	struct cbcmn_nursery *n = t->nursery;
+	if (n->owner != self)
+		return -EPERM;
+	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
+					   amount->channel_ops, amount->syscalls};
+	/* All or nothing: check first. */
+	fold_refunds(self);
+	cbcmn_budget have;
+	cbcmn_budget_get(cx, &have);
+	const uint64_t has[CBCMN__B_N] = {have.ops, have.memory, have.spawn_count,
+					  have.channel_ops, have.syscalls};
+	for (int c = 0; c < CBCMN__B_N; c++)
+		if (give[c] && has[c] != U && has[c] < give[c])
+			return CBCMN_EBUDGET;
+	for (int c = 0; c < CBCMN__B_N; c++) {
+		if (!give[c])
+			continue;
+		if (c == CBCMN__B_OPS) {
+			/* Ops may sit in the countdown window: take from ops
+			 * first, then shrink the window. */
+			uint64_t g = give[c];
+			if (self->ops != U) {
+				uint64_t a = g < self->ops ? g : self->ops;
+				self->ops -= a;
+				self->countdown -= (int64_t)(g - a);
+			}
+		} else {
+			uint64_t *f = field(self, c);
+			if (*f != U)
+				*f -= give[c];
+		}
+		/* release: pairs with the acquire exchange in fold_refunds(). */
+		atomic_fetch_add_explicit(&t->refund[c], give[c], memory_order_release);
+	}
+	/* Wake it if it waits for budget. */
+	cbcmn__mutex_lock(&n->lock);
+	for (struct cbcmn__iwait *iw = n->exhausted; iw; iw = iw->qnext) {
+		if (iw->w.task == t) {
+			if (cbcmn__iwait_claim(iw))
+				cbcmn__iwait_wake(iw, self->exec);
+			break;
+		}
+	}
+	cbcmn__mutex_unlock(&n->lock);
+	return 0;
+}
+
+void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n)
+{
+	cbcmn__mutex_lock(&n->lock);
+	for (struct cbcmn__iwait *iw = n->exhausted; iw; iw = iw->qnext) {
+		/* release: the killed flag is seen by the task after it wakes. */
+		atomic_store_explicit(&iw->w.task->killed, 1, memory_order_release);
+		if (cbcmn__iwait_claim(iw))
+			cbcmn__iwait_wake(iw, NULL);
+	}
+	cbcmn__mutex_unlock(&n->lock);
+}
+
+void *cbcmn_alloc(cbcmn_cx *cx, size_t size)
+{
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (!t) {
+		errno = EINVAL;
+		return NULL;
+	}
+	cbcmn__charge(t, CBCMN__B_MEMORY, size);
+	return malloc(size);
+}
+
+void cbcmn_free(void *p)
+{
+	free(p);
+}
