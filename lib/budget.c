@@ -74,6 +74,24 @@ void cbcmn__budget_init_root(struct cbcmn_task *t)
 	set_budget(t, &t->rt->cfg.budget);
 }
 
+void cbcmn__budget_init_unlimited(struct cbcmn_task *t)
+{
+	static const cbcmn_budget all = {U, U, U, U, U};
+	set_budget(t, &all);
+}
+
+void cbcmn__budget_defaults(cbcmn_budget *out, const cbcmn_budget *in)
+{
+	/* Zero means unlimited (a zero budget would be exhausted at birth). */
+	*out = (cbcmn_budget){
+		.ops = in->ops ? in->ops : U,
+		.memory = in->memory ? in->memory : U,
+		.spawn_count = in->spawn_count ? in->spawn_count : U,
+		.channel_ops = in->channel_ops ? in->channel_ops : U,
+		.syscalls = in->syscalls ? in->syscalls : U,
+	};
+}
+
 /* Take up to want of a component from the spawner. */
 static uint64_t take(uint64_t *have, uint64_t want)
 {
@@ -90,9 +108,14 @@ void cbcmn__budget_charge_spawn(struct cbcmn_task *spawner)
 	cbcmn__charge(spawner, CBCMN__B_SPAWN, 1);
 }
 
-int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child)
+int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, const cbcmn_budget *ask)
 {
-	const cbcmn_budget *want = &child->rt->cfg.budget;
+	cbcmn_budget want_buf;
+	const cbcmn_budget *want = &child->rt->cfg.child_budget;
+	if (ask) {
+		cbcmn__budget_defaults(&want_buf, ask);
+		want = &want_buf;
+	}
 	cbcmn_budget b = {
 		.ops = take(&spawner->ops, want->ops),
 		.memory = take(&spawner->memory, want->memory),
@@ -171,6 +194,23 @@ void cbcmn__nursery_check_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec 
 	maybe_wake_opener(n, atomic_load_explicit(&n->live, memory_order_seq_cst), e);
 }
 
+/* Under n->lock: take iw off the exhausted list.  Whoever claims an
+ * exhausted wait under the lock (recharge, the opener ending it) takes it
+ * off at once, so the count the opener compares stays exact; a wait that
+ * cancellation claimed is taken off by its task when it resumes. */
+static bool exhausted_unlink(struct cbcmn_nursery *n, struct cbcmn__iwait *iw)
+{
+	for (struct cbcmn__iwait **pp = &n->exhausted; *pp; pp = &(*pp)->qnext) {
+		if (*pp == iw) {
+			*pp = iw->qnext;
+			/* seq_cst: see the increment in wait_exhausted(). */
+			atomic_fetch_sub_explicit(&n->nexhausted, 1, memory_order_seq_cst);
+			return true;
+		}
+	}
+	return false;
+}
+
 /* t cannot pay: wait, exhausted, until it is recharged (true) or ended. */
 static void wait_exhausted(struct cbcmn_task *t)
 {
@@ -196,13 +236,7 @@ static void wait_exhausted(struct cbcmn_task *t)
 	uint32_t how = cbcmn__iwait_block(&iw);
 
 	cbcmn__mutex_lock(&n->lock);
-	for (struct cbcmn__iwait **pp = &n->exhausted; *pp; pp = &(*pp)->qnext) {
-		if (*pp == &iw) {
-			*pp = iw.qnext;
-			atomic_fetch_sub_explicit(&n->nexhausted, 1, memory_order_seq_cst);
-			break;
-		}
-	}
+	exhausted_unlink(n, &iw);
 	cbcmn__mutex_unlock(&n->lock);
 	if (atomic_load_explicit(&t->killed, memory_order_acquire))
 		unwind(t, CBCMN_EBUDGET);
@@ -301,8 +335,10 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 	cbcmn__mutex_lock(&n->lock);
 	for (struct cbcmn__iwait *iw = n->exhausted; iw; iw = iw->qnext) {
 		if (iw->w.task == t) {
-			if (cbcmn__iwait_claim(iw))
+			if (cbcmn__iwait_claim(iw)) {
+				exhausted_unlink(n, iw);
 				cbcmn__iwait_wake(iw, self->exec);
+			}
 			break;
 		}
 	}
@@ -313,11 +349,19 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n)
 {
 	cbcmn__mutex_lock(&n->lock);
-	for (struct cbcmn__iwait *iw = n->exhausted; iw; iw = iw->qnext) {
-		/* release: the killed flag is seen by the task after it wakes. */
-		atomic_store_explicit(&iw->w.task->killed, 1, memory_order_release);
-		if (cbcmn__iwait_claim(iw))
+	struct cbcmn__iwait *iw = n->exhausted;
+	while (iw) {
+		struct cbcmn__iwait *next = iw->qnext;
+		/* Only a wait we claim is ours to end: one a recharge or a
+		 * cancellation claimed first goes its own way. */
+		if (cbcmn__iwait_claim(iw)) {
+			struct cbcmn_task *t = iw->w.task;
+			exhausted_unlink(n, iw);
+			/* Relaxed: the wake below publishes it (release). */
+			atomic_store_explicit(&t->killed, 1, memory_order_relaxed);
 			cbcmn__iwait_wake(iw, NULL);
+		}
+		iw = next;
 	}
 	cbcmn__mutex_unlock(&n->lock);
 }

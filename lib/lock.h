@@ -20,6 +20,7 @@ enum cbcmn__lock_rank {
 	CBCMN__LOCK_NURSERY = 20,       /* a nursery's list of exhausted children */
 	CBCMN__LOCK_IWAIT = 30,         /* an executor's interruptible-wait registry */
 	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */
+	CBCMN__LOCK_CHAN = 50,          /* a channel: ring, wait queues, reservations */
 	CBCMN__LOCK_STACKS = 60,        /* shared stack pool and slab list */
 };
 

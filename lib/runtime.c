@@ -22,6 +22,7 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	cfg->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
 	cfg->budget = (cbcmn_budget){CBCMN_UNLIMITED, CBCMN_UNLIMITED, CBCMN_UNLIMITED,
 				     CBCMN_UNLIMITED, CBCMN_UNLIMITED};
+	cfg->child_budget = cfg->budget;
 }
 
 static uint32_t affinity_cpus(void)
@@ -51,17 +52,14 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if ((unsigned)out->victim > CBCMN_VICTIM_LEAST_LOADED)
 		return -EINVAL;
-	if (out->flags & ~CBCMN_CONFIG_NO_INLINE)
+	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS))
 		return -EINVAL;
 	if (out->stack_size == 0)
 		out->stack_size = CBCMN_STACK_DEFAULT;
 	if (out->yield_interval == 0)
 		out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
-	uint64_t *b[] = {&out->budget.ops, &out->budget.memory, &out->budget.spawn_count,
-			 &out->budget.channel_ops, &out->budget.syscalls};
-	for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
-		if (*b[i] == 0)
-			*b[i] = CBCMN_UNLIMITED;
+	cbcmn__budget_defaults(&out->budget, &out->budget);
+	cbcmn__budget_defaults(&out->child_budget, &out->child_budget);
 	if (out->stack_size < CBCMN_STACK_MIN || out->stack_size > CBCMN_STACK_MAX)
 		return -EINVAL;
 	out->stack_size = (out->stack_size + page - 1) & ~(page - 1);

@@ -69,6 +69,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 		atomic_init(&t->refund[c], 0);
 	atomic_init(&t->killed, 0);
 	t->unwind_result = 0;
+	t->obligations = NULL;
 	return t;
 }
 
@@ -144,6 +145,9 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 {
 	struct cbcmn__exec *e = t->exec;
 	struct cbcmn_nursery *n = t->nursery;
+	/* Reservations it never resolved: abort them, report the leak. */
+	if (__builtin_expect(t->obligations != NULL, 0))
+		result = cbcmn__obligations_settle(t, result);
 	t->result = result;
 	cbcmn__budget_leftover(t);
 	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
@@ -165,7 +169,7 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 }
 
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
-		 void *arg, cbcmn_task **handle)
+		 void *arg, const cbcmn_budget *ask, cbcmn_task **handle)
 {
 	struct cbcmn_runtime *rt = n->rt;
 	if (self && self->rt != rt)
@@ -176,15 +180,18 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	if (cbcmn__nursery_chain_cancelled(n))
 		return CBCMN_ECANCELED;
 
+	bool budgets = !(rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS);
 	/* Pay first: the spawner may wait here for budget (or be ended). */
-	if (self)
+	if (self && budgets)
 		cbcmn__budget_charge_spawn(self);
 	struct cbcmn__exec *e = self ? self->exec : NULL;
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);
 	if (!t)
 		return -ENOMEM;
-	if (self)
-		cbcmn__budget_draw(self, t);
+	if (!budgets)
+		cbcmn__budget_init_unlimited(t);
+	else if (self)
+		cbcmn__budget_draw(self, t, ask);
 	else
 		cbcmn__budget_init_root(t);
 	if (flags & CBCMN__TF_ABI)
@@ -220,7 +227,16 @@ int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *
 {
 	if (!n || !fn)
 		return -EINVAL;
-	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, handle);
+	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, NULL, handle);
+}
+
+int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
+			   const cbcmn_spawn_opts *opts, cbcmn_task **handle)
+{
+	if (!n || !fn)
+		return -EINVAL;
+	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg,
+			    opts ? opts->budget : NULL, handle);
 }
 
 int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)

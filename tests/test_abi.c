@@ -42,6 +42,10 @@ static const char *const exported[] = {
 	"janus_nursery_create",  "janus_nursery_spawn",    "janus_nursery_await_all",
 	"janus_scheduler_create", "janus_scheduler_shutdown", "janus_scheduler_spawn",
 	"janus_scheduler_yield",
+	"cbcmn_chan_create",     "cbcmn_chan_destroy",     "cbcmn_chan_send",
+	"cbcmn_chan_recv",       "cbcmn_chan_try_send",    "cbcmn_chan_try_recv",
+	"cbcmn_chan_close",      "cbcmn_chan_reserve",     "cbcmn_chan_try_reserve",
+	"cbcmn_chan_commit",     "cbcmn_chan_abort",
 };
 
 static void test_public_calls_are_exported(void **state)

@@ -131,15 +131,22 @@ typedef struct cbcmn_config {
 	uint32_t flags;
 	/* Checkpoints between two forced yields (fairness).  0: 1024. */
 	uint32_t yield_interval;
-	/* The budget a task asks for when it is spawned: a task spawned from
-	 * outside the runtime gets it; a child draws it from its spawner's
-	 * budget (at most what the spawner has left), and returns what it did
-	 * not use to its nursery's opener when it ends.  A zero component
-	 * means CBCMN_UNLIMITED, the default for every component. */
+	/* The budget of a task spawned from outside the runtime (a root).  A
+	 * zero component means CBCMN_UNLIMITED, the default for every one. */
 	cbcmn_budget budget;
+	/* What a child asks for when it is spawned (unless the spawn says
+	 * otherwise, cbcmn_nursery_spawn_ex): it gets that much, or what its
+	 * spawner has left if that is less, out of the spawner's budget, and
+	 * gives back what it did not use to its nursery's opener when it
+	 * ends.  A zero component means CBCMN_UNLIMITED: "all the spawner
+	 * has", the default, which with unlimited roots limits nothing. */
+	cbcmn_budget child_budget;
 } cbcmn_config;
 
 #define CBCMN_CONFIG_NO_INLINE 0x1u
+/* Budgets off: nothing is charged or drawn, checkpoints only yield every
+ * yield_interval.  For measuring what budgets cost. */
+#define CBCMN_CONFIG_NO_BUDGETS 0x2u
 
 /* Fill *cfg with the defaults. */
 CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
@@ -248,6 +255,17 @@ CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery 
  * nothing was spawned). */
 CBCMN_API int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,
 				  void *arg, cbcmn_task **handle);
+
+/* Options for cbcmn_nursery_spawn_ex(). */
+typedef struct cbcmn_spawn_opts {
+	/* What the child asks for (components 0: the config's child_budget).
+	 * NULL: the config's child_budget. */
+	const cbcmn_budget *budget;
+} cbcmn_spawn_opts;
+
+/* cbcmn_nursery_spawn() with options (opts may be NULL). */
+CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
+				     const cbcmn_spawn_opts *opts, cbcmn_task **handle);
 
 /* Wait until every child of n has ended, then free n.  Must be called once,
  * by n's opener: cx is the task that opened n, or NULL for the thread that

@@ -1,0 +1,593 @@
+/* chan.c: bounded MPMC channels between tasks, with two-phase reservations.
+ *
+ * One mutex per channel (CBCMN__LOCK_CHAN) guards its ring of messages, its
+ * two wait queues and its reservation records.  Waiters are handed what
+ * they wait for under that lock, before they run again: a receiver woken by
+ * a sender finds the message already in its buffer, a sender woken by a
+ * receiver finds its message already in the ring, a reserver finds its slot
+ * already counted.  So a woken task never races anyone for the item, and is
+ * woken exactly once.  Wake-ups are collected under the lock and issued
+ * after it is dropped: the lock stays short, and is never held together
+ * with the inject lock or an iwait registry lock (docs/LOCKING.md).
+ *
+ * Invariants (under the lock), which make the hand-off decisions local:
+ *   - count + reserved <= cap;
+ *   - a receiver waits only while count == 0: a new message goes to the
+ *     first waiting receiver, if any, else to the ring;
+ *   - a sender or reserver waits only while count + reserved == cap: every
+ *     slot that frees up goes to the first of them at once (slot_freed()).
+ * Waiters that cancellation claimed first stay queued until their task (or
+ * the next event that meets them) dequeues them; they are skipped.
+ *
+ * Blocking goes through iwait (iwait.h), so cancelling a nursery interrupts
+ * it.  Cost: one uncontended lock/unlock per operation, plus one wake when
+ * somebody was waiting.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iwait.h"
+#include "runtime.h"
+
+enum wait_kind { W_RECV, W_SEND, W_RESERVE };
+
+/* A blocked operation, on the blocked task's stack (or thread's).  Touched
+ * by others only under the channel lock, and only until it is claimed and
+ * dequeued; after that only its waker reads iw, once, to wake it. */
+struct chan_wait {
+	struct cbcmn__iwait iw;
+	struct chan_wait *prev, *next; /* the channel's queue, then the wake list */
+	const void *src;               /* W_SEND: the message */
+	void *dst;                     /* W_RECV: where the message goes */
+	struct cbcmn__oblig *rec;      /* W_RESERVE: the record it will hold */
+	int result;                    /* set by the claimer: 0 or -EPIPE */
+	uint8_t kind;
+	bool queued;
+};
+
+struct waitq {
+	struct chan_wait *head, *tail;
+};
+
+/* A reservation record.  Records belong to their channel (allocated on
+ * demand, recycled, freed with it), not to the permit, which only names
+ * one: a task that leaks a permit in a frame that has since returned, or
+ * that overflowed its stack, leaves the record intact for settling. */
+struct cbcmn__oblig {
+	struct cbcmn_chan *chan;            /* fixed for the record's life */
+	struct cbcmn_task *owner;           /* NULL: a thread outside the runtime */
+	struct cbcmn__oblig *tprev, *tnext; /* owner->obligations: owner only */
+	struct cbcmn__oblig *free_next;     /* channel free list */
+	uint64_t gen;                       /* bumped at each resolution: stale permits */
+	bool held;
+};
+
+struct cbcmn_chan {
+	struct cbcmn__mutex lock; /* CBCMN__LOCK_CHAN: everything below */
+	struct cbcmn_runtime *rt; /* immutable */
+	unsigned char *buf;       /* cap * esize bytes, a ring */
+	size_t cap, esize;        /* immutable */
+	size_t head, count;       /* oldest message, messages in the ring */
+	size_t reserved;          /* slots held by permits */
+	bool closed;
+	struct waitq recvq;       /* receivers */
+	struct waitq spaceq;      /* senders and reservers, in arrival order */
+	struct cbcmn__oblig *free_recs;
+};
+
+/* Claimed waits, woken once the lock is dropped. */
+struct wakes {
+	struct chan_wait *head, *tail;
+};
+
+/* ---- queues ------------------------------------------------------------- */
+
+static void q_push(struct waitq *q, struct chan_wait *w)
+{
+	w->next = NULL;
+	w->prev = q->tail;
+	if (q->tail)
+		q->tail->next = w;
+	else
+		q->head = w;
+	q->tail = w;
+	w->queued = true;
+}
+
+static void q_del(struct waitq *q, struct chan_wait *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		q->head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		q->tail = w->prev;
+	w->queued = false;
+}
+
+/* The first waiter of q this side could claim, dequeued; or NULL.  Waiters
+ * cancellation claimed first are dequeued and skipped: their tasks clean up
+ * after themselves (chan_block()). */
+static struct chan_wait *q_claim(struct waitq *q)
+{
+	struct chan_wait *w;
+	while ((w = q->head)) {
+		q_del(q, w);
+		if (cbcmn__iwait_claim(&w->iw))
+			return w;
+	}
+	return NULL;
+}
+
+static void wakes_add(struct wakes *wl, struct chan_wait *w, int result)
+{
+	w->result = result;
+	w->next = NULL;
+	if (wl->tail)
+		wl->tail->next = w;
+	else
+		wl->head = w;
+	wl->tail = w;
+}
+
+/* After the unlock.  The hand-over (message, result) was written after the
+ * claim, so it is the wake that publishes it: waiter_wake()'s release (the
+ * task state CAS and the run-queue push, or the futex word) pairs with the
+ * acquire by which the waiter resumes. */
+static void wakes_run(struct wakes *wl, struct cbcmn__exec *e)
+{
+	struct chan_wait *w = wl->head;
+	while (w) {
+		struct chan_wait *next = w->next; /* w is gone once woken */
+		cbcmn__iwait_wake(&w->iw, e);
+		w = next;
+	}
+}
+
+/* ---- the ring and the slots (under the lock) ----------------------------- */
+
+static void ring_put(struct cbcmn_chan *c, const void *elem)
+{
+	size_t i = c->head + c->count;
+	if (i >= c->cap)
+		i -= c->cap;
+	memcpy(c->buf + i * c->esize, elem, c->esize);
+	c->count++;
+}
+
+static void ring_take(struct cbcmn_chan *c, void *elem)
+{
+	memcpy(elem, c->buf + c->head * c->esize, c->esize);
+	if (++c->head == c->cap)
+		c->head = 0;
+	c->count--;
+}
+
+/* A new message: to the first waiting receiver (there can only be one
+ * while the ring is empty), else into a free slot.  False: no room. */
+static bool put_msg(struct cbcmn_chan *c, const void *elem, struct wakes *wl)
+{
+	if (c->count == 0) {
+		struct chan_wait *r = q_claim(&c->recvq);
+		if (r) {
+			memcpy(r->dst, elem, c->esize);
+			wakes_add(wl, r, 0);
+			return true;
+		}
+	}
+	if (c->count + c->reserved < c->cap) {
+		ring_put(c, elem);
+		return true;
+	}
+	return false;
+}
+
+/* Slots may be free: hand them to waiting senders and reservers, in order. */
+static void slot_freed(struct cbcmn_chan *c, struct wakes *wl)
+{
+	while (c->count + c->reserved < c->cap) {
+		struct chan_wait *w = q_claim(&c->spaceq);
+		if (!w)
+			return;
+		if (w->kind == W_SEND) {
+			put_msg(c, w->src, wl); /* there is room: cannot fail */
+		} else {
+			c->reserved++;
+			w->rec->held = true;
+		}
+		wakes_add(wl, w, 0);
+	}
+}
+
+/* ---- reservation records (under the lock) -------------------------------- */
+
+static struct cbcmn__oblig *rec_get(struct cbcmn_chan *c, struct cbcmn_task *owner)
+{
+	struct cbcmn__oblig *r = c->free_recs;
+	if (r) {
+		c->free_recs = r->free_next;
+	} else {
+		/* At most cap held plus one per blocked reserver, then they
+		 * recycle: malloc under the lock only while the pool grows. */
+		if (!(r = calloc(1, sizeof(*r))))
+			return NULL;
+		r->chan = c;
+	}
+	r->owner = owner;
+	r->held = false;
+	return r;
+}
+
+static void rec_put(struct cbcmn_chan *c, struct cbcmn__oblig *r)
+{
+	r->owner = NULL;
+	r->free_next = c->free_recs;
+	c->free_recs = r;
+}
+
+/* End a held reservation: the slot is no longer reserved (the caller fills
+ * it or frees it).  The owner list is touched here only by its owner: commit
+ * and abort check it, and settling runs as the ending task. */
+static void rec_release(struct cbcmn_chan *c, struct cbcmn__oblig *r)
+{
+	struct cbcmn_task *t = r->owner;
+	if (t) {
+		if (r->tprev)
+			r->tprev->tnext = r->tnext;
+		else
+			t->obligations = r->tnext;
+		if (r->tnext)
+			r->tnext->tprev = r->tprev;
+	}
+	r->held = false;
+	r->gen++;
+	c->reserved--;
+	rec_put(c, r);
+}
+
+/* Owner side, after the grant: track it and fill the permit. */
+static void rec_hold(struct cbcmn_task *self, struct cbcmn__oblig *r, cbcmn_chan_permit *p)
+{
+	if (self) {
+		r->tprev = NULL;
+		r->tnext = self->obligations;
+		if (r->tnext)
+			r->tnext->tprev = r;
+		self->obligations = r;
+	}
+	/* Read without the lock: gen only changes when the record is
+	 * resolved, which only we (its owner) can do now. */
+	p->_rec = r;
+	p->_gen = r->gen;
+}
+
+/* ---- blocking ------------------------------------------------------------ */
+
+/* Called with c->lock held, which it drops: queue w on q and block until an
+ * event or cancellation claims it.  Returns the result the event side set,
+ * or CBCMN_ECANCELED after taking back what w left in the channel. */
+static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan_wait *w,
+		      struct waitq *q)
+{
+	cbcmn__iwait_init(&w->iw, self);
+	w->result = 0;
+	q_push(q, w);
+	cbcmn__mutex_unlock(&c->lock);
+	if (cbcmn__iwait_block(&w->iw) == CBCMN__IW_WOKEN)
+		return w->result;
+	/* The registry lock is dropped by now: the two never nest. */
+	cbcmn__mutex_lock(&c->lock);
+	if (w->queued)
+		q_del(q, w);
+	if (w->rec)
+		rec_put(c, w->rec); /* never granted: claimed by cancellation */
+	cbcmn__mutex_unlock(&c->lock);
+	return CBCMN_ECANCELED;
+}
+
+/* True when the calling thread is one of rt's executors, which must never
+ * block as a thread.  A misuse check only, on the NULL-cx path. */
+static bool on_executor(const struct cbcmn_runtime *rt)
+{
+	return cbcmn__tls_exec && cbcmn__tls_exec->rt == rt;
+}
+
+/* Argument checks common to the operations.  block: the call may wait. */
+static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const void *ptr,
+		    bool block)
+{
+	if (!c || !ptr)
+		return -EINVAL;
+	if (self && self->rt != c->rt)
+		return CBCMN_EWRONGRT;
+	if (!block)
+		return 0;
+	if (!self)
+		return on_executor(c->rt) ? -EDEADLK : 0;
+	/* A blocking call is where a cancelled task notices (cbcmn.h). */
+	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
+}
+
+static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
+{
+	/* Our own executor: a woken task lands in its next-task slot and
+	 * runs as soon as we block or yield.  Outside: the inject queue. */
+	return self ? self->exec : NULL;
+}
+
+/* ---- operations ------------------------------------------------------------ */
+
+static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *elem,
+		     bool block)
+{
+	struct wakes wl = {0};
+	int rc = 0;
+	cbcmn__mutex_lock(&c->lock);
+	if (c->closed) {
+		rc = -EPIPE;
+	} else if (!put_msg(c, elem, &wl)) {
+		if (block) {
+			struct chan_wait w = {.kind = W_SEND, .src = elem};
+			return chan_block(self, c, &w, &c->spaceq);
+		}
+		rc = -EAGAIN;
+	}
+	cbcmn__mutex_unlock(&c->lock);
+	wakes_run(&wl, waker_of(self));
+	return rc;
+}
+
+static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, bool block)
+{
+	struct wakes wl = {0};
+	int rc = 0;
+	cbcmn__mutex_lock(&c->lock);
+	if (c->count) {
+		ring_take(c, elem);
+		slot_freed(c, &wl);
+	} else if (c->closed) {
+		rc = -EPIPE;
+	} else if (block) {
+		struct chan_wait w = {.kind = W_RECV, .dst = elem};
+		return chan_block(self, c, &w, &c->recvq);
+	} else {
+		rc = -EAGAIN;
+	}
+	cbcmn__mutex_unlock(&c->lock);
+	wakes_run(&wl, waker_of(self));
+	return rc;
+}
+
+static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_chan_permit *p,
+			bool block)
+{
+	struct cbcmn__oblig *r;
+	int rc = 0;
+	cbcmn__mutex_lock(&c->lock);
+	if (c->closed) {
+		rc = -EPIPE;
+	} else if (!(r = rec_get(c, self))) {
+		rc = -ENOMEM;
+	} else if (c->count + c->reserved < c->cap) {
+		c->reserved++;
+		r->held = true;
+	} else if (block) {
+		struct chan_wait w = {.kind = W_RESERVE, .rec = r};
+		rc = chan_block(self, c, &w, &c->spaceq);
+		if (rc == 0)
+			rec_hold(self, r, p);
+		/* -EPIPE: close put r back; CBCMN_ECANCELED: we did. */
+		return rc;
+	} else {
+		rec_put(c, r);
+		rc = -EAGAIN;
+	}
+	cbcmn__mutex_unlock(&c->lock);
+	if (rc == 0)
+		rec_hold(self, r, p);
+	return rc;
+}
+
+/* Commit (elem) or abort (NULL) the reservation p names. */
+static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const void *elem)
+{
+	struct cbcmn__oblig *r = p->_rec;
+	struct cbcmn_chan *c = r->chan; /* fixed while the channel lives */
+	struct wakes wl = {0};
+	int rc = 0;
+	cbcmn__mutex_lock(&c->lock);
+	if (!r->held || r->gen != p->_gen) {
+		cbcmn__mutex_unlock(&c->lock);
+		return -EINVAL;
+	}
+	if (r->owner != self) {
+		cbcmn__mutex_unlock(&c->lock);
+		return -EPERM;
+	}
+	rec_release(c, r);
+	if (elem) {
+		if (c->closed)
+			rc = -EPIPE;
+		else
+			put_msg(c, elem, &wl); /* the slot we just released */
+	}
+	slot_freed(c, &wl);
+	cbcmn__mutex_unlock(&c->lock);
+	p->_rec = NULL;
+	wakes_run(&wl, waker_of(self));
+	return rc;
+}
+
+/* task.c, when t ends holding reservations: abort them so nobody waits for
+ * their slots forever, and report the leak. */
+int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result)
+{
+	struct cbcmn__oblig *r;
+	while ((r = t->obligations)) {
+		struct cbcmn_chan *c = r->chan;
+		struct wakes wl = {0};
+		cbcmn__mutex_lock(&c->lock);
+		rec_release(c, r);
+		slot_freed(c, &wl);
+		cbcmn__mutex_unlock(&c->lock);
+		wakes_run(&wl, t->exec);
+		fprintf(stderr,
+			"cbcmn: task %llu ended holding an unresolved reservation on channel "
+			"%p (obligation leak); aborted it.  Commit or abort every permit, see "
+			"docs/CHANNELS.md\n",
+			(unsigned long long)t->id, (void *)c);
+		if (result >= 0)
+			result = CBCMN_ELEAKED;
+	}
+	return result;
+}
+
+/* ---- public calls ------------------------------------------------------- */
+
+int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcmn_chan **out)
+{
+	size_t bytes;
+	if (!rt || !out || capacity == 0 || elem_size == 0 ||
+	    __builtin_mul_overflow(capacity, elem_size, &bytes) || bytes > PTRDIFF_MAX)
+		return -EINVAL;
+	struct cbcmn_chan *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	if (!(c->buf = malloc(bytes))) {
+		free(c);
+		return -ENOMEM;
+	}
+	cbcmn__mutex_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
+	c->rt = rt;
+	c->cap = capacity;
+	c->esize = elem_size;
+	*out = c;
+	return 0;
+}
+
+int cbcmn_chan_destroy(cbcmn_chan *c)
+{
+	if (!c)
+		return -EINVAL;
+	cbcmn__mutex_lock(&c->lock);
+	bool busy = c->recvq.head || c->spaceq.head || c->reserved;
+	cbcmn__mutex_unlock(&c->lock);
+	if (busy)
+		return -EBUSY;
+	while (c->free_recs) {
+		struct cbcmn__oblig *r = c->free_recs;
+		c->free_recs = r->free_next;
+		free(r);
+	}
+	cbcmn__mutex_destroy(&c->lock);
+	free(c->buf);
+	free(c);
+	return 0;
+}
+
+int cbcmn_chan_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int rc = op_check(self, c, elem, true);
+	if (rc)
+		return rc;
+	/* budget: channel_ops charge goes here */
+	return chan_send(self, c, elem, true);
+}
+
+int cbcmn_chan_try_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int rc = op_check(self, c, elem, false);
+	if (rc)
+		return rc;
+	/* budget: channel_ops charge goes here */
+	return chan_send(self, c, elem, false);
+}
+
+int cbcmn_chan_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int rc = op_check(self, c, elem, true);
+	if (rc)
+		return rc;
+	/* budget: channel_ops charge goes here */
+	return chan_recv(self, c, elem, true);
+}
+
+int cbcmn_chan_try_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int rc = op_check(self, c, elem, false);
+	if (rc)
+		return rc;
+	/* budget: channel_ops charge goes here */
+	return chan_recv(self, c, elem, false);
+}
+
+int cbcmn_chan_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int rc = op_check(self, c, p, true);
+	if (rc)
+		return rc;
+	/* budget: channel_ops charge goes here */
+	return chan_reserve(self, c, p, true);
+}
+
+int cbcmn_chan_try_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int rc = op_check(self, c, p, false);
+	if (rc)
+		return rc;
+	/* budget: channel_ops charge goes here */
+	return chan_reserve(self, c, p, false);
+}
+
+int cbcmn_chan_commit(cbcmn_cx *cx, cbcmn_chan_permit *p, const void *elem)
+{
+	if (!p || !p->_rec || !elem)
+		return -EINVAL;
+	return chan_resolve((struct cbcmn_task *)cx, p, elem);
+}
+
+int cbcmn_chan_abort(cbcmn_cx *cx, cbcmn_chan_permit *p)
+{
+	if (!p || !p->_rec)
+		return -EINVAL;
+	return chan_resolve((struct cbcmn_task *)cx, p, NULL);
+}
+
+int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	struct wakes wl = {0};
+	struct chan_wait *w;
+	if (!c)
+		return -EINVAL;
+	if (self && self->rt != c->rt)
+		return CBCMN_EWRONGRT;
+	cbcmn__mutex_lock(&c->lock);
+	if (!c->closed) {
+		c->closed = true;
+		while ((w = q_claim(&c->spaceq))) {
+			if (w->rec) {
+				rec_put(c, w->rec);
+				w->rec = NULL;
+			}
+			wakes_add(&wl, w, -EPIPE);
+		}
+		/* Receivers only wait on an empty ring, and no message can
+		 * come any more: reservations die with the close. */
+		while ((w = q_claim(&c->recvq)))
+			wakes_add(&wl, w, -EPIPE);
+	}
+	cbcmn__mutex_unlock(&c->lock);
+	wakes_run(&wl, waker_of(self));
+	return 0;
+}

@@ -1,0 +1,413 @@
+/* test_budget: budgets (SPEC-021 §5): costs, yield interval, exhaustion,
+ * recharge, leftovers, and offenders stopped at their budget. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "helpers.h"
+
+static cbcmn_runtime *rt_with(uint32_t workers, const cbcmn_budget *root,
+			      const cbcmn_budget *child, uint32_t interval, uint32_t flags)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.flags = flags;
+	if (root)
+		cfg.budget = *root;
+	if (child)
+		cfg.child_budget = *child;
+	cfg.yield_interval = interval;
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc)
+		fail_msg("runtime_create: %s", cbcmn_strerror(rc));
+	return rt;
+}
+
+/* ---- costs ---- */
+
+static int64_t count_costs_child(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t count_costs(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_budget a, b;
+	assert_int_equal(cbcmn_budget_get(cx, &a), 0);
+	for (int i = 0; i < 10; i++)
+		CBCMN_CHECKPOINT(cx);
+	assert_int_equal(cbcmn_budget_get(cx, &b), 0);
+	assert_int_equal(a.ops - b.ops, 10); /* a checkpoint costs one op */
+
+	void *p = cbcmn_alloc(cx, 1000);
+	assert_non_null(p);
+	cbcmn_free(p);
+	assert_int_equal(cbcmn_budget_get(cx, &a), 0);
+	assert_int_equal(b.memory - a.memory, 1000); /* memory by size */
+	assert_int_equal(b.ops - a.ops, 1);          /* and one op */
+
+	assert_int_equal(cbcmn_yield(cx), 0);
+	assert_int_equal(cbcmn_budget_get(cx, &b), 0);
+	assert_int_equal(a.ops, b.ops); /* a voluntary yield is free */
+
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	cbcmn_budget ask = {.ops = 100, .memory = 10, .spawn_count = 1, .channel_ops = 1,
+			    .syscalls = 1};
+	cbcmn_spawn_opts o = {.budget = &ask};
+	assert_int_equal(cbcmn_nursery_spawn_ex(cx, n, count_costs_child, NULL, &o, NULL), 0);
+	assert_int_equal(cbcmn_budget_get(cx, &a), 0);
+	/* The spawn: one op, one spawn, and the child's budget drawn. */
+	assert_int_equal(b.spawn_count - a.spawn_count, 1 + 1);
+	assert_int_equal(b.ops - a.ops, 1 + 100);
+	assert_int_equal(b.memory - a.memory, 10);
+	assert_int_equal(cbcmn_nursery_await_all(cx, n), 0);
+	/* What the child did not use came back. */
+	assert_int_equal(cbcmn_budget_get(cx, &a), 0);
+	assert_int_equal(b.memory - a.memory, 0);
+	assert_int_equal(b.spawn_count - a.spawn_count, 1);
+	assert_true(b.ops - a.ops <= 1 + 3); /* the child used at most 3 ops */
+	return 0;
+}
+
+static void test_costs_and_leftovers(void **state)
+{
+	(void)state;
+	cbcmn_budget root = {.ops = 100000, .memory = 100000, .spawn_count = 100,
+			     .channel_ops = 100, .syscalls = 100};
+	cbcmn_runtime *rt = rt_with(1, &root, NULL, 0, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, count_costs, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
+/* ---- the yield interval ---- */
+
+static char order[64];
+static _Atomic int pos;
+
+static int64_t interleaver(cbcmn_cx *cx, void *arg)
+{
+	char tag = (char)(intptr_t)arg;
+	for (int i = 0; i < 20; i++) {
+		int p = atomic_fetch_add(&pos, 1);
+		if (p < (int)sizeof(order) - 1)
+			order[p] = tag;
+		CBCMN_CHECKPOINT(cx);
+	}
+	return 0;
+}
+
+static int64_t two_loops(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, interleaver, (void *)(intptr_t)'a', NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, interleaver, (void *)(intptr_t)'b', NULL), 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Every yield_interval checkpoints a task yields: on one worker two loops
+ * alternate in runs of exactly that length. */
+static void test_yield_interval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_with(1, NULL, NULL, 5, CBCMN_CONFIG_NO_INLINE);
+	memset(order, 0, sizeof(order));
+	atomic_store(&pos, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, two_loops, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	/* Runs of 5 (the first run of each task includes its start). */
+	int runs = 0;
+	for (int i = 1; i < 40; i++)
+		runs += order[i] != order[i - 1];
+	printf("[ INFO     ] order %s\n", order);
+	assert_true(runs >= 6); /* 40 steps in runs of 5: about 7 switches */
+	for (int i = 0; i + 5 <= 40; i += 5) /* each run is one task */
+		for (int j = 1; j < 5; j++)
+			assert_int_equal(order[i + j], order[i]);
+	t_destroy(rt);
+}
+
+/* ---- exhaustion ---- */
+
+static _Atomic long progress;
+
+static int64_t spin_checkpoints(cbcmn_cx *cx, void *arg)
+{
+	long n = (long)(intptr_t)arg;
+	for (long i = 0; n < 0 || i < n; i++) {
+		CBCMN_CHECKPOINT(cx);
+		atomic_fetch_add(&progress, 1);
+	}
+	return 0;
+}
+
+static int64_t well_behaved(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 10; i++)
+		cbcmn_yield(cx);
+	return 7;
+}
+
+struct outcome {
+	int64_t await_rc;
+	int64_t sibling_rc;
+};
+
+static int64_t run_offender(cbcmn_cx *cx, void *arg, cbcmn_task_fn offender, void *oarg)
+{
+	struct outcome *o = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *sib;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, offender, oarg, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, well_behaved, NULL, &sib), 0);
+	o->await_rc = cbcmn_nursery_await_all(cx, n);
+	assert_int_equal(cbcmn_task_join(cx, sib, &o->sibling_rc), 0);
+	return 0;
+}
+
+static int64_t loop_parent(cbcmn_cx *cx, void *arg)
+{
+	return run_offender(cx, arg, spin_checkpoints, (void *)(intptr_t)-1);
+}
+
+/* An infinite loop with checkpoints stops at its ops budget; nobody
+ * recharges it, so its nursery ends it with the budget-exceeded result
+ * instead of hanging, and its sibling finishes. */
+static void test_infinite_loop_is_stopped(void **state)
+{
+	(void)state;
+	cbcmn_budget child = {.ops = 5000};
+	cbcmn_runtime *rt = rt_with(2, NULL, &child, 0, 0);
+	struct outcome o = {0};
+	atomic_store(&progress, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, loop_parent, &o, &r), 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(o.await_rc, CBCMN_EBUDGET);
+	assert_int_equal(o.sibling_rc, 7);
+	assert_true(atomic_load(&progress) <= 5000); /* stopped at its budget */
+	assert_true(atomic_load(&progress) >= 4990);
+	t_destroy(rt);
+}
+
+/* A fork bomb: spawns until its spawn budget is gone. */
+static int64_t bomb(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	for (;;)
+		if (cbcmn_nursery_spawn(cx, n, bomb, NULL, NULL) != 0)
+			break;
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t bomb_parent(cbcmn_cx *cx, void *arg)
+{
+	return run_offender(cx, arg, bomb, NULL);
+}
+
+static void test_fork_bomb_is_stopped(void **state)
+{
+	(void)state;
+	/* Roots are unlimited; every child asks for 50 spawns and gets at
+	 * most what its spawner has left: the bomb's whole tree shares 50. */
+	cbcmn_budget child = {.spawn_count = 50};
+	cbcmn_runtime *rt = rt_with(2, NULL, &child, 0, 0);
+	struct outcome o = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, bomb_parent, &o, &r), 0);
+	assert_int_equal(o.await_rc, CBCMN_EBUDGET);
+	assert_int_equal(o.sibling_rc, 7);
+	cbcmn_stats st;
+	cbcmn_stats_snapshot(rt, &st, NULL, 0);
+	assert_true(st.tasks_spawned < 1 + 2 + 50 + 5); /* root, offender, sibling, the tree */
+	assert_int_equal(st.tasks_live, 0);
+	t_destroy(rt);
+}
+
+/* Unbounded allocation through cbcmn_alloc. */
+static void *allocs[4096];
+static _Atomic int nallocs;
+
+static int64_t hog(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (;;) {
+		void *p = cbcmn_alloc(cx, 64 * 1024);
+		assert_non_null(p);
+		int i = atomic_fetch_add(&nallocs, 1);
+		assert_true(i < 4096);
+		allocs[i] = p;
+	}
+	return 0;
+}
+
+static int64_t hog_parent(cbcmn_cx *cx, void *arg)
+{
+	return run_offender(cx, arg, hog, NULL);
+}
+
+static void test_unbounded_allocation_is_stopped(void **state)
+{
+	(void)state;
+	cbcmn_budget child = {.memory = 10 * 64 * 1024};
+	cbcmn_runtime *rt = rt_with(2, NULL, &child, 0, 0);
+	struct outcome o = {0};
+	atomic_store(&nallocs, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, hog_parent, &o, &r), 0);
+	assert_int_equal(o.await_rc, CBCMN_EBUDGET);
+	assert_int_equal(o.sibling_rc, 7);
+	assert_int_equal(atomic_load(&nallocs), 10); /* exactly its budget */
+	for (int i = 0; i < atomic_load(&nallocs); i++)
+		cbcmn_free(allocs[i]);
+	t_destroy(rt);
+}
+
+/* ---- recharge ---- */
+
+static int64_t recharging_parent(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_task *t;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	cbcmn_budget ask = {.ops = 1000};
+	cbcmn_spawn_opts o = {.budget = &ask};
+	assert_int_equal(cbcmn_nursery_spawn_ex(cx, n, spin_checkpoints, (void *)(intptr_t)3000, &o,
+						&t), 0);
+	/* Wait until it is stuck at its budget. */
+	while (atomic_load(&progress) < 999)
+		cbcmn_yield(cx);
+	for (int i = 0; i < 100; i++)
+		cbcmn_yield(cx);
+	assert_true(atomic_load(&progress) <= 1000);
+	/* Recharge: it goes on and finishes. */
+	cbcmn_budget more = {.ops = 2500};
+	assert_int_equal(cbcmn_budget_recharge(cx, t, &more), 0);
+	assert_int_equal(cbcmn_nursery_await_all(cx, n), 0);
+	int64_t rr;
+	assert_int_equal(cbcmn_task_join(cx, t, &rr), 0);
+	assert_int_equal(rr, 0);
+	assert_int_equal(atomic_load(&progress), 3000);
+	/* More than we have is refused, and moves nothing. */
+	cbcmn_budget have, too_much = {.memory = 1};
+	assert_int_equal(cbcmn_budget_get(cx, &have), 0);
+	assert_int_equal(have.memory, 1); /* the root budget below */
+	too_much.memory = 2;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, well_behaved, NULL, &t), 0);
+	assert_int_equal(cbcmn_budget_recharge(cx, t, &too_much), CBCMN_EBUDGET);
+	assert_int_equal(cbcmn_nursery_await_all(cx, n), 0);
+	assert_int_equal(cbcmn_task_join(cx, t, NULL), 0);
+	return 0;
+}
+
+static void test_parent_recharges_child(void **state)
+{
+	(void)state;
+	cbcmn_budget root = {.ops = 100000, .memory = 1};
+	cbcmn_budget child = {.memory = 1};
+	cbcmn_runtime *rt = rt_with(2, &root, &child, 0, 0);
+	atomic_store(&progress, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, recharging_parent, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
+static int64_t not_my_child(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_budget one = {.ops = 1};
+	/* Positive: a failure here would cancel the nursery and hide it. */
+	return -cbcmn_budget_recharge(cx, (cbcmn_task *)arg, &one);
+}
+
+static int64_t stranger(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_task *a, *b;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, well_behaved, NULL, &a), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, not_my_child, a, &b), 0);
+	assert_int_equal(cbcmn_nursery_await_all(cx, n), 0);
+	int64_t rb;
+	assert_int_equal(cbcmn_task_join(cx, b, &rb), 0);
+	assert_int_equal(cbcmn_task_join(cx, a, NULL), 0);
+	return rb;
+}
+
+/* Only the parent may recharge (a sibling may not). */
+static void test_only_the_parent_recharges(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_with(2, NULL, NULL, 0, 0);
+	int64_t r = 0;
+	assert_int_equal(cbcmn_runtime_run(rt, stranger, NULL, &r), 0);
+	assert_int_equal(r, EPERM);
+	t_destroy(rt);
+}
+
+/* Budgets off: nothing is charged, checkpoints still yield. */
+static int64_t unlimited_check(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_budget a;
+	for (int i = 0; i < 5000; i++)
+		CBCMN_CHECKPOINT(cx);
+	assert_int_equal(cbcmn_budget_get(cx, &a), 0);
+	assert_true(a.ops == CBCMN_UNLIMITED && a.memory == CBCMN_UNLIMITED);
+	return 0;
+}
+
+static void test_budgets_off(void **state)
+{
+	(void)state;
+	cbcmn_budget tiny = {.ops = 10};
+	cbcmn_runtime *rt = rt_with(1, &tiny, &tiny, 0, CBCMN_CONFIG_NO_BUDGETS);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, unlimited_check, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	cbcmn_budget b;
+	assert_int_equal(cbcmn_budget_get(NULL, &b), -EINVAL);
+	assert_int_equal(cbcmn_budget_recharge(NULL, NULL, &b), -EINVAL);
+	assert_null(cbcmn_alloc(NULL, 10));
+	cbcmn_free(NULL);
+	assert_string_equal(cbcmn_strerror(CBCMN_EBUDGET), "budget exhausted and not recharged");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_costs_and_leftovers),
+		cmocka_unit_test(test_yield_interval),
+		cmocka_unit_test(test_infinite_loop_is_stopped),
+		cmocka_unit_test(test_fork_bomb_is_stopped),
+		cmocka_unit_test(test_unbounded_allocation_is_stopped),
+		cmocka_unit_test(test_parent_recharges_child),
+		cmocka_unit_test(test_only_the_parent_recharges),
+		cmocka_unit_test(test_budgets_off),
+		cmocka_unit_test(test_bad_input),
+	};
+	return cmocka_run_group_tests_name("budget", tests, NULL, NULL);
+}
