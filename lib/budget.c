@@ -72,6 +72,48 @@ static void set_budget(struct cbcmn_task *t, const cbcmn_budget *b)
 void cbcmn__budget_init_root(struct cbcmn_task *t)
 {
 	set_budget(t, &t->rt->cfg.budget);
+	t->caps = t->rt->cfg.caps.flags & (CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET);
+	t->cap_limit = t->rt->cfg.caps.budget_limit;
+}
+
+static uint64_t min64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+void cbcmn__caps_grant(struct cbcmn_task *spawner, struct cbcmn_task *child, const cbcmn_caps *want)
+{
+	/* Never wider than the spawner's (SPEC-021 §10.2.4). */
+	child->caps = spawner->caps;
+	child->cap_limit = spawner->cap_limit;
+	if (!want)
+		return;
+	child->caps &= want->flags;
+	cbcmn_budget w;
+	cbcmn__budget_defaults(&w, &want->budget_limit);
+	child->cap_limit = (cbcmn_budget){
+		.ops = min64(child->cap_limit.ops, w.ops),
+		.memory = min64(child->cap_limit.memory, w.memory),
+		.spawn_count = min64(child->cap_limit.spawn_count, w.spawn_count),
+		.channel_ops = min64(child->cap_limit.channel_ops, w.channel_ops),
+		.syscalls = min64(child->cap_limit.syscalls, w.syscalls),
+	};
+}
+
+static uint64_t *cap_field(struct cbcmn_task *t, int comp)
+{
+	switch (comp) {
+	case CBCMN__B_MEMORY:
+		return &t->cap_limit.memory;
+	case CBCMN__B_SPAWN:
+		return &t->cap_limit.spawn_count;
+	case CBCMN__B_CHANNEL:
+		return &t->cap_limit.channel_ops;
+	case CBCMN__B_SYSCALLS:
+		return &t->cap_limit.syscalls;
+	default:
+		return &t->cap_limit.ops;
+	}
 }
 
 void cbcmn__budget_init_unlimited(struct cbcmn_task *t)
@@ -212,6 +254,22 @@ static bool exhausted_unlink(struct cbcmn_nursery *n, struct cbcmn__iwait *iw)
 }
 
 /* t cannot pay: wait, exhausted, until it is recharged (true) or ended. */
+/* CapBudget: refill component comp from the task's own limit, all that
+ * is left of it.  True if anything came. */
+static bool self_recharge(struct cbcmn_task *t, int comp)
+{
+	if (!(t->caps & CBCMN_CAP_BUDGET))
+		return false;
+	uint64_t *lim = cap_field(t, comp);
+	if (*lim == 0)
+		return false;
+	uint64_t *f = field(t, comp);
+	*f = sat_add(*f, *lim);
+	if (*lim != U)
+		*lim = 0;
+	return true;
+}
+
 static void wait_exhausted(struct cbcmn_task *t)
 {
 	struct cbcmn_nursery *n = t->nursery;
@@ -254,7 +312,7 @@ void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
 		return;
 	uint64_t *f = field(t, comp);
 	while (*f != U && *f < amount) {
-		if (!fold_refunds(t))
+		if (!fold_refunds(t) && !self_recharge(t, comp))
 			wait_exhausted(t);
 	}
 	if (*f != U)
@@ -270,7 +328,7 @@ void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 		cbcmn_yield(cx);
 	}
 	while (t->ops == 0) {
-		if (!fold_refunds(t))
+		if (!fold_refunds(t) && !self_recharge(t, CBCMN__B_OPS))
 			wait_exhausted(t);
 	}
 	refill_window(t);
@@ -292,11 +350,47 @@ int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out)
 	return 0;
 }
 
+static int recharge_self(struct cbcmn_task *self, const cbcmn_budget *amount)
+{
+	if (!(self->caps & CBCMN_CAP_BUDGET))
+		return -EPERM;
+	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
+					   amount->channel_ops, amount->syscalls};
+	for (int c = 0; c < CBCMN__B_N; c++)
+		if (give[c] && *cap_field(self, c) != U && *cap_field(self, c) < give[c])
+			return CBCMN_EBUDGET;
+	for (int c = 0; c < CBCMN__B_N; c++) {
+		if (!give[c])
+			continue;
+		uint64_t *lim = cap_field(self, c);
+		if (*lim != U)
+			*lim -= give[c];
+		/* Through the refund counter, like any incoming budget. */
+		atomic_fetch_add_explicit(&self->refund[c], give[c], memory_order_relaxed);
+	}
+	fold_refunds(self);
+	if (self->ops && self->countdown <= 0)
+		refill_window(self);
+	return 0;
+}
+
+int cbcmn_caps_get(cbcmn_cx *cx, cbcmn_caps *out)
+{
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (!t || !out)
+		return -EINVAL;
+	out->flags = t->caps;
+	out->budget_limit = t->cap_limit;
+	return 0;
+}
+
 int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
-	if (!self || !t || !amount)
+	if (!self || !amount)
 		return -EINVAL;
+	if (!t)
+		return recharge_self(self, amount);
 	struct cbcmn_nursery *n = t->nursery;
 	if (n->owner != self)
 		return -EPERM;

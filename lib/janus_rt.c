@@ -58,6 +58,22 @@ static void rt_destroy_wait(struct cbcmn_runtime *rt)
 		nanosleep(&ms, NULL);
 }
 
+/* janus_rt_init() with a full native configuration (embedders, tests).
+ * Returns 0, -EEXIST when the global runtime exists, or the create error. */
+int janus__rt_init_config(const cbcmn_config *cfg)
+{
+	int rc = -EEXIST;
+	cbcmn__mutex_lock(&global_lock);
+	if (!atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed)) {
+		cbcmn_runtime *rt;
+		rc = cbcmn_runtime_create(cfg, &rt);
+		if (rc == 0)
+			atomic_store_explicit(&GLOBAL_RT, rt, memory_order_release);
+	}
+	cbcmn__mutex_unlock(&global_lock);
+	return rc;
+}
+
 void janus_rt_init(RuntimeConfig config)
 {
 	cbcmn__mutex_lock(&global_lock);
@@ -111,7 +127,7 @@ int janus_nursery_spawn(TaskFn fn, void *arg)
 	RtNursery *rn = *top_slot(self);
 	if (!rn || !fn)
 		return -1;
-	return cbcmn__spawn(self, rn->nursery, CBCMN__TF_ABI, (void *)fn, arg, NULL, NULL) == 0 ? 0 : -1;
+	return cbcmn__spawn(self, rn->nursery, CBCMN__TF_ABI, (void *)fn, arg, NULL, NULL, NULL) == 0 ? 0 : -1;
 }
 
 /* SPEC-021 §3.6, frozen. */
@@ -124,6 +140,8 @@ static long janus_result(int64_t r)
 		return JANUS_CANCELLED;
 	case CBCMN_EPANIC:
 		return JANUS_PANIC;
+	case CBCMN_EBUDGET:
+		return JANUS_BUDGET_EXCEEDED;
 	default:
 		return (long)r; /* child_failed: the child's own code */
 	}
@@ -166,4 +184,34 @@ int janus_scheduler_yield(void)
 		return 0;
 	}
 	return cbcmn_yield((cbcmn_cx *)self) == 0 ? 0 : -1;
+}
+
+static uint64_t sat(uint64_t v, uint64_t max)
+{
+	return v > max ? max : v;
+}
+
+Budget janus_budget_get_current(void)
+{
+	Budget out = {0};
+	cbcmn_budget b;
+	struct cbcmn_task *self = current_task();
+	if (!self || cbcmn_budget_get((cbcmn_cx *)self, &b) != 0)
+		return out;
+	out.ops = (uint32_t)sat(b.ops, UINT32_MAX);
+	out.memory = (size_t)sat(b.memory, SIZE_MAX);
+	out.spawn_count = (uint16_t)sat(b.spawn_count, UINT16_MAX);
+	out.channel_ops = (uint16_t)sat(b.channel_ops, UINT16_MAX);
+	out.syscalls = (uint16_t)sat(b.syscalls, UINT16_MAX);
+	return out;
+}
+
+int janus_budget_recharge(Budget amount)
+{
+	struct cbcmn_task *self = current_task();
+	if (!self)
+		return -1;
+	cbcmn_budget b = {amount.ops, amount.memory, amount.spawn_count, amount.channel_ops,
+			  amount.syscalls};
+	return cbcmn_budget_recharge((cbcmn_cx *)self, NULL, &b) == 0 ? 0 : -1;
 }

@@ -23,6 +23,7 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	cfg->budget = (cbcmn_budget){CBCMN_UNLIMITED, CBCMN_UNLIMITED, CBCMN_UNLIMITED,
 				     CBCMN_UNLIMITED, CBCMN_UNLIMITED};
 	cfg->child_budget = cfg->budget;
+	cfg->caps.flags = 0; /* resolved to CapSpawn + unlimited CapBudget */
 }
 
 static uint32_t affinity_cpus(void)
@@ -60,6 +61,11 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
 	cbcmn__budget_defaults(&out->budget, &out->budget);
 	cbcmn__budget_defaults(&out->child_budget, &out->child_budget);
+	if (out->caps.flags & ~(CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET | CBCMN_CAPS_EXPLICIT))
+		return -EINVAL;
+	if (!(out->caps.flags & CBCMN_CAPS_EXPLICIT) && out->caps.flags == 0)
+		out->caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET;
+	cbcmn__budget_defaults(&out->caps.budget_limit, &out->caps.budget_limit);
 	if (out->stack_size < CBCMN_STACK_MIN || out->stack_size > CBCMN_STACK_MAX)
 		return -EINVAL;
 	out->stack_size = (out->stack_size + page - 1) & ~(page - 1);

@@ -95,6 +95,8 @@ struct cbcmn_task {
 	_Atomic uint64_t refund[CBCMN__B_N];
 	_Atomic uint32_t killed;          /* its nursery gave up on it */
 	bool limited;                     /* some component is not unlimited */
+	uint32_t caps;                    /* CBCMN_CAP_* it holds */
+	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
 	struct cbcmn__oblig *obligations; /* reservations it holds (chan.c); owner only */
 };
@@ -262,7 +264,7 @@ bool cbcmn__task_cancelled(const struct cbcmn_task *t);
 bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n);
 void cbcmn__task_free_cache(struct cbcmn__exec *e);
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
-		 void *arg, const cbcmn_budget *ask, cbcmn_task **handle);
+		 void *arg, const cbcmn_budget *ask, const cbcmn_caps *caps, cbcmn_task **handle);
 
 /* chan.c */
 int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result);
@@ -278,6 +280,7 @@ void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why);
 /* budget.c */
 void cbcmn__budget_init_root(struct cbcmn_task *t);
 int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, const cbcmn_budget *ask);
+void cbcmn__caps_grant(struct cbcmn_task *spawner, struct cbcmn_task *child, const cbcmn_caps *want);
 void cbcmn__budget_defaults(cbcmn_budget *out, const cbcmn_budget *in);
 void cbcmn__budget_init_unlimited(struct cbcmn_task *t);
 void cbcmn__budget_leftover(struct cbcmn_task *t);

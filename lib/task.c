@@ -169,7 +169,7 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 }
 
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
-		 void *arg, const cbcmn_budget *ask, cbcmn_task **handle)
+		 void *arg, const cbcmn_budget *ask, const cbcmn_caps *caps, cbcmn_task **handle)
 {
 	struct cbcmn_runtime *rt = n->rt;
 	if (self && self->rt != rt)
@@ -181,6 +181,8 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		return CBCMN_ECANCELED;
 
 	bool budgets = !(rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS);
+	if (self && !(self->caps & CBCMN_CAP_SPAWN))
+		return CBCMN_ESPAWNDENIED;
 	/* Pay first: the spawner may wait here for budget (or be ended). */
 	if (self && budgets)
 		cbcmn__budget_charge_spawn(self);
@@ -194,6 +196,10 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		cbcmn__budget_draw(self, t, ask);
 	else
 		cbcmn__budget_init_root(t);
+	if (self)
+		cbcmn__caps_grant(self, t, caps);
+	else if (!budgets)
+		t->caps = rt->cfg.caps.flags & (CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET);
 	if (flags & CBCMN__TF_ABI)
 		t->abi_fn = (int64_t (*)(void *))fn;
 	else
@@ -227,7 +233,7 @@ int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *
 {
 	if (!n || !fn)
 		return -EINVAL;
-	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, NULL, handle);
+	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, NULL, NULL, handle);
 }
 
 int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
@@ -236,7 +242,7 @@ int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, voi
 	if (!n || !fn)
 		return -EINVAL;
 	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg,
-			    opts ? opts->budget : NULL, handle);
+			    opts ? opts->budget : NULL, opts ? opts->caps : NULL, handle);
 }
 
 int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)

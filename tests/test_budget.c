@@ -18,6 +18,8 @@ static cbcmn_runtime *rt_with(uint32_t workers, const cbcmn_budget *root,
 	if (child)
 		cfg.child_budget = *child;
 	cfg.yield_interval = interval;
+	/* No CapBudget: tasks must live within what they are given. */
+	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT;
 	cbcmn_runtime *rt;
 	int rc = cbcmn_runtime_create(&cfg, &rt);
 	if (rc)
@@ -385,6 +387,95 @@ static void test_budgets_off(void **state)
 	t_destroy(rt);
 }
 
+/* ---- capabilities ---- */
+
+static int64_t try_spawn(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	int rc = cbcmn_nursery_spawn(cx, n, well_behaved, NULL, NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? -rc : r; /* positive: must not fail the parent's nursery */
+}
+
+static int64_t grant_without_spawn(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_task *with, *without;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, try_spawn, NULL, &with), 0);
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.caps = &none};
+	assert_int_equal(cbcmn_nursery_spawn_ex(cx, n, try_spawn, NULL, &o, &without), 0);
+	assert_int_equal(cbcmn_nursery_await_all(cx, n), 0);
+	int64_t a, b;
+	assert_int_equal(cbcmn_task_join(cx, with, &a), 0);
+	assert_int_equal(cbcmn_task_join(cx, without, &b), 0);
+	assert_int_equal(a, 0);                    /* inherited CapSpawn: spawned */
+	assert_int_equal(b, -CBCMN_ESPAWNDENIED);  /* not granted: refused */
+	return 0;
+}
+
+static void test_cap_spawn_is_granted_not_widened(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_with(2, NULL, NULL, 0, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, grant_without_spawn, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
+static int64_t self_recharger(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_caps c;
+	assert_int_equal(cbcmn_caps_get(cx, &c), 0);
+	assert_true(c.flags & CBCMN_CAP_BUDGET);
+	assert_int_equal(c.budget_limit.ops, 3000);
+	/* 5000 checkpoints on 1000 ops: the limit refills it once, fully. */
+	for (int i = 0; i < 3500; i++)
+		CBCMN_CHECKPOINT(cx);
+	assert_int_equal(cbcmn_caps_get(cx, &c), 0);
+	assert_int_equal(c.budget_limit.ops, 0);
+	/* Explicit self-recharge beyond the limit is refused. */
+	cbcmn_budget more = {.ops = 1};
+	assert_int_equal(cbcmn_budget_recharge(cx, NULL, &more), CBCMN_EBUDGET);
+	return 0;
+}
+
+static int64_t limited_parent(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	cbcmn_budget ask = {.ops = 1000};
+	/* Asking for a wider limit than we hold gets ours. */
+	cbcmn_caps grant = {.flags = CBCMN_CAP_BUDGET | CBCMN_CAP_SPAWN,
+			    .budget_limit = {.ops = 1000000}};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &grant};
+	assert_int_equal(cbcmn_nursery_spawn_ex(cx, n, self_recharger, NULL, &o, NULL), 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_cap_budget_self_recharge_up_to_limit(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET;
+	cfg.caps.budget_limit.ops = 3000;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, limited_parent, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -392,6 +483,13 @@ static void test_bad_input(void **state)
 	assert_int_equal(cbcmn_budget_get(NULL, &b), -EINVAL);
 	assert_int_equal(cbcmn_budget_recharge(NULL, NULL, &b), -EINVAL);
 	assert_null(cbcmn_alloc(NULL, 10));
+	cbcmn_caps c;
+	assert_int_equal(cbcmn_caps_get(NULL, &c), -EINVAL);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.caps.flags = 0x40;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
 	cbcmn_free(NULL);
 	assert_string_equal(cbcmn_strerror(CBCMN_EBUDGET), "budget exhausted and not recharged");
 }
@@ -407,6 +505,8 @@ int main(void)
 		cmocka_unit_test(test_parent_recharges_child),
 		cmocka_unit_test(test_only_the_parent_recharges),
 		cmocka_unit_test(test_budgets_off),
+		cmocka_unit_test(test_cap_spawn_is_granted_not_widened),
+		cmocka_unit_test(test_cap_budget_self_recharge_up_to_limit),
 		cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests_name("budget", tests, NULL, NULL);

@@ -5,6 +5,9 @@
 #include "helpers.h"
 #include "janus_rt.h"
 
+/* Test hook in janus_rt.c: the global runtime with a full native config. */
+int janus__rt_init_config(const cbcmn_config *cfg);
+
 static _Atomic int ran;
 
 static int64_t test_task(void *arg)
@@ -164,6 +167,67 @@ static void test_isolated_scheduler(void **state)
 	janus_scheduler_shutdown(NULL); /* harmless */
 }
 
+/* -3: a child that runs out of budget nobody recharges. */
+static int64_t endless(void *arg)
+{
+	(void)arg;
+	for (;;)
+		janus_scheduler_yield(); /* free: a yield costs nothing */
+	return 0;
+}
+
+static int64_t endless_checkpoints(void *arg)
+{
+	(void)arg;
+	/* Spawning costs budget: this child spawns until it has none. */
+	if (!janus_nursery_create())
+		return -100;
+	for (;;)
+		if (janus_nursery_spawn(test_task, NULL) != 0)
+			break;
+	return janus_nursery_await_all();
+}
+
+static void test_budget_exceeded_is_minus_3(void **state)
+{
+	(void)state;
+	(void)endless;
+	/* A global runtime whose tasks get 20 spawns and no CapBudget. */
+	janus_rt_shutdown();
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.budget.spawn_count = 20;
+	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT;
+	assert_int_equal(janus__rt_init_config(&cfg), 0);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(endless_checkpoints, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_BUDGET_EXCEEDED);
+}
+
+static int64_t budget_reader(void *arg)
+{
+	Budget *out = arg;
+	*out = janus_budget_get_current();
+	/* The default capabilities include an unlimited CapBudget. */
+	Budget more = {.ops = 10};
+	return janus_budget_recharge(more);
+}
+
+static void test_budget_get_and_recharge(void **state)
+{
+	(void)state;
+	Budget outside = janus_budget_get_current();
+	assert_int_equal(outside.ops, 0); /* not a task */
+	assert_int_equal(janus_budget_recharge((Budget){.ops = 1}), -1);
+	Budget b = {0};
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(budget_reader, &b), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(b.ops, UINT32_MAX); /* unlimited reads as the maximum */
+	assert_int_equal(b.spawn_count, UINT16_MAX);
+}
+
 static void test_auto_init(void **state)
 {
 	(void)state;
@@ -187,6 +251,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nested_per_task_stacks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_yield_outside_a_task, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_isolated_scheduler, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_exceeded_is_minus_3, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_get_and_recharge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auto_init, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("janus", tests, NULL, NULL);

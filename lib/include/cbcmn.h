@@ -55,7 +55,8 @@ extern "C" {
 	XX(NOTASK, -4099, "call must be made from inside a cbcmn task")        \
 	XX(WRONGRT, -4100, "object belongs to another runtime")                \
 	XX(JOINED, -4101, "task handle was already joined")                    \
-	XX(BUDGET, -4102, "budget exhausted and not recharged")
+	XX(BUDGET, -4102, "budget exhausted and not recharged")                \
+	XX(SPAWNDENIED, -4103, "spawning needs the CapSpawn capability")
 
 enum {
 #define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),
@@ -101,6 +102,16 @@ typedef struct cbcmn_budget {
 
 #define CBCMN_UNLIMITED UINT64_MAX
 
+/* Capabilities (SPEC-021 §1.1.2): explicit tokens a task holds.  A child
+ * holds what its spawner grants, never more. */
+#define CBCMN_CAP_SPAWN 0x1u  /* may spawn children */
+#define CBCMN_CAP_BUDGET 0x2u /* may recharge itself, up to its limit */
+
+typedef struct cbcmn_caps {
+	uint32_t flags;             /* CBCMN_CAP_* */
+	cbcmn_budget budget_limit;  /* CapBudget: how much self-recharge */
+} cbcmn_caps;
+
 #define CBCMN_MAX_EXECUTORS 1024
 #define CBCMN_STACK_MIN (8u * 1024)
 #define CBCMN_STACK_DEFAULT (64u * 1024)
@@ -141,7 +152,15 @@ typedef struct cbcmn_config {
 	 * ends.  A zero component means CBCMN_UNLIMITED: "all the spawner
 	 * has", the default, which with unlimited roots limits nothing. */
 	cbcmn_budget child_budget;
+	/* Capabilities of a root task; children inherit them unless a spawn
+	 * grants less.  Default (flags 0): CapSpawn and CapBudget, the latter
+	 * unlimited, i.e. nothing is refused.  For a task that must stay
+	 * within its budget, grant no CapBudget (CBCMN_CAPS_EXPLICIT). */
+	cbcmn_caps caps;
 } cbcmn_config;
+
+/* In cbcmn_config.caps.flags: take the flags literally, even when 0. */
+#define CBCMN_CAPS_EXPLICIT 0x80000000u
 
 #define CBCMN_CONFIG_NO_INLINE 0x1u
 /* Budgets off: nothing is charged or drawn, checkpoints only yield every
@@ -222,10 +241,18 @@ CBCMN_API void cbcmn__checkpoint_slow(cbcmn_cx *cx);
 /* The calling task's remaining budget.  Returns 0 or -EINVAL. */
 CBCMN_API int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out);
 
+/* The calling task's capabilities (the CapBudget limit as it stands).
+ * Returns 0 or -EINVAL. */
+CBCMN_API int cbcmn_caps_get(cbcmn_cx *cx, cbcmn_caps *out);
+
 /* Give task t (a child of a nursery cx opened) more budget, taken from
  * cx's own.  Components of amount may be 0.  If t was waiting exhausted it
- * runs again.  Returns 0, -EINVAL, -EPERM (cx is not t's parent), or
- * CBCMN_EBUDGET (cx has less than amount to give; nothing was moved). */
+ * runs again.  t NULL recharges cx itself from its CapBudget limit (which
+ * shrinks by amount).  Returns 0, -EINVAL, -EPERM (cx is not t's parent,
+ * or holds no CapBudget), or CBCMN_EBUDGET (cx has less than amount to give,
+ * or its limit is lower; nothing was moved).  A task holding CapBudget also
+ * recharges itself automatically when a cost finds it exhausted, as far as
+ * its limit allows. */
 CBCMN_API int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount);
 
 /* Allocate size bytes (malloc), charged to the task's memory budget.
@@ -251,8 +278,8 @@ CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery 
  * opener or by a task inside n (a descendant).  If handle is not NULL the task can be
  * joined with cbcmn_task_join(), which must then be called exactly once
  * (before or after the nursery is awaited).  Returns 0, -EINVAL, -ENOMEM,
- * CBCMN_ECLOSED (await_all has begun) or CBCMN_ECANCELED (n was cancelled;
- * nothing was spawned). */
+ * CBCMN_ECLOSED (await_all has begun), CBCMN_ECANCELED (n was cancelled;
+ * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn). */
 CBCMN_API int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,
 				  void *arg, cbcmn_task **handle);
 
@@ -261,6 +288,9 @@ typedef struct cbcmn_spawn_opts {
 	/* What the child asks for (components 0: the config's child_budget).
 	 * NULL: the config's child_budget. */
 	const cbcmn_budget *budget;
+	/* What it is granted: intersected with the spawner's own (flags
+	 * and each limit).  NULL: everything the spawner holds. */
+	const cbcmn_caps *caps;
 } cbcmn_spawn_opts;
 
 /* cbcmn_nursery_spawn() with options (opts may be NULL). */

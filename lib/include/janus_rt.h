@@ -17,6 +17,7 @@
 #ifndef JANUS_RT_H
 #define JANUS_RT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -45,6 +46,16 @@ typedef RuntimeConfig SchedulerConfig;
 
 typedef struct Runtime Runtime;
 
+/* SPEC-021 §5.1.1.  cbcmn counts in 64 bits: values read through this ABI
+ * saturate at each field's maximum, which is also how "unlimited" reads. */
+typedef struct Budget {
+	uint32_t ops;
+	size_t memory;
+	uint16_t spawn_count;
+	uint16_t channel_ops;
+	uint16_t syscalls;
+} Budget;
+
 /* Create the global runtime (the one global, SPEC-021 §2.2).  A second call
  * while it exists does nothing.  On failure janus_rt_get() stays NULL. */
 JANUS_API void janus_rt_init(RuntimeConfig config);
@@ -71,6 +82,13 @@ JANUS_API int janus_scheduler_spawn(void *func, void *arg);
 /* Yield the calling task: 0, or -1 if it has been cancelled.  Outside a
  * task it yields the thread's CPU and returns 0. */
 JANUS_API int janus_scheduler_yield(void);
+
+/* The calling task's remaining budget (all zero outside a task). */
+JANUS_API Budget janus_budget_get_current(void);
+/* Recharge the calling task by amount from its CapBudget limit
+ * (SPEC-021 §3.2.3): 0, or -1 outside a task, without CapBudget, or beyond
+ * its limit (then nothing changes). */
+JANUS_API int janus_budget_recharge(Budget amount);
 
 #ifdef __cplusplus
 }
