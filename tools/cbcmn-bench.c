@@ -206,6 +206,70 @@ static void bench_fib(void)
 	cbcmn_runtime_destroy(rt);
 }
 
+/* ---- checkpoint: the loop yield check that does not yield ---------------- */
+
+static int64_t checkpoints(cbcmn_cx *cx, void *arg)
+{
+	long n = (long)(intptr_t)arg;
+	for (long i = 0; i < n; i++)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static void bench_checkpoint(void)
+{
+	/* One task alone on one executor: the yield every 1024 checks comes
+	 * straight back, so this is the check plus its amortised slow path. */
+	cbcmn_runtime *rt = runtime(1, 0);
+	const long n = 200000000;
+	double v[16];
+	for (int r = 0; r < reps; r++) {
+		uint64_t t0 = now_ns();
+		run(rt, checkpoints, (void *)(intptr_t)n);
+		v[r] = (double)(now_ns() - t0) / (double)n;
+	}
+	printf("checkpoint ns_per_check %.3f\n", median(v, reps));
+	cbcmn_runtime_destroy(rt);
+}
+
+/* ---- budget: what budgets cost fib and spawn, on vs off in one run --------- */
+
+static void bench_budget(void)
+{
+	cbcmn_runtime *on = runtime(workers, 0), *off = runtime(workers, CBCMN_CONFIG_NO_BUDGETS);
+	double fib_on[16], fib_off[16], sp_on[16], sp_off[16];
+	for (int r = 0; r < reps; r++) {
+		/* Alternate, so drift on a shared machine hits both alike. */
+		for (int k = 0; k < 2; k++) {
+			cbcmn_runtime *rt = (r + k) % 2 ? off : on;
+			struct fib f = {.n = 30};
+			uint64_t t0 = now_ns();
+			run(rt, fib_task, &f);
+			double ms = (double)(now_ns() - t0) / 1e6;
+			t0 = now_ns();
+			run(rt, spawner, (void *)(intptr_t)1000000);
+			double sp = (double)(now_ns() - t0) / 1e6;
+			if (rt == on) {
+				fib_on[r] = ms;
+				sp_on[r] = sp;
+			} else {
+				fib_off[r] = ms;
+				sp_off[r] = sp;
+			}
+		}
+	}
+	double fon = median(fib_on, reps), foff = median(fib_off, reps);
+	double son = median(sp_on, reps), soff = median(sp_off, reps);
+	printf("budget fib_ms_on %.1f\n", fon);
+	printf("budget fib_ms_off %.1f\n", foff);
+	printf("budget fib_pct %.1f\n", (fon / foff - 1) * 100);
+	printf("budget spawn_ms_on %.1f\n", son);
+	printf("budget spawn_ms_off %.1f\n", soff);
+	printf("budget spawn_pct %.1f\n", (son / soff - 1) * 100);
+	cbcmn_runtime_destroy(on);
+	cbcmn_runtime_destroy(off);
+}
+
 /* ---- parked: RSS per fiber with 1 000 000 parked ------------------------- */
 
 static struct {
@@ -372,6 +436,8 @@ static const struct bench {
 	{"fib", bench_fib, "fork-join fib(30) with a task per call, ms"},
 	{"parked", bench_parked, "RSS per fiber with 1 000 000 parked fibers"},
 	{"steal", bench_steal, "push on one executor -> start on a spinning thief, p50/p99 ns"},
+	{"checkpoint", bench_checkpoint, "CBCMN_CHECKPOINT() that does not yield, ns"},
+	{"budget", bench_budget, "fib(30) and 1M spawns with budgets on vs off, same run, %"},
 };
 
 static void usage(FILE *f)
