@@ -1,0 +1,1241 @@
+/* test_chan: bounded MPMC channels: order, parking, close, try-variants,
+ * cancellation, outside threads, reservations (obligations) and their leaks. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+/* cmocka's assertions longjmp out of the test, which must never happen on an
+ * executor thread: tasks record the first failed check and the test thread
+ * asserts on it once the tasks are done. */
+static _Atomic int task_bad_line;
+#define TASK_CHECK(c)                                                          \
+	do {                                                                    \
+		if (!(c)) {                                                     \
+			int z_ = 0;                                             \
+			atomic_compare_exchange_strong(&task_bad_line, &z_, __LINE__); \
+		}                                                               \
+	} while (0)
+#define ASSERT_TASK_CHECKS()                                                   \
+	do {                                                                    \
+		int l_ = atomic_exchange(&task_bad_line, 0);                    \
+		if (l_)                                                         \
+			fail_msg("check inside a task failed at line %d", l_);  \
+	} while (0)
+
+/* A hang (a waiter nobody wakes) fails the suite instead of stalling it. */
+#define WATCHDOG_S ((T_ASAN || T_TSAN) ? 110u : 25u)
+
+static void watchdog_fire(int sig)
+{
+	static const char m[] = "\n[  HANG    ] test_chan: a test did not finish in time\n";
+	(void)sig;
+	ssize_t rc = write(2, m, sizeof(m) - 1);
+	(void)rc;
+	_exit(1);
+}
+
+static int watchdog_arm(void **state)
+{
+	(void)state;
+	atomic_store(&task_bad_line, 0);
+	signal(SIGALRM, watchdog_fire);
+	alarm(WATCHDOG_S);
+	return 0;
+}
+
+static int watchdog_disarm(void **state)
+{
+	(void)state;
+	alarm(0);
+	return 0;
+}
+
+static cbcmn_runtime *rt_flags(uint32_t workers, uint32_t flags)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.flags = flags;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc != 0)
+		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
+	return rt;
+}
+
+static cbcmn_chan *mkchan(cbcmn_runtime *rt, size_t cap, size_t esize)
+{
+	cbcmn_chan *c = NULL;
+	assert_int_equal(cbcmn_chan_create(rt, cap, esize, &c), 0);
+	assert_non_null(c);
+	return c;
+}
+
+static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t want)
+{
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fn, arg, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, want);
+}
+
+/* Let every other runnable task run until it blocks (one worker). */
+static void settle_others(cbcmn_cx *cx, _Atomic int *entered, int want)
+{
+	while (atomic_load(entered) < want)
+		cbcmn_yield(cx);
+	for (int i = 0; i < 4; i++)
+		cbcmn_yield(cx);
+}
+
+/* ---- FIFO, single producer and consumer ---- */
+
+struct spsc {
+	cbcmn_chan *c;
+	long n;
+};
+
+static int64_t spsc_producer(cbcmn_cx *cx, void *arg)
+{
+	struct spsc *s = arg;
+	for (long i = 0; i < s->n; i++)
+		TASK_CHECK(cbcmn_chan_send(cx, s->c, &i) == 0);
+	TASK_CHECK(cbcmn_chan_close(cx, s->c) == 0);
+	return 0;
+}
+
+static int64_t spsc_consumer(cbcmn_cx *cx, void *arg)
+{
+	struct spsc *s = arg;
+	long v, want = 0;
+	int rc;
+	while ((rc = cbcmn_chan_recv(cx, s->c, &v)) == 0) {
+		TASK_CHECK(v == want);
+		want++;
+	}
+	TASK_CHECK(rc == -EPIPE);
+	TASK_CHECK(want == s->n);
+	return 0;
+}
+
+static int64_t spsc_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, spsc_consumer, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, spsc_producer, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_fifo_spsc(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct spsc s = {mkchan(rt, 4, sizeof(long)), T_SCALE(20000)};
+	run(rt, spsc_main, &s, 0);
+	assert_int_equal(cbcmn_chan_destroy(s.c), 0);
+	t_destroy(rt);
+}
+
+/* ---- blocking parks the fiber: other tasks run meanwhile (1 worker) ---- */
+
+struct park {
+	cbcmn_chan *c;
+	_Atomic int entered;
+	_Atomic int log[8];
+	_Atomic int nlog;
+	_Atomic int received;
+	int received_at_send[5];
+};
+
+static void logev(struct park *p, int ev)
+{
+	atomic_store(&p->log[atomic_fetch_add(&p->nlog, 1)], ev);
+}
+
+enum { EV_RECV_CALLED = 1, EV_SENDER_RAN, EV_RECV_RETURNED };
+
+static int64_t park_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct park *p = arg;
+	int v = 0;
+	logev(p, EV_RECV_CALLED);
+	atomic_store(&p->entered, 1);
+	TASK_CHECK(cbcmn_chan_recv(cx, p->c, &v) == 0);
+	TASK_CHECK(v == 42);
+	logev(p, EV_RECV_RETURNED);
+	return 0;
+}
+
+static int64_t park_sender(cbcmn_cx *cx, void *arg)
+{
+	struct park *p = arg;
+	int v = 42;
+	while (!atomic_load(&p->entered))
+		cbcmn_yield(cx);
+	logev(p, EV_SENDER_RAN);
+	TASK_CHECK(cbcmn_chan_send(cx, p->c, &v) == 0);
+	return 0;
+}
+
+static int64_t park_recv_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, park_sender, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, park_receiver, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* With one worker the sender can only run if the receiver's fiber parked. */
+static void test_recv_parks_when_empty(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct park p = {.c = mkchan(rt, 1, sizeof(int))};
+	run(rt, park_recv_main, &p, 0);
+	assert_int_equal(atomic_load(&p.nlog), 3);
+	assert_int_equal(atomic_load(&p.log[0]), EV_RECV_CALLED);
+	assert_int_equal(atomic_load(&p.log[1]), EV_SENDER_RAN);
+	assert_int_equal(atomic_load(&p.log[2]), EV_RECV_RETURNED);
+	assert_int_equal(cbcmn_chan_destroy(p.c), 0);
+	t_destroy(rt);
+}
+
+static int64_t full_sender(cbcmn_cx *cx, void *arg)
+{
+	struct park *p = arg;
+	atomic_store(&p->entered, 1);
+	for (int i = 0; i < 5; i++) {
+		TASK_CHECK(cbcmn_chan_send(cx, p->c, &i) == 0);
+		p->received_at_send[i] = atomic_load(&p->received);
+	}
+	return 0;
+}
+
+static int64_t full_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct park *p = arg;
+	while (!atomic_load(&p->entered))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 5; i++) {
+		int v = -1;
+		TASK_CHECK(cbcmn_chan_recv(cx, p->c, &v) == 0);
+		TASK_CHECK(v == i);
+		atomic_fetch_add(&p->received, 1);
+	}
+	return 0;
+}
+
+static int64_t park_send_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, full_receiver, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, full_sender, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Capacity 2: the third send parks until the receiver (same worker) took one. */
+static void test_send_parks_when_full(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct park p = {.c = mkchan(rt, 2, sizeof(int))};
+	run(rt, park_send_main, &p, 0);
+	assert_int_equal(p.received_at_send[0], 0);
+	assert_int_equal(p.received_at_send[1], 0);
+	assert_true(p.received_at_send[2] >= 1);
+	assert_int_equal(atomic_load(&p.received), 5);
+	assert_int_equal(cbcmn_chan_destroy(p.c), 0);
+	t_destroy(rt);
+}
+
+/* ---- MPMC stress: every message received exactly once ---- */
+
+#define NPROD 4
+#define NCONS 4
+
+struct mpmc {
+	cbcmn_chan *c;
+	long per;              /* messages per producer */
+	_Atomic uint8_t *seen; /* per message id */
+	_Atomic long received;
+	int idx_p, idx_c;
+	_Atomic int next_p, next_c;
+};
+
+static int64_t mpmc_producer(cbcmn_cx *cx, void *arg)
+{
+	struct mpmc *m = arg;
+	int p = atomic_fetch_add(&m->next_p, 1);
+	for (long i = 0; i < m->per; i++) {
+		long id = p * m->per + i;
+		int rc;
+		switch (p) {
+		case 2: { /* two-phase */
+			cbcmn_chan_permit pm;
+			TASK_CHECK(cbcmn_chan_reserve(cx, m->c, &pm) == 0);
+			TASK_CHECK(cbcmn_chan_commit(cx, &pm, &id) == 0);
+			break;
+		}
+		case 3: /* never blocks */
+			while ((rc = cbcmn_chan_try_send(cx, m->c, &id)) == -EAGAIN)
+				cbcmn_yield(cx);
+			TASK_CHECK(rc == 0);
+			break;
+		default:
+			TASK_CHECK(cbcmn_chan_send(cx, m->c, &id) == 0);
+		}
+	}
+	return 0;
+}
+
+static int64_t mpmc_consumer(cbcmn_cx *cx, void *arg)
+{
+	struct mpmc *m = arg;
+	int me = atomic_fetch_add(&m->next_c, 1);
+	long last[NPROD] = {-1, -1, -1, -1};
+	long id;
+	int rc;
+	for (;;) {
+		if (me == 3) {
+			while ((rc = cbcmn_chan_try_recv(cx, m->c, &id)) == -EAGAIN)
+				cbcmn_yield(cx);
+		} else {
+			rc = cbcmn_chan_recv(cx, m->c, &id);
+		}
+		if (rc != 0)
+			break;
+		TASK_CHECK(id >= 0 && id < NPROD * m->per);
+		if (id < 0 || id >= NPROD * m->per)
+			break;
+		long p = id / m->per, seq = id % m->per;
+		TASK_CHECK(seq > last[p]); /* FIFO per producer, as each consumer sees it */
+		last[p] = seq;
+		atomic_fetch_add(&m->seen[id], 1);
+		atomic_fetch_add(&m->received, 1);
+	}
+	TASK_CHECK(rc == -EPIPE);
+	return 0;
+}
+
+static int64_t mpmc_main(cbcmn_cx *cx, void *arg)
+{
+	struct mpmc *m = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *prod, *cons;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &cons) == 0);
+	for (int i = 0; i < NCONS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, cons, mpmc_consumer, m, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &prod) == 0);
+	for (int i = 0; i < NPROD; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, prod, mpmc_producer, m, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, prod) == 0);
+	TASK_CHECK(cbcmn_chan_close(cx, m->c) == 0);
+	return cbcmn_nursery_await_all(cx, cons);
+}
+
+static void test_mpmc_exactly_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct mpmc m = {.c = mkchan(rt, 16, sizeof(long)), .per = T_SCALE(50000)};
+	long total = NPROD * m.per;
+	m.seen = calloc((size_t)total, sizeof(*m.seen));
+	assert_non_null(m.seen);
+	uint64_t t0 = t_now_ns();
+	run(rt, mpmc_main, &m, 0);
+	uint64_t dt = t_now_ns() - t0;
+	assert_int_equal(atomic_load(&m.received), total);
+	for (long i = 0; i < total; i++)
+		if (atomic_load(&m.seen[i]) != 1)
+			fail_msg("message %ld received %u times", i, (unsigned)atomic_load(&m.seen[i]));
+	printf("[ INFO     ] %ld messages, %d producers x %d consumers, 2 workers: %.0f ns/msg\n",
+	       total, NPROD, NCONS, (double)dt / (double)total);
+	assert_int_equal(cbcmn_chan_destroy(m.c), 0);
+	free(m.seen);
+	t_destroy(rt);
+}
+
+/* Cancellation racing the hand-offs: consumers, then producers, cancelled
+ * mid-stream on three workers.  A send that returned 0 was delivered exactly
+ * once (to a consumer, or is still in the channel); one that returned
+ * CBCMN_ECANCELED never arrives. */
+struct midstream {
+	cbcmn_chan *c;
+	long per;
+	_Atomic uint8_t *sent, *seen;
+	_Atomic long received;
+	_Atomic int next_p;
+	cbcmn_nursery *prod, *cons;
+	int64_t prod_rc, cons_rc;
+};
+
+static int64_t ms_producer(cbcmn_cx *cx, void *arg)
+{
+	struct midstream *m = arg;
+	int p = atomic_fetch_add(&m->next_p, 1) % NPROD;
+	for (long i = 0; i < m->per; i++) {
+		long id = p * m->per + i;
+		int rc;
+		if (p == 2) {
+			cbcmn_chan_permit pm;
+			rc = cbcmn_chan_reserve(cx, m->c, &pm);
+			if (rc == 0)
+				TASK_CHECK(cbcmn_chan_commit(cx, &pm, &id) == 0);
+		} else {
+			rc = cbcmn_chan_send(cx, m->c, &id);
+		}
+		if (rc != 0) {
+			TASK_CHECK(rc == CBCMN_ECANCELED);
+			return rc;
+		}
+		atomic_store(&m->sent[id], 1);
+	}
+	return 0;
+}
+
+static int64_t ms_consumer(cbcmn_cx *cx, void *arg)
+{
+	struct midstream *m = arg;
+	long id;
+	int rc;
+	while ((rc = cbcmn_chan_recv(cx, m->c, &id)) == 0) {
+		TASK_CHECK(id >= 0 && id < NPROD * m->per);
+		if (id < 0 || id >= NPROD * m->per)
+			return -EINVAL;
+		atomic_fetch_add(&m->seen[id], 1);
+		atomic_fetch_add(&m->received, 1);
+	}
+	TASK_CHECK(rc == CBCMN_ECANCELED);
+	return rc;
+}
+
+static int64_t ms_main(cbcmn_cx *cx, void *arg)
+{
+	struct midstream *m = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	long total = NPROD * m->per;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &m->cons) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &m->prod) == 0);
+	for (int i = 0; i < NCONS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, m->cons, ms_consumer, m, NULL) == 0);
+	for (int i = 0; i < NPROD; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, m->prod, ms_producer, m, NULL) == 0);
+	while (atomic_load(&m->received) < total / 3)
+		cbcmn_yield(cx);
+	cbcmn_nursery_cancel(m->cons);
+	m->cons_rc = cbcmn_nursery_await_all(cx, m->cons);
+	for (int i = 0; i < 50; i++)
+		cbcmn_yield(cx);
+	cbcmn_nursery_cancel(m->prod);
+	m->prod_rc = cbcmn_nursery_await_all(cx, m->prod);
+	return 0;
+}
+
+static void test_cancel_midstream_exactly_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(3);
+	int rounds = (T_ASAN || T_TSAN) ? 3 : 20;
+	for (int round = 0; round < rounds; round++) {
+		struct midstream m = {.c = mkchan(rt, 4, sizeof(long)), .per = T_SCALE(20000)};
+		long total = NPROD * m.per;
+		m.sent = calloc((size_t)total, 1);
+		m.seen = calloc((size_t)total, 1);
+		assert_non_null(m.sent);
+		assert_non_null(m.seen);
+		run(rt, ms_main, &m, 0);
+		assert_int_equal(m.cons_rc, CBCMN_ECANCELED);
+		assert_true(m.prod_rc == CBCMN_ECANCELED || m.prod_rc == 0);
+		long id;
+		while (cbcmn_chan_try_recv(NULL, m.c, &id) == 0) {
+			assert_true(id >= 0 && id < total);
+			atomic_fetch_add(&m.seen[id], 1);
+		}
+		long nsent = 0;
+		for (long i = 0; i < total; i++) {
+			nsent += atomic_load(&m.sent[i]);
+			if (atomic_load(&m.seen[i]) != atomic_load(&m.sent[i]))
+				fail_msg("round %d: message %ld sent %u, received %u times", round, i,
+					 (unsigned)atomic_load(&m.sent[i]),
+					 (unsigned)atomic_load(&m.seen[i]));
+		}
+		assert_true(nsent >= total / 3);
+		assert_int_equal(cbcmn_chan_destroy(m.c), 0); /* nobody left on it */
+		free(m.sent);
+		free(m.seen);
+	}
+	t_destroy(rt);
+}
+
+/* ---- ping-pong between two tasks (hand-off to a parked receiver) ---- */
+
+struct pp {
+	cbcmn_chan *ab, *ba;
+	long rounds;
+};
+
+static int64_t pp_ping(cbcmn_cx *cx, void *arg)
+{
+	struct pp *p = arg;
+	for (long i = 0; i < p->rounds; i++) {
+		long v = -1;
+		TASK_CHECK(cbcmn_chan_send(cx, p->ab, &i) == 0);
+		TASK_CHECK(cbcmn_chan_recv(cx, p->ba, &v) == 0);
+		TASK_CHECK(v == i + 1);
+	}
+	return 0;
+}
+
+static int64_t pp_pong(cbcmn_cx *cx, void *arg)
+{
+	struct pp *p = arg;
+	for (long i = 0; i < p->rounds; i++) {
+		long v = -1;
+		TASK_CHECK(cbcmn_chan_recv(cx, p->ab, &v) == 0);
+		TASK_CHECK(v == i);
+		v++;
+		TASK_CHECK(cbcmn_chan_send(cx, p->ba, &v) == 0);
+	}
+	return 0;
+}
+
+static int64_t pp_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, pp_pong, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, pp_ping, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_ping_pong(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_flags(2, CBCMN_CONFIG_NO_INLINE);
+	struct pp p = {mkchan(rt, 1, sizeof(long)), mkchan(rt, 1, sizeof(long)), T_SCALE(20000)};
+	run(rt, pp_main, &p, 0);
+	assert_int_equal(cbcmn_chan_destroy(p.ab), 0);
+	assert_int_equal(cbcmn_chan_destroy(p.ba), 0);
+	t_destroy(rt);
+}
+
+/* ---- close wakes every blocked sender, reserver and receiver ---- */
+
+struct blockers {
+	cbcmn_chan *full, *empty;
+	_Atomic int entered;
+	_Atomic int rc[16];
+	_Atomic int next;
+	cbcmn_nursery *n;
+	int64_t await_rc;
+};
+
+static int64_t blk_send(cbcmn_cx *cx, void *arg)
+{
+	struct blockers *b = arg;
+	int me = atomic_fetch_add(&b->next, 1), v = 1000 + me;
+	atomic_fetch_add(&b->entered, 1);
+	atomic_store(&b->rc[me], cbcmn_chan_send(cx, b->full, &v));
+	return 0;
+}
+
+static int64_t blk_reserve(cbcmn_cx *cx, void *arg)
+{
+	struct blockers *b = arg;
+	int me = atomic_fetch_add(&b->next, 1);
+	cbcmn_chan_permit p;
+	atomic_fetch_add(&b->entered, 1);
+	int rc = cbcmn_chan_reserve(cx, b->full, &p);
+	atomic_store(&b->rc[me], rc);
+	if (rc == 0)
+		cbcmn_chan_abort(cx, &p);
+	return 0;
+}
+
+static int64_t blk_recv(cbcmn_cx *cx, void *arg)
+{
+	struct blockers *b = arg;
+	int me = atomic_fetch_add(&b->next, 1), v = -1;
+	atomic_fetch_add(&b->entered, 1);
+	int rc = cbcmn_chan_recv(cx, b->empty, &v);
+	TASK_CHECK(v == -1); /* nothing written on failure */
+	atomic_store(&b->rc[me], rc);
+	return 0;
+}
+
+#define NBLK 7 /* 3 senders, 1 reserver, 3 receivers */
+
+static void spawn_blockers(cbcmn_cx *cx, struct blockers *b)
+{
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &b->n) == 0);
+	for (int i = 0; i < 3; i++) {
+		TASK_CHECK(cbcmn_nursery_spawn(cx, b->n, blk_send, b, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, b->n, blk_recv, b, NULL) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_spawn(cx, b->n, blk_reserve, b, NULL) == 0);
+}
+
+static int64_t close_main(cbcmn_cx *cx, void *arg)
+{
+	struct blockers *b = arg;
+	spawn_blockers(cx, b);
+	settle_others(cx, &b->entered, NBLK); /* one worker: all are parked now */
+	for (int i = 0; i < NBLK; i++)
+		TASK_CHECK(atomic_load(&b->rc[i]) == 1); /* still blocked */
+	TASK_CHECK(cbcmn_chan_close(cx, b->full) == 0);
+	TASK_CHECK(cbcmn_chan_close(cx, b->empty) == 0);
+	TASK_CHECK(cbcmn_chan_close(cx, b->empty) == 0); /* idempotent */
+	b->await_rc = cbcmn_nursery_await_all(cx, b->n);
+	return 0;
+}
+
+static void init_blockers(struct blockers *b, cbcmn_runtime *rt)
+{
+	memset(b, 0, sizeof(*b));
+	b->full = mkchan(rt, 1, sizeof(int));
+	b->empty = mkchan(rt, 1, sizeof(int));
+	for (int i = 0; i < 16; i++)
+		atomic_store(&b->rc[i], 1);
+	int v = 7;
+	assert_int_equal(cbcmn_chan_try_send(NULL, b->full, &v), 0);
+}
+
+static void test_close_wakes_all(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct blockers b;
+	init_blockers(&b, rt);
+	run(rt, close_main, &b, 0);
+	assert_int_equal(b.await_rc, 0);
+	for (int i = 0; i < NBLK; i++)
+		assert_int_equal(atomic_load(&b.rc[i]), -EPIPE);
+	/* The message buffered before the close is still delivered, then -EPIPE. */
+	int v = 0;
+	assert_int_equal(cbcmn_chan_try_recv(NULL, b.full, &v), 0);
+	assert_int_equal(v, 7);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, b.full, &v), -EPIPE);
+	assert_int_equal(cbcmn_chan_recv(NULL, b.full, &v), -EPIPE);
+	assert_int_equal(cbcmn_chan_destroy(b.full), 0);
+	assert_int_equal(cbcmn_chan_destroy(b.empty), 0);
+	t_destroy(rt);
+}
+
+/* ---- cancellation of blocked operations ---- */
+
+static int64_t cancel_main(cbcmn_cx *cx, void *arg)
+{
+	struct blockers *b = arg;
+	spawn_blockers(cx, b);
+	settle_others(cx, &b->entered, NBLK);
+	for (int i = 0; i < NBLK; i++)
+		TASK_CHECK(atomic_load(&b->rc[i]) == 1); /* still blocked */
+	TASK_CHECK(cbcmn_nursery_cancel(b->n) == 0);
+	b->await_rc = cbcmn_nursery_await_all(cx, b->n);
+	return 0;
+}
+
+/* The channels afterwards: exactly as before the blocked calls. */
+static void check_no_trace(struct blockers *b)
+{
+	int v = 0;
+	assert_int_equal(cbcmn_chan_try_recv(NULL, b->full, &v), 0);
+	assert_int_equal(v, 7);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, b->full, &v), -EAGAIN);
+	cbcmn_chan_permit p;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, b->full, &p), 0);
+	v = 8;
+	assert_int_equal(cbcmn_chan_commit(NULL, &p, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, b->full, &v), 0);
+	assert_int_equal(v, 8);
+	v = 9;
+	assert_int_equal(cbcmn_chan_try_send(NULL, b->empty, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, b->empty, &v), 0);
+	assert_int_equal(v, 9);
+	assert_int_equal(cbcmn_chan_destroy(b->full), 0);
+	assert_int_equal(cbcmn_chan_destroy(b->empty), 0);
+}
+
+static void test_cancel_blocked(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct blockers b;
+	init_blockers(&b, rt);
+	run(rt, cancel_main, &b, 0);
+	assert_int_equal(b.await_rc, CBCMN_ECANCELED);
+	for (int i = 0; i < NBLK; i++)
+		assert_int_equal(atomic_load(&b.rc[i]), CBCMN_ECANCELED);
+	check_no_trace(&b);
+	t_destroy(rt);
+}
+
+/* Several workers, children looping, cancelled from a thread outside. */
+struct loopers {
+	cbcmn_chan *full, *empty;
+	_Atomic int entered, cancelled_seen;
+	cbcmn_nursery *n;
+	_Atomic int opened;
+	_Atomic int go_await;
+	int64_t await_rc;
+};
+
+static int64_t loop_send(cbcmn_cx *cx, void *arg)
+{
+	struct loopers *l = arg;
+	int v = 5, rc;
+	atomic_fetch_add(&l->entered, 1);
+	while ((rc = cbcmn_chan_send(cx, l->full, &v)) == 0)
+		;
+	if (rc == CBCMN_ECANCELED)
+		atomic_fetch_add(&l->cancelled_seen, 1);
+	return rc;
+}
+
+static int64_t loop_recv(cbcmn_cx *cx, void *arg)
+{
+	struct loopers *l = arg;
+	int v, rc;
+	atomic_fetch_add(&l->entered, 1);
+	while ((rc = cbcmn_chan_recv(cx, l->empty, &v)) == 0)
+		;
+	if (rc == CBCMN_ECANCELED)
+		atomic_fetch_add(&l->cancelled_seen, 1);
+	return rc;
+}
+
+static int64_t loop_main(cbcmn_cx *cx, void *arg)
+{
+	struct loopers *l = arg;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &l->n) == 0);
+	for (int i = 0; i < 4; i++) {
+		TASK_CHECK(cbcmn_nursery_spawn(cx, l->n, loop_send, l, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, l->n, loop_recv, l, NULL) == 0);
+	}
+	atomic_store(&l->opened, 1);
+	l->await_rc = cbcmn_nursery_await_all(cx, l->n);
+	return 0;
+}
+
+static void *loop_runner(void *arg)
+{
+	cbcmn_runtime *rt = ((void **)arg)[0];
+	struct loopers *l = ((void **)arg)[1];
+	int64_t r = -1;
+	if (cbcmn_runtime_run(rt, loop_main, l, &r) != 0 || r != 0)
+		l->await_rc = -12345;
+	return NULL;
+}
+
+static void test_cancel_blocked_many_workers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(3);
+	struct loopers l = {.full = mkchan(rt, 1, sizeof(int)), .empty = mkchan(rt, 1, sizeof(int))};
+	int v = 7;
+	assert_int_equal(cbcmn_chan_try_send(NULL, l.full, &v), 0);
+	void *args[2] = {rt, &l};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, loop_runner, args), 0);
+	while (atomic_load(&l.entered) < 8)
+		usleep(100);
+	usleep(2000); /* most are parked by now; the rest see it at entry */
+	assert_int_equal(cbcmn_nursery_cancel(l.n), 0);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(l.await_rc, CBCMN_ECANCELED);
+	assert_int_equal(atomic_load(&l.cancelled_seen), 8);
+	struct blockers b = {.full = l.full, .empty = l.empty};
+	check_no_trace(&b);
+	t_destroy(rt);
+}
+
+/* ---- threads outside the runtime (cx NULL) ---- */
+
+struct outside {
+	cbcmn_chan *in, *out;
+	long n;
+	int recv_rc;
+	long got;
+};
+
+static void *outside_producer(void *arg)
+{
+	struct outside *o = arg;
+	for (long i = 0; i < o->n; i++)
+		if (cbcmn_chan_send(NULL, o->in, &i) != 0)
+			return (void *)1;
+	return NULL;
+}
+
+static void *outside_consumer(void *arg)
+{
+	struct outside *o = arg;
+	long v;
+	int rc;
+	while ((rc = cbcmn_chan_recv(NULL, o->out, &v)) == 0) {
+		if (v != o->got)
+			break;
+		o->got++;
+	}
+	o->recv_rc = rc;
+	return NULL;
+}
+
+/* The task relays what the producer thread sends to the consumer thread. */
+static int64_t relay(cbcmn_cx *cx, void *arg)
+{
+	struct outside *o = arg;
+	long v;
+	int tmp = 0;
+	TASK_CHECK(cbcmn_chan_send(NULL, o->in, &tmp) == -EDEADLK); /* would block the worker */
+	TASK_CHECK(cbcmn_chan_recv(NULL, o->in, &tmp) == -EDEADLK);
+	for (long i = 0; i < o->n; i++) {
+		TASK_CHECK(cbcmn_chan_recv(cx, o->in, &v) == 0);
+		TASK_CHECK(v == i);
+		TASK_CHECK(cbcmn_chan_send(cx, o->out, &v) == 0);
+	}
+	TASK_CHECK(cbcmn_chan_close(cx, o->out) == 0); /* wakes the consumer thread */
+	return 0;
+}
+
+static void test_outside_threads(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct outside o = {mkchan(rt, 2, sizeof(long)), mkchan(rt, 2, sizeof(long)),
+			    T_SCALE(5000), 0, 0};
+	pthread_t p, c;
+	assert_int_equal(pthread_create(&c, NULL, outside_consumer, &o), 0);
+	assert_int_equal(pthread_create(&p, NULL, outside_producer, &o), 0);
+	run(rt, relay, &o, 0);
+	void *prc;
+	pthread_join(p, &prc);
+	pthread_join(c, NULL);
+	assert_null(prc);
+	assert_int_equal(o.got, o.n);
+	assert_int_equal(o.recv_rc, -EPIPE);
+	assert_int_equal(cbcmn_chan_destroy(o.in), 0);
+	assert_int_equal(cbcmn_chan_destroy(o.out), 0);
+	t_destroy(rt);
+}
+
+/* ---- try-variants, close and drain (no task needed) ---- */
+
+static void test_try_variants(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 2, sizeof(int));
+	int v = 0;
+	cbcmn_chan_permit p;
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), -EAGAIN);
+	v = 1;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	v = 2;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	v = 3;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), -EAGAIN);
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), -EAGAIN);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(v, 1);
+	v = 4;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(v, 2);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(v, 4);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), -EAGAIN);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
+static void test_drain_after_close(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 8, sizeof(int));
+	cbcmn_chan_permit p;
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(cbcmn_chan_send(NULL, c, &i), 0);
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, &p), 0);
+	assert_int_equal(cbcmn_chan_close(NULL, c), 0);
+	int v = 99;
+	assert_int_equal(cbcmn_chan_send(NULL, c, &v), -EPIPE);
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), -EPIPE);
+	cbcmn_chan_permit q;
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, &q), -EPIPE);
+	/* A reservation does not survive close: reported, not delivered. */
+	assert_int_equal(cbcmn_chan_commit(NULL, &p, &v), -EPIPE);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(cbcmn_chan_recv(NULL, c, &v), 0);
+		assert_int_equal(v, i);
+	}
+	assert_int_equal(cbcmn_chan_recv(NULL, c, &v), -EPIPE);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), -EPIPE);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
+/* ---- reservations ---- */
+
+static void test_reserve_commit_abort(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 2, sizeof(int));
+	cbcmn_chan_permit a, b, z = {0};
+	int v;
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, &a), 0);
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, &b), 0);
+	/* Reserved slots count against the capacity. */
+	v = 1;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), -EAGAIN);
+	assert_int_equal(cbcmn_chan_destroy(c), -EBUSY); /* reservations outstanding */
+	/* Nothing is visible before commit. */
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), -EAGAIN);
+	v = 42;
+	assert_int_equal(cbcmn_chan_commit(NULL, &b, &v), 0);
+	assert_int_equal(cbcmn_chan_abort(NULL, &a), 0);
+	/* Resolved permits are spent. */
+	assert_int_equal(cbcmn_chan_commit(NULL, &b, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_abort(NULL, &a), -EINVAL);
+	assert_int_equal(cbcmn_chan_abort(NULL, &z), -EINVAL);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(v, 42);
+	/* The aborted slot is free again: two sends fit. */
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	/* A copy of a spent permit is spent too (generation check). */
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, &a), 0);
+	cbcmn_chan_permit copy = a;
+	assert_int_equal(cbcmn_chan_abort(NULL, &a), 0);
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, &b), 0); /* may reuse the record */
+	assert_int_equal(cbcmn_chan_commit(NULL, &copy, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_abort(NULL, &b), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
+/* A reserver parked on a full channel gets the slot a receiver frees; only
+ * the task that reserved may resolve the permit. */
+struct resv {
+	cbcmn_chan *c;
+	_Atomic int entered;
+	int rc_reserve, rc_foreign, rc_commit;
+};
+
+static int64_t resv_task(cbcmn_cx *cx, void *arg)
+{
+	struct resv *r = arg;
+	cbcmn_chan_permit p;
+	int v = 77;
+	atomic_store(&r->entered, 1);
+	r->rc_reserve = cbcmn_chan_reserve(cx, r->c, &p);
+	r->rc_foreign = cbcmn_chan_commit(NULL, &p, &v); /* not the owner */
+	r->rc_commit = cbcmn_chan_commit(cx, &p, &v);
+	return 0;
+}
+
+static int64_t resv_main(cbcmn_cx *cx, void *arg)
+{
+	struct resv *r = arg;
+	cbcmn_nursery *n;
+	int v = 0;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, resv_task, r, NULL) == 0);
+	settle_others(cx, &r->entered, 1);
+	TASK_CHECK(r->rc_reserve == 1); /* parked: the channel is full */
+	TASK_CHECK(cbcmn_chan_recv(cx, r->c, &v) == 0);
+	TASK_CHECK(v == 5);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_chan_recv(cx, r->c, &v) == 0);
+	TASK_CHECK(v == 77);
+	return 0;
+}
+
+static void test_reserve_parks_and_owner_only(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct resv r = {.c = mkchan(rt, 1, sizeof(int)), .rc_reserve = 1};
+	int v = 5;
+	assert_int_equal(cbcmn_chan_try_send(NULL, r.c, &v), 0);
+	run(rt, resv_main, &r, 0);
+	assert_int_equal(r.rc_reserve, 0);
+	assert_int_equal(r.rc_foreign, -EPERM);
+	assert_int_equal(r.rc_commit, 0);
+	assert_int_equal(cbcmn_chan_destroy(r.c), 0);
+	t_destroy(rt);
+}
+
+/* ---- a task that ends holding a reservation: a leak, reported and aborted ---- */
+
+/* Redirect stderr to a temp file for the duration, to check the message. */
+static int stderr_capture(int *saved)
+{
+	char path[] = "/tmp/cbcmn-test-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	fflush(stderr);
+	*saved = dup(STDERR_FILENO);
+	dup2(fd, STDERR_FILENO);
+	return fd;
+}
+
+static void stderr_restore(int fd, int saved, char *buf, size_t len)
+{
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	ssize_t n = pread(fd, buf, len - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	close(fd);
+}
+
+struct leak {
+	cbcmn_chan *c;
+	_Atomic int reserved, sender_entered;
+	uint64_t leaker_id;
+	int send_rc;
+	int64_t await_rc;
+};
+
+static int64_t leaker(cbcmn_cx *cx, void *arg)
+{
+	struct leak *l = arg;
+	cbcmn_chan_permit p;
+	l->leaker_id = cbcmn_cx_task_id(cx);
+	TASK_CHECK(cbcmn_chan_reserve(cx, l->c, &p) == 0);
+	atomic_store(&l->reserved, 1);
+	settle_others(cx, &l->sender_entered, 1); /* the sender is parked */
+	return 0;                                 /* p forgotten */
+}
+
+static int64_t waiting_sender(cbcmn_cx *cx, void *arg)
+{
+	struct leak *l = arg;
+	int v = 77;
+	while (!atomic_load(&l->reserved))
+		cbcmn_yield(cx);
+	atomic_store(&l->sender_entered, 1);
+	l->send_rc = cbcmn_chan_send(cx, l->c, &v); /* full: the leaked slot */
+	return 0;
+}
+
+static int64_t leak_main(cbcmn_cx *cx, void *arg)
+{
+	struct leak *l = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, waiting_sender, l, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, leaker, l, NULL) == 0);
+	l->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void leak_case(uint32_t flags)
+{
+	cbcmn_runtime *rt = rt_flags(1, flags);
+	struct leak l = {.c = mkchan(rt, 1, sizeof(int)), .send_rc = 1};
+	int saved, fd = stderr_capture(&saved);
+	int64_t r = -1;
+	int rrc = cbcmn_runtime_run(rt, leak_main, &l, &r);
+	char msg[4096];
+	stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(rrc, 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	/* The nursery reports the leak, naming the task. */
+	assert_int_equal(l.await_rc, CBCMN_ELEAKED);
+	char want[96];
+	snprintf(want, sizeof(want), "cbcmn: task %llu ended holding an unresolved reservation",
+		 (unsigned long long)l.leaker_id);
+	if (!strstr(msg, want))
+		fail_msg("stderr lacks \"%s\": got \"%s\"", want, msg);
+	/* The slot was aborted: the parked sender got it. */
+	assert_int_equal(l.send_rc, 0);
+	int v = 0;
+	assert_int_equal(cbcmn_chan_try_recv(NULL, l.c, &v), 0);
+	assert_int_equal(v, 77);
+	assert_int_equal(cbcmn_chan_destroy(l.c), 0); /* nothing outstanding */
+	t_destroy(rt);
+}
+
+static void test_leaked_reservation(void **state)
+{
+	(void)state;
+	leak_case(0);
+}
+
+static void test_leaked_reservation_no_inline(void **state)
+{
+	(void)state;
+	leak_case(CBCMN_CONFIG_NO_INLINE);
+}
+
+/* A task that failed on its own keeps its own result. */
+static int64_t leak_and_fail(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan_permit p;
+	TASK_CHECK(cbcmn_chan_reserve(cx, arg, &p) == 0);
+	return -EIO;
+}
+
+static int64_t leak_fail_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, leak_and_fail, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_leak_keeps_own_failure(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 1, sizeof(int));
+	int saved, fd = stderr_capture(&saved);
+	int64_t r = 0;
+	int rrc = cbcmn_runtime_run(rt, leak_fail_main, c, &r);
+	char msg[4096];
+	stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(rrc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, -EIO);
+	assert_non_null(strstr(msg, "obligation leak"));
+	int v = 1;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0); /* slot free again */
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
+/* ---- bad input ---- */
+
+static int64_t wrong_rt(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan *c = arg;
+	int v = 0;
+	cbcmn_chan_permit p;
+	TASK_CHECK(cbcmn_chan_send(cx, c, &v) == CBCMN_EWRONGRT);
+	TASK_CHECK(cbcmn_chan_try_send(cx, c, &v) == CBCMN_EWRONGRT);
+	TASK_CHECK(cbcmn_chan_recv(cx, c, &v) == CBCMN_EWRONGRT);
+	TASK_CHECK(cbcmn_chan_try_recv(cx, c, &v) == CBCMN_EWRONGRT);
+	TASK_CHECK(cbcmn_chan_reserve(cx, c, &p) == CBCMN_EWRONGRT);
+	TASK_CHECK(cbcmn_chan_close(cx, c) == CBCMN_EWRONGRT);
+	return 0;
+}
+
+/* destroy is refused while a task is parked on the channel. */
+struct busy {
+	cbcmn_chan *c;
+	_Atomic int entered;
+	int destroy_rc, recv_rc, v;
+};
+
+static int64_t busy_recv(cbcmn_cx *cx, void *arg)
+{
+	struct busy *b = arg;
+	atomic_store(&b->entered, 1);
+	b->recv_rc = cbcmn_chan_recv(cx, b->c, &b->v);
+	return 0;
+}
+
+static int64_t busy_main(cbcmn_cx *cx, void *arg)
+{
+	struct busy *b = arg;
+	cbcmn_nursery *n;
+	int v = 3;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, busy_recv, b, NULL) == 0);
+	settle_others(cx, &b->entered, 1);
+	b->destroy_rc = cbcmn_chan_destroy(b->c);
+	TASK_CHECK(cbcmn_chan_send(cx, b->c, &v) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1), *rt2 = t_runtime(1);
+	cbcmn_chan *c = NULL;
+	int v = 0;
+	cbcmn_chan_permit p = {0};
+	assert_int_equal(cbcmn_chan_create(NULL, 1, 1, &c), -EINVAL);
+	assert_int_equal(cbcmn_chan_create(rt, 1, 1, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_create(rt, 0, 1, &c), -EINVAL);
+	assert_int_equal(cbcmn_chan_create(rt, 1, 0, &c), -EINVAL);
+	assert_int_equal(cbcmn_chan_create(rt, SIZE_MAX / 2, 4, &c), -EINVAL);
+	assert_null(c);
+	assert_int_equal(cbcmn_chan_destroy(NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_send(NULL, NULL, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_recv(NULL, NULL, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_try_send(NULL, NULL, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, NULL, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_reserve(NULL, NULL, &p), -EINVAL);
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, NULL, &p), -EINVAL);
+	assert_int_equal(cbcmn_chan_close(NULL, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_commit(NULL, NULL, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_commit(NULL, &p, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_abort(NULL, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), -EINVAL);
+
+	c = mkchan(rt, 1, sizeof(int));
+	assert_int_equal(cbcmn_chan_send(NULL, c, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_recv(NULL, c, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, NULL), -EINVAL);
+	assert_int_equal(cbcmn_chan_reserve(NULL, c, &p), 0);
+	assert_int_equal(cbcmn_chan_commit(NULL, &p, NULL), -EINVAL); /* still held */
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
+	run(rt2, wrong_rt, c, 0);
+
+	struct busy b = {.c = c};
+	run(rt, busy_main, &b, 0);
+	assert_int_equal(b.destroy_rc, -EBUSY);
+	assert_int_equal(b.recv_rc, 0);
+	assert_int_equal(b.v, 3);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+	t_destroy(rt2);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, watchdog_arm, watchdog_disarm)
+	const struct CMUnitTest tests[] = {
+		T(test_fifo_spsc),
+		T(test_recv_parks_when_empty),
+		T(test_send_parks_when_full),
+		T(test_mpmc_exactly_once),
+		T(test_cancel_midstream_exactly_once),
+		T(test_ping_pong),
+		T(test_close_wakes_all),
+		T(test_cancel_blocked),
+		T(test_cancel_blocked_many_workers),
+		T(test_outside_threads),
+		T(test_try_variants),
+		T(test_drain_after_close),
+		T(test_reserve_commit_abort),
+		T(test_reserve_parks_and_owner_only),
+		T(test_leaked_reservation),
+		T(test_leaked_reservation_no_inline),
+		T(test_leak_keeps_own_failure),
+		T(test_bad_input),
+	};
+#undef T
+	return cmocka_run_group_tests_name("chan", tests, NULL, NULL);
+}
