@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "iwait.h"
 #include "runtime.h"
@@ -435,11 +436,21 @@ int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result)
 		slot_freed(c, &wl);
 		cbcmn__mutex_unlock(&c->lock);
 		wakes_run(&wl, t->exec);
-		fprintf(stderr,
-			"cbcmn: task %llu ended holding an unresolved reservation on channel "
-			"%p (obligation leak); aborted it.  Commit or abort every permit, see "
-			"docs/CHANNELS.md\n",
-			(unsigned long long)t->id, (void *)c);
+		/* snprintf + write, not fprintf: we are on the ending task's
+		 * stack, maybe a minimal 8 KiB one, and glibc before 2.37
+		 * formats for unbuffered stderr through a BUFSIZ (8 KiB)
+		 * buffer on the stack. */
+		char msg[224];
+		int len = snprintf(msg, sizeof(msg),
+				   "cbcmn: task %llu ended holding an unresolved reservation on "
+				   "channel %p (obligation leak); aborted it.  Commit or abort "
+				   "every permit, see docs/CHANNELS.md\n",
+				   (unsigned long long)t->id, (void *)c);
+		if (len > (int)sizeof(msg) - 1)
+			len = (int)sizeof(msg) - 1;
+		/* A failed write leaves nowhere to report to; the abort stands. */
+		ssize_t wr = len > 0 ? write(STDERR_FILENO, msg, (size_t)len) : 0;
+		(void)wr;
 		if (result >= 0)
 			result = CBCMN_ELEAKED;
 	}

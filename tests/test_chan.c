@@ -55,6 +55,10 @@ static int watchdog_disarm(void **state)
 	return 0;
 }
 
+/* The stress loops: sanitizer runs are short enough to afford a third of
+ * the release size (more interleavings for TSan), not the usual tenth. */
+#define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 3 : (n))
+
 static cbcmn_runtime *rt_flags(uint32_t workers, uint32_t flags)
 {
 	cbcmn_config cfg;
@@ -345,7 +349,7 @@ static void test_mpmc_exactly_once(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	struct mpmc m = {.c = mkchan(rt, 16, sizeof(long)), .per = T_SCALE(50000)};
+	struct mpmc m = {.c = mkchan(rt, 16, sizeof(long)), .per = STRESS(50000)};
 	long total = NPROD * m.per;
 	m.seen = calloc((size_t)total, sizeof(*m.seen));
 	assert_non_null(m.seen);
@@ -443,9 +447,9 @@ static void test_cancel_midstream_exactly_once(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(3);
-	int rounds = (T_ASAN || T_TSAN) ? 3 : 20;
+	int rounds = (T_ASAN || T_TSAN) ? 6 : 20;
 	for (int round = 0; round < rounds; round++) {
-		struct midstream m = {.c = mkchan(rt, 4, sizeof(long)), .per = T_SCALE(20000)};
+		struct midstream m = {.c = mkchan(rt, 4, sizeof(long)), .per = STRESS(20000)};
 		long total = NPROD * m.per;
 		m.sent = calloc((size_t)total, 1);
 		m.seen = calloc((size_t)total, 1);
@@ -1045,9 +1049,15 @@ static int64_t leak_main(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static void leak_case(uint32_t flags)
+static void leak_case(uint32_t flags, size_t stack_size)
 {
-	cbcmn_runtime *rt = rt_flags(1, flags);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = flags;
+	cfg.stack_size = stack_size;
+	cbcmn_runtime *rt = NULL;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
 	struct leak l = {.c = mkchan(rt, 1, sizeof(int)), .send_rc = 1};
 	int saved, fd = stderr_capture(&saved);
 	int64_t r = -1;
@@ -1076,13 +1086,21 @@ static void leak_case(uint32_t flags)
 static void test_leaked_reservation(void **state)
 {
 	(void)state;
-	leak_case(0);
+	leak_case(0, 0);
 }
 
 static void test_leaked_reservation_no_inline(void **state)
 {
 	(void)state;
-	leak_case(CBCMN_CONFIG_NO_INLINE);
+	leak_case(CBCMN_CONFIG_NO_INLINE, 0);
+}
+
+/* The report is written on the ending task's stack: it must fit a minimal
+ * one (fprintf to unbuffered stderr takes 8 KiB of stack in glibc < 2.37). */
+static void test_leak_report_fits_minimal_stack(void **state)
+{
+	(void)state;
+	leak_case(CBCMN_CONFIG_NO_INLINE, CBCMN_STACK_MIN);
 }
 
 /* A task that failed on its own keeps its own result. */
@@ -1233,6 +1251,7 @@ int main(void)
 		T(test_reserve_parks_and_owner_only),
 		T(test_leaked_reservation),
 		T(test_leaked_reservation_no_inline),
+		T(test_leak_report_fits_minimal_stack),
 		T(test_leak_keeps_own_failure),
 		T(test_bad_input),
 	};
