@@ -217,25 +217,6 @@ static __attribute__((noreturn)) void unwind(struct cbcmn_task *t, int64_t resul
 	__builtin_longjmp(t->landing, 1);
 }
 
-/* Every child the opener still waits for is exhausted: wake the opener,
- * which ends them.  Called with the checks of nursery.c's protocol. */
-static void maybe_wake_opener(struct cbcmn_nursery *n, int64_t v, struct cbcmn__exec *e)
-{
-	int64_t count = v >> 1;
-	if (!(v & CBCMN__LIVE_ARMED) || count == 0 ||
-	    count != atomic_load_explicit(&n->nexhausted, memory_order_seq_cst))
-		return;
-	/* Only one disarms, and wakes. */
-	if (atomic_compare_exchange_strong_explicit(&n->live, &v, v & ~(int64_t)CBCMN__LIVE_ARMED,
-						    memory_order_acq_rel, memory_order_relaxed))
-		cbcmn__waiter_wake(&n->await_w, e);
-}
-
-void cbcmn__nursery_check_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e)
-{
-	maybe_wake_opener(n, atomic_load_explicit(&n->live, memory_order_seq_cst), e);
-}
-
 /* Under n->lock: take iw off the exhausted list.  Whoever claims an
  * exhausted wait under the lock (recharge, the opener ending it) takes it
  * off at once, so the count the opener compares stays exact; a wait that
@@ -245,8 +226,10 @@ static bool exhausted_unlink(struct cbcmn_nursery *n, struct cbcmn__iwait *iw)
 	for (struct cbcmn__iwait **pp = &n->exhausted; *pp; pp = &(*pp)->qnext) {
 		if (*pp == iw) {
 			*pp = iw->qnext;
-			/* seq_cst: see the increment in wait_exhausted(). */
-			atomic_fetch_sub_explicit(&n->nexhausted, 1, memory_order_seq_cst);
+			/* One fewer exhausted never settles the opener: no
+			 * wake to check.  Relaxed: the opener's arming CAS
+			 * compares the whole word. */
+			atomic_fetch_sub_explicit(&n->live, CBCMN__LIVE_EXH_ONE, memory_order_relaxed);
 			return true;
 		}
 	}
@@ -285,11 +268,10 @@ static void wait_exhausted(struct cbcmn_task *t)
 	cbcmn__iwait_init(&iw, t);
 	iw.qnext = n->exhausted;
 	n->exhausted = &iw;
-	/* seq_cst: pairs with the load of nexhausted after the decrement of
-	 * live in cbcmn__nursery_child_done(). */
-	atomic_fetch_add_explicit(&n->nexhausted, 1, memory_order_seq_cst);
+	/* Counted under the lock, with the list; wakes the opener if every
+	 * child it waits for is now exhausted. */
+	cbcmn__nursery_live_add(n, CBCMN__LIVE_EXH_ONE, t->exec);
 	cbcmn__mutex_unlock(&n->lock);
-	cbcmn__nursery_check_exhausted(n, t->exec);
 
 	uint32_t how = cbcmn__iwait_block(&iw);
 

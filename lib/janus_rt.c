@@ -39,6 +39,20 @@ static RtNursery **top_slot(struct cbcmn_task *self)
 	return self ? (RtNursery **)&self->abi_slot : &thread_top;
 }
 
+/* A task ended with janus nurseries on its stack (it was ended by a panic
+ * or its budget, or returned without awaiting): the native nurseries are
+ * already awaited (sched.c); free their wrappers. */
+void cbcmn__abi_slot_release(struct cbcmn_task *t)
+{
+	RtNursery *rn = t->abi_slot;
+	while (rn) {
+		RtNursery *below = rn->below;
+		free(rn);
+		rn = below;
+	}
+	t->abi_slot = NULL;
+}
+
 static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
 {
 	cbcmn_config cfg;

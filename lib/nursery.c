@@ -70,7 +70,6 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	atomic_init(&n->first_error, 0);
 	atomic_init(&n->cancelled, 0);
 	atomic_init(&n->closing, 0);
-	atomic_init(&n->nexhausted, 0);
 	atomic_init(&n->live, CBCMN__LIVE_BIAS * CBCMN__LIVE_ONE);
 	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
 	*out = n;
@@ -127,21 +126,28 @@ void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct c
 		    result != CBCMN_ECANCELED)
 			cbcmn__nursery_cancel(n, 2); /* fail fast: stop the siblings */
 	}
-	/* acq_rel: release hands our writes (first_error, the task's effects)
-	 * to the opener, which acquires live; acquire orders our look at the
-	 * ARMED bit.  seq_cst: pairs with the increment of nexhausted in
-	 * budget.c (one of the two sides sees the other). */
-	int64_t old = atomic_fetch_sub_explicit(&n->live, CBCMN__LIVE_ONE, memory_order_seq_cst);
-	if ((old >> 1) == 1) {
-		/* Last child: the opener is waiting (ARMED) and we wake it, or
-		 * it will see zero when it looks.  Either way we are the last
-		 * to touch the nursery, right here. */
-		if (old & CBCMN__LIVE_ARMED)
-			cbcmn__waiter_wake(&n->await_w, e);
-		return;
-	}
-	if (__builtin_expect(atomic_load_explicit(&n->nexhausted, memory_order_seq_cst) != 0, 0))
-		cbcmn__nursery_check_exhausted(n, e);
+	/* Our last touch of n: it may be freed as soon as this returns. */
+	cbcmn__nursery_live_add(n, -CBCMN__LIVE_ONE, e);
+}
+
+/* Add delta to live.  If that leaves the waiting (ARMED) opener nothing to
+ * wait for, disarm it in the same step and wake it: the opener cannot go
+ * on, let alone free n, before that wake, so touching n->await_w is safe;
+ * otherwise n is not touched after the step. */
+void cbcmn__nursery_live_add(struct cbcmn_nursery *n, int64_t delta, struct cbcmn__exec *e)
+{
+	int64_t old = atomic_load_explicit(&n->live, memory_order_relaxed), new;
+	do {
+		new = old + delta;
+		if ((new & CBCMN__LIVE_ARMED) && CBCMN__LIVE_SETTLED(new))
+			new &= ~(int64_t)CBCMN__LIVE_ARMED;
+		/* acq_rel: release hands our writes (first_error, the task's
+		 * effects) to the opener, which acquires live; acquire orders
+		 * our read of await_w after the opener's arming. */
+	} while (!atomic_compare_exchange_weak_explicit(&n->live, &old, new, memory_order_acq_rel,
+							memory_order_relaxed));
+	if ((old & CBCMN__LIVE_ARMED) && !(new & CBCMN__LIVE_ARMED))
+		cbcmn__waiter_wake(&n->await_w, e);
 }
 
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
@@ -162,9 +168,9 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 
 	/* Add our own count, drop the bias: live is now exact. */
 	int64_t adjust = ((int64_t)n->owner_spawns - CBCMN__LIVE_BIAS) * CBCMN__LIVE_ONE;
-	int64_t v = atomic_fetch_add_explicit(&n->live, adjust, memory_order_seq_cst) + adjust;
-	while (v >> 1) {
-		if (atomic_load_explicit(&n->nexhausted, memory_order_seq_cst) == (v >> 1)) {
+	int64_t v = atomic_fetch_add_explicit(&n->live, adjust, memory_order_acq_rel) + adjust;
+	while (CBCMN__LIVE_COUNT(v)) {
+		if (CBCMN__LIVE_SETTLED(v)) {
 			/* Everyone left waits for budget nobody will give: end
 			 * them (CBCMN_EBUDGET) rather than wait forever. */
 			cbcmn__budget_kill_exhausted(n);
@@ -175,17 +181,18 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		atomic_store_explicit(&n->await_w.futex, 0, memory_order_relaxed);
 		if (self)
 			atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+		/* The CAS compares the whole word: a child that ended or
+		 * became exhausted since we looked makes it fail, and we look
+		 * again.  acq_rel: pairs with cbcmn__nursery_live_add(). */
 		if (atomic_compare_exchange_strong_explicit(&n->live, &v, v | CBCMN__LIVE_ARMED,
-							    memory_order_seq_cst,
-							    memory_order_seq_cst)) {
-			/* A child may have become exhausted before we armed. */
-			cbcmn__nursery_check_exhausted(n, self ? self->exec : NULL);
+							    memory_order_acq_rel,
+							    memory_order_acquire)) {
 			cbcmn__waiter_wait(&n->await_w);
 		} else if (self) {
 			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		}
-		/* acquire (seq_cst): pairs with the children's decrements. */
-		v = atomic_load_explicit(&n->live, memory_order_seq_cst) & ~(int64_t)CBCMN__LIVE_ARMED;
+		/* acquire: pairs with the children's steps. */
+		v = atomic_load_explicit(&n->live, memory_order_acquire) & ~(int64_t)CBCMN__LIVE_ARMED;
 	}
 
 	int64_t r = atomic_load_explicit(&n->first_error, memory_order_relaxed);

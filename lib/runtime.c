@@ -83,6 +83,13 @@ static void exec_free(struct cbcmn__exec *e)
 
 static void runtime_free(struct cbcmn_runtime *rt)
 {
+	/* Every executor is joined now.  One that ended a task after another
+	 * had already drained its caches on the way out (task_complete wakes
+	 * the opener before it drops its last reference) pushed the record on
+	 * that one's remote-free list: free those stragglers here. */
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		if (rt->exec && rt->exec[i])
+			cbcmn__task_free_cache(rt->exec[i]);
 	for (uint32_t i = 0; i < rt->nexec; i++)
 		exec_free(rt->exec[i]);
 	free(rt->exec);

@@ -103,11 +103,22 @@ struct cbcmn_task {
 
 /* ---- nurseries -------------------------------------------------------- */
 
-/* live holds (count << 1) | ARMED; count starts far above any number of
- * children; ARMED: the opener waits in await_all (nursery.c). */
-#define CBCMN__LIVE_BIAS (INT64_C(1) << 60)
-#define CBCMN__LIVE_ONE 2
+/* live packs three counts in one word, so that every change sees all of
+ * them in one atomic step and nobody needs to look at the nursery after
+ * its own step (the opener may free it right then, nursery.c):
+ *   bit 0       ARMED: the opener waits in await_all;
+ *   bits 1..23  children waiting for budget (budget.c), at most 2^23 - 1;
+ *   bits 24..   children not yet ended, from a bias far above their number. */
 #define CBCMN__LIVE_ARMED 1
+#define CBCMN__LIVE_EXH_ONE 2
+#define CBCMN__LIVE_SHIFT 24
+#define CBCMN__LIVE_ONE (INT64_C(1) << CBCMN__LIVE_SHIFT)
+#define CBCMN__LIVE_BIAS (INT64_C(1) << 37)
+#define CBCMN__LIVE_COUNT(v) ((v) >> CBCMN__LIVE_SHIFT)
+#define CBCMN__LIVE_EXH(v) (((v) & (CBCMN__LIVE_ONE - 1)) >> 1)
+/* Nothing left for the opener to wait for: no child, or only children
+ * waiting for budget that nobody will give while it waits. */
+#define CBCMN__LIVE_SETTLED(v) (CBCMN__LIVE_COUNT(v) == CBCMN__LIVE_EXH(v))
 
 struct cbcmn_nursery {
 	struct cbcmn_runtime *rt;
@@ -123,7 +134,6 @@ struct cbcmn_nursery {
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
 	_Atomic uint32_t closing;         /* await_all has begun: no new spawns */
-	_Atomic int64_t nexhausted;       /* children waiting for budget */
 };
 
 /* ---- executors -------------------------------------------------------- */
@@ -276,6 +286,7 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 			struct cbcmn_nursery **out);
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n);
 void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why);
+void cbcmn__nursery_live_add(struct cbcmn_nursery *n, int64_t delta, struct cbcmn__exec *e);
 
 /* budget.c */
 void cbcmn__budget_init_root(struct cbcmn_task *t);
@@ -286,8 +297,10 @@ void cbcmn__budget_init_unlimited(struct cbcmn_task *t);
 void cbcmn__budget_leftover(struct cbcmn_task *t);
 void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
-void cbcmn__nursery_check_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e);
 void cbcmn__budget_charge_spawn(struct cbcmn_task *spawner);
+
+/* janus_rt.c */
+void cbcmn__abi_slot_release(struct cbcmn_task *t);
 
 /* signal.c */
 int cbcmn__signal_init(void);

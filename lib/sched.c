@@ -13,12 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "arch.h"
 #include "probes.h"
 #include "runtime.h"
 
 #ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #ifdef __SANITIZE_THREAD__
@@ -65,9 +67,8 @@ static inline void switch_to_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 /* Task t -> its executor's scheduler.  save is where t's context goes (NULL
  * when the fiber is finished and never resumes).  Returns when t is resumed,
  * possibly on another executor: callers re-read t->exec. */
-static inline void switch_to_sched(struct cbcmn__exec *e, struct cbcmn_task *t, void **save)
+static inline void switch_to_sched(struct cbcmn__exec *e, struct cbcmn__stack *s, void **save)
 {
-	struct cbcmn__stack *s = t->stack;
 	void *dead;
 	cbcmn__lock_assert_none_held("switch_to_sched");
 #ifdef __SANITIZE_ADDRESS__
@@ -217,6 +218,29 @@ int64_t cbcmn__task_call(struct cbcmn_task *t)
 	return t->fn((cbcmn_cx *)t, t->arg);
 }
 
+/* A nursery cannot outlive the task that opened it: one the task returned
+ * without awaiting is cancelled and awaited here, and the task fails with
+ * CBCMN_ELEAKED (unless it failed already), with a line naming it. */
+static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
+{
+	int count = 0;
+	while (t->open) {
+		struct cbcmn_nursery *n = t->open;
+		cbcmn__nursery_cancel(n, 1);
+		cbcmn__nursery_await(t, n);
+		count++;
+	}
+	char line[160];
+	int len = snprintf(line, sizeof(line),
+			   "cbcmn: task %llu returned with %d nursery(ies) not awaited; "
+			   "cancelled and awaited them\n",
+			   (unsigned long long)t->id, count);
+	/* write(2), not stdio: it may run on a small fiber stack. */
+	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+		(void)0;
+	return r < 0 ? r : CBCMN_ELEAKED;
+}
+
 /* Run t's function with a landing pad: when it overflows its stack into the
  * guard page, the SIGSEGV handler (signal.c) jumps back here, to a frame
  * above the overflow and therefore intact; so does a task whose nursery gave
@@ -242,7 +266,10 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		}
 		return t->unwind_result;
 	}
-	return cbcmn__task_call(t);
+	int64_t r = cbcmn__task_call(t);
+	if (__builtin_expect(t->open != NULL, 0))
+		r = close_leaked_nurseries(t, r);
+	return r;
 }
 
 /* A task never started because it was cancelled first. */
@@ -294,9 +321,7 @@ void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s)
 	e->current = NULL;
 	e->post = CBCMN__POST_EXIT;
 	e->post_stack = s;
-	/* A stand-in task that only names the stack for the switch. */
-	struct cbcmn_task shell = {.stack = s};
-	switch_to_sched(e, &shell, NULL);
+	switch_to_sched(e, s, NULL);
 	__builtin_unreachable();
 }
 
@@ -328,6 +353,11 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			return;
 		}
 		t->stack = s;
+#ifdef __SANITIZE_ADDRESS__
+		/* The last fiber on this stack never returned from its frames:
+		 * their redzones are still poisoned in ASan's shadow. */
+		__asan_unpoison_memory_region(s->lo, s->size);
+#endif
 		t->sp = cbcmn__ctx_make(cbcmn__stack_top(s), fiber_entry);
 		CBCMN__COUNT(e, tasks_run, 1);
 	}
@@ -376,7 +406,7 @@ void cbcmn__suspend(struct cbcmn_task *t)
 	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_SUSPEND;
 	e->post_task = t;
-	switch_to_sched(e, t, &t->sp);
+	switch_to_sched(e, t->stack, &t->sp);
 }
 
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
@@ -436,7 +466,7 @@ int cbcmn_yield(cbcmn_cx *cx)
 	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_YIELD;
 	e->post_task = t;
-	switch_to_sched(e, t, &t->sp);
+	switch_to_sched(e, t->stack, &t->sp);
 	return cbcmn__task_cancelled(t) ? CBCMN_ECANCELED : 0;
 }
 

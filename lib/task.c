@@ -149,6 +149,8 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	if (__builtin_expect(t->obligations != NULL, 0))
 		result = cbcmn__obligations_settle(t, result);
 	t->result = result;
+	if (__builtin_expect(t->abi_slot != NULL, 0))
+		cbcmn__abi_slot_release(t);
 	cbcmn__budget_leftover(t);
 	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
 	if (e)

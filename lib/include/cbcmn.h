@@ -56,7 +56,8 @@ extern "C" {
 	XX(WRONGRT, -4100, "object belongs to another runtime")                \
 	XX(JOINED, -4101, "task handle was already joined")                    \
 	XX(BUDGET, -4102, "budget exhausted and not recharged")                \
-	XX(SPAWNDENIED, -4103, "spawning needs the CapSpawn capability")
+	XX(SPAWNDENIED, -4103, "spawning needs the CapSpawn capability")        \
+	XX(LEAKED, -4104, "task ended with a nursery open or a reservation unresolved")
 
 enum {
 #define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),

@@ -63,12 +63,6 @@
 extern "C" {
 #endif
 
-/* A task ended holding a reservation it never committed or aborted: the
- * reservation was aborted for it (see above). */
-#ifndef CBCMN_ELEAKED
-#define CBCMN_ELEAKED (-4120)
-#endif
-
 typedef struct cbcmn_chan cbcmn_chan;
 
 /* A reservation.  Caller-allocated (on the stack is fine), filled by
