@@ -358,6 +358,16 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		 * their redzones are still poisoned in ASan's shadow. */
 		__asan_unpoison_memory_region(s->lo, s->size);
 #endif
+#ifdef __SANITIZE_THREAD__
+		/* Likewise TSan's shadow call stack: every fiber that ran here
+		 * left its few frames on it.  A fresh TSan fiber now and then
+		 * (creating one costs a mapping), before the pile overflows
+		 * TSan's stack depot (65 536 frames). */
+		if (s->san_fiber && ++s->san_uses % 1024 == 0) {
+			__tsan_destroy_fiber(s->san_fiber);
+			s->san_fiber = NULL;
+		}
+#endif
 		t->sp = cbcmn__ctx_make(cbcmn__stack_top(s), fiber_entry);
 		CBCMN__COUNT(e, tasks_run, 1);
 	}

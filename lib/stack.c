@@ -164,6 +164,7 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		s->size = p->size;
 		s->guarded = guarded;
 		s->san_fiber = NULL;
+		s->san_uses = 0;
 		s->asan_fake = NULL;
 		s->next = p->free;
 		p->free = s;

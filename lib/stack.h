@@ -30,6 +30,7 @@ struct cbcmn__stack {
 	struct cbcmn__stack *next; /* free lists */
 	bool guarded;
 	void *san_fiber;           /* TSan: the fiber running on this stack */
+	uint32_t san_uses;         /* TSan: fibers it has run since created */
 	void *asan_fake;           /* ASan: its fake stack while switched away */
 };
 
