@@ -24,8 +24,9 @@
 
 #define CBCMN__CANARY_BYTES 64
 
+/* 16-byte aligned and sized, so the usable top below it is aligned too. */
 struct cbcmn__stack {
-	char *lo;                  /* lowest usable byte (canary here if unguarded) */
+	_Alignas(16) char *lo;     /* lowest usable byte (canary here if unguarded) */
 	size_t size;               /* usable bytes, from lo up to this descriptor */
 	struct cbcmn__stack *next; /* free lists */
 	bool guarded;

@@ -424,6 +424,187 @@ static void bench_steal(void)
 	cbcmn_runtime_destroy(rt);
 }
 
+/* ---- chan: ping-pong round trip and MPMC throughput ---------------------- */
+
+struct chan_pp {
+	cbcmn_chan *ab, *ba;
+	long rounds;
+	int spin;                  /* two executors, try-variants + yield */
+	_Atomic uint32_t exec[2];  /* where each side ran last */
+	_Atomic int started;
+};
+
+/* side 0 pings, side 1 pongs; the message is the round number. */
+static int64_t chan_pp_side(cbcmn_cx *cx, void *arg)
+{
+	struct chan_pp *p = ((void **)arg)[0];
+	int side = (int)(intptr_t)((void **)arg)[1];
+	cbcmn_chan *out = side ? p->ba : p->ab, *in = side ? p->ab : p->ba;
+	if (p->spin) {
+		/* Hold this executor, without yielding, until the other side
+		 * runs: it can then only be on another one.  From there on a
+		 * side that yields stays where it is (yield lists are never
+		 * stolen from). */
+		atomic_fetch_add(&p->started, 1);
+		while (atomic_load(&p->started) < 2)
+			cbcmn__cpu_relax();
+	}
+	for (long i = 0; i < p->rounds; i++) {
+		long v = i;
+		int rc;
+		if (side == 0 && (rc = p->spin ? cbcmn_chan_try_send(cx, out, &v)
+					       : cbcmn_chan_send(cx, out, &v)) != 0)
+			return rc;
+		if (p->spin)
+			while ((rc = cbcmn_chan_try_recv(cx, in, &v)) == -EAGAIN)
+				cbcmn_yield(cx);
+		else
+			rc = cbcmn_chan_recv(cx, in, &v);
+		if (rc)
+			return rc;
+		if (side == 1 && (rc = p->spin ? cbcmn_chan_try_send(cx, out, &v)
+					       : cbcmn_chan_send(cx, out, &v)) != 0)
+			return rc;
+	}
+	atomic_store(&p->exec[side], cbcmn_cx_executor(cx));
+	return 0;
+}
+
+static int64_t chan_pp_main(cbcmn_cx *cx, void *arg)
+{
+	void *a0[2] = {arg, (void *)0}, *a1[2] = {arg, (void *)1};
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	cbcmn_nursery_spawn(cx, n, chan_pp_side, a1, NULL);
+	cbcmn_nursery_spawn(cx, n, chan_pp_side, a0, NULL);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* spin: each side is a root started by its own thread (through the inject
+ * queue), so neither waits behind the other in one executor's deque. */
+static cbcmn_runtime *chan_pp_rt;
+
+static void *chan_pp_thread(void *arg)
+{
+	run(chan_pp_rt, chan_pp_side, arg);
+	return NULL;
+}
+
+static void chan_pp_run(cbcmn_runtime *rt, struct chan_pp *p)
+{
+	if (!p->spin) {
+		run(rt, chan_pp_main, p);
+		return;
+	}
+	void *a[2][2] = {{p, (void *)0}, {p, (void *)1}};
+	pthread_t th[2];
+	chan_pp_rt = rt;
+	for (int i = 0; i < 2; i++)
+		if (pthread_create(&th[i], NULL, chan_pp_thread, a[i]))
+			die("pthread_create", -EAGAIN);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+}
+
+#define CHAN_NP 4
+#define CHAN_NC 4
+
+struct chan_mpmc {
+	cbcmn_chan *c;
+	long per;
+};
+
+static int64_t chan_producer(cbcmn_cx *cx, void *arg)
+{
+	struct chan_mpmc *m = arg;
+	for (long i = 0; i < m->per; i++) {
+		int rc = cbcmn_chan_send(cx, m->c, &i);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int64_t chan_consumer(cbcmn_cx *cx, void *arg)
+{
+	struct chan_mpmc *m = arg;
+	long v;
+	int rc;
+	while ((rc = cbcmn_chan_recv(cx, m->c, &v)) == 0)
+		;
+	return rc == -EPIPE ? 0 : rc;
+}
+
+static int64_t chan_mpmc_main(cbcmn_cx *cx, void *arg)
+{
+	struct chan_mpmc *m = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *prod, *cons;
+	int rc;
+	if ((rc = cbcmn_nursery_open(rt, cx, &cons)) || (rc = cbcmn_nursery_open(rt, cx, &prod)))
+		return rc;
+	for (int i = 0; i < CHAN_NC; i++)
+		cbcmn_nursery_spawn(cx, cons, chan_consumer, m, NULL);
+	for (int i = 0; i < CHAN_NP; i++)
+		cbcmn_nursery_spawn(cx, prod, chan_producer, m, NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, prod);
+	cbcmn_chan_close(cx, m->c);
+	int64_t r2 = cbcmn_nursery_await_all(cx, cons);
+	return r ? r : r2;
+}
+
+static void bench_chan(void)
+{
+	double v[16];
+	if (workers < 2) {
+		fprintf(stderr, "cbcmn-bench: chan needs --workers >= 2\n");
+		return;
+	}
+	cbcmn_runtime *rt = runtime(workers, CBCMN_CONFIG_NO_INLINE);
+	/* Round trip over capacity-1 channels both ways.  rtt_ns: blocking
+	 * calls, each side parks every hop and is woken into its waker's
+	 * next-task slot, so the scheduler usually runs the pair on one
+	 * executor.  rtt_ns_two_exec: the two sides on two executors, polling
+	 * with the try-variants (yield while empty): the cross-core cost of
+	 * the channel lock and the message lines, no parking.  Each is
+	 * followed by how many runs really had the sides apart. */
+	static const char *const metric[2] = {"rtt_ns", "rtt_ns_two_exec"};
+	for (int spin = 0; spin < 2; spin++) {
+		uint32_t apart = 0;
+		for (int r = 0; r < reps; r++) {
+			struct chan_pp p = {.rounds = 200000, .spin = spin};
+			int rc;
+			if ((rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ab)) ||
+			    (rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ba)))
+				die("chan_create", rc);
+			uint64_t t0 = now_ns();
+			chan_pp_run(rt, &p);
+			v[r] = (double)(now_ns() - t0) / (double)p.rounds;
+			apart += atomic_load(&p.exec[0]) != atomic_load(&p.exec[1]);
+			cbcmn_chan_destroy(p.ab);
+			cbcmn_chan_destroy(p.ba);
+		}
+		printf("chan %s %.0f\n", metric[spin], median(v, reps));
+		printf("chan %s_runs_on_two_executors %u/%d\n", metric[spin], apart, reps);
+	}
+	/* Throughput: 4 producers x 4 consumers, capacity 64, blocking calls. */
+	for (int r = 0; r < reps; r++) {
+		struct chan_mpmc m = {.per = 250000};
+		int rc = cbcmn_chan_create(rt, 64, sizeof(long), &m.c);
+		if (rc)
+			die("chan_create", rc);
+		uint64_t t0 = now_ns();
+		run(rt, chan_mpmc_main, &m);
+		v[r] = (double)(CHAN_NP * m.per) * 1e9 / (double)(now_ns() - t0);
+		cbcmn_chan_destroy(m.c);
+	}
+	printf("chan msgs_per_s %.0f\n", median(v, reps));
+	cbcmn_runtime_destroy(rt);
+}
+/* benches[]: {"chan", bench_chan, "channel ping-pong round trip ns; 4x4 MPMC msgs/s"}, */
+
 /* ---- main --------------------------------------------------------------- */
 
 static const struct bench {
@@ -438,6 +619,7 @@ static const struct bench {
 	{"steal", bench_steal, "push on one executor -> start on a spinning thief, p50/p99 ns"},
 	{"checkpoint", bench_checkpoint, "CBCMN_CHECKPOINT() that does not yield, ns"},
 	{"budget", bench_budget, "fib(30) and 1M spawns with budgets on vs off, same run, %"},
+	{"chan", bench_chan, "channel ping-pong round trip ns; 4x4 MPMC msgs/s"},
 };
 
 static void usage(FILE *f)

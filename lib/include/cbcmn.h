@@ -371,8 +371,6 @@ CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
 }
 #endif
 
-#if __has_include("cbcmn_chan.h")
 #include "cbcmn_chan.h" /* channels and obligations */
-#endif
 
 #endif /* CBCMN_H */
