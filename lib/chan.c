@@ -500,13 +500,23 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 	return 0;
 }
 
+/* Each send, receive or reservation costs one op and one channel_op
+ * (docs/BUDGETS.md), paid before any channel state changes: a task that has
+ * to wait for budget, or is ended there, leaves no trace in the channel.
+ * Tasks only: a thread outside the runtime has no budget. */
+static inline void charge_op(struct cbcmn_task *self)
+{
+	if (self)
+		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+}
+
 int cbcmn_chan_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	int rc = op_check(self, c, elem, true);
 	if (rc)
 		return rc;
-	/* budget: channel_ops charge goes here */
+	charge_op(self);
 	return chan_send(self, c, elem, true);
 }
 
@@ -516,7 +526,7 @@ int cbcmn_chan_try_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem)
 	int rc = op_check(self, c, elem, false);
 	if (rc)
 		return rc;
-	/* budget: channel_ops charge goes here */
+	charge_op(self);
 	return chan_send(self, c, elem, false);
 }
 
@@ -526,7 +536,7 @@ int cbcmn_chan_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
 	int rc = op_check(self, c, elem, true);
 	if (rc)
 		return rc;
-	/* budget: channel_ops charge goes here */
+	charge_op(self);
 	return chan_recv(self, c, elem, true);
 }
 
@@ -536,7 +546,7 @@ int cbcmn_chan_try_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
 	int rc = op_check(self, c, elem, false);
 	if (rc)
 		return rc;
-	/* budget: channel_ops charge goes here */
+	charge_op(self);
 	return chan_recv(self, c, elem, false);
 }
 
@@ -546,7 +556,7 @@ int cbcmn_chan_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
 	int rc = op_check(self, c, p, true);
 	if (rc)
 		return rc;
-	/* budget: channel_ops charge goes here */
+	charge_op(self);
 	return chan_reserve(self, c, p, true);
 }
 
@@ -556,7 +566,7 @@ int cbcmn_chan_try_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
 	int rc = op_check(self, c, p, false);
 	if (rc)
 		return rc;
-	/* budget: channel_ops charge goes here */
+	charge_op(self);
 	return chan_reserve(self, c, p, false);
 }
 

@@ -387,6 +387,53 @@ static void test_budgets_off(void **state)
 	t_destroy(rt);
 }
 
+/* ---- channel operations ---- */
+
+static _Atomic int chan_done;
+
+static int64_t chatter(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan *c = arg;
+	cbcmn_budget a, b;
+	assert_int_equal(cbcmn_budget_get(cx, &a), 0);
+	long v = 1;
+	assert_int_equal(cbcmn_chan_try_send(cx, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(cx, c, &v), 0);
+	assert_int_equal(cbcmn_budget_get(cx, &b), 0);
+	assert_int_equal(a.channel_ops - b.channel_ops, 2); /* one per operation */
+	for (;;) { /* 3 left: the 4th operation finds the budget spent */
+		assert_int_equal(cbcmn_chan_try_send(cx, c, &v), 0);
+		atomic_fetch_add(&chan_done, 1);
+		assert_int_equal(cbcmn_chan_try_recv(cx, c, &v), 0);
+		atomic_fetch_add(&chan_done, 1);
+	}
+	return 0;
+}
+
+static int64_t chatter_parent(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan *c;
+	assert_int_equal(cbcmn_chan_create(cbcmn_cx_runtime(cx), 4, sizeof(long), &c), 0);
+	int64_t r = run_offender(cx, arg, chatter, c);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	return r;
+}
+
+static void test_channel_ops_are_charged(void **state)
+{
+	(void)state;
+	cbcmn_budget child = {.channel_ops = 5};
+	cbcmn_runtime *rt = rt_with(2, NULL, &child, 0, 0);
+	struct outcome o = {0};
+	atomic_store(&chan_done, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, chatter_parent, &o, &r), 0);
+	assert_int_equal(o.await_rc, CBCMN_EBUDGET);
+	assert_int_equal(o.sibling_rc, 7);
+	assert_int_equal(atomic_load(&chan_done), 3);
+	t_destroy(rt);
+}
+
 /* ---- capabilities ---- */
 
 static int64_t try_spawn(cbcmn_cx *cx, void *arg)
@@ -505,6 +552,7 @@ int main(void)
 		cmocka_unit_test(test_parent_recharges_child),
 		cmocka_unit_test(test_only_the_parent_recharges),
 		cmocka_unit_test(test_budgets_off),
+		cmocka_unit_test(test_channel_ops_are_charged),
 		cmocka_unit_test(test_cap_spawn_is_granted_not_widened),
 		cmocka_unit_test(test_cap_budget_self_recharge_up_to_limit),
 		cmocka_unit_test(test_bad_input),
