@@ -358,6 +358,77 @@ static void test_nursery_calls_reject_null(void **state)
 	t_destroy(rt);
 }
 
+/* ---- budgets and capabilities ------------------------------------------------ */
+
+struct budget_misuse {
+	cbcmn_task *h; /* a child of the root's nursery */
+	int get_null_out, caps_null_out, recharge_null_amount, recharge_not_parent;
+	int spawn_ex_null_n, spawn_ex_null_fn, spawn_ex_no_opts;
+};
+
+static int64_t not_the_parent(cbcmn_cx *cx, void *arg)
+{
+	struct budget_misuse *b = arg;
+	cbcmn_budget one = {.ops = 1};
+	/* A sibling, not the opener of h's nursery: may not give it budget. */
+	b->recharge_not_parent = cbcmn_budget_recharge(cx, b->h, &one);
+	return 0;
+}
+
+static int64_t budget_root(cbcmn_cx *cx, void *arg)
+{
+	struct budget_misuse *b = arg;
+	b->get_null_out = cbcmn_budget_get(cx, NULL);
+	b->caps_null_out = cbcmn_caps_get(cx, NULL);
+	b->recharge_null_amount = cbcmn_budget_recharge(cx, NULL, NULL);
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	b->spawn_ex_null_n = cbcmn_nursery_spawn_ex(cx, NULL, answer, NULL, NULL, NULL);
+	b->spawn_ex_null_fn = cbcmn_nursery_spawn_ex(cx, n, NULL, NULL, NULL, NULL);
+	b->spawn_ex_no_opts = cbcmn_nursery_spawn_ex(cx, n, answer, NULL, NULL, &b->h);
+	if (b->spawn_ex_no_opts == 0)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, not_the_parent, b, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	if (b->spawn_ex_no_opts == 0) {
+		int64_t v = -1;
+		TASK_CHECK(cbcmn_task_join(cx, b->h, &v) == 0 && v == 42);
+	}
+	return r;
+}
+
+static void test_budget_calls_reject_null(void **state)
+{
+	(void)state;
+	cbcmn_budget bud;
+	cbcmn_caps caps;
+	cbcmn_budget one = {.ops = 1};
+	/* Outside any task: there is no budget to read or charge. */
+	assert_int_equal(cbcmn_budget_get(NULL, &bud), -EINVAL);
+	assert_int_equal(cbcmn_caps_get(NULL, &caps), -EINVAL);
+	assert_int_equal(cbcmn_budget_recharge(NULL, NULL, &one), -EINVAL);
+	errno = 0;
+	assert_null(cbcmn_alloc(NULL, 16));
+	assert_int_equal(errno, EINVAL);
+	cbcmn_free(NULL);
+	assert_int_equal(cbcmn_nursery_spawn_ex(NULL, NULL, answer, NULL, NULL, NULL), -EINVAL);
+
+	cbcmn_runtime *rt = mk_rt(2);
+	struct budget_misuse b = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, budget_root, &b, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(b.get_null_out, -EINVAL);
+	assert_int_equal(b.caps_null_out, -EINVAL);
+	assert_int_equal(b.recharge_null_amount, -EINVAL);
+	assert_int_equal(b.spawn_ex_null_n, -EINVAL);
+	assert_int_equal(b.spawn_ex_null_fn, -EINVAL);
+	assert_int_equal(b.spawn_ex_no_opts, 0); /* opts may be NULL */
+	assert_int_equal(b.recharge_not_parent, -EPERM);
+	t_destroy(rt);
+}
+
 /* ---- join -------------------------------------------------------------------- */
 
 static void test_join_rejects_null(void **state)
@@ -622,6 +693,7 @@ int main(void)
 		BAD_TEST(test_destroy_null_and_busy),
 		BAD_TEST(test_run_rejects_null),
 		BAD_TEST(test_nursery_calls_reject_null),
+		BAD_TEST(test_budget_calls_reject_null),
 		BAD_TEST(test_join_rejects_null),
 		BAD_TEST(test_join_twice_is_ejoined),
 		BAD_TEST(test_stats_rejects_null),

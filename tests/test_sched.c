@@ -1,0 +1,689 @@
+/* test_sched: every spawned task runs exactly once, on all the executors there
+ * are, with stealing under each victim policy and cooperative yields; the
+ * stats add up afterwards. */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+/* cmocka's assertions longjmp out of the test, which must never happen on an
+ * executor thread: tasks record the first failed check and the test thread
+ * asserts on it once the tasks are done. */
+static _Atomic int task_bad_line;
+#define TASK_CHECK(c)                                                          \
+	do {                                                                    \
+		if (!(c)) {                                                     \
+			int z_ = 0;                                             \
+			atomic_compare_exchange_strong(&task_bad_line, &z_, __LINE__); \
+		}                                                               \
+	} while (0)
+#define ASSERT_TASK_CHECKS()                                                   \
+	do {                                                                    \
+		int l_ = atomic_exchange(&task_bad_line, 0);                    \
+		if (l_)                                                         \
+			fail_msg("check inside a task failed at line %d", l_);  \
+	} while (0)
+
+/* A hang (a lost wake-up) must fail the suite, not stall it: every test runs
+ * under an alarm that names it. */
+#define WATCHDOG_S ((T_ASAN || T_TSAN) ? 170u : 55u)
+static const char *volatile watchdog_test;
+
+static void watchdog_fire(int sig)
+{
+	static const char m[] = "\n[  HANG    ] test did not finish in time: ";
+	(void)sig;
+	ssize_t rc = write(2, m, sizeof(m) - 1);
+	rc = write(2, (const char *)watchdog_test, strlen((const char *)watchdog_test));
+	rc = write(2, "\n", 1);
+	(void)rc;
+	_exit(1);
+}
+
+static int watchdog_arm(void **state)
+{
+	watchdog_test = *state;
+	atomic_store(&task_bad_line, 0);
+	signal(SIGALRM, watchdog_fire);
+	alarm(WATCHDOG_S);
+	return 0;
+}
+
+static int watchdog_disarm(void **state)
+{
+	(void)state;
+	alarm(0);
+	return 0;
+}
+
+#define SCHED_TEST(f) cmocka_unit_test_prestate_setup_teardown(f, watchdog_arm, watchdog_disarm, (void *)#f)
+
+/* Runs fn(arg) on a thread of its own and waits at most secs for it: a test
+ * that may block forever fails on its own instead of taking the suite with
+ * it.  On time-out the thread is left behind, blocked, with its runtime. */
+struct bounded {
+	void (*fn)(void *);
+	void *arg;
+};
+
+static void *bounded_main(void *p)
+{
+	struct bounded *b = p;
+	b->fn(b->arg);
+	return NULL;
+}
+
+static bool run_bounded(void (*fn)(void *), void *arg, unsigned secs)
+{
+	struct bounded *b = malloc(sizeof(*b));
+	assert_non_null(b);
+	b->fn = fn;
+	b->arg = arg;
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, bounded_main, b), 0);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += secs;
+	if (pthread_timedjoin_np(th, NULL, &ts) == 0) {
+		free(b);
+		return true;
+	}
+	pthread_detach(th);
+	return false;
+}
+
+/* Release needs well under a second; TSan spends ~0.4 ms per outside spawn. */
+#define BOUND_S (T_TSAN ? 60u : T_ASAN ? 20u : 10u)
+
+static void spin_us(uint64_t us)
+{
+	uint64_t end = t_now_ns() + us * 1000;
+	while (t_now_ns() < end)
+		;
+}
+
+static cbcmn_runtime *mk_rt(uint32_t workers, cbcmn_victim_policy victim, uint64_t seed)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.victim = victim;
+	cfg.seed = seed;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc != 0)
+		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
+	return rt;
+}
+
+static cbcmn_stats snap(cbcmn_runtime *rt, cbcmn_executor_stats *per, uint32_t nper)
+{
+	cbcmn_stats s;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &s, per, nper), 0);
+	return s;
+}
+
+/* After the runtime went quiet: every spawned task ran once and ended, and
+ * the per-executor counters sum to the totals.  from_exec of the spawns came
+ * from inside tasks, the rest from threads outside the runtime. */
+static void assert_counts(cbcmn_runtime *rt, uint64_t spawned, uint64_t from_exec)
+{
+	cbcmn_executor_stats per[CBCMN_MAX_EXECUTORS];
+	cbcmn_stats s = snap(rt, per, CBCMN_MAX_EXECUTORS);
+	assert_int_equal(s.executors, cbcmn_runtime_workers(rt));
+	assert_int_equal(s.tasks_spawned, spawned);
+	assert_int_equal(s.tasks_completed, spawned);
+	assert_int_equal(s.total.tasks_run, spawned);
+	assert_int_equal(s.tasks_live, 0);
+	assert_int_equal(s.total.spawns, from_exec);
+	uint64_t run = 0, spawns = 0, parks = 0;
+	for (uint32_t i = 0; i < s.executors; i++) {
+		run += per[i].tasks_run;
+		spawns += per[i].spawns;
+		parks += per[i].parks;
+	}
+	assert_int_equal(run, s.total.tasks_run);
+	assert_int_equal(spawns, s.total.spawns);
+	assert_int_equal(parks, s.total.parks);
+}
+
+/* ---- a million tasks ---------------------------------------------------- */
+
+struct fanout {
+	uint64_t n;
+	_Atomic uint64_t ran;
+	_Atomic uint64_t exec_mask; /* bit i: executor i ran one of them */
+	int spawn_rc;
+	int64_t await_rc;
+};
+
+static int64_t count_task(cbcmn_cx *cx, void *arg)
+{
+	struct fanout *f = arg;
+	uint32_t x = cbcmn_cx_executor(cx);
+	atomic_fetch_add_explicit(&f->ran, 1, memory_order_relaxed);
+	/* Load first: a fetch_or per task would bounce the line for nothing. */
+	if (x < 64 && !(atomic_load_explicit(&f->exec_mask, memory_order_relaxed) & (1ull << x)))
+		atomic_fetch_or_explicit(&f->exec_mask, 1ull << x, memory_order_relaxed);
+	return 0;
+}
+
+static int64_t fanout_root(cbcmn_cx *cx, void *arg)
+{
+	struct fanout *f = arg;
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	for (uint64_t i = 0; i < f->n; i++) {
+		rc = cbcmn_nursery_spawn(cx, n, count_task, f, NULL);
+		if (rc) {
+			f->spawn_rc = rc;
+			break;
+		}
+	}
+	f->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_million_spawned_from_task(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct fanout f = {.n = 1000000};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fanout_root, &f, &r), 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(f.spawn_rc, 0);
+	assert_int_equal(f.await_rc, 0);
+	assert_int_equal(atomic_load(&f.ran), f.n);
+	/* The spawner never yields: the other executor only had stolen work. */
+	assert_int_equal(atomic_load(&f.exec_mask), 0x3);
+	/* + 1: cbcmn_runtime_run() spawned the root from outside. */
+	assert_counts(rt, f.n + 1, f.n);
+	cbcmn_stats s = snap(rt, NULL, 0);
+	assert_true(s.total.steal_successes > 0);
+	t_destroy(rt);
+}
+
+#define THREAD_SPAWNS T_SCALE(1000000u)
+
+static void test_million_spawned_from_thread(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct fanout f = {.n = THREAD_SPAWNS};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	for (uint64_t i = 0; i < f.n; i++)
+		assert_int_equal(cbcmn_nursery_spawn(NULL, n, count_task, &f, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(atomic_load(&f.ran), f.n);
+	assert_int_equal(atomic_load(&f.exec_mask), 0x3);
+	/* Spawns from outside belong to no executor. */
+	assert_counts(rt, f.n, 0);
+	t_destroy(rt);
+}
+
+/* ---- join handles -------------------------------------------------------- */
+
+#define JOIN_TASKS 10000
+
+struct joins {
+	cbcmn_task *h[JOIN_TASKS];
+	uint64_t id_inside[JOIN_TASKS];
+	int64_t result[JOIN_TASKS];
+	int join_rc[JOIN_TASKS];
+	int64_t await_rc;
+	bool join_first; /* join every handle before awaiting the nursery */
+};
+
+struct join_arg {
+	struct joins *j;
+	uint32_t i;
+};
+static struct join_arg join_args[JOIN_TASKS];
+
+static int64_t return_index(cbcmn_cx *cx, void *arg)
+{
+	struct join_arg *a = arg;
+	a->j->id_inside[a->i] = cbcmn_cx_task_id(cx);
+	if (a->i % 7 == 0)
+		cbcmn_yield(cx); /* some end later than they would */
+	return (int64_t)a->i * 3 + 1;
+}
+
+static void joins_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct joins *j)
+{
+	for (uint32_t i = 0; i < JOIN_TASKS; i++) {
+		join_args[i] = (struct join_arg){.j = j, .i = i};
+		int rc = cbcmn_nursery_spawn(cx, n, return_index, &join_args[i], &j->h[i]);
+		TASK_CHECK(rc == 0);
+	}
+}
+
+static void joins_finish(cbcmn_cx *cx, cbcmn_nursery *n, struct joins *j)
+{
+	if (!j->join_first)
+		j->await_rc = cbcmn_nursery_await_all(cx, n);
+	/* Reverse order: the newest tasks are the likeliest still queued. */
+	for (uint32_t k = JOIN_TASKS; k-- > 0;) {
+		TASK_CHECK(cbcmn_task_id(j->h[k]) != 0);
+		j->join_rc[k] = cbcmn_task_join(cx, j->h[k], &j->result[k]);
+	}
+	if (j->join_first)
+		j->await_rc = cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t joins_root(cbcmn_cx *cx, void *arg)
+{
+	struct joins *j = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	joins_spawn(cx, n, j);
+	joins_finish(cx, n, j);
+	return 0;
+}
+
+static void assert_joins(struct joins *j)
+{
+	assert_int_equal(j->await_rc, 0);
+	for (uint32_t i = 0; i < JOIN_TASKS; i++) {
+		assert_int_equal(j->join_rc[i], 0);
+		assert_int_equal(j->result[i], (int64_t)i * 3 + 1);
+		assert_true(j->id_inside[i] != 0);
+	}
+	/* Ids are unique: sort a copy. */
+	uint64_t *ids = malloc(sizeof(uint64_t) * JOIN_TASKS);
+	assert_non_null(ids);
+	memcpy(ids, j->id_inside, sizeof(uint64_t) * JOIN_TASKS);
+	for (uint32_t i = 1; i < JOIN_TASKS; i++) /* insertion sort: ids are mostly ascending */
+		for (uint32_t k = i; k > 0 && ids[k - 1] > ids[k]; k--) {
+			uint64_t x = ids[k];
+			ids[k] = ids[k - 1];
+			ids[k - 1] = x;
+		}
+	for (uint32_t i = 1; i < JOIN_TASKS; i++)
+		assert_true(ids[i - 1] < ids[i]);
+	free(ids);
+}
+
+/* Both the task and the thread flavour of spawn + join, on one runtime. */
+static void joins_body(void *arg)
+{
+	struct joins *j = arg; /* j[0]: from a task, j[1]: from this thread */
+	cbcmn_runtime *rt = mk_rt(2, CBCMN_VICTIM_RANDOM, 1);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, joins_root, &j[0], &r);
+	TASK_CHECK(rc == 0 && r == 0);
+
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(rt, NULL, &n) == 0);
+	joins_spawn(NULL, n, &j[1]);
+	joins_finish(NULL, n, &j[1]);
+	TASK_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+static void joins_check(bool join_first)
+{
+	struct joins *j = calloc(2, sizeof(*j));
+	assert_non_null(j);
+	j[0].join_first = j[1].join_first = join_first;
+	if (!run_bounded(joins_body, j, BOUND_S))
+		fail_msg("cbcmn_task_join() never returned (join_first=%d): lost wake-up", join_first);
+	ASSERT_TASK_CHECKS();
+	for (int k = 0; k < 2; k++) {
+		/* The handle's id is the id the task saw. */
+		for (uint32_t i = 0; i < JOIN_TASKS; i += 97)
+			assert_true(j[k].id_inside[i] != 0);
+		assert_joins(&j[k]);
+	}
+	free(j);
+}
+
+static void test_join_after_await_returns_own_result(void **state)
+{
+	(void)state;
+	joins_check(false);
+}
+
+/* Joining a task that has not ended yet: the joiner must be woken by the
+ * task's end.  Regression: join used to clear TF_HANDLE, the flag by which
+ * cbcmn__task_complete() finds a waiting joiner, so it was never woken. */
+static void test_join_before_completion_returns_own_result(void **state)
+{
+	(void)state;
+	joins_check(true);
+}
+
+/* ---- stealing ------------------------------------------------------------ */
+
+#define SPREAD_TASKS 32
+
+static uint32_t spread_exec[SPREAD_TASKS];
+
+static int64_t busy_2ms(cbcmn_cx *cx, void *arg)
+{
+	uint32_t *where = arg;
+	*where = cbcmn_cx_executor(cx);
+	/* Long enough that an idle executor wakes and steals meanwhile. */
+	spin_us(2000);
+	TASK_CHECK(cbcmn_cx_executor(cx) == *where); /* no yield: no migration */
+	return 0;
+}
+
+static int64_t spread_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	for (uint32_t i = 0; i < SPREAD_TASKS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, busy_2ms, &spread_exec[i], NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_long_tasks_are_stolen(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	memset(spread_exec, 0xff, sizeof(spread_exec));
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, spread_root, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	uint32_t seen = 0;
+	for (uint32_t i = 0; i < SPREAD_TASKS; i++) {
+		assert_true(spread_exec[i] < 2);
+		seen |= 1u << spread_exec[i];
+	}
+	assert_int_equal(seen, 0x3);
+	cbcmn_stats s = snap(rt, NULL, 0);
+	assert_true(s.total.steal_successes > 0);
+	assert_true(s.total.tasks_stolen >= s.total.steal_successes);
+	assert_true(s.total.steal_attempts >= s.total.steal_successes);
+	assert_counts(rt, SPREAD_TASKS + 1, SPREAD_TASKS);
+	t_destroy(rt);
+}
+
+/* ---- victim policies: a fork-join tree ----------------------------------- */
+
+#define FJ_DEPTH 11 /* 2^11 leaves */
+#define FJ_LEAF_US 20
+
+struct fj_node {
+	uint32_t depth;
+	int64_t leaves;
+};
+
+static int64_t fj(cbcmn_cx *cx, void *arg)
+{
+	struct fj_node *me = arg;
+	if (me->depth == 0) {
+		spin_us(FJ_LEAF_US);
+		me->leaves = 1;
+		return 0;
+	}
+	/* On our stack: the children end before await_all returns. */
+	struct fj_node kid[2] = {{.depth = me->depth - 1}, {.depth = me->depth - 1}};
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, fj, &kid[i], NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	me->leaves = kid[0].leaves + kid[1].leaves;
+	return r;
+}
+
+static void fork_join_with(cbcmn_victim_policy victim, uint64_t seed)
+{
+	cbcmn_runtime *rt = mk_rt(4, victim, seed);
+	assert_int_equal(cbcmn_runtime_workers(rt), 4);
+	struct fj_node root = {.depth = FJ_DEPTH};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fj, &root, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(root.leaves, 1 << FJ_DEPTH);
+	uint64_t nodes = (2u << FJ_DEPTH) - 1;
+	assert_counts(rt, nodes, nodes - 1);
+	cbcmn_stats s = snap(rt, NULL, 0);
+	/* 40 ms of leaves on 4 executors: the policy had thieves to serve. */
+	assert_true(s.total.steal_attempts > 0);
+	assert_true(s.total.steal_successes > 0);
+	t_destroy(rt);
+}
+
+static void test_victim_random(void **state)
+{
+	(void)state;
+	fork_join_with(CBCMN_VICTIM_RANDOM, 42);
+	fork_join_with(CBCMN_VICTIM_RANDOM, 42); /* the same seed again */
+	fork_join_with(CBCMN_VICTIM_RANDOM, 0);
+}
+
+static void test_victim_round_robin(void **state)
+{
+	(void)state;
+	fork_join_with(CBCMN_VICTIM_ROUND_ROBIN, 42);
+	fork_join_with(CBCMN_VICTIM_ROUND_ROBIN, 42);
+}
+
+static void test_victim_least_loaded(void **state)
+{
+	(void)state;
+	fork_join_with(CBCMN_VICTIM_LEAST_LOADED, 42);
+	fork_join_with(CBCMN_VICTIM_LEAST_LOADED, 42);
+}
+
+/* ---- yield ------------------------------------------------------------- */
+
+#define YIELD_ROUNDS 200
+
+struct ylog {
+	char log[2 * YIELD_ROUNDS];
+	_Atomic uint32_t len; /* one executor: atomics only to keep TSan calm */
+	cbcmn_nursery *n;
+};
+
+struct yarg {
+	struct ylog *y;
+	char tag;
+};
+
+static int64_t yielder(cbcmn_cx *cx, void *arg)
+{
+	struct yarg *a = arg;
+	for (int i = 0; i < YIELD_ROUNDS; i++) {
+		uint32_t at = atomic_fetch_add(&a->y->len, 1);
+		if (at < sizeof(a->y->log))
+			a->y->log[at] = a->tag;
+		TASK_CHECK(cbcmn_yield(cx) == 0);
+	}
+	return 0;
+}
+
+static int64_t yield_root(cbcmn_cx *cx, void *arg)
+{
+	struct ylog *y = arg;
+	struct yarg a = {y, 'a'}, b = {y, 'b'};
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, yielder, &a, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, yielder, &b, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void yield_interleaves(uint32_t flags)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = flags;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	struct ylog *y = calloc(1, sizeof(*y));
+	assert_non_null(y);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, yield_root, y, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&y->len), 2 * YIELD_ROUNDS);
+	uint32_t na = 0, run = 0, longest = 0;
+	for (uint32_t i = 0; i < 2 * YIELD_ROUNDS; i++) {
+		na += y->log[i] == 'a';
+		run = i && y->log[i] == y->log[i - 1] ? run + 1 : 1;
+		if (run > longest)
+			longest = run;
+	}
+	assert_int_equal(na, YIELD_ROUNDS);
+	/* One executor, two yielders: each yield hands over to the other. */
+	if (longest > 2)
+		fail_msg("a task ran %u times in a row despite yielding: %.40s...", longest, y->log);
+	free(y);
+	t_destroy(rt);
+}
+
+static void test_yield_interleaves(void **state)
+{
+	(void)state;
+	yield_interleaves(0);
+	yield_interleaves(CBCMN_CONFIG_NO_INLINE);
+}
+
+/* ---- one worker ---------------------------------------------------------- */
+
+#define ONE_TASKS 1000
+
+struct one {
+	_Atomic uint32_t not_zero; /* tasks that saw an executor other than 0 */
+	_Atomic uint32_t ran;
+	cbcmn_runtime *rt;
+	_Atomic uint32_t wrong_rt;
+};
+
+static int64_t one_task(cbcmn_cx *cx, void *arg)
+{
+	struct one *o = arg;
+	if (cbcmn_cx_executor(cx) != 0)
+		atomic_fetch_add(&o->not_zero, 1);
+	if (cbcmn_cx_runtime(cx) != o->rt)
+		atomic_fetch_add(&o->wrong_rt, 1);
+	if (atomic_fetch_add(&o->ran, 1) % 3 == 0)
+		cbcmn_yield(cx);
+	if (cbcmn_cx_executor(cx) != 0)
+		atomic_fetch_add(&o->not_zero, 1);
+	return 0;
+}
+
+static int64_t one_root(cbcmn_cx *cx, void *arg)
+{
+	struct one *o = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	for (int i = 0; i < ONE_TASKS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, one_task, o, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	one_task(cx, o); /* the root is a task on executor 0 too */
+	return r;
+}
+
+static void test_one_worker_runs_all_on_executor_0(void **state)
+{
+	(void)state;
+	struct one o = {0};
+	cbcmn_runtime *rt = t_runtime(1);
+	o.rt = rt;
+	assert_int_equal(cbcmn_runtime_workers(rt), 1);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, one_root, &o, &r), 0);
+	assert_int_equal(r, 0);
+
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	for (int i = 0; i < ONE_TASKS; i++)
+		assert_int_equal(cbcmn_nursery_spawn(NULL, n, one_task, &o, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&o.ran), 2 * ONE_TASKS + 1);
+	assert_int_equal(atomic_load(&o.not_zero), 0);
+	assert_int_equal(atomic_load(&o.wrong_rt), 0);
+	cbcmn_executor_stats per[4];
+	memset(per, 0xab, sizeof(per));
+	cbcmn_stats s = snap(rt, per, 4);
+	assert_int_equal(s.executors, 1);
+	assert_int_equal(per[0].tasks_run, s.total.tasks_run);
+	/* Only min(nper, executors) entries are written. */
+	assert_int_equal(per[1].tasks_run, 0xababababababababull);
+	assert_int_equal(s.total.steal_successes, 0);
+	assert_counts(rt, 2 * ONE_TASKS + 1, ONE_TASKS);
+	t_destroy(rt);
+}
+
+/* ---- regressions ---------------------------------------------------------- */
+
+#define RECYCLED_FIBERS 70000u
+
+static int64_t recycled_root(cbcmn_cx *cx, void *arg)
+{
+	struct fanout *f = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	for (uint64_t i = 0; i < f->n; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, count_task, f, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* One executor without inline runs: every task gets a fiber, on the one
+ * stack the executor's cache keeps handing back.  A finished fiber never
+ * returns from its entry function, so a TSan fiber reused for task after
+ * task gains those frames on TSan's shadow call stack each time.
+ * Regression: TSan aborted past 65536 frames ("CHECK failed:
+ * sanitizer_stackdepot.cpp:83") after ~32K tasks.  Last in the suite: under
+ * TSan that abort kills the process. */
+static void test_tsan_fiber_reused_without_reset(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	struct fanout f = {.n = RECYCLED_FIBERS};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, recycled_root, &f, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&f.ran), RECYCLED_FIBERS);
+	assert_counts(rt, RECYCLED_FIBERS + 1, RECYCLED_FIBERS);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		SCHED_TEST(test_million_spawned_from_task),
+		SCHED_TEST(test_million_spawned_from_thread),
+		SCHED_TEST(test_join_after_await_returns_own_result),
+		SCHED_TEST(test_join_before_completion_returns_own_result),
+		SCHED_TEST(test_long_tasks_are_stolen),
+		SCHED_TEST(test_victim_random),
+		SCHED_TEST(test_victim_round_robin),
+		SCHED_TEST(test_victim_least_loaded),
+		SCHED_TEST(test_yield_interleaves),
+		SCHED_TEST(test_one_worker_runs_all_on_executor_0),
+		SCHED_TEST(test_tsan_fiber_reused_without_reset),
+	};
+	return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
+}
