@@ -116,8 +116,17 @@ void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
 		return;
 	struct cbcmn__exec *e = idle_claim(rt);
 	if (!e) {
-		/* Everyone is awake after all; they re-check before parking. */
-		atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst);
+		/* No bit to claim: everyone is awake, or one is between its
+		 * count and its bit and re-checks before it sleeps.  But while
+		 * we held num_searching, other notifiers left the wake-up to
+		 * "the searcher", and there was none: hand the count back as
+		 * the last searcher does, re-checking for work. */
+		if (atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst) == 1) {
+			/* Pairs with the parker's fence, as in notify_one(). */
+			atomic_thread_fence(memory_order_seq_cst);
+			if (cbcmn__any_work(rt))
+				cbcmn__notify_one_sc(rt);
+		}
 		return;
 	}
 	/* The searching count we took is e's now: it wakes as a searcher. */

@@ -339,9 +339,9 @@ CBCMN_API uint64_t cbcmn_task_id(const cbcmn_task *t);
  * across counters.
  */
 typedef struct cbcmn_executor_stats {
-	uint64_t tasks_run;       /* tasks started or resumed */
-	uint64_t local_hits;      /* ...of which came from its own slot/deque/yield list */
-	uint64_t inject_hits;     /* ...from the global inject queue */
+	uint64_t tasks_run;       /* tasks started, inline runs included (not resumes) */
+	uint64_t local_hits;      /* picks (starts and resumes) from its own slot/deque/yield list */
+	uint64_t inject_hits;     /* picks from the global inject queue */
 	uint64_t steal_attempts;  /* victims probed */
 	uint64_t steal_successes; /* probes that took at least one task */
 	uint64_t tasks_stolen;    /* tasks taken from victims */
@@ -358,7 +358,7 @@ typedef struct cbcmn_stats {
 	uint64_t tasks_completed;
 	uint64_t tasks_live;      /* spawned and not yet ended */
 	cbcmn_executor_stats total; /* sum over executors */
-	double local_hit_ratio;   /* local_hits / tasks_run */
+	double local_hit_ratio;   /* local_hits / (local_hits + inject_hits + tasks_stolen) */
 	double steal_success_rate; /* steal_successes / steal_attempts */
 } cbcmn_stats;
 
