@@ -39,7 +39,7 @@ msg = @printf '  %-6s %s\n' $(1) $(2)
 endif
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-CPPFLAGS := -D_GNU_SOURCE -Ilib/include -Ilib -I$(BUILD)/gen
+CPPFLAGS := -D_GNU_SOURCE -Ilib/include -Ilib -Itools -I$(BUILD)/gen
 CFLAGS   := -std=gnu11 -g -fPIC -fvisibility=hidden $(WARN) $(MODE_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS   := -lpthread
 LDFLAGS  := $(MODE_LDFLAGS)

@@ -63,4 +63,152 @@ static inline void t_destroy(cbcmn_runtime *rt)
 		fail_msg("cbcmn_runtime_destroy: %s", cbcmn_strerror(rc));
 }
 
+/* ---- for suites whose tasks run on executor threads ------------------------ */
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+/* cmocka's assertions longjmp out of the test, which must never happen on an
+ * executor thread: tasks record the first failed check and the test thread
+ * asserts on it once the tasks are done. */
+static _Atomic int task_bad_line __attribute__((unused));
+#define TASK_CHECK(c)                                                          \
+	do {                                                                    \
+		if (!(c)) {                                                     \
+			int z_ = 0;                                             \
+			atomic_compare_exchange_strong(&task_bad_line, &z_, __LINE__); \
+		}                                                               \
+	} while (0)
+#define ASSERT_TASK_CHECKS()                                                   \
+	do {                                                                    \
+		int l_ = atomic_exchange(&task_bad_line, 0);                    \
+		if (l_)                                                         \
+			fail_msg("check inside a task failed at line %d", l_);  \
+	} while (0)
+
+/* A hang (a lost wake-up, a waiter nobody wakes) must fail the suite, not
+ * stall it: tests run under an alarm that names them. */
+static const char *volatile t_watchdog_name = "?";
+
+static void t_watchdog_fire(int sig)
+{
+	static const char m[] = "\n[  HANG    ] test did not finish in time: ";
+	(void)sig;
+	ssize_t rc = write(2, m, sizeof(m) - 1);
+	rc = write(2, (const char *)t_watchdog_name, strlen((const char *)t_watchdog_name));
+	rc = write(2, "\n", 1);
+	(void)rc;
+	_exit(1);
+}
+
+static inline void t_watchdog_start(const char *name, unsigned secs)
+{
+	t_watchdog_name = name;
+	atomic_store(&task_bad_line, 0);
+	signal(SIGALRM, t_watchdog_fire);
+	alarm(secs);
+}
+
+static inline void t_watchdog_stop(void)
+{
+	alarm(0);
+}
+
+/* Runs fn(arg) on a thread of its own and waits at most secs for it: a test
+ * that may block forever fails on its own instead of taking the suite with
+ * it.  On time-out the thread is left behind, blocked, with its runtime. */
+struct t_bounded {
+	void (*fn)(void *);
+	void *arg;
+};
+
+static inline void *t_bounded_main(void *p)
+{
+	struct t_bounded *b = p;
+	b->fn(b->arg);
+	return NULL;
+}
+
+static inline bool run_bounded(void (*fn)(void *), void *arg, unsigned secs)
+{
+	struct t_bounded *b = malloc(sizeof(*b));
+	assert_non_null(b);
+	b->fn = fn;
+	b->arg = arg;
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, t_bounded_main, b), 0);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += secs;
+	if (pthread_timedjoin_np(th, NULL, &ts) == 0) {
+		free(b);
+		return true;
+	}
+	pthread_detach(th);
+	return false;
+}
+
+
+/* The usual watchdog for a test whose cmocka state is its name. */
+#define T_WATCHDOG_S ((T_ASAN || T_TSAN) ? 170u : 55u)
+
+static inline int t_watchdog_setup(void **state)
+{
+	t_watchdog_start(*state, T_WATCHDOG_S);
+	return 0;
+}
+
+static inline int t_watchdog_teardown(void **state)
+{
+	(void)state;
+	t_watchdog_stop();
+	return 0;
+}
+
+#define T_WATCHED_TEST(f)                                                      \
+	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup, t_watchdog_teardown, \
+						 (void *)#f)
+
+/* A runtime with workers executors and cfg.flags = flags. */
+static inline cbcmn_runtime *t_runtime_flags(uint32_t workers, uint32_t flags)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.flags = flags;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc != 0)
+		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
+	return rt;
+}
+
+/* Redirect stderr to an unlinked temp file, to check what the library
+ * says there; t_stderr_restore() puts it back and reads the text. */
+static inline int t_stderr_capture(int *saved)
+{
+	char path[] = "/tmp/cbcmn-test-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	fflush(stderr);
+	*saved = dup(STDERR_FILENO);
+	dup2(fd, STDERR_FILENO);
+	return fd;
+}
+
+static inline void t_stderr_restore(int fd, int saved, char *buf, size_t len)
+{
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	ssize_t n = pread(fd, buf, len - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	close(fd);
+}
+
 #endif

@@ -9,49 +9,21 @@
 #include <string.h>
 #include <unistd.h>
 
-/* cmocka's assertions longjmp out of the test, which must never happen on an
- * executor thread: tasks record the first failed check and the test thread
- * asserts on it once the tasks are done. */
-static _Atomic int task_bad_line;
-#define TASK_CHECK(c)                                                          \
-	do {                                                                    \
-		if (!(c)) {                                                     \
-			int z_ = 0;                                             \
-			atomic_compare_exchange_strong(&task_bad_line, &z_, __LINE__); \
-		}                                                               \
-	} while (0)
-#define ASSERT_TASK_CHECKS()                                                   \
-	do {                                                                    \
-		int l_ = atomic_exchange(&task_bad_line, 0);                    \
-		if (l_)                                                         \
-			fail_msg("check inside a task failed at line %d", l_);  \
-	} while (0)
 
 /* A hang (a waiter nobody wakes) fails the suite instead of stalling it. */
 #define WATCHDOG_S ((T_ASAN || T_TSAN) ? 110u : 25u)
 
-static void watchdog_fire(int sig)
-{
-	static const char m[] = "\n[  HANG    ] test_chan: a test did not finish in time\n";
-	(void)sig;
-	ssize_t rc = write(2, m, sizeof(m) - 1);
-	(void)rc;
-	_exit(1);
-}
-
 static int watchdog_arm(void **state)
 {
 	(void)state;
-	atomic_store(&task_bad_line, 0);
-	signal(SIGALRM, watchdog_fire);
-	alarm(WATCHDOG_S);
+	t_watchdog_start("test_chan", WATCHDOG_S);
 	return 0;
 }
 
 static int watchdog_disarm(void **state)
 {
 	(void)state;
-	alarm(0);
+	t_watchdog_stop();
 	return 0;
 }
 
@@ -985,29 +957,6 @@ static void test_reserve_parks_and_owner_only(void **state)
 
 /* ---- a task that ends holding a reservation: a leak, reported and aborted ---- */
 
-/* Redirect stderr to a temp file for the duration, to check the message. */
-static int stderr_capture(int *saved)
-{
-	char path[] = "/tmp/cbcmn-test-XXXXXX";
-	int fd = mkstemp(path);
-	assert_true(fd >= 0);
-	unlink(path);
-	fflush(stderr);
-	*saved = dup(STDERR_FILENO);
-	dup2(fd, STDERR_FILENO);
-	return fd;
-}
-
-static void stderr_restore(int fd, int saved, char *buf, size_t len)
-{
-	fflush(stderr);
-	dup2(saved, STDERR_FILENO);
-	close(saved);
-	ssize_t n = pread(fd, buf, len - 1, 0);
-	buf[n > 0 ? n : 0] = 0;
-	close(fd);
-}
-
 struct leak {
 	cbcmn_chan *c;
 	_Atomic int reserved, sender_entered;
@@ -1059,11 +1008,11 @@ static void leak_case(uint32_t flags, size_t stack_size)
 	cbcmn_runtime *rt = NULL;
 	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
 	struct leak l = {.c = mkchan(rt, 1, sizeof(int)), .send_rc = 1};
-	int saved, fd = stderr_capture(&saved);
+	int saved, fd = t_stderr_capture(&saved);
 	int64_t r = -1;
 	int rrc = cbcmn_runtime_run(rt, leak_main, &l, &r);
 	char msg[4096];
-	stderr_restore(fd, saved, msg, sizeof(msg));
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
 	assert_int_equal(rrc, 0);
 	assert_int_equal(r, 0);
 	ASSERT_TASK_CHECKS();
@@ -1124,11 +1073,11 @@ static void test_leak_keeps_own_failure(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	cbcmn_chan *c = mkchan(rt, 1, sizeof(int));
-	int saved, fd = stderr_capture(&saved);
+	int saved, fd = t_stderr_capture(&saved);
 	int64_t r = 0;
 	int rrc = cbcmn_runtime_run(rt, leak_fail_main, c, &r);
 	char msg[4096];
-	stderr_restore(fd, saved, msg, sizeof(msg));
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
 	assert_int_equal(rrc, 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(r, -EIO);

@@ -116,29 +116,6 @@ static int64_t parent(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-/* Redirect stderr to a temp file for the duration, to check the message. */
-static int stderr_capture(int *saved)
-{
-	char path[] = "/tmp/cbcmn-test-XXXXXX";
-	int fd = mkstemp(path);
-	assert_true(fd >= 0);
-	unlink(path);
-	fflush(stderr);
-	*saved = dup(STDERR_FILENO);
-	dup2(fd, STDERR_FILENO);
-	return fd;
-}
-
-static void stderr_restore(int fd, int saved, char *buf, size_t len)
-{
-	fflush(stderr);
-	dup2(saved, STDERR_FILENO);
-	close(saved);
-	ssize_t n = pread(fd, buf, len - 1, 0);
-	buf[n > 0 ? n : 0] = 0;
-	close(fd);
-}
-
 static void overflow_case(uint32_t flags)
 {
 	cbcmn_config cfg;
@@ -148,13 +125,13 @@ static void overflow_case(uint32_t flags)
 	cbcmn_runtime *rt;
 	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
 
-	int saved, fd = stderr_capture(&saved);
+	int saved, fd = t_stderr_capture(&saved);
 	struct ovf o = {0};
 	int64_t r = -1;
 	sibling_done = 0;
 	assert_int_equal(cbcmn_runtime_run(rt, parent, &o, &r), 0);
 	char msg[4096];
-	stderr_restore(fd, saved, msg, sizeof(msg));
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
 
 	/* The nursery saw the panic, the parent task itself was fine. */
 	assert_int_equal(o.await_rc, CBCMN_EPANIC);
@@ -208,11 +185,11 @@ static void test_overflow_inline_chain(void **state)
 	if (T_TSAN)
 		T_SKIP("TSan cannot follow a jump out of a signal handler");
 	cbcmn_runtime *rt = t_runtime(1);
-	int saved, fd = stderr_capture(&saved);
+	int saved, fd = t_stderr_capture(&saved);
 	int64_t r = 0;
 	assert_int_equal(cbcmn_runtime_run(rt, deep_parent, (void *)(intptr_t)3, &r), 0);
 	char msg[4096];
-	stderr_restore(fd, saved, msg, sizeof(msg));
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
 	assert_int_equal(r, CBCMN_EPANIC);
 	cbcmn_stats st;
 	cbcmn_stats_snapshot(rt, &st, NULL, 0);

@@ -10,23 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* cmocka's assertions longjmp out of the test, which must never happen on an
- * executor thread: tasks record the first failed check and the test thread
- * asserts on it once the tasks are done. */
-static _Atomic int task_bad_line;
-#define TASK_CHECK(c)                                                          \
-	do {                                                                    \
-		if (!(c)) {                                                     \
-			int z_ = 0;                                             \
-			atomic_compare_exchange_strong(&task_bad_line, &z_, __LINE__); \
-		}                                                               \
-	} while (0)
-#define ASSERT_TASK_CHECKS()                                                   \
-	do {                                                                    \
-		int l_ = atomic_exchange(&task_bad_line, 0);                    \
-		if (l_)                                                         \
-			fail_msg("check inside a task failed at line %d", l_);  \
-	} while (0)
 
 /* Each test runs with inline execution on and off (CBCMN_CONFIG_NO_INLINE),
  * under an alarm that names it: a hang fails the suite, it does not stall. */
@@ -36,32 +19,16 @@ struct tcase {
 };
 
 #define WATCHDOG_S ((T_ASAN || T_TSAN) ? 170u : 55u)
-static const char *volatile watchdog_test;
-
-static void watchdog_fire(int sig)
-{
-	static const char m[] = "\n[  HANG    ] test did not finish in time: ";
-	(void)sig;
-	ssize_t rc = write(2, m, sizeof(m) - 1);
-	rc = write(2, (const char *)watchdog_test, strlen((const char *)watchdog_test));
-	rc = write(2, "\n", 1);
-	(void)rc;
-	_exit(1);
-}
-
 static int watchdog_arm(void **state)
 {
-	watchdog_test = ((struct tcase *)*state)->name;
-	atomic_store(&task_bad_line, 0);
-	signal(SIGALRM, watchdog_fire);
-	alarm(WATCHDOG_S);
+	t_watchdog_start(((struct tcase *)*state)->name, WATCHDOG_S);
 	return 0;
 }
 
 static int watchdog_disarm(void **state)
 {
 	(void)state;
-	alarm(0);
+	t_watchdog_stop();
 	return 0;
 }
 
@@ -84,18 +51,7 @@ static uint32_t flags_of(void **state)
  * something another task does has been forgotten. */
 #define STALL_NS (((T_ASAN || T_TSAN) ? 5000 : 2000) * MS)
 
-static cbcmn_runtime *mk_rt(uint32_t workers, uint32_t flags)
-{
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = workers;
-	cfg.flags = flags;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc != 0)
-		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
-	return rt;
-}
+#define mk_rt t_runtime_flags
 
 /* Every test ends here: nothing left alive, and with inline execution off
  * nothing ever ran inline. */

@@ -9,91 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* cmocka's assertions longjmp out of the test, which must never happen on an
- * executor thread: tasks record the first failed check and the test thread
- * asserts on it once the tasks are done. */
-static _Atomic int task_bad_line;
-#define TASK_CHECK(c)                                                          \
-	do {                                                                    \
-		if (!(c)) {                                                     \
-			int z_ = 0;                                             \
-			atomic_compare_exchange_strong(&task_bad_line, &z_, __LINE__); \
-		}                                                               \
-	} while (0)
-#define ASSERT_TASK_CHECKS()                                                   \
-	do {                                                                    \
-		int l_ = atomic_exchange(&task_bad_line, 0);                    \
-		if (l_)                                                         \
-			fail_msg("check inside a task failed at line %d", l_);  \
-	} while (0)
 
-/* A hang (a lost wake-up) must fail the suite, not stall it: every test runs
- * under an alarm that names it. */
-#define WATCHDOG_S ((T_ASAN || T_TSAN) ? 170u : 55u)
-static const char *volatile watchdog_test;
-
-static void watchdog_fire(int sig)
-{
-	static const char m[] = "\n[  HANG    ] test did not finish in time: ";
-	(void)sig;
-	ssize_t rc = write(2, m, sizeof(m) - 1);
-	rc = write(2, (const char *)watchdog_test, strlen((const char *)watchdog_test));
-	rc = write(2, "\n", 1);
-	(void)rc;
-	_exit(1);
-}
-
-static int watchdog_arm(void **state)
-{
-	watchdog_test = *state;
-	atomic_store(&task_bad_line, 0);
-	signal(SIGALRM, watchdog_fire);
-	alarm(WATCHDOG_S);
-	return 0;
-}
-
-static int watchdog_disarm(void **state)
-{
-	(void)state;
-	alarm(0);
-	return 0;
-}
-
-#define WAKE_TEST(f) cmocka_unit_test_prestate_setup_teardown(f, watchdog_arm, watchdog_disarm, (void *)#f)
-
-/* Runs fn(arg) on a thread of its own and waits at most secs for it: a test
- * that may block forever fails on its own instead of taking the suite with
- * it.  On time-out the thread is left behind, blocked, with its runtime. */
-struct bounded {
-	void (*fn)(void *);
-	void *arg;
-};
-
-static void *bounded_main(void *p)
-{
-	struct bounded *b = p;
-	b->fn(b->arg);
-	return NULL;
-}
-
-static bool run_bounded(void (*fn)(void *), void *arg, unsigned secs)
-{
-	struct bounded *b = malloc(sizeof(*b));
-	assert_non_null(b);
-	b->fn = fn;
-	b->arg = arg;
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, bounded_main, b), 0);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += secs;
-	if (pthread_timedjoin_np(th, NULL, &ts) == 0) {
-		free(b);
-		return true;
-	}
-	pthread_detach(th);
-	return false;
-}
+#define WAKE_TEST(f) T_WATCHED_TEST(f)
 
 #define MS 1000000ull
 #define SLOW (T_ASAN || T_TSAN)
@@ -123,18 +40,7 @@ static uint64_t rnd(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static cbcmn_runtime *mk_rt(uint32_t workers, uint32_t flags)
-{
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = workers;
-	cfg.flags = flags;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc != 0)
-		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
-	return rt;
-}
+#define mk_rt t_runtime_flags
 
 /* ---- (a) an idle runtime wakes exactly one executor per spawn ----------- */
 

@@ -16,6 +16,7 @@
 
 #include "arch.h"
 #include "cbcmn.h"
+#include "common/fib.h"
 
 static uint32_t workers = 2;
 static int reps = 7;
@@ -165,30 +166,6 @@ static void bench_spawn(void)
 }
 
 /* ---- fib: fork-join fib(30), a task per call ------------------------------ */
-
-struct fib {
-	int n;
-	int64_t out;
-};
-
-static int64_t fib_task(cbcmn_cx *cx, void *arg)
-{
-	struct fib *f = arg;
-	if (f->n < 2) {
-		f->out = f->n;
-		return 0;
-	}
-	struct fib a = {.n = f->n - 1}, b = {.n = f->n - 2};
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	if ((rc = cbcmn_nursery_spawn(cx, n, fib_task, &a, NULL)) == 0)
-		rc = cbcmn_nursery_spawn(cx, n, fib_task, &b, NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	f->out = a.out + b.out;
-	return rc ? rc : r;
-}
 
 static void bench_fib(void)
 {

@@ -8,38 +8,7 @@
 #include <time.h>
 
 #include "cbcmn.h"
-
-struct fib {
-	int n;
-	int64_t out;
-};
-
-static int64_t fib_task(cbcmn_cx *cx, void *arg)
-{
-	struct fib *f = arg;
-	if (f->n < 2) {
-		f->out = f->n;
-		return 0;
-	}
-	struct fib a = {.n = f->n - 1}, b = {.n = f->n - 2};
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	if ((rc = cbcmn_nursery_spawn(cx, n, fib_task, &a, NULL)) ||
-	    (rc = cbcmn_nursery_spawn(cx, n, fib_task, &b, NULL))) {
-		cbcmn_nursery_cancel(n);
-		cbcmn_nursery_await_all(cx, n);
-		return rc;
-	}
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	if (r < 0)
-		return r;
-	f->out = a.out + b.out;
-	return 0;
-}
-
-static int64_t fib_seq(int n) { return n < 2 ? n : fib_seq(n - 1) + fib_seq(n - 2); }
+#include "common/fib.h"
 
 static void usage(FILE *f)
 {
