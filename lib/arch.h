@@ -3,12 +3,24 @@
 #define CBCMN_ARCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__x86_64__)
 /* asm/x86_64/jump_x86_64_sysv_elf_gas.S */
 #define CBCMN__ARCH_NAME "x86_64"
 /* A spin-wait hint: lets the sibling hyperthread run and saves power. */
 static inline void cbcmn__cpu_relax(void) { __asm__ __volatile__("pause" ::: "memory"); }
+
+/* The calling thread's FP control state as cbcmn__ctx_jump_fp wants it:
+ * MXCSR | x87 control word << 32. */
+static inline uint64_t cbcmn__fpcw_read(void)
+{
+	uint32_t mxcsr;
+	uint16_t cw;
+	__asm__ __volatile__("stmxcsr %0" : "=m"(mxcsr));
+	__asm__ __volatile__("fnstcw %0" : "=m"(cw));
+	return mxcsr | (uint64_t)cw << 32;
+}
 #else
 #error "cbcmn: no context switch for this architecture (add asm/<arch>/ and a branch here)"
 #endif
@@ -16,6 +28,8 @@ static inline void cbcmn__cpu_relax(void) { __asm__ __volatile__("pause" ::: "me
 /* Switch contexts: save ours in *save_sp, resume to_sp, hand it xfer.
  * Returns the xfer of whoever later resumes us. */
 void *cbcmn__ctx_jump(void **save_sp, void *to_sp, void *xfer);
+/* The same, for a caller whose FP control state is fpcw (see the .S). */
+void *cbcmn__ctx_jump_fp(void **save_sp, void *to_sp, void *xfer, uint64_t fpcw);
 /* A context on a fresh stack that calls entry(xfer) when first jumped to. */
 void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
 

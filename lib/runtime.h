@@ -187,6 +187,7 @@ struct cbcmn__exec {
 	bool searching;
 	struct cbcmn_task *current;
 	void *sched_sp;                   /* the scheduler loop's context */
+	uint64_t sched_fpcw;              /* its FP control state, fixed (arch.h) */
 	enum cbcmn__post post;
 	struct cbcmn_task *post_task;
 	struct cbcmn__stack *post_stack;
