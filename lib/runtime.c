@@ -129,6 +129,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	memset(rt, 0, sizeof(*rt));
 	rt->cfg = c;
 	rt->page = page;
+	rt->child_budget_limited = (c.child_budget.ops & c.child_budget.memory &
+				    c.child_budget.spawn_count & c.child_budget.channel_ops &
+				    c.child_budget.syscalls) != CBCMN_UNLIMITED;
 	cbcmn__mutex_init(&rt->inject_lock, "inject", CBCMN__LOCK_INJECT);
 	rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);
 	if (rc) {

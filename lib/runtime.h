@@ -215,6 +215,7 @@ struct cbcmn__exec {
 
 struct cbcmn_runtime {
 	cbcmn_config cfg;                 /* immutable after create */
+	bool child_budget_limited;        /* cfg.child_budget has a finite part */
 	uint32_t nexec;
 	struct cbcmn__exec **exec;
 	struct cbcmn__stack_pool stacks;
@@ -296,9 +297,29 @@ void cbcmn__caps_grant(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 void cbcmn__budget_defaults(cbcmn_budget *out, const cbcmn_budget *in);
 void cbcmn__budget_init_unlimited(struct cbcmn_task *t);
 void cbcmn__budget_leftover(struct cbcmn_task *t);
-void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount);
+void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
-void cbcmn__budget_charge_spawn(struct cbcmn_task *spawner);
+
+/* Charge t one op and amount of component comp (CBCMN__B_*).  The fast
+ * path is inline: a countdown and a compare; the rest is budget.c's. */
+static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
+{
+	if (__builtin_expect(--t->countdown <= 0, 0))
+		cbcmn__checkpoint_slow((cbcmn_cx *)t);
+	uint64_t *f = comp == CBCMN__B_SPAWN     ? &t->spawn_count
+		      : comp == CBCMN__B_MEMORY  ? &t->memory
+		      : comp == CBCMN__B_CHANNEL ? &t->channel_ops
+		      : comp == CBCMN__B_SYSCALLS ? &t->syscalls
+						  : NULL;
+	if (!f)
+		return;
+	if (__builtin_expect(*f == CBCMN_UNLIMITED, 1))
+		return;
+	if (__builtin_expect(*f >= amount, 1))
+		*f -= amount;
+	else
+		cbcmn__charge_slow(t, comp, amount);
+}
 
 /* janus_rt.c */
 void cbcmn__abi_slot_release(struct cbcmn_task *t);

@@ -187,7 +187,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		return CBCMN_ESPAWNDENIED;
 	/* Pay first: the spawner may wait here for budget (or be ended). */
 	if (self && budgets)
-		cbcmn__budget_charge_spawn(self);
+		cbcmn__charge(self, CBCMN__B_SPAWN, 1); /* the spawn: an op and a spawn */
 	struct cbcmn__exec *e = self ? self->exec : NULL;
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);
 	if (!t)
