@@ -336,6 +336,18 @@ int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out)
 	return 0;
 }
 
+/* Cluster profile (SPEC-021 §10.2.3): an ancestor of t supervises it and
+ * may recharge it.  The chain of openers is alive while t is. */
+static bool supervises(const struct cbcmn_task *self, const struct cbcmn_task *t)
+{
+	if (t->rt->cfg.profile != CBCMN_PROFILE_CLUSTER)
+		return false;
+	for (const struct cbcmn_nursery *n = t->nursery; n; n = n->owner ? n->owner->nursery : NULL)
+		if (n->owner == self)
+			return true;
+	return false;
+}
+
 static int recharge_self(struct cbcmn_task *self, const cbcmn_budget *amount)
 {
 	if (!(self->caps & CBCMN_CAP_BUDGET))
@@ -378,7 +390,7 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 	if (!t)
 		return recharge_self(self, amount);
 	struct cbcmn_nursery *n = t->nursery;
-	if (n->owner != self)
+	if (n->owner != self && !supervises(self, t))
 		return -EPERM;
 	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
 					   amount->channel_ops, amount->syscalls};

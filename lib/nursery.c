@@ -89,6 +89,8 @@ int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!rt || !out)
 		return -EINVAL;
+	if (rt->nexec == 0)
+		return CBCMN_ENOSCHED; /* the core profile */
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
 	if (!self && on_executor(rt))

@@ -19,7 +19,8 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	cfg->victim = CBCMN_VICTIM_RANDOM;
 	cfg->seed = DEFAULT_SEED;
 	cfg->stack_size = CBCMN_STACK_DEFAULT;
-	cfg->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
+	cfg->yield_interval = 0; /* the profile's */
+	cfg->profile = CBCMN_PROFILE_SERVICE;
 	cfg->budget = (cbcmn_budget){CBCMN_UNLIMITED, CBCMN_UNLIMITED, CBCMN_UNLIMITED,
 				     CBCMN_UNLIMITED, CBCMN_UNLIMITED};
 	cfg->child_budget = cfg->budget;
@@ -44,7 +45,7 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	cbcmn_config_init(out);
 	if (in)
 		*out = *in;
-	if (out->workers == 0) {
+	if (out->workers == 0 && out->profile != CBCMN_PROFILE_CORE) {
 		out->workers = affinity_cpus();
 		if (out->workers > CBCMN_MAX_EXECUTORS)
 			out->workers = CBCMN_MAX_EXECUTORS;
@@ -57,13 +58,34 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->stack_size == 0)
 		out->stack_size = CBCMN_STACK_DEFAULT;
-	if (out->yield_interval == 0)
-		out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
+	bool implicit_caps = true;
+	switch (out->profile) {
+	case CBCMN_PROFILE_SERVICE:
+		if (out->yield_interval == 0)
+			out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
+		break;
+	case CBCMN_PROFILE_CLUSTER:
+		if (out->yield_interval == 0)
+			out->yield_interval = CBCMN_YIELD_INTERVAL_CLUSTER;
+		break;
+	case CBCMN_PROFILE_SOVEREIGN:
+		if (out->yield_interval == 0)
+			return -EINVAL; /* user-defined (SPEC-021 §4.3) */
+		implicit_caps = false;
+		break;
+	case CBCMN_PROFILE_CORE:
+		out->workers = 0; /* no scheduler */
+		if (out->yield_interval == 0)
+			out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
+		break;
+	default:
+		return -EINVAL;
+	}
 	cbcmn__budget_defaults(&out->budget, &out->budget);
 	cbcmn__budget_defaults(&out->child_budget, &out->child_budget);
 	if (out->caps.flags & ~(CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET | CBCMN_CAPS_EXPLICIT))
 		return -EINVAL;
-	if (!(out->caps.flags & CBCMN_CAPS_EXPLICIT) && out->caps.flags == 0)
+	if (implicit_caps && !(out->caps.flags & CBCMN_CAPS_EXPLICIT) && out->caps.flags == 0)
 		out->caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET;
 	cbcmn__budget_defaults(&out->caps.budget_limit, &out->caps.budget_limit);
 	if (out->stack_size < CBCMN_STACK_MIN || out->stack_size > CBCMN_STACK_MAX)
@@ -139,7 +161,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		free(rt);
 		return rc;
 	}
-	rt->exec = calloc(c.workers, sizeof(*rt->exec));
+	rt->exec = calloc(c.workers ? c.workers : 1, sizeof(*rt->exec));
 	if (!rt->exec) {
 		runtime_free(rt);
 		return -ENOMEM;
@@ -210,6 +232,8 @@ int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *r
 {
 	if (!rt || !fn)
 		return -EINVAL;
+	if (rt->nexec == 0)
+		return CBCMN_ENOSCHED;
 	cbcmn_nursery *n;
 	int rc = cbcmn_nursery_open(rt, NULL, &n);
 	if (rc)

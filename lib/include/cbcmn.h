@@ -57,7 +57,8 @@ extern "C" {
 	XX(JOINED, -4101, "task handle was already joined")                    \
 	XX(BUDGET, -4102, "budget exhausted and not recharged")                \
 	XX(SPAWNDENIED, -4103, "spawning needs the CapSpawn capability")        \
-	XX(LEAKED, -4104, "task ended with a nursery open or a reservation unresolved")
+	XX(LEAKED, -4104, "task ended with a nursery open or a reservation unresolved") \
+	XX(NOSCHED, -4105, "the core profile has no scheduler: nothing can be spawned")
 
 enum {
 #define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),
@@ -118,6 +119,23 @@ typedef struct cbcmn_caps {
 #define CBCMN_STACK_DEFAULT (64u * 1024)
 #define CBCMN_STACK_MAX (256u * 1024 * 1024)
 #define CBCMN_YIELD_INTERVAL_DEFAULT 1024u
+#define CBCMN_YIELD_INTERVAL_CLUSTER 512u
+
+/* Profiles (SPEC-021 §10): presets of what is implicit.
+ *   service    the default: implicit capabilities (CapSpawn, an unlimited
+ *              CapBudget), default budgets, a yield every 1024 checkpoints;
+ *   cluster    rechargeable budgets: besides the parent, any ancestor (a
+ *              supervisor) may recharge a task; a yield every 512;
+ *   sovereign  nothing implicit: roots hold exactly cfg.caps (no flags: no
+ *              capability at all), and yield_interval must be given;
+ *   core       no scheduler: the runtime starts no executor, and opening a
+ *              nursery or running a task returns CBCMN_ENOSCHED. */
+typedef enum cbcmn_profile {
+	CBCMN_PROFILE_SERVICE = 0,
+	CBCMN_PROFILE_CLUSTER,
+	CBCMN_PROFILE_SOVEREIGN,
+	CBCMN_PROFILE_CORE,
+} cbcmn_profile;
 
 /* Runtime configuration.  Initialise with cbcmn_config_init() and change
  * only the fields you care about; zero fields mean "the default". */
@@ -141,7 +159,8 @@ typedef struct cbcmn_config {
 	 * of that nursery on its own stack (no context switch).  Default on;
 	 * set CBCMN_CONFIG_NO_INLINE in flags to turn it off. */
 	uint32_t flags;
-	/* Checkpoints between two forced yields (fairness).  0: 1024. */
+	/* Checkpoints between two forced yields (fairness).  0: the
+	 * profile's (1024 service, 512 cluster; sovereign must set it). */
 	uint32_t yield_interval;
 	/* The budget of a task spawned from outside the runtime (a root).  A
 	 * zero component means CBCMN_UNLIMITED, the default for every one. */
@@ -154,10 +173,13 @@ typedef struct cbcmn_config {
 	 * has", the default, which with unlimited roots limits nothing. */
 	cbcmn_budget child_budget;
 	/* Capabilities of a root task; children inherit them unless a spawn
-	 * grants less.  Default (flags 0): CapSpawn and CapBudget, the latter
-	 * unlimited, i.e. nothing is refused.  For a task that must stay
-	 * within its budget, grant no CapBudget (CBCMN_CAPS_EXPLICIT). */
+	 * grants less.  Default (flags 0) in the service and cluster
+	 * profiles: CapSpawn and CapBudget, the latter unlimited, i.e.
+	 * nothing is refused.  For a task that must stay within its budget,
+	 * grant no CapBudget (CBCMN_CAPS_EXPLICIT).  Sovereign: literal. */
 	cbcmn_caps caps;
+	/* What is implicit; see cbcmn_profile. */
+	cbcmn_profile profile;
 } cbcmn_config;
 
 /* In cbcmn_config.caps.flags: take the flags literally, even when 0. */
@@ -173,8 +195,9 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
 
 /* Create a runtime and start its executor threads.  cfg may be NULL (the
  * defaults).  On success stores the runtime in *out and returns 0; on
- * failure returns -EINVAL (bad configuration), -ENOMEM, or the error of the
- * failing system call, and nothing is left running. */
+ * failure returns -EINVAL (bad configuration, e.g. a sovereign profile
+ * without yield_interval), -ENOMEM, or the error of the failing system
+ * call, and nothing is left running. */
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
@@ -246,9 +269,9 @@ CBCMN_API int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out);
  * Returns 0 or -EINVAL. */
 CBCMN_API int cbcmn_caps_get(cbcmn_cx *cx, cbcmn_caps *out);
 
-/* Give task t (a child of a nursery cx opened) more budget, taken from
- * cx's own.  Components of amount may be 0.  If t was waiting exhausted it
- * runs again.  t NULL recharges cx itself from its CapBudget limit (which
+/* Give task t (a child of a nursery cx opened, or in the cluster profile
+ * any descendant of cx) more budget, taken from cx's own.  Components of
+ * amount may be 0.  If t was waiting exhausted it runs again.  t NULL recharges cx itself from its CapBudget limit (which
  * shrinks by amount).  Returns 0, -EINVAL, -EPERM (cx is not t's parent,
  * or holds no CapBudget), or CBCMN_EBUDGET (cx has less than amount to give,
  * or its limit is lower; nothing was moved).  A task holding CapBudget also
@@ -269,7 +292,8 @@ CBCMN_API void cbcmn_free(void *p);
  */
 
 /* Open a nursery.  cx is the task opening it, or NULL when a thread outside
- * the runtime opens it (that thread then awaits it).  A nursery cannot
+ * the runtime opens it (that thread then awaits it).  CBCMN_ENOSCHED in the
+ * core profile.  A nursery cannot
  * outlive its opener: a task must await every nursery it opened before it
  * returns.  Returns 0, -EINVAL, -ENOMEM or CBCMN_EWRONGRT. */
 CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out);
