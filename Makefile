@@ -55,7 +55,7 @@ SHARED   := $(BUILD)/lib/libcbcmn.so
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/cbcmn-*.c))
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 # Suites that exercise threads racing each other: these also run under TSan.
-TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile
+TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab
 
 all: $(STATIC) $(SHARED) $(TOOLS)
 

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "iwait.h"
+#include "timer.h"
 #include "runtime.h"
 
 enum wait_kind { W_RECV, W_SEND, W_RESERVE };
@@ -272,22 +273,33 @@ static void rec_hold(struct cbcmn_task *self, struct cbcmn__oblig *r, cbcmn_chan
  * event or cancellation claims it.  Returns the result the event side set,
  * or CBCMN_ECANCELED after taking back what w left in the channel. */
 static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan_wait *w,
-		      struct waitq *q)
+		      struct waitq *q, uint64_t deadline)
 {
 	cbcmn__iwait_init(&w->iw, self);
 	w->result = 0;
+	/* A timeout is a timer on our own executor that claims the wait as
+	 * TIMEDOUT (timer.h); it touches nothing of the channel. */
+	struct cbcmn__timer *tm = NULL;
+	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->iw))) {
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		cbcmn__mutex_unlock(&c->lock);
+		return -ENOMEM;
+	}
 	q_push(q, w);
 	cbcmn__mutex_unlock(&c->lock);
-	if (cbcmn__iwait_block(&w->iw) == CBCMN__IW_WOKEN)
+	uint32_t how = cbcmn__iwait_block(&w->iw);
+	if (tm)
+		cbcmn__timer_disarm(tm);
+	if (how == CBCMN__IW_WOKEN)
 		return w->result;
 	/* The registry lock is dropped by now: the two never nest. */
 	cbcmn__mutex_lock(&c->lock);
 	if (w->queued)
 		q_del(q, w);
 	if (w->rec)
-		rec_put(c, w->rec); /* never granted: claimed by cancellation */
+		rec_put(c, w->rec); /* never granted: claimed by cancellation or time */
 	cbcmn__mutex_unlock(&c->lock);
-	return CBCMN_ECANCELED;
+	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
 
 /* True when the calling thread is one of rt's executors, which must never
@@ -323,7 +335,7 @@ static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
 /* ---- operations ------------------------------------------------------------ */
 
 static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *elem,
-		     bool block)
+		     bool block, uint64_t deadline)
 {
 	struct wakes wl = {0};
 	int rc = 0;
@@ -333,7 +345,7 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 	} else if (!put_msg(c, elem, &wl)) {
 		if (block) {
 			struct chan_wait w = {.kind = W_SEND, .src = elem};
-			return chan_block(self, c, &w, &c->spaceq);
+			return chan_block(self, c, &w, &c->spaceq, deadline);
 		}
 		rc = -EAGAIN;
 	}
@@ -342,7 +354,8 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 	return rc;
 }
 
-static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, bool block)
+static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, bool block,
+		     uint64_t deadline)
 {
 	struct wakes wl = {0};
 	int rc = 0;
@@ -354,7 +367,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 		rc = -EPIPE;
 	} else if (block) {
 		struct chan_wait w = {.kind = W_RECV, .dst = elem};
-		return chan_block(self, c, &w, &c->recvq);
+		return chan_block(self, c, &w, &c->recvq, deadline);
 	} else {
 		rc = -EAGAIN;
 	}
@@ -378,7 +391,7 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 		r->held = true;
 	} else if (block) {
 		struct chan_wait w = {.kind = W_RESERVE, .rec = r};
-		rc = chan_block(self, c, &w, &c->spaceq);
+		rc = chan_block(self, c, &w, &c->spaceq, UINT64_MAX);
 		if (rc == 0)
 			rec_hold(self, r, p);
 		/* -EPIPE: close put r back; CBCMN_ECANCELED: we did. */
@@ -517,7 +530,7 @@ int cbcmn_chan_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem)
 	if (rc)
 		return rc;
 	charge_op(self);
-	return chan_send(self, c, elem, true);
+	return chan_send(self, c, elem, true, UINT64_MAX);
 }
 
 int cbcmn_chan_try_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem)
@@ -527,7 +540,7 @@ int cbcmn_chan_try_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem)
 	if (rc)
 		return rc;
 	charge_op(self);
-	return chan_send(self, c, elem, false);
+	return chan_send(self, c, elem, false, UINT64_MAX);
 }
 
 int cbcmn_chan_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
@@ -537,7 +550,7 @@ int cbcmn_chan_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
 	if (rc)
 		return rc;
 	charge_op(self);
-	return chan_recv(self, c, elem, true);
+	return chan_recv(self, c, elem, true, UINT64_MAX);
 }
 
 int cbcmn_chan_try_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
@@ -547,7 +560,38 @@ int cbcmn_chan_try_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem)
 	if (rc)
 		return rc;
 	charge_op(self);
-	return chan_recv(self, c, elem, false);
+	return chan_recv(self, c, elem, false, UINT64_MAX);
+}
+
+/* Deadline timeout_ns from now on the runtime's clock (virtual in lab). */
+static uint64_t deadline_in(const struct cbcmn_task *self, uint64_t timeout_ns)
+{
+	uint64_t now = cbcmn__now(self->rt);
+	return timeout_ns > UINT64_MAX - 1 - now ? UINT64_MAX - 1 : now + timeout_ns;
+}
+
+int cbcmn_chan_send_timeout(cbcmn_cx *cx, cbcmn_chan *c, const void *elem, uint64_t timeout_ns)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!self)
+		return -EINVAL; /* a timer needs an executor: tasks only */
+	int rc = op_check(self, c, elem, true);
+	if (rc)
+		return rc;
+	charge_op(self);
+	return chan_send(self, c, elem, true, deadline_in(self, timeout_ns));
+}
+
+int cbcmn_chan_recv_timeout(cbcmn_cx *cx, cbcmn_chan *c, void *elem, uint64_t timeout_ns)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!self)
+		return -EINVAL;
+	int rc = op_check(self, c, elem, true);
+	if (rc)
+		return rc;
+	charge_op(self);
+	return chan_recv(self, c, elem, true, deadline_in(self, timeout_ns));
 }
 
 int cbcmn_chan_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)

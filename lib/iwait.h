@@ -32,7 +32,7 @@
 
 #include "runtime.h"
 
-enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED };
+enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED, CBCMN__IW_TIMEDOUT };
 
 struct cbcmn__iwait {
 	struct cbcmn__waiter w;
@@ -50,7 +50,8 @@ void cbcmn__iwait_reg_fini(struct cbcmn__iwait_reg *r);
  * for a thread outside the runtime (then nothing interrupts the wait). */
 void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self);
 
-/* Block until claimed.  Returns CBCMN__IW_WOKEN or CBCMN__IW_CANCELLED. */
+/* Block until claimed.  Returns CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED or
+ * CBCMN__IW_TIMEDOUT (a timer, timer.h). */
 uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw);
 
 /* Event side: claim the wait.  False if cancellation claimed it first. */
@@ -61,6 +62,14 @@ static inline bool cbcmn__iwait_claim(struct cbcmn__iwait *iw)
 	 * which reads the state with acquire after it wakes. */
 	return atomic_compare_exchange_strong_explicit(&iw->state, &s, CBCMN__IW_WOKEN,
 						       memory_order_acq_rel, memory_order_acquire);
+}
+
+/* Claim with another outcome than WOKEN (a timer: CBCMN__IW_TIMEDOUT). */
+static inline bool cbcmn__iwait_claim_as(struct cbcmn__iwait *iw, uint32_t how)
+{
+	uint32_t s = CBCMN__IW_WAITING;
+	return atomic_compare_exchange_strong_explicit(&iw->state, &s, how, memory_order_acq_rel,
+						       memory_order_acquire);
 }
 
 /* Event side: wake a wait it has claimed.  waker: the calling executor, or

@@ -1,5 +1,6 @@
 /* runtime.c: the runtime root: configuration, executor start-up and shutdown, stats. */
 #include <errno.h>
+#include <stdio.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	cbcmn_config_init(out);
 	if (in)
 		*out = *in;
+	if (out->workers == 0 && (out->flags & CBCMN_CONFIG_LAB))
+		out->workers = 1;
 	if (out->workers == 0 && out->profile != CBCMN_PROFILE_CORE) {
 		out->workers = affinity_cpus();
 		if (out->workers > CBCMN_MAX_EXECUTORS)
@@ -54,8 +57,15 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if ((unsigned)out->victim > CBCMN_VICTIM_LEAST_LOADED)
 		return -EINVAL;
-	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS))
+	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB))
 		return -EINVAL;
+	if (out->flags & CBCMN_CONFIG_LAB) {
+		if (out->workers != 1)
+			return -EINVAL; /* one executor: the order is the seed's alone */
+		const char *env = getenv("CBCMN_LAB_SEED");
+		if (env && *env)
+			out->seed = strtoull(env, NULL, 0);
+	}
 	if (out->stack_size == 0)
 		out->stack_size = CBCMN_STACK_DEFAULT;
 	bool implicit_caps = true;
@@ -151,6 +161,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	memset(rt, 0, sizeof(*rt));
 	rt->cfg = c;
 	rt->page = page;
+	rt->lab = (c.flags & CBCMN_CONFIG_LAB) != 0;
 	rt->child_budget_limited = (c.child_budget.ops & c.child_budget.memory &
 				    c.child_budget.spawn_count & c.child_budget.channel_ops &
 				    c.child_budget.syscalls) != CBCMN_UNLIMITED;
@@ -245,7 +256,14 @@ int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *r
 		return rc;
 	}
 	cbcmn_nursery_await_all(NULL, n);
-	return cbcmn_task_join(NULL, t, result);
+	int64_t r;
+	rc = cbcmn_task_join(NULL, t, &r);
+	if (result)
+		*result = r;
+	if (rc == 0 && r < 0 && rt->lab)
+		fprintf(stderr, "cbcmn lab: the task failed (%s); replay with CBCMN_LAB_SEED=%#llx\n",
+			cbcmn_strerror(r), (unsigned long long)rt->cfg.seed);
+	return rc;
 }
 
 int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_executor_stats *per,

@@ -195,6 +195,8 @@ struct cbcmn__exec {
 	struct cbcmn__rng rng;
 	uint32_t rr_next;
 	struct cbcmn__stack_cache stacks;
+	struct cbcmn__timer **timers;     /* min-heap by deadline (timer.c) */
+	uint32_t ntimers, timers_cap;
 	struct cbcmn_task *free_tasks;
 	uint32_t nfree_tasks;
 	struct cbcmn_nursery *free_nurseries;
@@ -216,6 +218,8 @@ struct cbcmn__exec {
 struct cbcmn_runtime {
 	cbcmn_config cfg;                 /* immutable after create */
 	bool child_budget_limited;        /* cfg.child_budget has a finite part */
+	bool lab;                         /* lab mode: virtual clock, seeded picks */
+	_Atomic uint64_t vclock;          /* lab mode's clock, ns */
 	uint32_t nexec;
 	struct cbcmn__exec **exec;
 	struct cbcmn__stack_pool stacks;
@@ -320,6 +324,12 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 	else
 		cbcmn__charge_slow(t, comp, amount);
 }
+
+/* timer.c */
+struct cbcmn__timer;
+uint64_t cbcmn__now(const struct cbcmn_runtime *rt);
+int cbcmn__wait_until(struct cbcmn_task *self, struct cbcmn__iwait *iw, uint64_t deadline,
+		      uint32_t *how);
 
 /* janus_rt.c */
 void cbcmn__abi_slot_release(struct cbcmn_task *t);

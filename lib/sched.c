@@ -18,6 +18,7 @@
 #include "arch.h"
 #include "probes.h"
 #include "runtime.h"
+#include "timer.h"
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
@@ -490,23 +491,46 @@ int cbcmn_yield(cbcmn_cx *cx)
 
 /* ---- finding work -------------------------------------------------------- */
 
+/* Lab mode (SPEC-021 §9): when there is a real choice, the seed makes it:
+ * the newest spawn, the oldest one, or the longest-yielded task.  Only a
+ * real choice draws from the RNG, so idle spins (whose number depends on
+ * timing) leave the sequence alone. */
+static struct cbcmn_task *lab_pick(struct cbcmn__exec *e)
+{
+	if (!e->yq_head && cbcmn__deque_len(&e->dq) < 2)
+		return NULL; /* no choice: the usual order */
+	switch (cbcmn__rng_below(&e->rng, 3)) {
+	case 0:
+		return yq_pop(e); /* NULL: the usual order */
+	case 1: {
+		void *t = cbcmn__deque_steal(&e->dq);
+		return t == CBCMN__DEQUE_EMPTY || t == CBCMN__DEQUE_ABORT ? NULL : t;
+	}
+	default:
+		return NULL;
+	}
+}
+
 static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn_task *t;
 
-	if (__builtin_expect(++e->tick >= FAIRNESS_INTERVAL, 0)) {
-		e->tick = 0;
+	/* Every 61st pick looks at the inject queue, the yield list and our
+	 * oldest task first.  Counted in picks, not calls: an idle executor
+	 * calls this in a loop. */
+	if (__builtin_expect(e->tick >= FAIRNESS_INTERVAL - 1, 0)) {
 		if ((t = inject_pop(rt))) {
 			CBCMN__COUNT(e, inject_hits, 1);
+			e->tick = 0;
 			return t;
 		}
 		if ((t = yq_pop(e)))
-			goto local;
+			goto fair;
 		/* The oldest task of our own deque, which LIFO pops would reach last. */
 		t = cbcmn__deque_steal(&e->dq);
 		if (t != CBCMN__DEQUE_EMPTY && t != CBCMN__DEQUE_ABORT)
-			goto local;
+			goto fair;
 	}
 	if (atomic_load_explicit(&e->slot, memory_order_relaxed)) {
 		/* acquire: pairs with the exchange in cbcmn__schedule(). */
@@ -520,19 +544,28 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 			yq_push(e, t);
 		}
 	}
-	e->slot_runs = 0;
+	if (__builtin_expect(rt->lab, 0) && (t = lab_pick(e)))
+		goto local;
 	if ((t = cbcmn__deque_pop(&e->dq)))
 		goto local;
 	if ((t = yq_pop(e)))
 		goto local;
 	if ((t = inject_pop(rt))) {
 		CBCMN__COUNT(e, inject_hits, 1);
+		e->slot_runs = 0;
+		e->tick++;
 		return t;
 	}
 	return NULL;
+fair:
+	e->tick = 0;
+	e->slot_runs = 0;
+	CBCMN__COUNT(e, local_hits, 1);
+	return t;
 local:
 	e->slot_runs = 0;
 local_slot:
+	e->tick++;
 	CBCMN__COUNT(e, local_hits, 1);
 	return t;
 }
@@ -657,8 +690,10 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	cbcmn__searching_begin(e);
 	for (;;) {
 		struct cbcmn_task *t = steal_round(e);
-		if (!t && (t = inject_pop(rt)))
+		if (!t && (t = inject_pop(rt))) {
 			CBCMN__COUNT(e, inject_hits, 1);
+			e->tick++; /* a pick like any other (find_local) */
+		}
 		if (!t)
 			t = find_local(e); /* a wake may have filled our slot */
 		if (t) {
@@ -669,16 +704,33 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			cbcmn__searching_end(e);
 			return NULL;
 		}
-		if (backoff <= SPIN_NS_MAX) {
+		/* Timers: sleep no longer than the next deadline.  In lab mode
+		 * nothing can run, so time jumps to it. */
+		uint64_t wait = UINT64_MAX;
+		if (e->ntimers) {
+			uint64_t next = cbcmn__timers_next(e), now = cbcmn__now(rt);
+			if (rt->lab && next > now) {
+				/* release: pairs with the acquire in cbcmn__now(). */
+				atomic_store_explicit(&rt->vclock, next, memory_order_release);
+				now = next;
+			}
+			if (next <= now) {
+				cbcmn__timers_fire(e, now);
+				continue;
+			}
+			wait = next - now;
+		}
+		if (backoff <= SPIN_NS_MAX && backoff < wait) {
 			spin_for(backoff);
-		} else if (backoff <= BACKOFF_NS_MAX) {
-			if (cbcmn__park(e, backoff))
+		} else if (backoff <= BACKOFF_NS_MAX || wait != UINT64_MAX) {
+			if (cbcmn__park(e, backoff < wait ? backoff : wait))
 				backoff = BACKOFF_NS_MIN / 2; /* notified: fresh start */
 		} else {
 			cbcmn__park(e, 0);
 			backoff = BACKOFF_NS_MIN / 2;
 		}
-		backoff *= 2;
+		if (backoff <= BACKOFF_NS_MAX)
+			backoff *= 2;
 	}
 }
 
@@ -713,6 +765,8 @@ void *cbcmn__exec_main(void *arg)
 	atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
 
 	for (;;) {
+		if (e->ntimers)
+			cbcmn__timers_fire(e, cbcmn__now(rt));
 		struct cbcmn_task *t = find_local(e);
 		if (!t)
 			t = search(e);
@@ -721,6 +775,7 @@ void *cbcmn__exec_main(void *arg)
 		run_task(e, t);
 	}
 
+	cbcmn__timers_fini(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
 	cbcmn__task_free_cache(e);
 	cbcmn__nursery_free_cache(e);

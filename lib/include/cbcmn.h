@@ -189,6 +189,13 @@ typedef struct cbcmn_config {
 /* Budgets off: nothing is charged or drawn, checkpoints only yield every
  * yield_interval.  For measuring what budgets cost. */
 #define CBCMN_CONFIG_NO_BUDGETS 0x2u
+/* Lab mode (SPEC-021 §9): one executor (workers must be 1), a virtual clock
+ * that jumps to the next timer whenever nothing can run, so sleeps and
+ * timeouts take no real time, and scheduling choices drawn from the seed.
+ * The same seed gives the same order of execution; the environment variable
+ * CBCMN_LAB_SEED overrides the seed, and a failing cbcmn_runtime_run() prints
+ * the seed to replay it with. */
+#define CBCMN_CONFIG_LAB 0x4u
 
 /* Fill *cfg with the defaults. */
 CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
@@ -234,6 +241,15 @@ CBCMN_API bool cbcmn_cx_cancelled(const cbcmn_cx *cx);
  * budget.  Returns 0, CBCMN_ECANCELED if the task has been cancelled (it
  * should wind down and return), or -EINVAL for a NULL cx. */
 CBCMN_API int cbcmn_yield(cbcmn_cx *cx);
+
+/* Sleep for ns nanoseconds (of the virtual clock in lab mode).  Returns 0,
+ * CBCMN_ECANCELED when the task is or gets cancelled (it wakes at once),
+ * -EINVAL or -ENOMEM. */
+CBCMN_API int cbcmn_sleep(cbcmn_cx *cx, uint64_t ns);
+
+/* The runtime's clock in ns: CLOCK_MONOTONIC, or the virtual clock (from 0)
+ * in lab mode.  0 for NULL. */
+CBCMN_API uint64_t cbcmn_now(const cbcmn_runtime *rt);
 
 /* ------------------------------------------------------------------------
  * Budgets (SPEC-021 §5)

@@ -98,6 +98,14 @@ CBCMN_API int cbcmn_chan_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem);
  * -EDEADLK. */
 CBCMN_API int cbcmn_chan_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem);
 
+/* cbcmn_chan_send() / cbcmn_chan_recv() that give up after timeout_ns (of
+ * the runtime's clock, virtual in lab mode): -ETIMEDOUT, and nothing was
+ * sent or received.  Tasks only (cx NULL: -EINVAL). */
+CBCMN_API int cbcmn_chan_send_timeout(cbcmn_cx *cx, cbcmn_chan *c, const void *elem,
+				      uint64_t timeout_ns);
+CBCMN_API int cbcmn_chan_recv_timeout(cbcmn_cx *cx, cbcmn_chan *c, void *elem,
+				      uint64_t timeout_ns);
+
 /* Like cbcmn_chan_send() and cbcmn_chan_recv(), but never wait: -EAGAIN
  * when c is full (send) or empty and open (recv).  They also work in a
  * cancelled task and on an executor thread with a NULL cx. */

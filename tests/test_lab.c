@@ -1,0 +1,232 @@
+/* test_lab: lab mode (SPEC-021 §9): the same seed gives the same order,
+ * another seed another one; virtual time; the replay line. */
+#include <errno.h>
+#include <string.h>
+
+#include "helpers.h"
+
+#define S 1000000000ull
+
+static cbcmn_runtime *lab(uint64_t seed)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	cfg.seed = seed;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc)
+		fail_msg("lab runtime: %s", cbcmn_strerror(rc));
+	return rt;
+}
+
+/* ---- the order of execution ---- */
+
+static uint64_t trace[4096];
+static _Atomic int ntrace;
+
+static void mark(cbcmn_cx *cx)
+{
+	int i = atomic_fetch_add(&ntrace, 1);
+	if (i < 4096)
+		trace[i] = cbcmn_cx_task_id(cx);
+}
+
+struct prog {
+	cbcmn_chan *c;
+	int depth;
+};
+
+static int64_t producer(cbcmn_cx *cx, void *arg)
+{
+	struct prog *p = arg;
+	for (long i = 0; i < 8; i++) {
+		mark(cx);
+		TASK_CHECK(cbcmn_chan_send(cx, p->c, &i) == 0);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t consumer(cbcmn_cx *cx, void *arg)
+{
+	struct prog *p = arg;
+	for (int i = 0; i < 8; i++) {
+		long v;
+		TASK_CHECK(cbcmn_chan_recv(cx, p->c, &v) == 0);
+		mark(cx);
+	}
+	return 0;
+}
+
+static int64_t tree(cbcmn_cx *cx, void *arg)
+{
+	int depth = (int)(intptr_t)arg;
+	mark(cx);
+	if (depth == 0) {
+		cbcmn_yield(cx);
+		mark(cx);
+		return 0;
+	}
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 3; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, tree, (void *)(intptr_t)(depth - 1), NULL) == 0);
+	cbcmn_yield(cx);
+	mark(cx);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Spawns, yields, channels, nested nurseries. */
+static int64_t program(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct prog p;
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 2, sizeof(long), &p.c) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 3; i++) {
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, producer, &p, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, consumer, &p, NULL) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, tree, (void *)(intptr_t)3, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_chan_destroy(p.c) == 0);
+	return r;
+}
+
+static int record(uint64_t seed, uint64_t *out)
+{
+	cbcmn_runtime *rt = lab(seed);
+	atomic_store(&ntrace, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, program, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	int n = atomic_load(&ntrace);
+	assert_true(n > 100 && n <= 4096);
+	memcpy(out, trace, (size_t)n * sizeof(*out));
+	return n;
+}
+
+static uint64_t run_a[4096], run_b[4096], run_c[4096];
+
+static void test_same_seed_same_order(void **state)
+{
+	(void)state;
+	int a = record(42, run_a);
+	int b = record(42, run_b);
+	assert_int_equal(a, b);
+	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t)); /* byte for byte */
+	int c = record(43, run_c);
+	assert_int_equal(a, c); /* the same work... */
+	assert_true(memcmp(run_a, run_c, (size_t)a * sizeof(uint64_t)) != 0); /* ...in another order */
+}
+
+/* ---- virtual time ---- */
+
+static int64_t ticker(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan *c = arg;
+	for (int i = 0; i < 10; i++) {
+		TASK_CHECK(cbcmn_sleep(cx, S) == 0); /* one simulated second */
+		long v = i;
+		if (cbcmn_chan_try_send(cx, c, &v) != 0)
+			(void)0; /* full: fine */
+	}
+	return 0;
+}
+
+static int64_t ten_seconds(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint64_t t0 = cbcmn_now(rt);
+	cbcmn_chan *c;
+	TASK_CHECK(cbcmn_chan_create(rt, 1000, sizeof(long), &c) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	for (int i = 0; i < 100; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, ticker, c, NULL) == 0);
+	/* A receive that times out after 30 simulated seconds of silence. */
+	long v;
+	int got = 0;
+	while (cbcmn_chan_recv_timeout(cx, c, &v, 30 * S) == 0)
+		got++;
+	TASK_CHECK(got == 1000);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_now(rt) - t0 == 40 * S); /* 10 s of ticks + the 30 s timeout */
+	TASK_CHECK(cbcmn_chan_destroy(c) == 0);
+	return r;
+}
+
+static void test_virtual_time(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lab(1);
+	assert_int_equal(cbcmn_now(rt), 0);
+	uint64_t t0 = t_now_ns();
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, ten_seconds, NULL, &r), 0);
+	uint64_t wall = t_now_ns() - t0;
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	printf("[ INFO     ] 40 simulated seconds in %.1f ms\n", (double)wall / 1e6);
+	assert_true(wall < S / 2); /* well under a second */
+	t_destroy(rt);
+}
+
+/* ---- replay ---- */
+
+static int64_t fails(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return -EIO;
+}
+
+static void test_replay_line_and_seed_override(void **state)
+{
+	(void)state;
+	int saved, fd = t_stderr_capture(&saved);
+	cbcmn_runtime *rt = lab(0xabcdef);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, fails, NULL, &r), 0);
+	t_destroy(rt);
+	char msg[512];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(r, -EIO);
+	assert_non_null(strstr(msg, "replay with CBCMN_LAB_SEED=0xabcdef"));
+
+	/* The variable replays that seed, whatever the program asked for. */
+	int a = record(7, run_a);
+	setenv("CBCMN_LAB_SEED", "7", 1);
+	int b = record(12345, run_b);
+	unsetenv("CBCMN_LAB_SEED");
+	assert_int_equal(a, b);
+	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
+}
+
+static void test_lab_needs_one_executor(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_same_seed_same_order),
+		T_WATCHED_TEST(test_virtual_time),
+		T_WATCHED_TEST(test_replay_line_and_seed_override),
+		T_WATCHED_TEST(test_lab_needs_one_executor),
+	};
+	return cmocka_run_group_tests_name("lab", tests, NULL, NULL);
+}
