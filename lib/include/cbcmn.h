@@ -52,7 +52,6 @@ extern "C" {
 #define CBCMN_ERRNO_MAP(XX)                                                   \
 	XX(PANIC, -4097, "task panicked (stack overflow)")                     \
 	XX(CLOSED, -4098, "nursery is closing: no new spawns")                 \
-	XX(NOTASK, -4099, "call must be made from inside a cbcmn task")        \
 	XX(WRONGRT, -4100, "object belongs to another runtime")                \
 	XX(JOINED, -4101, "task handle was already joined")                    \
 	XX(BUDGET, -4102, "budget exhausted and not recharged")                \
