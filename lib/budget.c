@@ -167,6 +167,14 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 		cbcmn__budget_defaults(&want_buf, ask);
 		want = &want_buf;
 	}
+	/* Ops in the spawner's countdown window are its too: fold them back
+	 * before taking, and open a new window after. */
+	bool folded = spawner->ops != U && spawner->countdown > 0;
+	if (folded) {
+		spawner->ops += (uint64_t)spawner->countdown;
+		spawner->yield_left += (uint64_t)spawner->countdown;
+		spawner->countdown = 0;
+	}
 	cbcmn_budget b = {
 		.ops = take(&spawner->ops, want->ops),
 		.memory = take(&spawner->memory, want->memory),
@@ -175,6 +183,8 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 		.syscalls = take(&spawner->syscalls, want->syscalls),
 	};
 	set_budget(child, &b);
+	if (folded)
+		refill_window(spawner);
 	return 0;
 }
 
@@ -389,6 +399,13 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 		return -EINVAL;
 	if (!t)
 		return recharge_self(self, amount);
+	if (t->rt != self->rt)
+		return CBCMN_EWRONGRT;
+	/* Ended: nothing to give, and its nursery may be gone already (a
+	 * handle outlives it).  Only the caller could free that nursery, so
+	 * for a parent this check is not racy. */
+	if (atomic_load_explicit(&t->state, memory_order_acquire) == CBCMN__T_DONE)
+		return 0;
 	struct cbcmn_nursery *n = t->nursery;
 	if (n->owner != self && !supervises(self, t))
 		return -EPERM;

@@ -108,6 +108,8 @@ void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why)
 	if (atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_relaxed,
 						    memory_order_relaxed))
 		cbcmn__iwait_cancel_scan(n->rt); /* interrupt blocked waits */
+	else /* already cancelled: counted once */
+		atomic_fetch_sub_explicit(&n->rt->cancels, 1, memory_order_relaxed);
 }
 
 int cbcmn_nursery_cancel(cbcmn_nursery *n)
@@ -155,6 +157,7 @@ void cbcmn__nursery_live_add(struct cbcmn_nursery *n, int64_t delta, struct cbcm
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 {
 	struct cbcmn_runtime *rt = n->rt;
+	cbcmn__stack_check(self);
 	atomic_store_explicit(&n->closing, 1, memory_order_relaxed);
 	/* A cancelled opener cancels what it waits for (its children already
 	 * see it through the chain; this makes the result say so too). */
@@ -207,6 +210,10 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		if (*pp)
 			*pp = n->prev_open;
 	}
+	/* rt->cancels counts cancelled nurseries still alive: everything
+	 * that could find n in its chain has ended, so n leaves the count. */
+	if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
+		atomic_fetch_sub_explicit(&rt->cancels, 1, memory_order_relaxed);
 	cbcmn__mutex_destroy(&n->lock);
 	nursery_free(n, self ? self->exec : NULL);
 	return r;

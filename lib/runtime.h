@@ -238,7 +238,7 @@ struct cbcmn_runtime {
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;
 	_Atomic uint32_t started;         /* executors that finished start-up */
 	_Atomic uint64_t next_id_block;
-	_Atomic uint64_t cancels;         /* nursery cancellations so far */
+	_Atomic uint64_t cancels;         /* cancelled nurseries still alive */
 	/* Tasks spawned / ended by threads outside the executors. */
 	_Atomic uint64_t ext_spawns, ext_completions;
 };
@@ -304,10 +304,28 @@ void cbcmn__budget_leftover(struct cbcmn_task *t);
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
 
+/* Runtime calls made by a task check the stack room left before they
+ * change anything: an overflow must never land inside the runtime's own
+ * frames (a lock held, a wait half-queued).  With less than a quarter of
+ * the stack (at most 8 KiB) left, the task ends with CBCMN_EPANIC as if it
+ * had hit the guard page (sched.c). */
+__attribute__((noreturn)) void cbcmn__stack_exhausted(struct cbcmn_task *t);
+
+static inline void cbcmn__stack_check(struct cbcmn_task *t)
+{
+	if (!t)
+		return;
+	const struct cbcmn__stack *s = t->stack;
+	size_t reserve = s->size / 4 < 8192 ? s->size / 4 : 8192;
+	if (__builtin_expect((size_t)((char *)__builtin_frame_address(0) - s->lo) < reserve, 0))
+		cbcmn__stack_exhausted(t);
+}
+
 /* Charge t one op and amount of component comp (CBCMN__B_*).  The fast
  * path is inline: a countdown and a compare; the rest is budget.c's. */
 static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
 {
+	cbcmn__stack_check(t);
 	if (__builtin_expect(--t->countdown <= 0, 0))
 		cbcmn__checkpoint_slow((cbcmn_cx *)t);
 	uint64_t *f = comp == CBCMN__B_SPAWN     ? &t->spawn_count

@@ -202,7 +202,9 @@ static struct cbcmn_task *take_local(struct cbcmn__exec *e, struct cbcmn_nursery
 	struct cbcmn_task *t = cbcmn__deque_pop(&e->dq);
 	if (!t)
 		return NULL;
-	if (t->sp == NULL && (want ? t == want : t->nursery == n))
+	/* A limited child may wait for a recharge only its parent can give:
+	 * never freeze the parent's stack under it. */
+	if (t->sp == NULL && !t->limited && (want ? t == want : t->nursery == n))
 		return t;
 	deque_push_or_inject(e, t); /* not ours: back where it was */
 	return NULL;
@@ -225,6 +227,20 @@ int64_t cbcmn__task_call(struct cbcmn_task *t)
 	if (t->flags & CBCMN__TF_ABI)
 		return t->abi_fn(t->arg);
 	return t->fn((cbcmn_cx *)t, t->arg);
+}
+
+void cbcmn__stack_exhausted(struct cbcmn_task *t)
+{
+	char line[192];
+	int len = snprintf(line, sizeof(line),
+			   "cbcmn: task %llu is about to overflow its %zu-byte stack (in a runtime "
+			   "call); it ends with CBCMN_EPANIC\n",
+			   (unsigned long long)t->id, t->rt->cfg.stack_size);
+	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+		(void)0;
+	CBCMN_PROBE2(task_panic, t->id, t->rt->cfg.stack_size);
+	t->unwind_result = CBCMN_EPANIC;
+	__builtin_longjmp(t->landing, 1);
 }
 
 /* A nursery cannot outlive the task that opened it: one the task returned
@@ -482,6 +498,7 @@ int cbcmn_yield(cbcmn_cx *cx)
 	if (!cx)
 		return -EINVAL;
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	cbcmn__stack_check(t);
 	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_YIELD;
 	e->post_task = t;

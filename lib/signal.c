@@ -57,8 +57,17 @@ static void say_overflow(uint64_t id, size_t size)
 	(void)rc;
 }
 
+/* A fault that is not ours is passed on once per thread: a handler that
+ * chains back to us (installed before a second runtime re-installed ours)
+ * would otherwise bounce until the alternate stack overflows. */
+static __thread int passing_on;
+
 static void chain(int sig, siginfo_t *si, void *uc)
 {
+	if (passing_on++) {
+		signal(sig, SIG_DFL); /* the faulting instruction re-runs and dies */
+		return;
+	}
 	if (old_segv.sa_flags & SA_SIGINFO) {
 		old_segv.sa_sigaction(sig, si, uc);
 	} else if (old_segv.sa_handler != SIG_DFL && old_segv.sa_handler != SIG_IGN) {
@@ -68,6 +77,7 @@ static void chain(int sig, siginfo_t *si, void *uc)
 		 * instruction runs again and the process dies as it should. */
 		signal(sig, SIG_DFL);
 	}
+	passing_on--;
 }
 
 static void on_segv(int sig, siginfo_t *si, void *uc)

@@ -123,8 +123,8 @@ void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)
 
 bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
 {
-	/* Until the first cancellation in this runtime nothing can be
-	 * cancelled: one load instead of a walk up a deep fork-join tree. */
+	/* While no nursery of this runtime is cancelled nothing can be: one
+	 * load instead of a walk up a deep fork-join tree. */
 	if (__builtin_expect(atomic_load_explicit(&n->rt->cancels, memory_order_relaxed) == 0, 1))
 		return false;
 	/* The chain of enclosing nurseries stays alive while anything inside
@@ -176,6 +176,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	struct cbcmn_runtime *rt = n->rt;
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
+	cbcmn__stack_check(self);
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return CBCMN_ECLOSED;
 	/* Spawning into a cancelled scope would start work nobody wants. */
@@ -252,6 +253,9 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!t)
 		return -EINVAL;
+	if (self == t)
+		return -EDEADLK; /* it would wait for itself */
+	cbcmn__stack_check(self);
 	if (self && self->rt != t->rt)
 		return CBCMN_EWRONGRT;
 	/* A thread join from an executor thread would block it: refuse. */

@@ -164,6 +164,7 @@ int cbcmn_sleep(cbcmn_cx *cx, uint64_t ns)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!self)
 		return -EINVAL;
+	cbcmn__stack_check(self);
 	if (cbcmn__task_cancelled(self))
 		return CBCMN_ECANCELED;
 	uint64_t now = cbcmn__now(self->rt);

@@ -523,6 +523,105 @@ static void test_cap_budget_self_recharge_up_to_limit(void **state)
 	t_destroy(rt);
 }
 
+/* ---- regressions (found in review) ---- */
+
+static int64_t lone_spinner(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (;;)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t await_lone_spinner(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, lone_spinner, NULL, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* A limited child run inline on its awaiting parent's stack used to wait
+ * for a recharge only the frozen parent could give: a hang. */
+static void test_regression_exhausted_inline_child_does_not_hang(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_regression_exhausted_inline_child_does_not_hang", T_WATCHDOG_S);
+	cbcmn_budget child = {.ops = 5000};
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = rt_with(workers, NULL, &child, 0, 0);
+		int64_t r = 0;
+		assert_int_equal(cbcmn_runtime_run(rt, await_lone_spinner, NULL, &r), 0);
+		assert_int_equal(r, CBCMN_EBUDGET);
+		t_destroy(rt);
+	}
+	ASSERT_TASK_CHECKS();
+	t_watchdog_stop();
+}
+
+static int64_t report_ops(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_budget b;
+	cbcmn_budget_get(cx, &b);
+	*(uint64_t *)arg = b.ops;
+	return 0;
+}
+
+static int64_t small_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, report_ops, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The ops in a spawner's countdown window are the spawner's to give: a
+ * root with less than one window of ops used to give its child none. */
+static void test_regression_child_gets_ops_from_the_window(void **state)
+{
+	(void)state;
+	cbcmn_budget root = {.ops = 1000};
+	cbcmn_runtime *rt = rt_with(1, &root, NULL, 0, 0);
+	uint64_t child_ops = 0;
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, small_root, &child_ops, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(child_ops >= 990 && child_ops < 1000);
+	t_destroy(rt);
+}
+
+static int64_t recharge_after_end(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_task *t;
+	for (int round = 0; round < 300; round++) { /* past the nursery cache */
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, well_behaved, NULL, &t) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		cbcmn_budget one = {.ops = 1};
+		/* Its nursery is gone: nothing to give, and no crash. */
+		TASK_CHECK(cbcmn_budget_recharge(cx, t, &one) == 0);
+		TASK_CHECK(cbcmn_task_join(cx, t, NULL) == 0);
+	}
+	/* Joining yourself would never end. */
+	TASK_CHECK(cbcmn_task_join(cx, (cbcmn_task *)cx, NULL) == -EDEADLK);
+	return 0;
+}
+
+static void test_regression_recharge_after_end_and_self_join(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_with(2, NULL, NULL, 0, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, recharge_after_end, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -555,6 +654,9 @@ int main(void)
 		cmocka_unit_test(test_channel_ops_are_charged),
 		cmocka_unit_test(test_cap_spawn_is_granted_not_widened),
 		cmocka_unit_test(test_cap_budget_self_recharge_up_to_limit),
+		cmocka_unit_test(test_regression_exhausted_inline_child_does_not_hang),
+		cmocka_unit_test(test_regression_child_gets_ops_from_the_window),
+		cmocka_unit_test(test_regression_recharge_after_end_and_self_join),
 		cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests_name("budget", tests, NULL, NULL);

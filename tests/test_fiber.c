@@ -302,6 +302,49 @@ static void test_million_parked(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a runtime call with too little stack left ---- */
+
+static int64_t deep_yields(cbcmn_cx *cx, void *arg)
+{
+	long depth = (long)(intptr_t)arg;
+	volatile char pad[256];
+	pad[0] = (char)depth;
+	cbcmn_yield(cx); /* a runtime call at every level */
+	if (depth >= depth_limit)
+		return 0; /* never: keeps the compiler from calling it infinite */
+	return deep_yields(cx, (void *)(intptr_t)(depth + 1)) + pad[0];
+}
+
+static int64_t await_deep(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(cx, n, deep_yields, NULL, NULL), 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The overflow is caught at the runtime call before the guard page: the
+ * runtime never faults inside its own frames (holding a lock, say). */
+static void test_overflow_caught_before_runtime_frames(void **state)
+{
+	(void)state;
+	if (T_TSAN)
+		T_SKIP("TSan cannot follow the landing-pad jump");
+	cbcmn_runtime *rt = t_runtime(1);
+	int saved, fd = t_stderr_capture(&saved);
+	int64_t r = 0;
+	assert_int_equal(cbcmn_runtime_run(rt, await_deep, NULL, &r), 0);
+	char msg[4096];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_non_null(strstr(msg, "is about to overflow its 65536-byte stack"));
+	int64_t again = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, nop, NULL, &again), 0);
+	assert_int_equal(again, 0);
+	t_destroy(rt);
+}
+
 /* ---- a signal handler on a fiber's stack ---- */
 
 static volatile uintptr_t handler_sp;
@@ -360,6 +403,7 @@ int main(void)
 		cmocka_unit_test(test_overflow_is_a_panic),
 		cmocka_unit_test(test_overflow_no_inline),
 		cmocka_unit_test(test_overflow_inline_chain),
+		cmocka_unit_test(test_overflow_caught_before_runtime_frames),
 		cmocka_unit_test(test_signal_frame_fits),
 		cmocka_unit_test(test_million_parked),
 	};
