@@ -401,14 +401,15 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 		return recharge_self(self, amount);
 	if (t->rt != self->rt)
 		return CBCMN_EWRONGRT;
-	/* Ended: nothing to give, and its nursery may be gone already (a
-	 * handle outlives it).  Only the caller could free that nursery, so
-	 * for a parent this check is not racy. */
-	if (atomic_load_explicit(&t->state, memory_order_acquire) == CBCMN__T_DONE)
-		return 0;
-	struct cbcmn_nursery *n = t->nursery;
-	if (n->owner != self && !supervises(self, t))
+	/* An ended task's nursery may be gone (a handle outlives it): decide
+	 * without it.  Only the parent could have freed it, so for the parent
+	 * the check is not racy; anyone else is refused. */
+	bool done = atomic_load_explicit(&t->state, memory_order_acquire) == CBCMN__T_DONE;
+	if (t->opener != self && (done || !supervises(self, t)))
 		return -EPERM;
+	if (done)
+		return 0; /* nothing to give it any more */
+	struct cbcmn_nursery *n = t->nursery;
 	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
 					   amount->channel_ops, amount->syscalls};
 	/* All or nothing: check first. */

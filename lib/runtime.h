@@ -74,6 +74,7 @@ struct cbcmn_task {
 	};
 	void *arg;
 	struct cbcmn_nursery *nursery;    /* the nursery it belongs to */
+	struct cbcmn_task *opener;        /* that nursery's opener (NULL: a thread) */
 	struct cbcmn_nursery *open;       /* innermost nursery it has open */
 	struct cbcmn_task *inline_parent; /* runs on this task's stack, if set */
 	struct cbcmn_task *next;          /* intrusive: inject, yield list, free list */

@@ -209,6 +209,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		t->fn = (cbcmn_task_fn)fn;
 	t->arg = arg;
 	t->nursery = n;
+	t->opener = n->owner;
 	t->flags = flags | (handle ? CBCMN__TF_HANDLE : 0);
 	atomic_init(&t->refs, handle ? 2 : 1);
 	atomic_init(&t->state, CBCMN__T_READY);
