@@ -192,6 +192,7 @@ struct cbcmn__exec {
 	enum cbcmn__post post;
 	struct cbcmn_task *post_task;
 	struct cbcmn__stack *post_stack;
+	struct cbcmn_task *reap;          /* a task whose thread died (sched.c) */
 	struct cbcmn_task *yq_head, *yq_tail; /* yielded tasks, FIFO */
 	struct cbcmn__rng rng;
 	uint32_t rr_next;
@@ -240,6 +241,7 @@ struct cbcmn_runtime {
 	_Atomic uint32_t started;         /* executors that finished start-up */
 	_Atomic uint64_t next_id_block;
 	_Atomic uint64_t cancels;         /* cancelled nurseries still alive */
+	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Tasks spawned / ended by threads outside the executors. */
 	_Atomic uint64_t ext_spawns, ext_completions;
 };

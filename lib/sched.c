@@ -770,6 +770,75 @@ static int exec_thread_setup(struct cbcmn__exec *e)
 	return cbcmn__altstack_setup(e);
 }
 
+/* ---- an executor thread that dies (SPEC-021 §14 WorkerPanic) --------------
+ *
+ * A task can end its executor's thread (pthread_exit, or a cancellation
+ * point reached under pthread_cancel).  glibc unwinds the fiber's frames, up
+ * to its end, and ends the thread; a thread-specific key's destructor sees
+ * it go.  The runtime reports it and keeps going: a new thread takes over
+ * the same executor (its queues survive), and first restarts the lost
+ * task's stack with a reaper that ends the task — and any task running
+ * inline on the same stack — with CBCMN_EPANIC, after cancelling and
+ * awaiting the nurseries they had open, so nobody waits for them forever. */
+static pthread_key_t exec_key;
+static pthread_once_t exec_key_once = PTHREAD_ONCE_INIT;
+
+static void reap_entry(void *xfer)
+{
+	struct cbcmn_task *t = xfer;
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+	struct cbcmn__stack *s = t->stack;
+	for (;;) {
+		struct cbcmn_task *parent = t->inline_parent;
+		struct cbcmn__exec *e = t->exec;
+		e->current = t;
+		while (t->open) {
+			struct cbcmn_nursery *n = t->open;
+			cbcmn__nursery_cancel(n, 1);
+			cbcmn__nursery_await(t, n);
+		}
+		e = t->exec;
+		cbcmn__task_complete(t, CBCMN_EPANIC);
+		if (!parent)
+			cbcmn__fiber_exit(e, s);
+		parent->exec = e;
+		e->current = parent;
+		t = parent;
+	}
+}
+
+static void exec_thread_died(void *arg)
+{
+	struct cbcmn__exec *e = arg;
+	struct cbcmn_task *t = e->current;
+	char line[192];
+	int len = snprintf(line, sizeof(line),
+			   "cbcmn: executor %u's thread ended under task %llu (pthread_exit or "
+			   "cancellation); the task ends with CBCMN_EPANIC and a new thread takes "
+			   "over\n",
+			   e->id, t ? (unsigned long long)t->id : 0ull);
+	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+		(void)0;
+	e->reap = t;
+	e->current = NULL;
+	cbcmn__altstack_teardown(e);
+	pthread_detach(pthread_self());
+	int rc = pthread_create(&e->thread, NULL, cbcmn__exec_main, e);
+	if (rc != 0) {
+		/* Its queues are still there for the others to steal from. */
+		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
+			strerror(rc));
+		atomic_store_explicit(&e->rt->lost_exec, 1, memory_order_relaxed);
+	}
+}
+
+static void exec_key_make(void)
+{
+	pthread_key_create(&exec_key, exec_thread_died);
+}
+
 void *cbcmn__exec_main(void *arg)
 {
 	struct cbcmn__exec *e = arg;
@@ -779,7 +848,17 @@ void *cbcmn__exec_main(void *arg)
 		fprintf(stderr, "cbcmn: executor %u: no alternate signal stack (%s); stack "
 				"overflows will not be caught\n",
 			e->id, strerror(-rc));
-	atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
+	pthread_once(&exec_key_once, exec_key_make);
+	pthread_setspecific(exec_key, e); /* cleared on a normal exit */
+	if (e->reap) {
+		/* Taking over from a thread that died: end its task first. */
+		struct cbcmn_task *t = e->reap;
+		e->reap = NULL;
+		t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
+		run_task(e, t);
+	} else {
+		atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
+	}
 
 	for (;;) {
 		if (e->ntimers)
@@ -792,6 +871,7 @@ void *cbcmn__exec_main(void *arg)
 		run_task(e, t);
 	}
 
+	pthread_setspecific(exec_key, NULL);
 	cbcmn__timers_fini(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
 	cbcmn__task_free_cache(e);

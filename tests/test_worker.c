@@ -1,0 +1,124 @@
+/* test_worker: an executor thread that dies under a task (SPEC-021 §14
+ * WorkerPanic): the runtime reports it, ends that task with CBCMN_EPANIC,
+ * and keeps all its executors running. */
+#include <string.h>
+
+#include "helpers.h"
+
+static int64_t quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL); /* ends the executor's thread, not just the task */
+	return 0;
+}
+
+static _Atomic int kids_done;
+
+static int64_t kid(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	/* Runs until the cancellation of its nursery reaches it. */
+	for (int i = 0; i < 100000; i++)
+		if (cbcmn_yield(cx) == CBCMN_ECANCELED)
+			break;
+	atomic_fetch_add(&kids_done, 1);
+	return 0;
+}
+
+/* Opens a nursery with children, then kills its thread. */
+static int64_t quitter_with_kids(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 4; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, kid, NULL, NULL) == 0);
+	cbcmn_yield(cx);
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t sibling(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 50; i++)
+		cbcmn_yield(cx);
+	return 7;
+}
+
+struct out {
+	int64_t await_rc, sibling_rc;
+};
+
+static int64_t parent(cbcmn_cx *cx, void *arg)
+{
+	struct out *o = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *s;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, sibling, NULL, &s) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, quitter_with_kids, NULL, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, quitter, NULL, NULL) == 0);
+	o->await_rc = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_task_join(cx, s, &o->sibling_rc) == 0);
+	return 0;
+}
+
+static int64_t answer(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 42;
+}
+
+static void test_dead_executor_is_replaced(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = workers;
+		cfg.flags = CBCMN_CONFIG_NO_INLINE; /* each quitter on a fiber of its own */
+		cbcmn_runtime *rt;
+		assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+		atomic_store(&kids_done, 0);
+		int saved, fd = t_stderr_capture(&saved);
+		struct out o = {0};
+		int64_t r = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, parent, &o, &r), 0);
+		char msg[4096];
+		t_stderr_restore(fd, saved, msg, sizeof(msg));
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(r, 0);
+		assert_int_equal(o.await_rc, CBCMN_EPANIC); /* the nursery saw it */
+		/* The sibling finished, or never started: the panic cancelled
+		 * its nursery (fail fast). */
+		assert_true(o.sibling_rc == 7 || o.sibling_rc == CBCMN_ECANCELED);
+		/* Its children were ended and awaited (none is left alive): those
+		 * that had started saw the cancellation. */
+		cbcmn_stats st;
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+		assert_int_equal(st.tasks_live, 0);
+		assert_true(atomic_load(&kids_done) <= 4);
+		assert_non_null(strstr(msg, "thread ended under task"));
+		/* Every executor is still there and works. */
+		assert_int_equal(cbcmn_runtime_workers(rt), workers);
+		for (int i = 0; i < 20; i++) {
+			int64_t a = 0;
+			assert_int_equal(cbcmn_runtime_run(rt, answer, NULL, &a), 0);
+			assert_int_equal(a, 42);
+		}
+		t_destroy(rt);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_dead_executor_is_replaced),
+	};
+	return cmocka_run_group_tests_name("worker", tests, NULL, NULL);
+}
