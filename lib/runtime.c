@@ -261,8 +261,10 @@ int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *r
 	if (result)
 		*result = r;
 	if (rc == 0 && r < 0 && rt->lab)
-		fprintf(stderr, "cbcmn lab: the task failed (%s); replay with CBCMN_LAB_SEED=%#llx\n",
-			cbcmn_strerror(r), (unsigned long long)rt->cfg.seed);
+		fprintf(stderr, "cbcmn lab: the task failed (%s): seed=%#llx; replay with "
+				"CBCMN_LAB_SEED=%#llx\n",
+			cbcmn_strerror(r), (unsigned long long)rt->cfg.seed,
+			(unsigned long long)rt->cfg.seed);
 	return rc;
 }
 

@@ -198,6 +198,7 @@ static void test_replay_line_and_seed_override(void **state)
 	char msg[512];
 	t_stderr_restore(fd, saved, msg, sizeof(msg));
 	assert_int_equal(r, -EIO);
+	assert_non_null(strstr(msg, "seed=0xabcdef"));
 	assert_non_null(strstr(msg, "replay with CBCMN_LAB_SEED=0xabcdef"));
 
 	/* The variable replays that seed, whatever the program asked for. */
