@@ -310,8 +310,11 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 	out->tasks_spawned = spawned;
 	out->tasks_completed = completed;
 	out->tasks_live = spawned > completed ? spawned - completed : 0;
-	uint64_t picks = tot->local_hits + tot->inject_hits + tot->tasks_stolen;
-	out->local_hit_ratio = picks ? (double)tot->local_hits / (double)picks : 0.0;
+	/* Work found at home (queue picks and inline runs) against all work
+	 * found: the share that did not come from elsewhere (seed 001). */
+	uint64_t local = tot->local_hits + tot->inline_runs;
+	uint64_t picks = local + tot->inject_hits + tot->tasks_stolen;
+	out->local_hit_ratio = picks ? (double)local / (double)picks : 0.0;
 	out->steal_success_rate =
 		tot->steal_attempts ? (double)tot->steal_successes / (double)tot->steal_attempts : 0.0;
 	return 0;

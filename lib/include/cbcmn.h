@@ -397,7 +397,8 @@ typedef struct cbcmn_stats {
 	uint64_t tasks_completed;
 	uint64_t tasks_live;      /* spawned and not yet ended */
 	cbcmn_executor_stats total; /* sum over executors */
-	double local_hit_ratio;   /* local_hits / (local_hits + inject_hits + tasks_stolen) */
+	double local_hit_ratio;   /* (local_hits + inline_runs) / the same + inject_hits +
+				   * tasks_stolen: the share of work found at home */
 	double steal_success_rate; /* steal_successes / steal_attempts */
 } cbcmn_stats;
 
