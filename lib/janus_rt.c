@@ -57,7 +57,7 @@ static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
-	cfg.workers = c->worker_count;
+	cfg.workers = c->worker_count ? c->worker_count : CBCMN_WORKERS_AUTO;
 	if (c->deterministic_seed)
 		cfg.seed = c->deterministic_seed;
 	cbcmn_runtime *rt;

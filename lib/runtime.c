@@ -17,6 +17,7 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	if (!cfg)
 		return;
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->workers = CBCMN_WORKERS_AUTO;
 	cfg->victim = CBCMN_VICTIM_RANDOM;
 	cfg->seed = DEFAULT_SEED;
 	cfg->stack_size = CBCMN_STACK_DEFAULT;
@@ -46,15 +47,15 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	cbcmn_config_init(out);
 	if (in)
 		*out = *in;
-	if (out->workers == 0 && (out->flags & CBCMN_CONFIG_LAB))
-		out->workers = 1;
-	if (out->workers == 0 && out->profile != CBCMN_PROFILE_CORE) {
-		out->workers = affinity_cpus();
+	if (out->profile == CBCMN_PROFILE_CORE) {
+		out->workers = 0; /* no scheduler: nothing to check */
+	} else if (out->workers == CBCMN_WORKERS_AUTO) {
+		out->workers = (out->flags & CBCMN_CONFIG_LAB) ? 1 : affinity_cpus();
 		if (out->workers > CBCMN_MAX_EXECUTORS)
 			out->workers = CBCMN_MAX_EXECUTORS;
+	} else if (out->workers == 0 || out->workers > CBCMN_MAX_EXECUTORS) {
+		return -EINVAL; /* at least one, at most CBCMN_MAX_EXECUTORS */
 	}
-	if (out->workers > CBCMN_MAX_EXECUTORS)
-		return -EINVAL;
 	if ((unsigned)out->victim > CBCMN_VICTIM_LEAST_LOADED)
 		return -EINVAL;
 	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB))
@@ -84,7 +85,6 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		implicit_caps = false;
 		break;
 	case CBCMN_PROFILE_CORE:
-		out->workers = 0; /* no scheduler */
 		if (out->yield_interval == 0)
 			out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
 		break;

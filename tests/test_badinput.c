@@ -77,8 +77,10 @@ static void test_create_rejects_bad_config(void **state)
 
 	cfg.workers = CBCMN_MAX_EXECUTORS + 1;
 	create_fails(&cfg, "workers = CBCMN_MAX_EXECUTORS + 1");
-	cfg.workers = UINT32_MAX;
-	create_fails(&cfg, "workers = UINT32_MAX");
+	cfg.workers = UINT32_MAX - 1; /* UINT32_MAX is CBCMN_WORKERS_AUTO */
+	create_fails(&cfg, "workers = UINT32_MAX - 1");
+	cfg.workers = 0;
+	create_fails(&cfg, "workers = 0");
 
 	cbcmn_config_init(&cfg);
 	cfg.stack_size = CBCMN_STACK_MIN - 1;

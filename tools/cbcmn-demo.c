@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 	}
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
-	cfg.workers = (uint32_t)workers;
+	cfg.workers = workers ? (uint32_t)workers : CBCMN_WORKERS_AUTO;
 	cbcmn_runtime *rt;
 	int rc = cbcmn_runtime_create(&cfg, &rt);
 	if (rc) {

@@ -114,6 +114,7 @@ typedef struct cbcmn_caps {
 } cbcmn_caps;
 
 #define CBCMN_MAX_EXECUTORS 1024
+#define CBCMN_WORKERS_AUTO UINT32_MAX
 #define CBCMN_STACK_MIN (8u * 1024)
 #define CBCMN_STACK_DEFAULT (64u * 1024)
 #define CBCMN_STACK_MAX (256u * 1024 * 1024)
@@ -137,9 +138,12 @@ typedef enum cbcmn_profile {
 } cbcmn_profile;
 
 /* Runtime configuration.  Initialise with cbcmn_config_init() and change
- * only the fields you care about; zero fields mean "the default". */
+ * only the fields you care about; most zero fields mean "the default"
+ * (not workers: see there). */
 typedef struct cbcmn_config {
-	/* Executor threads.  0: one per CPU in the process's affinity mask. */
+	/* Executor threads, 1..CBCMN_MAX_EXECUTORS, or CBCMN_WORKERS_AUTO
+	 * (cbcmn_config_init's value): one per CPU in the process's affinity
+	 * mask.  0 is an error (-EINVAL). */
 	uint32_t workers;
 	/* Victim choice for stealing. */
 	cbcmn_victim_policy victim;
