@@ -199,6 +199,7 @@ struct cbcmn__exec {
 	struct cbcmn__stack_cache stacks;
 	struct cbcmn__timer **timers;     /* min-heap by deadline (timer.c) */
 	uint32_t ntimers, timers_cap;
+	_Atomic uint32_t timers_dead;     /* disarmed, still in the heap */
 	struct cbcmn_task *free_tasks;
 	uint32_t nfree_tasks;
 	struct cbcmn_nursery *free_nurseries;

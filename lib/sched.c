@@ -724,8 +724,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		/* Timers: sleep no longer than the next deadline.  In lab mode
 		 * nothing can run, so time jumps to it. */
 		uint64_t wait = UINT64_MAX;
-		if (e->ntimers) {
-			uint64_t next = cbcmn__timers_next(e), now = cbcmn__now(rt);
+		uint64_t next = e->ntimers ? cbcmn__timers_next(e) : UINT64_MAX;
+		if (next != UINT64_MAX) {
+			uint64_t now = cbcmn__now(rt);
 			if (rt->lab && next > now) {
 				/* release: pairs with the acquire in cbcmn__now(). */
 				atomic_store_explicit(&rt->vclock, next, memory_order_release);
@@ -740,7 +741,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		if (backoff <= SPIN_NS_MAX && backoff < wait) {
 			spin_for(backoff);
 		} else if (backoff <= BACKOFF_NS_MAX || wait != UINT64_MAX) {
-			if (cbcmn__park(e, backoff < wait ? backoff : wait))
+			/* Past the back-off, a pending timer bounds the sleep
+			 * alone: no waking every millisecond for an hour. */
+			if (cbcmn__park(e, backoff <= BACKOFF_NS_MAX && backoff < wait ? backoff : wait))
 				backoff = BACKOFF_NS_MIN / 2; /* notified: fresh start */
 		} else {
 			cbcmn__park(e, 0);
@@ -827,7 +830,8 @@ static void exec_thread_died(void *arg)
 	pthread_detach(pthread_self());
 	int rc = pthread_create(&e->thread, NULL, cbcmn__exec_main, e);
 	if (rc != 0) {
-		/* Its queues are still there for the others to steal from. */
+		/* Its deque and slot can still be stolen from; its yield list
+		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
 		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
 			strerror(rc));
 		atomic_store_explicit(&e->rt->lost_exec, 1, memory_order_relaxed);

@@ -11,6 +11,7 @@ enum { T_ARMED, T_FIRING, T_DONE, T_DEAD };
 struct cbcmn__timer {
 	uint64_t deadline;
 	struct cbcmn__iwait *iw;
+	struct cbcmn__exec *owner;   /* whose heap it is on */
 	_Atomic uint32_t state;
 	_Atomic uint32_t refs; /* the heap's and the waiter's */
 };
@@ -68,9 +69,41 @@ static void sift_down(struct cbcmn__timer **h, uint32_t n, uint32_t i)
 	}
 }
 
+static void pop_top(struct cbcmn__exec *e)
+{
+	e->timers[0] = e->timers[--e->ntimers];
+	sift_down(e->timers, e->ntimers, 0);
+}
+
+/* A wait that ended early leaves its timer DEAD in the heap until the
+ * deadline: drop them once they are half the heap, so a loop of long
+ * timeouts that succeed does not grow without bound.  O(n), amortised. */
+static void compact(struct cbcmn__exec *e)
+{
+	if (e->ntimers < 64 ||
+	    atomic_load_explicit(&e->timers_dead, memory_order_relaxed) < e->ntimers / 2)
+		return;
+	uint32_t n = 0, dropped = 0;
+	for (uint32_t i = 0; i < e->ntimers; i++) {
+		struct cbcmn__timer *t = e->timers[i];
+		/* acquire: pairs with disarm()'s CAS; the waiter is done with it. */
+		if (atomic_load_explicit(&t->state, memory_order_acquire) == T_DEAD) {
+			unref(t);
+			dropped++;
+		} else {
+			e->timers[n++] = t;
+		}
+	}
+	e->ntimers = n;
+	for (uint32_t i = n / 2; i-- > 0;)
+		sift_down(e->timers, n, i);
+	atomic_fetch_sub_explicit(&e->timers_dead, dropped, memory_order_relaxed);
+}
+
 struct cbcmn__timer *cbcmn__timer_arm(struct cbcmn__exec *e, uint64_t deadline,
 				      struct cbcmn__iwait *iw)
 {
+	compact(e);
 	if (e->ntimers == e->timers_cap) {
 		uint32_t cap = e->timers_cap ? e->timers_cap * 2 : 64;
 		struct cbcmn__timer **h = realloc(e->timers, cap * sizeof(*h));
@@ -84,6 +117,7 @@ struct cbcmn__timer *cbcmn__timer_arm(struct cbcmn__exec *e, uint64_t deadline,
 		return NULL;
 	t->deadline = deadline;
 	t->iw = iw;
+	t->owner = e;
 	atomic_init(&t->state, T_ARMED);
 	atomic_init(&t->refs, 2);
 	e->timers[e->ntimers] = t;
@@ -94,9 +128,13 @@ struct cbcmn__timer *cbcmn__timer_arm(struct cbcmn__exec *e, uint64_t deadline,
 void cbcmn__timer_disarm(struct cbcmn__timer *t)
 {
 	uint32_t s = T_ARMED;
+	/* Counted before the CAS so the owner's count never goes below the
+	 * DEAD timers it can see. */
+	atomic_fetch_add_explicit(&t->owner->timers_dead, 1, memory_order_relaxed);
 	/* acquire on failure: pairs with the release store of DONE. */
 	if (!atomic_compare_exchange_strong_explicit(&t->state, &s, T_DEAD, memory_order_acq_rel,
 						     memory_order_acquire)) {
+		atomic_fetch_sub_explicit(&t->owner->timers_dead, 1, memory_order_relaxed);
 		/* Firing right now: it still holds our wait; let it finish. */
 		while (atomic_load_explicit(&t->state, memory_order_acquire) != T_DONE)
 			cbcmn__cpu_relax();
@@ -104,8 +142,17 @@ void cbcmn__timer_disarm(struct cbcmn__timer *t)
 	unref(t);
 }
 
-uint64_t cbcmn__timers_next(const struct cbcmn__exec *e)
+uint64_t cbcmn__timers_next(struct cbcmn__exec *e)
 {
+	/* Dead timers on top are no deadline: drop them (nor may the lab
+	 * clock jump to one). */
+	while (e->ntimers &&
+	       atomic_load_explicit(&e->timers[0]->state, memory_order_acquire) == T_DEAD) {
+		struct cbcmn__timer *t = e->timers[0];
+		pop_top(e);
+		atomic_fetch_sub_explicit(&e->timers_dead, 1, memory_order_relaxed);
+		unref(t);
+	}
 	return e->ntimers ? e->timers[0]->deadline : UINT64_MAX;
 }
 
@@ -114,8 +161,7 @@ uint32_t cbcmn__timers_fire(struct cbcmn__exec *e, uint64_t now)
 	uint32_t woke = 0;
 	while (e->ntimers && e->timers[0]->deadline <= now) {
 		struct cbcmn__timer *t = e->timers[0];
-		e->timers[0] = e->timers[--e->ntimers];
-		sift_down(e->timers, e->ntimers, 0);
+		pop_top(e);
 		uint32_t s = T_ARMED;
 		if (atomic_compare_exchange_strong_explicit(&t->state, &s, T_FIRING,
 							    memory_order_acq_rel,
@@ -126,6 +172,8 @@ uint32_t cbcmn__timers_fire(struct cbcmn__exec *e, uint64_t now)
 			}
 			/* release: the waiter may let its wait go after this. */
 			atomic_store_explicit(&t->state, T_DONE, memory_order_release);
+		} else {
+			atomic_fetch_sub_explicit(&e->timers_dead, 1, memory_order_relaxed);
 		}
 		unref(t);
 	}

@@ -32,8 +32,8 @@ void cbcmn__timer_disarm(struct cbcmn__timer *t);
 
 /* Executor side: fire every timer due at now.  Returns how many woke. */
 uint32_t cbcmn__timers_fire(struct cbcmn__exec *e, uint64_t now);
-/* The earliest deadline on e, or UINT64_MAX. */
-uint64_t cbcmn__timers_next(const struct cbcmn__exec *e);
+/* The earliest live deadline on e, or UINT64_MAX (drops dead timers). */
+uint64_t cbcmn__timers_next(struct cbcmn__exec *e);
 /* Free what is left (executor exit). */
 void cbcmn__timers_fini(struct cbcmn__exec *e);
 

@@ -178,6 +178,50 @@ static void test_virtual_time(void **state)
 	t_destroy(rt);
 }
 
+/* ---- timeouts that did not fire ---- */
+
+static int64_t pinger(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan *c = arg;
+	for (long i = 0; i < 2000; i++)
+		TASK_CHECK(cbcmn_chan_send(cx, c, &i) == 0);
+	return 0;
+}
+
+static int64_t quick_receives(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_chan *c;
+	TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &c) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, pinger, c, NULL) == 0);
+	for (int i = 0; i < 2000; i++) {
+		long v;
+		TASK_CHECK(cbcmn_chan_recv_timeout(cx, c, &v, 3600 * S) == 0); /* an hour */
+	}
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_chan_destroy(c) == 0);
+	return r;
+}
+
+/* Regression: a timer whose wait ended early stayed in the heap until its
+ * deadline; the idle lab clock then jumped to it (an hour), and a loop of
+ * such waits grew the heap without bound. */
+static void test_regression_dead_timers_do_not_move_the_clock(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lab(5);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, quick_receives, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	usleep(20000); /* let the executor go idle */
+	assert_int_equal(cbcmn_now(rt), 0);
+	t_destroy(rt);
+}
+
 /* ---- replay ---- */
 
 static int64_t fails(cbcmn_cx *cx, void *arg)
@@ -226,6 +270,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_same_seed_same_order),
 		T_WATCHED_TEST(test_virtual_time),
+		T_WATCHED_TEST(test_regression_dead_timers_do_not_move_the_clock),
 		T_WATCHED_TEST(test_replay_line_and_seed_override),
 		T_WATCHED_TEST(test_lab_needs_one_executor),
 	};
