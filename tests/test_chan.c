@@ -31,18 +31,7 @@ static int watchdog_disarm(void **state)
  * the release size (more interleavings for TSan), not the usual tenth. */
 #define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 3 : (n))
 
-static cbcmn_runtime *rt_flags(uint32_t workers, uint32_t flags)
-{
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = workers;
-	cfg.flags = flags;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc != 0)
-		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
-	return rt;
-}
+#define rt_flags t_runtime_flags
 
 static cbcmn_chan *mkchan(cbcmn_runtime *rt, size_t cap, size_t esize)
 {

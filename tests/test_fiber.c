@@ -118,12 +118,7 @@ static int64_t parent(cbcmn_cx *cx, void *arg)
 
 static void overflow_case(uint32_t flags)
 {
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = flags;
-	cbcmn_runtime *rt;
-	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	cbcmn_runtime *rt = t_runtime_flags(1, flags);
 
 	int saved, fd = t_stderr_capture(&saved);
 	struct ovf o = {0};
@@ -271,12 +266,7 @@ static void test_million_parked(void **state)
 {
 	(void)state;
 	long n = (T_ASAN || T_TSAN) ? 50000 : 1000000;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE;
-	cbcmn_runtime *rt;
-	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	cbcmn_runtime *rt = t_runtime_flags(1, CBCMN_CONFIG_NO_INLINE);
 	struct chain *c = calloc(1, sizeof(*c));
 	c->n = n;
 	c->handles = calloc((size_t)n, sizeof(*c->handles));

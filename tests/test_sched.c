@@ -440,12 +440,7 @@ static int64_t yield_root(cbcmn_cx *cx, void *arg)
 
 static void yield_interleaves(uint32_t flags)
 {
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = flags;
-	cbcmn_runtime *rt;
-	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	cbcmn_runtime *rt = t_runtime_flags(1, flags);
 	struct ylog *y = calloc(1, sizeof(*y));
 	assert_non_null(y);
 	int64_t r = -1;
@@ -571,12 +566,7 @@ static int64_t recycled_root(cbcmn_cx *cx, void *arg)
 static void test_tsan_fiber_reused_without_reset(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE;
-	cbcmn_runtime *rt;
-	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	cbcmn_runtime *rt = t_runtime_flags(1, CBCMN_CONFIG_NO_INLINE);
 	struct fanout f = {.n = RECYCLED_FIBERS};
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, recycled_root, &f, &r), 0);
