@@ -43,17 +43,23 @@ static inline uint64_t t_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A runtime with n workers (0: default) and otherwise default config. */
+/* A runtime from cfg, or the test fails saying why. */
+static inline cbcmn_runtime *t_runtime_cfg(const cbcmn_config *cfg)
+{
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(cfg, &rt);
+	if (rc != 0)
+		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
+	return rt;
+}
+
+/* A runtime with workers executors and otherwise the defaults. */
 static inline cbcmn_runtime *t_runtime(uint32_t workers)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = workers;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc != 0)
-		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
-	return rt;
+	return t_runtime_cfg(&cfg);
 }
 
 static inline void t_destroy(cbcmn_runtime *rt)
@@ -180,11 +186,7 @@ static inline cbcmn_runtime *t_runtime_flags(uint32_t workers, uint32_t flags)
 	cbcmn_config_init(&cfg);
 	cfg.workers = workers;
 	cfg.flags = flags;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc != 0)
-		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
-	return rt;
+	return t_runtime_cfg(&cfg);
 }
 
 /* Redirect stderr to an unlinked temp file, to check what the library

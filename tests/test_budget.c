@@ -20,11 +20,7 @@ static cbcmn_runtime *rt_with(uint32_t workers, const cbcmn_budget *root,
 	cfg.yield_interval = interval;
 	/* No CapBudget: tasks must live within what they are given. */
 	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT;
-	cbcmn_runtime *rt;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc)
-		fail_msg("runtime_create: %s", cbcmn_strerror(rc));
-	return rt;
+	return t_runtime_cfg(&cfg);
 }
 
 /* ---- costs ---- */

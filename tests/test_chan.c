@@ -994,8 +994,7 @@ static void leak_case(uint32_t flags, size_t stack_size)
 	cfg.workers = 1;
 	cfg.flags = flags;
 	cfg.stack_size = stack_size;
-	cbcmn_runtime *rt = NULL;
-	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	struct leak l = {.c = mkchan(rt, 1, sizeof(int)), .send_rc = 1};
 	int saved, fd = t_stderr_capture(&saved);
 	int64_t r = -1;

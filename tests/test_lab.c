@@ -14,11 +14,7 @@ static cbcmn_runtime *lab(uint64_t seed)
 	cfg.workers = 1;
 	cfg.flags = CBCMN_CONFIG_LAB;
 	cfg.seed = seed;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc)
-		fail_msg("lab runtime: %s", cbcmn_strerror(rc));
-	return rt;
+	return t_runtime_cfg(&cfg);
 }
 
 /* ---- the order of execution ---- */

@@ -3,7 +3,8 @@
 
 #include "helpers.h"
 
-static cbcmn_runtime *rt_profile(cbcmn_profile p, uint32_t caps, uint32_t interval, int *rc)
+static cbcmn_runtime *rt_profile_flags(cbcmn_profile p, uint32_t caps, uint32_t interval,
+				       uint32_t flags, int *rc)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
@@ -11,9 +12,15 @@ static cbcmn_runtime *rt_profile(cbcmn_profile p, uint32_t caps, uint32_t interv
 	cfg.profile = p;
 	cfg.caps.flags = caps;
 	cfg.yield_interval = interval;
+	cfg.flags = flags;
 	cbcmn_runtime *rt = NULL;
 	*rc = cbcmn_runtime_create(&cfg, &rt);
 	return rt;
+}
+
+static cbcmn_runtime *rt_profile(cbcmn_profile p, uint32_t caps, uint32_t interval, int *rc)
+{
+	return rt_profile_flags(p, caps, interval, 0, rc);
 }
 
 static int64_t child_ok(cbcmn_cx *cx, void *arg)
@@ -73,15 +80,8 @@ static int64_t interval_probe(cbcmn_cx *cx, void *arg)
 static int observed_interval(cbcmn_profile p, uint32_t caps, uint32_t interval)
 {
 	int rc;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.profile = p;
-	cfg.caps.flags = caps;
-	cfg.yield_interval = interval;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* both on fibers: the ticker yields */
-	cbcmn_runtime *rt;
-	rc = cbcmn_runtime_create(&cfg, &rt);
+	/* Both tasks on fibers of their own: the ticker really yields. */
+	cbcmn_runtime *rt = rt_profile_flags(p, caps, interval, CBCMN_CONFIG_NO_INLINE, &rc);
 	assert_int_equal(rc, 0);
 	atomic_store(&ticks, 0);
 	atomic_store(&seen_at, -1);

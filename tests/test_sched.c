@@ -29,11 +29,7 @@ static cbcmn_runtime *mk_rt(uint32_t workers, cbcmn_victim_policy victim, uint64
 	cfg.workers = workers;
 	cfg.victim = victim;
 	cfg.seed = seed;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc != 0)
-		fail_msg("cbcmn_runtime_create: %s", cbcmn_strerror(rc));
-	return rt;
+	return t_runtime_cfg(&cfg);
 }
 
 static cbcmn_stats snap(cbcmn_runtime *rt, cbcmn_executor_stats *per, uint32_t nper)
