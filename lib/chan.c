@@ -302,13 +302,6 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
 
-/* True when the calling thread is one of rt's executors, which must never
- * block as a thread.  A misuse check only, on the NULL-cx path. */
-static bool on_executor(const struct cbcmn_runtime *rt)
-{
-	return cbcmn__tls_exec && cbcmn__tls_exec->rt == rt;
-}
-
 /* Argument checks common to the operations.  block: the call may wait. */
 static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const void *ptr,
 		    bool block)
@@ -320,7 +313,7 @@ static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const v
 	if (!block)
 		return 0;
 	if (!self)
-		return on_executor(c->rt) ? -EDEADLK : 0;
+		return cbcmn__on_executor(c->rt) ? -EDEADLK : 0;
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */
 	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
 }

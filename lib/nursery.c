@@ -76,14 +76,6 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	return 0;
 }
 
-/* True when the calling thread is one of rt's executors: it must never
- * block as a thread.  The one place the scheduler looks at its thread-local
- * pointer, to turn a deadlock into an error. */
-static bool on_executor(const struct cbcmn_runtime *rt)
-{
-	return cbcmn__tls_exec && cbcmn__tls_exec->rt == rt;
-}
-
 int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
@@ -93,7 +85,7 @@ int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 		return CBCMN_ENOSCHED; /* the core profile */
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
-	if (!self && on_executor(rt))
+	if (!self && cbcmn__on_executor(rt))
 		return -EDEADLK;
 	return cbcmn__nursery_open(rt, self, out);
 }
@@ -226,9 +218,21 @@ int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n)
 		return -EINVAL;
 	if (n->owner != self)
 		return -EPERM;
-	if (!self && on_executor(n->rt))
+	if (!self && cbcmn__on_executor(n->rt))
 		return -EDEADLK;
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return -EINVAL; /* already being awaited */
 	return cbcmn__nursery_await(self, n);
+}
+
+int cbcmn__nursery_close_all(struct cbcmn_task *t)
+{
+	int count = 0;
+	while (t->open) {
+		struct cbcmn_nursery *n = t->open;
+		cbcmn__nursery_cancel(n, 1);
+		cbcmn__nursery_await(t, n);
+		count++;
+	}
+	return count;
 }

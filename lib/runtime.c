@@ -225,7 +225,7 @@ int cbcmn_runtime_destroy(cbcmn_runtime *rt)
 {
 	if (!rt)
 		return -EINVAL;
-	if (cbcmn__tls_exec && cbcmn__tls_exec->rt == rt)
+	if (cbcmn__on_executor(rt))
 		return -EDEADLK;
 	if (live_tasks(rt) != 0)
 		return -EBUSY;

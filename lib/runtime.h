@@ -251,6 +251,13 @@ struct cbcmn_runtime {
 
 /* sched.c */
 extern __thread struct cbcmn__exec *cbcmn__tls_exec;
+/* True when the calling thread is one of rt's executors, which must never
+ * block as a thread: the misuse checks that turn such a deadlock into
+ * -EDEADLK read the thread-local pointer for this, and only for this. */
+static inline bool cbcmn__on_executor(const struct cbcmn_runtime *rt)
+{
+	return cbcmn__tls_exec && cbcmn__tls_exec->rt == rt;
+}
 void *cbcmn__exec_main(void *arg);
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
@@ -296,6 +303,10 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 			struct cbcmn_nursery **out);
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n);
 void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why);
+/* Task t ends early (panic, budget, lost thread, return without await):
+ * cancel and await the nurseries it still has open, innermost first.
+ * Returns how many there were.  Runs on t's fiber: may block. */
+int cbcmn__nursery_close_all(struct cbcmn_task *t);
 void cbcmn__nursery_live_add(struct cbcmn_nursery *n, int64_t delta, struct cbcmn__exec *e);
 
 /* budget.c */

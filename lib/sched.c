@@ -248,13 +248,7 @@ void cbcmn__stack_exhausted(struct cbcmn_task *t)
  * CBCMN_ELEAKED (unless it failed already), with a line naming it. */
 static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
 {
-	int count = 0;
-	while (t->open) {
-		struct cbcmn_nursery *n = t->open;
-		cbcmn__nursery_cancel(n, 1);
-		cbcmn__nursery_await(t, n);
-		count++;
-	}
+	int count = cbcmn__nursery_close_all(t);
 	char line[160];
 	int len = snprintf(line, sizeof(line),
 			   "cbcmn: task %llu returned with %d nursery(ies) not awaited; "
@@ -284,11 +278,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
 		t = vt;
 		cbcmn__panic_unpoison(t, jb);
-		while (t->open) {
-			struct cbcmn_nursery *n = t->open;
-			cbcmn__nursery_cancel(n, 1);
-			cbcmn__nursery_await(t, n);
-		}
+		cbcmn__nursery_close_all(t);
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);
@@ -797,11 +787,7 @@ static void reap_entry(void *xfer)
 		struct cbcmn_task *parent = t->inline_parent;
 		struct cbcmn__exec *e = t->exec;
 		e->current = t;
-		while (t->open) {
-			struct cbcmn_nursery *n = t->open;
-			cbcmn__nursery_cancel(n, 1);
-			cbcmn__nursery_await(t, n);
-		}
+		cbcmn__nursery_close_all(t);
 		e = t->exec;
 		cbcmn__task_complete(t, CBCMN_EPANIC);
 		if (!parent)

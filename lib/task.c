@@ -260,7 +260,7 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 	if (self && self->rt != t->rt)
 		return CBCMN_EWRONGRT;
 	/* A thread join from an executor thread would block it: refuse. */
-	if (!self && cbcmn__tls_exec && cbcmn__tls_exec->rt == t->rt)
+	if (!self && cbcmn__on_executor(t->rt))
 		return -EDEADLK;
 	if (!(t->flags & CBCMN__TF_HANDLE) ||
 	    atomic_exchange_explicit(&t->joined, 1, memory_order_relaxed))
