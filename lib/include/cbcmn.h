@@ -183,7 +183,38 @@ typedef struct cbcmn_config {
 	cbcmn_caps caps;
 	/* What is implicit; see cbcmn_profile. */
 	cbcmn_profile profile;
+
+	/* ---- io_uring shards (docs/IO.md) ---------------------------------- */
+	/* Submission queue entries of each executor's ring, a power of two in
+	 * [8, 32768]; the completion queue gets twice as many.  0: 256. */
+	uint32_t ring_entries;
+	/* CBCMN_RING_* below. */
+	uint32_t ring_flags;
+	/* Cap on the kernel's io-wq worker threads per ring, for bounded
+	 * (file) and unbounded (socket) work each.  0: 4. */
+	uint32_t iowq_max_workers;
+	/* With CBCMN_RING_SQPOLL: ms the kernel's poller spins before it
+	 * sleeps.  0: 100. */
+	uint32_t sqpoll_idle_ms;
+	/* How long an executor that found nothing spins, looking for work,
+	 * before it parks in its ring (a wake-up of a parked CPU costs tens of
+	 * us here).  0: 50 us; CBCMN_SPIN_NONE: park at once. */
+	uint64_t spin_ns;
+	/* The stealing gate (docs/SCHEDULER.md): a thief takes from a victim
+	 * only when the time it expects to save exceeds steal_cost_ns +
+	 * steal_margin_ns.  0 each: 1000 ns and 0 ns. */
+	uint64_t steal_cost_ns;
+	uint64_t steal_margin_ns;
+	/* Threads of the blocking pool (cbcmn_blocking()).  0: 16. */
+	uint32_t blocking_threads;
 } cbcmn_config;
+
+#define CBCMN_SPIN_NONE UINT64_MAX
+
+/* Ring options (cbcmn_config.ring_flags). */
+#define CBCMN_RING_SQPOLL 0x1u      /* a kernel thread polls the SQ */
+#define CBCMN_RING_NO_MSG_RING 0x2u /* doorbells through eventfd, not MSG_RING */
+#define CBCMN_RING_PLAIN 0x4u       /* no COOP/DEFER_TASKRUN (for comparisons) */
 
 /* In cbcmn_config.caps.flags: take the flags literally, even when 0. */
 #define CBCMN_CAPS_EXPLICIT 0x80000000u
@@ -335,7 +366,19 @@ typedef struct cbcmn_spawn_opts {
 	/* What it is granted: intersected with the spawner's own (flags
 	 * and each limit).  NULL: everything the spawner holds. */
 	const cbcmn_caps *caps;
+	/* Where the child starts (seed 001).  CBCMN_PLACE_LOCAL (0, the
+	 * default): the spawner's executor, stealable.  CBCMN_PLACE_PINNED:
+	 * executor `shard`, never migrated.  CBCMN_PLACE_STEALABLE_ON:
+	 * executor `shard` preferred, may be stolen.  CBCMN_PLACE_STEALABLE:
+	 * a preferred executor chosen round-robin, may be stolen. */
+	uint32_t placement;
+	uint32_t shard;
 } cbcmn_spawn_opts;
+
+#define CBCMN_PLACE_LOCAL 0u
+#define CBCMN_PLACE_PINNED 1u
+#define CBCMN_PLACE_STEALABLE_ON 2u
+#define CBCMN_PLACE_STEALABLE 3u
 
 /* cbcmn_nursery_spawn() with options (opts may be NULL). */
 CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
@@ -416,5 +459,6 @@ CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
 #endif
 
 #include "cbcmn_chan.h" /* channels and obligations */
+#include "cbcmn_io.h"   /* fiber I/O on the executor rings, the blocking pool */
 
 #endif /* CBCMN_H */

@@ -1,0 +1,100 @@
+/* cbcmn_io.h: fiber-blocking I/O on the executor's io_uring ring.
+ *
+ * Every executor (shard) drives its own ring.  These calls look like the
+ * system calls they replace; they put one SQE on the calling task's
+ * executor's ring, park the task, and resume it from the CQE.  The thread
+ * is never blocked: other tasks run meanwhile.  A task with I/O in flight
+ * stays on its shard (it is in no queue, so nothing can steal it).
+ *
+ * Common rules (docs/IO.md):
+ *   - cx is the calling task; every call must be made from a task
+ *     (-EPERM from a thread outside the runtime, -EINVAL for NULL cx).
+ *   - The result is what the system call returns on success, or a negative
+ *     errno (-EBADF, -ECONNREFUSED, ...).  Short reads and writes are
+ *     returned as they are, as by the system call.
+ *   - Each call costs one unit of the task's `syscalls` budget (and one op);
+ *     a task out of budget waits like any other charge (docs/BUDGETS.md).
+ *   - Cancellation: a task that is cancelled while its request is in flight
+ *     has the request cancelled (IORING_OP_ASYNC_CANCEL) and waits for its
+ *     last completion, so buffers and descriptors passed in may be released
+ *     as soon as the call returns.  The call then returns CBCMN_ECANCELED
+ *     (= -ECANCELED).  A descriptor a cancelled accept/openat/socket
+ *     produced anyway is closed, never leaked.  A task already cancelled
+ *     gets CBCMN_ECANCELED without submitting anything.
+ *   - Timeouts: cbcmn_io_set_timeout() gives each later call of the task a
+ *     linked timeout (IORING_OP_LINK_TIMEOUT); a call that runs out of time
+ *     is cancelled and returns -ETIMEDOUT.
+ */
+#ifndef CBCMN_IO_H
+#define CBCMN_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The timeout, in ns, that each later I/O call of the task gets (0: none,
+ * the default).  Returns the previous value, or -EINVAL for a NULL cx. */
+CBCMN_API int64_t cbcmn_io_set_timeout(cbcmn_cx *cx, uint64_t ns);
+
+/* read(2)/write(2) at the file position (offset -1), readv/writev,
+ * pread/pwrite at an explicit offset. */
+CBCMN_API int64_t cbcmn_read(cbcmn_cx *cx, int fd, void *buf, size_t len);
+CBCMN_API int64_t cbcmn_write(cbcmn_cx *cx, int fd, const void *buf, size_t len);
+CBCMN_API int64_t cbcmn_readv(cbcmn_cx *cx, int fd, const struct iovec *iov, int iovcnt);
+CBCMN_API int64_t cbcmn_writev(cbcmn_cx *cx, int fd, const struct iovec *iov, int iovcnt);
+CBCMN_API int64_t cbcmn_pread(cbcmn_cx *cx, int fd, void *buf, size_t len, off_t off);
+CBCMN_API int64_t cbcmn_pwrite(cbcmn_cx *cx, int fd, const void *buf, size_t len, off_t off);
+
+/* Sockets. */
+CBCMN_API int64_t cbcmn_recv(cbcmn_cx *cx, int fd, void *buf, size_t len, int flags);
+CBCMN_API int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags);
+CBCMN_API int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags);
+CBCMN_API int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags);
+/* Returns the new descriptor; flags as accept4(2) (SOCK_CLOEXEC, ...). */
+CBCMN_API int64_t cbcmn_accept(cbcmn_cx *cx, int fd, struct sockaddr *addr,
+			       socklen_t *addrlen, int flags);
+CBCMN_API int64_t cbcmn_connect(cbcmn_cx *cx, int fd, const struct sockaddr *addr,
+				socklen_t addrlen);
+CBCMN_API int64_t cbcmn_shutdown(cbcmn_cx *cx, int fd, int how);
+/* Returns the new descriptor. */
+CBCMN_API int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol);
+
+/* Files.  cbcmn_close() closes fd even when it is cancelled: a close that
+ * was submitted is never undone. */
+CBCMN_API int64_t cbcmn_close(cbcmn_cx *cx, int fd);
+CBCMN_API int64_t cbcmn_openat(cbcmn_cx *cx, int dirfd, const char *path, int flags,
+			       mode_t mode);
+CBCMN_API int64_t cbcmn_statx(cbcmn_cx *cx, int dirfd, const char *path, int flags,
+			      unsigned int mask, struct statx *out);
+/* fsync(2), or fdatasync(2) with CBCMN_FSYNC_DATASYNC. */
+#define CBCMN_FSYNC_DATASYNC 0x1u
+CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
+
+/* ------------------------------------------------------------------------
+ * The blocking pool: for calls io_uring cannot make (getaddrinfo, a
+ * library that blocks), so that a task never blocks its executor's thread.
+ */
+typedef int64_t (*cbcmn_blocking_fn)(void *arg);
+
+/* Run fn(arg) on a thread of the runtime's blocking pool (at most
+ * cbcmn_config.blocking_threads threads; more calls wait their turn) and
+ * park the task until it returns; store its return value in *result (may
+ * be NULL).  Returns 0; -EINVAL (NULL cx or fn), -EPERM (not called from a
+ * task), -EAGAIN (no pool thread could be started and none exists), or
+ * CBCMN_ECANCELED: the task was cancelled before fn started (fn never
+ * runs) or while it ran (fn is not interrupted: the call returns once fn
+ * has returned, so arg may be freed afterwards, and *result is set). */
+CBCMN_API int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CBCMN_IO_H */
