@@ -41,7 +41,7 @@ endif
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CPPFLAGS := -D_GNU_SOURCE -Ilib/include -Ilib -Itools -I$(BUILD)/gen
 CFLAGS   := -std=gnu11 -g -fPIC -fvisibility=hidden $(WARN) $(MODE_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := -lpthread
+LDLIBS   := -luring -lpthread
 LDFLAGS  := $(MODE_LDFLAGS)
 
 LIB_SRCS := $(wildcard lib/*.c)
@@ -53,6 +53,9 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(ASM_SRCS:%.S=$(BUILD)/obj/%.o)
 STATIC   := $(BUILD)/lib/libcbcmn.a
 SHARED   := $(BUILD)/lib/libcbcmn.so
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/cbcmn-*.c))
+# Code the tools share (load client, baselines): one archive linked into each.
+TOOLCOMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/common/*.c))
+TOOLCOMMON := $(BUILD)/lib/libtoolcommon.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 # Suites that exercise threads racing each other: these also run under TSan.
 TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab
@@ -80,15 +83,20 @@ $(SHARED): $(LIB_OBJS) lib/libcbcmn.map
 	$(Q)$(CC) -shared -Wl,--version-script=lib/libcbcmn.map -Wl,-soname,libcbcmn.so.0 \
 		-Wl,-z,noexecstack $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
 
-$(BUILD)/bin/%: tools/%.c $(STATIC)
-	$(call msg,CCLD,$@)
+$(TOOLCOMMON): $(TOOLCOMMON_OBJS)
+	$(call msg,AR,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) -lm
+	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tests/%: tests/%.c tests/helpers.h $(STATIC) $(SHARED)
+$(BUILD)/bin/%: tools/%.c $(TOOLCOMMON) $(STATIC)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) -lcmocka -lm -ldl
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) -lm
+
+$(BUILD)/tests/%: tests/%.c tests/helpers.h $(TOOLCOMMON) $(STATIC) $(SHARED)
+	$(call msg,CCLD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) -lcmocka -lm -ldl
 
 tests: $(TESTS)
 tools: $(TOOLS)
