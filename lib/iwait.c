@@ -21,6 +21,7 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
 	iw->reg = NULL;
 	iw->user = NULL;
 	iw->qnext = NULL;
+	iw->on_cancel = NULL;
 	if (self)
 		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
 }
@@ -67,12 +68,18 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 		if (atomic_compare_exchange_strong_explicit(&iw->state, &s, CBCMN__IW_CANCELLED,
 							    memory_order_acq_rel,
 							    memory_order_acquire)) {
+			if (iw->on_cancel) {
+				/* Undo what is in flight; the event wakes us. */
+				iw->on_cancel(iw);
+				goto suspend;
+			}
 			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 			reg_del(iw);
 			return CBCMN__IW_CANCELLED;
 		}
 		/* The event won: its wake is on the way, suspend for it. */
 	}
+suspend:
 	cbcmn__suspend(self);
 	reg_del(iw);
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
@@ -87,14 +94,18 @@ void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt)
 			if (!cbcmn__task_cancelled(iw->w.task))
 				continue;
 			uint32_t s = CBCMN__IW_WAITING;
-			if (atomic_compare_exchange_strong_explicit(&iw->state, &s,
-								    CBCMN__IW_CANCELLED,
-								    memory_order_acq_rel,
-								    memory_order_acquire))
-				/* The task stays registered until it runs and
-				 * removes itself, so iw stays valid meanwhile.
-				 * Woken through the inject queue: cancellation
-				 * is rare and has no executor of its own. */
+			if (!atomic_compare_exchange_strong_explicit(&iw->state, &s,
+								     CBCMN__IW_CANCELLED,
+								     memory_order_acq_rel,
+								     memory_order_acquire))
+				continue;
+			/* The task stays registered until it runs and removes
+			 * itself, so iw stays valid meanwhile. */
+			if (iw->on_cancel)
+				iw->on_cancel(iw);
+			else
+				/* Through the inject queue: cancellation is
+				 * rare and has no executor of its own. */
 				cbcmn__waiter_wake(&iw->w, NULL);
 		}
 		cbcmn__mutex_unlock(&r->lock);

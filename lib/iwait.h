@@ -41,6 +41,11 @@ struct cbcmn__iwait {
 	struct cbcmn__iwait_reg *reg;     /* where it is registered */
 	void *user;                       /* for the object's queue */
 	struct cbcmn__iwait *qnext;       /* ... likewise */
+	/* Set when the waker must not be woken by cancellation itself (I/O in
+	 * flight): cancellation claims the wait and calls this instead, under
+	 * the registry lock, so the wait is still there; the event's side
+	 * then wakes the task, which sees CBCMN__IW_CANCELLED. */
+	void (*on_cancel)(struct cbcmn__iwait *iw);
 };
 
 void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r);

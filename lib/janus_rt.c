@@ -141,7 +141,7 @@ int janus_nursery_spawn(TaskFn fn, void *arg)
 	RtNursery *rn = *top_slot(self);
 	if (!rn || !fn)
 		return -1;
-	return cbcmn__spawn(self, rn->nursery, CBCMN__TF_ABI, (void *)fn, arg, NULL, NULL, NULL) == 0 ? 0 : -1;
+	return cbcmn__spawn(self, rn->nursery, CBCMN__TF_ABI, (void *)fn, arg, NULL, NULL) == 0 ? 0 : -1;
 }
 
 /* SPEC-021 §3.6, frozen. */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "futex.h"
 #include "iwait.h"
 #include "runtime.h"
 
@@ -69,6 +70,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	}
 	if (out->stack_size == 0)
 		out->stack_size = CBCMN_STACK_DEFAULT;
+	if (out->blocking_threads == 0)
+		out->blocking_threads = 16; /* cbcmn.h */
 	bool implicit_caps = true;
 	switch (out->profile) {
 	case CBCMN_PROFILE_SERVICE:
@@ -101,6 +104,24 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	if (out->stack_size < CBCMN_STACK_MIN || out->stack_size > CBCMN_STACK_MAX)
 		return -EINVAL;
 	out->stack_size = (out->stack_size + page - 1) & ~(page - 1);
+	/* Rings (docs/IO.md). */
+	if (out->ring_entries == 0)
+		out->ring_entries = 256;
+	if (out->ring_entries < 8 || out->ring_entries > 32768 ||
+	    (out->ring_entries & (out->ring_entries - 1)))
+		return -EINVAL;
+	if (out->ring_flags & ~(CBCMN_RING_SQPOLL | CBCMN_RING_NO_MSG_RING | CBCMN_RING_PLAIN))
+		return -EINVAL;
+	if ((out->ring_flags & CBCMN_RING_SQPOLL) && (out->ring_flags & CBCMN_RING_PLAIN))
+		return -EINVAL;
+	if (out->iowq_max_workers == 0)
+		out->iowq_max_workers = 4;
+	if (out->sqpoll_idle_ms == 0)
+		out->sqpoll_idle_ms = 100;
+	if (out->spin_ns == 0)
+		out->spin_ns = 50000;
+	if (out->steal_cost_ns == 0)
+		out->steal_cost_ns = 1000;
 	return 0;
 }
 
@@ -110,6 +131,8 @@ static void exec_free(struct cbcmn__exec *e)
 		return;
 	cbcmn__iwait_reg_fini(&e->iwaits);
 	cbcmn__deque_destroy(&e->dq);
+	cbcmn__ring_destroy(e);
+	cbcmn__xmsg_fini(e);
 	free(e);
 }
 
@@ -125,6 +148,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	for (uint32_t i = 0; i < rt->nexec; i++)
 		exec_free(rt->exec[i]);
 	free(rt->exec);
+	cbcmn__blocking_fini(rt); /* no-op after destroy's own call */
 	cbcmn__stack_pool_fini(&rt->stacks);
 	cbcmn__mutex_destroy(&rt->inject_lock);
 	free(rt);
@@ -173,9 +197,13 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		return rc;
 	}
 	rt->exec = calloc(c.workers ? c.workers : 1, sizeof(*rt->exec));
-	if (!rt->exec) {
+	if (!rt->exec || cbcmn__blocking_init(rt) != 0) {
 		runtime_free(rt);
 		return -ENOMEM;
+	}
+	if (c.workers && (rc = cbcmn__ring_probe(rt)) != 0) {
+		runtime_free(rt);
+		return rc; /* no io_uring: -ENOSYS, or -EPERM where it is disabled */
 	}
 	for (uint32_t i = 0; i < c.workers; i++) {
 		struct cbcmn__exec *e = aligned_alloc(CBCMN__CACHELINE, sizeof(*e));
@@ -193,8 +221,14 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		}
 		e->rt = rt;
 		e->id = i;
+		e->ring.efd = -1;
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;
+		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
+		    (rc = cbcmn__ring_create(e, true)) != 0) {
+			runtime_free(rt);
+			return rc;
+		}
 	}
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		rc = pthread_create(&rt->exec[i]->thread, NULL, cbcmn__exec_main, rt->exec[i]);
@@ -202,6 +236,19 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			stop_executors(rt, i);
 			runtime_free(rt);
 			return -rc;
+		}
+	}
+	/* Each executor enables its ring on its own thread: wait for all, so
+	 * that a failure there is this call's failure. */
+	uint32_t started;
+	while ((started = atomic_load_explicit(&rt->started, memory_order_acquire)) < rt->nexec)
+		cbcmn__futex_wait(&rt->started, started, NULL);
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		int err = atomic_load_explicit(&rt->exec[i]->start_err, memory_order_relaxed);
+		if (err) {
+			stop_executors(rt, rt->nexec);
+			runtime_free(rt);
+			return err;
 		}
 	}
 	*out = rt;
@@ -229,6 +276,9 @@ int cbcmn_runtime_destroy(cbcmn_runtime *rt)
 		return -EDEADLK;
 	if (live_tasks(rt) != 0)
 		return -EBUSY;
+	/* Before the executors stop: a pool thread may still be finishing
+	 * the wake of the task it served last. */
+	cbcmn__blocking_fini(rt);
 	stop_executors(rt, rt->nexec);
 	runtime_free(rt);
 	return 0;
@@ -286,8 +336,14 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 			LD(tasks_run),       LD(local_hits),      LD(inject_hits),
 			LD(steal_attempts),  LD(steal_successes), LD(tasks_stolen),
 			LD(inline_runs),     LD(parks),           LD(wakes),
-			LD(spawns),
+			LD(spawns),          LD(steals_gated),    LD(doorbells_sent),
+			LD(doorbells_recv),  LD(doorbells_coalesced),
+			LD(ring_msgs_submitted), LD(ring_msgs_backpressure),
+			LD(sqes_submitted),  LD(cqes_reaped),     LD(ring_enters),
+			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(handoffs),
+			LD(io_ops),
 #undef LD
+			.avg_task_ns = atomic_load_explicit(&e->avg_task_ns, memory_order_relaxed),
 			.queue_depth = (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
 				       (atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL),
 		};
@@ -306,7 +362,25 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 		tot->wakes += s.wakes;
 		tot->spawns += s.spawns;
 		tot->queue_depth += s.queue_depth;
+		tot->steals_gated += s.steals_gated;
+		tot->doorbells_sent += s.doorbells_sent;
+		tot->doorbells_recv += s.doorbells_recv;
+		tot->doorbells_coalesced += s.doorbells_coalesced;
+		tot->ring_msgs_submitted += s.ring_msgs_submitted;
+		tot->ring_msgs_backpressure += s.ring_msgs_backpressure;
+		tot->sqes_submitted += s.sqes_submitted;
+		tot->cqes_reaped += s.cqes_reaped;
+		tot->ring_enters += s.ring_enters;
+		tot->xmsgs_sent += s.xmsgs_sent;
+		tot->xmsgs_recv += s.xmsgs_recv;
+		tot->handoffs += s.handoffs;
+		tot->io_ops += s.io_ops;
+		if (s.avg_task_ns > tot->avg_task_ns)
+			tot->avg_task_ns = s.avg_task_ns; /* the total holds the largest */
 	}
+	out->ext_doorbells = atomic_load_explicit(&rt->ext_doorbells, memory_order_relaxed);
+	out->ring_setup_flags = rt->ring_caps.setup_flags;
+	out->msg_ring = rt->ring_caps.msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
 	out->tasks_spawned = spawned;
 	out->tasks_completed = completed;
 	out->tasks_live = spawned > completed ? spawned - completed : 0;

@@ -22,6 +22,7 @@
 #include "cbcmn.h"
 #include "deque.h"
 #include "lock.h"
+#include "ring.h"
 #include "rng.h"
 #include "stack.h"
 
@@ -53,6 +54,7 @@ enum cbcmn__task_state {
 enum cbcmn__task_flags {
 	CBCMN__TF_ABI = 1u << 0,    /* fn is int64_t (*)(void *) (janus ABI) */
 	CBCMN__TF_HANDLE = 1u << 1, /* a join handle was handed out */
+	CBCMN__TF_PINNED = 1u << 2, /* runs on executor `shard` only, never stolen */
 };
 
 #define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)
@@ -87,6 +89,7 @@ struct cbcmn_task {
 	_Atomic uint32_t refs;            /* runtime's reference + join handle */
 	uint32_t flags;                   /* CBCMN__TF_*, fixed at spawn */
 	uint32_t home;                    /* executor whose cache it returns to */
+	uint32_t shard;                   /* CBCMN__TF_PINNED: its executor */
 	_Atomic uint32_t joined;          /* the handle was joined */
 
 	/* Budget (owner-only), see budget.c.  ops and yield_left exclude the
@@ -100,6 +103,7 @@ struct cbcmn_task {
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
 	struct cbcmn__oblig *obligations; /* reservations it holds (chan.c); owner only */
+	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
 };
 
 /* ---- nurseries -------------------------------------------------------- */
@@ -161,6 +165,37 @@ enum cbcmn__post {
 struct cbcmn__counters {
 	_Atomic uint64_t tasks_run, local_hits, inject_hits, steal_attempts, steal_successes,
 		tasks_stolen, inline_runs, parks, wakes, spawns, completions;
+	/* Rings and shards (ring.c, xmsg.c). */
+	_Atomic uint64_t steals_gated, doorbells_sent, doorbells_recv, doorbells_coalesced,
+		ring_msgs_submitted, ring_msgs_backpressure, sqes_submitted, cqes_reaped,
+		ring_enters, xmsgs_sent, xmsgs_recv, handoffs, io_ops;
+};
+
+/* ---- cross-shard message lanes (xmsg.c) ------------------------------- */
+
+/* A message between executors (seed 003): allocated by the sender, handed
+ * to the receiver through the (sender, receiver) lane, and sent back
+ * through the reverse lane as the acknowledgement, after which the sender
+ * reuses it.  Exactly once: a lane entry is consumed by one receiver. */
+enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL };
+
+struct cbcmn__xmsg {
+	uint32_t kind;
+	uint32_t src;                     /* the sender's executor */
+	struct cbcmn_task *task;          /* WAKE, SPAWN */
+	void (*fn)(struct cbcmn__exec *e, void *arg); /* CALL, on the receiver */
+	void *arg;
+	struct cbcmn__xmsg *next;         /* free list / backlog */
+	uintptr_t backlog_ent;            /* the lane entry, while backlogged */
+};
+
+/* One single-producer single-consumer ring of tagged message pointers
+ * (bit 0: an acknowledgement).  head is the consumer's, tail the producer's. */
+#define CBCMN__LANE_CAP 256u
+struct cbcmn__lane {
+	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t head;
+	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t tail;
+	_Alignas(CBCMN__CACHELINE) _Atomic uintptr_t slot[CBCMN__LANE_CAP];
 };
 
 #define CBCMN__COUNT(e, field, n)                                                          \
@@ -179,6 +214,16 @@ struct cbcmn__exec {
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic uint32_t searching_hint; /* set by a notifier: wake as a searcher */
+	_Atomic int32_t start_err;       /* its ring could not be enabled */
+	/* Mail: lanes with entries (bit per source), and their summary. */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t mail_any;
+	_Atomic uint32_t io_cancel;       /* an I/O wait here was cancelled (io.c) */
+	_Atomic(struct cbcmn_task *) remote; /* pinned work from outside threads (LIFO) */
+	_Atomic uint64_t mail_bits[CBCMN_MAX_EXECUTORS / 64];
+	/* in[src]: the lane from executor src, made by src on first use. */
+	_Atomic(struct cbcmn__lane *) *in;
+	/* Load statistics any executor reads without a lock (seed 003). */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t avg_task_ns; /* EWMA of a task's run */
 
 	/* Owner only from here on. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn_runtime *rt;
@@ -194,6 +239,16 @@ struct cbcmn__exec {
 	struct cbcmn__stack *post_stack;
 	struct cbcmn_task *reap;          /* a task whose thread died (sched.c) */
 	struct cbcmn_task *yq_head, *yq_tail; /* yielded tasks, FIFO */
+	struct cbcmn_task *pq_head, *pq_tail; /* pinned tasks ready here, FIFO */
+	struct cbcmn__ring ring;
+	struct cbcmn__xmsg *xm_free;      /* messages back from their receivers */
+	void **xm_slabs;                  /* what they were allocated in */
+	uint32_t xm_nslabs;
+	struct cbcmn__xmsg **backlog;     /* per receiver: entries its full lane refused */
+	struct cbcmn__xmsg **backlog_tail;
+	uint32_t nbacklog;
+	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
+	uint64_t busy_since, busy_tasks;  /* for avg_task_ns */
 	struct cbcmn__rng rng;
 	uint32_t rr_next;
 	struct cbcmn__stack_cache stacks;
@@ -245,6 +300,11 @@ struct cbcmn_runtime {
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Tasks spawned / ended by threads outside the executors. */
 	_Atomic uint64_t ext_spawns, ext_completions;
+	/* Doorbells rung by threads outside the executors (eventfd). */
+	_Atomic uint64_t ext_doorbells;
+	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
+	struct cbcmn__ring_caps ring_caps;
+	struct cbcmn__blocking_pool *blocking;
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
@@ -261,6 +321,8 @@ static inline bool cbcmn__on_executor(const struct cbcmn_runtime *rt)
 void *cbcmn__exec_main(void *arg);
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
+void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e,
+			uint32_t shard);
 void cbcmn__suspend(struct cbcmn_task *t);
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker);
 void cbcmn__waiter_wake(struct cbcmn__waiter *w, struct cbcmn__exec *waker);
@@ -291,7 +353,7 @@ bool cbcmn__task_cancelled(const struct cbcmn_task *t);
 bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n);
 void cbcmn__task_free_cache(struct cbcmn__exec *e);
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
-		 void *arg, const cbcmn_budget *ask, const cbcmn_caps *caps, cbcmn_task **handle);
+		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle);
 
 /* chan.c */
 int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result);
@@ -358,6 +420,51 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 		cbcmn__charge_slow(t, comp, amount);
 }
 
+/* ring.c */
+int cbcmn__ring_probe(struct cbcmn_runtime *rt);
+int cbcmn__ring_create(struct cbcmn__exec *e, bool disabled);
+int cbcmn__ring_enable(struct cbcmn__exec *e);
+void cbcmn__ring_destroy(struct cbcmn__exec *e);
+int cbcmn__ring_takeover(struct cbcmn__exec *e);
+struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e);
+bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);
+void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns);
+unsigned cbcmn__ring_reap(struct cbcmn__exec *e);
+void cbcmn__doorbell(struct cbcmn__exec *target);
+
+/* The loop's check between tasks: anything to submit or reap?  Cheap when
+ * the ring is quiet: two loads. */
+static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
+{
+	const struct io_uring *u = &e->ring.u;
+	return io_uring_sq_ready(u) || io_uring_cq_ready(u) ||
+	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
+}
+
+/* xmsg.c */
+int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec);
+void cbcmn__xmsg_fini(struct cbcmn__exec *e);
+int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
+		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
+void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
+bool cbcmn__mail_drain(struct cbcmn__exec *e);
+void cbcmn__backlog_flush(struct cbcmn__exec *e);
+void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t);
+static inline bool cbcmn__has_mail(const struct cbcmn__exec *e)
+{
+	return atomic_load_explicit(&e->mail_any, memory_order_relaxed) ||
+	       atomic_load_explicit(&e->io_cancel, memory_order_relaxed);
+}
+
+/* wake.c */
+void cbcmn__kick(struct cbcmn__exec *e);
+
+/* io.c */
+void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, uint32_t flags,
+		   bool timeout);
+void cbcmn__io_cancel_pending(struct cbcmn__exec *e);
+void cbcmn__io_orphan_all(struct cbcmn__exec *e);
+
 /* timer.c */
 struct cbcmn__timer;
 uint64_t cbcmn__now(const struct cbcmn_runtime *rt);
@@ -366,6 +473,11 @@ int cbcmn__wait_until(struct cbcmn_task *self, struct cbcmn__iwait *iw, uint64_t
 
 /* janus_rt.c */
 void cbcmn__abi_slot_release(struct cbcmn_task *t);
+
+/* blocking.c: the blocking pool (docs/BLOCKING.md).  fini joins its
+ * threads; call it once no task is alive, before the executors stop. */
+int cbcmn__blocking_init(struct cbcmn_runtime *rt);
+void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
 
 /* signal.c */
 int cbcmn__signal_init(void);

@@ -37,9 +37,12 @@ __thread struct cbcmn__exec *cbcmn__tls_exec;
 #define SLOT_RUNS_MAX 3      /* next-task slot runs in a row */
 #define STEAL_VICTIMS_MAX 4  /* victims probed per round */
 #define STEAL_BATCH_MAX 32   /* tasks taken per successful steal */
-#define SPIN_NS_MAX 32000u   /* back-off below this spins, above it sleeps */
-#define BACKOFF_NS_MIN 1000u
-#define BACKOFF_NS_MAX 1000000u
+#define SPIN_PAUSE_MIN_NS 250u   /* pause between search turns while spinning */
+#define SPIN_PAUSE_MAX_NS 4000u
+#define STEAL_COOLDOWN_AFTER 8u  /* failed steal rounds before the cooldown */
+#define STEAL_COOLDOWN_EVERY 4u  /* then steal every 4th turn only */
+#define RING_BATCH_TURNS 16u     /* picks SQEs may wait while tasks are ready */
+#define LOAD_WINDOW_PICKS 256u   /* picks per load sample of a busy executor */
 
 /* ---- fiber switches ------------------------------------------------------ */
 
@@ -155,11 +158,40 @@ static void deque_push_or_inject(struct cbcmn__exec *e, struct cbcmn_task *t)
 		inject_push(e->rt, t);
 }
 
+/* Is executor o asleep (or on its way to sleep)?  Its idle bit says so. */
+static bool exec_idle(const struct cbcmn__exec *o)
+{
+	return atomic_load_explicit(&o->rt->idle_bits[o->id / 64], memory_order_relaxed) &
+	       (1ull << (o->id % 64));
+}
+
+/* t was woken by e (or by a thread outside, e NULL); make it runnable.
+ * A task woken from another shard goes home (seed 001/003): its owner is
+ * the executor that ran it last, where its data is, and the one whose ring
+ * holds its I/O.  Pinned tasks always go home.  An unpinned task whose
+ * owner is parked runs here instead: waking a parked CPU costs tens of us,
+ * more than the cache misses saved (docs/SCHEDULER.md). */
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
+	struct cbcmn__exec *owner = t->exec;
+	if (t->flags & CBCMN__TF_PINNED) {
+		owner = rt->exec[t->shard];
+		if (e == owner) {
+			cbcmn__pq_push(e, t);
+			return;
+		}
+		if (!e || cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) != 0)
+			cbcmn__remote_push(owner, t);
+		return;
+	}
 	if (!e) {
 		inject_push(rt, t);
 		cbcmn__notify_one(rt);
+		return;
+	}
+	if (owner && owner != e && !rt->lab && !exec_idle(owner) &&
+	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
+		CBCMN__COUNT(e, handoffs, 1);
 		return;
 	}
 	/* A woken task runs next: it goes in the slot, where its data is
@@ -178,6 +210,14 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
+	if (t->flags & CBCMN__TF_PINNED) {
+		struct cbcmn__exec *home = rt->exec[t->shard];
+		if (e == home)
+			cbcmn__pq_push(e, t);
+		else if (!e || cbcmn__xmsg_send(e, home->id, CBCMN__XM_SPAWN, t, NULL, NULL) != 0)
+			cbcmn__remote_push(home, t);
+		return;
+	}
 	if (!e) {
 		inject_push(rt, t);
 		cbcmn__notify_one(rt);
@@ -191,6 +231,23 @@ void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct 
 	deque_push_or_inject(e, t);
 	if (before == 0)
 		cbcmn__notify_one(rt);
+}
+
+/* Spawn t with executor `shard` preferred (stealable): its deque, through
+ * that executor's mail when it is another one. */
+void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e,
+			uint32_t shard)
+{
+	struct cbcmn__exec *target = rt->exec[shard];
+	if (e == target) {
+		cbcmn__schedule_new(rt, t, e);
+		return;
+	}
+	if (e && cbcmn__xmsg_send(e, shard, CBCMN__XM_SPAWN, t, NULL, NULL) == 0)
+		return;
+	/* From outside the runtime: the inject queue, where any executor,
+	 * the preferred one included, takes it. */
+	cbcmn__schedule_new(rt, t, NULL);
 }
 
 /* Take a not-yet-started task of nursery n (or the task want) from the
@@ -551,6 +608,12 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 			yq_push(e, t);
 		}
 	}
+	if (e->pq_head) {
+		t = e->pq_head;
+		if (!(e->pq_head = t->next))
+			e->pq_tail = NULL;
+		goto local;
+	}
 	if (__builtin_expect(rt->lab, 0) && (t = lab_pick(e)))
 		goto local;
 	if ((t = cbcmn__deque_pop(&e->dq)))
@@ -617,11 +680,33 @@ static uint32_t pick_victim(struct cbcmn__exec *e, uint32_t attempt)
  * without a CAS, so a thief cannot claim several items with one CAS on top
  * (docs/SCHEDULER.md): the batch is a run of single steals, stopped at the
  * first miss.  The first task is returned, the rest go on our deque. */
+/* The stealing gate (seed 001): take from v only if the time we expect to
+ * save beats what the move costs: the half of v's queue we would take,
+ * each task v's mean pick time, runs here instead of waiting behind the
+ * rest, against cfg.steal_cost_ns + cfg.steal_margin_ns.  A victim with no
+ * estimate yet passes (docs/SCHEDULER.md). */
+static bool steal_gate(struct cbcmn__exec *e, struct cbcmn__exec *v, int64_t len)
+{
+	const cbcmn_config *c = &e->rt->cfg;
+	uint64_t avg = atomic_load_explicit(&v->avg_task_ns, memory_order_relaxed);
+	if (avg == 0)
+		return true;
+	uint64_t saved = (uint64_t)(len + 1) / 2 * avg;
+	if (saved > c->steal_cost_ns + c->steal_margin_ns)
+		return true;
+	CBCMN__COUNT(e, steals_gated, 1);
+	return false;
+}
+
 static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *v,
 				     uint32_t *taken)
 {
 	struct cbcmn_task *first = NULL;
 	int64_t len = cbcmn__deque_len(&v->dq);
+	bool slot = atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL;
+	*taken = 0;
+	if (len + slot == 0 || !steal_gate(e, v, len + slot))
+		return NULL;
 	int64_t want = (len + 1) / 2;
 	if (want > STEAL_BATCH_MAX)
 		want = STEAL_BATCH_MAX;
@@ -687,24 +772,71 @@ static void spin_for(uint64_t ns)
 	} while (now_ns() < end);
 }
 
-/* Nothing local: steal, back off 1 us -> 1 ms between failed rounds
- * (spinning while short, parked with a timeout once longer), then park
- * until notified.  Returns NULL only at shutdown. */
+/* Between tasks: submit the SQEs the tasks queued once enough have waited
+ * (or at once when idle), and turn completions into ready tasks.  Then
+ * take what other executors sent.  One io_uring_enter for a whole batch. */
+static void ring_poll(struct cbcmn__exec *e, bool idle)
+{
+	struct io_uring *u = &e->ring.u;
+	unsigned sq = io_uring_sq_ready(u);
+	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
+	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel)
+		cbcmn__ring_submit(e, false, 0);
+	if (io_uring_cq_ready(u))
+		cbcmn__ring_reap(e);
+}
+
+static void mail_poll(struct cbcmn__exec *e)
+{
+	if (cbcmn__has_mail(e))
+		cbcmn__mail_drain(e);
+	if (e->nbacklog)
+		cbcmn__backlog_flush(e);
+}
+
+/* Load statistics (seed 003): the mean time of a scheduler pick over the
+ * last window of busy time, kept as an EWMA any thief can read. */
+static void load_update(struct cbcmn__exec *e, uint64_t now)
+{
+	if (e->busy_tasks && now > e->busy_since) {
+		uint64_t sample = (now - e->busy_since) / e->busy_tasks;
+		uint64_t old = atomic_load_explicit(&e->avg_task_ns, memory_order_relaxed);
+		atomic_store_explicit(&e->avg_task_ns, old ? (7 * old + sample) / 8 : sample,
+				      memory_order_relaxed);
+	}
+	e->busy_since = now;
+	e->busy_tasks = 0;
+}
+
+/* Nothing local: look at the ring, the mail, other executors' queues and
+ * the inject queue; spin like that for cfg.spin_ns (a parked CPU takes
+ * tens of us to wake here), backing off between steal rounds once they
+ * keep failing (the cooldown), then park in the ring until a doorbell, a
+ * completion or the next timer.  Returns NULL only at shutdown. */
 static struct cbcmn_task *search(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	uint64_t backoff = BACKOFF_NS_MIN;
+	uint64_t spin_ns = rt->cfg.spin_ns;
+	uint64_t start = now_ns(), pause = SPIN_PAUSE_MIN_NS;
+	load_update(e, start);
 	cbcmn__searching_begin(e);
-	for (;;) {
-		struct cbcmn_task *t = steal_round(e);
+	for (uint32_t turn = 0;; turn++) {
+		struct cbcmn_task *t = NULL;
+		if (cbcmn__ring_busy(e))
+			ring_poll(e, true);
+		mail_poll(e);
+		t = find_local(e); /* completions, mail, a wake into our slot */
+		if (!t && (e->steal_fails < STEAL_COOLDOWN_AFTER || turn % STEAL_COOLDOWN_EVERY == 0)) {
+			t = steal_round(e);
+			e->steal_fails = t ? 0 : e->steal_fails + 1;
+		}
 		if (!t && (t = inject_pop(rt))) {
 			CBCMN__COUNT(e, inject_hits, 1);
 			e->tick++; /* a pick like any other (find_local) */
 		}
-		if (!t)
-			t = find_local(e); /* a wake may have filled our slot */
 		if (t) {
 			cbcmn__searching_end(e);
+			e->busy_since = now_ns();
 			return t;
 		}
 		if (atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
@@ -713,7 +845,7 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		}
 		/* Timers: sleep no longer than the next deadline.  In lab mode
 		 * nothing can run, so time jumps to it. */
-		uint64_t wait = UINT64_MAX;
+		uint64_t wait = 0; /* 0: until notified */
 		uint64_t next = e->ntimers ? cbcmn__timers_next(e) : UINT64_MAX;
 		if (next != UINT64_MAX) {
 			uint64_t now = cbcmn__now(rt);
@@ -728,19 +860,20 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			}
 			wait = next - now;
 		}
-		if (backoff <= SPIN_NS_MAX && backoff < wait) {
-			spin_for(backoff);
-		} else if (backoff <= BACKOFF_NS_MAX || wait != UINT64_MAX) {
-			/* Past the back-off, a pending timer bounds the sleep
-			 * alone: no waking every millisecond for an hour. */
-			if (cbcmn__park(e, backoff <= BACKOFF_NS_MAX && backoff < wait ? backoff : wait))
-				backoff = BACKOFF_NS_MIN / 2; /* notified: fresh start */
-		} else {
-			cbcmn__park(e, 0);
-			backoff = BACKOFF_NS_MIN / 2;
+		uint64_t now = now_ns();
+		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
+		    (wait == 0 || pause < wait)) {
+			spin_for(pause);
+			if (pause < SPIN_PAUSE_MAX_NS)
+				pause *= 2;
+			continue;
 		}
-		if (backoff <= BACKOFF_NS_MAX)
-			backoff *= 2;
+		if (cbcmn__park(e, wait)) {
+			/* Notified: spin again before the next park. */
+			start = now_ns();
+			pause = SPIN_PAUSE_MIN_NS;
+			e->steal_fails = 0;
+		}
 	}
 }
 
@@ -841,23 +974,49 @@ void *cbcmn__exec_main(void *arg)
 	pthread_once(&exec_key_once, exec_key_make);
 	pthread_setspecific(exec_key, e); /* cleared on a normal exit */
 	if (e->reap) {
-		/* Taking over from a thread that died: end its task first. */
+		/* Taking over from a thread that died: a ring of our own, then
+		 * end its task. */
+		rc = cbcmn__ring_takeover(e);
+		if (rc != 0) {
+			fprintf(stderr, "cbcmn: executor %u: no new ring for the new thread (%s)\n",
+				e->id, strerror(-rc));
+			atomic_store_explicit(&rt->lost_exec, 1, memory_order_relaxed);
+			cbcmn__tls_exec = NULL;
+			pthread_setspecific(exec_key, NULL);
+			return NULL;
+		}
 		struct cbcmn_task *t = e->reap;
 		e->reap = NULL;
 		t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
 		run_task(e, t);
 	} else {
+		rc = cbcmn__ring_enable(e);
+		if (rc != 0)
+			atomic_store_explicit(&e->start_err, rc, memory_order_relaxed);
 		atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
+		cbcmn__futex_wake_one(&rt->started);
+		if (rc != 0) {
+			cbcmn__tls_exec = NULL;
+			pthread_setspecific(exec_key, NULL);
+			return NULL;
+		}
 	}
 
+	e->busy_since = now_ns();
 	for (;;) {
 		if (e->ntimers)
 			cbcmn__timers_fire(e, cbcmn__now(rt));
+		if (cbcmn__ring_busy(e))
+			ring_poll(e, false);
+		if (cbcmn__has_mail(e) || e->nbacklog)
+			mail_poll(e);
 		struct cbcmn_task *t = find_local(e);
 		if (!t)
 			t = search(e);
 		if (!t)
 			break;
+		if (++e->busy_tasks >= LOAD_WINDOW_PICKS)
+			load_update(e, now_ns());
 		run_task(e, t);
 	}
 

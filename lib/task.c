@@ -64,6 +64,8 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	t->landing = NULL;
 	t->flags = 0;
 	t->home = e ? e->id : HOME_NONE;
+	t->shard = 0;
+	t->io_timeout_ns = 0;
 	atomic_init(&t->joined, 0);
 	for (int c = 0; c < CBCMN__B_N; c++)
 		atomic_init(&t->refund[c], 0);
@@ -171,11 +173,21 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 }
 
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
-		 void *arg, const cbcmn_budget *ask, const cbcmn_caps *caps, cbcmn_task **handle)
+		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle)
 {
 	struct cbcmn_runtime *rt = n->rt;
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
+	const cbcmn_budget *ask = opts ? opts->budget : NULL;
+	const cbcmn_caps *caps = opts ? opts->caps : NULL;
+	uint32_t place = opts ? opts->placement : CBCMN_PLACE_LOCAL;
+	uint32_t shard = opts ? opts->shard : 0;
+	if (place > CBCMN_PLACE_STEALABLE ||
+	    ((place == CBCMN_PLACE_PINNED || place == CBCMN_PLACE_STEALABLE_ON) && shard >= rt->nexec) ||
+	    (place == CBCMN_PLACE_STEALABLE && rt->nexec == 0))
+		return -EINVAL;
+	if (place == CBCMN_PLACE_PINNED)
+		flags |= CBCMN__TF_PINNED;
 	cbcmn__stack_check(self);
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return CBCMN_ECLOSED;
@@ -228,7 +240,21 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	CBCMN_PROBE3(spawn, t->id, self ? self->id : 0, e ? (int)e->id : -1);
 	if (handle)
 		*handle = t;
-	cbcmn__schedule_new(rt, t, e);
+	switch (place) {
+	case CBCMN_PLACE_PINNED:
+		t->shard = shard;
+		cbcmn__schedule_new(rt, t, e);
+		break;
+	case CBCMN_PLACE_STEALABLE:
+		shard = atomic_fetch_add_explicit(&rt->place_rr, 1, memory_order_relaxed) % rt->nexec;
+		__attribute__((fallthrough));
+	case CBCMN_PLACE_STEALABLE_ON:
+		cbcmn__schedule_on(rt, t, e, shard);
+		break;
+	default:
+		cbcmn__schedule_new(rt, t, e);
+		break;
+	}
 	return 0;
 }
 
@@ -237,7 +263,7 @@ int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *
 {
 	if (!n || !fn)
 		return -EINVAL;
-	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, NULL, NULL, handle);
+	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, NULL, handle);
 }
 
 int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
@@ -245,8 +271,32 @@ int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, voi
 {
 	if (!n || !fn)
 		return -EINVAL;
-	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg,
-			    opts ? opts->budget : NULL, opts ? opts->caps : NULL, handle);
+	return cbcmn__spawn((struct cbcmn_task *)cx, n, 0, (void *)fn, arg, opts, handle);
+}
+
+static int spawn_placed(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t place, uint32_t shard,
+			cbcmn_task_fn fn, void *arg, cbcmn_task **handle)
+{
+	cbcmn_spawn_opts o = {.placement = place, .shard = shard};
+	return cbcmn_nursery_spawn_ex(cx, n, fn, arg, &o, handle);
+}
+
+int cbcmn_nursery_spawn_pinned(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard, cbcmn_task_fn fn,
+			       void *arg, cbcmn_task **handle)
+{
+	return spawn_placed(cx, n, CBCMN_PLACE_PINNED, shard, fn, arg, handle);
+}
+
+int cbcmn_nursery_spawn_stealable_on(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard,
+				     cbcmn_task_fn fn, void *arg, cbcmn_task **handle)
+{
+	return spawn_placed(cx, n, CBCMN_PLACE_STEALABLE_ON, shard, fn, arg, handle);
+}
+
+int cbcmn_nursery_spawn_stealable(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
+				  cbcmn_task **handle)
+{
+	return spawn_placed(cx, n, CBCMN_PLACE_STEALABLE, 0, fn, arg, handle);
 }
 
 int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)

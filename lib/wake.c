@@ -1,8 +1,9 @@
 /* wake.c: parking and waking executors without lost or spurious wake-ups (seed 002).
  *
  * State:
- *   e->park         the executor's status + permit: EMPTY, SLEEPING (in
- *                   futex_wait), NOTIFIED (a permit is waiting).
+ *   e->park         the executor's status + permit: EMPTY, SLEEPING (waiting
+ *                   in its ring), NOTIFIED (a permit is waiting).  Unparking
+ *                   a SLEEPING executor rings its doorbell (ring.c).
  *   rt->idle_bits   summary bitmap of parked executors; rt->num_idle.
  *   rt->num_searching  executors looking for work right now.
  *
@@ -30,6 +31,9 @@ void cbcmn__futex_wait_zero(_Atomic uint32_t *word) { cbcmn__futex_wait(word, 0,
 
 bool cbcmn__any_work(struct cbcmn_runtime *rt)
 {
+	struct cbcmn__exec *me = cbcmn__tls_exec;
+	if (me && me->rt == rt && (cbcmn__has_mail(me) || me->pq_head || cbcmn__ring_busy(me)))
+		return true;
 	if (atomic_load_explicit(&rt->inj_len, memory_order_relaxed))
 		return true;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
@@ -83,14 +87,28 @@ static struct cbcmn__exec *idle_claim(struct cbcmn_runtime *rt)
 	return NULL;
 }
 
-/* Give e its permit; wake it if it sleeps.  acq_rel: release publishes the
- * notifier's work; the wakee's acquire load of the word pairs with it. */
+/* Give e its permit; ring its doorbell if it sleeps in its ring.  A
+ * permit for an executor that is awake costs nothing more: the doorbell is
+ * coalesced away (seed 001).  acq_rel: release publishes the notifier's
+ * work; the wakee's acquire load of the word pairs with it. */
 static void unpark(struct cbcmn__exec *e)
 {
 	uint32_t old = atomic_exchange_explicit(&e->park, CBCMN__PARK_NOTIFIED,
 						memory_order_acq_rel);
-	if (old == CBCMN__PARK_SLEEPING)
-		cbcmn__futex_wake(&e->park, 1);
+	if (old == CBCMN__PARK_SLEEPING) {
+		cbcmn__doorbell(e);
+		return;
+	}
+	struct cbcmn__exec *me = cbcmn__tls_exec;
+	if (me && me->rt == e->rt)
+		CBCMN__COUNT(me, doorbells_coalesced, 1);
+}
+
+/* Make e look at its mail (xmsg.c) or its cancelled I/O, without claiming
+ * it from the idle set: if it was parked it clears its own bit. */
+void cbcmn__kick(struct cbcmn__exec *e)
+{
+	unpark(e);
 }
 
 void cbcmn__notify_one(struct cbcmn_runtime *rt)
@@ -163,7 +181,9 @@ void cbcmn__searching_end(struct cbcmn__exec *e)
 		cbcmn__notify_one(rt);
 }
 
-/* Wait for our permit; timeout_ns 0 means forever.  True if we got it. */
+/* Wait in the ring for our permit (a doorbell) or any other completion;
+ * timeout_ns 0 means no limit.  True if we got the permit.  A completion,
+ * a timeout or a signal returns false: the caller looks for work again. */
 static bool wait_permit(struct cbcmn__exec *e, uint64_t timeout_ns)
 {
 	uint32_t w = CBCMN__PARK_EMPTY;
@@ -173,27 +193,16 @@ static bool wait_permit(struct cbcmn__exec *e, uint64_t timeout_ns)
 		atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
 		return true;
 	}
-	struct timespec ts = {.tv_sec = (time_t)(timeout_ns / 1000000000u),
-			      .tv_nsec = (long)(timeout_ns % 1000000000u)};
-	for (;;) {
-		int rc = cbcmn__futex_wait(&e->park, CBCMN__PARK_SLEEPING, timeout_ns ? &ts : NULL);
-		/* acquire: pairs with unpark()'s exchange. */
-		w = atomic_load_explicit(&e->park, memory_order_acquire);
-		if (w == CBCMN__PARK_NOTIFIED) {
-			atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
-			return true;
-		}
-		if (rc == -ETIMEDOUT && timeout_ns) {
-			w = CBCMN__PARK_SLEEPING;
-			if (atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_EMPTY,
-								    memory_order_acquire,
-								    memory_order_acquire))
-				return false;
-			atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
-			return true; /* the permit raced the timeout */
-		}
-		/* EINTR, EAGAIN or a spurious return: wait again. */
-	}
+	/* Submits what is queued too: the time slice's last step. */
+	cbcmn__ring_submit(e, true, timeout_ns);
+	cbcmn__ring_reap(e);
+	w = CBCMN__PARK_SLEEPING;
+	/* acquire: pairs with unpark()'s exchange. */
+	if (atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_EMPTY,
+						    memory_order_acquire, memory_order_acquire))
+		return false;
+	atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+	return true; /* NOTIFIED: its doorbell is reaped, or will be */
 }
 
 /* Executor e has found nothing: sleep until notified, or for timeout_ns
@@ -218,15 +227,19 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 			return false;
 		}
 		/* A notifier claimed us between the two steps: take its permit
-		 * (it is at most a few instructions away). */
-		notified = wait_permit(e, 0);
+		 * (it is at most a few instructions away; completions that
+		 * come first are reaped meanwhile). */
+		while (!(notified = wait_permit(e, 0)))
+			;
 	} else {
 		CBCMN__COUNT(e, parks, 1);
 		CBCMN_PROBE1(park, e->id);
 		notified = wait_permit(e, timeout_ns);
 		if (!notified && !idle_try_clear(e)) {
-			/* Timed out, but claimed meanwhile: the permit is coming. */
-			notified = wait_permit(e, 0);
+			/* Woken otherwise, but claimed meanwhile: the permit,
+			 * and the searching count it carries, are coming. */
+			while (!(notified = wait_permit(e, 0)))
+				;
 		}
 		CBCMN_PROBE2(unpark, e->id, notified);
 	}

@@ -380,6 +380,17 @@ typedef struct cbcmn_spawn_opts {
 #define CBCMN_PLACE_STEALABLE_ON 2u
 #define CBCMN_PLACE_STEALABLE 3u
 
+/* Shorthands for cbcmn_nursery_spawn_ex() with a placement (seed 001):
+ * pinned to executor shard (never migrates), stealable with executor shard
+ * preferred, stealable with a preferred executor chosen round-robin.  A
+ * shard >= the number of executors is -EINVAL. */
+CBCMN_API int cbcmn_nursery_spawn_pinned(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard,
+					 cbcmn_task_fn fn, void *arg, cbcmn_task **handle);
+CBCMN_API int cbcmn_nursery_spawn_stealable_on(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard,
+					       cbcmn_task_fn fn, void *arg, cbcmn_task **handle);
+CBCMN_API int cbcmn_nursery_spawn_stealable(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,
+					    void *arg, cbcmn_task **handle);
+
 /* cbcmn_nursery_spawn() with options (opts may be NULL). */
 CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
 				     const cbcmn_spawn_opts *opts, cbcmn_task **handle);
@@ -436,6 +447,21 @@ typedef struct cbcmn_executor_stats {
 	uint64_t wakes;           /* times it was woken by a notification */
 	uint64_t spawns;          /* tasks spawned from this executor */
 	uint64_t queue_depth;     /* run queue length at snapshot time */
+	/* Shards and rings (docs/IO.md). */
+	uint64_t steals_gated;    /* steals the cost gate refused */
+	uint64_t doorbells_sent;  /* doorbells this executor rang (MSG_RING or eventfd) */
+	uint64_t doorbells_recv;  /* doorbell completions reaped on its ring */
+	uint64_t doorbells_coalesced; /* wakes it asked for that needed no doorbell */
+	uint64_t ring_msgs_submitted; /* MSG_RING SQEs it submitted */
+	uint64_t ring_msgs_backpressure; /* SQ full, CQ overflow or a full lane */
+	uint64_t sqes_submitted;
+	uint64_t cqes_reaped;
+	uint64_t ring_enters;     /* io_uring_enter calls */
+	uint64_t xmsgs_sent;      /* messages to other executors */
+	uint64_t xmsgs_recv;      /* messages from other executors */
+	uint64_t handoffs;        /* tasks it woke that went home to another executor */
+	uint64_t io_ops;          /* fiber I/O calls submitted */
+	uint64_t avg_task_ns;     /* mean time per scheduler pick (load statistic) */
 } cbcmn_executor_stats;
 
 typedef struct cbcmn_stats {
@@ -447,6 +473,9 @@ typedef struct cbcmn_stats {
 	double local_hit_ratio;   /* (local_hits + inline_runs) / the same + inject_hits +
 				   * tasks_stolen: the share of work found at home */
 	double steal_success_rate; /* steal_successes / steal_attempts */
+	uint64_t ext_doorbells;   /* doorbells rung by threads outside the runtime */
+	uint32_t ring_setup_flags; /* IORING_SETUP_* the rings were created with */
+	bool msg_ring;            /* doorbells are MSG_RING (else eventfd) */
 } cbcmn_stats;
 
 /* Take a snapshot.  per may be NULL; otherwise it receives min(nper,

@@ -1,0 +1,333 @@
+/* io.c: fiber-blocking I/O calls on the executor's ring (cbcmn_io.h).
+ *
+ * A call prepares one SQE (two with a linked timeout) on the ring of the
+ * executor running the task, registers an interruptible wait, and parks the
+ * task; the scheduler submits the SQEs of all the tasks it ran in one
+ * io_uring_enter.  The request record lives on the task's stack and is
+ * listed on its executor (ring.reqs) until its last CQE: the task is in no
+ * queue meanwhile, so it cannot migrate, and it does not run again before
+ * every CQE of its request has arrived, so the kernel is done with the
+ * buffers and descriptors the call was given when it returns.
+ *
+ * Cancellation (a nursery cancelled while the request is in flight): the
+ * canceller claims the wait and calls io_on_cancel(), which only flags the
+ * executor; the executor, the ring's single issuer, then submits
+ * IORING_OP_ASYNC_CANCEL for every cancelled request it lists.  The final
+ * CQE wakes the task, which returns -ECANCELED and closes a descriptor the
+ * request produced anyway.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <unistd.h>
+
+#include "iwait.h"
+#include "runtime.h"
+
+struct cbcmn__ioreq {
+	struct cbcmn__iwait iw;
+	struct cbcmn__exec *e;            /* whose ring it is on */
+	struct cbcmn__ioreq *prev, *next; /* e->ring.reqs */
+	int32_t res;                      /* the operation's CQE */
+	uint8_t pending;                  /* CQEs still to come */
+	bool timed_out;                   /* its linked timeout fired */
+	bool cancel_sent;
+	bool nocancel;                    /* close: never undone */
+};
+
+enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2 };
+
+struct io_op {
+	struct cbcmn__ioreq req;
+	struct cbcmn_task *t;
+	struct io_uring_sqe *sqe;
+	struct __kernel_timespec ts;
+	uint32_t flags;
+	int64_t err;
+};
+
+/* ---- executor side -------------------------------------------------------- */
+
+static void req_unlink(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		e->ring.reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	e->ring.inflight--;
+}
+
+void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, uint32_t flags,
+		   bool timeout)
+{
+	(void)flags;
+	if (timeout) {
+		if (res == -ETIME)
+			r->timed_out = true;
+	} else {
+		r->res = res;
+	}
+	if (--r->pending)
+		return;
+	req_unlink(e, r);
+	/* WOKEN, unless cancellation claimed it: either way it wakes now. */
+	cbcmn__iwait_claim(&r->iw);
+	cbcmn__iwait_wake(&r->iw, e);
+}
+
+/* Some wait on e was cancelled: cancel its request in the kernel. */
+void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
+{
+	/* acquire: pairs with the release in io_on_cancel(), after the CAS
+	 * that made the wait CANCELLED. */
+	if (!atomic_exchange_explicit(&e->io_cancel, 0, memory_order_acquire))
+		return;
+	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
+		if (r->cancel_sent || r->nocancel ||
+		    atomic_load_explicit(&r->iw.state, memory_order_acquire) != CBCMN__IW_CANCELLED)
+			continue;
+		struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
+		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
+		io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+		r->cancel_sent = true;
+	}
+	cbcmn__ring_submit(e, false, 0);
+}
+
+/* The executor's thread died with requests in flight; its exit cancelled
+ * them in the kernel (the caller waited for that), but their CQEs went with
+ * its ring.  End each wait as cancelled. */
+void cbcmn__io_orphan_all(struct cbcmn__exec *e)
+{
+	struct cbcmn__ioreq *r;
+	while ((r = e->ring.reqs)) {
+		req_unlink(e, r);
+		r->res = -ECANCELED;
+		r->pending = 0;
+		cbcmn__iwait_claim(&r->iw);
+		cbcmn__iwait_wake(&r->iw, e);
+	}
+}
+
+/* ---- task side ------------------------------------------------------------ */
+
+/* Called by the canceller under the registry lock (iwait.c): r is valid. */
+static void io_on_cancel(struct cbcmn__iwait *iw)
+{
+	struct cbcmn__ioreq *r = (struct cbcmn__ioreq *)((char *)iw - offsetof(struct cbcmn__ioreq, iw));
+	if (r->nocancel)
+		return;
+	struct cbcmn__exec *e = r->e;
+	atomic_store_explicit(&e->io_cancel, 1, memory_order_release);
+	cbcmn__kick(e);
+}
+
+/* Check the caller, charge the call, and get an SQE on the task's ring
+ * (room for the linked timeout too).  NULL with op->err set on failure. */
+static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t flags)
+{
+	op->flags = flags;
+	if (!cx) {
+		op->err = -EINVAL;
+		return NULL;
+	}
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (!cbcmn__on_executor(t->rt) || cbcmn__tls_exec->current == NULL) {
+		op->err = -EPERM;
+		return NULL;
+	}
+	if (!(flags & IO_NOCANCEL) && cbcmn__task_cancelled(t)) {
+		op->err = CBCMN_ECANCELED;
+		return NULL;
+	}
+	/* May wait for budget, and resume on another executor. */
+	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
+		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
+	else
+		cbcmn__stack_check(t);
+	struct cbcmn__exec *e = t->exec;
+	op->t = t;
+	op->req.e = e;
+	if (!cbcmn__ring_sq_room(e, t->io_timeout_ns ? 2 : 1)) {
+		op->err = -EBUSY; /* not reached: a submit always frees the SQ */
+		return NULL;
+	}
+	op->sqe = io_uring_get_sqe(&e->ring.u);
+	return op->sqe;
+}
+
+/* Queue the prepared SQE, park until its last CQE, and make the result. */
+static int64_t io_finish(struct io_op *op)
+{
+	struct cbcmn__ioreq *r = &op->req;
+	struct cbcmn_task *t = op->t;
+	struct cbcmn__exec *e = r->e;
+	r->res = 0;
+	r->pending = 1;
+	r->timed_out = false;
+	r->cancel_sent = false;
+	r->nocancel = op->flags & IO_NOCANCEL;
+	io_uring_sqe_set_data(op->sqe, r);
+	if (t->io_timeout_ns) {
+		op->sqe->flags |= IOSQE_IO_LINK;
+		op->ts.tv_sec = (long long)(t->io_timeout_ns / 1000000000u);
+		op->ts.tv_nsec = (long long)(t->io_timeout_ns % 1000000000u);
+		struct io_uring_sqe *lt = io_uring_get_sqe(&e->ring.u); /* room reserved */
+		io_uring_prep_link_timeout(lt, &op->ts, 0);
+		io_uring_sqe_set_data64(lt, (uint64_t)(uintptr_t)r | CBCMN__UD_LTIMEOUT);
+		r->pending = 2;
+	}
+	r->prev = NULL;
+	r->next = e->ring.reqs;
+	if (r->next)
+		r->next->prev = r;
+	e->ring.reqs = r;
+	e->ring.inflight++;
+	CBCMN__COUNT(e, io_ops, 1);
+
+	cbcmn__iwait_init(&r->iw, t);
+	r->iw.on_cancel = io_on_cancel;
+	uint32_t how = cbcmn__iwait_block(&r->iw);
+	int64_t res = r->res;
+	if (how == CBCMN__IW_CANCELLED && !r->nocancel) {
+		if ((op->flags & IO_FD_RESULT) && res >= 0)
+			close((int)res); /* done anyway: never leak it */
+		return CBCMN_ECANCELED;
+	}
+	if (r->timed_out && res == -ECANCELED)
+		return -ETIMEDOUT;
+	return res;
+}
+
+int64_t cbcmn_io_set_timeout(cbcmn_cx *cx, uint64_t ns)
+{
+	if (!cx)
+		return -EINVAL;
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	uint64_t old = t->io_timeout_ns;
+	t->io_timeout_ns = ns;
+	return old > INT64_MAX ? INT64_MAX : (int64_t)old;
+}
+
+#define IO_CALL(cx, flags, prep)                          \
+	do {                                              \
+		struct io_op op;                          \
+		struct io_uring_sqe *sqe = io_start(cx, &op, flags); \
+		if (!sqe)                                 \
+			return op.err;                    \
+		prep;                                     \
+		return io_finish(&op);                    \
+	} while (0)
+
+int64_t cbcmn_read(cbcmn_cx *cx, int fd, void *buf, size_t len)
+{
+	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)-1));
+}
+
+int64_t cbcmn_write(cbcmn_cx *cx, int fd, const void *buf, size_t len)
+{
+	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, (unsigned)len, (uint64_t)-1));
+}
+
+int64_t cbcmn_readv(cbcmn_cx *cx, int fd, const struct iovec *iov, int iovcnt)
+{
+	if (iovcnt < 0)
+		return -EINVAL;
+	IO_CALL(cx, 0, io_uring_prep_readv(sqe, fd, iov, (unsigned)iovcnt, (uint64_t)-1));
+}
+
+int64_t cbcmn_writev(cbcmn_cx *cx, int fd, const struct iovec *iov, int iovcnt)
+{
+	if (iovcnt < 0)
+		return -EINVAL;
+	IO_CALL(cx, 0, io_uring_prep_writev(sqe, fd, iov, (unsigned)iovcnt, (uint64_t)-1));
+}
+
+int64_t cbcmn_pread(cbcmn_cx *cx, int fd, void *buf, size_t len, off_t off)
+{
+	if (off < 0)
+		return -EINVAL;
+	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)off));
+}
+
+int64_t cbcmn_pwrite(cbcmn_cx *cx, int fd, const void *buf, size_t len, off_t off)
+{
+	if (off < 0)
+		return -EINVAL;
+	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, (unsigned)len, (uint64_t)off));
+}
+
+int64_t cbcmn_recv(cbcmn_cx *cx, int fd, void *buf, size_t len, int flags)
+{
+	IO_CALL(cx, 0, io_uring_prep_recv(sqe, fd, buf, len, flags));
+}
+
+int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags)
+{
+	IO_CALL(cx, 0, io_uring_prep_send(sqe, fd, buf, len, flags));
+}
+
+int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)
+{
+	IO_CALL(cx, 0, io_uring_prep_recvmsg(sqe, fd, msg, (unsigned)flags));
+}
+
+int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags)
+{
+	IO_CALL(cx, 0, io_uring_prep_sendmsg(sqe, fd, msg, (unsigned)flags));
+}
+
+int64_t cbcmn_accept(cbcmn_cx *cx, int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_accept(sqe, fd, addr, addrlen, flags));
+}
+
+int64_t cbcmn_connect(cbcmn_cx *cx, int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+	IO_CALL(cx, 0, io_uring_prep_connect(sqe, fd, addr, addrlen));
+}
+
+int64_t cbcmn_shutdown(cbcmn_cx *cx, int fd, int how)
+{
+	IO_CALL(cx, 0, io_uring_prep_shutdown(sqe, fd, how));
+}
+
+int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol)
+{
+	if (cx && !((struct cbcmn_task *)cx)->rt->ring_caps.socket) {
+		/* Before 5.19: a socket(2) never blocks, make it here. */
+		int fd = socket(domain, type, protocol);
+		return fd < 0 ? -errno : fd;
+	}
+	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_socket(sqe, domain, type, protocol, 0));
+}
+
+int64_t cbcmn_close(cbcmn_cx *cx, int fd)
+{
+	IO_CALL(cx, IO_NOCANCEL, io_uring_prep_close(sqe, fd));
+}
+
+int64_t cbcmn_openat(cbcmn_cx *cx, int dirfd, const char *path, int flags, mode_t mode)
+{
+	if (!path)
+		return -EFAULT;
+	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_openat(sqe, dirfd, path, flags, mode));
+}
+
+int64_t cbcmn_statx(cbcmn_cx *cx, int dirfd, const char *path, int flags, unsigned int mask,
+		    struct statx *out)
+{
+	if (!path || !out)
+		return -EFAULT;
+	IO_CALL(cx, 0, io_uring_prep_statx(sqe, dirfd, path, flags, mask, out));
+}
+
+int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags)
+{
+	if (flags & ~CBCMN_FSYNC_DATASYNC)
+		return -EINVAL;
+	IO_CALL(cx, 0,
+		io_uring_prep_fsync(sqe, fd, flags & CBCMN_FSYNC_DATASYNC ? IORING_FSYNC_DATASYNC : 0));
+}

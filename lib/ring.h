@@ -1,0 +1,56 @@
+/* ring.h: private to libcbcmn: each executor's io_uring ring, doorbells and
+ * the cross-shard message lanes (docs/IO.md, docs/SCHEDULER.md).
+ *
+ * One executor = one shard = one thread + one ring + its queues (seed 001).
+ * The executor loop follows the time-slice procedure of seed 003: reap the
+ * CQEs and make their fibers ready, run ready fibers, submit the SQEs they
+ * queued in one io_uring_enter; with nothing to run it parks *in the ring*,
+ * so that an I/O completion and a doorbell both wake it.
+ *
+ * user_data of every SQE is a tagged pointer or code (low 3 bits):
+ */
+#ifndef CBCMN_RING_H
+#define CBCMN_RING_H
+
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum {
+	CBCMN__UD_REQ = 0,      /* struct cbcmn__ioreq *: the operation */
+	CBCMN__UD_LTIMEOUT = 1, /* struct cbcmn__ioreq *: its linked timeout */
+	CBCMN__UD_DOORBELL = 2, /* a doorbell arriving (MSG_RING), source id << 3 */
+	CBCMN__UD_EVENTFD = 3,  /* the armed eventfd read completed */
+	CBCMN__UD_DBSEND = 4,   /* a doorbell we sent failed: target id << 3 */
+	CBCMN__UD_IGNORE = 5,   /* cancel requests and the like */
+	CBCMN__UD_MASK = 7,
+};
+
+/* What the kernel supports, probed once per runtime. */
+struct cbcmn__ring_caps {
+	uint32_t setup_flags; /* IORING_SETUP_* the rings were created with */
+	bool msg_ring;        /* IORING_OP_MSG_RING */
+	bool socket;          /* IORING_OP_SOCKET */
+	bool ext_arg;         /* IORING_FEAT_EXT_ARG: waits take a timeout */
+	bool nodrop;          /* IORING_FEAT_NODROP */
+};
+
+/* An executor's ring (owner-only but for fd and efd, immutable). */
+struct cbcmn__ring {
+	struct io_uring u;
+	int fd;               /* for other executors' MSG_RING */
+	int efd;              /* eventfd doorbell, always armed on the ring */
+	bool up;              /* io_uring_queue_init succeeded */
+	bool enabled;         /* enabled on the owner thread */
+	bool efd_armed;
+	uint64_t efd_val;     /* buffer of the armed eventfd read */
+	uint32_t inflight;    /* I/O requests still waiting for a CQE */
+	uint32_t defer;       /* loop turns SQEs have waited */
+	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
+	pid_t tid;            /* owner thread, for a takeover (sched.c) */
+};
+
+/* A task's I/O request: lives on the task's stack until its last CQE. */
+struct cbcmn__ioreq;
+
+#endif

@@ -1,0 +1,307 @@
+/* xmsg.c: messages between executors (seed 001's payload queues, seed 003's
+ * exactly-once delivery).
+ *
+ * Every ordered pair of executors (src, dst) has its own single-producer,
+ * single-consumer lane, made by src the first time it sends to dst.  A
+ * message is allocated by its sender, goes to dst through lane (src, dst),
+ * and comes back through lane (dst, src) as the acknowledgement; only then
+ * does the sender reuse it.  A lane entry is consumed once by its one
+ * consumer, so a message is delivered exactly once, and the sender knows
+ * when (it counts what is out).
+ *
+ * Wake-ups are coalesced: dst has a bit per source lane with entries and a
+ * summary word; only the send that sets the bit (the lane's transition to
+ * non-empty, as far as dst knows) unparks dst, and unparking rings a
+ * doorbell only when dst sleeps (wake.c).  dst drains every flagged lane
+ * in one pass.
+ *
+ * A full lane never drops: the entry waits on the sender's backlog for that
+ * destination, counted as back-pressure, and the sender retries at every
+ * turn of its loop.  Threads outside the runtime hand pinned work to an
+ * executor through its `remote` list instead (a lock-free LIFO taken whole).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+#define XM_SLAB 64u
+
+int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec)
+{
+	e->in = calloc(nexec, sizeof(*e->in));
+	e->backlog = calloc(nexec, sizeof(*e->backlog));
+	e->backlog_tail = calloc(nexec, sizeof(*e->backlog_tail));
+	if (!e->in || !e->backlog || !e->backlog_tail)
+		return -ENOMEM;
+	return 0;
+}
+
+void cbcmn__xmsg_fini(struct cbcmn__exec *e)
+{
+	if (e->in)
+		for (uint32_t i = 0; i < e->rt->nexec; i++)
+			free(atomic_load_explicit(&e->in[i], memory_order_relaxed));
+	free(e->in);
+	free(e->backlog);
+	free(e->backlog_tail);
+	for (uint32_t i = 0; i < e->xm_nslabs; i++)
+		free(e->xm_slabs[i]);
+	free(e->xm_slabs);
+	e->in = NULL;
+	e->backlog = e->backlog_tail = NULL;
+	e->xm_slabs = NULL;
+	e->xm_nslabs = 0;
+}
+
+static struct cbcmn__xmsg *xm_alloc(struct cbcmn__exec *e)
+{
+	struct cbcmn__xmsg *m = e->xm_free;
+	if (m) {
+		e->xm_free = m->next;
+		return m;
+	}
+	void **slabs = realloc(e->xm_slabs, (e->xm_nslabs + 1) * sizeof(*slabs));
+	if (!slabs)
+		return NULL;
+	e->xm_slabs = slabs;
+	struct cbcmn__xmsg *s = calloc(XM_SLAB, sizeof(*s));
+	if (!s)
+		return NULL;
+	slabs[e->xm_nslabs++] = s;
+	for (uint32_t i = 1; i < XM_SLAB; i++) {
+		s[i].next = e->xm_free;
+		e->xm_free = &s[i];
+	}
+	return &s[0];
+}
+
+static struct cbcmn__lane *lane_get(struct cbcmn__exec *src, struct cbcmn__exec *dst)
+{
+	struct cbcmn__lane *l = atomic_load_explicit(&dst->in[src->id], memory_order_acquire);
+	if (l)
+		return l;
+	/* Only src makes lane (src, dst): no race to lose. */
+	l = aligned_alloc(CBCMN__CACHELINE, sizeof(*l));
+	if (!l)
+		return NULL;
+	memset(l, 0, sizeof(*l));
+	/* release: the zeroed lane before its pointer. */
+	atomic_store_explicit(&dst->in[src->id], l, memory_order_release);
+	return l;
+}
+
+/* Producer side: one entry into lane (src, dst); false if it is full. */
+static bool lane_put(struct cbcmn__lane *l, uintptr_t ent)
+{
+	uint32_t tail = atomic_load_explicit(&l->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&l->head, memory_order_acquire);
+	if (tail - head >= CBCMN__LANE_CAP)
+		return false;
+	atomic_store_explicit(&l->slot[tail % CBCMN__LANE_CAP], ent, memory_order_relaxed);
+	/* release: the entry (and the message it points to) before the tail. */
+	atomic_store_explicit(&l->tail, tail + 1, memory_order_release);
+	return true;
+}
+
+/* Flag lane src as non-empty for dst.  True if it was the transition (dst
+ * must be told); false if dst has the flag already (coalesced). */
+static bool mail_flag(struct cbcmn__exec *dst, uint32_t src)
+{
+	uint64_t bit = 1ull << (src % 64);
+	/* seq_cst: the lane's tail store before the flag, and the flag before
+	 * the park word the unpark reads (wake.c's store-buffering pair). */
+	uint64_t old = atomic_fetch_or_explicit(&dst->mail_bits[src / 64], bit,
+						memory_order_seq_cst);
+	if (old & bit)
+		return false;
+	atomic_store_explicit(&dst->mail_any, 1, memory_order_seq_cst);
+	return true;
+}
+
+static void backlog_add(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m, uintptr_t ent)
+{
+	m->backlog_ent = ent;
+	m->next = NULL;
+	if (e->backlog_tail[dst])
+		e->backlog_tail[dst]->next = m;
+	else
+		e->backlog[dst] = m;
+	e->backlog_tail[dst] = m;
+	e->nbacklog++;
+	CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+}
+
+/* Put entry ent (message m, maybe tagged as an ack) on lane (e, dst), or
+ * behind what is already backlogged for dst; wake dst if wake. */
+static void post(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__xmsg *m,
+		 uintptr_t ent, bool wake)
+{
+	struct cbcmn__lane *l = lane_get(e, dst);
+	if (!l || e->backlog[dst->id] || !lane_put(l, ent)) {
+		backlog_add(e, dst->id, m, ent); /* keeps the order per lane */
+		return;
+	}
+	if (mail_flag(dst, e->id)) {
+		if (wake)
+			cbcmn__kick(dst);
+	} else if (wake) {
+		CBCMN__COUNT(e, doorbells_coalesced, 1);
+	}
+}
+
+void cbcmn__backlog_flush(struct cbcmn__exec *e)
+{
+	for (uint32_t d = 0; d < e->rt->nexec && e->nbacklog; d++) {
+		struct cbcmn__xmsg *m = e->backlog[d];
+		if (!m)
+			continue;
+		struct cbcmn__exec *dst = e->rt->exec[d];
+		struct cbcmn__lane *l = lane_get(e, dst);
+		bool moved = false;
+		while (m && l && lane_put(l, m->backlog_ent)) {
+			e->backlog[d] = m->next;
+			e->nbacklog--;
+			m = e->backlog[d];
+			moved = true;
+		}
+		if (!m)
+			e->backlog_tail[d] = NULL;
+		if (moved && mail_flag(dst, e->id))
+			cbcmn__kick(dst);
+	}
+}
+
+int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
+		     void (*fn)(struct cbcmn__exec *, void *), void *arg)
+{
+	struct cbcmn__xmsg *m = xm_alloc(e);
+	if (!m)
+		return -ENOMEM;
+	m->kind = kind;
+	m->src = e->id;
+	m->task = t;
+	m->fn = fn;
+	m->arg = arg;
+	CBCMN__COUNT(e, xmsgs_sent, 1);
+	post(e, e->rt->exec[dst], m, (uintptr_t)m, true);
+	return 0;
+}
+
+/* Outside threads: pinned work for dst (a task to start or resume). */
+void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
+{
+	struct cbcmn_task *head = atomic_load_explicit(&dst->remote, memory_order_relaxed);
+	do
+		t->next = head;
+	while (!atomic_compare_exchange_weak_explicit(&dst->remote, &head, t, memory_order_release,
+						      memory_order_relaxed));
+	atomic_store_explicit(&dst->mail_any, 1, memory_order_seq_cst);
+	cbcmn__kick(dst);
+}
+
+void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	t->next = NULL;
+	if (e->pq_tail)
+		e->pq_tail->next = t;
+	else
+		e->pq_head = t;
+	e->pq_tail = t;
+}
+
+/* A task that arrived here, new or woken. */
+static void take_task(struct cbcmn__exec *e, struct cbcmn_task *t, bool woken)
+{
+	if (t->flags & CBCMN__TF_PINNED)
+		cbcmn__pq_push(e, t);
+	else if (woken)
+		cbcmn__schedule(e->rt, t, e);
+	else
+		cbcmn__schedule_new(e->rt, t, e);
+}
+
+static void deliver(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
+{
+	CBCMN__COUNT(e, xmsgs_recv, 1);
+	switch (m->kind) {
+	case CBCMN__XM_WAKE:
+		take_task(e, m->task, true);
+		break;
+	case CBCMN__XM_SPAWN:
+		take_task(e, m->task, false);
+		break;
+	case CBCMN__XM_CALL:
+		m->fn(e, m->arg);
+		break;
+	}
+	/* The acknowledgement: the same pointer, back to its sender. */
+	post(e, e->rt->exec[m->src], m, (uintptr_t)m | 1, false);
+}
+
+static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
+{
+	uint32_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
+	/* acquire: pairs with lane_put()'s release of the tail. */
+	uint32_t tail = atomic_load_explicit(&l->tail, memory_order_acquire);
+	while (head != tail) {
+		uintptr_t ent = atomic_load_explicit(&l->slot[head % CBCMN__LANE_CAP],
+						     memory_order_relaxed);
+		head++;
+		/* release: the producer may reuse the entry. */
+		atomic_store_explicit(&l->head, head, memory_order_release);
+		struct cbcmn__xmsg *m = (struct cbcmn__xmsg *)(ent & ~(uintptr_t)1);
+		if (ent & 1) {
+			m->next = e->xm_free; /* acknowledged: ours again */
+			e->xm_free = m;
+		} else {
+			deliver(e, m);
+		}
+	}
+}
+
+/* Take everything sent to e.  True if anything came. */
+bool cbcmn__mail_drain(struct cbcmn__exec *e)
+{
+	bool got = false;
+	if (atomic_load_explicit(&e->io_cancel, memory_order_relaxed))
+		cbcmn__io_cancel_pending(e);
+	if (!atomic_load_explicit(&e->mail_any, memory_order_relaxed))
+		return false;
+	atomic_store_explicit(&e->mail_any, 0, memory_order_relaxed);
+	/* seq_cst: clearing the summary before reading the bits, against a
+	 * sender's bit-then-summary (mail_flag). */
+	atomic_thread_fence(memory_order_seq_cst);
+	struct cbcmn_task *r = atomic_exchange_explicit(&e->remote, NULL, memory_order_acquire);
+	if (r) {
+		/* LIFO as pushed: reverse, first come first run. */
+		struct cbcmn_task *rev = NULL;
+		while (r) {
+			struct cbcmn_task *n = r->next;
+			r->next = rev;
+			rev = r;
+			r = n;
+		}
+		while (rev) {
+			struct cbcmn_task *n = rev->next;
+			take_task(e, rev, false); /* pinned: new or woken alike */
+			rev = n;
+			got = true;
+		}
+	}
+	uint32_t words = (e->rt->nexec + 63) / 64;
+	for (uint32_t w = 0; w < words; w++) {
+		uint64_t bits = atomic_exchange_explicit(&e->mail_bits[w], 0, memory_order_acquire);
+		while (bits) {
+			uint32_t src = w * 64 + (uint32_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
+			struct cbcmn__lane *l = atomic_load_explicit(&e->in[src], memory_order_acquire);
+			if (l) {
+				lane_drain(e, l);
+				got = true;
+			}
+		}
+	}
+	return got;
+}
