@@ -21,6 +21,7 @@ enum cbcmn__lock_rank {
 	CBCMN__LOCK_IWAIT = 30,         /* an executor's interruptible-wait registry */
 	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */
 	CBCMN__LOCK_CHAN = 50,          /* a channel: ring, wait queues, reservations */
+	CBCMN__LOCK_BLOCKING = 55,      /* a runtime's blocking pool: jobs, idle threads */
 	CBCMN__LOCK_STACKS = 60,        /* shared stack pool and slab list */
 };
 

@@ -83,14 +83,28 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  */
 typedef int64_t (*cbcmn_blocking_fn)(void *arg);
 
-/* Run fn(arg) on a thread of the runtime's blocking pool (at most
- * cbcmn_config.blocking_threads threads; more calls wait their turn) and
- * park the task until it returns; store its return value in *result (may
- * be NULL).  Returns 0; -EINVAL (NULL cx or fn), -EPERM (not called from a
- * task), -EAGAIN (no pool thread could be started and none exists), or
- * CBCMN_ECANCELED: the task was cancelled before fn started (fn never
- * runs) or while it ran (fn is not interrupted: the call returns once fn
- * has returned, so arg may be freed afterwards, and *result is set). */
+/* Run fn(arg) on a thread of the runtime's blocking pool and park the
+ * task until it returns; store its return value in *result (may be NULL).
+ * Other tasks keep running on the executor meanwhile.  No allocation.
+ *
+ * The pool (docs/BLOCKING.md): at most cbcmn_config.blocking_threads
+ * threads, started only when every existing one is busy, ended after a
+ * few seconds without work, joined by cbcmn_runtime_destroy(); more calls
+ * wait their turn, first come first served.  fn runs on a plain thread
+ * with all signals blocked, not on an executor: from there it may call
+ * cbcmn only as a thread outside the runtime does (cx NULL), and must not
+ * destroy the runtime.
+ *
+ * Costs one unit of the task's `syscalls` budget (and one op).  Returns 0;
+ * -EINVAL (NULL cx or fn), -EPERM (not called from a task: cx used on a
+ * thread that is not one of its runtime's executors), -EAGAIN (no pool
+ * thread could be started and none exists), or CBCMN_ECANCELED: the task
+ * was cancelled before the call or before fn started (fn never runs,
+ * *result is left alone) or while fn ran (fn is not interrupted: the call
+ * returns once fn has returned, so arg may be freed afterwards, and
+ * *result is set).  A cancellation that comes once fn's result has been
+ * handed over is noticed at the task's next blocking call; this one
+ * returns 0. */
 CBCMN_API int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *result);
 
 #ifdef __cplusplus

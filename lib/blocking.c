@@ -1,0 +1,400 @@
+/* blocking.c: the blocking pool: threads for the calls that would block an executor.
+ *
+ * Per runtime: a FIFO of jobs and up to cfg.blocking_threads threads,
+ * started on demand and ended after IDLE_NS without work (docs/BLOCKING.md).
+ * A job is the calling task's own stack frame (struct job): a call
+ * allocates nothing.  The task parks on an interruptible wait (iwait.h)
+ * whose event is "fn returned"; the pool thread that ran fn claims the wait
+ * and wakes it from outside the runtime (waker NULL: the inject queue).
+ *
+ * A job's state word decides who owns what when cancellation meets it:
+ *
+ *   QUEUED --(pool thread pops it, under the lock)--> RUNNING
+ *   RUNNING --(fn returned, the wait was claimed by cancellation)--> DONE
+ *   RUNNING --(cancelled task waits for fn's end, CAS)--> WAITING --> DONE
+ *
+ *   - Cancelled while QUEUED: the task takes the lock, finds the job still
+ *     queued and unlinks it; fn never runs.  Popping and this check are
+ *     both under the pool lock, so exactly one of them happens.
+ *   - Cancelled while RUNNING: fn's arguments may live on the task's stack,
+ *     so the task must not return before fn did.  The task CASes RUNNING
+ *     -> WAITING (publishing its waiter), the pool thread exchanges in DONE
+ *     once fn returned: whoever comes second knows the other is there —
+ *     the pool thread wakes the waiter, or the task sees DONE and goes on.
+ *   - Not cancelled: the pool thread wins the iwait claim and the job's
+ *     state no longer matters.
+ * The pool thread touches the job for the last time in the step that
+ * lets the task go (the wake, or the exchange when nobody waits).
+ *
+ * Lock: CBCMN__LOCK_BLOCKING, a leaf: the wakes it causes are issued after
+ * it is dropped.  Idle threads sleep on a condition variable each, under
+ * that lock, and are handed work LIFO so that surplus threads time out.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "iwait.h"
+#include "runtime.h"
+
+/* How long a pool thread waits for work before it ends. */
+#define IDLE_NS (3 * 1000000000ll)
+
+enum { J_QUEUED, J_RUNNING, J_WAITING, J_DONE };
+
+/* One call, on the calling task's stack. */
+struct job {
+	struct cbcmn__iwait iw;        /* the task's wait for fn's return */
+	struct cbcmn__waiter done_w;   /* after cancellation: waits for J_DONE */
+	cbcmn_blocking_fn fn;
+	void *arg;
+	int64_t result;                /* written by the pool thread before its release */
+	struct job *prev, *next;       /* the queue, under the pool lock */
+	_Atomic uint32_t state;        /* J_* */
+};
+
+/* A pool thread. */
+struct worker {
+	struct cbcmn__blocking_pool *pool;
+	pthread_t thread;
+	pthread_cond_t cv;             /* with pool->lock: idle wait */
+	struct worker *next;           /* idle stack, then the exited list */
+	bool woken;                    /* popped from the idle stack by a submitter */
+};
+
+struct cbcmn__blocking_pool {
+	struct cbcmn__mutex lock;      /* CBCMN__LOCK_BLOCKING: all but nbusy */
+	struct job *head, *tail;       /* jobs not yet started, FIFO */
+	uint32_t nqueued;
+	struct worker *idle;           /* waiting for work, most recent first */
+	uint32_t nidle;
+	struct worker *exited;         /* ended, not yet joined */
+	uint32_t nthreads, max;        /* started and not ended; the cap */
+	/* Threads running fn.  Incremented under the lock when a job is
+	 * popped, decremented without it when fn returns: a reader under
+	 * the lock may see it too high (never too low), which at worst starts
+	 * a thread early, never strands a job. */
+	_Atomic uint32_t nbusy;
+	bool stopping;                 /* fini: end when the queue is empty */
+	pthread_cond_t fini_cv;        /* with lock: the last thread ended */
+};
+
+/* ---- the queue and the idle stack (under the lock) ----------------------- */
+
+static void q_push(struct cbcmn__blocking_pool *p, struct job *j)
+{
+	j->next = NULL;
+	j->prev = p->tail;
+	if (p->tail)
+		p->tail->next = j;
+	else
+		p->head = j;
+	p->tail = j;
+	p->nqueued++;
+}
+
+static void q_del(struct cbcmn__blocking_pool *p, struct job *j)
+{
+	if (j->prev)
+		j->prev->next = j->next;
+	else
+		p->head = j->next;
+	if (j->next)
+		j->next->prev = j->prev;
+	else
+		p->tail = j->prev;
+	p->nqueued--;
+}
+
+/* Remove w from the idle stack: it timed out.  O(idle threads), at most
+ * the pool size, once per thread that ends. */
+static void idle_del(struct cbcmn__blocking_pool *p, struct worker *w)
+{
+	for (struct worker **pp = &p->idle; *pp; pp = &(*pp)->next) {
+		if (*pp == w) {
+			*pp = w->next;
+			p->nidle--;
+			return;
+		}
+	}
+}
+
+static struct worker *idle_pop(struct cbcmn__blocking_pool *p)
+{
+	struct worker *w = p->idle;
+	if (w) {
+		p->idle = w->next;
+		p->nidle--;
+		w->woken = true;
+	}
+	return w;
+}
+
+/* ---- pool threads ---------------------------------------------------------- */
+
+static void run_job(struct cbcmn__blocking_pool *p, struct job *j)
+{
+	j->result = j->fn(j->arg);
+	/* Before the wake: the task's next call (which the wake lets happen)
+	 * then sees this thread as free and does not start another. */
+	atomic_fetch_sub_explicit(&p->nbusy, 1, memory_order_relaxed);
+	/* acq_rel (iwait.h): releases result to the task, which reads the
+	 * wait's state with acquire once it runs again. */
+	if (cbcmn__iwait_claim(&j->iw)) {
+		cbcmn__iwait_wake(&j->iw, NULL); /* j is gone after this */
+		return;
+	}
+	/* Cancellation claimed the wait: the task is on its way to (or in)
+	 * the RUNNING -> WAITING CAS.  acq_rel: release pairs with the task's
+	 * acquire of DONE (result); acquire pairs with its release of
+	 * WAITING (done_w filled in). */
+	uint32_t old = atomic_exchange_explicit(&j->state, J_DONE, memory_order_acq_rel);
+	if (old == J_WAITING)
+		cbcmn__waiter_wake(&j->done_w, NULL); /* j is gone after this */
+	/* old == J_RUNNING: the task's CAS fails on DONE and it returns
+	 * without waiting; j may be gone already. */
+}
+
+/* Join the threads that ended on idle time-out.  Not under the lock: each
+ * has pushed itself and is about to return, so a join waits microseconds. */
+static void reap(struct worker *w)
+{
+	while (w) {
+		struct worker *next = w->next;
+		pthread_join(w->thread, NULL);
+		pthread_cond_destroy(&w->cv);
+		free(w);
+		w = next;
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct cbcmn__blocking_pool *p = w->pool;
+	/* cbcmn__tls_exec stays NULL here: a pool thread is no executor, so
+	 * whatever fn calls into cbcmn behaves as from an outside thread. */
+
+	cbcmn__mutex_lock(&p->lock);
+	/* The threads that ended before us: joining them is the price of
+	 * starting a thread, so they never pile up beyond the pool size. */
+	struct worker *dead = p->exited;
+	p->exited = NULL;
+	cbcmn__mutex_unlock(&p->lock);
+	reap(dead);
+
+	cbcmn__mutex_lock(&p->lock);
+	for (;;) {
+		struct job *j = p->head;
+		if (j) {
+			q_del(p, j);
+			atomic_fetch_add_explicit(&p->nbusy, 1, memory_order_relaxed);
+			/* Under the lock: the cancelled task checks QUEUED under
+			 * it too.  Relaxed: the lock orders the two. */
+			atomic_store_explicit(&j->state, J_RUNNING, memory_order_relaxed);
+			cbcmn__mutex_unlock(&p->lock);
+			run_job(p, j);
+			cbcmn__mutex_lock(&p->lock);
+			continue;
+		}
+		if (p->stopping)
+			break;
+		/* Idle. */
+		w->woken = false;
+		w->next = p->idle;
+		p->idle = w;
+		p->nidle++;
+		struct timespec dl;
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += IDLE_NS / 1000000000ll;
+		dl.tv_nsec += IDLE_NS % 1000000000ll;
+		if (dl.tv_nsec >= 1000000000l) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000l;
+		}
+		int rc = 0;
+		/* On the mutex inside the ranked lock: the debug checker keeps
+		 * it as held meanwhile, which is harmless on a thread that
+		 * holds nothing else and never switches fibers. */
+		while (!w->woken && rc != ETIMEDOUT)
+			rc = pthread_cond_timedwait(&w->cv, &p->lock.m, &dl);
+		if (!w->woken) {
+			idle_del(p, w);
+			if (!p->head)
+				break; /* timed out: end */
+		}
+	}
+	p->nthreads--;
+	w->next = p->exited;
+	p->exited = w;
+	if (p->stopping && p->nthreads == 0)
+		pthread_cond_signal(&p->fini_cv);
+	cbcmn__mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Under the lock.  Returns 0 or the pthread_create error. */
+static int worker_start(struct cbcmn__blocking_pool *p)
+{
+	struct worker *w = calloc(1, sizeof(*w));
+	if (!w)
+		return ENOMEM;
+	w->pool = p;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	/* All signals blocked from the first instruction: a process-directed
+	 * signal never lands in the middle of someone's fn. */
+	pthread_attr_t a;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_attr_init(&a);
+	pthread_attr_setsigmask_np(&a, &all);
+	/* Costs a stack mmap (tens of us) under the lock, only while the pool
+	 * grows. */
+	int rc = pthread_create(&w->thread, &a, worker_main, w);
+	pthread_attr_destroy(&a);
+	if (rc) {
+		pthread_cond_destroy(&w->cv);
+		free(w);
+		return rc;
+	}
+	p->nthreads++;
+	return 0;
+}
+
+/* ---- runtime create / destroy ---------------------------------------------- */
+
+int cbcmn__blocking_init(struct cbcmn_runtime *rt)
+{
+	struct cbcmn__blocking_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	cbcmn__mutex_init(&p->lock, "blocking", CBCMN__LOCK_BLOCKING);
+	pthread_cond_init(&p->fini_cv, NULL);
+	p->max = rt->cfg.blocking_threads; /* 0 resolved to the default (runtime.c) */
+	rt->blocking = p;
+	return 0;
+}
+
+void cbcmn__blocking_fini(struct cbcmn_runtime *rt)
+{
+	struct cbcmn__blocking_pool *p = rt->blocking;
+	if (!p)
+		return;
+	cbcmn__mutex_lock(&p->lock);
+	p->stopping = true;
+	struct worker *w;
+	while ((w = idle_pop(p)))
+		pthread_cond_signal(&w->cv);
+	/* No task is alive (destroy checked), so no job is queued or
+	 * running: every thread ends as soon as it sees stopping. */
+	while (p->nthreads)
+		pthread_cond_wait(&p->fini_cv, &p->lock.m);
+	struct worker *dead = p->exited;
+	p->exited = NULL;
+	cbcmn__mutex_unlock(&p->lock);
+	reap(dead);
+	pthread_cond_destroy(&p->fini_cv);
+	cbcmn__mutex_destroy(&p->lock);
+	free(p);
+	rt->blocking = NULL;
+}
+
+/* ---- the call ---------------------------------------------------------------- */
+
+/* Queue j and see that a thread will take it.  Under the lock.  Returns 0,
+ * or -EAGAIN when no thread exists and none could be started. */
+static int submit(struct cbcmn__blocking_pool *p, struct job *j)
+{
+	q_push(p, j);
+	/* Threads that will look at the queue before they sleep: starting,
+	 * between two jobs, or woken and not yet running. */
+	uint32_t busy = atomic_load_explicit(&p->nbusy, memory_order_relaxed);
+	/* busy <= nthreads - nidle even when stale (see nbusy). */
+	uint32_t coming = p->nthreads - p->nidle - busy;
+	if (p->nqueued <= coming)
+		return 0;
+	struct worker *w = idle_pop(p);
+	if (w) {
+		pthread_cond_signal(&w->cv);
+		return 0;
+	}
+	if (p->nthreads < p->max)
+		worker_start(p); /* on failure, a busy thread takes it later */
+	if (p->nthreads == 0) {
+		q_del(p, j);
+		return -EAGAIN;
+	}
+	return 0; /* a busy thread takes it when its turn comes */
+}
+
+int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *result)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!self || !fn)
+		return -EINVAL;
+	/* A task's context used from another thread: that thread would be
+	 * suspended as if it were the task's fiber. */
+	if (!cbcmn__on_executor(self->rt))
+		return -EPERM;
+	/* A blocking call is where a cancelled task notices (cbcmn.h). */
+	if (cbcmn__task_cancelled(self))
+		return CBCMN_ECANCELED;
+	/* One op and one syscall, paid before anything is queued: a task that
+	 * waits for budget, or is ended there, leaves no job behind.  Checks
+	 * the stack room first (cbcmn__stack_check). */
+	cbcmn__charge(self, CBCMN__B_SYSCALLS, 1);
+
+	struct cbcmn__blocking_pool *p = self->rt->blocking;
+	struct job j = {.fn = fn, .arg = arg};
+	atomic_init(&j.state, J_QUEUED);
+	cbcmn__iwait_init(&j.iw, self); /* PARKING: no fiber switch until we block */
+	cbcmn__mutex_lock(&p->lock);
+	int rc = submit(p, &j);
+	cbcmn__mutex_unlock(&p->lock);
+	if (rc) {
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		return rc;
+	}
+
+	if (cbcmn__iwait_block(&j.iw) == CBCMN__IW_WOKEN) {
+		/* The acquire in iwait_block pairs with the pool thread's claim. */
+		if (result)
+			*result = j.result;
+		return 0;
+	}
+
+	/* Cancelled.  Still queued: take it back, fn never runs. */
+	cbcmn__mutex_lock(&p->lock);
+	bool queued = atomic_load_explicit(&j.state, memory_order_relaxed) == J_QUEUED;
+	if (queued)
+		q_del(p, &j);
+	cbcmn__mutex_unlock(&p->lock);
+	if (queued)
+		return CBCMN_ECANCELED;
+
+	/* fn has started: wait for it to return (arg may be on our stack). */
+	j.done_w.task = self;
+	atomic_init(&j.done_w.futex, 0);
+	atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+	uint32_t s = J_RUNNING;
+	/* acq_rel: release publishes done_w to the pool thread's exchange;
+	 * acquire (also on failure, s == J_DONE) pairs with its release of
+	 * result. */
+	if (atomic_compare_exchange_strong_explicit(&j.state, &s, J_WAITING, memory_order_acq_rel,
+						    memory_order_acquire)) {
+		cbcmn__waiter_wait(&j.done_w);
+		/* acquire: pairs with the exchange that set DONE before the wake. */
+		s = atomic_load_explicit(&j.state, memory_order_acquire);
+	} else {
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+	}
+	(void)s; /* J_DONE here, always */
+	if (result)
+		*result = j.result;
+	return CBCMN_ECANCELED;
+}

@@ -1,0 +1,713 @@
+/* test_blocking: the blocking pool: results, a bounded pool that never
+ * blocks the executors, lazy threads, cancellation before and during fn,
+ * the claim-versus-cancel race, misuse, and threads joined at destroy. */
+#include "helpers.h"
+
+#include <dirent.h>
+#include <errno.h>
+
+/* The stress loop: sanitizer runs afford a third of the release size. */
+#define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 3 : (n))
+
+static cbcmn_runtime *rt_pool(uint32_t workers, uint32_t threads)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.blocking_threads = threads;
+	return t_runtime_cfg(&cfg);
+}
+
+static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t want)
+{
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fn, arg, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, want);
+}
+
+/* Threads of this process right now. */
+static int nthreads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	assert_non_null(d);
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000l};
+	nanosleep(&ts, NULL);
+}
+
+/* Wait (yielding) until *v reaches want; false after ~10 s. */
+static bool wait_for(cbcmn_cx *cx, _Atomic int *v, int want)
+{
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (atomic_load(v) < want) {
+		if (t_now_ns() > end)
+			return false;
+		cbcmn_sleep(cx, 100000);
+	}
+	return true;
+}
+
+/* ---- the result passes through ------------------------------------------- */
+
+static int64_t add_fn(void *arg)
+{
+	int64_t *v = arg;
+	return v[0] + v[1];
+}
+
+static int64_t neg_fn(void *arg)
+{
+	(void)arg;
+	return -EIO;
+}
+
+static int64_t result_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int64_t v[2] = {40, 2}, r = 0;
+	TASK_CHECK(cbcmn_blocking(cx, add_fn, v, &r) == 0);
+	TASK_CHECK(r == 42);
+	TASK_CHECK(cbcmn_blocking(cx, neg_fn, NULL, &r) == 0);
+	TASK_CHECK(r == -EIO); /* fn's failure is its result, not the call's */
+	TASK_CHECK(cbcmn_blocking(cx, add_fn, v, NULL) == 0);
+	return r;
+}
+
+static void test_result_passes_through(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(2, 0);
+	run(rt, result_main, NULL, -EIO);
+	t_destroy(rt);
+}
+
+/* ---- many calls, a small pool, executors never blocked ------------------- */
+
+#define MANY 200
+#define POOL 4
+
+struct many {
+	_Atomic int running, max_running, done;
+	/* Anything the executors did: the ticker's rounds, calls made and
+	 * returned.  Pool threads never touch it. */
+	_Atomic uint64_t activity;
+	_Atomic uint64_t progress; /* activity while some fn slept */
+	_Atomic int max_threads;
+	int base_threads;
+};
+
+static int64_t sleepy_fn(void *arg)
+{
+	struct many *m = arg;
+	int now = atomic_fetch_add(&m->running, 1) + 1;
+	int seen = atomic_load(&m->max_running);
+	while (now > seen && !atomic_compare_exchange_weak(&m->max_running, &seen, now))
+		;
+	uint64_t a0 = atomic_load(&m->activity);
+	sleep_ms(1);
+	atomic_fetch_add(&m->progress, atomic_load(&m->activity) - a0);
+	int th = nthreads();
+	seen = atomic_load(&m->max_threads);
+	while (th > seen && !atomic_compare_exchange_weak(&m->max_threads, &seen, th))
+		;
+	atomic_fetch_sub(&m->running, 1);
+	return 7;
+}
+
+static int64_t many_caller(cbcmn_cx *cx, void *arg)
+{
+	struct many *m = arg;
+	int64_t r = 0;
+	atomic_fetch_add(&m->activity, 1);
+	TASK_CHECK(cbcmn_blocking(cx, sleepy_fn, m, &r) == 0);
+	TASK_CHECK(r == 7);
+	atomic_fetch_add(&m->activity, 1);
+	atomic_fetch_add(&m->done, 1);
+	return 0;
+}
+
+static int64_t many_ticker(cbcmn_cx *cx, void *arg)
+{
+	struct many *m = arg;
+	while (atomic_load(&m->done) < MANY) {
+		atomic_fetch_add(&m->activity, 1);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t many_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, many_ticker, arg, NULL) == 0);
+	for (int i = 0; i < MANY; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, many_caller, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void many_on(uint32_t workers)
+{
+	cbcmn_runtime *rt = rt_pool(workers, POOL);
+	struct many m = {.base_threads = nthreads()};
+	run(rt, many_main, &m, 0);
+	assert_int_equal(atomic_load(&m.done), MANY);
+	assert_int_equal(atomic_load(&m.running), 0);
+	/* Never more than the pool at once, and the pool was used. */
+	assert_true(atomic_load(&m.max_running) <= POOL);
+	assert_true(atomic_load(&m.max_running) >= 2);
+	assert_true(atomic_load(&m.max_threads) <= m.base_threads + POOL);
+	/* Tasks ran while fns slept: the executors were free. */
+	assert_true(atomic_load(&m.progress) > 0);
+	t_destroy(rt);
+}
+
+/* One executor: tasks can only run while a fn sleeps if that executor's
+ * thread is not the one sleeping. */
+static void test_many_calls_one_executor(void **state)
+{
+	(void)state;
+	many_on(1);
+}
+
+static void test_many_calls_four_executors(void **state)
+{
+	(void)state;
+	many_on(4);
+}
+
+/* ---- the executor stays free: a handshake on one executor ------------------- */
+
+struct handshake {
+	_Atomic int in_fn, flag;
+};
+
+/* Returns 1 once the flag is set, 0 if it never came: the task that sets
+ * it runs on the executor whose task is waiting for this fn. */
+static int64_t await_flag_fn(void *arg)
+{
+	struct handshake *h = arg;
+	atomic_store(&h->in_fn, 1);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (!atomic_load(&h->flag))
+		if (t_now_ns() > end)
+			return 0;
+	return 1;
+}
+
+static int64_t handshake_waiter(cbcmn_cx *cx, void *arg)
+{
+	int64_t r = -1;
+	TASK_CHECK(cbcmn_blocking(cx, await_flag_fn, arg, &r) == 0);
+	TASK_CHECK(r == 1);
+	return 0;
+}
+
+static int64_t handshake_setter(cbcmn_cx *cx, void *arg)
+{
+	struct handshake *h = arg;
+	while (!atomic_load(&h->in_fn))
+		cbcmn_yield(cx);
+	atomic_store(&h->flag, 1);
+	return 0;
+}
+
+static int64_t handshake_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, handshake_setter, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, handshake_waiter, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_executor_runs_others_meanwhile(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(1, 1);
+	struct handshake h = {0};
+	run(rt, handshake_main, &h, 0);
+	t_destroy(rt);
+}
+
+/* ---- threads start only when all are busy ---------------------------------- */
+
+static int64_t inc_fn(void *arg)
+{
+	return (int64_t)(intptr_t)arg + 1;
+}
+
+static int64_t seq_main(cbcmn_cx *cx, void *arg)
+{
+	int *threads_seen = arg;
+	int base = nthreads();
+	for (int i = 0; i < T_SCALE(2000); i++) {
+		int64_t r = 0;
+		TASK_CHECK(cbcmn_blocking(cx, inc_fn, (void *)(intptr_t)i, &r) == 0);
+		TASK_CHECK(r == i + 1);
+	}
+	*threads_seen = nthreads() - base;
+	return 0;
+}
+
+/* One call at a time: the thread that served the last call counts as
+ * free before the caller can call again, so one thread serves them all. */
+static void test_sequential_calls_use_one_thread(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(2, 8);
+	int seen = -1;
+	run(rt, seq_main, &seen, 0);
+	assert_int_equal(seen, 1);
+	t_destroy(rt);
+}
+
+/* ---- cancellation before fn started --------------------------------------- */
+
+#define QUEUED 20
+
+struct before {
+	cbcmn_nursery *nq;
+	_Atomic int gate_started, gate_open, entered, never_ran, cancelled_seen;
+};
+
+static int64_t gate_fn(void *arg)
+{
+	struct before *b = arg;
+	atomic_fetch_add(&b->gate_started, 1);
+	uint64_t end = t_now_ns() + 20000000000ull;
+	while (!atomic_load(&b->gate_open) && t_now_ns() < end)
+		sleep_ms(1);
+	return 1;
+}
+
+static int64_t never_fn(void *arg)
+{
+	struct before *b = arg;
+	atomic_fetch_add(&b->never_ran, 1);
+	return 0;
+}
+
+static int64_t gate_caller(cbcmn_cx *cx, void *arg)
+{
+	int64_t r = 0;
+	TASK_CHECK(cbcmn_blocking(cx, gate_fn, arg, &r) == 0);
+	TASK_CHECK(r == 1);
+	return 0;
+}
+
+static int64_t queued_caller(cbcmn_cx *cx, void *arg)
+{
+	struct before *b = arg;
+	int64_t r = -12345;
+	atomic_fetch_add(&b->entered, 1);
+	int rc = cbcmn_blocking(cx, never_fn, b, &r);
+	TASK_CHECK(rc == CBCMN_ECANCELED);
+	TASK_CHECK(r == -12345); /* never ran: *result left alone */
+	atomic_fetch_add(&b->cancelled_seen, 1);
+	return 0;
+}
+
+static int64_t before_main(cbcmn_cx *cx, void *arg)
+{
+	struct before *b = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *ng;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &ng) == 0);
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, ng, gate_caller, b, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &b->gate_started, 2)); /* the pool (2) is full */
+
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &b->nq) == 0);
+	for (int i = 0; i < QUEUED; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, b->nq, queued_caller, b, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &b->entered, QUEUED));
+	cbcmn_sleep(cx, 20000000); /* let them queue their jobs and park */
+	TASK_CHECK(cbcmn_nursery_cancel(b->nq) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, b->nq) == CBCMN_ECANCELED);
+	TASK_CHECK(atomic_load(&b->cancelled_seen) == QUEUED);
+
+	/* The pool frees up: a job left in the queue would run now. */
+	atomic_store(&b->gate_open, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ng) == 0);
+	return 0;
+}
+
+static void test_cancel_before_start(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(2, 2);
+	struct before b = {0};
+	run(rt, before_main, &b, 0);
+	t_destroy(rt); /* joins the pool: nothing can run any more */
+	assert_int_equal(atomic_load(&b.never_ran), 0);
+	assert_int_equal(atomic_load(&b.cancelled_seen), QUEUED);
+}
+
+/* A task already cancelled does not submit anything. */
+struct self_cancel {
+	cbcmn_nursery *n;
+	_Atomic int ran;
+};
+
+static int64_t count_fn(void *arg)
+{
+	atomic_fetch_add((_Atomic int *)arg, 1);
+	return 0;
+}
+
+static int64_t self_cancel_child(cbcmn_cx *cx, void *arg)
+{
+	struct self_cancel *s = arg;
+	cbcmn_nursery_cancel(s->n);
+	TASK_CHECK(cbcmn_cx_cancelled(cx));
+	int64_t r = 99;
+	TASK_CHECK(cbcmn_blocking(cx, count_fn, &s->ran, &r) == CBCMN_ECANCELED);
+	TASK_CHECK(r == 99);
+	return 0;
+}
+
+static int64_t self_cancel_main(cbcmn_cx *cx, void *arg)
+{
+	struct self_cancel *s = arg;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &s->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, s->n, self_cancel_child, s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, s->n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+static void test_already_cancelled_submits_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(1, 1);
+	struct self_cancel s = {0};
+	run(rt, self_cancel_main, &s, 0);
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&s.ran), 0);
+}
+
+/* ---- cancellation while fn runs -------------------------------------------- */
+
+struct during {
+	cbcmn_nursery *n;
+	_Atomic int started, release, finished, returned;
+};
+
+struct during_arg {
+	struct during *d;
+	int out; /* on the calling task's stack */
+};
+
+static int64_t during_fn(void *arg)
+{
+	struct during_arg *a = arg;
+	atomic_store(&a->d->started, 1);
+	uint64_t end = t_now_ns() + 20000000000ull;
+	while (!atomic_load(&a->d->release) && t_now_ns() < end)
+		sleep_ms(1);
+	sleep_ms(5);
+	a->out = 7; /* the caller's frame must still be there */
+	atomic_store(&a->d->finished, 1);
+	return 77;
+}
+
+static int64_t during_caller(cbcmn_cx *cx, void *arg)
+{
+	struct during_arg a = {.d = arg};
+	int64_t r = 0;
+	int rc = cbcmn_blocking(cx, during_fn, &a, &r);
+	TASK_CHECK(rc == CBCMN_ECANCELED);
+	TASK_CHECK(atomic_load(&a.d->finished) == 1); /* not before fn returned */
+	TASK_CHECK(r == 77);
+	TASK_CHECK(a.out == 7);
+	atomic_store(&a.d->returned, 1);
+	return 0;
+}
+
+static int64_t during_main(cbcmn_cx *cx, void *arg)
+{
+	struct during *d = arg;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &d->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, d->n, during_caller, d, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &d->started, 1));
+	TASK_CHECK(cbcmn_nursery_cancel(d->n) == 0);
+	cbcmn_sleep(cx, 20000000);
+	TASK_CHECK(atomic_load(&d->returned) == 0); /* still waiting for fn */
+	atomic_store(&d->release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, d->n) == CBCMN_ECANCELED);
+	TASK_CHECK(atomic_load(&d->returned) == 1);
+	return 0;
+}
+
+static void test_cancel_while_running(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(2, 1);
+	struct during d = {0};
+	run(rt, during_main, &d, 0);
+	t_destroy(rt);
+}
+
+/* ---- the race: pool thread claims the job vs the task is cancelled --------- */
+
+struct race_slot {
+	_Atomic int ran;      /* fn ran (set by fn, possibly late if broken) */
+	_Atomic int outcome;  /* 0 not called, 1 ok, 2 cancelled unrun, 3 cancelled after fn */
+	int spin;
+};
+
+static void spin_for(int n)
+{
+	for (volatile int i = 0; i < n; i++)
+		;
+}
+
+static int64_t race_fn(void *arg)
+{
+	struct race_slot *s = arg;
+	atomic_store(&s->ran, 1);
+	spin_for(s->spin);
+	return 5;
+}
+
+static int64_t race_child(cbcmn_cx *cx, void *arg)
+{
+	struct race_slot *s = arg;
+	int64_t r = -1;
+	int rc = cbcmn_blocking(cx, race_fn, s, &r);
+	if (rc == 0) {
+		TASK_CHECK(r == 5);
+		TASK_CHECK(atomic_load(&s->ran) == 1);
+		atomic_store(&s->outcome, 1);
+	} else {
+		TASK_CHECK(rc == CBCMN_ECANCELED);
+		TASK_CHECK(r == -1 || r == 5);
+		if (r == 5)
+			TASK_CHECK(atomic_load(&s->ran) == 1);
+		atomic_store(&s->outcome, r == 5 ? 3 : 2);
+	}
+	return 0;
+}
+
+struct race {
+	struct race_slot *slots;
+	int n;
+};
+
+static int64_t race_main(cbcmn_cx *cx, void *arg)
+{
+	struct race *ra = arg;
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < ra->n; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		ra->slots[i].spin = (int)(x % 4000);
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, race_child, &ra->slots[i], NULL) == 0);
+		if ((x >> 20) & 1)
+			cbcmn_yield(cx); /* let the child start elsewhere, or run it here */
+		spin_for((int)((x >> 32) % 6000));
+		cbcmn_nursery_cancel(n);
+		int64_t r = cbcmn_nursery_await_all(cx, n);
+		TASK_CHECK(r == 0 || r == CBCMN_ECANCELED);
+	}
+	return 0;
+}
+
+static void test_cancel_race(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(4, 4);
+	struct race ra = {.n = STRESS(3000)};
+	ra.slots = calloc((size_t)ra.n, sizeof(*ra.slots));
+	assert_non_null(ra.slots);
+	run(rt, race_main, &ra, 0);
+	t_destroy(rt); /* every pool thread joined: late runs would show now */
+	int by[4] = {0};
+	for (int i = 0; i < ra.n; i++) {
+		int o = atomic_load(&ra.slots[i].outcome);
+		by[o]++;
+		if (o == 2 || o == 0)
+			assert_int_equal(atomic_load(&ra.slots[i].ran), 0);
+		else
+			assert_int_equal(atomic_load(&ra.slots[i].ran), 1);
+	}
+	printf("  race: %d not called, %d ok, %d cancelled before fn, %d during fn\n", by[0],
+	       by[1], by[2], by[3]);
+	free(ra.slots);
+}
+
+/* ---- misuse ------------------------------------------------------------------ */
+
+struct misuse {
+	_Atomic(cbcmn_cx *) cx;
+	_Atomic int checked;
+	_Atomic int pool_rc;
+};
+
+/* On a pool thread: a plain thread, no executor. */
+static int64_t misuse_fn(void *arg)
+{
+	struct misuse *m = arg;
+	atomic_store(&m->pool_rc, cbcmn_blocking(atomic_load(&m->cx), inc_fn, NULL, NULL));
+	return 0;
+}
+
+static int64_t misuse_task(cbcmn_cx *cx, void *arg)
+{
+	struct misuse *m = arg;
+	TASK_CHECK(cbcmn_blocking(cx, NULL, NULL, NULL) == -EINVAL);
+	atomic_store(&m->cx, cx);
+	TASK_CHECK(cbcmn_blocking(cx, misuse_fn, m, NULL) == 0);
+	TASK_CHECK(atomic_load(&m->pool_rc) == -EPERM);
+	uint64_t end = t_now_ns() + 20000000000ull;
+	while (!atomic_load(&m->checked) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return 0;
+}
+
+static void test_misuse(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(1, 2);
+	struct misuse m = {0};
+	assert_int_equal(cbcmn_blocking(NULL, inc_fn, NULL, NULL), -EINVAL);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, misuse_task, &m, NULL), 0);
+	uint64_t end = t_now_ns() + 20000000000ull;
+	while (!atomic_load(&m.cx) && t_now_ns() < end)
+		sleep_ms(1);
+	assert_non_null(atomic_load(&m.cx));
+	/* A task's context on a thread outside the runtime. */
+	int64_t r = 3;
+	assert_int_equal(cbcmn_blocking(atomic_load(&m.cx), inc_fn, NULL, &r), -EPERM);
+	assert_int_equal(r, 3);
+	atomic_store(&m.checked, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
+/* ---- budget -------------------------------------------------------------------- */
+
+static int64_t budget_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_budget b0, b1;
+	TASK_CHECK(cbcmn_budget_get(cx, &b0) == 0);
+	for (int i = 0; i < 3; i++)
+		TASK_CHECK(cbcmn_blocking(cx, inc_fn, NULL, NULL) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &b1) == 0);
+	TASK_CHECK(b0.syscalls - b1.syscalls == 3);
+	return 0;
+}
+
+static void test_each_call_costs_a_syscall(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.budget.syscalls = 100;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	run(rt, budget_main, NULL, 0);
+	t_destroy(rt);
+}
+
+/* ---- thread life: idle threads end, destroy joins the rest ------------------ */
+
+struct burst {
+	_Atomic int in;
+	int want;
+};
+
+/* Hold until want calls are inside at once: forces want threads. */
+static int64_t burst_fn(void *arg)
+{
+	struct burst *b = arg;
+	atomic_fetch_add(&b->in, 1);
+	uint64_t end = t_now_ns() + 20000000000ull;
+	while (atomic_load(&b->in) < b->want && t_now_ns() < end)
+		sleep_ms(1);
+	return 0;
+}
+
+static int64_t burst_caller(cbcmn_cx *cx, void *arg)
+{
+	TASK_CHECK(cbcmn_blocking(cx, burst_fn, arg, NULL) == 0);
+	return 0;
+}
+
+static int64_t burst_main(cbcmn_cx *cx, void *arg)
+{
+	struct burst *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < b->want; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, burst_caller, b, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_destroy_joins_pool_threads(void **state)
+{
+	(void)state;
+	int base = nthreads();
+	cbcmn_runtime *rt = rt_pool(2, 8);
+	struct burst b = {.want = 8};
+	run(rt, burst_main, &b, 0);
+	assert_int_equal(nthreads(), base + 2 + 8);
+	t_destroy(rt);
+	assert_int_equal(nthreads(), base);
+}
+
+static void test_idle_threads_end(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(1, 4);
+	int base = nthreads();
+	struct burst b = {.want = 4};
+	run(rt, burst_main, &b, 0);
+	assert_int_equal(nthreads(), base + 4);
+	/* A few seconds without work (IDLE_NS, blocking.c): all four end. */
+	uint64_t end = t_now_ns() + 15000000000ull;
+	while (nthreads() > base && t_now_ns() < end)
+		sleep_ms(100);
+	assert_int_equal(nthreads(), base);
+	/* The pool starts again on demand (and joins the ended threads). */
+	b = (struct burst){.want = 2};
+	run(rt, burst_main, &b, 0);
+	assert_int_equal(nthreads(), base + 2);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_result_passes_through),
+		T_WATCHED_TEST(test_many_calls_one_executor),
+		T_WATCHED_TEST(test_many_calls_four_executors),
+		T_WATCHED_TEST(test_executor_runs_others_meanwhile),
+		T_WATCHED_TEST(test_sequential_calls_use_one_thread),
+		T_WATCHED_TEST(test_cancel_before_start),
+		T_WATCHED_TEST(test_already_cancelled_submits_nothing),
+		T_WATCHED_TEST(test_cancel_while_running),
+		T_WATCHED_TEST(test_cancel_race),
+		T_WATCHED_TEST(test_misuse),
+		T_WATCHED_TEST(test_each_call_costs_a_syscall),
+		T_WATCHED_TEST(test_destroy_joins_pool_threads),
+		T_WATCHED_TEST(test_idle_threads_end),
+	};
+	return cmocka_run_group_tests_name("blocking", tests, NULL, NULL);
+}
