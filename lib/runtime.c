@@ -340,7 +340,8 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 			LD(doorbells_recv),  LD(doorbells_coalesced),
 			LD(ring_msgs_submitted), LD(ring_msgs_backpressure),
 			LD(sqes_submitted),  LD(cqes_reaped),     LD(ring_enters),
-			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(handoffs),
+			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(xmsgs_acked),
+			LD(handoffs),
 			LD(io_ops),
 #undef LD
 			.avg_task_ns = atomic_load_explicit(&e->avg_task_ns, memory_order_relaxed),
@@ -373,6 +374,7 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 		tot->ring_enters += s.ring_enters;
 		tot->xmsgs_sent += s.xmsgs_sent;
 		tot->xmsgs_recv += s.xmsgs_recv;
+		tot->xmsgs_acked += s.xmsgs_acked;
 		tot->handoffs += s.handoffs;
 		tot->io_ops += s.io_ops;
 		if (s.avg_task_ns > tot->avg_task_ns)

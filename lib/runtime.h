@@ -168,7 +168,7 @@ struct cbcmn__counters {
 	/* Rings and shards (ring.c, xmsg.c). */
 	_Atomic uint64_t steals_gated, doorbells_sent, doorbells_recv, doorbells_coalesced,
 		ring_msgs_submitted, ring_msgs_backpressure, sqes_submitted, cqes_reaped,
-		ring_enters, xmsgs_sent, xmsgs_recv, handoffs, io_ops;
+		ring_enters, xmsgs_sent, xmsgs_recv, xmsgs_acked, handoffs, io_ops;
 };
 
 /* ---- cross-shard message lanes (xmsg.c) ------------------------------- */
@@ -219,7 +219,8 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t mail_any;
 	_Atomic uint32_t io_cancel;       /* an I/O wait here was cancelled (io.c) */
 	_Atomic(struct cbcmn_task *) remote; /* pinned work from outside threads (LIFO) */
-	_Atomic uint64_t mail_bits[CBCMN_MAX_EXECUTORS / 64];
+	_Atomic uint64_t mail_bits[CBCMN_MAX_EXECUTORS / 64]; /* lanes with messages */
+	_Atomic uint64_t ack_bits[CBCMN_MAX_EXECUTORS / 64];  /* lanes with only acks, maybe */
 	/* in[src]: the lane from executor src, made by src on first use. */
 	_Atomic(struct cbcmn__lane *) *in;
 	/* Load statistics any executor reads without a lock (seed 003). */

@@ -32,7 +32,7 @@ void cbcmn__futex_wait_zero(_Atomic uint32_t *word) { cbcmn__futex_wait(word, 0,
 bool cbcmn__any_work(struct cbcmn_runtime *rt)
 {
 	struct cbcmn__exec *me = cbcmn__tls_exec;
-	if (me && me->rt == rt && (cbcmn__has_mail(me) || me->pq_head || cbcmn__ring_busy(me)))
+	if (me && me->rt == rt && (cbcmn__has_mail(me) || me->pq_head || me->nbacklog || cbcmn__ring_busy(me)))
 		return true;
 	if (atomic_load_explicit(&rt->inj_len, memory_order_relaxed))
 		return true;
@@ -189,8 +189,11 @@ static bool wait_permit(struct cbcmn__exec *e, uint64_t timeout_ns)
 	uint32_t w = CBCMN__PARK_EMPTY;
 	if (!atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_SLEEPING,
 						     memory_order_acquire, memory_order_acquire)) {
-		/* NOTIFIED already: consume it. */
-		atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+		/* NOTIFIED already: consume it.  An exchange, not a store: a
+		 * second permit given since the CAS must be read (acquire,
+		 * pairing with its giver's exchange, so we see its work),
+		 * not silently overwritten. */
+		atomic_exchange_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_acquire);
 		return true;
 	}
 	/* Submits what is queued too: the time slice's last step. */
@@ -201,8 +204,10 @@ static bool wait_permit(struct cbcmn__exec *e, uint64_t timeout_ns)
 	if (atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_EMPTY,
 						    memory_order_acquire, memory_order_acquire))
 		return false;
-	atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
-	return true; /* NOTIFIED: its doorbell is reaped, or will be */
+	/* NOTIFIED: its doorbell is reaped, or will be.  Consumed with an
+	 * exchange, as above. */
+	atomic_exchange_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_acquire);
+	return true;
 }
 
 /* Executor e has found nothing: sleep until notified, or for timeout_ns

@@ -106,14 +106,17 @@ static bool lane_put(struct cbcmn__lane *l, uintptr_t ent)
 }
 
 /* Flag lane src as non-empty for dst.  True if it was the transition (dst
- * must be told); false if dst has the flag already (coalesced). */
-static bool mail_flag(struct cbcmn__exec *dst, uint32_t src)
+ * must be told); false if dst has the flag already (coalesced).  An
+ * acknowledgement wakes nobody, so it has a flag of its own: a message
+ * flag set means "dst was told", and a message behind an ack still is. */
+static bool mail_flag(struct cbcmn__exec *dst, uint32_t src, bool ack)
 {
 	uint64_t bit = 1ull << (src % 64);
 	/* seq_cst: the lane's tail store before the flag, and the flag before
 	 * the park word the unpark reads (wake.c's store-buffering pair). */
-	uint64_t old = atomic_fetch_or_explicit(&dst->mail_bits[src / 64], bit,
-						memory_order_seq_cst);
+	uint64_t old = atomic_fetch_or_explicit(ack ? &dst->ack_bits[src / 64]
+						    : &dst->mail_bits[src / 64],
+						bit, memory_order_seq_cst);
 	if (old & bit)
 		return false;
 	atomic_store_explicit(&dst->mail_any, 1, memory_order_seq_cst);
@@ -143,7 +146,7 @@ static void post(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__x
 		backlog_add(e, dst->id, m, ent); /* keeps the order per lane */
 		return;
 	}
-	if (mail_flag(dst, e->id)) {
+	if (mail_flag(dst, e->id, !wake)) {
 		if (wake)
 			cbcmn__kick(dst);
 	} else if (wake) {
@@ -168,7 +171,7 @@ void cbcmn__backlog_flush(struct cbcmn__exec *e)
 		}
 		if (!m)
 			e->backlog_tail[d] = NULL;
-		if (moved && mail_flag(dst, e->id))
+		if (moved && mail_flag(dst, e->id, false))
 			cbcmn__kick(dst);
 	}
 }
@@ -255,6 +258,7 @@ static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
 		if (ent & 1) {
 			m->next = e->xm_free; /* acknowledged: ours again */
 			e->xm_free = m;
+			CBCMN__COUNT(e, xmsgs_acked, 1);
 		} else {
 			deliver(e, m);
 		}
@@ -293,6 +297,7 @@ bool cbcmn__mail_drain(struct cbcmn__exec *e)
 	uint32_t words = (e->rt->nexec + 63) / 64;
 	for (uint32_t w = 0; w < words; w++) {
 		uint64_t bits = atomic_exchange_explicit(&e->mail_bits[w], 0, memory_order_acquire);
+		bits |= atomic_exchange_explicit(&e->ack_bits[w], 0, memory_order_acquire);
 		while (bits) {
 			uint32_t src = w * 64 + (uint32_t)__builtin_ctzll(bits);
 			bits &= bits - 1;

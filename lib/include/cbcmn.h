@@ -459,6 +459,7 @@ typedef struct cbcmn_executor_stats {
 	uint64_t ring_enters;     /* io_uring_enter calls */
 	uint64_t xmsgs_sent;      /* messages to other executors */
 	uint64_t xmsgs_recv;      /* messages from other executors */
+	uint64_t xmsgs_acked;     /* its messages acknowledged (sent - acked: in flight) */
 	uint64_t handoffs;        /* tasks it woke that went home to another executor */
 	uint64_t io_ops;          /* fiber I/O calls submitted */
 	uint64_t avg_task_ns;     /* mean time per scheduler pick (load statistic) */
