@@ -880,6 +880,10 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 static int exec_thread_setup(struct cbcmn__exec *e)
 {
 	cbcmn__tls_exec = e;
+	/* "cbcmn-exec-N": what top, perf and the tools show. */
+	char name[16];
+	snprintf(name, sizeof(name), "cbcmn-exec-%u", e->id);
+	pthread_setname_np(pthread_self(), name);
 	e->sched_fpcw = cbcmn__fpcw_read();
 #ifdef __SANITIZE_THREAD__
 	e->san_sched_fiber = __tsan_get_current_fiber();

@@ -14,12 +14,41 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include "arch.h"
 #include "cbcmn.h"
+#include "common/epoll_echo.h"
 #include "common/fib.h"
+#include "common/fserv.h"
+#include "common/loadgen.h"
+#include "common/pingpong.h"
 
 static uint32_t workers = 2;
 static int reps = 7;
+static bool reps_set;
+static uint32_t conns = 50;
+static double duration_s = 5.0;
+static uint32_t msg_size = 64;
+static bool verbose;
+
+/* -v: the rings' setup and a server's counters, on stderr. */
+static void print_ring_stats(const char *who, const cbcmn_stats *s, uint64_t requests)
+{
+	if (!verbose)
+		return;
+	const cbcmn_executor_stats *t = &s->total;
+	double q = requests ? (double)requests : 1.0;
+	fprintf(stderr,
+		"%s: rings %#x (%s%s%s), doorbells %s; per request: %.2f SQEs, %.2f CQEs, "
+		"%.3f enters, %.3f parks\n",
+		who, s->ring_setup_flags,
+		s->ring_setup_flags & (1u << 13) ? "DEFER_TASKRUN" : "",
+		s->ring_setup_flags & (1u << 8) ? "COOP_TASKRUN" : "",
+		s->ring_setup_flags & (1u << 1) ? "SQPOLL" : "", s->msg_ring ? "MSG_RING" : "eventfd",
+		(double)t->sqes_submitted / q, (double)t->cqes_reaped / q, (double)t->ring_enters / q,
+		(double)t->parks / q);
+}
 
 static uint64_t now_ns(void)
 {
@@ -594,6 +623,211 @@ static void bench_chan(void)
 }
 /* benches[]: {"chan", bench_chan, "channel ping-pong round trip ns; 4x4 MPMC msgs/s"}, */
 
+/* ---- doorbells ----------------------------------------------------------- */
+
+struct db_pp {
+	cbcmn_chan *ab, *ba;
+	long rounds;
+	uint64_t ns;
+};
+
+/* Pin the calling executor's thread to CPU cpu (when the machine has it). */
+static void pin_self(int cpu)
+{
+	cpu_set_t set;
+	if (cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(set), &set) != 0 || !CPU_ISSET(cpu, &set))
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+static int64_t db_side(cbcmn_cx *cx, void *arg)
+{
+	struct db_pp *p = ((void **)arg)[0];
+	int side = (int)(intptr_t)((void **)arg)[1];
+	pin_self(side);
+	cbcmn_chan *out = side ? p->ba : p->ab, *in = side ? p->ab : p->ba;
+	long v = 0;
+	int rc;
+	/* Warm up, then time the rounds. */
+	for (int pass = 0; pass < 2; pass++) {
+		long n = pass ? p->rounds : p->rounds / 10;
+		uint64_t t0 = now_ns();
+		for (long i = 0; i < n; i++) {
+			if (side == 0 && (rc = cbcmn_chan_send(cx, out, &v)) != 0)
+				return rc;
+			if ((rc = cbcmn_chan_recv(cx, in, &v)) != 0)
+				return rc;
+			if (side == 1 && (rc = cbcmn_chan_send(cx, out, &v)) != 0)
+				return rc;
+		}
+		if (side == 0 && pass)
+			p->ns = now_ns() - t0;
+	}
+	return 0;
+}
+
+static int64_t db_main(cbcmn_cx *cx, void *arg)
+{
+	struct db_pp *p = arg;
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	void *a0[2] = {p, (void *)0}, *a1[2] = {p, (void *)1};
+	cbcmn_nursery_spawn_pinned(cx, n, 1, db_side, a1, NULL);
+	cbcmn_nursery_spawn_pinned(cx, n, 0, db_side, a0, NULL);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Round trip between two tasks pinned to two executors on two CPUs, over a
+ * pair of channels: each hop wakes the other side's task, which goes home
+ * through the lanes and, if its executor sleeps, a doorbell. */
+static double doorbell_rtt(uint64_t spin_ns, uint32_t ring_flags, long rounds)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.spin_ns = spin_ns;
+	cfg.ring_flags = ring_flags;
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc)
+		die("runtime_create", rc);
+	struct db_pp p = {.rounds = rounds};
+	if ((rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ab)) ||
+	    (rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ba)))
+		die("chan_create", rc);
+	int64_t r;
+	if ((rc = cbcmn_runtime_run(rt, db_main, &p, &r)) || r)
+		die("doorbell ping-pong", rc ? rc : r);
+	cbcmn_chan_destroy(p.ab);
+	cbcmn_chan_destroy(p.ba);
+	cbcmn_runtime_destroy(rt);
+	return (double)p.ns / (double)rounds;
+}
+
+static void bench_doorbell(void)
+{
+	int n = reps_set ? reps : 5;
+	double parked[16], spinning[16], raw[16], efd[16], raw_spin[16];
+	for (int r = 0; r < n; r++) {
+		/* Alternated in one run: the machine's noise hits all alike. */
+		parked[r] = doorbell_rtt(CBCMN_SPIN_NONE, 0, 2000);
+		spinning[r] = doorbell_rtt(10ull * 1000000000ull, 0, 100000);
+		int rc;
+		if ((rc = pp_msgring_rtt(2000, false, &raw[r])) != 0)
+			die("raw MSG_RING ping-pong", rc);
+		if ((rc = pp_msgring_rtt(100000, true, &raw_spin[r])) != 0)
+			die("raw MSG_RING ping-pong (spinning)", rc);
+		if ((rc = pp_eventfd_rtt(2000, false, &efd[r])) != 0)
+			die("eventfd ping-pong", rc);
+	}
+	double pk = median(parked, n), rw = median(raw, n);
+	printf("doorbell parked_rtt_ns %.0f\n", pk);
+	printf("doorbell spinning_rtt_ns %.0f\n", median(spinning, n));
+	printf("doorbell raw_msgring_rtt_ns %.0f\n", rw);
+	printf("doorbell raw_msgring_spinning_rtt_ns %.0f\n", median(raw_spin, n));
+	printf("doorbell eventfd_rtt_ns %.0f\n", median(efd, n));
+	printf("doorbell parked_vs_raw_ratio %.2f\n", pk / rw);
+}
+
+/* ---- echo and HTTP over loopback ------------------------------------------ */
+
+struct io_fig {
+	double rps, p50, p99, cpu;
+};
+
+static void print_fig(const char *name, struct io_fig *f, int n)
+{
+	double v[16];
+	for (int i = 0; i < n; i++)
+		v[i] = f[i].rps;
+	printf("%s req_per_s %.0f\n", name, median(v, n));
+	for (int i = 0; i < n; i++)
+		v[i] = f[i].p50;
+	printf("%s p50_us %.1f\n", name, median(v, n));
+	for (int i = 0; i < n; i++)
+		v[i] = f[i].p99;
+	printf("%s p99_us %.1f\n", name, median(v, n));
+	for (int i = 0; i < n; i++)
+		v[i] = f[i].cpu;
+	printf("%s server_cpu_us_per_req %.2f\n", name, median(v, n));
+}
+
+static void load(enum lg_proto proto, uint16_t port, struct lg_result *res)
+{
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = port;
+	lc.conns = conns;
+	lc.msg_size = msg_size;
+	lc.duration_s = duration_s;
+	lc.cpu = 1;
+	lc.proto = proto;
+	int rc = lg_run(&lc, res);
+	if (rc || res->errors) {
+		fprintf(stderr, "cbcmn-bench: load client: %s\n", res->error[0] ? res->error : strerror(-rc));
+		exit(1);
+	}
+}
+
+/* Server on one executor pinned to CPU 0, client on CPU 1, same client for
+ * cbcmn's server and the epoll baseline, alternated in one run. */
+static void bench_loopback(const char *name, enum fs_proto fp)
+{
+	int n = reps_set ? reps : 1;
+	struct io_fig ours[16], base[16];
+	enum lg_proto lp = fp == FS_HTTP ? LG_HTTP : LG_ECHO;
+	for (int r = 0; r < n; r++) {
+		struct fs_config fc;
+		fs_config_init(&fc);
+		fc.proto = fp;
+		fc.cpu = 0;
+		struct fs_server *fs;
+		int rc = fs_start(&fs, &fc);
+		if (rc)
+			die("fiber server", rc);
+		struct lg_result res;
+		load(lp, fs_port(fs), &res);
+		struct fs_stats st;
+		if ((rc = fs_stop(fs, &st)) != 0)
+			die("fiber server stop", rc);
+		print_ring_stats(name, &st.rt, st.requests);
+		ours[r] = (struct io_fig){res.req_per_s, res.p50_us, res.p99_us,
+					  st.requests ? (double)st.cpu_us / (double)st.requests : 0};
+
+		struct ee_server *es;
+		rc = fp == FS_HTTP ? ee_start_http(&es, 0, 0) : ee_start(&es, 0, 0);
+		if (rc)
+			die("epoll server", rc);
+		load(lp, ee_port(es), &res);
+		struct ee_stats est;
+		ee_stop(es, &est);
+		base[r] = (struct io_fig){res.req_per_s, res.p50_us, res.p99_us,
+					  est.requests ? (double)est.cpu_us / (double)est.requests : 0};
+	}
+	print_fig(name, ours, n);
+	char bname[32];
+	snprintf(bname, sizeof(bname), "%s-epoll", name);
+	print_fig(bname, base, n);
+	double a[16];
+	for (int i = 0; i < n; i++)
+		a[i] = ours[i].rps / base[i].rps;
+	printf("%s vs_epoll_req_ratio %.3f\n", name, median(a, n));
+}
+
+static void bench_echo(void)
+{
+	bench_loopback("echo", FS_ECHO);
+}
+
+static void bench_http(void)
+{
+	bench_loopback("http", FS_HTTP);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static const struct bench {
@@ -609,11 +843,15 @@ static const struct bench {
 	{"checkpoint", bench_checkpoint, "CBCMN_CHECKPOINT() that does not yield, ns"},
 	{"budget", bench_budget, "fib(30) and 1M spawns with budgets on vs off, same run, %"},
 	{"chan", bench_chan, "channel ping-pong round trip ns; 4x4 MPMC msgs/s"},
+	{"doorbell", bench_doorbell, "shard-to-shard round trip, parked and spinning, vs raw MSG_RING and eventfd"},
+	{"echo", bench_echo, "loopback echo server (fiber I/O) vs an epoll server, same client"},
+	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
 };
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R]\n\nbenchmarks:\n");
+	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R] [--conns N] "
+		   "[--duration SEC] [--msg-size BYTES] [-v]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-8s %s\n", benches[i].name, benches[i].help);
 	fprintf(f, "\nPrints one line per figure: NAME METRIC VALUE (medians of R runs).\n"
@@ -624,10 +862,14 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {{"workers", required_argument, NULL, 'w'},
 					     {"reps", required_argument, NULL, 'r'},
+					     {"conns", required_argument, NULL, 'c'},
+					     {"duration", required_argument, NULL, 'd'},
+					     {"msg-size", required_argument, NULL, 'm'},
+					     {"verbose", no_argument, NULL, 'v'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	int c;
-	while ((c = getopt_long(argc, argv, "w:r:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "w:r:c:d:m:vh", opts, NULL)) != -1) {
 		char *end;
 		long v;
 		switch (c) {
@@ -647,6 +889,35 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			reps = (int)v;
+			reps_set = true;
+			break;
+		case 'c':
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 100000) {
+				fprintf(stderr, "cbcmn-bench: --conns wants 1..100000, got '%s'\n", optarg);
+				return 2;
+			}
+			conns = (uint32_t)v;
+			break;
+		case 'd':
+			duration_s = strtod(optarg, &end);
+			if (*end || !(duration_s > 0 && duration_s <= 3600)) {
+				fprintf(stderr, "cbcmn-bench: --duration wants seconds in (0, 3600], got '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'm':
+			v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > LG_MSG_MAX) {
+				fprintf(stderr, "cbcmn-bench: --msg-size wants 1..%u, got '%s'\n", LG_MSG_MAX,
+					optarg);
+				return 2;
+			}
+			msg_size = (uint32_t)v;
+			break;
+		case 'v':
+			verbose = true;
 			break;
 		case 'h':
 			usage(stdout);
