@@ -85,6 +85,11 @@ suspend:
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 
+void cbcmn__iwait_ignore_cancel(struct cbcmn__iwait *iw)
+{
+	(void)iw;
+}
+
 void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt)
 {
 	for (uint32_t i = 0; i < rt->nexec; i++) {

@@ -84,6 +84,10 @@ static inline void cbcmn__iwait_wake(struct cbcmn__iwait *iw, struct cbcmn__exec
 	cbcmn__waiter_wake(&iw->w, waker);
 }
 
+/* An on_cancel for waits that must not end before their event (it still
+ * claims them: the waiter sees CBCMN__IW_CANCELLED when the event wakes it). */
+void cbcmn__iwait_ignore_cancel(struct cbcmn__iwait *iw);
+
 /* Called after a nursery of rt was cancelled: interrupt every registered
  * wait whose task is now cancelled.  O(waits registered). */
 void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt);

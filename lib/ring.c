@@ -45,6 +45,10 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 	if (pr) {
 		c->msg_ring = io_uring_opcode_supported(pr, IORING_OP_MSG_RING);
 		c->socket = io_uring_opcode_supported(pr, IORING_OP_SOCKET);
+		/* Multishot accept came with IORING_OP_SOCKET (5.19); multishot
+		 * recv with IORING_OP_SEND_ZC (6.0).  No flag to probe them by. */
+		c->multishot_accept = c->socket;
+		c->multishot_recv = io_uring_opcode_supported(pr, IORING_OP_SEND_ZC);
 		io_uring_free_probe(pr);
 	}
 	io_uring_queue_exit(&u);
@@ -156,6 +160,7 @@ void cbcmn__ring_destroy(struct cbcmn__exec *e)
 	struct cbcmn__ring *r = &e->ring;
 	if (r->up)
 		io_uring_queue_exit(&r->u);
+	cbcmn__bufring_fini(e);
 	r->up = r->enabled = false;
 	if (r->efd > 0)
 		close(r->efd);
@@ -219,6 +224,10 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 	case CBCMN__UD_LTIMEOUT:
 		cbcmn__io_cqe(e, (struct cbcmn__ioreq *)(uintptr_t)(ud & ~(uint64_t)CBCMN__UD_MASK),
 			      res, flags, true);
+		break;
+	case CBCMN__UD_MSHOT:
+		cbcmn__mshot_cqe(e, (struct cbcmn__mshot *)(uintptr_t)(ud & ~(uint64_t)CBCMN__UD_MASK),
+				 res, flags);
 		break;
 	case CBCMN__UD_DOORBELL:
 		CBCMN__COUNT(e, doorbells_recv, 1);

@@ -23,6 +23,7 @@ enum {
 	CBCMN__UD_EVENTFD = 3,  /* the armed eventfd read completed */
 	CBCMN__UD_DBSEND = 4,   /* a doorbell we sent failed: target id << 3 */
 	CBCMN__UD_IGNORE = 5,   /* cancel requests and the like */
+	CBCMN__UD_MSHOT = 6,    /* struct cbcmn__mshot *: a stream or acceptor (stream.c) */
 	CBCMN__UD_MASK = 7,
 };
 
@@ -32,6 +33,8 @@ struct cbcmn__ring_caps {
 	bool msg_ring;        /* IORING_OP_MSG_RING */
 	bool socket;          /* IORING_OP_SOCKET */
 	bool ext_arg;         /* IORING_FEAT_EXT_ARG: waits take a timeout */
+	bool multishot_accept; /* 5.19 (with IORING_OP_SOCKET) */
+	bool multishot_recv;  /* 6.0 (with IORING_OP_SEND_ZC), and buffer rings */
 	bool nodrop;          /* IORING_FEAT_NODROP */
 };
 
@@ -47,10 +50,18 @@ struct cbcmn__ring {
 	uint32_t inflight;    /* I/O requests still waiting for a CQE */
 	uint32_t defer;       /* loop turns SQEs have waited */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
+	struct io_uring_buf_ring *br; /* provided buffers for streams (stream.c) */
+	char *bufs;
 	pid_t tid;            /* owner thread, for a takeover (sched.c) */
 };
 
 /* A task's I/O request: lives on the task's stack until its last CQE. */
 struct cbcmn__ioreq;
+struct cbcmn__mshot;
+
+/* Each executor's provided-buffer ring, made when its first stream opens:
+ * 1024 buffers of 4 KiB (4 MiB). */
+#define CBCMN__BUFRING_N 1024u
+#define CBCMN__BUFRING_SIZE 4096u
 
 #endif

@@ -466,6 +466,10 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e);
 void cbcmn__io_orphan_all(struct cbcmn__exec *e);
 
+/* stream.c */
+void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags);
+void cbcmn__bufring_fini(struct cbcmn__exec *e);
+
 /* timer.c */
 struct cbcmn__timer;
 uint64_t cbcmn__now(const struct cbcmn_runtime *rt);

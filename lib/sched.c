@@ -185,6 +185,13 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (!e) {
+		/* From outside the runtime (a pool thread, cancellation, a
+		 * channel used by a thread): home, where the task's ring and
+		 * its streams are; a task that never ran goes to any. */
+		if (owner && !rt->lab) {
+			cbcmn__remote_push(owner, t);
+			return;
+		}
 		inject_push(rt, t);
 		cbcmn__notify_one(rt);
 		return;

@@ -17,8 +17,9 @@
  *
  * A full lane never drops: the entry waits on the sender's backlog for that
  * destination, counted as back-pressure, and the sender retries at every
- * turn of its loop.  Threads outside the runtime hand pinned work to an
- * executor through its `remote` list instead (a lock-free LIFO taken whole).
+ * turn of its loop.  Threads outside the runtime hand work to a given
+ * executor (pinned spawns, tasks woken that go home) through its `remote`
+ * list instead (a lock-free LIFO taken whole).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -192,7 +193,7 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 	return 0;
 }
 
-/* Outside threads: pinned work for dst (a task to start or resume). */
+/* Outside threads: work for dst (a task to start or resume). */
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 {
 	struct cbcmn_task *head = atomic_load_explicit(&dst->remote, memory_order_relaxed);
@@ -289,7 +290,7 @@ bool cbcmn__mail_drain(struct cbcmn__exec *e)
 		}
 		while (rev) {
 			struct cbcmn_task *n = rev->next;
-			take_task(e, rev, false); /* pinned: new or woken alike */
+			take_task(e, rev, rev->sp != NULL); /* started: woken */
 			rev = n;
 			got = true;
 		}

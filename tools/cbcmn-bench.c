@@ -31,6 +31,7 @@ static uint32_t conns = 50;
 static double duration_s = 5.0;
 static uint32_t msg_size = 64;
 static bool verbose;
+static bool multishot = true;
 
 /* -v: the rings' setup and a server's counters, on stderr. */
 static void print_ring_stats(const char *who, const cbcmn_stats *s, uint64_t requests)
@@ -785,6 +786,7 @@ static void bench_loopback(const char *name, enum fs_proto fp)
 		fs_config_init(&fc);
 		fc.proto = fp;
 		fc.cpu = 0;
+		fc.multishot = multishot;
 		struct fs_server *fs;
 		int rc = fs_start(&fs, &fc);
 		if (rc)
@@ -851,7 +853,7 @@ static const struct bench {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R] [--conns N] "
-		   "[--duration SEC] [--msg-size BYTES] [-v]\n\nbenchmarks:\n");
+		   "[--duration SEC] [--msg-size BYTES] [--no-multishot] [-v]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-8s %s\n", benches[i].name, benches[i].help);
 	fprintf(f, "\nPrints one line per figure: NAME METRIC VALUE (medians of R runs).\n"
@@ -866,6 +868,7 @@ int main(int argc, char **argv)
 					     {"duration", required_argument, NULL, 'd'},
 					     {"msg-size", required_argument, NULL, 'm'},
 					     {"verbose", no_argument, NULL, 'v'},
+					     {"no-multishot", no_argument, NULL, 'M'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	int c;
@@ -918,6 +921,9 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			verbose = true;
+			break;
+		case 'M':
+			multishot = false;
 			break;
 		case 'h':
 			usage(stdout);

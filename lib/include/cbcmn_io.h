@@ -78,6 +78,42 @@ CBCMN_API int64_t cbcmn_statx(cbcmn_cx *cx, int dirfd, const char *path, int fla
 CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
 
 /* ------------------------------------------------------------------------
+ * Multishot: one SQE that keeps delivering (docs/IO.md).
+ *
+ * A stream receives from a connected socket into buffers of its executor's
+ * provided-buffer ring (1024 x 4 KiB per executor, made on first use); an
+ * acceptor accepts connection after connection.  Neither re-arms a poll
+ * per event.  Each belongs to the executor of the task that opened it and
+ * may only be used by tasks running there (-EXDEV elsewhere): open and use
+ * it from a pinned task (cbcmn_nursery_spawn_pinned()).  One task at a time
+ * may wait on it (-EBUSY otherwise).  -EOPNOTSUPP where the kernel lacks
+ * multishot recv and buffer rings (6.0) or multishot accept (5.19).
+ */
+typedef struct cbcmn_stream cbcmn_stream;
+typedef struct cbcmn_acceptor cbcmn_acceptor;
+
+/* Start receiving from socket fd (which stays the caller's to close, after
+ * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP. */
+CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
+/* The next chunk received: *data points into a buffer that stays valid until
+ * the next call on the stream or its close.  Returns the chunk's length, 0
+ * at end of stream, or a negative errno (a recv(2) error, -EXDEV, -EBUSY,
+ * CBCMN_ECANCELED).  Costs one unit of the syscalls budget. */
+CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
+/* Stop receiving, give the buffers back and free s; waits until the kernel
+ * has let go of it.  Returns 0, -EINVAL, -EXDEV or -EBUSY (a task waits on it). */
+CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
+
+/* Accept connections on listening socket fd; flags as accept4(2). */
+CBCMN_API int cbcmn_acceptor_open(cbcmn_cx *cx, int fd, int flags, cbcmn_acceptor **out);
+/* The next connection's descriptor, or a negative errno (the accept error
+ * that ended the acceptor, -EXDEV, -EBUSY, CBCMN_ECANCELED). */
+CBCMN_API int64_t cbcmn_acceptor_next(cbcmn_cx *cx, cbcmn_acceptor *a);
+/* Stop accepting and free a; connections accepted but not taken are
+ * closed.  Returns 0, -EINVAL, -EXDEV or -EBUSY. */
+CBCMN_API int cbcmn_acceptor_close(cbcmn_cx *cx, cbcmn_acceptor *a);
+
+/* ------------------------------------------------------------------------
  * The blocking pool: for calls io_uring cannot make (getaddrinfo, a
  * library that blocks), so that a task never blocks its executor's thread.
  */

@@ -76,10 +76,37 @@ static bool quiet_error(int64_t rc)
 	return rc == 0 || rc == -ECONNRESET || rc == -EPIPE || rc == CBCMN_ECANCELED;
 }
 
+/* Echo through a multishot stream: no copy in, no poll re-armed per read. */
+static int64_t echo_stream(cbcmn_cx *cx, struct conn *c, cbcmn_stream *st)
+{
+	int64_t rc = 0;
+	while (rc == 0) {
+		const void *data;
+		int64_t n = cbcmn_stream_recv(cx, st, &data);
+		if (n <= 0) {
+			rc = n;
+			break;
+		}
+		atomic_fetch_add_explicit(&c->s->requests, 1, memory_order_relaxed);
+		rc = send_all(cx, c->fd, data, (size_t)n);
+	}
+	cbcmn_stream_close(cx, st);
+	return rc;
+}
+
 static int64_t echo_conn(cbcmn_cx *cx, void *arg)
 {
 	struct conn *c = arg;
 	struct fs_server *s = c->s;
+	cbcmn_stream *st;
+	if (s->cfg.multishot && cbcmn_stream_open(cx, c->fd, &st) == 0) {
+		int64_t rc = echo_stream(cx, c, st);
+		if (!quiet_error(rc))
+			atomic_fetch_add_explicit(&s->errors, 1, memory_order_relaxed);
+		cbcmn_close(cx, c->fd);
+		free(c);
+		return 0;
+	}
 	char *buf = malloc(FS_BUF);
 	int64_t rc = buf ? 0 : -ENOMEM;
 	while (rc == 0) {
@@ -158,8 +185,12 @@ static int64_t acceptor(cbcmn_cx *cx, void *arg)
 		return rc;
 	cbcmn_task_fn fn = s->cfg.proto == FS_HTTP ? http_conn : echo_conn;
 	uint32_t next = 0, workers = cbcmn_runtime_workers(s->rt);
+	cbcmn_acceptor *acc = NULL;
+	if (s->cfg.multishot && cbcmn_acceptor_open(cx, s->lfd, SOCK_CLOEXEC, &acc) != 0)
+		acc = NULL; /* the kernel has no multishot accept: one at a time */
 	for (;;) {
-		int64_t fd = cbcmn_accept(cx, s->lfd, NULL, NULL, SOCK_CLOEXEC);
+		int64_t fd = acc ? cbcmn_acceptor_next(cx, acc)
+				 : cbcmn_accept(cx, s->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (fd == -EMFILE || fd == -ENFILE || fd == -ENOBUFS || fd == -ENOMEM) {
 				atomic_fetch_add_explicit(&s->errors, 1, memory_order_relaxed);
@@ -187,6 +218,8 @@ static int64_t acceptor(cbcmn_cx *cx, void *arg)
 				break;
 		}
 	}
+	if (acc)
+		cbcmn_acceptor_close(cx, acc);
 	cbcmn_nursery_cancel(conns);
 	int64_t r2 = cbcmn_nursery_await_all(cx, conns);
 	return rc ? rc : (r2 == CBCMN_ECANCELED ? 0 : r2);

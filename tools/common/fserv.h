@@ -17,7 +17,8 @@ struct fs_config {
 	int cpu;             /* pin the executor threads to this CPU; -1: none */
 	uint32_t workers;    /* executors of the server's runtime; 0: 1 */
 	uint32_t ring_flags; /* cbcmn_config.ring_flags */
-	bool multishot;      /* echo: multishot accept (kernel permitting) */
+	bool multishot;      /* multishot accept, and echo reads through streams
+			      * (kernel permitting; else one operation per call) */
 };
 
 struct fs_stats {

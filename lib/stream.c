@@ -1,0 +1,379 @@
+/* stream.c: multishot receive streams and acceptors (cbcmn_io.h).
+ *
+ * One SQE keeps delivering: a multishot recv puts each chunk it receives in
+ * a buffer it picks from the executor's provided-buffer ring, a multishot
+ * accept posts each new connection, and neither re-arms a poll per event.
+ * Both share the core below: the executor's CQE handler queues what
+ * arrives (a buffer id and length, or a descriptor) on the object and wakes
+ * the task waiting on it, if any; the task takes from the queue.
+ *
+ * The object belongs to the executor whose ring holds its SQE, and only a
+ * task running there may use it (-EXDEV elsewhere): use it from a pinned
+ * task.  Closing cancels the SQE and waits for its last CQE (the one without
+ * IORING_CQE_F_MORE) before the object is freed, so no CQE ever points to
+ * freed memory; descriptors still queued are closed, buffers go back.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "iwait.h"
+#include "runtime.h"
+
+#define BUFRING_BGID 0
+#define MS_QUEUE_MIN 16u
+
+enum { MS_STREAM, MS_ACCEPT };
+
+struct ms_item {
+	uint32_t val; /* buffer id, or descriptor */
+	uint32_t len;
+};
+
+struct cbcmn__mshot {
+	struct cbcmn__exec *e;
+	int fd;
+	uint32_t kind;
+	bool armed;            /* its SQE may still post CQEs */
+	bool done;             /* ended for good: err says why (0: EOF) */
+	bool cancel_sent;
+	int32_t err;
+	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
+	uint32_t qhead, qlen, qcap;
+	struct cbcmn__iwait *waiter; /* a task waiting for an item or the end */
+	int32_t held;          /* stream: buffer id the user holds, -1 none */
+	uint32_t accept_flags;
+};
+
+struct cbcmn_stream {
+	struct cbcmn__mshot ms;
+};
+
+struct cbcmn_acceptor {
+	struct cbcmn__mshot ms;
+};
+
+/* ---- the executor's provided-buffer ring ------------------------------------ */
+
+static int bufring_get(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (r->br)
+		return 0;
+	if (!e->rt->ring_caps.multishot_recv)
+		return -EOPNOTSUPP;
+	uint32_t n = CBCMN__BUFRING_N, size = CBCMN__BUFRING_SIZE;
+	size_t ringsz = (size_t)n * sizeof(struct io_uring_buf);
+	void *mem = mmap(NULL, ringsz + (size_t)n * size, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED)
+		return -ENOMEM;
+	struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)mem,
+				       .ring_entries = n,
+				       .bgid = BUFRING_BGID};
+	int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
+	if (rc < 0) {
+		munmap(mem, ringsz + (size_t)n * size);
+		return rc == -EINVAL ? -EOPNOTSUPP : rc;
+	}
+	r->br = mem;
+	r->bufs = (char *)mem + ringsz;
+	io_uring_buf_ring_init(r->br);
+	int mask = io_uring_buf_ring_mask(n);
+	for (uint32_t i = 0; i < n; i++)
+		io_uring_buf_ring_add(r->br, r->bufs + (size_t)i * size, size, (unsigned short)i,
+				      mask, (int)i);
+	io_uring_buf_ring_advance(r->br, (int)n);
+	return 0;
+}
+
+static void buf_return(struct cbcmn__exec *e, uint32_t bid)
+{
+	struct cbcmn__ring *r = &e->ring;
+	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * CBCMN__BUFRING_SIZE,
+			      CBCMN__BUFRING_SIZE, (unsigned short)bid,
+			      io_uring_buf_ring_mask(CBCMN__BUFRING_N), 0);
+	io_uring_buf_ring_advance(r->br, 1);
+}
+
+void cbcmn__bufring_fini(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (!r->br)
+		return;
+	munmap(r->br, (size_t)CBCMN__BUFRING_N * sizeof(struct io_uring_buf) +
+			      (size_t)CBCMN__BUFRING_N * CBCMN__BUFRING_SIZE);
+	r->br = NULL;
+	r->bufs = NULL;
+}
+
+/* ---- the shared core ----------------------------------------------------------- */
+
+static int ms_push(struct cbcmn__mshot *m, uint32_t val, uint32_t len)
+{
+	if (m->qlen == m->qcap) {
+		uint32_t cap = m->qcap ? m->qcap * 2 : MS_QUEUE_MIN;
+		struct ms_item *q = malloc(cap * sizeof(*q));
+		if (!q)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < m->qlen; i++)
+			q[i] = m->q[(m->qhead + i) % m->qcap];
+		free(m->q);
+		m->q = q;
+		m->qhead = 0;
+		m->qcap = cap;
+	}
+	m->q[(m->qhead + m->qlen) % m->qcap] = (struct ms_item){val, len};
+	m->qlen++;
+	return 0;
+}
+
+static struct ms_item ms_pop(struct cbcmn__mshot *m)
+{
+	struct ms_item it = m->q[m->qhead];
+	m->qhead = (m->qhead + 1) % m->qcap;
+	m->qlen--;
+	return it;
+}
+
+/* Executor side: a CQE of m's SQE. */
+void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
+{
+	if (!(flags & IORING_CQE_F_MORE))
+		m->armed = false; /* its last: re-armed on demand, or freed */
+	if (res >= 0 && m->kind == MS_STREAM && (flags & IORING_CQE_F_BUFFER)) {
+		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
+		if (res == 0 || ms_push(m, bid, (uint32_t)res) != 0) {
+			buf_return(e, bid);
+			if (res != 0) {
+				m->done = true;
+				m->err = -ENOMEM;
+			}
+		}
+		if (res == 0)
+			m->done = true; /* EOF */
+	} else if (res >= 0 && m->kind == MS_ACCEPT) {
+		if (ms_push(m, (uint32_t)res, 0) != 0)
+			close(res); /* no room to queue it: refuse it, never leak */
+	} else if (res == 0) {
+		m->done = true; /* EOF without a buffer */
+	} else if (res == -ENOBUFS) {
+		/* Every buffer is taken: re-armed when the task asks again. */
+	} else if (!m->cancel_sent || res != -ECANCELED) {
+		m->done = true;
+		m->err = res;
+	}
+	struct cbcmn__iwait *w = m->waiter;
+	/* Ours to wake if we claim it, or if cancellation claimed it but left
+	 * the wake to us (on_cancel: closing waits for the last CQE).  A
+	 * wait that cancellation woke itself is not touched again. */
+	if (w && (cbcmn__iwait_claim(w) || w->on_cancel)) {
+		m->waiter = NULL;
+		cbcmn__iwait_wake(w, e);
+	}
+}
+
+static void ms_arm(struct cbcmn__mshot *m)
+{
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	if (m->kind == MS_STREAM) {
+		io_uring_prep_recv_multishot(sqe, m->fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = BUFRING_BGID;
+	} else {
+		io_uring_prep_multishot_accept(sqe, m->fd, NULL, NULL, (int)m->accept_flags);
+	}
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT);
+	m->armed = true;
+}
+
+/* The calling task, checked: on an executor, the one that owns m (if any). */
+static struct cbcmn_task *ms_self(cbcmn_cx *cx, struct cbcmn__mshot *m, int64_t *err)
+{
+	if (!cx) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (!cbcmn__on_executor(t->rt)) {
+		*err = -EPERM;
+		return NULL;
+	}
+	if (m && m->e != t->exec) {
+		*err = -EXDEV;
+		return NULL;
+	}
+	return t;
+}
+
+/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
+ * m->err), or CBCMN_ECANCELED / -EBUSY. */
+static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
+	if (m->waiter)
+		return -EBUSY; /* one task at a time */
+	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
+		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
+	for (;;) {
+		if (m->qlen) {
+			*it = ms_pop(m);
+			return 1;
+		}
+		if (m->done)
+			return 0;
+		if (cbcmn__task_cancelled(t))
+			return CBCMN_ECANCELED;
+		if (!m->armed)
+			ms_arm(m);
+		struct cbcmn__iwait iw;
+		cbcmn__iwait_init(&iw, t);
+		m->waiter = &iw;
+		uint32_t how = cbcmn__iwait_block(&iw);
+		if (m->waiter == &iw)
+			m->waiter = NULL; /* cancelled: the CQE side never saw us */
+		if (how == CBCMN__IW_CANCELLED)
+			return CBCMN_ECANCELED;
+		if (t->exec != m->e)
+			return -EXDEV; /* resumed elsewhere (cancellation's wake) */
+	}
+}
+
+/* Cancel m's SQE and wait for its last CQE; then nothing refers to m. */
+static void ms_quiesce(struct cbcmn_task *t, struct cbcmn__mshot *m)
+{
+	while (m->armed) {
+		if (!m->cancel_sent) {
+			struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT, 0);
+			io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+			sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+			m->cancel_sent = true;
+		}
+		struct cbcmn__iwait iw;
+		cbcmn__iwait_init(&iw, t);
+		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
+		m->waiter = &iw;
+		cbcmn__iwait_block(&iw);
+		m->waiter = NULL;
+	}
+}
+
+static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcmn__mshot **out)
+{
+	int64_t err;
+	if (!out || fd < 0)
+		return -EINVAL;
+	struct cbcmn_task *t = ms_self(cx, NULL, &err);
+	if (!t)
+		return (int)err;
+	struct cbcmn__exec *e = t->exec;
+	if (kind == MS_STREAM) {
+		int rc = bufring_get(e);
+		if (rc)
+			return rc;
+	} else if (!t->rt->ring_caps.multishot_accept) {
+		return -EOPNOTSUPP;
+	}
+	struct cbcmn__mshot *m = calloc(1, size);
+	if (!m)
+		return -ENOMEM;
+	m->e = e;
+	m->fd = fd;
+	m->kind = kind;
+	m->held = -1;
+	*out = m;
+	return 0;
+}
+
+static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
+{
+	int64_t err;
+	if (!m)
+		return -EINVAL;
+	struct cbcmn_task *t = ms_self(cx, m, &err);
+	if (!t)
+		return (int)err;
+	if (m->waiter)
+		return -EBUSY;
+	ms_quiesce(t, m);
+	if (m->held >= 0)
+		buf_return(m->e, (uint32_t)m->held);
+	while (m->qlen) {
+		struct ms_item it = ms_pop(m);
+		if (m->kind == MS_STREAM)
+			buf_return(m->e, it.val);
+		else
+			close((int)it.val);
+	}
+	free(m->q);
+	free(m);
+	return 0;
+}
+
+/* ---- receive streams ----------------------------------------------------------- */
+
+int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out)
+{
+	return ms_open(cx, fd, MS_STREAM, sizeof(cbcmn_stream), (struct cbcmn__mshot **)out);
+}
+
+int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
+{
+	int64_t err;
+	if (!s || !data)
+		return -EINVAL;
+	struct cbcmn__mshot *m = &s->ms;
+	struct cbcmn_task *t = ms_self(cx, m, &err);
+	if (!t)
+		return err;
+	if (m->held >= 0) {
+		buf_return(m->e, (uint32_t)m->held);
+		m->held = -1;
+	}
+	struct ms_item it;
+	int64_t rc = ms_next(t, m, &it);
+	if (rc == 0)
+		return m->err;
+	if (rc < 0)
+		return rc;
+	m->held = (int32_t)it.val;
+	*data = m->e->ring.bufs + (size_t)it.val * CBCMN__BUFRING_SIZE;
+	return it.len;
+}
+
+int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s)
+{
+	return ms_close(cx, s ? &s->ms : NULL);
+}
+
+/* ---- acceptors ------------------------------------------------------------------ */
+
+int cbcmn_acceptor_open(cbcmn_cx *cx, int fd, int flags, cbcmn_acceptor **out)
+{
+	int rc = ms_open(cx, fd, MS_ACCEPT, sizeof(cbcmn_acceptor), (struct cbcmn__mshot **)out);
+	if (rc == 0)
+		(*out)->ms.accept_flags = (uint32_t)flags;
+	return rc;
+}
+
+int64_t cbcmn_acceptor_next(cbcmn_cx *cx, cbcmn_acceptor *a)
+{
+	int64_t err;
+	if (!a)
+		return -EINVAL;
+	struct cbcmn_task *t = ms_self(cx, &a->ms, &err);
+	if (!t)
+		return err;
+	struct ms_item it;
+	int64_t rc = ms_next(t, &a->ms, &it);
+	if (rc == 0)
+		return a->ms.err ? a->ms.err : -EINVAL;
+	return rc < 0 ? rc : (int64_t)it.val;
+}
+
+int cbcmn_acceptor_close(cbcmn_cx *cx, cbcmn_acceptor *a)
+{
+	return ms_close(cx, a ? &a->ms : NULL);
+}
