@@ -211,6 +211,14 @@ int64_t cbcmn_io_set_timeout(cbcmn_cx *cx, uint64_t ns)
 	return old > INT64_MAX ? INT64_MAX : (int64_t)old;
 }
 
+/* What one read(2) moves at most (MAX_RW_COUNT): longer lengths are cut to
+ * it, as the kernel does, instead of wrapping in the SQE's 32-bit field. */
+#define IO_LEN_MAX 0x7ffff000u
+static inline unsigned io_len(size_t len)
+{
+	return len > IO_LEN_MAX ? IO_LEN_MAX : (unsigned)len;
+}
+
 #define IO_CALL(cx, flags, prep)                          \
 	do {                                              \
 		struct io_op op;                          \
@@ -223,12 +231,12 @@ int64_t cbcmn_io_set_timeout(cbcmn_cx *cx, uint64_t ns)
 
 int64_t cbcmn_read(cbcmn_cx *cx, int fd, void *buf, size_t len)
 {
-	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)-1));
+	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, io_len(len), (uint64_t)-1));
 }
 
 int64_t cbcmn_write(cbcmn_cx *cx, int fd, const void *buf, size_t len)
 {
-	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, (unsigned)len, (uint64_t)-1));
+	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, io_len(len), (uint64_t)-1));
 }
 
 int64_t cbcmn_readv(cbcmn_cx *cx, int fd, const struct iovec *iov, int iovcnt)
@@ -249,24 +257,24 @@ int64_t cbcmn_pread(cbcmn_cx *cx, int fd, void *buf, size_t len, off_t off)
 {
 	if (off < 0)
 		return -EINVAL;
-	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)off));
+	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, io_len(len), (uint64_t)off));
 }
 
 int64_t cbcmn_pwrite(cbcmn_cx *cx, int fd, const void *buf, size_t len, off_t off)
 {
 	if (off < 0)
 		return -EINVAL;
-	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, (unsigned)len, (uint64_t)off));
+	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, io_len(len), (uint64_t)off));
 }
 
 int64_t cbcmn_recv(cbcmn_cx *cx, int fd, void *buf, size_t len, int flags)
 {
-	IO_CALL(cx, 0, io_uring_prep_recv(sqe, fd, buf, len, flags));
+	IO_CALL(cx, 0, io_uring_prep_recv(sqe, fd, buf, io_len(len), flags));
 }
 
 int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags)
 {
-	IO_CALL(cx, 0, io_uring_prep_send(sqe, fd, buf, len, flags));
+	IO_CALL(cx, 0, io_uring_prep_send(sqe, fd, buf, io_len(len), flags));
 }
 
 int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)
