@@ -167,25 +167,31 @@ void cbcmn__ring_destroy(struct cbcmn__exec *e)
 	r->efd = -1;
 }
 
+/* The SQ is full: submit it, and with SQPOLL wait for the kernel's poller
+ * to take entries (a submit there only wakes it). */
+static void sq_full(struct cbcmn__exec *e)
+{
+	CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+	cbcmn__ring_submit(e, false, 0);
+	if (e->ring.u.flags & IORING_SETUP_SQPOLL)
+		io_uring_sqring_wait(&e->ring.u);
+}
+
 /* An SQE, never NULL: a full SQ is submitted first (back-pressure). */
 struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e)
 {
 	struct io_uring_sqe *sqe;
-	while (!(sqe = io_uring_get_sqe(&e->ring.u))) {
-		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
-		cbcmn__ring_submit(e, false, 0);
-	}
+	while (!(sqe = io_uring_get_sqe(&e->ring.u)))
+		sq_full(e);
 	return sqe;
 }
 
 /* Room for n SQEs in a row (a linked pair must not be split by a submit). */
 bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n)
 {
-	if (io_uring_sq_space_left(&e->ring.u) >= n)
-		return true;
-	CBCMN__COUNT(e, ring_msgs_backpressure, 1);
-	cbcmn__ring_submit(e, false, 0);
-	return io_uring_sq_space_left(&e->ring.u) >= n;
+	while (io_uring_sq_space_left(&e->ring.u) < n)
+		sq_full(e);
+	return true;
 }
 
 /* Submit what is queued and collect completions into the CQ: one

@@ -1,0 +1,204 @@
+/* test_echo.c: the fiber servers (tools/common/fserv.c) under the load
+ * client: 10 000 concurrent echo connections with every byte checked, the
+ * multishot and the plain paths, HTTP keep-alive, and the epoll baseline. */
+#include <errno.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "helpers.h"
+#include "common/epoll_echo.h"
+#include "common/fserv.h"
+#include "common/loadgen.h"
+
+/* The server in a child process: a process has 20 000 descriptors at most
+ * here (no CAP_SYS_RESOURCE), and 10 000 connections need two each when
+ * both ends live in one process. */
+struct child {
+	pid_t pid;
+	int ctl;   /* write a byte to stop it ... */
+	int stats; /* ... and read its stats here */
+	uint16_t port;
+};
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static void child_serve(const struct fs_config *cfg, int to_parent, int from_parent)
+{
+	raise_nofile();
+	struct fs_server *s;
+	int rc = fs_start(&s, cfg);
+	uint16_t port = rc == 0 ? fs_port(s) : 0;
+	if (write(to_parent, &port, sizeof(port)) != sizeof(port) || rc != 0)
+		_exit(1);
+	char b;
+	if (read(from_parent, &b, 1) < 0)
+		_exit(1);
+	struct fs_stats st;
+	rc = fs_stop(s, &st);
+	if (write(to_parent, &st, sizeof(st)) != sizeof(st))
+		_exit(1);
+	_exit(rc == 0 ? 0 : 2);
+}
+
+static int child_start(struct child *c, const struct fs_config *cfg)
+{
+	int up[2], down[2];
+	if (pipe(up) || pipe(down))
+		return -errno;
+	fflush(stdout);
+	c->pid = fork();
+	if (c->pid < 0)
+		return -errno;
+	if (c->pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		child_serve(cfg, up[1], down[0]);
+	}
+	close(up[1]);
+	close(down[0]);
+	c->ctl = down[1];
+	c->stats = up[0];
+	if (read(c->stats, &c->port, sizeof(c->port)) != sizeof(c->port) || c->port == 0) {
+		close(c->stats);
+		close(c->ctl);
+		waitpid(c->pid, NULL, 0);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int child_stop(struct child *c, struct fs_stats *st)
+{
+	char b = 'q';
+	int status = 0;
+	if (write(c->ctl, &b, 1) != 1)
+		return -EIO;
+	ssize_t n = read(c->stats, st, sizeof(*st));
+	close(c->stats);
+	close(c->ctl);
+	waitpid(c->pid, &status, 0);
+	if (n != (ssize_t)sizeof(*st))
+		return -EIO;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -ECHILD;
+}
+
+static void many_conns(bool multishot, uint32_t nconns)
+{
+	struct fs_config cfg;
+	fs_config_init(&cfg);
+	cfg.multishot = multishot;
+	cfg.workers = 2;
+	struct child c;
+	assert_int_equal(child_start(&c, &cfg), 0);
+	raise_nofile();
+	struct lg_result res;
+	uint64_t t0 = t_now_ns();
+	int rc = lg_verify_echo_conns(NULL, c.port, nconns, 256, &res);
+	double secs = (double)(t_now_ns() - t0) / 1e9;
+	struct fs_stats st;
+	assert_int_equal(child_stop(&c, &st), 0);
+	if (rc != 0 || res.errors)
+		fail_msg("%u connections: %s", nconns, res.error);
+	printf("  %u connections x 256 bytes, every byte checked, %.2f s (%s); server: %llu "
+	       "accepted, %llu errors\n",
+	       nconns, secs, multishot ? "multishot" : "one op per call",
+	       (unsigned long long)st.conns, (unsigned long long)st.errors);
+	assert_int_equal(st.conns, nconns);
+	assert_int_equal(st.errors, 0);
+	assert_true(st.requests >= nconns);
+}
+
+static void test_10k_connections_multishot(void **state)
+{
+	(void)state;
+	many_conns(true, T_ASAN ? 2000 : 10000);
+}
+
+static void test_10k_connections_plain(void **state)
+{
+	(void)state;
+	many_conns(false, T_ASAN ? 2000 : 10000);
+}
+
+/* In-process, short loads: answers checked by the client (a wrong byte or a
+ * malformed response is an error), and the server's counters agree. */
+static void short_load(enum fs_proto fp, bool multishot)
+{
+	struct fs_config cfg;
+	fs_config_init(&cfg);
+	cfg.proto = fp;
+	cfg.multishot = multishot;
+	struct fs_server *s;
+	assert_int_equal(fs_start(&s, &cfg), 0);
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = fs_port(s);
+	lc.conns = 20;
+	lc.msg_size = 100;
+	lc.duration_s = 0.3;
+	lc.proto = fp == FS_HTTP ? LG_HTTP : LG_ECHO;
+	struct lg_result res;
+	int rc = lg_run(&lc, &res);
+	struct fs_stats st;
+	assert_int_equal(fs_stop(s, &st), 0);
+	if (rc != 0 || res.errors)
+		fail_msg("load: %s", res.error);
+	assert_true(res.requests > 100);
+	assert_true(st.requests >= res.requests);
+	assert_int_equal(st.errors, 0);
+	assert_true(st.rt.total.io_ops + st.rt.total.cqes_reaped > 0);
+}
+
+static void test_echo_load(void **state)
+{
+	(void)state;
+	short_load(FS_ECHO, true);
+	short_load(FS_ECHO, false);
+}
+
+static void test_http_load(void **state)
+{
+	(void)state;
+	short_load(FS_HTTP, true);
+}
+
+static void test_epoll_baseline_echoes(void **state)
+{
+	(void)state;
+	struct ee_server *s;
+	assert_int_equal(ee_start(&s, 0, -1), 0);
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = ee_port(s);
+	lc.conns = 10;
+	lc.duration_s = 0.2;
+	struct lg_result res;
+	int rc = lg_run(&lc, &res);
+	struct ee_stats st;
+	assert_int_equal(ee_stop(s, &st), 0);
+	if (rc != 0 || res.errors)
+		fail_msg("load: %s", res.error);
+	assert_true(res.requests > 50);
+	assert_int_equal(st.conns, 10);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_echo_load),
+		T_WATCHED_TEST(test_http_load),
+		T_WATCHED_TEST(test_epoll_baseline_echoes),
+		T_WATCHED_TEST(test_10k_connections_multishot),
+		T_WATCHED_TEST(test_10k_connections_plain),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
