@@ -164,10 +164,13 @@ void cbcmn__backlog_flush(struct cbcmn__exec *e)
 		struct cbcmn__exec *dst = e->rt->exec[d];
 		struct cbcmn__lane *l = lane_get(e, dst);
 		bool moved = false;
-		while (m && l && lane_put(l, m->backlog_ent)) {
-			e->backlog[d] = m->next;
+		/* next is read before the entry is published: from then on the
+		 * receiver owns m, and may link it on its own backlog. */
+		struct cbcmn__xmsg *next;
+		while (m && l && (next = m->next, lane_put(l, m->backlog_ent))) {
+			e->backlog[d] = next;
 			e->nbacklog--;
-			m = e->backlog[d];
+			m = next;
 			moved = true;
 		}
 		if (!m)
