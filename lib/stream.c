@@ -24,6 +24,7 @@
 
 #define BUFRING_BGID 0
 #define MS_QUEUE_MIN 16u
+#define NOBUFS_PAUSE_NS 50000u /* out of buffers: wait this long to re-arm */
 
 enum { MS_STREAM, MS_ACCEPT };
 
@@ -39,6 +40,7 @@ struct cbcmn__mshot {
 	bool armed;            /* its SQE may still post CQEs */
 	bool done;             /* ended for good: err says why (0: EOF) */
 	bool cancel_sent;
+	bool nobufs;           /* ended for want of buffers: re-arm after a pause */
 	int32_t err;
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
 	uint32_t qhead, qlen, qcap;
@@ -160,7 +162,10 @@ void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res
 	} else if (res == 0) {
 		m->done = true; /* EOF without a buffer */
 	} else if (res == -ENOBUFS) {
-		/* Every buffer is taken: re-armed when the task asks again. */
+		/* Every buffer is taken (other streams hold them): re-armed when
+		 * the task asks again, after a pause. */
+		m->nobufs = true;
+		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 	} else if (!m->cancel_sent || res != -ECANCELED) {
 		m->done = true;
 		m->err = res;
@@ -225,6 +230,11 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 			return 0;
 		if (cbcmn__task_cancelled(t))
 			return CBCMN_ECANCELED;
+		if (m->nobufs) {
+			m->nobufs = false;
+			cbcmn_sleep((cbcmn_cx *)t, NOBUFS_PAUSE_NS);
+			continue;
+		}
 		if (!m->armed)
 			ms_arm(m);
 		struct cbcmn__iwait iw;
