@@ -126,6 +126,34 @@ static int64_t echo_conn(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Reads for a parser that wants bytes in its own buffer: through a stream
+ * when there is one (the part of a chunk that does not fit waits for the
+ * next call), else with cbcmn_recv(). */
+struct reader {
+	cbcmn_stream *st;
+	const char *pend;
+	size_t npend;
+};
+
+static int64_t reader_read(cbcmn_cx *cx, struct conn *c, struct reader *r, char *buf, size_t cap)
+{
+	if (!r->st)
+		return cbcmn_recv(cx, c->fd, buf, cap, 0);
+	if (!r->npend) {
+		const void *d;
+		int64_t n = cbcmn_stream_recv(cx, r->st, &d);
+		if (n <= 0)
+			return n;
+		r->pend = d;
+		r->npend = (size_t)n;
+	}
+	size_t n = r->npend < cap ? r->npend : cap;
+	memcpy(buf, r->pend, n);
+	r->pend += n;
+	r->npend -= n;
+	return (int64_t)n;
+}
+
 static int64_t http_conn(cbcmn_cx *cx, void *arg)
 {
 	struct conn *c = arg;
@@ -136,8 +164,15 @@ static int64_t http_conn(cbcmn_cx *cx, void *arg)
 	char *out = malloc(FS_BUF);
 	size_t have = 0;
 	int64_t rc = buf && out ? 0 : -ENOMEM;
+	struct reader rd = {0};
+	if (s->cfg.multishot && cbcmn_stream_open(cx, c->fd, &rd.st) != 0)
+		rd.st = NULL;
 	while (rc == 0) {
-		int64_t n = cbcmn_recv(cx, c->fd, buf + have, HTTP_HEAD_MAX - have, 0);
+		if (have == HTTP_HEAD_MAX) {
+			rc = -EPROTO; /* a request head larger than the buffer */
+			break;
+		}
+		int64_t n = reader_read(cx, c, &rd, buf + have, HTTP_HEAD_MAX - have);
 		if (n <= 0) {
 			rc = n;
 			break;
@@ -169,6 +204,8 @@ static int64_t http_conn(cbcmn_cx *cx, void *arg)
 	}
 	if (!quiet_error(rc))
 		atomic_fetch_add_explicit(&s->errors, 1, memory_order_relaxed);
+	if (rd.st)
+		cbcmn_stream_close(cx, rd.st);
 	cbcmn_close(cx, c->fd);
 	free(buf);
 	free(out);
