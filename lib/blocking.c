@@ -339,7 +339,7 @@ int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *resul
 		return -EINVAL;
 	/* A task's context used from another thread: that thread would be
 	 * suspended as if it were the task's fiber. */
-	if (!cbcmn__on_executor(self->rt))
+	if (!cbcmn__is_running(self))
 		return -EPERM;
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */
 	if (cbcmn__task_cancelled(self))

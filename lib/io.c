@@ -34,7 +34,7 @@ struct cbcmn__ioreq {
 	bool nocancel;                    /* close: never undone */
 };
 
-enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2 };
+enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2, IO_RECVMSG = 0x4 };
 
 struct io_op {
 	struct cbcmn__ioreq req;
@@ -43,6 +43,7 @@ struct io_op {
 	struct __kernel_timespec ts;
 	uint32_t flags;
 	int64_t err;
+	struct msghdr *msg; /* IO_RECVMSG */
 };
 
 /* ---- executor side -------------------------------------------------------- */
@@ -124,6 +125,21 @@ static void io_on_cancel(struct cbcmn__iwait *iw)
 	cbcmn__kick(e);
 }
 
+/* The checks every call makes, and its charge: 0 or the error to return. */
+static int64_t io_check(struct cbcmn_task *t, uint32_t flags)
+{
+	if (!cbcmn__is_running(t))
+		return -EPERM;
+	if (!(flags & IO_NOCANCEL) && cbcmn__task_cancelled(t))
+		return CBCMN_ECANCELED;
+	/* May wait for budget, and resume on another executor. */
+	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
+		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
+	else
+		cbcmn__stack_check(t);
+	return 0;
+}
+
 /* Check the caller, charge the call, and get an SQE on the task's ring
  * (room for the linked timeout too).  NULL with op->err set on failure. */
 static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t flags)
@@ -134,19 +150,8 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 		return NULL;
 	}
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
-	if (!cbcmn__on_executor(t->rt) || cbcmn__tls_exec->current == NULL) {
-		op->err = -EPERM;
+	if ((op->err = io_check(t, flags)) != 0)
 		return NULL;
-	}
-	if (!(flags & IO_NOCANCEL) && cbcmn__task_cancelled(t)) {
-		op->err = CBCMN_ECANCELED;
-		return NULL;
-	}
-	/* May wait for budget, and resume on another executor. */
-	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
-		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
-	else
-		cbcmn__stack_check(t);
 	struct cbcmn__exec *e = t->exec;
 	op->t = t;
 	op->req.e = e;
@@ -156,6 +161,20 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	}
 	op->sqe = io_uring_get_sqe(&e->ring.u);
 	return op->sqe;
+}
+
+/* A cancelled recvmsg that completed anyway may have received descriptors
+ * (SCM_RIGHTS): close them, as an accept's. */
+static void close_passed_fds(struct msghdr *msg)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int *fds = (int *)(void *)CMSG_DATA(c);
+		for (size_t i = 0; i < n; i++)
+			close(fds[i]);
+	}
 }
 
 /* Queue the prepared SQE, park until its last CQE, and make the result. */
@@ -194,6 +213,8 @@ static int64_t io_finish(struct io_op *op)
 	if (how == CBCMN__IW_CANCELLED && !r->nocancel) {
 		if ((op->flags & IO_FD_RESULT) && res >= 0)
 			close((int)res); /* done anyway: never leak it */
+		if ((op->flags & IO_RECVMSG) && res >= 0)
+			close_passed_fds(op->msg);
 		return CBCMN_ECANCELED;
 	}
 	if (r->timed_out && res == -ECANCELED)
@@ -279,7 +300,7 @@ int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags)
 
 int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)
 {
-	IO_CALL(cx, 0, io_uring_prep_recvmsg(sqe, fd, msg, (unsigned)flags));
+	IO_CALL(cx, IO_RECVMSG, (op.msg = msg, io_uring_prep_recvmsg(sqe, fd, msg, (unsigned)flags)));
 }
 
 int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags)
@@ -306,6 +327,9 @@ int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol)
 {
 	if (cx && !((struct cbcmn_task *)cx)->rt->ring_caps.socket) {
 		/* Before 5.19: a socket(2) never blocks, make it here. */
+		int64_t rc = io_check((struct cbcmn_task *)cx, 0);
+		if (rc)
+			return rc;
 		int fd = socket(domain, type, protocol);
 		return fd < 0 ? -errno : fd;
 	}

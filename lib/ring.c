@@ -200,7 +200,7 @@ bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n)
 void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns)
 {
 	struct io_uring *u = &e->ring.u;
-	unsigned n = io_uring_sq_ready(u);
+	unsigned n = cbcmn__sq_unflushed(u);
 	int rc;
 	if (wait_one) {
 		struct io_uring_cqe *cqe;
@@ -310,7 +310,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-		unsigned n = io_uring_sq_ready(&me->ring.u);
+		unsigned n = cbcmn__sq_unflushed(&me->ring.u);
 		io_uring_submit(&me->ring.u);
 		CBCMN__COUNT(me, ring_enters, 1);
 		CBCMN__COUNT(me, sqes_submitted, n);

@@ -64,4 +64,12 @@ struct cbcmn__mshot;
 #define CBCMN__BUFRING_N 1024u
 #define CBCMN__BUFRING_SIZE 4096u
 
+/* SQEs queued but not yet handed to the kernel.  (io_uring_sq_ready() counts
+ * those the kernel has not consumed yet: with SQPOLL that includes SQEs
+ * already handed over, which must not be submitted again.) */
+static inline unsigned cbcmn__sq_unflushed(const struct io_uring *u)
+{
+	return u->sq.sqe_tail - u->sq.sqe_head;
+}
+
 #endif

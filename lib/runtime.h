@@ -319,6 +319,14 @@ static inline bool cbcmn__on_executor(const struct cbcmn_runtime *rt)
 {
 	return cbcmn__tls_exec && cbcmn__tls_exec->rt == rt;
 }
+
+/* True when t is the task running on the calling thread: a call that parks
+ * the caller's fiber must be made by the task whose context it was given
+ * (another thread, or another task's context, gets -EPERM). */
+static inline bool cbcmn__is_running(const struct cbcmn_task *t)
+{
+	return cbcmn__on_executor(t->rt) && cbcmn__tls_exec->current == t;
+}
 void *cbcmn__exec_main(void *arg);
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
@@ -438,7 +446,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target);
 static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
 {
 	const struct io_uring *u = &e->ring.u;
-	return io_uring_sq_ready(u) || io_uring_cq_ready(u) ||
+	return cbcmn__sq_unflushed(u) || io_uring_cq_ready(u) ||
 	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
 }
 

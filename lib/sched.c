@@ -785,7 +785,7 @@ static void spin_for(uint64_t ns)
 static void ring_poll(struct cbcmn__exec *e, bool idle)
 {
 	struct io_uring *u = &e->ring.u;
-	unsigned sq = io_uring_sq_ready(u);
+	unsigned sq = cbcmn__sq_unflushed(u);
 	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
 	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel)
 		cbcmn__ring_submit(e, false, 0);

@@ -202,7 +202,7 @@ static struct cbcmn_task *ms_self(cbcmn_cx *cx, struct cbcmn__mshot *m, int64_t 
 		return NULL;
 	}
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
-	if (!cbcmn__on_executor(t->rt)) {
+	if (!cbcmn__is_running(t)) {
 		*err = -EPERM;
 		return NULL;
 	}

@@ -29,11 +29,9 @@ void cbcmn__futex_wake_one(_Atomic uint32_t *word) { cbcmn__futex_wake(word, 1);
 
 void cbcmn__futex_wait_zero(_Atomic uint32_t *word) { cbcmn__futex_wait(word, 0, NULL); }
 
+/* Work some executor can take: the inject queue, deques and slots. */
 bool cbcmn__any_work(struct cbcmn_runtime *rt)
 {
-	struct cbcmn__exec *me = cbcmn__tls_exec;
-	if (me && me->rt == rt && (cbcmn__has_mail(me) || me->pq_head || me->nbacklog || cbcmn__ring_busy(me)))
-		return true;
 	if (atomic_load_explicit(&rt->inj_len, memory_order_relaxed))
 		return true;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
@@ -43,6 +41,12 @@ bool cbcmn__any_work(struct cbcmn_runtime *rt)
 			return true;
 	}
 	return false;
+}
+
+/* Work only e can do: its mail, pinned tasks, backlog, ring. */
+static bool own_work(struct cbcmn__exec *e)
+{
+	return cbcmn__has_mail(e) || e->pq_head || e->nbacklog || cbcmn__ring_busy(e);
 }
 
 static void idle_set(struct cbcmn__exec *e)
@@ -135,16 +139,14 @@ void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
 	struct cbcmn__exec *e = idle_claim(rt);
 	if (!e) {
 		/* No bit to claim: everyone is awake, or one is between its
-		 * count and its bit and re-checks before it sleeps.  But while
-		 * we held num_searching, other notifiers left the wake-up to
-		 * "the searcher", and there was none: hand the count back as
-		 * the last searcher does, re-checking for work. */
-		if (atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst) == 1) {
-			/* Pairs with the parker's fence, as in notify_one(). */
-			atomic_thread_fence(memory_order_seq_cst);
-			if (cbcmn__any_work(rt))
-				cbcmn__notify_one_sc(rt);
-		}
+		 * count and its bit (it re-checks every queue after setting the
+		 * bit, before it sleeps), or between clearing its bit and its
+		 * count (it is awake and searches).  Notifiers that left the
+		 * wake-up to "the searcher" while we held the count are covered
+		 * by the same re-checks: hand the count back and stop.  (Trying
+		 * again here would spin for as long as such an executor is
+		 * preempted between its two steps.) */
+		atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst);
 		return;
 	}
 	/* The searching count we took is e's now: it wakes as a searcher. */
@@ -226,7 +228,8 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 	/* Pairs with the fence in cbcmn__notify_one(): see the file comment. */
 	atomic_thread_fence(memory_order_seq_cst);
 	bool notified;
-	if (cbcmn__any_work(rt) || atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
+	if (cbcmn__any_work(rt) || own_work(e) ||
+	    atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
 		if (idle_try_clear(e)) {
 			cbcmn__searching_begin(e);
 			return false;

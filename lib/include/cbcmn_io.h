@@ -7,8 +7,9 @@
  * stays on its shard (it is in no queue, so nothing can steal it).
  *
  * Common rules (docs/IO.md):
- *   - cx is the calling task; every call must be made from a task
- *     (-EPERM from a thread outside the runtime, -EINVAL for NULL cx).
+ *   - cx is the calling task; every call must be made by that task
+ *     (-EPERM from a thread outside the runtime or with another task's
+ *     context, -EINVAL for NULL cx).
  *   - The result is what the system call returns on success, or a negative
  *     errno (-EBADF, -ECONNREFUSED, ...).  Short reads and writes are
  *     returned as they are, as by the system call.
@@ -19,7 +20,8 @@
  *     last completion, so buffers and descriptors passed in may be released
  *     as soon as the call returns.  The call then returns CBCMN_ECANCELED
  *     (= -ECANCELED).  A descriptor a cancelled accept/openat/socket
- *     produced anyway is closed, never leaked.  A task already cancelled
+ *     produced anyway is closed, never leaked, and so are descriptors a
+ *     cancelled recvmsg received (SCM_RIGHTS).  A task already cancelled
  *     gets CBCMN_ECANCELED without submitting anything.
  *   - Timeouts: cbcmn_io_set_timeout() gives each later call of the task a
  *     linked timeout (IORING_OP_LINK_TIMEOUT); a call that runs out of time
@@ -44,7 +46,9 @@ extern "C" {
 CBCMN_API int64_t cbcmn_io_set_timeout(cbcmn_cx *cx, uint64_t ns);
 
 /* read(2)/write(2) at the file position (offset -1), readv/writev,
- * pread/pwrite at an explicit offset. */
+ * pread/pwrite at an explicit offset.  Lengths above 0x7ffff000 are cut to
+ * it, as by read(2).  On a file that cannot seek (pipe, socket) pread and
+ * pwrite ignore the offset, as io_uring does (pread(2) fails: -ESPIPE). */
 CBCMN_API int64_t cbcmn_read(cbcmn_cx *cx, int fd, void *buf, size_t len);
 CBCMN_API int64_t cbcmn_write(cbcmn_cx *cx, int fd, const void *buf, size_t len);
 CBCMN_API int64_t cbcmn_readv(cbcmn_cx *cx, int fd, const struct iovec *iov, int iovcnt);
