@@ -203,6 +203,72 @@ static inline int t_stderr_capture(int *saved)
 	return fd;
 }
 
+/* Run fn(arg) as a root task; it must return want, and no check inside a
+ * task may have failed. */
+static inline void t_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t want)
+{
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fn, arg, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, want);
+}
+
+/* Run fn(arg) as a task pinned to executor shard; returns its result. */
+struct t_pinned_call {
+	cbcmn_task_fn fn;
+	void *arg;
+	uint32_t shard;
+};
+
+static inline int64_t t_pinned_main(cbcmn_cx *cx, void *arg)
+{
+	struct t_pinned_call *c = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *t;
+	int64_t r = -1;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	int rc = cbcmn_nursery_spawn_pinned(cx, n, c->shard, c->fn, c->arg, &t);
+	cbcmn_nursery_await_all(cx, n);
+	if (rc == 0)
+		cbcmn_task_join(cx, t, &r);
+	return r;
+}
+
+static inline int64_t t_run_pinned(cbcmn_runtime *rt, uint32_t shard, cbcmn_task_fn fn, void *arg)
+{
+	struct t_pinned_call c = {fn, arg, shard};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, t_pinned_main, &c, &r), 0);
+	return r;
+}
+
+/* Entries of a /proc directory, "." and ".." aside. */
+#include <dirent.h>
+static inline int t_dir_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Open descriptors and threads of this process right now. */
+static inline int t_count_fds(void)
+{
+	return t_dir_entries("/proc/self/fd") - 1; /* the directory's own */
+}
+
+static inline int t_count_threads(void)
+{
+	return t_dir_entries("/proc/self/task");
+}
+
 static inline void t_stderr_restore(int fd, int saved, char *buf, size_t len)
 {
 	fflush(stderr);

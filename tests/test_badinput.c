@@ -2,7 +2,6 @@
  * or a hang, and the runtime goes on working after each. */
 #include "helpers.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -21,18 +20,6 @@
 static cbcmn_runtime *mk_rt(uint32_t workers)
 {
 	return t_runtime(workers);
-}
-
-static int threads_now(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	assert_non_null(d);
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
-	closedir(d);
-	return n;
 }
 
 static int64_t answer(cbcmn_cx *cx, void *arg)
@@ -54,14 +41,14 @@ static void assert_runs(cbcmn_runtime *rt)
 
 static void create_fails(const cbcmn_config *cfg, const char *what)
 {
-	int before = threads_now();
+	int before = t_count_threads();
 	cbcmn_runtime *rt = NULL;
 	int rc = cbcmn_runtime_create(cfg, &rt);
 	if (rc != -EINVAL)
 		fail_msg("cbcmn_runtime_create with %s: %d (%s), want -EINVAL", what, rc,
 			 cbcmn_strerror(rc));
 	/* "nothing is left running" */
-	assert_int_equal(threads_now(), before);
+	assert_int_equal(t_count_threads(), before);
 }
 
 static void test_create_rejects_bad_config(void **state)

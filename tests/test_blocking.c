@@ -3,7 +3,6 @@
  * the claim-versus-cancel race, misuse, and threads joined at destroy. */
 #include "helpers.h"
 
-#include <dirent.h>
 #include <errno.h>
 
 /* The stress loop: sanitizer runs afford a third of the release size. */
@@ -16,28 +15,6 @@ static cbcmn_runtime *rt_pool(uint32_t workers, uint32_t threads)
 	cfg.workers = workers;
 	cfg.blocking_threads = threads;
 	return t_runtime_cfg(&cfg);
-}
-
-static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t want)
-{
-	int64_t r = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, fn, arg, &r), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(r, want);
-}
-
-/* Threads of this process right now. */
-static int nthreads(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	assert_non_null(d);
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
 }
 
 static void sleep_ms(unsigned ms)
@@ -88,7 +65,7 @@ static void test_result_passes_through(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_pool(2, 0);
-	run(rt, result_main, NULL, -EIO);
+	t_run(rt, result_main, NULL, -EIO);
 	t_destroy(rt);
 }
 
@@ -117,7 +94,7 @@ static int64_t sleepy_fn(void *arg)
 	uint64_t a0 = atomic_load(&m->activity);
 	sleep_ms(1);
 	atomic_fetch_add(&m->progress, atomic_load(&m->activity) - a0);
-	int th = nthreads();
+	int th = t_count_threads();
 	seen = atomic_load(&m->max_threads);
 	while (th > seen && !atomic_compare_exchange_weak(&m->max_threads, &seen, th))
 		;
@@ -160,8 +137,8 @@ static int64_t many_main(cbcmn_cx *cx, void *arg)
 static void many_on(uint32_t workers)
 {
 	cbcmn_runtime *rt = rt_pool(workers, POOL);
-	struct many m = {.base_threads = nthreads()};
-	run(rt, many_main, &m, 0);
+	struct many m = {.base_threads = t_count_threads()};
+	t_run(rt, many_main, &m, 0);
 	assert_int_equal(atomic_load(&m.done), MANY);
 	assert_int_equal(atomic_load(&m.running), 0);
 	/* Never more than the pool at once, and the pool was used. */
@@ -237,7 +214,7 @@ static void test_executor_runs_others_meanwhile(void **state)
 	(void)state;
 	cbcmn_runtime *rt = rt_pool(1, 1);
 	struct handshake h = {0};
-	run(rt, handshake_main, &h, 0);
+	t_run(rt, handshake_main, &h, 0);
 	t_destroy(rt);
 }
 
@@ -251,13 +228,13 @@ static int64_t inc_fn(void *arg)
 static int64_t seq_main(cbcmn_cx *cx, void *arg)
 {
 	int *threads_seen = arg;
-	int base = nthreads();
+	int base = t_count_threads();
 	for (int i = 0; i < T_SCALE(2000); i++) {
 		int64_t r = 0;
 		TASK_CHECK(cbcmn_blocking(cx, inc_fn, (void *)(intptr_t)i, &r) == 0);
 		TASK_CHECK(r == i + 1);
 	}
-	*threads_seen = nthreads() - base;
+	*threads_seen = t_count_threads() - base;
 	return 0;
 }
 
@@ -268,7 +245,7 @@ static void test_sequential_calls_use_one_thread(void **state)
 	(void)state;
 	cbcmn_runtime *rt = rt_pool(2, 8);
 	int seen = -1;
-	run(rt, seq_main, &seen, 0);
+	t_run(rt, seq_main, &seen, 0);
 	assert_int_equal(seen, 1);
 	t_destroy(rt);
 }
@@ -349,7 +326,7 @@ static void test_cancel_before_start(void **state)
 	(void)state;
 	cbcmn_runtime *rt = rt_pool(2, 2);
 	struct before b = {0};
-	run(rt, before_main, &b, 0);
+	t_run(rt, before_main, &b, 0);
 	t_destroy(rt); /* joins the pool: nothing can run any more */
 	assert_int_equal(atomic_load(&b.never_ran), 0);
 	assert_int_equal(atomic_load(&b.cancelled_seen), QUEUED);
@@ -392,7 +369,7 @@ static void test_already_cancelled_submits_nothing(void **state)
 	(void)state;
 	cbcmn_runtime *rt = rt_pool(1, 1);
 	struct self_cancel s = {0};
-	run(rt, self_cancel_main, &s, 0);
+	t_run(rt, self_cancel_main, &s, 0);
 	t_destroy(rt);
 	assert_int_equal(atomic_load(&s.ran), 0);
 }
@@ -455,7 +432,7 @@ static void test_cancel_while_running(void **state)
 	(void)state;
 	cbcmn_runtime *rt = rt_pool(2, 1);
 	struct during d = {0};
-	run(rt, during_main, &d, 0);
+	t_run(rt, during_main, &d, 0);
 	t_destroy(rt);
 }
 
@@ -532,7 +509,7 @@ static void test_cancel_race(void **state)
 	struct race ra = {.n = STRESS(3000)};
 	ra.slots = calloc((size_t)ra.n, sizeof(*ra.slots));
 	assert_non_null(ra.slots);
-	run(rt, race_main, &ra, 0);
+	t_run(rt, race_main, &ra, 0);
 	t_destroy(rt); /* every pool thread joined: late runs would show now */
 	int by[4] = {0};
 	for (int i = 0; i < ra.n; i++) {
@@ -622,7 +599,7 @@ static void test_each_call_costs_a_syscall(void **state)
 	cfg.workers = 1;
 	cfg.budget.syscalls = 100;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	run(rt, budget_main, NULL, 0);
+	t_run(rt, budget_main, NULL, 0);
 	t_destroy(rt);
 }
 
@@ -663,32 +640,32 @@ static int64_t burst_main(cbcmn_cx *cx, void *arg)
 static void test_destroy_joins_pool_threads(void **state)
 {
 	(void)state;
-	int base = nthreads();
+	int base = t_count_threads();
 	cbcmn_runtime *rt = rt_pool(2, 8);
 	struct burst b = {.want = 8};
-	run(rt, burst_main, &b, 0);
-	assert_int_equal(nthreads(), base + 2 + 8);
+	t_run(rt, burst_main, &b, 0);
+	assert_int_equal(t_count_threads(), base + 2 + 8);
 	t_destroy(rt);
-	assert_int_equal(nthreads(), base);
+	assert_int_equal(t_count_threads(), base);
 }
 
 static void test_idle_threads_end(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_pool(1, 4);
-	int base = nthreads();
+	int base = t_count_threads();
 	struct burst b = {.want = 4};
-	run(rt, burst_main, &b, 0);
-	assert_int_equal(nthreads(), base + 4);
+	t_run(rt, burst_main, &b, 0);
+	assert_int_equal(t_count_threads(), base + 4);
 	/* A few seconds without work (IDLE_NS, blocking.c): all four end. */
 	uint64_t end = t_now_ns() + 15000000000ull;
-	while (nthreads() > base && t_now_ns() < end)
+	while (t_count_threads() > base && t_now_ns() < end)
 		sleep_ms(100);
-	assert_int_equal(nthreads(), base);
+	assert_int_equal(t_count_threads(), base);
 	/* The pool starts again on demand (and joins the ended threads). */
 	b = (struct burst){.want = 2};
-	run(rt, burst_main, &b, 0);
-	assert_int_equal(nthreads(), base + 2);
+	t_run(rt, burst_main, &b, 0);
+	assert_int_equal(t_count_threads(), base + 2);
 	t_destroy(rt);
 }
 

@@ -41,14 +41,6 @@ static cbcmn_chan *mkchan(cbcmn_runtime *rt, size_t cap, size_t esize)
 	return c;
 }
 
-static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t want)
-{
-	int64_t r = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, fn, arg, &r), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(r, want);
-}
-
 /* Let every other runnable task run until it blocks (one worker). */
 static void settle_others(cbcmn_cx *cx, _Atomic int *entered, int want)
 {
@@ -102,7 +94,7 @@ static void test_fifo_spsc(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
 	struct spsc s = {mkchan(rt, 4, sizeof(long)), T_SCALE(20000)};
-	run(rt, spsc_main, &s, 0);
+	t_run(rt, spsc_main, &s, 0);
 	assert_int_equal(cbcmn_chan_destroy(s.c), 0);
 	t_destroy(rt);
 }
@@ -163,7 +155,7 @@ static void test_recv_parks_when_empty(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	struct park p = {.c = mkchan(rt, 1, sizeof(int))};
-	run(rt, park_recv_main, &p, 0);
+	t_run(rt, park_recv_main, &p, 0);
 	assert_int_equal(atomic_load(&p.nlog), 3);
 	assert_int_equal(atomic_load(&p.log[0]), EV_RECV_CALLED);
 	assert_int_equal(atomic_load(&p.log[1]), EV_SENDER_RAN);
@@ -212,7 +204,7 @@ static void test_send_parks_when_full(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	struct park p = {.c = mkchan(rt, 2, sizeof(int))};
-	run(rt, park_send_main, &p, 0);
+	t_run(rt, park_send_main, &p, 0);
 	assert_int_equal(p.received_at_send[0], 0);
 	assert_int_equal(p.received_at_send[1], 0);
 	assert_true(p.received_at_send[2] >= 1);
@@ -315,7 +307,7 @@ static void test_mpmc_exactly_once(void **state)
 	m.seen = calloc((size_t)total, sizeof(*m.seen));
 	assert_non_null(m.seen);
 	uint64_t t0 = t_now_ns();
-	run(rt, mpmc_main, &m, 0);
+	t_run(rt, mpmc_main, &m, 0);
 	uint64_t dt = t_now_ns() - t0;
 	assert_int_equal(atomic_load(&m.received), total);
 	for (long i = 0; i < total; i++)
@@ -416,7 +408,7 @@ static void test_cancel_midstream_exactly_once(void **state)
 		m.seen = calloc((size_t)total, 1);
 		assert_non_null(m.sent);
 		assert_non_null(m.seen);
-		run(rt, ms_main, &m, 0);
+		t_run(rt, ms_main, &m, 0);
 		assert_int_equal(m.cons_rc, CBCMN_ECANCELED);
 		assert_true(m.prod_rc == CBCMN_ECANCELED || m.prod_rc == 0);
 		long id;
@@ -486,7 +478,7 @@ static void test_ping_pong(void **state)
 	(void)state;
 	cbcmn_runtime *rt = rt_flags(2, CBCMN_CONFIG_NO_INLINE);
 	struct pp p = {mkchan(rt, 1, sizeof(long)), mkchan(rt, 1, sizeof(long)), T_SCALE(20000)};
-	run(rt, pp_main, &p, 0);
+	t_run(rt, pp_main, &p, 0);
 	assert_int_equal(cbcmn_chan_destroy(p.ab), 0);
 	assert_int_equal(cbcmn_chan_destroy(p.ba), 0);
 	t_destroy(rt);
@@ -579,7 +571,7 @@ static void test_close_wakes_all(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	struct blockers b;
 	init_blockers(&b, rt);
-	run(rt, close_main, &b, 0);
+	t_run(rt, close_main, &b, 0);
 	assert_int_equal(b.await_rc, 0);
 	for (int i = 0; i < NBLK; i++)
 		assert_int_equal(atomic_load(&b.rc[i]), -EPIPE);
@@ -635,7 +627,7 @@ static void test_cancel_blocked(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	struct blockers b;
 	init_blockers(&b, rt);
-	run(rt, cancel_main, &b, 0);
+	t_run(rt, cancel_main, &b, 0);
 	assert_int_equal(b.await_rc, CBCMN_ECANCELED);
 	for (int i = 0; i < NBLK; i++)
 		assert_int_equal(atomic_load(&b.rc[i]), CBCMN_ECANCELED);
@@ -781,7 +773,7 @@ static void test_outside_threads(void **state)
 	pthread_t p, c;
 	assert_int_equal(pthread_create(&c, NULL, outside_consumer, &o), 0);
 	assert_int_equal(pthread_create(&p, NULL, outside_producer, &o), 0);
-	run(rt, relay, &o, 0);
+	t_run(rt, relay, &o, 0);
 	void *prc;
 	pthread_join(p, &prc);
 	pthread_join(c, NULL);
@@ -936,7 +928,7 @@ static void test_reserve_parks_and_owner_only(void **state)
 	struct resv r = {.c = mkchan(rt, 1, sizeof(int)), .rc_reserve = 1};
 	int v = 5;
 	assert_int_equal(cbcmn_chan_try_send(NULL, r.c, &v), 0);
-	run(rt, resv_main, &r, 0);
+	t_run(rt, resv_main, &r, 0);
 	assert_int_equal(r.rc_reserve, 0);
 	assert_int_equal(r.rc_foreign, -EPERM);
 	assert_int_equal(r.rc_commit, 0);
@@ -1156,10 +1148,10 @@ static void test_bad_input(void **state)
 	assert_int_equal(cbcmn_chan_reserve(NULL, c, &p), 0);
 	assert_int_equal(cbcmn_chan_commit(NULL, &p, NULL), -EINVAL); /* still held */
 	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
-	run(rt2, wrong_rt, c, 0);
+	t_run(rt2, wrong_rt, c, 0);
 
 	struct busy b = {.c = c};
-	run(rt, busy_main, &b, 0);
+	t_run(rt, busy_main, &b, 0);
 	assert_int_equal(b.destroy_rc, -EBUSY);
 	assert_int_equal(b.recv_rc, 0);
 	assert_int_equal(b.v, 3);

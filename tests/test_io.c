@@ -34,29 +34,6 @@ static cbcmn_runtime *rt_io(uint32_t workers)
 	return t_runtime_cfg(&cfg);
 }
 
-static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t want)
-{
-	int64_t r = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, fn, arg, &r), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(r, want);
-}
-
-/* Open descriptors of this process right now. */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1; /* the directory's own descriptor */
-}
-
 /* Bytes waiting in a pipe or socket. */
 static int avail(int fd)
 {
@@ -302,14 +279,14 @@ static void files_teardown(struct files *f)
 static void test_file_roundtrip(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	struct files f;
 	files_setup(&f);
 	cbcmn_runtime *rt = rt_io(2);
-	run(rt, files_main, &f, 0);
+	t_run(rt, files_main, &f, 0);
 	t_destroy(rt);
 	files_teardown(&f);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 static int64_t file_errors_main(cbcmn_cx *cx, void *arg)
@@ -342,14 +319,14 @@ static int64_t file_errors_main(cbcmn_cx *cx, void *arg)
 static void test_file_errors(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	struct files f;
 	files_setup(&f);
 	cbcmn_runtime *rt = rt_io(1);
-	run(rt, file_errors_main, &f, 0);
+	t_run(rt, file_errors_main, &f, 0);
 	t_destroy(rt);
 	files_teardown(&f);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* ---- 2. pipes: a stream between two tasks ------------------------------------ */
@@ -455,7 +432,7 @@ static int64_t streams_main(cbcmn_cx *cx, void *arg)
 
 static void streams_on(uint32_t workers, int npipes, size_t total)
 {
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(workers);
 	struct stream s[8];
 	assert_true(npipes <= 8);
@@ -466,7 +443,7 @@ static void streams_on(uint32_t workers, int npipes, size_t total)
 		s[i].seed = 1000u + (uint32_t)i;
 	}
 	struct streams ss = {s, npipes};
-	run(rt, streams_main, &ss, 0);
+	t_run(rt, streams_main, &ss, 0);
 	long reads = 0, shorts = 0;
 	for (int i = 0; i < npipes; i++) {
 		assert_int_equal(s[i].got, total);
@@ -480,7 +457,7 @@ static void streams_on(uint32_t workers, int npipes, size_t total)
 	/* Chunks up to 96 KiB through a 64 KiB pipe: short reads happened. */
 	assert_true(shorts > 0);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* One executor: the writer can only run if the reader's read parked its
@@ -629,7 +606,7 @@ static int64_t tcp_main(cbcmn_cx *cx, void *arg)
 static void test_tcp_loopback(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	struct tcp *t = calloc(1, sizeof(*t));
 	assert_non_null(t);
 	for (size_t i = 0; i < sizeof(t->req); i++) {
@@ -637,12 +614,12 @@ static void test_tcp_loopback(void **state)
 		t->resp[i] = pat(12, i);
 	}
 	cbcmn_runtime *rt = rt_io(2);
-	run(rt, tcp_main, t, 0);
+	t_run(rt, tcp_main, t, 0);
 	assert_true(t->server_done);
 	assert_true(t->client_done);
 	free(t);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 static int64_t refused_main(cbcmn_cx *cx, void *arg)
@@ -675,11 +652,11 @@ static int64_t refused_main(cbcmn_cx *cx, void *arg)
 static void test_connect_refused(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(1);
-	run(rt, refused_main, NULL, 0);
+	t_run(rt, refused_main, NULL, 0);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* ---- 4. timeouts ---------------------------------------------------------------- */
@@ -779,11 +756,11 @@ static int64_t timeout_main(cbcmn_cx *cx, void *arg)
 static void test_timeout(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(2);
-	run(rt, timeout_main, NULL, 0);
+	t_run(rt, timeout_main, NULL, 0);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* Should the timeout not work, a connection comes in after 3 s. */
@@ -831,11 +808,11 @@ static int64_t timeout_accept_main(cbcmn_cx *cx, void *arg)
 static void test_timeout_accept(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(1);
-	run(rt, timeout_accept_main, NULL, 0);
+	t_run(rt, timeout_accept_main, NULL, 0);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* A read io_uring cannot poll (inotify has no ->read_iter, so the kernel
@@ -867,7 +844,7 @@ static void test_timeout_blocking_iowq_read(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_io(1);
-	run(rt, timeout_iowq_main, NULL, 0);
+	t_run(rt, timeout_iowq_main, NULL, 0);
 	t_destroy(rt);
 }
 
@@ -978,15 +955,15 @@ static int64_t cancel_from_task_main(cbcmn_cx *cx, void *arg)
 
 static void cancel_from_task(uint32_t workers, int kind)
 {
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(workers);
 	struct cread c;
 	cread_open(&c, kind);
-	run(rt, cancel_from_task_main, &c, 0);
+	t_run(rt, cancel_from_task_main, &c, 0);
 	assert_true(cread_untouched(&c));
 	cread_close(&c);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 static void test_cancel_read_from_task(void **state)
@@ -1017,7 +994,7 @@ static void test_cancel_blocking_iowq_read(void **state)
  * executors are parked in their rings. */
 static void cancel_from_thread(uint32_t workers, int kind)
 {
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(workers);
 	struct cread c;
 	cread_open(&c, kind);
@@ -1045,7 +1022,7 @@ static void cancel_from_thread(uint32_t workers, int kind)
 	assert_true(cread_untouched(&c));
 	cread_close(&c);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 static void test_cancel_read_from_thread(void **state)
@@ -1095,17 +1072,17 @@ static int64_t iso_main(cbcmn_cx *cx, void *arg)
 static void test_cancel_spares_other_requests(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(1); /* one ring for both */
 	struct iso s;
 	cread_open(&s.a, CK_PIPE_READ);
 	cread_open(&s.b, CK_RECV);
-	run(rt, iso_main, &s, 0);
+	t_run(rt, iso_main, &s, 0);
 	assert_true(cread_untouched(&s.a));
 	cread_close(&s.a);
 	cread_close(&s.b);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* Hundreds of requests cancelled at once on a ring of 8 SQ / 16 CQ
@@ -1157,7 +1134,7 @@ static int64_t mass_main(cbcmn_cx *cx, void *arg)
 static void test_cancel_many_in_flight(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
@@ -1171,7 +1148,7 @@ static void test_cancel_many_in_flight(void **state)
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m->sv[i]), 0);
 		memset(m->buf[i], 0xAA, 8);
 	}
-	run(rt, mass_main, m, 0);
+	t_run(rt, mass_main, m, 0);
 	int bad = 0;
 	for (int i = 0; i < MASS; i++) {
 		bad += m->rc[i] != CBCMN_ECANCELED;
@@ -1188,7 +1165,7 @@ static void test_cancel_many_in_flight(void **state)
 	}
 	assert_int_equal(bad, 0);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* accept cancelled while connections race in: whatever the outcome, no
@@ -1226,7 +1203,7 @@ static void spin(uint64_t n)
 static int64_t acc_main(cbcmn_cx *cx, void *arg)
 {
 	struct acc *a = arg;
-	int base = count_fds();
+	int base = t_count_fds();
 	uint64_t rng = 0x1234567;
 	for (int it = 0; it < a->iters; it++) {
 		atomic_store(&a->entered, 0);
@@ -1272,7 +1249,7 @@ static int64_t acc_main(cbcmn_cx *cx, void *arg)
 		else
 			a->completed_anyway++; /* the kernel accepted it; io.c closed it */
 		TASK_CHECK(a->rc == ACC_NOT_RUN || a->rc < 0 || queued == 0);
-		if (count_fds() != base)
+		if (t_count_fds() != base)
 			a->leaks++;
 	}
 	return 0;
@@ -1281,7 +1258,7 @@ static int64_t acc_main(cbcmn_cx *cx, void *arg)
 static void test_cancel_accept_leaks_no_fd(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(2);
 	struct acc a;
 	memset(&a, 0, sizeof(a));
@@ -1294,14 +1271,14 @@ static void test_cancel_accept_leaks_no_fd(void **state)
 	assert_int_equal(bind(a.ls, (struct sockaddr *)&a.addr, sizeof(a.addr)), 0);
 	assert_int_equal(listen(a.ls, 64), 0);
 	assert_int_equal(getsockname(a.ls, (struct sockaddr *)&a.addr, &al), 0);
-	run(rt, acc_main, &a, 0);
+	t_run(rt, acc_main, &a, 0);
 	printf("  accept: %d accepted, %d cancelled waiting, %d cancelled before it ran, "
 	       "%d completed anyway (closed by the library)\n",
 	       a.normal, a.cancelled_waiting, a.cancelled_early, a.completed_anyway);
 	assert_int_equal(a.leaks, 0);
 	close(a.ls);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* A task already cancelled: the call returns CBCMN_ECANCELED and does
@@ -1320,13 +1297,13 @@ static int64_t precancel_child(cbcmn_cx *cx, void *arg)
 	struct precancel *pc = arg;
 	cbcmn_nursery_cancel(pc->n);
 	TASK_CHECK(cbcmn_cx_cancelled(cx));
-	pc->fds_before = count_fds();
+	pc->fds_before = t_count_fds();
 	pc->rd = cbcmn_read(cx, pc->p[0], pc->buf, sizeof(pc->buf));
 	pc->wr = cbcmn_write(cx, pc->p[1], "zz", 2);
 	pc->op = cbcmn_openat(cx, pc->f.dfd, "never", O_CREAT | O_RDWR | O_CLOEXEC, 0600);
 	pc->sock = cbcmn_socket(cx, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	pc->acc = cbcmn_accept(cx, pc->p[0], NULL, NULL, 0);
-	pc->fds_after = count_fds();
+	pc->fds_after = t_count_fds();
 	/* Close is never refused. */
 	pc->cl = cbcmn_close(cx, pc->p[1]);
 	return 0;
@@ -1351,7 +1328,7 @@ static void test_already_cancelled_does_nothing(void **state)
 	assert_int_equal(pipe2(pc.p, O_CLOEXEC), 0);
 	assert_int_equal(write(pc.p[1], "data", 4), 4);
 	cbcmn_runtime *rt = rt_io(1);
-	run(rt, precancel_main, &pc, 0);
+	t_run(rt, precancel_main, &pc, 0);
 	assert_int_equal(pc.rd, CBCMN_ECANCELED);
 	assert_int_equal(pc.wr, CBCMN_ECANCELED);
 	assert_int_equal(pc.op, CBCMN_ECANCELED);
@@ -1436,7 +1413,7 @@ static void test_bad_arguments(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_io(1);
-	run(rt, bad_args_main, NULL, 0);
+	t_run(rt, bad_args_main, NULL, 0);
 	t_destroy(rt);
 }
 
@@ -1479,12 +1456,12 @@ static int64_t eperm_main(cbcmn_cx *cx, void *arg)
 static void test_other_thread_eperm(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(2);
 	struct eperm e;
 	memset(&e, 0, sizeof(e));
 	assert_int_equal(pipe2(e.p, O_CLOEXEC), 0);
-	run(rt, eperm_main, &e, 0);
+	t_run(rt, eperm_main, &e, 0);
 	assert_int_equal(e.rd, -EPERM);
 	assert_int_equal(e.wr, -EPERM);
 	assert_int_equal(e.cl, -EPERM);
@@ -1494,7 +1471,7 @@ static void test_other_thread_eperm(void **state)
 	close(e.p[0]);
 	close(e.p[1]);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* ---- 7. many tasks at once ---------------------------------------------------- */
@@ -1564,7 +1541,7 @@ static int64_t echo_main(cbcmn_cx *cx, void *arg)
 static void test_many_tasks_echo(void **state)
 {
 	(void)state;
-	int fds0 = count_fds();
+	int fds0 = t_count_fds();
 	cbcmn_runtime *rt = rt_io(2);
 	struct echo *es = calloc(ECHO_TASKS, sizeof(*es));
 	assert_non_null(es);
@@ -1573,7 +1550,7 @@ static void test_many_tasks_echo(void **state)
 		es[i].seed = (uint32_t)i * 7919u;
 	}
 	uint64_t t0 = t_now_ns();
-	run(rt, echo_main, es, 0);
+	t_run(rt, echo_main, es, 0);
 	uint64_t dt = t_now_ns() - t0;
 	int on[2] = {0, 0}, ok = 0;
 	for (int i = 0; i < ECHO_TASKS; i++) {
@@ -1586,7 +1563,7 @@ static void test_many_tasks_echo(void **state)
 	assert_int_equal(ok, ECHO_TASKS);
 	free(es);
 	t_destroy(rt);
-	assert_int_equal(count_fds(), fds0);
+	assert_int_equal(t_count_fds(), fds0);
 }
 
 /* A task pinned to a shard does its I/O on that shard's ring and is there
@@ -1631,7 +1608,7 @@ static void test_pinned_io_stays_on_its_shard(void **state)
 		assert_int_equal(pipe2(pn[sh].p, O_CLOEXEC), 0);
 		pn[sh].shard = sh;
 	}
-	run(rt, pinned_main, pn, 0);
+	t_run(rt, pinned_main, pn, 0);
 	for (int sh = 0; sh < 2; sh++) {
 		assert_int_equal(pn[sh].off_shard, 0);
 		close(pn[sh].p[0]);
@@ -1679,7 +1656,7 @@ static void test_each_call_costs_a_syscall_and_an_op(void **state)
 	(void)state;
 	cbcmn_budget root = {.ops = 100000, .syscalls = 100};
 	cbcmn_runtime *rt = rt_enforcing(1, &root);
-	run(rt, cost_main, NULL, 0);
+	t_run(rt, cost_main, NULL, 0);
 	t_destroy(rt);
 }
 
@@ -1737,7 +1714,7 @@ static void test_syscalls_budget_exhausted(void **state)
 	struct spender s;
 	memset(&s, 0, sizeof(s));
 	assert_int_equal(pipe2(s.p, O_CLOEXEC), 0);
-	run(rt, spend_main, &s, 0);
+	t_run(rt, spend_main, &s, 0);
 	assert_int_equal(s.await_rc, CBCMN_EBUDGET);
 	assert_int_equal(s.sibling_rc, 7);
 	assert_int_equal(atomic_load(&s.done), SPEND_N);
@@ -1778,7 +1755,7 @@ static void test_syscalls_budget_recharged(void **state)
 	struct spender s;
 	memset(&s, 0, sizeof(s));
 	assert_int_equal(pipe2(s.p, O_CLOEXEC), 0);
-	run(rt, recharge_main, &s, 0);
+	t_run(rt, recharge_main, &s, 0);
 	assert_int_equal(s.await_rc, CBCMN_EBUDGET);
 	assert_int_equal(atomic_load(&s.done), SPEND_N + 5);
 	assert_int_equal(avail(s.p[0]), SPEND_N + 5);
@@ -1847,7 +1824,7 @@ static void test_stats_show_ring_activity(void **state)
 	cbcmn_stats s0, s1;
 	cbcmn_executor_stats p0[2], p1[2];
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s0, p0, 2), 0);
-	run(rt, stat_main, &st, 0);
+	t_run(rt, stat_main, &st, 0);
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s1, p1, 2), 0);
 	uint64_t ops = p1[1].io_ops - p0[1].io_ops;
 	uint64_t sqes = p1[1].sqes_submitted - p0[1].sqes_submitted;
@@ -2004,7 +1981,7 @@ static void test_regression_sqpoll_sqes_counted_once(void **state)
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	cbcmn_stats s0, s1;
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s0, NULL, 0), 0);
-	run(rt, sqpoll_count_main, p, 0);
+	t_run(rt, sqpoll_count_main, p, 0);
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s1, NULL, 0), 0);
 	uint64_t ops = s1.total.io_ops - s0.total.io_ops;
 	uint64_t sqes = s1.total.sqes_submitted - s0.total.sqes_submitted;
@@ -2126,7 +2103,7 @@ static void test_pread_on_pipe_ignores_offset(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_io(1);
-	run(rt, pread_pipe_main, NULL, 0);
+	t_run(rt, pread_pipe_main, NULL, 0);
 	t_destroy(rt);
 }
 
@@ -2180,7 +2157,7 @@ static void test_regression_sqpoll_full_sq_is_not_ebusy(void **state)
 	struct sqfull s;
 	memset(&s, 0, sizeof(s));
 	assert_int_equal(pipe2(s.p, O_CLOEXEC), 0);
-	run(rt, sqfull_main, &s, 0);
+	t_run(rt, sqfull_main, &s, 0);
 	if (atomic_load(&s.ok) != 500)
 		printf("  500 writes through an 8-entry SQPOLL ring: %d ok, %d -EBUSY, other %lld\n",
 		       atomic_load(&s.ok), atomic_load(&s.ebusy), (long long)s.other);

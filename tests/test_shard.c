@@ -204,44 +204,12 @@ static int64_t stealable_main(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
-/* Run fn(arg) as a task pinned to executor shard, and wait for it. */
-struct pinned_call {
-	cbcmn_task_fn fn;
-	void *arg;
-	uint32_t shard;
-};
-
-static int64_t pinned_call_main(cbcmn_cx *cx, void *arg)
-{
-	struct pinned_call *c = arg;
-	cbcmn_nursery *n;
-	cbcmn_task *t;
-	int64_t r = -1;
-	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
-		return -1;
-	if (cbcmn_nursery_spawn_pinned(cx, n, c->shard, c->fn, c->arg, &t) != 0) {
-		cbcmn_nursery_await_all(cx, n);
-		return -1;
-	}
-	cbcmn_nursery_await_all(cx, n);
-	cbcmn_task_join(cx, t, &r);
-	return r;
-}
-
-static int64_t run_pinned(cbcmn_runtime *rt, uint32_t shard, cbcmn_task_fn fn, void *arg)
-{
-	struct pinned_call c = {fn, arg, shard};
-	int64_t r = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, pinned_call_main, &c, &r), 0);
-	return r;
-}
-
 static void test_stealable_on_and_round_robin(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = shard_rt(2, 0, 0);
 	struct place p = {0};
-	assert_int_equal(run_pinned(rt, 0, stealable_main, &p), 0);
+	assert_int_equal(t_run_pinned(rt, 0, stealable_main, &p), 0);
 	ASSERT_TASK_CHECKS();
 	for (uint32_t i = 0; i < 16; i++)
 		assert_int_equal(atomic_load(&p.ran_on[i]), 2); /* executor 1 */
@@ -290,7 +258,7 @@ static void doorbell_wakes(uint32_t ring_flags)
 	/* Let executor 1 go to sleep in its ring. */
 	wait_parked(rt, 1, 1);
 	cbcmn_executor_stats before1 = exec_stats(rt, 1);
-	assert_int_equal(run_pinned(rt, 0, bell_main, &b), 0);
+	assert_int_equal(t_run_pinned(rt, 0, bell_main, &b), 0);
 	ASSERT_TASK_CHECKS();
 	cbcmn_executor_stats after0 = exec_stats(rt, 0), after1 = exec_stats(rt, 1);
 	assert_true(after0.doorbells_sent >= 1);
@@ -337,7 +305,7 @@ static void test_doorbells_coalesce(void **state)
 	struct bell b = {.rt = rt};
 	wait_parked(rt, 1, 1);
 	cbcmn_executor_stats b0 = exec_stats(rt, 0);
-	assert_int_equal(run_pinned(rt, 0, burst_main, &b), 0);
+	assert_int_equal(t_run_pinned(rt, 0, burst_main, &b), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(atomic_load(&b.count), 200);
 	cbcmn_executor_stats a0 = exec_stats(rt, 0);
@@ -443,7 +411,7 @@ static void test_lanes_exactly_once(void **state)
 		if (st.total.xmsgs_acked == st.total.xmsgs_sent)
 			break;
 		for (uint32_t i = 0; i < LANE_SENDERS; i++)
-			run_pinned(rt, i, noop_task, NULL);
+			t_run_pinned(rt, i, noop_task, NULL);
 		usleep(1000);
 	}
 	assert_int_equal(st.total.xmsgs_acked, st.total.xmsgs_sent);
@@ -532,7 +500,7 @@ static void test_woken_task_goes_home(void **state)
 	cbcmn_runtime *rt = shard_rt(2, 0, 0);
 	struct home h = {0};
 	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &h.c), 0);
-	assert_int_equal(run_pinned(rt, 0, home_main, &h), 0);
+	assert_int_equal(t_run_pinned(rt, 0, home_main, &h), 0);
 	assert_int_equal(atomic_load(&h.woke_on), 2);
 	cbcmn_stats s;
 	cbcmn_stats_snapshot(rt, &s, NULL, 0);

@@ -1,52 +1,13 @@
 /* test_stream.c: multishot receive streams and acceptors (cbcmn_io.h). */
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "helpers.h"
 
-static int count_fds(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
-/* Run fn(arg) pinned to executor 0 of a 2-executor runtime. */
-struct pinned {
-	cbcmn_task_fn fn;
-	void *arg;
-};
-
-static int64_t pinned_main(cbcmn_cx *cx, void *arg)
-{
-	struct pinned *p = arg;
-	cbcmn_nursery *n;
-	cbcmn_task *t;
-	int64_t r = -1;
-	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
-		return -1;
-	if (cbcmn_nursery_spawn_pinned(cx, n, 0, p->fn, p->arg, &t) == 0) {
-		cbcmn_nursery_await_all(cx, n);
-		cbcmn_task_join(cx, t, &r);
-	} else {
-		cbcmn_nursery_await_all(cx, n);
-	}
-	return r;
-}
-
 static int64_t run_on_0(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
 {
-	struct pinned p = {fn, arg};
-	int64_t r = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, pinned_main, &p, &r), 0);
-	return r;
+	return t_run_pinned(rt, 0, fn, arg);
 }
 
 /* ---- streams ------------------------------------------------------------------ */
@@ -188,9 +149,9 @@ static void test_stream_buffers_come_back(void **state)
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 	}
-	int fds = count_fds();
+	int fds = t_count_fds();
 	assert_int_equal(run_on_0(rt, many_streams, NULL), 0);
-	assert_int_equal(count_fds(), fds);
+	assert_int_equal(t_count_fds(), fds);
 	t_destroy(rt);
 }
 
@@ -359,7 +320,7 @@ static void test_acceptor(void **state)
 	struct acc a = {.nconn = 40, .queued_left = 10};
 	a.lfd = listener(&a.port);
 	assert_true(a.lfd >= 0);
-	int fds = count_fds();
+	int fds = t_count_fds();
 	int64_t r = run_on_0(rt, acceptor_main, &a);
 	if (r == -EOPNOTSUPP) {
 		close(a.lfd);
@@ -369,7 +330,7 @@ static void test_acceptor(void **state)
 	assert_int_equal(r, 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(a.accepted, 40);
-	assert_int_equal(count_fds(), fds); /* the 10 never taken were closed */
+	assert_int_equal(t_count_fds(), fds); /* the 10 never taken were closed */
 	close(a.lfd);
 	t_destroy(rt);
 }
