@@ -2169,6 +2169,81 @@ static void test_regression_sqpoll_full_sq_is_not_ebusy(void **state)
 	t_destroy(rt);
 }
 
+/* cbcmn_send tries the socket first; a full socket makes it wait in the
+ * ring until the reader drains it.  Every byte arrives, in order. */
+#define FULL_BYTES (4u << 20)
+struct fullsock {
+	int sv[2];
+	uint8_t *src, *dst;
+	uint64_t recvs;
+};
+
+static int64_t full_sender(cbcmn_cx *cx, void *arg)
+{
+	struct fullsock *f = arg;
+	size_t off = 0;
+	while (off < FULL_BYTES) {
+		int64_t n = cbcmn_send(cx, f->sv[0], f->src + off, FULL_BYTES - off, 0);
+		TASK_CHECK(n > 0);
+		if (n <= 0)
+			return n;
+		off += (size_t)n;
+	}
+	return cbcmn_shutdown(cx, f->sv[0], SHUT_WR);
+}
+
+static int64_t full_reader(cbcmn_cx *cx, void *arg)
+{
+	struct fullsock *f = arg;
+	cbcmn_sleep(cx, 50 * MS); /* let the sender fill the socket */
+	size_t off = 0;
+	for (;;) {
+		int64_t n = cbcmn_recv(cx, f->sv[1], f->dst + off, FULL_BYTES - off, 0);
+		f->recvs++;
+		TASK_CHECK(n >= 0);
+		if (n <= 0)
+			break;
+		off += (size_t)n;
+	}
+	TASK_CHECK(off == FULL_BYTES);
+	return 0;
+}
+
+static int64_t full_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	cbcmn_nursery_spawn(cx, n, full_reader, arg, NULL);
+	cbcmn_nursery_spawn(cx, n, full_sender, arg, NULL);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_send_to_full_socket_waits(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_io(2);
+	struct fullsock f = {.src = malloc(FULL_BYTES), .dst = calloc(1, FULL_BYTES)};
+	assert_non_null(f.src);
+	assert_non_null(f.dst);
+	for (size_t i = 0; i < FULL_BYTES; i++)
+		f.src[i] = (uint8_t)(i * 7 + (i >> 10));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, f.sv), 0);
+	cbcmn_stats before, after;
+	cbcmn_stats_snapshot(rt, &before, NULL, 0);
+	t_run(rt, full_main, &f, 0);
+	cbcmn_stats_snapshot(rt, &after, NULL, 0);
+	assert_memory_equal(f.src, f.dst, FULL_BYTES);
+	/* Ring requests: the reader's recvs, the sender's shutdown, and at
+	 * least one send that found the socket full and waited there. */
+	assert_true(after.total.io_ops - before.total.io_ops > f.recvs + 1);
+	close(f.sv[0]);
+	close(f.sv[1]);
+	free(f.src);
+	free(f.dst);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	/* A send on a closed connection must fail, not kill the suite. */
@@ -2179,6 +2254,7 @@ int main(void)
 		T_WATCHED_TEST(test_pipe_stream_one_executor),
 		T_WATCHED_TEST(test_pipe_stream_two_executors),
 		T_WATCHED_TEST(test_tcp_loopback),
+		T_WATCHED_TEST(test_send_to_full_socket_waits),
 		T_WATCHED_TEST(test_connect_refused),
 		T_WATCHED_TEST(test_timeout),
 		T_WATCHED_TEST(test_timeout_accept),

@@ -43,8 +43,10 @@ static void test_setup_flags_reported(void **state)
 	if (!(s.ring_setup_flags & IORING_SETUP_DEFER_TASKRUN))
 		printf("  note: DEFER_TASKRUN refused; rings use %#x\n", s.ring_setup_flags);
 	assert_true(s.ring_setup_flags & IORING_SETUP_SUBMIT_ALL);
-	assert_true(s.msg_ring); /* kernel 6.18 here: MSG_RING is there */
+	bool msg_ring = s.msg_ring;
 	t_destroy(rt);
+	if (!msg_ring)
+		printf("  note: no IORING_OP_MSG_RING (before 5.18): eventfd doorbells\n");
 
 	rt = shard_rt(1, CBCMN_RING_PLAIN, 0);
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s, NULL, 0), 0);
@@ -276,6 +278,12 @@ static void doorbell_wakes(uint32_t ring_flags)
 static void test_doorbell_msg_ring(void **state)
 {
 	(void)state;
+	cbcmn_runtime *rt = shard_rt(1, 0, 0);
+	cbcmn_stats s;
+	cbcmn_stats_snapshot(rt, &s, NULL, 0);
+	t_destroy(rt);
+	if (!s.msg_ring)
+		T_SKIP("this kernel has no IORING_OP_MSG_RING (5.18): doorbells are eventfd writes");
 	doorbell_wakes(0);
 }
 
