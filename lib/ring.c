@@ -13,9 +13,10 @@
  * to find out.  With SQPOLL a kernel thread submits, and DEFER_TASKRUN is
  * not allowed: SQPOLL | SUBMIT_ALL | COOP_TASKRUN | TASKRUN_FLAG first.
  *
- * Rings are created by cbcmn_runtime_create() with R_DISABLED, so that
- * every ring fd exists before the first doorbell, and enabled by their
- * executor on its own thread, which makes it the single issuer.
+ * Each executor creates its ring on its own thread, which makes that thread
+ * the single issuer; cbcmn_runtime_create() probes the flags first and
+ * waits until every ring exists, so no task runs (and no doorbell is rung)
+ * before all of them do.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,6 +31,35 @@
 
 #define RING_ENTRIES_DEFAULT 256u
 
+static const uint32_t flag_sets[] = {
+	IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+		IORING_SETUP_TASKRUN_FLAG,
+	IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+	IORING_SETUP_SUBMIT_ALL,
+	0,
+};
+
+static const uint32_t sqpoll_sets[] = {
+	IORING_SETUP_SQPOLL | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
+		IORING_SETUP_TASKRUN_FLAG,
+	IORING_SETUP_SQPOLL | IORING_SETUP_SUBMIT_ALL,
+	IORING_SETUP_SQPOLL,
+};
+
+static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const cbcmn_config *cfg)
+{
+	struct io_uring_params p;
+	memset(&p, 0, sizeof(p));
+	p.flags = flags | IORING_SETUP_CQSIZE;
+	p.cq_entries = entries * 2;
+	if (flags & IORING_SETUP_SQPOLL)
+		p.sq_thread_idle = cfg->sqpoll_idle_ms ? cfg->sqpoll_idle_ms : 100;
+	return io_uring_queue_init_params(entries, u, &p);
+}
+
+/* What the kernel supports, once per runtime, on the creating thread: the
+ * opcodes, and the best setup flags it accepts (tried on small throwaway
+ * rings, so that every executor then makes its ring with them at once). */
 int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 {
 	struct io_uring u;
@@ -54,30 +84,8 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 	io_uring_queue_exit(&u);
 	if (!c->ext_arg)
 		return -EOPNOTSUPP; /* timed waits need IORING_FEAT_EXT_ARG (5.11) */
-	return 0;
-}
 
-static const uint32_t flag_sets[] = {
-	IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
-		IORING_SETUP_TASKRUN_FLAG,
-	IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
-	IORING_SETUP_SUBMIT_ALL,
-	0,
-};
-
-static const uint32_t sqpoll_sets[] = {
-	IORING_SETUP_SQPOLL | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
-		IORING_SETUP_TASKRUN_FLAG,
-	IORING_SETUP_SQPOLL | IORING_SETUP_SUBMIT_ALL,
-	IORING_SETUP_SQPOLL,
-};
-
-int cbcmn__ring_create(struct cbcmn__exec *e, bool disabled)
-{
-	struct cbcmn_runtime *rt = e->rt;
 	const cbcmn_config *cfg = &rt->cfg;
-	struct cbcmn__ring *r = &e->ring;
-	uint32_t entries = cfg->ring_entries ? cfg->ring_entries : RING_ENTRIES_DEFAULT;
 	const uint32_t *sets = flag_sets;
 	size_t nsets = sizeof(flag_sets) / sizeof(flag_sets[0]);
 	if (cfg->ring_flags & CBCMN_RING_SQPOLL) {
@@ -87,41 +95,26 @@ int cbcmn__ring_create(struct cbcmn__exec *e, bool disabled)
 		sets = flag_sets + 2;
 		nsets = 2;
 	}
-	int rc = -EINVAL;
 	for (size_t i = 0; i < nsets; i++) {
-		/* Once one ring is up, the others use its flags. */
-		if (rt->ring_caps.setup_flags && sets[i] != rt->ring_caps.setup_flags)
-			continue;
-		struct io_uring_params p;
-		memset(&p, 0, sizeof(p));
-		p.flags = sets[i] | IORING_SETUP_CQSIZE | (disabled ? IORING_SETUP_R_DISABLED : 0);
-		p.cq_entries = entries * 2;
-		if (sets[i] & IORING_SETUP_SQPOLL)
-			p.sq_thread_idle = cfg->sqpoll_idle_ms ? cfg->sqpoll_idle_ms : 100;
-		rc = io_uring_queue_init_params(entries, &r->u, &p);
+		rc = ring_init(&u, 8, sets[i], cfg);
 		if (rc == 0) {
-			rt->ring_caps.setup_flags = sets[i];
-			break;
+			io_uring_queue_exit(&u);
+			c->setup_flags = sets[i];
+			return 0;
 		}
 		if (rc != -EINVAL)
-			return rc; /* out of memory or fds, locked memory, ...: not a flag issue */
+			return rc; /* out of memory or fds, locked memory: not a flag issue */
 	}
-	if (rc)
-		return rc;
-	r->up = true;
-	r->fd = r->u.ring_fd;
-	if (r->efd <= 0) {
-		/* Blocking: io_uring polls it; a non-blocking one would make
-		 * the armed read complete at once with -EAGAIN. */
-		r->efd = eventfd(0, EFD_CLOEXEC);
-		if (r->efd < 0) {
-			rc = -errno;
-			io_uring_queue_exit(&r->u);
-			r->up = false;
-			return rc;
-		}
-	}
-	return 0;
+	return rc;
+}
+
+/* The doorbell eventfd, made with the runtime (threads outside ring it). */
+int cbcmn__ring_efd(struct cbcmn__exec *e)
+{
+	/* Blocking: io_uring polls it; a non-blocking one would make the armed
+	 * read complete at once with -EAGAIN. */
+	e->ring.efd = eventfd(0, EFD_CLOEXEC);
+	return e->ring.efd < 0 ? -errno : 0;
 }
 
 static void efd_arm(struct cbcmn__exec *e)
@@ -132,20 +125,24 @@ static void efd_arm(struct cbcmn__exec *e)
 	e->ring.efd_armed = true;
 }
 
-int cbcmn__ring_enable(struct cbcmn__exec *e)
+/* Make the executor's ring, on its own thread, which becomes its single
+ * issuer, with the flags the probe chose. */
+int cbcmn__ring_create(struct cbcmn__exec *e)
 {
+	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn__ring *r = &e->ring;
-	if (r->u.flags & IORING_SETUP_R_DISABLED) {
-		/* liburing 2.3 has no wrapper for it. */
-		if (syscall(__NR_io_uring_register, r->fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0) < 0)
-			return -errno;
-	}
+	uint32_t entries = rt->cfg.ring_entries ? rt->cfg.ring_entries : RING_ENTRIES_DEFAULT;
+	int rc = ring_init(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg);
+	if (rc)
+		return rc;
+	r->up = true;
+	r->fd = r->u.ring_fd;
 	r->enabled = true;
 	r->tid = gettid();
 	/* io-wq is per thread: the cap applies to this executor's workers
 	 * (bounded: file I/O; unbounded: sockets and the like).  Old kernels
 	 * lack it: then the kernel's default stays. */
-	uint32_t n = e->rt->cfg.iowq_max_workers ? e->rt->cfg.iowq_max_workers : 4;
+	uint32_t n = rt->cfg.iowq_max_workers ? rt->cfg.iowq_max_workers : 4;
 	unsigned int vals[2] = {n, n};
 	(void)io_uring_register_iowq_max_workers(&r->u, vals);
 	/* Enter through a registered ring fd: a cheaper fd lookup per enter. */
@@ -343,7 +340,8 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	struct io_uring old = r->u;
 	int oldfd = r->fd;
 	r->up = r->enabled = r->efd_armed = false;
-	int rc = cbcmn__ring_create(e, false);
+	cbcmn__bufring_fini(e); /* registered with the old ring */
+	int rc = cbcmn__ring_create(e);
 	if (rc)
 		return rc;
 	/* The new ring under the old number: dup3 swaps atomically, so no
@@ -355,12 +353,14 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 		return rc;
 	}
 	close(newfd);
-	r->u.ring_fd = r->u.enter_ring_fd = r->fd = oldfd;
+	/* Enters go through the registered ring fd, which names the file,
+	 * not the number: only the number others use changes. */
+	r->u.ring_fd = r->fd = oldfd;
 	munmap(old.sq.sqes, old.sq.ring_entries * sizeof(struct io_uring_sqe));
 	if (old.cq.ring_ptr && old.cq.ring_ptr != old.sq.ring_ptr)
 		munmap(old.cq.ring_ptr, old.cq.ring_sz);
 	munmap(old.sq.ring_ptr, old.sq.ring_sz);
 	cbcmn__io_orphan_all(e);
 	r->inflight = 0;
-	return cbcmn__ring_enable(e);
+	return 0;
 }

@@ -225,7 +225,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;
 		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
-		    (rc = cbcmn__ring_create(e, true)) != 0) {
+		    (rc = cbcmn__ring_efd(e)) != 0) {
 			runtime_free(rt);
 			return rc;
 		}
@@ -238,7 +238,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			return -rc;
 		}
 	}
-	/* Each executor enables its ring on its own thread: wait for all, so
+	/* Each executor creates its ring on its own thread: wait for all, so
 	 * that a failure there is this call's failure. */
 	uint32_t started;
 	while ((started = atomic_load_explicit(&rt->started, memory_order_acquire)) < rt->nexec)

@@ -431,8 +431,8 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 
 /* ring.c */
 int cbcmn__ring_probe(struct cbcmn_runtime *rt);
-int cbcmn__ring_create(struct cbcmn__exec *e, bool disabled);
-int cbcmn__ring_enable(struct cbcmn__exec *e);
+int cbcmn__ring_efd(struct cbcmn__exec *e);
+int cbcmn__ring_create(struct cbcmn__exec *e);
 void cbcmn__ring_destroy(struct cbcmn__exec *e);
 int cbcmn__ring_takeover(struct cbcmn__exec *e);
 struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e);

@@ -1001,7 +1001,7 @@ void *cbcmn__exec_main(void *arg)
 		t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
 		run_task(e, t);
 	} else {
-		rc = cbcmn__ring_enable(e);
+		rc = cbcmn__ring_create(e);
 		if (rc != 0)
 			atomic_store_explicit(&e->start_err, rc, memory_order_relaxed);
 		atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
