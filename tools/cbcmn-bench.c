@@ -32,6 +32,7 @@ static double duration_s = 5.0;
 static uint32_t msg_size = 64;
 static bool verbose;
 static bool multishot = true;
+static uint64_t server_spin_ns; /* 0: the runtime's default */
 
 /* -v: the rings' setup and a server's counters, on stderr. */
 static void print_ring_stats(const char *who, const cbcmn_stats *s, uint64_t requests)
@@ -787,6 +788,7 @@ static void bench_loopback(const char *name, enum fs_proto fp)
 		fc.proto = fp;
 		fc.cpu = 0;
 		fc.multishot = multishot;
+		fc.spin_ns = server_spin_ns;
 		struct fs_server *fs;
 		int rc = fs_start(&fs, &fc);
 		if (rc)
@@ -853,7 +855,7 @@ static const struct bench {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R] [--conns N] "
-		   "[--duration SEC] [--msg-size BYTES] [--no-multishot] [-v]\n\nbenchmarks:\n");
+		   "[--duration SEC] [--msg-size BYTES] [--no-multishot] [--server-spin-ns NS|none] [-v]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-8s %s\n", benches[i].name, benches[i].help);
 	fprintf(f, "\nPrints one line per figure: NAME METRIC VALUE (medians of R runs).\n"
@@ -869,6 +871,7 @@ int main(int argc, char **argv)
 					     {"msg-size", required_argument, NULL, 'm'},
 					     {"verbose", no_argument, NULL, 'v'},
 					     {"no-multishot", no_argument, NULL, 'M'},
+					     {"server-spin-ns", required_argument, NULL, 'S'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	int c;
@@ -924,6 +927,18 @@ int main(int argc, char **argv)
 			break;
 		case 'M':
 			multishot = false;
+			break;
+		case 'S':
+			if (!strcmp(optarg, "none")) {
+				server_spin_ns = CBCMN_SPIN_NONE;
+				break;
+			}
+			server_spin_ns = strtoull(optarg, &end, 10);
+			if (*end || server_spin_ns == 0) {
+				fprintf(stderr, "cbcmn-bench: --server-spin-ns wants ns > 0 or 'none', got '%s'\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case 'h':
 			usage(stdout);

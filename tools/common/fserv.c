@@ -354,6 +354,7 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 	cbcmn_config_init(&rc_cfg);
 	rc_cfg.workers = s->cfg.workers;
 	rc_cfg.ring_flags = s->cfg.ring_flags;
+	rc_cfg.spin_ns = s->cfg.spin_ns;
 	int rc = cbcmn_runtime_create(&rc_cfg, &s->rt);
 	if (rc) {
 		close(fd);

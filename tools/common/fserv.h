@@ -17,6 +17,7 @@ struct fs_config {
 	int cpu;             /* pin the executor threads to this CPU; -1: none */
 	uint32_t workers;    /* executors of the server's runtime; 0: 1 */
 	uint32_t ring_flags; /* cbcmn_config.ring_flags */
+	uint64_t spin_ns;    /* cbcmn_config.spin_ns (0: the runtime's default) */
 	bool multishot;      /* multishot accept, and echo reads through streams
 			      * (kernel permitting; else one operation per call) */
 };
