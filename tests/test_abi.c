@@ -75,6 +75,18 @@ static const char *const exported[] = {
 	"cbcmn_nursery_spawn_pinned",
 	"cbcmn_nursery_spawn_stealable",
 	"cbcmn_nursery_spawn_stealable_on",
+	"cbcmn_topo_cpu",
+	"cbcmn_topo_distance",
+	"cbcmn_topo_find",
+	"cbcmn_topo_free",
+	"cbcmn_topo_load",
+	"cbcmn_topo_nallowed",
+	"cbcmn_topo_ncores",
+	"cbcmn_topo_ncpus",
+	"cbcmn_topo_nllcs",
+	"cbcmn_topo_nnodes",
+	"cbcmn_topo_node_id",
+	"cbcmn_topo_npackages",
 };
 
 static void test_public_calls_are_exported(void **state)
