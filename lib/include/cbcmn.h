@@ -31,11 +31,15 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+#include "cbcmn_topo.h" /* topology and placement policies */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#ifndef CBCMN_API
 #define CBCMN_API __attribute__((visibility("default")))
+#endif
 
 #define CBCMN_VERSION_MAJOR 0
 #define CBCMN_VERSION_MINOR 1
@@ -207,7 +211,22 @@ typedef struct cbcmn_config {
 	uint64_t steal_margin_ns;
 	/* Threads of the blocking pool (cbcmn_blocking()).  0: 16. */
 	uint32_t blocking_threads;
+
+	/* ---- placement (docs/TOPOLOGY.md) ------------------------------------ */
+	/* Executor i runs pinned to the CPU a placement policy gives it on the
+	 * live topology (and its memory comes from that CPU's node): a
+	 * cbcmn_policy, or CBCMN_PIN_AUTO (the default: depth-first, or no
+	 * pinning where the topology cannot be read), or CBCMN_PIN_NONE.  A
+	 * policy asked for explicitly that cannot be applied fails the
+	 * create call. */
+	int32_t policy;
+	/* For CBCMN_POLICY_CPUS: the CPUs, executor i on cpus[i]. */
+	const int *cpus;
+	size_t ncpus;
 } cbcmn_config;
+
+#define CBCMN_PIN_AUTO (-1)
+#define CBCMN_PIN_NONE (-2)
 
 #define CBCMN_SPIN_NONE UINT64_MAX
 
@@ -463,6 +482,9 @@ typedef struct cbcmn_executor_stats {
 	uint64_t handoffs;        /* tasks it woke that went home to another executor */
 	uint64_t io_ops;          /* fiber I/O calls submitted */
 	uint64_t avg_task_ns;     /* mean time per scheduler pick (load statistic) */
+	uint32_t busy_pct;        /* share of recent time spent running tasks (load statistic) */
+	int32_t cpu;              /* the CPU it is pinned to, -1 if none */
+	int32_t node;             /* that CPU's NUMA node id, -1 if not pinned */
 } cbcmn_executor_stats;
 
 typedef struct cbcmn_stats {
@@ -477,6 +499,8 @@ typedef struct cbcmn_stats {
 	uint64_t ext_doorbells;   /* doorbells rung by threads outside the runtime */
 	uint32_t ring_setup_flags; /* IORING_SETUP_* the rings were created with */
 	bool msg_ring;            /* doorbells are MSG_RING (else eventfd) */
+	bool oversubscribed;      /* more executors than allowed CPUs: some share one */
+	int32_t policy;           /* the cbcmn_policy applied, or CBCMN_PIN_NONE */
 } cbcmn_stats;
 
 /* Take a snapshot.  per may be NULL; otherwise it receives min(nper,

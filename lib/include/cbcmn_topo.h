@@ -12,6 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifndef CBCMN_API
+#define CBCMN_API __attribute__((visibility("default")))
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,24 +42,24 @@ typedef struct cbcmn_cpu_info {
  * out.  Returns 0 or a negative errno; on failure err (if not NULL) gets one
  * line saying what was wrong, naming the file (e.g. "…/node/node1/distance:
  * 3 values, expected 4"). */
-int cbcmn_topo_load(const char *sysfs_root, cbcmn_topo **out, char *err, size_t errlen);
-void cbcmn_topo_free(cbcmn_topo *t);
+CBCMN_API int cbcmn_topo_load(const char *sysfs_root, cbcmn_topo **out, char *err, size_t errlen);
+CBCMN_API void cbcmn_topo_free(cbcmn_topo *t);
 
 /* CPUs (online), in increasing CPU number; i in [0, ncpus). */
-int cbcmn_topo_ncpus(const cbcmn_topo *t);
-const cbcmn_cpu_info *cbcmn_topo_cpu(const cbcmn_topo *t, int i);
+CBCMN_API int cbcmn_topo_ncpus(const cbcmn_topo *t);
+CBCMN_API const cbcmn_cpu_info *cbcmn_topo_cpu(const cbcmn_topo *t, int i);
 /* The entry of CPU number cpu, or NULL. */
-const cbcmn_cpu_info *cbcmn_topo_find(const cbcmn_topo *t, int cpu);
-int cbcmn_topo_nallowed(const cbcmn_topo *t);
-int cbcmn_topo_nnodes(const cbcmn_topo *t);
-int cbcmn_topo_ncores(const cbcmn_topo *t);
-int cbcmn_topo_nllcs(const cbcmn_topo *t);
-int cbcmn_topo_npackages(const cbcmn_topo *t);
+CBCMN_API const cbcmn_cpu_info *cbcmn_topo_find(const cbcmn_topo *t, int cpu);
+CBCMN_API int cbcmn_topo_nallowed(const cbcmn_topo *t);
+CBCMN_API int cbcmn_topo_nnodes(const cbcmn_topo *t);
+CBCMN_API int cbcmn_topo_ncores(const cbcmn_topo *t);
+CBCMN_API int cbcmn_topo_nllcs(const cbcmn_topo *t);
+CBCMN_API int cbcmn_topo_npackages(const cbcmn_topo *t);
 /* The node's id as the kernel numbers it (nodes may have holes), for node
  * index i in [0, nnodes); cpu_info.node is such an index. */
-int cbcmn_topo_node_id(const cbcmn_topo *t, int i);
+CBCMN_API int cbcmn_topo_node_id(const cbcmn_topo *t, int i);
 /* SLIT distance between node indexes a and b (10 for a node to itself). */
-int cbcmn_topo_distance(const cbcmn_topo *t, int a, int b);
+CBCMN_API int cbcmn_topo_distance(const cbcmn_topo *t, int a, int b);
 
 /* Placement policies (seed 003). */
 typedef enum cbcmn_policy {
@@ -69,9 +73,9 @@ typedef enum cbcmn_policy {
  * "0-3,8,10-11").  For cpus:, *cpus gets a malloc'd array (free() it) and
  * *ncpus its length; otherwise *cpus is NULL.  Returns 0 or -EINVAL (err
  * says why). */
-int cbcmn_policy_parse(const char *s, cbcmn_policy *p, int **cpus, size_t *ncpus, char *err,
+CBCMN_API int cbcmn_policy_parse(const char *s, cbcmn_policy *p, int **cpus, size_t *ncpus, char *err,
 		       size_t errlen);
-const char *cbcmn_policy_name(cbcmn_policy p);
+CBCMN_API const char *cbcmn_policy_name(cbcmn_policy p);
 
 /* The CPUs for n executors under policy p: out[i] is executor i's CPU.
  * Deterministic for a given topology, n and seed.  Only allowed CPUs are
@@ -81,7 +85,7 @@ const char *cbcmn_policy_name(cbcmn_policy p);
  * first_cpu: for depth-first, the CPU executor 0 starts from (-1: the
  * lowest allowed).  Returns 0, -EINVAL (n == 0, a bad list: err says
  * which CPU), or -ENODEV (no allowed CPU). */
-int cbcmn_place(const cbcmn_topo *t, cbcmn_policy p, uint32_t n, uint64_t seed, const int *cpus,
+CBCMN_API int cbcmn_place(const cbcmn_topo *t, cbcmn_policy p, uint32_t n, uint64_t seed, const int *cpus,
 		size_t ncpus, int first_cpu, int *out, bool *oversubscribed, char *err,
 		size_t errlen);
 
