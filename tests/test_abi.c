@@ -87,6 +87,9 @@ static const char *const exported[] = {
 	"cbcmn_topo_nnodes",
 	"cbcmn_topo_node_id",
 	"cbcmn_topo_npackages",
+	"cbcmn_place",
+	"cbcmn_policy_name",
+	"cbcmn_policy_parse",
 };
 
 static void test_public_calls_are_exported(void **state)
