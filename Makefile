@@ -41,7 +41,7 @@ endif
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CPPFLAGS := -D_GNU_SOURCE -Ilib/include -Ilib -Itools -I$(BUILD)/gen
 CFLAGS   := -std=gnu11 -g -fPIC -fvisibility=hidden $(WARN) $(MODE_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := -luring -lpthread
+LDLIBS   := -luring -lnuma -lpthread
 LDFLAGS  := $(MODE_LDFLAGS)
 
 LIB_SRCS := $(wildcard lib/*.c)

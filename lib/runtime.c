@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <numaif.h>
 #include <unistd.h>
 
 #include "futex.h"
@@ -28,6 +29,7 @@ void cbcmn_config_init(cbcmn_config *cfg)
 				     CBCMN_UNLIMITED, CBCMN_UNLIMITED};
 	cfg->child_budget = cfg->budget;
 	cfg->caps.flags = 0; /* resolved to CapSpawn + unlimited CapBudget */
+	cfg->policy = CBCMN_PIN_AUTO;
 }
 
 static uint32_t affinity_cpus(void)
@@ -122,7 +124,67 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->spin_ns = 50000;
 	if (out->steal_cost_ns == 0)
 		out->steal_cost_ns = 1000;
+	if (out->policy < CBCMN_PIN_NONE || out->policy > CBCMN_POLICY_CPUS)
+		return -EINVAL;
+	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))
+		return -EINVAL;
 	return 0;
+}
+
+/* Choose every executor's CPU (docs/TOPOLOGY.md) on the live topology.  With
+ * CBCMN_PIN_AUTO a machine whose topology cannot be read runs unpinned; a
+ * policy asked for explicitly must work. */
+static int place_executors(struct cbcmn_runtime *rt, int32_t *cpu, int32_t *node)
+{
+	const cbcmn_config *c = &rt->cfg;
+	for (uint32_t i = 0; i < c->workers; i++)
+		cpu[i] = node[i] = -1;
+	rt->policy = CBCMN_PIN_NONE;
+	if (c->policy == CBCMN_PIN_NONE || c->workers == 0)
+		return 0;
+	cbcmn_topo *t;
+	char err[160];
+	int rc = cbcmn_topo_load("/sys", &t, err, sizeof(err));
+	if (rc)
+		return c->policy == CBCMN_PIN_AUTO ? 0 : rc;
+	cbcmn_policy p = c->policy == CBCMN_PIN_AUTO ? CBCMN_POLICY_DEPTH_FIRST
+						     : (cbcmn_policy)c->policy;
+	int *out = malloc(c->workers * sizeof(*out));
+	bool over = false;
+	rc = out ? cbcmn_place(t, p, c->workers, c->seed, c->cpus, c->ncpus, -1, out, &over, err,
+			       sizeof(err))
+		 : -ENOMEM;
+	if (rc == 0) {
+		for (uint32_t i = 0; i < c->workers; i++) {
+			const cbcmn_cpu_info *ci = cbcmn_topo_find(t, out[i]);
+			cpu[i] = out[i];
+			node[i] = ci ? cbcmn_topo_node_id(t, ci->node) : -1;
+		}
+		rt->policy = (int32_t)p;
+		rt->oversubscribed = over;
+	}
+	free(out);
+	cbcmn_topo_free(t);
+	return rc == 0 || c->policy != CBCMN_PIN_AUTO ? rc : 0;
+}
+
+/* An executor's record, on its node: its pages are bound there before they
+ * are first touched (the thread's own allocations, stacks included, land on
+ * that node anyway once it runs pinned: first touch). */
+static struct cbcmn__exec *exec_alloc(size_t page, int node)
+{
+	size_t size = (sizeof(struct cbcmn__exec) + page - 1) & ~(page - 1);
+	struct cbcmn__exec *e = aligned_alloc(page, size);
+	if (!e)
+		return NULL;
+	if (node >= 0 && node < 1024) {
+		unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
+		mask[node / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
+		/* Preferred, not bound: memory elsewhere beats no memory. */
+		(void)mbind(e, size, MPOL_PREFERRED, mask, 1024, 0);
+	}
+	memset(e, 0, sizeof(*e));
+	return e;
 }
 
 static void exec_free(struct cbcmn__exec *e)
@@ -205,13 +267,24 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		runtime_free(rt);
 		return rc; /* no io_uring: -ENOSYS, or -EPERM where it is disabled */
 	}
+	int32_t *cpu = calloc(c.workers ? c.workers : 1, sizeof(*cpu));
+	int32_t *node = calloc(c.workers ? c.workers : 1, sizeof(*node));
+	if (!cpu || !node || (rc = place_executors(rt, cpu, node)) != 0) {
+		free(cpu);
+		free(node);
+		runtime_free(rt);
+		return rc ? rc : -ENOMEM;
+	}
 	for (uint32_t i = 0; i < c.workers; i++) {
-		struct cbcmn__exec *e = aligned_alloc(CBCMN__CACHELINE, sizeof(*e));
+		struct cbcmn__exec *e = exec_alloc(page, node[i]);
 		if (!e) {
+			free(cpu);
+			free(node);
 			runtime_free(rt);
 			return -ENOMEM;
 		}
-		memset(e, 0, sizeof(*e));
+		e->cpu = cpu[i];
+		e->node = node[i];
 		cbcmn__iwait_reg_init(&e->iwaits);
 		rt->exec[i] = e;
 		rt->nexec = i + 1;
@@ -226,12 +299,16 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		e->rr_next = i;
 		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
 		    (rc = cbcmn__ring_efd(e)) != 0) {
+			free(cpu);
+			free(node);
 			runtime_free(rt);
 			return rc;
 		}
 	}
+	free(cpu);
+	free(node);
 	for (uint32_t i = 0; i < rt->nexec; i++) {
-		rc = pthread_create(&rt->exec[i]->thread, NULL, cbcmn__exec_main, rt->exec[i]);
+		rc = cbcmn__exec_thread_start(rt->exec[i]);
 		if (rc != 0) {
 			stop_executors(rt, i);
 			runtime_free(rt);
@@ -345,6 +422,9 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 			LD(io_ops),
 #undef LD
 			.avg_task_ns = atomic_load_explicit(&e->avg_task_ns, memory_order_relaxed),
+			.busy_pct = atomic_load_explicit(&e->busy_pct, memory_order_relaxed),
+			.cpu = e->cpu,
+			.node = e->node,
 			.queue_depth = (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
 				       (atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL),
 		};
@@ -383,6 +463,8 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 	out->ext_doorbells = atomic_load_explicit(&rt->ext_doorbells, memory_order_relaxed);
 	out->ring_setup_flags = rt->ring_caps.setup_flags;
 	out->msg_ring = rt->ring_caps.msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
+	out->oversubscribed = rt->oversubscribed;
+	out->policy = rt->policy;
 	out->tasks_spawned = spawned;
 	out->tasks_completed = completed;
 	out->tasks_live = spawned > completed ? spawned - completed : 0;

@@ -225,6 +225,8 @@ struct cbcmn__exec {
 	_Atomic(struct cbcmn__lane *) *in;
 	/* Load statistics any executor reads without a lock (seed 003). */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t avg_task_ns; /* EWMA of a task's run */
+	_Atomic uint32_t busy_pct;        /* share of recent time running tasks */
+	int32_t cpu, node;                /* where it is pinned (-1: not), fixed */
 
 	/* Owner only from here on. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn_runtime *rt;
@@ -250,6 +252,7 @@ struct cbcmn__exec {
 	uint32_t nbacklog;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
 	uint64_t busy_since, busy_tasks;  /* for avg_task_ns */
+	uint64_t window_start, idle_ns;   /* for busy_pct */
 	struct cbcmn__rng rng;
 	uint32_t rr_next;
 	struct cbcmn__stack_cache stacks;
@@ -305,6 +308,8 @@ struct cbcmn_runtime {
 	_Atomic uint64_t ext_doorbells;
 	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
 	struct cbcmn__ring_caps ring_caps;
+	int32_t policy;                   /* applied: cbcmn_policy or CBCMN_PIN_NONE */
+	bool oversubscribed;
 	struct cbcmn__blocking_pool *blocking;
 };
 
@@ -328,6 +333,7 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 	return cbcmn__on_executor(t->rt) && cbcmn__tls_exec->current == t;
 }
 void *cbcmn__exec_main(void *arg);
+int cbcmn__exec_thread_start(struct cbcmn__exec *e);
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e,

@@ -43,6 +43,7 @@ __thread struct cbcmn__exec *cbcmn__tls_exec;
 #define STEAL_COOLDOWN_EVERY 4u  /* then steal every 4th turn only */
 #define RING_BATCH_TURNS 16u     /* picks SQEs may wait while tasks are ready */
 #define LOAD_WINDOW_PICKS 256u   /* picks per load sample of a busy executor */
+#define LOAD_WINDOW_MIN_NS 1000000u /* shortest window for the busy share */
 
 /* ---- fiber switches ------------------------------------------------------ */
 
@@ -813,6 +814,21 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 	}
 	e->busy_since = now;
 	e->busy_tasks = 0;
+	/* Busy share: wall time minus time spent searching and parked, over
+	 * windows of at least 1 ms. */
+	if (!e->window_start) {
+		e->window_start = now;
+		return;
+	}
+	uint64_t window = now - e->window_start;
+	if (window < LOAD_WINDOW_MIN_NS)
+		return;
+	uint64_t idle = e->idle_ns < window ? e->idle_ns : window;
+	uint32_t pct = (uint32_t)((window - idle) * 100 / window);
+	uint32_t oldp = atomic_load_explicit(&e->busy_pct, memory_order_relaxed);
+	atomic_store_explicit(&e->busy_pct, (3 * oldp + pct) / 4, memory_order_relaxed);
+	e->window_start = now;
+	e->idle_ns = 0;
 }
 
 /* Nothing local: look at the ring, the mail, other executors' queues and
@@ -825,6 +841,7 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	struct cbcmn_runtime *rt = e->rt;
 	uint64_t spin_ns = rt->cfg.spin_ns;
 	uint64_t start = now_ns(), pause = SPIN_PAUSE_MIN_NS;
+	const uint64_t start0 = start;
 	load_update(e, start);
 	cbcmn__searching_begin(e);
 	for (uint32_t turn = 0;; turn++) {
@@ -844,6 +861,7 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		if (t) {
 			cbcmn__searching_end(e);
 			e->busy_since = now_ns();
+			e->idle_ns += e->busy_since - start0;
 			return t;
 		}
 		if (atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
@@ -958,7 +976,7 @@ static void exec_thread_died(void *arg)
 	e->current = NULL;
 	cbcmn__altstack_teardown(e);
 	pthread_detach(pthread_self());
-	int rc = pthread_create(&e->thread, NULL, cbcmn__exec_main, e);
+	int rc = cbcmn__exec_thread_start(e);
 	if (rc != 0) {
 		/* Its deque and slot can still be stolen from; its yield list
 		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
@@ -966,6 +984,23 @@ static void exec_thread_died(void *arg)
 			strerror(rc));
 		atomic_store_explicit(&e->rt->lost_exec, 1, memory_order_relaxed);
 	}
+}
+
+/* Start e's thread, pinned from its first instruction to e's CPU (if any),
+ * so that what it allocates and touches is on its node.  0 or an errno. */
+int cbcmn__exec_thread_start(struct cbcmn__exec *e)
+{
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	if (e->cpu >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(e->cpu, &set);
+		pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	}
+	int rc = pthread_create(&e->thread, &attr, cbcmn__exec_main, e);
+	pthread_attr_destroy(&attr);
+	return rc;
 }
 
 static void exec_key_make(void)

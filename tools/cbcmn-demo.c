@@ -81,16 +81,25 @@ int main(int argc, char **argv)
 	printf("tasks spawned %llu, completed %llu, local hit ratio %.3f, steal success rate %.3f\n",
 	       (unsigned long long)st.tasks_spawned, (unsigned long long)st.tasks_completed,
 	       st.local_hit_ratio, st.steal_success_rate);
-	printf("%4s %10s %10s %8s %8s %8s %8s %8s %6s %6s\n", "exec", "run", "inline", "local",
-	       "inject", "steals", "stolen", "tries", "parks", "wakes");
+	printf("rings: setup flags %#x%s, doorbells %s; placement %s%s\n", st.ring_setup_flags,
+	       st.ring_setup_flags & (1u << 13) ? " (DEFER_TASKRUN)" : "",
+	       st.msg_ring ? "MSG_RING" : "eventfd",
+	       st.policy >= 0 ? cbcmn_policy_name((cbcmn_policy)st.policy) : "none (unpinned)",
+	       st.oversubscribed ? ", oversubscribed" : "");
+	printf("%4s %4s %4s %10s %10s %8s %8s %8s %8s %8s %6s %6s %6s %6s\n", "exec", "cpu",
+	       "node", "run", "inline", "local", "inject", "steals", "stolen", "tries", "parks",
+	       "wakes", "bells", "coal");
 	for (uint32_t i = 0; i < st.executors; i++)
-		printf("%4u %10llu %10llu %8llu %8llu %8llu %8llu %8llu %6llu %6llu\n", i,
-		       (unsigned long long)per[i].tasks_run, (unsigned long long)per[i].inline_runs,
-		       (unsigned long long)per[i].local_hits, (unsigned long long)per[i].inject_hits,
+		printf("%4u %4d %4d %10llu %10llu %8llu %8llu %8llu %8llu %8llu %6llu %6llu %6llu "
+		       "%6llu\n",
+		       i, per[i].cpu, per[i].node, (unsigned long long)per[i].tasks_run,
+		       (unsigned long long)per[i].inline_runs, (unsigned long long)per[i].local_hits,
+		       (unsigned long long)per[i].inject_hits,
 		       (unsigned long long)per[i].steal_successes,
 		       (unsigned long long)per[i].tasks_stolen,
 		       (unsigned long long)per[i].steal_attempts, (unsigned long long)per[i].parks,
-		       (unsigned long long)per[i].wakes);
+		       (unsigned long long)per[i].wakes, (unsigned long long)per[i].doorbells_sent,
+		       (unsigned long long)per[i].doorbells_coalesced);
 	rc = cbcmn_runtime_destroy(rt);
 	if (rc) {
 		fprintf(stderr, "cbcmn-demo: destroy: %s\n", cbcmn_strerror(rc));
