@@ -58,7 +58,7 @@ TOOLCOMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/common/*.c))
 TOOLCOMMON := $(BUILD)/lib/libtoolcommon.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 # Suites that exercise threads racing each other: these also run under TSan.
-TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream
+TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream test_grow
 
 all: $(STATIC) $(SHARED) $(TOOLS)
 

@@ -152,13 +152,23 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	return 0;
 }
 
-void cbcmn__ring_destroy(struct cbcmn__exec *e)
+/* The ring goes with its thread (a retiring executor); the eventfd stays,
+ * for the thread that may start on the executor later. */
+void cbcmn__ring_close(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	if (r->up)
 		io_uring_queue_exit(&r->u);
 	cbcmn__bufring_fini(e);
-	r->up = r->enabled = false;
+	r->up = r->enabled = r->efd_armed = false;
+	r->inflight = r->defer = 0;
+	r->reqs = NULL;
+}
+
+void cbcmn__ring_destroy(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	cbcmn__ring_close(e);
 	if (r->efd > 0)
 		close(r->efd);
 	r->efd = -1;

@@ -128,6 +128,10 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))
 		return -EINVAL;
+	if (out->min_workers == 0 || (out->flags & CBCMN_CONFIG_LAB))
+		out->min_workers = out->workers;
+	if (out->min_workers > out->workers)
+		return -EINVAL;
 	return 0;
 }
 
@@ -219,10 +223,25 @@ static void runtime_free(struct cbcmn_runtime *rt)
 /* Stop and join the first n executors (start-up failure or destroy). */
 static void stop_executors(struct cbcmn_runtime *rt, uint32_t n)
 {
-	atomic_store_explicit(&rt->shutdown, 1, memory_order_release);
+	atomic_store_explicit(&rt->shutdown, 1, memory_order_seq_cst);
 	cbcmn__unpark_all(rt);
-	for (uint32_t i = 0; i < n; i++)
-		pthread_join(rt->exec[i]->thread, NULL);
+	for (uint32_t i = 0; i < n; i++) {
+		struct cbcmn__exec *e = rt->exec[i];
+		/* One being started or retired settles first (it sees the
+		 * shutdown flag and ends). */
+		uint32_t s;
+		while ((s = atomic_load_explicit(&e->lstate, memory_order_acquire)) ==
+			       CBCMN__EX_STARTING ||
+		       s == CBCMN__EX_RETIRING) {
+			cbcmn__unpark_all(rt);
+			usleep(100);
+		}
+		if (atomic_load_explicit(&e->joinable, memory_order_acquire))
+			pthread_join(e->thread, NULL);
+	}
+	/* Retired threads are detached: wait for their last touch of rt. */
+	while (atomic_load_explicit(&rt->exiting, memory_order_acquire))
+		usleep(100);
 }
 
 int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
@@ -307,9 +326,19 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	}
 	free(cpu);
 	free(node);
-	for (uint32_t i = 0; i < rt->nexec; i++) {
-		rc = cbcmn__exec_thread_start(rt->exec[i]);
+	rt->min_live = c.min_workers;
+	rt->dynamic = c.min_workers < c.workers;
+	rt->retire_ns = (uint64_t)c.idle_retire_ms * 1000000u;
+	atomic_init(&rt->nlive, c.min_workers);
+	atomic_init(&rt->want_live, c.min_workers);
+	for (uint32_t i = 0; i < rt->min_live; i++) {
+		struct cbcmn__exec *e = rt->exec[i];
+		atomic_store_explicit(&e->lstate, CBCMN__EX_STARTING, memory_order_relaxed);
+		atomic_store_explicit(&e->joinable, true, memory_order_relaxed);
+		rc = cbcmn__exec_thread_start(e);
 		if (rc != 0) {
+			atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
+			atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_relaxed);
 			stop_executors(rt, i);
 			runtime_free(rt);
 			return -rc;
@@ -318,9 +347,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	/* Each executor creates its ring on its own thread: wait for all, so
 	 * that a failure there is this call's failure. */
 	uint32_t started;
-	while ((started = atomic_load_explicit(&rt->started, memory_order_acquire)) < rt->nexec)
+	while ((started = atomic_load_explicit(&rt->started, memory_order_acquire)) < rt->min_live)
 		cbcmn__futex_wait(&rt->started, started, NULL);
-	for (uint32_t i = 0; i < rt->nexec; i++) {
+	for (uint32_t i = 0; i < rt->min_live; i++) {
 		int err = atomic_load_explicit(&rt->exec[i]->start_err, memory_order_relaxed);
 		if (err) {
 			stop_executors(rt, rt->nexec);
@@ -465,6 +494,9 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 	out->msg_ring = rt->ring_caps.msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
 	out->oversubscribed = rt->oversubscribed;
 	out->policy = rt->policy;
+	out->executors_live = cbcmn__nlive(rt);
+	out->executor_starts = atomic_load_explicit(&rt->exec_starts, memory_order_relaxed);
+	out->executor_retires = atomic_load_explicit(&rt->exec_retires, memory_order_relaxed);
 	out->tasks_spawned = spawned;
 	out->tasks_completed = completed;
 	out->tasks_live = spawned > completed ? spawned - completed : 0;

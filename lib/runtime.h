@@ -149,6 +149,9 @@ struct cbcmn__iwait_reg {
 	struct cbcmn__iwait *head;
 };
 
+/* An executor's life (seed 003's lookup array: live ones are [0, nlive)). */
+enum { CBCMN__EX_STOPPED = 0, CBCMN__EX_STARTING, CBCMN__EX_RUNNING, CBCMN__EX_RETIRING };
+
 /* Park word values (the executor's status bits + its one permit). */
 enum { CBCMN__PARK_EMPTY = 0, CBCMN__PARK_SLEEPING = 1, CBCMN__PARK_NOTIFIED = 2 };
 
@@ -215,6 +218,8 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic uint32_t searching_hint; /* set by a notifier: wake as a searcher */
 	_Atomic int32_t start_err;       /* its ring could not be enabled */
+	_Atomic uint32_t lstate;         /* CBCMN__EX_*: is its thread running */
+	_Atomic bool joinable;           /* its thread is to be joined at destroy */
 	/* Mail: lanes with entries (bit per source), and their summary. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t mail_any;
 	_Atomic uint32_t io_cancel;       /* an I/O wait here was cancelled (io.c) */
@@ -251,6 +256,7 @@ struct cbcmn__exec {
 	struct cbcmn__xmsg **backlog_tail;
 	uint32_t nbacklog;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
+	uint32_t nmshots;                 /* streams and acceptors open here (stream.c) */
 	uint64_t busy_since, busy_tasks;  /* for avg_task_ns */
 	uint64_t window_start, idle_ns;   /* for busy_pct */
 	struct cbcmn__rng rng;
@@ -310,6 +316,14 @@ struct cbcmn_runtime {
 	struct cbcmn__ring_caps ring_caps;
 	int32_t policy;                   /* applied: cbcmn_policy or CBCMN_PIN_NONE */
 	bool oversubscribed;
+	/* Executors [0, nlive) run; up to nexec may (docs/TOPOLOGY.md). */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t nlive;
+	_Atomic uint32_t want_live;       /* someone needs executors [0, want_live) */
+	uint32_t min_live;
+	uint64_t retire_ns;               /* 0: executors never retire */
+	bool dynamic;                     /* min_live < nexec */
+	_Atomic uint64_t exec_starts, exec_retires;
+	_Atomic uint32_t exiting;         /* retired threads in their last steps */
 	struct cbcmn__blocking_pool *blocking;
 };
 
@@ -334,6 +348,12 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 }
 void *cbcmn__exec_main(void *arg);
 int cbcmn__exec_thread_start(struct cbcmn__exec *e);
+void cbcmn__exec_grow(struct cbcmn_runtime *rt);
+void cbcmn__exec_want(struct cbcmn_runtime *rt, uint32_t id);
+static inline uint32_t cbcmn__nlive(const struct cbcmn_runtime *rt)
+{
+	return atomic_load_explicit(&rt->nlive, memory_order_acquire);
+}
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e,
@@ -440,6 +460,7 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt);
 int cbcmn__ring_efd(struct cbcmn__exec *e);
 int cbcmn__ring_create(struct cbcmn__exec *e);
 void cbcmn__ring_destroy(struct cbcmn__exec *e);
+void cbcmn__ring_close(struct cbcmn__exec *e);
 int cbcmn__ring_takeover(struct cbcmn__exec *e);
 struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e);
 bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);

@@ -198,6 +198,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (owner && owner != e && !rt->lab && !exec_idle(owner) &&
+	    atomic_load_explicit(&owner->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
 		return;
@@ -651,7 +652,7 @@ local_slot:
 static uint32_t pick_victim(struct cbcmn__exec *e, uint32_t attempt)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	uint32_t n = rt->nexec, v;
+	uint32_t n = cbcmn__nlive(rt), v;
 	switch (rt->cfg.victim) {
 	case CBCMN_VICTIM_ROUND_ROBIN:
 		v = e->rr_next++ % (n - 1);
@@ -745,9 +746,10 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 static struct cbcmn_task *steal_round(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	if (rt->nexec < 2)
+	uint32_t live = cbcmn__nlive(rt);
+	if (live < 2 || e->id >= live)
 		return NULL;
-	uint32_t tries = rt->nexec - 1 < STEAL_VICTIMS_MAX ? rt->nexec - 1 : STEAL_VICTIMS_MAX;
+	uint32_t tries = live - 1 < STEAL_VICTIMS_MAX ? live - 1 : STEAL_VICTIMS_MAX;
 	for (uint32_t i = 0; i < tries; i++) {
 		uint32_t vi = pick_victim(e, i);
 		uint32_t taken;
@@ -831,6 +833,112 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 	e->idle_ns = 0;
 }
 
+/* search()'s answer when the executor retires instead. */
+#define RETIRE ((struct cbcmn_task *)1)
+
+/* Start executor nlive, the next in the lookup array (seed 003), unless one
+ * is being started or retired already (that one then looks at want_live).
+ * Its CPU is the policy's for its index, chosen at create. */
+void cbcmn__exec_grow(struct cbcmn_runtime *rt)
+{
+	uint32_t n = cbcmn__nlive(rt);
+	if (n >= rt->nexec || atomic_load_explicit(&rt->shutdown, memory_order_acquire))
+		return;
+	struct cbcmn__exec *e = rt->exec[n];
+	uint32_t s = CBCMN__EX_STOPPED;
+	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
+						     memory_order_acq_rel, memory_order_acquire))
+		return;
+	atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+	atomic_store_explicit(&e->joinable, true, memory_order_release);
+	if (cbcmn__exec_thread_start(e) != 0) {
+		atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
+		atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
+	}
+}
+
+/* Executor id must run (work was sent to it): raise want_live and grow. */
+void cbcmn__exec_want(struct cbcmn_runtime *rt, uint32_t id)
+{
+	uint32_t w = atomic_load_explicit(&rt->want_live, memory_order_relaxed);
+	while (w < id + 1 &&
+	       !atomic_compare_exchange_weak_explicit(&rt->want_live, &w, id + 1,
+						      memory_order_seq_cst, memory_order_relaxed))
+		;
+	cbcmn__exec_grow(rt);
+}
+
+/* Nothing to keep e: no task, wait, timer, stream, message or mail. */
+static bool exec_empty(struct cbcmn__exec *e)
+{
+	return !e->pq_head && !e->yq_head && !e->ntimers && !e->ring.inflight && !e->nmshots &&
+	       !e->nbacklog && !cbcmn__has_mail(e) &&
+	       !atomic_load_explicit(&e->remote, memory_order_acquire) &&
+	       cbcmn__deque_len(&e->dq) == 0 &&
+	       !atomic_load_explicit(&e->slot, memory_order_acquire) &&
+	       atomic_load_explicit(&e->ctr.xmsgs_sent, memory_order_relaxed) ==
+		       atomic_load_explicit(&e->ctr.xmsgs_acked, memory_order_relaxed);
+}
+
+/* The last live executor, above min_workers, idle for retire_ns: leave the
+ * lookup array.  A sender that posts to it meanwhile either is seen here
+ * (mail, then it stays) or sees it retiring and asks for it again
+ * (cbcmn__exec_want(), store-buffering pair with the lstate CAS). */
+static bool try_retire(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (e->id < rt->min_live || cbcmn__nlive(rt) != e->id + 1 || !exec_empty(e))
+		return false;
+	/* A want that named us is met: we ran.  (A sender sees us RUNNING
+	 * until the CAS below and raises no want meanwhile; a want for a
+	 * higher executor needs us and stays.) */
+	uint32_t w = e->id + 1;
+	atomic_compare_exchange_strong_explicit(&rt->want_live, &w, e->id, memory_order_seq_cst,
+						memory_order_relaxed);
+	if (w > e->id + 1)
+		return false;
+	uint32_t s = CBCMN__EX_RUNNING;
+	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_RETIRING,
+						     memory_order_seq_cst, memory_order_relaxed))
+		return false;
+	uint32_t n = e->id + 1;
+	if (!atomic_compare_exchange_strong_explicit(&rt->nlive, &n, e->id, memory_order_seq_cst,
+						     memory_order_relaxed)) {
+		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+		return false;
+	}
+	/* The seq_cst CASes above order our state change before this last
+	 * look (on x86 they are full barriers); the mail summary and want
+	 * are read seq_cst to complete the store-buffering pair. */
+	if (atomic_load_explicit(&e->mail_any, memory_order_seq_cst) || !exec_empty(e) ||
+	    atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id) {
+		atomic_store_explicit(&rt->nlive, e->id + 1, memory_order_seq_cst);
+		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+		return false;
+	}
+	return true;
+}
+
+/* The thread's last steps as a retired executor: its ring goes (a new
+ * thread makes a new one), its thread is not joined.  After STOPPED nothing
+ * here touches e: a new thread may already be starting on it. */
+static void exec_retired(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint32_t id = e->id;
+	cbcmn__ring_close(e);
+	atomic_fetch_add_explicit(&rt->exec_retires, 1, memory_order_relaxed);
+	atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
+	pthread_detach(pthread_self());
+	/* Destroy waits for this count too: rt stays until our last step. */
+	atomic_fetch_add_explicit(&rt->exiting, 1, memory_order_relaxed);
+	atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_seq_cst);
+	/* Asked for again while retiring: start it anew. */
+	if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > id)
+		cbcmn__exec_grow(rt);
+	atomic_fetch_sub_explicit(&rt->exiting, 1, memory_order_release);
+}
+
 /* Nothing local: look at the ring, the mail, other executors' queues and
  * the inject queue; spin like that for cfg.spin_ns (a parked CPU takes
  * tens of us to wake here), backing off between steal rounds once they
@@ -893,11 +1001,21 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 				pause *= 2;
 			continue;
 		}
+		/* An executor that may retire sleeps no longer than its idle
+		 * allowance, then checks. */
+		bool may_retire = rt->retire_ns && e->id >= rt->min_live &&
+				  e->id + 1 == cbcmn__nlive(rt);
+		if (may_retire && (wait == 0 || wait > rt->retire_ns))
+			wait = rt->retire_ns;
 		if (cbcmn__park(e, wait)) {
 			/* Notified: spin again before the next park. */
 			start = now_ns();
 			pause = SPIN_PAUSE_MIN_NS;
 			e->steal_fails = 0;
+		} else if (may_retire && now_ns() - start >= rt->retire_ns && try_retire(e)) {
+			cbcmn__searching_end(e);
+			e->idle_ns += now_ns() - start0;
+			return RETIRE;
 		}
 	}
 }
@@ -1037,13 +1155,33 @@ void *cbcmn__exec_main(void *arg)
 		run_task(e, t);
 	} else {
 		rc = cbcmn__ring_create(e);
-		if (rc != 0)
-			atomic_store_explicit(&e->start_err, rc, memory_order_relaxed);
-		atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
-		cbcmn__futex_wake_one(&rt->started);
+		/* Executors below min_workers start once, with the runtime,
+		 * and never retire; the others start on demand. */
+		bool initial = e->id < rt->min_live;
+		if (rc == 0)
+			atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+		if (initial) {
+			if (rc != 0)
+				atomic_store_explicit(&e->start_err, rc, memory_order_relaxed);
+			atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
+			cbcmn__futex_wake_one(&rt->started);
+		} else if (rc == 0) {
+			/* Emplaced at nlive, which was our index (seed 003). */
+			atomic_store_explicit(&rt->nlive, e->id + 1, memory_order_seq_cst);
+			atomic_fetch_add_explicit(&rt->exec_starts, 1, memory_order_relaxed);
+			if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id + 1)
+				cbcmn__exec_grow(rt);
+		} else {
+			fprintf(stderr, "cbcmn: executor %u cannot start: %s\n", e->id, strerror(-rc));
+		}
 		if (rc != 0) {
 			cbcmn__tls_exec = NULL;
 			pthread_setspecific(exec_key, NULL);
+			if (!initial) {
+				atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
+				pthread_detach(pthread_self());
+				atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
+			}
 			return NULL;
 		}
 	}
@@ -1059,7 +1197,7 @@ void *cbcmn__exec_main(void *arg)
 		struct cbcmn_task *t = find_local(e);
 		if (!t)
 			t = search(e);
-		if (!t)
+		if (!t || t == RETIRE)
 			break;
 		if (++e->busy_tasks >= LOAD_WINDOW_PICKS)
 			load_update(e, now_ns());
@@ -1073,6 +1211,8 @@ void *cbcmn__exec_main(void *arg)
 	cbcmn__nursery_free_cache(e);
 	cbcmn__altstack_teardown(e);
 	cbcmn__tls_exec = NULL;
+	if (atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RETIRING)
+		exec_retired(e);
 	return NULL;
 }
 

@@ -293,6 +293,7 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	m->fd = fd;
 	m->kind = kind;
 	m->held = -1;
+	e->nmshots++; /* keeps the executor from retiring */
 	*out = m;
 	return 0;
 }
@@ -317,6 +318,7 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 		else
 			close((int)it.val);
 	}
+	m->e->nmshots--;
 	free(m->q);
 	free(m);
 	return 0;

@@ -246,7 +246,8 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		cbcmn__schedule_new(rt, t, e);
 		break;
 	case CBCMN_PLACE_STEALABLE:
-		shard = atomic_fetch_add_explicit(&rt->place_rr, 1, memory_order_relaxed) % rt->nexec;
+		shard = atomic_fetch_add_explicit(&rt->place_rr, 1, memory_order_relaxed) %
+			cbcmn__nlive(rt);
 		__attribute__((fallthrough));
 	case CBCMN_PLACE_STEALABLE_ON:
 		cbcmn__schedule_on(rt, t, e, shard);

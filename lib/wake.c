@@ -127,9 +127,15 @@ void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
 	/* seq_cst loads: after the caller's seq_cst publication (a fence, or
 	 * the seq_cst exchange that filled a slot) they take part in the
 	 * store-buffering pair with the parker; on x86 they are plain loads. */
-	if (atomic_load_explicit(&rt->num_searching, memory_order_seq_cst) != 0 ||
-	    atomic_load_explicit(&rt->num_idle, memory_order_seq_cst) == 0)
+	if (atomic_load_explicit(&rt->num_searching, memory_order_seq_cst) != 0)
 		return;
+	if (atomic_load_explicit(&rt->num_idle, memory_order_seq_cst) == 0) {
+		/* Every live executor is busy and work waits: one more (seed
+		 * 003's lookup array grows while there is parallel work). */
+		if (rt->dynamic && cbcmn__nlive(rt) < rt->nexec)
+			cbcmn__exec_grow(rt);
+		return;
+	}
 	/* Become "the one waking a searcher": a second notifier racing us sees
 	 * num_searching != 0 and stays out. */
 	uint32_t zero = 0;

@@ -124,6 +124,19 @@ static bool mail_flag(struct cbcmn__exec *dst, uint32_t src, bool ack)
 	return true;
 }
 
+/* Work was posted to dst: it must run.  seq_cst: the post before the look
+ * at its state, against try_retire()'s state change before its last look
+ * at its mail (sched.c). */
+static void ensure_live(struct cbcmn__exec *dst)
+{
+	struct cbcmn_runtime *rt = dst->rt;
+	if (!rt->dynamic)
+		return;
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&dst->lstate, memory_order_seq_cst) != CBCMN__EX_RUNNING)
+		cbcmn__exec_want(rt, dst->id);
+}
+
 static void backlog_add(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m, uintptr_t ent)
 {
 	m->backlog_ent = ent;
@@ -153,6 +166,8 @@ static void post(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__x
 	} else if (wake) {
 		CBCMN__COUNT(e, doorbells_coalesced, 1);
 	}
+	if (wake)
+		ensure_live(dst);
 }
 
 void cbcmn__backlog_flush(struct cbcmn__exec *e)
@@ -206,6 +221,7 @@ void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 						      memory_order_relaxed));
 	atomic_store_explicit(&dst->mail_any, 1, memory_order_seq_cst);
 	cbcmn__kick(dst);
+	ensure_live(dst);
 }
 
 void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t)

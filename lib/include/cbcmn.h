@@ -223,6 +223,16 @@ typedef struct cbcmn_config {
 	/* For CBCMN_POLICY_CPUS: the CPUs, executor i on cpus[i]. */
 	const int *cpus;
 	size_t ncpus;
+	/* Executors to start with (seed 003's lookup array): executors
+	 * [0, min_workers) start with the runtime; more are started, one
+	 * at a time in index order, while every live one is busy and work is
+	 * waiting, up to `workers`, each on the CPU the policy gives its
+	 * index.  0: all `workers` from the start (the default). */
+	uint32_t min_workers;
+	/* An executor above min_workers that is the last live one and has
+	 * been idle this long ends its thread (it is started again when
+	 * needed).  0: never. */
+	uint32_t idle_retire_ms;
 } cbcmn_config;
 
 #define CBCMN_PIN_AUTO (-1)
@@ -500,6 +510,9 @@ typedef struct cbcmn_stats {
 	uint32_t ring_setup_flags; /* IORING_SETUP_* the rings were created with */
 	bool msg_ring;            /* doorbells are MSG_RING (else eventfd) */
 	bool oversubscribed;      /* more executors than allowed CPUs: some share one */
+	uint32_t executors_live;  /* executors running now: [0, executors_live) */
+	uint64_t executor_starts; /* executors started after the runtime (min_workers) */
+	uint64_t executor_retires; /* executors that ended for being idle */
 	int32_t policy;           /* the cbcmn_policy applied, or CBCMN_PIN_NONE */
 } cbcmn_stats;
 

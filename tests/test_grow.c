@@ -1,0 +1,213 @@
+/* test_grow.c: the executor lookup array (seed 003): start with fewer
+ * executors, add them while there is parallel work, retire idle ones. */
+#include <errno.h>
+#include <sched.h>
+
+#include "helpers.h"
+
+static cbcmn_runtime *grow_rt(uint32_t workers, uint32_t min, uint32_t retire_ms)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.min_workers = min;
+	cfg.idle_retire_ms = retire_ms;
+	return t_runtime_cfg(&cfg);
+}
+
+static cbcmn_stats stats(cbcmn_runtime *rt, cbcmn_executor_stats *per, uint32_t nper)
+{
+	cbcmn_stats s;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &s, per, nper), 0);
+	return s;
+}
+
+/* Two tasks that each keep their executor busy for a while: the second
+ * has to wait for an executor unless a new one starts. */
+struct par {
+	_Atomic uint32_t on[2];
+	_Atomic uint32_t running;
+	_Atomic uint32_t both;
+};
+
+static int64_t busy(cbcmn_cx *cx, void *arg)
+{
+	struct par *p = arg;
+	uint32_t me = atomic_fetch_add(&p->running, 1);
+	uint64_t t0 = t_now_ns();
+	/* Wait (without yielding) for the sibling to run at the same time:
+	 * only a second executor makes that happen. */
+	while (atomic_load(&p->running) < 2 && t_now_ns() - t0 < 3000000000ull)
+		;
+	if (atomic_load(&p->running) >= 2)
+		atomic_store(&p->both, 1);
+	atomic_store(&p->on[me < 2 ? me : 1], cbcmn_cx_executor(cx) + 1);
+	(void)cx;
+	return 0;
+}
+
+static int64_t par_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	cbcmn_nursery_spawn(cx, n, busy, arg, NULL);
+	cbcmn_nursery_spawn(cx, n, busy, arg, NULL);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_grows_for_parallel_work(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = grow_rt(2, 1, 0);
+	cbcmn_executor_stats per[2];
+	cbcmn_stats s = stats(rt, per, 2);
+	assert_int_equal(s.executors, 2);
+	assert_int_equal(s.executors_live, 1);
+	struct par p = {0};
+	t_run(rt, par_main, &p, 0);
+	assert_int_equal(atomic_load(&p.both), 1);
+	s = stats(rt, per, 2);
+	assert_int_equal(s.executors_live, 2);
+	assert_true(s.executor_starts >= 1);
+	/* The new executor got its index's CPU from the policy. */
+	if (s.policy >= 0)
+		assert_true(per[1].cpu >= 0 && per[1].cpu != per[0].cpu);
+	t_destroy(rt);
+}
+
+static int64_t where(cbcmn_cx *cx, void *arg)
+{
+	*(uint32_t *)arg = cbcmn_cx_executor(cx) + 1;
+	return 0;
+}
+
+/* Work sent to an executor that does not run yet starts it. */
+static void test_pinned_to_a_stopped_executor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = grow_rt(3, 1, 0);
+	uint32_t on = 0;
+	assert_int_equal(t_run_pinned(rt, 2, where, &on), 0);
+	assert_int_equal(on, 3);
+	cbcmn_stats s = stats(rt, NULL, 0);
+	assert_int_equal(s.executors_live, 3); /* [0, n): 1 started on the way */
+	t_destroy(rt);
+}
+
+static void wait_live(cbcmn_runtime *rt, uint32_t want, unsigned ms)
+{
+	for (unsigned i = 0; i < ms && stats(rt, NULL, 0).executors_live != want; i++)
+		usleep(1000);
+	assert_int_equal(stats(rt, NULL, 0).executors_live, want);
+}
+
+static void test_retires_idle_and_comes_back(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = grow_rt(2, 1, 30);
+	for (int round = 0; round < 3; round++) {
+		uint64_t retired = stats(rt, NULL, 0).executor_retires;
+		struct par p = {0};
+		t_run(rt, par_main, &p, 0);
+		assert_int_equal(atomic_load(&p.both), 1);
+		/* Idle for longer than 30 ms: back to one executor. */
+		for (int i = 0; i < 5000 && stats(rt, NULL, 0).executor_retires == retired; i++)
+			usleep(1000);
+		wait_live(rt, 1, 2000);
+	}
+	/* Each round needed two executors and ended with one: executor 1
+	 * retired three times and came back (a retirement that work cut
+	 * short keeps its thread, so starts may count fewer). */
+	cbcmn_stats s = stats(rt, NULL, 0);
+	assert_true(s.executor_starts >= 1);
+	assert_true(s.executor_retires >= 3);
+	t_destroy(rt);
+}
+
+/* Churn: executors retire after 1 ms idle while pinned spawns, channel
+ * traffic and sleeps keep asking for them; nothing is lost. */
+struct churn {
+	cbcmn_chan *c;
+	_Atomic uint64_t sum;
+};
+
+static int64_t churn_producer(cbcmn_cx *cx, void *arg)
+{
+	struct churn *ch = arg;
+	for (long i = 1; i <= 200; i++) {
+		if (cbcmn_chan_send(cx, ch->c, &i))
+			return -1;
+		if (i % 20 == 0)
+			cbcmn_sleep(cx, 2000000); /* long enough for a retirement */
+	}
+	return 0;
+}
+
+static int64_t churn_consumer(cbcmn_cx *cx, void *arg)
+{
+	struct churn *ch = arg;
+	long v;
+	for (int i = 0; i < 200; i++) {
+		if (cbcmn_chan_recv(cx, ch->c, &v))
+			return -1;
+		atomic_fetch_add(&ch->sum, (uint64_t)v);
+	}
+	return 0;
+}
+
+static int64_t churn_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	for (uint32_t s = 0; s < 3; s++) {
+		cbcmn_nursery_spawn_pinned(cx, n, s, churn_producer, arg, NULL);
+		cbcmn_nursery_spawn_pinned(cx, n, 2 - s, churn_consumer, arg, NULL);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_churn(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = grow_rt(3, 1, 1);
+	for (int r = 0; r < T_SCALE(5); r++) {
+		struct churn ch = {0};
+		assert_int_equal(cbcmn_chan_create(rt, 4, sizeof(long), &ch.c), 0);
+		t_run(rt, churn_main, &ch, 0);
+		assert_int_equal(atomic_load(&ch.sum), 3u * 200u * 201u / 2u);
+		cbcmn_chan_destroy(ch.c);
+		usleep(20000); /* idle: executors above 1 retire */
+	}
+	cbcmn_stats s = stats(rt, NULL, 0);
+	printf("  %llu starts, %llu retirements\n", (unsigned long long)s.executor_starts,
+	       (unsigned long long)s.executor_retires);
+	assert_true(s.executor_starts >= 2);
+	assert_true(s.executor_retires >= 1);
+	t_destroy(rt);
+}
+
+static void test_bad_config(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 3;
+	cbcmn_runtime *rt = NULL;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
+	assert_null(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_grows_for_parallel_work),
+		T_WATCHED_TEST(test_pinned_to_a_stopped_executor),
+		T_WATCHED_TEST(test_retires_idle_and_comes_back),
+		T_WATCHED_TEST(test_churn),
+		T_WATCHED_TEST(test_bad_config),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
