@@ -701,7 +701,10 @@ static bool steal_gate(struct cbcmn__exec *e, struct cbcmn__exec *v, int64_t len
 	if (avg == 0)
 		return true;
 	uint64_t saved = (uint64_t)(len + 1) / 2 * avg;
-	if (saved > c->steal_cost_ns + c->steal_margin_ns)
+	/* The locality margin applies to victims on another NUMA node: their
+	 * tasks' data comes across the interconnect. */
+	uint64_t margin = e->node != v->node ? c->steal_margin_ns : 0;
+	if (saved > c->steal_cost_ns + margin)
 		return true;
 	CBCMN__COUNT(e, steals_gated, 1);
 	return false;
