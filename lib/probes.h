@@ -22,7 +22,12 @@
 	XX(unpark, 2)         /* executor, 1 = notified, 0 = timeout */             \
 	XX(wake, 2)           /* waker executor (-1: outside), woken executor */    \
 	XX(lock_contended, 2) /* lock name (char *), wait ns */                     \
-	XX(task_panic, 2)     /* task_id, stack bytes */
+	XX(task_panic, 2)     /* task_id, stack bytes */                            \
+	XX(doorbell, 3)       /* sender executor (-1: outside), target, 0 MSG_RING / 1 eventfd */ \
+	XX(doorbell_coalesced, 2) /* waker executor (-1: outside), target */        \
+	XX(xmsg, 3)           /* sender executor, receiver, kind (1 wake, 2 spawn, 3 call) */ \
+	XX(exec_start, 3)     /* executor, thread id, CPU (-1: not pinned) */       \
+	XX(exec_stop, 2)      /* executor, 1 = retired (idle), 0 = runtime ends */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;
 CBCMN__PROBES(CBCMN__SEMA_DECL)

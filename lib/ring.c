@@ -27,6 +27,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "probes.h"
 #include "runtime.h"
 
 #define RING_ENTRIES_DEFAULT 256u
@@ -323,6 +324,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		CBCMN__COUNT(me, sqes_submitted, n);
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
 		CBCMN__COUNT(me, doorbells_sent, 1);
+		CBCMN_PROBE3(doorbell, (int)me->id, target->id, 0);
 		return;
 	}
 	uint64_t one = 1;
@@ -332,6 +334,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		CBCMN__COUNT(me, doorbells_sent, 1);
 	else
 		atomic_fetch_add_explicit(&rt->ext_doorbells, 1, memory_order_relaxed);
+	CBCMN_PROBE3(doorbell, me && me->rt == rt ? (int)me->id : -1, target->id, 1);
 }
 
 /* The executor's thread died and a new one takes over (sched.c).  The old

@@ -1190,6 +1190,7 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	e->busy_since = now_ns();
+	CBCMN_PROBE3(exec_start, e->id, (int)gettid(), e->cpu);
 	for (;;) {
 		if (e->ntimers)
 			cbcmn__timers_fire(e, cbcmn__now(rt));
@@ -1214,7 +1215,9 @@ void *cbcmn__exec_main(void *arg)
 	cbcmn__nursery_free_cache(e);
 	cbcmn__altstack_teardown(e);
 	cbcmn__tls_exec = NULL;
-	if (atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RETIRING)
+	bool retired = atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RETIRING;
+	CBCMN_PROBE2(exec_stop, e->id, retired);
+	if (retired)
 		exec_retired(e);
 	return NULL;
 }

@@ -106,6 +106,7 @@ static void unpark(struct cbcmn__exec *e)
 	struct cbcmn__exec *me = cbcmn__tls_exec;
 	if (me && me->rt == e->rt)
 		CBCMN__COUNT(me, doorbells_coalesced, 1);
+	CBCMN_PROBE2(doorbell_coalesced, me && me->rt == e->rt ? (int)me->id : -1, e->id);
 }
 
 /* Make e look at its mail (xmsg.c) or its cancelled I/O, without claiming

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "probes.h"
 #include "runtime.h"
 
 #define XM_SLAB 64u
@@ -207,6 +208,7 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 	m->fn = fn;
 	m->arg = arg;
 	CBCMN__COUNT(e, xmsgs_sent, 1);
+	CBCMN_PROBE3(xmsg, e->id, dst, kind);
 	post(e, e->rt->exec[dst], m, (uintptr_t)m, true);
 	return 0;
 }
