@@ -263,6 +263,7 @@ static void *ee_main(void *arg)
 	struct timespec t0, t1;
 	bool stop = false;
 
+	pthread_setname_np(pthread_self(), "epoll-server"); /* for top and perf */
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
 	while (!stop) {
 		int n = epoll_wait(srv->ep, evs, EE_EVENTS, -1);
