@@ -42,9 +42,11 @@ struct cbcmn__iwait {
 	void *user;                       /* for the object's queue */
 	struct cbcmn__iwait *qnext;       /* ... likewise */
 	/* Set when the waker must not be woken by cancellation itself (I/O in
-	 * flight): cancellation claims the wait and calls this instead, under
-	 * the registry lock, so the wait is still there; the event's side
-	 * then wakes the task, which sees CBCMN__IW_CANCELLED. */
+	 * flight): cancellation claims the wait and calls this instead (the
+	 * canceller under the registry lock, so the wait is still there; or
+	 * the task itself, when it finds itself cancelled as it registers);
+	 * the event's side then wakes the task, which sees
+	 * CBCMN__IW_CANCELLED.  It must take no lock. */
 	void (*on_cancel)(struct cbcmn__iwait *iw);
 };
 
