@@ -188,8 +188,11 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	if (!e) {
 		/* From outside the runtime (a pool thread, cancellation, a
 		 * channel used by a thread): home, where the task's ring and
-		 * its streams are; a task that never ran goes to any. */
-		if (owner && !rt->lab) {
+		 * its streams are; a task that never ran, or whose executor
+		 * has retired (it held no ring state then), goes to any. */
+		if (owner && !rt->lab &&
+		    atomic_load_explicit(&owner->lstate, memory_order_relaxed) ==
+			    CBCMN__EX_RUNNING) {
 			cbcmn__remote_push(owner, t);
 			return;
 		}
