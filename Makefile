@@ -5,6 +5,7 @@
 #   make bench           build cbcmn-bench (release)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
+#   make bpf             the CO-RE programs and their skeleton (build/gen/*.skel.h)
 .DELETE_ON_ERROR:
 .SUFFIXES:
 .DEFAULT_GOAL := all
@@ -57,6 +58,25 @@ TOOLS    := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/cbcmn-*.c))
 TOOLCOMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/common/*.c))
 TOOLCOMMON := $(BUILD)/lib/libtoolcommon.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+
+# CO-RE eBPF: bpf/*.bpf.c -> build/bpf/*.bpf.o -> build/gen/*.skel.h, against a
+# vmlinux.h dumped from the running kernel's BTF.  Always under build/, for
+# every SAN variant: sanitizers do not apply to BPF code and the skeleton
+# header is the same.  clang -target bpf does not search the multiarch
+# include dir, where asm/errno.h (pulled in by usdt.bpf.h) lives.
+BPF_OUT     := build
+BPF_CLANG   ?= clang
+BPFTOOL     ?= bpftool
+VMLINUX_BTF ?= /sys/kernel/btf/vmlinux
+BPF_SRCS    := $(wildcard bpf/*.bpf.c)
+BPF_OBJS    := $(patsubst bpf/%.bpf.c,$(BPF_OUT)/bpf/%.bpf.o,$(BPF_SRCS))
+BPF_SKELS   := $(patsubst bpf/%.bpf.c,$(BPF_OUT)/gen/%.skel.h,$(BPF_SRCS))
+BPF_CFLAGS  := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror \
+               -I$(BPF_OUT)/gen -I/usr/include/$(shell gcc -dumpmachine) -Ibpf
+BPF_LDLIBS  := -lbpf -lelf -lz
+CPPFLAGS    += -I$(BPF_OUT)/gen -Ibpf
+# What links the loader (tools/common/bpfmon.c) and so libbpf.
+BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/tests/test_bpf
 # Suites that exercise threads racing each other: these also run under TSan.
 TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream test_grow
 
@@ -91,12 +111,39 @@ $(TOOLCOMMON): $(TOOLCOMMON_OBJS)
 $(BUILD)/bin/%: tools/%.c $(TOOLCOMMON) $(STATIC)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) -lm
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS) -lm
 
 $(BUILD)/tests/%: tests/%.c tests/helpers.h $(TOOLCOMMON) $(STATIC) $(SHARED)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) -lcmocka -lm -ldl
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS) -lcmocka -lm -ldl
+
+# ---- BPF pipeline ----
+$(BPF_OUT)/gen/vmlinux.h:
+	@mkdir -p $(@D)
+	@test -r $(VMLINUX_BTF) || { echo "cbcmn: $(VMLINUX_BTF) is missing: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is needed to build the eBPF programs)" >&2; exit 1; }
+	$(call msg,GEN,$@)
+	$(Q)$(BPFTOOL) btf dump file $(VMLINUX_BTF) format c > $@
+
+$(BPF_OUT)/bpf/%.bpf.o: bpf/%.bpf.c bpf/cbcmn_bpf.h $(BPF_OUT)/gen/vmlinux.h
+	$(call msg,BPF,$<)
+	@mkdir -p $(@D)
+	$(Q)$(BPF_CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(BPF_OUT)/gen/%.skel.h: $(BPF_OUT)/bpf/%.bpf.o
+	$(call msg,GENSKEL,$@)
+	@mkdir -p $(@D)
+	$(Q)$(BPFTOOL) gen skeleton $< name $(subst .,_,$*)_bpf > $@
+
+# The loader includes the skeleton; what links it needs libbpf.
+$(BUILD)/obj/tools/common/bpfmon.o: $(BPF_SKELS)
+$(BPF_USERS): EXTRA_LDLIBS := $(BPF_LDLIBS)
+$(BPF_USERS): $(BPF_SKELS)
+
+# The objects stay: bpftool reads them and they are worth keeping to inspect.
+.SECONDARY: $(BPF_OBJS)
+
+bpf: $(BPF_SKELS)
 
 tests: $(TESTS)
 tools: $(TOOLS)
@@ -122,6 +169,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools bench deps test run clean
+.PHONY: all tests tools bench deps test run clean bpf
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests -name '*.d' 2>/dev/null)

@@ -1,0 +1,413 @@
+// SPDX-License-Identifier: GPL-2.0
+/* cbcmn.bpf.c: the kernel's view of one cbcmn process.  Per shard
+ * (executor) counters from libcbcmn's USDT probes, the sched tracepoints and
+ * the io_uring tracepoints, kept in ARRAY maps indexed by shard: no ring
+ * buffer, nothing per event leaves the kernel.  Each program attaches on its
+ * own; the loader (tools/common/bpfmon.c) turns off those the kernel lacks. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/usdt.bpf.h>
+
+#include "cbcmn_bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* The process watched (its tgid), set by the loader before load. */
+const volatile __u32 targ_tgid = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CBCMN_BPF_NSLOTS);
+	__type(key, __u32);
+	__type(value, struct cbcmn_bpf_shard);
+} shards SEC(".maps");
+
+/* tid -> shard, filled by cbcmn:exec_start and by the loader for executors
+ * that started before it attached; sched_switch keeps its timestamps here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4 * CBCMN_BPF_MAX_SHARDS);
+	__type(key, __u32);
+	__type(value, struct cbcmn_bpf_thread);
+} threads SEC(".maps");
+
+/* io_uring ring (struct io_ring_ctx *) -> shard, learned at the first SQE an
+ * executor thread submits: completions and overflows are posted from other
+ * contexts (io-wq, a MSG_RING sender) and are attributed by ring. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4 * CBCMN_BPF_MAX_SHARDS);
+	__type(key, __u64);
+	__type(value, __u32);
+} rings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct cbcmn_bpf_pair_key);
+	__type(value, struct cbcmn_bpf_pair);
+} steal_pairs SEC(".maps");
+
+/* SQEs by opcode: index shard * CBCMN_BPF_MAX_OPS + opcode. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CBCMN_BPF_NSLOTS * CBCMN_BPF_MAX_OPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} sqe_ops SEC(".maps");
+
+/* cbcmn:lock_contended wait, log2 ns: index shard * CBCMN_BPF_HIST_SLOTS + slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CBCMN_BPF_NSLOTS * CBCMN_BPF_HIST_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} lock_hist SEC(".maps");
+
+/* Several CPUs may bump one shard (a sender counts on the target's entry),
+ * so every add is atomic: exact counts are the point. */
+#define ADD(p, field, v) __sync_fetch_and_add(&(p)->field, (v))
+
+static __always_inline bool in_target(void)
+{
+	return (__u32)(bpf_get_current_pid_tgid() >> 32) == targ_tgid;
+}
+
+/* An executor id from a probe argument (-1 from outside the runtime). */
+static __always_inline __u32 slot_of(long id)
+{
+	return id >= 0 && id < CBCMN_BPF_MAX_SHARDS ? (__u32)id : CBCMN_BPF_OUTSIDE;
+}
+
+static __always_inline struct cbcmn_bpf_shard *shard(__u32 i)
+{
+	return bpf_map_lookup_elem(&shards, &i);
+}
+
+/* The shard the current thread runs, or NULL for a thread that is not an
+ * executor of the target. */
+static __always_inline struct cbcmn_bpf_shard *current_shard(void)
+{
+	if (!in_target())
+		return NULL;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	return th ? shard(th->shard) : NULL;
+}
+
+static __always_inline __u32 log2_slot(__u64 v)
+{
+	__u32 s = 0;
+#pragma unroll
+	for (int i = 5; i >= 0; i--) {
+		__u32 b = 1u << i;
+		if (v >> b) {
+			v >>= b;
+			s += b;
+		}
+	}
+	return s < CBCMN_BPF_HIST_SLOTS ? s : CBCMN_BPF_HIST_SLOTS - 1;
+}
+
+/* ---- USDT probes of libcbcmn (docs/PROBES.md) ---------------------------- */
+
+SEC("usdt")
+int BPF_USDT(cbcmn_steal, __u32 thief, __u32 victim, __u32 taken)
+{
+	struct cbcmn_bpf_shard *s;
+	if (!in_target() || !(s = shard(slot_of(thief))))
+		return 0;
+	ADD(s, steals, 1);
+	ADD(s, tasks_stolen, taken);
+	struct cbcmn_bpf_pair_key k = {.thief = thief, .victim = victim};
+	struct cbcmn_bpf_pair *p = bpf_map_lookup_elem(&steal_pairs, &k);
+	if (!p) {
+		struct cbcmn_bpf_pair zero = {};
+		bpf_map_update_elem(&steal_pairs, &k, &zero, BPF_NOEXIST);
+		if (!(p = bpf_map_lookup_elem(&steal_pairs, &k)))
+			return 0;
+	}
+	ADD(p, steals, 1);
+	ADD(p, tasks, taken);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_steal_fail, __u32 thief, __u32 victim)
+{
+	struct cbcmn_bpf_shard *s;
+	if (!in_target() || !(s = shard(slot_of(thief))))
+		return 0;
+	ADD(s, steal_fails, 1);
+	struct cbcmn_bpf_pair_key k = {.thief = thief, .victim = victim};
+	struct cbcmn_bpf_pair *p = bpf_map_lookup_elem(&steal_pairs, &k);
+	if (!p) {
+		struct cbcmn_bpf_pair zero = {};
+		bpf_map_update_elem(&steal_pairs, &k, &zero, BPF_NOEXIST);
+		if (!(p = bpf_map_lookup_elem(&steal_pairs, &k)))
+			return 0;
+	}
+	ADD(p, fails, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind)
+{
+	struct cbcmn_bpf_shard *s;
+	if (!in_target())
+		return 0;
+	if ((s = shard(slot_of(sender)))) {
+		if (kind == 0)
+			ADD(s, doorbells_msg_ring, 1);
+		else
+			ADD(s, doorbells_eventfd, 1);
+	}
+	if ((s = shard(slot_of(target))))
+		ADD(s, doorbells_recv, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_doorbell_coalesced, int waker, __u32 target)
+{
+	struct cbcmn_bpf_shard *s;
+	if (in_target() && (s = shard(slot_of(waker))))
+		ADD(s, doorbells_coalesced, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_xmsg, __u32 sender, __u32 receiver, __u32 kind)
+{
+	struct cbcmn_bpf_shard *s;
+	if (!in_target())
+		return 0;
+	if ((s = shard(slot_of(sender))))
+		ADD(s, xmsgs_sent, 1);
+	if ((s = shard(slot_of(receiver))))
+		ADD(s, xmsgs_recv, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_park, __u32 executor)
+{
+	struct cbcmn_bpf_shard *s;
+	if (in_target() && (s = shard(slot_of(executor))))
+		ADD(s, parks, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_lock_contended, const char *name, __u64 wait_ns)
+{
+	/* The lock's name is not copied: which lock waits is for tracing;
+	 * here the wait is charged to the shard whose thread waited. */
+	struct cbcmn_bpf_shard *s = current_shard();
+	__u32 slot = CBCMN_BPF_OUTSIDE;
+	if (!in_target())
+		return 0;
+	if (s) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+		if (th)
+			slot = th->shard;
+	} else {
+		s = shard(CBCMN_BPF_OUTSIDE);
+	}
+	if (!s)
+		return 0;
+	ADD(s, lock_contended, 1);
+	ADD(s, lock_wait_ns, wait_ns);
+	__u32 i = slot * CBCMN_BPF_HIST_SLOTS + log2_slot(wait_ns);
+	__u64 *c = bpf_map_lookup_elem(&lock_hist, &i);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+	return 0;
+}
+
+/* An executor's thread begins its loop: from now on the kernel tracepoints
+ * can attribute this thread's events to its shard. */
+SEC("usdt")
+int BPF_USDT(cbcmn_exec_start, __u32 executor, int tid, int cpu)
+{
+	struct cbcmn_bpf_shard *s;
+	if (!in_target() || !(s = shard(slot_of(executor))))
+		return 0;
+	struct cbcmn_bpf_thread th = {.shard = slot_of(executor), .on_ts = bpf_ktime_get_ns()};
+	__u32 key = (__u32)tid;
+	bpf_map_update_elem(&threads, &key, &th, BPF_ANY);
+	s->tid = key;
+	s->cpu = cpu;
+	return 0;
+}
+
+/* It leaves its loop: the thread id may be reused by another thread. */
+SEC("usdt")
+int BPF_USDT(cbcmn_exec_stop, __u32 executor, int retired)
+{
+	if (!in_target())
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	bpf_map_delete_elem(&threads, &tid);
+	return 0;
+}
+
+/* ---- sched tracepoints ----------------------------------------------------- */
+
+/* task_struct::state became __state in 5.14. */
+struct task_struct___o {
+	volatile long int state;
+} __attribute__((preserve_access_index));
+
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___o *)t, state);
+}
+
+static __always_inline void on_switch(struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 tid;
+	struct cbcmn_bpf_thread *th;
+	struct cbcmn_bpf_shard *s;
+
+	if (BPF_CORE_READ(prev, tgid) == targ_tgid) {
+		tid = BPF_CORE_READ(prev, pid);
+		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
+			if (th->on_ts)
+				ADD(s, oncpu_ns, now - th->on_ts);
+			th->off_ts = now;
+			ADD(s, switches, 1);
+			if (task_state(prev) == 0) /* TASK_RUNNING: preempted */
+				ADD(s, involuntary, 1);
+		}
+	}
+	if (BPF_CORE_READ(next, tgid) == targ_tgid) {
+		tid = BPF_CORE_READ(next, pid);
+		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
+			if (th->off_ts)
+				ADD(s, offcpu_ns, now - th->off_ts);
+			th->on_ts = now;
+		}
+	}
+}
+
+static __always_inline void on_migrate(struct task_struct *p)
+{
+	if (BPF_CORE_READ(p, tgid) != targ_tgid)
+		return;
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	struct cbcmn_bpf_shard *s;
+	if (th && (s = shard(th->shard)))
+		ADD(s, migrations, 1);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(cbcmn_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(prev, next);
+	return 0;
+}
+
+/* The same where tp_btf does not load (no BTF for the tracepoint). */
+SEC("raw_tp/sched_switch")
+int BPF_PROG(cbcmn_sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	on_switch(prev, next);
+	return 0;
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(cbcmn_sched_migrate, struct task_struct *p, int dest_cpu)
+{
+	on_migrate(p);
+	return 0;
+}
+
+SEC("raw_tp/sched_migrate_task")
+int BPF_PROG(cbcmn_sched_migrate_raw, struct task_struct *p, int dest_cpu)
+{
+	on_migrate(p);
+	return 0;
+}
+
+/* ---- io_uring tracepoints -------------------------------------------------- */
+
+static __always_inline struct cbcmn_bpf_shard *ring_shard(__u64 ctx)
+{
+	__u32 *i = bpf_map_lookup_elem(&rings, &ctx);
+	return i ? shard(*i) : NULL;
+}
+
+SEC("tracepoint/io_uring/io_uring_submit_req")
+int cbcmn_io_submit(struct trace_event_raw_io_uring_submit_req *ctx)
+{
+	if (!in_target())
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	if (!th)
+		return 0;
+	__u32 si = th->shard;
+	struct cbcmn_bpf_shard *s = shard(si);
+	if (!s)
+		return 0;
+	__u64 ring = (__u64)BPF_CORE_READ(ctx, ctx);
+	/* An executor submits only to its own ring (single issuer). */
+	bpf_map_update_elem(&rings, &ring, &si, BPF_ANY);
+	__u32 op = BPF_CORE_READ(ctx, opcode);
+	ADD(s, sqes, 1);
+	if (op == IORING_OP_MSG_RING)
+		ADD(s, msg_ring_sqes, 1);
+	__u32 i = si * CBCMN_BPF_MAX_OPS + (op < CBCMN_BPF_MAX_OPS ? op : CBCMN_BPF_MAX_OPS - 1);
+	__u64 *c = bpf_map_lookup_elem(&sqe_ops, &i);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_complete")
+int cbcmn_io_complete(struct trace_event_raw_io_uring_complete *ctx)
+{
+	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
+	if (!s)
+		return 0;
+	ADD(s, cqes, 1);
+	if (BPF_CORE_READ(ctx, res) < 0)
+		ADD(s, cqe_errors, 1);
+	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_cqring_wait")
+int cbcmn_io_cqring_wait(struct trace_event_raw_io_uring_cqring_wait *ctx)
+{
+	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
+	if (s)
+		ADD(s, cqring_waits, 1);
+	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_queue_async_work")
+int cbcmn_io_async_work(struct trace_event_raw_io_uring_queue_async_work *ctx)
+{
+	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
+	if (s)
+		ADD(s, async_work, 1);
+	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_cqe_overflow")
+int cbcmn_io_cqe_overflow(struct trace_event_raw_io_uring_cqe_overflow *ctx)
+{
+	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
+	if (s)
+		ADD(s, cqe_overflows, 1);
+	return 0;
+}

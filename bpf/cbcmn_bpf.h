@@ -1,0 +1,75 @@
+/* cbcmn_bpf.h: the layouts shared by bpf/cbcmn.bpf.c and its loader
+ * (tools/common/bpfmon.c): only __u32/__u64 types and constants. */
+#ifndef CBCMN_BPF_H
+#define CBCMN_BPF_H
+
+/* Shards (executors) a map holds; one more slot, CBCMN_BPF_OUTSIDE, counts
+ * what threads outside the runtime do (a doorbell rung from main()). */
+#define CBCMN_BPF_MAX_SHARDS 256
+#define CBCMN_BPF_OUTSIDE CBCMN_BPF_MAX_SHARDS
+#define CBCMN_BPF_NSLOTS (CBCMN_BPF_MAX_SHARDS + 1)
+
+/* log2 histograms: slot i counts values in [2^i, 2^(i+1)) ns, slot 0 also 0. */
+#define CBCMN_BPF_HIST_SLOTS 32
+
+/* io_uring opcodes counted one by one (IORING_OP_LAST is 63 on 6.18);
+ * higher ones land in the last slot. */
+#define CBCMN_BPF_MAX_OPS 64
+
+/* Per shard counters: the value of the "shards" ARRAY map, index = shard.
+ * Every field is a count of events unless its name ends in _ns. */
+struct cbcmn_bpf_shard {
+	/* USDT probes of libcbcmn */
+	__u64 steals;              /* cbcmn:steal (a probe that took >= 1 task) */
+	__u64 tasks_stolen;        /* sum of cbcmn:steal's "taken" */
+	__u64 steal_fails;         /* cbcmn:steal_fail */
+	__u64 doorbells_msg_ring;  /* cbcmn:doorbell kind 0, by sender */
+	__u64 doorbells_eventfd;   /* cbcmn:doorbell kind 1, by sender */
+	__u64 doorbells_recv;      /* cbcmn:doorbell, by target */
+	__u64 doorbells_coalesced; /* cbcmn:doorbell_coalesced, by waker */
+	__u64 xmsgs_sent;          /* cbcmn:xmsg, by sender */
+	__u64 xmsgs_recv;          /* cbcmn:xmsg, by receiver */
+	__u64 lock_contended;      /* cbcmn:lock_contended on this shard's thread */
+	__u64 lock_wait_ns;        /* its summed wait */
+	__u64 parks;               /* cbcmn:park */
+	/* sched tracepoints (executor threads only) */
+	__u64 oncpu_ns;
+	__u64 offcpu_ns;
+	__u64 switches;            /* times it left the CPU */
+	__u64 involuntary;         /* ... while still runnable (preempted) */
+	__u64 migrations;          /* sched_migrate_task */
+	/* io_uring tracepoints (by the shard's ring or thread) */
+	__u64 sqes;                /* io_uring_submit_req */
+	__u64 msg_ring_sqes;       /* ... with IORING_OP_MSG_RING */
+	__u64 cqes;                /* io_uring_complete on its ring */
+	__u64 cqe_errors;          /* ... with res < 0 */
+	__u64 cqring_waits;        /* io_uring_cqring_wait */
+	__u64 async_work;          /* io_uring_queue_async_work (punted to io-wq) */
+	__u64 cqe_overflows;       /* io_uring_cqe_overflow */
+	/* identity */
+	__u32 tid;                 /* the executor's thread, 0 if unseen */
+	__s32 cpu;                 /* its pinned CPU from cbcmn:exec_start, -1 none */
+};
+
+/* Per executor thread state for sched_switch, and the thread -> shard
+ * attribution the kernel tracepoints use: the "threads" HASH, key = tid. */
+struct cbcmn_bpf_thread {
+	__u32 shard;
+	__u32 pad;
+	__u64 on_ts;               /* last switch-in, ns (0: unknown) */
+	__u64 off_ts;              /* last switch-out, ns (0: unknown) */
+};
+
+/* Key of the "steal_pairs" HASH: value struct cbcmn_bpf_pair. */
+struct cbcmn_bpf_pair_key {
+	__u32 thief;
+	__u32 victim;
+};
+
+struct cbcmn_bpf_pair {
+	__u64 steals;
+	__u64 tasks;
+	__u64 fails;
+};
+
+#endif /* CBCMN_BPF_H */

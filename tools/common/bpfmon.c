@@ -1,0 +1,437 @@
+/* bpfmon.c: open, configure, load and attach bpf/cbcmn.bpf.c one program at
+ * a time, and read its maps (bpfmon.h). */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+#include "bpfmon.h"
+#include "cbcmn.skel.h"
+
+#define TRACEFS "/sys/kernel/tracing"
+#define BPFFS "/sys/fs/bpf"
+#define TRACEFS_MAGIC 0x74726163
+#define BPF_FS_MAGIC 0xcafe4a11
+#define MAX_BINS 4
+
+enum kind { USDT, TP_BTF, RAW_TP, TP };
+
+/* Each program of cbcmn.bpf.c and what it attaches to.  A RAW_TP entry is
+ * the fallback of the TP_BTF entry just before it. */
+static const struct spec {
+	const char *name;
+	enum kind kind;
+	const char *cat;  /* tracepoint category, USDT provider */
+	const char *what; /* tracepoint or probe name */
+	unsigned off_flag;
+} specs[] = {
+	{"cbcmn_steal", USDT, "cbcmn", "steal", 0},
+	{"cbcmn_steal_fail", USDT, "cbcmn", "steal_fail", 0},
+	{"cbcmn_doorbell", USDT, "cbcmn", "doorbell", 0},
+	{"cbcmn_doorbell_coalesced", USDT, "cbcmn", "doorbell_coalesced", 0},
+	{"cbcmn_xmsg", USDT, "cbcmn", "xmsg", 0},
+	{"cbcmn_park", USDT, "cbcmn", "park", 0},
+	{"cbcmn_lock_contended", USDT, "cbcmn", "lock_contended", 0},
+	{"cbcmn_exec_start", USDT, "cbcmn", "exec_start", 0},
+	{"cbcmn_exec_stop", USDT, "cbcmn", "exec_stop", 0},
+	{"cbcmn_sched_switch", TP_BTF, "sched", "sched_switch", BPFMON_NO_SCHED},
+	{"cbcmn_sched_switch_raw", RAW_TP, "sched", "sched_switch", BPFMON_NO_SCHED},
+	{"cbcmn_sched_migrate", TP_BTF, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
+	{"cbcmn_sched_migrate_raw", RAW_TP, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
+	{"cbcmn_io_submit", TP, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
+	{"cbcmn_io_complete", TP, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING},
+	{"cbcmn_io_cqring_wait", TP, "io_uring", "io_uring_cqring_wait", BPFMON_NO_IO_URING},
+	{"cbcmn_io_async_work", TP, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING},
+	{"cbcmn_io_cqe_overflow", TP, "io_uring", "io_uring_cqe_overflow", BPFMON_NO_IO_URING},
+};
+#define NSPECS (sizeof(specs) / sizeof(specs[0]))
+
+struct bpfmon {
+	struct cbcmn_bpf *skel;
+	pid_t pid;
+	struct bpfmon_prog progs[NSPECS];
+	char targets[NSPECS][80];
+	struct bpf_link *links[NSPECS][MAX_BINS];
+	char pin_dir[PATH_MAX];
+};
+
+static bool verbose;
+
+static int print_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	if (!verbose && level != LIBBPF_WARN)
+		return 0;
+	if (!verbose)
+		return 0; /* warnings for missing probes are reported by bpfmon_progs() */
+	return vfprintf(stderr, fmt, ap);
+}
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	if (errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+/* Effective capability bit cap of this process (from /proc/self/status). */
+static bool has_cap(int cap)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long long eff = 0;
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	fclose(f);
+	return eff >> cap & 1;
+}
+
+static bool fs_is(const char *path, long magic)
+{
+	struct statfs sf;
+	return statfs(path, &sf) == 0 && sf.f_type == magic;
+}
+
+static int mount_fs(const char *path, const char *type, long magic)
+{
+	if (fs_is(path, magic))
+		return 0;
+	if (mount("nodev", path, type, 0, NULL) && errno != EBUSY)
+		return -errno;
+	return 0;
+}
+
+static bool tracepoint_exists(const char *cat, const char *name)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), TRACEFS "/events/%s/%s/id", cat, name);
+	return access(p, F_OK) == 0;
+}
+
+/* tp_btf needs the tracepoint's btf_trace_<name> typedef in vmlinux BTF. */
+static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
+{
+	char t[128];
+	snprintf(t, sizeof(t), "btf_trace_%s", name);
+	return vmlinux && btf__find_by_name_kind(vmlinux, t, BTF_KIND_TYPEDEF) > 0;
+}
+
+/* The binaries of pid that may hold the cbcmn probes: its executable (the
+ * library linked statically) and every libcbcmn.so it maps.  Returns how
+ * many were written to bins. */
+static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
+{
+	char p[64], line[PATH_MAX + 256];
+	int n = 0;
+	snprintf(p, sizeof(p), "/proc/%d/exe", pid);
+	ssize_t len = readlink(p, bins[0], PATH_MAX - 1);
+	if (len > 0) {
+		bins[0][len] = 0;
+		n = 1;
+	}
+	snprintf(p, sizeof(p), "/proc/%d/maps", pid);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return n;
+	while (n < MAX_BINS && fgets(line, sizeof(line), f)) {
+		char *path = strchr(line, '/');
+		if (!path || !strstr(path, "libcbcmn"))
+			continue;
+		path[strcspn(path, "\n")] = 0;
+		bool seen = false;
+		for (int i = 0; i < n; i++)
+			seen |= strcmp(bins[i], path) == 0;
+		if (!seen)
+			snprintf(bins[n++], PATH_MAX, "%s", path);
+	}
+	fclose(f);
+	return n;
+}
+
+/* Executors already running: threads named "cbcmn-exec-N".  Only adds
+ * threads the map does not know (exec_start may have beaten us). */
+static void scan_executors(struct bpfmon *m)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "/proc/%d/task", m->pid);
+	DIR *d = opendir(p);
+	struct dirent *de;
+	if (!d)
+		return;
+	int fd = bpf_map__fd(m->skel->maps.threads);
+	while ((de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		char comm[32] = "";
+		snprintf(p, sizeof(p), "/proc/%d/task/%s/comm", m->pid, de->d_name);
+		FILE *f = fopen(p, "r");
+		if (!f)
+			continue;
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = 0;
+		fclose(f);
+		unsigned id;
+		if (sscanf(comm, "cbcmn-exec-%u", &id) != 1 || id >= CBCMN_BPF_MAX_SHARDS)
+			continue;
+		__u32 tid = (__u32)atoi(de->d_name);
+		struct cbcmn_bpf_thread th = {.shard = id};
+		bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
+	}
+	closedir(d);
+}
+
+static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
+{
+	int rc = mount_fs(BPFFS, "bpf", BPF_FS_MAGIC);
+	if (rc)
+		return fail(err, errlen, rc, "cannot mount bpffs at " BPFFS ": %s", strerror(-rc));
+	snprintf(m->pin_dir, sizeof(m->pin_dir), BPFFS "/cbcmn");
+	mkdir(m->pin_dir, 0755);
+	snprintf(m->pin_dir, sizeof(m->pin_dir), BPFFS "/cbcmn/%d", m->pid);
+	if (mkdir(m->pin_dir, 0755) && errno != EEXIST)
+		return fail(err, errlen, -errno, "mkdir %s: %s", m->pin_dir, strerror(errno));
+	struct bpf_map *map;
+	bpf_object__for_each_map(map, m->skel->obj) {
+		if (!strchr(bpf_map__name(map), '.') && strncmp(bpf_map__name(map), "__bpf_usdt", 10)) {
+			char p[PATH_MAX + 64];
+			snprintf(p, sizeof(p), "%s/%s", m->pin_dir, bpf_map__name(map));
+			if ((rc = bpf_map__pin(map, p)))
+				return fail(err, errlen, rc, "pin %s: %s", p, strerror(-rc));
+		}
+	}
+	return 0;
+}
+
+static void unpin_maps(struct bpfmon *m)
+{
+	if (!m->pin_dir[0])
+		return;
+	struct bpf_map *map;
+	bpf_object__for_each_map(map, m->skel->obj)
+		if (bpf_map__is_pinned(map))
+			bpf_map__unpin(map, NULL);
+	rmdir(m->pin_dir);
+}
+
+static void attach_all(struct bpfmon *m)
+{
+	char bins[MAX_BINS][PATH_MAX];
+	int nbins = probe_binaries(m->pid, bins);
+	for (size_t i = 0; i < NSPECS; i++) {
+		struct bpfmon_prog *pr = &m->progs[i];
+		struct bpf_program *prog = bpf_object__find_program_by_name(m->skel->obj, specs[i].name);
+		if (pr->state != BPFMON_ATTACHED || !prog)
+			continue;
+		if (specs[i].kind == USDT) {
+			int last = -ENOENT;
+			for (int b = 0; b < nbins; b++) {
+				struct bpf_link *l = bpf_program__attach_usdt(prog, m->pid, bins[b],
+									      specs[i].cat, specs[i].what, NULL);
+				if (l)
+					m->links[i][pr->links++] = l;
+				else
+					last = -errno;
+			}
+			if (!pr->links) {
+				pr->state = last == -ENOENT ? BPFMON_MISSING : BPFMON_FAILED;
+				pr->err = last;
+			}
+			continue;
+		}
+		struct bpf_link *l = bpf_program__attach(prog);
+		if (!l) {
+			pr->state = BPFMON_FAILED;
+			pr->err = -errno;
+			continue;
+		}
+		m->links[i][0] = l;
+		pr->links = 1;
+	}
+}
+
+int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen)
+{
+	struct bpfmon *m = NULL;
+	struct btf *vmlinux = NULL;
+	char p[64];
+	int rc;
+
+	if (!out || pid <= 0)
+		return fail(err, errlen, -EINVAL, "bad process id %d", (int)pid);
+	*out = NULL;
+	snprintf(p, sizeof(p), "/proc/%d", pid);
+	if (access(p, F_OK))
+		return fail(err, errlen, -ESRCH, "no such process: %d", (int)pid);
+	/* CAP_SYS_ADMIN = 21, CAP_PERFMON = 38, CAP_BPF = 39 */
+	if (!has_cap(21) && !(has_cap(38) && has_cap(39)))
+		return fail(err, errlen, -EPERM,
+			    "loading eBPF programs needs CAP_BPF and CAP_PERFMON (or root)");
+	if (access("/sys/kernel/btf/vmlinux", R_OK))
+		return fail(err, errlen, -ENOENT,
+			    "/sys/kernel/btf/vmlinux is missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF)");
+	if ((rc = mount_fs(TRACEFS, "tracefs", TRACEFS_MAGIC)))
+		return fail(err, errlen, rc, "cannot mount tracefs at " TRACEFS ": %s", strerror(-rc));
+
+	verbose = flags & BPFMON_VERBOSE;
+	libbpf_set_print(print_libbpf);
+
+	if (!(m = calloc(1, sizeof(*m))))
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	m->pid = pid;
+	if (!(m->skel = cbcmn_bpf__open())) {
+		rc = fail(err, errlen, -errno, "cannot open the BPF object: %s", strerror(errno));
+		goto cleanup;
+	}
+	m->skel->rodata->targ_tgid = (__u32)pid;
+
+	/* Decide, program by program, what loads: a missing tracepoint turns
+	 * its program off instead of failing the whole object. */
+	vmlinux = btf__load_vmlinux_btf();
+	bool btf_done[NSPECS] = {false};
+	for (size_t i = 0; i < NSPECS; i++) {
+		const struct spec *s = &specs[i];
+		struct bpfmon_prog *pr = &m->progs[i];
+		struct bpf_program *prog = bpf_object__find_program_by_name(m->skel->obj, s->name);
+		pr->name = s->name;
+		pr->target = m->targets[i];
+		snprintf(m->targets[i], sizeof(m->targets[i]), "%s %s%s%s",
+			 s->kind == USDT ? "usdt" : s->kind == TP_BTF ? "tp_btf" :
+			 s->kind == RAW_TP ? "raw_tp" : "tracepoint",
+			 s->kind == USDT || s->kind == TP ? s->cat : "",
+			 s->kind == USDT || s->kind == TP ? ":" : "", s->what);
+		bool on = true;
+		if (flags & s->off_flag) {
+			pr->state = BPFMON_OFF;
+			on = false;
+		} else if (s->kind == TP_BTF) {
+			on = btf_tracepoint_exists(vmlinux, s->what);
+			btf_done[i] = on;
+			if (!on) {
+				pr->state = BPFMON_OFF; /* the raw_tp entry next tries */
+			}
+		} else if (s->kind == RAW_TP) {
+			if (i > 0 && btf_done[i - 1]) {
+				pr->state = BPFMON_OFF;
+				on = false;
+			} else if (!(on = tracepoint_exists(s->cat, s->what))) {
+				pr->state = BPFMON_MISSING;
+				pr->err = -ENOENT;
+			}
+		} else if (s->kind == TP && !(on = tracepoint_exists(s->cat, s->what))) {
+			pr->state = BPFMON_MISSING;
+			pr->err = -ENOENT;
+		}
+		if (prog)
+			bpf_program__set_autoload(prog, on);
+	}
+
+	if ((rc = cbcmn_bpf__load(m->skel))) {
+		rc = fail(err, errlen, rc, "cannot load the BPF programs: %s%s", strerror(-rc),
+			  verbose ? "" : " (-v shows the verifier's log)");
+		goto cleanup;
+	}
+	if ((flags & BPFMON_PIN) && (rc = pin_maps(m, err, errlen)))
+		goto cleanup;
+
+	/* Executors that started before us, then attach, then those that
+	 * started in between (exec_start covers the ones after). */
+	scan_executors(m);
+	attach_all(m);
+	scan_executors(m);
+	btf__free(vmlinux);
+	*out = m;
+	return 0;
+
+cleanup:
+	btf__free(vmlinux);
+	bpfmon_close(m);
+	return rc;
+}
+
+unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
+{
+	*progs = m->progs;
+	return NSPECS;
+}
+
+int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
+{
+	if (!m || !out || n > CBCMN_BPF_NSLOTS)
+		return -EINVAL;
+	int fs = bpf_map__fd(m->skel->maps.shards);
+	int fo = bpf_map__fd(m->skel->maps.sqe_ops);
+	int fl = bpf_map__fd(m->skel->maps.lock_hist);
+	int seen = 0;
+	for (__u32 i = 0; i < n; i++) {
+		struct bpfmon_shard *o = &out[i];
+		memset(o, 0, sizeof(*o));
+		if (bpf_map_lookup_elem(fs, &i, &o->c))
+			return -errno;
+		for (__u32 k = 0; k < CBCMN_BPF_MAX_OPS; k++) {
+			__u32 key = i * CBCMN_BPF_MAX_OPS + k;
+			if (bpf_map_lookup_elem(fo, &key, &o->sqe_ops[k]))
+				return -errno;
+		}
+		for (__u32 k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {
+			__u32 key = i * CBCMN_BPF_HIST_SLOTS + k;
+			if (bpf_map_lookup_elem(fl, &key, &o->lock_hist[k]))
+				return -errno;
+		}
+		/* Any counter non-zero, or a thread seen: the shard exists. */
+		const __u64 *w = (const __u64 *)&o->c;
+		bool any = o->c.tid != 0;
+		for (size_t k = 0; k < offsetof(struct cbcmn_bpf_shard, tid) / 8; k++)
+			any |= w[k] != 0;
+		if (any && i < CBCMN_BPF_OUTSIDE)
+			seen = (int)i + 1;
+	}
+	return seen;
+}
+
+int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim, struct cbcmn_bpf_pair *out)
+{
+	if (!m || !out)
+		return -EINVAL;
+	struct cbcmn_bpf_pair_key k = {.thief = thief, .victim = victim};
+	memset(out, 0, sizeof(*out));
+	if (bpf_map_lookup_elem(bpf_map__fd(m->skel->maps.steal_pairs), &k, out) && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+const char *bpfmon_pin_dir(const struct bpfmon *m)
+{
+	return m->pin_dir;
+}
+
+void bpfmon_close(struct bpfmon *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < NSPECS; i++)
+		for (int b = 0; b < MAX_BINS; b++)
+			bpf_link__destroy(m->links[i][b]);
+	if (m->skel)
+		unpin_maps(m);
+	cbcmn_bpf__destroy(m->skel);
+	free(m);
+}

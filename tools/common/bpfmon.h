@@ -1,0 +1,87 @@
+/* bpfmon.h: the loader of bpf/cbcmn.bpf.c, and the C API that reads what it
+ * measures, per shard (executor) of one cbcmn process.  Used by cbcmn-stat,
+ * cbcmn-top and tests/test_bpf.c.  docs/OBSERVABILITY.md describes every
+ * metric.
+ *
+ * Use: bpfmon_open() (open, configure, load, attach: one call), then
+ * bpfmon_read() as often as wanted, then bpfmon_close().  Each program is
+ * attached on its own: one the kernel or the target lacks is reported by
+ * bpfmon_progs() and the others keep working.
+ *
+ * Errors are negative errno, with a one-line reason written to err (which
+ * the caller prints as is): -ESRCH no such process, -EPERM missing
+ * privilege, -ENOENT no BTF or no probes, other -errno from libbpf.  A
+ * monitor is used by one thread at a time.
+ */
+#ifndef CBCMN_TOOLS_BPFMON_H
+#define CBCMN_TOOLS_BPFMON_H
+
+#include <linux/types.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cbcmn_bpf.h"
+
+struct bpfmon;
+
+enum {
+	BPFMON_VERBOSE = 1 << 0, /* libbpf's messages (and the verifier's) to stderr */
+	BPFMON_PIN = 1 << 1,     /* pin the maps under /sys/fs/bpf/cbcmn/<pid>/ */
+	BPFMON_NO_SCHED = 1 << 2, /* leave the sched tracepoints off */
+	BPFMON_NO_IO_URING = 1 << 3, /* leave the io_uring tracepoints off */
+};
+
+/* Where a program stands after bpfmon_open(). */
+enum bpfmon_state {
+	BPFMON_ATTACHED = 0,
+	BPFMON_MISSING,  /* the kernel has no such tracepoint, or the target no such probe */
+	BPFMON_FAILED,   /* it exists but attaching failed: err says why */
+	BPFMON_OFF,      /* turned off by a flag, or an alternative was used instead */
+};
+
+struct bpfmon_prog {
+	const char *name;   /* program name in cbcmn.bpf.c */
+	const char *target; /* "usdt cbcmn:steal", "tp_btf sched_switch", "tracepoint io_uring:io_uring_complete" */
+	enum bpfmon_state state;
+	int err;            /* negative errno for MISSING and FAILED */
+	unsigned links;     /* USDT: binaries attached to (exe and/or libcbcmn.so) */
+};
+
+/* One shard's figures: the counters of struct cbcmn_bpf_shard, SQEs by
+ * opcode and the log2 histogram of lock waits (slot i: [2^i, 2^(i+1)) ns). */
+struct bpfmon_shard {
+	struct cbcmn_bpf_shard c;
+	uint64_t sqe_ops[CBCMN_BPF_MAX_OPS];
+	uint64_t lock_hist[CBCMN_BPF_HIST_SLOTS];
+};
+
+/* Watch process pid (its thread group).  Mounts tracefs (and bpffs for
+ * BPFMON_PIN) when they are not mounted.  Executors that started before
+ * the call are found by their thread names ("cbcmn-exec-N"); later ones by
+ * the cbcmn:exec_start probe.  Counting starts at attach.  Returns 0 and
+ * *out, or a negative errno and a reason in err (errlen bytes, may be 0). */
+int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen);
+
+/* The programs and what became of each; returns their number. */
+unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs);
+
+/* Read the counters of shards [0, n) into out[0..n) (n at most
+ * CBCMN_BPF_NSLOTS; index CBCMN_BPF_OUTSIDE is threads outside the
+ * runtime).  Returns the number of shards seen so far (the highest shard
+ * with any activity + 1, at most n), or a negative errno. */
+int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n);
+
+/* Steals from victim by thief so far (steals, tasks moved, failed probes);
+ * all zero if none.  Returns 0 or a negative errno. */
+int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim,
+		      struct cbcmn_bpf_pair *out);
+
+/* Where the maps are pinned ("" when not pinned). */
+const char *bpfmon_pin_dir(const struct bpfmon *m);
+
+/* Detach everything, unpin, free.  NULL is fine. */
+void bpfmon_close(struct bpfmon *m);
+
+#endif /* CBCMN_TOOLS_BPFMON_H */
