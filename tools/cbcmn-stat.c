@@ -1,0 +1,298 @@
+/* cbcmn-stat: per shard (executor) metrics of a running cbcmn process, seen
+ * by the eBPF programs of bpf/cbcmn.bpf.c: one dump or one per interval,
+ * for scripts (like vmstat or perf stat).  docs/OBSERVABILITY.md explains
+ * every column. */
+#include <errno.h>
+#include <stddef.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/bpfmon.h"
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+/* io_uring opcode names (include/uapi/linux/io_uring.h), for the summary. */
+static const char *const op_names[] = {
+	"NOP", "READV", "WRITEV", "FSYNC", "READ_FIXED", "WRITE_FIXED", "POLL_ADD",
+	"POLL_REMOVE", "SYNC_FILE_RANGE", "SENDMSG", "RECVMSG", "TIMEOUT",
+	"TIMEOUT_REMOVE", "ACCEPT", "ASYNC_CANCEL", "LINK_TIMEOUT", "CONNECT",
+	"FALLOCATE", "OPENAT", "CLOSE", "FILES_UPDATE", "STATX", "READ", "WRITE",
+	"FADVISE", "MADVISE", "SEND", "RECV", "OPENAT2", "EPOLL_CTL", "SPLICE",
+	"PROVIDE_BUFFERS", "REMOVE_BUFFERS", "TEE", "SHUTDOWN", "RENAMEAT",
+	"UNLINKAT", "MKDIRAT", "SYMLINKAT", "LINKAT", "MSG_RING", "FSETXATTR",
+	"SETXATTR", "FGETXATTR", "GETXATTR", "SOCKET", "URING_CMD", "SEND_ZC",
+	"SENDMSG_ZC", "READ_MULTISHOT", "WAITID", "FUTEX_WAIT", "FUTEX_WAKE",
+	"FUTEX_WAITV", "FIXED_FD_INSTALL", "FTRUNCATE", "BIND", "LISTEN",
+};
+
+static void op_name(unsigned op, char *buf, size_t len)
+{
+	if (op < sizeof(op_names) / sizeof(op_names[0]))
+		snprintf(buf, len, "%s", op_names[op]);
+	else
+		snprintf(buf, len, "OP%u", op);
+}
+
+/* The fields printed, in order: name, offset in struct cbcmn_bpf_shard,
+ * and whether it is ns shown as ms. */
+#define F(name, field, ms) {name, #field, offsetof(struct cbcmn_bpf_shard, field), ms}
+static const struct col {
+	const char *name; /* text column */
+	const char *key;  /* JSON key: the field's name */
+	size_t off;
+	int ms;
+} cols[] = {
+	F("steals", steals, 0),          F("stolen", tasks_stolen, 0),
+	F("steal_fail", steal_fails, 0), F("db_msgring", doorbells_msg_ring, 0),
+	F("db_efd", doorbells_eventfd, 0), F("db_recv", doorbells_recv, 0),
+	F("db_coal", doorbells_coalesced, 0), F("xmsg_tx", xmsgs_sent, 0),
+	F("xmsg_rx", xmsgs_recv, 0),     F("parks", parks, 0),
+	F("lock_cont", lock_contended, 0), F("lock_ms", lock_wait_ns, 1),
+	F("on_ms", oncpu_ns, 1),         F("off_ms", offcpu_ns, 1),
+	F("invol", involuntary, 0),      F("migr", migrations, 0),
+	F("sqes", sqes, 0),              F("msgring_sqe", msg_ring_sqes, 0),
+	F("cqes", cqes, 0),              F("cqe_err", cqe_errors, 0),
+	F("cq_waits", cqring_waits, 0),  F("async", async_work, 0),
+	F("overflow", cqe_overflows, 0),
+};
+#define NCOLS (sizeof(cols) / sizeof(cols[0]))
+
+static uint64_t get(const struct bpfmon_shard *s, const struct col *c)
+{
+	return *(const uint64_t *)((const char *)&s->c + c->off);
+}
+
+/* d = now - before, field by field. */
+static void delta(struct bpfmon_shard *d, const struct bpfmon_shard *now,
+		  const struct bpfmon_shard *before)
+{
+	*d = *now;
+	for (size_t k = 0; k < NCOLS; k++)
+		*(uint64_t *)((char *)&d->c + cols[k].off) = get(now, &cols[k]) - get(before, &cols[k]);
+	for (int k = 0; k < CBCMN_BPF_MAX_OPS; k++)
+		d->sqe_ops[k] = now->sqe_ops[k] - before->sqe_ops[k];
+}
+
+static void ops_summary(const struct bpfmon_shard *s, char *buf, size_t len, int json)
+{
+	size_t at = 0;
+	buf[0] = 0;
+	for (unsigned op = 0; op < CBCMN_BPF_MAX_OPS && at < len; op++) {
+		if (!s->sqe_ops[op])
+			continue;
+		char name[32];
+		op_name(op, name, sizeof(name));
+		at += (size_t)snprintf(buf + at, len - at, json ? "%s\"%s\":%llu" : "%s%s=%llu",
+				       at ? "," : "", name, (unsigned long long)s->sqe_ops[op]);
+	}
+	if (!at && !json)
+		snprintf(buf, len, "-");
+}
+
+static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_shard *outside, bool header)
+{
+	if (header) {
+		printf("%-7s %-8s %4s", "shard", "tid", "cpu");
+		for (size_t k = 0; k < NCOLS; k++)
+			printf(" %*s", (int)strlen(cols[k].name) > 8 ? (int)strlen(cols[k].name) : 8, cols[k].name);
+		printf(" sqe_ops\n");
+	}
+	for (int i = 0; i <= n; i++) {
+		const struct bpfmon_shard *s = i < n ? &d[i] : outside;
+		char ops[1024];
+		if (i == n) {
+			bool any = false;
+			for (size_t k = 0; k < NCOLS; k++)
+				any |= get(s, &cols[k]) != 0;
+			if (!any)
+				break;
+			printf("%-7s %-8s %4s", "outside", "-", "-");
+		} else {
+			printf("%-7d %-8u %4d", i, s->c.tid, s->c.tid ? s->c.cpu : -1);
+		}
+		for (size_t k = 0; k < NCOLS; k++) {
+			int w = (int)strlen(cols[k].name) > 8 ? (int)strlen(cols[k].name) : 8;
+			if (cols[k].ms)
+				printf(" %*.1f", w, get(s, &cols[k]) / 1e6);
+			else
+				printf(" %*llu", w, (unsigned long long)get(s, &cols[k]));
+		}
+		ops_summary(s, ops, sizeof(ops), 0);
+		printf(" %s\n", ops);
+	}
+	fflush(stdout);
+}
+
+static void print_json(pid_t pid, double secs, int n, const struct bpfmon_shard *d,
+		       const struct bpfmon_shard *outside)
+{
+	printf("{\"pid\":%d,\"interval_s\":%.3f,\"shards\":[", (int)pid, secs);
+	for (int i = 0; i <= n; i++) {
+		const struct bpfmon_shard *s = i < n ? &d[i] : outside;
+		char ops[2048];
+		if (i)
+			printf(",");
+		if (i < n)
+			printf("{\"shard\":%d,\"tid\":%u,\"cpu\":%d", i, s->c.tid, s->c.tid ? s->c.cpu : -1);
+		else
+			printf("{\"shard\":\"outside\"");
+		for (size_t k = 0; k < NCOLS; k++)
+			printf(",\"%s\":%llu", cols[k].key, (unsigned long long)get(s, &cols[k]));
+		ops_summary(s, ops, sizeof(ops), 1);
+		printf(",\"sqe_ops\":{%s}}", ops);
+	}
+	printf("]}\n");
+	fflush(stdout);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: cbcmn-stat -p PID [-i SEC] [-c COUNT] [--json] [-v]\n\n"
+		"Per shard (executor) metrics of a running cbcmn process, from eBPF programs\n"
+		"on the library's USDT probes and the sched and io_uring tracepoints.  Each\n"
+		"report covers one interval (default 1 s); counting starts at attach.\n"
+		"Needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BTF.\n\n"
+		"  -p, --pid PID        the process to watch\n"
+		"  -i, --interval SEC   seconds per report (default 1)\n"
+		"  -c, --count N        reports before exiting (default 1; 0: until ^C)\n"
+		"  -j, --json           one JSON object per report\n"
+		"  -v, --verbose        list the programs and libbpf's messages\n\n"
+		"EXAMPLES\n"
+		"  cbcmn-stat -p $(pgrep cbcmn-demo)          one 1 s report\n"
+		"  cbcmn-stat -p 1234 -i 2 -c 0               every 2 s until ^C\n"
+		"  cbcmn-stat -p 1234 --json | jq .shards[0]  for scripts\n"
+		"Columns: docs/OBSERVABILITY.md.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {{"pid", required_argument, NULL, 'p'},
+					     {"interval", required_argument, NULL, 'i'},
+					     {"count", required_argument, NULL, 'c'},
+					     {"json", no_argument, NULL, 'j'},
+					     {"verbose", no_argument, NULL, 'v'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	long pid = 0, count = 1;
+	double interval = 1.0;
+	bool json = false, verbose = false;
+	int c;
+	char *end;
+	while ((c = getopt_long(argc, argv, "p:i:c:jvh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			pid = strtol(optarg, &end, 10);
+			if (*end || pid <= 0) {
+				fprintf(stderr, "cbcmn-stat: -p wants a process id, got '%s'\n", optarg);
+				return 1;
+			}
+			break;
+		case 'i':
+			interval = strtod(optarg, &end);
+			if (*end || !(interval > 0 && interval <= 86400)) {
+				fprintf(stderr, "cbcmn-stat: -i wants seconds > 0, got '%s'\n", optarg);
+				return 1;
+			}
+			break;
+		case 'c':
+			count = strtol(optarg, &end, 10);
+			if (*end || count < 0) {
+				fprintf(stderr, "cbcmn-stat: -c wants a count >= 0, got '%s'\n", optarg);
+				return 1;
+			}
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'v':
+			verbose = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 1;
+		}
+	}
+	if (!pid || optind != argc) {
+		fprintf(stderr, "cbcmn-stat: %s\n", pid ? "unexpected argument" : "-p PID is required");
+		return 1;
+	}
+
+	struct bpfmon *m = NULL;
+	struct bpfmon_shard *prev = NULL, *now = NULL, *d = NULL;
+	char err[256];
+	int ret = 1;
+	int rc = bpfmon_open(&m, (pid_t)pid, verbose ? BPFMON_VERBOSE : 0, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "cbcmn-stat: %s\n", err);
+		return 1;
+	}
+	const struct bpfmon_prog *p;
+	unsigned np = bpfmon_progs(m, &p);
+	for (unsigned i = 0; i < np; i++) {
+		if (p[i].state == BPFMON_MISSING)
+			fprintf(stderr, "cbcmn-stat: %s: %s\n", p[i].target,
+				!strncmp(p[i].target, "usdt", 4) ? "not in the target" : "not in this kernel");
+		else if (p[i].state == BPFMON_FAILED)
+			fprintf(stderr, "cbcmn-stat: %s: %s\n", p[i].target, strerror(-p[i].err));
+		else if (verbose)
+			fprintf(stderr, "cbcmn-stat: %s: %s\n", p[i].target,
+				p[i].state == BPFMON_ATTACHED ? "attached" : "off");
+	}
+	prev = calloc(CBCMN_BPF_NSLOTS, sizeof(*prev));
+	now = calloc(CBCMN_BPF_NSLOTS, sizeof(*now));
+	d = calloc(CBCMN_BPF_NSLOTS, sizeof(*d));
+	if (!prev || !now || !d) {
+		fprintf(stderr, "cbcmn-stat: out of memory\n");
+		goto cleanup;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	if ((rc = bpfmon_read(m, prev, CBCMN_BPF_NSLOTS)) < 0)
+		goto read_failed;
+	for (long r = 0; (!count || r < count) && !stop; r++) {
+		struct timespec ts = {(time_t)interval, (long)((interval - (time_t)interval) * 1e9)};
+		while (nanosleep(&ts, &ts) && errno == EINTR && !stop)
+			;
+		if (kill((pid_t)pid, 0) && errno == ESRCH) {
+			fprintf(stderr, "cbcmn-stat: process %ld has exited\n", pid);
+			break;
+		}
+		int n = bpfmon_read(m, now, CBCMN_BPF_NSLOTS);
+		if ((rc = n) < 0)
+			goto read_failed;
+		for (int i = 0; i < CBCMN_BPF_NSLOTS; i++)
+			delta(&d[i], &now[i], &prev[i]);
+		if (json)
+			print_json((pid_t)pid, interval, n, d, &d[CBCMN_BPF_OUTSIDE]);
+		else
+			print_text(n, d, &d[CBCMN_BPF_OUTSIDE], r == 0);
+		struct bpfmon_shard *t = prev;
+		prev = now;
+		now = t;
+	}
+	ret = 0;
+	goto cleanup;
+read_failed:
+	fprintf(stderr, "cbcmn-stat: reading the maps: %s\n", strerror(-rc));
+cleanup:
+	free(prev);
+	free(now);
+	free(d);
+	bpfmon_close(m);
+	return ret;
+}
