@@ -216,7 +216,6 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwait_reg iwaits;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
-	_Atomic uint32_t searching_hint; /* set by a notifier: wake as a searcher */
 	_Atomic int32_t start_err;       /* its ring could not be enabled */
 	_Atomic uint32_t lstate;         /* CBCMN__EX_*: is its thread running */
 	_Atomic bool joinable;           /* its thread is to be joined at destroy */
@@ -324,6 +323,7 @@ struct cbcmn_runtime {
 	bool dynamic;                     /* min_live < nexec */
 	_Atomic uint64_t exec_starts, exec_retires;
 	_Atomic uint32_t exiting;         /* retired threads in their last steps */
+	_Atomic uint32_t resizing;        /* a start or a retirement is under way */
 	struct cbcmn__blocking_pool *blocking;
 };
 

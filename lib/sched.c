@@ -845,22 +845,52 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 /* Start executor nlive, the next in the lookup array (seed 003), unless one
  * is being started or retired already (that one then looks at want_live).
  * Its CPU is the policy's for its index, chosen at create. */
+/* One resize at a time: a start (until the new executor is published in
+ * nlive) or a retirement (its check and nlive step) holds the token, so the
+ * array [0, nlive) never gets a hole and nlive is never written by two. */
+static bool resize_begin(struct cbcmn_runtime *rt)
+{
+	uint32_t z = 0;
+	return atomic_compare_exchange_strong_explicit(&rt->resizing, &z, 1, memory_order_acq_rel,
+						       memory_order_relaxed);
+}
+
+static void resize_end(struct cbcmn_runtime *rt)
+{
+	atomic_store_explicit(&rt->resizing, 0, memory_order_release);
+}
+
 void cbcmn__exec_grow(struct cbcmn_runtime *rt)
 {
+	if (!resize_begin(rt))
+		return; /* the one resizing looks at want_live when it is done */
 	uint32_t n = cbcmn__nlive(rt);
-	if (n >= rt->nexec || atomic_load_explicit(&rt->shutdown, memory_order_acquire))
+	if (n >= rt->nexec || atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+		resize_end(rt);
 		return;
+	}
 	struct cbcmn__exec *e = rt->exec[n];
 	uint32_t s = CBCMN__EX_STOPPED;
 	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
-						     memory_order_acq_rel, memory_order_acquire))
+						     memory_order_seq_cst, memory_order_acquire)) {
+		resize_end(rt);
 		return;
+	}
+	/* Destroy may have passed this executor already: back out.  seq_cst
+	 * against stop_executors()' shutdown store and state loads. */
+	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+		atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_seq_cst);
+		resize_end(rt);
+		return;
+	}
 	atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
 	atomic_store_explicit(&e->joinable, true, memory_order_release);
 	if (cbcmn__exec_thread_start(e) != 0) {
 		atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 		atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
+		resize_end(rt);
 	}
+	/* Started: the new thread ends the resize once it is in nlive. */
 }
 
 /* Executor id must run (work was sent to it): raise want_live and grow. */
@@ -890,10 +920,23 @@ static bool exec_empty(struct cbcmn__exec *e)
  * lookup array.  A sender that posts to it meanwhile either is seen here
  * (mail, then it stays) or sees it retiring and asks for it again
  * (cbcmn__exec_want(), store-buffering pair with the lstate CAS). */
+static bool retire_locked(struct cbcmn__exec *e);
+
 static bool try_retire(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	if (e->id < rt->min_live || cbcmn__nlive(rt) != e->id + 1 || !exec_empty(e))
+	if (e->id < rt->min_live || cbcmn__nlive(rt) != e->id + 1 || !exec_empty(e) ||
+	    !resize_begin(rt))
+		return false;
+	bool ok = retire_locked(e);
+	resize_end(rt);
+	return ok;
+}
+
+static bool retire_locked(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (cbcmn__nlive(rt) != e->id + 1)
 		return false;
 	/* A want that named us is met: we ran.  (A sender sees us RUNNING
 	 * until the CAS below and raises no want meanwhile; a want for a
@@ -1172,9 +1215,11 @@ void *cbcmn__exec_main(void *arg)
 			atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
 			cbcmn__futex_wake_one(&rt->started);
 		} else if (rc == 0) {
-			/* Emplaced at nlive, which was our index (seed 003). */
+			/* Emplaced at nlive, which was our index (seed 003);
+			 * the resize token (cbcmn__exec_grow) keeps it so. */
 			atomic_store_explicit(&rt->nlive, e->id + 1, memory_order_seq_cst);
 			atomic_fetch_add_explicit(&rt->exec_starts, 1, memory_order_relaxed);
+			resize_end(rt);
 			if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id + 1)
 				cbcmn__exec_grow(rt);
 		} else {
@@ -1186,6 +1231,10 @@ void *cbcmn__exec_main(void *arg)
 			if (!initial) {
 				atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 				pthread_detach(pthread_self());
+				atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
+				resize_end(rt);
+			} else {
+				/* Joined by the create call's clean-up. */
 				atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
 			}
 			return NULL;

@@ -156,8 +156,8 @@ void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
 		atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst);
 		return;
 	}
-	/* The searching count we took is e's now: it wakes as a searcher. */
-	atomic_store_explicit(&e->searching_hint, 1, memory_order_relaxed);
+	/* The searching count we took is e's now: it wakes as a searcher
+	 * (it sees its bit cleared, cbcmn__park()). */
 	unpark(e);
 }
 
@@ -260,15 +260,15 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 	}
 	if (notified) {
 		CBCMN__COUNT(e, wakes, 1);
-		/* A permit from cbcmn__unpark_all() (shutdown) comes without a
-		 * claim: drop our idle bit ourselves.  No-op after a claim. */
-		idle_try_clear(e);
-		/* The notifier counted us in num_searching (or, at shutdown, did
-		 * not: unpark_all sets no hint). */
-		if (atomic_exchange_explicit(&e->searching_hint, 0, memory_order_relaxed))
-			e->searching = true;
-		else
+		/* Claimed or not: a notifier that claimed us cleared our idle
+		 * bit and counted us in num_searching; a kick or shutdown's
+		 * permit comes without a claim, and we clear the bit and count
+		 * ourselves.  The bit says which, whatever order the permits
+		 * came in (a hint word set after the claim could be missed). */
+		if (idle_try_clear(e))
 			cbcmn__searching_begin(e);
+		else
+			e->searching = true;
 	} else {
 		cbcmn__searching_begin(e);
 	}

@@ -159,6 +159,12 @@ static void post(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__x
 	struct cbcmn__lane *l = lane_get(e, dst);
 	if (!l || e->backlog[dst->id] || !lane_put(l, ent)) {
 		backlog_add(e, dst->id, m, ent); /* keeps the order per lane */
+		/* The lane may be full of acknowledgements that woke nobody:
+		 * wake dst now so that it drains them and makes room. */
+		if (mail_flag(dst, e->id, false))
+			cbcmn__kick(dst);
+		if (wake)
+			ensure_live(dst);
 		return;
 	}
 	if (mail_flag(dst, e->id, !wake)) {
@@ -193,6 +199,8 @@ void cbcmn__backlog_flush(struct cbcmn__exec *e)
 			e->backlog_tail[d] = NULL;
 		if (moved && mail_flag(dst, e->id, false))
 			cbcmn__kick(dst);
+		if (moved)
+			ensure_live(dst);
 	}
 }
 
