@@ -84,6 +84,7 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 	 * that made the wait CANCELLED. */
 	if (!atomic_exchange_explicit(&e->io_cancel, 0, memory_order_acquire))
 		return;
+	cbcmn__mshot_cancel_pending(e);
 	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
 		if (r->cancel_sent || r->nocancel ||
 		    atomic_load_explicit(&r->iw.state, memory_order_acquire) != CBCMN__IW_CANCELLED)

@@ -256,6 +256,7 @@ struct cbcmn__exec {
 	uint32_t nbacklog;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
 	uint32_t nmshots;                 /* streams and acceptors open here (stream.c) */
+	struct cbcmn__mshot *mshots;      /* ... and their list */
 	uint64_t busy_since, busy_tasks;  /* for avg_task_ns */
 	uint64_t window_start, idle_ns;   /* for busy_pct */
 	struct cbcmn__rng rng;
@@ -504,6 +505,7 @@ void cbcmn__io_orphan_all(struct cbcmn__exec *e);
 /* stream.c */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags);
 void cbcmn__bufring_fini(struct cbcmn__exec *e);
+void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e);
 
 /* timer.c */
 struct cbcmn__timer;

@@ -45,6 +45,7 @@ struct cbcmn__mshot {
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
 	uint32_t qhead, qlen, qcap;
 	struct cbcmn__iwait *waiter; /* a task waiting for an item or the end */
+	struct cbcmn__mshot *prev, *next; /* the executor's list (cancellation) */
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
 	uint32_t accept_flags;
 };
@@ -213,6 +214,29 @@ static struct cbcmn_task *ms_self(cbcmn_cx *cx, struct cbcmn__mshot *m, int64_t 
 	return t;
 }
 
+/* Cancellation of a task waiting on m, called by the canceller (under the
+ * registry lock: the wait is still there) or by the task itself: flag the
+ * owner, which ends the wait (cbcmn__mshot_cancel_pending()). */
+static void ms_on_cancel(struct cbcmn__iwait *iw)
+{
+	struct cbcmn__mshot *m = iw->user;
+	atomic_store_explicit(&m->e->io_cancel, 1, memory_order_release);
+	cbcmn__kick(m->e);
+}
+
+/* Executor side, with the I/O cancellations: wake the cancelled waiters. */
+void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
+{
+	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
+		struct cbcmn__iwait *w = m->waiter;
+		if (w && atomic_load_explicit(&w->state, memory_order_acquire) ==
+				 CBCMN__IW_CANCELLED) {
+			m->waiter = NULL;
+			cbcmn__iwait_wake(w, e);
+		}
+	}
+}
+
 /* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
  * m->err), or CBCMN_ECANCELED / -EBUSY. */
 static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
@@ -222,6 +246,9 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
 	for (;;) {
+		/* A wait for budget or a pause may have moved the task. */
+		if (t->exec != m->e)
+			return -EXDEV;
 		if (m->qlen) {
 			*it = ms_pop(m);
 			return 1;
@@ -239,14 +266,13 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 			ms_arm(m);
 		struct cbcmn__iwait iw;
 		cbcmn__iwait_init(&iw, t);
+		/* Only the owning executor ends the wait (a CQE, or the cancel
+		 * flag it is kicked with): m->waiter is its alone. */
+		iw.on_cancel = ms_on_cancel;
+		iw.user = m;
 		m->waiter = &iw;
-		uint32_t how = cbcmn__iwait_block(&iw);
-		if (m->waiter == &iw)
-			m->waiter = NULL; /* cancelled: the CQE side never saw us */
-		if (how == CBCMN__IW_CANCELLED)
+		if (cbcmn__iwait_block(&iw) == CBCMN__IW_CANCELLED)
 			return CBCMN_ECANCELED;
-		if (t->exec != m->e)
-			return -EXDEV; /* resumed elsewhere (cancellation's wake) */
 	}
 }
 
@@ -294,6 +320,10 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	m->kind = kind;
 	m->held = -1;
 	e->nmshots++; /* keeps the executor from retiring */
+	m->next = e->mshots;
+	if (m->next)
+		m->next->prev = m;
+	e->mshots = m;
 	*out = m;
 	return 0;
 }
@@ -319,6 +349,12 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 			close((int)it.val);
 	}
 	m->e->nmshots--;
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		m->e->mshots = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
 	free(m->q);
 	free(m);
 	return 0;
