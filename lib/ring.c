@@ -164,13 +164,14 @@ void cbcmn__ring_close(struct cbcmn__exec *e)
 	r->up = r->enabled = r->efd_armed = false;
 	r->inflight = r->defer = 0;
 	r->reqs = NULL;
+	r->fd = -1; /* a restarted executor gets a new ring and number */
 }
 
 void cbcmn__ring_destroy(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	cbcmn__ring_close(e);
-	if (r->efd > 0)
+	if (r->efd >= 0)
 		close(r->efd);
 	r->efd = -1;
 }
@@ -348,8 +349,15 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	struct cbcmn__ring *r = &e->ring;
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/self/task/%d", (int)r->tid);
-	for (int i = 0; i < 10000 && access(path, F_OK) == 0; i++)
+	/* Unbounded: until the old thread is gone the kernel may still write
+	 * into the buffers of the requests it had in flight. */
+	for (int i = 0; access(path, F_OK) == 0; i++) {
+		if (i == 10000)
+			fprintf(stderr, "cbcmn: executor %u: still waiting for its dead thread %d to "
+					"exit\n",
+				e->id, (int)r->tid);
 		usleep(500);
+	}
 	struct io_uring old = r->u;
 	int oldfd = r->fd;
 	r->up = r->enabled = r->efd_armed = false;

@@ -38,7 +38,10 @@ struct cbcmn__ring_caps {
 	bool nodrop;          /* IORING_FEAT_NODROP */
 };
 
-/* An executor's ring (owner-only but for fd and efd, immutable). */
+/* An executor's ring, owner-only but for fd and efd, which other threads
+ * read to ring its doorbell: efd is fixed; fd is new each time a retired
+ * executor starts again, published to doorbell senders by the release of
+ * its park word when it goes to sleep (wake.c). */
 struct cbcmn__ring {
 	struct io_uring u;
 	int fd;               /* for other executors' MSG_RING */

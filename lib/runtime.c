@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <numaif.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "futex.h"
@@ -177,9 +178,12 @@ static int place_executors(struct cbcmn_runtime *rt, int32_t *cpu, int32_t *node
  * that node anyway once it runs pinned: first touch). */
 static struct cbcmn__exec *exec_alloc(size_t page, int node)
 {
+	/* Pages of its own (mmap, not the malloc heap, whose pages may be
+	 * touched already: mbind places pages at their first touch). */
 	size_t size = (sizeof(struct cbcmn__exec) + page - 1) & ~(page - 1);
-	struct cbcmn__exec *e = aligned_alloc(page, size);
-	if (!e)
+	struct cbcmn__exec *e = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				     -1, 0);
+	if (e == MAP_FAILED)
 		return NULL;
 	if (node >= 0 && node < 1024) {
 		unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
@@ -199,7 +203,7 @@ static void exec_free(struct cbcmn__exec *e)
 	cbcmn__deque_destroy(&e->dq);
 	cbcmn__ring_destroy(e);
 	cbcmn__xmsg_fini(e);
-	free(e);
+	munmap(e, (sizeof(*e) + e->rt->page - 1) & ~(e->rt->page - 1));
 }
 
 static void runtime_free(struct cbcmn_runtime *rt)
@@ -302,17 +306,19 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			runtime_free(rt);
 			return -ENOMEM;
 		}
+		e->rt = rt;
+		e->id = i;
 		e->cpu = cpu[i];
 		e->node = node[i];
 		cbcmn__iwait_reg_init(&e->iwaits);
 		rt->exec[i] = e;
 		rt->nexec = i + 1;
 		if (cbcmn__deque_init(&e->dq, DEQUE_INITIAL) != 0) {
+			free(cpu);
+			free(node);
 			runtime_free(rt);
 			return -ENOMEM;
 		}
-		e->rt = rt;
-		e->id = i;
 		e->ring.efd = -1;
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;

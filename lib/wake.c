@@ -196,8 +196,10 @@ void cbcmn__searching_end(struct cbcmn__exec *e)
 static bool wait_permit(struct cbcmn__exec *e, uint64_t timeout_ns)
 {
 	uint32_t w = CBCMN__PARK_EMPTY;
+	/* acq_rel: also releases our ring's fd (new after a restart) to the
+	 * waker whose exchange reads SLEEPING and rings it. */
 	if (!atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_SLEEPING,
-						     memory_order_acquire, memory_order_acquire)) {
+						     memory_order_acq_rel, memory_order_acquire)) {
 		/* NOTIFIED already: consume it.  An exchange, not a store: a
 		 * second permit given since the CAS must be read (acquire,
 		 * pairing with its giver's exchange, so we see its work),
