@@ -172,6 +172,7 @@ static void post(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__x
 			cbcmn__kick(dst);
 	} else if (wake) {
 		CBCMN__COUNT(e, doorbells_coalesced, 1);
+		CBCMN_PROBE2(doorbell_coalesced, (int)e->id, dst->id);
 	}
 	if (wake)
 		ensure_live(dst);
