@@ -66,6 +66,23 @@ struct {
 	__type(value, __u64);
 } lock_hist SEC(".maps");
 
+/* Per shard scheduling state for doorbell latency (struct cbcmn_bpf_sched). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CBCMN_BPF_NSLOTS);
+	__type(key, __u32);
+	__type(value, struct cbcmn_bpf_sched);
+} shard_sched SEC(".maps");
+
+/* Run-queue latency, futex waits, doorbell latency: log2 us histograms,
+ * index (kind * CBCMN_BPF_NSLOTS + shard) * CBCMN_BPF_HIST_SLOTS + slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CBCMN_BPF_NHISTS * CBCMN_BPF_NSLOTS * CBCMN_BPF_HIST_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} hists SEC(".maps");
+
 /* Several CPUs may bump one shard (a sender counts on the target's entry),
  * so every add is atomic: exact counts are the point. */
 #define ADD(p, field, v) __sync_fetch_and_add(&(p)->field, (v))
@@ -109,6 +126,21 @@ static __always_inline __u32 log2_slot(__u64 v)
 		}
 	}
 	return s < CBCMN_BPF_HIST_SLOTS ? s : CBCMN_BPF_HIST_SLOTS - 1;
+}
+
+static __always_inline void hist_add(__u32 kind, __u32 slot, __u64 us)
+{
+	if (slot >= CBCMN_BPF_NSLOTS)
+		return;
+	__u32 i = (kind * CBCMN_BPF_NSLOTS + slot) * CBCMN_BPF_HIST_SLOTS + log2_slot(us);
+	__u64 *c = bpf_map_lookup_elem(&hists, &i);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
+
+static __always_inline struct cbcmn_bpf_sched *shard_sched_of(__u32 i)
+{
+	return bpf_map_lookup_elem(&shard_sched, &i);
 }
 
 /* ---- USDT probes of libcbcmn (docs/PROBES.md) ---------------------------- */
@@ -165,8 +197,38 @@ int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind)
 		else
 			ADD(s, doorbells_eventfd, 1);
 	}
-	if ((s = shard(slot_of(target))))
-		ADD(s, doorbells_recv, 1);
+	if (!(s = shard(slot_of(target))))
+		return 0;
+	ADD(s, doorbells_recv, 1);
+
+	/* Doorbell latency.  The probe fires after the MSG_RING SQE was
+	 * submitted, when the target may already be running because of it:
+	 * the doorbell's start is the sender's MSG_RING submission
+	 * (io_uring_submit_req), else (eventfd, or the io_uring programs off)
+	 * now. */
+	__u64 now = bpf_ktime_get_ns(), t0 = now;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cbcmn_bpf_thread *me = bpf_map_lookup_elem(&threads, &tid);
+	if (kind == 0 && me && me->db_submit_ts && me->db_submit_ts <= now)
+		t0 = me->db_submit_ts;
+	struct cbcmn_bpf_sched *ts = shard_sched_of(slot_of(target));
+	if (!ts)
+		return 0;
+	if (ts->oncpu) {
+		if (ts->on_ts >= t0) {
+			/* It was switched in after the doorbell started: the
+			 * wake already happened, measure it now. */
+			ADD(s, doorbell_lat, 1);
+			ADD(s, doorbell_lat_ns, ts->on_ts - t0);
+			hist_add(CBCMN_BPF_HIST_DOORBELL, slot_of(target), (ts->on_ts - t0) / 1000);
+		} else {
+			ADD(s, doorbells_running, 1);
+		}
+	} else if (ts->db_t0) {
+		ADD(s, doorbells_pending, 1);
+	} else {
+		ts->db_t0 = t0;
+	}
 	return 0;
 }
 
@@ -284,8 +346,13 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 				ADD(s, oncpu_ns, now - th->on_ts);
 			th->off_ts = now;
 			ADD(s, switches, 1);
-			if (task_state(prev) == 0) /* TASK_RUNNING: preempted */
+			if (task_state(prev) == 0) { /* TASK_RUNNING: preempted */
 				ADD(s, involuntary, 1);
+				th->wake_ts = now; /* back on the run queue */
+			}
+			struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
+			if (ss)
+				ss->oncpu = 0;
 		}
 	}
 	if (BPF_CORE_READ(next, tgid) == targ_tgid) {
@@ -294,6 +361,24 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 			if (th->off_ts)
 				ADD(s, offcpu_ns, now - th->off_ts);
 			th->on_ts = now;
+			if (th->wake_ts && th->wake_ts <= now) {
+				ADD(s, runq_waits, 1);
+				ADD(s, runq_ns, now - th->wake_ts);
+				hist_add(CBCMN_BPF_HIST_RUNQ, th->shard, (now - th->wake_ts) / 1000);
+			}
+			th->wake_ts = 0;
+			struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
+			if (ss) {
+				ss->on_ts = now;
+				ss->oncpu = 1;
+				__u64 t0 = ss->db_t0;
+				if (t0 && t0 <= now) {
+					ADD(s, doorbell_lat, 1);
+					ADD(s, doorbell_lat_ns, now - t0);
+					hist_add(CBCMN_BPF_HIST_DOORBELL, th->shard, (now - t0) / 1000);
+				}
+				ss->db_t0 = 0;
+			}
 		}
 	}
 }
@@ -321,6 +406,45 @@ SEC("raw_tp/sched_switch")
 int BPF_PROG(cbcmn_sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	on_switch(prev, next);
+	return 0;
+}
+
+/* A thread made runnable: the start of its run-queue wait. */
+static __always_inline void on_wakeup(struct task_struct *p)
+{
+	if (BPF_CORE_READ(p, tgid) != targ_tgid)
+		return;
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	if (th)
+		th->wake_ts = bpf_ktime_get_ns();
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(cbcmn_sched_wakeup, struct task_struct *p)
+{
+	on_wakeup(p);
+	return 0;
+}
+
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(cbcmn_sched_wakeup_raw, struct task_struct *p)
+{
+	on_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(cbcmn_sched_wakeup_new, struct task_struct *p)
+{
+	on_wakeup(p);
+	return 0;
+}
+
+SEC("raw_tp/sched_wakeup_new")
+int BPF_PROG(cbcmn_sched_wakeup_new_raw, struct task_struct *p)
+{
+	on_wakeup(p);
 	return 0;
 }
 
@@ -364,8 +488,10 @@ int cbcmn_io_submit(struct trace_event_raw_io_uring_submit_req *ctx)
 	bpf_map_update_elem(&rings, &ring, &si, BPF_ANY);
 	__u32 op = BPF_CORE_READ(ctx, opcode);
 	ADD(s, sqes, 1);
-	if (op == IORING_OP_MSG_RING)
+	if (op == IORING_OP_MSG_RING) {
 		ADD(s, msg_ring_sqes, 1);
+		th->db_submit_ts = bpf_ktime_get_ns();
+	}
 	__u32 i = si * CBCMN_BPF_MAX_OPS + (op < CBCMN_BPF_MAX_OPS ? op : CBCMN_BPF_MAX_OPS - 1);
 	__u64 *c = bpf_map_lookup_elem(&sqe_ops, &i);
 	if (c)
@@ -409,5 +535,45 @@ int cbcmn_io_cqe_overflow(struct trace_event_raw_io_uring_cqe_overflow *ctx)
 	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
 	if (s)
 		ADD(s, cqe_overflows, 1);
+	return 0;
+}
+
+/* ---- futex waits of executor threads ---------------------------------------- */
+
+/* FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI,
+ * FUTEX_LOCK_PI2: the ops that block (op & FUTEX_CMD_MASK). */
+static __always_inline bool futex_blocks(long op)
+{
+	long cmd = op & 127;
+	return cmd == 0 || cmd == 6 || cmd == 9 || cmd == 11 || cmd == 13;
+}
+
+SEC("tracepoint/syscalls/sys_enter_futex")
+int cbcmn_futex_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	if (!in_target())
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	if (th && futex_blocks(BPF_CORE_READ(ctx, args[1])))
+		th->futex_ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_futex")
+int cbcmn_futex_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	if (!in_target())
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	struct cbcmn_bpf_shard *s;
+	if (!th || !th->futex_ts || !(s = shard(th->shard)))
+		return 0;
+	__u64 d = bpf_ktime_get_ns() - th->futex_ts;
+	th->futex_ts = 0;
+	ADD(s, futex_waits, 1);
+	ADD(s, futex_wait_ns, d);
+	hist_add(CBCMN_BPF_HIST_FUTEX, th->shard, d / 1000);
 	return 0;
 }

@@ -9,7 +9,8 @@
 #define CBCMN_BPF_OUTSIDE CBCMN_BPF_MAX_SHARDS
 #define CBCMN_BPF_NSLOTS (CBCMN_BPF_MAX_SHARDS + 1)
 
-/* log2 histograms: slot i counts values in [2^i, 2^(i+1)) ns, slot 0 also 0. */
+/* log2 histograms: slot i counts values in [2^i, 2^(i+1)) of the unit (ns for
+ * lock_hist, us for the "hists" map), slot 0 also 0. */
 #define CBCMN_BPF_HIST_SLOTS 32
 
 /* io_uring opcodes counted one by one (IORING_OP_LAST is 63 on 6.18);
@@ -46,6 +47,17 @@ struct cbcmn_bpf_shard {
 	__u64 cqring_waits;        /* io_uring_cqring_wait */
 	__u64 async_work;          /* io_uring_queue_async_work (punted to io-wq) */
 	__u64 cqe_overflows;       /* io_uring_cqe_overflow */
+	/* run-queue latency: wakeup (or preemption) -> switched in */
+	__u64 runq_waits;          /* samples in hists[CBCMN_BPF_HIST_RUNQ] */
+	__u64 runq_ns;             /* their sum */
+	/* futex waits of the executor thread (FUTEX_WAIT family) */
+	__u64 futex_waits;         /* samples in hists[CBCMN_BPF_HIST_FUTEX] */
+	__u64 futex_wait_ns;       /* their sum */
+	/* doorbell latency, by target: doorbell sent -> target switched in */
+	__u64 doorbell_lat;        /* samples in hists[CBCMN_BPF_HIST_DOORBELL] */
+	__u64 doorbell_lat_ns;     /* their sum */
+	__u64 doorbells_running;   /* found the target on a CPU: nothing to wake */
+	__u64 doorbells_pending;   /* found an earlier doorbell still waiting for it */
 	/* identity */
 	__u32 tid;                 /* the executor's thread, 0 if unseen */
 	__s32 cpu;                 /* its pinned CPU from cbcmn:exec_start, -1 none */
@@ -58,6 +70,27 @@ struct cbcmn_bpf_thread {
 	__u32 pad;
 	__u64 on_ts;               /* last switch-in, ns (0: unknown) */
 	__u64 off_ts;              /* last switch-out, ns (0: unknown) */
+	__u64 wake_ts;             /* made runnable (wakeup, preemption), not yet on a CPU */
+	__u64 futex_ts;            /* entered a FUTEX_WAIT-family futex(2), not yet out */
+	__u64 db_submit_ts;        /* its last MSG_RING SQE submitted (a doorbell's start) */
+};
+
+/* Per shard scheduling state for doorbell latency: the "shard_sched" ARRAY,
+ * index = shard. */
+struct cbcmn_bpf_sched {
+	__u64 on_ts;               /* last switch-in of the shard's thread */
+	__u64 db_t0;               /* oldest doorbell not yet followed by a switch-in, 0 none */
+	__u32 oncpu;               /* the thread is on a CPU now */
+	__u32 pad;
+};
+
+/* The "hists" ARRAY: log2 histograms, index
+ * (kind * CBCMN_BPF_NSLOTS + shard) * CBCMN_BPF_HIST_SLOTS + slot. */
+enum {
+	CBCMN_BPF_HIST_RUNQ = 0,     /* run-queue latency, us */
+	CBCMN_BPF_HIST_FUTEX = 1,    /* futex wait, us */
+	CBCMN_BPF_HIST_DOORBELL = 2, /* doorbell latency, us */
+	CBCMN_BPF_NHISTS = 3,
 };
 
 /* Key of the "steal_pairs" HASH: value struct cbcmn_bpf_pair. */

@@ -99,6 +99,63 @@ static void quiesce(cbcmn_runtime *rt, cbcmn_executor_stats *per, uint32_t n)
 	fail_msg("the runtime never went quiet");
 }
 
+/* Many tasks on both executors hammering one channel of capacity 1: both
+ * threads keep taking the channel's mutex (docs/LOCKING.md, rank 50). */
+struct hammer {
+	cbcmn_chan *c;
+	long ops;
+};
+
+static int64_t hammer_side(cbcmn_cx *cx, void *arg)
+{
+	struct hammer *h = ((void **)arg)[0];
+	int send = (int)(intptr_t)((void **)arg)[1];
+	long v = 0;
+	for (long i = 0; i < h->ops; i++) {
+		int rc = send ? cbcmn_chan_send(cx, h->c, &v) : cbcmn_chan_recv(cx, h->c, &v);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+#define HAMMER_TASKS 16
+
+static int64_t hammer_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	static void *args[HAMMER_TASKS][2];
+	for (int i = 0; i < HAMMER_TASKS; i++) {
+		args[i][0] = arg;
+		args[i][1] = (void *)(intptr_t)(i / 2 % 2); /* a sender and a receiver on each */
+		if ((rc = cbcmn_nursery_spawn_pinned(cx, n, (uint32_t)(i % 2), hammer_side, args[i], NULL)))
+			break;
+	}
+	int rc2 = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : rc2;
+}
+
+static struct bpfmon_shard *read_all(void)
+{
+	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+	assert_non_null(b);
+	assert_true(bpfmon_read(mon, b, CBCMN_BPF_NSLOTS) >= 0);
+	return b;
+}
+
+static bool attached(const char *name)
+{
+	const struct bpfmon_prog *p;
+	unsigned n = bpfmon_progs(mon, &p);
+	for (unsigned i = 0; i < n; i++)
+		if (!strcmp(p[i].name, name))
+			return p[i].state == BPFMON_ATTACHED;
+	return false;
+}
+
 /* ---- tests ----------------------------------------------------------------- */
 
 /* BPF's steal and doorbell counts equal the runtime's own, per executor,
@@ -161,6 +218,32 @@ static void test_counts_match_runtime(void **state)
 		assert_int_equal(c->msg_ring_sqes, per[i].ring_msgs_submitted);
 		if (per[i].cpu >= 0)
 			assert_int_equal(c->migrations, 0);
+		/* Doorbell latency, by target: one sample per switch-in that
+		 * followed a doorbell to a parked target, so at most the
+		 * doorbells rung at it; the histogram holds the samples. */
+		const uint64_t *dh = b[i].hist[CBCMN_BPF_HIST_DOORBELL];
+		const uint64_t *rq = b[i].hist[CBCMN_BPF_HIST_RUNQ];
+		printf("executor %d: doorbell latency %llu samples (p50 <%llu us, p99 <%llu us), "
+		       "%llu found it running, %llu pending, of %llu rung; run queue %llu waits "
+		       "(p50 <%llu us, p99 <%llu us); futex %llu waits %.3f ms\n",
+		       i, (unsigned long long)c->doorbell_lat, (unsigned long long)bpfmon_hist_pct(dh, 50),
+		       (unsigned long long)bpfmon_hist_pct(dh, 99), (unsigned long long)c->doorbells_running,
+		       (unsigned long long)c->doorbells_pending, (unsigned long long)c->doorbells_recv,
+		       (unsigned long long)c->runq_waits, (unsigned long long)bpfmon_hist_pct(rq, 50),
+		       (unsigned long long)bpfmon_hist_pct(rq, 99), (unsigned long long)c->futex_waits,
+		       c->futex_wait_ns / 1e6);
+		assert_int_equal(bpfmon_hist_count(dh), c->doorbell_lat);
+		assert_true(c->doorbell_lat + c->doorbells_running + c->doorbells_pending <= c->doorbells_recv);
+		if (attached("cbcmn_sched_switch") || attached("cbcmn_sched_switch_raw")) {
+			/* The ping-pong parks each side on every round. */
+			assert_true(c->doorbell_lat >= 1);
+			/* A busy executor is woken (by doorbells) and waits
+			 * in the run queue each time, if only briefly. */
+			if (attached("cbcmn_sched_wakeup") || attached("cbcmn_sched_wakeup_raw")) {
+				assert_true(c->runq_waits >= 1);
+				assert_int_equal(bpfmon_hist_count(rq), c->runq_waits);
+			}
+		}
 	}
 	/* The workloads did what they are for. */
 	assert_true(per[0].steal_successes + per[1].steal_successes > 0);
@@ -174,10 +257,86 @@ static void test_counts_match_runtime(void **state)
 	cbcmn_runtime_destroy(rt);
 }
 
+/* A workload that forces contention shows it: the channel's mutex is
+ * contended (cbcmn:lock_contended) or an executor waits in futex(2). */
+static void test_contention_shows(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct bpfmon_shard *before = read_all(), *after = NULL;
+	uint64_t cont = 0, lock_ns = 0, fwaits = 0, fns = 0, lock_hist = 0;
+	struct hammer h = {.ops = T_SCALE(20000)};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &h.c), 0);
+	for (int round = 0; round < 5 && !cont && !fwaits; round++) {
+		int64_t r;
+		assert_int_equal(cbcmn_runtime_run(rt, hammer_main, &h, &r), 0);
+		assert_int_equal(r, 0);
+		free(after);
+		after = read_all();
+		cont = lock_ns = fwaits = fns = lock_hist = 0;
+		for (int i = 0; i < 2; i++) {
+			cont += after[i].c.lock_contended - before[i].c.lock_contended;
+			lock_ns += after[i].c.lock_wait_ns - before[i].c.lock_wait_ns;
+			fwaits += after[i].c.futex_waits - before[i].c.futex_waits;
+			fns += after[i].c.futex_wait_ns - before[i].c.futex_wait_ns;
+			lock_hist += bpfmon_hist_count(after[i].lock_hist) - bpfmon_hist_count(before[i].lock_hist);
+		}
+	}
+	printf("contention: lock_contended %llu (%.3f ms, histogram %llu), futex waits %llu (%.3f ms)\n",
+	       (unsigned long long)cont, lock_ns / 1e6, (unsigned long long)lock_hist,
+	       (unsigned long long)fwaits, fns / 1e6);
+	assert_true(cont + fwaits > 0);
+	/* The runtime's own probe is exposed with its histogram. */
+	assert_int_equal(lock_hist, cont);
+	free(before);
+	free(after);
+	cbcmn_chan_destroy(h.c);
+	cbcmn_runtime_destroy(rt);
+}
+
+/* Without contention (one executor, fork-join), the executor thread never
+ * waits in futex(2). */
+static void test_no_contention_no_futex(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	if (!attached("cbcmn_futex_enter") || !attached("cbcmn_futex_exit"))
+		T_SKIP("the syscalls:sys_{enter,exit}_futex tracepoints did not attach");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct bpfmon_shard *before = read_all();
+	struct fib f = {.n = T_ASAN || T_TSAN ? 18 : 22};
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, fib_task, &f, &r), 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(f.out, fib_seq(f.n));
+	struct bpfmon_shard *after = read_all();
+	printf("fork-join on 1 executor: futex waits %llu (%.3f ms), lock_contended %llu\n",
+	       (unsigned long long)(after[0].c.futex_waits - before[0].c.futex_waits),
+	       (after[0].c.futex_wait_ns - before[0].c.futex_wait_ns) / 1e6,
+	       (unsigned long long)(after[0].c.lock_contended - before[0].c.lock_contended));
+	assert_true(after[0].c.tid != 0);
+	assert_int_equal(after[0].c.futex_waits, before[0].c.futex_waits);
+	assert_int_equal(after[0].c.futex_wait_ns, before[0].c.futex_wait_ns);
+	free(before);
+	free(after);
+	cbcmn_runtime_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counts_match_runtime),
+		cmocka_unit_test(test_contention_shows),
+		cmocka_unit_test(test_no_contention_no_futex),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

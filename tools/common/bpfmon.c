@@ -49,6 +49,10 @@ static const struct spec {
 	{"cbcmn_exec_stop", USDT, "cbcmn", "exec_stop", 0},
 	{"cbcmn_sched_switch", TP_BTF, "sched", "sched_switch", BPFMON_NO_SCHED},
 	{"cbcmn_sched_switch_raw", RAW_TP, "sched", "sched_switch", BPFMON_NO_SCHED},
+	{"cbcmn_sched_wakeup", TP_BTF, "sched", "sched_wakeup", BPFMON_NO_SCHED},
+	{"cbcmn_sched_wakeup_raw", RAW_TP, "sched", "sched_wakeup", BPFMON_NO_SCHED},
+	{"cbcmn_sched_wakeup_new", TP_BTF, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
+	{"cbcmn_sched_wakeup_new_raw", RAW_TP, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
 	{"cbcmn_sched_migrate", TP_BTF, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
 	{"cbcmn_sched_migrate_raw", RAW_TP, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
 	{"cbcmn_io_submit", TP, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
@@ -56,6 +60,8 @@ static const struct spec {
 	{"cbcmn_io_cqring_wait", TP, "io_uring", "io_uring_cqring_wait", BPFMON_NO_IO_URING},
 	{"cbcmn_io_async_work", TP, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING},
 	{"cbcmn_io_cqe_overflow", TP, "io_uring", "io_uring_cqe_overflow", BPFMON_NO_IO_URING},
+	{"cbcmn_futex_enter", TP, "syscalls", "sys_enter_futex", BPFMON_NO_FUTEX},
+	{"cbcmn_futex_exit", TP, "syscalls", "sys_exit_futex", BPFMON_NO_FUTEX},
 };
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
 
@@ -380,6 +386,7 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 	int fs = bpf_map__fd(m->skel->maps.shards);
 	int fo = bpf_map__fd(m->skel->maps.sqe_ops);
 	int fl = bpf_map__fd(m->skel->maps.lock_hist);
+	int fh = bpf_map__fd(m->skel->maps.hists);
 	int seen = 0;
 	for (__u32 i = 0; i < n; i++) {
 		struct bpfmon_shard *o = &out[i];
@@ -396,6 +403,12 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 			if (bpf_map_lookup_elem(fl, &key, &o->lock_hist[k]))
 				return -errno;
 		}
+		for (__u32 h = 0; h < CBCMN_BPF_NHISTS; h++)
+			for (__u32 k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {
+				__u32 key = (h * CBCMN_BPF_NSLOTS + i) * CBCMN_BPF_HIST_SLOTS + k;
+				if (bpf_map_lookup_elem(fh, &key, &o->hist[h][k]))
+					return -errno;
+			}
 		/* Any counter non-zero, or a thread seen: the shard exists. */
 		const __u64 *w = (const __u64 *)&o->c;
 		bool any = o->c.tid != 0;
@@ -405,6 +418,32 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 			seen = (int)i + 1;
 	}
 	return seen;
+}
+
+uint64_t bpfmon_hist_count(const uint64_t *hist)
+{
+	uint64_t n = 0;
+	for (int k = 0; k < CBCMN_BPF_HIST_SLOTS; k++)
+		n += hist[k];
+	return n;
+}
+
+uint64_t bpfmon_hist_pct(const uint64_t *hist, double pct)
+{
+	uint64_t n = bpfmon_hist_count(hist), seen = 0;
+	if (!n)
+		return 0;
+	/* The rank of the sample wanted, 1-based: ceil(n * pct / 100). */
+	double r = n * pct / 100.0;
+	uint64_t rank = (uint64_t)r + (r > (uint64_t)r);
+	if (rank < 1)
+		rank = 1;
+	for (int k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {
+		seen += hist[k];
+		if (seen >= rank)
+			return k ? (2ull << k) - 1 : 1;
+	}
+	return (2ull << (CBCMN_BPF_HIST_SLOTS - 1)) - 1;
 }
 
 int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim, struct cbcmn_bpf_pair *out)

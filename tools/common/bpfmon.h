@@ -31,6 +31,7 @@ enum {
 	BPFMON_PIN = 1 << 1,     /* pin the maps under /sys/fs/bpf/cbcmn/<pid>/ */
 	BPFMON_NO_SCHED = 1 << 2, /* leave the sched tracepoints off */
 	BPFMON_NO_IO_URING = 1 << 3, /* leave the io_uring tracepoints off */
+	BPFMON_NO_FUTEX = 1 << 4, /* leave the syscalls:sys_{enter,exit}_futex tracepoints off */
 };
 
 /* Where a program stands after bpfmon_open(). */
@@ -50,12 +51,24 @@ struct bpfmon_prog {
 };
 
 /* One shard's figures: the counters of struct cbcmn_bpf_shard, SQEs by
- * opcode and the log2 histogram of lock waits (slot i: [2^i, 2^(i+1)) ns). */
+ * opcode, the log2 histogram of lock waits (slot i: [2^i, 2^(i+1)) ns),
+ * and the log2 histograms in us of hist[CBCMN_BPF_HIST_RUNQ] (run-queue
+ * latency), hist[CBCMN_BPF_HIST_FUTEX] (futex waits) and
+ * hist[CBCMN_BPF_HIST_DOORBELL] (doorbell latency, by target). */
 struct bpfmon_shard {
 	struct cbcmn_bpf_shard c;
 	uint64_t sqe_ops[CBCMN_BPF_MAX_OPS];
 	uint64_t lock_hist[CBCMN_BPF_HIST_SLOTS];
+	uint64_t hist[CBCMN_BPF_NHISTS][CBCMN_BPF_HIST_SLOTS];
 };
+
+/* Samples in a log2 histogram of CBCMN_BPF_HIST_SLOTS slots. */
+uint64_t bpfmon_hist_count(const uint64_t *hist);
+
+/* The pct-th percentile (0 < pct <= 100) of a log2 histogram, as the upper
+ * bound of the slot it falls in (2^(i+1) - 1, in the histogram's unit; 1
+ * for slot 0): a bound within a factor of 2.  0 when it is empty. */
+uint64_t bpfmon_hist_pct(const uint64_t *hist, double pct);
 
 /* Watch process pid (its thread group).  Mounts tracefs (and bpffs for
  * BPFMON_PIN) when they are not mounted.  Executors that started before
