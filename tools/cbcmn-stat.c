@@ -65,6 +65,10 @@ static const struct col {
 	F("cqes", cqes, 0),              F("cqe_err", cqe_errors, 0),
 	F("cq_waits", cqring_waits, 0),  F("async", async_work, 0),
 	F("overflow", cqe_overflows, 0),
+	F("runq", runq_waits, 0),        F("runq_ms", runq_ns, 1),
+	F("futex", futex_waits, 0),      F("futex_ms", futex_wait_ns, 1),
+	F("db_lat", doorbell_lat, 0),    F("db_lat_ms", doorbell_lat_ns, 1),
+	F("db_running", doorbells_running, 0), F("db_pending", doorbells_pending, 0),
 };
 #define NCOLS (sizeof(cols) / sizeof(cols[0]))
 
@@ -72,6 +76,44 @@ static uint64_t get(const struct bpfmon_shard *s, const struct col *c)
 {
 	return *(const uint64_t *)((const char *)&s->c + c->off);
 }
+
+/* Percentiles from the histograms: name, which histogram (-1: lock_hist,
+ * in ns), percentile.  Text and JSON show the slot's upper bound in us
+ * (ns for lock_hist). */
+static const struct pcol {
+	const char *name;
+	int hist;
+	double pct;
+} pcols[] = {
+	{"runq_p50_us", CBCMN_BPF_HIST_RUNQ, 50},      {"runq_p99_us", CBCMN_BPF_HIST_RUNQ, 99},
+	{"futex_p50_us", CBCMN_BPF_HIST_FUTEX, 50},    {"futex_p99_us", CBCMN_BPF_HIST_FUTEX, 99},
+	{"db_p50_us", CBCMN_BPF_HIST_DOORBELL, 50},    {"db_p99_us", CBCMN_BPF_HIST_DOORBELL, 99},
+	{"lock_p50_ns", -1, 50},                       {"lock_p99_ns", -1, 99},
+};
+#define NPCOLS (sizeof(pcols) / sizeof(pcols[0]))
+
+static uint64_t pget(const struct bpfmon_shard *s, const struct pcol *p)
+{
+	return bpfmon_hist_pct(p->hist < 0 ? s->lock_hist : s->hist[p->hist], p->pct);
+}
+
+/* t = the sum of shards [0, n): counters and histograms. */
+static void total(struct bpfmon_shard *t, const struct bpfmon_shard *d, int n)
+{
+	memset(t, 0, sizeof(*t));
+	for (int i = 0; i < n; i++) {
+		for (size_t k = 0; k < NCOLS; k++)
+			*(uint64_t *)((char *)&t->c + cols[k].off) += get(&d[i], &cols[k]);
+		for (int k = 0; k < CBCMN_BPF_MAX_OPS; k++)
+			t->sqe_ops[k] += d[i].sqe_ops[k];
+		for (int k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {
+			t->lock_hist[k] += d[i].lock_hist[k];
+			for (int h = 0; h < CBCMN_BPF_NHISTS; h++)
+				t->hist[h][k] += d[i].hist[h][k];
+		}
+	}
+}
+
 
 /* d = now - before, field by field. */
 static void delta(struct bpfmon_shard *d, const struct bpfmon_shard *now,
@@ -82,6 +124,11 @@ static void delta(struct bpfmon_shard *d, const struct bpfmon_shard *now,
 		*(uint64_t *)((char *)&d->c + cols[k].off) = get(now, &cols[k]) - get(before, &cols[k]);
 	for (int k = 0; k < CBCMN_BPF_MAX_OPS; k++)
 		d->sqe_ops[k] = now->sqe_ops[k] - before->sqe_ops[k];
+	for (int k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {
+		d->lock_hist[k] = now->lock_hist[k] - before->lock_hist[k];
+		for (int h = 0; h < CBCMN_BPF_NHISTS; h++)
+			d->hist[h][k] = now->hist[h][k] - before->hist[h][k];
+	}
 }
 
 static void ops_summary(const struct bpfmon_shard *s, char *buf, size_t len, int json)
@@ -100,18 +147,23 @@ static void ops_summary(const struct bpfmon_shard *s, char *buf, size_t len, int
 		snprintf(buf, len, "-");
 }
 
-static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_shard *outside, bool header)
+static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_shard *outside,
+		       const struct bpfmon_shard *tot, bool header)
 {
 	if (header) {
 		printf("%-7s %-8s %4s", "shard", "tid", "cpu");
 		for (size_t k = 0; k < NCOLS; k++)
 			printf(" %*s", (int)strlen(cols[k].name) > 8 ? (int)strlen(cols[k].name) : 8, cols[k].name);
+		for (size_t k = 0; k < NPCOLS; k++)
+			printf(" %*s", (int)strlen(pcols[k].name), pcols[k].name);
 		printf(" sqe_ops\n");
 	}
-	for (int i = 0; i <= n; i++) {
-		const struct bpfmon_shard *s = i < n ? &d[i] : outside;
+	for (int i = 0; i <= n + 1; i++) {
+		const struct bpfmon_shard *s = i < n ? &d[i] : i == n ? tot : outside;
 		char ops[1024];
 		if (i == n) {
+			printf("%-7s %-8s %4s", "total", "-", "-");
+		} else if (i == n + 1) {
 			bool any = false;
 			for (size_t k = 0; k < NCOLS; k++)
 				any |= get(s, &cols[k]) != 0;
@@ -128,31 +180,42 @@ static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_
 			else
 				printf(" %*llu", w, (unsigned long long)get(s, &cols[k]));
 		}
+		for (size_t k = 0; k < NPCOLS; k++)
+			printf(" %*llu", (int)strlen(pcols[k].name), (unsigned long long)pget(s, &pcols[k]));
 		ops_summary(s, ops, sizeof(ops), 0);
 		printf(" %s\n", ops);
 	}
 	fflush(stdout);
 }
 
+static void json_fields(const struct bpfmon_shard *s)
+{
+	char ops[2048];
+	for (size_t k = 0; k < NCOLS; k++)
+		printf(",\"%s\":%llu", cols[k].key, (unsigned long long)get(s, &cols[k]));
+	for (size_t k = 0; k < NPCOLS; k++)
+		printf(",\"%s\":%llu", pcols[k].name, (unsigned long long)pget(s, &pcols[k]));
+	ops_summary(s, ops, sizeof(ops), 1);
+	printf(",\"sqe_ops\":{%s}}", ops);
+}
+
 static void print_json(pid_t pid, double secs, int n, const struct bpfmon_shard *d,
-		       const struct bpfmon_shard *outside)
+		       const struct bpfmon_shard *outside, const struct bpfmon_shard *tot)
 {
 	printf("{\"pid\":%d,\"interval_s\":%.3f,\"shards\":[", (int)pid, secs);
 	for (int i = 0; i <= n; i++) {
 		const struct bpfmon_shard *s = i < n ? &d[i] : outside;
-		char ops[2048];
 		if (i)
 			printf(",");
 		if (i < n)
 			printf("{\"shard\":%d,\"tid\":%u,\"cpu\":%d", i, s->c.tid, s->c.tid ? s->c.cpu : -1);
 		else
 			printf("{\"shard\":\"outside\"");
-		for (size_t k = 0; k < NCOLS; k++)
-			printf(",\"%s\":%llu", cols[k].key, (unsigned long long)get(s, &cols[k]));
-		ops_summary(s, ops, sizeof(ops), 1);
-		printf(",\"sqe_ops\":{%s}}", ops);
+		json_fields(s);
 	}
-	printf("]}\n");
+	printf("],\"total\":{\"shards\":%d", n);
+	json_fields(tot);
+	printf("}\n");
 	fflush(stdout);
 }
 
@@ -233,7 +296,7 @@ int main(int argc, char **argv)
 	}
 
 	struct bpfmon *m = NULL;
-	struct bpfmon_shard *prev = NULL, *now = NULL, *d = NULL;
+	struct bpfmon_shard *prev = NULL, *now = NULL, *d = NULL, tot;
 	char err[256];
 	int ret = 1;
 	int rc = bpfmon_open(&m, (pid_t)pid, verbose ? BPFMON_VERBOSE : 0, err, sizeof(err));
@@ -277,10 +340,11 @@ int main(int argc, char **argv)
 			goto read_failed;
 		for (int i = 0; i < CBCMN_BPF_NSLOTS; i++)
 			delta(&d[i], &now[i], &prev[i]);
+		total(&tot, d, n);
 		if (json)
-			print_json((pid_t)pid, interval, n, d, &d[CBCMN_BPF_OUTSIDE]);
+			print_json((pid_t)pid, interval, n, d, &d[CBCMN_BPF_OUTSIDE], &tot);
 		else
-			print_text(n, d, &d[CBCMN_BPF_OUTSIDE], r == 0);
+			print_text(n, d, &d[CBCMN_BPF_OUTSIDE], &tot, r == 0);
 		struct bpfmon_shard *t = prev;
 		prev = now;
 		now = t;
