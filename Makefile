@@ -76,7 +76,7 @@ BPF_CFLAGS  := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror \
 BPF_LDLIBS  := -lbpf -lelf -lz
 CPPFLAGS    += -I$(BPF_OUT)/gen -Ibpf
 # What links the loader (tools/common/bpfmon.c) and so libbpf.
-BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/tests/test_bpf
+BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/tests/test_bpf
 # Suites that exercise threads racing each other: these also run under TSan.
 TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream test_grow
 
