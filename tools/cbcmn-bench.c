@@ -778,6 +778,23 @@ static void load(enum lg_proto proto, uint16_t port, struct lg_result *res)
 	}
 }
 
+/* cbcmn's server for the loopback benches: one executor on CPU 0, with the
+ * command line's multishot and spin settings. */
+static struct fs_server *server_start(enum fs_proto fp)
+{
+	struct fs_config fc;
+	fs_config_init(&fc);
+	fc.proto = fp;
+	fc.cpu = 0;
+	fc.multishot = multishot;
+	fc.spin_ns = server_spin_ns;
+	struct fs_server *fs;
+	int rc = fs_start(&fs, &fc);
+	if (rc)
+		die("fiber server", rc);
+	return fs;
+}
+
 /* Server on one executor pinned to CPU 0, client on CPU 1, same client for
  * cbcmn's server and the epoll baseline, alternated in one run. */
 static void bench_loopback(const char *name, enum fs_proto fp)
@@ -786,16 +803,8 @@ static void bench_loopback(const char *name, enum fs_proto fp)
 	struct io_fig ours[16], base[16];
 	enum lg_proto lp = fp == FS_HTTP ? LG_HTTP : LG_ECHO;
 	for (int r = 0; r < n; r++) {
-		struct fs_config fc;
-		fs_config_init(&fc);
-		fc.proto = fp;
-		fc.cpu = 0;
-		fc.multishot = multishot;
-		fc.spin_ns = server_spin_ns;
-		struct fs_server *fs;
-		int rc = fs_start(&fs, &fc);
-		if (rc)
-			die("fiber server", rc);
+		struct fs_server *fs = server_start(fp);
+		int rc;
 		struct lg_result res;
 		load(lp, fs_port(fs), &res);
 		struct fs_stats st;
@@ -927,16 +936,8 @@ static struct bo_sample fib_once(cbcmn_runtime *rt, bool with_bpf, unsigned *nat
 
 static struct bo_sample echo_once(bool with_bpf, unsigned *nattached)
 {
-	struct fs_config fc;
-	fs_config_init(&fc);
-	fc.proto = FS_ECHO;
-	fc.cpu = 0;
-	fc.multishot = multishot;
-	fc.spin_ns = server_spin_ns;
-	struct fs_server *fs;
-	int rc = fs_start(&fs, &fc);
-	if (rc)
-		die("fiber server", rc);
+	struct fs_server *fs = server_start(FS_ECHO);
+	int rc;
 	/* The executor exists: bpfmon finds it by its thread name. */
 	struct bpfmon *m = with_bpf ? bpf_attach(nattached) : NULL;
 	struct lg_result res;
