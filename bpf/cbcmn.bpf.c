@@ -470,23 +470,27 @@ static __always_inline struct cbcmn_bpf_shard *ring_shard(__u64 ctx)
 	return i ? shard(*i) : NULL;
 }
 
-SEC("tracepoint/io_uring/io_uring_submit_req")
-int cbcmn_io_submit(struct trace_event_raw_io_uring_submit_req *ctx)
+/* The io_uring programs come in two forms: tp_btf (BTF-typed raw
+ * tracepoint: the kernel calls the program with the tracepoint's C
+ * arguments, no perf record is formatted, the cheap path) and, where the
+ * kernel lacks btf_trace_io_uring_*, the classic tracepoint (the kernel first
+ * formats the event's record, ~5 % of an echo round trip with all five on).
+ * bpfmon loads one of the two per tracepoint. */
+
+static __always_inline void on_submit(__u64 ring, __u32 op)
 {
 	if (!in_target())
-		return 0;
+		return;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
 	if (!th)
-		return 0;
+		return;
 	__u32 si = th->shard;
 	struct cbcmn_bpf_shard *s = shard(si);
 	if (!s)
-		return 0;
-	__u64 ring = (__u64)BPF_CORE_READ(ctx, ctx);
+		return;
 	/* An executor submits only to its own ring (single issuer). */
 	bpf_map_update_elem(&rings, &ring, &si, BPF_ANY);
-	__u32 op = BPF_CORE_READ(ctx, opcode);
 	ADD(s, sqes, 1);
 	if (op == IORING_OP_MSG_RING) {
 		ADD(s, msg_ring_sqes, 1);
@@ -496,45 +500,110 @@ int cbcmn_io_submit(struct trace_event_raw_io_uring_submit_req *ctx)
 	__u64 *c = bpf_map_lookup_elem(&sqe_ops, &i);
 	if (c)
 		__sync_fetch_and_add(c, 1);
+}
+
+static __always_inline void on_complete(__u64 ring, int res)
+{
+	struct cbcmn_bpf_shard *s = ring_shard(ring);
+	if (!s)
+		return;
+	ADD(s, cqes, 1);
+	if (res < 0)
+		ADD(s, cqe_errors, 1);
+}
+
+static __always_inline void on_cqring_wait(__u64 ring)
+{
+	struct cbcmn_bpf_shard *s = ring_shard(ring);
+	if (s)
+		ADD(s, cqring_waits, 1);
+}
+
+static __always_inline void on_async_work(__u64 ring)
+{
+	struct cbcmn_bpf_shard *s = ring_shard(ring);
+	if (s)
+		ADD(s, async_work, 1);
+}
+
+static __always_inline void on_cqe_overflow(__u64 ring)
+{
+	struct cbcmn_bpf_shard *s = ring_shard(ring);
+	if (s)
+		ADD(s, cqe_overflows, 1);
+}
+
+SEC("tp_btf/io_uring_submit_req")
+int BPF_PROG(cbcmn_io_submit_btf, struct io_kiocb *req)
+{
+	if (!in_target())
+		return 0;
+	on_submit((__u64)BPF_CORE_READ(req, ctx), BPF_CORE_READ(req, opcode));
+	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_submit_req")
+int cbcmn_io_submit(struct trace_event_raw_io_uring_submit_req *ctx)
+{
+	if (!in_target())
+		return 0;
+	on_submit((__u64)BPF_CORE_READ(ctx, ctx), BPF_CORE_READ(ctx, opcode));
+	return 0;
+}
+
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(cbcmn_io_complete_btf, struct io_ring_ctx *ring, void *req, struct io_uring_cqe *cqe)
+{
+	on_complete((__u64)ring, BPF_CORE_READ(cqe, res));
 	return 0;
 }
 
 SEC("tracepoint/io_uring/io_uring_complete")
 int cbcmn_io_complete(struct trace_event_raw_io_uring_complete *ctx)
 {
-	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
-	if (!s)
-		return 0;
-	ADD(s, cqes, 1);
-	if (BPF_CORE_READ(ctx, res) < 0)
-		ADD(s, cqe_errors, 1);
+	on_complete((__u64)BPF_CORE_READ(ctx, ctx), BPF_CORE_READ(ctx, res));
+	return 0;
+}
+
+SEC("tp_btf/io_uring_cqring_wait")
+int BPF_PROG(cbcmn_io_cqring_wait_btf, void *ring, int min_events)
+{
+	on_cqring_wait((__u64)ring);
 	return 0;
 }
 
 SEC("tracepoint/io_uring/io_uring_cqring_wait")
 int cbcmn_io_cqring_wait(struct trace_event_raw_io_uring_cqring_wait *ctx)
 {
-	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
-	if (s)
-		ADD(s, cqring_waits, 1);
+	on_cqring_wait((__u64)BPF_CORE_READ(ctx, ctx));
+	return 0;
+}
+
+SEC("tp_btf/io_uring_queue_async_work")
+int BPF_PROG(cbcmn_io_async_work_btf, struct io_kiocb *req, int rw)
+{
+	on_async_work((__u64)BPF_CORE_READ(req, ctx));
 	return 0;
 }
 
 SEC("tracepoint/io_uring/io_uring_queue_async_work")
 int cbcmn_io_async_work(struct trace_event_raw_io_uring_queue_async_work *ctx)
 {
-	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
-	if (s)
-		ADD(s, async_work, 1);
+	on_async_work((__u64)BPF_CORE_READ(ctx, ctx));
+	return 0;
+}
+
+SEC("tp_btf/io_uring_cqe_overflow")
+int BPF_PROG(cbcmn_io_cqe_overflow_btf, void *ring)
+{
+	on_cqe_overflow((__u64)ring);
 	return 0;
 }
 
 SEC("tracepoint/io_uring/io_uring_cqe_overflow")
 int cbcmn_io_cqe_overflow(struct trace_event_raw_io_uring_cqe_overflow *ctx)
 {
-	struct cbcmn_bpf_shard *s = ring_shard((__u64)BPF_CORE_READ(ctx, ctx));
-	if (s)
-		ADD(s, cqe_overflows, 1);
+	on_cqe_overflow((__u64)BPF_CORE_READ(ctx, ctx));
 	return 0;
 }
 
@@ -548,32 +617,68 @@ static __always_inline bool futex_blocks(long op)
 	return cmd == 0 || cmd == 6 || cmd == 9 || cmd == 11 || cmd == 13;
 }
 
+static __always_inline void futex_wait_begin(void)
+{
+	if (!in_target())
+		return;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	if (th)
+		th->futex_ts = bpf_ktime_get_ns();
+}
+
+static __always_inline void futex_wait_end(void)
+{
+	if (!in_target())
+		return;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	struct cbcmn_bpf_shard *s;
+	if (!th || !th->futex_ts || !(s = shard(th->shard)))
+		return;
+	__u64 d = bpf_ktime_get_ns() - th->futex_ts;
+	th->futex_ts = 0;
+	ADD(s, futex_waits, 1);
+	ADD(s, futex_wait_ns, d);
+	hist_add(CBCMN_BPF_HIST_FUTEX, th->shard, d / 1000);
+}
+
+/* fentry/fexit on the kernel's futex_wait(), which FUTEX_WAIT,
+ * FUTEX_WAIT_BITSET and futex_wait(2) end in: a trampoline on one function,
+ * so the other syscalls keep their fast path (enabling any syscalls:
+ * tracepoint sends every syscall of every task through the tracing slow
+ * path, ~5 % of an echo round trip).  The PI ops (FUTEX_LOCK_PI*,
+ * FUTEX_WAIT_REQUEUE_PI) do not go through futex_wait and are not counted
+ * here; libcbcmn's executors do not use PI futexes. */
+SEC("fentry/futex_wait")
+int BPF_PROG(cbcmn_futex_wait_entry)
+{
+	futex_wait_begin();
+	return 0;
+}
+
+SEC("fexit/futex_wait")
+int BPF_PROG(cbcmn_futex_wait_exit)
+{
+	futex_wait_end();
+	return 0;
+}
+
+/* The fallback where fentry does not load (no BTF for futex_wait, no
+ * trampolines): the syscall tracepoints, filtered on the blocking ops. */
 SEC("tracepoint/syscalls/sys_enter_futex")
 int cbcmn_futex_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	if (!in_target())
 		return 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
-	if (th && futex_blocks(BPF_CORE_READ(ctx, args[1])))
-		th->futex_ts = bpf_ktime_get_ns();
+	if (futex_blocks(BPF_CORE_READ(ctx, args[1])))
+		futex_wait_begin();
 	return 0;
 }
 
 SEC("tracepoint/syscalls/sys_exit_futex")
 int cbcmn_futex_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	if (!in_target())
-		return 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
-	struct cbcmn_bpf_shard *s;
-	if (!th || !th->futex_ts || !(s = shard(th->shard)))
-		return 0;
-	__u64 d = bpf_ktime_get_ns() - th->futex_ts;
-	th->futex_ts = 0;
-	ADD(s, futex_waits, 1);
-	ADD(s, futex_wait_ns, d);
-	hist_add(CBCMN_BPF_HIST_FUTEX, th->shard, d / 1000);
+	futex_wait_end();
 	return 0;
 }

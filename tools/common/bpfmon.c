@@ -27,10 +27,11 @@
 #define BPF_FS_MAGIC 0xcafe4a11
 #define MAX_BINS 4
 
-enum kind { USDT, TP_BTF, RAW_TP, TP };
+enum kind { USDT, TP_BTF, RAW_TP, TP, FENTRY, FEXIT };
 
-/* Each program of cbcmn.bpf.c and what it attaches to.  A RAW_TP entry is
- * the fallback of the TP_BTF entry just before it. */
+/* Each program of cbcmn.bpf.c and what it attaches to.  A RAW_TP or TP
+ * entry right after a TP_BTF, FENTRY or FEXIT entry is the fallback of the TP_BTF (or FENTRY/FEXIT)
+ * entry just before it: it loads only where that one cannot. */
 static const struct spec {
 	const char *name;
 	enum kind kind;
@@ -55,12 +56,19 @@ static const struct spec {
 	{"cbcmn_sched_wakeup_new_raw", RAW_TP, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
 	{"cbcmn_sched_migrate", TP_BTF, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
 	{"cbcmn_sched_migrate_raw", RAW_TP, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
+	{"cbcmn_io_submit_btf", TP_BTF, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
 	{"cbcmn_io_submit", TP, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
+	{"cbcmn_io_complete_btf", TP_BTF, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING},
 	{"cbcmn_io_complete", TP, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING},
+	{"cbcmn_io_cqring_wait_btf", TP_BTF, "io_uring", "io_uring_cqring_wait", BPFMON_NO_IO_URING},
 	{"cbcmn_io_cqring_wait", TP, "io_uring", "io_uring_cqring_wait", BPFMON_NO_IO_URING},
+	{"cbcmn_io_async_work_btf", TP_BTF, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING},
 	{"cbcmn_io_async_work", TP, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING},
+	{"cbcmn_io_cqe_overflow_btf", TP_BTF, "io_uring", "io_uring_cqe_overflow", BPFMON_NO_IO_URING},
 	{"cbcmn_io_cqe_overflow", TP, "io_uring", "io_uring_cqe_overflow", BPFMON_NO_IO_URING},
+	{"cbcmn_futex_wait_entry", FENTRY, "", "futex_wait", BPFMON_NO_FUTEX},
 	{"cbcmn_futex_enter", TP, "syscalls", "sys_enter_futex", BPFMON_NO_FUTEX},
+	{"cbcmn_futex_wait_exit", FEXIT, "", "futex_wait", BPFMON_NO_FUTEX},
 	{"cbcmn_futex_exit", TP, "syscalls", "sys_exit_futex", BPFMON_NO_FUTEX},
 };
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
@@ -303,6 +311,11 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	if (!(m = calloc(1, sizeof(*m))))
 		return fail(err, errlen, -ENOMEM, "out of memory");
 	m->pid = pid;
+	vmlinux = btf__load_vmlinux_btf();
+	/* fentry/fexit can be refused at load (EPERM, e.g. no trampolines or
+	 * an LSM): then open again with their fallbacks instead. */
+	bool no_fentry = false;
+retry:
 	if (!(m->skel = cbcmn_bpf__open())) {
 		rc = fail(err, errlen, -errno, "cannot open the BPF object: %s", strerror(errno));
 		goto cleanup;
@@ -311,8 +324,8 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 
 	/* Decide, program by program, what loads: a missing tracepoint turns
 	 * its program off instead of failing the whole object. */
-	vmlinux = btf__load_vmlinux_btf();
 	bool btf_done[NSPECS] = {false};
+	bool fentry_on = false;
 	for (size_t i = 0; i < NSPECS; i++) {
 		const struct spec *s = &specs[i];
 		struct bpfmon_prog *pr = &m->progs[i];
@@ -321,7 +334,8 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 		pr->target = m->targets[i];
 		snprintf(m->targets[i], sizeof(m->targets[i]), "%s %s%s%s",
 			 s->kind == USDT ? "usdt" : s->kind == TP_BTF ? "tp_btf" :
-			 s->kind == RAW_TP ? "raw_tp" : "tracepoint",
+			 s->kind == RAW_TP ? "raw_tp" : s->kind == FENTRY ? "fentry" :
+			 s->kind == FEXIT ? "fexit" : "tracepoint",
 			 s->kind == USDT || s->kind == TP ? s->cat : "",
 			 s->kind == USDT || s->kind == TP ? ":" : "", s->what);
 		bool on = true;
@@ -342,6 +356,20 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 				pr->state = BPFMON_MISSING;
 				pr->err = -ENOENT;
 			}
+		} else if (s->kind == FENTRY || s->kind == FEXIT) {
+			on = !no_fentry && vmlinux &&
+			     btf__find_by_name_kind(vmlinux, s->what, BTF_KIND_FUNC) > 0;
+			btf_done[i] = on;
+			fentry_on |= on;
+			if (!on)
+				pr->state = BPFMON_OFF; /* the fallback entry next tries */
+		} else if (s->kind == TP && i > 0 && btf_done[i - 1]) {
+			pr->state = BPFMON_OFF;
+			on = false;
+		} else if (s->kind == TP && (s->off_flag & BPFMON_NO_FUTEX) &&
+			   !(flags & BPFMON_FUTEX_TP)) {
+			pr->state = BPFMON_OFF; /* opt-in: BPFMON_FUTEX_TP */
+			on = false;
 		} else if (s->kind == TP && !(on = tracepoint_exists(s->cat, s->what))) {
 			pr->state = BPFMON_MISSING;
 			pr->err = -ENOENT;
@@ -350,7 +378,14 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 			bpf_program__set_autoload(prog, on);
 	}
 
-	if ((rc = cbcmn_bpf__load(m->skel))) {
+	if ((rc = cbcmn_bpf__load(m->skel)) && fentry_on) {
+		cbcmn_bpf__destroy(m->skel);
+		m->skel = NULL;
+		memset(m->progs, 0, sizeof(m->progs));
+		no_fentry = true;
+		goto retry;
+	}
+	if (rc) {
 		rc = fail(err, errlen, rc, "cannot load the BPF programs: %s%s", strerror(-rc),
 			  verbose ? "" : " (-v shows the verifier's log)");
 		goto cleanup;

@@ -31,7 +31,12 @@ enum {
 	BPFMON_PIN = 1 << 1,     /* pin the maps under /sys/fs/bpf/cbcmn/<pid>/ */
 	BPFMON_NO_SCHED = 1 << 2, /* leave the sched tracepoints off */
 	BPFMON_NO_IO_URING = 1 << 3, /* leave the io_uring tracepoints off */
-	BPFMON_NO_FUTEX = 1 << 4, /* leave the syscalls:sys_{enter,exit}_futex tracepoints off */
+	BPFMON_NO_FUTEX = 1 << 4, /* leave the futex programs off (fentry/fexit futex_wait, or the syscalls:sys_{enter,exit}_futex fallback) */
+	/* Where fentry/fexit on futex_wait cannot load, count futex waits with
+	 * the syscalls:sys_{enter,exit}_futex tracepoints instead.  Opt-in:
+	 * enabling any syscall tracepoint sends every syscall of every task
+	 * down the tracing slow path (~5 % of an echo round trip). */
+	BPFMON_FUTEX_TP = 1 << 5,
 };
 
 /* Where a program stands after bpfmon_open(). */
