@@ -1126,8 +1126,12 @@ int main(int argc, char **argv)
 				bpf_flags |= BPFMON_NO_IO_URING;
 			} else if (!strcmp(optarg, "futex")) {
 				bpf_flags |= BPFMON_NO_FUTEX;
+			} else if (!strcmp(optarg, "futex-tp")) {
+				/* not a group to leave off: opt into the fallback */
+				bpf_flags |= BPFMON_FUTEX_TP;
 			} else {
-				fprintf(stderr, "cbcmn-bench: --bpf-no wants sched, io_uring or futex, got '%s'\n",
+				fprintf(stderr, "cbcmn-bench: --bpf-no wants sched, io_uring or futex "
+						"(or futex-tp to add the syscall tracepoints), got '%s'\n",
 					optarg);
 				return 2;
 			}

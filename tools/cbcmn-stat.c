@@ -222,7 +222,7 @@ static void print_json(pid_t pid, double secs, int n, const struct bpfmon_shard 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: cbcmn-stat -p PID [-i SEC] [-c COUNT] [--json] [-v]\n\n"
+		"usage: cbcmn-stat -p PID [-i SEC] [-c COUNT] [--json] [--futex-tp] [-v]\n\n"
 		"Per shard (executor) metrics of a running cbcmn process, from eBPF programs\n"
 		"on the library's USDT probes and the sched and io_uring tracepoints.  Each\n"
 		"report covers one interval (default 1 s); counting starts at attach.\n"
@@ -231,7 +231,9 @@ static void usage(FILE *f)
 		"  -i, --interval SEC   seconds per report (default 1)\n"
 		"  -c, --count N        reports before exiting (default 1; 0: until ^C)\n"
 		"  -j, --json           one JSON object per report\n"
-		"  -v, --verbose        list the programs and libbpf's messages\n\n"
+		"  -v, --verbose        list the programs and libbpf's messages\n"
+		"      --futex-tp       count futex waits with the syscall tracepoints where\n"
+		"                       fentry is refused (every syscall of the host pays)\n\n"
 		"EXAMPLES\n"
 		"  cbcmn-stat -p $(pgrep cbcmn-demo)          one 1 s report\n"
 		"  cbcmn-stat -p 1234 -i 2 -c 0               every 2 s until ^C\n"
@@ -246,11 +248,13 @@ int main(int argc, char **argv)
 					     {"count", required_argument, NULL, 'c'},
 					     {"json", no_argument, NULL, 'j'},
 					     {"verbose", no_argument, NULL, 'v'},
+					     {"futex-tp", no_argument, NULL, 'F'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	long pid = 0, count = 1;
 	double interval = 1.0;
 	bool json = false, verbose = false;
+	unsigned flags = 0;
 	int c;
 	char *end;
 	while ((c = getopt_long(argc, argv, "p:i:c:jvh", opts, NULL)) != -1) {
@@ -282,6 +286,9 @@ int main(int argc, char **argv)
 		case 'v':
 			verbose = true;
 			break;
+		case 'F':
+			flags |= BPFMON_FUTEX_TP; /* syscall tracepoints: every syscall pays */
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -299,7 +306,7 @@ int main(int argc, char **argv)
 	struct bpfmon_shard *prev = NULL, *now = NULL, *d = NULL, tot;
 	char err[256];
 	int ret = 1;
-	int rc = bpfmon_open(&m, (pid_t)pid, verbose ? BPFMON_VERBOSE : 0, err, sizeof(err));
+	int rc = bpfmon_open(&m, (pid_t)pid, flags | (verbose ? BPFMON_VERBOSE : 0), err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "cbcmn-stat: %s\n", err);
 		return 1;
