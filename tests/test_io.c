@@ -34,6 +34,14 @@ static cbcmn_runtime *rt_io(uint32_t workers)
 	return t_runtime_cfg(&cfg);
 }
 
+/* fn(arg) as a root task on a fresh runtime of `workers`; it must return 0. */
+static void io_run(uint32_t workers, cbcmn_task_fn fn, void *arg)
+{
+	cbcmn_runtime *rt = rt_io(workers);
+	t_run(rt, fn, arg, 0);
+	t_destroy(rt);
+}
+
 /* Bytes waiting in a pipe or socket. */
 static int avail(int fd)
 {
@@ -282,9 +290,7 @@ static void test_file_roundtrip(void **state)
 	int fds0 = t_count_fds();
 	struct files f;
 	files_setup(&f);
-	cbcmn_runtime *rt = rt_io(2);
-	t_run(rt, files_main, &f, 0);
-	t_destroy(rt);
+	io_run(2, files_main, &f);
 	files_teardown(&f);
 	assert_int_equal(t_count_fds(), fds0);
 }
@@ -322,9 +328,7 @@ static void test_file_errors(void **state)
 	int fds0 = t_count_fds();
 	struct files f;
 	files_setup(&f);
-	cbcmn_runtime *rt = rt_io(1);
-	t_run(rt, file_errors_main, &f, 0);
-	t_destroy(rt);
+	io_run(1, file_errors_main, &f);
 	files_teardown(&f);
 	assert_int_equal(t_count_fds(), fds0);
 }
@@ -653,9 +657,7 @@ static void test_connect_refused(void **state)
 {
 	(void)state;
 	int fds0 = t_count_fds();
-	cbcmn_runtime *rt = rt_io(1);
-	t_run(rt, refused_main, NULL, 0);
-	t_destroy(rt);
+	io_run(1, refused_main, NULL);
 	assert_int_equal(t_count_fds(), fds0);
 }
 
@@ -757,9 +759,7 @@ static void test_timeout(void **state)
 {
 	(void)state;
 	int fds0 = t_count_fds();
-	cbcmn_runtime *rt = rt_io(2);
-	t_run(rt, timeout_main, NULL, 0);
-	t_destroy(rt);
+	io_run(2, timeout_main, NULL);
 	assert_int_equal(t_count_fds(), fds0);
 }
 
@@ -809,9 +809,7 @@ static void test_timeout_accept(void **state)
 {
 	(void)state;
 	int fds0 = t_count_fds();
-	cbcmn_runtime *rt = rt_io(1);
-	t_run(rt, timeout_accept_main, NULL, 0);
-	t_destroy(rt);
+	io_run(1, timeout_accept_main, NULL);
 	assert_int_equal(t_count_fds(), fds0);
 }
 
@@ -843,9 +841,7 @@ static int64_t timeout_iowq_main(cbcmn_cx *cx, void *arg)
 static void test_timeout_blocking_iowq_read(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_io(1);
-	t_run(rt, timeout_iowq_main, NULL, 0);
-	t_destroy(rt);
+	io_run(1, timeout_iowq_main, NULL);
 }
 
 /* ---- 5. cancellation in flight ------------------------------------------------ */
@@ -1412,9 +1408,7 @@ static int64_t bad_args_main(cbcmn_cx *cx, void *arg)
 static void test_bad_arguments(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_io(1);
-	t_run(rt, bad_args_main, NULL, 0);
-	t_destroy(rt);
+	io_run(1, bad_args_main, NULL);
 }
 
 /* A task's context used on a plain thread the task started: refused with
@@ -2102,9 +2096,7 @@ static int64_t pread_pipe_main(cbcmn_cx *cx, void *arg)
 static void test_pread_on_pipe_ignores_offset(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_io(1);
-	t_run(rt, pread_pipe_main, NULL, 0);
-	t_destroy(rt);
+	io_run(1, pread_pipe_main, NULL);
 }
 
 /* With CBCMN_RING_SQPOLL a kernel thread empties the SQ when it gets to
