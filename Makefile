@@ -76,7 +76,9 @@ BPF_CFLAGS  := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror \
 BPF_LDLIBS  := -lbpf -lelf -lz
 CPPFLAGS    += -I$(BPF_OUT)/gen -Ibpf
 # What links the loader (tools/common/bpfmon.c) and so libbpf.
-BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/tests/test_bpf
+BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbcmn-run \
+               $(BUILD)/bin/cbcmn-top $(BUILD)/tests/test_bpf $(BUILD)/tests/test_run \
+               $(BUILD)/tests/test_top
 # Suites that exercise threads racing each other: these also run under TSan.
 TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream test_grow
 
@@ -138,6 +140,8 @@ $(BPF_OUT)/gen/%.skel.h: $(BPF_OUT)/bpf/%.bpf.o
 # The loader includes the skeleton; what links it needs libbpf.
 $(BUILD)/obj/tools/common/bpfmon.o: $(BPF_SKELS)
 $(BPF_USERS): EXTRA_LDLIBS := $(BPF_LDLIBS)
+# The viewer draws with ncurses (wide-character build).
+$(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
 
 # The objects stay: bpftool reads them and they are worth keeping to inspect.

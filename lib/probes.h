@@ -16,7 +16,7 @@
 /* name, number of arguments */
 #define CBCMN__PROBES(XX)                                                      \
 	XX(spawn, 3)          /* task_id, parent_task_id, executor (-1: outside) */ \
-	XX(steal, 3)          /* thief, victim, tasks taken */                     \
+	XX(steal, 4)          /* thief, victim, tasks taken, ns since the search began */ \
 	XX(steal_fail, 2)     /* thief, victim */                                  \
 	XX(park, 1)           /* executor */                                        \
 	XX(unpark, 2)         /* executor, 1 = notified, 0 = timeout */             \
@@ -49,6 +49,12 @@ CBCMN__PROBES(CBCMN__SEMA_DECL)
 	do {                                                                    \
 		if (CBCMN_PROBE_ENABLED(name))                                  \
 			STAP_PROBE3(cbcmn, name, a, b, c);                      \
+	} while (0)
+
+#define CBCMN_PROBE4(name, a, b, c, d)                                         \
+	do {                                                                    \
+		if (CBCMN_PROBE_ENABLED(name))                                  \
+			STAP_PROBE4(cbcmn, name, a, b, c, d);                   \
 	} while (0)
 
 #endif

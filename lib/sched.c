@@ -749,7 +749,16 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 	return first;
 }
 
-static struct cbcmn_task *steal_round(struct cbcmn__exec *e)
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* search_start: when the executor began looking for work (the steal
+ * probe's latency). */
+static struct cbcmn_task *steal_round(struct cbcmn__exec *e, uint64_t search_start)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	uint32_t live = cbcmn__nlive(rt);
@@ -764,19 +773,12 @@ static struct cbcmn_task *steal_round(struct cbcmn__exec *e)
 		if (t) {
 			CBCMN__COUNT(e, steal_successes, 1);
 			CBCMN__COUNT(e, tasks_stolen, taken);
-			CBCMN_PROBE3(steal, e->id, vi, taken);
+			CBCMN_PROBE4(steal, e->id, vi, taken, now_ns() - search_start);
 			return t;
 		}
 		CBCMN_PROBE2(steal_fail, e->id, vi);
 	}
 	return NULL;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void spin_for(uint64_t ns)
@@ -1008,7 +1010,7 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		mail_poll(e);
 		t = find_local(e); /* completions, mail, a wake into our slot */
 		if (!t && (e->steal_fails < STEAL_COOLDOWN_AFTER || turn % STEAL_COOLDOWN_EVERY == 0)) {
-			t = steal_round(e);
+			t = steal_round(e, start0);
 			e->steal_fails = t ? 0 : e->steal_fails + 1;
 		}
 		if (!t && (t = inject_pop(rt))) {
