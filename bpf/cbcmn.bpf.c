@@ -74,7 +74,7 @@ struct {
 	__type(value, struct cbcmn_bpf_sched);
 } shard_sched SEC(".maps");
 
-/* Run-queue latency, futex waits, doorbell latency: log2 us histograms,
+/* Run-queue latency, futex waits, doorbell and steal latency: log2 us histograms,
  * index (kind * CBCMN_BPF_NSLOTS + shard) * CBCMN_BPF_HIST_SLOTS + slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -146,13 +146,18 @@ static __always_inline struct cbcmn_bpf_sched *shard_sched_of(__u32 i)
 /* ---- USDT probes of libcbcmn (docs/PROBES.md) ---------------------------- */
 
 SEC("usdt")
-int BPF_USDT(cbcmn_steal, __u32 thief, __u32 victim, __u32 taken)
+int BPF_USDT(cbcmn_steal, __u32 thief, __u32 victim, __u32 taken, __u64 search_ns)
 {
 	struct cbcmn_bpf_shard *s;
 	if (!in_target() || !(s = shard(slot_of(thief))))
 		return 0;
 	ADD(s, steals, 1);
 	ADD(s, tasks_stolen, taken);
+	/* Steal latency: the runtime measures it (from the moment the thief
+	 * found nothing local), one sample per successful steal. */
+	ADD(s, steal_lat, 1);
+	ADD(s, steal_lat_ns, search_ns);
+	hist_add(CBCMN_BPF_HIST_STEAL, slot_of(thief), search_ns / 1000);
 	struct cbcmn_bpf_pair_key k = {.thief = thief, .victim = victim};
 	struct cbcmn_bpf_pair *p = bpf_map_lookup_elem(&steal_pairs, &k);
 	if (!p) {
@@ -304,6 +309,17 @@ int BPF_USDT(cbcmn_exec_start, __u32 executor, int tid, int cpu)
 	bpf_map_update_elem(&threads, &key, &th, BPF_ANY);
 	s->tid = key;
 	s->cpu = cpu;
+	/* A new thread on this shard (a new runtime in the same process, or a
+	 * restarted executor): doorbell state left by the previous one (a
+	 * doorbell whose target exited before a switch-in we could see) would
+	 * make this thread's first switch-in a bogus latency sample.  The
+	 * thread is on a CPU now: it fires this probe. */
+	struct cbcmn_bpf_sched *ss = shard_sched_of(slot_of(executor));
+	if (ss) {
+		ss->db_t0 = 0;
+		ss->on_ts = th.on_ts;
+		ss->oncpu = 1;
+	}
 	return 0;
 }
 

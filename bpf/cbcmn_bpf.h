@@ -58,6 +58,9 @@ struct cbcmn_bpf_shard {
 	__u64 doorbell_lat_ns;     /* their sum */
 	__u64 doorbells_running;   /* found the target on a CPU: nothing to wake */
 	__u64 doorbells_pending;   /* found an earlier doorbell still waiting for it */
+	/* steal latency, by thief: start of its search for work -> the steal */
+	__u64 steal_lat;           /* samples in hists[CBCMN_BPF_HIST_STEAL] (= steals) */
+	__u64 steal_lat_ns;        /* their sum (cbcmn:steal's 4th argument) */
 	/* identity */
 	__u32 tid;                 /* the executor's thread, 0 if unseen */
 	__s32 cpu;                 /* its pinned CPU from cbcmn:exec_start, -1 none */
@@ -90,7 +93,8 @@ enum {
 	CBCMN_BPF_HIST_RUNQ = 0,     /* run-queue latency, us */
 	CBCMN_BPF_HIST_FUTEX = 1,    /* futex wait, us */
 	CBCMN_BPF_HIST_DOORBELL = 2, /* doorbell latency, us */
-	CBCMN_BPF_NHISTS = 3,
+	CBCMN_BPF_HIST_STEAL = 3,    /* steal latency, us, by thief */
+	CBCMN_BPF_NHISTS = 4,
 };
 
 /* Key of the "steal_pairs" HASH: value struct cbcmn_bpf_pair. */

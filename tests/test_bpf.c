@@ -234,6 +234,17 @@ static void test_counts_match_runtime(void **state)
 		       (unsigned long long)bpfmon_hist_pct(rq, 99), (unsigned long long)c->futex_waits,
 		       c->futex_wait_ns / 1e6);
 		assert_int_equal(bpfmon_hist_count(dh), c->doorbell_lat);
+		/* Steal latency, by thief: one sample per steal, from the
+		 * steal probe's search-time argument. */
+		const uint64_t *sh = b[i].hist[CBCMN_BPF_HIST_STEAL];
+		printf("executor %d: steal latency %llu samples, mean %.1f us (p50 <%llu us, p99 <%llu us)\n",
+		       i, (unsigned long long)c->steal_lat,
+		       c->steal_lat ? c->steal_lat_ns / 1e3 / c->steal_lat : 0.0,
+		       (unsigned long long)bpfmon_hist_pct(sh, 50), (unsigned long long)bpfmon_hist_pct(sh, 99));
+		assert_int_equal(c->steal_lat, c->steals);
+		assert_int_equal(bpfmon_hist_count(sh), c->steal_lat);
+		if (c->steals)
+			assert_true(c->steal_lat_ns > 0);
 		assert_true(c->doorbell_lat + c->doorbells_running + c->doorbells_pending <= c->doorbells_recv);
 		if (attached("cbcmn_sched_switch") || attached("cbcmn_sched_switch_raw")) {
 			/* The ping-pong parks each side on every round. */

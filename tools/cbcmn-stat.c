@@ -69,6 +69,7 @@ static const struct col {
 	F("futex", futex_waits, 0),      F("futex_ms", futex_wait_ns, 1),
 	F("db_lat", doorbell_lat, 0),    F("db_lat_ms", doorbell_lat_ns, 1),
 	F("db_running", doorbells_running, 0), F("db_pending", doorbells_pending, 0),
+	F("steal_lat", steal_lat, 0),    F("steal_lat_ms", steal_lat_ns, 1),
 };
 #define NCOLS (sizeof(cols) / sizeof(cols[0]))
 
@@ -88,6 +89,7 @@ static const struct pcol {
 	{"runq_p50_us", CBCMN_BPF_HIST_RUNQ, 50},      {"runq_p99_us", CBCMN_BPF_HIST_RUNQ, 99},
 	{"futex_p50_us", CBCMN_BPF_HIST_FUTEX, 50},    {"futex_p99_us", CBCMN_BPF_HIST_FUTEX, 99},
 	{"db_p50_us", CBCMN_BPF_HIST_DOORBELL, 50},    {"db_p99_us", CBCMN_BPF_HIST_DOORBELL, 99},
+	{"steal_p50_us", CBCMN_BPF_HIST_STEAL, 50},    {"steal_p99_us", CBCMN_BPF_HIST_STEAL, 99},
 	{"lock_p50_ns", -1, 50},                       {"lock_p99_ns", -1, 99},
 };
 #define NPCOLS (sizeof(pcols) / sizeof(pcols[0]))

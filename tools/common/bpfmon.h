@@ -58,8 +58,9 @@ struct bpfmon_prog {
 /* One shard's figures: the counters of struct cbcmn_bpf_shard, SQEs by
  * opcode, the log2 histogram of lock waits (slot i: [2^i, 2^(i+1)) ns),
  * and the log2 histograms in us of hist[CBCMN_BPF_HIST_RUNQ] (run-queue
- * latency), hist[CBCMN_BPF_HIST_FUTEX] (futex waits) and
- * hist[CBCMN_BPF_HIST_DOORBELL] (doorbell latency, by target). */
+ * latency), hist[CBCMN_BPF_HIST_FUTEX] (futex waits),
+ * hist[CBCMN_BPF_HIST_DOORBELL] (doorbell latency, by target) and
+ * hist[CBCMN_BPF_HIST_STEAL] (steal latency, by thief). */
 struct bpfmon_shard {
 	struct cbcmn_bpf_shard c;
 	uint64_t sqe_ops[CBCMN_BPF_MAX_OPS];
