@@ -334,7 +334,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 	if (me && me->rt == rt)
 		CBCMN__COUNT(me, doorbells_sent, 1);
 	else
-		atomic_fetch_add_explicit(&rt->ext_doorbells, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
 	CBCMN_PROBE3(doorbell, me && me->rt == rt ? (int)me->id : -1, target->id, 1);
 }
 

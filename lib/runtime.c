@@ -221,6 +221,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	cbcmn__blocking_fini(rt); /* no-op after destroy's own call */
 	cbcmn__stack_pool_fini(&rt->stacks);
 	cbcmn__mutex_destroy(&rt->inject_lock);
+	cbcmn__seg_destroy(&rt->seg);
 	free(rt);
 }
 
@@ -268,6 +269,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	if (!rt)
 		return -ENOMEM;
 	memset(rt, 0, sizeof(*rt));
+	rt->seg.fd = -1;
 	rt->cfg = c;
 	rt->page = page;
 	rt->lab = (c.flags & CBCMN_CONFIG_LAB) != 0;
@@ -298,6 +300,12 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		runtime_free(rt);
 		return rc ? rc : -ENOMEM;
 	}
+	if ((rc = cbcmn__seg_create(rt, c.workers, node)) != 0) {
+		free(cpu);
+		free(node);
+		runtime_free(rt);
+		return rc;
+	}
 	for (uint32_t i = 0; i < c.workers; i++) {
 		struct cbcmn__exec *e = exec_alloc(page, node[i]);
 		if (!e) {
@@ -310,6 +318,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		e->id = i;
 		e->cpu = cpu[i];
 		e->node = node[i];
+		e->ss = cbcmn__seg_slot(&rt->seg, i);
+		e->ss->cpu = cpu[i];
+		e->ss->node = node[i];
 		cbcmn__iwait_reg_init(&e->iwaits);
 		rt->exec[i] = e;
 		rt->nexec = i + 1;
@@ -337,6 +348,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->retire_ns = (uint64_t)c.idle_retire_ms * 1000000u;
 	atomic_init(&rt->nlive, c.min_workers);
 	atomic_init(&rt->want_live, c.min_workers);
+	cbcmn__seg_publish(rt);
 	for (uint32_t i = 0; i < rt->min_live; i++) {
 		struct cbcmn__exec *e = rt->exec[i];
 		atomic_store_explicit(&e->lstate, CBCMN__EX_STARTING, memory_order_relaxed);
@@ -367,26 +379,13 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	return 0;
 }
 
-static uint64_t live_tasks(const struct cbcmn_runtime *rt)
-{
-	/* Completions first: a task counted as completed was counted as
-	 * spawned before, so this never undercounts. */
-	uint64_t done = atomic_load_explicit(&rt->ext_completions, memory_order_acquire);
-	for (uint32_t i = 0; i < rt->nexec; i++)
-		done += atomic_load_explicit(&rt->exec[i]->ctr.completions, memory_order_acquire);
-	uint64_t spawned = atomic_load_explicit(&rt->ext_spawns, memory_order_acquire);
-	for (uint32_t i = 0; i < rt->nexec; i++)
-		spawned += atomic_load_explicit(&rt->exec[i]->ctr.spawns, memory_order_acquire);
-	return spawned > done ? spawned - done : 0;
-}
-
 int cbcmn_runtime_destroy(cbcmn_runtime *rt)
 {
 	if (!rt)
 		return -EINVAL;
 	if (cbcmn__on_executor(rt))
 		return -EDEADLK;
-	if (live_tasks(rt) != 0)
+	if (cbcmn__seg_live_tasks(&rt->seg) != 0)
 		return -EBUSY;
 	/* Before the executors stop: a pool thread may still be finishing
 	 * the wake of the task it served last. */
@@ -428,90 +427,4 @@ int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *r
 			cbcmn_strerror(r), (unsigned long long)rt->cfg.seed,
 			(unsigned long long)rt->cfg.seed);
 	return rc;
-}
-
-int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_executor_stats *per,
-			 uint32_t nper)
-{
-	if (!rt || !out || (nper && !per))
-		return -EINVAL;
-	memset(out, 0, sizeof(*out));
-	out->executors = rt->nexec;
-	cbcmn_executor_stats *tot = &out->total;
-	uint64_t completed = atomic_load_explicit(&rt->ext_completions, memory_order_relaxed);
-	uint64_t spawned = atomic_load_explicit(&rt->ext_spawns, memory_order_relaxed);
-	for (uint32_t i = 0; i < rt->nexec; i++) {
-		const struct cbcmn__exec *e = rt->exec[i];
-		const struct cbcmn__counters *c = &e->ctr;
-		cbcmn_executor_stats s = {
-#define LD(f) .f = atomic_load_explicit(&c->f, memory_order_relaxed)
-			LD(tasks_run),       LD(local_hits),      LD(inject_hits),
-			LD(steal_attempts),  LD(steal_successes), LD(tasks_stolen),
-			LD(inline_runs),     LD(parks),           LD(wakes),
-			LD(spawns),          LD(steals_gated),    LD(doorbells_sent),
-			LD(doorbells_recv),  LD(doorbells_coalesced),
-			LD(ring_msgs_submitted), LD(ring_msgs_backpressure),
-			LD(sqes_submitted),  LD(cqes_reaped),     LD(ring_enters),
-			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(xmsgs_acked),
-			LD(handoffs),
-			LD(io_ops),
-#undef LD
-			.avg_task_ns = atomic_load_explicit(&e->avg_task_ns, memory_order_relaxed),
-			.busy_pct = atomic_load_explicit(&e->busy_pct, memory_order_relaxed),
-			.cpu = e->cpu,
-			.node = e->node,
-			.queue_depth = (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
-				       (atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL),
-		};
-		completed += atomic_load_explicit(&c->completions, memory_order_relaxed);
-		spawned += s.spawns;
-		if (per && i < nper)
-			per[i] = s;
-		tot->tasks_run += s.tasks_run;
-		tot->local_hits += s.local_hits;
-		tot->inject_hits += s.inject_hits;
-		tot->steal_attempts += s.steal_attempts;
-		tot->steal_successes += s.steal_successes;
-		tot->tasks_stolen += s.tasks_stolen;
-		tot->inline_runs += s.inline_runs;
-		tot->parks += s.parks;
-		tot->wakes += s.wakes;
-		tot->spawns += s.spawns;
-		tot->queue_depth += s.queue_depth;
-		tot->steals_gated += s.steals_gated;
-		tot->doorbells_sent += s.doorbells_sent;
-		tot->doorbells_recv += s.doorbells_recv;
-		tot->doorbells_coalesced += s.doorbells_coalesced;
-		tot->ring_msgs_submitted += s.ring_msgs_submitted;
-		tot->ring_msgs_backpressure += s.ring_msgs_backpressure;
-		tot->sqes_submitted += s.sqes_submitted;
-		tot->cqes_reaped += s.cqes_reaped;
-		tot->ring_enters += s.ring_enters;
-		tot->xmsgs_sent += s.xmsgs_sent;
-		tot->xmsgs_recv += s.xmsgs_recv;
-		tot->xmsgs_acked += s.xmsgs_acked;
-		tot->handoffs += s.handoffs;
-		tot->io_ops += s.io_ops;
-		if (s.avg_task_ns > tot->avg_task_ns)
-			tot->avg_task_ns = s.avg_task_ns; /* the total holds the largest */
-	}
-	out->ext_doorbells = atomic_load_explicit(&rt->ext_doorbells, memory_order_relaxed);
-	out->ring_setup_flags = rt->ring_caps.setup_flags;
-	out->msg_ring = rt->ring_caps.msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
-	out->oversubscribed = rt->oversubscribed;
-	out->policy = rt->policy;
-	out->executors_live = cbcmn__nlive(rt);
-	out->executor_starts = atomic_load_explicit(&rt->exec_starts, memory_order_relaxed);
-	out->executor_retires = atomic_load_explicit(&rt->exec_retires, memory_order_relaxed);
-	out->tasks_spawned = spawned;
-	out->tasks_completed = completed;
-	out->tasks_live = spawned > completed ? spawned - completed : 0;
-	/* Work found at home (queue picks and inline runs) against all work
-	 * found: the share that did not come from elsewhere (seed 001). */
-	uint64_t local = tot->local_hits + tot->inline_runs;
-	uint64_t picks = local + tot->inject_hits + tot->tasks_stolen;
-	out->local_hit_ratio = picks ? (double)local / (double)picks : 0.0;
-	out->steal_success_rate =
-		tot->steal_attempts ? (double)tot->steal_successes / (double)tot->steal_attempts : 0.0;
-	return 0;
 }

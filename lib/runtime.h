@@ -25,6 +25,7 @@
 #include "ring.h"
 #include "rng.h"
 #include "stack.h"
+#include "statseg.h"
 
 #define CBCMN__CACHELINE 64
 
@@ -165,15 +166,6 @@ enum cbcmn__post {
 
 /* Counters: written by the owning executor only (a relaxed load + store,
  * no locked instruction), read by anyone. */
-struct cbcmn__counters {
-	_Atomic uint64_t tasks_run, local_hits, inject_hits, steal_attempts, steal_successes,
-		tasks_stolen, inline_runs, parks, wakes, spawns, completions;
-	/* Rings and shards (ring.c, xmsg.c). */
-	_Atomic uint64_t steals_gated, doorbells_sent, doorbells_recv, doorbells_coalesced,
-		ring_msgs_submitted, ring_msgs_backpressure, sqes_submitted, cqes_reaped,
-		ring_enters, xmsgs_sent, xmsgs_recv, xmsgs_acked, handoffs, io_ops;
-};
-
 /* ---- cross-shard message lanes (xmsg.c) ------------------------------- */
 
 /* A message between executors (seed 003): allocated by the sender, handed
@@ -202,8 +194,8 @@ struct cbcmn__lane {
 };
 
 #define CBCMN__COUNT(e, field, n)                                                          \
-	atomic_store_explicit(&(e)->ctr.field,                                             \
-			      atomic_load_explicit(&(e)->ctr.field, memory_order_relaxed) + (n), \
+	atomic_store_explicit(&(e)->ss->ctr.field,                                         \
+			      atomic_load_explicit(&(e)->ss->ctr.field, memory_order_relaxed) + (n), \
 			      memory_order_relaxed)
 
 struct cbcmn__exec {
@@ -227,9 +219,9 @@ struct cbcmn__exec {
 	_Atomic uint64_t ack_bits[CBCMN_MAX_EXECUTORS / 64];  /* lanes with only acks, maybe */
 	/* in[src]: the lane from executor src, made by src on first use. */
 	_Atomic(struct cbcmn__lane *) *in;
-	/* Load statistics any executor reads without a lock (seed 003). */
-	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t avg_task_ns; /* EWMA of a task's run */
-	_Atomic uint32_t busy_pct;        /* share of recent time running tasks */
+	/* Its slot in the statistics segment (statseg.h): counters, load
+	 * figures any executor reads without a lock (seed 003), state. */
+	_Alignas(CBCMN__CACHELINE) struct cbcmn__seg_exec *ss;
 	int32_t cpu, node;                /* where it is pinned (-1: not), fixed */
 
 	/* Owner only from here on. */
@@ -277,8 +269,6 @@ struct cbcmn__exec {
 	void *asan_fake;                  /* ASan: the scheduler's fake stack */
 	const void *sched_stack_lo;       /* ASan: the thread's own stack */
 	size_t sched_stack_size;
-
-	_Alignas(CBCMN__CACHELINE) struct cbcmn__counters ctr;
 };
 
 /* ---- the runtime root ----------------------------------------------- */
@@ -308,10 +298,10 @@ struct cbcmn_runtime {
 	_Atomic uint64_t next_id_block;
 	_Atomic uint64_t cancels;         /* cancelled nurseries still alive */
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
-	/* Tasks spawned / ended by threads outside the executors. */
-	_Atomic uint64_t ext_spawns, ext_completions;
-	/* Doorbells rung by threads outside the executors (eventfd). */
-	_Atomic uint64_t ext_doorbells;
+	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
+	 * and ended and doorbells rung by threads outside the executors,
+	 * executors started and retired. */
+	struct cbcmn__seg seg;
 	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
 	struct cbcmn__ring_caps ring_caps;
 	int32_t policy;                   /* applied: cbcmn_policy or CBCMN_PIN_NONE */
@@ -322,13 +312,18 @@ struct cbcmn_runtime {
 	uint32_t min_live;
 	uint64_t retire_ns;               /* 0: executors never retire */
 	bool dynamic;                     /* min_live < nexec */
-	_Atomic uint64_t exec_starts, exec_retires;
 	_Atomic uint32_t exiting;         /* retired threads in their last steps */
 	_Atomic uint32_t resizing;        /* a start or a retirement is under way */
 	struct cbcmn__blocking_pool *blocking;
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
+
+/* watch.c: the statistics segment */
+int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *node);
+void cbcmn__seg_publish(struct cbcmn_runtime *rt);
+void cbcmn__seg_destroy(struct cbcmn__seg *s);
+uint64_t cbcmn__seg_live_tasks(const struct cbcmn__seg *s);
 
 /* sched.c */
 extern __thread struct cbcmn__exec *cbcmn__tls_exec;
@@ -354,6 +349,13 @@ void cbcmn__exec_want(struct cbcmn_runtime *rt, uint32_t id);
 static inline uint32_t cbcmn__nlive(const struct cbcmn_runtime *rt)
 {
 	return atomic_load_explicit(&rt->nlive, memory_order_acquire);
+}
+
+/* Tasks queued on e: its deque and its next-task slot (a racy count). */
+static inline uint64_t cbcmn__exec_queue_depth(const struct cbcmn__exec *e)
+{
+	return (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
+	       (atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL);
 }
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);

@@ -700,7 +700,7 @@ static uint32_t pick_victim(struct cbcmn__exec *e, uint32_t attempt)
 static bool steal_gate(struct cbcmn__exec *e, struct cbcmn__exec *v, int64_t len)
 {
 	const cbcmn_config *c = &e->rt->cfg;
-	uint64_t avg = atomic_load_explicit(&v->avg_task_ns, memory_order_relaxed);
+	uint64_t avg = atomic_load_explicit(&v->ss->avg_task_ns, memory_order_relaxed);
 	if (avg == 0)
 		return true;
 	uint64_t saved = (uint64_t)(len + 1) / 2 * avg;
@@ -812,18 +812,31 @@ static void mail_poll(struct cbcmn__exec *e)
 		cbcmn__backlog_flush(e);
 }
 
+/* What the executor does, for watchers (cbcmn_executor_stats.state). */
+static inline void exec_state(struct cbcmn__exec *e, cbcmn_exec_state st)
+{
+	atomic_store_explicit(&e->ss->state, (uint32_t)st, memory_order_relaxed);
+}
+
+/* Watchers read the live executors from the segment's copy of nlive. */
+static inline void nlive_published(struct cbcmn_runtime *rt)
+{
+	atomic_store_explicit(&rt->seg.hdr->nlive, cbcmn__nlive(rt), memory_order_relaxed);
+}
+
 /* Load statistics (seed 003): the mean time of a scheduler pick over the
  * last window of busy time, kept as an EWMA any thief can read. */
 static void load_update(struct cbcmn__exec *e, uint64_t now)
 {
 	if (e->busy_tasks && now > e->busy_since) {
 		uint64_t sample = (now - e->busy_since) / e->busy_tasks;
-		uint64_t old = atomic_load_explicit(&e->avg_task_ns, memory_order_relaxed);
-		atomic_store_explicit(&e->avg_task_ns, old ? (7 * old + sample) / 8 : sample,
+		uint64_t old = atomic_load_explicit(&e->ss->avg_task_ns, memory_order_relaxed);
+		atomic_store_explicit(&e->ss->avg_task_ns, old ? (7 * old + sample) / 8 : sample,
 				      memory_order_relaxed);
 	}
 	e->busy_since = now;
 	e->busy_tasks = 0;
+	atomic_store_explicit(&e->ss->queue_depth, cbcmn__exec_queue_depth(e), memory_order_relaxed);
 	/* Busy share: wall time minus time spent searching and parked, over
 	 * windows of at least 1 ms. */
 	if (!e->window_start) {
@@ -835,8 +848,8 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 		return;
 	uint64_t idle = e->idle_ns < window ? e->idle_ns : window;
 	uint32_t pct = (uint32_t)((window - idle) * 100 / window);
-	uint32_t oldp = atomic_load_explicit(&e->busy_pct, memory_order_relaxed);
-	atomic_store_explicit(&e->busy_pct, (3 * oldp + pct) / 4, memory_order_relaxed);
+	uint32_t oldp = atomic_load_explicit(&e->ss->busy_pct, memory_order_relaxed);
+	atomic_store_explicit(&e->ss->busy_pct, (3 * oldp + pct) / 4, memory_order_relaxed);
 	e->window_start = now;
 	e->idle_ns = 0;
 }
@@ -914,8 +927,8 @@ static bool exec_empty(struct cbcmn__exec *e)
 	       !atomic_load_explicit(&e->remote, memory_order_acquire) &&
 	       cbcmn__deque_len(&e->dq) == 0 &&
 	       !atomic_load_explicit(&e->slot, memory_order_acquire) &&
-	       atomic_load_explicit(&e->ctr.xmsgs_sent, memory_order_relaxed) ==
-		       atomic_load_explicit(&e->ctr.xmsgs_acked, memory_order_relaxed);
+	       atomic_load_explicit(&e->ss->ctr.xmsgs_sent, memory_order_relaxed) ==
+		       atomic_load_explicit(&e->ss->ctr.xmsgs_acked, memory_order_relaxed);
 }
 
 /* The last live executor, above min_workers, idle for retire_ns: leave the
@@ -958,12 +971,14 @@ static bool retire_locked(struct cbcmn__exec *e)
 		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
 		return false;
 	}
+	nlive_published(rt);
 	/* The seq_cst CASes above order our state change before this last
 	 * look (on x86 they are full barriers); the mail summary and want
 	 * are read seq_cst to complete the store-buffering pair. */
 	if (atomic_load_explicit(&e->mail_any, memory_order_seq_cst) || !exec_empty(e) ||
 	    atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id) {
 		atomic_store_explicit(&rt->nlive, e->id + 1, memory_order_seq_cst);
+		nlive_published(rt);
 		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
 		return false;
 	}
@@ -978,7 +993,7 @@ static void exec_retired(struct cbcmn__exec *e)
 	struct cbcmn_runtime *rt = e->rt;
 	uint32_t id = e->id;
 	cbcmn__ring_close(e);
-	atomic_fetch_add_explicit(&rt->exec_retires, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&rt->seg.hdr->exec_retires, 1, memory_order_relaxed);
 	atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 	pthread_detach(pthread_self());
 	/* Destroy waits for this count too: rt stays until our last step. */
@@ -1003,6 +1018,7 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	const uint64_t start0 = start;
 	load_update(e, start);
 	cbcmn__searching_begin(e);
+	exec_state(e, CBCMN_EXEC_SEARCHING);
 	for (uint32_t turn = 0;; turn++) {
 		struct cbcmn_task *t = NULL;
 		if (cbcmn__ring_busy(e))
@@ -1019,6 +1035,7 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		}
 		if (t) {
 			cbcmn__searching_end(e);
+			exec_state(e, CBCMN_EXEC_RUNNING);
 			e->busy_since = now_ns();
 			e->idle_ns += e->busy_since - start0;
 			return t;
@@ -1058,7 +1075,10 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 				  e->id + 1 == cbcmn__nlive(rt);
 		if (may_retire && (wait == 0 || wait > rt->retire_ns))
 			wait = rt->retire_ns;
-		if (cbcmn__park(e, wait)) {
+		exec_state(e, CBCMN_EXEC_PARKED);
+		bool notified = cbcmn__park(e, wait);
+		exec_state(e, CBCMN_EXEC_SEARCHING);
+		if (notified) {
 			/* Notified: spin again before the next park. */
 			start = now_ns();
 			pause = SPIN_PAUSE_MIN_NS;
@@ -1220,7 +1240,8 @@ void *cbcmn__exec_main(void *arg)
 			/* Emplaced at nlive, which was our index (seed 003);
 			 * the resize token (cbcmn__exec_grow) keeps it so. */
 			atomic_store_explicit(&rt->nlive, e->id + 1, memory_order_seq_cst);
-			atomic_fetch_add_explicit(&rt->exec_starts, 1, memory_order_relaxed);
+			nlive_published(rt);
+			atomic_fetch_add_explicit(&rt->seg.hdr->exec_starts, 1, memory_order_relaxed);
 			resize_end(rt);
 			if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id + 1)
 				cbcmn__exec_grow(rt);
@@ -1244,6 +1265,8 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	e->busy_since = now_ns();
+	atomic_store_explicit(&e->ss->tid, (int32_t)gettid(), memory_order_relaxed);
+	exec_state(e, CBCMN_EXEC_RUNNING);
 	CBCMN_PROBE3(exec_start, e->id, (int)gettid(), e->cpu);
 	for (;;) {
 		if (e->ntimers)
@@ -1270,6 +1293,8 @@ void *cbcmn__exec_main(void *arg)
 	cbcmn__altstack_teardown(e);
 	cbcmn__tls_exec = NULL;
 	bool retired = atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RETIRING;
+	exec_state(e, CBCMN_EXEC_STOPPED);
+	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
 	CBCMN_PROBE2(exec_stop, e->id, retired);
 	if (retired)
 		exec_retired(e);

@@ -158,7 +158,7 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	if (e)
 		CBCMN__COUNT(e, completions, 1);
 	else
-		atomic_fetch_add_explicit(&t->rt->ext_completions, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&t->rt->seg.hdr->ext_completions, 1, memory_order_relaxed);
 	if (t->flags & CBCMN__TF_HANDLE) {
 		/* acq_rel: release publishes result to the joiner, who acquires
 		 * JOIN_DONE; acquire sees a waiter it registered. */
@@ -236,7 +236,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	if (e)
 		CBCMN__COUNT(e, spawns, 1);
 	else
-		atomic_fetch_add_explicit(&rt->ext_spawns, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&rt->seg.hdr->ext_spawns, 1, memory_order_relaxed);
 	CBCMN_PROBE3(spawn, t->id, self ? self->id : 0, e ? (int)e->id : -1);
 	if (handle)
 		*handle = t;

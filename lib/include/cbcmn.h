@@ -496,7 +496,17 @@ typedef struct cbcmn_executor_stats {
 	uint32_t busy_pct;        /* share of recent time spent running tasks (load statistic) */
 	int32_t cpu;              /* the CPU it is pinned to, -1 if none */
 	int32_t node;             /* that CPU's NUMA node id, -1 if not pinned */
+	uint32_t state;           /* cbcmn_exec_state, at snapshot time */
+	int32_t tid;              /* its thread id, 0 while it has no thread */
 } cbcmn_executor_stats;
+
+/* What an executor is doing (cbcmn_executor_stats.state). */
+typedef enum cbcmn_exec_state {
+	CBCMN_EXEC_STOPPED = 0,   /* no thread: not started yet, or retired */
+	CBCMN_EXEC_RUNNING,       /* running tasks */
+	CBCMN_EXEC_SEARCHING,     /* out of local work: polling, stealing, spinning */
+	CBCMN_EXEC_PARKED,        /* asleep in its ring until a doorbell, a completion or a timer */
+} cbcmn_exec_state;
 
 typedef struct cbcmn_stats {
 	uint32_t executors;
@@ -515,12 +525,42 @@ typedef struct cbcmn_stats {
 	uint64_t executor_starts; /* executors started after the runtime (min_workers) */
 	uint64_t executor_retires; /* executors that ended for being idle */
 	int32_t policy;           /* the cbcmn_policy applied, or CBCMN_PIN_NONE */
+	uint64_t uptime_ns;       /* since the runtime was created */
+	int32_t pid;              /* the process the runtime lives in */
 } cbcmn_stats;
 
 /* Take a snapshot.  per may be NULL; otherwise it receives min(nper,
  * executors) entries.  Returns 0 or -EINVAL. */
 CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
 				   cbcmn_executor_stats *per, uint32_t nper);
+
+/* ------------------------------------------------------------------------
+ * Watching a runtime from another process
+ *
+ * Every runtime keeps its statistics in a shared memory segment (a memfd
+ * named "cbcmn-stats", one descriptor for the runtime's life).  A process
+ * allowed to ptrace-read the target (the same user, or root) maps it and
+ * reads the same figures cbcmn_stats_snapshot() gives, live, at no cost to
+ * the target: this is what cbcmn-top and cbcmn-stat show.  docs/OBSERVABILITY.md.
+ */
+typedef struct cbcmn_watch cbcmn_watch;
+
+/* Watch the index-th runtime alive in process pid (0: the oldest; pid may
+ * be getpid()).  Returns 0 and *out, or -ESRCH (no such process), -ENOENT
+ * (it has no such runtime), -EACCES (not allowed to look at it),
+ * -EPROTO (its libcbcmn keeps another layout), -EINVAL, -ENOMEM. */
+CBCMN_API int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out);
+
+/* Read the runtime's statistics as cbcmn_stats_snapshot() would (per may
+ * be NULL, or gets min(nper, executors) entries; queue_depth is sampled by
+ * each executor as it goes).  Returns 0, or -ESRCH once the runtime has
+ * been destroyed or its process has exited (out then holds the last
+ * figures), or -EINVAL. */
+CBCMN_API int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per,
+			       uint32_t nper);
+
+/* Stop watching.  NULL is fine. */
+CBCMN_API void cbcmn_watch_close(cbcmn_watch *w);
 
 #ifdef __cplusplus
 }

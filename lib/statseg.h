@@ -1,0 +1,86 @@
+/* statseg.h: private to libcbcmn: the statistics segment.
+ *
+ * A runtime keeps its statistics (each executor's counters, load figures
+ * and state, and the runtime's own totals) in one shared memory segment, a
+ * memfd named "cbcmn-stats" whose descriptor stays open for the runtime's
+ * life.  The executors write it as they always wrote their counters; the
+ * runtime reads it for cbcmn_stats_snapshot(); and another process with
+ * ptrace-read access to this one (cbcmn-top, cbcmn-stat) maps the same
+ * pages through /proc/PID/fd/N and reads them with cbcmn_watch_read(), at
+ * no cost to the executors.  watch.c reads both ways with one function.
+ *
+ * Layout: a header page, then one page per executor (its slot, bound to the
+ * executor's node).  The header says the version and the sizes: a reader
+ * built from other sources refuses a layout it does not know.
+ */
+#ifndef CBCMN_STATSEG_H
+#define CBCMN_STATSEG_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CBCMN__SEG_NAME "cbcmn-stats"
+#define CBCMN__SEG_MAGIC 0x3174617473636263ull /* "cbcstat1" */
+#define CBCMN__SEG_VERSION 1u
+
+/* An executor's counters: written by the executor alone (CBCMN__COUNT),
+ * read by anyone. */
+struct cbcmn__counters {
+	_Atomic uint64_t tasks_run, local_hits, inject_hits, steal_attempts, steal_successes,
+		tasks_stolen, inline_runs, parks, wakes, spawns, completions;
+	/* Rings and shards (ring.c, xmsg.c). */
+	_Atomic uint64_t steals_gated, doorbells_sent, doorbells_recv, doorbells_coalesced,
+		ring_msgs_submitted, ring_msgs_backpressure, sqes_submitted, cqes_reaped,
+		ring_enters, xmsgs_sent, xmsgs_recv, xmsgs_acked, handoffs, io_ops;
+};
+
+/* One executor's slot. */
+struct cbcmn__seg_exec {
+	struct cbcmn__counters ctr;
+	/* Load statistics any executor reads without a lock (seed 003). */
+	_Atomic uint64_t avg_task_ns;  /* EWMA of a scheduler pick */
+	_Atomic uint64_t queue_depth;  /* run queue length, sampled with the load */
+	_Atomic uint32_t busy_pct;     /* share of recent time running tasks */
+	_Atomic uint32_t state;        /* cbcmn_exec_state */
+	_Atomic int32_t tid;           /* its thread, 0 while none */
+	int32_t cpu, node;             /* where it is pinned (-1: not), fixed */
+};
+
+struct cbcmn__seg_hdr {
+	uint64_t magic;                /* CBCMN__SEG_MAGIC */
+	uint32_t version;              /* CBCMN__SEG_VERSION */
+	uint32_t hdr_size;             /* sizeof(struct cbcmn__seg_hdr) */
+	uint32_t exec_size;            /* sizeof(struct cbcmn__seg_exec) */
+	uint32_t slots_off;            /* where slot 0 begins */
+	uint32_t stride;               /* bytes from one slot to the next */
+	uint32_t nexec;                /* slots */
+	int32_t pid;                   /* the process that made it */
+	uint64_t start_ns;             /* CLOCK_MONOTONIC at runtime creation */
+	uint32_t ring_setup_flags;     /* IORING_SETUP_* of the rings */
+	int32_t policy;                /* cbcmn_policy applied, or CBCMN_PIN_NONE */
+	uint8_t msg_ring;              /* doorbells are MSG_RING */
+	uint8_t oversubscribed;
+	uint8_t pad[2];
+	_Atomic uint32_t alive;        /* 1 from creation until destroy begins */
+	_Atomic uint32_t nlive;        /* executors [0, nlive) run (a copy of rt->nlive) */
+	/* Work and doorbells of threads outside the executors. */
+	_Atomic uint64_t ext_spawns, ext_completions, ext_doorbells;
+	_Atomic uint64_t exec_starts, exec_retires;
+};
+
+/* A mapped segment: ours (writable) or another process's (read only). */
+struct cbcmn__seg {
+	struct cbcmn__seg_hdr *hdr;
+	size_t size;
+	int fd;                        /* -1: anonymous (memfd refused) */
+};
+
+static inline struct cbcmn__seg_exec *cbcmn__seg_slot(const struct cbcmn__seg *s, uint32_t i)
+{
+	return (struct cbcmn__seg_exec *)((char *)s->hdr + s->hdr->slots_off +
+					   (size_t)s->hdr->stride * i);
+}
+
+#endif

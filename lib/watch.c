@@ -1,0 +1,443 @@
+/* watch.c: the statistics segment (statseg.h): made and freed with the
+ * runtime, read by cbcmn_stats_snapshot() in the process and by
+ * cbcmn_watch_read() from another one. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <numaif.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static size_t round_up(size_t n, size_t to)
+{
+	return (n + to - 1) / to * to;
+}
+
+int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *node)
+{
+	struct cbcmn__seg *s = &rt->seg;
+	size_t page = rt->page;
+	size_t stride = round_up(sizeof(struct cbcmn__seg_exec), page);
+	size_t off = round_up(sizeof(struct cbcmn__seg_hdr), page);
+	s->size = off + stride * nexec;
+	/* A memfd, so that a watcher can map the same pages; anonymous
+	 * shared memory where memfds are refused (the runtime works the
+	 * same, it just cannot be watched). */
+	s->fd = memfd_create(CBCMN__SEG_NAME, MFD_CLOEXEC);
+	void *p = MAP_FAILED;
+	if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->size) == 0)
+		p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	if (p == MAP_FAILED) {
+		if (s->fd >= 0)
+			close(s->fd);
+		s->fd = -1;
+		p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return -ENOMEM;
+	}
+	s->hdr = p;
+	/* Each slot on its executor's node, before the first touch. */
+	for (uint32_t i = 0; i < nexec; i++) {
+		if (node[i] < 0 || node[i] >= 1024)
+			continue;
+		unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
+		mask[node[i] / (8 * sizeof(unsigned long))] |= 1ul << (node[i] % (8 * sizeof(unsigned long)));
+		(void)mbind((char *)p + off + stride * i, stride, MPOL_PREFERRED, mask, 1024, 0);
+	}
+	struct cbcmn__seg_hdr *h = s->hdr;
+	h->version = CBCMN__SEG_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->exec_size = sizeof(struct cbcmn__seg_exec);
+	h->slots_off = (uint32_t)off;
+	h->stride = (uint32_t)stride;
+	h->nexec = nexec;
+	h->pid = (int32_t)getpid();
+	h->start_ns = mono_ns();
+	h->policy = CBCMN_PIN_NONE;
+	atomic_store_explicit(&h->alive, 1, memory_order_relaxed);
+	/* The magic last: a watcher that sees it sees a whole header. */
+	atomic_thread_fence(memory_order_release);
+	h->magic = CBCMN__SEG_MAGIC;
+	return 0;
+}
+
+/* What is known only after the executors are placed and the rings probed. */
+void cbcmn__seg_publish(struct cbcmn_runtime *rt)
+{
+	struct cbcmn__seg_hdr *h = rt->seg.hdr;
+	h->ring_setup_flags = rt->ring_caps.setup_flags;
+	h->msg_ring = rt->ring_caps.msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
+	h->oversubscribed = rt->oversubscribed;
+	h->policy = rt->policy;
+	atomic_store_explicit(&h->nlive, cbcmn__nlive(rt), memory_order_relaxed);
+}
+
+/* Unmap a segment and close its descriptor (a watcher's view, or ours). */
+static void seg_unmap(struct cbcmn__seg *s)
+{
+	if (s->hdr)
+		munmap(s->hdr, s->size);
+	if (s->fd >= 0)
+		close(s->fd);
+	s->hdr = NULL;
+	s->fd = -1;
+}
+
+void cbcmn__seg_destroy(struct cbcmn__seg *s)
+{
+	if (s->hdr)
+		atomic_store_explicit(&s->hdr->alive, 0, memory_order_release);
+	seg_unmap(s);
+}
+
+/* The statistics a segment holds, for cbcmn_stats_snapshot() and
+ * cbcmn_watch_read() alike. */
+static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executor_stats *per,
+		     uint32_t nper)
+{
+	const struct cbcmn__seg_hdr *h = s->hdr;
+	memset(out, 0, sizeof(*out));
+	out->executors = h->nexec;
+	cbcmn_executor_stats *tot = &out->total;
+	/* Completions before spawns: a task counted as completed was counted
+	 * as spawned before, so tasks_live never underflows. */
+	uint64_t completed = atomic_load_explicit(&h->ext_completions, memory_order_acquire);
+	uint64_t spawned = 0;
+	for (uint32_t i = 0; i < h->nexec; i++)
+		completed += atomic_load_explicit(&cbcmn__seg_slot(s, i)->ctr.completions,
+						  memory_order_acquire);
+	spawned += atomic_load_explicit(&h->ext_spawns, memory_order_acquire);
+	for (uint32_t i = 0; i < h->nexec; i++) {
+		const struct cbcmn__seg_exec *x = cbcmn__seg_slot(s, i);
+		const struct cbcmn__counters *c = &x->ctr;
+		cbcmn_executor_stats e = {
+#define LD(f) .f = atomic_load_explicit(&c->f, memory_order_relaxed)
+			LD(tasks_run),       LD(local_hits),      LD(inject_hits),
+			LD(steal_attempts),  LD(steal_successes), LD(tasks_stolen),
+			LD(inline_runs),     LD(parks),           LD(wakes),
+			LD(spawns),          LD(steals_gated),    LD(doorbells_sent),
+			LD(doorbells_recv),  LD(doorbells_coalesced),
+			LD(ring_msgs_submitted), LD(ring_msgs_backpressure),
+			LD(sqes_submitted),  LD(cqes_reaped),     LD(ring_enters),
+			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(xmsgs_acked),
+			LD(handoffs),        LD(io_ops),
+#undef LD
+			.avg_task_ns = atomic_load_explicit(&x->avg_task_ns, memory_order_relaxed),
+			.queue_depth = atomic_load_explicit(&x->queue_depth, memory_order_relaxed),
+			.busy_pct = atomic_load_explicit(&x->busy_pct, memory_order_relaxed),
+			.state = atomic_load_explicit(&x->state, memory_order_relaxed),
+			.tid = atomic_load_explicit(&x->tid, memory_order_relaxed),
+			.cpu = x->cpu,
+			.node = x->node,
+		};
+		spawned += e.spawns;
+		if (per && i < nper)
+			per[i] = e;
+		tot->tasks_run += e.tasks_run;
+		tot->local_hits += e.local_hits;
+		tot->inject_hits += e.inject_hits;
+		tot->steal_attempts += e.steal_attempts;
+		tot->steal_successes += e.steal_successes;
+		tot->tasks_stolen += e.tasks_stolen;
+		tot->inline_runs += e.inline_runs;
+		tot->parks += e.parks;
+		tot->wakes += e.wakes;
+		tot->spawns += e.spawns;
+		tot->queue_depth += e.queue_depth;
+		tot->steals_gated += e.steals_gated;
+		tot->doorbells_sent += e.doorbells_sent;
+		tot->doorbells_recv += e.doorbells_recv;
+		tot->doorbells_coalesced += e.doorbells_coalesced;
+		tot->ring_msgs_submitted += e.ring_msgs_submitted;
+		tot->ring_msgs_backpressure += e.ring_msgs_backpressure;
+		tot->sqes_submitted += e.sqes_submitted;
+		tot->cqes_reaped += e.cqes_reaped;
+		tot->ring_enters += e.ring_enters;
+		tot->xmsgs_sent += e.xmsgs_sent;
+		tot->xmsgs_recv += e.xmsgs_recv;
+		tot->xmsgs_acked += e.xmsgs_acked;
+		tot->handoffs += e.handoffs;
+		tot->io_ops += e.io_ops;
+		if (e.avg_task_ns > tot->avg_task_ns)
+			tot->avg_task_ns = e.avg_task_ns; /* the total holds the largest */
+		if (e.busy_pct > tot->busy_pct)
+			tot->busy_pct = e.busy_pct;       /* ... and the busiest */
+		if (e.state != CBCMN_EXEC_STOPPED)
+			tot->state = CBCMN_EXEC_RUNNING;
+	}
+	tot->cpu = tot->node = -1;
+	out->ext_doorbells = atomic_load_explicit(&h->ext_doorbells, memory_order_relaxed);
+	out->ring_setup_flags = h->ring_setup_flags;
+	out->msg_ring = h->msg_ring;
+	out->oversubscribed = h->oversubscribed;
+	out->policy = h->policy;
+	out->executors_live = atomic_load_explicit(&h->nlive, memory_order_relaxed);
+	out->executor_starts = atomic_load_explicit(&h->exec_starts, memory_order_relaxed);
+	out->executor_retires = atomic_load_explicit(&h->exec_retires, memory_order_relaxed);
+	out->tasks_spawned = spawned;
+	out->tasks_completed = completed;
+	out->tasks_live = spawned > completed ? spawned - completed : 0;
+	out->uptime_ns = mono_ns() - h->start_ns;
+	out->pid = h->pid;
+	/* Work found at home (queue picks and inline runs) against all work
+	 * found: the share that did not come from elsewhere (seed 001). */
+	uint64_t local = tot->local_hits + tot->inline_runs;
+	uint64_t picks = local + tot->inject_hits + tot->tasks_stolen;
+	out->local_hit_ratio = picks ? (double)local / (double)picks : 0.0;
+	out->steal_success_rate =
+		tot->steal_attempts ? (double)tot->steal_successes / (double)tot->steal_attempts : 0.0;
+}
+
+uint64_t cbcmn__seg_live_tasks(const struct cbcmn__seg *s)
+{
+	cbcmn_stats st;
+	seg_fill(s, &st, NULL, 0);
+	return st.tasks_live;
+}
+
+int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_executor_stats *per,
+			 uint32_t nper)
+{
+	if (!rt || !out || (nper && !per))
+		return -EINVAL;
+	seg_fill(&rt->seg, out, per, nper);
+	/* In the process the run queues can be counted now, not sampled. */
+	out->total.queue_depth = 0;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		uint64_t d = cbcmn__exec_queue_depth(rt->exec[i]);
+		out->total.queue_depth += d;
+		if (per && i < nper)
+			per[i].queue_depth = d;
+	}
+	out->executors_live = cbcmn__nlive(rt);
+	return 0;
+}
+
+/* ---- watching another process ------------------------------------------ */
+
+struct cbcmn_watch {
+	struct cbcmn__seg seg;         /* mapped read only */
+	int pidfd;                     /* readable once the process has exited */
+	bool gone;                     /* the runtime or its process has ended */
+	uint64_t end_uptime_ns;        /* the uptime when that was seen */
+};
+
+static int pidfd_open_(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* The header of a mapped segment is one we can read. */
+static int seg_check(const struct cbcmn__seg_hdr *h, size_t size, pid_t pid)
+{
+	if (size < sizeof(*h) || h->magic != CBCMN__SEG_MAGIC)
+		return -ENOENT;
+	if (h->version != CBCMN__SEG_VERSION || h->hdr_size != sizeof(*h) ||
+	    h->exec_size != sizeof(struct cbcmn__seg_exec) || h->stride < h->exec_size)
+		return -EPROTO;
+	if ((size_t)h->slots_off + (size_t)h->stride * h->nexec > size || h->pid != pid)
+		return -ENOENT; /* a segment inherited from a parent, or torn */
+	return 0;
+}
+
+/* Map the segment behind /proc/pid/fd/nr if it is a live one; *ino
+ * tells which memfd it is (a watcher's view of a segment is one more
+ * descriptor for the same one). */
+static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, nr);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(struct cbcmn__seg_hdr)) {
+		close(fd);
+		return -ENOENT;
+	}
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int rc = -errno;
+		close(fd);
+		return rc;
+	}
+	int rc = seg_check(p, (size_t)st.st_size, pid);
+	if (rc == 0 && !atomic_load_explicit(&((struct cbcmn__seg_hdr *)p)->alive,
+					     memory_order_acquire))
+		rc = -ENOENT;
+	if (rc) {
+		munmap(p, (size_t)st.st_size);
+		close(fd);
+		return rc;
+	}
+	out->hdr = p;
+	out->size = (size_t)st.st_size;
+	out->fd = fd;
+	*ino = st.st_ino;
+	return 0;
+}
+
+struct seg_found {
+	int nr;            /* the descriptor in the target */
+	ino_t ino;
+	uint64_t start_ns; /* when its runtime was made */
+};
+
+static int found_cmp(const void *a, const void *b)
+{
+	const struct seg_found *x = a, *y = b;
+	if (x->start_ns != y->start_ns)
+		return x->start_ns < y->start_ns ? -1 : 1;
+	return (x->ino > y->ino) - (x->ino < y->ino);
+}
+
+/* The descriptors of pid that are memfds with our name. */
+static int seg_fds(pid_t pid, int **fds, uint32_t *n)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return errno == ENOENT ? -ESRCH : -errno;
+	int *v = NULL;
+	uint32_t cnt = 0, cap = 0;
+	int rc = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char link[PATH_MAX], target[128];
+		snprintf(link, sizeof(link), "%s/%s", path, de->d_name);
+		ssize_t len = readlink(link, target, sizeof(target) - 1);
+		if (len < 0)
+			continue; /* closed meanwhile */
+		target[len] = '\0';
+		if (strncmp(target, "/memfd:" CBCMN__SEG_NAME " ", sizeof("/memfd:" CBCMN__SEG_NAME)) != 0)
+			continue;
+		if (cnt == cap) {
+			int *nv = realloc(v, (cap = cap ? 2 * cap : 4) * sizeof(*v));
+			if (!nv) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[cnt++] = atoi(de->d_name);
+	}
+	closedir(d);
+	if (rc) {
+		free(v);
+		return rc;
+	}
+	*fds = v;
+	*n = cnt;
+	return 0;
+}
+
+int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
+{
+	if (!out || pid <= 0)
+		return -EINVAL;
+	*out = NULL;
+	/* The pidfd first: should pid be reused later, reads see the exit. */
+	int pidfd = pidfd_open_(pid);
+	if (pidfd < 0)
+		return errno == ESRCH ? -ESRCH : -errno;
+	int *fds = NULL;
+	uint32_t n = 0;
+	int rc = seg_fds(pid, &fds, &n);
+	if (rc) {
+		close(pidfd);
+		return rc == -EPERM ? -EACCES : rc;
+	}
+	/* The live runtimes, each once, oldest first. */
+	struct seg_found *found = calloc(n ? n : 1, sizeof(*found));
+	struct cbcmn__seg seg = {.fd = -1};
+	uint32_t nfound = 0;
+	rc = found ? -ENOENT : -ENOMEM; /* when no runtime matches: why */
+	for (uint32_t i = 0; found && i < n; i++) {
+		ino_t ino;
+		int r = seg_map(pid, fds[i], &seg, &ino);
+		if (r == 0) {
+			found[nfound++] = (struct seg_found){fds[i], ino, seg.hdr->start_ns};
+			seg_unmap(&seg);
+		} else if (r == -EACCES || r == -EPERM) {
+			rc = -EACCES;
+		} else if (r == -EPROTO && rc == -ENOENT) {
+			rc = -EPROTO;
+		}
+	}
+	free(fds);
+	if (nfound)
+		qsort(found, nfound, sizeof(*found), found_cmp);
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < nfound; i++) {
+		if (i > 0 && found[i].ino == found[i - 1].ino)
+			continue;
+		if (k++ < index)
+			continue;
+		ino_t ino;
+		int r = seg_map(pid, found[i].nr, &seg, &ino);
+		if (r == 0 && ino != found[i].ino)
+			seg_unmap(&seg); /* the descriptor was reused meanwhile */
+		if (r != 0 || !seg.hdr)
+			rc = r ? r : -ENOENT;
+		break;
+	}
+	free(found);
+	cbcmn_watch *w = seg.hdr ? calloc(1, sizeof(*w)) : NULL;
+	if (!w) {
+		seg_unmap(&seg);
+		close(pidfd);
+		return seg.hdr ? -ENOMEM : rc;
+	}
+	w->seg = seg;
+	w->pidfd = pidfd;
+	*out = w;
+	return 0;
+}
+
+int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per, uint32_t nper)
+{
+	if (!w || !out || (nper && !per))
+		return -EINVAL;
+	if (!w->gone) {
+		/* Our mapping keeps the pages after the runtime or its process
+		 * is gone: both mean the figures are final. */
+		struct pollfd p = {.fd = w->pidfd, .events = POLLIN};
+		if ((poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) ||
+		    !atomic_load_explicit(&w->seg.hdr->alive, memory_order_acquire)) {
+			w->gone = true;
+			w->end_uptime_ns = mono_ns() - w->seg.hdr->start_ns;
+		}
+	}
+	seg_fill(&w->seg, out, per, nper);
+	if (w->gone)
+		out->uptime_ns = w->end_uptime_ns;
+	return w->gone ? -ESRCH : 0;
+}
+
+void cbcmn_watch_close(cbcmn_watch *w)
+{
+	if (!w)
+		return;
+	seg_unmap(&w->seg);
+	close(w->pidfd);
+	free(w);
+}
