@@ -2,7 +2,6 @@
  * checker (lg_verify_echo_conns); see loadgen.h for the contract. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -18,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hist.h"
 #include "common/httpmsg.h"
 #include "common/loadgen.h"
 
@@ -118,75 +118,6 @@ static ssize_t pattern_check(const uint8_t *got, uint8_t *want, uint64_t key, ui
 	while (got[i] == want[i])
 		i++;
 	return (ssize_t)i;
-}
-
-/* ---- latency histogram ---------------------------------------------------- */
-
-/* Log-linear, like HdrHistogram: values below 2^SUB_BITS have a bucket
- * each; above, every power of two is cut into 2^SUB_BITS equal buckets, so
- * a bucket is at most 1/32 (~3%) of its value wide.  1920 buckets cover
- * every uint64_t nanosecond value in 15 KiB, whatever the run's length. */
-#define HIST_SUB_BITS 5
-#define HIST_SUB (1u << HIST_SUB_BITS)
-#define HIST_BUCKETS ((64 - HIST_SUB_BITS + 1) * HIST_SUB)
-
-struct lg_hist {
-	uint64_t count, max;
-	uint64_t b[HIST_BUCKETS];
-};
-
-static unsigned hist_index(uint64_t v)
-{
-	if (v < HIST_SUB)
-		return (unsigned)v;
-	unsigned shift = 63u - (unsigned)__builtin_clzll(v) - HIST_SUB_BITS;
-	/* v >> shift is in [HIST_SUB, 2 * HIST_SUB). */
-	return (shift + 1) * HIST_SUB + (unsigned)(v >> shift) - HIST_SUB;
-}
-
-/* The middle of bucket i. */
-static uint64_t hist_value(unsigned i)
-{
-	if (i < HIST_SUB)
-		return i;
-	unsigned shift = i / HIST_SUB - 1;
-	uint64_t lo = (uint64_t)(HIST_SUB + i % HIST_SUB) << shift;
-	return lo + ((1ull << shift) >> 1);
-}
-
-static void hist_add(struct lg_hist *h, uint64_t v)
-{
-	h->b[hist_index(v)]++;
-	h->count++;
-	if (v > h->max)
-		h->max = v;
-}
-
-static void hist_merge(struct lg_hist *into, const struct lg_hist *h)
-{
-	for (unsigned i = 0; i < HIST_BUCKETS; i++)
-		into->b[i] += h->b[i];
-	into->count += h->count;
-	if (h->max > into->max)
-		into->max = h->max;
-}
-
-/* The p-quantile (0 < p <= 1), never above the largest value seen. */
-static uint64_t hist_quantile(const struct lg_hist *h, double p)
-{
-	if (!h->count)
-		return 0;
-	uint64_t rank = (uint64_t)ceil(p * (double)h->count), seen = 0;
-	if (rank < 1)
-		rank = 1;
-	for (unsigned i = 0; i < HIST_BUCKETS; i++) {
-		seen += h->b[i];
-		if (seen >= rank) {
-			uint64_t v = hist_value(i);
-			return v < h->max ? v : h->max;
-		}
-	}
-	return h->max;
 }
 
 /* ---- setup helpers -------------------------------------------------------- */
@@ -443,7 +374,7 @@ struct lg_worker {
 	const char *body;	/* http: the body every response must carry */
 	size_t body_len;
 	uint8_t *scratch, *want;
-	struct lg_hist *hist;
+	struct lat_hist *hist;
 	uint64_t end;		/* CLOCK_MONOTONIC ns when the run stops */
 	uint64_t requests, bytes;
 	struct lg_err err;
@@ -495,7 +426,7 @@ static void complete(struct lg_worker *w, struct lg_conn *c, uint64_t now, size_
 	c->recv_seq++;
 	if (now >= w->end)
 		return;
-	hist_add(w->hist, now - t);
+	lat_hist_add(w->hist, now - t);
 	w->requests++;
 	w->bytes += bytes;
 	issue(w, c, now);
@@ -839,10 +770,10 @@ int lg_run(const struct lg_config *ucfg, struct lg_result *res)
 	if (rc)
 		goto done;
 
-	struct lg_hist *all = w[0].hist;
+	struct lat_hist *all = w[0].hist;
 	for (uint32_t t = 0; t < nw; t++) {
 		if (t)
-			hist_merge(all, w[t].hist);
+			lat_hist_merge(all, w[t].hist);
 		res->requests += w[t].requests;
 		res->bytes += w[t].bytes;
 		err_to_result(&w[t].err, res);
@@ -851,8 +782,8 @@ int lg_run(const struct lg_config *ucfg, struct lg_result *res)
 	}
 	res->seconds = cfg.duration_s;
 	res->req_per_s = (double)res->requests / res->seconds;
-	res->p50_us = (double)hist_quantile(all, 0.50) / 1e3;
-	res->p99_us = (double)hist_quantile(all, 0.99) / 1e3;
+	res->p50_us = (double)lat_hist_quantile(all, 0.50) / 1e3;
+	res->p99_us = (double)lat_hist_quantile(all, 0.99) / 1e3;
 	res->max_us = (double)all->max / 1e3;
 done:
 	for (uint32_t t = 0; w && t < nw; t++) {
