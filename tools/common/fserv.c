@@ -351,7 +351,10 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 	}
 	s->lfd = fd;
 	cbcmn_config rc_cfg;
-	cbcmn_config_init(&rc_cfg);
+	if (cfg->rt_cfg)
+		rc_cfg = *cfg->rt_cfg;
+	else
+		cbcmn_config_init(&rc_cfg);
 	rc_cfg.workers = s->cfg.workers;
 	rc_cfg.ring_flags = s->cfg.ring_flags;
 	rc_cfg.spin_ns = s->cfg.spin_ns;
@@ -386,6 +389,11 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 uint16_t fs_port(const struct fs_server *s)
 {
 	return s->port;
+}
+
+cbcmn_runtime *fs_runtime(const struct fs_server *s)
+{
+	return s->rt;
 }
 
 int fs_stop(struct fs_server *s, struct fs_stats *out)

@@ -20,6 +20,10 @@ struct fs_config {
 	uint64_t spin_ns;    /* cbcmn_config.spin_ns (0: the runtime's default) */
 	bool multishot;      /* multishot accept, and echo reads through streams
 			      * (kernel permitting; else one operation per call) */
+	/* The server runtime's configuration (placement policy, seed...), or
+	 * NULL for cbcmn_config_init()'s.  Either way workers, ring_flags
+	 * and spin_ns above override its fields of the same name. */
+	const cbcmn_config *rt_cfg;
 };
 
 struct fs_stats {
@@ -39,6 +43,10 @@ void fs_config_init(struct fs_config *cfg);
 int fs_start(struct fs_server **out, const struct fs_config *cfg);
 
 uint16_t fs_port(const struct fs_server *s);
+
+/* The server's runtime, for cbcmn_stats_snapshot() while it serves; it is
+ * destroyed by fs_stop(). */
+cbcmn_runtime *fs_runtime(const struct fs_server *s);
 
 /* Stop it (cancel every connection task), fill *out (may be NULL) and free
  * everything.  Returns 0 or the server's first error. */
