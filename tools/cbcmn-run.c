@@ -1,0 +1,464 @@
+/* cbcmn-run: runs one named, self-checking workload on the runtime and
+ * prints its result, throughput, latency and the runtime's statistics, as
+ * text or as one JSON object; with --bpf, also what the eBPF programs saw
+ * (docs/RUN.md).
+ *
+ * Exit status: 0 the workload ran and its answer was right; 1 it failed (a
+ * wrong answer, a runtime or system error, --bpf unavailable); 2 bad input.
+ * Every failure is one line on stderr.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cbcmn.h"
+#include "common/bpfmon.h"
+#include "common/json.h"
+#include "common/workload.h"
+
+#define PROG "cbcmn-run"
+#define DEFAULT_DURATION_S 3.0
+
+static const struct option longopts[] = {
+	{"workers", required_argument, NULL, 'w'},
+	{"policy", required_argument, NULL, 'p'},
+	{"seed", required_argument, NULL, 's'},
+	{"duration", required_argument, NULL, 'd'},
+	{"size", required_argument, NULL, 'n'},
+	{"json", no_argument, NULL, 'j'},
+	{"bpf", no_argument, NULL, 'b'},
+	{"verbose", no_argument, NULL, 'v'},
+	{"help", no_argument, NULL, 'h'},
+	{0},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: " PROG " WORKLOAD [OPTIONS]\n"
+		   "  Runs WORKLOAD on the runtime, checks its answer, and prints the result,\n"
+		   "  throughput, latency and the runtime's statistics (docs/RUN.md).\n"
+		   "\n"
+		   "  -w, --workers N      executors (default: one per allowed CPU)\n"
+		   "  -p, --policy P       placement: depth-first (default), breadth-first,\n"
+		   "                       random or cpus:LIST (e.g. cpus:0-3,8)\n"
+		   "  -s, --seed S         seed of the runtime and the workload (default 0)\n"
+		   "  -d, --duration SEC   how long to run (default %.0f); count-based workloads\n"
+		   "                       repeat rounds of --size until it has passed\n"
+		   "  -n, --size N         the workload's size (see below)\n"
+		   "  -j, --json           one JSON object on stdout\n"
+		   "  -b, --bpf            also the eBPF programs' view (root)\n"
+		   "  -v, --verbose        libbpf's messages with --bpf\n"
+		   "  -h, --help\n"
+		   "\nworkloads (--size, default):\n",
+		DEFAULT_DURATION_S);
+	for (size_t i = 0; i < wl_nworkloads; i++) {
+		const struct wl_desc *w = &wl_workloads[i];
+		fprintf(f, "  %-12s %s\n  %-12s (%s, %u)\n", w->name, w->help, "", w->size_help,
+			w->size_default);
+	}
+	fprintf(f, "\nExit status: 0 ok, 1 the workload failed (one line says what), 2 bad input.\n"
+		   "\nEXAMPLES\n"
+		   "  " PROG " fib --workers 2\n"
+		   "  " PROG " skew --policy breadth-first --duration 1 --json\n"
+		   "  " PROG " echo --size 50 --duration 5\n"
+		   "  sudo " PROG " skew --bpf --json | jq .bpf\n");
+}
+
+static void bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void bad_input(const char *fmt, ...)
+{
+	va_list ap;
+	fputs(PROG ": ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (try --help)\n", stderr);
+	exit(2);
+}
+
+static unsigned long long number(const char *opt, const char *arg, unsigned long long max)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(arg, &end, 0);
+	if (!*arg || *end || errno || arg[0] == '-' || v > max)
+		bad_input("%s wants a number in 0..%llu, got '%s'", opt, max, arg);
+	return v;
+}
+
+/* ---- the runtime's statistics ------------------------------------------------ */
+
+/* The uint64_t counters of cbcmn_executor_stats, by name (the JSON keys). */
+#define EXEC_FIELD(f) {#f, offsetof(cbcmn_executor_stats, f)}
+static const struct {
+	const char *name;
+	size_t off;
+} exec_fields[] = {
+	EXEC_FIELD(tasks_run),	     EXEC_FIELD(local_hits),	       EXEC_FIELD(inject_hits),
+	EXEC_FIELD(steal_attempts),  EXEC_FIELD(steal_successes),      EXEC_FIELD(tasks_stolen),
+	EXEC_FIELD(inline_runs),     EXEC_FIELD(parks),		       EXEC_FIELD(wakes),
+	EXEC_FIELD(spawns),	     EXEC_FIELD(queue_depth),	       EXEC_FIELD(steals_gated),
+	EXEC_FIELD(doorbells_sent),  EXEC_FIELD(doorbells_recv),       EXEC_FIELD(doorbells_coalesced),
+	EXEC_FIELD(ring_msgs_submitted), EXEC_FIELD(ring_msgs_backpressure), EXEC_FIELD(sqes_submitted),
+	EXEC_FIELD(cqes_reaped),     EXEC_FIELD(ring_enters),	       EXEC_FIELD(xmsgs_sent),
+	EXEC_FIELD(xmsgs_recv),	     EXEC_FIELD(xmsgs_acked),	       EXEC_FIELD(handoffs),
+	EXEC_FIELD(io_ops),
+};
+
+static uint64_t exec_field(const cbcmn_executor_stats *s, size_t k)
+{
+	return *(const uint64_t *)((const char *)s + exec_fields[k].off);
+}
+
+static const char *policy_name(int32_t p)
+{
+	return p >= 0 ? cbcmn_policy_name((cbcmn_policy)p) : "none";
+}
+
+/* ---- what the eBPF programs saw ------------------------------------------------ */
+
+struct bpf_view {
+	uint64_t steals, tasks_stolen, steal_fails, cross_node, cross_llc;
+	uint64_t doorbells, doorbells_coalesced, contention_ns, lock_contended;
+	uint64_t migrations, involuntary;
+	uint64_t (*pairs)[4]; /* thief, victim, steals, tasks */
+	size_t npairs;
+};
+
+/* The LLC group of CPU cpu, -1 if unknown (unpinned, no topology). */
+static int llc_of(const cbcmn_topo *t, int cpu)
+{
+	const cbcmn_cpu_info *c = t && cpu >= 0 ? cbcmn_topo_find(t, cpu) : NULL;
+	return c ? c->llc : -1;
+}
+
+/* Sum the shards of the executors, and list the (thief, victim) pairs that
+ * stole; a steal is cross-node (cross-LLC) when both executors are pinned
+ * and their CPUs' nodes (LLCs) differ.  Returns 0 or a negative errno. */
+static int bpf_collect(struct bpfmon *m, const struct wl_result *r, struct bpf_view *v)
+{
+	memset(v, 0, sizeof(*v));
+	uint32_t n = r->stats.executors < CBCMN_BPF_MAX_SHARDS ? r->stats.executors
+							       : CBCMN_BPF_MAX_SHARDS;
+	if (!r->per)
+		n = 0;
+	struct bpfmon_shard *sh = calloc(CBCMN_BPF_NSLOTS, sizeof(*sh));
+	v->pairs = calloc((size_t)n * n + 1, sizeof(*v->pairs));
+	if (!sh || !v->pairs) {
+		free(sh);
+		return -ENOMEM;
+	}
+	int rc = bpfmon_read(m, sh, CBCMN_BPF_NSLOTS);
+	if (rc < 0) {
+		free(sh);
+		return rc;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const struct cbcmn_bpf_shard *c = &sh[i].c;
+		v->steals += c->steals;
+		v->tasks_stolen += c->tasks_stolen;
+		v->steal_fails += c->steal_fails;
+		v->doorbells += c->doorbells_msg_ring + c->doorbells_eventfd;
+		v->doorbells_coalesced += c->doorbells_coalesced;
+		v->contention_ns += c->lock_wait_ns + c->futex_wait_ns;
+		v->lock_contended += c->lock_contended;
+		v->migrations += c->migrations;
+		v->involuntary += c->involuntary;
+	}
+	free(sh);
+	cbcmn_topo *t = NULL;
+	if (cbcmn_topo_load(NULL, &t, NULL, 0))
+		t = NULL; /* no LLCs then: cross_llc_steals stays 0 */
+	for (uint32_t th = 0; th < n; th++) {
+		for (uint32_t vi = 0; vi < n; vi++) {
+			struct cbcmn_bpf_pair p;
+			if (th == vi || bpfmon_steal_pair(m, th, vi, &p) || !p.steals)
+				continue;
+			uint64_t *row = v->pairs[v->npairs++];
+			row[0] = th, row[1] = vi, row[2] = p.steals, row[3] = p.tasks;
+			const cbcmn_executor_stats *a = &r->per[th], *b = &r->per[vi];
+			if (a->cpu < 0 || b->cpu < 0)
+				continue;
+			if (a->node != b->node)
+				v->cross_node += p.steals;
+			int la = llc_of(t, a->cpu), lb = llc_of(t, b->cpu);
+			if (la >= 0 && lb >= 0 && la != lb)
+				v->cross_llc += p.steals;
+		}
+	}
+	cbcmn_topo_free(t);
+	return 0;
+}
+
+/* ---- output ---------------------------------------------------------------------- */
+
+struct run {
+	const struct wl_desc *w;
+	const char *policy; /* as given, or NULL */
+	uint64_t seed;
+	const struct wl_result *r;
+	const struct bpf_view *bpf; /* NULL without --bpf */
+};
+
+static void print_json(const struct run *u)
+{
+	const struct wl_result *r = u->r;
+	const cbcmn_stats *s = &r->stats;
+	struct jw j;
+	jw_begin(&j, stdout);
+	jw_obj(&j, NULL);
+	jw_str(&j, "workload", u->w->name);
+	jw_bool(&j, "ok", r->ok);
+	if (!r->ok)
+		jw_str(&j, "error", r->error);
+	jw_u64(&j, "executors", s->executors);
+	jw_str(&j, "policy", u->policy ? u->policy : policy_name(s->policy));
+	jw_u64(&j, "seed", u->seed);
+	jw_double(&j, "duration_s", r->duration_s);
+	jw_double(&j, "throughput", r->throughput);
+	jw_str(&j, "throughput_unit", r->unit);
+	jw_u64(&j, "units", r->units);
+	jw_u64(&j, "rounds", r->rounds);
+	jw_double(&j, "p50_us", r->p50_us);
+	jw_double(&j, "p99_us", r->p99_us);
+	jw_str(&j, "result", r->result);
+
+	jw_obj(&j, "stats");
+	jw_u64(&j, "executors", s->executors);
+	jw_u64(&j, "tasks_spawned", s->tasks_spawned);
+	jw_u64(&j, "tasks_completed", s->tasks_completed);
+	jw_u64(&j, "tasks_live", s->tasks_live);
+	for (size_t k = 0; k < sizeof(exec_fields) / sizeof(exec_fields[0]); k++)
+		jw_u64(&j, exec_fields[k].name, exec_field(&s->total, k));
+	jw_double(&j, "local_hit_ratio", s->local_hit_ratio);
+	jw_double(&j, "steal_success_rate", s->steal_success_rate);
+	jw_u64(&j, "ext_doorbells", s->ext_doorbells);
+	jw_u64(&j, "ring_setup_flags", s->ring_setup_flags);
+	jw_bool(&j, "msg_ring", s->msg_ring);
+	jw_bool(&j, "oversubscribed", s->oversubscribed);
+	jw_u64(&j, "executor_starts", s->executor_starts);
+	jw_u64(&j, "executor_retires", s->executor_retires);
+	jw_str(&j, "policy", policy_name(s->policy));
+	jw_close(&j);
+
+	jw_arr(&j, "per_executor");
+	for (uint32_t i = 0; r->per && i < s->executors; i++) {
+		const cbcmn_executor_stats *e = &r->per[i];
+		jw_obj(&j, NULL);
+		jw_u64(&j, "executor", i);
+		jw_i64(&j, "cpu", e->cpu);
+		jw_i64(&j, "node", e->node);
+		for (size_t k = 0; k < sizeof(exec_fields) / sizeof(exec_fields[0]); k++)
+			jw_u64(&j, exec_fields[k].name, exec_field(e, k));
+		jw_u64(&j, "avg_task_ns", e->avg_task_ns);
+		jw_u64(&j, "busy_pct", e->busy_pct);
+		jw_close(&j);
+	}
+	jw_close(&j);
+
+	if (u->bpf) {
+		const struct bpf_view *b = u->bpf;
+		jw_obj(&j, "bpf");
+		jw_u64(&j, "steals", b->steals);
+		jw_u64(&j, "tasks_stolen", b->tasks_stolen);
+		jw_u64(&j, "steal_fails", b->steal_fails);
+		jw_u64(&j, "cross_node_steals", b->cross_node);
+		jw_u64(&j, "cross_llc_steals", b->cross_llc);
+		jw_u64(&j, "doorbells", b->doorbells);
+		jw_u64(&j, "doorbells_coalesced", b->doorbells_coalesced);
+		jw_u64(&j, "contention_ns", b->contention_ns);
+		jw_u64(&j, "lock_contended", b->lock_contended);
+		jw_u64(&j, "migrations", b->migrations);
+		jw_u64(&j, "involuntary", b->involuntary);
+		jw_arr(&j, "steal_pairs");
+		for (size_t i = 0; i < b->npairs; i++) {
+			jw_arr(&j, NULL);
+			for (int k = 0; k < 4; k++)
+				jw_u64(&j, NULL, b->pairs[i][k]);
+			jw_close(&j);
+		}
+		jw_close(&j);
+		jw_close(&j);
+	}
+	jw_close(&j);
+	if (jw_end(&j))
+		fprintf(stderr, PROG ": writing the output failed\n");
+}
+
+static void print_text(const struct run *u)
+{
+	const struct wl_result *r = u->r;
+	const cbcmn_stats *s = &r->stats;
+	const cbcmn_executor_stats *t = &s->total;
+	printf("%s: ok: %s\n", u->w->name, r->result);
+	printf("throughput: %.1f %s (%llu in %.3f s", r->throughput, r->unit,
+	       (unsigned long long)r->units, r->duration_s);
+	if (r->rounds > 1)
+		printf(", %llu rounds", (unsigned long long)r->rounds);
+	printf(")\n");
+	if (r->p50_us || r->p99_us)
+		printf("latency: p50 %.1f us, p99 %.1f us\n", r->p50_us, r->p99_us);
+	else
+		printf("latency: - (no unit of work to time)\n");
+	printf("runtime: %u executors, policy %s%s, seed %llu\n", s->executors,
+	       u->policy ? u->policy : policy_name(s->policy), s->oversubscribed ? " (oversubscribed)" : "",
+	       (unsigned long long)u->seed);
+	printf("tasks: spawned %llu, completed %llu; local hit ratio %.3f; steals %llu of %llu "
+	       "probes (%.3f), %llu tasks stolen\n",
+	       (unsigned long long)s->tasks_spawned, (unsigned long long)s->tasks_completed,
+	       s->local_hit_ratio, (unsigned long long)t->steal_successes,
+	       (unsigned long long)t->steal_attempts, s->steal_success_rate,
+	       (unsigned long long)t->tasks_stolen);
+	printf("shards: doorbells sent %llu, received %llu, coalesced %llu; xmsgs %llu; parks %llu; "
+	       "SQEs %llu, CQEs %llu\n",
+	       (unsigned long long)t->doorbells_sent, (unsigned long long)t->doorbells_recv,
+	       (unsigned long long)t->doorbells_coalesced, (unsigned long long)t->xmsgs_sent,
+	       (unsigned long long)t->parks, (unsigned long long)t->sqes_submitted,
+	       (unsigned long long)t->cqes_reaped);
+	printf("%4s %4s %4s %10s %8s %8s %8s %8s %6s %5s\n", "exec", "cpu", "node", "run", "steals",
+	       "stolen", "bells", "parks", "xmsgs", "busy%");
+	for (uint32_t i = 0; r->per && i < s->executors; i++) {
+		const cbcmn_executor_stats *e = &r->per[i];
+		printf("%4u %4d %4d %10llu %8llu %8llu %8llu %8llu %6llu %5u\n", i, e->cpu, e->node,
+		       (unsigned long long)e->tasks_run, (unsigned long long)e->steal_successes,
+		       (unsigned long long)e->tasks_stolen, (unsigned long long)e->doorbells_sent,
+		       (unsigned long long)e->parks, (unsigned long long)e->xmsgs_sent, e->busy_pct);
+	}
+	if (u->bpf) {
+		const struct bpf_view *b = u->bpf;
+		printf("bpf: steals %llu (%llu tasks, %llu failed probes; cross-node %llu, cross-LLC %llu), "
+		       "doorbells %llu (coalesced %llu), contention %.3f ms (%llu lock waits), "
+		       "migrations %llu, involuntary switches %llu\n",
+		       (unsigned long long)b->steals, (unsigned long long)b->tasks_stolen,
+		       (unsigned long long)b->steal_fails, (unsigned long long)b->cross_node,
+		       (unsigned long long)b->cross_llc, (unsigned long long)b->doorbells,
+		       (unsigned long long)b->doorbells_coalesced, (double)b->contention_ns / 1e6,
+		       (unsigned long long)b->lock_contended, (unsigned long long)b->migrations,
+		       (unsigned long long)b->involuntary);
+		for (size_t i = 0; i < b->npairs; i++)
+			printf("bpf: executor %llu stole %llu times (%llu tasks) from executor %llu\n",
+			       (unsigned long long)b->pairs[i][0], (unsigned long long)b->pairs[i][2],
+			       (unsigned long long)b->pairs[i][3], (unsigned long long)b->pairs[i][1]);
+	}
+	if (fflush(stdout) || ferror(stdout))
+		fprintf(stderr, PROG ": writing the output failed\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct wl_opts o = {.workers = CBCMN_WORKERS_AUTO,
+			    .policy = CBCMN_PIN_AUTO,
+			    .duration_s = DEFAULT_DURATION_S};
+	const char *policy = NULL;
+	bool json = false, bpf = false, verbose = false;
+	int c;
+
+	opterr = 0; /* our own one-line messages */
+	while ((c = getopt_long(argc, argv, ":w:p:s:d:n:jbvh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'w':
+			o.workers = (uint32_t)number("--workers", optarg, CBCMN_MAX_EXECUTORS);
+			if (o.workers == 0)
+				bad_input("--workers wants 1..%d, got '%s'", CBCMN_MAX_EXECUTORS, optarg);
+			break;
+		case 'p':
+			policy = optarg;
+			break;
+		case 's':
+			o.seed = number("--seed", optarg, UINT64_MAX);
+			break;
+		case 'd': {
+			char *end;
+			o.duration_s = strtod(optarg, &end);
+			if (!*optarg || *end || !(o.duration_s > 0 && o.duration_s <= 86400))
+				bad_input("--duration wants seconds in (0, 86400], got '%s'", optarg);
+			break;
+		}
+		case 'n':
+			o.size = (uint32_t)number("--size", optarg, UINT32_MAX);
+			if (o.size == 0)
+				bad_input("--size wants a number > 0, got '%s'", optarg);
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'b':
+			bpf = true;
+			break;
+		case 'v':
+			verbose = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case ':':
+			bad_input("%s needs an argument", argv[optind - 1]);
+		default:
+			if (optopt)
+				bad_input("unknown option '-%c'", optopt);
+			bad_input("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind >= argc)
+		bad_input("which workload?");
+	if (optind + 1 < argc)
+		bad_input("unexpected argument '%s'", argv[optind + 1]);
+	const struct wl_desc *w = wl_find(argv[optind]);
+	if (!w)
+		bad_input("no workload named '%s'", argv[optind]);
+	if (o.size && (o.size < w->size_min || o.size > w->size_max))
+		bad_input("%s: --size wants %u..%u (%s), got %u", w->name, w->size_min, w->size_max,
+			  w->size_help, o.size);
+
+	int *cpus = NULL;
+	if (policy) {
+		cbcmn_policy p;
+		char err[256];
+		if (cbcmn_policy_parse(policy, &p, &cpus, &o.ncpus, err, sizeof(err)))
+			bad_input("--policy: %s", err);
+		o.policy = (int32_t)p;
+		o.cpus = cpus;
+		if (cpus && o.workers == CBCMN_WORKERS_AUTO)
+			o.workers = (uint32_t)o.ncpus;
+	}
+
+	/* Before the runtime exists: its executors are then found by the
+	 * cbcmn:exec_start probe, and every event of the run is counted. */
+	struct bpfmon *mon = NULL;
+	if (bpf) {
+		char err[256] = "";
+		int rc = bpfmon_open(&mon, getpid(), verbose ? BPFMON_VERBOSE : 0, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, PROG ": --bpf: %s\n", err[0] ? err : strerror(-rc));
+			free(cpus);
+			return 1;
+		}
+	}
+
+	struct wl_result r;
+	int rc = wl_run(w, &o, &r);
+	struct bpf_view view = {0};
+	int brc = 0;
+	if (mon) {
+		if ((brc = bpf_collect(mon, &r, &view)) != 0)
+			fprintf(stderr, PROG ": --bpf: reading the maps: %s\n", strerror(-brc));
+		bpfmon_close(mon);
+	}
+	struct run u = {w, policy, o.seed, &r, mon && !brc ? &view : NULL};
+	if (rc)
+		fprintf(stderr, PROG ": %s: %s\n", w->name, r.error);
+	if (json)
+		print_json(&u);
+	else if (!rc)
+		print_text(&u);
+	free(view.pairs);
+	wl_result_free(&r);
+	free(cpus);
+	return rc || brc ? 1 : 0;
+}

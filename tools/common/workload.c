@@ -1,0 +1,815 @@
+/* workload.c: the self-checking workloads of cbcmn-run (workload.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fib.h"
+#include "common/fserv.h"
+#include "common/hist.h"
+#include "common/workload.h"
+
+/* What a workload gets besides its runtime. */
+struct wl_env {
+	const struct wl_opts *o;
+	const cbcmn_config *cfg; /* built from o: for workloads with their own runtime */
+	struct wl_result *r;
+	uint32_t size;
+	uint64_t t0, deadline;   /* CLOCK_MONOTONIC ns */
+	_Atomic int failed;      /* a task claimed r->error */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64: the workloads' deterministic values. */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* CPU work: iters rounds of mix(), about 1.5 ns each here. */
+static uint64_t crunch(cbcmn_cx *cx, uint64_t x, uint32_t iters)
+{
+	for (uint32_t i = 0; i < iters; i++) {
+		x = mix(x);
+		if (cx && (i & 1023) == 1023)
+			CBCMN_CHECKPOINT(cx);
+	}
+	return x;
+}
+
+/* Record the first failure (from any task or thread) and return -EPROTO. */
+static int fail(struct wl_env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(struct wl_env *e, const char *fmt, ...)
+{
+	int z = 0;
+	if (!atomic_compare_exchange_strong(&e->failed, &z, 1))
+		return -EPROTO;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->r->error, sizeof(e->r->error), fmt, ap);
+	va_end(ap);
+	return -EPROTO;
+}
+
+/* A call that failed: what, and the library's words for rc. */
+static int fail_rc(struct wl_env *e, int64_t rc, const char *what)
+{
+	fail(e, "%s: %s", what, cbcmn_strerror(rc));
+	return rc < 0 && rc > INT32_MIN ? (int)rc : -EIO;
+}
+
+/* Count-based workloads: another round?  Always a first one. */
+static bool more(const struct wl_env *e, uint64_t rounds)
+{
+	return rounds == 0 || now_ns() < e->deadline;
+}
+
+/* Run fn(arg) as a root task; its failure (negative result) is reported
+ * as what, unless a task already said more precisely what went wrong. */
+static int run_root(cbcmn_runtime *rt, struct wl_env *e, cbcmn_task_fn fn, void *arg,
+		    const char *what)
+{
+	int64_t res = 0;
+	int rc = cbcmn_runtime_run(rt, fn, arg, &res);
+	if (rc)
+		return fail_rc(e, rc, what);
+	if (res < 0)
+		return atomic_load(&e->failed) ? -EPROTO : fail_rc(e, res, what);
+	return 0;
+}
+
+/* Open a nursery, or say why not. */
+#define OPEN_NURSERY(cx, n)                                                    \
+	do {                                                                    \
+		int rc_ = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &(n));   \
+		if (rc_)                                                        \
+			return rc_;                                             \
+	} while (0)
+
+/* ---- fib: fork-join, a task per call --------------------------------------- */
+
+static int wl_fib(cbcmn_runtime *rt, struct wl_env *e)
+{
+	int n = (int)e->size;
+	int64_t want = fib_seq(n);
+	/* calls(n) = 2 fib(n + 1) - 1: every call is a task. */
+	uint64_t per_round = 2 * (uint64_t)fib_seq(n + 1) - 1, rounds = 0;
+	while (more(e, rounds)) {
+		struct fib f = {.n = n};
+		int rc = run_root(rt, e, fib_task, &f, "the root task");
+		if (rc)
+			return rc;
+		if (f.out != want)
+			return fail(e, "fib(%d) gave %lld, expected %lld", n, (long long)f.out,
+				    (long long)want);
+		rounds++;
+	}
+	snprintf(e->r->result, sizeof(e->r->result), "fib(%d)=%lld", n, (long long)want);
+	e->r->rounds = rounds;
+	e->r->units = rounds * per_round;
+	return 0;
+}
+
+/* ---- spawn-storm: spawners on every executor, each spawning many leaves ---- */
+
+struct storm {
+	_Atomic uint64_t ran;
+	uint32_t leaves;
+	char pad[64 - sizeof(uint64_t) - sizeof(uint32_t)]; /* one line per spawner */
+};
+
+struct storm_round {
+	struct storm *s;
+	uint32_t nspawners;
+};
+
+static int64_t storm_leaf(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct storm *s = arg;
+	atomic_fetch_add_explicit(&s->ran, 1, memory_order_relaxed);
+	return 0;
+}
+
+static int64_t storm_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct storm *s = arg;
+	cbcmn_nursery *n;
+	OPEN_NURSERY(cx, n);
+	int rc = 0;
+	for (uint32_t i = 0; i < s->leaves && rc == 0; i++)
+		rc = cbcmn_nursery_spawn(cx, n, storm_leaf, s, NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int64_t storm_root(cbcmn_cx *cx, void *arg)
+{
+	struct storm_round *sr = arg;
+	cbcmn_nursery *n;
+	OPEN_NURSERY(cx, n);
+	int rc = 0;
+	for (uint32_t i = 0; i < sr->nspawners && rc == 0; i++)
+		rc = cbcmn_nursery_spawn_stealable(cx, n, storm_spawner, &sr->s[i], NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int wl_spawn_storm(cbcmn_runtime *rt, struct wl_env *e)
+{
+	uint32_t total = e->size, ns = 4 * cbcmn_runtime_workers(rt);
+	if (ns > total)
+		ns = total;
+	struct storm_round sr = {.s = calloc(ns, sizeof(struct storm)), .nspawners = ns};
+	if (!sr.s)
+		return fail_rc(e, -ENOMEM, "allocating");
+	uint64_t rounds = 0;
+	int rc = 0;
+	while (rc == 0 && more(e, rounds)) {
+		for (uint32_t i = 0; i < ns; i++) {
+			atomic_store(&sr.s[i].ran, 0);
+			sr.s[i].leaves = total / ns + (i < total % ns);
+		}
+		if ((rc = run_root(rt, e, storm_root, &sr, "the root task")) != 0)
+			break;
+		uint64_t ran = 0;
+		for (uint32_t i = 0; i < ns; i++)
+			ran += atomic_load(&sr.s[i].ran);
+		if (ran != total)
+			rc = fail(e, "%llu of %u tasks ran", (unsigned long long)ran, total);
+		rounds++;
+	}
+	free(sr.s);
+	if (rc)
+		return rc;
+	snprintf(e->r->result, sizeof(e->r->result), "%u tasks from %u spawners, each ran once",
+		 total, ns);
+	e->r->rounds = rounds;
+	e->r->units = rounds * total;
+	return 0;
+}
+
+/* ---- skew: every task born on executor 0, stealing must spread them ------- */
+
+#define SKEW_ITERS 8000u /* ~12 us of work a task: well above the steal gate's 1 us */
+
+struct skew {
+	uint64_t seed;
+	uint32_t n;
+	uint64_t *out;
+	_Atomic uint32_t *runs;
+	_Atomic uint64_t elsewhere; /* tasks that started off executor 0 */
+};
+
+struct skew_arg {
+	struct skew *s;
+	uint32_t i;
+};
+
+static int64_t skew_task(cbcmn_cx *cx, void *arg)
+{
+	struct skew_arg *a = arg;
+	struct skew *s = a->s;
+	if (cbcmn_cx_executor(cx) != 0)
+		atomic_fetch_add_explicit(&s->elsewhere, 1, memory_order_relaxed);
+	s->out[a->i] = crunch(cx, s->seed ^ a->i, SKEW_ITERS);
+	atomic_fetch_add_explicit(&s->runs[a->i], 1, memory_order_relaxed);
+	return 0;
+}
+
+/* Pinned to executor 0: spawns every task there, stealable. */
+static int64_t skew_producer(cbcmn_cx *cx, void *arg)
+{
+	struct skew_arg *a = arg;
+	cbcmn_nursery *n;
+	OPEN_NURSERY(cx, n);
+	int rc = 0;
+	for (uint32_t i = 0; i < a->s->n && rc == 0; i++)
+		rc = cbcmn_nursery_spawn_stealable_on(cx, n, 0, skew_task, &a[i], NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int64_t skew_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	OPEN_NURSERY(cx, n);
+	int rc = cbcmn_nursery_spawn_pinned(cx, n, 0, skew_producer, arg, NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int skew_check(struct wl_env *e, struct skew *s)
+{
+	for (uint32_t i = 0; i < s->n; i++) {
+		uint32_t k = atomic_load(&s->runs[i]);
+		if (k != 1)
+			return fail(e, "task %u ran %u times", i, k);
+		/* Recompute one in 16: enough to catch a wrong or torn result. */
+		if (i % 16 == 0 && s->out[i] != crunch(NULL, s->seed ^ i, SKEW_ITERS))
+			return fail(e, "task %u computed a wrong value", i);
+	}
+	return 0;
+}
+
+static int wl_skew(cbcmn_runtime *rt, struct wl_env *e)
+{
+	struct skew s = {.seed = mix(e->o->seed), .n = e->size};
+	s.out = calloc(s.n, sizeof(*s.out));
+	s.runs = calloc(s.n, sizeof(*s.runs));
+	struct skew_arg *a = calloc(s.n, sizeof(*a));
+	int rc = 0;
+	uint64_t rounds = 0;
+	if (!s.out || !s.runs || !a)
+		rc = fail_rc(e, -ENOMEM, "allocating");
+	for (uint32_t i = 0; rc == 0 && i < s.n; i++)
+		a[i] = (struct skew_arg){&s, i};
+	while (rc == 0 && more(e, rounds)) {
+		for (uint32_t i = 0; i < s.n; i++)
+			atomic_store(&s.runs[i], 0);
+		if ((rc = run_root(rt, e, skew_root, a, "the root task")) == 0)
+			rc = skew_check(e, &s);
+		rounds++;
+	}
+	uint64_t elsewhere = atomic_load(&s.elsewhere), total = rounds * s.n;
+	free(s.out);
+	free(s.runs);
+	free(a);
+	if (rc)
+		return rc;
+	if (cbcmn_runtime_workers(rt) > 1 && elsewhere == 0)
+		return fail(e, "all %llu tasks ran on executor 0: nothing was stolen",
+			    (unsigned long long)total);
+	snprintf(e->r->result, sizeof(e->r->result),
+		 "%u tasks born on executor 0, %.0f%% ran elsewhere", s.n,
+		 100.0 * (double)elsewhere / (double)total);
+	e->r->rounds = rounds;
+	e->r->units = total;
+	return 0;
+}
+
+/* ---- pipeline: stages pinned on different executors, joined by channels --- */
+
+#define PIPE_CAP 64
+
+struct pmsg {
+	uint64_t seq, t0, v;
+};
+
+struct pipeline {
+	struct wl_env *e;
+	cbcmn_runtime *rt;
+	uint32_t stages;
+	cbcmn_chan **ch; /* ch[k] joins stage k to k + 1 */
+	uint64_t sent, got;
+	struct lat_hist *lat;
+};
+
+struct pipe_arg {
+	struct pipeline *p;
+	uint32_t k;
+};
+
+/* What middle stage k does to a value. */
+static uint64_t pipe_step(uint64_t v, uint32_t k)
+{
+	return v * 0x9e3779b97f4a7c15ull + k;
+}
+
+static int64_t pipe_source(cbcmn_cx *cx, struct pipeline *p)
+{
+	int rc = 0;
+	uint64_t seq = 0;
+	for (uint64_t t; rc == 0 && (t = cbcmn_now(p->rt)) < p->e->deadline; seq++) {
+		struct pmsg m = {seq, t, seq};
+		rc = cbcmn_chan_send(cx, p->ch[0], &m);
+	}
+	p->sent = rc ? seq - 1 : seq;
+	cbcmn_chan_close(cx, p->ch[0]);
+	return rc;
+}
+
+static int64_t pipe_sink(cbcmn_cx *cx, struct pipeline *p)
+{
+	struct pmsg m;
+	int rc;
+	while ((rc = cbcmn_chan_recv(cx, p->ch[p->stages - 2], &m)) == 0) {
+		uint64_t want = m.seq;
+		for (uint32_t k = 1; k + 1 < p->stages; k++)
+			want = pipe_step(want, k);
+		if (m.seq != p->got)
+			return fail(p->e, "message %llu arrived where %llu was due",
+				    (unsigned long long)m.seq, (unsigned long long)p->got);
+		if (m.v != want)
+			return fail(p->e, "message %llu carries a wrong value",
+				    (unsigned long long)m.seq);
+		lat_hist_add(p->lat, cbcmn_now(p->rt) - m.t0);
+		p->got++;
+	}
+	return rc == -EPIPE ? 0 : rc;
+}
+
+static int64_t pipe_stage(cbcmn_cx *cx, void *arg)
+{
+	struct pipe_arg *a = arg;
+	struct pipeline *p = a->p;
+	if (a->k == 0)
+		return pipe_source(cx, p);
+	if (a->k == p->stages - 1)
+		return pipe_sink(cx, p);
+	struct pmsg m;
+	int rc;
+	while ((rc = cbcmn_chan_recv(cx, p->ch[a->k - 1], &m)) == 0) {
+		m.v = pipe_step(m.v, a->k);
+		if ((rc = cbcmn_chan_send(cx, p->ch[a->k], &m)) != 0)
+			break;
+	}
+	cbcmn_chan_close(cx, p->ch[a->k]);
+	return rc == -EPIPE ? 0 : rc;
+}
+
+static int64_t pipe_root(cbcmn_cx *cx, void *arg)
+{
+	struct pipe_arg *a = arg;
+	uint32_t workers = cbcmn_runtime_workers(cbcmn_cx_runtime(cx));
+	cbcmn_nursery *n;
+	OPEN_NURSERY(cx, n);
+	int rc = 0;
+	for (uint32_t k = 0; k < a->p->stages && rc == 0; k++)
+		rc = cbcmn_nursery_spawn_pinned(cx, n, k % workers, pipe_stage, &a[k], NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int wl_pipeline(cbcmn_runtime *rt, struct wl_env *e)
+{
+	struct pipeline p = {.e = e, .rt = rt, .stages = e->size};
+	p.ch = calloc(p.stages - 1, sizeof(*p.ch));
+	p.lat = calloc(1, sizeof(*p.lat));
+	struct pipe_arg *a = calloc(p.stages, sizeof(*a));
+	int rc = p.ch && p.lat && a ? 0 : fail_rc(e, -ENOMEM, "allocating");
+	for (uint32_t k = 0; rc == 0 && k + 1 < p.stages; k++)
+		if ((rc = cbcmn_chan_create(rt, PIPE_CAP, sizeof(struct pmsg), &p.ch[k])) != 0)
+			fail_rc(e, rc, "chan_create");
+	for (uint32_t k = 0; rc == 0 && k < p.stages; k++)
+		a[k] = (struct pipe_arg){&p, k};
+	if (rc == 0)
+		rc = run_root(rt, e, pipe_root, a, "the root task");
+	if (rc == 0 && p.got != p.sent)
+		rc = fail(e, "%llu messages sent, %llu arrived", (unsigned long long)p.sent,
+			  (unsigned long long)p.got);
+	if (rc == 0) {
+		snprintf(e->r->result, sizeof(e->r->result),
+			 "%llu messages through %u stages, in order, every value checked",
+			 (unsigned long long)p.got, p.stages);
+		e->r->units = p.got;
+		e->r->p50_us = (double)lat_hist_quantile(p.lat, 0.50) / 1e3;
+		e->r->p99_us = (double)lat_hist_quantile(p.lat, 0.99) / 1e3;
+	}
+	for (uint32_t k = 0; p.ch && k + 1 < p.stages; k++)
+		if (p.ch[k])
+			cbcmn_chan_destroy(p.ch[k]);
+	free(p.ch);
+	free(p.lat);
+	free(a);
+	return rc;
+}
+
+/* ---- timers: sleeps and channel timeouts, never early, roughly on time ---- */
+
+#define TIMER_MIN_NS 200000ull      /* each wait asks for 0.2 .. 10.2 ms */
+#define TIMER_SPAN_NS 10000000ull
+#define TIMER_P99_LATE_NS 100000000ull /* "roughly on time": p99 lateness under 100 ms */
+
+struct timers {
+	struct wl_env *e;
+	cbcmn_runtime *rt;
+	cbcmn_chan *never; /* nothing is ever sent on it */
+	uint32_t ntasks;
+	struct timer_task *t;
+};
+
+struct timer_task {
+	struct timers *c;
+	uint32_t id;
+	uint64_t fired;
+	struct lat_hist late;
+};
+
+static int64_t timer_task(cbcmn_cx *cx, void *arg)
+{
+	struct timer_task *t = arg;
+	struct timers *c = t->c;
+	uint64_t rng = mix(c->e->o->seed ^ ((uint64_t)t->id << 32));
+	while (cbcmn_now(c->rt) < c->e->deadline) {
+		rng = mix(rng);
+		uint64_t want = TIMER_MIN_NS + rng % TIMER_SPAN_NS, t0 = cbcmn_now(c->rt);
+		bool chan = t->fired & 1; /* alternate: a sleep, then a timeout */
+		uint64_t dummy;
+		int rc = chan ? cbcmn_chan_recv_timeout(cx, c->never, &dummy, want)
+			      : cbcmn_sleep(cx, want);
+		uint64_t took = cbcmn_now(c->rt) - t0;
+		if (rc != (chan ? -ETIMEDOUT : 0))
+			return fail(c->e, "%s returned %s", chan ? "recv_timeout" : "sleep",
+				    cbcmn_strerror(rc));
+		if (took < want)
+			return fail(c->e, "a %s of %llu ns ended after %llu ns: early",
+				    chan ? "timeout" : "sleep", (unsigned long long)want,
+				    (unsigned long long)took);
+		lat_hist_add(&t->late, took - want);
+		t->fired++;
+	}
+	return 0;
+}
+
+static int64_t timers_root(cbcmn_cx *cx, void *arg)
+{
+	struct timers *c = arg;
+	cbcmn_nursery *n;
+	OPEN_NURSERY(cx, n);
+	int rc = 0;
+	for (uint32_t i = 0; i < c->ntasks && rc == 0; i++)
+		rc = cbcmn_nursery_spawn_stealable(cx, n, timer_task, &c->t[i], NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int wl_timers(cbcmn_runtime *rt, struct wl_env *e)
+{
+	struct timers c = {.e = e, .rt = rt, .ntasks = e->size};
+	c.t = calloc(c.ntasks, sizeof(*c.t));
+	struct lat_hist *all = calloc(1, sizeof(*all));
+	int rc = c.t && all ? 0 : fail_rc(e, -ENOMEM, "allocating");
+	if (rc == 0 && (rc = cbcmn_chan_create(rt, 1, sizeof(uint64_t), &c.never)) != 0)
+		fail_rc(e, rc, "chan_create");
+	for (uint32_t i = 0; rc == 0 && i < c.ntasks; i++) {
+		c.t[i].c = &c;
+		c.t[i].id = i;
+	}
+	if (rc == 0)
+		rc = run_root(rt, e, timers_root, &c, "the root task");
+	for (uint32_t i = 0; rc == 0 && i < c.ntasks; i++)
+		lat_hist_merge(all, &c.t[i].late);
+	if (rc == 0) {
+		uint64_t p99 = lat_hist_quantile(all, 0.99);
+		if (p99 > TIMER_P99_LATE_NS)
+			rc = fail(e, "p99 lateness %.1f ms, more than %llu ms", (double)p99 / 1e6,
+				  TIMER_P99_LATE_NS / 1000000ull);
+		snprintf(e->r->result, sizeof(e->r->result),
+			 "%llu waits on %u tasks, none early, max %.2f ms late",
+			 (unsigned long long)all->count, c.ntasks, (double)all->max / 1e6);
+		e->r->units = all->count;
+		e->r->p50_us = (double)lat_hist_quantile(all, 0.50) / 1e3;
+		e->r->p99_us = (double)p99 / 1e3;
+	}
+	if (c.never)
+		cbcmn_chan_destroy(c.never);
+	free(c.t);
+	free(all);
+	return rc;
+}
+
+/* ---- mixed: blocks computed, sent through sockets, checked on arrival ----- */
+
+#define MX_WORDS 512 /* 4 KiB blocks */
+#define MX_ITERS 16  /* mix() rounds per word: ~12 us of compute a block */
+
+struct mixed {
+	struct wl_env *e;
+	uint32_t npairs;
+	struct mx_pair *p;
+};
+
+struct mx_pair {
+	struct mixed *m;
+	uint32_t id;
+	int fd[2];     /* writer's end, reader's end */
+	uint64_t sent; /* written by the writer before its shutdown */
+	uint64_t got;
+};
+
+static void mx_fill(cbcmn_cx *cx, uint64_t *w, uint64_t seed, uint32_t id, uint64_t k)
+{
+	uint64_t x = mix(seed ^ ((uint64_t)id << 40) ^ k);
+	for (int i = 0; i < MX_WORDS; i++)
+		w[i] = x = crunch(NULL, x, MX_ITERS);
+	CBCMN_CHECKPOINT(cx);
+}
+
+static int64_t mx_writer(cbcmn_cx *cx, void *arg)
+{
+	struct mx_pair *p = arg;
+	uint64_t buf[MX_WORDS];
+	int64_t rc = 0;
+	for (uint64_t k = 0; rc == 0 && now_ns() < p->m->e->deadline; k++) {
+		mx_fill(cx, buf, p->m->e->o->seed, p->id, k);
+		for (size_t off = 0; rc == 0 && off < sizeof(buf);) {
+			int64_t n = cbcmn_write(cx, p->fd[0], (char *)buf + off, sizeof(buf) - off);
+			if (n < 0)
+				rc = n;
+			else
+				off += (size_t)n;
+		}
+		if (rc == 0)
+			p->sent++;
+	}
+	int64_t src = cbcmn_shutdown(cx, p->fd[0], SHUT_WR);
+	return rc ? rc : src;
+}
+
+static int64_t mx_reader(cbcmn_cx *cx, void *arg)
+{
+	struct mx_pair *p = arg;
+	uint64_t buf[MX_WORDS], want[MX_WORDS];
+	for (;;) {
+		size_t off = 0;
+		while (off < sizeof(buf)) {
+			int64_t n = cbcmn_read(cx, p->fd[1], (char *)buf + off, sizeof(buf) - off);
+			if (n < 0)
+				return n;
+			if (n == 0)
+				break;
+			off += (size_t)n;
+		}
+		if (off == 0)
+			return 0; /* EOF between blocks */
+		if (off < sizeof(buf))
+			return fail(p->m->e, "pair %u: block %llu cut short at %zu bytes", p->id,
+				    (unsigned long long)p->got, off);
+		mx_fill(cx, want, p->m->e->o->seed, p->id, p->got);
+		if (memcmp(buf, want, sizeof(buf)))
+			return fail(p->m->e, "pair %u: block %llu has wrong bytes", p->id,
+				    (unsigned long long)p->got);
+		p->got++;
+	}
+}
+
+static int64_t mixed_root(cbcmn_cx *cx, void *arg)
+{
+	struct mixed *m = arg;
+	cbcmn_nursery *n;
+	OPEN_NURSERY(cx, n);
+	int rc = 0;
+	for (uint32_t i = 0; i < m->npairs && rc == 0; i++)
+		if ((rc = cbcmn_nursery_spawn_stealable(cx, n, mx_reader, &m->p[i], NULL)) == 0)
+			rc = cbcmn_nursery_spawn_stealable(cx, n, mx_writer, &m->p[i], NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int wl_mixed(cbcmn_runtime *rt, struct wl_env *e)
+{
+	struct mixed m = {.e = e, .npairs = e->size};
+	m.p = calloc(m.npairs, sizeof(*m.p));
+	int rc = m.p ? 0 : fail_rc(e, -ENOMEM, "allocating");
+	uint32_t open = 0;
+	for (; rc == 0 && open < m.npairs; open++) {
+		m.p[open] = (struct mx_pair){.m = &m, .id = open, .fd = {-1, -1}};
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m.p[open].fd) != 0)
+			rc = fail_rc(e, -errno, "socketpair");
+	}
+	if (rc == 0)
+		rc = run_root(rt, e, mixed_root, &m, "the root task");
+	uint64_t blocks = 0;
+	for (uint32_t i = 0; rc == 0 && i < m.npairs; i++) {
+		if (m.p[i].got != m.p[i].sent)
+			rc = fail(e, "pair %u: %llu blocks sent, %llu arrived", i,
+				  (unsigned long long)m.p[i].sent, (unsigned long long)m.p[i].got);
+		blocks += m.p[i].got;
+	}
+	if (rc == 0) {
+		snprintf(e->r->result, sizeof(e->r->result),
+			 "%llu blocks of %zu bytes computed, sent over %u socket pairs and checked",
+			 (unsigned long long)blocks, MX_WORDS * sizeof(uint64_t), m.npairs);
+		e->r->units = blocks;
+	}
+	for (uint32_t i = 0; i < open; i++) {
+		if (m.p[i].fd[0] >= 0) {
+			close(m.p[i].fd[0]);
+			close(m.p[i].fd[1]);
+		}
+	}
+	free(m.p);
+	return rc;
+}
+
+/* ---- echo and http: fserv's server, loadgen's client, over loopback ------ */
+
+int wl_load(const struct lg_config *lc, struct lg_result *res, char *err, size_t errlen)
+{
+	int rc = lg_run(lc, res);
+	if (rc == 0 && res->errors)
+		rc = -EPROTO;
+	if (rc)
+		snprintf(err, errlen, "load client: %s",
+			 res->error[0] ? res->error : cbcmn_strerror(rc));
+	return rc;
+}
+
+static void snapshot(cbcmn_runtime *rt, struct wl_result *r);
+
+static int wl_loopback(struct wl_env *e, enum fs_proto proto)
+{
+	struct fs_config fc;
+	fs_config_init(&fc);
+	fc.proto = proto;
+	fc.workers = e->cfg->workers;
+	fc.multishot = true;
+	fc.rt_cfg = e->cfg;
+	struct fs_server *fs;
+	int rc = fs_start(&fs, &fc);
+	if (rc)
+		return fail_rc(e, rc, "server");
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = fs_port(fs);
+	lc.conns = e->size;
+	lc.duration_s = e->o->duration_s;
+	lc.proto = proto == FS_HTTP ? LG_HTTP : LG_ECHO;
+	struct lg_result res;
+	char why[200];
+	rc = wl_load(&lc, &res, why, sizeof(why));
+	/* The clients are gone: the counters only move by the stop now. */
+	snapshot(fs_runtime(fs), e->r);
+	struct fs_stats st;
+	int src = fs_stop(fs, &st);
+	if (rc)
+		return fail(e, "%s", why);
+	if (src)
+		return fail_rc(e, src, "server");
+	if (st.errors)
+		return fail(e, "the server saw %llu connections fail",
+			    (unsigned long long)st.errors);
+	if (res.requests == 0)
+		return fail(e, "no request completed in %.2f s", res.seconds);
+	snprintf(e->r->result, sizeof(e->r->result),
+		 "%llu requests on %u connections, every response checked",
+		 (unsigned long long)res.requests, lc.conns);
+	e->r->units = res.requests;
+	e->r->duration_s = res.seconds;
+	e->r->throughput = res.req_per_s;
+	e->r->p50_us = res.p50_us;
+	e->r->p99_us = res.p99_us;
+	return 0;
+}
+
+static int wl_echo(cbcmn_runtime *rt, struct wl_env *e)
+{
+	(void)rt;
+	return wl_loopback(e, FS_ECHO);
+}
+
+static int wl_http(cbcmn_runtime *rt, struct wl_env *e)
+{
+	(void)rt;
+	return wl_loopback(e, FS_HTTP);
+}
+
+/* ---- the table and the driver ----------------------------------------------- */
+
+const struct wl_desc wl_workloads[] = {
+	{"fib", "fork-join fib(N) with a task per call, answer checked", "N (fib's argument)", 25, 1,
+	 32, "tasks/s", false, wl_fib},
+	{"spawn-storm", "spawners on every executor spawning trivial tasks, each counted once",
+	 "tasks per round", 100000, 1, 10000000, "tasks/s", false, wl_spawn_storm},
+	{"skew", "every task born on executor 0: stealing must spread them (checked)",
+	 "tasks per round", 2000, 1, 1000000, "tasks/s", false, wl_skew},
+	{"pipeline", "stages pinned on different executors, joined by channels, order and values checked",
+	 "stages", 4, 2, 64, "msgs/s", false, wl_pipeline},
+	{"echo", "loopback echo server (fiber I/O) and client, every byte checked", "connections", 16, 1,
+	 10000, "req/s", true, wl_echo},
+	{"http", "loopback HTTP/1.1 keep-alive server and client, every response checked",
+	 "connections", 16, 1, 10000, "req/s", true, wl_http},
+	{"timers", "tasks sleeping and timing out on channels: none early, p99 lateness < 100 ms",
+	 "tasks", 100, 1, 4096, "waits/s", false, wl_timers},
+	{"mixed", "compute 4 KiB blocks, send them through socket pairs, check them on arrival",
+	 "socket pairs", 4, 1, 1024, "blocks/s", false, wl_mixed},
+};
+const size_t wl_nworkloads = sizeof(wl_workloads) / sizeof(wl_workloads[0]);
+
+const struct wl_desc *wl_find(const char *name)
+{
+	for (size_t i = 0; i < wl_nworkloads; i++)
+		if (!strcmp(name, wl_workloads[i].name))
+			return &wl_workloads[i];
+	return NULL;
+}
+
+static void snapshot(cbcmn_runtime *rt, struct wl_result *r)
+{
+	uint32_t n = cbcmn_runtime_workers(rt);
+	free(r->per);
+	r->per = calloc(n, sizeof(*r->per));
+	cbcmn_stats_snapshot(rt, &r->stats, r->per, r->per ? n : 0);
+}
+
+int wl_run(const struct wl_desc *w, const struct wl_opts *o, struct wl_result *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->unit = w->unit;
+	r->rounds = 1;
+	struct wl_env e = {.o = o, .r = r, .size = o->size ? o->size : w->size_default};
+	if (e.size < w->size_min || e.size > w->size_max) {
+		snprintf(r->error, sizeof(r->error), "--size wants %u..%u (%s), got %u",
+			 w->size_min, w->size_max, w->size_help, e.size);
+		return -EINVAL;
+	}
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = o->workers;
+	cfg.policy = o->policy;
+	cfg.cpus = o->cpus;
+	cfg.ncpus = o->ncpus;
+	cfg.seed = o->seed;
+	e.cfg = &cfg;
+
+	int rc;
+	if (w->own_runtime) {
+		e.t0 = now_ns();
+		e.deadline = e.t0 + (uint64_t)(o->duration_s * 1e9);
+		rc = w->run(NULL, &e);
+	} else {
+		cbcmn_runtime *rt;
+		if ((rc = cbcmn_runtime_create(&cfg, &rt)) != 0) {
+			snprintf(r->error, sizeof(r->error), "cannot start the runtime: %s",
+				 cbcmn_strerror(rc));
+			return rc;
+		}
+		e.t0 = now_ns();
+		e.deadline = e.t0 + (uint64_t)(o->duration_s * 1e9);
+		rc = w->run(rt, &e);
+		if (!r->duration_s)
+			r->duration_s = (double)(now_ns() - e.t0) / 1e9;
+		snapshot(rt, r);
+		int drc = cbcmn_runtime_destroy(rt);
+		if (rc == 0 && drc)
+			rc = fail_rc(&e, drc, "runtime_destroy");
+	}
+	if (rc && !r->error[0])
+		fail_rc(&e, rc, "failed");
+	if (!r->throughput && r->duration_s > 0)
+		r->throughput = (double)r->units / r->duration_s;
+	r->ok = rc == 0;
+	return rc;
+}
+
+void wl_result_free(struct wl_result *r)
+{
+	free(r->per);
+	r->per = NULL;
+}
