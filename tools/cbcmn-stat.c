@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <stddef.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,10 +203,11 @@ static void json_fields(const struct bpfmon_shard *s)
 	printf(",\"sqe_ops\":{%s}}", ops);
 }
 
-static void print_json(pid_t pid, double secs, int n, const struct bpfmon_shard *d,
+static void print_json(pid_t pid, double secs, bool exited, int n, const struct bpfmon_shard *d,
 		       const struct bpfmon_shard *outside, const struct bpfmon_shard *tot)
 {
-	printf("{\"pid\":%d,\"interval_s\":%.3f,\"shards\":[", (int)pid, secs);
+	printf("{\"pid\":%d,\"interval_s\":%.3f,\"exited\":%s,\"shards\":[", (int)pid, secs,
+	       exited ? "true" : "false");
 	for (int i = 0; i <= n; i++) {
 		const struct bpfmon_shard *s = i < n ? &d[i] : outside;
 		if (i)
@@ -219,6 +222,35 @@ static void print_json(pid_t pid, double secs, int n, const struct bpfmon_shard 
 	json_fields(tot);
 	printf("}\n");
 	fflush(stdout);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleep one interval, or less: returns true as soon as the process exits
+ * (false at the interval's end or on ^C).  Without a pidfd (kernels before
+ * 5.3), it looks every 50 ms. */
+static bool wait_interval(int pidfd, pid_t pid, double interval)
+{
+	uint64_t end = mono_ns() + (uint64_t)(interval * 1e9);
+	for (uint64_t now; !stop && (now = mono_ns()) < end;) {
+		uint64_t left_ms = (end - now + 999999) / 1000000;
+		if (pidfd >= 0) {
+			struct pollfd p = {.fd = pidfd, .events = POLLIN};
+			if (poll(&p, 1, (int)(left_ms < 1000 ? left_ms : 1000)) > 0)
+				return true;
+		} else {
+			if (kill(pid, 0) && errno == ESRCH)
+				return true;
+			struct timespec ts = {0, (long)(left_ms < 50 ? left_ms : 50) * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return false;
 }
 
 static void usage(FILE *f)
@@ -239,7 +271,14 @@ static void usage(FILE *f)
 		"EXAMPLES\n"
 		"  cbcmn-stat -p $(pgrep cbcmn-demo)          one 1 s report\n"
 		"  cbcmn-stat -p 1234 -i 2 -c 0               every 2 s until ^C\n"
-		"  cbcmn-stat -p 1234 --json | jq .shards[0]  for scripts\n"
+		"  cbcmn-stat -p 1234 --json | jq .shards[0]  for scripts\n\n"
+		"If the process exits, the report under way is printed at once, covering\n"
+		"the time up to the exit (JSON: \"exited\":true, interval_s the real time),\n"
+		"and cbcmn-stat says so on stderr.\n\n"
+		"EXIT STATUS\n"
+		"  0  every report printed (-c 0: stopped by ^C or SIGTERM)\n"
+		"  1  bad arguments, or the programs could not be loaded or read\n"
+		"  2  the process exited first; the last report covers up to its exit\n"
 		"Columns: docs/OBSERVABILITY.md.\n");
 }
 
@@ -316,11 +355,10 @@ int main(int argc, char **argv)
 	const struct bpfmon_prog *p;
 	unsigned np = bpfmon_progs(m, &p);
 	for (unsigned i = 0; i < np; i++) {
-		if (p[i].state == BPFMON_MISSING)
-			fprintf(stderr, "cbcmn-stat: %s: %s\n", p[i].target,
-				!strncmp(p[i].target, "usdt", 4) ? "not in the target" : "not in this kernel");
-		else if (p[i].state == BPFMON_FAILED)
-			fprintf(stderr, "cbcmn-stat: %s: %s\n", p[i].target, strerror(-p[i].err));
+		if (p[i].state == BPFMON_MISSING || p[i].state == BPFMON_FAILED)
+			fprintf(stderr, "cbcmn-stat: %s: %s%s\n", p[i].target, p[i].reason,
+				!strncmp(p[i].target, "fentry futex", 12) && !(flags & BPFMON_FUTEX_TP)
+					? " (futex waits not counted; --futex-tp counts them)" : "");
 		else if (verbose)
 			fprintf(stderr, "cbcmn-stat: %s: %s\n", p[i].target,
 				p[i].state == BPFMON_ATTACHED ? "attached" : "off");
@@ -334,16 +372,17 @@ int main(int argc, char **argv)
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+	/* A pidfd turns readable when the process exits (a zombie too): a
+	 * report is cut short at the exit, not a whole interval later. */
+	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	bool exited = false;
+	double secs = 0;
 	if ((rc = bpfmon_read(m, prev, CBCMN_BPF_NSLOTS)) < 0)
 		goto read_failed;
-	for (long r = 0; (!count || r < count) && !stop; r++) {
-		struct timespec ts = {(time_t)interval, (long)((interval - (time_t)interval) * 1e9)};
-		while (nanosleep(&ts, &ts) && errno == EINTR && !stop)
-			;
-		if (kill((pid_t)pid, 0) && errno == ESRCH) {
-			fprintf(stderr, "cbcmn-stat: process %ld has exited\n", pid);
-			break;
-		}
+	for (long r = 0; (!count || r < count) && !stop && !exited; r++) {
+		uint64_t t0 = mono_ns();
+		exited = wait_interval(pidfd, (pid_t)pid, interval);
+		secs = (mono_ns() - t0) / 1e9;
 		int n = bpfmon_read(m, now, CBCMN_BPF_NSLOTS);
 		if ((rc = n) < 0)
 			goto read_failed;
@@ -351,12 +390,20 @@ int main(int argc, char **argv)
 			delta(&d[i], &now[i], &prev[i]);
 		total(&tot, d, n);
 		if (json)
-			print_json((pid_t)pid, interval, n, d, &d[CBCMN_BPF_OUTSIDE], &tot);
+			print_json((pid_t)pid, secs, exited, n, d, &d[CBCMN_BPF_OUTSIDE], &tot);
 		else
 			print_text(n, d, &d[CBCMN_BPF_OUTSIDE], &tot, r == 0);
 		struct bpfmon_shard *t = prev;
 		prev = now;
 		now = t;
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	if (exited) {
+		fprintf(stderr, "cbcmn-stat: process %ld exited; the last report covers %.3f s up to its exit\n",
+			pid, secs);
+		ret = 2;
+		goto cleanup;
 	}
 	ret = 0;
 	goto cleanup;

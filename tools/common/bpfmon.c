@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,23 +74,46 @@ static const struct spec {
 };
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
 
+/* The verifier's log of a program that failed to load: its tail holds the
+ * reason (6.4+ kernels keep the end of the log when it does not fit). */
+#define LOG_LEN 4096
+
+/* An executor found by its thread name before exec_start told us. */
+struct ident {
+	__u32 tid;
+	__s32 cpu;
+};
+
 struct bpfmon {
 	struct cbcmn_bpf *skel;
 	pid_t pid;
 	struct bpfmon_prog progs[NSPECS];
 	char targets[NSPECS][80];
+	char reasons[NSPECS][160];
+	int refused[NSPECS];      /* the load error of a program the kernel refused, 0 none */
 	struct bpf_link *links[NSPECS][MAX_BINS];
+	struct ident ident[CBCMN_BPF_MAX_SHARDS];
 	char pin_dir[PATH_MAX];
 };
 
 static bool verbose;
+/* The program libbpf last said it failed to load ("prog 'NAME': failed to
+ * load"): how a refusal without a verifier log (EPERM) is pinned on one. */
+static char refused_name[64];
 
 static int print_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
-	if (!verbose && level != LIBBPF_WARN)
-		return 0;
+	char line[256], name[64];
+	va_list cp;
+	va_copy(cp, ap);
+	vsnprintf(line, sizeof(line), fmt, cp);
+	va_end(cp);
+	const char *at = strstr(line, "prog '");
+	if (level == LIBBPF_WARN && at && sscanf(at, "prog '%63[^']'", name) == 1 &&
+	    strstr(at, "': failed to load"))
+		snprintf(refused_name, sizeof(refused_name), "%s", name);
 	if (!verbose)
-		return 0; /* warnings for missing probes are reported by bpfmon_progs() */
+		return 0; /* missing probes and refused programs: bpfmon_progs() */
 	return vfprintf(stderr, fmt, ap);
 }
 
@@ -181,9 +205,25 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 	return n;
 }
 
+/* The CPU a thread is pinned to: its affinity mask has one CPU; else -1. */
+static int pinned_cpu(pid_t tid)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(tid, sizeof(set), &set) || CPU_COUNT(&set) != 1)
+		return -1;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set))
+			return c;
+	return -1;
+}
+
 /* Executors already running: threads named "cbcmn-exec-N".  Only adds
- * threads the map does not know (exec_start may have beaten us). */
-static void scan_executors(struct bpfmon *m)
+ * threads the map does not know (exec_start may have beaten us).  Their
+ * thread and CPU go to m->ident (bpfmon_read reports them where the shard
+ * has none from exec_start) and, before the programs are attached
+ * (attached: false), into the shards map too, for readers of a pinned map:
+ * once attached, rewriting a shard's value could lose a concurrent add. */
+static void scan_executors(struct bpfmon *m, bool attached)
 {
 	char p[PATH_MAX];
 	snprintf(p, sizeof(p), "/proc/%d/task", m->pid);
@@ -192,6 +232,7 @@ static void scan_executors(struct bpfmon *m)
 	if (!d)
 		return;
 	int fd = bpf_map__fd(m->skel->maps.threads);
+	int fs = bpf_map__fd(m->skel->maps.shards);
 	while ((de = readdir(d))) {
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
@@ -209,6 +250,14 @@ static void scan_executors(struct bpfmon *m)
 		__u32 tid = (__u32)atoi(de->d_name);
 		struct cbcmn_bpf_thread th = {.shard = id};
 		bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
+		m->ident[id].tid = tid;
+		m->ident[id].cpu = pinned_cpu((pid_t)tid);
+		struct cbcmn_bpf_shard sh;
+		if (!attached && !bpf_map_lookup_elem(fs, &id, &sh) && !sh.tid) {
+			sh.tid = tid;
+			sh.cpu = m->ident[id].cpu;
+			bpf_map_update_elem(fs, &id, &sh, BPF_EXIST);
+		}
 	}
 	closedir(d);
 }
@@ -268,6 +317,9 @@ static void attach_all(struct bpfmon *m)
 			if (!pr->links) {
 				pr->state = last == -ENOENT ? BPFMON_MISSING : BPFMON_FAILED;
 				pr->err = last;
+				snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s%s",
+					 last == -ENOENT ? "not in the target" : "attach: ",
+					 last == -ENOENT ? "" : strerror(-last));
 			}
 			continue;
 		}
@@ -275,11 +327,140 @@ static void attach_all(struct bpfmon *m)
 		if (!l) {
 			pr->state = BPFMON_FAILED;
 			pr->err = -errno;
+			snprintf(m->reasons[i], sizeof(m->reasons[i]), "attach: %s", strerror(errno));
 			continue;
 		}
 		m->links[i][0] = l;
 		pr->links = 1;
 	}
+}
+
+/* CBCMN_BPF_REJECT=NAME[,NAME...], a debugging aid (docs/OBSERVABILITY.md):
+ * the named programs are loaded as socket filters, a type whose verifier
+ * refuses their tracing helpers, to see what the tools do when the kernel
+ * rejects a program.  Unset, nothing changes. */
+static bool reject_wanted(const char *name)
+{
+	const char *env = getenv("CBCMN_BPF_REJECT");
+	size_t n = strlen(name);
+	for (const char *at = env; at && *at; at += strcspn(at, ",") + (at[strcspn(at, ",")] != 0))
+		if (strcspn(at, ",") == n && !strncmp(at, name, n))
+			return true;
+	return false;
+}
+
+/* Decide, program by program, what loads: a missing tracepoint, a flag, or
+ * an earlier refusal turns a program off instead of failing the object.
+ * Each program that loads gets logs[i] for the verifier's log, which the
+ * kernel fills only if it refuses it. */
+static void configure(struct bpfmon *m, unsigned flags, const struct btf *vmlinux,
+		      char (*logs)[LOG_LEN])
+{
+	bool btf_done[NSPECS] = {false};
+	bool no_fentry = false; /* fentry and fexit go together */
+	for (size_t i = 0; i < NSPECS; i++)
+		no_fentry |= m->refused[i] && (specs[i].kind == FENTRY || specs[i].kind == FEXIT);
+	memset(m->progs, 0, sizeof(m->progs));
+	for (size_t i = 0; i < NSPECS; i++) {
+		const struct spec *s = &specs[i];
+		struct bpfmon_prog *pr = &m->progs[i];
+		struct bpf_program *prog = bpf_object__find_program_by_name(m->skel->obj, s->name);
+		pr->name = s->name;
+		pr->target = m->targets[i];
+		pr->reason = m->reasons[i];
+		snprintf(m->targets[i], sizeof(m->targets[i]), "%s %s%s%s",
+			 s->kind == USDT ? "usdt" : s->kind == TP_BTF ? "tp_btf" :
+			 s->kind == RAW_TP ? "raw_tp" : s->kind == FENTRY ? "fentry" :
+			 s->kind == FEXIT ? "fexit" : "tracepoint",
+			 s->kind == USDT || s->kind == TP ? s->cat : "",
+			 s->kind == USDT || s->kind == TP ? ":" : "", s->what);
+		bool on = true;
+		if (flags & s->off_flag) {
+			pr->state = BPFMON_OFF;
+			on = false;
+		} else if (m->refused[i]) {
+			pr->state = BPFMON_FAILED; /* reason set when it was refused */
+			pr->err = m->refused[i];
+			on = false;
+		} else if (s->kind == TP_BTF) {
+			on = btf_tracepoint_exists(vmlinux, s->what);
+			btf_done[i] = on;
+			if (!on)
+				pr->state = BPFMON_OFF; /* the raw_tp entry next tries */
+		} else if (s->kind == RAW_TP) {
+			if (i > 0 && btf_done[i - 1]) {
+				pr->state = BPFMON_OFF;
+				on = false;
+			} else if (!(on = tracepoint_exists(s->cat, s->what))) {
+				pr->state = BPFMON_MISSING;
+				pr->err = -ENOENT;
+			}
+		} else if (s->kind == FENTRY || s->kind == FEXIT) {
+			on = !no_fentry && vmlinux &&
+			     btf__find_by_name_kind(vmlinux, s->what, BTF_KIND_FUNC) > 0;
+			btf_done[i] = on;
+			if (!on)
+				pr->state = BPFMON_OFF; /* the fallback entry next tries */
+		} else if (s->kind == TP && i > 0 && btf_done[i - 1]) {
+			pr->state = BPFMON_OFF;
+			on = false;
+		} else if (s->kind == TP && (s->off_flag & BPFMON_NO_FUTEX) &&
+			   !(flags & BPFMON_FUTEX_TP)) {
+			pr->state = BPFMON_OFF; /* opt-in: BPFMON_FUTEX_TP */
+			on = false;
+		} else if (s->kind == TP && !(on = tracepoint_exists(s->cat, s->what))) {
+			pr->state = BPFMON_MISSING;
+			pr->err = -ENOENT;
+		}
+		if (pr->state == BPFMON_MISSING)
+			snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s",
+				 s->kind == USDT ? "not in the target" : "not in this kernel");
+		if (!prog)
+			continue;
+		bpf_program__set_autoload(prog, on);
+		logs[i][0] = 0;
+		if (on) {
+			bpf_program__set_log_buf(prog, logs[i], LOG_LEN);
+			if (reject_wanted(s->name))
+				bpf_program__set_type(prog, BPF_PROG_TYPE_SOCKET_FILTER);
+		}
+	}
+}
+
+/* After a failed load: which program the kernel refused.  The one with a
+ * verifier log (the kernel writes it only on a refusal), else the one
+ * libbpf named ("failed to load", e.g. EPERM without a log); -1 if the
+ * failure was no program's (maps, BTF). */
+static int refused_prog(const struct bpfmon *m, char (*logs)[LOG_LEN])
+{
+	for (size_t i = 0; i < NSPECS; i++)
+		if (logs[i][0] && !m->refused[i])
+			return (int)i;
+	for (size_t i = 0; i < NSPECS; i++)
+		if (!m->refused[i] && !strcmp(specs[i].name, refused_name))
+			return (int)i;
+	return -1;
+}
+
+/* The verifier's reason: the last line of its log that is not one of its
+ * statistics; or, without a log, the error. */
+static void refusal_reason(char *out, size_t len, const char *log, int rc)
+{
+	const char *why = NULL;
+	int n = 0;
+	for (const char *l = log; *l;) {
+		int k = (int)strcspn(l, "\n");
+		if (k && strncmp(l, "processed ", 10) && strncmp(l, "verification time", 17) &&
+		    strncmp(l, "stack depth", 11)) {
+			why = l;
+			n = k;
+		}
+		l += k + (l[k] != 0);
+	}
+	if (why)
+		snprintf(out, len, "rejected by the verifier: %.*s", n, why);
+	else
+		snprintf(out, len, "refused at load: %s", strerror(-rc));
 }
 
 int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen)
@@ -312,92 +493,47 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 		return fail(err, errlen, -ENOMEM, "out of memory");
 	m->pid = pid;
 	vmlinux = btf__load_vmlinux_btf();
-	/* fentry/fexit can be refused at load (EPERM, e.g. no trampolines or
-	 * an LSM): then open again with their fallbacks instead. */
-	bool no_fentry = false;
-retry:
-	if (!(m->skel = cbcmn_bpf__open())) {
-		rc = fail(err, errlen, -errno, "cannot open the BPF object: %s", strerror(errno));
+	/* Load; when the kernel refuses one program (the verifier rejects it,
+	 * or fentry is not permitted), open the object again without it (its
+	 * fallback, if it has one, takes its place) and report it FAILED: one
+	 * program less, not a monitor less.  Each round turns one more off. */
+	char (*logs)[LOG_LEN] = calloc(NSPECS, LOG_LEN);
+	if (!logs) {
+		rc = fail(err, errlen, -ENOMEM, "out of memory");
 		goto cleanup;
 	}
-	m->skel->rodata->targ_tgid = (__u32)pid;
-
-	/* Decide, program by program, what loads: a missing tracepoint turns
-	 * its program off instead of failing the whole object. */
-	bool btf_done[NSPECS] = {false};
-	bool fentry_on = false;
-	for (size_t i = 0; i < NSPECS; i++) {
-		const struct spec *s = &specs[i];
-		struct bpfmon_prog *pr = &m->progs[i];
-		struct bpf_program *prog = bpf_object__find_program_by_name(m->skel->obj, s->name);
-		pr->name = s->name;
-		pr->target = m->targets[i];
-		snprintf(m->targets[i], sizeof(m->targets[i]), "%s %s%s%s",
-			 s->kind == USDT ? "usdt" : s->kind == TP_BTF ? "tp_btf" :
-			 s->kind == RAW_TP ? "raw_tp" : s->kind == FENTRY ? "fentry" :
-			 s->kind == FEXIT ? "fexit" : "tracepoint",
-			 s->kind == USDT || s->kind == TP ? s->cat : "",
-			 s->kind == USDT || s->kind == TP ? ":" : "", s->what);
-		bool on = true;
-		if (flags & s->off_flag) {
-			pr->state = BPFMON_OFF;
-			on = false;
-		} else if (s->kind == TP_BTF) {
-			on = btf_tracepoint_exists(vmlinux, s->what);
-			btf_done[i] = on;
-			if (!on) {
-				pr->state = BPFMON_OFF; /* the raw_tp entry next tries */
-			}
-		} else if (s->kind == RAW_TP) {
-			if (i > 0 && btf_done[i - 1]) {
-				pr->state = BPFMON_OFF;
-				on = false;
-			} else if (!(on = tracepoint_exists(s->cat, s->what))) {
-				pr->state = BPFMON_MISSING;
-				pr->err = -ENOENT;
-			}
-		} else if (s->kind == FENTRY || s->kind == FEXIT) {
-			on = !no_fentry && vmlinux &&
-			     btf__find_by_name_kind(vmlinux, s->what, BTF_KIND_FUNC) > 0;
-			btf_done[i] = on;
-			fentry_on |= on;
-			if (!on)
-				pr->state = BPFMON_OFF; /* the fallback entry next tries */
-		} else if (s->kind == TP && i > 0 && btf_done[i - 1]) {
-			pr->state = BPFMON_OFF;
-			on = false;
-		} else if (s->kind == TP && (s->off_flag & BPFMON_NO_FUTEX) &&
-			   !(flags & BPFMON_FUTEX_TP)) {
-			pr->state = BPFMON_OFF; /* opt-in: BPFMON_FUTEX_TP */
-			on = false;
-		} else if (s->kind == TP && !(on = tracepoint_exists(s->cat, s->what))) {
-			pr->state = BPFMON_MISSING;
-			pr->err = -ENOENT;
+	for (size_t round = 0;; round++) {
+		if (!(m->skel = cbcmn_bpf__open())) {
+			rc = fail(err, errlen, -errno, "cannot open the BPF object: %s", strerror(errno));
+			break;
 		}
-		if (prog)
-			bpf_program__set_autoload(prog, on);
-	}
-
-	if ((rc = cbcmn_bpf__load(m->skel)) && fentry_on) {
+		m->skel->rodata->targ_tgid = (__u32)pid;
+		configure(m, flags, vmlinux, logs);
+		refused_name[0] = 0;
+		if (!(rc = cbcmn_bpf__load(m->skel)))
+			break;
+		int bad = refused_prog(m, logs);
+		if (bad < 0 || round >= NSPECS) {
+			rc = fail(err, errlen, rc, "cannot load the BPF programs: %s%s", strerror(-rc),
+				  verbose ? "" : " (-v shows the verifier's log)");
+			break;
+		}
+		m->refused[bad] = rc;
+		refusal_reason(m->reasons[bad], sizeof(m->reasons[bad]), logs[bad], rc);
 		cbcmn_bpf__destroy(m->skel);
 		m->skel = NULL;
-		memset(m->progs, 0, sizeof(m->progs));
-		no_fentry = true;
-		goto retry;
 	}
-	if (rc) {
-		rc = fail(err, errlen, rc, "cannot load the BPF programs: %s%s", strerror(-rc),
-			  verbose ? "" : " (-v shows the verifier's log)");
+	free(logs);
+	if (rc)
 		goto cleanup;
-	}
 	if ((flags & BPFMON_PIN) && (rc = pin_maps(m, err, errlen)))
 		goto cleanup;
 
 	/* Executors that started before us, then attach, then those that
 	 * started in between (exec_start covers the ones after). */
-	scan_executors(m);
+	scan_executors(m, false);
 	attach_all(m);
-	scan_executors(m);
+	scan_executors(m, true);
 	btf__free(vmlinux);
 	*out = m;
 	return 0;
@@ -428,6 +564,10 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 		memset(o, 0, sizeof(*o));
 		if (bpf_map_lookup_elem(fs, &i, &o->c))
 			return -errno;
+		if (!o->c.tid && i < CBCMN_BPF_MAX_SHARDS && m->ident[i].tid) {
+			o->c.tid = m->ident[i].tid;
+			o->c.cpu = m->ident[i].cpu;
+		}
 		for (__u32 k = 0; k < CBCMN_BPF_MAX_OPS; k++) {
 			__u32 key = i * CBCMN_BPF_MAX_OPS + k;
 			if (bpf_map_lookup_elem(fo, &key, &o->sqe_ops[k]))

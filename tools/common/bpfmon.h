@@ -53,6 +53,9 @@ struct bpfmon_prog {
 	enum bpfmon_state state;
 	int err;            /* negative errno for MISSING and FAILED */
 	unsigned links;     /* USDT: binaries attached to (exe and/or libcbcmn.so) */
+	const char *reason; /* MISSING, FAILED: one line saying why ("rejected by the
+			     * verifier: ...", "refused at load: ...", "attach: ...",
+			     * "not in the target"); "" otherwise */
 };
 
 /* One shard's figures: the counters of struct cbcmn_bpf_shard, SQEs by
