@@ -82,13 +82,14 @@ static void bad_input(const char *fmt, ...)
 	exit(2);
 }
 
-static unsigned long long number(const char *opt, const char *arg, unsigned long long max)
+static unsigned long long number(const char *opt, const char *arg, unsigned long long lo,
+				 unsigned long long max)
 {
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(arg, &end, 0);
-	if (!*arg || *end || errno || arg[0] == '-' || v > max)
-		bad_input("%s wants a number in 0..%llu, got '%s'", opt, max, arg);
+	if (!*arg || *end || errno || arg[0] == '-' || v < lo || v > max)
+		bad_input("%s wants a number in %llu..%llu, got '%s'", opt, lo, max, arg);
 	return v;
 }
 
@@ -363,15 +364,13 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":w:p:s:d:n:jbvh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'w':
-			o.workers = (uint32_t)number("--workers", optarg, CBCMN_MAX_EXECUTORS);
-			if (o.workers == 0)
-				bad_input("--workers wants 1..%d, got '%s'", CBCMN_MAX_EXECUTORS, optarg);
+			o.workers = (uint32_t)number("--workers", optarg, 1, CBCMN_MAX_EXECUTORS);
 			break;
 		case 'p':
 			policy = optarg;
 			break;
 		case 's':
-			o.seed = number("--seed", optarg, UINT64_MAX);
+			o.seed = number("--seed", optarg, 0, UINT64_MAX);
 			break;
 		case 'd': {
 			char *end;
@@ -381,9 +380,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'n':
-			o.size = (uint32_t)number("--size", optarg, UINT32_MAX);
-			if (o.size == 0)
-				bad_input("--size wants a number > 0, got '%s'", optarg);
+			o.size = (uint32_t)number("--size", optarg, 1, UINT32_MAX);
 			break;
 		case 'j':
 			json = true;

@@ -1,0 +1,369 @@
+/* test_run: cbcmn-run and its workloads (tools/common/workload).
+ *
+ * Every workload's self-check runs in this process (so the sanitizers see
+ * the workload code), briefly; then the CLI runs as a child: its JSON, its
+ * one-line errors and exit status 2 on bad input, --help, and (root) that
+ * --bpf counts the same steals as the runtime for skew.  The CLI is the
+ * release binary, found through $CBCMN_RUN or next to this test
+ * (build/tests/../bin, or build/asan/tests/../../bin). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/wait.h>
+
+#include "helpers.h"
+#include "common/workload.h"
+
+#define DURATION_S 0.2
+
+/* ---- the workloads, in process ------------------------------------------- */
+
+/* A small size under the sanitizers, the default otherwise. */
+static uint32_t small_size(const struct wl_desc *w)
+{
+	static const struct {
+		const char *name;
+		uint32_t size;
+	} sz[] = {{"fib", 17}, {"spawn-storm", 5000}, {"skew", 200}, {"timers", 20},
+		  {"echo", 4},	{"http", 4}};
+	for (size_t i = 0; (T_ASAN || T_TSAN) && i < sizeof(sz) / sizeof(sz[0]); i++)
+		if (!strcmp(sz[i].name, w->name))
+			return sz[i].size;
+	return 0;
+}
+
+static void run_workload(const char *name)
+{
+	const struct wl_desc *w = wl_find(name);
+	assert_non_null(w);
+	struct wl_opts o = {.workers = 2, .policy = CBCMN_PIN_AUTO, .seed = 3,
+			    .duration_s = DURATION_S, .size = small_size(w)};
+	struct wl_result r;
+	int rc = wl_run(w, &o, &r);
+	printf("%s: %s%s; %.0f %s, p50 %.1f us, p99 %.1f us, %llu steals\n", name,
+	       rc ? "FAILED: " : "", rc ? r.error : r.result, r.throughput, r.unit, r.p50_us,
+	       r.p99_us, (unsigned long long)r.stats.total.steal_successes);
+	if (rc)
+		fail_msg("%s: %s", name, r.error);
+	assert_true(r.ok);
+	assert_true(r.result[0]);
+	assert_true(r.units > 0);
+	assert_true(r.throughput > 0);
+	assert_true(r.duration_s >= DURATION_S * 0.9);
+	assert_int_equal(r.stats.executors, 2);
+	assert_non_null(r.per);
+	assert_true(r.stats.tasks_spawned > 0);
+	assert_true(r.p99_us >= r.p50_us);
+	/* Where there is a unit of work to time, it was timed. */
+	if (!strcmp(name, "pipeline") || !strcmp(name, "echo") || !strcmp(name, "http"))
+		assert_true(r.p50_us > 0);
+	if (!strcmp(name, "skew"))
+		assert_true(r.stats.total.steal_successes > 0);
+	wl_result_free(&r);
+}
+
+#define WORKLOAD_TEST(fn, name)                                                \
+	static void fn(void **state)                                           \
+	{                                                                      \
+		(void)state;                                                   \
+		run_workload(name);                                            \
+	}
+WORKLOAD_TEST(test_fib, "fib")
+WORKLOAD_TEST(test_spawn_storm, "spawn-storm")
+WORKLOAD_TEST(test_skew, "skew")
+WORKLOAD_TEST(test_pipeline, "pipeline")
+WORKLOAD_TEST(test_echo, "echo")
+WORKLOAD_TEST(test_http, "http")
+WORKLOAD_TEST(test_timers, "timers")
+WORKLOAD_TEST(test_mixed, "mixed")
+
+/* Every workload the table holds has a test above. */
+static void test_table(void **state)
+{
+	(void)state;
+	assert_int_equal(wl_nworkloads, 8);
+	assert_null(wl_find("nope"));
+	const struct wl_desc *w = wl_find("fib");
+	struct wl_opts o = {.workers = 1, .policy = CBCMN_PIN_AUTO, .duration_s = 0.1,
+			    .size = w->size_max + 1};
+	struct wl_result r;
+	assert_int_equal(wl_run(w, &o, &r), -EINVAL);
+	assert_false(r.ok);
+	assert_non_null(strstr(r.error, "--size"));
+	wl_result_free(&r);
+}
+
+/* ---- the CLI, as a child ------------------------------------------------- */
+
+static char run_bin[PATH_MAX];
+
+static int find_cli(void **state)
+{
+	(void)state;
+	const char *env = getenv("CBCMN_RUN");
+	if (env) {
+		snprintf(run_bin, sizeof(run_bin), "%s", env);
+		return 0;
+	}
+	char self[PATH_MAX - 32];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return 0;
+	self[n] = 0;
+	*strrchr(self, '/') = 0;
+	static const char *const rel[] = {"/../bin/cbcmn-run", "/../../bin/cbcmn-run"};
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		snprintf(run_bin, sizeof(run_bin), "%s%s", self, rel[i]);
+		if (access(run_bin, X_OK) == 0)
+			return 0;
+	}
+	run_bin[0] = 0;
+	return 0;
+}
+
+#define NEED_CLI()                                                             \
+	do {                                                                   \
+		if (!run_bin[0])                                               \
+			T_SKIP("no cbcmn-run next to this test: make build/bin/cbcmn-run, or set CBCMN_RUN"); \
+	} while (0)
+
+struct cli {
+	int status; /* exit status, or 128 + signal */
+	char out[1 << 16], err[4096];
+};
+
+static void slurp(int fd, char *buf, size_t len)
+{
+	ssize_t n = pread(fd, buf, len - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	close(fd);
+}
+
+/* Run cbcmn-run with args (NULL-terminated) and collect what it says. */
+static void cli(struct cli *c, const char *const *args)
+{
+	char po[] = "/tmp/cbcmn-run-out-XXXXXX", pe[] = "/tmp/cbcmn-run-err-XXXXXX";
+	int fo = mkstemp(po), fe = mkstemp(pe);
+	assert_true(fo >= 0 && fe >= 0);
+	unlink(po);
+	unlink(pe);
+	const char *argv[32] = {run_bin};
+	int n = 1;
+	while (args[n - 1] && n < 31) {
+		argv[n] = args[n - 1];
+		n++;
+	}
+	argv[n] = NULL;
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fo, STDOUT_FILENO);
+		dup2(fe, STDERR_FILENO);
+		execv(run_bin, (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	c->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	slurp(fo, c->out, sizeof(c->out));
+	slurp(fe, c->err, sizeof(c->err));
+}
+
+static int lines(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* The text after "key": in s (the first one), or fail. */
+static const char *jkey(const char *s, const char *key)
+{
+	char k[64];
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	const char *p = s ? strstr(s, k) : NULL;
+	if (!p)
+		fail_msg("no key \"%s\" in the JSON", key);
+	return p + strlen(k);
+}
+
+static double jnum(const char *s, const char *key)
+{
+	return strtod(jkey(s, key), NULL);
+}
+
+static bool jstr_is(const char *s, const char *key, const char *want)
+{
+	const char *p = jkey(s, key);
+	size_t n = strlen(want);
+	return p[0] == '"' && !strncmp(p + 1, want, n) && p[n + 1] == '"';
+}
+
+static void test_cli_json(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	cli(c, (const char *[]){"fib", "--workers", "2", "--policy", "breadth-first", "--seed", "7",
+			       "--duration", "0.1", "--size", "15", "--json", NULL});
+	if (c->status)
+		fail_msg("exit %d: %s", c->status, c->err);
+	assert_int_equal(lines(c->out), 1); /* one object, one line */
+	const char *j = c->out;
+	assert_true(j[0] == '{');
+	assert_true(jstr_is(j, "workload", "fib"));
+	assert_true(!strncmp(jkey(j, "ok"), "true", 4));
+	assert_int_equal(jnum(j, "executors"), 2);
+	assert_true(jstr_is(j, "policy", "breadth-first"));
+	assert_int_equal(jnum(j, "seed"), 7);
+	assert_true(jnum(j, "duration_s") >= 0.09);
+	assert_true(jnum(j, "throughput") > 0);
+	assert_true(jstr_is(j, "throughput_unit", "tasks/s"));
+	assert_true(jnum(j, "p99_us") >= jnum(j, "p50_us"));
+	assert_true(jstr_is(j, "result", "fib(15)=610"));
+	const char *s = jkey(j, "stats");
+	assert_int_equal(jnum(s, "executors"), 2);
+	assert_true(jnum(s, "tasks_completed") >= 1973); /* calls(15) = 2 fib(16) - 1 */
+	jkey(s, "local_hit_ratio");
+	jkey(s, "steal_success_rate");
+	assert_true(jstr_is(s, "policy", "breadth-first"));
+	const char *pe = jkey(j, "per_executor");
+	assert_true(pe[0] == '[');
+	assert_non_null(strstr(pe, "\"executor\":1"));
+	jkey(pe, "busy_pct");
+	assert_null(strstr(j, "\"bpf\""));
+	free(c);
+}
+
+/* Text mode: a result line, then throughput and latency, then the stats. */
+static void test_cli_text(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	cli(c, (const char *[]){"pipeline", "-w", "2", "-d", "0.1", NULL});
+	if (c->status)
+		fail_msg("exit %d: %s", c->status, c->err);
+	assert_true(!strncmp(c->out, "pipeline: ok: ", 14));
+	assert_non_null(strstr(c->out, "\nthroughput: "));
+	assert_non_null(strstr(c->out, "msgs/s"));
+	assert_non_null(strstr(c->out, "\nlatency: p50 "));
+	assert_non_null(strstr(c->out, "\nruntime: 2 executors"));
+	assert_int_equal(c->err[0], 0);
+	free(c);
+}
+
+static void test_cli_bad_input(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	static const char *const cases[][6] = {
+		{"nope", NULL},
+		{"fib", "--workers", "0", NULL},
+		{"fib", "--workers", "two", NULL},
+		{"fib", "--workers", "100000", NULL},
+		{"fib", "--policy", "sideways", NULL},
+		{"fib", "--policy", "cpus:", NULL},
+		{"fib", "--duration", "-1", NULL},
+		{"fib", "--size", "99", NULL},
+		{"fib", "--frobnicate", NULL},
+		{"fib", "skew", NULL},
+		{NULL},
+	};
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cli(c, (const char *const *)cases[i]);
+		printf("%s ...: exit %d, %s", cases[i][0] ? cases[i][0] : "(nothing)", c->status,
+		       c->err);
+		assert_int_equal(c->status, 2);
+		assert_int_equal(lines(c->err), 1);
+		assert_true(!strncmp(c->err, "cbcmn-run: ", 11));
+		assert_int_equal(c->out[0], 0);
+	}
+	free(c);
+}
+
+static void test_cli_help(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	cli(c, (const char *[]){"--help", NULL});
+	assert_int_equal(c->status, 0);
+	for (size_t i = 0; i < wl_nworkloads; i++) {
+		char line[64];
+		snprintf(line, sizeof(line), "\n  %s ", wl_workloads[i].name);
+		if (!strstr(c->out, line))
+			fail_msg("--help does not list %s", wl_workloads[i].name);
+	}
+	assert_non_null(strstr(c->out, "EXAMPLES"));
+	free(c);
+}
+
+/* --bpf: the eBPF programs count the same steals as the runtime. */
+static void test_cli_bpf_skew(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	if (geteuid() != 0) {
+		cli(c, (const char *[]){"skew", "--bpf", "--duration", "0.1", NULL});
+		assert_int_equal(c->status, 1);
+		assert_int_equal(lines(c->err), 1);
+		free(c);
+		T_SKIP("not root: checked only that --bpf fails with one line");
+		return;
+	}
+	cli(c, (const char *[]){"skew", "-w", "2", "--bpf", "--duration", "0.2", "--json", NULL});
+	if (c->status == 1 && !strncmp(c->err, "cbcmn-run: --bpf: ", 18)) {
+		char why[256];
+		snprintf(why, sizeof(why), "%.200s", c->err);
+		free(c);
+		T_SKIP("%s", why);
+		return;
+	}
+	if (c->status)
+		fail_msg("exit %d: %s", c->status, c->err);
+	const char *b = jkey(c->out, "bpf"), *s = jkey(c->out, "stats");
+	printf("bpf steals %.0f (tasks %.0f), runtime %.0f (tasks %.0f)\n", jnum(b, "steals"),
+	       jnum(b, "tasks_stolen"), jnum(s, "steal_successes"), jnum(s, "tasks_stolen"));
+	assert_true(jnum(s, "steal_successes") > 0);
+	assert_int_equal(jnum(b, "steals"), jnum(s, "steal_successes"));
+	assert_int_equal(jnum(b, "tasks_stolen"), jnum(s, "tasks_stolen"));
+	for (const char *k = "steal_fails\0cross_node_steals\0cross_llc_steals\0doorbells\0"
+			     "doorbells_coalesced\0contention_ns\0lock_contended\0migrations\0"
+			     "involuntary\0";
+	     *k; k += strlen(k) + 1)
+		jkey(b, k);
+	assert_true(jkey(b, "steal_pairs")[0] == '[');
+	assert_int_equal(jnum(b, "migrations"), 0); /* pinned executors */
+	free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_table),
+		T_WATCHED_TEST(test_fib),
+		T_WATCHED_TEST(test_spawn_storm),
+		T_WATCHED_TEST(test_skew),
+		T_WATCHED_TEST(test_pipeline),
+		T_WATCHED_TEST(test_echo),
+		T_WATCHED_TEST(test_http),
+		T_WATCHED_TEST(test_timers),
+		T_WATCHED_TEST(test_mixed),
+		T_WATCHED_TEST(test_cli_json),
+		T_WATCHED_TEST(test_cli_text),
+		T_WATCHED_TEST(test_cli_bad_input),
+		T_WATCHED_TEST(test_cli_help),
+		T_WATCHED_TEST(test_cli_bpf_skew),
+	};
+	return cmocka_run_group_tests(tests, find_cli, NULL);
+}
