@@ -24,6 +24,7 @@
 #include "common/fserv.h"
 #include "common/loadgen.h"
 #include "common/pingpong.h"
+#include "common/workload.h"
 
 static uint32_t workers = 2;
 static int reps = 7;
@@ -771,9 +772,9 @@ static void load(enum lg_proto proto, uint16_t port, struct lg_result *res)
 	lc.duration_s = duration_s;
 	lc.cpu = 1;
 	lc.proto = proto;
-	int rc = lg_run(&lc, res);
-	if (rc || res->errors) {
-		fprintf(stderr, "cbcmn-bench: load client: %s\n", res->error[0] ? res->error : strerror(-rc));
+	char err[200];
+	if (wl_load(&lc, res, err, sizeof(err))) {
+		fprintf(stderr, "cbcmn-bench: %s\n", err);
 		exit(1);
 	}
 }

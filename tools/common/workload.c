@@ -93,13 +93,44 @@ static int run_root(cbcmn_runtime *rt, struct wl_env *e, cbcmn_task_fn fn, void 
 	return 0;
 }
 
-/* Open a nursery, or say why not. */
-#define OPEN_NURSERY(cx, n)                                                    \
-	do {                                                                    \
-		int rc_ = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &(n));   \
-		if (rc_)                                                        \
-			return rc_;                                             \
-	} while (0)
+/* n tasks fn(args + i * stride) with one placement (CBCMN_PLACE_*): pinned
+ * ones go to executor i % workers, CBCMN_PLACE_STEALABLE_ON to executor 0. */
+struct spawn_set {
+	cbcmn_task_fn fn;
+	void *args;
+	size_t stride;
+	uint32_t n;
+	uint32_t placement;
+};
+
+/* Spawn the set into a nursery of its own and await it: the first failure. */
+static int64_t spawn_all(cbcmn_cx *cx, const struct spawn_set *s)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint32_t workers = cbcmn_runtime_workers(rt);
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(rt, cx, &n);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < s->n && rc == 0; i++) {
+		cbcmn_spawn_opts so = {.placement = s->placement,
+				       .shard = s->placement == CBCMN_PLACE_PINNED ? i % workers : 0};
+		rc = cbcmn_nursery_spawn_ex(cx, n, s->fn, (char *)s->args + i * s->stride, &so, NULL);
+	}
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+static int64_t spawn_all_task(cbcmn_cx *cx, void *arg)
+{
+	return spawn_all(cx, arg);
+}
+
+/* A root task that spawns the set and awaits it. */
+static int run_all(cbcmn_runtime *rt, struct wl_env *e, const struct spawn_set *s)
+{
+	return run_root(rt, e, spawn_all_task, (void *)s, "the root task");
+}
 
 /* ---- fib: fork-join, a task per call --------------------------------------- */
 
@@ -133,11 +164,6 @@ struct storm {
 	char pad[64 - sizeof(uint64_t) - sizeof(uint32_t)]; /* one line per spawner */
 };
 
-struct storm_round {
-	struct storm *s;
-	uint32_t nspawners;
-};
-
 static int64_t storm_leaf(cbcmn_cx *cx, void *arg)
 {
 	(void)cx;
@@ -146,28 +172,11 @@ static int64_t storm_leaf(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Its leaves on its own executor (thieves spread them further). */
 static int64_t storm_spawner(cbcmn_cx *cx, void *arg)
 {
 	struct storm *s = arg;
-	cbcmn_nursery *n;
-	OPEN_NURSERY(cx, n);
-	int rc = 0;
-	for (uint32_t i = 0; i < s->leaves && rc == 0; i++)
-		rc = cbcmn_nursery_spawn(cx, n, storm_leaf, s, NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
-}
-
-static int64_t storm_root(cbcmn_cx *cx, void *arg)
-{
-	struct storm_round *sr = arg;
-	cbcmn_nursery *n;
-	OPEN_NURSERY(cx, n);
-	int rc = 0;
-	for (uint32_t i = 0; i < sr->nspawners && rc == 0; i++)
-		rc = cbcmn_nursery_spawn_stealable(cx, n, storm_spawner, &sr->s[i], NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
+	return spawn_all(cx, &(struct spawn_set){storm_leaf, s, 0, s->leaves, CBCMN_PLACE_LOCAL});
 }
 
 static int wl_spawn_storm(cbcmn_runtime *rt, struct wl_env *e)
@@ -175,26 +184,27 @@ static int wl_spawn_storm(cbcmn_runtime *rt, struct wl_env *e)
 	uint32_t total = e->size, ns = 4 * cbcmn_runtime_workers(rt);
 	if (ns > total)
 		ns = total;
-	struct storm_round sr = {.s = calloc(ns, sizeof(struct storm)), .nspawners = ns};
-	if (!sr.s)
+	struct storm *s = calloc(ns, sizeof(*s));
+	if (!s)
 		return fail_rc(e, -ENOMEM, "allocating");
+	struct spawn_set set = {storm_spawner, s, sizeof(*s), ns, CBCMN_PLACE_STEALABLE};
 	uint64_t rounds = 0;
 	int rc = 0;
 	while (rc == 0 && more(e, rounds)) {
 		for (uint32_t i = 0; i < ns; i++) {
-			atomic_store(&sr.s[i].ran, 0);
-			sr.s[i].leaves = total / ns + (i < total % ns);
+			atomic_store(&s[i].ran, 0);
+			s[i].leaves = total / ns + (i < total % ns);
 		}
-		if ((rc = run_root(rt, e, storm_root, &sr, "the root task")) != 0)
+		if ((rc = run_all(rt, e, &set)) != 0)
 			break;
 		uint64_t ran = 0;
 		for (uint32_t i = 0; i < ns; i++)
-			ran += atomic_load(&sr.s[i].ran);
+			ran += atomic_load(&s[i].ran);
 		if (ran != total)
 			rc = fail(e, "%llu of %u tasks ran", (unsigned long long)ran, total);
 		rounds++;
 	}
-	free(sr.s);
+	free(s);
 	if (rc)
 		return rc;
 	snprintf(e->r->result, sizeof(e->r->result), "%u tasks from %u spawners, each ran once",
@@ -236,22 +246,8 @@ static int64_t skew_task(cbcmn_cx *cx, void *arg)
 static int64_t skew_producer(cbcmn_cx *cx, void *arg)
 {
 	struct skew_arg *a = arg;
-	cbcmn_nursery *n;
-	OPEN_NURSERY(cx, n);
-	int rc = 0;
-	for (uint32_t i = 0; i < a->s->n && rc == 0; i++)
-		rc = cbcmn_nursery_spawn_stealable_on(cx, n, 0, skew_task, &a[i], NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
-}
-
-static int64_t skew_root(cbcmn_cx *cx, void *arg)
-{
-	cbcmn_nursery *n;
-	OPEN_NURSERY(cx, n);
-	int rc = cbcmn_nursery_spawn_pinned(cx, n, 0, skew_producer, arg, NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
+	return spawn_all(cx, &(struct spawn_set){skew_task, a, sizeof(*a), a->s->n,
+						  CBCMN_PLACE_STEALABLE_ON});
 }
 
 static int skew_check(struct wl_env *e, struct skew *s)
@@ -282,7 +278,7 @@ static int wl_skew(cbcmn_runtime *rt, struct wl_env *e)
 	while (rc == 0 && more(e, rounds)) {
 		for (uint32_t i = 0; i < s.n; i++)
 			atomic_store(&s.runs[i], 0);
-		if ((rc = run_root(rt, e, skew_root, a, "the root task")) == 0)
+		if ((rc = run_all(rt, e, &(struct spawn_set){skew_producer, a, 0, 1, CBCMN_PLACE_PINNED})) == 0)
 			rc = skew_check(e, &s);
 		rounds++;
 	}
@@ -383,19 +379,6 @@ static int64_t pipe_stage(cbcmn_cx *cx, void *arg)
 	return rc == -EPIPE ? 0 : rc;
 }
 
-static int64_t pipe_root(cbcmn_cx *cx, void *arg)
-{
-	struct pipe_arg *a = arg;
-	uint32_t workers = cbcmn_runtime_workers(cbcmn_cx_runtime(cx));
-	cbcmn_nursery *n;
-	OPEN_NURSERY(cx, n);
-	int rc = 0;
-	for (uint32_t k = 0; k < a->p->stages && rc == 0; k++)
-		rc = cbcmn_nursery_spawn_pinned(cx, n, k % workers, pipe_stage, &a[k], NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
-}
-
 static int wl_pipeline(cbcmn_runtime *rt, struct wl_env *e)
 {
 	struct pipeline p = {.e = e, .rt = rt, .stages = e->size};
@@ -409,7 +392,9 @@ static int wl_pipeline(cbcmn_runtime *rt, struct wl_env *e)
 	for (uint32_t k = 0; rc == 0 && k < p.stages; k++)
 		a[k] = (struct pipe_arg){&p, k};
 	if (rc == 0)
-		rc = run_root(rt, e, pipe_root, a, "the root task");
+		/* Stage k pinned on executor k % workers. */
+		rc = run_all(rt, e, &(struct spawn_set){pipe_stage, a, sizeof(*a), p.stages,
+							CBCMN_PLACE_PINNED});
 	if (rc == 0 && p.got != p.sent)
 		rc = fail(e, "%llu messages sent, %llu arrived", (unsigned long long)p.sent,
 			  (unsigned long long)p.got);
@@ -477,18 +462,6 @@ static int64_t timer_task(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t timers_root(cbcmn_cx *cx, void *arg)
-{
-	struct timers *c = arg;
-	cbcmn_nursery *n;
-	OPEN_NURSERY(cx, n);
-	int rc = 0;
-	for (uint32_t i = 0; i < c->ntasks && rc == 0; i++)
-		rc = cbcmn_nursery_spawn_stealable(cx, n, timer_task, &c->t[i], NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
-}
-
 static int wl_timers(cbcmn_runtime *rt, struct wl_env *e)
 {
 	struct timers c = {.e = e, .rt = rt, .ntasks = e->size};
@@ -502,7 +475,8 @@ static int wl_timers(cbcmn_runtime *rt, struct wl_env *e)
 		c.t[i].id = i;
 	}
 	if (rc == 0)
-		rc = run_root(rt, e, timers_root, &c, "the root task");
+		rc = run_all(rt, e, &(struct spawn_set){timer_task, c.t, sizeof(*c.t), c.ntasks,
+							CBCMN_PLACE_STEALABLE});
 	for (uint32_t i = 0; rc == 0 && i < c.ntasks; i++)
 		lat_hist_merge(all, &c.t[i].late);
 	if (rc == 0) {
@@ -541,6 +515,12 @@ struct mx_pair {
 	int fd[2];     /* writer's end, reader's end */
 	uint64_t sent; /* written by the writer before its shutdown */
 	uint64_t got;
+};
+
+/* A task's share of a pair. */
+struct mx_role {
+	struct mx_pair *p;
+	bool writer;
 };
 
 static void mx_fill(cbcmn_cx *cx, uint64_t *w, uint64_t seed, uint32_t id, uint64_t k)
@@ -599,32 +579,29 @@ static int64_t mx_reader(cbcmn_cx *cx, void *arg)
 	}
 }
 
-static int64_t mixed_root(cbcmn_cx *cx, void *arg)
+static int64_t mx_task(cbcmn_cx *cx, void *arg)
 {
-	struct mixed *m = arg;
-	cbcmn_nursery *n;
-	OPEN_NURSERY(cx, n);
-	int rc = 0;
-	for (uint32_t i = 0; i < m->npairs && rc == 0; i++)
-		if ((rc = cbcmn_nursery_spawn_stealable(cx, n, mx_reader, &m->p[i], NULL)) == 0)
-			rc = cbcmn_nursery_spawn_stealable(cx, n, mx_writer, &m->p[i], NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
+	struct mx_role *r = arg;
+	return r->writer ? mx_writer(cx, r->p) : mx_reader(cx, r->p);
 }
 
 static int wl_mixed(cbcmn_runtime *rt, struct wl_env *e)
 {
 	struct mixed m = {.e = e, .npairs = e->size};
 	m.p = calloc(m.npairs, sizeof(*m.p));
-	int rc = m.p ? 0 : fail_rc(e, -ENOMEM, "allocating");
+	struct mx_role *roles = calloc(2 * (size_t)m.npairs, sizeof(*roles));
+	int rc = m.p && roles ? 0 : fail_rc(e, -ENOMEM, "allocating");
 	uint32_t open = 0;
 	for (; rc == 0 && open < m.npairs; open++) {
 		m.p[open] = (struct mx_pair){.m = &m, .id = open, .fd = {-1, -1}};
 		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m.p[open].fd) != 0)
 			rc = fail_rc(e, -errno, "socketpair");
+		roles[2 * open] = (struct mx_role){&m.p[open], false};
+		roles[2 * open + 1] = (struct mx_role){&m.p[open], true};
 	}
 	if (rc == 0)
-		rc = run_root(rt, e, mixed_root, &m, "the root task");
+		rc = run_all(rt, e, &(struct spawn_set){mx_task, roles, sizeof(*roles), 2 * m.npairs,
+							CBCMN_PLACE_STEALABLE});
 	uint64_t blocks = 0;
 	for (uint32_t i = 0; rc == 0 && i < m.npairs; i++) {
 		if (m.p[i].got != m.p[i].sent)
@@ -645,6 +622,7 @@ static int wl_mixed(cbcmn_runtime *rt, struct wl_env *e)
 		}
 	}
 	free(m.p);
+	free(roles);
 	return rc;
 }
 
