@@ -268,6 +268,7 @@ static void test_cli_bad_input(void **state)
 		{"fib", "--workers", "100000", NULL},
 		{"fib", "--policy", "sideways", NULL},
 		{"fib", "--policy", "cpus:", NULL},
+		{"fib", "--policy", "cpus:4095", NULL}, /* no such CPU here */
 		{"fib", "--duration", "-1", NULL},
 		{"fib", "--size", "99", NULL},
 		{"fib", "--frobnicate", NULL},

@@ -93,6 +93,28 @@ static unsigned long long number(const char *opt, const char *arg, unsigned long
 	return v;
 }
 
+/* A policy that cannot place on this machine (a CPU it lacks) is bad input:
+ * say which CPU here rather than let the runtime refuse with -EINVAL. */
+static void check_placement(const struct wl_opts *o, const char *policy)
+{
+	cbcmn_topo *t;
+	char err[256];
+	if (cbcmn_topo_load(NULL, &t, err, sizeof(err)))
+		return; /* the runtime runs unpinned then, or says why it cannot */
+	err[0] = 0;
+	uint32_t n = o->workers;
+	if (n == CBCMN_WORKERS_AUTO)
+		n = (uint32_t)cbcmn_topo_nallowed(t);
+	int *out = calloc(n ? n : 1, sizeof(*out));
+	int rc = out ? cbcmn_place(t, (cbcmn_policy)o->policy, n, o->seed, o->cpus, o->ncpus, -1,
+				   out, NULL, err, sizeof(err))
+		     : 0;
+	free(out);
+	cbcmn_topo_free(t);
+	if (rc)
+		bad_input("--policy %s: %s", policy, err[0] ? err : strerror(-rc));
+}
+
 /* ---- the runtime's statistics ------------------------------------------------ */
 
 /* The uint64_t counters of cbcmn_executor_stats, by name (the JSON keys). */
@@ -423,6 +445,7 @@ int main(int argc, char **argv)
 		o.cpus = cpus;
 		if (cpus && o.workers == CBCMN_WORKERS_AUTO)
 			o.workers = (uint32_t)o.ncpus;
+		check_placement(&o, policy);
 	}
 
 	/* Before the runtime exists: its executors are then found by the
