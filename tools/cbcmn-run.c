@@ -32,6 +32,7 @@ static const struct option longopts[] = {
 	{"size", required_argument, NULL, 'n'},
 	{"json", no_argument, NULL, 'j'},
 	{"bpf", no_argument, NULL, 'b'},
+	{"futex-tp", no_argument, NULL, 'F'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
 	{0},
@@ -52,6 +53,8 @@ static void usage(FILE *f)
 		   "  -n, --size N         the workload's size (see below)\n"
 		   "  -j, --json           one JSON object on stdout\n"
 		   "  -b, --bpf            also the eBPF programs' view (root)\n"
+		   "      --futex-tp       with --bpf, count futex waits through the syscall\n"
+		   "                       tracepoints where fentry is refused (costs more)\n"
 		   "  -v, --verbose        libbpf's messages with --bpf\n"
 		   "  -h, --help\n"
 		   "\nworkloads (--size, default):\n",
@@ -379,7 +382,7 @@ int main(int argc, char **argv)
 			    .policy = CBCMN_PIN_AUTO,
 			    .duration_s = DEFAULT_DURATION_S};
 	const char *policy = NULL;
-	bool json = false, bpf = false, verbose = false;
+	bool json = false, bpf = false, verbose = false, futex_tp = false;
 	int c;
 
 	opterr = 0; /* our own one-line messages */
@@ -413,6 +416,9 @@ int main(int argc, char **argv)
 		case 'v':
 			verbose = true;
 			break;
+		case 'F':
+			futex_tp = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -424,6 +430,8 @@ int main(int argc, char **argv)
 			bad_input("unknown option '%s'", argv[optind - 1]);
 		}
 	}
+	if (futex_tp && !bpf)
+		bad_input("--futex-tp goes with --bpf");
 	if (optind >= argc)
 		bad_input("which workload?");
 	if (optind + 1 < argc)
@@ -453,7 +461,8 @@ int main(int argc, char **argv)
 	struct bpfmon *mon = NULL;
 	if (bpf) {
 		char err[256] = "";
-		int rc = bpfmon_open(&mon, getpid(), verbose ? BPFMON_VERBOSE : 0, err, sizeof(err));
+		unsigned flags = (verbose ? BPFMON_VERBOSE : 0) | (futex_tp ? BPFMON_FUTEX_TP : 0);
+		int rc = bpfmon_open(&mon, getpid(), flags, err, sizeof(err));
 		if (rc) {
 			fprintf(stderr, PROG ": --bpf: %s\n", err[0] ? err : strerror(-rc));
 			free(cpus);
