@@ -80,7 +80,7 @@ BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbc
                $(BUILD)/bin/cbcmn-top $(BUILD)/tests/test_bpf $(BUILD)/tests/test_run \
                $(BUILD)/tests/test_top
 # Suites that exercise threads racing each other: these also run under TSan.
-TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream test_grow test_watch
+TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream test_grow test_watch test_run
 
 all: $(STATIC) $(SHARED) $(TOOLS)
 
@@ -143,6 +143,8 @@ $(BPF_USERS): EXTRA_LDLIBS := $(BPF_LDLIBS)
 # The viewer draws with ncurses (wide-character build).
 $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
+# test_bpf runs cbcmn-stat (the one from its own build) against a child.
+$(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
 
 # The objects stay: bpftool reads them and they are worth keeping to inspect.
 .SECONDARY: $(BPF_OBJS)
