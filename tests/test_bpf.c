@@ -2,8 +2,15 @@
  * see what the runtime counts.  The runtime runs in this process, statically
  * linked with libcbcmn.a, so its probes are in /proc/self/exe.  Needs root
  * (or CAP_BPF + CAP_PERFMON) and a kernel with BTF: otherwise a skip. */
-#include <string.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <bpf/bpf.h>
 
 #include "helpers.h"
 #include "common/bpfmon.h"
@@ -11,6 +18,7 @@
 
 static struct bpfmon *mon;
 static char why[256];
+static char self[PATH_MAX]; /* this binary, which also plays the child processes */
 
 static int setup(void **state)
 {
@@ -344,12 +352,487 @@ static void test_no_contention_no_futex(void **state)
 	cbcmn_runtime_destroy(rt);
 }
 
-int main(void)
+/* ---- executors that started before the attach ------------------------------ */
+
+/* A monitor opened after the runtime started finds its executors by thread
+ * name and reports their thread and pinned CPU, as exec_start would have. */
+static void test_attach_after_start_reports_tid_cpu(void **state)
 {
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_executor_stats per[2];
+	cbcmn_stats st;
+	/* Both executor threads exist (tid != 0) before we look. */
+	for (int i = 0; i < 500; i++) {
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
+		if (per[0].tid && per[1].tid)
+			break;
+		usleep(2000);
+	}
+	struct bpfmon *late;
+	char err[256];
+	assert_int_equal(bpfmon_open(&late, getpid(), BPFMON_NO_IO_URING | BPFMON_NO_FUTEX, err, sizeof(err)), 0);
+	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+	assert_non_null(b);
+	assert_true(bpfmon_read(late, b, CBCMN_BPF_NSLOTS) >= 2);
+	for (int i = 0; i < 2; i++) {
+		printf("executor %d: tid %u cpu %d (runtime: tid %d cpu %d)\n", i, b[i].c.tid, b[i].c.cpu,
+		       per[i].tid, per[i].cpu);
+		assert_int_equal(b[i].c.tid, per[i].tid);
+		assert_int_equal(b[i].c.cpu, per[i].cpu);
+	}
+	free(b);
+	bpfmon_close(late);
+	t_destroy(rt);
+}
+
+/* ---- pinning; stale doorbell state across runtimes -------------------------- */
+
+static const char *const pinned_maps[] = {"shards", "threads", "rings", "steal_pairs", "sqe_ops",
+					  "lock_hist", "shard_sched", "hists"};
+
+/* BPFMON_PIN: the maps appear under /sys/fs/bpf/cbcmn/<pid>/, bpftool reads
+ * them, and bpfmon_close() removes them.  Through the pinned shard_sched,
+ * plant the doorbell state a runtime that ended could leave behind (a
+ * doorbell whose target never switched in): a new runtime's executors
+ * must not turn it into a latency sample (cbcmn:exec_start resets it). */
+static void test_pin_and_stale_doorbell_state(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	struct bpfmon *pm;
+	char err[256], dir[64], path[PATH_MAX];
+	assert_int_equal(bpfmon_open(&pm, getpid(), BPFMON_PIN | BPFMON_NO_FUTEX, err, sizeof(err)), 0);
+	snprintf(dir, sizeof(dir), "/sys/fs/bpf/cbcmn/%d", (int)getpid());
+	assert_string_equal(bpfmon_pin_dir(pm), dir);
+	for (size_t i = 0; i < sizeof(pinned_maps) / sizeof(pinned_maps[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, pinned_maps[i]);
+		if (access(path, F_OK))
+			fail_msg("%s is not pinned: %s", path, strerror(errno));
+	}
+
+	/* bpftool, as a user would: the shards map, with its BTF field names. */
+	snprintf(path, sizeof(path), "bpftool map dump pinned %s/shards 2>&1", dir);
+	FILE *p = popen(path, "r");
+	assert_non_null(p);
+	char line[512];
+	bool named = false;
+	size_t lines = 0;
+	while (fgets(line, sizeof(line), p)) {
+		named |= strstr(line, "\"doorbells_recv\"") != NULL;
+		lines++;
+	}
+	int st = pclose(p);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 127) {
+		bpfmon_close(pm);
+		T_SKIP("bpftool is not installed: cannot check the pinned maps with it");
+	}
+	printf("bpftool map dump pinned %s/shards: %zu lines, status %d\n", dir, lines, WEXITSTATUS(st));
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_true(named);
+
+	bool sched = attached("cbcmn_sched_switch") || attached("cbcmn_sched_switch_raw");
+	snprintf(path, sizeof(path), "%s/shard_sched", dir);
+	int fd = bpf_obj_get(path);
+	assert_true(fd >= 0);
+	for (__u32 i = 0; i < 2; i++) {
+		struct cbcmn_bpf_sched old = {.db_t0 = 1}; /* a doorbell sent at boot, never seen in */
+		assert_int_equal(bpf_map_update_elem(fd, &i, &old, BPF_ANY), 0);
+	}
+	close(fd);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct pp pq = {.rounds = T_SCALE(200)};
+	int64_t r;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &pq.ab), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &pq.ba), 0);
+	assert_int_equal(cbcmn_runtime_run(rt, pp_main, &pq, &r), 0);
+	assert_int_equal(r, 0);
+	cbcmn_chan_destroy(pq.ab);
+	cbcmn_chan_destroy(pq.ba);
+	t_destroy(rt);
+	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+	assert_non_null(b);
+	assert_true(bpfmon_read(pm, b, CBCMN_BPF_NSLOTS) >= 2);
+	for (int i = 0; i < 2; i++) {
+		const uint64_t *h = b[i].hist[CBCMN_BPF_HIST_DOORBELL];
+		uint64_t over_1s = 0;
+		for (int k = 20; k < CBCMN_BPF_HIST_SLOTS; k++) /* 2^20 us: a second */
+			over_1s += h[k];
+		printf("executor %d: %llu doorbell latency samples, %llu of them over 1 s, max %.1f ms in all\n",
+		       i, (unsigned long long)b[i].c.doorbell_lat, (unsigned long long)over_1s,
+		       b[i].c.doorbell_lat_ns / 1e6);
+		assert_int_equal(over_1s, 0);
+		if (sched)
+			assert_true(b[i].c.doorbell_lat >= 1);
+	}
+	free(b);
+	bpfmon_close(pm);
+	if (access(dir, F_OK) == 0)
+		fail_msg("%s is still there after bpfmon_close()", dir);
+}
+
+/* ---- child processes ---------------------------------------------------------- */
+
+/* Start this binary again as a child playing role (see main()). */
+static pid_t spawn_self(const char *role, const char *arg1, int in, int out)
+{
+	char a_in[16], a_out[16];
+	snprintf(a_in, sizeof(a_in), "%d", in);
+	snprintf(a_out, sizeof(a_out), "%d", out);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl(self, self, role, arg1, a_in, a_out, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Role --run MS: a runtime busy with fork-join for MS ms, then exit. */
+static int child_run(long ms)
+{
+	cbcmn_runtime *rt = NULL;
+	if (cbcmn_runtime_create(NULL, &rt))
+		return 1;
+	uint64_t end = t_now_ns() + (uint64_t)ms * 1000000;
+	while (t_now_ns() < end) {
+		struct fib f = {.n = 18};
+		int64_t r;
+		if (cbcmn_runtime_run(rt, fib_task, &f, &r) || r)
+			return 1;
+		usleep(10000);
+	}
+	cbcmn_runtime_destroy(rt);
+	return 0;
+}
+
+/* cbcmn-stat -p PID -i 1 -c 5 --json against a process that lives ~2.5 s:
+ * the reports up to its exit, the last one cut short at the exit and marked
+ * "exited":true, then exit status 2. */
+static void test_stat_target_exits(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	char stat_bin[PATH_MAX];
+	snprintf(stat_bin, sizeof(stat_bin), "%s/../bin/cbcmn-stat", dirname(strdupa(self)));
+	if (access(stat_bin, X_OK))
+		fail_msg("%s is not built (make %s)", stat_bin, stat_bin);
+	pid_t target = spawn_self("--run", "2500", -1, -1);
+	int out[2];
+	assert_int_equal(pipe(out), 0);
+	pid_t st = fork();
+	assert_true(st >= 0);
+	if (st == 0) {
+		char p[16];
+		snprintf(p, sizeof(p), "%d", (int)target);
+		dup2(out[1], 1);
+		close(out[0]);
+		execl(stat_bin, stat_bin, "-p", p, "-i", "1", "-c", "5", "--json", (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	FILE *f = fdopen(out[0], "r");
+	assert_non_null(f);
+	static char line[1 << 16];
+	int reports = 0, exited_at = -1;
+	double last_s = 0;
+	while (fgets(line, sizeof(line), f)) {
+		reports++;
+		if (strstr(line, "\"exited\":true"))
+			exited_at = reports;
+		const char *iv = strstr(line, "\"interval_s\":");
+		if (iv)
+			last_s = atof(iv + 13);
+	}
+	fclose(f);
+	int status, tstatus;
+	assert_int_equal(waitpid(st, &status, 0), st);
+	assert_int_equal(waitpid(target, &tstatus, 0), target);
+	printf("cbcmn-stat: %d reports, \"exited\" on report %d (%.3f s), exit status %d; target status %d\n",
+	       reports, exited_at, last_s, WEXITSTATUS(status), WEXITSTATUS(tstatus));
+	assert_true(WIFEXITED(tstatus) && WEXITSTATUS(tstatus) == 0);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 2);
+	assert_true(reports >= 2 && reports < 5);
+	assert_int_equal(exited_at, reports); /* the last one, and only it */
+	assert_true(last_s < 1.0);
+}
+
+/* Role --so LIB IN OUT: a process using libcbcmn.so (dlopen: this binary's
+ * own static copy stays unused).  It creates a runtime, says 'r', waits for
+ * a byte, runs a parked ping-pong between executors 0 and 1, waits for the
+ * runtime to go quiet, writes its per-executor stats, waits for a byte,
+ * cleans up and exits. */
+struct so_api {
+	__typeof__(cbcmn_config_init) *config_init;
+	__typeof__(cbcmn_runtime_create) *create;
+	__typeof__(cbcmn_runtime_run) *run;
+	__typeof__(cbcmn_runtime_destroy) *destroy;
+	__typeof__(cbcmn_stats_snapshot) *snapshot;
+	__typeof__(cbcmn_chan_create) *chan_create;
+	__typeof__(cbcmn_chan_destroy) *chan_destroy;
+	__typeof__(cbcmn_chan_send) *send;
+	__typeof__(cbcmn_chan_recv) *recv;
+	__typeof__(cbcmn_cx_runtime) *cx_runtime;
+	__typeof__(cbcmn_nursery_open) *nursery_open;
+	__typeof__(cbcmn_nursery_spawn_pinned) *spawn_pinned;
+	__typeof__(cbcmn_nursery_await_all) *await_all;
+};
+static struct so_api so;
+
+static int64_t so_side(cbcmn_cx *cx, void *arg)
+{
+	struct pp *p = ((void **)arg)[0];
+	int side = (int)(intptr_t)((void **)arg)[1];
+	cbcmn_chan *o = side ? p->ba : p->ab, *in = side ? p->ab : p->ba;
+	long v = 0;
+	for (long i = 0; i < p->rounds; i++) {
+		if ((side == 0 && so.send(cx, o, &v)) || so.recv(cx, in, &v) ||
+		    (side == 1 && so.send(cx, o, &v)))
+			return -1;
+	}
+	return 0;
+}
+
+static int64_t so_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (so.nursery_open(so.cx_runtime(cx), cx, &n))
+		return -1;
+	void *a0[2] = {arg, (void *)0}, *a1[2] = {arg, (void *)1};
+	so.spawn_pinned(cx, n, 1, so_side, a1, NULL);
+	so.spawn_pinned(cx, n, 0, so_side, a0, NULL);
+	return so.await_all(cx, n);
+}
+
+static int child_so(const char *lib, int in, int out)
+{
+	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return 1;
+#define SYM(f, name) (so.f = (__typeof__(so.f))dlsym(h, name))
+	if (!SYM(config_init, "cbcmn_config_init") || !SYM(create, "cbcmn_runtime_create") ||
+	    !SYM(run, "cbcmn_runtime_run") || !SYM(destroy, "cbcmn_runtime_destroy") ||
+	    !SYM(snapshot, "cbcmn_stats_snapshot") || !SYM(chan_create, "cbcmn_chan_create") ||
+	    !SYM(chan_destroy, "cbcmn_chan_destroy") ||
+	    !SYM(send, "cbcmn_chan_send") || !SYM(recv, "cbcmn_chan_recv") ||
+	    !SYM(cx_runtime, "cbcmn_cx_runtime") || !SYM(nursery_open, "cbcmn_nursery_open") ||
+	    !SYM(spawn_pinned, "cbcmn_nursery_spawn_pinned") || !SYM(await_all, "cbcmn_nursery_await_all"))
+		return 2;
+#undef SYM
+	cbcmn_config cfg;
+	so.config_init(&cfg);
+	cfg.workers = 2;
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cbcmn_runtime *rt;
+	if (so.create(&cfg, &rt))
+		return 3;
+	struct pp p = {.rounds = 500};
+	if (so.chan_create(rt, 1, sizeof(long), &p.ab) || so.chan_create(rt, 1, sizeof(long), &p.ba))
+		return 4;
+	char c = 'r';
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2], prev[2];
+	/* Both executor threads up before we say ready. */
+	for (int i = 0; i < 500 && (so.snapshot(rt, &st, per, 2) || !per[0].tid || !per[1].tid); i++)
+		usleep(2000);
+	if (write(out, &c, 1) != 1 || read(in, &c, 1) != 1)
+		return 5;
+	int64_t r;
+	if (so.run(rt, so_main, &p, &r) || r)
+		return 6;
+	so.snapshot(rt, &st, prev, 2);
+	for (int i = 0; i < 200; i++) {
+		usleep(20000);
+		so.snapshot(rt, &st, per, 2);
+		if (!memcmp(prev, per, sizeof(per)))
+			break;
+		memcpy(prev, per, sizeof(per));
+	}
+	if (write(out, per, sizeof(per)) != (ssize_t)sizeof(per) || read(in, &c, 1) != 1)
+		return 7;
+	so.chan_destroy(p.ab);
+	so.chan_destroy(p.ba);
+	int rc = so.destroy(rt);
+	dlclose(h);
+	return rc ? 8 : 0;
+}
+
+/* A process that uses libcbcmn.so: its USDT probes are attached in the .so
+ * (and in the executable, which has a static copy here), and BPF's counts
+ * equal the runtime's; its executors, started before the attach, are found
+ * by name. */
+static void test_attach_shared_library(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	char lib[PATH_MAX];
+	snprintf(lib, sizeof(lib), "%s/../lib/libcbcmn.so", dirname(strdupa(self)));
+	if (access(lib, R_OK))
+		fail_msg("%s is not built", lib);
+	int down[2], up[2];
+	assert_int_equal(pipe(down), 0);
+	assert_int_equal(pipe(up), 0);
+	pid_t child = spawn_self("--so", lib, down[0], up[1]);
+	close(down[0]);
+	close(up[1]);
+	char c;
+	assert_int_equal(read(up[0], &c, 1), 1);
+	struct bpfmon *sm;
+	char err[256];
+	assert_int_equal(bpfmon_open(&sm, child, BPFMON_NO_FUTEX, err, sizeof(err)), 0);
+	const struct bpfmon_prog *pr;
+	unsigned np = bpfmon_progs(sm, &pr);
+	for (unsigned i = 0; i < np; i++)
+		if (!strcmp(pr[i].name, "cbcmn_doorbell") || !strcmp(pr[i].name, "cbcmn_xmsg")) {
+			printf("%s: %u binaries\n", pr[i].target, pr[i].links);
+			assert_int_equal(pr[i].state, BPFMON_ATTACHED);
+			assert_int_equal(pr[i].links, 2); /* the executable and libcbcmn.so */
+		}
+	assert_int_equal(write(down[1], "g", 1), 1);
+	cbcmn_executor_stats per[2];
+	assert_int_equal(read(up[0], per, sizeof(per)), (ssize_t)sizeof(per));
+	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+	assert_non_null(b);
+	assert_true(bpfmon_read(sm, b, CBCMN_BPF_NSLOTS) >= 2);
+	for (int i = 0; i < 2; i++) {
+		const struct cbcmn_bpf_shard *s = &b[i].c;
+		printf("libcbcmn.so executor %d: tid %u/%d doorbells %llu/%llu xmsgs %llu/%llu steals %llu/%llu\n",
+		       i, s->tid, per[i].tid, (unsigned long long)(s->doorbells_msg_ring + s->doorbells_eventfd),
+		       (unsigned long long)per[i].doorbells_sent, (unsigned long long)s->xmsgs_sent,
+		       (unsigned long long)per[i].xmsgs_sent, (unsigned long long)s->steals,
+		       (unsigned long long)per[i].steal_successes);
+		assert_int_equal(s->tid, per[i].tid);
+		assert_int_equal(s->doorbells_msg_ring + s->doorbells_eventfd, per[i].doorbells_sent);
+		assert_int_equal(s->xmsgs_sent, per[i].xmsgs_sent);
+		assert_int_equal(s->steals, per[i].steal_successes);
+	}
+	assert_true(per[0].doorbells_sent + per[1].doorbells_sent > 0);
+	free(b);
+	bpfmon_close(sm);
+	assert_int_equal(write(down[1], "q", 1), 1);
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(down[1]);
+	close(up[0]);
+}
+
+/* ---- privilege; a program the verifier rejects -------------------------------- */
+
+/* Without privilege: -EPERM and one line naming what is missing. */
+static void test_non_root_message(void **state)
+{
+	(void)state;
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char err[256] = "";
+		struct bpfmon *m = NULL;
+		int rc = 100;
+		if (!setresgid(65534, 65534, 65534) && !setresuid(65534, 65534, 65534))
+			rc = bpfmon_open(&m, getppid(), 0, err, sizeof(err));
+		dprintf(fds[1], "%d %s", rc, err);
+		_exit(0);
+	}
+	close(fds[1]);
+	char buf[300] = "";
+	ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+	close(fds[0]);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(n > 0);
+	int rc = atoi(buf);
+	if (rc == 100)
+		T_SKIP("cannot drop to uid 65534 here (not root?)");
+	printf("as uid 65534: %s\n", buf);
+	assert_int_equal(rc, -EPERM);
+	assert_non_null(strstr(buf, "CAP_BPF"));
+	assert_non_null(strstr(buf, "CAP_PERFMON"));
+	assert_null(strchr(buf, '\n'));
+}
+
+/* A program the verifier rejects costs that program only: with
+ * CBCMN_BPF_REJECT (the debugging aid that loads the named programs as
+ * socket filters, whose verifier refuses their helpers), cbcmn_park is
+ * FAILED with the verifier's reason and the rest attach; a rejected tp_btf
+ * program leaves its raw_tp fallback to do the work. */
+static void test_verifier_reject_costs_one_program(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	setenv("CBCMN_BPF_REJECT", "cbcmn_park,cbcmn_sched_switch", 1);
+	struct bpfmon *rm;
+	char err[256];
+	int rc = bpfmon_open(&rm, getpid(), BPFMON_NO_IO_URING | BPFMON_NO_FUTEX, err, sizeof(err));
+	unsetenv("CBCMN_BPF_REJECT");
+	assert_int_equal(rc, 0);
+	const struct bpfmon_prog *p;
+	unsigned n = bpfmon_progs(rm, &p);
+	for (unsigned i = 0; i < n; i++) {
+		if (p[i].state == BPFMON_FAILED || !strcmp(p[i].name, "cbcmn_sched_switch_raw"))
+			printf("%s (%s): state %d: %s\n", p[i].name, p[i].target, p[i].state, p[i].reason);
+		if (!strcmp(p[i].name, "cbcmn_park")) {
+			assert_int_equal(p[i].state, BPFMON_FAILED);
+			assert_true(p[i].err < 0);
+			assert_non_null(strstr(p[i].reason, "rejected by the verifier: "));
+			assert_null(strchr(p[i].reason, '\n'));
+		} else if (!strcmp(p[i].name, "cbcmn_sched_switch")) {
+			if (p[i].state != BPFMON_OFF) /* OFF: no tp_btf here, nothing to reject */
+				assert_int_equal(p[i].state, BPFMON_FAILED);
+		} else if (!strcmp(p[i].name, "cbcmn_sched_switch_raw") || !strcmp(p[i].name, "cbcmn_steal") ||
+			   !strcmp(p[i].name, "cbcmn_exec_start")) {
+			assert_int_equal(p[i].state, BPFMON_ATTACHED);
+		}
+	}
+	/* What did attach still counts: a runtime's executors show up. */
+	cbcmn_runtime *rt = t_runtime(2);
+	struct fib f = {.n = 15};
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, fib_task, &f, &r), 0);
+	t_destroy(rt);
+	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+	assert_non_null(b);
+	assert_true(bpfmon_read(rm, b, CBCMN_BPF_NSLOTS) >= 1);
+	assert_true(b[0].c.switches > 0);
+	assert_int_equal(b[0].c.parks, 0);
+	free(b);
+	bpfmon_close(rm);
+}
+
+int main(int argc, char **argv)
+{
+	/* The child roles this binary plays for the tests above. */
+	if (argc == 5 && !strcmp(argv[1], "--run"))
+		return child_run(atol(argv[2]));
+	if (argc == 5 && !strcmp(argv[1], "--so"))
+		return child_so(argv[2], atoi(argv[3]), atoi(argv[4]));
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return 1;
+	self[n] = 0;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counts_match_runtime),
 		cmocka_unit_test(test_contention_shows),
 		cmocka_unit_test(test_no_contention_no_futex),
+		cmocka_unit_test(test_attach_after_start_reports_tid_cpu),
+		cmocka_unit_test(test_pin_and_stale_doorbell_state),
+		cmocka_unit_test(test_stat_target_exits),
+		cmocka_unit_test(test_attach_shared_library),
+		cmocka_unit_test(test_non_root_message),
+		cmocka_unit_test(test_verifier_reject_costs_one_program),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
