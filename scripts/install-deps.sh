@@ -15,6 +15,7 @@ PKGS=(
 	systemtap-sdt-dev
 	libncurses-dev
 	gnuplot-nox
+	jq
 	tmux
 	util-linux
 )
