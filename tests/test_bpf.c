@@ -480,6 +480,14 @@ static void test_pin_and_stale_doorbell_state(void **state)
 
 /* ---- child processes ---------------------------------------------------------- */
 
+/* out = rel in this build (next to tests/): cbcmn-stat, libcbcmn.so. */
+static void built(char out[PATH_MAX], const char *rel, int mode)
+{
+	snprintf(out, PATH_MAX, "%s/../%s", dirname(strdupa(self)), rel);
+	if (access(out, mode))
+		fail_msg("%s is not built (make %s)", out, out);
+}
+
 /* Start this binary again as a child playing role (see main()). */
 static pid_t spawn_self(const char *role, const char *arg1, int in, int out)
 {
@@ -522,9 +530,7 @@ static void test_stat_target_exits(void **state)
 	if (!mon)
 		T_SKIP("%s", why);
 	char stat_bin[PATH_MAX];
-	snprintf(stat_bin, sizeof(stat_bin), "%s/../bin/cbcmn-stat", dirname(strdupa(self)));
-	if (access(stat_bin, X_OK))
-		fail_msg("%s is not built (make %s)", stat_bin, stat_bin);
+	built(stat_bin, "bin/cbcmn-stat", X_OK);
 	pid_t target = spawn_self("--run", "2500", -1, -1);
 	int out[2];
 	assert_int_equal(pipe(out), 0);
@@ -676,9 +682,7 @@ static void test_attach_shared_library(void **state)
 	if (!mon)
 		T_SKIP("%s", why);
 	char lib[PATH_MAX];
-	snprintf(lib, sizeof(lib), "%s/../lib/libcbcmn.so", dirname(strdupa(self)));
-	if (access(lib, R_OK))
-		fail_msg("%s is not built", lib);
+	built(lib, "lib/libcbcmn.so", R_OK);
 	int down[2], up[2];
 	assert_int_equal(pipe(down), 0);
 	assert_int_equal(pipe(up), 0);
