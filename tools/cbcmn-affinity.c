@@ -202,6 +202,46 @@ static bool is_hybrid(const cbcmn_topo *t)
 	return first_of(t, of_kind, 1) != NULL;
 }
 
+static void policy_label(char *h, size_t len, cbcmn_policy p, uint64_t seed)
+{
+	if (p == CBCMN_POLICY_RANDOM)
+		snprintf(h, len, "random/%" PRIu64, seed);
+	else
+		snprintf(h, len, "%s", cbcmn_policy_name(p));
+}
+
+/* A row per executor, a column per policy: each cell the executor's CPU
+ * and its node (as the kernel numbers it), and with llc its LLC group. */
+static void print_placement(const cbcmn_topo *t, struct placement *pl, int npl, uint32_t n,
+			    uint64_t seed, bool llc)
+{
+	int width = llc ? 16 : 14;
+	char h[32];
+
+	printf("  %5s", llc ? "shard" : "exec");
+	for (int p = 0; p < npl; p++) {
+		policy_label(h, sizeof(h), pl[p].policy, seed);
+		printf("  %*s", width, h);
+	}
+	printf("\n");
+	for (uint32_t i = 0; i < n; i++) {
+		printf("  %5u", i);
+		for (int p = 0; p < npl; p++) {
+			const cbcmn_cpu_info *ci = cbcmn_topo_find(t, pl[p].out[i]);
+			int node = ci ? cbcmn_topo_node_id(t, ci->node) : -1;
+			char cell[48];
+
+			if (llc)
+				snprintf(cell, sizeof(cell), "%d n%d/l%d", pl[p].out[i], node,
+					 ci ? ci->llc : -1);
+			else
+				snprintf(cell, sizeof(cell), "%d [%d]", pl[p].out[i], node);
+			printf("  %*s", width, cell);
+		}
+		printf("\n");
+	}
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
 static void print_table(const cbcmn_topo *t, const char *root, struct placement *pl, int npl,
@@ -276,29 +316,8 @@ static void print_table(const cbcmn_topo *t, const char *root, struct placement 
 		printf("\n");
 	}
 
-	printf("\nplacement of %u executors (node id in brackets):\n  %5s", n, "exec");
-	for (int p = 0; p < npl; p++) {
-		char h[32];
-
-		if (pl[p].policy == CBCMN_POLICY_RANDOM)
-			snprintf(h, sizeof(h), "random/%llu", (unsigned long long)seed);
-		else
-			snprintf(h, sizeof(h), "%s", cbcmn_policy_name(pl[p].policy));
-		printf("  %14s", h);
-	}
-	printf("\n");
-	for (uint32_t i = 0; i < n; i++) {
-		printf("  %5u", i);
-		for (int p = 0; p < npl; p++) {
-			const cbcmn_cpu_info *ci = cbcmn_topo_find(t, pl[p].out[i]);
-			char cell[32];
-
-			snprintf(cell, sizeof(cell), "%d [%d]", pl[p].out[i],
-				 ci ? cbcmn_topo_node_id(t, ci->node) : -1);
-			printf("  %14s", cell);
-		}
-		printf("\n");
-	}
+	printf("\nplacement of %u executors (node id in brackets):\n", n);
+	print_placement(t, pl, npl, n, seed, false);
 }
 
 /* ---- JSON ------------------------------------------------------------------------ */
@@ -514,14 +533,6 @@ static double pct(uint64_t part, uint64_t whole)
 	return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
-static void policy_label(char *h, size_t len, cbcmn_policy p, uint64_t seed)
-{
-	if (p == CBCMN_POLICY_RANDOM)
-		snprintf(h, len, "random/%" PRIu64, seed);
-	else
-		snprintf(h, len, "%s", cbcmn_policy_name(p));
-}
-
 static void print_prediction(const cbcmn_topo *t, const char *root, const struct matrix *m,
 			     struct placement *pl, int npl, uint32_t n, uint64_t seed)
 {
@@ -534,24 +545,8 @@ static void print_prediction(const cbcmn_topo *t, const char *root, const struct
 		printf(", %" PRIu64 " tasks", m->tasks);
 	printf(" in %zu thief-victim pairs) with %u executors placed by each policy\n", m->n, n);
 
-	printf("\nplacement (shard: CPU node/LLC, node as the kernel numbers it):\n  %5s", "shard");
-	for (int p = 0; p < npl; p++) {
-		policy_label(h, sizeof(h), pl[p].policy, seed);
-		printf("  %16s", h);
-	}
-	printf("\n");
-	for (uint32_t i = 0; i < n; i++) {
-		printf("  %5u", i);
-		for (int p = 0; p < npl; p++) {
-			const cbcmn_cpu_info *ci = cbcmn_topo_find(t, pl[p].out[i]);
-			char cell[48];
-
-			snprintf(cell, sizeof(cell), "%d n%d/l%d", ci->cpu,
-				 cbcmn_topo_node_id(t, ci->node), ci->llc);
-			printf("  %16s", cell);
-		}
-		printf("\n");
-	}
+	printf("\nplacement (shard: CPU node/LLC, node as the kernel numbers it):\n");
+	print_placement(t, pl, npl, n, seed, true);
 
 	printf("\npredicted steals (%% of %" PRIu64 "):\n  %-16s %15s %15s %15s %15s %15s %9s\n",
 	       m->steals, "policy", "same-cpu", "smt-sibling", "cross-llc", "cross-node",
