@@ -46,10 +46,9 @@ void top_header_line(const struct top_model *m, int line, char *buf, size_t len)
 		if (!isnan(m->steal_ok_pct))
 			snprintf(ok, sizeof(ok), "%.0f", m->steal_ok_pct);
 		snprintf(buf, len,
-			 "tasks %llu live, %llu done, %s/s  steals %s/s (%s%% ok)  doorbells %s/s  SQE %s/s  CQE %s/s",
-			 (unsigned long long)m->st.tasks_live,
-			 (unsigned long long)m->st.tasks_completed, a, b,
-			 ok, c, d, e);
+			 "tasks %s/s  steals %s/s (%s%% ok)  doorbells %s/s  SQE %s/s  CQE %s/s  live %llu  done %llu",
+			 a, b, ok, c, d, e, (unsigned long long)m->st.tasks_live,
+			 (unsigned long long)m->st.tasks_completed);
 		break;
 	case 2:
 		if (m->kernel)

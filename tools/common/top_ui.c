@@ -224,7 +224,7 @@ static int sel_index(const struct ui *u)
 
 /* Which columns fit: drop the lowest priority (the rightmost of equals)
  * until the row fits in width - reserve. */
-static int fit_columns(bool *shown, int width, int reserve)
+static int fit_columns(bool *shown, int width, int reserve, int keep)
 {
 	int total = 0;
 	for (int c = 0; c < TOP_NCOLS; c++) {
@@ -234,7 +234,7 @@ static int fit_columns(bool *shown, int width, int reserve)
 	while (total > width - reserve) {
 		int drop = -1;
 		for (int c = TOP_NCOLS - 1; c >= 0; c--)
-			if (shown[c] && top_cols[c].prio < 9 &&
+			if (shown[c] && top_cols[c].prio < 9 && c != keep &&
 			    (drop < 0 || top_cols[c].prio < top_cols[drop].prio))
 				drop = c;
 		if (drop < 0)
@@ -318,13 +318,13 @@ static void draw_main(struct ui *u)
 	int y = draw_header(u);
 	/* Per-row sparklines when at least 12 columns are left over; else one
 	 * in the footer, for the selected shard. */
-	int total = fit_columns(shown, COLS, 12);
+	int total = fit_columns(shown, COLS, 12, u->sort);
 	int spark_w = COLS - total - 1;
 	if (spark_w > TOP_HISTORY)
 		spark_w = TOP_HISTORY;
 	bool per_row = spark_w >= 12;
 	if (!per_row)
-		total = fit_columns(shown, COLS, 0);
+		total = fit_columns(shown, COLS, 0, u->sort);
 	int sc = spark_col(u);
 	double max = spark_max(u, sc);
 
@@ -336,7 +336,7 @@ static void draw_main(struct ui *u)
 			x += snprintf(line + x, sizeof(line) - (size_t)x, "%*s ", top_cols[c].width,
 				      top_cols[c].head);
 	if (per_row)
-		snprintf(line + x, sizeof(line) - (size_t)x, "%s, last %ds", top_cols[sc].head, spark_w);
+		snprintf(line + x, sizeof(line) - (size_t)x, "%s history", top_cols[sc].head);
 	bar_line(u, y, line);
 	/* Underline the sort column's head. */
 	x = 0;
@@ -428,7 +428,9 @@ static void add_line(struct ui *u, const char *fmt, ...)
 /* A duration in ns, short: "750ns", "12us", "3.1ms", "2.0s". */
 static void fmt_ns(uint64_t ns, char *buf, size_t len)
 {
-	if (ns < 1000)
+	if (!ns)
+		snprintf(buf, len, "0");
+	else if (ns < 1000)
 		snprintf(buf, len, "%lluns", (unsigned long long)ns);
 	else if (ns < 1000000)
 		snprintf(buf, len, "%lluus", (unsigned long long)(ns / 1000));
@@ -490,17 +492,27 @@ static void build_detail(struct ui *u)
 		 r->llc, (int)r->tid, top_state_name(r->state));
 	add_line(u, "%s", "");
 	add_line(u, "this interval:");
-	for (int c = TOP_COL_QUEUE; c < TOP_NCOLS; c += 2) {
-		char l[64], rr[64] = "";
-		top_fmt(c, r->v[c], cell, sizeof(cell), 1);
-		snprintf(l, sizeof(l), "%-8s %10s", top_cols[c].head, cell);
-		if (c + 1 < TOP_NCOLS) {
-			top_fmt(c + 1, r->v[c + 1], cell, sizeof(cell), 1);
-			snprintf(rr, sizeof(rr), "%-8s %10s", top_cols[c + 1].head, cell);
+	for (int c = TOP_COL_QUEUE; c < TOP_NCOLS; c += 3) {
+		char col[3][48];
+		for (int i = 0; i < 3; i++) {
+			col[i][0] = 0;
+			if (c + i >= TOP_NCOLS)
+				continue;
+			top_fmt(c + i, r->v[c + i], cell, sizeof(cell), 1);
+			snprintf(col[i], sizeof(col[i]), "%-7s %7s", top_cols[c + i].head, cell);
 		}
-		add_line(u, "  %-30s %s", l, rr);
+		add_line(u, "  %-24s %-24s %s", col[0], col[1], col[2]);
 	}
 	add_line(u, "%s", "");
+	if (r->k) {
+		add_line(u, "histograms, since attach:");
+		add_hist(u, "doorbell latency", r->k->hist[CBCMN_BPF_HIST_DOORBELL], 1000);
+		add_hist(u, "steal latency", r->k->hist[CBCMN_BPF_HIST_STEAL], 1000);
+		add_hist(u, "run-queue latency", r->k->hist[CBCMN_BPF_HIST_RUNQ], 1000);
+		add_hist(u, "contention wait (futex)", r->k->hist[CBCMN_BPF_HIST_FUTEX], 1000);
+		add_hist(u, "lock wait", r->k->lock_hist, 1);
+		add_line(u, "%s", "");
+	}
 	add_line(u, "runtime, since it started:");
 	add_line(u, "  tasks run %llu, spawned %llu, inline %llu, local picks %llu, inject %llu",
 		 (unsigned long long)e->tasks_run, (unsigned long long)e->spawns,
@@ -535,12 +547,6 @@ static void build_detail(struct ui *u)
 	add_line(u, "  doorbells in %llu: %llu timed, %llu found it running, %llu merged",
 		 (unsigned long long)k->doorbells_recv, (unsigned long long)k->doorbell_lat,
 		 (unsigned long long)k->doorbells_running, (unsigned long long)k->doorbells_pending);
-	add_line(u, "%s", "");
-	add_hist(u, "doorbell latency", r->k->hist[CBCMN_BPF_HIST_DOORBELL], 1000);
-	add_hist(u, "steal latency", r->k->hist[CBCMN_BPF_HIST_STEAL], 1000);
-	add_hist(u, "run-queue latency", r->k->hist[CBCMN_BPF_HIST_RUNQ], 1000);
-	add_hist(u, "contention wait (futex)", r->k->hist[CBCMN_BPF_HIST_FUTEX], 1000);
-	add_hist(u, "lock wait", r->k->lock_hist, 1);
 }
 
 static void build_topo(struct ui *u)
