@@ -254,6 +254,7 @@ int main(int argc, char **argv)
 	int c;
 
 	setlocale(LC_ALL, "");
+	opterr = 0; /* our own one-line messages */
 	/* "+": options end at the first non-option, the command's own. */
 	while ((c = getopt_long(argc, argv, "+p:d:bn:jw:o:vh", opts, NULL)) != -1) {
 		switch (c) {
@@ -311,8 +312,7 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		default:
-			fprintf(stderr, "cbcmn-top: bad option (--help for usage)\n");
-			return 2;
+			return bad_usage("bad option or missing argument: '%s'", argv[optind - 1]);
 		}
 	}
 	char **cmd = optind < argc ? &argv[optind] : NULL;

@@ -268,7 +268,7 @@ static void draw_row(struct ui *u, int y, const struct top_row *r, const bool *s
 
 static int draw_header(struct ui *u)
 {
-	char line[LINE_LEN], right[96];
+	char line[LINE_LEN];
 	struct top_model *m = u->m;
 	for (int i = 0; i < TOP_HEADER_LINES; i++) {
 		top_header_line(m, i, line, sizeof(line));
@@ -276,15 +276,6 @@ static int draw_header(struct ui *u)
 		attron(a);
 		put(i, 0, line);
 		attroff(a);
-	}
-	snprintf(right, sizeof(right), "%s sort %s %s", u->paused ? "[PAUSED]" : "",
-		 top_cols[u->sort].head,
-		 top_cols[u->sort].ascending != u->invert ? "asc" : "desc");
-	int x = COLS - (int)strlen(right);
-	if (x > (int)strlen(line) && x > 0) {
-		top_header_line(m, 0, line, sizeof(line));
-		if (x > (int)strlen(line) + 1)
-			put(0, x, right);
 	}
 	return TOP_HEADER_LINES;
 }
@@ -409,7 +400,10 @@ static void draw_main(struct ui *u)
 			putf(y, 0, " ! shard %u: %s", m->warn[i].shard, m->warn[i].text);
 		}
 	}
-	draw_status(u, "q quit  ? help  space pause  s/</> sort  i invert  / filter  Enter detail  t topology");
+	snprintf(line, sizeof(line), "%ssort %s %s%s%s%s  ? help  q quit", u->paused ? "[PAUSED] " : "",
+		 top_cols[u->sort].head, top_cols[u->sort].ascending != u->invert ? "asc" : "desc",
+		 u->filter[0] ? "  filter \"" : "", u->filter, u->filter[0] ? "\"" : "");
+	draw_status(u, line);
 }
 
 /* ---- scrolling views -------------------------------------------------------- */

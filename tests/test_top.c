@@ -1,0 +1,817 @@
+/* test_top: cbcmn-top against a running workload, the way a user drives it.
+ * The screen in tmux (keys in, pane text out): rows per shard with activity,
+ * sorting, filtering, the detail, topology and help views, a resize, and an
+ * exit (q, or a crash) that leaves the terminal as it was and none of its
+ * BPF programs loaded.  Batch text and JSON: their form, and JSON numbers
+ * consistent with cbcmn-stat's.  Errors: one line, the right status.
+ *
+ * The processes driven are the release binaries in <root>/build/bin, the
+ * root found from this binary's path (the suite also runs from build/asan).
+ * The workload is cbcmn-run skew; where it is not built, this binary plays
+ * it (--workload).  tmux missing: the screen tests skip; not root: the BPF
+ * checks skip and the screen runs with --no-bpf. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "common/fib.h"
+
+static char root[PATH_MAX], self[PATH_MAX];
+static char top[PATH_MAX + 32], runner[PATH_MAX + 32], stat_bin[PATH_MAX + 32];
+static char sock[64]; /* tmux -L name: a server of our own */
+static bool have_tmux, is_root;
+
+/* ---- processes ------------------------------------------------------------ */
+
+/* The workload: cbcmn-run skew on 2 executors for a minute (killed
+ * sooner), or this binary's own fib loop. */
+static pid_t workload_start(void)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDWR);
+		dup2(nul, 0);
+		dup2(nul, 1);
+		dup2(nul, 2);
+		if (access(runner, X_OK) == 0)
+			execl(runner, runner, "skew", "--workers", "2", "--duration", "60", (char *)NULL);
+		execl(self, self, "--workload", (char *)NULL);
+		_exit(127);
+	}
+	/* Wait for its runtime. */
+	uint64_t deadline = t_now_ns() + 10000000000ull;
+	for (;;) {
+		cbcmn_watch *w;
+		if (cbcmn_watch_open(pid, 0, &w) == 0) {
+			cbcmn_watch_close(w);
+			break;
+		}
+		assert_true(t_now_ns() < deadline);
+		usleep(20000);
+	}
+	usleep(300000); /* some history to show */
+	return pid;
+}
+
+static void workload_stop(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/* Run argv, collect stdout and stderr (each up to len - 1 bytes); returns
+ * the wait status.  Fails the test after secs. */
+static int run(char *const argv[], char *out, size_t olen, char *err, size_t elen, unsigned secs)
+{
+	int po[2], pe[2];
+	assert_int_equal(pipe(po), 0);
+	assert_int_equal(pipe(pe), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		close(po[0]);
+		close(pe[0]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	size_t no = 0, ne = 0;
+	bool open_o = true, open_e = true;
+	uint64_t deadline = t_now_ns() + secs * 1000000000ull;
+	while (open_o || open_e) {
+		struct pollfd p[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+		int left = (int)((deadline - t_now_ns()) / 1000000);
+		if (t_now_ns() > deadline || poll(p, 2, left > 0 ? left : 0) <= 0) {
+			kill(pid, SIGKILL);
+			fail_msg("%s did not finish within %u s", argv[0], secs);
+		}
+		for (int i = 0; i < 2; i++) {
+			if (!(p[i].revents & (POLLIN | POLLHUP)))
+				continue;
+			char *buf = i ? err : out;
+			size_t *n = i ? &ne : &no, cap = i ? elen : olen;
+			char scratch[4096];
+			ssize_t k = *n + 1 < cap ? read(p[i].fd, buf + *n, cap - 1 - *n)
+						 : read(p[i].fd, scratch, sizeof(scratch));
+			if (k <= 0) {
+				*(i ? &open_e : &open_o) = false;
+				continue;
+			}
+			if (*n + 1 < cap)
+				*n += (size_t)k;
+		}
+	}
+	out[no] = 0;
+	err[ne] = 0;
+	close(po[0]);
+	close(pe[0]);
+	int status;
+	waitpid(pid, &status, 0);
+	return status;
+}
+
+/* ---- tmux ------------------------------------------------------------------ */
+
+/* Run a tmux command on our server; its stdout into out (may be NULL). */
+static int tmux(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int tmux(char *out, size_t len, const char *fmt, ...)
+{
+	char args[1024], cmd[1200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "tmux -L %s %s 2>&1", sock, args);
+	FILE *f = popen(cmd, "r");
+	assert_non_null(f);
+	size_t n = 0;
+	char tmp[4096];
+	if (!out) {
+		out = tmp;
+		len = sizeof(tmp);
+	}
+	while (n + 1 < len) {
+		size_t k = fread(out + n, 1, len - 1 - n, f);
+		if (!k)
+			break;
+		n += k;
+	}
+	out[n] = 0;
+	return pclose(f);
+}
+
+static void pane(char *buf, size_t len)
+{
+	assert_int_equal(tmux(buf, len, "capture-pane -p -t t"), 0);
+}
+
+/* Wait until the pane shows all the strings (NULL-terminated list) or
+ * fail saying what it showed. */
+static void wait_pane(char *buf, size_t len, unsigned secs, ...)
+{
+	uint64_t deadline = t_now_ns() + secs * 1000000000ull;
+	for (;;) {
+		pane(buf, len);
+		va_list ap;
+		va_start(ap, secs);
+		const char *s;
+		bool all = true;
+		while ((s = va_arg(ap, const char *)))
+			all &= strstr(buf, s) != NULL;
+		va_end(ap);
+		if (all)
+			return;
+		if (t_now_ns() > deadline)
+			fail_msg("the pane did not show what was expected; it shows:\n%s", buf);
+		usleep(100000);
+	}
+}
+
+static void keys(const char *k)
+{
+	assert_int_equal(tmux(NULL, 0, "send-keys -t t '%s'", k), 0);
+	usleep(250000);
+}
+
+static pid_t pane_child(void)
+{
+	char buf[64], path[64];
+	assert_int_equal(tmux(buf, sizeof(buf), "display -p -t t '#{pane_pid}'"), 0);
+	int sh = atoi(buf);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", sh, sh);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	int child = 0;
+	if (fscanf(f, "%d", &child) != 1)
+		child = 0;
+	fclose(f);
+	return child;
+}
+
+/* The BPF programs process pid holds (from its descriptors' fdinfo). */
+static int prog_ids(pid_t pid, unsigned *ids, int max)
+{
+	char path[64];
+	int n = 0;
+	for (int fd = 0; fd < 1024 && n < max; fd++) {
+		snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)pid, fd);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		char line[256];
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "prog_id:", 8) && n < max)
+				ids[n++] = (unsigned)strtoul(line + 8, NULL, 10);
+		fclose(f);
+	}
+	return n;
+}
+
+/* bpftool lists none of these program ids. */
+static void assert_progs_gone(const unsigned *ids, int n)
+{
+	FILE *f = popen("bpftool prog show 2>/dev/null", "r");
+	assert_non_null(f);
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		if (!isdigit((unsigned char)line[0]))
+			continue;
+		unsigned id = (unsigned)strtoul(line, NULL, 10);
+		for (int i = 0; i < n; i++)
+			if (ids[i] == id)
+				fail_msg("BPF program still loaded after cbcmn-top exited: %s", line);
+	}
+	pclose(f);
+}
+
+/* The data rows of the main view: lines after the column header, up to an
+ * empty line; their shard ids into ids. */
+static int screen_rows(const char *buf, int *ids, int max, int *task_col)
+{
+	const char *h = strstr(buf, " ID CPU");
+	if (!h)
+		return -1;
+	const char *eol = strchr(h, '\n');
+	const char *tc = strstr(h, "TASK/s");
+	if (task_col)
+		*task_col = tc && tc < eol ? (int)(tc - h) + 6 : -1; /* end of the column */
+	int n = 0;
+	for (const char *l = eol + 1; *l && *l != '\n' && n < max; l = strchr(l, '\n') + 1) {
+		int id;
+		if (sscanf(l, "%d", &id) != 1)
+			break;
+		ids[n++] = id;
+		if (!strchr(l, '\n'))
+			break;
+	}
+	return n;
+}
+
+/* The TASK/s value of the i-th data row (k suffix read as thousands). */
+static double row_tasks(const char *buf, int i, int col)
+{
+	const char *l = strchr(strstr(buf, " ID CPU"), '\n') + 1;
+	while (i--)
+		l = strchr(l, '\n') + 1;
+	int start = col - 6;
+	char cell[8];
+	memcpy(cell, l + start, 6);
+	cell[6] = 0;
+	double v = atof(cell);
+	if (strchr(cell, 'k'))
+		v *= 1e3;
+	if (strchr(cell, 'M'))
+		v *= 1e6;
+	return v;
+}
+
+static void tmux_start(const char *cmdline)
+{
+	tmux(NULL, 0, "kill-server");
+	assert_int_equal(tmux(NULL, 0, "new-session -d -s t -x 80 -y 24 sh"), 0);
+	char buf[1024];
+	snprintf(buf, sizeof(buf), "send-keys -t t 'stty -g; %s; echo TOP-EXIT=$?; stty -g' Enter",
+		 cmdline);
+	assert_int_equal(tmux(NULL, 0, "%s", buf), 0);
+}
+
+/* After the viewer exited: the shell's stty -g before and after agree, and
+ * no alternate screen is left. */
+static void assert_terminal_sane(char *buf, size_t len, const char *status)
+{
+	char want[32];
+	snprintf(want, sizeof(want), "TOP-EXIT=%s", status);
+	wait_pane(buf, len, 10, want, NULL);
+	/* Both stty -g lines: the first and the last line with colons. */
+	char *a = NULL, *b = NULL;
+	for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (strncmp(l, "stty", 4) && strchr(l, ':') && strspn(l, "0123456789abcdef:") > 40)
+			a ? (void)(b = l) : (void)(a = l);
+	if (!b) { /* the second may not be printed yet */
+		usleep(300000);
+		pane(buf, len);
+		a = b = NULL;
+		for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+			if (strchr(l, ':') && strspn(l, "0123456789abcdef:") > 40)
+				a ? (void)(b = l) : (void)(a = l);
+	}
+	assert_non_null(a);
+	assert_non_null(b);
+	size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+	if (la != lb || strncmp(a, b, la))
+		fail_msg("tty modes changed:\n%.*s\n%.*s", (int)la, a, (int)lb, b);
+	char alt[16];
+	assert_int_equal(tmux(alt, sizeof(alt), "display -p -t t '#{alternate_on}'"), 0);
+	assert_int_equal(atoi(alt), 0);
+}
+
+/* ---- the screen ------------------------------------------------------------- */
+
+static void test_screen(void **state)
+{
+	(void)state;
+	if (!have_tmux)
+		T_SKIP("tmux is not installed");
+	pid_t wl = workload_start();
+	char cmd[PATH_MAX + 128], buf[8192];
+	snprintf(cmd, sizeof(cmd), "%s -d 0.5 -p %d%s", top, (int)wl, is_root ? "" : " --no-bpf");
+	tmux_start(cmd);
+	wait_pane(buf, sizeof(buf), 15, " ID CPU", "TASK/s", NULL);
+
+	/* A row per shard, each busy. */
+	int ids[16], col, n = 0;
+	uint64_t deadline = t_now_ns() + 10000000000ull;
+	for (;;) {
+		pane(buf, sizeof(buf));
+		n = screen_rows(buf, ids, 16, &col);
+		if (n == 2 && row_tasks(buf, 0, col) > 0 && row_tasks(buf, 1, col) > 0)
+			break;
+		if (t_now_ns() > deadline)
+			fail_msg("no row per shard with tasks/s > 0:\n%s", buf);
+		usleep(200000);
+	}
+	assert_true(ids[0] == 0 && ids[1] == 1);
+	if (is_root)
+		assert_non_null(strstr(buf, "kernel figures: on"));
+	else
+		assert_non_null(strstr(buf, "kernel figures off"));
+
+	/* Sort by TASK/s (five columns right of ID), paused so the values
+	 * hold still: highest first, then inverted. */
+	keys("Space");
+	for (int i = 0; i < 5; i++)
+		keys(">");
+	wait_pane(buf, sizeof(buf), 5, "[PAUSED] sort TASK/s desc", NULL);
+	assert_int_equal(screen_rows(buf, ids, 16, &col), 2);
+	double d0 = row_tasks(buf, 0, col), d1 = row_tasks(buf, 1, col);
+	int first_desc = ids[0];
+	assert_true(d0 >= d1);
+	keys("i");
+	wait_pane(buf, sizeof(buf), 5, "sort TASK/s asc", NULL);
+	assert_int_equal(screen_rows(buf, ids, 16, &col), 2);
+	assert_true(row_tasks(buf, 0, col) <= row_tasks(buf, 1, col));
+	if (d0 != d1)
+		assert_int_not_equal(ids[0], first_desc);
+	keys("i");
+	keys("Space");
+
+	/* Filter: "1" leaves shard 1 (and cpu 1); clearing it brings both. */
+	keys("/");
+	keys("1");
+	keys("Enter");
+	pane(buf, sizeof(buf));
+	assert_int_equal(screen_rows(buf, ids, 16, NULL), 1);
+	assert_int_equal(ids[0], 1);
+	keys("/");
+	keys("BSpace");
+	keys("Enter");
+	pane(buf, sizeof(buf));
+	assert_int_equal(screen_rows(buf, ids, 16, NULL), 2);
+	keys("/");
+	keys("parked-or-nothing");
+	keys("Enter");
+	wait_pane(buf, sizeof(buf), 5, "no shard matches", NULL);
+	keys("/");
+	for (int i = 0; i < 17; i++)
+		keys("BSpace");
+	keys("Enter");
+
+	/* Detail of the selected shard, with its histograms drawn as bars. */
+	keys("Enter");
+	if (is_root) {
+		wait_pane(buf, sizeof(buf), 5, "detail", "histograms", "doorbell latency", NULL);
+		assert_non_null(strstr(buf, "|#"));
+		keys("End"); /* the rest of them */
+		wait_pane(buf, sizeof(buf), 5, "lock wait", NULL);
+	} else {
+		wait_pane(buf, sizeof(buf), 5, "detail", "kernel figures off", NULL);
+	}
+	keys("Escape");
+	wait_pane(buf, sizeof(buf), 5, " ID CPU", NULL);
+
+	/* Topology and help. */
+	keys("t");
+	wait_pane(buf, sizeof(buf), 5, "NUMA node", "LLC 0", "shard 0", "shard 1", NULL);
+	keys("t");
+	keys("?");
+	wait_pane(buf, sizeof(buf), 5, "cbcmn-top keys", NULL);
+	keys("Escape");
+
+	/* Narrow and back: the table redrawn to fit, no garbage. */
+	assert_int_equal(tmux(NULL, 0, "resize-window -t t -x 60 -y 20"), 0);
+	usleep(1200000);
+	wait_pane(buf, sizeof(buf), 5, " ID CPU", "TASK/s", NULL);
+	for (char *l = buf; *l; l = strchr(l, '\n') + 1) {
+		assert_true(strcspn(l, "\n") <= 60 * 4); /* bytes: a sparkline is UTF-8 */
+		if (!strchr(l, '\n'))
+			break;
+	}
+	assert_int_equal(screen_rows(buf, ids, 16, NULL), 2);
+	assert_int_equal(tmux(NULL, 0, "resize-window -t t -x 80 -y 24"), 0);
+	usleep(1200000);
+	wait_pane(buf, sizeof(buf), 5, " ID CPU", "DBTX/s", NULL);
+	assert_int_equal(screen_rows(buf, ids, 16, NULL), 2);
+
+	/* Quit: terminal as before, our programs unloaded. */
+	unsigned progs[64];
+	int np = 0;
+	pid_t tp = pane_child();
+	assert_true(tp > 0);
+	if (is_root) {
+		np = prog_ids(tp, progs, 64);
+		assert_true(np > 0);
+	}
+	keys("q");
+	assert_terminal_sane(buf, sizeof(buf), "0");
+	assert_progs_gone(progs, np);
+	tmux(NULL, 0, "kill-server");
+	workload_stop(wl);
+}
+
+/* A crash: the handler gives the terminal back and re-raises. */
+static void test_crash_restores_terminal(void **state)
+{
+	(void)state;
+	if (!have_tmux)
+		T_SKIP("tmux is not installed");
+	pid_t wl = workload_start();
+	char cmd[PATH_MAX + 128], buf[8192];
+	snprintf(cmd, sizeof(cmd), "%s -p %d%s", top, (int)wl, is_root ? "" : " --no-bpf");
+	tmux_start(cmd);
+	wait_pane(buf, sizeof(buf), 15, " ID CPU", NULL);
+	pid_t tp = pane_child();
+	assert_true(tp > 0);
+	unsigned progs[64];
+	int np = is_root ? prog_ids(tp, progs, 64) : 0;
+	kill(tp, SIGSEGV);
+	assert_terminal_sane(buf, sizeof(buf), "139"); /* 128 + SIGSEGV */
+	assert_progs_gone(progs, np);
+	tmux(NULL, 0, "kill-server");
+	workload_stop(wl);
+}
+
+/* ---- batch ------------------------------------------------------------------ */
+
+static void test_batch_text(void **state)
+{
+	(void)state;
+	pid_t wl = workload_start();
+	char pid[16], out[65536], err[4096];
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	char *argv[] = {top, "-b", "-n", "2", "-d", "0.3", "-p", pid, is_root ? NULL : "--no-bpf", NULL};
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_null(strchr(out, 27)); /* no escape codes */
+	int snaps = 0, rows = 0;
+	bool in_table = false;
+	for (char *l = out; *l; l = strchr(l, '\n') + 1) {
+		if (!strncmp(l, "cbcmn-top ", 10))
+			snaps++;
+		if (!strncmp(l, " ID CPU", 7)) {
+			in_table = true;
+		} else if (in_table) {
+			int id;
+			if (sscanf(l, "%d", &id) == 1) {
+				assert_int_equal(id, rows % 2);
+				rows++;
+			} else {
+				in_table = false;
+			}
+		}
+		if (!strchr(l, '\n'))
+			break;
+	}
+	assert_int_equal(snaps, 2);
+	assert_int_equal(rows, 4);
+	assert_non_null(strstr(out, is_root ? "kernel figures: on" : "kernel figures off: turned off"));
+	workload_stop(wl);
+}
+
+/* A minimal JSON checker: the whole line is one valid value. */
+static const char *js_value(const char *p);
+static const char *js_ws(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+		p++;
+	return p;
+}
+static const char *js_string(const char *p)
+{
+	if (*p++ != '"')
+		return NULL;
+	for (; *p && *p != '"'; p++)
+		if (*p == '\\' && !*++p)
+			return NULL;
+	return *p == '"' ? p + 1 : NULL;
+}
+static const char *js_value(const char *p)
+{
+	p = js_ws(p);
+	if (*p == '{' || *p == '[') {
+		char close = *p == '{' ? '}' : ']';
+		p = js_ws(p + 1);
+		if (*p == close)
+			return p + 1;
+		for (;;) {
+			if (close == '}') {
+				if (!(p = js_string(js_ws(p))) || *(p = js_ws(p)) != ':')
+					return NULL;
+				p++;
+			}
+			if (!(p = js_value(p)))
+				return NULL;
+			p = js_ws(p);
+			if (*p == close)
+				return p + 1;
+			if (*p++ != ',')
+				return NULL;
+		}
+	}
+	if (*p == '"')
+		return js_string(p);
+	if (!strncmp(p, "true", 4) || !strncmp(p, "null", 4))
+		return p + 4;
+	if (!strncmp(p, "false", 5))
+		return p + 5;
+	char *end;
+	strtod(p, &end);
+	return end > p ? end : NULL;
+}
+static bool json_valid(const char *line)
+{
+	const char *e = js_value(line);
+	return e && !*js_ws(e);
+}
+
+/* The number after "key": in s (the first one), or NAN. */
+static double jnum(const char *s, const char *key)
+{
+	char k[64];
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	const char *p = strstr(s, k);
+	return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+/* Shard i's object in a top JSON line. */
+static const char *jshard(const char *line, int i)
+{
+	char k[32];
+	snprintf(k, sizeof(k), "{\"shard\":%d,", i);
+	const char *p = strstr(line, k);
+	assert_non_null(p);
+	return p;
+}
+
+static void test_json_and_stat(void **state)
+{
+	(void)state;
+	pid_t wl = workload_start();
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	/* The viewer streams; cbcmn-stat takes one 1 s interval in between. */
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	pid_t tp = fork();
+	assert_true(tp >= 0);
+	if (tp == 0) {
+		dup2(p[1], 1);
+		close(p[0]);
+		char *argv[] = {top, "--json", "-d", "0.5", "-p", pid, is_root ? NULL : "--no-bpf", NULL};
+		execv(top, argv);
+		_exit(127);
+	}
+	close(p[1]);
+	FILE *f = fdopen(p[0], "r");
+	assert_non_null(f);
+	static char lines[64][32768];
+	int n = 0;
+	assert_non_null(fgets(lines[n++], sizeof(lines[0]), f));
+	char sout[65536] = "", serr[4096] = "";
+	double stat_done = 0;
+	if (is_root) {
+		char *argv[] = {stat_bin, "-p", pid, "--json", "-i", "1", "-c", "1", NULL};
+		int st = run(argv, sout, sizeof(sout), serr, sizeof(serr), 30);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		stat_done = ts.tv_sec + ts.tv_nsec / 1e9;
+	}
+	/* Lines until one taken after cbcmn-stat finished (and at least 3). */
+	while (n < 64 && fgets(lines[n], sizeof(lines[0]), f)) {
+		n++;
+		if (n >= 3 && jnum(lines[n - 1], "time") > stat_done + 0.1)
+			break;
+	}
+	kill(tp, SIGTERM);
+	int st;
+	waitpid(tp, &st, 0);
+	fclose(f);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* SIGTERM: a clean exit */
+	assert_true(n >= 3);
+
+	static const char *const top_keys[] = {"\"pid\":", "\"comm\":", "\"uptime_ns\":",
+		"\"executors\":", "\"executors_live\":", "\"policy\":", "\"tasks_per_s\":",
+		"\"shards\":[", "\"warnings\":[", "\"bpf\":", "\"cost\":", "\"ended\":false"};
+	static const char *const shard_keys[] = {"\"cpu\":", "\"node\":", "\"state\":",
+		"\"queue_depth\":", "\"tasks_per_s\":", "\"steals_in_per_s\":",
+		"\"doorbells_sent_per_s\":", "\"doorbells_recv_per_s\":", "\"sqes_per_s\":",
+		"\"cqes_per_s\":", "\"busy_pct\":", "\"tasks_run\":", "\"steal_successes\":", "\"bpf\":"};
+	static const char *const bpf_keys[] = {"\"steals_out_per_s\":", "\"steal_ok_pct\":",
+		"\"doorbell_p99_us\":", "\"wait_ms_per_s\":", "\"migrations\":", "\"oncpu_pct\":",
+		"\"steals\":", "\"tasks_stolen\":"};
+	double prev_up = 0, prev_run[2] = {0, 0}, prev_steal[2] = {0, 0};
+	for (int i = 0; i < n; i++) {
+		char *l = lines[i];
+		if (!json_valid(l))
+			fail_msg("line %d is not JSON: %s", i, l);
+		for (size_t k = 0; k < sizeof(top_keys) / sizeof(*top_keys); k++)
+			if (!strstr(l, top_keys[k]))
+				fail_msg("no %s in %s", top_keys[k], l);
+		assert_true(jnum(l, "pid") == wl);
+		assert_true(jnum(l, "executors") == 2);
+		if (!is_root)
+			assert_non_null(strstr(l, "\"bpf\":null"));
+		double up = jnum(l, "uptime_ns");
+		assert_true(up > prev_up);
+		prev_up = up;
+		for (int s = 0; s < 2; s++) {
+			const char *o = jshard(l, s);
+			const char *end = s == 0 ? jshard(l, 1) : strstr(o, "\"warnings\":");
+			char obj[8192];
+			snprintf(obj, sizeof(obj), "%.*s", (int)(end - o), o);
+			for (size_t k = 0; k < sizeof(shard_keys) / sizeof(*shard_keys); k++)
+				if (!strstr(obj, shard_keys[k]))
+					fail_msg("no %s in shard %d: %s", shard_keys[k], s, obj);
+			for (size_t k = 0; is_root && k < sizeof(bpf_keys) / sizeof(*bpf_keys); k++)
+				if (!strstr(obj, bpf_keys[k]))
+					fail_msg("no %s in shard %d: %s", bpf_keys[k], s, obj);
+			/* Cumulative counters never go back. */
+			double run_ = jnum(obj, "tasks_run"), steal = jnum(obj, "steal_successes");
+			assert_true(run_ >= prev_run[s] && steal >= prev_steal[s]);
+			prev_run[s] = run_;
+			prev_steal[s] = steal;
+		}
+	}
+	if (is_root) {
+		/* cbcmn-stat's interval lies within [first, last] of ours: the
+		 * steals it saw (BPF, equal to the runtime's count, test_bpf) are
+		 * at most what the runtime's counter moved by over ours. */
+		assert_true(json_valid(sout));
+		for (int s = 0; s < 2; s++) {
+			char k[32];
+			snprintf(k, sizeof(k), "{\"shard\":%d,", s);
+			const char *so = strstr(sout, k);
+			assert_non_null(so);
+			double st_steals = jnum(so, "steals"), st_tasks = jnum(so, "tasks_stolen");
+			const char *a = jshard(lines[0], s), *b = jshard(lines[n - 1], s);
+			double d_steals = jnum(b, "steal_successes") - jnum(a, "steal_successes");
+			double d_tasks = jnum(b, "tasks_stolen") - jnum(a, "tasks_stolen");
+			if (st_steals > d_steals || st_tasks > d_tasks)
+				fail_msg("shard %d: cbcmn-stat saw %.0f steals (%.0f tasks) in 1 s, the runtime counted %.0f (%.0f) over %d refreshes around it",
+					 s, st_steals, st_tasks, d_steals, d_tasks, n);
+			/* Our own BPF count since attach covers the runtime's
+			 * movement since our first line (give a read's skew). */
+			const char *kb = strstr(b, "\"bpf\":{");
+			assert_non_null(kb);
+			double bpf_steals = jnum(kb, "steals");
+			assert_true(bpf_steals + 50 + d_steals * 0.02 >= d_steals);
+		}
+	}
+	workload_stop(wl);
+}
+
+/* -- COMMAND: started, watched, and its end reported with the last figures. */
+static void test_command_ends(void **state)
+{
+	(void)state;
+	char out[65536], err[4096];
+	if (access(runner, X_OK))
+		T_SKIP("%s is not built", runner);
+	char *argv[] = {top, "-b", "-d", "0.3", "--bpf-no", "sched", "--", runner, "fib",
+			"--workers", "2", "--duration", "1.5", NULL};
+	if (!is_root)
+		argv[4] = "--no-bpf", argv[5] = "--no-color";
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("exit %d: %s", WEXITSTATUS(st), err);
+	assert_non_null(strstr(err, "runtime has ended"));
+	assert_non_null(strstr(out, "[runtime ended]"));
+	assert_non_null(strstr(out, " ID CPU"));
+}
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static void expect_error(char *const argv[], int status, const char *says)
+{
+	char out[4096], err[4096];
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != status || !strstr(err, says))
+		fail_msg("%s %s: exit %d, stderr \"%s\"; wanted %d and \"%s\"", argv[1],
+			 argv[2] ? argv[2] : "", WEXITSTATUS(st), err, status, says);
+	if (strchr(err, '\n') != err + strlen(err) - 1)
+		fail_msg("%s %s: not one line: \"%s\"", argv[1], argv[2] ? argv[2] : "", err);
+}
+
+static void test_errors(void **state)
+{
+	(void)state;
+	char me[16];
+	snprintf(me, sizeof(me), "%d", (int)getpid());
+	expect_error((char *[]){top, "-b", "-p", "12abc", NULL}, 2, "-p wants a process id");
+	expect_error((char *[]){top, "-b", "-p", "4194303", NULL}, 1, "no such process");
+	expect_error((char *[]){top, "-b", "-p", me, NULL}, 1, "has no cbcmn runtime");
+	expect_error((char *[]){top, "--frobnicate", NULL}, 2, "bad option");
+	expect_error((char *[]){top, "-b", NULL}, 2, "-p PID or -- COMMAND is required");
+	expect_error((char *[]){top, "-d", "0", "-p", me, NULL}, 2, "-d wants seconds");
+	expect_error((char *[]){top, "-p", me, NULL}, 2, "needs a terminal");
+	expect_error((char *[]){top, "-b", "-w", "0.5", "--", "/bin/sleep", "5", NULL}, 1,
+		     "started no cbcmn runtime within 0.5 s");
+	expect_error((char *[]){top, "-b", "--", "/nonexistent/cmd", NULL}, 1,
+		     "/nonexistent/cmd: No such file or directory");
+	expect_error((char *[]){top, "-b", "--", "/bin/true", NULL}, 1,
+		     "exited with status 0 before a cbcmn runtime appeared");
+}
+
+/* ---- setup -------------------------------------------------------------------- */
+
+/* --workload: the stand-in for cbcmn-run, fib on 2 executors until killed. */
+static int workload_main(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(&cfg, &rt))
+		return 1;
+	for (;;) {
+		struct fib f = {.n = 20};
+		if (cbcmn_runtime_run(rt, fib_task, &f, NULL))
+			return 1;
+	}
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	assert_true(n > 0);
+	self[n] = 0;
+	snprintf(root, sizeof(root), "%s", self);
+	char *b = NULL;
+	for (char *p = strstr(root, "/build/"); p; p = strstr(p + 1, "/build/"))
+		b = p;
+	assert_non_null(b);
+	*b = 0;
+	snprintf(top, sizeof(top), "%s/build/bin/cbcmn-top", root);
+	snprintf(runner, sizeof(runner), "%s/build/bin/cbcmn-run", root);
+	snprintf(stat_bin, sizeof(stat_bin), "%s/build/bin/cbcmn-stat", root);
+	snprintf(sock, sizeof(sock), "cbcmn-top-test-%d", (int)getpid());
+	have_tmux = system("tmux -V >/dev/null 2>&1") == 0;
+	is_root = geteuid() == 0;
+	if (access(top, X_OK)) {
+		fprintf(stderr, "test_top: %s is not built (make)\n", top);
+		return -1;
+	}
+	if (!is_root)
+		printf("[  NOTE    ] not root: kernel figures are checked off, not on\n");
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (have_tmux)
+		tmux(NULL, 0, "kill-server");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "--workload"))
+		return workload_main();
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_errors),
+		T_WATCHED_TEST(test_batch_text),
+		T_WATCHED_TEST(test_json_and_stat),
+		T_WATCHED_TEST(test_command_ends),
+		T_WATCHED_TEST(test_screen),
+		T_WATCHED_TEST(test_crash_restores_terminal),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
