@@ -226,8 +226,8 @@ static int run_batch(struct top_model *m, double delay_s, long n, bool json)
 		}
 		if (m->ended) {
 			fprintf(stderr,
-				"cbcmn-top: process %d: its runtime has ended after %ld of %ld snapshots; the last is its final figures\n",
-				(int)m->pid, i + 1, n);
+				"cbcmn-top: process %d: its runtime has ended after %ld snapshots; the last holds its final figures\n",
+				(int)m->pid, i + 1);
 			break;
 		}
 	}
