@@ -425,7 +425,9 @@ else
 					[inputs | select(.ok and .workload == $w and .policy == $p)] as $r |
 					$E[] as $e | [$r[] | select(.executors == $e) | .[$m] | select(. != null)] |
 					select(length > 0) | "\($e) \(med) \(min) \(max)"' "$out/runs.jsonl" >"$dat"
-				if [ -s "$dat" ]; then
+				# a metric that is 0 everywhere (a workload without latencies)
+				# makes an empty panel: left out like a missing one
+				if awk '$4 != 0 { found = 1 } END { exit !found }' "$dat"; then
 					clauses+=("'$dat' using 1:2:3:4 with yerrorlines title '${P[$j]//\'/}'")
 				fi
 			done
@@ -440,10 +442,10 @@ else
 		{
 			echo "set terminal $term size $((420 * ${#panels[@]})),420"
 			echo "set output '$out/$w.png'"
-			echo "set multiplot layout 1,${#panels[@]} title '$w: median and min-max per cell ($unit)'"
+			echo "set multiplot layout 1,${#panels[@]} title '$w against executors: median and min-max per cell (throughput in $unit)'"
 			echo "set logscale x 2; set xtics (${xtics%,}); set xrange [0.8:$((E[${#E[@]} - 1] * 5 / 4 + 1))]"
-			echo "set xlabel 'executors'; set key below; set grid; set yrange [0:*]"
-			echo "set format y '%.3s%c'"
+			echo "set key below horizontal; set grid; set yrange [0:*]"
+			echo "set format y '%.1s%c'"
 			printf '%s\n' "${panels[@]}"
 			echo "unset multiplot"
 		} >"$out/plot-data/$w.gp"
@@ -458,8 +460,8 @@ fi
 		echo "$plot_note"
 	else
 		echo "Per workload: throughput, p99 latency, steals and cross-node steals (panels"
-		echo "without data are left out) against executors (log scale), a line per policy,"
-		echo "median with min–max bars."
+		echo "without data, or all 0, are left out) against executors (log scale), a line"
+		echo "per policy, median with min–max bars."
 		echo
 		for w in "${W[@]}"; do
 			if [ -f "$out/$w.png" ]; then echo "![$w]($w.png)"; fi

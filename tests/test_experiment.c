@@ -118,6 +118,19 @@ static bool have(const char *prog)
 	return system(cmd) == 0;
 }
 
+/* Skip the test, saying why, unless build/bin/TOOL is built and jq is
+ * here (the script parses JSON with it, and so do the checks). */
+static void need(const char *tool)
+{
+	char path[PATH_MAX + 64];
+
+	snprintf(path, sizeof(path), "%s/build/bin/%s", root, tool);
+	if (access(path, X_OK) != 0)
+		T_SKIP("%s is not built (run make first)", path);
+	if (!have("jq"))
+		T_SKIP("no jq (scripts/install-deps.sh installs it)");
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -148,11 +161,8 @@ static void test_quick_matrix(void **state)
 	char *out, *err, *csv, *report;
 	(void)state;
 
+	need("cbcmn-run");
 	snprintf(path, sizeof(path), "%s/build/bin/cbcmn-run", root);
-	if (access(path, X_OK) != 0)
-		T_SKIP("%s is not built (run make first)", path);
-	if (!have("jq"))
-		T_SKIP("no jq, which the script parses cbcmn-run's JSON with (scripts/install-deps.sh)");
 
 	/* As root the script adds --bpf; where this kernel refuses the BPF
 	 * programs, test the rest of the path without them and say so. */
@@ -236,8 +246,7 @@ static void test_failed_runs_recorded(void **state)
 	char *out, *err, *csv, *report;
 	(void)state;
 
-	if (!have("jq"))
-		T_SKIP("no jq (scripts/install-deps.sh installs it)");
+	need("cbcmn-affinity");
 	snprintf(fake, sizeof(fake), "%s/fake-run", tmpdir);
 	FILE *f = fopen(fake, "w");
 	assert_non_null(f);
@@ -254,9 +263,6 @@ static void test_failed_runs_recorded(void **state)
 		 "%s/scripts/affinity-experiment.sh --run %s --affinity %s/build/bin/cbcmn-affinity "
 		 "-w fib -p depth-first -n 1 -r 2 -d 0.1 --no-bpf --no-plots --out %s/failing",
 		 root, fake, root, tmpdir);
-	snprintf(path, sizeof(path), "%s/build/bin/cbcmn-affinity", root);
-	if (access(path, X_OK) != 0)
-		T_SKIP("%s is not built (run make first)", path);
 	assert_int_equal(sh(cmd, &out, &err), 1);
 	assert_non_null(strstr(err, "2 runs, 2 failed"));
 	free(out);
@@ -285,11 +291,7 @@ static void test_bad_options(void **state)
 	char cmd[CMD_MAX], path[PATH_MAX + 64];
 	(void)state;
 
-	snprintf(path, sizeof(path), "%s/build/bin/cbcmn-run", root);
-	if (access(path, X_OK) != 0)
-		T_SKIP("%s is not built (run make first)", path);
-	if (!have("jq"))
-		T_SKIP("no jq (scripts/install-deps.sh installs it)");
+	need("cbcmn-run");
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char *err;
 
@@ -347,23 +349,12 @@ static void check_prediction(const char *fixture, const char *matrix, const char
 	free(got);
 }
 
-static bool tool_ready(void)
-{
-	char path[PATH_MAX + 64];
-
-	snprintf(path, sizeof(path), "%s/build/bin/cbcmn-affinity", root);
-	if (access(path, X_OK) != 0)
-		return false;
-	return have("jq");
-}
-
 /* xeon2s: CPU c < 32 is core c on socket = node = LLC c/16, c + 32 its
  * sibling; distance 21 between the nodes. */
 static void test_predict_xeon2s(void **state)
 {
 	(void)state;
-	if (!tool_ready())
-		T_SKIP("build/bin/cbcmn-affinity or jq is missing");
+	need("cbcmn-affinity");
 
 	/* depth-first: 0-3 on CPUs 0-3, node 0: nothing leaves it.
 	 * breadth-first: 0, 16, 1, 17, nodes 0 1 0 1: 1->0 (10 steals, 20
@@ -388,8 +379,7 @@ static void test_predict_xeon2s(void **state)
 static void test_predict_epyc8n(void **state)
 {
 	(void)state;
-	if (!tool_ready())
-		T_SKIP("build/bin/cbcmn-affinity or jq is missing");
+	need("cbcmn-affinity");
 
 	/* depth-first: CPUs 0 1 2 3, LLCs 0 0 1 1: 2->0 (5) and 0->3 (4)
 	 * cross an LLC, no node.  breadth-first: CPUs 0 8 16 24, nodes 0-3 of
@@ -423,8 +413,7 @@ static void test_predict_errors(void **state)
 	char cmd[CMD_MAX], mpath[PATH_MAX + 16];
 	(void)state;
 
-	if (!tool_ready())
-		T_SKIP("build/bin/cbcmn-affinity or jq is missing");
+	need("cbcmn-affinity");
 	snprintf(mpath, sizeof(mpath), "%s/matrix", tmpdir);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		FILE *f;
