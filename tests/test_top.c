@@ -129,7 +129,7 @@ static int run(char *const argv[], char *out, size_t olen, char *err, size_t ele
 static int tmux(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int tmux(char *out, size_t len, const char *fmt, ...)
 {
-	char args[1024], cmd[1200];
+	char args[PATH_MAX + 512], cmd[PATH_MAX + 600];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
@@ -282,10 +282,30 @@ static void tmux_start(const char *cmdline)
 {
 	tmux(NULL, 0, "kill-server");
 	assert_int_equal(tmux(NULL, 0, "new-session -d -s t -x 80 -y 24 sh"), 0);
-	char buf[1024];
+	char buf[PATH_MAX + 256];
 	snprintf(buf, sizeof(buf), "send-keys -t t 'stty -g; %s; echo TOP-EXIT=$?; stty -g' Enter",
 		 cmdline);
 	assert_int_equal(tmux(NULL, 0, "%s", buf), 0);
+}
+
+/* A workload, and the viewer on it in tmux (extra: more options), shown. */
+static pid_t screen_start(const char *extra, char *buf, size_t len)
+{
+	pid_t wl = workload_start();
+	char cmd[PATH_MAX + 128];
+	snprintf(cmd, sizeof(cmd), "%s %s -p %d%s", top, extra, (int)wl, is_root ? "" : " --no-bpf");
+	tmux_start(cmd);
+	wait_pane(buf, len, 15, " ID CPU", "TASK/s", NULL);
+	return wl;
+}
+
+/* The first and the last line of buf that look like stty -g output. */
+static void stty_lines(char *buf, char **a, char **b)
+{
+	*a = *b = NULL;
+	for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (strspn(l, "0123456789abcdef:") > 40)
+			*a ? (void)(*b = l) : (void)(*a = l);
 }
 
 /* After the viewer exited: the shell's stty -g before and after agree, and
@@ -295,19 +315,14 @@ static void assert_terminal_sane(char *buf, size_t len, const char *status)
 	char want[32];
 	snprintf(want, sizeof(want), "TOP-EXIT=%s", status);
 	wait_pane(buf, len, 10, want, NULL);
-	/* Both stty -g lines: the first and the last line with colons. */
-	char *a = NULL, *b = NULL;
-	for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-		if (strncmp(l, "stty", 4) && strchr(l, ':') && strspn(l, "0123456789abcdef:") > 40)
-			a ? (void)(b = l) : (void)(a = l);
-	if (!b) { /* the second may not be printed yet */
-		usleep(300000);
-		pane(buf, len);
-		a = b = NULL;
-		for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-			if (strchr(l, ':') && strspn(l, "0123456789abcdef:") > 40)
-				a ? (void)(b = l) : (void)(a = l);
+	char *a, *b;
+	uint64_t deadline = t_now_ns() + 5000000000ull;
+	for (stty_lines(buf, &a, &b); !b && t_now_ns() < deadline; stty_lines(buf, &a, &b)) {
+		usleep(100000); /* the second may not be printed yet */
+		assert_int_equal(tmux(buf, len, "capture-pane -p -S -200 -t t"), 0); /* with history */
 	}
+	if (!b)
+		fail_msg("no stty -g line after the exit:\n%s", buf);
 	assert_non_null(a);
 	assert_non_null(b);
 	size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
@@ -325,11 +340,8 @@ static void test_screen(void **state)
 	(void)state;
 	if (!have_tmux)
 		T_SKIP("tmux is not installed");
-	pid_t wl = workload_start();
-	char cmd[PATH_MAX + 128], buf[8192];
-	snprintf(cmd, sizeof(cmd), "%s -d 0.5 -p %d%s", top, (int)wl, is_root ? "" : " --no-bpf");
-	tmux_start(cmd);
-	wait_pane(buf, sizeof(buf), 15, " ID CPU", "TASK/s", NULL);
+	char buf[8192];
+	pid_t wl = screen_start("-d 0.5", buf, sizeof(buf));
 
 	/* A row per shard, each busy. */
 	int ids[16], col, n = 0;
@@ -447,11 +459,8 @@ static void test_crash_restores_terminal(void **state)
 	(void)state;
 	if (!have_tmux)
 		T_SKIP("tmux is not installed");
-	pid_t wl = workload_start();
-	char cmd[PATH_MAX + 128], buf[8192];
-	snprintf(cmd, sizeof(cmd), "%s -p %d%s", top, (int)wl, is_root ? "" : " --no-bpf");
-	tmux_start(cmd);
-	wait_pane(buf, sizeof(buf), 15, " ID CPU", NULL);
+	char buf[8192];
+	pid_t wl = screen_start("--no-color", buf, sizeof(buf));
 	pid_t tp = pane_child();
 	assert_true(tp > 0);
 	unsigned progs[64];
