@@ -632,6 +632,28 @@ int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim, struct 
 	return 0;
 }
 
+int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out)
+{
+	if (!m || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	struct bpf_program *prog;
+	bpf_object__for_each_program(prog, m->skel->obj) {
+		int fd = bpf_program__fd(prog);
+		if (fd < 0)
+			continue; /* not loaded: turned off, or refused */
+		struct bpf_prog_info info;
+		__u32 len = sizeof(info);
+		memset(&info, 0, sizeof(info));
+		if (bpf_obj_get_info_by_fd(fd, &info, &len))
+			return -errno;
+		out->progs++;
+		out->runs += info.run_cnt;
+		out->run_ns += info.run_time_ns;
+	}
+	return 0;
+}
+
 const char *bpfmon_pin_dir(const struct bpfmon *m)
 {
 	return m->pin_dir;

@@ -100,6 +100,18 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n);
 int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim,
 		      struct cbcmn_bpf_pair *out);
 
+/* What the loaded programs cost so far, as the kernel times them: run
+ * counts and run time are kept only while someone holds run statistics on
+ * (bpf_enable_stats(BPF_STATS_RUN_TIME), system-wide); zeros otherwise. */
+struct bpfmon_cost {
+	unsigned progs;       /* programs loaded */
+	uint64_t runs;        /* their runs, summed */
+	uint64_t run_ns;      /* their run time, summed */
+};
+
+/* Returns 0 and *out, or a negative errno. */
+int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out);
+
 /* Where the maps are pinned ("" when not pinned). */
 const char *bpfmon_pin_dir(const struct bpfmon *m);
 

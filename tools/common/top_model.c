@@ -1,6 +1,5 @@
 /* top_model.c: cbcmn-top's sampling, per-shard rows, warnings and own cost
  * (top_model.h). */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -115,40 +114,22 @@ const char *top_policy_name(int32_t policy)
 
 /* ---- own cost -------------------------------------------------------------- */
 
-/* The BPF programs are the bpf-prog descriptors of this process: bpfmon
- * keeps one per loaded program, and this process loads no others. */
+/* What bpfmon's programs cost, as the kernel times them. */
 static void cost_read(struct top_model *m)
 {
 	struct top_cost *c = &m->cost;
 	if (!c->on)
 		return;
-	DIR *d = opendir("/proc/self/fd");
-	if (!d) {
+	struct bpfmon_cost bc;
+	int rc = bpfmon_cost(m->priv->bpf, &bc);
+	if (rc) {
 		c->on = false;
-		snprintf(c->why, sizeof(c->why), "/proc/self/fd: %s", strerror(errno));
+		snprintf(c->why, sizeof(c->why), "reading the programs' run statistics: %s",
+			 strerror(-rc));
 		return;
 	}
-	uint64_t runs = 0, ns = 0;
-	unsigned progs = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		char link[64];
-		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = 0;
-		if (strcmp(link, "anon_inode:bpf-prog"))
-			continue;
-		struct bpf_prog_info info;
-		__u32 len = sizeof(info);
-		memset(&info, 0, sizeof(info));
-		if (bpf_obj_get_info_by_fd(atoi(de->d_name), &info, &len))
-			continue;
-		progs++;
-		runs += info.run_cnt;
-		ns += info.run_time_ns;
-	}
-	closedir(d);
+	uint64_t runs = bc.runs, ns = bc.run_ns;
+	unsigned progs = bc.progs;
 	uint64_t t = now_ns();
 	double dt = m->priv->cost_t_ns ? (t - m->priv->cost_t_ns) / 1e9 : 0;
 	if (dt > 0) {
