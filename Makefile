@@ -1,5 +1,6 @@
 # cbcmn: the one build file.
 #   make                 library (static + shared) and tools, under build/
+#   make run             install missing packages, build, run a workload under cbcmn-top -b
 #   make test            install missing packages, then every cmocka suite:
 #                        release build, ASan+UBSan build, concurrency suites under TSan
 #   make bench           build cbcmn-bench (release)
@@ -168,9 +169,18 @@ test: deps
 	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
 
-# The README's first command: a small fork-join workload with the runtime's stats.
+# The README's first command: an instrumented workload watched by the viewer
+# in batch mode.  skew: all work is born on executor 0 and stealing must
+# balance it; cbcmn-top prints a snapshot a second (the runtime's figures,
+# and the kernel's through eBPF when run as root), then the workload's
+# checked result and statistics.
+RUN_WORKLOAD ?= skew
+RUN_SECONDS  ?= 5
 run: deps all
-	@$(BUILD)/bin/cbcmn-demo
+	@$(BUILD)/bin/cbcmn-top -b -d 1 -o $(BUILD)/run-$(RUN_WORKLOAD).txt -- \
+		$(BUILD)/bin/cbcmn-run $(RUN_WORKLOAD) --duration $(RUN_SECONDS)
+	@echo; echo "== cbcmn-run $(RUN_WORKLOAD): its result ($(BUILD)/run-$(RUN_WORKLOAD).txt)"
+	@cat $(BUILD)/run-$(RUN_WORKLOAD).txt
 
 clean:
 	rm -rf build
