@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cbcmn_topo.h"
+#include "common/json.h"
 
 #define PROG "cbcmn-affinity"
 /* More executors than this is a typo, not a plan (CBCMN_MAX_EXECUTORS is
@@ -135,23 +136,6 @@ static void json_ints(FILE *f, const int *v, int n)
 	for (int i = 0; i < n; i++)
 		fprintf(f, "%s%d", i ? ", " : "", v[i]);
 	fputc(']', f);
-}
-
-/* A JSON string: the only free text we print is a path. */
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
 }
 
 /* CPU numbers (in increasing order) of the CPUs for which keep() holds. */
@@ -330,7 +314,7 @@ static void print_json(const cbcmn_topo *t, const char *root, struct placement *
 	bool first;
 
 	printf("{\n  \"sysfs_root\": ");
-	json_str(stdout, root);
+	jw_quote(stdout, root);
 	printf(",\n  \"ncpus\": %d,\n  \"nallowed\": %d,\n  \"ncores\": %d,\n"
 	       "  \"npackages\": %d,\n  \"hybrid\": %s,\n  \"allowed\": ",
 	       cbcmn_topo_ncpus(t), cbcmn_topo_nallowed(t), nc, cbcmn_topo_npackages(t),
@@ -590,7 +574,7 @@ static void print_prediction_json(const cbcmn_topo *t, const char *root, const s
 				  struct placement *pl, int npl, uint32_t n, uint64_t seed)
 {
 	printf("{\n  \"prediction\": true,\n  \"sysfs_root\": ");
-	json_str(stdout, root);
+	jw_quote(stdout, root);
 	printf(",\n  \"steal_matrix\": ");
 	json_str(stdout, m->path);
 	printf(",\n  \"executors\": %u,\n  \"seed\": %" PRIu64 ",\n  \"pairs\": %zu,\n"

@@ -12,7 +12,7 @@ void jw_begin(struct jw *j, FILE *f)
 	j->first[0] = true;
 }
 
-static void put_string(FILE *f, const char *s)
+void jw_quote(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; *s; s++) {
@@ -38,7 +38,7 @@ static void member(struct jw *j, const char *key)
 		fputc(',', j->f);
 	j->first[j->depth] = false;
 	if (key) {
-		put_string(j->f, key);
+		jw_quote(j->f, key);
 		fputc(':', j->f);
 	}
 }
@@ -75,7 +75,7 @@ void jw_close(struct jw *j)
 void jw_str(struct jw *j, const char *key, const char *v)
 {
 	member(j, key);
-	put_string(j->f, v ? v : "");
+	jw_quote(j->f, v ? v : "");
 }
 
 void jw_i64(struct jw *j, const char *key, int64_t v)
