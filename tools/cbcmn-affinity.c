@@ -576,7 +576,7 @@ static void print_prediction_json(const cbcmn_topo *t, const char *root, const s
 	printf("{\n  \"prediction\": true,\n  \"sysfs_root\": ");
 	jw_quote(stdout, root);
 	printf(",\n  \"steal_matrix\": ");
-	json_str(stdout, m->path);
+	jw_quote(stdout, m->path);
 	printf(",\n  \"executors\": %u,\n  \"seed\": %" PRIu64 ",\n  \"pairs\": %zu,\n"
 	       "  \"steals\": %" PRIu64 ",\n  \"tasks\": ",
 	       n, seed, m->n, m->steals);
