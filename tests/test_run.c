@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "helpers.h"
@@ -76,6 +78,157 @@ WORKLOAD_TEST(test_echo, "echo")
 WORKLOAD_TEST(test_http, "http")
 WORKLOAD_TEST(test_timers, "timers")
 WORKLOAD_TEST(test_mixed, "mixed")
+
+/* Each self-check fails when its workload is wrong: wl_opts.sabotage makes
+ * the mistake each check exists for (fib's answer off, a spawn-storm task
+ * run many times and others never with the sum still right, a skew task
+ * run twice, a pipeline message lost, a timer woken early, a byte of a
+ * mixed block flipped).  A wrong answer is -EPROTO and a line saying what,
+ * in bounded time (the failing task cancels its siblings). */
+static void test_sabotage_caught(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *name, *says;
+	} cases[] = {
+		{"fib", "expected"},		{"spawn-storm", "ran"},
+		{"skew", "ran"},		{"pipeline", "where"},
+		{"timers", "early"},		{"mixed", "wrong bytes"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct wl_desc *w = wl_find(cases[i].name);
+		assert_non_null(w);
+		struct wl_opts o = {.workers = 2, .policy = CBCMN_PIN_AUTO, .seed = 5,
+				    .duration_s = 0.1, .size = small_size(w), .sabotage = true};
+		struct wl_result r;
+		int rc = wl_run(w, &o, &r);
+		printf("%s, sabotaged: %d, %s\n", cases[i].name, rc, r.error);
+		assert_int_equal(rc, -EPROTO);
+		assert_false(r.ok);
+		assert_non_null(strstr(r.error, cases[i].says));
+		assert_null(strchr(r.error, '\n'));
+		wl_result_free(&r);
+	}
+}
+
+/* Oversubscribed (64 executors on this machine's CPUs), placed at random:
+ * every workload still right, every executor reported. */
+static void test_oversubscribed_random(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < wl_nworkloads; i++) {
+		const struct wl_desc *w = &wl_workloads[i];
+		struct wl_opts o = {.workers = 64, .policy = CBCMN_POLICY_RANDOM, .seed = 3,
+				    .duration_s = 0.1, .size = small_size(w)};
+		struct wl_result r;
+		int rc = wl_run(w, &o, &r);
+		printf("%s: %s\n", w->name, rc ? r.error : r.result);
+		if (rc)
+			fail_msg("%s at 64 executors: %s", w->name, r.error);
+		assert_int_equal(r.stats.executors, 64);
+		assert_true(r.units > 0);
+		wl_result_free(&r);
+	}
+}
+
+/* ---- the load client's checks, against servers that lie ------------------ */
+
+/* A loopback server on a thread of its own: accepts conns connections,
+ * then answers each read with what lie() makes of it, until the client
+ * closes. */
+struct liar {
+	int lfd;
+	uint16_t port;
+	uint32_t conns;
+	size_t (*lie)(char *buf, size_t n);
+	pthread_t th;
+};
+
+static void *liar_main(void *arg)
+{
+	struct liar *l = arg;
+	int fds[8];
+	uint32_t n = 0;
+	for (; n < l->conns && n < 8; n++)
+		if ((fds[n] = accept(l->lfd, NULL, NULL)) < 0)
+			break;
+	char buf[4096];
+	for (uint32_t i = 0; i < n; i++) {
+		ssize_t k;
+		while ((k = read(fds[i], buf, sizeof(buf))) > 0) {
+			size_t m = l->lie(buf, (size_t)k);
+			if (write(fds[i], buf, m) != (ssize_t)m)
+				break;
+		}
+		close(fds[i]);
+	}
+	return NULL;
+}
+
+static void liar_start(struct liar *l, size_t (*lie)(char *, size_t))
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	l->lie = lie;
+	l->conns = 1;
+	assert_true((l->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+	assert_int_equal(bind(l->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l->lfd, 8), 0);
+	assert_int_equal(getsockname(l->lfd, (struct sockaddr *)&a, &len), 0);
+	l->port = ntohs(a.sin_port);
+	assert_int_equal(pthread_create(&l->th, NULL, liar_main, l), 0);
+}
+
+static void liar_stop(struct liar *l)
+{
+	pthread_join(l->th, NULL);
+	close(l->lfd);
+}
+
+/* Echoes every byte but one: the 100th byte of the stream flipped. */
+static size_t flip_one(char *buf, size_t n)
+{
+	static size_t seen;
+	if (seen <= 100 && seen + n > 100)
+		buf[100 - seen] ^= 0x20;
+	seen += n;
+	return n;
+}
+
+/* Answers any request with a hello that is one letter off. */
+static size_t wrong_body(char *buf, size_t n)
+{
+	(void)n;
+	static const char r[] = "HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nHello, world?";
+	memcpy(buf, r, sizeof(r) - 1);
+	return sizeof(r) - 1;
+}
+
+static void expect_load_fails(size_t (*lie)(char *, size_t), enum lg_proto proto)
+{
+	struct liar l;
+	liar_start(&l, lie);
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = l.port;
+	lc.conns = l.conns;
+	lc.duration_s = 0.2;
+	lc.proto = proto;
+	struct lg_result res;
+	char why[200] = "";
+	int rc = wl_load(&lc, &res, why, sizeof(why));
+	liar_stop(&l);
+	printf("%s: %d, %s\n", proto == LG_ECHO ? "echo" : "http", rc, why);
+	assert_true(rc < 0);
+	assert_true(!strncmp(why, "load client: ", 13));
+}
+
+static void test_loopback_liars_caught(void **state)
+{
+	(void)state;
+	expect_load_fails(flip_one, LG_ECHO);
+	expect_load_fails(wrong_body, LG_HTTP);
+}
 
 /* Every workload the table holds has a test above. */
 static void test_table(void **state)
@@ -360,6 +513,9 @@ int main(void)
 		T_WATCHED_TEST(test_http),
 		T_WATCHED_TEST(test_timers),
 		T_WATCHED_TEST(test_mixed),
+		T_WATCHED_TEST(test_sabotage_caught),
+		T_WATCHED_TEST(test_oversubscribed_random),
+		T_WATCHED_TEST(test_loopback_liars_caught),
 		T_WATCHED_TEST(test_cli_json),
 		T_WATCHED_TEST(test_cli_text),
 		T_WATCHED_TEST(test_cli_bad_input),

@@ -141,7 +141,7 @@ static int wl_fib(cbcmn_runtime *rt, struct wl_env *e)
 	/* calls(n) = 2 fib(n + 1) - 1: every call is a task. */
 	uint64_t per_round = 2 * (uint64_t)fib_seq(n + 1) - 1, rounds = 0;
 	while (more(e, rounds)) {
-		struct fib f = {.n = n};
+		struct fib f = {.n = e->o->sabotage ? n + 2 : n}; /* fib(n + 2) > fib(n) */
 		int rc = run_root(rt, e, fib_task, &f, "the root task");
 		if (rc)
 			return rc;
@@ -158,17 +158,18 @@ static int wl_fib(cbcmn_runtime *rt, struct wl_env *e)
 
 /* ---- spawn-storm: spawners on every executor, each spawning many leaves ---- */
 
+/* A spawner's share: its leaves' run counters, a byte each, so that a task
+ * run twice and another never run cannot cancel out in a sum. */
 struct storm {
-	_Atomic uint64_t ran;
+	_Atomic uint8_t *ran;
 	uint32_t leaves;
-	char pad[64 - sizeof(uint64_t) - sizeof(uint32_t)]; /* one line per spawner */
+	bool sabotage; /* all its leaves count as its first (the sum stays right) */
 };
 
 static int64_t storm_leaf(cbcmn_cx *cx, void *arg)
 {
 	(void)cx;
-	struct storm *s = arg;
-	atomic_fetch_add_explicit(&s->ran, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit((_Atomic uint8_t *)arg, 1, memory_order_relaxed);
 	return 0;
 }
 
@@ -176,7 +177,8 @@ static int64_t storm_leaf(cbcmn_cx *cx, void *arg)
 static int64_t storm_spawner(cbcmn_cx *cx, void *arg)
 {
 	struct storm *s = arg;
-	return spawn_all(cx, &(struct spawn_set){storm_leaf, s, 0, s->leaves, CBCMN_PLACE_LOCAL});
+	return spawn_all(cx, &(struct spawn_set){storm_leaf, s->ran, s->sabotage ? 0 : sizeof(*s->ran),
+						  s->leaves, CBCMN_PLACE_LOCAL});
 }
 
 static int wl_spawn_storm(cbcmn_runtime *rt, struct wl_env *e)
@@ -185,26 +187,35 @@ static int wl_spawn_storm(cbcmn_runtime *rt, struct wl_env *e)
 	if (ns > total)
 		ns = total;
 	struct storm *s = calloc(ns, sizeof(*s));
-	if (!s)
+	_Atomic uint8_t *ran = calloc(total, sizeof(*ran));
+	if (!s || !ran) {
+		free(s);
+		free((void *)ran);
 		return fail_rc(e, -ENOMEM, "allocating");
+	}
+	uint32_t at = 0;
+	for (uint32_t i = 0; i < ns; i++) {
+		s[i].ran = ran + at;
+		s[i].leaves = total / ns + (i < total % ns);
+		at += s[i].leaves;
+	}
+	s[0].sabotage = e->o->sabotage && s[0].leaves > 1;
 	struct spawn_set set = {storm_spawner, s, sizeof(*s), ns, CBCMN_PLACE_STEALABLE};
 	uint64_t rounds = 0;
 	int rc = 0;
 	while (rc == 0 && more(e, rounds)) {
-		for (uint32_t i = 0; i < ns; i++) {
-			atomic_store(&s[i].ran, 0);
-			s[i].leaves = total / ns + (i < total % ns);
-		}
+		/* The previous round's nursery was awaited: no leaf touches these. */
+		memset((void *)ran, 0, total);
 		if ((rc = run_all(rt, e, &set)) != 0)
 			break;
-		uint64_t ran = 0;
-		for (uint32_t i = 0; i < ns; i++)
-			ran += atomic_load(&s[i].ran);
-		if (ran != total)
-			rc = fail(e, "%llu of %u tasks ran", (unsigned long long)ran, total);
+		for (uint32_t i = 0; rc == 0 && i < total; i++)
+			if (atomic_load_explicit(&ran[i], memory_order_relaxed) != 1)
+				rc = fail(e, "task %u of %u ran %u times", i, total,
+					  (unsigned)atomic_load(&ran[i]));
 		rounds++;
 	}
 	free(s);
+	free((void *)ran);
 	if (rc)
 		return rc;
 	snprintf(e->r->result, sizeof(e->r->result), "%u tasks from %u spawners, each ran once",
@@ -224,6 +235,7 @@ struct skew {
 	uint64_t *out;
 	_Atomic uint32_t *runs;
 	_Atomic uint64_t elsewhere; /* tasks that started off executor 0 */
+	bool sabotage;              /* every task is task 0 */
 };
 
 struct skew_arg {
@@ -246,8 +258,8 @@ static int64_t skew_task(cbcmn_cx *cx, void *arg)
 static int64_t skew_producer(cbcmn_cx *cx, void *arg)
 {
 	struct skew_arg *a = arg;
-	return spawn_all(cx, &(struct spawn_set){skew_task, a, sizeof(*a), a->s->n,
-						  CBCMN_PLACE_STEALABLE_ON});
+	return spawn_all(cx, &(struct spawn_set){skew_task, a, a->s->sabotage ? 0 : sizeof(*a),
+						  a->s->n, CBCMN_PLACE_STEALABLE_ON});
 }
 
 static int skew_check(struct wl_env *e, struct skew *s)
@@ -265,7 +277,7 @@ static int skew_check(struct wl_env *e, struct skew *s)
 
 static int wl_skew(cbcmn_runtime *rt, struct wl_env *e)
 {
-	struct skew s = {.seed = mix(e->o->seed), .n = e->size};
+	struct skew s = {.seed = mix(e->o->seed), .n = e->size, .sabotage = e->o->sabotage};
 	s.out = calloc(s.n, sizeof(*s.out));
 	s.runs = calloc(s.n, sizeof(*s.runs));
 	struct skew_arg *a = calloc(s.n, sizeof(*a));
@@ -327,15 +339,17 @@ static uint64_t pipe_step(uint64_t v, uint32_t k)
 	return v * 0x9e3779b97f4a7c15ull + k;
 }
 
+/* Sends until the deadline, at least one message. */
 static int64_t pipe_source(cbcmn_cx *cx, struct pipeline *p)
 {
 	int rc = 0;
-	uint64_t seq = 0;
-	for (uint64_t t; rc == 0 && (t = cbcmn_now(p->rt)) < p->e->deadline; seq++) {
-		struct pmsg m = {seq, t, seq};
-		rc = cbcmn_chan_send(cx, p->ch[0], &m);
-	}
-	p->sent = rc ? seq - 1 : seq;
+	uint64_t seq = 0, t;
+	do {
+		struct pmsg m = {seq, t = cbcmn_now(p->rt), seq};
+		if ((rc = cbcmn_chan_send(cx, p->ch[0], &m)) == 0)
+			seq += 1 + (seq == 0 && p->e->o->sabotage); /* message 1 "lost" */
+	} while (rc == 0 && t < p->e->deadline);
+	p->sent = seq;
 	cbcmn_chan_close(cx, p->ch[0]);
 	return rc;
 }
@@ -441,13 +455,13 @@ static int64_t timer_task(cbcmn_cx *cx, void *arg)
 	struct timer_task *t = arg;
 	struct timers *c = t->c;
 	uint64_t rng = mix(c->e->o->seed ^ ((uint64_t)t->id << 32));
-	while (cbcmn_now(c->rt) < c->e->deadline) {
+	do { /* at least one wait: a task that never ran shows in the check */
 		rng = mix(rng);
 		uint64_t want = TIMER_MIN_NS + rng % TIMER_SPAN_NS, t0 = cbcmn_now(c->rt);
 		bool chan = t->fired & 1; /* alternate: a sleep, then a timeout */
 		uint64_t dummy;
 		int rc = chan ? cbcmn_chan_recv_timeout(cx, c->never, &dummy, want)
-			      : cbcmn_sleep(cx, want);
+			      : cbcmn_sleep(cx, c->e->o->sabotage ? want / 2 : want);
 		uint64_t took = cbcmn_now(c->rt) - t0;
 		if (rc != (chan ? -ETIMEDOUT : 0))
 			return fail(c->e, "%s returned %s", chan ? "recv_timeout" : "sleep",
@@ -458,7 +472,7 @@ static int64_t timer_task(cbcmn_cx *cx, void *arg)
 				    (unsigned long long)took);
 		lat_hist_add(&t->late, took - want);
 		t->fired++;
-	}
+	} while (cbcmn_now(c->rt) < c->e->deadline);
 	return 0;
 }
 
@@ -477,8 +491,11 @@ static int wl_timers(cbcmn_runtime *rt, struct wl_env *e)
 	if (rc == 0)
 		rc = run_all(rt, e, &(struct spawn_set){timer_task, c.t, sizeof(*c.t), c.ntasks,
 							CBCMN_PLACE_STEALABLE});
-	for (uint32_t i = 0; rc == 0 && i < c.ntasks; i++)
+	for (uint32_t i = 0; rc == 0 && i < c.ntasks; i++) {
+		if (!c.t[i].fired)
+			rc = fail(e, "task %u never waited", i);
 		lat_hist_merge(all, &c.t[i].late);
+	}
 	if (rc == 0) {
 		uint64_t p99 = lat_hist_quantile(all, 0.99);
 		if (p99 > TIMER_P99_LATE_NS)
@@ -536,8 +553,10 @@ static int64_t mx_writer(cbcmn_cx *cx, void *arg)
 	struct mx_pair *p = arg;
 	uint64_t buf[MX_WORDS];
 	int64_t rc = 0;
-	for (uint64_t k = 0; rc == 0 && now_ns() < p->m->e->deadline; k++) {
+	for (uint64_t k = 0; rc == 0 && (k == 0 || now_ns() < p->m->e->deadline); k++) {
 		mx_fill(cx, buf, p->m->e->o->seed, p->id, k);
+		if (k == 0 && p->m->e->o->sabotage)
+			buf[MX_WORDS / 2] ^= 1;
 		for (size_t off = 0; rc == 0 && off < sizeof(buf);) {
 			int64_t n = cbcmn_write(cx, p->fd[0], (char *)buf + off, sizeof(buf) - off);
 			if (n < 0)
@@ -604,7 +623,7 @@ static int wl_mixed(cbcmn_runtime *rt, struct wl_env *e)
 							CBCMN_PLACE_STEALABLE});
 	uint64_t blocks = 0;
 	for (uint32_t i = 0; rc == 0 && i < m.npairs; i++) {
-		if (m.p[i].got != m.p[i].sent)
+		if (m.p[i].got != m.p[i].sent || !m.p[i].got)
 			rc = fail(e, "pair %u: %llu blocks sent, %llu arrived", i,
 				  (unsigned long long)m.p[i].sent, (unsigned long long)m.p[i].got);
 		blocks += m.p[i].got;
@@ -673,6 +692,14 @@ static int wl_loopback(struct wl_env *e, enum fs_proto proto)
 	if (st.errors)
 		return fail(e, "the server saw %llu connections fail",
 			    (unsigned long long)st.errors);
+	/* A connection the server never accepted would only stall in the
+	 * client (the kernel completes the handshake), not fail it. */
+	if (st.conns != lc.conns)
+		return fail(e, "the server accepted %llu of %u connections",
+			    (unsigned long long)st.conns, lc.conns);
+	if (st.requests < res.requests)
+		return fail(e, "the client counted %llu responses, the server answered %llu",
+			    (unsigned long long)res.requests, (unsigned long long)st.requests);
 	if (res.requests == 0)
 		return fail(e, "no request completed in %.2f s", res.seconds);
 	snprintf(e->r->result, sizeof(e->r->result),

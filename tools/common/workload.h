@@ -31,6 +31,11 @@ struct wl_opts {
 	uint64_t seed;      /* the runtime's (victims, random policy) and the workload's own choices */
 	double duration_s;  /* > 0 */
 	uint32_t size;      /* the workload's size (wl_desc.size_help); 0: its default */
+	/* Tests only: each workload (but echo and http, whose server and client
+	 * are not ours to break) makes one deliberate mistake of the kind its
+	 * check exists for (a task run twice and another never, a lost message,
+	 * an early wake, a wrong byte), so that the check is seen to fail. */
+	bool sabotage;
 };
 
 struct wl_result {
