@@ -17,7 +17,9 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <grp.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,10 +34,53 @@ static bool have_tmux, is_root;
 
 /* ---- processes ------------------------------------------------------------ */
 
-/* The workload: cbcmn-run skew on 2 executors for a minute (killed
- * sooner), or this binary's own fib loop. */
-static pid_t workload_start(void)
+/* Children a failed test would leave running (fail_msg jumps past their
+ * kill): each test kills what the last one left, and so does the end. */
+static pid_t leftover[8];
+
+static void leftover_add(pid_t pid)
 {
+	for (size_t i = 0; i < sizeof(leftover) / sizeof(*leftover); i++)
+		if (!leftover[i]) {
+			leftover[i] = pid;
+			return;
+		}
+}
+
+static void leftover_del(pid_t pid)
+{
+	for (size_t i = 0; i < sizeof(leftover) / sizeof(*leftover); i++)
+		if (leftover[i] == pid)
+			leftover[i] = 0;
+}
+
+static void leftover_kill(void)
+{
+	for (size_t i = 0; i < sizeof(leftover) / sizeof(*leftover); i++)
+		if (leftover[i] > 0) {
+			kill(leftover[i], SIGKILL);
+			waitpid(leftover[i], NULL, 0);
+			leftover[i] = 0;
+		}
+}
+
+/* Take on uid and gid (and no supplementary groups), as a child about
+ * to exec; _exit(126) if that fails. */
+static void become(uid_t uid)
+{
+	if (uid == (uid_t)-1)
+		return;
+	if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
+		_exit(126);
+}
+
+/* A workload as user uid ((uid_t)-1: ours): mode NULL is cbcmn-run skew
+ * on 2 executors for a minute (killed sooner), or this binary's own fib
+ * loop where cbcmn-run is not built; mode "fib" always the latter, and
+ * "spin" one task that never leaves its executor's CPU (--workload). */
+static pid_t workload_start_as(const char *mode, uid_t uid)
+{
+	leftover_kill();
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
@@ -43,11 +88,14 @@ static pid_t workload_start(void)
 		dup2(nul, 0);
 		dup2(nul, 1);
 		dup2(nul, 2);
-		if (access(runner, X_OK) == 0)
+		become(uid);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* after become(): a new uid clears it */
+		if (!mode && access(runner, X_OK) == 0)
 			execl(runner, runner, "skew", "--workers", "2", "--duration", "60", (char *)NULL);
-		execl(self, self, "--workload", (char *)NULL);
+		execl(self, self, "--workload", mode ? mode : "fib", (char *)NULL);
 		_exit(127);
 	}
+	leftover_add(pid);
 	/* Wait for its runtime. */
 	uint64_t deadline = t_now_ns() + 10000000000ull;
 	for (;;) {
@@ -63,15 +111,23 @@ static pid_t workload_start(void)
 	return pid;
 }
 
+static pid_t workload_start(void)
+{
+	return workload_start_as(NULL, (uid_t)-1);
+}
+
 static void workload_stop(pid_t pid)
 {
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
+	leftover_del(pid);
 }
 
-/* Run argv, collect stdout and stderr (each up to len - 1 bytes); returns
- * the wait status.  Fails the test after secs. */
-static int run(char *const argv[], char *out, size_t olen, char *err, size_t elen, unsigned secs)
+/* Run argv as user uid ((uid_t)-1: ours), collect stdout and stderr (each
+ * up to len - 1 bytes); returns the wait status.  Fails the test after
+ * secs. */
+static int run_as(uid_t uid, char *const argv[], char *out, size_t olen, char *err, size_t elen,
+		  unsigned secs)
 {
 	int po[2], pe[2];
 	assert_int_equal(pipe(po), 0);
@@ -83,6 +139,7 @@ static int run(char *const argv[], char *out, size_t olen, char *err, size_t ele
 		dup2(pe[1], 2);
 		close(po[0]);
 		close(pe[0]);
+		become(uid);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -121,6 +178,44 @@ static int run(char *const argv[], char *out, size_t olen, char *err, size_t ele
 	int status;
 	waitpid(pid, &status, 0);
 	return status;
+}
+
+static int run(char *const argv[], char *out, size_t olen, char *err, size_t elen, unsigned secs)
+{
+	return run_as((uid_t)-1, argv, out, olen, err, elen, secs);
+}
+
+/* Start argv with its stdout into the FILE returned (*child: its pid,
+ * killed by the next test should this one fail first). */
+static FILE *stream_start(char *const argv[], pid_t *child)
+{
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		close(p[0]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	leftover_add(pid);
+	close(p[1]);
+	FILE *f = fdopen(p[0], "r");
+	assert_non_null(f);
+	*child = pid;
+	return f;
+}
+
+/* SIGTERM to the child of stream_start(), reaped; returns its status. */
+static int stream_stop(FILE *f, pid_t child)
+{
+	int st;
+	kill(child, SIGTERM);
+	waitpid(child, &st, 0);
+	leftover_del(child);
+	fclose(f);
+	return st;
 }
 
 /* ---- tmux ------------------------------------------------------------------ */
@@ -592,20 +687,9 @@ static void test_json_and_stat(void **state)
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", (int)wl);
 	/* The viewer streams; cbcmn-stat takes one 1 s interval in between. */
-	int p[2];
-	assert_int_equal(pipe(p), 0);
-	pid_t tp = fork();
-	assert_true(tp >= 0);
-	if (tp == 0) {
-		dup2(p[1], 1);
-		close(p[0]);
-		char *argv[] = {top, "--json", "-d", "0.5", "-p", pid, is_root ? NULL : "--no-bpf", NULL};
-		execv(top, argv);
-		_exit(127);
-	}
-	close(p[1]);
-	FILE *f = fdopen(p[0], "r");
-	assert_non_null(f);
+	pid_t tp;
+	char *targv[] = {top, "--json", "-d", "0.5", "-p", pid, is_root ? NULL : "--no-bpf", NULL};
+	FILE *f = stream_start(targv, &tp);
 	static char lines[64][32768];
 	int n = 0;
 	assert_non_null(fgets(lines[n++], sizeof(lines[0]), f));
@@ -625,10 +709,7 @@ static void test_json_and_stat(void **state)
 		if (n >= 3 && jnum(lines[n - 1], "time") > stat_done + 0.1)
 			break;
 	}
-	kill(tp, SIGTERM);
-	int st;
-	waitpid(tp, &st, 0);
-	fclose(f);
+	int st = stream_stop(f, tp);
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* SIGTERM: a clean exit */
 	assert_true(n >= 3);
 
@@ -703,6 +784,158 @@ static void test_json_and_stat(void **state)
 	workload_stop(wl);
 }
 
+/* A thread's time on a CPU so far (schedstat's first field), ns. */
+static double thread_oncpu_ns(pid_t pid, int tid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, tid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	double v = NAN;
+	if (fscanf(f, "%lf", &v) != 1)
+		v = NAN;
+	fclose(f);
+	return v;
+}
+
+/* ONCPU% is the thread's real share of the interval, also while it never
+ * leaves its CPU (the kernel adds a stretch to oncpu_ns only at the
+ * switch-out, so without the stretch in progress a spinning thread read 0,
+ * then a burst clamped to 100): the shard running a task that never
+ * yields reads near its schedstat share, the idle one near 0, and the
+ * on-CPU time of each agrees with the thread's schedstat. */
+static void test_oncpu_true(void **state)
+{
+	(void)state;
+	if (!is_root)
+		T_SKIP("not root: no kernel figures to check");
+	pid_t wl = workload_start_as("spin", (uid_t)-1);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	pid_t tp;
+	char *argv[] = {top, "--json", "-d", "0.5", "--bpf-no", "io_uring", "-p", pid, NULL};
+	FILE *f = stream_start(argv, &tp);
+	enum { N = 5 };
+	static char lines[N][32768];
+	double sched[N][2];
+	int tid[2] = {0, 0};
+	for (int i = 0; i < N; i++) {
+		assert_non_null(fgets(lines[i], sizeof(lines[0]), f));
+		for (int s = 0; s < 2; s++) {
+			const char *o = jshard(lines[i], s);
+			if (!tid[s])
+				tid[s] = (int)jnum(o, "tid");
+			assert_true(tid[s] > 0);
+			sched[i][s] = thread_oncpu_ns(wl, tid[s]);
+		}
+	}
+	stream_stop(f, tp);
+	/* The spinning one: on a CPU whenever the kernel lets it (on a
+	 * loaded host well below 100 %: schedstat is the truth). */
+	int busy = sched[N - 1][1] - sched[0][1] > sched[N - 1][0] - sched[0][0];
+	for (int i = 1; i < N; i++) {
+		double dt = jnum(lines[i], "interval_s");
+		assert_true(dt > 0.3);
+		for (int s = 0; s < 2; s++) {
+			const char *k = strstr(jshard(lines[i], s), "\"bpf\":{");
+			assert_non_null(k);
+			double pct = jnum(k, "oncpu_pct");
+			double truth = (sched[i][s] - sched[i - 1][s]) / (dt * 1e9) * 100;
+			if (isnan(pct) || fabs(pct - truth) > 15)
+				fail_msg("interval %d, shard %d: ONCPU%% %.1f, schedstat says %.1f %%: %s", i,
+					 s, pct, truth, lines[i]);
+		}
+	}
+	for (int i = 1; i < N; i++) {
+		double idle = jnum(strstr(jshard(lines[i], !busy), "\"bpf\":{"), "oncpu_pct");
+		if (idle > 10)
+			fail_msg("the idle shard %d read %.1f %% on CPU: %s", !busy, idle, lines[i]);
+	}
+	/* Since the first line, the busy one's on-CPU time is its schedstat's
+	 * (both read within a few ms of each other at each end). */
+	const char *a = strstr(jshard(lines[0], busy), "\"bpf\":{");
+	const char *b = strstr(jshard(lines[N - 1], busy), "\"bpf\":{");
+	double d_bpf = jnum(b, "oncpu_ns") - jnum(a, "oncpu_ns");
+	double d_sched = sched[N - 1][busy] - sched[0][busy];
+	if (fabs(d_bpf - d_sched) > 0.05 * d_sched + 30e6)
+		fail_msg("shard %d: %.1f ms on CPU by BPF, %.1f ms by schedstat", busy, d_bpf / 1e6,
+			 d_sched / 1e6);
+	workload_stop(wl);
+}
+
+/* As a user without privilege (uid 65534), against a workload of the same
+ * user: the runtime's figures show, and the header's third line says
+ * kernel figures are off and why.  A workload of another user (root's)
+ * is refused in one line. */
+static void test_unprivileged(void **state)
+{
+	(void)state;
+	if (!is_root)
+		T_SKIP("not root: cannot run the workload and the viewer as uid 65534");
+	const uid_t nobody = 65534;
+	pid_t wl = workload_start_as("fib", nobody);
+	char pid[16], out[65536], err[4096];
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	char *argv[] = {top, "-b", "-n", "2", "-d", "0.3", "-p", pid, NULL};
+	int st = run_as(nobody, argv, out, sizeof(out), err, sizeof(err), 30);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("exit %d: %s", WEXITSTATUS(st), err);
+	assert_string_equal(err, "");
+	/* The third header line of each snapshot. */
+	int snaps = 0;
+	for (char *l = out; (l = strstr(l, "cbcmn-top ")); l++) {
+		if (l != out && l[-1] != '\n')
+			continue;
+		char *h = l;
+		for (int i = 0; i < 3 && h; i++)
+			h = strchr(h, '\n') ? strchr(h, '\n') + 1 : NULL;
+		assert_non_null(h);
+		static const char want[] =
+			"kernel figures off: loading eBPF programs needs CAP_BPF and CAP_PERFMON (or root)\n";
+		if (strncmp(h, want, strlen(want)))
+			fail_msg("snapshot %d: the kernel line is not the reason: %s", snaps, out);
+		snaps++;
+	}
+	assert_int_equal(snaps, 2);
+	/* The rows of the last snapshot: runtime figures, kernel ones "-". */
+	char *t = strstr(out, " ID CPU");
+	assert_non_null(t);
+	for (char *n; (n = strstr(t + 1, " ID CPU"));)
+		t = n;
+	double tasks = 0;
+	for (int s = 0; s < 2; s++) {
+		t = strchr(t, '\n') + 1;
+		int id;
+		char st_[16];
+		unsigned long long q, task;
+		if (sscanf(t, "%d %*s %*s %15s %llu %llu", &id, st_, &q, &task) != 4 || id != s)
+			fail_msg("no row for shard %d: %s", s, out);
+		tasks += (double)task;
+		char row[256];
+		snprintf(row, sizeof(row), "%.*s", (int)strcspn(t, "\n"), t);
+		assert_non_null(strstr(row, "     -")); /* OUT/s and the other kernel columns */
+	}
+	assert_true(tasks > 0);
+	/* JSON says the same. */
+	char *jargv[] = {top, "--json", "-n", "1", "-d", "0.2", "-p", pid, NULL};
+	st = run_as(nobody, jargv, out, sizeof(out), err, sizeof(err), 30);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_true(json_valid(out));
+	assert_non_null(strstr(out, "\"bpf\":null,\"bpf_off\":\"loading eBPF programs needs"));
+	assert_non_null(strstr(out, "\"cost\":null"));
+	workload_stop(wl);
+
+	/* root's process: not ours to watch. */
+	wl = workload_start_as("fib", (uid_t)-1);
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	st = run_as(nobody, argv, out, sizeof(out), err, sizeof(err), 30);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 1 || !strstr(err, "not allowed") || strchr(err, '\n') != err + strlen(err) - 1)
+		fail_msg("another user's process: exit %d, \"%s\"", WEXITSTATUS(st), err);
+	workload_stop(wl);
+}
+
 /* -- COMMAND: started, watched, and its end reported with the last figures. */
 static void test_command_ends(void **state)
 {
@@ -759,8 +992,20 @@ static void test_errors(void **state)
 
 /* ---- setup -------------------------------------------------------------------- */
 
-/* --workload: the stand-in for cbcmn-run, fib on 2 executors until killed. */
-static int workload_main(void)
+/* One task that keeps its executor's CPU until the process is killed. */
+static int64_t spin_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	for (volatile uint64_t i = 0;; i++)
+		;
+	return 0;
+}
+
+/* --workload fib: the stand-in for cbcmn-run, fib on 2 executors until
+ * killed; --workload spin: spin_task on one of 2 executors, the other
+ * idle. */
+static int workload_main(const char *mode)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
@@ -768,6 +1013,8 @@ static int workload_main(void)
 	cbcmn_runtime *rt;
 	if (cbcmn_runtime_create(&cfg, &rt))
 		return 1;
+	if (!strcmp(mode, "spin"))
+		return cbcmn_runtime_run(rt, spin_task, NULL, NULL) ? 1 : 0;
 	for (;;) {
 		struct fib f = {.n = 20};
 		if (cbcmn_runtime_run(rt, fib_task, &f, NULL))
@@ -807,18 +1054,21 @@ static int group_teardown(void **state)
 	(void)state;
 	if (have_tmux)
 		tmux(NULL, 0, "kill-server");
+	leftover_kill();
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	if (argc == 2 && !strcmp(argv[1], "--workload"))
-		return workload_main();
+	if (argc == 3 && !strcmp(argv[1], "--workload"))
+		return workload_main(argv[2]);
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_errors),
 		T_WATCHED_TEST(test_batch_text),
 		T_WATCHED_TEST(test_json_and_stat),
 		T_WATCHED_TEST(test_command_ends),
+		T_WATCHED_TEST(test_oncpu_true),
+		T_WATCHED_TEST(test_unprivileged),
 		T_WATCHED_TEST(test_screen),
 		T_WATCHED_TEST(test_crash_restores_terminal),
 	};

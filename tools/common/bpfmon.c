@@ -13,6 +13,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
@@ -93,6 +94,7 @@ struct bpfmon {
 	int refused[NSPECS];      /* the load error of a program the kernel refused, 0 none */
 	struct bpf_link *links[NSPECS][MAX_BINS];
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
+	bool switch_on;           /* a sched_switch program is attached: on/off_ts move */
 	char pin_dir[PATH_MAX];
 };
 
@@ -534,6 +536,9 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	scan_executors(m, false);
 	attach_all(m);
 	scan_executors(m, true);
+	for (size_t i = 0; i < NSPECS; i++)
+		m->switch_on |= m->progs[i].state == BPFMON_ATTACHED &&
+				!strncmp(specs[i].name, "cbcmn_sched_switch", 18);
 	btf__free(vmlinux);
 	*out = m;
 	return 0;
@@ -550,6 +555,59 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
 	return NSPECS;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* bpf_ktime_get_ns()'s clock */
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Shard i's counters into o->c, and the stretch its thread has been on a
+ * CPU so far into o->oncpu_now_ns.  sched_switch keeps the thread's last
+ * switch-in and switch-out in the threads map (on_ts > off_ts: on a CPU
+ * now; on_ts 0: not seen yet; no entry: it left its loop) and adds a
+ * stretch to oncpu_ns at the switch-out.  The counters are read between
+ * two reads of that record, again if it moved meanwhile: a stretch must
+ * not be added to counters that already hold it.  Three lookups more per
+ * shard. */
+static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
+{
+	if (bpf_map_lookup_elem(fs, &i, &o->c))
+		return -errno;
+	if (!o->c.tid && i < CBCMN_BPF_MAX_SHARDS && m->ident[i].tid) {
+		o->c.tid = m->ident[i].tid;
+		o->c.cpu = m->ident[i].cpu;
+	}
+	o->oncpu_now_ns = 0;
+	if (!m->switch_on || !o->c.tid || i >= CBCMN_BPF_MAX_SHARDS)
+		return 0; /* without sched_switch on_ts stays at exec_start's */
+	int ft = bpf_map__fd(m->skel->maps.threads);
+	__u32 tid = o->c.tid, keep_tid = o->c.tid;
+	__s32 keep_cpu = o->c.cpu;
+	for (int tries = 0; tries < 4; tries++) {
+		struct cbcmn_bpf_thread a, b;
+		if (bpf_map_lookup_elem(ft, &tid, &a))
+			return errno == ENOENT ? 0 : -errno;
+		if (bpf_map_lookup_elem(fs, &i, &o->c))
+			return -errno;
+		if (!o->c.tid) {
+			o->c.tid = keep_tid;
+			o->c.cpu = keep_cpu;
+		}
+		if (bpf_map_lookup_elem(ft, &tid, &b))
+			return errno == ENOENT ? 0 : -errno;
+		if (b.shard != i)
+			return 0; /* its thread id went to another shard's thread */
+		if (a.on_ts != b.on_ts || a.off_ts != b.off_ts)
+			continue;
+		uint64_t now = mono_ns();
+		if (b.on_ts && b.on_ts > b.off_ts && now > b.on_ts)
+			o->oncpu_now_ns = now - b.on_ts;
+		return 0;
+	}
+	return 0; /* switching all the time: no stretch is long */
+}
+
 int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 {
 	if (!m || !out || n > CBCMN_BPF_NSLOTS)
@@ -562,12 +620,9 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 	for (__u32 i = 0; i < n; i++) {
 		struct bpfmon_shard *o = &out[i];
 		memset(o, 0, sizeof(*o));
-		if (bpf_map_lookup_elem(fs, &i, &o->c))
-			return -errno;
-		if (!o->c.tid && i < CBCMN_BPF_MAX_SHARDS && m->ident[i].tid) {
-			o->c.tid = m->ident[i].tid;
-			o->c.cpu = m->ident[i].cpu;
-		}
+		int rc = read_shard(m, fs, i, o);
+		if (rc)
+			return rc;
 		for (__u32 k = 0; k < CBCMN_BPF_MAX_OPS; k++) {
 			__u32 key = i * CBCMN_BPF_MAX_OPS + k;
 			if (bpf_map_lookup_elem(fo, &key, &o->sqe_ops[k]))

@@ -66,6 +66,13 @@ struct bpfmon_prog {
  * hist[CBCMN_BPF_HIST_STEAL] (steal latency, by thief). */
 struct bpfmon_shard {
 	struct cbcmn_bpf_shard c;
+	/* c.oncpu_ns grows only when the thread leaves a CPU: a thread on a
+	 * CPU at the read has this much more, the stretch since it was last
+	 * switched in (0 when it is off a CPU, unknown, or the sched programs
+	 * are not attached).  c.oncpu_ns + oncpu_now_ns is its on-CPU time up
+	 * to the read; it never goes back, except by the few ns of one
+	 * stretch should a read fall between a switch-out's two updates. */
+	uint64_t oncpu_now_ns;
 	uint64_t sqe_ops[CBCMN_BPF_MAX_OPS];
 	uint64_t lock_hist[CBCMN_BPF_HIST_SLOTS];
 	uint64_t hist[CBCMN_BPF_NHISTS][CBCMN_BPF_HIST_SLOTS];
@@ -91,7 +98,8 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs);
 
 /* Read the counters of shards [0, n) into out[0..n) (n at most
  * CBCMN_BPF_NSLOTS; index CBCMN_BPF_OUTSIDE is threads outside the
- * runtime).  Returns the number of shards seen so far (the highest shard
+ * runtime), with each executor's current on-CPU stretch (oncpu_now_ns,
+ * against CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns).  Returns the number of shards seen so far (the highest shard
  * with any activity + 1, at most n), or a negative errno. */
 int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n);
 

@@ -212,7 +212,7 @@ static int grow(struct top_model *m, uint32_t n)
 /* Kernel figures into s: shards [0, n) and, per victim, what was stolen
  * from it.  The pairs are read after the shards (a probe counts its shard
  * first), so pair_probes can only run ahead of the shards' sum. */
-static int read_kernel(struct top_model *m, struct snap *s)
+static int read_kernel(struct top_model *m, struct snap *s, const struct snap *prev)
 {
 	struct top_model_priv *p = m->priv;
 	uint32_t n = s->n < CBCMN_BPF_MAX_SHARDS ? s->n : CBCMN_BPF_MAX_SHARDS;
@@ -221,6 +221,14 @@ static int read_kernel(struct top_model *m, struct snap *s)
 		return rc;
 	for (uint32_t i = n; i < s->n; i++)
 		memset(&s->k[i], 0, sizeof(s->k[i]));
+	/* On-CPU time up to now never goes back: a read that fell between a
+	 * switch-out's two updates (bpfmon.h) counted one stretch twice; hold
+	 * the total until the counters catch up. */
+	for (uint32_t i = 0; prev && i < n && i < prev->n; i++) {
+		uint64_t was = top_oncpu_ns(&prev->k[i]);
+		if (top_oncpu_ns(&s->k[i]) < was && s->k[i].c.oncpu_ns <= was)
+			s->k[i].oncpu_now_ns = was - s->k[i].c.oncpu_ns;
+	}
 	memset(s->out, 0, s->n * sizeof(*s->out));
 	s->pair_probes = 0;
 	/* O(shards^2) lookups, only for thieves that tried at all. */
@@ -289,9 +297,12 @@ static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfm
 	r->v[TOP_COL_DB_P99] = bpfmon_hist_count(h) ? (double)bpfmon_hist_pct(h, 99) : NAN;
 	r->v[TOP_COL_WAIT] = dt > 0 ? (DK(futex_wait_ns) + DK(lock_wait_ns)) / dt / 1e6 : NAN;
 	r->v[TOP_COL_MIGR] = (double)k->c.migrations;
-	double on = dt > 0 ? DK(oncpu_ns) / (dt * 1e9) * 100 : NAN;
-	/* Accounted when the thread leaves its CPU: a long stretch lands in
-	 * one interval whole. */
+	/* With the stretch it is on a CPU for now (bpfmon_read), so a thread
+	 * that never leaves its CPU reads 100, not 0 and then a burst.  The
+	 * interval is timed in user space, the stretch by the kernel's clock
+	 * a few us later: at most a hair above 100, cut there. */
+	uint64_t on_a = top_oncpu_ns(k), on_b = top_oncpu_ns(kp);
+	double on = dt > 0 ? (on_a > on_b ? on_a - on_b : 0) / (dt * 1e9) * 100 : NAN;
 	r->v[TOP_COL_ONCPU] = on > 100 ? 100 : on;
 	if (dt <= 0)
 		return;
@@ -433,7 +444,7 @@ int top_model_sample(struct top_model *m)
 	s->st = st;
 	s->n = st.executors;
 	if (m->kernel) {
-		int rc = read_kernel(m, s);
+		int rc = read_kernel(m, s, m->samples ? &p->s[p->cur] : NULL);
 		if (rc)
 			return rc;
 	}
@@ -500,6 +511,9 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 		rc = fail(err, errlen, rc, "process %d has no cbcmn runtime", (int)pid);
 	else if (rc == -ESRCH)
 		rc = fail(err, errlen, rc, "no such process: %d", (int)pid);
+	else if (rc == -EACCES)
+		rc = fail(err, errlen, rc,
+			  "process %d: not allowed to watch it (its user, or root, may)", (int)pid);
 	else if (rc)
 		rc = fail(err, errlen, rc, "watching process %d: %s", (int)pid, cbcmn_strerror(rc));
 	if (rc)
