@@ -4,7 +4,10 @@
  *   directory: runs.csv has its header and a row per run, every one ok;
  *   report.md a row per cell; a PNG per workload when gnuplot is here.
  * - A cbcmn-run that fails is recorded (ok=0), reported, and makes the
- *   script exit 1; bad options exit 2 with one line.
+ *   script exit 1; so is one that outlives --timeout; bad options exit 2
+ *   with one line.
+ * - --report-only writes the same report again from runs.jsonl and
+ *   meta.json without running anything, and takes no matrix options.
  * - cbcmn-affinity --steal-matrix against predictions computed by hand on
  *   the xeon2s and epyc8n fixtures.
  *
@@ -282,11 +285,107 @@ static void test_failed_runs_recorded(void **state)
 	free(report);
 }
 
+/* A fake cbcmn-run at tmpdir/NAME: fib succeeds, skew hangs (so --timeout
+ * has to end it); every call is a line in tmpdir/NAME.calls. */
+static void fake_run(const char *name, char *path, size_t len)
+{
+	snprintf(path, len, "%s/%s", tmpdir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f,
+		"#!/bin/sh\n"
+		"[ \"$1\" = --help ] && { echo '  fib   fork-join'; echo '  skew  stolen'; exit 0; }\n"
+		"echo \"$*\" >>%s.calls\n"
+		"[ \"$1\" = skew ] && exec sleep 30\n"
+		"echo '{\"workload\": \"fib\", \"ok\": true, \"throughput\": 1000, "
+		"\"throughput_unit\": \"tasks/s\", \"p50_us\": 0, \"p99_us\": 0, "
+		"\"stats\": {\"steal_successes\": 3, \"doorbells_sent\": 4}}'\n",
+		path);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(chmod(path, 0755), 0);
+}
+
+/* A run that outlives --timeout is killed and recorded as failed; then
+ * --report-only writes report.md and the plots again from runs.jsonl and
+ * meta.json, running nothing, and refuses matrix options. */
+static void test_timeout_then_report_only(void **state)
+{
+	char cmd[CMD_MAX], fake[PATH_MAX + 16], path[PATH_MAX + 64], dir[PATH_MAX + 16];
+	char *out, *err, *report, *again, *csv, *csv_again, *calls;
+	(void)state;
+
+	need("cbcmn-affinity");
+	fake_run("slow-run", fake, sizeof(fake));
+	snprintf(dir, sizeof(dir), "%s/timed", tmpdir);
+	snprintf(cmd, sizeof(cmd),
+		 "%s/scripts/affinity-experiment.sh --run %s --affinity %s/build/bin/cbcmn-affinity "
+		 "-w fib,skew -p depth-first -n 1 -r 1 -d 0.1 --timeout 1 --no-bpf --out %s",
+		 root, fake, root, dir);
+	assert_int_equal(sh(cmd, &out, &err), 1);
+	assert_non_null(strstr(err, "2 runs, 1 failed"));
+	free(out);
+	free(err);
+	snprintf(path, sizeof(path), "%s/runs.csv", dir);
+	assert_non_null(csv = slurp(path, NULL));
+	assert_non_null(strstr(csv, "\nfib,depth-first,1,1,1,1000,tasks/s,0,0,3,,,4,,,1\n"));
+	assert_non_null(strstr(csv, "\nskew,depth-first,1,1,1,,,,,,,,,,,0\n"));
+	snprintf(path, sizeof(path), "%s/report.md", dir);
+	assert_non_null(report = slurp(path, NULL));
+	assert_non_null(strstr(report, "timed out after 1 s"));
+
+	/* Again from what was recorded: nothing runs, the same report. */
+	snprintf(cmd, sizeof(cmd), "rm %s/report.md; rm -f %s/*.png; "
+		 "%s/scripts/affinity-experiment.sh --report-only %s", dir, dir, root, dir);
+	if (sh(cmd, &out, &err) != 0)
+		fail_msg("%s: %s", cmd, err);
+	free(out);
+	free(err);
+	snprintf(path, sizeof(path), "%s.calls", fake);
+	assert_non_null(calls = slurp(path, NULL));
+	assert_int_equal(count_lines(calls), 2); /* the two runs, not one more */
+	free(calls);
+	snprintf(path, sizeof(path), "%s/report.md", dir);
+	assert_non_null(again = slurp(path, NULL));
+	assert_non_null(strstr(again, "(--report-only)"));
+	/* Everything after the header line that says when it was written. */
+	const char *a = strstr(report, "\n- Command: "), *b = strstr(again, "\n- Command: ");
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_string_equal(a, b);
+	snprintf(path, sizeof(path), "%s/runs.csv", dir);
+	assert_non_null(csv_again = slurp(path, NULL));
+	assert_string_equal(csv, csv_again);
+	if (have("gnuplot")) {
+		snprintf(path, sizeof(path), "%s/fib.png", dir);
+		assert_int_equal(access(path, F_OK), 0);
+	}
+	free(report);
+	free(again);
+	free(csv);
+	free(csv_again);
+
+	/* With matrix options, or without runs: one line, exit 2. */
+	static const char *const bad[] = {"-w fib", "--quick", "-d 2"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "%s/scripts/affinity-experiment.sh --report-only %s %s",
+			 root, dir, bad[i]);
+		assert_int_equal(sh(cmd, NULL, &err), 2);
+		assert_int_equal(count_lines(err), 1);
+		free(err);
+	}
+	snprintf(cmd, sizeof(cmd), "%s/scripts/affinity-experiment.sh --report-only %s/raw", root,
+		 dir);
+	assert_int_equal(sh(cmd, NULL, &err), 2);
+	assert_non_null(strstr(err, "no runs.jsonl"));
+	free(err);
+}
+
 static void test_bad_options(void **state)
 {
 	static const char *const bad[] = {
 		"--bogus", "-n 0", "-n 2,x", "-r 0", "-d -1", "-w no-such-workload",
-		"-p sideways", "--sysfs-root /nonexistent", "--reps",
+		"-p sideways", "--sysfs-root /nonexistent", "--reps", "-w fib,,skew",
+		"--timeout 0", "-d 1e3", "--report-only",
 	};
 	char cmd[CMD_MAX], path[PATH_MAX + 64];
 	(void)state;
@@ -463,6 +562,7 @@ int main(void)
 		T_WATCHED_TEST(test_predict_errors),
 		T_WATCHED_TEST(test_bad_options),
 		T_WATCHED_TEST(test_failed_runs_recorded),
+		T_WATCHED_TEST(test_timeout_then_report_only),
 		T_WATCHED_TEST(test_quick_matrix),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
