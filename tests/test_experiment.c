@@ -241,35 +241,52 @@ static void test_quick_matrix(void **state)
 	}
 }
 
+/* An executable shell script at path. */
+static void write_script(const char *path, const char *body)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(body, f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(chmod(path, 0755), 0);
+}
+
+/* The script with cbcmn-run replaced by fake, without BPF, and opts: it
+ * must exit want_rc and say want_err on stderr. */
+static void run_with_fake(const char *fake, const char *opts, int want_rc, const char *want_err)
+{
+	char cmd[CMD_MAX];
+	char *out, *err;
+
+	snprintf(cmd, sizeof(cmd),
+		 "%s/scripts/affinity-experiment.sh --run %s --affinity %s/build/bin/cbcmn-affinity "
+		 "--no-bpf %s",
+		 root, fake, root, opts);
+	assert_int_equal(sh(cmd, &out, &err), want_rc);
+	if (!strstr(err, want_err))
+		fail_msg("%s: no '%s' in\n%s", cmd, want_err, err);
+	free(out);
+	free(err);
+}
+
 /* A cbcmn-run that fails: every run is a row with ok=0, the report lists
  * them with the tool's message, and the script exits 1. */
 static void test_failed_runs_recorded(void **state)
 {
 	char cmd[CMD_MAX], fake[PATH_MAX + 16], path[PATH_MAX + 64];
-	char *out, *err, *csv, *report;
+	char *csv, *report;
 	(void)state;
 
 	need("cbcmn-affinity");
 	snprintf(fake, sizeof(fake), "%s/fake-run", tmpdir);
-	FILE *f = fopen(fake, "w");
-	assert_non_null(f);
-	fputs("#!/bin/sh\n"
-	      "[ \"$1\" = --help ] && { echo '  fib   fork-join'; exit 0; }\n"
-	      "echo '{\"workload\": \"fib\", \"ok\": false}'\n"
-	      "echo 'cbcmn-run: fib(3) = 1, expected 2' >&2\n"
-	      "exit 1\n",
-	      f);
-	assert_int_equal(fclose(f), 0);
-	assert_int_equal(chmod(fake, 0755), 0);
-
-	snprintf(cmd, sizeof(cmd),
-		 "%s/scripts/affinity-experiment.sh --run %s --affinity %s/build/bin/cbcmn-affinity "
-		 "-w fib -p depth-first -n 1 -r 2 -d 0.1 --no-bpf --no-plots --out %s/failing",
-		 root, fake, root, tmpdir);
-	assert_int_equal(sh(cmd, &out, &err), 1);
-	assert_non_null(strstr(err, "2 runs, 2 failed"));
-	free(out);
-	free(err);
+	write_script(fake, "#!/bin/sh\n"
+			   "[ \"$1\" = --help ] && { echo '  fib   fork-join'; exit 0; }\n"
+			   "echo '{\"workload\": \"fib\", \"ok\": false}'\n"
+			   "echo 'cbcmn-run: fib(3) = 1, expected 2' >&2\n"
+			   "exit 1\n");
+	snprintf(cmd, sizeof(cmd), "-w fib -p depth-first -n 1 -r 2 -d 0.1 --no-plots --out %s/failing",
+		 tmpdir);
+	run_with_fake(fake, cmd, 1, "2 runs, 2 failed");
 
 	snprintf(path, sizeof(path), "%s/failing/runs.csv", tmpdir);
 	assert_non_null(csv = slurp(path, NULL));
@@ -289,10 +306,10 @@ static void test_failed_runs_recorded(void **state)
  * has to end it); every call is a line in tmpdir/NAME.calls. */
 static void fake_run(const char *name, char *path, size_t len)
 {
+	char body[PATH_MAX + 512];
+
 	snprintf(path, len, "%s/%s", tmpdir, name);
-	FILE *f = fopen(path, "w");
-	assert_non_null(f);
-	fprintf(f,
+	snprintf(body, sizeof(body),
 		"#!/bin/sh\n"
 		"[ \"$1\" = --help ] && { echo '  fib   fork-join'; echo '  skew  stolen'; exit 0; }\n"
 		"echo \"$*\" >>%s.calls\n"
@@ -301,8 +318,7 @@ static void fake_run(const char *name, char *path, size_t len)
 		"\"throughput_unit\": \"tasks/s\", \"p50_us\": 0, \"p99_us\": 0, "
 		"\"stats\": {\"steal_successes\": 3, \"doorbells_sent\": 4}}'\n",
 		path);
-	assert_int_equal(fclose(f), 0);
-	assert_int_equal(chmod(path, 0755), 0);
+	write_script(path, body);
 }
 
 /* A run that outlives --timeout is killed and recorded as failed; then
@@ -317,14 +333,9 @@ static void test_timeout_then_report_only(void **state)
 	need("cbcmn-affinity");
 	fake_run("slow-run", fake, sizeof(fake));
 	snprintf(dir, sizeof(dir), "%s/timed", tmpdir);
-	snprintf(cmd, sizeof(cmd),
-		 "%s/scripts/affinity-experiment.sh --run %s --affinity %s/build/bin/cbcmn-affinity "
-		 "-w fib,skew -p depth-first -n 1 -r 1 -d 0.1 --timeout 1 --no-bpf --out %s",
-		 root, fake, root, dir);
-	assert_int_equal(sh(cmd, &out, &err), 1);
-	assert_non_null(strstr(err, "2 runs, 1 failed"));
-	free(out);
-	free(err);
+	snprintf(cmd, sizeof(cmd), "-w fib,skew -p depth-first -n 1 -r 1 -d 0.1 --timeout 1 --out %s",
+		 dir);
+	run_with_fake(fake, cmd, 1, "2 runs, 1 failed");
 	snprintf(path, sizeof(path), "%s/runs.csv", dir);
 	assert_non_null(csv = slurp(path, NULL));
 	assert_non_null(strstr(csv, "\nfib,depth-first,1,1,1,1000,tasks/s,0,0,3,,,4,,,1\n"));
