@@ -9,11 +9,13 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cbcmn.h"
@@ -23,6 +25,12 @@
 
 #define PROG "cbcmn-run"
 #define DEFAULT_DURATION_S 3.0
+/* A workload not done this long after its duration is taken for hung (a
+ * lost wake-up, a task nobody runs): generous, as 1024 executors start
+ * slowly under a sanitizer on a busy host. */
+#ifndef HANG_GRACE_S
+#define HANG_GRACE_S 60
+#endif
 
 static const struct option longopts[] = {
 	{"workers", required_argument, NULL, 'w'},
@@ -116,6 +124,50 @@ static void check_placement(const struct wl_opts *o, const char *policy)
 	cbcmn_topo_free(t);
 	if (rc)
 		bad_input("--policy %s: %s", policy, err[0] ? err : strerror(-rc));
+}
+
+/* ---- the hang watchdog ---------------------------------------------------------- */
+
+struct watchdog {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done, json;
+	double limit_s;
+	const char *name;
+};
+
+/* Ends the process with one line (and with --json an object saying so)
+ * unless the workload ends first: a hung run is a failure, not a wait. */
+static void *watchdog_main(void *arg)
+{
+	struct watchdog *d = arg;
+	struct timespec at;
+	clock_gettime(CLOCK_REALTIME, &at); /* pthread_cond_timedwait's default clock */
+	at.tv_sec += (time_t)d->limit_s;
+	pthread_mutex_lock(&d->mu);
+	int rc = 0;
+	while (!d->done && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&d->cv, &d->mu, &at);
+	bool hung = !d->done;
+	pthread_mutex_unlock(&d->mu);
+	if (!hung)
+		return NULL;
+	char why[160];
+	snprintf(why, sizeof(why), "did not finish within %.0f s: hung (a lost wake-up?)",
+		 d->limit_s);
+	fprintf(stderr, PROG ": %s: %s\n", d->name, why);
+	if (d->json) {
+		struct jw j;
+		jw_begin(&j, stdout);
+		jw_obj(&j, NULL);
+		jw_str(&j, "workload", d->name);
+		jw_bool(&j, "ok", false);
+		jw_str(&j, "error", why);
+		jw_close(&j);
+		jw_end(&j);
+	}
+	fflush(NULL);
+	_exit(1); /* the runtime's threads are stuck: no clean way down */
 }
 
 /* ---- the runtime's statistics ------------------------------------------------ */
@@ -472,8 +524,19 @@ int main(int argc, char **argv)
 		}
 	}
 
+	struct watchdog dog = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, json,
+			       o.duration_s + HANG_GRACE_S, w->name};
+	pthread_t dog_th;
+	bool dog_on = pthread_create(&dog_th, NULL, watchdog_main, &dog) == 0;
 	struct wl_result r;
 	int rc = wl_run(w, &o, &r);
+	if (dog_on) {
+		pthread_mutex_lock(&dog.mu);
+		dog.done = true;
+		pthread_cond_signal(&dog.cv);
+		pthread_mutex_unlock(&dog.mu);
+		pthread_join(dog_th, NULL);
+	}
 	struct bpf_view view = {0};
 	int brc = 0;
 	if (mon) {
