@@ -567,6 +567,26 @@ static void test_crash_restores_terminal(void **state)
 	workload_stop(wl);
 }
 
+/* A terminal terminfo does not know: one line and status 1, not ncurses'
+ * own message and exit. */
+static void test_unknown_terminal(void **state)
+{
+	(void)state;
+	if (!have_tmux)
+		T_SKIP("tmux is not installed");
+	char buf[8192], cmd[PATH_MAX + 128];
+	pid_t wl = workload_start();
+	snprintf(cmd, sizeof(cmd), "TERM=no-such-term %s --no-bpf -p %d", top, (int)wl);
+	tmux_start(cmd);
+	wait_pane(buf, sizeof(buf), 10, "TOP-EXIT=1", NULL);
+	/* 87 columns: tmux wraps it. */
+	assert_int_equal(tmux(buf, sizeof(buf), "capture-pane -p -J -t t"), 0);
+	if (!strstr(buf, "\ncbcmn-top: cannot set up the screen (TERM=no-such-term); -b or --json for batch output\nTOP-EXIT=1"))
+		fail_msg("not the one line wanted:\n%s", buf);
+	tmux(NULL, 0, "kill-server");
+	workload_stop(wl);
+}
+
 /* ---- batch ------------------------------------------------------------------ */
 
 static void test_batch_text(void **state)
@@ -936,6 +956,83 @@ static void test_unprivileged(void **state)
 	workload_stop(wl);
 }
 
+/* Write text to root/rel. */
+static void put_file(const char *root_dir, const char *rel, const char *text)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", root_dir, rel);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		fail_msg("%s: %s", path, strerror(errno));
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Steals by placement: with a topology (CBCMN_SYSFS_ROOT, the vm2 fixture
+ * changed so that CPUs 0 and 1 are two nodes and two LLCs) every steal
+ * between the two shards of skew crosses both, so the cross-node and
+ * cross-LLC rates equal the rate of steals between placed shards, which
+ * is the kernel's count of steals moved over the interval. */
+static void test_topology_steals(void **state)
+{
+	(void)state;
+	if (!is_root)
+		T_SKIP("not root: steal pairs are kernel figures");
+	char dir[] = "/tmp/cbcmn-top-sysfs-XXXXXX", cmd[PATH_MAX + 128];
+	assert_non_null(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "cp -r %s/tests/fixtures/sysfs/vm2/. %s", root, dir);
+	assert_int_equal(system(cmd), 0);
+	put_file(dir, "devices/system/cpu/cpu0/cache/index3/shared_cpu_list", "0\n");
+	put_file(dir, "devices/system/cpu/cpu1/cache/index3/shared_cpu_list", "1\n");
+	put_file(dir, "devices/system/cpu/cpu1/topology/physical_package_id", "1\n");
+	put_file(dir, "devices/system/node/possible", "0-1\n");
+	put_file(dir, "devices/system/node/online", "0-1\n");
+	put_file(dir, "devices/system/node/node0/cpulist", "0\n");
+	put_file(dir, "devices/system/node/node0/distance", "10 20\n");
+	snprintf(cmd, sizeof(cmd), "%s/devices/system/node/node1", dir);
+	assert_int_equal(mkdir(cmd, 0755), 0);
+	put_file(dir, "devices/system/node/node1/cpulist", "1\n");
+	put_file(dir, "devices/system/node/node1/distance", "20 10\n");
+
+	pid_t wl = workload_start(); /* before the variable: placed on this machine */
+	char pid[16], out[65536], err[4096];
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	setenv("CBCMN_SYSFS_ROOT", dir, 1);
+	char *argv[] = {top, "--json", "-n", "3", "-d", "0.5", "--bpf-no", "io_uring", "-p", pid, NULL};
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	unsetenv("CBCMN_SYSFS_ROOT");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("status %#x: %s", st, err);
+	const char *last = out, *prev = out;
+	for (const char *l = out; (l = strchr(l, '\n')) && l[1]; l++) {
+		prev = last;
+		last = l + 1;
+	}
+	assert_true(prev != last);
+	assert_true(json_valid(last));
+	assert_true(jnum(jshard(last, 0), "llc") == 0 && jnum(jshard(last, 1), "llc") == 1);
+	double placed = jnum(last, "placed_steals_per_s");
+	double xllc = jnum(last, "cross_llc_steals_per_s"), xnode = jnum(last, "cross_node_steals_per_s");
+	if (!(placed > 0) || xllc != placed || xnode != placed)
+		fail_msg("steals %.1f/s, cross-LLC %.1f/s, cross-node %.1f/s: %s", placed, xllc, xnode,
+			 last);
+	/* The same steals as the kernel's per-thief counts moved by (the
+	 * pairs are read a moment after the shards). */
+	double steals = 0;
+	for (int s = 0; s < 2; s++) {
+		const char *a = strstr(jshard(prev, s), "\"bpf\":{");
+		const char *b = strstr(jshard(last, s), "\"bpf\":{");
+		assert_true(a && b);
+		steals += jnum(b, "steals") - jnum(a, "steals");
+	}
+	double pairs = placed * jnum(last, "interval_s");
+	if (fabs(pairs - steals) > 10 + 0.05 * steals)
+		fail_msg("%.0f steals by pairs, %.0f by thieves over the interval", pairs, steals);
+	workload_stop(wl);
+}
+
 /* -- COMMAND: started, watched, and its end reported with the last figures. */
 static void test_command_ends(void **state)
 {
@@ -1069,8 +1166,10 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_command_ends),
 		T_WATCHED_TEST(test_oncpu_true),
 		T_WATCHED_TEST(test_unprivileged),
+		T_WATCHED_TEST(test_topology_steals),
 		T_WATCHED_TEST(test_screen),
 		T_WATCHED_TEST(test_crash_restores_terminal),
+		T_WATCHED_TEST(test_unknown_terminal),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

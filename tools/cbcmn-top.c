@@ -333,7 +333,10 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error, reported */
-	static const int fatal[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+	/* Those whose default action ends the process (with a core or not)
+	 * but a user may send, SIGQUIT (Ctrl-backslash) among them, restore too. */
+	static const int fatal[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL,
+				    SIGQUIT, SIGTRAP, SIGSYS, SIGXCPU, SIGXFSZ};
 	for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
 		signal(fatal[i], on_crash);
 
@@ -363,9 +366,12 @@ int main(int argc, char **argv)
 		struct top_ui_opts uo = {.delay_s = delay, .color = color};
 		rc = top_ui_run(m, &uo, &stop);
 		ret = rc ? 1 : 0;
-		if (rc)
-			fprintf(stderr, "cbcmn-top: %s\n", rc == -ENOTTY ? "cannot set up the screen"
-									: cbcmn_strerror(rc));
+		if (rc == -ENOTTY)
+			fprintf(stderr,
+				"cbcmn-top: cannot set up the screen (TERM=%s); -b or --json for batch output\n",
+				getenv("TERM") ? getenv("TERM") : "");
+		else if (rc)
+			fprintf(stderr, "cbcmn-top: reading process %d: %s\n", (int)pid, cbcmn_strerror(rc));
 		else if (m->ended)
 			fprintf(stderr, "cbcmn-top: process %d: its runtime has ended\n", (int)pid);
 	}

@@ -37,6 +37,11 @@ const struct top_col_desc top_cols[TOP_NCOLS] = {
 	[TOP_COL_ONCPU] = {"ONCPU%", "oncpu_pct", 6, 5, true, false},
 };
 
+/* Steals of a node or LLC group, cumulative since attach. */
+struct grp_steals {
+	uint64_t in, out, in_x, out_x;
+};
+
 /* One sample of everything read. */
 struct snap {
 	uint64_t t_ns;
@@ -45,6 +50,8 @@ struct snap {
 	struct bpfmon_shard *k;     /* cap (kernel on) */
 	struct cbcmn_bpf_pair *out; /* cap: per victim, summed over thieves */
 	uint64_t pair_probes;       /* steals + fails of every pair */
+	struct grp_steals *g;       /* ngroups: nodes, then LLCs (kernel on, topology known) */
+	uint64_t placed, cross_node, cross_llc; /* steals between placed shards, ... */
 	uint32_t n;                 /* shards read */
 };
 
@@ -57,6 +64,7 @@ struct top_model_priv {
 	uint32_t cap;           /* entries allocated per snap */
 	unsigned hpos;          /* next history slot */
 	unsigned warn_cap;
+	int nnodes, nllcs;      /* groups of struct snap g (0: none kept) */
 	int stats_fd;           /* holds BPF_STATS_RUN_TIME on */
 	uint64_t cost_t_ns;
 };
@@ -66,6 +74,20 @@ static uint64_t now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* How far a counter moved; 0 if it went back (a counter that restarted:
+ * the interval is lost rather than shown as 2^64). */
+static uint64_t delta(uint64_t now, uint64_t before)
+{
+	return now >= before ? now - before : 0;
+}
+
+static double rate(uint64_t now, uint64_t before, double dt)
+{
+	if (dt <= 0)
+		return NAN;
+	return delta(now, before) / dt;
 }
 
 static int fail(char *err, size_t len, int rc, const char *fmt, ...)
@@ -133,8 +155,8 @@ static void cost_read(struct top_model *m)
 	uint64_t t = now_ns();
 	double dt = m->priv->cost_t_ns ? (t - m->priv->cost_t_ns) / 1e9 : 0;
 	if (dt > 0) {
-		c->runs_per_s = runs >= c->runs ? (runs - c->runs) / dt : 0;
-		c->ns_per_s = ns >= c->run_ns ? (ns - c->run_ns) / dt : 0;
+		c->runs_per_s = rate(runs, c->runs, dt);
+		c->ns_per_s = rate(ns, c->run_ns, dt);
 	}
 	m->priv->cost_t_ns = t;
 	c->progs = progs;
@@ -209,9 +231,52 @@ static int grow(struct top_model *m, uint32_t n)
 	return 0;
 }
 
+/* The node and LLC indexes of a CPU, -1 when unknown (unpinned, or no
+ * topology). */
+static void place(const struct top_model_priv *p, int cpu, int *node, int *llc)
+{
+	const cbcmn_cpu_info *ci = p->topo && cpu >= 0 ? cbcmn_topo_find(p->topo, cpu) : NULL;
+	*node = ci ? ci->node : -1;
+	*llc = ci ? ci->llc : -1;
+}
+
+/* A steal pair's count into the groups of its thief (tg) and victim (vg),
+ * -1 for unplaced: a steal whose other side is elsewhere, or unplaced, is
+ * a cross-group one. */
+static void group_add(struct grp_steals *g, int tg, int vg, uint64_t steals)
+{
+	if (tg >= 0) {
+		g[tg].in += steals;
+		g[tg].in_x += tg != vg ? steals : 0;
+	}
+	if (vg >= 0) {
+		g[vg].out += steals;
+		g[vg].out_x += tg != vg ? steals : 0;
+	}
+}
+
+/* The pair (thief t, victim v) by placement, into s's group counters. */
+static void pair_place(const struct top_model_priv *p, struct snap *s, uint32_t t, uint32_t v,
+		       uint64_t steals)
+{
+	int tn, tl, vn, vl;
+	if (!s->g || !steals)
+		return;
+	place(p, s->per[t].cpu, &tn, &tl);
+	place(p, s->per[v].cpu, &vn, &vl);
+	group_add(s->g, tn, vn, steals);
+	group_add(s->g + p->nnodes, tl, vl, steals);
+	if (tn >= 0 && vn >= 0) {
+		s->placed += steals;
+		s->cross_node += tn != vn ? steals : 0;
+		s->cross_llc += tl != vl ? steals : 0;
+	}
+}
+
 /* Kernel figures into s: shards [0, n) and, per victim, what was stolen
- * from it.  The pairs are read after the shards (a probe counts its shard
- * first), so pair_probes can only run ahead of the shards' sum. */
+ * from it; steals by placement of thief and victim.  The pairs are read
+ * after the shards (a probe counts its shard first), so pair_probes can
+ * only run ahead of the shards' sum. */
 static int read_kernel(struct top_model *m, struct snap *s, const struct snap *prev)
 {
 	struct top_model_priv *p = m->priv;
@@ -230,7 +295,9 @@ static int read_kernel(struct top_model *m, struct snap *s, const struct snap *p
 			s->k[i].oncpu_now_ns = was - s->k[i].c.oncpu_ns;
 	}
 	memset(s->out, 0, s->n * sizeof(*s->out));
-	s->pair_probes = 0;
+	s->pair_probes = s->placed = s->cross_node = s->cross_llc = 0;
+	if (s->g)
+		memset(s->g, 0, (size_t)(p->nnodes + p->nllcs) * sizeof(*s->g));
 	/* O(shards^2) lookups, only for thieves that tried at all. */
 	for (uint32_t t = 0; t < n; t++) {
 		if (!s->k[t].c.steals && !s->k[t].c.steal_fails)
@@ -243,16 +310,10 @@ static int read_kernel(struct top_model *m, struct snap *s, const struct snap *p
 			s->out[v].tasks += pr.tasks;
 			s->out[v].fails += pr.fails;
 			s->pair_probes += pr.steals + pr.fails;
+			pair_place(p, s, t, v, pr.steals);
 		}
 	}
 	return 0;
-}
-
-static double rate(uint64_t now, uint64_t before, double dt)
-{
-	if (dt <= 0)
-		return NAN;
-	return now >= before ? (now - before) / dt : 0;
 }
 
 static void warn(struct top_model *m, enum top_warn_kind k, uint32_t shard, const char *fmt, ...)
@@ -279,10 +340,10 @@ static void warn(struct top_model *m, enum top_warn_kind k, uint32_t shard, cons
 static void hist_delta(uint64_t *d, const uint64_t *a, const uint64_t *b)
 {
 	for (int i = 0; i < CBCMN_BPF_HIST_SLOTS; i++)
-		d[i] = a[i] >= b[i] ? a[i] - b[i] : 0;
+		d[i] = delta(a[i], b[i]);
 }
 
-#define DK(f) (k->c.f >= kp->c.f ? k->c.f - kp->c.f : 0) /* kernel counter, this interval */
+#define DK(f) delta(k->c.f, kp->c.f) /* kernel counter, this interval */
 
 /* The kernel's columns of row r and its warnings. */
 static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfmon_shard *k,
@@ -301,8 +362,7 @@ static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfm
 	 * that never leaves its CPU reads 100, not 0 and then a burst.  The
 	 * interval is timed in user space, the stretch by the kernel's clock
 	 * a few us later: at most a hair above 100, cut there. */
-	uint64_t on_a = top_oncpu_ns(k), on_b = top_oncpu_ns(kp);
-	double on = dt > 0 ? (on_a > on_b ? on_a - on_b : 0) / (dt * 1e9) * 100 : NAN;
+	double on = dt > 0 ? delta(top_oncpu_ns(k), top_oncpu_ns(kp)) / (dt * 1e9) * 100 : NAN;
 	r->v[TOP_COL_ONCPU] = on > 100 ? 100 : on;
 	if (dt <= 0)
 		return;
@@ -350,12 +410,7 @@ static void update_rows(struct top_model *m)
 		r->cpu = e->cpu;
 		r->state = e->state;
 		r->tid = e->tid;
-		r->node = r->llc = -1;
-		const cbcmn_cpu_info *ci = p->topo && e->cpu >= 0 ? cbcmn_topo_find(p->topo, e->cpu) : NULL;
-		if (ci) {
-			r->node = ci->node;
-			r->llc = ci->llc;
-		}
+		place(p, e->cpu, &r->node, &r->llc);
 		r->rt = e;
 		r->k = m->kernel ? &s->k[i] : NULL;
 		memset(&r->out, 0, sizeof(r->out));
@@ -384,8 +439,8 @@ static void update_rows(struct top_model *m)
 			m->db_per_s += r->v[TOP_COL_DB_SENT];
 			m->sqes_per_s += r->v[TOP_COL_SQES];
 			m->cqes_per_s += r->v[TOP_COL_CQES];
-			att += e->steal_attempts - pe->steal_attempts;
-			ok += e->steal_successes - pe->steal_successes;
+			att += delta(e->steal_attempts, pe->steal_attempts);
+			ok += delta(e->steal_successes, pe->steal_successes);
 		}
 		if (m->kernel && i < ps->n)
 			row_kernel(m, r, &s->k[i], &ps->k[i], &s->out[i], &ps->out[i], dt);
@@ -399,6 +454,19 @@ static void update_rows(struct top_model *m)
 	m->steal_ok_pct = att ? 100.0 * ok / att : NAN;
 	if (dt > 0)
 		p->hpos = (p->hpos + 1) % TOP_HISTORY;
+	if (s->g) {
+		const struct grp_steals *g = s->g, *pg = ps->g;
+		for (int i = 0; i < p->nnodes + p->nllcs; i++) {
+			struct top_group *o = i < p->nnodes ? &m->nodes[i] : &m->llcs[i - p->nnodes];
+			o->in_per_s = rate(g[i].in, pg[i].in, dt);
+			o->out_per_s = rate(g[i].out, pg[i].out, dt);
+			o->in_x_per_s = rate(g[i].in_x, pg[i].in_x, dt);
+			o->out_x_per_s = rate(g[i].out_x, pg[i].out_x, dt);
+		}
+		m->placed_steals_per_s = rate(s->placed, ps->placed, dt);
+		m->cross_node_per_s = rate(s->cross_node, ps->cross_node, dt);
+		m->cross_llc_per_s = rate(s->cross_llc, ps->cross_llc, dt);
+	}
 	if (m->kernel) {
 		uint64_t probes = 0;
 		for (uint32_t i = 0; i < s->n; i++)
@@ -457,6 +525,12 @@ int top_model_sample(struct top_model *m)
 			memcpy(o->k, s->k, s->n * sizeof(*s->k));
 			memcpy(o->out, s->out, s->n * sizeof(*s->out));
 		}
+		if (s->g) {
+			memcpy(o->g, s->g, (size_t)(p->nnodes + p->nllcs) * sizeof(*s->g));
+			o->placed = s->placed;
+			o->cross_node = s->cross_node;
+			o->cross_llc = s->cross_llc;
+		}
 		o->n = s->n;
 		o->t_ns = s->t_ns;
 		o->st = s->st;
@@ -471,6 +545,26 @@ int top_model_sample(struct top_model *m)
 }
 
 /* ---- open / close ------------------------------------------------------------- */
+
+/* The group counters: one per node and LLC of the topology, in each
+ * snapshot, and their rates in the model (NAN until two samples). */
+static int groups_open(struct top_model *m)
+{
+	struct top_model_priv *p = m->priv;
+	p->nnodes = cbcmn_topo_nnodes(p->topo);
+	p->nllcs = cbcmn_topo_nllcs(p->topo);
+	size_t ng = (size_t)(p->nnodes + p->nllcs);
+	m->nodes = malloc(ng * sizeof(*m->nodes));
+	if (!m->nodes)
+		return -ENOMEM;
+	for (size_t i = 0; i < ng; i++)
+		m->nodes[i] = (struct top_group){NAN, NAN, NAN, NAN};
+	m->llcs = m->nodes + p->nnodes;
+	for (int i = 0; i < 2; i++)
+		if (!(p->s[i].g = calloc(ng ? ng : 1, sizeof(*p->s[i].g))))
+			return -ENOMEM;
+	return 0;
+}
 
 static void read_comm(pid_t pid, char *buf, size_t len)
 {
@@ -543,6 +637,11 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 		}
 	}
 	cost_open(m);
+	m->placed_steals_per_s = m->cross_node_per_s = m->cross_llc_per_s = NAN;
+	if (m->kernel && p->topo && (rc = groups_open(m))) {
+		rc = fail(err, errlen, rc, "out of memory");
+		goto fail;
+	}
 	if ((rc = grow(m, 1)) || ((rc = top_model_sample(m)) && rc != -ESRCH)) {
 		rc = fail(err, errlen, rc, "reading process %d: %s", (int)pid, cbcmn_strerror(rc));
 		goto fail;
@@ -568,7 +667,9 @@ void top_model_close(struct top_model *m)
 		free(p->s[i].per);
 		free(p->s[i].k);
 		free(p->s[i].out);
+		free(p->s[i].g);
 	}
+	free(m->nodes);
 	free(m->rows);
 	free(m->warn);
 	free(p);

@@ -109,6 +109,15 @@ struct top_cost {
 	uint64_t dropped;
 };
 
+/* Steals of one NUMA node or LLC group (the shards whose CPU is in it),
+ * per second over the last interval (kernel figures: steal_pairs). */
+struct top_group {
+	double in_per_s;   /* steals its shards made, as thieves */
+	double out_per_s;  /* steals from its shards, as victims */
+	double in_x_per_s; /* of in: from shards outside the group */
+	double out_x_per_s; /* of out: by shards outside the group */
+};
+
 struct top_model_opts {
 	bool no_bpf;            /* kernel figures off */
 	unsigned bpf_flags;     /* BPFMON_* for bpfmon_open */
@@ -130,6 +139,13 @@ struct top_model {
 	char kernel_why[256];    /* off: why (bpfmon's reason) */
 	unsigned progs_attached, progs_total;
 	struct top_cost cost;
+	/* Steals by where thief and victim are, the last interval; kernel
+	 * figures and a topology only (else NULL / NAN).  A steal with either
+	 * shard unplaced (unpinned) counts in neither cross_ rate. */
+	struct top_group *nodes;   /* top_model_nnodes() of them, by node index */
+	struct top_group *llcs;    /* top_model_nllcs() of them, by LLC index */
+	double placed_steals_per_s; /* between two placed shards */
+	double cross_node_per_s, cross_llc_per_s; /* ... on different nodes / LLCs */
 	struct top_warning *warn;
 	unsigned nwarn;
 	bool ended;              /* the runtime or its process is gone: figures frozen */

@@ -217,6 +217,9 @@ int top_print_json(FILE *f, const struct top_model *m)
 		jw_null(&j, "cost");
 		jw_str(&j, "cost_off", m->cost.why);
 	}
+	jw_double(&j, "placed_steals_per_s", m->placed_steals_per_s);
+	jw_double(&j, "cross_llc_steals_per_s", m->cross_llc_per_s);
+	jw_double(&j, "cross_node_steals_per_s", m->cross_node_per_s);
 	jw_arr(&j, "shards");
 	for (uint32_t i = 0; i < m->nrows; i++)
 		json_shard(&j, &m->rows[i]);

@@ -41,6 +41,8 @@ struct ui {
 	char filter[32], edit[32];
 	uint32_t *order;         /* shards shown, in order */
 	uint32_t norder, order_cap;
+	unsigned *warn_idx;      /* warnings shown (model indexes) */
+	unsigned warn_cap;
 	char (*text)[LINE_LEN]; /* a scrolling view's text */
 	int ntext;
 };
@@ -214,6 +216,39 @@ static void build_order(struct ui *u)
 	qsort(u->order, u->norder, sizeof(*u->order), cmp_rows);
 }
 
+/* The warnings of the shards the filter shows, into u->warn_idx, in the
+ * model's order (by shard); returns how many. */
+static unsigned warn_order(struct ui *u)
+{
+	struct top_model *m = u->m;
+	if (m->nwarn > u->warn_cap) {
+		unsigned *w = realloc(u->warn_idx, m->nwarn * sizeof(*w));
+		if (!w)
+			return 0; /* none shown this frame, not a crash */
+		u->warn_idx = w;
+		u->warn_cap = m->nwarn;
+	}
+	unsigned n = 0;
+	for (unsigned i = 0; i < m->nwarn; i++)
+		if (m->warn[i].shard < m->nrows && top_row_matches(&m->rows[m->warn[i].shard], u->filter))
+			u->warn_idx[n++] = i;
+	return n;
+}
+
+/* Lines for nw warnings (a title and one each) when avail lines are left
+ * below the table's header and the table wants rows: all of them if the
+ * rows leave that much, else what the rows leave but at least a third of
+ * avail (and 2 lines), always leaving one row; none below 3 lines. */
+static int warn_area(int avail, int rows, unsigned nw)
+{
+	if (!nw || avail < 3)
+		return 0;
+	int want = (int)nw + 1, least = avail / 3 > 2 ? avail / 3 : 2;
+	int n = avail - rows > least ? avail - rows : least; /* "lines" is term.h's */
+	n = n < want ? n : want;
+	return n < avail ? n : avail - 1;
+}
+
 static int sel_index(const struct ui *u)
 {
 	for (uint32_t i = 0; i < u->norder; i++)
@@ -266,15 +301,44 @@ static void draw_row(struct ui *u, int y, const struct top_row *r, const bool *s
 		attroff(A_REVERSE);
 }
 
+/* A header line narrower than the screen: cut before the last "  "
+ * separated field that does not fit, not in the middle of a figure.
+ * Returns where it was cut (the line's length if it fits). */
+static size_t fit_fields(const char *line)
+{
+	size_t n = strlen(line);
+	if (COLS <= 0 || n <= (size_t)COLS)
+		return n;
+	for (size_t at = (size_t)COLS; at > 0; at--)
+		if (line[at] == ' ' && line[at - 1] == ' ')
+			return at - 1;
+	return (size_t)COLS;
+}
+
+/* The header.  Without kernel figures the own-cost line has nothing to
+ * say: the reason they are off goes on over it if it needs the room. */
 static int draw_header(struct ui *u)
 {
-	char line[LINE_LEN];
+	char line[LINE_LEN], kline[LINE_LEN];
 	struct top_model *m = u->m;
+	const char *rest = NULL;
 	for (int i = 0; i < TOP_HEADER_LINES; i++) {
 		top_header_line(m, i, line, sizeof(line));
-		attr_t a = i == 2 && !m->kernel ? (u->color ? COLOR_PAIR(C_WARN) : A_BOLD) : 0;
+		attr_t a = i >= 2 && !m->kernel ? (u->color ? COLOR_PAIR(C_WARN) : A_BOLD) : 0;
 		attron(a);
-		put(i, 0, line);
+		if (i == 2 && !m->kernel && COLS > 0 && strlen(line) > (size_t)COLS) {
+			size_t at = (size_t)COLS;
+			while (at > 0 && line[at] != ' ')
+				at--;
+			at = at ? at : (size_t)COLS;
+			mvaddnstr(i, 0, line, (int)at);
+			memcpy(kline, line, sizeof(kline));
+			rest = kline + at + (kline[at] == ' ');
+		} else if (i == 3 && rest) {
+			putf(i, 0, "  %s", rest);
+		} else {
+			mvaddnstr(i, 0, line, (int)fit_fields(line));
+		}
 		attroff(a);
 	}
 	return TOP_HEADER_LINES;
@@ -344,16 +408,12 @@ static void draw_main(struct ui *u)
 	}
 	y++;
 
-	/* What the bottom takes: warnings (at most 4 lines), the footer
+	/* Below the rows: the warnings of the shards shown, the footer
 	 * sparkline, the status line. */
-	int warn_lines = m->nwarn ? (int)(m->nwarn < 3 ? m->nwarn : 3) + 1 : 0;
-	int bottom = 1 + warn_lines + (per_row ? 0 : 1);
-	int room = LINES - y - bottom;
-	if (room < 1) { /* tiny: warnings go first */
-		warn_lines = 0;
-		bottom = 1 + (per_row ? 0 : 1);
-		room = LINES - y - bottom;
-	}
+	unsigned nw = warn_order(u);
+	int avail = LINES - y - 1 - (per_row ? 0 : 1);
+	int warn_lines = warn_area(avail, u->norder ? (int)u->norder : 1, nw);
+	int room = avail - warn_lines;
 	int si = sel_index(u);
 	if (si < 0 && u->norder) {
 		si = 0;
@@ -388,16 +448,20 @@ static void draw_main(struct ui *u)
 		y++;
 	}
 	if (warn_lines && y < LINES - 1) {
+		/* A title, then as many as the lines hold; the rest counted. */
+		unsigned nshow = (unsigned)warn_lines - 1 < nw ? (unsigned)warn_lines - 1 : nw;
+		char of[32] = "", more[48] = "";
+		if (nw != m->nwarn)
+			snprintf(of, sizeof(of), " of %u, filtered", m->nwarn);
+		if (nshow < nw)
+			snprintf(more, sizeof(more), ", +%u more: -b lists all", nw - nshow);
 		attr_t a = u->color ? COLOR_PAIR(C_WARN) | A_BOLD : A_BOLD;
 		attron(a);
-		putf(y++, 0, "warnings (%u):", m->nwarn);
+		putf(y++, 0, "warnings (%u%s%s):", nw, of, more);
 		attroff(a);
-		for (int i = 0; i < warn_lines - 1 && y < LINES - 1; i++, y++) {
-			if (i == 2 && m->nwarn > 3) {
-				putf(y, 0, " ! ... and %u more (cbcmn-top -b shows all)", m->nwarn - 2);
-				break;
-			}
-			putf(y, 0, " ! shard %u: %s", m->warn[i].shard, m->warn[i].text);
+		for (unsigned i = 0; i < nshow && y < LINES - 1; i++, y++) {
+			const struct top_warning *w = &m->warn[u->warn_idx[i]];
+			putf(y, 0, " ! shard %u: %s", w->shard, w->text);
 		}
 	}
 	snprintf(line, sizeof(line), "%ssort %s %s%s%s%s  ? help  q quit", u->paused ? "[PAUSED] " : "",
@@ -543,6 +607,52 @@ static void build_detail(struct ui *u)
 		 (unsigned long long)k->doorbells_running, (unsigned long long)k->doorbells_pending);
 }
 
+/* "12%" of part in whole, "-" without a whole. */
+static const char *pct(double part, double whole, char *buf)
+{
+	if (isnan(part) || isnan(whole) || whole <= 0)
+		snprintf(buf, 32, "-");
+	else
+		snprintf(buf, 32, "%.0f%%", 100 * part / whole);
+	return buf;
+}
+
+/* A group's steals for the topology: "steals in 120/s (30 from other
+ * LLCs), out 80/s (10 to other LLCs)"; false when kernel figures are
+ * off. */
+static bool group_steals(const struct top_group *g, const char *others, char *buf, size_t len)
+{
+	char a[16], b[16], c[16], d[16];
+	buf[0] = 0;
+	if (!g)
+		return false;
+	top_fmt(TOP_COL_STEALS_IN, g->in_per_s, a, sizeof(a), 1);
+	top_fmt(TOP_COL_STEALS_IN, g->in_x_per_s, b, sizeof(b), 1);
+	top_fmt(TOP_COL_STEALS_IN, g->out_per_s, c, sizeof(c), 1);
+	top_fmt(TOP_COL_STEALS_IN, g->out_x_per_s, d, sizeof(d), 1);
+	snprintf(buf, len, "steals in %s/s (%s from other %s), out %s/s (%s to other %s)", a, b,
+		 others, c, d, others);
+	return true;
+}
+
+/* The topology's shard table: a head, then a line per shard (60 columns). */
+#define TOPO_ROW "    %-9s %4s %5s %7s %5s %5s %6s %6s"
+static void topo_head(struct ui *u)
+{
+	add_line(u, TOPO_ROW, "shard", "CPU", "STATE", "TASK/s", "BUSY%", "RUNQ", "STL/s", "OUT/s");
+}
+
+static void topo_shard(struct ui *u, const struct top_row *r)
+{
+	static const enum top_col cols[] = {TOP_COL_CPU, TOP_COL_STATE, TOP_COL_TASKS, TOP_COL_BUSY,
+					    TOP_COL_QUEUE, TOP_COL_STEALS_IN, TOP_COL_STEALS_OUT};
+	char id[16], c[7][16];
+	snprintf(id, sizeof(id), "shard %u", r->shard);
+	for (int i = 0; i < 7; i++)
+		top_fmt(cols[i], r->v[cols[i]], c[i], sizeof(c[i]), 1);
+	add_line(u, TOPO_ROW, id, c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
+}
+
 static void build_topo(struct ui *u)
 {
 	struct top_model *m = u->m;
@@ -555,7 +665,18 @@ static void build_topo(struct ui *u)
 		add_line(u, "%d NUMA node%s, %d LLC group%s", nn, nn == 1 ? "" : "s", nl,
 			 nl == 1 ? "" : "s");
 	}
-	char cell[5][32];
+	char cell[2][32], st[LINE_LEN];
+	if (nn > 0 && m->nodes) {
+		char a[16], b[16], c[16];
+		top_fmt(TOP_COL_STEALS_IN, m->placed_steals_per_s, a, sizeof(a), 1);
+		top_fmt(TOP_COL_STEALS_IN, m->cross_llc_per_s, b, sizeof(b), 1);
+		top_fmt(TOP_COL_STEALS_IN, m->cross_node_per_s, c, sizeof(c), 1);
+		add_line(u, "steals between pinned shards %s/s: cross-LLC %s/s (%s), cross-node %s/s (%s)",
+			 a, b, pct(m->cross_llc_per_s, m->placed_steals_per_s, cell[0]), c,
+			 pct(m->cross_node_per_s, m->placed_steals_per_s, cell[1]));
+	} else if (nn > 0) {
+		add_line(u, "steals between groups: kernel figures off (%s)", m->kernel_why);
+	}
 	bool *done = calloc(m->nrows ? m->nrows : 1, sizeof(*done));
 	if (!done)
 		return;
@@ -567,26 +688,26 @@ static void build_topo(struct ui *u)
 		top_fmt(TOP_COL_TASKS, tasks, cell[0], sizeof(cell[0]), 1);
 		add_line(u, "%s", "");
 		add_line(u, "node %d: %s tasks/s", top_model_node_id(m, n), cell[0]);
+		if (group_steals(m->nodes ? &m->nodes[n] : NULL, "nodes", st, sizeof(st)))
+			add_line(u, "  %s", st);
 		for (int l = 0; l < nl; l++) {
 			if (top_model_llc_node(m, l) != n)
 				continue;
 			char cpus[128];
 			top_model_llc_cpus(m, l, cpus, sizeof(cpus));
 			add_line(u, "  LLC %d (CPUs %s)", l, cpus);
+			if (group_steals(m->llcs ? &m->llcs[l] : NULL, "LLCs", st, sizeof(st)))
+				add_line(u, "    %s", st);
+			bool head = false;
 			for (uint32_t i = 0; i < m->nrows; i++) {
 				const struct top_row *r = &m->rows[i];
 				if (r->llc != l || !top_row_matches(r, u->filter))
 					continue;
 				done[i] = true;
-				top_fmt(TOP_COL_TASKS, r->v[TOP_COL_TASKS], cell[0], 32, 6);
-				top_fmt(TOP_COL_BUSY, r->v[TOP_COL_BUSY], cell[1], 32, 3);
-				top_fmt(TOP_COL_STEALS_IN, r->v[TOP_COL_STEALS_IN], cell[2], 32, 5);
-				top_fmt(TOP_COL_STEALS_OUT, r->v[TOP_COL_STEALS_OUT], cell[3], 32, 5);
-				top_fmt(TOP_COL_QUEUE, r->v[TOP_COL_QUEUE], cell[4], 32, 4);
-				add_line(u,
-					 "    shard %-3u cpu %-3d %-9s %s tasks/s  busy %s%%  runq %s  steals in %s/s out %s/s",
-					 r->shard, r->cpu, top_state_name(r->state), cell[0], cell[1],
-					 cell[4], cell[2], cell[3]);
+				if (!head)
+					topo_head(u);
+				head = true;
+				topo_shard(u, r);
 			}
 		}
 	}
@@ -598,11 +719,10 @@ static void build_topo(struct ui *u)
 		if (!header) {
 			add_line(u, "%s", "");
 			add_line(u, "not placed (unpinned, or a CPU the topology does not list):");
+			topo_head(u);
 			header = true;
 		}
-		top_fmt(TOP_COL_TASKS, r->v[TOP_COL_TASKS], cell[0], 32, 6);
-		add_line(u, "    shard %-3u cpu %-3d %-9s %s tasks/s", r->shard, r->cpu,
-			 top_state_name(r->state), cell[0]);
+		topo_shard(u, r);
 	}
 	free(done);
 }
@@ -822,10 +942,14 @@ int top_ui_run(struct top_model *m, const struct top_ui_opts *o, volatile sig_at
 	u.utf8 = cs && !strcmp(cs, "UTF-8");
 
 	tcgetattr(STDIN_FILENO, &saved_tty);
-	if (!initscr()) {
+	/* Not initscr(): on a terminal terminfo does not know it prints its
+	 * own message and exits; newterm() returns NULL. */
+	SCREEN *scr = newterm(NULL, stdout, stdin);
+	if (!scr) {
 		free(u.text);
 		return -ENOTTY;
 	}
+	set_term(scr);
 	restore_len = 0;
 	add_cap("rmcup"); /* leave the alternate screen */
 	add_cap("cnorm"); /* cursor visible */
@@ -879,7 +1003,9 @@ int top_ui_run(struct top_model *m, const struct top_ui_opts *o, volatile sig_at
 	}
 	endwin();
 	screen_up = 0;
+	delscreen(scr);
 	free(u.text);
 	free(u.order);
+	free(u.warn_idx);
 	return rc;
 }

@@ -16,8 +16,9 @@ struct top_ui_opts {
 
 /* Take over the terminal and run until `q` or *stop; sample m every
  * delay_s (not while paused).  The terminal is restored on return.
- * Returns 0, or a negative errno when the screen cannot be set up (not a
- * terminal) or sampling fails other than by the target's end. */
+ * Returns 0, or a negative errno: -ENOTTY when the screen cannot be set up
+ * (not a terminal, or one terminfo does not know), another when sampling
+ * fails other than by the target's end. */
 int top_ui_run(struct top_model *m, const struct top_ui_opts *o, volatile sig_atomic_t *stop);
 
 /* From a fatal signal's handler: put the terminal back as it was before
