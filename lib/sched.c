@@ -1163,6 +1163,10 @@ static void exec_thread_died(void *arg)
 		(void)0;
 	e->reap = t;
 	e->current = NULL;
+	/* For watchers: this thread is gone; the new one publishes itself
+	 * (cbcmn__exec_main), and if none can start, none runs. */
+	exec_state(e, CBCMN_EXEC_STOPPED);
+	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
 	cbcmn__altstack_teardown(e);
 	pthread_detach(pthread_self());
 	int rc = cbcmn__exec_thread_start(e);
@@ -1190,6 +1194,15 @@ int cbcmn__exec_thread_start(struct cbcmn__exec *e)
 	int rc = pthread_create(&e->thread, &attr, cbcmn__exec_main, e);
 	pthread_attr_destroy(&attr);
 	return rc;
+}
+
+/* For watchers: e runs on this thread.  Before the start is announced (the
+ * started count, nlive), so that a runtime that says it runs an executor
+ * never shows it STOPPED. */
+static void exec_thread_published(struct cbcmn__exec *e)
+{
+	atomic_store_explicit(&e->ss->tid, (int32_t)gettid(), memory_order_relaxed);
+	exec_state(e, CBCMN_EXEC_RUNNING);
 }
 
 static void exec_key_make(void)
@@ -1220,6 +1233,7 @@ void *cbcmn__exec_main(void *arg)
 			pthread_setspecific(exec_key, NULL);
 			return NULL;
 		}
+		exec_thread_published(e);
 		struct cbcmn_task *t = e->reap;
 		e->reap = NULL;
 		t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
@@ -1229,8 +1243,10 @@ void *cbcmn__exec_main(void *arg)
 		/* Executors below min_workers start once, with the runtime,
 		 * and never retire; the others start on demand. */
 		bool initial = e->id < rt->min_live;
-		if (rc == 0)
+		if (rc == 0) {
+			exec_thread_published(e);
 			atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+		}
 		if (initial) {
 			if (rc != 0)
 				atomic_store_explicit(&e->start_err, rc, memory_order_relaxed);
@@ -1265,8 +1281,6 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	e->busy_since = now_ns();
-	atomic_store_explicit(&e->ss->tid, (int32_t)gettid(), memory_order_relaxed);
-	exec_state(e, CBCMN_EXEC_RUNNING);
 	CBCMN_PROBE3(exec_start, e->id, (int)gettid(), e->cpu);
 	for (;;) {
 		if (e->ntimers)

@@ -12,6 +12,14 @@
  * Layout: a header page, then one page per executor (its slot, bound to the
  * executor's node).  The header says the version and the sizes: a reader
  * built from other sources refuses a layout it does not know.
+ *
+ * The reader trusts nothing in the segment: the target may be corrupt or
+ * hostile.  The memfd is sealed against shrinking and growing
+ * (CBCMN__SEG_SEALS) before anyone can map it, and a reader maps only a
+ * sealed tmpfs file, so a page it mapped can never go away under it
+ * (SIGBUS); it checks the header's geometry once, at open, on a private
+ * copy, and from then on uses only that copy (struct cbcmn__seg), never the
+ * header's live fields, to find the slots.
  */
 #ifndef CBCMN_STATSEG_H
 #define CBCMN_STATSEG_H
@@ -19,11 +27,18 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <sys/types.h>
 
 #define CBCMN__SEG_NAME "cbcmn-stats"
 #define CBCMN__SEG_MAGIC 0x3174617473636263ull /* "cbcstat1" */
-#define CBCMN__SEG_VERSION 1u
+/* 2: sealed; the load figures and the state on lines of their own. */
+#define CBCMN__SEG_VERSION 2u
+/* What the runtime seals, and what a reader requires before it maps. */
+#define CBCMN__SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+/* Apart enough that the adjacent-line prefetcher does not pair a line the
+ * owner writes often with one other executors read (two 64-byte lines). */
+#define CBCMN__SEG_LINE 128
 
 /* An executor's counters: written by the executor alone (CBCMN__COUNT),
  * read by anyone. */
@@ -36,20 +51,27 @@ struct cbcmn__counters {
 		ring_enters, xmsgs_sent, xmsgs_recv, xmsgs_acked, handoffs, io_ops;
 };
 
-/* One executor's slot. */
+/* One executor's slot: three groups, each on lines of its own, since they
+ * are written at different rates and read by different threads. */
 struct cbcmn__seg_exec {
+	/* Written by the executor at every count; read by snapshots. */
 	struct cbcmn__counters ctr;
-	/* Load statistics any executor reads without a lock (seed 003). */
-	_Atomic uint64_t avg_task_ns;  /* EWMA of a scheduler pick */
+	/* Load statistics thieves read at every steal attempt (steal_gate,
+	 * seed 003): written once per load window only, never beside a
+	 * counter or the state, or each count would take the line from them. */
+	_Alignas(CBCMN__SEG_LINE) _Atomic uint64_t avg_task_ns; /* EWMA of a scheduler pick */
 	_Atomic uint64_t queue_depth;  /* run queue length, sampled with the load */
 	_Atomic uint32_t busy_pct;     /* share of recent time running tasks */
-	_Atomic uint32_t state;        /* cbcmn_exec_state */
+	/* Written at every search and park; read by snapshots. */
+	_Alignas(CBCMN__SEG_LINE) _Atomic uint32_t state; /* cbcmn_exec_state */
 	_Atomic int32_t tid;           /* its thread, 0 while none */
 	int32_t cpu, node;             /* where it is pinned (-1: not), fixed */
 };
 
 struct cbcmn__seg_hdr {
-	uint64_t magic;                /* CBCMN__SEG_MAGIC */
+	/* Stored last, release, once the header is whole (cbcmn__seg_publish);
+	 * a reader loads it acquire before it reads any other field. */
+	_Atomic uint64_t magic;        /* CBCMN__SEG_MAGIC */
 	uint32_t version;              /* CBCMN__SEG_VERSION */
 	uint32_t hdr_size;             /* sizeof(struct cbcmn__seg_hdr) */
 	uint32_t exec_size;            /* sizeof(struct cbcmn__seg_exec) */
@@ -70,17 +92,21 @@ struct cbcmn__seg_hdr {
 	_Atomic uint64_t exec_starts, exec_retires;
 };
 
-/* A mapped segment: ours (writable) or another process's (read only). */
+/* A mapped segment: ours (writable) or another process's (read only).
+ * The geometry is this process's own copy, checked against the mapping's
+ * size when it was made: the header's fields may change under a reader. */
 struct cbcmn__seg {
 	struct cbcmn__seg_hdr *hdr;
-	size_t size;
+	size_t size;                   /* mapped */
 	int fd;                        /* -1: anonymous (memfd refused) */
+	uint32_t nexec, stride, slots_off;
+	int32_t pid;
+	uint64_t start_ns;
 };
 
 static inline struct cbcmn__seg_exec *cbcmn__seg_slot(const struct cbcmn__seg *s, uint32_t i)
 {
-	return (struct cbcmn__seg_exec *)((char *)s->hdr + s->hdr->slots_off +
-					   (size_t)s->hdr->stride * i);
+	return (struct cbcmn__seg_exec *)((char *)s->hdr + s->slots_off + (size_t)s->stride * i);
 }
 
 #endif

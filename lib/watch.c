@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <numaif.h>
 #include <poll.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,10 +40,14 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	s->size = off + stride * nexec;
 	/* A memfd, so that a watcher can map the same pages; anonymous
 	 * shared memory where memfds are refused (the runtime works the
-	 * same, it just cannot be watched). */
-	s->fd = memfd_create(CBCMN__SEG_NAME, MFD_CLOEXEC);
+	 * same, it just cannot be watched).  Sealed at its final size before
+	 * it is mapped, so no one (a bug here included) can shrink it under
+	 * a watcher's mapping, whose reads past the end would be SIGBUS:
+	 * watchers refuse unsealed segments. */
+	s->fd = memfd_create(CBCMN__SEG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	void *p = MAP_FAILED;
-	if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->size) == 0)
+	if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->size) == 0 &&
+	    fcntl(s->fd, F_ADD_SEALS, CBCMN__SEG_SEALS) == 0)
 		p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 	if (p == MAP_FAILED) {
 		if (s->fd >= 0)
@@ -52,6 +58,11 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 			return -ENOMEM;
 	}
 	s->hdr = p;
+	s->nexec = nexec;
+	s->stride = (uint32_t)stride;
+	s->slots_off = (uint32_t)off;
+	s->pid = (int32_t)getpid();
+	s->start_ns = mono_ns();
 	/* Each slot on its executor's node, before the first touch. */
 	for (uint32_t i = 0; i < nexec; i++) {
 		if (node[i] < 0 || node[i] >= 1024)
@@ -67,13 +78,11 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	h->slots_off = (uint32_t)off;
 	h->stride = (uint32_t)stride;
 	h->nexec = nexec;
-	h->pid = (int32_t)getpid();
-	h->start_ns = mono_ns();
+	h->pid = s->pid;
+	h->start_ns = s->start_ns;
 	h->policy = CBCMN_PIN_NONE;
 	atomic_store_explicit(&h->alive, 1, memory_order_relaxed);
-	/* The magic last: a watcher that sees it sees a whole header. */
-	atomic_thread_fence(memory_order_release);
-	h->magic = CBCMN__SEG_MAGIC;
+	/* No magic yet: cbcmn__seg_publish() completes the header. */
 	return 0;
 }
 
@@ -86,6 +95,10 @@ void cbcmn__seg_publish(struct cbcmn_runtime *rt)
 	h->oversubscribed = rt->oversubscribed;
 	h->policy = rt->policy;
 	atomic_store_explicit(&h->nlive, cbcmn__nlive(rt), memory_order_relaxed);
+	/* The magic last, release: pairs with seg_map()'s acquire load, so a
+	 * watcher that sees it sees the whole header, these fields included
+	 * (none of which changes after this). */
+	atomic_store_explicit(&h->magic, CBCMN__SEG_MAGIC, memory_order_release);
 }
 
 /* Unmap a segment and close its descriptor (a watcher's view, or ours). */
@@ -111,19 +124,21 @@ void cbcmn__seg_destroy(struct cbcmn__seg *s)
 static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executor_stats *per,
 		     uint32_t nper)
 {
+	/* The geometry from s, never from h: h may be another process's and
+	 * change under us. */
 	const struct cbcmn__seg_hdr *h = s->hdr;
 	memset(out, 0, sizeof(*out));
-	out->executors = h->nexec;
+	out->executors = s->nexec;
 	cbcmn_executor_stats *tot = &out->total;
 	/* Completions before spawns: a task counted as completed was counted
 	 * as spawned before, so tasks_live never underflows. */
 	uint64_t completed = atomic_load_explicit(&h->ext_completions, memory_order_acquire);
 	uint64_t spawned = 0;
-	for (uint32_t i = 0; i < h->nexec; i++)
+	for (uint32_t i = 0; i < s->nexec; i++)
 		completed += atomic_load_explicit(&cbcmn__seg_slot(s, i)->ctr.completions,
 						  memory_order_acquire);
 	spawned += atomic_load_explicit(&h->ext_spawns, memory_order_acquire);
-	for (uint32_t i = 0; i < h->nexec; i++) {
+	for (uint32_t i = 0; i < s->nexec; i++) {
 		const struct cbcmn__seg_exec *x = cbcmn__seg_slot(s, i);
 		const struct cbcmn__counters *c = &x->ctr;
 		cbcmn_executor_stats e = {
@@ -193,8 +208,9 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 	out->tasks_spawned = spawned;
 	out->tasks_completed = completed;
 	out->tasks_live = spawned > completed ? spawned - completed : 0;
-	out->uptime_ns = mono_ns() - h->start_ns;
-	out->pid = h->pid;
+	uint64_t now = mono_ns();
+	out->uptime_ns = now > s->start_ns ? now - s->start_ns : 0;
+	out->pid = s->pid;
 	/* Work found at home (queue picks and inline runs) against all work
 	 * found: the share that did not come from elsewhere (seed 001). */
 	uint64_t local = tot->local_hits + tot->inline_runs;
@@ -243,54 +259,95 @@ static int pidfd_open_(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-/* The header of a mapped segment is one we can read. */
-static int seg_check(const struct cbcmn__seg_hdr *h, size_t size, pid_t pid)
+/* The header (a private copy) describes a segment of size bytes we can
+ * read: our layout, slots that fit the file, aligned for their atomics,
+ * beside the header rather than over it, and made by pid.  Every field may
+ * be garbage: the sums are done in 64 bits, nexec is bounded first. */
+static int seg_check(const struct cbcmn__seg_hdr *h, uint64_t size, pid_t pid)
 {
-	if (size < sizeof(*h) || h->magic != CBCMN__SEG_MAGIC)
+	const uint64_t align = _Alignof(struct cbcmn__seg_exec);
+	if (atomic_load_explicit(&h->magic, memory_order_relaxed) != CBCMN__SEG_MAGIC)
 		return -ENOENT;
 	if (h->version != CBCMN__SEG_VERSION || h->hdr_size != sizeof(*h) ||
-	    h->exec_size != sizeof(struct cbcmn__seg_exec) || h->stride < h->exec_size)
+	    h->exec_size != sizeof(struct cbcmn__seg_exec))
 		return -EPROTO;
-	if ((size_t)h->slots_off + (size_t)h->stride * h->nexec > size || h->pid != pid)
-		return -ENOENT; /* a segment inherited from a parent, or torn */
+	if (h->nexec == 0 || h->nexec > CBCMN_MAX_EXECUTORS || h->stride < h->exec_size ||
+	    h->stride % align || h->slots_off < h->hdr_size || h->slots_off % align ||
+	    (uint64_t)h->slots_off + (uint64_t)h->stride * h->nexec > size)
+		return -ENOENT; /* torn or corrupt: no runtime we can read */
+	if (h->pid != pid)
+		return -ENOENT; /* a segment inherited from a parent */
 	return 0;
 }
 
 /* Map the segment behind /proc/pid/fd/nr if it is a live one; *ino
  * tells which memfd it is (a watcher's view of a segment is one more
- * descriptor for the same one). */
+ * descriptor for the same one).  The target may be hostile: what we map
+ * must be a sealed tmpfs file (nothing can shrink it, so no read of the
+ * mapping can fault with SIGBUS), its header is checked on a copy read
+ * with pread (no mapping needed to look), and only the part the checked
+ * geometry covers is mapped. */
 static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, nr);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO under a memfd's name must not hang us. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
-		return -errno;
+		return errno == EPERM ? -EACCES : -errno;
 	struct stat st;
-	if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(struct cbcmn__seg_hdr)) {
-		close(fd);
-		return -ENOENT;
+	struct statfs sfs;
+	struct cbcmn__seg_hdr h;
+	int rc = -ENOENT;
+	/* tmpfs: not hugetlbfs, whose faults can fail with SIGBUS when its
+	 * pool is empty, nor a file with a look-alike name. */
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &sfs) != 0 ||
+	    sfs.f_type != TMPFS_MAGIC || st.st_size < (off_t)sizeof(h))
+		goto fail;
+	/* Seals are never removed: once seen, the size below is final. */
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		goto fail;
+	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+		goto fail;
+	if ((rc = seg_check(&h, (uint64_t)st.st_size, pid)) != 0)
+		goto fail;
+	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+		rc = -EPROTO; /* an unsealed segment: version 1, or not a runtime's */
+		goto fail;
 	}
-	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	size_t len = (size_t)h.slots_off + (size_t)h.stride * h.nexec;
+	void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
-		int rc = -errno;
-		close(fd);
-		return rc;
+		rc = -errno;
+		goto fail;
 	}
-	int rc = seg_check(p, (size_t)st.st_size, pid);
-	if (rc == 0 && !atomic_load_explicit(&((struct cbcmn__seg_hdr *)p)->alive,
-					     memory_order_acquire))
+	/* The magic again, acquire, from the mapping we read from now on:
+	 * pairs with cbcmn__seg_publish()'s release store, so the header's
+	 * other fields read later are the ones written before it.  (The copy
+	 * above only chose the geometry, which is ours from now on.) */
+	const struct cbcmn__seg_hdr *mh = p;
+	if (atomic_load_explicit(&mh->magic, memory_order_acquire) != CBCMN__SEG_MAGIC ||
+	    !atomic_load_explicit(&mh->alive, memory_order_acquire)) {
+		munmap(p, len);
 		rc = -ENOENT;
-	if (rc) {
-		munmap(p, (size_t)st.st_size);
-		close(fd);
-		return rc;
+		goto fail;
 	}
-	out->hdr = p;
-	out->size = (size_t)st.st_size;
-	out->fd = fd;
+	*out = (struct cbcmn__seg){
+		.hdr = p,
+		.size = len,
+		.fd = fd,
+		.nexec = h.nexec,
+		.stride = h.stride,
+		.slots_off = h.slots_off,
+		.pid = h.pid,
+		.start_ns = h.start_ns,
+	};
 	*ino = st.st_ino;
 	return 0;
+fail:
+	close(fd);
+	return rc;
 }
 
 struct seg_found {
@@ -375,9 +432,9 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 		ino_t ino;
 		int r = seg_map(pid, fds[i], &seg, &ino);
 		if (r == 0) {
-			found[nfound++] = (struct seg_found){fds[i], ino, seg.hdr->start_ns};
+			found[nfound++] = (struct seg_found){fds[i], ino, seg.start_ns};
 			seg_unmap(&seg);
-		} else if (r == -EACCES || r == -EPERM) {
+		} else if (r == -EACCES) {
 			rc = -EACCES;
 		} else if (r == -EPROTO && rc == -ENOENT) {
 			rc = -EPROTO;
@@ -401,6 +458,13 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 		break;
 	}
 	free(found);
+	/* pid may have exited and been reused since the pidfd was opened:
+	 * the pidfd, readable once its process has exited, tells. */
+	struct pollfd pp = {.fd = pidfd, .events = POLLIN};
+	if (seg.hdr && poll(&pp, 1, 0) == 1 && (pp.revents & POLLIN)) {
+		seg_unmap(&seg);
+		rc = -ESRCH;
+	}
 	cbcmn_watch *w = seg.hdr ? calloc(1, sizeof(*w)) : NULL;
 	if (!w) {
 		seg_unmap(&seg);
@@ -424,7 +488,8 @@ int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per
 		if ((poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) ||
 		    !atomic_load_explicit(&w->seg.hdr->alive, memory_order_acquire)) {
 			w->gone = true;
-			w->end_uptime_ns = mono_ns() - w->seg.hdr->start_ns;
+			uint64_t now = mono_ns();
+			w->end_uptime_ns = now > w->seg.start_ns ? now - w->seg.start_ns : 0;
 		}
 	}
 	seg_fill(&w->seg, out, per, nper);

@@ -2,15 +2,24 @@
  * the statistics segment gives the same figures as cbcmn_stats_snapshot(),
  * live, and says when the runtime or its process is gone. */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
 #include "common/fib.h"
+#include "statseg.h" /* private: to forge segments a hostile target could make */
 
 static void fib_run(cbcmn_runtime *rt, int n)
 {
@@ -286,6 +295,360 @@ static void test_not_permitted(void **state)
 	t_destroy(rt);
 }
 
+/* ---- forged segments: what a corrupt or hostile target can show ------- */
+
+#define T_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+/* A process (kid) holding a memfd named like a runtime's, whose pages this
+ * process writes through its own mapping: the header is whatever a test
+ * makes it. */
+struct fake {
+	pid_t kid;
+	int fd;
+	struct cbcmn__seg_hdr *h;
+	size_t size, stride, off;
+	uint32_t nexec;
+};
+
+static void fake_header(struct fake *f)
+{
+	struct cbcmn__seg_hdr *h = f->h;
+	memset(h, 0, sizeof(*h));
+	h->version = CBCMN__SEG_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->exec_size = sizeof(struct cbcmn__seg_exec);
+	h->slots_off = (uint32_t)f->off;
+	h->stride = (uint32_t)f->stride;
+	h->nexec = f->nexec;
+	h->pid = f->kid;
+	h->start_ns = t_now_ns();
+	atomic_store(&h->alive, 1);
+	atomic_store(&h->nlive, f->nexec);
+	h->magic = CBCMN__SEG_MAGIC;
+}
+
+static struct cbcmn__seg_exec *fake_slot(struct fake *f, uint32_t i)
+{
+	return (struct cbcmn__seg_exec *)((char *)f->h + f->off + f->stride * i);
+}
+
+static void fake_start(struct fake *f, bool sealed, uint32_t nexec)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	f->nexec = nexec;
+	f->off = page;
+	f->stride = (sizeof(struct cbcmn__seg_exec) + page - 1) / page * page;
+	f->size = f->off + f->stride * nexec;
+	f->fd = memfd_create(CBCMN__SEG_NAME, MFD_CLOEXEC | (sealed ? MFD_ALLOW_SEALING : 0));
+	assert_true(f->fd >= 0);
+	assert_int_equal(ftruncate(f->fd, (off_t)f->size), 0);
+	if (sealed)
+		assert_int_equal(fcntl(f->fd, F_ADD_SEALS, T_SEALS), 0);
+	f->h = mmap(NULL, f->size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+	assert_true(f->h != MAP_FAILED);
+	f->kid = fork();
+	assert_true(f->kid >= 0);
+	if (f->kid == 0) {
+		pause();
+		_exit(0);
+	}
+	fake_header(f);
+	for (uint32_t i = 0; i < nexec; i++) {
+		atomic_store(&fake_slot(f, i)->ctr.tasks_run, 100 + i);
+		fake_slot(f, i)->cpu = fake_slot(f, i)->node = -1;
+	}
+}
+
+static void fake_stop(struct fake *f)
+{
+	kill(f->kid, SIGKILL);
+	waitpid(f->kid, NULL, 0);
+	munmap(f->h, f->size);
+	close(f->fd);
+}
+
+/* A target that shrinks its segment under a watcher's mapping: reading the
+ * pages past the new end would be SIGBUS.  Unsealed segments are refused;
+ * a sealed one cannot shrink. */
+static void test_shrunk_segment_no_sigbus(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_start(&f, false, 1);
+	cbcmn_watch *w = NULL;
+	cbcmn_stats s;
+	int rc = cbcmn_watch_open(f.kid, 0, &w);
+	if (rc == 0) {
+		/* Only without the fix: shrink, then read (SIGBUS here). */
+		assert_int_equal(ftruncate(f.fd, 0), 0);
+		cbcmn_watch_read(w, &s, NULL, 0);
+		cbcmn_watch_close(w);
+	}
+	assert_int_equal(rc, -EPROTO);
+	assert_null(w);
+	fake_stop(&f);
+
+	fake_start(&f, true, 1);
+	assert_int_equal(cbcmn_watch_open(f.kid, 0, &w), 0);
+	assert_int_equal(ftruncate(f.fd, 0), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(cbcmn_watch_read(w, &s, NULL, 0), 0);
+	assert_int_equal(s.total.tasks_run, 100);
+	cbcmn_watch_close(w);
+	fake_stop(&f);
+}
+
+/* The header's geometry changes after the watch was opened: the reader
+ * keeps using what it checked at open, never reading outside its map. */
+static void test_header_rewritten_after_open(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_start(&f, true, 2);
+	cbcmn_watch *w;
+	assert_int_equal(cbcmn_watch_open(f.kid, 0, &w), 0);
+	cbcmn_stats s;
+	cbcmn_executor_stats per[2];
+	f.h->nexec = 0x7fffffff;
+	f.h->stride = 0x7ffff000;
+	f.h->slots_off = 0xfffff000;
+	f.h->start_ns = UINT64_MAX;
+	assert_int_equal(cbcmn_watch_read(w, &s, per, 2), 0);
+	assert_int_equal(s.executors, 2);
+	assert_int_equal(per[0].tasks_run, 100);
+	assert_int_equal(per[1].tasks_run, 101);
+	assert_int_equal(s.pid, f.kid);
+	cbcmn_watch_close(w);
+	fake_stop(&f);
+}
+
+/* Garbage in every header field a reader depends on: an error, never a
+ * crash, and no descriptor or mapping left behind. */
+static void test_corrupt_headers_refused(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_start(&f, true, 2);
+	const size_t page = f.off;
+	struct {
+		const char *what;
+		size_t field;   /* offsetof, in struct cbcmn__seg_hdr */
+		uint32_t value;
+		int want;
+	} bad[] = {
+		{"version", offsetof(struct cbcmn__seg_hdr, version), CBCMN__SEG_VERSION + 1, -EPROTO},
+		{"hdr_size", offsetof(struct cbcmn__seg_hdr, hdr_size), 8, -EPROTO},
+		{"exec_size", offsetof(struct cbcmn__seg_hdr, exec_size), 8, -EPROTO},
+		{"no executor", offsetof(struct cbcmn__seg_hdr, nexec), 0, -ENOENT},
+		{"nexec past the file", offsetof(struct cbcmn__seg_hdr, nexec), 3, -ENOENT},
+		{"nexec huge", offsetof(struct cbcmn__seg_hdr, nexec), UINT32_MAX, -ENOENT},
+		{"stride huge", offsetof(struct cbcmn__seg_hdr, stride), 0x80000000u, -ENOENT},
+		{"stride short", offsetof(struct cbcmn__seg_hdr, stride), 8, -ENOENT},
+		{"stride misaligned", offsetof(struct cbcmn__seg_hdr, stride),
+		 (uint32_t)sizeof(struct cbcmn__seg_exec) + 4, -ENOENT},
+		{"slots in the header", offsetof(struct cbcmn__seg_hdr, slots_off), 0, -ENOENT},
+		{"slots misaligned", offsetof(struct cbcmn__seg_hdr, slots_off), (uint32_t)page + 4,
+		 -ENOENT},
+		{"slots past the file", offsetof(struct cbcmn__seg_hdr, slots_off), UINT32_MAX,
+		 -ENOENT},
+		{"another pid", offsetof(struct cbcmn__seg_hdr, pid), 1, -ENOENT},
+		{"not alive", offsetof(struct cbcmn__seg_hdr, alive), 0, -ENOENT},
+	};
+	int fds = t_count_fds();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		fake_header(&f);
+		memcpy((char *)f.h + bad[i].field, &bad[i].value, sizeof(uint32_t));
+		cbcmn_watch *w = NULL;
+		int rc = cbcmn_watch_open(f.kid, 0, &w);
+		if (rc != bad[i].want)
+			fail_msg("%s: %d, not %d", bad[i].what, rc, bad[i].want);
+		assert_null(w);
+	}
+	fake_header(&f);
+	f.h->magic = 0;
+	cbcmn_watch *w = NULL;
+	assert_int_equal(cbcmn_watch_open(f.kid, 0, &w), -ENOENT);
+	assert_int_equal(t_count_fds(), fds);
+	fake_header(&f);
+	assert_int_equal(cbcmn_watch_open(f.kid, 0, &w), 0);
+	cbcmn_watch_close(w);
+	assert_int_equal(t_count_fds(), fds);
+	fake_stop(&f);
+}
+
+/* The runtime seals its segment: it can never shrink under a watcher. */
+static void test_runtime_segment_sealed(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	DIR *d = opendir("/proc/self/fd");
+	assert_non_null(d);
+	int found = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char target[128];
+		ssize_t len = readlinkat(dirfd(d), de->d_name, target, sizeof(target) - 1);
+		if (len < 0)
+			continue;
+		target[len] = '\0';
+		if (strncmp(target, "/memfd:" CBCMN__SEG_NAME " ", strlen("/memfd:" CBCMN__SEG_NAME " ")))
+			continue;
+		int fd = atoi(de->d_name);
+		int seals = fcntl(fd, F_GET_SEALS);
+		assert_int_equal(seals & T_SEALS, T_SEALS);
+		assert_int_equal(ftruncate(fd, 0), -1);
+		found++;
+	}
+	closedir(d);
+	assert_int_equal(found, 1);
+	t_destroy(rt);
+}
+
+/* An executor that retires reads STOPPED with no thread; started again, it
+ * reads live with its new thread. */
+static void test_retired_then_restarted(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1;
+	cfg.idle_retire_ms = 20;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_watch *w;
+	assert_int_equal(cbcmn_watch_open(getpid(), 0, &w), 0);
+	cbcmn_stats s;
+	cbcmn_executor_stats per[2];
+	assert_int_equal(cbcmn_watch_read(w, &s, per, 2), 0);
+	assert_int_equal(s.executors_live, 1);
+	assert_int_equal(per[1].state, CBCMN_EXEC_STOPPED);
+	assert_int_equal(per[1].tid, 0);
+	for (int round = 0; round < 2; round++) {
+		struct fib f = {.n = 10};
+		assert_int_equal(t_run_pinned(rt, 1, fib_task, &f), 0);
+		assert_int_equal(cbcmn_watch_read(w, &s, per, 2), 0);
+		/* Retiring takes 20 ms idle: seen live before unless the host
+		 * stalled us for that long. */
+		if (per[1].tid > 0 && per[1].state != CBCMN_EXEC_STOPPED)
+			assert_exec_thread(getpid(), per[1].tid, 1);
+		uint64_t deadline = t_now_ns() + 5000000000ull;
+		for (;;) {
+			assert_int_equal(cbcmn_watch_read(w, &s, per, 2), 0);
+			/* The retire count comes a step after the state. */
+			if (s.executors_live == 1 && per[1].state == CBCMN_EXEC_STOPPED &&
+			    s.executor_retires >= (uint64_t)round + 1)
+				break;
+			assert_true(t_now_ns() < deadline);
+			usleep(1000);
+		}
+		assert_int_equal(per[1].tid, 0);
+		assert_true(per[0].state != CBCMN_EXEC_STOPPED);
+	}
+	cbcmn_watch_close(w);
+	t_destroy(rt);
+}
+
+static int64_t quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL); /* ends the executor's thread (test_worker.c) */
+	return 0;
+}
+
+/* An executor whose thread dies under a task gets a new thread: the watch
+ * shows the new one, never the dead one. */
+static void test_replaced_thread_published(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_watch *w;
+	assert_int_equal(cbcmn_watch_open(getpid(), 0, &w), 0);
+	cbcmn_stats s;
+	cbcmn_executor_stats per[1];
+	assert_int_equal(cbcmn_watch_read(w, &s, per, 1), 0);
+	int32_t old = per[0].tid;
+	assert_true(old > 0);
+	int saved, cap = t_stderr_capture(&saved); /* the runtime reports the death */
+	int64_t r = 0;
+	cbcmn_runtime_run(rt, quitter, NULL, &r);
+	char text[512];
+	t_stderr_restore(cap, saved, text, sizeof(text));
+	assert_non_null(strstr(text, "a new thread takes over"));
+	uint64_t deadline = t_now_ns() + 5000000000ull;
+	for (;;) {
+		assert_int_equal(cbcmn_watch_read(w, &s, per, 1), 0);
+		if (per[0].tid > 0 && per[0].tid != old)
+			break;
+		assert_true(t_now_ns() < deadline);
+		usleep(1000);
+	}
+	assert_exec_thread(getpid(), per[0].tid, 0);
+	assert_true(per[0].state != CBCMN_EXEC_STOPPED);
+	cbcmn_watch_close(w);
+	t_destroy(rt);
+}
+
+/* Without memfd_create (seccomp says ENOSYS here) the runtime keeps its
+ * statistics in anonymous shared memory: it works and snapshots, it just
+ * cannot be watched. */
+static void test_no_memfd_falls_back(void **state)
+{
+	(void)state;
+#if defined(__x86_64__)
+	const uint32_t arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+	const uint32_t arch = AUDIT_ARCH_AARCH64;
+#else
+	T_SKIP("no seccomp filter written for this architecture");
+	const uint32_t arch = 0;
+#endif
+	pid_t kid = fork();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		struct sock_filter prog[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_memfd_create, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog fp = {.len = sizeof(prog) / sizeof(prog[0]), .filter = prog};
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp) != 0)
+			_exit(10);
+		if (memfd_create("x", 0) >= 0 || errno != ENOSYS)
+			_exit(11);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&cfg, &rt) != 0)
+			_exit(12);
+		struct fib f = {.n = 15};
+		if (cbcmn_runtime_run(rt, fib_task, &f, NULL) != 0)
+			_exit(13);
+		cbcmn_stats s;
+		if (cbcmn_stats_snapshot(rt, &s, NULL, 0) != 0 || s.tasks_completed < 987 ||
+		    s.executors != 2 || s.pid != getpid())
+			_exit(14);
+		cbcmn_watch *w;
+		if (cbcmn_watch_open(getpid(), 0, &w) != -ENOENT)
+			_exit(15);
+		if (cbcmn_runtime_destroy(rt) != 0)
+			_exit(16);
+		_exit(0);
+	}
+	int st;
+	assert_int_equal(waitpid(kid, &st, 0), kid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -295,6 +658,13 @@ int main(void)
 		T_WATCHED_TEST(test_two_runtimes),
 		T_WATCHED_TEST(test_errors),
 		T_WATCHED_TEST(test_not_permitted),
+		T_WATCHED_TEST(test_shrunk_segment_no_sigbus),
+		T_WATCHED_TEST(test_header_rewritten_after_open),
+		T_WATCHED_TEST(test_corrupt_headers_refused),
+		T_WATCHED_TEST(test_runtime_segment_sealed),
+		T_WATCHED_TEST(test_retired_then_restarted),
+		T_WATCHED_TEST(test_replaced_thread_published),
+		T_WATCHED_TEST(test_no_memfd_falls_back),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
