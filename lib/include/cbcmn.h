@@ -546,9 +546,14 @@ CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
 typedef struct cbcmn_watch cbcmn_watch;
 
 /* Watch the index-th runtime alive in process pid (0: the oldest; pid may
- * be getpid()).  Returns 0 and *out, or -ESRCH (no such process), -ENOENT
- * (it has no such runtime), -EACCES (not allowed to look at it),
- * -EPROTO (its libcbcmn keeps another layout), -EINVAL, -ENOMEM. */
+ * be getpid()).  The target's segment is not trusted: its geometry is
+ * checked once and kept, and a segment that is not sealed against
+ * resizing is refused, so a target cannot make the watcher fault.
+ * Returns 0 and *out, or -ESRCH (no such process, or it exited meanwhile),
+ * -ENOENT (it has no such runtime, or only corrupt segments), -EACCES (not
+ * allowed to look at it), -EPROTO (its libcbcmn keeps another layout, or
+ * an unsealed segment), -ENOSYS (a kernel without pidfd_open, before
+ * 5.3), -EMFILE/-ENFILE (out of descriptors), -EINVAL, -ENOMEM. */
 CBCMN_API int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out);
 
 /* Read the runtime's statistics as cbcmn_stats_snapshot() would (per may
