@@ -567,6 +567,81 @@ static void test_crash_restores_terminal(void **state)
 	workload_stop(wl);
 }
 
+/* The widest line of a pane, in columns (UTF-8 continuation bytes are
+ * not columns). */
+static int pane_width(const char *buf)
+{
+	int max = 0, w = 0;
+	for (const char *p = buf; *p; p++) {
+		if (*p == '\n') {
+			max = w > max ? w : max;
+			w = 0;
+		} else if (((unsigned char)*p & 0xc0) != 0x80) {
+			w++;
+		}
+	}
+	return w > max ? w : max;
+}
+
+/* 64 executors on this machine's CPUs: the table scrolls with the
+ * selection (End shows the last shard, Home the first, PgDn moves down);
+ * then a 40x10 terminal and smaller ones down to 1x1 and back: nothing
+ * drawn past the edge, no crash, and q still leaves the terminal sane. */
+static void test_many_shards_small_screen(void **state)
+{
+	(void)state;
+	if (!have_tmux)
+		T_SKIP("tmux is not installed");
+	if (access(runner, X_OK))
+		T_SKIP("%s is not built", runner);
+	char buf[16384], cmd[PATH_MAX * 2 + 128];
+	snprintf(cmd, sizeof(cmd), "%s -d 0.3 %s-- %s fib --workers 64 --duration 60", top,
+		 is_root ? "" : "--no-bpf ", runner);
+	tmux_start(cmd);
+	wait_pane(buf, sizeof(buf), 20, " ID CPU", "executors 64/64", NULL);
+	int ids[64], n = screen_rows(buf, ids, 64, NULL);
+	/* 24 lines: 4 of header, the column header, the status line and
+	 * the warnings leave at most 18 rows. */
+	assert_true(n >= 1 && n <= 18);
+	assert_int_equal(ids[0], 0);
+	keys("End");
+	usleep(400000);
+	pane(buf, sizeof(buf));
+	n = screen_rows(buf, ids, 64, NULL);
+	if (n < 1 || ids[n - 1] != 63 || ids[0] == 0)
+		fail_msg("End does not scroll to shard 63:\n%s", buf);
+	keys("Home");
+	usleep(400000);
+	pane(buf, sizeof(buf));
+	assert_true(screen_rows(buf, ids, 64, NULL) >= 1 && ids[0] == 0);
+	keys("NPage");
+	keys("NPage");
+	usleep(400000);
+	pane(buf, sizeof(buf));
+	assert_true(screen_rows(buf, ids, 64, NULL) >= 1 && ids[0] > 0);
+
+	assert_int_equal(tmux(NULL, 0, "resize-window -t t -x 40 -y 10"), 0);
+	usleep(1000000);
+	wait_pane(buf, sizeof(buf), 5, " ID", "q quit", NULL);
+	if (pane_width(buf) > 40)
+		fail_msg("a line wider than 40 columns:\n%s", buf);
+	assert_true(screen_rows(buf, ids, 64, NULL) >= 1);
+	static const int sizes[][2] = {{20, 5}, {8, 3}, {1, 1}, {200, 4}, {40, 10}};
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(*sizes); i++) {
+		assert_int_equal(tmux(NULL, 0, "resize-window -t t -x %d -y %d", sizes[i][0], sizes[i][1]), 0);
+		keys(i % 2 ? "t" : "Enter"); /* the other views at that size, and back */
+		keys(i % 2 ? "t" : "Escape");
+	}
+	usleep(1000000);
+	wait_pane(buf, sizeof(buf), 5, " ID", "q quit", NULL);
+	if (pane_width(buf) > 40)
+		fail_msg("a line wider than 40 columns:\n%s", buf);
+	assert_int_equal(tmux(NULL, 0, "resize-window -t t -x 80 -y 24"), 0);
+	keys("q");
+	assert_terminal_sane(buf, sizeof(buf), "0");
+	tmux(NULL, 0, "kill-server");
+}
+
 /* A terminal terminfo does not know: one line and status 1, not ncurses'
  * own message and exit. */
 static void test_unknown_terminal(void **state)
@@ -837,10 +912,11 @@ static void test_oncpu_true(void **state)
 	FILE *f = stream_start(argv, &tp);
 	enum { N = 5 };
 	static char lines[N][32768];
-	double sched[N][2];
+	double sched[N][2], at[N];
 	int tid[2] = {0, 0};
 	for (int i = 0; i < N; i++) {
 		assert_non_null(fgets(lines[i], sizeof(lines[0]), f));
+		at[i] = t_now_ns();
 		for (int s = 0; s < 2; s++) {
 			const char *o = jshard(lines[i], s);
 			if (!tid[s])
@@ -851,35 +927,33 @@ static void test_oncpu_true(void **state)
 	}
 	stream_stop(f, tp);
 	/* The spinning one: on a CPU whenever the kernel lets it (on a
-	 * loaded host well below 100 %: schedstat is the truth). */
+	 * loaded host well below 100 %: schedstat is the truth).  Each side
+	 * as a share of its own clock: the viewer's lines are timed where it
+	 * read the maps, schedstat where this process got to read it after
+	 * the line came, which on a busy host may be 100 ms late. */
 	int busy = sched[N - 1][1] - sched[0][1] > sched[N - 1][0] - sched[0][0];
 	for (int i = 1; i < N; i++) {
-		double dt = jnum(lines[i], "interval_s");
-		assert_true(dt > 0.3);
+		assert_true(jnum(lines[i], "interval_s") > 0.3);
 		for (int s = 0; s < 2; s++) {
 			const char *k = strstr(jshard(lines[i], s), "\"bpf\":{");
 			assert_non_null(k);
 			double pct = jnum(k, "oncpu_pct");
-			double truth = (sched[i][s] - sched[i - 1][s]) / (dt * 1e9) * 100;
-			if (isnan(pct) || fabs(pct - truth) > 15)
-				fail_msg("interval %d, shard %d: ONCPU%% %.1f, schedstat says %.1f %%: %s", i,
-					 s, pct, truth, lines[i]);
+			double truth = (sched[i][s] - sched[i - 1][s]) / (at[i] - at[i - 1]) * 100;
+			if (isnan(pct) || fabs(pct - truth) > 25 || (s != busy && pct > 10))
+				fail_msg("interval %d, shard %d (%s): ONCPU%% %.1f, schedstat says %.1f %%: %s",
+					 i, s, s == busy ? "busy" : "idle", pct, truth, lines[i]);
 		}
 	}
-	for (int i = 1; i < N; i++) {
-		double idle = jnum(strstr(jshard(lines[i], !busy), "\"bpf\":{"), "oncpu_pct");
-		if (idle > 10)
-			fail_msg("the idle shard %d read %.1f %% on CPU: %s", !busy, idle, lines[i]);
-	}
-	/* Since the first line, the busy one's on-CPU time is its schedstat's
-	 * (both read within a few ms of each other at each end). */
+	/* Over the whole run, closer. */
 	const char *a = strstr(jshard(lines[0], busy), "\"bpf\":{");
 	const char *b = strstr(jshard(lines[N - 1], busy), "\"bpf\":{");
-	double d_bpf = jnum(b, "oncpu_ns") - jnum(a, "oncpu_ns");
-	double d_sched = sched[N - 1][busy] - sched[0][busy];
-	if (fabs(d_bpf - d_sched) > 0.05 * d_sched + 30e6)
-		fail_msg("shard %d: %.1f ms on CPU by BPF, %.1f ms by schedstat", busy, d_bpf / 1e6,
-			 d_sched / 1e6);
+	double bpf = (jnum(b, "oncpu_ns") - jnum(a, "oncpu_ns")) /
+		     ((jnum(lines[N - 1], "time") - jnum(lines[0], "time")) * 1e9) * 100;
+	double truth = (sched[N - 1][busy] - sched[0][busy]) / (at[N - 1] - at[0]) * 100;
+	if (fabs(bpf - truth) > 10)
+		fail_msg("shard %d: %.1f %% on CPU by BPF, %.1f %% by schedstat", busy, bpf, truth);
+	printf("[  NOTE    ] the spinning shard: %.1f %% on CPU by BPF, %.1f %% by schedstat\n", bpf,
+	       truth);
 	workload_stop(wl);
 }
 
@@ -1170,6 +1244,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_screen),
 		T_WATCHED_TEST(test_crash_restores_terminal),
 		T_WATCHED_TEST(test_unknown_terminal),
+		T_WATCHED_TEST(test_many_shards_small_screen),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
