@@ -191,7 +191,12 @@ static int wait_runtime(pid_t child, const char *name, double wait_s)
 				cbcmn_strerror(rc));
 			return 1;
 		}
-		if (mono_s() > deadline || stop) {
+		if (stop) {
+			fprintf(stderr, "cbcmn-top: interrupted while waiting for the runtime of %s (pid %d)\n",
+				name, (int)child);
+			return 1;
+		}
+		if (mono_s() > deadline) {
 			fprintf(stderr, "cbcmn-top: %s (pid %d) started no cbcmn runtime within %.1f s (-w)\n",
 				name, (int)child, wait_s);
 			return 1;
