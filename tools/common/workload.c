@@ -232,7 +232,7 @@ static int wl_spawn_storm(cbcmn_runtime *rt, struct wl_env *e)
 struct skew {
 	uint64_t seed;
 	uint32_t n;
-	uint64_t *out;
+	_Atomic uint64_t *out;      /* atomic: under sabotage every task writes out[0] */
 	_Atomic uint32_t *runs;
 	_Atomic uint64_t elsewhere; /* tasks that started off executor 0 */
 	bool sabotage;              /* every task is task 0 */
@@ -249,7 +249,8 @@ static int64_t skew_task(cbcmn_cx *cx, void *arg)
 	struct skew *s = a->s;
 	if (cbcmn_cx_executor(cx) != 0)
 		atomic_fetch_add_explicit(&s->elsewhere, 1, memory_order_relaxed);
-	s->out[a->i] = crunch(cx, s->seed ^ a->i, SKEW_ITERS);
+	atomic_store_explicit(&s->out[a->i], crunch(cx, s->seed ^ a->i, SKEW_ITERS),
+			      memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->runs[a->i], 1, memory_order_relaxed);
 	return 0;
 }
@@ -269,7 +270,8 @@ static int skew_check(struct wl_env *e, struct skew *s)
 		if (k != 1)
 			return fail(e, "task %u ran %u times", i, k);
 		/* Recompute one in 16: enough to catch a wrong or torn result. */
-		if (i % 16 == 0 && s->out[i] != crunch(NULL, s->seed ^ i, SKEW_ITERS))
+		if (i % 16 == 0 && atomic_load_explicit(&s->out[i], memory_order_relaxed) !=
+					   crunch(NULL, s->seed ^ i, SKEW_ITERS))
 			return fail(e, "task %u computed a wrong value", i);
 	}
 	return 0;
