@@ -43,6 +43,31 @@ struct {
 	__type(value, __u32);
 } rings SEC(".maps");
 
+/* A direct-mapped cache in front of `rings`: every CQE asks which shard its
+ * ring is, and an ARRAY lookup is inlined by the verifier where a HASH
+ * lookup is a call and a jhash.  An entry is one word, the ring's address
+ * with the shard in its top 16 bits (where a kernel address on 4-level
+ * paging holds only ones), so a reader never sees a ring with another
+ * ring's shard.  Rings whose address does not have those ones (5-level
+ * paging) are not cached: `rings` answers for them. */
+#define RING_CACHE 1024
+#define RING_ADDR_BITS 48
+#define RING_ADDR_MASK ((1ull << RING_ADDR_BITS) - 1)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RING_CACHE);
+	__type(key, __u32);
+	__type(value, __u64);
+} ring_cache SEC(".maps");
+
+/* One word per CPU to launder a tp_btf argument (see ring_scalar()). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} ring_scratch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -480,10 +505,57 @@ int BPF_PROG(cbcmn_sched_migrate_raw, struct task_struct *p, int dest_cpu)
 
 /* ---- io_uring tracepoints -------------------------------------------------- */
 
-static __always_inline struct cbcmn_bpf_shard *ring_shard(__u64 ctx)
+static __always_inline bool ring_cacheable(__u64 ring)
 {
-	__u32 *i = bpf_map_lookup_elem(&rings, &ctx);
+	return (ring >> RING_ADDR_BITS) == 0xffff;
+}
+
+static __always_inline __u64 *ring_cache_slot(__u64 ring)
+{
+	/* io_ring_ctx comes from kmalloc: the low bits say little. */
+	__u32 k = (__u32)((ring >> 6) ^ (ring >> 16)) & (RING_CACHE - 1);
+	return bpf_map_lookup_elem(&ring_cache, &k);
+}
+
+/* The ring's address as a number: a tp_btf argument is a typed pointer on
+ * which the verifier refuses shifts and masks; stored in a map value and
+ * loaded back it is a plain scalar (root may store pointers in maps). */
+static __always_inline __u64 ring_scalar(__u64 ring)
+{
+	__u32 z = 0;
+	__u64 *v = bpf_map_lookup_elem(&ring_scratch, &z);
+	if (!v)
+		return 0; /* never (a per-CPU slot 0 exists); not the pointer */
+	*v = ring;
+	return *(volatile __u64 *)v;
+}
+
+static __always_inline struct cbcmn_bpf_shard *ring_shard(__u64 ring)
+{
+	ring = ring_scalar(ring);
+	if (ring_cacheable(ring)) {
+		__u64 *c = ring_cache_slot(ring);
+		if (c) {
+			__u64 v = *c;
+			if ((v & RING_ADDR_MASK) == (ring & RING_ADDR_MASK) && v)
+				return shard((__u32)(v >> RING_ADDR_BITS));
+		}
+	}
+	__u32 *i = bpf_map_lookup_elem(&rings, &ring);
 	return i ? shard(*i) : NULL;
+}
+
+/* Ring ring is shard si's: into `rings` and the cache (once: an executor
+ * submits to its own ring only, and every SQE would otherwise rewrite it). */
+static __always_inline void ring_learn(__u64 ring, __u32 si)
+{
+	__u64 *c = ring_cacheable(ring) ? ring_cache_slot(ring) : NULL;
+	__u64 v = (ring & RING_ADDR_MASK) | ((__u64)si << RING_ADDR_BITS);
+	if (c && *c == v)
+		return;
+	bpf_map_update_elem(&rings, &ring, &si, BPF_ANY);
+	if (c)
+		*c = v;
 }
 
 /* The io_uring programs come in two forms: tp_btf (BTF-typed raw
@@ -506,7 +578,7 @@ static __always_inline void on_submit(__u64 ring, __u32 op)
 	if (!s)
 		return;
 	/* An executor submits only to its own ring (single issuer). */
-	bpf_map_update_elem(&rings, &ring, &si, BPF_ANY);
+	ring_learn(ring, si);
 	ADD(s, sqes, 1);
 	if (op == IORING_OP_MSG_RING) {
 		ADD(s, msg_ring_sqes, 1);
