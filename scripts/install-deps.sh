@@ -17,6 +17,7 @@ PKGS=(
 	gnuplot-nox
 	jq
 	tmux
+	python3
 	util-linux
 )
 
