@@ -435,20 +435,24 @@ static __always_inline void on_migrate(struct task_struct *p)
 		ADD(s, migrations, 1);
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(cbcmn_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	on_switch(prev, next);
-	return 0;
-}
+/* Each sched program twice: as tp_btf, and as raw_tp where the kernel has
+ * no BTF for the tracepoint (bpfmon loads one of the two). */
+#define SCHED_TWINS(tp, name, call, ...)                                         \
+	SEC("tp_btf/" #tp)                                                       \
+	int BPF_PROG(name, __VA_ARGS__)                                          \
+	{                                                                        \
+		call;                                                            \
+		return 0;                                                        \
+	}                                                                        \
+	SEC("raw_tp/" #tp)                                                       \
+	int BPF_PROG(name##_raw, __VA_ARGS__)                                    \
+	{                                                                        \
+		call;                                                            \
+		return 0;                                                        \
+	}
 
-/* The same where tp_btf does not load (no BTF for the tracepoint). */
-SEC("raw_tp/sched_switch")
-int BPF_PROG(cbcmn_sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	on_switch(prev, next);
-	return 0;
-}
+SCHED_TWINS(sched_switch, cbcmn_sched_switch, on_switch(prev, next), bool preempt,
+	    struct task_struct *prev, struct task_struct *next)
 
 /* A thread made runnable: the start of its run-queue wait. */
 static __always_inline void on_wakeup(struct task_struct *p)
@@ -461,47 +465,10 @@ static __always_inline void on_wakeup(struct task_struct *p)
 		th->wake_ts = bpf_ktime_get_ns();
 }
 
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(cbcmn_sched_wakeup, struct task_struct *p)
-{
-	on_wakeup(p);
-	return 0;
-}
-
-SEC("raw_tp/sched_wakeup")
-int BPF_PROG(cbcmn_sched_wakeup_raw, struct task_struct *p)
-{
-	on_wakeup(p);
-	return 0;
-}
-
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(cbcmn_sched_wakeup_new, struct task_struct *p)
-{
-	on_wakeup(p);
-	return 0;
-}
-
-SEC("raw_tp/sched_wakeup_new")
-int BPF_PROG(cbcmn_sched_wakeup_new_raw, struct task_struct *p)
-{
-	on_wakeup(p);
-	return 0;
-}
-
-SEC("tp_btf/sched_migrate_task")
-int BPF_PROG(cbcmn_sched_migrate, struct task_struct *p, int dest_cpu)
-{
-	on_migrate(p);
-	return 0;
-}
-
-SEC("raw_tp/sched_migrate_task")
-int BPF_PROG(cbcmn_sched_migrate_raw, struct task_struct *p, int dest_cpu)
-{
-	on_migrate(p);
-	return 0;
-}
+SCHED_TWINS(sched_wakeup, cbcmn_sched_wakeup, on_wakeup(p), struct task_struct *p)
+SCHED_TWINS(sched_wakeup_new, cbcmn_sched_wakeup_new, on_wakeup(p), struct task_struct *p)
+SCHED_TWINS(sched_migrate_task, cbcmn_sched_migrate, on_migrate(p), struct task_struct *p,
+	    int dest_cpu)
 
 /* ---- io_uring tracepoints -------------------------------------------------- */
 
