@@ -1698,24 +1698,31 @@ static int64_t spend_main(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Run fn with a fresh spender (its pipe open) on a runtime that enforces
+ * budgets; the pipe stays open for the caller's checks. */
+static void spender_run(cbcmn_task_fn fn, struct spender *s)
+{
+	cbcmn_runtime *rt = rt_enforcing(2, NULL);
+	memset(s, 0, sizeof(*s));
+	assert_int_equal(pipe2(s->p, O_CLOEXEC), 0);
+	t_run(rt, fn, s, 0);
+	t_destroy(rt);
+}
+
 /* N calls go through; the next one waits for a recharge nobody gives, so
  * the nursery ends the task with CBCMN_EBUDGET, and that call never
  * reached the kernel. */
 static void test_syscalls_budget_exhausted(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_enforcing(2, NULL);
 	struct spender s;
-	memset(&s, 0, sizeof(s));
-	assert_int_equal(pipe2(s.p, O_CLOEXEC), 0);
-	t_run(rt, spend_main, &s, 0);
+	spender_run(spend_main, &s);
 	assert_int_equal(s.await_rc, CBCMN_EBUDGET);
 	assert_int_equal(s.sibling_rc, 7);
 	assert_int_equal(atomic_load(&s.done), SPEND_N);
 	assert_int_equal(avail(s.p[0]), SPEND_N);
 	close(s.p[0]);
 	close(s.p[1]);
-	t_destroy(rt);
 }
 
 static int64_t recharge_main(cbcmn_cx *cx, void *arg)
@@ -1745,17 +1752,13 @@ static int64_t recharge_main(cbcmn_cx *cx, void *arg)
 static void test_syscalls_budget_recharged(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_enforcing(2, NULL);
 	struct spender s;
-	memset(&s, 0, sizeof(s));
-	assert_int_equal(pipe2(s.p, O_CLOEXEC), 0);
-	t_run(rt, recharge_main, &s, 0);
+	spender_run(recharge_main, &s);
 	assert_int_equal(s.await_rc, CBCMN_EBUDGET);
 	assert_int_equal(atomic_load(&s.done), SPEND_N + 5);
 	assert_int_equal(avail(s.p[0]), SPEND_N + 5);
 	close(s.p[0]);
 	close(s.p[1]);
-	t_destroy(rt);
 }
 
 /* ---- 9. statistics -------------------------------------------------------------- */
