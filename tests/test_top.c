@@ -376,7 +376,18 @@ static double row_tasks(const char *buf, int i, int col)
 static void tmux_start(const char *cmdline)
 {
 	tmux(NULL, 0, "kill-server");
-	assert_int_equal(tmux(NULL, 0, "new-session -d -s t -x 80 -y 24 sh"), 0);
+	/* A server still shutting down refuses the new session: retry. */
+	char out[512];
+	uint64_t deadline = t_now_ns() + 5000000000ull;
+	while (tmux(out, sizeof(out), "new-session -d -s t -x 80 -y 24 sh"))
+		if (t_now_ns() > deadline)
+			fail_msg("tmux new-session failed: %s", out);
+		else
+			usleep(100000);
+	/* Type only once the shell has prompted, so the prompt cannot land
+	 * in the middle of the command's output. */
+	char scr[4096];
+	wait_pane(scr, sizeof(scr), 10, is_root ? "#" : "$", NULL);
 	char buf[PATH_MAX + 256];
 	snprintf(buf, sizeof(buf), "send-keys -t t 'stty -g; %s; echo TOP-EXIT=$?; stty -g' Enter",
 		 cmdline);
@@ -394,13 +405,16 @@ static pid_t screen_start(const char *extra, char *buf, size_t len)
 	return wl;
 }
 
-/* The first and the last line of buf that look like stty -g output. */
+/* The first and the last stty -g output in buf (a run of more than 40 hex
+ * digits and colons, after whatever prompt precedes it on its line). */
 static void stty_lines(char *buf, char **a, char **b)
 {
 	*a = *b = NULL;
-	for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
-		if (strspn(l, "0123456789abcdef:") > 40)
-			*a ? (void)(*b = l) : (void)(*a = l);
+	for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		char *run = l + strcspn(l, "0123456789abcdef\n");
+		if (strspn(run, "0123456789abcdef:") > 40)
+			*a ? (void)(*b = run) : (void)(*a = run);
+	}
 }
 
 /* After the viewer exited: the shell's stty -g before and after agree, and
@@ -412,15 +426,17 @@ static void assert_terminal_sane(char *buf, size_t len, const char *status)
 	wait_pane(buf, len, 10, want, NULL);
 	char *a, *b;
 	uint64_t deadline = t_now_ns() + 5000000000ull;
-	for (stty_lines(buf, &a, &b); !b && t_now_ns() < deadline; stty_lines(buf, &a, &b)) {
-		usleep(100000); /* the second may not be printed yet */
-		assert_int_equal(tmux(buf, len, "capture-pane -p -S -200 -t t"), 0); /* with history */
+	for (;;) { /* with history, wrapped lines joined; the second may come late */
+		assert_int_equal(tmux(buf, len, "capture-pane -p -J -S -200 -t t"), 0);
+		stty_lines(buf, &a, &b);
+		if (b)
+			break;
+		if (t_now_ns() > deadline)
+			fail_msg("no stty -g line after the exit:\n%s", buf);
+		usleep(100000);
 	}
-	if (!b)
-		fail_msg("no stty -g line after the exit:\n%s", buf);
-	assert_non_null(a);
-	assert_non_null(b);
-	size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+	const char *hex = "0123456789abcdef:";
+	size_t la = strspn(a, hex), lb = strspn(b, hex);
 	if (la != lb || strncmp(a, b, la))
 		fail_msg("tty modes changed:\n%.*s\n%.*s", (int)la, a, (int)lb, b);
 	char alt[16];
