@@ -34,7 +34,7 @@ struct cbcmn__ioreq {
 	bool nocancel;                    /* close: never undone */
 };
 
-enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2, IO_RECVMSG = 0x4, IO_CHECKED = 0x8 };
+enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2, IO_RECVMSG = 0x4 };
 
 struct io_op {
 	struct cbcmn__ioreq req;
@@ -151,8 +151,8 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 		return NULL;
 	}
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
-	if (!(flags & IO_CHECKED) && (op->err = io_check(t, flags)) != 0)
-		return NULL; /* IO_CHECKED: the caller checked and charged */
+	if ((op->err = io_check(t, flags)) != 0)
+		return NULL;
 	struct cbcmn__exec *e = t->exec;
 	op->t = t;
 	op->req.e = e;
@@ -294,31 +294,14 @@ int64_t cbcmn_recv(cbcmn_cx *cx, int fd, void *buf, size_t len, int flags)
 	IO_CALL(cx, 0, io_uring_prep_recv(sqe, fd, buf, io_len(len), flags));
 }
 
-/* Sends try the socket first (MSG_DONTWAIT): when it has room, as it nearly
- * always has, the call is done without a round through the ring (no SQE,
- * no CQE, no fiber switch).  Only a full socket (-EAGAIN) waits there.
- * The checks and the charge are those of every call. */
-static int64_t send_now(struct cbcmn_task *t, int fd, const void *buf, size_t len,
-			const struct msghdr *msg, int flags)
-{
-	int64_t rc = io_check(t, 0);
-	if (rc)
-		return rc;
-	ssize_t n = msg ? sendmsg(fd, msg, flags | MSG_DONTWAIT)
-			: send(fd, buf, io_len(len), flags | MSG_DONTWAIT);
-	if (n >= 0)
-		return n;
-	return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
-}
-
+/* Sends go through the ring like every other call.  Trying the socket
+ * first with a send(2) of its own saves the SQE, the CQE and a fiber
+ * switch, but costs a system call per send; through the ring, the sends
+ * of a time slice ride on the io_uring_enter that also runs the slice's
+ * receive completions (docs/IO.md: echo server CPU per request -5 %). */
 int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags)
 {
-	if (!cx || (flags & MSG_DONTWAIT))
-		IO_CALL(cx, 0, io_uring_prep_send(sqe, fd, buf, io_len(len), flags));
-	int64_t n = send_now((struct cbcmn_task *)cx, fd, buf, len, NULL, flags);
-	if (n != -EAGAIN)
-		return n;
-	IO_CALL(cx, IO_CHECKED, io_uring_prep_send(sqe, fd, buf, io_len(len), flags));
+	IO_CALL(cx, 0, io_uring_prep_send(sqe, fd, buf, io_len(len), flags));
 }
 
 int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)
@@ -328,12 +311,7 @@ int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)
 
 int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags)
 {
-	if (!cx || !msg || (flags & MSG_DONTWAIT))
-		IO_CALL(cx, 0, io_uring_prep_sendmsg(sqe, fd, msg, (unsigned)flags));
-	int64_t n = send_now((struct cbcmn_task *)cx, fd, NULL, 0, msg, flags);
-	if (n != -EAGAIN)
-		return n;
-	IO_CALL(cx, IO_CHECKED, io_uring_prep_sendmsg(sqe, fd, msg, (unsigned)flags));
+	IO_CALL(cx, 0, io_uring_prep_sendmsg(sqe, fd, msg, (unsigned)flags));
 }
 
 int64_t cbcmn_accept(cbcmn_cx *cx, int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
