@@ -495,6 +495,12 @@ static inline bool cbcmn__has_mail(const struct cbcmn__exec *e)
 	       atomic_load_explicit(&e->io_cancel, memory_order_relaxed);
 }
 
+/* Work only e can do: its mail, pinned tasks, backlog, ring. */
+static inline bool cbcmn__own_work(const struct cbcmn__exec *e)
+{
+	return cbcmn__has_mail(e) || e->pq_head || e->nbacklog || cbcmn__ring_busy(e);
+}
+
 /* wake.c */
 void cbcmn__kick(struct cbcmn__exec *e);
 

@@ -43,11 +43,6 @@ bool cbcmn__any_work(struct cbcmn_runtime *rt)
 	return false;
 }
 
-/* Work only e can do: its mail, pinned tasks, backlog, ring. */
-static bool own_work(struct cbcmn__exec *e)
-{
-	return cbcmn__has_mail(e) || e->pq_head || e->nbacklog || cbcmn__ring_busy(e);
-}
 
 static void idle_set(struct cbcmn__exec *e)
 {
@@ -237,7 +232,7 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 	/* Pairs with the fence in cbcmn__notify_one(): see the file comment. */
 	atomic_thread_fence(memory_order_seq_cst);
 	bool notified;
-	if (cbcmn__any_work(rt) || own_work(e) ||
+	if (cbcmn__any_work(rt) || cbcmn__own_work(e) ||
 	    atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
 		if (idle_try_clear(e)) {
 			cbcmn__searching_begin(e);
