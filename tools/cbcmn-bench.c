@@ -833,6 +833,9 @@ static void bench_loopback(const char *name, enum fs_proto fp)
 	for (int i = 0; i < n; i++)
 		a[i] = ours[i].rps / base[i].rps;
 	printf("%s vs_epoll_req_ratio %.3f\n", name, median(a, n));
+	for (int i = 0; i < n; i++)
+		a[i] = base[i].cpu > 0 ? ours[i].cpu / base[i].cpu : 0;
+	printf("%s vs_epoll_cpu_ratio %.3f\n", name, median(a, n));
 }
 
 static void bench_echo(void)
