@@ -77,25 +77,30 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 	cbcmn__iwait_wake(&r->iw, e);
 }
 
-/* Some wait on e was cancelled: cancel its request in the kernel. */
+/* A nursery was cancelled, or a task found itself cancelled as it began to
+ * wait: cancel in the kernel the requests of e's cancelled waits. */
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 {
-	/* acquire: pairs with the release in io_on_cancel(), after the CAS
-	 * that made the wait CANCELLED. */
+	/* acquire: pairs with the release in io_on_cancel() (after the CAS
+	 * that made the wait CANCELLED) or in cbcmn__iwait_cancel_scan()
+	 * (after the nursery's flag). */
 	if (!atomic_exchange_explicit(&e->io_cancel, 0, memory_order_acquire))
 		return;
 	cbcmn__mshot_cancel_pending(e);
+	bool sent = false;
 	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
-		if (r->cancel_sent || r->nocancel ||
-		    atomic_load_explicit(&r->iw.state, memory_order_acquire) != CBCMN__IW_CANCELLED)
+		/* A close is never undone: it ends with its CQE. */
+		if (r->cancel_sent || r->nocancel || !cbcmn__iwait_local_cancel(&r->iw))
 			continue;
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
 		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		r->cancel_sent = true;
+		sent = true;
 	}
-	cbcmn__ring_submit(e, false, 0);
+	if (sent)
+		cbcmn__ring_submit(e, false, 0);
 }
 
 /* The executor's thread died with requests in flight; its exit cancelled
@@ -115,7 +120,7 @@ void cbcmn__io_orphan_all(struct cbcmn__exec *e)
 
 /* ---- task side ------------------------------------------------------------ */
 
-/* Called by the canceller under the registry lock (iwait.c): r is valid. */
+/* Called by the task itself, cancelled as it began to wait (iwait.c). */
 static void io_on_cancel(struct cbcmn__iwait *iw)
 {
 	struct cbcmn__ioreq *r = (struct cbcmn__ioreq *)((char *)iw - offsetof(struct cbcmn__ioreq, iw));
@@ -209,6 +214,7 @@ static int64_t io_finish(struct io_op *op)
 
 	cbcmn__iwait_init(&r->iw, t);
 	r->iw.on_cancel = io_on_cancel;
+	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
 	int64_t res = r->res;
 	if (how == CBCMN__IW_CANCELLED && !r->nocancel) {

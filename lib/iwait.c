@@ -22,6 +22,7 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
 	iw->user = NULL;
 	iw->qnext = NULL;
 	iw->on_cancel = NULL;
+	iw->local = false;
 	if (self)
 		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
 }
@@ -59,10 +60,13 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 		cbcmn__waiter_wait(&iw->w);
 		return atomic_load_explicit(&iw->state, memory_order_acquire);
 	}
-	reg_add(&self->exec->iwaits, iw);
+	if (!iw->local)
+		reg_add(&self->exec->iwaits, iw);
 	/* A cancellation whose scan ran before we were registered set its
-	 * flag before the scan took the registry lock we have since taken:
-	 * we see it here and claim the wait ourselves. */
+	 * flag before the scan took the registry lock we have since taken
+	 * (a local wait: before it flagged our executor, which looks at its
+	 * own waits only after running us): we see it here and claim the
+	 * wait ourselves. */
 	if (cbcmn__task_cancelled(self)) {
 		uint32_t s = CBCMN__IW_WAITING;
 		if (atomic_compare_exchange_strong_explicit(&iw->state, &s, CBCMN__IW_CANCELLED,
@@ -74,20 +78,33 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 				goto suspend;
 			}
 			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
-			reg_del(iw);
+			if (iw->reg)
+				reg_del(iw);
 			return CBCMN__IW_CANCELLED;
 		}
 		/* The event won: its wake is on the way, suspend for it. */
 	}
 suspend:
 	cbcmn__suspend(self);
-	reg_del(iw);
+	if (iw->reg)
+		reg_del(iw);
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 
 void cbcmn__iwait_ignore_cancel(struct cbcmn__iwait *iw)
 {
 	(void)iw;
+}
+
+/* Executor side: a local wait whose task is cancelled is claimed for the
+ * cancellation. */
+bool cbcmn__iwait_local_cancel(struct cbcmn__iwait *iw)
+{
+	uint32_t s = atomic_load_explicit(&iw->state, memory_order_acquire);
+	if (s == CBCMN__IW_WAITING && cbcmn__task_cancelled(iw->w.task))
+		return cbcmn__iwait_claim_as(iw, CBCMN__IW_CANCELLED) ||
+		       atomic_load_explicit(&iw->state, memory_order_acquire) == CBCMN__IW_CANCELLED;
+	return s == CBCMN__IW_CANCELLED;
 }
 
 void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt)
@@ -114,5 +131,14 @@ void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt)
 				cbcmn__waiter_wake(&iw->w, NULL);
 		}
 		cbcmn__mutex_unlock(&r->lock);
+	}
+	/* Local waits: each executor looks at its own.  Release: pairs with
+	 * the acquire that consumes the flag, so the executor sees the
+	 * cancellation that set it (the nursery's relaxed flag before it). */
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__exec *e = rt->exec[i];
+		atomic_store_explicit(&e->io_cancel, 1, memory_order_release);
+		if (atomic_load_explicit(&e->lstate, memory_order_acquire) != CBCMN__EX_STOPPED)
+			cbcmn__kick(e);
 	}
 }

@@ -26,6 +26,15 @@
  *	else { dequeue and skip: cancellation owns it }
  *
  * Lock order: the registry lock is never held with an object's lock.
+ *
+ * Waits for I/O are the executor's own: the request (or the multishot
+ * stream) is listed on the executor it was issued on, the task cannot leave
+ * it meanwhile, and only that executor's thread ends the wait.  Such a wait
+ * is marked local and stays out of the registry: cancellation flags every
+ * executor (io_cancel) and each finds its cancelled I/O waits in its own
+ * lists (cbcmn__io_cancel_pending()).  That saves the registry lock twice
+ * per I/O call, which is most of the runtime's own cost per request on a
+ * busy socket.
  */
 #ifndef CBCMN_IWAIT_H
 #define CBCMN_IWAIT_H
@@ -48,6 +57,9 @@ struct cbcmn__iwait {
 	 * the event's side then wakes the task, which sees
 	 * CBCMN__IW_CANCELLED.  It must take no lock. */
 	void (*on_cancel)(struct cbcmn__iwait *iw);
+	/* An I/O wait: listed by its executor, not in the registry (above).
+	 * Set after cbcmn__iwait_init(), with on_cancel. */
+	bool local;
 };
 
 void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r);
@@ -90,8 +102,13 @@ static inline void cbcmn__iwait_wake(struct cbcmn__iwait *iw, struct cbcmn__exec
  * claims them: the waiter sees CBCMN__IW_CANCELLED when the event wakes it). */
 void cbcmn__iwait_ignore_cancel(struct cbcmn__iwait *iw);
 
+/* Executor side (io.c): claim a local wait whose task is cancelled.  True
+ * if the wait is cancelled, now or before. */
+bool cbcmn__iwait_local_cancel(struct cbcmn__iwait *iw);
+
 /* Called after a nursery of rt was cancelled: interrupt every registered
- * wait whose task is now cancelled.  O(waits registered). */
+ * wait whose task is now cancelled, and have every executor look at its
+ * local ones.  O(waits registered). */
 void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt);
 
 #endif

@@ -214,9 +214,8 @@ static struct cbcmn_task *ms_self(cbcmn_cx *cx, struct cbcmn__mshot *m, int64_t 
 	return t;
 }
 
-/* Cancellation of a task waiting on m, called by the canceller (under the
- * registry lock: the wait is still there) or by the task itself: flag the
- * owner, which ends the wait (cbcmn__mshot_cancel_pending()). */
+/* Cancellation of a task about to wait on m, called by the task itself:
+ * flag the owner, which ends the wait (cbcmn__mshot_cancel_pending()). */
 static void ms_on_cancel(struct cbcmn__iwait *iw)
 {
 	struct cbcmn__mshot *m = iw->user;
@@ -224,13 +223,13 @@ static void ms_on_cancel(struct cbcmn__iwait *iw)
 	cbcmn__kick(m->e);
 }
 
-/* Executor side, with the I/O cancellations: wake the cancelled waiters. */
+/* Executor side, with the I/O cancellations: wake the cancelled waiters.
+ * A stream being closed waits for its last CQE whatever happens. */
 void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
 {
 	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
 		struct cbcmn__iwait *w = m->waiter;
-		if (w && atomic_load_explicit(&w->state, memory_order_acquire) ==
-				 CBCMN__IW_CANCELLED) {
+		if (w && w->on_cancel == ms_on_cancel && cbcmn__iwait_local_cancel(w)) {
 			m->waiter = NULL;
 			cbcmn__iwait_wake(w, e);
 		}
@@ -269,6 +268,7 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 		/* Only the owning executor ends the wait (a CQE, or the cancel
 		 * flag it is kicked with): m->waiter is its alone. */
 		iw.on_cancel = ms_on_cancel;
+		iw.local = true;
 		iw.user = m;
 		m->waiter = &iw;
 		if (cbcmn__iwait_block(&iw) == CBCMN__IW_CANCELLED)
@@ -290,6 +290,7 @@ static void ms_quiesce(struct cbcmn_task *t, struct cbcmn__mshot *m)
 		struct cbcmn__iwait iw;
 		cbcmn__iwait_init(&iw, t);
 		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
+		iw.local = true;
 		m->waiter = &iw;
 		cbcmn__iwait_block(&iw);
 		m->waiter = NULL;
