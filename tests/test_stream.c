@@ -240,10 +240,13 @@ static int64_t cancel_main(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static void test_stream_cancel(void **state)
+/* The canceller is a task (cancel_main), or a thread outside the runtime
+ * while the only executor is parked in its ring: then the cancellation
+ * reaches the waiter only through the executor's own list of streams (no
+ * registry holds I/O waits).  Either way promptly. */
+static void stream_cancel_case(bool from_thread)
 {
-	(void)state;
-	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_runtime *rt = t_runtime(from_thread ? 1 : 2);
 	if (!have_streams(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
@@ -251,13 +254,42 @@ static void test_stream_cancel(void **state)
 	struct cw c = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
 	uint64_t t0 = t_now_ns();
-	assert_int_equal(run_on_0(rt, cancel_main, &c), 0);
+	if (!from_thread) {
+		assert_int_equal(run_on_0(rt, cancel_main, &c), 0);
+	} else {
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &c.n), 0);
+		assert_int_equal(cbcmn_nursery_spawn(NULL, c.n, cancel_waiter, &c, NULL), 0);
+		uint64_t end = t_now_ns() + 10000000000ull;
+		while (!atomic_load(&c.waiting) && t_now_ns() < end)
+			usleep(1000);
+		assert_int_equal(atomic_load(&c.waiting), 1);
+		usleep(100000); /* well past the idle spin */
+		cbcmn_stats st;
+		cbcmn_executor_stats ex;
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, &ex, 1), 0);
+		assert_int_equal(ex.state, CBCMN_EXEC_PARKED);
+		t0 = t_now_ns();
+		assert_int_equal(cbcmn_nursery_cancel(c.n), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, c.n), CBCMN_ECANCELED);
+	}
 	assert_true(t_now_ns() - t0 < 2000000000ull);
 	assert_int_equal(c.r, CBCMN_ECANCELED);
 	assert_int_equal(c.close_r, 0);
 	close(c.sv[0]);
 	close(c.sv[1]);
 	t_destroy(rt);
+}
+
+static void test_stream_cancel(void **state)
+{
+	(void)state;
+	stream_cancel_case(false);
+}
+
+static void test_stream_cancel_from_thread(void **state)
+{
+	(void)state;
+	stream_cancel_case(true);
 }
 
 /* ---- acceptors ------------------------------------------------------------------ */
@@ -311,41 +343,6 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 	for (int i = 0; i < a->nconn + a->queued_left; i++)
 		close(cfd[i]);
 	return rc;
-}
-
-/* Cancelled by a thread outside the runtime while the only executor is
- * parked in its ring: the cancellation reaches the stream's waiter through
- * the executor's own list (no registry holds I/O waits), promptly. */
-static void test_stream_cancel_from_thread(void **state)
-{
-	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
-	struct cw c = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
-	assert_int_equal(cbcmn_nursery_open(rt, NULL, &c.n), 0);
-	assert_int_equal(cbcmn_nursery_spawn(NULL, c.n, cancel_waiter, &c, NULL), 0);
-	uint64_t end = t_now_ns() + 10000000000ull;
-	while (!atomic_load(&c.waiting) && t_now_ns() < end)
-		usleep(1000);
-	assert_int_equal(atomic_load(&c.waiting), 1);
-	usleep(100000); /* well past the idle spin: parked */
-	cbcmn_stats st;
-	cbcmn_executor_stats ex;
-	assert_int_equal(cbcmn_stats_snapshot(rt, &st, &ex, 1), 0);
-	assert_int_equal(ex.state, CBCMN_EXEC_PARKED);
-	uint64_t t0 = t_now_ns();
-	assert_int_equal(cbcmn_nursery_cancel(c.n), 0);
-	assert_int_equal(cbcmn_nursery_await_all(NULL, c.n), CBCMN_ECANCELED);
-	assert_true(t_now_ns() - t0 < 1000000000ull);
-	assert_int_equal(c.r, CBCMN_ECANCELED);
-	assert_int_equal(c.close_r, 0);
-	close(c.sv[0]);
-	close(c.sv[1]);
-	t_destroy(rt);
 }
 
 static void test_acceptor(void **state)
