@@ -126,9 +126,7 @@ static void io_on_cancel(struct cbcmn__iwait *iw)
 	struct cbcmn__ioreq *r = (struct cbcmn__ioreq *)((char *)iw - offsetof(struct cbcmn__ioreq, iw));
 	if (r->nocancel)
 		return;
-	struct cbcmn__exec *e = r->e;
-	atomic_store_explicit(&e->io_cancel, 1, memory_order_release);
-	cbcmn__kick(e);
+	cbcmn__io_cancel_flag(r->e);
 }
 
 /* The checks every call makes, and its charge: 0 or the error to return. */

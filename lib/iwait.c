@@ -132,13 +132,27 @@ void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt)
 		}
 		cbcmn__mutex_unlock(&r->lock);
 	}
-	/* Local waits: each executor looks at its own.  Release: pairs with
-	 * the acquire that consumes the flag, so the executor sees the
-	 * cancellation that set it (the nursery's relaxed flag before it). */
-	for (uint32_t i = 0; i < rt->nexec; i++) {
-		struct cbcmn__exec *e = rt->exec[i];
-		atomic_store_explicit(&e->io_cancel, 1, memory_order_release);
-		if (atomic_load_explicit(&e->lstate, memory_order_acquire) != CBCMN__EX_STOPPED)
-			cbcmn__kick(e);
-	}
+	/* Local waits: each executor looks at its own. */
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		cbcmn__io_cancel_flag(rt->exec[i]);
+}
+
+/* Have e look for cancelled I/O waits among its own, and kick it only if
+ * it may be asleep with some: an executor that is running looks between
+ * tasks (we are one of those tasks when e is ours), and one asleep with
+ * no I/O waits has nothing to look for.  An exchange, not a store: the
+ * executor's acquire exchange that consumes the flag then synchronises
+ * with every setter, so it sees each cancellation behind it. */
+void cbcmn__io_cancel_flag(struct cbcmn__exec *e)
+{
+	if (atomic_exchange_explicit(&e->io_cancel, 1, memory_order_seq_cst))
+		return; /* not consumed yet: e looks before it sleeps again */
+	if (e == cbcmn__tls_exec)
+		return;
+	/* Pairs with the fence in cbcmn__park() after e publishes io_live:
+	 * either e sees our flag there and stays awake, or we see its I/O
+	 * waits here and wake it. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&e->io_live, memory_order_relaxed))
+		cbcmn__kick(e);
 }

@@ -214,6 +214,7 @@ struct cbcmn__exec {
 	/* Mail: lanes with entries (bit per source), and their summary. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t mail_any;
 	_Atomic uint32_t io_cancel;       /* an I/O wait here was cancelled (io.c) */
+	_Atomic uint32_t io_live;         /* I/O waits here, published at park (iwait.c) */
 	_Atomic(struct cbcmn_task *) remote; /* pinned work from outside threads (LIFO) */
 	_Atomic uint64_t mail_bits[CBCMN_MAX_EXECUTORS / 64]; /* lanes with messages */
 	_Atomic uint64_t ack_bits[CBCMN_MAX_EXECUTORS / 64];  /* lanes with only acks, maybe */
@@ -508,6 +509,7 @@ void cbcmn__kick(struct cbcmn__exec *e);
 void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, uint32_t flags,
 		   bool timeout);
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e);
+void cbcmn__io_cancel_flag(struct cbcmn__exec *e);
 void cbcmn__io_orphan_all(struct cbcmn__exec *e);
 
 /* stream.c */

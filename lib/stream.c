@@ -219,8 +219,7 @@ static struct cbcmn_task *ms_self(cbcmn_cx *cx, struct cbcmn__mshot *m, int64_t 
 static void ms_on_cancel(struct cbcmn__iwait *iw)
 {
 	struct cbcmn__mshot *m = iw->user;
-	atomic_store_explicit(&m->e->io_cancel, 1, memory_order_release);
-	cbcmn__kick(m->e);
+	cbcmn__io_cancel_flag(m->e);
 }
 
 /* Executor side, with the I/O cancellations: wake the cancelled waiters.

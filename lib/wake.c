@@ -228,6 +228,9 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 		e->searching = false;
 		atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst);
 	}
+	/* Whether a cancellation must kick us awake (cbcmn__io_cancel_flag();
+	 * the fence below pairs with its fence). */
+	atomic_store_explicit(&e->io_live, e->ring.inflight || e->nmshots, memory_order_relaxed);
 	idle_set(e);
 	/* Pairs with the fence in cbcmn__notify_one(): see the file comment. */
 	atomic_thread_fence(memory_order_seq_cst);

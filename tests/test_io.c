@@ -1342,6 +1342,32 @@ static void test_already_cancelled_does_nothing(void **state)
 	files_teardown(&pc.f);
 }
 
+/* Cancelling nurseries wakes no executor that has no I/O waiting: they
+ * stay parked (cancellation is frequent: every failing child cancels its
+ * siblings), while one with a read in flight is woken to cancel it. */
+static void test_cancel_wakes_only_executors_with_io(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_io(2);
+	sleep_ms(100); /* both parked */
+	cbcmn_stats s0, s1;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &s0, NULL, 0), 0);
+	for (int i = 0; i < 100; i++) {
+		cbcmn_nursery *n;
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+		assert_int_equal(cbcmn_nursery_cancel(n), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	}
+	sleep_ms(20);
+	assert_int_equal(cbcmn_stats_snapshot(rt, &s1, NULL, 0), 0);
+	assert_int_equal(s1.total.wakes - s0.total.wakes, 0);
+	assert_int_equal(s1.total.doorbells_recv - s0.total.doorbells_recv, 0);
+	t_destroy(rt);
+	/* And one blocked in a read is still reached (the same as
+	 * test_cancel_read_from_thread, on one executor). */
+	cancel_from_thread(1, CK_PIPE_READ);
+}
+
 /* ---- 6. misuse ---------------------------------------------------------------- */
 
 static void test_null_cx(void **state)
@@ -2262,6 +2288,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancel_many_in_flight),
 		T_WATCHED_TEST(test_cancel_accept_leaks_no_fd),
 		T_WATCHED_TEST(test_already_cancelled_does_nothing),
+		T_WATCHED_TEST(test_cancel_wakes_only_executors_with_io),
 		T_WATCHED_TEST(test_null_cx),
 		T_WATCHED_TEST(test_bad_arguments),
 		T_WATCHED_TEST(test_pread_on_pipe_ignores_offset),
