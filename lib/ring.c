@@ -343,7 +343,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
  * the same fd number, which other executors use for MSG_RING.  First wait
  * for the old thread to be gone: its exit cancels its requests and waits
  * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end as cancelled. */
+ * waits end as cancelled, and so do its streams and acceptors. */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
@@ -361,7 +361,7 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	struct io_uring old = r->u;
 	int oldfd = r->fd;
 	r->up = r->enabled = r->efd_armed = false;
-	cbcmn__bufring_fini(e); /* registered with the old ring */
+	cbcmn__bufring_retire(e); /* registered with the old ring */
 	int rc = cbcmn__ring_create(e);
 	if (rc)
 		return rc;
@@ -382,6 +382,7 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 		munmap(old.cq.ring_ptr, old.cq.ring_sz);
 	munmap(old.sq.ring_ptr, old.sq.ring_sz);
 	cbcmn__io_orphan_all(e);
+	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;
 	return 0;
 }

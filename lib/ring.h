@@ -55,6 +55,7 @@ struct cbcmn__ring {
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
 	struct io_uring_buf_ring *br; /* provided buffers for streams (stream.c) */
 	char *bufs;
+	void *dead_br;        /* buffer rings of dead threads' rings, kept (stream.c) */
 	pid_t tid;            /* owner thread, for a takeover (sched.c) */
 };
 

@@ -101,13 +101,39 @@ static void buf_return(struct cbcmn__exec *e, uint32_t bid)
 	io_uring_buf_ring_advance(r->br, 1);
 }
 
+#define BUFRING_BYTES \
+	((size_t)CBCMN__BUFRING_N * sizeof(struct io_uring_buf) + \
+	 (size_t)CBCMN__BUFRING_N * CBCMN__BUFRING_SIZE)
+
+/* No stream is open on e any more: unmap its buffers, and those of rings
+ * its dead threads left (cbcmn__bufring_retire()). */
 void cbcmn__bufring_fini(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	while (r->dead_br) {
+		void *next = *(void **)r->dead_br;
+		munmap(r->dead_br, BUFRING_BYTES);
+		r->dead_br = next;
+	}
+	if (!r->br)
+		return;
+	munmap(r->br, BUFRING_BYTES);
+	r->br = NULL;
+	r->bufs = NULL;
+}
+
+/* The ring the buffers were registered with died with its thread: the next
+ * stream gets a new buffer ring.  The old memory stays mapped until no
+ * stream is open (cbcmn__bufring_fini()), since a task may still read the
+ * buffer it holds.  The kernel no longer reads the old ring's entries: the
+ * first one links the list. */
+void cbcmn__bufring_retire(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	if (!r->br)
 		return;
-	munmap(r->br, (size_t)CBCMN__BUFRING_N * sizeof(struct io_uring_buf) +
-			      (size_t)CBCMN__BUFRING_N * CBCMN__BUFRING_SIZE);
+	*(void **)r->br = r->dead_br;
+	r->dead_br = r->br;
 	r->br = NULL;
 	r->bufs = NULL;
 }
@@ -220,6 +246,32 @@ static void ms_on_cancel(struct cbcmn__iwait *iw)
 {
 	struct cbcmn__mshot *m = iw->user;
 	cbcmn__io_cancel_flag(m->e);
+}
+
+/* The executor's thread died (cbcmn__ring_takeover()): the multishot
+ * requests went with its ring.  Each stream and acceptor ends as its
+ * requests did: a waiter wakes, and the next call returns -ECANCELED (an
+ * acceptor first hands out the connections it had accepted).  A stream's
+ * queued buffers were the old buffer ring's (cbcmn__bufring_retire()):
+ * dropped; the one its task holds stays readable. */
+void cbcmn__mshot_orphan_all(struct cbcmn__exec *e)
+{
+	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
+		if (m->kind == MS_STREAM) {
+			m->qhead = m->qlen = 0;
+			m->held = -1;
+		}
+		m->armed = m->cancel_sent = m->nobufs = false;
+		if (!m->done) {
+			m->done = true;
+			m->err = -ECANCELED;
+		}
+		struct cbcmn__iwait *w = m->waiter;
+		if (w && (cbcmn__iwait_claim(w) || w->on_cancel)) {
+			m->waiter = NULL;
+			cbcmn__iwait_wake(w, e);
+		}
+	}
 }
 
 /* Executor side, with the I/O cancellations: wake the cancelled waiters.

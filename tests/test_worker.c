@@ -1,7 +1,9 @@
 /* test_worker: an executor thread that dies under a task (SPEC-021 §14
  * WorkerPanic): the runtime reports it, ends that task with CBCMN_EPANIC,
  * and keeps all its executors running. */
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "helpers.h"
 
@@ -119,10 +121,101 @@ static void test_dead_executor_is_replaced(void **state)
 	}
 }
 
+/* A stream's waiter on an executor whose thread dies: it wakes with
+ * -ECANCELED (the multishot request went with the old ring), closing the
+ * stream works, and a new stream on the same executor receives through a
+ * new buffer ring. */
+struct orphan {
+	int sv[2];
+	_Atomic int waiting;
+	int64_t recv_rc, close_rc, again_rc;
+	char again[8];
+};
+
+static int64_t orphan_reader(cbcmn_cx *cx, void *arg)
+{
+	struct orphan *o = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, o->sv[0], &s);
+	if (rc) { /* no multishot recv here: the test skips */
+		o->recv_rc = rc;
+		atomic_store(&o->waiting, 2);
+		return 0;
+	}
+	const void *d;
+	atomic_store(&o->waiting, 1);
+	o->recv_rc = cbcmn_stream_recv(cx, s, &d);
+	o->close_rc = cbcmn_stream_close(cx, s);
+	/* On the new thread and ring: a new stream works. */
+	TASK_CHECK(write(o->sv[1], "again", 5) == 5);
+	TASK_CHECK(cbcmn_stream_open(cx, o->sv[0], &s) == 0);
+	o->again_rc = cbcmn_stream_recv(cx, s, &d);
+	if (o->again_rc > 0)
+		memcpy(o->again, d, (size_t)o->again_rc < sizeof(o->again) ? (size_t)o->again_rc : 7);
+	TASK_CHECK(cbcmn_stream_close(cx, s) == 0);
+	return 0;
+}
+
+static int64_t orphan_main(cbcmn_cx *cx, void *arg)
+{
+	struct orphan *o = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *readers, *quitters;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &readers) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, readers, orphan_reader, o, NULL) == 0);
+	while (!atomic_load(&o->waiting))
+		cbcmn_yield(cx);
+	if (atomic_load(&o->waiting) == 2)
+		return cbcmn_nursery_await_all(cx, readers);
+	for (int i = 0; i < 10; i++)
+		cbcmn_yield(cx); /* the reader is blocked in the ring */
+	/* In a nursery of its own: its panic cancels nothing of the reader's. */
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &quitters) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, quitters, quitter, NULL, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, quitters) == CBCMN_EPANIC);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, readers) == 0);
+	return 0;
+}
+
+static void test_dead_executor_ends_its_streams(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	struct orphan o = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, o.sv), 0);
+	int saved, fd = t_stderr_capture(&saved);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, orphan_main, &o, &r);
+	char msg[4096];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	if (o.recv_rc == -EOPNOTSUPP) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(o.recv_rc, -ECANCELED);
+	assert_int_equal(o.close_rc, 0);
+	assert_int_equal(o.again_rc, 5);
+	assert_memory_equal(o.again, "again", 5);
+	close(o.sv[0]);
+	close(o.sv[1]);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_dead_executor_is_replaced),
+		T_WATCHED_TEST(test_dead_executor_ends_its_streams),
 	};
 	return cmocka_run_group_tests_name("worker", tests, NULL, NULL);
 }
