@@ -81,9 +81,8 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
  * wait: cancel in the kernel the requests of e's cancelled waits. */
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 {
-	/* acquire: pairs with the release in io_on_cancel() (after the CAS
-	 * that made the wait CANCELLED) or in cbcmn__iwait_cancel_scan()
-	 * (after the nursery's flag). */
+	/* acquire: pairs with the exchange in cbcmn__io_cancel_flag(), after
+	 * the CAS that made a wait CANCELLED or the nursery's flag. */
 	if (!atomic_exchange_explicit(&e->io_cancel, 0, memory_order_acquire))
 		return;
 	cbcmn__mshot_cancel_pending(e);

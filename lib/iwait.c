@@ -101,10 +101,11 @@ void cbcmn__iwait_ignore_cancel(struct cbcmn__iwait *iw)
 bool cbcmn__iwait_local_cancel(struct cbcmn__iwait *iw)
 {
 	uint32_t s = atomic_load_explicit(&iw->state, memory_order_acquire);
-	if (s == CBCMN__IW_WAITING && cbcmn__task_cancelled(iw->w.task))
-		return cbcmn__iwait_claim_as(iw, CBCMN__IW_CANCELLED) ||
-		       atomic_load_explicit(&iw->state, memory_order_acquire) == CBCMN__IW_CANCELLED;
-	return s == CBCMN__IW_CANCELLED;
+	if (s == CBCMN__IW_WAITING && cbcmn__task_cancelled(iw->w.task) &&
+	    atomic_compare_exchange_strong_explicit(&iw->state, &s, CBCMN__IW_CANCELLED,
+						    memory_order_acq_rel, memory_order_acquire))
+		return true;
+	return s == CBCMN__IW_CANCELLED; /* a failed CAS left the state in s */
 }
 
 void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt)

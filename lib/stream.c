@@ -167,6 +167,19 @@ static struct ms_item ms_pop(struct cbcmn__mshot *m)
 	return it;
 }
 
+/* Something happened on m (a CQE, or the end of its ring): wake its
+ * waiter, ours to wake if we claim it, or if cancellation claimed it but
+ * left the wake to us (on_cancel: closing waits for the last CQE).  A wait
+ * that cancellation woke itself is not touched again. */
+static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m)
+{
+	struct cbcmn__iwait *w = m->waiter;
+	if (w && (cbcmn__iwait_claim(w) || w->on_cancel)) {
+		m->waiter = NULL;
+		cbcmn__iwait_wake(w, e);
+	}
+}
+
 /* Executor side: a CQE of m's SQE. */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
@@ -197,14 +210,7 @@ void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res
 		m->done = true;
 		m->err = res;
 	}
-	struct cbcmn__iwait *w = m->waiter;
-	/* Ours to wake if we claim it, or if cancellation claimed it but left
-	 * the wake to us (on_cancel: closing waits for the last CQE).  A
-	 * wait that cancellation woke itself is not touched again. */
-	if (w && (cbcmn__iwait_claim(w) || w->on_cancel)) {
-		m->waiter = NULL;
-		cbcmn__iwait_wake(w, e);
-	}
+	ms_event(e, m);
 }
 
 static void ms_arm(struct cbcmn__mshot *m)
@@ -266,11 +272,7 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e)
 			m->done = true;
 			m->err = -ECANCELED;
 		}
-		struct cbcmn__iwait *w = m->waiter;
-		if (w && (cbcmn__iwait_claim(w) || w->on_cancel)) {
-			m->waiter = NULL;
-			cbcmn__iwait_wake(w, e);
-		}
+		ms_event(e, m);
 	}
 }
 
