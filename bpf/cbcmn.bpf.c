@@ -17,6 +17,11 @@ char LICENSE[] SEC("license") = "GPL";
 /* The process watched (its tgid), set by the loader before load. */
 const volatile __u32 targ_tgid = 0;
 
+/* Set by the loader once sched_switch is attached and every executor
+ * has its record: a thread's first switch seen after it closes a period
+ * that began no later than this. */
+__u64 switch_seen_from = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CBCMN_BPF_NSLOTS);
@@ -244,7 +249,11 @@ int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind)
 	struct cbcmn_bpf_sched *ts = shard_sched_of(slot_of(target));
 	if (!ts)
 		return 0;
-	if (ts->oncpu) {
+	__u32 running = ts->oncpu;
+	struct task_struct *task = (struct task_struct *)ts->task;
+	if (task) /* a switch-in missed would leave oncpu at 0 */
+		running = BPF_CORE_READ(task, on_cpu);
+	if (running) {
 		if (ts->on_ts >= t0) {
 			/* It was switched in after the doorbell started: the
 			 * wake already happened, measure it now. */
@@ -329,7 +338,14 @@ int BPF_USDT(cbcmn_exec_start, __u32 executor, int tid, int cpu)
 	struct cbcmn_bpf_shard *s;
 	if (!in_target() || !(s = shard(slot_of(executor))))
 		return 0;
-	struct cbcmn_bpf_thread th = {.shard = slot_of(executor), .on_ts = bpf_ktime_get_ns()};
+	/* It fires on the executor's own thread: its time so far is before
+	 * our watch. */
+	struct task_struct *me = (struct task_struct *)bpf_get_current_task();
+	struct cbcmn_bpf_thread th = {
+		.shard = slot_of(executor),
+		.last_ts = bpf_ktime_get_ns(),
+		.last_sum = BPF_CORE_READ(me, se.sum_exec_runtime),
+	};
 	__u32 key = (__u32)tid;
 	bpf_map_update_elem(&threads, &key, &th, BPF_ANY);
 	s->tid = key;
@@ -342,8 +358,9 @@ int BPF_USDT(cbcmn_exec_start, __u32 executor, int tid, int cpu)
 	struct cbcmn_bpf_sched *ss = shard_sched_of(slot_of(executor));
 	if (ss) {
 		ss->db_t0 = 0;
-		ss->on_ts = th.on_ts;
+		ss->on_ts = th.last_ts;
 		ss->oncpu = 1;
+		ss->task = (__u64)me;
 	}
 	return 0;
 }
@@ -373,6 +390,32 @@ static __always_inline long task_state(struct task_struct *t)
 	return BPF_CORE_READ((struct task_struct___o *)t, state);
 }
 
+/* A switch of thread th (task t) at now, in or out: the time since its
+ * previous switch seen splits into on a CPU (what the kernel added to
+ * t's se.sum_exec_runtime meanwhile) and off it (the rest).  Exact
+ * whatever switches were not seen: this kernel does not trace every
+ * switch (here those away from some threads of the VM's agent are
+ * missing), and a sum of stretches between the switches seen would
+ * count a missed one's time on the wrong side.  Inside two seq bumps,
+ * fully ordered atomics: a reader that sees the sums moved also sees seq
+ * moved (bpfmon.c read_shard). */
+static __always_inline void account_switch(struct cbcmn_bpf_thread *th, struct cbcmn_bpf_shard *s,
+					   struct task_struct *t, __u64 now)
+{
+	__u64 sum = BPF_CORE_READ(t, se.sum_exec_runtime);
+	__u64 from = th->last_ts ? th->last_ts : switch_seen_from;
+	__sync_fetch_and_add(&th->seq, 1);
+	if (from && from <= now && th->last_sum <= sum) {
+		__u64 on = sum - th->last_sum, span = now - from;
+		ADD(s, oncpu_ns, on);
+		if (span > on)
+			ADD(s, offcpu_ns, span - on);
+	}
+	th->last_ts = now;
+	th->last_sum = sum;
+	__sync_fetch_and_add(&th->seq, 1);
+}
+
 static __always_inline void on_switch(struct task_struct *prev, struct task_struct *next)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -383,9 +426,7 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 	if (BPF_CORE_READ(prev, tgid) == targ_tgid) {
 		tid = BPF_CORE_READ(prev, pid);
 		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
-			if (th->on_ts)
-				ADD(s, oncpu_ns, now - th->on_ts);
-			th->off_ts = now;
+			account_switch(th, s, prev, now);
 			ADD(s, switches, 1);
 			if (task_state(prev) == 0) { /* TASK_RUNNING: preempted */
 				ADD(s, involuntary, 1);
@@ -399,9 +440,7 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 	if (BPF_CORE_READ(next, tgid) == targ_tgid) {
 		tid = BPF_CORE_READ(next, pid);
 		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
-			if (th->off_ts)
-				ADD(s, offcpu_ns, now - th->off_ts);
-			th->on_ts = now;
+			account_switch(th, s, next, now);
 			if (th->wake_ts && th->wake_ts <= now) {
 				ADD(s, runq_waits, 1);
 				ADD(s, runq_ns, now - th->wake_ts);
@@ -412,6 +451,7 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 			if (ss) {
 				ss->on_ts = now;
 				ss->oncpu = 1;
+				ss->task = (__u64)next;
 				__u64 t0 = ss->db_t0;
 				if (t0 && t0 <= now) {
 					ADD(s, doorbell_lat, 1);

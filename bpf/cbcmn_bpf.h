@@ -70,9 +70,16 @@ struct cbcmn_bpf_shard {
  * attribution the kernel tracepoints use: the "threads" HASH, key = tid. */
 struct cbcmn_bpf_thread {
 	__u32 shard;
-	__u32 pad;
-	__u64 on_ts;               /* last switch-in, ns (0: unknown) */
-	__u64 off_ts;              /* last switch-out, ns (0: unknown) */
+	__u32 seq;                 /* odd while sched_switch moves last_ts/last_sum
+				    * and its shard's on/off-CPU sums: a reader
+				    * that saw the same even value before and
+				    * after reading the sums saw no switch half
+				    * done */
+	__u64 last_ts;             /* its last switch (in or out) seen, ns; 0: none
+				    * since attach */
+	__u64 last_sum;            /* its se.sum_exec_runtime then (before the
+				    * first: the loader's reading at attach, from
+				    * /proc; above any real sum: unknown) */
 	__u64 wake_ts;             /* made runnable (wakeup, preemption), not yet on a CPU */
 	__u64 futex_ts;            /* entered a FUTEX_WAIT-family futex(2), not yet out */
 	__u64 db_submit_ts;        /* its last MSG_RING SQE submitted (a doorbell's start) */
@@ -83,8 +90,11 @@ struct cbcmn_bpf_thread {
 struct cbcmn_bpf_sched {
 	__u64 on_ts;               /* last switch-in of the shard's thread */
 	__u64 db_t0;               /* oldest doorbell not yet followed by a switch-in, 0 none */
-	__u32 oncpu;               /* the thread is on a CPU now */
+	__u32 oncpu;               /* the thread is on a CPU now, by the switches seen */
 	__u32 pad;
+	__u64 task;                /* its task_struct, whose on_cpu is the truth
+				    * (account_switch: not every switch is
+				    * seen); 0: not known yet */
 };
 
 /* The "hists" ARRAY: log2 histograms, index

@@ -76,8 +76,15 @@ static const struct col {
 };
 #define NCOLS (sizeof(cols) / sizeof(cols[0]))
 
+/* on_ms and off_ms are up to the read, with the time since the thread's
+ * last switch: a thread that never leaves its CPU (or never gets one) is
+ * counted, not at 0 until it switches. */
 static uint64_t get(const struct bpfmon_shard *s, const struct col *c)
 {
+	if (c->off == offsetof(struct cbcmn_bpf_shard, oncpu_ns))
+		return bpfmon_oncpu_ns(s);
+	if (c->off == offsetof(struct cbcmn_bpf_shard, offcpu_ns))
+		return bpfmon_offcpu_ns(s);
 	return *(const uint64_t *)((const char *)&s->c + c->off);
 }
 
@@ -125,8 +132,12 @@ static void delta(struct bpfmon_shard *d, const struct bpfmon_shard *now,
 		  const struct bpfmon_shard *before)
 {
 	*d = *now;
-	for (size_t k = 0; k < NCOLS; k++)
-		*(uint64_t *)((char *)&d->c + cols[k].off) = get(now, &cols[k]) - get(before, &cols[k]);
+	d->oncpu_now_ns = d->offcpu_now_ns = 0; /* in d->c's */
+	for (size_t k = 0; k < NCOLS; k++) {
+		uint64_t a = get(now, &cols[k]), b = get(before, &cols[k]);
+		/* off-CPU time may step back by a tick (bpfmon.h) */
+		*(uint64_t *)((char *)&d->c + cols[k].off) = a > b ? a - b : 0;
+	}
 	for (int k = 0; k < CBCMN_BPF_MAX_OPS; k++)
 		d->sqe_ops[k] = now->sqe_ops[k] - before->sqe_ops[k];
 	for (int k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {

@@ -79,6 +79,13 @@ static const struct spec {
  * reason (6.4+ kernels keep the end of the log when it does not fit). */
 #define LOG_LEN 4096
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* bpf_ktime_get_ns()'s clock */
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* An executor found by its thread name before exec_start told us. */
 struct ident {
 	__u32 tid;
@@ -94,7 +101,8 @@ struct bpfmon {
 	int refused[NSPECS];      /* the load error of a program the kernel refused, 0 none */
 	struct bpf_link *links[NSPECS][MAX_BINS];
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
-	bool switch_on;           /* a sched_switch program is attached: on/off_ts move */
+	bool switch_on;           /* a sched_switch program is attached: the records move */
+	uint64_t seen_from;       /* switch_seen_from in the programs */
 	char pin_dir[PATH_MAX];
 };
 
@@ -219,6 +227,27 @@ static int pinned_cpu(pid_t tid)
 	return -1;
 }
 
+/* Thread tid's se.sum_exec_runtime, the kernel's own count of its time
+ * on a CPU (/proc's schedstat, first field; for a thread on a CPU now, as
+ * of the last tick), ns; UINT64_MAX when it cannot be read. */
+static uint64_t sched_sum(pid_t pid, __u32 tid)
+{
+	char path[64], buf[96];
+	snprintf(path, sizeof(path), "/proc/%d/task/%u/schedstat", (int)pid, tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return UINT64_MAX;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return UINT64_MAX;
+	buf[n] = 0;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(buf, &end, 10);
+	return errno || end == buf ? UINT64_MAX : (uint64_t)v;
+}
+
 /* Executors already running: threads named "cbcmn-exec-N".  Only adds
  * threads the map does not know (exec_start may have beaten us).  Their
  * thread and CPU go to m->ident (bpfmon_read reports them where the shard
@@ -250,7 +279,7 @@ static void scan_executors(struct bpfmon *m, bool attached)
 		if (sscanf(comm, "cbcmn-exec-%u", &id) != 1 || id >= CBCMN_BPF_MAX_SHARDS)
 			continue;
 		__u32 tid = (__u32)atoi(de->d_name);
-		struct cbcmn_bpf_thread th = {.shard = id};
+		struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, tid)};
 		bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
 		m->ident[id].tid = tid;
 		m->ident[id].cpu = pinned_cpu((pid_t)tid);
@@ -539,6 +568,9 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	for (size_t i = 0; i < NSPECS; i++)
 		m->switch_on |= m->progs[i].state == BPFMON_ATTACHED &&
 				!strncmp(specs[i].name, "cbcmn_sched_switch", 18);
+	/* Every executor has its record now: any switch of theirs from here
+	 * on is seen, so a first one closes a stretch that began no later. */
+	m->seen_from = m->skel->bss->switch_seen_from = mono_ns();
 	btf__free(vmlinux);
 	*out = m;
 	return 0;
@@ -555,21 +587,15 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
 	return NSPECS;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* bpf_ktime_get_ns()'s clock */
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Shard i's counters into o->c, and the stretch its thread has been on a
- * CPU so far into o->oncpu_now_ns.  sched_switch keeps the thread's last
- * switch-in and switch-out in the threads map (on_ts > off_ts: on a CPU
- * now; on_ts 0: not seen yet; no entry: it left its loop) and adds a
- * stretch to oncpu_ns at the switch-out.  The counters are read between
- * two reads of that record, again if it moved meanwhile: a stretch must
- * not be added to counters that already hold it.  Three lookups more per
- * shard. */
+/* Shard i's counters into o->c, and what its thread was on and off a CPU
+ * since its last switch seen (o->oncpu_now_ns, o->offcpu_now_ns), as of
+ * o->read_ns.  sched_switch keeps in the threads map the thread's last
+ * switch and its se.sum_exec_runtime then (no entry: it left its loop),
+ * and adds the period before it to the sums inside two bumps of the
+ * record's seq.  The counters and the thread's sum now (/proc) are read
+ * between two reads of the record, again if a switch moved it meanwhile:
+ * a period is never counted twice, nor left out of both.  Three lookups
+ * and a /proc read more per shard. */
 static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 {
 	if (bpf_map_lookup_elem(fs, &i, &o->c))
@@ -578,13 +604,14 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 		o->c.tid = m->ident[i].tid;
 		o->c.cpu = m->ident[i].cpu;
 	}
-	o->oncpu_now_ns = 0;
+	o->oncpu_now_ns = o->offcpu_now_ns = 0;
+	o->read_ns = mono_ns();
 	if (!m->switch_on || !o->c.tid || i >= CBCMN_BPF_MAX_SHARDS)
-		return 0; /* without sched_switch on_ts stays at exec_start's */
+		return 0; /* without sched_switch the sums stay at 0 */
 	int ft = bpf_map__fd(m->skel->maps.threads);
 	__u32 tid = o->c.tid, keep_tid = o->c.tid;
 	__s32 keep_cpu = o->c.cpu;
-	for (int tries = 0; tries < 4; tries++) {
+	for (int tries = 0; tries < 8; tries++) {
 		struct cbcmn_bpf_thread a, b;
 		if (bpf_map_lookup_elem(ft, &tid, &a))
 			return errno == ENOENT ? 0 : -errno;
@@ -594,18 +621,22 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 			o->c.tid = keep_tid;
 			o->c.cpu = keep_cpu;
 		}
+		uint64_t sum = sched_sum(m->pid, tid), now = mono_ns();
 		if (bpf_map_lookup_elem(ft, &tid, &b))
 			return errno == ENOENT ? 0 : -errno;
 		if (b.shard != i)
 			return 0; /* its thread id went to another shard's thread */
-		if (a.on_ts != b.on_ts || a.off_ts != b.off_ts)
+		if ((a.seq & 1) || a.seq != b.seq || a.last_ts != b.last_ts)
 			continue;
-		uint64_t now = mono_ns();
-		if (b.on_ts && b.on_ts > b.off_ts && now > b.on_ts)
-			o->oncpu_now_ns = now - b.on_ts;
+		o->read_ns = now;
+		uint64_t from = b.last_ts ? b.last_ts : m->seen_from;
+		if (sum == UINT64_MAX || b.last_sum > sum || !from || from > now)
+			return 0; /* gone, or no base to count from */
+		o->oncpu_now_ns = sum - b.last_sum;
+		o->offcpu_now_ns = now - from > o->oncpu_now_ns ? now - from - o->oncpu_now_ns : 0;
 		return 0;
 	}
-	return 0; /* switching all the time: no stretch is long */
+	return 0; /* switching all the time: what is since the last is little */
 }
 
 int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)

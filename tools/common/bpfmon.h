@@ -66,17 +66,33 @@ struct bpfmon_prog {
  * hist[CBCMN_BPF_HIST_STEAL] (steal latency, by thief). */
 struct bpfmon_shard {
 	struct cbcmn_bpf_shard c;
-	/* c.oncpu_ns grows only when the thread leaves a CPU: a thread on a
-	 * CPU at the read has this much more, the stretch since it was last
-	 * switched in (0 when it is off a CPU, unknown, or the sched programs
-	 * are not attached).  c.oncpu_ns + oncpu_now_ns is its on-CPU time up
-	 * to the read; it never goes back, except by the few ns of one
-	 * stretch should a read fall between a switch-out's two updates. */
+	/* c.oncpu_ns and c.offcpu_ns grow at the thread's switches: since
+	 * its last one it has been on a CPU oncpu_now_ns more (from its
+	 * se.sum_exec_runtime now, in /proc, which for a thread on a CPU is
+	 * as of the last tick) and off it offcpu_now_ns.  Both are 0 when
+	 * the sched programs are not attached or the thread is gone.  The
+	 * sums with them are its time on and off a CPU since attach up to
+	 * read_ns; the first never goes back, the second may by up to a tick
+	 * (the sum in /proc lags by that much while the thread runs). */
 	uint64_t oncpu_now_ns;
+	uint64_t offcpu_now_ns;
+	uint64_t read_ns; /* CLOCK_MONOTONIC when the two were taken */
 	uint64_t sqe_ops[CBCMN_BPF_MAX_OPS];
 	uint64_t lock_hist[CBCMN_BPF_HIST_SLOTS];
 	uint64_t hist[CBCMN_BPF_NHISTS][CBCMN_BPF_HIST_SLOTS];
 };
+
+/* A shard's thread's time on / off a CPU since attach up to the read:
+ * what was counted at its switches plus what came since the last. */
+static inline uint64_t bpfmon_oncpu_ns(const struct bpfmon_shard *k)
+{
+	return k->c.oncpu_ns + k->oncpu_now_ns;
+}
+
+static inline uint64_t bpfmon_offcpu_ns(const struct bpfmon_shard *k)
+{
+	return k->c.offcpu_ns + k->offcpu_now_ns;
+}
 
 /* Samples in a log2 histogram of CBCMN_BPF_HIST_SLOTS slots. */
 uint64_t bpfmon_hist_count(const uint64_t *hist);
@@ -98,9 +114,11 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs);
 
 /* Read the counters of shards [0, n) into out[0..n) (n at most
  * CBCMN_BPF_NSLOTS; index CBCMN_BPF_OUTSIDE is threads outside the
- * runtime), with each executor's current on-CPU stretch (oncpu_now_ns,
- * against CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns).  Returns the number of shards seen so far (the highest shard
- * with any activity + 1, at most n), or a negative errno. */
+ * runtime), with each executor's time on and off a CPU since its last
+ * switch (oncpu_now_ns, offcpu_now_ns, as of read_ns on CLOCK_MONOTONIC,
+ * the clock of bpf_ktime_get_ns).  Returns the number of shards seen so
+ * far (the highest shard with any activity + 1, at most n), or a
+ * negative errno. */
 int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n);
 
 /* Steals from victim by thief so far (steals, tasks moved, failed probes);

@@ -286,12 +286,13 @@ static int read_kernel(struct top_model *m, struct snap *s, const struct snap *p
 		return rc;
 	for (uint32_t i = n; i < s->n; i++)
 		memset(&s->k[i], 0, sizeof(s->k[i]));
-	/* On-CPU time up to now never goes back: a read that fell between a
-	 * switch-out's two updates (bpfmon.h) counted one stretch twice; hold
-	 * the total until the counters catch up. */
+	/* On-CPU time up to now never goes back, but a read that found no
+	 * base for the time since the last switch (the thread's record or
+	 * /proc entry gone) has less: hold the total until the counters
+	 * catch up. */
 	for (uint32_t i = 0; prev && i < n && i < prev->n; i++) {
-		uint64_t was = top_oncpu_ns(&prev->k[i]);
-		if (top_oncpu_ns(&s->k[i]) < was && s->k[i].c.oncpu_ns <= was)
+		uint64_t was = bpfmon_oncpu_ns(&prev->k[i]);
+		if (bpfmon_oncpu_ns(&s->k[i]) < was && s->k[i].c.oncpu_ns <= was)
 			s->k[i].oncpu_now_ns = was - s->k[i].c.oncpu_ns;
 	}
 	memset(s->out, 0, s->n * sizeof(*s->out));
@@ -359,10 +360,13 @@ static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfm
 	r->v[TOP_COL_WAIT] = dt > 0 ? (DK(futex_wait_ns) + DK(lock_wait_ns)) / dt / 1e6 : NAN;
 	r->v[TOP_COL_MIGR] = (double)k->c.migrations;
 	/* With the stretch it is on a CPU for now (bpfmon_read), so a thread
-	 * that never leaves its CPU reads 100, not 0 and then a burst.  The
-	 * interval is timed in user space, the stretch by the kernel's clock
-	 * a few us later: at most a hair above 100, cut there. */
-	double on = dt > 0 ? delta(top_oncpu_ns(k), top_oncpu_ns(kp)) / (dt * 1e9) * 100 : NAN;
+	 * that never leaves its CPU reads 100, not 0 and then a burst.  Over
+	 * the interval between the two reads of the stretch, on the clock
+	 * that timed it: a viewer held up between its sample's time and the
+	 * read would otherwise put the wait into one interval (cut at 100)
+	 * and take it out of the next. */
+	double kdt = k->read_ns > kp->read_ns ? (double)(k->read_ns - kp->read_ns) : 0;
+	double on = kdt > 0 ? delta(bpfmon_oncpu_ns(k), bpfmon_oncpu_ns(kp)) / kdt * 100 : NAN;
 	r->v[TOP_COL_ONCPU] = on > 100 ? 100 : on;
 	if (dt <= 0)
 		return;

@@ -167,13 +167,6 @@ int top_model_sample(struct top_model *m);
 /* Detach the BPF programs, stop watching, free.  NULL is fine. */
 void top_model_close(struct top_model *m);
 
-/* A shard's on-CPU time since attach up to the read: what the kernel
- * accounted at its switch-outs plus the stretch it is on a CPU for now. */
-static inline uint64_t top_oncpu_ns(const struct bpfmon_shard *k)
-{
-	return k->c.oncpu_ns + k->oncpu_now_ns;
-}
-
 /* The i-th most recent value of a row's column (0: the last); NAN when
  * there is none. */
 double top_row_past(const struct top_model *m, const struct top_row *r, enum top_col c,

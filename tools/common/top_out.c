@@ -129,7 +129,8 @@ static void json_kernel(struct jw *j, const struct top_row *r)
 	jw_u64(j, "doorbell_lat", c->doorbell_lat);
 	jw_u64(j, "futex_wait_ns", c->futex_wait_ns);
 	jw_u64(j, "lock_wait_ns", c->lock_wait_ns);
-	jw_u64(j, "oncpu_ns", top_oncpu_ns(r->k));
+	jw_u64(j, "oncpu_ns", bpfmon_oncpu_ns(r->k));
+	jw_u64(j, "offcpu_ns", bpfmon_offcpu_ns(r->k));
 	jw_u64(j, "involuntary", c->involuntary);
 	jw_u64(j, "cqe_overflows", c->cqe_overflows);
 	jw_u64(j, "sqes", c->sqes);

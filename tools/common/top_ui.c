@@ -600,7 +600,7 @@ static void build_detail(struct ui *u)
 		 (unsigned long long)k->steal_fails, (unsigned long long)r->out.steals,
 		 (unsigned long long)r->out.tasks);
 	add_line(u, "  on-CPU %.1f ms, off %.1f ms, preempted %llu, migrations %llu, CQ overflow %llu",
-		 top_oncpu_ns(r->k) / 1e6, k->offcpu_ns / 1e6, (unsigned long long)k->involuntary,
+		 bpfmon_oncpu_ns(r->k) / 1e6, bpfmon_offcpu_ns(r->k) / 1e6, (unsigned long long)k->involuntary,
 		 (unsigned long long)k->migrations, (unsigned long long)k->cqe_overflows);
 	add_line(u, "  doorbells in %llu: %llu timed, %llu found it running, %llu merged",
 		 (unsigned long long)k->doorbells_recv, (unsigned long long)k->doorbell_lat,
