@@ -167,6 +167,35 @@ static bool attached(const char *name)
 
 /* ---- tests ----------------------------------------------------------------- */
 
+/* No program is rejected by the verifier (CO-RE relocations included):
+ * that is our code's fault, where a missing tracepoint or probe, or a
+ * kernel that refuses a program type (fentry here: EPERM at load), is the
+ * machine's.  A rejected cbcmn:doorbell once made every test here skip
+ * as "did not attach". */
+static void test_no_program_refused(void **state)
+{
+	(void)state;
+	struct bpfmon *m;
+	char err[256];
+	int rc = bpfmon_open(&m, getpid(), BPFMON_FUTEX_TP, err, sizeof(err));
+	if (rc)
+		T_SKIP("%s", err);
+	const struct bpfmon_prog *p;
+	unsigned n = bpfmon_progs(m, &p), attached = 0;
+	char bad[1024] = "";
+	for (unsigned i = 0; i < n; i++) {
+		attached += p[i].state == BPFMON_ATTACHED;
+		if (p[i].state == BPFMON_FAILED && strstr(p[i].reason, "verifier") &&
+		    strlen(bad) + strlen(p[i].reason) + 64 < sizeof(bad))
+			snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), "%s%s: %s",
+				 bad[0] ? "; " : "", p[i].target, p[i].reason);
+	}
+	bpfmon_close(m);
+	if (bad[0])
+		fail_msg("rejected: %s", bad);
+	assert_true(attached > 0);
+}
+
 /* BPF's steal and doorbell counts equal the runtime's own, per executor,
  * exactly; the pinned executors never migrate. */
 static void test_counts_match_runtime(void **state)
@@ -837,6 +866,7 @@ int main(int argc, char **argv)
 		return 1;
 	self[n] = 0;
 	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_no_program_refused),
 		cmocka_unit_test(test_counts_match_runtime),
 		cmocka_unit_test(test_contention_shows),
 		cmocka_unit_test(test_no_contention_no_futex),
