@@ -17,11 +17,6 @@ char LICENSE[] SEC("license") = "GPL";
 /* The process watched (its tgid), set by the loader before load. */
 const volatile __u32 targ_tgid = 0;
 
-/* Set by the loader once sched_switch is attached and every executor
- * has its record: a thread's first switch seen after it closes a period
- * that began no later than this. */
-__u64 switch_seen_from = 0;
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CBCMN_BPF_NSLOTS);
@@ -403,7 +398,7 @@ static __always_inline void account_switch(struct cbcmn_bpf_thread *th, struct c
 					   struct task_struct *t, __u64 now)
 {
 	__u64 sum = BPF_CORE_READ(t, se.sum_exec_runtime);
-	__u64 from = th->last_ts ? th->last_ts : switch_seen_from;
+	__u64 from = th->last_ts;
 	__sync_fetch_and_add(&th->seq, 1);
 	if (from && from <= now && th->last_sum <= sum) {
 		__u64 on = sum - th->last_sum, span = now - from;

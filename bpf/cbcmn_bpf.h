@@ -75,11 +75,11 @@ struct cbcmn_bpf_thread {
 				    * that saw the same even value before and
 				    * after reading the sums saw no switch half
 				    * done */
-	__u64 last_ts;             /* its last switch (in or out) seen, ns; 0: none
-				    * since attach */
-	__u64 last_sum;            /* its se.sum_exec_runtime then (before the
-				    * first: the loader's reading at attach, from
-				    * /proc; above any real sum: unknown) */
+	__u64 last_ts;             /* its last switch (in or out) seen, ns; before
+				    * the first, when the loader or
+				    * cbcmn:exec_start found it */
+	__u64 last_sum;            /* its se.sum_exec_runtime then (the loader's
+				    * from /proc; above any real sum: unknown) */
 	__u64 wake_ts;             /* made runnable (wakeup, preemption), not yet on a CPU */
 	__u64 futex_ts;            /* entered a FUTEX_WAIT-family futex(2), not yet out */
 	__u64 db_submit_ts;        /* its last MSG_RING SQE submitted (a doorbell's start) */

@@ -102,7 +102,6 @@ struct bpfmon {
 	struct bpf_link *links[NSPECS][MAX_BINS];
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
 	bool switch_on;           /* a sched_switch program is attached: the records move */
-	uint64_t seen_from;       /* switch_seen_from in the programs */
 	char pin_dir[PATH_MAX];
 };
 
@@ -279,7 +278,10 @@ static void scan_executors(struct bpfmon *m, bool attached)
 		if (sscanf(comm, "cbcmn-exec-%u", &id) != 1 || id >= CBCMN_BPF_MAX_SHARDS)
 			continue;
 		__u32 tid = (__u32)atoi(de->d_name);
+		/* Counting starts here: the time on a CPU from the kernel's
+		 * own sum, so the switches before attach need not be seen. */
 		struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, tid)};
+		th.last_ts = mono_ns();
 		bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
 		m->ident[id].tid = tid;
 		m->ident[id].cpu = pinned_cpu((pid_t)tid);
@@ -568,9 +570,6 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	for (size_t i = 0; i < NSPECS; i++)
 		m->switch_on |= m->progs[i].state == BPFMON_ATTACHED &&
 				!strncmp(specs[i].name, "cbcmn_sched_switch", 18);
-	/* Every executor has its record now: any switch of theirs from here
-	 * on is seen, so a first one closes a stretch that began no later. */
-	m->seen_from = m->skel->bss->switch_seen_from = mono_ns();
 	btf__free(vmlinux);
 	*out = m;
 	return 0;
@@ -629,11 +628,11 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 		if ((a.seq & 1) || a.seq != b.seq || a.last_ts != b.last_ts)
 			continue;
 		o->read_ns = now;
-		uint64_t from = b.last_ts ? b.last_ts : m->seen_from;
-		if (sum == UINT64_MAX || b.last_sum > sum || !from || from > now)
+		if (sum == UINT64_MAX || b.last_sum > sum || !b.last_ts || b.last_ts > now)
 			return 0; /* gone, or no base to count from */
 		o->oncpu_now_ns = sum - b.last_sum;
-		o->offcpu_now_ns = now - from > o->oncpu_now_ns ? now - from - o->oncpu_now_ns : 0;
+		uint64_t span = now - b.last_ts;
+		o->offcpu_now_ns = span > o->oncpu_now_ns ? span - o->oncpu_now_ns : 0;
 		return 0;
 	}
 	return 0; /* switching all the time: what is since the last is little */
