@@ -17,6 +17,12 @@ char LICENSE[] SEC("license") = "GPL";
 /* The process watched (its tgid), set by the loader before load. */
 const volatile __u32 targ_tgid = 0;
 
+/* A test aid (CBCMN_BPF_MISS_SWITCHES, docs/OBSERVABILITY.md): when N > 0,
+ * sched_switch ignores every Nth switch of each executor thread, as this
+ * kernel does with some (account_switch), to prove the figures do not
+ * depend on seeing them all.  0: every switch counts. */
+const volatile __u32 miss_switch_every = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CBCMN_BPF_NSLOTS);
@@ -126,6 +132,18 @@ static __always_inline __u32 slot_of(long id)
 static __always_inline struct cbcmn_bpf_shard *shard(__u32 i)
 {
 	return bpf_map_lookup_elem(&shards, &i);
+}
+
+/* task_struct::state became __state in 5.14. */
+struct task_struct___o {
+	volatile long int state;
+} __attribute__((preserve_access_index));
+
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___o *)t, state);
 }
 
 /* The shard the current thread runs, or NULL for a thread that is not an
@@ -244,10 +262,15 @@ int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind)
 	struct cbcmn_bpf_sched *ts = shard_sched_of(slot_of(target));
 	if (!ts)
 		return 0;
+	/* On a CPU by the switches seen; or, since a switch-in the kernel
+	 * did not trace leaves that at 0 (account_switch), by its task: on
+	 * a CPU and runnable.  Not on_cpu alone: the kernel sets it after
+	 * the sched_switch tracepoint at a switch-in and clears it after it
+	 * at a switch-out, so around a switch it says the opposite. */
 	__u32 running = ts->oncpu;
 	struct task_struct *task = (struct task_struct *)ts->task;
-	if (task) /* a switch-in missed would leave oncpu at 0 */
-		running = BPF_CORE_READ(task, on_cpu);
+	if (!running && task && BPF_CORE_READ(task, pid) == (int)s->tid)
+		running = BPF_CORE_READ(task, on_cpu) && task_state(task) == 0;
 	if (running) {
 		if (ts->on_ts >= t0) {
 			/* It was switched in after the doorbell started: the
@@ -368,22 +391,16 @@ int BPF_USDT(cbcmn_exec_stop, __u32 executor, int retired)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	bpf_map_delete_elem(&threads, &tid);
+	struct cbcmn_bpf_sched *ss = shard_sched_of(slot_of(executor));
+	if (ss) {
+		ss->task = 0; /* the task_struct may be freed and reused */
+		ss->oncpu = 0;
+	}
 	return 0;
 }
 
 /* ---- sched tracepoints ----------------------------------------------------- */
 
-/* task_struct::state became __state in 5.14. */
-struct task_struct___o {
-	volatile long int state;
-} __attribute__((preserve_access_index));
-
-static __always_inline long task_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___o *)t, state);
-}
 
 /* A switch of thread th (task t) at now, in or out: the time since its
  * previous switch seen splits into on a CPU (what the kernel added to
@@ -391,9 +408,12 @@ static __always_inline long task_state(struct task_struct *t)
  * whatever switches were not seen: this kernel does not trace every
  * switch (here those away from some threads of the VM's agent are
  * missing), and a sum of stretches between the switches seen would
- * count a missed one's time on the wrong side.  Inside two seq bumps,
- * fully ordered atomics: a reader that sees the sums moved also sees seq
- * moved (bpfmon.c read_shard). */
+ * count a missed one's time on the wrong side.  Inside two seq bumps: a
+ * reader that sees the sums moved also sees seq moved (bpfmon.c
+ * read_shard).  That rests on x86, the one target built (asm/x86_64,
+ * __TARGET_ARCH_x86): the atomic adds are lock-prefixed, full barriers,
+ * and loads are not reordered; a weakly ordered port needs fetching
+ * atomics here and a fence between the reader's lookups. */
 static __always_inline void account_switch(struct cbcmn_bpf_thread *th, struct cbcmn_bpf_shard *s,
 					   struct task_struct *t, __u64 now)
 {
@@ -411,6 +431,15 @@ static __always_inline void account_switch(struct cbcmn_bpf_thread *th, struct c
 	__sync_fetch_and_add(&th->seq, 1);
 }
 
+/* CBCMN_BPF_MISS_SWITCHES: is this switch of th one to ignore?  A
+ * thread's switches are serialized: a plain count. */
+static __always_inline bool missed(struct cbcmn_bpf_thread *th)
+{
+	if (!miss_switch_every)
+		return false;
+	return ++th->switches_seen % miss_switch_every == 0;
+}
+
 static __always_inline void on_switch(struct task_struct *prev, struct task_struct *next)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -420,7 +449,7 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 
 	if (BPF_CORE_READ(prev, tgid) == targ_tgid) {
 		tid = BPF_CORE_READ(prev, pid);
-		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
+		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard)) && !missed(th)) {
 			account_switch(th, s, prev, now);
 			ADD(s, switches, 1);
 			if (task_state(prev) == 0) { /* TASK_RUNNING: preempted */
@@ -428,13 +457,15 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 				th->wake_ts = now; /* back on the run queue */
 			}
 			struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
-			if (ss)
+			if (ss) {
 				ss->oncpu = 0;
+				ss->task = (__u64)prev;
+			}
 		}
 	}
 	if (BPF_CORE_READ(next, tgid) == targ_tgid) {
 		tid = BPF_CORE_READ(next, pid);
-		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
+		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard)) && !missed(th)) {
 			account_switch(th, s, next, now);
 			if (th->wake_ts && th->wake_ts <= now) {
 				ADD(s, runq_waits, 1);

@@ -83,6 +83,8 @@ struct cbcmn_bpf_thread {
 	__u64 wake_ts;             /* made runnable (wakeup, preemption), not yet on a CPU */
 	__u64 futex_ts;            /* entered a FUTEX_WAIT-family futex(2), not yet out */
 	__u64 db_submit_ts;        /* its last MSG_RING SQE submitted (a doorbell's start) */
+	__u32 switches_seen;       /* for CBCMN_BPF_MISS_SWITCHES only */
+	__u32 pad;
 };
 
 /* Per shard scheduling state for doorbell latency: the "shard_sched" ARRAY,

@@ -244,7 +244,10 @@ static uint64_t sched_sum(pid_t pid, __u32 tid)
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(buf, &end, 10);
-	return errno || end == buf ? UINT64_MAX : (uint64_t)v;
+	/* 0: schedstat without the figure (no CONFIG_SCHED_INFO figures
+	 * before 5.14 with delay accounting off): unknown, as a thread that
+	 * runs this has run. */
+	return errno || end == buf || !v ? UINT64_MAX : (uint64_t)v;
 }
 
 /* Executors already running: threads named "cbcmn-exec-N".  Only adds
@@ -380,6 +383,17 @@ static bool reject_wanted(const char *name)
 		if (strcspn(at, ",") == n && !strncmp(at, name, n))
 			return true;
 	return false;
+}
+
+/* CBCMN_BPF_MISS_SWITCHES=N, a test aid (docs/OBSERVABILITY.md):
+ * sched_switch ignores every Nth switch of each executor thread, as the
+ * kernel itself does with some.  Unset or not a number: 0, none. */
+static __u32 miss_switches(void)
+{
+	const char *env = getenv("CBCMN_BPF_MISS_SWITCHES");
+	char *end;
+	unsigned long n = env ? strtoul(env, &end, 10) : 0;
+	return env && *env && !*end && n < UINT32_MAX ? (__u32)n : 0;
 }
 
 /* Decide, program by program, what loads: a missing tracepoint, a flag, or
@@ -541,6 +555,7 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 			break;
 		}
 		m->skel->rodata->targ_tgid = (__u32)pid;
+		m->skel->rodata->miss_switch_every = miss_switches();
 		configure(m, flags, vmlinux, logs);
 		refused_name[0] = 0;
 		if (!(rc = cbcmn_bpf__load(m->skel)))
@@ -604,6 +619,7 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 		o->c.cpu = m->ident[i].cpu;
 	}
 	o->oncpu_now_ns = o->offcpu_now_ns = 0;
+	o->partial = false;
 	o->read_ns = mono_ns();
 	if (!m->switch_on || !o->c.tid || i >= CBCMN_BPF_MAX_SHARDS)
 		return 0; /* without sched_switch the sums stay at 0 */
@@ -625,17 +641,21 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 			return errno == ENOENT ? 0 : -errno;
 		if (b.shard != i)
 			return 0; /* its thread id went to another shard's thread */
-		if ((a.seq & 1) || a.seq != b.seq || a.last_ts != b.last_ts)
+		/* All three: the kernel copies a value with no lock, and a copy
+		 * may straddle a whole switch. */
+		if ((a.seq & 1) || a.seq != b.seq || a.last_ts != b.last_ts || a.last_sum != b.last_sum)
 			continue;
 		o->read_ns = now;
-		if (sum == UINT64_MAX || b.last_sum > sum || !b.last_ts || b.last_ts > now)
-			return 0; /* gone, or no base to count from */
+		o->partial = sum == UINT64_MAX || b.last_sum > sum || !b.last_ts || b.last_ts > now;
+		if (o->partial)
+			return 0; /* exiting, or no base to count from */
 		o->oncpu_now_ns = sum - b.last_sum;
 		uint64_t span = now - b.last_ts;
 		o->offcpu_now_ns = span > o->oncpu_now_ns ? span - o->oncpu_now_ns : 0;
 		return 0;
 	}
-	return 0; /* switching all the time: what is since the last is little */
+	o->partial = true; /* switching all the time: what is since the last is little */
+	return 0;
 }
 
 int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)

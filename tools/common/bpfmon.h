@@ -72,11 +72,15 @@ struct bpfmon_shard {
 	 * as of the last tick) and off it offcpu_now_ns.  Both are 0 when
 	 * the sched programs are not attached or the thread is gone.  The
 	 * sums with them are its time on and off a CPU since attach up to
-	 * read_ns; the first never goes back, the second may by up to a tick
-	 * (the sum in /proc lags by that much while the thread runs). */
+	 * read_ns; the first never goes back but after a partial read, the
+	 * second may by up to a tick (the sum in /proc lags by that much
+	 * while the thread runs). */
 	uint64_t oncpu_now_ns;
 	uint64_t offcpu_now_ns;
 	uint64_t read_ns; /* CLOCK_MONOTONIC when the two were taken */
+	bool partial;     /* the time since the last switch could not be read
+			   * (the thread switching all the time, or exiting):
+			   * the two are 0 and the sums with them short */
 	uint64_t sqe_ops[CBCMN_BPF_MAX_OPS];
 	uint64_t lock_hist[CBCMN_BPF_HIST_SLOTS];
 	uint64_t hist[CBCMN_BPF_NHISTS][CBCMN_BPF_HIST_SLOTS];

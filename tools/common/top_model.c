@@ -366,7 +366,9 @@ static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfm
 	 * read would otherwise put the wait into one interval (cut at 100)
 	 * and take it out of the next. */
 	double kdt = k->read_ns > kp->read_ns ? (double)(k->read_ns - kp->read_ns) : 0;
-	double on = kdt > 0 ? delta(bpfmon_oncpu_ns(k), bpfmon_oncpu_ns(kp)) / kdt * 100 : NAN;
+	double on = kdt > 0 && !k->partial && !kp->partial
+			    ? delta(bpfmon_oncpu_ns(k), bpfmon_oncpu_ns(kp)) / kdt * 100
+			    : NAN; /* a partial read: not known, rather than 0 then 100 */
 	r->v[TOP_COL_ONCPU] = on > 100 ? 100 : on;
 	if (dt <= 0)
 		return;
