@@ -146,6 +146,8 @@ static __always_inline long task_state(struct task_struct *t)
 	return BPF_CORE_READ((struct task_struct___o *)t, state);
 }
 
+#define TASK_DEAD_STATE 0x80 /* TASK_DEAD: the task's last switch-out */
+
 /* The shard the current thread runs, or NULL for a thread that is not an
  * executor of the target. */
 static __always_inline struct cbcmn_bpf_shard *current_shard(void)
@@ -457,10 +459,19 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 				th->wake_ts = now; /* back on the run queue */
 			}
 			struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
+			bool dead = task_state(prev) & TASK_DEAD_STATE;
 			if (ss) {
 				ss->oncpu = 0;
-				ss->task = (__u64)prev;
+				if (!dead)
+					ss->task = (__u64)prev;
+				else if (ss->task == (__u64)prev)
+					ss->task = 0; /* not a replacement's */
 			}
+			/* Its last switch: an executor thread that died without
+			 * cbcmn:exec_stop (a crash the runtime survived) must not
+			 * leave its id to charge a later thread to the shard. */
+			if (dead)
+				bpf_map_delete_elem(&threads, &tid);
 		}
 	}
 	if (BPF_CORE_READ(next, tgid) == targ_tgid) {
