@@ -264,15 +264,20 @@ int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind)
 	struct cbcmn_bpf_sched *ts = shard_sched_of(slot_of(target));
 	if (!ts)
 		return 0;
-	/* On a CPU by the switches seen; or, since a switch-in the kernel
-	 * did not trace leaves that at 0 (account_switch), by its task: on
-	 * a CPU and runnable.  Not on_cpu alone: the kernel sets it after
-	 * the sched_switch tracepoint at a switch-in and clears it after it
-	 * at a switch-out, so around a switch it says the opposite. */
+	/* On a CPU by the switches seen, checked against its task, since
+	 * the kernel does not trace every switch (account_switch): by the
+	 * switches on, it is unless it sleeps (a switch-out missed); by them
+	 * off, it is if on a CPU and runnable (a switch-in missed).  Not
+	 * on_cpu alone: the kernel sets it after the sched_switch tracepoint
+	 * at a switch-in and clears it after it at a switch-out, so around a
+	 * switch it says the opposite (left: a preempted thread just
+	 * switched out reads running for that instant). */
 	__u32 running = ts->oncpu;
 	struct task_struct *task = (struct task_struct *)ts->task;
-	if (!running && task && BPF_CORE_READ(task, pid) == (int)s->tid)
-		running = BPF_CORE_READ(task, on_cpu) && task_state(task) == 0;
+	if (task && BPF_CORE_READ(task, pid) == (int)s->tid) {
+		bool runnable = task_state(task) == 0, on = BPF_CORE_READ(task, on_cpu);
+		running = running ? on || runnable : on && runnable;
+	}
 	if (running) {
 		if (ts->on_ts >= t0) {
 			/* It was switched in after the doorbell started: the
@@ -366,7 +371,11 @@ int BPF_USDT(cbcmn_exec_start, __u32 executor, int tid, int cpu)
 		.last_ts = bpf_ktime_get_ns(),
 		.last_sum = BPF_CORE_READ(me, se.sum_exec_runtime),
 	};
-	__u32 key = (__u32)tid;
+	__u32 key = (__u32)tid, old = s->tid;
+	/* A replacement: the thread it replaces (dying, or gone without a
+	 * switch we saw) no longer speaks for the shard. */
+	if (old && old != key)
+		bpf_map_delete_elem(&threads, &old);
 	bpf_map_update_elem(&threads, &key, &th, BPF_ANY);
 	s->tid = key;
 	s->cpu = cpu;
@@ -451,21 +460,22 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 
 	if (BPF_CORE_READ(prev, tgid) == targ_tgid) {
 		tid = BPF_CORE_READ(prev, pid);
-		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard)) && !missed(th)) {
-			account_switch(th, s, prev, now);
-			ADD(s, switches, 1);
-			if (task_state(prev) == 0) { /* TASK_RUNNING: preempted */
-				ADD(s, involuntary, 1);
-				th->wake_ts = now; /* back on the run queue */
-			}
-			struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
+		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
 			bool dead = task_state(prev) & TASK_DEAD_STATE;
-			if (ss) {
-				ss->oncpu = 0;
-				if (!dead)
-					ss->task = (__u64)prev;
-				else if (ss->task == (__u64)prev)
-					ss->task = 0; /* not a replacement's */
+			if (!missed(th)) {
+				account_switch(th, s, prev, now);
+				ADD(s, switches, 1);
+				if (task_state(prev) == 0) { /* TASK_RUNNING: preempted */
+					ADD(s, involuntary, 1);
+					th->wake_ts = now; /* back on the run queue */
+				}
+				/* The shard's state is its current thread's: not an
+				 * old one's still winding down beside its replacement. */
+				struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
+				if (ss && (!s->tid || s->tid == tid)) {
+					ss->oncpu = 0;
+					ss->task = dead ? 0 : (__u64)prev;
+				}
 			}
 			/* Its last switch: an executor thread that died without
 			 * cbcmn:exec_stop (a crash the runtime survived) must not
@@ -485,7 +495,7 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 			}
 			th->wake_ts = 0;
 			struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
-			if (ss) {
+			if (ss && (!s->tid || s->tid == tid)) {
 				ss->on_ts = now;
 				ss->oncpu = 1;
 				ss->task = (__u64)next;

@@ -72,8 +72,10 @@ struct bpfmon_shard {
 	 * as of the last tick) and off it offcpu_now_ns.  Both are 0 when
 	 * the sched programs are not attached or the thread is gone.  The
 	 * sums with them are its time on and off a CPU since attach up to
-	 * read_ns; the first never goes back but after a partial read, the
-	 * second may by up to a tick (the sum in /proc lags by that much
+	 * read_ns.  They are short after a partial read, and stop at the
+	 * thread's last switch once its record is gone (it left its loop or
+	 * died), so either may step back by the time since that switch; off
+	 * may also step back by a tick (the sum in /proc lags by that much
 	 * while the thread runs). */
 	uint64_t oncpu_now_ns;
 	uint64_t offcpu_now_ns;

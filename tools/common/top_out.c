@@ -132,6 +132,7 @@ static void json_kernel(struct jw *j, const struct top_row *r)
 	jw_u64(j, "oncpu_ns", bpfmon_oncpu_ns(r->k));
 	jw_u64(j, "offcpu_ns", bpfmon_offcpu_ns(r->k));
 	jw_u64(j, "read_ns", r->k->read_ns); /* CLOCK_MONOTONIC of the two above */
+	jw_bool(j, "partial", r->k->partial); /* the two above are short */
 	jw_u64(j, "involuntary", c->involuntary);
 	jw_u64(j, "cqe_overflows", c->cqe_overflows);
 	jw_u64(j, "sqes", c->sqes);
