@@ -36,11 +36,17 @@
 /* Sanitizers slow everything down: scale stress loops by this. */
 #define T_SCALE(n) ((T_ASAN || T_TSAN) ? ((n) / 10 ? (n) / 10 : 1) : (n))
 
-static inline uint64_t t_now_ns(void)
+/* Clock id's time, ns. */
+static inline uint64_t t_clock_ns(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t t_now_ns(void)
+{
+	return t_clock_ns(CLOCK_MONOTONIC);
 }
 
 /* A runtime from cfg, or the test fails saying why. */

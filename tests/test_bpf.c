@@ -206,25 +206,18 @@ struct burn {
 	pid_t tid;
 };
 
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int64_t burn_task(cbcmn_cx *cx, void *arg)
 {
 	struct burn *b = arg;
 	for (int i = 0; i < 25; i++) {
-		uint64_t until = thread_cpu_ns() + 4000000;
-		while (thread_cpu_ns() < until)
+		uint64_t until = t_clock_ns(CLOCK_THREAD_CPUTIME_ID) + 4000000;
+		while (t_clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
 			;
 		int rc = cbcmn_sleep(cx, 2000000);
 		if (rc)
 			return rc;
 	}
-	b->cpu_ns = thread_cpu_ns();
+	b->cpu_ns = t_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	b->tid = gettid();
 	return 0;
 }
