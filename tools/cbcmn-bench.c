@@ -16,6 +16,7 @@
 
 #include <sched.h>
 
+#include "common/clock.h"
 #include "arch.h"
 #include "cbcmn.h"
 #include "common/bpfmon.h"
@@ -54,13 +55,6 @@ static void print_ring_stats(const char *who, const cbcmn_stats *s, uint64_t req
 		s->ring_setup_flags & (1u << 1) ? "SQPOLL" : "", s->msg_ring ? "MSG_RING" : "eventfd",
 		(double)t->sqes_submitted / q, (double)t->cqes_reaped / q, (double)t->ring_enters / q,
 		(double)t->parks / q);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -140,15 +134,15 @@ static void bench_switch(void)
 	 * state, the task side saves its own (MXCSR and x87 CW, both ways). */
 	uint64_t fpcw = cbcmn__fpcw_read();
 	for (int r = 0; r < reps; r++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		for (uint64_t i = 0; i < n; i++)
 			cbcmn__ctx_jump_fp(&main_sp, fiber_sp, NULL, fpcw);
-		v[r] = (double)(now_ns() - t0) / (double)(2 * n); /* two switches per round */
+		v[r] = (double)(mono_ns() - t0) / (double)(2 * n); /* two switches per round */
 		/* Both sides reading their FP state (any context to any). */
-		t0 = now_ns();
+		t0 = mono_ns();
 		for (uint64_t i = 0; i < n; i++)
 			cbcmn__ctx_jump(&main_sp, fiber_sp, NULL);
-		full[r] = (double)(now_ns() - t0) / (double)(2 * n);
+		full[r] = (double)(mono_ns() - t0) / (double)(2 * n);
 	}
 	printf("switch ns_per_switch %.2f\n", median(v, reps));
 	printf("switch ns_per_switch_full_save %.2f\n", median(full, reps));
@@ -158,9 +152,9 @@ static void bench_switch(void)
 	cbcmn_runtime *rt = runtime(1, 0);
 	const long ny = 2000000;
 	for (int r = 0; r < reps; r++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		run(rt, yielder, (void *)(intptr_t)ny);
-		v[r] = (double)(now_ns() - t0) / (double)ny;
+		v[r] = (double)(mono_ns() - t0) / (double)ny;
 	}
 	printf("switch ns_per_yield %.2f\n", median(v, reps));
 	cbcmn_runtime_destroy(rt);
@@ -200,9 +194,9 @@ static void bench_spawn(void)
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
 		cbcmn_runtime *rt = runtime(workers, modes[m].flags);
 		for (int r = 0; r < reps; r++) {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = mono_ns();
 			run(rt, spawner, (void *)(intptr_t)n);
-			v[r] = (double)n * 1e9 / (double)(now_ns() - t0);
+			v[r] = (double)n * 1e9 / (double)(mono_ns() - t0);
 		}
 		printf("spawn %s %.0f\n", modes[m].metric, median(v, reps));
 		cbcmn_runtime_destroy(rt);
@@ -217,9 +211,9 @@ static void bench_fib(void)
 	double v[16];
 	for (int r = 0; r < reps; r++) {
 		struct fib f = {.n = 30};
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		run(rt, fib_task, &f);
-		v[r] = (double)(now_ns() - t0) / 1e6;
+		v[r] = (double)(mono_ns() - t0) / 1e6;
 		if (f.out != 832040)
 			die("fib(30) gave a wrong answer", -EPROTO);
 	}
@@ -245,9 +239,9 @@ static void bench_checkpoint(void)
 	const long n = 200000000;
 	double v[16];
 	for (int r = 0; r < reps; r++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		run(rt, checkpoints, (void *)(intptr_t)n);
-		v[r] = (double)(now_ns() - t0) / (double)n;
+		v[r] = (double)(mono_ns() - t0) / (double)n;
 	}
 	printf("checkpoint ns_per_check %.3f\n", median(v, reps));
 	cbcmn_runtime_destroy(rt);
@@ -264,12 +258,12 @@ static void bench_budget(void)
 		for (int k = 0; k < 2; k++) {
 			cbcmn_runtime *rt = (r + k) % 2 ? off : on;
 			struct fib f = {.n = 30};
-			uint64_t t0 = now_ns();
+			uint64_t t0 = mono_ns();
 			run(rt, fib_task, &f);
-			double ms = (double)(now_ns() - t0) / 1e6;
-			t0 = now_ns();
+			double ms = (double)(mono_ns() - t0) / 1e6;
+			t0 = mono_ns();
 			run(rt, spawner, (void *)(intptr_t)1000000);
-			double sp = (double)(now_ns() - t0) / 1e6;
+			double sp = (double)(mono_ns() - t0) / 1e6;
 			if (rt == on) {
 				fib_on[r] = ms;
 				sp_on[r] = sp;
@@ -385,7 +379,7 @@ static int64_t record_start(cbcmn_cx *cx, void *arg)
 {
 	struct probe *p = arg;
 	atomic_store_explicit(&p->where, cbcmn_cx_executor(cx), memory_order_relaxed);
-	atomic_store_explicit(&p->started, now_ns(), memory_order_release);
+	atomic_store_explicit(&p->started, mono_ns(), memory_order_release);
 	return 0;
 }
 
@@ -407,7 +401,7 @@ static int64_t steal_producer(cbcmn_cx *cx, void *arg)
 	uint64_t seed = 88172645463325252ull;
 	for (int i = 0; i < s->samples * 2 && s->got < s->samples; i++) {
 		atomic_store(&p.started, 0);
-		p.pushed = now_ns();
+		p.pushed = mono_ns();
 		rc = cbcmn_nursery_spawn(cx, n, record_start, &p, NULL);
 		if (rc)
 			break;
@@ -419,8 +413,8 @@ static int64_t steal_producer(cbcmn_cx *cx, void *arg)
 			s->lat[s->got++] = (double)(t - p.pushed);
 		/* A random 0..8 us pause: the thief is in its spinning back-off. */
 		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-		uint64_t until = now_ns() + seed % 8000;
-		while (now_ns() < until)
+		uint64_t until = mono_ns() + seed % 8000;
+		while (mono_ns() < until)
 			cbcmn__cpu_relax();
 	}
 	int64_t r = cbcmn_nursery_await_all(cx, n);
@@ -603,9 +597,9 @@ static void bench_chan(void)
 			if ((rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ab)) ||
 			    (rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ba)))
 				die("chan_create", rc);
-			uint64_t t0 = now_ns();
+			uint64_t t0 = mono_ns();
 			chan_pp_run(rt, &p);
-			v[r] = (double)(now_ns() - t0) / (double)p.rounds;
+			v[r] = (double)(mono_ns() - t0) / (double)p.rounds;
 			apart += atomic_load(&p.exec[0]) != atomic_load(&p.exec[1]);
 			cbcmn_chan_destroy(p.ab);
 			cbcmn_chan_destroy(p.ba);
@@ -619,9 +613,9 @@ static void bench_chan(void)
 		int rc = cbcmn_chan_create(rt, 64, sizeof(long), &m.c);
 		if (rc)
 			die("chan_create", rc);
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		run(rt, chan_mpmc_main, &m);
-		v[r] = (double)(CHAN_NP * m.per) * 1e9 / (double)(now_ns() - t0);
+		v[r] = (double)(CHAN_NP * m.per) * 1e9 / (double)(mono_ns() - t0);
 		cbcmn_chan_destroy(m.c);
 	}
 	printf("chan msgs_per_s %.0f\n", median(v, reps));
@@ -659,7 +653,7 @@ static int64_t db_side(cbcmn_cx *cx, void *arg)
 	/* Warm up, then time the rounds. */
 	for (int pass = 0; pass < 2; pass++) {
 		long n = pass ? p->rounds : p->rounds / 10;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		for (long i = 0; i < n; i++) {
 			if (side == 0 && (rc = cbcmn_chan_send(cx, out, &v)) != 0)
 				return rc;
@@ -669,7 +663,7 @@ static int64_t db_side(cbcmn_cx *cx, void *arg)
 				return rc;
 		}
 		if (side == 0 && pass)
-			p->ns = now_ns() - t0;
+			p->ns = mono_ns() - t0;
 	}
 	return 0;
 }
@@ -926,9 +920,9 @@ static struct bo_sample fib_once(cbcmn_runtime *rt, bool with_bpf, unsigned *nat
 	for (int i = 0; i < FIB_RUNS; i++) {
 		struct fib f = {.n = 30};
 		double c0 = process_cpu_ms();
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		run(rt, fib_task, &f);
-		ms[i] = (double)(now_ns() - t0) / 1e6;
+		ms[i] = (double)(mono_ns() - t0) / 1e6;
 		cpu[i] = process_cpu_ms() - c0;
 		if (f.out != 832040)
 			die("fib(30) gave a wrong answer", -EPROTO);

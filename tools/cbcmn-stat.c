@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/bpfmon.h"
 
 static volatile sig_atomic_t stop;
@@ -234,13 +235,6 @@ static void print_json(pid_t pid, double secs, bool exited, int n, const struct 
 	json_fields(tot);
 	printf("}\n");
 	fflush(stdout);
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Sleep one interval, or less: returns true as soon as the process exits

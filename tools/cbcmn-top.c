@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/top_model.h"
 #include "common/top_out.h"
 #include "common/top_ui.h"
@@ -151,9 +152,7 @@ failed:;
 
 static double mono_s(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
+	return mono_ns() / 1e9;
 }
 
 static void describe_status(int status, char *buf, size_t len)

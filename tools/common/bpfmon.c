@@ -21,6 +21,7 @@
 #include <bpf/libbpf.h>
 
 #include "bpfmon.h"
+#include "clock.h"
 #include "cbcmn.skel.h"
 
 #define TRACEFS "/sys/kernel/tracing"
@@ -78,13 +79,6 @@ static const struct spec {
 /* The verifier's log of a program that failed to load: its tail holds the
  * reason (6.4+ kernels keep the end of the log when it does not fit). */
 #define LOG_LEN 4096
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* bpf_ktime_get_ns()'s clock */
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* An executor found by its thread name before exec_start told us. */
 struct ident {

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/hist.h"
 #include "common/httpmsg.h"
 #include "common/loadgen.h"
@@ -38,13 +39,6 @@
 #define LG_EVENTS 512
 
 static const char http_request[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- errors: count them all, describe the first -------------------------- */
 
@@ -260,9 +254,9 @@ static int dial_all(const struct sockaddr_in *sa, uint32_t n, int *fds, struct l
 		goto out;
 	}
 
-	uint64_t last_progress = now_ns();
+	uint64_t last_progress = mono_ns();
 	while (d.done < n) {
-		uint64_t now = now_ns();
+		uint64_t now = mono_ns();
 
 		/* Due retries first, then connections not tried yet. */
 		while (d.inflight < LG_DIAL_INFLIGHT) {
@@ -297,7 +291,7 @@ static int dial_all(const struct sockaddr_in *sa, uint32_t n, int *fds, struct l
 			rc = lg_fail(e, -errno, "epoll_wait: %s", strerror(errno));
 			goto out;
 		}
-		now = now_ns();
+		now = mono_ns();
 		for (int k = 0; k < nev; k++) {
 			uint32_t i = (uint32_t)evs[k].data.u64;
 			int fd = fds[i], soerr = 0;
@@ -476,7 +470,7 @@ static int conn_read_echo(struct lg_worker *w, struct lg_conn *c)
 		ssize_t n = conn_recv(w, c, w->scratch, LG_SCRATCH);
 		if (n <= 0)
 			return (int)n;
-		uint64_t now = now_ns();
+		uint64_t now = mono_ns();
 		for (size_t off = 0; off < (size_t)n;) {
 			if (c->recv_seq == c->sent_seq)
 				return conn_fail(w, c, -EBADMSG, "%zu bytes more than were sent",
@@ -545,7 +539,7 @@ static int conn_read_http(struct lg_worker *w, struct lg_conn *c)
 		if (n <= 0)
 			return (int)n;
 		size_t len = c->in_len + (size_t)n;
-		ssize_t used = take_responses(w, c, buf, len, now_ns());
+		ssize_t used = take_responses(w, c, buf, len, mono_ns());
 		if (used < 0)
 			return (int)used;
 		size_t left = len - (size_t)used;
@@ -600,7 +594,7 @@ static void *worker_main(void *arg)
 	if (!go || w->err.code)
 		goto out;
 
-	uint64_t start = now_ns();
+	uint64_t start = mono_ns();
 	w->end = start + (uint64_t)(cfg->duration_s * 1e9);
 	for (uint32_t i = 0; i < w->nconns; i++) {
 		struct lg_conn *c = &w->conns[i];
@@ -609,7 +603,7 @@ static void *worker_main(void *arg)
 		conn_flush(w, c);
 	}
 	while (w->live) {
-		uint64_t now = now_ns();
+		uint64_t now = mono_ns();
 		if (now >= w->end)
 			break;
 		int timeout = (int)((w->end - now + 999999) / 1000000);
@@ -896,7 +890,7 @@ int lg_verify_echo_conns(const char *host, uint16_t port, uint32_t nconns, size_
 	uint8_t *buf = NULL, *want = NULL;
 	int *fds = NULL, ep = -1, rc;
 	uint32_t done = 0, failed = 0;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 
 	if (!res)
 		return -EINVAL;
@@ -944,7 +938,7 @@ int lg_verify_echo_conns(const char *host, uint16_t port, uint32_t nconns, size_
 
 	/* Every connection is open now; adding each to the edge-triggered
 	 * set reported it writable, which starts its sending. */
-	uint64_t last_progress = now_ns();
+	uint64_t last_progress = mono_ns();
 	while (done + failed < nconns) {
 		int nev = epoll_wait(ep, evs, LG_EVENTS, 1000);
 		if (nev < 0) {
@@ -953,7 +947,7 @@ int lg_verify_echo_conns(const char *host, uint16_t port, uint32_t nconns, size_
 			rc = lg_fail(&e, -errno, "epoll_wait: %s", strerror(errno));
 			goto out;
 		}
-		uint64_t now = now_ns();
+		uint64_t now = mono_ns();
 		for (int k = 0; k < nev; k++) {
 			struct vconn *v = &vc[evs[k].data.u64];
 			if (v->fd < 0)
@@ -984,7 +978,7 @@ int lg_verify_echo_conns(const char *host, uint16_t port, uint32_t nconns, size_
 	res->requests = done;
 	rc = e.code;
 out:
-	res->seconds = (double)(now_ns() - t0) / 1e9;
+	res->seconds = (double)(mono_ns() - t0) / 1e9;
 	if (res->seconds > 0)
 		res->req_per_s = (double)res->requests / res->seconds;
 	if (ep >= 0)

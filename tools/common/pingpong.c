@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/pingpong.h"
 
 #define PP_BATCHES 5
@@ -65,13 +66,6 @@ struct pp_run {
 	bool failed;
 	double ns;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void pp__relax(const struct pp_run *r)
 {
@@ -283,10 +277,10 @@ static int pp__ping(struct pp_side *s, struct pp_side *peer)
 	for (uint32_t i = 0; !rc && i < iters / 10 + 1; i++)
 		rc = round_trip(ops, s, peer);
 	for (int b = 0; !rc && b < PP_BATCHES; b++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 		for (uint32_t i = 0; !rc && i < batch; i++)
 			rc = round_trip(ops, s, peer);
-		v[b] = (double)(now_ns() - t0) / batch;
+		v[b] = (double)(mono_ns() - t0) / batch;
 	}
 	if (rc == -ECANCELED)
 		return rc;	/* B is gone already */

@@ -11,6 +11,7 @@
 
 #include <bpf/bpf.h>
 
+#include "common/clock.h"
 #include "common/top_model.h"
 
 /* Widths hold the header and the widest value printed (top_fmt scales
@@ -68,13 +69,6 @@ struct top_model_priv {
 	int stats_fd;           /* holds BPF_STATS_RUN_TIME on */
 	uint64_t cost_t_ns;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* How far a counter moved; 0 if it went back (a counter that restarted:
  * the interval is lost rather than shown as 2^64). */
@@ -152,7 +146,7 @@ static void cost_read(struct top_model *m)
 	}
 	uint64_t runs = bc.runs, ns = bc.run_ns;
 	unsigned progs = bc.progs;
-	uint64_t t = now_ns();
+	uint64_t t = mono_ns();
 	double dt = m->priv->cost_t_ns ? (t - m->priv->cost_t_ns) / 1e9 : 0;
 	if (dt > 0) {
 		c->runs_per_s = rate(runs, c->runs, dt);
@@ -514,7 +508,7 @@ int top_model_sample(struct top_model *m)
 			return rc;
 		s = &p->s[next];
 	}
-	s->t_ns = now_ns();
+	s->t_ns = mono_ns();
 	s->st = st;
 	s->n = st.executors;
 	if (m->kernel) {

@@ -19,6 +19,7 @@
 #include <curses.h>
 #include <term.h>
 
+#include "common/clock.h"
 #include "common/top_out.h"
 #include "common/top_ui.h"
 
@@ -925,9 +926,7 @@ static bool key(struct ui *u, int ch)
 
 static uint64_t mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return mono_ns() / 1000000;
 }
 
 int top_ui_run(struct top_model *m, const struct top_ui_opts *o, volatile sig_atomic_t *stop)

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/fib.h"
 #include "common/fserv.h"
 #include "common/hist.h"
@@ -23,13 +24,6 @@ struct wl_env {
 	uint64_t t0, deadline;   /* CLOCK_MONOTONIC ns */
 	_Atomic int failed;      /* a task claimed r->error */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* splitmix64: the workloads' deterministic values. */
 static uint64_t mix(uint64_t x)
@@ -76,7 +70,7 @@ static int fail_rc(struct wl_env *e, int64_t rc, const char *what)
 /* Count-based workloads: another round?  Always a first one. */
 static bool more(const struct wl_env *e, uint64_t rounds)
 {
-	return rounds == 0 || now_ns() < e->deadline;
+	return rounds == 0 || mono_ns() < e->deadline;
 }
 
 /* Run fn(arg) as a root task; its failure (negative result) is reported
@@ -555,7 +549,7 @@ static int64_t mx_writer(cbcmn_cx *cx, void *arg)
 	struct mx_pair *p = arg;
 	uint64_t buf[MX_WORDS];
 	int64_t rc = 0;
-	for (uint64_t k = 0; rc == 0 && (k == 0 || now_ns() < p->m->e->deadline); k++) {
+	for (uint64_t k = 0; rc == 0 && (k == 0 || mono_ns() < p->m->e->deadline); k++) {
 		mx_fill(cx, buf, p->m->e->o->seed, p->id, k);
 		if (k == 0 && p->m->e->o->sabotage)
 			buf[MX_WORDS / 2] ^= 1;
@@ -787,7 +781,7 @@ int wl_run(const struct wl_desc *w, const struct wl_opts *o, struct wl_result *r
 
 	int rc;
 	if (w->own_runtime) {
-		e.t0 = now_ns();
+		e.t0 = mono_ns();
 		e.deadline = e.t0 + (uint64_t)(o->duration_s * 1e9);
 		rc = w->run(NULL, &e);
 	} else {
@@ -797,11 +791,11 @@ int wl_run(const struct wl_desc *w, const struct wl_opts *o, struct wl_result *r
 				 cbcmn_strerror(rc));
 			return rc;
 		}
-		e.t0 = now_ns();
+		e.t0 = mono_ns();
 		e.deadline = e.t0 + (uint64_t)(o->duration_s * 1e9);
 		rc = w->run(rt, &e);
 		if (!r->duration_s)
-			r->duration_s = (double)(now_ns() - e.t0) / 1e9;
+			r->duration_s = (double)(mono_ns() - e.t0) / 1e9;
 		snapshot(rt, r);
 		/* Every nursery was awaited, yet the live-task count can drop a
 		 * moment after a nursery saw its last child end (-EBUSY here,
