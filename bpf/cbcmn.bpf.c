@@ -461,11 +461,12 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 	if (BPF_CORE_READ(prev, tgid) == targ_tgid) {
 		tid = BPF_CORE_READ(prev, pid);
 		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
-			bool dead = task_state(prev) & TASK_DEAD_STATE;
+			long state = task_state(prev);
+			bool dead = state & TASK_DEAD_STATE;
 			if (!missed(th)) {
 				account_switch(th, s, prev, now);
 				ADD(s, switches, 1);
-				if (task_state(prev) == 0) { /* TASK_RUNNING: preempted */
+				if (state == 0) { /* TASK_RUNNING: preempted */
 					ADD(s, involuntary, 1);
 					th->wake_ts = now; /* back on the run queue */
 				}

@@ -77,16 +77,23 @@ static const struct col {
 };
 #define NCOLS (sizeof(cols) / sizeof(cols[0]))
 
-/* on_ms and off_ms are up to the read, with the time since the thread's
- * last switch: a thread that never leaves its CPU (or never gets one) is
- * counted, not at 0 until it switches. */
 static uint64_t get(const struct bpfmon_shard *s, const struct col *c)
 {
-	if (c->off == offsetof(struct cbcmn_bpf_shard, oncpu_ns))
-		return bpfmon_oncpu_ns(s);
-	if (c->off == offsetof(struct cbcmn_bpf_shard, offcpu_ns))
-		return bpfmon_offcpu_ns(s);
 	return *(const uint64_t *)((const char *)&s->c + c->off);
+}
+
+/* bpfmon_read, with on_ms and off_ms up to the read: the time since each
+ * thread's last switch folded in, so a thread that never leaves its CPU
+ * (or never gets one) is counted, not at 0 until it switches. */
+static int read_now(struct bpfmon *m, struct bpfmon_shard *k)
+{
+	int n = bpfmon_read(m, k, CBCMN_BPF_NSLOTS);
+	for (int i = 0; n >= 0 && i < CBCMN_BPF_NSLOTS; i++) {
+		k[i].c.oncpu_ns = bpfmon_oncpu_ns(&k[i]);
+		k[i].c.offcpu_ns = bpfmon_offcpu_ns(&k[i]);
+		k[i].oncpu_now_ns = k[i].offcpu_now_ns = 0;
+	}
+	return n;
 }
 
 /* Percentiles from the histograms: name, which histogram (-1: lock_hist,
@@ -133,7 +140,6 @@ static void delta(struct bpfmon_shard *d, const struct bpfmon_shard *now,
 		  const struct bpfmon_shard *before)
 {
 	*d = *now;
-	d->oncpu_now_ns = d->offcpu_now_ns = 0; /* in d->c's */
 	for (size_t k = 0; k < NCOLS; k++) {
 		uint64_t a = get(now, &cols[k]), b = get(before, &cols[k]);
 		/* off-CPU time may step back by a tick (bpfmon.h) */
@@ -383,13 +389,13 @@ int main(int argc, char **argv)
 	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 	bool exited = false;
 	double secs = 0;
-	if ((rc = bpfmon_read(m, prev, CBCMN_BPF_NSLOTS)) < 0)
+	if ((rc = read_now(m, prev)) < 0)
 		goto read_failed;
 	for (long r = 0; (!count || r < count) && !stop && !exited; r++) {
 		uint64_t t0 = mono_ns();
 		exited = wait_interval(pidfd, (pid_t)pid, interval);
 		secs = (mono_ns() - t0) / 1e9;
-		int n = bpfmon_read(m, now, CBCMN_BPF_NSLOTS);
+		int n = read_now(m, now);
 		if ((rc = n) < 0)
 			goto read_failed;
 		for (int i = 0; i < CBCMN_BPF_NSLOTS; i++)
