@@ -32,5 +32,8 @@ void *cbcmn__ctx_jump(void **save_sp, void *to_sp, void *xfer);
 void *cbcmn__ctx_jump_fp(void **save_sp, void *to_sp, void *xfer, uint64_t fpcw);
 /* A context on a fresh stack that calls entry(xfer) when first jumped to. */
 void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
+/* Where a fresh context's entry function "returns": aborts.  Unwinders stop
+ * at it (tests look for it). */
+void cbcmn__ctx_trap(void);
 
 #endif

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <unwind.h>
 #include <xmmintrin.h>
 
 #include "helpers.h"
@@ -661,8 +662,150 @@ static void test_ping_pong(void **state)
 	fiber_free(&pp.fib);
 }
 
-int main(void)
+/* ---- (f) backtraces end at a fiber's first frame --------------------------
+ *
+ * Regression: the return address ctx_make left for the entry function was
+ * the first byte of cbcmn__ctx_trap, and unwinders look up return address
+ * - 1, which fell outside it: gdb went on reading the words above the
+ * stack top (a fiber stack's descriptor) as frames, "?? ()" after "?? ()".
+ */
+
+#define UW_MAX 32
+
+static struct {
+	struct ctx main, fib;
+	uintptr_t ip[UW_MAX];
+	int n, rc;
+} uw;
+
+static _Unwind_Reason_Code uw_frame(struct _Unwind_Context *c, void *arg)
 {
+	(void)arg;
+	if (uw.n == UW_MAX)
+		return _URC_NORMAL_STOP;
+	uw.ip[uw.n++] = _Unwind_GetIP(c);
+	return _URC_NO_REASON;
+}
+
+/* Somewhere for the debugger to stop: a fiber's frame, not its entry. */
+__attribute__((noinline)) void t_fiber_stop_here(void)
+{
+	__asm__ __volatile__("" ::: "memory");
+	uw.rc = _Unwind_Backtrace(uw_frame, NULL);
+}
+
+static void uw_entry(void *xfer)
+{
+	(void)xfer;
+	fiber_begin(&uw.main);
+	t_fiber_stop_here();
+	ctx_exit(&uw.fib, &uw.main, NULL);
+}
+
+static bool in_trap(uintptr_t ip)
+{
+	/* The call whose return address this is: one byte before. */
+	uintptr_t trap = (uintptr_t)cbcmn__ctx_trap;
+	return ip - 1 >= trap && ip - 1 < trap + 16;
+}
+
+static void test_unwind_stops_at_fiber_entry(void **state)
+{
+	(void)state;
+	memset(&uw, 0, sizeof(uw));
+	fiber_new(&uw.fib, uw_entry, 0);
+	ctx_switch(&uw.main, &uw.fib, NULL);
+	fiber_free(&uw.fib);
+	for (int i = 0; i < uw.n; i++)
+		printf("  #%d %#lx%s\n", i, (unsigned long)uw.ip[i], in_trap(uw.ip[i]) ? " (trap)" : "");
+	assert_int_equal(uw.rc, _URC_END_OF_STACK);
+	/* stop_here, the entry, the trap; then libgcc reports the trap's
+	 * undefined return address as one last frame at 0. */
+	int trap_at = -1;
+	for (int i = 0; i < uw.n; i++)
+		if (in_trap(uw.ip[i]))
+			trap_at = i;
+	if (trap_at < 0)
+		fail_msg("no frame returns into cbcmn__ctx_trap: the unwinder did not find "
+			 "its unwind info");
+	assert_true(trap_at <= 4);
+	for (int i = trap_at + 1; i < uw.n; i++)
+		assert_int_equal(uw.ip[i], 0);
+}
+
+/* The same seen from gdb: the test runs itself under gdb -batch. */
+static int gdb_target(void)
+{
+	memset(&uw, 0, sizeof(uw));
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uw.fib.map_len = STACK_BYTES + pg;
+	uw.fib.map = mmap(NULL, uw.fib.map_len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (uw.fib.map == MAP_FAILED)
+		return 2;
+	uw.fib.lo = uw.fib.map + pg;
+	uw.fib.top = uw.fib.map + uw.fib.map_len;
+	/* What a cbcmn stack keeps above its top: words that look like a
+	 * frame (a pointer into the stack, a size, a pointer). */
+	uintptr_t *fake = (uintptr_t *)(uw.fib.top - 64);
+	fake[0] = (uintptr_t)uw.fib.lo;
+	fake[1] = 0xffc0;
+	fake[2] = (uintptr_t)(uw.fib.top - 4096);
+	fake[3] = 1;
+	uw.fib.top -= 64;
+	uw.fib.asan_lo = uw.fib.lo;
+	uw.fib.asan_size = (size_t)(uw.fib.top - uw.fib.lo);
+	uw.fib.sp = cbcmn__ctx_make(uw.fib.top, uw_entry);
+	ctx_switch(&uw.main, &uw.fib, NULL);
+	return 0;
+}
+
+static void test_gdb_backtrace_stops_at_fiber_entry(void **state)
+{
+	(void)state;
+	if (system("command -v gdb >/dev/null 2>&1") != 0) {
+		T_SKIP("gdb is not installed");
+		return;
+	}
+	char exe[4096];
+	ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	assert_true(len > 0);
+	exe[len] = 0;
+	char cmd[8192];
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 120 gdb -nx -batch -ex 'set debuginfod enabled off' "
+		 "-ex 'break t_fiber_stop_here' -ex run -ex bt -ex kill --args '%s' "
+		 "--gdb-target 2>&1",
+		 exe);
+	FILE *f = popen(cmd, "r");
+	assert_non_null(f);
+	char line[1024], last[1024] = "";
+	int frames = 0, unknown = 0;
+	bool stopped = false;
+	while (fgets(line, sizeof(line), f)) {
+		if (strstr(line, "Breakpoint 1, "))
+			stopped = true;
+		if (line[0] != '#')
+			continue;
+		printf("  %s", line);
+		frames++;
+		unknown += strstr(line, "?? ()") != NULL;
+		memcpy(last, line, sizeof(last));
+	}
+	pclose(f);
+	if (!stopped) {
+		T_SKIP("gdb could not run the test to its breakpoint (no ptrace here?)");
+		return;
+	}
+	assert_int_equal(unknown, 0);
+	assert_non_null(strstr(last, "cbcmn__ctx_trap"));
+	assert_true(frames <= 5);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && strcmp(argv[1], "--gdb-target") == 0)
+		return gdb_target();
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_callee_saved_registers),
 		cmocka_unit_test(test_fp_control_state),
@@ -670,6 +813,8 @@ int main(void)
 		cmocka_unit_test(test_fresh_context_abi),
 		cmocka_unit_test(test_entry_return_aborts),
 		cmocka_unit_test(test_ping_pong),
+		cmocka_unit_test(test_unwind_stops_at_fiber_entry),
+		cmocka_unit_test(test_gdb_backtrace_stops_at_fiber_entry),
 	};
 	return cmocka_run_group_tests_name("context", tests, NULL, NULL);
 }

@@ -114,13 +114,19 @@ cbcmn__ctx_jump_fp:
  * Build a context on a fresh stack that, when jumped to, calls entry(xfer)
  * with the ABI's default FP control state (MXCSR 0x1F80, x87 CW 0x037F) and
  * a correctly aligned stack.  entry must never return: its return address
- * is cbcmn__ctx_trap, which aborts.  Returns the context's stack pointer.
+ * is inside cbcmn__ctx_trap, which aborts.  Returns the context's stack
+ * pointer.
  *
  * Layout built below stack_top (rounded down to 16 bytes):
- *   top-0x08  cbcmn__ctx_trap  (entry's return address; entry sees
+ *   top-0x08  .Ltrap_ret       (entry's return address; entry sees
  *                               rsp % 16 == 8, as after a call)
  *   top-0x10  entry            (the frame's return address slot)
  *   top-0x48  the 0x38-byte frame, GPRs zero
+ *
+ * Unwinders (gdb, perf, libgcc) find the caller of a frame by looking up
+ * return address - 1.  .Ltrap_ret is one byte into cbcmn__ctx_trap, whose
+ * unwind info says "no caller" (rip undefined): a backtrace from a fiber
+ * ends there, instead of reading the stack's descriptor above as frames.
  */
 	.globl	cbcmn__ctx_make
 	.hidden	cbcmn__ctx_make
@@ -130,7 +136,7 @@ cbcmn__ctx_make:
 	.cfi_startproc
 	movq	%rdi, %rax
 	andq	$-16, %rax		/* align the top */
-	leaq	cbcmn__ctx_trap(%rip), %rcx
+	leaq	.Ltrap_ret(%rip), %rcx
 	movq	%rcx, -0x08(%rax)	/* where entry would return to */
 	movq	%rsi, -0x10(%rax)	/* the jump continues in entry */
 	leaq	-0x48(%rax), %rax	/* the saved frame */
@@ -148,12 +154,17 @@ cbcmn__ctx_make:
 	.cfi_endproc
 	.size	cbcmn__ctx_make,.-cbcmn__ctx_make
 
-/* An entry function returned: that is a bug in the runtime, not in a task. */
+/* The outermost frame of every fiber.  Reached only if an entry function
+ * returned: that is a bug in the runtime, not in a task. */
+	.globl	cbcmn__ctx_trap
+	.hidden	cbcmn__ctx_trap
 	.type	cbcmn__ctx_trap,@function
 	.align	16
 cbcmn__ctx_trap:
 	.cfi_startproc
-	.cfi_undefined rip
+	.cfi_undefined rip		/* no caller: unwinders stop here */
+	nop				/* return address - 1 lands on this byte */
+.Ltrap_ret:
 	andq	$-16, %rsp		/* realign for the call */
 	call	abort@PLT
 	hlt
