@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "probes.h"
@@ -57,27 +59,75 @@ static void say_overflow(uint64_t id, size_t size)
 	(void)rc;
 }
 
-/* A fault that is not ours is passed on once per thread: a handler that
- * chains back to us (installed before a second runtime re-installed ours)
- * would otherwise bounce until the alternate stack overflows. */
-static __thread int passing_on;
-
-static void chain(int sig, siginfo_t *si, void *uc)
+/* Die of sig: its default action, set straight in the kernel (a
+ * sanitizer's signal() interceptor may keep its own handler in place, and
+ * the fault would come back for ever).  The faulting instruction runs
+ * again and the process dies as it should. */
+static void default_action(int sig)
 {
-	if (passing_on++) {
-		signal(sig, SIG_DFL); /* the faulting instruction re-runs and dies */
+	struct {
+		void *handler;
+		unsigned long flags;
+		void *restorer;
+		uint64_t mask;
+	} dfl = {SIG_DFL, 0, NULL, 0};
+	syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
+}
+
+/* The fault this thread is passing on to the previous handler: its
+ * signal frame (ucontext), the frame of ours doing it, and the faulting pc.
+ * A handler that leaves by siglongjmp (a JIT's, a wasm runtime's) never
+ * comes back to clear them, so chain() only trusts a record it can check. */
+static __thread const void *passing_uc;
+static __thread const char *passing_frame;
+static __thread uintptr_t passing_pc;
+
+static uintptr_t uc_reg(const void *uc, int reg)
+{
+	return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.gregs[reg];
+}
+
+__attribute__((noinline)) static void chain(int sig, siginfo_t *si, void *uc)
+{
+	const char *here = __builtin_frame_address(0);
+	/* A record is left by an activation of ours up this stack only if we
+	 * run below its frame.  One left by a jump is at or below the frame
+	 * of any fresh delivery: the path from the signal frame to here is
+	 * always the same length. */
+	bool below = passing_uc && here < passing_frame;
+	/* The previous handler gave this very fault back to us: it chains to
+	 * the handler it replaced, which is ours.  Nobody handles it. */
+	bool bounced = below && uc == passing_uc;
+	/* Or it faulted itself while handling the fault we passed on: this
+	 * fault interrupted code on the alternate stack (sigaltstack's range:
+	 * the kernel's uc_stack never says SS_ONSTACK since Linux 4.7), and
+	 * our activation is still there, its signal frame intact.  (A record
+	 * left by a jump was overwritten by the next signal delivered at the
+	 * top of the alternate stack, where every fresh one goes.) */
+	stack_t ss;
+	bool nested = sigaltstack(NULL, &ss) == 0 && !(ss.ss_flags & SS_DISABLE) &&
+		      uc_reg(uc, REG_RSP) - (uintptr_t)ss.ss_sp < ss.ss_size;
+	bool faulted = below && nested && uc_reg(passing_uc, REG_RIP) == passing_pc;
+	if (bounced || faulted) {
+		default_action(sig); /* die of it, as with no handler at all */
 		return;
 	}
+	const void *prev_uc = passing_uc;
+	const char *prev_frame = passing_frame;
+	uintptr_t prev_pc = passing_pc;
+	passing_uc = uc;
+	passing_frame = here;
+	passing_pc = uc_reg(uc, REG_RIP);
 	if (old_segv.sa_flags & SA_SIGINFO) {
 		old_segv.sa_sigaction(sig, si, uc);
 	} else if (old_segv.sa_handler != SIG_DFL && old_segv.sa_handler != SIG_IGN) {
 		old_segv.sa_handler(sig);
 	} else {
-		/* Default action: reinstall it and return; the faulting
-		 * instruction runs again and the process dies as it should. */
-		signal(sig, SIG_DFL);
+		default_action(sig);
 	}
-	passing_on--;
+	passing_uc = prev_uc;
+	passing_frame = prev_frame;
+	passing_pc = prev_pc;
 }
 
 static void on_segv(int sig, siginfo_t *si, void *uc)
@@ -160,6 +210,7 @@ int cbcmn__altstack_setup(struct cbcmn__exec *e)
 
 void cbcmn__altstack_teardown(struct cbcmn__exec *e)
 {
+	passing_uc = NULL; /* it may point into the stack going away */
 	if (!e->altstack)
 		return;
 	stack_t ss = {.ss_flags = SS_DISABLE};

@@ -275,6 +275,22 @@ static inline int t_count_threads(void)
 	return t_dir_entries("/proc/self/task");
 }
 
+/* ---- stack overflows ------------------------------------------------------ */
+
+/* Keeps the compiler from calling t_recurse an infinite recursion. */
+static volatile int64_t t_depth_limit __attribute__((unused)) = INT64_MAX;
+
+/* Recurses with 512-byte frames until the stack runs out. */
+__attribute__((unused)) static int64_t t_recurse(volatile char *p, int64_t depth)
+{
+	volatile char pad[512];
+	pad[0] = (char)depth;
+	pad[511] = p ? p[0] : 0;
+	if (depth >= t_depth_limit)
+		return 0;
+	return t_recurse(pad, depth + 1) + pad[7]; /* not a tail call */
+}
+
 static inline void t_stderr_restore(int fd, int saved, char *buf, size_t len)
 {
 	fflush(stderr);

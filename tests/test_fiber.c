@@ -65,25 +65,11 @@ static void test_100k_fibers(void **state)
 
 /* ---- stack overflow ---- */
 
-/* Recurse until the stack runs out; the limit only keeps the compiler from
- * calling this an infinite recursion. */
-static volatile int64_t depth_limit = INT64_MAX;
-
-static int64_t recurse(volatile char *p, int64_t depth)
-{
-	volatile char pad[512];
-	pad[0] = (char)depth;
-	pad[511] = p ? p[0] : 0;
-	if (depth >= depth_limit)
-		return 0;
-	return recurse(pad, depth + 1) + pad[7]; /* not a tail call */
-}
-
 static int64_t overflow(cbcmn_cx *cx, void *arg)
 {
 	(void)cx;
 	(void)arg;
-	return recurse(NULL, 0);
+	return t_recurse(NULL, 0);
 }
 
 static int64_t sibling_done;
@@ -300,7 +286,7 @@ static int64_t deep_yields(cbcmn_cx *cx, void *arg)
 	volatile char pad[256];
 	pad[0] = (char)depth;
 	cbcmn_yield(cx); /* a runtime call at every level */
-	if (depth >= depth_limit)
+	if (depth >= t_depth_limit)
 		return 0; /* never: keeps the compiler from calling it infinite */
 	return deep_yields(cx, (void *)(intptr_t)(depth + 1)) + pad[0];
 }

@@ -1,0 +1,233 @@
+/* test_overflow: the SIGSEGV handler: chaining to the one it replaced. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#include "cbcmn_chan.h"
+#include "cbcmn_io.h"
+
+#include "../lib/arch.h"
+#include "../lib/runtime.h"
+
+/* TSan cannot follow a jump out of a signal handler. */
+#define SKIP_UNDER_TSAN()                                                      \
+	do {                                                                    \
+		if (T_TSAN) {                                                   \
+			T_SKIP("TSan cannot follow a jump out of a signal handler"); \
+			return;                                                 \
+		}                                                               \
+	} while (0)
+
+static int64_t overflow_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return t_recurse(NULL, 0);
+}
+
+/* ---- SIGSEGV chaining ---------------------------------------------------------- */
+
+/* Runs fn in a child process (so that dying of a fault fails the test
+ * instead of the suite); the child must exit 0 within 60 s. */
+static void in_child(int (*fn)(void), int want_signal)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit no_core = {0, 0};
+		setrlimit(RLIMIT_CORE, &no_core);
+		alarm(60);
+		_exit(fn());
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (want_signal) {
+		if (!WIFSIGNALED(st) || WTERMSIG(st) != want_signal)
+			fail_msg("child: %s %d, want killed by signal %d",
+				 WIFSIGNALED(st) ? "signal" : "exit status",
+				 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), want_signal);
+	} else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fail_msg("child: %s %d, want exit 0", WIFSIGNALED(st) ? "killed by signal" :
+			 "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	}
+}
+
+/* A JIT's handler: faults on its own page are recovered by siglongjmp. */
+static char *jit_page;
+static sigjmp_buf jit_env;
+static volatile int jit_faults;
+
+static void jit_handler(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	if ((char *)si->si_addr >= jit_page && (char *)si->si_addr < jit_page + 4096) {
+		jit_faults++;
+		siglongjmp(jit_env, 1);
+	}
+	signal(SIGSEGV, SIG_DFL);
+}
+
+static bool jit_fault(void)
+{
+	if (sigsetjmp(jit_env, 1) == 0) {
+		*(volatile char *)jit_page = 1;
+		return false;
+	}
+	return true;
+}
+
+static int64_t jit_faults_in_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	int ok = 0;
+	for (int i = 0; i < 3; i++)
+		ok += jit_fault();
+	return ok;
+}
+
+static int jit_then_overflow(void)
+{
+	jit_page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (jit_page == MAP_FAILED)
+		return 2;
+	struct sigaction sa = {.sa_sigaction = jit_handler, .sa_flags = SA_SIGINFO};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, NULL);
+	cbcmn_runtime *rt;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	if (cbcmn_runtime_create(&cfg, &rt) != 0)
+		return 3;
+	/* Faults that are the JIT's, on this thread and on an executor. */
+	for (int i = 0; i < 3; i++)
+		if (!jit_fault())
+			return 4;
+	int64_t r = 0;
+	if (cbcmn_runtime_run(rt, jit_faults_in_task, NULL, &r) != 0 || r != 3)
+		return 5;
+	if (jit_faults != 6)
+		return 6;
+	/* Overflows are still caught. */
+	int saved = dup(STDERR_FILENO), devnull = open("/dev/null", O_WRONLY);
+	dup2(devnull, STDERR_FILENO);
+	int rc = cbcmn_runtime_run(rt, overflow_task, NULL, &r);
+	dup2(saved, STDERR_FILENO);
+	if (rc != 0 || r != CBCMN_EPANIC)
+		return 7;
+	cbcmn_runtime_destroy(rt);
+	return 0;
+}
+
+/* Regression: after a handler we chained to left by siglongjmp, the
+ * thread-local "passing on" counter stayed up, and the next fault that was
+ * not ours reset SIGSEGV to the default action: the process died, and no
+ * thread caught overflows any more. */
+static void test_chaining_survives_a_handler_that_siglongjmps(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	in_child(jit_then_overflow, 0);
+}
+
+/* An address nobody handles a fault at. */
+static void fault_unhandled(void)
+{
+	static char *volatile page;
+	if (!page)
+		page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	*(volatile char *)page = 1;
+}
+
+/* A handler that chains back to the one it replaced, i.e. to us, for a
+ * fault nobody handles: the process dies of it, without looping. */
+static struct sigaction before_us;
+
+static void chains_back(int sig, siginfo_t *si, void *uc)
+{
+	if (before_us.sa_flags & SA_SIGINFO)
+		before_us.sa_sigaction(sig, si, uc);
+}
+
+static int unhandled_with_bounce(void)
+{
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(NULL, &rt) != 0)
+		return 3;
+	struct sigaction sa = {.sa_sigaction = chains_back, .sa_flags = SA_SIGINFO | SA_NODEFER};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, &before_us);
+	/* A second runtime re-installs ours, which now chains to chains_back,
+	 * which chains back to ours. */
+	cbcmn_runtime *rt2;
+	if (cbcmn_runtime_create(NULL, &rt2) != 0)
+		return 4;
+	fault_unhandled();
+	return 5;
+}
+
+static void test_a_handler_that_chains_back_dies_of_the_fault(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	in_child(unhandled_with_bounce, SIGSEGV);
+}
+
+/* A handler we chain to that faults itself: the process dies of it. */
+static void faults_itself(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)si;
+	(void)uc;
+	fault_unhandled();
+}
+
+static int64_t fault_in_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	fault_unhandled();
+	return 0;
+}
+
+static int handler_faults(void)
+{
+	struct sigaction sa = {.sa_sigaction = faults_itself, .sa_flags = SA_SIGINFO | SA_NODEFER};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, NULL);
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(NULL, &rt) != 0)
+		return 3;
+	int64_t r;
+	cbcmn_runtime_run(rt, fault_in_task, NULL, &r);
+	return 5;
+}
+
+static void test_a_chained_handler_that_faults_dies_of_it(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	in_child(handler_faults, SIGSEGV);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_chaining_survives_a_handler_that_siglongjmps),
+		T_WATCHED_TEST(test_a_handler_that_chains_back_dies_of_the_fault),
+		T_WATCHED_TEST(test_a_chained_handler_that_faults_dies_of_it),
+	};
+	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
+}
