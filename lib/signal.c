@@ -192,19 +192,22 @@ static size_t altstack_size(void)
 
 int cbcmn__altstack_setup(struct cbcmn__exec *e)
 {
-	size_t sz = altstack_size();
-	void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-		       -1, 0);
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t sz = (altstack_size() + pg - 1) / pg * pg;
+	/* A guard page below, so that a handler that runs out of it faults
+	 * instead of writing over whatever is mapped there. */
+	char *p = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
-	stack_t ss = {.ss_sp = p, .ss_size = sz, .ss_flags = 0};
-	if (sigaltstack(&ss, NULL) != 0) {
+	stack_t ss = {.ss_sp = p + pg, .ss_size = sz, .ss_flags = 0};
+	if (mprotect(p, pg, PROT_NONE) != 0 || sigaltstack(&ss, NULL) != 0) {
 		int err = -errno;
-		munmap(p, sz);
+		munmap(p, pg + sz);
 		return err;
 	}
 	e->altstack = p;
-	e->altstack_size = sz;
+	e->altstack_size = pg + sz;
 	return 0;
 }
 

@@ -275,7 +275,7 @@ static inline int t_count_threads(void)
 	return t_dir_entries("/proc/self/task");
 }
 
-/* ---- stack overflows ------------------------------------------------------ */
+/* ---- stack overflows and mappings ------------------------------------------ */
 
 /* Keeps the compiler from calling t_recurse an infinite recursion. */
 static volatile int64_t t_depth_limit __attribute__((unused)) = INT64_MAX;
@@ -289,6 +289,32 @@ __attribute__((unused)) static int64_t t_recurse(volatile char *p, int64_t depth
 	if (depth >= t_depth_limit)
 		return 0;
 	return t_recurse(pad, depth + 1) + pad[7]; /* not a tail call */
+}
+
+/* The permissions ("rw-p", "---p") of the mapping holding addr, and where
+ * it ends (end may be NULL).  False if nothing is mapped there. */
+__attribute__((unused)) static bool t_maps_perms(const void *addr, char perms[5], uintptr_t *end)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return false;
+	char line[512];
+	bool found = false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char p[5];
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, p) != 3)
+			continue;
+		if ((uintptr_t)addr >= lo && (uintptr_t)addr < hi) {
+			memcpy(perms, p, 5);
+			if (end)
+				*end = hi;
+			found = true;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
 }
 
 static inline void t_stderr_restore(int fd, int saved, char *buf, size_t len)

@@ -1,4 +1,5 @@
-/* test_overflow: the SIGSEGV handler: chaining to the one it replaced. */
+/* test_overflow: the SIGSEGV handler: chaining to the one it replaced, the
+ * alternate signal stack. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -222,12 +223,46 @@ static void test_a_chained_handler_that_faults_dies_of_it(void **state)
 	in_child(handler_faults, SIGSEGV);
 }
 
+/* ---- the alternate signal stack ------------------------------------------- */
+
+static stack_t task_ss;
+
+static int64_t get_altstack(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	sigaltstack(NULL, &task_ss);
+	return 0;
+}
+
+/* Regression: a handler that ran out of the alternate stack wrote over
+ * whatever was mapped below it. */
+static void test_altstack_has_a_guard_page(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, get_altstack, NULL, &r), 0);
+	assert_int_equal(task_ss.ss_flags & SS_DISABLE, 0);
+	char perms[5];
+	uintptr_t end = 0;
+	char *lo = task_ss.ss_sp;
+	assert_true(t_maps_perms(lo, perms, &end));
+	assert_string_equal(perms, "rw-p");
+	if (!t_maps_perms(lo - 1, perms, &end))
+		fail_msg("nothing mapped below the alternate stack: no guard page");
+	assert_string_equal(perms, "---p");
+	assert_int_equal(end, (uintptr_t)lo);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_chaining_survives_a_handler_that_siglongjmps),
 		T_WATCHED_TEST(test_a_handler_that_chains_back_dies_of_the_fault),
 		T_WATCHED_TEST(test_a_chained_handler_that_faults_dies_of_it),
+		T_WATCHED_TEST(test_altstack_has_a_guard_page),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
