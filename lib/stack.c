@@ -14,6 +14,8 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+size_t cbcmn__stack_test_fail_map_over;
+
 struct cbcmn__stack_slab {
 	void *base;
 	size_t len;
@@ -125,6 +127,20 @@ void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 	cbcmn__mutex_destroy(&p->lock);
 }
 
+/* A slab mapping of len bytes, or MAP_FAILED with *err set. */
+static void *map_slab(size_t len, int *err)
+{
+	if (cbcmn__stack_test_fail_map_over && len > cbcmn__stack_test_fail_map_over) {
+		*err = ENOMEM;
+		return MAP_FAILED;
+	}
+	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+	if (base == MAP_FAILED)
+		*err = errno;
+	return base;
+}
+
 /* Under the pool lock: map a slab of stacks and put them on the free list. */
 static int slab_new(struct cbcmn__stack_pool *p)
 {
@@ -137,16 +153,22 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		guarded = true;
 	}
 	size_t region = p->region + (guarded ? pg : 0);
-	size_t len = region * n;
 	struct cbcmn__stack_slab *sl = malloc(sizeof(*sl));
 	if (!sl)
 		return -ENOMEM;
-	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+	/* One big mapping can fail where smaller ones fit: the commit limit
+	 * under vm.overcommit_memory=2 (which ignores MAP_NORESERVE), an
+	 * RLIMIT_AS, a fragmented address space.  Halve down to one stack. */
+	int err = ENOMEM;
+	void *base = MAP_FAILED;
+	for (; n >= 1; n /= 2)
+		if ((base = map_slab(region * n, &err)) != MAP_FAILED)
+			break;
 	if (base == MAP_FAILED) {
 		free(sl);
-		return -errno;
+		return -err;
 	}
+	size_t len = region * n;
 	/* A huge page would turn one touched stack page into 2 MiB of RSS. */
 	madvise(base, len, MADV_NOHUGEPAGE);
 	for (uint32_t i = 0; i < n; i++) {
@@ -181,8 +203,9 @@ static int slab_new(struct cbcmn__stack_pool *p)
 	sl->len = len;
 	sl->next = p->slabs;
 	p->slabs = sl;
-	if (p->next_slab_stacks < SLAB_MAX)
-		p->next_slab_stacks *= 2;
+	/* Grow from what fitted: after a halving, the next slab tries the
+	 * size that failed once more, then grows again. */
+	p->next_slab_stacks = n < SLAB_MAX / 2 ? 2 * n : SLAB_MAX;
 	return 0;
 }
 

@@ -66,6 +66,8 @@ int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t gu
 /* Unmaps every slab: every stack must be back in a cache or the pool. */
 void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p);
 
+/* NULL when no stack can be made: out of memory (a slab is halved down to
+ * one stack before giving up). */
 struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c);
 void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		      struct cbcmn__stack *s);
@@ -95,5 +97,9 @@ static inline bool cbcmn__stack_in_guard(const struct cbcmn__stack *s, const voi
 /* Map budget left for guarded stacks, from vm.max_map_count and the
  * mappings the process already has.  Exposed for tests and docs. */
 uint64_t cbcmn__stack_guard_budget(void);
+
+/* Tests only: a slab mapping of more bytes fails with ENOMEM, as under a
+ * tight commit limit. */
+extern size_t cbcmn__stack_test_fail_map_over;
 
 #endif

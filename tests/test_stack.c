@@ -322,6 +322,102 @@ static void test_no_guards(void **state)
 	cbcmn__stack_pool_fini(&p);
 }
 
+/* ---- slab growth under memory pressure ------------------------------------ */
+
+/* Regression: after one large slab mapping failed, every later stack_get
+ * that needed a new slab failed too (-ENOMEM), though smaller mappings
+ * still fit.  Now the slab halves, down to one stack. */
+static void test_slab_halves_after_a_failed_mapping(void **state)
+{
+	(void)state;
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	struct cbcmn__stack *s[200];
+	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 0), 0);
+	/* Nothing over three stacks maps: slabs of 2 after 16, 8, 4 fail. */
+	cbcmn__stack_test_fail_map_over = 3 * (p.region + pg());
+	for (int i = 0; i < 200; i++) {
+		s[i] = cbcmn__stack_get(&p, &c);
+		if (!s[i]) {
+			cbcmn__stack_test_fail_map_over = 0;
+			fail_msg("stack %d: NULL although slabs of 2 still map", i);
+		}
+	}
+	uint32_t small = count_slabs(&p);
+	assert_int_equal(p.stacks_total, 200);
+	assert_true(small >= 100);
+	/* The pressure is gone: slabs grow again, from where they were. */
+	cbcmn__stack_test_fail_map_over = 0;
+	uint64_t total = p.stacks_total;
+	uint32_t more = 0;
+	while (p.stacks_total < total + 64) {
+		assert_non_null(cbcmn__stack_get(&p, &c));
+		more++;
+	}
+	assert_true(count_slabs(&p) - small <= 6);
+
+	/* Nothing maps at all: a clean NULL once the free stacks are gone. */
+	cbcmn__stack_test_fail_map_over = 1;
+	while (cbcmn__stack_get(&p, &c))
+		more++;
+	assert_null(cbcmn__stack_get(&p, &c));
+	cbcmn__stack_test_fail_map_over = 0;
+	assert_int_equal(200 + more, p.stacks_total);
+	for (int i = 0; i < 200; i++)
+		cbcmn__stack_put(&p, &c, s[i]);
+	cbcmn__stack_cache_drain(&p, &c);
+	cbcmn__stack_pool_fini(&p); /* fini unmaps every slab, stacks out or not */
+}
+
+/* The same under a real limit: RLIMIT_AS lets small slabs map where big
+ * ones fail, much as a commit limit does (vm.overcommit_memory=2 ignores
+ * MAP_NORESERVE and charges every slab in full). */
+static void test_slab_halves_under_rlimit_as(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizers reserve terabytes of address space: no RLIMIT_AS");
+		return;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct cbcmn__stack_pool p;
+		struct cbcmn__stack_cache c = {0};
+		if (cbcmn__stack_pool_init(&p, STACK_BYTES, 0) != 0)
+			_exit(2);
+		FILE *f = fopen("/proc/self/status", "r");
+		char line[256];
+		long vm_kib = -1;
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "VmSize: %ld kB", &vm_kib) == 1)
+				break;
+		if (f)
+			fclose(f);
+		if (vm_kib < 0)
+			_exit(3);
+		/* Room for about 40 stacks: the first slab (16) fits, the
+		 * second (32) does not. */
+		struct rlimit as;
+		getrlimit(RLIMIT_AS, &as);
+		as.rlim_cur = (rlim_t)vm_kib * 1024 + 40 * (p.region + 4096);
+		if (setrlimit(RLIMIT_AS, &as) != 0)
+			_exit(4);
+		int got = 0;
+		while (got < 10000 && cbcmn__stack_get(&p, &c))
+			got++;
+		/* Before: 16, then every slab failed; now they halve into
+		 * what is left. */
+		_exit(got >= 32 && got < 10000 ? 0 : 10 + (got > 200 ? 200 : got));
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("child exit %d (>= 10: 10 + stacks it got)", WEXITSTATUS(st));
+}
+
 /* ---- canaries and the spill path ------------------------------------------ */
 
 static void test_canary(void **state)
@@ -636,6 +732,8 @@ int main(void)
 		cmocka_unit_test(test_guard_page_is_prot_none),
 		cmocka_unit_test(test_guard_max_4),
 		cmocka_unit_test(test_no_guards),
+		cmocka_unit_test(test_slab_halves_after_a_failed_mapping),
+		cmocka_unit_test(test_slab_halves_under_rlimit_as),
 		cmocka_unit_test(test_canary),
 		cmocka_unit_test(test_spill_from_full_cache),
 		cmocka_unit_test(test_recycle_without_new_slabs),
