@@ -431,9 +431,8 @@ static inline void cbcmn__stack_check(struct cbcmn_task *t)
 {
 	if (!t)
 		return;
-	const struct cbcmn__stack *s = t->stack;
-	size_t reserve = s->size / 4 < 8192 ? s->size / 4 : 8192;
-	if (__builtin_expect((size_t)((char *)__builtin_frame_address(0) - s->lo) < reserve, 0))
+	/* check_lo: lo + the reserve (stack.h). */
+	if (__builtin_expect((char *)__builtin_frame_address(0) < t->stack->check_lo, 0))
 		cbcmn__stack_exhausted(t);
 }
 

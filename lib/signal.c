@@ -28,7 +28,6 @@
 #endif
 
 static struct sigaction old_segv;
-static size_t page;
 
 /* Async-signal-safe decimal formatting. */
 static char *fmt_u64(char *p, uint64_t v)
@@ -134,7 +133,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 {
 	struct cbcmn__exec *e = cbcmn__tls_exec;
 	struct cbcmn_task *t = e ? e->current : NULL;
-	if (t && t->stack && cbcmn__stack_in_guard(t->stack, si->si_addr, page)) {
+	if (t && t->stack && cbcmn__stack_in_guard(t->stack, si->si_addr)) {
 		/* The size the user configured, which is what they can change. */
 		say_overflow(t->id, t->rt->cfg.stack_size);
 		CBCMN_PROBE2(task_panic, t->id, t->rt->cfg.stack_size);
@@ -157,7 +156,6 @@ int cbcmn__signal_init(void)
 {
 	int rc = 0;
 	pthread_mutex_lock(&install_lock);
-	page = (size_t)sysconf(_SC_PAGESIZE);
 	struct sigaction cur;
 	if (sigaction(SIGSEGV, NULL, &cur) != 0) {
 		rc = -errno;

@@ -1,4 +1,4 @@
-/* stack.c: fiber stack slabs, guard pages within the map budget, recycling. */
+/* stack.c: fiber stack slabs, their guard regions, recycling. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,6 +14,15 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+/* Linux 6.13 (mm/madvise.c): guard markers in the page tables, which fault
+ * like PROT_NONE without a mapping of their own.  glibc 2.36 lacks the
+ * names. */
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#define MADV_GUARD_REMOVE 103
+#endif
+
+bool cbcmn__stack_test_no_lightweight_guards;
 size_t cbcmn__stack_test_fail_map_over;
 
 struct cbcmn__stack_slab {
@@ -82,6 +91,46 @@ uint64_t cbcmn__stack_guard_budget(void)
 	return pairs > promised ? pairs - promised : 0;
 }
 
+/* Does this kernel make lightweight guards?  Probed once per process: a
+ * race only probes twice, and the answer is one int. */
+static bool lightweight_guards(void)
+{
+	static int known; /* 0: not probed, 1: yes, -1: no */
+	if (cbcmn__stack_test_no_lightweight_guards)
+		return false;
+	int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+	if (!k) {
+		size_t pg = page_size();
+		void *m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		k = -1;
+		if (m != MAP_FAILED) {
+			if (madvise(m, pg, MADV_GUARD_INSTALL) == 0)
+				k = 1;
+			munmap(m, 2 * pg);
+		}
+		__atomic_store_n(&known, k, __ATOMIC_RELAXED);
+	}
+	return k > 0;
+}
+
+/* Take p's share of the process's map budget for mprotect guards. */
+static void promise_guards(struct cbcmn__stack_pool *p, uint32_t guard_max)
+{
+	pthread_mutex_lock(&budget_lock);
+	uint64_t budget = cbcmn__stack_guard_budget();
+	p->guard_left = guard_max && guard_max < budget ? guard_max : budget;
+	atomic_fetch_add_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
+	pthread_mutex_unlock(&budget_lock);
+}
+
+/* Give back what p was promised and did not make. */
+static void unpromise_guards(struct cbcmn__stack_pool *p)
+{
+	atomic_fetch_sub_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
+	p->guard_left = 0;
+}
+
 int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t guard_max)
 {
 	size_t pg = page_size();
@@ -89,17 +138,17 @@ int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t gu
 		return -EINVAL;
 	memset(p, 0, sizeof(*p));
 	p->size = size - sizeof(struct cbcmn__stack);
-	p->region = size; /* + a page when guarded, see slab_new() */
 	p->next_slab_stacks = SLAB_FIRST;
+	p->guard_max = guard_max;
 	if (guard_max == UINT32_MAX) {
-		p->guard_left = 0;
+		p->guard_kind = CBCMN__GUARD_NONE; /* asked for: canaries only */
 	} else {
-		pthread_mutex_lock(&budget_lock);
-		uint64_t budget = cbcmn__stack_guard_budget();
-		p->guard_left = guard_max && guard_max < budget ? guard_max : budget;
-		atomic_fetch_add_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
-		pthread_mutex_unlock(&budget_lock);
+		p->guard_bytes = CBCMN__RED_BYTES + CBCMN__YELLOW_BYTES; /* page multiples */
+		p->guard_kind = lightweight_guards() ? CBCMN__GUARD_MADV : CBCMN__GUARD_PROT;
+		if (p->guard_kind == CBCMN__GUARD_PROT)
+			promise_guards(p, guard_max);
 	}
+	p->region = size + p->guard_bytes;
 	cbcmn__mutex_init(&p->lock, "stacks", CBCMN__LOCK_STACKS);
 	return 0;
 }
@@ -122,9 +171,15 @@ void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 	p->free = NULL;
 	p->nfree = 0;
 	/* Guards never made go back to the other pools. */
-	atomic_fetch_sub_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
-	p->guard_left = 0;
+	unpromise_guards(p);
 	cbcmn__mutex_destroy(&p->lock);
+}
+
+/* Room a runtime call wants below its frame (cbcmn__stack_check): a quarter
+ * of the stack, at most 8 KiB. */
+static char *check_lo_of(const struct cbcmn__stack *s)
+{
+	return s->lo + (s->size / 4 < 8192 ? s->size / 4 : 8192);
 }
 
 /* A slab mapping of len bytes, or MAP_FAILED with *err set. */
@@ -141,18 +196,56 @@ static void *map_slab(size_t len, int *err)
 	return base;
 }
 
+/* Guard the region r (guard_bytes long) below a stack the pool's way.  A
+ * kernel that refuses lightweight guards here (an mlock'ed process: they
+ * need a VMA that is not VM_LOCKED) turns the pool to mprotect guards. */
+static bool guard_region(struct cbcmn__stack_pool *p, char *r)
+{
+	if (p->guard_kind == CBCMN__GUARD_MADV) {
+		if (madvise(r, p->guard_bytes, MADV_GUARD_INSTALL) == 0)
+			return true;
+		p->guard_kind = CBCMN__GUARD_PROT;
+		promise_guards(p, p->guard_max);
+	}
+	if (p->guard_left == 0 || mprotect(r, p->guard_bytes, PROT_NONE) != 0)
+		return false;
+	/* After the mprotect: until now count_maps() did not see it. */
+	p->guard_left--;
+	atomic_fetch_sub_explicit(&guards_promised, 1, memory_order_relaxed);
+	return true;
+}
+
+/* The map budget is spent: no guarded stack can be made.  Running one
+ * unguarded would let an overflow write over a neighbour's frames, so the
+ * task that needed it fails instead; say why once. */
+static int refuse(struct cbcmn__stack_pool *p)
+{
+	if (!p->said_refused) {
+		p->said_refused = true;
+		char line[320];
+		int len = snprintf(line, sizeof(line),
+				   "cbcmn: no guarded stack left: %llu stacks have guard pages, all "
+				   "that vm.max_map_count allows; a task that needs a new stack "
+				   "fails with -ENOMEM.  Raise vm.max_map_count, or set "
+				   "guard_stacks_max = UINT32_MAX to run unguarded "
+				   "(docs/FIBERS.md)\n",
+				   (unsigned long long)p->stacks_guarded);
+		if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+			(void)0;
+	}
+	return -ENOMEM;
+}
+
 /* Under the pool lock: map a slab of stacks and put them on the free list. */
 static int slab_new(struct cbcmn__stack_pool *p)
 {
-	size_t pg = page_size();
 	uint32_t n = p->next_slab_stacks;
-	bool guarded = p->guard_left >= n;
-	if (!guarded && p->guard_left > 0) {
-		/* Spend the rest of the guard budget on a smaller guarded slab. */
-		n = (uint32_t)p->guard_left;
-		guarded = true;
+	if (p->guard_kind == CBCMN__GUARD_PROT) {
+		if (p->guard_left == 0)
+			return refuse(p);
+		if (p->guard_left < n)
+			n = (uint32_t)p->guard_left; /* a smaller slab, all guarded */
 	}
-	size_t region = p->region + (guarded ? pg : 0);
 	struct cbcmn__stack_slab *sl = malloc(sizeof(*sl));
 	if (!sl)
 		return -ENOMEM;
@@ -162,29 +255,30 @@ static int slab_new(struct cbcmn__stack_pool *p)
 	int err = ENOMEM;
 	void *base = MAP_FAILED;
 	for (; n >= 1; n /= 2)
-		if ((base = map_slab(region * n, &err)) != MAP_FAILED)
+		if ((base = map_slab(p->region * n, &err)) != MAP_FAILED)
 			break;
 	if (base == MAP_FAILED) {
 		free(sl);
 		return -err;
 	}
-	size_t len = region * n;
+	size_t len = p->region * n;
 	/* A huge page would turn one touched stack page into 2 MiB of RSS. */
 	madvise(base, len, MADV_NOHUGEPAGE);
-	for (uint32_t i = 0; i < n; i++) {
-		char *r = (char *)base + (size_t)i * region;
-		if (guarded && mprotect(r, pg, PROT_NONE) != 0) {
-			/* Out of map entries after all: the rest go unguarded. */
-			guarded = false;
-			atomic_fetch_sub_explicit(&guards_promised, p->guard_left,
-						  memory_order_relaxed);
-			p->guard_left = 0;
-		}
-		char *lo = r + (guarded ? pg : 0);
+	uint32_t made = 0;
+	for (; made < n; made++) {
+		char *r = (char *)base + (size_t)made * p->region;
+		bool guarded = p->guard_kind != CBCMN__GUARD_NONE;
+		if (guarded && !guard_region(p, r))
+			break; /* out of map entries after all */
+		char *lo = r + p->guard_bytes;
 		struct cbcmn__stack *s = (struct cbcmn__stack *)(lo + p->size);
 		s->lo = lo;
 		s->size = p->size;
+		s->check_lo = check_lo_of(s);
+		s->guard_lo = guarded ? r : lo;
 		s->guarded = guarded;
+		s->guard_kind = guarded ? p->guard_kind : CBCMN__GUARD_NONE;
+		s->yellow_open = 0;
 		s->san_fiber = NULL;
 		s->san_uses = 0;
 		s->asan_fake = NULL;
@@ -193,10 +287,16 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		p->nfree++;
 		p->stacks_total++;
 		p->stacks_guarded += guarded;
-		/* After the mprotect: until now count_maps() did not see it. */
-		if (guarded) {
-			p->guard_left--;
-			atomic_fetch_sub_explicit(&guards_promised, 1, memory_order_relaxed);
+	}
+	if (made < n) {
+		/* The rest would go unguarded: give it back.  Cutting the
+		 * slab's tail adds no map entry. */
+		unpromise_guards(p);
+		munmap((char *)base + (size_t)made * p->region, (size_t)(n - made) * p->region);
+		len = (size_t)made * p->region;
+		if (made == 0) {
+			free(sl);
+			return refuse(p);
 		}
 	}
 	sl->base = base;
@@ -207,6 +307,39 @@ static int slab_new(struct cbcmn__stack_pool *p)
 	 * size that failed once more, then grows again. */
 	p->next_slab_stacks = n < SLAB_MAX / 2 ? 2 * n : SLAB_MAX;
 	return 0;
+}
+
+int cbcmn__stack_yellow_open(struct cbcmn__stack *s)
+{
+	char *y = cbcmn__stack_yellow_lo(s);
+	size_t len = (size_t)(s->lo - y);
+	int rc = s->guard_kind == CBCMN__GUARD_MADV ? madvise(y, len, MADV_GUARD_REMOVE)
+						    : mprotect(y, len, PROT_READ | PROT_WRITE);
+	if (rc != 0)
+		return -errno;
+	s->yellow_open = 1;
+	s->check_lo = (char *)UINTPTR_MAX;
+	return 0;
+}
+
+void cbcmn__stack_yellow_close(struct cbcmn__stack *s)
+{
+	s->check_lo = check_lo_of(s);
+	if (!s->yellow_open)
+		return;
+	char *y = cbcmn__stack_yellow_lo(s);
+	size_t len = (size_t)(s->lo - y);
+	int rc;
+	if (s->guard_kind == CBCMN__GUARD_MADV) {
+		rc = madvise(y, len, MADV_GUARD_INSTALL); /* frees the pages */
+	} else {
+		madvise(y, len, MADV_DONTNEED);
+		/* Merges back into the guard's mapping: no new map entry. */
+		rc = mprotect(y, len, PROT_NONE);
+	}
+	/* On failure the red page still guards; the zone stays open. */
+	if (rc == 0)
+		s->yellow_open = 0;
 }
 
 struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
@@ -251,6 +384,10 @@ static void release_pages(struct cbcmn__stack *s)
 void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		      struct cbcmn__stack *s)
 {
+	/* The landing pad closed it; a fiber ended otherwise (its thread
+	 * died) may not have. */
+	if (__builtin_expect(s->yellow_open, 0))
+		cbcmn__stack_yellow_close(s);
 	if (__builtin_expect(c != NULL && c->n < CBCMN__STACK_CACHE_MAX, 1)) {
 		s->next = c->free;
 		c->free = s;

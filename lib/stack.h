@@ -1,13 +1,26 @@
 /* stack.h: private to libcbcmn: the fiber stack pool.
  *
  * Stacks are carved from slabs: one anonymous mapping holds many stacks, so a
- * million stacks do not need a million mappings.  While the process's map
- * budget allows (vm.max_map_count, 65 530 on a stock kernel), each stack
- * gets a PROT_NONE guard page below it, which costs two map entries; beyond
- * that budget a stack has no guard page and a zero canary at its low end is
- * checked instead, at every switch away from it.  Pages are committed only
- * when touched (MAP_NORESERVE, no transparent huge pages).  A stack's
- * descriptor lives in its own top bytes, which the fiber touches anyway.
+ * million stacks do not need a million mappings.  Below every stack lies a
+ * guard region that faults when touched:
+ *
+ *   | red: 4 KiB | yellow: CBCMN__YELLOW_BYTES | lo ... usable ... | descriptor |
+ *
+ * The yellow zone is opened only by the SIGSEGV handler, for an overflow
+ * that happened inside the C library (signal.c), so that the call can finish
+ * and release its locks before the task is ended; the red page is never
+ * opened.  The guard is made one of two ways:
+ *   - lightweight guards (Linux 6.13+, MADV_GUARD_INSTALL): markers in the
+ *     page tables, no mapping of their own, so every stack has one;
+ *   - mprotect(PROT_NONE), which splits the slab: two entries of
+ *     vm.max_map_count per stack, so only as many as the process's map
+ *     budget allows.  Beyond it a stack is refused (the task fails with
+ *     -ENOMEM), unless the runtime turned guards off (guard_stacks_max ==
+ *     UINT32_MAX): then stacks have no guard and a zero canary at their low
+ *     end is checked at every switch away from them.
+ * Pages are committed only when touched (MAP_NORESERVE, no transparent huge
+ * pages).  A stack's descriptor lives in its own top bytes, which the fiber
+ * touches anyway.
  *
  * Stacks are recycled through a per-executor cache (no locks, no munmap);
  * the cache spills to and refills from the shared pool in batches, and
@@ -23,17 +36,45 @@
 #include "lock.h"
 
 #define CBCMN__CANARY_BYTES 64
+/* Room the C library gets to finish a call that overflowed (signal.c):
+ * vfprintf needs 2-5 KiB, the resolver more.  Address space only. */
+#define CBCMN__YELLOW_BYTES (16u * 1024)
 
-/* 16-byte aligned and sized, so the usable top below it is aligned too. */
+enum { CBCMN__GUARD_NONE, CBCMN__GUARD_PROT, CBCMN__GUARD_MADV };
+
+/* The red page: never opened.  x86_64 pages are 4 KiB. */
+#define CBCMN__RED_BYTES 4096u
+
+/* 16-byte aligned and sized, so the usable top below it is aligned too; 64
+ * bytes, one cache line, which a fiber's first frames share. */
 struct cbcmn__stack {
 	_Alignas(16) char *lo;     /* lowest usable byte (canary here if unguarded) */
 	size_t size;               /* usable bytes, from lo up to this descriptor */
 	struct cbcmn__stack *next; /* free lists */
-	bool guarded;
+	/* cbcmn__stack_check (runtime.h): a runtime call whose frame is below
+	 * this ends the task.  lo plus a reserve; the highest address while
+	 * the yellow zone is open, so that the next call ends the task. */
+	char *check_lo;
+	/* Lowest byte of the guard region (lo: none): the red page, then the
+	 * yellow zone up to lo. */
+	char *guard_lo;
 	void *san_fiber;           /* TSan: the fiber running on this stack */
-	uint32_t san_uses;         /* TSan: fibers it has run since created */
 	void *asan_fake;           /* ASan: its fake stack while switched away */
+	uint32_t san_uses;         /* TSan: fibers it has run since created */
+	bool guarded;
+	uint8_t guard_kind;        /* CBCMN__GUARD_* */
+	/* Set and read on the thread running the stack, by the SIGSEGV
+	 * handler and the landing pad: volatile is the ordering needed. */
+	volatile uint8_t yellow_open;
 };
+
+_Static_assert(sizeof(struct cbcmn__stack) == 64, "one cache line");
+
+/* Where the yellow zone starts. */
+static inline char *cbcmn__stack_yellow_lo(const struct cbcmn__stack *s)
+{
+	return s->guard_lo + CBCMN__RED_BYTES;
+}
 
 /* A stack's usable top: the descriptor sits right above it. */
 static inline void *cbcmn__stack_top(struct cbcmn__stack *s) { return (void *)s; }
@@ -48,7 +89,11 @@ struct cbcmn__stack_pool {
 	size_t size;                    /* usable bytes per stack */
 	size_t region;                  /* bytes per stack in a slab, guard included */
 	uint32_t next_slab_stacks;      /* slabs grow geometrically */
-	uint64_t guard_left;            /* guarded stacks we may still create */
+	uint64_t guard_left;            /* mprotect guards we may still make */
+	uint32_t guard_max;             /* as given to cbcmn__stack_pool_init */
+	size_t guard_bytes;             /* red page + yellow zone, 0: unguarded */
+	uint8_t guard_kind;             /* how new slabs are guarded, CBCMN__GUARD_* */
+	bool said_refused;              /* the one line about the map budget */
 	uint64_t stacks_total, stacks_guarded; /* for stats and tests */
 };
 
@@ -60,14 +105,15 @@ struct cbcmn__stack_cache {
 
 #define CBCMN__STACK_CACHE_MAX 64
 
-/* size: usable bytes (page multiple).  guard_max: see cbcmn_config.
+/* size: usable bytes (page multiple).  guard_max: see cbcmn_config: it
+ * limits mprotect guards only; UINT32_MAX turns every guard off.
  * Returns 0, -EINVAL or -errno. */
 int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t guard_max);
 /* Unmaps every slab: every stack must be back in a cache or the pool. */
 void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p);
 
 /* NULL when no stack can be made: out of memory (a slab is halved down to
- * one stack before giving up). */
+ * one stack before giving up) or, with mprotect guards, out of map budget. */
 struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c);
 void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		      struct cbcmn__stack *s);
@@ -87,19 +133,33 @@ static inline bool cbcmn__stack_canary_ok(const struct cbcmn__stack *s)
 	return acc == 0;
 }
 
-/* True if addr lies in the guard page below s (a stack overflow). */
-static inline bool cbcmn__stack_in_guard(const struct cbcmn__stack *s, const void *addr,
-					 size_t page)
+/* True if addr lies in the guard region below s (a stack overflow). */
+static inline bool cbcmn__stack_in_guard(const struct cbcmn__stack *s, const void *addr)
 {
-	return s->guarded && (const char *)addr < s->lo && (const char *)addr >= s->lo - page;
+	return (const char *)addr < s->lo && (const char *)addr >= s->guard_lo;
 }
+
+/* True if addr lies in the red page, below the yellow zone. */
+static inline bool cbcmn__stack_in_red(const struct cbcmn__stack *s, const void *addr)
+{
+	return (const char *)addr < cbcmn__stack_yellow_lo(s) && (const char *)addr >= s->guard_lo;
+}
+
+/* Open s's yellow zone for the code that overflowed into it, and make the
+ * next runtime call end the task.  Async-signal-safe; 0 or -errno (the
+ * commit charge under vm.overcommit_memory=2, a kernel that refuses). */
+int cbcmn__stack_yellow_open(struct cbcmn__stack *s);
+/* Guard it again, once nothing runs below lo; a no-op if it is closed. */
+void cbcmn__stack_yellow_close(struct cbcmn__stack *s);
 
 /* Map budget left for guarded stacks, from vm.max_map_count and the
  * mappings the process already has.  Exposed for tests and docs. */
 uint64_t cbcmn__stack_guard_budget(void);
 
-/* Tests only: a slab mapping of more bytes fails with ENOMEM, as under a
- * tight commit limit. */
+/* Tests only.  no_lightweight_guards: behave as on a kernel without
+ * MADV_GUARD_INSTALL (read at pool init).  fail_map_over: a slab mapping
+ * of more bytes fails with ENOMEM, as under a tight commit limit. */
+extern bool cbcmn__stack_test_no_lightweight_guards;
 extern size_t cbcmn__stack_test_fail_map_over;
 
 #endif

@@ -1,5 +1,5 @@
-/* test_overflow: the SIGSEGV handler: chaining to the one it replaced, the
- * alternate signal stack. */
+/* test_overflow: the SIGSEGV handler (chaining, the alternate signal stack)
+ * and stack overflows: no task on an unguarded stack. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -256,6 +256,87 @@ static void test_altstack_has_a_guard_page(void **state)
 	t_destroy(rt);
 }
 
+static struct cbcmn__stack *stack_of(cbcmn_cx *cx)
+{
+	return ((struct cbcmn_task *)cx)->stack;
+}
+
+/* Runs fn(arg) as a root task of rt, with what it says on stderr in msg. */
+static int64_t run_quiet(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, char *msg, size_t len)
+{
+	int saved, fd = t_stderr_capture(&saved);
+	int64_t r = INT64_MIN;
+	int rc = cbcmn_runtime_run(rt, fn, arg, &r);
+	t_stderr_restore(fd, saved, msg, len);
+	assert_int_equal(rc, 0);
+	return r;
+}
+
+/* ---- beyond the map budget --------------------------------------------------- */
+
+static _Atomic int started, unguarded;
+
+static int64_t hold_stack(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&started, 1);
+	if (!stack_of(cx)->guarded)
+		atomic_fetch_add(&unguarded, 1);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t spawn_eight(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	for (int i = 0; i < 8; i++)
+		cbcmn_nursery_spawn(cx, n, hold_stack, NULL, NULL);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Regression: past the map budget (here guard_stacks_max = 4, mprotect
+ * guards) tasks ran on stacks without a guard page, where an overflow
+ * corrupts a neighbour and aborts the process.  Now they fail with
+ * -ENOMEM instead; with lightweight guards they all run guarded. */
+static void test_no_task_runs_on_an_unguarded_stack(void **state)
+{
+	(void)state;
+	for (int prot = 1; prot >= 0; prot--) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.flags = CBCMN_CONFIG_NO_INLINE;
+		cfg.guard_stacks_max = 4;
+		cbcmn__stack_test_no_lightweight_guards = prot;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		cbcmn__stack_test_no_lightweight_guards = false;
+		bool lightweight = rt->stacks.guard_kind == CBCMN__GUARD_MADV;
+		atomic_store(&started, 0);
+		atomic_store(&unguarded, 0);
+		char msg[4096];
+		int64_t r = run_quiet(rt, spawn_eight, NULL, msg, sizeof(msg));
+		printf("  %s guards: %d of 8 started, result %lld\n",
+		       lightweight ? "lightweight" : "mprotect", atomic_load(&started),
+		       (long long)r);
+		assert_int_equal(atomic_load(&unguarded), 0);
+		if (lightweight) {
+			assert_int_equal(r, 0);
+			assert_int_equal(atomic_load(&started), 8);
+		} else {
+			assert_int_equal(r, -ENOMEM);
+			assert_true(atomic_load(&started) <= 3); /* the root holds one */
+			assert_non_null(strstr(msg, "vm.max_map_count"));
+		}
+		t_destroy(rt);
+		if (prot == 0 && !lightweight)
+			T_SKIP("no MADV_GUARD_INSTALL (Linux 6.13+): lightweight guards untested");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -263,6 +344,7 @@ int main(void)
 		T_WATCHED_TEST(test_a_handler_that_chains_back_dies_of_the_fault),
 		T_WATCHED_TEST(test_a_chained_handler_that_faults_dies_of_it),
 		T_WATCHED_TEST(test_altstack_has_a_guard_page),
+		T_WATCHED_TEST(test_no_task_runs_on_an_unguarded_stack),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* test_stack: the fiber stack pool: guard pages, canaries, recycling, cost. */
+/* test_stack: the fiber stack pool: guard regions, canaries, recycling, cost. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -49,28 +49,6 @@ static long maps_lines(void)
 	return n;
 }
 
-/* The permissions ("rw-p", "---p") of the mapping holding addr. */
-static bool maps_perms(const void *addr, char perms[5])
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	assert_non_null(f);
-	char line[512];
-	bool found = false;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		char p[5];
-		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, p) != 3)
-			continue;
-		if ((uintptr_t)addr >= lo && (uintptr_t)addr < hi) {
-			memcpy(perms, p, 5);
-			found = true;
-			break;
-		}
-	}
-	fclose(f);
-	return found;
-}
-
 static long rss_kib(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -117,8 +95,7 @@ static size_t resident_pages(const void *lo, const void *hi)
 
 /* stack.c keeps its slab list private.  This mirrors it, and the count is
  * only trusted once the slabs' lengths add up to the stacks the pool says it
- * made: a changed layout fails here, loudly.  (Not exactly: a slab whose
- * mprotect failed keeps guard-sized regions for its unguarded stacks.) */
+ * made: a changed layout fails here, loudly. */
 struct slab_mirror {
 	void *base;
 	size_t len;
@@ -134,9 +111,33 @@ static uint32_t count_slabs(const struct cbcmn__stack_pool *p)
 		bytes += sl->len;
 		n++;
 	}
-	assert_true(bytes >= p->stacks_total * p->region + p->stacks_guarded * pg());
-	assert_true(bytes <= p->stacks_total * (p->region + pg()));
+	assert_int_equal(bytes, p->stacks_total * p->region);
 	return n;
+}
+
+/* A pool whose guards are made the old way, with mprotect, as on a kernel
+ * without MADV_GUARD_INSTALL (before Linux 6.13). */
+static void pool_init_prot(struct cbcmn__stack_pool *p, size_t bytes, uint32_t guard_max)
+{
+	cbcmn__stack_test_no_lightweight_guards = true;
+	int rc = cbcmn__stack_pool_init(p, bytes, guard_max);
+	cbcmn__stack_test_no_lightweight_guards = false;
+	assert_int_equal(rc, 0);
+	assert_int_equal(p->guard_kind, CBCMN__GUARD_PROT);
+}
+
+/* A pool the default way: lightweight guards where the kernel has them. */
+static bool pool_init_default(struct cbcmn__stack_pool *p, size_t bytes, uint32_t guard_max)
+{
+	assert_int_equal(cbcmn__stack_pool_init(p, bytes, guard_max), 0);
+	return p->guard_kind == CBCMN__GUARD_MADV;
+}
+
+static void drain_fini(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
+{
+	cbcmn__stack_cache_drain(p, c);
+	assert_int_equal(p->nfree, p->stacks_total);
+	cbcmn__stack_pool_fini(p);
 }
 
 /* ---- the map budget ------------------------------------------------------- */
@@ -162,7 +163,7 @@ static void test_guard_max_clamped_to_budget(void **state)
 	(void)state;
 	struct cbcmn__stack_pool p;
 	uint64_t budget = cbcmn__stack_guard_budget();
-	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX - 1), 0);
+	pool_init_prot(&p, STACK_BYTES, UINT32_MAX - 1);
 	uint64_t granted = p.guard_left;
 	cbcmn__stack_pool_fini(&p);
 	assert_true(granted > 0);
@@ -170,19 +171,23 @@ static void test_guard_max_clamped_to_budget(void **state)
 
 	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX), 0);
 	assert_int_equal(p.guard_left, 0);
+	assert_int_equal(p.guard_kind, CBCMN__GUARD_NONE);
 	cbcmn__stack_pool_fini(&p);
 
 	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES + 1, 0), -EINVAL);
 }
 
-/* ---- layout and guard pages ----------------------------------------------- */
+/* ---- layout and guard regions --------------------------------------------- */
 
-static void test_guard_page_is_prot_none(void **state)
+static void guard_region_case(bool prot)
 {
-	(void)state;
 	struct cbcmn__stack_pool p;
 	struct cbcmn__stack_cache c = {0};
-	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 4), 0);
+	if (prot)
+		pool_init_prot(&p, STACK_BYTES, 4);
+	else if (!pool_init_default(&p, STACK_BYTES, 4))
+		printf("  no lightweight guards on this kernel: mprotect twice\n");
+	long maps0 = maps_lines();
 	struct cbcmn__stack *s = cbcmn__stack_get(&p, &c);
 	assert_non_null(s);
 	assert_true(s->guarded);
@@ -192,23 +197,41 @@ static void test_guard_page_is_prot_none(void **state)
 	assert_int_equal(s->size, STACK_BYTES - sizeof(struct cbcmn__stack));
 	assert_ptr_equal(top, lo + s->size);
 	assert_int_equal((uintptr_t)top % 16, 0);
+	/* A red page, then the yellow zone, then the stack. */
+	assert_ptr_equal(cbcmn__stack_yellow_lo(s), s->guard_lo + CBCMN__RED_BYTES);
+	assert_true((size_t)(lo - cbcmn__stack_yellow_lo(s)) >= CBCMN__YELLOW_BYTES);
+	assert_int_equal((size_t)(lo - s->guard_lo), p.guard_bytes);
 
 	char perms[5];
-	assert_true(maps_perms(lo - 1, perms));
-	assert_string_equal(perms, "---p");
-	assert_true(maps_perms(lo - pg(), perms));
-	assert_string_equal(perms, "---p");
-	assert_true(maps_perms(lo, perms));
+	if (s->guard_kind == CBCMN__GUARD_PROT) {
+		assert_true(t_maps_perms(lo - 1, perms, NULL));
+		assert_string_equal(perms, "---p");
+		assert_true(t_maps_perms(s->guard_lo, perms, NULL));
+		assert_string_equal(perms, "---p");
+	} else {
+		/* Markers in the page tables: the slab stays one mapping. */
+		assert_int_equal(s->guard_kind, CBCMN__GUARD_MADV);
+		assert_true(t_maps_perms(lo - 1, perms, NULL));
+		assert_string_equal(perms, "rw-p");
+		assert_true(maps_lines() - maps0 <= 2);
+	}
+	assert_true(t_maps_perms(lo, perms, NULL));
 	assert_string_equal(perms, "rw-p");
-	assert_true(maps_perms(top - 1, perms));
+	assert_true(t_maps_perms(top - 1, perms, NULL));
 	assert_string_equal(perms, "rw-p");
 	assert_false(kernel_readable(lo - 1));
-	assert_false(kernel_readable(lo - pg()));
+	assert_false(kernel_readable(cbcmn__stack_yellow_lo(s)));
+	assert_false(kernel_readable(s->guard_lo));
+	assert_true(kernel_readable(lo));
 
-	assert_true(cbcmn__stack_in_guard(s, lo - 1, pg()));
-	assert_true(cbcmn__stack_in_guard(s, lo - pg(), pg()));
-	assert_false(cbcmn__stack_in_guard(s, lo, pg()));
-	assert_false(cbcmn__stack_in_guard(s, lo - pg() - 1, pg()));
+	assert_true(cbcmn__stack_in_guard(s, lo - 1));
+	assert_true(cbcmn__stack_in_guard(s, s->guard_lo));
+	assert_false(cbcmn__stack_in_guard(s, lo));
+	assert_false(cbcmn__stack_in_guard(s, s->guard_lo - 1));
+	assert_true(cbcmn__stack_in_red(s, s->guard_lo));
+	assert_true(cbcmn__stack_in_red(s, cbcmn__stack_yellow_lo(s) - 1));
+	assert_false(cbcmn__stack_in_red(s, cbcmn__stack_yellow_lo(s)));
+	assert_false(cbcmn__stack_in_red(s, lo - 1));
 
 	/* The whole usable range is ours, and the descriptor right above it
 	 * survives a fiber that fills it. */
@@ -243,8 +266,65 @@ static void test_guard_page_is_prot_none(void **state)
 			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 
 	cbcmn__stack_put(&p, &c, s);
-	cbcmn__stack_cache_drain(&p, &c);
-	cbcmn__stack_pool_fini(&p);
+	drain_fini(&p, &c);
+}
+
+static void test_guard_region_faults(void **state)
+{
+	(void)state;
+	guard_region_case(false);
+	guard_region_case(true);
+}
+
+/* The yellow zone opens for a library call to finish (signal.c) and
+ * closes again: the red page below it never opens. */
+static void yellow_case(bool prot)
+{
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	if (prot)
+		pool_init_prot(&p, STACK_BYTES, 0);
+	else
+		pool_init_default(&p, STACK_BYTES, 0);
+	long maps0 = maps_lines();
+	struct cbcmn__stack *s = cbcmn__stack_get(&p, &c);
+	assert_non_null(s);
+	long maps1 = maps_lines();
+	char *check = s->check_lo;
+	assert_true(check > s->lo && check <= s->lo + 8192);
+
+	assert_int_equal(cbcmn__stack_yellow_open(s), 0);
+	assert_true(s->yellow_open);
+	assert_ptr_equal(s->check_lo, (char *)UINTPTR_MAX); /* the next runtime call ends it */
+	memset(cbcmn__stack_yellow_lo(s), 0x6b, (size_t)(s->lo - cbcmn__stack_yellow_lo(s)));
+	assert_false(kernel_readable(cbcmn__stack_yellow_lo(s) - 1));
+	assert_false(kernel_readable(s->guard_lo));
+	/* Opening from the top merges with the stack's mapping. */
+	assert_true(maps_lines() <= maps1 + 1);
+
+	cbcmn__stack_yellow_close(s);
+	assert_false(s->yellow_open);
+	assert_ptr_equal(s->check_lo, check);
+	assert_false(kernel_readable(cbcmn__stack_yellow_lo(s)));
+	assert_false(kernel_readable(s->lo - 1));
+	assert_true(maps_lines() <= maps1);
+	/* And it gave the memory back. */
+	assert_int_equal(resident_pages(cbcmn__stack_yellow_lo(s), s->lo), 0);
+
+	/* A stack handed back with its zone open is guarded again. */
+	assert_int_equal(cbcmn__stack_yellow_open(s), 0);
+	cbcmn__stack_put(&p, &c, s);
+	assert_false(s->yellow_open);
+	assert_false(kernel_readable(s->lo - 1));
+	drain_fini(&p, &c);
+	assert_true(maps_lines() <= maps0 + 2);
+}
+
+static void test_yellow_zone_opens_and_closes(void **state)
+{
+	(void)state;
+	yellow_case(false);
+	yellow_case(true);
 }
 
 static int cmp_stack_lo(const void *a, const void *b)
@@ -254,52 +334,73 @@ static int cmp_stack_lo(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-static void test_guard_max_4(void **state)
+/* Regression: beyond the map budget a stack had no guard page, only a
+ * canary checked after the fact, and a fiber that overflowed it wrote over
+ * its neighbour and aborted the process.  Now such a stack is refused (its
+ * task fails with -ENOMEM), or, with lightweight guards, there is no
+ * budget to run out of. */
+static void test_beyond_map_budget_a_stack_is_refused(void **state)
 {
 	(void)state;
 	enum { N = 200 };
 	struct cbcmn__stack_pool p;
 	struct cbcmn__stack_cache c = {0};
 	struct cbcmn__stack *s[N];
-	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 4), 0);
+	pool_init_prot(&p, STACK_BYTES, 4);
 	long maps0 = maps_lines();
+	int saved, fd = t_stderr_capture(&saved);
+	for (int i = 0; i < 4; i++) {
+		s[i] = cbcmn__stack_get(&p, &c);
+		assert_non_null(s[i]);
+		assert_true(s[i]->guarded);
+	}
+	struct cbcmn__stack *more = cbcmn__stack_get(&p, &c);
+	struct cbcmn__stack *again = cbcmn__stack_get(&p, &c);
+	char msg[1024];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_null(more);
+	assert_null(again);
+	assert_int_equal(p.stacks_guarded, 4);
+	assert_int_equal(p.stacks_total, 4);
+	assert_int_equal(p.guard_left, 0);
+	/* One line, once, naming the cause and the ways out. */
+	assert_non_null(strstr(msg, "vm.max_map_count"));
+	assert_non_null(strstr(msg, "guard_stacks_max"));
+	assert_null(strstr(strstr(msg, "cbcmn:") + 1, "cbcmn:"));
+	/* Four guards split their slab into 8 entries. */
+	assert_true(maps_lines() - maps0 <= 8 + (long)count_slabs(&p) + 4);
+	/* A stack given back is handed out again: recycling needs no map. */
+	cbcmn__stack_put(&p, &c, s[3]);
+	assert_ptr_equal(cbcmn__stack_get(&p, &c), s[3]);
+	for (int i = 0; i < 4; i++)
+		cbcmn__stack_put(&p, &c, s[i]);
+	drain_fini(&p, &c);
+
+	/* With lightweight guards guard_stacks_max costs nothing to honour:
+	 * every stack is guarded and the slabs stay whole. */
+	if (!pool_init_default(&p, STACK_BYTES, 4)) {
+		cbcmn__stack_pool_fini(&p);
+		T_SKIP("no MADV_GUARD_INSTALL (Linux 6.13+): lightweight guards untested");
+		return;
+	}
+	maps0 = maps_lines();
 	for (int i = 0; i < N; i++) {
 		s[i] = cbcmn__stack_get(&p, &c);
 		assert_non_null(s[i]);
-		if (s[i]->guarded != (i < 4))
-			fail_msg("stack %d: guarded %d, want %d", i, s[i]->guarded, i < 4);
+		assert_true(s[i]->guarded);
+		assert_int_equal(s[i]->guard_kind, CBCMN__GUARD_MADV);
 	}
-	assert_int_equal(p.stacks_guarded, 4);
-	assert_int_equal(p.guard_left, 0);
-	/* Four guard pages split their slab into 8 entries; the unguarded
-	 * slabs add one each at most. */
-	assert_true(maps_lines() - maps0 <= 8 + (long)count_slabs(&p) + 4);
-
-	char perms[5];
-	for (int i = 0; i < N; i++) {
-		if (s[i]->guarded) {
-			assert_true(maps_perms(s[i]->lo - 1, perms));
-			assert_string_equal(perms, "---p");
-		} else {
-			assert_false(cbcmn__stack_in_guard(s[i], s[i]->lo - 1, pg()));
-		}
-		assert_true(maps_perms(s[i]->lo, perms));
-		assert_string_equal(perms, "rw-p");
-	}
-
-	/* No two stacks share a byte, guard pages and descriptors included. */
+	assert_int_equal(p.stacks_guarded, p.stacks_total);
+	assert_true(maps_lines() - maps0 <= (long)count_slabs(&p) + 4);
+	/* No two stacks share a byte, guard regions and descriptors included. */
 	qsort(s, N, sizeof(s[0]), cmp_stack_lo);
 	for (int i = 1; i < N; i++) {
 		char *prev_end = (char *)cbcmn__stack_top(s[i - 1]) + sizeof(struct cbcmn__stack);
-		char *start = s[i]->lo - (s[i]->guarded ? pg() : 0);
-		assert_true(prev_end <= start);
+		assert_true(prev_end <= s[i]->guard_lo);
 	}
-
 	for (int i = 0; i < N; i++)
 		cbcmn__stack_put(&p, &c, s[i]);
-	cbcmn__stack_cache_drain(&p, &c);
-	assert_int_equal(p.nfree, p.stacks_total);
-	cbcmn__stack_pool_fini(&p);
+	drain_fini(&p, &c);
 }
 
 static void test_no_guards(void **state)
@@ -313,13 +414,13 @@ static void test_no_guards(void **state)
 		s[i] = cbcmn__stack_get(&p, &c);
 		assert_non_null(s[i]);
 		assert_false(s[i]->guarded);
+		assert_false(cbcmn__stack_in_guard(s[i], s[i]->lo - 1));
 		assert_true(cbcmn__stack_canary_ok(s[i]));
 	}
 	assert_int_equal(p.stacks_guarded, 0);
 	for (int i = 0; i < 100; i++)
 		cbcmn__stack_put(&p, &c, s[i]);
-	cbcmn__stack_cache_drain(&p, &c);
-	cbcmn__stack_pool_fini(&p);
+	drain_fini(&p, &c);
 }
 
 /* ---- slab growth under memory pressure ------------------------------------ */
@@ -333,15 +434,16 @@ static void test_slab_halves_after_a_failed_mapping(void **state)
 	struct cbcmn__stack_pool p;
 	struct cbcmn__stack_cache c = {0};
 	struct cbcmn__stack *s[200];
-	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 0), 0);
+	pool_init_default(&p, STACK_BYTES, 0);
 	/* Nothing over three stacks maps: slabs of 2 after 16, 8, 4 fail. */
-	cbcmn__stack_test_fail_map_over = 3 * (p.region + pg());
+	cbcmn__stack_test_fail_map_over = 3 * p.region;
 	for (int i = 0; i < 200; i++) {
 		s[i] = cbcmn__stack_get(&p, &c);
 		if (!s[i]) {
 			cbcmn__stack_test_fail_map_over = 0;
 			fail_msg("stack %d: NULL although slabs of 2 still map", i);
 		}
+		assert_true(s[i]->guarded);
 	}
 	uint32_t small = count_slabs(&p);
 	assert_int_equal(p.stacks_total, 200);
@@ -401,7 +503,7 @@ static void test_slab_halves_under_rlimit_as(void **state)
 		 * second (32) does not. */
 		struct rlimit as;
 		getrlimit(RLIMIT_AS, &as);
-		as.rlim_cur = (rlim_t)vm_kib * 1024 + 40 * (p.region + 4096);
+		as.rlim_cur = (rlim_t)vm_kib * 1024 + 40 * p.region;
 		if (setrlimit(RLIMIT_AS, &as) != 0)
 			_exit(4);
 		int got = 0;
@@ -423,14 +525,13 @@ static void test_slab_halves_under_rlimit_as(void **state)
 static void test_canary(void **state)
 {
 	(void)state;
-	struct cbcmn__stack_pool p;
-	struct cbcmn__stack_cache c = {0};
-	struct cbcmn__stack *k[5];
-	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 4), 0);
-	/* Four guarded, then unguarded (test_guard_max_4). */
-	for (int i = 0; i < 5; i++)
-		assert_non_null(k[i] = cbcmn__stack_get(&p, &c));
-	struct cbcmn__stack *g = k[0], *s = k[4];
+	struct cbcmn__stack_pool pu, pg_;
+	struct cbcmn__stack_cache cu = {0}, cg = {0};
+	assert_int_equal(cbcmn__stack_pool_init(&pu, STACK_BYTES, UINT32_MAX), 0);
+	assert_int_equal(cbcmn__stack_pool_init(&pg_, STACK_BYTES, 0), 0);
+	struct cbcmn__stack *g = cbcmn__stack_get(&pg_, &cg), *s = cbcmn__stack_get(&pu, &cu);
+	assert_non_null(g);
+	assert_non_null(s);
 	assert_true(g->guarded);
 	assert_false(s->guarded);
 	assert_true(cbcmn__stack_canary_ok(s));
@@ -446,7 +547,7 @@ static void test_canary(void **state)
 	s->lo[CBCMN__CANARY_BYTES] = 1;
 	assert_true(cbcmn__stack_canary_ok(s));
 
-	/* A guarded stack has its guard page instead. */
+	/* A guarded stack has its guard region instead. */
 	g->lo[0] = 1;
 	assert_true(cbcmn__stack_canary_ok(g));
 
@@ -456,17 +557,15 @@ static void test_canary(void **state)
 	assert_false(cbcmn__stack_canary_ok(s));
 	size_t all = resident_pages(s->lo, cbcmn__stack_top(s));
 	assert_true(all >= STACK_BYTES / pg() - 1);
-	cbcmn__stack_put(&p, NULL, s);
+	cbcmn__stack_put(&pu, NULL, s);
 	/* Count before the canary read below maps the zero page back in. */
 	assert_int_equal(resident_pages(s->lo, cbcmn__stack_top(s)), 1);
 	assert_true(cbcmn__stack_canary_ok(s));
 	assert_ptr_equal(s->lo + s->size, (char *)cbcmn__stack_top(s));
 
-	for (int i = 0; i < 4; i++)
-		cbcmn__stack_put(&p, &c, k[i]);
-	cbcmn__stack_cache_drain(&p, &c);
-	assert_int_equal(p.nfree, p.stacks_total);
-	cbcmn__stack_pool_fini(&p);
+	cbcmn__stack_put(&pg_, &cg, g);
+	drain_fini(&pu, &cu);
+	drain_fini(&pg_, &cg);
 }
 
 /* The usual way into the spill: a put that finds the cache full. */
@@ -517,7 +616,7 @@ static void test_recycle_without_new_slabs(void **state)
 	struct cbcmn__stack_pool p;
 	struct cbcmn__stack_cache c = {0}, c2 = {0};
 	struct cbcmn__stack *s[BURST];
-	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 4), 0);
+	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 0), 0);
 
 	struct cbcmn__stack *a = cbcmn__stack_get(&p, &c);
 	uint64_t total = p.stacks_total;
@@ -618,34 +717,68 @@ static void test_100k_stacks_within_map_count(void **state)
 	(void)state;
 	long max = max_map_count();
 	long maps0 = maps_lines();
-	uint64_t budget = cbcmn__stack_guard_budget();
 	struct cbcmn__stack_pool p;
 	struct cbcmn__stack_cache c = {0};
-	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, 0), 0);
+	if (!pool_init_default(&p, STACK_BYTES, 0)) {
+		cbcmn__stack_pool_fini(&p);
+		T_SKIP("no MADV_GUARD_INSTALL (Linux 6.13+): test_map_budget_spent_exactly covers it");
+		return;
+	}
 	uint64_t t0 = t_now_ns();
 	struct cbcmn__stack **s = get_many(&p, &c);
 	uint64_t ns = t_now_ns() - t0;
 	long maps1 = maps_lines();
 	uint32_t slabs = count_slabs(&p);
-	uint64_t guarded = p.stacks_guarded, seen_guarded = 0;
-	for (uint32_t i = 0; i < MANY; i++)
-		seen_guarded += s[i]->guarded;
 	printf("  %u stacks in %.0f ms: %llu guarded, %u slabs, maps %ld -> %ld (max %ld)\n",
-	       MANY, ns / 1e6, (unsigned long long)guarded, slabs, maps0, maps1, max);
-
-	/* The budget is spent, exactly, and not exceeded. */
-	assert_true(guarded > 0);
-	assert_true(guarded < MANY);
-	assert_true(guarded <= budget + 16);
-	assert_int_equal(p.guard_left, 0);
-	assert_int_equal(seen_guarded, guarded);
-	assert_true(maps1 < max);
-	assert_true(maps1 - maps0 <= (long)(2 * guarded) + (long)slabs + 16);
-	/* Still room for the rest of the process, as the budget promised. */
-	assert_true(max - maps1 >= max / 4 - 16 - (long)slabs);
-
+	       MANY, ns / 1e6, (unsigned long long)p.stacks_guarded, slabs, maps0, maps1, max);
+	/* Every one guarded, at one map entry per slab. */
+	assert_int_equal(p.stacks_guarded, p.stacks_total);
+	for (uint32_t i = 0; i < MANY; i++)
+		assert_true(s[i]->guarded);
+	assert_true(maps1 - maps0 <= (long)slabs + 16);
 	put_many(&p, &c, s);
 	cbcmn__stack_pool_fini(&p);
+	assert_true(maps_lines() <= maps0 + 2);
+}
+
+/* With mprotect guards the budget is spent, exactly, and not exceeded;
+ * past it stacks are refused, never handed out unguarded. */
+static void test_map_budget_spent_exactly(void **state)
+{
+	(void)state;
+	long max = max_map_count();
+	long maps0 = maps_lines();
+	uint64_t budget = cbcmn__stack_guard_budget();
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	pool_init_prot(&p, STACK_BYTES, 0);
+	int saved, fd = t_stderr_capture(&saved);
+	struct cbcmn__stack **s = malloc(MANY * sizeof(*s));
+	assert_non_null(s);
+	uint32_t n = 0;
+	while (n < MANY && (s[n] = cbcmn__stack_get(&p, &c)) != NULL)
+		n++;
+	char msg[1024];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	long maps1 = maps_lines();
+	uint32_t slabs = count_slabs(&p);
+	printf("  %u stacks before the refusal, budget %llu, maps %ld -> %ld (max %ld)\n", n,
+	       (unsigned long long)budget, maps0, maps1, max);
+	assert_true(n < MANY);
+	assert_non_null(strstr(msg, "vm.max_map_count"));
+	assert_int_equal(p.stacks_guarded, n);
+	assert_int_equal(p.stacks_total, n);
+	assert_true(n <= budget + 16);
+	assert_true(n + 64 >= budget);
+	assert_int_equal(p.guard_left, 0);
+	assert_true(maps1 < max);
+	assert_true(maps1 - maps0 <= (long)(2 * n) + (long)slabs + 16);
+	/* Still room for the rest of the process, as the budget promised. */
+	assert_true(max - maps1 >= max / 4 - 16 - (long)slabs);
+	for (uint32_t i = 0; i < n; i++)
+		cbcmn__stack_put(&p, &c, s[i]);
+	free(s);
+	drain_fini(&p, &c);
 	assert_true(maps_lines() <= maps0 + 2);
 }
 
@@ -663,14 +796,17 @@ static void test_two_pools_share_one_map_budget(void **state)
 	struct cbcmn__stack_cache ca = {0}, cb = {0};
 	struct cbcmn__stack **sa = malloc(n * sizeof(*sa)), **sb = malloc(n * sizeof(*sb));
 	assert_true(sa && sb);
-	assert_int_equal(cbcmn__stack_pool_init(&a, STACK_BYTES, 0), 0);
-	assert_int_equal(cbcmn__stack_pool_init(&b, STACK_BYTES, 0), 0);
+	pool_init_prot(&a, STACK_BYTES, 0);
+	pool_init_prot(&b, STACK_BYTES, 0);
 	/* No assertion may leave the maps behind: count, clean up, then judge. */
+	int saved, fd = t_stderr_capture(&saved);
 	uint32_t na = 0, nb = 0;
 	while (na < n && (sa[na] = cbcmn__stack_get(&a, &ca)) != NULL)
 		na++;
 	while (nb < n && (sb[nb] = cbcmn__stack_get(&b, &cb)) != NULL)
 		nb++;
+	char msg[1024];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
 	long maps = maps_lines();
 	uint32_t slabs = count_slabs(&a) + count_slabs(&b);
 	void *probe = mmap(NULL, pg(), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -687,15 +823,13 @@ static void test_two_pools_share_one_map_budget(void **state)
 		cbcmn__stack_put(&a, &ca, sa[i]);
 	for (uint32_t i = 0; i < nb; i++)
 		cbcmn__stack_put(&b, &cb, sb[i]);
-	cbcmn__stack_cache_drain(&a, &ca);
-	cbcmn__stack_cache_drain(&b, &cb);
-	cbcmn__stack_pool_fini(&a);
-	cbcmn__stack_pool_fini(&b);
+	drain_fini(&a, &ca);
+	drain_fini(&b, &cb);
 	free(sa);
 	free(sb);
 
-	assert_int_equal(na, n);
-	assert_int_equal(nb, n);
+	assert_int_equal(na + nb, guarded); /* none unguarded */
+	assert_true(na < n && nb < n);      /* both refused in the end */
 	assert_true(can_map);
 	assert_true(guarded <= budget + 16);
 	assert_true(max - maps >= max / 4 - 16 - (long)slabs);
@@ -729,8 +863,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_guard_budget),
 		cmocka_unit_test(test_guard_max_clamped_to_budget),
-		cmocka_unit_test(test_guard_page_is_prot_none),
-		cmocka_unit_test(test_guard_max_4),
+		cmocka_unit_test(test_guard_region_faults),
+		cmocka_unit_test(test_yellow_zone_opens_and_closes),
+		cmocka_unit_test(test_beyond_map_budget_a_stack_is_refused),
 		cmocka_unit_test(test_no_guards),
 		cmocka_unit_test(test_slab_halves_after_a_failed_mapping),
 		cmocka_unit_test(test_slab_halves_under_rlimit_as),
@@ -739,6 +874,7 @@ int main(void)
 		cmocka_unit_test(test_recycle_without_new_slabs),
 		cmocka_unit_test(test_init_fini),
 		cmocka_unit_test(test_100k_stacks_within_map_count),
+		cmocka_unit_test(test_map_budget_spent_exactly),
 		cmocka_unit_test(test_two_pools_share_one_map_budget),
 		cmocka_unit_test(test_100k_stacks_rss),
 	};

@@ -157,10 +157,15 @@ typedef struct cbcmn_config {
 	 * pages a fiber touches cost memory.  0: CBCMN_STACK_DEFAULT.  Must lie
 	 * in [CBCMN_STACK_MIN, CBCMN_STACK_MAX]. */
 	size_t stack_size;
-	/* How many stacks may have a PROT_NONE guard page.  Each guarded stack
-	 * costs two entries of vm.max_map_count; stacks beyond this limit get
-	 * a checked canary instead (docs/FIBERS.md).  0: automatic, from the
-	 * map budget at start-up; UINT32_MAX: guard none. */
+	/* Every stack has a guard region below it.  On Linux 6.13+ it costs
+	 * nothing (MADV_GUARD_INSTALL) and this limit does not apply.  Before,
+	 * each guard is made with mprotect and costs two entries of
+	 * vm.max_map_count: this caps how many (0: automatic, from the map
+	 * budget at start-up), and a task that needs a new stack beyond it
+	 * ends with -ENOMEM (one line on stderr says why) rather than run
+	 * unguarded.  UINT32_MAX: no guards at all, a canary checked at every
+	 * switch instead; an overflow then corrupts a neighbouring stack and
+	 * aborts the process (docs/FIBERS.md). */
 	uint32_t guard_stacks_max;
 	/* Let a task waiting for its own nursery run not-yet-started children
 	 * of that nursery on its own stack (no context switch).  Default on;
