@@ -397,6 +397,7 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!self || !amount)
 		return -EINVAL;
+	cbcmn__stack_check(self);
 	if (!t)
 		return recharge_self(self, amount);
 	if (t->rt != self->rt)

@@ -490,6 +490,7 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 {
 	if (!c)
 		return -EINVAL;
+	cbcmn__stack_check_current();
 	cbcmn__mutex_lock(&c->lock);
 	bool busy = c->recvq.head || c->spaceq.head || c->reserved;
 	cbcmn__mutex_unlock(&c->lock);
@@ -611,6 +612,7 @@ int cbcmn_chan_commit(cbcmn_cx *cx, cbcmn_chan_permit *p, const void *elem)
 {
 	if (!p || !p->_rec || !elem)
 		return -EINVAL;
+	cbcmn__stack_check((struct cbcmn_task *)cx);
 	return chan_resolve((struct cbcmn_task *)cx, p, elem);
 }
 
@@ -618,6 +620,7 @@ int cbcmn_chan_abort(cbcmn_cx *cx, cbcmn_chan_permit *p)
 {
 	if (!p || !p->_rec)
 		return -EINVAL;
+	cbcmn__stack_check((struct cbcmn_task *)cx);
 	return chan_resolve((struct cbcmn_task *)cx, p, NULL);
 }
 
@@ -630,6 +633,7 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 		return -EINVAL;
 	if (self && self->rt != c->rt)
 		return CBCMN_EWRONGRT;
+	cbcmn__stack_check(self);
 	cbcmn__mutex_lock(&c->lock);
 	if (!c->closed) {
 		c->closed = true;

@@ -87,6 +87,7 @@ int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 		return CBCMN_EWRONGRT;
 	if (!self && cbcmn__on_executor(rt))
 		return -EDEADLK;
+	cbcmn__stack_check(self);
 	return cbcmn__nursery_open(rt, self, out);
 }
 
@@ -108,6 +109,7 @@ int cbcmn_nursery_cancel(cbcmn_nursery *n)
 {
 	if (!n)
 		return -EINVAL;
+	cbcmn__stack_check_current();
 	cbcmn__nursery_cancel(n, 1);
 	return 0;
 }

@@ -424,7 +424,8 @@ void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
  * change anything: an overflow must never land inside the runtime's own
  * frames (a lock held, a wait half-queued).  With less than a quarter of
  * the stack (at most 8 KiB) left, the task ends with CBCMN_EPANIC as if it
- * had hit the guard page (sched.c). */
+ * had hit the guard page (sched.c).  Every public call that takes a lock or
+ * waits checks first. */
 __attribute__((noreturn)) void cbcmn__stack_exhausted(struct cbcmn_task *t);
 
 static inline void cbcmn__stack_check(struct cbcmn_task *t)
@@ -434,6 +435,15 @@ static inline void cbcmn__stack_check(struct cbcmn_task *t)
 	/* check_lo: lo + the reserve (stack.h). */
 	if (__builtin_expect((char *)__builtin_frame_address(0) < t->stack->check_lo, 0))
 		cbcmn__stack_exhausted(t);
+}
+
+/* The same for a public call that gets no task context: the task running
+ * on this thread, if any. */
+static inline void cbcmn__stack_check_current(void)
+{
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	if (e)
+		cbcmn__stack_check(e->current);
 }
 
 /* Charge t one op and amount of component comp (CBCMN__B_*).  The fast

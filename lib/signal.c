@@ -155,6 +155,7 @@ static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 int cbcmn__signal_init(void)
 {
 	int rc = 0;
+	cbcmn__stack_check_current(); /* a task creating a runtime */
 	pthread_mutex_lock(&install_lock);
 	struct sigaction cur;
 	if (sigaction(SIGSEGV, NULL, &cur) != 0) {

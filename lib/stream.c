@@ -243,6 +243,7 @@ static struct cbcmn_task *ms_self(cbcmn_cx *cx, struct cbcmn__mshot *m, int64_t 
 		*err = -EXDEV;
 		return NULL;
 	}
+	cbcmn__stack_check(t);
 	return t;
 }
 

@@ -1,5 +1,6 @@
 /* test_overflow: the SIGSEGV handler (chaining, the alternate signal stack)
- * and stack overflows: no task on an unguarded stack. */
+ * and stack overflows: no task on an unguarded stack, runtime calls that
+ * check the stack first. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -337,6 +338,99 @@ static void test_no_task_runs_on_an_unguarded_stack(void **state)
 	}
 }
 
+/* ---- runtime calls check the stack before they lock ------------------------ */
+
+enum { LC_NURSERY_CANCEL, LC_CHAN_CLOSE, LC_CHAN_COMMIT, LC_CHAN_ABORT, LC_CHAN_DESTROY,
+       LC_BUDGET_RECHARGE, LC_NURSERY_OPEN, LC_STREAM_OPEN, LC_N };
+static const char *const lc_name[LC_N] = {
+	"cbcmn_nursery_cancel", "cbcmn_chan_close",      "cbcmn_chan_commit",
+	"cbcmn_chan_abort",     "cbcmn_chan_destroy",    "cbcmn_budget_recharge",
+	"cbcmn_nursery_open",   "cbcmn_stream_open",
+};
+
+struct lowcall {
+	int which;
+	cbcmn_chan *ch, *spare;
+	cbcmn_nursery *n;
+	cbcmn_chan_permit permit;
+	int fd;
+	int rc;
+};
+
+static int do_call(cbcmn_cx *cx, struct lowcall *l)
+{
+	int v = 7;
+	cbcmn_budget none = {0};
+	cbcmn_nursery *n2;
+	cbcmn_stream *s;
+	switch (l->which) {
+	case LC_NURSERY_CANCEL: return cbcmn_nursery_cancel(l->n);
+	case LC_CHAN_CLOSE: return cbcmn_chan_close(cx, l->ch);
+	case LC_CHAN_COMMIT: return cbcmn_chan_commit(cx, &l->permit, &v);
+	case LC_CHAN_ABORT: return cbcmn_chan_abort(cx, &l->permit);
+	case LC_CHAN_DESTROY: return cbcmn_chan_destroy(l->spare);
+	case LC_BUDGET_RECHARGE: return cbcmn_budget_recharge(cx, NULL, &none);
+	case LC_NURSERY_OPEN: return cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n2);
+	case LC_STREAM_OPEN: return cbcmn_stream_open(cx, l->fd, &s);
+	}
+	return -1;
+}
+
+/* Down until the next call's frame lies below the check line. */
+static int call_low(cbcmn_cx *cx, struct lowcall *l, int depth)
+{
+	volatile char pad[64];
+	pad[0] = (char)depth;
+	if ((char *)__builtin_frame_address(0) > stack_of(cx)->check_lo + 32 && depth < 100000)
+		return call_low(cx, l, depth + 1) + pad[0];
+	return do_call(cx, l);
+}
+
+static int64_t lowcall_task(cbcmn_cx *cx, void *arg)
+{
+	struct lowcall *l = arg;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &l->n))
+		return -100;
+	if (l->which == LC_CHAN_COMMIT || l->which == LC_CHAN_ABORT)
+		if (cbcmn_chan_reserve(cx, l->ch, &l->permit))
+			return -101;
+	l->rc = call_low(cx, l, 0);
+	cbcmn_nursery_await_all(cx, l->n);
+	return 0;
+}
+
+/* Regression: these calls took runtime locks without checking the stack
+ * first, so an overflow could land inside the runtime with a lock held.
+ * Now, with less than the reserve left, the task ends before the call
+ * changes anything. */
+static void test_locking_calls_check_the_stack_first(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	for (int which = 0; which < LC_N; which++) {
+		struct lowcall l = {.which = which, .fd = sv[0], .rc = 12345};
+		assert_int_equal(cbcmn_chan_create(rt, 4, sizeof(int), &l.ch), 0);
+		assert_int_equal(cbcmn_chan_create(rt, 4, sizeof(int), &l.spare), 0);
+		char msg[4096];
+		int64_t r = run_quiet(rt, lowcall_task, &l, msg, sizeof(msg));
+		if (r != CBCMN_EPANIC)
+			fail_msg("%s with too little stack left: the task returned %lld (the call "
+				 "%d), want CBCMN_EPANIC",
+				 lc_name[which], (long long)r, l.rc);
+		assert_int_equal(l.rc, 12345); /* the call never returned */
+		assert_non_null(strstr(msg, "is about to overflow its 65536-byte stack"));
+		/* Nothing left locked or half done: the channels go. */
+		assert_int_equal(cbcmn_chan_destroy(l.spare), 0);
+		assert_int_equal(cbcmn_chan_destroy(l.ch), 0);
+	}
+	close(sv[0]);
+	close(sv[1]);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -345,6 +439,7 @@ int main(void)
 		T_WATCHED_TEST(test_a_chained_handler_that_faults_dies_of_it),
 		T_WATCHED_TEST(test_altstack_has_a_guard_page),
 		T_WATCHED_TEST(test_no_task_runs_on_an_unguarded_stack),
+		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
