@@ -21,6 +21,19 @@ static inline uint64_t cbcmn__fpcw_read(void)
 	__asm__ __volatile__("fnstcw %0" : "=m"(cw));
 	return mxcsr | (uint64_t)cw << 32;
 }
+
+/* Load an FP control state as cbcmn__fpcw_read gives it. */
+static inline void cbcmn__fpcw_write(uint64_t fpcw)
+{
+	uint32_t mxcsr = (uint32_t)fpcw;
+	uint16_t cw = (uint16_t)(fpcw >> 32);
+	__asm__ __volatile__("ldmxcsr %0" : : "m"(mxcsr));
+	__asm__ __volatile__("fldcw %0" : : "m"(cw));
+}
+
+/* What a fresh context starts with (cbcmn__ctx_make): MXCSR 0x1F80, x87
+ * CW 0x037F, the ABI's defaults. */
+#define CBCMN__FPCW_DEFAULT (0x1F80ull | 0x037Full << 32)
 #else
 #error "cbcmn: no context switch for this architecture (add asm/<arch>/ and a branch here)"
 #endif

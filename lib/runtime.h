@@ -546,6 +546,9 @@ void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
 int cbcmn__signal_init(void);
 int cbcmn__altstack_setup(struct cbcmn__exec *e);
 void cbcmn__altstack_teardown(struct cbcmn__exec *e);
-void cbcmn__panic_unpoison(struct cbcmn_task *t, void *landing_frame);
+/* At t's landing pad (landing_frame: its jmp buffer), before anything else
+ * runs there: guard the stack again, give the executor its signal mask
+ * back and load fpcw, the FP control state t started with. */
+void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
 
 #endif

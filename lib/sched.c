@@ -341,12 +341,15 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 {
 	void *jb[5];
 	struct cbcmn_task *volatile vt = t;
+	/* An inline child runs in its parent's FP control state, which the
+	 * parent must get back if the child lands (signal.c). */
+	volatile uint64_t fpcw = t->inline_parent ? cbcmn__fpcw_read() : CBCMN__FPCW_DEFAULT;
 	t->landing = jb;
 	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
 		/* Landed: a stack overflow (CBCMN_EPANIC) or a budget the
 		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
 		t = vt;
-		cbcmn__panic_unpoison(t, jb);
+		cbcmn__overflow_landed(t, jb, fpcw);
 		cbcmn__nursery_close_all(t);
 		return t->unwind_result;
 	}

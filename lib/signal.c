@@ -20,6 +20,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "probes.h"
 #include "runtime.h"
 
@@ -28,6 +29,10 @@
 #endif
 
 static struct sigaction old_segv;
+
+/* The executor thread's own signal mask, given back at the landing pad. */
+static __thread sigset_t base_mask;
+static __thread bool have_base_mask;
 
 /* Async-signal-safe decimal formatting. */
 static char *fmt_u64(char *p, uint64_t v)
@@ -193,6 +198,8 @@ int cbcmn__altstack_setup(struct cbcmn__exec *e)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	size_t sz = (altstack_size() + pg - 1) / pg * pg;
+	pthread_sigmask(SIG_BLOCK, NULL, &base_mask);
+	have_base_mask = true;
 	/* A guard page below, so that a handler that runs out of it faults
 	 * instead of writing over whatever is mapped there. */
 	char *p = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE,
@@ -212,6 +219,7 @@ int cbcmn__altstack_setup(struct cbcmn__exec *e)
 
 void cbcmn__altstack_teardown(struct cbcmn__exec *e)
 {
+	have_base_mask = false;
 	passing_uc = NULL; /* it may point into the stack going away */
 	if (!e->altstack)
 		return;
@@ -221,15 +229,21 @@ void cbcmn__altstack_teardown(struct cbcmn__exec *e)
 	e->altstack = NULL;
 }
 
-void cbcmn__panic_unpoison(struct cbcmn_task *t, void *landing_frame)
+void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw)
 {
 #ifdef __SANITIZE_ADDRESS__
 	/* The abandoned frames below the landing pad keep their poisoned
 	 * redzones in ASan's shadow; clear them for the frames to come. */
-	char *lo = t->stack->lo;
+	char *lo = t->stack->guard_lo;
 	__asan_unpoison_memory_region(lo, (size_t)((char *)landing_frame - lo));
 #else
-	(void)t;
 	(void)landing_frame;
 #endif
+	/* Nothing runs below the landing pad any more. */
+	cbcmn__stack_yellow_close(t->stack);
+	/* We left the SIGSEGV handler (or a handler of the program's that
+	 * overflowed) by a jump, not by sigreturn: its mask is still on. */
+	if (have_base_mask)
+		pthread_sigmask(SIG_SETMASK, &base_mask, NULL);
+	cbcmn__fpcw_write(fpcw);
 }

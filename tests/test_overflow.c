@@ -1,6 +1,7 @@
 /* test_overflow: the SIGSEGV handler (chaining, the alternate signal stack)
  * and stack overflows: no task on an unguarded stack, runtime calls that
- * check the stack first. */
+ * check the stack first, a landing that restores the signal mask and the FP
+ * control state. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -431,6 +432,150 @@ static void test_locking_calls_check_the_stack_first(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the landing pad restores the signal mask and the FP state ----------- */
+
+static void on_signal_overflow(int sig)
+{
+	(void)sig;
+	t_recurse(NULL, 0);
+}
+
+static sigset_t mask_before, mask_after;
+
+/* arg: the signal to overflow in.  SIGILL comes from a frame of our own;
+ * SIGUSR1, from raise(), leaves a C library frame under the handler, which
+ * cannot finish: the task ends anyway. */
+static int64_t signal_overflow(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	pthread_sigmask(SIG_BLOCK, NULL, &mask_before);
+	if ((intptr_t)arg == SIGILL)
+		__asm__ __volatile__("ud2");
+	else
+		raise((int)(intptr_t)arg);
+	return -1;
+}
+
+static int64_t read_mask(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_sigmask(SIG_BLOCK, NULL, &mask_after);
+	return 0;
+}
+
+static void mask_case(int sig)
+{
+	struct sigaction sa = {.sa_handler = on_signal_overflow}, old;
+	sigemptyset(&sa.sa_mask);
+	sigaddset(&sa.sa_mask, SIGUSR2);
+	assert_int_equal(sigaction(sig, &sa, &old), 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	char msg[4096];
+	int64_t r = run_quiet(rt, signal_overflow, (void *)(intptr_t)sig, msg, sizeof(msg));
+	printf("  %s: %s", strsignal(sig), msg);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_int_equal(cbcmn_runtime_run(rt, read_mask, NULL, &r), 0);
+	if (sigismember(&mask_after, sig) || sigismember(&mask_after, SIGUSR2))
+		fail_msg("the executor still blocks %s%s after the landing",
+			 sigismember(&mask_after, sig) ? strsignal(sig) : "",
+			 sigismember(&mask_after, SIGUSR2) ? " SIGUSR2" : "");
+	for (int s = 1; s < NSIG; s++)
+		if (sigismember(&mask_before, s) != sigismember(&mask_after, s))
+			fail_msg("signal %d: blocked %d before, %d after", s,
+				 sigismember(&mask_before, s), sigismember(&mask_after, s));
+	t_destroy(rt);
+	sigaction(sig, &old, NULL);
+}
+
+/* Regression: a handler of the program's (blocking SIGUSR2 too) that
+ * overflowed the fiber stack left its mask on the executor thread: its
+ * signal and SIGUSR2 stayed blocked there for good. */
+static void test_landing_restores_the_signal_mask(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	mask_case(SIGILL);
+	mask_case(SIGUSR1);
+}
+
+#define MXCSR_RC_DOWN 0x2000u
+#define MXCSR_RC_UP 0x4000u
+#define CW_DOUBLE 0x027fu /* x87: 53-bit precision, all masked */
+#define CW_SINGLE 0x007fu
+
+/* MXCSR | x87 CW << 32, as arch.h reads and loads it. */
+#define FPCW(mxcsr, cw) ((uint64_t)(mxcsr) | (uint64_t)(cw) << 32)
+#define FPCW_CONTROL FPCW(0xffc0u, 0xffffu) /* without MXCSR's sticky flags */
+
+/* how 0: overflow into the guard; how 1: change the FP mode first; how 2:
+ * change it, then run out of stack in runtime calls (no signal). */
+static int64_t fp_child(cbcmn_cx *cx, void *arg)
+{
+	int how = (int)(intptr_t)arg;
+	if (how >= 1)
+		cbcmn__fpcw_write(FPCW(0x1f80u | MXCSR_RC_DOWN, CW_SINGLE));
+	if (how == 2) {
+		for (;;) {
+			volatile char pad[300];
+			pad[0] = 1;
+			(void)pad[0];
+			cbcmn_yield(cx); /* checks the stack each time */
+			/* Deeper, without a real recursion: alloca-like. */
+			char *volatile sink_ = __builtin_alloca(1024);
+			sink_[0] = 0;
+		}
+	}
+	return t_recurse(NULL, 0);
+}
+
+struct fp_seen {
+	uint64_t fpcw;
+	int64_t child;
+};
+
+static int64_t fp_parent(cbcmn_cx *cx, void *arg)
+{
+	struct fp_seen *seen = arg;
+	int how = (int)seen->child;
+	cbcmn__fpcw_write(FPCW(0x1f80u | MXCSR_RC_UP, CW_DOUBLE));
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	cbcmn_nursery_spawn(cx, n, fp_child, (void *)(intptr_t)how, NULL);
+	seen->child = cbcmn_nursery_await_all(cx, n); /* runs it inline */
+	seen->fpcw = cbcmn__fpcw_read() & FPCW_CONTROL;
+	cbcmn__fpcw_write(CBCMN__FPCW_DEFAULT);
+	return 0;
+}
+
+/* Regression: a child run inline on its parent's stack (no switch) that
+ * overflowed came back to the parent with the FP control state the kernel
+ * gives a signal handler (round to nearest, extended precision), or with
+ * the mode the child had set: the parent's rounding mode was lost. */
+static void test_landing_restores_the_parents_fp_mode(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	for (int how = 0; how < 3; how++) {
+		struct fp_seen seen = {.child = how};
+		char msg[4096];
+		int64_t r = run_quiet(rt, fp_parent, &seen, msg, sizeof(msg));
+		assert_int_equal(r, 0);
+		assert_int_equal(seen.child, CBCMN_EPANIC);
+		if (seen.fpcw != FPCW(0x1f80u | MXCSR_RC_UP, CW_DOUBLE))
+			fail_msg("case %d: parent sees MXCSR %#x CW %#x after the child landed, "
+				 "set %#x %#x",
+				 how, (unsigned)seen.fpcw, (unsigned)(seen.fpcw >> 32),
+				 0x1f80u | MXCSR_RC_UP, CW_DOUBLE);
+	}
+	cbcmn_stats st;
+	cbcmn_stats_snapshot(rt, &st, NULL, 0);
+	assert_true(st.total.inline_runs >= 3); /* the children really ran inline */
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -440,6 +585,8 @@ int main(void)
 		T_WATCHED_TEST(test_altstack_has_a_guard_page),
 		T_WATCHED_TEST(test_no_task_runs_on_an_unguarded_stack),
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
+		T_WATCHED_TEST(test_landing_restores_the_signal_mask),
+		T_WATCHED_TEST(test_landing_restores_the_parents_fp_mode),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
