@@ -34,6 +34,9 @@ static inline void cbcmn__fpcw_write(uint64_t fpcw)
 /* What a fresh context starts with (cbcmn__ctx_make): MXCSR 0x1F80, x87
  * CW 0x037F, the ABI's defaults. */
 #define CBCMN__FPCW_DEFAULT (0x1F80ull | 0x037Full << 32)
+
+/* Where a frame's return address is, from its canonical frame address. */
+#define CBCMN__RA_SLOT(cfa) ((uintptr_t *)((cfa) - 8))
 #else
 #error "cbcmn: no context switch for this architecture (add asm/<arch>/ and a branch here)"
 #endif
@@ -45,6 +48,9 @@ void *cbcmn__ctx_jump(void **save_sp, void *to_sp, void *xfer);
 void *cbcmn__ctx_jump_fp(void **save_sp, void *to_sp, void *xfer, uint64_t fpcw);
 /* A context on a fresh stack that calls entry(xfer) when first jumped to. */
 void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
+/* Not called: a return address.  A function that returns to it ends the
+ * task running on this thread (cbcmn__overflow_unwind, signal.c). */
+void cbcmn__ctx_overflow_return(void);
 /* Where a fresh context's entry function "returns": aborts.  Unwinders stop
  * at it (tests look for it). */
 void cbcmn__ctx_trap(void);

@@ -423,16 +423,18 @@ void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
 /* Runtime calls made by a task check the stack room left before they
  * change anything: an overflow must never land inside the runtime's own
  * frames (a lock held, a wait half-queued).  With less than a quarter of
- * the stack (at most 8 KiB) left, the task ends with CBCMN_EPANIC as if it
- * had hit the guard page (sched.c).  Every public call that takes a lock or
- * waits checks first. */
+ * the stack (at most 8 KiB) left, or after an overflow inside the C library
+ * (signal.c), the task ends with CBCMN_EPANIC as if it had hit the guard
+ * page (signal.c).  Every public call that takes a lock or waits checks
+ * first. */
 __attribute__((noreturn)) void cbcmn__stack_exhausted(struct cbcmn_task *t);
 
 static inline void cbcmn__stack_check(struct cbcmn_task *t)
 {
 	if (!t)
 		return;
-	/* check_lo: lo + the reserve (stack.h). */
+	/* check_lo: lo + the reserve, or the top while the yellow zone is
+	 * open (stack.h). */
 	if (__builtin_expect((char *)__builtin_frame_address(0) < t->stack->check_lo, 0))
 		cbcmn__stack_exhausted(t);
 }
@@ -550,5 +552,6 @@ void cbcmn__altstack_teardown(struct cbcmn__exec *e);
  * runs there: guard the stack again, give the executor its signal mask
  * back and load fpcw, the FP control state t started with. */
 void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
+__attribute__((noreturn)) void cbcmn__overflow_unwind(void);
 
 #endif

@@ -298,20 +298,6 @@ int64_t cbcmn__task_call(struct cbcmn_task *t)
 	return t->fn((cbcmn_cx *)t, t->arg);
 }
 
-void cbcmn__stack_exhausted(struct cbcmn_task *t)
-{
-	char line[192];
-	int len = snprintf(line, sizeof(line),
-			   "cbcmn: task %llu is about to overflow its %zu-byte stack (in a runtime "
-			   "call); it ends with CBCMN_EPANIC\n",
-			   (unsigned long long)t->id, t->rt->cfg.stack_size);
-	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
-		(void)0;
-	CBCMN_PROBE2(task_panic, t->id, t->rt->cfg.stack_size);
-	t->unwind_result = CBCMN_EPANIC;
-	__builtin_longjmp(t->landing, 1);
-}
-
 /* A nursery cannot outlive the task that opened it: one the task returned
  * without awaiting is cancelled and awaited here, and the task fails with
  * CBCMN_ELEAKED (unless it failed already), with a line naming it. */
@@ -354,6 +340,12 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);
+	/* It overflowed inside a library, which jumped back past the return
+	 * that was to end it (signal.c): it ends now. */
+	if (__builtin_expect(t->stack->yellow_open, 0)) {
+		cbcmn__overflow_landed(t, jb, fpcw);
+		r = CBCMN_EPANIC;
+	}
 	if (__builtin_expect(t->open != NULL, 0))
 		r = close_leaked_nurseries(t, r);
 	return r;

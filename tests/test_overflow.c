@@ -1,7 +1,7 @@
 /* test_overflow: the SIGSEGV handler (chaining, the alternate signal stack)
  * and stack overflows: no task on an unguarded stack, runtime calls that
  * check the stack first, a landing that restores the signal mask and the FP
- * control state. */
+ * control state, overflows inside the C library that leave no lock held. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -576,6 +576,227 @@ static void test_landing_restores_the_parents_fp_mode(void **state)
 	t_destroy(rt);
 }
 
+static int64_t nop(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+/* fn overflows: it ends with CBCMN_EPANIC saying want, and the runtime
+ * goes on. */
+static void overflow_lands(cbcmn_task_fn fn, const char *want)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	char msg[4096];
+	int64_t r = run_quiet(rt, fn, NULL, msg, sizeof(msg));
+	printf("  %s", msg);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_non_null(strstr(msg, want));
+	assert_int_equal(run_quiet(rt, nop, NULL, msg, sizeof(msg)), 0);
+	t_destroy(rt);
+}
+
+/* A runtime whose stacks are guarded the mprotect way when prot is set
+ * (as before Linux 6.13), else the default way. */
+static cbcmn_runtime *runtime_guarded(bool prot, uint32_t flags)
+{
+	cbcmn__stack_test_no_lightweight_guards = prot;
+	cbcmn_runtime *rt = t_runtime_flags(1, flags);
+	cbcmn__stack_test_no_lightweight_guards = false;
+	return rt;
+}
+
+/* ---- an overflow inside the C library -------------------------------------- */
+
+static FILE *sink;
+
+/* Each level prints: the frames fprintf needs reach far below this small
+ * frame, so it is vfprintf that touches the guard first, holding sink's
+ * lock. */
+static int64_t print_down(int64_t depth)
+{
+	volatile char pad[16];
+	pad[0] = (char)depth;
+	fprintf(sink, "%ld %.3f\n", (long)depth, (double)depth * 1.5);
+	if (depth >= t_depth_limit)
+		return 0;
+	return print_down(depth + 1) + pad[0];
+}
+
+static int64_t printer(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return print_down(0);
+}
+
+static void print_after(void *arg)
+{
+	(void)arg;
+	fprintf(sink, "after\n");
+	fflush(sink);
+}
+
+static void vfprintf_case(bool prot)
+{
+	cbcmn_runtime *rt = runtime_guarded(prot, 0);
+	sink = fopen("/dev/null", "w");
+	assert_non_null(sink);
+	char msg[4096];
+	int64_t r = run_quiet(rt, printer, NULL, msg, sizeof(msg));
+	printf("  %s: %s", prot ? "mprotect guards" : "default guards", msg);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_non_null(strstr(msg, "overflowed its 65536-byte stack inside "));
+	assert_non_null(strstr(msg, "the call finishes in the stack's reserve"));
+	/* sink's lock was released: another thread can print. */
+	if (!run_bounded(print_after, NULL, 10))
+		fail_msg("fprintf from another thread hangs: the overflow left sink locked");
+	/* And the executor goes on, its stack guarded again. */
+	assert_int_equal(run_quiet(rt, printer, NULL, msg, sizeof(msg)), CBCMN_EPANIC);
+	assert_non_null(strstr(msg, "the call finishes in the stack's reserve"));
+	assert_true(run_bounded(print_after, NULL, 10));
+	fclose(sink);
+	t_destroy(rt);
+}
+
+/* Regression: an overflow inside vfprintf jumped to the landing pad with
+ * the FILE's lock held, and the next fprintf from another thread hung. */
+static void test_overflow_inside_vfprintf_leaves_no_lock_held(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	vfprintf_case(false);
+	vfprintf_case(true);
+}
+
+/* A library call that never returns to where the handler expects (a
+ * callback that longjmps out of qsort): the task ends at its next runtime
+ * call, or when it returns. */
+static jmp_buf cmp_escape;
+static struct cbcmn__stack *cmp_stack;
+static int cmp_calls;
+
+/* Recurse until a few KiB below the stack's lo: into the yellow zone, which
+ * the handler opens because qsort is on the way up. */
+static int64_t dive(int64_t depth)
+{
+	volatile char pad[256];
+	pad[0] = (char)depth;
+	if ((char *)__builtin_frame_address(0) < cmp_stack->lo - 4096 || depth >= t_depth_limit)
+		return pad[0];
+	return dive(depth + 1) + pad[0];
+}
+
+static int cmp_escaping(const void *a, const void *b)
+{
+	cmp_calls++;
+	dive(0);
+	longjmp(cmp_escape, 1);
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static int cmp_diving(const void *a, const void *b)
+{
+	cmp_calls++;
+	dive(0);
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static int64_t sorter(cbcmn_cx *cx, void *arg)
+{
+	int how = (int)(intptr_t)arg;
+	int v[2] = {2, 1};
+	cmp_stack = stack_of(cx);
+	if (how == 0) {
+		qsort(v, 2, sizeof(int), cmp_diving);
+		return -1; /* never: qsort's return ends the task */
+	}
+	if (setjmp(cmp_escape) == 0)
+		qsort(v, 2, sizeof(int), cmp_escaping);
+	TASK_CHECK(cmp_stack->yellow_open);
+	if (how == 1)
+		cbcmn_yield(cx); /* ends here */
+	return -2; /* how 2: ends on its way out */
+}
+
+static void test_overflow_under_a_library_call_ends_when_it_returns(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	for (int how = 0; how < 3; how++) {
+		char msg[4096];
+		cmp_calls = 0;
+		int64_t r = run_quiet(rt, sorter, (void *)(intptr_t)how, msg, sizeof(msg));
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(r, CBCMN_EPANIC);
+		assert_true(cmp_calls >= 1); /* ASan's qsort calls it twice */
+		assert_non_null(strstr(msg, "stack inside lib")); /* libc, or ASan's qsort */
+		assert_null(strstr(msg, "about to overflow")); /* said once */
+		assert_false(cmp_stack->yellow_open);
+	}
+	t_destroy(rt);
+}
+
+/* The yellow zone is spent and the library's frames are still there: the
+ * task ends anyway, and says that a lock may stay held. */
+static int cmp_forever(const void *a, const void *b)
+{
+	cmp_calls++;
+	t_recurse(NULL, 0);
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static int64_t sorter_forever(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	int v[2] = {2, 1};
+	qsort(v, 2, sizeof(int), cmp_forever);
+	return -1;
+}
+
+static void test_overflow_past_the_reserve_under_a_library_call(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	overflow_lands(sorter_forever, "with no room left for the call to finish; it ends with "
+				       "CBCMN_EPANIC, and a lock that library held may stay held");
+}
+
+/* A frame whose saved frame pointer was overwritten: the unwinder reads
+ * its caller at a wild address and faults, inside our handler, which used
+ * to kill the process. */
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) static int64_t smash_then_overflow(void)
+{
+	volatile char pad[64];
+	pad[0] = 1;
+	__asm__ __volatile__("movq $0x1000, (%%rbp)" : : : "memory"); /* the caller's rbp */
+	return t_recurse(NULL, 0) + pad[0];
+}
+
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) static int64_t fp_caller(void)
+{
+	volatile char pad[64];
+	pad[0] = 1;
+	return smash_then_overflow() + pad[0];
+}
+
+static int64_t smashed_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return fp_caller();
+}
+
+static void test_overflow_over_a_smashed_frame_still_lands(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	overflow_lands(smashed_task, "over frames the unwinder could not read");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -587,6 +808,10 @@ int main(void)
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
 		T_WATCHED_TEST(test_landing_restores_the_signal_mask),
 		T_WATCHED_TEST(test_landing_restores_the_parents_fp_mode),
+		T_WATCHED_TEST(test_overflow_inside_vfprintf_leaves_no_lock_held),
+		T_WATCHED_TEST(test_overflow_under_a_library_call_ends_when_it_returns),
+		T_WATCHED_TEST(test_overflow_past_the_reserve_under_a_library_call),
+		T_WATCHED_TEST(test_overflow_over_a_smashed_frame_still_lands),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }

@@ -171,4 +171,26 @@ cbcmn__ctx_trap:
 	.cfi_endproc
 	.size	cbcmn__ctx_trap,.-cbcmn__ctx_trap
 
+/* void cbcmn__ctx_overflow_return(void);
+ *
+ * Never called: the SIGSEGV handler writes its address over the return
+ * address of a C library function that overflowed a fiber's stack
+ * (lib/signal.c).  When that function returns here, with its locks
+ * released, the task ends: cbcmn__overflow_unwind jumps to its landing pad.
+ * rax/rdx (the function's result) are dropped; rsp is the caller's, 16-byte
+ * aligned as it was before its call.
+ */
+	.globl	cbcmn__ctx_overflow_return
+	.hidden	cbcmn__ctx_overflow_return
+	.type	cbcmn__ctx_overflow_return,@function
+	.align	16
+cbcmn__ctx_overflow_return:
+	.cfi_startproc
+	.cfi_undefined rip		/* reached by a return: no caller */
+	andq	$-16, %rsp		/* aligned for the call, whatever happened */
+	call	cbcmn__overflow_unwind	/* does not return */
+	hlt
+	.cfi_endproc
+	.size	cbcmn__ctx_overflow_return,.-cbcmn__ctx_overflow_return
+
 	.section .note.GNU-stack,"",%progbits

@@ -23,6 +23,24 @@
  * "current task": calls that act on behalf of a task take its cbcmn_cx, and
  * must be made from inside that task; code outside the runtime (an ordinary
  * thread) passes NULL instead and is then blocked as a thread, not a fiber.
+ *
+ * Stack overflow.  A task that runs out of stack ends with CBCMN_EPANIC and
+ * the process goes on, when the overflow happens
+ *   - in the program's own code, or a runtime call (each checks the room
+ *     left before it locks or waits);
+ *   - inside the C library (or the loader, libgcc_s, libstdc++, a sanitizer
+ *     runtime), called directly from the program's code: the call gets 16
+ *     KiB more to finish in, and the task ends when it returns, its locks
+ *     released.
+ * The task's own frames are abandoned (what they malloc'ed is lost, as with
+ * longjmp).  The executor gets its signal mask back, and a parent that ran
+ * the task inline its FP control state.  Not survivable without risk: a
+ * library call that needs more than those 16 KiB, or a callback the C
+ * library runs with a lock held (fopencookie functions, dl_iterate_phdr,
+ * pthread_once) that overflows; the task still ends, a line on stderr says
+ * a lock may stay held.  Static binaries count libc as the program's code.
+ * A frame larger than the 20 KiB guard region can jump over it: compile
+ * deep code with -fstack-clash-protection.  Details: docs/FIBERS.md.
  */
 #ifndef CBCMN_H
 #define CBCMN_H
