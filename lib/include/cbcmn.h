@@ -37,10 +37,11 @@
  * the task inline its FP control state.  Not survivable without risk: a
  * library call that needs more than those 16 KiB, or a callback the C
  * library runs with a lock held (fopencookie functions, dl_iterate_phdr,
- * pthread_once) that overflows; the task still ends, a line on stderr says
- * a lock may stay held.  Static binaries count libc as the program's code.
- * A frame larger than the 20 KiB guard region can jump over it: compile
- * deep code with -fstack-clash-protection.  Details: docs/FIBERS.md.
+ * pthread_once) that goes deeper still; the task still ends, and a line
+ * on stderr says a lock may stay held.  Static binaries count libc as the
+ * program's code.  A frame larger than the 20 KiB guard region can jump
+ * over it: compile deep code with -fstack-clash-protection.  Details:
+ * docs/FIBERS.md.
  */
 #ifndef CBCMN_H
 #define CBCMN_H
