@@ -548,9 +548,10 @@ void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
 int cbcmn__signal_init(void);
 int cbcmn__altstack_setup(struct cbcmn__exec *e);
 void cbcmn__altstack_teardown(struct cbcmn__exec *e);
-/* At t's landing pad (landing_frame: its jmp buffer), before anything else
- * runs there: guard the stack again, give the executor its signal mask
- * back and load fpcw, the FP control state t started with. */
+/* At t's landing pad (landing_frame: its jmp buffer): guard the stack
+ * again, give the executor its signal mask back, load fpcw (the FP control
+ * state t started with), then cancel and await the nurseries t left open.
+ * Runs on t's fiber: may block. */
 void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
 __attribute__((noreturn)) void cbcmn__overflow_unwind(void);
 

@@ -294,6 +294,14 @@ void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t 
 	if (have_base_mask)
 		pthread_sigmask(SIG_SETMASK, &base_mask, NULL);
 	cbcmn__fpcw_write(fpcw);
+	/* The nurseries it left open are cancelled and awaited here (they
+	 * cannot outlive it; their children that never started do not run).
+	 * The task passed a stack check when it opened them, a few frames
+	 * below this one; the await's check, a few frames below, could fail
+	 * where that one passed, and land here again, for ever. */
+	cbcmn__stack_check_relax(t->stack);
+	cbcmn__nursery_close_all(t);
+	cbcmn__stack_check_reset(t->stack);
 }
 
 /* ---- passing other faults on ------------------------------------------------ */

@@ -177,9 +177,24 @@ void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 
 /* Room a runtime call wants below its frame (cbcmn__stack_check): a quarter
  * of the stack, at most 8 KiB. */
+static size_t reserve_of(const struct cbcmn__stack *s)
+{
+	return s->size / 4 < 8192 ? s->size / 4 : 8192;
+}
+
 static char *check_lo_of(const struct cbcmn__stack *s)
 {
-	return s->lo + (s->size / 4 < 8192 ? s->size / 4 : 8192);
+	return s->lo + reserve_of(s);
+}
+
+void cbcmn__stack_check_relax(struct cbcmn__stack *s)
+{
+	s->check_lo = s->lo + reserve_of(s) / 2;
+}
+
+void cbcmn__stack_check_reset(struct cbcmn__stack *s)
+{
+	s->check_lo = check_lo_of(s);
 }
 
 /* A slab mapping of len bytes, or MAP_FAILED with *err set. */

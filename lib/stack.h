@@ -149,8 +149,13 @@ static inline bool cbcmn__stack_in_red(const struct cbcmn__stack *s, const void 
  * next runtime call end the task.  Async-signal-safe; 0 or -errno (the
  * commit charge under vm.overcommit_memory=2, a kernel that refuses). */
 int cbcmn__stack_yellow_open(struct cbcmn__stack *s);
-/* Guard it again, once nothing runs below lo; a no-op if it is closed. */
+/* Guard it again, once nothing runs below lo, and set check_lo back; a
+ * no-op if it is closed. */
 void cbcmn__stack_yellow_close(struct cbcmn__stack *s);
+/* The landing pad's own runtime calls get half the reserve more (signal.c);
+ * _reset sets the usual line back. */
+void cbcmn__stack_check_relax(struct cbcmn__stack *s);
+void cbcmn__stack_check_reset(struct cbcmn__stack *s);
 
 /* Map budget left for guarded stacks, from vm.max_map_count and the
  * mappings the process already has.  Exposed for tests and docs. */

@@ -339,6 +339,66 @@ static void test_no_task_runs_on_an_unguarded_stack(void **state)
 	}
 }
 
+/* A child that opened a nursery and then overflowed lands in its own
+ * frame, run inline just above where its parent passed a stack check: the
+ * landing pad's await of that nursery must not fail the check and land
+ * again.  The parent sweeps where it awaits, a few bytes at a time. */
+static int landing_offset;
+
+static int64_t opens_then_overflows(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1; /* too low to open: not this case */
+	return t_recurse(NULL, 0);
+}
+
+static int64_t awaits_low(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -100;
+	cbcmn_nursery_spawn(cx, n, opens_then_overflows, NULL, NULL);
+	long drop = ((char *)__builtin_frame_address(0) - stack_of(cx)->check_lo) - landing_offset;
+	if (drop > 0) {
+		char *volatile down = __builtin_alloca((size_t)drop);
+		down[0] = 1;
+	}
+	return cbcmn_nursery_await_all(cx, n); /* runs the child inline */
+}
+
+struct sweep {
+	cbcmn_runtime *rt;
+	int64_t r;
+};
+
+static void sweep_one(void *arg)
+{
+	struct sweep *s = arg;
+	char msg[4096];
+	s->r = run_quiet(s->rt, awaits_low, NULL, msg, sizeof(msg));
+}
+
+static void test_landing_never_lands_again(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	int panics = 0;
+	for (landing_offset = 0; landing_offset < 1024; landing_offset += 8) {
+		struct sweep s = {rt, 0};
+		if (!run_bounded(sweep_one, &s, 20))
+			fail_msg("awaiting %d bytes above the check line: the landing pad lands "
+				 "again and again", landing_offset);
+		panics += s.r == CBCMN_EPANIC;
+	}
+	printf("  %d of 128 positions had the child open a nursery and overflow\n", panics);
+	assert_true(panics > 0);
+	t_destroy(rt);
+}
+
 /* ---- runtime calls check the stack before they lock ------------------------ */
 
 enum { LC_NURSERY_CANCEL, LC_CHAN_CLOSE, LC_CHAN_COMMIT, LC_CHAN_ABORT, LC_CHAN_DESTROY,
@@ -808,6 +868,7 @@ int main(void)
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
 		T_WATCHED_TEST(test_landing_restores_the_signal_mask),
 		T_WATCHED_TEST(test_landing_restores_the_parents_fp_mode),
+		T_WATCHED_TEST(test_landing_never_lands_again),
 		T_WATCHED_TEST(test_overflow_inside_vfprintf_leaves_no_lock_held),
 		T_WATCHED_TEST(test_overflow_under_a_library_call_ends_when_it_returns),
 		T_WATCHED_TEST(test_overflow_past_the_reserve_under_a_library_call),
