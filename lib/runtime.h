@@ -440,12 +440,15 @@ static inline void cbcmn__stack_check(struct cbcmn_task *t)
 }
 
 /* The same for a public call that gets no task context: the task running
- * on this thread, if any. */
+ * on this thread, if the call runs on its stack (a signal handler on the
+ * alternate stack, or a coroutine of the program's, is not the task). */
 static inline void cbcmn__stack_check_current(void)
 {
 	struct cbcmn__exec *e = cbcmn__tls_exec;
-	if (e)
-		cbcmn__stack_check(e->current);
+	struct cbcmn_task *t = e ? e->current : NULL;
+	const char *f = __builtin_frame_address(0);
+	if (t && f >= t->stack->guard_lo && f < (const char *)t->stack)
+		cbcmn__stack_check(t);
 }
 
 /* Charge t one op and amount of component comp (CBCMN__B_*).  The fast

@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -272,6 +273,52 @@ static int64_t run_quiet(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, char *m
 	t_stderr_restore(fd, saved, msg, len);
 	assert_int_equal(rc, 0);
 	return r;
+}
+
+/* A call without a task context made on another stack than the task's (a
+ * coroutine of the program's, a handler on the alternate stack) is not
+ * the task running out of stack. */
+static ucontext_t co_main, co_side;
+static cbcmn_nursery *co_nursery;
+static int co_rc = 12345;
+
+static void co_cancel(void)
+{
+	co_rc = cbcmn_nursery_cancel(co_nursery);
+	swapcontext(&co_side, &co_main);
+}
+
+static int64_t cancel_from_a_coroutine(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &co_nursery))
+		return -1;
+	size_t size = 64 * 1024;
+	char *stack = malloc(size); /* the heap: far below any fiber stack */
+	getcontext(&co_side);
+	co_side.uc_stack.ss_sp = stack;
+	co_side.uc_stack.ss_size = size;
+	co_side.uc_link = NULL;
+	makecontext(&co_side, co_cancel, 0);
+	swapcontext(&co_main, &co_side);
+	free(stack);
+	return cbcmn_nursery_await_all(cx, co_nursery);
+}
+
+static void test_a_call_on_another_stack_is_not_an_overflow(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizers do not follow swapcontext onto a heap stack");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(1);
+	char msg[4096];
+	int64_t r = run_quiet(rt, cancel_from_a_coroutine, NULL, msg, sizeof(msg));
+	assert_int_equal(r, CBCMN_ECANCELED); /* the await saw the cancel, nothing else */
+	assert_int_equal(co_rc, 0);
+	assert_null(strstr(msg, "overflow"));
+	t_destroy(rt);
 }
 
 /* ---- beyond the map budget --------------------------------------------------- */
@@ -866,6 +913,7 @@ int main(void)
 		T_WATCHED_TEST(test_altstack_has_a_guard_page),
 		T_WATCHED_TEST(test_no_task_runs_on_an_unguarded_stack),
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
+		T_WATCHED_TEST(test_a_call_on_another_stack_is_not_an_overflow),
 		T_WATCHED_TEST(test_landing_restores_the_signal_mask),
 		T_WATCHED_TEST(test_landing_restores_the_parents_fp_mode),
 		T_WATCHED_TEST(test_landing_never_lands_again),
