@@ -277,6 +277,22 @@ static inline int t_count_threads(void)
 
 /* ---- stack overflows and mappings ------------------------------------------ */
 
+#include <sys/resource.h>
+
+/* fork() for a child that may die of a signal, without a core file.  The
+ * pid, 0 in the child. */
+__attribute__((unused)) static pid_t t_fork_coreless(void)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit no_core = {0, 0};
+		setrlimit(RLIMIT_CORE, &no_core);
+	}
+	return pid;
+}
+
 /* Keeps the compiler from calling t_recurse an infinite recursion. */
 static volatile int64_t t_depth_limit __attribute__((unused)) = INT64_MAX;
 

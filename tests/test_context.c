@@ -597,12 +597,8 @@ static void returning_entry(void *xfer)
 static void test_entry_return_aborts(void **state)
 {
 	(void)state;
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	pid_t pid = t_fork_coreless();
 	if (pid == 0) {
-		struct rlimit no_core = {0, 0};
-		setrlimit(RLIMIT_CORE, &no_core);
 		signal(SIGABRT, SIG_DFL);
 		fiber_new(&rt_ret.fib, returning_entry, 0);
 		ctx_switch(&rt_ret.main, &rt_ret.fib, NULL);

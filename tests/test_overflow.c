@@ -44,12 +44,8 @@ static int64_t overflow_task(cbcmn_cx *cx, void *arg)
  * instead of the suite); the child must exit 0 within 60 s. */
 static void in_child(int (*fn)(void), int want_signal)
 {
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	pid_t pid = t_fork_coreless();
 	if (pid == 0) {
-		struct rlimit no_core = {0, 0};
-		setrlimit(RLIMIT_CORE, &no_core);
 		alarm(60);
 		_exit(fn());
 	}

@@ -241,12 +241,8 @@ static void guard_region_case(bool prot)
 	assert_true(s->guarded);
 
 	/* The real thing: an overflow by one byte kills with SIGSEGV. */
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	pid_t pid = t_fork_coreless();
 	if (pid == 0) {
-		struct rlimit no_core = {0, 0};
-		setrlimit(RLIMIT_CORE, &no_core);
 		/* Straight to the kernel: a sanitizer's sigaction interceptor
 		 * may refuse to give SIGSEGV back. */
 		struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; }
