@@ -423,9 +423,9 @@ void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
 /* Runtime calls made by a task check the stack room left before they
  * change anything: an overflow must never land inside the runtime's own
  * frames (a lock held, a wait half-queued).  With less than a quarter of
- * the stack (at most 8 KiB) left, or after an overflow inside the C library
- * (signal.c), the task ends with CBCMN_EPANIC as if it had hit the guard
- * page (signal.c).  Every public call that takes a lock or waits checks
+ * the stack (at most 8 KiB) left, or after an overflow inside the C library,
+ * the task ends with CBCMN_EPANIC as if it had hit the guard page
+ * (overflow.c).  Every public call that takes a lock or waits checks
  * first. */
 __attribute__((noreturn)) void cbcmn__stack_exhausted(struct cbcmn_task *t);
 
@@ -551,11 +551,5 @@ void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
 int cbcmn__signal_init(void);
 int cbcmn__altstack_setup(struct cbcmn__exec *e);
 void cbcmn__altstack_teardown(struct cbcmn__exec *e);
-/* At t's landing pad (landing_frame: its jmp buffer): guard the stack
- * again, give the executor its signal mask back, load fpcw (the FP control
- * state t started with), then cancel and await the nurseries t left open.
- * Runs on t's fiber: may block. */
-void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
-__attribute__((noreturn)) void cbcmn__overflow_unwind(void);
 
 #endif

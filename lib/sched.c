@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "arch.h"
+#include "overflow.h"
 #include "probes.h"
 #include "runtime.h"
 #include "timer.h"

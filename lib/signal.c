@@ -1,308 +1,27 @@
-/* signal.c: catching fiber stack overflows, and leaving them cleanly.
+/* signal.c: the SIGSEGV handler: installing it, telling a fiber stack
+ * overflow (overflow.c) from any other fault, and passing those on to the
+ * handler installed before ours; the executors' alternate signal stacks.
  *
  * Every executor thread has an alternate signal stack (with a guard page of
- * its own), so the SIGSEGV handler runs even when the fault was "no stack
- * left".  A fault in the guard region below the current task's stack is an
- * overflow; the task must end (CBCMN_EPANIC) at its landing pad, a frame
- * above the overflow (cbcmn__task_call_guarded, sched.c).  Jumping there
- * abandons every frame in between, which is only safe if none of them holds
- * a lock.  The handler walks those frames with the unwinder:
- *
- *   - all of them are the program's own code: jump now;
- *   - some belong to the C library (or the loader, libgcc_s, libstdc++, a
- *     sanitizer runtime), which take process-wide locks (stdio, malloc, the
- *     loader): open the stack's yellow zone (stack.h) so that the library
- *     call can finish, and replace the return address of the outermost such
- *     frame with cbcmn__ctx_overflow_return, which ends the task as soon as
- *     the library has returned and released what it held;
- *   - the yellow zone is already spent, or the frames cannot be walked:
- *     jump anyway and say that a lock may stay held.
- *
- * At the landing pad the signal mask of the executor and the FP control
- * state the task started with come back (the kernel gave the handler a
- * fresh FP state, and a user handler the task overflowed in left its mask).
- *
- * Any other fault goes to the handler installed before ours, or to the
+ * its own), so the handler runs even when the fault was "no stack left".
+ * Any fault that is not an overflow goes to the previous handler, or to the
  * default action.
  */
-#include <dlfcn.h>
 #include <errno.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
-#include <unwind.h>
 
-#include "arch.h"
-#include "probes.h"
+#include "overflow.h"
 #include "runtime.h"
 
-#ifdef __SANITIZE_ADDRESS__
-#include <sanitizer/asan_interface.h>
-#endif
-
 static struct sigaction old_segv;
-
-/* The executor thread's own signal mask, given back at the landing pad. */
-static __thread sigset_t base_mask;
-static __thread bool have_base_mask;
-
-/* ---- one line on stderr, async-signal-safe --------------------------------- */
-
-struct line {
-	char buf[320];
-	size_t n;
-};
-
-static void put_s(struct line *l, const char *s)
-{
-	while (*s && l->n < sizeof(l->buf) - 1)
-		l->buf[l->n++] = *s++;
-}
-
-static void put_u(struct line *l, uint64_t v)
-{
-	char tmp[24];
-	int n = 0;
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		put_s(l, (char[2]){tmp[--n], 0});
-}
-
-/* "cbcmn: task <id> <what> its <size>-byte stack <where><lib><then>" */
-static void say(const struct cbcmn_task *t, const char *what, const char *where, const char *lib,
-		const char *then)
-{
-	struct line l = {.n = 0};
-	put_s(&l, "cbcmn: task ");
-	put_u(&l, t->id);
-	put_s(&l, what);
-	/* The size the user configured, which is what they can change. */
-	put_u(&l, t->rt->cfg.stack_size);
-	put_s(&l, "-byte stack ");
-	put_s(&l, where);
-	if (lib)
-		put_s(&l, lib);
-	put_s(&l, then);
-	put_s(&l, "\n");
-	ssize_t rc = write(STDERR_FILENO, l.buf, l.n);
-	(void)rc;
-}
-
-#define OVERFLOWED " overflowed its "
-
-/* ---- which code may hold a lock we cannot see ------------------------------ */
-
-/* Libraries whose functions take process-wide locks (stdio, malloc, the
- * loader's, the unwinder's, locale, NSS) or run with them held. */
-static const char *const lock_holders[] = {
-	"libc.so",     "ld-linux",  "libpthread.so", "libdl.so",   "librt.so",
-	"libm.so",     "libresolv", "libnss_",       "libgcc_s.so", "libstdc++.so",
-	"libasan.so",  "libtsan.so", "libubsan.so",  "liblsan.so",
-};
-
-static bool has_prefix(const char *s, const char *p)
-{
-	while (*p)
-		if (*s++ != *p++)
-			return false;
-	return true;
-}
-
-/* The basename of the library pc is in, if it is one of those; else NULL.
- * _dl_find_object is async-signal-safe and takes no lock (glibc 2.35). */
-static const char *lock_holder_at(uintptr_t pc)
-{
-#ifdef DLFO_EH_SEGMENT_TYPE
-	struct dl_find_object fo;
-	if (_dl_find_object((void *)pc, &fo) != 0 || !fo.dlfo_link_map)
-		return NULL;
-	const char *name = fo.dlfo_link_map->l_name, *base = name;
-	if (!name)
-		return NULL;
-	for (const char *c = name; *c; c++)
-		if (*c == '/')
-			base = c + 1;
-	for (size_t i = 0; i < sizeof(lock_holders) / sizeof(lock_holders[0]); i++)
-		if (has_prefix(base, lock_holders[i]))
-			return base;
-#else
-	(void)pc; /* no lock-free lookup: every frame counts as the program's */
-#endif
-	return NULL;
-}
-
-/* ---- the frames between the fault and the landing pad ---------------------- */
-
-/* libgcc's callback sees each frame with the stack pointer it had at its
- * call (_Unwind_GetCFA: the canonical frame address of the frame it
- * called), so a callee's return slot is found from its caller's entry. */
-struct walk {
-	uintptr_t pc;             /* the faulting instruction */
-	uintptr_t landing;        /* the landing pad's jmp buffer, in its frame */
-	bool started;
-	unsigned frames;
-	uintptr_t last_sp;
-	/* Whether the last frame seen holds locks; whether it was a signal
-	 * trampoline (which holds nothing) shows only at its caller, which
-	 * the signal interrupted. */
-	const char *prev_lib;
-	/* The outermost lock holder's caller (its sp), trampolines aside. */
-	uintptr_t outer_sp;
-	const char *outer_lib;
-	/* The outermost return from a lock holder into the program: its slot
-	 * (below the caller's sp) and the address it holds. */
-	uintptr_t *slot;
-	uintptr_t slot_sp, slot_ra;
-};
-
-static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
-{
-	struct walk *w = arg;
-	int interrupted = 0;
-	uintptr_t ip = _Unwind_GetIPInfo(ctx, &interrupted);
-	uintptr_t sp = _Unwind_GetCFA(ctx);
-	if (!w->started) {
-		/* Our own frames and our signal's trampoline come first. */
-		if (!interrupted || ip != w->pc)
-			return _URC_NO_REASON;
-		w->started = true;
-		w->prev_lib = NULL;
-		w->last_sp = sp;
-	} else if (sp < w->last_sp || ++w->frames > (1u << 16)) {
-		return _URC_END_OF_STACK; /* unwind info we cannot trust */
-	}
-	w->last_sp = sp;
-	/* A return address may be the byte after a call that ends its
-	 * function: look up the call. */
-	const char *lib = lock_holder_at(interrupted ? ip : ip - 1);
-	if (w->prev_lib && !interrupted) {
-		w->outer_sp = sp;
-		w->outer_lib = w->prev_lib;
-		if (!lib) {
-			w->slot = CBCMN__RA_SLOT(sp);
-			w->slot_sp = sp;
-			w->slot_ra = ip;
-		}
-	}
-	w->prev_lib = lib;
-	/* Past the landing pad's jmp buffer: this is its frame or above. */
-	if (sp > w->landing)
-		return _URC_END_OF_STACK;
-	return _URC_NO_REASON;
-}
-
-/* Set while this thread walks: a stack smashed below the overflow can send
- * the unwinder to a wild address, and that fault ends the walk instead of
- * the process. */
-static __thread void **walking;
-
-/* ---- ending the task ------------------------------------------------------- */
-
-__attribute__((noreturn)) static void land(struct cbcmn_task *t)
-{
-	CBCMN_PROBE2(task_panic, t->id, t->rt->cfg.stack_size);
-	t->unwind_result = CBCMN_EPANIC;
-	__builtin_longjmp(t->landing, 1);
-}
-
-/* A fault in t's guard region.  Returns when the faulting code may go on
- * (into the yellow zone); otherwise jumps to t's landing pad. */
-static void overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
-{
-	struct cbcmn__stack *s = t->stack;
-	struct walk w = {.pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP],
-			 .landing = (uintptr_t)t->landing};
-	void *jb[5];
-	if (__builtin_setjmp(jb) == 0) {
-		walking = jb;
-		_Unwind_Backtrace(walk_frame, &w);
-	} else {
-		walking = NULL;
-		say(t, OVERFLOWED, "(guard page hit), over frames the unwinder could not read", NULL,
-		    "; it ends with CBCMN_EPANIC, and a lock a library held there may stay held");
-		land(t);
-	}
-	walking = NULL;
-	if (!w.started) /* the unwinder could not get past our signal: the pc alone */
-		w.prev_lib = lock_holder_at(w.pc);
-	if (w.prev_lib) { /* the walk ended in a lock holder: nothing covers it */
-		w.outer_lib = w.prev_lib;
-		w.outer_sp = UINTPTR_MAX;
-	}
-	if (!w.outer_lib) {
-		say(t, OVERFLOWED, "(guard page hit)", NULL, "; it ends with CBCMN_EPANIC");
-		land(t);
-	}
-	/* A lock holder runs, or waits for code it called.  Let it finish
-	 * in the yellow zone if the return into the program covers every
-	 * holder's frame and really is where the slot points. */
-	if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) && w.slot &&
-	    w.slot_sp >= w.outer_sp && *w.slot == w.slot_ra &&
-	    cbcmn__stack_yellow_open(s) == 0) {
-		*w.slot = (uintptr_t)cbcmn__ctx_overflow_return;
-		say(t, OVERFLOWED, "inside ", w.outer_lib,
-		    "; the call finishes in the stack's reserve, then the task ends with "
-		    "CBCMN_EPANIC");
-		return;
-	}
-	say(t, OVERFLOWED, "inside ", w.outer_lib,
-	    " with no room left for the call to finish; it ends with CBCMN_EPANIC, and a "
-	    "lock that library held may stay held");
-	land(t);
-}
-
-/* cbcmn__ctx_overflow_return comes here once the library call that
- * overflowed has returned. */
-__attribute__((noreturn)) void cbcmn__overflow_unwind(void)
-{
-	land(cbcmn__tls_exec->current);
-}
-
-void cbcmn__stack_exhausted(struct cbcmn_task *t)
-{
-	/* After an overflow in a library the line was said already. */
-	if (!t->stack->yellow_open)
-		say(t, " is about to overflow its ", "(in a runtime call)", NULL,
-		    "; it ends with CBCMN_EPANIC");
-	land(t);
-}
-
-void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw)
-{
-#ifdef __SANITIZE_ADDRESS__
-	/* The abandoned frames below the landing pad keep their poisoned
-	 * redzones in ASan's shadow; clear them for the frames to come. */
-	char *lo = t->stack->guard_lo;
-	__asan_unpoison_memory_region(lo, (size_t)((char *)landing_frame - lo));
-#else
-	(void)landing_frame;
-#endif
-	/* Nothing runs below the landing pad any more. */
-	cbcmn__stack_yellow_close(t->stack);
-	/* We left the SIGSEGV handler (or a handler of the program's that
-	 * overflowed) by a jump, not by sigreturn: its mask is still on. */
-	if (have_base_mask)
-		pthread_sigmask(SIG_SETMASK, &base_mask, NULL);
-	cbcmn__fpcw_write(fpcw);
-	/* The nurseries it left open are cancelled and awaited here (they
-	 * cannot outlive it; their children that never started do not run).
-	 * The task passed a stack check when it opened them, a few frames
-	 * below this one; the await's check, a few frames below, could fail
-	 * where that one passed, and land here again, for ever. */
-	cbcmn__stack_check_relax(t->stack);
-	cbcmn__nursery_close_all(t);
-	cbcmn__stack_check_reset(t->stack);
-}
 
 /* ---- passing other faults on ------------------------------------------------ */
 
@@ -380,25 +99,14 @@ __attribute__((noinline)) static void chain(int sig, siginfo_t *si, void *uc)
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
-	if (walking) {
-		void **jb = walking;
-		walking = NULL;
-		__builtin_longjmp(jb, 1);
-	}
+	cbcmn__overflow_walk_fault(); /* a fault while walking: back to the walk */
 	struct cbcmn__exec *e = cbcmn__tls_exec;
 	struct cbcmn_task *t = e ? e->current : NULL;
 	if (t && t->stack && t->stack->guarded && cbcmn__stack_in_guard(t->stack, si->si_addr))
-		overflow(t, si->si_addr, uc); /* returns only to retry the access */
+		cbcmn__overflow(t, si->si_addr, uc); /* returns only to retry the access */
 	else
 		chain(sig, si, uc);
 	errno = saved_errno;
-}
-
-static _Unwind_Reason_Code walk_nothing(struct _Unwind_Context *ctx, void *arg)
-{
-	(void)ctx;
-	(void)arg;
-	return _URC_END_OF_STACK;
 }
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -411,9 +119,7 @@ int cbcmn__signal_init(void)
 	int rc = 0;
 	cbcmn__stack_check_current(); /* a task creating a runtime */
 	pthread_mutex_lock(&install_lock);
-	/* The unwinder sets itself up on first use (a pthread_once): not in
-	 * the handler. */
-	_Unwind_Backtrace(walk_nothing, NULL);
+	cbcmn__overflow_init();
 	struct sigaction cur;
 	if (sigaction(SIGSEGV, NULL, &cur) != 0) {
 		rc = -errno;
@@ -454,8 +160,7 @@ int cbcmn__altstack_setup(struct cbcmn__exec *e)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	size_t sz = (altstack_size() + pg - 1) / pg * pg;
-	pthread_sigmask(SIG_BLOCK, NULL, &base_mask);
-	have_base_mask = true;
+	cbcmn__overflow_thread_start();
 	/* A guard page below, so that a handler that runs out of it faults
 	 * instead of writing over whatever is mapped there. */
 	char *p = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE,
@@ -475,7 +180,7 @@ int cbcmn__altstack_setup(struct cbcmn__exec *e)
 
 void cbcmn__altstack_teardown(struct cbcmn__exec *e)
 {
-	have_base_mask = false;
+	cbcmn__overflow_thread_end();
 	passing_uc = NULL; /* it may point into the stack going away */
 	if (!e->altstack)
 		return;

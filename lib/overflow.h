@@ -1,0 +1,36 @@
+/* overflow.h: private to libcbcmn: leaving a fiber stack overflow
+ * (overflow.c), for the SIGSEGV handler (signal.c), the landing pad
+ * (sched.c) and the return trampoline (asm). */
+#ifndef CBCMN_OVERFLOW_H
+#define CBCMN_OVERFLOW_H
+
+#include <stdint.h>
+#include <ucontext.h>
+
+struct cbcmn_task;
+
+/* Once per runtime start, outside any handler. */
+void cbcmn__overflow_init(void);
+/* On each executor thread, as it starts and ends: its signal mask is what
+ * a landing restores. */
+void cbcmn__overflow_thread_start(void);
+void cbcmn__overflow_thread_end(void);
+
+/* From the SIGSEGV handler, for a fault at addr in the guard region of t's
+ * stack.  Returns when the faulting code may go on (into the yellow zone);
+ * otherwise jumps to t's landing pad. */
+void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc);
+/* First thing in the SIGSEGV handler: a fault raised while this thread
+ * walks frames for cbcmn__overflow ends the walk (jumps back into it). */
+void cbcmn__overflow_walk_fault(void);
+
+/* At t's landing pad (landing_frame: its jmp buffer): guard the stack
+ * again, give the executor its signal mask back, load fpcw (the FP control
+ * state t started with), then cancel and await the nurseries t left open.
+ * Runs on t's fiber: may block. */
+void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
+/* cbcmn__ctx_overflow_return (asm) comes here: ends the task running on
+ * this thread, whose library call that overflowed has returned. */
+__attribute__((noreturn)) void cbcmn__overflow_unwind(void);
+
+#endif
