@@ -49,7 +49,7 @@ void *cbcmn__ctx_jump_fp(void **save_sp, void *to_sp, void *xfer, uint64_t fpcw)
 /* A context on a fresh stack that calls entry(xfer) when first jumped to. */
 void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
 /* Not called: a return address.  A function that returns to it ends the
- * task running on this thread (cbcmn__overflow_unwind, signal.c). */
+ * task running on this thread (cbcmn__overflow_unwind, overflow.c). */
 void cbcmn__ctx_overflow_return(void);
 /* Where a fresh context's entry function "returns": aborts.  Unwinders stop
  * at it (tests look for it). */

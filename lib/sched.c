@@ -317,7 +317,7 @@ static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
 }
 
 /* Run t's function with a landing pad: when it overflows its stack into the
- * guard page, the SIGSEGV handler (signal.c) jumps back here, to a frame
+ * guard page, the SIGSEGV handler (overflow.c) jumps back here, to a frame
  * above the overflow and therefore intact; so does a task whose nursery gave
  * up waiting for its budget (budget.c).  The task then ends with
  * CBCMN_EPANIC or CBCMN_EBUDGET after its open nurseries were cancelled and
@@ -329,7 +329,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 	void *jb[5];
 	struct cbcmn_task *volatile vt = t;
 	/* An inline child runs in its parent's FP control state, which the
-	 * parent must get back if the child lands (signal.c). */
+	 * parent must get back if the child lands (overflow.c). */
 	volatile uint64_t fpcw = t->inline_parent ? cbcmn__fpcw_read() : CBCMN__FPCW_DEFAULT;
 	t->landing = jb;
 	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
@@ -341,7 +341,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 	}
 	int64_t r = cbcmn__task_call(t);
 	/* It overflowed inside a library, which jumped back past the return
-	 * that was to end it (signal.c): it ends now. */
+	 * that was to end it (overflow.c): it ends now. */
 	if (__builtin_expect(t->stack->yellow_open, 0)) {
 		cbcmn__overflow_landed(t, jb, fpcw);
 		r = CBCMN_EPANIC;

@@ -7,7 +7,7 @@
  *   | red: 4 KiB | yellow: CBCMN__YELLOW_BYTES | lo ... usable ... | descriptor |
  *
  * The yellow zone is opened only by the SIGSEGV handler, for an overflow
- * that happened inside the C library (signal.c), so that the call can finish
+ * that happened inside the C library (overflow.c), so that the call can finish
  * and release its locks before the task is ended; the red page is never
  * opened.  The guard is made one of two ways:
  *   - lightweight guards (Linux 6.13+, MADV_GUARD_INSTALL): markers in the
@@ -36,7 +36,7 @@
 #include "lock.h"
 
 #define CBCMN__CANARY_BYTES 64
-/* Room the C library gets to finish a call that overflowed (signal.c):
+/* Room the C library gets to finish a call that overflowed (overflow.c):
  * vfprintf needs 2-5 KiB, the resolver more.  Address space only. */
 #define CBCMN__YELLOW_BYTES (16u * 1024)
 
@@ -152,7 +152,7 @@ int cbcmn__stack_yellow_open(struct cbcmn__stack *s);
 /* Guard it again, once nothing runs below lo, and set check_lo back; a
  * no-op if it is closed. */
 void cbcmn__stack_yellow_close(struct cbcmn__stack *s);
-/* The landing pad's own runtime calls get half the reserve more (signal.c);
+/* The landing pad's own runtime calls get half the reserve more (overflow.c);
  * _reset sets the usual line back. */
 void cbcmn__stack_check_relax(struct cbcmn__stack *s);
 void cbcmn__stack_check_reset(struct cbcmn__stack *s);

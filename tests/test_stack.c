@@ -272,7 +272,7 @@ static void test_guard_region_faults(void **state)
 	guard_region_case(true);
 }
 
-/* The yellow zone opens for a library call to finish (signal.c) and
+/* The yellow zone opens for a library call to finish (overflow.c) and
  * closes again: the red page below it never opens. */
 static void yellow_case(bool prot)
 {

@@ -175,7 +175,7 @@ cbcmn__ctx_trap:
  *
  * Never called: the SIGSEGV handler writes its address over the return
  * address of a C library function that overflowed a fiber's stack
- * (lib/signal.c).  When that function returns here, with its locks
+ * (lib/overflow.c).  When that function returns here, with its locks
  * released, the task ends: cbcmn__overflow_unwind jumps to its landing pad.
  * rax/rdx (the function's result) are dropped; rsp is the caller's, 16-byte
  * aligned as it was before its call.
