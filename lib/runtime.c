@@ -192,6 +192,10 @@ static struct cbcmn__exec *exec_alloc(size_t page, int node)
 		(void)mbind(e, size, MPOL_PREFERRED, mask, 1024, 0);
 	}
 	memset(e, 0, sizeof(*e));
+	/* No descriptor yet: zero is the caller's stdin, which a failed
+	 * create's clean-up must never close. */
+	e->ring.fd = e->ring.efd = -1;
+	e->ring.u.ring_fd = e->ring.u.enter_ring_fd = -1;
 	return e;
 }
 
@@ -330,7 +334,6 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			runtime_free(rt);
 			return -ENOMEM;
 		}
-		e->ring.efd = -1;
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;
 		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
