@@ -146,20 +146,48 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	uint32_t n = rt->cfg.iowq_max_workers ? rt->cfg.iowq_max_workers : 4;
 	unsigned int vals[2] = {n, n};
 	(void)io_uring_register_iowq_max_workers(&r->u, vals);
-	/* Enter through a registered ring fd: a cheaper fd lookup per enter. */
-	(void)io_uring_register_ring_fd(&r->u);
+	/* Enter through a registered ring fd: a cheaper fd lookup per enter.
+	 * Registered in this thread's table: unregistered on it too. */
+	r->registered = io_uring_register_ring_fd(&r->u) == 1;
 	efd_arm(e);
 	io_uring_submit(&r->u);
 	return 0;
 }
 
-/* The ring goes with its thread (a retiring executor); the eventfd stays,
- * for the thread that may start on the executor later. */
+/* Unmap ring u and close its fd: liburing's io_uring_queue_exit() without
+ * its unregistering of the registered ring fd.  That index lives in the
+ * owner thread's table: from any other thread it names that thread's own
+ * registered ring (or the kernel refuses, -EEXIST, for a SINGLE_ISSUER
+ * ring), so only the owner unregisters (cbcmn__ring_leave()), and a thread
+ * that ends drops its table anyway. */
+static void ring_unmap(struct io_uring *u, int fd)
+{
+	munmap(u->sq.sqes, u->sq.ring_entries * sizeof(struct io_uring_sqe));
+	if (u->cq.ring_ptr && u->cq.ring_ptr != u->sq.ring_ptr)
+		munmap(u->cq.ring_ptr, u->cq.ring_sz);
+	munmap(u->sq.ring_ptr, u->sq.ring_sz);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* The owner thread is about to end: give back its registered ring fd.  On
+ * the owner only (see ring_unmap()). */
+void cbcmn__ring_leave(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (r->up && r->registered && io_uring_unregister_ring_fd(&r->u) == 1)
+		r->registered = false;
+}
+
+/* The ring goes (a retiring executor, on its thread; destroy, on another
+ * once the owner has ended, after its cbcmn__ring_leave()); the eventfd
+ * stays, for the thread that may start on the executor later. */
 void cbcmn__ring_close(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	if (r->up)
-		io_uring_queue_exit(&r->u);
+		ring_unmap(&r->u, r->u.ring_fd);
+	r->registered = false;
 	cbcmn__bufring_fini(e);
 	r->up = r->enabled = r->efd_armed = false;
 	r->inflight = r->defer = 0;
@@ -360,27 +388,30 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	}
 	struct io_uring old = r->u;
 	int oldfd = r->fd;
-	r->up = r->enabled = r->efd_armed = false;
+	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
 	int rc = cbcmn__ring_create(e);
-	if (rc)
-		return rc;
 	/* The new ring under the old number: dup3 swaps atomically, so no
 	 * other file can take the number in between. */
-	int newfd = r->u.ring_fd;
-	if (dup3(newfd, oldfd, O_CLOEXEC) < 0) {
+	if (rc == 0 && dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
 		rc = -errno;
-		io_uring_queue_exit(&r->u);
+		cbcmn__ring_close(e);
+	}
+	if (rc) {
+		/* No ring: doorbells go to the eventfd (MSG_RING to -1 fails
+		 * and falls back), and the old ring goes. */
+		r->fd = -1;
+		ring_unmap(&old, oldfd);
 		return rc;
 	}
-	close(newfd);
+	close(r->u.ring_fd);
 	/* Enters go through the registered ring fd, which names the file,
-	 * not the number: only the number others use changes. */
+	 * not the number: only the number others use changes (and the one
+	 * enters use, if registering failed). */
 	r->u.ring_fd = r->fd = oldfd;
-	munmap(old.sq.sqes, old.sq.ring_entries * sizeof(struct io_uring_sqe));
-	if (old.cq.ring_ptr && old.cq.ring_ptr != old.sq.ring_ptr)
-		munmap(old.cq.ring_ptr, old.cq.ring_sz);
-	munmap(old.sq.ring_ptr, old.sq.ring_sz);
+	if (!r->registered)
+		r->u.enter_ring_fd = oldfd;
+	ring_unmap(&old, -1); /* its fd number is the new ring's now */
 	cbcmn__io_orphan_all(e);
 	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;

@@ -48,6 +48,7 @@ struct cbcmn__ring {
 	int efd;              /* eventfd doorbell, always armed on the ring */
 	bool up;              /* io_uring_queue_init succeeded */
 	bool enabled;         /* enabled on the owner thread */
+	bool registered;      /* its fd is registered in the owner thread's table */
 	bool efd_armed;
 	uint64_t efd_val;     /* buffer of the armed eventfd read */
 	uint32_t inflight;    /* I/O requests still waiting for a CQE */

@@ -465,6 +465,7 @@ int cbcmn__ring_efd(struct cbcmn__exec *e);
 int cbcmn__ring_create(struct cbcmn__exec *e);
 void cbcmn__ring_destroy(struct cbcmn__exec *e);
 void cbcmn__ring_close(struct cbcmn__exec *e);
+void cbcmn__ring_leave(struct cbcmn__exec *e);
 int cbcmn__ring_takeover(struct cbcmn__exec *e);
 struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e);
 bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);

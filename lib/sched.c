@@ -1309,6 +1309,7 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	pthread_setspecific(exec_key, NULL);
+	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
 	cbcmn__task_free_cache(e);
