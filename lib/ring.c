@@ -23,8 +23,11 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "probes.h"
@@ -58,20 +61,118 @@ static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const
 	return io_uring_queue_init_params(entries, u, &p);
 }
 
+/* ---- locked memory ----------------------------------------------------------
+ *
+ * For a process without CAP_IPC_LOCK a ring's memory (SQ, CQ, SQEs) counts
+ * against RLIMIT_MEMLOCK, and io_uring_setup() fails with -ENOMEM when it
+ * would not fit.  Which kernels: before 5.12 all of them; from 5.12 ring
+ * memory went to the memory cgroup instead (Debian 12's 6.1 counts only
+ * registered buffers and the like); from 6.13-6.15 the rings are kernel
+ * "regions" again accounted to the limit (this machine's 6.18 does: a
+ * 256-entry ring, CQ 512, costs 32 KiB, an 8-entry one 8 KiB).  The count
+ * is per *user*, shared by all of that user's processes, and a ring's
+ * share is given back asynchronously, some ms after its fd is closed.
+ *
+ * So: a ring that does not fit is made smaller (to CBCMN__RING_MIN_ENTRIES),
+ * the smallest is retried for a while (a ring closed just before, the
+ * probe's, may still be counted), and what still fails is reported as
+ * CBCMN_EMEMLOCK, not as an ENOMEM that reads as the machine being out of
+ * memory. */
+
+#define RING_MIN_ENTRIES 8u
+/* The smallest ring is retried this long, in doubling sleeps. */
+#define RING_RETRY_NS (120u * 1000000u)
+
+/* CAP_IPC_LOCK in the initial user namespace exempts a process from the
+ * count; a capability held in a child namespace (rootless containers) does
+ * not, so it counts only where the uid map is the identity of the whole
+ * range, i.e. the initial namespace (or /proc cannot tell: then trust it). */
+static bool ipc_lock_exempt(void)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) != 0 ||
+	    !(d[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))))
+		return false;
+	FILE *f = fopen("/proc/self/uid_map", "re");
+	if (!f)
+		return true;
+	unsigned long inner, outer, count;
+	int n = fscanf(f, "%lu %lu %lu", &inner, &outer, &count);
+	fclose(f);
+	return n != 3 || (inner == 0 && outer == 0 && count == 4294967295ul);
+}
+
+/* Is an -ENOMEM from io_uring_setup() the locked-memory limit? */
+static bool memlock_bound(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return false;
+	return !ipc_lock_exempt();
+}
+
+/* What a failed ring set-up reports: CBCMN_EMEMLOCK for the limit. */
+static int ring_error(int rc)
+{
+	return rc == -ENOMEM && memlock_bound() ? CBCMN_EMEMLOCK : rc;
+}
+
+/* A ring of up to `entries` SQEs with `flags`: fewer while it does not fit
+ * in locked memory (halving, down to RING_MIN_ENTRIES, which is retried
+ * for RING_RETRY_NS).  0 with *got set, or the set-up's error. */
+static int ring_init_fit(struct io_uring *u, uint32_t entries, uint32_t flags,
+			 const cbcmn_config *cfg, uint32_t *got)
+{
+	int rc;
+	for (;;) {
+		rc = ring_init(u, entries, flags, cfg);
+		if (rc != -ENOMEM || entries <= RING_MIN_ENTRIES)
+			break;
+		entries /= 2;
+	}
+	for (uint64_t slept = 0, ns = 1000000; rc == -ENOMEM && slept < RING_RETRY_NS;
+	     slept += ns, ns *= 2) {
+		struct timespec ts = {0, (long)ns};
+		nanosleep(&ts, NULL);
+		rc = ring_init(u, entries, flags, cfg);
+	}
+	if (rc == 0)
+		*got = entries;
+	return ring_error(rc);
+}
+
 /* What the kernel supports, once per runtime, on the creating thread: the
- * opcodes, and the best setup flags it accepts (tried on small throwaway
- * rings, so that every executor then makes its ring with them at once). */
+ * best setup flags it accepts, then the opcodes, on one small throwaway
+ * ring (its locked memory is given back only some ms after it is closed:
+ * one ring, not two). */
 int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 {
+	const cbcmn_config *cfg = &rt->cfg;
+	const uint32_t *sets = flag_sets;
+	size_t nsets = sizeof(flag_sets) / sizeof(flag_sets[0]);
+	if (cfg->ring_flags & CBCMN_RING_SQPOLL) {
+		sets = sqpoll_sets;
+		nsets = sizeof(sqpoll_sets) / sizeof(sqpoll_sets[0]);
+	} else if (cfg->ring_flags & CBCMN_RING_PLAIN) {
+		sets = flag_sets + 2;
+		nsets = 2;
+	}
 	struct io_uring u;
-	struct io_uring_params p;
-	memset(&p, 0, sizeof(p));
-	int rc = io_uring_queue_init_params(4, &u, &p);
-	if (rc < 0)
-		return rc; /* -ENOSYS, or -EPERM when io_uring is disabled */
+	uint32_t got;
+	int rc = -EINVAL;
+	size_t i;
+	for (i = 0; i < nsets; i++) {
+		rc = ring_init_fit(&u, RING_MIN_ENTRIES, sets[i], cfg, &got);
+		if (rc != -EINVAL)
+			break; /* made, or out of memory, fds, locked memory, io_uring */
+	}
+	if (rc)
+		return rc; /* -ENOSYS, -EPERM where io_uring is disabled, ... */
 	struct cbcmn__ring_caps *c = &rt->ring_caps;
-	c->ext_arg = p.features & IORING_FEAT_EXT_ARG;
-	c->nodrop = p.features & IORING_FEAT_NODROP;
+	c->setup_flags = sets[i];
+	c->ext_arg = u.features & IORING_FEAT_EXT_ARG;
+	c->nodrop = u.features & IORING_FEAT_NODROP;
 	struct io_uring_probe *pr = io_uring_get_probe_ring(&u);
 	if (pr) {
 		c->msg_ring = io_uring_opcode_supported(pr, IORING_OP_MSG_RING);
@@ -85,28 +186,7 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 	io_uring_queue_exit(&u);
 	if (!c->ext_arg)
 		return -EOPNOTSUPP; /* timed waits need IORING_FEAT_EXT_ARG (5.11) */
-
-	const cbcmn_config *cfg = &rt->cfg;
-	const uint32_t *sets = flag_sets;
-	size_t nsets = sizeof(flag_sets) / sizeof(flag_sets[0]);
-	if (cfg->ring_flags & CBCMN_RING_SQPOLL) {
-		sets = sqpoll_sets;
-		nsets = sizeof(sqpoll_sets) / sizeof(sqpoll_sets[0]);
-	} else if (cfg->ring_flags & CBCMN_RING_PLAIN) {
-		sets = flag_sets + 2;
-		nsets = 2;
-	}
-	for (size_t i = 0; i < nsets; i++) {
-		rc = ring_init(&u, 8, sets[i], cfg);
-		if (rc == 0) {
-			io_uring_queue_exit(&u);
-			c->setup_flags = sets[i];
-			return 0;
-		}
-		if (rc != -EINVAL)
-			return rc; /* out of memory or fds, locked memory: not a flag issue */
-	}
-	return rc;
+	return 0;
 }
 
 /* The doorbell eventfd, made with the runtime (threads outside ring it). */
@@ -133,7 +213,7 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn__ring *r = &e->ring;
 	uint32_t entries = rt->cfg.ring_entries ? rt->cfg.ring_entries : RING_ENTRIES_DEFAULT;
-	int rc = ring_init(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg);
+	int rc = ring_init_fit(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg, &r->entries);
 	if (rc)
 		return rc;
 	r->up = true;

@@ -51,6 +51,8 @@ struct cbcmn__ring {
 	bool registered;      /* its fd is registered in the owner thread's table */
 	bool efd_armed;
 	uint64_t efd_val;     /* buffer of the armed eventfd read */
+	uint32_t entries;     /* SQ size it got: the configured one, or less
+			       * where locked memory is short (ring.c) */
 	uint32_t inflight;    /* I/O requests still waiting for a CQE */
 	uint32_t defer;       /* loop turns SQEs have waited */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */

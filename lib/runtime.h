@@ -208,7 +208,8 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwait_reg iwaits;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
-	_Atomic int32_t start_err;       /* its ring could not be enabled */
+	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
+	_Atomic uint64_t start_failed_ns; /* ... and when */
 	_Atomic uint32_t lstate;         /* CBCMN__EX_*: is its thread running */
 	_Atomic bool joinable;           /* its thread is to be joined at destroy */
 	/* Mail: lanes with entries (bit per source), and their summary. */
@@ -347,6 +348,10 @@ void *cbcmn__exec_main(void *arg);
 int cbcmn__exec_thread_start(struct cbcmn__exec *e);
 void cbcmn__exec_grow(struct cbcmn_runtime *rt);
 void cbcmn__exec_want(struct cbcmn_runtime *rt, uint32_t id);
+/* The error a spawn pinned to shard fails with at once: the shard's start
+ * failed just before (CBCMN_EMEMLOCK, -EAGAIN...) and it is not retried
+ * yet.  0 when the spawn may go ahead. */
+int cbcmn__shard_unstartable(struct cbcmn_runtime *rt, uint32_t shard);
 static inline uint32_t cbcmn__nlive(const struct cbcmn_runtime *rt)
 {
 	return atomic_load_explicit(&rt->nlive, memory_order_acquire);

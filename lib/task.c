@@ -186,8 +186,12 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	    ((place == CBCMN_PLACE_PINNED || place == CBCMN_PLACE_STEALABLE_ON) && shard >= rt->nexec) ||
 	    (place == CBCMN_PLACE_STEALABLE && rt->nexec == 0))
 		return -EINVAL;
-	if (place == CBCMN_PLACE_PINNED)
+	if (place == CBCMN_PLACE_PINNED) {
 		flags |= CBCMN__TF_PINNED;
+		int err = cbcmn__shard_unstartable(rt, shard);
+		if (err)
+			return err;
+	}
 	cbcmn__stack_check(self);
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return CBCMN_ECLOSED;
