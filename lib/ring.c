@@ -219,7 +219,6 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	r->up = true;
 	r->fd = r->u.ring_fd;
 	r->enabled = true;
-	r->tid = gettid();
 	/* io-wq is per thread: the cap applies to this executor's workers
 	 * (bounded: file I/O; unbounded: sockets and the like).  Old kernels
 	 * lack it: then the kernel's default stays. */
@@ -451,21 +450,20 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
  * the same fd number, which other executors use for MSG_RING.  First wait
  * for the old thread to be gone: its exit cancels its requests and waits
  * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end as cancelled, and so do its streams and acceptors. */
+ * waits end as cancelled, and so do its streams and acceptors.
+ *
+ * "Gone" is pthread_join() of the old thread: it returns once the kernel
+ * has cleared the thread's tid at its very end (CLONE_CHILD_CLEARTID, after
+ * its io_uring requests were cancelled and reaped), whatever /proc shows:
+ * a /proc of another pid namespace, none, or a new thread that reused the
+ * tid (which the previous check, polling /proc/self/task/<tid>, took for
+ * the old one and waited on forever). */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/task/%d", (int)r->tid);
 	/* Unbounded: until the old thread is gone the kernel may still write
 	 * into the buffers of the requests it had in flight. */
-	for (int i = 0; access(path, F_OK) == 0; i++) {
-		if (i == 10000)
-			fprintf(stderr, "cbcmn: executor %u: still waiting for its dead thread %d to "
-					"exit\n",
-				e->id, (int)r->tid);
-		usleep(500);
-	}
+	pthread_join(e->dead_thread, NULL);
 	struct io_uring old = r->u;
 	int oldfd = r->fd;
 	r->up = r->enabled = r->efd_armed = r->registered = false;

@@ -59,7 +59,6 @@ struct cbcmn__ring {
 	struct io_uring_buf_ring *br; /* provided buffers for streams (stream.c) */
 	char *bufs;
 	void *dead_br;        /* buffer rings of dead threads' rings, kept (stream.c) */
-	pid_t tid;            /* owner thread, for a takeover (sched.c) */
 };
 
 /* A task's I/O request: lives on the task's stack until its last CQE. */

@@ -265,6 +265,7 @@ struct cbcmn__exec {
 	uint32_t nfree_nurseries;
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */
 	pthread_t thread;
+	pthread_t dead_thread;            /* a thread that died: its successor joins it */
 	void *altstack;
 	size_t altstack_size;
 	void *san_sched_fiber;            /* TSan: the scheduler's own fiber */

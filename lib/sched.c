@@ -1313,9 +1313,11 @@ static void exec_thread_died(void *arg)
 	exec_state(e, CBCMN_EXEC_STOPPED);
 	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
 	cbcmn__altstack_teardown(e);
-	pthread_detach(pthread_self());
+	/* Joined by the new thread before it makes its ring (ring.c). */
+	e->dead_thread = pthread_self();
 	int rc = cbcmn__exec_thread_start(e);
 	if (rc != 0) {
+		pthread_detach(pthread_self());
 		/* Its deque and slot can still be stolen from; its yield list
 		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
 		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
