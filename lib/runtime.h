@@ -279,6 +279,7 @@ struct cbcmn__exec {
 struct cbcmn_runtime {
 	cbcmn_config cfg;                 /* immutable after create */
 	bool child_budget_limited;        /* cfg.child_budget has a finite part */
+	uint32_t fork_gen;                /* cbcmn__fork_gen at create (runtime.c) */
 	bool lab;                         /* lab mode: virtual clock, seeded picks */
 	_Atomic uint64_t vclock;          /* lab mode's clock, ns */
 	uint32_t nexec;
@@ -321,6 +322,16 @@ struct cbcmn_runtime {
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
+
+/* runtime.c: fork.  True in a child forked since rt was created: rt's
+ * threads are the parent's, and calls that would wait for them return
+ * CBCMN_EFORKED.  One relaxed load: a process forks itself only from a
+ * thread of its own, which sees its own handler's store. */
+extern _Atomic uint32_t cbcmn__fork_gen;
+static inline bool cbcmn__forked(const struct cbcmn_runtime *rt)
+{
+	return rt->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+}
 
 /* watch.c: the statistics segment */
 int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *node);

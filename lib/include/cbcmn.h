@@ -272,7 +272,15 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
  * defaults).  On success stores the runtime in *out and returns 0; on
  * failure returns -EINVAL (bad configuration, e.g. a sovereign profile
  * without yield_interval), -ENOMEM, or the error of the failing system
- * call, and nothing is left running. */
+ * call, and nothing is left running.  Rings that do not fit in
+ * RLIMIT_MEMLOCK are made smaller; CBCMN_EMEMLOCK when even the smallest
+ * does not (docs/IO.md).
+ *
+ * fork(): a child has none of the runtime's threads, so in a child forked
+ * after create, running, opening, spawning, awaiting, joining and destroy
+ * on the parent's runtime return CBCMN_EFORKED (nothing waits, nothing is
+ * freed: the memory is the child's copy).  The child may create runtimes of
+ * its own.  Fork from inside a task only to exec or _exit. */
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
