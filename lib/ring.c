@@ -270,6 +270,7 @@ void cbcmn__ring_close(struct cbcmn__exec *e)
 	cbcmn__bufring_fini(e);
 	r->up = r->enabled = r->efd_armed = false;
 	r->inflight = r->defer = 0;
+	r->resubmit = false;
 	r->reqs = NULL;
 	r->fd = -1; /* a restarted executor gets a new ring and number */
 }
@@ -330,10 +331,17 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 	if (n)
 		CBCMN__COUNT(e, sqes_submitted, n);
 	e->ring.defer = 0;
-	if (rc == -EBUSY || rc == -EAGAIN) {
-		/* The CQ overflowed (kept by the kernel: IORING_FEAT_NODROP):
-		 * the caller drains it before submitting more. */
-		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+	e->ring.resubmit = false;
+	if (rc < 0 && rc != -ETIME) {
+		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
+		 * refuse to submit until it is drained) or no request could be
+		 * allocated; -EINTR.  liburing has handed the SQEs to the
+		 * kernel's SQ all the same (its head moved), so they no longer
+		 * count as unflushed: without a mark they would wait for the
+		 * next park.  The loop submits again after its next reap. */
+		if (rc == -EBUSY || rc == -EAGAIN)
+			CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+		e->ring.resubmit = !(u->flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(u) != 0;
 	}
 }
 
@@ -377,19 +385,23 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 	}
 }
 
-/* Hand every CQE to its owner; returns how many.  The CQEs are copied out
- * and the CQ advanced before they are handled, so a handler may submit. */
+/* Hand CQEs to their owners, at most one SQ's worth (ring.entries) per
+ * call: completions that keep coming (a busy multishot, an overflow being
+ * flushed) must not keep the executor from its tasks; what is left is
+ * seen by cbcmn__ring_busy() and reaped at the next turn.  Returns how
+ * many.  The CQEs are copied out and the CQ advanced before they are
+ * handled, so a handler may submit. */
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 {
 	struct io_uring *u = &e->ring.u;
-	unsigned total = 0;
+	unsigned total = 0, bound = e->ring.entries ? e->ring.entries : RING_MIN_ENTRIES;
 	if (IO_URING_READ_ONCE(*u->sq.kflags) & IORING_SQ_CQ_OVERFLOW) {
 		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 		io_uring_get_events(u); /* flush the kernel's overflow list */
 	}
-	for (;;) {
+	while (total < bound) {
 		struct io_uring_cqe *cqes[32];
-		unsigned n = io_uring_peek_batch_cqe(u, cqes, 32);
+		unsigned n = io_uring_peek_batch_cqe(u, cqes, bound - total < 32 ? bound - total : 32);
 		if (n == 0)
 			break;
 		struct {

@@ -54,6 +54,7 @@ struct cbcmn__ring {
 	uint32_t entries;     /* SQ size it got: the configured one, or less
 			       * where locked memory is short (ring.c) */
 	uint32_t inflight;    /* I/O requests still waiting for a CQE */
+	bool resubmit;        /* a submit failed with SQEs in the kernel's SQ */
 	uint32_t defer;       /* loop turns SQEs have waited */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
 	struct io_uring_buf_ring *br; /* provided buffers for streams (stream.c) */

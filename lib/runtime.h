@@ -495,7 +495,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target);
 static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
 {
 	const struct io_uring *u = &e->ring.u;
-	return cbcmn__sq_unflushed(u) || io_uring_cq_ready(u) ||
+	return cbcmn__sq_unflushed(u) || e->ring.resubmit || io_uring_cq_ready(u) ||
 	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
 }
 

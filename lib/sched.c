@@ -815,7 +815,7 @@ static void ring_poll(struct cbcmn__exec *e, bool idle)
 	struct io_uring *u = &e->ring.u;
 	unsigned sq = cbcmn__sq_unflushed(u);
 	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
-	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel)
+	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel || e->ring.resubmit)
 		cbcmn__ring_submit(e, false, 0);
 	if (io_uring_cq_ready(u))
 		cbcmn__ring_reap(e);
