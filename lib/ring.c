@@ -23,8 +23,11 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "probes.h"
@@ -58,20 +61,118 @@ static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const
 	return io_uring_queue_init_params(entries, u, &p);
 }
 
+/* ---- locked memory ----------------------------------------------------------
+ *
+ * For a process without CAP_IPC_LOCK a ring's memory (SQ, CQ, SQEs) counts
+ * against RLIMIT_MEMLOCK, and io_uring_setup() fails with -ENOMEM when it
+ * would not fit.  Which kernels: before 5.12 all of them; from 5.12 ring
+ * memory went to the memory cgroup instead (Debian 12's 6.1 counts only
+ * registered buffers and the like); from 6.13-6.15 the rings are kernel
+ * "regions" again accounted to the limit (this machine's 6.18 does: a
+ * 256-entry ring, CQ 512, costs 32 KiB, an 8-entry one 8 KiB).  The count
+ * is per *user*, shared by all of that user's processes, and a ring's
+ * share is given back asynchronously, some ms after its fd is closed.
+ *
+ * So: a ring that does not fit is made smaller (to CBCMN__RING_MIN_ENTRIES),
+ * the smallest is retried for a while (a ring closed just before, the
+ * probe's, may still be counted), and what still fails is reported as
+ * CBCMN_EMEMLOCK, not as an ENOMEM that reads as the machine being out of
+ * memory. */
+
+#define RING_MIN_ENTRIES 8u
+/* The smallest ring is retried this long, in doubling sleeps. */
+#define RING_RETRY_NS (120u * 1000000u)
+
+/* CAP_IPC_LOCK in the initial user namespace exempts a process from the
+ * count; a capability held in a child namespace (rootless containers) does
+ * not, so it counts only where the uid map is the identity of the whole
+ * range, i.e. the initial namespace (or /proc cannot tell: then trust it). */
+static bool ipc_lock_exempt(void)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) != 0 ||
+	    !(d[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))))
+		return false;
+	FILE *f = fopen("/proc/self/uid_map", "re");
+	if (!f)
+		return true;
+	unsigned long inner, outer, count;
+	int n = fscanf(f, "%lu %lu %lu", &inner, &outer, &count);
+	fclose(f);
+	return n != 3 || (inner == 0 && outer == 0 && count == 4294967295ul);
+}
+
+/* Is an -ENOMEM from io_uring_setup() the locked-memory limit? */
+static bool memlock_bound(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return false;
+	return !ipc_lock_exempt();
+}
+
+/* What a failed ring set-up reports: CBCMN_EMEMLOCK for the limit. */
+static int ring_error(int rc)
+{
+	return rc == -ENOMEM && memlock_bound() ? CBCMN_EMEMLOCK : rc;
+}
+
+/* A ring of up to `entries` SQEs with `flags`: fewer while it does not fit
+ * in locked memory (halving, down to RING_MIN_ENTRIES, which is retried
+ * for RING_RETRY_NS).  0 with *got set, or the set-up's error. */
+static int ring_init_fit(struct io_uring *u, uint32_t entries, uint32_t flags,
+			 const cbcmn_config *cfg, uint32_t *got)
+{
+	int rc;
+	for (;;) {
+		rc = ring_init(u, entries, flags, cfg);
+		if (rc != -ENOMEM || entries <= RING_MIN_ENTRIES)
+			break;
+		entries /= 2;
+	}
+	for (uint64_t slept = 0, ns = 1000000; rc == -ENOMEM && slept < RING_RETRY_NS;
+	     slept += ns, ns *= 2) {
+		struct timespec ts = {0, (long)ns};
+		nanosleep(&ts, NULL);
+		rc = ring_init(u, entries, flags, cfg);
+	}
+	if (rc == 0)
+		*got = entries;
+	return ring_error(rc);
+}
+
 /* What the kernel supports, once per runtime, on the creating thread: the
- * opcodes, and the best setup flags it accepts (tried on small throwaway
- * rings, so that every executor then makes its ring with them at once). */
+ * best setup flags it accepts, then the opcodes, on one small throwaway
+ * ring (its locked memory is given back only some ms after it is closed:
+ * one ring, not two). */
 int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 {
+	const cbcmn_config *cfg = &rt->cfg;
+	const uint32_t *sets = flag_sets;
+	size_t nsets = sizeof(flag_sets) / sizeof(flag_sets[0]);
+	if (cfg->ring_flags & CBCMN_RING_SQPOLL) {
+		sets = sqpoll_sets;
+		nsets = sizeof(sqpoll_sets) / sizeof(sqpoll_sets[0]);
+	} else if (cfg->ring_flags & CBCMN_RING_PLAIN) {
+		sets = flag_sets + 2;
+		nsets = 2;
+	}
 	struct io_uring u;
-	struct io_uring_params p;
-	memset(&p, 0, sizeof(p));
-	int rc = io_uring_queue_init_params(4, &u, &p);
-	if (rc < 0)
-		return rc; /* -ENOSYS, or -EPERM when io_uring is disabled */
+	uint32_t got;
+	int rc = -EINVAL;
+	size_t i;
+	for (i = 0; i < nsets; i++) {
+		rc = ring_init_fit(&u, RING_MIN_ENTRIES, sets[i], cfg, &got);
+		if (rc != -EINVAL)
+			break; /* made, or out of memory, fds, locked memory, io_uring */
+	}
+	if (rc)
+		return rc; /* -ENOSYS, -EPERM where io_uring is disabled, ... */
 	struct cbcmn__ring_caps *c = &rt->ring_caps;
-	c->ext_arg = p.features & IORING_FEAT_EXT_ARG;
-	c->nodrop = p.features & IORING_FEAT_NODROP;
+	c->setup_flags = sets[i];
+	c->ext_arg = u.features & IORING_FEAT_EXT_ARG;
+	c->nodrop = u.features & IORING_FEAT_NODROP;
 	struct io_uring_probe *pr = io_uring_get_probe_ring(&u);
 	if (pr) {
 		c->msg_ring = io_uring_opcode_supported(pr, IORING_OP_MSG_RING);
@@ -85,28 +186,7 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 	io_uring_queue_exit(&u);
 	if (!c->ext_arg)
 		return -EOPNOTSUPP; /* timed waits need IORING_FEAT_EXT_ARG (5.11) */
-
-	const cbcmn_config *cfg = &rt->cfg;
-	const uint32_t *sets = flag_sets;
-	size_t nsets = sizeof(flag_sets) / sizeof(flag_sets[0]);
-	if (cfg->ring_flags & CBCMN_RING_SQPOLL) {
-		sets = sqpoll_sets;
-		nsets = sizeof(sqpoll_sets) / sizeof(sqpoll_sets[0]);
-	} else if (cfg->ring_flags & CBCMN_RING_PLAIN) {
-		sets = flag_sets + 2;
-		nsets = 2;
-	}
-	for (size_t i = 0; i < nsets; i++) {
-		rc = ring_init(&u, 8, sets[i], cfg);
-		if (rc == 0) {
-			io_uring_queue_exit(&u);
-			c->setup_flags = sets[i];
-			return 0;
-		}
-		if (rc != -EINVAL)
-			return rc; /* out of memory or fds, locked memory: not a flag issue */
-	}
-	return rc;
+	return 0;
 }
 
 /* The doorbell eventfd, made with the runtime (threads outside ring it). */
@@ -133,36 +213,64 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn__ring *r = &e->ring;
 	uint32_t entries = rt->cfg.ring_entries ? rt->cfg.ring_entries : RING_ENTRIES_DEFAULT;
-	int rc = ring_init(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg);
+	int rc = ring_init_fit(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg, &r->entries);
 	if (rc)
 		return rc;
 	r->up = true;
 	r->fd = r->u.ring_fd;
 	r->enabled = true;
-	r->tid = gettid();
 	/* io-wq is per thread: the cap applies to this executor's workers
 	 * (bounded: file I/O; unbounded: sockets and the like).  Old kernels
 	 * lack it: then the kernel's default stays. */
 	uint32_t n = rt->cfg.iowq_max_workers ? rt->cfg.iowq_max_workers : 4;
 	unsigned int vals[2] = {n, n};
 	(void)io_uring_register_iowq_max_workers(&r->u, vals);
-	/* Enter through a registered ring fd: a cheaper fd lookup per enter. */
-	(void)io_uring_register_ring_fd(&r->u);
+	/* Enter through a registered ring fd: a cheaper fd lookup per enter.
+	 * Registered in this thread's table: unregistered on it too. */
+	r->registered = io_uring_register_ring_fd(&r->u) == 1;
 	efd_arm(e);
 	io_uring_submit(&r->u);
 	return 0;
 }
 
-/* The ring goes with its thread (a retiring executor); the eventfd stays,
- * for the thread that may start on the executor later. */
+/* Unmap ring u and close its fd: liburing's io_uring_queue_exit() without
+ * its unregistering of the registered ring fd.  That index lives in the
+ * owner thread's table: from any other thread it names that thread's own
+ * registered ring (or the kernel refuses, -EEXIST, for a SINGLE_ISSUER
+ * ring), so only the owner unregisters (cbcmn__ring_leave()), and a thread
+ * that ends drops its table anyway. */
+static void ring_unmap(struct io_uring *u, int fd)
+{
+	munmap(u->sq.sqes, u->sq.ring_entries * sizeof(struct io_uring_sqe));
+	if (u->cq.ring_ptr && u->cq.ring_ptr != u->sq.ring_ptr)
+		munmap(u->cq.ring_ptr, u->cq.ring_sz);
+	munmap(u->sq.ring_ptr, u->sq.ring_sz);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* The owner thread is about to end: give back its registered ring fd.  On
+ * the owner only (see ring_unmap()). */
+void cbcmn__ring_leave(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (r->up && r->registered && io_uring_unregister_ring_fd(&r->u) == 1)
+		r->registered = false;
+}
+
+/* The ring goes (a retiring executor, on its thread; destroy, on another
+ * once the owner has ended, after its cbcmn__ring_leave()); the eventfd
+ * stays, for the thread that may start on the executor later. */
 void cbcmn__ring_close(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	if (r->up)
-		io_uring_queue_exit(&r->u);
+		ring_unmap(&r->u, r->u.ring_fd);
+	r->registered = false;
 	cbcmn__bufring_fini(e);
 	r->up = r->enabled = r->efd_armed = false;
 	r->inflight = r->defer = 0;
+	r->resubmit = false;
 	r->reqs = NULL;
 	r->fd = -1; /* a restarted executor gets a new ring and number */
 }
@@ -223,10 +331,17 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 	if (n)
 		CBCMN__COUNT(e, sqes_submitted, n);
 	e->ring.defer = 0;
-	if (rc == -EBUSY || rc == -EAGAIN) {
-		/* The CQ overflowed (kept by the kernel: IORING_FEAT_NODROP):
-		 * the caller drains it before submitting more. */
-		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+	e->ring.resubmit = false;
+	if (rc < 0 && rc != -ETIME) {
+		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
+		 * refuse to submit until it is drained) or no request could be
+		 * allocated; -EINTR.  liburing has handed the SQEs to the
+		 * kernel's SQ all the same (its head moved), so they no longer
+		 * count as unflushed: without a mark they would wait for the
+		 * next park.  The loop submits again after its next reap. */
+		if (rc == -EBUSY || rc == -EAGAIN)
+			CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+		e->ring.resubmit = !(u->flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(u) != 0;
 	}
 }
 
@@ -270,19 +385,23 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 	}
 }
 
-/* Hand every CQE to its owner; returns how many.  The CQEs are copied out
- * and the CQ advanced before they are handled, so a handler may submit. */
+/* Hand CQEs to their owners, at most one SQ's worth (ring.entries) per
+ * call: completions that keep coming (a busy multishot, an overflow being
+ * flushed) must not keep the executor from its tasks; what is left is
+ * seen by cbcmn__ring_busy() and reaped at the next turn.  Returns how
+ * many.  The CQEs are copied out and the CQ advanced before they are
+ * handled, so a handler may submit. */
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 {
 	struct io_uring *u = &e->ring.u;
-	unsigned total = 0;
+	unsigned total = 0, bound = e->ring.entries ? e->ring.entries : RING_MIN_ENTRIES;
 	if (IO_URING_READ_ONCE(*u->sq.kflags) & IORING_SQ_CQ_OVERFLOW) {
 		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 		io_uring_get_events(u); /* flush the kernel's overflow list */
 	}
-	for (;;) {
+	while (total < bound) {
 		struct io_uring_cqe *cqes[32];
-		unsigned n = io_uring_peek_batch_cqe(u, cqes, 32);
+		unsigned n = io_uring_peek_batch_cqe(u, cqes, bound - total < 32 ? bound - total : 32);
 		if (n == 0)
 			break;
 		struct {
@@ -343,44 +462,46 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
  * the same fd number, which other executors use for MSG_RING.  First wait
  * for the old thread to be gone: its exit cancels its requests and waits
  * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end as cancelled, and so do its streams and acceptors. */
+ * waits end as cancelled, and so do its streams and acceptors.
+ *
+ * "Gone" is pthread_join() of the old thread: it returns once the kernel
+ * has cleared the thread's tid at its very end (CLONE_CHILD_CLEARTID, after
+ * its io_uring requests were cancelled and reaped), whatever /proc shows:
+ * a /proc of another pid namespace, none, or a new thread that reused the
+ * tid (which the previous check, polling /proc/self/task/<tid>, took for
+ * the old one and waited on forever). */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/task/%d", (int)r->tid);
 	/* Unbounded: until the old thread is gone the kernel may still write
 	 * into the buffers of the requests it had in flight. */
-	for (int i = 0; access(path, F_OK) == 0; i++) {
-		if (i == 10000)
-			fprintf(stderr, "cbcmn: executor %u: still waiting for its dead thread %d to "
-					"exit\n",
-				e->id, (int)r->tid);
-		usleep(500);
-	}
+	pthread_join(e->dead_thread, NULL);
 	struct io_uring old = r->u;
 	int oldfd = r->fd;
-	r->up = r->enabled = r->efd_armed = false;
+	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
 	int rc = cbcmn__ring_create(e);
-	if (rc)
-		return rc;
 	/* The new ring under the old number: dup3 swaps atomically, so no
 	 * other file can take the number in between. */
-	int newfd = r->u.ring_fd;
-	if (dup3(newfd, oldfd, O_CLOEXEC) < 0) {
+	if (rc == 0 && dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
 		rc = -errno;
-		io_uring_queue_exit(&r->u);
+		cbcmn__ring_close(e);
+	}
+	if (rc) {
+		/* No ring: doorbells go to the eventfd (MSG_RING to -1 fails
+		 * and falls back), and the old ring goes. */
+		r->fd = -1;
+		ring_unmap(&old, oldfd);
 		return rc;
 	}
-	close(newfd);
+	close(r->u.ring_fd);
 	/* Enters go through the registered ring fd, which names the file,
-	 * not the number: only the number others use changes. */
+	 * not the number: only the number others use changes (and the one
+	 * enters use, if registering failed). */
 	r->u.ring_fd = r->fd = oldfd;
-	munmap(old.sq.sqes, old.sq.ring_entries * sizeof(struct io_uring_sqe));
-	if (old.cq.ring_ptr && old.cq.ring_ptr != old.sq.ring_ptr)
-		munmap(old.cq.ring_ptr, old.cq.ring_sz);
-	munmap(old.sq.ring_ptr, old.sq.ring_sz);
+	if (!r->registered)
+		r->u.enter_ring_fd = oldfd;
+	ring_unmap(&old, -1); /* its fd number is the new ring's now */
 	cbcmn__io_orphan_all(e);
 	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;

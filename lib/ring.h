@@ -48,15 +48,18 @@ struct cbcmn__ring {
 	int efd;              /* eventfd doorbell, always armed on the ring */
 	bool up;              /* io_uring_queue_init succeeded */
 	bool enabled;         /* enabled on the owner thread */
+	bool registered;      /* its fd is registered in the owner thread's table */
 	bool efd_armed;
 	uint64_t efd_val;     /* buffer of the armed eventfd read */
+	uint32_t entries;     /* SQ size it got: the configured one, or less
+			       * where locked memory is short (ring.c) */
 	uint32_t inflight;    /* I/O requests still waiting for a CQE */
+	bool resubmit;        /* a submit failed with SQEs in the kernel's SQ */
 	uint32_t defer;       /* loop turns SQEs have waited */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
 	struct io_uring_buf_ring *br; /* provided buffers for streams (stream.c) */
 	char *bufs;
 	void *dead_br;        /* buffer rings of dead threads' rings, kept (stream.c) */
-	pid_t tid;            /* owner thread, for a takeover (sched.c) */
 };
 
 /* A task's I/O request: lives on the task's stack until its last CQE. */

@@ -13,6 +13,34 @@
 #include "runtime.h"
 
 #define DEQUE_INITIAL 256u
+
+/* ---- fork ------------------------------------------------------------------
+ *
+ * A child made by fork() has one thread, a copy of the one that forked: the
+ * executors, the blocking pool and their rings' owners stay in the parent.
+ * A runtime of the parent is unusable there (its queues are served by no
+ * thread, its locks may be held by threads that do not exist), so every
+ * call that would wait for it returns CBCMN_EFORKED: the child handler of
+ * pthread_atfork() bumps a generation each runtime compares with its own.
+ * A child may create runtimes of its own.  Forking from inside a task
+ * leaves the child on the task's fiber stack: it must only exec or _exit.
+ * (A raw clone() bypasses the handler.) */
+_Atomic uint32_t cbcmn__fork_gen;
+
+static void forked_child(void)
+{
+	/* relaxed: the child has one thread. */
+	atomic_fetch_add_explicit(&cbcmn__fork_gen, 1, memory_order_relaxed);
+	cbcmn__tls_exec = NULL; /* the child is no executor, even if a task forked */
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_rc;
+
+static void atfork_register(void)
+{
+	atfork_rc = pthread_atfork(NULL, NULL, forked_child);
+}
 #define DEFAULT_SEED 0x9e3779b97f4a7c15ull
 
 void cbcmn_config_init(cbcmn_config *cfg)
@@ -192,6 +220,10 @@ static struct cbcmn__exec *exec_alloc(size_t page, int node)
 		(void)mbind(e, size, MPOL_PREFERRED, mask, 1024, 0);
 	}
 	memset(e, 0, sizeof(*e));
+	/* No descriptor yet: zero is the caller's stdin, which a failed
+	 * create's clean-up must never close. */
+	e->ring.fd = e->ring.efd = -1;
+	e->ring.u.ring_fd = e->ring.u.enter_ring_fd = -1;
 	return e;
 }
 
@@ -262,6 +294,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rc = cbcmn__signal_init();
 	if (rc)
 		return rc;
+	pthread_once(&atfork_once, atfork_register);
+	if (atfork_rc)
+		return -atfork_rc;
 
 	struct cbcmn_runtime *rt = aligned_alloc(CBCMN__CACHELINE,
 						 (sizeof(*rt) + CBCMN__CACHELINE - 1) &
@@ -270,6 +305,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		return -ENOMEM;
 	memset(rt, 0, sizeof(*rt));
 	rt->seg.fd = -1;
+	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
 	rt->cfg = c;
 	rt->page = page;
 	rt->lab = (c.flags & CBCMN_CONFIG_LAB) != 0;
@@ -330,7 +366,6 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			runtime_free(rt);
 			return -ENOMEM;
 		}
-		e->ring.efd = -1;
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;
 		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
@@ -383,6 +418,8 @@ int cbcmn_runtime_destroy(cbcmn_runtime *rt)
 {
 	if (!rt)
 		return -EINVAL;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED; /* its threads are the parent's */
 	if (cbcmn__on_executor(rt))
 		return -EDEADLK;
 	if (cbcmn__seg_live_tasks(&rt->seg) != 0)
@@ -404,6 +441,8 @@ int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *r
 {
 	if (!rt || !fn)
 		return -EINVAL;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
 	if (rt->nexec == 0)
 		return CBCMN_ENOSCHED;
 	cbcmn_nursery *n;

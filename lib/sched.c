@@ -255,7 +255,10 @@ void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct c
 		cbcmn__schedule_new(rt, t, e);
 		return;
 	}
-	if (e && cbcmn__xmsg_send(e, shard, CBCMN__XM_SPAWN, t, NULL, NULL) == 0)
+	/* A preference starts no executor: a stopped one's share goes to
+	 * whoever runs (relaxed: a stale answer only picks the other way). */
+	if (e && atomic_load_explicit(&target->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	    cbcmn__xmsg_send(e, shard, CBCMN__XM_SPAWN, t, NULL, NULL) == 0)
 		return;
 	/* From outside the runtime: the inject queue, where any executor,
 	 * the preferred one included, takes it. */
@@ -423,9 +426,14 @@ static void check_canary(struct cbcmn_task *t, struct cbcmn__stack *s)
 	abort();
 }
 
+static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t);
+
 /* Scheduler side: run (start or resume) t, then do what it asked for. */
 static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
+	if (__builtin_expect((t->flags & CBCMN__TF_PINNED) && t->shard != e->id, 0) &&
+	    pinned_astray(e, t))
+		return;
 	if (t->sp == NULL) {
 		t->exec = e;
 		if (cancel_unstarted(t))
@@ -807,7 +815,7 @@ static void ring_poll(struct cbcmn__exec *e, bool idle)
 	struct io_uring *u = &e->ring.u;
 	unsigned sq = cbcmn__sq_unflushed(u);
 	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
-	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel)
+	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel || e->ring.resubmit)
 		cbcmn__ring_submit(e, false, 0);
 	if (io_uring_cq_ready(u))
 		cbcmn__ring_reap(e);
@@ -875,46 +883,174 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 static bool resize_begin(struct cbcmn_runtime *rt)
 {
 	uint32_t z = 0;
-	return atomic_compare_exchange_strong_explicit(&rt->resizing, &z, 1, memory_order_acq_rel,
-						       memory_order_relaxed);
+	/* seq_cst: a sender's want (cbcmn__exec_want()) before its try here,
+	 * against the holder's release of the token before its look at the
+	 * wants (forward_stopped_all()). */
+	return atomic_compare_exchange_strong_explicit(&rt->resizing, &z, 1, memory_order_seq_cst,
+						       memory_order_seq_cst);
 }
 
 static void resize_end(struct cbcmn_runtime *rt)
 {
-	atomic_store_explicit(&rt->resizing, 0, memory_order_release);
+	atomic_store_explicit(&rt->resizing, 0, memory_order_seq_cst);
+}
+
+/* ---- executors that cannot start -------------------------------------------
+ *
+ * An executor started on demand may fail to start: no thread, or no ring
+ * (RLIMIT_MEMLOCK, CBCMN_EMEMLOCK).  Its work must not wait for it: the
+ * thread that failed (or a later grow, while starts are held back for
+ * START_RETRY_NS after a failure) moves every task queued to a stopped
+ * executor to the inject queue, where the running ones take it; a pinned
+ * task that never ran ends there with its shard's start error
+ * (pinned_astray()), and a pinned spawn to a shard held back fails at once
+ * (cbcmn__shard_unstartable()).  Only the holder of the resize token acts
+ * for stopped executors: no start can begin while it holds it, so nobody
+ * else consumes their queues. */
+#define START_RETRY_NS 1000000000ull
+
+static bool start_held_back(struct cbcmn__exec *e)
+{
+	/* acquire: pairs with the failing thread's release of start_err. */
+	return atomic_load_explicit(&e->start_err, memory_order_acquire) != 0 &&
+	       now_ns() - atomic_load_explicit(&e->start_failed_ns, memory_order_relaxed) <
+		       START_RETRY_NS;
+}
+
+int cbcmn__shard_unstartable(struct cbcmn_runtime *rt, uint32_t shard)
+{
+	struct cbcmn__exec *e = rt->exec[shard];
+	if (!rt->dynamic ||
+	    atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING ||
+	    !start_held_back(e))
+		return 0;
+	return atomic_load_explicit(&e->start_err, memory_order_relaxed);
+}
+
+/* Move what was queued to stopped executor j to the inject queue: its
+ * mail (as its consumer: acknowledging it), pinned queue, slot, deque.
+ * Resize token held.  True if a task moved. */
+static bool forward_stopped(struct cbcmn__exec *j)
+{
+	struct cbcmn_runtime *rt = j->rt;
+	/* No ring: no I/O of its own to cancel (it had none when it stopped). */
+	atomic_store_explicit(&j->io_cancel, 0, memory_order_relaxed);
+	cbcmn__mail_drain(j);
+	if (j->nbacklog)
+		cbcmn__backlog_flush(j); /* acknowledgements to full lanes */
+	bool moved = false;
+	struct cbcmn_task *t;
+	while ((t = j->pq_head)) {
+		j->pq_head = t->next;
+		inject_push(rt, t);
+		moved = true;
+	}
+	j->pq_tail = NULL;
+	/* acquire: pairs with the exchange in cbcmn__schedule(). */
+	if ((t = atomic_exchange_explicit(&j->slot, NULL, memory_order_acquire))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = cbcmn__deque_pop(&j->dq))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = yq_pop(j))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	return moved;
+}
+
+/* Resize token held, executor nlive not startable: answer every want by
+ * forwarding the work of the stopped executors, then give the token back.
+ * True if a want came in meanwhile (its sender found the token taken and
+ * left it to us), for the caller to look again. */
+static bool forward_stopped_all(struct cbcmn_runtime *rt)
+{
+	uint32_t n = cbcmn__nlive(rt);
+	/* Before the queues are read: work queued after this raises the want
+	 * again (seq_cst, against the sender's queue-then-want). */
+	atomic_store_explicit(&rt->want_live, n, memory_order_seq_cst);
+	bool moved = false;
+	for (uint32_t j = n; j < rt->nexec; j++)
+		if (atomic_load_explicit(&rt->exec[j]->lstate, memory_order_acquire) ==
+		    CBCMN__EX_STOPPED)
+			moved |= forward_stopped(rt->exec[j]);
+	resize_end(rt);
+	if (moved)
+		cbcmn__notify_one(rt);
+	return atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > cbcmn__nlive(rt);
+}
+
+/* A pinned task on an executor not its own: its shard could not start and
+ * forwarded it (forward_stopped()).  Home if the shard runs by now; ended
+ * with the shard's start error if it never ran; one that ran before (woken
+ * after its shard retired) runs here rather than not at all, losing its
+ * pinning for this turn.  True if it is dealt with. */
+static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	struct cbcmn__exec *home = rt->exec[t->shard];
+	if (atomic_load_explicit(&home->lstate, memory_order_acquire) == CBCMN__EX_RUNNING) {
+		if (t->sp)
+			cbcmn__schedule(rt, t, e);
+		else
+			cbcmn__schedule_new(rt, t, e);
+		return true;
+	}
+	if (t->sp)
+		return false;
+	t->exec = e;
+	int err = atomic_load_explicit(&home->start_err, memory_order_acquire);
+	cbcmn__task_complete(t, err ? err : -EAGAIN);
+	return true;
 }
 
 void cbcmn__exec_grow(struct cbcmn_runtime *rt)
 {
-	if (!resize_begin(rt))
-		return; /* the one resizing looks at want_live when it is done */
-	uint32_t n = cbcmn__nlive(rt);
-	if (n >= rt->nexec || atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
-		resize_end(rt);
+	while (resize_begin(rt)) {
+		uint32_t n = cbcmn__nlive(rt);
+		if (n >= rt->nexec || atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+			resize_end(rt);
+			return;
+		}
+		struct cbcmn__exec *e = rt->exec[n];
+		if (start_held_back(e)) {
+			if (forward_stopped_all(rt))
+				continue;
+			return;
+		}
+		uint32_t s = CBCMN__EX_STOPPED;
+		if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
+							     memory_order_seq_cst,
+							     memory_order_acquire)) {
+			resize_end(rt);
+			return;
+		}
+		/* Destroy may have passed this executor already: back out.
+		 * seq_cst against stop_executors()' shutdown store and state
+		 * loads. */
+		if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+			atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_seq_cst);
+			resize_end(rt);
+			return;
+		}
+		atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+		atomic_store_explicit(&e->joinable, true, memory_order_release);
+		int rc = cbcmn__exec_thread_start(e);
+		if (rc != 0) {
+			/* No thread: as for a ring that cannot be made. */
+			atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
+			atomic_store_explicit(&e->start_failed_ns, now_ns(), memory_order_relaxed);
+			atomic_store_explicit(&e->start_err, -rc, memory_order_release);
+			atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
+			if (forward_stopped_all(rt))
+				continue;
+		}
+		/* Started: the new thread ends the resize once it is in nlive. */
 		return;
 	}
-	struct cbcmn__exec *e = rt->exec[n];
-	uint32_t s = CBCMN__EX_STOPPED;
-	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
-						     memory_order_seq_cst, memory_order_acquire)) {
-		resize_end(rt);
-		return;
-	}
-	/* Destroy may have passed this executor already: back out.  seq_cst
-	 * against stop_executors()' shutdown store and state loads. */
-	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
-		atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_seq_cst);
-		resize_end(rt);
-		return;
-	}
-	atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
-	atomic_store_explicit(&e->joinable, true, memory_order_release);
-	if (cbcmn__exec_thread_start(e) != 0) {
-		atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
-		atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
-		resize_end(rt);
-	}
-	/* Started: the new thread ends the resize once it is in nlive. */
 }
 
 /* Executor id must run (work was sent to it): raise want_live and grow. */
@@ -1177,9 +1313,11 @@ static void exec_thread_died(void *arg)
 	exec_state(e, CBCMN_EXEC_STOPPED);
 	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
 	cbcmn__altstack_teardown(e);
-	pthread_detach(pthread_self());
+	/* Joined by the new thread before it makes its ring (ring.c). */
+	e->dead_thread = pthread_self();
 	int rc = cbcmn__exec_thread_start(e);
 	if (rc != 0) {
+		pthread_detach(pthread_self());
 		/* Its deque and slot can still be stolen from; its yield list
 		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
 		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
@@ -1262,6 +1400,7 @@ void *cbcmn__exec_main(void *arg)
 			atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
 			cbcmn__futex_wake_one(&rt->started);
 		} else if (rc == 0) {
+			atomic_store_explicit(&e->start_err, 0, memory_order_relaxed);
 			/* Emplaced at nlive, which was our index (seed 003);
 			 * the resize token (cbcmn__exec_grow) keeps it so. */
 			atomic_store_explicit(&rt->nlive, e->id + 1, memory_order_seq_cst);
@@ -1270,17 +1409,25 @@ void *cbcmn__exec_main(void *arg)
 			resize_end(rt);
 			if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id + 1)
 				cbcmn__exec_grow(rt);
-		} else {
-			fprintf(stderr, "cbcmn: executor %u cannot start: %s\n", e->id, strerror(-rc));
 		}
 		if (rc != 0) {
 			cbcmn__tls_exec = NULL;
 			pthread_setspecific(exec_key, NULL);
+			cbcmn__altstack_teardown(e);
 			if (!initial) {
+				/* Its work goes to the running executors, pinned
+				 * tasks end with rc (forward_stopped_all()). */
 				atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 				pthread_detach(pthread_self());
+				/* Destroy waits for this count: rt stays until our
+				 * last touch of it. */
+				atomic_fetch_add_explicit(&rt->exiting, 1, memory_order_relaxed);
+				atomic_store_explicit(&e->start_failed_ns, now_ns(), memory_order_relaxed);
+				atomic_store_explicit(&e->start_err, rc, memory_order_release);
 				atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
-				resize_end(rt);
+				if (forward_stopped_all(rt))
+					cbcmn__exec_grow(rt);
+				atomic_fetch_sub_explicit(&rt->exiting, 1, memory_order_release);
 			} else {
 				/* Joined by the create call's clean-up. */
 				atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
@@ -1309,6 +1456,7 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	pthread_setspecific(exec_key, NULL);
+	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
 	cbcmn__task_free_cache(e);

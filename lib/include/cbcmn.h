@@ -61,7 +61,11 @@ extern "C" {
 	XX(BUDGET, -4102, "budget exhausted and not recharged")                \
 	XX(SPAWNDENIED, -4103, "spawning needs the CapSpawn capability")        \
 	XX(LEAKED, -4104, "task ended with a nursery open or a reservation unresolved") \
-	XX(NOSCHED, -4105, "the core profile has no scheduler: nothing can be spawned")
+	XX(NOSCHED, -4105, "the core profile has no scheduler: nothing can be spawned") \
+	XX(MEMLOCK, -4106, "io_uring ring memory exceeds RLIMIT_MEMLOCK: raise it (ulimit -l) " \
+			   "or grant CAP_IPC_LOCK")                                  \
+	XX(FORKED, -4107, "the runtime belongs to the parent process: a forked child " \
+			  "cannot use it")
 
 enum {
 #define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),
@@ -268,7 +272,15 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
  * defaults).  On success stores the runtime in *out and returns 0; on
  * failure returns -EINVAL (bad configuration, e.g. a sovereign profile
  * without yield_interval), -ENOMEM, or the error of the failing system
- * call, and nothing is left running. */
+ * call, and nothing is left running.  Rings that do not fit in
+ * RLIMIT_MEMLOCK are made smaller; CBCMN_EMEMLOCK when even the smallest
+ * does not (docs/IO.md).
+ *
+ * fork(): a child has none of the runtime's threads, so in a child forked
+ * after create, running, opening, spawning, awaiting, joining and destroy
+ * on the parent's runtime return CBCMN_EFORKED (nothing waits, nothing is
+ * freed: the memory is the child's copy).  The child may create runtimes of
+ * its own.  Fork from inside a task only to exec or _exit. */
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
@@ -413,7 +425,14 @@ typedef struct cbcmn_spawn_opts {
 /* Shorthands for cbcmn_nursery_spawn_ex() with a placement (seed 001):
  * pinned to executor shard (never migrates), stealable with executor shard
  * preferred, stealable with a preferred executor chosen round-robin.  A
- * shard >= the number of executors is -EINVAL. */
+ * shard >= the number of executors is -EINVAL.
+ * With executors started on demand (min_workers), a shard that cannot
+ * start (no thread: -EAGAIN; no ring: CBCMN_EMEMLOCK, docs/IO.md) never
+ * leaves work waiting for it: a pinned child that was queued to it ends
+ * with that error, unstarted; for a second after such a failure a pinned
+ * spawn to it returns the error at once, nothing spawned; then the next
+ * spawn tries to start it again.  A child that prefers it (stealable) runs
+ * elsewhere. */
 CBCMN_API int cbcmn_nursery_spawn_pinned(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard,
 					 cbcmn_task_fn fn, void *arg, cbcmn_task **handle);
 CBCMN_API int cbcmn_nursery_spawn_stealable_on(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard,
