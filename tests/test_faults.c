@@ -22,6 +22,7 @@
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 #include "fault.h"
+#include "rng.h"
 
 /* ---- what a case reports from its child ----------------------------------- */
 
@@ -339,17 +340,127 @@ static void w_pingpong(cbcmn_runtime *rt)
 	cbcmn_chan_destroy(s.from);
 }
 
+/* ---- workload: a transfer cancelled at a random moment -------------------------- */
+
+/* A send or receive that cancellation interrupts either happened (and
+ * returns its count) or did not (and returns CBCMN_ECANCELED): after the
+ * nursery is cancelled, what the writer was told it sent must be exactly
+ * what the reader was told it received plus what is left in the socket,
+ * in order. */
+#define CANCEL_ROUNDS 16
+
+static uint64_t case_seed;
+
+struct cxfer {
+	cbcmn_runtime *rt;
+	int fd[2];
+	uint64_t sent, received;
+	uint64_t delay_ns;
+};
+
+static int64_t cx_writer(cbcmn_cx *cx, void *p)
+{
+	struct cxfer *x = p;
+	uint8_t buf[5000];
+	uint64_t chunk = 1;
+	for (;;) {
+		chunk = chunk * 7 % 4999 + 1;
+		for (uint64_t i = 0; i < chunk; i++)
+			buf[i] = pattern(x->sent + i);
+		int64_t rc = cbcmn_send(cx, x->fd[0], buf, chunk, MSG_NOSIGNAL);
+		if (rc == CBCMN_ECANCELED)
+			return 0;
+		if (rc < 0) {
+			CHECK(transient(rc), "send: %s", cbcmn_strerror(rc));
+			if (!transient(rc))
+				return rc;
+			continue;
+		}
+		x->sent += (uint64_t)rc;
+	}
+}
+
+static int64_t cx_reader(cbcmn_cx *cx, void *p)
+{
+	struct cxfer *x = p;
+	uint8_t buf[1500];
+	for (;;) {
+		int64_t rc = cbcmn_recv(cx, x->fd[1], buf, sizeof(buf), 0);
+		if (rc == CBCMN_ECANCELED)
+			return 0;
+		if (rc < 0) {
+			CHECK(transient(rc), "recv: %s", cbcmn_strerror(rc));
+			if (!transient(rc))
+				return rc;
+			continue;
+		}
+		CHECK(rc > 0, "recv: end of stream before the cancel");
+		struct xfer tmp = {.received = x->received};
+		if (rc <= 0 || !xfer_take(&tmp, buf, rc))
+			return -EIO;
+		x->received = tmp.received;
+	}
+}
+
+static int64_t cx_main(cbcmn_cx *cx, void *p)
+{
+	struct cxfer *x = p;
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(x->rt, cx, &n);
+	if (rc != 0)
+		return rc;
+	uint32_t w = cbcmn_runtime_workers(x->rt);
+	rc = cbcmn_nursery_spawn_pinned(cx, n, 0, cx_reader, x, NULL);
+	if (rc == 0)
+		rc = cbcmn_nursery_spawn_pinned(cx, n, w - 1, cx_writer, x, NULL);
+	CHECK(rc == 0, "spawn: %s", cbcmn_strerror(rc));
+	if (rc == 0)
+		cbcmn_sleep(cx, x->delay_ns);
+	cbcmn_nursery_cancel(n);
+	int64_t st = cbcmn_nursery_await_all(cx, n);
+	CHECK(st == 0 || st == CBCMN_ECANCELED, "await_all: %s", cbcmn_strerror(st));
+	return 0;
+}
+
+static void w_cancel(cbcmn_runtime *rt)
+{
+	for (int round = 0; round < CANCEL_ROUNDS && !atomic_load(&bad_line); round++) {
+		struct cxfer x = {.rt = rt};
+		x.delay_ns = cbcmn__splitmix64(&case_seed) % 3000000u; /* 0 .. 3 ms */
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, x.fd) == 0, "socketpair");
+		int64_t res = 0;
+		int rc = cbcmn_runtime_run(rt, cx_main, &x, &res);
+		CHECK(rc == 0 && res == 0, "run: %s / %s", cbcmn_strerror(rc), cbcmn_strerror(res));
+		/* What the reader did not take is still in the socket. */
+		shutdown(x.fd[0], SHUT_WR);
+		struct xfer rest = {.received = x.received};
+		uint8_t buf[4096];
+		ssize_t n;
+		while ((n = read(x.fd[1], buf, sizeof(buf))) > 0)
+			if (!xfer_take(&rest, buf, n))
+				break;
+		CHECK(rest.received == x.sent,
+		      "round %d (cancel after %llu us): %llu bytes sent, %llu received + %llu left",
+		      round, (unsigned long long)x.delay_ns / 1000, (unsigned long long)x.sent,
+		      (unsigned long long)x.received,
+		      (unsigned long long)(rest.received - x.received));
+		close(x.fd[0]);
+		close(x.fd[1]);
+	}
+}
+
 /* ---- the cases ------------------------------------------------------------------ */
 
-enum { W_CREATE_ONLY, W_FORKJOIN, W_XFER, W_STREAM, W_PINGPONG, W_N };
+enum { W_CREATE_ONLY, W_FORKJOIN, W_XFER, W_STREAM, W_PINGPONG, W_CANCEL, W_N };
 
 static void (*const workloads[W_N])(cbcmn_runtime *) = {
 	[W_FORKJOIN] = w_forkjoin,
 	[W_XFER] = w_xfer,
 	[W_STREAM] = w_stream,
 	[W_PINGPONG] = w_pingpong,
+	[W_CANCEL] = w_cancel,
 };
-static const char *const wnames[W_N] = {"create", "forkjoin", "xfer", "stream", "pingpong"};
+static const char *const wnames[W_N] = {"create", "forkjoin", "xfer", "stream", "pingpong", "cancel"};
 
 struct fcase {
 	unsigned w;
@@ -381,6 +492,9 @@ static const struct fcase cases[] = {
 	{W_PINGPONG, CBCMN__F_MSG_RING, -EAGAIN, false},
 	{W_PINGPONG, CBCMN__F_SUBMIT, -EBUSY, false},
 	{W_PINGPONG, CBCMN__F_SUBMIT, -EINTR, false},
+	{W_CANCEL, CBCMN__F_IO_SHORT, 1, false},
+	{W_CANCEL, CBCMN__F_SUBMIT, -EBUSY, false},
+	{W_CANCEL, CBCMN__F_MSG_RING, -ENOMEM, false},
 };
 
 static uint64_t sweep_seed(void)
@@ -429,6 +543,7 @@ static int count_fds(void)
 static void child_run(const struct fcase *c, const struct cbcmn__fault_plan *plan)
 {
 	int fds_before = count_fds();
+	case_seed = plan->seed ^ plan->nth ^ (plan->every << 8);
 	cbcmn__fault_arm(c->site, plan);
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
