@@ -215,7 +215,7 @@ static struct cbcmn__oblig *rec_get(struct cbcmn_chan *c, struct cbcmn_task *own
 	} else {
 		/* At most cap held plus one per blocked reserver, then they
 		 * recycle: malloc under the lock only while the pool grows. */
-		if (!(r = calloc(1, sizeof(*r))))
+		if (!(r = cbcmn__calloc(1, sizeof(*r))))
 			return NULL;
 		r->chan = c;
 	}
@@ -471,10 +471,10 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 	if (!rt || !out || capacity == 0 || elem_size == 0 ||
 	    __builtin_mul_overflow(capacity, elem_size, &bytes) || bytes > PTRDIFF_MAX)
 		return -EINVAL;
-	struct cbcmn_chan *c = calloc(1, sizeof(*c));
+	struct cbcmn_chan *c = cbcmn__calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	if (!(c->buf = malloc(bytes))) {
+	if (!(c->buf = cbcmn__malloc(bytes))) {
 		free(c);
 		return -ENOMEM;
 	}

@@ -34,7 +34,8 @@ struct cbcmn__ioreq {
 	bool nocancel;                    /* close: never undone */
 };
 
-enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2, IO_RECVMSG = 0x4 };
+/* IO_BYTES: sqe->len is a byte count the kernel may cut short. */
+enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2, IO_RECVMSG = 0x4, IO_BYTES = 0x8 };
 
 struct io_op {
 	struct cbcmn__ioreq req;
@@ -155,6 +156,10 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
 	if ((op->err = io_check(t, flags)) != 0)
 		return NULL;
+	/* Injected (tests): refused before anything is queued.  A close is
+	 * never refused. */
+	if (!(flags & IO_NOCANCEL) && (op->err = CBCMN__FAULT(CBCMN__F_IO)) != 0)
+		return NULL;
 	struct cbcmn__exec *e = t->exec;
 	op->t = t;
 	op->req.e = e;
@@ -244,6 +249,14 @@ static inline unsigned io_len(size_t len)
 	return len > IO_LEN_MAX ? IO_LEN_MAX : (unsigned)len;
 }
 
+/* Injected (tests): ask for half the bytes, a short read or write as the
+ * kernel may give any caller. */
+static inline void io_fault_short(struct io_op *op)
+{
+	if ((op->flags & IO_BYTES) && op->sqe->len > 1 && CBCMN__FAULT(CBCMN__F_IO_SHORT))
+		op->sqe->len /= 2;
+}
+
 #define IO_CALL(cx, flags, prep)                          \
 	do {                                              \
 		struct io_op op;                          \
@@ -251,17 +264,18 @@ static inline unsigned io_len(size_t len)
 		if (!sqe)                                 \
 			return op.err;                    \
 		prep;                                     \
+		io_fault_short(&op);                      \
 		return io_finish(&op);                    \
 	} while (0)
 
 int64_t cbcmn_read(cbcmn_cx *cx, int fd, void *buf, size_t len)
 {
-	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, io_len(len), (uint64_t)-1));
+	IO_CALL(cx, IO_BYTES, io_uring_prep_read(sqe, fd, buf, io_len(len), (uint64_t)-1));
 }
 
 int64_t cbcmn_write(cbcmn_cx *cx, int fd, const void *buf, size_t len)
 {
-	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, io_len(len), (uint64_t)-1));
+	IO_CALL(cx, IO_BYTES, io_uring_prep_write(sqe, fd, buf, io_len(len), (uint64_t)-1));
 }
 
 int64_t cbcmn_readv(cbcmn_cx *cx, int fd, const struct iovec *iov, int iovcnt)
@@ -282,19 +296,19 @@ int64_t cbcmn_pread(cbcmn_cx *cx, int fd, void *buf, size_t len, off_t off)
 {
 	if (off < 0)
 		return -EINVAL;
-	IO_CALL(cx, 0, io_uring_prep_read(sqe, fd, buf, io_len(len), (uint64_t)off));
+	IO_CALL(cx, IO_BYTES, io_uring_prep_read(sqe, fd, buf, io_len(len), (uint64_t)off));
 }
 
 int64_t cbcmn_pwrite(cbcmn_cx *cx, int fd, const void *buf, size_t len, off_t off)
 {
 	if (off < 0)
 		return -EINVAL;
-	IO_CALL(cx, 0, io_uring_prep_write(sqe, fd, buf, io_len(len), (uint64_t)off));
+	IO_CALL(cx, IO_BYTES, io_uring_prep_write(sqe, fd, buf, io_len(len), (uint64_t)off));
 }
 
 int64_t cbcmn_recv(cbcmn_cx *cx, int fd, void *buf, size_t len, int flags)
 {
-	IO_CALL(cx, 0, io_uring_prep_recv(sqe, fd, buf, io_len(len), flags));
+	IO_CALL(cx, IO_BYTES, io_uring_prep_recv(sqe, fd, buf, io_len(len), flags));
 }
 
 /* Sends go through the ring like every other call.  Trying the socket
@@ -304,7 +318,7 @@ int64_t cbcmn_recv(cbcmn_cx *cx, int fd, void *buf, size_t len, int flags)
  * receive completions (docs/IO.md: echo server CPU per request -5 %). */
 int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags)
 {
-	IO_CALL(cx, 0, io_uring_prep_send(sqe, fd, buf, io_len(len), flags));
+	IO_CALL(cx, IO_BYTES, io_uring_prep_send(sqe, fd, buf, io_len(len), flags));
 }
 
 int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)

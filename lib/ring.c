@@ -52,6 +52,9 @@ static const uint32_t sqpoll_sets[] = {
 
 static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const cbcmn_config *cfg)
 {
+	int err = CBCMN__FAULT(CBCMN__F_RING);
+	if (err)
+		return err;
 	struct io_uring_params p;
 	memset(&p, 0, sizeof(p));
 	p.flags = flags | IORING_SETUP_CQSIZE;
@@ -318,8 +321,11 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 {
 	struct io_uring *u = &e->ring.u;
 	unsigned n = cbcmn__sq_unflushed(u);
-	int rc;
-	if (wait_one) {
+	int rc = CBCMN__FAULT(CBCMN__F_SUBMIT);
+	if (rc) {
+		/* Injected: as if io_uring_enter had failed before it took
+		 * anything; the SQEs stay queued for the next submit. */
+	} else if (wait_one) {
 		struct io_uring_cqe *cqe;
 		struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_ns / 1000000000u),
 					       .tv_nsec = (long long)(timeout_ns % 1000000000u)};
@@ -434,7 +440,11 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 	if (me && me->rt == rt && me->ring.enabled && rt->ring_caps.msg_ring &&
 	    !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING)) {
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(me);
-		io_uring_prep_msg_ring(sqe, target->ring.fd, 0,
+		/* An injected failure sends to no ring: the kernel fails the
+		 * MSG_RING (-EBADF) and the fallback below runs as for a full
+		 * CQ. */
+		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING) ? -1 : target->ring.fd;
+		io_uring_prep_msg_ring(sqe, fd, 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;

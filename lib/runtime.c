@@ -182,7 +182,7 @@ static int place_executors(struct cbcmn_runtime *rt, int32_t *cpu, int32_t *node
 		return c->policy == CBCMN_PIN_AUTO ? 0 : rc;
 	cbcmn_policy p = c->policy == CBCMN_PIN_AUTO ? CBCMN_POLICY_DEPTH_FIRST
 						     : (cbcmn_policy)c->policy;
-	int *out = malloc(c->workers * sizeof(*out));
+	int *out = cbcmn__malloc(c->workers * sizeof(*out));
 	bool over = false;
 	rc = out ? cbcmn_place(t, p, c->workers, c->seed, c->cpus, c->ncpus, -1, out, &over, err,
 			       sizeof(err))
@@ -209,7 +209,7 @@ static struct cbcmn__exec *exec_alloc(size_t page, int node)
 	/* Pages of its own (mmap, not the malloc heap, whose pages may be
 	 * touched already: mbind places pages at their first touch). */
 	size_t size = (sizeof(struct cbcmn__exec) + page - 1) & ~(page - 1);
-	struct cbcmn__exec *e = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	struct cbcmn__exec *e = cbcmn__mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 				     -1, 0);
 	if (e == MAP_FAILED)
 		return NULL;
@@ -319,7 +319,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		free(rt);
 		return rc;
 	}
-	rt->exec = calloc(c.workers ? c.workers : 1, sizeof(*rt->exec));
+	rt->exec = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*rt->exec));
 	if (!rt->exec || cbcmn__blocking_init(rt) != 0) {
 		runtime_free(rt);
 		return -ENOMEM;
@@ -328,8 +328,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		runtime_free(rt);
 		return rc; /* no io_uring: -ENOSYS, or -EPERM where it is disabled */
 	}
-	int32_t *cpu = calloc(c.workers ? c.workers : 1, sizeof(*cpu));
-	int32_t *node = calloc(c.workers ? c.workers : 1, sizeof(*node));
+	int32_t *cpu = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*cpu));
+	int32_t *node = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*node));
 	if (!cpu || !node || (rc = place_executors(rt, cpu, node)) != 0) {
 		free(cpu);
 		free(node);

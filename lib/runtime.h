@@ -21,6 +21,7 @@
 
 #include "cbcmn.h"
 #include "deque.h"
+#include "fault.h"
 #include "lock.h"
 #include "ring.h"
 #include "rng.h"

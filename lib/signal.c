@@ -143,7 +143,7 @@ static size_t altstack_size(void)
 int cbcmn__altstack_setup(struct cbcmn__exec *e)
 {
 	size_t sz = altstack_size();
-	void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+	void *p = cbcmn__mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
 		       -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;

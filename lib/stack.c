@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "stack.h"
 
 #ifdef __SANITIZE_THREAD__
@@ -138,10 +139,10 @@ static int slab_new(struct cbcmn__stack_pool *p)
 	}
 	size_t region = p->region + (guarded ? pg : 0);
 	size_t len = region * n;
-	struct cbcmn__stack_slab *sl = malloc(sizeof(*sl));
+	struct cbcmn__stack_slab *sl = cbcmn__malloc(sizeof(*sl));
 	if (!sl)
 		return -ENOMEM;
-	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE,
+	void *base = cbcmn__mmap(NULL, len, PROT_READ | PROT_WRITE,
 			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
 	if (base == MAP_FAILED) {
 		free(sl);
@@ -151,7 +152,7 @@ static int slab_new(struct cbcmn__stack_pool *p)
 	madvise(base, len, MADV_NOHUGEPAGE);
 	for (uint32_t i = 0; i < n; i++) {
 		char *r = (char *)base + (size_t)i * region;
-		if (guarded && mprotect(r, pg, PROT_NONE) != 0) {
+		if (guarded && cbcmn__mprotect(r, pg, PROT_NONE) != 0) {
 			/* Out of map entries after all: the rest go unguarded. */
 			guarded = false;
 			atomic_fetch_sub_explicit(&guards_promised, p->guard_left,

@@ -69,7 +69,7 @@ static int bufring_get(struct cbcmn__exec *e)
 		return -EOPNOTSUPP;
 	uint32_t n = CBCMN__BUFRING_N, size = CBCMN__BUFRING_SIZE;
 	size_t ringsz = (size_t)n * sizeof(struct io_uring_buf);
-	void *mem = mmap(NULL, ringsz + (size_t)n * size, PROT_READ | PROT_WRITE,
+	void *mem = cbcmn__mmap(NULL, ringsz + (size_t)n * size, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (mem == MAP_FAILED)
 		return -ENOMEM;
@@ -144,7 +144,7 @@ static int ms_push(struct cbcmn__mshot *m, uint32_t val, uint32_t len)
 {
 	if (m->qlen == m->qcap) {
 		uint32_t cap = m->qcap ? m->qcap * 2 : MS_QUEUE_MIN;
-		struct ms_item *q = malloc(cap * sizeof(*q));
+		struct ms_item *q = cbcmn__malloc(cap * sizeof(*q));
 		if (!q)
 			return -ENOMEM;
 		for (uint32_t i = 0; i < m->qlen; i++)
@@ -366,7 +366,7 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	} else if (!t->rt->ring_caps.multishot_accept) {
 		return -EOPNOTSUPP;
 	}
-	struct cbcmn__mshot *m = calloc(1, size);
+	struct cbcmn__mshot *m = cbcmn__calloc(1, size);
 	if (!m)
 		return -ENOMEM;
 	m->e = e;

@@ -44,7 +44,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 				e->nfree_tasks--;
 		}
 	}
-	if (!t && !(t = malloc(sizeof(*t))))
+	if (!t && !(t = cbcmn__malloc(sizeof(*t))))
 		return NULL;
 	/* Field by field, not memset: a 300-byte rep stos costs more than
 	 * the stores, on the path every spawn takes.  The budget fields are

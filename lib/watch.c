@@ -48,12 +48,12 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	void *p = MAP_FAILED;
 	if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->size) == 0 &&
 	    fcntl(s->fd, F_ADD_SEALS, CBCMN__SEG_SEALS) == 0)
-		p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+		p = cbcmn__mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 	if (p == MAP_FAILED) {
 		if (s->fd >= 0)
 			close(s->fd);
 		s->fd = -1;
-		p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		p = cbcmn__mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
 			return -ENOMEM;
 	}
