@@ -323,8 +323,15 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 	unsigned n = cbcmn__sq_unflushed(u);
 	int rc = CBCMN__FAULT(CBCMN__F_SUBMIT);
 	if (rc) {
-		/* Injected: as if io_uring_enter had failed before it took
-		 * anything; the SQEs stay queued for the next submit. */
+		/* Injected: io_uring_enter failed after liburing had moved
+		 * the SQEs to the kernel's SQ, as a real failure leaves them
+		 * (below). */
+		if (!(u->flags & IORING_SETUP_SQPOLL)) {
+			u->sq.sqe_head = u->sq.sqe_tail;
+			/* release: the SQEs' contents before the tail the
+			 * kernel reads (as liburing's own flush). */
+			io_uring_smp_store_release(u->sq.ktail, u->sq.sqe_tail);
+		}
 	} else if (wait_one) {
 		struct io_uring_cqe *cqe;
 		struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_ns / 1000000000u),
