@@ -146,6 +146,8 @@ $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
 # test_bpf runs cbcmn-stat (the one from its own build) against a child.
 $(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
+# test_cli runs every tool of its own build with bad arguments.
+$(BUILD)/tests/test_cli: | $(TOOLS)
 
 # The objects stay: bpftool reads them and they are worth keeping to inspect.
 .SECONDARY: $(BPF_OBJS)
