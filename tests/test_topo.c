@@ -669,6 +669,41 @@ static void test_fuzz_files(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* ---- found by fuzzing (tests/fuzz/fuzz_topo.c) ----------------------------------- */
+
+/* Writes the mini machine with rel's content replaced, loads it: rc and err. */
+static int load_mini_with(const char *rel, const char *text, char *err, size_t errlen)
+{
+	char dir[] = "/tmp/cbcmn-topo-XXXXXX", path[PATH_MAX], cmd[64];
+	cbcmn_topo *t = NULL;
+	assert_non_null(mkdtemp(dir));
+	mini_write(dir);
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	write_file(path, text);
+	int rc = cbcmn_topo_load(dir, &t, err, errlen);
+	if (rc == 0)
+		cbcmn_topo_free(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+	return rc;
+}
+
+/* node/online "0-65535" was accepted as 65536 nodes: a distance matrix of
+ * 65536 x 65536 ints (16 GiB) was allocated before the first node's files
+ * were read, and a * nnodes overflowed an int past node 32767.  Node ids
+ * stop at the kernel's MAX_NUMNODES. */
+static void test_node_ids_past_max_numnodes_are_refused(void **state)
+{
+	(void)state;
+	char err[512];
+	int rc = load_mini_with("devices/system/node/online", "0-65535\n", err, sizeof(err));
+	if (rc != -EINVAL || !strstr(err, "node/online: node 1024 does not exist"))
+		fail_msg("rc %d, err '%s'", rc, err);
+	rc = load_mini_with("devices/system/node/online", "0,1023\n", err, sizeof(err));
+	if (rc != -ENOENT || !strstr(err, "node1023/cpulist"))
+		fail_msg("node 1023: rc %d, err '%s'", rc, err); /* a valid id, its files missing */
+}
+
 /* ---- the live machine ----------------------------------------------------------- */
 
 static cbcmn_topo *load_live(void)
@@ -915,6 +950,7 @@ int main(void)
 		T_WATCHED_TEST(test_cpulist_parse),
 		T_WATCHED_TEST(test_mini_machine),
 		T_WATCHED_TEST(test_fuzz_files),
+		T_WATCHED_TEST(test_node_ids_past_max_numnodes_are_refused),
 		T_WATCHED_TEST(test_live_affinity),
 		T_WATCHED_TEST(test_live_lscpu),
 		T_WATCHED_TEST(test_live_numactl),
