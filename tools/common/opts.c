@@ -20,20 +20,28 @@ static void getopt_reset(void)
 }
 
 /* The checked value of an integer option, or -1 with "OPT wants WHAT,
- * got 'ARG'" in err. */
-static int want_u64(const char *opt, const char *arg, uint64_t lo, uint64_t hi, const char *what,
-		    uint64_t *out, char *err, size_t errlen)
-{
-	if (cli_u64(arg, lo, hi, out))
-		return cli_err(err, errlen, "%s wants %s, got '%s'", opt, what, arg);
-	return 0;
-}
-
+ * got 'ARG'" in err; WHAT NULL says "LO..HI". */
 static int want_i64(const char *opt, const char *arg, int64_t lo, int64_t hi, const char *what,
 		    int64_t *out, char *err, size_t errlen)
 {
-	if (cli_i64(arg, lo, hi, out))
-		return cli_err(err, errlen, "%s wants %s, got '%s'", opt, what, arg);
+	if (cli_i64(arg, lo, hi, out)) {
+		if (what)
+			return cli_err(err, errlen, "%s wants %s, got '%s'", opt, what, arg);
+		return cli_err(err, errlen, "%s wants %lld..%lld, got '%s'", opt, (long long)lo,
+			       (long long)hi, arg);
+	}
+	return 0;
+}
+
+static int want_u64(const char *opt, const char *arg, uint64_t lo, uint64_t hi, const char *what,
+		    uint64_t *out, char *err, size_t errlen)
+{
+	if (cli_u64(arg, lo, hi, out)) {
+		if (what)
+			return cli_err(err, errlen, "%s wants %s, got '%s'", opt, what, arg);
+		return cli_err(err, errlen, "%s wants %llu..%llu, got '%s'", opt,
+			       (unsigned long long)lo, (unsigned long long)hi, arg);
+	}
 	return 0;
 }
 
@@ -43,13 +51,6 @@ static int want_secs(const char *opt, const char *arg, double lo, bool lo_open, 
 	if (cli_secs(arg, lo, lo_open, hi, out))
 		return cli_err(err, errlen, "%s wants %s, got '%s'", opt, what, arg);
 	return 0;
-}
-
-/* "N..M" for the messages. */
-static const char *range(char *buf, size_t len, long long lo, long long hi)
-{
-	snprintf(buf, len, "%lld..%lld", lo, hi);
-	return buf;
 }
 
 /* ---- cbcmn-affinity ---------------------------------------------------------- */
@@ -67,7 +68,6 @@ int affinity_opts_parse(int argc, char **argv, struct affinity_opts *o, char *er
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	char r[64];
 	uint64_t u;
 	int c;
 
@@ -78,8 +78,7 @@ int affinity_opts_parse(int argc, char **argv, struct affinity_opts *o, char *er
 			o->root = optarg;
 			break;
 		case 'n':
-			if (want_u64("-n", optarg, 1, OPTS_AFFINITY_MAX_N,
-				     range(r, sizeof(r), 1, OPTS_AFFINITY_MAX_N), &u, err, errlen))
+			if (want_u64("-n", optarg, 1, OPTS_AFFINITY_MAX_N, NULL, &u, err, errlen))
 				return -1;
 			o->n = (long long)u;
 			break;
@@ -92,8 +91,7 @@ int affinity_opts_parse(int argc, char **argv, struct affinity_opts *o, char *er
 				return -1;
 			break;
 		case 'f':
-			if (want_u64("--first-cpu", optarg, 0, 1 << 20, range(r, sizeof(r), 0, 1 << 20),
-				     &u, err, errlen))
+			if (want_u64("--first-cpu", optarg, 0, 1 << 20, NULL, &u, err, errlen))
 				return -1;
 			o->first_cpu = (long long)u;
 			break;
@@ -132,7 +130,6 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	char r[64];
 	uint64_t u;
 	int c;
 
@@ -140,8 +137,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	while ((c = getopt_long(argc, argv, ":w:p:s:d:n:jbvh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'w':
-			if (want_u64("--workers", optarg, 1, CBCMN_MAX_EXECUTORS,
-				     range(r, sizeof(r), 1, CBCMN_MAX_EXECUTORS), &u, err, errlen))
+			if (want_u64("--workers", optarg, 1, CBCMN_MAX_EXECUTORS, NULL, &u, err, errlen))
 				return -1;
 			o->workers = (uint32_t)u;
 			break;
@@ -159,8 +155,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 				return -1;
 			break;
 		case 'n':
-			if (want_u64("--size", optarg, 1, UINT32_MAX, range(r, sizeof(r), 1, UINT32_MAX),
-				     &u, err, errlen))
+			if (want_u64("--size", optarg, 1, UINT32_MAX, NULL, &u, err, errlen))
 				return -1;
 			o->size = (uint32_t)u;
 			break;
@@ -210,7 +205,6 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	char r[64];
 	uint64_t u;
 	int c;
 
@@ -218,19 +212,18 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 	while ((c = getopt_long(argc, argv, ":w:r:c:d:m:vh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'w':
-			if (want_u64("--workers", optarg, 1, CBCMN_MAX_EXECUTORS,
-				     range(r, sizeof(r), 1, CBCMN_MAX_EXECUTORS), &u, err, errlen))
+			if (want_u64("--workers", optarg, 1, CBCMN_MAX_EXECUTORS, NULL, &u, err, errlen))
 				return -1;
 			o->workers = (uint32_t)u;
 			break;
 		case 'r':
-			if (want_u64("--reps", optarg, 1, 16, "1..16", &u, err, errlen))
+			if (want_u64("--reps", optarg, 1, 16, NULL, &u, err, errlen))
 				return -1;
 			o->reps = (int)u;
 			o->reps_set = true;
 			break;
 		case 'c':
-			if (want_u64("--conns", optarg, 1, 100000, "1..100000", &u, err, errlen))
+			if (want_u64("--conns", optarg, 1, 100000, NULL, &u, err, errlen))
 				return -1;
 			o->conns = (uint32_t)u;
 			break;
@@ -241,8 +234,7 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 			o->duration_set = true;
 			break;
 		case 'm':
-			if (want_u64("--msg-size", optarg, 1, LG_MSG_MAX, range(r, sizeof(r), 1, LG_MSG_MAX),
-				     &u, err, errlen))
+			if (want_u64("--msg-size", optarg, 1, LG_MSG_MAX, NULL, &u, err, errlen))
 				return -1;
 			o->msg_size = (uint32_t)u;
 			break;
@@ -298,7 +290,6 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 int demo_opts_parse(int argc, char **argv, struct demo_opts *o, char *err, size_t errlen)
 {
 	static const struct option longopts[] = {{0}};
-	char r[64];
 	uint64_t u;
 	int c;
 
@@ -306,13 +297,12 @@ int demo_opts_parse(int argc, char **argv, struct demo_opts *o, char *err, size_
 	while ((c = getopt_long(argc, argv, ":n:w:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
-			if (want_u64("-n", optarg, 0, 40, "0..40", &u, err, errlen))
+			if (want_u64("-n", optarg, 0, 40, NULL, &u, err, errlen))
 				return -1;
 			o->n = (int)u;
 			break;
 		case 'w':
-			if (want_u64("-w", optarg, 1, CBCMN_MAX_EXECUTORS,
-				     range(r, sizeof(r), 1, CBCMN_MAX_EXECUTORS), &u, err, errlen))
+			if (want_u64("-w", optarg, 1, CBCMN_MAX_EXECUTORS, NULL, &u, err, errlen))
 				return -1;
 			o->workers = (uint32_t)u;
 			break;
@@ -358,7 +348,7 @@ int loadtest_opts_parse(int argc, char **argv, struct loadtest_opts *o, char *er
 		{'c', 1, 100000}, {'s', 1, LG_MSG_MAX}, {'p', 1, LG_PIPELINE_MAX}, {'t', 1, 256},
 		{'n', 0, 200000}, {'b', 1, 1 << 24},     {'i', 0, 100000000},     {'P', 1, 65535},
 	};
-	char name[3] = "-?", r[64];
+	char name[3] = "-?";
 	uint64_t u = 0;
 	int64_t i;
 	int c;
@@ -369,8 +359,7 @@ int loadtest_opts_parse(int argc, char **argv, struct loadtest_opts *o, char *er
 		for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
 			if (counts[k].opt != c)
 				continue;
-			if (want_u64(name, optarg, counts[k].lo, counts[k].hi,
-				     range(r, sizeof(r), counts[k].lo, counts[k].hi), &u, err, errlen))
+			if (want_u64(name, optarg, counts[k].lo, counts[k].hi, NULL, &u, err, errlen))
 				return -1;
 			break;
 		}
@@ -394,7 +383,7 @@ int loadtest_opts_parse(int argc, char **argv, struct loadtest_opts *o, char *er
 			break;
 		case 'S':
 		case 'C':
-			if (want_i64(name, optarg, -1, 1023, "-1..1023", &i, err, errlen))
+			if (want_i64(name, optarg, -1, 1023, NULL, &i, err, errlen))
 				return -1;
 			*(c == 'S' ? &o->server_cpu : &o->cfg.cpu) = (int)i;
 			break;
