@@ -199,7 +199,8 @@ def stealmx():
         write("stealmx", "%02d" % i, text)
 
 
-# ---- watch: one flags byte, then a statistics segment ----
+# ---- watch: one flags byte, the segment's length (2 bytes), the segment, then
+# bytes written over its start once it is open ----
 
 PROBE = r"""
 #include <stddef.h>
@@ -245,16 +246,22 @@ def watch():
     # The runtime's own layout (a page each), then the tightest one the
     # reader accepts (slots right after the header, stride = slot size).
     tight = (hdr + align - 1) // align * align
+    # Rewritten once open: a header claiming 1024 slots a page apart.
+    huge = bytearray(segment(1, 4096, 4096)[:hdr])
+    struct.pack_into("<III", huge, o_slots, 4096, 4096, 1024)
+    struct.pack_into("<Q", huge, o_spawns, 2 ** 64 - 1)
     seeds = [
-        (0, segment(1, 4096, 4096)),
-        (0, segment(2, 4096, 4096, spawns=3)),
-        (0, segment(3, tight, ex)),
-        (0, segment(1, tight, ex)[:hdr]),   # slots cut off: refused
-        (2, segment(1, 4096, 4096)),        # unsealed: refused
-        (1, segment(1, 4096, 4096)),        # pid 0 kept: refused
+        (0, segment(1, 4096, 4096), b""),
+        (0, segment(2, 4096, 4096, spawns=3), b""),
+        (0, segment(3, tight, ex), b""),
+        (0, segment(1, tight, ex)[:hdr], b""),   # slots cut off: refused
+        (2, segment(1, 4096, 4096), b""),        # unsealed: refused
+        (1, segment(1, 4096, 4096), b""),        # pid 0 kept: refused
+        (0, segment(1, 4096, 4096), bytes(huge)),
+        (0, segment(2, tight, ex), b"\xff" * (tight + ex)),
     ]
-    for i, (flags, seg) in enumerate(seeds):
-        write("watch", "%02d" % i, bytes([flags]) + seg)
+    for i, (flags, seg, later) in enumerate(seeds):
+        write("watch", "%02d" % i, bytes([flags]) + struct.pack("<H", len(seg)) + seg + later)
 
 
 def main():
