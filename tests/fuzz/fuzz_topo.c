@@ -16,7 +16,10 @@
  * topology holds the invariants place.c and the runtime rely on
  * (lib/topo.h); each policy places executors only on allowed CPUs.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -52,6 +55,29 @@ static void cleanup(void)
 {
 	if (base[0])
 		rm_tree(base);
+}
+
+#define BASE_PREFIX "cbcmn-fuzz-topo-"
+
+/* A crash ends the process without atexit(): the trees of fuzzers that
+ * died are removed by the next one (their pid is in the name). */
+static void remove_dead(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+		if (strncmp(de->d_name, BASE_PREFIX, strlen(BASE_PREFIX)))
+			continue;
+		pid_t pid = (pid_t)atoi(de->d_name + strlen(BASE_PREFIX));
+		if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		rm_tree(path);
+	}
+	closedir(d);
 }
 
 /* The directory the previous record was written in: records come grouped
@@ -207,8 +233,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct stat st;
 		const char *dir = stat("/dev/shm", &st) == 0 && access("/dev/shm", W_OK) == 0
 					  ? "/dev/shm" : "/tmp";
-		snprintf(base, sizeof(base), "%s/cbcmn-fuzz-topo-XXXXXX", dir);
-		if (!mkdtemp(base))
+		remove_dead(dir);
+		snprintf(base, sizeof(base), "%s/" BASE_PREFIX "%d", dir, (int)getpid());
+		rm_tree(base); /* a pid reused: that fuzzer is dead */
+		if (mkdir(base, 0700) != 0)
 			abort();
 		snprintf(root, sizeof(root), "%s/t", base);
 		atexit(cleanup);
