@@ -10,11 +10,17 @@
  * buffers and descriptors the call was given when it returns.
  *
  * Cancellation (a nursery cancelled while the request is in flight): the
- * canceller claims the wait and calls io_on_cancel(), which only flags the
- * executor; the executor, the ring's single issuer, then submits
- * IORING_OP_ASYNC_CANCEL for every cancelled request it lists.  The final
- * CQE wakes the task, which returns -ECANCELED and closes a descriptor the
- * request produced anyway.
+ * canceller only flags the executor, which, the ring's single issuer,
+ * claims the waits of its cancelled tasks and cancels their requests
+ * (cbcmn__io_cancel_pending()).  The rule: a request that took effect
+ * returns its result, only one that did not happen returns -ECANCELED.
+ *   - IORING_OP_ASYNC_CANCEL.  The kernel either cancels it
+ *     (-ECANCELED, or -EINTR for an io-wq worker it interrupts), or it has
+ *     completed already (-ENOENT) or completes anyway (-EALREADY): its CQE
+ *     then carries what it did, and that is what the call returns.
+ *   - Completed and reaped before the cancellation came: the event claimed
+ *     the wait, the call returns its result and the task sees the
+ *     cancellation at its next call.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -34,7 +40,7 @@ struct cbcmn__ioreq {
 	bool nocancel;                    /* close: never undone */
 };
 
-enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2, IO_RECVMSG = 0x4 };
+enum { IO_NOCANCEL = 0x1 };
 
 struct io_op {
 	struct cbcmn__ioreq req;
@@ -43,7 +49,6 @@ struct io_op {
 	struct __kernel_timespec ts;
 	uint32_t flags;
 	int64_t err;
-	struct msghdr *msg; /* IO_RECVMSG */
 };
 
 /* ---- executor side -------------------------------------------------------- */
@@ -64,7 +69,9 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 {
 	(void)flags;
 	if (timeout) {
-		if (res == -ETIME)
+		/* -ETIME: it cancelled the request; -EALREADY: it found the
+		 * request running in an io-wq worker and interrupted it. */
+		if (res == -ETIME || res == -EALREADY)
 			r->timed_out = true;
 	} else {
 		r->res = res;
@@ -94,6 +101,9 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
 		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+		/* Its CQE is of no interest: -ENOENT or -EALREADY means the
+		 * request completes with what it did, and its own CQE says
+		 * what that is. */
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		r->cancel_sent = true;
 		sent = true;
@@ -166,20 +176,6 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	return op->sqe;
 }
 
-/* A cancelled recvmsg that completed anyway may have received descriptors
- * (SCM_RIGHTS): close them, as an accept's. */
-static void close_passed_fds(struct msghdr *msg)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		int *fds = (int *)(void *)CMSG_DATA(c);
-		for (size_t i = 0; i < n; i++)
-			close(fds[i]);
-	}
-}
-
 /* Queue the prepared SQE, park until its last CQE, and make the result. */
 static int64_t io_finish(struct io_op *op)
 {
@@ -214,14 +210,17 @@ static int64_t io_finish(struct io_op *op)
 	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
 	int64_t res = r->res;
-	if (how == CBCMN__IW_CANCELLED && !r->nocancel) {
-		if ((op->flags & IO_FD_RESULT) && res >= 0)
-			close((int)res); /* done anyway: never leak it */
-		if ((op->flags & IO_RECVMSG) && res >= 0)
-			close_passed_fds(op->msg);
+	/* What the kernel did, whatever cancelled it: bytes moved, a
+	 * descriptor made, a connection taken are the caller's (the task
+	 * sees its cancellation at its next call).  A failure of a cancelled
+	 * request is the cancellation. */
+	if (res >= 0)
+		return res;
+	if (how == CBCMN__IW_CANCELLED && !r->nocancel)
 		return CBCMN_ECANCELED;
-	}
-	if (r->timed_out && res == -ECANCELED)
+	/* Interrupted by its timeout: cancelled before it ran (-ECANCELED),
+	 * or stopped in an io-wq worker (-EINTR). */
+	if (r->timed_out && (res == -ECANCELED || res == -EINTR))
 		return -ETIMEDOUT;
 	return res;
 }
@@ -309,7 +308,7 @@ int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags)
 
 int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)
 {
-	IO_CALL(cx, IO_RECVMSG, (op.msg = msg, io_uring_prep_recvmsg(sqe, fd, msg, (unsigned)flags)));
+	IO_CALL(cx, 0, io_uring_prep_recvmsg(sqe, fd, msg, (unsigned)flags));
 }
 
 int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags)
@@ -319,7 +318,7 @@ int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags)
 
 int64_t cbcmn_accept(cbcmn_cx *cx, int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 {
-	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_accept(sqe, fd, addr, addrlen, flags));
+	IO_CALL(cx, 0, io_uring_prep_accept(sqe, fd, addr, addrlen, flags));
 }
 
 int64_t cbcmn_connect(cbcmn_cx *cx, int fd, const struct sockaddr *addr, socklen_t addrlen)
@@ -342,7 +341,7 @@ int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol)
 		int fd = socket(domain, type, protocol);
 		return fd < 0 ? -errno : fd;
 	}
-	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_socket(sqe, domain, type, protocol, 0));
+	IO_CALL(cx, 0, io_uring_prep_socket(sqe, domain, type, protocol, 0));
 }
 
 int64_t cbcmn_close(cbcmn_cx *cx, int fd)
@@ -354,7 +353,7 @@ int64_t cbcmn_openat(cbcmn_cx *cx, int dirfd, const char *path, int flags, mode_
 {
 	if (!path)
 		return -EFAULT;
-	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_openat(sqe, dirfd, path, flags, mode));
+	IO_CALL(cx, 0, io_uring_prep_openat(sqe, dirfd, path, flags, mode));
 }
 
 int64_t cbcmn_statx(cbcmn_cx *cx, int dirfd, const char *path, int flags, unsigned int mask,
