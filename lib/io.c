@@ -11,10 +11,14 @@
  *
  * Cancellation (a nursery cancelled while the request is in flight): the
  * canceller only flags the executor, which, the ring's single issuer,
- * claims the waits of its cancelled tasks and cancels their requests
- * (cbcmn__io_cancel_pending()).  The rule: a request that took effect
- * returns its result, only one that did not happen returns -ECANCELED.
- *   - IORING_OP_ASYNC_CANCEL.  The kernel either cancels it
+ * claims the waits of its cancelled tasks and ends their requests
+ * (cbcmn__io_cancel_pending()); a task that finds itself cancelled as it
+ * begins to wait does the same for its own (io_on_cancel()).  The rule: a
+ * request that took effect returns its result, only one that did not
+ * happen returns -ECANCELED.
+ *   - Its SQE still queued (the executor submits once every 16 picks): it
+ *     is never submitted; the SQE becomes a NOP (req_void()).
+ *   - Submitted: IORING_OP_ASYNC_CANCEL.  The kernel either cancels it
  *     (-ECANCELED, or -EINTR for an io-wq worker it interrupts), or it has
  *     completed already (-ENOENT) or completes anyway (-EALREADY): its CQE
  *     then carries what it did, and that is what the call returns.
@@ -34,9 +38,11 @@ struct cbcmn__ioreq {
 	struct cbcmn__exec *e;            /* whose ring it is on */
 	struct cbcmn__ioreq *prev, *next; /* e->ring.reqs */
 	int32_t res;                      /* the operation's CQE */
+	uint32_t sq_seq;                  /* its SQE: liburing's sqe_tail - 1 then */
 	uint8_t pending;                  /* CQEs still to come */
 	bool timed_out;                   /* its linked timeout fired */
-	bool cancel_sent;
+	bool cancel_sent;                 /* cancelled in the kernel, or voided */
+	bool voided;                      /* never submitted: its SQE became a NOP */
 	bool nocancel;                    /* close: never undone */
 };
 
@@ -74,7 +80,8 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 		if (res == -ETIME || res == -EALREADY)
 			r->timed_out = true;
 	} else {
-		r->res = res;
+		/* A voided request's NOP says 0: it did not happen. */
+		r->res = r->voided ? -ECANCELED : res;
 	}
 	if (--r->pending)
 		return;
@@ -82,6 +89,39 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 	/* WOKEN, unless cancellation claimed it: either way it wakes now. */
 	cbcmn__iwait_claim(&r->iw);
 	cbcmn__iwait_wake(&r->iw, e);
+}
+
+/* Whether r's SQE is still queued in our SQ, not yet handed to the kernel:
+ * liburing's [sqe_head, sqe_tail) (with SQPOLL too: the kernel's thread
+ * sees an SQE only once a submit has moved the ring's tail past it).  The
+ * index alone could match again after 2^32 SQEs; the slot must also still
+ * hold r's own SQE, and no other SQE carries r while r is in flight (a slot
+ * handed out since is prepared before anything here can run). */
+static bool req_queued(struct cbcmn__exec *e, const struct cbcmn__ioreq *r)
+{
+	const struct io_uring_sq *sq = &e->ring.u.sq;
+	if (r->sq_seq - sq->sqe_head >= sq->sqe_tail - sq->sqe_head)
+		return false;
+	return sq->sqes[r->sq_seq & sq->ring_mask].user_data == (uint64_t)(uintptr_t)r;
+}
+
+/* r, cancelled with its SQE still queued, is never submitted: the SQE
+ * becomes a NOP with the same user_data (its CQE ends r, as -ECANCELED),
+ * still linked to r's linked timeout if it has one (the kernel then
+ * cancels the timeout: its CQE comes too).  Only the ring's owner thread
+ * calls this.  False if r was submitted already. */
+static bool req_void(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
+{
+	if (!req_queued(e, r))
+		return false;
+	const struct io_uring_sq *sq = &e->ring.u.sq;
+	struct io_uring_sqe *sqe = &sq->sqes[r->sq_seq & sq->ring_mask];
+	uint8_t link = sqe->flags & IOSQE_IO_LINK;
+	io_uring_prep_nop(sqe);
+	sqe->flags = link;
+	io_uring_sqe_set_data(sqe, r);
+	r->voided = true;
+	return true;
 }
 
 /* A nursery was cancelled, or a task found itself cancelled as it began to
@@ -98,6 +138,11 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 		/* A close is never undone: it ends with its CQE. */
 		if (r->cancel_sent || r->nocancel || !cbcmn__iwait_local_cancel(&r->iw))
 			continue;
+		r->cancel_sent = true;
+		if (req_void(e, r))
+			continue; /* nothing to cancel in the kernel */
+		/* Taking an SQE may submit the queue (a full SQ): later
+		 * requests of this loop are then found submitted. */
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
 		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
@@ -105,7 +150,6 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 		 * request completes with what it did, and its own CQE says
 		 * what that is. */
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-		r->cancel_sent = true;
 		sent = true;
 	}
 	if (sent)
@@ -129,12 +173,19 @@ void cbcmn__io_orphan_all(struct cbcmn__exec *e)
 
 /* ---- task side ------------------------------------------------------------ */
 
-/* Called by the task itself, cancelled as it began to wait (iwait.c). */
+/* Called by the task itself, cancelled as it began to wait (iwait.c), on
+ * its executor's thread with its SQE still queued: it is never submitted.
+ * Otherwise (not reached: nothing submits between the SQE and the wait)
+ * the executor cancels it in the kernel. */
 static void io_on_cancel(struct cbcmn__iwait *iw)
 {
 	struct cbcmn__ioreq *r = (struct cbcmn__ioreq *)((char *)iw - offsetof(struct cbcmn__ioreq, iw));
 	if (r->nocancel)
 		return;
+	if (req_void(r->e, r)) {
+		r->cancel_sent = true;
+		return;
+	}
 	cbcmn__io_cancel_flag(r->e);
 }
 
@@ -173,6 +224,7 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 		return NULL;
 	}
 	op->sqe = io_uring_get_sqe(&e->ring.u);
+	op->req.sq_seq = e->ring.u.sq.sqe_tail - 1; /* the SQE just taken */
 	return op->sqe;
 }
 
@@ -186,6 +238,7 @@ static int64_t io_finish(struct io_op *op)
 	r->pending = 1;
 	r->timed_out = false;
 	r->cancel_sent = false;
+	r->voided = false;
 	r->nocancel = op->flags & IO_NOCANCEL;
 	io_uring_sqe_set_data(op->sqe, r);
 	if (t->io_timeout_ns) {

@@ -557,6 +557,177 @@ enum { BY_SAME_TASK, BY_THREAD, BY_OTHER_EXEC };
 static const char *const by_name[] = {"by a task on its executor", "by a thread outside",
 				      "by a task on another executor"};
 
+/* ---- 1. cancelled while its SQE is still queued ---------------------------- *
+ *
+ * The executor submits the SQEs of the tasks it ran once every 16 picks (or
+ * when it has nothing to run): a request cancelled before that must not be
+ * submitted at all.  Submitted behind its cancel, it completes at once
+ * when what it waits for is there already (data, a connection, room), and
+ * the call used to return CBCMN_ECANCELED anyway: the bytes it consumed, or
+ * sent, were lost to the caller.  Each call here finds what it needs ready
+ * (fx_event() before the call), is parked with its SQE queued, and is
+ * cancelled before the executor's next submit:
+ *   - by a task on the same executor, which runs next;
+ *   - by a thread outside the runtime, while a task holds the executor;
+ *   - by a task on another executor, likewise.
+ */
+
+struct queued {
+	struct fx *f;
+	cbcmn_runtime *rt;
+	_Atomic int hold;    /* the holder keeps the executor busy meanwhile */
+	_Atomic int started, holding;
+};
+
+/* Keeps executor 0 busy without submitting: lets the child park first,
+ * then spins (no yield, so nothing is submitted) until released. */
+static int64_t holder(cbcmn_cx *cx, void *arg)
+{
+	struct queued *q = arg;
+	atomic_store(&q->started, 1);
+	while (!atomic_load(&q->f->entered))
+		cbcmn_yield(cx);
+	atomic_store(&q->holding, 1);
+	uint64_t end = t_now_ns() + 5000 * MS;
+	while (atomic_load(&q->hold) && t_now_ns() < end)
+		sched_yield();
+	return 0;
+}
+
+/* Same executor: the canceller is the task that spawned the child. */
+static int64_t queued_same_task(cbcmn_cx *cx, void *arg)
+{
+	struct queued *q = arg;
+	struct fx *f = q->f;
+	TASK_CHECK(cbcmn_nursery_open(q->rt, cx, &f->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, f->n, fx_child, f, NULL) == 0);
+	/* One executor: the child runs, queues its SQE and parks before we
+	 * run again. */
+	for (int i = 0; i < 100 && !atomic_load(&f->entered); i++)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&f->entered));
+	TASK_CHECK(cbcmn_nursery_cancel(f->n) == 0);
+	cbcmn_nursery_await_all(cx, f->n);
+	return 0;
+}
+
+/* Another executor: the child and the holder on executor 0, us on 1. */
+static int64_t queued_other_exec(cbcmn_cx *cx, void *arg)
+{
+	struct queued *q = arg;
+	struct fx *f = q->f;
+	cbcmn_nursery *hn;
+	TASK_CHECK(cbcmn_nursery_open(q->rt, cx, &hn) == 0);
+	TASK_CHECK(cbcmn_nursery_open(q->rt, cx, &f->n) == 0);
+	/* The holder first: with nothing to run, executor 0 would submit
+	 * the child's SQE at once. */
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, hn, 0, holder, q, NULL) == 0);
+	while (!atomic_load(&q->started))
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, f->n, 0, fx_child, f, NULL) == 0);
+	while (!atomic_load(&q->holding))
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_cancel(f->n) == 0);
+	atomic_store(&q->hold, 0);
+	cbcmn_nursery_await_all(cx, f->n);
+	cbcmn_nursery_await_all(cx, hn);
+	return 0;
+}
+
+static bool queued_run(enum op op, int by, uint64_t timeout_ns)
+{
+	struct fx f;
+	fx_open(&f, op);
+	fx_arm(&f);
+	f.timeout_ns = timeout_ns;
+	assert_true(fx_event(&f));
+	cbcmn_runtime *rt = t_runtime_with(by == BY_SAME_TASK ? 1 : 2, 0, ring_flags);
+	struct queued q = {.f = &f, .rt = rt, .hold = 1};
+	if (by == BY_SAME_TASK) {
+		t_run(rt, queued_same_task, &q, 0);
+	} else if (by == BY_OTHER_EXEC) {
+		assert_int_equal(t_run_pinned(rt, 1, queued_other_exec, &q), 0);
+		ASSERT_TASK_CHECKS();
+	} else {
+		cbcmn_nursery *hn;
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &hn), 0);
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &f.n), 0);
+		assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, hn, 0, holder, &q, NULL), 0);
+		uint64_t end = t_now_ns() + 5000 * MS;
+		while (!atomic_load(&q.started) && t_now_ns() < end)
+			sched_yield();
+		assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, f.n, 0, fx_child, &f, NULL), 0);
+		while (!atomic_load(&q.holding) && t_now_ns() < end)
+			sched_yield();
+		assert_true(atomic_load(&q.holding));
+		assert_int_equal(cbcmn_nursery_cancel(f.n), 0);
+		atomic_store(&q.hold, 0);
+		cbcmn_nursery_await_all(NULL, f.n);
+		cbcmn_nursery_await_all(NULL, hn);
+		ASSERT_TASK_CHECKS();
+	}
+	t_destroy(rt);
+	const char *bad = fx_check(&f);
+	/* Cancelled before the executor submitted it: it must not happen. */
+	if (!bad && f.rc != CBCMN_ECANCELED)
+		bad = "it ran: it was still queued when cancelled";
+	if (bad)
+		fx_report(&f, by_name[by], bad);
+	fx_close(&f);
+	return !bad;
+}
+
+static void queued_all(int by)
+{
+	int fds0 = t_count_fds();
+	int bad = 0;
+	for (int op = 0; op < OP_N; op++) {
+		if (op == OP_SEND_FULL)
+			continue; /* waits whatever happens: section 2 */
+		bad += !queued_run((enum op)op, by, 0);
+	}
+	/* With a linked timeout: its SQE is queued behind the call's. */
+	bad += !queued_run(OP_RECV, by, 5000 * MS);
+	bad += !queued_run(OP_SEND, by, 5000 * MS);
+	assert_int_equal(bad, 0);
+	assert_int_equal(t_count_fds(), fds0);
+}
+
+static void test_cancel_queued_by_same_executor_has_no_effect(void **state)
+{
+	(void)state;
+	queued_all(BY_SAME_TASK);
+}
+
+static void test_cancel_queued_from_thread_has_no_effect(void **state)
+{
+	(void)state;
+	queued_all(BY_THREAD);
+}
+
+static void test_cancel_queued_from_other_executor_has_no_effect(void **state)
+{
+	(void)state;
+	queued_all(BY_OTHER_EXEC);
+}
+
+/* The same under the other ring set-ups: SQPOLL (a kernel thread takes
+ * the SQEs once submitted: one still queued is ours to turn into a NOP
+ * all the same), and plain rings (completions run at the thread's next
+ * system call, not when it asks for them). */
+static void test_cancel_queued_in_each_ring_mode(void **state)
+{
+	(void)state;
+	static const uint32_t modes[] = {CBCMN_RING_PLAIN, CBCMN_RING_SQPOLL,
+					 CBCMN_RING_NO_MSG_RING};
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		ring_flags = modes[i];
+		queued_all(BY_SAME_TASK);
+		queued_all(BY_THREAD);
+	}
+	ring_flags = 0;
+}
+
 /* ---- 2. cancellation racing the completion ------------------------------- *
  *
  * The call waits for its event (data, a connection, room) or has what it
@@ -872,6 +1043,10 @@ int main(int argc, char **argv)
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]); /* one test by name */
 	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_cancel_queued_by_same_executor_has_no_effect),
+		T_WATCHED_TEST(test_cancel_queued_from_thread_has_no_effect),
+		T_WATCHED_TEST(test_cancel_queued_from_other_executor_has_no_effect),
+		T_WATCHED_TEST(test_cancel_queued_in_each_ring_mode),
 		T_WATCHED_TEST(test_cancel_racing_completion_from_thread),
 		T_WATCHED_TEST(test_cancel_racing_completion_from_same_executor),
 		T_WATCHED_TEST(test_cancel_racing_completion_from_other_executor),
