@@ -25,6 +25,8 @@
  *   - Completed and reaped before the cancellation came: the event claimed
  *     the wait, the call returns its result and the task sees the
  *     cancellation at its next call.
+ *   - The executor's thread died (cbcmn__io_orphan_all()): the CQEs left
+ *     in its ring are read as usual; a request without one did not happen.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -40,6 +42,7 @@ struct cbcmn__ioreq {
 	int32_t res;                      /* the operation's CQE */
 	uint32_t sq_seq;                  /* its SQE: liburing's sqe_tail - 1 then */
 	uint8_t pending;                  /* CQEs still to come */
+	bool got_res;                     /* the operation's CQE came */
 	bool timed_out;                   /* its linked timeout fired */
 	bool cancel_sent;                 /* cancelled in the kernel, or voided */
 	bool voided;                      /* never submitted: its SQE became a NOP */
@@ -82,6 +85,7 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 	} else {
 		/* A voided request's NOP says 0: it did not happen. */
 		r->res = r->voided ? -ECANCELED : res;
+		r->got_res = true;
 	}
 	if (--r->pending)
 		return;
@@ -156,15 +160,33 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 		cbcmn__ring_submit(e, false, 0);
 }
 
-/* The executor's thread died with requests in flight; its exit cancelled
- * them in the kernel (the caller waited for that), but their CQEs went with
- * its ring.  End each wait as cancelled. */
-void cbcmn__io_orphan_all(struct cbcmn__exec *e)
+/* The executor's thread died with requests in flight; its exit ended them
+ * in the kernel (the caller waited for that: cbcmn__ring_takeover()), and
+ * their CQEs are in the dead ring's CQ, still mapped as old: a request that
+ * completed before or during the exit returns what it did (a recv's bytes
+ * were consumed).  Those without a CQE there did not happen (an SQE the
+ * dead thread never submitted) or ended in the kernel's overflow list,
+ * which only the dead thread could flush: -ECANCELED. */
+void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 {
+	const struct io_uring_cq *cq = &old->cq;
+	/* acquire: the kernel's CQE stores before its tail; the thread that
+	 * posted them is gone, so this is a formality. */
+	unsigned tail = io_uring_smp_load_acquire(cq->ktail);
+	for (unsigned head = *cq->khead; head != tail; head++) {
+		const struct io_uring_cqe *c = &cq->cqes[head & cq->ring_mask];
+		uint64_t ud = c->user_data, tag = ud & CBCMN__UD_MASK;
+		/* Only our requests: multishot CQEs are stream.c's, whose
+		 * buffers went with the old buffer ring (docs/IO.md). */
+		if (tag == CBCMN__UD_REQ || tag == CBCMN__UD_LTIMEOUT)
+			cbcmn__io_cqe(e, (struct cbcmn__ioreq *)(uintptr_t)(ud & ~(uint64_t)CBCMN__UD_MASK),
+				      c->res, c->flags, tag == CBCMN__UD_LTIMEOUT);
+	}
 	struct cbcmn__ioreq *r;
 	while ((r = e->ring.reqs)) {
 		req_unlink(e, r);
-		r->res = -ECANCELED;
+		if (!r->got_res)
+			r->res = -ECANCELED;
 		r->pending = 0;
 		cbcmn__iwait_claim(&r->iw);
 		cbcmn__iwait_wake(&r->iw, e);
@@ -236,6 +258,7 @@ static int64_t io_finish(struct io_op *op)
 	struct cbcmn__exec *e = r->e;
 	r->res = 0;
 	r->pending = 1;
+	r->got_res = false;
 	r->timed_out = false;
 	r->cancel_sent = false;
 	r->voided = false;

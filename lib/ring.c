@@ -343,7 +343,8 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
  * the same fd number, which other executors use for MSG_RING.  First wait
  * for the old thread to be gone: its exit cancels its requests and waits
  * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end as cancelled, and so do its streams and acceptors. */
+ * waits end with what the old CQ says (io.c), its streams and acceptors as
+ * cancelled. */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
@@ -377,11 +378,11 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	/* Enters go through the registered ring fd, which names the file,
 	 * not the number: only the number others use changes. */
 	r->u.ring_fd = r->fd = oldfd;
+	cbcmn__io_orphan_all(e, &old); /* reads the old CQ: before the unmap */
 	munmap(old.sq.sqes, old.sq.ring_entries * sizeof(struct io_uring_sqe));
 	if (old.cq.ring_ptr && old.cq.ring_ptr != old.sq.ring_ptr)
 		munmap(old.cq.ring_ptr, old.cq.ring_sz);
 	munmap(old.sq.ring_ptr, old.sq.ring_sz);
-	cbcmn__io_orphan_all(e);
 	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;
 	return 0;

@@ -940,6 +940,113 @@ static void test_timeout_racing_completion(void **state)
 	assert_int_equal(t_count_fds(), fds0);
 }
 
+/* ---- 4. the executor's thread dies under the request --------------------- *
+ *
+ * A task ends executor 1's thread (pthread_exit) while the child waits on
+ * executor 1's ring.  The kernel ends the thread's requests as it exits:
+ * one that completed first (its completion may even run during the exit)
+ * left its CQE in the dead ring, and the new thread reads it there: the
+ * call returns what it did; one the dead thread never submitted, or that
+ * the exit cancelled, returns -ECANCELED with nothing done. */
+
+struct death {
+	struct fx *f;
+	cbcmn_runtime *rt;
+	uint64_t seed;
+	int rounds, done, results, cancels;
+	const char *bad;
+};
+
+struct killer_arg {
+	struct fx *f;
+	uint64_t r;
+};
+
+static int64_t killer(cbcmn_cx *cx, void *arg)
+{
+	struct killer_arg *k = arg;
+	(void)cx;
+	fx_event(k->f);
+	busy(k->r % 200000); /* the completion may be queued in the ring by now */
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t death_main(cbcmn_cx *cx, void *arg)
+{
+	struct death *d = arg;
+	struct fx *f = d->f;
+	for (int i = 0; i < d->rounds && !d->bad; i++) {
+		uint64_t r = rnd(&d->seed);
+		struct killer_arg k = {f, r >> 8};
+		cbcmn_nursery *kn;
+		fx_arm(f);
+		TASK_CHECK(cbcmn_nursery_open(d->rt, cx, &f->n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, f->n, 1, fx_child, f, NULL) == 0);
+		while (!atomic_load(&f->entered))
+			cbcmn_yield(cx);
+		if (r & 1)
+			cbcmn_sleep(cx, 2 * MS); /* submitted, executor 1 parked */
+		TASK_CHECK(cbcmn_nursery_open(d->rt, cx, &kn) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, kn, 1, killer, &k, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, kn) == CBCMN_EPANIC);
+		/* Nothing more happens: a call still waiting gets the event's
+		 * bytes, or ends with the old ring. */
+		cbcmn_nursery_await_all(cx, f->n);
+		const char *bad = fx_check(f);
+		if (bad) {
+			d->bad = bad;
+			fx_report(f, "by its thread's death", bad);
+		}
+		d->results += f->rc >= 0;
+		d->cancels += f->rc == CBCMN_ECANCELED;
+		d->done++;
+	}
+	return 0;
+}
+
+static void test_executor_death_keeps_completed_results(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	int fds0 = t_count_fds();
+	static const enum op ops[] = {OP_RECV, OP_READ, OP_RECVMSG, OP_SEND_FULL, OP_ACCEPT};
+	/* Each death prints a line on stderr: keep them out of the output. */
+	int saved = -1, cap = getenv("T_NOCAP") ? -1 : t_stderr_capture(&saved);
+	char text[16384];
+	const char *bad = NULL;
+	int which = 0;
+	/* Default rings run completions only when their thread asks for
+	 * them (DEFER_TASKRUN); plain ones at the thread's next system call,
+	 * so a completion's CQE is often in the dead ring. */
+	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN};
+	size_t nops = sizeof(ops) / sizeof(ops[0]);
+	for (size_t i = 0; i < 2 * nops && !bad; i++) {
+		struct fx f;
+		fx_open(&f, ops[i % nops]);
+		cbcmn_runtime *rt = t_runtime_with(2, 0, modes[i / nops]);
+		struct death d = {.f = &f, .rt = rt, .seed = 0xfeedull + i,
+				  .rounds = 12};
+		int64_t rc = t_run_pinned(rt, 0, death_main, &d);
+		t_destroy(rt);
+		printf("  %-11s %s rings, %3d deaths: %3d returned their result, %3d cancelled\n",
+		       op_name[f.op], i < nops ? "default" : "plain", d.done, d.results,
+		       d.cancels);
+		fx_close(&f);
+		if (rc != 0 || d.bad) {
+			bad = d.bad ? d.bad : "the test task failed";
+			which = (int)f.op;
+		}
+	}
+	if (cap >= 0)
+		t_stderr_restore(cap, saved, text, sizeof(text));
+	ASSERT_TASK_CHECKS();
+	if (bad)
+		fail_msg("%s: %s", op_name[which], bad);
+	assert_int_equal(t_count_fds(), fds0);
+}
+
 /* ---- 5. MSG_WAITALL cancelled part-way --------------------------------- *
  *
  * io_uring keeps a MSG_WAITALL send or recv going until it is whole; one
@@ -1052,6 +1159,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_cancel_racing_completion_from_other_executor),
 		T_WATCHED_TEST(test_cancel_racing_completion_plain_rings),
 		T_WATCHED_TEST(test_timeout_racing_completion),
+		T_WATCHED_TEST(test_executor_death_keeps_completed_results),
 		T_WATCHED_TEST(test_cancel_waitall_part_way_returns_what_moved),
 	};
 	return cmocka_run_group_tests_name("iocancel", tests, NULL, NULL);
