@@ -21,7 +21,8 @@
  *   - Submitted: IORING_OP_ASYNC_CANCEL.  The kernel either cancels it
  *     (-ECANCELED, or -EINTR for an io-wq worker it interrupts), or it has
  *     completed already (-ENOENT) or completes anyway (-EALREADY): its CQE
- *     then carries what it did, and that is what the call returns.
+ *     then carries what it did, a result or an error, and that is what the
+ *     call returns.
  *   - Completed and reaped before the cancellation came: the event claimed
  *     the wait, the call returns its result and the task sees the
  *     cancellation at its next call.
@@ -286,17 +287,17 @@ static int64_t io_finish(struct io_op *op)
 	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
 	int64_t res = r->res;
-	/* What the kernel did, whatever cancelled it: bytes moved, a
-	 * descriptor made, a connection taken are the caller's (the task
-	 * sees its cancellation at its next call).  A failure of a cancelled
-	 * request is the cancellation. */
-	if (res >= 0)
-		return res;
-	if (how == CBCMN__IW_CANCELLED && !r->nocancel)
+	/* Stopped by us or its timeout: cancelled before it ran (-ECANCELED;
+	 * also a voided or orphaned request), or interrupted in an io-wq
+	 * worker (-EINTR).  Anything else is what the operation did, whatever
+	 * cancelled it: bytes moved, a descriptor made, a connection taken
+	 * are the caller's, and so is an error it consumed (a socket's
+	 * ECONNRESET is reported once); the task sees its cancellation at its
+	 * next call. */
+	bool stopped = res == -ECANCELED || res == -EINTR;
+	if (stopped && how == CBCMN__IW_CANCELLED && !r->nocancel)
 		return CBCMN_ECANCELED;
-	/* Interrupted by its timeout: cancelled before it ran (-ECANCELED),
-	 * or stopped in an io-wq worker (-EINTR). */
-	if (r->timed_out && (res == -ECANCELED || res == -EINTR))
+	if (stopped && r->timed_out)
 		return -ETIMEDOUT;
 	return res;
 }
