@@ -101,7 +101,8 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
  * sees an SQE only once a submit has moved the ring's tail past it).  The
  * index alone could match again after 2^32 SQEs; the slot must also still
  * hold r's own SQE, and no other SQE carries r while r is in flight (a slot
- * handed out since is prepared before anything here can run). */
+ * handed out since is prepared before anything here can run).  The rings
+ * have 64-byte SQEs (no IORING_SETUP_SQE128): the index is the slot. */
 static bool req_queued(struct cbcmn__exec *e, const struct cbcmn__ioreq *r)
 {
 	const struct io_uring_sq *sq = &e->ring.u.sq;
