@@ -749,10 +749,10 @@ static void test_cancel_queued_from_other_executor_has_no_effect(void **state)
 	queued_all(BY_OTHER_EXEC);
 }
 
-/* The same under the other ring set-ups: SQPOLL (a kernel thread takes
- * the SQEs once submitted: one still queued is ours to turn into a NOP
- * all the same), and plain rings (completions run at the thread's next
- * system call, not when it asks for them). */
+/* The same under the other ring set-ups: plain rings (completions run at
+ * the thread's next system call, not when it asks for them), SQPOLL (a
+ * kernel thread takes the SQEs once submitted: one still queued is ours to
+ * turn into a NOP all the same), eventfd doorbells. */
 static void test_cancel_queued_in_each_ring_mode(void **state)
 {
 	(void)state;
@@ -945,14 +945,7 @@ struct mass {
 	struct fx f[MASS];
 	cbcmn_runtime *rt;
 	cbcmn_nursery *n;
-	_Atomic int parked;
 };
-
-static int64_t mass_child(cbcmn_cx *cx, void *arg)
-{
-	struct fx *f = arg;
-	return fx_child(cx, f);
-}
 
 static void mass_round(struct mass *m, enum op op, uint64_t r, int *hits)
 {
@@ -960,7 +953,7 @@ static void mass_round(struct mass *m, enum op op, uint64_t r, int *hits)
 		assert_true(fx_arm(&m->f[i]));
 	assert_int_equal(cbcmn_nursery_open(m->rt, NULL, &m->n), 0);
 	for (int i = 0; i < MASS; i++)
-		assert_int_equal(cbcmn_nursery_spawn(NULL, m->n, mass_child, &m->f[i], NULL), 0);
+		assert_int_equal(cbcmn_nursery_spawn(NULL, m->n, fx_child, &m->f[i], NULL), 0);
 	for (int i = 0; i < MASS; i++)
 		while (!atomic_load(&m->f[i].entered))
 			sched_yield();
