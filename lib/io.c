@@ -10,11 +10,24 @@
  * buffers and descriptors the call was given when it returns.
  *
  * Cancellation (a nursery cancelled while the request is in flight): the
- * canceller claims the wait and calls io_on_cancel(), which only flags the
- * executor; the executor, the ring's single issuer, then submits
- * IORING_OP_ASYNC_CANCEL for every cancelled request it lists.  The final
- * CQE wakes the task, which returns -ECANCELED and closes a descriptor the
- * request produced anyway.
+ * canceller only flags the executor, which, the ring's single issuer,
+ * claims the waits of its cancelled tasks and ends their requests
+ * (cbcmn__io_cancel_pending()); a task that finds itself cancelled as it
+ * begins to wait does the same for its own (io_on_cancel()).  The rule: a
+ * request that took effect returns its result, only one that did not
+ * happen returns -ECANCELED.
+ *   - Its SQE still queued (the executor submits once every 16 picks): it
+ *     is never submitted; the SQE becomes a NOP (req_void()).
+ *   - Submitted: IORING_OP_ASYNC_CANCEL.  The kernel either cancels it
+ *     (-ECANCELED, or -EINTR for an io-wq worker it interrupts), or it has
+ *     completed already (-ENOENT) or completes anyway (-EALREADY): its CQE
+ *     then carries what it did, a result or an error, and that is what the
+ *     call returns.
+ *   - Completed and reaped before the cancellation came: the event claimed
+ *     the wait, the call returns its result and the task sees the
+ *     cancellation at its next call.
+ *   - The executor's thread died (cbcmn__io_orphan_all()): the CQEs left
+ *     in its ring are read as usual; a request without one did not happen.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -28,14 +41,17 @@ struct cbcmn__ioreq {
 	struct cbcmn__exec *e;            /* whose ring it is on */
 	struct cbcmn__ioreq *prev, *next; /* e->ring.reqs */
 	int32_t res;                      /* the operation's CQE */
+	uint32_t sq_seq;                  /* its SQE: liburing's sqe_tail - 1 then */
 	uint8_t pending;                  /* CQEs still to come */
+	bool got_res;                     /* the operation's CQE came */
 	bool timed_out;                   /* its linked timeout fired */
-	bool cancel_sent;
+	bool cancel_sent;                 /* cancelled in the kernel, or voided */
+	bool voided;                      /* never submitted: its SQE became a NOP */
 	bool nocancel;                    /* close: never undone */
 };
 
 /* IO_BYTES: sqe->len is a byte count the kernel may cut short. */
-enum { IO_FD_RESULT = 0x1, IO_NOCANCEL = 0x2, IO_RECVMSG = 0x4, IO_BYTES = 0x8 };
+enum { IO_NOCANCEL = 0x1, IO_BYTES = 0x2 };
 
 struct io_op {
 	struct cbcmn__ioreq req;
@@ -44,7 +60,6 @@ struct io_op {
 	struct __kernel_timespec ts;
 	uint32_t flags;
 	int64_t err;
-	struct msghdr *msg; /* IO_RECVMSG */
 };
 
 /* ---- executor side -------------------------------------------------------- */
@@ -65,10 +80,14 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 {
 	(void)flags;
 	if (timeout) {
-		if (res == -ETIME)
+		/* -ETIME: it cancelled the request; -EALREADY: it found the
+		 * request running in an io-wq worker and interrupted it. */
+		if (res == -ETIME || res == -EALREADY)
 			r->timed_out = true;
 	} else {
-		r->res = res;
+		/* A voided request's NOP says 0: it did not happen. */
+		r->res = r->voided ? -ECANCELED : res;
+		r->got_res = true;
 	}
 	if (--r->pending)
 		return;
@@ -76,6 +95,40 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 	/* WOKEN, unless cancellation claimed it: either way it wakes now. */
 	cbcmn__iwait_claim(&r->iw);
 	cbcmn__iwait_wake(&r->iw, e);
+}
+
+/* Whether r's SQE is still queued in our SQ, not yet handed to the kernel:
+ * liburing's [sqe_head, sqe_tail) (with SQPOLL too: the kernel's thread
+ * sees an SQE only once a submit has moved the ring's tail past it).  The
+ * index alone could match again after 2^32 SQEs; the slot must also still
+ * hold r's own SQE, and no other SQE carries r while r is in flight (a slot
+ * handed out since is prepared before anything here can run).  The rings
+ * have 64-byte SQEs (no IORING_SETUP_SQE128): the index is the slot. */
+static bool req_queued(struct cbcmn__exec *e, const struct cbcmn__ioreq *r)
+{
+	const struct io_uring_sq *sq = &e->ring.u.sq;
+	if (r->sq_seq - sq->sqe_head >= sq->sqe_tail - sq->sqe_head)
+		return false;
+	return sq->sqes[r->sq_seq & sq->ring_mask].user_data == (uint64_t)(uintptr_t)r;
+}
+
+/* r, cancelled with its SQE still queued, is never submitted: the SQE
+ * becomes a NOP with the same user_data (its CQE ends r, as -ECANCELED),
+ * still linked to r's linked timeout if it has one (the kernel then
+ * cancels the timeout: its CQE comes too).  Only the ring's owner thread
+ * calls this.  False if r was submitted already. */
+static bool req_void(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
+{
+	if (!req_queued(e, r))
+		return false;
+	const struct io_uring_sq *sq = &e->ring.u.sq;
+	struct io_uring_sqe *sqe = &sq->sqes[r->sq_seq & sq->ring_mask];
+	uint8_t link = sqe->flags & IOSQE_IO_LINK;
+	io_uring_prep_nop(sqe);
+	sqe->flags = link;
+	io_uring_sqe_set_data(sqe, r);
+	r->voided = true;
+	return true;
 }
 
 /* A nursery was cancelled, or a task found itself cancelled as it began to
@@ -92,26 +145,51 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 		/* A close is never undone: it ends with its CQE. */
 		if (r->cancel_sent || r->nocancel || !cbcmn__iwait_local_cancel(&r->iw))
 			continue;
+		r->cancel_sent = true;
+		if (req_void(e, r))
+			continue; /* nothing to cancel in the kernel */
+		/* Taking an SQE may submit the queue (a full SQ): later
+		 * requests of this loop are then found submitted. */
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
 		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+		/* Its CQE is of no interest: -ENOENT or -EALREADY means the
+		 * request completes with what it did, and its own CQE says
+		 * what that is. */
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-		r->cancel_sent = true;
 		sent = true;
 	}
 	if (sent)
 		cbcmn__ring_submit(e, false, 0);
 }
 
-/* The executor's thread died with requests in flight; its exit cancelled
- * them in the kernel (the caller waited for that), but their CQEs went with
- * its ring.  End each wait as cancelled. */
-void cbcmn__io_orphan_all(struct cbcmn__exec *e)
+/* The executor's thread died with requests in flight; its exit ended them
+ * in the kernel (the caller waited for that: cbcmn__ring_takeover()), and
+ * their CQEs are in the dead ring's CQ, still mapped as old: a request that
+ * completed before or during the exit returns what it did (a recv's bytes
+ * were consumed).  Those without a CQE there did not happen (an SQE the
+ * dead thread never submitted) or ended in the kernel's overflow list,
+ * which only the dead thread could flush: -ECANCELED. */
+void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 {
+	const struct io_uring_cq *cq = &old->cq;
+	/* acquire: the kernel's CQE stores before its tail; the thread that
+	 * posted them is gone, so this is a formality. */
+	unsigned tail = io_uring_smp_load_acquire(cq->ktail);
+	for (unsigned head = *cq->khead; head != tail; head++) {
+		const struct io_uring_cqe *c = &cq->cqes[head & cq->ring_mask];
+		uint64_t ud = c->user_data, tag = ud & CBCMN__UD_MASK;
+		/* Only our requests: multishot CQEs are stream.c's, whose
+		 * buffers went with the old buffer ring (docs/IO.md). */
+		if (tag == CBCMN__UD_REQ || tag == CBCMN__UD_LTIMEOUT)
+			cbcmn__io_cqe(e, (struct cbcmn__ioreq *)(uintptr_t)(ud & ~(uint64_t)CBCMN__UD_MASK),
+				      c->res, c->flags, tag == CBCMN__UD_LTIMEOUT);
+	}
 	struct cbcmn__ioreq *r;
 	while ((r = e->ring.reqs)) {
 		req_unlink(e, r);
-		r->res = -ECANCELED;
+		if (!r->got_res)
+			r->res = -ECANCELED;
 		r->pending = 0;
 		cbcmn__iwait_claim(&r->iw);
 		cbcmn__iwait_wake(&r->iw, e);
@@ -120,12 +198,19 @@ void cbcmn__io_orphan_all(struct cbcmn__exec *e)
 
 /* ---- task side ------------------------------------------------------------ */
 
-/* Called by the task itself, cancelled as it began to wait (iwait.c). */
+/* Called by the task itself, cancelled as it began to wait (iwait.c), on
+ * its executor's thread with its SQE still queued: it is never submitted.
+ * Otherwise (not reached: nothing submits between the SQE and the wait)
+ * the executor cancels it in the kernel. */
 static void io_on_cancel(struct cbcmn__iwait *iw)
 {
 	struct cbcmn__ioreq *r = (struct cbcmn__ioreq *)((char *)iw - offsetof(struct cbcmn__ioreq, iw));
 	if (r->nocancel)
 		return;
+	if (req_void(r->e, r)) {
+		r->cancel_sent = true;
+		return;
+	}
 	cbcmn__io_cancel_flag(r->e);
 }
 
@@ -168,21 +253,8 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 		return NULL;
 	}
 	op->sqe = io_uring_get_sqe(&e->ring.u);
+	op->req.sq_seq = e->ring.u.sq.sqe_tail - 1; /* the SQE just taken */
 	return op->sqe;
-}
-
-/* A cancelled recvmsg that completed anyway may have received descriptors
- * (SCM_RIGHTS): close them, as an accept's. */
-static void close_passed_fds(struct msghdr *msg)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		int *fds = (int *)(void *)CMSG_DATA(c);
-		for (size_t i = 0; i < n; i++)
-			close(fds[i]);
-	}
 }
 
 /* Queue the prepared SQE, park until its last CQE, and make the result. */
@@ -193,8 +265,10 @@ static int64_t io_finish(struct io_op *op)
 	struct cbcmn__exec *e = r->e;
 	r->res = 0;
 	r->pending = 1;
+	r->got_res = false;
 	r->timed_out = false;
 	r->cancel_sent = false;
+	r->voided = false;
 	r->nocancel = op->flags & IO_NOCANCEL;
 	io_uring_sqe_set_data(op->sqe, r);
 	if (t->io_timeout_ns) {
@@ -219,14 +293,17 @@ static int64_t io_finish(struct io_op *op)
 	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
 	int64_t res = r->res;
-	if (how == CBCMN__IW_CANCELLED && !r->nocancel) {
-		if ((op->flags & IO_FD_RESULT) && res >= 0)
-			close((int)res); /* done anyway: never leak it */
-		if ((op->flags & IO_RECVMSG) && res >= 0)
-			close_passed_fds(op->msg);
+	/* Stopped by us or its timeout: cancelled before it ran (-ECANCELED;
+	 * also a voided or orphaned request), or interrupted in an io-wq
+	 * worker (-EINTR).  Anything else is what the operation did, whatever
+	 * cancelled it: bytes moved, a descriptor made, a connection taken
+	 * are the caller's, and so is an error it consumed (a socket's
+	 * ECONNRESET is reported once); the task sees its cancellation at its
+	 * next call. */
+	bool stopped = res == -ECANCELED || res == -EINTR;
+	if (stopped && how == CBCMN__IW_CANCELLED && !r->nocancel)
 		return CBCMN_ECANCELED;
-	}
-	if (r->timed_out && res == -ECANCELED)
+	if (stopped && r->timed_out)
 		return -ETIMEDOUT;
 	return res;
 }
@@ -323,7 +400,7 @@ int64_t cbcmn_send(cbcmn_cx *cx, int fd, const void *buf, size_t len, int flags)
 
 int64_t cbcmn_recvmsg(cbcmn_cx *cx, int fd, struct msghdr *msg, int flags)
 {
-	IO_CALL(cx, IO_RECVMSG, (op.msg = msg, io_uring_prep_recvmsg(sqe, fd, msg, (unsigned)flags)));
+	IO_CALL(cx, 0, io_uring_prep_recvmsg(sqe, fd, msg, (unsigned)flags));
 }
 
 int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags)
@@ -333,7 +410,7 @@ int64_t cbcmn_sendmsg(cbcmn_cx *cx, int fd, const struct msghdr *msg, int flags)
 
 int64_t cbcmn_accept(cbcmn_cx *cx, int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 {
-	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_accept(sqe, fd, addr, addrlen, flags));
+	IO_CALL(cx, 0, io_uring_prep_accept(sqe, fd, addr, addrlen, flags));
 }
 
 int64_t cbcmn_connect(cbcmn_cx *cx, int fd, const struct sockaddr *addr, socklen_t addrlen)
@@ -356,7 +433,7 @@ int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol)
 		int fd = socket(domain, type, protocol);
 		return fd < 0 ? -errno : fd;
 	}
-	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_socket(sqe, domain, type, protocol, 0));
+	IO_CALL(cx, 0, io_uring_prep_socket(sqe, domain, type, protocol, 0));
 }
 
 int64_t cbcmn_close(cbcmn_cx *cx, int fd)
@@ -368,7 +445,7 @@ int64_t cbcmn_openat(cbcmn_cx *cx, int dirfd, const char *path, int flags, mode_
 {
 	if (!path)
 		return -EFAULT;
-	IO_CALL(cx, IO_FD_RESULT, io_uring_prep_openat(sqe, dirfd, path, flags, mode));
+	IO_CALL(cx, 0, io_uring_prep_openat(sqe, dirfd, path, flags, mode));
 }
 
 int64_t cbcmn_statx(cbcmn_cx *cx, int dirfd, const char *path, int flags, unsigned int mask,

@@ -479,7 +479,8 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
  * the same fd number, which other executors use for MSG_RING.  First wait
  * for the old thread to be gone: its exit cancels its requests and waits
  * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end as cancelled, and so do its streams and acceptors.
+ * waits end with what the old CQ says (io.c), its streams and acceptors as
+ * cancelled.
  *
  * "Gone" is pthread_join() of the old thread: it returns once the kernel
  * has cleared the thread's tid at its very end (CLONE_CHILD_CLEARTID, after
@@ -518,8 +519,8 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	r->u.ring_fd = r->fd = oldfd;
 	if (!r->registered)
 		r->u.enter_ring_fd = oldfd;
+	cbcmn__io_orphan_all(e, &old); /* reads the old CQ: before the unmap */
 	ring_unmap(&old, -1); /* its fd number is the new ring's now */
-	cbcmn__io_orphan_all(e);
 	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;
 	return 0;

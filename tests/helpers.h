@@ -185,14 +185,22 @@ static inline int t_watchdog_teardown(void **state)
 	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup, t_watchdog_teardown, \
 						 (void *)#f)
 
-/* A runtime with workers executors and cfg.flags = flags. */
-static inline cbcmn_runtime *t_runtime_flags(uint32_t workers, uint32_t flags)
+/* A runtime with workers executors, cfg.flags = flags and cfg.ring_flags =
+ * ring_flags. */
+static inline cbcmn_runtime *t_runtime_with(uint32_t workers, uint32_t flags, uint32_t ring_flags)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = workers;
 	cfg.flags = flags;
+	cfg.ring_flags = ring_flags;
 	return t_runtime_cfg(&cfg);
+}
+
+/* A runtime with workers executors and cfg.flags = flags. */
+static inline cbcmn_runtime *t_runtime_flags(uint32_t workers, uint32_t flags)
+{
+	return t_runtime_with(workers, flags, 0);
 }
 
 /* Redirect stderr to an unlinked temp file, to check what the library

@@ -16,13 +16,17 @@
  *   - Each call costs one unit of the task's `syscalls` budget (and one op);
  *     a task out of budget waits like any other charge (docs/BUDGETS.md).
  *   - Cancellation: a task that is cancelled while its request is in flight
- *     has the request cancelled (IORING_OP_ASYNC_CANCEL) and waits for its
- *     last completion, so buffers and descriptors passed in may be released
- *     as soon as the call returns.  The call then returns CBCMN_ECANCELED
- *     (= -ECANCELED).  A descriptor a cancelled accept/openat/socket
- *     produced anyway is closed, never leaked, and so are descriptors a
- *     cancelled recvmsg received (SCM_RIGHTS).  A task already cancelled
- *     gets CBCMN_ECANCELED without submitting anything.
+ *     has the request cancelled (never submitted if it was still queued,
+ *     IORING_OP_ASYNC_CANCEL otherwise) and waits for its last completion,
+ *     so buffers and descriptors passed in may be released as soon as the
+ *     call returns.  A request that took effect anyway returns its result:
+ *     the bytes it moved (a MSG_WAITALL one stopped part-way: the count
+ *     moved), the descriptor an accept/openat/socket made, the message a
+ *     recvmsg took with its SCM_RIGHTS descriptors, all the caller's, or
+ *     the error it ran into (a socket's ECONNRESET is reported once); the
+ *     task sees the cancellation at its next call.  Only a request that
+ *     did not happen returns CBCMN_ECANCELED (= -ECANCELED).  A task
+ *     already cancelled gets CBCMN_ECANCELED without submitting anything.
  *   - Timeouts: cbcmn_io_set_timeout() gives each later call of the task a
  *     linked timeout (IORING_OP_LINK_TIMEOUT); a call that runs out of time
  *     is cancelled and returns -ETIMEDOUT.
