@@ -41,6 +41,7 @@ struct cbcmn__mshot {
 	bool done;             /* ended for good: err says why (0: EOF) */
 	bool cancel_sent;
 	bool nobufs;           /* ended for want of buffers: re-arm after a pause */
+	bool busy;             /* a task is inside a call on it (ms_next, ms_close) */
 	int32_t err;
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
 	uint32_t qhead, qlen, qcap;
@@ -289,12 +290,9 @@ void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
 	}
 }
 
-/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
- * m->err), or CBCMN_ECANCELED / -EBUSY. */
-static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+/* ms_next() inside: m is busy. */
+static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
 {
-	if (m->waiter)
-		return -EBUSY; /* one task at a time */
 	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
 	for (;;) {
@@ -327,6 +325,20 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 		if (cbcmn__iwait_block(&iw) == CBCMN__IW_CANCELLED)
 			return CBCMN_ECANCELED;
 	}
+}
+
+/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
+ * m->err), or CBCMN_ECANCELED / -EXDEV / -EBUSY.  m is busy for the whole
+ * call, not only while a CQE is awaited: the task may also wait for budget
+ * or for buffers with no waiter on m, and m must not be closed under it. */
+static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
+	if (m->busy)
+		return -EBUSY; /* one task at a time */
+	m->busy = true;
+	int64_t rc = ms_next_busy(t, m, it);
+	m->busy = false;
+	return rc;
 }
 
 /* Cancel m's SQE and wait for its last CQE; then nothing refers to m. */
@@ -390,8 +402,9 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	struct cbcmn_task *t = ms_self(cx, m, &err);
 	if (!t)
 		return (int)err;
-	if (m->waiter)
+	if (m->busy)
 		return -EBUSY;
+	m->busy = true; /* for good: no call may start on it while it closes */
 	ms_quiesce(t, m);
 	if (m->held >= 0)
 		buf_return(m->e, (uint32_t)m->held);
@@ -430,6 +443,8 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	struct cbcmn_task *t = ms_self(cx, m, &err);
 	if (!t)
 		return err;
+	if (m->busy)
+		return -EBUSY; /* before the buffer another task's call handed out */
 	if (m->held >= 0) {
 		buf_return(m->e, (uint32_t)m->held);
 		m->held = -1;

@@ -292,6 +292,80 @@ static void test_stream_cancel_from_thread(void **state)
 	stream_cancel_case(true);
 }
 
+/* ---- closing a stream its reader is still inside (issue 12, item 1) ---------- */
+
+/* The reader waits for budget inside cbcmn_stream_recv(): its stream has no
+ * waiter then, but it is in use, and closing it must answer -EBUSY instead
+ * of freeing it under the reader. */
+struct bw {
+	int sv[2];
+	cbcmn_stream *s;
+	_Atomic int stage; /* 1: first chunk taken, about to ask again */
+	int64_t r1, r2;
+	char got[4];
+};
+
+static int64_t budget_reader(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	const void *d;
+	b->r1 = cbcmn_stream_recv(cx, b->s, &d); /* the one syscall it may pay */
+	atomic_store(&b->stage, 1);
+	b->r2 = cbcmn_stream_recv(cx, b->s, &d); /* waits for budget first */
+	if (b->r2 > 0)
+		memcpy(b->got, d, (size_t)b->r2 < sizeof(b->got) ? (size_t)b->r2 : sizeof(b->got));
+	return 0;
+}
+
+static int64_t budget_close_main(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	int rc = cbcmn_stream_open(cx, b->sv[0], &b->s);
+	if (rc)
+		return rc;
+	TASK_CHECK(write(b->sv[1], "a", 1) == 1);
+	cbcmn_nursery *n;
+	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n)) != 0)
+		return rc;
+	cbcmn_budget ask = {.syscalls = 1};
+	cbcmn_caps none = {.flags = 0}; /* no CapBudget: it cannot recharge itself */
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
+			      .shard = cbcmn_cx_executor(cx)};
+	cbcmn_task *child;
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, budget_reader, b, &o, &child) == 0);
+	while (!atomic_load(&b->stage))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx); /* the reader is now waiting for budget */
+	TASK_CHECK(cbcmn_stream_close(cx, b->s) == -EBUSY);
+	TASK_CHECK(write(b->sv[1], "bc", 2) == 2);
+	cbcmn_budget more = {.syscalls = 10};
+	TASK_CHECK(cbcmn_budget_recharge(cx, child, &more) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_task_join(cx, child, NULL) == 0);
+	return cbcmn_stream_close(cx, b->s);
+}
+
+static void test_close_during_budget_wait_is_ebusy(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct bw b = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
+	assert_int_equal(run_on_0(rt, budget_close_main, &b), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.r1, 1);
+	assert_int_equal(b.r2, 2);
+	assert_memory_equal(b.got, "bc", 2);
+	close(b.sv[0]);
+	close(b.sv[1]);
+	t_destroy(rt);
+}
+
 /* ---- acceptors ------------------------------------------------------------------ */
 
 static int listener(uint16_t *port)
@@ -387,6 +461,7 @@ int main(void)
 		T_WATCHED_TEST(test_stream_other_executor),
 		T_WATCHED_TEST(test_stream_cancel),
 		T_WATCHED_TEST(test_stream_cancel_from_thread),
+		T_WATCHED_TEST(test_close_during_budget_wait_is_ebusy),
 		T_WATCHED_TEST(test_acceptor),
 		T_WATCHED_TEST(test_bad_input),
 	};

@@ -90,7 +90,10 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  * per event.  Each belongs to the executor of the task that opened it and
  * may only be used by tasks running there (-EXDEV elsewhere): open and use
  * it from a pinned task (cbcmn_nursery_spawn_pinned()).  One task at a time
- * may wait on it (-EBUSY otherwise).  -EOPNOTSUPP where the kernel lacks
+ * may be inside a call on it: while a task is in cbcmn_stream_recv() or
+ * cbcmn_acceptor_next() (waiting for data, for buffers, for budget, or
+ * backing off), another call on the object, its close included, returns
+ * -EBUSY and changes nothing.  -EOPNOTSUPP where the kernel lacks
  * multishot recv and buffer rings (6.0) or multishot accept (5.19).
  */
 typedef struct cbcmn_stream cbcmn_stream;
@@ -105,7 +108,8 @@ CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
  * CBCMN_ECANCELED).  Costs one unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
 /* Stop receiving, give the buffers back and free s; waits until the kernel
- * has let go of it.  Returns 0, -EINVAL, -EXDEV or -EBUSY (a task waits on it). */
+ * has let go of it.  Returns 0, -EINVAL, -EXDEV or -EBUSY (a task is inside
+ * cbcmn_stream_recv() on it: s stays open). */
 CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 
 /* Accept connections on listening socket fd; flags as accept4(2). */
