@@ -366,6 +366,441 @@ static void test_close_during_budget_wait_is_ebusy(void **state)
 	t_destroy(rt);
 }
 
+/* ---- one stream's flood must not stall the others (issue 12, item 3) ---------- */
+
+#define HOG_BYTES (24u << 20) /* more than any pool holds */
+#define HOG_BUSY_NS 5000000000ull /* the hog's task is busy this long at most */
+
+struct hog {
+	int hsv[2], vsv[2];
+	_Atomic size_t written;  /* by the flooding thread */
+	_Atomic int hog_busy;    /* the hog took its first chunk and stopped reading */
+	_Atomic int victim_waiting;
+	_Atomic int victim_got;
+	_Atomic int hog_resumed;
+	int victim_first;        /* the victim got its message before the hog read on */
+	char vmsg[4];
+	int64_t vlen;
+	size_t hog_got;
+	int hog_bad;
+	int64_t hog_end;
+	uint64_t got_ns;
+};
+
+static uint8_t hog_byte(size_t i)
+{
+	return (uint8_t)(i * 7 + (i >> 13));
+}
+
+static void *hog_flood(void *arg)
+{
+	struct hog *h = arg;
+	uint8_t buf[65536];
+	size_t off = 0;
+	while (off < HOG_BYTES) {
+		size_t n = sizeof(buf);
+		if (n > HOG_BYTES - off)
+			n = HOG_BYTES - off;
+		for (size_t i = 0; i < n; i++)
+			buf[i] = hog_byte(off + i);
+		ssize_t w = write(h->hsv[1], buf, n);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+		atomic_store(&h->written, off);
+	}
+	shutdown(h->hsv[1], SHUT_WR);
+	return NULL;
+}
+
+static void hog_check(struct hog *h, const void *data, int64_t n)
+{
+	const uint8_t *p = data;
+	for (int64_t i = 0; i < n; i++)
+		if (h->hog_got + (size_t)i >= HOG_BYTES || p[i] != hog_byte(h->hog_got + (size_t)i))
+			h->hog_bad = 1;
+	h->hog_got += (size_t)n;
+}
+
+static int64_t hog_task(cbcmn_cx *cx, void *arg)
+{
+	struct hog *h = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, h->hsv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, s, &d);
+	TASK_CHECK(n > 0);
+	hog_check(h, d, n);
+	/* Busy elsewhere: its stream stays armed and the flood keeps coming. */
+	atomic_store(&h->hog_busy, 1);
+	uint64_t end = t_now_ns() + HOG_BUSY_NS;
+	while (!atomic_load(&h->victim_got) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&h->hog_resumed, 1);
+	while ((n = cbcmn_stream_recv(cx, s, &d)) > 0)
+		hog_check(h, d, n);
+	h->hog_end = n;
+	return cbcmn_stream_close(cx, s);
+}
+
+static int64_t victim_task(cbcmn_cx *cx, void *arg)
+{
+	struct hog *h = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, h->vsv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	atomic_store(&h->victim_waiting, 1);
+	h->vlen = cbcmn_stream_recv(cx, s, &d);
+	h->got_ns = t_now_ns();
+	h->victim_first = !atomic_load(&h->hog_resumed);
+	if (h->vlen > 0)
+		memcpy(h->vmsg, d, (size_t)h->vlen < sizeof(h->vmsg) ? (size_t)h->vlen : sizeof(h->vmsg));
+	atomic_store(&h->victim_got, 1);
+	return cbcmn_stream_close(cx, s);
+}
+
+/* Waits until *flag is set, at most 10 s. */
+static void wait_flag(_Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		usleep(100);
+}
+
+/* Waits until v stops changing (for 100 ms), at most 10 s. */
+static void wait_settled(_Atomic size_t *v)
+{
+	size_t last = atomic_load(v);
+	uint64_t still = t_now_ns(), end = still + 10000000000ull;
+	while (t_now_ns() < end && t_now_ns() - still < 100000000ull) {
+		usleep(10000);
+		size_t now = atomic_load(v);
+		if (now != last) {
+			last = now;
+			still = t_now_ns();
+		}
+	}
+}
+
+/* One stream whose task stops reading while its peer floods it, beside a
+ * stream waiting for two bytes on the same executor: the two bytes arrive
+ * while the hog still reads nothing (before, the hog's queue took every
+ * buffer of the shard and the other stream spun on -ENOBUFS until the hog
+ * read again), and the hog loses nothing. */
+static void test_hog_stream_does_not_stall_others(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct hog h = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, victim_task, &h, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, hog_task, &h, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, hog_flood, &h), 0);
+	wait_flag(&h.hog_busy);
+	wait_flag(&h.victim_waiting);
+	assert_true(atomic_load(&h.hog_busy) && atomic_load(&h.victim_waiting));
+	wait_settled(&h.written); /* the hog's stream took all it will take */
+	uint64_t cpu0 = t_clock_ns(CLOCK_PROCESS_CPUTIME_ID), t0 = t_now_ns();
+	assert_int_equal(write(h.vsv[1], "hi", 2), 2);
+	wait_flag(&h.victim_got);
+	uint64_t cpu = t_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+	printf("[  INFO    ] 2-byte message beside a hog stream: waited %.3f ms, %.3f ms CPU\n",
+	       (double)(h.got_ns - t0) / 1e6, (double)cpu / 1e6);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(h.vlen, 2);
+	assert_memory_equal(h.vmsg, "hi", 2);
+	assert_true(h.victim_first);
+	assert_int_equal(h.hog_bad, 0);
+	assert_int_equal(h.hog_got, HOG_BYTES);
+	assert_int_equal(h.hog_end, 0);
+	for (int i = 0; i < 2; i++) {
+		close(h.hsv[i]);
+		close(h.vsv[i]);
+	}
+	t_destroy(rt);
+}
+
+/* Many streams whose tasks stop reading, each with more queued in its socket
+ * than its share: the pool grows with them, and another stream still gets
+ * its message while none of them reads. */
+#define MANY_HOGS 64
+#define MANY_HOG_BYTES (128u << 10)
+
+struct many {
+	int sv[MANY_HOGS][2];
+	int vsv[2];
+	_Atomic int hogs_busy, victim_waiting, victim_got, hogs_resumed;
+	int victim_first, bad;
+	int64_t vlen;
+	char vmsg[4];
+};
+
+static int64_t many_hogs_task(cbcmn_cx *cx, void *arg)
+{
+	struct many *m = arg;
+	cbcmn_stream *s[MANY_HOGS];
+	size_t got[MANY_HOGS] = {0};
+	for (int i = 0; i < MANY_HOGS; i++) {
+		int rc = cbcmn_stream_open(cx, m->sv[i][0], &s[i]);
+		if (rc)
+			return rc;
+		const void *d;
+		int64_t n = cbcmn_stream_recv(cx, s[i], &d); /* armed: the rest flows in */
+		TASK_CHECK(n > 0);
+		got[i] += n > 0 ? (size_t)n : 0;
+	}
+	atomic_store(&m->hogs_busy, 1);
+	uint64_t end = t_now_ns() + HOG_BUSY_NS;
+	while (!atomic_load(&m->victim_got) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&m->hogs_resumed, 1);
+	for (int i = 0; i < MANY_HOGS; i++) {
+		const void *d;
+		int64_t n;
+		while (got[i] < MANY_HOG_BYTES && (n = cbcmn_stream_recv(cx, s[i], &d)) > 0)
+			got[i] += (size_t)n;
+		if (got[i] != MANY_HOG_BYTES)
+			m->bad = 1;
+		TASK_CHECK(cbcmn_stream_close(cx, s[i]) == 0);
+	}
+	return 0;
+}
+
+static int64_t many_victim_task(cbcmn_cx *cx, void *arg)
+{
+	struct many *m = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, m->vsv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	atomic_store(&m->victim_waiting, 1);
+	m->vlen = cbcmn_stream_recv(cx, s, &d);
+	m->victim_first = !atomic_load(&m->hogs_resumed);
+	if (m->vlen > 0)
+		memcpy(m->vmsg, d, (size_t)m->vlen < sizeof(m->vmsg) ? (size_t)m->vlen : sizeof(m->vmsg));
+	atomic_store(&m->victim_got, 1);
+	return cbcmn_stream_close(cx, s);
+}
+
+static void test_many_hog_streams_do_not_stall_others(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct many *m = calloc(1, sizeof(*m));
+	assert_non_null(m);
+	static char blob[MANY_HOG_BYTES];
+	for (int i = 0; i < MANY_HOGS; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m->sv[i]), 0);
+		int big = 2 * MANY_HOG_BYTES;
+		setsockopt(m->sv[i][1], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+		assert_int_equal(write(m->sv[i][1], blob, sizeof(blob)), sizeof(blob));
+	}
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m->vsv), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, many_victim_task, m, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, many_hogs_task, m, NULL), 0);
+	wait_flag(&m->hogs_busy); /* (before: the 33rd stream's first recv spun on -ENOBUFS) */
+	wait_flag(&m->victim_waiting);
+	assert_true(atomic_load(&m->hogs_busy) && atomic_load(&m->victim_waiting));
+	usleep(100000); /* the hogs' streams take what they will */
+	assert_int_equal(write(m->vsv[1], "hi", 2), 2);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(m->vlen, 2);
+	assert_memory_equal(m->vmsg, "hi", 2);
+	assert_true(m->victim_first);
+	assert_int_equal(m->bad, 0);
+	for (int i = 0; i < MANY_HOGS; i++) {
+		close(m->sv[i][0]);
+		close(m->sv[i][1]);
+	}
+	close(m->vsv[0]);
+	close(m->vsv[1]);
+	free(m);
+	t_destroy(rt);
+}
+
+/* ---- a starved stream waits for a buffer (issue 12, items 1 and 3) ------------ */
+
+/* With a stream's share the whole pool, a hog that stops reading leaves
+ * nothing for the others: they must wait, without polling for buffers
+ * (before: a re-arm every 50 us, each another -ENOBUFS), be closable by
+ * nobody meanwhile (-EBUSY: before, the close freed the stream under its
+ * waiting reader), and get the first buffer that comes back. */
+#define STARVE_BUFS 16u
+#define STARVE_BYTES (1u << 20)
+
+struct starve {
+	int hsv[2], vsv[2];
+	cbcmn_stream *vs;
+	_Atomic size_t written;
+	_Atomic int hog_busy, victim_waiting, give_one, victim_got, closed;
+	_Atomic int hog_reads;
+	int reads_when_victim_got;
+	int64_t vlen, close_rc, hog_end;
+	char vmsg[4];
+	size_t hog_got;
+	int hog_bad;
+};
+
+static void *starve_flood(void *arg)
+{
+	struct starve *s = arg;
+	static uint8_t buf[STARVE_BYTES];
+	size_t off = 0;
+	while (off < STARVE_BYTES) {
+		ssize_t w = write(s->hsv[1], buf + off, STARVE_BYTES - off);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+		atomic_store(&s->written, off);
+	}
+	shutdown(s->hsv[1], SHUT_WR);
+	return NULL;
+}
+
+/* Waits (sleeping) until *flag is set, at most HOG_BUSY_NS. */
+static void task_wait_flag(cbcmn_cx *cx, _Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + HOG_BUSY_NS;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+}
+
+static int64_t starve_hog(cbcmn_cx *cx, void *arg)
+{
+	struct starve *s = arg;
+	cbcmn_stream *st;
+	int rc = cbcmn_stream_open(cx, s->hsv[0], &st);
+	if (rc)
+		return rc;
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, st, &d);
+	TASK_CHECK(n > 0);
+	s->hog_got += n > 0 ? (size_t)n : 0;
+	atomic_store(&s->hog_reads, 1);
+	atomic_store(&s->hog_busy, 1);
+	task_wait_flag(cx, &s->give_one);
+	/* The next call gives back the buffer it held: one, no more. */
+	n = cbcmn_stream_recv(cx, st, &d);
+	TASK_CHECK(n > 0);
+	s->hog_got += n > 0 ? (size_t)n : 0;
+	atomic_store(&s->hog_reads, 2);
+	task_wait_flag(cx, &s->victim_got);
+	atomic_store(&s->hog_reads, 3);
+	while ((n = cbcmn_stream_recv(cx, st, &d)) > 0)
+		s->hog_got += (size_t)n;
+	s->hog_end = n;
+	return cbcmn_stream_close(cx, st);
+}
+
+static int64_t starve_victim(cbcmn_cx *cx, void *arg)
+{
+	struct starve *s = arg;
+	int rc = cbcmn_stream_open(cx, s->vsv[0], &s->vs);
+	if (rc)
+		return rc;
+	const void *d;
+	atomic_store(&s->victim_waiting, 1);
+	s->vlen = cbcmn_stream_recv(cx, s->vs, &d);
+	s->reads_when_victim_got = atomic_load(&s->hog_reads);
+	if (s->vlen > 0)
+		memcpy(s->vmsg, d, (size_t)s->vlen < sizeof(s->vmsg) ? (size_t)s->vlen : sizeof(s->vmsg));
+	atomic_store(&s->victim_got, 1);
+	return cbcmn_stream_close(cx, s->vs);
+}
+
+static int64_t starve_closer(cbcmn_cx *cx, void *arg)
+{
+	struct starve *s = arg;
+	s->close_rc = cbcmn_stream_close(cx, s->vs);
+	atomic_store(&s->closed, 1);
+	return 0;
+}
+
+static uint64_t backpressure(cbcmn_runtime *rt)
+{
+	cbcmn_executor_stats ex;
+	cbcmn_stats st;
+	if (cbcmn_stats_snapshot(rt, &st, &ex, 1) != 0)
+		return 0;
+	return ex.ring_msgs_backpressure;
+}
+
+static void test_starved_stream_waits_for_a_buffer(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stream_bufs_max = STARVE_BUFS;
+	cfg.stream_buf_share = STARVE_BUFS;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct starve s = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s.hsv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s.vsv), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_victim, &s, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_hog, &s, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, starve_flood, &s), 0);
+	wait_flag(&s.hog_busy);
+	wait_flag(&s.victim_waiting);
+	wait_settled(&s.written); /* the hog holds the whole pool */
+	uint64_t base = backpressure(rt);
+	assert_int_equal(write(s.vsv[1], "hi", 2), 2);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (backpressure(rt) == base && t_now_ns() < end)
+		usleep(1000); /* the victim found no buffer */
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_closer, &s, NULL), 0);
+	wait_flag(&s.closed);
+	uint64_t c0 = backpressure(rt);
+	usleep(200000);
+	uint64_t c1 = backpressure(rt);
+	atomic_store(&s.give_one, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(s.close_rc, -EBUSY);
+	printf("[  INFO    ] starved for 200 ms: %llu more -ENOBUFS\n", (unsigned long long)(c1 - c0));
+	assert_true(c1 - c0 <= 1); /* it waited; it did not poll */
+	assert_int_equal(s.vlen, 2);
+	assert_memory_equal(s.vmsg, "hi", 2);
+	assert_int_equal(s.reads_when_victim_got, 2); /* one buffer back was enough */
+	assert_int_equal(s.hog_got, STARVE_BYTES);
+	assert_int_equal(s.hog_end, 0);
+	for (int i = 0; i < 2; i++) {
+		close(s.hsv[i]);
+		close(s.vsv[i]);
+	}
+	t_destroy(rt);
+}
+
 /* ---- acceptors ------------------------------------------------------------------ */
 
 static int listener(uint16_t *port)
@@ -453,6 +888,31 @@ static void test_bad_input(void **state)
 	assert_int_equal(cbcmn_acceptor_close(NULL, NULL), -EINVAL);
 }
 
+/* Stream buffer settings out of range are refused, not clamped. */
+static void test_bad_stream_config(void **state)
+{
+	(void)state;
+	static const struct {
+		uint32_t size, share, max;
+	} bad[] = {
+		{32, 0, 0},          /* buffers under 64 bytes */
+		{(2u << 20), 0, 0},  /* over 1 MiB */
+		{0, 0, 40000},       /* more than a buffer ring holds */
+		{0, 64, 32},         /* a share above the pool's limit */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.stream_buf_size = bad[i].size;
+		cfg.stream_buf_share = bad[i].share;
+		cfg.stream_bufs_max = bad[i].max;
+		cbcmn_runtime *rt = NULL;
+		assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
+		assert_null(rt);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -462,8 +922,12 @@ int main(void)
 		T_WATCHED_TEST(test_stream_cancel),
 		T_WATCHED_TEST(test_stream_cancel_from_thread),
 		T_WATCHED_TEST(test_close_during_budget_wait_is_ebusy),
+		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
+		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
+		T_WATCHED_TEST(test_starved_stream_waits_for_a_buffer),
 		T_WATCHED_TEST(test_acceptor),
 		T_WATCHED_TEST(test_bad_input),
+		T_WATCHED_TEST(test_bad_stream_config),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,8 +85,12 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  * Multishot: one SQE that keeps delivering (docs/IO.md).
  *
  * A stream receives from a connected socket into buffers of its executor's
- * provided-buffer ring (1024 x 4 KiB per executor, made on first use); an
- * acceptor accepts connection after connection.  Neither re-arms a poll
+ * pool of provided buffers (made on first use, growing with the streams
+ * open: cbcmn_config.stream_buf_size, stream_buf_share, stream_bufs_max);
+ * each stream holds at most its share of the pool and then stops receiving
+ * until its task has taken what it holds, so a task that does not read
+ * leaves the other streams their buffers (docs/IO.md); an acceptor accepts
+ * connection after connection.  Neither re-arms a poll
  * per event.  Each belongs to the executor of the task that opened it and
  * may only be used by tasks running there (-EXDEV elsewhere): open and use
  * it from a pinned task (cbcmn_nursery_spawn_pinned()).  One task at a time
@@ -102,10 +106,13 @@ typedef struct cbcmn_acceptor cbcmn_acceptor;
 /* Start receiving from socket fd (which stays the caller's to close, after
  * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP. */
 CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
-/* The next chunk received: *data points into a buffer that stays valid until
- * the next call on the stream or its close.  Returns the chunk's length, 0
- * at end of stream, or a negative errno (a recv(2) error, -EXDEV, -EBUSY,
- * CBCMN_ECANCELED).  Costs one unit of the syscalls budget. */
+/* The next chunk received (at most stream_buf_size bytes): *data points
+ * into a buffer that stays valid until the next call on the stream or its
+ * close.  Returns the chunk's length, 0 at end of stream, or a negative
+ * errno (a recv(2) error, -ENOMEM, -EXDEV, -EBUSY, CBCMN_ECANCELED).  When
+ * the pool is empty and at its limit, waits (without polling) for a buffer
+ * to come back; buffers go to the streams waiting for one in the order they
+ * began to wait.  Costs one unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
 /* Stop receiving, give the buffers back and free s; waits until the kernel
  * has let go of it.  Returns 0, -EINVAL, -EXDEV or -EBUSY (a task is inside
