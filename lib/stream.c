@@ -23,6 +23,12 @@
  * kernel last ran its receive), up to stream_bufs_max.  A stream that finds
  * the pool empty and at its limit waits, without polling, in a FIFO of
  * starved streams: each buffer that comes back wakes the longest waiting.
+ *
+ * An acceptor whose accept fails for a cause that passes (out of
+ * descriptors or memory, a connection aborted before it was taken) backs
+ * off, 1 ms doubling to 100 ms, and accepts again; the connections wait in
+ * the listen backlog meanwhile.  Each such failure counts in accept_errors
+ * and fires the accept_error probe.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -31,11 +37,14 @@
 #include <unistd.h>
 
 #include "iwait.h"
+#include "probes.h"
 #include "runtime.h"
 
 #define BUFPOOL_BGID 0
 #define BUFPOOL_CHUNK_BYTES (1u << 20) /* a pool grows a mapping of this size at a time */
 #define MS_QUEUE_MIN 16u
+#define ACCEPT_BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept */
+#define ACCEPT_BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
 
 enum { MS_STREAM, MS_ACCEPT };
 
@@ -64,6 +73,8 @@ struct cbcmn__mshot {
 	struct cbcmn__bufpool *pool; /* stream: where its buffers come from */
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
 	uint32_t accept_flags;
+	uint64_t retry_at;     /* acceptor: not armed again before (runtime clock) */
+	uint64_t backoff_ns;   /* acceptor: its last pause, 0 after a success */
 };
 
 struct cbcmn_stream {
@@ -364,20 +375,54 @@ static void stream_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 	}
 }
 
+/* Accept errors that pass: the process (or the system) is out of
+ * descriptors or memory, and the connection waits in the backlog until it
+ * is not; or the connection went away before it was taken (accept(2): to
+ * be treated like EAGAIN). */
+static bool accept_transient(int32_t res)
+{
+	switch (-res) {
+	case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS:
+	case ECONNABORTED: case EPROTO: case ENETDOWN: case ENETUNREACH: case EHOSTDOWN:
+	case EHOSTUNREACH: case ENONET: case ENOPROTOOPT: case EAGAIN: case EINTR:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* An acceptor's CQE: a connection, or why its SQE stopped. */
+static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res)
+{
+	if (res >= 0) {
+		m->backoff_ns = 0;
+		if (ms_push(m, (uint32_t)res, 0) != 0)
+			close(res); /* no room to queue it: refuse it, never leak */
+	} else if (m->cancel_sent && res == -ECANCELED) {
+		/* closing */
+	} else if (accept_transient(res)) {
+		/* Not the end: ms_next() arms it again after the pause (a
+		 * server at its descriptor limit meets EMFILE first). */
+		uint64_t b = m->backoff_ns ? m->backoff_ns * 2 : ACCEPT_BACKOFF_MIN_NS;
+		m->backoff_ns = b < ACCEPT_BACKOFF_MAX_NS ? b : ACCEPT_BACKOFF_MAX_NS;
+		m->retry_at = cbcmn__now(e->rt) + m->backoff_ns;
+		CBCMN__COUNT(e, accept_errors, 1);
+		CBCMN_PROBE3(accept_error, e->id, -res, m->backoff_ns);
+	} else {
+		m->done = true;
+		m->err = res;
+	}
+}
+
 /* Executor side: a CQE of m's SQE. */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
 	if (!(flags & IORING_CQE_F_MORE))
 		m->armed = false; /* its last: re-armed on demand, or freed */
-	if (m->kind == MS_STREAM) {
+	if (m->kind == MS_STREAM)
 		stream_cqe(e, m, res, flags);
-	} else if (res >= 0) {
-		if (ms_push(m, (uint32_t)res, 0) != 0)
-			close(res); /* no room to queue it: refuse it, never leak */
-	} else if (!(m->cancel_sent && res == -ECANCELED)) {
-		m->done = true;
-		m->err = res;
-	}
+	else
+		accept_cqe(e, m, res);
 	ms_event(e, m);
 }
 
@@ -526,6 +571,17 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 			if (how == CBCMN__IW_CANCELLED)
 				return CBCMN_ECANCELED;
 			continue;
+		}
+		if (!m->armed && m->retry_at) {
+			/* An acceptor backing off: sleep (cancellably) first. */
+			uint64_t now = cbcmn__now(t->rt);
+			if (now < m->retry_at) {
+				int rc = cbcmn_sleep((cbcmn_cx *)t, m->retry_at - now);
+				if (rc != 0 && rc != CBCMN_ECANCELED)
+					m->retry_at = 0; /* no timer: try again now */
+				continue;
+			}
+			m->retry_at = 0;
 		}
 		if (!m->armed)
 			ms_arm(m);

@@ -1,6 +1,8 @@
 /* test_stream.c: multishot receive streams and acceptors (cbcmn_io.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "helpers.h"
@@ -876,6 +878,147 @@ static void test_acceptor(void **state)
 	t_destroy(rt);
 }
 
+/* ---- an acceptor out of descriptors (issue 12, item 4) -------------------------- */
+
+/* Descriptors taken until the process is at its (lowered) limit. */
+struct fdfill {
+	int fd[64];
+	int n;
+	struct rlimit saved;
+};
+
+static void fd_unfill(struct fdfill *f)
+{
+	for (int i = 0; i < f->n; i++)
+		close(f->fd[i]);
+	f->n = 0;
+	setrlimit(RLIMIT_NOFILE, &f->saved);
+}
+
+/* Lower the soft RLIMIT_NOFILE to a little above the lowest free
+ * descriptor, then take every descriptor left under it: the next accept
+ * fails with EMFILE.  (Descriptors open above the limit stay usable.) */
+static void fd_fill(struct fdfill *f)
+{
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &f->saved), 0);
+	int top = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	assert_true(top >= 0);
+	f->fd[0] = top;
+	f->n = 1;
+	struct rlimit lim = f->saved;
+	lim.rlim_cur = (rlim_t)top + 8;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+	int fd;
+	errno = 0;
+	while (f->n < 64 && (fd = fcntl(top, F_DUPFD_CLOEXEC, 0)) >= 0)
+		f->fd[f->n++] = fd;
+	if (errno != EMFILE) {
+		int err = errno;
+		fd_unfill(f); /* the next tests get their limit back */
+		fail_msg("filling the descriptor table: %s", strerror(err));
+	}
+}
+
+struct emf {
+	int lfd;
+	uint16_t port;
+	int cfd[2];
+	struct fdfill fill;
+	cbcmn_runtime *rt;
+	cbcmn_acceptor *ac;
+	int64_t got[2];
+	int errors_seen, close_rc;
+};
+
+static uint64_t accept_errors(cbcmn_runtime *rt)
+{
+	cbcmn_stats st;
+	if (cbcmn_stats_snapshot(rt, &st, NULL, 0) != 0)
+		return 0;
+	return st.total.accept_errors;
+}
+
+/* Frees the descriptors once the acceptor has run into the limit a few
+ * times; meanwhile the acceptor, its task inside cbcmn_acceptor_next()
+ * backing off, cannot be closed. */
+static int64_t emf_freer(cbcmn_cx *cx, void *arg)
+{
+	struct emf *m = arg;
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (accept_errors(m->rt) < 3 && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	m->errors_seen = (int)accept_errors(m->rt);
+	m->close_rc = cbcmn_acceptor_close(cx, m->ac);
+	fd_unfill(&m->fill);
+	return 0;
+}
+
+static int64_t emf_main(cbcmn_cx *cx, void *arg)
+{
+	struct emf *m = arg;
+	int rc = cbcmn_acceptor_open(cx, m->lfd, SOCK_CLOEXEC, &m->ac);
+	cbcmn_acceptor *ac = m->ac;
+	if (rc) {
+		fd_unfill(&m->fill);
+		return rc;
+	}
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(m->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	TASK_CHECK(cbcmn_connect(cx, m->cfd[0], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	cbcmn_nursery *n;
+	if ((rc = cbcmn_nursery_open(m->rt, cx, &n)) != 0) {
+		fd_unfill(&m->fill);
+		return rc;
+	}
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, cbcmn_cx_executor(cx), emf_freer, m, NULL) ==
+		   0);
+	m->got[0] = cbcmn_acceptor_next(cx, ac); /* at the limit until the freer runs */
+	if (m->got[0] < 0)
+		fd_unfill(&m->fill); /* (the acceptor gave up) */
+	cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_connect(cx, m->cfd[1], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	m->got[1] = cbcmn_acceptor_next(cx, ac); /* and it keeps accepting */
+	for (int i = 0; i < 2; i++)
+		if (m->got[i] >= 0)
+			close((int)m->got[i]);
+	return cbcmn_acceptor_close(cx, ac);
+}
+
+/* A server at its descriptor limit: the accept fails with EMFILE, which
+ * passes; the acceptor backs off, counts it, tries again, and accepts the
+ * connection once descriptors are free, and the next one too (before, it
+ * ended for good: -EMFILE from every later call). */
+static void test_acceptor_survives_emfile(void **state)
+{
+	(void)state;
+	struct emf m = {0};
+	m.rt = t_runtime(2);
+	m.lfd = listener(&m.port);
+	assert_true(m.lfd >= 0);
+	for (int i = 0; i < 2; i++) {
+		m.cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(m.cfd[i] >= 0);
+	}
+	fd_fill(&m.fill);
+	int64_t r = run_on_0(m.rt, emf_main, &m);
+	fd_unfill(&m.fill);
+	if (r == -EOPNOTSUPP) {
+		close(m.lfd);
+		t_destroy(m.rt);
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	}
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(m.errors_seen >= 3); /* counted, and retried */
+	assert_int_equal(m.close_rc, -EBUSY);
+	assert_true(m.got[0] >= 0);
+	assert_true(m.got[1] >= 0);
+	for (int i = 0; i < 2; i++)
+		close(m.cfd[i]);
+	close(m.lfd);
+	t_destroy(m.rt);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -926,6 +1069,7 @@ int main(void)
 		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
 		T_WATCHED_TEST(test_starved_stream_waits_for_a_buffer),
 		T_WATCHED_TEST(test_acceptor),
+		T_WATCHED_TEST(test_acceptor_survives_emfile),
 		T_WATCHED_TEST(test_bad_input),
 		T_WATCHED_TEST(test_bad_stream_config),
 	};

@@ -514,6 +514,10 @@ typedef struct cbcmn_executor_stats {
 	int32_t node;             /* that CPU's NUMA node id, -1 if not pinned */
 	uint32_t state;           /* cbcmn_exec_state, at snapshot time */
 	int32_t tid;              /* its thread id, 0 while it has no thread */
+	/* Accepts of its acceptors that failed for a cause that passes (out of
+	 * descriptors or memory: EMFILE, ENFILE, ENOMEM, ENOBUFS; a connection
+	 * aborted): the acceptor backed off and tried again (docs/IO.md). */
+	uint64_t accept_errors;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */

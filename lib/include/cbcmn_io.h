@@ -122,7 +122,14 @@ CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 /* Accept connections on listening socket fd; flags as accept4(2). */
 CBCMN_API int cbcmn_acceptor_open(cbcmn_cx *cx, int fd, int flags, cbcmn_acceptor **out);
 /* The next connection's descriptor, or a negative errno (the accept error
- * that ended the acceptor, -EXDEV, -EBUSY, CBCMN_ECANCELED). */
+ * that ended the acceptor, -EXDEV, -EBUSY, CBCMN_ECANCELED).  An accept
+ * that fails for a cause that passes (EMFILE, ENFILE, ENOMEM, ENOBUFS: out
+ * of descriptors or memory; ECONNABORTED, EPROTO and the network errors
+ * accept(2) lists: a connection gone before it was taken) does not end the
+ * acceptor: the call keeps waiting while it backs off (1 ms, doubling to
+ * 100 ms; the connections wait in the listen backlog) and accepts again.
+ * Each such failure counts in cbcmn_executor_stats.accept_errors and fires
+ * the accept_error probe.  Costs one unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_acceptor_next(cbcmn_cx *cx, cbcmn_acceptor *a);
 /* Stop accepting and free a; connections accepted but not taken are
  * closed.  Returns 0, -EINVAL, -EXDEV or -EBUSY. */
