@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "iwait.h"
@@ -63,6 +64,7 @@ struct cbcmn__mshot {
 	bool nobufs;           /* its SQE ended for want of buffers */
 	bool busy;             /* a task is inside a call on it (ms_next, ms_close) */
 	bool starved;          /* stream: on its pool's starved list */
+	bool claims;           /* stream: starved with data (or its end) waiting */
 	bool turn;             /* stream: woken for a buffer it has not asked for yet */
 	int32_t err;
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
@@ -216,16 +218,22 @@ static void starved_remove(struct cbcmn__bufpool *p, struct cbcmn__mshot *m)
 
 static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m);
 
-/* Buffers are free: wake as many starved streams, longest waiting first,
- * as there are buffers no woken stream has been promised. */
+/* Buffers are free: wake the starved streams in the order they began to
+ * wait, each with data waiting promised a buffer, as long as there are
+ * buffers no woken stream has been promised.  A stream without data
+ * takes no buffer when it arms (the kernel picks one when data comes). */
 static void pool_wake(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 {
-	while (p->starved && pool_free(p) > p->promised) {
-		struct cbcmn__mshot *m = p->starved;
+	struct cbcmn__mshot *m = p->starved;
+	while (m && pool_free(p) > p->promised) {
+		struct cbcmn__mshot *next = m->snext;
 		starved_remove(p, m);
-		m->turn = true;
-		p->promised++;
+		if (m->claims) {
+			m->turn = true;
+			p->promised++;
+		}
 		ms_event(e, m);
+		m = next;
 	}
 }
 
@@ -482,7 +490,7 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e)
 		if (m->kind == MS_STREAM) {
 			m->qhead = m->qlen = 0;
 			m->held = -1;
-			m->starved = m->turn = false; /* the old pool forgot its lists */
+			m->starved = m->turn = m->claims = false; /* the old pool forgot its lists */
 			m->sprev = m->snext = NULL;
 		}
 		m->armed = m->cancel_sent = m->nobufs = false;
@@ -538,6 +546,24 @@ static bool stream_may_rearm(struct cbcmn__exec *e, struct cbcmn__mshot *m)
 	return true;
 }
 
+/* What waits in stream m's socket, looked at without taking it: 1 data, 0
+ * its end (EOF, or an error, then in m->err), -1 nothing yet.  For a stream
+ * the pool cannot serve: a multishot recv picks its buffer before it looks
+ * at the socket, so -ENOBUFS says nothing about what is waiting. */
+static int stream_peek(struct cbcmn__mshot *m)
+{
+	char c;
+	ssize_t n = recv(m->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0)
+		return 1;
+	if (n == 0)
+		return 0;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return -1;
+	m->err = -errno;
+	return 0;
+}
+
 /* ms_next() inside: m is busy. */
 static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
 {
@@ -557,7 +583,14 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 			return CBCMN_ECANCELED;
 		if (!m->armed && m->nobufs && !stream_may_rearm(t->exec, m)) {
 			/* Starved: in line for the next buffer that comes back
-			 * (pool_wake()), not polling for one. */
+			 * (pool_wake()), not polling for one.  Its end needs
+			 * no buffer. */
+			int what = stream_peek(m);
+			if (what == 0) {
+				m->done = true;
+				continue;
+			}
+			m->claims = what > 0;
 			m->starved = true;
 			m->sprev = m->pool->starved_tail;
 			if (m->sprev)

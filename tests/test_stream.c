@@ -652,17 +652,25 @@ static void test_many_hog_streams_do_not_stall_others(void **state)
 #define STARVE_BUFS 16u
 #define STARVE_BYTES (1u << 20)
 
+struct starve;
+
+struct victim {
+	struct starve *s;
+	int sv[2];
+	cbcmn_stream *st;
+	_Atomic int waiting, got;
+	int hog_reads_then;      /* the hog's reads when the victim got its message */
+	int64_t len;
+	char msg[4];
+};
+
 struct starve {
-	int hsv[2], vsv[2];
-	cbcmn_stream *vs;
+	int hsv[2];
+	struct victim v[2];
 	_Atomic size_t written;
-	_Atomic int hog_busy, victim_waiting, give_one, victim_got, closed;
-	_Atomic int hog_reads;
-	int reads_when_victim_got;
-	int64_t vlen, close_rc, hog_end;
-	char vmsg[4];
+	_Atomic int hog_busy, give_one, closed, hog_reads;
+	int64_t close_rc, hog_end;
 	size_t hog_got;
-	int hog_bad;
 };
 
 static void *starve_flood(void *arg)
@@ -689,6 +697,9 @@ static void task_wait_flag(cbcmn_cx *cx, _Atomic int *flag)
 		cbcmn_sleep(cx, 1000000);
 }
 
+/* Takes one chunk and stops reading (its stream takes the whole pool);
+ * on give_one, takes the next, which gives back exactly one buffer; reads
+ * on when the last victim got its message. */
 static int64_t starve_hog(cbcmn_cx *cx, void *arg)
 {
 	struct starve *s = arg;
@@ -703,12 +714,11 @@ static int64_t starve_hog(cbcmn_cx *cx, void *arg)
 	atomic_store(&s->hog_reads, 1);
 	atomic_store(&s->hog_busy, 1);
 	task_wait_flag(cx, &s->give_one);
-	/* The next call gives back the buffer it held: one, no more. */
 	n = cbcmn_stream_recv(cx, st, &d);
 	TASK_CHECK(n > 0);
 	s->hog_got += n > 0 ? (size_t)n : 0;
 	atomic_store(&s->hog_reads, 2);
-	task_wait_flag(cx, &s->victim_got);
+	task_wait_flag(cx, &s->v[1].got);
 	atomic_store(&s->hog_reads, 3);
 	while ((n = cbcmn_stream_recv(cx, st, &d)) > 0)
 		s->hog_got += (size_t)n;
@@ -718,24 +728,24 @@ static int64_t starve_hog(cbcmn_cx *cx, void *arg)
 
 static int64_t starve_victim(cbcmn_cx *cx, void *arg)
 {
-	struct starve *s = arg;
-	int rc = cbcmn_stream_open(cx, s->vsv[0], &s->vs);
+	struct victim *v = arg;
+	int rc = cbcmn_stream_open(cx, v->sv[0], &v->st);
 	if (rc)
 		return rc;
 	const void *d;
-	atomic_store(&s->victim_waiting, 1);
-	s->vlen = cbcmn_stream_recv(cx, s->vs, &d);
-	s->reads_when_victim_got = atomic_load(&s->hog_reads);
-	if (s->vlen > 0)
-		memcpy(s->vmsg, d, (size_t)s->vlen < sizeof(s->vmsg) ? (size_t)s->vlen : sizeof(s->vmsg));
-	atomic_store(&s->victim_got, 1);
-	return cbcmn_stream_close(cx, s->vs);
+	atomic_store(&v->waiting, 1);
+	v->len = cbcmn_stream_recv(cx, v->st, &d);
+	v->hog_reads_then = atomic_load(&v->s->hog_reads);
+	if (v->len > 0)
+		memcpy(v->msg, d, (size_t)v->len < sizeof(v->msg) ? (size_t)v->len : sizeof(v->msg));
+	atomic_store(&v->got, 1);
+	return cbcmn_stream_close(cx, v->st);
 }
 
 static int64_t starve_closer(cbcmn_cx *cx, void *arg)
 {
 	struct starve *s = arg;
-	s->close_rc = cbcmn_stream_close(cx, s->vs);
+	s->close_rc = cbcmn_stream_close(cx, s->v[1].st);
 	atomic_store(&s->closed, 1);
 	return 0;
 }
@@ -749,58 +759,170 @@ static uint64_t backpressure(cbcmn_runtime *rt)
 	return ex.ring_msgs_backpressure;
 }
 
-static void test_starved_stream_waits_for_a_buffer(void **state)
+/* A runtime whose pool is one stream's share, a hog holding all of it,
+ * and the victims' socket pairs; victim v[1] is started in n, and with n0
+ * victim v[0] in a nursery of its own, first in line. */
+static cbcmn_runtime *starve_setup(struct starve *s, cbcmn_nursery **n, cbcmn_nursery **n0,
+				   pthread_t *th)
 {
-	(void)state;
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 2;
 	cfg.stream_bufs_max = STARVE_BUFS;
 	cfg.stream_buf_share = STARVE_BUFS;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!have_streams(rt))
+		return rt;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->hsv), 0);
+	for (int i = 0; i < 2; i++) {
+		s->v[i].s = s;
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->v[i].sv), 0);
+	}
+	if (n0) {
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, n0), 0);
+		assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n0, 0, starve_victim, &s->v[0], NULL),
+				 0);
+		wait_flag(&s->v[0].waiting);
+	}
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n, 0, starve_victim, &s->v[1], NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n, 0, starve_hog, s, NULL), 0);
+	assert_int_equal(pthread_create(th, NULL, starve_flood, s), 0);
+	wait_flag(&s->hog_busy);
+	wait_flag(&s->v[1].waiting);
+	assert_true(atomic_load(&s->hog_busy) && atomic_load(&s->v[1].waiting));
+	wait_settled(&s->written); /* the hog holds the whole pool */
+	return rt;
+}
+
+/* Sends victim v its message and waits until it found no buffer. */
+static void starve_send(cbcmn_runtime *rt, struct victim *v, const char *msg)
+{
+	uint64_t base = backpressure(rt);
+	assert_int_equal(write(v->sv[1], msg, 1), 1);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (backpressure(rt) == base && t_now_ns() < end)
+		usleep(1000);
+	assert_true(backpressure(rt) > base);
+}
+
+/* The hog gives back one buffer, which must be v[1]'s turn; then the rest
+ * ends (n0, if any: cancelled). */
+static void starve_finish(cbcmn_runtime *rt, struct starve *s, cbcmn_nursery *n, pthread_t th,
+			  cbcmn_nursery *n0)
+{
+	atomic_store(&s->give_one, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	if (n0) {
+		cbcmn_nursery_cancel(n0);
+		cbcmn_nursery_await_all(NULL, n0);
+	}
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(s->v[1].len, 1);
+	assert_memory_equal(s->v[1].msg, "b", 1);
+	assert_int_equal(s->v[1].hog_reads_then, 2); /* one buffer back was its turn */
+	assert_int_equal(s->hog_got, STARVE_BYTES);
+	assert_int_equal(s->hog_end, 0);
+	close(s->hsv[0]);
+	close(s->hsv[1]);
+	for (int i = 0; i < 2; i++) {
+		close(s->v[i].sv[0]);
+		close(s->v[i].sv[1]);
+	}
+	t_destroy(rt);
+}
+
+static void test_starved_stream_waits_for_a_buffer(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
 	if (!have_streams(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 	}
-	struct starve s = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s.hsv), 0);
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s.vsv), 0);
-	cbcmn_nursery *n;
-	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
-	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_victim, &s, NULL), 0);
-	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_hog, &s, NULL), 0);
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, starve_flood, &s), 0);
-	wait_flag(&s.hog_busy);
-	wait_flag(&s.victim_waiting);
-	wait_settled(&s.written); /* the hog holds the whole pool */
-	uint64_t base = backpressure(rt);
-	assert_int_equal(write(s.vsv[1], "hi", 2), 2);
-	uint64_t end = t_now_ns() + 10000000000ull;
-	while (backpressure(rt) == base && t_now_ns() < end)
-		usleep(1000); /* the victim found no buffer */
+	starve_send(rt, &s.v[1], "b");
 	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_closer, &s, NULL), 0);
 	wait_flag(&s.closed);
 	uint64_t c0 = backpressure(rt);
 	usleep(200000);
 	uint64_t c1 = backpressure(rt);
-	atomic_store(&s.give_one, 1);
-	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
-	pthread_join(th, NULL);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(s.close_rc, -EBUSY);
 	printf("[  INFO    ] starved for 200 ms: %llu more -ENOBUFS\n", (unsigned long long)(c1 - c0));
+	assert_int_equal(s.close_rc, -EBUSY);
 	assert_true(c1 - c0 <= 1); /* it waited; it did not poll */
-	assert_int_equal(s.vlen, 2);
-	assert_memory_equal(s.vmsg, "hi", 2);
-	assert_int_equal(s.reads_when_victim_got, 2); /* one buffer back was enough */
-	assert_int_equal(s.hog_got, STARVE_BYTES);
-	assert_int_equal(s.hog_end, 0);
-	for (int i = 0; i < 2; i++) {
-		close(s.hsv[i]);
-		close(s.vsv[i]);
+	starve_finish(rt, &s, n, th, NULL);
+}
+
+/* Two starved streams; the first in line is cancelled and closed: it
+ * leaves the line, and the buffer that comes back is the second's. */
+static void test_cancelled_starved_stream_leaves_the_line(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 	}
-	t_destroy(rt);
+	starve_send(rt, &s.v[0], "a");
+	starve_send(rt, &s.v[1], "b");
+	assert_int_equal(cbcmn_nursery_cancel(n0), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), CBCMN_ECANCELED);
+	assert_int_equal(s.v[0].len, CBCMN_ECANCELED);
+	starve_finish(rt, &s, n, th, NULL);
+}
+
+/* The end of a stream needs no buffer: with the pool empty, a peer's
+ * shutdown still ends the stream at once (a multishot recv picks a buffer
+ * before it looks at the socket, and would wait for one). */
+static void test_stream_end_needs_no_buffer(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
+	wait_flag(&s.v[0].got);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), 0);
+	assert_int_equal(s.v[0].len, 0);
+	assert_int_equal(s.v[0].hog_reads_then, 1); /* before the hog gave anything back */
+	starve_send(rt, &s.v[1], "b");
+	starve_finish(rt, &s, n, th, NULL);
+}
+
+/* A stream armed while the pool is empty fails at once (-ENOBUFS) though
+ * nothing came for it: in line before a stream that has data, it must not
+ * take the one buffer that comes back (it needs none until data comes). */
+static void test_idle_starved_stream_takes_no_turn(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	uint64_t base = backpressure(rt);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n0), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n0, 0, starve_victim, &s.v[0], NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (backpressure(rt) == base && t_now_ns() < end)
+		usleep(1000); /* v[0] armed, and failed */
+	assert_true(backpressure(rt) > base);
+	starve_send(rt, &s.v[1], "b");
+	starve_finish(rt, &s, n, th, n0);
 }
 
 /* ---- acceptors ------------------------------------------------------------------ */
@@ -1068,10 +1190,15 @@ int main(void)
 		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
 		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
 		T_WATCHED_TEST(test_starved_stream_waits_for_a_buffer),
+		T_WATCHED_TEST(test_cancelled_starved_stream_leaves_the_line),
+		T_WATCHED_TEST(test_stream_end_needs_no_buffer),
+		T_WATCHED_TEST(test_idle_starved_stream_takes_no_turn),
 		T_WATCHED_TEST(test_acceptor),
 		T_WATCHED_TEST(test_acceptor_survives_emfile),
 		T_WATCHED_TEST(test_bad_input),
 		T_WATCHED_TEST(test_bad_stream_config),
 	};
+	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
