@@ -28,7 +28,10 @@
  * descriptors or memory, a connection aborted before it was taken) backs
  * off, 1 ms doubling to 100 ms, and accepts again; the connections wait in
  * the listen backlog meanwhile.  Each such failure counts in accept_errors
- * and fires the accept_error probe.
+ * and fires the accept_error probe.  An acceptor holds at most
+ * ACCEPT_QUEUE_MAX connections its task has not taken (more by what one
+ * pass of the kernel accepted): then its accept is cancelled until the
+ * task has taken them all, and the listen backlog holds the rest.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -46,6 +49,7 @@
 #define MS_QUEUE_MIN 16u
 #define ACCEPT_BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept */
 #define ACCEPT_BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
+#define ACCEPT_QUEUE_MAX 64u /* connections an acceptor holds before it stops accepting */
 
 enum { MS_STREAM, MS_ACCEPT };
 
@@ -406,6 +410,12 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 		m->backoff_ns = 0;
 		if (ms_push(m, (uint32_t)res, 0) != 0)
 			close(res); /* no room to queue it: refuse it, never leak */
+		/* Its task is not taking them: leave the rest in the listen
+		 * backlog (the kernel's back-pressure) rather than turn them
+		 * into descriptors of ours; armed again when the queue is
+		 * empty (ms_next()). */
+		if (m->armed && m->qlen >= ACCEPT_QUEUE_MAX)
+			ms_cancel(m);
 	} else if (m->cancel_sent && res == -ECANCELED) {
 		/* closing */
 	} else if (accept_transient(res)) {

@@ -1000,6 +1000,114 @@ static void test_acceptor(void **state)
 	t_destroy(rt);
 }
 
+/* An acceptor whose task does not take connections stops accepting at its
+ * bound: the rest wait in the listen backlog, not as descriptors of this
+ * process (before: every connection was accepted and queued), and none is
+ * lost. */
+#define IDLE_CONNS 200
+
+struct idle_acc {
+	int lfd;
+	uint16_t port;
+	_Atomic int armed, take;
+	int taken;
+};
+
+static int64_t idle_acceptor(cbcmn_cx *cx, void *arg)
+{
+	struct idle_acc *a = arg;
+	cbcmn_acceptor *ac;
+	int rc = cbcmn_acceptor_open(cx, a->lfd, SOCK_CLOEXEC, &ac);
+	if (rc) {
+		atomic_store(&a->armed, -1);
+		return rc;
+	}
+	int64_t fd = cbcmn_acceptor_next(cx, ac); /* the first: now it is armed */
+	TASK_CHECK(fd >= 0);
+	close((int)fd);
+	atomic_store(&a->armed, 1);
+	task_wait_flag(cx, &a->take);
+	for (int i = 0; i < IDLE_CONNS; i++) {
+		fd = cbcmn_acceptor_next(cx, ac);
+		TASK_CHECK(fd >= 0);
+		if (fd >= 0) {
+			a->taken++;
+			close((int)fd);
+		}
+	}
+	return cbcmn_acceptor_close(cx, ac);
+}
+
+/* Waits until the process's descriptor count stops changing (100 ms). */
+static int fds_settled(void)
+{
+	int last = t_count_fds();
+	uint64_t still = t_now_ns(), end = still + 10000000000ull;
+	while (t_now_ns() < end && t_now_ns() - still < 100000000ull) {
+		usleep(10000);
+		int now = t_count_fds();
+		if (now != last) {
+			last = now;
+			still = t_now_ns();
+		}
+	}
+	return last;
+}
+
+static void test_idle_acceptor_stops_at_its_bound(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct idle_acc a = {0};
+	a.lfd = listener(&a.port);
+	assert_true(a.lfd >= 0);
+	static int cfd[IDLE_CONNS + 1];
+	for (int i = 0; i <= IDLE_CONNS; i++) {
+		cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(cfd[i] >= 0);
+	}
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(a.port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, idle_acceptor, &a, NULL), 0);
+	assert_int_equal(connect(cfd[IDLE_CONNS], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (!atomic_load(&a.armed) && t_now_ns() < end)
+		usleep(1000);
+	if (atomic_load(&a.armed) < 0) {
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+		for (int i = 0; i <= IDLE_CONNS; i++)
+			close(cfd[i]);
+		close(a.lfd);
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	}
+	int base = fds_settled();
+	/* Two batches: the acceptor takes from the first past its bound (the
+	 * kernel takes what the backlog holds in one pass), which cancels its
+	 * accept; the second stays in the backlog. */
+	for (int half = 0; half < 2; half++) {
+		for (int i = half * IDLE_CONNS / 2; i < (half + 1) * IDLE_CONNS / 2; i++)
+			assert_int_equal(connect(cfd[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+		end = t_now_ns() + 10000000000ull;
+		while (half == 0 && t_count_fds() < base + IDLE_CONNS / 4 && t_now_ns() < end)
+			usleep(1000);
+		fds_settled();
+	}
+	int queued = t_count_fds() - base;
+	printf("[  INFO    ] %d connections made, %d accepted and queued\n", IDLE_CONNS, queued);
+	atomic_store(&a.take, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(queued <= IDLE_CONNS / 2);
+	assert_int_equal(a.taken, IDLE_CONNS); /* none lost */
+	for (int i = 0; i <= IDLE_CONNS; i++)
+		close(cfd[i]);
+	close(a.lfd);
+	t_destroy(rt);
+}
+
 /* ---- an acceptor out of descriptors (issue 12, item 4) -------------------------- */
 
 /* Descriptors taken until the process is at its (lowered) limit. */
@@ -1141,6 +1249,69 @@ static void test_acceptor_survives_emfile(void **state)
 	t_destroy(m.rt);
 }
 
+/* Cancelled while it backs off at the limit: the call returns
+ * CBCMN_ECANCELED promptly, the acceptor closes, nothing leaks. */
+struct emc {
+	int lfd, cfd;
+	uint16_t port;
+	int64_t r;
+	int close_rc;
+};
+
+static int64_t emc_task(cbcmn_cx *cx, void *arg)
+{
+	struct emc *m = arg;
+	cbcmn_acceptor *ac;
+	int rc = cbcmn_acceptor_open(cx, m->lfd, SOCK_CLOEXEC, &ac);
+	if (rc)
+		return rc;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(m->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	TASK_CHECK(cbcmn_connect(cx, m->cfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	m->r = cbcmn_acceptor_next(cx, ac);
+	m->close_rc = cbcmn_acceptor_close(cx, ac);
+	return 0;
+}
+
+static void test_acceptor_cancel_while_backing_off(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct emc m = {0};
+	m.lfd = listener(&m.port);
+	assert_true(m.lfd >= 0);
+	m.cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(m.cfd >= 0);
+	int fds = t_count_fds();
+	struct fdfill fill;
+	fd_fill(&fill);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, emc_task, &m, NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (accept_errors(rt) < 2 && t_now_ns() < end)
+		usleep(1000);
+	uint64_t errors = accept_errors(rt);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	int64_t rc = cbcmn_nursery_await_all(NULL, n);
+	fd_unfill(&fill);
+	if (errors == 0 && rc != CBCMN_ECANCELED) {
+		close(m.cfd);
+		close(m.lfd);
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	}
+	assert_int_equal(rc, CBCMN_ECANCELED);
+	ASSERT_TASK_CHECKS();
+	assert_true(errors >= 2);
+	assert_int_equal(m.r, CBCMN_ECANCELED);
+	assert_int_equal(m.close_rc, 0);
+	assert_int_equal(t_count_fds(), fds);
+	close(m.cfd);
+	close(m.lfd);
+	t_destroy(rt);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -1195,6 +1366,8 @@ int main(void)
 		T_WATCHED_TEST(test_idle_starved_stream_takes_no_turn),
 		T_WATCHED_TEST(test_acceptor),
 		T_WATCHED_TEST(test_acceptor_survives_emfile),
+		T_WATCHED_TEST(test_idle_acceptor_stops_at_its_bound),
+		T_WATCHED_TEST(test_acceptor_cancel_while_backing_off),
 		T_WATCHED_TEST(test_bad_input),
 		T_WATCHED_TEST(test_bad_stream_config),
 	};

@@ -129,7 +129,10 @@ CBCMN_API int cbcmn_acceptor_open(cbcmn_cx *cx, int fd, int flags, cbcmn_accepto
  * acceptor: the call keeps waiting while it backs off (1 ms, doubling to
  * 100 ms; the connections wait in the listen backlog) and accepts again.
  * Each such failure counts in cbcmn_executor_stats.accept_errors and fires
- * the accept_error probe.  Costs one unit of the syscalls budget. */
+ * the accept_error probe.  An acceptor holds at most 64 connections not
+ * yet taken (more by one pass of the kernel's): then it stops accepting
+ * until they are taken, and the listen backlog holds the rest.  Costs one
+ * unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_acceptor_next(cbcmn_cx *cx, cbcmn_acceptor *a);
 /* Stop accepting and free a; connections accepted but not taken are
  * closed.  Returns 0, -EINVAL, -EXDEV or -EBUSY. */
