@@ -90,8 +90,8 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  * each stream holds at most its share of the pool and then stops receiving
  * until its task has taken what it holds, so a task that does not read
  * leaves the other streams their buffers (docs/IO.md); an acceptor accepts
- * connection after connection.  Neither re-arms a poll
- * per event.  Each belongs to the executor of the task that opened it and
+ * connection after connection.  Neither re-arms a poll per event.  Each
+ * belongs to the executor of the task that opened it and
  * may only be used by tasks running there (-EXDEV elsewhere): open and use
  * it from a pinned task (cbcmn_nursery_spawn_pinned()).  One task at a time
  * may be inside a call on it: while a task is in cbcmn_stream_recv() or
