@@ -57,19 +57,24 @@ struct cbcmn__ring {
 	bool resubmit;        /* a submit failed with SQEs in the kernel's SQ */
 	uint32_t defer;       /* loop turns SQEs have waited */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
-	struct io_uring_buf_ring *br; /* provided buffers for streams (stream.c) */
-	char *bufs;
-	void *dead_br;        /* buffer rings of dead threads' rings, kept (stream.c) */
+	struct cbcmn__bufpool *pool; /* provided buffers for streams (stream.c) */
+	struct cbcmn__bufpool *dead_pools; /* those of dead threads' rings, kept (stream.c) */
 };
 
 /* A task's I/O request: lives on the task's stack until its last CQE. */
 struct cbcmn__ioreq;
 struct cbcmn__mshot;
+struct cbcmn__bufpool;
 
-/* Each executor's provided-buffer ring, made when its first stream opens:
- * 1024 buffers of 4 KiB (4 MiB). */
-#define CBCMN__BUFRING_N 1024u
-#define CBCMN__BUFRING_SIZE 4096u
+/* Each executor's pool of provided buffers for streams, made when its first
+ * stream opens (cbcmn_config.stream_buf_*, stream_bufs_max; docs/IO.md):
+ * the defaults, and the most buffers one buffer ring can hold. */
+#define CBCMN__STREAM_BUF_SIZE 4096u
+#define CBCMN__STREAM_BUF_SIZE_MIN 64u
+#define CBCMN__STREAM_BUF_SIZE_MAX (1u << 20)
+#define CBCMN__STREAM_BUF_SHARE 16u
+#define CBCMN__STREAM_BUFS_MAX 8192u
+#define CBCMN__STREAM_BUFS_LIMIT 32768u
 
 /* SQEs queued but not yet handed to the kernel.  (io_uring_sq_ready() counts
  * those the kernel has not consumed yet: with SQPOLL that includes SQEs

@@ -59,6 +59,9 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	cfg->child_budget = cfg->budget;
 	cfg->caps.flags = 0; /* resolved to CapSpawn + unlimited CapBudget */
 	cfg->policy = CBCMN_PIN_AUTO;
+	cfg->stream_buf_size = CBCMN__STREAM_BUF_SIZE;
+	cfg->stream_buf_share = CBCMN__STREAM_BUF_SHARE;
+	cfg->stream_bufs_max = CBCMN__STREAM_BUFS_MAX;
 }
 
 static uint32_t affinity_cpus(void)
@@ -160,6 +163,18 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	if (out->min_workers == 0 || (out->flags & CBCMN_CONFIG_LAB))
 		out->min_workers = out->workers;
 	if (out->min_workers > out->workers)
+		return -EINVAL;
+	/* Stream buffers (docs/IO.md). */
+	if (out->stream_buf_size == 0)
+		out->stream_buf_size = CBCMN__STREAM_BUF_SIZE;
+	if (out->stream_buf_share == 0)
+		out->stream_buf_share = CBCMN__STREAM_BUF_SHARE;
+	if (out->stream_bufs_max == 0)
+		out->stream_bufs_max = CBCMN__STREAM_BUFS_MAX;
+	if (out->stream_buf_size < CBCMN__STREAM_BUF_SIZE_MIN ||
+	    out->stream_buf_size > CBCMN__STREAM_BUF_SIZE_MAX ||
+	    out->stream_bufs_max > CBCMN__STREAM_BUFS_LIMIT ||
+	    out->stream_buf_share > out->stream_bufs_max)
 		return -EINVAL;
 	return 0;
 }

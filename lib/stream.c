@@ -1,7 +1,7 @@
 /* stream.c: multishot receive streams and acceptors (cbcmn_io.h).
  *
  * One SQE keeps delivering: a multishot recv puts each chunk it receives in
- * a buffer it picks from the executor's provided-buffer ring, a multishot
+ * a buffer it picks from the executor's provided-buffer pool, a multishot
  * accept posts each new connection, and neither re-arms a poll per event.
  * Both share the core below: the executor's CQE handler queues what
  * arrives (a buffer id and length, or a descriptor) on the object and wakes
@@ -12,19 +12,44 @@
  * task.  Closing cancels the SQE and waits for its last CQE (the one without
  * IORING_CQE_F_MORE) before the object is freed, so no CQE ever points to
  * freed memory; descriptors still queued are closed, buffers go back.
+ *
+ * Buffers (docs/IO.md, "Buffers"): the streams of an executor share one
+ * pool, and each may hold at most its share of it (queued plus the one its
+ * task reads): a stream that reaches its share has its SQE cancelled and is
+ * re-armed only when its task has emptied its queue, so a stream whose task
+ * is busy leaves the rest of the pool to the others.  The pool grows with
+ * the number of streams (share each), and when a stream finds it empty
+ * anyway (a stream may overshoot its share by what its socket held when the
+ * kernel last ran its receive), up to stream_bufs_max.  A stream that finds
+ * the pool empty and at its limit waits, without polling, in a FIFO of
+ * starved streams: each buffer that comes back wakes the longest waiting.
+ *
+ * An acceptor whose accept fails for a cause that passes (out of
+ * descriptors or memory, a connection aborted before it was taken) backs
+ * off, 1 ms doubling to 100 ms, and accepts again; the connections wait in
+ * the listen backlog meanwhile.  Each such failure counts in accept_errors
+ * and fires the accept_error probe.  An acceptor holds at most
+ * ACCEPT_QUEUE_MAX connections its task has not taken (more by what one
+ * pass of the kernel accepted): then its accept is cancelled until the
+ * task has taken them all, and the listen backlog holds the rest.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "iwait.h"
+#include "probes.h"
 #include "runtime.h"
 
-#define BUFRING_BGID 0
+#define BUFPOOL_BGID 0
+#define BUFPOOL_CHUNK_BYTES (1u << 20) /* a pool grows a mapping of this size at a time */
 #define MS_QUEUE_MIN 16u
-#define NOBUFS_PAUSE_NS 50000u /* out of buffers: wait this long to re-arm */
+#define ACCEPT_BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept */
+#define ACCEPT_BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
+#define ACCEPT_QUEUE_MAX 64u /* connections an acceptor holds before it stops accepting */
 
 enum { MS_STREAM, MS_ACCEPT };
 
@@ -39,15 +64,23 @@ struct cbcmn__mshot {
 	uint32_t kind;
 	bool armed;            /* its SQE may still post CQEs */
 	bool done;             /* ended for good: err says why (0: EOF) */
-	bool cancel_sent;
-	bool nobufs;           /* ended for want of buffers: re-arm after a pause */
+	bool cancel_sent;      /* its SQE is being cancelled (close, or over its share) */
+	bool nobufs;           /* its SQE ended for want of buffers */
+	bool busy;             /* a task is inside a call on it (ms_next, ms_close) */
+	bool starved;          /* stream: on its pool's starved list */
+	bool claims;           /* stream: starved with data (or its end) waiting */
+	bool turn;             /* stream: woken for a buffer it has not asked for yet */
 	int32_t err;
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
 	uint32_t qhead, qlen, qcap;
 	struct cbcmn__iwait *waiter; /* a task waiting for an item or the end */
 	struct cbcmn__mshot *prev, *next; /* the executor's list (cancellation) */
+	struct cbcmn__mshot *sprev, *snext; /* its pool's starved list */
+	struct cbcmn__bufpool *pool; /* stream: where its buffers come from */
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
 	uint32_t accept_flags;
+	uint64_t retry_at;     /* acceptor: not armed again before (runtime clock) */
+	uint64_t backoff_ns;   /* acceptor: its last pause, 0 after a success */
 };
 
 struct cbcmn_stream {
@@ -58,84 +91,204 @@ struct cbcmn_acceptor {
 	struct cbcmn__mshot ms;
 };
 
-/* ---- the executor's provided-buffer ring ------------------------------------ */
+/* ---- the executor's provided-buffer pool ------------------------------------ */
 
-static int bufring_get(struct cbcmn__exec *e)
+/* One buffer ring, registered with the executor's ring as group
+ * BUFPOOL_BGID and sized for the most buffers the pool may have; the
+ * buffers themselves are mapped a chunk at a time as the pool grows. */
+struct cbcmn__bufpool {
+	struct io_uring_buf_ring *br;
+	size_t br_bytes;
+	uint32_t mask;         /* ring entries - 1 */
+	uint32_t size, share, max; /* cbcmn_config.stream_buf_size, _share, stream_bufs_max */
+	uint32_t chunk_shift;  /* log2 of buffers per chunk */
+	uint32_t n;            /* buffers provided so far: chunks [0, n >> chunk_shift] */
+	uint32_t out;          /* taken by the kernel (CQE reaped), not given back yet */
+	uint32_t streams;      /* streams drawing from it */
+	uint32_t promised;     /* starved streams woken for a buffer, not re-armed yet */
+	char **chunk;
+	struct cbcmn__mshot *starved, *starved_tail; /* FIFO */
+	struct cbcmn__bufpool *dead; /* the next pool of a dead thread's ring */
+};
+
+static char *buf_addr(const struct cbcmn__bufpool *p, uint32_t bid)
 {
-	struct cbcmn__ring *r = &e->ring;
-	if (r->br)
-		return 0;
-	if (!e->rt->ring_caps.multishot_recv)
-		return -EOPNOTSUPP;
-	uint32_t n = CBCMN__BUFRING_N, size = CBCMN__BUFRING_SIZE;
-	size_t ringsz = (size_t)n * sizeof(struct io_uring_buf);
-	void *mem = cbcmn__mmap(NULL, ringsz + (size_t)n * size, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (mem == MAP_FAILED)
-		return -ENOMEM;
-	struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)mem,
-				       .ring_entries = n,
-				       .bgid = BUFRING_BGID};
-	int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
-	if (rc < 0) {
-		munmap(mem, ringsz + (size_t)n * size);
-		return rc == -EINVAL ? -EOPNOTSUPP : rc;
+	uint32_t per = 1u << p->chunk_shift;
+	return p->chunk[bid >> p->chunk_shift] + (size_t)(bid & (per - 1)) * p->size;
+}
+
+/* Buffers the kernel may still pick, as far as the CQEs reaped tell: never
+ * fewer than it really has (one it took shows up at the next reap). */
+static uint32_t pool_free(const struct cbcmn__bufpool *p)
+{
+	return p->n - p->out;
+}
+
+/* Map and provide buffers until the pool has want (at most max).  0, or
+ * -ENOMEM when it stopped short. */
+static int pool_grow(struct cbcmn__bufpool *p, uint32_t want)
+{
+	if (want > p->max)
+		want = p->max;
+	while (p->n < want) {
+		uint32_t per = 1u << p->chunk_shift;
+		uint32_t k = p->max - p->n < per ? p->max - p->n : per;
+		char *mem = cbcmn__mmap(NULL, (size_t)k * p->size, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (mem == MAP_FAILED)
+			return -ENOMEM;
+		p->chunk[p->n >> p->chunk_shift] = mem;
+		for (uint32_t i = 0; i < k; i++)
+			io_uring_buf_ring_add(p->br, mem + (size_t)i * p->size, p->size,
+					      (unsigned short)(p->n + i), (int)p->mask, (int)i);
+		/* Publishes the entries to the kernel (a release store of the
+		 * ring's tail, which the kernel reads with acquire). */
+		io_uring_buf_ring_advance(p->br, (int)k);
+		p->n += k;
 	}
-	r->br = mem;
-	r->bufs = (char *)mem + ringsz;
-	io_uring_buf_ring_init(r->br);
-	int mask = io_uring_buf_ring_mask(n);
-	for (uint32_t i = 0; i < n; i++)
-		io_uring_buf_ring_add(r->br, r->bufs + (size_t)i * size, size, (unsigned short)i,
-				      mask, (int)i);
-	io_uring_buf_ring_advance(r->br, (int)n);
 	return 0;
 }
 
-static void buf_return(struct cbcmn__exec *e, uint32_t bid)
+static void pool_free_mem(struct cbcmn__bufpool *p)
 {
-	struct cbcmn__ring *r = &e->ring;
-	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * CBCMN__BUFRING_SIZE,
-			      CBCMN__BUFRING_SIZE, (unsigned short)bid,
-			      io_uring_buf_ring_mask(CBCMN__BUFRING_N), 0);
-	io_uring_buf_ring_advance(r->br, 1);
+	uint32_t per = 1u << p->chunk_shift;
+	for (uint32_t c = 0; c * per < p->n; c++) {
+		uint32_t k = p->n - c * per < per ? p->n - c * per : per;
+		munmap(p->chunk[c], (size_t)k * p->size);
+	}
+	munmap(p->br, p->br_bytes);
+	free(p->chunk);
+	free(p);
 }
 
-#define BUFRING_BYTES \
-	((size_t)CBCMN__BUFRING_N * sizeof(struct io_uring_buf) + \
-	 (size_t)CBCMN__BUFRING_N * CBCMN__BUFRING_SIZE)
+/* e's pool, made (and registered with its ring) on first use. */
+static int pool_get(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (r->pool)
+		return 0;
+	if (!e->rt->ring_caps.multishot_recv)
+		return -EOPNOTSUPP;
+	const cbcmn_config *cfg = &e->rt->cfg;
+	struct cbcmn__bufpool *p = cbcmn__calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->size = cfg->stream_buf_size;
+	p->share = cfg->stream_buf_share;
+	p->max = cfg->stream_bufs_max;
+	uint32_t entries = 1;
+	while (entries < p->max)
+		entries <<= 1;
+	p->mask = entries - 1;
+	uint32_t per = BUFPOOL_CHUNK_BYTES / p->size;
+	while (per > 1 && (1u << (p->chunk_shift + 1)) <= per)
+		p->chunk_shift++;
+	p->chunk = cbcmn__calloc((p->max >> p->chunk_shift) + 1, sizeof(char *));
+	p->br_bytes = (size_t)entries * sizeof(struct io_uring_buf);
+	p->br = cbcmn__mmap(NULL, p->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!p->chunk || p->br == MAP_FAILED) {
+		if (p->br != MAP_FAILED)
+			munmap(p->br, p->br_bytes);
+		free(p->chunk);
+		free(p);
+		return -ENOMEM;
+	}
+	io_uring_buf_ring_init(p->br);
+	struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)p->br,
+				       .ring_entries = entries,
+				       .bgid = BUFPOOL_BGID};
+	int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
+	if (rc < 0) {
+		pool_free_mem(p);
+		return rc == -EINVAL ? -EOPNOTSUPP : rc;
+	}
+	r->pool = p;
+	return 0;
+}
+
+static void starved_remove(struct cbcmn__bufpool *p, struct cbcmn__mshot *m)
+{
+	if (m->sprev)
+		m->sprev->snext = m->snext;
+	else
+		p->starved = m->snext;
+	if (m->snext)
+		m->snext->sprev = m->sprev;
+	else
+		p->starved_tail = m->sprev;
+	m->sprev = m->snext = NULL;
+	m->starved = false;
+}
+
+static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m);
+
+/* Buffers are free: wake the starved streams in the order they began to
+ * wait, each with data waiting promised a buffer, as long as there are
+ * buffers no woken stream has been promised.  A stream without data
+ * takes no buffer when it arms (the kernel picks one when data comes). */
+static void pool_wake(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
+{
+	struct cbcmn__mshot *m = p->starved;
+	while (m && pool_free(p) > p->promised) {
+		struct cbcmn__mshot *next = m->snext;
+		starved_remove(p, m);
+		if (m->claims) {
+			m->turn = true;
+			p->promised++;
+		}
+		ms_event(e, m);
+		m = next;
+	}
+}
+
+/* A woken starved stream re-arms, or gives up its turn. */
+static void turn_used(struct cbcmn__mshot *m)
+{
+	if (m->turn) {
+		m->turn = false;
+		m->pool->promised--;
+	}
+}
+
+static void buf_return(struct cbcmn__exec *e, struct cbcmn__bufpool *p, uint32_t bid)
+{
+	io_uring_buf_ring_add(p->br, buf_addr(p, bid), p->size, (unsigned short)bid, (int)p->mask,
+			      0);
+	io_uring_buf_ring_advance(p->br, 1); /* release: as in pool_grow() */
+	p->out--;
+	pool_wake(e, p);
+}
 
 /* No stream is open on e any more: unmap its buffers, and those of rings
  * its dead threads left (cbcmn__bufring_retire()). */
 void cbcmn__bufring_fini(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	while (r->dead_br) {
-		void *next = *(void **)r->dead_br;
-		munmap(r->dead_br, BUFRING_BYTES);
-		r->dead_br = next;
+	while (r->dead_pools) {
+		struct cbcmn__bufpool *next = r->dead_pools->dead;
+		pool_free_mem(r->dead_pools);
+		r->dead_pools = next;
 	}
-	if (!r->br)
-		return;
-	munmap(r->br, BUFRING_BYTES);
-	r->br = NULL;
-	r->bufs = NULL;
+	if (r->pool)
+		pool_free_mem(r->pool);
+	r->pool = NULL;
 }
 
 /* The ring the buffers were registered with died with its thread: the next
- * stream gets a new buffer ring.  The old memory stays mapped until no
- * stream is open (cbcmn__bufring_fini()), since a task may still read the
- * buffer it holds.  The kernel no longer reads the old ring's entries: the
- * first one links the list. */
+ * stream gets a new pool.  The old memory stays mapped until no stream is
+ * open (cbcmn__bufring_fini()), since a task may still read the buffer it
+ * holds; its streams end (cbcmn__mshot_orphan_all()). */
 void cbcmn__bufring_retire(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	if (!r->br)
+	struct cbcmn__bufpool *p = r->pool;
+	if (!p)
 		return;
-	*(void **)r->br = r->dead_br;
-	r->dead_br = r->br;
-	r->br = NULL;
-	r->bufs = NULL;
+	p->starved = p->starved_tail = NULL;
+	p->promised = 0;
+	p->dead = r->dead_pools;
+	r->dead_pools = p;
+	r->pool = NULL;
 }
 
 /* ---- the shared core ----------------------------------------------------------- */
@@ -180,36 +333,114 @@ static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m)
 	}
 }
 
+/* Buffers m holds: queued, and the one its task reads. */
+static uint32_t ms_bufs(const struct cbcmn__mshot *m)
+{
+	return m->qlen + (m->held >= 0);
+}
+
+/* Have m's SQE cancelled (its last CQE then ends it). */
+static void ms_cancel(struct cbcmn__mshot *m)
+{
+	if (m->cancel_sent)
+		return;
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT, 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	m->cancel_sent = true;
+}
+
+/* A stream's CQE: a chunk in a buffer, the end, or why it stopped. */
+static void stream_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
+{
+	struct cbcmn__bufpool *p = m->pool;
+	if (flags & IORING_CQE_F_BUFFER) {
+		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
+		p->out++;
+		if (res > 0 && !m->done && ms_push(m, bid, (uint32_t)res) == 0) {
+			/* Over its share: stop receiving until the task has
+			 * emptied its queue (ms_next() re-arms), and leave the
+			 * rest of the pool to the other streams. */
+			if (m->armed && ms_bufs(m) >= p->share)
+				ms_cancel(m);
+			return;
+		}
+		buf_return(e, p, bid);
+		if (res > 0 && !m->done) {
+			m->done = true;
+			m->err = -ENOMEM;
+			if (m->armed)
+				ms_cancel(m);
+		}
+	}
+	if (res == 0) {
+		m->done = true; /* EOF */
+	} else if (res == -ENOBUFS) {
+		/* The pool was empty when data came: ms_next() re-arms when a
+		 * buffer is free, or grows the pool, or waits for one. */
+		m->nobufs = true;
+		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+	} else if (res < 0 && !(m->cancel_sent && res == -ECANCELED)) {
+		m->done = true;
+		m->err = res;
+	}
+}
+
+/* Accept errors that pass: the process (or the system) is out of
+ * descriptors or memory, and the connection waits in the backlog until it
+ * is not; or the connection went away before it was taken (accept(2): to
+ * be treated like EAGAIN). */
+static bool accept_transient(int32_t res)
+{
+	switch (-res) {
+	case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS:
+	case ECONNABORTED: case EPROTO: case ENETDOWN: case ENETUNREACH: case EHOSTDOWN:
+	case EHOSTUNREACH: case ENONET: case ENOPROTOOPT: case EAGAIN: case EINTR:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* An acceptor's CQE: a connection, or why its SQE stopped. */
+static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res)
+{
+	if (res >= 0) {
+		m->backoff_ns = 0;
+		if (ms_push(m, (uint32_t)res, 0) != 0)
+			close(res); /* no room to queue it: refuse it, never leak */
+		/* Its task is not taking them: leave the rest in the listen
+		 * backlog (the kernel's back-pressure) rather than turn them
+		 * into descriptors of ours; armed again when the queue is
+		 * empty (ms_next()). */
+		if (m->armed && m->qlen >= ACCEPT_QUEUE_MAX)
+			ms_cancel(m);
+	} else if (m->cancel_sent && res == -ECANCELED) {
+		/* closing */
+	} else if (accept_transient(res)) {
+		/* Not the end: ms_next() arms it again after the pause (a
+		 * server at its descriptor limit meets EMFILE first). */
+		uint64_t b = m->backoff_ns ? m->backoff_ns * 2 : ACCEPT_BACKOFF_MIN_NS;
+		m->backoff_ns = b < ACCEPT_BACKOFF_MAX_NS ? b : ACCEPT_BACKOFF_MAX_NS;
+		m->retry_at = cbcmn__now(e->rt) + m->backoff_ns;
+		CBCMN__COUNT(e, accept_errors, 1);
+		CBCMN_PROBE3(accept_error, e->id, -res, m->backoff_ns);
+	} else {
+		m->done = true;
+		m->err = res;
+	}
+}
+
 /* Executor side: a CQE of m's SQE. */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
 	if (!(flags & IORING_CQE_F_MORE))
 		m->armed = false; /* its last: re-armed on demand, or freed */
-	if (res >= 0 && m->kind == MS_STREAM && (flags & IORING_CQE_F_BUFFER)) {
-		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
-		if (res == 0 || ms_push(m, bid, (uint32_t)res) != 0) {
-			buf_return(e, bid);
-			if (res != 0) {
-				m->done = true;
-				m->err = -ENOMEM;
-			}
-		}
-		if (res == 0)
-			m->done = true; /* EOF */
-	} else if (res >= 0 && m->kind == MS_ACCEPT) {
-		if (ms_push(m, (uint32_t)res, 0) != 0)
-			close(res); /* no room to queue it: refuse it, never leak */
-	} else if (res == 0) {
-		m->done = true; /* EOF without a buffer */
-	} else if (res == -ENOBUFS) {
-		/* Every buffer is taken (other streams hold them): re-armed when
-		 * the task asks again, after a pause. */
-		m->nobufs = true;
-		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
-	} else if (!m->cancel_sent || res != -ECANCELED) {
-		m->done = true;
-		m->err = res;
-	}
+	if (m->kind == MS_STREAM)
+		stream_cqe(e, m, res, flags);
+	else
+		accept_cqe(e, m, res);
 	ms_event(e, m);
 }
 
@@ -219,12 +450,15 @@ static void ms_arm(struct cbcmn__mshot *m)
 	if (m->kind == MS_STREAM) {
 		io_uring_prep_recv_multishot(sqe, m->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
-		sqe->buf_group = BUFRING_BGID;
+		sqe->buf_group = BUFPOOL_BGID;
+		m->nobufs = false;
+		turn_used(m);
 	} else {
 		io_uring_prep_multishot_accept(sqe, m->fd, NULL, NULL, (int)m->accept_flags);
 	}
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT);
 	m->armed = true;
+	m->cancel_sent = false;
 }
 
 /* The calling task, checked: on an executor, the one that owns m (if any). */
@@ -258,14 +492,16 @@ static void ms_on_cancel(struct cbcmn__iwait *iw)
  * requests went with its ring.  Each stream and acceptor ends as its
  * requests did: a waiter wakes, and the next call returns -ECANCELED (an
  * acceptor first hands out the connections it had accepted).  A stream's
- * queued buffers were the old buffer ring's (cbcmn__bufring_retire()):
- * dropped; the one its task holds stays readable. */
+ * queued buffers were the old pool's (cbcmn__bufring_retire()): dropped;
+ * the one its task holds stays readable. */
 void cbcmn__mshot_orphan_all(struct cbcmn__exec *e)
 {
 	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
 		if (m->kind == MS_STREAM) {
 			m->qhead = m->qlen = 0;
 			m->held = -1;
+			m->starved = m->turn = m->claims = false; /* the old pool forgot its lists */
+			m->sprev = m->snext = NULL;
 		}
 		m->armed = m->cancel_sent = m->nobufs = false;
 		if (!m->done) {
@@ -289,16 +525,62 @@ void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
 	}
 }
 
-/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
- * m->err), or CBCMN_ECANCELED / -EBUSY. */
-static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+/* Block until m's next event: a CQE, a buffer for a starved stream, the
+ * end of its executor's ring, or cancellation.  Only the owning executor
+ * ends the wait (the cancel flag it is kicked with included): m->waiter is
+ * its alone. */
+static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m)
 {
-	if (m->waiter)
-		return -EBUSY; /* one task at a time */
+	struct cbcmn__iwait iw;
+	cbcmn__iwait_init(&iw, t);
+	iw.on_cancel = ms_on_cancel;
+	iw.local = true;
+	iw.user = m;
+	m->waiter = &iw;
+	return cbcmn__iwait_block(&iw);
+}
+
+/* Stream m's last SQE ended for want of buffers: may it be armed again?
+ * Yes with a buffer free that no starved stream was promised, or one
+ * promised to m, or once the pool has grown; otherwise m waits. */
+static bool stream_may_rearm(struct cbcmn__exec *e, struct cbcmn__mshot *m)
+{
+	struct cbcmn__bufpool *p = m->pool;
+	if (m->turn || pool_free(p) > p->promised)
+		return true;
+	if (p->n >= p->max || pool_grow(p, p->n + 1) != 0)
+		return false;
+	m->turn = true; /* one of the new buffers is ours; others may use the rest */
+	p->promised++;
+	pool_wake(e, p);
+	return true;
+}
+
+/* What waits in stream m's socket, looked at without taking it: 1 data, 0
+ * its end (EOF, or an error, then in m->err), -1 nothing yet.  For a stream
+ * the pool cannot serve: a multishot recv picks its buffer before it looks
+ * at the socket, so -ENOBUFS says nothing about what is waiting. */
+static int stream_peek(struct cbcmn__mshot *m)
+{
+	char c;
+	ssize_t n = recv(m->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0)
+		return 1;
+	if (n == 0)
+		return 0;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return -1;
+	m->err = -errno;
+	return 0;
+}
+
+/* ms_next() inside: m is busy. */
+static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
 	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
 	for (;;) {
-		/* A wait for budget or a pause may have moved the task. */
+		/* A wait for budget may have moved the task. */
 		if (t->exec != m->e)
 			return -EXDEV;
 		if (m->qlen) {
@@ -309,37 +591,73 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 			return 0;
 		if (cbcmn__task_cancelled(t))
 			return CBCMN_ECANCELED;
-		if (m->nobufs) {
-			m->nobufs = false;
-			cbcmn_sleep((cbcmn_cx *)t, NOBUFS_PAUSE_NS);
+		if (!m->armed && m->nobufs && !stream_may_rearm(t->exec, m)) {
+			/* Starved: in line for the next buffer that comes back
+			 * (pool_wake()), not polling for one.  Its end needs
+			 * no buffer. */
+			int what = stream_peek(m);
+			if (what == 0) {
+				m->done = true;
+				continue;
+			}
+			m->claims = what > 0;
+			m->starved = true;
+			m->sprev = m->pool->starved_tail;
+			if (m->sprev)
+				m->sprev->snext = m;
+			else
+				m->pool->starved = m;
+			m->pool->starved_tail = m;
+			uint32_t how = ms_wait(t, m);
+			if (m->starved)
+				starved_remove(m->pool, m); /* cancelled, or the ring died */
+			if (how == CBCMN__IW_CANCELLED)
+				return CBCMN_ECANCELED;
 			continue;
+		}
+		if (!m->armed && m->retry_at) {
+			/* An acceptor backing off: sleep (cancellably) first. */
+			uint64_t now = cbcmn__now(t->rt);
+			if (now < m->retry_at) {
+				int rc = cbcmn_sleep((cbcmn_cx *)t, m->retry_at - now);
+				if (rc != 0 && rc != CBCMN_ECANCELED)
+					m->retry_at = 0; /* no timer: try again now */
+				continue;
+			}
+			m->retry_at = 0;
 		}
 		if (!m->armed)
 			ms_arm(m);
-		struct cbcmn__iwait iw;
-		cbcmn__iwait_init(&iw, t);
-		/* Only the owning executor ends the wait (a CQE, or the cancel
-		 * flag it is kicked with): m->waiter is its alone. */
-		iw.on_cancel = ms_on_cancel;
-		iw.local = true;
-		iw.user = m;
-		m->waiter = &iw;
-		if (cbcmn__iwait_block(&iw) == CBCMN__IW_CANCELLED)
+		if (ms_wait(t, m) == CBCMN__IW_CANCELLED)
 			return CBCMN_ECANCELED;
 	}
+}
+
+/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
+ * m->err), or CBCMN_ECANCELED / -EXDEV / -EBUSY.  m is busy for the whole
+ * call, not only while a CQE is awaited: the task may also wait for budget
+ * or for buffers with no waiter on m, and m must not be closed under it. */
+static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
+	if (m->busy)
+		return -EBUSY; /* one task at a time */
+	m->busy = true;
+	int64_t rc = ms_next_busy(t, m, it);
+	if (m->turn) {
+		/* Woken for a buffer it did not ask for (cancelled, or the
+		 * stream ended): the next starved stream gets it. */
+		turn_used(m);
+		pool_wake(m->e, m->pool);
+	}
+	m->busy = false;
+	return rc;
 }
 
 /* Cancel m's SQE and wait for its last CQE; then nothing refers to m. */
 static void ms_quiesce(struct cbcmn_task *t, struct cbcmn__mshot *m)
 {
 	while (m->armed) {
-		if (!m->cancel_sent) {
-			struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT, 0);
-			io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-			sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-			m->cancel_sent = true;
-		}
+		ms_cancel(m);
 		struct cbcmn__iwait iw;
 		cbcmn__iwait_init(&iw, t);
 		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
@@ -359,10 +677,18 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	if (!t)
 		return (int)err;
 	struct cbcmn__exec *e = t->exec;
+	struct cbcmn__bufpool *p = NULL;
 	if (kind == MS_STREAM) {
-		int rc = bufring_get(e);
+		int rc = pool_get(e);
 		if (rc)
 			return rc;
+		p = e->ring.pool;
+		/* A share for each stream, as far as the limit allows: more
+		 * streams than that share what there is.  Out of memory is
+		 * an error only while the pool has no buffer at all. */
+		uint64_t want = (uint64_t)(p->streams + 1) * p->share;
+		if (pool_grow(p, want < p->max ? (uint32_t)want : p->max) != 0 && p->n == 0)
+			return -ENOMEM;
 	} else if (!t->rt->ring_caps.multishot_accept) {
 		return -EOPNOTSUPP;
 	}
@@ -373,6 +699,11 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	m->fd = fd;
 	m->kind = kind;
 	m->held = -1;
+	m->pool = p;
+	if (p) {
+		p->streams++;
+		pool_wake(e, p); /* new buffers: starved streams may use them */
+	}
 	e->nmshots++; /* keeps the executor from retiring */
 	m->next = e->mshots;
 	if (m->next)
@@ -390,18 +721,21 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	struct cbcmn_task *t = ms_self(cx, m, &err);
 	if (!t)
 		return (int)err;
-	if (m->waiter)
+	if (m->busy)
 		return -EBUSY;
+	m->busy = true; /* for good: no call may start on it while it closes */
 	ms_quiesce(t, m);
 	if (m->held >= 0)
-		buf_return(m->e, (uint32_t)m->held);
+		buf_return(m->e, m->pool, (uint32_t)m->held);
 	while (m->qlen) {
 		struct ms_item it = ms_pop(m);
 		if (m->kind == MS_STREAM)
-			buf_return(m->e, it.val);
+			buf_return(m->e, m->pool, it.val);
 		else
 			close((int)it.val);
 	}
+	if (m->pool)
+		m->pool->streams--;
 	m->e->nmshots--;
 	if (m->prev)
 		m->prev->next = m->next;
@@ -430,8 +764,10 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	struct cbcmn_task *t = ms_self(cx, m, &err);
 	if (!t)
 		return err;
+	if (m->busy)
+		return -EBUSY; /* before the buffer another task's call handed out */
 	if (m->held >= 0) {
-		buf_return(m->e, (uint32_t)m->held);
+		buf_return(m->e, m->pool, (uint32_t)m->held);
 		m->held = -1;
 	}
 	struct ms_item it;
@@ -441,7 +777,7 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	if (rc < 0)
 		return rc;
 	m->held = (int32_t)it.val;
-	*data = m->e->ring.bufs + (size_t)it.val * CBCMN__BUFRING_SIZE;
+	*data = buf_addr(m->pool, it.val);
 	return it.len;
 }
 

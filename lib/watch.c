@@ -151,7 +151,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			LD(ring_msgs_submitted), LD(ring_msgs_backpressure),
 			LD(sqes_submitted),  LD(cqes_reaped),     LD(ring_enters),
 			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(xmsgs_acked),
-			LD(handoffs),        LD(io_ops),
+			LD(handoffs),        LD(io_ops),          LD(accept_errors),
 #undef LD
 			.avg_task_ns = atomic_load_explicit(&x->avg_task_ns, memory_order_relaxed),
 			.queue_depth = atomic_load_explicit(&x->queue_depth, memory_order_relaxed),
@@ -189,6 +189,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->xmsgs_acked += e.xmsgs_acked;
 		tot->handoffs += e.handoffs;
 		tot->io_ops += e.io_ops;
+		tot->accept_errors += e.accept_errors;
 		if (e.avg_task_ns > tot->avg_task_ns)
 			tot->avg_task_ns = e.avg_task_ns; /* the total holds the largest */
 		if (e.busy_pct > tot->busy_pct)

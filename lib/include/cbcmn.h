@@ -238,6 +238,22 @@ typedef struct cbcmn_config {
 	 * been idle this long ends its thread (it is started again when
 	 * needed).  0: never. */
 	uint32_t idle_retire_ms;
+
+	/* ---- multishot receive streams (cbcmn_io.h, docs/IO.md) ------------- */
+	/* Bytes of each buffer a stream receives into (the most one
+	 * cbcmn_stream_recv() returns), in [64, 1 MiB].  0: 4096. */
+	uint32_t stream_buf_size;
+	/* Buffers one stream may hold (received and not yet taken, plus the
+	 * one its task reads) before it stops receiving until its task has
+	 * taken them all; the data waits in the socket meanwhile.  At least 1.
+	 * 0: 16. */
+	uint32_t stream_buf_share;
+	/* Most buffers an executor's pool grows to, in [stream_buf_share,
+	 * 32768].  The pool grows with the streams open on the executor (a
+	 * share each) and when a stream finds it empty; beyond
+	 * stream_bufs_max / stream_buf_share streams they share what there
+	 * is.  0: 8192 (32 MiB of 4 KiB buffers). */
+	uint32_t stream_bufs_max;
 } cbcmn_config;
 
 #define CBCMN_PIN_AUTO (-1)
@@ -517,6 +533,10 @@ typedef struct cbcmn_executor_stats {
 	int32_t node;             /* that CPU's NUMA node id, -1 if not pinned */
 	uint32_t state;           /* cbcmn_exec_state, at snapshot time */
 	int32_t tid;              /* its thread id, 0 while it has no thread */
+	/* Accepts of its acceptors that failed for a cause that passes (out of
+	 * descriptors or memory: EMFILE, ENFILE, ENOMEM, ENOBUFS; a connection
+	 * aborted): the acceptor backed off and tried again (docs/IO.md). */
+	uint64_t accept_errors;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */
