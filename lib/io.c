@@ -26,11 +26,14 @@
  *   - Completed and reaped before the cancellation came: the event claimed
  *     the wait, the call returns its result and the task sees the
  *     cancellation at its next call.
- *   - The executor's thread died (cbcmn__io_orphan_all()): the CQEs left
- *     in its ring are read as usual; a request without one did not happen.
+ *   - The executor's thread is ending: it ends its requests itself as
+ *     above and reaps them (cbcmn__io_settle()); the thread that takes
+ *     over reads what is left in the dead ring's CQ, and a request without
+ *     a CQE there did not happen (cbcmn__io_orphan_all()).
  */
 #include <errno.h>
 #include <stddef.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "iwait.h"
@@ -131,6 +134,24 @@ static bool req_void(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
 	return true;
 }
 
+/* End r, which no one ended yet: turn its queued SQE into a NOP, or ask the
+ * kernel to cancel it.  True if an SQE of ours waits to be submitted.
+ * Taking an SQE may submit the queue (a full SQ): later requests are then
+ * found submitted. */
+static bool req_end(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
+{
+	r->cancel_sent = true;
+	if (req_void(e, r))
+		return false; /* nothing to cancel in the kernel */
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	/* Its CQE is of no interest: -ENOENT or -EALREADY means the request
+	 * completes with what it did, and its own CQE says what that is. */
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	return true;
+}
+
 /* A nursery was cancelled, or a task found itself cancelled as it began to
  * wait: cancel in the kernel the requests of e's cancelled waits. */
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
@@ -145,22 +166,47 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 		/* A close is never undone: it ends with its CQE. */
 		if (r->cancel_sent || r->nocancel || !cbcmn__iwait_local_cancel(&r->iw))
 			continue;
-		r->cancel_sent = true;
-		if (req_void(e, r))
-			continue; /* nothing to cancel in the kernel */
-		/* Taking an SQE may submit the queue (a full SQ): later
-		 * requests of this loop are then found submitted. */
-		struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
-		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
-		io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-		/* Its CQE is of no interest: -ENOENT or -EALREADY means the
-		 * request completes with what it did, and its own CQE says
-		 * what that is. */
-		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-		sent = true;
+		sent |= req_end(e, r);
 	}
 	if (sent)
 		cbcmn__ring_submit(e, false, 0);
+}
+
+/* How long a dying thread waits for its requests (cbcmn__io_settle()):
+ * the kernel's own exit would wait for the io-wq workers as long. */
+#define SETTLE_NS (5000ull * 1000000ull)
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* e's thread is ending (a task called pthread_exit: sched.c, from its
+ * thread-specific key's destructor, on that thread, still the ring's
+ * issuer): end every request on the ring and reap their completions here,
+ * so that each call returns what it did.  Left to the thread's exit, a
+ * completion the kernel hands to the ring's thread to post (a default
+ * ring's DEFER_TASKRUN: an openat or a file write done by an io-wq worker)
+ * stays unposted, nobody else may ask for it (io_uring_enter from another
+ * thread: -EEXIST), and the takeover, finding no CQE, said -ECANCELED for
+ * a file that was created (its descriptor leaked) or written.  Queued SQEs
+ * become NOPs; a close runs to its end.  The woken tasks wait in e's
+ * queues for the thread that takes over.  Whatever is still in flight
+ * after SETTLE_NS is the takeover's (cbcmn__io_orphan_all()). */
+void cbcmn__io_settle(struct cbcmn__exec *e)
+{
+	if (!e->ring.up || !e->ring.reqs)
+		return;
+	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next)
+		if (!r->cancel_sent && !r->nocancel)
+			req_end(e, r);
+	uint64_t end = mono_ns() + SETTLE_NS;
+	while (e->ring.reqs && mono_ns() < end) {
+		cbcmn__ring_submit(e, true, 10 * 1000000ull);
+		cbcmn__ring_reap(e);
+	}
 }
 
 /* The executor's thread died with requests in flight; its exit ended them

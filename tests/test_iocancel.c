@@ -1058,11 +1058,11 @@ static void test_timeout_racing_completion(void **state)
 /* ---- 4. the executor's thread dies under the request --------------------- *
  *
  * A task ends executor 1's thread (pthread_exit) while the child waits on
- * executor 1's ring.  The kernel ends the thread's requests as it exits:
- * one that completed first (its completion may even run during the exit)
- * left its CQE in the dead ring, and the new thread reads it there: the
- * call returns what it did; one the dead thread never submitted, or that
- * the exit cancelled, returns -ECANCELED with nothing done. */
+ * executor 1's ring.  The dying thread ends its requests and reaps them;
+ * what it could not is ended by the thread's exit, whose CQEs the new
+ * thread reads in the dead ring: a call that completed returns what it
+ * did; one never submitted, or cancelled, returns -ECANCELED with nothing
+ * done. */
 
 struct death {
 	struct fx *f;
@@ -1120,24 +1120,21 @@ static int64_t death_main(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static void test_executor_death_keeps_completed_results(void **state)
+static const char *ring_name(uint32_t mode)
 {
-	(void)state;
-	if (T_ASAN || T_TSAN)
-		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	return mode == CBCMN_RING_PLAIN ? "plain" : mode == CBCMN_RING_SQPOLL ? "SQPOLL" : "default";
+}
+
+/* Each op under each ring mode, 12 deaths each. */
+static void death_all(const enum op *ops, size_t nops, const uint32_t *modes, size_t nmodes)
+{
 	int fds0 = t_count_fds();
-	static const enum op ops[] = {OP_RECV, OP_READ, OP_RECVMSG, OP_SEND_FULL, OP_ACCEPT};
 	/* Each death prints a line on stderr: keep them out of the output. */
 	int saved = -1, cap = getenv("T_NOCAP") ? -1 : t_stderr_capture(&saved);
 	char text[16384];
 	const char *bad = NULL;
 	int which = 0;
-	/* Default rings run completions only when their thread asks for
-	 * them (DEFER_TASKRUN); plain ones at the thread's next system call,
-	 * so a completion's CQE is often in the dead ring. */
-	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN};
-	size_t nops = sizeof(ops) / sizeof(ops[0]);
-	for (size_t i = 0; i < 2 * nops && !bad; i++) {
+	for (size_t i = 0; i < nmodes * nops && !bad; i++) {
 		struct fx f;
 		fx_open(&f, ops[i % nops]);
 		cbcmn_runtime *rt = t_runtime_with(2, 0, modes[i / nops]);
@@ -1145,9 +1142,8 @@ static void test_executor_death_keeps_completed_results(void **state)
 				  .rounds = 12};
 		int64_t rc = t_run_pinned(rt, 0, death_main, &d);
 		t_destroy(rt);
-		printf("  %-11s %s rings, %3d deaths: %3d returned their result, %3d cancelled\n",
-		       op_name[f.op], i < nops ? "default" : "plain", d.done, d.results,
-		       d.cancels);
+		printf("  %-11s %-7s rings, %3d deaths: %3d returned their result, %3d cancelled\n",
+		       op_name[f.op], ring_name(modes[i / nops]), d.done, d.results, d.cancels);
 		fx_close(&f);
 		if (rc != 0 || d.bad) {
 			bad = d.bad ? d.bad : "the test task failed";
@@ -1160,6 +1156,35 @@ static void test_executor_death_keeps_completed_results(void **state)
 	if (bad)
 		fail_msg("%s: %s", op_name[which], bad);
 	assert_int_equal(t_count_fds(), fds0);
+}
+
+static void test_executor_death_keeps_completed_results(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	static const enum op ops[] = {OP_RECV, OP_READ, OP_RECVMSG, OP_SEND_FULL, OP_ACCEPT};
+	/* Default rings run completions only when their thread asks for
+	 * them (DEFER_TASKRUN); plain ones at the thread's next system call,
+	 * so a completion's CQE is often in the dead ring. */
+	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN};
+	death_all(ops, sizeof(ops) / sizeof(ops[0]), modes, sizeof(modes) / sizeof(modes[0]));
+}
+
+/* An openat or a pwrite runs in an io-wq worker.  On a default ring
+ * (DEFER_TASKRUN) its completion is work that only the ring's thread can
+ * run: one that completed while the thread was ending was not in the dead
+ * ring's CQ, and nobody else can make the kernel post it (io_uring_enter
+ * from another thread: -EEXIST).  The call returned -ECANCELED although
+ * the file was created (its descriptor leaked) or written. */
+static void test_executor_death_keeps_results_of_io_workers(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	static const enum op ops[] = {OP_OPENAT, OP_PWRITE};
+	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN, CBCMN_RING_SQPOLL};
+	death_all(ops, sizeof(ops) / sizeof(ops[0]), modes, sizeof(modes) / sizeof(modes[0]));
 }
 
 /* ---- 5. MSG_WAITALL cancelled part-way --------------------------------- *
@@ -1276,6 +1301,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_cancel_many_racing_completions_small_ring),
 		T_WATCHED_TEST(test_timeout_racing_completion),
 		T_WATCHED_TEST(test_executor_death_keeps_completed_results),
+		T_WATCHED_TEST(test_executor_death_keeps_results_of_io_workers),
 		T_WATCHED_TEST(test_cancel_waitall_part_way_returns_what_moved),
 	};
 	return cmocka_run_group_tests_name("iocancel", tests, NULL, NULL);
