@@ -275,6 +275,15 @@ static int64_t io_check(struct cbcmn_task *t, uint32_t flags)
 	return 0;
 }
 
+/* Whether the call gets a linked timeout: those of the task's calls that
+ * may be undone.  A close may not: a file with a flush method (overlayfs,
+ * NFS, FUSE) is closed by an io-wq worker, and a timeout that fired before
+ * the worker took it cancelled it, leaving the descriptor open. */
+static inline bool io_timed(const struct io_op *op)
+{
+	return op->t->io_timeout_ns && !(op->flags & IO_NOCANCEL);
+}
+
 /* Check the caller, charge the call, and get an SQE on the task's ring
  * (room for the linked timeout too).  NULL with op->err set on failure. */
 static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t flags)
@@ -294,7 +303,7 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	struct cbcmn__exec *e = t->exec;
 	op->t = t;
 	op->req.e = e;
-	if (!cbcmn__ring_sq_room(e, t->io_timeout_ns ? 2 : 1)) {
+	if (!cbcmn__ring_sq_room(e, io_timed(op) ? 2 : 1)) {
 		op->err = -EBUSY; /* not reached: a submit always frees the SQ */
 		return NULL;
 	}
@@ -317,7 +326,7 @@ static int64_t io_finish(struct io_op *op)
 	r->voided = false;
 	r->nocancel = op->flags & IO_NOCANCEL;
 	io_uring_sqe_set_data(op->sqe, r);
-	if (t->io_timeout_ns) {
+	if (io_timed(op)) {
 		op->sqe->flags |= IOSQE_IO_LINK;
 		op->ts.tv_sec = (long long)(t->io_timeout_ns / 1000000000u);
 		op->ts.tv_nsec = (long long)(t->io_timeout_ns % 1000000000u);
