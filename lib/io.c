@@ -53,6 +53,12 @@ struct cbcmn__ioreq {
 	bool nocancel;                    /* close: never undone */
 };
 
+/* include/linux/errno.h: kernel-internal, not in the uapi headers. */
+#define KERN_ERESTARTSYS 512
+#define KERN_ERESTARTNOINTR 513
+#define KERN_ERESTARTNOHAND 514
+#define KERN_ERESTART_RESTARTBLOCK 516
+
 /* IO_BYTES: sqe->len is a byte count the kernel may cut short. */
 enum { IO_NOCANCEL = 0x1, IO_BYTES = 0x2 };
 
@@ -199,9 +205,15 @@ void cbcmn__io_settle(struct cbcmn__exec *e)
 {
 	if (!e->ring.up || !e->ring.reqs)
 		return;
-	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next)
-		if (!r->cancel_sent && !r->nocancel)
+	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
+		if (r->nocancel)
+			continue;
+		/* Claimed as cancelled (unless it was already), so that
+		 * one stopped returns CBCMN_ECANCELED, not -EINTR. */
+		cbcmn__iwait_claim_as(&r->iw, CBCMN__IW_CANCELLED);
+		if (!r->cancel_sent)
 			req_end(e, r);
+	}
 	uint64_t end = mono_ns() + SETTLE_NS;
 	while (e->ring.reqs && mono_ns() < end) {
 		cbcmn__ring_submit(e, true, 10 * 1000000ull);
@@ -348,6 +360,13 @@ static int64_t io_finish(struct io_op *op)
 	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
 	int64_t res = r->res;
+	/* The kernel's own restart codes, which io_uring passes on for some
+	 * operations (an openat of a FIFO interrupted in its io-wq worker:
+	 * -ERESTARTSYS): the operation was interrupted before it happened,
+	 * as -EINTR says.  Never the caller's to see. */
+	if (res == -KERN_ERESTARTSYS || res == -KERN_ERESTARTNOINTR ||
+	    res == -KERN_ERESTARTNOHAND || res == -KERN_ERESTART_RESTARTBLOCK)
+		res = -EINTR;
 	/* Stopped by us or its timeout: cancelled before it ran (-ECANCELED;
 	 * also a voided or orphaned request), or interrupted in an io-wq
 	 * worker (-EINTR).  Anything else is what the operation did, whatever
