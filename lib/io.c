@@ -198,12 +198,15 @@ static uint64_t mono_ns(void)
  * stays unposted, nobody else may ask for it (io_uring_enter from another
  * thread: -EEXIST), and the takeover, finding no CQE, said -ECANCELED for
  * a file that was created (its descriptor leaked) or written.  Queued SQEs
- * become NOPs; a close runs to its end.  The woken tasks wait in e's
- * queues for the thread that takes over.  Whatever is still in flight
- * after SETTLE_NS is the takeover's (cbcmn__io_orphan_all()). */
+ * become NOPs; a close runs to its end.  Then everything in the CQ is
+ * reaped, streams' and acceptors' CQEs too (a connection accepted as the
+ * thread was ending is handed out, not leaked: the takeover drops
+ * multishot CQEs).  The woken tasks wait in e's queues for the thread
+ * that takes over.  Whatever is still in flight after SETTLE_NS is the
+ * takeover's (cbcmn__io_orphan_all()). */
 void cbcmn__io_settle(struct cbcmn__exec *e)
 {
-	if (!e->ring.up || !e->ring.reqs)
+	if (!e->ring.up)
 		return;
 	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
 		if (r->nocancel)
@@ -215,9 +218,16 @@ void cbcmn__io_settle(struct cbcmn__exec *e)
 			req_end(e, r);
 	}
 	uint64_t end = mono_ns() + SETTLE_NS;
-	while (e->ring.reqs && mono_ns() < end) {
-		cbcmn__ring_submit(e, true, 10 * 1000000ull);
-		cbcmn__ring_reap(e);
+	for (;;) {
+		/* Posts what the kernel holds for this thread (DEFER_TASKRUN's
+		 * work) and waits for a CQE while requests are in flight. */
+		cbcmn__ring_submit(e, e->ring.reqs != NULL, 10 * 1000000ull);
+		/* Bounded: a multishot that keeps posting stops when it runs
+		 * out of buffers or connections. */
+		for (int i = 0; i < 64 && cbcmn__ring_reap(e); i++)
+			;
+		if (!e->ring.reqs || mono_ns() >= end)
+			break;
 	}
 }
 

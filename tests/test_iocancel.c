@@ -1189,6 +1189,119 @@ static void test_executor_death_keeps_results_of_io_workers(void **state)
 	death_all(ops, sizeof(ops) / sizeof(ops[0]), modes, sizeof(modes) / sizeof(modes[0]));
 }
 
+/* An acceptor waits on executor 1 when a client connects and executor 1's
+ * thread dies.  On a plain ring the accept runs at the dying thread's next
+ * system call and its CQE lands in the ring; the takeover skipped
+ * multishot CQEs and ended the acceptor: the connection was taken from the
+ * listener, never handed out, and its descriptor leaked.  It must be handed
+ * out (or stay queued in the listener). */
+
+struct accdeath {
+	cbcmn_runtime *rt;
+	int ls, client;
+	struct sockaddr_in addr;
+	int64_t got[4];
+	int ngot;
+	bool unsupported;
+	_Atomic int waiting;
+};
+
+static int64_t accdeath_acceptor(cbcmn_cx *cx, void *arg)
+{
+	struct accdeath *a = arg;
+	cbcmn_acceptor *ac;
+	int rc = cbcmn_acceptor_open(cx, a->ls, SOCK_CLOEXEC, &ac);
+	if (rc == -EOPNOTSUPP)
+		a->unsupported = true;
+	atomic_store(&a->waiting, 1);
+	if (rc)
+		return 0;
+	for (int64_t fd = 0; fd >= 0 && a->ngot < 4;)
+		a->got[a->ngot++] = fd = cbcmn_acceptor_next(cx, ac);
+	cbcmn_acceptor_close(cx, ac);
+	return 0;
+}
+
+static int64_t accdeath_killer(cbcmn_cx *cx, void *arg)
+{
+	struct accdeath *a = arg;
+	(void)cx;
+	a->client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (a->client >= 0)
+		(void)!connect(a->client, (struct sockaddr *)&a->addr, sizeof(a->addr));
+	struct timespec ms10 = {0, 10 * 1000000l};
+	nanosleep(&ms10, NULL); /* a system call: a plain ring runs the accept */
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t accdeath_main(cbcmn_cx *cx, void *arg)
+{
+	struct accdeath *a = arg;
+	cbcmn_nursery *n, *kn;
+	TASK_CHECK(cbcmn_nursery_open(a->rt, cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, accdeath_acceptor, a, NULL) == 0);
+	while (!atomic_load(&a->waiting))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 10 * MS); /* armed, executor 1 parked */
+	if (!a->unsupported) {
+		TASK_CHECK(cbcmn_nursery_open(a->rt, cx, &kn) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, kn, 1, accdeath_killer, a, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, kn) == CBCMN_EPANIC);
+	}
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_executor_death_hands_out_accepted_connections(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	int saved = -1, cap = getenv("T_NOCAP") ? -1 : t_stderr_capture(&saved);
+	char text[4096];
+	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN};
+	const char *bad = NULL;
+	bool unsupported = false;
+	for (int round = 0; round < 6 && !bad && !unsupported; round++) {
+		int fds0 = t_count_fds();
+		struct accdeath a = {.client = -1};
+		a.ls = listener(&a.addr);
+		a.rt = t_runtime_with(2, 0, modes[round & 1]);
+		assert_int_equal(t_run_pinned(a.rt, 0, accdeath_main, &a), 0);
+		t_destroy(a.rt);
+		unsupported = a.unsupported;
+		int handed = 0;
+		for (int i = 0; i < a.ngot; i++)
+			if (a.got[i] >= 0) {
+				handed++;
+				close((int)a.got[i]);
+			}
+		bool queued = conn_queued(a.ls, 0);
+		if (queued) {
+			int c = accept4(a.ls, NULL, NULL, SOCK_CLOEXEC);
+			if (c >= 0)
+				close(c);
+		}
+		if (a.client >= 0)
+			close(a.client);
+		close(a.ls);
+		int leaked = t_count_fds() - fds0;
+		if (!unsupported && (handed + queued != 1 || leaked != 0)) {
+			printf("  %s rings: %d handed out, %d still queued, %d descriptors leaked\n",
+			       ring_name(modes[round & 1]), handed, queued, leaked);
+			bad = "the accepted connection was lost";
+		}
+	}
+	if (cap >= 0)
+		t_stderr_restore(cap, saved, text, sizeof(text));
+	ASSERT_TASK_CHECKS();
+	if (unsupported)
+		T_SKIP("no multishot accept (5.19)");
+	if (bad)
+		fail_msg("%s", bad);
+}
+
 /* ---- 5. MSG_WAITALL cancelled part-way --------------------------------- *
  *
  * io_uring keeps a MSG_WAITALL send or recv going until it is whole; one
@@ -1473,6 +1586,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_timeout_racing_completion),
 		T_WATCHED_TEST(test_executor_death_keeps_completed_results),
 		T_WATCHED_TEST(test_executor_death_keeps_results_of_io_workers),
+		T_WATCHED_TEST(test_executor_death_hands_out_accepted_connections),
 		T_WATCHED_TEST(test_cancel_waitall_part_way_returns_what_moved),
 		T_WATCHED_TEST(test_cancel_blocked_in_io_worker_is_ecanceled),
 		T_WATCHED_TEST(test_close_with_timeout_is_never_undone),
