@@ -26,11 +26,14 @@
  *   - Completed and reaped before the cancellation came: the event claimed
  *     the wait, the call returns its result and the task sees the
  *     cancellation at its next call.
- *   - The executor's thread died (cbcmn__io_orphan_all()): the CQEs left
- *     in its ring are read as usual; a request without one did not happen.
+ *   - The executor's thread is ending: it ends its requests itself as
+ *     above and reaps them (cbcmn__io_settle()); the thread that takes
+ *     over reads what is left in the dead ring's CQ, and a request without
+ *     a CQE there did not happen (cbcmn__io_orphan_all()).
  */
 #include <errno.h>
 #include <stddef.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "iwait.h"
@@ -49,6 +52,12 @@ struct cbcmn__ioreq {
 	bool voided;                      /* never submitted: its SQE became a NOP */
 	bool nocancel;                    /* close: never undone */
 };
+
+/* include/linux/errno.h: kernel-internal, not in the uapi headers. */
+#define KERN_ERESTARTSYS 512
+#define KERN_ERESTARTNOINTR 513
+#define KERN_ERESTARTNOHAND 514
+#define KERN_ERESTART_RESTARTBLOCK 516
 
 /* IO_BYTES: sqe->len is a byte count the kernel may cut short. */
 enum { IO_NOCANCEL = 0x1, IO_BYTES = 0x2 };
@@ -131,6 +140,24 @@ static bool req_void(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
 	return true;
 }
 
+/* End r, which no one ended yet: turn its queued SQE into a NOP, or ask the
+ * kernel to cancel it.  True if an SQE of ours waits to be submitted.
+ * Taking an SQE may submit the queue (a full SQ): later requests are then
+ * found submitted. */
+static bool req_end(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
+{
+	r->cancel_sent = true;
+	if (req_void(e, r))
+		return false; /* nothing to cancel in the kernel */
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	/* Its CQE is of no interest: -ENOENT or -EALREADY means the request
+	 * completes with what it did, and its own CQE says what that is. */
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	return true;
+}
+
 /* A nursery was cancelled, or a task found itself cancelled as it began to
  * wait: cancel in the kernel the requests of e's cancelled waits. */
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
@@ -145,22 +172,63 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 		/* A close is never undone: it ends with its CQE. */
 		if (r->cancel_sent || r->nocancel || !cbcmn__iwait_local_cancel(&r->iw))
 			continue;
-		r->cancel_sent = true;
-		if (req_void(e, r))
-			continue; /* nothing to cancel in the kernel */
-		/* Taking an SQE may submit the queue (a full SQ): later
-		 * requests of this loop are then found submitted. */
-		struct io_uring_sqe *sqe = cbcmn__ring_sqe(e);
-		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r, 0);
-		io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-		/* Its CQE is of no interest: -ENOENT or -EALREADY means the
-		 * request completes with what it did, and its own CQE says
-		 * what that is. */
-		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-		sent = true;
+		sent |= req_end(e, r);
 	}
 	if (sent)
 		cbcmn__ring_submit(e, false, 0);
+}
+
+/* How long a dying thread waits for its requests (cbcmn__io_settle()):
+ * the kernel's own exit would wait for the io-wq workers as long. */
+#define SETTLE_NS (5000ull * 1000000ull)
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* e's thread is ending (a task called pthread_exit: sched.c, from its
+ * thread-specific key's destructor, on that thread, still the ring's
+ * issuer): end every request on the ring and reap their completions here,
+ * so that each call returns what it did.  Left to the thread's exit, a
+ * completion the kernel hands to the ring's thread to post (a default
+ * ring's DEFER_TASKRUN: an openat or a file write done by an io-wq worker)
+ * stays unposted, nobody else may ask for it (io_uring_enter from another
+ * thread: -EEXIST), and the takeover, finding no CQE, said -ECANCELED for
+ * a file that was created (its descriptor leaked) or written.  Queued SQEs
+ * become NOPs; a close runs to its end.  Then everything in the CQ is
+ * reaped, streams' and acceptors' CQEs too (a connection accepted as the
+ * thread was ending is handed out, not leaked: the takeover drops
+ * multishot CQEs).  The woken tasks wait in e's queues for the thread
+ * that takes over.  Whatever is still in flight after SETTLE_NS is the
+ * takeover's (cbcmn__io_orphan_all()). */
+void cbcmn__io_settle(struct cbcmn__exec *e)
+{
+	if (!e->ring.up)
+		return;
+	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
+		if (r->nocancel)
+			continue;
+		/* Claimed as cancelled (unless it was already), so that
+		 * one stopped returns CBCMN_ECANCELED, not -EINTR. */
+		cbcmn__iwait_claim_as(&r->iw, CBCMN__IW_CANCELLED);
+		if (!r->cancel_sent)
+			req_end(e, r);
+	}
+	uint64_t end = mono_ns() + SETTLE_NS;
+	for (;;) {
+		/* Posts what the kernel holds for this thread (DEFER_TASKRUN's
+		 * work) and waits for a CQE while requests are in flight. */
+		cbcmn__ring_submit(e, e->ring.reqs != NULL, 10 * 1000000ull);
+		/* Bounded: a multishot that keeps posting stops when it runs
+		 * out of buffers or connections. */
+		for (int i = 0; i < 64 && cbcmn__ring_reap(e); i++)
+			;
+		if (!e->ring.reqs || mono_ns() >= end)
+			break;
+	}
 }
 
 /* The executor's thread died with requests in flight; its exit ended them
@@ -229,6 +297,15 @@ static int64_t io_check(struct cbcmn_task *t, uint32_t flags)
 	return 0;
 }
 
+/* Whether the call gets a linked timeout: those of the task's calls that
+ * may be undone.  A close may not: a file with a flush method (overlayfs,
+ * NFS, FUSE) is closed by an io-wq worker, and a timeout that fired before
+ * the worker took it cancelled it, leaving the descriptor open. */
+static inline bool io_timed(const struct io_op *op)
+{
+	return op->t->io_timeout_ns && !(op->flags & IO_NOCANCEL);
+}
+
 /* Check the caller, charge the call, and get an SQE on the task's ring
  * (room for the linked timeout too).  NULL with op->err set on failure. */
 static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t flags)
@@ -248,7 +325,7 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	struct cbcmn__exec *e = t->exec;
 	op->t = t;
 	op->req.e = e;
-	if (!cbcmn__ring_sq_room(e, t->io_timeout_ns ? 2 : 1)) {
+	if (!cbcmn__ring_sq_room(e, io_timed(op) ? 2 : 1)) {
 		op->err = -EBUSY; /* not reached: a submit always frees the SQ */
 		return NULL;
 	}
@@ -271,7 +348,7 @@ static int64_t io_finish(struct io_op *op)
 	r->voided = false;
 	r->nocancel = op->flags & IO_NOCANCEL;
 	io_uring_sqe_set_data(op->sqe, r);
-	if (t->io_timeout_ns) {
+	if (io_timed(op)) {
 		op->sqe->flags |= IOSQE_IO_LINK;
 		op->ts.tv_sec = (long long)(t->io_timeout_ns / 1000000000u);
 		op->ts.tv_nsec = (long long)(t->io_timeout_ns % 1000000000u);
@@ -293,6 +370,13 @@ static int64_t io_finish(struct io_op *op)
 	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
 	int64_t res = r->res;
+	/* The kernel's own restart codes, which io_uring passes on for some
+	 * operations (an openat of a FIFO interrupted in its io-wq worker:
+	 * -ERESTARTSYS): the operation was interrupted before it happened,
+	 * as -EINTR says.  Never the caller's to see. */
+	if (res == -KERN_ERESTARTSYS || res == -KERN_ERESTARTNOINTR ||
+	    res == -KERN_ERESTARTNOHAND || res == -KERN_ERESTART_RESTARTBLOCK)
+		res = -EINTR;
 	/* Stopped by us or its timeout: cancelled before it ran (-ECANCELED;
 	 * also a voided or orphaned request), or interrupted in an io-wq
 	 * worker (-EINTR).  Anything else is what the operation did, whatever

@@ -529,6 +529,7 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 		   bool timeout);
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e);
 void cbcmn__io_cancel_flag(struct cbcmn__exec *e);
+void cbcmn__io_settle(struct cbcmn__exec *e);
 void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring *old);
 
 /* stream.c */

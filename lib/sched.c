@@ -1308,6 +1308,7 @@ static void exec_thread_died(void *arg)
 		(void)0;
 	e->reap = t;
 	e->current = NULL;
+	cbcmn__io_settle(e); /* its requests end here, while it can reap them */
 	/* For watchers: this thread is gone; the new one publishes itself
 	 * (cbcmn__exec_main), and if none can start, none runs. */
 	exec_state(e, CBCMN_EXEC_STOPPED);

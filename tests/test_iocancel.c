@@ -19,9 +19,11 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 
 #define MS 1000000ull
 #define NOT_RUN (INT64_C(1) << 40) /* the child never made its call */
@@ -1058,11 +1060,11 @@ static void test_timeout_racing_completion(void **state)
 /* ---- 4. the executor's thread dies under the request --------------------- *
  *
  * A task ends executor 1's thread (pthread_exit) while the child waits on
- * executor 1's ring.  The kernel ends the thread's requests as it exits:
- * one that completed first (its completion may even run during the exit)
- * left its CQE in the dead ring, and the new thread reads it there: the
- * call returns what it did; one the dead thread never submitted, or that
- * the exit cancelled, returns -ECANCELED with nothing done. */
+ * executor 1's ring.  The dying thread ends its requests and reaps them;
+ * what it could not is ended by the thread's exit, whose CQEs the new
+ * thread reads in the dead ring: a call that completed returns what it
+ * did; one never submitted, or cancelled, returns -ECANCELED with nothing
+ * done. */
 
 struct death {
 	struct fx *f;
@@ -1120,24 +1122,21 @@ static int64_t death_main(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static void test_executor_death_keeps_completed_results(void **state)
+static const char *ring_name(uint32_t mode)
 {
-	(void)state;
-	if (T_ASAN || T_TSAN)
-		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	return mode == CBCMN_RING_PLAIN ? "plain" : mode == CBCMN_RING_SQPOLL ? "SQPOLL" : "default";
+}
+
+/* Each op under each ring mode, 12 deaths each. */
+static void death_all(const enum op *ops, size_t nops, const uint32_t *modes, size_t nmodes)
+{
 	int fds0 = t_count_fds();
-	static const enum op ops[] = {OP_RECV, OP_READ, OP_RECVMSG, OP_SEND_FULL, OP_ACCEPT};
 	/* Each death prints a line on stderr: keep them out of the output. */
 	int saved = -1, cap = getenv("T_NOCAP") ? -1 : t_stderr_capture(&saved);
 	char text[16384];
 	const char *bad = NULL;
 	int which = 0;
-	/* Default rings run completions only when their thread asks for
-	 * them (DEFER_TASKRUN); plain ones at the thread's next system call,
-	 * so a completion's CQE is often in the dead ring. */
-	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN};
-	size_t nops = sizeof(ops) / sizeof(ops[0]);
-	for (size_t i = 0; i < 2 * nops && !bad; i++) {
+	for (size_t i = 0; i < nmodes * nops && !bad; i++) {
 		struct fx f;
 		fx_open(&f, ops[i % nops]);
 		cbcmn_runtime *rt = t_runtime_with(2, 0, modes[i / nops]);
@@ -1145,9 +1144,8 @@ static void test_executor_death_keeps_completed_results(void **state)
 				  .rounds = 12};
 		int64_t rc = t_run_pinned(rt, 0, death_main, &d);
 		t_destroy(rt);
-		printf("  %-11s %s rings, %3d deaths: %3d returned their result, %3d cancelled\n",
-		       op_name[f.op], i < nops ? "default" : "plain", d.done, d.results,
-		       d.cancels);
+		printf("  %-11s %-7s rings, %3d deaths: %3d returned their result, %3d cancelled\n",
+		       op_name[f.op], ring_name(modes[i / nops]), d.done, d.results, d.cancels);
 		fx_close(&f);
 		if (rc != 0 || d.bad) {
 			bad = d.bad ? d.bad : "the test task failed";
@@ -1160,6 +1158,148 @@ static void test_executor_death_keeps_completed_results(void **state)
 	if (bad)
 		fail_msg("%s: %s", op_name[which], bad);
 	assert_int_equal(t_count_fds(), fds0);
+}
+
+static void test_executor_death_keeps_completed_results(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	static const enum op ops[] = {OP_RECV, OP_READ, OP_RECVMSG, OP_SEND_FULL, OP_ACCEPT};
+	/* Default rings run completions only when their thread asks for
+	 * them (DEFER_TASKRUN); plain ones at the thread's next system call,
+	 * so a completion's CQE is often in the dead ring. */
+	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN};
+	death_all(ops, sizeof(ops) / sizeof(ops[0]), modes, sizeof(modes) / sizeof(modes[0]));
+}
+
+/* An openat or a pwrite runs in an io-wq worker.  On a default ring
+ * (DEFER_TASKRUN) its completion is work that only the ring's thread can
+ * run: one that completed while the thread was ending was not in the dead
+ * ring's CQ, and nobody else can make the kernel post it (io_uring_enter
+ * from another thread: -EEXIST).  The call returned -ECANCELED although
+ * the file was created (its descriptor leaked) or written. */
+static void test_executor_death_keeps_results_of_io_workers(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	static const enum op ops[] = {OP_OPENAT, OP_PWRITE};
+	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN, CBCMN_RING_SQPOLL};
+	death_all(ops, sizeof(ops) / sizeof(ops[0]), modes, sizeof(modes) / sizeof(modes[0]));
+}
+
+/* An acceptor waits on executor 1 when a client connects and executor 1's
+ * thread dies.  On a plain ring the accept runs at the dying thread's next
+ * system call and its CQE lands in the ring; the takeover skipped
+ * multishot CQEs and ended the acceptor: the connection was taken from the
+ * listener, never handed out, and its descriptor leaked.  It must be handed
+ * out (or stay queued in the listener). */
+
+struct accdeath {
+	cbcmn_runtime *rt;
+	int ls, client;
+	struct sockaddr_in addr;
+	int64_t got[4];
+	int ngot;
+	bool unsupported;
+	_Atomic int waiting;
+};
+
+static int64_t accdeath_acceptor(cbcmn_cx *cx, void *arg)
+{
+	struct accdeath *a = arg;
+	cbcmn_acceptor *ac;
+	int rc = cbcmn_acceptor_open(cx, a->ls, SOCK_CLOEXEC, &ac);
+	if (rc == -EOPNOTSUPP)
+		a->unsupported = true;
+	atomic_store(&a->waiting, 1);
+	if (rc)
+		return 0;
+	for (int64_t fd = 0; fd >= 0 && a->ngot < 4;)
+		a->got[a->ngot++] = fd = cbcmn_acceptor_next(cx, ac);
+	cbcmn_acceptor_close(cx, ac);
+	return 0;
+}
+
+static int64_t accdeath_killer(cbcmn_cx *cx, void *arg)
+{
+	struct accdeath *a = arg;
+	(void)cx;
+	a->client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (a->client >= 0)
+		(void)!connect(a->client, (struct sockaddr *)&a->addr, sizeof(a->addr));
+	struct timespec ms10 = {0, 10 * 1000000l};
+	nanosleep(&ms10, NULL); /* a system call: a plain ring runs the accept */
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t accdeath_main(cbcmn_cx *cx, void *arg)
+{
+	struct accdeath *a = arg;
+	cbcmn_nursery *n, *kn;
+	TASK_CHECK(cbcmn_nursery_open(a->rt, cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, accdeath_acceptor, a, NULL) == 0);
+	while (!atomic_load(&a->waiting))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 10 * MS); /* armed, executor 1 parked */
+	if (!a->unsupported) {
+		TASK_CHECK(cbcmn_nursery_open(a->rt, cx, &kn) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, kn, 1, accdeath_killer, a, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, kn) == CBCMN_EPANIC);
+	}
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_executor_death_hands_out_accepted_connections(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	int saved = -1, cap = getenv("T_NOCAP") ? -1 : t_stderr_capture(&saved);
+	char text[4096];
+	static const uint32_t modes[] = {0, CBCMN_RING_PLAIN};
+	const char *bad = NULL;
+	bool unsupported = false;
+	for (int round = 0; round < 6 && !bad && !unsupported; round++) {
+		int fds0 = t_count_fds();
+		struct accdeath a = {.client = -1};
+		a.ls = listener(&a.addr);
+		a.rt = t_runtime_with(2, 0, modes[round & 1]);
+		assert_int_equal(t_run_pinned(a.rt, 0, accdeath_main, &a), 0);
+		t_destroy(a.rt);
+		unsupported = a.unsupported;
+		int handed = 0;
+		for (int i = 0; i < a.ngot; i++)
+			if (a.got[i] >= 0) {
+				handed++;
+				close((int)a.got[i]);
+			}
+		bool queued = conn_queued(a.ls, 0);
+		if (queued) {
+			int c = accept4(a.ls, NULL, NULL, SOCK_CLOEXEC);
+			if (c >= 0)
+				close(c);
+		}
+		if (a.client >= 0)
+			close(a.client);
+		close(a.ls);
+		int leaked = t_count_fds() - fds0;
+		if (!unsupported && (handed + queued != 1 || leaked != 0)) {
+			printf("  %s rings: %d handed out, %d still queued, %d descriptors leaked\n",
+			       ring_name(modes[round & 1]), handed, queued, leaked);
+			bad = "the accepted connection was lost";
+		}
+	}
+	if (cap >= 0)
+		t_stderr_restore(cap, saved, text, sizeof(text));
+	ASSERT_TASK_CHECKS();
+	if (unsupported)
+		T_SKIP("no multishot accept (5.19)");
+	if (bad)
+		fail_msg("%s", bad);
 }
 
 /* ---- 5. MSG_WAITALL cancelled part-way --------------------------------- *
@@ -1259,6 +1399,175 @@ static void test_cancel_waitall_part_way_returns_what_moved(void **state)
 	waitall_run(true);
 }
 
+/* ---- 6. interrupted in an io-wq worker ---------------------------------- *
+ *
+ * An openat with O_CREAT runs in an io-wq worker; on a FIFO without a
+ * writer it waits there.  Cancelled, the worker is interrupted, and
+ * io_uring passes the open's -ERESTARTSYS on as it is: the call returned
+ * -512, a kernel-internal code (cbcmn_strerror: "unknown error"), instead
+ * of CBCMN_ECANCELED.  Nothing was opened.  (A linked timeout does not stop
+ * such a call: the kernel does not arm it for a request it queues to io-wq
+ * from the start, docs/IO.md "Limits".) */
+
+struct fifo_call {
+	const char *path;
+	int64_t rc;
+	_Atomic int entered;
+};
+
+static int64_t fifo_child(cbcmn_cx *cx, void *arg)
+{
+	struct fifo_call *c = arg;
+	atomic_store(&c->entered, 1);
+	c->rc = cbcmn_openat(cx, AT_FDCWD, c->path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+	return 0;
+}
+
+static void test_cancel_blocked_in_io_worker_is_ecanceled(void **state)
+{
+	(void)state;
+	int fds0 = t_count_fds();
+	char path[64];
+	snprintf(path, sizeof(path), "/tmp/cbcmn-iocancel-fifo-%d", (int)getpid());
+	unlink(path);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	struct fifo_call c = {.path = path, .rc = NOT_RUN};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, fifo_child, &c, NULL), 0);
+	uint64_t end = t_now_ns() + 5000 * MS;
+	while (!atomic_load(&c.entered) && t_now_ns() < end)
+		sched_yield();
+	/* In the worker, waiting for a writer. */
+	struct timespec ms50 = {0, 50 * 1000000l};
+	nanosleep(&ms50, NULL);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	cbcmn_nursery_await_all(NULL, n);
+	t_destroy(rt);
+	unlink(path);
+	printf("  cancelled openat of a FIFO: %lld (%s)\n", (long long)c.rc, cbcmn_strerror(c.rc));
+	assert_int_equal(c.rc, CBCMN_ECANCELED);
+	assert_int_equal(t_count_fds(), fds0);
+}
+
+/* ---- 7. a close is never undone ---------------------------------------- *
+ *
+ * A close of a file whose filesystem has a flush method (overlayfs, NFS,
+ * FUSE, CIFS) is run by an io-wq worker.  With an I/O timeout the close
+ * had a linked timeout, which cancelled it when it fired before the worker
+ * took it: the call returned -ETIMEDOUT and the descriptor stayed open
+ * (every time with a 1 ns timeout).  The test mounts an overlayfs in a
+ * mount namespace of its own, in a child process. */
+
+#define CLOSE_ROUNDS 200
+#define CHILD_SKIP 77
+
+static int64_t close_child(cbcmn_cx *cx, void *arg)
+{
+	const char *path = arg;
+	int64_t undone = 0;
+	for (int i = 0; i < CLOSE_ROUNDS; i++) {
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return -errno;
+		cbcmn_io_set_timeout(cx, 1); /* fires as soon as it is armed */
+		int64_t rc = cbcmn_close(cx, fd);
+		cbcmn_io_set_timeout(cx, 0);
+		if (fcntl(fd, F_GETFD) >= 0) {
+			if (!undone)
+				printf("  close returned %lld (%s), its descriptor is still open\n",
+				       (long long)rc, cbcmn_strerror(rc));
+			undone++;
+			close(fd);
+		}
+	}
+	return undone;
+}
+
+/* A mount namespace of our own (a user namespace too if we are not root):
+ * the overlay goes when the child ends. */
+static bool own_mount_ns(void)
+{
+	if (unshare(CLONE_NEWNS) != 0) {
+		uid_t uid = getuid();
+		gid_t gid = getgid();
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+			return false;
+		char map[64];
+		int fd = open("/proc/self/setgroups", O_WRONLY);
+		if (fd >= 0) {
+			(void)!write(fd, "deny", 4);
+			close(fd);
+		}
+		int n = snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+		fd = open("/proc/self/uid_map", O_WRONLY);
+		if (fd < 0 || write(fd, map, (size_t)n) != n)
+			return false;
+		close(fd);
+		n = snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+		fd = open("/proc/self/gid_map", O_WRONLY);
+		if (fd < 0 || write(fd, map, (size_t)n) != n)
+			return false;
+		close(fd);
+	}
+	return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
+}
+
+static void close_undone_child(const char *dir)
+{
+	char opts[512], merged[160], file[192];
+	snprintf(opts, sizeof(opts), "lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work", dir,
+		 dir, dir);
+	snprintf(merged, sizeof(merged), "%s/merged", dir);
+	snprintf(file, sizeof(file), "%s/f", merged);
+	if (!own_mount_ns() || mount("overlay", merged, "overlay", 0, opts) != 0) {
+		printf("  no overlayfs here (%s)\n", strerror(errno));
+		_exit(CHILD_SKIP);
+	}
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cbcmn_runtime *rt;
+	int64_t res = -1;
+	if (cbcmn_runtime_create(&cfg, &rt) != 0)
+		_exit(2);
+	int rc = cbcmn_runtime_run(rt, close_child, file, &res);
+	cbcmn_runtime_destroy(rt);
+	printf("  %d closes with a 1 ns timeout: %lld left their descriptor open\n", CLOSE_ROUNDS,
+	       (long long)res);
+	fflush(stdout);
+	_exit(rc != 0 || res < 0 ? 2 : res > 0);
+}
+
+static void test_close_with_timeout_is_never_undone(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/cbcmn-iocancel-ovl-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	static const char *const sub[] = {"lower", "upper", "work", "merged"};
+	char p[128];
+	for (size_t i = 0; i < 4; i++) {
+		snprintf(p, sizeof(p), "%s/%s", dir, sub[i]);
+		assert_int_equal(mkdir(p, 0700), 0);
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		close_undone_child(dir);
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	/* The overlay went with the child's namespace: only our files. */
+	char cmd[160];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	(void)!system(cmd);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) == CHILD_SKIP)
+		T_SKIP("cannot mount an overlayfs (a filesystem with a flush method)");
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -1276,7 +1585,11 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_cancel_many_racing_completions_small_ring),
 		T_WATCHED_TEST(test_timeout_racing_completion),
 		T_WATCHED_TEST(test_executor_death_keeps_completed_results),
+		T_WATCHED_TEST(test_executor_death_keeps_results_of_io_workers),
+		T_WATCHED_TEST(test_executor_death_hands_out_accepted_connections),
 		T_WATCHED_TEST(test_cancel_waitall_part_way_returns_what_moved),
+		T_WATCHED_TEST(test_cancel_blocked_in_io_worker_is_ecanceled),
+		T_WATCHED_TEST(test_close_with_timeout_is_never_undone),
 	};
 	return cmocka_run_group_tests_name("iocancel", tests, NULL, NULL);
 }

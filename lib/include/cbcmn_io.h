@@ -29,7 +29,8 @@
  *     already cancelled gets CBCMN_ECANCELED without submitting anything.
  *   - Timeouts: cbcmn_io_set_timeout() gives each later call of the task a
  *     linked timeout (IORING_OP_LINK_TIMEOUT); a call that runs out of time
- *     is cancelled and returns -ETIMEDOUT.
+ *     is cancelled and returns -ETIMEDOUT.  cbcmn_close() has none: it is
+ *     never undone.
  */
 #ifndef CBCMN_IO_H
 #define CBCMN_IO_H
@@ -75,7 +76,8 @@ CBCMN_API int64_t cbcmn_shutdown(cbcmn_cx *cx, int fd, int how);
 CBCMN_API int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol);
 
 /* Files.  cbcmn_close() closes fd even when it is cancelled: a close that
- * was submitted is never undone. */
+ * was submitted is never undone (nor timed out: the task's I/O timeout
+ * does not apply to it). */
 CBCMN_API int64_t cbcmn_close(cbcmn_cx *cx, int fd);
 CBCMN_API int64_t cbcmn_openat(cbcmn_cx *cx, int dirfd, const char *path, int flags,
 			       mode_t mode);
