@@ -476,49 +476,67 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 
 /* The executor's thread died and a new one takes over (sched.c).  The old
  * ring's single issuer is gone, so the new thread needs its own ring, under
- * the same fd number, which other executors use for MSG_RING.  First wait
- * for the old thread to be gone: its exit cancels its requests and waits
- * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end as cancelled, and so do its streams and acceptors.
+ * the same fd number, which other executors may still use for MSG_RING.
+ * First wait for the old thread to be gone: its exit cancels its requests
+ * and waits for them, after which no buffer of ours is in the kernel's
+ * hands; their waits end as cancelled, and so do its streams and acceptors.
  *
  * "Gone" is pthread_join() of the old thread: it returns once the kernel
  * has cleared the thread's tid at its very end (CLONE_CHILD_CLEARTID, after
  * its io_uring requests were cancelled and reaped), whatever /proc shows:
  * a /proc of another pid namespace, none, or a new thread that reused the
  * tid (which the previous check, polling /proc/self/task/<tid>, took for
- * the old one and waited on forever). */
+ * the old one and waited on forever).
+ *
+ * The old ring goes before the new one is made: both at once would need
+ * twice the ring's locked memory, and an executor whose ring just fitted
+ * in RLIMIT_MEMLOCK would be lost, its dead task's nursery waiting
+ * forever.  Meanwhile its number names our eventfd (dup3 closes the old
+ * ring's file in the same step, so no other file can take the number): a
+ * MSG_RING sent to it fails and its sender rings the eventfd instead. */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	/* Unbounded: until the old thread is gone the kernel may still write
 	 * into the buffers of the requests it had in flight. */
 	pthread_join(e->dead_thread, NULL);
-	struct io_uring old = r->u;
 	int oldfd = r->fd;
 	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
+	/* Unmapped first: each mapping holds the ring's file, whose last
+	 * reference, going below, gives its locked memory back (some ms
+	 * later: ring_init_fit() retries meanwhile). */
+	ring_unmap(&r->u, -1);
+	if (dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
+		close(oldfd);
+		oldfd = -1; /* the new ring's number is published as at a restart */
+	}
+	r->fd = -1;
 	int rc = cbcmn__ring_create(e);
-	/* The new ring under the old number: dup3 swaps atomically, so no
-	 * other file can take the number in between. */
-	if (rc == 0 && dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
-		rc = -errno;
-		cbcmn__ring_close(e);
+	if (rc == 0 && oldfd >= 0) {
+		/* The new ring under the old number, in place of the eventfd. */
+		if (dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
+			rc = -errno;
+			cbcmn__ring_close(e);
+		} else {
+			close(r->u.ring_fd);
+			/* Enters go through the registered ring fd, which names
+			 * the file, not the number: only the number others use
+			 * changes (and the one enters use, if registering
+			 * failed). */
+			r->u.ring_fd = r->fd = oldfd;
+			if (!r->registered)
+				r->u.enter_ring_fd = oldfd;
+		}
 	}
 	if (rc) {
 		/* No ring: doorbells go to the eventfd (MSG_RING to -1 fails
-		 * and falls back), and the old ring goes. */
+		 * and falls back). */
+		if (oldfd >= 0)
+			close(oldfd);
 		r->fd = -1;
-		ring_unmap(&old, oldfd);
 		return rc;
 	}
-	close(r->u.ring_fd);
-	/* Enters go through the registered ring fd, which names the file,
-	 * not the number: only the number others use changes (and the one
-	 * enters use, if registering failed). */
-	r->u.ring_fd = r->fd = oldfd;
-	if (!r->registered)
-		r->u.enter_ring_fd = oldfd;
-	ring_unmap(&old, -1); /* its fd number is the new ring's now */
 	cbcmn__io_orphan_all(e);
 	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;

@@ -1374,7 +1374,7 @@ void *cbcmn__exec_main(void *arg)
 		rc = cbcmn__ring_takeover(e);
 		if (rc != 0) {
 			fprintf(stderr, "cbcmn: executor %u: no new ring for the new thread (%s)\n",
-				e->id, strerror(-rc));
+				e->id, cbcmn_strerror(rc));
 			atomic_store_explicit(&rt->lost_exec, 1, memory_order_relaxed);
 			cbcmn__tls_exec = NULL;
 			pthread_setspecific(exec_key, NULL);
