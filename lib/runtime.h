@@ -554,6 +554,9 @@ void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
 
 /* signal.c */
 int cbcmn__signal_init(void);
+/* Hold (lock) or release the handler's install lock across a fork
+ * (runtime.c's atfork handlers). */
+void cbcmn__signal_fork_lock(bool lock);
 int cbcmn__altstack_setup(struct cbcmn__exec *e);
 void cbcmn__altstack_teardown(struct cbcmn__exec *e);
 void cbcmn__panic_unpoison(struct cbcmn_task *t, void *landing_frame);
