@@ -314,6 +314,21 @@ bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n)
 	return true;
 }
 
+/* An injected io_uring_enter failure (CBCMN__F_SUBMIT), or 0: the enter
+ * failed after liburing had moved the SQEs to the kernel's SQ, as a real
+ * failure leaves them (cbcmn__ring_submit()). */
+static int submit_fault(struct io_uring *u)
+{
+	int rc = CBCMN__FAULT(CBCMN__F_SUBMIT);
+	if (rc && !(u->flags & IORING_SETUP_SQPOLL)) {
+		u->sq.sqe_head = u->sq.sqe_tail;
+		/* release: the SQEs' contents before the tail the kernel
+		 * reads (as liburing's own flush). */
+		io_uring_smp_store_release(u->sq.ktail, u->sq.sqe_tail);
+	}
+	return rc;
+}
+
 /* Submit what is queued and collect completions into the CQ: one
  * io_uring_enter.  wait_one: also wait for a CQE, at most timeout_ns
  * (0: no limit).  The CQEs are left for cbcmn__ring_reap(). */
@@ -321,23 +336,13 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 {
 	struct io_uring *u = &e->ring.u;
 	unsigned n = cbcmn__sq_unflushed(u);
-	int rc = CBCMN__FAULT(CBCMN__F_SUBMIT);
-	if (rc) {
-		/* Injected: io_uring_enter failed after liburing had moved
-		 * the SQEs to the kernel's SQ, as a real failure leaves them
-		 * (below). */
-		if (!(u->flags & IORING_SETUP_SQPOLL)) {
-			u->sq.sqe_head = u->sq.sqe_tail;
-			/* release: the SQEs' contents before the tail the
-			 * kernel reads (as liburing's own flush). */
-			io_uring_smp_store_release(u->sq.ktail, u->sq.sqe_tail);
-		}
-	} else if (wait_one) {
+	int rc = submit_fault(u);
+	if (rc == 0 && wait_one) {
 		struct io_uring_cqe *cqe;
 		struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_ns / 1000000000u),
 					       .tv_nsec = (long long)(timeout_ns % 1000000000u)};
 		rc = io_uring_submit_and_wait_timeout(u, &cqe, 1, timeout_ns ? &ts : NULL, NULL);
-	} else {
+	} else if (rc == 0) {
 		rc = io_uring_submit_and_get_events(u);
 	}
 	CBCMN__COUNT(e, ring_enters, 1);
@@ -456,7 +461,8 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		unsigned n = cbcmn__sq_unflushed(&me->ring.u);
-		io_uring_submit(&me->ring.u);
+		if (!submit_fault(&me->ring.u))
+			io_uring_submit(&me->ring.u);
 		CBCMN__COUNT(me, ring_enters, 1);
 		CBCMN__COUNT(me, sqes_submitted, n);
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
