@@ -329,6 +329,29 @@ static int submit_fault(struct io_uring *u)
 	return rc;
 }
 
+/* After an io_uring_enter that submitted the n SQEs queued (counted) and
+ * returned rc. */
+static void submitted(struct cbcmn__exec *e, unsigned n, int rc)
+{
+	struct io_uring *u = &e->ring.u;
+	CBCMN__COUNT(e, ring_enters, 1);
+	if (n)
+		CBCMN__COUNT(e, sqes_submitted, n);
+	e->ring.resubmit = false;
+	if (rc < 0 && rc != -ETIME) {
+		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
+		 * refuse to submit until it is drained) or no request could be
+		 * allocated; -EINTR.  liburing has handed the SQEs to the
+		 * kernel's SQ all the same (its head moved), so they no longer
+		 * count as unflushed: without a mark they would wait for the
+		 * next park, which a busy executor may never reach.  The loop
+		 * submits again after its next reap. */
+		if (rc == -EBUSY || rc == -EAGAIN)
+			CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+		e->ring.resubmit = !(u->flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(u) != 0;
+	}
+}
+
 /* Submit what is queued and collect completions into the CQ: one
  * io_uring_enter.  wait_one: also wait for a CQE, at most timeout_ns
  * (0: no limit).  The CQEs are left for cbcmn__ring_reap(). */
@@ -345,22 +368,8 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 	} else if (rc == 0) {
 		rc = io_uring_submit_and_get_events(u);
 	}
-	CBCMN__COUNT(e, ring_enters, 1);
-	if (n)
-		CBCMN__COUNT(e, sqes_submitted, n);
 	e->ring.defer = 0;
-	e->ring.resubmit = false;
-	if (rc < 0 && rc != -ETIME) {
-		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
-		 * refuse to submit until it is drained) or no request could be
-		 * allocated; -EINTR.  liburing has handed the SQEs to the
-		 * kernel's SQ all the same (its head moved), so they no longer
-		 * count as unflushed: without a mark they would wait for the
-		 * next park.  The loop submits again after its next reap. */
-		if (rc == -EBUSY || rc == -EAGAIN)
-			CBCMN__COUNT(e, ring_msgs_backpressure, 1);
-		e->ring.resubmit = !(u->flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(u) != 0;
-	}
+	submitted(e, n, rc);
 }
 
 static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t flags)
@@ -461,10 +470,11 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		unsigned n = cbcmn__sq_unflushed(&me->ring.u);
-		if (!submit_fault(&me->ring.u))
-			io_uring_submit(&me->ring.u);
-		CBCMN__COUNT(me, ring_enters, 1);
-		CBCMN__COUNT(me, sqes_submitted, n);
+		int rc = submit_fault(&me->ring.u);
+		/* A failure marks the SQEs for the next turn, like any other
+		 * submit's: this one may never be followed by another enter
+		 * (a busy sender without I/O) and its target sleeps meanwhile. */
+		submitted(me, n, rc ? rc : io_uring_submit(&me->ring.u));
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
 		CBCMN__COUNT(me, doorbells_sent, 1);
 		CBCMN_PROBE3(doorbell, (int)me->id, target->id, 0);

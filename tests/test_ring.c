@@ -4,6 +4,7 @@
 #include <liburing.h>
 
 #include "helpers.h"
+#include "../lib/fault.h"
 #include "../lib/runtime.h" /* an executor's ring fd, its SQ size */
 
 /* A NOP through ring u and its completion: 0, or what failed. */
@@ -158,11 +159,77 @@ static void test_reap_is_bounded_per_turn(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a doorbell whose submit fails ------------------------------------------ */
+
+struct doorbell_try {
+	_Atomic bool ran;
+	bool timed_out;
+};
+
+static int64_t mark_ran(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct doorbell_try *d = arg;
+	atomic_store(&d->ran, true);
+	return 0;
+}
+
+/* On executor 0: with executor 1 asleep in its ring, send it a task; the
+ * doorbell's io_uring_enter fails (injected); then stay busy, yielding,
+ * with nothing to submit and nothing to reap, until the task has run. */
+static int64_t ring_a_sleeper(cbcmn_cx *cx, void *arg)
+{
+	struct doorbell_try *d = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	cbcmn_sleep(cx, 20 * 1000000); /* executor 1 parks meanwhile */
+	struct cbcmn__fault_plan plan = {.nth = 1, .err = -EAGAIN};
+	cbcmn__fault_arm(CBCMN__F_SUBMIT, &plan);
+	int rc = cbcmn_nursery_spawn_pinned(cx, n, 1, mark_ran, d, NULL);
+	uint64_t end = t_now_ns() + 3000000000ull;
+	while (rc == 0 && !atomic_load(&d->ran) && !(d->timed_out = t_now_ns() > end))
+		cbcmn_yield(cx);
+	cbcmn__fault_disarm_all();
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+/* The bug: a doorbell (MSG_RING) whose io_uring_enter failed left its SQE
+ * in the kernel's SQ without the resubmit mark, so it went out only at
+ * the sender's next enter: a sender that kept busy without I/O never
+ * entered, and the task sent to the sleeping executor never ran. */
+static void test_failed_doorbell_submit_is_retried(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan off = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_SUBMIT, &off))
+		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");
+	cbcmn__fault_disarm_all();
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.spin_ns = CBCMN_SPIN_NONE; /* park at once: every hand-off rings */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!rt->ring_caps.msg_ring) {
+		t_destroy(rt);
+		T_SKIP("no IORING_OP_MSG_RING: doorbells are eventfd writes");
+	}
+	struct doorbell_try d = {0};
+	int64_t r = t_run_pinned(rt, 0, ring_a_sleeper, &d);
+	assert_int_equal(cbcmn__fault_fails(CBCMN__F_SUBMIT), 1);
+	if (d.timed_out)
+		fail_msg("the task sent to the sleeping executor did not run in 3 s");
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_destroy_keeps_the_callers_registered_ring),
 		T_WATCHED_TEST(test_reap_is_bounded_per_turn),
+		T_WATCHED_TEST(test_failed_doorbell_submit_is_retried),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
