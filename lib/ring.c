@@ -436,13 +436,17 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 			int32_t res;
 			uint32_t flags;
 		} got[32];
+		unsigned kept = 0;
 		for (unsigned i = 0; i < n; i++) {
-			got[i].ud = cqes[i]->user_data;
-			got[i].res = cqes[i]->res;
-			got[i].flags = cqes[i]->flags;
+			if (CBCMN__FAULT(CBCMN__F_CQE_DROP))
+				continue; /* as if the kernel had dropped it */
+			got[kept].ud = cqes[i]->user_data;
+			got[kept].res = cqes[i]->res;
+			got[kept].flags = cqes[i]->flags;
+			kept++;
 		}
 		io_uring_cq_advance(u, n);
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < kept; i++)
 			dispatch(e, got[i].ud, got[i].res, got[i].flags);
 		total += n;
 	}
