@@ -220,8 +220,13 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	if (rc)
 		return rc;
 	r->up = true;
-	r->fd = r->u.ring_fd;
+	/* Its number for doorbells, unless the executor keeps one (a
+	 * takeover puts the new ring under the old number). */
+	if (atomic_load_explicit(&r->fd, memory_order_relaxed) < 0)
+		atomic_store_explicit(&r->fd, r->u.ring_fd, memory_order_relaxed);
 	r->enabled = true;
+	r->dropped = false;
+	r->overflow_seen = IO_URING_READ_ONCE(*r->u.cq.koverflow);
 	/* io-wq is per thread: the cap applies to this executor's workers
 	 * (bounded: file I/O; unbounded: sockets and the like).  Old kernels
 	 * lack it: then the kernel's default stays. */
@@ -275,7 +280,8 @@ void cbcmn__ring_close(struct cbcmn__exec *e)
 	r->inflight = r->defer = 0;
 	r->resubmit = false;
 	r->reqs = NULL;
-	r->fd = -1; /* a restarted executor gets a new ring and number */
+	/* A restarted executor gets a new ring and number. */
+	atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 }
 
 void cbcmn__ring_destroy(struct cbcmn__exec *e)
@@ -349,6 +355,10 @@ static void submitted(struct cbcmn__exec *e, unsigned n, int rc)
 		if (rc == -EBUSY || rc == -EAGAIN)
 			CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 		e->ring.resubmit = !(u->flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(u) != 0;
+		/* -EBADR: the kernel dropped CQEs (cqes_dropped()).  It says
+		 * so once; the overflow count says so too. */
+		if (rc == -EBADR)
+			e->ring.dropped = true;
 	}
 }
 
@@ -412,6 +422,32 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 	}
 }
 
+/* ---- dropped CQEs -------------------------------------------------------------
+ *
+ * With IORING_FEAT_NODROP the kernel keeps the CQEs that do not fit in the
+ * CQ on a list of its own; if even that allocation fails it drops the CQE,
+ * counts it in the CQ ring's overflow field and fails the next wait with
+ * -EBADR.  Whose CQE it was is unknown, and a fiber waiting for it would
+ * wait forever; nor can a request still listed be ended safely while the
+ * kernel may yet complete it (a buffered read waiting for a page is in no
+ * list a cancel searches).  So the executor replaces its thread, as when
+ * a task ends one (sched.c): the old thread's exit cancels every request
+ * it made and waits for all of them; the new thread takes over with a new
+ * ring and ends every wait still listed, and every stream and acceptor,
+ * as cancelled (cbcmn__ring_takeover()).  Completions reaped before that
+ * keep their results.  ring.dropped asks for it; cbcmn__ring_busy() keeps
+ * the executor from parking meanwhile. */
+
+/* Drops the kernel counted since the last look. */
+static void drops_check(struct cbcmn__exec *e)
+{
+	uint32_t ov = IO_URING_READ_ONCE(*e->ring.u.cq.koverflow);
+	if (__builtin_expect(ov != e->ring.overflow_seen, 0)) {
+		e->ring.overflow_seen = ov;
+		e->ring.dropped = true;
+	}
+}
+
 /* Hand CQEs to their owners, at most one SQ's worth (ring.entries) per
  * call: completions that keep coming (a busy multishot, an overflow being
  * flushed) must not keep the executor from its tasks; what is left is
@@ -426,6 +462,7 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 		io_uring_get_events(u); /* flush the kernel's overflow list */
 	}
+	drops_check(e);
 	while (total < bound) {
 		struct io_uring_cqe *cqes[32];
 		unsigned n = io_uring_peek_batch_cqe(u, cqes, bound - total < 32 ? bound - total : 32);
@@ -438,8 +475,10 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 		} got[32];
 		unsigned kept = 0;
 		for (unsigned i = 0; i < n; i++) {
-			if (CBCMN__FAULT(CBCMN__F_CQE_DROP))
-				continue; /* as if the kernel had dropped it */
+			if (CBCMN__FAULT(CBCMN__F_CQE_DROP)) {
+				e->ring.dropped = true; /* as if the kernel had dropped it */
+				continue;
+			}
 			got[kept].ud = cqes[i]->user_data;
 			got[kept].res = cqes[i]->res;
 			got[kept].flags = cqes[i]->flags;
@@ -468,7 +507,9 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		/* An injected failure sends to no ring: the kernel fails the
 		 * MSG_RING (-EBADF) and the fallback below runs as for a full
 		 * CQ. */
-		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING) ? -1 : target->ring.fd;
+		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
+				 ? -1
+				 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
 		io_uring_prep_msg_ring(sqe, fd, 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
@@ -520,7 +561,7 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	/* Unbounded: until the old thread is gone the kernel may still write
 	 * into the buffers of the requests it had in flight. */
 	pthread_join(e->dead_thread, NULL);
-	int oldfd = r->fd;
+	int oldfd = atomic_load_explicit(&r->fd, memory_order_relaxed);
 	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
 	/* Unmapped first: each mapping holds the ring's file, whose last
@@ -530,8 +571,8 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	if (dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
 		close(oldfd);
 		oldfd = -1; /* the new ring's number is published as at a restart */
+		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 	}
-	r->fd = -1;
 	int rc = cbcmn__ring_create(e);
 	if (rc == 0 && oldfd >= 0) {
 		/* The new ring under the old number, in place of the eventfd. */
@@ -544,7 +585,8 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 			 * the file, not the number: only the number others use
 			 * changes (and the one enters use, if registering
 			 * failed). */
-			r->u.ring_fd = r->fd = oldfd;
+			r->u.ring_fd = oldfd;
+			atomic_store_explicit(&r->fd, oldfd, memory_order_relaxed);
 			if (!r->registered)
 				r->u.enter_ring_fd = oldfd;
 		}
@@ -554,7 +596,7 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 		 * and falls back). */
 		if (oldfd >= 0)
 			close(oldfd);
-		r->fd = -1;
+		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 		return rc;
 	}
 	cbcmn__io_orphan_all(e);

@@ -241,7 +241,8 @@ static struct cbcmn__exec *exec_alloc(size_t page, int node)
 	memset(e, 0, sizeof(*e));
 	/* No descriptor yet: zero is the caller's stdin, which a failed
 	 * create's clean-up must never close. */
-	e->ring.fd = e->ring.efd = -1;
+	e->ring.efd = -1;
+	atomic_init(&e->ring.fd, -1);
 	e->ring.u.ring_fd = e->ring.u.enter_ring_fd = -1;
 	return e;
 }
@@ -283,10 +284,12 @@ static void stop_executors(struct cbcmn_runtime *rt, uint32_t n)
 	cbcmn__unpark_all(rt);
 	for (uint32_t i = 0; i < n; i++) {
 		struct cbcmn__exec *e = rt->exec[i];
-		/* One being started or retired settles first (it sees the
-		 * shutdown flag and ends). */
+		/* One being started, replaced (sched.c: exec_replace()) or
+		 * retired settles first (it sees the shutdown flag and ends).
+		 * seq_cst: against the shutdown store above, the pair of the
+		 * starter's or replacer's state change and shutdown load. */
 		uint32_t s;
-		while ((s = atomic_load_explicit(&e->lstate, memory_order_acquire)) ==
+		while ((s = atomic_load_explicit(&e->lstate, memory_order_seq_cst)) ==
 			       CBCMN__EX_STARTING ||
 		       s == CBCMN__EX_RETIRING) {
 			cbcmn__unpark_all(rt);

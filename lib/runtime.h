@@ -267,6 +267,7 @@ struct cbcmn__exec {
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */
 	pthread_t thread;
 	pthread_t dead_thread;            /* a thread that died: its successor joins it */
+	bool replacing;                   /* ... or that made way for a new one (sched.c) */
 	void *altstack;
 	size_t altstack_size;
 	void *san_sched_fiber;            /* TSan: the scheduler's own fiber */
@@ -496,7 +497,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target);
 static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
 {
 	const struct io_uring *u = &e->ring.u;
-	return cbcmn__sq_unflushed(u) || e->ring.resubmit || io_uring_cq_ready(u) ||
+	return cbcmn__sq_unflushed(u) || e->ring.resubmit || e->ring.dropped || io_uring_cq_ready(u) ||
 	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
 }
 
