@@ -382,6 +382,19 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 	submitted(e, n, rc);
 }
 
+/* Ring x's eventfd.  A raw system call, not write(): write() is a
+ * cancellation point, and an executor thread cancelled there (a task's
+ * pthread_cancel of its own thread, acted upon in a spawn's doorbell)
+ * ended after the wake-up was handed out (permit, idle bit, the searching
+ * count it carries) but before the doorbell rang: its target slept on and
+ * every later notification was skipped.  Cannot fail: the counter never
+ * nears its maximum. */
+void cbcmn__efd_ring(struct cbcmn__exec *x)
+{
+	uint64_t one = 1;
+	(void)syscall(SYS_write, x->ring.efd, &one, sizeof(one));
+}
+
 static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t flags)
 {
 	switch (ud & CBCMN__UD_MASK) {
@@ -410,11 +423,8 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 		/* MSG_RING failed (the target's CQ is full, say): ring its
 		 * eventfd instead, never lose a wake-up. */
 		uint32_t id = (uint32_t)(ud >> 3);
-		if (res < 0 && id < e->rt->nexec) {
-			uint64_t one = 1;
-			if (write(e->rt->exec[id]->ring.efd, &one, sizeof(one)) < 0)
-				(void)0;
-		}
+		if (res < 0 && id < e->rt->nexec)
+			cbcmn__efd_ring(e->rt->exec[id]);
 		break;
 	}
 	default:
@@ -525,9 +535,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		CBCMN_PROBE3(doorbell, (int)me->id, target->id, 0);
 		return;
 	}
-	uint64_t one = 1;
-	if (write(target->ring.efd, &one, sizeof(one)) < 0)
-		(void)0; /* cannot fail: the counter never nears its maximum */
+	cbcmn__efd_ring(target);
 	if (me && me->rt == rt)
 		CBCMN__COUNT(me, doorbells_sent, 1);
 	else

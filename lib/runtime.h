@@ -491,6 +491,7 @@ bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);
 void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns);
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e);
 void cbcmn__doorbell(struct cbcmn__exec *target);
+void cbcmn__efd_ring(struct cbcmn__exec *x);
 
 /* The loop's check between tasks: anything to submit or reap?  Cheap when
  * the ring is quiet: two loads. */

@@ -1354,11 +1354,9 @@ static bool exec_replace(struct cbcmn__exec *e)
 	/* A lost CQE may have been a doorbell of ours that failed, whose
 	 * fallback (the target's eventfd) was never rung: ring them all; a
 	 * wake-up with nothing new costs its executor one look. */
-	for (uint32_t i = 0; i < rt->nexec; i++) {
-		uint64_t one = 1;
-		if (rt->exec[i] != e && write(rt->exec[i]->ring.efd, &one, sizeof(one)) < 0)
-			(void)0;
-	}
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		if (rt->exec[i] != e)
+			cbcmn__efd_ring(rt->exec[i]);
 	/* seq_cst, both: the store-buffering pair with destroy's shutdown
 	 * store and its look at our state (stop_executors()): either it waits
 	 * for the successor, or we see the shutdown and stay (no task is
