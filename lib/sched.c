@@ -1347,6 +1347,10 @@ static void exec_thread_published(struct cbcmn__exec *e);
 static bool exec_replace(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
+	/* No pending cancellation may end the thread half-way (as in exec_main()'s
+	 * way out): STARTING for good would hold destroy forever. */
+	int cancel_state;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	/* What the CQ still holds keeps its result.  (A drop counted meanwhile
 	 * is answered by this same replacement.) */
 	cbcmn__ring_reap(e);
@@ -1363,10 +1367,13 @@ static bool exec_replace(struct cbcmn__exec *e)
 	 * left then to wait for a lost CQE). */
 	uint32_t s = CBCMN__EX_RUNNING;
 	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
-						     memory_order_seq_cst, memory_order_relaxed))
+						     memory_order_seq_cst, memory_order_relaxed)) {
+		pthread_setcancelstate(cancel_state, NULL);
 		return false;
+	}
 	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
 		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+		pthread_setcancelstate(cancel_state, NULL);
 		return false;
 	}
 	char line[160];
@@ -1396,6 +1403,7 @@ static bool exec_replace(struct cbcmn__exec *e)
 	pthread_setspecific(exec_key, e);
 	exec_thread_published(e);
 	atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+	pthread_setcancelstate(cancel_state, NULL);
 	return false;
 }
 
@@ -1541,6 +1549,11 @@ void *cbcmn__exec_main(void *arg)
 		run_task(e, t);
 	}
 
+	/* From here the thread only leaves.  A cancellation a task asked for
+	 * (pthread_cancel of its own thread) and never reached is still
+	 * pending: acted upon at the close() of a retiring executor's ring it
+	 * ended the thread half-way, the executor RETIRING for good. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	pthread_setspecific(exec_key, NULL);
 	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);
