@@ -570,13 +570,15 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	 * into the buffers of the requests it had in flight. */
 	pthread_join(e->dead_thread, NULL);
 	int oldfd = atomic_load_explicit(&r->fd, memory_order_relaxed);
+	bool was_up = r->up;
 	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
 	/* Unmapped first: each mapping holds the ring's file, whose last
 	 * reference, going below, gives its locked memory back (some ms
 	 * later: ring_init_fit() retries meanwhile). */
-	ring_unmap(&r->u, -1);
-	if (dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
+	if (was_up)
+		ring_unmap(&r->u, -1);
+	if (oldfd >= 0 && dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
 		close(oldfd);
 		oldfd = -1; /* the new ring's number is published as at a restart */
 		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
