@@ -240,11 +240,11 @@ void cbcmn__io_settle(struct cbcmn__exec *e)
  * which only the dead thread could flush: -ECANCELED. */
 void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 {
-	const struct io_uring_cq *cq = &old->cq;
+	const struct io_uring_cq *cq = old ? &old->cq : NULL;
 	/* acquire: the kernel's CQE stores before its tail; the thread that
 	 * posted them is gone, so this is a formality. */
-	unsigned tail = io_uring_smp_load_acquire(cq->ktail);
-	for (unsigned head = *cq->khead; head != tail; head++) {
+	unsigned tail = cq ? io_uring_smp_load_acquire(cq->ktail) : 0;
+	for (unsigned head = cq ? *cq->khead : 0; head != tail; head++) {
 		const struct io_uring_cqe *c = &cq->cqes[head & cq->ring_mask];
 		uint64_t ud = c->user_data, tag = ud & CBCMN__UD_MASK;
 		/* Only our requests: multishot CQEs are stream.c's, whose

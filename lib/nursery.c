@@ -110,6 +110,10 @@ int cbcmn_nursery_cancel(cbcmn_nursery *n)
 {
 	if (!n)
 		return -EINVAL;
+	/* The cancel scan takes the executors' wait-registry locks, which a
+	 * parent's thread may have held as it forked. */
+	if (cbcmn__forked(n->rt))
+		return CBCMN_EFORKED;
 	cbcmn__nursery_cancel(n, 1);
 	return 0;
 }

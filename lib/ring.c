@@ -220,8 +220,13 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	if (rc)
 		return rc;
 	r->up = true;
-	r->fd = r->u.ring_fd;
+	/* Its number for doorbells, unless the executor keeps one (a
+	 * takeover puts the new ring under the old number). */
+	if (atomic_load_explicit(&r->fd, memory_order_relaxed) < 0)
+		atomic_store_explicit(&r->fd, r->u.ring_fd, memory_order_relaxed);
 	r->enabled = true;
+	r->dropped = false;
+	r->overflow_seen = IO_URING_READ_ONCE(*r->u.cq.koverflow);
 	/* io-wq is per thread: the cap applies to this executor's workers
 	 * (bounded: file I/O; unbounded: sockets and the like).  Old kernels
 	 * lack it: then the kernel's default stays. */
@@ -275,7 +280,8 @@ void cbcmn__ring_close(struct cbcmn__exec *e)
 	r->inflight = r->defer = 0;
 	r->resubmit = false;
 	r->reqs = NULL;
-	r->fd = -1; /* a restarted executor gets a new ring and number */
+	/* A restarted executor gets a new ring and number. */
+	atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 }
 
 void cbcmn__ring_destroy(struct cbcmn__exec *e)
@@ -314,36 +320,29 @@ bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n)
 	return true;
 }
 
-/* Submit what is queued and collect completions into the CQ: one
- * io_uring_enter.  wait_one: also wait for a CQE, at most timeout_ns
- * (0: no limit).  The CQEs are left for cbcmn__ring_reap(). */
-void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns)
+/* An injected io_uring_enter failure (CBCMN__F_SUBMIT), or 0: the enter
+ * failed after liburing had moved the SQEs to the kernel's SQ, as a real
+ * failure leaves them (cbcmn__ring_submit()). */
+static int submit_fault(struct io_uring *u)
+{
+	int rc = CBCMN__FAULT(CBCMN__F_SUBMIT);
+	if (rc && !(u->flags & IORING_SETUP_SQPOLL)) {
+		u->sq.sqe_head = u->sq.sqe_tail;
+		/* release: the SQEs' contents before the tail the kernel
+		 * reads (as liburing's own flush). */
+		io_uring_smp_store_release(u->sq.ktail, u->sq.sqe_tail);
+	}
+	return rc;
+}
+
+/* After an io_uring_enter that submitted the n SQEs queued (counted) and
+ * returned rc. */
+static void submitted(struct cbcmn__exec *e, unsigned n, int rc)
 {
 	struct io_uring *u = &e->ring.u;
-	unsigned n = cbcmn__sq_unflushed(u);
-	int rc = CBCMN__FAULT(CBCMN__F_SUBMIT);
-	if (rc) {
-		/* Injected: io_uring_enter failed after liburing had moved
-		 * the SQEs to the kernel's SQ, as a real failure leaves them
-		 * (below). */
-		if (!(u->flags & IORING_SETUP_SQPOLL)) {
-			u->sq.sqe_head = u->sq.sqe_tail;
-			/* release: the SQEs' contents before the tail the
-			 * kernel reads (as liburing's own flush). */
-			io_uring_smp_store_release(u->sq.ktail, u->sq.sqe_tail);
-		}
-	} else if (wait_one) {
-		struct io_uring_cqe *cqe;
-		struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_ns / 1000000000u),
-					       .tv_nsec = (long long)(timeout_ns % 1000000000u)};
-		rc = io_uring_submit_and_wait_timeout(u, &cqe, 1, timeout_ns ? &ts : NULL, NULL);
-	} else {
-		rc = io_uring_submit_and_get_events(u);
-	}
 	CBCMN__COUNT(e, ring_enters, 1);
 	if (n)
 		CBCMN__COUNT(e, sqes_submitted, n);
-	e->ring.defer = 0;
 	e->ring.resubmit = false;
 	if (rc < 0 && rc != -ETIME) {
 		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
@@ -351,11 +350,49 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 		 * allocated; -EINTR.  liburing has handed the SQEs to the
 		 * kernel's SQ all the same (its head moved), so they no longer
 		 * count as unflushed: without a mark they would wait for the
-		 * next park.  The loop submits again after its next reap. */
+		 * next park, which a busy executor may never reach.  The loop
+		 * submits again after its next reap. */
 		if (rc == -EBUSY || rc == -EAGAIN)
 			CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 		e->ring.resubmit = !(u->flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(u) != 0;
+		/* -EBADR: the kernel dropped CQEs (cqes_dropped()).  It says
+		 * so once; the overflow count says so too. */
+		if (rc == -EBADR)
+			e->ring.dropped = true;
 	}
+}
+
+/* Submit what is queued and collect completions into the CQ: one
+ * io_uring_enter.  wait_one: also wait for a CQE, at most timeout_ns
+ * (0: no limit).  The CQEs are left for cbcmn__ring_reap(). */
+void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns)
+{
+	struct io_uring *u = &e->ring.u;
+	unsigned n = cbcmn__sq_unflushed(u);
+	int rc = submit_fault(u);
+	if (rc == 0 && wait_one) {
+		struct io_uring_cqe *cqe;
+		struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_ns / 1000000000u),
+					       .tv_nsec = (long long)(timeout_ns % 1000000000u)};
+		rc = io_uring_submit_and_wait_timeout(u, &cqe, 1, timeout_ns ? &ts : NULL, NULL);
+	} else if (rc == 0) {
+		rc = io_uring_submit_and_get_events(u);
+	}
+	e->ring.defer = 0;
+	submitted(e, n, rc);
+}
+
+/* Ring x's eventfd.  A raw system call, not write(): write() is a
+ * cancellation point, and an executor thread cancelled there (a task's
+ * pthread_cancel of its own thread, acted upon in a spawn's doorbell)
+ * ended after the wake-up was handed out (permit, idle bit, the searching
+ * count it carries) but before the doorbell rang: its target slept on and
+ * every later notification was skipped.  Cannot fail: the counter never
+ * nears its maximum. */
+void cbcmn__efd_ring(struct cbcmn__exec *x)
+{
+	uint64_t one = 1;
+	(void)syscall(SYS_write, x->ring.efd, &one, sizeof(one));
 }
 
 static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t flags)
@@ -386,15 +423,38 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 		/* MSG_RING failed (the target's CQ is full, say): ring its
 		 * eventfd instead, never lose a wake-up. */
 		uint32_t id = (uint32_t)(ud >> 3);
-		if (res < 0 && id < e->rt->nexec) {
-			uint64_t one = 1;
-			if (write(e->rt->exec[id]->ring.efd, &one, sizeof(one)) < 0)
-				(void)0;
-		}
+		if (res < 0 && id < e->rt->nexec)
+			cbcmn__efd_ring(e->rt->exec[id]);
 		break;
 	}
 	default:
 		break; /* cancel requests, liburing's own timeouts */
+	}
+}
+
+/* ---- dropped CQEs -------------------------------------------------------------
+ *
+ * With IORING_FEAT_NODROP the kernel keeps the CQEs that do not fit in the
+ * CQ on a list of its own; if even that allocation fails it drops the CQE,
+ * counts it in the CQ ring's overflow field and fails the next wait with
+ * -EBADR.  Whose CQE it was is unknown, and a fiber waiting for it would
+ * wait forever; nor can a request still listed be ended safely while the
+ * kernel may yet complete it (a buffered read waiting for a page is in no
+ * list a cancel searches).  So the executor replaces its thread, as when
+ * a task ends one (sched.c): the old thread's exit cancels every request
+ * it made and waits for all of them; the new thread takes over with a new
+ * ring and ends every wait still listed, and every stream and acceptor,
+ * as cancelled (cbcmn__ring_takeover()).  Completions reaped before that
+ * keep their results.  ring.dropped asks for it; cbcmn__ring_busy() keeps
+ * the executor from parking meanwhile. */
+
+/* Drops the kernel counted since the last look. */
+static void drops_check(struct cbcmn__exec *e)
+{
+	uint32_t ov = IO_URING_READ_ONCE(*e->ring.u.cq.koverflow);
+	if (__builtin_expect(ov != e->ring.overflow_seen, 0)) {
+		e->ring.overflow_seen = ov;
+		e->ring.dropped = true;
 	}
 }
 
@@ -412,6 +472,7 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 		io_uring_get_events(u); /* flush the kernel's overflow list */
 	}
+	drops_check(e);
 	while (total < bound) {
 		struct io_uring_cqe *cqes[32];
 		unsigned n = io_uring_peek_batch_cqe(u, cqes, bound - total < 32 ? bound - total : 32);
@@ -422,13 +483,19 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 			int32_t res;
 			uint32_t flags;
 		} got[32];
+		unsigned kept = 0;
 		for (unsigned i = 0; i < n; i++) {
-			got[i].ud = cqes[i]->user_data;
-			got[i].res = cqes[i]->res;
-			got[i].flags = cqes[i]->flags;
+			if (CBCMN__FAULT(CBCMN__F_CQE_DROP)) {
+				e->ring.dropped = true; /* as if the kernel had dropped it */
+				continue;
+			}
+			got[kept].ud = cqes[i]->user_data;
+			got[kept].res = cqes[i]->res;
+			got[kept].flags = cqes[i]->flags;
+			kept++;
 		}
 		io_uring_cq_advance(u, n);
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < kept; i++)
 			dispatch(e, got[i].ud, got[i].res, got[i].flags);
 		total += n;
 	}
@@ -450,23 +517,25 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		/* An injected failure sends to no ring: the kernel fails the
 		 * MSG_RING (-EBADF) and the fallback below runs as for a full
 		 * CQ. */
-		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING) ? -1 : target->ring.fd;
+		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
+				 ? -1
+				 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
 		io_uring_prep_msg_ring(sqe, fd, 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		unsigned n = cbcmn__sq_unflushed(&me->ring.u);
-		io_uring_submit(&me->ring.u);
-		CBCMN__COUNT(me, ring_enters, 1);
-		CBCMN__COUNT(me, sqes_submitted, n);
+		int rc = submit_fault(&me->ring.u);
+		/* A failure marks the SQEs for the next turn, like any other
+		 * submit's: this one may never be followed by another enter
+		 * (a busy sender without I/O) and its target sleeps meanwhile. */
+		submitted(me, n, rc ? rc : io_uring_submit(&me->ring.u));
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
 		CBCMN__COUNT(me, doorbells_sent, 1);
 		CBCMN_PROBE3(doorbell, (int)me->id, target->id, 0);
 		return;
 	}
-	uint64_t one = 1;
-	if (write(target->ring.efd, &one, sizeof(one)) < 0)
-		(void)0; /* cannot fail: the counter never nears its maximum */
+	cbcmn__efd_ring(target);
 	if (me && me->rt == rt)
 		CBCMN__COUNT(me, doorbells_sent, 1);
 	else
@@ -476,51 +545,76 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 
 /* The executor's thread died and a new one takes over (sched.c).  The old
  * ring's single issuer is gone, so the new thread needs its own ring, under
- * the same fd number, which other executors use for MSG_RING.  First wait
- * for the old thread to be gone: its exit cancels its requests and waits
- * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end with what the old CQ says (io.c), its streams and acceptors as
- * cancelled.
+ * the same fd number, which other executors may still use for MSG_RING.
+ * First wait for the old thread to be gone: its exit cancels its requests
+ * and waits for them, after which no buffer of ours is in the kernel's
+ * hands; their waits end with what the old CQ says (io.c), its streams and
+ * acceptors as cancelled.
  *
  * "Gone" is pthread_join() of the old thread: it returns once the kernel
  * has cleared the thread's tid at its very end (CLONE_CHILD_CLEARTID, after
  * its io_uring requests were cancelled and reaped), whatever /proc shows:
  * a /proc of another pid namespace, none, or a new thread that reused the
  * tid (which the previous check, polling /proc/self/task/<tid>, took for
- * the old one and waited on forever). */
+ * the old one and waited on forever).
+ *
+ * The old ring goes before the new one is made: both at once would need
+ * twice the ring's locked memory, and an executor whose ring just fitted
+ * in RLIMIT_MEMLOCK would be lost, its dead task's nursery waiting
+ * forever.  Meanwhile its number names our eventfd (dup3 closes the old
+ * ring's file in the same step, so no other file can take the number): a
+ * MSG_RING sent to it fails and its sender rings the eventfd instead. */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	/* Unbounded: until the old thread is gone the kernel may still write
 	 * into the buffers of the requests it had in flight. */
 	pthread_join(e->dead_thread, NULL);
-	struct io_uring old = r->u;
-	int oldfd = r->fd;
+	int oldfd = atomic_load_explicit(&r->fd, memory_order_relaxed);
+	bool was_up = r->up;
 	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
+	/* Unmapped first: each mapping holds the ring's file, whose last
+	 * reference, going below, gives its locked memory back (some ms
+	 * later: ring_init_fit() retries meanwhile). */
+	if (was_up) {
+		/* What the old CQ holds is read first (io.c). */
+		cbcmn__io_orphan_all(e, &r->u);
+		ring_unmap(&r->u, -1);
+	}
+	if (oldfd >= 0 && dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
+		close(oldfd);
+		oldfd = -1; /* the new ring's number is published as at a restart */
+		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
+	}
 	int rc = cbcmn__ring_create(e);
-	/* The new ring under the old number: dup3 swaps atomically, so no
-	 * other file can take the number in between. */
-	if (rc == 0 && dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
-		rc = -errno;
-		cbcmn__ring_close(e);
+	if (rc == 0 && oldfd >= 0) {
+		/* The new ring under the old number, in place of the eventfd. */
+		if (dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
+			rc = -errno;
+			cbcmn__ring_close(e);
+		} else {
+			close(r->u.ring_fd);
+			/* Enters go through the registered ring fd, which names
+			 * the file, not the number: only the number others use
+			 * changes (and the one enters use, if registering
+			 * failed). */
+			r->u.ring_fd = oldfd;
+			atomic_store_explicit(&r->fd, oldfd, memory_order_relaxed);
+			if (!r->registered)
+				r->u.enter_ring_fd = oldfd;
+		}
 	}
 	if (rc) {
 		/* No ring: doorbells go to the eventfd (MSG_RING to -1 fails
-		 * and falls back), and the old ring goes. */
-		r->fd = -1;
-		ring_unmap(&old, oldfd);
+		 * and falls back). */
+		if (oldfd >= 0)
+			close(oldfd);
+		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 		return rc;
 	}
-	close(r->u.ring_fd);
-	/* Enters go through the registered ring fd, which names the file,
-	 * not the number: only the number others use changes (and the one
-	 * enters use, if registering failed). */
-	r->u.ring_fd = r->fd = oldfd;
-	if (!r->registered)
-		r->u.enter_ring_fd = oldfd;
-	cbcmn__io_orphan_all(e, &old); /* reads the old CQ: before the unmap */
-	ring_unmap(&old, -1); /* its fd number is the new ring's now */
+	if (!was_up)
+		cbcmn__io_orphan_all(e, NULL);
 	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;
 	return 0;

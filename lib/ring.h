@@ -41,10 +41,13 @@ struct cbcmn__ring_caps {
 /* An executor's ring, owner-only but for fd and efd, which other threads
  * read to ring its doorbell: efd is fixed; fd is new each time a retired
  * executor starts again, published to doorbell senders by the release of
- * its park word when it goes to sleep (wake.c). */
+ * its park word when it goes to sleep (wake.c).  fd is atomic (relaxed):
+ * a sender that read the park word long before may read it while a new
+ * thread takes over (ring.c), and any number it reads then is the
+ * executor's (its old ring, its eventfd, its new ring) or -1. */
 struct cbcmn__ring {
 	struct io_uring u;
-	int fd;               /* for other executors' MSG_RING */
+	_Atomic int fd;       /* for other executors' MSG_RING */
 	int efd;              /* eventfd doorbell, always armed on the ring */
 	bool up;              /* io_uring_queue_init succeeded */
 	bool enabled;         /* enabled on the owner thread */
@@ -55,6 +58,8 @@ struct cbcmn__ring {
 			       * where locked memory is short (ring.c) */
 	uint32_t inflight;    /* I/O requests still waiting for a CQE */
 	bool resubmit;        /* a submit failed with SQEs in the kernel's SQ */
+	bool dropped;         /* the kernel dropped CQEs: replace the thread (sched.c) */
+	uint32_t overflow_seen; /* the CQ ring's count of dropped CQEs, last read */
 	uint32_t defer;       /* loop turns SQEs have waited */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
 	struct cbcmn__bufpool *pool; /* provided buffers for streams (stream.c) */

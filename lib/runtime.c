@@ -27,8 +27,27 @@
  * (A raw clone() bypasses the handler.) */
 _Atomic uint32_t cbcmn__fork_gen;
 
+/* The library's process-wide locks are held across a fork, so that a child
+ * never inherits one locked by a thread it does not have: its first
+ * cbcmn_runtime_create() would wait for it forever.  (A runtime's own
+ * locks are the parent's business: the child never takes them, every call
+ * on that runtime stops at CBCMN_EFORKED first.)  Taken in the order a
+ * create takes them: the signal handler's, then the guard-page budget's. */
+static void fork_prepare(void)
+{
+	cbcmn__signal_fork_lock(true);
+	cbcmn__stack_fork_lock(true);
+}
+
+static void fork_parent(void)
+{
+	cbcmn__stack_fork_lock(false);
+	cbcmn__signal_fork_lock(false);
+}
+
 static void forked_child(void)
 {
+	fork_parent();
 	/* relaxed: the child has one thread. */
 	atomic_fetch_add_explicit(&cbcmn__fork_gen, 1, memory_order_relaxed);
 	cbcmn__tls_exec = NULL; /* the child is no executor, even if a task forked */
@@ -39,7 +58,7 @@ static int atfork_rc;
 
 static void atfork_register(void)
 {
-	atfork_rc = pthread_atfork(NULL, NULL, forked_child);
+	atfork_rc = pthread_atfork(fork_prepare, fork_parent, forked_child);
 }
 #define DEFAULT_SEED 0x9e3779b97f4a7c15ull
 
@@ -237,7 +256,8 @@ static struct cbcmn__exec *exec_alloc(size_t page, int node)
 	memset(e, 0, sizeof(*e));
 	/* No descriptor yet: zero is the caller's stdin, which a failed
 	 * create's clean-up must never close. */
-	e->ring.fd = e->ring.efd = -1;
+	e->ring.efd = -1;
+	atomic_init(&e->ring.fd, -1);
 	e->ring.u.ring_fd = e->ring.u.enter_ring_fd = -1;
 	return e;
 }
@@ -279,10 +299,12 @@ static void stop_executors(struct cbcmn_runtime *rt, uint32_t n)
 	cbcmn__unpark_all(rt);
 	for (uint32_t i = 0; i < n; i++) {
 		struct cbcmn__exec *e = rt->exec[i];
-		/* One being started or retired settles first (it sees the
-		 * shutdown flag and ends). */
+		/* One being started, replaced (sched.c: exec_replace()) or
+		 * retired settles first (it sees the shutdown flag and ends).
+		 * seq_cst: against the shutdown store above, the pair of the
+		 * starter's or replacer's state change and shutdown load. */
 		uint32_t s;
-		while ((s = atomic_load_explicit(&e->lstate, memory_order_acquire)) ==
+		while ((s = atomic_load_explicit(&e->lstate, memory_order_seq_cst)) ==
 			       CBCMN__EX_STARTING ||
 		       s == CBCMN__EX_RETIRING) {
 			cbcmn__unpark_all(rt);
@@ -306,12 +328,13 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	int rc = config_resolve(cfg, &c, page);
 	if (rc)
 		return rc;
-	rc = cbcmn__signal_init();
-	if (rc)
-		return rc;
+	/* Before the first lock the handlers cover is taken. */
 	pthread_once(&atfork_once, atfork_register);
 	if (atfork_rc)
 		return -atfork_rc;
+	rc = cbcmn__signal_init();
+	if (rc)
+		return rc;
 
 	struct cbcmn_runtime *rt = aligned_alloc(CBCMN__CACHELINE,
 						 (sizeof(*rt) + CBCMN__CACHELINE - 1) &

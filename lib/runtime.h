@@ -267,6 +267,7 @@ struct cbcmn__exec {
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */
 	pthread_t thread;
 	pthread_t dead_thread;            /* a thread that died: its successor joins it */
+	bool replacing;                   /* ... or that made way for a new one (sched.c) */
 	void *altstack;
 	size_t altstack_size;
 	void *san_sched_fiber;            /* TSan: the scheduler's own fiber */
@@ -490,13 +491,14 @@ bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);
 void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns);
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e);
 void cbcmn__doorbell(struct cbcmn__exec *target);
+void cbcmn__efd_ring(struct cbcmn__exec *x);
 
 /* The loop's check between tasks: anything to submit or reap?  Cheap when
  * the ring is quiet: two loads. */
 static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
 {
 	const struct io_uring *u = &e->ring.u;
-	return cbcmn__sq_unflushed(u) || e->ring.resubmit || io_uring_cq_ready(u) ||
+	return cbcmn__sq_unflushed(u) || e->ring.resubmit || e->ring.dropped || io_uring_cq_ready(u) ||
 	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
 }
 
@@ -555,6 +557,9 @@ void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
 
 /* signal.c */
 int cbcmn__signal_init(void);
+/* Hold (lock) or release the handler's install lock across a fork
+ * (runtime.c's atfork handlers). */
+void cbcmn__signal_fork_lock(bool lock);
 int cbcmn__altstack_setup(struct cbcmn__exec *e);
 void cbcmn__altstack_teardown(struct cbcmn__exec *e);
 void cbcmn__panic_unpoison(struct cbcmn_task *t, void *landing_frame);

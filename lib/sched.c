@@ -871,8 +871,10 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 	e->idle_ns = 0;
 }
 
-/* search()'s answer when the executor retires instead. */
+/* search()'s answer when the executor retires instead, or must replace
+ * its thread (the kernel dropped CQEs: exec_replace()). */
 #define RETIRE ((struct cbcmn_task *)1)
+#define REPLACE ((struct cbcmn_task *)2)
 
 /* Start executor nlive, the next in the lookup array (seed 003), unless one
  * is being started or retired already (that one then looks at want_live).
@@ -1166,6 +1168,11 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	exec_state(e, CBCMN_EXEC_SEARCHING);
 	for (uint32_t turn = 0;; turn++) {
 		struct cbcmn_task *t = NULL;
+		if (__builtin_expect(e->ring.dropped, 0)) {
+			cbcmn__searching_end(e);
+			e->idle_ns += now_ns() - start0;
+			return REPLACE;
+		}
 		if (cbcmn__ring_busy(e))
 			ring_poll(e, true);
 		mail_poll(e);
@@ -1320,11 +1327,85 @@ static void exec_thread_died(void *arg)
 	if (rc != 0) {
 		pthread_detach(pthread_self());
 		/* Its deque and slot can still be stolen from; its yield list
-		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
+		 * and timers, and the lost task, are stranded (docs/ERRORS.md).
+		 * (Its successor would have joined it: nobody does now.) */
 		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
 			strerror(rc));
 		atomic_store_explicit(&e->rt->lost_exec, 1, memory_order_relaxed);
 	}
+}
+
+/* The kernel dropped CQEs (ring.c): hand the executor to a new thread and
+ * end this one, between tasks, leaving e as it is.  The exit cancels every
+ * request this thread made and waits for them; the successor joins it,
+ * takes over with a new ring and ends the waits still listed
+ * (cbcmn__ring_takeover()).  The executor is STARTING meanwhile, which
+ * destroy waits out.  True if this thread is to end now; false if no
+ * successor could start (or destroy has begun): it goes on with its ring
+ * as it is, and a wait whose CQE was lost stays stranded. */
+static void exec_thread_published(struct cbcmn__exec *e);
+
+static bool exec_replace(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	/* No pending cancellation may end the thread half-way (as in exec_main()'s
+	 * way out): STARTING for good would hold destroy forever. */
+	int cancel_state;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+	/* What the CQ still holds keeps its result.  (A drop counted meanwhile
+	 * is answered by this same replacement.) */
+	cbcmn__ring_reap(e);
+	e->ring.dropped = false;
+	/* A lost CQE may have been a doorbell of ours that failed, whose
+	 * fallback (the target's eventfd) was never rung: ring them all; a
+	 * wake-up with nothing new costs its executor one look. */
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		if (rt->exec[i] != e)
+			cbcmn__efd_ring(rt->exec[i]);
+	/* seq_cst, both: the store-buffering pair with destroy's shutdown
+	 * store and its look at our state (stop_executors()): either it waits
+	 * for the successor, or we see the shutdown and stay (no task is
+	 * left then to wait for a lost CQE). */
+	uint32_t s = CBCMN__EX_RUNNING;
+	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
+						     memory_order_seq_cst, memory_order_relaxed)) {
+		pthread_setcancelstate(cancel_state, NULL);
+		return false;
+	}
+	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+		pthread_setcancelstate(cancel_state, NULL);
+		return false;
+	}
+	char line[160];
+	int len = snprintf(line, sizeof(line),
+			   "cbcmn: executor %u: the kernel dropped completions; its I/O in flight "
+			   "ends as cancelled and a new thread takes over with a new ring\n",
+			   e->id);
+	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+		(void)0;
+	pthread_setspecific(exec_key, NULL); /* not a death */
+	exec_state(e, CBCMN_EXEC_STOPPED);
+	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
+	cbcmn__altstack_teardown(e); /* the successor makes its own in e */
+	e->dead_thread = pthread_self();
+	e->replacing = true;
+	int rc = cbcmn__exec_thread_start(e);
+	if (rc == 0) {
+		cbcmn__tls_exec = NULL;
+		return true;
+	}
+	e->replacing = false;
+	fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s): a wait whose completion "
+			"was dropped stays stranded\n",
+		e->id, strerror(rc));
+	if (cbcmn__altstack_setup(e) != 0)
+		fprintf(stderr, "cbcmn: executor %u: no alternate signal stack any more\n", e->id);
+	pthread_setspecific(exec_key, e);
+	exec_thread_published(e);
+	atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+	pthread_setcancelstate(cancel_state, NULL);
+	return false;
 }
 
 /* Start e's thread, pinned from its first instruction to e's CPU (if any),
@@ -1369,23 +1450,32 @@ void *cbcmn__exec_main(void *arg)
 			e->id, strerror(-rc));
 	pthread_once(&exec_key_once, exec_key_make);
 	pthread_setspecific(exec_key, e); /* cleared on a normal exit */
-	if (e->reap) {
-		/* Taking over from a thread that died: a ring of our own, then
-		 * end its task. */
+	if (e->reap || e->replacing) {
+		/* Taking over from a thread that died, or made way for us
+		 * (exec_replace()): a ring of our own, then end its task. */
 		rc = cbcmn__ring_takeover(e);
+		bool replacing = e->replacing;
+		e->replacing = false;
+		if (rc == 0)
+			exec_thread_published(e);
+		/* release: our thread and ring, to destroy, which waits while
+		 * the executor is STARTING (a replacement only). */
+		if (replacing)
+			atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
 		if (rc != 0) {
 			fprintf(stderr, "cbcmn: executor %u: no new ring for the new thread (%s)\n",
-				e->id, strerror(-rc));
+				e->id, cbcmn_strerror(rc));
 			atomic_store_explicit(&rt->lost_exec, 1, memory_order_relaxed);
 			cbcmn__tls_exec = NULL;
 			pthread_setspecific(exec_key, NULL);
 			return NULL;
 		}
-		exec_thread_published(e);
 		struct cbcmn_task *t = e->reap;
 		e->reap = NULL;
-		t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
-		run_task(e, t);
+		if (t) {
+			t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
+			run_task(e, t);
+		}
 	} else {
 		rc = cbcmn__ring_create(e);
 		/* Executors below min_workers start once, with the runtime,
@@ -1440,6 +1530,8 @@ void *cbcmn__exec_main(void *arg)
 	e->busy_since = now_ns();
 	CBCMN_PROBE3(exec_start, e->id, (int)gettid(), e->cpu);
 	for (;;) {
+		if (__builtin_expect(e->ring.dropped, 0) && exec_replace(e))
+			return NULL; /* joined by the successor */
 		if (e->ntimers)
 			cbcmn__timers_fire(e, cbcmn__now(rt));
 		if (cbcmn__ring_busy(e))
@@ -1449,6 +1541,8 @@ void *cbcmn__exec_main(void *arg)
 		struct cbcmn_task *t = find_local(e);
 		if (!t)
 			t = search(e);
+		if (t == REPLACE)
+			continue;
 		if (!t || t == RETIRE)
 			break;
 		if (++e->busy_tasks >= LOAD_WINDOW_PICKS)
@@ -1456,6 +1550,11 @@ void *cbcmn__exec_main(void *arg)
 		run_task(e, t);
 	}
 
+	/* From here the thread only leaves.  A cancellation a task asked for
+	 * (pthread_cancel of its own thread) and never reached is still
+	 * pending: acted upon at the close() of a retiring executor's ring it
+	 * ended the thread half-way, the executor RETIRING for good. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	pthread_setspecific(exec_key, NULL);
 	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);

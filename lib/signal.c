@@ -100,6 +100,14 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 
+void cbcmn__signal_fork_lock(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&install_lock);
+	else
+		pthread_mutex_unlock(&install_lock);
+}
+
 /* Install our handler unless it is the current one.  Called at every
  * runtime start, because a program (or a test framework) may have installed
  * its own handler since; faults that are not ours go to that one. */

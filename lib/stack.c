@@ -37,6 +37,14 @@ static _Atomic uint64_t guards_promised;
 /* Makes "read the budget, promise part of it" one step across pool inits. */
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
 
+void cbcmn__stack_fork_lock(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&budget_lock);
+	else
+		pthread_mutex_unlock(&budget_lock);
+}
+
 static size_t page_size(void)
 {
 	static size_t pg;

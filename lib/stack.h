@@ -95,5 +95,8 @@ static inline bool cbcmn__stack_in_guard(const struct cbcmn__stack *s, const voi
 /* Map budget left for guarded stacks, from vm.max_map_count and the
  * mappings the process already has.  Exposed for tests and docs. */
 uint64_t cbcmn__stack_guard_budget(void);
+/* Hold (lock) or release the guard budget's lock across a fork (runtime.c's
+ * atfork handlers). */
+void cbcmn__stack_fork_lock(bool lock);
 
 #endif

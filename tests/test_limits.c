@@ -250,12 +250,58 @@ static void test_pinned_spawn_to_unstartable_shard_fails(void **state)
 	run_unprivileged(unstartable_shard, 1 << 20, 30);
 }
 
+/* ---- a dead executor thread's successor ----------------------------------- */
+
+static int64_t end_the_thread(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL); /* the executor's thread ends; a new one takes over */
+	return 0;
+}
+
+static void takeover_in_one_ring(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc != 0)
+		fprintf(stderr, "child: create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	/* stderr: the runtime reports the dead thread there. */
+	int err = dup(2), null = open("/dev/null", O_WRONLY);
+	dup2(null, 2);
+	int64_t r = 0;
+	rc = cbcmn_runtime_run(rt, end_the_thread, NULL, &r);
+	dup2(err, 2);
+	CHILD_CHECK(rc == 0);
+	CHILD_CHECK(r == CBCMN_EPANIC);
+	/* The successor's ring works. */
+	CHILD_CHECK(cbcmn_runtime_run(rt, echo_through_a_pipe, NULL, &r) == 0 && r == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+/* The bug: the thread taking over from a dead one made its ring while the
+ * old ring was still open, needing room for two; with RLIMIT_MEMLOCK room
+ * for one (12 KiB: one smallest ring, 8 KiB on this kernel) it had none,
+ * the executor was lost and the dead task's nursery waited forever. */
+static void test_takeover_fits_in_the_dead_rings_locked_memory(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	run_unprivileged(takeover_in_one_ring, 12 * 1024, 20);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
 		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
+		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

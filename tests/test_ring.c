@@ -1,9 +1,11 @@
 /* test_ring.c: the executors' rings over their life: registration, submit
  * failures, reaping, and what a runtime leaves of the caller's own rings. */
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 
 #include "helpers.h"
+#include "../lib/fault.h"
 #include "../lib/runtime.h" /* an executor's ring fd, its SQ size */
 
 /* A NOP through ring u and its completion: 0, or what failed. */
@@ -158,11 +160,167 @@ static void test_reap_is_bounded_per_turn(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a doorbell whose submit fails ------------------------------------------ */
+
+struct doorbell_try {
+	_Atomic bool ran;
+	bool timed_out;
+};
+
+static int64_t mark_ran(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct doorbell_try *d = arg;
+	atomic_store(&d->ran, true);
+	return 0;
+}
+
+/* On executor 0: with executor 1 asleep in its ring, send it a task; the
+ * doorbell's io_uring_enter fails (injected); then stay busy, yielding,
+ * with nothing to submit and nothing to reap, until the task has run. */
+static int64_t ring_a_sleeper(cbcmn_cx *cx, void *arg)
+{
+	struct doorbell_try *d = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	cbcmn_sleep(cx, 20 * 1000000); /* executor 1 parks meanwhile */
+	struct cbcmn__fault_plan plan = {.nth = 1, .err = -EAGAIN};
+	cbcmn__fault_arm(CBCMN__F_SUBMIT, &plan);
+	int rc = cbcmn_nursery_spawn_pinned(cx, n, 1, mark_ran, d, NULL);
+	uint64_t end = t_now_ns() + 3000000000ull;
+	while (rc == 0 && !atomic_load(&d->ran) && !(d->timed_out = t_now_ns() > end))
+		cbcmn_yield(cx);
+	cbcmn__fault_disarm_all();
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+/* The bug: a doorbell (MSG_RING) whose io_uring_enter failed left its SQE
+ * in the kernel's SQ without the resubmit mark, so it went out only at
+ * the sender's next enter: a sender that kept busy without I/O never
+ * entered, and the task sent to the sleeping executor never ran. */
+static void test_failed_doorbell_submit_is_retried(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan off = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_SUBMIT, &off))
+		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");
+	cbcmn__fault_disarm_all();
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.spin_ns = CBCMN_SPIN_NONE; /* park at once: every hand-off rings */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!rt->ring_caps.msg_ring) {
+		t_destroy(rt);
+		T_SKIP("no IORING_OP_MSG_RING: doorbells are eventfd writes");
+	}
+	struct doorbell_try d = {0};
+	int64_t r = t_run_pinned(rt, 0, ring_a_sleeper, &d);
+	assert_int_equal(cbcmn__fault_fails(CBCMN__F_SUBMIT), 1);
+	if (d.timed_out)
+		fail_msg("the task sent to the sleeping executor did not run in 3 s");
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
+/* ---- a CQE the kernel drops ------------------------------------------------ */
+
+struct drop_try {
+	int p[2];
+	int64_t first, second;
+	char got[8];
+};
+
+static int64_t write_with_the_next_cqe_dropped(cbcmn_cx *cx, void *arg)
+{
+	struct drop_try *d = arg;
+	cbcmn_sleep(cx, 20 * 1000000); /* the reader waits in the kernel meanwhile */
+	struct cbcmn__fault_plan plan = {.nth = 1};
+	cbcmn__fault_arm(CBCMN__F_CQE_DROP, &plan);
+	return write(d->p[1], "lost", 4) == 4 ? 0 : -errno;
+}
+
+/* A read whose CQE is dropped, then a round trip through the same pipe on
+ * the executor's ring as it is afterwards. */
+static int64_t read_into_a_drop(cbcmn_cx *cx, void *arg)
+{
+	struct drop_try *d = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	if (cbcmn_nursery_spawn(cx, n, write_with_the_next_cqe_dropped, d, NULL) != 0)
+		return -2;
+	char buf[8];
+	d->first = cbcmn_read(cx, d->p[0], buf, sizeof(buf));
+	cbcmn__fault_disarm_all();
+	if (cbcmn_nursery_await_all(cx, n) != 0)
+		return -3;
+	if (cbcmn_write(cx, d->p[1], "again", 5) != 5)
+		return -4;
+	d->second = cbcmn_read(cx, d->p[0], d->got, sizeof(d->got));
+	return 0;
+}
+
+struct drop_run {
+	cbcmn_runtime *rt;
+	struct drop_try d;
+	int64_t r;
+	int rc;
+};
+
+static void drop_run(void *arg)
+{
+	struct drop_run *x = arg;
+	x->rc = cbcmn_runtime_run(x->rt, read_into_a_drop, &x->d, &x->r);
+}
+
+/* The bug: the kernel may drop a CQE (IORING_FEAT_NODROP keeps an
+ * overflowing one on a list of its own, unless that allocation fails: it
+ * says -EBADR and counts it in the CQ ring).  Nothing looked, and the
+ * fiber waiting for that CQE slept forever. */
+static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan off = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_CQE_DROP, &off))
+		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");
+	cbcmn__fault_disarm_all();
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	static struct drop_run x; /* left behind on a time-out */
+	x.rt = t_runtime_cfg(&cfg);
+	x.r = -1;
+	assert_int_equal(pipe2(x.d.p, O_CLOEXEC), 0);
+	int saved, fd = t_stderr_capture(&saved);
+	bool done = run_bounded(drop_run, &x, 20);
+	char said[512];
+	t_stderr_restore(fd, saved, said, sizeof(said));
+	if (!done)
+		fail_msg("the reader whose CQE was dropped never woke");
+	assert_int_equal(cbcmn__fault_fails(CBCMN__F_CQE_DROP), 1);
+	assert_int_equal(x.rc, 0);
+	assert_int_equal(x.r, 0);
+	/* Its completion is lost: the read ends as cancelled (the bytes it
+	 * took are gone with it), and the executor's new ring works. */
+	assert_int_equal(x.d.first, CBCMN_ECANCELED);
+	assert_int_equal(x.d.second, 5);
+	assert_memory_equal(x.d.got, "again", 5);
+	assert_non_null(strstr(said, "dropped completions"));
+	close(x.d.p[0]);
+	close(x.d.p[1]);
+	t_destroy(x.rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_destroy_keeps_the_callers_registered_ring),
 		T_WATCHED_TEST(test_reap_is_bounded_per_turn),
+		T_WATCHED_TEST(test_failed_doorbell_submit_is_retried),
+		T_WATCHED_TEST(test_dropped_cqe_does_not_strand_its_fiber),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -293,10 +293,13 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
  * does not (docs/IO.md).
  *
  * fork(): a child has none of the runtime's threads, so in a child forked
- * after create, running, opening, spawning, awaiting, joining and destroy
- * on the parent's runtime return CBCMN_EFORKED (nothing waits, nothing is
- * freed: the memory is the child's copy).  The child may create runtimes of
- * its own.  Fork from inside a task only to exec or _exit. */
+ * after create, running, opening, spawning, awaiting, joining, cancelling
+ * and destroy on the parent's runtime, and every channel call on its
+ * channels, return CBCMN_EFORKED (nothing waits, no lock of the runtime is
+ * taken, nothing is freed: the memory is the child's copy).  The child may
+ * create runtimes of its own, even if another thread of the parent was
+ * creating one as it forked.  Fork from inside a task only to exec or
+ * _exit. */
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
@@ -476,7 +479,8 @@ CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
 /* Cancel n: children that have not started never run (they end with
  * CBCMN_ECANCELED); running ones observe it at their next yield or blocking
  * call (cbcmn_cx_cancelled() turns true).  Nested nurseries opened below n
- * are cancelled with it.  Idempotent.  Returns 0 or -EINVAL. */
+ * are cancelled with it.  Idempotent.  Returns 0, -EINVAL, or
+ * CBCMN_EFORKED in a forked child (cbcmn_runtime_create()). */
 CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
 
 /* ------------------------------------------------------------------------
