@@ -633,16 +633,11 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 	}
 }
 
-/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
- * m->err), or CBCMN_ECANCELED / -EXDEV / -EBUSY.  m is busy for the whole
- * call, not only while a CQE is awaited: the task may also wait for budget
- * or for buffers with no waiter on m, and m must not be closed under it. */
-static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+/* The call on m is over, by a return or an unwind: m is free again. */
+static void ms_release(struct cbcmn__mshot *m)
 {
-	if (m->busy)
-		return -EBUSY; /* one task at a time */
-	m->busy = true;
-	int64_t rc = ms_next_busy(t, m, it);
+	if (m->starved)
+		starved_remove(m->pool, m);
 	if (m->turn) {
 		/* Woken for a buffer it did not ask for (cancelled, or the
 		 * stream ended): the next starved stream gets it. */
@@ -650,6 +645,39 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 		pool_wake(m->e, m->pool);
 	}
 	m->busy = false;
+}
+
+/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
+ * m->err), or CBCMN_ECANCELED / -EXDEV / -EBUSY.  m is busy for the whole
+ * call, not only while a CQE is awaited: the task may also wait for budget
+ * or for buffers with no waiter on m, and m must not be closed under it.
+ *
+ * Some of those waits do not return: a task cancelled (or given up on by
+ * its nursery) while it waits for budget, or about to overflow its stack,
+ * is unwound to its landing pad (budget.c, sched.c).  Our own pad catches
+ * the unwind on the way, releases m, and passes it on: else m would stay
+ * busy for good, and every later call and its close answer -EBUSY. */
+static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
+	if (m->busy)
+		return -EBUSY; /* one task at a time */
+	m->busy = true;
+	void *jb[5];
+	/* volatile: __builtin_setjmp's second return restores none of the
+	 * registers they may live in. */
+	struct cbcmn_task *volatile vt = t;
+	struct cbcmn__mshot *volatile vm = m;
+	void **volatile outer = t->landing;
+	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
+		vt->landing = outer;
+		vm->waiter = NULL; /* (a wait of ours, if it was in one) */
+		ms_release(vm);
+		__builtin_longjmp(outer, 1); /* t->unwind_result is already set */
+	}
+	t->landing = jb;
+	int64_t rc = ms_next_busy(t, m, it);
+	t->landing = outer;
+	ms_release(m);
 	return rc;
 }
 

@@ -368,6 +368,62 @@ static void test_close_during_budget_wait_is_ebusy(void **state)
 	t_destroy(rt);
 }
 
+/* The reader is cancelled while it waits for budget inside
+ * cbcmn_stream_recv(): the budget wait does not return, it unwinds the task
+ * to its landing pad.  The stream must not stay in use by a task that is
+ * gone (before: every later call on it, its close included, returned
+ * -EBUSY for good, and its buffers and SQE were never given back). */
+static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	int rc = cbcmn_stream_open(cx, b->sv[0], &b->s);
+	if (rc)
+		return rc;
+	TASK_CHECK(write(b->sv[1], "a", 1) == 1);
+	cbcmn_nursery *n;
+	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n)) != 0)
+		return rc;
+	cbcmn_budget ask = {.syscalls = 1};
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
+			      .shard = cbcmn_cx_executor(cx)};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, budget_reader, b, &o, NULL) == 0);
+	while (!atomic_load(&b->stage))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx); /* the reader is now waiting for budget */
+	TASK_CHECK(cbcmn_stream_close(cx, b->s) == -EBUSY);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	/* The stream is free again, and lost nothing. */
+	TASK_CHECK(write(b->sv[1], "bc", 2) == 2);
+	const void *d;
+	b->r2 = cbcmn_stream_recv(cx, b->s, &d);
+	if (b->r2 > 0)
+		memcpy(b->got, d, (size_t)b->r2 < sizeof(b->got) ? (size_t)b->r2 : sizeof(b->got));
+	return cbcmn_stream_close(cx, b->s);
+}
+
+static void test_cancel_during_budget_wait_releases_the_stream(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct bw b = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
+	assert_int_equal(run_on_0(rt, budget_cancel_main, &b), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.r1, 1);
+	assert_int_equal(b.r2, 2);
+	assert_memory_equal(b.got, "bc", 2);
+	close(b.sv[0]);
+	close(b.sv[1]);
+	t_destroy(rt);
+}
+
 /* ---- one stream's flood must not stall the others (issue 12, item 3) ---------- */
 
 #define HOG_BYTES (24u << 20) /* more than any pool holds */
@@ -1358,6 +1414,7 @@ int main(void)
 		T_WATCHED_TEST(test_stream_cancel),
 		T_WATCHED_TEST(test_stream_cancel_from_thread),
 		T_WATCHED_TEST(test_close_during_budget_wait_is_ebusy),
+		T_WATCHED_TEST(test_cancel_during_budget_wait_releases_the_stream),
 		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
 		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
 		T_WATCHED_TEST(test_starved_stream_waits_for_a_buffer),
