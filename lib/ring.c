@@ -115,8 +115,9 @@ static bool memlock_bound(void)
 	return !ipc_lock_exempt();
 }
 
-/* What a failed ring set-up reports: CBCMN_EMEMLOCK for the limit. */
-static int ring_error(int rc)
+/* What a failed ring set-up reports: CBCMN_EMEMLOCK for the limit.  Also
+ * for stream.c's buffer ring, which counts the same way. */
+int cbcmn__ring_error(int rc)
 {
 	return rc == -ENOMEM && memlock_bound() ? CBCMN_EMEMLOCK : rc;
 }
@@ -142,7 +143,7 @@ static int ring_init_fit(struct io_uring *u, uint32_t entries, uint32_t flags,
 	}
 	if (rc == 0)
 		*got = entries;
-	return ring_error(rc);
+	return cbcmn__ring_error(rc);
 }
 
 /* What the kernel supports, once per runtime, on the creating thread: the

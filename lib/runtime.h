@@ -481,6 +481,7 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 int cbcmn__ring_probe(struct cbcmn_runtime *rt);
 int cbcmn__ring_efd(struct cbcmn__exec *e);
 int cbcmn__ring_create(struct cbcmn__exec *e);
+int cbcmn__ring_error(int rc);
 void cbcmn__ring_destroy(struct cbcmn__exec *e);
 void cbcmn__ring_close(struct cbcmn__exec *e);
 void cbcmn__ring_leave(struct cbcmn__exec *e);

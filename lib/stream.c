@@ -161,6 +161,46 @@ static void pool_free_mem(struct cbcmn__bufpool *p)
 	free(p);
 }
 
+/* Register p's buffer ring with r: entries for up to p->max buffers, or as
+ * many as fit in locked memory.  For a user without CAP_IPC_LOCK the
+ * kernel counts the ring's pages against RLIMIT_MEMLOCK (as it counts the
+ * rings', docs/IO.md "Rings"), and says -ENOMEM when they do not fit: then
+ * half as many entries, down to one page's worth, and the pool's limit
+ * with them.  0, or the error (CBCMN_EMEMLOCK when even a page does not
+ * fit). */
+static int pool_register(struct cbcmn__ring *r, struct cbcmn__bufpool *p)
+{
+	const uint32_t page_entries = 4096 / sizeof(struct io_uring_buf);
+	uint32_t entries = 1;
+	while (entries < p->max)
+		entries <<= 1;
+	for (;;) {
+		p->br_bytes = (size_t)entries * sizeof(struct io_uring_buf);
+		p->br = cbcmn__mmap(NULL, p->br_bytes, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p->br == MAP_FAILED)
+			return -ENOMEM;
+		io_uring_buf_ring_init(p->br);
+		struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)p->br,
+					       .ring_entries = entries,
+					       .bgid = BUFPOOL_BGID};
+		int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
+		if (rc == 0)
+			break;
+		munmap(p->br, p->br_bytes);
+		p->br = MAP_FAILED;
+		if (rc != -ENOMEM || entries <= page_entries)
+			return rc == -EINVAL ? -EOPNOTSUPP : cbcmn__ring_error(rc);
+		entries /= 2;
+	}
+	p->mask = entries - 1;
+	if (p->max > entries)
+		p->max = entries;
+	if (p->share > p->max)
+		p->share = p->max;
+	return 0;
+}
+
 /* e's pool, made (and registered with its ring) on first use. */
 static int pool_get(struct cbcmn__exec *e)
 {
@@ -176,31 +216,15 @@ static int pool_get(struct cbcmn__exec *e)
 	p->size = cfg->stream_buf_size;
 	p->share = cfg->stream_buf_share;
 	p->max = cfg->stream_bufs_max;
-	uint32_t entries = 1;
-	while (entries < p->max)
-		entries <<= 1;
-	p->mask = entries - 1;
 	uint32_t per = BUFPOOL_CHUNK_BYTES / p->size;
 	while (per > 1 && (1u << (p->chunk_shift + 1)) <= per)
 		p->chunk_shift++;
 	p->chunk = cbcmn__calloc((p->max >> p->chunk_shift) + 1, sizeof(char *));
-	p->br_bytes = (size_t)entries * sizeof(struct io_uring_buf);
-	p->br = cbcmn__mmap(NULL, p->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (!p->chunk || p->br == MAP_FAILED) {
-		if (p->br != MAP_FAILED)
-			munmap(p->br, p->br_bytes);
+	int rc = p->chunk ? pool_register(r, p) : -ENOMEM;
+	if (rc) {
 		free(p->chunk);
 		free(p);
-		return -ENOMEM;
-	}
-	io_uring_buf_ring_init(p->br);
-	struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)p->br,
-				       .ring_entries = entries,
-				       .bgid = BUFPOOL_BGID};
-	int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
-	if (rc < 0) {
-		pool_free_mem(p);
-		return rc == -EINVAL ? -EOPNOTSUPP : rc;
+		return rc;
 	}
 	r->pool = p;
 	return 0;

@@ -1,9 +1,12 @@
 /* test_stream.c: multishot receive streams and acceptors (cbcmn_io.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "helpers.h"
 
@@ -981,6 +984,117 @@ static void test_idle_starved_stream_takes_no_turn(void **state)
 	starve_finish(rt, &s, n, th, n0);
 }
 
+/* ---- the buffer ring under RLIMIT_MEMLOCK ------------------------------------- */
+
+/* For a user without CAP_IPC_LOCK the kernel counts a registered buffer
+ * ring's pages against RLIMIT_MEMLOCK, as it counts the rings'.  The child
+ * drops root for a uid of its own (the count is per user, and a closed
+ * ring's share comes back only some ms later), sets the limit, and runs
+ * body; exit status 77 is a skip. */
+static void run_memlocked(int (*body)(void), rlim_t memlock)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		uid_t uid = 300000u + (uid_t)getpid() % 100000u;
+		if (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+		    setresuid(uid, uid, uid) != 0)
+			_exit(77);
+		prctl(PR_SET_DUMPABLE, 1); /* for the sanitizers' leak check */
+		struct rlimit rl = {memlock, memlock};
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+			_exit(2);
+		alarm(30);
+		exit(body());
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		T_SKIP("cannot drop root to count locked memory");
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static int64_t stream_echo_3(cbcmn_cx *cx, void *arg)
+{
+	int *sv = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, sv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	int64_t n = write(sv[1], "xyz", 3) == 3 ? cbcmn_stream_recv(cx, s, &d) : -EIO;
+	rc = cbcmn_stream_close(cx, s);
+	return n == 3 && memcmp(d, "xyz", 3) == 0 ? rc : n < 0 ? n : -EIO;
+}
+
+/* A stream on a runtime made under memlock: its result. */
+static int64_t stream_in_memlock(int *create_rc)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cbcmn_runtime *rt;
+	if ((*create_rc = cbcmn_runtime_create(&cfg, &rt)) != 0)
+		return 0;
+	int sv[2];
+	int64_t r = -errno;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+		/* One executor: the task runs where its stream is. */
+		if (cbcmn_runtime_run(rt, stream_echo_3, sv, &r) != 0)
+			r = -EIO;
+		close(sv[0]);
+		close(sv[1]);
+	}
+	cbcmn_runtime_destroy(rt);
+	return r;
+}
+
+static int stream_in_64k(void)
+{
+	int create_rc;
+	int64_t r = stream_in_memlock(&create_rc);
+	if (create_rc != 0 || r != 0)
+		fprintf(stderr, "child: create %d, stream %lld (%s)\n", create_rc, (long long)r,
+			cbcmn_strerror((int)r));
+	return create_rc == 0 && r == 0 ? 0 : 1;
+}
+
+/* The default pool's buffer ring (8192 entries, 128 KiB) does not fit in
+ * 64 KiB beside the ring: it is made smaller (before: every stream failed
+ * with -ENOMEM, "Cannot allocate memory", on a machine with plenty). */
+static void test_buffer_ring_fits_in_memlock(void **state)
+{
+	(void)state;
+	run_memlocked(stream_in_64k, 64 << 10);
+}
+
+/* Whatever the limit, a stream either works or says why: CBCMN_EMEMLOCK,
+ * never -ENOMEM. */
+static int stream_memlock_sweep(void)
+{
+	for (rlim_t kib = 64; kib >= 4; kib -= 4) { /* (a hard limit only goes down) */
+		struct rlimit rl = {kib << 10, kib << 10};
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+			return 2;
+		int create_rc;
+		int64_t r = stream_in_memlock(&create_rc);
+		if (create_rc == 0 && r != 0 && r != CBCMN_EMEMLOCK) {
+			fprintf(stderr, "child: %u KiB: stream %lld (%s)\n", (unsigned)kib,
+				(long long)r, cbcmn_strerror((int)r));
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void test_stream_without_locked_memory_is_memlock(void **state)
+{
+	(void)state;
+	run_memlocked(stream_memlock_sweep, 64 << 10);
+}
+
 /* ---- acceptors ------------------------------------------------------------------ */
 
 static int listener(uint16_t *port)
@@ -1421,6 +1535,8 @@ int main(void)
 		T_WATCHED_TEST(test_cancelled_starved_stream_leaves_the_line),
 		T_WATCHED_TEST(test_stream_end_needs_no_buffer),
 		T_WATCHED_TEST(test_idle_starved_stream_takes_no_turn),
+		T_WATCHED_TEST(test_buffer_ring_fits_in_memlock),
+		T_WATCHED_TEST(test_stream_without_locked_memory_is_memlock),
 		T_WATCHED_TEST(test_acceptor),
 		T_WATCHED_TEST(test_acceptor_survives_emfile),
 		T_WATCHED_TEST(test_idle_acceptor_stops_at_its_bound),

@@ -108,7 +108,9 @@ typedef struct cbcmn_stream cbcmn_stream;
 typedef struct cbcmn_acceptor cbcmn_acceptor;
 
 /* Start receiving from socket fd (which stays the caller's to close, after
- * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP. */
+ * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP,
+ * or CBCMN_EMEMLOCK (the executor's buffer ring, made by its first stream,
+ * does not fit in RLIMIT_MEMLOCK even at its smallest: docs/IO.md). */
 CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
 /* The next chunk received (at most stream_buf_size bytes): *data points
  * into a buffer that stays valid until the next call on the stream or its
