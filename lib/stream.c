@@ -43,12 +43,13 @@
 #include "iwait.h"
 #include "probes.h"
 #include "runtime.h"
+#include "timer.h"
 
 #define BUFPOOL_BGID 0
 #define BUFPOOL_CHUNK_BYTES (1u << 20) /* a pool grows a mapping of this size at a time */
 #define MS_QUEUE_MIN 16u
-#define ACCEPT_BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept */
-#define ACCEPT_BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
+#define BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept or growth */
+#define BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
 #define ACCEPT_QUEUE_MAX 64u /* connections an acceptor holds before it stops accepting */
 
 enum { MS_STREAM, MS_ACCEPT };
@@ -80,7 +81,8 @@ struct cbcmn__mshot {
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
 	uint32_t accept_flags;
 	uint64_t retry_at;     /* acceptor: not armed again before (runtime clock) */
-	uint64_t backoff_ns;   /* acceptor: its last pause, 0 after a success */
+	uint64_t backoff_ns;   /* its last pause (acceptor: after a failed accept; stream:
+				* starved, after a failed growth), 0 after a success */
 };
 
 struct cbcmn_stream {
@@ -411,6 +413,15 @@ static void stream_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 	}
 }
 
+/* The next pause of m after a failure that passes: 1 ms, doubling per
+ * failure in a row up to 100 ms. */
+static uint64_t ms_backoff(struct cbcmn__mshot *m)
+{
+	uint64_t b = m->backoff_ns ? m->backoff_ns * 2 : BACKOFF_MIN_NS;
+	m->backoff_ns = b < BACKOFF_MAX_NS ? b : BACKOFF_MAX_NS;
+	return m->backoff_ns;
+}
+
 /* Accept errors that pass: the process (or the system) is out of
  * descriptors or memory, and the connection waits in the backlog until it
  * is not; or the connection went away before it was taken (accept(2): to
@@ -445,9 +456,7 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 	} else if (accept_transient(res)) {
 		/* Not the end: ms_next() arms it again after the pause (a
 		 * server at its descriptor limit meets EMFILE first). */
-		uint64_t b = m->backoff_ns ? m->backoff_ns * 2 : ACCEPT_BACKOFF_MIN_NS;
-		m->backoff_ns = b < ACCEPT_BACKOFF_MAX_NS ? b : ACCEPT_BACKOFF_MAX_NS;
-		m->retry_at = cbcmn__now(e->rt) + m->backoff_ns;
+		m->retry_at = cbcmn__now(e->rt) + ms_backoff(m);
 		CBCMN__COUNT(e, accept_errors, 1);
 		CBCMN_PROBE3(accept_error, e->id, -res, m->backoff_ns);
 	} else {
@@ -550,10 +559,10 @@ void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
 }
 
 /* Block until m's next event: a CQE, a buffer for a starved stream, the
- * end of its executor's ring, or cancellation.  Only the owning executor
- * ends the wait (the cancel flag it is kicked with included): m->waiter is
- * its alone. */
-static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m)
+ * end of its executor's ring, or cancellation; or, deadline non-zero, until
+ * then (runtime clock).  Only the owning executor ends the wait (the cancel
+ * flag it is kicked with and the timer included): m->waiter is its alone. */
+static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m, uint64_t deadline)
 {
 	struct cbcmn__iwait iw;
 	cbcmn__iwait_init(&iw, t);
@@ -561,7 +570,14 @@ static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m)
 	iw.local = true;
 	iw.user = m;
 	m->waiter = &iw;
-	return cbcmn__iwait_block(&iw);
+	/* Out of memory for a timer: the wait ends at the event alone. */
+	struct cbcmn__timer *tm = deadline ? cbcmn__timer_arm(t->exec, deadline, &iw) : NULL;
+	uint32_t how = cbcmn__iwait_block(&iw);
+	if (tm)
+		cbcmn__timer_disarm(tm);
+	if (m->waiter == &iw)
+		m->waiter = NULL; /* the timer claimed it, and clears nothing of ours */
+	return how;
 }
 
 /* Stream m's last SQE ended for want of buffers: may it be armed again?
@@ -570,10 +586,13 @@ static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m)
 static bool stream_may_rearm(struct cbcmn__exec *e, struct cbcmn__mshot *m)
 {
 	struct cbcmn__bufpool *p = m->pool;
-	if (m->turn || pool_free(p) > p->promised)
+	if (m->turn || pool_free(p) > p->promised) {
+		m->backoff_ns = 0;
 		return true;
+	}
 	if (p->n >= p->max || pool_grow(p, p->n + 1) != 0)
 		return false;
+	m->backoff_ns = 0;
 	m->turn = true; /* one of the new buffers is ours; others may use the rest */
 	p->promised++;
 	pool_wake(e, p);
@@ -632,7 +651,13 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 			else
 				m->pool->starved = m;
 			m->pool->starved_tail = m;
-			uint32_t how = ms_wait(t, m);
+			/* A pool that could not grow (out of memory) tries
+			 * again after a pause too: the buffers it waits for
+			 * may be held by tasks that read nothing for long. */
+			uint64_t deadline = 0;
+			if (m->pool->n < m->pool->max)
+				deadline = cbcmn__now(t->rt) + ms_backoff(m);
+			uint32_t how = ms_wait(t, m, deadline);
 			if (m->starved)
 				starved_remove(m->pool, m); /* cancelled, or the ring died */
 			if (how == CBCMN__IW_CANCELLED)
@@ -652,7 +677,7 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 		}
 		if (!m->armed)
 			ms_arm(m);
-		if (ms_wait(t, m) == CBCMN__IW_CANCELLED)
+		if (ms_wait(t, m, 0) == CBCMN__IW_CANCELLED)
 			return CBCMN_ECANCELED;
 	}
 }

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "helpers.h"
+#include "../lib/fault.h"
 
 static int64_t run_on_0(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
 {
@@ -585,6 +586,68 @@ static void test_hog_stream_does_not_stall_others(void **state)
 	assert_int_equal(h.vlen, 2);
 	assert_memory_equal(h.vmsg, "hi", 2);
 	assert_true(h.victim_first);
+	assert_int_equal(h.hog_bad, 0);
+	assert_int_equal(h.hog_got, HOG_BYTES);
+	assert_int_equal(h.hog_end, 0);
+	for (int i = 0; i < 2; i++) {
+		close(h.hsv[i]);
+		close(h.vsv[i]);
+	}
+	t_destroy(rt);
+}
+
+/* The pool cannot grow (a mapping fails) when a stream finds it empty, and
+ * every buffer is held by a hog whose task does not read: the stream waits,
+ * and tries to grow the pool again after a pause, so once memory is back
+ * its message arrives while the hog still reads nothing (before: it waited
+ * for a buffer from the hog, 5 s here, although the pool could grow). */
+static void test_starved_stream_retries_a_failed_growth(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan probe = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_MMAP, &probe))
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+	cbcmn__fault_disarm_all();
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stream_buf_size = 64 << 10; /* 16 buffers a 1 MiB chunk: the pool grows by 16 */
+	cfg.stream_buf_share = 16;
+	cfg.stream_bufs_max = 64;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct hog h = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, hog_task, &h, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, hog_flood, &h), 0);
+	wait_flag(&h.hog_busy);
+	wait_settled(&h.written); /* the hog holds the whole pool (its share) */
+	/* Every mapping fails: the victim's open and its -ENOBUFS cannot grow
+	 * the pool. */
+	struct cbcmn__fault_plan fail = {.nth = 1, .every = 1, .err = -ENOMEM};
+	assert_true(cbcmn__fault_arm(CBCMN__F_MMAP, &fail));
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, victim_task, &h, NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (cbcmn__fault_fails(CBCMN__F_MMAP) < 2 && t_now_ns() < end)
+		usleep(1000);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MMAP);
+	usleep(20000);
+	cbcmn__fault_disarm_all();
+	assert_true(fails >= 2);
+	assert_int_equal(write(h.vsv[1], "hi", 2), 2);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(h.vlen, 2);
+	assert_memory_equal(h.vmsg, "hi", 2);
+	assert_true(h.victim_first); /* before the hog gave anything back */
 	assert_int_equal(h.hog_bad, 0);
 	assert_int_equal(h.hog_got, HOG_BYTES);
 	assert_int_equal(h.hog_end, 0);
@@ -1531,6 +1594,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancel_during_budget_wait_releases_the_stream),
 		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
 		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
+		T_WATCHED_TEST(test_starved_stream_retries_a_failed_growth),
 		T_WATCHED_TEST(test_starved_stream_waits_for_a_buffer),
 		T_WATCHED_TEST(test_cancelled_starved_stream_leaves_the_line),
 		T_WATCHED_TEST(test_stream_end_needs_no_buffer),
