@@ -520,9 +520,9 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	r->u.ring_fd = r->fd = oldfd;
 	if (!r->registered)
 		r->u.enter_ring_fd = oldfd;
-	cbcmn__io_orphan_all(e, &old); /* reads the old CQ: before the unmap */
+	cbcmn__io_orphan_all(e, &old); /* read the old CQ: before the unmap */
+	cbcmn__mshot_orphan_all(e, &old);
 	ring_unmap(&old, -1); /* its fd number is the new ring's now */
-	cbcmn__mshot_orphan_all(e);
 	r->inflight = 0;
 	return 0;
 }

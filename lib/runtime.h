@@ -536,7 +536,7 @@ void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring *old);
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags);
 void cbcmn__bufring_fini(struct cbcmn__exec *e);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
-void cbcmn__mshot_orphan_all(struct cbcmn__exec *e);
+void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring *old);
 void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e);
 
 /* timer.c */

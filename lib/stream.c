@@ -521,22 +521,46 @@ static void ms_on_cancel(struct cbcmn__iwait *iw)
 	cbcmn__io_cancel_flag(m->e);
 }
 
-/* The executor's thread died (cbcmn__ring_takeover()): the multishot
- * requests went with its ring.  Each stream and acceptor ends as its
- * requests did: a waiter wakes, and the next call returns -ECANCELED (an
- * acceptor first hands out the connections it had accepted).  A stream's
- * queued buffers were the old pool's (cbcmn__bufring_retire()): dropped;
- * the one its task holds stays readable. */
-void cbcmn__mshot_orphan_all(struct cbcmn__exec *e)
+/* The executor's thread died (cbcmn__ring_takeover()), and old is its
+ * ring, not yet unmapped: the multishot requests went with it.  What it
+ * completed that the thread never reaped is in its CQ (rings without
+ * DEFER_TASKRUN post completions while the thread runs): connections
+ * accepted, chunks received, taken from their sockets already.  They are
+ * queued as if reaped (a stream's buffers are the old pool's, which stays
+ * mapped: cbcmn__bufring_retire()).  Then each stream and acceptor ends as
+ * its requests did: a waiter wakes, and once what was queued is handed out
+ * the next call returns -ECANCELED.  (A completion the kernel kept in its
+ * overflow list only the dead thread could flush: docs/IO.md, Limits.) */
+void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 {
+	/* Nothing of theirs is in the kernel any more: no cancel is sent
+	 * (to the new ring, which would find nothing) for what comes below. */
+	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next)
+		m->armed = m->cancel_sent = false;
+	const struct io_uring_cq *cq = &old->cq;
+	/* acquire: the kernel's CQE stores before its tail; the thread that
+	 * posted them is gone, so this is a formality (as in io.c). */
+	unsigned tail = io_uring_smp_load_acquire(cq->ktail);
+	for (unsigned head = *cq->khead; head != tail; head++) {
+		const struct io_uring_cqe *c = &cq->cqes[head & cq->ring_mask];
+		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT)
+			continue; /* io.c's, or nobody's */
+		/* Alive: closing waits for a request's last CQE, which comes
+		 * after all its others, and this one was never reaped. */
+		struct cbcmn__mshot *m =
+			(struct cbcmn__mshot *)(uintptr_t)(c->user_data & ~(uint64_t)CBCMN__UD_MASK);
+		if (m->kind == MS_STREAM)
+			stream_cqe(e, m, c->res, c->flags);
+		else
+			accept_cqe(e, m, c->res);
+	}
 	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
 		if (m->kind == MS_STREAM) {
-			m->qhead = m->qlen = 0;
-			m->held = -1;
 			m->starved = m->turn = m->claims = false; /* the old pool forgot its lists */
 			m->sprev = m->snext = NULL;
 		}
-		m->armed = m->cancel_sent = m->nobufs = false;
+		m->nobufs = false;
+		m->retry_at = 0;
 		if (!m->done) {
 			m->done = true;
 			m->err = -ECANCELED;

@@ -1545,6 +1545,152 @@ static void test_acceptor_cancel_while_backing_off(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the executor's thread dies (test_worker.c) --------------------------------- */
+
+/* What the dead thread's ring had completed but the thread never reaped is
+ * still delivered: connections an acceptor had accepted, and chunks a
+ * stream had received (taken from their sockets already: dropped, they
+ * were lost).  Rings without DEFER_TASKRUN (CBCMN_RING_PLAIN here, SQPOLL,
+ * kernels before 6.1) post completions while the thread runs, and the
+ * thread below dies with them unreaped. */
+#define DEATH_CONNS 7
+
+struct death {
+	int lfd, sv[2];
+	uint16_t port;
+	int cfd[DEATH_CONNS + 1];
+	_Atomic int reader_in;
+	int handed, end_rc;
+	int64_t rlen, rend;
+	char rbuf[16];
+};
+
+static int64_t death_quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct death *d = arg;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(d->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	for (int i = 1; i <= DEATH_CONNS; i++)
+		TASK_CHECK(connect(d->cfd[i], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	TASK_CHECK(write(d->sv[1], "hello", 5) == 5);
+	usleep(20000); /* the completions are posted, not reaped */
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t death_reader(cbcmn_cx *cx, void *arg)
+{
+	struct death *d = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, d->sv[0], &s);
+	if (rc)
+		return rc;
+	const void *p;
+	atomic_store(&d->reader_in, 1);
+	int64_t n;
+	while ((n = cbcmn_stream_recv(cx, s, &p)) > 0) {
+		if (d->rlen + n <= (int64_t)sizeof(d->rbuf))
+			memcpy(d->rbuf + d->rlen, p, (size_t)n);
+		d->rlen += n;
+	}
+	d->rend = n;
+	return cbcmn_stream_close(cx, s);
+}
+
+static int64_t death_main(cbcmn_cx *cx, void *arg)
+{
+	struct death *d = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_acceptor *a;
+	int rc = cbcmn_acceptor_open(cx, d->lfd, SOCK_CLOEXEC, &a);
+	if (rc)
+		return rc;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(d->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	TASK_CHECK(connect(d->cfd[0], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	int64_t fd = cbcmn_acceptor_next(cx, a); /* now it is armed */
+	TASK_CHECK(fd >= 0);
+	close((int)fd);
+	cbcmn_nursery *readers, *quitters;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &readers) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, readers, death_reader, d, NULL) == 0);
+	while (!atomic_load(&d->reader_in))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 2000000); /* the reader's recv is in the kernel */
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &quitters) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, quitters, death_quitter, d, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, quitters) == CBCMN_EPANIC);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, readers) == 0);
+	while ((fd = cbcmn_acceptor_next(cx, a)) >= 0) {
+		d->handed++;
+		close((int)fd);
+	}
+	d->end_rc = (int)fd;
+	return cbcmn_acceptor_close(cx, a);
+}
+
+static void test_dead_thread_loses_no_completion(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	for (int plain = 0; plain < 2; plain++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
+		cfg.ring_flags = plain ? CBCMN_RING_PLAIN : 0;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		if (!have_streams(rt)) {
+			t_destroy(rt);
+			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+		}
+		struct death d = {0};
+		d.lfd = listener(&d.port);
+		assert_true(d.lfd >= 0);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.sv), 0);
+		for (int i = 0; i <= DEATH_CONNS; i++)
+			assert_true((d.cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+		int fds = t_count_fds();
+		int saved, efd = t_stderr_capture(&saved);
+		int64_t r = -1;
+		int rc = cbcmn_runtime_run(rt, death_main, &d, &r);
+		char msg[4096];
+		t_stderr_restore(efd, saved, msg, sizeof(msg));
+		assert_int_equal(rc, 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(r, 0);
+		/* Every connection: handed out, or still in the backlog. */
+		int later = 0, c;
+		assert_int_equal(fcntl(d.lfd, F_SETFL, O_NONBLOCK), 0);
+		while ((c = accept4(d.lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+			later++;
+			close(c);
+		}
+		printf("[  INFO    ] %s rings: %d connections handed out, %d left in the backlog; "
+		       "the stream had %lld bytes\n", plain ? "plain" : "default", d.handed, later,
+		       (long long)d.rlen);
+		assert_int_equal(d.handed + later, DEATH_CONNS);
+		assert_int_equal(d.end_rc, -ECANCELED);
+		/* Every byte: received by the stream, or still in the socket. */
+		char rest[16];
+		ssize_t left = recv(d.sv[0], rest, sizeof(rest), MSG_DONTWAIT);
+		if (left > 0 && d.rlen + left <= (int64_t)sizeof(d.rbuf))
+			memcpy(d.rbuf + d.rlen, rest, (size_t)left);
+		assert_int_equal(d.rlen + (left > 0 ? left : 0), 5);
+		assert_memory_equal(d.rbuf, "hello", 5);
+		assert_int_equal(d.rend, -ECANCELED);
+		assert_int_equal(t_count_fds(), fds); /* and no descriptor leaked */
+		for (int i = 0; i <= DEATH_CONNS; i++)
+			close(d.cfd[i]);
+		close(d.sv[0]);
+		close(d.sv[1]);
+		close(d.lfd);
+		t_destroy(rt);
+	}
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -1605,6 +1751,7 @@ int main(void)
 		T_WATCHED_TEST(test_acceptor_survives_emfile),
 		T_WATCHED_TEST(test_idle_acceptor_stops_at_its_bound),
 		T_WATCHED_TEST(test_acceptor_cancel_while_backing_off),
+		T_WATCHED_TEST(test_dead_thread_loses_no_completion),
 		T_WATCHED_TEST(test_bad_input),
 		T_WATCHED_TEST(test_bad_stream_config),
 	};
