@@ -21,8 +21,11 @@
  * the number of streams (share each), and when a stream finds it empty
  * anyway (a stream may overshoot its share by what its socket held when the
  * kernel last ran its receive), up to stream_bufs_max.  A stream that finds
- * the pool empty and at its limit waits, without polling, in a FIFO of
- * starved streams: each buffer that comes back wakes the longest waiting.
+ * the pool empty and at its limit, with data waiting, waits without polling
+ * in a FIFO of starved streams: each buffer that comes back is the turn of
+ * the longest waiting.  One with nothing waiting needs no buffer yet: it
+ * waits for its socket (a one-shot poll, the SQE's user_data marked with
+ * MS_POLL), whose data puts it in line and whose end ends it.
  *
  * An acceptor whose accept fails for a cause that passes (out of
  * descriptors or memory, a connection aborted before it was taken) backs
@@ -34,6 +37,7 @@
  * task has taken them all, and the listen backlog holds the rest.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -51,6 +55,9 @@
 #define BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept or growth */
 #define BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
 #define ACCEPT_QUEUE_MAX 64u /* connections an acceptor holds before it stops accepting */
+/* In the user_data of a stream's poll SQE, beside the tag: the objects are
+ * aligned to 16 (ms_alloc()), so the bit is free in their address. */
+#define MS_POLL 8u
 
 enum { MS_STREAM, MS_ACCEPT };
 
@@ -69,7 +76,8 @@ struct cbcmn__mshot {
 	bool nobufs;           /* its SQE ended for want of buffers */
 	bool busy;             /* a task is inside a call on it (ms_next, ms_close) */
 	bool starved;          /* stream: on its pool's starved list */
-	bool claims;           /* stream: starved with data (or its end) waiting */
+	bool poll_armed;       /* stream: its poll SQE may still post its CQE */
+	bool poll_cancel_sent; /* stream: ... and is being cancelled */
 	bool turn;             /* stream: woken for a buffer it has not asked for yet */
 	int32_t err;
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
@@ -249,19 +257,16 @@ static void starved_remove(struct cbcmn__bufpool *p, struct cbcmn__mshot *m)
 static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m);
 
 /* Buffers are free: wake the starved streams in the order they began to
- * wait, each with data waiting promised a buffer, as long as there are
- * buffers no woken stream has been promised.  A stream without data
- * takes no buffer when it arms (the kernel picks one when data comes). */
+ * wait, each promised a buffer, as long as there are buffers no woken
+ * stream has been promised. */
 static void pool_wake(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 {
 	struct cbcmn__mshot *m = p->starved;
 	while (m && pool_free(p) > p->promised) {
 		struct cbcmn__mshot *next = m->snext;
 		starved_remove(p, m);
-		if (m->claims) {
-			m->turn = true;
-			p->promised++;
-		}
+		m->turn = true;
+		p->promised++;
 		ms_event(e, m);
 		m = next;
 	}
@@ -377,6 +382,33 @@ static void ms_cancel(struct cbcmn__mshot *m)
 	m->cancel_sent = true;
 }
 
+static uint64_t ms_poll_ud(const struct cbcmn__mshot *m)
+{
+	return (uint64_t)(uintptr_t)m | MS_POLL | CBCMN__UD_MSHOT;
+}
+
+/* Watch stream m's socket for data or its end: one CQE, then ms_event(). */
+static void ms_poll(struct cbcmn__mshot *m)
+{
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_poll_add(sqe, m->fd, POLLIN | POLLRDHUP);
+	io_uring_sqe_set_data64(sqe, ms_poll_ud(m));
+	m->poll_armed = true;
+	m->poll_cancel_sent = false;
+}
+
+/* Have m's poll cancelled, if it is armed (its CQE then says so). */
+static void ms_poll_cancel(struct cbcmn__mshot *m)
+{
+	if (!m->poll_armed || m->poll_cancel_sent)
+		return;
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_cancel64(sqe, ms_poll_ud(m), 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	m->poll_cancel_sent = true;
+}
+
 /* A stream's CQE: a chunk in a buffer, the end, or why it stopped. */
 static void stream_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
@@ -465,9 +497,17 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 	}
 }
 
-/* Executor side: a CQE of m's SQE. */
+/* Executor side: a CQE of m's SQE (or of its poll: m marked with MS_POLL). */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
+	if ((uintptr_t)m & MS_POLL) {
+		/* Its socket is ready (or the poll was cancelled): its one
+		 * CQE.  The task looks at the socket again. */
+		m = (struct cbcmn__mshot *)((uintptr_t)m & ~(uintptr_t)MS_POLL);
+		m->poll_armed = m->poll_cancel_sent = false;
+		ms_event(e, m);
+		return;
+	}
 	if (!(flags & IORING_CQE_F_MORE))
 		m->armed = false; /* its last: re-armed on demand, or freed */
 	if (m->kind == MS_STREAM)
@@ -536,15 +576,15 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 	/* Nothing of theirs is in the kernel any more: no cancel is sent
 	 * (to the new ring, which would find nothing) for what comes below. */
 	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next)
-		m->armed = m->cancel_sent = false;
+		m->armed = m->cancel_sent = m->poll_armed = m->poll_cancel_sent = false;
 	const struct io_uring_cq *cq = &old->cq;
 	/* acquire: the kernel's CQE stores before its tail; the thread that
 	 * posted them is gone, so this is a formality (as in io.c). */
 	unsigned tail = io_uring_smp_load_acquire(cq->ktail);
 	for (unsigned head = *cq->khead; head != tail; head++) {
 		const struct io_uring_cqe *c = &cq->cqes[head & cq->ring_mask];
-		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT)
-			continue; /* io.c's, or nobody's */
+		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT || (c->user_data & MS_POLL))
+			continue; /* io.c's, nobody's, or a poll's: nothing to hand out */
 		/* Alive: closing waits for a request's last CQE, which comes
 		 * after all its others, and this one was never reaped. */
 		struct cbcmn__mshot *m =
@@ -556,7 +596,7 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 	}
 	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
 		if (m->kind == MS_STREAM) {
-			m->starved = m->turn = m->claims = false; /* the old pool forgot its lists */
+			m->starved = m->turn = false; /* the old pool forgot its lists */
 			m->sprev = m->snext = NULL;
 		}
 		m->nobufs = false;
@@ -659,15 +699,26 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 		if (cbcmn__task_cancelled(t))
 			return CBCMN_ECANCELED;
 		if (!m->armed && m->nobufs && !stream_may_rearm(t->exec, m)) {
-			/* Starved: in line for the next buffer that comes back
-			 * (pool_wake()), not polling for one.  Its end needs
-			 * no buffer. */
+			/* Starved.  Its end needs no buffer. */
 			int what = stream_peek(m);
 			if (what == 0) {
 				m->done = true;
 				continue;
 			}
-			m->claims = what > 0;
+			if (what < 0) {
+				/* Nothing yet (it was armed while the pool was
+				 * empty): it needs no buffer until something
+				 * comes, so it waits for its socket, not in
+				 * line.  Data then puts it in line (or arms it,
+				 * with a buffer free); its end ends it. */
+				if (!m->poll_armed)
+					ms_poll(m);
+				if (ms_wait(t, m, 0) == CBCMN__IW_CANCELLED)
+					return CBCMN_ECANCELED;
+				continue;
+			}
+			/* Data: in line for the next buffer that comes back
+			 * (pool_wake()), not polling for one. */
 			m->starved = true;
 			m->sprev = m->pool->starved_tail;
 			if (m->sprev)
@@ -706,9 +757,12 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 	}
 }
 
-/* The call on m is over, by a return or an unwind: m is free again. */
+/* The call on m is over, by a return or an unwind: m is free again, and
+ * its socket no longer watched (a poll left armed would keep the stream's
+ * close waiting for it). */
 static void ms_release(struct cbcmn__mshot *m)
 {
+	ms_poll_cancel(m);
 	if (m->starved)
 		starved_remove(m->pool, m);
 	if (m->turn) {
@@ -754,11 +808,14 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 	return rc;
 }
 
-/* Cancel m's SQE and wait for its last CQE; then nothing refers to m. */
+/* Cancel m's SQE and its poll, and wait for their last CQEs; then nothing
+ * refers to m. */
 static void ms_quiesce(struct cbcmn_task *t, struct cbcmn__mshot *m)
 {
-	while (m->armed) {
-		ms_cancel(m);
+	while (m->armed || m->poll_armed) {
+		if (m->armed)
+			ms_cancel(m);
+		ms_poll_cancel(m);
 		struct cbcmn__iwait iw;
 		cbcmn__iwait_init(&iw, t);
 		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
@@ -767,6 +824,16 @@ static void ms_quiesce(struct cbcmn_task *t, struct cbcmn__mshot *m)
 		cbcmn__iwait_block(&iw);
 		m->waiter = NULL;
 	}
+}
+
+/* A zeroed object of size bytes, aligned for MS_POLL (malloc's alignment
+ * is 16 in glibc, but 8 under ASan). */
+static void *ms_alloc(size_t size)
+{
+	void *p;
+	if (CBCMN__FAULT(CBCMN__F_MALLOC) || posix_memalign(&p, 2 * MS_POLL, size) != 0)
+		return NULL;
+	return memset(p, 0, size);
 }
 
 static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcmn__mshot **out)
@@ -793,7 +860,7 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	} else if (!t->rt->ring_caps.multishot_accept) {
 		return -EOPNOTSUPP;
 	}
-	struct cbcmn__mshot *m = cbcmn__calloc(1, size);
+	struct cbcmn__mshot *m = ms_alloc(size);
 	if (!m)
 		return -ENOMEM;
 	m->e = e;

@@ -1047,6 +1047,38 @@ static void test_idle_starved_stream_takes_no_turn(void **state)
 	starve_finish(rt, &s, n, th, n0);
 }
 
+/* A stream in line for a buffer while nothing had come for it (it was
+ * armed while the pool was empty): its peer's shutdown ends it at once,
+ * though no buffer comes back (before: nothing watched its socket while it
+ * waited, and it saw its end only when the hog gave a buffer back). */
+static void test_idle_starved_stream_sees_its_end(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	uint64_t base = backpressure(rt);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n0), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n0, 0, starve_victim, &s.v[0], NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (backpressure(rt) == base && t_now_ns() < end)
+		usleep(1000); /* v[0] armed, failed, and waits in line */
+	assert_true(backpressure(rt) > base);
+	usleep(20000);
+	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
+	wait_flag(&s.v[0].got);
+	assert_int_equal(s.v[0].len, 0);
+	assert_int_equal(s.v[0].hog_reads_then, 1); /* before the hog gave anything back */
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), 0);
+	starve_send(rt, &s.v[1], "b");
+	starve_finish(rt, &s, n, th, NULL);
+}
+
 /* ---- the buffer ring under RLIMIT_MEMLOCK ------------------------------------- */
 
 /* For a user without CAP_IPC_LOCK the kernel counts a registered buffer
@@ -1745,6 +1777,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancelled_starved_stream_leaves_the_line),
 		T_WATCHED_TEST(test_stream_end_needs_no_buffer),
 		T_WATCHED_TEST(test_idle_starved_stream_takes_no_turn),
+		T_WATCHED_TEST(test_idle_starved_stream_sees_its_end),
 		T_WATCHED_TEST(test_buffer_ring_fits_in_memlock),
 		T_WATCHED_TEST(test_stream_without_locked_memory_is_memlock),
 		T_WATCHED_TEST(test_acceptor),
