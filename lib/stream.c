@@ -24,8 +24,7 @@
  * the pool empty and at its limit, with data waiting, waits without polling
  * in a FIFO of starved streams: each buffer that comes back is the turn of
  * the longest waiting.  One with nothing waiting needs no buffer yet: it
- * waits for its socket (a one-shot poll, the SQE's user_data marked with
- * MS_POLL), whose data puts it in line and whose end ends it.
+ * waits for its socket, whose data puts it in line and whose end ends it.
  *
  * An acceptor whose accept fails for a cause that passes (out of
  * descriptors or memory, a connection aborted before it was taken) backs
@@ -35,6 +34,18 @@
  * ACCEPT_QUEUE_MAX connections its task has not taken (more by what one
  * pass of the kernel accepted): then its accept is cancelled until the
  * task has taken them all, and the listen backlog holds the rest.
+ *
+ * Waiting for something other than its SQE (its socket, the end of a
+ * pause) an object has a second SQE, its watch: a one-shot poll or
+ * timeout, whose user_data is marked with MS_WATCH.  Its CQE comes to the
+ * executor like the others, so only the executor ends a task's wait on
+ * the object, and a timeout is in real time even in lab mode, where the
+ * runtime's clock would jump over a pause that waits for the world outside.
+ *
+ * A task inside a call on an object may be moved to another executor while
+ * it waits (an unpinned task: stolen, or woken elsewhere after a wait for
+ * budget).  It then touches the object no more: the call returns -EXDEV,
+ * and the object's executor releases it (ms_release_there()).
  */
 #include <errno.h>
 #include <poll.h>
@@ -47,7 +58,6 @@
 #include "iwait.h"
 #include "probes.h"
 #include "runtime.h"
-#include "timer.h"
 
 #define BUFPOOL_BGID 0
 #define BUFPOOL_CHUNK_BYTES (1u << 20) /* a pool grows a mapping of this size at a time */
@@ -55,9 +65,12 @@
 #define BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept or growth */
 #define BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
 #define ACCEPT_QUEUE_MAX 64u /* connections an acceptor holds before it stops accepting */
-/* In the user_data of a stream's poll SQE, beside the tag: the objects are
- * aligned to 16 (ms_alloc()), so the bit is free in their address. */
-#define MS_POLL 8u
+/* In the user_data of an object's watch SQE, beside the tag: the objects
+ * are aligned to 16 (ms_alloc()), so the bit is free in their address. */
+#define MS_WATCH 8u
+
+/* An acceptor's pause after a failed accept. */
+enum { PAUSE_NONE, PAUSE_DUE, PAUSE_TIMING };
 
 enum { MS_STREAM, MS_ACCEPT };
 
@@ -75,9 +88,11 @@ struct cbcmn__mshot {
 	bool cancel_sent;      /* its SQE is being cancelled (close, or over its share) */
 	bool nobufs;           /* its SQE ended for want of buffers */
 	bool busy;             /* a task is inside a call on it (ms_next, ms_close) */
+	bool closing;          /* closed by a task moved away: its last CQE frees it */
 	bool starved;          /* stream: on its pool's starved list */
-	bool poll_armed;       /* stream: its poll SQE may still post its CQE */
-	bool poll_cancel_sent; /* stream: ... and is being cancelled */
+	bool watch_armed;      /* its watch SQE (a poll or a timeout) is yet to post its CQE */
+	bool watch_cancel_sent; /* ... and is being cancelled */
+	uint8_t pause;         /* acceptor: PAUSE_* */
 	bool turn;             /* stream: woken for a buffer it has not asked for yet */
 	int32_t err;
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
@@ -88,9 +103,9 @@ struct cbcmn__mshot {
 	struct cbcmn__bufpool *pool; /* stream: where its buffers come from */
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
 	uint32_t accept_flags;
-	uint64_t retry_at;     /* acceptor: not armed again before (runtime clock) */
 	uint64_t backoff_ns;   /* its last pause (acceptor: after a failed accept; stream:
 				* starved, after a failed growth), 0 after a success */
+	struct __kernel_timespec watch_ts; /* a timeout watch's, read at its submission */
 };
 
 struct cbcmn_stream {
@@ -255,6 +270,7 @@ static void starved_remove(struct cbcmn__bufpool *p, struct cbcmn__mshot *m)
 }
 
 static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m);
+static bool ms_closed(struct cbcmn__mshot *m);
 
 /* Buffers are free: wake the starved streams in the order they began to
  * wait, each promised a buffer, as long as there are buffers no woken
@@ -382,31 +398,43 @@ static void ms_cancel(struct cbcmn__mshot *m)
 	m->cancel_sent = true;
 }
 
-static uint64_t ms_poll_ud(const struct cbcmn__mshot *m)
+static uint64_t ms_watch_ud(const struct cbcmn__mshot *m)
 {
-	return (uint64_t)(uintptr_t)m | MS_POLL | CBCMN__UD_MSHOT;
+	return (uint64_t)(uintptr_t)m | MS_WATCH | CBCMN__UD_MSHOT;
 }
 
 /* Watch stream m's socket for data or its end: one CQE, then ms_event(). */
-static void ms_poll(struct cbcmn__mshot *m)
+static void ms_watch_socket(struct cbcmn__mshot *m)
 {
 	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
 	io_uring_prep_poll_add(sqe, m->fd, POLLIN | POLLRDHUP);
-	io_uring_sqe_set_data64(sqe, ms_poll_ud(m));
-	m->poll_armed = true;
-	m->poll_cancel_sent = false;
+	io_uring_sqe_set_data64(sqe, ms_watch_ud(m));
+	m->watch_armed = true;
+	m->watch_cancel_sent = false;
 }
 
-/* Have m's poll cancelled, if it is armed (its CQE then says so). */
-static void ms_poll_cancel(struct cbcmn__mshot *m)
+/* An event for m in ns: one CQE, then ms_event(). */
+static void ms_watch_time(struct cbcmn__mshot *m, uint64_t ns)
 {
-	if (!m->poll_armed || m->poll_cancel_sent)
+	m->watch_ts.tv_sec = (long long)(ns / 1000000000u);
+	m->watch_ts.tv_nsec = (long long)(ns % 1000000000u);
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_timeout(sqe, &m->watch_ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, ms_watch_ud(m));
+	m->watch_armed = true;
+	m->watch_cancel_sent = false;
+}
+
+/* Have m's watch cancelled, if it is armed (its CQE then says so). */
+static void ms_watch_cancel(struct cbcmn__mshot *m)
+{
+	if (!m->watch_armed || m->watch_cancel_sent)
 		return;
 	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-	io_uring_prep_cancel64(sqe, ms_poll_ud(m), 0);
+	io_uring_prep_cancel64(sqe, ms_watch_ud(m), 0);
 	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
 	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-	m->poll_cancel_sent = true;
+	m->watch_cancel_sent = true;
 }
 
 /* A stream's CQE: a chunk in a buffer, the end, or why it stopped. */
@@ -488,7 +516,8 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 	} else if (accept_transient(res)) {
 		/* Not the end: ms_next() arms it again after the pause (a
 		 * server at its descriptor limit meets EMFILE first). */
-		m->retry_at = cbcmn__now(e->rt) + ms_backoff(m);
+		ms_backoff(m);
+		m->pause = PAUSE_DUE;
 		CBCMN__COUNT(e, accept_errors, 1);
 		CBCMN_PROBE3(accept_error, e->id, -res, m->backoff_ns);
 	} else {
@@ -497,24 +526,25 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 	}
 }
 
-/* Executor side: a CQE of m's SQE (or of its poll: m marked with MS_POLL). */
+/* Executor side: a CQE of m's SQE (or of its watch: m marked with
+ * MS_WATCH). */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
-	if ((uintptr_t)m & MS_POLL) {
-		/* Its socket is ready (or the poll was cancelled): its one
-		 * CQE.  The task looks at the socket again. */
-		m = (struct cbcmn__mshot *)((uintptr_t)m & ~(uintptr_t)MS_POLL);
-		m->poll_armed = m->poll_cancel_sent = false;
-		ms_event(e, m);
-		return;
+	if ((uintptr_t)m & MS_WATCH) {
+		/* Its socket is ready, its time has come, or the watch was
+		 * cancelled: its one CQE.  The task looks again. */
+		m = (struct cbcmn__mshot *)((uintptr_t)m & ~(uintptr_t)MS_WATCH);
+		m->watch_armed = m->watch_cancel_sent = false;
+	} else {
+		if (!(flags & IORING_CQE_F_MORE))
+			m->armed = false; /* its last: re-armed on demand, or freed */
+		if (m->kind == MS_STREAM)
+			stream_cqe(e, m, res, flags);
+		else
+			accept_cqe(e, m, res);
 	}
-	if (!(flags & IORING_CQE_F_MORE))
-		m->armed = false; /* its last: re-armed on demand, or freed */
-	if (m->kind == MS_STREAM)
-		stream_cqe(e, m, res, flags);
-	else
-		accept_cqe(e, m, res);
-	ms_event(e, m);
+	if (!ms_closed(m))
+		ms_event(e, m);
 }
 
 static void ms_arm(struct cbcmn__mshot *m)
@@ -576,15 +606,15 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 	/* Nothing of theirs is in the kernel any more: no cancel is sent
 	 * (to the new ring, which would find nothing) for what comes below. */
 	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next)
-		m->armed = m->cancel_sent = m->poll_armed = m->poll_cancel_sent = false;
+		m->armed = m->cancel_sent = m->watch_armed = m->watch_cancel_sent = false;
 	const struct io_uring_cq *cq = &old->cq;
 	/* acquire: the kernel's CQE stores before its tail; the thread that
 	 * posted them is gone, so this is a formality (as in io.c). */
 	unsigned tail = io_uring_smp_load_acquire(cq->ktail);
 	for (unsigned head = *cq->khead; head != tail; head++) {
 		const struct io_uring_cqe *c = &cq->cqes[head & cq->ring_mask];
-		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT || (c->user_data & MS_POLL))
-			continue; /* io.c's, nobody's, or a poll's: nothing to hand out */
+		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT || (c->user_data & MS_WATCH))
+			continue; /* io.c's, nobody's, or a watch's: nothing to hand out */
 		/* Alive: closing waits for a request's last CQE, which comes
 		 * after all its others, and this one was never reaped. */
 		struct cbcmn__mshot *m =
@@ -594,13 +624,16 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
 		else
 			accept_cqe(e, m, c->res);
 	}
-	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
+	for (struct cbcmn__mshot *m = e->mshots, *next; m; m = next) {
+		next = m->next;
+		if (ms_closed(m))
+			continue; /* its closer had moved away */
 		if (m->kind == MS_STREAM) {
 			m->starved = m->turn = false; /* the old pool forgot its lists */
 			m->sprev = m->snext = NULL;
 		}
 		m->nobufs = false;
-		m->retry_at = 0;
+		m->pause = PAUSE_NONE;
 		if (!m->done) {
 			m->done = true;
 			m->err = -ECANCELED;
@@ -622,11 +655,12 @@ void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
 	}
 }
 
-/* Block until m's next event: a CQE, a buffer for a starved stream, the
- * end of its executor's ring, or cancellation; or, deadline non-zero, until
- * then (runtime clock).  Only the owning executor ends the wait (the cancel
- * flag it is kicked with and the timer included): m->waiter is its alone. */
-static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m, uint64_t deadline)
+/* Block until m's next event: a CQE (its watch's included), a buffer for a
+ * starved stream, the end of its executor's ring, or cancellation.  Only
+ * the owning executor ends the wait (the cancel flag it is kicked with
+ * included), clearing m->waiter as it does.  The task may resume on
+ * another executor (t->exec): then it must touch m no more. */
+static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m)
 {
 	struct cbcmn__iwait iw;
 	cbcmn__iwait_init(&iw, t);
@@ -634,14 +668,7 @@ static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m, uint64_t d
 	iw.local = true;
 	iw.user = m;
 	m->waiter = &iw;
-	/* Out of memory for a timer: the wait ends at the event alone. */
-	struct cbcmn__timer *tm = deadline ? cbcmn__timer_arm(t->exec, deadline, &iw) : NULL;
-	uint32_t how = cbcmn__iwait_block(&iw);
-	if (tm)
-		cbcmn__timer_disarm(tm);
-	if (m->waiter == &iw)
-		m->waiter = NULL; /* the timer claimed it, and clears nothing of ours */
-	return how;
+	return cbcmn__iwait_block(&iw);
 }
 
 /* Stream m's last SQE ended for want of buffers: may it be armed again?
@@ -681,13 +708,14 @@ static int stream_peek(struct cbcmn__mshot *m)
 	return 0;
 }
 
-/* ms_next() inside: m is busy. */
+/* ms_next() inside: m is busy.  After each wait the task may have been
+ * moved: then -EXDEV, m untouched. */
 static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
 {
 	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
 	for (;;) {
-		/* A wait for budget may have moved the task. */
+		/* A wait for budget, or one below, may have moved the task. */
 		if (t->exec != m->e)
 			return -EXDEV;
 		if (m->qlen) {
@@ -710,10 +738,11 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 				 * empty): it needs no buffer until something
 				 * comes, so it waits for its socket, not in
 				 * line.  Data then puts it in line (or arms it,
-				 * with a buffer free); its end ends it. */
-				if (!m->poll_armed)
-					ms_poll(m);
-				if (ms_wait(t, m, 0) == CBCMN__IW_CANCELLED)
+				 * with a buffer free); its end ends it.  (A
+				 * watch still armed ends first.) */
+				if (!m->watch_armed)
+					ms_watch_socket(m);
+				if (ms_wait(t, m) == CBCMN__IW_CANCELLED && t->exec == m->e)
 					return CBCMN_ECANCELED;
 				continue;
 			}
@@ -729,40 +758,47 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 			/* A pool that could not grow (out of memory) tries
 			 * again after a pause too: the buffers it waits for
 			 * may be held by tasks that read nothing for long. */
-			uint64_t deadline = 0;
-			if (m->pool->n < m->pool->max)
-				deadline = cbcmn__now(t->rt) + ms_backoff(m);
-			uint32_t how = ms_wait(t, m, deadline);
+			if (m->pool->n < m->pool->max && !m->watch_armed)
+				ms_watch_time(m, ms_backoff(m));
+			uint32_t how = ms_wait(t, m);
+			if (t->exec != m->e)
+				return -EXDEV;
 			if (m->starved)
-				starved_remove(m->pool, m); /* cancelled, or the ring died */
+				starved_remove(m->pool, m); /* a watch, cancelled, or the ring died */
 			if (how == CBCMN__IW_CANCELLED)
 				return CBCMN_ECANCELED;
 			continue;
 		}
-		if (!m->armed && m->retry_at) {
-			/* An acceptor backing off: sleep (cancellably) first. */
-			uint64_t now = cbcmn__now(t->rt);
-			if (now < m->retry_at) {
-				int rc = cbcmn_sleep((cbcmn_cx *)t, m->retry_at - now);
-				if (rc != 0 && rc != CBCMN_ECANCELED)
-					m->retry_at = 0; /* no timer: try again now */
-				continue;
+		if (!m->armed && m->pause != PAUSE_NONE) {
+			/* An acceptor backing off after a failed accept: a
+			 * timeout watch, then it accepts again.  (A watch
+			 * still armed ends first; a cancelled pause is over.) */
+			if (!m->watch_armed) {
+				if (m->pause == PAUSE_TIMING) {
+					m->pause = PAUSE_NONE;
+					continue;
+				}
+				ms_watch_time(m, m->backoff_ns);
+				m->pause = PAUSE_TIMING;
 			}
-			m->retry_at = 0;
+			if (ms_wait(t, m) == CBCMN__IW_CANCELLED && t->exec == m->e)
+				return CBCMN_ECANCELED;
+			continue;
 		}
 		if (!m->armed)
 			ms_arm(m);
-		if (ms_wait(t, m, 0) == CBCMN__IW_CANCELLED)
+		if (ms_wait(t, m) == CBCMN__IW_CANCELLED && t->exec == m->e)
 			return CBCMN_ECANCELED;
 	}
 }
 
-/* The call on m is over, by a return or an unwind: m is free again, and
- * its socket no longer watched (a poll left armed would keep the stream's
- * close waiting for it). */
+/* The call on m is over, by a return or an unwind: m is free again, and no
+ * longer watched (a watch left armed would keep its close waiting).  On
+ * m's executor. */
 static void ms_release(struct cbcmn__mshot *m)
 {
-	ms_poll_cancel(m);
+	m->waiter = NULL; /* (of the call, unwound in a wait) */
+	ms_watch_cancel(m);
 	if (m->starved)
 		starved_remove(m->pool, m);
 	if (m->turn) {
@@ -772,6 +808,26 @@ static void ms_release(struct cbcmn__mshot *m)
 		pool_wake(m->e, m->pool);
 	}
 	m->busy = false;
+}
+
+static void ms_release_there(struct cbcmn__exec *e, void *arg)
+{
+	(void)e;
+	ms_release(arg);
+}
+
+/* Run fn(m->e, m) on m's executor, for task t: at once if t runs there,
+ * else as a message to it (t was moved while it waited, and must touch m
+ * no more).  Out of memory for the message: again after a yield (which
+ * may even bring t home). */
+static void ms_there(struct cbcmn_task *t, struct cbcmn__mshot *m,
+		     void (*fn)(struct cbcmn__exec *, void *))
+{
+	while (t->exec != m->e &&
+	       cbcmn__xmsg_send(t->exec, m->e->id, CBCMN__XM_CALL, NULL, fn, m) != 0)
+		cbcmn_yield((cbcmn_cx *)t);
+	if (t->exec == m->e)
+		fn(m->e, m);
 }
 
 /* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
@@ -797,41 +853,22 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 	void **volatile outer = t->landing;
 	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
 		vt->landing = outer;
-		vm->waiter = NULL; /* (a wait of ours, if it was in one) */
-		ms_release(vm);
+		ms_there(vt, vm, ms_release_there);
 		__builtin_longjmp(outer, 1); /* t->unwind_result is already set */
 	}
 	t->landing = jb;
 	int64_t rc = ms_next_busy(t, m, it);
 	t->landing = outer;
-	ms_release(m);
+	ms_there(t, m, ms_release_there);
 	return rc;
 }
 
-/* Cancel m's SQE and its poll, and wait for their last CQEs; then nothing
- * refers to m. */
-static void ms_quiesce(struct cbcmn_task *t, struct cbcmn__mshot *m)
-{
-	while (m->armed || m->poll_armed) {
-		if (m->armed)
-			ms_cancel(m);
-		ms_poll_cancel(m);
-		struct cbcmn__iwait iw;
-		cbcmn__iwait_init(&iw, t);
-		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
-		iw.local = true;
-		m->waiter = &iw;
-		cbcmn__iwait_block(&iw);
-		m->waiter = NULL;
-	}
-}
-
-/* A zeroed object of size bytes, aligned for MS_POLL (malloc's alignment
+/* A zeroed object of size bytes, aligned for MS_WATCH (malloc's alignment
  * is 16 in glibc, but 8 under ASan). */
 static void *ms_alloc(size_t size)
 {
 	void *p;
-	if (CBCMN__FAULT(CBCMN__F_MALLOC) || posix_memalign(&p, 2 * MS_POLL, size) != 0)
+	if (CBCMN__FAULT(CBCMN__F_MALLOC) || posix_memalign(&p, 2 * MS_WATCH, size) != 0)
 		return NULL;
 	return memset(p, 0, size);
 }
@@ -881,6 +918,55 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	return 0;
 }
 
+/* Nothing in the kernel refers to m any more (no SQE, no watch): give back
+ * what it holds and free it.  On m's executor. */
+static void ms_free(struct cbcmn__mshot *m)
+{
+	struct cbcmn__exec *e = m->e;
+	if (m->held >= 0)
+		buf_return(e, m->pool, (uint32_t)m->held);
+	while (m->qlen) {
+		struct ms_item it = ms_pop(m);
+		if (m->kind == MS_STREAM)
+			buf_return(e, m->pool, it.val);
+		else
+			close((int)it.val);
+	}
+	if (m->pool)
+		m->pool->streams--;
+	e->nmshots--;
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		e->mshots = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
+	free(m->q);
+	free(m);
+}
+
+/* A closing m whose last CQE has come is freed.  True if it was. */
+static bool ms_closed(struct cbcmn__mshot *m)
+{
+	if (!m->closing || m->armed || m->watch_armed)
+		return false;
+	ms_free(m);
+	return true;
+}
+
+/* On m's executor, for a closer moved away while it waited: the rest of
+ * the close happens here, the last CQE freeing m (cbcmn__mshot_cqe()). */
+static void ms_close_there(struct cbcmn__exec *e, void *arg)
+{
+	(void)e;
+	struct cbcmn__mshot *m = arg;
+	m->closing = true;
+	if (m->armed)
+		ms_cancel(m);
+	ms_watch_cancel(m);
+	ms_closed(m);
+}
+
 static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 {
 	int64_t err;
@@ -892,27 +978,24 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	if (m->busy)
 		return -EBUSY;
 	m->busy = true; /* for good: no call may start on it while it closes */
-	ms_quiesce(t, m);
-	if (m->held >= 0)
-		buf_return(m->e, m->pool, (uint32_t)m->held);
-	while (m->qlen) {
-		struct ms_item it = ms_pop(m);
-		if (m->kind == MS_STREAM)
-			buf_return(m->e, m->pool, it.val);
-		else
-			close((int)it.val);
+	/* Cancel its SQE and its watch, and wait for their last CQEs; then
+	 * nothing refers to m. */
+	while (m->armed || m->watch_armed) {
+		if (m->armed)
+			ms_cancel(m);
+		ms_watch_cancel(m);
+		struct cbcmn__iwait iw;
+		cbcmn__iwait_init(&iw, t);
+		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
+		iw.local = true;
+		m->waiter = &iw; /* cleared by its waker, ms_event() */
+		cbcmn__iwait_block(&iw);
+		if (t->exec != m->e) {
+			ms_there(t, m, ms_close_there);
+			return 0;
+		}
 	}
-	if (m->pool)
-		m->pool->streams--;
-	m->e->nmshots--;
-	if (m->prev)
-		m->prev->next = m->next;
-	else
-		m->e->mshots = m->next;
-	if (m->next)
-		m->next->prev = m->prev;
-	free(m->q);
-	free(m);
+	ms_free(m);
 	return 0;
 }
 

@@ -1,6 +1,7 @@
 /* test_stream.c: multishot receive streams and acceptors (cbcmn_io.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <grp.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
@@ -1577,6 +1578,212 @@ static void test_acceptor_cancel_while_backing_off(void **state)
 	t_destroy(rt);
 }
 
+/* Lab mode: the runtime's clock is virtual and jumps to the next timer
+ * whenever nothing can run.  An acceptor's pause after EMFILE waits for
+ * the world outside (descriptors freed), so it must pass in real time
+ * (before: a timer of the virtual clock, which passed at once: ~80 000
+ * failed accepts in 300 ms, the executor spinning). */
+struct lab_acc {
+	int lfd, cfd;
+	uint16_t port;
+	struct fdfill fill;
+	uint64_t real_ns;
+	int64_t got;
+};
+
+static int64_t lab_acceptor(cbcmn_cx *cx, void *arg)
+{
+	struct lab_acc *l = arg;
+	cbcmn_acceptor *a;
+	int rc = cbcmn_acceptor_open(cx, l->lfd, SOCK_CLOEXEC, &a);
+	if (rc)
+		return rc;
+	l->got = cbcmn_acceptor_next(cx, a);
+	if (l->got >= 0)
+		close((int)l->got);
+	return cbcmn_acceptor_close(cx, a);
+}
+
+static void *lab_unfill(void *arg)
+{
+	struct lab_acc *l = arg;
+	usleep(l->real_ns / 1000);
+	fd_unfill(&l->fill);
+	return NULL;
+}
+
+static void test_lab_acceptor_pauses_in_real_time(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct lab_acc l = {.real_ns = 300000000ull};
+	l.lfd = listener(&l.port);
+	assert_true(l.lfd >= 0);
+	l.cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(l.port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	assert_int_equal(connect(l.cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	fd_fill(&l.fill);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lab_unfill, &l), 0);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, lab_acceptor, &l, &r);
+	pthread_join(th, NULL);
+	uint64_t errors = accept_errors(rt);
+	printf("[  INFO    ] lab mode, out of descriptors for 300 ms: %llu failed accepts\n",
+	       (unsigned long long)errors);
+	close(l.cfd);
+	close(l.lfd);
+	t_destroy(rt);
+	if (r == -EOPNOTSUPP)
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	assert_int_equal(rc, 0);
+	assert_int_equal(r, 0);
+	assert_true(l.got >= 0);
+	/* 1 ms doubling to 100 ms: about 10 in 300 ms of real time. */
+	assert_true(errors >= 1 && errors <= 40);
+}
+
+/* ---- tasks that are not pinned ------------------------------------------------ */
+
+/* An unpinned task inside a call on a stream may be moved to another
+ * executor while it waits (stolen once woken, or woken elsewhere after a
+ * wait for budget): the call returns -EXDEV and the task touches the
+ * stream no more; its executor finishes the call's work (before: the moved
+ * task released the stream from the other executor's thread, handing its
+ * buffer turn on and changing the pool's starved line and promised count
+ * beside the owner: TSan saw the race in turn_used()/stream_may_rearm() in
+ * one run of two).  A task on its executor can then close it. */
+#define MOVED_READERS 8
+
+struct moved_one {
+	int sv[2];
+	cbcmn_stream *s;
+	uint32_t ex;
+	_Atomic int state; /* 1 reading, 2 moved, 3 ended (closed), 4 closed by a janitor */
+	int64_t err;
+};
+
+static struct moved_one moved[MOVED_READERS];
+static _Atomic int moved_stop;
+
+static int64_t moved_reader(cbcmn_cx *cx, void *arg)
+{
+	struct moved_one *x = arg;
+	x->ex = cbcmn_cx_executor(cx);
+	int rc = cbcmn_stream_open(cx, x->sv[0], &x->s);
+	if (rc)
+		return rc;
+	atomic_store(&x->state, 1);
+	for (;;) {
+		const void *d;
+		int64_t n = cbcmn_stream_recv(cx, x->s, &d);
+		if (n == -EXDEV) {
+			atomic_store(&x->state, 2);
+			return 0;
+		}
+		if (n <= 0) {
+			x->err = n;
+			break;
+		}
+		for (volatile int k = 0; k < 2000; k++)
+			; /* busy a while: its executor's other work waits, thieves come */
+	}
+	rc = cbcmn_stream_close(cx, x->s);
+	atomic_store(&x->state, 3);
+	return rc;
+}
+
+/* Pinned to executor (arg): closes the streams there whose readers moved. */
+static int64_t moved_janitor(cbcmn_cx *cx, void *arg)
+{
+	uint32_t ex = (uint32_t)(uintptr_t)arg;
+	uint64_t end = t_now_ns() + 10000000000ull;
+	for (;;) {
+		int left = 0;
+		for (int i = 0; i < MOVED_READERS; i++) {
+			int st = atomic_load(&moved[i].state);
+			if (st >= 3)
+				continue;
+			left++;
+			if (st == 2 && moved[i].ex == ex) {
+				int rc = cbcmn_stream_close(cx, moved[i].s);
+				TASK_CHECK(rc == 0 || rc == -EBUSY); /* busy until released there */
+				if (rc == 0)
+					atomic_store(&moved[i].state, 4);
+			}
+		}
+		if (!left)
+			return 0;
+		if (t_now_ns() > end)
+			return -ETIMEDOUT;
+		cbcmn_sleep(cx, 1000000);
+	}
+}
+
+static void *moved_flood(void *arg)
+{
+	(void)arg;
+	char b[512] = {0};
+	while (!atomic_load(&moved_stop))
+		for (int i = 0; i < MOVED_READERS; i++)
+			if (send(moved[i].sv[1], b, sizeof(b), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+				sched_yield();
+	for (int i = 0; i < MOVED_READERS; i++)
+		shutdown(moved[i].sv[1], SHUT_RDWR);
+	return NULL;
+}
+
+static void test_moved_reader_leaves_its_stream_to_its_executor(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		cfg.stream_bufs_max = 16; /* starved streams, buffer turns */
+		cfg.stream_buf_share = 2;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		if (!have_streams(rt)) {
+			t_destroy(rt);
+			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+		}
+		memset(moved, 0, sizeof(moved));
+		atomic_store(&moved_stop, 0);
+		for (int i = 0; i < MOVED_READERS; i++)
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, moved[i].sv), 0);
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, moved_flood, NULL), 0);
+		cbcmn_nursery *readers, *janitors;
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &readers), 0);
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &janitors), 0);
+		for (uint32_t e = 0; e < 2; e++)
+			assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, janitors, e, moved_janitor,
+								    (void *)(uintptr_t)e, NULL), 0);
+		for (int i = 0; i < MOVED_READERS; i++)
+			assert_int_equal(cbcmn_nursery_spawn_stealable_on(NULL, readers, 0, moved_reader,
+									  &moved[i], NULL), 0);
+		usleep(300000);
+		atomic_store(&moved_stop, 1);
+		pthread_join(th, NULL);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, readers), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, janitors), 0);
+		ASSERT_TASK_CHECKS();
+		for (int i = 0; i < MOVED_READERS; i++) {
+			int st = atomic_load(&moved[i].state);
+			assert_true(st == 3 || st == 4);
+			assert_true(st == 4 || moved[i].err == 0); /* read to its end */
+			close(moved[i].sv[0]);
+			close(moved[i].sv[1]);
+		}
+		t_destroy(rt);
+	}
+}
+
 /* ---- the executor's thread dies (test_worker.c) --------------------------------- */
 
 /* What the dead thread's ring had completed but the thread never reaped is
@@ -1784,6 +1991,8 @@ int main(void)
 		T_WATCHED_TEST(test_acceptor_survives_emfile),
 		T_WATCHED_TEST(test_idle_acceptor_stops_at_its_bound),
 		T_WATCHED_TEST(test_acceptor_cancel_while_backing_off),
+		T_WATCHED_TEST(test_lab_acceptor_pauses_in_real_time),
+		T_WATCHED_TEST(test_moved_reader_leaves_its_stream_to_its_executor),
 		T_WATCHED_TEST(test_dead_thread_loses_no_completion),
 		T_WATCHED_TEST(test_bad_input),
 		T_WATCHED_TEST(test_bad_stream_config),
