@@ -324,53 +324,45 @@ static int64_t budget_reader(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t budget_close_main(cbcmn_cx *cx, void *arg)
+/* Opens b's stream with "a" in it and, in a nursery of its own (*n), a
+ * reader that may pay one syscall; returns once the reader has taken "a"
+ * and waits for budget inside its next call.  0, or the error. */
+static int budget_reader_waiting(cbcmn_cx *cx, struct bw *b, cbcmn_nursery **n,
+				 cbcmn_task **child)
 {
-	struct bw *b = arg;
 	int rc = cbcmn_stream_open(cx, b->sv[0], &b->s);
 	if (rc)
 		return rc;
 	TASK_CHECK(write(b->sv[1], "a", 1) == 1);
-	cbcmn_nursery *n;
-	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n)) != 0)
+	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n)) != 0)
 		return rc;
 	cbcmn_budget ask = {.syscalls = 1};
 	cbcmn_caps none = {.flags = 0}; /* no CapBudget: it cannot recharge itself */
 	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
 			      .shard = cbcmn_cx_executor(cx)};
-	cbcmn_task *child;
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, budget_reader, b, &o, &child) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, *n, budget_reader, b, &o, child) == 0);
 	while (!atomic_load(&b->stage))
 		cbcmn_yield(cx);
 	for (int i = 0; i < 20; i++)
 		cbcmn_yield(cx); /* the reader is now waiting for budget */
 	TASK_CHECK(cbcmn_stream_close(cx, b->s) == -EBUSY);
+	return 0;
+}
+
+static int64_t budget_close_main(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *child;
+	int rc = budget_reader_waiting(cx, b, &n, &child);
+	if (rc)
+		return rc;
 	TASK_CHECK(write(b->sv[1], "bc", 2) == 2);
 	cbcmn_budget more = {.syscalls = 10};
 	TASK_CHECK(cbcmn_budget_recharge(cx, child, &more) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	TASK_CHECK(cbcmn_task_join(cx, child, NULL) == 0);
 	return cbcmn_stream_close(cx, b->s);
-}
-
-static void test_close_during_budget_wait_is_ebusy(void **state)
-{
-	(void)state;
-	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
-	struct bw b = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
-	assert_int_equal(run_on_0(rt, budget_close_main, &b), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(b.r1, 1);
-	assert_int_equal(b.r2, 2);
-	assert_memory_equal(b.got, "bc", 2);
-	close(b.sv[0]);
-	close(b.sv[1]);
-	t_destroy(rt);
 }
 
 /* The reader is cancelled while it waits for budget inside
@@ -381,23 +373,10 @@ static void test_close_during_budget_wait_is_ebusy(void **state)
 static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
 {
 	struct bw *b = arg;
-	int rc = cbcmn_stream_open(cx, b->sv[0], &b->s);
+	cbcmn_nursery *n;
+	int rc = budget_reader_waiting(cx, b, &n, NULL);
 	if (rc)
 		return rc;
-	TASK_CHECK(write(b->sv[1], "a", 1) == 1);
-	cbcmn_nursery *n;
-	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n)) != 0)
-		return rc;
-	cbcmn_budget ask = {.syscalls = 1};
-	cbcmn_caps none = {.flags = 0};
-	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
-			      .shard = cbcmn_cx_executor(cx)};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, budget_reader, b, &o, NULL) == 0);
-	while (!atomic_load(&b->stage))
-		cbcmn_yield(cx);
-	for (int i = 0; i < 20; i++)
-		cbcmn_yield(cx); /* the reader is now waiting for budget */
-	TASK_CHECK(cbcmn_stream_close(cx, b->s) == -EBUSY);
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
 	/* The stream is free again, and lost nothing. */
@@ -409,9 +388,10 @@ static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
 	return cbcmn_stream_close(cx, b->s);
 }
 
-static void test_cancel_during_budget_wait_releases_the_stream(void **state)
+/* Runs main (budget_*_main): "a" was taken by the reader, "bc" by the
+ * reader or the main task, and the stream closed. */
+static void budget_case(cbcmn_task_fn main)
 {
-	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
 	if (!have_streams(rt)) {
 		t_destroy(rt);
@@ -419,7 +399,7 @@ static void test_cancel_during_budget_wait_releases_the_stream(void **state)
 	}
 	struct bw b = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
-	assert_int_equal(run_on_0(rt, budget_cancel_main, &b), 0);
+	assert_int_equal(run_on_0(rt, main, &b), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(b.r1, 1);
 	assert_int_equal(b.r2, 2);
@@ -427,6 +407,18 @@ static void test_cancel_during_budget_wait_releases_the_stream(void **state)
 	close(b.sv[0]);
 	close(b.sv[1]);
 	t_destroy(rt);
+}
+
+static void test_close_during_budget_wait_is_ebusy(void **state)
+{
+	(void)state;
+	budget_case(budget_close_main);
+}
+
+static void test_cancel_during_budget_wait_releases_the_stream(void **state)
+{
+	(void)state;
+	budget_case(budget_cancel_main);
 }
 
 /* ---- one stream's flood must not stall the others (issue 12, item 3) ---------- */
@@ -1023,9 +1015,22 @@ static void test_stream_end_needs_no_buffer(void **state)
 	starve_finish(rt, &s, n, th, NULL);
 }
 
-/* A stream armed while the pool is empty fails at once (-ENOBUFS) though
- * nothing came for it: in line before a stream that has data, it must not
- * take the one buffer that comes back (it needs none until data comes). */
+/* Victim v[0] started, in nursery *n0, once the hog holds the whole pool:
+ * returns when its stream, armed while the pool is empty, has failed at
+ * once (-ENOBUFS) though nothing came for it. */
+static void starve_idle_victim(cbcmn_runtime *rt, struct starve *s, cbcmn_nursery **n0)
+{
+	uint64_t base = backpressure(rt);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, n0), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n0, 0, starve_victim, &s->v[0], NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (backpressure(rt) == base && t_now_ns() < end)
+		usleep(1000);
+	assert_true(backpressure(rt) > base);
+}
+
+/* Such a stream, before one that has data: it must not take the one buffer
+ * that comes back (it needs none until data comes). */
 static void test_idle_starved_stream_takes_no_turn(void **state)
 {
 	(void)state;
@@ -1037,21 +1042,15 @@ static void test_idle_starved_stream_takes_no_turn(void **state)
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 	}
-	uint64_t base = backpressure(rt);
-	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n0), 0);
-	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n0, 0, starve_victim, &s.v[0], NULL), 0);
-	uint64_t end = t_now_ns() + 10000000000ull;
-	while (backpressure(rt) == base && t_now_ns() < end)
-		usleep(1000); /* v[0] armed, and failed */
-	assert_true(backpressure(rt) > base);
+	starve_idle_victim(rt, &s, &n0);
 	starve_send(rt, &s.v[1], "b");
 	starve_finish(rt, &s, n, th, n0);
 }
 
-/* A stream in line for a buffer while nothing had come for it (it was
- * armed while the pool was empty): its peer's shutdown ends it at once,
- * though no buffer comes back (before: nothing watched its socket while it
- * waited, and it saw its end only when the hog gave a buffer back). */
+/* Such a stream, waiting while nothing has come for it: its peer's
+ * shutdown ends it at once, though no buffer comes back (before: it waited
+ * in line, nothing watched its socket, and it saw its end only when the
+ * hog gave a buffer back). */
 static void test_idle_starved_stream_sees_its_end(void **state)
 {
 	(void)state;
@@ -1063,14 +1062,8 @@ static void test_idle_starved_stream_sees_its_end(void **state)
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 	}
-	uint64_t base = backpressure(rt);
-	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n0), 0);
-	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n0, 0, starve_victim, &s.v[0], NULL), 0);
-	uint64_t end = t_now_ns() + 10000000000ull;
-	while (backpressure(rt) == base && t_now_ns() < end)
-		usleep(1000); /* v[0] armed, failed, and waits in line */
-	assert_true(backpressure(rt) > base);
-	usleep(20000);
+	starve_idle_victim(rt, &s, &n0);
+	usleep(20000); /* it waits */
 	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
 	wait_flag(&s.v[0].got);
 	assert_int_equal(s.v[0].len, 0);
@@ -1581,7 +1574,7 @@ static void test_acceptor_cancel_while_backing_off(void **state)
 /* Lab mode: the runtime's clock is virtual and jumps to the next timer
  * whenever nothing can run.  An acceptor's pause after EMFILE waits for
  * the world outside (descriptors freed), so it must pass in real time
- * (before: a timer of the virtual clock, which passed at once: ~80 000
+ * (before: a timer of the virtual clock, which passed at once: ~250 000
  * failed accepts in 300 ms, the executor spinning). */
 struct lab_acc {
 	int lfd, cfd;
