@@ -9,9 +9,10 @@
  *
  * The object belongs to the executor whose ring holds its SQE, and only a
  * task running there may use it (-EXDEV elsewhere): use it from a pinned
- * task.  Closing cancels the SQE and waits for its last CQE (the one without
- * IORING_CQE_F_MORE) before the object is freed, so no CQE ever points to
- * freed memory; descriptors still queued are closed, buffers go back.
+ * task.  Closing cancels the SQE (and the watch, below) and waits for its
+ * last CQE (the one without IORING_CQE_F_MORE) before the object is freed,
+ * so no CQE ever points to freed memory; descriptors still queued are
+ * closed, buffers go back.
  *
  * Buffers (docs/IO.md, "Buffers"): the streams of an executor share one
  * pool, and each may hold at most its share of it (queued plus the one its
