@@ -121,8 +121,10 @@ CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
  * began to wait.  Costs one unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
 /* Stop receiving, give the buffers back and free s; waits until the kernel
- * has let go of it.  Returns 0, -EINVAL, -EXDEV or -EBUSY (a task is inside
- * cbcmn_stream_recv() on it: s stays open). */
+ * has let go of it (an unpinned task moved to another executor meanwhile:
+ * returns 0, and s's executor finishes, docs/IO.md).  Returns 0, -EINVAL,
+ * -EXDEV or -EBUSY (a task is inside cbcmn_stream_recv() on it: s stays
+ * open). */
 CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 
 /* Accept connections on listening socket fd; flags as accept4(2). */
