@@ -238,17 +238,12 @@ void cbcmn__io_settle(struct cbcmn__exec *e)
  * were consumed).  Those without a CQE there did not happen (an SQE the
  * dead thread never submitted) or ended in the kernel's overflow list,
  * which only the dead thread could flush: -ECANCELED. */
-void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring *old)
+void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n)
 {
-	const struct io_uring_cq *cq = old ? &old->cq : NULL;
-	/* acquire: the kernel's CQE stores before its tail; the thread that
-	 * posted them is gone, so this is a formality. */
-	unsigned tail = cq ? io_uring_smp_load_acquire(cq->ktail) : 0;
-	for (unsigned head = cq ? *cq->khead : 0; head != tail; head++) {
-		const struct io_uring_cqe *c = &cq->cqes[head & cq->ring_mask];
+	for (unsigned i = 0; i < n; i++) {
+		const struct io_uring_cqe *c = &cqes[i];
 		uint64_t ud = c->user_data, tag = ud & CBCMN__UD_MASK;
-		/* Only our requests: multishot CQEs are stream.c's, whose
-		 * buffers went with the old buffer ring (docs/IO.md). */
+		/* Only our requests: multishot CQEs are stream.c's. */
 		if (tag == CBCMN__UD_REQ || tag == CBCMN__UD_LTIMEOUT)
 			cbcmn__io_cqe(e, (struct cbcmn__ioreq *)(uintptr_t)(ud & ~(uint64_t)CBCMN__UD_MASK),
 				      c->res, c->flags, tag == CBCMN__UD_LTIMEOUT);

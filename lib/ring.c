@@ -115,8 +115,9 @@ static bool memlock_bound(void)
 	return !ipc_lock_exempt();
 }
 
-/* What a failed ring set-up reports: CBCMN_EMEMLOCK for the limit. */
-static int ring_error(int rc)
+/* What a failed ring set-up reports: CBCMN_EMEMLOCK for the limit.  Also
+ * for stream.c's buffer ring, which counts the same way. */
+int cbcmn__ring_error(int rc)
 {
 	return rc == -ENOMEM && memlock_bound() ? CBCMN_EMEMLOCK : rc;
 }
@@ -142,7 +143,7 @@ static int ring_init_fit(struct io_uring *u, uint32_t entries, uint32_t flags,
 	}
 	if (rc == 0)
 		*got = entries;
-	return ring_error(rc);
+	return cbcmn__ring_error(rc);
 }
 
 /* What the kernel supports, once per runtime, on the creating thread: the
@@ -576,10 +577,20 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	cbcmn__bufring_retire(e); /* registered with the old ring */
 	/* Unmapped first: each mapping holds the ring's file, whose last
 	 * reference, going below, gives its locked memory back (some ms
-	 * later: ring_init_fit() retries meanwhile). */
+	 * later: ring_init_fit() retries meanwhile).  The CQEs the dead thread did not reap are copied out before the
+	 * unmap and handed out once the new ring is up (a stream's may
+	 * re-arm on it).  Without memory for the copy they are lost: those
+	 * requests end -ECANCELED, as those of an overflowed CQ do. */
+	struct io_uring_cqe *old_cqes = NULL;
+	unsigned nold = 0;
 	if (was_up) {
-		/* What the old CQ holds is read first (io.c). */
-		cbcmn__io_orphan_all(e, &r->u);
+		const struct io_uring_cq *cq = &r->u.cq;
+		/* acquire: the kernel's CQE stores before its tail; the thread
+		 * that posted them is gone, so this is a formality. */
+		unsigned head = *cq->khead, tail = io_uring_smp_load_acquire(cq->ktail);
+		if (tail != head && (old_cqes = cbcmn__malloc((size_t)(tail - head) * sizeof(*old_cqes))))
+			for (; head != tail; head++)
+				old_cqes[nold++] = cq->cqes[head & cq->ring_mask];
 		ring_unmap(&r->u, -1);
 	}
 	if (oldfd >= 0 && dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
@@ -611,11 +622,13 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 		if (oldfd >= 0)
 			close(oldfd);
 		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
+		free(old_cqes);
 		return rc;
 	}
-	if (!was_up)
-		cbcmn__io_orphan_all(e, NULL);
-	cbcmn__mshot_orphan_all(e);
+	/* What the old CQ held, for requests (io.c) and streams (stream.c). */
+	cbcmn__io_orphan_all(e, old_cqes, nold);
+	cbcmn__mshot_orphan_all(e, old_cqes, nold);
+	free(old_cqes);
 	r->inflight = 0;
 	return 0;
 }

@@ -482,6 +482,7 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 int cbcmn__ring_probe(struct cbcmn_runtime *rt);
 int cbcmn__ring_efd(struct cbcmn__exec *e);
 int cbcmn__ring_create(struct cbcmn__exec *e);
+int cbcmn__ring_error(int rc);
 void cbcmn__ring_destroy(struct cbcmn__exec *e);
 void cbcmn__ring_close(struct cbcmn__exec *e);
 void cbcmn__ring_leave(struct cbcmn__exec *e);
@@ -532,13 +533,13 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e);
 void cbcmn__io_cancel_flag(struct cbcmn__exec *e);
 void cbcmn__io_settle(struct cbcmn__exec *e);
-void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring *old);
+void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
 
 /* stream.c */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags);
 void cbcmn__bufring_fini(struct cbcmn__exec *e);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
-void cbcmn__mshot_orphan_all(struct cbcmn__exec *e);
+void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
 void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e);
 
 /* timer.c */

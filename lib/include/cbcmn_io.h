@@ -110,7 +110,9 @@ typedef struct cbcmn_stream cbcmn_stream;
 typedef struct cbcmn_acceptor cbcmn_acceptor;
 
 /* Start receiving from socket fd (which stays the caller's to close, after
- * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP. */
+ * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP,
+ * or CBCMN_EMEMLOCK (the executor's buffer ring, made by its first stream,
+ * does not fit in RLIMIT_MEMLOCK even at its smallest: docs/IO.md). */
 CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
 /* The next chunk received (at most stream_buf_size bytes): *data points
  * into a buffer that stays valid until the next call on the stream or its
@@ -121,8 +123,10 @@ CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
  * began to wait.  Costs one unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
 /* Stop receiving, give the buffers back and free s; waits until the kernel
- * has let go of it.  Returns 0, -EINVAL, -EXDEV or -EBUSY (a task is inside
- * cbcmn_stream_recv() on it: s stays open). */
+ * has let go of it (an unpinned task moved to another executor meanwhile:
+ * returns 0, and s's executor finishes, docs/IO.md).  Returns 0, -EINVAL,
+ * -EXDEV or -EBUSY (a task is inside cbcmn_stream_recv() on it: s stays
+ * open). */
 CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 
 /* Accept connections on listening socket fd; flags as accept4(2). */
