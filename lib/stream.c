@@ -715,14 +715,17 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 		/* A wait for budget, or one below, may have moved the task. */
 		if (t->exec != m->e)
 			return -EXDEV;
+		/* Cancelled: before anything queued, or a peer that keeps
+		 * sending would keep the task from ever seeing it.  What is
+		 * queued stays for the close to drop, as unread socket bytes. */
+		if (cbcmn__task_cancelled(t))
+			return CBCMN_ECANCELED;
 		if (m->qlen) {
 			*it = ms_pop(m);
 			return 1;
 		}
 		if (m->done)
 			return 0;
-		if (cbcmn__task_cancelled(t))
-			return CBCMN_ECANCELED;
 		if (!m->armed && m->nobufs && !stream_may_rearm(t->exec, m)) {
 			/* Starved.  Its end needs no buffer. */
 			int what = stream_peek(m);

@@ -287,6 +287,68 @@ static void stream_cancel_case(bool from_thread)
 	t_destroy(rt);
 }
 
+/* A cancelled task's next call on a stream returns CBCMN_ECANCELED even
+ * with chunks queued (cbcmn_io.h: "a task already cancelled gets
+ * CBCMN_ECANCELED"): it used to be handed chunk after chunk, and a peer
+ * that keeps sending kept it from ever seeing the cancellation.  The
+ * chunks stay queued: the close drops them, as unread bytes in a socket. */
+struct cq {
+	int sv[2];
+	cbcmn_nursery *n;
+	int64_t first, after_cancel, close_r;
+};
+
+static int64_t queued_reader(cbcmn_cx *cx, void *arg)
+{
+	struct cq *c = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, c->sv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	if (write(c->sv[1], "chunk", 5) != 5)
+		return -EIO;
+	c->first = cbcmn_stream_recv(cx, s, &d); /* armed now */
+	for (int i = 0; i < 3; i++) {
+		if (write(c->sv[1], "chunk", 5) != 5)
+			return -EIO;
+		cbcmn_sleep(cx, 2000000); /* each write its own chunk, queued */
+	}
+	cbcmn_nursery_cancel(c->n);
+	c->after_cancel = cbcmn_stream_recv(cx, s, &d);
+	c->close_r = cbcmn_stream_close(cx, s);
+	return 0;
+}
+
+static int64_t queued_main(cbcmn_cx *cx, void *arg)
+{
+	struct cq *c = arg;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &c->n))
+		return -1;
+	cbcmn_nursery_spawn_pinned(cx, c->n, 0, queued_reader, c, NULL);
+	cbcmn_nursery_await_all(cx, c->n);
+	return 0;
+}
+
+static void test_cancelled_reader_with_chunks_queued_is_ecanceled(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct cq c = {.first = -1, .after_cancel = -1, .close_r = -1};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
+	assert_int_equal(run_on_0(rt, queued_main, &c), 0);
+	assert_true(c.first > 0);
+	assert_int_equal(c.after_cancel, CBCMN_ECANCELED);
+	assert_int_equal(c.close_r, 0);
+	close(c.sv[0]);
+	close(c.sv[1]);
+	t_destroy(rt);
+}
+
 static void test_stream_cancel(void **state)
 {
 	(void)state;
@@ -1973,6 +2035,7 @@ int main(void)
 		T_WATCHED_TEST(test_stream_other_executor),
 		T_WATCHED_TEST(test_stream_cancel),
 		T_WATCHED_TEST(test_stream_cancel_from_thread),
+		T_WATCHED_TEST(test_cancelled_reader_with_chunks_queued_is_ecanceled),
 		T_WATCHED_TEST(test_close_during_budget_wait_is_ebusy),
 		T_WATCHED_TEST(test_cancel_during_budget_wait_releases_the_stream),
 		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
