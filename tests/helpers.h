@@ -36,6 +36,15 @@
 /* Sanitizers slow everything down: scale stress loops by this. */
 #define T_SCALE(n) ((T_ASAN || T_TSAN) ? ((n) / 10 ? (n) / 10 : 1) : (n))
 
+/* A wait longer than this is a hang (a lost wake-up, a timeout that never
+ * fires), not a slow machine: far beyond any delay that load causes (every
+ * CPU busy with something else, sanitizers on), yet well inside the
+ * watchdog (T_WATCHDOG_S), so that a hang fails with its own message.
+ * Tests assert what happened (order, nothing early, nothing lost), never
+ * how fast: a deadline exists only to end a test that would not end. */
+#define T_STALL_S ((T_ASAN || T_TSAN) ? 60u : 20u)
+#define T_STALL_NS ((uint64_t)T_STALL_S * 1000000000ull)
+
 /* Clock id's time, ns. */
 static inline uint64_t t_clock_ns(clockid_t id)
 {
@@ -409,6 +418,34 @@ static inline uint32_t t_nofile_fit(const char *what, uint32_t want, uint32_t pe
 		       t_count_fds());
 	}
 	return n;
+}
+
+/* ---- executors ------------------------------------------------------------- */
+
+/* Waits until every running executor of rt is parked (asleep in its
+ * ring), at most T_STALL_NS: what a fixed sleep ("both parked by now")
+ * cannot promise on a loaded machine.  False if they never all were. */
+static inline bool t_wait_parked(cbcmn_runtime *rt)
+{
+	uint32_t n = cbcmn_runtime_workers(rt);
+	cbcmn_executor_stats *per = calloc(n ? n : 1, sizeof(*per));
+	if (!per)
+		return false;
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	bool all = false;
+	while (!all && t_now_ns() < deadline) {
+		cbcmn_stats s;
+		all = cbcmn_stats_snapshot(rt, &s, per, n) == 0;
+		/* Executors above executors_live have no thread (min_workers). */
+		for (uint32_t i = 0; all && i < s.executors_live && i < n; i++)
+			all = per[i].state == CBCMN_EXEC_PARKED;
+		if (!all) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	free(per);
+	return all;
 }
 
 #endif
