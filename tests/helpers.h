@@ -198,6 +198,20 @@ static inline int t_watchdog_teardown(void **state)
 	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup, t_watchdog_teardown, \
 						 (void *)#f)
 
+/* A test that drives a pipeline of processes (a script running the
+ * tools, each loading eBPF programs: a minute, several on a loaded
+ * machine) gets three times the watchdog. */
+static inline int t_watchdog_setup_long(void **state)
+{
+	t_fds_mark();
+	t_watchdog_start(*state, 3 * T_WATCHDOG_S);
+	return 0;
+}
+
+#define T_WATCHED_TEST_LONG(f)                                                 \
+	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup_long, t_watchdog_teardown, \
+						 (void *)#f)
+
 /* A runtime with workers executors and cfg.flags = flags. */
 static inline cbcmn_runtime *t_runtime_flags(uint32_t workers, uint32_t flags)
 {
