@@ -36,18 +36,22 @@ modes=("$@")
 # The Makefile's own list of TSan suites, so that the two never disagree.
 tsan_tests=$(make -s --no-print-directory --eval='print-tsan: ; @echo $(TSAN_TESTS)' print-tsan)
 
-for m in "${modes[@]}"; do
-	case $m in
-	release) make -s --no-print-directory -j2 SAN= all tests || exit 1 ;;
-	asan) make -s --no-print-directory -j2 SAN=asan tests || exit 1 ;;
-	tsan) make -s --no-print-directory -j2 SAN=tsan \
-		$(printf 'build/tsan/tests/%s ' $tsan_tests) || exit 1 ;;
-	*) echo "stress-suite.sh: mode is release, asan or tsan, not '$m'" >&2; exit 2 ;;
-	esac
-done
-
 out=build/stress
 mkdir -p "$out"
+for m in "${modes[@]}"; do
+	case $m in
+	release) targets=(SAN= all tests) ;;
+	asan) targets=(SAN=asan tests) ;;
+	tsan) targets=(SAN=tsan $(printf 'build/tsan/tests/%s ' $tsan_tests)) ;;
+	*) echo "stress-suite.sh: mode is release, asan or tsan, not '$m'" >&2; exit 2 ;;
+	esac
+	if ! make --no-print-directory -j2 "${targets[@]}" >"$out/build-$m.log" 2>&1; then
+		tail -20 "$out/build-$m.log"
+		echo "stress-suite.sh: the $m build failed ($out/build-$m.log)" >&2
+		exit 1
+	fi
+done
+
 wrap=()
 [ $hog = 1 ] && wrap=(scripts/hog.sh --)
 
