@@ -7,6 +7,8 @@
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
 #   make bpf             the CO-RE programs and their skeleton (build/gen/*.skel.h)
+#   make fuzz            the libFuzzer targets tests/fuzz/fuzz_*.c, in build/fuzz (clang)
+#   make fuzz-smoke      each of them for FUZZ_SECONDS (15) on its corpus: fails on a crash
 .DELETE_ON_ERROR:
 .SUFFIXES:
 .DEFAULT_GOAL := all
@@ -22,11 +24,11 @@ MODE_LDFLAGS =
 else ifeq ($(SAN),asan)
 BUILD      ?= build/asan
 MODE_CFLAGS = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
-              -fno-sanitize-recover=undefined -DCBCMN_DEBUG=1
+              -fno-sanitize-recover=undefined -DCBCMN_DEBUG=1 -DCBCMN_FAULTS=1
 MODE_LDFLAGS = -fsanitize=address,undefined
 else ifeq ($(SAN),tsan)
 BUILD      ?= build/tsan
-MODE_CFLAGS = -O1 -fno-omit-frame-pointer -fsanitize=thread -DCBCMN_DEBUG=1
+MODE_CFLAGS = -O1 -fno-omit-frame-pointer -fsanitize=thread -DCBCMN_DEBUG=1 -DCBCMN_FAULTS=1
 MODE_LDFLAGS = -fsanitize=thread
 else
 $(error SAN must be empty, asan or tsan)
@@ -81,7 +83,7 @@ BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbc
                $(BUILD)/bin/cbcmn-top $(BUILD)/tests/test_bpf $(BUILD)/tests/test_run \
                $(BUILD)/tests/test_top
 # Suites that exercise threads racing each other: these also run under TSan.
-TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_stream test_grow test_watch test_run
+TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults
 
 all: $(STATIC) $(SHARED) $(TOOLS)
 
@@ -146,6 +148,8 @@ $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
 # test_bpf runs cbcmn-stat (the one from its own build) against a child.
 $(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
+# test_cli runs every tool of its own build with bad arguments.
+$(BUILD)/tests/test_cli: | $(TOOLS)
 
 # The objects stay: bpftool reads them and they are worth keeping to inspect.
 .SECONDARY: $(BPF_OBJS)
@@ -160,7 +164,8 @@ deps:
 	@scripts/install-deps.sh
 
 # make test: the release suites, the same suites under ASan+UBSan, then the
-# concurrency suites under TSan.  Stops with a non-zero status on any failure.
+# concurrency suites under TSan, then a short run of every fuzz target.
+# Stops with a non-zero status on any failure.
 test: deps
 	@$(MAKE) --no-print-directory SAN= all tests
 	@scripts/run-tests.sh build/tests
@@ -168,6 +173,56 @@ test: deps
 	@scripts/run-tests.sh build/asan/tests
 	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
+	@$(MAKE) --no-print-directory fuzz-smoke
+
+# ---- fuzzing (docs/FUZZ.md) ----
+# libFuzzer targets, built by clang with ASan+UBSan into build/fuzz against
+# the library and the tools' parsers compiled the same way (with coverage).
+# A target is tests/fuzz/fuzz_NAME.c; its seed corpus tests/fuzz/corpus/NAME.
+FUZZ_CC       ?= clang
+FUZZ_OUT      := build/fuzz
+FUZZ_SECONDS  ?= 15
+FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CPPFLAGS := -D_GNU_SOURCE -Ilib/include -Ilib -Itools -Ibpf -Itests/fuzz
+FUZZ_CFLAGS   := -std=gnu11 -g -O1 -fno-omit-frame-pointer -fvisibility=hidden $(WARN) \
+                 $(FUZZ_SAN) -DCBCMN_DEBUG=1
+FUZZ_SRCS     := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_TARGETS  := $(patsubst tests/fuzz/%.c,$(FUZZ_OUT)/%,$(FUZZ_SRCS))
+# The tools' parsers the targets drive; the rest of tools/common needs libbpf.
+FUZZ_TOOL_SRCS := tools/common/cli.c tools/common/opts.c tools/common/httpmsg.c \
+                  tools/common/stealmx.c
+FUZZ_OBJS     := $(LIB_SRCS:%.c=$(FUZZ_OUT)/obj/%.o) $(ASM_SRCS:%.S=$(FUZZ_OUT)/obj/%.o) \
+                 $(FUZZ_TOOL_SRCS:%.c=$(FUZZ_OUT)/obj/%.o)
+FUZZ_LIB      := $(FUZZ_OUT)/lib/libfuzzed.a
+
+$(FUZZ_OUT)/obj/%.o: %.c
+	$(call msg,FUZZCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_OUT)/obj/%.o: %.S
+	$(call msg,FUZZAS,$<)
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_CPPFLAGS) -g -c $< -o $@
+
+$(FUZZ_LIB): $(FUZZ_OBJS)
+	$(call msg,AR,$@)
+	@mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
+	$(call msg,FUZZLD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< \
+		$(FUZZ_LIB) -luring -lnuma -lpthread
+
+fuzz: $(FUZZ_TARGETS)
+
+# Every target for FUZZ_SECONDS from its seed corpus alone; a crash, a
+# leak, a timeout or a broken contract fails, with the input kept in
+# build/fuzz/crashes (tests/fuzz/run.sh says what to do with it).
+fuzz-smoke: fuzz
+	@tests/fuzz/run.sh -s -t $(FUZZ_SECONDS) $(notdir $(FUZZ_TARGETS))
 
 # The README's first command: an instrumented workload watched by the viewer
 # in batch mode.  skew: all work is born on executor 0 and stealing must
@@ -185,6 +240,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools bench deps test run clean bpf
+.PHONY: all tests tools bench deps test run clean bpf fuzz fuzz-smoke
 
--include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(FUZZ_OUT) -name '*.d' 2>/dev/null)

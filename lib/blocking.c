@@ -237,7 +237,7 @@ static void *worker_main(void *arg)
 /* Under the lock.  Returns 0 or the pthread_create error. */
 static int worker_start(struct cbcmn__blocking_pool *p)
 {
-	struct worker *w = calloc(1, sizeof(*w));
+	struct worker *w = cbcmn__calloc(1, sizeof(*w));
 	if (!w)
 		return ENOMEM;
 	w->pool = p;
@@ -270,7 +270,7 @@ static int worker_start(struct cbcmn__blocking_pool *p)
 
 int cbcmn__blocking_init(struct cbcmn_runtime *rt)
 {
-	struct cbcmn__blocking_pool *p = calloc(1, sizeof(*p));
+	struct cbcmn__blocking_pool *p = cbcmn__calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	cbcmn__mutex_init(&p->lock, "blocking", CBCMN__LOCK_BLOCKING);

@@ -215,7 +215,7 @@ static struct cbcmn__oblig *rec_get(struct cbcmn_chan *c, struct cbcmn_task *own
 	} else {
 		/* At most cap held plus one per blocked reserver, then they
 		 * recycle: malloc under the lock only while the pool grows. */
-		if (!(r = calloc(1, sizeof(*r))))
+		if (!(r = cbcmn__calloc(1, sizeof(*r))))
 			return NULL;
 		r->chan = c;
 	}
@@ -308,6 +308,8 @@ static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const v
 {
 	if (!c || !ptr)
 		return -EINVAL;
+	if (cbcmn__forked(c->rt))
+		return CBCMN_EFORKED; /* its lock may be held by a parent's thread */
 	if (self && self->rt != c->rt)
 		return CBCMN_EWRONGRT;
 	if (!block)
@@ -406,6 +408,8 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 	struct cbcmn_chan *c = r->chan; /* fixed while the channel lives */
 	struct wakes wl = {0};
 	int rc = 0;
+	if (cbcmn__forked(c->rt))
+		return CBCMN_EFORKED;
 	cbcmn__mutex_lock(&c->lock);
 	if (!r->held || r->gen != p->_gen) {
 		cbcmn__mutex_unlock(&c->lock);
@@ -471,10 +475,12 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 	if (!rt || !out || capacity == 0 || elem_size == 0 ||
 	    __builtin_mul_overflow(capacity, elem_size, &bytes) || bytes > PTRDIFF_MAX)
 		return -EINVAL;
-	struct cbcmn_chan *c = calloc(1, sizeof(*c));
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
+	struct cbcmn_chan *c = cbcmn__calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	if (!(c->buf = malloc(bytes))) {
+	if (!(c->buf = cbcmn__malloc(bytes))) {
 		free(c);
 		return -ENOMEM;
 	}
@@ -490,6 +496,8 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 {
 	if (!c)
 		return -EINVAL;
+	if (cbcmn__forked(c->rt))
+		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
 	cbcmn__mutex_lock(&c->lock);
 	bool busy = c->recvq.head || c->spaceq.head || c->reserved;
@@ -631,6 +639,8 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 	struct chan_wait *w;
 	if (!c)
 		return -EINVAL;
+	if (cbcmn__forked(c->rt))
+		return CBCMN_EFORKED;
 	if (self && self->rt != c->rt)
 		return CBCMN_EWRONGRT;
 	cbcmn__stack_check(self);

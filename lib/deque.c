@@ -3,10 +3,11 @@
 #include <stdlib.h>
 
 #include "deque.h"
+#include "fault.h"
 
 static struct cbcmn__deque_buf *buf_new(int64_t cap)
 {
-	struct cbcmn__deque_buf *a = malloc(sizeof(*a) + (size_t)cap * sizeof(a->slot[0]));
+	struct cbcmn__deque_buf *a = cbcmn__malloc(sizeof(*a) + (size_t)cap * sizeof(a->slot[0]));
 	if (!a)
 		return NULL;
 	a->mask = cap - 1;

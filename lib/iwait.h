@@ -55,7 +55,11 @@ struct cbcmn__iwait {
 	 * canceller under the registry lock, so the wait is still there; or
 	 * the task itself, when it finds itself cancelled as it registers);
 	 * the event's side then wakes the task, which sees
-	 * CBCMN__IW_CANCELLED.  It must take no lock. */
+	 * CBCMN__IW_CANCELLED.  It must take no lock.  A local wait's is
+	 * called by the task itself only (its executor claims local waits
+	 * with cbcmn__iwait_local_cancel() and calls nothing), on its
+	 * executor's thread: it may use that executor's ring (io.c turns the
+	 * request's queued SQE into a NOP there). */
 	void (*on_cancel)(struct cbcmn__iwait *iw);
 	/* An I/O wait: listed by its executor, not in the registry (above).
 	 * Set after cbcmn__iwait_init(), with on_cancel. */

@@ -81,6 +81,8 @@ int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!rt || !out)
 		return -EINVAL;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
 	if (rt->nexec == 0)
 		return CBCMN_ENOSCHED; /* the core profile */
 	if (self && self->rt != rt)
@@ -109,6 +111,10 @@ int cbcmn_nursery_cancel(cbcmn_nursery *n)
 {
 	if (!n)
 		return -EINVAL;
+	/* The cancel scan takes the executors' wait-registry locks, which a
+	 * parent's thread may have held as it forked. */
+	if (cbcmn__forked(n->rt))
+		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
 	cbcmn__nursery_cancel(n, 1);
 	return 0;
@@ -218,6 +224,8 @@ int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!n)
 		return -EINVAL;
+	if (cbcmn__forked(n->rt))
+		return CBCMN_EFORKED;
 	if (n->owner != self)
 		return -EPERM;
 	if (!self && cbcmn__on_executor(n->rt))

@@ -27,7 +27,8 @@
 	XX(doorbell_coalesced, 2) /* waker executor (-1: outside), target */        \
 	XX(xmsg, 3)           /* sender executor, receiver, kind (1 wake, 2 spawn, 3 call) */ \
 	XX(exec_start, 3)     /* executor, thread id, CPU (-1: not pinned) */       \
-	XX(exec_stop, 2)      /* executor, 1 = retired (idle), 0 = runtime ends */
+	XX(exec_stop, 2)      /* executor, 1 = retired (idle), 0 = runtime ends */  \
+	XX(accept_error, 3)   /* executor, errno, ns the acceptor backs off */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;
 CBCMN__PROBES(CBCMN__SEMA_DECL)

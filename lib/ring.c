@@ -23,8 +23,11 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "probes.h"
@@ -49,6 +52,9 @@ static const uint32_t sqpoll_sets[] = {
 
 static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const cbcmn_config *cfg)
 {
+	int err = CBCMN__FAULT(CBCMN__F_RING);
+	if (err)
+		return err;
 	struct io_uring_params p;
 	memset(&p, 0, sizeof(p));
 	p.flags = flags | IORING_SETUP_CQSIZE;
@@ -58,20 +64,119 @@ static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const
 	return io_uring_queue_init_params(entries, u, &p);
 }
 
+/* ---- locked memory ----------------------------------------------------------
+ *
+ * For a process without CAP_IPC_LOCK a ring's memory (SQ, CQ, SQEs) counts
+ * against RLIMIT_MEMLOCK, and io_uring_setup() fails with -ENOMEM when it
+ * would not fit.  Which kernels: before 5.12 all of them; from 5.12 ring
+ * memory went to the memory cgroup instead (Debian 12's 6.1 counts only
+ * registered buffers and the like); from 6.13-6.15 the rings are kernel
+ * "regions" again accounted to the limit (this machine's 6.18 does: a
+ * 256-entry ring, CQ 512, costs 32 KiB, an 8-entry one 8 KiB).  The count
+ * is per *user*, shared by all of that user's processes, and a ring's
+ * share is given back asynchronously, some ms after its fd is closed.
+ *
+ * So: a ring that does not fit is made smaller (to CBCMN__RING_MIN_ENTRIES),
+ * the smallest is retried for a while (a ring closed just before, the
+ * probe's, may still be counted), and what still fails is reported as
+ * CBCMN_EMEMLOCK, not as an ENOMEM that reads as the machine being out of
+ * memory. */
+
+#define RING_MIN_ENTRIES 8u
+/* The smallest ring is retried this long, in doubling sleeps. */
+#define RING_RETRY_NS (120u * 1000000u)
+
+/* CAP_IPC_LOCK in the initial user namespace exempts a process from the
+ * count; a capability held in a child namespace (rootless containers) does
+ * not, so it counts only where the uid map is the identity of the whole
+ * range, i.e. the initial namespace (or /proc cannot tell: then trust it). */
+static bool ipc_lock_exempt(void)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) != 0 ||
+	    !(d[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))))
+		return false;
+	FILE *f = fopen("/proc/self/uid_map", "re");
+	if (!f)
+		return true;
+	unsigned long inner, outer, count;
+	int n = fscanf(f, "%lu %lu %lu", &inner, &outer, &count);
+	fclose(f);
+	return n != 3 || (inner == 0 && outer == 0 && count == 4294967295ul);
+}
+
+/* Is an -ENOMEM from io_uring_setup() the locked-memory limit? */
+static bool memlock_bound(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return false;
+	return !ipc_lock_exempt();
+}
+
+/* What a failed ring set-up reports: CBCMN_EMEMLOCK for the limit.  Also
+ * for stream.c's buffer ring, which counts the same way. */
+int cbcmn__ring_error(int rc)
+{
+	return rc == -ENOMEM && memlock_bound() ? CBCMN_EMEMLOCK : rc;
+}
+
+/* A ring of up to `entries` SQEs with `flags`: fewer while it does not fit
+ * in locked memory (halving, down to RING_MIN_ENTRIES, which is retried
+ * for RING_RETRY_NS).  0 with *got set, or the set-up's error. */
+static int ring_init_fit(struct io_uring *u, uint32_t entries, uint32_t flags,
+			 const cbcmn_config *cfg, uint32_t *got)
+{
+	int rc;
+	for (;;) {
+		rc = ring_init(u, entries, flags, cfg);
+		if (rc != -ENOMEM || entries <= RING_MIN_ENTRIES)
+			break;
+		entries /= 2;
+	}
+	for (uint64_t slept = 0, ns = 1000000; rc == -ENOMEM && slept < RING_RETRY_NS;
+	     slept += ns, ns *= 2) {
+		struct timespec ts = {0, (long)ns};
+		nanosleep(&ts, NULL);
+		rc = ring_init(u, entries, flags, cfg);
+	}
+	if (rc == 0)
+		*got = entries;
+	return cbcmn__ring_error(rc);
+}
+
 /* What the kernel supports, once per runtime, on the creating thread: the
- * opcodes, and the best setup flags it accepts (tried on small throwaway
- * rings, so that every executor then makes its ring with them at once). */
+ * best setup flags it accepts, then the opcodes, on one small throwaway
+ * ring (its locked memory is given back only some ms after it is closed:
+ * one ring, not two). */
 int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 {
+	const cbcmn_config *cfg = &rt->cfg;
+	const uint32_t *sets = flag_sets;
+	size_t nsets = sizeof(flag_sets) / sizeof(flag_sets[0]);
+	if (cfg->ring_flags & CBCMN_RING_SQPOLL) {
+		sets = sqpoll_sets;
+		nsets = sizeof(sqpoll_sets) / sizeof(sqpoll_sets[0]);
+	} else if (cfg->ring_flags & CBCMN_RING_PLAIN) {
+		sets = flag_sets + 2;
+		nsets = 2;
+	}
 	struct io_uring u;
-	struct io_uring_params p;
-	memset(&p, 0, sizeof(p));
-	int rc = io_uring_queue_init_params(4, &u, &p);
-	if (rc < 0)
-		return rc; /* -ENOSYS, or -EPERM when io_uring is disabled */
+	uint32_t got;
+	int rc = -EINVAL;
+	size_t i;
+	for (i = 0; i < nsets; i++) {
+		rc = ring_init_fit(&u, RING_MIN_ENTRIES, sets[i], cfg, &got);
+		if (rc != -EINVAL)
+			break; /* made, or out of memory, fds, locked memory, io_uring */
+	}
+	if (rc)
+		return rc; /* -ENOSYS, -EPERM where io_uring is disabled, ... */
 	struct cbcmn__ring_caps *c = &rt->ring_caps;
-	c->ext_arg = p.features & IORING_FEAT_EXT_ARG;
-	c->nodrop = p.features & IORING_FEAT_NODROP;
+	c->setup_flags = sets[i];
+	c->ext_arg = u.features & IORING_FEAT_EXT_ARG;
+	c->nodrop = u.features & IORING_FEAT_NODROP;
 	struct io_uring_probe *pr = io_uring_get_probe_ring(&u);
 	if (pr) {
 		c->msg_ring = io_uring_opcode_supported(pr, IORING_OP_MSG_RING);
@@ -85,28 +190,7 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 	io_uring_queue_exit(&u);
 	if (!c->ext_arg)
 		return -EOPNOTSUPP; /* timed waits need IORING_FEAT_EXT_ARG (5.11) */
-
-	const cbcmn_config *cfg = &rt->cfg;
-	const uint32_t *sets = flag_sets;
-	size_t nsets = sizeof(flag_sets) / sizeof(flag_sets[0]);
-	if (cfg->ring_flags & CBCMN_RING_SQPOLL) {
-		sets = sqpoll_sets;
-		nsets = sizeof(sqpoll_sets) / sizeof(sqpoll_sets[0]);
-	} else if (cfg->ring_flags & CBCMN_RING_PLAIN) {
-		sets = flag_sets + 2;
-		nsets = 2;
-	}
-	for (size_t i = 0; i < nsets; i++) {
-		rc = ring_init(&u, 8, sets[i], cfg);
-		if (rc == 0) {
-			io_uring_queue_exit(&u);
-			c->setup_flags = sets[i];
-			return 0;
-		}
-		if (rc != -EINVAL)
-			return rc; /* out of memory or fds, locked memory: not a flag issue */
-	}
-	return rc;
+	return 0;
 }
 
 /* The doorbell eventfd, made with the runtime (threads outside ring it). */
@@ -133,38 +217,72 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn__ring *r = &e->ring;
 	uint32_t entries = rt->cfg.ring_entries ? rt->cfg.ring_entries : RING_ENTRIES_DEFAULT;
-	int rc = ring_init(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg);
+	int rc = ring_init_fit(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg, &r->entries);
 	if (rc)
 		return rc;
 	r->up = true;
-	r->fd = r->u.ring_fd;
+	/* Its number for doorbells, unless the executor keeps one (a
+	 * takeover puts the new ring under the old number). */
+	if (atomic_load_explicit(&r->fd, memory_order_relaxed) < 0)
+		atomic_store_explicit(&r->fd, r->u.ring_fd, memory_order_relaxed);
 	r->enabled = true;
-	r->tid = gettid();
+	r->dropped = false;
+	r->overflow_seen = IO_URING_READ_ONCE(*r->u.cq.koverflow);
 	/* io-wq is per thread: the cap applies to this executor's workers
 	 * (bounded: file I/O; unbounded: sockets and the like).  Old kernels
 	 * lack it: then the kernel's default stays. */
 	uint32_t n = rt->cfg.iowq_max_workers ? rt->cfg.iowq_max_workers : 4;
 	unsigned int vals[2] = {n, n};
 	(void)io_uring_register_iowq_max_workers(&r->u, vals);
-	/* Enter through a registered ring fd: a cheaper fd lookup per enter. */
-	(void)io_uring_register_ring_fd(&r->u);
+	/* Enter through a registered ring fd: a cheaper fd lookup per enter.
+	 * Registered in this thread's table: unregistered on it too. */
+	r->registered = io_uring_register_ring_fd(&r->u) == 1;
 	efd_arm(e);
 	io_uring_submit(&r->u);
 	return 0;
 }
 
-/* The ring goes with its thread (a retiring executor); the eventfd stays,
- * for the thread that may start on the executor later. */
+/* Unmap ring u and close its fd: liburing's io_uring_queue_exit() without
+ * its unregistering of the registered ring fd.  That index lives in the
+ * owner thread's table: from any other thread it names that thread's own
+ * registered ring (or the kernel refuses, -EEXIST, for a SINGLE_ISSUER
+ * ring), so only the owner unregisters (cbcmn__ring_leave()), and a thread
+ * that ends drops its table anyway. */
+static void ring_unmap(struct io_uring *u, int fd)
+{
+	munmap(u->sq.sqes, u->sq.ring_entries * sizeof(struct io_uring_sqe));
+	if (u->cq.ring_ptr && u->cq.ring_ptr != u->sq.ring_ptr)
+		munmap(u->cq.ring_ptr, u->cq.ring_sz);
+	munmap(u->sq.ring_ptr, u->sq.ring_sz);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* The owner thread is about to end: give back its registered ring fd.  On
+ * the owner only (see ring_unmap()). */
+void cbcmn__ring_leave(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (r->up && r->registered && io_uring_unregister_ring_fd(&r->u) == 1)
+		r->registered = false;
+}
+
+/* The ring goes (a retiring executor, on its thread; destroy, on another
+ * once the owner has ended, after its cbcmn__ring_leave()); the eventfd
+ * stays, for the thread that may start on the executor later. */
 void cbcmn__ring_close(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	if (r->up)
-		io_uring_queue_exit(&r->u);
+		ring_unmap(&r->u, r->u.ring_fd);
+	r->registered = false;
 	cbcmn__bufring_fini(e);
 	r->up = r->enabled = r->efd_armed = false;
 	r->inflight = r->defer = 0;
+	r->resubmit = false;
 	r->reqs = NULL;
-	r->fd = -1; /* a restarted executor gets a new ring and number */
+	/* A restarted executor gets a new ring and number. */
+	atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 }
 
 void cbcmn__ring_destroy(struct cbcmn__exec *e)
@@ -203,6 +321,48 @@ bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n)
 	return true;
 }
 
+/* An injected io_uring_enter failure (CBCMN__F_SUBMIT), or 0: the enter
+ * failed after liburing had moved the SQEs to the kernel's SQ, as a real
+ * failure leaves them (cbcmn__ring_submit()). */
+static int submit_fault(struct io_uring *u)
+{
+	int rc = CBCMN__FAULT(CBCMN__F_SUBMIT);
+	if (rc && !(u->flags & IORING_SETUP_SQPOLL)) {
+		u->sq.sqe_head = u->sq.sqe_tail;
+		/* release: the SQEs' contents before the tail the kernel
+		 * reads (as liburing's own flush). */
+		io_uring_smp_store_release(u->sq.ktail, u->sq.sqe_tail);
+	}
+	return rc;
+}
+
+/* After an io_uring_enter that submitted the n SQEs queued (counted) and
+ * returned rc. */
+static void submitted(struct cbcmn__exec *e, unsigned n, int rc)
+{
+	struct io_uring *u = &e->ring.u;
+	CBCMN__COUNT(e, ring_enters, 1);
+	if (n)
+		CBCMN__COUNT(e, sqes_submitted, n);
+	e->ring.resubmit = false;
+	if (rc < 0 && rc != -ETIME) {
+		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
+		 * refuse to submit until it is drained) or no request could be
+		 * allocated; -EINTR.  liburing has handed the SQEs to the
+		 * kernel's SQ all the same (its head moved), so they no longer
+		 * count as unflushed: without a mark they would wait for the
+		 * next park, which a busy executor may never reach.  The loop
+		 * submits again after its next reap. */
+		if (rc == -EBUSY || rc == -EAGAIN)
+			CBCMN__COUNT(e, ring_msgs_backpressure, 1);
+		e->ring.resubmit = !(u->flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(u) != 0;
+		/* -EBADR: the kernel dropped CQEs (cqes_dropped()).  It says
+		 * so once; the overflow count says so too. */
+		if (rc == -EBADR)
+			e->ring.dropped = true;
+	}
+}
+
 /* Submit what is queued and collect completions into the CQ: one
  * io_uring_enter.  wait_one: also wait for a CQE, at most timeout_ns
  * (0: no limit).  The CQEs are left for cbcmn__ring_reap(). */
@@ -210,24 +370,30 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 {
 	struct io_uring *u = &e->ring.u;
 	unsigned n = cbcmn__sq_unflushed(u);
-	int rc;
-	if (wait_one) {
+	int rc = submit_fault(u);
+	if (rc == 0 && wait_one) {
 		struct io_uring_cqe *cqe;
 		struct __kernel_timespec ts = {.tv_sec = (long long)(timeout_ns / 1000000000u),
 					       .tv_nsec = (long long)(timeout_ns % 1000000000u)};
 		rc = io_uring_submit_and_wait_timeout(u, &cqe, 1, timeout_ns ? &ts : NULL, NULL);
-	} else {
+	} else if (rc == 0) {
 		rc = io_uring_submit_and_get_events(u);
 	}
-	CBCMN__COUNT(e, ring_enters, 1);
-	if (n)
-		CBCMN__COUNT(e, sqes_submitted, n);
 	e->ring.defer = 0;
-	if (rc == -EBUSY || rc == -EAGAIN) {
-		/* The CQ overflowed (kept by the kernel: IORING_FEAT_NODROP):
-		 * the caller drains it before submitting more. */
-		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
-	}
+	submitted(e, n, rc);
+}
+
+/* Ring x's eventfd.  A raw system call, not write(): write() is a
+ * cancellation point, and an executor thread cancelled there (a task's
+ * pthread_cancel of its own thread, acted upon in a spawn's doorbell)
+ * ended after the wake-up was handed out (permit, idle bit, the searching
+ * count it carries) but before the doorbell rang: its target slept on and
+ * every later notification was skipped.  Cannot fail: the counter never
+ * nears its maximum. */
+void cbcmn__efd_ring(struct cbcmn__exec *x)
+{
+	uint64_t one = 1;
+	(void)syscall(SYS_write, x->ring.efd, &one, sizeof(one));
 }
 
 static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t flags)
@@ -258,11 +424,8 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 		/* MSG_RING failed (the target's CQ is full, say): ring its
 		 * eventfd instead, never lose a wake-up. */
 		uint32_t id = (uint32_t)(ud >> 3);
-		if (res < 0 && id < e->rt->nexec) {
-			uint64_t one = 1;
-			if (write(e->rt->exec[id]->ring.efd, &one, sizeof(one)) < 0)
-				(void)0;
-		}
+		if (res < 0 && id < e->rt->nexec)
+			cbcmn__efd_ring(e->rt->exec[id]);
 		break;
 	}
 	default:
@@ -270,19 +433,50 @@ static void dispatch(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 	}
 }
 
-/* Hand every CQE to its owner; returns how many.  The CQEs are copied out
- * and the CQ advanced before they are handled, so a handler may submit. */
+/* ---- dropped CQEs -------------------------------------------------------------
+ *
+ * With IORING_FEAT_NODROP the kernel keeps the CQEs that do not fit in the
+ * CQ on a list of its own; if even that allocation fails it drops the CQE,
+ * counts it in the CQ ring's overflow field and fails the next wait with
+ * -EBADR.  Whose CQE it was is unknown, and a fiber waiting for it would
+ * wait forever; nor can a request still listed be ended safely while the
+ * kernel may yet complete it (a buffered read waiting for a page is in no
+ * list a cancel searches).  So the executor replaces its thread, as when
+ * a task ends one (sched.c): the old thread's exit cancels every request
+ * it made and waits for all of them; the new thread takes over with a new
+ * ring and ends every wait still listed, and every stream and acceptor,
+ * as cancelled (cbcmn__ring_takeover()).  Completions reaped before that
+ * keep their results.  ring.dropped asks for it; cbcmn__ring_busy() keeps
+ * the executor from parking meanwhile. */
+
+/* Drops the kernel counted since the last look. */
+static void drops_check(struct cbcmn__exec *e)
+{
+	uint32_t ov = IO_URING_READ_ONCE(*e->ring.u.cq.koverflow);
+	if (__builtin_expect(ov != e->ring.overflow_seen, 0)) {
+		e->ring.overflow_seen = ov;
+		e->ring.dropped = true;
+	}
+}
+
+/* Hand CQEs to their owners, at most one SQ's worth (ring.entries) per
+ * call: completions that keep coming (a busy multishot, an overflow being
+ * flushed) must not keep the executor from its tasks; what is left is
+ * seen by cbcmn__ring_busy() and reaped at the next turn.  Returns how
+ * many.  The CQEs are copied out and the CQ advanced before they are
+ * handled, so a handler may submit. */
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 {
 	struct io_uring *u = &e->ring.u;
-	unsigned total = 0;
+	unsigned total = 0, bound = e->ring.entries ? e->ring.entries : RING_MIN_ENTRIES;
 	if (IO_URING_READ_ONCE(*u->sq.kflags) & IORING_SQ_CQ_OVERFLOW) {
 		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
 		io_uring_get_events(u); /* flush the kernel's overflow list */
 	}
-	for (;;) {
+	drops_check(e);
+	while (total < bound) {
 		struct io_uring_cqe *cqes[32];
-		unsigned n = io_uring_peek_batch_cqe(u, cqes, 32);
+		unsigned n = io_uring_peek_batch_cqe(u, cqes, bound - total < 32 ? bound - total : 32);
 		if (n == 0)
 			break;
 		struct {
@@ -290,13 +484,19 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 			int32_t res;
 			uint32_t flags;
 		} got[32];
+		unsigned kept = 0;
 		for (unsigned i = 0; i < n; i++) {
-			got[i].ud = cqes[i]->user_data;
-			got[i].res = cqes[i]->res;
-			got[i].flags = cqes[i]->flags;
+			if (CBCMN__FAULT(CBCMN__F_CQE_DROP)) {
+				e->ring.dropped = true; /* as if the kernel had dropped it */
+				continue;
+			}
+			got[kept].ud = cqes[i]->user_data;
+			got[kept].res = cqes[i]->res;
+			got[kept].flags = cqes[i]->flags;
+			kept++;
 		}
 		io_uring_cq_advance(u, n);
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < kept; i++)
 			dispatch(e, got[i].ud, got[i].res, got[i].flags);
 		total += n;
 	}
@@ -315,22 +515,28 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 	if (me && me->rt == rt && me->ring.enabled && rt->ring_caps.msg_ring &&
 	    !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING)) {
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(me);
-		io_uring_prep_msg_ring(sqe, target->ring.fd, 0,
+		/* An injected failure sends to no ring: the kernel fails the
+		 * MSG_RING (-EBADF) and the fallback below runs as for a full
+		 * CQ. */
+		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
+				 ? -1
+				 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
+		io_uring_prep_msg_ring(sqe, fd, 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 		unsigned n = cbcmn__sq_unflushed(&me->ring.u);
-		io_uring_submit(&me->ring.u);
-		CBCMN__COUNT(me, ring_enters, 1);
-		CBCMN__COUNT(me, sqes_submitted, n);
+		int rc = submit_fault(&me->ring.u);
+		/* A failure marks the SQEs for the next turn, like any other
+		 * submit's: this one may never be followed by another enter
+		 * (a busy sender without I/O) and its target sleeps meanwhile. */
+		submitted(me, n, rc ? rc : io_uring_submit(&me->ring.u));
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
 		CBCMN__COUNT(me, doorbells_sent, 1);
 		CBCMN_PROBE3(doorbell, (int)me->id, target->id, 0);
 		return;
 	}
-	uint64_t one = 1;
-	if (write(target->ring.efd, &one, sizeof(one)) < 0)
-		(void)0; /* cannot fail: the counter never nears its maximum */
+	cbcmn__efd_ring(target);
 	if (me && me->rt == rt)
 		CBCMN__COUNT(me, doorbells_sent, 1);
 	else
@@ -340,49 +546,89 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 
 /* The executor's thread died and a new one takes over (sched.c).  The old
  * ring's single issuer is gone, so the new thread needs its own ring, under
- * the same fd number, which other executors use for MSG_RING.  First wait
- * for the old thread to be gone: its exit cancels its requests and waits
- * for them, after which no buffer of ours is in the kernel's hands; their
- * waits end as cancelled, and so do its streams and acceptors. */
+ * the same fd number, which other executors may still use for MSG_RING.
+ * First wait for the old thread to be gone: its exit cancels its requests
+ * and waits for them, after which no buffer of ours is in the kernel's
+ * hands; their waits end with what the old CQ says (io.c), its streams and
+ * acceptors as cancelled.
+ *
+ * "Gone" is pthread_join() of the old thread: it returns once the kernel
+ * has cleared the thread's tid at its very end (CLONE_CHILD_CLEARTID, after
+ * its io_uring requests were cancelled and reaped), whatever /proc shows:
+ * a /proc of another pid namespace, none, or a new thread that reused the
+ * tid (which the previous check, polling /proc/self/task/<tid>, took for
+ * the old one and waited on forever).
+ *
+ * The old ring goes before the new one is made: both at once would need
+ * twice the ring's locked memory, and an executor whose ring just fitted
+ * in RLIMIT_MEMLOCK would be lost, its dead task's nursery waiting
+ * forever.  Meanwhile its number names our eventfd (dup3 closes the old
+ * ring's file in the same step, so no other file can take the number): a
+ * MSG_RING sent to it fails and its sender rings the eventfd instead. */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/task/%d", (int)r->tid);
 	/* Unbounded: until the old thread is gone the kernel may still write
 	 * into the buffers of the requests it had in flight. */
-	for (int i = 0; access(path, F_OK) == 0; i++) {
-		if (i == 10000)
-			fprintf(stderr, "cbcmn: executor %u: still waiting for its dead thread %d to "
-					"exit\n",
-				e->id, (int)r->tid);
-		usleep(500);
-	}
-	struct io_uring old = r->u;
-	int oldfd = r->fd;
-	r->up = r->enabled = r->efd_armed = false;
+	pthread_join(e->dead_thread, NULL);
+	int oldfd = atomic_load_explicit(&r->fd, memory_order_relaxed);
+	bool was_up = r->up;
+	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
+	/* Unmapped first: each mapping holds the ring's file, whose last
+	 * reference, going below, gives its locked memory back (some ms
+	 * later: ring_init_fit() retries meanwhile).  The CQEs the dead thread did not reap are copied out before the
+	 * unmap and handed out once the new ring is up (a stream's may
+	 * re-arm on it).  Without memory for the copy they are lost: those
+	 * requests end -ECANCELED, as those of an overflowed CQ do. */
+	struct io_uring_cqe *old_cqes = NULL;
+	unsigned nold = 0;
+	if (was_up) {
+		const struct io_uring_cq *cq = &r->u.cq;
+		/* acquire: the kernel's CQE stores before its tail; the thread
+		 * that posted them is gone, so this is a formality. */
+		unsigned head = *cq->khead, tail = io_uring_smp_load_acquire(cq->ktail);
+		if (tail != head && (old_cqes = cbcmn__malloc((size_t)(tail - head) * sizeof(*old_cqes))))
+			for (; head != tail; head++)
+				old_cqes[nold++] = cq->cqes[head & cq->ring_mask];
+		ring_unmap(&r->u, -1);
+	}
+	if (oldfd >= 0 && dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
+		close(oldfd);
+		oldfd = -1; /* the new ring's number is published as at a restart */
+		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
+	}
 	int rc = cbcmn__ring_create(e);
-	if (rc)
-		return rc;
-	/* The new ring under the old number: dup3 swaps atomically, so no
-	 * other file can take the number in between. */
-	int newfd = r->u.ring_fd;
-	if (dup3(newfd, oldfd, O_CLOEXEC) < 0) {
-		rc = -errno;
-		io_uring_queue_exit(&r->u);
+	if (rc == 0 && oldfd >= 0) {
+		/* The new ring under the old number, in place of the eventfd. */
+		if (dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
+			rc = -errno;
+			cbcmn__ring_close(e);
+		} else {
+			close(r->u.ring_fd);
+			/* Enters go through the registered ring fd, which names
+			 * the file, not the number: only the number others use
+			 * changes (and the one enters use, if registering
+			 * failed). */
+			r->u.ring_fd = oldfd;
+			atomic_store_explicit(&r->fd, oldfd, memory_order_relaxed);
+			if (!r->registered)
+				r->u.enter_ring_fd = oldfd;
+		}
+	}
+	if (rc) {
+		/* No ring: doorbells go to the eventfd (MSG_RING to -1 fails
+		 * and falls back). */
+		if (oldfd >= 0)
+			close(oldfd);
+		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
+		free(old_cqes);
 		return rc;
 	}
-	close(newfd);
-	/* Enters go through the registered ring fd, which names the file,
-	 * not the number: only the number others use changes. */
-	r->u.ring_fd = r->fd = oldfd;
-	munmap(old.sq.sqes, old.sq.ring_entries * sizeof(struct io_uring_sqe));
-	if (old.cq.ring_ptr && old.cq.ring_ptr != old.sq.ring_ptr)
-		munmap(old.cq.ring_ptr, old.cq.ring_sz);
-	munmap(old.sq.ring_ptr, old.sq.ring_sz);
-	cbcmn__io_orphan_all(e);
-	cbcmn__mshot_orphan_all(e);
+	/* What the old CQ held, for requests (io.c) and streams (stream.c). */
+	cbcmn__io_orphan_all(e, old_cqes, nold);
+	cbcmn__mshot_orphan_all(e, old_cqes, nold);
+	free(old_cqes);
 	r->inflight = 0;
 	return 0;
 }

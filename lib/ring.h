@@ -41,32 +41,45 @@ struct cbcmn__ring_caps {
 /* An executor's ring, owner-only but for fd and efd, which other threads
  * read to ring its doorbell: efd is fixed; fd is new each time a retired
  * executor starts again, published to doorbell senders by the release of
- * its park word when it goes to sleep (wake.c). */
+ * its park word when it goes to sleep (wake.c).  fd is atomic (relaxed):
+ * a sender that read the park word long before may read it while a new
+ * thread takes over (ring.c), and any number it reads then is the
+ * executor's (its old ring, its eventfd, its new ring) or -1. */
 struct cbcmn__ring {
 	struct io_uring u;
-	int fd;               /* for other executors' MSG_RING */
+	_Atomic int fd;       /* for other executors' MSG_RING */
 	int efd;              /* eventfd doorbell, always armed on the ring */
 	bool up;              /* io_uring_queue_init succeeded */
 	bool enabled;         /* enabled on the owner thread */
+	bool registered;      /* its fd is registered in the owner thread's table */
 	bool efd_armed;
 	uint64_t efd_val;     /* buffer of the armed eventfd read */
+	uint32_t entries;     /* SQ size it got: the configured one, or less
+			       * where locked memory is short (ring.c) */
 	uint32_t inflight;    /* I/O requests still waiting for a CQE */
+	bool resubmit;        /* a submit failed with SQEs in the kernel's SQ */
+	bool dropped;         /* the kernel dropped CQEs: replace the thread (sched.c) */
+	uint32_t overflow_seen; /* the CQ ring's count of dropped CQEs, last read */
 	uint32_t defer;       /* loop turns SQEs have waited */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
-	struct io_uring_buf_ring *br; /* provided buffers for streams (stream.c) */
-	char *bufs;
-	void *dead_br;        /* buffer rings of dead threads' rings, kept (stream.c) */
-	pid_t tid;            /* owner thread, for a takeover (sched.c) */
+	struct cbcmn__bufpool *pool; /* provided buffers for streams (stream.c) */
+	struct cbcmn__bufpool *dead_pools; /* those of dead threads' rings, kept (stream.c) */
 };
 
 /* A task's I/O request: lives on the task's stack until its last CQE. */
 struct cbcmn__ioreq;
 struct cbcmn__mshot;
+struct cbcmn__bufpool;
 
-/* Each executor's provided-buffer ring, made when its first stream opens:
- * 1024 buffers of 4 KiB (4 MiB). */
-#define CBCMN__BUFRING_N 1024u
-#define CBCMN__BUFRING_SIZE 4096u
+/* Each executor's pool of provided buffers for streams, made when its first
+ * stream opens (cbcmn_config.stream_buf_*, stream_bufs_max; docs/IO.md):
+ * the defaults, and the most buffers one buffer ring can hold. */
+#define CBCMN__STREAM_BUF_SIZE 4096u
+#define CBCMN__STREAM_BUF_SIZE_MIN 64u
+#define CBCMN__STREAM_BUF_SIZE_MAX (1u << 20)
+#define CBCMN__STREAM_BUF_SHARE 16u
+#define CBCMN__STREAM_BUFS_MAX 8192u
+#define CBCMN__STREAM_BUFS_LIMIT 32768u
 
 /* SQEs queued but not yet handed to the kernel.  (io_uring_sq_ready() counts
  * those the kernel has not consumed yet: with SQPOLL that includes SQEs

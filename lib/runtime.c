@@ -13,6 +13,53 @@
 #include "runtime.h"
 
 #define DEQUE_INITIAL 256u
+
+/* ---- fork ------------------------------------------------------------------
+ *
+ * A child made by fork() has one thread, a copy of the one that forked: the
+ * executors, the blocking pool and their rings' owners stay in the parent.
+ * A runtime of the parent is unusable there (its queues are served by no
+ * thread, its locks may be held by threads that do not exist), so every
+ * call that would wait for it returns CBCMN_EFORKED: the child handler of
+ * pthread_atfork() bumps a generation each runtime compares with its own.
+ * A child may create runtimes of its own.  Forking from inside a task
+ * leaves the child on the task's fiber stack: it must only exec or _exit.
+ * (A raw clone() bypasses the handler.) */
+_Atomic uint32_t cbcmn__fork_gen;
+
+/* The library's process-wide locks are held across a fork, so that a child
+ * never inherits one locked by a thread it does not have: its first
+ * cbcmn_runtime_create() would wait for it forever.  (A runtime's own
+ * locks are the parent's business: the child never takes them, every call
+ * on that runtime stops at CBCMN_EFORKED first.)  Taken in the order a
+ * create takes them: the signal handler's, then the guard-page budget's. */
+static void fork_prepare(void)
+{
+	cbcmn__signal_fork_lock(true);
+	cbcmn__stack_fork_lock(true);
+}
+
+static void fork_parent(void)
+{
+	cbcmn__stack_fork_lock(false);
+	cbcmn__signal_fork_lock(false);
+}
+
+static void forked_child(void)
+{
+	fork_parent();
+	/* relaxed: the child has one thread. */
+	atomic_fetch_add_explicit(&cbcmn__fork_gen, 1, memory_order_relaxed);
+	cbcmn__tls_exec = NULL; /* the child is no executor, even if a task forked */
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_rc;
+
+static void atfork_register(void)
+{
+	atfork_rc = pthread_atfork(fork_prepare, fork_parent, forked_child);
+}
 #define DEFAULT_SEED 0x9e3779b97f4a7c15ull
 
 void cbcmn_config_init(cbcmn_config *cfg)
@@ -31,6 +78,9 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	cfg->child_budget = cfg->budget;
 	cfg->caps.flags = 0; /* resolved to CapSpawn + unlimited CapBudget */
 	cfg->policy = CBCMN_PIN_AUTO;
+	cfg->stream_buf_size = CBCMN__STREAM_BUF_SIZE;
+	cfg->stream_buf_share = CBCMN__STREAM_BUF_SHARE;
+	cfg->stream_bufs_max = CBCMN__STREAM_BUFS_MAX;
 }
 
 static uint32_t affinity_cpus(void)
@@ -133,6 +183,18 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->min_workers = out->workers;
 	if (out->min_workers > out->workers)
 		return -EINVAL;
+	/* Stream buffers (docs/IO.md). */
+	if (out->stream_buf_size == 0)
+		out->stream_buf_size = CBCMN__STREAM_BUF_SIZE;
+	if (out->stream_buf_share == 0)
+		out->stream_buf_share = CBCMN__STREAM_BUF_SHARE;
+	if (out->stream_bufs_max == 0)
+		out->stream_bufs_max = CBCMN__STREAM_BUFS_MAX;
+	if (out->stream_buf_size < CBCMN__STREAM_BUF_SIZE_MIN ||
+	    out->stream_buf_size > CBCMN__STREAM_BUF_SIZE_MAX ||
+	    out->stream_bufs_max > CBCMN__STREAM_BUFS_LIMIT ||
+	    out->stream_buf_share > out->stream_bufs_max)
+		return -EINVAL;
 	return 0;
 }
 
@@ -154,7 +216,7 @@ static int place_executors(struct cbcmn_runtime *rt, int32_t *cpu, int32_t *node
 		return c->policy == CBCMN_PIN_AUTO ? 0 : rc;
 	cbcmn_policy p = c->policy == CBCMN_PIN_AUTO ? CBCMN_POLICY_DEPTH_FIRST
 						     : (cbcmn_policy)c->policy;
-	int *out = malloc(c->workers * sizeof(*out));
+	int *out = cbcmn__malloc(c->workers * sizeof(*out));
 	bool over = false;
 	rc = out ? cbcmn_place(t, p, c->workers, c->seed, c->cpus, c->ncpus, -1, out, &over, err,
 			       sizeof(err))
@@ -181,7 +243,7 @@ static struct cbcmn__exec *exec_alloc(size_t page, int node)
 	/* Pages of its own (mmap, not the malloc heap, whose pages may be
 	 * touched already: mbind places pages at their first touch). */
 	size_t size = (sizeof(struct cbcmn__exec) + page - 1) & ~(page - 1);
-	struct cbcmn__exec *e = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	struct cbcmn__exec *e = cbcmn__mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 				     -1, 0);
 	if (e == MAP_FAILED)
 		return NULL;
@@ -192,6 +254,11 @@ static struct cbcmn__exec *exec_alloc(size_t page, int node)
 		(void)mbind(e, size, MPOL_PREFERRED, mask, 1024, 0);
 	}
 	memset(e, 0, sizeof(*e));
+	/* No descriptor yet: zero is the caller's stdin, which a failed
+	 * create's clean-up must never close. */
+	e->ring.efd = -1;
+	atomic_init(&e->ring.fd, -1);
+	e->ring.u.ring_fd = e->ring.u.enter_ring_fd = -1;
 	return e;
 }
 
@@ -232,10 +299,12 @@ static void stop_executors(struct cbcmn_runtime *rt, uint32_t n)
 	cbcmn__unpark_all(rt);
 	for (uint32_t i = 0; i < n; i++) {
 		struct cbcmn__exec *e = rt->exec[i];
-		/* One being started or retired settles first (it sees the
-		 * shutdown flag and ends). */
+		/* One being started, replaced (sched.c: exec_replace()) or
+		 * retired settles first (it sees the shutdown flag and ends).
+		 * seq_cst: against the shutdown store above, the pair of the
+		 * starter's or replacer's state change and shutdown load. */
 		uint32_t s;
-		while ((s = atomic_load_explicit(&e->lstate, memory_order_acquire)) ==
+		while ((s = atomic_load_explicit(&e->lstate, memory_order_seq_cst)) ==
 			       CBCMN__EX_STARTING ||
 		       s == CBCMN__EX_RETIRING) {
 			cbcmn__unpark_all(rt);
@@ -259,6 +328,10 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	int rc = config_resolve(cfg, &c, page);
 	if (rc)
 		return rc;
+	/* Before the first lock the handlers cover is taken. */
+	pthread_once(&atfork_once, atfork_register);
+	if (atfork_rc)
+		return -atfork_rc;
 	rc = cbcmn__signal_init();
 	if (rc)
 		return rc;
@@ -270,6 +343,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		return -ENOMEM;
 	memset(rt, 0, sizeof(*rt));
 	rt->seg.fd = -1;
+	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
 	rt->cfg = c;
 	rt->page = page;
 	rt->lab = (c.flags & CBCMN_CONFIG_LAB) != 0;
@@ -283,7 +357,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		free(rt);
 		return rc;
 	}
-	rt->exec = calloc(c.workers ? c.workers : 1, sizeof(*rt->exec));
+	rt->exec = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*rt->exec));
 	if (!rt->exec || cbcmn__blocking_init(rt) != 0) {
 		runtime_free(rt);
 		return -ENOMEM;
@@ -292,8 +366,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		runtime_free(rt);
 		return rc; /* no io_uring: -ENOSYS, or -EPERM where it is disabled */
 	}
-	int32_t *cpu = calloc(c.workers ? c.workers : 1, sizeof(*cpu));
-	int32_t *node = calloc(c.workers ? c.workers : 1, sizeof(*node));
+	int32_t *cpu = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*cpu));
+	int32_t *node = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*node));
 	if (!cpu || !node || (rc = place_executors(rt, cpu, node)) != 0) {
 		free(cpu);
 		free(node);
@@ -330,7 +404,6 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			runtime_free(rt);
 			return -ENOMEM;
 		}
-		e->ring.efd = -1;
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;
 		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
@@ -383,6 +456,8 @@ int cbcmn_runtime_destroy(cbcmn_runtime *rt)
 {
 	if (!rt)
 		return -EINVAL;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED; /* its threads are the parent's */
 	if (cbcmn__on_executor(rt))
 		return -EDEADLK;
 	if (cbcmn__seg_live_tasks(&rt->seg) != 0)
@@ -404,6 +479,8 @@ int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *r
 {
 	if (!rt || !fn)
 		return -EINVAL;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
 	if (rt->nexec == 0)
 		return CBCMN_ENOSCHED;
 	cbcmn_nursery *n;

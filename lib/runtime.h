@@ -21,6 +21,7 @@
 
 #include "cbcmn.h"
 #include "deque.h"
+#include "fault.h"
 #include "lock.h"
 #include "ring.h"
 #include "rng.h"
@@ -208,7 +209,8 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwait_reg iwaits;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
-	_Atomic int32_t start_err;       /* its ring could not be enabled */
+	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
+	_Atomic uint64_t start_failed_ns; /* ... and when */
 	_Atomic uint32_t lstate;         /* CBCMN__EX_*: is its thread running */
 	_Atomic bool joinable;           /* its thread is to be joined at destroy */
 	/* Mail: lanes with entries (bit per source), and their summary. */
@@ -264,6 +266,8 @@ struct cbcmn__exec {
 	uint32_t nfree_nurseries;
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */
 	pthread_t thread;
+	pthread_t dead_thread;            /* a thread that died: its successor joins it */
+	bool replacing;                   /* ... or that made way for a new one (sched.c) */
 	void *altstack;
 	size_t altstack_size;
 	void *san_sched_fiber;            /* TSan: the scheduler's own fiber */
@@ -277,6 +281,7 @@ struct cbcmn__exec {
 struct cbcmn_runtime {
 	cbcmn_config cfg;                 /* immutable after create */
 	bool child_budget_limited;        /* cfg.child_budget has a finite part */
+	uint32_t fork_gen;                /* cbcmn__fork_gen at create (runtime.c) */
 	bool lab;                         /* lab mode: virtual clock, seeded picks */
 	_Atomic uint64_t vclock;          /* lab mode's clock, ns */
 	uint32_t nexec;
@@ -320,6 +325,16 @@ struct cbcmn_runtime {
 
 /* ---- internal calls, by file -------------------------------------------- */
 
+/* runtime.c: fork.  True in a child forked since rt was created: rt's
+ * threads are the parent's, and calls that would wait for them return
+ * CBCMN_EFORKED.  One relaxed load: a process forks itself only from a
+ * thread of its own, which sees its own handler's store. */
+extern _Atomic uint32_t cbcmn__fork_gen;
+static inline bool cbcmn__forked(const struct cbcmn_runtime *rt)
+{
+	return rt->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+}
+
 /* watch.c: the statistics segment */
 int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *node);
 void cbcmn__seg_publish(struct cbcmn_runtime *rt);
@@ -347,6 +362,10 @@ void *cbcmn__exec_main(void *arg);
 int cbcmn__exec_thread_start(struct cbcmn__exec *e);
 void cbcmn__exec_grow(struct cbcmn_runtime *rt);
 void cbcmn__exec_want(struct cbcmn_runtime *rt, uint32_t id);
+/* The error a spawn pinned to shard fails with at once: the shard's start
+ * failed just before (CBCMN_EMEMLOCK, -EAGAIN...) and it is not retried
+ * yet.  0 when the spawn may go ahead. */
+int cbcmn__shard_unstartable(struct cbcmn_runtime *rt, uint32_t shard);
 static inline uint32_t cbcmn__nlive(const struct cbcmn_runtime *rt)
 {
 	return atomic_load_explicit(&rt->nlive, memory_order_acquire);
@@ -477,21 +496,24 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 int cbcmn__ring_probe(struct cbcmn_runtime *rt);
 int cbcmn__ring_efd(struct cbcmn__exec *e);
 int cbcmn__ring_create(struct cbcmn__exec *e);
+int cbcmn__ring_error(int rc);
 void cbcmn__ring_destroy(struct cbcmn__exec *e);
 void cbcmn__ring_close(struct cbcmn__exec *e);
+void cbcmn__ring_leave(struct cbcmn__exec *e);
 int cbcmn__ring_takeover(struct cbcmn__exec *e);
 struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e);
 bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);
 void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns);
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e);
 void cbcmn__doorbell(struct cbcmn__exec *target);
+void cbcmn__efd_ring(struct cbcmn__exec *x);
 
 /* The loop's check between tasks: anything to submit or reap?  Cheap when
  * the ring is quiet: two loads. */
 static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
 {
 	const struct io_uring *u = &e->ring.u;
-	return cbcmn__sq_unflushed(u) || io_uring_cq_ready(u) ||
+	return cbcmn__sq_unflushed(u) || e->ring.resubmit || e->ring.dropped || io_uring_cq_ready(u) ||
 	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
 }
 
@@ -524,13 +546,14 @@ void cbcmn__io_cqe(struct cbcmn__exec *e, struct cbcmn__ioreq *r, int32_t res, u
 		   bool timeout);
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e);
 void cbcmn__io_cancel_flag(struct cbcmn__exec *e);
-void cbcmn__io_orphan_all(struct cbcmn__exec *e);
+void cbcmn__io_settle(struct cbcmn__exec *e);
+void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
 
 /* stream.c */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags);
 void cbcmn__bufring_fini(struct cbcmn__exec *e);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
-void cbcmn__mshot_orphan_all(struct cbcmn__exec *e);
+void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
 void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e);
 
 /* timer.c */
@@ -549,6 +572,9 @@ void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
 
 /* signal.c */
 int cbcmn__signal_init(void);
+/* Hold (lock) or release the handler's install lock across a fork
+ * (runtime.c's atfork handlers). */
+void cbcmn__signal_fork_lock(bool lock);
 int cbcmn__altstack_setup(struct cbcmn__exec *e);
 void cbcmn__altstack_teardown(struct cbcmn__exec *e);
 

@@ -256,7 +256,10 @@ void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct c
 		cbcmn__schedule_new(rt, t, e);
 		return;
 	}
-	if (e && cbcmn__xmsg_send(e, shard, CBCMN__XM_SPAWN, t, NULL, NULL) == 0)
+	/* A preference starts no executor: a stopped one's share goes to
+	 * whoever runs (relaxed: a stale answer only picks the other way). */
+	if (e && atomic_load_explicit(&target->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	    cbcmn__xmsg_send(e, shard, CBCMN__XM_SPAWN, t, NULL, NULL) == 0)
 		return;
 	/* From outside the runtime: the inject queue, where any executor,
 	 * the preferred one included, takes it. */
@@ -418,9 +421,14 @@ static void check_canary(struct cbcmn_task *t, struct cbcmn__stack *s)
 	abort();
 }
 
+static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t);
+
 /* Scheduler side: run (start or resume) t, then do what it asked for. */
 static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
+	if (__builtin_expect((t->flags & CBCMN__TF_PINNED) && t->shard != e->id, 0) &&
+	    pinned_astray(e, t))
+		return;
 	if (t->sp == NULL) {
 		t->exec = e;
 		if (cancel_unstarted(t))
@@ -802,7 +810,7 @@ static void ring_poll(struct cbcmn__exec *e, bool idle)
 	struct io_uring *u = &e->ring.u;
 	unsigned sq = cbcmn__sq_unflushed(u);
 	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
-	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel)
+	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel || e->ring.resubmit)
 		cbcmn__ring_submit(e, false, 0);
 	if (io_uring_cq_ready(u))
 		cbcmn__ring_reap(e);
@@ -858,8 +866,10 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 	e->idle_ns = 0;
 }
 
-/* search()'s answer when the executor retires instead. */
+/* search()'s answer when the executor retires instead, or must replace
+ * its thread (the kernel dropped CQEs: exec_replace()). */
 #define RETIRE ((struct cbcmn_task *)1)
+#define REPLACE ((struct cbcmn_task *)2)
 
 /* Start executor nlive, the next in the lookup array (seed 003), unless one
  * is being started or retired already (that one then looks at want_live).
@@ -870,46 +880,174 @@ static void load_update(struct cbcmn__exec *e, uint64_t now)
 static bool resize_begin(struct cbcmn_runtime *rt)
 {
 	uint32_t z = 0;
-	return atomic_compare_exchange_strong_explicit(&rt->resizing, &z, 1, memory_order_acq_rel,
-						       memory_order_relaxed);
+	/* seq_cst: a sender's want (cbcmn__exec_want()) before its try here,
+	 * against the holder's release of the token before its look at the
+	 * wants (forward_stopped_all()). */
+	return atomic_compare_exchange_strong_explicit(&rt->resizing, &z, 1, memory_order_seq_cst,
+						       memory_order_seq_cst);
 }
 
 static void resize_end(struct cbcmn_runtime *rt)
 {
-	atomic_store_explicit(&rt->resizing, 0, memory_order_release);
+	atomic_store_explicit(&rt->resizing, 0, memory_order_seq_cst);
+}
+
+/* ---- executors that cannot start -------------------------------------------
+ *
+ * An executor started on demand may fail to start: no thread, or no ring
+ * (RLIMIT_MEMLOCK, CBCMN_EMEMLOCK).  Its work must not wait for it: the
+ * thread that failed (or a later grow, while starts are held back for
+ * START_RETRY_NS after a failure) moves every task queued to a stopped
+ * executor to the inject queue, where the running ones take it; a pinned
+ * task that never ran ends there with its shard's start error
+ * (pinned_astray()), and a pinned spawn to a shard held back fails at once
+ * (cbcmn__shard_unstartable()).  Only the holder of the resize token acts
+ * for stopped executors: no start can begin while it holds it, so nobody
+ * else consumes their queues. */
+#define START_RETRY_NS 1000000000ull
+
+static bool start_held_back(struct cbcmn__exec *e)
+{
+	/* acquire: pairs with the failing thread's release of start_err. */
+	return atomic_load_explicit(&e->start_err, memory_order_acquire) != 0 &&
+	       now_ns() - atomic_load_explicit(&e->start_failed_ns, memory_order_relaxed) <
+		       START_RETRY_NS;
+}
+
+int cbcmn__shard_unstartable(struct cbcmn_runtime *rt, uint32_t shard)
+{
+	struct cbcmn__exec *e = rt->exec[shard];
+	if (!rt->dynamic ||
+	    atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING ||
+	    !start_held_back(e))
+		return 0;
+	return atomic_load_explicit(&e->start_err, memory_order_relaxed);
+}
+
+/* Move what was queued to stopped executor j to the inject queue: its
+ * mail (as its consumer: acknowledging it), pinned queue, slot, deque.
+ * Resize token held.  True if a task moved. */
+static bool forward_stopped(struct cbcmn__exec *j)
+{
+	struct cbcmn_runtime *rt = j->rt;
+	/* No ring: no I/O of its own to cancel (it had none when it stopped). */
+	atomic_store_explicit(&j->io_cancel, 0, memory_order_relaxed);
+	cbcmn__mail_drain(j);
+	if (j->nbacklog)
+		cbcmn__backlog_flush(j); /* acknowledgements to full lanes */
+	bool moved = false;
+	struct cbcmn_task *t;
+	while ((t = j->pq_head)) {
+		j->pq_head = t->next;
+		inject_push(rt, t);
+		moved = true;
+	}
+	j->pq_tail = NULL;
+	/* acquire: pairs with the exchange in cbcmn__schedule(). */
+	if ((t = atomic_exchange_explicit(&j->slot, NULL, memory_order_acquire))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = cbcmn__deque_pop(&j->dq))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = yq_pop(j))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	return moved;
+}
+
+/* Resize token held, executor nlive not startable: answer every want by
+ * forwarding the work of the stopped executors, then give the token back.
+ * True if a want came in meanwhile (its sender found the token taken and
+ * left it to us), for the caller to look again. */
+static bool forward_stopped_all(struct cbcmn_runtime *rt)
+{
+	uint32_t n = cbcmn__nlive(rt);
+	/* Before the queues are read: work queued after this raises the want
+	 * again (seq_cst, against the sender's queue-then-want). */
+	atomic_store_explicit(&rt->want_live, n, memory_order_seq_cst);
+	bool moved = false;
+	for (uint32_t j = n; j < rt->nexec; j++)
+		if (atomic_load_explicit(&rt->exec[j]->lstate, memory_order_acquire) ==
+		    CBCMN__EX_STOPPED)
+			moved |= forward_stopped(rt->exec[j]);
+	resize_end(rt);
+	if (moved)
+		cbcmn__notify_one(rt);
+	return atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > cbcmn__nlive(rt);
+}
+
+/* A pinned task on an executor not its own: its shard could not start and
+ * forwarded it (forward_stopped()).  Home if the shard runs by now; ended
+ * with the shard's start error if it never ran; one that ran before (woken
+ * after its shard retired) runs here rather than not at all, losing its
+ * pinning for this turn.  True if it is dealt with. */
+static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	struct cbcmn__exec *home = rt->exec[t->shard];
+	if (atomic_load_explicit(&home->lstate, memory_order_acquire) == CBCMN__EX_RUNNING) {
+		if (t->sp)
+			cbcmn__schedule(rt, t, e);
+		else
+			cbcmn__schedule_new(rt, t, e);
+		return true;
+	}
+	if (t->sp)
+		return false;
+	t->exec = e;
+	int err = atomic_load_explicit(&home->start_err, memory_order_acquire);
+	cbcmn__task_complete(t, err ? err : -EAGAIN);
+	return true;
 }
 
 void cbcmn__exec_grow(struct cbcmn_runtime *rt)
 {
-	if (!resize_begin(rt))
-		return; /* the one resizing looks at want_live when it is done */
-	uint32_t n = cbcmn__nlive(rt);
-	if (n >= rt->nexec || atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
-		resize_end(rt);
+	while (resize_begin(rt)) {
+		uint32_t n = cbcmn__nlive(rt);
+		if (n >= rt->nexec || atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+			resize_end(rt);
+			return;
+		}
+		struct cbcmn__exec *e = rt->exec[n];
+		if (start_held_back(e)) {
+			if (forward_stopped_all(rt))
+				continue;
+			return;
+		}
+		uint32_t s = CBCMN__EX_STOPPED;
+		if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
+							     memory_order_seq_cst,
+							     memory_order_acquire)) {
+			resize_end(rt);
+			return;
+		}
+		/* Destroy may have passed this executor already: back out.
+		 * seq_cst against stop_executors()' shutdown store and state
+		 * loads. */
+		if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+			atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_seq_cst);
+			resize_end(rt);
+			return;
+		}
+		atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
+		atomic_store_explicit(&e->joinable, true, memory_order_release);
+		int rc = cbcmn__exec_thread_start(e);
+		if (rc != 0) {
+			/* No thread: as for a ring that cannot be made. */
+			atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
+			atomic_store_explicit(&e->start_failed_ns, now_ns(), memory_order_relaxed);
+			atomic_store_explicit(&e->start_err, -rc, memory_order_release);
+			atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
+			if (forward_stopped_all(rt))
+				continue;
+		}
+		/* Started: the new thread ends the resize once it is in nlive. */
 		return;
 	}
-	struct cbcmn__exec *e = rt->exec[n];
-	uint32_t s = CBCMN__EX_STOPPED;
-	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
-						     memory_order_seq_cst, memory_order_acquire)) {
-		resize_end(rt);
-		return;
-	}
-	/* Destroy may have passed this executor already: back out.  seq_cst
-	 * against stop_executors()' shutdown store and state loads. */
-	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
-		atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_seq_cst);
-		resize_end(rt);
-		return;
-	}
-	atomic_store_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_relaxed);
-	atomic_store_explicit(&e->joinable, true, memory_order_release);
-	if (cbcmn__exec_thread_start(e) != 0) {
-		atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
-		atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
-		resize_end(rt);
-	}
-	/* Started: the new thread ends the resize once it is in nlive. */
 }
 
 /* Executor id must run (work was sent to it): raise want_live and grow. */
@@ -1025,6 +1163,11 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	exec_state(e, CBCMN_EXEC_SEARCHING);
 	for (uint32_t turn = 0;; turn++) {
 		struct cbcmn_task *t = NULL;
+		if (__builtin_expect(e->ring.dropped, 0)) {
+			cbcmn__searching_end(e);
+			e->idle_ns += now_ns() - start0;
+			return REPLACE;
+		}
 		if (cbcmn__ring_busy(e))
 			ring_poll(e, true);
 		mail_poll(e);
@@ -1167,20 +1310,97 @@ static void exec_thread_died(void *arg)
 		(void)0;
 	e->reap = t;
 	e->current = NULL;
+	cbcmn__io_settle(e); /* its requests end here, while it can reap them */
 	/* For watchers: this thread is gone; the new one publishes itself
 	 * (cbcmn__exec_main), and if none can start, none runs. */
 	exec_state(e, CBCMN_EXEC_STOPPED);
 	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
 	cbcmn__altstack_teardown(e);
-	pthread_detach(pthread_self());
+	/* Joined by the new thread before it makes its ring (ring.c). */
+	e->dead_thread = pthread_self();
 	int rc = cbcmn__exec_thread_start(e);
 	if (rc != 0) {
+		pthread_detach(pthread_self());
 		/* Its deque and slot can still be stolen from; its yield list
-		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
+		 * and timers, and the lost task, are stranded (docs/ERRORS.md).
+		 * (Its successor would have joined it: nobody does now.) */
 		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
 			strerror(rc));
 		atomic_store_explicit(&e->rt->lost_exec, 1, memory_order_relaxed);
 	}
+}
+
+/* The kernel dropped CQEs (ring.c): hand the executor to a new thread and
+ * end this one, between tasks, leaving e as it is.  The exit cancels every
+ * request this thread made and waits for them; the successor joins it,
+ * takes over with a new ring and ends the waits still listed
+ * (cbcmn__ring_takeover()).  The executor is STARTING meanwhile, which
+ * destroy waits out.  True if this thread is to end now; false if no
+ * successor could start (or destroy has begun): it goes on with its ring
+ * as it is, and a wait whose CQE was lost stays stranded. */
+static void exec_thread_published(struct cbcmn__exec *e);
+
+static bool exec_replace(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	/* No pending cancellation may end the thread half-way (as in exec_main()'s
+	 * way out): STARTING for good would hold destroy forever. */
+	int cancel_state;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+	/* What the CQ still holds keeps its result.  (A drop counted meanwhile
+	 * is answered by this same replacement.) */
+	cbcmn__ring_reap(e);
+	e->ring.dropped = false;
+	/* A lost CQE may have been a doorbell of ours that failed, whose
+	 * fallback (the target's eventfd) was never rung: ring them all; a
+	 * wake-up with nothing new costs its executor one look. */
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		if (rt->exec[i] != e)
+			cbcmn__efd_ring(rt->exec[i]);
+	/* seq_cst, both: the store-buffering pair with destroy's shutdown
+	 * store and its look at our state (stop_executors()): either it waits
+	 * for the successor, or we see the shutdown and stay (no task is
+	 * left then to wait for a lost CQE). */
+	uint32_t s = CBCMN__EX_RUNNING;
+	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_STARTING,
+						     memory_order_seq_cst, memory_order_relaxed)) {
+		pthread_setcancelstate(cancel_state, NULL);
+		return false;
+	}
+	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+		pthread_setcancelstate(cancel_state, NULL);
+		return false;
+	}
+	char line[160];
+	int len = snprintf(line, sizeof(line),
+			   "cbcmn: executor %u: the kernel dropped completions; its I/O in flight "
+			   "ends as cancelled and a new thread takes over with a new ring\n",
+			   e->id);
+	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+		(void)0;
+	pthread_setspecific(exec_key, NULL); /* not a death */
+	exec_state(e, CBCMN_EXEC_STOPPED);
+	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
+	cbcmn__altstack_teardown(e); /* the successor makes its own in e */
+	e->dead_thread = pthread_self();
+	e->replacing = true;
+	int rc = cbcmn__exec_thread_start(e);
+	if (rc == 0) {
+		cbcmn__tls_exec = NULL;
+		return true;
+	}
+	e->replacing = false;
+	fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s): a wait whose completion "
+			"was dropped stays stranded\n",
+		e->id, strerror(rc));
+	if (cbcmn__altstack_setup(e) != 0)
+		fprintf(stderr, "cbcmn: executor %u: no alternate signal stack any more\n", e->id);
+	pthread_setspecific(exec_key, e);
+	exec_thread_published(e);
+	atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
+	pthread_setcancelstate(cancel_state, NULL);
+	return false;
 }
 
 /* Start e's thread, pinned from its first instruction to e's CPU (if any),
@@ -1225,23 +1445,32 @@ void *cbcmn__exec_main(void *arg)
 			e->id, strerror(-rc));
 	pthread_once(&exec_key_once, exec_key_make);
 	pthread_setspecific(exec_key, e); /* cleared on a normal exit */
-	if (e->reap) {
-		/* Taking over from a thread that died: a ring of our own, then
-		 * end its task. */
+	if (e->reap || e->replacing) {
+		/* Taking over from a thread that died, or made way for us
+		 * (exec_replace()): a ring of our own, then end its task. */
 		rc = cbcmn__ring_takeover(e);
+		bool replacing = e->replacing;
+		e->replacing = false;
+		if (rc == 0)
+			exec_thread_published(e);
+		/* release: our thread and ring, to destroy, which waits while
+		 * the executor is STARTING (a replacement only). */
+		if (replacing)
+			atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
 		if (rc != 0) {
 			fprintf(stderr, "cbcmn: executor %u: no new ring for the new thread (%s)\n",
-				e->id, strerror(-rc));
+				e->id, cbcmn_strerror(rc));
 			atomic_store_explicit(&rt->lost_exec, 1, memory_order_relaxed);
 			cbcmn__tls_exec = NULL;
 			pthread_setspecific(exec_key, NULL);
 			return NULL;
 		}
-		exec_thread_published(e);
 		struct cbcmn_task *t = e->reap;
 		e->reap = NULL;
-		t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
-		run_task(e, t);
+		if (t) {
+			t->sp = cbcmn__ctx_make(cbcmn__stack_top(t->stack), reap_entry);
+			run_task(e, t);
+		}
 	} else {
 		rc = cbcmn__ring_create(e);
 		/* Executors below min_workers start once, with the runtime,
@@ -1257,6 +1486,7 @@ void *cbcmn__exec_main(void *arg)
 			atomic_fetch_add_explicit(&rt->started, 1, memory_order_release);
 			cbcmn__futex_wake_one(&rt->started);
 		} else if (rc == 0) {
+			atomic_store_explicit(&e->start_err, 0, memory_order_relaxed);
 			/* Emplaced at nlive, which was our index (seed 003);
 			 * the resize token (cbcmn__exec_grow) keeps it so. */
 			atomic_store_explicit(&rt->nlive, e->id + 1, memory_order_seq_cst);
@@ -1265,17 +1495,25 @@ void *cbcmn__exec_main(void *arg)
 			resize_end(rt);
 			if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id + 1)
 				cbcmn__exec_grow(rt);
-		} else {
-			fprintf(stderr, "cbcmn: executor %u cannot start: %s\n", e->id, strerror(-rc));
 		}
 		if (rc != 0) {
 			cbcmn__tls_exec = NULL;
 			pthread_setspecific(exec_key, NULL);
+			cbcmn__altstack_teardown(e);
 			if (!initial) {
+				/* Its work goes to the running executors, pinned
+				 * tasks end with rc (forward_stopped_all()). */
 				atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 				pthread_detach(pthread_self());
+				/* Destroy waits for this count: rt stays until our
+				 * last touch of it. */
+				atomic_fetch_add_explicit(&rt->exiting, 1, memory_order_relaxed);
+				atomic_store_explicit(&e->start_failed_ns, now_ns(), memory_order_relaxed);
+				atomic_store_explicit(&e->start_err, rc, memory_order_release);
 				atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
-				resize_end(rt);
+				if (forward_stopped_all(rt))
+					cbcmn__exec_grow(rt);
+				atomic_fetch_sub_explicit(&rt->exiting, 1, memory_order_release);
 			} else {
 				/* Joined by the create call's clean-up. */
 				atomic_store_explicit(&e->lstate, CBCMN__EX_STOPPED, memory_order_release);
@@ -1287,6 +1525,8 @@ void *cbcmn__exec_main(void *arg)
 	e->busy_since = now_ns();
 	CBCMN_PROBE3(exec_start, e->id, (int)gettid(), e->cpu);
 	for (;;) {
+		if (__builtin_expect(e->ring.dropped, 0) && exec_replace(e))
+			return NULL; /* joined by the successor */
 		if (e->ntimers)
 			cbcmn__timers_fire(e, cbcmn__now(rt));
 		if (cbcmn__ring_busy(e))
@@ -1296,6 +1536,8 @@ void *cbcmn__exec_main(void *arg)
 		struct cbcmn_task *t = find_local(e);
 		if (!t)
 			t = search(e);
+		if (t == REPLACE)
+			continue;
 		if (!t || t == RETIRE)
 			break;
 		if (++e->busy_tasks >= LOAD_WINDOW_PICKS)
@@ -1303,7 +1545,13 @@ void *cbcmn__exec_main(void *arg)
 		run_task(e, t);
 	}
 
+	/* From here the thread only leaves.  A cancellation a task asked for
+	 * (pthread_cancel of its own thread) and never reached is still
+	 * pending: acted upon at the close() of a retiring executor's ring it
+	 * ended the thread half-way, the executor RETIRING for good. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	pthread_setspecific(exec_key, NULL);
+	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
 	cbcmn__task_free_cache(e);

@@ -111,6 +111,14 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 
+void cbcmn__signal_fork_lock(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&install_lock);
+	else
+		pthread_mutex_unlock(&install_lock);
+}
+
 /* Install our handler unless it is the current one.  Called at every
  * runtime start, because a program (or a test framework) may have installed
  * its own handler since; faults that are not ours go to that one. */
@@ -163,7 +171,7 @@ int cbcmn__altstack_setup(struct cbcmn__exec *e)
 	cbcmn__overflow_thread_start();
 	/* A guard page below, so that a handler that runs out of it faults
 	 * instead of writing over whatever is mapped there. */
-	char *p = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE,
+	char *p = cbcmn__mmap(NULL, pg + sz, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;

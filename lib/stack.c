@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "stack.h"
 
 #ifdef __SANITIZE_THREAD__
@@ -46,6 +47,14 @@ struct cbcmn__stack_slab {
 static _Atomic uint64_t guards_promised;
 /* Makes "read the budget, promise part of it" one step across pool inits. */
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cbcmn__stack_fork_lock(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&budget_lock);
+	else
+		pthread_mutex_unlock(&budget_lock);
+}
 
 static size_t page_size(void)
 {
@@ -204,7 +213,7 @@ static void *map_slab(size_t len, int *err)
 		*err = ENOMEM;
 		return MAP_FAILED;
 	}
-	void *base = mmap(NULL, len, PROT_READ | PROT_WRITE,
+	void *base = cbcmn__mmap(NULL, len, PROT_READ | PROT_WRITE,
 			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
 	if (base == MAP_FAILED)
 		*err = errno;
@@ -222,7 +231,7 @@ static bool guard_region(struct cbcmn__stack_pool *p, char *r)
 		p->guard_kind = CBCMN__GUARD_PROT;
 		promise_guards(p, p->guard_max);
 	}
-	if (p->guard_left == 0 || mprotect(r, p->guard_bytes, PROT_NONE) != 0)
+	if (p->guard_left == 0 || cbcmn__mprotect(r, p->guard_bytes, PROT_NONE) != 0)
 		return false;
 	/* After the mprotect: until now count_maps() did not see it. */
 	p->guard_left--;
@@ -261,7 +270,7 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		if (p->guard_left < n)
 			n = (uint32_t)p->guard_left; /* a smaller slab, all guarded */
 	}
-	struct cbcmn__stack_slab *sl = malloc(sizeof(*sl));
+	struct cbcmn__stack_slab *sl = cbcmn__malloc(sizeof(*sl));
 	if (!sl)
 		return -ENOMEM;
 	/* One big mapping can fail where smaller ones fit: the commit limit

@@ -160,6 +160,9 @@ void cbcmn__stack_check_reset(struct cbcmn__stack *s);
 /* Map budget left for guarded stacks, from vm.max_map_count and the
  * mappings the process already has.  Exposed for tests and docs. */
 uint64_t cbcmn__stack_guard_budget(void);
+/* Hold (lock) or release the guard budget's lock across a fork (runtime.c's
+ * atfork handlers). */
+void cbcmn__stack_fork_lock(bool lock);
 
 /* Tests only.  no_lightweight_guards: behave as on a kernel without
  * MADV_GUARD_INSTALL (read at pool init).  fail_map_over: a slab mapping

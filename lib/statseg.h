@@ -49,6 +49,9 @@ struct cbcmn__counters {
 	_Atomic uint64_t steals_gated, doorbells_sent, doorbells_recv, doorbells_coalesced,
 		ring_msgs_submitted, ring_msgs_backpressure, sqes_submitted, cqes_reaped,
 		ring_enters, xmsgs_sent, xmsgs_recv, xmsgs_acked, handoffs, io_ops;
+	/* Acceptors (stream.c).  (The slot keeps its size: the load figures
+	 * below start on the next 128-byte line.) */
+	_Atomic uint64_t accept_errors;
 };
 
 /* One executor's slot: three groups, each on lines of its own, since they

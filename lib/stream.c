@@ -1,7 +1,7 @@
 /* stream.c: multishot receive streams and acceptors (cbcmn_io.h).
  *
  * One SQE keeps delivering: a multishot recv puts each chunk it receives in
- * a buffer it picks from the executor's provided-buffer ring, a multishot
+ * a buffer it picks from the executor's provided-buffer pool, a multishot
  * accept posts each new connection, and neither re-arms a poll per event.
  * Both share the core below: the executor's CQE handler queues what
  * arrives (a buffer id and length, or a descriptor) on the object and wakes
@@ -9,22 +9,69 @@
  *
  * The object belongs to the executor whose ring holds its SQE, and only a
  * task running there may use it (-EXDEV elsewhere): use it from a pinned
- * task.  Closing cancels the SQE and waits for its last CQE (the one without
- * IORING_CQE_F_MORE) before the object is freed, so no CQE ever points to
- * freed memory; descriptors still queued are closed, buffers go back.
+ * task.  Closing cancels the SQE (and the watch, below) and waits for its
+ * last CQE (the one without IORING_CQE_F_MORE) before the object is freed,
+ * so no CQE ever points to freed memory; descriptors still queued are
+ * closed, buffers go back.
+ *
+ * Buffers (docs/IO.md, "Buffers"): the streams of an executor share one
+ * pool, and each may hold at most its share of it (queued plus the one its
+ * task reads): a stream that reaches its share has its SQE cancelled and is
+ * re-armed only when its task has emptied its queue, so a stream whose task
+ * is busy leaves the rest of the pool to the others.  The pool grows with
+ * the number of streams (share each), and when a stream finds it empty
+ * anyway (a stream may overshoot its share by what its socket held when the
+ * kernel last ran its receive), up to stream_bufs_max.  A stream that finds
+ * the pool empty and at its limit, with data waiting, waits without polling
+ * in a FIFO of starved streams: each buffer that comes back is the turn of
+ * the longest waiting.  One with nothing waiting needs no buffer yet: it
+ * waits for its socket, whose data puts it in line and whose end ends it.
+ *
+ * An acceptor whose accept fails for a cause that passes (out of
+ * descriptors or memory, a connection aborted before it was taken) backs
+ * off, 1 ms doubling to 100 ms, and accepts again; the connections wait in
+ * the listen backlog meanwhile.  Each such failure counts in accept_errors
+ * and fires the accept_error probe.  An acceptor holds at most
+ * ACCEPT_QUEUE_MAX connections its task has not taken (more by what one
+ * pass of the kernel accepted): then its accept is cancelled until the
+ * task has taken them all, and the listen backlog holds the rest.
+ *
+ * Waiting for something other than its SQE (its socket, the end of a
+ * pause) an object has a second SQE, its watch: a one-shot poll or
+ * timeout, whose user_data is marked with MS_WATCH.  Its CQE comes to the
+ * executor like the others, so only the executor ends a task's wait on
+ * the object, and a timeout is in real time even in lab mode, where the
+ * runtime's clock would jump over a pause that waits for the world outside.
+ *
+ * A task inside a call on an object may be moved to another executor while
+ * it waits (an unpinned task: stolen, or woken elsewhere after a wait for
+ * budget).  It then touches the object no more: the call returns -EXDEV,
+ * and the object's executor releases it (ms_release_there()).
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "iwait.h"
+#include "probes.h"
 #include "runtime.h"
 
-#define BUFRING_BGID 0
+#define BUFPOOL_BGID 0
+#define BUFPOOL_CHUNK_BYTES (1u << 20) /* a pool grows a mapping of this size at a time */
 #define MS_QUEUE_MIN 16u
-#define NOBUFS_PAUSE_NS 50000u /* out of buffers: wait this long to re-arm */
+#define BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept or growth */
+#define BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
+#define ACCEPT_QUEUE_MAX 64u /* connections an acceptor holds before it stops accepting */
+/* In the user_data of an object's watch SQE, beside the tag: the objects
+ * are aligned to 16 (ms_alloc()), so the bit is free in their address. */
+#define MS_WATCH 8u
+
+/* An acceptor's pause after a failed accept. */
+enum { PAUSE_NONE, PAUSE_DUE, PAUSE_TIMING };
 
 enum { MS_STREAM, MS_ACCEPT };
 
@@ -39,15 +86,27 @@ struct cbcmn__mshot {
 	uint32_t kind;
 	bool armed;            /* its SQE may still post CQEs */
 	bool done;             /* ended for good: err says why (0: EOF) */
-	bool cancel_sent;
-	bool nobufs;           /* ended for want of buffers: re-arm after a pause */
+	bool cancel_sent;      /* its SQE is being cancelled (close, or over its share) */
+	bool nobufs;           /* its SQE ended for want of buffers */
+	bool busy;             /* a task is inside a call on it (ms_next, ms_close) */
+	bool closing;          /* closed by a task moved away: its last CQE frees it */
+	bool starved;          /* stream: on its pool's starved list */
+	bool watch_armed;      /* its watch SQE (a poll or a timeout) is yet to post its CQE */
+	bool watch_cancel_sent; /* ... and is being cancelled */
+	uint8_t pause;         /* acceptor: PAUSE_* */
+	bool turn;             /* stream: woken for a buffer it has not asked for yet */
 	int32_t err;
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
 	uint32_t qhead, qlen, qcap;
 	struct cbcmn__iwait *waiter; /* a task waiting for an item or the end */
 	struct cbcmn__mshot *prev, *next; /* the executor's list (cancellation) */
+	struct cbcmn__mshot *sprev, *snext; /* its pool's starved list */
+	struct cbcmn__bufpool *pool; /* stream: where its buffers come from */
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
 	uint32_t accept_flags;
+	uint64_t backoff_ns;   /* its last pause (acceptor: after a failed accept; stream:
+				* starved, after a failed growth), 0 after a success */
+	struct __kernel_timespec watch_ts; /* a timeout watch's, read at its submission */
 };
 
 struct cbcmn_stream {
@@ -58,84 +117,226 @@ struct cbcmn_acceptor {
 	struct cbcmn__mshot ms;
 };
 
-/* ---- the executor's provided-buffer ring ------------------------------------ */
+/* ---- the executor's provided-buffer pool ------------------------------------ */
 
-static int bufring_get(struct cbcmn__exec *e)
+/* One buffer ring, registered with the executor's ring as group
+ * BUFPOOL_BGID and sized for the most buffers the pool may have; the
+ * buffers themselves are mapped a chunk at a time as the pool grows. */
+struct cbcmn__bufpool {
+	struct io_uring_buf_ring *br;
+	size_t br_bytes;
+	uint32_t mask;         /* ring entries - 1 */
+	uint32_t size, share, max; /* cbcmn_config.stream_buf_size, _share, stream_bufs_max */
+	uint32_t chunk_shift;  /* log2 of buffers per chunk */
+	uint32_t n;            /* buffers provided so far: chunks [0, n >> chunk_shift] */
+	uint32_t out;          /* taken by the kernel (CQE reaped), not given back yet */
+	uint32_t streams;      /* streams drawing from it */
+	uint32_t promised;     /* starved streams woken for a buffer, not re-armed yet */
+	char **chunk;
+	struct cbcmn__mshot *starved, *starved_tail; /* FIFO */
+	struct cbcmn__bufpool *dead; /* the next pool of a dead thread's ring */
+};
+
+static char *buf_addr(const struct cbcmn__bufpool *p, uint32_t bid)
 {
-	struct cbcmn__ring *r = &e->ring;
-	if (r->br)
-		return 0;
-	if (!e->rt->ring_caps.multishot_recv)
-		return -EOPNOTSUPP;
-	uint32_t n = CBCMN__BUFRING_N, size = CBCMN__BUFRING_SIZE;
-	size_t ringsz = (size_t)n * sizeof(struct io_uring_buf);
-	void *mem = mmap(NULL, ringsz + (size_t)n * size, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (mem == MAP_FAILED)
-		return -ENOMEM;
-	struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)mem,
-				       .ring_entries = n,
-				       .bgid = BUFRING_BGID};
-	int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
-	if (rc < 0) {
-		munmap(mem, ringsz + (size_t)n * size);
-		return rc == -EINVAL ? -EOPNOTSUPP : rc;
+	uint32_t per = 1u << p->chunk_shift;
+	return p->chunk[bid >> p->chunk_shift] + (size_t)(bid & (per - 1)) * p->size;
+}
+
+/* Buffers the kernel may still pick, as far as the CQEs reaped tell: never
+ * fewer than it really has (one it took shows up at the next reap). */
+static uint32_t pool_free(const struct cbcmn__bufpool *p)
+{
+	return p->n - p->out;
+}
+
+/* Map and provide buffers until the pool has want (at most max).  0, or
+ * -ENOMEM when it stopped short. */
+static int pool_grow(struct cbcmn__bufpool *p, uint32_t want)
+{
+	if (want > p->max)
+		want = p->max;
+	while (p->n < want) {
+		uint32_t per = 1u << p->chunk_shift;
+		uint32_t k = p->max - p->n < per ? p->max - p->n : per;
+		char *mem = cbcmn__mmap(NULL, (size_t)k * p->size, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (mem == MAP_FAILED)
+			return -ENOMEM;
+		p->chunk[p->n >> p->chunk_shift] = mem;
+		for (uint32_t i = 0; i < k; i++)
+			io_uring_buf_ring_add(p->br, mem + (size_t)i * p->size, p->size,
+					      (unsigned short)(p->n + i), (int)p->mask, (int)i);
+		/* Publishes the entries to the kernel (a release store of the
+		 * ring's tail, which the kernel reads with acquire). */
+		io_uring_buf_ring_advance(p->br, (int)k);
+		p->n += k;
 	}
-	r->br = mem;
-	r->bufs = (char *)mem + ringsz;
-	io_uring_buf_ring_init(r->br);
-	int mask = io_uring_buf_ring_mask(n);
-	for (uint32_t i = 0; i < n; i++)
-		io_uring_buf_ring_add(r->br, r->bufs + (size_t)i * size, size, (unsigned short)i,
-				      mask, (int)i);
-	io_uring_buf_ring_advance(r->br, (int)n);
 	return 0;
 }
 
-static void buf_return(struct cbcmn__exec *e, uint32_t bid)
+static void pool_free_mem(struct cbcmn__bufpool *p)
 {
-	struct cbcmn__ring *r = &e->ring;
-	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * CBCMN__BUFRING_SIZE,
-			      CBCMN__BUFRING_SIZE, (unsigned short)bid,
-			      io_uring_buf_ring_mask(CBCMN__BUFRING_N), 0);
-	io_uring_buf_ring_advance(r->br, 1);
+	uint32_t per = 1u << p->chunk_shift;
+	for (uint32_t c = 0; c * per < p->n; c++) {
+		uint32_t k = p->n - c * per < per ? p->n - c * per : per;
+		munmap(p->chunk[c], (size_t)k * p->size);
+	}
+	munmap(p->br, p->br_bytes);
+	free(p->chunk);
+	free(p);
 }
 
-#define BUFRING_BYTES \
-	((size_t)CBCMN__BUFRING_N * sizeof(struct io_uring_buf) + \
-	 (size_t)CBCMN__BUFRING_N * CBCMN__BUFRING_SIZE)
+/* Register p's buffer ring with r: entries for up to p->max buffers, or as
+ * many as fit in locked memory.  For a user without CAP_IPC_LOCK the
+ * kernel counts the ring's pages against RLIMIT_MEMLOCK (as it counts the
+ * rings', docs/IO.md "Rings"), and says -ENOMEM when they do not fit: then
+ * half as many entries, down to one page's worth, and the pool's limit
+ * with them.  0, or the error (CBCMN_EMEMLOCK when even a page does not
+ * fit). */
+static int pool_register(struct cbcmn__ring *r, struct cbcmn__bufpool *p)
+{
+	const uint32_t page_entries = 4096 / sizeof(struct io_uring_buf);
+	uint32_t entries = 1;
+	while (entries < p->max)
+		entries <<= 1;
+	for (;;) {
+		p->br_bytes = (size_t)entries * sizeof(struct io_uring_buf);
+		p->br = cbcmn__mmap(NULL, p->br_bytes, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p->br == MAP_FAILED)
+			return -ENOMEM;
+		io_uring_buf_ring_init(p->br);
+		struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)p->br,
+					       .ring_entries = entries,
+					       .bgid = BUFPOOL_BGID};
+		int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
+		if (rc == 0)
+			break;
+		munmap(p->br, p->br_bytes);
+		p->br = MAP_FAILED;
+		if (rc != -ENOMEM || entries <= page_entries)
+			return rc == -EINVAL ? -EOPNOTSUPP : cbcmn__ring_error(rc);
+		entries /= 2;
+	}
+	p->mask = entries - 1;
+	if (p->max > entries)
+		p->max = entries;
+	if (p->share > p->max)
+		p->share = p->max;
+	return 0;
+}
+
+/* e's pool, made (and registered with its ring) on first use. */
+static int pool_get(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (r->pool)
+		return 0;
+	if (!e->rt->ring_caps.multishot_recv)
+		return -EOPNOTSUPP;
+	const cbcmn_config *cfg = &e->rt->cfg;
+	struct cbcmn__bufpool *p = cbcmn__calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->size = cfg->stream_buf_size;
+	p->share = cfg->stream_buf_share;
+	p->max = cfg->stream_bufs_max;
+	uint32_t per = BUFPOOL_CHUNK_BYTES / p->size;
+	while (per > 1 && (1u << (p->chunk_shift + 1)) <= per)
+		p->chunk_shift++;
+	p->chunk = cbcmn__calloc((p->max >> p->chunk_shift) + 1, sizeof(char *));
+	int rc = p->chunk ? pool_register(r, p) : -ENOMEM;
+	if (rc) {
+		free(p->chunk);
+		free(p);
+		return rc;
+	}
+	r->pool = p;
+	return 0;
+}
+
+static void starved_remove(struct cbcmn__bufpool *p, struct cbcmn__mshot *m)
+{
+	if (m->sprev)
+		m->sprev->snext = m->snext;
+	else
+		p->starved = m->snext;
+	if (m->snext)
+		m->snext->sprev = m->sprev;
+	else
+		p->starved_tail = m->sprev;
+	m->sprev = m->snext = NULL;
+	m->starved = false;
+}
+
+static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m);
+static bool ms_closed(struct cbcmn__mshot *m);
+
+/* Buffers are free: wake the starved streams in the order they began to
+ * wait, each promised a buffer, as long as there are buffers no woken
+ * stream has been promised. */
+static void pool_wake(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
+{
+	struct cbcmn__mshot *m = p->starved;
+	while (m && pool_free(p) > p->promised) {
+		struct cbcmn__mshot *next = m->snext;
+		starved_remove(p, m);
+		m->turn = true;
+		p->promised++;
+		ms_event(e, m);
+		m = next;
+	}
+}
+
+/* A woken starved stream re-arms, or gives up its turn. */
+static void turn_used(struct cbcmn__mshot *m)
+{
+	if (m->turn) {
+		m->turn = false;
+		m->pool->promised--;
+	}
+}
+
+static void buf_return(struct cbcmn__exec *e, struct cbcmn__bufpool *p, uint32_t bid)
+{
+	io_uring_buf_ring_add(p->br, buf_addr(p, bid), p->size, (unsigned short)bid, (int)p->mask,
+			      0);
+	io_uring_buf_ring_advance(p->br, 1); /* release: as in pool_grow() */
+	p->out--;
+	pool_wake(e, p);
+}
 
 /* No stream is open on e any more: unmap its buffers, and those of rings
  * its dead threads left (cbcmn__bufring_retire()). */
 void cbcmn__bufring_fini(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	while (r->dead_br) {
-		void *next = *(void **)r->dead_br;
-		munmap(r->dead_br, BUFRING_BYTES);
-		r->dead_br = next;
+	while (r->dead_pools) {
+		struct cbcmn__bufpool *next = r->dead_pools->dead;
+		pool_free_mem(r->dead_pools);
+		r->dead_pools = next;
 	}
-	if (!r->br)
-		return;
-	munmap(r->br, BUFRING_BYTES);
-	r->br = NULL;
-	r->bufs = NULL;
+	if (r->pool)
+		pool_free_mem(r->pool);
+	r->pool = NULL;
 }
 
 /* The ring the buffers were registered with died with its thread: the next
- * stream gets a new buffer ring.  The old memory stays mapped until no
- * stream is open (cbcmn__bufring_fini()), since a task may still read the
- * buffer it holds.  The kernel no longer reads the old ring's entries: the
- * first one links the list. */
+ * stream gets a new pool.  The old memory stays mapped until no stream is
+ * open (cbcmn__bufring_fini()), since a task may still read the buffer it
+ * holds; its streams end (cbcmn__mshot_orphan_all()). */
 void cbcmn__bufring_retire(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	if (!r->br)
+	struct cbcmn__bufpool *p = r->pool;
+	if (!p)
 		return;
-	*(void **)r->br = r->dead_br;
-	r->dead_br = r->br;
-	r->br = NULL;
-	r->bufs = NULL;
+	p->starved = p->starved_tail = NULL;
+	p->promised = 0;
+	p->dead = r->dead_pools;
+	r->dead_pools = p;
+	r->pool = NULL;
 }
 
 /* ---- the shared core ----------------------------------------------------------- */
@@ -144,7 +345,7 @@ static int ms_push(struct cbcmn__mshot *m, uint32_t val, uint32_t len)
 {
 	if (m->qlen == m->qcap) {
 		uint32_t cap = m->qcap ? m->qcap * 2 : MS_QUEUE_MIN;
-		struct ms_item *q = malloc(cap * sizeof(*q));
+		struct ms_item *q = cbcmn__malloc(cap * sizeof(*q));
 		if (!q)
 			return -ENOMEM;
 		for (uint32_t i = 0; i < m->qlen; i++)
@@ -180,37 +381,171 @@ static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m)
 	}
 }
 
-/* Executor side: a CQE of m's SQE. */
-void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
+/* Buffers m holds: queued, and the one its task reads. */
+static uint32_t ms_bufs(const struct cbcmn__mshot *m)
 {
-	if (!(flags & IORING_CQE_F_MORE))
-		m->armed = false; /* its last: re-armed on demand, or freed */
-	if (res >= 0 && m->kind == MS_STREAM && (flags & IORING_CQE_F_BUFFER)) {
+	return m->qlen + (m->held >= 0);
+}
+
+/* Have m's SQE cancelled (its last CQE then ends it). */
+static void ms_cancel(struct cbcmn__mshot *m)
+{
+	if (m->cancel_sent)
+		return;
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT, 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	m->cancel_sent = true;
+}
+
+static uint64_t ms_watch_ud(const struct cbcmn__mshot *m)
+{
+	return (uint64_t)(uintptr_t)m | MS_WATCH | CBCMN__UD_MSHOT;
+}
+
+/* Watch stream m's socket for data or its end: one CQE, then ms_event(). */
+static void ms_watch_socket(struct cbcmn__mshot *m)
+{
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_poll_add(sqe, m->fd, POLLIN | POLLRDHUP);
+	io_uring_sqe_set_data64(sqe, ms_watch_ud(m));
+	m->watch_armed = true;
+	m->watch_cancel_sent = false;
+}
+
+/* An event for m in ns: one CQE, then ms_event(). */
+static void ms_watch_time(struct cbcmn__mshot *m, uint64_t ns)
+{
+	m->watch_ts.tv_sec = (long long)(ns / 1000000000u);
+	m->watch_ts.tv_nsec = (long long)(ns % 1000000000u);
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_timeout(sqe, &m->watch_ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, ms_watch_ud(m));
+	m->watch_armed = true;
+	m->watch_cancel_sent = false;
+}
+
+/* Have m's watch cancelled, if it is armed (its CQE then says so). */
+static void ms_watch_cancel(struct cbcmn__mshot *m)
+{
+	if (!m->watch_armed || m->watch_cancel_sent)
+		return;
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_cancel64(sqe, ms_watch_ud(m), 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	m->watch_cancel_sent = true;
+}
+
+/* A stream's CQE: a chunk in a buffer, the end, or why it stopped. */
+static void stream_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
+{
+	struct cbcmn__bufpool *p = m->pool;
+	if (flags & IORING_CQE_F_BUFFER) {
 		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
-		if (res == 0 || ms_push(m, bid, (uint32_t)res) != 0) {
-			buf_return(e, bid);
-			if (res != 0) {
-				m->done = true;
-				m->err = -ENOMEM;
-			}
+		p->out++;
+		if (res > 0 && !m->done && ms_push(m, bid, (uint32_t)res) == 0) {
+			/* Over its share: stop receiving until the task has
+			 * emptied its queue (ms_next() re-arms), and leave the
+			 * rest of the pool to the other streams. */
+			if (m->armed && ms_bufs(m) >= p->share)
+				ms_cancel(m);
+			return;
 		}
-		if (res == 0)
-			m->done = true; /* EOF */
-	} else if (res >= 0 && m->kind == MS_ACCEPT) {
-		if (ms_push(m, (uint32_t)res, 0) != 0)
-			close(res); /* no room to queue it: refuse it, never leak */
-	} else if (res == 0) {
-		m->done = true; /* EOF without a buffer */
+		buf_return(e, p, bid);
+		if (res > 0 && !m->done) {
+			m->done = true;
+			m->err = -ENOMEM;
+			if (m->armed)
+				ms_cancel(m);
+		}
+	}
+	if (res == 0) {
+		m->done = true; /* EOF */
 	} else if (res == -ENOBUFS) {
-		/* Every buffer is taken (other streams hold them): re-armed when
-		 * the task asks again, after a pause. */
+		/* The pool was empty when data came: ms_next() re-arms when a
+		 * buffer is free, or grows the pool, or waits for one. */
 		m->nobufs = true;
 		CBCMN__COUNT(e, ring_msgs_backpressure, 1);
-	} else if (!m->cancel_sent || res != -ECANCELED) {
+	} else if (res < 0 && !(m->cancel_sent && res == -ECANCELED)) {
 		m->done = true;
 		m->err = res;
 	}
-	ms_event(e, m);
+}
+
+/* The next pause of m after a failure that passes: 1 ms, doubling per
+ * failure in a row up to 100 ms. */
+static uint64_t ms_backoff(struct cbcmn__mshot *m)
+{
+	uint64_t b = m->backoff_ns ? m->backoff_ns * 2 : BACKOFF_MIN_NS;
+	m->backoff_ns = b < BACKOFF_MAX_NS ? b : BACKOFF_MAX_NS;
+	return m->backoff_ns;
+}
+
+/* Accept errors that pass: the process (or the system) is out of
+ * descriptors or memory, and the connection waits in the backlog until it
+ * is not; or the connection went away before it was taken (accept(2): to
+ * be treated like EAGAIN). */
+static bool accept_transient(int32_t res)
+{
+	switch (-res) {
+	case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS:
+	case ECONNABORTED: case EPROTO: case ENETDOWN: case ENETUNREACH: case EHOSTDOWN:
+	case EHOSTUNREACH: case ENONET: case ENOPROTOOPT: case EAGAIN: case EINTR:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* An acceptor's CQE: a connection, or why its SQE stopped. */
+static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res)
+{
+	if (res >= 0) {
+		m->backoff_ns = 0;
+		if (ms_push(m, (uint32_t)res, 0) != 0)
+			close(res); /* no room to queue it: refuse it, never leak */
+		/* Its task is not taking them: leave the rest in the listen
+		 * backlog (the kernel's back-pressure) rather than turn them
+		 * into descriptors of ours; armed again when the queue is
+		 * empty (ms_next()). */
+		if (m->armed && m->qlen >= ACCEPT_QUEUE_MAX)
+			ms_cancel(m);
+	} else if (m->cancel_sent && res == -ECANCELED) {
+		/* closing */
+	} else if (accept_transient(res)) {
+		/* Not the end: ms_next() arms it again after the pause (a
+		 * server at its descriptor limit meets EMFILE first). */
+		ms_backoff(m);
+		m->pause = PAUSE_DUE;
+		CBCMN__COUNT(e, accept_errors, 1);
+		CBCMN_PROBE3(accept_error, e->id, -res, m->backoff_ns);
+	} else {
+		m->done = true;
+		m->err = res;
+	}
+}
+
+/* Executor side: a CQE of m's SQE (or of its watch: m marked with
+ * MS_WATCH). */
+void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
+{
+	if ((uintptr_t)m & MS_WATCH) {
+		/* Its socket is ready, its time has come, or the watch was
+		 * cancelled: its one CQE.  The task looks again. */
+		m = (struct cbcmn__mshot *)((uintptr_t)m & ~(uintptr_t)MS_WATCH);
+		m->watch_armed = m->watch_cancel_sent = false;
+	} else {
+		if (!(flags & IORING_CQE_F_MORE))
+			m->armed = false; /* its last: re-armed on demand, or freed */
+		if (m->kind == MS_STREAM)
+			stream_cqe(e, m, res, flags);
+		else
+			accept_cqe(e, m, res);
+	}
+	if (!ms_closed(m))
+		ms_event(e, m);
 }
 
 static void ms_arm(struct cbcmn__mshot *m)
@@ -219,12 +554,15 @@ static void ms_arm(struct cbcmn__mshot *m)
 	if (m->kind == MS_STREAM) {
 		io_uring_prep_recv_multishot(sqe, m->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
-		sqe->buf_group = BUFRING_BGID;
+		sqe->buf_group = BUFPOOL_BGID;
+		m->nobufs = false;
+		turn_used(m);
 	} else {
 		io_uring_prep_multishot_accept(sqe, m->fd, NULL, NULL, (int)m->accept_flags);
 	}
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT);
 	m->armed = true;
+	m->cancel_sent = false;
 }
 
 /* The calling task, checked: on an executor, the one that owns m (if any). */
@@ -255,20 +593,45 @@ static void ms_on_cancel(struct cbcmn__iwait *iw)
 	cbcmn__io_cancel_flag(m->e);
 }
 
-/* The executor's thread died (cbcmn__ring_takeover()): the multishot
- * requests went with its ring.  Each stream and acceptor ends as its
- * requests did: a waiter wakes, and the next call returns -ECANCELED (an
- * acceptor first hands out the connections it had accepted).  A stream's
- * queued buffers were the old buffer ring's (cbcmn__bufring_retire()):
- * dropped; the one its task holds stays readable. */
-void cbcmn__mshot_orphan_all(struct cbcmn__exec *e)
+/* The executor's thread died (cbcmn__ring_takeover()), and old is its
+ * ring, not yet unmapped: the multishot requests went with it.  What it
+ * completed that the thread never reaped is in its CQ (rings without
+ * DEFER_TASKRUN post completions while the thread runs): connections
+ * accepted, chunks received, taken from their sockets already.  They are
+ * queued as if reaped (a stream's buffers are the old pool's, which stays
+ * mapped: cbcmn__bufring_retire()).  Then each stream and acceptor ends as
+ * its requests did: a waiter wakes, and once what was queued is handed out
+ * the next call returns -ECANCELED.  (A completion the kernel kept in its
+ * overflow list only the dead thread could flush: docs/IO.md, Limits.) */
+void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n)
 {
-	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
+	/* Nothing of theirs is in the kernel any more: no cancel is sent
+	 * (to the new ring, which would find nothing) for what comes below. */
+	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next)
+		m->armed = m->cancel_sent = m->watch_armed = m->watch_cancel_sent = false;
+	for (unsigned i = 0; i < n; i++) {
+		const struct io_uring_cqe *c = &cqes[i];
+		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT || (c->user_data & MS_WATCH))
+			continue; /* io.c's, nobody's, or a watch's: nothing to hand out */
+		/* Alive: closing waits for a request's last CQE, which comes
+		 * after all its others, and this one was never reaped. */
+		struct cbcmn__mshot *m =
+			(struct cbcmn__mshot *)(uintptr_t)(c->user_data & ~(uint64_t)CBCMN__UD_MASK);
+		if (m->kind == MS_STREAM)
+			stream_cqe(e, m, c->res, c->flags);
+		else
+			accept_cqe(e, m, c->res);
+	}
+	for (struct cbcmn__mshot *m = e->mshots, *next; m; m = next) {
+		next = m->next;
+		if (ms_closed(m))
+			continue; /* its closer had moved away */
 		if (m->kind == MS_STREAM) {
-			m->qhead = m->qlen = 0;
-			m->held = -1;
+			m->starved = m->turn = false; /* the old pool forgot its lists */
+			m->sprev = m->snext = NULL;
 		}
-		m->armed = m->cancel_sent = m->nobufs = false;
+		m->nobufs = false;
+		m->pause = PAUSE_NONE;
 		if (!m->done) {
 			m->done = true;
 			m->err = -ECANCELED;
@@ -290,65 +653,225 @@ void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
 	}
 }
 
-/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
- * m->err), or CBCMN_ECANCELED / -EBUSY. */
-static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+/* Block until m's next event: a CQE (its watch's included), a buffer for a
+ * starved stream, the end of its executor's ring, or cancellation.  Only
+ * the owning executor ends the wait (the cancel flag it is kicked with
+ * included), clearing m->waiter as it does.  The task may resume on
+ * another executor (t->exec): then it must touch m no more. */
+static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m)
 {
-	if (m->waiter)
-		return -EBUSY; /* one task at a time */
+	struct cbcmn__iwait iw;
+	cbcmn__iwait_init(&iw, t);
+	iw.on_cancel = ms_on_cancel;
+	iw.local = true;
+	iw.user = m;
+	m->waiter = &iw;
+	return cbcmn__iwait_block(&iw);
+}
+
+/* Stream m's last SQE ended for want of buffers: may it be armed again?
+ * Yes with a buffer free that no starved stream was promised, or one
+ * promised to m, or once the pool has grown; otherwise m waits. */
+static bool stream_may_rearm(struct cbcmn__exec *e, struct cbcmn__mshot *m)
+{
+	struct cbcmn__bufpool *p = m->pool;
+	if (m->turn || pool_free(p) > p->promised) {
+		m->backoff_ns = 0;
+		return true;
+	}
+	if (p->n >= p->max || pool_grow(p, p->n + 1) != 0)
+		return false;
+	m->backoff_ns = 0;
+	m->turn = true; /* one of the new buffers is ours; others may use the rest */
+	p->promised++;
+	pool_wake(e, p);
+	return true;
+}
+
+/* What waits in stream m's socket, looked at without taking it: 1 data, 0
+ * its end (EOF, or an error, then in m->err), -1 nothing yet.  For a stream
+ * the pool cannot serve: a multishot recv picks its buffer before it looks
+ * at the socket, so -ENOBUFS says nothing about what is waiting. */
+static int stream_peek(struct cbcmn__mshot *m)
+{
+	char c;
+	ssize_t n = recv(m->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0)
+		return 1;
+	if (n == 0)
+		return 0;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return -1;
+	m->err = -errno;
+	return 0;
+}
+
+/* ms_next() inside: m is busy.  After each wait the task may have been
+ * moved: then -EXDEV, m untouched. */
+static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
 	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
 	for (;;) {
-		/* A wait for budget or a pause may have moved the task. */
+		/* A wait for budget, or one below, may have moved the task. */
 		if (t->exec != m->e)
 			return -EXDEV;
+		/* Cancelled: before anything queued, or a peer that keeps
+		 * sending would keep the task from ever seeing it.  What is
+		 * queued stays for the close to drop, as unread socket bytes. */
+		if (cbcmn__task_cancelled(t))
+			return CBCMN_ECANCELED;
 		if (m->qlen) {
 			*it = ms_pop(m);
 			return 1;
 		}
 		if (m->done)
 			return 0;
-		if (cbcmn__task_cancelled(t))
-			return CBCMN_ECANCELED;
-		if (m->nobufs) {
-			m->nobufs = false;
-			cbcmn_sleep((cbcmn_cx *)t, NOBUFS_PAUSE_NS);
+		if (!m->armed && m->nobufs && !stream_may_rearm(t->exec, m)) {
+			/* Starved.  Its end needs no buffer. */
+			int what = stream_peek(m);
+			if (what == 0) {
+				m->done = true;
+				continue;
+			}
+			if (what < 0) {
+				/* Nothing yet (it was armed while the pool was
+				 * empty): it needs no buffer until something
+				 * comes, so it waits for its socket, not in
+				 * line.  Data then puts it in line (or arms it,
+				 * with a buffer free); its end ends it.  (A
+				 * watch still armed ends first.) */
+				if (!m->watch_armed)
+					ms_watch_socket(m);
+				if (ms_wait(t, m) == CBCMN__IW_CANCELLED && t->exec == m->e)
+					return CBCMN_ECANCELED;
+				continue;
+			}
+			/* Data: in line for the next buffer that comes back
+			 * (pool_wake()), not polling for one. */
+			m->starved = true;
+			m->sprev = m->pool->starved_tail;
+			if (m->sprev)
+				m->sprev->snext = m;
+			else
+				m->pool->starved = m;
+			m->pool->starved_tail = m;
+			/* A pool that could not grow (out of memory) tries
+			 * again after a pause too: the buffers it waits for
+			 * may be held by tasks that read nothing for long. */
+			if (m->pool->n < m->pool->max && !m->watch_armed)
+				ms_watch_time(m, ms_backoff(m));
+			uint32_t how = ms_wait(t, m);
+			if (t->exec != m->e)
+				return -EXDEV;
+			if (m->starved)
+				starved_remove(m->pool, m); /* a watch, cancelled, or the ring died */
+			if (how == CBCMN__IW_CANCELLED)
+				return CBCMN_ECANCELED;
+			continue;
+		}
+		if (!m->armed && m->pause != PAUSE_NONE) {
+			/* An acceptor backing off after a failed accept: a
+			 * timeout watch, then it accepts again.  (A watch
+			 * still armed ends first; a cancelled pause is over.) */
+			if (!m->watch_armed) {
+				if (m->pause == PAUSE_TIMING) {
+					m->pause = PAUSE_NONE;
+					continue;
+				}
+				ms_watch_time(m, m->backoff_ns);
+				m->pause = PAUSE_TIMING;
+			}
+			if (ms_wait(t, m) == CBCMN__IW_CANCELLED && t->exec == m->e)
+				return CBCMN_ECANCELED;
 			continue;
 		}
 		if (!m->armed)
 			ms_arm(m);
-		struct cbcmn__iwait iw;
-		cbcmn__iwait_init(&iw, t);
-		/* Only the owning executor ends the wait (a CQE, or the cancel
-		 * flag it is kicked with): m->waiter is its alone. */
-		iw.on_cancel = ms_on_cancel;
-		iw.local = true;
-		iw.user = m;
-		m->waiter = &iw;
-		if (cbcmn__iwait_block(&iw) == CBCMN__IW_CANCELLED)
+		if (ms_wait(t, m) == CBCMN__IW_CANCELLED && t->exec == m->e)
 			return CBCMN_ECANCELED;
 	}
 }
 
-/* Cancel m's SQE and wait for its last CQE; then nothing refers to m. */
-static void ms_quiesce(struct cbcmn_task *t, struct cbcmn__mshot *m)
+/* The call on m is over, by a return or an unwind: m is free again, and no
+ * longer watched (a watch left armed would keep its close waiting).  On
+ * m's executor. */
+static void ms_release(struct cbcmn__mshot *m)
 {
-	while (m->armed) {
-		if (!m->cancel_sent) {
-			struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT, 0);
-			io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-			sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-			m->cancel_sent = true;
-		}
-		struct cbcmn__iwait iw;
-		cbcmn__iwait_init(&iw, t);
-		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
-		iw.local = true;
-		m->waiter = &iw;
-		cbcmn__iwait_block(&iw);
-		m->waiter = NULL;
+	m->waiter = NULL; /* (of the call, unwound in a wait) */
+	ms_watch_cancel(m);
+	if (m->starved)
+		starved_remove(m->pool, m);
+	if (m->turn) {
+		/* Woken for a buffer it did not ask for (cancelled, or the
+		 * stream ended): the next starved stream gets it. */
+		turn_used(m);
+		pool_wake(m->e, m->pool);
 	}
+	m->busy = false;
+}
+
+static void ms_release_there(struct cbcmn__exec *e, void *arg)
+{
+	(void)e;
+	ms_release(arg);
+}
+
+/* Run fn(m->e, m) on m's executor, for task t: at once if t runs there,
+ * else as a message to it (t was moved while it waited, and must touch m
+ * no more).  Out of memory for the message: again after a yield (which
+ * may even bring t home). */
+static void ms_there(struct cbcmn_task *t, struct cbcmn__mshot *m,
+		     void (*fn)(struct cbcmn__exec *, void *))
+{
+	while (t->exec != m->e &&
+	       cbcmn__xmsg_send(t->exec, m->e->id, CBCMN__XM_CALL, NULL, fn, m) != 0)
+		cbcmn_yield((cbcmn_cx *)t);
+	if (t->exec == m->e)
+		fn(m->e, m);
+}
+
+/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
+ * m->err), or CBCMN_ECANCELED / -EXDEV / -EBUSY.  m is busy for the whole
+ * call, not only while a CQE is awaited: the task may also wait for budget
+ * or for buffers with no waiter on m, and m must not be closed under it.
+ *
+ * Some of those waits do not return: a task cancelled (or given up on by
+ * its nursery) while it waits for budget, or about to overflow its stack,
+ * is unwound to its landing pad (budget.c, sched.c).  Our own pad catches
+ * the unwind on the way, releases m, and passes it on: else m would stay
+ * busy for good, and every later call and its close answer -EBUSY. */
+static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
+	if (m->busy)
+		return -EBUSY; /* one task at a time */
+	m->busy = true;
+	void *jb[5];
+	/* volatile: __builtin_setjmp's second return restores none of the
+	 * registers they may live in. */
+	struct cbcmn_task *volatile vt = t;
+	struct cbcmn__mshot *volatile vm = m;
+	void **volatile outer = t->landing;
+	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
+		vt->landing = outer;
+		ms_there(vt, vm, ms_release_there);
+		__builtin_longjmp(outer, 1); /* t->unwind_result is already set */
+	}
+	t->landing = jb;
+	int64_t rc = ms_next_busy(t, m, it);
+	t->landing = outer;
+	ms_there(t, m, ms_release_there);
+	return rc;
+}
+
+/* A zeroed object of size bytes, aligned for MS_WATCH (malloc's alignment
+ * is 16 in glibc, but 8 under ASan). */
+static void *ms_alloc(size_t size)
+{
+	void *p;
+	if (CBCMN__FAULT(CBCMN__F_MALLOC) || posix_memalign(&p, 2 * MS_WATCH, size) != 0)
+		return NULL;
+	return memset(p, 0, size);
 }
 
 static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcmn__mshot **out)
@@ -360,20 +883,33 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	if (!t)
 		return (int)err;
 	struct cbcmn__exec *e = t->exec;
+	struct cbcmn__bufpool *p = NULL;
 	if (kind == MS_STREAM) {
-		int rc = bufring_get(e);
+		int rc = pool_get(e);
 		if (rc)
 			return rc;
+		p = e->ring.pool;
+		/* A share for each stream, as far as the limit allows: more
+		 * streams than that share what there is.  Out of memory is
+		 * an error only while the pool has no buffer at all. */
+		uint64_t want = (uint64_t)(p->streams + 1) * p->share;
+		if (pool_grow(p, want < p->max ? (uint32_t)want : p->max) != 0 && p->n == 0)
+			return -ENOMEM;
 	} else if (!t->rt->ring_caps.multishot_accept) {
 		return -EOPNOTSUPP;
 	}
-	struct cbcmn__mshot *m = calloc(1, size);
+	struct cbcmn__mshot *m = ms_alloc(size);
 	if (!m)
 		return -ENOMEM;
 	m->e = e;
 	m->fd = fd;
 	m->kind = kind;
 	m->held = -1;
+	m->pool = p;
+	if (p) {
+		p->streams++;
+		pool_wake(e, p); /* new buffers: starved streams may use them */
+	}
 	e->nmshots++; /* keeps the executor from retiring */
 	m->next = e->mshots;
 	if (m->next)
@@ -381,6 +917,55 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	e->mshots = m;
 	*out = m;
 	return 0;
+}
+
+/* Nothing in the kernel refers to m any more (no SQE, no watch): give back
+ * what it holds and free it.  On m's executor. */
+static void ms_free(struct cbcmn__mshot *m)
+{
+	struct cbcmn__exec *e = m->e;
+	if (m->held >= 0)
+		buf_return(e, m->pool, (uint32_t)m->held);
+	while (m->qlen) {
+		struct ms_item it = ms_pop(m);
+		if (m->kind == MS_STREAM)
+			buf_return(e, m->pool, it.val);
+		else
+			close((int)it.val);
+	}
+	if (m->pool)
+		m->pool->streams--;
+	e->nmshots--;
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		e->mshots = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
+	free(m->q);
+	free(m);
+}
+
+/* A closing m whose last CQE has come is freed.  True if it was. */
+static bool ms_closed(struct cbcmn__mshot *m)
+{
+	if (!m->closing || m->armed || m->watch_armed)
+		return false;
+	ms_free(m);
+	return true;
+}
+
+/* On m's executor, for a closer moved away while it waited: the rest of
+ * the close happens here, the last CQE freeing m (cbcmn__mshot_cqe()). */
+static void ms_close_there(struct cbcmn__exec *e, void *arg)
+{
+	(void)e;
+	struct cbcmn__mshot *m = arg;
+	m->closing = true;
+	if (m->armed)
+		ms_cancel(m);
+	ms_watch_cancel(m);
+	ms_closed(m);
 }
 
 static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
@@ -391,27 +976,27 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	struct cbcmn_task *t = ms_self(cx, m, &err);
 	if (!t)
 		return (int)err;
-	if (m->waiter)
+	if (m->busy)
 		return -EBUSY;
-	ms_quiesce(t, m);
-	if (m->held >= 0)
-		buf_return(m->e, (uint32_t)m->held);
-	while (m->qlen) {
-		struct ms_item it = ms_pop(m);
-		if (m->kind == MS_STREAM)
-			buf_return(m->e, it.val);
-		else
-			close((int)it.val);
+	m->busy = true; /* for good: no call may start on it while it closes */
+	/* Cancel its SQE and its watch, and wait for their last CQEs; then
+	 * nothing refers to m. */
+	while (m->armed || m->watch_armed) {
+		if (m->armed)
+			ms_cancel(m);
+		ms_watch_cancel(m);
+		struct cbcmn__iwait iw;
+		cbcmn__iwait_init(&iw, t);
+		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
+		iw.local = true;
+		m->waiter = &iw; /* cleared by its waker, ms_event() */
+		cbcmn__iwait_block(&iw);
+		if (t->exec != m->e) {
+			ms_there(t, m, ms_close_there);
+			return 0;
+		}
 	}
-	m->e->nmshots--;
-	if (m->prev)
-		m->prev->next = m->next;
-	else
-		m->e->mshots = m->next;
-	if (m->next)
-		m->next->prev = m->prev;
-	free(m->q);
-	free(m);
+	ms_free(m);
 	return 0;
 }
 
@@ -431,8 +1016,10 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	struct cbcmn_task *t = ms_self(cx, m, &err);
 	if (!t)
 		return err;
+	if (m->busy)
+		return -EBUSY; /* before the buffer another task's call handed out */
 	if (m->held >= 0) {
-		buf_return(m->e, (uint32_t)m->held);
+		buf_return(m->e, m->pool, (uint32_t)m->held);
 		m->held = -1;
 	}
 	struct ms_item it;
@@ -442,7 +1029,7 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	if (rc < 0)
 		return rc;
 	m->held = (int32_t)it.val;
-	*data = m->e->ring.bufs + (size_t)it.val * CBCMN__BUFRING_SIZE;
+	*data = buf_addr(m->pool, it.val);
 	return it.len;
 }
 

@@ -44,7 +44,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 				e->nfree_tasks--;
 		}
 	}
-	if (!t && !(t = malloc(sizeof(*t))))
+	if (!t && !(t = cbcmn__malloc(sizeof(*t))))
 		return NULL;
 	/* Field by field, not memset: a 300-byte rep stos costs more than
 	 * the stores, on the path every spawn takes.  The budget fields are
@@ -176,6 +176,8 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle)
 {
 	struct cbcmn_runtime *rt = n->rt;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
 	const cbcmn_budget *ask = opts ? opts->budget : NULL;
@@ -186,8 +188,12 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	    ((place == CBCMN_PLACE_PINNED || place == CBCMN_PLACE_STEALABLE_ON) && shard >= rt->nexec) ||
 	    (place == CBCMN_PLACE_STEALABLE && rt->nexec == 0))
 		return -EINVAL;
-	if (place == CBCMN_PLACE_PINNED)
+	if (place == CBCMN_PLACE_PINNED) {
 		flags |= CBCMN__TF_PINNED;
+		int err = cbcmn__shard_unstartable(rt, shard);
+		if (err)
+			return err;
+	}
 	cbcmn__stack_check(self);
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return CBCMN_ECLOSED;
@@ -307,6 +313,8 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 		return -EINVAL;
 	if (self == t)
 		return -EDEADLK; /* it would wait for itself */
+	if (cbcmn__forked(t->rt))
+		return CBCMN_EFORKED;
 	cbcmn__stack_check(self);
 	if (self && self->rt != t->rt)
 		return CBCMN_EWRONGRT;

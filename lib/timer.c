@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "arch.h"
+#include "fault.h"
 #include "timer.h"
 
 enum { T_ARMED, T_FIRING, T_DONE, T_DEAD };
@@ -112,7 +113,7 @@ struct cbcmn__timer *cbcmn__timer_arm(struct cbcmn__exec *e, uint64_t deadline,
 		e->timers = h;
 		e->timers_cap = cap;
 	}
-	struct cbcmn__timer *t = malloc(sizeof(*t));
+	struct cbcmn__timer *t = cbcmn__malloc(sizeof(*t));
 	if (!t)
 		return NULL;
 	t->deadline = deadline;

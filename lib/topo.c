@@ -217,12 +217,20 @@ static int read_text(struct ld *ld, const char *rel, bool optional)
 	int n = snprintf(ld->path, sizeof(ld->path), "%s/%s", ld->root, rel);
 	if (n < 0 || (size_t)n >= sizeof(ld->path))
 		return fail(ld, -ENAMETOOLONG, rel, "path too long");
-	int fd = open(ld->path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO in a tree that is not sysfs must not hang the
+	 * open; it is refused below like any file that is not regular (a
+	 * device could also block, or never end). */
+	int fd = open(ld->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		int e = errno;
 		if (e == ENOENT && optional)
 			return -ENOENT;
 		return fail(ld, -e, rel, "%s", errstr(e));
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return fail(ld, -EINVAL, rel, "not a regular file");
 	}
 	size_t len = 0;
 	int rc = 0;

@@ -25,10 +25,13 @@
 #include "cbcmn_topo.h"
 
 /* Largest CPU number + 1 and node id + 1 the loader accepts: above any
- * kernel's NR_CPUS (8192) and MAX_NUMNODES (1024), low enough that a
- * corrupt list like "0-2000000000" is refused instead of allocated. */
+ * kernel's NR_CPUS (8192) and at its MAX_NUMNODES (1 << NODES_SHIFT, at
+ * most 10 on every architecture), low enough that a corrupt list like
+ * "0-2000000000" is refused instead of allocated.  Nodes are bounded
+ * tighter because the distance matrix is nnodes squared: 65536 node ids
+ * were a 16 GiB allocation, and the index a * nnodes overflowed an int. */
 #define CBCMN__TOPO_MAX_CPUS  65536
-#define CBCMN__TOPO_MAX_NODES 65536
+#define CBCMN__TOPO_MAX_NODES 1024
 
 struct cbcmn_topo {
 	char *root;              /* the sysfs root it was read from ("/sys" when live) */

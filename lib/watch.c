@@ -48,12 +48,12 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	void *p = MAP_FAILED;
 	if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->size) == 0 &&
 	    fcntl(s->fd, F_ADD_SEALS, CBCMN__SEG_SEALS) == 0)
-		p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+		p = cbcmn__mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 	if (p == MAP_FAILED) {
 		if (s->fd >= 0)
 			close(s->fd);
 		s->fd = -1;
-		p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		p = cbcmn__mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
 			return -ENOMEM;
 	}
@@ -151,7 +151,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			LD(ring_msgs_submitted), LD(ring_msgs_backpressure),
 			LD(sqes_submitted),  LD(cqes_reaped),     LD(ring_enters),
 			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(xmsgs_acked),
-			LD(handoffs),        LD(io_ops),
+			LD(handoffs),        LD(io_ops),          LD(accept_errors),
 #undef LD
 			.avg_task_ns = atomic_load_explicit(&x->avg_task_ns, memory_order_relaxed),
 			.queue_depth = atomic_load_explicit(&x->queue_depth, memory_order_relaxed),
@@ -189,6 +189,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->xmsgs_acked += e.xmsgs_acked;
 		tot->handoffs += e.handoffs;
 		tot->io_ops += e.io_ops;
+		tot->accept_errors += e.accept_errors;
 		if (e.avg_task_ns > tot->avg_task_ns)
 			tot->avg_task_ns = e.avg_task_ns; /* the total holds the largest */
 		if (e.busy_pct > tot->busy_pct)

@@ -32,9 +32,9 @@
 
 int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec)
 {
-	e->in = calloc(nexec, sizeof(*e->in));
-	e->backlog = calloc(nexec, sizeof(*e->backlog));
-	e->backlog_tail = calloc(nexec, sizeof(*e->backlog_tail));
+	e->in = cbcmn__calloc(nexec, sizeof(*e->in));
+	e->backlog = cbcmn__calloc(nexec, sizeof(*e->backlog));
+	e->backlog_tail = cbcmn__calloc(nexec, sizeof(*e->backlog_tail));
 	if (!e->in || !e->backlog || !e->backlog_tail)
 		return -ENOMEM;
 	return 0;
@@ -68,7 +68,7 @@ static struct cbcmn__xmsg *xm_alloc(struct cbcmn__exec *e)
 	if (!slabs)
 		return NULL;
 	e->xm_slabs = slabs;
-	struct cbcmn__xmsg *s = calloc(XM_SLAB, sizeof(*s));
+	struct cbcmn__xmsg *s = cbcmn__calloc(XM_SLAB, sizeof(*s));
 	if (!s)
 		return NULL;
 	slabs[e->xm_nslabs++] = s;

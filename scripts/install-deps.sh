@@ -12,6 +12,7 @@ PKGS=(
 	libnuma-dev numactl
 	libcmocka-dev
 	clang llvm
+	libclang-rt-dev   # libFuzzer and the sanitizer runtimes of clang (make fuzz)
 	systemtap-sdt-dev
 	libncurses-dev
 	gnuplot-nox

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run cmocka suites and summarise.  Usage: run-tests.sh DIR [NAME ...]
 # With no names, every test_* binary in DIR runs.  Exit status 1 if any failed.
+# A suite still running after T_SUITE_TIMEOUT seconds (600) is killed and
+# counted failed: each test has its own watchdog, this catches the rest.
 set -u
 dir=$1; shift
 if [ $# -eq 0 ]; then
@@ -16,10 +18,13 @@ passed=0
 for t in "$@"; do
 	echo "=== $dir/$t"
 	start=$(date +%s)
-	if timeout 600 "$dir/$t"; then
+	timeout "${T_SUITE_TIMEOUT:-600}" "$dir/$t"
+	rc=$?
+	if [ $rc -eq 0 ]; then
 		passed=$((passed + 1))
 	else
 		failed+=("$t")
+		[ $rc -eq 124 ] && echo "=== $t: killed after ${T_SUITE_TIMEOUT:-600} s"
 	fi
 	echo "=== $t: $(( $(date +%s) - start ))s"
 done

@@ -36,6 +36,15 @@
 /* Sanitizers slow everything down: scale stress loops by this. */
 #define T_SCALE(n) ((T_ASAN || T_TSAN) ? ((n) / 10 ? (n) / 10 : 1) : (n))
 
+/* A wait longer than this is a hang (a lost wake-up, a timeout that never
+ * fires), not a slow machine: far beyond any delay that load causes (every
+ * CPU busy with something else, sanitizers on), yet well inside the
+ * watchdog (T_WATCHDOG_S), so that a hang fails with its own message.
+ * Tests assert what happened (order, nothing early, nothing lost), never
+ * how fast: a deadline exists only to end a test that would not end. */
+#define T_STALL_S ((T_ASAN || T_TSAN) ? 60u : 20u)
+#define T_STALL_NS ((uint64_t)T_STALL_S * 1000000000ull)
+
 /* Clock id's time, ns. */
 static inline uint64_t t_clock_ns(clockid_t id)
 {
@@ -168,16 +177,20 @@ static inline bool run_bounded(void (*fn)(void *), void *arg, unsigned secs)
 /* The usual watchdog for a test whose cmocka state is its name. */
 #define T_WATCHDOG_S ((T_ASAN || T_TSAN) ? 170u : 55u)
 
+static inline void t_fds_mark(void);
+static inline void t_fds_sweep(const char *test);
+
 static inline int t_watchdog_setup(void **state)
 {
+	t_fds_mark();
 	t_watchdog_start(*state, T_WATCHDOG_S);
 	return 0;
 }
 
 static inline int t_watchdog_teardown(void **state)
 {
-	(void)state;
 	t_watchdog_stop();
+	t_fds_sweep(*state);
 	return 0;
 }
 
@@ -185,14 +198,36 @@ static inline int t_watchdog_teardown(void **state)
 	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup, t_watchdog_teardown, \
 						 (void *)#f)
 
-/* A runtime with workers executors and cfg.flags = flags. */
-static inline cbcmn_runtime *t_runtime_flags(uint32_t workers, uint32_t flags)
+/* A test that drives a pipeline of processes (a script running the
+ * tools, each loading eBPF programs: a minute, several on a loaded
+ * machine) gets three times the watchdog. */
+static inline int t_watchdog_setup_long(void **state)
+{
+	t_fds_mark();
+	t_watchdog_start(*state, 3 * T_WATCHDOG_S);
+	return 0;
+}
+
+#define T_WATCHED_TEST_LONG(f)                                                 \
+	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup_long, t_watchdog_teardown, \
+						 (void *)#f)
+
+/* A runtime with workers executors, cfg.flags = flags and cfg.ring_flags =
+ * ring_flags. */
+static inline cbcmn_runtime *t_runtime_with(uint32_t workers, uint32_t flags, uint32_t ring_flags)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = workers;
 	cfg.flags = flags;
+	cfg.ring_flags = ring_flags;
 	return t_runtime_cfg(&cfg);
+}
+
+/* A runtime with workers executors and cfg.flags = flags. */
+static inline cbcmn_runtime *t_runtime_flags(uint32_t workers, uint32_t flags)
+{
+	return t_runtime_with(workers, flags, 0);
 }
 
 /* Redirect stderr to an unlinked temp file, to check what the library
@@ -251,6 +286,7 @@ static inline int64_t t_run_pinned(cbcmn_runtime *rt, uint32_t shard, cbcmn_task
 
 /* Entries of a /proc directory, "." and ".." aside. */
 #include <dirent.h>
+#include <sys/resource.h>
 static inline int t_dir_entries(const char *path)
 {
 	DIR *d = opendir(path);
@@ -341,6 +377,155 @@ static inline void t_stderr_restore(int fd, int saved, char *buf, size_t len)
 	ssize_t n = pread(fd, buf, len - 1, 0);
 	buf[n > 0 ? n : 0] = 0;
 	close(fd);
+}
+
+/* ---- descriptors: what a failed test leaves open, and how many there are -- */
+
+/* A test that fails half-way (cmocka's assertions jump out of it) leaves
+ * its sockets and pipes open; with RLIMIT_NOFILE at the usual 1024 a
+ * thousand of them make every later test's cbcmn_runtime_create() fail
+ * with EMFILE.  T_WATCHED_TEST marks the descriptors open before the test
+ * and closes afterwards the sockets and pipes it left.  Only those: a
+ * runtime the failed test left behind still owns its rings, eventfds and
+ * memfds, and its executor threads may still use them. */
+#define T_FDS_MAX (1u << 20)
+static unsigned char t_fds_open[T_FDS_MAX / 8];
+
+static inline void t_fds_mark(void)
+{
+	memset(t_fds_open, 0, sizeof(t_fds_open));
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		long fd = de->d_name[0] == '.' ? -1 : strtol(de->d_name, NULL, 10);
+		if (fd >= 0 && fd < (long)T_FDS_MAX)
+			t_fds_open[fd / 8] |= (unsigned char)(1u << (fd % 8));
+	}
+	closedir(d);
+}
+
+/* A socket or a pipe, that fd was not open at t_fds_mark()? */
+static inline bool t_fds_left(long fd)
+{
+	if (fd < 0 || fd >= (long)T_FDS_MAX || (t_fds_open[fd / 8] & (1u << (fd % 8))))
+		return false;
+	char path[64], what[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%ld", fd);
+	ssize_t k = readlink(path, what, sizeof(what) - 1);
+	if (k <= 0)
+		return false;
+	what[k] = 0;
+	return !strncmp(what, "socket:", 7) || !strncmp(what, "pipe:", 5);
+}
+
+static inline void t_fds_sweep(const char *test)
+{
+	size_t n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	if (d) {
+		/* Closed after the listing: closing while reading it skips
+		 * entries. */
+		int *left = NULL;
+		size_t cap = 0;
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			long fd = de->d_name[0] == '.' ? -1 : strtol(de->d_name, NULL, 10);
+			if (fd == dirfd(d) || !t_fds_left(fd))
+				continue;
+			if (n == cap) {
+				cap = cap ? 2 * cap : 64;
+				int *more = realloc(left, cap * sizeof(*left));
+				if (!more)
+					break;
+				left = more;
+			}
+			left[n++] = (int)fd;
+		}
+		closedir(d);
+		for (size_t i = 0; i < n; i++)
+			close(left[i]);
+		free(left);
+	} else {
+		/* At the limit (the very case this is for), opendir() has no
+		 * descriptor left: look at every number below the limit. */
+		struct rlimit rl;
+		long max = getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur > T_FDS_MAX
+				   ? (long)T_FDS_MAX
+				   : (long)rl.rlim_cur;
+		for (long fd = 0; fd < max; fd++)
+			if (t_fds_left(fd))
+				n += close((int)fd) == 0;
+	}
+	if (n)
+		printf("[  FDS     ] %s left %zu sockets and pipes open: closed\n", test ? test : "?", n);
+}
+
+/* Descriptors this process may still open.  The soft RLIMIT_NOFILE is
+ * raised to the hard limit first (the usual soft limit is 1024, a test
+ * that wants more may take what the hard limit allows); the hard limit
+ * itself is the administrator's and stays. */
+static inline long t_nofile_free(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return 0;
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit up = {rl.rlim_max, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	long lim = rl.rlim_cur > (rlim_t)INT32_MAX ? INT32_MAX : (long)rl.rlim_cur;
+	return lim - t_count_fds();
+}
+
+/* How many of want units (of per descriptors each) fit in what this
+ * process may still open, keeping spare for the runtime (rings, eventfds)
+ * and the test's own.  When fewer than want fit, says how many and why:
+ * a test sizes itself to what the limits give instead of failing with
+ * EMFILE half-way. */
+static inline uint32_t t_nofile_fit(const char *what, uint32_t want, uint32_t per, uint32_t spare)
+{
+	long room = t_nofile_free() - (long)spare;
+	uint32_t n = room <= 0 ? 0 : (uint64_t)room / per < want ? (uint32_t)(room / per) : want;
+	if (n < want) {
+		struct rlimit rl;
+		getrlimit(RLIMIT_NOFILE, &rl);
+		printf("[  NOTE    ] %u %s instead of %u: RLIMIT_NOFILE is %llu (hard %llu), %d "
+		       "descriptors open\n",
+		       n, what, want, (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+		       t_count_fds());
+	}
+	return n;
+}
+
+/* ---- executors ------------------------------------------------------------- */
+
+/* Waits until every running executor of rt is parked (asleep in its
+ * ring), at most T_STALL_NS: what a fixed sleep ("both parked by now")
+ * cannot promise on a loaded machine.  False if they never all were. */
+static inline bool t_wait_parked(cbcmn_runtime *rt)
+{
+	uint32_t n = cbcmn_runtime_workers(rt);
+	cbcmn_executor_stats *per = calloc(n ? n : 1, sizeof(*per));
+	if (!per)
+		return false;
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	bool all = false;
+	while (!all && t_now_ns() < deadline) {
+		cbcmn_stats s;
+		all = cbcmn_stats_snapshot(rt, &s, per, n) == 0;
+		/* Executors above executors_live have no thread (min_workers). */
+		for (uint32_t i = 0; all && i < s.executors_live && i < n; i++)
+			all = per[i].state == CBCMN_EXEC_PARKED;
+		if (!all) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	free(per);
+	return all;
 }
 
 #endif

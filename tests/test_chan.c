@@ -10,23 +10,6 @@
 #include <unistd.h>
 
 
-/* A hang (a waiter nobody wakes) fails the suite instead of stalling it. */
-#define WATCHDOG_S ((T_ASAN || T_TSAN) ? 110u : 25u)
-
-static int watchdog_arm(void **state)
-{
-	(void)state;
-	t_watchdog_start("test_chan", WATCHDOG_S);
-	return 0;
-}
-
-static int watchdog_disarm(void **state)
-{
-	(void)state;
-	t_watchdog_stop();
-	return 0;
-}
-
 /* The stress loops: sanitizer runs are short enough to afford a third of
  * the release size (more interleavings for TSan), not the usual tenth. */
 #define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 3 : (n))
@@ -1162,7 +1145,9 @@ static void test_bad_input(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, watchdog_arm, watchdog_disarm)
+/* A hang (a waiter nobody wakes) fails the test, naming it, instead of
+ * stalling the suite. */
+#define T(f) T_WATCHED_TEST(f)
 	const struct CMUnitTest tests[] = {
 		T(test_fifo_spsc),
 		T(test_recv_parks_when_empty),

@@ -36,8 +36,9 @@ static int64_t busy(cbcmn_cx *cx, void *arg)
 	uint32_t me = atomic_fetch_add(&p->running, 1);
 	uint64_t t0 = t_now_ns();
 	/* Wait (without yielding) for the sibling to run at the same time:
-	 * only a second executor makes that happen. */
-	while (atomic_load(&p->running) < 2 && t_now_ns() - t0 < 3000000000ull)
+	 * only a second executor makes that happen (T_STALL_NS: a hang, not
+	 * a slow start). */
+	while (atomic_load(&p->running) < 2 && t_now_ns() - t0 < T_STALL_NS)
 		;
 	if (atomic_load(&p->running) >= 2)
 		atomic_store(&p->both, 1);
@@ -95,11 +96,22 @@ static void test_pinned_to_a_stopped_executor(void **state)
 	t_destroy(rt);
 }
 
-static void wait_live(cbcmn_runtime *rt, uint32_t want, unsigned ms)
+/* Until executors_live is want, at most T_STALL_NS. */
+static void wait_live(cbcmn_runtime *rt, uint32_t want)
 {
-	for (unsigned i = 0; i < ms && stats(rt, NULL, 0).executors_live != want; i++)
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (stats(rt, NULL, 0).executors_live != want && t_now_ns() < deadline)
 		usleep(1000);
 	assert_int_equal(stats(rt, NULL, 0).executors_live, want);
+}
+
+/* Until at least want executors have retired in all, at most T_STALL_NS. */
+static void wait_retires(cbcmn_runtime *rt, uint64_t want)
+{
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (stats(rt, NULL, 0).executor_retires < want && t_now_ns() < deadline)
+		usleep(1000);
+	assert_true(stats(rt, NULL, 0).executor_retires >= want);
 }
 
 static void test_retires_idle_and_comes_back(void **state)
@@ -112,9 +124,8 @@ static void test_retires_idle_and_comes_back(void **state)
 		t_run(rt, par_main, &p, 0);
 		assert_int_equal(atomic_load(&p.both), 1);
 		/* Idle for longer than 30 ms: back to one executor. */
-		for (int i = 0; i < 5000 && stats(rt, NULL, 0).executor_retires == retired; i++)
-			usleep(1000);
-		wait_live(rt, 1, 2000);
+		wait_retires(rt, retired + 1);
+		wait_live(rt, 1);
 	}
 	/* Each round needed two executors and ended with one: executor 1
 	 * retired three times and came back (a retirement that work cut
@@ -180,6 +191,9 @@ static void test_churn(void **state)
 		cbcmn_chan_destroy(ch.c);
 		usleep(20000); /* idle: executors above 1 retire */
 	}
+	/* Idle at the end for as long as it takes (a loaded machine may not
+	 * have run the idle executors' retirement yet). */
+	wait_retires(rt, 1);
 	cbcmn_stats s = stats(rt, NULL, 0);
 	printf("  %llu starts, %llu retirements\n", (unsigned long long)s.executor_starts,
 	       (unsigned long long)s.executor_retires);

@@ -56,10 +56,10 @@ static bool fd_open(int fd)
 	return fcntl(fd, F_GETFD) >= 0;
 }
 
-/* Wait (sleeping) until *v reaches want; false after ~10 s. */
+/* Wait (sleeping) until *v reaches want; false after T_STALL_NS. */
 static bool wait_for(cbcmn_cx *cx, _Atomic int *v, int want)
 {
-	uint64_t end = t_now_ns() + 10000000000ull;
+	uint64_t end = t_now_ns() + T_STALL_NS;
 	while (atomic_load(v) < want) {
 		if (t_now_ns() > end)
 			return false;
@@ -120,8 +120,9 @@ static bool recv_all(cbcmn_cx *cx, int fd, void *buf, size_t len)
 }
 
 /* Should a timeout or a cancellation fail to end a call, this writes into
- * its descriptors every 3 s, so that the test fails on its checks instead
- * of hanging until the watchdog. */
+ * its descriptors every T_STALL_S, so that the test fails on its checks
+ * instead of hanging until the watchdog.  Not sooner: on a loaded machine
+ * a test that works may take seconds, and a byte from here would fail it. */
 struct rescue {
 	int fd[2];
 	_Atomic int fired;
@@ -130,7 +131,7 @@ struct rescue {
 static int64_t rescuer(cbcmn_cx *cx, void *arg)
 {
 	struct rescue *r = arg;
-	while (cbcmn_sleep(cx, 3000 * MS) == 0) {
+	while (cbcmn_sleep(cx, T_STALL_NS) == 0) {
 		atomic_store(&r->fired, 1);
 		for (int i = 0; i < 2; i++)
 			if (r->fd[i] >= 0 && write(r->fd[i], "R", 1) != 1)
@@ -700,9 +701,8 @@ static int64_t timeout_main(cbcmn_cx *cx, void *arg)
 		uint64_t t0 = t_now_ns();
 		int64_t r = cbcmn_read(cx, p[0], b, sizeof(b));
 		uint64_t dt = t_now_ns() - t0;
-		TASK_CHECK(r == -ETIMEDOUT);
+		TASK_CHECK(r == -ETIMEDOUT); /* not the rescuer's byte */
 		TASK_CHECK(dt >= 40 * MS);
-		TASK_CHECK(dt < 2000 * MS);
 	}
 	/* A call that fails at once fails as it would without a timeout. */
 	TASK_CHECK(cbcmn_read(cx, 987654, b, sizeof(b)) == -EBADF);
@@ -763,11 +763,11 @@ static void test_timeout(void **state)
 	assert_int_equal(t_count_fds(), fds0);
 }
 
-/* Should the timeout not work, a connection comes in after 3 s. */
+/* Should the timeout not work, a connection comes in after T_STALL_S. */
 static int64_t late_connect(cbcmn_cx *cx, void *arg)
 {
 	uint16_t port = (uint16_t)(uintptr_t)arg;
-	if (cbcmn_sleep(cx, 3000 * MS) != 0)
+	if (cbcmn_sleep(cx, T_STALL_NS) != 0)
 		return 0;
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET,
@@ -794,8 +794,8 @@ static int64_t timeout_accept_main(cbcmn_cx *cx, void *arg)
 	uint64_t t0 = t_now_ns();
 	int64_t c = cbcmn_accept(cx, (int)ls, NULL, NULL, SOCK_CLOEXEC);
 	uint64_t dt = t_now_ns() - t0;
-	TASK_CHECK(c == -ETIMEDOUT);
-	TASK_CHECK(dt >= 20 * MS && dt < 2000 * MS);
+	TASK_CHECK(c == -ETIMEDOUT); /* not late_connect's connection */
+	TASK_CHECK(dt >= 20 * MS);
 	if (c >= 0)
 		close((int)c);
 	TASK_CHECK(cbcmn_io_set_timeout(cx, 0) == (int64_t)(30 * MS));
@@ -833,7 +833,7 @@ static int64_t timeout_iowq_main(cbcmn_cx *cx, void *arg)
 		printf("  inotify read with a 50 ms timeout returned %lld (%s) after %llu ms\n",
 		       (long long)r, cbcmn_strerror(r), (unsigned long long)(dt / MS));
 	TASK_CHECK(r == -ETIMEDOUT);
-	TASK_CHECK(dt >= 40 * MS && dt < 2000 * MS);
+	TASK_CHECK(dt >= 40 * MS);
 	close(in);
 	return 0;
 }
@@ -854,7 +854,6 @@ struct cread {
 	cbcmn_nursery *n;
 	_Atomic int entered, returned;
 	int64_t rc;
-	uint64_t t_return;
 	uint8_t buf[64]; /* owned by the test: outlives the task */
 };
 
@@ -863,8 +862,8 @@ static int64_t cread_child(cbcmn_cx *cx, void *arg)
 	struct cread *c = arg;
 	uint8_t local[64];
 	memset(local, 0xAA, sizeof(local));
-	if (c->kind == CK_TIMED_READ)
-		cbcmn_io_set_timeout(cx, 5000 * MS); /* cancellation wins over it */
+	if (c->kind == CK_TIMED_READ) /* cancellation wins over it, and ends before the rescuer */
+		cbcmn_io_set_timeout(cx, T_STALL_NS / 2);
 	atomic_store(&c->entered, 1);
 	switch (c->kind) {
 	case CK_PIPE_READ:
@@ -881,7 +880,6 @@ static int64_t cread_child(cbcmn_cx *cx, void *arg)
 		c->rc = cbcmn_recv(cx, c->fd[0], c->buf, sizeof(c->buf), 0);
 		break;
 	}
-	c->t_return = t_now_ns();
 	atomic_store(&c->returned, 1);
 	return 0;
 }
@@ -937,12 +935,12 @@ static int64_t cancel_from_task_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(wait_for(cx, &c->entered, 1));
 	cbcmn_sleep(cx, 30 * MS); /* in the kernel by now */
 	TASK_CHECK(atomic_load(&c->returned) == 0); /* it really blocks */
-	uint64_t t0 = t_now_ns();
+	/* Ended by the cancel: not by data from the rescuer, nor by the
+	 * timeout (CK_TIMED_READ), either of which would say otherwise. */
 	TASK_CHECK(cbcmn_nursery_cancel(c->n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, c->n) == CBCMN_ECANCELED);
 	TASK_CHECK(atomic_load(&c->returned) == 1);
 	TASK_CHECK(c->rc == CBCMN_ECANCELED);
-	TASK_CHECK(c->t_return - t0 < 1000 * MS);
 	cbcmn_nursery_cancel(nr);
 	cbcmn_nursery_await_all(cx, nr);
 	TASK_CHECK(!atomic_load(&r.fired));
@@ -1000,18 +998,16 @@ static void cancel_from_thread(uint32_t workers, int kind)
 	assert_int_equal(cbcmn_nursery_spawn(NULL, nr, rescuer, &r, NULL), 0);
 	assert_int_equal(cbcmn_nursery_open(rt, NULL, &c.n), 0);
 	assert_int_equal(cbcmn_nursery_spawn(NULL, c.n, cread_child, &c, NULL), 0);
-	uint64_t end = t_now_ns() + 10000 * MS;
+	uint64_t end = t_now_ns() + T_STALL_NS;
 	while (!atomic_load(&c.entered) && t_now_ns() < end)
 		sleep_ms(1);
 	assert_int_equal(atomic_load(&c.entered), 1);
 	sleep_ms(30);
 	assert_int_equal(atomic_load(&c.returned), 0);
-	uint64_t t0 = t_now_ns();
 	assert_int_equal(cbcmn_nursery_cancel(c.n), 0);
 	assert_int_equal(cbcmn_nursery_await_all(NULL, c.n), CBCMN_ECANCELED);
 	ASSERT_TASK_CHECKS();
-	assert_int_equal(c.rc, CBCMN_ECANCELED);
-	assert_true(c.t_return - t0 < 1000 * MS);
+	assert_int_equal(c.rc, CBCMN_ECANCELED); /* not the rescuer's byte */
 	cbcmn_nursery_cancel(nr);
 	cbcmn_nursery_await_all(NULL, nr);
 	assert_false(atomic_load(&r.fired));
@@ -1102,8 +1098,8 @@ struct mass_arg {
 static int64_t mass_child(cbcmn_cx *cx, void *arg)
 {
 	struct mass_arg *a = arg;
-	if (a->i & 1)
-		cbcmn_io_set_timeout(cx, 10000 * MS); /* a linked timeout too */
+	if (a->i & 1) /* a linked timeout too: should cancelling fail, -ETIMEDOUT */
+		cbcmn_io_set_timeout(cx, T_STALL_NS / 2);
 	atomic_fetch_add(&a->m->entered, 1);
 	a->m->rc[a->i] = cbcmn_recv(cx, a->m->sv[a->i][0], a->m->buf[a->i], 8, 0);
 	return 0;
@@ -1120,10 +1116,8 @@ static int64_t mass_main(cbcmn_cx *cx, void *arg)
 	}
 	TASK_CHECK(wait_for(cx, &m->entered, MASS));
 	cbcmn_sleep(cx, 50 * MS);
-	uint64_t t0 = t_now_ns();
 	TASK_CHECK(cbcmn_nursery_cancel(m->n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, m->n) == CBCMN_ECANCELED);
-	TASK_CHECK(t_now_ns() - t0 < 2000 * MS);
 	return 0;
 }
 
@@ -1349,7 +1343,8 @@ static void test_cancel_wakes_only_executors_with_io(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_io(2);
-	sleep_ms(100); /* both parked */
+	/* Both parked: a start-up still going on would count its own wakes. */
+	assert_true(t_wait_parked(rt));
 	cbcmn_stats s0, s1;
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s0, NULL, 0), 0);
 	for (int i = 0; i < 100; i++) {
@@ -1544,44 +1539,64 @@ static int64_t echo_client(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+struct echo_set {
+	struct echo *e;
+	uint32_t n;
+};
+
 static int64_t echo_main(cbcmn_cx *cx, void *arg)
 {
-	struct echo *es = arg;
+	struct echo_set *es = arg;
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	/* Servers first: a thousand recvs in flight at once, more than a
-	 * ring's SQ (256) and CQ (512) hold. */
-	for (int i = 0; i < ECHO_TASKS; i++)
-		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, echo_server, &es[i], NULL) == 0);
-	for (int i = 0; i < ECHO_TASKS; i++)
-		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, echo_client, &es[i], NULL) == 0);
+	/* Servers first: all their recvs in flight at once, more than a
+	 * ring's SQ and CQ hold. */
+	for (uint32_t i = 0; i < es->n; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, echo_server, &es->e[i], NULL) == 0);
+	for (uint32_t i = 0; i < es->n; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, echo_client, &es->e[i], NULL) == 0);
 	return cbcmn_nursery_await_all(cx, n);
 }
 
 static void test_many_tasks_echo(void **state)
 {
 	(void)state;
+	/* Two descriptors a pair: under the usual RLIMIT_NOFILE of 1024 not
+	 * a thousand pairs, but as many as fit. */
+	uint32_t pairs = t_nofile_fit("socket pairs", ECHO_TASKS, 2, 64);
+	if (pairs < 64)
+		T_SKIP("RLIMIT_NOFILE leaves room for %u socket pairs, 64 at least are needed", pairs);
 	int fds0 = t_count_fds();
-	cbcmn_runtime *rt = rt_io(2);
-	struct echo *es = calloc(ECHO_TASKS, sizeof(*es));
-	assert_non_null(es);
-	for (int i = 0; i < ECHO_TASKS; i++) {
-		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, es[i].sv), 0);
-		es[i].seed = (uint32_t)i * 7919u;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.ring_flags = ring_flags;
+	/* More recvs in flight than the SQ (ring_entries) and the CQ (twice
+	 * that) hold: 256 for a thousand tasks, smaller rings for fewer. */
+	cfg.ring_entries = 256;
+	while (cfg.ring_entries > 8 && pairs < 4 * cfg.ring_entries)
+		cfg.ring_entries /= 2;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct echo_set es = {calloc(pairs, sizeof(struct echo)), pairs};
+	assert_non_null(es.e);
+	for (uint32_t i = 0; i < pairs; i++) {
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, es.e[i].sv))
+			fail_msg("socket pair %u of %u: %s", i, pairs, strerror(errno));
+		es.e[i].seed = i * 7919u;
 	}
 	uint64_t t0 = t_now_ns();
-	t_run(rt, echo_main, es, 0);
+	t_run(rt, echo_main, &es, 0);
 	uint64_t dt = t_now_ns() - t0;
-	int on[2] = {0, 0}, ok = 0;
-	for (int i = 0; i < ECHO_TASKS; i++) {
-		ok += es[i].ok;
-		on[es[i].exec_srv & 1]++;
-		on[es[i].exec_cli & 1]++;
+	uint32_t on[2] = {0, 0}, ok = 0;
+	for (uint32_t i = 0; i < pairs; i++) {
+		ok += es.e[i].ok;
+		on[es.e[i].exec_srv & 1]++;
+		on[es.e[i].exec_cli & 1]++;
 	}
-	printf("  %d echoes in %llu ms; tasks started on executor 0: %d, 1: %d\n", ok,
-	       (unsigned long long)(dt / MS), on[0], on[1]);
-	assert_int_equal(ok, ECHO_TASKS);
-	free(es);
+	printf("  %u echoes in %llu ms, rings of %u; tasks started on executor 0: %u, 1: %u\n", ok,
+	       (unsigned long long)(dt / MS), cfg.ring_entries, on[0], on[1]);
+	assert_int_equal(ok, pairs);
+	free(es.e);
 	t_destroy(rt);
 	assert_int_equal(t_count_fds(), fds0);
 }
@@ -2111,7 +2126,7 @@ static int64_t pread_pipe_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(pipe2(p, O_CLOEXEC) == 0);
 	TASK_CHECK(write(p[1], "abc", 3) == 3);
 	char b[4] = {0};
-	cbcmn_io_set_timeout(cx, 1000 * MS); /* bounded, should it block */
+	cbcmn_io_set_timeout(cx, T_STALL_NS); /* bounded, should it block */
 	TASK_CHECK(cbcmn_pread(cx, p[0], b, sizeof(b), 12345) == 3);
 	TASK_CHECK(memcmp(b, "abc", 3) == 0);
 	TASK_CHECK(cbcmn_pwrite(cx, p[1], "d", 1, 777) == 1);

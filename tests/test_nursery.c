@@ -46,10 +46,9 @@ static uint32_t flags_of(void **state)
 	return ((struct tcase *)*state)->flags;
 }
 
-#define MS 1000000ull
 /* Far beyond any wake-up latency: a task still waiting after this for
  * something another task does has been forgotten. */
-#define STALL_NS (((T_ASAN || T_TSAN) ? 5000 : 2000) * MS)
+#define STALL_NS T_STALL_NS
 
 #define mk_rt t_runtime_flags
 

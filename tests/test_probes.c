@@ -47,7 +47,8 @@ static void test_every_documented_probe_is_present(void **state)
 	(void)state;
 	static const char *const names[] = {"spawn", "steal", "steal_fail", "park", "unpark",
 					     "wake", "lock_contended", "task_panic", "doorbell",
-					     "doorbell_coalesced", "xmsg", "exec_start", "exec_stop"};
+					     "doorbell_coalesced", "xmsg", "exec_start", "exec_stop",
+					     "accept_error"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!has_probe(names[i]))
 			fail_msg("probe cbcmn:%s (with a semaphore) is not in libcbcmn.so", names[i]);

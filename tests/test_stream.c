@@ -1,9 +1,16 @@
 /* test_stream.c: multishot receive streams and acceptors (cbcmn_io.h). */
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "helpers.h"
+#include "../lib/fault.h"
 
 static int64_t run_on_0(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
 {
@@ -280,6 +287,68 @@ static void stream_cancel_case(bool from_thread)
 	t_destroy(rt);
 }
 
+/* A cancelled task's next call on a stream returns CBCMN_ECANCELED even
+ * with chunks queued (cbcmn_io.h: "a task already cancelled gets
+ * CBCMN_ECANCELED"): it used to be handed chunk after chunk, and a peer
+ * that keeps sending kept it from ever seeing the cancellation.  The
+ * chunks stay queued: the close drops them, as unread bytes in a socket. */
+struct cq {
+	int sv[2];
+	cbcmn_nursery *n;
+	int64_t first, after_cancel, close_r;
+};
+
+static int64_t queued_reader(cbcmn_cx *cx, void *arg)
+{
+	struct cq *c = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, c->sv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	if (write(c->sv[1], "chunk", 5) != 5)
+		return -EIO;
+	c->first = cbcmn_stream_recv(cx, s, &d); /* armed now */
+	for (int i = 0; i < 3; i++) {
+		if (write(c->sv[1], "chunk", 5) != 5)
+			return -EIO;
+		cbcmn_sleep(cx, 2000000); /* each write its own chunk, queued */
+	}
+	cbcmn_nursery_cancel(c->n);
+	c->after_cancel = cbcmn_stream_recv(cx, s, &d);
+	c->close_r = cbcmn_stream_close(cx, s);
+	return 0;
+}
+
+static int64_t queued_main(cbcmn_cx *cx, void *arg)
+{
+	struct cq *c = arg;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &c->n))
+		return -1;
+	cbcmn_nursery_spawn_pinned(cx, c->n, 0, queued_reader, c, NULL);
+	cbcmn_nursery_await_all(cx, c->n);
+	return 0;
+}
+
+static void test_cancelled_reader_with_chunks_queued_is_ecanceled(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct cq c = {.first = -1, .after_cancel = -1, .close_r = -1};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
+	assert_int_equal(run_on_0(rt, queued_main, &c), 0);
+	assert_true(c.first > 0);
+	assert_int_equal(c.after_cancel, CBCMN_ECANCELED);
+	assert_int_equal(c.close_r, 0);
+	close(c.sv[0]);
+	close(c.sv[1]);
+	t_destroy(rt);
+}
+
 static void test_stream_cancel(void **state)
 {
 	(void)state;
@@ -290,6 +359,896 @@ static void test_stream_cancel_from_thread(void **state)
 {
 	(void)state;
 	stream_cancel_case(true);
+}
+
+/* ---- closing a stream its reader is still inside (issue 12, item 1) ---------- */
+
+/* The reader waits for budget inside cbcmn_stream_recv(): its stream has no
+ * waiter then, but it is in use, and closing it must answer -EBUSY instead
+ * of freeing it under the reader. */
+struct bw {
+	int sv[2];
+	cbcmn_stream *s;
+	_Atomic int stage; /* 1: first chunk taken, about to ask again */
+	int64_t r1, r2;
+	char got[4];
+};
+
+static int64_t budget_reader(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	const void *d;
+	b->r1 = cbcmn_stream_recv(cx, b->s, &d); /* the one syscall it may pay */
+	atomic_store(&b->stage, 1);
+	b->r2 = cbcmn_stream_recv(cx, b->s, &d); /* waits for budget first */
+	if (b->r2 > 0)
+		memcpy(b->got, d, (size_t)b->r2 < sizeof(b->got) ? (size_t)b->r2 : sizeof(b->got));
+	return 0;
+}
+
+/* Opens b's stream with "a" in it and, in a nursery of its own (*n), a
+ * reader that may pay one syscall; returns once the reader has taken "a"
+ * and waits for budget inside its next call.  0, or the error. */
+static int budget_reader_waiting(cbcmn_cx *cx, struct bw *b, cbcmn_nursery **n,
+				 cbcmn_task **child)
+{
+	int rc = cbcmn_stream_open(cx, b->sv[0], &b->s);
+	if (rc)
+		return rc;
+	TASK_CHECK(write(b->sv[1], "a", 1) == 1);
+	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n)) != 0)
+		return rc;
+	cbcmn_budget ask = {.syscalls = 1};
+	cbcmn_caps none = {.flags = 0}; /* no CapBudget: it cannot recharge itself */
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
+			      .shard = cbcmn_cx_executor(cx)};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, *n, budget_reader, b, &o, child) == 0);
+	while (!atomic_load(&b->stage))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx); /* the reader is now waiting for budget */
+	TASK_CHECK(cbcmn_stream_close(cx, b->s) == -EBUSY);
+	return 0;
+}
+
+static int64_t budget_close_main(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *child;
+	int rc = budget_reader_waiting(cx, b, &n, &child);
+	if (rc)
+		return rc;
+	TASK_CHECK(write(b->sv[1], "bc", 2) == 2);
+	cbcmn_budget more = {.syscalls = 10};
+	TASK_CHECK(cbcmn_budget_recharge(cx, child, &more) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_task_join(cx, child, NULL) == 0);
+	return cbcmn_stream_close(cx, b->s);
+}
+
+/* The reader is cancelled while it waits for budget inside
+ * cbcmn_stream_recv(): the budget wait does not return, it unwinds the task
+ * to its landing pad.  The stream must not stay in use by a task that is
+ * gone (before: every later call on it, its close included, returned
+ * -EBUSY for good, and its buffers and SQE were never given back). */
+static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	cbcmn_nursery *n;
+	int rc = budget_reader_waiting(cx, b, &n, NULL);
+	if (rc)
+		return rc;
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	/* The stream is free again, and lost nothing. */
+	TASK_CHECK(write(b->sv[1], "bc", 2) == 2);
+	const void *d;
+	b->r2 = cbcmn_stream_recv(cx, b->s, &d);
+	if (b->r2 > 0)
+		memcpy(b->got, d, (size_t)b->r2 < sizeof(b->got) ? (size_t)b->r2 : sizeof(b->got));
+	return cbcmn_stream_close(cx, b->s);
+}
+
+/* Runs main (budget_*_main): "a" was taken by the reader, "bc" by the
+ * reader or the main task, and the stream closed. */
+static void budget_case(cbcmn_task_fn main)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct bw b = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
+	assert_int_equal(run_on_0(rt, main, &b), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.r1, 1);
+	assert_int_equal(b.r2, 2);
+	assert_memory_equal(b.got, "bc", 2);
+	close(b.sv[0]);
+	close(b.sv[1]);
+	t_destroy(rt);
+}
+
+static void test_close_during_budget_wait_is_ebusy(void **state)
+{
+	(void)state;
+	budget_case(budget_close_main);
+}
+
+static void test_cancel_during_budget_wait_releases_the_stream(void **state)
+{
+	(void)state;
+	budget_case(budget_cancel_main);
+}
+
+/* ---- one stream's flood must not stall the others (issue 12, item 3) ---------- */
+
+#define HOG_BYTES (24u << 20) /* more than any pool holds */
+#define HOG_BUSY_NS 5000000000ull /* the hog's task is busy this long at most */
+
+struct hog {
+	int hsv[2], vsv[2];
+	_Atomic size_t written;  /* by the flooding thread */
+	_Atomic int hog_busy;    /* the hog took its first chunk and stopped reading */
+	_Atomic int victim_waiting;
+	_Atomic int victim_got;
+	_Atomic int hog_resumed;
+	int victim_first;        /* the victim got its message before the hog read on */
+	char vmsg[4];
+	int64_t vlen;
+	size_t hog_got;
+	int hog_bad;
+	int64_t hog_end;
+	uint64_t got_ns;
+};
+
+static uint8_t hog_byte(size_t i)
+{
+	return (uint8_t)(i * 7 + (i >> 13));
+}
+
+static void *hog_flood(void *arg)
+{
+	struct hog *h = arg;
+	uint8_t buf[65536];
+	size_t off = 0;
+	while (off < HOG_BYTES) {
+		size_t n = sizeof(buf);
+		if (n > HOG_BYTES - off)
+			n = HOG_BYTES - off;
+		for (size_t i = 0; i < n; i++)
+			buf[i] = hog_byte(off + i);
+		ssize_t w = write(h->hsv[1], buf, n);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+		atomic_store(&h->written, off);
+	}
+	shutdown(h->hsv[1], SHUT_WR);
+	return NULL;
+}
+
+static void hog_check(struct hog *h, const void *data, int64_t n)
+{
+	const uint8_t *p = data;
+	for (int64_t i = 0; i < n; i++)
+		if (h->hog_got + (size_t)i >= HOG_BYTES || p[i] != hog_byte(h->hog_got + (size_t)i))
+			h->hog_bad = 1;
+	h->hog_got += (size_t)n;
+}
+
+static int64_t hog_task(cbcmn_cx *cx, void *arg)
+{
+	struct hog *h = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, h->hsv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, s, &d);
+	TASK_CHECK(n > 0);
+	hog_check(h, d, n);
+	/* Busy elsewhere: its stream stays armed and the flood keeps coming. */
+	atomic_store(&h->hog_busy, 1);
+	uint64_t end = t_now_ns() + HOG_BUSY_NS;
+	while (!atomic_load(&h->victim_got) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&h->hog_resumed, 1);
+	while ((n = cbcmn_stream_recv(cx, s, &d)) > 0)
+		hog_check(h, d, n);
+	h->hog_end = n;
+	return cbcmn_stream_close(cx, s);
+}
+
+static int64_t victim_task(cbcmn_cx *cx, void *arg)
+{
+	struct hog *h = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, h->vsv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	atomic_store(&h->victim_waiting, 1);
+	h->vlen = cbcmn_stream_recv(cx, s, &d);
+	h->got_ns = t_now_ns();
+	h->victim_first = !atomic_load(&h->hog_resumed);
+	if (h->vlen > 0)
+		memcpy(h->vmsg, d, (size_t)h->vlen < sizeof(h->vmsg) ? (size_t)h->vlen : sizeof(h->vmsg));
+	atomic_store(&h->victim_got, 1);
+	return cbcmn_stream_close(cx, s);
+}
+
+/* Waits until *flag is set, at most 10 s. */
+static void wait_flag(_Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		usleep(100);
+}
+
+/* Waits until v stops changing (for 100 ms), at most 10 s. */
+static void wait_settled(_Atomic size_t *v)
+{
+	size_t last = atomic_load(v);
+	uint64_t still = t_now_ns(), end = still + 10000000000ull;
+	while (t_now_ns() < end && t_now_ns() - still < 100000000ull) {
+		usleep(10000);
+		size_t now = atomic_load(v);
+		if (now != last) {
+			last = now;
+			still = t_now_ns();
+		}
+	}
+}
+
+/* One stream whose task stops reading while its peer floods it, beside a
+ * stream waiting for two bytes on the same executor: the two bytes arrive
+ * while the hog still reads nothing (before, the hog's queue took every
+ * buffer of the shard and the other stream spun on -ENOBUFS until the hog
+ * read again), and the hog loses nothing. */
+static void test_hog_stream_does_not_stall_others(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct hog h = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, victim_task, &h, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, hog_task, &h, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, hog_flood, &h), 0);
+	wait_flag(&h.hog_busy);
+	wait_flag(&h.victim_waiting);
+	assert_true(atomic_load(&h.hog_busy) && atomic_load(&h.victim_waiting));
+	wait_settled(&h.written); /* the hog's stream took all it will take */
+	uint64_t cpu0 = t_clock_ns(CLOCK_PROCESS_CPUTIME_ID), t0 = t_now_ns();
+	assert_int_equal(write(h.vsv[1], "hi", 2), 2);
+	wait_flag(&h.victim_got);
+	uint64_t cpu = t_clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+	printf("[  INFO    ] 2-byte message beside a hog stream: waited %.3f ms, %.3f ms CPU\n",
+	       (double)(h.got_ns - t0) / 1e6, (double)cpu / 1e6);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(h.vlen, 2);
+	assert_memory_equal(h.vmsg, "hi", 2);
+	assert_true(h.victim_first);
+	assert_int_equal(h.hog_bad, 0);
+	assert_int_equal(h.hog_got, HOG_BYTES);
+	assert_int_equal(h.hog_end, 0);
+	for (int i = 0; i < 2; i++) {
+		close(h.hsv[i]);
+		close(h.vsv[i]);
+	}
+	t_destroy(rt);
+}
+
+/* The pool cannot grow (a mapping fails) when a stream finds it empty, and
+ * every buffer is held by a hog whose task does not read: the stream waits,
+ * and tries to grow the pool again after a pause, so once memory is back
+ * its message arrives while the hog still reads nothing (before: it waited
+ * for a buffer from the hog, 5 s here, although the pool could grow). */
+static void test_starved_stream_retries_a_failed_growth(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan probe = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_MMAP, &probe))
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+	cbcmn__fault_disarm_all();
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stream_buf_size = 64 << 10; /* 16 buffers a 1 MiB chunk: the pool grows by 16 */
+	cfg.stream_buf_share = 16;
+	cfg.stream_bufs_max = 64;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct hog h = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, hog_task, &h, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, hog_flood, &h), 0);
+	wait_flag(&h.hog_busy);
+	wait_settled(&h.written); /* the hog holds the whole pool (its share) */
+	/* Every mapping fails: the victim's open and its -ENOBUFS cannot grow
+	 * the pool. */
+	struct cbcmn__fault_plan fail = {.nth = 1, .every = 1, .err = -ENOMEM};
+	assert_true(cbcmn__fault_arm(CBCMN__F_MMAP, &fail));
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, victim_task, &h, NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (cbcmn__fault_fails(CBCMN__F_MMAP) < 2 && t_now_ns() < end)
+		usleep(1000);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MMAP);
+	usleep(20000);
+	cbcmn__fault_disarm_all();
+	assert_true(fails >= 2);
+	assert_int_equal(write(h.vsv[1], "hi", 2), 2);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(h.vlen, 2);
+	assert_memory_equal(h.vmsg, "hi", 2);
+	assert_true(h.victim_first); /* before the hog gave anything back */
+	assert_int_equal(h.hog_bad, 0);
+	assert_int_equal(h.hog_got, HOG_BYTES);
+	assert_int_equal(h.hog_end, 0);
+	for (int i = 0; i < 2; i++) {
+		close(h.hsv[i]);
+		close(h.vsv[i]);
+	}
+	t_destroy(rt);
+}
+
+/* Many streams whose tasks stop reading, each with more queued in its socket
+ * than its share: the pool grows with them, and another stream still gets
+ * its message while none of them reads. */
+#define MANY_HOGS 64
+#define MANY_HOG_BYTES (128u << 10)
+
+struct many {
+	int sv[MANY_HOGS][2];
+	int vsv[2];
+	_Atomic int hogs_busy, victim_waiting, victim_got, hogs_resumed;
+	int victim_first, bad;
+	int64_t vlen;
+	char vmsg[4];
+};
+
+static int64_t many_hogs_task(cbcmn_cx *cx, void *arg)
+{
+	struct many *m = arg;
+	cbcmn_stream *s[MANY_HOGS];
+	size_t got[MANY_HOGS] = {0};
+	for (int i = 0; i < MANY_HOGS; i++) {
+		int rc = cbcmn_stream_open(cx, m->sv[i][0], &s[i]);
+		if (rc)
+			return rc;
+		const void *d;
+		int64_t n = cbcmn_stream_recv(cx, s[i], &d); /* armed: the rest flows in */
+		TASK_CHECK(n > 0);
+		got[i] += n > 0 ? (size_t)n : 0;
+	}
+	atomic_store(&m->hogs_busy, 1);
+	uint64_t end = t_now_ns() + HOG_BUSY_NS;
+	while (!atomic_load(&m->victim_got) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&m->hogs_resumed, 1);
+	for (int i = 0; i < MANY_HOGS; i++) {
+		const void *d;
+		int64_t n;
+		while (got[i] < MANY_HOG_BYTES && (n = cbcmn_stream_recv(cx, s[i], &d)) > 0)
+			got[i] += (size_t)n;
+		if (got[i] != MANY_HOG_BYTES)
+			m->bad = 1;
+		TASK_CHECK(cbcmn_stream_close(cx, s[i]) == 0);
+	}
+	return 0;
+}
+
+static int64_t many_victim_task(cbcmn_cx *cx, void *arg)
+{
+	struct many *m = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, m->vsv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	atomic_store(&m->victim_waiting, 1);
+	m->vlen = cbcmn_stream_recv(cx, s, &d);
+	m->victim_first = !atomic_load(&m->hogs_resumed);
+	if (m->vlen > 0)
+		memcpy(m->vmsg, d, (size_t)m->vlen < sizeof(m->vmsg) ? (size_t)m->vlen : sizeof(m->vmsg));
+	atomic_store(&m->victim_got, 1);
+	return cbcmn_stream_close(cx, s);
+}
+
+static void test_many_hog_streams_do_not_stall_others(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct many *m = calloc(1, sizeof(*m));
+	assert_non_null(m);
+	static char blob[MANY_HOG_BYTES];
+	for (int i = 0; i < MANY_HOGS; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m->sv[i]), 0);
+		int big = 2 * MANY_HOG_BYTES;
+		setsockopt(m->sv[i][1], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+		assert_int_equal(write(m->sv[i][1], blob, sizeof(blob)), sizeof(blob));
+	}
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m->vsv), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, many_victim_task, m, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, many_hogs_task, m, NULL), 0);
+	wait_flag(&m->hogs_busy); /* (before: the 33rd stream's first recv spun on -ENOBUFS) */
+	wait_flag(&m->victim_waiting);
+	assert_true(atomic_load(&m->hogs_busy) && atomic_load(&m->victim_waiting));
+	usleep(100000); /* the hogs' streams take what they will */
+	assert_int_equal(write(m->vsv[1], "hi", 2), 2);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(m->vlen, 2);
+	assert_memory_equal(m->vmsg, "hi", 2);
+	assert_true(m->victim_first);
+	assert_int_equal(m->bad, 0);
+	for (int i = 0; i < MANY_HOGS; i++) {
+		close(m->sv[i][0]);
+		close(m->sv[i][1]);
+	}
+	close(m->vsv[0]);
+	close(m->vsv[1]);
+	free(m);
+	t_destroy(rt);
+}
+
+/* ---- a starved stream waits for a buffer (issue 12, items 1 and 3) ------------ */
+
+/* With a stream's share the whole pool, a hog that stops reading leaves
+ * nothing for the others: they must wait, without polling for buffers
+ * (before: a re-arm every 50 us, each another -ENOBUFS), be closable by
+ * nobody meanwhile (-EBUSY: before, the close freed the stream under its
+ * waiting reader), and get the first buffer that comes back. */
+#define STARVE_BUFS 16u
+#define STARVE_BYTES (1u << 20)
+
+struct starve;
+
+struct victim {
+	struct starve *s;
+	int sv[2];
+	cbcmn_stream *st;
+	_Atomic int waiting, got;
+	int hog_reads_then;      /* the hog's reads when the victim got its message */
+	int64_t len;
+	char msg[4];
+};
+
+struct starve {
+	int hsv[2];
+	struct victim v[2];
+	_Atomic size_t written;
+	_Atomic int hog_busy, give_one, closed, hog_reads;
+	int64_t close_rc, hog_end;
+	size_t hog_got;
+};
+
+static void *starve_flood(void *arg)
+{
+	struct starve *s = arg;
+	static uint8_t buf[STARVE_BYTES];
+	size_t off = 0;
+	while (off < STARVE_BYTES) {
+		ssize_t w = write(s->hsv[1], buf + off, STARVE_BYTES - off);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+		atomic_store(&s->written, off);
+	}
+	shutdown(s->hsv[1], SHUT_WR);
+	return NULL;
+}
+
+/* Waits (sleeping) until *flag is set, at most HOG_BUSY_NS. */
+static void task_wait_flag(cbcmn_cx *cx, _Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + HOG_BUSY_NS;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+}
+
+/* Takes one chunk and stops reading (its stream takes the whole pool);
+ * on give_one, takes the next, which gives back exactly one buffer; reads
+ * on when the last victim got its message. */
+static int64_t starve_hog(cbcmn_cx *cx, void *arg)
+{
+	struct starve *s = arg;
+	cbcmn_stream *st;
+	int rc = cbcmn_stream_open(cx, s->hsv[0], &st);
+	if (rc)
+		return rc;
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, st, &d);
+	TASK_CHECK(n > 0);
+	s->hog_got += n > 0 ? (size_t)n : 0;
+	atomic_store(&s->hog_reads, 1);
+	atomic_store(&s->hog_busy, 1);
+	task_wait_flag(cx, &s->give_one);
+	n = cbcmn_stream_recv(cx, st, &d);
+	TASK_CHECK(n > 0);
+	s->hog_got += n > 0 ? (size_t)n : 0;
+	atomic_store(&s->hog_reads, 2);
+	task_wait_flag(cx, &s->v[1].got);
+	atomic_store(&s->hog_reads, 3);
+	while ((n = cbcmn_stream_recv(cx, st, &d)) > 0)
+		s->hog_got += (size_t)n;
+	s->hog_end = n;
+	return cbcmn_stream_close(cx, st);
+}
+
+static int64_t starve_victim(cbcmn_cx *cx, void *arg)
+{
+	struct victim *v = arg;
+	int rc = cbcmn_stream_open(cx, v->sv[0], &v->st);
+	if (rc)
+		return rc;
+	const void *d;
+	atomic_store(&v->waiting, 1);
+	v->len = cbcmn_stream_recv(cx, v->st, &d);
+	v->hog_reads_then = atomic_load(&v->s->hog_reads);
+	if (v->len > 0)
+		memcpy(v->msg, d, (size_t)v->len < sizeof(v->msg) ? (size_t)v->len : sizeof(v->msg));
+	atomic_store(&v->got, 1);
+	return cbcmn_stream_close(cx, v->st);
+}
+
+static int64_t starve_closer(cbcmn_cx *cx, void *arg)
+{
+	struct starve *s = arg;
+	s->close_rc = cbcmn_stream_close(cx, s->v[1].st);
+	atomic_store(&s->closed, 1);
+	return 0;
+}
+
+static uint64_t backpressure(cbcmn_runtime *rt)
+{
+	cbcmn_executor_stats ex;
+	cbcmn_stats st;
+	if (cbcmn_stats_snapshot(rt, &st, &ex, 1) != 0)
+		return 0;
+	return ex.ring_msgs_backpressure;
+}
+
+/* A runtime whose pool is one stream's share, a hog holding all of it,
+ * and the victims' socket pairs; victim v[1] is started in n, and with n0
+ * victim v[0] in a nursery of its own, first in line. */
+static cbcmn_runtime *starve_setup(struct starve *s, cbcmn_nursery **n, cbcmn_nursery **n0,
+				   pthread_t *th)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stream_bufs_max = STARVE_BUFS;
+	cfg.stream_buf_share = STARVE_BUFS;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!have_streams(rt))
+		return rt;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->hsv), 0);
+	for (int i = 0; i < 2; i++) {
+		s->v[i].s = s;
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->v[i].sv), 0);
+	}
+	if (n0) {
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, n0), 0);
+		assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n0, 0, starve_victim, &s->v[0], NULL),
+				 0);
+		wait_flag(&s->v[0].waiting);
+	}
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n, 0, starve_victim, &s->v[1], NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n, 0, starve_hog, s, NULL), 0);
+	assert_int_equal(pthread_create(th, NULL, starve_flood, s), 0);
+	wait_flag(&s->hog_busy);
+	wait_flag(&s->v[1].waiting);
+	assert_true(atomic_load(&s->hog_busy) && atomic_load(&s->v[1].waiting));
+	wait_settled(&s->written); /* the hog holds the whole pool */
+	return rt;
+}
+
+/* Sends victim v its message and waits until it found no buffer. */
+static void starve_send(cbcmn_runtime *rt, struct victim *v, const char *msg)
+{
+	uint64_t base = backpressure(rt);
+	assert_int_equal(write(v->sv[1], msg, 1), 1);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (backpressure(rt) == base && t_now_ns() < end)
+		usleep(1000);
+	assert_true(backpressure(rt) > base);
+}
+
+/* The hog gives back one buffer, which must be v[1]'s turn; then the rest
+ * ends (n0, if any: cancelled). */
+static void starve_finish(cbcmn_runtime *rt, struct starve *s, cbcmn_nursery *n, pthread_t th,
+			  cbcmn_nursery *n0)
+{
+	atomic_store(&s->give_one, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	if (n0) {
+		cbcmn_nursery_cancel(n0);
+		cbcmn_nursery_await_all(NULL, n0);
+	}
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(s->v[1].len, 1);
+	assert_memory_equal(s->v[1].msg, "b", 1);
+	assert_int_equal(s->v[1].hog_reads_then, 2); /* one buffer back was its turn */
+	assert_int_equal(s->hog_got, STARVE_BYTES);
+	assert_int_equal(s->hog_end, 0);
+	close(s->hsv[0]);
+	close(s->hsv[1]);
+	for (int i = 0; i < 2; i++) {
+		close(s->v[i].sv[0]);
+		close(s->v[i].sv[1]);
+	}
+	t_destroy(rt);
+}
+
+static void test_starved_stream_waits_for_a_buffer(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	starve_send(rt, &s.v[1], "b");
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_closer, &s, NULL), 0);
+	wait_flag(&s.closed);
+	uint64_t c0 = backpressure(rt);
+	usleep(200000);
+	uint64_t c1 = backpressure(rt);
+	printf("[  INFO    ] starved for 200 ms: %llu more -ENOBUFS\n", (unsigned long long)(c1 - c0));
+	assert_int_equal(s.close_rc, -EBUSY);
+	assert_true(c1 - c0 <= 1); /* it waited; it did not poll */
+	starve_finish(rt, &s, n, th, NULL);
+}
+
+/* Two starved streams; the first in line is cancelled and closed: it
+ * leaves the line, and the buffer that comes back is the second's. */
+static void test_cancelled_starved_stream_leaves_the_line(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	starve_send(rt, &s.v[0], "a");
+	starve_send(rt, &s.v[1], "b");
+	assert_int_equal(cbcmn_nursery_cancel(n0), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), CBCMN_ECANCELED);
+	assert_int_equal(s.v[0].len, CBCMN_ECANCELED);
+	starve_finish(rt, &s, n, th, NULL);
+}
+
+/* The end of a stream needs no buffer: with the pool empty, a peer's
+ * shutdown still ends the stream at once (a multishot recv picks a buffer
+ * before it looks at the socket, and would wait for one). */
+static void test_stream_end_needs_no_buffer(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
+	wait_flag(&s.v[0].got);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), 0);
+	assert_int_equal(s.v[0].len, 0);
+	assert_int_equal(s.v[0].hog_reads_then, 1); /* before the hog gave anything back */
+	starve_send(rt, &s.v[1], "b");
+	starve_finish(rt, &s, n, th, NULL);
+}
+
+/* Victim v[0] started, in nursery *n0, once the hog holds the whole pool:
+ * returns when its stream, armed while the pool is empty, has failed at
+ * once (-ENOBUFS) though nothing came for it. */
+static void starve_idle_victim(cbcmn_runtime *rt, struct starve *s, cbcmn_nursery **n0)
+{
+	uint64_t base = backpressure(rt);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, n0), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, *n0, 0, starve_victim, &s->v[0], NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (backpressure(rt) == base && t_now_ns() < end)
+		usleep(1000);
+	assert_true(backpressure(rt) > base);
+}
+
+/* Such a stream, before one that has data: it must not take the one buffer
+ * that comes back (it needs none until data comes). */
+static void test_idle_starved_stream_takes_no_turn(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	starve_idle_victim(rt, &s, &n0);
+	starve_send(rt, &s.v[1], "b");
+	starve_finish(rt, &s, n, th, n0);
+}
+
+/* Such a stream, waiting while nothing has come for it: its peer's
+ * shutdown ends it at once, though no buffer comes back (before: it waited
+ * in line, nothing watched its socket, and it saw its end only when the
+ * hog gave a buffer back). */
+static void test_idle_starved_stream_sees_its_end(void **state)
+{
+	(void)state;
+	struct starve s = {0};
+	cbcmn_nursery *n, *n0;
+	pthread_t th;
+	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	starve_idle_victim(rt, &s, &n0);
+	usleep(20000); /* it waits */
+	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
+	wait_flag(&s.v[0].got);
+	assert_int_equal(s.v[0].len, 0);
+	assert_int_equal(s.v[0].hog_reads_then, 1); /* before the hog gave anything back */
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), 0);
+	starve_send(rt, &s.v[1], "b");
+	starve_finish(rt, &s, n, th, NULL);
+}
+
+/* ---- the buffer ring under RLIMIT_MEMLOCK ------------------------------------- */
+
+/* For a user without CAP_IPC_LOCK the kernel counts a registered buffer
+ * ring's pages against RLIMIT_MEMLOCK, as it counts the rings'.  The child
+ * drops root, if it is root, for a uid of its own (the count is per user,
+ * and a closed ring's share comes back only some ms later), sets the
+ * limit, and runs body; exit status 77 is a skip.  Not root, it counts
+ * with whatever else this user has locked: a body that needs the whole
+ * limit (own_uid) skips. */
+static void run_memlocked(int (*body)(void), rlim_t memlock, bool own_uid)
+{
+	if (own_uid && geteuid() != 0)
+		T_SKIP("not root: the locked-memory count is shared with this user's other rings");
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		uid_t uid = 300000u + (uid_t)getpid() % 100000u;
+		if (geteuid() == 0 && (setgroups(0, NULL) != 0 ||
+				       setresgid(65534, 65534, 65534) != 0 ||
+				       setresuid(uid, uid, uid) != 0))
+			_exit(77);
+		prctl(PR_SET_DUMPABLE, 1); /* for the sanitizers' leak check */
+		struct rlimit rl = {memlock, memlock};
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+			_exit(2);
+		alarm(30);
+		exit(body());
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		T_SKIP("cannot drop root to count locked memory");
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static int64_t stream_echo_3(cbcmn_cx *cx, void *arg)
+{
+	int *sv = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, sv[0], &s);
+	if (rc)
+		return rc;
+	const void *d;
+	int64_t n = write(sv[1], "xyz", 3) == 3 ? cbcmn_stream_recv(cx, s, &d) : -EIO;
+	rc = cbcmn_stream_close(cx, s);
+	return n == 3 && memcmp(d, "xyz", 3) == 0 ? rc : n < 0 ? n : -EIO;
+}
+
+/* A stream on a runtime made under memlock: its result. */
+static int64_t stream_in_memlock(int *create_rc)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cbcmn_runtime *rt;
+	if ((*create_rc = cbcmn_runtime_create(&cfg, &rt)) != 0)
+		return 0;
+	int sv[2];
+	int64_t r = -errno;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+		/* One executor: the task runs where its stream is. */
+		if (cbcmn_runtime_run(rt, stream_echo_3, sv, &r) != 0)
+			r = -EIO;
+		close(sv[0]);
+		close(sv[1]);
+	}
+	cbcmn_runtime_destroy(rt);
+	return r;
+}
+
+static int stream_in_64k(void)
+{
+	int create_rc;
+	int64_t r = stream_in_memlock(&create_rc);
+	if (create_rc != 0 || r != 0)
+		fprintf(stderr, "child: create %d, stream %lld (%s)\n", create_rc, (long long)r,
+			cbcmn_strerror((int)r));
+	return create_rc == 0 && r == 0 ? 0 : 1;
+}
+
+/* The default pool's buffer ring (8192 entries, 128 KiB) does not fit in
+ * 64 KiB beside the ring: it is made smaller (before: every stream failed
+ * with -ENOMEM, "Cannot allocate memory", on a machine with plenty). */
+static void test_buffer_ring_fits_in_memlock(void **state)
+{
+	(void)state;
+	run_memlocked(stream_in_64k, 64 << 10, true);
+}
+
+/* Whatever the limit, a stream either works or says why: CBCMN_EMEMLOCK,
+ * never -ENOMEM. */
+static int stream_memlock_sweep(void)
+{
+	for (rlim_t kib = 64; kib >= 4; kib -= 4) { /* (a hard limit only goes down) */
+		struct rlimit rl = {kib << 10, kib << 10};
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+			return 2;
+		int create_rc;
+		int64_t r = stream_in_memlock(&create_rc);
+		if (create_rc == 0 && r != 0 && r != CBCMN_EMEMLOCK) {
+			fprintf(stderr, "child: %u KiB: stream %lld (%s)\n", (unsigned)kib,
+				(long long)r, cbcmn_strerror((int)r));
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void test_stream_without_locked_memory_is_memlock(void **state)
+{
+	(void)state;
+	run_memlocked(stream_memlock_sweep, 64 << 10, false);
 }
 
 /* ---- acceptors ------------------------------------------------------------------ */
@@ -367,6 +1326,670 @@ static void test_acceptor(void **state)
 	t_destroy(rt);
 }
 
+/* An acceptor whose task does not take connections stops accepting at its
+ * bound: the rest wait in the listen backlog, not as descriptors of this
+ * process (before: every connection was accepted and queued), and none is
+ * lost. */
+#define IDLE_CONNS 200
+
+struct idle_acc {
+	int lfd;
+	uint16_t port;
+	_Atomic int armed, take;
+	int taken;
+};
+
+static int64_t idle_acceptor(cbcmn_cx *cx, void *arg)
+{
+	struct idle_acc *a = arg;
+	cbcmn_acceptor *ac;
+	int rc = cbcmn_acceptor_open(cx, a->lfd, SOCK_CLOEXEC, &ac);
+	if (rc) {
+		atomic_store(&a->armed, -1);
+		return rc;
+	}
+	int64_t fd = cbcmn_acceptor_next(cx, ac); /* the first: now it is armed */
+	TASK_CHECK(fd >= 0);
+	close((int)fd);
+	atomic_store(&a->armed, 1);
+	task_wait_flag(cx, &a->take);
+	for (int i = 0; i < IDLE_CONNS; i++) {
+		fd = cbcmn_acceptor_next(cx, ac);
+		TASK_CHECK(fd >= 0);
+		if (fd >= 0) {
+			a->taken++;
+			close((int)fd);
+		}
+	}
+	return cbcmn_acceptor_close(cx, ac);
+}
+
+/* Waits until the process's descriptor count stops changing (100 ms). */
+static int fds_settled(void)
+{
+	int last = t_count_fds();
+	uint64_t still = t_now_ns(), end = still + 10000000000ull;
+	while (t_now_ns() < end && t_now_ns() - still < 100000000ull) {
+		usleep(10000);
+		int now = t_count_fds();
+		if (now != last) {
+			last = now;
+			still = t_now_ns();
+		}
+	}
+	return last;
+}
+
+static void test_idle_acceptor_stops_at_its_bound(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct idle_acc a = {0};
+	a.lfd = listener(&a.port);
+	assert_true(a.lfd >= 0);
+	static int cfd[IDLE_CONNS + 1];
+	for (int i = 0; i <= IDLE_CONNS; i++) {
+		cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(cfd[i] >= 0);
+	}
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(a.port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, idle_acceptor, &a, NULL), 0);
+	assert_int_equal(connect(cfd[IDLE_CONNS], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (!atomic_load(&a.armed) && t_now_ns() < end)
+		usleep(1000);
+	if (atomic_load(&a.armed) < 0) {
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+		for (int i = 0; i <= IDLE_CONNS; i++)
+			close(cfd[i]);
+		close(a.lfd);
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	}
+	int base = fds_settled();
+	/* Two batches: the acceptor takes from the first past its bound (the
+	 * kernel takes what the backlog holds in one pass), which cancels its
+	 * accept; the second stays in the backlog. */
+	for (int half = 0; half < 2; half++) {
+		for (int i = half * IDLE_CONNS / 2; i < (half + 1) * IDLE_CONNS / 2; i++)
+			assert_int_equal(connect(cfd[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+		end = t_now_ns() + 10000000000ull;
+		while (half == 0 && t_count_fds() < base + IDLE_CONNS / 4 && t_now_ns() < end)
+			usleep(1000);
+		fds_settled();
+	}
+	int queued = t_count_fds() - base;
+	printf("[  INFO    ] %d connections made, %d accepted and queued\n", IDLE_CONNS, queued);
+	atomic_store(&a.take, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(queued <= IDLE_CONNS / 2);
+	assert_int_equal(a.taken, IDLE_CONNS); /* none lost */
+	for (int i = 0; i <= IDLE_CONNS; i++)
+		close(cfd[i]);
+	close(a.lfd);
+	t_destroy(rt);
+}
+
+/* ---- an acceptor out of descriptors (issue 12, item 4) -------------------------- */
+
+/* Descriptors taken until the process is at its (lowered) limit. */
+struct fdfill {
+	int fd[64];
+	int n;
+	struct rlimit saved;
+};
+
+static void fd_unfill(struct fdfill *f)
+{
+	for (int i = 0; i < f->n; i++)
+		close(f->fd[i]);
+	f->n = 0;
+	setrlimit(RLIMIT_NOFILE, &f->saved);
+}
+
+/* Lower the soft RLIMIT_NOFILE to a little above the lowest free
+ * descriptor, then take every descriptor left under it: the next accept
+ * fails with EMFILE.  (Descriptors open above the limit stay usable.) */
+static void fd_fill(struct fdfill *f)
+{
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &f->saved), 0);
+	int top = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	assert_true(top >= 0);
+	f->fd[0] = top;
+	f->n = 1;
+	struct rlimit lim = f->saved;
+	lim.rlim_cur = (rlim_t)top + 8;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+	int fd;
+	errno = 0;
+	while (f->n < 64 && (fd = fcntl(top, F_DUPFD_CLOEXEC, 0)) >= 0)
+		f->fd[f->n++] = fd;
+	if (errno != EMFILE) {
+		int err = errno;
+		fd_unfill(f); /* the next tests get their limit back */
+		fail_msg("filling the descriptor table: %s", strerror(err));
+	}
+}
+
+struct emf {
+	int lfd;
+	uint16_t port;
+	int cfd[2];
+	struct fdfill fill;
+	cbcmn_runtime *rt;
+	cbcmn_acceptor *ac;
+	int64_t got[2];
+	int errors_seen, close_rc;
+};
+
+static uint64_t accept_errors(cbcmn_runtime *rt)
+{
+	cbcmn_stats st;
+	if (cbcmn_stats_snapshot(rt, &st, NULL, 0) != 0)
+		return 0;
+	return st.total.accept_errors;
+}
+
+/* Frees the descriptors once the acceptor has run into the limit a few
+ * times; meanwhile the acceptor, its task inside cbcmn_acceptor_next()
+ * backing off, cannot be closed. */
+static int64_t emf_freer(cbcmn_cx *cx, void *arg)
+{
+	struct emf *m = arg;
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (accept_errors(m->rt) < 3 && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	m->errors_seen = (int)accept_errors(m->rt);
+	m->close_rc = cbcmn_acceptor_close(cx, m->ac);
+	fd_unfill(&m->fill);
+	return 0;
+}
+
+static int64_t emf_main(cbcmn_cx *cx, void *arg)
+{
+	struct emf *m = arg;
+	int rc = cbcmn_acceptor_open(cx, m->lfd, SOCK_CLOEXEC, &m->ac);
+	cbcmn_acceptor *ac = m->ac;
+	if (rc) {
+		fd_unfill(&m->fill);
+		return rc;
+	}
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(m->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	TASK_CHECK(cbcmn_connect(cx, m->cfd[0], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	cbcmn_nursery *n;
+	if ((rc = cbcmn_nursery_open(m->rt, cx, &n)) != 0) {
+		fd_unfill(&m->fill);
+		return rc;
+	}
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, cbcmn_cx_executor(cx), emf_freer, m, NULL) ==
+		   0);
+	m->got[0] = cbcmn_acceptor_next(cx, ac); /* at the limit until the freer runs */
+	if (m->got[0] < 0)
+		fd_unfill(&m->fill); /* (the acceptor gave up) */
+	cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_connect(cx, m->cfd[1], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	m->got[1] = cbcmn_acceptor_next(cx, ac); /* and it keeps accepting */
+	for (int i = 0; i < 2; i++)
+		if (m->got[i] >= 0)
+			close((int)m->got[i]);
+	return cbcmn_acceptor_close(cx, ac);
+}
+
+/* A server at its descriptor limit: the accept fails with EMFILE, which
+ * passes; the acceptor backs off, counts it, tries again, and accepts the
+ * connection once descriptors are free, and the next one too (before, it
+ * ended for good: -EMFILE from every later call). */
+static void test_acceptor_survives_emfile(void **state)
+{
+	(void)state;
+	struct emf m = {0};
+	m.rt = t_runtime(2);
+	m.lfd = listener(&m.port);
+	assert_true(m.lfd >= 0);
+	for (int i = 0; i < 2; i++) {
+		m.cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(m.cfd[i] >= 0);
+	}
+	fd_fill(&m.fill);
+	int64_t r = run_on_0(m.rt, emf_main, &m);
+	fd_unfill(&m.fill);
+	if (r == -EOPNOTSUPP) {
+		close(m.lfd);
+		t_destroy(m.rt);
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	}
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(m.errors_seen >= 3); /* counted, and retried */
+	assert_int_equal(m.close_rc, -EBUSY);
+	assert_true(m.got[0] >= 0);
+	assert_true(m.got[1] >= 0);
+	for (int i = 0; i < 2; i++)
+		close(m.cfd[i]);
+	close(m.lfd);
+	t_destroy(m.rt);
+}
+
+/* Cancelled while it backs off at the limit: the call returns
+ * CBCMN_ECANCELED promptly, the acceptor closes, nothing leaks. */
+struct emc {
+	int lfd, cfd;
+	uint16_t port;
+	int64_t r;
+	int close_rc;
+};
+
+static int64_t emc_task(cbcmn_cx *cx, void *arg)
+{
+	struct emc *m = arg;
+	cbcmn_acceptor *ac;
+	int rc = cbcmn_acceptor_open(cx, m->lfd, SOCK_CLOEXEC, &ac);
+	if (rc)
+		return rc;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(m->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	TASK_CHECK(cbcmn_connect(cx, m->cfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	m->r = cbcmn_acceptor_next(cx, ac);
+	m->close_rc = cbcmn_acceptor_close(cx, ac);
+	return 0;
+}
+
+static void test_acceptor_cancel_while_backing_off(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct emc m = {0};
+	m.lfd = listener(&m.port);
+	assert_true(m.lfd >= 0);
+	m.cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(m.cfd >= 0);
+	int fds = t_count_fds();
+	struct fdfill fill;
+	fd_fill(&fill);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, emc_task, &m, NULL), 0);
+	uint64_t end = t_now_ns() + 10000000000ull;
+	while (accept_errors(rt) < 2 && t_now_ns() < end)
+		usleep(1000);
+	uint64_t errors = accept_errors(rt);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	int64_t rc = cbcmn_nursery_await_all(NULL, n);
+	fd_unfill(&fill);
+	if (errors == 0 && rc != CBCMN_ECANCELED) {
+		close(m.cfd);
+		close(m.lfd);
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	}
+	assert_int_equal(rc, CBCMN_ECANCELED);
+	ASSERT_TASK_CHECKS();
+	assert_true(errors >= 2);
+	assert_int_equal(m.r, CBCMN_ECANCELED);
+	assert_int_equal(m.close_rc, 0);
+	assert_int_equal(t_count_fds(), fds);
+	close(m.cfd);
+	close(m.lfd);
+	t_destroy(rt);
+}
+
+/* Lab mode: the runtime's clock is virtual and jumps to the next timer
+ * whenever nothing can run.  An acceptor's pause after EMFILE waits for
+ * the world outside (descriptors freed), so it must pass in real time
+ * (before: a timer of the virtual clock, which passed at once: ~250 000
+ * failed accepts in 300 ms, the executor spinning). */
+struct lab_acc {
+	int lfd, cfd;
+	uint16_t port;
+	struct fdfill fill;
+	uint64_t real_ns;
+	int64_t got;
+};
+
+static int64_t lab_acceptor(cbcmn_cx *cx, void *arg)
+{
+	struct lab_acc *l = arg;
+	cbcmn_acceptor *a;
+	int rc = cbcmn_acceptor_open(cx, l->lfd, SOCK_CLOEXEC, &a);
+	if (rc)
+		return rc;
+	l->got = cbcmn_acceptor_next(cx, a);
+	if (l->got >= 0)
+		close((int)l->got);
+	return cbcmn_acceptor_close(cx, a);
+}
+
+static void *lab_unfill(void *arg)
+{
+	struct lab_acc *l = arg;
+	usleep(l->real_ns / 1000);
+	fd_unfill(&l->fill);
+	return NULL;
+}
+
+static void test_lab_acceptor_pauses_in_real_time(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct lab_acc l = {.real_ns = 300000000ull};
+	l.lfd = listener(&l.port);
+	assert_true(l.lfd >= 0);
+	l.cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(l.port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	assert_int_equal(connect(l.cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	fd_fill(&l.fill);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lab_unfill, &l), 0);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, lab_acceptor, &l, &r);
+	pthread_join(th, NULL);
+	uint64_t errors = accept_errors(rt);
+	printf("[  INFO    ] lab mode, out of descriptors for 300 ms: %llu failed accepts\n",
+	       (unsigned long long)errors);
+	close(l.cfd);
+	close(l.lfd);
+	t_destroy(rt);
+	if (r == -EOPNOTSUPP)
+		T_SKIP("this kernel has no multishot accept (5.19)");
+	assert_int_equal(rc, 0);
+	assert_int_equal(r, 0);
+	assert_true(l.got >= 0);
+	/* 1 ms doubling to 100 ms: about 10 in 300 ms of real time. */
+	assert_true(errors >= 1 && errors <= 40);
+}
+
+/* ---- tasks that are not pinned ------------------------------------------------ */
+
+/* An unpinned task inside a call on a stream may be moved to another
+ * executor while it waits (stolen once woken, or woken elsewhere after a
+ * wait for budget): the call returns -EXDEV and the task touches the
+ * stream no more; its executor finishes the call's work (before: the moved
+ * task released the stream from the other executor's thread, handing its
+ * buffer turn on and changing the pool's starved line and promised count
+ * beside the owner: TSan saw the race in turn_used()/stream_may_rearm() in
+ * one run of two).  A task on its executor can then close it. */
+#define MOVED_READERS 8
+
+struct moved_one {
+	int sv[2];
+	cbcmn_stream *s;
+	uint32_t ex;
+	_Atomic int state; /* 1 reading, 2 moved, 3 ended (closed), 4 closed by a janitor */
+	int64_t err;
+};
+
+static struct moved_one moved[MOVED_READERS];
+static _Atomic int moved_stop;
+
+static int64_t moved_reader(cbcmn_cx *cx, void *arg)
+{
+	struct moved_one *x = arg;
+	x->ex = cbcmn_cx_executor(cx);
+	int rc = cbcmn_stream_open(cx, x->sv[0], &x->s);
+	if (rc)
+		return rc;
+	atomic_store(&x->state, 1);
+	for (;;) {
+		const void *d;
+		int64_t n = cbcmn_stream_recv(cx, x->s, &d);
+		if (n == -EXDEV) {
+			atomic_store(&x->state, 2);
+			return 0;
+		}
+		if (n <= 0) {
+			x->err = n;
+			break;
+		}
+		for (volatile int k = 0; k < 2000; k++)
+			; /* busy a while: its executor's other work waits, thieves come */
+	}
+	rc = cbcmn_stream_close(cx, x->s);
+	atomic_store(&x->state, 3);
+	return rc;
+}
+
+/* Pinned to executor (arg): closes the streams there whose readers moved. */
+static int64_t moved_janitor(cbcmn_cx *cx, void *arg)
+{
+	uint32_t ex = (uint32_t)(uintptr_t)arg;
+	uint64_t end = t_now_ns() + 10000000000ull;
+	for (;;) {
+		int left = 0;
+		for (int i = 0; i < MOVED_READERS; i++) {
+			int st = atomic_load(&moved[i].state);
+			if (st >= 3)
+				continue;
+			left++;
+			if (st == 2 && moved[i].ex == ex) {
+				int rc = cbcmn_stream_close(cx, moved[i].s);
+				TASK_CHECK(rc == 0 || rc == -EBUSY); /* busy until released there */
+				if (rc == 0)
+					atomic_store(&moved[i].state, 4);
+			}
+		}
+		if (!left)
+			return 0;
+		if (t_now_ns() > end)
+			return -ETIMEDOUT;
+		cbcmn_sleep(cx, 1000000);
+	}
+}
+
+static void *moved_flood(void *arg)
+{
+	(void)arg;
+	char b[512] = {0};
+	while (!atomic_load(&moved_stop))
+		for (int i = 0; i < MOVED_READERS; i++)
+			if (send(moved[i].sv[1], b, sizeof(b), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+				sched_yield();
+	for (int i = 0; i < MOVED_READERS; i++)
+		shutdown(moved[i].sv[1], SHUT_RDWR);
+	return NULL;
+}
+
+static void test_moved_reader_leaves_its_stream_to_its_executor(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		cfg.stream_bufs_max = 16; /* starved streams, buffer turns */
+		cfg.stream_buf_share = 2;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		if (!have_streams(rt)) {
+			t_destroy(rt);
+			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+		}
+		memset(moved, 0, sizeof(moved));
+		atomic_store(&moved_stop, 0);
+		for (int i = 0; i < MOVED_READERS; i++)
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, moved[i].sv), 0);
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, moved_flood, NULL), 0);
+		cbcmn_nursery *readers, *janitors;
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &readers), 0);
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &janitors), 0);
+		for (uint32_t e = 0; e < 2; e++)
+			assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, janitors, e, moved_janitor,
+								    (void *)(uintptr_t)e, NULL), 0);
+		for (int i = 0; i < MOVED_READERS; i++)
+			assert_int_equal(cbcmn_nursery_spawn_stealable_on(NULL, readers, 0, moved_reader,
+									  &moved[i], NULL), 0);
+		usleep(300000);
+		atomic_store(&moved_stop, 1);
+		pthread_join(th, NULL);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, readers), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, janitors), 0);
+		ASSERT_TASK_CHECKS();
+		for (int i = 0; i < MOVED_READERS; i++) {
+			int st = atomic_load(&moved[i].state);
+			assert_true(st == 3 || st == 4);
+			assert_true(st == 4 || moved[i].err == 0); /* read to its end */
+			close(moved[i].sv[0]);
+			close(moved[i].sv[1]);
+		}
+		t_destroy(rt);
+	}
+}
+
+/* ---- the executor's thread dies (test_worker.c) --------------------------------- */
+
+/* What the dead thread's ring had completed but the thread never reaped is
+ * still delivered: connections an acceptor had accepted, and chunks a
+ * stream had received (taken from their sockets already: dropped, they
+ * were lost).  Rings without DEFER_TASKRUN (CBCMN_RING_PLAIN here, SQPOLL,
+ * kernels before 6.1) post completions while the thread runs, and the
+ * thread below dies with them unreaped. */
+#define DEATH_CONNS 7
+
+struct death {
+	int lfd, sv[2];
+	uint16_t port;
+	int cfd[DEATH_CONNS + 1];
+	_Atomic int reader_in;
+	int handed, end_rc;
+	int64_t rlen, rend;
+	char rbuf[16];
+};
+
+static int64_t death_quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct death *d = arg;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(d->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	for (int i = 1; i <= DEATH_CONNS; i++)
+		TASK_CHECK(connect(d->cfd[i], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	TASK_CHECK(write(d->sv[1], "hello", 5) == 5);
+	usleep(20000); /* the completions are posted, not reaped */
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t death_reader(cbcmn_cx *cx, void *arg)
+{
+	struct death *d = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, d->sv[0], &s);
+	if (rc)
+		return rc;
+	const void *p;
+	atomic_store(&d->reader_in, 1);
+	int64_t n;
+	while ((n = cbcmn_stream_recv(cx, s, &p)) > 0) {
+		if (d->rlen + n <= (int64_t)sizeof(d->rbuf))
+			memcpy(d->rbuf + d->rlen, p, (size_t)n);
+		d->rlen += n;
+	}
+	d->rend = n;
+	return cbcmn_stream_close(cx, s);
+}
+
+static int64_t death_main(cbcmn_cx *cx, void *arg)
+{
+	struct death *d = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_acceptor *a;
+	int rc = cbcmn_acceptor_open(cx, d->lfd, SOCK_CLOEXEC, &a);
+	if (rc)
+		return rc;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(d->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	TASK_CHECK(connect(d->cfd[0], (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	int64_t fd = cbcmn_acceptor_next(cx, a); /* now it is armed */
+	TASK_CHECK(fd >= 0);
+	close((int)fd);
+	cbcmn_nursery *readers, *quitters;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &readers) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, readers, death_reader, d, NULL) == 0);
+	while (!atomic_load(&d->reader_in))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 2000000); /* the reader's recv is in the kernel */
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &quitters) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, quitters, death_quitter, d, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, quitters) == CBCMN_EPANIC);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, readers) == 0);
+	while ((fd = cbcmn_acceptor_next(cx, a)) >= 0) {
+		d->handed++;
+		close((int)fd);
+	}
+	d->end_rc = (int)fd;
+	return cbcmn_acceptor_close(cx, a);
+}
+
+static void test_dead_thread_loses_no_completion(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	for (int plain = 0; plain < 2; plain++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
+		cfg.ring_flags = plain ? CBCMN_RING_PLAIN : 0;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		if (!have_streams(rt)) {
+			t_destroy(rt);
+			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+		}
+		struct death d = {0};
+		d.lfd = listener(&d.port);
+		assert_true(d.lfd >= 0);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.sv), 0);
+		for (int i = 0; i <= DEATH_CONNS; i++)
+			assert_true((d.cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+		int fds = t_count_fds();
+		int saved, efd = t_stderr_capture(&saved);
+		int64_t r = -1;
+		int rc = cbcmn_runtime_run(rt, death_main, &d, &r);
+		char msg[4096];
+		t_stderr_restore(efd, saved, msg, sizeof(msg));
+		assert_int_equal(rc, 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(r, 0);
+		/* Every connection: handed out, or still in the backlog. */
+		int later = 0, c;
+		assert_int_equal(fcntl(d.lfd, F_SETFL, O_NONBLOCK), 0);
+		while ((c = accept4(d.lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+			later++;
+			close(c);
+		}
+		printf("[  INFO    ] %s rings: %d connections handed out, %d left in the backlog; "
+		       "the stream had %lld bytes\n", plain ? "plain" : "default", d.handed, later,
+		       (long long)d.rlen);
+		assert_int_equal(d.handed + later, DEATH_CONNS);
+		assert_int_equal(d.end_rc, -ECANCELED);
+		/* Every byte: received by the stream, or still in the socket. */
+		char rest[16];
+		ssize_t left = recv(d.sv[0], rest, sizeof(rest), MSG_DONTWAIT);
+		if (left > 0 && d.rlen + left <= (int64_t)sizeof(d.rbuf))
+			memcpy(d.rbuf + d.rlen, rest, (size_t)left);
+		assert_int_equal(d.rlen + (left > 0 ? left : 0), 5);
+		assert_memory_equal(d.rbuf, "hello", 5);
+		assert_int_equal(d.rend, -ECANCELED);
+		assert_int_equal(t_count_fds(), fds); /* and no descriptor leaked */
+		for (int i = 0; i <= DEATH_CONNS; i++)
+			close(d.cfd[i]);
+		close(d.sv[0]);
+		close(d.sv[1]);
+		close(d.lfd);
+		t_destroy(rt);
+	}
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -379,6 +2002,31 @@ static void test_bad_input(void **state)
 	assert_int_equal(cbcmn_acceptor_close(NULL, NULL), -EINVAL);
 }
 
+/* Stream buffer settings out of range are refused, not clamped. */
+static void test_bad_stream_config(void **state)
+{
+	(void)state;
+	static const struct {
+		uint32_t size, share, max;
+	} bad[] = {
+		{32, 0, 0},          /* buffers under 64 bytes */
+		{(2u << 20), 0, 0},  /* over 1 MiB */
+		{0, 0, 40000},       /* more than a buffer ring holds */
+		{0, 64, 32},         /* a share above the pool's limit */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.stream_buf_size = bad[i].size;
+		cfg.stream_buf_share = bad[i].share;
+		cfg.stream_bufs_max = bad[i].max;
+		cbcmn_runtime *rt = NULL;
+		assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
+		assert_null(rt);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -387,8 +2035,30 @@ int main(void)
 		T_WATCHED_TEST(test_stream_other_executor),
 		T_WATCHED_TEST(test_stream_cancel),
 		T_WATCHED_TEST(test_stream_cancel_from_thread),
+		T_WATCHED_TEST(test_cancelled_reader_with_chunks_queued_is_ecanceled),
+		T_WATCHED_TEST(test_close_during_budget_wait_is_ebusy),
+		T_WATCHED_TEST(test_cancel_during_budget_wait_releases_the_stream),
+		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
+		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
+		T_WATCHED_TEST(test_starved_stream_retries_a_failed_growth),
+		T_WATCHED_TEST(test_starved_stream_waits_for_a_buffer),
+		T_WATCHED_TEST(test_cancelled_starved_stream_leaves_the_line),
+		T_WATCHED_TEST(test_stream_end_needs_no_buffer),
+		T_WATCHED_TEST(test_idle_starved_stream_takes_no_turn),
+		T_WATCHED_TEST(test_idle_starved_stream_sees_its_end),
+		T_WATCHED_TEST(test_buffer_ring_fits_in_memlock),
+		T_WATCHED_TEST(test_stream_without_locked_memory_is_memlock),
 		T_WATCHED_TEST(test_acceptor),
+		T_WATCHED_TEST(test_acceptor_survives_emfile),
+		T_WATCHED_TEST(test_idle_acceptor_stops_at_its_bound),
+		T_WATCHED_TEST(test_acceptor_cancel_while_backing_off),
+		T_WATCHED_TEST(test_lab_acceptor_pauses_in_real_time),
+		T_WATCHED_TEST(test_moved_reader_leaves_its_stream_to_its_executor),
+		T_WATCHED_TEST(test_dead_thread_loses_no_completion),
 		T_WATCHED_TEST(test_bad_input),
+		T_WATCHED_TEST(test_bad_stream_config),
 	};
+	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

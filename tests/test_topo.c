@@ -1,6 +1,7 @@
 /* test_topo: the topology loader on sysfs-shaped fixtures, on broken and fuzzed
  * input, and on the live machine against lscpu, numactl and the affinity mask. */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
 #include <sched.h>
@@ -669,6 +670,84 @@ static void test_fuzz_files(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* ---- found by fuzzing (tests/fuzz/fuzz_topo.c) ----------------------------------- */
+
+/* Writes the mini machine with rel's content replaced, loads it: rc and err. */
+static int load_mini_with(const char *rel, const char *text, char *err, size_t errlen)
+{
+	char dir[] = "/tmp/cbcmn-topo-XXXXXX", path[PATH_MAX], cmd[64];
+	cbcmn_topo *t = NULL;
+	assert_non_null(mkdtemp(dir));
+	mini_write(dir);
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	write_file(path, text);
+	int rc = cbcmn_topo_load(dir, &t, err, errlen);
+	if (rc == 0)
+		cbcmn_topo_free(t);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+	return rc;
+}
+
+/* node/online "0-65535" was accepted as 65536 nodes: a distance matrix of
+ * 65536 x 65536 ints (16 GiB) was allocated before the first node's files
+ * were read, and a * nnodes overflowed an int past node 32767.  Node ids
+ * stop at the kernel's MAX_NUMNODES. */
+static void test_node_ids_past_max_numnodes_are_refused(void **state)
+{
+	(void)state;
+	char err[512];
+	int rc = load_mini_with("devices/system/node/online", "0-65535\n", err, sizeof(err));
+	if (rc != -EINVAL || !strstr(err, "node/online: node 1024 does not exist"))
+		fail_msg("rc %d, err '%s'", rc, err);
+	rc = load_mini_with("devices/system/node/online", "0,1023\n", err, sizeof(err));
+	if (rc != -ENOENT || !strstr(err, "node1023/cpulist"))
+		fail_msg("node 1023: rc %d, err '%s'", rc, err); /* a valid id, its files missing */
+}
+
+struct fifo_load {
+	const char *dir;
+	int rc;
+	char err[512];
+};
+
+static void fifo_load_main(void *arg)
+{
+	struct fifo_load *f = arg;
+	cbcmn_topo *t = NULL;
+	f->rc = cbcmn_topo_load(f->dir, &t, f->err, sizeof(f->err));
+	if (f->rc == 0)
+		cbcmn_topo_free(t);
+}
+
+/* A FIFO where a sysfs file should be (a tree given with --sysfs-root or
+ * CBCMN_SYSFS_ROOT is anyone's) blocked the loader in open() for ever;
+ * a character device could do the same.  Only regular files are read. */
+static void test_fifo_in_tree_is_refused_not_waited_on(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/cbcmn-topo-XXXXXX", path[PATH_MAX], cmd[64];
+	assert_non_null(mkdtemp(dir));
+	mini_write(dir);
+	snprintf(path, sizeof(path), "%s/devices/system/cpu/cpu1/topology/core_id", dir);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(mkfifo(path, 0644), 0);
+	struct fifo_load *f = calloc(1, sizeof(*f)); /* the thread may outlive a failure */
+	assert_non_null(f);
+	f->dir = dir;
+	bool done = run_bounded(fifo_load_main, f, 10);
+	if (!done) {
+		/* Unblock it (a writer opening completes the reader's open). */
+		int fd = open(path, O_WRONLY | O_NONBLOCK);
+		fail_msg("cbcmn_topo_load still blocked on %s after 10 s (fd %d)", path, fd);
+	}
+	if (f->rc != -EINVAL || !strstr(f->err, "cpu1/topology/core_id: not a regular file"))
+		fail_msg("rc %d, err '%s'", f->rc, f->err);
+	free(f);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* ---- the live machine ----------------------------------------------------------- */
 
 static cbcmn_topo *load_live(void)
@@ -915,6 +994,8 @@ int main(void)
 		T_WATCHED_TEST(test_cpulist_parse),
 		T_WATCHED_TEST(test_mini_machine),
 		T_WATCHED_TEST(test_fuzz_files),
+		T_WATCHED_TEST(test_node_ids_past_max_numnodes_are_refused),
+		T_WATCHED_TEST(test_fifo_in_tree_is_refused_not_waited_on),
 		T_WATCHED_TEST(test_live_affinity),
 		T_WATCHED_TEST(test_live_lscpu),
 		T_WATCHED_TEST(test_live_numactl),

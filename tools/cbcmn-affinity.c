@@ -10,7 +10,7 @@
  * Errors are one line on stderr and exit status 1.
  */
 #include <errno.h>
-#include <getopt.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -20,12 +20,12 @@
 #include <string.h>
 
 #include "cbcmn_topo.h"
+#include "common/cli.h"
 #include "common/json.h"
+#include "common/opts.h"
+#include "common/stealmx.h"
 
 #define PROG "cbcmn-affinity"
-/* More executors than this is a typo, not a plan (CBCMN_MAX_EXECUTORS is
- * far lower); the bound keeps the output arrays small. */
-#define MAX_N (1 << 20)
 
 static const char usage_text[] =
 	"usage: " PROG " [OPTIONS]\n"
@@ -64,18 +64,6 @@ static const char usage_text[] =
 	"  " PROG " --sysfs-root tests/fixtures/sysfs/xeon2s -n 4 --steal-matrix steals.txt\n"
 	"                                    cross-node steals each policy would cause\n";
 
-static const struct option longopts[] = {
-	{"sysfs-root", required_argument, NULL, 'r'},
-	{"executors", required_argument, NULL, 'n'},
-	{"policy", required_argument, NULL, 'p'},
-	{"seed", required_argument, NULL, 's'},
-	{"first-cpu", required_argument, NULL, 'f'},
-	{"steal-matrix", required_argument, NULL, 'm'},
-	{"json", no_argument, NULL, 'j'},
-	{"help", no_argument, NULL, 'h'},
-	{0},
-};
-
 /* One policy's placement, as computed for printing. */
 struct placement {
 	cbcmn_policy policy;
@@ -87,26 +75,14 @@ static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noret
 
 static void die(const char *fmt, ...)
 {
+	char line[PATH_MAX + 512];
 	va_list ap;
 
-	fprintf(stderr, PROG ": ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, PROG ": %s\n", cli_one_line(line));
 	exit(1);
-}
-
-static long long number(const char *opt, const char *arg, long long lo, long long hi)
-{
-	char *end;
-	long long v;
-
-	errno = 0;
-	v = strtoll(arg, &end, 0);
-	if (!*arg || *end || errno || v < lo || v > hi)
-		die("%s wants a number in %lld..%lld, got '%s'", opt, lo, hi, arg);
-	return v;
 }
 
 /* ---- output helpers ---------------------------------------------------------- */
@@ -385,19 +361,10 @@ static void print_json(const cbcmn_topo *t, const char *root, struct placement *
 
 /* ---- predicted steal traffic (--steal-matrix) ------------------------------------ */
 
-/* One thief → victim entry of a measured steal pattern (executor indexes). */
-struct pair {
-	uint32_t thief, victim;
-	uint64_t steals, tasks;
-};
-
+/* A measured steal pattern and the file it came from. */
 struct matrix {
 	const char *path;
-	struct pair *v;
-	size_t n, cap;
-	uint32_t executors; /* the highest index + 1 */
-	bool has_tasks;     /* some line had the fourth column */
-	uint64_t steals, tasks;
+	struct stealmx mx;
 };
 
 /* How far the steals of a pattern reach under one placement.  A steal is
@@ -411,75 +378,16 @@ struct traffic {
 	uint64_t distance_sum; /* SLIT distance × steals, for the mean */
 };
 
-/* Unsigned decimal fields of a line, at most max of them; -1 on junk. */
-static int fields(char *s, uint64_t *out, int max)
-{
-	int k = 0;
-
-	for (;;) {
-		char *end;
-
-		while (*s == ' ' || *s == '\t')
-			s++;
-		if (!*s || *s == '\n' || *s == '\r' || *s == '#')
-			return k;
-		if (k == max || *s < '0' || *s > '9')
-			return -1;
-		errno = 0;
-		out[k++] = strtoull(s, &end, 10);
-		if (errno || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r' &&
-			      *end != '#'))
-			return -1;
-		s = end;
-	}
-}
-
-/* Read "THIEF VICTIM STEALS [TASKS]" lines; the same pair twice adds up. */
 static void matrix_read(struct matrix *m, const char *path)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-	char *line = NULL;
-	size_t len = 0;
-	unsigned lineno = 0;
+	char err[PATH_MAX + 128];
 
 	m->path = path;
 	if (!f)
 		die("%s: %s", path, strerror(errno));
-	while (getline(&line, &len, f) != -1) {
-		uint64_t x[4];
-		int k;
-
-		lineno++;
-		k = fields(line, x, 4);
-		if (k == 0)
-			continue;
-		if (k < 3)
-			die("%s:%u: expected 'THIEF VICTIM STEALS [TASKS]' (unsigned numbers)", path,
-			    lineno);
-		if (x[0] >= MAX_N || x[1] >= MAX_N)
-			die("%s:%u: executor index above %d", path, lineno, MAX_N - 1);
-		if (x[0] == x[1])
-			die("%s:%u: executor %" PRIu64 " steals from itself", path, lineno, x[0]);
-		if (m->n == m->cap) {
-			size_t cap = m->cap ? 2 * m->cap : 64;
-			struct pair *v = realloc(m->v, cap * sizeof(*v));
-
-			if (!v)
-				die("out of memory");
-			m->v = v;
-			m->cap = cap;
-		}
-		m->v[m->n++] = (struct pair){(uint32_t)x[0], (uint32_t)x[1], x[2], k == 4 ? x[3] : 0};
-		m->has_tasks |= k == 4;
-		m->steals += x[2];
-		m->tasks += k == 4 ? x[3] : 0;
-		for (int i = 0; i < 2; i++)
-			if (x[i] + 1 > m->executors)
-				m->executors = (uint32_t)x[i] + 1;
-	}
-	if (ferror(f))
-		die("%s: %s", path, strerror(errno));
-	free(line);
+	if (stealmx_read(f, path, &m->mx, err, sizeof(err)))
+		die("%s", err);
 	if (f != stdin)
 		fclose(f);
 }
@@ -487,8 +395,8 @@ static void matrix_read(struct matrix *m, const char *path)
 static void predict(const cbcmn_topo *t, const struct matrix *m, const int *out, struct traffic *tr)
 {
 	*tr = (struct traffic){0};
-	for (size_t i = 0; i < m->n; i++) {
-		const struct pair *p = &m->v[i];
+	for (size_t i = 0; i < m->mx.n; i++) {
+		const struct stealmx_pair *p = &m->mx.v[i];
 		const cbcmn_cpu_info *a = cbcmn_topo_find(t, out[p->thief]);
 		const cbcmn_cpu_info *b = cbcmn_topo_find(t, out[p->victim]);
 
@@ -524,16 +432,16 @@ static void print_prediction(const cbcmn_topo *t, const char *root, const struct
 
 	printf("PREDICTION (not measured): steal traffic on %s\n"
 	       "  the steal pattern of %s (%" PRIu64 " steals",
-	       root, m->path, m->steals);
-	if (m->has_tasks)
-		printf(", %" PRIu64 " tasks", m->tasks);
-	printf(" in %zu thief-victim pairs) with %u executors placed by each policy\n", m->n, n);
+	       root, m->path, m->mx.steals);
+	if (m->mx.has_tasks)
+		printf(", %" PRIu64 " tasks", m->mx.tasks);
+	printf(" in %zu thief-victim pairs) with %u executors placed by each policy\n", m->mx.n, n);
 
 	printf("\nplacement (shard: CPU node/LLC, node as the kernel numbers it):\n");
 	print_placement(t, pl, npl, n, seed, true);
 
 	printf("\npredicted steals (%% of %" PRIu64 "):\n  %-16s %15s %15s %15s %15s %15s %9s\n",
-	       m->steals, "policy", "same-cpu", "smt-sibling", "cross-llc", "cross-node",
+	       m->mx.steals, "policy", "same-cpu", "smt-sibling", "cross-llc", "cross-node",
 	       "cross-package", "mean-dist");
 	for (int p = 0; p < npl; p++) {
 		struct traffic tr;
@@ -544,16 +452,16 @@ static void print_prediction(const cbcmn_topo *t, const char *root, const struct
 					 tr.cross_package};
 		for (int k = 0; k < 5; k++)
 			snprintf(c[k], sizeof(c[k]), "%" PRIu64 " %5.1f%%", cls[k],
-				 pct(cls[k], m->steals));
+				 pct(cls[k], m->mx.steals));
 		policy_label(h, sizeof(h), pl[p].policy, seed);
 		printf("  %-16s %15s %15s %15s %15s %15s", h, c[0], c[1], c[2], c[3], c[4]);
-		if (m->steals)
-			printf(" %9.2f\n", (double)tr.distance_sum / (double)m->steals);
+		if (m->mx.steals)
+			printf(" %9.2f\n", (double)tr.distance_sum / (double)m->mx.steals);
 		else
 			printf(" %9s\n", "-");
 	}
-	if (m->has_tasks) {
-		printf("\npredicted tasks moved (%% of %" PRIu64 "):\n  %-16s %15s %15s\n", m->tasks,
+	if (m->mx.has_tasks) {
+		printf("\npredicted tasks moved (%% of %" PRIu64 "):\n  %-16s %15s %15s\n", m->mx.tasks,
 		       "policy", "cross-llc", "cross-node");
 		for (int p = 0; p < npl; p++) {
 			struct traffic tr;
@@ -561,9 +469,9 @@ static void print_prediction(const cbcmn_topo *t, const char *root, const struct
 
 			predict(t, m, pl[p].out, &tr);
 			snprintf(a, sizeof(a), "%" PRIu64 " %5.1f%%", tr.cross_llc_tasks,
-				 pct(tr.cross_llc_tasks, m->tasks));
+				 pct(tr.cross_llc_tasks, m->mx.tasks));
 			snprintf(b, sizeof(b), "%" PRIu64 " %5.1f%%", tr.cross_node_tasks,
-				 pct(tr.cross_node_tasks, m->tasks));
+				 pct(tr.cross_node_tasks, m->mx.tasks));
 			policy_label(h, sizeof(h), pl[p].policy, seed);
 			printf("  %-16s %15s %15s\n", h, a, b);
 		}
@@ -579,9 +487,9 @@ static void print_prediction_json(const cbcmn_topo *t, const char *root, const s
 	jw_quote(stdout, m->path);
 	printf(",\n  \"executors\": %u,\n  \"seed\": %" PRIu64 ",\n  \"pairs\": %zu,\n"
 	       "  \"steals\": %" PRIu64 ",\n  \"tasks\": ",
-	       n, seed, m->n, m->steals);
-	if (m->has_tasks)
-		printf("%" PRIu64, m->tasks);
+	       n, seed, m->mx.n, m->mx.steals);
+	if (m->mx.has_tasks)
+		printf("%" PRIu64, m->mx.tasks);
 	else
 		printf("null");
 	printf(",\n  \"policies\": [");
@@ -604,11 +512,11 @@ static void print_prediction_json(const cbcmn_topo *t, const char *root, const s
 		       ", \"cross_llc\": %" PRIu64 ", \"cross_node\": %" PRIu64
 		       ", \"cross_package\": %" PRIu64 ", \"mean_distance\": ",
 		       tr.same_cpu, tr.same_core, tr.cross_llc, tr.cross_node, tr.cross_package);
-		if (m->steals)
-			printf("%.3f", (double)tr.distance_sum / (double)m->steals);
+		if (m->mx.steals)
+			printf("%.3f", (double)tr.distance_sum / (double)m->mx.steals);
 		else
 			printf("null");
-		if (m->has_tasks)
+		if (m->mx.has_tasks)
 			printf(", \"cross_llc_tasks\": %" PRIu64 ", \"cross_node_tasks\": %" PRIu64,
 			       tr.cross_llc_tasks, tr.cross_node_tasks);
 		else
@@ -620,62 +528,25 @@ static void print_prediction_json(const cbcmn_topo *t, const char *root, const s
 
 int main(int argc, char **argv)
 {
-	const char *root = NULL, *policy = NULL, *matrix_path = NULL;
+	struct affinity_opts o = {.first_cpu = -1};
 	struct matrix m = {0};
-	long long n = 0, first_cpu = -1;
-	uint64_t seed = 0;
-	bool json = false;
-	int c;
+	char err[256];
 
-	opterr = 0; /* our own one-line messages */
-	while ((c = getopt_long(argc, argv, ":n:p:s:f:m:jh", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'r':
-			root = optarg;
-			break;
-		case 'n':
-			n = number("-n", optarg, 1, MAX_N);
-			break;
-		case 'p':
-			policy = optarg;
-			break;
-		case 's': {
-			char *end;
-
-			errno = 0;
-			seed = strtoull(optarg, &end, 0);
-			if (!*optarg || *end || errno || optarg[0] == '-')
-				die("--seed wants an unsigned 64-bit number, got '%s'", optarg);
-			break;
-		}
-		case 'f':
-			first_cpu = number("--first-cpu", optarg, 0, 1 << 20);
-			break;
-		case 'm':
-			matrix_path = optarg;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'h':
-			fputs(usage_text, stdout);
-			return 0;
-		case ':':
-			die("%s needs an argument (try --help)", argv[optind - 1]);
-		default:
-			if (optopt)
-				die("unknown option '-%c' (try --help)", optopt);
-			die("unknown option '%s' (try --help)", argv[optind - 1]);
-		}
+	if (affinity_opts_parse(argc, argv, &o, err, sizeof(err)))
+		die("%s (try --help)", err);
+	if (o.help) {
+		fputs(usage_text, stdout);
+		return 0;
 	}
-	if (optind < argc)
-		die("unexpected argument '%s' (try --help)", argv[optind]);
+	const char *root = o.root, *policy = o.policy, *matrix_path = o.matrix;
+	long long n = o.n, first_cpu = o.first_cpu;
+	uint64_t seed = o.seed;
+	bool json = o.json;
 
 	/* the policy first: a typo there should not wait for sysfs */
 	struct placement pl[3];
 	int npl = 0, *list = NULL;
 	size_t nlist = 0;
-	char err[256];
 
 	if (policy) {
 		if (cbcmn_policy_parse(policy, &pl[0].policy, &list, &nlist, err, sizeof(err)))
@@ -689,12 +560,12 @@ int main(int argc, char **argv)
 
 	if (matrix_path) {
 		matrix_read(&m, matrix_path);
-		if (n && m.executors > n)
-			die("%s: executor %u, but -n is %lld", matrix_path, m.executors - 1, n);
-		if (!n && !m.executors)
+		if (n && m.mx.executors > n)
+			die("%s: executor %u, but -n is %lld", matrix_path, m.mx.executors - 1, n);
+		if (!n && !m.mx.executors)
 			die("%s: no steals, so no executor count: give -n", matrix_path);
 		if (!n)
-			n = m.executors;
+			n = m.mx.executors;
 	}
 
 	cbcmn_topo *t;
@@ -736,7 +607,7 @@ int main(int argc, char **argv)
 		free(pl[p].out);
 	free(v);
 	free(list);
-	free(m.v);
+	stealmx_free(&m.mx);
 	cbcmn_topo_free(t);
 	if (fflush(stdout) || ferror(stdout))
 		die("writing the output failed");

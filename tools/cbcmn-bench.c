@@ -5,7 +5,6 @@
  * them less.  docs/BENCHMARKS.md keeps the latest numbers.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,10 +19,12 @@
 #include "arch.h"
 #include "cbcmn.h"
 #include "common/bpfmon.h"
+#include "common/cli.h"
 #include "common/epoll_echo.h"
 #include "common/fib.h"
 #include "common/fserv.h"
 #include "common/loadgen.h"
+#include "common/opts.h"
 #include "common/pingpong.h"
 #include "common/workload.h"
 
@@ -1039,114 +1040,31 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {{"workers", required_argument, NULL, 'w'},
-					     {"reps", required_argument, NULL, 'r'},
-					     {"conns", required_argument, NULL, 'c'},
-					     {"duration", required_argument, NULL, 'd'},
-					     {"msg-size", required_argument, NULL, 'm'},
-					     {"verbose", no_argument, NULL, 'v'},
-					     {"no-multishot", no_argument, NULL, 'M'},
-					     {"server-spin-ns", required_argument, NULL, 'S'},
-					     {"bpf-no", required_argument, NULL, 'B'},
-					     {"help", no_argument, NULL, 'h'},
-					     {NULL, 0, NULL, 0}};
-	int c;
-	while ((c = getopt_long(argc, argv, "w:r:c:d:m:vh", opts, NULL)) != -1) {
-		char *end;
-		long v;
-		switch (c) {
-		case 'w':
-			v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > CBCMN_MAX_EXECUTORS) {
-				fprintf(stderr, "cbcmn-bench: --workers wants 1..%d, got '%s'\n",
-					CBCMN_MAX_EXECUTORS, optarg);
-				return 2;
-			}
-			workers = (uint32_t)v;
-			break;
-		case 'r':
-			v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > 16) {
-				fprintf(stderr, "cbcmn-bench: --reps wants 1..16, got '%s'\n", optarg);
-				return 2;
-			}
-			reps = (int)v;
-			reps_set = true;
-			break;
-		case 'c':
-			v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > 100000) {
-				fprintf(stderr, "cbcmn-bench: --conns wants 1..100000, got '%s'\n", optarg);
-				return 2;
-			}
-			conns = (uint32_t)v;
-			break;
-		case 'd':
-			duration_s = strtod(optarg, &end);
-			duration_set = true;
-			if (*end || !(duration_s > 0 && duration_s <= 3600)) {
-				fprintf(stderr, "cbcmn-bench: --duration wants seconds in (0, 3600], got '%s'\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'm':
-			v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > LG_MSG_MAX) {
-				fprintf(stderr, "cbcmn-bench: --msg-size wants 1..%u, got '%s'\n", LG_MSG_MAX,
-					optarg);
-				return 2;
-			}
-			msg_size = (uint32_t)v;
-			break;
-		case 'v':
-			verbose = true;
-			break;
-		case 'M':
-			multishot = false;
-			break;
-		case 'S':
-			if (!strcmp(optarg, "none")) {
-				server_spin_ns = CBCMN_SPIN_NONE;
-				break;
-			}
-			server_spin_ns = strtoull(optarg, &end, 10);
-			if (*end || server_spin_ns == 0) {
-				fprintf(stderr, "cbcmn-bench: --server-spin-ns wants ns > 0 or 'none', got '%s'\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'B':
-			if (!strcmp(optarg, "sched")) {
-				bpf_flags |= BPFMON_NO_SCHED;
-			} else if (!strcmp(optarg, "io_uring")) {
-				bpf_flags |= BPFMON_NO_IO_URING;
-			} else if (!strcmp(optarg, "futex")) {
-				bpf_flags |= BPFMON_NO_FUTEX;
-			} else if (!strcmp(optarg, "futex-tp")) {
-				/* not a group to leave off: opt into the fallback */
-				bpf_flags |= BPFMON_FUTEX_TP;
-			} else {
-				fprintf(stderr, "cbcmn-bench: --bpf-no wants sched, io_uring or futex "
-						"(or futex-tp to add the syscall tracepoints), got '%s'\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind != argc - 1) {
-		usage(stderr);
+	struct bench_opts o = {
+		.workers = workers, .conns = conns, .msg_size = msg_size, .reps = reps,
+		.duration_s = duration_s, .multishot = multishot, .server_spin_ns = server_spin_ns,
+	};
+	char err[256];
+	if (bench_opts_parse(argc, argv, &o, err, sizeof(err))) {
+		fprintf(stderr, "cbcmn-bench: %s (try --help)\n", err);
 		return 2;
 	}
-	const char *name = argv[optind];
+	if (o.help) {
+		usage(stdout);
+		return 0;
+	}
+	workers = o.workers;
+	conns = o.conns;
+	msg_size = o.msg_size;
+	reps = o.reps;
+	reps_set = o.reps_set;
+	duration_s = o.duration_s;
+	duration_set = o.duration_set;
+	verbose = o.verbose;
+	multishot = o.multishot;
+	server_spin_ns = o.server_spin_ns;
+	bpf_flags = o.bpf_flags;
+	const char *name = o.name;
 	int found = 0;
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {
 		bool all = !strcmp(name, "all") && benches[i].fn != bench_bpf_overhead;
@@ -1157,7 +1075,9 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!found) {
-		fprintf(stderr, "cbcmn-bench: no benchmark named '%s' (try --help)\n", name);
+		char q[128];
+		snprintf(q, sizeof(q), "%s", name);
+		fprintf(stderr, "cbcmn-bench: no benchmark named '%s' (try --help)\n", cli_one_line(q));
 		return 2;
 	}
 	return 0;

@@ -1,7 +1,6 @@
 /* cbcmn-demo: a small fork-join workload (fib with a task per call) that
  * prints its answer, its time and the runtime's stats. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +8,7 @@
 
 #include "cbcmn.h"
 #include "common/fib.h"
+#include "common/opts.h"
 
 static void usage(FILE *f)
 {
@@ -22,34 +22,18 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	int n = 27, c;
-	long workers = 0;
-	while ((c = getopt(argc, argv, "n:w:h")) != -1) {
-		char *end;
-		switch (c) {
-		case 'n':
-			n = (int)strtol(optarg, &end, 10);
-			if (*end || n < 0 || n > 40) {
-				fprintf(stderr, "cbcmn-demo: -n wants 0..40, got '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case 'w':
-			workers = strtol(optarg, &end, 10);
-			if (*end || workers < 1 || workers > CBCMN_MAX_EXECUTORS) {
-				fprintf(stderr, "cbcmn-demo: -w wants 1..%d, got '%s'\n",
-					CBCMN_MAX_EXECUTORS, optarg);
-				return 2;
-			}
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+	struct demo_opts o = {.n = 27};
+	char err[256];
+	if (demo_opts_parse(argc, argv, &o, err, sizeof(err))) {
+		fprintf(stderr, "cbcmn-demo: %s (try -h)\n", err);
+		return 2;
 	}
+	if (o.help) {
+		usage(stdout);
+		return 0;
+	}
+	int n = o.n;
+	uint32_t workers = o.workers;
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = workers ? (uint32_t)workers : CBCMN_WORKERS_AUTO;

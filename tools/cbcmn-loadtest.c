@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <liburing.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 
 #include "common/epoll_echo.h"
 #include "common/loadgen.h"
+#include "common/opts.h"
 #include "common/pingpong.h"
 
 static const char usage_text[] =
@@ -50,39 +50,8 @@ static const char usage_text[] =
 	"  cbcmn-loadtest -c 200 -p 4 -n 0 -i 0    echo and HTTP load only\n"
 	"  cbcmn-loadtest -P 8080 --proto http     load someone else's HTTP server\n";
 
-static const struct option longopts[] = {
-	{"duration", required_argument, NULL, 'd'},
-	{"conns", required_argument, NULL, 'c'},
-	{"size", required_argument, NULL, 's'},
-	{"pipeline", required_argument, NULL, 'p'},
-	{"threads", required_argument, NULL, 't'},
-	{"server-cpu", required_argument, NULL, 'S'},
-	{"client-cpu", required_argument, NULL, 'C'},
-	{"verify-conns", required_argument, NULL, 'n'},
-	{"verify-bytes", required_argument, NULL, 'b'},
-	{"iters", required_argument, NULL, 'i'},
-	{"no-http", no_argument, NULL, 'H'},
-	{"port", required_argument, NULL, 'P'},
-	{"proto", required_argument, NULL, 'R'},
-	{"verbose", no_argument, NULL, 'v'},
-	{"help", no_argument, NULL, 'h'},
-	{0},
-};
-
 static bool verbose;
 static int failures;
-
-static long num(const char *opt, const char *arg, long lo, long hi)
-{
-	char *end;
-	long v = strtol(arg, &end, 10);
-
-	if (!*arg || *end || v < lo || v > hi) {
-		fprintf(stderr, "cbcmn-loadtest: %s wants %ld..%ld, got '%s'\n", opt, lo, hi, arg);
-		exit(2);
-	}
-	return v;
-}
 
 static void fail(const char *what, int rc, const char *detail)
 {
@@ -348,82 +317,29 @@ static void verify(uint32_t nconns, uint32_t bytes, int server_cpu)
 
 int main(int argc, char **argv)
 {
-	struct lg_config cfg;
-	int server_cpu = 0, c;
-	uint32_t vconns = 10000, vbytes = 256, iters = 20000;
-	bool http = true;
-	uint16_t ext_port = 0;
+	struct loadtest_opts o = {.server_cpu = 0, .vconns = 10000, .vbytes = 256, .iters = 20000,
+				  .http = true};
+	char err[256];
 
-	lg_config_init(&cfg);
-	cfg.conns = 50;
-	cfg.msg_size = 64;
-	cfg.duration_s = 2.0;
-	cfg.cpu = 1;
-	while ((c = getopt_long(argc, argv, "d:c:s:p:t:S:C:n:b:i:P:vh", longopts, NULL)) != -1) {
-		char *end;
-		switch (c) {
-		case 'd':
-			cfg.duration_s = strtod(optarg, &end);
-			if (*end || !(cfg.duration_s > 0 && cfg.duration_s <= 3600)) {
-				fprintf(stderr, "cbcmn-loadtest: -d wants 0..3600 seconds\n");
-				return 2;
-			}
-			break;
-		case 'c':
-			cfg.conns = (uint32_t)num("-c", optarg, 1, 100000);
-			break;
-		case 's':
-			cfg.msg_size = (uint32_t)num("-s", optarg, 1, LG_MSG_MAX);
-			break;
-		case 'p':
-			cfg.pipeline = (uint32_t)num("-p", optarg, 1, LG_PIPELINE_MAX);
-			break;
-		case 't':
-			cfg.threads = (uint32_t)num("-t", optarg, 1, 256);
-			break;
-		case 'S':
-			server_cpu = (int)num("-S", optarg, -1, 1023);
-			break;
-		case 'C':
-			cfg.cpu = (int)num("-C", optarg, -1, 1023);
-			break;
-		case 'n':
-			vconns = (uint32_t)num("-n", optarg, 0, 200000);
-			break;
-		case 'b':
-			vbytes = (uint32_t)num("-b", optarg, 1, 1 << 24);
-			break;
-		case 'i':
-			iters = (uint32_t)num("-i", optarg, 0, 100000000);
-			break;
-		case 'H':
-			http = false;
-			break;
-		case 'P':
-			ext_port = (uint16_t)num("-P", optarg, 1, 65535);
-			break;
-		case 'R':
-			if (!strcmp(optarg, "echo") || !strcmp(optarg, "http")) {
-				cfg.proto = optarg[0] == 'h' ? LG_HTTP : LG_ECHO;
-				break;
-			}
-			fprintf(stderr, "cbcmn-loadtest: --proto wants echo or http\n");
-			return 2;
-		case 'v':
-			verbose = true;
-			break;
-		case 'h':
-			fputs(usage_text, stdout);
-			return 0;
-		default:
-			fputs(usage_text, stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fputs(usage_text, stderr);
+	lg_config_init(&o.cfg);
+	o.cfg.conns = 50;
+	o.cfg.msg_size = 64;
+	o.cfg.duration_s = 2.0;
+	o.cfg.cpu = 1;
+	if (loadtest_opts_parse(argc, argv, &o, err, sizeof(err))) {
+		fprintf(stderr, "cbcmn-loadtest: %s (try --help)\n", err);
 		return 2;
 	}
+	if (o.help) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	struct lg_config cfg = o.cfg;
+	int server_cpu = o.server_cpu;
+	uint32_t vconns = o.vconns, vbytes = o.vbytes, iters = o.iters;
+	bool http = o.http;
+	uint16_t ext_port = o.port;
+	verbose = o.verbose;
 
 	if (ext_port)
 		return external(&cfg, ext_port, vconns, vbytes);

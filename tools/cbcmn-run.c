@@ -8,7 +8,6 @@
  * Every failure is one line on stderr.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,7 +19,9 @@
 
 #include "cbcmn.h"
 #include "common/bpfmon.h"
+#include "common/cli.h"
 #include "common/json.h"
+#include "common/opts.h"
 #include "common/workload.h"
 
 #define PROG "cbcmn-run"
@@ -31,20 +32,6 @@
 #ifndef HANG_GRACE_S
 #define HANG_GRACE_S 60
 #endif
-
-static const struct option longopts[] = {
-	{"workers", required_argument, NULL, 'w'},
-	{"policy", required_argument, NULL, 'p'},
-	{"seed", required_argument, NULL, 's'},
-	{"duration", required_argument, NULL, 'd'},
-	{"size", required_argument, NULL, 'n'},
-	{"json", no_argument, NULL, 'j'},
-	{"bpf", no_argument, NULL, 'b'},
-	{"futex-tp", no_argument, NULL, 'F'},
-	{"verbose", no_argument, NULL, 'v'},
-	{"help", no_argument, NULL, 'h'},
-	{0},
-};
 
 static void usage(FILE *f)
 {
@@ -84,24 +71,13 @@ static void bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2),
 
 static void bad_input(const char *fmt, ...)
 {
+	char line[512];
 	va_list ap;
-	fputs(PROG ": ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fputs(" (try --help)\n", stderr);
+	fprintf(stderr, PROG ": %s (try --help)\n", cli_one_line(line));
 	exit(2);
-}
-
-static unsigned long long number(const char *opt, const char *arg, unsigned long long lo,
-				 unsigned long long max)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(arg, &end, 0);
-	if (!*arg || *end || errno || arg[0] == '-' || v < lo || v > max)
-		bad_input("%s wants a number in %llu..%llu, got '%s'", opt, lo, max, arg);
-	return v;
 }
 
 /* A policy that cannot place on this machine (a CPU it lacks) is bad input:
@@ -432,67 +408,24 @@ static void print_text(const struct run *u)
 
 int main(int argc, char **argv)
 {
-	struct wl_opts o = {.workers = CBCMN_WORKERS_AUTO,
-			    .policy = CBCMN_PIN_AUTO,
-			    .duration_s = DEFAULT_DURATION_S};
-	const char *policy = NULL;
-	bool json = false, bpf = false, verbose = false, futex_tp = false;
-	int c;
-
-	opterr = 0; /* our own one-line messages */
-	while ((c = getopt_long(argc, argv, ":w:p:s:d:n:jbvh", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'w':
-			o.workers = (uint32_t)number("--workers", optarg, 1, CBCMN_MAX_EXECUTORS);
-			break;
-		case 'p':
-			policy = optarg;
-			break;
-		case 's':
-			o.seed = number("--seed", optarg, 0, UINT64_MAX);
-			break;
-		case 'd': {
-			char *end;
-			o.duration_s = strtod(optarg, &end);
-			if (!*optarg || *end || !(o.duration_s > 0 && o.duration_s <= 86400))
-				bad_input("--duration wants seconds in (0, 86400], got '%s'", optarg);
-			break;
-		}
-		case 'n':
-			o.size = (uint32_t)number("--size", optarg, 1, UINT32_MAX);
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'b':
-			bpf = true;
-			break;
-		case 'v':
-			verbose = true;
-			break;
-		case 'F':
-			futex_tp = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case ':':
-			bad_input("%s needs an argument", argv[optind - 1]);
-		default:
-			if (optopt)
-				bad_input("unknown option '-%c'", optopt);
-			bad_input("unknown option '%s'", argv[optind - 1]);
-		}
+	struct run_opts a = {.workers = CBCMN_WORKERS_AUTO, .duration_s = DEFAULT_DURATION_S};
+	char perr[256];
+	if (run_opts_parse(argc, argv, &a, perr, sizeof(perr)))
+		bad_input("%s", perr);
+	if (a.help) {
+		usage(stdout);
+		return 0;
 	}
-	if (futex_tp && !bpf)
-		bad_input("--futex-tp goes with --bpf");
-	if (optind >= argc)
-		bad_input("which workload?");
-	if (optind + 1 < argc)
-		bad_input("unexpected argument '%s'", argv[optind + 1]);
-	const struct wl_desc *w = wl_find(argv[optind]);
+	struct wl_opts o = {.workers = a.workers,
+			    .policy = CBCMN_PIN_AUTO,
+			    .seed = a.seed,
+			    .duration_s = a.duration_s,
+			    .size = a.size};
+	const char *policy = a.policy;
+	bool json = a.json, bpf = a.bpf, verbose = a.verbose, futex_tp = a.futex_tp;
+	const struct wl_desc *w = wl_find(a.workload);
 	if (!w)
-		bad_input("no workload named '%s'", argv[optind]);
+		bad_input("no workload named '%s'", a.workload);
 	if (o.size && (o.size < w->size_min || o.size > w->size_max))
 		bad_input("%s: --size wants %u..%u (%s), got %u", w->name, w->size_min, w->size_max,
 			  w->size_help, o.size);

@@ -4,7 +4,6 @@
  * every column. */
 #include <errno.h>
 #include <stddef.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/bpfmon.h"
+#include "common/opts.h"
 
 static volatile sig_atomic_t stop;
 
@@ -296,64 +296,20 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {{"pid", required_argument, NULL, 'p'},
-					     {"interval", required_argument, NULL, 'i'},
-					     {"count", required_argument, NULL, 'c'},
-					     {"json", no_argument, NULL, 'j'},
-					     {"verbose", no_argument, NULL, 'v'},
-					     {"futex-tp", no_argument, NULL, 'F'},
-					     {"help", no_argument, NULL, 'h'},
-					     {NULL, 0, NULL, 0}};
-	long pid = 0, count = 1;
-	double interval = 1.0;
-	bool json = false, verbose = false;
-	unsigned flags = 0;
-	int c;
-	char *end;
-	while ((c = getopt_long(argc, argv, "p:i:c:jvh", opts, NULL)) != -1) {
-		switch (c) {
-		case 'p':
-			pid = strtol(optarg, &end, 10);
-			if (*end || pid <= 0) {
-				fprintf(stderr, "cbcmn-stat: -p wants a process id, got '%s'\n", optarg);
-				return 1;
-			}
-			break;
-		case 'i':
-			interval = strtod(optarg, &end);
-			if (*end || !(interval > 0 && interval <= 86400)) {
-				fprintf(stderr, "cbcmn-stat: -i wants seconds > 0, got '%s'\n", optarg);
-				return 1;
-			}
-			break;
-		case 'c':
-			count = strtol(optarg, &end, 10);
-			if (*end || count < 0) {
-				fprintf(stderr, "cbcmn-stat: -c wants a count >= 0, got '%s'\n", optarg);
-				return 1;
-			}
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'v':
-			verbose = true;
-			break;
-		case 'F':
-			flags |= BPFMON_FUTEX_TP; /* syscall tracepoints: every syscall pays */
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 1;
-		}
-	}
-	if (!pid || optind != argc) {
-		fprintf(stderr, "cbcmn-stat: %s\n", pid ? "unexpected argument" : "-p PID is required");
+	struct stat_opts o = {.interval = 1.0, .count = 1};
+	char perr[256];
+	if (stat_opts_parse(argc, argv, &o, perr, sizeof(perr))) {
+		fprintf(stderr, "cbcmn-stat: %s (try --help)\n", perr);
 		return 1;
 	}
+	if (o.help) {
+		usage(stdout);
+		return 0;
+	}
+	long pid = o.pid, count = o.count;
+	double interval = o.interval;
+	bool json = o.json, verbose = o.verbose;
+	unsigned flags = o.futex_tp ? BPFMON_FUTEX_TP : 0; /* syscall tracepoints: every syscall pays */
 
 	struct bpfmon *m = NULL;
 	struct bpfmon_shard *prev = NULL, *now = NULL, *d = NULL, tot;

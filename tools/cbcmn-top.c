@@ -4,7 +4,6 @@
  * the process too.  docs/TOP.md. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <locale.h>
 #include <math.h>
 #include <signal.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/opts.h"
 #include "common/top_model.h"
 #include "common/top_out.h"
 #include "common/top_ui.h"
@@ -74,24 +74,6 @@ static void usage(FILE *f)
 		"  cbcmn-top --json -n 10 -p 1234 | jq .shards[0].tasks_per_s\n"
 		"Screen, columns, warnings and JSON keys: docs/TOP.md.\n",
 		DEFAULT_WAIT_S);
-}
-
-static int bad_usage(const char *fmt, const char *arg)
-{
-	fprintf(stderr, "cbcmn-top: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, " (--help for usage)\n");
-	return 2;
-}
-
-static bool parse_secs(const char *s, double *out)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (*end || !(v >= 0.05 && v <= 86400))
-		return false;
-	*out = v;
-	return true;
 }
 
 /* Start argv with stdin from /dev/null and its output to out (NULL:
@@ -240,93 +222,25 @@ static int run_batch(struct top_model *m, double delay_s, long n, bool json)
 
 int main(int argc, char **argv)
 {
-	enum { O_NO_COLOR = 256, O_NO_BPF, O_BPF_NO, O_FUTEX_TP };
-	static const struct option opts[] = {
-		{"pid", required_argument, NULL, 'p'},  {"delay", required_argument, NULL, 'd'},
-		{"batch", no_argument, NULL, 'b'},      {"iterations", required_argument, NULL, 'n'},
-		{"json", no_argument, NULL, 'j'},       {"no-color", no_argument, NULL, O_NO_COLOR},
-		{"no-bpf", no_argument, NULL, O_NO_BPF}, {"bpf-no", required_argument, NULL, O_BPF_NO},
-		{"futex-tp", no_argument, NULL, O_FUTEX_TP}, {"wait", required_argument, NULL, 'w'},
-		{"output", required_argument, NULL, 'o'}, {"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
-	long pid = 0, iterations = 0;
-	double delay = 1.0, wait_s = DEFAULT_WAIT_S;
-	bool batch = false, json = false, color = true, n_given = false;
-	const char *output = NULL;
-	struct top_model_opts mo = {0};
-	char *end;
-	int c;
+	struct top_opts o = {.delay = 1.0, .wait_s = DEFAULT_WAIT_S, .color = true};
+	char perr[256];
 
 	setlocale(LC_ALL, "");
-	opterr = 0; /* our own one-line messages */
-	/* "+": options end at the first non-option, the command's own. */
-	while ((c = getopt_long(argc, argv, "+p:d:bn:jw:o:vh", opts, NULL)) != -1) {
-		switch (c) {
-		case 'p':
-			pid = strtol(optarg, &end, 10);
-			if (*end || pid <= 0 || pid > 0x7fffffff)
-				return bad_usage("-p wants a process id, got '%s'", optarg);
-			break;
-		case 'd':
-			if (!parse_secs(optarg, &delay))
-				return bad_usage("-d wants seconds in [0.05, 86400], got '%s'", optarg);
-			break;
-		case 'b':
-			batch = true;
-			break;
-		case 'n':
-			iterations = strtol(optarg, &end, 10);
-			if (*end || iterations < 0)
-				return bad_usage("-n wants a count >= 0, got '%s'", optarg);
-			n_given = true;
-			break;
-		case 'j':
-			json = batch = true;
-			break;
-		case 'w':
-			if (!parse_secs(optarg, &wait_s))
-				return bad_usage("-w wants seconds in [0.05, 86400], got '%s'", optarg);
-			break;
-		case 'o':
-			output = optarg;
-			break;
-		case 'v':
-			mo.bpf_flags |= BPFMON_VERBOSE;
-			break;
-		case O_NO_COLOR:
-			color = false;
-			break;
-		case O_NO_BPF:
-			mo.no_bpf = true;
-			break;
-		case O_BPF_NO:
-			if (!strcmp(optarg, "sched"))
-				mo.bpf_flags |= BPFMON_NO_SCHED;
-			else if (!strcmp(optarg, "io_uring"))
-				mo.bpf_flags |= BPFMON_NO_IO_URING;
-			else if (!strcmp(optarg, "futex"))
-				mo.bpf_flags |= BPFMON_NO_FUTEX;
-			else
-				return bad_usage("--bpf-no wants sched, io_uring or futex, got '%s'", optarg);
-			break;
-		case O_FUTEX_TP:
-			mo.bpf_flags |= BPFMON_FUTEX_TP;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			return bad_usage("bad option or missing argument: '%s'", argv[optind - 1]);
-		}
+	if (top_opts_parse(argc, argv, &o, perr, sizeof(perr))) {
+		fprintf(stderr, "cbcmn-top: %s (--help for usage)\n", perr);
+		return 2;
 	}
-	char **cmd = optind < argc ? &argv[optind] : NULL;
-	if (!pid == !cmd)
-		return bad_usage("%s", pid ? "-p PID and a COMMAND exclude each other"
-					   : "-p PID or -- COMMAND is required");
-	if (n_given && !batch)
-		return bad_usage("%s", "-n counts batch snapshots: add -b or --json");
-	if (output && !cmd)
-		return bad_usage("%s", "-o is for the output of a COMMAND");
+	if (o.help) {
+		usage(stdout);
+		return 0;
+	}
+	long pid = o.pid, iterations = o.iterations;
+	double delay = o.delay, wait_s = o.wait_s;
+	bool batch = o.batch, json = o.json, color = o.color;
+	const char *output = o.output;
+	struct top_model_opts mo = {.no_bpf = o.no_bpf, .bpf_flags = o.bpf_flags};
+	char **cmd = o.cmd;
+
 	if (!batch && (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))) {
 		fprintf(stderr, "cbcmn-top: the screen needs a terminal; -b or --json for batch output\n");
 		return 2;

@@ -80,7 +80,11 @@ extern "C" {
 	XX(BUDGET, -4102, "budget exhausted and not recharged")                \
 	XX(SPAWNDENIED, -4103, "spawning needs the CapSpawn capability")        \
 	XX(LEAKED, -4104, "task ended with a nursery open or a reservation unresolved") \
-	XX(NOSCHED, -4105, "the core profile has no scheduler: nothing can be spawned")
+	XX(NOSCHED, -4105, "the core profile has no scheduler: nothing can be spawned") \
+	XX(MEMLOCK, -4106, "io_uring ring memory exceeds RLIMIT_MEMLOCK: raise it (ulimit -l) " \
+			   "or grant CAP_IPC_LOCK")                                  \
+	XX(FORKED, -4107, "the runtime belongs to the parent process: a forked child " \
+			  "cannot use it")
 
 enum {
 #define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),
@@ -258,6 +262,22 @@ typedef struct cbcmn_config {
 	 * been idle this long ends its thread (it is started again when
 	 * needed).  0: never. */
 	uint32_t idle_retire_ms;
+
+	/* ---- multishot receive streams (cbcmn_io.h, docs/IO.md) ------------- */
+	/* Bytes of each buffer a stream receives into (the most one
+	 * cbcmn_stream_recv() returns), in [64, 1 MiB].  0: 4096. */
+	uint32_t stream_buf_size;
+	/* Buffers one stream may hold (received and not yet taken, plus the
+	 * one its task reads) before it stops receiving until its task has
+	 * taken them all; the data waits in the socket meanwhile.  At least 1.
+	 * 0: 16. */
+	uint32_t stream_buf_share;
+	/* Most buffers an executor's pool grows to, in [stream_buf_share,
+	 * 32768].  The pool grows with the streams open on the executor (a
+	 * share each) and when a stream finds it empty; beyond
+	 * stream_bufs_max / stream_buf_share streams they share what there
+	 * is.  0: 8192 (32 MiB of 4 KiB buffers). */
+	uint32_t stream_bufs_max;
 } cbcmn_config;
 
 #define CBCMN_PIN_AUTO (-1)
@@ -292,7 +312,18 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
  * defaults).  On success stores the runtime in *out and returns 0; on
  * failure returns -EINVAL (bad configuration, e.g. a sovereign profile
  * without yield_interval), -ENOMEM, or the error of the failing system
- * call, and nothing is left running. */
+ * call, and nothing is left running.  Rings that do not fit in
+ * RLIMIT_MEMLOCK are made smaller; CBCMN_EMEMLOCK when even the smallest
+ * does not (docs/IO.md).
+ *
+ * fork(): a child has none of the runtime's threads, so in a child forked
+ * after create, running, opening, spawning, awaiting, joining, cancelling
+ * and destroy on the parent's runtime, and every channel call on its
+ * channels, return CBCMN_EFORKED (nothing waits, no lock of the runtime is
+ * taken, nothing is freed: the memory is the child's copy).  The child may
+ * create runtimes of its own, even if another thread of the parent was
+ * creating one as it forked.  Fork from inside a task only to exec or
+ * _exit. */
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
@@ -437,7 +468,14 @@ typedef struct cbcmn_spawn_opts {
 /* Shorthands for cbcmn_nursery_spawn_ex() with a placement (seed 001):
  * pinned to executor shard (never migrates), stealable with executor shard
  * preferred, stealable with a preferred executor chosen round-robin.  A
- * shard >= the number of executors is -EINVAL. */
+ * shard >= the number of executors is -EINVAL.
+ * With executors started on demand (min_workers), a shard that cannot
+ * start (no thread: -EAGAIN; no ring: CBCMN_EMEMLOCK, docs/IO.md) never
+ * leaves work waiting for it: a pinned child that was queued to it ends
+ * with that error, unstarted; for a second after such a failure a pinned
+ * spawn to it returns the error at once, nothing spawned; then the next
+ * spawn tries to start it again.  A child that prefers it (stealable) runs
+ * elsewhere. */
 CBCMN_API int cbcmn_nursery_spawn_pinned(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard,
 					 cbcmn_task_fn fn, void *arg, cbcmn_task **handle);
 CBCMN_API int cbcmn_nursery_spawn_stealable_on(cbcmn_cx *cx, cbcmn_nursery *n, uint32_t shard,
@@ -465,7 +503,8 @@ CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
 /* Cancel n: children that have not started never run (they end with
  * CBCMN_ECANCELED); running ones observe it at their next yield or blocking
  * call (cbcmn_cx_cancelled() turns true).  Nested nurseries opened below n
- * are cancelled with it.  Idempotent.  Returns 0 or -EINVAL. */
+ * are cancelled with it.  Idempotent.  Returns 0, -EINVAL, or
+ * CBCMN_EFORKED in a forked child (cbcmn_runtime_create()). */
 CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
 
 /* ------------------------------------------------------------------------
@@ -522,6 +561,10 @@ typedef struct cbcmn_executor_stats {
 	int32_t node;             /* that CPU's NUMA node id, -1 if not pinned */
 	uint32_t state;           /* cbcmn_exec_state, at snapshot time */
 	int32_t tid;              /* its thread id, 0 while it has no thread */
+	/* Accepts of its acceptors that failed for a cause that passes (out of
+	 * descriptors or memory: EMFILE, ENFILE, ENOMEM, ENOBUFS; a connection
+	 * aborted): the acceptor backed off and tried again (docs/IO.md). */
+	uint64_t accept_errors;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */

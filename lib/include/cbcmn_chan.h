@@ -52,7 +52,9 @@
  * channel of the same runtime.
  *
  * Errors.  Negative errno or CBCMN_E*: -EINVAL for NULL or bad arguments,
- * CBCMN_EWRONGRT when cx belongs to another runtime than the channel.
+ * CBCMN_EWRONGRT when cx belongs to another runtime than the channel,
+ * CBCMN_EFORKED from every call in a forked child on a channel (or, for
+ * create, a runtime) of its parent (cbcmn_runtime_create()).
  */
 #ifndef CBCMN_CHAN_H
 #define CBCMN_CHAN_H

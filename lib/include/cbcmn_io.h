@@ -16,16 +16,21 @@
  *   - Each call costs one unit of the task's `syscalls` budget (and one op);
  *     a task out of budget waits like any other charge (docs/BUDGETS.md).
  *   - Cancellation: a task that is cancelled while its request is in flight
- *     has the request cancelled (IORING_OP_ASYNC_CANCEL) and waits for its
- *     last completion, so buffers and descriptors passed in may be released
- *     as soon as the call returns.  The call then returns CBCMN_ECANCELED
- *     (= -ECANCELED).  A descriptor a cancelled accept/openat/socket
- *     produced anyway is closed, never leaked, and so are descriptors a
- *     cancelled recvmsg received (SCM_RIGHTS).  A task already cancelled
- *     gets CBCMN_ECANCELED without submitting anything.
+ *     has the request cancelled (never submitted if it was still queued,
+ *     IORING_OP_ASYNC_CANCEL otherwise) and waits for its last completion,
+ *     so buffers and descriptors passed in may be released as soon as the
+ *     call returns.  A request that took effect anyway returns its result:
+ *     the bytes it moved (a MSG_WAITALL one stopped part-way: the count
+ *     moved), the descriptor an accept/openat/socket made, the message a
+ *     recvmsg took with its SCM_RIGHTS descriptors, all the caller's, or
+ *     the error it ran into (a socket's ECONNRESET is reported once); the
+ *     task sees the cancellation at its next call.  Only a request that
+ *     did not happen returns CBCMN_ECANCELED (= -ECANCELED).  A task
+ *     already cancelled gets CBCMN_ECANCELED without submitting anything.
  *   - Timeouts: cbcmn_io_set_timeout() gives each later call of the task a
  *     linked timeout (IORING_OP_LINK_TIMEOUT); a call that runs out of time
- *     is cancelled and returns -ETIMEDOUT.
+ *     is cancelled and returns -ETIMEDOUT.  cbcmn_close() has none: it is
+ *     never undone.
  */
 #ifndef CBCMN_IO_H
 #define CBCMN_IO_H
@@ -71,7 +76,8 @@ CBCMN_API int64_t cbcmn_shutdown(cbcmn_cx *cx, int fd, int how);
 CBCMN_API int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol);
 
 /* Files.  cbcmn_close() closes fd even when it is cancelled: a close that
- * was submitted is never undone. */
+ * was submitted is never undone (nor timed out: the task's I/O timeout
+ * does not apply to it). */
 CBCMN_API int64_t cbcmn_close(cbcmn_cx *cx, int fd);
 CBCMN_API int64_t cbcmn_openat(cbcmn_cx *cx, int dirfd, const char *path, int flags,
 			       mode_t mode);
@@ -85,33 +91,58 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  * Multishot: one SQE that keeps delivering (docs/IO.md).
  *
  * A stream receives from a connected socket into buffers of its executor's
- * provided-buffer ring (1024 x 4 KiB per executor, made on first use); an
- * acceptor accepts connection after connection.  Neither re-arms a poll
- * per event.  Each belongs to the executor of the task that opened it and
+ * pool of provided buffers (made on first use, growing with the streams
+ * open: cbcmn_config.stream_buf_size, stream_buf_share, stream_bufs_max);
+ * each stream holds at most its share of the pool and then stops receiving
+ * until its task has taken what it holds, so a task that does not read
+ * leaves the other streams their buffers (docs/IO.md); an acceptor accepts
+ * connection after connection.  Neither re-arms a poll per event.  Each
+ * belongs to the executor of the task that opened it and
  * may only be used by tasks running there (-EXDEV elsewhere): open and use
  * it from a pinned task (cbcmn_nursery_spawn_pinned()).  One task at a time
- * may wait on it (-EBUSY otherwise).  -EOPNOTSUPP where the kernel lacks
+ * may be inside a call on it: while a task is in cbcmn_stream_recv() or
+ * cbcmn_acceptor_next() (waiting for data, for buffers, for budget, or
+ * backing off), another call on the object, its close included, returns
+ * -EBUSY and changes nothing.  -EOPNOTSUPP where the kernel lacks
  * multishot recv and buffer rings (6.0) or multishot accept (5.19).
  */
 typedef struct cbcmn_stream cbcmn_stream;
 typedef struct cbcmn_acceptor cbcmn_acceptor;
 
 /* Start receiving from socket fd (which stays the caller's to close, after
- * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP. */
+ * cbcmn_stream_close()).  Returns 0, -EINVAL, -EPERM, -ENOMEM, -EOPNOTSUPP,
+ * or CBCMN_EMEMLOCK (the executor's buffer ring, made by its first stream,
+ * does not fit in RLIMIT_MEMLOCK even at its smallest: docs/IO.md). */
 CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
-/* The next chunk received: *data points into a buffer that stays valid until
- * the next call on the stream or its close.  Returns the chunk's length, 0
- * at end of stream, or a negative errno (a recv(2) error, -EXDEV, -EBUSY,
- * CBCMN_ECANCELED).  Costs one unit of the syscalls budget. */
+/* The next chunk received (at most stream_buf_size bytes): *data points
+ * into a buffer that stays valid until the next call on the stream or its
+ * close.  Returns the chunk's length, 0 at end of stream, or a negative
+ * errno (a recv(2) error, -ENOMEM, -EXDEV, -EBUSY, CBCMN_ECANCELED).  When
+ * the pool is empty and at its limit, waits (without polling) for a buffer
+ * to come back; buffers go to the streams waiting for one in the order they
+ * began to wait.  Costs one unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
 /* Stop receiving, give the buffers back and free s; waits until the kernel
- * has let go of it.  Returns 0, -EINVAL, -EXDEV or -EBUSY (a task waits on it). */
+ * has let go of it (an unpinned task moved to another executor meanwhile:
+ * returns 0, and s's executor finishes, docs/IO.md).  Returns 0, -EINVAL,
+ * -EXDEV or -EBUSY (a task is inside cbcmn_stream_recv() on it: s stays
+ * open). */
 CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 
 /* Accept connections on listening socket fd; flags as accept4(2). */
 CBCMN_API int cbcmn_acceptor_open(cbcmn_cx *cx, int fd, int flags, cbcmn_acceptor **out);
 /* The next connection's descriptor, or a negative errno (the accept error
- * that ended the acceptor, -EXDEV, -EBUSY, CBCMN_ECANCELED). */
+ * that ended the acceptor, -EXDEV, -EBUSY, CBCMN_ECANCELED).  An accept
+ * that fails for a cause that passes (EMFILE, ENFILE, ENOMEM, ENOBUFS: out
+ * of descriptors or memory; ECONNABORTED, EPROTO and the network errors
+ * accept(2) lists: a connection gone before it was taken) does not end the
+ * acceptor: the call keeps waiting while it backs off (1 ms, doubling to
+ * 100 ms; the connections wait in the listen backlog) and accepts again.
+ * Each such failure counts in cbcmn_executor_stats.accept_errors and fires
+ * the accept_error probe.  An acceptor holds at most 64 connections not
+ * yet taken (more by one pass of the kernel's): then it stops accepting
+ * until they are taken, and the listen backlog holds the rest.  Costs one
+ * unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_acceptor_next(cbcmn_cx *cx, cbcmn_acceptor *a);
 /* Stop accepting and free a; connections accepted but not taken are
  * closed.  Returns 0, -EINVAL, -EXDEV or -EBUSY. */

@@ -370,6 +370,8 @@ struct lg_worker {
 	uint8_t *scratch, *want;
 	struct lat_hist *hist;
 	uint64_t end;		/* CLOCK_MONOTONIC ns when the run stops */
+	uint64_t start, stop;	/* when it started, and stopped (answer_all: later) */
+	uint32_t answered;	/* connections that have had a response */
 	uint64_t requests, bytes;
 	struct lg_err err;
 };
@@ -416,9 +418,12 @@ static void issue(struct lg_worker *w, struct lg_conn *c, uint64_t now)
 static void complete(struct lg_worker *w, struct lg_conn *c, uint64_t now, size_t bytes)
 {
 	uint64_t t = c->t_issue[c->recv_seq % w->cfg->pipeline];
+	bool first = c->recv_seq++ == 0;
 
-	c->recv_seq++;
-	if (now >= w->end)
+	w->answered += first;
+	/* answer_all: a connection's first answer counts even after the
+	 * window, so that every connection has at least one. */
+	if (now >= w->end && !(first && w->cfg->answer_all))
 		return;
 	lat_hist_add(w->hist, now - t);
 	w->requests++;
@@ -595,6 +600,7 @@ static void *worker_main(void *arg)
 		goto out;
 
 	uint64_t start = mono_ns();
+	w->start = start;
 	w->end = start + (uint64_t)(cfg->duration_s * 1e9);
 	for (uint32_t i = 0; i < w->nconns; i++) {
 		struct lg_conn *c = &w->conns[i];
@@ -604,9 +610,18 @@ static void *worker_main(void *arg)
 	}
 	while (w->live) {
 		uint64_t now = mono_ns();
-		if (now >= w->end)
-			break;
-		int timeout = (int)((w->end - now + 999999) / 1000000);
+		if (now >= w->end) {
+			if (!cfg->answer_all || w->answered >= w->nconns)
+				break;
+			if (now - w->end > LG_STALL_NS) {
+				lg_fail(&w->err, -ETIMEDOUT, "%u of %u connections had no response in %.1f s",
+					w->nconns - w->answered, w->nconns, (double)(now - start) / 1e9);
+				break;
+			}
+		}
+		/* Past the window (answer_all), wake often to see whether all
+		 * have answered. */
+		int timeout = now < w->end ? (int)((w->end - now + 999999) / 1000000) : 10;
 		int nev = epoll_wait(ep, evs, LG_EVENTS, timeout);
 		if (nev < 0) {
 			if (errno == EINTR)
@@ -627,6 +642,7 @@ static void *worker_main(void *arg)
 			conn_flush(w, c);
 		}
 	}
+	w->stop = mono_ns();
 out:
 	if (ep >= 0)
 		close(ep);
@@ -775,6 +791,9 @@ int lg_run(const struct lg_config *ucfg, struct lg_result *res)
 			rc = w[t].err.code;
 	}
 	res->seconds = cfg.duration_s;
+	for (uint32_t t = 0; cfg.answer_all && t < nw; t++)
+		if ((double)(w[t].stop - w[t].start) / 1e9 > res->seconds)
+			res->seconds = (double)(w[t].stop - w[t].start) / 1e9;
 	res->req_per_s = (double)res->requests / res->seconds;
 	res->p50_us = (double)lat_hist_quantile(all, 0.50) / 1e3;
 	res->p99_us = (double)lat_hist_quantile(all, 0.99) / 1e3;

@@ -1,0 +1,307 @@
+/* test_limits.c: the runtime under a small RLIMIT_MEMLOCK, as an
+ * unprivileged user: rings shrink to fit, what cannot fit is reported as
+ * CBCMN_EMEMLOCK, and a shard that cannot start fails its work instead of
+ * hanging it.
+ *
+ * Each test runs in a forked child that drops root (setresuid) and with it
+ * CAP_IPC_LOCK, which exempts a process from the count.  The child takes a
+ * uid of its own rather than nobody's: the kernel counts locked memory per
+ * user, across processes, and gives a closed ring's share back some ms
+ * later, so one test's rings would still count against the next. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "helpers.h"
+#include "cbcmn_io.h"
+
+#define CHILD_SKIP 77
+
+/* In the child: a failed check says where on stderr and ends the child. */
+#define CHILD_CHECK(c)                                                              \
+	do {                                                                         \
+		if (!(c)) {                                                          \
+			fprintf(stderr, "child: check failed at line %d: %s\n", __LINE__, #c); \
+			fflush(stderr);                                              \
+			_exit(1);                                                    \
+		}                                                                    \
+	} while (0)
+
+/* Run body(memlock) in a child that is not root, with RLIMIT_MEMLOCK set to
+ * memlock bytes, and wait at most secs for it; skip if it cannot drop
+ * root. */
+static void run_unprivileged(void (*body)(void), rlim_t memlock, unsigned secs)
+{
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		uid_t uid = 200000u + (uid_t)getpid() % 100000u;
+		const char *why = NULL;
+		if (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0)
+			why = "setresgid";
+		else if (setresuid(uid, uid, uid) != 0)
+			why = "setresuid";
+		if (why) {
+			dprintf(pfd[1], "%s: %s", why, strerror(errno));
+			_exit(CHILD_SKIP);
+		}
+		/* Dumpable again, for the sanitizers' leak check. */
+		prctl(PR_SET_DUMPABLE, 1);
+		struct rlimit rl = {memlock, memlock};
+		CHILD_CHECK(setrlimit(RLIMIT_MEMLOCK, &rl) == 0);
+		alarm(secs);
+		body();
+		exit(0);
+	}
+	close(pfd[1]);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	char why[200] = "";
+	ssize_t n = read(pfd[0], why, sizeof(why) - 1);
+	why[n > 0 ? n : 0] = 0;
+	close(pfd[0]);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_SKIP)
+		T_SKIP("cannot drop root (%s)", why);
+	if (WIFSIGNALED(st))
+		fail_msg("the child was killed by signal %d%s", WTERMSIG(st),
+			 WTERMSIG(st) == SIGALRM ? " (it hung)" : "");
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---- the error ------------------------------------------------------------ */
+
+static void create_without_locked_memory(void)
+{
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(NULL, &rt);
+	if (rc != CBCMN_EMEMLOCK)
+		fprintf(stderr, "child: create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == CBCMN_EMEMLOCK);
+	CHILD_CHECK(rt == NULL);
+	CHILD_CHECK(strstr(cbcmn_strerror(rc), "RLIMIT_MEMLOCK") != NULL);
+}
+
+/* The bug: with no room for a ring the create call said -ENOMEM, "Cannot
+ * allocate memory", on a machine with plenty. */
+static void test_memlock_exhausted_is_reported_as_memlock(void **state)
+{
+	(void)state;
+	run_unprivileged(create_without_locked_memory, 0, 20);
+}
+
+/* ---- rings that shrink to fit -------------------------------------------- */
+
+static int64_t echo_through_a_pipe(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -errno;
+	char out[64] = "through a small ring", in[64] = "";
+	int64_t w = cbcmn_write(cx, p[1], out, sizeof(out));
+	int64_t r = cbcmn_read(cx, p[0], in, sizeof(in));
+	close(p[0]);
+	close(p[1]);
+	if (w != (int64_t)sizeof(out) || r != (int64_t)sizeof(in) || strcmp(in, out) != 0)
+		return -EIO;
+	return 0;
+}
+
+static int64_t io_everywhere(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint32_t n = cbcmn_runtime_workers(rt);
+	cbcmn_nursery *nu;
+	if (cbcmn_nursery_open(rt, cx, &nu) != 0)
+		return -1;
+	/* One per executor, pinned: every ring does I/O. */
+	for (uint32_t i = 0; i < n; i++)
+		if (cbcmn_nursery_spawn_pinned(cx, nu, i, echo_through_a_pipe, arg, NULL) != 0)
+			break;
+	return cbcmn_nursery_await_all(cx, nu);
+}
+
+static void create_in_64k(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2; /* 2 x 32 KiB at the default 256 entries: no room */
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc != 0)
+		fprintf(stderr, "child: create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	int64_t r = -1;
+	CHILD_CHECK(cbcmn_runtime_run(rt, io_everywhere, NULL, &r) == 0);
+	CHILD_CHECK(r == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+/* The bug: the default rings did not fit in 64 KiB (a common default of
+ * RLIMIT_MEMLOCK, in containers among others) and the create call failed;
+ * smaller rings fit and work. */
+static void test_small_memlock_rings_shrink_to_fit(void **state)
+{
+	(void)state;
+	run_unprivileged(create_in_64k, 64 * 1024, 20);
+}
+
+/* ---- a shard that cannot start ---------------------------------------------- */
+
+static int64_t ok_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 5;
+}
+
+/* From inside a task on executor 0: a pinned spawn to shard 1 travels by
+ * lane; its result is what the nursery and the join report. */
+struct pinned_try {
+	int spawn_rc;
+	int64_t await_rc, result;
+};
+
+static int64_t spawn_pinned_inside(cbcmn_cx *cx, void *arg)
+{
+	struct pinned_try *p = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *t = NULL;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	p->spawn_rc = cbcmn_nursery_spawn_pinned(cx, n, 1, ok_task, NULL, &t);
+	p->await_rc = cbcmn_nursery_await_all(cx, n);
+	p->result = 0;
+	if (p->spawn_rc == 0 && cbcmn_task_join(cx, t, &p->result) != 0)
+		return -2;
+	return 0;
+}
+
+static void pinned_from_outside(cbcmn_runtime *rt, struct pinned_try *p)
+{
+	cbcmn_nursery *n;
+	cbcmn_task *t = NULL;
+	CHILD_CHECK(cbcmn_nursery_open(rt, NULL, &n) == 0);
+	p->spawn_rc = cbcmn_nursery_spawn_pinned(NULL, n, 1, ok_task, NULL, &t);
+	p->await_rc = cbcmn_nursery_await_all(NULL, n);
+	p->result = 0;
+	if (p->spawn_rc == 0)
+		CHILD_CHECK(cbcmn_task_join(NULL, t, &p->result) == 0);
+}
+
+static void unstartable_shard(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1; /* executor 1 starts on demand */
+	cbcmn_runtime *rt = NULL;
+	CHILD_CHECK(cbcmn_runtime_create(&cfg, &rt) == 0);
+	/* From now on no ring fits. */
+	struct rlimit none = {0, 1 << 20};
+	CHILD_CHECK(setrlimit(RLIMIT_MEMLOCK, &none) == 0);
+
+	/* Inside the runtime (a lane to the stopped executor): the child
+	 * ends with the reason, unstarted. */
+	struct pinned_try in = {0};
+	int64_t r = -1;
+	CHILD_CHECK(cbcmn_runtime_run(rt, spawn_pinned_inside, &in, &r) == 0);
+	CHILD_CHECK(r == 0);
+	CHILD_CHECK(in.spawn_rc == 0);
+	CHILD_CHECK(in.await_rc == CBCMN_EMEMLOCK);
+	CHILD_CHECK(in.result == CBCMN_EMEMLOCK);
+
+	/* Right after the failure: refused at once. */
+	struct pinned_try out = {0};
+	pinned_from_outside(rt, &out);
+	CHILD_CHECK(out.spawn_rc == CBCMN_EMEMLOCK);
+
+	/* A preference for it is only that. */
+	cbcmn_nursery *n;
+	cbcmn_task *t;
+	CHILD_CHECK(cbcmn_nursery_open(rt, NULL, &n) == 0);
+	CHILD_CHECK(cbcmn_nursery_spawn_stealable_on(NULL, n, 1, ok_task, NULL, &t) == 0);
+	CHILD_CHECK(cbcmn_nursery_await_all(NULL, n) == 0);
+	CHILD_CHECK(cbcmn_task_join(NULL, t, &r) == 0 && r == 5);
+
+	/* Room again, and the hold-back over: the shard starts. */
+	struct rlimit room = {1 << 20, 1 << 20};
+	CHILD_CHECK(setrlimit(RLIMIT_MEMLOCK, &room) == 0);
+	usleep(1100 * 1000);
+	pinned_from_outside(rt, &out);
+	CHILD_CHECK(out.spawn_rc == 0);
+	CHILD_CHECK(out.await_rc == 0);
+	CHILD_CHECK(out.result == 5);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+/* The bug: executor 1, started on demand, could not make its ring; it
+ * never started and the pinned spawn to it waited forever. */
+static void test_pinned_spawn_to_unstartable_shard_fails(void **state)
+{
+	(void)state;
+	run_unprivileged(unstartable_shard, 1 << 20, 30);
+}
+
+/* ---- a dead executor thread's successor ----------------------------------- */
+
+static int64_t end_the_thread(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL); /* the executor's thread ends; a new one takes over */
+	return 0;
+}
+
+static void takeover_in_one_ring(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc != 0)
+		fprintf(stderr, "child: create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	/* stderr: the runtime reports the dead thread there. */
+	int err = dup(2), null = open("/dev/null", O_WRONLY);
+	dup2(null, 2);
+	int64_t r = 0;
+	rc = cbcmn_runtime_run(rt, end_the_thread, NULL, &r);
+	dup2(err, 2);
+	CHILD_CHECK(rc == 0);
+	CHILD_CHECK(r == CBCMN_EPANIC);
+	/* The successor's ring works. */
+	CHILD_CHECK(cbcmn_runtime_run(rt, echo_through_a_pipe, NULL, &r) == 0 && r == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+/* The bug: the thread taking over from a dead one made its ring while the
+ * old ring was still open, needing room for two; with RLIMIT_MEMLOCK room
+ * for one (12 KiB: one smallest ring, 8 KiB on this kernel) it had none,
+ * the executor was lost and the dead task's nursery waited forever. */
+static void test_takeover_fits_in_the_dead_rings_locked_memory(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	run_unprivileged(takeover_in_one_ring, 12 * 1024, 20);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
+		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
+		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
+		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,52 @@
+/* cli.h: strict parsing of the values the tools take on their command lines
+ * (numbers, seconds) and the one-line messages for what getopt refuses.
+ *
+ * Strict means: the whole string is the value, nothing else.  No leading
+ * white space, no '+', no trailing junk ("12abc"), no empty string, no
+ * negative number where a count is wanted (strtoull("-1") is 2^64 - 1),
+ * nothing that overflows, no "inf" or "nan".  Integers are decimal, or
+ * hexadecimal after "0x" (seeds are often written so); a leading 0 does
+ * not make a number octal.  Seconds are decimal with an optional fraction
+ * and exponent ("0.5", "2", "1e-3"), read the same in every locale.
+ *
+ * Pure functions (cli_getopt_error reads getopt's optind and optopt): any
+ * thread may call them.
+ */
+#ifndef CBCMN_TOOLS_CLI_H
+#define CBCMN_TOOLS_CLI_H
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* An unsigned integer in lo..hi.  Returns 0 with *out set; -EINVAL if s is
+ * not a number; -ERANGE if it is one outside lo..hi (overflow included). */
+int cli_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+
+/* The same with an optional leading '-' ("-1" for "none"), in lo..hi. */
+int cli_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/* Seconds in lo..hi, or (lo, hi] when lo_open.  Returns 0, -EINVAL (not a
+ * number) or -ERANGE. */
+int cli_secs(const char *s, double lo, bool lo_open, double hi, double *out);
+
+/* Turns every control byte of s into '?': a message that quotes what a
+ * user gave stays one line.  Returns s. */
+char *cli_one_line(char *s);
+
+/* Formats one line into err (printf-style) and turns every control byte
+ * into '?', so that an argument quoted in it cannot split it.  Returns -1,
+ * the parsers' error value. */
+int cli_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Says in err what getopt_long refused, given what it returned (c, '?' or
+ * ':'), with opterr = 0 and an optstring whose first option character is
+ * preceded by ':' (so that ':' means a missing argument): an unknown
+ * option, a missing argument, or an argument given to a long option that
+ * takes none.  Returns -1. */
+int cli_getopt_error(int c, int argc, char *const argv[], const struct option *longopts, char *err,
+		     size_t errlen);
+
+#endif

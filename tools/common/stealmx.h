@@ -1,0 +1,50 @@
+/* stealmx.h: the steal-matrix files of cbcmn-affinity --steal-matrix: a
+ * measured steal pattern, one "THIEF VICTIM STEALS [TASKS]" line per
+ * thief-victim pair (executor indexes, unsigned decimal numbers separated
+ * by blanks), '#' starting a comment, blank lines ignored; as cbcmn-run
+ * --bpf --json lists them in bpf.steal_pairs.
+ *
+ * The reader refuses, with one line naming the file and line: junk or a
+ * field too many or too few, an index of STEALMX_MAX_EXECUTORS or more, an
+ * executor stealing from itself, a NUL byte (not text), and counts whose
+ * sum, weighted by a node distance (at most 255), would not fit in 64
+ * bits.  Pure apart from the FILE it reads: any thread may call it.
+ */
+#ifndef CBCMN_TOOLS_STEALMX_H
+#define CBCMN_TOOLS_STEALMX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* More executors than this is a typo, not a plan (CBCMN_MAX_EXECUTORS is
+ * far lower); the bound keeps the arrays indexed by executor small. */
+#define STEALMX_MAX_EXECUTORS (1u << 20)
+/* The largest sum of steals (and of tasks): times a distance of up to 255
+ * it still fits in a uint64_t. */
+#define STEALMX_MAX_TOTAL (UINT64_MAX / 256)
+
+/* One thief -> victim entry (the same pair on two lines is two entries,
+ * which add up). */
+struct stealmx_pair {
+	uint32_t thief, victim;
+	uint64_t steals, tasks;
+};
+
+struct stealmx {
+	struct stealmx_pair *v;
+	size_t n, cap;
+	uint32_t executors; /* the highest index + 1; 0 without a line */
+	bool has_tasks;     /* some line had the fourth column */
+	uint64_t steals, tasks; /* the sums, at most STEALMX_MAX_TOTAL */
+};
+
+/* Reads every line of f into m (zeroed by the caller); path names the file
+ * in messages.  Returns 0; -1 with one line in err ("PATH:LINE: what", or
+ * "PATH: why" when reading fails, or "out of memory"), m then freed. */
+int stealmx_read(FILE *f, const char *path, struct stealmx *m, char *err, size_t errlen);
+
+void stealmx_free(struct stealmx *m);
+
+#endif
