@@ -22,7 +22,8 @@
 enum cbcmn__fault_site {
 	CBCMN__F_MALLOC,    /* the runtime's own allocations (cbcmn__fault_malloc()) */
 	CBCMN__F_MMAP,      /* stack slabs, buffer rings, the stats segment */
-	CBCMN__F_MPROTECT,  /* guard pages */
+	CBCMN__F_MPROTECT,  /* guard pages (mprotect, or MADV_GUARD_INSTALL: then the
+	                     * pool turns to mprotect guards) */
 	CBCMN__F_RING,      /* setting up an executor's io_uring */
 	CBCMN__F_IO,        /* a fiber I/O call: fails before its SQE is queued */
 	CBCMN__F_IO_SHORT,  /* a fiber read/write/recv/send asks for fewer bytes */

@@ -226,7 +226,8 @@ static void *map_slab(size_t len, int *err)
 static bool guard_region(struct cbcmn__stack_pool *p, char *r)
 {
 	if (p->guard_kind == CBCMN__GUARD_MADV) {
-		if (madvise(r, p->guard_bytes, MADV_GUARD_INSTALL) == 0)
+		if (!CBCMN__FAULT(CBCMN__F_MPROTECT) &&
+		    madvise(r, p->guard_bytes, MADV_GUARD_INSTALL) == 0)
 			return true;
 		p->guard_kind = CBCMN__GUARD_PROT;
 		promise_guards(p, p->guard_max);

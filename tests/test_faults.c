@@ -57,7 +57,10 @@ struct fj_arg {
 };
 
 /* Leaves of a binary tree of tasks: a spawn the runtime refuses is done
- * inline instead, so the sum is exact whatever fails. */
+ * inline instead, so the sum is exact whatever fails at the spawn.  A
+ * child that could not start (no stack for it: it ends with the error)
+ * fails its nursery, which cancels its siblings: then the error goes up to
+ * the root, which must see it.  Either way nothing is silently lost. */
 static int64_t fj(cbcmn_cx *cx, void *p)
 {
 	struct fj_arg *a = p;
@@ -71,22 +74,38 @@ static int64_t fj(cbcmn_cx *cx, void *p)
 	if (rc != 0) {
 		CHECK(transient(rc), "nursery_open: %s", cbcmn_strerror(rc));
 		atomic_fetch_add(&errors_seen, 1);
-		return fj(cx, &kid) + fj(cx, &kid);
+		int64_t l = fj(cx, &kid), r = l < 0 ? l : fj(cx, &kid);
+		return l < 0 ? l : r < 0 ? r : l + r;
 	}
 	for (int i = 0; i < 2; i++) {
 		rc = cbcmn_nursery_spawn(cx, n, fj, &kid, &h[i]);
-		if (rc != 0) {
-			CHECK(transient(rc), "spawn: %s", cbcmn_strerror(rc));
-			atomic_fetch_add(&errors_seen, 1);
-			h[i] = NULL;
-			inline_sum += fj(cx, &kid);
+		if (rc == 0)
+			continue;
+		h[i] = NULL;
+		if (rc == CBCMN_ECANCELED)
+			break; /* a sibling failed: its error comes from await_all */
+		CHECK(transient(rc), "spawn: %s", cbcmn_strerror(rc));
+		atomic_fetch_add(&errors_seen, 1);
+		int64_t l = fj(cx, &kid);
+		if (l < 0) {
+			inline_sum = l;
+			cbcmn_nursery_cancel(n);
+			break;
 		}
+		inline_sum += l;
 	}
 	int64_t st = cbcmn_nursery_await_all(cx, n);
-	CHECK(st == 0, "await_all: %s", cbcmn_strerror(st));
 	for (int i = 0; i < 2; i++)
 		if (h[i])
 			CHECK(cbcmn_task_join(cx, h[i], &leaves[i]) == 0, "join");
+	if (inline_sum < 0)
+		return inline_sum;
+	if (st != 0) {
+		/* ECANCELED: an enclosing nursery was cancelled by a failure
+		 * elsewhere in the tree. */
+		CHECK(transient(st) || st == CBCMN_ECANCELED, "await_all: %s", cbcmn_strerror(st));
+		return st;
+	}
 	return inline_sum + leaves[0] + leaves[1];
 }
 
@@ -97,6 +116,16 @@ static void w_forkjoin(cbcmn_runtime *rt)
 	int rc = cbcmn_runtime_run(rt, fj, &a, &res);
 	if (rc != 0) {
 		CHECK(transient(rc), "runtime_run: %s", cbcmn_strerror(rc));
+		return;
+	}
+	if (res < 0) {
+		/* A task that could not start: reported to the root.  The root
+		 * may see the ECANCELED of a sibling cancelled by that failure
+		 * instead of the failure itself when the sibling ended first
+		 * (await_all's rule: the first failure in the order children
+		 * ended); issue 14 makes the real error win. */
+		CHECK(transient(res) || res == CBCMN_ECANCELED, "fork-join: %s", cbcmn_strerror(res));
+		atomic_fetch_add(&errors_seen, 1);
 		return;
 	}
 	CHECK(res == 1 << FJ_DEPTH, "fork-join: %lld leaves, %d expected", (long long)res,
