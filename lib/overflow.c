@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -227,14 +228,83 @@ static _Unwind_Reason_Code walk_nothing(struct _Unwind_Context *ctx, void *arg)
 	return _URC_END_OF_STACK;
 }
 
+/* Whether the CPU's user shadow stack (CET) is on for this process
+ * (glibc 2.39+ turns it on at start for a program whose every object is
+ * marked for it; the context switch's asm is not, so a program linked
+ * with this library is not, unless forced with -z shstk).  Read once at
+ * each runtime start; written before any executor exists, read by them. */
+static bool shadow_stack;
+
+#define ARCH_SHSTK_STATUS_ 0x5005 /* Linux 6.6, asm/prctl.h */
+#define ARCH_SHSTK_SHSTK_ (1ul << 0)
+
 void cbcmn__overflow_init(void)
 {
 	/* The unwinder sets itself up on first use (a pthread_once): not in
 	 * the handler. */
 	_Unwind_Backtrace(walk_nothing, NULL);
+	unsigned long features = 0;
+	if (syscall(SYS_arch_prctl, ARCH_SHSTK_STATUS_, &features) == 0)
+		shadow_stack = (features & ARCH_SHSTK_SHSTK_) != 0;
 }
 
 /* ---- ending the task ------------------------------------------------------- */
+
+/* The replaced return address.  Reached by the library call's return: rsp
+ * is its caller's, and the task ends.  Or met by the unwinder before the
+ * call returned (a C++ throw out of the call or of code it called back, a
+ * forced unwind, a backtrace), which reads it as a frame: a frame with no
+ * caller, where a throw would find no catch and std::terminate would abort
+ * the process.  So the frame has a personality that catches whatever
+ * unwinds to it and ends the task the same way; a backtrace stops there.
+ * The nop puts (return address - 1), which the unwinder looks up, in the
+ * frame too. */
+void cbcmn__overflow_return(void);
+_Unwind_Reason_Code cbcmn__overflow_personality(int version, _Unwind_Action actions,
+						 _Unwind_Exception_Class cls,
+						 struct _Unwind_Exception *exc,
+						 struct _Unwind_Context *ctx);
+__asm__("	.text\n"
+	"	.globl	cbcmn__overflow_return\n"
+	"	.hidden	cbcmn__overflow_return\n"
+	"	.type	cbcmn__overflow_return,@function\n"
+	"	.p2align 4\n"
+	"	.cfi_startproc\n"
+	/* pcrel|sdata4|indirect: works in PIE and the shared library */
+	"	.cfi_personality 0x9b, cbcmn__overflow_personality_ref\n"
+	"	.cfi_undefined rip\n"
+	"	nop\n"
+	"cbcmn__overflow_return:\n"
+	"	andq	$-16, %rsp\n"
+	"	call	cbcmn__overflow_unwind\n"
+	"	hlt\n"
+	"	.cfi_endproc\n"
+	"	.size	cbcmn__overflow_return,.-cbcmn__overflow_return\n"
+	"	.section .data.rel.ro,\"aw\"\n"
+	"	.p2align 3\n"
+	"cbcmn__overflow_personality_ref:\n"
+	"	.quad	cbcmn__overflow_personality\n"
+	"	.text\n");
+
+/* The exception the frame caught, freed once the task has landed. */
+static __thread struct _Unwind_Exception *caught;
+
+_Unwind_Reason_Code cbcmn__overflow_personality(int version, _Unwind_Action actions,
+						 _Unwind_Exception_Class cls,
+						 struct _Unwind_Exception *exc,
+						 struct _Unwind_Context *ctx)
+{
+	(void)version;
+	(void)cls;
+	if (actions & _UA_SEARCH_PHASE)
+		return _URC_HANDLER_FOUND;
+	/* A forced unwind (a thread's cancellation) owns its exception: it
+	 * is not ours to delete. */
+	caught = (actions & _UA_FORCE_UNWIND) ? NULL : exc;
+	/* With rsp at this frame's CFA, the caller's sp: as after the return. */
+	_Unwind_SetIP(ctx, (uintptr_t)cbcmn__overflow_return);
+	return _URC_INSTALL_CONTEXT;
+}
 
 __attribute__((noreturn)) static void land(struct cbcmn_task *t)
 {
@@ -269,13 +339,21 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 		say(t, OVERFLOWED, "(guard page hit)", NULL, "; it ends with CBCMN_EPANIC");
 		land(t);
 	}
+	/* With the CPU's shadow stack on, a replaced return address is a
+	 * control-protection fault (SIGSEGV, SEGV_CPERR): no reserve. */
+	if (shadow_stack) {
+		say(t, OVERFLOWED, "inside ", w.outer_lib,
+		    " with shadow stacks on, which forbid finishing the call; it ends with "
+		    "CBCMN_EPANIC, and a lock that library held may stay held");
+		land(t);
+	}
 	/* A lock holder runs, or waits for code it called.  Let it finish
 	 * in the yellow zone if the return into the program covers every
 	 * holder's frame and really is where the slot points. */
 	if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) && w.slot &&
 	    w.slot_sp >= w.outer_sp && *w.slot == w.slot_ra &&
 	    cbcmn__stack_yellow_open(s) == 0) {
-		*w.slot = (uintptr_t)cbcmn__ctx_overflow_return;
+		*w.slot = (uintptr_t)cbcmn__overflow_return;
 		say(t, OVERFLOWED, "inside ", w.outer_lib,
 		    "; the call finishes in the stack's reserve, then the task ends with "
 		    "CBCMN_EPANIC");
@@ -287,10 +365,15 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	land(t);
 }
 
-/* cbcmn__ctx_overflow_return comes here once the library call that
- * overflowed has returned. */
+/* cbcmn__overflow_return comes here once the library call that overflowed
+ * has returned, or an unwind has reached where it would return. */
 __attribute__((noreturn)) void cbcmn__overflow_unwind(void)
 {
+	if (caught) {
+		struct _Unwind_Exception *exc = caught;
+		caught = NULL;
+		_Unwind_DeleteException(exc);
+	}
 	land(cbcmn__tls_exec->current);
 }
 

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include "helpers.h"
 
@@ -900,6 +901,86 @@ static void test_overflow_over_a_smashed_frame_still_lands(void **state)
 	overflow_lands(smashed_task, "over frames the unwinder could not read");
 }
 
+/* Regression: an unwind that starts while a library call finishes in the
+ * reserve (a C++ throw that overflowed in __cxa_throw or in the loader's
+ * lazy binding of it) reads the return address the handler replaced and
+ * found a frame with no caller: the throw found no catch and
+ * std::terminate aborted the whole process.  Here a forced unwind under
+ * qsort (a libc frame above it, so the address is replaced) overflows in
+ * the lazy binding of _Unwind_ForcedUnwind or in the unwinder: it must be
+ * caught where the call would return, and the task end there. */
+static jmp_buf unw_env;
+static uintptr_t unw_target;
+static volatile int unw_truncated;
+
+static _Unwind_Reason_Code unw_stop(int version, _Unwind_Action actions, _Unwind_Exception_Class cls,
+				    struct _Unwind_Exception *exc, struct _Unwind_Context *ctx,
+				    void *arg)
+{
+	(void)version;
+	(void)cls;
+	(void)exc;
+	(void)arg;
+	if (actions & _UA_END_OF_STACK)
+		unw_truncated = 1; /* it never reached sorter's frame */
+	if ((actions & _UA_END_OF_STACK) || _Unwind_GetCFA(ctx) > unw_target)
+		longjmp(unw_env, 1);
+	return _URC_NO_REASON;
+}
+
+/* Recurse to 1 KiB above lo, then unwind: the unwinder's frames overflow. */
+static int64_t unwind_low(int64_t depth)
+{
+	volatile char pad[256];
+	pad[0] = (char)depth;
+	if ((char *)__builtin_frame_address(0) < cmp_stack->lo + 1024 || depth >= t_depth_limit) {
+		static struct _Unwind_Exception exc;
+		exc.exception_class = 0x6362636d6e000000ull;
+		exc.exception_cleanup = NULL;
+		_Unwind_ForcedUnwind(&exc, unw_stop, NULL);
+		return -1;
+	}
+	return unwind_low(depth + 1) + pad[0];
+}
+
+static int cmp_unwinding(const void *a, const void *b)
+{
+	cmp_calls++;
+	unwind_low(0);
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static int64_t unwinding_sorter(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	volatile char marker = 0;
+	int v[2] = {2, 1};
+	cmp_stack = stack_of(cx);
+	unw_target = (uintptr_t)&marker;
+	if (setjmp(unw_env) == 0)
+		qsort(v, 2, sizeof(int), cmp_unwinding);
+	return -3 + marker; /* the unwind reached here: it never overflowed */
+}
+
+static void test_an_unwind_through_the_replaced_return_ends_the_task(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	char msg[4096];
+	unw_truncated = 0;
+	cmp_calls = 0;
+	int64_t r = run_quiet(rt, unwinding_sorter, NULL, msg, sizeof(msg));
+	printf("  %s", msg);
+	if (unw_truncated)
+		fail_msg("the unwinder met the replaced return address and stopped short");
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_non_null(strstr(msg, "the call finishes in the stack's reserve"));
+	assert_false(cmp_stack->yellow_open);
+	assert_int_equal(run_quiet(rt, nop, NULL, msg, sizeof(msg)), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -917,6 +998,7 @@ int main(void)
 		T_WATCHED_TEST(test_overflow_under_a_library_call_ends_when_it_returns),
 		T_WATCHED_TEST(test_overflow_past_the_reserve_under_a_library_call),
 		T_WATCHED_TEST(test_overflow_over_a_smashed_frame_still_lands),
+		T_WATCHED_TEST(test_an_unwind_through_the_replaced_return_ends_the_task),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
