@@ -207,6 +207,71 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
 	return _URC_NO_REASON;
 }
 
+/* ---- the unwinder's own lock ----------------------------------------------- */
+
+/* Where libgcc_s's code lies.  The unwinder's FDE lookup takes libgcc's
+ * object_mutex (not recursive) whenever some code registered frames
+ * (__register_frame_info: a JIT's, a program's own): an overflow while
+ * this thread holds it (a throw or backtrace whose first lookup sorts a
+ * registered object) would hang the walk below in the handler for ever.
+ * Found at each runtime start (dl_iterate_phdr, not in the handler);
+ * relaxed: written before any executor of the runtime starts, and the
+ * same values at every start. */
+static uintptr_t unwinder_lo, unwinder_hi;
+
+static int find_unwinder(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	const char *name = info->dlpi_name, *base = name;
+	if (!name)
+		return 0;
+	for (const char *c = name; *c; c++)
+		if (*c == '/')
+			base = c + 1;
+	if (!has_prefix(base, "libgcc_s.so"))
+		return 0;
+	uintptr_t lo = UINTPTR_MAX, hi = 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+			continue;
+		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+		if (a < lo)
+			lo = a;
+		if (a + ph->p_memsz > hi)
+			hi = a + ph->p_memsz;
+	}
+	if (lo < hi) {
+		__atomic_store_n(&unwinder_lo, lo, __ATOMIC_RELAXED);
+		__atomic_store_n(&unwinder_hi, hi, __ATOMIC_RELAXED);
+	}
+	return 1;
+}
+
+/* Whether a word between the faulting sp and the landing pad is a return
+ * address into libgcc_s: the unwinder may be running there, holding its
+ * lock.  (A stale word left by an earlier call only costs the finer
+ * handling below.)  An unwinder linked into the program (-static-libgcc)
+ * is not seen: its code is the program's. */
+__attribute__((no_sanitize_address)) /* reads the redzones between frames too */
+static bool unwinder_on_stack(const struct cbcmn__stack *s, uintptr_t sp, uintptr_t landing)
+{
+	uintptr_t lo = __atomic_load_n(&unwinder_lo, __ATOMIC_RELAXED);
+	uintptr_t hi = __atomic_load_n(&unwinder_hi, __ATOMIC_RELAXED);
+	/* Readable from here: lo, or the yellow zone's bottom once open. */
+	uintptr_t from = (uintptr_t)(s->yellow_open ? cbcmn__stack_yellow_lo(s) : s->lo);
+	if (lo >= hi || sp > landing)
+		return false;
+	if (sp > from)
+		from = sp;
+	for (const uintptr_t *w = (const uintptr_t *)((from + 7) & ~(uintptr_t)7);
+	     (uintptr_t)w < landing; w++)
+		if (*w - lo < hi - lo)
+			return true;
+	return false;
+}
+
 /* Set while this thread walks: a stack smashed below the overflow can send
  * the unwinder to a wild address, and that fault ends the walk instead of
  * the process. */
@@ -243,6 +308,7 @@ void cbcmn__overflow_init(void)
 	/* The unwinder sets itself up on first use (a pthread_once): not in
 	 * the handler. */
 	_Unwind_Backtrace(walk_nothing, NULL);
+	dl_iterate_phdr(find_unwinder, NULL);
 	unsigned long features = 0;
 	if (syscall(SYS_arch_prctl, ARCH_SHSTK_STATUS_, &features) == 0)
 		shadow_stack = (features & ARCH_SHSTK_SHSTK_) != 0;
@@ -319,6 +385,24 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	struct walk w = {.pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP],
 			 .landing = (uintptr_t)t->landing};
 	void *jb[5];
+	/* The unwinder may hold its lock here: no walk.  The code goes on in
+	 * the yellow zone, where the unwinder finishes and lets go of it, and
+	 * the task ends at its next runtime call (check_lo) or when its
+	 * function returns (sched.c): no return address is replaced, which
+	 * would need the walk. */
+	if (unwinder_on_stack(s, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], w.landing)) {
+		if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) &&
+		    cbcmn__stack_yellow_open(s) == 0) {
+			say(t, OVERFLOWED, "under ", "libgcc_s (the unwinder)",
+			    "; it goes on in the stack's reserve, and the task ends with "
+			    "CBCMN_EPANIC at its next runtime call or when its function returns");
+			return;
+		}
+		say(t, OVERFLOWED, "under ", "libgcc_s (the unwinder)",
+		    " with no room left for it to finish; it ends with CBCMN_EPANIC, and the "
+		    "unwinder's lock may stay held");
+		land(t);
+	}
 	if (__builtin_setjmp(jb) == 0) {
 		walking = jb;
 		_Unwind_Backtrace(walk_frame, &w);

@@ -3,6 +3,7 @@
  * check the stack first, a landing that restores the signal mask and the FP
  * control state, overflows inside the C library that leave no lock held. */
 #include <errno.h>
+#include <link.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -981,6 +982,95 @@ static void test_an_unwind_through_the_replaced_return_ends_the_task(void **stat
 	t_destroy(rt);
 }
 
+/* Regression: with frames registered (__register_frame_info: a JIT's),
+ * libgcc's FDE lookup holds its object_mutex; an overflow under it (the
+ * first lookup after a registration sorts the object, calling malloc) sent
+ * the handler's walk into the same lookup: the executor waited for its own
+ * lock for ever.  Each margin is a run whose first lookup starts that many
+ * bytes above lo: some overflow under the lock. */
+extern void __register_frame_info(const void *begin, void *ob);
+extern void *__deregister_frame_info(const void *begin);
+
+static const void *own_eh_frame;
+static long unw_margin;
+
+static int find_eh_frame(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		if (info->dlpi_phdr[i].p_type != PT_GNU_EH_FRAME)
+			continue;
+		const unsigned char *hdr =
+			(const unsigned char *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+		int32_t off; /* eh_frame_ptr: DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
+		if (hdr[1] != 0x1b)
+			return 1;
+		memcpy(&off, hdr + 4, sizeof(off));
+		own_eh_frame = hdr + 4 + off;
+		return 1;
+	}
+	return 1; /* the program is first */
+}
+
+static _Unwind_Reason_Code count_frame(struct _Unwind_Context *ctx, void *arg)
+{
+	(void)ctx;
+	++*(int *)arg;
+	return _URC_NO_REASON;
+}
+
+static int64_t lookup_low(int64_t depth)
+{
+	volatile char pad[64];
+	pad[0] = (char)depth;
+	if ((char *)__builtin_frame_address(0) < cmp_stack->lo + unw_margin ||
+	    depth >= t_depth_limit) {
+		int n = 0;
+		_Unwind_Backtrace(count_frame, &n);
+		return n;
+	}
+	return lookup_low(depth + 1) + pad[0];
+}
+
+static int64_t lookup_task(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cmp_stack = stack_of(cx);
+	return lookup_low(0);
+}
+
+static int overflow_under_the_unwinders_lock(void)
+{
+	alarm(30); /* a hang is the failure */
+	dl_iterate_phdr(find_eh_frame, NULL);
+	if (!own_eh_frame)
+		return 2;
+	cbcmn_runtime *rt = t_runtime(1);
+	int saved, fd = t_stderr_capture(&saved);
+	int bad = 0;
+	for (unw_margin = 100; unw_margin < 3000 && !bad; unw_margin += 40) {
+		static char ob[256]; /* libgcc's struct object, opaque */
+		memset(ob, 0, sizeof(ob));
+		__register_frame_info(own_eh_frame, ob);
+		int64_t r = 0;
+		if (cbcmn_runtime_run(rt, lookup_task, NULL, &r) != 0 || (r < 0 && r != CBCMN_EPANIC))
+			bad = 1;
+		__deregister_frame_info(own_eh_frame);
+	}
+	char msg[8192];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	t_destroy(rt);
+	return bad ? 3 : 0;
+}
+
+static void test_overflow_under_the_unwinders_lock_does_not_hang(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	in_child(overflow_under_the_unwinders_lock, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -999,6 +1089,7 @@ int main(void)
 		T_WATCHED_TEST(test_overflow_past_the_reserve_under_a_library_call),
 		T_WATCHED_TEST(test_overflow_over_a_smashed_frame_still_lands),
 		T_WATCHED_TEST(test_an_unwind_through_the_replaced_return_ends_the_task),
+		T_WATCHED_TEST(test_overflow_under_the_unwinders_lock_does_not_hang),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
