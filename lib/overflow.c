@@ -169,6 +169,8 @@ struct walk {
 	 * (below the caller's sp) and the address it holds. */
 	uintptr_t *slot;
 	uintptr_t slot_sp, slot_ra;
+	/* The walk got to the landing pad's frame: it saw every frame. */
+	bool reached;
 };
 
 static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
@@ -202,8 +204,10 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
 	}
 	w->prev_lib = lib;
 	/* Past the landing pad's jmp buffer: this is its frame or above. */
-	if (sp > w->landing)
+	if (sp > w->landing) {
+		w->reached = true;
 		return _URC_END_OF_STACK;
+	}
 	return _URC_NO_REASON;
 }
 
@@ -420,7 +424,14 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 		w.outer_sp = UINTPTR_MAX;
 	}
 	if (!w.outer_lib) {
-		say(t, OVERFLOWED, "(guard page hit)", NULL, "; it ends with CBCMN_EPANIC");
+		/* A frame without unwind info (-fno-asynchronous-unwind-tables,
+		 * hand-written assembly) ends the walk: a library call above
+		 * it (vfprintf running a fopencookie function) is not seen. */
+		say(t, OVERFLOWED, "(guard page hit)",
+		    w.reached ? NULL : ", over frames the unwinder could not read",
+		    w.reached ? "; it ends with CBCMN_EPANIC"
+			      : "; it ends with CBCMN_EPANIC, and a lock a library held there may "
+				"stay held");
 		land(t);
 	}
 	/* With the CPU's shadow stack on, a replaced return address is a

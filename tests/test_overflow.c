@@ -1071,6 +1071,60 @@ static void test_overflow_under_the_unwinders_lock_does_not_hang(void **state)
 	in_child(overflow_under_the_unwinders_lock, 0);
 }
 
+/* Regression: a frame without unwind info ends the walk early, and a
+ * library call above it (here vfprintf, holding the FILE's lock, running
+ * a fopencookie write function) went unseen: the task ended saying
+ * nothing of the lock it left held. */
+void noinfo_call(void (*fn)(void));
+__asm__("	.text\n"
+	"	.globl	noinfo_call\n"
+	"	.type	noinfo_call,@function\n"
+	"noinfo_call:\n" /* no CFI: the unwinder cannot get past this frame */
+	"	subq	$8, %rsp\n"
+	"	call	*%rdi\n"
+	"	addq	$8, %rsp\n"
+	"	ret\n"
+	"	.size	noinfo_call,.-noinfo_call\n");
+
+static void recurse_void(void)
+{
+	t_recurse(NULL, 0);
+}
+
+/* Dives once: the FILE stays behind (its lock held by the task that
+ * ended), and exit's flush must not dive on the main stack. */
+static bool cookie_dived;
+
+static ssize_t cookie_write(void *cookie, const char *buf, size_t len)
+{
+	(void)cookie;
+	(void)buf;
+	if (!cookie_dived) {
+		cookie_dived = true;
+		noinfo_call(recurse_void);
+	}
+	return (ssize_t)len;
+}
+
+static int64_t cookie_writer(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){.write = cookie_write});
+	TASK_CHECK(f != NULL);
+	setvbuf(f, NULL, _IONBF, 0);
+	fprintf(f, "x");
+	return -1;
+}
+
+static void test_overflow_above_unreadable_frames_says_a_lock_may_stay_held(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	overflow_lands(cookie_writer, "over frames the unwinder could not read; it ends with "
+				      "CBCMN_EPANIC, and a lock a library held there may stay held");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1090,6 +1144,7 @@ int main(void)
 		T_WATCHED_TEST(test_overflow_over_a_smashed_frame_still_lands),
 		T_WATCHED_TEST(test_an_unwind_through_the_replaced_return_ends_the_task),
 		T_WATCHED_TEST(test_overflow_under_the_unwinders_lock_does_not_hang),
+		T_WATCHED_TEST(test_overflow_above_unreadable_frames_says_a_lock_may_stay_held),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
