@@ -218,9 +218,8 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
  * (__register_frame_info: a JIT's, a program's own): an overflow while
  * this thread holds it (a throw or backtrace whose first lookup sorts a
  * registered object) would hang the walk below in the handler for ever.
- * Found at each runtime start (dl_iterate_phdr, not in the handler);
- * relaxed: written before any executor of the runtime starts, and the
- * same values at every start. */
+ * Found at the first runtime start (dl_iterate_phdr, not in the
+ * handler); relaxed: written before any executor exists. */
 static uintptr_t unwinder_lo, unwinder_hi;
 
 static int find_unwinder(struct dl_phdr_info *info, size_t size, void *arg)
@@ -312,7 +311,13 @@ void cbcmn__overflow_init(void)
 	/* The unwinder sets itself up on first use (a pthread_once): not in
 	 * the handler. */
 	_Unwind_Backtrace(walk_nothing, NULL);
-	dl_iterate_phdr(find_unwinder, NULL);
+	/* Once: an overflow that left the loader's lock held (documented)
+	 * must not hang the next runtime's start here. */
+	static bool unwinder_looked_up; /* under signal.c's install_lock */
+	if (!unwinder_looked_up) {
+		unwinder_looked_up = true;
+		dl_iterate_phdr(find_unwinder, NULL);
+	}
 	unsigned long features = 0;
 	if (syscall(SYS_arch_prctl, ARCH_SHSTK_STATUS_, &features) == 0)
 		shadow_stack = (features & ARCH_SHSTK_SHSTK_) != 0;

@@ -9,7 +9,8 @@
 
 struct cbcmn_task;
 
-/* Once per runtime start, outside any handler. */
+/* Once per runtime start, outside any handler, under signal.c's install
+ * lock. */
 void cbcmn__overflow_init(void);
 /* On each executor thread, as it starts and ends: its signal mask is what
  * a landing restores. */
