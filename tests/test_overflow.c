@@ -1125,6 +1125,55 @@ static void test_overflow_above_unreadable_frames_says_a_lock_may_stay_held(void
 				      "CBCMN_EPANIC, and a lock a library held there may stay held");
 }
 
+/* Regression: a process that locks its memory after the runtime started
+ * (mlockall: a latency-bound server, after its set-up) cannot put the
+ * lightweight guard back on a stack's yellow zone (MADV_GUARD_INSTALL
+ * refuses a VM_LOCKED mapping).  The zone stayed open for good, and every
+ * later task on that stack that returned normally ended with
+ * CBCMN_EPANIC. */
+static int64_t stack_is_closed(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return stack_of(cx)->yellow_open ? 1 : 0;
+}
+
+static void test_yellow_zone_closes_in_a_locked_process(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	if (T_ASAN) {
+		T_SKIP("mlockall would commit ASan's shadow");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(1);
+	sink = fopen("/dev/null", "w");
+	assert_non_null(sink);
+	char msg[4096];
+	assert_int_equal(run_quiet(rt, nop, NULL, msg, sizeof(msg)), 0); /* a stack made */
+	if (mlockall(MCL_CURRENT) != 0) {
+		T_SKIP("mlockall: cannot lock memory here (RLIMIT_MEMLOCK)");
+		fclose(sink);
+		t_destroy(rt);
+		return;
+	}
+	int64_t r = run_quiet(rt, printer, NULL, msg, sizeof(msg));
+	int64_t after = run_quiet(rt, nop, NULL, msg, sizeof(msg));
+	int64_t open = run_quiet(rt, stack_is_closed, NULL, msg, sizeof(msg));
+	/* Guarded the other way now: the next overflow is caught the same. */
+	int64_t again = run_quiet(rt, printer, NULL, msg, sizeof(msg));
+	bool deferred = strstr(msg, "the call finishes in the stack's reserve") != NULL;
+	int64_t after_again = run_quiet(rt, nop, NULL, msg, sizeof(msg));
+	munlockall();
+	fclose(sink);
+	t_destroy(rt);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_int_equal(after, 0);
+	assert_int_equal(open, 0);
+	assert_int_equal(again, CBCMN_EPANIC);
+	assert_true(deferred);
+	assert_int_equal(after_again, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1145,6 +1194,7 @@ int main(void)
 		T_WATCHED_TEST(test_an_unwind_through_the_replaced_return_ends_the_task),
 		T_WATCHED_TEST(test_overflow_under_the_unwinders_lock_does_not_hang),
 		T_WATCHED_TEST(test_overflow_above_unreadable_frames_says_a_lock_may_stay_held),
+		T_WATCHED_TEST(test_yellow_zone_closes_in_a_locked_process),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
