@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -168,6 +169,8 @@ struct walk {
 	 * (below the caller's sp) and the address it holds. */
 	uintptr_t *slot;
 	uintptr_t slot_sp, slot_ra;
+	/* The walk got to the landing pad's frame: it saw every frame. */
+	bool reached;
 };
 
 static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
@@ -201,9 +204,75 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
 	}
 	w->prev_lib = lib;
 	/* Past the landing pad's jmp buffer: this is its frame or above. */
-	if (sp > w->landing)
+	if (sp > w->landing) {
+		w->reached = true;
 		return _URC_END_OF_STACK;
+	}
 	return _URC_NO_REASON;
+}
+
+/* ---- the unwinder's own lock ----------------------------------------------- */
+
+/* Where libgcc_s's code lies.  The unwinder's FDE lookup takes libgcc's
+ * object_mutex (not recursive) whenever some code registered frames
+ * (__register_frame_info: a JIT's, a program's own): an overflow while
+ * this thread holds it (a throw or backtrace whose first lookup sorts a
+ * registered object) would hang the walk below in the handler for ever.
+ * Found at the first runtime start (dl_iterate_phdr, not in the
+ * handler); relaxed: written before any executor exists. */
+static uintptr_t unwinder_lo, unwinder_hi;
+
+static int find_unwinder(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	const char *name = info->dlpi_name, *base = name;
+	if (!name)
+		return 0;
+	for (const char *c = name; *c; c++)
+		if (*c == '/')
+			base = c + 1;
+	if (!has_prefix(base, "libgcc_s.so"))
+		return 0;
+	uintptr_t lo = UINTPTR_MAX, hi = 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+			continue;
+		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+		if (a < lo)
+			lo = a;
+		if (a + ph->p_memsz > hi)
+			hi = a + ph->p_memsz;
+	}
+	if (lo < hi) {
+		__atomic_store_n(&unwinder_lo, lo, __ATOMIC_RELAXED);
+		__atomic_store_n(&unwinder_hi, hi, __ATOMIC_RELAXED);
+	}
+	return 1;
+}
+
+/* Whether a word between the faulting sp and the landing pad is a return
+ * address into libgcc_s: the unwinder may be running there, holding its
+ * lock.  (A stale word left by an earlier call only costs the finer
+ * handling below.)  An unwinder linked into the program (-static-libgcc)
+ * is not seen: its code is the program's. */
+__attribute__((no_sanitize_address)) /* reads the redzones between frames too */
+static bool unwinder_on_stack(const struct cbcmn__stack *s, uintptr_t sp, uintptr_t landing)
+{
+	uintptr_t lo = __atomic_load_n(&unwinder_lo, __ATOMIC_RELAXED);
+	uintptr_t hi = __atomic_load_n(&unwinder_hi, __ATOMIC_RELAXED);
+	/* Readable from here: lo, or the yellow zone's bottom once open. */
+	uintptr_t from = (uintptr_t)(s->yellow_open ? cbcmn__stack_yellow_lo(s) : s->lo);
+	if (lo >= hi || sp > landing)
+		return false;
+	if (sp > from)
+		from = sp;
+	for (const uintptr_t *w = (const uintptr_t *)((from + 7) & ~(uintptr_t)7);
+	     (uintptr_t)w < landing; w++)
+		if (*w - lo < hi - lo)
+			return true;
+	return false;
 }
 
 /* Set while this thread walks: a stack smashed below the overflow can send
@@ -227,14 +296,90 @@ static _Unwind_Reason_Code walk_nothing(struct _Unwind_Context *ctx, void *arg)
 	return _URC_END_OF_STACK;
 }
 
+/* Whether the CPU's user shadow stack (CET) is on for this process
+ * (glibc 2.39+ turns it on at start for a program whose every object is
+ * marked for it; the context switch's asm is not, so a program linked
+ * with this library is not, unless forced with -z shstk).  Read once at
+ * each runtime start; written before any executor exists, read by them. */
+static bool shadow_stack;
+
+#define ARCH_SHSTK_STATUS_ 0x5005 /* Linux 6.6, asm/prctl.h */
+#define ARCH_SHSTK_SHSTK_ (1ul << 0)
+
 void cbcmn__overflow_init(void)
 {
 	/* The unwinder sets itself up on first use (a pthread_once): not in
 	 * the handler. */
 	_Unwind_Backtrace(walk_nothing, NULL);
+	/* Once: an overflow that left the loader's lock held (documented)
+	 * must not hang the next runtime's start here. */
+	static bool unwinder_looked_up; /* under signal.c's install_lock */
+	if (!unwinder_looked_up) {
+		unwinder_looked_up = true;
+		dl_iterate_phdr(find_unwinder, NULL);
+	}
+	unsigned long features = 0;
+	if (syscall(SYS_arch_prctl, ARCH_SHSTK_STATUS_, &features) == 0)
+		shadow_stack = (features & ARCH_SHSTK_SHSTK_) != 0;
 }
 
 /* ---- ending the task ------------------------------------------------------- */
+
+/* The replaced return address.  Reached by the library call's return: rsp
+ * is its caller's, and the task ends.  Or met by the unwinder before the
+ * call returned (a C++ throw out of the call or of code it called back, a
+ * forced unwind, a backtrace), which reads it as a frame: a frame with no
+ * caller, where a throw would find no catch and std::terminate would abort
+ * the process.  So the frame has a personality that catches whatever
+ * unwinds to it and ends the task the same way; a backtrace stops there.
+ * The nop puts (return address - 1), which the unwinder looks up, in the
+ * frame too. */
+void cbcmn__overflow_return(void);
+_Unwind_Reason_Code cbcmn__overflow_personality(int version, _Unwind_Action actions,
+						 _Unwind_Exception_Class cls,
+						 struct _Unwind_Exception *exc,
+						 struct _Unwind_Context *ctx);
+__asm__("	.text\n"
+	"	.globl	cbcmn__overflow_return\n"
+	"	.hidden	cbcmn__overflow_return\n"
+	"	.type	cbcmn__overflow_return,@function\n"
+	"	.p2align 4\n"
+	"	.cfi_startproc\n"
+	/* pcrel|sdata4|indirect: works in PIE and the shared library */
+	"	.cfi_personality 0x9b, cbcmn__overflow_personality_ref\n"
+	"	.cfi_undefined rip\n"
+	"	nop\n"
+	"cbcmn__overflow_return:\n"
+	"	andq	$-16, %rsp\n"
+	"	call	cbcmn__overflow_unwind\n"
+	"	hlt\n"
+	"	.cfi_endproc\n"
+	"	.size	cbcmn__overflow_return,.-cbcmn__overflow_return\n"
+	"	.section .data.rel.ro,\"aw\"\n"
+	"	.p2align 3\n"
+	"cbcmn__overflow_personality_ref:\n"
+	"	.quad	cbcmn__overflow_personality\n"
+	"	.text\n");
+
+/* The exception the frame caught, freed once the task has landed. */
+static __thread struct _Unwind_Exception *caught;
+
+_Unwind_Reason_Code cbcmn__overflow_personality(int version, _Unwind_Action actions,
+						 _Unwind_Exception_Class cls,
+						 struct _Unwind_Exception *exc,
+						 struct _Unwind_Context *ctx)
+{
+	(void)version;
+	(void)cls;
+	if (actions & _UA_SEARCH_PHASE)
+		return _URC_HANDLER_FOUND;
+	/* A forced unwind (a thread's cancellation) owns its exception: it
+	 * is not ours to delete. */
+	caught = (actions & _UA_FORCE_UNWIND) ? NULL : exc;
+	/* With rsp at this frame's CFA, the caller's sp: as after the return. */
+	_Unwind_SetIP(ctx, (uintptr_t)cbcmn__overflow_return);
+	return _URC_INSTALL_CONTEXT;
+}
 
 __attribute__((noreturn)) static void land(struct cbcmn_task *t)
 {
@@ -249,6 +394,24 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	struct walk w = {.pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP],
 			 .landing = (uintptr_t)t->landing};
 	void *jb[5];
+	/* The unwinder may hold its lock here: no walk.  The code goes on in
+	 * the yellow zone, where the unwinder finishes and lets go of it, and
+	 * the task ends at its next runtime call (check_lo) or when its
+	 * function returns (sched.c): no return address is replaced, which
+	 * would need the walk. */
+	if (unwinder_on_stack(s, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], w.landing)) {
+		if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) &&
+		    cbcmn__stack_yellow_open(s) == 0) {
+			say(t, OVERFLOWED, "under ", "libgcc_s (the unwinder)",
+			    "; it goes on in the stack's reserve, and the task ends with "
+			    "CBCMN_EPANIC at its next runtime call or when its function returns");
+			return;
+		}
+		say(t, OVERFLOWED, "under ", "libgcc_s (the unwinder)",
+		    " with no room left for it to finish; it ends with CBCMN_EPANIC, and the "
+		    "unwinder's lock may stay held");
+		land(t);
+	}
 	if (__builtin_setjmp(jb) == 0) {
 		walking = jb;
 		_Unwind_Backtrace(walk_frame, &w);
@@ -266,7 +429,22 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 		w.outer_sp = UINTPTR_MAX;
 	}
 	if (!w.outer_lib) {
-		say(t, OVERFLOWED, "(guard page hit)", NULL, "; it ends with CBCMN_EPANIC");
+		/* A frame without unwind info (-fno-asynchronous-unwind-tables,
+		 * hand-written assembly) ends the walk: a library call above
+		 * it (vfprintf running a fopencookie function) is not seen. */
+		say(t, OVERFLOWED, "(guard page hit)",
+		    w.reached ? NULL : ", over frames the unwinder could not read",
+		    w.reached ? "; it ends with CBCMN_EPANIC"
+			      : "; it ends with CBCMN_EPANIC, and a lock a library held there may "
+				"stay held");
+		land(t);
+	}
+	/* With the CPU's shadow stack on, a replaced return address is a
+	 * control-protection fault (SIGSEGV, SEGV_CPERR): no reserve. */
+	if (shadow_stack) {
+		say(t, OVERFLOWED, "inside ", w.outer_lib,
+		    " with shadow stacks on, which forbid finishing the call; it ends with "
+		    "CBCMN_EPANIC, and a lock that library held may stay held");
 		land(t);
 	}
 	/* A lock holder runs, or waits for code it called.  Let it finish
@@ -275,7 +453,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) && w.slot &&
 	    w.slot_sp >= w.outer_sp && *w.slot == w.slot_ra &&
 	    cbcmn__stack_yellow_open(s) == 0) {
-		*w.slot = (uintptr_t)cbcmn__ctx_overflow_return;
+		*w.slot = (uintptr_t)cbcmn__overflow_return;
 		say(t, OVERFLOWED, "inside ", w.outer_lib,
 		    "; the call finishes in the stack's reserve, then the task ends with "
 		    "CBCMN_EPANIC");
@@ -287,10 +465,15 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	land(t);
 }
 
-/* cbcmn__ctx_overflow_return comes here once the library call that
- * overflowed has returned. */
+/* cbcmn__overflow_return comes here once the library call that overflowed
+ * has returned, or an unwind has reached where it would return. */
 __attribute__((noreturn)) void cbcmn__overflow_unwind(void)
 {
+	if (caught) {
+		struct _Unwind_Exception *exc = caught;
+		caught = NULL;
+		_Unwind_DeleteException(exc);
+	}
 	land(cbcmn__tls_exec->current);
 }
 

@@ -1,6 +1,6 @@
 /* overflow.h: private to libcbcmn: leaving a fiber stack overflow
  * (overflow.c), for the SIGSEGV handler (signal.c), the landing pad
- * (sched.c) and the return trampoline (asm). */
+ * (sched.c). */
 #ifndef CBCMN_OVERFLOW_H
 #define CBCMN_OVERFLOW_H
 
@@ -9,7 +9,8 @@
 
 struct cbcmn_task;
 
-/* Once per runtime start, outside any handler. */
+/* Once per runtime start, outside any handler, under signal.c's install
+ * lock. */
 void cbcmn__overflow_init(void);
 /* On each executor thread, as it starts and ends: its signal mask is what
  * a landing restores. */
@@ -29,8 +30,9 @@ void cbcmn__overflow_walk_fault(void);
  * state t started with), then cancel and await the nurseries t left open.
  * Runs on t's fiber: may block. */
 void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
-/* cbcmn__ctx_overflow_return (asm) comes here: ends the task running on
- * this thread, whose library call that overflowed has returned. */
+/* cbcmn__overflow_return (overflow.c) comes here: ends the task running on
+ * this thread, whose library call that overflowed has returned (or been
+ * unwound through). */
 __attribute__((noreturn)) void cbcmn__overflow_unwind(void);
 
 #endif

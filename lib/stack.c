@@ -354,10 +354,17 @@ void cbcmn__stack_yellow_close(struct cbcmn__stack *s)
 		return;
 	char *y = cbcmn__stack_yellow_lo(s);
 	size_t len = (size_t)(s->lo - y);
-	int rc;
+	int rc = -1;
 	if (s->guard_kind == CBCMN__GUARD_MADV) {
 		rc = madvise(y, len, MADV_GUARD_INSTALL); /* frees the pages */
-	} else {
+		/* Refused once the process locked its memory (mlockall after
+		 * the stack was made: VM_LOCKED).  A zone left open would end
+		 * every later task on this stack (sched.c), so it is guarded
+		 * the other way from now on: two map entries more, once. */
+		if (rc != 0)
+			s->guard_kind = CBCMN__GUARD_PROT;
+	}
+	if (rc != 0) {
 		madvise(y, len, MADV_DONTNEED);
 		/* Merges back into the guard's mapping: no new map entry. */
 		rc = mprotect(y, len, PROT_NONE);

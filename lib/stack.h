@@ -62,7 +62,9 @@ struct cbcmn__stack {
 	void *asan_fake;           /* ASan: its fake stack while switched away */
 	uint32_t san_uses;         /* TSan: fibers it has run since created */
 	bool guarded;
-	uint8_t guard_kind;        /* CBCMN__GUARD_* */
+	/* CBCMN__GUARD_*: how the yellow zone is guarded; MADV turns to PROT
+	 * if the kernel refuses to put the guard back (a locked process). */
+	uint8_t guard_kind;
 	/* Set and read on the thread running the stack, by the SIGSEGV
 	 * handler and the landing pad: volatile is the ordering needed. */
 	volatile uint8_t yellow_open;

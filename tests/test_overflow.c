@@ -3,6 +3,7 @@
  * check the stack first, a landing that restores the signal mask and the FP
  * control state, overflows inside the C library that leave no lock held. */
 #include <errno.h>
+#include <link.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include "helpers.h"
 
@@ -900,6 +902,278 @@ static void test_overflow_over_a_smashed_frame_still_lands(void **state)
 	overflow_lands(smashed_task, "over frames the unwinder could not read");
 }
 
+/* Regression: an unwind that starts while a library call finishes in the
+ * reserve (a C++ throw that overflowed in __cxa_throw or in the loader's
+ * lazy binding of it) reads the return address the handler replaced and
+ * found a frame with no caller: the throw found no catch and
+ * std::terminate aborted the whole process.  Here a forced unwind under
+ * qsort (a libc frame above it, so the address is replaced) overflows in
+ * the lazy binding of _Unwind_ForcedUnwind or in the unwinder: it must be
+ * caught where the call would return, and the task end there. */
+static jmp_buf unw_env;
+static uintptr_t unw_target;
+static volatile int unw_truncated;
+
+static _Unwind_Reason_Code unw_stop(int version, _Unwind_Action actions, _Unwind_Exception_Class cls,
+				    struct _Unwind_Exception *exc, struct _Unwind_Context *ctx,
+				    void *arg)
+{
+	(void)version;
+	(void)cls;
+	(void)exc;
+	(void)arg;
+	if (actions & _UA_END_OF_STACK)
+		unw_truncated = 1; /* it never reached sorter's frame */
+	if ((actions & _UA_END_OF_STACK) || _Unwind_GetCFA(ctx) > unw_target)
+		longjmp(unw_env, 1);
+	return _URC_NO_REASON;
+}
+
+/* Recurse to 1 KiB above lo, then unwind: the unwinder's frames overflow. */
+static int64_t unwind_low(int64_t depth)
+{
+	volatile char pad[256];
+	pad[0] = (char)depth;
+	if ((char *)__builtin_frame_address(0) < cmp_stack->lo + 1024 || depth >= t_depth_limit) {
+		static struct _Unwind_Exception exc;
+		exc.exception_class = 0x6362636d6e000000ull;
+		exc.exception_cleanup = NULL;
+		_Unwind_ForcedUnwind(&exc, unw_stop, NULL);
+		return -1;
+	}
+	return unwind_low(depth + 1) + pad[0];
+}
+
+static int cmp_unwinding(const void *a, const void *b)
+{
+	cmp_calls++;
+	unwind_low(0);
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+static int64_t unwinding_sorter(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	volatile char marker = 0;
+	int v[2] = {2, 1};
+	cmp_stack = stack_of(cx);
+	unw_target = (uintptr_t)&marker;
+	if (setjmp(unw_env) == 0)
+		qsort(v, 2, sizeof(int), cmp_unwinding);
+	return -3 + marker; /* the unwind reached here: it never overflowed */
+}
+
+static void test_an_unwind_through_the_replaced_return_ends_the_task(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	char msg[4096];
+	unw_truncated = 0;
+	cmp_calls = 0;
+	int64_t r = run_quiet(rt, unwinding_sorter, NULL, msg, sizeof(msg));
+	printf("  %s", msg);
+	if (unw_truncated)
+		fail_msg("the unwinder met the replaced return address and stopped short");
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_non_null(strstr(msg, "the call finishes in the stack's reserve"));
+	assert_false(cmp_stack->yellow_open);
+	assert_int_equal(run_quiet(rt, nop, NULL, msg, sizeof(msg)), 0);
+	t_destroy(rt);
+}
+
+/* Regression: with frames registered (__register_frame_info: a JIT's),
+ * libgcc's FDE lookup holds its object_mutex; an overflow under it (the
+ * first lookup after a registration sorts the object, calling malloc) sent
+ * the handler's walk into the same lookup: the executor waited for its own
+ * lock for ever.  Each margin is a run whose first lookup starts that many
+ * bytes above lo: some overflow under the lock. */
+extern void __register_frame_info(const void *begin, void *ob);
+extern void *__deregister_frame_info(const void *begin);
+
+static const void *own_eh_frame;
+static long unw_margin;
+
+static int find_eh_frame(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		if (info->dlpi_phdr[i].p_type != PT_GNU_EH_FRAME)
+			continue;
+		const unsigned char *hdr =
+			(const unsigned char *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+		int32_t off; /* eh_frame_ptr: DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
+		if (hdr[1] != 0x1b)
+			return 1;
+		memcpy(&off, hdr + 4, sizeof(off));
+		own_eh_frame = hdr + 4 + off;
+		return 1;
+	}
+	return 1; /* the program is first */
+}
+
+static _Unwind_Reason_Code count_frame(struct _Unwind_Context *ctx, void *arg)
+{
+	(void)ctx;
+	++*(int *)arg;
+	return _URC_NO_REASON;
+}
+
+static int64_t lookup_low(int64_t depth)
+{
+	volatile char pad[64];
+	pad[0] = (char)depth;
+	if ((char *)__builtin_frame_address(0) < cmp_stack->lo + unw_margin ||
+	    depth >= t_depth_limit) {
+		int n = 0;
+		_Unwind_Backtrace(count_frame, &n);
+		return n;
+	}
+	return lookup_low(depth + 1) + pad[0];
+}
+
+static int64_t lookup_task(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cmp_stack = stack_of(cx);
+	return lookup_low(0);
+}
+
+static int overflow_under_the_unwinders_lock(void)
+{
+	alarm(30); /* a hang is the failure */
+	dl_iterate_phdr(find_eh_frame, NULL);
+	if (!own_eh_frame)
+		return 2;
+	cbcmn_runtime *rt = t_runtime(1);
+	int saved, fd = t_stderr_capture(&saved);
+	int bad = 0;
+	for (unw_margin = 100; unw_margin < 3000 && !bad; unw_margin += 40) {
+		static char ob[256]; /* libgcc's struct object, opaque */
+		memset(ob, 0, sizeof(ob));
+		__register_frame_info(own_eh_frame, ob);
+		int64_t r = 0;
+		if (cbcmn_runtime_run(rt, lookup_task, NULL, &r) != 0 || (r < 0 && r != CBCMN_EPANIC))
+			bad = 1;
+		__deregister_frame_info(own_eh_frame);
+	}
+	char msg[8192];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	t_destroy(rt);
+	return bad ? 3 : 0;
+}
+
+static void test_overflow_under_the_unwinders_lock_does_not_hang(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	in_child(overflow_under_the_unwinders_lock, 0);
+}
+
+/* Regression: a frame without unwind info ends the walk early, and a
+ * library call above it (here vfprintf, holding the FILE's lock, running
+ * a fopencookie write function) went unseen: the task ended saying
+ * nothing of the lock it left held. */
+void noinfo_call(void (*fn)(void));
+__asm__("	.text\n"
+	"	.globl	noinfo_call\n"
+	"	.type	noinfo_call,@function\n"
+	"noinfo_call:\n" /* no CFI: the unwinder cannot get past this frame */
+	"	subq	$8, %rsp\n"
+	"	call	*%rdi\n"
+	"	addq	$8, %rsp\n"
+	"	ret\n"
+	"	.size	noinfo_call,.-noinfo_call\n");
+
+static void recurse_void(void)
+{
+	t_recurse(NULL, 0);
+}
+
+/* Dives once: the FILE stays behind (its lock held by the task that
+ * ended), and exit's flush must not dive on the main stack. */
+static bool cookie_dived;
+
+static ssize_t cookie_write(void *cookie, const char *buf, size_t len)
+{
+	(void)cookie;
+	(void)buf;
+	if (!cookie_dived) {
+		cookie_dived = true;
+		noinfo_call(recurse_void);
+	}
+	return (ssize_t)len;
+}
+
+static int64_t cookie_writer(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){.write = cookie_write});
+	TASK_CHECK(f != NULL);
+	setvbuf(f, NULL, _IONBF, 0);
+	fprintf(f, "x");
+	return -1;
+}
+
+static void test_overflow_above_unreadable_frames_says_a_lock_may_stay_held(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	overflow_lands(cookie_writer, "over frames the unwinder could not read; it ends with "
+				      "CBCMN_EPANIC, and a lock a library held there may stay held");
+}
+
+/* Regression: a process that locks its memory after the runtime started
+ * (mlockall: a latency-bound server, after its set-up) cannot put the
+ * lightweight guard back on a stack's yellow zone (MADV_GUARD_INSTALL
+ * refuses a VM_LOCKED mapping).  The zone stayed open for good, and every
+ * later task on that stack that returned normally ended with
+ * CBCMN_EPANIC. */
+static int64_t stack_is_closed(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return stack_of(cx)->yellow_open ? 1 : 0;
+}
+
+static void test_yellow_zone_closes_in_a_locked_process(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	if (T_ASAN) {
+		T_SKIP("mlockall would commit ASan's shadow");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(1);
+	sink = fopen("/dev/null", "w");
+	assert_non_null(sink);
+	char msg[4096];
+	assert_int_equal(run_quiet(rt, nop, NULL, msg, sizeof(msg)), 0); /* a stack made */
+	if (mlockall(MCL_CURRENT) != 0) {
+		T_SKIP("mlockall: cannot lock memory here (RLIMIT_MEMLOCK)");
+		fclose(sink);
+		t_destroy(rt);
+		return;
+	}
+	int64_t r = run_quiet(rt, printer, NULL, msg, sizeof(msg));
+	int64_t after = run_quiet(rt, nop, NULL, msg, sizeof(msg));
+	int64_t open = run_quiet(rt, stack_is_closed, NULL, msg, sizeof(msg));
+	/* Guarded the other way now: the next overflow is caught the same. */
+	int64_t again = run_quiet(rt, printer, NULL, msg, sizeof(msg));
+	bool deferred = strstr(msg, "the call finishes in the stack's reserve") != NULL;
+	int64_t after_again = run_quiet(rt, nop, NULL, msg, sizeof(msg));
+	munlockall();
+	fclose(sink);
+	t_destroy(rt);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_int_equal(after, 0);
+	assert_int_equal(open, 0);
+	assert_int_equal(again, CBCMN_EPANIC);
+	assert_true(deferred);
+	assert_int_equal(after_again, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -917,6 +1191,10 @@ int main(void)
 		T_WATCHED_TEST(test_overflow_under_a_library_call_ends_when_it_returns),
 		T_WATCHED_TEST(test_overflow_past_the_reserve_under_a_library_call),
 		T_WATCHED_TEST(test_overflow_over_a_smashed_frame_still_lands),
+		T_WATCHED_TEST(test_an_unwind_through_the_replaced_return_ends_the_task),
+		T_WATCHED_TEST(test_overflow_under_the_unwinders_lock_does_not_hang),
+		T_WATCHED_TEST(test_overflow_above_unreadable_frames_says_a_lock_may_stay_held),
+		T_WATCHED_TEST(test_yellow_zone_closes_in_a_locked_process),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
