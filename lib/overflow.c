@@ -325,41 +325,12 @@ void cbcmn__overflow_init(void)
 
 /* ---- ending the task ------------------------------------------------------- */
 
-/* The replaced return address.  Reached by the library call's return: rsp
- * is its caller's, and the task ends.  Or met by the unwinder before the
- * call returned (a C++ throw out of the call or of code it called back, a
- * forced unwind, a backtrace), which reads it as a frame: a frame with no
- * caller, where a throw would find no catch and std::terminate would abort
- * the process.  So the frame has a personality that catches whatever
- * unwinds to it and ends the task the same way; a backtrace stops there.
- * The nop puts (return address - 1), which the unwinder looks up, in the
- * frame too. */
-void cbcmn__overflow_return(void);
+/* The frame of the replaced return address (cbcmn__ctx_overflow_return,
+ * asm/) names this personality: it catches whatever unwinds to it. */
 _Unwind_Reason_Code cbcmn__overflow_personality(int version, _Unwind_Action actions,
 						 _Unwind_Exception_Class cls,
 						 struct _Unwind_Exception *exc,
 						 struct _Unwind_Context *ctx);
-__asm__("	.text\n"
-	"	.globl	cbcmn__overflow_return\n"
-	"	.hidden	cbcmn__overflow_return\n"
-	"	.type	cbcmn__overflow_return,@function\n"
-	"	.p2align 4\n"
-	"	.cfi_startproc\n"
-	/* pcrel|sdata4|indirect: works in PIE and the shared library */
-	"	.cfi_personality 0x9b, cbcmn__overflow_personality_ref\n"
-	"	.cfi_undefined rip\n"
-	"	nop\n"
-	"cbcmn__overflow_return:\n"
-	"	andq	$-16, %rsp\n"
-	"	call	cbcmn__overflow_unwind\n"
-	"	hlt\n"
-	"	.cfi_endproc\n"
-	"	.size	cbcmn__overflow_return,.-cbcmn__overflow_return\n"
-	"	.section .data.rel.ro,\"aw\"\n"
-	"	.p2align 3\n"
-	"cbcmn__overflow_personality_ref:\n"
-	"	.quad	cbcmn__overflow_personality\n"
-	"	.text\n");
 
 /* The exception the frame caught, freed once the task has landed. */
 static __thread struct _Unwind_Exception *caught;
@@ -377,7 +348,7 @@ _Unwind_Reason_Code cbcmn__overflow_personality(int version, _Unwind_Action acti
 	 * is not ours to delete. */
 	caught = (actions & _UA_FORCE_UNWIND) ? NULL : exc;
 	/* With rsp at this frame's CFA, the caller's sp: as after the return. */
-	_Unwind_SetIP(ctx, (uintptr_t)cbcmn__overflow_return);
+	_Unwind_SetIP(ctx, (uintptr_t)cbcmn__ctx_overflow_return);
 	return _URC_INSTALL_CONTEXT;
 }
 
@@ -453,7 +424,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) && w.slot &&
 	    w.slot_sp >= w.outer_sp && *w.slot == w.slot_ra &&
 	    cbcmn__stack_yellow_open(s) == 0) {
-		*w.slot = (uintptr_t)cbcmn__overflow_return;
+		*w.slot = (uintptr_t)cbcmn__ctx_overflow_return;
 		say(t, OVERFLOWED, "inside ", w.outer_lib,
 		    "; the call finishes in the stack's reserve, then the task ends with "
 		    "CBCMN_EPANIC");
@@ -465,7 +436,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	land(t);
 }
 
-/* cbcmn__overflow_return comes here once the library call that overflowed
+/* cbcmn__ctx_overflow_return comes here once the library call that overflowed
  * has returned, or an unwind has reached where it would return. */
 __attribute__((noreturn)) void cbcmn__overflow_unwind(void)
 {

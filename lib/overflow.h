@@ -30,7 +30,7 @@ void cbcmn__overflow_walk_fault(void);
  * state t started with), then cancel and await the nurseries t left open.
  * Runs on t's fiber: may block. */
 void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
-/* cbcmn__overflow_return (overflow.c) comes here: ends the task running on
+/* cbcmn__ctx_overflow_return (asm/) comes here: ends the task running on
  * this thread, whose library call that overflowed has returned (or been
  * unwound through). */
 __attribute__((noreturn)) void cbcmn__overflow_unwind(void);

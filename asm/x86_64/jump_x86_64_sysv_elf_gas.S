@@ -177,20 +177,35 @@ cbcmn__ctx_trap:
  * address of a C library function that overflowed a fiber's stack
  * (lib/overflow.c).  When that function returns here, with its locks
  * released, the task ends: cbcmn__overflow_unwind jumps to its landing pad.
- * rax/rdx (the function's result) are dropped; rsp is the caller's, 16-byte
- * aligned as it was before its call.
+ * rax/rdx (the function's result) are dropped; rsp is the caller's.
+ *
+ * The unwinder may meet this address before the call returns (a C++ throw
+ * out of the call, a forced unwind, a backtrace) and read it as a frame with
+ * no caller, where a throw would find no catch and std::terminate would
+ * abort the process: so the frame has a personality
+ * (cbcmn__overflow_personality) that catches whatever unwinds to it and
+ * ends the task the same way.  The nop puts (return address - 1), which the
+ * unwinder looks up, inside the frame.
  */
 	.globl	cbcmn__ctx_overflow_return
 	.hidden	cbcmn__ctx_overflow_return
 	.type	cbcmn__ctx_overflow_return,@function
-	.align	16
-cbcmn__ctx_overflow_return:
+	.p2align 4
 	.cfi_startproc
-	.cfi_undefined rip		/* reached by a return: no caller */
+	.cfi_personality 0x9b, .Loverflow_personality_ref /* pcrel|sdata4|indirect: PIE and .so */
+	.cfi_undefined rip		/* no caller: unwinders stop here */
+	nop				/* return address - 1 lands on this byte */
+cbcmn__ctx_overflow_return:
 	andq	$-16, %rsp		/* aligned for the call, whatever happened */
 	call	cbcmn__overflow_unwind	/* does not return */
 	hlt
 	.cfi_endproc
 	.size	cbcmn__ctx_overflow_return,.-cbcmn__ctx_overflow_return
+
+	.section .data.rel.ro,"aw"
+	.p2align 3
+.Loverflow_personality_ref:
+	.quad	cbcmn__overflow_personality
+	.text
 
 	.section .note.GNU-stack,"",%progbits
