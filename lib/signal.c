@@ -194,6 +194,6 @@ void cbcmn__altstack_teardown(struct cbcmn__exec *e)
 		return;
 	stack_t ss = {.ss_flags = SS_DISABLE};
 	sigaltstack(&ss, NULL);
-	munmap(e->altstack, e->altstack_size);
+	cbcmn__unmap_stack_memory(e->altstack, e->altstack_size);
 	e->altstack = NULL;
 }

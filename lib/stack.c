@@ -14,6 +14,9 @@
 #ifdef __SANITIZE_THREAD__
 #include <sanitizer/tsan_interface.h>
 #endif
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#endif
 
 /* Linux 6.13 (mm/madvise.c): guard markers in the page tables, which fault
  * like PROT_NONE without a mapping of their own.  glibc 2.36 lacks the
@@ -162,6 +165,14 @@ int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t gu
 	return 0;
 }
 
+void cbcmn__unmap_stack_memory(void *p, size_t len)
+{
+#ifdef __SANITIZE_ADDRESS__
+	ASAN_UNPOISON_MEMORY_REGION(p, len);
+#endif
+	munmap(p, len);
+}
+
 void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 {
 	struct cbcmn__stack_slab *sl = p->slabs;
@@ -172,7 +183,7 @@ void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 #endif
 	while (sl) {
 		struct cbcmn__stack_slab *next = sl->next;
-		munmap(sl->base, sl->len);
+		cbcmn__unmap_stack_memory(sl->base, sl->len);
 		free(sl);
 		sl = next;
 	}

@@ -110,6 +110,13 @@ struct cbcmn__stack_cache {
 /* size: usable bytes (page multiple).  guard_max: see cbcmn_config: it
  * limits mprotect guards only; UINT32_MAX turns every guard off.
  * Returns 0, -EINVAL or -errno. */
+/* Unmap memory that fibers or signal handlers ran on.  ASan keeps the
+ * poison of the frames they left (a parked fiber's locals, a frame that
+ * never returned) in its shadow after munmap, and a later mapping at the
+ * same address (a ring's SQEs, say) would read as a stack buffer: the
+ * shadow is cleared first. */
+void cbcmn__unmap_stack_memory(void *p, size_t len);
+
 int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t guard_max);
 /* Unmaps every slab: every stack must be back in a cache or the pool. */
 void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p);
