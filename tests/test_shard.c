@@ -28,10 +28,15 @@ static cbcmn_executor_stats exec_stats(cbcmn_runtime *rt, uint32_t i)
 /* Wait (from the test thread) until executor i has parked at least n times. */
 static void wait_parked(cbcmn_runtime *rt, uint32_t i, uint64_t n)
 {
-	for (int k = 0; k < 5000 && exec_stats(rt, i).parks < n; k++)
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (exec_stats(rt, i).parks < n && t_now_ns() < end)
 		usleep(1000);
 	assert_true(exec_stats(rt, i).parks >= n);
-	usleep(20000); /* now in the ring, asleep */
+	/* Now in the ring, asleep (its state says so once it is). */
+	while (exec_stats(rt, i).state != CBCMN_EXEC_PARKED && t_now_ns() < end)
+		usleep(1000);
+	assert_int_equal(exec_stats(rt, i).state, CBCMN_EXEC_PARKED);
+	usleep(20000); /* and, most likely, inside io_uring_enter */
 }
 
 static void test_setup_flags_reported(void **state)
@@ -201,7 +206,7 @@ static int64_t stealable_main(cbcmn_cx *cx, void *arg)
 	}
 	/* The first 16 must all start on executor 1 while we hold 0. */
 	uint64_t t0 = t_now_ns();
-	while (atomic_load(&p->started) < 16 + 8 && t_now_ns() - t0 < 5000000000ull)
+	while (atomic_load(&p->started) < 16 + 8 && t_now_ns() - t0 < T_STALL_NS)
 		;
 	return cbcmn_nursery_await_all(cx, n);
 }
