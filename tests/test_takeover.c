@@ -12,6 +12,18 @@
 
 #define CHILD_SKIP 77
 
+/* The child's end: exit 0, or the test fails saying why (an alarm means
+ * `hang` happened).  CHILD_SKIP is returned for the caller to skip. */
+static int child_status(pid_t pid, const char *hang)
+{
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		fail_msg("the child was killed by signal %d%s%s", WTERMSIG(st),
+			 WTERMSIG(st) == SIGALRM ? ": " : "", WTERMSIG(st) == SIGALRM ? hang : "");
+	return WEXITSTATUS(st);
+}
+
 static int64_t quit_under_a_fake_proc(cbcmn_cx *cx, void *arg)
 {
 	(void)cx;
@@ -70,14 +82,10 @@ static void test_takeover_does_not_trust_proc(void **state)
 		dup2(fd, 2);
 		_exit(takeover_child());
 	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_SKIP)
+	int rc = child_status(pid, "the takeover waited forever");
+	if (rc == CHILD_SKIP)
 		T_SKIP("no mount namespace here");
-	if (WIFSIGNALED(st))
-		fail_msg("the child was killed by signal %d%s", WTERMSIG(st),
-			 WTERMSIG(st) == SIGALRM ? ": the takeover waited forever" : "");
-	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(rc, 0);
 }
 
 /* ---- a thread cancelled inside a doorbell ------------------------------------ */
@@ -147,12 +155,7 @@ static void test_cancel_inside_a_doorbell_loses_no_wake_up(void **state)
 		dup2(fd, 2); /* the runtime reports the dead thread there */
 		_exit(cancelled_doorbell_child());
 	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (WIFSIGNALED(st))
-		fail_msg("the child was killed by signal %d%s", WTERMSIG(st),
-			 WTERMSIG(st) == SIGALRM ? ": a run waited forever" : "");
-	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(child_status(pid, "a run waited forever"), 0);
 }
 
 /* ---- a cancellation left pending ---------------------------------------------- */
@@ -202,12 +205,7 @@ static void test_cancel_left_pending_does_not_wedge_a_retiring_executor(void **s
 		alarm(15);
 		_exit(pending_cancel_child());
 	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (WIFSIGNALED(st))
-		fail_msg("the child was killed by signal %d%s", WTERMSIG(st),
-			 WTERMSIG(st) == SIGALRM ? ": a run or destroy waited forever" : "");
-	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(child_status(pid, "a run or destroy waited forever"), 0);
 }
 
 int main(void)
