@@ -170,7 +170,10 @@ static void test_virtual_time(void **state)
 	assert_int_equal(r, 0);
 	ASSERT_TASK_CHECKS();
 	printf("[ INFO     ] 40 simulated seconds in %.1f ms\n", (double)wall / 1e6);
-	assert_true(wall < S / 2); /* well under a second */
+	/* Not a speed limit: a runtime that slept for real would take the whole
+	 * 40 s.  Half of that leaves any loaded machine room (it takes a few
+	 * ms here, and once 0.8 s under TSan beside a CPU hog). */
+	assert_true(wall < 20 * S);
 	t_destroy(rt);
 }
 
