@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +21,8 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <gelf.h>
+#include <libelf.h>
 
 #include "bpfmon.h"
 #include "clock.h"
@@ -131,19 +135,46 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 	return rc;
 }
 
-/* Effective capability bit cap of this process (from /proc/self/status). */
-static bool has_cap(int cap)
+/* This process's effective capabilities, from capget(2) (the kernel's
+ * answer, not a uid: root without capabilities has none, a non-root user
+ * may hold CAP_BPF).  0 when they cannot be read. */
+static uint64_t effective_caps(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	unsigned long long eff = 0;
-	if (!f)
-		return false;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "CapEff: %llx", &eff) == 1)
-			break;
-	fclose(f);
-	return eff >> cap & 1;
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capget, &h, d))
+		return 0;
+	return (uint64_t)d[1].effective << 32 | d[0].effective;
+}
+
+/* What the BPF view needs and this process or kernel lacks, as one line
+ * in err: CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+) to load
+ * tracing programs and open uprobes; a kernel locked down for
+ * confidentiality refuses the reads of kernel memory the programs make.
+ * Returns 0 or -EPERM. */
+static int check_privileges(char *err, size_t errlen)
+{
+	uint64_t caps = effective_caps();
+	bool admin = caps >> CAP_SYS_ADMIN & 1, bpf = caps >> CAP_BPF & 1,
+	     perfmon = caps >> CAP_PERFMON & 1;
+	if (!admin && !(bpf && perfmon))
+		return fail(err, errlen, -EPERM,
+			    "loading eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): "
+			    "this process (uid %d) lacks %s%s%s", (int)geteuid(),
+			    bpf ? "" : "CAP_BPF", !bpf && !perfmon ? " and " : "",
+			    perfmon ? "" : "CAP_PERFMON");
+	char buf[128] = "";
+	int fd = open("/sys/kernel/security/lockdown", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = 0;
+		close(fd);
+	}
+	if (strstr(buf, "[confidentiality]"))
+		return fail(err, errlen, -EPERM,
+			    "the kernel is locked down (confidentiality): eBPF may not read kernel memory");
+	return 0;
 }
 
 static bool fs_is(const char *path, long magic)
@@ -177,16 +208,32 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
 }
 
 /* The binaries of pid that may hold the cbcmn probes: its executable (the
- * library linked statically) and every libcbcmn.so it maps.  Returns how
- * many were written to bins. */
+ * library linked statically) and every libcbcmn.so it maps.  Each as a path
+ * that reaches the target's file from here, whatever mount namespace it
+ * runs in: the path it has there (what /proc/PID/exe and /proc/PID/maps
+ * say) under /proc/PID/root, the target's root as this process sees it.
+ * A container's binary, or one on a tmpfs mounted only in the target's
+ * namespace, has no such path in ours.  libbpf reads the ELF notes through
+ * that path, the kernel places the uprobes on the inode it resolves to,
+ * and libbpf knows the prefix when it matches the path with the maps
+ * (usdt.c, parse_vma_segs).  An executable whose path does not lead back
+ * to it (deleted, replaced, or the target chrooted) is reached through
+ * /proc/PID/exe itself.  Each file once (by device and inode).  Returns
+ * how many were written to bins. */
 static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 {
-	char p[64], line[PATH_MAX + 256];
+	/* path: room for "/proc/PID/root" in front within PATH_MAX */
+	char p[64], line[PATH_MAX + 256], path[PATH_MAX - 24];
+	struct stat st, seen[MAX_BINS];
 	int n = 0;
 	snprintf(p, sizeof(p), "/proc/%d/exe", pid);
-	ssize_t len = readlink(p, bins[0], PATH_MAX - 1);
-	if (len > 0) {
-		bins[0][len] = 0;
+	ssize_t len = readlink(p, path, sizeof(path) - 1);
+	if (len > 0 && !stat(p, &seen[0])) {
+		path[len] = 0;
+		snprintf(bins[0], PATH_MAX, "/proc/%d/root%s", pid, path);
+		if (path[0] != '/' || stat(bins[0], &st) || st.st_dev != seen[0].st_dev ||
+		    st.st_ino != seen[0].st_ino)
+			snprintf(bins[0], PATH_MAX, "%s", p);
 		n = 1;
 	}
 	snprintf(p, sizeof(p), "/proc/%d/maps", pid);
@@ -194,18 +241,57 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 	if (!f)
 		return n;
 	while (n < MAX_BINS && fgets(line, sizeof(line), f)) {
-		char *path = strchr(line, '/');
-		if (!path || !strstr(path, "libcbcmn"))
+		char *at = strchr(line, '/');
+		if (!at || !strstr(at, "libcbcmn"))
 			continue;
-		path[strcspn(path, "\n")] = 0;
-		bool seen = false;
+		at[strcspn(at, "\n")] = 0;
+		char full[PATH_MAX];
+		snprintf(full, sizeof(full), "/proc/%d/root%.*s", pid, (int)sizeof(path) - 1, at);
+		if (stat(full, &st))
+			continue; /* "(deleted)", or gone since */
+		bool dup = false;
 		for (int i = 0; i < n; i++)
-			seen |= strcmp(bins[i], path) == 0;
-		if (!seen)
-			snprintf(bins[n++], PATH_MAX, "%s", path);
+			dup |= st.st_dev == seen[i].st_dev && st.st_ino == seen[i].st_ino;
+		if (!dup) {
+			seen[n] = st;
+			memcpy(bins[n++], full, sizeof(full));
+		}
 	}
 	fclose(f);
 	return n;
+}
+
+/* Does the ELF file at path carry a USDT note of provider "cbcmn"?  A note
+ * in .note.stapsdt is three addresses (the probe, the base, the
+ * semaphore) and then "provider\0name\0args". */
+static bool has_cbcmn_probes(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool found = false;
+	elf_version(EV_CURRENT);
+	Elf *e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	size_t shstrndx;
+	if (e && !elf_getshdrstrndx(e, &shstrndx)) {
+		Elf_Scn *scn = NULL;
+		while (!found && (scn = elf_nextscn(e, scn))) {
+			GElf_Shdr sh;
+			const char *name;
+			if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE ||
+			    !(name = elf_strptr(e, shstrndx, sh.sh_name)) || strcmp(name, ".note.stapsdt"))
+				continue;
+			Elf_Data *d = elf_getdata(scn, NULL);
+			size_t off = 0, name_off, desc_off, addrs = 3 * (gelf_getclass(e) == ELFCLASS32 ? 4 : 8);
+			GElf_Nhdr nh;
+			while (d && !found && (off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0)
+				found = nh.n_type == 3 && nh.n_descsz > addrs + 6 &&
+					!memcmp((const char *)d->d_buf + desc_off + addrs, "cbcmn", 6);
+		}
+	}
+	elf_end(e);
+	close(fd);
+	return found;
 }
 
 /* The CPU a thread is pinned to: its affinity mask has one CPU; else -1. */
@@ -517,10 +603,43 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	snprintf(p, sizeof(p), "/proc/%d", pid);
 	if (access(p, F_OK))
 		return fail(err, errlen, -ESRCH, "no such process: %d", (int)pid);
-	/* CAP_SYS_ADMIN = 21, CAP_PERFMON = 38, CAP_BPF = 39 */
-	if (!has_cap(21) && !(has_cap(38) && has_cap(39)))
-		return fail(err, errlen, -EPERM,
-			    "loading eBPF programs needs CAP_BPF and CAP_PERFMON (or root)");
+	/* Not a cbcmn program: say so and attach nothing (the sched and
+	 * io_uring programs would watch the whole host for a process that
+	 * never fires a probe).  Only when its binaries can be read: where
+	 * they cannot, the privilege check below says why. */
+	char bins[MAX_BINS][PATH_MAX];
+	snprintf(p, sizeof(p), "/proc/%d/exe", pid);
+	int exe_errno = readlink(p, bins[0], PATH_MAX) < 0 ? errno : 0;
+	if (exe_errno == ENOENT)
+		return fail(err, errlen, -ENOENT,
+			    "process %d has no executable (a kernel thread, or exiting)", (int)pid);
+	int nbins = probe_binaries(pid, bins);
+	bool cbcmn = false;
+	for (int b = 0; b < nbins && !cbcmn; b++)
+		cbcmn = has_cbcmn_probes(bins[b]);
+	if (nbins && !cbcmn) {
+		char comm[32] = "?";
+		snprintf(p, sizeof(p), "/proc/%d/comm", pid);
+		FILE *f = fopen(p, "r");
+		if (f) {
+			if (!fgets(comm, sizeof(comm), f))
+				snprintf(comm, sizeof(comm), "?");
+			comm[strcspn(comm, "\n")] = 0;
+			fclose(f);
+		}
+		return fail(err, errlen, -ENOENT,
+			    "process %d (%s) is not a cbcmn program: no cbcmn probes in its executable "
+			    "or a libcbcmn it maps", (int)pid, comm);
+	}
+	if ((rc = check_privileges(err, errlen)))
+		return rc;
+	/* Privileged, and still not allowed to read it (another user's
+	 * process without CAP_SYS_PTRACE, a process made undumpable, an
+	 * LSM): its probes cannot be found, so nothing is attached. */
+	if (exe_errno)
+		return fail(err, errlen, -EACCES,
+			    "cannot read process %d's executable (/proc/%d/exe: %s): its probes cannot be found",
+			    (int)pid, (int)pid, strerror(exe_errno));
 	if (access("/sys/kernel/btf/vmlinux", R_OK))
 		return fail(err, errlen, -ENOENT,
 			    "/sys/kernel/btf/vmlinux is missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF)");
