@@ -375,6 +375,59 @@ static void test_pid_and_mount_namespaces(void **state)
 	counts_match(NS_BOTH, "late");
 }
 
+/* cbcmn-top on a runtime in a pid namespace shows its threads as /proc
+ * here numbers them (the stats segment holds the runtime's own ids: it
+ * showed 2 and 3, no thread of the process here), and the kernel
+ * figures are on. */
+static void test_top_shows_host_thread_ids_of_a_pid_namespace(void **state)
+{
+	(void)state;
+	const char *no = ns_unavailable(NS_PID);
+	if (no)
+		T_SKIP("%s", no);
+	struct workload w;
+	launch(&w, NS_PID, "early");
+	char p[16], top[PATH_MAX];
+	snprintf(p, sizeof(p), "%d", (int)w.pid);
+	snprintf(top, sizeof(top), "%s/../bin/cbcmn-top", dirname(strdupa(self)));
+	int out[2];
+	assert_int_equal(pipe(out), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(out[1], 1);
+		close(out[0]);
+		execl(top, top, "--json", "-n", "1", "-d", "0.2", "-p", p, (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	static char buf[1 << 16];
+	ssize_t n, got = 0;
+	while ((n = read(out[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
+		got += n;
+	buf[got] = 0;
+	close(out[0]);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	int tids = 0;
+	for (const char *at = buf; (at = strstr(at, "\"tid\":")); at += 6) {
+		long tid = strtol(at + 6, NULL, 10);
+		char t[64];
+		snprintf(t, sizeof(t), "/proc/%d/task/%ld", (int)w.pid, tid);
+		printf("cbcmn-top: executor thread %ld (inside: %ld)\n", tid, inner_tid(w.pid, (uint32_t)tid));
+		assert_int_equal(access(t, F_OK), 0);
+		assert_true(inner_tid(w.pid, (uint32_t)tid) != tid); /* the namespaces differ */
+		tids++;
+	}
+	assert_int_equal(tids, 2);
+	assert_non_null(strstr(buf, "\"programs_attached\":")); /* kernel figures on */
+	assert_int_equal(write(w.down, "g", 1), 1);
+	cbcmn_executor_stats per[2];
+	assert_int_equal(read(w.up, per, sizeof(per)), (ssize_t)sizeof(per));
+	finish(&w);
+}
+
 /* ---- not a cbcmn program; missing privilege ----------------------------------- */
 
 /* Run tool (under build/bin) with args; its exit status, and its stderr in
@@ -500,6 +553,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_pid_namespace_executors_started_before_attach),
 		T_WATCHED_TEST(test_mount_namespace_binary_on_private_tmpfs),
 		T_WATCHED_TEST(test_pid_and_mount_namespaces),
+		T_WATCHED_TEST(test_top_shows_host_thread_ids_of_a_pid_namespace),
 		T_WATCHED_TEST(test_stat_of_a_process_that_is_not_cbcmn_fails),
 		T_WATCHED_TEST(test_stat_without_capabilities_names_them),
 	};

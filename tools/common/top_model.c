@@ -12,6 +12,7 @@
 #include <bpf/bpf.h>
 
 #include "common/clock.h"
+#include "common/pidns.h"
 #include "common/top_model.h"
 
 /* Widths hold the header and the widest value printed (top_fmt scales
@@ -409,7 +410,10 @@ static void update_rows(struct top_model *m)
 		r->shard = i;
 		r->cpu = e->cpu;
 		r->state = e->state;
-		r->tid = e->tid;
+		if (e->tid != r->tid_own) { /* the runtime's own id: ours may differ (pidns.h) */
+			r->tid_own = e->tid;
+			r->tid = pidns_view_tid(m->pid, e->tid);
+		}
 		place(p, e->cpu, &r->node, &r->llc);
 		r->rt = e;
 		r->k = m->kernel ? &s->k[i] : NULL;

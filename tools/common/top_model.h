@@ -87,7 +87,8 @@ struct top_row {
 	uint32_t shard;
 	int cpu, node, llc;      /* node/llc: the topology's indexes, -1 unknown */
 	uint32_t state;          /* cbcmn_exec_state */
-	int32_t tid;
+	int32_t tid;             /* its thread, as /proc here numbers it */
+	int32_t tid_own;         /* the same as the runtime sees it (its pid namespace) */
 	double v[TOP_NCOLS];     /* the columns; NAN: unknown */
 	const cbcmn_executor_stats *rt; /* cumulative, since the runtime started */
 	const struct bpfmon_shard *k;   /* cumulative since attach; NULL: kernel figures off */
