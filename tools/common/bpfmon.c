@@ -852,14 +852,19 @@ int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim, struct 
 
 int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out)
 {
-	if (!m || !out)
+	return bpfmon_cost_of(m, "", out);
+}
+
+int bpfmon_cost_of(const struct bpfmon *m, const char *prefix, struct bpfmon_cost *out)
+{
+	if (!m || !prefix || !out)
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
 	struct bpf_program *prog;
 	bpf_object__for_each_program(prog, m->skel->obj) {
 		int fd = bpf_program__fd(prog);
-		if (fd < 0)
-			continue; /* not loaded: turned off, or refused */
+		if (fd < 0 || strncmp(bpf_program__name(prog), prefix, strlen(prefix)))
+			continue; /* not loaded (turned off, or refused), or not asked for */
 		struct bpf_prog_info info;
 		__u32 len = sizeof(info);
 		memset(&info, 0, sizeof(info));

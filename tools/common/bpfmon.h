@@ -144,6 +144,10 @@ struct bpfmon_cost {
 /* Returns 0 and *out, or a negative errno. */
 int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out);
 
+/* The same for the programs whose name (in cbcmn.bpf.c) begins with
+ * prefix, e.g. "cbcmn_sched_switch". */
+int bpfmon_cost_of(const struct bpfmon *m, const char *prefix, struct bpfmon_cost *out);
+
 /* Where the maps are pinned ("" when not pinned). */
 const char *bpfmon_pin_dir(const struct bpfmon *m);
 
