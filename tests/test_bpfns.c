@@ -295,8 +295,10 @@ static void counts_match(enum ns ns, const char *mode)
 	}
 	const struct bpfmon_prog *pr;
 	unsigned np = bpfmon_progs(m, &pr);
-	bool sched = false;
+	bool sched = false, late = !strcmp(mode, "late");
 	for (unsigned i = 0; i < np; i++) {
+		if (!strcmp(pr[i].name, "cbcmn_steal_fail"))
+			assert_int_equal(pr[i].state, BPFMON_OFF); /* opt-in: BPFMON_STEAL_FAIL */
 		if (!strcmp(pr[i].name, "cbcmn_steal") || !strcmp(pr[i].name, "cbcmn_doorbell") ||
 		    !strcmp(pr[i].name, "cbcmn_exec_start")) {
 			if (pr[i].state != BPFMON_ATTACHED)
@@ -314,10 +316,11 @@ static void counts_match(enum ns ns, const char *mode)
 	for (int i = 0; i < 2; i++) {
 		const struct cbcmn_bpf_shard *s = &b[i].c;
 		long inner = inner_tid(w.pid, s->tid);
-		printf("executor %d: tid %u (inside: %ld; runtime: %d) steals %llu/%llu doorbells %llu/%llu "
-		       "xmsgs %llu/%llu msg_ring sqes %llu/%llu switches %llu\n",
+		printf("executor %d: tid %u (inside: %ld; runtime: %d) steals %llu/%llu fails %llu/%llu "
+		       "doorbells %llu/%llu xmsgs %llu/%llu msg_ring sqes %llu/%llu switches %llu\n",
 		       i, s->tid, inner, per[i].tid, (unsigned long long)s->steals,
-		       (unsigned long long)per[i].steal_successes,
+		       (unsigned long long)per[i].steal_successes, (unsigned long long)s->steal_fails,
+		       (unsigned long long)(per[i].steal_attempts - per[i].steal_successes),
 		       (unsigned long long)(s->doorbells_msg_ring + s->doorbells_eventfd),
 		       (unsigned long long)per[i].doorbells_sent, (unsigned long long)s->xmsgs_sent,
 		       (unsigned long long)per[i].xmsgs_sent, (unsigned long long)s->msg_ring_sqes,
@@ -328,6 +331,13 @@ static void counts_match(enum ns ns, const char *mode)
 		assert_int_equal(s->doorbells_msg_ring + s->doorbells_eventfd, per[i].doorbells_sent);
 		assert_int_equal(s->xmsgs_sent, per[i].xmsgs_sent);
 		assert_int_equal(s->msg_ring_sqes, per[i].ring_msgs_submitted);
+		/* Failed steals without the cbcmn:steal_fail probe (off by
+		 * default): the runtime's counters, since attach. */
+		uint64_t fails = per[i].steal_attempts - per[i].steal_successes;
+		if (late)
+			assert_int_equal(s->steal_fails, fails);
+		else
+			assert_true(s->steal_fails <= fails);
 		if (sched)
 			assert_true(s->switches > 0);
 	}

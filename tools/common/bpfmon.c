@@ -27,6 +27,7 @@
 #include "bpfmon.h"
 #include "clock.h"
 #include "cbcmn.skel.h"
+#include "cbcmn.h"
 
 #define TRACEFS "/sys/kernel/tracing"
 #define BPFFS "/sys/fs/bpf"
@@ -100,6 +101,14 @@ struct bpfmon {
 	struct bpf_link *links[NSPECS][MAX_BINS];
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
 	bool switch_on;           /* a sched_switch program is attached: the records move */
+	/* cbcmn:steal_fail off (BPFMON_STEAL_FAIL not given): failed probes
+	 * from the runtime's own counters (fails_read) */
+	bool fails_from_runtime;
+	cbcmn_watch *w;           /* the runtime read, NULL none yet */
+	cbcmn_executor_stats *per; /* CBCMN_BPF_MAX_SHARDS, for fails_read */
+	uint64_t fails_base[CBCMN_BPF_MAX_SHARDS]; /* its count when we began to follow it */
+	uint64_t fails_done[CBCMN_BPF_MAX_SHARDS]; /* of the runtimes that ended since attach */
+	uint64_t fails_last[CBCMN_BPF_MAX_SHARDS]; /* the last count read since the base */
 	char pin_dir[PATH_MAX];
 };
 
@@ -505,6 +514,11 @@ static void configure(struct bpfmon *m, unsigned flags, const struct btf *vmlinu
 		if (flags & s->off_flag) {
 			pr->state = BPFMON_OFF;
 			on = false;
+		} else if (!strcmp(s->name, "cbcmn_steal_fail") && !(flags & BPFMON_STEAL_FAIL)) {
+			pr->state = BPFMON_OFF; /* opt-in: the runtime counts them (fails_read) */
+			on = false;
+			snprintf(m->reasons[i], sizeof(m->reasons[i]),
+				 "off: failed steals from the runtime's counters (BPFMON_STEAL_FAIL attaches it)");
 		} else if (m->refused[i]) {
 			pr->state = BPFMON_FAILED; /* reason set when it was refused */
 			pr->err = m->refused[i];
@@ -588,6 +602,47 @@ static void refusal_reason(char *out, size_t len, const char *log, int rc)
 		snprintf(out, len, "rejected by the verifier: %.*s", n, why);
 	else
 		snprintf(out, len, "refused at load: %s", strerror(-rc));
+}
+
+/* Failed steal probes per executor since attach, from the runtime's
+ * counters (steal_attempts - steal_successes: one cbcmn:steal_fail each)
+ * into out[i].c.steal_fails.  The oldest runtime alive is followed; its
+ * count when first read is the base if it was there at attach (what it
+ * did before is not ours), 0 if it came later.  When it ends, its last
+ * count is kept and the next runtime is followed: the figure never steps
+ * back.  Nothing when the process has no runtime (yet). */
+static void fails_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n, bool at_attach)
+{
+	for (int round = 0; round < 2; round++) {
+		if (!m->w) {
+			if (cbcmn_watch_open(m->pid, 0, &m->w))
+				break;
+			memset(m->fails_base, 0, sizeof(m->fails_base));
+			memset(m->fails_last, 0, sizeof(m->fails_last));
+		}
+		cbcmn_stats st;
+		memset(m->per, 0, CBCMN_BPF_MAX_SHARDS * sizeof(*m->per));
+		int rc = cbcmn_watch_read(m->w, &st, m->per, CBCMN_BPF_MAX_SHARDS);
+		for (uint32_t i = 0; i < CBCMN_BPF_MAX_SHARDS; i++) {
+			uint64_t f = m->per[i].steal_attempts - m->per[i].steal_successes;
+			if (at_attach)
+				m->fails_base[i] = f;
+			else if (f >= m->fails_base[i])
+				m->fails_last[i] = f - m->fails_base[i];
+		}
+		if (rc == 0)
+			break;
+		/* It ended (out holds its last figures): keep them, follow the next. */
+		for (uint32_t i = 0; i < CBCMN_BPF_MAX_SHARDS; i++) {
+			m->fails_done[i] += m->fails_last[i];
+			m->fails_last[i] = 0;
+		}
+		cbcmn_watch_close(m->w);
+		m->w = NULL;
+		at_attach = false;
+	}
+	for (uint32_t i = 0; out && i < n && i < CBCMN_BPF_MAX_SHARDS; i++)
+		out[i].c.steal_fails = m->fails_done[i] + m->fails_last[i];
 }
 
 int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen)
@@ -698,6 +753,14 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	for (size_t i = 0; i < NSPECS; i++)
 		m->switch_on |= m->progs[i].state == BPFMON_ATTACHED &&
 				!strncmp(specs[i].name, "cbcmn_sched_switch", 18);
+	if (!(flags & BPFMON_STEAL_FAIL)) {
+		m->fails_from_runtime = true;
+		if (!(m->per = calloc(CBCMN_BPF_MAX_SHARDS, sizeof(*m->per)))) {
+			rc = fail(err, errlen, -ENOMEM, "out of memory");
+			goto cleanup;
+		}
+		fails_read(m, NULL, 0, true);
+	}
 	btf__free(vmlinux);
 	*out = m;
 	return 0;
@@ -810,6 +873,8 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 		if (any && i < CBCMN_BPF_OUTSIDE)
 			seen = (int)i + 1;
 	}
+	if (m->fails_from_runtime)
+		fails_read(m, out, n, false);
 	return seen;
 }
 
@@ -892,5 +957,7 @@ void bpfmon_close(struct bpfmon *m)
 	if (m->skel)
 		unpin_maps(m);
 	cbcmn_bpf__destroy(m->skel);
+	cbcmn_watch_close(m->w);
+	free(m->per);
 	free(m);
 }

@@ -37,6 +37,12 @@ enum {
 	 * enabling any syscall tracepoint sends every syscall of every task
 	 * down the tracing slow path (~5 % of an echo round trip). */
 	BPFMON_FUTEX_TP = 1 << 5,
+	/* Attach cbcmn:steal_fail.  Off by default: the hottest probe (one
+	 * per victim probed in vain, each a uprobe trap of ~0.7 us), and the
+	 * runtime counts the same itself (steal_attempts - steal_successes):
+	 * without the flag c.steal_fails comes from its stats segment, since
+	 * attach, and struct cbcmn_bpf_pair's fails stay 0. */
+	BPFMON_STEAL_FAIL = 1 << 6,
 };
 
 /* Where a program stands after bpfmon_open(). */

@@ -472,9 +472,17 @@ static void update_rows(struct top_model *m)
 		m->cross_llc_per_s = rate(s->cross_llc, ps->cross_llc, dt);
 	}
 	if (m->kernel) {
+		/* The pairs count failed probes only with cbcmn:steal_fail
+		 * attached (BPFMON_STEAL_FAIL); otherwise c.steal_fails is the
+		 * runtime's count and no pair record is missing for them. */
+		const struct bpfmon_prog *pr;
+		bool fails_in_pairs = false;
+		for (unsigned i = 0, np = bpfmon_progs(p->bpf, &pr); i < np; i++)
+			fails_in_pairs |= !strcmp(pr[i].name, "cbcmn_steal_fail") &&
+					  pr[i].state == BPFMON_ATTACHED;
 		uint64_t probes = 0;
 		for (uint32_t i = 0; i < s->n; i++)
-			probes += s->k[i].c.steals + s->k[i].c.steal_fails;
+			probes += s->k[i].c.steals + (fails_in_pairs ? s->k[i].c.steal_fails : 0);
 		m->cost.dropped = probes > s->pair_probes ? probes - s->pair_probes : 0;
 	}
 }
