@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+
 #include "helpers.h"
 #include "common/bpfmon.h"
 #include "common/fib.h"
@@ -307,12 +309,30 @@ static void counts_match(enum ns ns, const char *mode)
 		}
 		sched |= !strncmp(pr[i].name, "cbcmn_sched_switch", 18) && pr[i].state == BPFMON_ATTACHED;
 	}
+	/* Run statistics on: the cost figures count (cbcmn-top's own cost). */
+	int stats = bpf_enable_stats(BPF_STATS_RUN_TIME);
 	assert_int_equal(write(w.down, "g", 1), 1);
 	cbcmn_executor_stats per[2];
 	assert_int_equal(read(w.up, per, sizeof(per)), (ssize_t)sizeof(per));
 	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
 	assert_non_null(b);
 	assert_true(bpfmon_read(m, b, CBCMN_BPF_NSLOTS) >= 2);
+	struct bpfmon_cost cost;
+	assert_int_equal(bpfmon_cost(m, &cost), 0);
+	if (stats >= 0) {
+		/* Each steal, doorbell and message is a USDT program run,
+		 * each with a uprobe trap the run time leaves out. */
+		uint64_t hits = 0;
+		for (int i = 0; i < 2; i++)
+			hits += b[i].c.steals + b[i].c.doorbells_msg_ring + b[i].c.doorbells_eventfd +
+				b[i].c.xmsgs_sent;
+		printf("usdt runs %llu (steals + doorbells + messages %llu) of %llu runs\n",
+		       (unsigned long long)cost.usdt_runs, (unsigned long long)hits,
+		       (unsigned long long)cost.runs);
+		assert_true(cost.usdt_runs >= hits);
+		assert_true(cost.runs >= cost.usdt_runs);
+		close(stats);
+	}
 	for (int i = 0; i < 2; i++) {
 		const struct cbcmn_bpf_shard *s = &b[i].c;
 		long inner = inner_tid(w.pid, s->tid);

@@ -1093,6 +1093,54 @@ static double filter_ns_once(unsigned *attached)
 	return ours - empty;
 }
 
+/* uprobe_trap_ns: what one USDT hit costs the traced thread before our
+ * program runs: the breakpoint trap into the kernel, the uprobe lookup,
+ * the single-step or emulation of the replaced instruction, the return.
+ * An empty uprobe program on a function of ours, called in a loop with
+ * and without it; medians of UT_RUNS pairs, ns per call. */
+enum { UT_CALLS = 200000, UT_RUNS = 5 };
+
+/* The probed spot is a nop, as a USDT site is (sys/sdt.h): the kernel
+ * skips it without single-stepping.  In assembly so that no prologue
+ * (endbr64, which a uprobe must single-step: ~27 us a hit here) comes
+ * first. */
+__asm__(".text\n"
+	".globl cbcmn_bench_uprobe_target\n"
+	".type cbcmn_bench_uprobe_target, @function\n"
+	"cbcmn_bench_uprobe_target:\n"
+	"\tnop\n"
+	"\tret\n"
+	".size cbcmn_bench_uprobe_target, .-cbcmn_bench_uprobe_target\n");
+void cbcmn_bench_uprobe_target(void);
+
+static double uprobe_loop_ns(void)
+{
+	uint64_t t0 = mono_ns();
+	for (int i = 0; i < UT_CALLS; i++)
+		cbcmn_bench_uprobe_target();
+	return (double)(mono_ns() - t0) / UT_CALLS;
+}
+
+static double uprobe_trap_ns(void)
+{
+	struct cbcmn_floor_bpf *f = cbcmn_floor_bpf__open_and_load();
+	double d[UT_RUNS];
+	int n = 0;
+	for (int r = 0; f && r < UT_RUNS; r++) {
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .func_name = "cbcmn_bench_uprobe_target");
+		double off = uprobe_loop_ns();
+		struct bpf_link *l = bpf_program__attach_uprobe_opts(f->progs.floor_uprobe, getpid(),
+								     "/proc/self/exe", 0, &o);
+		if (!l)
+			break;
+		double on = uprobe_loop_ns();
+		bpf_link__destroy(l);
+		d[n++] = on - off;
+	}
+	cbcmn_floor_bpf__destroy(f);
+	return n ? median(d, n) : NAN;
+}
+
 /* Triples, in a rotating order: nothing attached, the empty programs,
  * ours (bpfmon_open on this process, so the ping-pong is not watched).
  * host_switch_ns: ours minus nothing; host_switch_floor_ns: empty minus
@@ -1139,6 +1187,7 @@ static void bench_host_switch(unsigned *attached)
 	for (int r = 0; r < n; r++)
 		fi[r] = filter_ns_once(attached);
 	printf("bpf-overhead host_switch_filter_ns %.1f\n", median(fi, n));
+	printf("bpf-overhead uprobe_trap_ns %.0f\n", uprobe_trap_ns());
 	fflush(stdout);
 }
 

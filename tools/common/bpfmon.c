@@ -938,6 +938,9 @@ int bpfmon_cost_of(const struct bpfmon *m, const char *prefix, struct bpfmon_cos
 		out->progs++;
 		out->runs += info.run_cnt;
 		out->run_ns += info.run_time_ns;
+		for (size_t i = 0; i < NSPECS; i++)
+			if (specs[i].kind == USDT && !strcmp(specs[i].name, bpf_program__name(prog)))
+				out->usdt_runs += info.run_cnt;
 	}
 	return 0;
 }

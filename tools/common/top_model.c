@@ -151,18 +151,20 @@ static void cost_read(struct top_model *m)
 	double dt = m->priv->cost_t_ns ? (t - m->priv->cost_t_ns) / 1e9 : 0;
 	if (dt > 0) {
 		c->runs_per_s = rate(runs, c->runs, dt);
-		c->ns_per_s = rate(ns, c->run_ns, dt);
+		c->trap_ns_per_s = rate(bc.usdt_runs, c->usdt_runs, dt) * BPFMON_UPROBE_TRAP_NS;
+		c->ns_per_s = rate(ns, c->run_ns, dt) + c->trap_ns_per_s;
 	}
 	m->priv->cost_t_ns = t;
 	c->progs = progs;
 	c->runs = runs;
 	c->run_ns = ns;
+	c->usdt_runs = bc.usdt_runs;
 }
 
 static void cost_open(struct top_model *m)
 {
 	struct top_cost *c = &m->cost;
-	c->runs_per_s = c->ns_per_s = NAN;
+	c->runs_per_s = c->ns_per_s = c->trap_ns_per_s = NAN;
 	if (!m->kernel) {
 		snprintf(c->why, sizeof(c->why), "kernel figures are off");
 		return;

@@ -103,7 +103,11 @@ struct top_cost {
 	char why[160];          /* !on: why not */
 	unsigned progs;         /* programs loaded */
 	uint64_t runs, run_ns;  /* cumulative since load */
-	double runs_per_s, ns_per_s;
+	uint64_t usdt_runs;     /* the USDT programs' runs among them */
+	/* ns_per_s: the programs' run time plus, for each USDT run, the
+	 * uprobe trap that the run time does not count (an estimate,
+	 * BPFMON_UPROBE_TRAP_NS each), which is trap_ns_per_s of it */
+	double runs_per_s, ns_per_s, trap_ns_per_s;
 	/* Steal probes whose (thief, victim) record did not fit the
 	 * steal_pairs hash: the only event count the programs can lose
 	 * (docs/TOP.md); estimated from the shard counters. */
