@@ -405,6 +405,33 @@ static void test_pid_and_mount_namespaces(void **state)
 	counts_match(NS_BOTH, "late");
 }
 
+/* The tool itself in a pid namespace (a sidecar, kubectl exec), watching
+ * a workload beside it there: the programs know task_struct's kernel ids,
+ * the tool only the namespace's, which it gets from the task iterator of
+ * bpf/cbcmn_pidns.bpf.c.  Run as --inside under unshare: the baseline
+ * test, with the pid the tool sees (it compared 2 with the kernel's tgid:
+ * nothing counted). */
+static int run_inside(void);
+
+static void test_tool_inside_a_pid_namespace(void **state)
+{
+	(void)state;
+	const char *no = ns_unavailable(NS_PID);
+	if (no)
+		T_SKIP("%s", no);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/usr/bin/unshare", "unshare", "--pid", "--fork", "--mount-proc", self, "--inside",
+		      (char *)NULL);
+		_exit(127);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* cbcmn-top on a runtime in a pid namespace shows its threads as /proc
  * here numbers them (the stats segment holds the runtime's own ids: it
  * showed 2 and 3, no thread of the process here), and the kernel
@@ -569,6 +596,28 @@ static void test_stat_without_capabilities_names_them(void **state)
 	finish(&w);
 }
 
+static void test_inside_late(void **state)
+{
+	(void)state;
+	counts_match(NS_NONE, "late");
+}
+
+static void test_inside_early(void **state)
+{
+	(void)state;
+	counts_match(NS_NONE, "early");
+}
+
+static int run_inside(void)
+{
+	printf("inside a pid namespace, as pid %d:\n", (int)getpid());
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_inside_late),
+		T_WATCHED_TEST(test_inside_early),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 5 && !strcmp(argv[1], "--work"))
@@ -577,6 +626,8 @@ int main(int argc, char **argv)
 	if (n <= 0)
 		return 1;
 	self[n] = 0;
+	if (argc == 2 && !strcmp(argv[1], "--inside"))
+		return run_inside();
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_counts_match_without_namespaces),
 		T_WATCHED_TEST(test_pid_namespace_executors_started_after_attach),
@@ -584,6 +635,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_mount_namespace_binary_on_private_tmpfs),
 		T_WATCHED_TEST(test_pid_and_mount_namespaces),
 		T_WATCHED_TEST(test_top_shows_host_thread_ids_of_a_pid_namespace),
+		T_WATCHED_TEST(test_tool_inside_a_pid_namespace),
 		T_WATCHED_TEST(test_stat_of_a_process_that_is_not_cbcmn_fails),
 		T_WATCHED_TEST(test_stat_without_capabilities_names_them),
 	};

@@ -27,6 +27,7 @@
 #include "bpfmon.h"
 #include "clock.h"
 #include "cbcmn.skel.h"
+#include "cbcmn_pidns.skel.h"
 #include "cbcmn.h"
 
 #define TRACEFS "/sys/kernel/tracing"
@@ -101,6 +102,16 @@ struct bpfmon {
 	struct bpf_link *links[NSPECS][MAX_BINS];
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
 	bool switch_on;           /* a sched_switch program is attached: the records move */
+	/* The tool in a pid namespace of its own (not the kernel's view):
+	 * the programs know the target by the kernel's ids, the tool by its
+	 * namespace's; xl maps one to the other (xlat_load). */
+	bool ns_mode;
+	bool xl_fresh;            /* xl was loaded during this call: no second try */
+	__u32 ktgid;              /* the target's kernel tgid */
+	struct xlat {
+		__u32 ktid, vtid;
+	} *xl;
+	size_t nxl;
 	/* cbcmn:steal_fail off (BPFMON_STEAL_FAIL not given): failed probes
 	 * from the runtime's own counters (fails_read) */
 	bool fails_from_runtime;
@@ -339,6 +350,109 @@ static uint64_t sched_sum(pid_t pid, __u32 tid)
 	return errno || end == buf || !v ? UINT64_MAX : (uint64_t)v;
 }
 
+/* Does this process see the kernel's ids in /proc: its pid namespace is
+ * the initial one (whose inode is fixed, PROC_PID_INIT_INO) and /proc is
+ * that namespace's?  Then a pid from the user is task_struct::tgid. */
+#define PROC_PID_INIT_INO 0xEFFFFFFCu
+static bool kernel_view(void)
+{
+	struct stat st;
+	char self[32] = "";
+	if (stat("/proc/self/ns/pid", &st) || st.st_ino != PROC_PID_INIT_INO)
+		return false;
+	ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
+	return n > 0 && atoi(self) == getpid();
+}
+
+/* Run bpf/cbcmn_pidns.bpf.c's task iterator: the kernel's ids of the
+ * target's threads, with their numbers in this process's pid namespace,
+ * into m->xl; m->ktgid.  Returns 0, -ESRCH (no task of that number here),
+ * or another negative errno. */
+static int xlat_load(struct bpfmon *m)
+{
+	struct stat st;
+	if (stat("/proc/self/ns/pid", &st))
+		return -errno;
+	struct cbcmn_pidns_bpf *sk = cbcmn_pidns_bpf__open();
+	if (!sk)
+		return -errno;
+	int rc = 0, fd = -1;
+	struct bpf_link *l = NULL;
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	sk->rodata->ns_ino = st.st_ino;
+	if ((rc = cbcmn_pidns_bpf__load(sk)))
+		goto out;
+	if (!(l = bpf_program__attach_iter(sk->progs.cbcmn_pidns_task, NULL)) ||
+	    (fd = bpf_iter_create(bpf_link__fd(l))) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	for (ssize_t n = 1; n > 0; len += (size_t)n) {
+		if (cap - len < 4096) {
+			char *nb = realloc(buf, cap = cap ? 2 * cap : 1 << 16);
+			if (!nb) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			buf = nb;
+		}
+		if ((n = read(fd, buf + len, cap - len - 1)) < 0) {
+			rc = -errno;
+			goto out;
+		}
+	}
+	buf[len] = 0;
+	/* The target's leader is the task whose number here is the pid we
+	 * were given and whose kernel tid is its tgid. */
+	unsigned tg, t, v;
+	m->ktgid = 0;
+	for (char *at = buf; sscanf(at, "%u %u %u", &tg, &t, &v) == 3; at = strchr(at, '\n') + 1)
+		if (v == (unsigned)m->pid && t == tg)
+			m->ktgid = tg;
+	size_t k = 0;
+	for (char *at = buf; sscanf(at, "%u %u %u", &tg, &t, &v) == 3; at = strchr(at, '\n') + 1)
+		k += tg == m->ktgid;
+	struct xlat *xl = calloc(k ? k : 1, sizeof(*xl));
+	if (!xl) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	k = 0;
+	for (char *at = buf; sscanf(at, "%u %u %u", &tg, &t, &v) == 3; at = strchr(at, '\n') + 1)
+		if (tg == m->ktgid)
+			xl[k++] = (struct xlat){t, v};
+	free(m->xl);
+	m->xl = xl;
+	m->nxl = k;
+	m->xl_fresh = true;
+	rc = m->ktgid ? 0 : -ESRCH;
+out:
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	bpf_link__destroy(l);
+	cbcmn_pidns_bpf__destroy(sk);
+	return rc;
+}
+
+/* Thread id tid from the kernel's view to ours (to_view) or back; the
+ * same number outside ns_mode; 0 when the thread is not known (gone). */
+static __u32 xlat(struct bpfmon *m, __u32 tid, bool to_view)
+{
+	if (!m->ns_mode || !tid)
+		return tid;
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < m->nxl; i++)
+			if ((to_view ? m->xl[i].ktid : m->xl[i].vtid) == tid)
+				return to_view ? m->xl[i].vtid : m->xl[i].ktid;
+		/* A thread born since: look again, once per read. */
+		if (m->xl_fresh || xlat_load(m) == -ENOMEM)
+			break;
+	}
+	return 0;
+}
+
 /* Executors already running: threads named "cbcmn-exec-N".  Only adds
  * threads the map does not know (exec_start may have beaten us).  Their
  * thread and CPU go to m->ident (bpfmon_read reports them where the shard
@@ -369,14 +483,16 @@ static void scan_executors(struct bpfmon *m, bool attached)
 		unsigned id;
 		if (sscanf(comm, "cbcmn-exec-%u", &id) != 1 || id >= CBCMN_BPF_MAX_SHARDS)
 			continue;
-		__u32 tid = (__u32)atoi(de->d_name);
+		__u32 vtid = (__u32)atoi(de->d_name), tid = xlat(m, vtid, false);
+		if (!tid)
+			continue; /* born and gone while we looked */
 		/* Counting starts here: the time on a CPU from the kernel's
 		 * own sum, so the switches before attach need not be seen. */
-		struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, tid)};
+		struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, vtid)};
 		th.last_ts = mono_ns();
 		bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
 		m->ident[id].tid = tid;
-		m->ident[id].cpu = pinned_cpu((pid_t)tid);
+		m->ident[id].cpu = pinned_cpu((pid_t)vtid);
 		struct cbcmn_bpf_shard sh;
 		if (!attached && !bpf_map_lookup_elem(fs, &id, &sh) && !sh.tid) {
 			sh.tid = tid;
@@ -707,6 +823,24 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	if (!(m = calloc(1, sizeof(*m))))
 		return fail(err, errlen, -ENOMEM, "out of memory");
 	m->pid = pid;
+	m->ktgid = (__u32)pid;
+	if (!kernel_view()) {
+		/* In a pid namespace: the kernel's ids from a task iterator. */
+		char self[32] = "";
+		if (readlink("/proc/self", self, sizeof(self) - 1) <= 0 || atoi(self) != getpid()) {
+			rc = fail(err, errlen, -EINVAL,
+				  "/proc is not this pid namespace's (mount one: mount -t proc proc /proc)");
+			goto cleanup;
+		}
+		m->ns_mode = true;
+		if ((rc = xlat_load(m))) {
+			rc = fail(err, errlen, rc,
+				  rc == -ESRCH ? "process %d: the kernel has no task of that number in this pid namespace"
+					       : "process %d: finding its kernel ids (this tool runs in a pid namespace): %s",
+				  (int)pid, strerror(-rc));
+			goto cleanup;
+		}
+	}
 	vmlinux = btf__load_vmlinux_btf();
 	/* Load; when the kernel refuses one program (the verifier rejects it,
 	 * or fentry is not permitted), open the object again without it (its
@@ -722,7 +856,7 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 			rc = fail(err, errlen, -errno, "cannot open the BPF object: %s", strerror(errno));
 			break;
 		}
-		m->skel->rodata->targ_tgid = (__u32)pid;
+		m->skel->rodata->targ_tgid = m->ktgid; /* the kernel's, as task_struct::tgid */
 		m->skel->rodata->miss_switch_every = miss_switches();
 		configure(m, flags, vmlinux, logs);
 		refused_name[0] = 0;
@@ -786,7 +920,7 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
  * between two reads of the record, again if a switch moved it meanwhile:
  * a period is never counted twice, nor left out of both.  Three lookups
  * and a /proc read more per shard. */
-static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
+static int read_shard_k(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 {
 	if (bpf_map_lookup_elem(fs, &i, &o->c))
 		return -errno;
@@ -812,7 +946,7 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 			o->c.tid = keep_tid;
 			o->c.cpu = keep_cpu;
 		}
-		uint64_t sum = sched_sum(m->pid, tid), now = mono_ns();
+		uint64_t sum = sched_sum(m->pid, xlat(m, tid, true)), now = mono_ns();
 		if (bpf_map_lookup_elem(ft, &tid, &b))
 			return errno == ENOENT ? 0 : -errno;
 		if (b.shard != i)
@@ -834,10 +968,22 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 	return 0;
 }
 
+/* read_shard_k, with the thread id as this process sees it (xlat). */
+static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
+{
+	int rc = read_shard_k(m, fs, i, o);
+	if (!rc && m->ns_mode && o->c.tid) {
+		__u32 v = xlat(m, o->c.tid, true);
+		o->c.tid = v ? v : o->c.tid; /* gone: the kernel's id rather than none */
+	}
+	return rc;
+}
+
 int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 {
 	if (!m || !out || n > CBCMN_BPF_NSLOTS)
 		return -EINVAL;
+	m->xl_fresh = false; /* one look for threads born since, per read */
 	int fs = bpf_map__fd(m->skel->maps.shards);
 	int fo = bpf_map__fd(m->skel->maps.sqe_ops);
 	int fl = bpf_map__fd(m->skel->maps.lock_hist);
@@ -962,5 +1108,6 @@ void bpfmon_close(struct bpfmon *m)
 	cbcmn_bpf__destroy(m->skel);
 	cbcmn_watch_close(m->w);
 	free(m->per);
+	free(m->xl);
 	free(m);
 }
