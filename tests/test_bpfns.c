@@ -9,6 +9,8 @@
 #include <libgen.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -405,6 +407,56 @@ static void test_pid_and_mount_namespaces(void **state)
 	counts_match(NS_BOTH, "late");
 }
 
+/* The target killed at some point of bpfmon_open (a delay from 0 to
+ * 210 ms, across its checks, load and attach: ~150 ms here): open fails with one line,
+ * or succeeds and reads; never a crash or a hang. */
+struct killer {
+	pid_t pid;
+	useconds_t after;
+};
+
+static void *kill_after(void *arg)
+{
+	struct killer *k = arg;
+	usleep(k->after);
+	kill(k->pid, SIGKILL);
+	return NULL;
+}
+
+static void test_target_exits_during_attach(void **state)
+{
+	(void)state;
+	const char *no = ns_unavailable(NS_NONE);
+	if (no)
+		T_SKIP("%s", no);
+	for (int round = 0; round < 8; round++) {
+		struct workload w;
+		launch(&w, round % 2 ? NS_PID : NS_NONE, "early");
+		struct killer k = {w.pid, (useconds_t)round * 30000};
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, kill_after, &k), 0);
+		struct bpfmon *m;
+		char err[256] = "";
+		int rc = bpfmon_open(&m, w.pid, BPFMON_NO_FUTEX, err, sizeof(err));
+		printf("killed after %u ms: bpfmon_open %d%s%s\n", k.after / 1000, rc, rc ? ": " : "", err);
+		if (rc == 0) {
+			struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+			assert_non_null(b);
+			assert_true(bpfmon_read(m, b, CBCMN_BPF_NSLOTS) >= 0);
+			free(b);
+			bpfmon_close(m);
+		} else {
+			assert_true(rc < 0);
+			assert_true(err[0] && !strchr(err, '\n'));
+		}
+		pthread_join(th, NULL);
+		int status;
+		assert_int_equal(waitpid(w.launched, &status, 0), w.launched);
+		close(w.down);
+		close(w.up);
+	}
+}
+
 /* The tool itself in a pid namespace (a sidecar, kubectl exec), watching
  * a workload beside it there: the programs know task_struct's kernel ids,
  * the tool only the namespace's, which it gets from the task iterator of
@@ -608,12 +660,20 @@ static void test_inside_early(void **state)
 	counts_match(NS_NONE, "early");
 }
 
+/* Nested: the tool in a pid namespace, the workload in one inside it. */
+static void test_inside_nested(void **state)
+{
+	(void)state;
+	counts_match(NS_PID, "late");
+}
+
 static int run_inside(void)
 {
 	printf("inside a pid namespace, as pid %d:\n", (int)getpid());
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_inside_late),
 		T_WATCHED_TEST(test_inside_early),
+		T_WATCHED_TEST(test_inside_nested),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
@@ -636,6 +696,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_pid_and_mount_namespaces),
 		T_WATCHED_TEST(test_top_shows_host_thread_ids_of_a_pid_namespace),
 		T_WATCHED_TEST(test_tool_inside_a_pid_namespace),
+		T_WATCHED_TEST(test_target_exits_during_attach),
 		T_WATCHED_TEST(test_stat_of_a_process_that_is_not_cbcmn_fails),
 		T_WATCHED_TEST(test_stat_without_capabilities_names_them),
 	};

@@ -238,7 +238,9 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
  * and libbpf knows the prefix when it matches the path with the maps
  * (usdt.c, parse_vma_segs).  An executable whose path does not lead back
  * to it (deleted, replaced, or the target chrooted) is reached through
- * /proc/PID/exe itself.  Each file once (by device and inode).  Returns
+ * /proc/PID/exe itself; a library through its path as is when that is
+ * the file mapped (a chrooted target's, which maps names from our root).
+ * Each file once (by device and inode).  Returns
  * how many were written to bins. */
 static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 {
@@ -265,10 +267,20 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 		if (!at || !strstr(at, "libcbcmn"))
 			continue;
 		at[strcspn(at, "\n")] = 0;
+		/* The mapping's inode (5th field): the file found must be it.
+		 * maps gives a path as our root sees it when we can reach the
+		 * file (a chrooted target: not its own path), else from its
+		 * namespace's root: under /proc/PID/root first, then as is. */
+		unsigned long long ino = 0;
+		if (sscanf(line, "%*s %*s %*s %*s %llu", &ino) != 1)
+			continue;
 		char full[PATH_MAX];
 		snprintf(full, sizeof(full), "/proc/%d/root%.*s", pid, (int)sizeof(path) - 1, at);
-		if (stat(full, &st))
-			continue; /* "(deleted)", or gone since */
+		if (stat(full, &st) || st.st_ino != ino) {
+			snprintf(full, sizeof(full), "%.*s", (int)sizeof(path) - 1, at);
+			if (stat(full, &st) || st.st_ino != ino)
+				continue; /* "(deleted)", or gone since */
+		}
 		bool dup = false;
 		for (int i = 0; i < n; i++)
 			dup |= st.st_dev == seen[i].st_dev && st.st_ino == seen[i].st_ino;
