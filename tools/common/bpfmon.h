@@ -10,8 +10,15 @@
  *
  * Errors are negative errno, with a one-line reason written to err (which
  * the caller prints as is): -ESRCH no such process, -EPERM missing
- * privilege, -ENOENT no BTF or no probes, other -errno from libbpf.  A
- * monitor is used by one thread at a time.
+ * privilege (naming the capability this process lacks, or the kernel's
+ * lockdown), -ENOENT no BTF, or a process that is not a cbcmn program (no
+ * cbcmn probes in its executable or a libcbcmn it maps: nothing is
+ * loaded), -EACCES its executable cannot be read, other -errno from
+ * libbpf.  A monitor is used by one thread at a time.
+ *
+ * Namespaces: the programs know threads by the kernel's ids; pids and
+ * thread ids in and out of this API are as this process's /proc numbers
+ * them, in a container too (docs/OBSERVABILITY.md, "Namespaces").
  */
 #ifndef CBCMN_TOOLS_BPFMON_H
 #define CBCMN_TOOLS_BPFMON_H
@@ -61,7 +68,8 @@ struct bpfmon_prog {
 	unsigned links;     /* USDT: binaries attached to (exe and/or libcbcmn.so) */
 	const char *reason; /* MISSING, FAILED: one line saying why ("rejected by the
 			     * verifier: ...", "refused at load: ...", "attach: ...",
-			     * "not in the target"); "" otherwise */
+			     * "not in the target"); OFF: why, where it is not a
+			     * flag's doing (cbcmn:steal_fail); "" otherwise */
 };
 
 /* One shard's figures: the counters of struct cbcmn_bpf_shard, SQEs by
