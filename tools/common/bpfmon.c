@@ -895,6 +895,7 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	 * started in between (exec_start covers the ones after). */
 	scan_executors(m, false);
 	attach_all(m);
+	m->xl_fresh = false; /* threads born since xlat_load: one more look */
 	scan_executors(m, true);
 	for (size_t i = 0; i < NSPECS; i++)
 		m->switch_on |= m->progs[i].state == BPFMON_ATTACHED &&
