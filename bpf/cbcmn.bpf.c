@@ -358,8 +358,9 @@ int BPF_USDT(cbcmn_lock_contended, const char *name, __u64 wait_ns)
 /* An executor's thread begins its loop: from now on the kernel tracepoints
  * can attribute this thread's events to its shard. */
 SEC("usdt")
-int BPF_USDT(cbcmn_exec_start, __u32 executor, int tid, int cpu)
+int BPF_USDT(cbcmn_exec_start, __u32 executor, int ns_tid, int cpu)
 {
+	(void)ns_tid; /* see key below */
 	struct cbcmn_bpf_shard *s;
 	if (!in_target() || !(s = shard(slot_of(executor))))
 		return 0;
@@ -371,7 +372,11 @@ int BPF_USDT(cbcmn_exec_start, __u32 executor, int tid, int cpu)
 		.last_ts = bpf_ktime_get_ns(),
 		.last_sum = BPF_CORE_READ(me, se.sum_exec_runtime),
 	};
-	__u32 key = (__u32)tid, old = s->tid;
+	/* The kernel's id of this thread, not the probe's tid argument: that
+	 * one is the runtime's gettid(), in its own pid namespace, while the
+	 * sched programs know threads by task_struct::pid, the kernel's
+	 * (init namespace) id.  Inside a container the two differ. */
+	__u32 key = (__u32)bpf_get_current_pid_tgid(), old = s->tid;
 	/* A replacement: the thread it replaces (dying, or gone without a
 	 * switch we saw) no longer speaks for the shard. */
 	if (old && old != key)
@@ -451,14 +456,34 @@ static __always_inline bool missed(struct cbcmn_bpf_thread *th)
 	return ++th->switches_seen % miss_switch_every == 0;
 }
 
-static __always_inline void on_switch(struct task_struct *prev, struct task_struct *next)
+/* Is task t one of the target's threads?  These programs run at every
+ * context switch, wakeup and migration of the whole host, nearly always
+ * for a task that is not ours: the answer comes first, before any helper
+ * call, clock read or map lookup, so that the host pays only the
+ * tracepoint's dispatch and this compare (docs/OBSERVABILITY.md, "Cost
+ * on the host").  btf (a constant: each twin is compiled on its own):
+ * tp_btf arguments are typed pointers the verifier lets us load from
+ * directly, one instruction with a CO-RE offset; a raw_tp argument is a
+ * plain number, read with bpf_probe_read_kernel.  task_struct::tgid is
+ * the kernel's (init pid namespace) id, as targ_tgid is (bpfmon.c). */
+static __always_inline bool task_is_target(struct task_struct *t, bool btf)
 {
+	if (btf)
+		return t->tgid == (int)targ_tgid;
+	return BPF_CORE_READ(t, tgid) == (int)targ_tgid;
+}
+
+static __always_inline void on_switch(struct task_struct *prev, struct task_struct *next, bool btf)
+{
+	bool prev_ours = task_is_target(prev, btf), next_ours = task_is_target(next, btf);
+	if (!prev_ours && !next_ours)
+		return;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tid;
 	struct cbcmn_bpf_thread *th;
 	struct cbcmn_bpf_shard *s;
 
-	if (BPF_CORE_READ(prev, tgid) == targ_tgid) {
+	if (prev_ours) {
 		tid = BPF_CORE_READ(prev, pid);
 		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard))) {
 			long state = task_state(prev);
@@ -485,7 +510,7 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 				bpf_map_delete_elem(&threads, &tid);
 		}
 	}
-	if (BPF_CORE_READ(next, tgid) == targ_tgid) {
+	if (next_ours) {
 		tid = BPF_CORE_READ(next, pid);
 		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard)) && !missed(th)) {
 			account_switch(th, s, next, now);
@@ -512,9 +537,9 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 	}
 }
 
-static __always_inline void on_migrate(struct task_struct *p)
+static __always_inline void on_migrate(struct task_struct *p, bool btf)
 {
-	if (BPF_CORE_READ(p, tgid) != targ_tgid)
+	if (!task_is_target(p, btf))
 		return;
 	__u32 tid = BPF_CORE_READ(p, pid);
 	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
@@ -524,28 +549,30 @@ static __always_inline void on_migrate(struct task_struct *p)
 }
 
 /* Each sched program twice: as tp_btf, and as raw_tp where the kernel has
- * no BTF for the tracepoint (bpfmon loads one of the two). */
-#define SCHED_TWINS(tp, name, call, ...)                                         \
+ * no BTF for the tracepoint (bpfmon loads one of the two): fn(args...,
+ * btf), btf true in the tp_btf twin (task_is_target). */
+#define UNPAREN(...) __VA_ARGS__
+#define SCHED_TWINS(tp, name, fn, args, ...)                                     \
 	SEC("tp_btf/" #tp)                                                       \
 	int BPF_PROG(name, __VA_ARGS__)                                          \
 	{                                                                        \
-		call;                                                            \
+		fn(UNPAREN args, true);                                          \
 		return 0;                                                        \
 	}                                                                        \
 	SEC("raw_tp/" #tp)                                                       \
 	int BPF_PROG(name##_raw, __VA_ARGS__)                                    \
 	{                                                                        \
-		call;                                                            \
+		fn(UNPAREN args, false);                                         \
 		return 0;                                                        \
 	}
 
-SCHED_TWINS(sched_switch, cbcmn_sched_switch, on_switch(prev, next), bool preempt,
+SCHED_TWINS(sched_switch, cbcmn_sched_switch, on_switch, (prev, next), bool preempt,
 	    struct task_struct *prev, struct task_struct *next)
 
 /* A thread made runnable: the start of its run-queue wait. */
-static __always_inline void on_wakeup(struct task_struct *p)
+static __always_inline void on_wakeup(struct task_struct *p, bool btf)
 {
-	if (BPF_CORE_READ(p, tgid) != targ_tgid)
+	if (!task_is_target(p, btf))
 		return;
 	__u32 tid = BPF_CORE_READ(p, pid);
 	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
@@ -553,9 +580,9 @@ static __always_inline void on_wakeup(struct task_struct *p)
 		th->wake_ts = bpf_ktime_get_ns();
 }
 
-SCHED_TWINS(sched_wakeup, cbcmn_sched_wakeup, on_wakeup(p), struct task_struct *p)
-SCHED_TWINS(sched_wakeup_new, cbcmn_sched_wakeup_new, on_wakeup(p), struct task_struct *p)
-SCHED_TWINS(sched_migrate_task, cbcmn_sched_migrate, on_migrate(p), struct task_struct *p,
+SCHED_TWINS(sched_wakeup, cbcmn_sched_wakeup, on_wakeup, (p), struct task_struct *p)
+SCHED_TWINS(sched_wakeup_new, cbcmn_sched_wakeup_new, on_wakeup, (p), struct task_struct *p)
+SCHED_TWINS(sched_migrate_task, cbcmn_sched_migrate, on_migrate, (p), struct task_struct *p,
 	    int dest_cpu)
 
 /* ---- io_uring tracepoints -------------------------------------------------- */

@@ -62,7 +62,7 @@ struct cbcmn_bpf_shard {
 	__u64 steal_lat;           /* samples in hists[CBCMN_BPF_HIST_STEAL] (= steals) */
 	__u64 steal_lat_ns;        /* their sum (cbcmn:steal's 4th argument) */
 	/* identity */
-	__u32 tid;                 /* the executor's thread, 0 if unseen */
+	__u32 tid;                 /* the executor's thread (the kernel's id: task_struct::pid), 0 if unseen */
 	__s32 cpu;                 /* its pinned CPU from cbcmn:exec_start, -1 none */
 };
 

@@ -281,6 +281,30 @@ static int seg_check(const struct cbcmn__seg_hdr *h, uint64_t size, pid_t pid)
 	return 0;
 }
 
+/* Process pid (as /proc here numbers it) in its own pid namespace: what
+ * its getpid() returned when it wrote the segment's pid.  In a container
+ * the two differ.  The last number of the NSpid line of its status; pid
+ * itself when there is none (kernels before 4.1, or unreadable). */
+static pid_t own_pid(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	long own = pid;
+	if (!f)
+		return pid;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		char *at = line + 6, *end;
+		for (long v; (v = strtol(at, &end, 10)), end != at; at = end)
+			own = v;
+		break;
+	}
+	fclose(f);
+	return (pid_t)own;
+}
+
 /* Map the segment behind /proc/pid/fd/nr if it is a live one; *ino
  * tells which memfd it is (a watcher's view of a segment is one more
  * descriptor for the same one).  The target may be hostile: what we map
@@ -311,7 +335,7 @@ static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
 		goto fail;
 	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
 		goto fail;
-	if ((rc = seg_check(&h, (uint64_t)st.st_size, pid)) != 0)
+	if ((rc = seg_check(&h, (uint64_t)st.st_size, own_pid(pid))) != 0)
 		goto fail;
 	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
 		rc = -EPROTO; /* an unsealed segment: version 1, or not a runtime's */

@@ -5,12 +5,14 @@
  * them less.  docs/BENCHMARKS.md keeps the latest numbers.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sched.h>
@@ -18,7 +20,10 @@
 #include "common/clock.h"
 #include "arch.h"
 #include "cbcmn.h"
+#include <bpf/bpf.h>
+
 #include "common/bpfmon.h"
+#include "cbcmn_floor.skel.h"
 #include "common/cli.h"
 #include "common/epoll_echo.h"
 #include "common/fib.h"
@@ -950,6 +955,250 @@ static struct bo_sample echo_once(bool with_bpf, unsigned *nattached)
 				  st.requests ? (double)st.cpu_us / (double)st.requests : 0};
 }
 
+/* host_switch_ns: what the attached programs add to a context switch of a
+ * process they do not watch (every other process of the host).  Two
+ * processes forked from here (not the watched one) ping-pong a byte
+ * through two pipes, both pinned to one CPU, so that each hop is a
+ * wakeup and a direct switch from one to the other: a round trip is two
+ * switches (and the two wakeups that cause them, which the sched_wakeup
+ * program sees too; both are charged to the switch).  Timed in CPU time,
+ * the two processes' summed, not wall time: the programs run in the
+ * switching tasks' context, and on a shared machine the wall time of a
+ * hop mostly measures how long other tenants keep CPU 0 (8 +- 2 us a
+ * switch here under the stress loop, hiding tens of ns).  One sample: the
+ * median over HS_BLOCKS blocks of HS_RTT round trips, ns per switch.
+ * Returns NAN when the processes could not be started. */
+enum { HS_RTT = 20000, HS_BLOCKS = 5 };
+
+static void hs_side(int in, int out, bool first, int report)
+{
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	sched_setaffinity(0, sizeof(one), &one); /* both on CPU 0: every hop switches */
+	char c = 0;
+	double cpu[HS_BLOCKS];
+	for (int b = -1; b < HS_BLOCKS; b++) { /* block -1: warm-up */
+		double c0 = process_cpu_ms();
+		for (int i = 0; i < HS_RTT; i++) {
+			if (first && write(out, &c, 1) != 1)
+				_exit(1);
+			if (read(in, &c, 1) != 1)
+				_exit(1);
+			if (!first && write(out, &c, 1) != 1)
+				_exit(1);
+		}
+		if (b >= 0)
+			cpu[b] = (process_cpu_ms() - c0) * 1e6;
+	}
+	if (write(report, cpu, sizeof(cpu)) != (ssize_t)sizeof(cpu))
+		_exit(1);
+	_exit(0);
+}
+
+static double host_switch_once(void)
+{
+	int ab[2], ba[2], rep[2][2];
+	if (pipe(ab) || pipe(ba) || pipe(rep[0]) || pipe(rep[1]))
+		return NAN;
+	pid_t a = fork();
+	if (a == 0)
+		hs_side(ba[0], ab[1], true, rep[0][1]);
+	pid_t b = a > 0 ? fork() : -1;
+	if (b == 0)
+		hs_side(ab[0], ba[1], false, rep[1][1]);
+	close(ab[0]);
+	close(ab[1]);
+	close(ba[0]);
+	close(ba[1]);
+	close(rep[0][1]);
+	close(rep[1][1]);
+	double ns = NAN, ca[HS_BLOCKS], cb[HS_BLOCKS], per[HS_BLOCKS];
+	if (a > 0 && b > 0 && read(rep[0][0], ca, sizeof(ca)) == (ssize_t)sizeof(ca) &&
+	    read(rep[1][0], cb, sizeof(cb)) == (ssize_t)sizeof(cb)) {
+		for (int i = 0; i < HS_BLOCKS; i++)
+			per[i] = (ca[i] + cb[i]) / (2.0 * HS_RTT);
+		ns = median(per, HS_BLOCKS);
+	}
+	close(rep[0][0]);
+	close(rep[1][0]);
+	if (a > 0)
+		waitpid(a, NULL, 0);
+	if (b > 0)
+		waitpid(b, NULL, 0);
+	return ns;
+}
+
+/* The floor: bpf/cbcmn_floor.bpf.c's empty programs on the same sched
+ * tracepoints; NULL (and why on stderr) where they do not load. */
+static struct cbcmn_floor_bpf *floor_attach(void)
+{
+	struct cbcmn_floor_bpf *f = cbcmn_floor_bpf__open_and_load();
+	if (f && cbcmn_floor_bpf__attach(f) == 0)
+		return f;
+	fprintf(stderr, "cbcmn-bench: bpf-overhead: the empty sched programs do not load: %s\n",
+		strerror(errno));
+	cbcmn_floor_bpf__destroy(f);
+	return NULL;
+}
+
+/* ns per run of one loaded program, as the kernel's run statistics time
+ * it (its body, from the call into it: the dispatch before is not in it). */
+static double prog_ns_per_run(int fd)
+{
+	struct bpf_prog_info info;
+	__u32 len = sizeof(info);
+	memset(&info, 0, sizeof(info));
+	if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len) || !info.run_cnt)
+		return NAN;
+	return (double)info.run_time_ns / (double)info.run_cnt;
+}
+
+static double cost_ns_per_run(struct bpfmon *m, const char *prefix)
+{
+	struct bpfmon_cost c;
+	if (bpfmon_cost_of(m, prefix, &c) || !c.runs)
+		return NAN;
+	return (double)c.run_ns / (double)c.runs;
+}
+
+/* What our sched programs' code adds over empty ones, per switch of a
+ * task that is not the target: with the kernel's run statistics on (two
+ * clock reads around each run, the same for both), the ping-pong under
+ * the empty programs, then under ours; the difference of ns per run of
+ * the sched_switch and the sched_wakeup program (one of each per switch
+ * of the ping-pong).  Precise where CPU time per switch is not: the
+ * runs are timed one by one.  NAN where statistics cannot be turned on. */
+static double filter_ns_once(unsigned *attached)
+{
+	int sfd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (sfd < 0)
+		return NAN;
+	double empty = NAN, ours = NAN;
+	struct cbcmn_floor_bpf *f = floor_attach();
+	if (f) {
+		host_switch_once();
+		empty = prog_ns_per_run(bpf_program__fd(f->progs.floor_switch)) +
+			prog_ns_per_run(bpf_program__fd(f->progs.floor_wakeup));
+		cbcmn_floor_bpf__destroy(f);
+	}
+	struct bpfmon *m = bpf_attach(attached);
+	host_switch_once();
+	ours = cost_ns_per_run(m, "cbcmn_sched_switch") + cost_ns_per_run(m, "cbcmn_sched_wakeup");
+	bpfmon_close(m);
+	close(sfd);
+	if (verbose)
+		fprintf(stderr, "bpf-overhead: sched_switch + sched_wakeup ns per run: empty %.1f, ours %.1f\n",
+			empty, ours);
+	return ours - empty;
+}
+
+/* uprobe_trap_ns: what one USDT hit costs the traced thread before our
+ * program runs: the breakpoint trap into the kernel, the uprobe lookup,
+ * the single-step or emulation of the replaced instruction, the return.
+ * An empty uprobe program on a function of ours, called in a loop with
+ * and without it; medians of UT_RUNS pairs, ns per call. */
+enum { UT_CALLS = 200000, UT_RUNS = 5 };
+
+/* The probed spot is a nop, as a USDT site is (sys/sdt.h): the kernel
+ * skips it without single-stepping.  In assembly so that no prologue
+ * (endbr64, which a uprobe must single-step: ~27 us a hit here) comes
+ * first. */
+__asm__(".text\n"
+	".globl cbcmn_bench_uprobe_target\n"
+	".type cbcmn_bench_uprobe_target, @function\n"
+	"cbcmn_bench_uprobe_target:\n"
+	"\tnop\n"
+	"\tret\n"
+	".size cbcmn_bench_uprobe_target, .-cbcmn_bench_uprobe_target\n");
+void cbcmn_bench_uprobe_target(void);
+
+static double uprobe_loop_ns(void)
+{
+	uint64_t t0 = mono_ns();
+	for (int i = 0; i < UT_CALLS; i++)
+		cbcmn_bench_uprobe_target();
+	return (double)(mono_ns() - t0) / UT_CALLS;
+}
+
+static double uprobe_trap_ns(void)
+{
+	struct cbcmn_floor_bpf *f = cbcmn_floor_bpf__open_and_load();
+	double d[UT_RUNS];
+	int n = 0;
+	for (int r = 0; f && r < UT_RUNS; r++) {
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .func_name = "cbcmn_bench_uprobe_target");
+		double off = uprobe_loop_ns();
+		struct bpf_link *l = bpf_program__attach_uprobe_opts(f->progs.floor_uprobe, getpid(),
+								     "/proc/self/exe", 0, &o);
+		if (!l)
+			break;
+		double on = uprobe_loop_ns();
+		bpf_link__destroy(l);
+		d[n++] = on - off;
+	}
+	cbcmn_floor_bpf__destroy(f);
+	return n ? median(d, n) : NAN;
+}
+
+/* Triples, in a rotating order: nothing attached, the empty programs,
+ * ours (bpfmon_open on this process, so the ping-pong is not watched).
+ * host_switch_ns: ours minus nothing; host_switch_floor_ns: empty minus
+ * nothing (the tracepoint's call into BPF, which no program avoids);
+ * host_switch_filter_cpu_ns: ours minus empty, what our programs' code
+ * adds for a task that is not the target.  Medians of the per-triple
+ * differences.  Then host_switch_filter_ns, the same from the kernel's
+ * run statistics (filter_ns_once): the figure to hold to 10 ns, the
+ * others move by hundreds of ns on a shared machine. */
+static void bench_host_switch(unsigned *attached)
+{
+	int n = reps_set ? reps : 9;
+	double d[32], fl[32], fi[32], base[32];
+	if (n > 32)
+		n = 32;
+	for (int r = 0; r < n; r++) {
+		double t[3]; /* nothing, empty, ours */
+		for (int k = 0; k < 3; k++) {
+			int which = (r + k) % 3;
+			struct bpfmon *m = which == 2 ? bpf_attach(attached) : NULL;
+			struct cbcmn_floor_bpf *f = which == 1 ? floor_attach() : NULL;
+			if (which == 1 && !f)
+				exit(1);
+			t[which] = host_switch_once();
+			bpfmon_close(m);
+			cbcmn_floor_bpf__destroy(f);
+			if (isnan(t[which])) {
+				fprintf(stderr, "cbcmn-bench: bpf-overhead: the ping-pong processes did not run\n");
+				exit(1);
+			}
+		}
+		base[r] = t[0];
+		d[r] = t[2] - t[0];
+		fl[r] = t[1] - t[0];
+		fi[r] = t[2] - t[1];
+		if (verbose)
+			fprintf(stderr, "bpf-overhead: host switch without %.1f ns, empty programs %+.1f, ours %+.1f\n",
+				t[0], fl[r], d[r]);
+	}
+	printf("bpf-overhead host_switch_base_ns %.1f\n", median(base, n));
+	printf("bpf-overhead host_switch_ns %.1f\n", median(d, n));
+	printf("bpf-overhead host_switch_floor_ns %.1f\n", median(fl, n));
+	printf("bpf-overhead host_switch_filter_cpu_ns %.1f\n", median(fi, n));
+	for (int r = 0; r < n; r++)
+		fi[r] = filter_ns_once(attached);
+	printf("bpf-overhead host_switch_filter_ns %.1f\n", median(fi, n));
+	printf("bpf-overhead uprobe_trap_ns %.0f\n", uprobe_trap_ns());
+	fflush(stdout);
+}
+
+/* bpf-host-switch: host_switch_ns alone (bpf-overhead's last figure). */
+static void bench_bpf_host_switch(void)
+{
+	unsigned attached = 0;
+	bench_host_switch(&attached);
+	printf("bpf-overhead attached_programs %u\n", attached);
+}
+
 /* Pairs of runs, with and without, alternated (which goes first alternates
  * too, so a drift of the machine cancels); the figure is the median of the
  * per-pair slowdowns in %.  Positive: slower with the programs attached. */
@@ -1002,6 +1251,7 @@ static void bench_bpf_overhead(void)
 	duration_s = saved;
 	printf("bpf-overhead echo_pct %.2f\n", median(pct, n));
 	printf("bpf-overhead echo_cpu_pct %.2f\n", median(cpct, n));
+	bench_host_switch(&attached);
 	printf("bpf-overhead attached_programs %u\n", attached);
 }
 
@@ -1024,7 +1274,9 @@ static const struct bench {
 	{"echo", bench_echo, "loopback echo server (fiber I/O) vs an epoll server, same client"},
 	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
 	{"bpf-overhead", bench_bpf_overhead,
-	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; root, not in all"},
+	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},
+	{"bpf-host-switch", bench_bpf_host_switch,
+	 "ns the eBPF programs add to a context switch of a process they do not watch; root, not in all"},
 };
 
 static void usage(FILE *f)
@@ -1067,7 +1319,8 @@ int main(int argc, char **argv)
 	const char *name = o.name;
 	int found = 0;
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {
-		bool all = !strcmp(name, "all") && benches[i].fn != bench_bpf_overhead;
+		bool all = !strcmp(name, "all") && benches[i].fn != bench_bpf_overhead &&
+			   benches[i].fn != bench_bpf_host_switch;
 		if (all || !strcmp(name, benches[i].name)) {
 			benches[i].fn();
 			fflush(stdout);

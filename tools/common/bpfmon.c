@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,10 +21,14 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <gelf.h>
+#include <libelf.h>
 
 #include "bpfmon.h"
 #include "clock.h"
 #include "cbcmn.skel.h"
+#include "cbcmn_pidns.skel.h"
+#include "cbcmn.h"
 
 #define TRACEFS "/sys/kernel/tracing"
 #define BPFFS "/sys/fs/bpf"
@@ -96,6 +102,24 @@ struct bpfmon {
 	struct bpf_link *links[NSPECS][MAX_BINS];
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
 	bool switch_on;           /* a sched_switch program is attached: the records move */
+	/* The tool in a pid namespace of its own (not the kernel's view):
+	 * the programs know the target by the kernel's ids, the tool by its
+	 * namespace's; xl maps one to the other (xlat_load). */
+	bool ns_mode;
+	bool xl_fresh;            /* xl was loaded during this call: no second try */
+	__u32 ktgid;              /* the target's kernel tgid */
+	struct xlat {
+		__u32 ktid, vtid;
+	} *xl;
+	size_t nxl;
+	/* cbcmn:steal_fail off (BPFMON_STEAL_FAIL not given): failed probes
+	 * from the runtime's own counters (fails_read) */
+	bool fails_from_runtime;
+	cbcmn_watch *w;           /* the runtime read, NULL none yet */
+	cbcmn_executor_stats *per; /* CBCMN_BPF_MAX_SHARDS, for fails_read */
+	uint64_t fails_base[CBCMN_BPF_MAX_SHARDS]; /* its count when we began to follow it */
+	uint64_t fails_done[CBCMN_BPF_MAX_SHARDS]; /* of the runtimes that ended since attach */
+	uint64_t fails_last[CBCMN_BPF_MAX_SHARDS]; /* the last count read since the base */
 	char pin_dir[PATH_MAX];
 };
 
@@ -131,19 +155,46 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 	return rc;
 }
 
-/* Effective capability bit cap of this process (from /proc/self/status). */
-static bool has_cap(int cap)
+/* This process's effective capabilities, from capget(2) (the kernel's
+ * answer, not a uid: root without capabilities has none, a non-root user
+ * may hold CAP_BPF).  0 when they cannot be read. */
+static uint64_t effective_caps(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	unsigned long long eff = 0;
-	if (!f)
-		return false;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "CapEff: %llx", &eff) == 1)
-			break;
-	fclose(f);
-	return eff >> cap & 1;
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capget, &h, d))
+		return 0;
+	return (uint64_t)d[1].effective << 32 | d[0].effective;
+}
+
+/* What the BPF view needs and this process or kernel lacks, as one line
+ * in err: CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+) to load
+ * tracing programs and open uprobes; a kernel locked down for
+ * confidentiality refuses the reads of kernel memory the programs make.
+ * Returns 0 or -EPERM. */
+static int check_privileges(char *err, size_t errlen)
+{
+	uint64_t caps = effective_caps();
+	bool admin = caps >> CAP_SYS_ADMIN & 1, bpf = caps >> CAP_BPF & 1,
+	     perfmon = caps >> CAP_PERFMON & 1;
+	if (!admin && !(bpf && perfmon))
+		return fail(err, errlen, -EPERM,
+			    "loading eBPF programs needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): "
+			    "this process (uid %d) lacks %s%s%s", (int)geteuid(),
+			    bpf ? "" : "CAP_BPF", !bpf && !perfmon ? " and " : "",
+			    perfmon ? "" : "CAP_PERFMON");
+	char buf[128] = "";
+	int fd = open("/sys/kernel/security/lockdown", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = 0;
+		close(fd);
+	}
+	if (strstr(buf, "[confidentiality]"))
+		return fail(err, errlen, -EPERM,
+			    "the kernel is locked down (confidentiality): eBPF may not read kernel memory");
+	return 0;
 }
 
 static bool fs_is(const char *path, long magic)
@@ -177,16 +228,34 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
 }
 
 /* The binaries of pid that may hold the cbcmn probes: its executable (the
- * library linked statically) and every libcbcmn.so it maps.  Returns how
- * many were written to bins. */
+ * library linked statically) and every libcbcmn.so it maps.  Each as a path
+ * that reaches the target's file from here, whatever mount namespace it
+ * runs in: the path it has there (what /proc/PID/exe and /proc/PID/maps
+ * say) under /proc/PID/root, the target's root as this process sees it.
+ * A container's binary, or one on a tmpfs mounted only in the target's
+ * namespace, has no such path in ours.  libbpf reads the ELF notes through
+ * that path, the kernel places the uprobes on the inode it resolves to,
+ * and libbpf knows the prefix when it matches the path with the maps
+ * (usdt.c, parse_vma_segs).  An executable whose path does not lead back
+ * to it (deleted, replaced, or the target chrooted) is reached through
+ * /proc/PID/exe itself; a library through its path as is when that is
+ * the file mapped (a chrooted target's, which maps names from our root).
+ * Each file once (by device and inode).  Returns
+ * how many were written to bins. */
 static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 {
-	char p[64], line[PATH_MAX + 256];
+	/* path: room for "/proc/PID/root" in front within PATH_MAX */
+	char p[64], line[PATH_MAX + 256], path[PATH_MAX - 24];
+	struct stat st, seen[MAX_BINS];
 	int n = 0;
 	snprintf(p, sizeof(p), "/proc/%d/exe", pid);
-	ssize_t len = readlink(p, bins[0], PATH_MAX - 1);
-	if (len > 0) {
-		bins[0][len] = 0;
+	ssize_t len = readlink(p, path, sizeof(path) - 1);
+	if (len > 0 && !stat(p, &seen[0])) {
+		path[len] = 0;
+		snprintf(bins[0], PATH_MAX, "/proc/%d/root%s", pid, path);
+		if (path[0] != '/' || stat(bins[0], &st) || st.st_dev != seen[0].st_dev ||
+		    st.st_ino != seen[0].st_ino)
+			snprintf(bins[0], PATH_MAX, "%s", p);
 		n = 1;
 	}
 	snprintf(p, sizeof(p), "/proc/%d/maps", pid);
@@ -194,18 +263,67 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 	if (!f)
 		return n;
 	while (n < MAX_BINS && fgets(line, sizeof(line), f)) {
-		char *path = strchr(line, '/');
-		if (!path || !strstr(path, "libcbcmn"))
+		char *at = strchr(line, '/');
+		if (!at || !strstr(at, "libcbcmn"))
 			continue;
-		path[strcspn(path, "\n")] = 0;
-		bool seen = false;
+		at[strcspn(at, "\n")] = 0;
+		/* The mapping's inode (5th field): the file found must be it.
+		 * maps gives a path as our root sees it when we can reach the
+		 * file (a chrooted target: not its own path), else from its
+		 * namespace's root: under /proc/PID/root first, then as is. */
+		unsigned long long ino = 0;
+		if (sscanf(line, "%*s %*s %*s %*s %llu", &ino) != 1)
+			continue;
+		char full[PATH_MAX];
+		snprintf(full, sizeof(full), "/proc/%d/root%.*s", pid, (int)sizeof(path) - 1, at);
+		if (stat(full, &st) || st.st_ino != ino) {
+			snprintf(full, sizeof(full), "%.*s", (int)sizeof(path) - 1, at);
+			if (stat(full, &st) || st.st_ino != ino)
+				continue; /* "(deleted)", or gone since */
+		}
+		bool dup = false;
 		for (int i = 0; i < n; i++)
-			seen |= strcmp(bins[i], path) == 0;
-		if (!seen)
-			snprintf(bins[n++], PATH_MAX, "%s", path);
+			dup |= st.st_dev == seen[i].st_dev && st.st_ino == seen[i].st_ino;
+		if (!dup) {
+			seen[n] = st;
+			memcpy(bins[n++], full, sizeof(full));
+		}
 	}
 	fclose(f);
 	return n;
+}
+
+/* Does the ELF file at path carry a USDT note of provider "cbcmn"?  A note
+ * in .note.stapsdt is three addresses (the probe, the base, the
+ * semaphore) and then "provider\0name\0args". */
+static bool has_cbcmn_probes(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool found = false;
+	elf_version(EV_CURRENT);
+	Elf *e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	size_t shstrndx;
+	if (e && !elf_getshdrstrndx(e, &shstrndx)) {
+		Elf_Scn *scn = NULL;
+		while (!found && (scn = elf_nextscn(e, scn))) {
+			GElf_Shdr sh;
+			const char *name;
+			if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE ||
+			    !(name = elf_strptr(e, shstrndx, sh.sh_name)) || strcmp(name, ".note.stapsdt"))
+				continue;
+			Elf_Data *d = elf_getdata(scn, NULL);
+			size_t off = 0, name_off, desc_off, addrs = 3 * (gelf_getclass(e) == ELFCLASS32 ? 4 : 8);
+			GElf_Nhdr nh;
+			while (d && !found && (off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0)
+				found = nh.n_type == 3 && nh.n_descsz > addrs + 6 &&
+					!memcmp((const char *)d->d_buf + desc_off + addrs, "cbcmn", 6);
+		}
+	}
+	elf_end(e);
+	close(fd);
+	return found;
 }
 
 /* The CPU a thread is pinned to: its affinity mask has one CPU; else -1. */
@@ -244,6 +362,109 @@ static uint64_t sched_sum(pid_t pid, __u32 tid)
 	return errno || end == buf || !v ? UINT64_MAX : (uint64_t)v;
 }
 
+/* Does this process see the kernel's ids in /proc: its pid namespace is
+ * the initial one (whose inode is fixed, PROC_PID_INIT_INO) and /proc is
+ * that namespace's?  Then a pid from the user is task_struct::tgid. */
+#define PROC_PID_INIT_INO 0xEFFFFFFCu
+static bool kernel_view(void)
+{
+	struct stat st;
+	char self[32] = "";
+	if (stat("/proc/self/ns/pid", &st) || st.st_ino != PROC_PID_INIT_INO)
+		return false;
+	ssize_t n = readlink("/proc/self", self, sizeof(self) - 1);
+	return n > 0 && atoi(self) == getpid();
+}
+
+/* Run bpf/cbcmn_pidns.bpf.c's task iterator: the kernel's ids of the
+ * target's threads, with their numbers in this process's pid namespace,
+ * into m->xl; m->ktgid.  Returns 0, -ESRCH (no task of that number here),
+ * or another negative errno. */
+static int xlat_load(struct bpfmon *m)
+{
+	struct stat st;
+	if (stat("/proc/self/ns/pid", &st))
+		return -errno;
+	struct cbcmn_pidns_bpf *sk = cbcmn_pidns_bpf__open();
+	if (!sk)
+		return -errno;
+	int rc = 0, fd = -1;
+	struct bpf_link *l = NULL;
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	sk->rodata->ns_ino = st.st_ino;
+	if ((rc = cbcmn_pidns_bpf__load(sk)))
+		goto out;
+	if (!(l = bpf_program__attach_iter(sk->progs.cbcmn_pidns_task, NULL)) ||
+	    (fd = bpf_iter_create(bpf_link__fd(l))) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	for (ssize_t n = 1; n > 0; len += (size_t)n) {
+		if (cap - len < 4096) {
+			char *nb = realloc(buf, cap = cap ? 2 * cap : 1 << 16);
+			if (!nb) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			buf = nb;
+		}
+		if ((n = read(fd, buf + len, cap - len - 1)) < 0) {
+			rc = -errno;
+			goto out;
+		}
+	}
+	buf[len] = 0;
+	/* The target's leader is the task whose number here is the pid we
+	 * were given and whose kernel tid is its tgid. */
+	unsigned tg, t, v;
+	m->ktgid = 0;
+	for (char *at = buf; sscanf(at, "%u %u %u", &tg, &t, &v) == 3; at = strchr(at, '\n') + 1)
+		if (v == (unsigned)m->pid && t == tg)
+			m->ktgid = tg;
+	size_t k = 0;
+	for (char *at = buf; sscanf(at, "%u %u %u", &tg, &t, &v) == 3; at = strchr(at, '\n') + 1)
+		k += tg == m->ktgid;
+	struct xlat *xl = calloc(k ? k : 1, sizeof(*xl));
+	if (!xl) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	k = 0;
+	for (char *at = buf; sscanf(at, "%u %u %u", &tg, &t, &v) == 3; at = strchr(at, '\n') + 1)
+		if (tg == m->ktgid)
+			xl[k++] = (struct xlat){t, v};
+	free(m->xl);
+	m->xl = xl;
+	m->nxl = k;
+	m->xl_fresh = true;
+	rc = m->ktgid ? 0 : -ESRCH;
+out:
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	bpf_link__destroy(l);
+	cbcmn_pidns_bpf__destroy(sk);
+	return rc;
+}
+
+/* Thread id tid from the kernel's view to ours (to_view) or back; the
+ * same number outside ns_mode; 0 when the thread is not known (gone). */
+static __u32 xlat(struct bpfmon *m, __u32 tid, bool to_view)
+{
+	if (!m->ns_mode || !tid)
+		return tid;
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < m->nxl; i++)
+			if ((to_view ? m->xl[i].ktid : m->xl[i].vtid) == tid)
+				return to_view ? m->xl[i].vtid : m->xl[i].ktid;
+		/* A thread born since: look again, once per read. */
+		if (m->xl_fresh || xlat_load(m) == -ENOMEM)
+			break;
+	}
+	return 0;
+}
+
 /* Executors already running: threads named "cbcmn-exec-N".  Only adds
  * threads the map does not know (exec_start may have beaten us).  Their
  * thread and CPU go to m->ident (bpfmon_read reports them where the shard
@@ -274,14 +495,16 @@ static void scan_executors(struct bpfmon *m, bool attached)
 		unsigned id;
 		if (sscanf(comm, "cbcmn-exec-%u", &id) != 1 || id >= CBCMN_BPF_MAX_SHARDS)
 			continue;
-		__u32 tid = (__u32)atoi(de->d_name);
+		__u32 vtid = (__u32)atoi(de->d_name), tid = xlat(m, vtid, false);
+		if (!tid)
+			continue; /* born and gone while we looked */
 		/* Counting starts here: the time on a CPU from the kernel's
 		 * own sum, so the switches before attach need not be seen. */
-		struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, tid)};
+		struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, vtid)};
 		th.last_ts = mono_ns();
 		bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
 		m->ident[id].tid = tid;
-		m->ident[id].cpu = pinned_cpu((pid_t)tid);
+		m->ident[id].cpu = pinned_cpu((pid_t)vtid);
 		struct cbcmn_bpf_shard sh;
 		if (!attached && !bpf_map_lookup_elem(fs, &id, &sh) && !sh.tid) {
 			sh.tid = tid;
@@ -419,6 +642,11 @@ static void configure(struct bpfmon *m, unsigned flags, const struct btf *vmlinu
 		if (flags & s->off_flag) {
 			pr->state = BPFMON_OFF;
 			on = false;
+		} else if (!strcmp(s->name, "cbcmn_steal_fail") && !(flags & BPFMON_STEAL_FAIL)) {
+			pr->state = BPFMON_OFF; /* opt-in: the runtime counts them (fails_read) */
+			on = false;
+			snprintf(m->reasons[i], sizeof(m->reasons[i]),
+				 "off: failed steals from the runtime's counters (BPFMON_STEAL_FAIL attaches it)");
 		} else if (m->refused[i]) {
 			pr->state = BPFMON_FAILED; /* reason set when it was refused */
 			pr->err = m->refused[i];
@@ -504,6 +732,47 @@ static void refusal_reason(char *out, size_t len, const char *log, int rc)
 		snprintf(out, len, "refused at load: %s", strerror(-rc));
 }
 
+/* Failed steal probes per executor since attach, from the runtime's
+ * counters (steal_attempts - steal_successes: one cbcmn:steal_fail each)
+ * into out[i].c.steal_fails.  The oldest runtime alive is followed; its
+ * count when first read is the base if it was there at attach (what it
+ * did before is not ours), 0 if it came later.  When it ends, its last
+ * count is kept and the next runtime is followed: the figure never steps
+ * back.  Nothing when the process has no runtime (yet). */
+static void fails_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n, bool at_attach)
+{
+	for (int round = 0; round < 2; round++) {
+		if (!m->w) {
+			if (cbcmn_watch_open(m->pid, 0, &m->w))
+				break;
+			memset(m->fails_base, 0, sizeof(m->fails_base));
+			memset(m->fails_last, 0, sizeof(m->fails_last));
+		}
+		cbcmn_stats st;
+		memset(m->per, 0, CBCMN_BPF_MAX_SHARDS * sizeof(*m->per));
+		int rc = cbcmn_watch_read(m->w, &st, m->per, CBCMN_BPF_MAX_SHARDS);
+		for (uint32_t i = 0; i < CBCMN_BPF_MAX_SHARDS; i++) {
+			uint64_t f = m->per[i].steal_attempts - m->per[i].steal_successes;
+			if (at_attach)
+				m->fails_base[i] = f;
+			else if (f >= m->fails_base[i])
+				m->fails_last[i] = f - m->fails_base[i];
+		}
+		if (rc == 0)
+			break;
+		/* It ended (out holds its last figures): keep them, follow the next. */
+		for (uint32_t i = 0; i < CBCMN_BPF_MAX_SHARDS; i++) {
+			m->fails_done[i] += m->fails_last[i];
+			m->fails_last[i] = 0;
+		}
+		cbcmn_watch_close(m->w);
+		m->w = NULL;
+		at_attach = false;
+	}
+	for (uint32_t i = 0; out && i < n && i < CBCMN_BPF_MAX_SHARDS; i++)
+		out[i].c.steal_fails = m->fails_done[i] + m->fails_last[i];
+}
+
 int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen)
 {
 	struct bpfmon *m = NULL;
@@ -517,10 +786,43 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	snprintf(p, sizeof(p), "/proc/%d", pid);
 	if (access(p, F_OK))
 		return fail(err, errlen, -ESRCH, "no such process: %d", (int)pid);
-	/* CAP_SYS_ADMIN = 21, CAP_PERFMON = 38, CAP_BPF = 39 */
-	if (!has_cap(21) && !(has_cap(38) && has_cap(39)))
-		return fail(err, errlen, -EPERM,
-			    "loading eBPF programs needs CAP_BPF and CAP_PERFMON (or root)");
+	/* Not a cbcmn program: say so and attach nothing (the sched and
+	 * io_uring programs would watch the whole host for a process that
+	 * never fires a probe).  Only when its binaries can be read: where
+	 * they cannot, the privilege check below says why. */
+	char bins[MAX_BINS][PATH_MAX];
+	snprintf(p, sizeof(p), "/proc/%d/exe", pid);
+	int exe_errno = readlink(p, bins[0], PATH_MAX) < 0 ? errno : 0;
+	if (exe_errno == ENOENT)
+		return fail(err, errlen, -ENOENT,
+			    "process %d has no executable (a kernel thread, or exiting)", (int)pid);
+	int nbins = probe_binaries(pid, bins);
+	bool cbcmn = false;
+	for (int b = 0; b < nbins && !cbcmn; b++)
+		cbcmn = has_cbcmn_probes(bins[b]);
+	if (nbins && !cbcmn) {
+		char comm[32] = "?";
+		snprintf(p, sizeof(p), "/proc/%d/comm", pid);
+		FILE *f = fopen(p, "r");
+		if (f) {
+			if (!fgets(comm, sizeof(comm), f))
+				snprintf(comm, sizeof(comm), "?");
+			comm[strcspn(comm, "\n")] = 0;
+			fclose(f);
+		}
+		return fail(err, errlen, -ENOENT,
+			    "process %d (%s) is not a cbcmn program: no cbcmn probes in its executable "
+			    "or a libcbcmn it maps", (int)pid, comm);
+	}
+	if ((rc = check_privileges(err, errlen)))
+		return rc;
+	/* Privileged, and still not allowed to read it (another user's
+	 * process without CAP_SYS_PTRACE, a process made undumpable, an
+	 * LSM): its probes cannot be found, so nothing is attached. */
+	if (exe_errno)
+		return fail(err, errlen, -EACCES,
+			    "cannot read process %d's executable (/proc/%d/exe: %s): its probes cannot be found",
+			    (int)pid, (int)pid, strerror(exe_errno));
 	if (access("/sys/kernel/btf/vmlinux", R_OK))
 		return fail(err, errlen, -ENOENT,
 			    "/sys/kernel/btf/vmlinux is missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF)");
@@ -533,6 +835,24 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	if (!(m = calloc(1, sizeof(*m))))
 		return fail(err, errlen, -ENOMEM, "out of memory");
 	m->pid = pid;
+	m->ktgid = (__u32)pid;
+	if (!kernel_view()) {
+		/* In a pid namespace: the kernel's ids from a task iterator. */
+		char self[32] = "";
+		if (readlink("/proc/self", self, sizeof(self) - 1) <= 0 || atoi(self) != getpid()) {
+			rc = fail(err, errlen, -EINVAL,
+				  "/proc is not this pid namespace's (mount one: mount -t proc proc /proc)");
+			goto cleanup;
+		}
+		m->ns_mode = true;
+		if ((rc = xlat_load(m))) {
+			rc = fail(err, errlen, rc,
+				  rc == -ESRCH ? "process %d: the kernel has no task of that number in this pid namespace"
+					       : "process %d: finding its kernel ids (this tool runs in a pid namespace): %s",
+				  (int)pid, strerror(-rc));
+			goto cleanup;
+		}
+	}
 	vmlinux = btf__load_vmlinux_btf();
 	/* Load; when the kernel refuses one program (the verifier rejects it,
 	 * or fentry is not permitted), open the object again without it (its
@@ -548,7 +868,7 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 			rc = fail(err, errlen, -errno, "cannot open the BPF object: %s", strerror(errno));
 			break;
 		}
-		m->skel->rodata->targ_tgid = (__u32)pid;
+		m->skel->rodata->targ_tgid = m->ktgid; /* the kernel's, as task_struct::tgid */
 		m->skel->rodata->miss_switch_every = miss_switches();
 		configure(m, flags, vmlinux, logs);
 		refused_name[0] = 0;
@@ -575,10 +895,19 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	 * started in between (exec_start covers the ones after). */
 	scan_executors(m, false);
 	attach_all(m);
+	m->xl_fresh = false; /* threads born since xlat_load: one more look */
 	scan_executors(m, true);
 	for (size_t i = 0; i < NSPECS; i++)
 		m->switch_on |= m->progs[i].state == BPFMON_ATTACHED &&
 				!strncmp(specs[i].name, "cbcmn_sched_switch", 18);
+	if (!(flags & BPFMON_STEAL_FAIL)) {
+		m->fails_from_runtime = true;
+		if (!(m->per = calloc(CBCMN_BPF_MAX_SHARDS, sizeof(*m->per)))) {
+			rc = fail(err, errlen, -ENOMEM, "out of memory");
+			goto cleanup;
+		}
+		fails_read(m, NULL, 0, true);
+	}
 	btf__free(vmlinux);
 	*out = m;
 	return 0;
@@ -604,7 +933,7 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
  * between two reads of the record, again if a switch moved it meanwhile:
  * a period is never counted twice, nor left out of both.  Three lookups
  * and a /proc read more per shard. */
-static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
+static int read_shard_k(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 {
 	if (bpf_map_lookup_elem(fs, &i, &o->c))
 		return -errno;
@@ -630,7 +959,7 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 			o->c.tid = keep_tid;
 			o->c.cpu = keep_cpu;
 		}
-		uint64_t sum = sched_sum(m->pid, tid), now = mono_ns();
+		uint64_t sum = sched_sum(m->pid, xlat(m, tid, true)), now = mono_ns();
 		if (bpf_map_lookup_elem(ft, &tid, &b))
 			return errno == ENOENT ? 0 : -errno;
 		if (b.shard != i)
@@ -652,10 +981,22 @@ static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 	return 0;
 }
 
+/* read_shard_k, with the thread id as this process sees it (xlat). */
+static int read_shard(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
+{
+	int rc = read_shard_k(m, fs, i, o);
+	if (!rc && m->ns_mode && o->c.tid) {
+		__u32 v = xlat(m, o->c.tid, true);
+		o->c.tid = v ? v : o->c.tid; /* gone: the kernel's id rather than none */
+	}
+	return rc;
+}
+
 int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 {
 	if (!m || !out || n > CBCMN_BPF_NSLOTS)
 		return -EINVAL;
+	m->xl_fresh = false; /* one look for threads born since, per read */
 	int fs = bpf_map__fd(m->skel->maps.shards);
 	int fo = bpf_map__fd(m->skel->maps.sqe_ops);
 	int fl = bpf_map__fd(m->skel->maps.lock_hist);
@@ -691,6 +1032,8 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 		if (any && i < CBCMN_BPF_OUTSIDE)
 			seen = (int)i + 1;
 	}
+	if (m->fails_from_runtime)
+		fails_read(m, out, n, false);
 	return seen;
 }
 
@@ -733,14 +1076,19 @@ int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim, struct 
 
 int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out)
 {
-	if (!m || !out)
+	return bpfmon_cost_of(m, "", out);
+}
+
+int bpfmon_cost_of(const struct bpfmon *m, const char *prefix, struct bpfmon_cost *out)
+{
+	if (!m || !prefix || !out)
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
 	struct bpf_program *prog;
 	bpf_object__for_each_program(prog, m->skel->obj) {
 		int fd = bpf_program__fd(prog);
-		if (fd < 0)
-			continue; /* not loaded: turned off, or refused */
+		if (fd < 0 || strncmp(bpf_program__name(prog), prefix, strlen(prefix)))
+			continue; /* not loaded (turned off, or refused), or not asked for */
 		struct bpf_prog_info info;
 		__u32 len = sizeof(info);
 		memset(&info, 0, sizeof(info));
@@ -749,6 +1097,9 @@ int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out)
 		out->progs++;
 		out->runs += info.run_cnt;
 		out->run_ns += info.run_time_ns;
+		for (size_t i = 0; i < NSPECS; i++)
+			if (specs[i].kind == USDT && !strcmp(specs[i].name, bpf_program__name(prog)))
+				out->usdt_runs += info.run_cnt;
 	}
 	return 0;
 }
@@ -768,5 +1119,8 @@ void bpfmon_close(struct bpfmon *m)
 	if (m->skel)
 		unpin_maps(m);
 	cbcmn_bpf__destroy(m->skel);
+	cbcmn_watch_close(m->w);
+	free(m->per);
+	free(m->xl);
 	free(m);
 }

@@ -10,8 +10,15 @@
  *
  * Errors are negative errno, with a one-line reason written to err (which
  * the caller prints as is): -ESRCH no such process, -EPERM missing
- * privilege, -ENOENT no BTF or no probes, other -errno from libbpf.  A
- * monitor is used by one thread at a time.
+ * privilege (naming the capability this process lacks, or the kernel's
+ * lockdown), -ENOENT no BTF, or a process that is not a cbcmn program (no
+ * cbcmn probes in its executable or a libcbcmn it maps: nothing is
+ * loaded), -EACCES its executable cannot be read, other -errno from
+ * libbpf.  A monitor is used by one thread at a time.
+ *
+ * Namespaces: the programs know threads by the kernel's ids; pids and
+ * thread ids in and out of this API are as this process's /proc numbers
+ * them, in a container too (docs/OBSERVABILITY.md, "Namespaces").
  */
 #ifndef CBCMN_TOOLS_BPFMON_H
 #define CBCMN_TOOLS_BPFMON_H
@@ -37,6 +44,12 @@ enum {
 	 * enabling any syscall tracepoint sends every syscall of every task
 	 * down the tracing slow path (~5 % of an echo round trip). */
 	BPFMON_FUTEX_TP = 1 << 5,
+	/* Attach cbcmn:steal_fail.  Off by default: the hottest probe (one
+	 * per victim probed in vain, each a uprobe trap of ~0.7 us), and the
+	 * runtime counts the same itself (steal_attempts - steal_successes):
+	 * without the flag c.steal_fails comes from its stats segment, since
+	 * attach, and struct cbcmn_bpf_pair's fails stay 0. */
+	BPFMON_STEAL_FAIL = 1 << 6,
 };
 
 /* Where a program stands after bpfmon_open(). */
@@ -55,7 +68,8 @@ struct bpfmon_prog {
 	unsigned links;     /* USDT: binaries attached to (exe and/or libcbcmn.so) */
 	const char *reason; /* MISSING, FAILED: one line saying why ("rejected by the
 			     * verifier: ...", "refused at load: ...", "attach: ...",
-			     * "not in the target"); "" otherwise */
+			     * "not in the target"); OFF: why, where it is not a
+			     * flag's doing (cbcmn:steal_fail); "" otherwise */
 };
 
 /* One shard's figures: the counters of struct cbcmn_bpf_shard, SQEs by
@@ -139,10 +153,23 @@ struct bpfmon_cost {
 	unsigned progs;       /* programs loaded */
 	uint64_t runs;        /* their runs, summed */
 	uint64_t run_ns;      /* their run time, summed */
+	uint64_t usdt_runs;   /* the runs of the USDT programs among them: each
+			       * also cost the traced thread a uprobe trap,
+			       * which run_ns does not count */
 };
+
+/* What one USDT hit costs the traced thread before the program runs (the
+ * breakpoint trap, the uprobe lookup, the return): an estimate for the
+ * viewers' own-cost line, from cbcmn-bench bpf-overhead's uprobe_trap_ns
+ * (0.7 us on a quiet host here, 1.6 us under the stress loop). */
+#define BPFMON_UPROBE_TRAP_NS 700
 
 /* Returns 0 and *out, or a negative errno. */
 int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out);
+
+/* The same for the programs whose name (in cbcmn.bpf.c) begins with
+ * prefix, e.g. "cbcmn_sched_switch". */
+int bpfmon_cost_of(const struct bpfmon *m, const char *prefix, struct bpfmon_cost *out);
 
 /* Where the maps are pinned ("" when not pinned). */
 const char *bpfmon_pin_dir(const struct bpfmon *m);

@@ -12,6 +12,7 @@
 #include <bpf/bpf.h>
 
 #include "common/clock.h"
+#include "common/pidns.h"
 #include "common/top_model.h"
 
 /* Widths hold the header and the widest value printed (top_fmt scales
@@ -150,18 +151,20 @@ static void cost_read(struct top_model *m)
 	double dt = m->priv->cost_t_ns ? (t - m->priv->cost_t_ns) / 1e9 : 0;
 	if (dt > 0) {
 		c->runs_per_s = rate(runs, c->runs, dt);
-		c->ns_per_s = rate(ns, c->run_ns, dt);
+		c->trap_ns_per_s = rate(bc.usdt_runs, c->usdt_runs, dt) * BPFMON_UPROBE_TRAP_NS;
+		c->ns_per_s = rate(ns, c->run_ns, dt) + c->trap_ns_per_s;
 	}
 	m->priv->cost_t_ns = t;
 	c->progs = progs;
 	c->runs = runs;
 	c->run_ns = ns;
+	c->usdt_runs = bc.usdt_runs;
 }
 
 static void cost_open(struct top_model *m)
 {
 	struct top_cost *c = &m->cost;
-	c->runs_per_s = c->ns_per_s = NAN;
+	c->runs_per_s = c->ns_per_s = c->trap_ns_per_s = NAN;
 	if (!m->kernel) {
 		snprintf(c->why, sizeof(c->why), "kernel figures are off");
 		return;
@@ -409,7 +412,10 @@ static void update_rows(struct top_model *m)
 		r->shard = i;
 		r->cpu = e->cpu;
 		r->state = e->state;
-		r->tid = e->tid;
+		if (e->tid != r->tid_own) { /* the runtime's own id: ours may differ (pidns.h) */
+			r->tid_own = e->tid;
+			r->tid = pidns_view_tid(m->pid, e->tid);
+		}
 		place(p, e->cpu, &r->node, &r->llc);
 		r->rt = e;
 		r->k = m->kernel ? &s->k[i] : NULL;
@@ -468,9 +474,17 @@ static void update_rows(struct top_model *m)
 		m->cross_llc_per_s = rate(s->cross_llc, ps->cross_llc, dt);
 	}
 	if (m->kernel) {
+		/* The pairs count failed probes only with cbcmn:steal_fail
+		 * attached (BPFMON_STEAL_FAIL); otherwise c.steal_fails is the
+		 * runtime's count and no pair record is missing for them. */
+		const struct bpfmon_prog *pr;
+		bool fails_in_pairs = false;
+		for (unsigned i = 0, np = bpfmon_progs(p->bpf, &pr); i < np; i++)
+			fails_in_pairs |= !strcmp(pr[i].name, "cbcmn_steal_fail") &&
+					  pr[i].state == BPFMON_ATTACHED;
 		uint64_t probes = 0;
 		for (uint32_t i = 0; i < s->n; i++)
-			probes += s->k[i].c.steals + s->k[i].c.steal_fails;
+			probes += s->k[i].c.steals + (fails_in_pairs ? s->k[i].c.steal_fails : 0);
 		m->cost.dropped = probes > s->pair_probes ? probes - s->pair_probes : 0;
 	}
 }

@@ -87,7 +87,8 @@ struct top_row {
 	uint32_t shard;
 	int cpu, node, llc;      /* node/llc: the topology's indexes, -1 unknown */
 	uint32_t state;          /* cbcmn_exec_state */
-	int32_t tid;
+	int32_t tid;             /* its thread, as /proc here numbers it */
+	int32_t tid_own;         /* the same as the runtime sees it (its pid namespace) */
 	double v[TOP_NCOLS];     /* the columns; NAN: unknown */
 	const cbcmn_executor_stats *rt; /* cumulative, since the runtime started */
 	const struct bpfmon_shard *k;   /* cumulative since attach; NULL: kernel figures off */
@@ -102,7 +103,11 @@ struct top_cost {
 	char why[160];          /* !on: why not */
 	unsigned progs;         /* programs loaded */
 	uint64_t runs, run_ns;  /* cumulative since load */
-	double runs_per_s, ns_per_s;
+	uint64_t usdt_runs;     /* the USDT programs' runs among them */
+	/* ns_per_s: the programs' run time plus, for each USDT run, the
+	 * uprobe trap that the run time does not count (an estimate,
+	 * BPFMON_UPROBE_TRAP_NS each), which is trap_ns_per_s of it */
+	double runs_per_s, ns_per_s, trap_ns_per_s;
 	/* Steal probes whose (thief, victim) record did not fit the
 	 * steal_pairs hash: the only event count the programs can lose
 	 * (docs/TOP.md); estimated from the shard counters. */

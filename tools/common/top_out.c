@@ -64,9 +64,9 @@ void top_header_line(const struct top_model *m, int line, char *buf, size_t len)
 			snprintf(buf, len, "own cost: %u BPF programs, measuring", m->cost.progs);
 		else
 			snprintf(buf, len,
-				 "own cost: %u BPF programs, %.0f runs/s, %.2f ms CPU/s, %llu dropped",
+				 "own cost: %u BPF programs, %.0f runs/s, %.2f ms CPU/s (%.2f of it uprobe traps, est.), %llu dropped",
 				 m->cost.progs, m->cost.runs_per_s, m->cost.ns_per_s / 1e6,
-				 (unsigned long long)m->cost.dropped);
+				 m->cost.trap_ns_per_s / 1e6, (unsigned long long)m->cost.dropped);
 		break;
 	}
 }
@@ -212,6 +212,7 @@ int top_print_json(FILE *f, const struct top_model *m)
 		jw_u64(&j, "bpf_programs", m->cost.progs);
 		jw_double(&j, "bpf_runs_per_s", m->cost.runs_per_s);
 		jw_double(&j, "bpf_ns_per_s", m->cost.ns_per_s);
+		jw_double(&j, "uprobe_trap_ns_per_s", m->cost.trap_ns_per_s);
 		jw_u64(&j, "bpf_runs", m->cost.runs);
 		jw_u64(&j, "bpf_run_ns", m->cost.run_ns);
 		jw_u64(&j, "dropped", m->cost.dropped);
