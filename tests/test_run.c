@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -128,6 +129,40 @@ static void test_oversubscribed_random(void **state)
 		assert_int_equal(r.stats.executors, 64);
 		assert_true(r.units > 0);
 		wl_result_free(&r);
+	}
+}
+
+/* Regression: cbcmn-run echo and http without --workers failed with
+ * "server: Invalid argument": the default, CBCMN_WORKERS_AUTO, reached
+ * fs_start(), which refused more than 64 executors (its per-executor
+ * clock arrays were fixed at 64), so did any count from 65 to 1024.  Now
+ * the server takes what the runtime takes: auto is one executor per CPU
+ * of the affinity mask (at most CBCMN_MAX_EXECUTORS), and 65 works. */
+static void test_regression_echo_http_default_workers(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	uint32_t ncpu = (uint32_t)CPU_COUNT(&set);
+	if (ncpu > CBCMN_MAX_EXECUTORS)
+		ncpu = CBCMN_MAX_EXECUTORS;
+	static const char *const names[] = {"echo", "http"};
+	static const uint32_t counts[] = {CBCMN_WORKERS_AUTO, 65};
+	for (size_t i = 0; i < 2; i++) {
+		for (size_t k = 0; k < 2; k++) {
+			const struct wl_desc *w = wl_find(names[i]);
+			struct wl_opts o = {.workers = counts[k], .policy = CBCMN_PIN_AUTO, .seed = 1,
+					    .duration_s = 0.1, .size = 4};
+			struct wl_result r;
+			int rc = wl_run(w, &o, &r);
+			printf("%s, workers %s: %s\n", names[i], k ? "65" : "auto",
+			       rc ? r.error : r.result);
+			if (rc)
+				fail_msg("%s with workers %s: %s", names[i], k ? "65" : "auto", r.error);
+			assert_int_equal(r.stats.executors, k ? 65 : ncpu);
+			assert_true(r.units > 0);
+			wl_result_free(&r);
+		}
 	}
 }
 
@@ -526,6 +561,26 @@ static void test_cli_help(void **state)
 	free(c);
 }
 
+/* The same regression through the CLI, as the issue met it: echo and
+ * http with the default --workers exit 0, not 1 with "server: Invalid
+ * argument". */
+static void test_regression_cli_echo_http_without_workers(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	static const char *const names[] = {"echo", "http"};
+	for (size_t i = 0; i < 2; i++) {
+		cli(c, (const char *[]){names[i], "--duration", "0.1", "--size", "2", NULL});
+		printf("%s: exit %d %s", names[i], c->status, c->err);
+		if (c->status)
+			fail_msg("%s without --workers: exit %d: %s", names[i], c->status, c->err);
+		assert_non_null(strstr(c->out, ": ok: "));
+	}
+	free(c);
+}
+
 /* --bpf: the eBPF programs count the same steals as the runtime. */
 static void test_cli_bpf_skew(void **state)
 {
@@ -581,12 +636,14 @@ int main(void)
 		T_WATCHED_TEST(test_mixed),
 		T_WATCHED_TEST(test_sabotage_caught),
 		T_WATCHED_TEST(test_oversubscribed_random),
+		T_WATCHED_TEST(test_regression_echo_http_default_workers),
 		T_WATCHED_TEST(test_loopback_liars_caught),
 		T_WATCHED_TEST(test_regression_slow_server_is_not_a_failure),
 		T_WATCHED_TEST(test_cli_json),
 		T_WATCHED_TEST(test_cli_text),
 		T_WATCHED_TEST(test_cli_bad_input),
 		T_WATCHED_TEST(test_cli_help),
+		T_WATCHED_TEST(test_regression_cli_echo_http_without_workers),
 		T_WATCHED_TEST(test_cli_bpf_skew),
 	};
 	return cmocka_run_group_tests(tests, find_cli, NULL);
