@@ -279,12 +279,14 @@ static int stream_stop(FILE *f, pid_t child)
 static int tmux(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int tmux(char *out, size_t len, const char *fmt, ...)
 {
-	char args[PATH_MAX + 512], cmd[PATH_MAX + 600];
+	char args[PATH_MAX + 512], cmd[PATH_MAX + 640];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "tmux -L %s %s 2>&1", sock, args);
+	/* tmux starts every window through $SHELL: a user whose login shell
+	 * is nologin (nobody, service accounts running CI) gets no window. */
+	snprintf(cmd, sizeof(cmd), "SHELL=/bin/sh tmux -L %s %s 2>&1", sock, args);
 	FILE *f = popen(cmd, "r");
 	assert_non_null(f);
 	size_t n = 0;
@@ -451,7 +453,10 @@ static void tmux_start(const char *cmdline)
 	/* A server still shutting down refuses the new session: retry. */
 	char out[512];
 	uint64_t deadline = t_now_ns() + PANE_S * 1000000000ull;
-	while (tmux(out, sizeof(out), "new-session -d -s t -x 80 -y 24 sh"))
+	/* tmux runs it as $SHELL -c '...': exec, so that the pane's process
+	 * is the shell the keys go to and its child what it runs (dash, unlike
+	 * bash, does not exec a lone command by itself). */
+	while (tmux(out, sizeof(out), "new-session -d -s t -x 80 -y 24 'exec sh'"))
 		if (t_now_ns() > deadline)
 			fail_msg("tmux new-session failed: %s", out);
 		else
