@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -393,6 +394,9 @@ static void slurp(int fd, char *buf, size_t len)
 	close(fd);
 }
 
+/* The soft RLIMIT_NOFILE the next cli() runs under (0: ours). */
+static rlim_t cli_nofile_soft;
+
 /* Run cbcmn-run with args (NULL-terminated) and collect what it says. */
 static void cli(struct cli *c, const char *const *args)
 {
@@ -414,6 +418,11 @@ static void cli(struct cli *c, const char *const *args)
 	if (pid == 0) {
 		dup2(fo, STDOUT_FILENO);
 		dup2(fe, STDERR_FILENO);
+		struct rlimit rl;
+		if (cli_nofile_soft && !getrlimit(RLIMIT_NOFILE, &rl)) {
+			rl.rlim_cur = cli_nofile_soft;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
 		execv(run_bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -581,6 +590,33 @@ static void test_regression_cli_echo_http_without_workers(void **state)
 	free(c);
 }
 
+/* Regression: under a login's soft RLIMIT_NOFILE of 1024 (Debian's, any
+ * systemd's), cbcmn-run fib --workers 600 failed with "cannot start the
+ * runtime: Too many open files" (an executor holds about two descriptors),
+ * though RUN.md allows 1024 executors and the hard limit had room.  Now
+ * cbcmn-run raises its soft limit to the hard one first. */
+static void test_regression_cli_many_executors_under_login_nofile(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < 2048)
+		T_SKIP("the hard RLIMIT_NOFILE (%llu) has no room for 600 executors",
+		       (unsigned long long)rl.rlim_max);
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	cli_nofile_soft = 1024;
+	cli(c, (const char *[]){"fib", "--workers", "600", "--duration", "0.1", "--size", "10",
+			       NULL});
+	cli_nofile_soft = 0;
+	printf("exit %d %s", c->status, c->err);
+	if (c->status)
+		fail_msg("600 executors under a soft limit of 1024: exit %d: %s", c->status, c->err);
+	assert_non_null(strstr(c->out, "\nruntime: 600 executors"));
+	free(c);
+}
+
 /* --bpf: the eBPF programs count the same steals as the runtime. */
 static void test_cli_bpf_skew(void **state)
 {
@@ -644,6 +680,7 @@ int main(void)
 		T_WATCHED_TEST(test_cli_bad_input),
 		T_WATCHED_TEST(test_cli_help),
 		T_WATCHED_TEST(test_regression_cli_echo_http_without_workers),
+		T_WATCHED_TEST(test_regression_cli_many_executors_under_login_nofile),
 		T_WATCHED_TEST(test_cli_bpf_skew),
 	};
 	return cmocka_run_group_tests(tests, find_cli, NULL);

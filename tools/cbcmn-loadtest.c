@@ -20,6 +20,7 @@
 #include "common/loadgen.h"
 #include "common/opts.h"
 #include "common/pingpong.h"
+#include "common/rlim.h"
 
 static const char usage_text[] =
 	"usage: cbcmn-loadtest [OPTIONS]\n"
@@ -215,7 +216,8 @@ struct verify_server {
 	int up, down;		/* child -> parent: port, stats; parent -> child: stop */
 };
 
-static int vs_start(struct verify_server *vs, bool child, int server_cpu, uint16_t *port)
+static int vs_start(struct verify_server *vs, bool child, uint32_t nconns, int server_cpu,
+		    uint16_t *port)
 {
 	int up[2], down[2];
 
@@ -236,6 +238,9 @@ static int vs_start(struct verify_server *vs, bool child, int server_cpu, uint16
 	fflush(NULL);
 	vs->pid = fork();
 	if (vs->pid == 0) {
+		/* A descriptor per connection, past the soft 1024 of a login
+		 * (the parent raised its own, not this one's to come). */
+		rlim_nofile_up((rlim_t)nconns + 1024);
 		struct ee_server *srv;
 		struct ee_stats st = {0};
 		int rc = ee_start(&srv, 0, server_cpu);
@@ -289,7 +294,7 @@ static void verify(uint32_t nconns, uint32_t bytes, int server_cpu)
 	struct lg_result res;
 	bool child = !fits_one_process(nconns);
 	uint16_t port;
-	int rc = vs_start(&vs, child, server_cpu, &port);
+	int rc = vs_start(&vs, child, nconns, server_cpu, &port);
 
 	if (rc) {
 		vs_stop(&vs, &st);
