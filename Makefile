@@ -2,7 +2,10 @@
 #   make                 library (static + shared) and tools, under build/
 #   make run             install missing packages, build, run a workload under cbcmn-top -b
 #   make test            install missing packages, then every cmocka suite:
-#                        release build, ASan+UBSan build, concurrency suites under TSan
+#                        release build (also as a user without privilege, but for a
+#                        few slow compute-only suites), ASan+UBSan build,
+#                        concurrency suites under TSan
+#   make test-unprivileged  every release suite as nobody with Debian's default limits
 #   make bench           build cbcmn-bench (release)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
@@ -163,17 +166,30 @@ bench: $(BUILD)/bin/cbcmn-bench
 deps:
 	@scripts/install-deps.sh
 
-# make test: the release suites, the same suites under ASan+UBSan, then the
-# concurrency suites under TSan, then a short run of every fuzz target.
-# Stops with a non-zero status on any failure.
+# Release suites as a user without privilege and with default limits
+# (scripts/run-unprivileged.sh): make test leaves out these, which compute
+# only (scheduling, deques, fixtures' predictions, a million fibers) and
+# take a minute and a half of the run; make test-unprivileged runs all.
+UNPRIV_SKIP := test_fiber test_experiment test_wake test_deque test_sched
+UNPRIV_TESTS := $(filter-out $(UNPRIV_SKIP),$(patsubst tests/%.c,%,$(wildcard tests/test_*.c)))
+
+# make test: the release suites, the same as a user without privilege, the
+# same suites under ASan+UBSan, then the concurrency suites under TSan, then
+# a short run of every fuzz target.  Stops with a non-zero status on any
+# failure.
 test: deps
 	@$(MAKE) --no-print-directory SAN= all tests
 	@scripts/run-tests.sh build/tests
+	@scripts/run-unprivileged.sh build $(UNPRIV_TESTS)
 	@$(MAKE) --no-print-directory SAN=asan tests
 	@scripts/run-tests.sh build/asan/tests
 	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+test-unprivileged: deps
+	@$(MAKE) --no-print-directory SAN= all tests
+	@scripts/run-unprivileged.sh build
 
 # ---- fuzzing (docs/FUZZ.md) ----
 # libFuzzer targets, built by clang with ASan+UBSan into build/fuzz against
@@ -240,6 +256,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools bench deps test run clean bpf fuzz fuzz-smoke
+.PHONY: all tests tools bench deps test test-unprivileged run clean bpf fuzz fuzz-smoke
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(FUZZ_OUT) -name '*.d' 2>/dev/null)
