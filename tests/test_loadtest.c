@@ -1,9 +1,13 @@
-/* test_loadtest: cbcmn-loadtest under the limits a user logs in with
- * (soft RLIMIT_NOFILE 1024, no CAP_SYS_RESOURCE to raise the hard one).
- * The release binary next to this test (build/bin, or build/../bin from
- * build/asan/tests) runs as a child. */
+/* test_loadtest: the loopback load tools (cbcmn-loadtest, cbcmn-bench echo)
+ * where users run them: under the limits a login gets (soft RLIMIT_NOFILE
+ * 1024, no CAP_SYS_RESOURCE to raise the hard one), and inside a CPU mask
+ * (taskset, a container's cpuset).  The release binaries next to this
+ * test (build/bin, or build/../bin from build/asan/tests) run as
+ * children. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <limits.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -12,7 +16,7 @@
 
 #include "helpers.h"
 
-static char bin[PATH_MAX];
+static char bin[PATH_MAX], bench[PATH_MAX];
 
 static int find_bin(void **state)
 {
@@ -23,13 +27,14 @@ static int find_bin(void **state)
 		return 0;
 	self[n] = 0;
 	*strrchr(self, '/') = 0;
-	static const char *const rel[] = {"/../bin/cbcmn-loadtest", "/../../bin/cbcmn-loadtest"};
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		snprintf(bin, sizeof(bin), "%s%s", self, rel[i]);
-		if (access(bin, X_OK) == 0)
-			return 0;
+	static const char *const rel[] = {"/../bin/", "/../../bin/"};
+	bin[0] = bench[0] = 0;
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]) && !bin[0]; i++) {
+		snprintf(bin, sizeof(bin), "%s%scbcmn-loadtest", self, rel[i]);
+		snprintf(bench, sizeof(bench), "%s%scbcmn-bench", self, rel[i]);
+		if (access(bin, X_OK) != 0)
+			bin[0] = bench[0] = 0;
 	}
-	bin[0] = 0;
 	return 0;
 }
 
@@ -87,10 +92,117 @@ static void test_regression_verify_server_child_raises_its_limit(void **state)
 	assert_non_null(strstr(out, "server in a child process"));
 }
 
+/* Every thread of process pid allowed on `want` only ("Cpus_allowed_list"
+ * of /proc/pid/task/N/status); if not, the first other list into bad. */
+static void threads_within(pid_t pid, const char *want, char *bad, size_t blen)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return; /* gone meanwhile */
+	struct dirent *de;
+	while ((de = readdir(d)) && !bad[0]) {
+		if (de->d_name[0] == '.')
+			continue;
+		char sp[PATH_MAX], line[256];
+		snprintf(sp, sizeof(sp), "%s/%s/status", path, de->d_name);
+		FILE *f = fopen(sp, "re");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "Cpus_allowed_list:", 18)) {
+				char *v = line + 18 + strspn(line + 18, " \t");
+				v[strcspn(v, "\n")] = 0;
+				if (strcmp(v, want))
+					snprintf(bad, blen, "thread %.20s on CPUs %.60s", de->d_name, v);
+			}
+		fclose(f);
+	}
+	closedir(d);
+}
+
+/* argv under an affinity mask of `cpu` alone, its threads watched while
+ * it runs: none may be pinned elsewhere.  Exit status 0 wanted. */
+static void run_in_mask(char *const argv[], int cpu)
+{
+	int ex[2];
+	assert_int_equal(pipe2(ex, O_CLOEXEC), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int nul = open("/dev/null", O_WRONLY);
+		dup2(nul, 1);
+		cpu_set_t one;
+		CPU_ZERO(&one);
+		CPU_SET(cpu, &one);
+		if (sched_setaffinity(0, sizeof(one), &one) == 0)
+			execv(argv[0], argv);
+		(void)!write(ex[1], "x", 1);
+		_exit(127);
+	}
+	/* Watched only once it runs the tool: before its exec, this copy of
+	 * the test is on every CPU. */
+	close(ex[1]);
+	char x;
+	ssize_t got;
+	while ((got = read(ex[0], &x, 1)) < 0 && errno == EINTR)
+		;
+	close(ex[0]);
+	assert_int_equal(got, 0);
+	char want[16], bad[128] = "";
+	snprintf(want, sizeof(want), "%d", cpu);
+	int st;
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (waitpid(pid, &st, WNOHANG) == 0) {
+		if (!bad[0])
+			threads_within(pid, want, bad, sizeof(bad));
+		if (t_now_ns() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			fail_msg("%s did not end in %u s", argv[0], T_STALL_S);
+		}
+		usleep(5000);
+	}
+	printf("%s in CPU %d: exit %d%s%s\n", argv[0], cpu, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+	       bad[0] ? ", " : "", bad);
+	if (bad[0])
+		fail_msg("%s in a mask of CPU %d: %s", argv[0], cpu, bad);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Regression: the loopback benchmarks pinned their server to CPU 0 and the
+ * client to CPU 1 whatever the affinity mask: `taskset -c 1 cbcmn-bench
+ * echo` ran its server on CPU 0, and on a one-CPU machine (or cpuset) the
+ * pin to CPU 1 fails.  They now take the first and second CPU of the
+ * mask.  Here the mask is the last CPU alone, and no thread of theirs may
+ * be pinned anywhere else while they run. */
+static void test_regression_loopback_benches_stay_in_the_cpu_mask(void **state)
+{
+	(void)state;
+	if (!bin[0])
+		T_SKIP("no cbcmn-loadtest next to this test: make build/bin/cbcmn-loadtest");
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	int last = -1;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set))
+			last = c;
+	if (CPU_COUNT(&set) < 2 || last < 1)
+		T_SKIP("one CPU: a mask of one CPU is no narrower than the machine");
+	run_in_mask((char *[]){bin, "--duration", "0.5", "--no-http", "--iters", "0",
+			       "--verify-conns", "0", NULL},
+		    last);
+	if (access(bench, X_OK) == 0)
+		run_in_mask((char *[]){bench, "echo", "--duration", "0.5", NULL}, last);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_regression_verify_server_child_raises_its_limit),
+		T_WATCHED_TEST(test_regression_loopback_benches_stay_in_the_cpu_mask),
 	};
 	return cmocka_run_group_tests(tests, find_bin, NULL);
 }

@@ -18,6 +18,7 @@
 
 #include "common/epoll_echo.h"
 #include "common/loadgen.h"
+#include "common/maskcpu.h"
 #include "common/opts.h"
 #include "common/pingpong.h"
 #include "common/rlim.h"
@@ -33,8 +34,10 @@ static const char usage_text[] =
 	"  -s, --size BYTES        echo message size (default 64)\n"
 	"  -p, --pipeline N        requests in flight per connection (default 1)\n"
 	"  -t, --threads N         client threads (default 1)\n"
-	"  -S, --server-cpu CPU    pin the server thread (default 0; -1 none)\n"
-	"  -C, --client-cpu CPU    pin the client threads (default 1; -1 none)\n"
+	"  -S, --server-cpu CPU    pin the server thread (default: the first CPU of the\n"
+	"                          affinity mask; -1 none)\n"
+	"  -C, --client-cpu CPU    pin the client threads (default: its second CPU, the\n"
+	"                          first if it has one; -1 none)\n"
 	"  -n, --verify-conns N    connections of the echo check (default 10000; 0 skips)\n"
 	"  -b, --verify-bytes N    bytes per connection of the check (default 256)\n"
 	"  -i, --iters N           ping-pong round trips (default 20000; 0 skips)\n"
@@ -322,7 +325,8 @@ static void verify(uint32_t nconns, uint32_t bytes, int server_cpu)
 
 int main(int argc, char **argv)
 {
-	struct loadtest_opts o = {.server_cpu = 0, .vconns = 10000, .vbytes = 256, .iters = 20000,
+	/* The first two CPUs of the affinity mask (maskcpu.h) unless told. */
+	struct loadtest_opts o = {.server_cpu = mask_cpu(0), .vconns = 10000, .vbytes = 256, .iters = 20000,
 				  .http = true};
 	char err[256];
 
@@ -330,7 +334,7 @@ int main(int argc, char **argv)
 	o.cfg.conns = 50;
 	o.cfg.msg_size = 64;
 	o.cfg.duration_s = 2.0;
-	o.cfg.cpu = 1;
+	o.cfg.cpu = mask_cpu(1);
 	if (loadtest_opts_parse(argc, argv, &o, err, sizeof(err))) {
 		fprintf(stderr, "cbcmn-loadtest: %s (try --help)\n", err);
 		return 2;
