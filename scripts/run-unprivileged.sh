@@ -16,8 +16,9 @@
 # suites find fixtures and scripts above their binary) and of the
 # build's tests/, bin/ and lib/ (a checkout in /root, mode 700, is out of
 # its reach, and a user's build directory is its own); it is removed at
-# the end.  Not root: the suites run as the current user with the same
-# limits.
+# the end (UNPRIV_TMP: another place than /tmp; one the user cannot
+# execute from, mounted noexec, is a skip that says so).  Not root: the
+# suites run as the current user with the same limits.
 #
 # Suites that need root (the BPF view) must skip saying why; any failure
 # fails this script (exit 1).  docs/STATUS.md "Unprivileged users".
@@ -56,8 +57,9 @@ if ! getent passwd "$user" >/dev/null || ! getent group "$group" >/dev/null; the
 fi
 command -v setpriv >/dev/null || { echo "run-unprivileged: setpriv (util-linux) is missing" >&2; exit 1; }
 
-dir=$(mktemp -d /tmp/cbcmn-unpriv.XXXXXX) || exit 1
+dir=$(mktemp -d "${UNPRIV_TMP:-/tmp}/cbcmn-unpriv.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM # through the EXIT trap
 # The checkout (suites find fixtures and scripts above their binary), then
 # the build's binaries at the same place under it.
 tar -C "$src" --exclude=./build --exclude=./.git -cf - . | tar -C "$dir" -xf - || exit 1
@@ -71,6 +73,12 @@ find "$dir/$rel" -name '*.d' -delete
 chown -R "$user:$group" "$dir"
 chmod 755 "$dir"
 
+# A /tmp mounted noexec (UNPRIV_TMP picks another place): nothing can run.
+cp /bin/true "$dir/.exec-probe" && chown "$user:$group" "$dir/.exec-probe"
+if ! setpriv --reuid="$user" --regid="$group" --clear-groups --reset-env "$dir/.exec-probe"; then
+	echo "=== run-unprivileged: SKIPPED: $user cannot execute from $dir (mounted noexec? set UNPRIV_TMP)"
+	exit 0
+fi
 echo "=== run-unprivileged: as $user:$group (no capabilities), memlock ${memlock_kib} KiB, nofile $nofile_soft/$nofile_hard, from $dir"
 cd "$dir" || exit 1
 # The per-suite timeout survives --reset-env only if passed again.
