@@ -129,9 +129,14 @@ int errtail_open(struct errtail **out, int fd, int copy_fd)
 		return e;
 	}
 	/* Signals are the main thread's: its sleeps and its screen's reads
-	 * must be the ones a ^C interrupts. */
+	 * must be the ones a ^C interrupts.  Not a fault of this thread's own,
+	 * which blocked would kill the process past the owner's handler
+	 * (cbcmn-top's gives the terminal back). */
 	sigset_t all, old;
 	sigfillset(&all);
+	static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		sigdelset(&all, faults[i]);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	int rc = pthread_create(&t->th, NULL, reader_main, t);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
