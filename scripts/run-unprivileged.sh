@@ -6,7 +6,7 @@
 #
 # BUILD_DIR defaults to build (its tests/, bin/, lib/ must be built); no
 # SUITE: every test_* of BUILD_DIR/tests.  As root, the suites run as
-# UNPRIV_USER (nobody), group UNPRIV_GROUP (nogroup), no supplementary
+# UNPRIV_USER (nobody), group UNPRIV_GROUP (its own: nogroup), no supplementary
 # groups, no capabilities (setpriv: a uid change from 0 drops them all),
 # a fresh environment (HOME is that user's, /nonexistent for nobody) and
 # the limits of a Debian 12 login: RLIMIT_MEMLOCK 8192 KiB (soft and
@@ -29,7 +29,7 @@ build=${1:-build}
 [ $# -gt 0 ] && shift
 case $build in /*) ;; *) build=$src/$build ;; esac
 user=${UNPRIV_USER:-nobody}
-group=${UNPRIV_GROUP:-nogroup}
+group=${UNPRIV_GROUP:-$(id -gn "$user" 2>/dev/null)} # nogroup on Debian, nobody on Fedora
 memlock_kib=8192
 nofile_soft=1024
 nofile_hard=$(ulimit -Hn)
@@ -51,7 +51,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exec bash -c "$limits && exec \"\$0\" \"\$@\"" "$here/run-tests.sh" "$build/tests" "$@"
 fi
 
-if ! getent passwd "$user" >/dev/null || ! getent group "$group" >/dev/null; then
+if ! getent passwd "$user" >/dev/null || [ -z "$group" ] || ! getent group "$group" >/dev/null; then
 	echo "run-unprivileged: no user $user or group $group here (UNPRIV_USER, UNPRIV_GROUP)" >&2
 	exit 1
 fi
