@@ -2,7 +2,10 @@
 #   make                 library (static + shared) and tools, under build/
 #   make run             install missing packages, build, run a workload under cbcmn-top -b
 #   make test            install missing packages, then every cmocka suite:
-#                        release build, ASan+UBSan build, concurrency suites under TSan
+#                        release build (also as a user without privilege, but for a
+#                        few slow compute-only suites), ASan+UBSan build,
+#                        concurrency suites under TSan
+#   make test-unprivileged  every release suite as nobody with Debian's default limits
 #   make bench           build cbcmn-bench (release)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
@@ -83,7 +86,7 @@ BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbc
                $(BUILD)/bin/cbcmn-top $(BUILD)/tests/test_bpf $(BUILD)/tests/test_run \
                $(BUILD)/tests/test_top $(BUILD)/tests/test_bpfns
 # Suites that exercise threads racing each other: these also run under TSan.
-TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults
+TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults test_errtail
 
 all: $(STATIC) $(SHARED) $(TOOLS)
 
@@ -164,17 +167,30 @@ bench: $(BUILD)/bin/cbcmn-bench
 deps:
 	@scripts/install-deps.sh
 
-# make test: the release suites, the same suites under ASan+UBSan, then the
-# concurrency suites under TSan, then a short run of every fuzz target.
-# Stops with a non-zero status on any failure.
+# Release suites as a user without privilege and with default limits
+# (scripts/run-unprivileged.sh): make test leaves out these, which compute
+# only (scheduling, deques, fixtures' predictions, a million fibers) and
+# take a minute and a half of the run; make test-unprivileged runs all.
+UNPRIV_SKIP := test_fiber test_experiment test_wake test_deque test_sched
+UNPRIV_TESTS := $(filter-out $(UNPRIV_SKIP),$(patsubst tests/%.c,%,$(wildcard tests/test_*.c)))
+
+# make test: the release suites, the same as a user without privilege, the
+# same suites under ASan+UBSan, then the concurrency suites under TSan, then
+# a short run of every fuzz target.  Stops with a non-zero status on any
+# failure.
 test: deps
 	@$(MAKE) --no-print-directory SAN= all tests
 	@scripts/run-tests.sh build/tests
+	@scripts/run-unprivileged.sh build $(UNPRIV_TESTS)
 	@$(MAKE) --no-print-directory SAN=asan tests
 	@scripts/run-tests.sh build/asan/tests
 	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+test-unprivileged: deps
+	@$(MAKE) --no-print-directory SAN= all tests
+	@scripts/run-unprivileged.sh build
 
 # ---- fuzzing (docs/FUZZ.md) ----
 # libFuzzer targets, built by clang with ASan+UBSan into build/fuzz against
@@ -241,6 +257,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools bench deps test run clean bpf fuzz fuzz-smoke
+.PHONY: all tests tools bench deps test test-unprivileged run clean bpf fuzz fuzz-smoke
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(FUZZ_OUT) -name '*.d' 2>/dev/null)

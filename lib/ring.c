@@ -122,6 +122,46 @@ int cbcmn__ring_error(int rc)
 	return rc == -ENOMEM && memlock_bound() ? CBCMN_EMEMLOCK : rc;
 }
 
+/* Locked memory a ring of `entries` SQEs (CQ twice that) takes from the
+ * count, as measured on 6.18: the SQE array and the SQ/CQ rings are two
+ * regions, each a power-of-two number of pages (256 entries: 16 + 16
+ * KiB; 64 down to 8: 4 + 4 KiB). */
+static uint64_t ring_cost(uint32_t entries)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t pg = page > 0 ? (uint64_t)page : 4096;
+	uint64_t parts[2] = {(uint64_t)entries * sizeof(struct io_uring_sqe),
+			     (uint64_t)entries * 2 * sizeof(struct io_uring_cqe) +
+				     (uint64_t)entries * sizeof(uint32_t) + 384};
+	uint64_t cost = 0;
+	for (int i = 0; i < 2; i++) {
+		uint64_t pages = (parts[i] + pg - 1) / pg, p2 = 1;
+		while (p2 < pages)
+			p2 *= 2;
+		cost += p2 * pg;
+	}
+	return cost;
+}
+
+/* Under a locked-memory limit, `entries` made small enough that one ring
+ * per executor fits in three quarters of it (the rest for buffer rings,
+ * the probe's ring given back late, the user's other processes).  Without
+ * this the first executors took full 32 KiB rings until the limit ran
+ * out and the rest had none: 600 executors failed in a login's 8 MiB,
+ * where 600 small rings (4.8 MiB) fit.  Where the kernel does not count
+ * rings (5.12 to 6.12) this only makes rings of many executors smaller:
+ * fewer SQEs in flight per executor, not an error. */
+static uint32_t ring_entries_planned(const struct cbcmn_runtime *rt, uint32_t entries)
+{
+	struct rlimit rl;
+	if (!memlock_bound() || getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+		return entries;
+	uint64_t share = (uint64_t)rl.rlim_cur / 4 * 3 / (rt->cfg.workers ? rt->cfg.workers : 1);
+	while (entries > RING_MIN_ENTRIES && ring_cost(entries) > share)
+		entries /= 2;
+	return entries;
+}
+
 /* A ring of up to `entries` SQEs with `flags`: fewer while it does not fit
  * in locked memory (halving, down to RING_MIN_ENTRIES, which is retried
  * for RING_RETRY_NS).  0 with *got set, or the set-up's error. */
@@ -217,6 +257,7 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn__ring *r = &e->ring;
 	uint32_t entries = rt->cfg.ring_entries ? rt->cfg.ring_entries : RING_ENTRIES_DEFAULT;
+	entries = ring_entries_planned(rt, entries);
 	int rc = ring_init_fit(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg, &r->entries);
 	if (rc)
 		return rc;

@@ -769,7 +769,7 @@ static void test_gdb_backtrace_stops_at_fiber_entry(void **state)
 	exe[len] = 0;
 	char cmd[8192];
 	snprintf(cmd, sizeof(cmd),
-		 "timeout 120 gdb -nx -batch -ex 'set debuginfod enabled off' "
+		 "timeout 120 gdb -nx -batch -ex 'set debuginfod enabled off' -ex 'set startup-with-shell off' "
 		 "-ex 'break t_fiber_stop_here' -ex run -ex bt -ex kill --args '%s' "
 		 "--gdb-target 2>&1",
 		 exe);

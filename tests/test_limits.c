@@ -153,6 +153,33 @@ static void test_small_memlock_rings_shrink_to_fit(void **state)
 	run_unprivileged(create_in_64k, 64 * 1024, 20);
 }
 
+static void create_600_in_8m(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 600;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc != 0)
+		fprintf(stderr, "child: create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	int64_t r = -1;
+	CHILD_CHECK(cbcmn_runtime_run(rt, io_everywhere, NULL, &r) == 0);
+	CHILD_CHECK(r == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+/* The bug: 600 executors (RUN.md allows 1024) failed in a login's 8 MiB
+ * RLIMIT_MEMLOCK (Debian's default) with CBCMN_EMEMLOCK: the first ~250
+ * executors made full 32 KiB rings and the rest found no room, where 600
+ * of the smallest (8 KiB) fit in 4.8 MiB.  Rings are now sized for the
+ * executor count under the limit; every ring does I/O. */
+static void test_regression_many_executors_fit_in_login_memlock(void **state)
+{
+	(void)state;
+	run_unprivileged(create_600_in_8m, 8u << 20, T_STALL_S);
+}
+
 /* ---- a shard that cannot start ---------------------------------------------- */
 
 static int64_t ok_task(cbcmn_cx *cx, void *arg)
@@ -300,6 +327,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
 		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
+		T_WATCHED_TEST(test_regression_many_executors_fit_in_login_memlock),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
 		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
 	};

@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -128,6 +130,40 @@ static void test_oversubscribed_random(void **state)
 		assert_int_equal(r.stats.executors, 64);
 		assert_true(r.units > 0);
 		wl_result_free(&r);
+	}
+}
+
+/* Regression: cbcmn-run echo and http without --workers failed with
+ * "server: Invalid argument": the default, CBCMN_WORKERS_AUTO, reached
+ * fs_start(), which refused more than 64 executors (its per-executor
+ * clock arrays were fixed at 64), so did any count from 65 to 1024.  Now
+ * the server takes what the runtime takes: auto is one executor per CPU
+ * of the affinity mask (at most CBCMN_MAX_EXECUTORS), and 65 works. */
+static void test_regression_echo_http_default_workers(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	uint32_t ncpu = (uint32_t)CPU_COUNT(&set);
+	if (ncpu > CBCMN_MAX_EXECUTORS)
+		ncpu = CBCMN_MAX_EXECUTORS;
+	static const char *const names[] = {"echo", "http"};
+	static const uint32_t counts[] = {CBCMN_WORKERS_AUTO, 65};
+	for (size_t i = 0; i < 2; i++) {
+		for (size_t k = 0; k < 2; k++) {
+			const struct wl_desc *w = wl_find(names[i]);
+			struct wl_opts o = {.workers = counts[k], .policy = CBCMN_PIN_AUTO, .seed = 1,
+					    .duration_s = 0.1, .size = 4};
+			struct wl_result r;
+			int rc = wl_run(w, &o, &r);
+			printf("%s, workers %s: %s\n", names[i], k ? "65" : "auto",
+			       rc ? r.error : r.result);
+			if (rc)
+				fail_msg("%s with workers %s: %s", names[i], k ? "65" : "auto", r.error);
+			assert_int_equal(r.stats.executors, k ? 65 : ncpu);
+			assert_true(r.units > 0);
+			wl_result_free(&r);
+		}
 	}
 }
 
@@ -358,6 +394,9 @@ static void slurp(int fd, char *buf, size_t len)
 	close(fd);
 }
 
+/* The soft RLIMIT_NOFILE the next cli() runs under (0: ours). */
+static rlim_t cli_nofile_soft;
+
 /* Run cbcmn-run with args (NULL-terminated) and collect what it says. */
 static void cli(struct cli *c, const char *const *args)
 {
@@ -379,6 +418,11 @@ static void cli(struct cli *c, const char *const *args)
 	if (pid == 0) {
 		dup2(fo, STDOUT_FILENO);
 		dup2(fe, STDERR_FILENO);
+		struct rlimit rl;
+		if (cli_nofile_soft && !getrlimit(RLIMIT_NOFILE, &rl)) {
+			rl.rlim_cur = cli_nofile_soft;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
 		execv(run_bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -526,6 +570,53 @@ static void test_cli_help(void **state)
 	free(c);
 }
 
+/* The same regression through the CLI, as the issue met it: echo and
+ * http with the default --workers exit 0, not 1 with "server: Invalid
+ * argument". */
+static void test_regression_cli_echo_http_without_workers(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	static const char *const names[] = {"echo", "http"};
+	for (size_t i = 0; i < 2; i++) {
+		cli(c, (const char *[]){names[i], "--duration", "0.1", "--size", "2", NULL});
+		printf("%s: exit %d %s", names[i], c->status, c->err);
+		if (c->status)
+			fail_msg("%s without --workers: exit %d: %s", names[i], c->status, c->err);
+		assert_non_null(strstr(c->out, ": ok: "));
+	}
+	free(c);
+}
+
+/* Regression: under a login's soft RLIMIT_NOFILE of 1024 (Debian's, any
+ * systemd's), cbcmn-run fib --workers 600 failed with "cannot start the
+ * runtime: Too many open files" (an executor holds about two descriptors),
+ * though RUN.md allows 1024 executors and the hard limit had room.  Now
+ * cbcmn-run raises its soft limit to the hard one first. */
+static void test_regression_cli_many_executors_under_login_nofile(void **state)
+{
+	(void)state;
+	NEED_CLI();
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < 2048)
+		T_SKIP("the hard RLIMIT_NOFILE (%llu) has no room for 600 executors",
+		       (unsigned long long)rl.rlim_max);
+	struct cli *c = malloc(sizeof(*c));
+	assert_non_null(c);
+	cli_nofile_soft = 1024;
+	cli(c, (const char *[]){"fib", "--workers", "600", "--duration", "0.1", "--size", "10",
+			       NULL});
+	cli_nofile_soft = 0;
+	printf("exit %d %s", c->status, c->err);
+	if (c->status)
+		fail_msg("600 executors under a soft limit of 1024: exit %d: %s", c->status, c->err);
+	assert_non_null(strstr(c->out, "\nruntime: 600 executors"));
+	free(c);
+}
+
 /* --bpf: the eBPF programs count the same steals as the runtime. */
 static void test_cli_bpf_skew(void **state)
 {
@@ -581,12 +672,15 @@ int main(void)
 		T_WATCHED_TEST(test_mixed),
 		T_WATCHED_TEST(test_sabotage_caught),
 		T_WATCHED_TEST(test_oversubscribed_random),
+		T_WATCHED_TEST(test_regression_echo_http_default_workers),
 		T_WATCHED_TEST(test_loopback_liars_caught),
 		T_WATCHED_TEST(test_regression_slow_server_is_not_a_failure),
 		T_WATCHED_TEST(test_cli_json),
 		T_WATCHED_TEST(test_cli_text),
 		T_WATCHED_TEST(test_cli_bad_input),
 		T_WATCHED_TEST(test_cli_help),
+		T_WATCHED_TEST(test_regression_cli_echo_http_without_workers),
+		T_WATCHED_TEST(test_regression_cli_many_executors_under_login_nofile),
 		T_WATCHED_TEST(test_cli_bpf_skew),
 	};
 	return cmocka_run_group_tests(tests, find_cli, NULL);

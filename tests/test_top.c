@@ -279,12 +279,14 @@ static int stream_stop(FILE *f, pid_t child)
 static int tmux(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int tmux(char *out, size_t len, const char *fmt, ...)
 {
-	char args[PATH_MAX + 512], cmd[PATH_MAX + 600];
+	char args[PATH_MAX + 512], cmd[PATH_MAX + 640];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "tmux -L %s %s 2>&1", sock, args);
+	/* tmux starts every window through $SHELL: a user whose login shell
+	 * is nologin (nobody, service accounts running CI) gets no window. */
+	snprintf(cmd, sizeof(cmd), "SHELL=/bin/sh tmux -L %s %s 2>&1", sock, args);
 	FILE *f = popen(cmd, "r");
 	assert_non_null(f);
 	size_t n = 0;
@@ -451,7 +453,10 @@ static void tmux_start(const char *cmdline)
 	/* A server still shutting down refuses the new session: retry. */
 	char out[512];
 	uint64_t deadline = t_now_ns() + PANE_S * 1000000000ull;
-	while (tmux(out, sizeof(out), "new-session -d -s t -x 80 -y 24 sh"))
+	/* tmux runs it as $SHELL -c '...': exec, so that the pane's process
+	 * is the shell the keys go to and its child what it runs (dash, unlike
+	 * bash, does not exec a lone command by itself). */
+	while (tmux(out, sizeof(out), "new-session -d -s t -x 80 -y 24 'exec sh'"))
 		if (t_now_ns() > deadline)
 			fail_msg("tmux new-session failed: %s", out);
 		else
@@ -1405,6 +1410,152 @@ static void test_command_ends(void **state)
 	assert_non_null(strstr(out, " ID CPU"));
 }
 
+/* ---- a started command's stderr ------------------------------------------------ */
+
+/* Regression: a started command's stderr went to /dev/null (or -o FILE),
+ * and a command that died said only "exited with status 1 before a cbcmn
+ * runtime appeared" (cbcmn-run echo's "server: Invalid argument" was
+ * never seen).  Now its last lines follow the status, each prefixed
+ * "name[pid]: ", and whatever it writes is safe on a terminal: escape
+ * sequences, carriage returns, NULs and bytes that are not UTF-8 come out
+ * as '?', a line longer than 512 bytes is cut, a flood keeps its last 20
+ * lines and says how many went, a stderr the command closed is no stderr,
+ * and a process that kept the pipe after the command died (a background
+ * child) does not hold the viewer beyond a second. */
+static void test_regression_command_stderr_when_it_dies_early(void **state)
+{
+	(void)state;
+	char out[4096], err[16384];
+	char *argv[] = {top, "-b", "--no-bpf", "--", "/bin/sh", "-c", NULL, NULL};
+	/* Plain lines, then what a terminal must not get raw. */
+	argv[6] = "echo 'first line' >&2; echo 'cbcmn-run: echo: server: Invalid argument' >&2; "
+		  "printf 'esc \\033[2J cr \\r nul \\000 bad \\377\\376 ok \\303\\251\\n' >&2; "
+		  "printf 'no newline at the end' >&2; exit 3";
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	printf("%s", err);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	char *h = strstr(err, "exited with status 3 before a cbcmn runtime appeared in it; "
+			      "the last lines of its stderr follow\n");
+	assert_non_null(h);
+	h = strchr(h, '\n') + 1;
+	char pre[32];
+	assert_true(sscanf(h, "%31[^:]", pre) == 1);
+	assert_true(!strncmp(pre, "sh[", 3));
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "%s: first line\n%s: cbcmn-run: echo: server: Invalid argument\n"
+		 "%s: esc ?[2J cr ? nul ? bad ?? ok \303\251\n%s: no newline at the end\n",
+		 pre, pre, pre, pre);
+	assert_string_equal(h, want);
+
+	/* A flood: the last 20 lines, and a line saying how many went before. */
+	argv[6] = "i=0; while [ $i -lt 3000 ]; do echo \"line $i\"; i=$((i+1)); done >&2; "
+		  "head -c 3000 /dev/zero | tr '\\0' x >&2; exit 1";
+	st = run(argv, out, sizeof(out), err, sizeof(err), 60);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	assert_non_null(strstr(err, ": (2981 earlier lines not kept)\n"));
+	assert_non_null(strstr(err, ": line 2981\n"));
+	assert_null(strstr(err, ": line 2980\n"));
+	char *x = strstr(err, ": xxx");
+	assert_non_null(x);
+	assert_int_equal(strcspn(x + 2, "\n"), 512 + 3); /* cut, and "..." */
+
+	/* A closed stderr: the status alone, one line. */
+	argv[6] = "exec 2>&-; exit 4";
+	st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	assert_non_null(strstr(err, "exited with status 4 before a cbcmn runtime appeared in it\n"));
+	assert_int_equal(strchr(err, '\n') - err + 1, (long)strlen(err));
+
+	/* Something it started keeps the pipe: its lines anyway, in bounded time. */
+	argv[6] = "sleep 5 & echo 'said before dying' >&2; exit 6";
+	uint64_t t0 = t_now_ns();
+	st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	double took = (double)(t_now_ns() - t0) / 1e9;
+	printf("with the pipe held: %.2f s\n", took);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	assert_non_null(strstr(err, "exited with status 6 before"));
+	assert_non_null(strstr(err, ": said before dying\n"));
+	assert_true(took < 4.5); /* not held until the sleep ends */
+}
+
+/* After its runtime appeared: the command's status when it dies and its
+ * last stderr lines; in batch mode its lines come after each snapshot
+ * too, and a command that floods its stderr is never held up by it (it
+ * ends, and so does the viewer).  With -o FILE its stderr also goes to
+ * FILE, whole. */
+static void test_regression_command_stderr_when_it_dies_later(void **state)
+{
+	(void)state;
+	char out[65536], err[16384], ofile[64] = "/tmp/cbcmn-top-o-XXXXXX";
+	int ofd = mkstemp(ofile);
+	assert_true(ofd >= 0);
+	close(ofd);
+	char *argv[] = {top, "-b", "-d", "0.2", "--no-bpf", "-o", ofile, "--", self,
+			"--workload", "die", NULL};
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 60);
+	printf("%s", err);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("exit %d: %s", WEXITSTATUS(st), err);
+	assert_non_null(strstr(out, " ID CPU"));
+	assert_non_null(strstr(err, "runtime has ended"));
+	assert_non_null(strstr(err, ") exited with status 3"));
+	assert_non_null(strstr(err, "]: die: the last words\n"));
+	assert_non_null(strstr(err, "]: die: ?[31mred?[0m ?? end\n"));
+	FILE *f = fopen(ofile, "r");
+	assert_non_null(f);
+	char copy[4096];
+	size_t n = fread(copy, 1, sizeof(copy) - 1, f);
+	copy[n] = 0;
+	fclose(f);
+	unlink(ofile);
+	assert_non_null(strstr(copy, "die: the last words\n"));
+	assert_non_null(strstr(copy, "die: \033[31mred")); /* the file gets the bytes as written */
+
+	char *fargv[] = {top, "-b", "-d", "0.2", "--no-bpf", "--", self, "--workload", "flood", NULL};
+	st = run(fargv, out, sizeof(out), err, sizeof(err), 60);
+	assert_true(WIFEXITED(st));
+	char *last = strstr(err, "]: flood done\n");
+	if (!last)
+		fail_msg("exit %d, no last line: %s", WEXITSTATUS(st), err);
+	assert_non_null(strstr(err, "earlier lines not kept)\n"));
+	assert_non_null(strstr(err, " exited with status 0"));
+}
+
+/* The screen: what the command writes on its stderr never reaches the
+ * terminal while the screen is up; its last lines come after it closes,
+ * with the command's status. */
+static void test_command_stderr_not_on_screen(void **state)
+{
+	(void)state;
+	if (!have_tmux)
+		T_SKIP("tmux is not installed");
+	char buf[16384], cmd[2 * PATH_MAX + 128];
+	snprintf(cmd, sizeof(cmd), "%s --no-bpf -d 0.2 -- %s --workload chatty", top, self);
+	tmux_start(cmd);
+	wait_pane(buf, sizeof(buf), PANE_S, " ID CPU", NULL);
+	/* It writes a line every 20 ms until it exits, ~2 s in. */
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	for (;;) {
+		pane(buf, sizeof(buf));
+		if (strstr(buf, "chatty "))
+			fail_msg("the command's stderr is on the screen:\n%s", buf);
+		if (strstr(buf, "runtime ended"))
+			break;
+		if (t_now_ns() > deadline)
+			fail_msg("its runtime did not end:\n%s", buf);
+		usleep(100000);
+	}
+	keys("q");
+	assert_terminal_sane(buf, sizeof(buf), "0");
+	assert_int_equal(tmux(buf, sizeof(buf), "capture-pane -p -J -S -200 -t t"), 0);
+	if (!strstr(buf, ") exited with status 5; the last lines of its stderr follow\n") ||
+	    !strstr(buf, "]: chatty "))
+		fail_msg("no status and last lines after the screen closed:\n%s", buf);
+	tmux(NULL, 0, "kill-server");
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 static void expect_error(char *const argv[], int status, const char *says)
@@ -1451,9 +1602,49 @@ static int64_t spin_task(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* fib until secs have passed; false on a runtime error. */
+static bool fib_for(cbcmn_runtime *rt, double secs)
+{
+	uint64_t end = t_now_ns() + (uint64_t)(secs * 1e9);
+	do {
+		struct fib f = {.n = 15};
+		if (cbcmn_runtime_run(rt, fib_task, &f, NULL))
+			return false;
+	} while (t_now_ns() < end);
+	return true;
+}
+
+/* A started command that writes on its stderr once its runtime is up
+ * (--workload die, flood, chatty): see the tests above. */
+static int stderr_workload(cbcmn_runtime *rt, const char *mode)
+{
+	if (!strcmp(mode, "die")) {
+		if (!fib_for(rt, 1.0))
+			return 1;
+		fprintf(stderr, "die: \033[31mred\033[0m \xff\xfe end\ndie: the last words\n");
+		fflush(stderr);
+		_exit(3); /* the runtime not destroyed: as a crash leaves it */
+	}
+	if (!strcmp(mode, "flood")) {
+		if (!fib_for(rt, 0.5))
+			return 1;
+		for (int i = 0; i < 100000; i++)
+			fprintf(stderr, "flood %d: %s\n", i, "a line of some length to fill the pipe");
+		fprintf(stderr, "flood done\n");
+		return cbcmn_runtime_destroy(rt) ? 1 : 0;
+	}
+	for (int i = 0; i < 100; i++) { /* chatty */
+		if (!fib_for(rt, 0.02))
+			return 1;
+		fprintf(stderr, "chatty %d\n", i);
+	}
+	fflush(stderr);
+	_exit(5);
+}
+
 /* --workload fib: the stand-in for cbcmn-run, fib on 2 executors until
  * killed; --workload spin: spin_task on one of 2 executors, the other
- * idle. */
+ * idle; die, flood, chatty: stderr_workload(). */
 static int workload_main(const char *mode)
 {
 	cbcmn_config cfg;
@@ -1464,6 +1655,8 @@ static int workload_main(const char *mode)
 		return 1;
 	if (!strcmp(mode, "spin"))
 		return cbcmn_runtime_run(rt, spin_task, NULL, NULL) ? 1 : 0;
+	if (!strcmp(mode, "die") || !strcmp(mode, "flood") || !strcmp(mode, "chatty"))
+		return stderr_workload(rt, mode);
 	for (;;) {
 		struct fib f = {.n = 20};
 		if (cbcmn_runtime_run(rt, fib_task, &f, NULL))
@@ -1519,6 +1712,9 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_batch_text),
 		T_WATCHED_TEST(test_json_and_stat),
 		T_WATCHED_TEST(test_command_ends),
+		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_early),
+		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_later),
+		T_WATCHED_TEST(test_command_stderr_not_on_screen),
 		T_WATCHED_TEST(test_oncpu_true),
 		T_WATCHED_TEST(test_oncpu_true_loaded),
 		T_WATCHED_TEST(test_unprivileged),

@@ -29,6 +29,7 @@
 #include "common/fib.h"
 #include "common/fserv.h"
 #include "common/loadgen.h"
+#include "common/maskcpu.h"
 #include "common/opts.h"
 #include "common/pingpong.h"
 #include "common/workload.h"
@@ -770,7 +771,7 @@ static void load(enum lg_proto proto, uint16_t port, struct lg_result *res)
 	lc.conns = conns;
 	lc.msg_size = msg_size;
 	lc.duration_s = duration_s;
-	lc.cpu = 1;
+	lc.cpu = mask_cpu(1);
 	lc.proto = proto;
 	char err[200];
 	if (wl_load(&lc, res, err, sizeof(err))) {
@@ -779,14 +780,15 @@ static void load(enum lg_proto proto, uint16_t port, struct lg_result *res)
 	}
 }
 
-/* cbcmn's server for the loopback benches: one executor on CPU 0, with the
- * command line's multishot and spin settings. */
+/* cbcmn's server for the loopback benches: one executor on the first CPU
+ * of the affinity mask, with the command line's multishot and spin
+ * settings. */
 static struct fs_server *server_start(enum fs_proto fp)
 {
 	struct fs_config fc;
 	fs_config_init(&fc);
 	fc.proto = fp;
-	fc.cpu = 0;
+	fc.cpu = mask_cpu(0);
 	fc.multishot = multishot;
 	fc.spin_ns = server_spin_ns;
 	struct fs_server *fs;
@@ -796,8 +798,9 @@ static struct fs_server *server_start(enum fs_proto fp)
 	return fs;
 }
 
-/* Server on one executor pinned to CPU 0, client on CPU 1, same client for
- * cbcmn's server and the epoll baseline, alternated in one run. */
+/* Server on one executor pinned to the first CPU of the affinity mask,
+ * client on the second (the same one on one CPU), same client for cbcmn's
+ * server and the epoll baseline, alternated in one run. */
 static void bench_loopback(const char *name, enum fs_proto fp)
 {
 	int n = reps_set ? reps : 1;
@@ -816,7 +819,7 @@ static void bench_loopback(const char *name, enum fs_proto fp)
 					  st.requests ? (double)st.cpu_us / (double)st.requests : 0};
 
 		struct ee_server *es;
-		rc = fp == FS_HTTP ? ee_start_http(&es, 0, 0) : ee_start(&es, 0, 0);
+		rc = fp == FS_HTTP ? ee_start_http(&es, 0, mask_cpu(0)) : ee_start(&es, 0, mask_cpu(0));
 		if (rc)
 			die("epoll server", rc);
 		load(lp, ee_port(es), &res);

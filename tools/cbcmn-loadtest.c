@@ -18,8 +18,10 @@
 
 #include "common/epoll_echo.h"
 #include "common/loadgen.h"
+#include "common/maskcpu.h"
 #include "common/opts.h"
 #include "common/pingpong.h"
+#include "common/rlim.h"
 
 static const char usage_text[] =
 	"usage: cbcmn-loadtest [OPTIONS]\n"
@@ -32,8 +34,10 @@ static const char usage_text[] =
 	"  -s, --size BYTES        echo message size (default 64)\n"
 	"  -p, --pipeline N        requests in flight per connection (default 1)\n"
 	"  -t, --threads N         client threads (default 1)\n"
-	"  -S, --server-cpu CPU    pin the server thread (default 0; -1 none)\n"
-	"  -C, --client-cpu CPU    pin the client threads (default 1; -1 none)\n"
+	"  -S, --server-cpu CPU    pin the server thread (default: the first CPU of the\n"
+	"                          affinity mask; -1 none)\n"
+	"  -C, --client-cpu CPU    pin the client threads (default: its second CPU, the\n"
+	"                          first if it has one; -1 none)\n"
 	"  -n, --verify-conns N    connections of the echo check (default 10000; 0 skips)\n"
 	"  -b, --verify-bytes N    bytes per connection of the check (default 256)\n"
 	"  -i, --iters N           ping-pong round trips (default 20000; 0 skips)\n"
@@ -215,7 +219,8 @@ struct verify_server {
 	int up, down;		/* child -> parent: port, stats; parent -> child: stop */
 };
 
-static int vs_start(struct verify_server *vs, bool child, int server_cpu, uint16_t *port)
+static int vs_start(struct verify_server *vs, bool child, uint32_t nconns, int server_cpu,
+		    uint16_t *port)
 {
 	int up[2], down[2];
 
@@ -236,6 +241,9 @@ static int vs_start(struct verify_server *vs, bool child, int server_cpu, uint16
 	fflush(NULL);
 	vs->pid = fork();
 	if (vs->pid == 0) {
+		/* A descriptor per connection, past the soft 1024 of a login
+		 * (the parent raised its own, not this one's to come). */
+		rlim_nofile_up((rlim_t)nconns + 1024);
 		struct ee_server *srv;
 		struct ee_stats st = {0};
 		int rc = ee_start(&srv, 0, server_cpu);
@@ -289,7 +297,7 @@ static void verify(uint32_t nconns, uint32_t bytes, int server_cpu)
 	struct lg_result res;
 	bool child = !fits_one_process(nconns);
 	uint16_t port;
-	int rc = vs_start(&vs, child, server_cpu, &port);
+	int rc = vs_start(&vs, child, nconns, server_cpu, &port);
 
 	if (rc) {
 		vs_stop(&vs, &st);
@@ -317,7 +325,8 @@ static void verify(uint32_t nconns, uint32_t bytes, int server_cpu)
 
 int main(int argc, char **argv)
 {
-	struct loadtest_opts o = {.server_cpu = 0, .vconns = 10000, .vbytes = 256, .iters = 20000,
+	/* The first two CPUs of the affinity mask (maskcpu.h) unless told. */
+	struct loadtest_opts o = {.server_cpu = mask_cpu(0), .vconns = 10000, .vbytes = 256, .iters = 20000,
 				  .http = true};
 	char err[256];
 
@@ -325,7 +334,7 @@ int main(int argc, char **argv)
 	o.cfg.conns = 50;
 	o.cfg.msg_size = 64;
 	o.cfg.duration_s = 2.0;
-	o.cfg.cpu = 1;
+	o.cfg.cpu = mask_cpu(1);
 	if (loadtest_opts_parse(argc, argv, &o, err, sizeof(err))) {
 		fprintf(stderr, "cbcmn-loadtest: %s (try --help)\n", err);
 		return 2;

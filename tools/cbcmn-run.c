@@ -22,6 +22,7 @@
 #include "common/cli.h"
 #include "common/json.h"
 #include "common/opts.h"
+#include "common/rlim.h"
 #include "common/workload.h"
 
 #define PROG "cbcmn-run"
@@ -456,6 +457,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+
+	/* 1024 executors, or echo's 10000 connections, need more than the
+	 * soft 1024 descriptors a login gets: take what the hard limit allows,
+	 * as a server would (rlim.h). */
+	rlim_nofile_up(RLIM_INFINITY);
 
 	struct watchdog dog = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, json,
 			       o.duration_s + HANG_GRACE_S, w->name};

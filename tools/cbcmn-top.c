@@ -4,6 +4,7 @@
  * the process too.  docs/TOP.md. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <locale.h>
 #include <math.h>
 #include <signal.h>
@@ -16,12 +17,19 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/errtail.h"
 #include "common/opts.h"
 #include "common/top_model.h"
 #include "common/top_out.h"
 #include "common/top_ui.h"
 
 #define DEFAULT_WAIT_S 10.0 /* for the runtime of a started command to appear */
+/* After the end of a started command: how long its stderr may take to
+ * reach end of file (something it forked may hold the pipe for ever). */
+#define ERR_EOF_WAIT_MS 1000
+/* A command whose runtime ended: how long it may take to exit on its own
+ * before it gets SIGTERM (its status is then its own, not ours). */
+#define EXIT_WAIT_S 2.0
 
 static volatile sig_atomic_t stop;
 
@@ -76,15 +84,31 @@ static void usage(FILE *f)
 		DEFAULT_WAIT_S);
 }
 
-/* Start argv with stdin from /dev/null and its output to out (NULL:
- * /dev/null).  It gets SIGTERM should we die first.  Returns its pid, or
- * -1 with a line on stderr (the exec's own failure is reported through a
+/* The command we started: its pid, its name for messages, its stderr. */
+static struct {
+	pid_t pid;
+	const char *name;
+	char prefix[64]; /* "name[pid]: ", before each line it wrote */
+	struct errtail *err;
+	int out_fd;      /* -o FILE, where its stderr is copied too; -1 */
+} child = {.out_fd = -1};
+
+/* Start argv with stdin from /dev/null, its stdout to out (NULL:
+ * /dev/null) and its stderr to a pipe read into child.err (and copied to
+ * out).  It gets SIGTERM should we die first.  Returns its pid, or -1
+ * with a line on stderr (the exec's own failure is reported through a
  * close-on-exec pipe). */
 static pid_t start_command(char **argv, const char *out)
 {
-	int p[2];
+	int p[2], ep[2];
 	if (pipe2(p, O_CLOEXEC)) {
 		fprintf(stderr, "cbcmn-top: pipe: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pipe2(ep, O_CLOEXEC)) {
+		fprintf(stderr, "cbcmn-top: pipe: %s\n", strerror(errno));
+		close(p[0]);
+		close(p[1]);
 		return -1;
 	}
 	int ofd = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -92,6 +116,8 @@ static pid_t start_command(char **argv, const char *out)
 		fprintf(stderr, "cbcmn-top: %s: %s\n", out ? out : "/dev/null", strerror(errno));
 		close(p[0]);
 		close(p[1]);
+		close(ep[0]);
+		close(ep[1]);
 		return -1;
 	}
 	pid_t ppid = getpid();
@@ -100,6 +126,8 @@ static pid_t start_command(char **argv, const char *out)
 		fprintf(stderr, "cbcmn-top: fork: %s\n", strerror(errno));
 		close(p[0]);
 		close(p[1]);
+		close(ep[0]);
+		close(ep[1]);
 		close(ofd);
 		return -1;
 	}
@@ -108,7 +136,7 @@ static pid_t start_command(char **argv, const char *out)
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() != ppid)
 			_exit(127); /* we died before the line above */
-		if (nul < 0 || dup2(nul, 0) < 0 || dup2(ofd, 1) < 0 || dup2(ofd, 2) < 0)
+		if (nul < 0 || dup2(nul, 0) < 0 || dup2(ofd, 1) < 0 || dup2(ep[1], 2) < 0)
 			goto failed;
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
@@ -120,16 +148,42 @@ failed:;
 		_exit(127);
 	}
 	close(p[1]);
-	close(ofd);
-	int e;
-	ssize_t n = read(p[0], &e, sizeof(e));
+	close(ep[1]);
+	int err;
+	ssize_t n = read(p[0], &err, sizeof(err));
 	close(p[0]);
-	if (n == (ssize_t)sizeof(e)) {
-		fprintf(stderr, "cbcmn-top: %s: %s\n", argv[0], strerror(e));
+	if (n == (ssize_t)sizeof(err)) {
+		fprintf(stderr, "cbcmn-top: %s: %s\n", argv[0], strerror(err));
 		waitpid(pid, NULL, 0);
+		close(ep[0]);
+		close(ofd);
 		return -1;
 	}
+	/* Our copy of the output file shares its offset with the child's
+	 * stdout: what both write lands one after the other, in no set order. */
+	child.out_fd = out ? ofd : -1;
+	if (!out)
+		close(ofd);
+	int rc = errtail_open(&child.err, ep[0], child.out_fd);
+	if (rc) /* it still runs; only its last words will be missing */
+		fprintf(stderr, "cbcmn-top: reading the stderr of %s: %s\n", argv[0], strerror(-rc));
 	return pid;
+}
+
+/* Print head (a line without its newline), then the lines of its stderr
+ * not printed yet, each as "name[pid]: ...".  Its stderr is first read to
+ * its end (boundedly) if end.  With lines_only, nothing unless there are
+ * lines.  Every byte of a line is safe on a terminal (errtail.h). */
+static void child_stderr(const char *head, bool end, bool lines_only)
+{
+	if (child.err && end)
+		errtail_stop(child.err, ERR_EOF_WAIT_MS);
+	size_t n = child.err ? errtail_pending(child.err) : 0;
+	if (lines_only && !n)
+		return;
+	fprintf(stderr, "%s%s\n", head, n ? "; the last lines of its stderr follow" : "");
+	if (n)
+		errtail_print(child.err, stderr, child.prefix);
 }
 
 static double mono_s(void)
@@ -147,43 +201,90 @@ static void describe_status(int status, char *buf, size_t len)
 		snprintf(buf, len, "stopped");
 }
 
-/* Wait until child has a runtime to watch, at most wait_s.  Returns 0, or
- * 1 with a line on stderr. */
-static int wait_runtime(pid_t child, const char *name, double wait_s)
+/* Wait until process pid (the command we started) has a runtime to
+ * watch, at most wait_s.  Returns 0; or, with a line on stderr (and the
+ * last lines of its own), 1 while it runs, 2 when it ended and was reaped. */
+static int wait_runtime(pid_t pid, const char *name, double wait_s)
 {
 	double deadline = mono_s() + wait_s;
 	for (;;) {
 		cbcmn_watch *w;
-		int rc = cbcmn_watch_open(child, 0, &w);
+		int rc = cbcmn_watch_open(pid, 0, &w);
 		if (rc == 0) {
 			cbcmn_watch_close(w);
 			return 0;
 		}
 		int status;
-		if (waitpid(child, &status, WNOHANG) == child) {
-			char how[64];
+		if (waitpid(pid, &status, WNOHANG) == pid) {
+			char how[64], head[PATH_MAX + 160];
 			describe_status(status, how, sizeof(how));
-			fprintf(stderr, "cbcmn-top: %s (pid %d) %s before a cbcmn runtime appeared in it\n",
-				name, (int)child, how);
-			return 1;
+			snprintf(head, sizeof(head),
+				 "cbcmn-top: %s (pid %d) %s before a cbcmn runtime appeared in it", name,
+				 (int)pid, how);
+			child_stderr(head, true, false);
+			return 2;
 		}
 		if (rc != -ENOENT && rc != -ESRCH) {
-			fprintf(stderr, "cbcmn-top: watching %s (pid %d): %s\n", name, (int)child,
+			fprintf(stderr, "cbcmn-top: watching %s (pid %d): %s\n", name, (int)pid,
 				cbcmn_strerror(rc));
 			return 1;
 		}
 		if (stop) {
-			fprintf(stderr, "cbcmn-top: interrupted while waiting for the runtime of %s (pid %d)\n",
-				name, (int)child);
+			char head[PATH_MAX + 160];
+			snprintf(head, sizeof(head),
+				 "cbcmn-top: interrupted while waiting for the runtime of %s (pid %d)", name,
+				 (int)pid);
+			child_stderr(head, false, false);
 			return 1;
 		}
 		if (mono_s() > deadline) {
-			fprintf(stderr, "cbcmn-top: %s (pid %d) started no cbcmn runtime within %.1f s (-w)\n",
-				name, (int)child, wait_s);
+			char head[PATH_MAX + 160];
+			snprintf(head, sizeof(head),
+				 "cbcmn-top: %s (pid %d) started no cbcmn runtime within %.1f s (-w)", name,
+				 (int)pid, wait_s);
+			child_stderr(head, false, false);
 			return 1;
 		}
 		usleep(20000);
 	}
+}
+
+/* Free what child holds. */
+static void child_end(void)
+{
+	errtail_close(child.err);
+	child.err = NULL;
+	if (child.out_fd >= 0)
+		close(child.out_fd);
+	child.out_fd = -1;
+}
+
+/* A command we started goes with us.  If it ended on its own (given a
+ * moment when its runtime has ended: its exit follows), its status and
+ * the rest of its stderr; if it got our SIGTERM, the rest of its stderr
+ * only, if any. */
+static void reap_command(bool ended)
+{
+	int status;
+	double until = mono_s() + (ended ? EXIT_WAIT_S : 0);
+	pid_t r;
+	while ((r = waitpid(child.pid, &status, WNOHANG)) == 0 && mono_s() < until)
+		usleep(10000);
+	char head[PATH_MAX + 160];
+	if (r == child.pid) {
+		char how[64];
+		describe_status(status, how, sizeof(how));
+		snprintf(head, sizeof(head), "cbcmn-top: %s (pid %d) %s", child.name, (int)child.pid,
+			 how);
+		child_stderr(head, true, false);
+	} else {
+		kill(child.pid, SIGTERM);
+		waitpid(child.pid, &status, 0);
+		snprintf(head, sizeof(head), "cbcmn-top: %s (pid %d) was sent SIGTERM as cbcmn-top exits",
+			 child.name, (int)child.pid);
+		child_stderr(head, true, true);
+	}
+	child_end();
 }
 
 /* Batch: a snapshot every delay_s; n of them (0: until stopped). */
@@ -210,6 +311,9 @@ static int run_batch(struct top_model *m, double delay_s, long n, bool json)
 			fprintf(stderr, "cbcmn-top: writing stdout: %s\n", strerror(errno ? errno : EIO));
 			return 1;
 		}
+		/* What a started command said meanwhile: no screen to spoil. */
+		if (child.err)
+			errtail_print(child.err, stderr, child.prefix);
 		if (m->ended) {
 			fprintf(stderr,
 				"cbcmn-top: process %d: its runtime has ended after %ld snapshots; the last holds its final figures\n",
@@ -258,21 +362,29 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
 		signal(fatal[i], on_crash);
 
-	pid_t child = 0;
 	if (cmd) {
-		if ((child = start_command(cmd, output)) < 0)
+		if ((child.pid = start_command(cmd, output)) < 0)
 			return 1;
-		if (wait_runtime(child, cmd[0], wait_s)) {
-			kill(child, SIGTERM);
-			waitpid(child, NULL, 0);
+		child.name = cmd[0];
+		const char *base = strrchr(cmd[0], '/');
+		snprintf(child.prefix, sizeof(child.prefix), "%.40s[%d]: ", base ? base + 1 : cmd[0],
+			 (int)child.pid);
+		int wrc = wait_runtime(child.pid, cmd[0], wait_s);
+		if (wrc) {
+			if (wrc == 1) { /* still running (2: reaped) */
+				kill(child.pid, SIGTERM);
+				waitpid(child.pid, NULL, 0);
+			}
+			child_end();
 			return 1;
 		}
-		pid = child;
+		pid = child.pid;
 	}
 
 	struct top_model *m;
 	char err[320];
 	int ret = 1;
+	bool ended = false;
 	int rc = top_model_open(&m, (pid_t)pid, &mo, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "cbcmn-top: %s\n", err);
@@ -293,15 +405,10 @@ int main(int argc, char **argv)
 		else if (m->ended)
 			fprintf(stderr, "cbcmn-top: process %d: its runtime has ended\n", (int)pid);
 	}
+	ended = m->ended;
 	top_model_close(m);
 reap:
-	/* A command we started goes with us. */
-	if (child > 0) {
-		int status;
-		if (waitpid(child, &status, WNOHANG) == 0) {
-			kill(child, SIGTERM);
-			waitpid(child, &status, 0);
-		}
-	}
+	if (child.pid > 0)
+		reap_command(ended);
 	return ret;
 }

@@ -21,7 +21,9 @@
 #include "common/httpmsg.h"
 
 #define FS_BUF 16384
-#define FS_MAX_EXEC 64
+/* Not a clock: clock_gettime() fails on it, so an executor whose thread
+ * clock was never taken adds 0 to fs_stats.cpu_us. */
+#define FS_NO_CLOCK ((clockid_t)-1)
 
 struct fs_server {
 	struct fs_config cfg;
@@ -31,8 +33,9 @@ struct fs_server {
 	uint16_t port;
 	cbcmn_nursery *top;          /* cancelled by fs_stop() */
 	_Atomic int ready;           /* 1: serving; <0: failed to start */
-	clockid_t clocks[FS_MAX_EXEC];
-	uint64_t cpu0[FS_MAX_EXEC];
+	uint32_t nexec;              /* the runtime's executors */
+	clockid_t *clocks;           /* [nexec], each written by its executor's setup */
+	uint64_t *cpu0;              /* [nexec] */
 	_Atomic uint64_t requests, conns, errors;
 	int64_t result;
 };
@@ -274,7 +277,7 @@ static int64_t exec_setup(cbcmn_cx *cx, void *arg)
 		if (sched_setaffinity(0, sizeof(set), &set) != 0)
 			return -errno;
 	}
-	if (id < FS_MAX_EXEC && pthread_getcpuclockid(pthread_self(), &s->clocks[id]) == 0)
+	if (id < s->nexec && pthread_getcpuclockid(pthread_self(), &s->clocks[id]) == 0)
 		s->cpu0[id] = clock_us(s->clocks[id]);
 	return 0;
 }
@@ -332,6 +335,13 @@ static int listen_on(uint16_t port, uint16_t *bound)
 	return fd;
 }
 
+static void fs_free(struct fs_server *s)
+{
+	free(s->clocks);
+	free(s->cpu0);
+	free(s);
+}
+
 int fs_start(struct fs_server **out, const struct fs_config *cfg)
 {
 	struct fs_server *s = calloc(1, sizeof(*s));
@@ -340,10 +350,6 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 	s->cfg = *cfg;
 	if (s->cfg.workers == 0)
 		s->cfg.workers = 1;
-	if (s->cfg.workers > FS_MAX_EXEC) {
-		free(s);
-		return -EINVAL;
-	}
 	int fd = listen_on(cfg->port, &s->port);
 	if (fd < 0) {
 		free(s);
@@ -355,6 +361,8 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 		rc_cfg = *cfg->rt_cfg;
 	else
 		cbcmn_config_init(&rc_cfg);
+	/* CBCMN_WORKERS_AUTO and 1..CBCMN_MAX_EXECUTORS as the runtime takes
+	 * them: it says -EINVAL for the rest. */
 	rc_cfg.workers = s->cfg.workers;
 	rc_cfg.ring_flags = s->cfg.ring_flags;
 	rc_cfg.spin_ns = s->cfg.spin_ns;
@@ -364,10 +372,16 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 		free(s);
 		return rc;
 	}
-	if ((rc = pthread_create(&s->thread, NULL, server_thread, s)) != 0) {
+	s->nexec = cbcmn_runtime_workers(s->rt);
+	s->clocks = malloc(s->nexec * sizeof(*s->clocks));
+	s->cpu0 = calloc(s->nexec, sizeof(*s->cpu0));
+	rc = s->clocks && s->cpu0 ? 0 : ENOMEM;
+	for (uint32_t i = 0; !rc && i < s->nexec; i++)
+		s->clocks[i] = FS_NO_CLOCK;
+	if (rc || (rc = pthread_create(&s->thread, NULL, server_thread, s)) != 0) {
 		cbcmn_runtime_destroy(s->rt);
 		close(fd);
-		free(s);
+		fs_free(s);
 		return -rc;
 	}
 	while (atomic_load(&s->ready) == 0)
@@ -379,7 +393,7 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 		rc = s->result ? (int)s->result : -EIO;
 		cbcmn_runtime_destroy(s->rt);
 		close(fd);
-		free(s);
+		fs_free(s);
 		return rc;
 	}
 	*out = s;
@@ -399,7 +413,7 @@ cbcmn_runtime *fs_runtime(const struct fs_server *s)
 int fs_stop(struct fs_server *s, struct fs_stats *out)
 {
 	uint64_t cpu = 0;
-	for (uint32_t i = 0; i < s->cfg.workers; i++)
+	for (uint32_t i = 0; i < s->nexec; i++)
 		cpu += clock_us(s->clocks[i]) - s->cpu0[i];
 	cbcmn_nursery_cancel(s->top);
 	pthread_join(s->thread, NULL);
@@ -414,6 +428,6 @@ int fs_stop(struct fs_server *s, struct fs_stats *out)
 	int rc = (int)s->result;
 	int drc = cbcmn_runtime_destroy(s->rt);
 	close(s->lfd);
-	free(s);
+	fs_free(s);
 	return rc ? rc : drc;
 }

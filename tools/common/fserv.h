@@ -15,7 +15,10 @@ struct fs_config {
 	enum fs_proto proto;
 	uint16_t port;       /* 0: an ephemeral port (fs_port() tells) */
 	int cpu;             /* pin the executor threads to this CPU; -1: none */
-	uint32_t workers;    /* executors of the server's runtime; 0: 1 */
+	/* Executors of the server's runtime, 1..CBCMN_MAX_EXECUTORS, or
+	 * CBCMN_WORKERS_AUTO: the runtime's count (one per CPU of the
+	 * affinity mask, at most CBCMN_MAX_EXECUTORS); 0: 1. */
+	uint32_t workers;
 	uint32_t ring_flags; /* cbcmn_config.ring_flags */
 	uint64_t spin_ns;    /* cbcmn_config.spin_ns (0: the runtime's default) */
 	bool multishot;      /* multishot accept, and echo reads through streams

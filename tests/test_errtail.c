@@ -1,0 +1,173 @@
+/* test_errtail: the last lines of a child's stderr (tools/common/errtail),
+ * which cbcmn-top prints when a command it started dies.  Here in process,
+ * so that ASan and TSan see the reading thread: lines in order, the last
+ * ERRTAIL_LINES kept and the rest counted, long lines cut, bytes unsafe
+ * on a terminal replaced, the copy written whole, a writer that never
+ * blocks, and a stop that waits for the end of the stream only so long. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "common/errtail.h"
+
+/* What errtail_print printed, as a string (freed by the caller). */
+static char *printed(struct errtail *t, const char *prefix, size_t *nlines)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_non_null(f);
+	size_t n = errtail_print(t, f, prefix);
+	assert_int_equal(fclose(f), 0);
+	if (nlines)
+		*nlines = n;
+	return buf;
+}
+
+static void write_str(int fd, const char *s)
+{
+	assert_int_equal(write(fd, s, strlen(s)), (ssize_t)strlen(s));
+}
+
+static struct errtail *open_pipe(int *wfd, int copy_fd)
+{
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	struct errtail *t;
+	assert_int_equal(errtail_open(&t, p[0], copy_fd), 0);
+	*wfd = p[1];
+	return t;
+}
+
+/* Lines in order; a line without a newline is complete at the stop;
+ * what was printed is not printed again. */
+static void test_lines_in_order(void **state)
+{
+	(void)state;
+	int w;
+	struct errtail *t = open_pipe(&w, -1);
+	write_str(w, "one\ntwo\nthr");
+	write_str(w, "ee\nunfinished");
+	close(w);
+	errtail_stop(t, 5000);
+	size_t n;
+	char *s = printed(t, "x[1]: ", &n);
+	assert_int_equal(n, 4);
+	assert_string_equal(s, "x[1]: one\nx[1]: two\nx[1]: three\nx[1]: unfinished\n");
+	free(s);
+	s = printed(t, "x[1]: ", &n);
+	assert_int_equal(n, 0);
+	assert_string_equal(s, "");
+	free(s);
+	errtail_close(t);
+}
+
+/* Escape sequences, CR, NUL, DEL and bad UTF-8 are '?'; good UTF-8 stays.
+ * Overlong forms, surrogates, code points past U+10FFFF and a sequence
+ * cut short are bad. */
+static void test_unsafe_bytes_replaced(void **state)
+{
+	(void)state;
+	int w;
+	struct errtail *t = open_pipe(&w, -1);
+	static const char in[] = "a\033[2Jb\rc\0d\x7f"
+				 "e \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 "
+				 "\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82 \xff\n";
+	assert_int_equal(write(w, in, sizeof(in) - 1), (ssize_t)sizeof(in) - 1);
+	close(w);
+	errtail_stop(t, 5000);
+	char *s = printed(t, "", NULL);
+	assert_string_equal(s, "a?[2Jb?c?d?e \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 ?? ??? ???? ?? ?\n");
+	free(s);
+	errtail_close(t);
+}
+
+/* More lines than the ring holds, and a line longer than a line may be:
+ * the last ERRTAIL_LINES, a count of the others, the long one cut with
+ * "...".  The copy has every byte. */
+static void test_flood_keeps_the_last(void **state)
+{
+	(void)state;
+	char copy[] = "/tmp/test_errtail-XXXXXX";
+	int cfd = mkstemp(copy);
+	assert_true(cfd >= 0);
+	unlink(copy);
+	int w;
+	struct errtail *t = open_pipe(&w, cfd);
+	/* Far more than a pipe holds: the writer would block on a reader
+	 * that does not keep up. */
+	size_t total = 0;
+	char line[64];
+	for (int i = 0; i < 20000; i++) {
+		int k = snprintf(line, sizeof(line), "line %d\n", i);
+		write_str(w, line);
+		total += (size_t)k;
+	}
+	char *longl = malloc(ERRTAIL_LINE_MAX * 3 + 2);
+	assert_non_null(longl);
+	memset(longl, 'x', ERRTAIL_LINE_MAX * 3);
+	longl[ERRTAIL_LINE_MAX * 3] = '\n';
+	longl[ERRTAIL_LINE_MAX * 3 + 1] = 0;
+	write_str(w, longl);
+	total += ERRTAIL_LINE_MAX * 3 + 1;
+	close(w);
+	errtail_stop(t, 5000);
+	assert_int_equal(errtail_pending(t), 20001);
+	size_t n;
+	char *s = printed(t, "p: ", &n);
+	assert_int_equal(n, ERRTAIL_LINES);
+	char want[64];
+	snprintf(want, sizeof(want), "p: (%d earlier lines not kept)\np: line %d\n",
+		 20001 - ERRTAIL_LINES, 20001 - ERRTAIL_LINES);
+	assert_true(!strncmp(s, want, strlen(want)));
+	char *last = strstr(s, "p: xxx");
+	assert_non_null(last);
+	assert_int_equal(strlen(last), 3 + ERRTAIL_LINE_MAX + 3 + 1);
+	assert_true(!strcmp(last + 3 + ERRTAIL_LINE_MAX, "...\n"));
+	free(s);
+	free(longl);
+	errtail_close(t);
+	assert_int_equal(lseek(cfd, 0, SEEK_END), (off_t)total);
+	close(cfd);
+}
+
+/* A writer that keeps the pipe: the stop waits as long as asked, no more,
+ * and still has what came; a close without a stop does not wait. */
+static void test_stop_is_bounded(void **state)
+{
+	(void)state;
+	int w;
+	struct errtail *t = open_pipe(&w, -1);
+	write_str(w, "held\n");
+	uint64_t t0 = t_now_ns();
+	errtail_stop(t, 200);
+	uint64_t took = t_now_ns() - t0;
+	assert_true(took >= 190000000ull);
+	assert_true(took < T_STALL_NS);
+	char *s = printed(t, "", NULL);
+	assert_string_equal(s, "held\n");
+	free(s);
+	errtail_stop(t, 5000); /* again: nothing to wait for */
+	errtail_close(t);
+	close(w);
+
+	t = open_pipe(&w, -1);
+	t0 = t_now_ns();
+	errtail_close(t);
+	assert_true(t_now_ns() - t0 < T_STALL_NS);
+	close(w);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_lines_in_order),
+		T_WATCHED_TEST(test_unsafe_bytes_replaced),
+		T_WATCHED_TEST(test_flood_keeps_the_last),
+		T_WATCHED_TEST(test_stop_is_bounded),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
