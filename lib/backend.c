@@ -44,6 +44,8 @@ int cbcmn__backend_choose(struct cbcmn_runtime *rt)
 			return rc;
 	}
 	memset(&rt->ring_caps, 0, sizeof(rt->ring_caps));
+	/* Streams and acceptors: their SQEs are emulated (epoll_sq.c). */
+	rt->ring_caps.multishot_recv = rt->ring_caps.multishot_accept = true;
 	rt->ep_backend = true;
 	return 0;
 }

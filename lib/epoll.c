@@ -32,6 +32,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,50 +46,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "epoll.h"
-#include "iwait.h"
+#include "epoll_int.h"
 #include "timer.h"
 
-/* epoll_event.data of the set's own descriptors; a task's is its fd. */
-#define TAG_EFD UINT64_MAX         /* the doorbell eventfd */
-#define TAG_TFD (UINT64_MAX - 1)   /* the park timerfd (no epoll_pwait2) */
-/* A busy executor looks for readiness once every this many picks, as the
- * ring loop submits once every 16 (sched.c's RING_BATCH_TURNS). */
-#define BATCH_TURNS 16u
-#define NEVENTS 64
-/* What one read(2) moves at most, as io.c cuts lengths. */
-#define LEN_MAX 0x7ffff000u
-
-struct ep_wait {
-	struct cbcmn__iwait iw;
-	struct cbcmn__exec *e;           /* whose set and lists it is on */
-	int fd;
-	uint32_t events;                 /* EPOLLIN or EPOLLOUT */
-	struct ep_wait *fprev, *fnext;   /* waits on fd */
-	struct ep_wait *aprev, *anext;   /* all of e's */
-};
-
-struct ep_fd {
-	struct ep_wait *head;
-	bool added;                      /* registered in the set, as far as we know */
-};
-
-struct cbcmn__ep {
-	int epfd;
-	int tfd;                         /* -1 until a park needs it */
-	bool no_pwait2;                  /* the kernel lacks epoll_pwait2 (before 5.11) */
-	struct ep_fd *fds;               /* by descriptor number */
-	uint32_t nfds;
-	struct ep_wait *all;
-	uint64_t polled_at;              /* tasks_run at the last look */
-};
-
 /* ---- the set (the executor's thread, or its task on it) --------------------- */
-
-static uint64_t tasks_run(const struct cbcmn__exec *e)
-{
-	return atomic_load_explicit(&e->ss->ctr.tasks_run, memory_order_relaxed);
-}
 
 int cbcmn__ep_init(struct cbcmn__exec *e)
 {
@@ -105,7 +66,7 @@ int cbcmn__ep_init(struct cbcmn__exec *e)
 	if (ep->epfd < 0 || e->ring.efd < 0 || epoll_ctl(ep->epfd, EPOLL_CTL_ADD, e->ring.efd, &ev))
 		rc = -errno;
 	e->ep = ep; /* destroy frees what was made */
-	return rc;
+	return rc ? rc : cbcmn__ep_sq_init(ep);
 }
 
 void cbcmn__ep_destroy(struct cbcmn__exec *e)
@@ -117,6 +78,7 @@ void cbcmn__ep_destroy(struct cbcmn__exec *e)
 		close(ep->epfd);
 	if (ep->tfd >= 0)
 		close(ep->tfd);
+	cbcmn__ep_sq_fini(ep);
 	free(ep->fds);
 	free(ep);
 	e->ep = NULL;
@@ -130,9 +92,12 @@ int cbcmn__ep_takeover(struct cbcmn__exec *e)
 	return 0;
 }
 
+/* Asked between tasks (and while spinning idle, and before parking): each
+ * ask counts as a turn, and a look at the set is due every BATCH_TURNS. */
 bool cbcmn__ep_busy(const struct cbcmn__exec *e)
 {
-	return e->ep->all && tasks_run(e) - e->ep->polled_at >= BATCH_TURNS;
+	struct cbcmn__ep *ep = e->ep;
+	return cbcmn__ep_sq_busy(ep) || (ep->all && ++ep->turns >= BATCH_TURNS);
 }
 
 static int fd_slot(struct cbcmn__ep *ep, int fd)
@@ -176,7 +141,7 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want)
 	return -errno;
 }
 
-static void wait_unlink(struct cbcmn__ep *ep, struct ep_wait *w)
+void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 {
 	struct ep_fd *f = &ep->fds[w->fd];
 	if (w->fprev)
@@ -191,7 +156,37 @@ static void wait_unlink(struct cbcmn__ep *ep, struct ep_wait *w)
 		ep->all = w->anext;
 	if (w->anext)
 		w->anext->aprev = w->aprev;
-	w->e->ring.inflight--;
+	if (!w->ready)
+		w->e->ring.inflight--; /* a task's I/O wait (an emulated request is stream.c's) */
+}
+
+int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
+{
+	struct cbcmn__ep *ep = e->ep;
+	int fd = w->fd;
+	if (fd < 0)
+		return -EBADF;
+	int rc = fd_slot(ep, fd);
+	if (rc)
+		return rc;
+	uint32_t want = w->events;
+	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
+		want |= o->events;
+	if ((rc = fd_arm(ep, fd, want)) != 0)
+		return rc;
+	w->e = e;
+	w->fprev = w->aprev = NULL;
+	w->fnext = ep->fds[fd].head;
+	if (w->fnext)
+		w->fnext->fprev = w;
+	ep->fds[fd].head = w;
+	w->anext = ep->all;
+	if (w->anext)
+		w->anext->aprev = w;
+	ep->all = w;
+	if (!w->ready)
+		e->ring.inflight++;
+	return 0;
 }
 
 /* The wait was claimed (by cancellation or its timer): unlink it, then
@@ -201,39 +196,44 @@ static void wait_end(struct cbcmn__iwait *iw)
 {
 	struct ep_wait *w = (struct ep_wait *)((char *)iw - offsetof(struct ep_wait, iw));
 	struct cbcmn__exec *e = w->e;
-	wait_unlink(e->ep, w);
+	cbcmn__ep_unwatch(e->ep, w);
 	cbcmn__iwait_wake(iw, e);
 }
 
-/* Readiness on fd: wake its waits that it concerns (an error or a hang-up
- * concerns them all: they try again and see it), re-arm for the others. */
+/* Readiness on fd: wake the waits it concerns (an error or a hang-up
+ * concerns them all: they try again and see it) and run the emulated
+ * requests it concerns; re-arm for what still watches. */
 static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 {
 	struct cbcmn__ep *ep = e->ep;
 	if ((uint32_t)fd >= ep->nfds)
 		return;
-	uint32_t rest = 0;
 	struct ep_wait *next;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 		next = w->fnext;
-		if (!(revents & (w->events | EPOLLERR | EPOLLHUP))) {
-			rest |= w->events;
+		if (!(revents & (w->events | EPOLLERR | EPOLLHUP)))
+			continue;
+		if (w->ready) {
+			w->ready(e, w, revents); /* queues completions only */
 			continue;
 		}
 		/* Always won: cancellation and timers claim on this thread
 		 * and unlink in the same step. */
 		if (cbcmn__iwait_claim(&w->iw)) {
-			wait_unlink(ep, w);
+			cbcmn__ep_unwatch(ep, w);
 			cbcmn__iwait_wake(&w->iw, e);
 		}
 	}
+	uint32_t rest = 0;
+	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+		rest |= w->events;
 	if (rest && fd_arm(ep, fd, rest) != 0) {
 		/* Cannot re-arm (out of memory in the kernel): let them try
 		 * again and register anew. */
 		for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 			next = w->fnext;
-			if (cbcmn__iwait_claim(&w->iw)) {
-				wait_unlink(ep, w);
+			if (!w->ready && cbcmn__iwait_claim(&w->iw)) {
+				cbcmn__ep_unwatch(ep, w);
 				cbcmn__iwait_wake(&w->iw, e);
 			}
 		}
@@ -257,14 +257,17 @@ static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
 			fd_ready(e, (int)ev[i].data.u64, ev[i].events);
 		}
 	}
-	ep->polled_at = tasks_run(e);
+	ep->turns = 0;
+	cbcmn__ep_sq_run(e);
 }
 
 void cbcmn__ep_poll(struct cbcmn__exec *e, bool idle)
 {
 	struct cbcmn__ep *ep = e->ep;
-	if (!ep->all || (!idle && tasks_run(e) - ep->polled_at < BATCH_TURNS))
+	if (!ep->all || (!idle && ep->turns < BATCH_TURNS)) {
+		cbcmn__ep_sq_run(e); /* SQEs queued, completions to hand out */
 		return;
+	}
 	struct epoll_event ev[NEVENTS];
 	long n = syscall(SYS_epoll_pwait, ep->epfd, ev, NEVENTS, 0, NULL, (size_t)8);
 	CBCMN__COUNT(e, ring_enters, 1);
@@ -301,6 +304,13 @@ void cbcmn__ep_wait(struct cbcmn__exec *e, uint64_t timeout_ns)
 	struct cbcmn__ep *ep = e->ep;
 	struct epoll_event ev[NEVENTS];
 	long n = -1;
+	/* Emulated SQEs queued or completions waiting: look, do not sleep;
+	 * an emulated timeout (stream.c's pauses) is a deadline too. */
+	if (cbcmn__ep_sq_busy(ep))
+		timeout_ns = 1;
+	uint64_t sq_ns = cbcmn__ep_sq_next(ep);
+	if (sq_ns != UINT64_MAX && (timeout_ns == 0 || sq_ns < timeout_ns))
+		timeout_ns = sq_ns ? sq_ns : 1;
 	errno = ENOSYS;
 	if (!ep->no_pwait2) {
 		struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
@@ -320,7 +330,7 @@ void cbcmn__ep_cancel_pending(struct cbcmn__exec *e)
 	struct ep_wait *next;
 	for (struct ep_wait *w = e->ep->all; w; w = next) {
 		next = w->anext;
-		if (cbcmn__iwait_local_cancel(&w->iw))
+		if (!w->ready && cbcmn__iwait_local_cancel(&w->iw))
 			wait_end(&w->iw);
 	}
 }
@@ -334,33 +344,16 @@ void cbcmn__ep_cancel_pending(struct cbcmn__exec *e)
 static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadline)
 {
 	struct cbcmn__exec *e = t->exec;
-	struct cbcmn__ep *ep = e->ep;
-	if (fd < 0)
-		return -EBADF;
-	int rc = fd_slot(ep, fd);
+	struct ep_wait w = {.fd = fd, .events = events};
+	int rc = cbcmn__ep_watch(e, &w);
 	if (rc)
 		return rc;
-	uint32_t want = events;
-	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
-		want |= o->events;
-	if ((rc = fd_arm(ep, fd, want)) != 0)
-		return rc;
-	struct ep_wait w = {.e = e, .fd = fd, .events = events};
-	w.fnext = ep->fds[fd].head;
-	if (w.fnext)
-		w.fnext->fprev = &w;
-	ep->fds[fd].head = &w;
-	w.anext = ep->all;
-	if (w.anext)
-		w.anext->aprev = &w;
-	ep->all = &w;
-	e->ring.inflight++;
 	cbcmn__iwait_init(&w.iw, t);
 	w.iw.on_cancel = wait_end;
 	w.iw.local = true;
 	struct cbcmn__timer *tm = NULL;
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(e, deadline, &w.iw))) {
-		wait_unlink(ep, &w);
+		cbcmn__ep_unwatch(e->ep, &w);
 		atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		return -ENOMEM;
 	}
@@ -489,7 +482,7 @@ static int64_t pool_call(struct cbcmn_task *t, struct call *c)
  * no per-call flag, and a wait for readiness followed by a blocking accept
  * would block the executor whenever another task or thread took the
  * connection first. */
-static int accept_nonblock(int fd)
+int cbcmn__ep_nonblock(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0)
@@ -526,7 +519,7 @@ static int64_t attempt(struct call *c, uint32_t *events)
 		*events = EPOLLOUT;
 		return sys(sendmsg(fd, (const struct msghdr *)(uintptr_t)sqe->addr, fl));
 	case IORING_OP_ACCEPT: {
-		int rc = accept_nonblock(fd);
+		int rc = cbcmn__ep_nonblock(fd);
 		if (rc)
 			return rc;
 		return sys(accept4(fd, (struct sockaddr *)(uintptr_t)sqe->addr,
@@ -566,8 +559,13 @@ static int64_t do_connect(struct cbcmn_task *t, const struct io_uring_sqe *sqe, 
 	}
 	if (rc != -EINPROGRESS)
 		return rc;
-	if ((rc = wait_fd(t, fd, EPOLLOUT, deadline)) != 0)
-		return rc;
+	if ((rc = wait_fd(t, fd, EPOLLOUT, deadline)) != 0) {
+		/* Cancelled or timed out: unless it connected (or failed)
+		 * meanwhile, which is then its result. */
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		if (poll(&p, 1, 0) != 1)
+			return rc;
+	}
 	int err = 0;
 	socklen_t len = sizeof(err);
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)

@@ -31,4 +31,13 @@ void cbcmn__ep_cancel_pending(struct cbcmn__exec *e);
  * returns (cbcmn_io.h). */
 int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t timeout_ns);
 
+/* For stream.c, whose multishot requests, polls, timeouts and cancels the
+ * backend emulates (epoll_sq.c): an SQE to prepare, never NULL (its
+ * pointer is good until the next call); carried out at the executor's
+ * next turn, its completions handed to cbcmn__mshot_cqe() as a ring's
+ * would be.  The provided-buffer ring its receives take buffers from, as
+ * the kernel would (instead of registering it with a ring). */
+struct io_uring_sqe *cbcmn__ep_sqe(struct cbcmn__exec *e);
+void cbcmn__ep_buf_ring(struct cbcmn__exec *e, struct io_uring_buf_ring *br, uint32_t entries);
+
 #endif

@@ -169,11 +169,11 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 	 * the CAS that made a wait CANCELLED or the nursery's flag. */
 	if (!atomic_exchange_explicit(&e->io_cancel, 0, memory_order_acquire))
 		return;
+	cbcmn__mshot_cancel_pending(e);
 	if (e->ep) {
 		cbcmn__ep_cancel_pending(e);
 		return;
 	}
-	cbcmn__mshot_cancel_pending(e);
 	bool sent = false;
 	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
 		/* A close is never undone: it ends with its CQE. */

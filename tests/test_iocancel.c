@@ -736,18 +736,21 @@ static void queued_all(int by)
 static void test_cancel_queued_by_same_executor_has_no_effect(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("a call queued in the SQ, not yet submitted");
 	queued_all(BY_SAME_TASK);
 }
 
 static void test_cancel_queued_from_thread_has_no_effect(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("a call queued in the SQ, not yet submitted");
 	queued_all(BY_THREAD);
 }
 
 static void test_cancel_queued_from_other_executor_has_no_effect(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("a call queued in the SQ, not yet submitted");
 	queued_all(BY_OTHER_EXEC);
 }
 
@@ -758,6 +761,7 @@ static void test_cancel_queued_from_other_executor_has_no_effect(void **state)
 static void test_cancel_queued_in_each_ring_mode(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("a call queued in the SQ, not yet submitted");
 	static const uint32_t modes[] = {CBCMN_RING_PLAIN, CBCMN_RING_SQPOLL,
 					 CBCMN_RING_NO_MSG_RING};
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
@@ -1426,6 +1430,11 @@ static int64_t fifo_child(cbcmn_cx *cx, void *arg)
 static void test_cancel_blocked_in_io_worker_is_ecanceled(void **state)
 {
 	(void)state;
+	if (t_backend() == CBCMN_BACKEND_EPOLL) {
+		T_SKIP("epoll backend: an openat runs in the blocking pool, where a FIFO's open "
+		       "is not interrupted (docs/IO.md, Backends)");
+		return;
+	}
 	int fds0 = t_count_fds();
 	char path[64];
 	snprintf(path, sizeof(path), "/tmp/cbcmn-iocancel-fifo-%d", (int)getpid());
