@@ -146,6 +146,8 @@ $(BPF_USERS): EXTRA_LDLIBS := $(BPF_LDLIBS)
 # The viewer draws with ncurses (wide-character build).
 $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
+# test_backend denies io_uring with a seccomp filter, as a container does.
+$(BUILD)/tests/test_backend: EXTRA_LDLIBS := -lseccomp
 # test_bpf runs cbcmn-stat (the one from its own build) against a child.
 $(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
 # test_cli runs every tool of its own build with bad arguments.
