@@ -2,7 +2,8 @@
 #   make                 library (static + shared) and tools, under build/
 #   make run             install missing packages, build, run a workload under cbcmn-top -b
 #   make test            install missing packages, then every cmocka suite:
-#                        release build, ASan+UBSan build, concurrency suites under TSan
+#                        release build, ASan+UBSan build, concurrency suites under TSan;
+#                        the I/O suites also on the epoll backend (EPOLL_TESTS)
 #   make bench           build cbcmn-bench (release)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
@@ -84,6 +85,13 @@ BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbc
                $(BUILD)/tests/test_top
 # Suites that exercise threads racing each other: these also run under TSan.
 TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults
+
+# Suites that do fiber I/O or park executors: `make test` runs them a second
+# time on the epoll backend (CBCMN_BACKEND=epoll, docs/IO.md "Backends");
+# those of them that test io_uring itself skip there, saying so.  Under ASan
+# the shorter EPOLL_ASAN_TESTS, for the time budget.
+EPOLL_TESTS := test_io test_iocancel test_stream test_echo test_timer test_worker test_blocking test_lab test_takeover test_grow test_fork test_wake test_limits test_ring
+EPOLL_ASAN_TESTS := test_io test_iocancel test_stream test_timer
 
 all: $(STATIC) $(SHARED) $(TOOLS)
 
@@ -171,8 +179,10 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory SAN= all tests
 	@scripts/run-tests.sh build/tests
+	@CBCMN_BACKEND=epoll scripts/run-tests.sh build/tests $(EPOLL_TESTS)
 	@$(MAKE) --no-print-directory SAN=asan tests
 	@scripts/run-tests.sh build/asan/tests
+	@CBCMN_BACKEND=epoll scripts/run-tests.sh build/asan/tests $(EPOLL_ASAN_TESTS)
 	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
 	@$(MAKE) --no-print-directory fuzz-smoke
