@@ -350,6 +350,7 @@ static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadl
 		return rc;
 	cbcmn__iwait_init(&w.iw, t);
 	w.iw.on_cancel = wait_end;
+	w.iw.on_timeout = wait_end;
 	w.iw.local = true;
 	struct cbcmn__timer *tm = NULL;
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(e, deadline, &w.iw))) {

@@ -168,11 +168,8 @@ uint32_t cbcmn__timers_fire(struct cbcmn__exec *e, uint64_t now)
 							    memory_order_acq_rel,
 							    memory_order_relaxed)) {
 			if (cbcmn__iwait_claim_as(t->iw, CBCMN__IW_TIMEDOUT)) {
-				/* A local wait with a timer is an I/O wait of
-				 * the epoll backend, listed by this executor:
-				 * its on_cancel unlinks it, then wakes it. */
-				if (t->iw->local && t->iw->on_cancel)
-					t->iw->on_cancel(t->iw);
+				if (t->iw->on_timeout)
+					t->iw->on_timeout(t->iw);
 				else
 					cbcmn__iwait_wake(t->iw, e);
 				woke++;

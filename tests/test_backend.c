@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -328,6 +330,283 @@ static void test_bad_config_value_is_einval(void **state)
 	assert_string_equal(cbcmn_backend_name(9), "?");
 }
 
+/* ---- the epoll backend under attack (cbcmn_config.backend = epoll) ------- */
+
+static cbcmn_runtime *rt_epoll(uint32_t workers)
+{
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = workers;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	return t_runtime_cfg(&c);
+}
+
+/* A send waiting for room in a full socket when its peer hangs up: the
+ * error (EPOLLERR/EPOLLHUP wake it), not a wait forever. */
+struct hup {
+	int sv[2];
+	_Atomic int waiting;
+	int64_t rc;
+};
+
+static int64_t hup_sender(cbcmn_cx *cx, void *arg)
+{
+	struct hup *h = arg;
+	static char big[1 << 20];
+	atomic_store(&h->waiting, 1);
+	h->rc = cbcmn_send(cx, h->sv[0], big, sizeof(big), MSG_WAITALL | MSG_NOSIGNAL);
+	return 0;
+}
+
+static int64_t hup_main(cbcmn_cx *cx, void *arg)
+{
+	struct hup *h = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, hup_sender, h, NULL) == 0);
+	while (!atomic_load(&h->waiting))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20 * MS); /* it has filled the socket and waits */
+	close(h->sv[1]);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_epoll_peer_hangup_ends_a_waiting_send(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct hup h = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.sv), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, hup_main, &h, &r), 0);
+	ASSERT_TASK_CHECKS();
+	/* What moved before the hang-up, or the error. */
+	assert_true(h.rc == -EPIPE || h.rc == -ECONNRESET || (h.rc > 0 && h.rc < (1 << 20)));
+	close(h.sv[0]);
+	t_destroy(rt);
+}
+
+/* A descriptor number reused after its file was closed under a
+ * registration of the set: the new file is watched (the kernel dropped the
+ * old registration, or keeps it for a copy of the old file, whose events
+ * then only wake the waiter for nothing). */
+struct reuse {
+	int wfd;
+	int64_t first, second;
+	char got;
+};
+
+static int64_t reuse_writer(cbcmn_cx *cx, void *arg)
+{
+	struct reuse *u = arg;
+	cbcmn_sleep(cx, 10 * MS); /* the reader waits by then */
+	return cbcmn_write(cx, u->wfd, "z", 1) == 1 ? 0 : -1;
+}
+
+static int64_t reuse_main(cbcmn_cx *cx, void *arg)
+{
+	struct reuse *u = arg;
+	for (int keep_copy = 0; keep_copy < 2; keep_copy++) {
+		int p[2];
+		TASK_CHECK(pipe2(p, O_CLOEXEC) == 0);
+		cbcmn_io_set_timeout(cx, 10 * MS);
+		char c;
+		u->first = cbcmn_read(cx, p[0], &c, 1); /* registered, times out */
+		cbcmn_io_set_timeout(cx, 0);
+		TASK_CHECK(u->first == -ETIMEDOUT);
+		/* A copy keeps the old file, and its registration, alive; with
+		 * its writer gone it is hung up: ready for ever. */
+		int old = p[0], copy = keep_copy ? dup(old) : -1;
+		close(old);
+		close(p[1]);
+		int q[2];
+		TASK_CHECK(pipe2(q, O_CLOEXEC) == 0);
+		if (q[0] != old) { /* the new read end under the old number */
+			TASK_CHECK(dup3(q[0], old, O_CLOEXEC) == old);
+			close(q[0]);
+			q[0] = old;
+		}
+		u->wfd = q[1];
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, reuse_writer, u, NULL) == 0);
+		cbcmn_io_set_timeout(cx, T_STALL_NS);
+		u->got = 0;
+		u->second = cbcmn_read(cx, q[0], &u->got, 1);
+		cbcmn_io_set_timeout(cx, 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		TASK_CHECK(u->second == 1 && u->got == 'z');
+		close(q[0]);
+		close(q[1]);
+		if (copy >= 0)
+			close(copy);
+	}
+	return 0;
+}
+
+static void test_epoll_reused_descriptor_number_is_watched_anew(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct reuse u = {0};
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, reuse_main, &u, &r), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
+/* Many readers of one pipe on two executors, one byte at a time: every
+ * readiness wakes them all, all but one find nothing and wait again.
+ * Every byte is read once, nobody is left waiting. */
+#define STORM 48
+
+struct storm {
+	int p[2];
+	_Atomic int got[256];
+	_Atomic int done;
+};
+
+static int64_t storm_reader(cbcmn_cx *cx, void *arg)
+{
+	struct storm *s = arg;
+	unsigned char c;
+	int64_t n = cbcmn_read(cx, s->p[0], &c, 1);
+	if (n == 1)
+		atomic_fetch_add(&s->got[c], 1);
+	atomic_fetch_add(&s->done, 1);
+	return n == 1 ? 0 : -1;
+}
+
+static int64_t storm_main(cbcmn_cx *cx, void *arg)
+{
+	struct storm *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < STORM; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, storm_reader, s, NULL) == 0);
+	cbcmn_sleep(cx, 10 * MS); /* all waiting */
+	for (int i = 0; i < STORM; i++) {
+		unsigned char c = (unsigned char)i;
+		TASK_CHECK(cbcmn_write(cx, s->p[1], &c, 1) == 1);
+		if (i % 3 == 0)
+			cbcmn_yield(cx);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_epoll_many_readers_of_one_pipe_each_get_one_byte(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct storm *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	assert_int_equal(pipe2(s->p, O_CLOEXEC), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, storm_main, s, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&s->done), STORM);
+	for (int i = 0; i < STORM; i++)
+		assert_int_equal(atomic_load(&s->got[i]), 1);
+	close(s->p[0]);
+	close(s->p[1]);
+	free(s);
+	t_destroy(rt);
+}
+
+/* A task ends its executor's thread while a reader waits on a stream and
+ * another on a plain recv: on epoll nothing of theirs is in the kernel, so
+ * both go on with the thread that takes over and get what comes later. */
+struct survive {
+	int sv[2], pv[2];
+	_Atomic int readers;
+	int64_t srec, prec;
+	char sbuf[8], pbuf[8];
+};
+
+static int64_t survive_stream(cbcmn_cx *cx, void *arg)
+{
+	struct survive *v = arg;
+	cbcmn_stream *st;
+	if (cbcmn_stream_open(cx, v->sv[0], &st))
+		return -1;
+	atomic_fetch_add(&v->readers, 1);
+	const void *d;
+	v->srec = cbcmn_stream_recv(cx, st, &d);
+	if (v->srec > 0)
+		memcpy(v->sbuf, d, (size_t)v->srec < sizeof(v->sbuf) ? (size_t)v->srec : sizeof(v->sbuf));
+	return cbcmn_stream_close(cx, st);
+}
+
+static int64_t survive_plain(cbcmn_cx *cx, void *arg)
+{
+	struct survive *v = arg;
+	atomic_fetch_add(&v->readers, 1);
+	v->prec = cbcmn_recv(cx, v->pv[0], v->pbuf, sizeof(v->pbuf), 0);
+	return 0;
+}
+
+static int64_t survive_quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t survive_main(cbcmn_cx *cx, void *arg)
+{
+	struct survive *v = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *readers, *quitters;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &readers) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, readers, 0, survive_stream, v, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, readers, 0, survive_plain, v, NULL) == 0);
+	while (atomic_load(&v->readers) < 2)
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 5 * MS); /* both wait */
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &quitters) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, quitters, 0, survive_quitter, v, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, quitters) == CBCMN_EPANIC);
+	TASK_CHECK(write(v->sv[1], "late", 4) == 4);
+	TASK_CHECK(write(v->pv[1], "also", 4) == 4);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, readers) == 0);
+	return 0;
+}
+
+static void test_epoll_waits_outlive_their_executors_thread(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 2;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	c.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
+	cbcmn_runtime *rt = t_runtime_cfg(&c);
+	struct survive v = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, v.sv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, v.pv), 0);
+	int saved, efd = t_stderr_capture(&saved);
+	int64_t r;
+	int rc = cbcmn_runtime_run(rt, survive_main, &v, &r);
+	char msg[2048];
+	t_stderr_restore(efd, saved, msg, sizeof(msg));
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(v.srec, 4);
+	assert_memory_equal(v.sbuf, "late", 4);
+	assert_int_equal(v.prec, 4);
+	assert_memory_equal(v.pbuf, "also", 4);
+	for (int i = 0; i < 2; i++) {
+		close(v.sv[i]);
+		close(v.pv[i]);
+	}
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -341,6 +620,10 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_bad_env_value_is_einval),
 		T_WATCHED_TEST(test_env_picks_epoll_unless_the_config_does),
 		T_WATCHED_TEST(test_bad_config_value_is_einval),
+		T_WATCHED_TEST(test_epoll_peer_hangup_ends_a_waiting_send),
+		T_WATCHED_TEST(test_epoll_reused_descriptor_number_is_watched_anew),
+		T_WATCHED_TEST(test_epoll_many_readers_of_one_pipe_each_get_one_byte),
+		T_WATCHED_TEST(test_epoll_waits_outlive_their_executors_thread),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
