@@ -380,11 +380,16 @@ static int64_t sys(long rc)
 	return rc < 0 ? -errno : rc;
 }
 
-/* iov advanced by `skip` bytes, in *out (malloc'd when it has more than
- * one entry).  The count, or -ENOMEM. */
+/* iov advanced by `skip` bytes, in *out: iov itself when skip is 0, else a
+ * copy (malloc'd when it has more than one entry: *out != one).  The count,
+ * or -ENOMEM. */
 static int iov_skip(const struct iovec *iov, int cnt, size_t skip, struct iovec *one,
-		    struct iovec **out)
+		    const struct iovec **out)
 {
+	if (skip == 0) {
+		*out = iov; /* the usual case: nothing done yet */
+		return cnt;
+	}
 	while (cnt > 0 && skip >= iov->iov_len) {
 		skip -= iov->iov_len;
 		iov++;
@@ -412,11 +417,11 @@ static int64_t rw(struct call *c)
 	const struct io_uring_sqe *sqe = c->sqe;
 	bool wr = sqe->opcode == IORING_OP_WRITE || sqe->opcode == IORING_OP_WRITEV;
 	bool vec = sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV;
-	struct iovec one = {(void *)(uintptr_t)sqe->addr, sqe->len}, *iov = &one;
+	struct iovec one = {(void *)(uintptr_t)sqe->addr, sqe->len};
+	const struct iovec *iov = &one, *user = (const struct iovec *)(uintptr_t)sqe->addr;
 	int cnt = 1;
 	if (vec) {
-		cnt = iov_skip((const struct iovec *)(uintptr_t)sqe->addr, (int)sqe->len, c->done, &one,
-			       &iov);
+		cnt = iov_skip(user, (int)sqe->len, c->done, &one, &iov);
 		if (cnt < 0)
 			return cnt;
 	} else {
@@ -434,8 +439,8 @@ static int64_t rw(struct call *c)
 			break;
 		off = -1;
 	}
-	if (iov != &one)
-		free(iov);
+	if (vec && iov != &one && iov != user)
+		free((void *)iov);
 	return rc;
 }
 
@@ -613,6 +618,8 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 	for (;;) {
 		uint32_t events;
 		int64_t rc = attempt(&c, &events);
+		if (rc == -EINTR)
+			continue; /* a signal on this thread: a ring would not say so either */
 		if (rc == -EOPNOTSUPP && rwop && !c.plain) {
 			/* No RWF_NOWAIT for this file (a tty, inotify, some
 			 * devices): the plain call if it is O_NONBLOCK itself;
