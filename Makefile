@@ -91,7 +91,7 @@ TSAN_TESTS := test_deque test_wake test_sched test_nursery test_lockorder test_b
 # those of them that test io_uring itself skip there, saying so.  Under ASan
 # the shorter EPOLL_ASAN_TESTS, for the time budget.
 EPOLL_TESTS := test_io test_iocancel test_stream test_echo test_timer test_worker test_blocking test_lab test_takeover test_grow test_fork test_wake test_limits test_ring
-EPOLL_ASAN_TESTS := test_io test_iocancel test_stream test_timer
+EPOLL_ASAN_TESTS := test_io test_iocancel test_stream test_timer test_echo test_blocking
 
 all: $(STATIC) $(SHARED) $(TOOLS)
 
