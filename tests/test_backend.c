@@ -678,6 +678,56 @@ static void test_epoll_cancelled_connect_that_connected_says_so(void **state)
 	t_destroy(rt);
 }
 
+/* One executor, a task that only yields until a reader on the same
+ * executor has its data: the executor never goes idle, so only its look
+ * at the set every few loop turns finds the pipe readable (before, the
+ * look was due every 16 fiber *starts*, which a yielding task never makes:
+ * the reader waited for ever). */
+struct spin {
+	int p[2];
+	_Atomic int got;
+};
+
+static int64_t spin_reader(cbcmn_cx *cx, void *arg)
+{
+	struct spin *v = arg;
+	char c;
+	if (cbcmn_read(cx, v->p[0], &c, 1) == 1)
+		atomic_store(&v->got, 1);
+	return 0;
+}
+
+static int64_t spin_main(cbcmn_cx *cx, void *arg)
+{
+	struct spin *v = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, spin_reader, v, NULL) == 0);
+	for (int i = 0; i < 100; i++)
+		cbcmn_yield(cx); /* the reader waits */
+	TASK_CHECK(write(v->p[1], "x", 1) == 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&v->got) && t_now_ns() < end)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&v->got));
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_epoll_yielding_task_does_not_hide_readiness(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct spin v = {0};
+	assert_int_equal(pipe2(v.p, O_CLOEXEC), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, spin_main, &v, &r), 0);
+	ASSERT_TASK_CHECKS();
+	close(v.p[0]);
+	close(v.p[1]);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -696,6 +746,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_many_readers_of_one_pipe_each_get_one_byte),
 		T_WATCHED_TEST(test_epoll_waits_outlive_their_executors_thread),
 		T_WATCHED_TEST(test_epoll_cancelled_connect_that_connected_says_so),
+		T_WATCHED_TEST(test_epoll_yielding_task_does_not_hide_readiness),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
