@@ -327,11 +327,15 @@ void cbcmn__ep_sq_run(struct cbcmn__exec *e)
 		ep->cq_len = ep->cq_cap = 0;
 		for (uint32_t i = 0; i < ncq; i++)
 			hand_out(e, cq[i].ud, cq[i].res, cq[i].flags);
-		/* (Handlers queue no completions: those come from readiness
-		 * and SQEs, at the next turn.) */
-		free(ep->cq);
-		ep->cq = cq; /* keep the memory */
-		ep->cq_cap = cap;
+		if (ep->cq) {
+			/* A handler filled the SQ, which was carried out at
+			 * once (cbcmn__ep_sqe()) and queued completions: they
+			 * are the next turn's. */
+			free(cq);
+		} else {
+			ep->cq = cq; /* keep the memory */
+			ep->cq_cap = cap;
+		}
 	}
 	struct ep_op *op = ep->done;
 	ep->done = ep->done_tail = NULL;
