@@ -56,7 +56,8 @@ struct cbcmn__ep {
 	uint32_t sq_len, sq_cap;
 	struct ep_cqe *cq;
 	uint32_t cq_len, cq_cap;
-	struct ep_op *ops;
+	struct ep_op *ops;               /* in flight on a descriptor */
+	struct ep_op *timeouts;          /* in flight on the clock (few: looked at every turn) */
 	struct ep_op *done, *done_tail;  /* ended, last completion not handed out: FIFO */
 	struct io_uring_buf_ring *br;
 	uint32_t br_mask;

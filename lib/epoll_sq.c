@@ -44,7 +44,7 @@ enum { OP_RECV, OP_ACCEPT, OP_POLL, OP_TIMEOUT };
 
 struct ep_op {
 	struct ep_wait w;       /* on its descriptor (not a timeout's) */
-	struct ep_op *next;     /* ep->ops in flight; then the done list */
+	struct ep_op *prev, *next; /* ep->ops or ep->timeouts in flight; then the done list */
 	uint64_t ud;
 	uint8_t kind;
 	bool watching;          /* w is linked */
@@ -90,11 +90,14 @@ static void op_finish(struct cbcmn__ep *ep, struct ep_op *op, int32_t res)
 		cbcmn__ep_unwatch(ep, &op->w);
 		op->watching = false;
 	}
-	for (struct ep_op **pp = &ep->ops; *pp; pp = &(*pp)->next)
-		if (*pp == op) {
-			*pp = op->next;
-			break;
-		}
+	if (op->prev)
+		op->prev->next = op->next;
+	else if (op->kind == OP_TIMEOUT)
+		ep->timeouts = op->next;
+	else
+		ep->ops = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
 	op->res = res;
 	op->next = NULL;
 	if (ep->done_tail)
@@ -174,15 +177,24 @@ static void poll_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revent
 						     POLLRDHUP)));
 }
 
+static struct ep_op *find(struct ep_op *list, uint64_t ud)
+{
+	while (list && list->ud != ud)
+		list = list->next;
+	return list;
+}
+
 /* Carry out one SQE. */
 static void submit_one(struct cbcmn__exec *e, const struct io_uring_sqe *sqe)
 {
 	struct cbcmn__ep *ep = e->ep;
 	uint64_t ud = sqe->user_data;
 	if (sqe->opcode == IORING_OP_ASYNC_CANCEL) {
-		struct ep_op *op = ep->ops;
-		while (op && op->ud != sqe->addr)
-			op = op->next;
+		/* O(requests in flight): a cancel comes when a stream reaches
+		 * its share or closes, or an acceptor's queue is full. */
+		struct ep_op *op = find(ep->timeouts, sqe->addr);
+		if (!op)
+			op = find(ep->ops, sqe->addr);
 		if (op)
 			op_finish(ep, op, -ECANCELED);
 		if (!op || !(sqe->flags & IOSQE_CQE_SKIP_SUCCESS))
@@ -200,8 +212,11 @@ static void submit_one(struct cbcmn__exec *e, const struct io_uring_sqe *sqe)
 	}
 	op->ud = ud;
 	op->w.fd = sqe->fd;
-	op->next = ep->ops;
-	ep->ops = op;
+	struct ep_op **list = sqe->opcode == IORING_OP_TIMEOUT ? &ep->timeouts : &ep->ops;
+	op->next = *list;
+	if (op->next)
+		op->next->prev = op;
+	*list = op;
 	int rc = 0;
 	switch (sqe->opcode) {
 	case IORING_OP_RECV: /* multishot, buffer select: stream.c's only recv */
@@ -280,8 +295,8 @@ bool cbcmn__ep_sq_busy(const struct cbcmn__ep *ep)
 uint64_t cbcmn__ep_sq_next(const struct cbcmn__ep *ep)
 {
 	uint64_t first = UINT64_MAX;
-	for (const struct ep_op *op = ep->ops; op; op = op->next)
-		if (op->kind == OP_TIMEOUT && op->deadline < first)
+	for (const struct ep_op *op = ep->timeouts; op; op = op->next)
+		if (op->deadline < first)
 			first = op->deadline;
 	if (first == UINT64_MAX)
 		return first;
@@ -301,8 +316,8 @@ static void hand_out(struct cbcmn__exec *e, uint64_t ud, int32_t res, uint32_t f
 void cbcmn__ep_sq_run(struct cbcmn__exec *e)
 {
 	struct cbcmn__ep *ep = e->ep;
-	if (!cbcmn__ep_sq_busy(ep) && !ep->ops)
-		return; /* the usual case: no stream, no acceptor */
+	if (!cbcmn__ep_sq_busy(ep) && !ep->timeouts)
+		return; /* the usual case: nothing queued, nothing timed */
 	/* Handlers may queue SQEs: those wait for the next turn. */
 	uint32_t n = ep->sq_len;
 	ep->sq_len = 0;
@@ -312,9 +327,9 @@ void cbcmn__ep_sq_run(struct cbcmn__exec *e)
 	}
 	uint64_t now = 0;
 	struct ep_op *next;
-	for (struct ep_op *op = ep->ops; op; op = next) {
+	for (struct ep_op *op = ep->timeouts; op; op = next) {
 		next = op->next;
-		if (op->kind == OP_TIMEOUT && op->deadline <= (now ? now : (now = mono_ns())))
+		if (op->deadline <= (now ? now : (now = mono_ns())))
 			op_finish(ep, op, -ETIME);
 	}
 	/* The queued completions, then the done requests' last ones.  Taken
@@ -350,6 +365,10 @@ void cbcmn__ep_sq_fini(struct cbcmn__ep *ep)
 {
 	struct ep_op *next;
 	for (struct ep_op *op = ep->ops; op; op = next) {
+		next = op->next;
+		free(op);
+	}
+	for (struct ep_op *op = ep->timeouts; op; op = next) {
 		next = op->next;
 		free(op);
 	}
