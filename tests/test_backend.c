@@ -341,6 +341,15 @@ static cbcmn_runtime *rt_epoll(uint32_t workers)
 	return t_runtime_cfg(&c);
 }
 
+/* A nursery of cx's with one child fn(arg) in it. */
+static cbcmn_nursery *spawn_one(cbcmn_cx *cx, cbcmn_task_fn fn, void *arg)
+{
+	cbcmn_nursery *n = NULL;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(n && cbcmn_nursery_spawn(cx, n, fn, arg, NULL) == 0);
+	return n;
+}
+
 /* A send waiting for room in a full socket when its peer hangs up: the
  * error (EPOLLERR/EPOLLHUP wake it), not a wait forever. */
 struct hup {
@@ -361,9 +370,7 @@ static int64_t hup_sender(cbcmn_cx *cx, void *arg)
 static int64_t hup_main(cbcmn_cx *cx, void *arg)
 {
 	struct hup *h = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, n, hup_sender, h, NULL) == 0);
+	cbcmn_nursery *n = spawn_one(cx, hup_sender, h);
 	while (!atomic_load(&h->waiting))
 		cbcmn_yield(cx);
 	cbcmn_sleep(cx, 20 * MS); /* it has filled the socket and waits */
@@ -428,9 +435,7 @@ static int64_t reuse_main(cbcmn_cx *cx, void *arg)
 			q[0] = old;
 		}
 		u->wfd = q[1];
-		cbcmn_nursery *n;
-		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-		TASK_CHECK(cbcmn_nursery_spawn(cx, n, reuse_writer, u, NULL) == 0);
+		cbcmn_nursery *n = spawn_one(cx, reuse_writer, u);
 		cbcmn_io_set_timeout(cx, T_STALL_NS);
 		u->got = 0;
 		u->second = cbcmn_read(cx, q[0], &u->got, 1);
@@ -700,9 +705,7 @@ static int64_t spin_reader(cbcmn_cx *cx, void *arg)
 static int64_t spin_main(cbcmn_cx *cx, void *arg)
 {
 	struct spin *v = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, n, spin_reader, v, NULL) == 0);
+	cbcmn_nursery *n = spawn_one(cx, spin_reader, v);
 	for (int i = 0; i < 100; i++)
 		cbcmn_yield(cx); /* the reader waits */
 	TASK_CHECK(write(v->p[1], "x", 1) == 1);
