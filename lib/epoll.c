@@ -158,6 +158,14 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 		w->anext->aprev = w->aprev;
 	if (!w->ready)
 		w->e->ring.inflight--; /* a task's I/O wait (an emulated request is stream.c's) */
+	if (w->real_deadline) {
+		if (w->tprev)
+			w->tprev->tnext = w->tnext;
+		else
+			ep->timed = w->tnext;
+		if (w->tnext)
+			w->tnext->tprev = w->tprev;
+	}
 }
 
 int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
@@ -240,6 +248,40 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 	}
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Lab mode: end the waits whose real-time deadline has come (-ETIMEDOUT).
+ * O(such waits): lab runtimes are small. */
+static void timed_expire(struct cbcmn__exec *e)
+{
+	uint64_t now = 0;
+	struct ep_wait *next;
+	for (struct ep_wait *w = e->ep->timed; w; w = next) {
+		next = w->tnext;
+		if (w->real_deadline <= (now ? now : (now = mono_ns())) &&
+		    cbcmn__iwait_claim_as(&w->iw, CBCMN__IW_TIMEDOUT))
+			wait_end(&w->iw);
+	}
+}
+
+/* ns until the first of them, UINT64_MAX for none. */
+static uint64_t timed_next(const struct cbcmn__ep *ep)
+{
+	uint64_t first = UINT64_MAX;
+	for (const struct ep_wait *w = ep->timed; w; w = w->tnext)
+		if (w->real_deadline < first)
+			first = w->real_deadline;
+	if (first == UINT64_MAX)
+		return first;
+	uint64_t now = mono_ns();
+	return first > now ? first - now : 0;
+}
+
 /* Raw system calls in the loop: read(2) and epoll_wait(2) are cancellation
  * points, and an executor thread must not end half-way there (ring.c,
  * cbcmn__efd_ring()). */
@@ -258,6 +300,8 @@ static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
 		}
 	}
 	ep->turns = 0;
+	if (ep->timed)
+		timed_expire(e);
 	cbcmn__ep_sq_run(e);
 }
 
@@ -308,7 +352,9 @@ void cbcmn__ep_wait(struct cbcmn__exec *e, uint64_t timeout_ns)
 	 * an emulated timeout (stream.c's pauses) is a deadline too. */
 	if (cbcmn__ep_sq_busy(ep))
 		timeout_ns = 1;
-	uint64_t sq_ns = cbcmn__ep_sq_next(ep);
+	uint64_t sq_ns = cbcmn__ep_sq_next(ep), t_ns = ep->timed ? timed_next(ep) : UINT64_MAX;
+	if (t_ns < sq_ns)
+		sq_ns = t_ns;
 	if (sq_ns != UINT64_MAX && (timeout_ns == 0 || sq_ns < timeout_ns))
 		timeout_ns = sq_ns ? sq_ns : 1;
 	errno = ENOSYS;
@@ -337,8 +383,8 @@ void cbcmn__ep_cancel_pending(struct cbcmn__exec *e)
 
 /* ---- task side -------------------------------------------------------------- */
 
-/* Park t until fd is ready for `events`, or its deadline (cbcmn__now), or
- * its cancellation.  0 when ready (or possibly ready: try again),
+/* Park t until fd is ready for `events`, or its deadline (cbcmn__now; in
+ * lab mode CLOCK_MONOTONIC, a timed_expire() wait), or its cancellation.  0 when ready (or possibly ready: try again),
  * CBCMN_ECANCELED, -ETIMEDOUT, -EPERM where epoll cannot watch fd (a
  * regular file), another epoll_ctl error (-EBADF), -ENOMEM. */
 static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadline)
@@ -353,7 +399,14 @@ static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadl
 	w.iw.on_timeout = wait_end;
 	w.iw.local = true;
 	struct cbcmn__timer *tm = NULL;
-	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(e, deadline, &w.iw))) {
+	if (deadline != UINT64_MAX && t->rt->lab) {
+		struct cbcmn__ep *ep = e->ep;
+		w.real_deadline = deadline ? deadline : 1;
+		w.tnext = ep->timed;
+		if (w.tnext)
+			w.tnext->tprev = &w;
+		ep->timed = &w;
+	} else if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(e, deadline, &w.iw))) {
 		cbcmn__ep_unwatch(e->ep, &w);
 		atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		return -ENOMEM;
@@ -596,7 +649,8 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 	struct call c = {.sqe = sqe};
 	uint64_t deadline = UINT64_MAX;
 	if (timeout_ns) {
-		uint64_t now = cbcmn__now(t->rt);
+		/* In lab mode in real time, as a ring's linked timeout. */
+		uint64_t now = t->rt->lab ? mono_ns() : cbcmn__now(t->rt);
 		deadline = timeout_ns > UINT64_MAX - 1 - now ? UINT64_MAX - 1 : now + timeout_ns;
 	}
 	switch (sqe->opcode) {

@@ -26,6 +26,11 @@ struct ep_wait {
 	uint32_t events;                 /* EPOLLIN, EPOLLOUT (| EPOLLRDHUP) */
 	struct ep_wait *fprev, *fnext;   /* watching fd */
 	struct ep_wait *aprev, *anext;   /* all of e's */
+	/* Lab mode: a task's timeout in real time (the runtime's clock jumps
+	 * over waits for the world outside, a ring's linked timeout does
+	 * not), on e's list of such waits. */
+	uint64_t real_deadline;          /* CLOCK_MONOTONIC ns; 0: none */
+	struct ep_wait *tprev, *tnext;
 };
 
 struct ep_fd {
@@ -49,6 +54,7 @@ struct cbcmn__ep {
 	struct ep_fd *fds;               /* by descriptor number */
 	uint32_t nfds;
 	struct ep_wait *all;
+	struct ep_wait *timed;           /* waits with a real_deadline (lab mode) */
 	uint32_t turns;                  /* loop turns since the last look */
 	/* epoll_sq.c: SQEs queued, completions to hand out, requests in
 	 * flight, the buffer ring of stream.c's pool. */

@@ -731,6 +731,63 @@ static void test_epoll_yielding_task_does_not_hide_readiness(void **state)
 	t_destroy(rt);
 }
 
+/* Lab mode: an I/O timeout is in real time, as a ring's linked timeout is:
+ * the lab clock jumps over a wait for the world outside (before, on epoll
+ * it jumped to the deadline at once, and a read whose data came 20 ms
+ * later returned -ETIMEDOUT after no time at all). */
+struct labio {
+	int p[2];
+	int64_t got, none;
+	uint64_t none_ns;
+};
+
+static void *labio_writer(void *arg)
+{
+	struct labio *l = arg;
+	usleep(20000);
+	if (write(l->p[1], "w", 1) != 1)
+		abort();
+	return NULL;
+}
+
+static int64_t labio_main(cbcmn_cx *cx, void *arg)
+{
+	struct labio *l = arg;
+	char c;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	l->got = cbcmn_read(cx, l->p[0], &c, 1);
+	cbcmn_io_set_timeout(cx, 30 * MS);
+	uint64_t t0 = t_now_ns();
+	l->none = cbcmn_read(cx, l->p[0], &c, 1);
+	l->none_ns = t_now_ns() - t0;
+	cbcmn_io_set_timeout(cx, 0);
+	return 0;
+}
+
+static void test_epoll_lab_io_timeout_is_real_time(void **state)
+{
+	(void)state;
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	c.flags = CBCMN_CONFIG_LAB;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	cbcmn_runtime *rt = t_runtime_cfg(&c);
+	struct labio l = {0};
+	assert_int_equal(pipe2(l.p, O_CLOEXEC), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, labio_writer, &l), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, labio_main, &l, &r), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(l.got, 1);
+	assert_int_equal(l.none, -ETIMEDOUT);
+	assert_true(l.none_ns >= 25 * MS);
+	close(l.p[0]);
+	close(l.p[1]);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -750,6 +807,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_waits_outlive_their_executors_thread),
 		T_WATCHED_TEST(test_epoll_cancelled_connect_that_connected_says_so),
 		T_WATCHED_TEST(test_epoll_yielding_task_does_not_hide_readiness),
+		T_WATCHED_TEST(test_epoll_lab_io_timeout_is_real_time),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
