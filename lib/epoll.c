@@ -708,6 +708,14 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 			if (c.done + (size_t)rc < want && fstat(sqe->fd, &st) == 0 &&
 			    (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
 				c.done += (size_t)rc;
+				/* A read that reached the end of a regular file
+				 * is done (the usual short read of a small file:
+				 * no trip to the pool). */
+				bool rd = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_READV;
+				off_t pos = sqe->off == (uint64_t)-1 ? lseek(sqe->fd, 0, SEEK_CUR)
+								     : (off_t)(sqe->off + c.done);
+				if (rd && S_ISREG(st.st_mode) && pos >= st.st_size)
+					return (int64_t)c.done;
 				int64_t more = pool_call(t, &c);
 				return more < 0 ? (int64_t)c.done : (int64_t)c.done + more;
 			}

@@ -836,6 +836,62 @@ static void test_epoll_without_epoll_pwait2_parks_on_a_timerfd(void **state)
 	in_child(no_pwait2_body, NULL, 0);
 }
 
+/* Regular files on epoll: what the page cache holds is read at once
+ * (RWF_NOWAIT), the rest in the blocking pool, and a read returns all of
+ * it as read(2) does; a read that meets the end returns what there was.
+ * The file's pages are dropped first (written back, then
+ * POSIX_FADV_DONTNEED) and its first 100 KiB read back into the cache
+ * (without readahead), so the call's first try reads part of what it asked
+ * for (before, a regular file's short read was returned as it was). */
+#define RF_LEN (1u << 20)
+
+struct rfile {
+	int fd;
+	unsigned char *buf;
+	int64_t whole, small, eof;
+};
+
+static int64_t rfile_main(cbcmn_cx *cx, void *arg)
+{
+	struct rfile *f = arg;
+	f->whole = cbcmn_pread(cx, f->fd, f->buf, RF_LEN, 0);
+	f->small = cbcmn_pread(cx, f->fd, f->buf + RF_LEN, 4096, RF_LEN - 100);
+	f->eof = cbcmn_pread(cx, f->fd, f->buf + RF_LEN + 4096, 4096, RF_LEN);
+	return 0;
+}
+
+static void test_epoll_regular_file_read_is_whole(void **state)
+{
+	(void)state;
+	char path[] = "/var/tmp/cbcmn-backend-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	unsigned char *pat = malloc(RF_LEN), *buf = malloc(RF_LEN + 8192);
+	assert_non_null(pat);
+	assert_non_null(buf);
+	for (uint32_t i = 0; i < RF_LEN; i++)
+		pat[i] = (unsigned char)(i * 131u + (i >> 12));
+	assert_int_equal(pwrite(fd, pat, RF_LEN, 0), (ssize_t)RF_LEN);
+	assert_int_equal(fsync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0); /* no readahead */
+	assert_int_equal(pread(fd, buf, 100 << 10, 0), (ssize_t)(100 << 10));
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct rfile f = {.fd = fd, .buf = buf};
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, rfile_main, &f, &r), 0);
+	assert_int_equal(f.whole, RF_LEN);
+	assert_int_equal(f.small, 100);
+	assert_int_equal(f.eof, 0);
+	assert_memory_equal(buf, pat, RF_LEN);
+	assert_memory_equal(buf + RF_LEN, pat + RF_LEN - 100, 100);
+	t_destroy(rt);
+	close(fd);
+	free(pat);
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -857,6 +913,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_yielding_task_does_not_hide_readiness),
 		T_WATCHED_TEST(test_epoll_lab_io_timeout_is_real_time),
 		T_WATCHED_TEST(test_epoll_without_epoll_pwait2_parks_on_a_timerfd),
+		T_WATCHED_TEST(test_epoll_regular_file_read_is_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
