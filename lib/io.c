@@ -33,9 +33,11 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "epoll.h"
 #include "iwait.h"
 #include "runtime.h"
 
@@ -66,6 +68,7 @@ struct io_op {
 	struct cbcmn__ioreq req;
 	struct cbcmn_task *t;
 	struct io_uring_sqe *sqe;
+	struct io_uring_sqe own;          /* the epoll backend's: a description only */
 	struct __kernel_timespec ts;
 	uint32_t flags;
 	int64_t err;
@@ -167,6 +170,10 @@ void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 	if (!atomic_exchange_explicit(&e->io_cancel, 0, memory_order_acquire))
 		return;
 	cbcmn__mshot_cancel_pending(e);
+	if (e->ep) {
+		cbcmn__ep_cancel_pending(e);
+		return;
+	}
 	bool sent = false;
 	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
 		/* A close is never undone: it ends with its CQE. */
@@ -320,6 +327,12 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	struct cbcmn__exec *e = t->exec;
 	op->t = t;
 	op->req.e = e;
+	if (e->ep) {
+		/* No ring: the SQE describes the call to the epoll backend
+		 * (io_finish()). */
+		memset(&op->own, 0, sizeof(op->own));
+		return op->sqe = &op->own;
+	}
 	if (!cbcmn__ring_sq_room(e, io_timed(op) ? 2 : 1)) {
 		op->err = -EBUSY; /* not reached: a submit always frees the SQ */
 		return NULL;
@@ -335,6 +348,10 @@ static int64_t io_finish(struct io_op *op)
 	struct cbcmn__ioreq *r = &op->req;
 	struct cbcmn_task *t = op->t;
 	struct cbcmn__exec *e = r->e;
+	if (e->ep) {
+		CBCMN__COUNT(e, io_ops, 1);
+		return cbcmn__ep_io(t, op->sqe, io_timed(op) ? t->io_timeout_ns : 0);
+	}
 	r->res = 0;
 	r->pending = 1;
 	r->got_res = false;

@@ -23,6 +23,7 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
 	iw->qnext = NULL;
 	iw->on_cancel = NULL;
 	iw->local = false;
+	iw->on_timeout = NULL;
 	if (self)
 		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
 }

@@ -64,6 +64,10 @@ struct cbcmn__iwait {
 	/* An I/O wait: listed by its executor, not in the registry (above).
 	 * Set after cbcmn__iwait_init(), with on_cancel. */
 	bool local;
+	/* Set when a timer (timer.h) claims the wait: called instead of the
+	 * wake, on the timer's executor, which must be the wait's (the epoll
+	 * backend's I/O waits: it unlinks the wait, then wakes it). */
+	void (*on_timeout)(struct cbcmn__iwait *iw);
 };
 
 void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r);

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "epoll.h"
 #include "probes.h"
 #include "runtime.h"
 
@@ -348,6 +349,8 @@ static void sq_full(struct cbcmn__exec *e)
 /* An SQE, never NULL: a full SQ is submitted first (back-pressure). */
 struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e)
 {
+	if (e->ep)
+		return cbcmn__ep_sqe(e); /* no ring: the epoll backend's stand-in */
 	struct io_uring_sqe *sqe;
 	while (!(sqe = io_uring_get_sqe(&e->ring.u)))
 		sq_full(e);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "futex.h"
+#include "backend.h"
 #include "iwait.h"
 #include "runtime.h"
 
@@ -167,6 +168,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if ((out->ring_flags & CBCMN_RING_SQPOLL) && (out->ring_flags & CBCMN_RING_PLAIN))
 		return -EINVAL;
+	if (out->backend > CBCMN_BACKEND_EPOLL)
+		return -EINVAL;
 	if (out->iowq_max_workers == 0)
 		out->iowq_max_workers = 4;
 	if (out->sqpoll_idle_ms == 0)
@@ -268,7 +271,7 @@ static void exec_free(struct cbcmn__exec *e)
 		return;
 	cbcmn__iwait_reg_fini(&e->iwaits);
 	cbcmn__deque_destroy(&e->dq);
-	cbcmn__ring_destroy(e);
+	cbcmn__be_destroy(e);
 	cbcmn__xmsg_fini(e);
 	munmap(e, (sizeof(*e) + e->rt->page - 1) & ~(e->rt->page - 1));
 }
@@ -362,9 +365,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		runtime_free(rt);
 		return -ENOMEM;
 	}
-	if (c.workers && (rc = cbcmn__ring_probe(rt)) != 0) {
+	if (c.workers && (rc = cbcmn__backend_choose(rt)) != 0) {
 		runtime_free(rt);
-		return rc; /* no io_uring: -ENOSYS, or -EPERM where it is disabled */
+		return rc; /* io_uring asked for and refused, a bad CBCMN_BACKEND, ... */
 	}
 	int32_t *cpu = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*cpu));
 	int32_t *node = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*node));
@@ -407,7 +410,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;
 		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
-		    (rc = cbcmn__ring_efd(e)) != 0) {
+		    (rc = cbcmn__be_init(e)) != 0) {
 			free(cpu);
 			free(node);
 			runtime_free(rt);

@@ -33,6 +33,7 @@
 /* ---- waiting ---------------------------------------------------------- */
 
 struct cbcmn__iwait;
+struct cbcmn__ep;
 
 /* Someone waiting for an event: a suspended task, or a thread outside the
  * runtime sleeping on the futex.  Lives on the waiter's own stack; the
@@ -242,7 +243,8 @@ struct cbcmn__exec {
 	struct cbcmn_task *reap;          /* a task whose thread died (sched.c) */
 	struct cbcmn_task *yq_head, *yq_tail; /* yielded tasks, FIFO */
 	struct cbcmn_task *pq_head, *pq_tail; /* pinned tasks ready here, FIFO */
-	struct cbcmn__ring ring;
+	struct cbcmn__ring ring;          /* the io_uring backend's (ring.c) */
+	struct cbcmn__ep *ep;             /* the epoll backend's, else NULL (epoll.c) */
 	struct cbcmn__xmsg *xm_free;      /* messages back from their receivers */
 	void **xm_slabs;                  /* what they were allocated in */
 	uint32_t xm_nslabs;
@@ -310,6 +312,7 @@ struct cbcmn_runtime {
 	struct cbcmn__seg seg;
 	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
 	struct cbcmn__ring_caps ring_caps;
+	bool ep_backend;                  /* executors wait with epoll, not io_uring (epoll.c) */
 	int32_t policy;                   /* applied: cbcmn_policy or CBCMN_PIN_NONE */
 	bool oversubscribed;
 	/* Executors [0, nlive) run; up to nexec may (docs/TOPOLOGY.md). */
@@ -510,8 +513,11 @@ void cbcmn__efd_ring(struct cbcmn__exec *x);
 
 /* The loop's check between tasks: anything to submit or reap?  Cheap when
  * the ring is quiet: two loads. */
+bool cbcmn__ep_busy(const struct cbcmn__exec *e); /* epoll.c */
 static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
 {
+	if (e->ep)
+		return cbcmn__ep_busy(e); /* no ring: the epoll backend's own check */
 	const struct io_uring *u = &e->ring.u;
 	return cbcmn__sq_unflushed(u) || e->ring.resubmit || e->ring.dropped || io_uring_cq_ready(u) ||
 	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));

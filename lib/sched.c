@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "arch.h"
+#include "backend.h"
 #include "overflow.h"
 #include "probes.h"
 #include "runtime.h"
@@ -807,6 +808,10 @@ static void spin_for(struct cbcmn__exec *e, uint64_t ns)
  * take what other executors sent.  One io_uring_enter for a whole batch. */
 static void ring_poll(struct cbcmn__exec *e, bool idle)
 {
+	if (e->ep) {
+		cbcmn__ep_poll(e, idle); /* no ring: the epoll set */
+		return;
+	}
 	struct io_uring *u = &e->ring.u;
 	unsigned sq = cbcmn__sq_unflushed(u);
 	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
@@ -1134,7 +1139,7 @@ static void exec_retired(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	uint32_t id = e->id;
-	cbcmn__ring_close(e);
+	cbcmn__be_close(e);
 	atomic_fetch_add_explicit(&rt->seg.hdr->exec_retires, 1, memory_order_relaxed);
 	atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 	pthread_detach(pthread_self());
@@ -1168,7 +1173,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			e->idle_ns += now_ns() - start0;
 			return REPLACE;
 		}
-		if (cbcmn__ring_busy(e))
+		/* (An epoll set has nothing to say without a system call:
+		 * looked at every turn while idle.) */
+		if (cbcmn__ring_busy(e) || e->ep)
 			ring_poll(e, true);
 		mail_poll(e);
 		t = find_local(e); /* completions, mail, a wake into our slot */
@@ -1448,7 +1455,7 @@ void *cbcmn__exec_main(void *arg)
 	if (e->reap || e->replacing) {
 		/* Taking over from a thread that died, or made way for us
 		 * (exec_replace()): a ring of our own, then end its task. */
-		rc = cbcmn__ring_takeover(e);
+		rc = cbcmn__be_takeover(e);
 		bool replacing = e->replacing;
 		e->replacing = false;
 		if (rc == 0)
@@ -1472,7 +1479,7 @@ void *cbcmn__exec_main(void *arg)
 			run_task(e, t);
 		}
 	} else {
-		rc = cbcmn__ring_create(e);
+		rc = cbcmn__be_start(e);
 		/* Executors below min_workers start once, with the runtime,
 		 * and never retire; the others start on demand. */
 		bool initial = e->id < rt->min_live;

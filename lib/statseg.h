@@ -87,7 +87,10 @@ struct cbcmn__seg_hdr {
 	int32_t policy;                /* cbcmn_policy applied, or CBCMN_PIN_NONE */
 	uint8_t msg_ring;              /* doorbells are MSG_RING */
 	uint8_t oversubscribed;
-	uint8_t pad[2];
+	/* cbcmn_backend of the runtime; 0 (a runtime from before backends,
+	 * whose pad this was) means io_uring. */
+	uint8_t backend;
+	uint8_t pad[1];
 	_Atomic uint32_t alive;        /* 1 from creation until destroy begins */
 	_Atomic uint32_t nlive;        /* executors [0, nlive) run (a copy of rt->nlive) */
 	/* Work and doorbells of threads outside the executors. */

@@ -56,6 +56,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "epoll.h"
 #include "iwait.h"
 #include "probes.h"
 #include "runtime.h"
@@ -194,8 +195,9 @@ static void pool_free_mem(struct cbcmn__bufpool *p)
  * half as many entries, down to one page's worth, and the pool's limit
  * with them.  0, or the error (CBCMN_EMEMLOCK when even a page does not
  * fit). */
-static int pool_register(struct cbcmn__ring *r, struct cbcmn__bufpool *p)
+static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 {
+	struct cbcmn__ring *r = &e->ring;
 	const uint32_t page_entries = 4096 / sizeof(struct io_uring_buf);
 	uint32_t entries = 1;
 	while (entries < p->max)
@@ -210,7 +212,13 @@ static int pool_register(struct cbcmn__ring *r, struct cbcmn__bufpool *p)
 		struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)p->br,
 					       .ring_entries = entries,
 					       .bgid = BUFPOOL_BGID};
-		int rc = io_uring_register_buf_ring(&r->u, &reg, 0);
+		/* No ring: the epoll backend takes buffers from it as the
+		 * kernel would (epoll_sq.c). */
+		int rc = 0;
+		if (e->ep)
+			cbcmn__ep_buf_ring(e, p->br, entries);
+		else
+			rc = io_uring_register_buf_ring(&r->u, &reg, 0);
 		if (rc == 0)
 			break;
 		munmap(p->br, p->br_bytes);
@@ -246,7 +254,7 @@ static int pool_get(struct cbcmn__exec *e)
 	while (per > 1 && (1u << (p->chunk_shift + 1)) <= per)
 		p->chunk_shift++;
 	p->chunk = cbcmn__calloc((p->max >> p->chunk_shift) + 1, sizeof(char *));
-	int rc = p->chunk ? pool_register(r, p) : -ENOMEM;
+	int rc = p->chunk ? pool_register(e, p) : -ENOMEM;
 	if (rc) {
 		free(p->chunk);
 		free(p);

@@ -168,7 +168,10 @@ uint32_t cbcmn__timers_fire(struct cbcmn__exec *e, uint64_t now)
 							    memory_order_acq_rel,
 							    memory_order_relaxed)) {
 			if (cbcmn__iwait_claim_as(t->iw, CBCMN__IW_TIMEDOUT)) {
-				cbcmn__iwait_wake(t->iw, e);
+				if (t->iw->on_timeout)
+					t->iw->on_timeout(t->iw);
+				else
+					cbcmn__iwait_wake(t->iw, e);
 				woke++;
 			}
 			/* release: the waiter may let its wait go after this. */

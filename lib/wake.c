@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 
+#include "backend.h"
 #include "futex.h"
 #include "probes.h"
 #include "runtime.h"
@@ -202,9 +203,7 @@ static bool wait_permit(struct cbcmn__exec *e, uint64_t timeout_ns)
 		atomic_exchange_explicit(&e->park, CBCMN__PARK_EMPTY, memory_order_acquire);
 		return true;
 	}
-	/* Submits what is queued too: the time slice's last step. */
-	cbcmn__ring_submit(e, true, timeout_ns);
-	cbcmn__ring_reap(e);
+	cbcmn__be_wait(e, timeout_ns);
 	w = CBCMN__PARK_SLEEPING;
 	/* acquire: pairs with unpark()'s exchange. */
 	if (atomic_compare_exchange_strong_explicit(&e->park, &w, CBCMN__PARK_EMPTY,

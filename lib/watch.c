@@ -93,6 +93,7 @@ void cbcmn__seg_publish(struct cbcmn_runtime *rt)
 	h->ring_setup_flags = rt->ring_caps.setup_flags;
 	h->msg_ring = rt->ring_caps.msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
 	h->oversubscribed = rt->oversubscribed;
+	h->backend = (uint8_t)(rt->ep_backend ? CBCMN_BACKEND_EPOLL : CBCMN_BACKEND_IO_URING);
 	h->policy = rt->policy;
 	atomic_store_explicit(&h->nlive, cbcmn__nlive(rt), memory_order_relaxed);
 	/* The magic last, release: pairs with seg_map()'s acquire load, so a
@@ -202,6 +203,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 	out->ring_setup_flags = h->ring_setup_flags;
 	out->msg_ring = h->msg_ring;
 	out->oversubscribed = h->oversubscribed;
+	out->backend = h->backend ? h->backend : CBCMN_BACKEND_IO_URING;
 	out->policy = h->policy;
 	out->executors_live = atomic_load_explicit(&h->nlive, memory_order_relaxed);
 	out->executor_starts = atomic_load_explicit(&h->exec_starts, memory_order_relaxed);

@@ -11,6 +11,7 @@ PKGS=(
 	liburing-dev libbpf-dev bpftool libelf-dev zlib1g-dev
 	libnuma-dev numactl
 	libcmocka-dev
+	libseccomp-dev    # test_backend: io_uring denied as in a container
 	clang llvm
 	libclang-rt-dev   # libFuzzer and the sanitizer runtimes of clang (make fuzz)
 	systemtap-sdt-dev

@@ -3,6 +3,8 @@
 # With no names, every test_* binary in DIR runs.  Exit status 1 if any failed.
 # A suite still running after T_SUITE_TIMEOUT seconds (600) is killed and
 # counted failed: each test has its own watchdog, this catches the rest.
+# CBCMN_BACKEND in the environment (make test: epoll) picks the backend of
+# every default runtime; the summary says which.
 set -u
 dir=$1; shift
 if [ $# -eq 0 ]; then
@@ -16,7 +18,7 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 failed=()
 passed=0
 for t in "$@"; do
-	echo "=== $dir/$t"
+	echo "=== $dir/$t${CBCMN_BACKEND:+ (CBCMN_BACKEND=$CBCMN_BACKEND)}"
 	start=$(date +%s)
 	timeout "${T_SUITE_TIMEOUT:-600}" "$dir/$t"
 	rc=$?
@@ -28,7 +30,7 @@ for t in "$@"; do
 	fi
 	echo "=== $t: $(( $(date +%s) - start ))s"
 done
-echo "suites in $dir: $passed passed, ${#failed[@]} failed"
+echo "suites in $dir${CBCMN_BACKEND:+ on $CBCMN_BACKEND}: $passed passed, ${#failed[@]} failed"
 if [ ${#failed[@]} -ne 0 ]; then
 	echo "failed: ${failed[*]}"
 	exit 1

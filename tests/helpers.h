@@ -23,6 +23,36 @@
 		skip();                                                         \
 	} while (0)
 
+/* The I/O backend a default runtime gets here (CBCMN_BACKEND, or no
+ * io_uring: epoll), asked once of a one-executor runtime. */
+static inline uint32_t t_backend(void)
+{
+	static uint32_t b;
+	if (!b) {
+		cbcmn_config c;
+		cbcmn_config_init(&c);
+		c.workers = 1;
+		cbcmn_runtime *rt;
+		cbcmn_stats st;
+		if (cbcmn_runtime_create(&c, &rt) == 0) {
+			if (cbcmn_stats_snapshot(rt, &st, NULL, 0) == 0)
+				b = st.backend;
+			cbcmn_runtime_destroy(rt);
+		}
+	}
+	return b;
+}
+
+/* A test of io_uring itself (its SQEs, rings, multishot, fault sites):
+ * skipped, saying so, when the runtimes run on epoll. */
+#define T_SKIP_UNLESS_IO_URING(what)                                            \
+	do {                                                                    \
+		if (t_backend() == CBCMN_BACKEND_EPOLL) {                       \
+			T_SKIP("%s: io_uring only, the runtime runs on epoll", what); \
+			return;                                                 \
+		}                                                               \
+	} while (0)
+
 #if defined(__SANITIZE_ADDRESS__)
 #define T_ASAN 1
 #else

@@ -1855,6 +1855,7 @@ static int64_t stat_main(cbcmn_cx *cx, void *arg)
 static void test_stats_show_ring_activity(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("test_stats_show_ring_activity");
 	cbcmn_runtime *rt = rt_io(2);
 	struct statio st;
 	memset(&st, 0, sizeof(st));
@@ -1907,16 +1908,19 @@ static void ring_mode(void **state, uint32_t flags)
 
 static void test_ring_mode_plain(void **state)
 {
+	T_SKIP_UNLESS_IO_URING("test_ring_mode_plain");
 	ring_mode(state, CBCMN_RING_PLAIN);
 }
 
 static void test_ring_mode_sqpoll(void **state)
 {
+	T_SKIP_UNLESS_IO_URING("test_ring_mode_sqpoll");
 	ring_mode(state, CBCMN_RING_SQPOLL);
 }
 
 static void test_ring_mode_no_msg_ring(void **state)
 {
+	T_SKIP_UNLESS_IO_URING("test_ring_mode_no_msg_ring");
 	ring_mode(state, CBCMN_RING_NO_MSG_RING);
 }
 
@@ -2003,6 +2007,7 @@ static int64_t sqpoll_count_main(cbcmn_cx *cx, void *arg)
 static void test_regression_sqpoll_sqes_counted_once(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("test_regression_sqpoll_sqes_counted_once");
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;

@@ -93,6 +93,7 @@ static void create_without_locked_memory(void)
 static void test_memlock_exhausted_is_reported_as_memlock(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("rings in locked memory");
 	run_unprivileged(create_without_locked_memory, 0, 20);
 }
 
@@ -150,6 +151,7 @@ static void create_in_64k(void)
 static void test_small_memlock_rings_shrink_to_fit(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("rings in locked memory");
 	run_unprivileged(create_in_64k, 64 * 1024, 20);
 }
 
@@ -274,6 +276,7 @@ static void unstartable_shard(void)
 static void test_pinned_spawn_to_unstartable_shard_fails(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("rings in locked memory");
 	run_unprivileged(unstartable_shard, 1 << 20, 30);
 }
 
@@ -317,6 +320,7 @@ static void takeover_in_one_ring(void)
 static void test_takeover_fits_in_the_dead_rings_locked_memory(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("rings in locked memory");
 	if (T_ASAN || T_TSAN)
 		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 	run_unprivileged(takeover_in_one_ring, 12 * 1024, 20);

@@ -137,6 +137,7 @@ static int64_t busy_then_yield(cbcmn_cx *cx, void *arg)
 static void test_reap_is_bounded_per_turn(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("the executors' rings");
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
@@ -203,6 +204,7 @@ static int64_t ring_a_sleeper(cbcmn_cx *cx, void *arg)
 static void test_failed_doorbell_submit_is_retried(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("the executors' rings");
 	struct cbcmn__fault_plan off = {0};
 	if (!cbcmn__fault_arm(CBCMN__F_SUBMIT, &off))
 		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");
@@ -283,6 +285,7 @@ static void drop_run(void *arg)
 static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
 {
 	(void)state;
+	T_SKIP_UNLESS_IO_URING("the executors' rings");
 	struct cbcmn__fault_plan off = {0};
 	if (!cbcmn__fault_arm(CBCMN__F_CQE_DROP, &off))
 		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");

@@ -1930,6 +1930,11 @@ static int64_t death_main(cbcmn_cx *cx, void *arg)
 static void test_dead_thread_loses_no_completion(void **state)
 {
 	(void)state;
+	if (t_backend() == CBCMN_BACKEND_EPOLL) {
+		T_SKIP("epoll backend: streams and acceptors outlive their executor's thread "
+		       "(nothing of theirs is in the kernel), they do not end -ECANCELED");
+		return;
+	}
 	if (T_ASAN || T_TSAN)
 		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 	for (int plain = 0; plain < 2; plain++) {

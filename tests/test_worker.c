@@ -180,6 +180,11 @@ static int64_t orphan_main(cbcmn_cx *cx, void *arg)
 static void test_dead_executor_ends_its_streams(void **state)
 {
 	(void)state;
+	if (t_backend() == CBCMN_BACKEND_EPOLL) {
+		T_SKIP("epoll backend: streams and acceptors outlive their executor's thread "
+		       "(nothing of theirs is in the kernel), they do not end -ECANCELED");
+		return;
+	}
 	if (T_ASAN || T_TSAN)
 		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 	cbcmn_config cfg;

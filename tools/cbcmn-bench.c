@@ -64,6 +64,25 @@ static void print_ring_stats(const char *who, const cbcmn_stats *s, uint64_t req
 		(double)t->parks / q);
 }
 
+/* -v: the I/O backend a default runtime gets here (CBCMN_BACKEND, or epoll
+ * where io_uring is refused), on stderr, once. */
+static void print_backend(void)
+{
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	cbcmn_runtime *rt;
+	cbcmn_stats st;
+	int rc = cbcmn_runtime_create(&c, &rt);
+	if (rc) {
+		fprintf(stderr, "backend: none (%s)\n", cbcmn_strerror(rc));
+		return;
+	}
+	if (cbcmn_stats_snapshot(rt, &st, NULL, 0) == 0)
+		fprintf(stderr, "backend: %s\n", cbcmn_backend_name(st.backend));
+	cbcmn_runtime_destroy(rt);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -1316,6 +1335,8 @@ int main(int argc, char **argv)
 	duration_s = o.duration_s;
 	duration_set = o.duration_set;
 	verbose = o.verbose;
+	if (verbose)
+		print_backend();
 	multishot = o.multishot;
 	server_spin_ns = o.server_spin_ns;
 	bpf_flags = o.bpf_flags;

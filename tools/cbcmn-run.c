@@ -302,6 +302,7 @@ static void print_json(const struct run *u)
 	jw_u64(&j, "executor_starts", s->executor_starts);
 	jw_u64(&j, "executor_retires", s->executor_retires);
 	jw_str(&j, "policy", policy_name(s->policy));
+	jw_str(&j, "backend", cbcmn_backend_name(s->backend));
 	jw_close(&j);
 
 	jw_arr(&j, "per_executor");

@@ -278,7 +278,39 @@ typedef struct cbcmn_config {
 	 * stream_bufs_max / stream_buf_share streams they share what there
 	 * is.  0: 8192 (32 MiB of 4 KiB buffers). */
 	uint32_t stream_bufs_max;
+
+	/* ---- the I/O backend (docs/IO.md, "Backends") -------------------------
+	 * How executors wait for I/O and for each other, chosen once per
+	 * runtime by cbcmn_runtime_create(): a cbcmn_backend below.
+	 * CBCMN_BACKEND_AUTO (the default, 0) uses io_uring, and epoll where
+	 * the kernel refuses io_uring (io_uring_setup fails with -EPERM: a
+	 * container's seccomp profile, kernel.io_uring_disabled; -EACCES;
+	 * -ENOSYS: no io_uring; -EOPNOTSUPP: older than 5.11); any other
+	 * failure (-ENOMEM, -EMFILE, CBCMN_EMEMLOCK) stays the create call's.
+	 * With CBCMN_BACKEND_AUTO the environment variable CBCMN_BACKEND
+	 * (auto, io_uring or epoll) decides instead; an explicit choice here
+	 * wins over it.  A CBCMN_BACKEND that is none of those fails the
+	 * create call with -EINVAL (and a line on stderr naming it);
+	 * CBCMN_BACKEND_IO_URING where io_uring is refused fails it with the
+	 * kernel's error.  What was chosen: cbcmn_stats.backend. */
+	uint32_t backend;
 } cbcmn_config;
+
+/* I/O backends (cbcmn_config.backend, cbcmn_stats.backend). */
+typedef enum cbcmn_backend {
+	CBCMN_BACKEND_AUTO = 0,     /* io_uring, else epoll where io_uring is refused */
+	CBCMN_BACKEND_IO_URING = 1, /* a ring per executor (docs/IO.md) */
+	CBCMN_BACKEND_EPOLL = 2,    /* an epoll set per executor: readiness, then the call */
+} cbcmn_backend;
+
+/* "io_uring", "epoll" (or "auto"), for tools; "?" for anything else. */
+static inline const char *cbcmn_backend_name(uint32_t b)
+{
+	return b == CBCMN_BACKEND_IO_URING ? "io_uring"
+	       : b == CBCMN_BACKEND_EPOLL  ? "epoll"
+	       : b == CBCMN_BACKEND_AUTO   ? "auto"
+					   : "?";
+}
 
 #define CBCMN_PIN_AUTO (-1)
 #define CBCMN_PIN_NONE (-2)
@@ -594,6 +626,9 @@ typedef struct cbcmn_stats {
 	int32_t policy;           /* the cbcmn_policy applied, or CBCMN_PIN_NONE */
 	uint64_t uptime_ns;       /* since the runtime was created */
 	int32_t pid;              /* the process the runtime lives in */
+	/* The I/O backend the runtime runs on: CBCMN_BACKEND_IO_URING or
+	 * CBCMN_BACKEND_EPOLL (cbcmn_config.backend; cbcmn_backend_name()). */
+	uint32_t backend;
 } cbcmn_stats;
 
 /* Take a snapshot.  per may be NULL; otherwise it receives min(nper,

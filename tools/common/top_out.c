@@ -33,8 +33,9 @@ void top_header_line(const struct top_model *m, int line, char *buf, size_t len)
 	switch (line) {
 	case 0:
 		fmt_uptime(m->st.uptime_ns, a, sizeof(a));
-		snprintf(buf, len, "%s[%d]  executors %u/%u  policy %s  up %s%s", m->comm, (int)m->pid,
-			 m->st.executors_live, m->st.executors, top_policy_name(m->st.policy), a,
+		snprintf(buf, len, "%s[%d]  executors %u/%u  policy %s  backend: %s  up %s%s", m->comm,
+			 (int)m->pid, m->st.executors_live, m->st.executors,
+			 top_policy_name(m->st.policy), cbcmn_backend_name(m->st.backend), a,
 			 m->ended ? "  [runtime ended]" : "");
 		break;
 	case 1:

@@ -1,0 +1,733 @@
+/* epoll.c: the readiness backend, for kernels and sandboxes without io_uring
+ * (epoll.h; docs/IO.md, "Backends").
+ *
+ * Each executor has an epoll set, made with the runtime, holding its
+ * doorbell eventfd (ring.efd: cbcmn__efd_ring() writes it, as for a ring
+ * without MSG_RING) and the descriptors its tasks wait on.  A fiber I/O call
+ * tries its system call at once, non-blocking without touching the
+ * descriptor's flags (MSG_DONTWAIT; RWF_NOWAIT for read/write); on EAGAIN
+ * the task registers a wait for the readiness it needs with its executor
+ * and parks; the executor finds it ready between tasks (once every
+ * BATCH_TURNS picks, or at once when idle) or in its park (epoll_pwait2,
+ * with the next timer as the timeout), wakes it, and the task tries again.
+ * Nothing is in flight in the kernel meanwhile, which makes cancellation
+ * and timeouts simple: a wait that ends without readiness ended before the
+ * call did anything (CBCMN_ECANCELED, -ETIMEDOUT).
+ *
+ * Registrations are EPOLLONESHOT and kept (EPOLL_CTL_MOD re-arms them: one
+ * epoll_ctl per wait).  A descriptor closed and its number reused is found
+ * by the kernel's ENOENT and registered anew; a stale registration of a file
+ * still open elsewhere may wake a waiter of the new one, which tries again
+ * and waits again: a spurious wake-up, never a lost one.
+ *
+ * A wait is the task's (on its stack) and listed by its executor; it is
+ * claimed once (iwait.h) by readiness, cancellation or its timer, all on
+ * that executor's thread, and whoever claims it unlinks it before waking
+ * the task, which may then run anywhere.
+ *
+ * What epoll cannot watch (regular files: EPERM from epoll_ctl) and what a
+ * non-blocking attempt cannot express (a read(2) on a file without
+ * RWF_NOWAIT support and without O_NONBLOCK, openat, statx, fsync) runs in
+ * the blocking pool (blocking.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "epoll_int.h"
+#include "timer.h"
+
+/* ---- the set (the executor's thread, or its task on it) --------------------- */
+
+int cbcmn__ep_init(struct cbcmn__exec *e)
+{
+	struct cbcmn__ep *ep = cbcmn__calloc(1, sizeof(*ep));
+	if (!ep)
+		return -ENOMEM;
+	ep->tfd = -1;
+	ep->epfd = epoll_create1(EPOLL_CLOEXEC);
+	/* Non-blocking: the executor drains it after readiness, with nothing
+	 * else to tell it whether a second doorbell already did. */
+	e->ring.efd = ep->epfd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_EFD};
+	int rc = 0;
+	if (ep->epfd < 0 || e->ring.efd < 0 || epoll_ctl(ep->epfd, EPOLL_CTL_ADD, e->ring.efd, &ev))
+		rc = -errno;
+	e->ep = ep; /* destroy frees what was made */
+	return rc ? rc : cbcmn__ep_sq_init(ep);
+}
+
+void cbcmn__ep_destroy(struct cbcmn__exec *e)
+{
+	struct cbcmn__ep *ep = e->ep;
+	if (!ep)
+		return;
+	if (ep->epfd >= 0)
+		close(ep->epfd);
+	if (ep->tfd >= 0)
+		close(ep->tfd);
+	cbcmn__ep_sq_fini(ep);
+	free(ep->fds);
+	free(ep);
+	e->ep = NULL;
+}
+
+int cbcmn__ep_takeover(struct cbcmn__exec *e)
+{
+	/* The dead thread ran tasks that may have used the set; it is gone
+	 * once joined (ring.c says why join and not /proc). */
+	pthread_join(e->dead_thread, NULL);
+	return 0;
+}
+
+/* Asked between tasks (and while spinning idle, and before parking): each
+ * ask counts as a turn, and a look at the set is due every BATCH_TURNS. */
+bool cbcmn__ep_busy(const struct cbcmn__exec *e)
+{
+	struct cbcmn__ep *ep = e->ep;
+	return cbcmn__ep_sq_busy(ep) || (ep->all && ++ep->turns >= BATCH_TURNS);
+}
+
+static int fd_slot(struct cbcmn__ep *ep, int fd)
+{
+	if ((uint32_t)fd < ep->nfds)
+		return 0;
+	uint32_t n = ep->nfds ? ep->nfds : 64;
+	while (n <= (uint32_t)fd)
+		n *= 2;
+	struct ep_fd *f = realloc(ep->fds, n * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	memset(f + ep->nfds, 0, (n - ep->nfds) * sizeof(*f));
+	ep->fds = f;
+	ep->nfds = n;
+	return 0;
+}
+
+/* (Re-)arm fd's one-shot registration for `want`.  A MOD that finds nothing
+ * (the number names another file now, or the file was closed) adds; an ADD
+ * that finds one (a file we knew under this number is back) modifies.
+ * -EPERM: epoll cannot watch this file (a regular file). */
+static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want)
+{
+	struct ep_fd *f = &ep->fds[fd];
+	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+	int op = f->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+	for (int tries = 0; tries < 2; tries++) {
+		if (epoll_ctl(ep->epfd, op, fd, &ev) == 0) {
+			f->added = true;
+			return 0;
+		}
+		if (errno == ENOENT && op == EPOLL_CTL_MOD)
+			op = EPOLL_CTL_ADD;
+		else if (errno == EEXIST && op == EPOLL_CTL_ADD)
+			op = EPOLL_CTL_MOD;
+		else
+			break;
+	}
+	f->added = false;
+	return -errno;
+}
+
+void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
+{
+	struct ep_fd *f = &ep->fds[w->fd];
+	if (w->fprev)
+		w->fprev->fnext = w->fnext;
+	else
+		f->head = w->fnext;
+	if (w->fnext)
+		w->fnext->fprev = w->fprev;
+	if (w->aprev)
+		w->aprev->anext = w->anext;
+	else
+		ep->all = w->anext;
+	if (w->anext)
+		w->anext->aprev = w->aprev;
+	if (!w->ready)
+		w->e->ring.inflight--; /* a task's I/O wait (an emulated request is stream.c's) */
+	if (w->real_deadline) {
+		if (w->tprev)
+			w->tprev->tnext = w->tnext;
+		else
+			ep->timed = w->tnext;
+		if (w->tnext)
+			w->tnext->tprev = w->tprev;
+	}
+}
+
+int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
+{
+	struct cbcmn__ep *ep = e->ep;
+	int fd = w->fd;
+	if (fd < 0)
+		return -EBADF;
+	int rc = fd_slot(ep, fd);
+	if (rc)
+		return rc;
+	uint32_t want = w->events;
+	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
+		want |= o->events;
+	if ((rc = fd_arm(ep, fd, want)) != 0)
+		return rc;
+	w->e = e;
+	w->fprev = w->aprev = NULL;
+	w->fnext = ep->fds[fd].head;
+	if (w->fnext)
+		w->fnext->fprev = w;
+	ep->fds[fd].head = w;
+	w->anext = ep->all;
+	if (w->anext)
+		w->anext->aprev = w;
+	ep->all = w;
+	if (!w->ready)
+		e->ring.inflight++;
+	return 0;
+}
+
+/* The wait was claimed (by cancellation or its timer): unlink it, then
+ * wake its task, which may run elsewhere at once.  On w's executor's
+ * thread: iwait.h's on_cancel for a local wait, and timer.c's hook. */
+static void wait_end(struct cbcmn__iwait *iw)
+{
+	struct ep_wait *w = (struct ep_wait *)((char *)iw - offsetof(struct ep_wait, iw));
+	struct cbcmn__exec *e = w->e;
+	cbcmn__ep_unwatch(e->ep, w);
+	cbcmn__iwait_wake(iw, e);
+}
+
+/* Readiness on fd: wake the waits it concerns (an error or a hang-up
+ * concerns them all: they try again and see it) and run the emulated
+ * requests it concerns; re-arm for what still watches. */
+static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
+{
+	struct cbcmn__ep *ep = e->ep;
+	if ((uint32_t)fd >= ep->nfds)
+		return;
+	struct ep_wait *next;
+	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
+		next = w->fnext;
+		if (!(revents & (w->events | EPOLLERR | EPOLLHUP)))
+			continue;
+		if (w->ready) {
+			w->ready(e, w, revents); /* queues completions only */
+			continue;
+		}
+		/* Always won: cancellation and timers claim on this thread
+		 * and unlink in the same step. */
+		if (cbcmn__iwait_claim(&w->iw)) {
+			cbcmn__ep_unwatch(ep, w);
+			cbcmn__iwait_wake(&w->iw, e);
+		}
+	}
+	uint32_t rest = 0;
+	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+		rest |= w->events;
+	if (rest && fd_arm(ep, fd, rest) != 0) {
+		/* Cannot re-arm (out of memory in the kernel): let them try
+		 * again and register anew. */
+		for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
+			next = w->fnext;
+			if (!w->ready && cbcmn__iwait_claim(&w->iw)) {
+				cbcmn__ep_unwatch(ep, w);
+				cbcmn__iwait_wake(&w->iw, e);
+			}
+		}
+	}
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Lab mode: end the waits whose real-time deadline has come (-ETIMEDOUT).
+ * O(such waits): lab runtimes are small. */
+static void timed_expire(struct cbcmn__exec *e)
+{
+	uint64_t now = 0;
+	struct ep_wait *next;
+	for (struct ep_wait *w = e->ep->timed; w; w = next) {
+		next = w->tnext;
+		if (w->real_deadline <= (now ? now : (now = mono_ns())) &&
+		    cbcmn__iwait_claim_as(&w->iw, CBCMN__IW_TIMEDOUT))
+			wait_end(&w->iw);
+	}
+}
+
+/* ns until the first of them, UINT64_MAX for none. */
+static uint64_t timed_next(const struct cbcmn__ep *ep)
+{
+	uint64_t first = UINT64_MAX;
+	for (const struct ep_wait *w = ep->timed; w; w = w->tnext)
+		if (w->real_deadline < first)
+			first = w->real_deadline;
+	if (first == UINT64_MAX)
+		return first;
+	uint64_t now = mono_ns();
+	return first > now ? first - now : 0;
+}
+
+/* Raw system calls in the loop: read(2) and epoll_wait(2) are cancellation
+ * points, and an executor thread must not end half-way there (ring.c,
+ * cbcmn__efd_ring()). */
+static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
+{
+	struct cbcmn__ep *ep = e->ep;
+	for (int i = 0; i < n; i++) {
+		uint64_t v;
+		if (ev[i].data.u64 == TAG_EFD) {
+			if (syscall(SYS_read, e->ring.efd, &v, sizeof(v)) == (long)sizeof(v))
+				CBCMN__COUNT(e, doorbells_recv, 1);
+		} else if (ev[i].data.u64 == TAG_TFD) {
+			(void)syscall(SYS_read, ep->tfd, &v, sizeof(v));
+		} else {
+			fd_ready(e, (int)ev[i].data.u64, ev[i].events);
+		}
+	}
+	ep->turns = 0;
+	if (ep->timed)
+		timed_expire(e);
+	cbcmn__ep_sq_run(e);
+}
+
+void cbcmn__ep_poll(struct cbcmn__exec *e, bool idle)
+{
+	struct cbcmn__ep *ep = e->ep;
+	if (!ep->all || (!idle && ep->turns < BATCH_TURNS)) {
+		cbcmn__ep_sq_run(e); /* SQEs queued, completions to hand out */
+		return;
+	}
+	struct epoll_event ev[NEVENTS];
+	long n = syscall(SYS_epoll_pwait, ep->epfd, ev, NEVENTS, 0, NULL, (size_t)8);
+	CBCMN__COUNT(e, ring_enters, 1);
+	dispatch(e, ev, n > 0 ? (int)n : 0);
+}
+
+/* A wait of timeout_ns without epoll_pwait2: a timerfd in the set. */
+static long wait_timerfd(struct cbcmn__ep *ep, struct epoll_event *ev, uint64_t timeout_ns)
+{
+	if (timeout_ns && ep->tfd < 0) {
+		int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+		struct epoll_event tev = {.events = EPOLLIN, .data.u64 = TAG_TFD};
+		if (fd >= 0 && epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fd, &tev) == 0) {
+			ep->tfd = fd;
+		} else if (fd >= 0) {
+			close(fd);
+		}
+	}
+	int ms = -1;
+	if (timeout_ns && ep->tfd >= 0) {
+		struct itimerspec its = {.it_value = {(time_t)(timeout_ns / 1000000000u),
+						      (long)(timeout_ns % 1000000000u)}};
+		timerfd_settime(ep->tfd, 0, &its, NULL);
+	} else if (timeout_ns) {
+		/* No timerfd either: whole ms, rounded up (never early). */
+		uint64_t m = (timeout_ns + 999999u) / 1000000u;
+		ms = m > INT32_MAX ? INT32_MAX : (int)m;
+	}
+	return syscall(SYS_epoll_pwait, ep->epfd, ev, NEVENTS, ms, NULL, (size_t)8);
+}
+
+void cbcmn__ep_wait(struct cbcmn__exec *e, uint64_t timeout_ns)
+{
+	struct cbcmn__ep *ep = e->ep;
+	struct epoll_event ev[NEVENTS];
+	long n = -1;
+	/* Emulated SQEs queued or completions waiting: look, do not sleep;
+	 * an emulated timeout (stream.c's pauses) is a deadline too. */
+	if (cbcmn__ep_sq_busy(ep))
+		timeout_ns = 1;
+	uint64_t sq_ns = cbcmn__ep_sq_next(ep), t_ns = ep->timed ? timed_next(ep) : UINT64_MAX;
+	if (t_ns < sq_ns)
+		sq_ns = t_ns;
+	if (sq_ns != UINT64_MAX && (timeout_ns == 0 || sq_ns < timeout_ns))
+		timeout_ns = sq_ns ? sq_ns : 1;
+	errno = ENOSYS;
+	if (!ep->no_pwait2) {
+		struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+		n = syscall(SYS_epoll_pwait2, ep->epfd, ev, NEVENTS, timeout_ns ? &ts : NULL, NULL,
+			    (size_t)8);
+		if (n < 0 && errno == ENOSYS)
+			ep->no_pwait2 = true; /* before 5.11 */
+	}
+	if (ep->no_pwait2)
+		n = wait_timerfd(ep, ev, timeout_ns);
+	CBCMN__COUNT(e, ring_enters, 1);
+	dispatch(e, ev, n > 0 ? (int)n : 0);
+}
+
+void cbcmn__ep_cancel_pending(struct cbcmn__exec *e)
+{
+	struct ep_wait *next;
+	for (struct ep_wait *w = e->ep->all; w; w = next) {
+		next = w->anext;
+		if (!w->ready && cbcmn__iwait_local_cancel(&w->iw))
+			wait_end(&w->iw);
+	}
+}
+
+/* ---- task side -------------------------------------------------------------- */
+
+/* Park t until fd is ready for `events`, or its deadline (cbcmn__now; in
+ * lab mode CLOCK_MONOTONIC, a timed_expire() wait), or its cancellation.  0 when ready (or possibly ready: try again),
+ * CBCMN_ECANCELED, -ETIMEDOUT, -EPERM where epoll cannot watch fd (a
+ * regular file), another epoll_ctl error (-EBADF), -ENOMEM. */
+static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadline)
+{
+	struct cbcmn__exec *e = t->exec;
+	struct ep_wait w = {.fd = fd, .events = events};
+	int rc = cbcmn__ep_watch(e, &w);
+	if (rc)
+		return rc;
+	cbcmn__iwait_init(&w.iw, t);
+	w.iw.on_cancel = wait_end;
+	w.iw.on_timeout = wait_end;
+	w.iw.local = true;
+	struct cbcmn__timer *tm = NULL;
+	if (deadline != UINT64_MAX && t->rt->lab) {
+		struct cbcmn__ep *ep = e->ep;
+		w.real_deadline = deadline ? deadline : 1;
+		w.tnext = ep->timed;
+		if (w.tnext)
+			w.tnext->tprev = &w;
+		ep->timed = &w;
+	} else if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(e, deadline, &w.iw))) {
+		cbcmn__ep_unwatch(e->ep, &w);
+		atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		return -ENOMEM;
+	}
+	uint32_t how = cbcmn__iwait_block(&w.iw);
+	if (tm)
+		cbcmn__timer_disarm(tm);
+	return how == CBCMN__IW_WOKEN ? 0 : how == CBCMN__IW_CANCELLED ? CBCMN_ECANCELED : -ETIMEDOUT;
+}
+
+/* One call in progress: what it has done so far (MSG_WAITALL, a regular
+ * file's remainder) and how to go on. */
+struct call {
+	const struct io_uring_sqe *sqe;
+	size_t done;                     /* bytes moved so far */
+	bool plain;                      /* no RWF_NOWAIT: the fd is O_NONBLOCK itself */
+	bool pool;                       /* in the blocking pool: may block */
+	bool ran;                        /* the pool ran it (it took effect) */
+	int64_t res;                     /* the pool's result */
+};
+
+static int64_t sys(long rc)
+{
+	return rc < 0 ? -errno : rc;
+}
+
+/* iov advanced by `skip` bytes, in *out: iov itself when skip is 0, else a
+ * copy (malloc'd when it has more than one entry: *out != one).  The count,
+ * or -ENOMEM. */
+static int iov_skip(const struct iovec *iov, int cnt, size_t skip, struct iovec *one,
+		    const struct iovec **out)
+{
+	if (skip == 0) {
+		*out = iov; /* the usual case: nothing done yet */
+		return cnt;
+	}
+	while (cnt > 0 && skip >= iov->iov_len) {
+		skip -= iov->iov_len;
+		iov++;
+		cnt--;
+	}
+	struct iovec *v = cnt > 1 ? malloc((size_t)cnt * sizeof(*v)) : one;
+	if (!v)
+		return -ENOMEM;
+	if (cnt > 0) {
+		memcpy(v, iov, (size_t)cnt * sizeof(*v));
+		v[0].iov_base = (char *)v[0].iov_base + skip;
+		v[0].iov_len -= skip;
+	}
+	*out = v;
+	return cnt;
+}
+
+/* read, write, readv, writev, pread, pwrite: preadv2/pwritev2 from where
+ * c->done left off.  RWF_NOWAIT makes one attempt non-blocking without the
+ * descriptor's O_NONBLOCK (sockets, pipes, eventfds; a regular file reads
+ * what is cached); in the pool, or on a descriptor that is O_NONBLOCK
+ * itself, the plain call. */
+static int64_t rw(struct call *c)
+{
+	const struct io_uring_sqe *sqe = c->sqe;
+	bool wr = sqe->opcode == IORING_OP_WRITE || sqe->opcode == IORING_OP_WRITEV;
+	bool vec = sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV;
+	struct iovec one = {(void *)(uintptr_t)sqe->addr, sqe->len};
+	const struct iovec *iov = &one, *user = (const struct iovec *)(uintptr_t)sqe->addr;
+	int cnt = 1;
+	if (vec) {
+		cnt = iov_skip(user, (int)sqe->len, c->done, &one, &iov);
+		if (cnt < 0)
+			return cnt;
+	} else {
+		one.iov_base = (char *)one.iov_base + c->done;
+		one.iov_len -= c->done;
+	}
+	off_t off = sqe->off == (uint64_t)-1 ? -1 : (off_t)(sqe->off + c->done);
+	int fl = c->pool || c->plain ? 0 : RWF_NOWAIT;
+	int64_t rc;
+	for (;;) {
+		rc = wr ? sys(pwritev2(sqe->fd, iov, cnt, off, fl)) : sys(preadv2(sqe->fd, iov, cnt, off, fl));
+		/* A file that cannot seek: the offset is ignored, as io_uring
+		 * does (io.c). */
+		if (rc != -ESPIPE || off == -1)
+			break;
+		off = -1;
+	}
+	if (vec && iov != &one && iov != user)
+		free((void *)iov);
+	return rc;
+}
+
+/* The blocking pool's side: the call, blocking. */
+static int64_t pool_fn(void *arg)
+{
+	struct call *c = arg;
+	const struct io_uring_sqe *sqe = c->sqe;
+	int64_t rc;
+	switch (sqe->opcode) {
+	case IORING_OP_OPENAT:
+		rc = sys(openat(sqe->fd, (const char *)(uintptr_t)sqe->addr, (int)sqe->open_flags,
+				(mode_t)sqe->len));
+		break;
+	case IORING_OP_STATX:
+		rc = sys(statx(sqe->fd, (const char *)(uintptr_t)sqe->addr, (int)sqe->statx_flags,
+			       sqe->len, (struct statx *)(uintptr_t)sqe->off));
+		break;
+	case IORING_OP_FSYNC:
+		rc = sys(sqe->fsync_flags & IORING_FSYNC_DATASYNC ? fdatasync(sqe->fd) : fsync(sqe->fd));
+		break;
+	default:
+		rc = rw(c);
+		break;
+	}
+	c->res = rc;
+	c->ran = true;
+	return rc;
+}
+
+/* Run the rest of c in the blocking pool.  What it did is the result, even
+ * when the task was cancelled meanwhile (the pool then waits for it);
+ * CBCMN_ECANCELED only if it never ran. */
+static int64_t pool_call(struct cbcmn_task *t, struct call *c)
+{
+	c->pool = true;
+	c->ran = false;
+	int rc = cbcmn_blocking((cbcmn_cx *)t, pool_fn, c, NULL);
+	/* c->ran and c->res: written by the pool thread before the release
+	 * that cbcmn_blocking()'s return acquires. */
+	return c->ran ? c->res : rc;
+}
+
+/* Set a listening socket O_NONBLOCK for good (docs/IO.md): accept4(2) has
+ * no per-call flag, and a wait for readiness followed by a blocking accept
+ * would block the executor whenever another task or thread took the
+ * connection first. */
+int cbcmn__ep_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0)
+		return -errno;
+	if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+/* One non-blocking attempt at c.  -EAGAIN with *events: wait for them. */
+static int64_t attempt(struct call *c, uint32_t *events)
+{
+	const struct io_uring_sqe *sqe = c->sqe;
+	int fd = sqe->fd;
+	int fl = (int)sqe->msg_flags | MSG_DONTWAIT;
+	void *buf = (char *)(uintptr_t)sqe->addr + c->done;
+	*events = EPOLLIN;
+	switch (sqe->opcode) {
+	case IORING_OP_WRITE:
+	case IORING_OP_WRITEV:
+		*events = EPOLLOUT;
+		/* fall through */
+	case IORING_OP_READ:
+	case IORING_OP_READV:
+		return rw(c);
+	case IORING_OP_RECV:
+		return sys(recv(fd, buf, sqe->len - c->done, fl));
+	case IORING_OP_SEND:
+		*events = EPOLLOUT;
+		return sys(send(fd, buf, sqe->len - c->done, fl));
+	case IORING_OP_RECVMSG:
+		return sys(recvmsg(fd, (struct msghdr *)(uintptr_t)sqe->addr, fl));
+	case IORING_OP_SENDMSG:
+		*events = EPOLLOUT;
+		return sys(sendmsg(fd, (const struct msghdr *)(uintptr_t)sqe->addr, fl));
+	case IORING_OP_ACCEPT: {
+		int rc = cbcmn__ep_nonblock(fd);
+		if (rc)
+			return rc;
+		return sys(accept4(fd, (struct sockaddr *)(uintptr_t)sqe->addr,
+				   (socklen_t *)(uintptr_t)sqe->off, (int)sqe->accept_flags));
+	}
+	case IORING_OP_SHUTDOWN:
+		return sys(shutdown(fd, (int)sqe->len));
+	default:
+		return -EINVAL;
+	}
+}
+
+/* connect(2) without blocking the executor: O_NONBLOCK for the connect
+ * call alone (a connection is set up by one task; docs/IO.md), then wait
+ * for writability and read the outcome (SO_ERROR).  Cancelled or timed
+ * out while connecting: CBCMN_ECANCELED / -ETIMEDOUT, and the kernel may
+ * still connect, as after a connect(2) a signal interrupted (cbcmn_io.h). */
+static int64_t do_connect(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t deadline)
+{
+	int fd = sqe->fd;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0)
+		return -errno;
+	if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	int64_t rc = sys(connect(fd, (const struct sockaddr *)(uintptr_t)sqe->addr, (socklen_t)sqe->off));
+	if (!(fl & O_NONBLOCK))
+		(void)fcntl(fd, F_SETFL, fl);
+	/* A Unix socket whose listener's backlog is full: EAGAIN, and it
+	 * needs another connect once there is room. */
+	while (rc == -EAGAIN) {
+		if ((rc = wait_fd(t, fd, EPOLLOUT, deadline)) != 0)
+			return rc;
+		if (cbcmn__task_cancelled(t))
+			return CBCMN_ECANCELED;
+		rc = sys(connect(fd, (const struct sockaddr *)(uintptr_t)sqe->addr, (socklen_t)sqe->off));
+	}
+	if (rc != -EINPROGRESS)
+		return rc;
+	if ((rc = wait_fd(t, fd, EPOLLOUT, deadline)) != 0) {
+		/* Cancelled or timed out: unless it connected (or failed)
+		 * meanwhile, which is then its result. */
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		if (poll(&p, 1, 0) != 1)
+			return rc;
+	}
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		return -errno;
+	return -err;
+}
+
+/* close: never undone.  Our registration of fd goes first (the number may
+ * be reused at once); other executors' sets drop it with the file. */
+static int64_t do_close(struct cbcmn__exec *e, int fd)
+{
+	struct cbcmn__ep *ep = e->ep;
+	if (fd >= 0 && (uint32_t)fd < ep->nfds && ep->fds[fd].added) {
+		(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+		ep->fds[fd].added = false;
+	}
+	return sys(close(fd));
+}
+
+int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t timeout_ns)
+{
+	struct call c = {.sqe = sqe};
+	uint64_t deadline = UINT64_MAX;
+	if (timeout_ns) {
+		/* In lab mode in real time, as a ring's linked timeout. */
+		uint64_t now = t->rt->lab ? mono_ns() : cbcmn__now(t->rt);
+		deadline = timeout_ns > UINT64_MAX - 1 - now ? UINT64_MAX - 1 : now + timeout_ns;
+	}
+	switch (sqe->opcode) {
+	case IORING_OP_CLOSE:
+		return do_close(t->exec, sqe->fd);
+	case IORING_OP_CONNECT:
+		return do_connect(t, sqe, deadline);
+	case IORING_OP_OPENAT: /* a FIFO's open, a slow disk: may block */
+	case IORING_OP_STATX:
+	case IORING_OP_FSYNC:
+		return pool_call(t, &c);
+	default:
+		break;
+	}
+	bool waitall = (sqe->opcode == IORING_OP_RECV || sqe->opcode == IORING_OP_SEND) &&
+		       (sqe->msg_flags & MSG_WAITALL);
+	bool rwop = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_WRITE ||
+		    sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV;
+	for (;;) {
+		uint32_t events;
+		int64_t rc = attempt(&c, &events);
+		if (rc == -EINTR)
+			continue; /* a signal on this thread: a ring would not say so either */
+		if (rc == -EOPNOTSUPP && rwop && !c.plain) {
+			/* No RWF_NOWAIT for this file (a tty, inotify, some
+			 * devices): the plain call if it is O_NONBLOCK itself;
+			 * else readiness first (cancellable, timed), then the
+			 * call in the pool, where it blocks only if another
+			 * reader took what was ready. */
+			int fl = fcntl(sqe->fd, F_GETFL);
+			if (fl >= 0 && (fl & O_NONBLOCK)) {
+				c.plain = true;
+				continue;
+			}
+			rc = wait_fd(t, sqe->fd, events, deadline);
+			if (rc == 0 && cbcmn__task_cancelled(t))
+				rc = CBCMN_ECANCELED;
+			return rc && rc != -EPERM ? rc : pool_call(t, &c);
+		}
+		if (rc > 0 && waitall && c.done + (size_t)rc < sqe->len) {
+			c.done += (size_t)rc; /* MSG_WAITALL: all of it, as io_uring does */
+			rc = -EAGAIN;
+		} else if (rc > 0 && rwop && !c.plain) {
+			/* A regular file reads (writes) what RWF_NOWAIT can
+			 * without blocking; read(2) would go on: the rest in
+			 * the pool. */
+			struct stat st;
+			size_t want = sqe->len;
+			if (sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV) {
+				want = 0;
+				const struct iovec *iov = (const struct iovec *)(uintptr_t)sqe->addr;
+				for (unsigned i = 0; i < sqe->len; i++)
+					want += iov[i].iov_len;
+			}
+			if (c.done + (size_t)rc < want && fstat(sqe->fd, &st) == 0 &&
+			    (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+				c.done += (size_t)rc;
+				/* A read that reached the end of a regular file
+				 * is done (the usual short read of a small file:
+				 * no trip to the pool). */
+				bool rd = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_READV;
+				off_t pos = sqe->off == (uint64_t)-1 ? lseek(sqe->fd, 0, SEEK_CUR)
+								     : (off_t)(sqe->off + c.done);
+				if (rd && S_ISREG(st.st_mode) && pos >= st.st_size)
+					return (int64_t)c.done;
+				int64_t more = pool_call(t, &c);
+				return more < 0 ? (int64_t)c.done : (int64_t)c.done + more;
+			}
+		}
+		if (rc != -EAGAIN || (sqe->msg_flags & MSG_DONTWAIT && !rwop))
+			return rc >= 0 ? rc + (int64_t)c.done : c.done ? (int64_t)c.done : rc;
+		rc = wait_fd(t, sqe->fd, events, deadline);
+		if (rc == -EPERM) /* a regular file not in the page cache */
+			return c.done ? (int64_t)c.done : pool_call(t, &c);
+		if (rc == 0 && cbcmn__task_cancelled(t))
+			rc = CBCMN_ECANCELED; /* ready, but not tried: nothing happened */
+		if (rc)
+			return c.done ? (int64_t)c.done : rc;
+	}
+}

@@ -1,0 +1,92 @@
+/* epoll_int.h: private to the epoll backend's files: epoll.c (the set,
+ * parking, fiber I/O) and epoll_sq.c (the SQEs stream.c queues, emulated).
+ */
+#ifndef CBCMN_EPOLL_INT_H
+#define CBCMN_EPOLL_INT_H
+
+#include "epoll.h"
+#include "iwait.h"
+
+/* epoll_event.data of the set's own descriptors; a watched one's is its fd. */
+#define TAG_EFD UINT64_MAX         /* the doorbell eventfd */
+#define TAG_TFD (UINT64_MAX - 1)   /* the park timerfd (no epoll_pwait2) */
+/* A busy executor looks for readiness once every this many picks, as the
+ * ring loop submits once every 16 (sched.c's RING_BATCH_TURNS). */
+#define BATCH_TURNS 16u
+#define NEVENTS 64
+
+/* Something watching a descriptor of e's set: a task's wait (ready NULL:
+ * claimed and woken) or an emulated request of epoll_sq.c (ready called;
+ * it unlinks itself when it is done). */
+struct ep_wait {
+	struct cbcmn__iwait iw;          /* a task's */
+	void (*ready)(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents);
+	struct cbcmn__exec *e;           /* whose set and lists it is on */
+	int fd;
+	uint32_t events;                 /* EPOLLIN, EPOLLOUT (| EPOLLRDHUP) */
+	struct ep_wait *fprev, *fnext;   /* watching fd */
+	struct ep_wait *aprev, *anext;   /* all of e's */
+	/* Lab mode: a task's timeout in real time (the runtime's clock jumps
+	 * over waits for the world outside, a ring's linked timeout does
+	 * not), on e's list of such waits. */
+	uint64_t real_deadline;          /* CLOCK_MONOTONIC ns; 0: none */
+	struct ep_wait *tprev, *tnext;
+};
+
+struct ep_fd {
+	struct ep_wait *head;
+	bool added;                      /* registered in the set, as far as we know */
+};
+
+/* A completion of an emulated SQE, waiting to be handed out. */
+struct ep_cqe {
+	uint64_t ud;
+	int32_t res;
+	uint32_t flags;
+};
+
+struct ep_op;
+
+struct cbcmn__ep {
+	int epfd;
+	int tfd;                         /* -1 until a park needs it */
+	bool no_pwait2;                  /* the kernel lacks epoll_pwait2 (before 5.11) */
+	struct ep_fd *fds;               /* by descriptor number */
+	uint32_t nfds;
+	struct ep_wait *all;
+	struct ep_wait *timed;           /* waits with a real_deadline (lab mode) */
+	uint32_t turns;                  /* loop turns since the last look */
+	/* epoll_sq.c: SQEs queued, completions to hand out, requests in
+	 * flight, the buffer ring of stream.c's pool. */
+	struct io_uring_sqe *sq;
+	uint32_t sq_len, sq_cap;
+	struct ep_cqe *cq;
+	uint32_t cq_len, cq_cap;
+	struct ep_op *ops;               /* in flight on a descriptor */
+	struct ep_op *timeouts;          /* in flight on the clock (few: looked at every turn) */
+	struct ep_op *done, *done_tail;  /* ended, last completion not handed out: FIFO */
+	struct io_uring_buf_ring *br;
+	uint32_t br_mask;
+	uint16_t br_head;                /* the next entry to take, as the kernel's head */
+};
+
+/* epoll.c: start watching w->fd for w->events (linked to e's lists, the
+ * registration armed); 0, -ENOMEM, -EPERM (a file epoll cannot watch),
+ * -EBADF.  Stop watching (unlinked; the registration is left armed: a
+ * late event finds nobody). */
+int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w);
+void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w);
+
+/* epoll.c: make a listening socket O_NONBLOCK for good (docs/IO.md). */
+int cbcmn__ep_nonblock(int fd);
+
+/* epoll_sq.c */
+int cbcmn__ep_sq_init(struct cbcmn__ep *ep);
+bool cbcmn__ep_sq_busy(const struct cbcmn__ep *ep);
+/* Submit the queued SQEs, fire due timeouts, hand out the completions. */
+void cbcmn__ep_sq_run(struct cbcmn__exec *e);
+/* ns until the earliest emulated timeout, UINT64_MAX for none. */
+uint64_t cbcmn__ep_sq_next(const struct cbcmn__ep *ep);
+void cbcmn__ep_sq_fini(struct cbcmn__ep *ep);
+
+#endif

@@ -1,0 +1,919 @@
+/* test_backend.c: the choice of I/O backend (cbcmn_config.backend,
+ * CBCMN_BACKEND) and the epoll backend where io_uring is refused, as in a
+ * container: a seccomp filter makes io_uring_setup fail with EPERM, as
+ * Docker's default profile does (docs/IO.md, "Backends").
+ *
+ * Each case runs in a child: a seccomp filter cannot be taken off, and the
+ * environment variable is the process's. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cbcmn.h"
+#include "cbcmn_io.h"
+#include "helpers.h"
+
+#define MS 1000000ull
+#define CHILD_SKIP 77
+
+/* In the child: a failed check says where, and the child fails. */
+#define CHILD_CHECK(c)                                                         \
+	do {                                                                    \
+		if (!(c)) {                                                     \
+			fprintf(stderr, "child: %s:%d: %s\n", __FILE__, __LINE__, #c); \
+			_exit(1);                                               \
+		}                                                               \
+	} while (0)
+
+/* Make io_uring's three system calls fail with err, as a container's
+ * seccomp profile does (Docker's answers EPERM). */
+static void deny_io_uring(int err)
+{
+	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
+	CHILD_CHECK(f != NULL);
+	CHILD_CHECK(seccomp_rule_add(f, SCMP_ACT_ERRNO(err), SCMP_SYS(io_uring_setup), 0) == 0);
+	CHILD_CHECK(seccomp_rule_add(f, SCMP_ACT_ERRNO(err), SCMP_SYS(io_uring_enter), 0) == 0);
+	CHILD_CHECK(seccomp_rule_add(f, SCMP_ACT_ERRNO(err), SCMP_SYS(io_uring_register), 0) == 0);
+	CHILD_CHECK(seccomp_load(f) == 0);
+	seccomp_release(f);
+}
+
+/* Run body in a child (at most T_STALL_S), after setting CBCMN_BACKEND to
+ * env (NULL: unset) and, if err, denying io_uring with it. */
+static void in_child(void (*body)(void), const char *env, int err)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(T_STALL_S);
+		if (env)
+			setenv("CBCMN_BACKEND", env, 1);
+		else
+			unsetenv("CBCMN_BACKEND");
+		if (err)
+			deny_io_uring(err);
+		body();
+		fflush(NULL);
+		_exit(0);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_SKIP)
+		T_SKIP("the child could not set up what it tests");
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("child %s %d", WIFEXITED(st) ? "exited" : "killed by signal",
+			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
+static uint32_t backend_of(cbcmn_runtime *rt)
+{
+	cbcmn_stats st;
+	CHILD_CHECK(cbcmn_stats_snapshot(rt, &st, NULL, 0) == 0);
+	return st.backend;
+}
+
+/* ---- a workload: fork-join, pipes, sockets, a stream, an acceptor --------- */
+
+static int64_t fib(cbcmn_cx *cx, void *arg)
+{
+	int64_t n = (int64_t)(intptr_t)arg;
+	if (n < 2)
+		return n;
+	cbcmn_nursery *nr;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nr) != 0)
+		return -1;
+	cbcmn_task *a, *b;
+	int64_t ra = 0, rb = 0;
+	if (cbcmn_nursery_spawn(cx, nr, fib, (void *)(intptr_t)(n - 1), &a) != 0 ||
+	    cbcmn_nursery_spawn(cx, nr, fib, (void *)(intptr_t)(n - 2), &b) != 0)
+		return -1;
+	cbcmn_task_join(cx, a, &ra);
+	cbcmn_task_join(cx, b, &rb);
+	cbcmn_nursery_await_all(cx, nr);
+	return ra + rb;
+}
+
+struct echo {
+	int lfd;
+	struct sockaddr_in addr;
+};
+
+/* Serves one connection: reads 3 bytes, writes them back. */
+static int64_t server(cbcmn_cx *cx, void *arg)
+{
+	struct echo *e = arg;
+	int64_t c = cbcmn_accept(cx, e->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (c < 0)
+		return c;
+	char b[3];
+	int64_t n = cbcmn_recv(cx, (int)c, b, sizeof(b), MSG_WAITALL);
+	int64_t w = n == 3 ? cbcmn_send(cx, (int)c, b, 3, 0) : -EIO;
+	cbcmn_close(cx, (int)c);
+	return w == 3 ? 0 : -EIO;
+}
+
+/* A stream over a socket pair, from a task pinned to its executor (a
+ * stream is its executor's: -EXDEV elsewhere). */
+static int64_t stream_part(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	char buf[8] = {0};
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		return 10;
+	cbcmn_stream *st;
+	if (cbcmn_stream_open(cx, sv[0], &st))
+		return 11;
+	if (write(sv[1], "stream", 6) != 6)
+		return 12;
+	close(sv[1]);
+	size_t got = 0;
+	const void *d;
+	int64_t n;
+	while ((n = cbcmn_stream_recv(cx, st, &d)) > 0 && got + (size_t)n <= sizeof(buf)) {
+		memcpy(buf + got, d, (size_t)n);
+		got += (size_t)n;
+	}
+	if (n != 0 || got != 6 || memcmp(buf, "stream", 6)) {
+		fprintf(stderr, "child: stream: last %lld, %zu bytes\n", (long long)n, got);
+		return 13;
+	}
+	if (cbcmn_stream_close(cx, st))
+		return 14;
+	close(sv[0]);
+	return 0;
+}
+
+static int64_t workload(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	/* CPU only. */
+	if (fib(cx, (void *)(intptr_t)15) != 610)
+		return 1;
+	/* A pipe: the reader waits for readiness, the writer fills it. */
+	int p[2];
+	if (pipe2(p, O_CLOEXEC))
+		return 2;
+	char buf[8] = {0};
+	if (cbcmn_write(cx, p[1], "pipe", 4) != 4 || cbcmn_read(cx, p[0], buf, 8) != 4 ||
+	    memcmp(buf, "pipe", 4))
+		return 3;
+	/* A read that must wait, with a timeout: nothing comes. */
+	cbcmn_io_set_timeout(cx, 20 * MS);
+	if (cbcmn_read(cx, p[0], buf, 8) != -ETIMEDOUT)
+		return 4;
+	cbcmn_io_set_timeout(cx, 0);
+	cbcmn_close(cx, p[0]);
+	cbcmn_close(cx, p[1]);
+	/* TCP on loopback: accept and connect through the runtime. */
+	struct echo e = {.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+	e.addr.sin_family = AF_INET;
+	e.addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t al = sizeof(e.addr);
+	if (e.lfd < 0 || bind(e.lfd, (struct sockaddr *)&e.addr, sizeof(e.addr)) ||
+	    listen(e.lfd, 8) || getsockname(e.lfd, (struct sockaddr *)&e.addr, &al))
+		return 5;
+	cbcmn_nursery *nr;
+	cbcmn_task *srv;
+	if (cbcmn_nursery_open(rt, cx, &nr) || cbcmn_nursery_spawn(cx, nr, server, &e, &srv))
+		return 6;
+	int64_t s = cbcmn_socket(cx, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0 || cbcmn_connect(cx, (int)s, (struct sockaddr *)&e.addr, sizeof(e.addr)) != 0)
+		return 7;
+	if (cbcmn_send(cx, (int)s, "abc", 3, 0) != 3 || cbcmn_recv(cx, (int)s, buf, 3, MSG_WAITALL) != 3 ||
+	    memcmp(buf, "abc", 3))
+		return 8;
+	int64_t sr = -1;
+	cbcmn_task_join(cx, srv, &sr);
+	cbcmn_nursery_await_all(cx, nr);
+	if (sr != 0)
+		return 9;
+	cbcmn_close(cx, (int)s);
+	/* A stream. */
+	cbcmn_task *stt;
+	int64_t sres = -1;
+	if (cbcmn_nursery_open(rt, cx, &nr) ||
+	    cbcmn_nursery_spawn_pinned(cx, nr, cbcmn_cx_executor(cx), stream_part, NULL, &stt))
+		return 15;
+	cbcmn_task_join(cx, stt, &sres);
+	cbcmn_nursery_await_all(cx, nr);
+	if (sres != 0)
+		return sres;
+	close(e.lfd);
+	return 0;
+}
+
+static void run_workload(cbcmn_runtime *rt)
+{
+	int64_t r = -1;
+	CHILD_CHECK(cbcmn_runtime_run(rt, workload, NULL, &r) == 0);
+	if (r != 0)
+		fprintf(stderr, "child: workload step %lld failed\n", (long long)r);
+	CHILD_CHECK(r == 0);
+}
+
+/* ---- (a) no io_uring: the default falls back to epoll --------------------- */
+
+static void fallback_body(void)
+{
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 2;
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(&c, &rt);
+	if (rc)
+		fprintf(stderr, "child: create: %s\n", cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	CHILD_CHECK(backend_of(rt) == CBCMN_BACKEND_EPOLL);
+	run_workload(rt);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+static void test_no_io_uring_falls_back_to_epoll(void **state)
+{
+	(void)state;
+	in_child(fallback_body, NULL, EPERM);
+}
+
+static void test_io_uring_enosys_or_eacces_falls_back(void **state)
+{
+	(void)state;
+	in_child(fallback_body, NULL, ENOSYS);
+	in_child(fallback_body, "auto", EACCES);
+}
+
+/* ---- (b) io_uring asked for where it is refused: the kernel's error -------- */
+
+static void forced_io_uring_body(void)
+{
+	cbcmn_runtime *rt;
+	CHILD_CHECK(cbcmn_runtime_create(NULL, &rt) == -EPERM);
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.backend = CBCMN_BACKEND_IO_URING;
+	unsetenv("CBCMN_BACKEND");
+	CHILD_CHECK(cbcmn_runtime_create(&c, &rt) == -EPERM);
+}
+
+static void test_forced_io_uring_without_it_fails(void **state)
+{
+	(void)state;
+	in_child(forced_io_uring_body, "io_uring", EPERM);
+}
+
+/* A resource error is the caller's to see, never a reason to fall back. */
+static void enomem_body(void)
+{
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(NULL, &rt);
+	CHILD_CHECK(rc == -ENOMEM || rc == CBCMN_EMEMLOCK);
+}
+
+static void test_resource_errors_do_not_fall_back(void **state)
+{
+	(void)state;
+	in_child(enomem_body, NULL, ENOMEM);
+}
+
+/* ---- (c) the variable and the field -------------------------------------- */
+
+static void bad_env_body(void)
+{
+	cbcmn_runtime *rt;
+	CHILD_CHECK(cbcmn_runtime_create(NULL, &rt) == -EINVAL);
+	/* An explicit choice does not read it. */
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	CHILD_CHECK(cbcmn_runtime_create(&c, &rt) == 0);
+	CHILD_CHECK(backend_of(rt) == CBCMN_BACKEND_EPOLL);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+static void test_bad_env_value_is_einval(void **state)
+{
+	(void)state;
+	in_child(bad_env_body, "kqueue", 0);
+	in_child(bad_env_body, "EPOLL", 0);
+}
+
+static void env_epoll_body(void)
+{
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 2;
+	cbcmn_runtime *rt;
+	CHILD_CHECK(cbcmn_runtime_create(&c, &rt) == 0);
+	CHILD_CHECK(backend_of(rt) == CBCMN_BACKEND_EPOLL);
+	run_workload(rt);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+	/* The config's explicit choice wins over the variable. */
+	c.backend = CBCMN_BACKEND_IO_URING;
+	int rc = cbcmn_runtime_create(&c, &rt);
+	if (rc == -EPERM || rc == -ENOSYS)
+		_exit(0); /* no io_uring here at all */
+	CHILD_CHECK(rc == 0);
+	CHILD_CHECK(backend_of(rt) == CBCMN_BACKEND_IO_URING);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+static void test_env_picks_epoll_unless_the_config_does(void **state)
+{
+	(void)state;
+	in_child(env_epoll_body, "epoll", 0);
+}
+
+static void test_bad_config_value_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	assert_int_equal(c.backend, CBCMN_BACKEND_AUTO);
+	c.backend = 3;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&c, &rt), -EINVAL);
+	assert_string_equal(cbcmn_backend_name(CBCMN_BACKEND_EPOLL), "epoll");
+	assert_string_equal(cbcmn_backend_name(CBCMN_BACKEND_IO_URING), "io_uring");
+	assert_string_equal(cbcmn_backend_name(9), "?");
+}
+
+/* ---- the epoll backend under attack (cbcmn_config.backend = epoll) ------- */
+
+static cbcmn_runtime *rt_epoll(uint32_t workers)
+{
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = workers;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	return t_runtime_cfg(&c);
+}
+
+/* A nursery of cx's with one child fn(arg) in it. */
+static cbcmn_nursery *spawn_one(cbcmn_cx *cx, cbcmn_task_fn fn, void *arg)
+{
+	cbcmn_nursery *n = NULL;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(n && cbcmn_nursery_spawn(cx, n, fn, arg, NULL) == 0);
+	return n;
+}
+
+/* A send waiting for room in a full socket when its peer hangs up: the
+ * error (EPOLLERR/EPOLLHUP wake it), not a wait forever. */
+struct hup {
+	int sv[2];
+	_Atomic int waiting;
+	int64_t rc;
+};
+
+static int64_t hup_sender(cbcmn_cx *cx, void *arg)
+{
+	struct hup *h = arg;
+	static char big[1 << 20];
+	atomic_store(&h->waiting, 1);
+	h->rc = cbcmn_send(cx, h->sv[0], big, sizeof(big), MSG_WAITALL | MSG_NOSIGNAL);
+	return 0;
+}
+
+static int64_t hup_main(cbcmn_cx *cx, void *arg)
+{
+	struct hup *h = arg;
+	cbcmn_nursery *n = spawn_one(cx, hup_sender, h);
+	while (!atomic_load(&h->waiting))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20 * MS); /* it has filled the socket and waits */
+	close(h->sv[1]);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_epoll_peer_hangup_ends_a_waiting_send(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct hup h = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.sv), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, hup_main, &h, &r), 0);
+	ASSERT_TASK_CHECKS();
+	/* What moved before the hang-up, or the error. */
+	assert_true(h.rc == -EPIPE || h.rc == -ECONNRESET || (h.rc > 0 && h.rc < (1 << 20)));
+	close(h.sv[0]);
+	t_destroy(rt);
+}
+
+/* A descriptor number reused after its file was closed under a
+ * registration of the set: the new file is watched (the kernel dropped the
+ * old registration, or keeps it for a copy of the old file, whose events
+ * then only wake the waiter for nothing). */
+struct reuse {
+	int wfd;
+	int64_t first, second;
+	char got;
+};
+
+static int64_t reuse_writer(cbcmn_cx *cx, void *arg)
+{
+	struct reuse *u = arg;
+	cbcmn_sleep(cx, 10 * MS); /* the reader waits by then */
+	return cbcmn_write(cx, u->wfd, "z", 1) == 1 ? 0 : -1;
+}
+
+static int64_t reuse_main(cbcmn_cx *cx, void *arg)
+{
+	struct reuse *u = arg;
+	for (int keep_copy = 0; keep_copy < 2; keep_copy++) {
+		int p[2];
+		TASK_CHECK(pipe2(p, O_CLOEXEC) == 0);
+		cbcmn_io_set_timeout(cx, 10 * MS);
+		char c;
+		u->first = cbcmn_read(cx, p[0], &c, 1); /* registered, times out */
+		cbcmn_io_set_timeout(cx, 0);
+		TASK_CHECK(u->first == -ETIMEDOUT);
+		/* A copy keeps the old file, and its registration, alive; with
+		 * its writer gone it is hung up: ready for ever. */
+		int old = p[0], copy = keep_copy ? dup(old) : -1;
+		close(old);
+		close(p[1]);
+		int q[2];
+		TASK_CHECK(pipe2(q, O_CLOEXEC) == 0);
+		if (q[0] != old) { /* the new read end under the old number */
+			TASK_CHECK(dup3(q[0], old, O_CLOEXEC) == old);
+			close(q[0]);
+			q[0] = old;
+		}
+		u->wfd = q[1];
+		cbcmn_nursery *n = spawn_one(cx, reuse_writer, u);
+		cbcmn_io_set_timeout(cx, T_STALL_NS);
+		u->got = 0;
+		u->second = cbcmn_read(cx, q[0], &u->got, 1);
+		cbcmn_io_set_timeout(cx, 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		TASK_CHECK(u->second == 1 && u->got == 'z');
+		close(q[0]);
+		close(q[1]);
+		if (copy >= 0)
+			close(copy);
+	}
+	return 0;
+}
+
+static void test_epoll_reused_descriptor_number_is_watched_anew(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct reuse u = {0};
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, reuse_main, &u, &r), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
+/* Many readers of one pipe on two executors, one byte at a time: every
+ * readiness wakes them all, all but one find nothing and wait again.
+ * Every byte is read once, nobody is left waiting. */
+#define STORM 48
+
+struct storm {
+	int p[2];
+	_Atomic int got[256];
+	_Atomic int done;
+};
+
+static int64_t storm_reader(cbcmn_cx *cx, void *arg)
+{
+	struct storm *s = arg;
+	unsigned char c;
+	int64_t n = cbcmn_read(cx, s->p[0], &c, 1);
+	if (n == 1)
+		atomic_fetch_add(&s->got[c], 1);
+	atomic_fetch_add(&s->done, 1);
+	return n == 1 ? 0 : -1;
+}
+
+static int64_t storm_main(cbcmn_cx *cx, void *arg)
+{
+	struct storm *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < STORM; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, storm_reader, s, NULL) == 0);
+	cbcmn_sleep(cx, 10 * MS); /* all waiting */
+	for (int i = 0; i < STORM; i++) {
+		unsigned char c = (unsigned char)i;
+		TASK_CHECK(cbcmn_write(cx, s->p[1], &c, 1) == 1);
+		if (i % 3 == 0)
+			cbcmn_yield(cx);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_epoll_many_readers_of_one_pipe_each_get_one_byte(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct storm *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	assert_int_equal(pipe2(s->p, O_CLOEXEC), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, storm_main, s, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&s->done), STORM);
+	for (int i = 0; i < STORM; i++)
+		assert_int_equal(atomic_load(&s->got[i]), 1);
+	close(s->p[0]);
+	close(s->p[1]);
+	free(s);
+	t_destroy(rt);
+}
+
+/* A task ends its executor's thread while a reader waits on a stream and
+ * another on a plain recv: on epoll nothing of theirs is in the kernel, so
+ * both go on with the thread that takes over and get what comes later. */
+struct survive {
+	int sv[2], pv[2];
+	_Atomic int readers;
+	int64_t srec, prec;
+	char sbuf[8], pbuf[8];
+};
+
+static int64_t survive_stream(cbcmn_cx *cx, void *arg)
+{
+	struct survive *v = arg;
+	cbcmn_stream *st;
+	if (cbcmn_stream_open(cx, v->sv[0], &st))
+		return -1;
+	atomic_fetch_add(&v->readers, 1);
+	const void *d;
+	v->srec = cbcmn_stream_recv(cx, st, &d);
+	if (v->srec > 0)
+		memcpy(v->sbuf, d, (size_t)v->srec < sizeof(v->sbuf) ? (size_t)v->srec : sizeof(v->sbuf));
+	return cbcmn_stream_close(cx, st);
+}
+
+static int64_t survive_plain(cbcmn_cx *cx, void *arg)
+{
+	struct survive *v = arg;
+	atomic_fetch_add(&v->readers, 1);
+	v->prec = cbcmn_recv(cx, v->pv[0], v->pbuf, sizeof(v->pbuf), 0);
+	return 0;
+}
+
+static int64_t survive_quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t survive_main(cbcmn_cx *cx, void *arg)
+{
+	struct survive *v = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *readers, *quitters;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &readers) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, readers, 0, survive_stream, v, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, readers, 0, survive_plain, v, NULL) == 0);
+	while (atomic_load(&v->readers) < 2)
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 5 * MS); /* both wait */
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &quitters) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, quitters, 0, survive_quitter, v, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, quitters) == CBCMN_EPANIC);
+	TASK_CHECK(write(v->sv[1], "late", 4) == 4);
+	TASK_CHECK(write(v->pv[1], "also", 4) == 4);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, readers) == 0);
+	return 0;
+}
+
+static void test_epoll_waits_outlive_their_executors_thread(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 2;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	c.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
+	cbcmn_runtime *rt = t_runtime_cfg(&c);
+	struct survive v = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, v.sv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, v.pv), 0);
+	int saved, efd = t_stderr_capture(&saved);
+	int64_t r;
+	int rc = cbcmn_runtime_run(rt, survive_main, &v, &r);
+	char msg[2048];
+	t_stderr_restore(efd, saved, msg, sizeof(msg));
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(v.srec, 4);
+	assert_memory_equal(v.sbuf, "late", 4);
+	assert_int_equal(v.prec, 4);
+	assert_memory_equal(v.pbuf, "also", 4);
+	for (int i = 0; i < 2; i++) {
+		close(v.sv[i]);
+		close(v.pv[i]);
+	}
+	t_destroy(rt);
+}
+
+/* A connect whose task is cancelled while the kernel connects (loopback:
+ * at once): if it connected, that is its result, never CBCMN_ECANCELED
+ * with the socket connected (before: it said cancelled, and the caller
+ * would close a connection the server had accepted). */
+struct cconn {
+	struct sockaddr_in addr;
+	int s;
+	_Atomic int entered;
+	int64_t rc;
+};
+
+static int64_t cconn_child(cbcmn_cx *cx, void *arg)
+{
+	struct cconn *k = arg;
+	atomic_store(&k->entered, 1);
+	k->rc = cbcmn_connect(cx, k->s, (struct sockaddr *)&k->addr, sizeof(k->addr));
+	return 0;
+}
+
+static int64_t cconn_main(cbcmn_cx *cx, void *arg)
+{
+	struct cconn *k = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, cbcmn_cx_executor(cx), cconn_child, k, NULL) == 0);
+	while (!atomic_load(&k->entered))
+		cbcmn_yield(cx);
+	cbcmn_yield(cx); /* it waits for writability now */
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_epoll_cancelled_connect_that_connected_says_so(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct cconn k = {.addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)}};
+	socklen_t al = sizeof(k.addr);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&k.addr, sizeof(k.addr)), 0);
+	assert_int_equal(listen(lfd, 64), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&k.addr, &al), 0);
+	int connected = 0, cancelled = 0;
+	for (int i = 0; i < 50; i++) {
+		k.s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		atomic_store(&k.entered, 0);
+		k.rc = 1;
+		int64_t r;
+		assert_int_equal(cbcmn_runtime_run(rt, cconn_main, &k, &r), 0);
+		ASSERT_TASK_CHECKS();
+		struct sockaddr_in peer;
+		socklen_t pl = sizeof(peer);
+		bool is_conn = getpeername(k.s, (struct sockaddr *)&peer, &pl) == 0;
+		if (k.rc == CBCMN_ECANCELED && is_conn)
+			fail_msg("round %d: the connect said cancelled, the socket is connected", i);
+		assert_true(k.rc == 0 || k.rc == CBCMN_ECANCELED);
+		connected += k.rc == 0;
+		cancelled += k.rc == CBCMN_ECANCELED;
+		close(k.s);
+		int c;
+		struct pollfd pf = {.fd = lfd, .events = POLLIN};
+		while (poll(&pf, 1, 0) > 0 && (c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+			close(c);
+	}
+	printf("  50 connects cancelled while connecting: %d connected, %d cancelled\n", connected,
+	       cancelled);
+	close(lfd);
+	t_destroy(rt);
+}
+
+/* One executor, a task that only yields until a reader on the same
+ * executor has its data: the executor never goes idle, so only its look
+ * at the set every few loop turns finds the pipe readable (before, the
+ * look was due every 16 fiber *starts*, which a yielding task never makes:
+ * the reader waited for ever). */
+struct spin {
+	int p[2];
+	_Atomic int got;
+};
+
+static int64_t spin_reader(cbcmn_cx *cx, void *arg)
+{
+	struct spin *v = arg;
+	char c;
+	if (cbcmn_read(cx, v->p[0], &c, 1) == 1)
+		atomic_store(&v->got, 1);
+	return 0;
+}
+
+static int64_t spin_main(cbcmn_cx *cx, void *arg)
+{
+	struct spin *v = arg;
+	cbcmn_nursery *n = spawn_one(cx, spin_reader, v);
+	for (int i = 0; i < 100; i++)
+		cbcmn_yield(cx); /* the reader waits */
+	TASK_CHECK(write(v->p[1], "x", 1) == 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&v->got) && t_now_ns() < end)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&v->got));
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_epoll_yielding_task_does_not_hide_readiness(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct spin v = {0};
+	assert_int_equal(pipe2(v.p, O_CLOEXEC), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, spin_main, &v, &r), 0);
+	ASSERT_TASK_CHECKS();
+	close(v.p[0]);
+	close(v.p[1]);
+	t_destroy(rt);
+}
+
+/* Lab mode: an I/O timeout is in real time, as a ring's linked timeout is:
+ * the lab clock jumps over a wait for the world outside (before, on epoll
+ * it jumped to the deadline at once, and a read whose data came 20 ms
+ * later returned -ETIMEDOUT after no time at all). */
+struct labio {
+	int p[2];
+	int64_t got, none;
+	uint64_t none_ns;
+};
+
+static void *labio_writer(void *arg)
+{
+	struct labio *l = arg;
+	usleep(20000);
+	if (write(l->p[1], "w", 1) != 1)
+		abort();
+	return NULL;
+}
+
+static int64_t labio_main(cbcmn_cx *cx, void *arg)
+{
+	struct labio *l = arg;
+	char c;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	l->got = cbcmn_read(cx, l->p[0], &c, 1);
+	cbcmn_io_set_timeout(cx, 30 * MS);
+	uint64_t t0 = t_now_ns();
+	l->none = cbcmn_read(cx, l->p[0], &c, 1);
+	l->none_ns = t_now_ns() - t0;
+	cbcmn_io_set_timeout(cx, 0);
+	return 0;
+}
+
+static void test_epoll_lab_io_timeout_is_real_time(void **state)
+{
+	(void)state;
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	c.flags = CBCMN_CONFIG_LAB;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	cbcmn_runtime *rt = t_runtime_cfg(&c);
+	struct labio l = {0};
+	assert_int_equal(pipe2(l.p, O_CLOEXEC), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, labio_writer, &l), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, labio_main, &l, &r), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(l.got, 1);
+	assert_int_equal(l.none, -ETIMEDOUT);
+	assert_true(l.none_ns >= 25 * MS);
+	close(l.p[0]);
+	close(l.p[1]);
+	t_destroy(rt);
+}
+
+/* A kernel before 5.11 has no epoll_pwait2: parks with a timeout go
+ * through a timerfd in the set.  Denied here with ENOSYS, as such a kernel
+ * answers; sleeps and timeouts must still end on time, and I/O work. */
+static void no_pwait2_body(void)
+{
+	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
+	CHILD_CHECK(f != NULL);
+	CHILD_CHECK(seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(epoll_pwait2), 0) == 0);
+	CHILD_CHECK(seccomp_load(f) == 0);
+	seccomp_release(f);
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 2;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	cbcmn_runtime *rt;
+	CHILD_CHECK(cbcmn_runtime_create(&c, &rt) == 0);
+	run_workload(rt); /* its read with a 20 ms timeout parks on the timerfd */
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+static void test_epoll_without_epoll_pwait2_parks_on_a_timerfd(void **state)
+{
+	(void)state;
+	in_child(no_pwait2_body, NULL, 0);
+}
+
+/* Regular files on epoll: what the page cache holds is read at once
+ * (RWF_NOWAIT), the rest in the blocking pool, and a read returns all of
+ * it as read(2) does; a read that meets the end returns what there was.
+ * The file's pages are dropped first (written back, then
+ * POSIX_FADV_DONTNEED) and its first 100 KiB read back into the cache
+ * (without readahead), so the call's first try reads part of what it asked
+ * for (before, a regular file's short read was returned as it was). */
+#define RF_LEN (1u << 20)
+
+struct rfile {
+	int fd;
+	unsigned char *buf;
+	int64_t whole, small, eof;
+};
+
+static int64_t rfile_main(cbcmn_cx *cx, void *arg)
+{
+	struct rfile *f = arg;
+	f->whole = cbcmn_pread(cx, f->fd, f->buf, RF_LEN, 0);
+	f->small = cbcmn_pread(cx, f->fd, f->buf + RF_LEN, 4096, RF_LEN - 100);
+	f->eof = cbcmn_pread(cx, f->fd, f->buf + RF_LEN + 4096, 4096, RF_LEN);
+	return 0;
+}
+
+static void test_epoll_regular_file_read_is_whole(void **state)
+{
+	(void)state;
+	char path[] = "/var/tmp/cbcmn-backend-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	unsigned char *pat = malloc(RF_LEN), *buf = malloc(RF_LEN + 8192);
+	assert_non_null(pat);
+	assert_non_null(buf);
+	for (uint32_t i = 0; i < RF_LEN; i++)
+		pat[i] = (unsigned char)(i * 131u + (i >> 12));
+	assert_int_equal(pwrite(fd, pat, RF_LEN, 0), (ssize_t)RF_LEN);
+	assert_int_equal(fsync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0); /* no readahead */
+	assert_int_equal(pread(fd, buf, 100 << 10, 0), (ssize_t)(100 << 10));
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct rfile f = {.fd = fd, .buf = buf};
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, rfile_main, &f, &r), 0);
+	assert_int_equal(f.whole, RF_LEN);
+	assert_int_equal(f.small, 100);
+	assert_int_equal(f.eof, 0);
+	assert_memory_equal(buf, pat, RF_LEN);
+	assert_memory_equal(buf + RF_LEN, pat + RF_LEN - 100, 100);
+	t_destroy(rt);
+	close(fd);
+	free(pat);
+	free(buf);
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_no_io_uring_falls_back_to_epoll),
+		T_WATCHED_TEST(test_io_uring_enosys_or_eacces_falls_back),
+		T_WATCHED_TEST(test_forced_io_uring_without_it_fails),
+		T_WATCHED_TEST(test_resource_errors_do_not_fall_back),
+		T_WATCHED_TEST(test_bad_env_value_is_einval),
+		T_WATCHED_TEST(test_env_picks_epoll_unless_the_config_does),
+		T_WATCHED_TEST(test_bad_config_value_is_einval),
+		T_WATCHED_TEST(test_epoll_peer_hangup_ends_a_waiting_send),
+		T_WATCHED_TEST(test_epoll_reused_descriptor_number_is_watched_anew),
+		T_WATCHED_TEST(test_epoll_many_readers_of_one_pipe_each_get_one_byte),
+		T_WATCHED_TEST(test_epoll_waits_outlive_their_executors_thread),
+		T_WATCHED_TEST(test_epoll_cancelled_connect_that_connected_says_so),
+		T_WATCHED_TEST(test_epoll_yielding_task_does_not_hide_readiness),
+		T_WATCHED_TEST(test_epoll_lab_io_timeout_is_real_time),
+		T_WATCHED_TEST(test_epoll_without_epoll_pwait2_parks_on_a_timerfd),
+		T_WATCHED_TEST(test_epoll_regular_file_read_is_whole),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
