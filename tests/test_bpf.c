@@ -866,25 +866,48 @@ static int child_so(const char *lib, int in, int out)
 	return rc ? 8 : 0;
 }
 
+/* Copy file from to to (a new inode: what a rebuild or a package upgrade
+ * leaves, by writing a temporary and renaming it over the old name). */
+static void copy_file(const char *from, const char *to)
+{
+	char tmp[PATH_MAX + 8], buf[1 << 16];
+	snprintf(tmp, sizeof(tmp), "%s.new", to);
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	assert_true(in >= 0 && out >= 0);
+	for (ssize_t n; (n = read(in, buf, sizeof(buf))) > 0;)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+	assert_int_equal(rename(tmp, to), 0);
+}
+
 /* A process that uses libcbcmn.so: its USDT probes are attached in the .so
  * (and in the executable, which has a static copy here), and BPF's counts
  * equal the runtime's; its executors, started before the attach, are found
- * by name. */
-static void test_attach_shared_library(void **state)
+ * by name.  replaced: the process maps a copy that is replaced on disk
+ * before the attach (maps says "(deleted)"): the probes go in the file it
+ * maps, not in the new one nor nowhere. */
+static void shared_library(bool replaced)
 {
-	(void)state;
 	if (!mon)
 		T_SKIP("%s", why);
-	char lib[PATH_MAX];
+	char lib[PATH_MAX], dir[] = "/tmp/cbcmn-so.XXXXXX", copy[PATH_MAX];
 	built(lib, "lib/libcbcmn.so", R_OK);
+	if (replaced) {
+		assert_non_null(mkdtemp(dir));
+		snprintf(copy, sizeof(copy), "%s/libcbcmn.so", dir);
+		copy_file(lib, copy);
+	}
 	int down[2], up[2];
 	assert_int_equal(pipe(down), 0);
 	assert_int_equal(pipe(up), 0);
-	pid_t child = spawn_self("--so", lib, down[0], up[1]);
+	pid_t child = spawn_self("--so", replaced ? copy : lib, down[0], up[1]);
 	close(down[0]);
 	close(up[1]);
 	char c;
 	assert_int_equal(read(up[0], &c, 1), 1);
+	if (replaced)
+		copy_file(lib, copy);
 	struct bpfmon *sm;
 	char err[256];
 	assert_int_equal(bpfmon_open(&sm, child, BPFMON_NO_FUTEX, err, sizeof(err)), 0);
@@ -923,6 +946,22 @@ static void test_attach_shared_library(void **state)
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	close(down[1]);
 	close(up[0]);
+	if (replaced) {
+		unlink(copy);
+		rmdir(dir);
+	}
+}
+
+static void test_attach_shared_library(void **state)
+{
+	(void)state;
+	shared_library(false);
+}
+
+static void test_shared_library_replaced_on_disk_after_start(void **state)
+{
+	(void)state;
+	shared_library(true);
 }
 
 /* ---- privilege; a program the verifier rejects -------------------------------- */
@@ -1031,6 +1070,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_pin_and_stale_doorbell_state),
 		cmocka_unit_test(test_stat_target_exits),
 		cmocka_unit_test(test_attach_shared_library),
+		cmocka_unit_test(test_shared_library_replaced_on_disk_after_start),
 		cmocka_unit_test(test_non_root_message),
 		cmocka_unit_test(test_verifier_reject_costs_one_program),
 	};

@@ -239,7 +239,8 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
  * (usdt.c, parse_vma_segs).  An executable whose path does not lead back
  * to it (deleted, replaced, or the target chrooted) is reached through
  * /proc/PID/exe itself; a library through its path as is when that is
- * the file mapped (a chrooted target's, which maps names from our root).
+ * the file mapped (a chrooted target's, which maps names from our root),
+ * else, deleted or replaced on disk since, through /proc/PID/map_files.
  * Each file once (by device and inode).  Returns
  * how many were written to bins. */
 static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
@@ -278,8 +279,18 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 		snprintf(full, sizeof(full), "/proc/%d/root%.*s", pid, (int)sizeof(path) - 1, at);
 		if (stat(full, &st) || st.st_ino != ino) {
 			snprintf(full, sizeof(full), "%.*s", (int)sizeof(path) - 1, at);
-			if (stat(full, &st) || st.st_ino != ino)
-				continue; /* "(deleted)", or gone since */
+			/* Neither leads to it: the file was deleted or replaced
+			 * since it was mapped (maps says "(deleted)"; a rebuild
+			 * or an upgrade renames a new file over it).  The kernel
+			 * still reaches the mapped inode through map_files (the
+			 * first field is its name there); libbpf needs no more
+			 * than a path where the bpf cookie is supported. */
+			if (stat(full, &st) || st.st_ino != ino) {
+				snprintf(full, sizeof(full), "/proc/%d/map_files/%.*s", pid,
+					 (int)strcspn(line, " "), line);
+				if (stat(full, &st) || st.st_ino != ino)
+					continue; /* gone since */
+			}
 		}
 		bool dup = false;
 		for (int i = 0; i < n; i++)
