@@ -830,10 +830,19 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	/* Privileged, and still not allowed to read it (another user's
 	 * process without CAP_SYS_PTRACE, a process made undumpable, an
 	 * LSM): its probes cannot be found, so nothing is attached. */
-	if (exe_errno)
+	if (exe_errno) {
+		/* The kernel's rule (ptrace_may_access): another user's
+		 * process, or one with capabilities we do not hold, needs
+		 * CAP_SYS_PTRACE.  Say so when that is what we lack. */
+		bool ptrace = effective_caps() >> CAP_SYS_PTRACE & 1;
 		return fail(err, errlen, -EACCES,
-			    "cannot read process %d's executable (/proc/%d/exe: %s): its probes cannot be found",
-			    (int)pid, (int)pid, strerror(exe_errno));
+			    "cannot read process %d's executable (/proc/%d/exe: %s): its probes cannot be found%s",
+			    (int)pid, (int)pid, strerror(exe_errno),
+			    (exe_errno == EACCES || exe_errno == EPERM) && !ptrace
+				    ? " (a process of another user, or with capabilities this one does not hold, "
+				      "needs CAP_SYS_PTRACE: this process lacks CAP_SYS_PTRACE)"
+				    : "");
+	}
 	if (access("/sys/kernel/btf/vmlinux", R_OK))
 		return fail(err, errlen, -ENOENT,
 			    "/sys/kernel/btf/vmlinux is missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF)");
