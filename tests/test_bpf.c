@@ -2,11 +2,13 @@
  * see what the runtime counts.  The runtime runs in this process, statically
  * linked with libcbcmn.a, so its probes are in /proc/self/exe.  Needs root
  * (or CAP_BPF + CAP_PERFMON) and a kernel with BTF: otherwise a skip. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <link.h>
 #include <math.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -964,6 +966,102 @@ static void test_shared_library_replaced_on_disk_after_start(void **state)
 	shared_library(true);
 }
 
+/* This binary's program interpreter (PT_INTERP: the dynamic loader), into
+ * out; false when it has none. */
+static int interp_of(struct dl_phdr_info *info, size_t size, void *out)
+{
+	(void)size;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_INTERP) {
+			snprintf(out, PATH_MAX, "%s", (const char *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr));
+			return 1;
+		}
+	return 1; /* the first object is the program: look no further */
+}
+
+/* A cbcmn program started through the dynamic loader (ld.so PROGRAM, as
+ * wrappers and some packagings do): /proc/PID/exe is the loader, and the
+ * probes are in a mapped file that is not named libcbcmn (the program
+ * itself).  It is a cbcmn program: bpfmon attaches its USDT probes there
+ * and counts, rather than refusing it (or finding the probes "not in the
+ * target"). */
+static void test_program_started_through_the_dynamic_loader(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	char ld[PATH_MAX] = "";
+	dl_iterate_phdr(interp_of, ld);
+	if (!ld[0] || access(ld, X_OK))
+		T_SKIP("this binary has no program interpreter to start it with");
+	int stop[2];
+	assert_int_equal(pipe(stop), 0);
+	char in_fd[16];
+	snprintf(in_fd, sizeof(in_fd), "%d", stop[0]);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		close(stop[1]);
+		execl(ld, ld, self, "--run", in_fd, in_fd, "-1", (char *)NULL);
+		_exit(127);
+	}
+	close(stop[0]);
+	/* Its executors up: threads named cbcmn-exec-N. */
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d/task", (int)child);
+	for (uint64_t until = t_now_ns() + T_STALL_NS; t_now_ns() < until;) {
+		int execs = 0;
+		DIR *d = opendir(p);
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			char c[96], comm[32] = "";
+			snprintf(c, sizeof(c), "%s/%.24s/comm", p, de->d_name);
+			FILE *f = fopen(c, "r");
+			if (f) {
+				execs += fgets(comm, sizeof(comm), f) && !strncmp(comm, "cbcmn-exec-", 11);
+				fclose(f);
+			}
+		}
+		if (d)
+			closedir(d);
+		if (execs >= 2)
+			break;
+		usleep(10000);
+	}
+	struct bpfmon *lm = NULL;
+	char err[256] = "";
+	int rc = bpfmon_open(&lm, child, BPFMON_NO_FUTEX, err, sizeof(err));
+	printf("bpfmon_open of %s %s: %d %s\n", ld, self, rc, err);
+	assert_int_equal(rc, 0);
+	const struct bpfmon_prog *pr;
+	unsigned np = bpfmon_progs(lm, &pr);
+	for (unsigned i = 0; i < np; i++)
+		if (!strcmp(pr[i].name, "cbcmn_park")) {
+			printf("%s: state %d, %u binaries %s\n", pr[i].target, pr[i].state, pr[i].links, pr[i].reason);
+			assert_int_equal(pr[i].state, BPFMON_ATTACHED);
+			assert_true(pr[i].links >= 1);
+		}
+	/* It parks between its runs (every 10 ms): parks counted. */
+	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+	assert_non_null(b);
+	uint64_t parks = 0;
+	for (uint64_t until = t_now_ns() + T_STALL_NS; !parks && t_now_ns() < until;) {
+		usleep(20000);
+		assert_true(bpfmon_read(lm, b, CBCMN_BPF_NSLOTS) >= 0);
+		for (int i = 0; i < CBCMN_BPF_MAX_SHARDS; i++)
+			parks += b[i].c.parks;
+	}
+	printf("parks %llu\n", (unsigned long long)parks);
+	assert_true(parks > 0);
+	free(b);
+	bpfmon_close(lm);
+	assert_int_equal(write(stop[1], "q", 1), 1);
+	close(stop[1]);
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* ---- privilege; a program the verifier rejects -------------------------------- */
 
 /* Without privilege: -EPERM and one line naming what is missing. */
@@ -1071,6 +1169,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_stat_target_exits),
 		cmocka_unit_test(test_attach_shared_library),
 		cmocka_unit_test(test_shared_library_replaced_on_disk_after_start),
+		cmocka_unit_test(test_program_started_through_the_dynamic_loader),
 		cmocka_unit_test(test_non_root_message),
 		cmocka_unit_test(test_verifier_reject_costs_one_program),
 	};

@@ -228,7 +228,9 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
 }
 
 /* The binaries of pid that may hold the cbcmn probes: its executable (the
- * library linked statically) and every libcbcmn.so it maps.  Each as a path
+ * library linked statically), every libcbcmn.so it maps, and any other
+ * file it maps executable that carries cbcmn probes (a plugin with the
+ * library linked in; the program, run as "ld.so PROGRAM").  Each as a path
  * that reaches the target's file from here, whatever mount namespace it
  * runs in: the path it has there (what /proc/PID/exe and /proc/PID/maps
  * say) under /proc/PID/root, the target's root as this process sees it.
@@ -243,6 +245,8 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
  * else, deleted or replaced on disk since, through /proc/PID/map_files.
  * Each file once (by device and inode).  Returns
  * how many were written to bins. */
+static bool has_cbcmn_probes(const char *path);
+
 static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 {
 	/* path: room for "/proc/PID/root" in front within PATH_MAX */
@@ -264,8 +268,13 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 	if (!f)
 		return n;
 	while (n < MAX_BINS && fgets(line, sizeof(line), f)) {
-		char *at = strchr(line, '/');
-		if (!at || !strstr(at, "libcbcmn"))
+		char *at = strchr(line, '/'), perms[8] = "";
+		/* A libcbcmn, or any other file mapped executable: the
+		 * library linked into a plugin, or the program itself when
+		 * the dynamic loader is the executable (ld.so PROGRAM).  The
+		 * latter only with cbcmn probes in it (below). */
+		bool named = at && strstr(at, "libcbcmn");
+		if (!at || sscanf(line, "%*s %7s", perms) != 1 || (!named && perms[2] != 'x'))
 			continue;
 		at[strcspn(at, "\n")] = 0;
 		/* The mapping's inode (5th field): the file found must be it.
@@ -295,7 +304,7 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 		bool dup = false;
 		for (int i = 0; i < n; i++)
 			dup |= st.st_dev == seen[i].st_dev && st.st_ino == seen[i].st_ino;
-		if (!dup) {
+		if (!dup && (named || has_cbcmn_probes(full))) {
 			seen[n] = st;
 			memcpy(bins[n++], full, sizeof(full));
 		}
@@ -823,7 +832,7 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 		}
 		return fail(err, errlen, -ENOENT,
 			    "process %d (%s) is not a cbcmn program: no cbcmn probes in its executable "
-			    "or a libcbcmn it maps", (int)pid, comm);
+			    "or a file it maps", (int)pid, comm);
 	}
 	if ((rc = check_privileges(err, errlen)))
 		return rc;
