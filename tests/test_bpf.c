@@ -700,6 +700,125 @@ static int child_run(int in)
 	return 0;
 }
 
+/* Role --fails IN OUT MODE: a runtime busy with fork-join (failed steals
+ * by the thousand); 'r' on out once it runs.  MODE "first": on a byte on
+ * in, exec this binary again in MODE "second" without ending the runtime
+ * (its stats segment stays mapped wherever it was read).  "second": on a
+ * byte, the runtime quiet, its per-executor stats on out; then a byte, and
+ * exit. */
+static int child_fails(int in, int out, const char *mode)
+{
+	cbcmn_runtime *rt = NULL;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	if (cbcmn_runtime_create(&cfg, &rt) || write(out, "r", 1) != 1)
+		return 1;
+	for (;;) {
+		struct pollfd p = {.fd = in, .events = POLLIN};
+		if (poll(&p, 1, 0) != 0)
+			break;
+		struct fib f = {.n = 16};
+		int64_t r;
+		if (cbcmn_runtime_run(rt, fib_task, &f, &r) || r)
+			return 2;
+		usleep(2000);
+	}
+	char c, a_in[16], a_out[16];
+	if (read(in, &c, 1) != 1)
+		return 3;
+	if (!strcmp(mode, "first")) {
+		snprintf(a_in, sizeof(a_in), "%d", in);
+		snprintf(a_out, sizeof(a_out), "%d", out);
+		execl(self, self, "--fails", a_in, a_out, "second", (char *)NULL);
+		return 4;
+	}
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2], prev[2];
+	cbcmn_stats_snapshot(rt, &st, prev, 2);
+	for (uint64_t until = t_now_ns() + T_STALL_NS; t_now_ns() < until;) {
+		usleep(20000);
+		cbcmn_stats_snapshot(rt, &st, per, 2);
+		if (!memcmp(prev, per, sizeof(per)))
+			break;
+		memcpy(prev, per, sizeof(per));
+	}
+	if (write(out, per, sizeof(per)) != (ssize_t)sizeof(per) || read(in, &c, 1) != 1)
+		return 5;
+	return cbcmn_runtime_destroy(rt) ? 6 : 0;
+}
+
+static uint64_t steal_fails_now(struct bpfmon *m)
+{
+	static struct bpfmon_shard b[CBCMN_BPF_NSLOTS];
+	assert_true(bpfmon_read(m, b, CBCMN_BPF_NSLOTS) >= 0);
+	uint64_t sum = 0;
+	for (int i = 0; i < CBCMN_BPF_MAX_SHARDS; i++)
+		sum += b[i].c.steal_fails;
+	return sum;
+}
+
+/* The target execs (a server restarting itself, say) while watched, the
+ * runtime of its first image never destroyed: its segment, still mapped
+ * here and still marked alive, is no longer the process's.  Failed steals
+ * (from the runtime's counters, cbcmn:steal_fail being off) go on with
+ * the new image's runtime, rather than stopping at the old one's last. */
+static void test_steal_fails_follow_the_runtime_across_exec(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	int down[2], up[2];
+	assert_int_equal(pipe(down), 0);
+	assert_int_equal(pipe(up), 0);
+	char a_in[16], a_out[16];
+	snprintf(a_in, sizeof(a_in), "%d", down[0]);
+	snprintf(a_out, sizeof(a_out), "%d", up[1]);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		close(down[1]);
+		close(up[0]);
+		execl(self, self, "--fails", a_in, a_out, "first", (char *)NULL);
+		_exit(127);
+	}
+	close(down[0]);
+	close(up[1]);
+	char c;
+	assert_int_equal(read(up[0], &c, 1), 1);
+	struct bpfmon *fm;
+	char err[256];
+	assert_int_equal(bpfmon_open(&fm, child, BPFMON_NO_FUTEX, err, sizeof(err)), 0);
+	usleep(100000);
+	uint64_t before = steal_fails_now(fm); /* the first image's runtime followed */
+	assert_int_equal(write(down[1], "x", 1), 1); /* exec */
+	assert_int_equal(read(up[0], &c, 1), 1);     /* the second image's runtime runs */
+	uint64_t at_exec = steal_fails_now(fm);
+	usleep(300000);
+	assert_int_equal(write(down[1], "q", 1), 1);
+	cbcmn_executor_stats per[2];
+	assert_int_equal(read(up[0], per, sizeof(per)), (ssize_t)sizeof(per));
+	uint64_t after = steal_fails_now(fm);
+	uint64_t second = per[0].steal_attempts - per[0].steal_successes + per[1].steal_attempts -
+			  per[1].steal_successes;
+	printf("steal_fails: %llu before the exec, %llu after it, %llu at the end; the second image's "
+	       "runtime counted %llu\n", (unsigned long long)before, (unsigned long long)at_exec,
+	       (unsigned long long)after, (unsigned long long)second);
+	if (!second)
+		T_SKIP("the second runtime failed no steal: nothing to follow");
+	assert_true(after >= at_exec);
+	assert_true(after - at_exec > 0);
+	assert_true(after - at_exec <= second);
+	assert_true(after >= second);
+	bpfmon_close(fm);
+	assert_int_equal(write(down[1], "q", 1), 1);
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(down[1]);
+	close(up[0]);
+}
+
 /* cbcmn-stat -p PID -i 2 --json against a process that exits after its
  * second report: the reports up to its exit, the last one cut short at the
  * exit and marked "exited":true, then exit status 2.  (The process is told
@@ -1158,6 +1277,8 @@ int main(int argc, char **argv)
 	if (n <= 0)
 		return 1;
 	self[n] = 0;
+	if (argc == 5 && !strcmp(argv[1], "--fails"))
+		return child_fails(atoi(argv[2]), atoi(argv[3]), argv[4]);
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_no_program_refused),
 		cmocka_unit_test(test_counts_match_runtime),
@@ -1167,6 +1288,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_attach_after_start_reports_tid_cpu),
 		cmocka_unit_test(test_pin_and_stale_doorbell_state),
 		cmocka_unit_test(test_stat_target_exits),
+		cmocka_unit_test(test_steal_fails_follow_the_runtime_across_exec),
 		cmocka_unit_test(test_attach_shared_library),
 		cmocka_unit_test(test_shared_library_replaced_on_disk_after_start),
 		cmocka_unit_test(test_program_started_through_the_dynamic_loader),
