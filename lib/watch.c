@@ -253,6 +253,11 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 struct cbcmn_watch {
 	struct cbcmn__seg seg;         /* mapped read only */
 	int pidfd;                     /* readable once the process has exited */
+	/* The segment as the process holds it: its descriptor nr refers to
+	 * memfd inode ino while the runtime is the process's (seg_still_open). */
+	pid_t pid;
+	int nr;
+	ino_t ino;
 	bool gone;                     /* the runtime or its process has ended */
 	uint64_t end_uptime_ns;        /* the uptime when that was seen */
 };
@@ -471,12 +476,14 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 	if (nfound)
 		qsort(found, nfound, sizeof(*found), found_cmp);
 	uint32_t k = 0;
+	int nr = -1;
+	ino_t ino = 0;
 	for (uint32_t i = 0; i < nfound; i++) {
 		if (i > 0 && found[i].ino == found[i - 1].ino)
 			continue;
 		if (k++ < index)
 			continue;
-		ino_t ino;
+		nr = found[i].nr;
 		int r = seg_map(pid, found[i].nr, &seg, &ino);
 		if (r == 0 && ino != found[i].ino)
 			seg_unmap(&seg); /* the descriptor was reused meanwhile */
@@ -500,8 +507,22 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 	}
 	w->seg = seg;
 	w->pidfd = pidfd;
+	w->pid = pid;
+	w->nr = nr;
+	w->ino = ino;
 	*out = w;
 	return 0;
+}
+
+/* Is the segment still the process's?  Its descriptor closes when the
+ * process execs (MFD_CLOEXEC) and the runtime with it, which never cleared
+ * alive: the segment, mapped here, would look live for good. */
+static bool seg_still_open(const cbcmn_watch *w)
+{
+	char p[64];
+	struct stat st;
+	snprintf(p, sizeof(p), "/proc/%d/fd/%d", (int)w->pid, w->nr);
+	return stat(p, &st) == 0 && st.st_ino == w->ino;
 }
 
 int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per, uint32_t nper)
@@ -513,7 +534,8 @@ int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per
 		 * is gone: both mean the figures are final. */
 		struct pollfd p = {.fd = w->pidfd, .events = POLLIN};
 		if ((poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) ||
-		    !atomic_load_explicit(&w->seg.hdr->alive, memory_order_acquire)) {
+		    !atomic_load_explicit(&w->seg.hdr->alive, memory_order_acquire) ||
+		    !seg_still_open(w)) {
 			w->gone = true;
 			uint64_t now = mono_ns();
 			w->end_uptime_ns = now > w->seg.start_ns ? now - w->seg.start_ns : 0;

@@ -2,11 +2,13 @@
  * see what the runtime counts.  The runtime runs in this process, statically
  * linked with libcbcmn.a, so its probes are in /proc/self/exe.  Needs root
  * (or CAP_BPF + CAP_PERFMON) and a kernel with BTF: otherwise a skip. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <link.h>
 #include <math.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -698,6 +700,125 @@ static int child_run(int in)
 	return 0;
 }
 
+/* Role --fails IN OUT MODE: a runtime busy with fork-join (failed steals
+ * by the thousand); 'r' on out once it runs.  MODE "first": on a byte on
+ * in, exec this binary again in MODE "second" without ending the runtime
+ * (its stats segment stays mapped wherever it was read).  "second": on a
+ * byte, the runtime quiet, its per-executor stats on out; then a byte, and
+ * exit. */
+static int child_fails(int in, int out, const char *mode)
+{
+	cbcmn_runtime *rt = NULL;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	if (cbcmn_runtime_create(&cfg, &rt) || write(out, "r", 1) != 1)
+		return 1;
+	for (;;) {
+		struct pollfd p = {.fd = in, .events = POLLIN};
+		if (poll(&p, 1, 0) != 0)
+			break;
+		struct fib f = {.n = 16};
+		int64_t r;
+		if (cbcmn_runtime_run(rt, fib_task, &f, &r) || r)
+			return 2;
+		usleep(2000);
+	}
+	char c, a_in[16], a_out[16];
+	if (read(in, &c, 1) != 1)
+		return 3;
+	if (!strcmp(mode, "first")) {
+		snprintf(a_in, sizeof(a_in), "%d", in);
+		snprintf(a_out, sizeof(a_out), "%d", out);
+		execl(self, self, "--fails", a_in, a_out, "second", (char *)NULL);
+		return 4;
+	}
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2], prev[2];
+	cbcmn_stats_snapshot(rt, &st, prev, 2);
+	for (uint64_t until = t_now_ns() + T_STALL_NS; t_now_ns() < until;) {
+		usleep(20000);
+		cbcmn_stats_snapshot(rt, &st, per, 2);
+		if (!memcmp(prev, per, sizeof(per)))
+			break;
+		memcpy(prev, per, sizeof(per));
+	}
+	if (write(out, per, sizeof(per)) != (ssize_t)sizeof(per) || read(in, &c, 1) != 1)
+		return 5;
+	return cbcmn_runtime_destroy(rt) ? 6 : 0;
+}
+
+static uint64_t steal_fails_now(struct bpfmon *m)
+{
+	static struct bpfmon_shard b[CBCMN_BPF_NSLOTS];
+	assert_true(bpfmon_read(m, b, CBCMN_BPF_NSLOTS) >= 0);
+	uint64_t sum = 0;
+	for (int i = 0; i < CBCMN_BPF_MAX_SHARDS; i++)
+		sum += b[i].c.steal_fails;
+	return sum;
+}
+
+/* The target execs (a server restarting itself, say) while watched, the
+ * runtime of its first image never destroyed: its segment, still mapped
+ * here and still marked alive, is no longer the process's.  Failed steals
+ * (from the runtime's counters, cbcmn:steal_fail being off) go on with
+ * the new image's runtime, rather than stopping at the old one's last. */
+static void test_steal_fails_follow_the_runtime_across_exec(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	int down[2], up[2];
+	assert_int_equal(pipe(down), 0);
+	assert_int_equal(pipe(up), 0);
+	char a_in[16], a_out[16];
+	snprintf(a_in, sizeof(a_in), "%d", down[0]);
+	snprintf(a_out, sizeof(a_out), "%d", up[1]);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		close(down[1]);
+		close(up[0]);
+		execl(self, self, "--fails", a_in, a_out, "first", (char *)NULL);
+		_exit(127);
+	}
+	close(down[0]);
+	close(up[1]);
+	char c;
+	assert_int_equal(read(up[0], &c, 1), 1);
+	struct bpfmon *fm;
+	char err[256];
+	assert_int_equal(bpfmon_open(&fm, child, BPFMON_NO_FUTEX, err, sizeof(err)), 0);
+	usleep(100000);
+	uint64_t before = steal_fails_now(fm); /* the first image's runtime followed */
+	assert_int_equal(write(down[1], "x", 1), 1); /* exec */
+	assert_int_equal(read(up[0], &c, 1), 1);     /* the second image's runtime runs */
+	uint64_t at_exec = steal_fails_now(fm);
+	usleep(300000);
+	assert_int_equal(write(down[1], "q", 1), 1);
+	cbcmn_executor_stats per[2];
+	assert_int_equal(read(up[0], per, sizeof(per)), (ssize_t)sizeof(per));
+	uint64_t after = steal_fails_now(fm);
+	uint64_t second = per[0].steal_attempts - per[0].steal_successes + per[1].steal_attempts -
+			  per[1].steal_successes;
+	printf("steal_fails: %llu before the exec, %llu after it, %llu at the end; the second image's "
+	       "runtime counted %llu\n", (unsigned long long)before, (unsigned long long)at_exec,
+	       (unsigned long long)after, (unsigned long long)second);
+	if (!second)
+		T_SKIP("the second runtime failed no steal: nothing to follow");
+	assert_true(after >= at_exec);
+	assert_true(after - at_exec > 0);
+	assert_true(after - at_exec <= second);
+	assert_true(after >= second);
+	bpfmon_close(fm);
+	assert_int_equal(write(down[1], "q", 1), 1);
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(down[1]);
+	close(up[0]);
+}
+
 /* cbcmn-stat -p PID -i 2 --json against a process that exits after its
  * second report: the reports up to its exit, the last one cut short at the
  * exit and marked "exited":true, then exit status 2.  (The process is told
@@ -866,25 +987,48 @@ static int child_so(const char *lib, int in, int out)
 	return rc ? 8 : 0;
 }
 
+/* Copy file from to to (a new inode: what a rebuild or a package upgrade
+ * leaves, by writing a temporary and renaming it over the old name). */
+static void copy_file(const char *from, const char *to)
+{
+	char tmp[PATH_MAX + 8], buf[1 << 16];
+	snprintf(tmp, sizeof(tmp), "%s.new", to);
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	assert_true(in >= 0 && out >= 0);
+	for (ssize_t n; (n = read(in, buf, sizeof(buf))) > 0;)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+	assert_int_equal(rename(tmp, to), 0);
+}
+
 /* A process that uses libcbcmn.so: its USDT probes are attached in the .so
  * (and in the executable, which has a static copy here), and BPF's counts
  * equal the runtime's; its executors, started before the attach, are found
- * by name. */
-static void test_attach_shared_library(void **state)
+ * by name.  replaced: the process maps a copy that is replaced on disk
+ * before the attach (maps says "(deleted)"): the probes go in the file it
+ * maps, not in the new one nor nowhere. */
+static void shared_library(bool replaced)
 {
-	(void)state;
 	if (!mon)
 		T_SKIP("%s", why);
-	char lib[PATH_MAX];
+	char lib[PATH_MAX], dir[] = "/tmp/cbcmn-so.XXXXXX", copy[PATH_MAX];
 	built(lib, "lib/libcbcmn.so", R_OK);
+	if (replaced) {
+		assert_non_null(mkdtemp(dir));
+		snprintf(copy, sizeof(copy), "%s/libcbcmn.so", dir);
+		copy_file(lib, copy);
+	}
 	int down[2], up[2];
 	assert_int_equal(pipe(down), 0);
 	assert_int_equal(pipe(up), 0);
-	pid_t child = spawn_self("--so", lib, down[0], up[1]);
+	pid_t child = spawn_self("--so", replaced ? copy : lib, down[0], up[1]);
 	close(down[0]);
 	close(up[1]);
 	char c;
 	assert_int_equal(read(up[0], &c, 1), 1);
+	if (replaced)
+		copy_file(lib, copy);
 	struct bpfmon *sm;
 	char err[256];
 	assert_int_equal(bpfmon_open(&sm, child, BPFMON_NO_FUTEX, err, sizeof(err)), 0);
@@ -923,6 +1067,118 @@ static void test_attach_shared_library(void **state)
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	close(down[1]);
 	close(up[0]);
+	if (replaced) {
+		unlink(copy);
+		rmdir(dir);
+	}
+}
+
+static void test_attach_shared_library(void **state)
+{
+	(void)state;
+	shared_library(false);
+}
+
+static void test_shared_library_replaced_on_disk_after_start(void **state)
+{
+	(void)state;
+	shared_library(true);
+}
+
+/* This binary's program interpreter (PT_INTERP: the dynamic loader), into
+ * out; false when it has none. */
+static int interp_of(struct dl_phdr_info *info, size_t size, void *out)
+{
+	(void)size;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_INTERP) {
+			snprintf(out, PATH_MAX, "%s", (const char *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr));
+			return 1;
+		}
+	return 1; /* the first object is the program: look no further */
+}
+
+/* A cbcmn program started through the dynamic loader (ld.so PROGRAM, as
+ * wrappers and some packagings do): /proc/PID/exe is the loader, and the
+ * probes are in a mapped file that is not named libcbcmn (the program
+ * itself).  It is a cbcmn program: bpfmon attaches its USDT probes there
+ * and counts, rather than refusing it (or finding the probes "not in the
+ * target"). */
+static void test_program_started_through_the_dynamic_loader(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	char ld[PATH_MAX] = "";
+	dl_iterate_phdr(interp_of, ld);
+	if (!ld[0] || access(ld, X_OK))
+		T_SKIP("this binary has no program interpreter to start it with");
+	int stop[2];
+	assert_int_equal(pipe(stop), 0);
+	char in_fd[16];
+	snprintf(in_fd, sizeof(in_fd), "%d", stop[0]);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		close(stop[1]);
+		execl(ld, ld, self, "--run", in_fd, in_fd, "-1", (char *)NULL);
+		_exit(127);
+	}
+	close(stop[0]);
+	/* Its executors up: threads named cbcmn-exec-N. */
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d/task", (int)child);
+	for (uint64_t until = t_now_ns() + T_STALL_NS; t_now_ns() < until;) {
+		int execs = 0;
+		DIR *d = opendir(p);
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			char c[96], comm[32] = "";
+			snprintf(c, sizeof(c), "%s/%.24s/comm", p, de->d_name);
+			FILE *f = fopen(c, "r");
+			if (f) {
+				execs += fgets(comm, sizeof(comm), f) && !strncmp(comm, "cbcmn-exec-", 11);
+				fclose(f);
+			}
+		}
+		if (d)
+			closedir(d);
+		if (execs >= 2)
+			break;
+		usleep(10000);
+	}
+	struct bpfmon *lm = NULL;
+	char err[256] = "";
+	int rc = bpfmon_open(&lm, child, BPFMON_NO_FUTEX, err, sizeof(err));
+	printf("bpfmon_open of %s %s: %d %s\n", ld, self, rc, err);
+	assert_int_equal(rc, 0);
+	const struct bpfmon_prog *pr;
+	unsigned np = bpfmon_progs(lm, &pr);
+	for (unsigned i = 0; i < np; i++)
+		if (!strcmp(pr[i].name, "cbcmn_park")) {
+			printf("%s: state %d, %u binaries %s\n", pr[i].target, pr[i].state, pr[i].links, pr[i].reason);
+			assert_int_equal(pr[i].state, BPFMON_ATTACHED);
+			assert_true(pr[i].links >= 1);
+		}
+	/* It parks between its runs (every 10 ms): parks counted. */
+	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
+	assert_non_null(b);
+	uint64_t parks = 0;
+	for (uint64_t until = t_now_ns() + T_STALL_NS; !parks && t_now_ns() < until;) {
+		usleep(20000);
+		assert_true(bpfmon_read(lm, b, CBCMN_BPF_NSLOTS) >= 0);
+		for (int i = 0; i < CBCMN_BPF_MAX_SHARDS; i++)
+			parks += b[i].c.parks;
+	}
+	printf("parks %llu\n", (unsigned long long)parks);
+	assert_true(parks > 0);
+	free(b);
+	bpfmon_close(lm);
+	assert_int_equal(write(stop[1], "q", 1), 1);
+	close(stop[1]);
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* ---- privilege; a program the verifier rejects -------------------------------- */
@@ -1021,6 +1277,8 @@ int main(int argc, char **argv)
 	if (n <= 0)
 		return 1;
 	self[n] = 0;
+	if (argc == 5 && !strcmp(argv[1], "--fails"))
+		return child_fails(atoi(argv[2]), atoi(argv[3]), argv[4]);
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_no_program_refused),
 		cmocka_unit_test(test_counts_match_runtime),
@@ -1030,7 +1288,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_attach_after_start_reports_tid_cpu),
 		cmocka_unit_test(test_pin_and_stale_doorbell_state),
 		cmocka_unit_test(test_stat_target_exits),
+		cmocka_unit_test(test_steal_fails_follow_the_runtime_across_exec),
 		cmocka_unit_test(test_attach_shared_library),
+		cmocka_unit_test(test_shared_library_replaced_on_disk_after_start),
+		cmocka_unit_test(test_program_started_through_the_dynamic_loader),
 		cmocka_unit_test(test_non_root_message),
 		cmocka_unit_test(test_verifier_reject_costs_one_program),
 	};

@@ -542,8 +542,19 @@ static void test_top_shows_host_thread_ids_of_a_pid_namespace(void **state)
 /* Run tool (under build/bin) with args; its exit status, and its stderr in
  * errbuf.  drop_caps: in a child that keeps uid 0 but has no capabilities
  * at all (effective, permitted, inheritable, ambient, bounding). */
+static int run_tool_caps(const char *tool, const char *const *args, bool set_caps, uint64_t keep,
+			 char *errbuf, size_t len);
+
 static int run_tool(const char *tool, const char *const *args, bool drop_caps, char *errbuf,
 		    size_t len)
+{
+	return run_tool_caps(tool, args, drop_caps, 0, errbuf, len);
+}
+
+/* run_tool with set_caps: only the capabilities in keep (a bit each; a
+ * root process keeps after exec what its bounding set holds). */
+static int run_tool_caps(const char *tool, const char *const *args, bool set_caps, uint64_t keep,
+			 char *errbuf, size_t len)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/../bin/%s", dirname(strdupa(self)), tool);
@@ -557,13 +568,16 @@ static int run_tool(const char *tool, const char *const *args, bool drop_caps, c
 		dup2(e[1], 2);
 		int null = open("/dev/null", O_WRONLY);
 		dup2(null, 1);
-		if (drop_caps) {
+		if (set_caps) {
 			for (int c = 0; c <= CAP_LAST_CAP; c++)
-				prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
+				if (!(keep >> c & 1))
+					prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
 			prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 			struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
 			struct __user_cap_data_struct d[2];
 			memset(d, 0, sizeof(d));
+			d[0].effective = d[0].permitted = (uint32_t)keep;
+			d[1].effective = d[1].permitted = (uint32_t)(keep >> 32);
 			if (syscall(SYS_capset, &h, d))
 				_exit(126);
 		}
@@ -648,6 +662,32 @@ static void test_stat_without_capabilities_names_them(void **state)
 	finish(&w);
 }
 
+/* CAP_BPF and CAP_PERFMON, as the privilege check asks, but not
+ * CAP_SYS_PTRACE: the target (root's, with every capability) may not be
+ * read by a process with fewer.  The line names the capability missing,
+ * not only the errno. */
+static void test_stat_without_sys_ptrace_names_it(void **state)
+{
+	(void)state;
+	if (!have_root())
+		T_SKIP("needs root (to set its capabilities)");
+	struct workload w;
+	launch(&w, NS_NONE, "early");
+	char p[16], errbuf[1024];
+	snprintf(p, sizeof(p), "%d", (int)w.pid);
+	const char *args[] = {"-p", p, NULL};
+	int st = run_tool_caps("cbcmn-stat", args, true, 1ull << CAP_BPF | 1ull << CAP_PERFMON, errbuf,
+			       sizeof(errbuf));
+	printf("cbcmn-stat with CAP_BPF and CAP_PERFMON only: exit %d: %s", st, errbuf);
+	assert_int_equal(st, 1);
+	assert_non_null(strstr(errbuf, "lacks CAP_SYS_PTRACE"));
+	assert_int_equal(strchr(errbuf, '\n') - errbuf, (long)strlen(errbuf) - 1);
+	assert_int_equal(write(w.down, "g", 1), 1);
+	cbcmn_executor_stats per[2];
+	assert_int_equal(read(w.up, per, sizeof(per)), (ssize_t)sizeof(per));
+	finish(&w);
+}
+
 static void test_inside_late(void **state)
 {
 	(void)state;
@@ -699,6 +739,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_target_exits_during_attach),
 		T_WATCHED_TEST(test_stat_of_a_process_that_is_not_cbcmn_fails),
 		T_WATCHED_TEST(test_stat_without_capabilities_names_them),
+		T_WATCHED_TEST(test_stat_without_sys_ptrace_names_it),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -216,11 +216,20 @@ static int bpf_collect(struct bpfmon *m, const struct wl_result *r, struct bpf_v
 		free(sh);
 		return rc;
 	}
+	/* cbcmn:steal_fail is opt-in (BPFMON_STEAL_FAIL): without it bpfmon
+	 * reads failed steals from the runtime's stats segment, which is gone
+	 * by now (the runtime was destroyed before this read).  The runtime's
+	 * last snapshot counts them all: we attached before it was created. */
+	const struct bpfmon_prog *pr;
+	bool fail_probe = false;
+	for (unsigned i = 0, np = bpfmon_progs(m, &pr); i < np; i++)
+		fail_probe |= !strcmp(pr[i].name, "cbcmn_steal_fail") && pr[i].state == BPFMON_ATTACHED;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct cbcmn_bpf_shard *c = &sh[i].c;
 		v->steals += c->steals;
 		v->tasks_stolen += c->tasks_stolen;
-		v->steal_fails += c->steal_fails;
+		v->steal_fails += fail_probe ? c->steal_fails
+					     : r->per[i].steal_attempts - r->per[i].steal_successes;
 		v->doorbells += c->doorbells_msg_ring + c->doorbells_eventfd;
 		v->doorbells_coalesced += c->doorbells_coalesced;
 		v->contention_ns += c->lock_wait_ns + c->futex_wait_ns;

@@ -661,8 +661,8 @@ CBCMN_API int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out);
 /* Read the runtime's statistics as cbcmn_stats_snapshot() would (per may
  * be NULL, or gets min(nper, executors) entries; queue_depth is sampled by
  * each executor as it goes).  Returns 0, or -ESRCH once the runtime has
- * been destroyed or its process has exited (out then holds the last
- * figures), or -EINVAL. */
+ * been destroyed or its process has exited or exec'd (no longer holds the
+ * runtime's segment; out then holds the last figures), or -EINVAL. */
 CBCMN_API int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per,
 			       uint32_t nper);
 

@@ -228,7 +228,9 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
 }
 
 /* The binaries of pid that may hold the cbcmn probes: its executable (the
- * library linked statically) and every libcbcmn.so it maps.  Each as a path
+ * library linked statically), every libcbcmn.so it maps, and any other
+ * file it maps executable that carries cbcmn probes (a plugin with the
+ * library linked in; the program, run as "ld.so PROGRAM").  Each as a path
  * that reaches the target's file from here, whatever mount namespace it
  * runs in: the path it has there (what /proc/PID/exe and /proc/PID/maps
  * say) under /proc/PID/root, the target's root as this process sees it.
@@ -239,9 +241,12 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
  * (usdt.c, parse_vma_segs).  An executable whose path does not lead back
  * to it (deleted, replaced, or the target chrooted) is reached through
  * /proc/PID/exe itself; a library through its path as is when that is
- * the file mapped (a chrooted target's, which maps names from our root).
+ * the file mapped (a chrooted target's, which maps names from our root),
+ * else, deleted or replaced on disk since, through /proc/PID/map_files.
  * Each file once (by device and inode).  Returns
  * how many were written to bins. */
+static bool has_cbcmn_probes(const char *path);
+
 static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 {
 	/* path: room for "/proc/PID/root" in front within PATH_MAX */
@@ -263,8 +268,13 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 	if (!f)
 		return n;
 	while (n < MAX_BINS && fgets(line, sizeof(line), f)) {
-		char *at = strchr(line, '/');
-		if (!at || !strstr(at, "libcbcmn"))
+		char *at = strchr(line, '/'), perms[8] = "";
+		/* A libcbcmn, or any other file mapped executable: the
+		 * library linked into a plugin, or the program itself when
+		 * the dynamic loader is the executable (ld.so PROGRAM).  The
+		 * latter only with cbcmn probes in it (below). */
+		bool named = at && strstr(at, "libcbcmn");
+		if (!at || sscanf(line, "%*s %7s", perms) != 1 || (!named && perms[2] != 'x'))
 			continue;
 		at[strcspn(at, "\n")] = 0;
 		/* The mapping's inode (5th field): the file found must be it.
@@ -278,13 +288,23 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 		snprintf(full, sizeof(full), "/proc/%d/root%.*s", pid, (int)sizeof(path) - 1, at);
 		if (stat(full, &st) || st.st_ino != ino) {
 			snprintf(full, sizeof(full), "%.*s", (int)sizeof(path) - 1, at);
-			if (stat(full, &st) || st.st_ino != ino)
-				continue; /* "(deleted)", or gone since */
+			/* Neither leads to it: the file was deleted or replaced
+			 * since it was mapped (maps says "(deleted)"; a rebuild
+			 * or an upgrade renames a new file over it).  The kernel
+			 * still reaches the mapped inode through map_files (the
+			 * first field is its name there); libbpf needs no more
+			 * than a path where the bpf cookie is supported. */
+			if (stat(full, &st) || st.st_ino != ino) {
+				snprintf(full, sizeof(full), "/proc/%d/map_files/%.*s", pid,
+					 (int)strcspn(line, " "), line);
+				if (stat(full, &st) || st.st_ino != ino)
+					continue; /* gone since */
+			}
 		}
 		bool dup = false;
 		for (int i = 0; i < n; i++)
 			dup |= st.st_dev == seen[i].st_dev && st.st_ino == seen[i].st_ino;
-		if (!dup) {
+		if (!dup && (named || has_cbcmn_probes(full))) {
 			seen[n] = st;
 			memcpy(bins[n++], full, sizeof(full));
 		}
@@ -812,17 +832,26 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 		}
 		return fail(err, errlen, -ENOENT,
 			    "process %d (%s) is not a cbcmn program: no cbcmn probes in its executable "
-			    "or a libcbcmn it maps", (int)pid, comm);
+			    "or a file it maps", (int)pid, comm);
 	}
 	if ((rc = check_privileges(err, errlen)))
 		return rc;
 	/* Privileged, and still not allowed to read it (another user's
 	 * process without CAP_SYS_PTRACE, a process made undumpable, an
 	 * LSM): its probes cannot be found, so nothing is attached. */
-	if (exe_errno)
+	if (exe_errno) {
+		/* The kernel's rule (ptrace_may_access): another user's
+		 * process, or one with capabilities we do not hold, needs
+		 * CAP_SYS_PTRACE.  Say so when that is what we lack. */
+		bool ptrace = effective_caps() >> CAP_SYS_PTRACE & 1;
 		return fail(err, errlen, -EACCES,
-			    "cannot read process %d's executable (/proc/%d/exe: %s): its probes cannot be found",
-			    (int)pid, (int)pid, strerror(exe_errno));
+			    "cannot read process %d's executable (/proc/%d/exe: %s): its probes cannot be found%s",
+			    (int)pid, (int)pid, strerror(exe_errno),
+			    (exe_errno == EACCES || exe_errno == EPERM) && !ptrace
+				    ? " (a process of another user, or with capabilities this one does not hold, "
+				      "needs CAP_SYS_PTRACE: this process lacks CAP_SYS_PTRACE)"
+				    : "");
+	}
 	if (access("/sys/kernel/btf/vmlinux", R_OK))
 		return fail(err, errlen, -ENOENT,
 			    "/sys/kernel/btf/vmlinux is missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF)");

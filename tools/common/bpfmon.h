@@ -12,7 +12,7 @@
  * the caller prints as is): -ESRCH no such process, -EPERM missing
  * privilege (naming the capability this process lacks, or the kernel's
  * lockdown), -ENOENT no BTF, or a process that is not a cbcmn program (no
- * cbcmn probes in its executable or a libcbcmn it maps: nothing is
+ * cbcmn probes in its executable or a file it maps: nothing is
  * loaded), -EACCES its executable cannot be read, other -errno from
  * libbpf.  A monitor is used by one thread at a time.
  *
