@@ -18,7 +18,8 @@
 # its reach, and a user's build directory is its own); it is removed at
 # the end (UNPRIV_TMP: another place than /tmp; one the user cannot
 # execute from, mounted noexec, is a skip that says so).  Not root: the
-# suites run as the current user with the same limits.
+# suites run as the current user with the same limits (a hard limit lower
+# than these, which only root could raise, is kept).
 #
 # Suites that need root (the BPF view) must skip saying why; any failure
 # fails this script (exit 1).  docs/STATUS.md "Unprivileged users".
@@ -34,6 +35,7 @@ memlock_kib=8192
 nofile_soft=1024
 nofile_hard=$(ulimit -Hn)
 [ "$nofile_hard" = unlimited ] || [ "$nofile_hard" -gt 524288 ] && nofile_hard=524288
+[ "$nofile_hard" -lt "$nofile_soft" ] && nofile_soft=$nofile_hard # a soft limit is at most the hard
 
 if [ ! -d "$build/tests" ]; then
 	echo "run-unprivileged: $build/tests is not built (make tests)" >&2
@@ -47,7 +49,15 @@ fi
 limits="ulimit -l $memlock_kib && ulimit -n $nofile_hard && ulimit -S -n $nofile_soft"
 
 if [ "$(id -u)" -ne 0 ]; then
-	echo "=== run-unprivileged: not root: as $(id -un) itself, memlock ${memlock_kib} KiB, nofile $nofile_soft/$nofile_hard"
+	# A user that is not root cannot raise a hard limit: where its own is
+	# lower (64 KiB of RLIMIT_MEMLOCK on older distributions and in
+	# containers), the suites run under that one.
+	memlock_hard=$(ulimit -Hl)
+	if [ "$memlock_hard" != unlimited ] && [ "$memlock_hard" -lt "$memlock_kib" ]; then
+		memlock_kib=$memlock_hard
+		limits="ulimit -l $memlock_kib && ulimit -n $nofile_hard && ulimit -S -n $nofile_soft"
+	fi
+	echo "=== run-unprivileged: not root: as $(id -un 2>/dev/null) itself, memlock ${memlock_kib} KiB, nofile $nofile_soft/$nofile_hard"
 	exec bash -c "$limits && exec \"\$0\" \"\$@\"" "$here/run-tests.sh" "$build/tests" "$@"
 fi
 

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -180,6 +182,80 @@ static void test_regression_many_executors_fit_in_login_memlock(void **state)
 	run_unprivileged(create_600_in_8m, 8u << 20, T_STALL_S);
 }
 
+/* ---- scripts/run-unprivileged.sh as a user that is not root ----------------- */
+
+/* The checkout's scripts/run-unprivileged.sh, found above this binary
+ * (build/tests/, build/asan/tests/, or run-unprivileged.sh's copy). */
+static bool find_unpriv_script(char *out, size_t len)
+{
+	char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+	if (n <= 0)
+		return false;
+	path[n] = 0;
+	for (int up = 0; up < 5; up++) {
+		char *slash = strrchr(path, '/');
+		if (!slash || slash == path)
+			return false;
+		*slash = 0;
+		if (snprintf(out, len, "%.*s/scripts/run-unprivileged.sh", (int)(len - 32), path) >=
+		    (int)len)
+			return false;
+		if (access(out, X_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* In the child (not root, hard RLIMIT_MEMLOCK 64 KiB): the script on a
+ * build holding one suite that passes exits 0. */
+static void unpriv_script_under_low_hard_memlock(void)
+{
+	static char script[PATH_MAX];
+	CHILD_CHECK(find_unpriv_script(script, sizeof(script)));
+	char dir[] = "/tmp/test_limits-unpriv-XXXXXX", suite[PATH_MAX + 64];
+	CHILD_CHECK(mkdtemp(dir) != NULL);
+	snprintf(suite, sizeof(suite), "%s/tests", dir);
+	CHILD_CHECK(mkdir(suite, 0755) == 0);
+	snprintf(suite, sizeof(suite), "%s/tests/test_passes", dir);
+	int fd = open(suite, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+	CHILD_CHECK(fd >= 0);
+	static const char body[] = "#!/bin/sh\nexit 0\n";
+	CHILD_CHECK(write(fd, body, sizeof(body) - 1) == (ssize_t)sizeof(body) - 1);
+	close(fd);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHILD_CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(script, script, dir, "test_passes", (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	CHILD_CHECK(waitpid(pid, &st, 0) == pid);
+	unlink(suite);
+	snprintf(suite, sizeof(suite), "%s/tests", dir);
+	rmdir(suite);
+	rmdir(dir);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fprintf(stderr, "child: run-unprivileged.sh: status %#x\n", st);
+	CHILD_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The bug: make test runs scripts/run-unprivileged.sh, which for a user
+ * that is not root set RLIMIT_MEMLOCK to 8 MiB soft and hard; where the
+ * user's hard limit is lower (64 KiB: older distributions, containers)
+ * bash's ulimit failed ("cannot modify limit: Operation not permitted")
+ * and so did make test, before any suite ran.  A hard limit can only be
+ * lowered: the user's own is kept, and the suites run under it. */
+static void test_regression_unprivileged_script_under_low_hard_memlock(void **state)
+{
+	(void)state;
+	char script[PATH_MAX];
+	if (!find_unpriv_script(script, sizeof(script)))
+		T_SKIP("scripts/run-unprivileged.sh not found above this binary");
+	run_unprivileged(unpriv_script_under_low_hard_memlock, 64 * 1024, T_STALL_S);
+}
+
 /* ---- a shard that cannot start ---------------------------------------------- */
 
 static int64_t ok_task(cbcmn_cx *cx, void *arg)
@@ -328,6 +404,7 @@ int main(void)
 		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
 		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
 		T_WATCHED_TEST(test_regression_many_executors_fit_in_login_memlock),
+		T_WATCHED_TEST(test_regression_unprivileged_script_under_low_hard_memlock),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
 		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
 	};
