@@ -182,6 +182,42 @@ static void test_regression_many_executors_fit_in_login_memlock(void **state)
 	run_unprivileged(create_600_in_8m, 8u << 20, T_STALL_S);
 }
 
+static void two_runtimes_in_2m(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cbcmn_runtime *a = NULL, *b = NULL;
+	/* 64 executors planned alone in 2 MiB: 16 KiB rings, 1 MiB. */
+	cfg.workers = 64;
+	int rc = cbcmn_runtime_create(&cfg, &a);
+	if (rc != 0)
+		fprintf(stderr, "child: the first create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	/* 96 more: 96 of the smallest (768 KiB) fit in what is left. */
+	cfg.workers = 96;
+	rc = cbcmn_runtime_create(&cfg, &b);
+	if (rc != 0)
+		fprintf(stderr, "child: the second create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	int64_t r = -1;
+	CHILD_CHECK(cbcmn_runtime_run(a, io_everywhere, NULL, &r) == 0 && r == 0);
+	CHILD_CHECK(cbcmn_runtime_run(b, io_everywhere, NULL, &r) == 0 && r == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(b) == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(a) == 0);
+}
+
+/* The bug: a second runtime in the process planned its rings as if it
+ * were alone under RLIMIT_MEMLOCK (three quarters of the limit for its
+ * own executors): its first executors took 16 KiB rings in the room the
+ * first runtime had left, and the rest found none (CBCMN_EMEMLOCK), where
+ * 96 rings of the smallest size fit.  The plan now leaves out what the
+ * process's other rings hold. */
+static void test_regression_second_runtime_rings_fit_beside_the_first(void **state)
+{
+	(void)state;
+	run_unprivileged(two_runtimes_in_2m, 2u << 20, T_STALL_S);
+}
+
 /* ---- scripts/run-unprivileged.sh as a user that is not root ----------------- */
 
 /* The checkout's scripts/run-unprivileged.sh, found above this binary
@@ -404,6 +440,7 @@ int main(void)
 		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
 		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
 		T_WATCHED_TEST(test_regression_many_executors_fit_in_login_memlock),
+		T_WATCHED_TEST(test_regression_second_runtime_rings_fit_beside_the_first),
 		T_WATCHED_TEST(test_regression_unprivileged_script_under_low_hard_memlock),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
 		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
