@@ -192,6 +192,33 @@ static void test_regression_carriage_returns_keep_the_last_state(void **state)
 	errtail_close(t);
 }
 
+/* The bug: a line cut at ERRTAIL_LINE_MAX in the middle of a character
+ * kept the character's first bytes, printed as '?' before the "...": a
+ * byte the command never wrote.  The cut now falls before the character. */
+static void test_regression_cut_inside_a_character_prints_no_question_mark(void **state)
+{
+	(void)state;
+	for (size_t before = 1; before <= 3; before++) {
+		int w;
+		struct errtail *t = open_pipe(&w, -1);
+		/* "\xf0\x9f\x98\x80" (4 bytes) with 1, 2 or 3 of them inside
+		 * the kept ERRTAIL_LINE_MAX. */
+		char line[ERRTAIL_LINE_MAX + 16];
+		size_t x = ERRTAIL_LINE_MAX - before;
+		memset(line, 'x', x);
+		memcpy(line + x, "\xf0\x9f\x98\x80 tail\n", 10);
+		assert_int_equal(write(w, line, x + 10), (ssize_t)(x + 10));
+		close(w);
+		errtail_stop(t, 5000);
+		char *s = printed(t, "", NULL);
+		assert_int_equal(strlen(s), x + 4);
+		assert_null(strchr(s, '?'));
+		assert_string_equal(s + x, "...\n");
+		free(s);
+		errtail_close(t);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -200,6 +227,7 @@ int main(void)
 		T_WATCHED_TEST(test_flood_keeps_the_last),
 		T_WATCHED_TEST(test_stop_is_bounded),
 		T_WATCHED_TEST(test_regression_carriage_returns_keep_the_last_state),
+		T_WATCHED_TEST(test_regression_cut_inside_a_character_prints_no_question_mark),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

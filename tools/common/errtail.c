@@ -65,6 +65,15 @@ static void feed(struct errtail *t, const char *buf, size_t n)
 		if (t->cur_cut)
 			continue;
 		if (t->curlen == ERRTAIL_LINE_MAX) {
+			/* A continuation byte: the cut splits a character,
+			 * whose first bytes would print as '?': cut before it. */
+			if (c >= 0x80 && c < 0xc0) {
+				size_t k = t->curlen, back = 0;
+				while (back < 3 && k > 0 && ((unsigned char)t->cur[k - 1] & 0xc0) == 0x80)
+					k--, back++;
+				if (k > 0 && (unsigned char)t->cur[k - 1] >= 0xc0)
+					t->curlen = k - 1;
+			}
 			memcpy(t->cur + t->curlen, cut_mark, sizeof(cut_mark) - 1);
 			t->curlen += sizeof(cut_mark) - 1;
 			t->cur_cut = true;
