@@ -1426,9 +1426,10 @@ static void test_regression_command_stderr_when_it_dies_early(void **state)
 	(void)state;
 	char out[4096], err[16384];
 	char *argv[] = {top, "-b", "--no-bpf", "--", "/bin/sh", "-c", NULL, NULL};
-	/* Plain lines, then what a terminal must not get raw. */
+	/* Plain lines, then what a terminal must not get raw (a CR starts
+	 * the line over, as on a terminal). */
 	argv[6] = "echo 'first line' >&2; echo 'cbcmn-run: echo: server: Invalid argument' >&2; "
-		  "printf 'esc \\033[2J cr \\r nul \\000 bad \\377\\376 ok \\303\\251\\n' >&2; "
+		  "printf 'gone \\r esc \\033[2J nul \\000 bad \\377\\376 ok \\303\\251\\n' >&2; "
 		  "printf 'no newline at the end' >&2; exit 3";
 	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
 	printf("%s", err);
@@ -1443,7 +1444,7 @@ static void test_regression_command_stderr_when_it_dies_early(void **state)
 	char want[1024];
 	snprintf(want, sizeof(want),
 		 "%s: first line\n%s: cbcmn-run: echo: server: Invalid argument\n"
-		 "%s: esc ?[2J cr ? nul ? bad ?? ok \303\251\n%s: no newline at the end\n",
+		 "%s:  esc ?[2J nul ? bad ?? ok \303\251\n%s: no newline at the end\n",
 		 pre, pre, pre, pre);
 	assert_string_equal(h, want);
 
