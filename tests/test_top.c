@@ -1479,6 +1479,29 @@ static void test_regression_command_stderr_when_it_dies_early(void **state)
 	assert_true(took < 4.5); /* not held until the sleep ends */
 }
 
+/* The bug: a started command that ignores SIGTERM (a trap, a slow
+ * graceful shutdown) held cbcmn-top as it exited, for as long as the
+ * command lived or until a signal interrupted the viewer (a batch run in
+ * a script has none): it sent SIGTERM and waited without a bound.  Now
+ * it waits a moment, then sends SIGKILL and says so. */
+static void test_regression_command_ignoring_sigterm_does_not_hold_the_viewer(void **state)
+{
+	(void)state;
+	char out[4096], err[16384];
+	/* Ignored signals stay ignored across exec: the sleep ignores it too
+	 * (and ends by itself should the viewer be killed first). */
+	char *argv[] = {top, "-b", "--no-bpf", "-w", "0.3", "--", "/bin/sh", "-c",
+			"trap '' TERM; echo 'ignoring TERM' >&2; exec sleep 25", NULL};
+	uint64_t t0 = t_now_ns();
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 20);
+	double took = (double)(t_now_ns() - t0) / 1e9;
+	printf("%s(%.2f s)\n", err, took);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	assert_non_null(strstr(err, "started no cbcmn runtime within 0.3 s"));
+	assert_non_null(strstr(err, "did not end on SIGTERM"));
+	assert_non_null(strstr(err, ": ignoring TERM\n"));
+}
+
 /* After its runtime appeared: the command's status when it dies and its
  * last stderr lines; in batch mode its lines come after each snapshot
  * too, and a command that floods its stderr is never held up by it (it
@@ -1714,6 +1737,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_command_ends),
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_early),
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_later),
+		T_WATCHED_TEST(test_regression_command_ignoring_sigterm_does_not_hold_the_viewer),
 		T_WATCHED_TEST(test_command_stderr_not_on_screen),
 		T_WATCHED_TEST(test_oncpu_true),
 		T_WATCHED_TEST(test_oncpu_true_loaded),
