@@ -16,7 +16,8 @@
 # suites find fixtures and scripts above their binary) and of the
 # build's tests/, bin/ and lib/ (a checkout in /root, mode 700, is out of
 # its reach, and a user's build directory is its own); it is removed at
-# the end (UNPRIV_TMP: another place than /tmp; one the user cannot
+# the end, or at once on ^C or SIGTERM, which end the suite running
+# (UNPRIV_TMP: another place than /tmp; one the user cannot
 # execute from, mounted noexec, is a skip that says so).  Not root: the
 # suites run as the current user with the same limits (a hard limit lower
 # than these, which only root could raise, is kept).
@@ -91,6 +92,23 @@ if ! setpriv --reuid="$user" --regid="$group" --clear-groups --reset-env "$dir/.
 fi
 echo "=== run-unprivileged: as $user:$group (no capabilities), memlock ${memlock_kib} KiB, nofile $nofile_soft/$nofile_hard, from $dir"
 cd "$dir" || exit 1
-# The per-suite timeout survives --reset-env only if passed again.
+# The per-suite timeout survives --reset-env only if passed again.  In
+# the background, waited for: a ^C or a TERM reaches only this shell (each
+# suite runs under run-tests.sh's timeout, in a process group of its own
+# that a terminal does not signal, and a trap waits for a foreground job
+# to end), and the trap ends run-tests.sh (it becomes its pid: the execs)
+# and the timeout it waits on, which passes the signal on to the suite.
 bash -c "$limits && exec setpriv --reuid=\"$user\" --regid=\"$group\" --clear-groups --reset-env \
-	env T_SUITE_TIMEOUT=\"${T_SUITE_TIMEOUT:-600}\" scripts/run-tests.sh $rel/tests $*"
+	env T_SUITE_TIMEOUT=\"${T_SUITE_TIMEOUT:-600}\" scripts/run-tests.sh $rel/tests $*" &
+inner=$!
+stop_suites() {
+	kill -STOP "$inner" 2>/dev/null # no next suite meanwhile
+	local kids
+	kids=$(pgrep -P "$inner")
+	[ -n "$kids" ] && kill -TERM $kids 2>/dev/null
+	kill -TERM "$inner" 2>/dev/null
+	kill -CONT "$inner" 2>/dev/null
+	wait "$inner"
+}
+trap 'stop_suites; exit 130' INT TERM # through the EXIT trap
+wait "$inner"

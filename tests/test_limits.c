@@ -292,6 +292,111 @@ static void test_regression_unprivileged_script_under_low_hard_memlock(void **st
 	run_unprivileged(unpriv_script_under_low_hard_memlock, 64 * 1024, T_STALL_S);
 }
 
+/* A fake build for the script: tests/NAME, a shell script of body. */
+static void fake_suite(const char *dir, const char *name, const char *body)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/tests", dir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/tests/%s", dir, name);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, body, strlen(body)), (ssize_t)strlen(body));
+	close(fd);
+}
+
+/* The bug: a ^C (SIGINT to the terminal's foreground process group) did
+ * not stop scripts/run-unprivileged.sh: run-tests.sh runs each suite
+ * under timeout, in a process group of its own that the terminal does not
+ * signal, and the script's trap waited for its foreground job; the suite
+ * ran to its end, and so did every suite after it, before the copy was
+ * removed.  Now the script ends the suites and removes the copy at once. */
+static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
+{
+	(void)state;
+	char script[PATH_MAX];
+	if (geteuid() != 0)
+		T_SKIP("not root: the script runs the suites as the current user, without a copy");
+	if (!find_unpriv_script(script, sizeof(script)))
+		T_SKIP("scripts/run-unprivileged.sh not found above this binary");
+	char dir[] = "/tmp/test_limits-ctrlc-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	chmod(dir, 0755);
+	fake_suite(dir, "test_a_slow", "#!/bin/sh\necho \"suite pid $$\"\nexec sleep 20\n");
+	fake_suite(dir, "test_b_after", "#!/bin/sh\necho 'the next suite ran'\n");
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setsid(); /* a process group of its own, as a terminal's job */
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		execl(script, script, dir, "test_a_slow", "test_b_after", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	char out[8192] = "";
+	size_t n = 0;
+	int st = 0;
+	uint64_t deadline = t_now_ns() + T_STALL_NS, sent = 0;
+	pid_t r = 0;
+	while ((r = waitpid(pid, &st, WNOHANG)) == 0 && t_now_ns() < deadline) {
+		ssize_t k = read(p[0], out + n, sizeof(out) - 1 - n);
+		if (k > 0)
+			out[n += (size_t)k] = 0;
+		if (!sent && strstr(out, "suite pid ")) {
+			usleep(200000);
+			kill(-pid, SIGINT);
+			sent = t_now_ns();
+		}
+		usleep(20000);
+	}
+	ssize_t k = read(p[0], out + n, sizeof(out) - 1 - n);
+	if (k > 0)
+		out[n += (size_t)k] = 0;
+	close(p[0]);
+	if (r == 0) {
+		kill(-pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	printf("%s", out);
+	char path[PATH_MAX];
+	for (const char *t = "test_a_slow"; t; t = strcmp(t, "test_b_after") ? "test_b_after" : NULL) {
+		snprintf(path, sizeof(path), "%s/tests/%s", dir, t);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/tests", dir);
+	rmdir(path);
+	rmdir(dir);
+	if (strstr(out, "SKIPPED"))
+		T_SKIP("the script skipped: %s", out);
+	assert_true(sent != 0);
+	assert_int_equal(r, pid);
+	double took = (double)(r ? t_now_ns() - sent : 0) / 1e9;
+	printf("ended %.2f s after the ^C\n", took);
+	assert_true(took < 10.0); /* not the suite's 20 s */
+	assert_null(strstr(out, "the next suite ran"));
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+	/* The copy is gone, and so is the suite. */
+	const char *from = strstr(out, ", from ");
+	assert_non_null(from);
+	char copy[PATH_MAX];
+	assert_int_equal(sscanf(from + 7, "%4095s", copy), 1);
+	assert_int_equal(access(copy, F_OK), -1);
+	const char *sp = strstr(out, "suite pid ");
+	pid_t suite = (pid_t)atoi(sp + 10);
+	assert_true(suite > 0);
+	for (int i = 0; i < 100 && kill(suite, 0) == 0; i++)
+		usleep(20000);
+	if (kill(suite, 0) == 0) {
+		kill(suite, SIGKILL);
+		fail_msg("the suite (pid %d) outlived the script", (int)suite);
+	}
+}
+
 /* ---- a shard that cannot start ---------------------------------------------- */
 
 static int64_t ok_task(cbcmn_cx *cx, void *arg)
@@ -442,6 +547,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_many_executors_fit_in_login_memlock),
 		T_WATCHED_TEST(test_regression_second_runtime_rings_fit_beside_the_first),
 		T_WATCHED_TEST(test_regression_unprivileged_script_under_low_hard_memlock),
+		T_WATCHED_TEST(test_regression_unprivileged_script_stops_on_ctrl_c),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
 		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
 	};
