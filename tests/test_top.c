@@ -1502,6 +1502,27 @@ static void test_regression_command_ignoring_sigterm_does_not_hold_the_viewer(vo
 	assert_non_null(strstr(err, ": ignoring TERM\n"));
 }
 
+/* The bug: the started command inherited cbcmn-top's SIGPIPE ignored (an
+ * ignored signal stays ignored across exec), so it behaved unlike in a
+ * shell: in "yes | head -c 1" yes met EPIPE instead of dying of SIGPIPE,
+ * and said "yes: standard output: Broken pipe" on its stderr. */
+static void test_regression_command_gets_default_sigpipe(void **state)
+{
+	(void)state;
+	char out[4096], err[16384];
+	char *argv[] = {top, "-b", "--no-bpf", "-w", "5", "--", "/bin/sh", "-c",
+			"yes | head -c 1 >/dev/null; grep SigIgn /proc/self/status >&2; exit 3", NULL};
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	printf("%s", err);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	assert_non_null(strstr(err, "exited with status 3 before a cbcmn runtime appeared"));
+	assert_null(strstr(err, "Broken pipe"));
+	const char *ign = strstr(err, "SigIgn:?");
+	assert_non_null(ign);
+	unsigned long long mask = strtoull(ign + 8, NULL, 16);
+	assert_false(mask & (1ull << (SIGPIPE - 1)));
+}
+
 /* After its runtime appeared: the command's status when it dies and its
  * last stderr lines; in batch mode its lines come after each snapshot
  * too, and a command that floods its stderr is never held up by it (it
@@ -1738,6 +1759,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_early),
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_later),
 		T_WATCHED_TEST(test_regression_command_ignoring_sigterm_does_not_hold_the_viewer),
+		T_WATCHED_TEST(test_regression_command_gets_default_sigpipe),
 		T_WATCHED_TEST(test_command_stderr_not_on_screen),
 		T_WATCHED_TEST(test_oncpu_true),
 		T_WATCHED_TEST(test_oncpu_true_loaded),

@@ -143,6 +143,9 @@ static pid_t start_command(char **argv, const char *out)
 			goto failed;
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
+		/* Ours is ignored, and an ignored signal stays so across exec:
+		 * the command gets the default a shell would give it. */
+		signal(SIGPIPE, SIG_DFL);
 		execvp(argv[0], argv);
 failed:;
 		int e = errno;
