@@ -144,20 +144,30 @@ static uint64_t ring_cost(uint32_t entries)
 	return cost;
 }
 
+/* ring_cost() of every executor ring of this process that is up, all
+ * runtimes: what other runtimes already hold of the limit.  Relaxed: a
+ * sizing figure read once per runtime create, ordered with nothing. */
+static _Atomic uint64_t rings_held;
+
 /* Under a locked-memory limit, `entries` made small enough that one ring
  * per executor fits in three quarters of it (the rest for buffer rings,
- * the probe's ring given back late, the user's other processes).  Without
- * this the first executors took full 32 KiB rings until the limit ran
- * out and the rest had none: 600 executors failed in a login's 8 MiB,
- * where 600 small rings (4.8 MiB) fit.  Where the kernel does not count
- * rings (5.12 to 6.12) this only makes rings of many executors smaller:
- * fewer SQEs in flight per executor, not an error. */
+ * the probe's ring given back late, the user's other processes), less
+ * what the process's other runtimes' rings hold.  Without this the first
+ * executors took full 32 KiB rings until the limit ran out and the rest
+ * had none: 600 executors failed in a login's 8 MiB, where 600 small
+ * rings (4.8 MiB) fit; so did a second runtime planned as if it were
+ * alone.  Planned once per runtime, at the probe, before any of its rings
+ * exists.  Where the kernel does not count rings (5.12 to 6.12) this only
+ * makes rings of many executors smaller: fewer SQEs in flight per
+ * executor, not an error. */
 static uint32_t ring_entries_planned(const struct cbcmn_runtime *rt, uint32_t entries)
 {
 	struct rlimit rl;
 	if (!memlock_bound() || getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
 		return entries;
-	uint64_t share = (uint64_t)rl.rlim_cur / 4 * 3 / (rt->cfg.workers ? rt->cfg.workers : 1);
+	uint64_t budget = (uint64_t)rl.rlim_cur / 4 * 3;
+	uint64_t held = atomic_load_explicit(&rings_held, memory_order_relaxed);
+	uint64_t share = (budget > held ? budget - held : 0) / (rt->cfg.workers ? rt->cfg.workers : 1);
 	while (entries > RING_MIN_ENTRIES && ring_cost(entries) > share)
 		entries /= 2;
 	return entries;
@@ -231,6 +241,8 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 	io_uring_queue_exit(&u);
 	if (!c->ext_arg)
 		return -EOPNOTSUPP; /* timed waits need IORING_FEAT_EXT_ARG (5.11) */
+	c->plan_entries = ring_entries_planned(rt, cfg->ring_entries ? cfg->ring_entries
+								 : RING_ENTRIES_DEFAULT);
 	return 0;
 }
 
@@ -257,11 +269,11 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn__ring *r = &e->ring;
-	uint32_t entries = rt->cfg.ring_entries ? rt->cfg.ring_entries : RING_ENTRIES_DEFAULT;
-	entries = ring_entries_planned(rt, entries);
+	uint32_t entries = rt->ring_caps.plan_entries;
 	int rc = ring_init_fit(&r->u, entries, rt->ring_caps.setup_flags, &rt->cfg, &r->entries);
 	if (rc)
 		return rc;
+	atomic_fetch_add_explicit(&rings_held, ring_cost(r->u.sq.ring_entries), memory_order_relaxed);
 	r->up = true;
 	/* Its number for doorbells, unless the executor keeps one (a
 	 * takeover puts the new ring under the old number). */
@@ -292,6 +304,7 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
  * that ends drops its table anyway. */
 static void ring_unmap(struct io_uring *u, int fd)
 {
+	atomic_fetch_sub_explicit(&rings_held, ring_cost(u->sq.ring_entries), memory_order_relaxed);
 	munmap(u->sq.sqes, u->sq.ring_entries * sizeof(struct io_uring_sqe));
 	if (u->cq.ring_ptr && u->cq.ring_ptr != u->sq.ring_ptr)
 		munmap(u->cq.ring_ptr, u->cq.ring_sz);

@@ -36,6 +36,7 @@ struct cbcmn__ring_caps {
 	bool multishot_accept; /* 5.19 (with IORING_OP_SOCKET) */
 	bool multishot_recv;  /* 6.0 (with IORING_OP_SEND_ZC), and buffer rings */
 	bool nodrop;          /* IORING_FEAT_NODROP */
+	uint32_t plan_entries; /* each ring's SQEs, sized for RLIMIT_MEMLOCK (ring.c) */
 };
 
 /* An executor's ring, owner-only but for fd and efd, which other threads

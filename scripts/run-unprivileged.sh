@@ -16,9 +16,11 @@
 # suites find fixtures and scripts above their binary) and of the
 # build's tests/, bin/ and lib/ (a checkout in /root, mode 700, is out of
 # its reach, and a user's build directory is its own); it is removed at
-# the end (UNPRIV_TMP: another place than /tmp; one the user cannot
+# the end, or at once on ^C or SIGTERM, which end the suite running
+# (UNPRIV_TMP: another place than /tmp; one the user cannot
 # execute from, mounted noexec, is a skip that says so).  Not root: the
-# suites run as the current user with the same limits.
+# suites run as the current user with the same limits (a hard limit lower
+# than these, which only root could raise, is kept).
 #
 # Suites that need root (the BPF view) must skip saying why; any failure
 # fails this script (exit 1).  docs/STATUS.md "Unprivileged users".
@@ -34,6 +36,7 @@ memlock_kib=8192
 nofile_soft=1024
 nofile_hard=$(ulimit -Hn)
 [ "$nofile_hard" = unlimited ] || [ "$nofile_hard" -gt 524288 ] && nofile_hard=524288
+[ "$nofile_hard" -lt "$nofile_soft" ] && nofile_soft=$nofile_hard # a soft limit is at most the hard
 
 if [ ! -d "$build/tests" ]; then
 	echo "run-unprivileged: $build/tests is not built (make tests)" >&2
@@ -47,7 +50,15 @@ fi
 limits="ulimit -l $memlock_kib && ulimit -n $nofile_hard && ulimit -S -n $nofile_soft"
 
 if [ "$(id -u)" -ne 0 ]; then
-	echo "=== run-unprivileged: not root: as $(id -un) itself, memlock ${memlock_kib} KiB, nofile $nofile_soft/$nofile_hard"
+	# A user that is not root cannot raise a hard limit: where its own is
+	# lower (64 KiB of RLIMIT_MEMLOCK on older distributions and in
+	# containers), the suites run under that one.
+	memlock_hard=$(ulimit -Hl)
+	if [ "$memlock_hard" != unlimited ] && [ "$memlock_hard" -lt "$memlock_kib" ]; then
+		memlock_kib=$memlock_hard
+		limits="ulimit -l $memlock_kib && ulimit -n $nofile_hard && ulimit -S -n $nofile_soft"
+	fi
+	echo "=== run-unprivileged: not root: as $(id -un 2>/dev/null) itself, memlock ${memlock_kib} KiB, nofile $nofile_soft/$nofile_hard"
 	exec bash -c "$limits && exec \"\$0\" \"\$@\"" "$here/run-tests.sh" "$build/tests" "$@"
 fi
 
@@ -81,6 +92,23 @@ if ! setpriv --reuid="$user" --regid="$group" --clear-groups --reset-env "$dir/.
 fi
 echo "=== run-unprivileged: as $user:$group (no capabilities), memlock ${memlock_kib} KiB, nofile $nofile_soft/$nofile_hard, from $dir"
 cd "$dir" || exit 1
-# The per-suite timeout survives --reset-env only if passed again.
+# The per-suite timeout survives --reset-env only if passed again.  In
+# the background, waited for: a ^C or a TERM reaches only this shell (each
+# suite runs under run-tests.sh's timeout, in a process group of its own
+# that a terminal does not signal, and a trap waits for a foreground job
+# to end), and the trap ends run-tests.sh (it becomes its pid: the execs)
+# and the timeout it waits on, which passes the signal on to the suite.
 bash -c "$limits && exec setpriv --reuid=\"$user\" --regid=\"$group\" --clear-groups --reset-env \
-	env T_SUITE_TIMEOUT=\"${T_SUITE_TIMEOUT:-600}\" scripts/run-tests.sh $rel/tests $*"
+	env T_SUITE_TIMEOUT=\"${T_SUITE_TIMEOUT:-600}\" scripts/run-tests.sh $rel/tests $*" &
+inner=$!
+stop_suites() {
+	kill -STOP "$inner" 2>/dev/null # no next suite meanwhile
+	local kids
+	kids=$(pgrep -P "$inner")
+	[ -n "$kids" ] && kill -TERM $kids 2>/dev/null
+	kill -TERM "$inner" 2>/dev/null
+	kill -CONT "$inner" 2>/dev/null
+	wait "$inner"
+}
+trap 'stop_suites; exit 130' INT TERM # through the EXIT trap
+wait "$inner"

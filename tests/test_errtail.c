@@ -65,7 +65,9 @@ static void test_lines_in_order(void **state)
 	errtail_close(t);
 }
 
-/* Escape sequences, CR, NUL, DEL and bad UTF-8 are '?'; good UTF-8 stays.
+/* Escape sequences, NUL, DEL and bad UTF-8 are '?' (a CR starts the line
+ * over: test_regression_carriage_returns_keep_the_last_state); good UTF-8
+ * stays.
  * Overlong forms, surrogates, code points past U+10FFFF and a sequence
  * cut short are bad. */
 static void test_unsafe_bytes_replaced(void **state)
@@ -73,14 +75,14 @@ static void test_unsafe_bytes_replaced(void **state)
 	(void)state;
 	int w;
 	struct errtail *t = open_pipe(&w, -1);
-	static const char in[] = "a\033[2Jb\rc\0d\x7f"
+	static const char in[] = "a\033[2Jb\x1b\bc\0d\x7f"
 				 "e \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 "
 				 "\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82 \xff\n";
 	assert_int_equal(write(w, in, sizeof(in) - 1), (ssize_t)sizeof(in) - 1);
 	close(w);
 	errtail_stop(t, 5000);
 	char *s = printed(t, "", NULL);
-	assert_string_equal(s, "a?[2Jb?c?d?e \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 ?? ??? ???? ?? ?\n");
+	assert_string_equal(s, "a?[2Jb??c?d?e \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 ?? ??? ???? ?? ?\n");
 	free(s);
 	errtail_close(t);
 }
@@ -161,6 +163,62 @@ static void test_stop_is_bounded(void **state)
 	close(w);
 }
 
+/* The bug: a carriage return was stored as '?', so a command that reports
+ * progress on one line ("\rstep 1/200\rstep 2/200...") made one long line
+ * cut after its first ERRTAIL_LINE_MAX bytes: cbcmn-top showed the first
+ * steps and lost what the command wrote last, its error included.  A
+ * carriage return now starts the line over, as on a terminal; CRLF still
+ * ends a line with its text. */
+static void test_regression_carriage_returns_keep_the_last_state(void **state)
+{
+	(void)state;
+	int w;
+	struct errtail *t = open_pipe(&w, -1);
+	char step[32];
+	for (int i = 1; i <= 200; i++) {
+		snprintf(step, sizeof(step), "\rstep %d/200", i);
+		write_str(w, step);
+	}
+	write_str(w, "\rfatal: out of disk\r\n");
+	write_str(w, "crlf line\r\n");
+	write_str(w, "ends in a return\r\r");
+	close(w);
+	errtail_stop(t, 5000);
+	size_t n;
+	char *s = printed(t, "", &n);
+	assert_string_equal(s, "fatal: out of disk\ncrlf line\nends in a return\n");
+	assert_int_equal(n, 3);
+	free(s);
+	errtail_close(t);
+}
+
+/* The bug: a line cut at ERRTAIL_LINE_MAX in the middle of a character
+ * kept the character's first bytes, printed as '?' before the "...": a
+ * byte the command never wrote.  The cut now falls before the character. */
+static void test_regression_cut_inside_a_character_prints_no_question_mark(void **state)
+{
+	(void)state;
+	for (size_t before = 1; before <= 3; before++) {
+		int w;
+		struct errtail *t = open_pipe(&w, -1);
+		/* "\xf0\x9f\x98\x80" (4 bytes) with 1, 2 or 3 of them inside
+		 * the kept ERRTAIL_LINE_MAX. */
+		char line[ERRTAIL_LINE_MAX + 16];
+		size_t x = ERRTAIL_LINE_MAX - before;
+		memset(line, 'x', x);
+		memcpy(line + x, "\xf0\x9f\x98\x80 tail\n", 10);
+		assert_int_equal(write(w, line, x + 10), (ssize_t)(x + 10));
+		close(w);
+		errtail_stop(t, 5000);
+		char *s = printed(t, "", NULL);
+		assert_int_equal(strlen(s), x + 4);
+		assert_null(strchr(s, '?'));
+		assert_string_equal(s + x, "...\n");
+		free(s);
+		errtail_close(t);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -168,6 +226,8 @@ int main(void)
 		T_WATCHED_TEST(test_unsafe_bytes_replaced),
 		T_WATCHED_TEST(test_flood_keeps_the_last),
 		T_WATCHED_TEST(test_stop_is_bounded),
+		T_WATCHED_TEST(test_regression_carriage_returns_keep_the_last_state),
+		T_WATCHED_TEST(test_regression_cut_inside_a_character_prints_no_question_mark),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -182,6 +184,221 @@ static void test_regression_many_executors_fit_in_login_memlock(void **state)
 	run_unprivileged(create_600_in_8m, 8u << 20, T_STALL_S);
 }
 
+static void two_runtimes_in_2m(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cbcmn_runtime *a = NULL, *b = NULL;
+	/* 64 executors planned alone in 2 MiB: 16 KiB rings, 1 MiB. */
+	cfg.workers = 64;
+	int rc = cbcmn_runtime_create(&cfg, &a);
+	if (rc != 0)
+		fprintf(stderr, "child: the first create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	/* 96 more: 96 of the smallest (768 KiB) fit in what is left. */
+	cfg.workers = 96;
+	rc = cbcmn_runtime_create(&cfg, &b);
+	if (rc != 0)
+		fprintf(stderr, "child: the second create returned %d (%s)\n", rc, cbcmn_strerror(rc));
+	CHILD_CHECK(rc == 0);
+	int64_t r = -1;
+	CHILD_CHECK(cbcmn_runtime_run(a, io_everywhere, NULL, &r) == 0 && r == 0);
+	CHILD_CHECK(cbcmn_runtime_run(b, io_everywhere, NULL, &r) == 0 && r == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(b) == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(a) == 0);
+}
+
+/* The bug: a second runtime in the process planned its rings as if it
+ * were alone under RLIMIT_MEMLOCK (three quarters of the limit for its
+ * own executors): its first executors took 16 KiB rings in the room the
+ * first runtime had left, and the rest found none (CBCMN_EMEMLOCK), where
+ * 96 rings of the smallest size fit.  The plan now leaves out what the
+ * process's other rings hold. */
+static void test_regression_second_runtime_rings_fit_beside_the_first(void **state)
+{
+	(void)state;
+	run_unprivileged(two_runtimes_in_2m, 2u << 20, T_STALL_S);
+}
+
+/* ---- scripts/run-unprivileged.sh as a user that is not root ----------------- */
+
+/* The checkout's scripts/run-unprivileged.sh, found above this binary
+ * (build/tests/, build/asan/tests/, or run-unprivileged.sh's copy). */
+static bool find_unpriv_script(char *out, size_t len)
+{
+	char path[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+	if (n <= 0)
+		return false;
+	path[n] = 0;
+	for (int up = 0; up < 5; up++) {
+		char *slash = strrchr(path, '/');
+		if (!slash || slash == path)
+			return false;
+		*slash = 0;
+		if (snprintf(out, len, "%.*s/scripts/run-unprivileged.sh", (int)(len - 32), path) >=
+		    (int)len)
+			return false;
+		if (access(out, X_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* In the child (not root, hard RLIMIT_MEMLOCK 64 KiB): the script on a
+ * build holding one suite that passes exits 0. */
+static void unpriv_script_under_low_hard_memlock(void)
+{
+	static char script[PATH_MAX];
+	CHILD_CHECK(find_unpriv_script(script, sizeof(script)));
+	char dir[] = "/tmp/test_limits-unpriv-XXXXXX", suite[PATH_MAX + 64];
+	CHILD_CHECK(mkdtemp(dir) != NULL);
+	snprintf(suite, sizeof(suite), "%s/tests", dir);
+	CHILD_CHECK(mkdir(suite, 0755) == 0);
+	snprintf(suite, sizeof(suite), "%s/tests/test_passes", dir);
+	int fd = open(suite, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+	CHILD_CHECK(fd >= 0);
+	static const char body[] = "#!/bin/sh\nexit 0\n";
+	CHILD_CHECK(write(fd, body, sizeof(body) - 1) == (ssize_t)sizeof(body) - 1);
+	close(fd);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHILD_CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(script, script, dir, "test_passes", (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	CHILD_CHECK(waitpid(pid, &st, 0) == pid);
+	unlink(suite);
+	snprintf(suite, sizeof(suite), "%s/tests", dir);
+	rmdir(suite);
+	rmdir(dir);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fprintf(stderr, "child: run-unprivileged.sh: status %#x\n", st);
+	CHILD_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The bug: make test runs scripts/run-unprivileged.sh, which for a user
+ * that is not root set RLIMIT_MEMLOCK to 8 MiB soft and hard; where the
+ * user's hard limit is lower (64 KiB: older distributions, containers)
+ * bash's ulimit failed ("cannot modify limit: Operation not permitted")
+ * and so did make test, before any suite ran.  A hard limit can only be
+ * lowered: the user's own is kept, and the suites run under it. */
+static void test_regression_unprivileged_script_under_low_hard_memlock(void **state)
+{
+	(void)state;
+	char script[PATH_MAX];
+	if (!find_unpriv_script(script, sizeof(script)))
+		T_SKIP("scripts/run-unprivileged.sh not found above this binary");
+	run_unprivileged(unpriv_script_under_low_hard_memlock, 64 * 1024, T_STALL_S);
+}
+
+/* A fake build for the script: tests/NAME, a shell script of body. */
+static void fake_suite(const char *dir, const char *name, const char *body)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/tests", dir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/tests/%s", dir, name);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, body, strlen(body)), (ssize_t)strlen(body));
+	close(fd);
+}
+
+/* The bug: a ^C (SIGINT to the terminal's foreground process group) did
+ * not stop scripts/run-unprivileged.sh: run-tests.sh runs each suite
+ * under timeout, in a process group of its own that the terminal does not
+ * signal, and the script's trap waited for its foreground job; the suite
+ * ran to its end, and so did every suite after it, before the copy was
+ * removed.  Now the script ends the suites and removes the copy at once. */
+static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
+{
+	(void)state;
+	char script[PATH_MAX];
+	if (geteuid() != 0)
+		T_SKIP("not root: the script runs the suites as the current user, without a copy");
+	if (!find_unpriv_script(script, sizeof(script)))
+		T_SKIP("scripts/run-unprivileged.sh not found above this binary");
+	char dir[] = "/tmp/test_limits-ctrlc-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	chmod(dir, 0755);
+	fake_suite(dir, "test_a_slow", "#!/bin/sh\necho \"suite pid $$\"\nexec sleep 20\n");
+	fake_suite(dir, "test_b_after", "#!/bin/sh\necho 'the next suite ran'\n");
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setsid(); /* a process group of its own, as a terminal's job */
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		execl(script, script, dir, "test_a_slow", "test_b_after", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	char out[8192] = "";
+	size_t n = 0;
+	int st = 0;
+	uint64_t deadline = t_now_ns() + T_STALL_NS, sent = 0;
+	pid_t r = 0;
+	while ((r = waitpid(pid, &st, WNOHANG)) == 0 && t_now_ns() < deadline) {
+		ssize_t k = read(p[0], out + n, sizeof(out) - 1 - n);
+		if (k > 0)
+			out[n += (size_t)k] = 0;
+		if (!sent && strstr(out, "suite pid ")) {
+			usleep(200000);
+			kill(-pid, SIGINT);
+			sent = t_now_ns();
+		}
+		usleep(20000);
+	}
+	ssize_t k = read(p[0], out + n, sizeof(out) - 1 - n);
+	if (k > 0)
+		out[n += (size_t)k] = 0;
+	close(p[0]);
+	if (r == 0) {
+		kill(-pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	printf("%s", out);
+	char path[PATH_MAX];
+	for (const char *t = "test_a_slow"; t; t = strcmp(t, "test_b_after") ? "test_b_after" : NULL) {
+		snprintf(path, sizeof(path), "%s/tests/%s", dir, t);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/tests", dir);
+	rmdir(path);
+	rmdir(dir);
+	if (strstr(out, "SKIPPED"))
+		T_SKIP("the script skipped: %s", out);
+	assert_true(sent != 0);
+	assert_int_equal(r, pid);
+	double took = (double)(r ? t_now_ns() - sent : 0) / 1e9;
+	printf("ended %.2f s after the ^C\n", took);
+	assert_true(took < 10.0); /* not the suite's 20 s */
+	assert_null(strstr(out, "the next suite ran"));
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
+	/* The copy is gone, and so is the suite. */
+	const char *from = strstr(out, ", from ");
+	assert_non_null(from);
+	char copy[PATH_MAX];
+	assert_int_equal(sscanf(from + 7, "%4095s", copy), 1);
+	assert_int_equal(access(copy, F_OK), -1);
+	const char *sp = strstr(out, "suite pid ");
+	pid_t suite = (pid_t)atoi(sp + 10);
+	assert_true(suite > 0);
+	for (int i = 0; i < 100 && kill(suite, 0) == 0; i++)
+		usleep(20000);
+	if (kill(suite, 0) == 0) {
+		kill(suite, SIGKILL);
+		fail_msg("the suite (pid %d) outlived the script", (int)suite);
+	}
+}
+
 /* ---- a shard that cannot start ---------------------------------------------- */
 
 static int64_t ok_task(cbcmn_cx *cx, void *arg)
@@ -332,6 +549,9 @@ int main(void)
 		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
 		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
 		T_WATCHED_TEST(test_regression_many_executors_fit_in_login_memlock),
+		T_WATCHED_TEST(test_regression_second_runtime_rings_fit_beside_the_first),
+		T_WATCHED_TEST(test_regression_unprivileged_script_under_low_hard_memlock),
+		T_WATCHED_TEST(test_regression_unprivileged_script_stops_on_ctrl_c),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
 		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
 	};

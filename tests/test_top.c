@@ -1427,9 +1427,10 @@ static void test_regression_command_stderr_when_it_dies_early(void **state)
 	(void)state;
 	char out[4096], err[16384];
 	char *argv[] = {top, "-b", "--no-bpf", "--", "/bin/sh", "-c", NULL, NULL};
-	/* Plain lines, then what a terminal must not get raw. */
+	/* Plain lines, then what a terminal must not get raw (a CR starts
+	 * the line over, as on a terminal). */
 	argv[6] = "echo 'first line' >&2; echo 'cbcmn-run: echo: server: Invalid argument' >&2; "
-		  "printf 'esc \\033[2J cr \\r nul \\000 bad \\377\\376 ok \\303\\251\\n' >&2; "
+		  "printf 'gone \\r esc \\033[2J nul \\000 bad \\377\\376 ok \\303\\251\\n' >&2; "
 		  "printf 'no newline at the end' >&2; exit 3";
 	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
 	printf("%s", err);
@@ -1444,7 +1445,7 @@ static void test_regression_command_stderr_when_it_dies_early(void **state)
 	char want[1024];
 	snprintf(want, sizeof(want),
 		 "%s: first line\n%s: cbcmn-run: echo: server: Invalid argument\n"
-		 "%s: esc ?[2J cr ? nul ? bad ?? ok \303\251\n%s: no newline at the end\n",
+		 "%s:  esc ?[2J nul ? bad ?? ok \303\251\n%s: no newline at the end\n",
 		 pre, pre, pre, pre);
 	assert_string_equal(h, want);
 
@@ -1477,6 +1478,50 @@ static void test_regression_command_stderr_when_it_dies_early(void **state)
 	assert_non_null(strstr(err, "exited with status 6 before"));
 	assert_non_null(strstr(err, ": said before dying\n"));
 	assert_true(took < 4.5); /* not held until the sleep ends */
+}
+
+/* The bug: a started command that ignores SIGTERM (a trap, a slow
+ * graceful shutdown) held cbcmn-top as it exited, for as long as the
+ * command lived or until a signal interrupted the viewer (a batch run in
+ * a script has none): it sent SIGTERM and waited without a bound.  Now
+ * it waits a moment, then sends SIGKILL and says so. */
+static void test_regression_command_ignoring_sigterm_does_not_hold_the_viewer(void **state)
+{
+	(void)state;
+	char out[4096], err[16384];
+	/* Ignored signals stay ignored across exec: the sleep ignores it too
+	 * (and ends by itself should the viewer be killed first). */
+	char *argv[] = {top, "-b", "--no-bpf", "-w", "0.3", "--", "/bin/sh", "-c",
+			"trap '' TERM; echo 'ignoring TERM' >&2; exec sleep 25", NULL};
+	uint64_t t0 = t_now_ns();
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 20);
+	double took = (double)(t_now_ns() - t0) / 1e9;
+	printf("%s(%.2f s)\n", err, took);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	assert_non_null(strstr(err, "started no cbcmn runtime within 0.3 s"));
+	assert_non_null(strstr(err, "did not end on SIGTERM"));
+	assert_non_null(strstr(err, ": ignoring TERM\n"));
+}
+
+/* The bug: the started command inherited cbcmn-top's SIGPIPE ignored (an
+ * ignored signal stays ignored across exec), so it behaved unlike in a
+ * shell: in "yes | head -c 1" yes met EPIPE instead of dying of SIGPIPE,
+ * and said "yes: standard output: Broken pipe" on its stderr. */
+static void test_regression_command_gets_default_sigpipe(void **state)
+{
+	(void)state;
+	char out[4096], err[16384];
+	char *argv[] = {top, "-b", "--no-bpf", "-w", "5", "--", "/bin/sh", "-c",
+			"yes | head -c 1 >/dev/null; grep SigIgn /proc/self/status >&2; exit 3", NULL};
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	printf("%s", err);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	assert_non_null(strstr(err, "exited with status 3 before a cbcmn runtime appeared"));
+	assert_null(strstr(err, "Broken pipe"));
+	const char *ign = strstr(err, "SigIgn:?");
+	assert_non_null(ign);
+	unsigned long long mask = strtoull(ign + 8, NULL, 16);
+	assert_false(mask & (1ull << (SIGPIPE - 1)));
 }
 
 /* After its runtime appeared: the command's status when it dies and its
@@ -1714,6 +1759,8 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_command_ends),
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_early),
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_later),
+		T_WATCHED_TEST(test_regression_command_ignoring_sigterm_does_not_hold_the_viewer),
+		T_WATCHED_TEST(test_regression_command_gets_default_sigpipe),
 		T_WATCHED_TEST(test_command_stderr_not_on_screen),
 		T_WATCHED_TEST(test_oncpu_true),
 		T_WATCHED_TEST(test_oncpu_true_loaded),

@@ -30,6 +30,9 @@
 /* A command whose runtime ended: how long it may take to exit on its own
  * before it gets SIGTERM (its status is then its own, not ours). */
 #define EXIT_WAIT_S 2.0
+/* A command sent SIGTERM: how long it may take to end before SIGKILL
+ * (it may ignore SIGTERM, or shut down slowly). */
+#define TERM_WAIT_S 3.0
 
 static volatile sig_atomic_t stop;
 
@@ -140,6 +143,9 @@ static pid_t start_command(char **argv, const char *out)
 			goto failed;
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
+		/* Ours is ignored, and an ignored signal stays so across exec:
+		 * the command gets the default a shell would give it. */
+		signal(SIGPIPE, SIG_DFL);
 		execvp(argv[0], argv);
 failed:;
 		int e = errno;
@@ -249,6 +255,24 @@ static int wait_runtime(pid_t pid, const char *name, double wait_s)
 	}
 }
 
+/* SIGTERM to the command we started, and its end: SIGKILL, said on
+ * stderr, if it has not ended TERM_WAIT_S later.  *status: how it ended. */
+static void end_command(int *status)
+{
+	kill(child.pid, SIGTERM);
+	double until = mono_s() + TERM_WAIT_S;
+	pid_t r;
+	while ((r = waitpid(child.pid, status, WNOHANG)) == 0 && mono_s() < until)
+		usleep(10000);
+	if (r != 0)
+		return; /* ended, or not ours to wait for */
+	fprintf(stderr, "cbcmn-top: %s (pid %d) did not end on SIGTERM within %.0f s: sent SIGKILL\n",
+		child.name, (int)child.pid, TERM_WAIT_S);
+	kill(child.pid, SIGKILL);
+	while (waitpid(child.pid, status, 0) < 0 && errno == EINTR)
+		;
+}
+
 /* Free what child holds. */
 static void child_end(void)
 {
@@ -278,8 +302,7 @@ static void reap_command(bool ended)
 			 how);
 		child_stderr(head, true, false);
 	} else {
-		kill(child.pid, SIGTERM);
-		waitpid(child.pid, &status, 0);
+		end_command(&status);
 		snprintf(head, sizeof(head), "cbcmn-top: %s (pid %d) was sent SIGTERM as cbcmn-top exits",
 			 child.name, (int)child.pid);
 		child_stderr(head, true, true);
@@ -372,8 +395,8 @@ int main(int argc, char **argv)
 		int wrc = wait_runtime(child.pid, cmd[0], wait_s);
 		if (wrc) {
 			if (wrc == 1) { /* still running (2: reaped) */
-				kill(child.pid, SIGTERM);
-				waitpid(child.pid, NULL, 0);
+				int status;
+				end_command(&status);
 			}
 			child_end();
 			return 1;

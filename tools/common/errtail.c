@@ -27,6 +27,7 @@ struct errtail {
 	char cur[ERRTAIL_LINE_MAX + sizeof(cut_mark)];
 	size_t curlen;
 	bool cur_cut, cur_any; /* cut at ERRTAIL_LINE_MAX; a byte since the last newline */
+	bool cur_cr;           /* a carriage return last: what comes next starts the line over */
 };
 
 /* The line being built is complete: into the ring.  Under mu. */
@@ -36,7 +37,7 @@ static void push_line(struct errtail *t)
 	memcpy(t->ring[t->total % ERRTAIL_LINES], t->cur, t->curlen + 1);
 	t->total++;
 	t->curlen = 0;
-	t->cur_cut = t->cur_any = false;
+	t->cur_cut = t->cur_any = t->cur_cr = false;
 }
 
 /* Under mu.  Control bytes are stored as '?' already: a stored line is a
@@ -50,9 +51,29 @@ static void feed(struct errtail *t, const char *buf, size_t n)
 			continue;
 		}
 		t->cur_any = true;
+		/* A carriage return moves a terminal's cursor back: what follows
+		 * writes over the line (a progress report), unless it is the
+		 * newline of CRLF. */
+		if (c == '\r') {
+			t->cur_cr = true;
+			continue;
+		}
+		if (t->cur_cr) {
+			t->curlen = 0;
+			t->cur_cut = t->cur_cr = false;
+		}
 		if (t->cur_cut)
 			continue;
 		if (t->curlen == ERRTAIL_LINE_MAX) {
+			/* A continuation byte: the cut splits a character,
+			 * whose first bytes would print as '?': cut before it. */
+			if (c >= 0x80 && c < 0xc0) {
+				size_t k = t->curlen, back = 0;
+				while (back < 3 && k > 0 && ((unsigned char)t->cur[k - 1] & 0xc0) == 0x80)
+					k--, back++;
+				if (k > 0 && (unsigned char)t->cur[k - 1] >= 0xc0)
+					t->curlen = k - 1;
+			}
 			memcpy(t->cur + t->curlen, cut_mark, sizeof(cut_mark) - 1);
 			t->curlen += sizeof(cut_mark) - 1;
 			t->cur_cut = true;

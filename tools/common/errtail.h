@@ -4,9 +4,11 @@
  * not be written over, a batch loop asleep between snapshots).
  *
  * The lines are kept in a ring of ERRTAIL_LINES, each cut to
- * ERRTAIL_LINE_MAX bytes; older lines are counted, not kept.  Printed
- * lines are safe on a terminal: control bytes (escape sequences, carriage
- * returns, NULs) and bytes that are not well-formed UTF-8 become '?'.
+ * ERRTAIL_LINE_MAX bytes; older lines are counted, not kept.  A carriage
+ * return not followed by a newline starts the line over, as on a
+ * terminal (a progress report keeps its last state; CRLF ends a line).
+ * Printed lines are safe on a terminal: control bytes (escape sequences,
+ * NULs) and bytes that are not well-formed UTF-8 become '?'.
  *
  * errtail_open, errtail_print and errtail_close are called by one thread
  * (the owner); the reading thread is internal.
