@@ -87,7 +87,11 @@ struct cbcmn__seg_hdr {
 	int32_t policy;                /* cbcmn_policy applied, or CBCMN_PIN_NONE */
 	uint8_t msg_ring;              /* doorbells are MSG_RING */
 	uint8_t oversubscribed;
-	uint8_t pad[2];
+	/* This process's number for the runtime (1, 2, ... wrapping past
+	 * 65535 to 1): the last argument of the USDT probes, so a BPF tool
+	 * can tell two runtimes of one process apart (docs/PROBES.md).
+	 * Was padding: layout version 2 readers see 0, "unknown". */
+	uint16_t rt_id;
 	_Atomic uint32_t alive;        /* 1 from creation until destroy begins */
 	_Atomic uint32_t nlive;        /* executors [0, nlive) run (a copy of rt->nlive) */
 	/* Work and doorbells of threads outside the executors. */
@@ -105,6 +109,7 @@ struct cbcmn__seg {
 	uint32_t nexec, stride, slots_off;
 	int32_t pid;
 	uint64_t start_ns;
+	uint16_t rt_id;                /* the header's, copied at creation / map */
 };
 
 static inline struct cbcmn__seg_exec *cbcmn__seg_slot(const struct cbcmn__seg *s, uint32_t i)

@@ -594,6 +594,11 @@ typedef struct cbcmn_stats {
 	int32_t policy;           /* the cbcmn_policy applied, or CBCMN_PIN_NONE */
 	uint64_t uptime_ns;       /* since the runtime was created */
 	int32_t pid;              /* the process the runtime lives in */
+	/* The runtime's number in its process (1, 2, ...; 0 from a runtime
+	 * whose libcbcmn predates it): the last argument of its USDT probes
+	 * (docs/PROBES.md), how cbcmn-top and cbcmn-stat keep two runtimes
+	 * of one process apart. */
+	uint32_t runtime_id;
 } cbcmn_stats;
 
 /* Take a snapshot.  per may be NULL; otherwise it receives min(nper,
