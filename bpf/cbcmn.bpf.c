@@ -96,7 +96,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, CBCMN_BPF_MAX_PAIRS);
 	__type(key, struct cbcmn_bpf_pair_key);
 	__type(value, struct cbcmn_bpf_pair);
 } steal_pairs SEC(".maps");

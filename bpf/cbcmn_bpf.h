@@ -123,7 +123,9 @@ enum {
 	CBCMN_BPF_NHISTS = 4,
 };
 
-/* Key of the "steal_pairs" HASH: value struct cbcmn_bpf_pair. */
+/* Key of the "steal_pairs" HASH (CBCMN_BPF_MAX_PAIRS entries): value struct
+ * cbcmn_bpf_pair. */
+#define CBCMN_BPF_MAX_PAIRS 4096
 struct cbcmn_bpf_pair_key {
 	__u32 thief;
 	__u32 victim;

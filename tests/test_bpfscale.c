@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,8 +55,17 @@ static bool has_bpf(char *why, size_t len)
 			T_SKIP("%s", why_);                                                \
 	} while (0)
 
+/* Executors of the big runtime: 300, or CBCMN_TEST_EXECUTORS (up to 1024,
+ * the runtime's limit: an attack run, slow on 2 CPUs). */
+#define MANY 1024
+static uint32_t many(void)
+{
+	const char *e = getenv("CBCMN_TEST_EXECUTORS");
+	long n = e ? atol(e) : 300;
+	return n >= 257 && n <= MANY ? (uint32_t)n : 300;
+}
+
 /* Every slot of m; at least MANY entries (0 past the maps). */
-#define MANY 300
 #define CBCMN_BPF_OUTSIDE_OLD 256 /* where executors 256+ used to land */
 static struct bpfmon_shard *read_all(struct bpfmon *m)
 {
@@ -125,22 +135,23 @@ static void test_executors_past_256_have_their_shards(void **state)
 {
 	(void)state;
 	NEED_BPF();
+	uint32_t nexec = many();
 	struct bpfmon *m = open_self(0, BPFMON_NO_IO_URING | BPFMON_NO_FUTEX);
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
-	cfg.workers = MANY;
+	cfg.workers = nexec;
 	cfg.spin_ns = CBCMN_SPIN_NONE; /* idle executors park at once */
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	int64_t r;
 	assert_int_equal(cbcmn_runtime_run(rt, spread_main, (void *)(uintptr_t)250, &r), 0);
 	assert_int_equal(r, 0);
-	cbcmn_executor_stats *per = calloc(MANY, sizeof(*per));
+	cbcmn_executor_stats *per = calloc(nexec, sizeof(*per));
 	assert_non_null(per);
-	quiesce(rt, per, MANY);
+	quiesce(rt, per, nexec);
 	struct bpfmon_shard *b = read_all(m);
 	unsigned bad = 0;
 	uint64_t high_recv = 0;
-	for (uint32_t i = 0; i < MANY; i++) {
+	for (uint32_t i = 0; i < nexec; i++) {
 		const struct cbcmn_bpf_shard *c = &b[i].c;
 		bool ok = c->tid == (uint32_t)per[i].tid && c->xmsgs_recv == per[i].xmsgs_recv &&
 			  c->xmsgs_sent == per[i].xmsgs_sent;
@@ -154,8 +165,8 @@ static void test_executors_past_256_have_their_shards(void **state)
 	/* The workload reached the high executors (by lane messages: not
 	 * every pinned spawn needs one). */
 	assert_true(high_recv > 0);
-	printf("%u executors: %u rows differ from the runtime; row 299: tid %u, %llu lane messages in\n",
-	       MANY, bad, b[299].c.tid, (unsigned long long)b[299].c.xmsgs_recv);
+	printf("%u executors: %u rows differ from the runtime; row %u: tid %u, %llu lane messages in\n",
+	       nexec, bad, nexec - 1, b[nexec - 1].c.tid, (unsigned long long)b[nexec - 1].c.xmsgs_recv);
 	assert_int_equal(bad, 0);
 	/* Nothing of theirs in the outside slot; and room for them all. */
 	assert_int_equal(b[CBCMN_BPF_OUTSIDE].c.xmsgs_recv, 0);
@@ -446,6 +457,46 @@ static void test_pins_of_a_killed_loader_are_swept(void **state)
 	assert_int_equal(bpfmon_open(&m, t2, flags, err, sizeof(err)), 0);
 	assert_int_not_equal(access(dir, F_OK), 0);
 	bpfmon_close(m);
+	end_target(t2, stop2);
+}
+
+/* A directory without pin_owner (pinned by a bpfmon before it, whose loader
+ * may be running: another user's test_bpf here) was swept as stale by any
+ * pinning loader, pulling the maps from under a live one.  Now it goes only
+ * once its target is dead; while the target lives, a loader for the same
+ * target is refused (-EBUSY) and one for another leaves it alone. */
+static void test_ownerless_pins_of_a_live_target_are_kept(void **state)
+{
+	(void)state;
+	NEED_BPF();
+	int stop, stop2;
+	pid_t t = start_target(&stop), t2 = start_target(&stop2);
+	char dir[64], pin[96];
+	snprintf(dir, sizeof(dir), "/sys/fs/bpf/cbcmn/%d", (int)t);
+	snprintf(pin, sizeof(pin), "%s/shards", dir);
+	/* What an older loader leaves: maps, no pin_owner. */
+	mkdir("/sys/fs/bpf/cbcmn", 0755);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "shards", 4, 8, 1, NULL);
+	assert_true(fd >= 0);
+	assert_int_equal(bpf_obj_pin(fd, pin), 0);
+	close(fd);
+	struct bpfmon *m;
+	char err[256];
+	unsigned flags = BPFMON_PIN | BPFMON_NO_SCHED | BPFMON_NO_IO_URING | BPFMON_NO_FUTEX;
+	assert_int_equal(bpfmon_open(&m, t2, flags, err, sizeof(err)), 0);
+	bpfmon_close(m);
+	printf("another target's loader: %s is %s\n", pin, access(pin, F_OK) ? "gone" : "kept");
+	assert_int_equal(access(pin, F_OK), 0);
+	int rc = bpfmon_open(&m, t, flags, err, sizeof(err));
+	printf("the same target's loader: %d %s\n", rc, rc ? err : "");
+	assert_int_equal(rc, -EBUSY);
+	assert_int_equal(access(pin, F_OK), 0);
+	/* Its target gone, it is stale. */
+	end_target(t, stop);
+	assert_int_equal(bpfmon_open(&m, t2, flags, err, sizeof(err)), 0);
+	bpfmon_close(m);
+	assert_int_not_equal(access(dir, F_OK), 0);
 	end_target(t2, stop2);
 }
 
@@ -744,6 +795,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_programs_detach_when_target_exits),
 		T_WATCHED_TEST(test_target_exits_during_attach),
 		T_WATCHED_TEST(test_pins_of_a_killed_loader_are_swept),
+		T_WATCHED_TEST(test_ownerless_pins_of_a_live_target_are_kept),
 		T_WATCHED_TEST(test_unmeasured_is_not_zero),
 		T_WATCHED_TEST(test_other_process_rings_not_ours),
 		T_WATCHED_TEST(test_two_runtimes_stay_apart),

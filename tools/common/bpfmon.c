@@ -407,9 +407,10 @@ static void remove_pins(const char *dir)
 	rmdir(dir);
 }
 
-/* Is the loader that pinned dir alive?  Its pin_owner says who it was; a
- * directory without one was left half made (or by an older bpfmon). */
-static bool pin_owner_alive(const char *dir, struct cbcmn_bpf_owner *o)
+/* Who pinned dir: 1 a loader that is running (o says which), 0 one that is
+ * gone, -1 unknown: no pin_owner (a bpfmon before it, whose loader may
+ * well be running, or a directory being made this instant). */
+static int pin_owner_alive(const char *dir, struct cbcmn_bpf_owner *o)
 {
 	char p[PATH_MAX + 16];
 	snprintf(p, sizeof(p), "%s/pin_owner", dir);
@@ -417,10 +418,12 @@ static bool pin_owner_alive(const char *dir, struct cbcmn_bpf_owner *o)
 	__u32 k = 0;
 	memset(o, 0, sizeof(*o));
 	if (fd < 0)
-		return false;
+		return -1;
 	int rc = bpf_map_lookup_elem(fd, &k, o);
 	close(fd);
-	return !rc && o->tool_pid && o->tool_start && proc_start((pid_t)o->tool_pid) == o->tool_start;
+	if (rc || !o->tool_pid || !o->tool_start)
+		return -1;
+	return proc_start((pid_t)o->tool_pid) == o->tool_start;
 }
 
 /* Pins left under BPFFS/cbcmn by loaders that are gone (killed: SIGKILL
@@ -437,12 +440,20 @@ static int sweep_pins(struct bpfmon *m, char *err, size_t errlen)
 			continue;
 		snprintf(dir, sizeof(dir), BPFFS "/cbcmn/%s", de->d_name);
 		struct cbcmn_bpf_owner o;
-		if (!pin_owner_alive(dir, &o))
+		pid_t target = (pid_t)atoi(de->d_name);
+		int alive = pin_owner_alive(dir, &o);
+		/* Without an owner, only a dead target's pins are surely stale. */
+		if (!alive || (alive < 0 && kill(target, 0) && errno == ESRCH))
 			remove_pins(dir);
-		else if (atoi(de->d_name) == m->pid)
+		else if (target == m->pid && alive > 0)
 			rc = fail(err, errlen, -EBUSY,
 				  "the maps of process %d are pinned at %s by process %u, which is running",
 				  (int)m->pid, dir, o.tool_pid);
+		else if (target == m->pid)
+			rc = fail(err, errlen, -EBUSY,
+				  "the maps of process %d are pinned at %s by a loader that did not say who it is: "
+				  "remove the directory if none is running",
+				  (int)m->pid, dir);
 	}
 	if (d)
 		closedir(d);
@@ -1130,6 +1141,25 @@ int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim, struct 
 	if (bpf_map_lookup_elem(bpf_map__fd(m->skel->maps.steal_pairs), &k, out) && errno != ENOENT)
 		return -errno;
 	return 0;
+}
+
+int bpfmon_steal_pairs(struct bpfmon *m, struct cbcmn_bpf_pair_key *k, struct cbcmn_bpf_pair *v,
+		       uint32_t max)
+{
+	if (!m || (max && (!k || !v)))
+		return -EINVAL;
+	int fd = bpf_map__fd(m->skel->maps.steal_pairs);
+	uint32_t n = 0;
+	struct cbcmn_bpf_pair_key at, next;
+	/* Records are never deleted: the walk sees each pair once (one added
+	 * meanwhile may be missed, and counts at the next read). */
+	for (const void *cur = NULL; n < max && !bpf_map_get_next_key(fd, cur, &next); cur = &at) {
+		at = next;
+		if (bpf_map_lookup_elem(fd, &at, &v[n]))
+			continue; /* cannot happen: nothing deletes */
+		k[n++] = at;
+	}
+	return errno == ENOENT || n == max ? (int)n : -errno;
 }
 
 int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out)

@@ -165,6 +165,13 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n);
 int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim,
 		      struct cbcmn_bpf_pair *out);
 
+/* Every (thief, victim) pair with a record so far, at most max (the map
+ * holds CBCMN_BPF_MAX_PAIRS): keys into k, figures into v.  One walk of
+ * the map, O(pairs): for many shards, rather than bpfmon_steal_pair() for
+ * each of shards^2.  Returns how many, or a negative errno. */
+int bpfmon_steal_pairs(struct bpfmon *m, struct cbcmn_bpf_pair_key *k, struct cbcmn_bpf_pair *v,
+		       uint32_t max);
+
 /* What the loaded programs cost so far, as the kernel times them: run
  * counts and run time are kept only while someone holds run statistics on
  * (bpf_enable_stats(BPF_STATS_RUN_TIME), system-wide); zeros otherwise. */

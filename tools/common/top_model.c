@@ -68,6 +68,8 @@ struct top_model_priv {
 	unsigned warn_cap;
 	int nnodes, nllcs;      /* groups of struct snap g (0: none kept) */
 	int stats_fd;           /* holds BPF_STATS_RUN_TIME on */
+	struct cbcmn_bpf_pair_key *pair_k; /* CBCMN_BPF_MAX_PAIRS: a read's pairs */
+	struct cbcmn_bpf_pair *pair_v;
 	uint64_t cost_t_ns;
 };
 
@@ -294,20 +296,24 @@ static int read_kernel(struct top_model *m, struct snap *s, const struct snap *p
 	s->pair_probes = s->placed = s->cross_node = s->cross_llc = 0;
 	if (s->g)
 		memset(s->g, 0, (size_t)(p->nnodes + p->nllcs) * sizeof(*s->g));
-	/* O(shards^2) lookups, only for thieves that tried at all. */
-	for (uint32_t t = 0; t < n; t++) {
-		if (!s->k[t].c.steals && !s->k[t].c.steal_fails)
+	/* One walk of the pairs recorded, O(pairs), not a lookup for each
+	 * of shards^2 (a million at 1024 executors). */
+	if (!p->pair_k && (!(p->pair_k = malloc(CBCMN_BPF_MAX_PAIRS * sizeof(*p->pair_k))) ||
+			   !(p->pair_v = malloc(CBCMN_BPF_MAX_PAIRS * sizeof(*p->pair_v)))))
+		return -ENOMEM;
+	int np = bpfmon_steal_pairs(p->bpf, p->pair_k, p->pair_v, CBCMN_BPF_MAX_PAIRS);
+	if (np < 0)
+		return np;
+	for (int i = 0; i < np; i++) {
+		uint32_t t = p->pair_k[i].thief, v = p->pair_k[i].victim;
+		const struct cbcmn_bpf_pair *pr = &p->pair_v[i];
+		if (t >= n || v >= n)
 			continue;
-		for (uint32_t v = 0; v < n; v++) {
-			struct cbcmn_bpf_pair pr;
-			if ((rc = bpfmon_steal_pair(p->bpf, t, v, &pr)))
-				return rc;
-			s->out[v].steals += pr.steals;
-			s->out[v].tasks += pr.tasks;
-			s->out[v].fails += pr.fails;
-			s->pair_probes += pr.steals + pr.fails;
-			pair_place(p, s, t, v, pr.steals);
-		}
+		s->out[v].steals += pr->steals;
+		s->out[v].tasks += pr->tasks;
+		s->out[v].fails += pr->fails;
+		s->pair_probes += pr->steals + pr->fails;
+		pair_place(p, s, t, v, pr->steals);
 	}
 	return 0;
 }
@@ -754,6 +760,8 @@ void top_model_close(struct top_model *m)
 		free(p->s[i].out);
 		free(p->s[i].g);
 	}
+	free(p->pair_k);
+	free(p->pair_v);
 	free(m->nodes);
 	free(m->rows);
 	free(m->warn);
