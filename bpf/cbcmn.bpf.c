@@ -530,8 +530,12 @@ int BPF_USDT(cbcmn_exec_stop, __u32 executor, int retired, __u32 rt)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	bpf_map_delete_elem(&threads, &tid);
 	/* Its ring is closed after this: forget it before its address can
-	 * be another ring's. */
-	ring_forget(slot_of(executor));
+	 * be another ring's.  Only if the shard is still this thread's (with
+	 * runtimes merged, another runtime's executor of the same id may
+	 * have taken it). */
+	struct cbcmn_bpf_shard *s = shard(slot_of(executor));
+	if (s && (s->tid == tid || !s->tid)) /* !tid: found by the loader after attach */
+		ring_forget(slot_of(executor));
 	struct cbcmn_bpf_sched *ss = shard_sched_of(slot_of(executor));
 	if (ss) {
 		ss->task = 0; /* the task_struct may be freed and reused */
@@ -702,7 +706,7 @@ static __always_inline void on_task_exit(struct task_struct *p)
 		return;
 	__u32 si = th->shard;
 	struct cbcmn_bpf_shard *s = shard(si);
-	if (s && s->tid == tid)
+	if (s && (s->tid == tid || !s->tid))
 		ring_forget(si);
 	bpf_map_delete_elem(&threads, &tid);
 }
