@@ -776,6 +776,92 @@ static void test_two_runtimes_stay_apart(void **state)
 	t_destroy(rb);
 }
 
+/* Role --two IN -: two runtimes; the first runs fork-join until a byte (or
+ * EOF) on in, the second idles. */
+static int child_two(int in)
+{
+	cbcmn_runtime *a = NULL, *b = NULL;
+	if (cbcmn_runtime_create(NULL, &a) || cbcmn_runtime_create(NULL, &b))
+		return 1;
+	for (;;) {
+		struct pollfd p = {.fd = in, .events = POLLIN};
+		if (poll(&p, 1, 0) != 0)
+			break;
+		struct fib f = {.n = 16};
+		int64_t r;
+		if (cbcmn_runtime_run(a, fib_task, &f, &r) || r)
+			return 1;
+		usleep(2000);
+	}
+	cbcmn_runtime_destroy(b);
+	cbcmn_runtime_destroy(a);
+	return 0;
+}
+
+/* Sum of a per-shard key's numbers in a cbcmn-top JSON line ("key":N). */
+static double json_sum(const char *line, const char *key)
+{
+	char k[64];
+	double sum = 0;
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	for (const char *at = line; (at = strstr(at, k)); at += strlen(k))
+		sum += atof(at + strlen(k));
+	return sum;
+}
+
+/* cbcmn-top shows one runtime of a process that has two: -r 1 is the
+ * second, its header and JSON say which of how many, and its kernel
+ * figures are that runtime's (idle: no steal probe) while -r 0 shows the
+ * busy one's. */
+static void test_top_shows_the_runtime_asked_for(void **state)
+{
+	(void)state;
+	NEED_BPF();
+	static char out[1 << 17];
+	char top[PATH_MAX], p[16], in[16];
+	built(top, "bin/cbcmn-top");
+	int fds[2];
+	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	assert_int_equal(fcntl(fds[0], F_SETFD, 0), 0);
+	snprintf(in, sizeof(in), "%d", fds[0]);
+	pid_t t = spawn_self("--two", in, "-");
+	close(fds[0]);
+	for (uint64_t until = t_now_ns() + T_STALL_NS;; usleep(10000)) {
+		cbcmn_watch *w;
+		if (!cbcmn_watch_open(t, 1, &w)) {
+			cbcmn_watch_close(w);
+			break;
+		}
+		assert_true(t_now_ns() < until);
+	}
+	snprintf(p, sizeof(p), "%d", (int)t);
+	double probes[2];
+	for (int r = 0; r < 2; r++) {
+		char rt[8];
+		snprintf(rt, sizeof(rt), "%d", r);
+		char *const argv[] = {top, "--json", "-n", "2", "-d", "0.4", "-r", rt, "-p", p, NULL};
+		assert_int_equal(run_capture(argv, NULL, out, sizeof(out)), 0);
+		const char *last = out;
+		for (const char *l = out; (l = strstr(l, "\n{")); l++)
+			last = l + 1;
+		char want[32];
+		snprintf(want, sizeof(want), "\"runtime\":%d,", r);
+		assert_non_null(strstr(last, want));
+		assert_non_null(strstr(last, "\"runtimes\":2,"));
+		probes[r] = json_sum(last, "steals") + json_sum(last, "steal_fails");
+		printf("-r %d: steal probes %.0f, tasks/s %.0f\n", r, probes[r], json_sum(last, "tasks_per_s"));
+	}
+	assert_true(probes[0] > 0);
+	assert_true(probes[1] == 0);
+	char *const text[] = {top, "-b", "-n", "1", "-d", "0.3", "-r", "1", "-p", p, NULL};
+	assert_int_equal(run_capture(text, NULL, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "runtime 1/2"));
+	assert_int_equal(write(fds[1], "q", 1), 1);
+	close(fds[1]);
+	int st;
+	assert_int_equal(waitpid(t, &st, 0), t);
+}
+
 int main(int argc, char **argv)
 {
 	/* The child roles this binary plays for the tests above. */
@@ -783,6 +869,8 @@ int main(int argc, char **argv)
 		return child_run(atoi(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "--pin"))
 		return child_pin(atoi(argv[2]), atoi(argv[3]));
+	if (argc == 4 && !strcmp(argv[1], "--two"))
+		return child_two(atoi(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "--rings"))
 		return child_rings(atoi(argv[2]));
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -799,6 +887,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_unmeasured_is_not_zero),
 		T_WATCHED_TEST(test_other_process_rings_not_ours),
 		T_WATCHED_TEST(test_two_runtimes_stay_apart),
+		T_WATCHED_TEST(test_top_shows_the_runtime_asked_for),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
