@@ -148,7 +148,9 @@ static void test_executors_past_256_have_their_shards(void **state)
 	cbcmn_executor_stats *per = calloc(nexec, sizeof(*per));
 	assert_non_null(per);
 	quiesce(rt, per, nexec);
+	uint64_t r0 = t_now_ns();
 	struct bpfmon_shard *b = read_all(m);
+	printf("bpfmon_read of %u slots: %.1f ms\n", CBCMN_BPF_NSLOTS, (t_now_ns() - r0) / 1e6);
 	unsigned bad = 0;
 	uint64_t high_recv = 0;
 	for (uint32_t i = 0; i < nexec; i++) {
