@@ -839,7 +839,7 @@ static void test_top_shows_the_runtime_asked_for(void **state)
 	snprintf(p, sizeof(p), "%d", (int)t);
 	double probes[2];
 	for (int r = 0; r < 2; r++) {
-		char rt[8];
+		char rt[16];
 		snprintf(rt, sizeof(rt), "%d", r);
 		char *const argv[] = {top, "--json", "-n", "2", "-d", "0.4", "-r", rt, "-p", p, NULL};
 		assert_int_equal(run_capture(argv, NULL, out, sizeof(out)), 0);
