@@ -55,14 +55,15 @@ static bool has_bpf(char *why, size_t len)
 			T_SKIP("%s", why_);                                                \
 	} while (0)
 
-/* Executors of the big runtime: 300, or CBCMN_TEST_EXECUTORS (up to 1024,
- * the runtime's limit: an attack run, slow on 2 CPUs). */
+/* Executors of the big runtime: 300 (260 under a sanitizer: rows past 256
+ * all the same), or CBCMN_TEST_EXECUTORS (up to 1024, the runtime's limit:
+ * an attack run, slow on 2 CPUs). */
 #define MANY 1024
 static uint32_t many(void)
 {
 	const char *e = getenv("CBCMN_TEST_EXECUTORS");
-	long n = e ? atol(e) : 300;
-	return n >= 257 && n <= MANY ? (uint32_t)n : 300;
+	long dflt = T_ASAN || T_TSAN ? 260 : 300, n = e ? atol(e) : dflt;
+	return n >= 257 && n <= MANY ? (uint32_t)n : (uint32_t)dflt;
 }
 
 /* Every slot of m; at least MANY entries (0 past the maps). */
@@ -344,13 +345,15 @@ static void test_target_exits_during_attach(void **state)
 	(void)state;
 	NEED_BPF();
 	unsigned before = my_links();
-	for (int round = 0; round < 4; round++) {
+	/* Killed at once, then later into the attach (each round loads the
+	 * programs: a second or two). */
+	for (int round = 0; round < (T_ASAN || T_TSAN ? 2 : 3); round++) {
 		int stop;
 		pid_t t = start_target(&stop);
 		pid_t killer = fork();
 		assert_true(killer >= 0);
 		if (killer == 0) {
-			usleep((useconds_t)(round * 60000));
+			usleep((useconds_t)(round * 80000));
 			kill(t, SIGKILL);
 			_exit(0);
 		}
@@ -640,7 +643,7 @@ static void test_other_process_rings_not_ours(void **state)
 	(void)state;
 	NEED_BPF();
 	struct bpfmon *m = open_self(0, BPFMON_NO_FUTEX);
-	for (int round = 0; round < 3; round++) {
+	for (int round = 0; round < (T_ASAN || T_TSAN ? 1 : 2); round++) {
 		cbcmn_config cfg;
 		cbcmn_config_init(&cfg);
 		cfg.workers = 2;
