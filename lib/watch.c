@@ -7,6 +7,7 @@
 #include <linux/magic.h>
 #include <numaif.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,11 @@ static uint64_t mono_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+/* rt_id took the hole before start_ns: version 2's layout is unchanged. */
+_Static_assert(offsetof(struct cbcmn__seg_hdr, start_ns) == 40 &&
+		       offsetof(struct cbcmn__seg_hdr, rt_id) == 36,
+	       "the segment header's layout moved");
 
 static size_t round_up(size_t n, size_t to)
 {
@@ -69,9 +75,9 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	static _Atomic uint32_t next_rt_id;
 	uint32_t id;
 	do
-		id = (atomic_fetch_add_explicit(&next_rt_id, 1, memory_order_relaxed) + 1) & 0xffff;
+		id = atomic_fetch_add_explicit(&next_rt_id, 1, memory_order_relaxed) + 1;
 	while (!id);
-	s->rt_id = (uint16_t)id;
+	s->rt_id = id;
 	/* Each slot on its executor's node, before the first touch. */
 	for (uint32_t i = 0; i < nexec; i++) {
 		if (node[i] < 0 || node[i] >= 1024)
