@@ -17,6 +17,17 @@ char LICENSE[] SEC("license") = "GPL";
 /* The process watched (its tgid), set by the loader before load. */
 const volatile __u32 targ_tgid = 0;
 
+/* The runtime watched, by its id in the process (the last argument of the
+ * probes, cbcmn_stats.runtime_id); 0: every runtime of the process, their
+ * shards merged.  Set by the loader before load. */
+const volatile __u32 targ_rt = 0;
+
+/* The target's mm (struct mm_struct *), learned at its first SQE: a ring
+ * is ours only if it was made by the target (io_ring_ctx.mm_account), so a
+ * ring address freed by the target and reused by another process is not
+ * counted as ours.  0 until learned. */
+__u64 targ_mm = 0;
+
 /* A test aid (CBCMN_BPF_MISS_SWITCHES, docs/OBSERVABILITY.md): when N > 0,
  * sched_switch ignores every Nth switch of each executor thread, as this
  * kernel does with some (account_switch), to prove the figures do not
@@ -28,6 +39,7 @@ struct {
 	__uint(max_entries, CBCMN_BPF_NSLOTS);
 	__type(key, __u32);
 	__type(value, struct cbcmn_bpf_shard);
+	__uint(map_flags, BPF_F_MMAPABLE); /* line-aligned values (CBCMN_BPF_LINE) */
 } shards SEC(".maps");
 
 /* tid -> shard, filled by cbcmn:exec_start and by the loader for executors
@@ -66,6 +78,14 @@ struct {
 	__type(value, __u64);
 } ring_cache SEC(".maps");
 
+/* Who pinned the maps (struct cbcmn_bpf_owner): the loader's only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cbcmn_bpf_owner);
+} pin_owner SEC(".maps");
+
 /* One word per CPU to launder a tp_btf argument (see ring_scalar()). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -76,7 +96,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, CBCMN_BPF_MAX_PAIRS);
 	__type(key, struct cbcmn_bpf_pair_key);
 	__type(value, struct cbcmn_bpf_pair);
 } steal_pairs SEC(".maps");
@@ -87,6 +107,7 @@ struct {
 	__uint(max_entries, CBCMN_BPF_NSLOTS * CBCMN_BPF_MAX_OPS);
 	__type(key, __u32);
 	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE); /* line-aligned values (CBCMN_BPF_LINE) */
 } sqe_ops SEC(".maps");
 
 /* cbcmn:lock_contended wait, log2 ns: index shard * CBCMN_BPF_HIST_SLOTS + slot. */
@@ -95,6 +116,7 @@ struct {
 	__uint(max_entries, CBCMN_BPF_NSLOTS * CBCMN_BPF_HIST_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE); /* line-aligned values (CBCMN_BPF_LINE) */
 } lock_hist SEC(".maps");
 
 /* Per shard scheduling state for doorbell latency (struct cbcmn_bpf_sched). */
@@ -103,6 +125,7 @@ struct {
 	__uint(max_entries, CBCMN_BPF_NSLOTS);
 	__type(key, __u32);
 	__type(value, struct cbcmn_bpf_sched);
+	__uint(map_flags, BPF_F_MMAPABLE); /* line-aligned values (CBCMN_BPF_LINE) */
 } shard_sched SEC(".maps");
 
 /* Run-queue latency, futex waits, doorbell and steal latency: log2 us histograms,
@@ -112,6 +135,7 @@ struct {
 	__uint(max_entries, CBCMN_BPF_NHISTS * CBCMN_BPF_NSLOTS * CBCMN_BPF_HIST_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE); /* line-aligned values (CBCMN_BPF_LINE) */
 } hists SEC(".maps");
 
 /* Several CPUs may bump one shard (a sender counts on the target's entry),
@@ -121,6 +145,12 @@ struct {
 static __always_inline bool in_target(void)
 {
 	return (__u32)(bpf_get_current_pid_tgid() >> 32) == targ_tgid;
+}
+
+/* A probe's runtime id: is it the runtime watched? */
+static __always_inline bool rt_ok(__u32 rt)
+{
+	return !targ_rt || rt == targ_rt;
 }
 
 /* An executor id from a probe argument (-1 from outside the runtime). */
@@ -188,13 +218,107 @@ static __always_inline struct cbcmn_bpf_sched *shard_sched_of(__u32 i)
 	return bpf_map_lookup_elem(&shard_sched, &i);
 }
 
+/* ---- rings: io_ring_ctx -> shard ------------------------------------------------ */
+
+static __always_inline bool ring_cacheable(__u64 ring)
+{
+	return (ring >> RING_ADDR_BITS) == 0xffff;
+}
+
+static __always_inline __u64 *ring_cache_slot(__u64 ring)
+{
+	/* io_ring_ctx comes from kmalloc: the low bits say little. */
+	__u32 k = (__u32)((ring >> 6) ^ (ring >> 16)) & (RING_CACHE - 1);
+	return bpf_map_lookup_elem(&ring_cache, &k);
+}
+
+/* The ring's address as a number: a tp_btf argument is a typed pointer on
+ * which the verifier refuses shifts and masks; stored in a map value and
+ * loaded back it is a plain scalar (root may store pointers in maps). */
+static __always_inline __u64 ring_scalar(__u64 ring)
+{
+	__u32 z = 0;
+	__u64 *v = bpf_map_lookup_elem(&ring_scratch, &z);
+	if (!v)
+		return 0; /* never (a per-CPU slot 0 exists); not the pointer */
+	*v = ring;
+	return *(volatile __u64 *)v;
+}
+
+/* Was ring made by the target?  Its io_ring_ctx keeps the mm of the task
+ * that created it (mm_account, 5.10+).  Asked only of rings found in our
+ * maps (one probe read per CQE of ours): a stale entry for an address the
+ * kernel has since given to another process's ring is not ours.  Where the
+ * field or our mm is unknown it cannot tell, and trusts the entry. */
+static __always_inline bool ring_ours(__u64 ring)
+{
+	struct io_ring_ctx *ctx = (struct io_ring_ctx *)ring;
+	if (!bpf_core_field_exists(ctx->mm_account))
+		return true;
+	__u64 mm = (__u64)BPF_CORE_READ(ctx, mm_account), want = targ_mm;
+	return !mm || !want || mm == want;
+}
+
+static __always_inline struct cbcmn_bpf_shard *ring_shard(__u64 ring)
+{
+	ring = ring_scalar(ring);
+	struct cbcmn_bpf_shard *s = NULL;
+	__u64 *c = ring_cacheable(ring) ? ring_cache_slot(ring) : NULL;
+	__u64 v = c ? *c : 0;
+	if (v && (v & RING_ADDR_MASK) == (ring & RING_ADDR_MASK)) {
+		s = shard((__u32)(v >> RING_ADDR_BITS));
+	} else {
+		__u32 *i = bpf_map_lookup_elem(&rings, &ring);
+		s = i ? shard(*i) : NULL;
+	}
+	return s && ring_ours(ring) ? s : NULL;
+}
+
+/* Ring ring is shard si's: into `rings` and the cache (once: an executor
+ * submits to its own ring only, and every SQE would otherwise rewrite it). */
+static __always_inline void ring_learn(__u64 ring, __u32 si)
+{
+	__u64 *c = ring_cacheable(ring) ? ring_cache_slot(ring) : NULL;
+	__u64 v = (ring & RING_ADDR_MASK) | ((__u64)si << RING_ADDR_BITS);
+	if (c && *c == v)
+		return;
+	bpf_map_update_elem(&rings, &ring, &si, BPF_ANY);
+	if (c)
+		*c = v;
+	/* The shard remembers its ring, so that ring_forget() can drop it. */
+	struct cbcmn_bpf_sched *ss = bpf_map_lookup_elem(&shard_sched, &si);
+	if (ss)
+		ss->ring = ring;
+	if (!targ_mm) {
+		struct task_struct *me = (struct task_struct *)bpf_get_current_task();
+		targ_mm = (__u64)BPF_CORE_READ(me, mm);
+	}
+}
+
+/* Shard si's thread leaves its loop or exits: its ring is about to be
+ * closed, and its address may then be another ring's (another process's
+ * too).  Drop it from `rings` and the cache.  A CQE posted to it after this
+ * (a cancellation at teardown) is not counted. */
+static __always_inline void ring_forget(__u32 si)
+{
+	struct cbcmn_bpf_sched *ss = bpf_map_lookup_elem(&shard_sched, &si);
+	if (!ss || !ss->ring)
+		return;
+	__u64 ring = ss->ring;
+	ss->ring = 0;
+	bpf_map_delete_elem(&rings, &ring);
+	__u64 *c = ring_cacheable(ring) ? ring_cache_slot(ring) : NULL;
+	if (c && (*c & RING_ADDR_MASK) == (ring & RING_ADDR_MASK))
+		*c = 0;
+}
+
 /* ---- USDT probes of libcbcmn (docs/PROBES.md) ---------------------------- */
 
 SEC("usdt")
-int BPF_USDT(cbcmn_steal, __u32 thief, __u32 victim, __u32 taken, __u64 search_ns)
+int BPF_USDT(cbcmn_steal, __u32 thief, __u32 victim, __u32 taken, __u64 search_ns, __u32 rt)
 {
 	struct cbcmn_bpf_shard *s;
-	if (!in_target() || !(s = shard(slot_of(thief))))
+	if (!in_target() || !rt_ok(rt) || !(s = shard(slot_of(thief))))
 		return 0;
 	ADD(s, steals, 1);
 	ADD(s, tasks_stolen, taken);
@@ -217,10 +341,10 @@ int BPF_USDT(cbcmn_steal, __u32 thief, __u32 victim, __u32 taken, __u64 search_n
 }
 
 SEC("usdt")
-int BPF_USDT(cbcmn_steal_fail, __u32 thief, __u32 victim)
+int BPF_USDT(cbcmn_steal_fail, __u32 thief, __u32 victim, __u32 rt)
 {
 	struct cbcmn_bpf_shard *s;
-	if (!in_target() || !(s = shard(slot_of(thief))))
+	if (!in_target() || !rt_ok(rt) || !(s = shard(slot_of(thief))))
 		return 0;
 	ADD(s, steal_fails, 1);
 	struct cbcmn_bpf_pair_key k = {.thief = thief, .victim = victim};
@@ -236,10 +360,10 @@ int BPF_USDT(cbcmn_steal_fail, __u32 thief, __u32 victim)
 }
 
 SEC("usdt")
-int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind)
+int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind, __u32 rt)
 {
 	struct cbcmn_bpf_shard *s;
-	if (!in_target())
+	if (!in_target() || !rt_ok(rt))
 		return 0;
 	if ((s = shard(slot_of(sender)))) {
 		if (kind == 0)
@@ -297,19 +421,19 @@ int BPF_USDT(cbcmn_doorbell, int sender, __u32 target, int kind)
 }
 
 SEC("usdt")
-int BPF_USDT(cbcmn_doorbell_coalesced, int waker, __u32 target)
+int BPF_USDT(cbcmn_doorbell_coalesced, int waker, __u32 target, __u32 rt)
 {
 	struct cbcmn_bpf_shard *s;
-	if (in_target() && (s = shard(slot_of(waker))))
+	if (in_target() && rt_ok(rt) && (s = shard(slot_of(waker))))
 		ADD(s, doorbells_coalesced, 1);
 	return 0;
 }
 
 SEC("usdt")
-int BPF_USDT(cbcmn_xmsg, __u32 sender, __u32 receiver, __u32 kind)
+int BPF_USDT(cbcmn_xmsg, __u32 sender, __u32 receiver, __u32 kind, __u32 rt)
 {
 	struct cbcmn_bpf_shard *s;
-	if (!in_target())
+	if (!in_target() || !rt_ok(rt))
 		return 0;
 	if ((s = shard(slot_of(sender))))
 		ADD(s, xmsgs_sent, 1);
@@ -319,10 +443,10 @@ int BPF_USDT(cbcmn_xmsg, __u32 sender, __u32 receiver, __u32 kind)
 }
 
 SEC("usdt")
-int BPF_USDT(cbcmn_park, __u32 executor)
+int BPF_USDT(cbcmn_park, __u32 executor, __u32 rt)
 {
 	struct cbcmn_bpf_shard *s;
-	if (in_target() && (s = shard(slot_of(executor))))
+	if (in_target() && rt_ok(rt) && (s = shard(slot_of(executor))))
 		ADD(s, parks, 1);
 	return 0;
 }
@@ -358,11 +482,14 @@ int BPF_USDT(cbcmn_lock_contended, const char *name, __u64 wait_ns)
 /* An executor's thread begins its loop: from now on the kernel tracepoints
  * can attribute this thread's events to its shard. */
 SEC("usdt")
-int BPF_USDT(cbcmn_exec_start, __u32 executor, int ns_tid, int cpu)
+int BPF_USDT(cbcmn_exec_start, __u32 executor, int ns_tid, int cpu, __u32 rt)
 {
 	(void)ns_tid; /* see key below */
 	struct cbcmn_bpf_shard *s;
-	if (!in_target() || !(s = shard(slot_of(executor))))
+	/* Not slot_of(): an executor beyond the maps must not take the
+	 * outside slot's identity (nor delete the thread it names). */
+	if (!in_target() || !rt_ok(rt) || executor >= CBCMN_BPF_MAX_SHARDS ||
+	    !(s = shard(executor)))
 		return 0;
 	/* It fires on the executor's own thread: its time so far is before
 	 * our watch. */
@@ -401,12 +528,19 @@ int BPF_USDT(cbcmn_exec_start, __u32 executor, int ns_tid, int cpu)
 
 /* It leaves its loop: the thread id may be reused by another thread. */
 SEC("usdt")
-int BPF_USDT(cbcmn_exec_stop, __u32 executor, int retired)
+int BPF_USDT(cbcmn_exec_stop, __u32 executor, int retired, __u32 rt)
 {
-	if (!in_target())
+	if (!in_target() || !rt_ok(rt))
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	bpf_map_delete_elem(&threads, &tid);
+	/* Its ring is closed after this: forget it before its address can
+	 * be another ring's.  Only if the shard is still this thread's (with
+	 * runtimes merged, another runtime's executor of the same id may
+	 * have taken it). */
+	struct cbcmn_bpf_shard *s = shard(slot_of(executor));
+	if (s && (s->tid == tid || !s->tid)) /* !tid: found by the loader after attach */
+		ring_forget(slot_of(executor));
 	struct cbcmn_bpf_sched *ss = shard_sched_of(slot_of(executor));
 	if (ss) {
 		ss->task = 0; /* the task_struct may be freed and reused */
@@ -585,60 +719,28 @@ SCHED_TWINS(sched_wakeup_new, cbcmn_sched_wakeup_new, on_wakeup, (p), struct tas
 SCHED_TWINS(sched_migrate_task, cbcmn_sched_migrate, on_migrate, (p), struct task_struct *p,
 	    int dest_cpu)
 
-/* ---- io_uring tracepoints -------------------------------------------------- */
-
-static __always_inline bool ring_cacheable(__u64 ring)
+/* A thread of the target exits (a kill, a crash the runtime survived, the
+ * process's end: no cbcmn:exec_stop): an executor's record and its ring go
+ * with it, so that neither the thread id nor the ring's address, once
+ * reused, is counted as ours.  Rare: once per exiting task of the host. */
+static __always_inline void on_task_exit(struct task_struct *p)
 {
-	return (ring >> RING_ADDR_BITS) == 0xffff;
-}
-
-static __always_inline __u64 *ring_cache_slot(__u64 ring)
-{
-	/* io_ring_ctx comes from kmalloc: the low bits say little. */
-	__u32 k = (__u32)((ring >> 6) ^ (ring >> 16)) & (RING_CACHE - 1);
-	return bpf_map_lookup_elem(&ring_cache, &k);
-}
-
-/* The ring's address as a number: a tp_btf argument is a typed pointer on
- * which the verifier refuses shifts and masks; stored in a map value and
- * loaded back it is a plain scalar (root may store pointers in maps). */
-static __always_inline __u64 ring_scalar(__u64 ring)
-{
-	__u32 z = 0;
-	__u64 *v = bpf_map_lookup_elem(&ring_scratch, &z);
-	if (!v)
-		return 0; /* never (a per-CPU slot 0 exists); not the pointer */
-	*v = ring;
-	return *(volatile __u64 *)v;
-}
-
-static __always_inline struct cbcmn_bpf_shard *ring_shard(__u64 ring)
-{
-	ring = ring_scalar(ring);
-	if (ring_cacheable(ring)) {
-		__u64 *c = ring_cache_slot(ring);
-		if (c) {
-			__u64 v = *c;
-			if ((v & RING_ADDR_MASK) == (ring & RING_ADDR_MASK) && v)
-				return shard((__u32)(v >> RING_ADDR_BITS));
-		}
-	}
-	__u32 *i = bpf_map_lookup_elem(&rings, &ring);
-	return i ? shard(*i) : NULL;
-}
-
-/* Ring ring is shard si's: into `rings` and the cache (once: an executor
- * submits to its own ring only, and every SQE would otherwise rewrite it). */
-static __always_inline void ring_learn(__u64 ring, __u32 si)
-{
-	__u64 *c = ring_cacheable(ring) ? ring_cache_slot(ring) : NULL;
-	__u64 v = (ring & RING_ADDR_MASK) | ((__u64)si << RING_ADDR_BITS);
-	if (c && *c == v)
+	if (BPF_CORE_READ(p, tgid) != targ_tgid)
 		return;
-	bpf_map_update_elem(&rings, &ring, &si, BPF_ANY);
-	if (c)
-		*c = v;
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	if (!th)
+		return;
+	__u32 si = th->shard;
+	struct cbcmn_bpf_shard *s = shard(si);
+	if (s && (s->tid == tid || !s->tid))
+		ring_forget(si);
+	bpf_map_delete_elem(&threads, &tid);
 }
+
+SCHED_TWINS(sched_process_exit, cbcmn_sched_exit, on_task_exit(p), struct task_struct *p)
+
+/* ---- io_uring tracepoints -------------------------------------------------- */
 
 /* The io_uring programs come in two forms: tp_btf (BTF-typed raw
  * tracepoint: the kernel calls the program with the tracepoint's C

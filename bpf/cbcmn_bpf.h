@@ -3,11 +3,19 @@
 #ifndef CBCMN_BPF_H
 #define CBCMN_BPF_H
 
-/* Shards (executors) a map holds; one more slot, CBCMN_BPF_OUTSIDE, counts
- * what threads outside the runtime do (a doorbell rung from main()). */
-#define CBCMN_BPF_MAX_SHARDS 256
+/* Shards (executors) a map holds: the runtime's CBCMN_MAX_EXECUTORS; one
+ * more slot, CBCMN_BPF_OUTSIDE, counts what threads outside the runtime do
+ * (a doorbell rung from main()). */
+#define CBCMN_BPF_MAX_SHARDS 1024
 #define CBCMN_BPF_OUTSIDE CBCMN_BPF_MAX_SHARDS
 #define CBCMN_BPF_NSLOTS (CBCMN_BPF_MAX_SHARDS + 1)
+
+/* Per shard values are padded to whole lines of this size (two 64-byte
+ * lines: the adjacent-line prefetcher pairs them), and the ARRAY maps are
+ * BPF_F_MMAPABLE, whose values start on a page: executors pinned to
+ * different CPUs never write the same line.  Per shard arrays of __u64
+ * (histograms, SQEs by opcode) are multiples of it too. */
+#define CBCMN_BPF_LINE 128
 
 /* log2 histograms: slot i counts values in [2^i, 2^(i+1)) of the unit (ns for
  * lock_hist, us for the "hists" map), slot 0 also 0. */
@@ -64,6 +72,7 @@ struct cbcmn_bpf_shard {
 	/* identity */
 	__u32 tid;                 /* the executor's thread (the kernel's id: task_struct::pid), 0 if unseen */
 	__s32 cpu;                 /* its pinned CPU from cbcmn:exec_start, -1 none */
+	__u64 line_pad[13];        /* to 384 bytes: 3 * CBCMN_BPF_LINE */
 };
 
 /* Per executor thread state for sched_switch, and the thread -> shard
@@ -97,6 +106,11 @@ struct cbcmn_bpf_sched {
 	__u64 task;                /* its task_struct, whose on_cpu is the truth
 				    * (account_switch: not every switch is
 				    * seen); 0: not known yet */
+	__u64 ring;                /* its io_uring ring (struct io_ring_ctx *),
+				    * learned at its first SQE: forgotten, with
+				    * its `rings` and ring_cache entries, when
+				    * the thread leaves its loop or exits */
+	__u64 line_pad[11];        /* to CBCMN_BPF_LINE */
 };
 
 /* The "hists" ARRAY: log2 histograms, index
@@ -109,7 +123,9 @@ enum {
 	CBCMN_BPF_NHISTS = 4,
 };
 
-/* Key of the "steal_pairs" HASH: value struct cbcmn_bpf_pair. */
+/* Key of the "steal_pairs" HASH (CBCMN_BPF_MAX_PAIRS entries): value struct
+ * cbcmn_bpf_pair. */
+#define CBCMN_BPF_MAX_PAIRS 4096
 struct cbcmn_bpf_pair_key {
 	__u32 thief;
 	__u32 victim;
@@ -119,6 +135,17 @@ struct cbcmn_bpf_pair {
 	__u64 steals;
 	__u64 tasks;
 	__u64 fails;
+};
+
+/* The "pin_owner" ARRAY (one entry), written by the loader before it pins:
+ * who pinned the maps under /sys/fs/bpf/cbcmn/<pid>/, so that the next
+ * loader can tell pins left by a tool that was killed (its process gone)
+ * from a live tool's. */
+struct cbcmn_bpf_owner {
+	__u32 tool_pid;            /* the loader's process */
+	__u32 target_pid;
+	__u64 tool_start;          /* its start time (/proc/PID/stat field 22):
+				    * a reused pid is not the owner */
 };
 
 #endif /* CBCMN_BPF_H */

@@ -354,7 +354,7 @@ _Unwind_Reason_Code cbcmn__overflow_personality(int version, _Unwind_Action acti
 
 __attribute__((noreturn)) static void land(struct cbcmn_task *t)
 {
-	CBCMN_PROBE2(task_panic, t->id, t->rt->cfg.stack_size);
+	CBCMN_PROBE3(task_panic, t->id, t->rt->cfg.stack_size, t->rt->seg.rt_id);
 	t->unwind_result = CBCMN_EPANIC;
 	__builtin_longjmp(t->landing, 1);
 }

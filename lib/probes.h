@@ -13,22 +13,25 @@
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
 
-/* name, number of arguments */
+/* name, number of arguments.  The last argument of every probe but
+ * lock_contended is the runtime's id in its process (struct cbcmn__seg
+ * rt_id: 1, 2, ...): two runtimes of one process have the same executor
+ * ids.  It was added last so that the other arguments kept their places. */
 #define CBCMN__PROBES(XX)                                                      \
-	XX(spawn, 3)          /* task_id, parent_task_id, executor (-1: outside) */ \
-	XX(steal, 4)          /* thief, victim, tasks taken, ns since the search began */ \
-	XX(steal_fail, 2)     /* thief, victim */                                  \
-	XX(park, 1)           /* executor */                                        \
-	XX(unpark, 2)         /* executor, 1 = notified, 0 = timeout */             \
-	XX(wake, 2)           /* waker executor (-1: outside), woken executor */    \
+	XX(spawn, 4)          /* task_id, parent_task_id, executor (-1: outside), rt */ \
+	XX(steal, 5)          /* thief, victim, tasks taken, ns since the search began, rt */ \
+	XX(steal_fail, 3)     /* thief, victim, rt */                              \
+	XX(park, 2)           /* executor, rt */                                    \
+	XX(unpark, 3)         /* executor, 1 = notified, 0 = timeout, rt */         \
+	XX(wake, 3)           /* waker executor (-1: outside), woken executor, rt */ \
 	XX(lock_contended, 2) /* lock name (char *), wait ns */                     \
-	XX(task_panic, 2)     /* task_id, stack bytes */                            \
-	XX(doorbell, 3)       /* sender executor (-1: outside), target, 0 MSG_RING / 1 eventfd */ \
-	XX(doorbell_coalesced, 2) /* waker executor (-1: outside), target */        \
-	XX(xmsg, 3)           /* sender executor, receiver, kind (1 wake, 2 spawn, 3 call) */ \
-	XX(exec_start, 3)     /* executor, thread id, CPU (-1: not pinned) */       \
-	XX(exec_stop, 2)      /* executor, 1 = retired (idle), 0 = runtime ends */  \
-	XX(accept_error, 3)   /* executor, errno, ns the acceptor backs off */
+	XX(task_panic, 3)     /* task_id, stack bytes, rt */                        \
+	XX(doorbell, 4)       /* sender executor (-1: outside), target, 0 MSG_RING / 1 eventfd, rt */ \
+	XX(doorbell_coalesced, 3) /* waker executor (-1: outside), target, rt */    \
+	XX(xmsg, 4)           /* sender executor, receiver, kind (1 wake, 2 spawn, 3 call), rt */ \
+	XX(exec_start, 4)     /* executor, thread id, CPU (-1: not pinned), rt */   \
+	XX(exec_stop, 3)      /* executor, 1 = retired (idle), 0 = runtime ends, rt */ \
+	XX(accept_error, 4)   /* executor, errno, ns the acceptor backs off, rt */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;
 CBCMN__PROBES(CBCMN__SEMA_DECL)
@@ -56,6 +59,12 @@ CBCMN__PROBES(CBCMN__SEMA_DECL)
 	do {                                                                    \
 		if (CBCMN_PROBE_ENABLED(name))                                  \
 			STAP_PROBE4(cbcmn, name, a, b, c, d);                   \
+	} while (0)
+
+#define CBCMN_PROBE5(name, a, b, c, d, e)                                      \
+	do {                                                                    \
+		if (CBCMN_PROBE_ENABLED(name))                                  \
+			STAP_PROBE5(cbcmn, name, a, b, c, d, e);                \
 	} while (0)
 
 #endif

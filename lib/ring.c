@@ -590,7 +590,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		submitted(me, n, rc ? rc : io_uring_submit(&me->ring.u));
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
 		CBCMN__COUNT(me, doorbells_sent, 1);
-		CBCMN_PROBE3(doorbell, (int)me->id, target->id, 0);
+		CBCMN_PROBE4(doorbell, (int)me->id, target->id, 0, target->rt->seg.rt_id);
 		return;
 	}
 	cbcmn__efd_ring(target);
@@ -598,7 +598,8 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		CBCMN__COUNT(me, doorbells_sent, 1);
 	else
 		atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
-	CBCMN_PROBE3(doorbell, me && me->rt == rt ? (int)me->id : -1, target->id, 1);
+	CBCMN_PROBE4(doorbell, me && me->rt == rt ? (int)me->id : -1, target->id, 1,
+		     rt->seg.rt_id);
 }
 
 /* The executor's thread died and a new one takes over (sched.c).  The old

@@ -523,8 +523,8 @@ void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 			if (atomic_compare_exchange_weak_explicit(&t->state, &s, CBCMN__T_READY,
 								  memory_order_acq_rel,
 								  memory_order_acquire)) {
-				CBCMN_PROBE2(wake, waker ? (int)waker->id : -1,
-					     t->exec ? (int)t->exec->id : -1);
+				CBCMN_PROBE3(wake, waker ? (int)waker->id : -1,
+					     t->exec ? (int)t->exec->id : -1, rt->seg.rt_id);
 				cbcmn__schedule(rt, t, waker);
 				return;
 			}
@@ -777,10 +777,10 @@ static struct cbcmn_task *steal_round(struct cbcmn__exec *e, uint64_t search_sta
 		if (t) {
 			CBCMN__COUNT(e, steal_successes, 1);
 			CBCMN__COUNT(e, tasks_stolen, taken);
-			CBCMN_PROBE4(steal, e->id, vi, taken, now_ns() - search_start);
+			CBCMN_PROBE5(steal, e->id, vi, taken, now_ns() - search_start, rt->seg.rt_id);
 			return t;
 		}
-		CBCMN_PROBE2(steal_fail, e->id, vi);
+		CBCMN_PROBE3(steal_fail, e->id, vi, rt->seg.rt_id);
 	}
 	return NULL;
 }
@@ -1530,7 +1530,7 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	e->busy_since = now_ns();
-	CBCMN_PROBE3(exec_start, e->id, (int)gettid(), e->cpu);
+	CBCMN_PROBE4(exec_start, e->id, (int)gettid(), e->cpu, e->rt->seg.rt_id);
 	for (;;) {
 		if (__builtin_expect(e->ring.dropped, 0) && exec_replace(e))
 			return NULL; /* joined by the successor */
@@ -1568,7 +1568,7 @@ void *cbcmn__exec_main(void *arg)
 	bool retired = atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RETIRING;
 	exec_state(e, CBCMN_EXEC_STOPPED);
 	atomic_store_explicit(&e->ss->tid, 0, memory_order_relaxed);
-	CBCMN_PROBE2(exec_stop, e->id, retired);
+	CBCMN_PROBE3(exec_stop, e->id, retired, e->rt->seg.rt_id);
 	if (retired)
 		exec_retired(e);
 	return NULL;

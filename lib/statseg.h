@@ -82,6 +82,12 @@ struct cbcmn__seg_hdr {
 	uint32_t stride;               /* bytes from one slot to the next */
 	uint32_t nexec;                /* slots */
 	int32_t pid;                   /* the process that made it */
+	/* This process's number for the runtime (1, 2, ...): the last
+	 * argument of the USDT probes, so a BPF tool can tell two runtimes
+	 * of one process apart (docs/PROBES.md).  It fills what was the hole
+	 * before start_ns (the layout does not change: watch.c asserts it),
+	 * zero in a segment of a library from before it: "unknown". */
+	uint32_t rt_id;
 	uint64_t start_ns;             /* CLOCK_MONOTONIC at runtime creation */
 	uint32_t ring_setup_flags;     /* IORING_SETUP_* of the rings */
 	int32_t policy;                /* cbcmn_policy applied, or CBCMN_PIN_NONE */
@@ -108,6 +114,7 @@ struct cbcmn__seg {
 	uint32_t nexec, stride, slots_off;
 	int32_t pid;
 	uint64_t start_ns;
+	uint32_t rt_id;                /* the header's, copied at creation / map */
 };
 
 static inline struct cbcmn__seg_exec *cbcmn__seg_slot(const struct cbcmn__seg *s, uint32_t i)

@@ -528,7 +528,7 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 		ms_backoff(m);
 		m->pause = PAUSE_DUE;
 		CBCMN__COUNT(e, accept_errors, 1);
-		CBCMN_PROBE3(accept_error, e->id, -res, m->backoff_ns);
+		CBCMN_PROBE4(accept_error, e->id, -res, m->backoff_ns, e->rt->seg.rt_id);
 	} else {
 		m->done = true;
 		m->err = res;

@@ -243,7 +243,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		CBCMN__COUNT(e, spawns, 1);
 	else
 		atomic_fetch_add_explicit(&rt->seg.hdr->ext_spawns, 1, memory_order_relaxed);
-	CBCMN_PROBE3(spawn, t->id, self ? self->id : 0, e ? (int)e->id : -1);
+	CBCMN_PROBE4(spawn, t->id, self ? self->id : 0, e ? (int)e->id : -1, rt->seg.rt_id);
 	if (handle)
 		*handle = t;
 	switch (place) {

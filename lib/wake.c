@@ -102,7 +102,8 @@ static void unpark(struct cbcmn__exec *e)
 	struct cbcmn__exec *me = cbcmn__tls_exec;
 	if (me && me->rt == e->rt)
 		CBCMN__COUNT(me, doorbells_coalesced, 1);
-	CBCMN_PROBE2(doorbell_coalesced, me && me->rt == e->rt ? (int)me->id : -1, e->id);
+	CBCMN_PROBE3(doorbell_coalesced, me && me->rt == e->rt ? (int)me->id : -1, e->id,
+		     e->rt->seg.rt_id);
 }
 
 /* Make e look at its mail (xmsg.c) or its cancelled I/O, without claiming
@@ -247,7 +248,7 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 			;
 	} else {
 		CBCMN__COUNT(e, parks, 1);
-		CBCMN_PROBE1(park, e->id);
+		CBCMN_PROBE2(park, e->id, e->rt->seg.rt_id);
 		notified = wait_permit(e, timeout_ns);
 		if (!notified && !idle_try_clear(e)) {
 			/* Woken otherwise, but claimed meanwhile: the permit,
@@ -255,7 +256,7 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 			while (!(notified = wait_permit(e, 0)))
 				;
 		}
-		CBCMN_PROBE2(unpark, e->id, notified);
+		CBCMN_PROBE3(unpark, e->id, notified, e->rt->seg.rt_id);
 	}
 	if (notified) {
 		CBCMN__COUNT(e, wakes, 1);

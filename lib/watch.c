@@ -7,6 +7,7 @@
 #include <linux/magic.h>
 #include <numaif.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,11 @@ static uint64_t mono_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+/* rt_id took the hole before start_ns: version 2's layout is unchanged. */
+_Static_assert(offsetof(struct cbcmn__seg_hdr, start_ns) == 40 &&
+		       offsetof(struct cbcmn__seg_hdr, rt_id) == 36,
+	       "the segment header's layout moved");
 
 static size_t round_up(size_t n, size_t to)
 {
@@ -63,6 +69,15 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	s->slots_off = (uint32_t)off;
 	s->pid = (int32_t)getpid();
 	s->start_ns = mono_ns();
+	/* The probes' runtime id: 1, 2, ... in this process, never 0
+	 * ("unknown" to a reader of an older segment).  Relaxed: only
+	 * uniqueness among the runtimes alive at once matters. */
+	static _Atomic uint32_t next_rt_id;
+	uint32_t id;
+	do
+		id = atomic_fetch_add_explicit(&next_rt_id, 1, memory_order_relaxed) + 1;
+	while (!id);
+	s->rt_id = id;
 	/* Each slot on its executor's node, before the first touch. */
 	for (uint32_t i = 0; i < nexec; i++) {
 		if (node[i] < 0 || node[i] >= 1024)
@@ -80,6 +95,7 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	h->nexec = nexec;
 	h->pid = s->pid;
 	h->start_ns = s->start_ns;
+	h->rt_id = s->rt_id;
 	h->policy = CBCMN_PIN_NONE;
 	atomic_store_explicit(&h->alive, 1, memory_order_relaxed);
 	/* No magic yet: cbcmn__seg_publish() completes the header. */
@@ -214,6 +230,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 	uint64_t now = mono_ns();
 	out->uptime_ns = now > s->start_ns ? now - s->start_ns : 0;
 	out->pid = s->pid;
+	out->runtime_id = s->rt_id;
 	/* Work found at home (queue picks and inline runs) against all work
 	 * found: the share that did not come from elsewhere (seed 001). */
 	uint64_t local = tot->local_hits + tot->inline_runs;
@@ -374,6 +391,7 @@ static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
 		.slots_off = h.slots_off,
 		.pid = h.pid,
 		.start_ns = h.start_ns,
+		.rt_id = mh->rt_id, /* after the acquire above: published with the magic */
 	};
 	*ino = st.st_ino;
 	return 0;

@@ -172,7 +172,7 @@ static void post(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__x
 			cbcmn__kick(dst);
 	} else if (wake) {
 		CBCMN__COUNT(e, doorbells_coalesced, 1);
-		CBCMN_PROBE2(doorbell_coalesced, (int)e->id, dst->id);
+		CBCMN_PROBE3(doorbell_coalesced, (int)e->id, dst->id, e->rt->seg.rt_id);
 	}
 	if (wake)
 		ensure_live(dst);
@@ -217,7 +217,7 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 	m->fn = fn;
 	m->arg = arg;
 	CBCMN__COUNT(e, xmsgs_sent, 1);
-	CBCMN_PROBE3(xmsg, e->id, dst, kind);
+	CBCMN_PROBE4(xmsg, e->id, dst, kind, e->rt->seg.rt_id);
 	post(e, e->rt->exec[dst], m, (uintptr_t)m, true);
 	return 0;
 }

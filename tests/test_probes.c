@@ -54,6 +54,43 @@ static void test_every_documented_probe_is_present(void **state)
 			fail_msg("probe cbcmn:%s (with a semaphore) is not in libcbcmn.so", names[i]);
 }
 
+/* Every probe but lock_contended carries its runtime's id as its last
+ * argument (docs/PROBES.md): before it, two runtimes of one process could
+ * not be told apart by a tool (their executor ids are the same).  Each site
+ * of each probe has the documented number of arguments. */
+static void test_probes_carry_the_runtime_id(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *name;
+		int args;
+	} want[] = {
+		{"spawn", 4}, {"steal", 5}, {"steal_fail", 3}, {"park", 2}, {"unpark", 3},
+		{"wake", 3}, {"lock_contended", 2}, {"task_panic", 3}, {"doorbell", 4},
+		{"doorbell_coalesced", 3}, {"xmsg", 4}, {"exec_start", 4}, {"exec_stop", 3},
+		{"accept_error", 4},
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char key[64];
+		snprintf(key, sizeof(key), "Name: %s\n", want[i].name);
+		int sites = 0;
+		for (const char *at = notes; (at = strstr(at, key)); at++) {
+			const char *args = strstr(at, "Arguments: ");
+			if (!args)
+				fail_msg("cbcmn:%s: no Arguments line", want[i].name);
+			args += 11;
+			int n = 0;
+			for (const char *c = args; *c && *c != '\n'; c++)
+				n += (c == args || c[-1] == ' ') && *c != ' ';
+			if (n != want[i].args)
+				fail_msg("cbcmn:%s has %d arguments at a site, want %d (%.*s)", want[i].name, n,
+					 want[i].args, (int)strcspn(args, "\n"), args);
+			sites++;
+		}
+		assert_true(sites > 0);
+	}
+}
+
 static int evaluated;
 
 static int side_effect(void)
@@ -81,6 +118,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_documented_probe_is_present),
 		cmocka_unit_test(test_detached_probe_costs_nothing),
+		cmocka_unit_test(test_probes_carry_the_runtime_id),
 	};
 	return cmocka_run_group_tests_name("probes", tests, read_notes, NULL);
 }

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/bpfmon.h"
 #include "common/opts.h"
+#include "cbcmn.h"
 
 static volatile sig_atomic_t stop;
 
@@ -77,6 +78,10 @@ static const struct col {
 };
 #define NCOLS (sizeof(cols) / sizeof(cols[0]))
 
+/* Columns whose programs did not attach (bpfmon_measured): "-" in text,
+ * null in JSON, never 0.  Set once after attach. */
+static bool col_off[NCOLS];
+
 static uint64_t get(const struct bpfmon_shard *s, const struct col *c)
 {
 	return *(const uint64_t *)((const char *)&s->c + c->off);
@@ -111,6 +116,25 @@ static const struct pcol {
 	{"lock_p50_ns", -1, 50},                       {"lock_p99_ns", -1, 99},
 };
 #define NPCOLS (sizeof(pcols) / sizeof(pcols[0]))
+
+/* The counter whose programs a histogram rests on. */
+static size_t pcol_field(const struct pcol *p)
+{
+	switch (p->hist) {
+	case CBCMN_BPF_HIST_RUNQ:
+		return offsetof(struct cbcmn_bpf_shard, runq_waits);
+	case CBCMN_BPF_HIST_FUTEX:
+		return offsetof(struct cbcmn_bpf_shard, futex_waits);
+	case CBCMN_BPF_HIST_DOORBELL:
+		return offsetof(struct cbcmn_bpf_shard, doorbell_lat);
+	case CBCMN_BPF_HIST_STEAL:
+		return offsetof(struct cbcmn_bpf_shard, steal_lat);
+	default:
+		return offsetof(struct cbcmn_bpf_shard, lock_contended);
+	}
+}
+
+static bool pcol_off[NPCOLS];
 
 static uint64_t pget(const struct bpfmon_shard *s, const struct pcol *p)
 {
@@ -198,13 +222,19 @@ static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_
 		}
 		for (size_t k = 0; k < NCOLS; k++) {
 			int w = (int)strlen(cols[k].name) > 8 ? (int)strlen(cols[k].name) : 8;
-			if (cols[k].ms)
+			if (col_off[k])
+				printf(" %*s", w, "-");
+			else if (cols[k].ms)
 				printf(" %*.1f", w, get(s, &cols[k]) / 1e6);
 			else
 				printf(" %*llu", w, (unsigned long long)get(s, &cols[k]));
 		}
 		for (size_t k = 0; k < NPCOLS; k++)
-			printf(" %*llu", (int)strlen(pcols[k].name), (unsigned long long)pget(s, &pcols[k]));
+			if (pcol_off[k])
+				printf(" %*s", (int)strlen(pcols[k].name), "-");
+			else
+				printf(" %*llu", (int)strlen(pcols[k].name),
+				       (unsigned long long)pget(s, &pcols[k]));
 		ops_summary(s, ops, sizeof(ops), 0);
 		printf(" %s\n", ops);
 	}
@@ -215,9 +245,15 @@ static void json_fields(const struct bpfmon_shard *s)
 {
 	char ops[2048];
 	for (size_t k = 0; k < NCOLS; k++)
-		printf(",\"%s\":%llu", cols[k].key, (unsigned long long)get(s, &cols[k]));
+		if (col_off[k])
+			printf(",\"%s\":null", cols[k].key);
+		else
+			printf(",\"%s\":%llu", cols[k].key, (unsigned long long)get(s, &cols[k]));
 	for (size_t k = 0; k < NPCOLS; k++)
-		printf(",\"%s\":%llu", pcols[k].name, (unsigned long long)pget(s, &pcols[k]));
+		if (pcol_off[k])
+			printf(",\"%s\":null", pcols[k].name);
+		else
+			printf(",\"%s\":%llu", pcols[k].name, (unsigned long long)pget(s, &pcols[k]));
 	ops_summary(s, ops, sizeof(ops), 1);
 	printf(",\"sqe_ops\":{%s}}", ops);
 }
@@ -268,12 +304,14 @@ static bool wait_interval(int pidfd, pid_t pid, double interval)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: cbcmn-stat -p PID [-i SEC] [-c COUNT] [--json] [--futex-tp] [-v]\n\n"
+		"usage: cbcmn-stat -p PID [-r N] [-i SEC] [-c COUNT] [--json] [--futex-tp] [-v]\n\n"
 		"Per shard (executor) metrics of a running cbcmn process, from eBPF programs\n"
 		"on the library's USDT probes and the sched and io_uring tracepoints.  Each\n"
 		"report covers one interval (default 1 s); counting starts at attach.\n"
 		"Needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BTF.\n\n"
 		"  -p, --pid PID        the process to watch\n"
+		"  -r, --runtime N      its N-th live runtime only, oldest 0 (default: every\n"
+		"                       runtime of the process, their shards merged)\n"
 		"  -i, --interval SEC   seconds per report (default 1)\n"
 		"  -c, --count N        reports before exiting (default 1; 0: until ^C)\n"
 		"  -j, --json           one JSON object per report\n"
@@ -296,7 +334,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	struct stat_opts o = {.interval = 1.0, .count = 1};
+	struct stat_opts o = {.interval = 1.0, .count = 1, .runtime = -1};
 	char perr[256];
 	if (stat_opts_parse(argc, argv, &o, perr, sizeof(perr))) {
 		fprintf(stderr, "cbcmn-stat: %s (try --help)\n", perr);
@@ -315,7 +353,33 @@ int main(int argc, char **argv)
 	struct bpfmon_shard *prev = NULL, *now = NULL, *d = NULL, tot;
 	char err[256];
 	int ret = 1;
-	int rc = bpfmon_open(&m, (pid_t)pid, flags | (verbose ? BPFMON_VERBOSE : 0), err, sizeof(err));
+	/* -r N: the N-th live runtime only (by its id, the probes' last
+	 * argument); without it, every runtime of the process, merged. */
+	uint32_t rt_id = 0;
+	if (o.runtime >= 0) {
+		cbcmn_watch *w;
+		cbcmn_stats st;
+		int wrc = cbcmn_watch_open((int32_t)pid, (uint32_t)o.runtime, &w);
+		if (!wrc) {
+			wrc = cbcmn_watch_read(w, &st, NULL, 0);
+			cbcmn_watch_close(w);
+		}
+		if (wrc) {
+			fprintf(stderr, "cbcmn-stat: process %ld: runtime %ld: %s\n", pid, o.runtime,
+				wrc == -ENOENT ? "no such live runtime (-r counts from 0)" : cbcmn_strerror(wrc));
+			return 1;
+		}
+		rt_id = st.runtime_id;
+	} else {
+		cbcmn_watch *w;
+		if (!cbcmn_watch_open((int32_t)pid, 1, &w)) {
+			cbcmn_watch_close(w);
+			fprintf(stderr, "cbcmn-stat: process %ld has more than one runtime: their shards are "
+				"counted together (-r N for one)\n", pid);
+		}
+	}
+	int rc = bpfmon_open_runtime(&m, (pid_t)pid, rt_id, flags | (verbose ? BPFMON_VERBOSE : 0), err,
+				     sizeof(err));
 	if (rc) {
 		fprintf(stderr, "cbcmn-stat: %s\n", err);
 		return 1;
@@ -331,6 +395,18 @@ int main(int argc, char **argv)
 			fprintf(stderr, "cbcmn-stat: %s: %s\n", p[i].target,
 				p[i].state == BPFMON_ATTACHED ? "attached" : "off");
 	}
+	/* Not measured (a program that did not attach): "-" and null. */
+	char off_line[1024] = "";
+	size_t at = 0;
+	for (size_t k = 0; k < NCOLS; k++)
+		if ((col_off[k] = !bpfmon_measured(m, cols[k].off, NULL, 0)) && at < sizeof(off_line))
+			at += (size_t)snprintf(off_line + at, sizeof(off_line) - at, " %s", cols[k].name);
+	for (size_t k = 0; k < NPCOLS; k++)
+		if ((pcol_off[k] = !bpfmon_measured(m, pcol_field(&pcols[k]), NULL, 0)) &&
+		    at < sizeof(off_line))
+			at += (size_t)snprintf(off_line + at, sizeof(off_line) - at, " %s", pcols[k].name);
+	if (off_line[0])
+		fprintf(stderr, "cbcmn-stat: not measured (\"-\", JSON null):%s\n", off_line);
 	prev = calloc(CBCMN_BPF_NSLOTS, sizeof(*prev));
 	now = calloc(CBCMN_BPF_NSLOTS, sizeof(*now));
 	d = calloc(CBCMN_BPF_NSLOTS, sizeof(*d));

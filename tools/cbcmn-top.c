@@ -61,6 +61,7 @@ static void usage(FILE *f)
 		"CAP_PERFMON; without them the runtime's figures still show).  With a\n"
 		"COMMAND, starts it, waits for its runtime and attaches.\n\n"
 		"  -p, --pid PID        the process to watch\n"
+		"  -r, --runtime N      its N-th live runtime, oldest 0 (default 0)\n"
 		"  -d, --delay SEC      seconds between refreshes (default 1)\n"
 		"  -b, --batch          plain text snapshots on stdout, no screen\n"
 		"  -n, --iterations N   snapshots before exiting (batch; default 0: until ^C)\n"
@@ -365,7 +366,8 @@ int main(int argc, char **argv)
 	double delay = o.delay, wait_s = o.wait_s;
 	bool batch = o.batch, json = o.json, color = o.color;
 	const char *output = o.output;
-	struct top_model_opts mo = {.no_bpf = o.no_bpf, .bpf_flags = o.bpf_flags};
+	struct top_model_opts mo = {.no_bpf = o.no_bpf, .bpf_flags = o.bpf_flags,
+				    .runtime = (uint32_t)o.runtime};
 	char **cmd = o.cmd;
 
 	if (!batch && (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))) {

@@ -629,6 +629,11 @@ typedef struct cbcmn_stats {
 	/* The I/O backend the runtime runs on: CBCMN_BACKEND_IO_URING or
 	 * CBCMN_BACKEND_EPOLL (cbcmn_config.backend; cbcmn_backend_name()). */
 	uint32_t backend;
+	/* The runtime's number in its process (1, 2, ...; 0 from a runtime
+	 * whose libcbcmn predates it): the last argument of its USDT probes
+	 * (docs/PROBES.md), how cbcmn-top and cbcmn-stat keep two runtimes
+	 * of one process apart. */
+	uint32_t runtime_id;
 } cbcmn_stats;
 
 /* Take a snapshot.  per may be NULL; otherwise it receives min(nper,

@@ -6,11 +6,17 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -25,10 +31,17 @@
 #include <libelf.h>
 
 #include "bpfmon.h"
+#include "pidns.h"
+#include "cbcmn.h"
 #include "clock.h"
 #include "cbcmn.skel.h"
 #include "cbcmn_pidns.skel.h"
 #include "cbcmn.h"
+
+/* The reader's copies must keep the kernel's line padding. */
+_Static_assert(sizeof(struct cbcmn_bpf_shard) % CBCMN_BPF_LINE == 0, "shard value not padded");
+_Static_assert(sizeof(struct cbcmn_bpf_sched) % CBCMN_BPF_LINE == 0, "sched value not padded");
+_Static_assert(CBCMN_BPF_MAX_SHARDS >= CBCMN_MAX_EXECUTORS, "shards beyond the maps");
 
 #define TRACEFS "/sys/kernel/tracing"
 #define BPFFS "/sys/fs/bpf"
@@ -65,6 +78,8 @@ static const struct spec {
 	{"cbcmn_sched_wakeup_new_raw", RAW_TP, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
 	{"cbcmn_sched_migrate", TP_BTF, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
 	{"cbcmn_sched_migrate_raw", RAW_TP, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
+	{"cbcmn_sched_exit", TP_BTF, "sched", "sched_process_exit", BPFMON_NO_SCHED},
+	{"cbcmn_sched_exit_raw", RAW_TP, "sched", "sched_process_exit", BPFMON_NO_SCHED},
 	{"cbcmn_io_submit_btf", TP_BTF, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
 	{"cbcmn_io_submit", TP, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
 	{"cbcmn_io_complete_btf", TP_BTF, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING},
@@ -92,15 +107,30 @@ struct ident {
 	__s32 cpu;
 };
 
+/* The maps read through a read-only mapping (BPF_F_MMAPABLE): a copy
+ * instead of a system call per value. */
+enum { MM_SHARDS, MM_SQE_OPS, MM_LOCK_HIST, MM_HISTS, NMM };
+
 struct bpfmon {
 	struct cbcmn_bpf *skel;
 	pid_t pid;
+	uint32_t runtime;         /* the runtime watched (its id), 0 every one */
+	int pidfd;                /* the target; -1 if pidfd_open failed */
+	int stop_fd;              /* eventfd: bpfmon_close stops the watcher */
+	pthread_t watcher;
+	bool watching;
+	/* links: the watcher thread detaches them when the target exits */
+	pthread_mutex_t link_lock;
+	_Atomic bool detached;
+	const void *mm[NMM];
+	size_t mm_len[NMM];
 	struct bpfmon_prog progs[NSPECS];
 	char targets[NSPECS][80];
 	char reasons[NSPECS][160];
 	int refused[NSPECS];      /* the load error of a program the kernel refused, 0 none */
 	struct bpf_link *links[NSPECS][MAX_BINS];
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
+	bool pinned_dir;          /* pin_dir is ours to remove */
 	bool switch_on;           /* a sched_switch program is attached: the records move */
 	/* The tool in a pid namespace of its own (not the kernel's view):
 	 * the programs know the target by the kernel's ids, the tool by its
@@ -491,16 +521,75 @@ static __u32 xlat(struct bpfmon *m, __u32 tid, bool to_view)
  * has none from exec_start) and, before the programs are attached
  * (attached: false), into the shards map too, for readers of a pinned map:
  * once attached, rewriting a shard's value could lose a concurrent add. */
+/* Executor id's thread is tid (pinned to cpu, -1 none): into the threads
+ * map unless exec_start beat us, and into the shards map before attach. */
+static void note_executor(struct bpfmon *m, __u32 id, __u32 vtid, __s32 cpu, bool attached)
+{
+	int fd = bpf_map__fd(m->skel->maps.threads);
+	int fs = bpf_map__fd(m->skel->maps.shards);
+	/* vtid as /proc here numbers it; the programs know the kernel's. */
+	__u32 tid = xlat(m, vtid, false);
+	if (!tid)
+		return; /* born and gone while we looked */
+	/* Counting starts here: the time on a CPU from the kernel's own
+	 * sum, so the switches before attach need not be seen. */
+	struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, vtid)};
+	th.last_ts = mono_ns();
+	bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
+	m->ident[id].tid = tid;
+	m->ident[id].cpu = cpu;
+	struct cbcmn_bpf_shard sh;
+	if (!attached && !bpf_map_lookup_elem(fs, &id, &sh) && !sh.tid) {
+		sh.tid = tid;
+		sh.cpu = cpu;
+		bpf_map_update_elem(fs, &id, &sh, BPF_EXIST);
+	}
+}
+
+/* One runtime's executors, from its statistics segment (the thread names
+ * do not say which runtime a thread is of).  Returns false if the process
+ * has no runtime with that id. */
+static bool scan_runtime(struct bpfmon *m, bool attached)
+{
+	for (uint32_t idx = 0;; idx++) {
+		cbcmn_watch *w;
+		cbcmn_stats st;
+		if (cbcmn_watch_open(m->pid, idx, &w))
+			return false;
+		cbcmn_executor_stats *per = NULL;
+		bool found = !cbcmn_watch_read(w, &st, NULL, 0) && st.runtime_id == m->runtime;
+		if (found && (per = calloc(st.executors ? st.executors : 1, sizeof(*per))) &&
+		    !cbcmn_watch_read(w, &st, per, st.executors))
+			for (uint32_t i = 0; i < st.executors && i < CBCMN_BPF_MAX_SHARDS; i++)
+				if (per[i].tid > 0) /* the runtime's own gettid(): ours here */
+					note_executor(m, i, (__u32)pidns_view_tid(m->pid, per[i].tid),
+						      per[i].cpu, attached);
+		free(per);
+		cbcmn_watch_close(w);
+		if (found)
+			return true;
+	}
+}
+
+/* Executors already running: threads named "cbcmn-exec-N" (or, for one
+ * runtime, those its segment names).  Only adds threads the map does not
+ * know (exec_start may have beaten us).  Their identity goes into
+ * m->ident (bpfmon_read fills it in for a shard whose value has none from
+ * exec_start) and, before the programs are attached (attached: false),
+ * into the shards map too, for readers of a pinned map: once attached,
+ * rewriting a shard's value could lose a concurrent add. */
 static void scan_executors(struct bpfmon *m, bool attached)
 {
 	char p[PATH_MAX];
+	if (m->runtime) {
+		scan_runtime(m, attached);
+		return;
+	}
 	snprintf(p, sizeof(p), "/proc/%d/task", m->pid);
 	DIR *d = opendir(p);
 	struct dirent *de;
 	if (!d)
 		return;
-	int fd = bpf_map__fd(m->skel->maps.threads);
-	int fs = bpf_map__fd(m->skel->maps.shards);
 	while ((de = readdir(d))) {
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
@@ -515,24 +604,105 @@ static void scan_executors(struct bpfmon *m, bool attached)
 		unsigned id;
 		if (sscanf(comm, "cbcmn-exec-%u", &id) != 1 || id >= CBCMN_BPF_MAX_SHARDS)
 			continue;
-		__u32 vtid = (__u32)atoi(de->d_name), tid = xlat(m, vtid, false);
-		if (!tid)
-			continue; /* born and gone while we looked */
-		/* Counting starts here: the time on a CPU from the kernel's
-		 * own sum, so the switches before attach need not be seen. */
-		struct cbcmn_bpf_thread th = {.shard = id, .last_sum = sched_sum(m->pid, vtid)};
-		th.last_ts = mono_ns();
-		bpf_map_update_elem(fd, &tid, &th, BPF_NOEXIST);
-		m->ident[id].tid = tid;
-		m->ident[id].cpu = pinned_cpu((pid_t)vtid);
-		struct cbcmn_bpf_shard sh;
-		if (!attached && !bpf_map_lookup_elem(fs, &id, &sh) && !sh.tid) {
-			sh.tid = tid;
-			sh.cpu = m->ident[id].cpu;
-			bpf_map_update_elem(fs, &id, &sh, BPF_EXIST);
-		}
+		note_executor(m, id, (__u32)atoi(de->d_name), pinned_cpu((pid_t)atoi(de->d_name)), attached);
 	}
 	closedir(d);
+}
+
+/* Start time of process pid (/proc/PID/stat field 22, clock ticks since
+ * boot): with the pid, who a process is.  0 if it is gone. */
+static uint64_t proc_start(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	/* After the command name's closing parenthesis (which may hold
+	 * spaces and parentheses itself), field 3 on. */
+	const char *at = strrchr(buf, ')');
+	unsigned long long v = 0;
+	for (int field = 3; at && field <= 22; field++) {
+		at = strchr(at + 1, ' ');
+		if (at && field == 22 && sscanf(at + 1, "%llu", &v) != 1)
+			v = 0;
+	}
+	return v;
+}
+
+/* Remove the pins of directory dir and the directory. */
+static void remove_pins(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	char p[PATH_MAX + 300];
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		unlink(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+/* Who pinned dir: 1 a loader that is running (o says which), 0 one that is
+ * gone, -1 unknown: no pin_owner (a bpfmon before it, whose loader may
+ * well be running, or a directory being made this instant). */
+static int pin_owner_alive(const char *dir, struct cbcmn_bpf_owner *o)
+{
+	char p[PATH_MAX + 16];
+	snprintf(p, sizeof(p), "%s/pin_owner", dir);
+	int fd = bpf_obj_get(p);
+	__u32 k = 0;
+	memset(o, 0, sizeof(*o));
+	if (fd < 0)
+		return -1;
+	int rc = bpf_map_lookup_elem(fd, &k, o);
+	close(fd);
+	if (rc || !o->tool_pid || !o->tool_start)
+		return -1;
+	return proc_start((pid_t)o->tool_pid) == o->tool_start;
+}
+
+/* Pins left under BPFFS/cbcmn by loaders that are gone (killed: SIGKILL
+ * runs no cleanup) go; ours (the target's directory) may not be taken from
+ * a live loader: -EBUSY. */
+static int sweep_pins(struct bpfmon *m, char *err, size_t errlen)
+{
+	DIR *d = opendir(BPFFS "/cbcmn");
+	struct dirent *de;
+	char dir[PATH_MAX];
+	int rc = 0;
+	while (d && (de = readdir(d))) {
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		snprintf(dir, sizeof(dir), BPFFS "/cbcmn/%s", de->d_name);
+		struct cbcmn_bpf_owner o;
+		pid_t target = (pid_t)atoi(de->d_name);
+		int alive = pin_owner_alive(dir, &o);
+		/* Without an owner, only a dead target's pins are surely stale. */
+		if (!alive || (alive < 0 && kill(target, 0) && errno == ESRCH))
+			remove_pins(dir);
+		else if (target == m->pid && alive > 0)
+			rc = fail(err, errlen, -EBUSY,
+				  "the maps of process %d are pinned at %s by process %u, which is running",
+				  (int)m->pid, dir, o.tool_pid);
+		else if (target == m->pid)
+			rc = fail(err, errlen, -EBUSY,
+				  "the maps of process %d are pinned at %s by a loader that did not say who it is: "
+				  "remove the directory if none is running",
+				  (int)m->pid, dir);
+	}
+	if (d)
+		closedir(d);
+	return rc;
 }
 
 static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
@@ -540,15 +710,29 @@ static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
 	int rc = mount_fs(BPFFS, "bpf", BPF_FS_MAGIC);
 	if (rc)
 		return fail(err, errlen, rc, "cannot mount bpffs at " BPFFS ": %s", strerror(-rc));
-	snprintf(m->pin_dir, sizeof(m->pin_dir), BPFFS "/cbcmn");
-	mkdir(m->pin_dir, 0755);
-	snprintf(m->pin_dir, sizeof(m->pin_dir), BPFFS "/cbcmn/%d", m->pid);
-	if (mkdir(m->pin_dir, 0755) && errno != EEXIST)
-		return fail(err, errlen, -errno, "mkdir %s: %s", m->pin_dir, strerror(errno));
+	mkdir(BPFFS "/cbcmn", 0755);
+	if ((rc = sweep_pins(m, err, errlen)))
+		return rc;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), BPFFS "/cbcmn/%d", m->pid);
+	if (mkdir(dir, 0755))
+		return fail(err, errlen, -errno, "mkdir %s: %s", dir, strerror(errno));
+	snprintf(m->pin_dir, sizeof(m->pin_dir), "%s", dir);
+	m->pinned_dir = true;
+	/* Who we are, first: a directory without it is swept as stale. */
+	struct cbcmn_bpf_owner o = {.tool_pid = (__u32)getpid(), .target_pid = (__u32)m->pid,
+				    .tool_start = proc_start(getpid())};
+	__u32 k = 0;
+	if (bpf_map_update_elem(bpf_map__fd(m->skel->maps.pin_owner), &k, &o, BPF_ANY))
+		return fail(err, errlen, -errno, "pin_owner: %s", strerror(errno));
+	char p[PATH_MAX + 64];
+	snprintf(p, sizeof(p), "%s/pin_owner", m->pin_dir);
+	if ((rc = bpf_map__pin(m->skel->maps.pin_owner, p)))
+		return fail(err, errlen, rc, "pin %s: %s", p, strerror(-rc));
 	struct bpf_map *map;
 	bpf_object__for_each_map(map, m->skel->obj) {
-		if (!strchr(bpf_map__name(map), '.') && strncmp(bpf_map__name(map), "__bpf_usdt", 10)) {
-			char p[PATH_MAX + 64];
+		if (!strchr(bpf_map__name(map), '.') && strncmp(bpf_map__name(map), "__bpf_usdt", 10) &&
+		    !bpf_map__is_pinned(map)) {
 			snprintf(p, sizeof(p), "%s/%s", m->pin_dir, bpf_map__name(map));
 			if ((rc = bpf_map__pin(map, p)))
 				return fail(err, errlen, rc, "pin %s: %s", p, strerror(-rc));
@@ -559,7 +743,7 @@ static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
 
 static void unpin_maps(struct bpfmon *m)
 {
-	if (!m->pin_dir[0])
+	if (!m->pinned_dir)
 		return;
 	struct bpf_map *map;
 	bpf_object__for_each_map(map, m->skel->obj)
@@ -793,7 +977,118 @@ static void fails_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n, b
 		out[i].c.steal_fails = m->fails_done[i] + m->fails_last[i];
 }
 
+/* Detach when the target exits, not when the viewer quits: the sched and
+ * io_uring programs run for every task of the host while attached.  The
+ * thread sleeps in poll() on the target's pidfd and on stop_fd. */
+static void *watch_target(void *arg)
+{
+	struct bpfmon *m = arg;
+	struct pollfd p[2] = {{.fd = m->pidfd, .events = POLLIN}, {.fd = m->stop_fd, .events = POLLIN}};
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		if (p[0].revents) {
+			bpfmon_detach(m);
+			return NULL;
+		}
+	}
+}
+
+static void watch_start(struct bpfmon *m)
+{
+	if (m->pidfd < 0 || (m->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0)
+		return;
+	/* Every signal stays with the caller's threads: a tool's SIGINT
+	 * handler must interrupt its own sleep, not this thread's poll. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	m->watching = pthread_create(&m->watcher, NULL, watch_target, m) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void bpfmon_detach(struct bpfmon *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->link_lock);
+	for (size_t i = 0; i < NSPECS; i++)
+		for (int b = 0; b < MAX_BINS; b++) {
+			bpf_link__destroy(m->links[i][b]);
+			m->links[i][b] = NULL;
+		}
+	/* Release: pairs with bpfmon_detached()'s acquire load. */
+	atomic_store_explicit(&m->detached, true, memory_order_release);
+	pthread_mutex_unlock(&m->link_lock);
+}
+
+bool bpfmon_detached(const struct bpfmon *m)
+{
+	return atomic_load_explicit(&((struct bpfmon *)m)->detached, memory_order_acquire);
+}
+
+/* Has the target exited (its pidfd readable)?  Without a pidfd: kill(0). */
+static bool target_gone(const struct bpfmon *m)
+{
+	if (m->pidfd >= 0) {
+		struct pollfd p = {.fd = m->pidfd, .events = POLLIN};
+		return poll(&p, 1, 0) > 0;
+	}
+	return kill(m->pid, 0) && errno == ESRCH;
+}
+
+/* The maps read by copy: mapped read only once loaded.  NULL (then each
+ * value is looked up) where the kernel refuses. */
+static void map_mmaps(struct bpfmon *m)
+{
+	struct bpf_map *maps[NMM] = {m->skel->maps.shards, m->skel->maps.sqe_ops,
+				     m->skel->maps.lock_hist, m->skel->maps.hists};
+	long pg = sysconf(_SC_PAGESIZE);
+	for (int i = 0; i < NMM; i++) {
+		size_t len = (size_t)bpf_map__max_entries(maps[i]) *
+			     ((bpf_map__value_size(maps[i]) + 7) & ~7u);
+		len = (len + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+		void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, bpf_map__fd(maps[i]), 0);
+		if (p != MAP_FAILED) {
+			m->mm[i] = p;
+			m->mm_len[i] = len;
+		}
+	}
+}
+
+/* Copy bytes (a multiple of 8) of a mapped map value, a word at a time: the
+ * programs add to the words meanwhile, and each word is read whole. */
+static void copy_words(void *dst, const void *src, size_t bytes)
+{
+	uint64_t *d = dst;
+	const uint64_t *w = src;
+	for (size_t i = 0; i < bytes / 8; i++)
+		d[i] = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
+}
+
+/* Value key of map mm (a BPF_F_MMAPABLE ARRAY of values of size bytes, a
+ * multiple of 8) into out: from the mapping, else looked up. */
+static int map_get(const struct bpfmon *m, int mm, int fd, __u32 key, void *out, size_t size)
+{
+	if (m->mm[mm]) {
+		copy_words(out, (const char *)m->mm[mm] + (size_t)key * size, size);
+		return 0;
+	}
+	return bpf_map_lookup_elem(fd, &key, out) ? -errno : 0;
+}
+
 int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen)
+{
+	return bpfmon_open_runtime(out, pid, 0, flags, err, errlen);
+}
+
+int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsigned flags, char *err,
+			size_t errlen)
 {
 	struct bpfmon *m = NULL;
 	struct btf *vmlinux = NULL;
@@ -864,6 +1159,12 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	if (!(m = calloc(1, sizeof(*m))))
 		return fail(err, errlen, -ENOMEM, "out of memory");
 	m->pid = pid;
+	m->runtime = runtime;
+	m->stop_fd = -1;
+	pthread_mutex_init(&m->link_lock, NULL);
+	/* The process as it is now: should it exit and its pid be reused
+	 * while we load, the pidfd still says it exited. */
+	m->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	m->ktgid = (__u32)pid;
 	if (!kernel_view()) {
 		/* In a pid namespace: the kernel's ids from a task iterator. */
@@ -898,6 +1199,7 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 			break;
 		}
 		m->skel->rodata->targ_tgid = m->ktgid; /* the kernel's, as task_struct::tgid */
+		m->skel->rodata->targ_rt = runtime;
 		m->skel->rodata->miss_switch_every = miss_switches();
 		configure(m, flags, vmlinux, logs);
 		refused_name[0] = 0;
@@ -917,6 +1219,7 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 	free(logs);
 	if (rc)
 		goto cleanup;
+	map_mmaps(m);
 	if ((flags & BPFMON_PIN) && (rc = pin_maps(m, err, errlen)))
 		goto cleanup;
 
@@ -937,6 +1240,14 @@ int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_
 		}
 		fails_read(m, NULL, 0, true);
 	}
+	/* Programs attached for a process that is gone would run for every
+	 * task of the host until we close: refuse instead. */
+	if (target_gone(m)) {
+		rc = fail(err, errlen, -ESRCH, "process %d exited while the programs were attached",
+			  (int)pid);
+		goto cleanup;
+	}
+	watch_start(m);
 	btf__free(vmlinux);
 	*out = m;
 	return 0;
@@ -953,6 +1264,111 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
 	return NSPECS;
 }
 
+/* ---- what is measured ------------------------------------------------------- */
+
+/* The sources of events a figure rests on: one or more programs each (a
+ * tp_btf and its raw_tp twin, fentry and its tracepoint fallback). */
+enum src {
+	SRC_STEAL, SRC_STEAL_FAIL, SRC_DOORBELL, SRC_DB_COAL, SRC_XMSG, SRC_PARK, SRC_LOCK,
+	SRC_SWITCH, SRC_WAKEUP, SRC_MIGRATE, SRC_SUBMIT, SRC_COMPLETE, SRC_CQWAIT, SRC_ASYNC,
+	SRC_OVERFLOW, SRC_FUTEX_IN, SRC_FUTEX_OUT, NSRC
+};
+
+/* A program's source, by what it attaches to (names the specs table may
+ * grow with: io_uring_submit_sqe is 6.1's name of io_uring_submit_req). */
+static int src_of(const struct spec *sp)
+{
+	static const struct {
+		const char *what;
+		int src;
+	} by_what[] = {
+		{"steal", SRC_STEAL}, {"steal_fail", SRC_STEAL_FAIL}, {"doorbell", SRC_DOORBELL},
+		{"doorbell_coalesced", SRC_DB_COAL}, {"xmsg", SRC_XMSG}, {"park", SRC_PARK},
+		{"lock_contended", SRC_LOCK}, {"sched_switch", SRC_SWITCH},
+		{"sched_wakeup", SRC_WAKEUP}, {"sched_migrate_task", SRC_MIGRATE},
+		{"io_uring_submit_req", SRC_SUBMIT}, {"io_uring_submit_sqe", SRC_SUBMIT},
+		{"io_uring_complete", SRC_COMPLETE}, {"io_uring_cqring_wait", SRC_CQWAIT},
+		{"io_uring_queue_async_work", SRC_ASYNC}, {"io_uring_cqe_overflow", SRC_OVERFLOW},
+		{"sys_enter_futex", SRC_FUTEX_IN}, {"sys_exit_futex", SRC_FUTEX_OUT},
+	};
+	if (sp->kind == FENTRY)
+		return SRC_FUTEX_IN;
+	if (sp->kind == FEXIT)
+		return SRC_FUTEX_OUT;
+	for (size_t i = 0; i < sizeof(by_what) / sizeof(by_what[0]); i++)
+		if (!strcmp(sp->what, by_what[i].what))
+			return by_what[i].src;
+	return -1;
+}
+
+#define B(x) (1u << (x))
+#define NEED(f, mask) {offsetof(struct cbcmn_bpf_shard, f), (mask)}
+/* Each counter and the sources it needs (docs/OBSERVABILITY.md, "Not
+ * measured").  A completion is attributed by the ring its shard's SQEs
+ * taught us: the io_uring counters need the submissions too. */
+static const struct {
+	size_t off;
+	unsigned need;
+} field_need[] = {
+	NEED(steals, B(SRC_STEAL)), NEED(tasks_stolen, B(SRC_STEAL)),
+	NEED(steal_fails, B(SRC_STEAL_FAIL)),
+	NEED(doorbells_msg_ring, B(SRC_DOORBELL)), NEED(doorbells_eventfd, B(SRC_DOORBELL)),
+	NEED(doorbells_recv, B(SRC_DOORBELL)), NEED(doorbells_coalesced, B(SRC_DB_COAL)),
+	NEED(xmsgs_sent, B(SRC_XMSG)), NEED(xmsgs_recv, B(SRC_XMSG)),
+	NEED(lock_contended, B(SRC_LOCK)), NEED(lock_wait_ns, B(SRC_LOCK)), NEED(parks, B(SRC_PARK)),
+	NEED(oncpu_ns, B(SRC_SWITCH)), NEED(offcpu_ns, B(SRC_SWITCH)), NEED(switches, B(SRC_SWITCH)),
+	NEED(involuntary, B(SRC_SWITCH)), NEED(migrations, B(SRC_MIGRATE)),
+	NEED(sqes, B(SRC_SUBMIT)), NEED(msg_ring_sqes, B(SRC_SUBMIT)),
+	NEED(cqes, B(SRC_SUBMIT) | B(SRC_COMPLETE)), NEED(cqe_errors, B(SRC_SUBMIT) | B(SRC_COMPLETE)),
+	NEED(cqring_waits, B(SRC_SUBMIT) | B(SRC_CQWAIT)),
+	NEED(async_work, B(SRC_SUBMIT) | B(SRC_ASYNC)),
+	NEED(cqe_overflows, B(SRC_SUBMIT) | B(SRC_OVERFLOW)),
+	NEED(runq_waits, B(SRC_SWITCH) | B(SRC_WAKEUP)), NEED(runq_ns, B(SRC_SWITCH) | B(SRC_WAKEUP)),
+	NEED(futex_waits, B(SRC_FUTEX_IN) | B(SRC_FUTEX_OUT)),
+	NEED(futex_wait_ns, B(SRC_FUTEX_IN) | B(SRC_FUTEX_OUT)),
+	NEED(doorbell_lat, B(SRC_DOORBELL) | B(SRC_SWITCH)),
+	NEED(doorbell_lat_ns, B(SRC_DOORBELL) | B(SRC_SWITCH)),
+	NEED(doorbells_running, B(SRC_DOORBELL) | B(SRC_SWITCH)),
+	NEED(doorbells_pending, B(SRC_DOORBELL) | B(SRC_SWITCH)),
+	NEED(steal_lat, B(SRC_STEAL)), NEED(steal_lat_ns, B(SRC_STEAL)),
+};
+
+bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t whylen)
+{
+	unsigned need = 0;
+	for (size_t i = 0; i < sizeof(field_need) / sizeof(field_need[0]); i++)
+		if (field_need[i].off == field)
+			need = field_need[i].need;
+	if (whylen)
+		why[0] = 0;
+	for (int src = 0; src < NSRC; src++) {
+		if (!(need & B(src)))
+			continue;
+		int bad = -1;
+		bool on = false;
+		for (size_t i = 0; i < NSPECS && !on; i++) {
+			if (src_of(&specs[i]) != src)
+				continue;
+			on = m->progs[i].state == BPFMON_ATTACHED;
+			/* The reason of a refusal or an absence before that of a
+			 * form turned off because another was tried. */
+			if (bad < 0 || (m->progs[bad].state == BPFMON_OFF && m->progs[i].state != BPFMON_OFF))
+				bad = (int)i;
+		}
+		if (on)
+			continue;
+		if (whylen && bad < 0)
+			snprintf(why, whylen, "no program");
+		else if (whylen)
+			snprintf(why, whylen, "%s: %s", m->progs[bad].target,
+				 m->progs[bad].state == BPFMON_OFF ? "turned off" : m->progs[bad].reason);
+		return false;
+	}
+	return true;
+}
+#undef NEED
+#undef B
+
 /* Shard i's counters into o->c, and what its thread was on and off a CPU
  * since its last switch seen (o->oncpu_now_ns, o->offcpu_now_ns), as of
  * o->read_ns.  sched_switch keeps in the threads map the thread's last
@@ -964,8 +1380,9 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
  * and a /proc read more per shard. */
 static int read_shard_k(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *o)
 {
-	if (bpf_map_lookup_elem(fs, &i, &o->c))
-		return -errno;
+	int rc = map_get(m, MM_SHARDS, fs, i, &o->c, sizeof(o->c));
+	if (rc)
+		return rc;
 	if (!o->c.tid && i < CBCMN_BPF_MAX_SHARDS && m->ident[i].tid) {
 		o->c.tid = m->ident[i].tid;
 		o->c.cpu = m->ident[i].cpu;
@@ -982,8 +1399,8 @@ static int read_shard_k(struct bpfmon *m, int fs, __u32 i, struct bpfmon_shard *
 		struct cbcmn_bpf_thread a, b;
 		if (bpf_map_lookup_elem(ft, &tid, &a))
 			return errno == ENOENT ? 0 : -errno;
-		if (bpf_map_lookup_elem(fs, &i, &o->c))
-			return -errno;
+		if ((rc = map_get(m, MM_SHARDS, fs, i, &o->c, sizeof(o->c))))
+			return rc;
 		if (!o->c.tid) {
 			o->c.tid = keep_tid;
 			o->c.cpu = keep_cpu;
@@ -1037,22 +1454,19 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n)
 		int rc = read_shard(m, fs, i, o);
 		if (rc)
 			return rc;
-		for (__u32 k = 0; k < CBCMN_BPF_MAX_OPS; k++) {
-			__u32 key = i * CBCMN_BPF_MAX_OPS + k;
-			if (bpf_map_lookup_elem(fo, &key, &o->sqe_ops[k]))
-				return -errno;
-		}
-		for (__u32 k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {
-			__u32 key = i * CBCMN_BPF_HIST_SLOTS + k;
-			if (bpf_map_lookup_elem(fl, &key, &o->lock_hist[k]))
-				return -errno;
-		}
+		for (__u32 k = 0; k < CBCMN_BPF_MAX_OPS; k++)
+			if ((rc = map_get(m, MM_SQE_OPS, fo, i * CBCMN_BPF_MAX_OPS + k, &o->sqe_ops[k], 8)))
+				return rc;
+		for (__u32 k = 0; k < CBCMN_BPF_HIST_SLOTS; k++)
+			if ((rc = map_get(m, MM_LOCK_HIST, fl, i * CBCMN_BPF_HIST_SLOTS + k,
+					  &o->lock_hist[k], 8)))
+				return rc;
 		for (__u32 h = 0; h < CBCMN_BPF_NHISTS; h++)
-			for (__u32 k = 0; k < CBCMN_BPF_HIST_SLOTS; k++) {
-				__u32 key = (h * CBCMN_BPF_NSLOTS + i) * CBCMN_BPF_HIST_SLOTS + k;
-				if (bpf_map_lookup_elem(fh, &key, &o->hist[h][k]))
-					return -errno;
-			}
+			for (__u32 k = 0; k < CBCMN_BPF_HIST_SLOTS; k++)
+				if ((rc = map_get(m, MM_HISTS, fh,
+						  (h * CBCMN_BPF_NSLOTS + i) * CBCMN_BPF_HIST_SLOTS + k,
+						  &o->hist[h][k], 8)))
+					return rc;
 		/* Any counter non-zero, or a thread seen: the shard exists. */
 		const __u64 *w = (const __u64 *)&o->c;
 		bool any = o->c.tid != 0;
@@ -1103,6 +1517,25 @@ int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim, struct 
 	return 0;
 }
 
+int bpfmon_steal_pairs(struct bpfmon *m, struct cbcmn_bpf_pair_key *k, struct cbcmn_bpf_pair *v,
+		       uint32_t max)
+{
+	if (!m || (max && (!k || !v)))
+		return -EINVAL;
+	int fd = bpf_map__fd(m->skel->maps.steal_pairs);
+	uint32_t n = 0;
+	struct cbcmn_bpf_pair_key at, next;
+	/* Records are never deleted: the walk sees each pair once (one added
+	 * meanwhile may be missed, and counts at the next read). */
+	for (const void *cur = NULL; n < max && !bpf_map_get_next_key(fd, cur, &next); cur = &at) {
+		at = next;
+		if (bpf_map_lookup_elem(fd, &at, &v[n]))
+			continue; /* cannot happen: nothing deletes */
+		k[n++] = at;
+	}
+	return errno == ENOENT || n == max ? (int)n : -errno;
+}
+
 int bpfmon_cost(const struct bpfmon *m, struct bpfmon_cost *out)
 {
 	return bpfmon_cost_of(m, "", out);
@@ -1142,14 +1575,26 @@ void bpfmon_close(struct bpfmon *m)
 {
 	if (!m)
 		return;
-	for (size_t i = 0; i < NSPECS; i++)
-		for (int b = 0; b < MAX_BINS; b++)
-			bpf_link__destroy(m->links[i][b]);
+	if (m->watching) {
+		uint64_t one = 1;
+		ssize_t n = write(m->stop_fd, &one, sizeof(one));
+		(void)n; /* an eventfd write of 1 cannot fail short of overflow */
+		pthread_join(m->watcher, NULL);
+	}
+	bpfmon_detach(m);
+	for (int i = 0; i < NMM; i++)
+		if (m->mm[i])
+			munmap((void *)m->mm[i], m->mm_len[i]);
 	if (m->skel)
 		unpin_maps(m);
 	cbcmn_bpf__destroy(m->skel);
 	cbcmn_watch_close(m->w);
 	free(m->per);
 	free(m->xl);
+	if (m->stop_fd >= 0)
+		close(m->stop_fd);
+	if (m->pidfd >= 0)
+		close(m->pidfd);
+	pthread_mutex_destroy(&m->link_lock);
 	free(m);
 }

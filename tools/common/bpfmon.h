@@ -9,12 +9,15 @@
  * bpfmon_progs() and the others keep working.
  *
  * Errors are negative errno, with a one-line reason written to err (which
- * the caller prints as is): -ESRCH no such process, -EPERM missing
- * privilege (naming the capability this process lacks, or the kernel's
- * lockdown), -ENOENT no BTF, or a process that is not a cbcmn program (no
- * cbcmn probes in its executable or a file it maps: nothing is
- * loaded), -EACCES its executable cannot be read, other -errno from
- * libbpf.  A monitor is used by one thread at a time.
+ * the caller prints as is): -ESRCH no such process (or it exited while the
+ * programs were being attached), -EPERM missing privilege (naming the
+ * capability this process lacks, or the kernel's lockdown), -ENOENT no BTF,
+ * or a process that is not a cbcmn program (no cbcmn probes in its
+ * executable or a file it maps: nothing is loaded), -EACCES its executable
+ * cannot be read, -EBUSY (BPFMON_PIN) the process's maps are pinned by
+ * another loader that is running, other -errno from libbpf.  A monitor is
+ * used by one thread at a time (bpfmon keeps one thread of its own, which
+ * only detaches the programs when the target exits).
  *
  * Namespaces: the programs know threads by the kernel's ids; pids and
  * thread ids in and out of this API are as this process's /proc numbers
@@ -35,7 +38,8 @@ struct bpfmon;
 
 enum {
 	BPFMON_VERBOSE = 1 << 0, /* libbpf's messages (and the verifier's) to stderr */
-	BPFMON_PIN = 1 << 1,     /* pin the maps under /sys/fs/bpf/cbcmn/<pid>/ */
+	BPFMON_PIN = 1 << 1,     /* pin the maps under /sys/fs/bpf/cbcmn/<pid>/ (pins a
+				  * killed loader left are removed first) */
 	BPFMON_NO_SCHED = 1 << 2, /* leave the sched tracepoints off */
 	BPFMON_NO_IO_URING = 1 << 3, /* leave the io_uring tracepoints off */
 	BPFMON_NO_FUTEX = 1 << 4, /* leave the futex programs off (fentry/fexit futex_wait, or the syscalls:sys_{enter,exit}_futex fallback) */
@@ -129,8 +133,37 @@ uint64_t bpfmon_hist_pct(const uint64_t *hist, double pct);
  * *out, or a negative errno and a reason in err (errlen bytes, may be 0). */
 int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen);
 
+/* bpfmon_open() for one runtime of the process: runtime is its id
+ * (cbcmn_stats.runtime_id, the last argument of the probes).  Only its
+ * executors are counted, on their shards; the other runtimes' probes are
+ * left out (their threads are not its executors, so the kernel's
+ * tracepoints leave them out too).  0: every runtime of the process, their
+ * shards merged, which is what bpfmon_open() does.  Same errors. */
+int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsigned flags,
+			char *err, size_t errlen);
+
 /* The programs and what became of each; returns their number. */
 unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs);
+
+/* Is a counter of struct cbcmn_bpf_shard (field: its offsetof) measured,
+ * i.e. did every program it rests on attach?  One that is not is "not
+ * measured" (docs/OBSERVABILITY.md): tools show "-" or null, never 0.
+ * When it is not, why (whylen bytes, may be 0) gets one line naming the
+ * first program missing and its reason ("fentry futex_wait: refused at
+ * load: Operation not permitted").  A histogram is measured when its
+ * counter is (runq_waits, futex_waits, doorbell_lat, steal_lat,
+ * lock_contended).  tid and cpu always are. */
+bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t whylen);
+
+/* Detach every program now; the maps stay readable and bpfmon_read()
+ * works on.  bpfmon does it by itself as soon as the target process exits
+ * (a thread of its own waits on the process's pidfd), so that the
+ * programs, which run for every task of the host, do not outlive it.
+ * Idempotent; bpfmon_close() still frees. */
+void bpfmon_detach(struct bpfmon *m);
+
+/* Have the programs been detached (the target exited, or bpfmon_detach)? */
+bool bpfmon_detached(const struct bpfmon *m);
 
 /* Read the counters of shards [0, n) into out[0..n) (n at most
  * CBCMN_BPF_NSLOTS; index CBCMN_BPF_OUTSIDE is threads outside the
@@ -145,6 +178,13 @@ int bpfmon_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n);
  * all zero if none.  Returns 0 or a negative errno. */
 int bpfmon_steal_pair(struct bpfmon *m, uint32_t thief, uint32_t victim,
 		      struct cbcmn_bpf_pair *out);
+
+/* Every (thief, victim) pair with a record so far, at most max (the map
+ * holds CBCMN_BPF_MAX_PAIRS): keys into k, figures into v.  One walk of
+ * the map, O(pairs): for many shards, rather than bpfmon_steal_pair() for
+ * each of shards^2.  Returns how many, or a negative errno. */
+int bpfmon_steal_pairs(struct bpfmon *m, struct cbcmn_bpf_pair_key *k, struct cbcmn_bpf_pair *v,
+		       uint32_t max);
 
 /* What the loaded programs cost so far, as the kernel times them: run
  * counts and run time are kept only while someone holds run statistics on

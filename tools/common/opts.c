@@ -433,6 +433,7 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 		{"json", no_argument, NULL, 'j'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"futex-tp", no_argument, NULL, 'F'},
+		{"runtime", required_argument, NULL, 'r'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -440,8 +441,13 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 	int c;
 
 	getopt_reset();
-	while ((c = getopt_long(argc, argv, ":p:i:c:jvh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":p:i:c:r:jvh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'r':
+			if (want_u64("-r", optarg, 0, 65535, "a runtime index >= 0", &u, err, errlen))
+				return -1;
+			o->runtime = (long)u;
+			break;
 		case 'p':
 			if (want_u64("-p", optarg, 1, OPTS_PID_MAX, "a process id", &u, err, errlen))
 				return -1;
@@ -492,6 +498,7 @@ int top_opts_parse(int argc, char **argv, struct top_opts *o, char *err, size_t 
 		{"no-bpf", no_argument, NULL, O_NO_BPF}, {"bpf-no", required_argument, NULL, O_BPF_NO},
 		{"futex-tp", no_argument, NULL, O_FUTEX_TP}, {"wait", required_argument, NULL, 'w'},
 		{"output", required_argument, NULL, 'o'}, {"verbose", no_argument, NULL, 'v'},
+		{"runtime", required_argument, NULL, 'r'},
 		{"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
 	bool n_given = false;
 	uint64_t u;
@@ -499,8 +506,13 @@ int top_opts_parse(int argc, char **argv, struct top_opts *o, char *err, size_t 
 
 	getopt_reset();
 	/* "+": options end at the first non-option, the command's own. */
-	while ((c = getopt_long(argc, argv, "+:p:d:bn:jw:o:vh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:p:d:bn:jw:o:r:vh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'r':
+			if (want_u64("-r", optarg, 0, 65535, "a runtime index >= 0", &u, err, errlen))
+				return -1;
+			o->runtime = (long)u;
+			break;
 		case 'p':
 			if (want_u64("-p", optarg, 1, OPTS_PID_MAX, "a process id", &u, err, errlen))
 				return -1;

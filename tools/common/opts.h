@@ -83,6 +83,7 @@ struct stat_opts {
 	double interval;
 	long count;     /* 0: until stopped */
 	bool json, verbose, futex_tp, help;
+	long runtime;   /* -r: the index-th live runtime of the process, oldest 0 */
 };
 int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_t errlen);
 
@@ -94,6 +95,7 @@ struct top_opts {
 	unsigned bpf_flags;  /* BPFMON_* */
 	const char *output;  /* NULL: not given */
 	char **cmd;          /* the COMMAND after the options, NULL-terminated; NULL: none */
+	long runtime;        /* -r: the index-th live runtime of the process, oldest 0 */
 };
 int top_opts_parse(int argc, char **argv, struct top_opts *o, char *err, size_t errlen);
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,8 @@ struct top_model_priv {
 	unsigned warn_cap;
 	int nnodes, nllcs;      /* groups of struct snap g (0: none kept) */
 	int stats_fd;           /* holds BPF_STATS_RUN_TIME on */
+	struct cbcmn_bpf_pair_key *pair_k; /* CBCMN_BPF_MAX_PAIRS: a read's pairs */
+	struct cbcmn_bpf_pair *pair_v;
 	uint64_t cost_t_ns;
 };
 
@@ -296,20 +299,24 @@ static int read_kernel(struct top_model *m, struct snap *s, const struct snap *p
 	s->pair_probes = s->placed = s->cross_node = s->cross_llc = 0;
 	if (s->g)
 		memset(s->g, 0, (size_t)(p->nnodes + p->nllcs) * sizeof(*s->g));
-	/* O(shards^2) lookups, only for thieves that tried at all. */
-	for (uint32_t t = 0; t < n; t++) {
-		if (!s->k[t].c.steals && !s->k[t].c.steal_fails)
+	/* One walk of the pairs recorded, O(pairs), not a lookup for each
+	 * of shards^2 (a million at 1024 executors). */
+	if (!p->pair_k && (!(p->pair_k = malloc(CBCMN_BPF_MAX_PAIRS * sizeof(*p->pair_k))) ||
+			   !(p->pair_v = malloc(CBCMN_BPF_MAX_PAIRS * sizeof(*p->pair_v)))))
+		return -ENOMEM;
+	int np = bpfmon_steal_pairs(p->bpf, p->pair_k, p->pair_v, CBCMN_BPF_MAX_PAIRS);
+	if (np < 0)
+		return np;
+	for (int i = 0; i < np; i++) {
+		uint32_t t = p->pair_k[i].thief, v = p->pair_k[i].victim;
+		const struct cbcmn_bpf_pair *pr = &p->pair_v[i];
+		if (t >= n || v >= n)
 			continue;
-		for (uint32_t v = 0; v < n; v++) {
-			struct cbcmn_bpf_pair pr;
-			if ((rc = bpfmon_steal_pair(p->bpf, t, v, &pr)))
-				return rc;
-			s->out[v].steals += pr.steals;
-			s->out[v].tasks += pr.tasks;
-			s->out[v].fails += pr.fails;
-			s->pair_probes += pr.steals + pr.fails;
-			pair_place(p, s, t, v, pr.steals);
-		}
+		s->out[v].steals += pr->steals;
+		s->out[v].tasks += pr->tasks;
+		s->out[v].fails += pr->fails;
+		s->pair_probes += pr->steals + pr->fails;
+		pair_place(p, s, t, v, pr->steals);
 	}
 	return 0;
 }
@@ -343,12 +350,47 @@ static void hist_delta(uint64_t *d, const uint64_t *a, const uint64_t *b)
 
 #define DK(f) delta(k->c.f, kp->c.f) /* kernel counter, this interval */
 
-/* The kernel's columns of row r and its warnings. */
-static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfmon_shard *k,
-		       const struct bpfmon_shard *kp, const struct cbcmn_bpf_pair *out,
-		       const struct cbcmn_bpf_pair *outp, double dt)
+/* The kernel columns and the counters each rests on (bpfmon_measured). */
+static const struct {
+	enum top_col col;
+	size_t field[2];
+} col_fields[] = {
+	{TOP_COL_STEALS_OUT, {offsetof(struct cbcmn_bpf_shard, steals), 0}},
+	{TOP_COL_STEAL_OK,
+	 {offsetof(struct cbcmn_bpf_shard, steals), offsetof(struct cbcmn_bpf_shard, steal_fails)}},
+	{TOP_COL_DB_P99, {offsetof(struct cbcmn_bpf_shard, doorbell_lat), 0}},
+	{TOP_COL_WAIT,
+	 {offsetof(struct cbcmn_bpf_shard, futex_wait_ns), offsetof(struct cbcmn_bpf_shard, lock_wait_ns)}},
+	{TOP_COL_MIGR, {offsetof(struct cbcmn_bpf_shard, migrations), 0}},
+	{TOP_COL_ONCPU, {offsetof(struct cbcmn_bpf_shard, oncpu_ns), 0}},
+};
+
+/* Which kernel columns are not measured, and why (once, at open: what
+ * attached does not change). */
+static void measured_open(struct top_model *m)
 {
-	uint64_t h[CBCMN_BPF_HIST_SLOTS];
+	for (size_t i = 0; i < sizeof(col_fields) / sizeof(col_fields[0]); i++)
+		for (int f = 0; f < 2; f++) {
+			enum top_col c = col_fields[i].col;
+			size_t off = col_fields[i].field[f];
+			if ((f && !off) || m->unmeasured[c])
+				continue;
+			if (!bpfmon_measured(m->priv->bpf, off, m->unmeasured_why[c],
+					     sizeof(m->unmeasured_why[c]))) {
+				m->unmeasured[c] = true;
+				m->nunmeasured++;
+			}
+		}
+}
+
+/* Is counter f of struct cbcmn_bpf_shard measured (bpfmon_measured)? */
+#define MEASURED(f) bpfmon_measured(m->priv->bpf, offsetof(struct cbcmn_bpf_shard, f), NULL, 0)
+
+/* The kernel's columns of row r (before "not measured" blanks some). */
+static void row_kernel_cols(struct top_row *r, const struct bpfmon_shard *k,
+			    const struct bpfmon_shard *kp, const struct cbcmn_bpf_pair *out,
+			    const struct cbcmn_bpf_pair *outp, double dt, uint64_t *h)
+{
 	r->v[TOP_COL_STEALS_OUT] = rate(out->steals, outp->steals, dt);
 	uint64_t ok = DK(steals), bad = DK(steal_fails);
 	r->v[TOP_COL_STEAL_OK] = ok + bad ? 100.0 * ok / (ok + bad) : NAN;
@@ -367,34 +409,58 @@ static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfm
 			    ? delta(bpfmon_oncpu_ns(k), bpfmon_oncpu_ns(kp)) / kdt * 100
 			    : NAN; /* a partial read: not known, rather than 0 then 100 */
 	r->v[TOP_COL_ONCPU] = on > 100 ? 100 : on;
-	if (dt <= 0)
-		return;
+}
 
-	if (r->cpu >= 0 && k->c.migrations)
+/* Row r's warnings from the kernel's figures of the interval dt (> 0): only
+ * from figures that are measured, so a program that did not attach raises
+ * none (nor hides one behind a 0). */
+static void row_kernel_warn(struct top_model *m, struct top_row *r, const struct bpfmon_shard *k,
+			    const struct bpfmon_shard *kp, double dt, uint64_t *h)
+{
+	uint64_t ok = DK(steals), bad = DK(steal_fails);
+	double on = r->v[TOP_COL_ONCPU];
+	if (MEASURED(migrations) && r->cpu >= 0 && k->c.migrations)
 		warn(m, TOP_WARN_MIGRATED, r->shard,
 		     "pinned to CPU %d, migrated %llu times by the kernel since attach", r->cpu,
 		     (unsigned long long)k->c.migrations);
-	if (ok + bad >= TOP_STEAL_FAIL_MIN_ATTEMPTS && 100.0 * ok / (ok + bad) < TOP_STEAL_FAIL_PCT)
+	if (MEASURED(steals) && MEASURED(steal_fails) && ok + bad >= TOP_STEAL_FAIL_MIN_ATTEMPTS &&
+	    100.0 * ok / (ok + bad) < TOP_STEAL_FAIL_PCT)
 		warn(m, TOP_WARN_STEAL_FAIL, r->shard, "steals mostly fail: %.1f%% of %llu probes",
 		     100.0 * ok / (ok + bad), (unsigned long long)(ok + bad));
 	uint64_t recv = DK(doorbells_recv), running = DK(doorbells_running);
-	if (recv >= TOP_DB_WASTED_MIN && 100.0 * running / recv >= TOP_DB_WASTED_PCT)
+	if (MEASURED(doorbells_running) && recv >= TOP_DB_WASTED_MIN &&
+	    100.0 * running / recv >= TOP_DB_WASTED_PCT)
 		warn(m, TOP_WARN_DB_WASTED, r->shard,
 		     "%.0f%% of %llu doorbells found it running (wasted)", 100.0 * running / recv,
 		     (unsigned long long)recv);
-	if (DK(cqe_overflows))
+	if (MEASURED(cqe_overflows) && DK(cqe_overflows))
 		warn(m, TOP_WARN_CQ_OVERFLOW, r->shard, "%llu CQEs overflowed the CQ ring",
 		     (unsigned long long)DK(cqe_overflows));
 	hist_delta(h, k->hist[CBCMN_BPF_HIST_RUNQ], kp->hist[CBCMN_BPF_HIST_RUNQ]);
 	uint64_t runq_p99 = bpfmon_hist_count(h) ? bpfmon_hist_pct(h, 99) : 0;
 	double invol = DK(involuntary) / dt;
-	if (runq_p99 >= TOP_STARVED_RUNQ_P99_US)
+	if (MEASURED(runq_waits) && runq_p99 >= TOP_STARVED_RUNQ_P99_US)
 		warn(m, TOP_WARN_STARVED, r->shard, "starved of CPU: run-queue latency p99 %.1f ms",
 		     runq_p99 / 1e3);
-	else if (r->rt->queue_depth && invol >= TOP_STARVED_INVOL_PER_S && on < TOP_STARVED_ONCPU_PCT)
+	else if (r->rt->queue_depth && invol >= TOP_STARVED_INVOL_PER_S && !isnan(on) &&
+		 on < TOP_STARVED_ONCPU_PCT)
 		warn(m, TOP_WARN_STARVED, r->shard,
 		     "starved of CPU: %.0f preemptions/s, on-CPU %.0f%%, %llu tasks queued", invol,
 		     on, (unsigned long long)r->rt->queue_depth);
+}
+
+/* The kernel's columns of row r and its warnings. */
+static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfmon_shard *k,
+		       const struct bpfmon_shard *kp, const struct cbcmn_bpf_pair *out,
+		       const struct cbcmn_bpf_pair *outp, double dt)
+{
+	uint64_t h[CBCMN_BPF_HIST_SLOTS];
+	row_kernel_cols(r, k, kp, out, outp, dt, h);
+	for (int c = 0; c < TOP_NCOLS; c++)
+		if (m->unmeasured[c])
+			r->v[c] = NAN; /* not measured: never a 0 */
+	if (dt > 0)
+		row_kernel_warn(m, r, k, kp, dt, h);
 }
 
 static void update_rows(struct top_model *m)
@@ -512,6 +578,12 @@ int top_model_sample(struct top_model *m)
 		if (rc == -ESRCH) {
 			m->ended = true;
 			m->st = st;
+			/* The figures are frozen from here: the programs, which
+			 * run for every task of the host, go now, not when the
+			 * viewer quits (bpfmon's own thread has done it already
+			 * if the process exited). */
+			bpfmon_detach(p->bpf);
+			m->detached = p->bpf != NULL;
 			return rc;
 		}
 		if (rc)
@@ -525,6 +597,7 @@ int top_model_sample(struct top_model *m)
 	s->t_ns = mono_ns();
 	s->st = st;
 	s->n = st.executors;
+	m->detached = p->bpf && bpfmon_detached(p->bpf);
 	if (m->kernel) {
 		int rc = read_kernel(m, s, m->samples ? &p->s[p->cur] : NULL);
 		if (rc)
@@ -614,8 +687,12 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 		rc = fail(err, errlen, -ESRCH, "bad process id %d", (int)pid);
 		goto fail;
 	}
-	rc = cbcmn_watch_open(pid, 0, &p->w);
-	if (rc == -ENOENT)
+	m->runtime_index = o ? o->runtime : 0;
+	rc = cbcmn_watch_open(pid, m->runtime_index, &p->w);
+	if (rc == -ENOENT && m->runtime_index)
+		rc = fail(err, errlen, rc, "process %d has no live cbcmn runtime %u (-r counts from 0)",
+			  (int)pid, m->runtime_index);
+	else if (rc == -ENOENT)
 		rc = fail(err, errlen, rc, "process %d has no cbcmn runtime", (int)pid);
 	else if (rc == -ESRCH)
 		rc = fail(err, errlen, rc, "no such process: %d", (int)pid);
@@ -627,6 +704,14 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	if (rc)
 		goto fail;
 	read_comm(pid, m->comm, sizeof(m->comm));
+	/* Which runtime this is: the kernel figures count its probes only,
+	 * by its id; and how many the process has (the header says when
+	 * there is more than one). */
+	cbcmn_stats st0;
+	if (!cbcmn_watch_read(p->w, &st0, NULL, 0))
+		m->runtime_id = st0.runtime_id;
+	for (cbcmn_watch *w2; !cbcmn_watch_open(pid, m->runtimes, &w2); m->runtimes++)
+		cbcmn_watch_close(w2);
 	char terr[256];
 	if (cbcmn_topo_load(o ? o->sysfs_root : NULL, &p->topo, terr, sizeof(terr)))
 		p->topo = NULL; /* nodes and LLCs unknown: shown as such */
@@ -634,8 +719,8 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	if (o && o->no_bpf) {
 		snprintf(m->kernel_why, sizeof(m->kernel_why), "turned off (--no-bpf)");
 	} else {
-		rc = bpfmon_open(&p->bpf, pid, o ? o->bpf_flags : 0, m->kernel_why,
-				 sizeof(m->kernel_why));
+		rc = bpfmon_open_runtime(&p->bpf, pid, m->runtime_id, o ? o->bpf_flags : 0,
+					 m->kernel_why, sizeof(m->kernel_why));
 		if (rc) {
 			p->bpf = NULL;
 			if (rc == -ESRCH) {
@@ -648,6 +733,7 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 			m->progs_total = bpfmon_progs(p->bpf, &pr);
 			for (unsigned i = 0; i < m->progs_total; i++)
 				m->progs_attached += pr[i].state == BPFMON_ATTACHED;
+			measured_open(m);
 		}
 	}
 	cost_open(m);
@@ -667,6 +753,11 @@ fail:
 	return rc;
 }
 
+bool top_model_measured(const struct top_model *m, size_t field)
+{
+	return m->kernel && bpfmon_measured(m->priv->bpf, field, NULL, 0);
+}
+
 void top_model_close(struct top_model *m)
 {
 	if (!m)
@@ -683,6 +774,8 @@ void top_model_close(struct top_model *m)
 		free(p->s[i].out);
 		free(p->s[i].g);
 	}
+	free(p->pair_k);
+	free(p->pair_v);
 	free(m->nodes);
 	free(m->rows);
 	free(m->warn);

@@ -127,6 +127,7 @@ struct top_model_opts {
 	bool no_bpf;            /* kernel figures off */
 	unsigned bpf_flags;     /* BPFMON_* for bpfmon_open */
 	const char *sysfs_root; /* topology (NULL: the live machine) */
+	uint32_t runtime;       /* which live runtime of the process, oldest 0 */
 };
 
 struct top_model {
@@ -143,6 +144,14 @@ struct top_model {
 	bool kernel;             /* kernel figures on */
 	char kernel_why[256];    /* off: why (bpfmon's reason) */
 	unsigned progs_attached, progs_total;
+	/* Kernel columns whose programs did not attach: "-" and null, never
+	 * 0 (docs/TOP.md, "Not measured"); unmeasured_why[c] says why. */
+	bool unmeasured[TOP_NCOLS];
+	char unmeasured_why[TOP_NCOLS][200];
+	unsigned nunmeasured;
+	bool detached;           /* the target ended: the programs were detached */
+	uint32_t runtime_index, runtimes; /* which live runtime (oldest 0), of how many at open */
+	uint32_t runtime_id;     /* its id in the process (the probes' last argument) */
 	struct top_cost cost;
 	/* Steals by where thief and victim are, the last interval; kernel
 	 * figures and a topology only (else NULL / NAN).  A steal with either
@@ -157,7 +166,8 @@ struct top_model {
 	struct top_model_priv *priv;
 };
 
-/* Attach to the runtime of process pid (its oldest).  Returns 0, or
+/* Attach to a runtime of process pid (o->runtime-th live one, the oldest
+ * by default; the kernel figures count that one's only).  Returns 0, or
  * -ESRCH (no such process), -ENOENT (no cbcmn runtime in it), -EACCES,
  * -EPROTO, -ENOMEM with one line in err.  Kernel figures that cannot be
  * had are not an error: m->kernel is false and m->kernel_why says why. */
@@ -168,6 +178,10 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
  * Returns 0, or -ESRCH once the runtime has ended or its process exited
  * (m->ended; the rows keep the last figures), or another negative errno. */
 int top_model_sample(struct top_model *m);
+
+/* Is a counter of struct cbcmn_bpf_shard (its offsetof) measured: kernel
+ * figures on and every program it rests on attached (bpfmon_measured)? */
+bool top_model_measured(const struct top_model *m, size_t field);
 
 /* Detach the BPF programs, stop watching, free.  NULL is fine. */
 void top_model_close(struct top_model *m);

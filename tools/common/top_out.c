@@ -1,6 +1,7 @@
 /* top_out.c: cbcmn-top's header lines, batch text and JSON (top_out.h). */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -29,12 +30,18 @@ static void fmt_rate(double v, char *buf, size_t len)
 
 void top_header_line(const struct top_model *m, int line, char *buf, size_t len)
 {
-	char a[16], b[16], c[16], d[16], e[16], ok[16] = "-";
+	char a[16], b[32], c[16], d[16], e[16], ok[16] = "-";
 	switch (line) {
 	case 0:
 		fmt_uptime(m->st.uptime_ns, a, sizeof(a));
-		snprintf(buf, len, "%s[%d]  executors %u/%u  policy %s  backend: %s  up %s%s", m->comm,
-			 (int)m->pid, m->st.executors_live, m->st.executors,
+		/* The runtime watched, when the process has more than one:
+		 * "runtime 2/3" is the third oldest of three (-r 2). */
+		if (m->runtimes > 1)
+			snprintf(b, sizeof(b), "  runtime %u/%u", m->runtime_index, m->runtimes);
+		else
+			b[0] = 0;
+		snprintf(buf, len, "%s[%d]%s  executors %u/%u  policy %s  backend: %s  up %s%s", m->comm,
+			 (int)m->pid, b, m->st.executors_live, m->st.executors,
 			 top_policy_name(m->st.policy), cbcmn_backend_name(m->st.backend), a,
 			 m->ended ? "  [runtime ended]" : "");
 		break;
@@ -52,9 +59,19 @@ void top_header_line(const struct top_model *m, int line, char *buf, size_t len)
 			 (unsigned long long)m->st.tasks_completed);
 		break;
 	case 2:
-		if (m->kernel)
-			snprintf(buf, len, "kernel figures: on, %u of %u BPF programs attached",
-				 m->progs_attached, m->progs_total);
+		if (m->kernel) {
+			/* Columns whose programs did not attach: named here,
+			 * "-" in the table (why: batch text and JSON). */
+			char nm[128] = "";
+			size_t at = 0;
+			for (int k = 0; k < TOP_NCOLS && at < sizeof(nm); k++)
+				if (m->unmeasured[k])
+					at += (size_t)snprintf(nm + at, sizeof(nm) - at, " %s", top_cols[k].head);
+			snprintf(buf, len, "kernel figures: on, %u of %u BPF programs %s%s%s",
+				 m->progs_attached, m->progs_total,
+				 m->detached ? "detached (the target ended)" : "attached",
+				 nm[0] ? "  not measured:" : "", nm);
+		}
 		else
 			snprintf(buf, len, "kernel figures off: %s", m->kernel_why);
 		break;
@@ -103,6 +120,9 @@ int top_print_text(FILE *f, const struct top_model *m)
 	fprintf(f, "warnings: %u\n", m->nwarn);
 	for (unsigned i = 0; i < m->nwarn; i++)
 		fprintf(f, "  shard %u: %s\n", m->warn[i].shard, m->warn[i].text);
+	for (int c = 0; c < TOP_NCOLS; c++)
+		if (m->unmeasured[c])
+			fprintf(f, "  not measured: %s: %s\n", top_cols[c].head, m->unmeasured_why[c]);
 	fputc('\n', f);
 	return fflush(f) || ferror(f) ? -EIO : 0;
 }
@@ -113,37 +133,47 @@ static void jw_null(struct jw *j, const char *key)
 	jw_double(j, key, NAN);
 }
 
-static void json_kernel(struct jw *j, const struct top_row *r)
+/* A kernel counter: null when its programs did not attach, never 0. */
+#define JK(key, field, v)                                                                  \
+	do {                                                                               \
+		if (top_model_measured(m, offsetof(struct cbcmn_bpf_shard, field)))        \
+			jw_u64(j, key, v);                                                 \
+		else                                                                       \
+			jw_null(j, key);                                                   \
+	} while (0)
+
+static void json_kernel(struct jw *j, const struct top_model *m, const struct top_row *r)
 {
 	const struct cbcmn_bpf_shard *c = &r->k->c;
 	jw_obj(j, "bpf");
 	for (int k = 0; k < TOP_NCOLS; k++)
 		if (top_cols[k].kernel)
 			jw_double(j, top_cols[k].key, r->v[k]);
-	jw_u64(j, "steals", c->steals);
-	jw_u64(j, "tasks_stolen", c->tasks_stolen);
-	jw_u64(j, "steal_fails", c->steal_fails);
-	jw_u64(j, "steals_out", r->out.steals);
-	jw_u64(j, "tasks_out", r->out.tasks);
-	jw_u64(j, "doorbells_recv", c->doorbells_recv);
-	jw_u64(j, "doorbells_running", c->doorbells_running);
-	jw_u64(j, "doorbell_lat", c->doorbell_lat);
-	jw_u64(j, "futex_wait_ns", c->futex_wait_ns);
-	jw_u64(j, "lock_wait_ns", c->lock_wait_ns);
-	jw_u64(j, "oncpu_ns", bpfmon_oncpu_ns(r->k));
-	jw_u64(j, "offcpu_ns", bpfmon_offcpu_ns(r->k));
+	JK("steals", steals, c->steals);
+	JK("tasks_stolen", tasks_stolen, c->tasks_stolen);
+	JK("steal_fails", steal_fails, c->steal_fails);
+	JK("steals_out", steals, r->out.steals);
+	JK("tasks_out", tasks_stolen, r->out.tasks);
+	JK("doorbells_recv", doorbells_recv, c->doorbells_recv);
+	JK("doorbells_running", doorbells_running, c->doorbells_running);
+	JK("doorbell_lat", doorbell_lat, c->doorbell_lat);
+	JK("futex_wait_ns", futex_wait_ns, c->futex_wait_ns);
+	JK("lock_wait_ns", lock_wait_ns, c->lock_wait_ns);
+	JK("oncpu_ns", oncpu_ns, bpfmon_oncpu_ns(r->k));
+	JK("offcpu_ns", offcpu_ns, bpfmon_offcpu_ns(r->k));
 	jw_u64(j, "read_ns", r->k->read_ns); /* CLOCK_MONOTONIC of the two above */
 	jw_bool(j, "partial", r->k->partial); /* the two above are short */
-	jw_u64(j, "involuntary", c->involuntary);
-	jw_u64(j, "cqe_overflows", c->cqe_overflows);
-	jw_u64(j, "sqes", c->sqes);
-	jw_u64(j, "cqes", c->cqes);
-	jw_u64(j, "runq_p99_us", bpfmon_hist_pct(r->k->hist[CBCMN_BPF_HIST_RUNQ], 99));
-	jw_u64(j, "steal_p99_us", bpfmon_hist_pct(r->k->hist[CBCMN_BPF_HIST_STEAL], 99));
+	JK("involuntary", involuntary, c->involuntary);
+	JK("cqe_overflows", cqe_overflows, c->cqe_overflows);
+	JK("sqes", sqes, c->sqes);
+	JK("cqes", cqes, c->cqes);
+	JK("runq_p99_us", runq_waits, bpfmon_hist_pct(r->k->hist[CBCMN_BPF_HIST_RUNQ], 99));
+	JK("steal_p99_us", steal_lat, bpfmon_hist_pct(r->k->hist[CBCMN_BPF_HIST_STEAL], 99));
 	jw_close(j);
 }
+#undef JK
 
-static void json_shard(struct jw *j, const struct top_row *r)
+static void json_shard(struct jw *j, const struct top_model *m, const struct top_row *r)
 {
 	const cbcmn_executor_stats *e = r->rt;
 	jw_obj(j, NULL);
@@ -167,7 +197,7 @@ static void json_shard(struct jw *j, const struct top_row *r)
 	jw_u64(j, "cqes_reaped", e->cqes_reaped);
 	jw_u64(j, "ring_msgs_backpressure", e->ring_msgs_backpressure);
 	if (r->k)
-		json_kernel(j, r);
+		json_kernel(j, m, r);
 	else
 		jw_null(j, "bpf");
 	jw_close(j);
@@ -183,6 +213,9 @@ int top_print_json(FILE *f, const struct top_model *m)
 	jw_double(&j, "time", ts.tv_sec + ts.tv_nsec / 1e9);
 	jw_i64(&j, "pid", m->pid);
 	jw_str(&j, "comm", m->comm);
+	jw_u64(&j, "runtime", m->runtime_index);
+	jw_u64(&j, "runtime_id", m->runtime_id);
+	jw_u64(&j, "runtimes", m->runtimes);
 	jw_bool(&j, "ended", m->ended);
 	jw_u64(&j, "uptime_ns", m->st.uptime_ns);
 	jw_double(&j, "interval_s", m->dt);
@@ -203,6 +236,17 @@ int top_print_json(FILE *f, const struct top_model *m)
 		jw_obj(&j, "bpf");
 		jw_u64(&j, "programs_attached", m->progs_attached);
 		jw_u64(&j, "programs", m->progs_total);
+		jw_bool(&j, "detached", m->detached);
+		jw_arr(&j, "not_measured");
+		for (int c = 0; c < TOP_NCOLS; c++)
+			if (m->unmeasured[c]) {
+				jw_obj(&j, NULL);
+				jw_str(&j, "column", top_cols[c].head);
+				jw_str(&j, "key", top_cols[c].key);
+				jw_str(&j, "why", m->unmeasured_why[c]);
+				jw_close(&j);
+			}
+		jw_close(&j);
 		jw_close(&j);
 	} else {
 		jw_null(&j, "bpf");
@@ -227,7 +271,7 @@ int top_print_json(FILE *f, const struct top_model *m)
 	jw_double(&j, "cross_node_steals_per_s", m->cross_node_per_s);
 	jw_arr(&j, "shards");
 	for (uint32_t i = 0; i < m->nrows; i++)
-		json_shard(&j, &m->rows[i]);
+		json_shard(&j, m, &m->rows[i]);
 	jw_close(&j);
 	jw_arr(&j, "warnings");
 	for (unsigned i = 0; i < m->nwarn; i++) {

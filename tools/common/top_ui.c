@@ -9,6 +9,7 @@
 #include <langinfo.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -500,12 +501,19 @@ static void fmt_ns(uint64_t ns, char *buf, size_t len)
 }
 
 /* A log2 histogram as bars: one line per slot from the lowest to the
- * highest non-empty one.  unit_ns: what one unit of the slots is. */
-static void add_hist(struct ui *u, const char *title, const uint64_t *h, uint64_t unit_ns)
+ * highest non-empty one.  unit_ns: what one unit of the slots is.  field:
+ * the counter of struct cbcmn_bpf_shard whose programs fill it (not
+ * measured: said so, not "no samples"). */
+static void add_hist(struct ui *u, const char *title, const uint64_t *h, uint64_t unit_ns,
+		     size_t field)
 {
 	uint64_t n = bpfmon_hist_count(h), max = 0;
 	int lo = -1, hi = -1;
 	char a[16], b[16];
+	if (!top_model_measured(u->m, field)) {
+		add_line(u, "%s: not measured", title);
+		return;
+	}
 	for (int i = 0; i < CBCMN_BPF_HIST_SLOTS; i++) {
 		if (!h[i])
 			continue;
@@ -534,6 +542,19 @@ static void add_hist(struct ui *u, const char *title, const uint64_t *h, uint64_
 		fmt_ns((2ull << i) * unit_ns, b, sizeof(b));
 		add_line(u, "  %7s-%-7s %10llu |%s", a, b, (unsigned long long)h[i], bar);
 	}
+}
+
+/* A kernel counter (field: its offsetof in struct cbcmn_bpf_shard) as text
+ * in buf (24 bytes): ns as ms when ms, "-" when not measured, never 0. */
+static const char *kcount(const struct top_model *m, size_t field, uint64_t v, bool ms, char *buf)
+{
+	if (!top_model_measured(m, field))
+		return "-";
+	if (ms)
+		snprintf(buf, 24, "%.1f", v / 1e6);
+	else
+		snprintf(buf, 24, "%llu", (unsigned long long)v);
+	return buf;
 }
 
 static void build_detail(struct ui *u)
@@ -565,11 +586,15 @@ static void build_detail(struct ui *u)
 	add_line(u, "%s", "");
 	if (r->k) {
 		add_line(u, "histograms, since attach:");
-		add_hist(u, "doorbell latency", r->k->hist[CBCMN_BPF_HIST_DOORBELL], 1000);
-		add_hist(u, "steal latency", r->k->hist[CBCMN_BPF_HIST_STEAL], 1000);
-		add_hist(u, "run-queue latency", r->k->hist[CBCMN_BPF_HIST_RUNQ], 1000);
-		add_hist(u, "contention wait (futex)", r->k->hist[CBCMN_BPF_HIST_FUTEX], 1000);
-		add_hist(u, "lock wait", r->k->lock_hist, 1);
+		add_hist(u, "doorbell latency", r->k->hist[CBCMN_BPF_HIST_DOORBELL], 1000,
+			 offsetof(struct cbcmn_bpf_shard, doorbell_lat));
+		add_hist(u, "steal latency", r->k->hist[CBCMN_BPF_HIST_STEAL], 1000,
+			 offsetof(struct cbcmn_bpf_shard, steal_lat));
+		add_hist(u, "run-queue latency", r->k->hist[CBCMN_BPF_HIST_RUNQ], 1000,
+			 offsetof(struct cbcmn_bpf_shard, runq_waits));
+		add_hist(u, "contention wait (futex)", r->k->hist[CBCMN_BPF_HIST_FUTEX], 1000,
+			 offsetof(struct cbcmn_bpf_shard, futex_waits));
+		add_hist(u, "lock wait", r->k->lock_hist, 1, offsetof(struct cbcmn_bpf_shard, lock_contended));
 		add_line(u, "%s", "");
 	}
 	add_line(u, "runtime, since it started:");
@@ -595,17 +620,27 @@ static void build_detail(struct ui *u)
 		return;
 	}
 	const struct cbcmn_bpf_shard *k = &r->k->c;
+	char b[5][24];
+#define F(f) offsetof(struct cbcmn_bpf_shard, f)
 	add_line(u, "kernel, since attach:");
-	add_line(u, "  steals %llu (%llu tasks), failed probes %llu; stolen from it %llu (%llu tasks)",
-		 (unsigned long long)k->steals, (unsigned long long)k->tasks_stolen,
-		 (unsigned long long)k->steal_fails, (unsigned long long)r->out.steals,
-		 (unsigned long long)r->out.tasks);
-	add_line(u, "  on-CPU %.1f ms, off %.1f ms, preempted %llu, migrations %llu, CQ overflow %llu",
-		 bpfmon_oncpu_ns(r->k) / 1e6, bpfmon_offcpu_ns(r->k) / 1e6, (unsigned long long)k->involuntary,
-		 (unsigned long long)k->migrations, (unsigned long long)k->cqe_overflows);
-	add_line(u, "  doorbells in %llu: %llu timed, %llu found it running, %llu merged",
-		 (unsigned long long)k->doorbells_recv, (unsigned long long)k->doorbell_lat,
-		 (unsigned long long)k->doorbells_running, (unsigned long long)k->doorbells_pending);
+	add_line(u, "  steals %s (%s tasks), failed probes %s; stolen from it %s (%s tasks)",
+		 kcount(m, F(steals), k->steals, false, b[0]),
+		 kcount(m, F(tasks_stolen), k->tasks_stolen, false, b[1]),
+		 kcount(m, F(steal_fails), k->steal_fails, false, b[2]),
+		 kcount(m, F(steals), r->out.steals, false, b[3]),
+		 kcount(m, F(tasks_stolen), r->out.tasks, false, b[4]));
+	add_line(u, "  on-CPU %s ms, off %s ms, preempted %s, migrations %s, CQ overflow %s",
+		 kcount(m, F(oncpu_ns), bpfmon_oncpu_ns(r->k), true, b[0]),
+		 kcount(m, F(offcpu_ns), bpfmon_offcpu_ns(r->k), true, b[1]),
+		 kcount(m, F(involuntary), k->involuntary, false, b[2]),
+		 kcount(m, F(migrations), k->migrations, false, b[3]),
+		 kcount(m, F(cqe_overflows), k->cqe_overflows, false, b[4]));
+	add_line(u, "  doorbells in %s: %s timed, %s found it running, %s merged",
+		 kcount(m, F(doorbells_recv), k->doorbells_recv, false, b[0]),
+		 kcount(m, F(doorbell_lat), k->doorbell_lat, false, b[1]),
+		 kcount(m, F(doorbells_running), k->doorbells_running, false, b[2]),
+		 kcount(m, F(doorbells_pending), k->doorbells_pending, false, b[3]));
+#undef F
 }
 
 /* "12%" of part in whole, "-" without a whole. */
