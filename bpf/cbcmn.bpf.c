@@ -723,9 +723,9 @@ SCHED_TWINS(sched_migrate_task, cbcmn_sched_migrate, on_migrate, (p), struct tas
  * process's end: no cbcmn:exec_stop): an executor's record and its ring go
  * with it, so that neither the thread id nor the ring's address, once
  * reused, is counted as ours.  Rare: once per exiting task of the host. */
-static __always_inline void on_task_exit(struct task_struct *p)
+static __always_inline void on_task_exit(struct task_struct *p, bool btf)
 {
-	if (BPF_CORE_READ(p, tgid) != targ_tgid)
+	if (!task_is_target(p, btf))
 		return;
 	__u32 tid = BPF_CORE_READ(p, pid);
 	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
@@ -738,7 +738,7 @@ static __always_inline void on_task_exit(struct task_struct *p)
 	bpf_map_delete_elem(&threads, &tid);
 }
 
-SCHED_TWINS(sched_process_exit, cbcmn_sched_exit, on_task_exit(p), struct task_struct *p)
+SCHED_TWINS(sched_process_exit, cbcmn_sched_exit, on_task_exit, (p), struct task_struct *p)
 
 /* ---- io_uring tracepoints -------------------------------------------------- */
 
