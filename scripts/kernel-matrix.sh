@@ -15,7 +15,8 @@
 # ulimit -l.  In the guest: the host's / read-only, /proc, /sys, /dev
 # (+ /dev/fd, /dev/pts, /dev/shm), tracefs, debugfs, bpffs, cgroup2, a
 # tmpfs on /tmp, /run, /var/tmp and $HOME (= /tmp/home), loopback up.  CMD
-# must not write elsewhere (build/ is read-only in the guest).
+# must not write elsewhere (build/ is read-only in the guest), and the
+# current directory must not be under /tmp, /run or /var/tmp.
 #
 # Exit status: CMD's (the last failing kernel's with several); 77 when a
 # guest could not be had at all (no qemu, no busybox, the download refused):
@@ -24,7 +25,8 @@
 #   kernel-matrix: KERNEL: exit N in S s (boot B s)
 set -u
 
-KM_CACHE=${KM_CACHE:-build/kernels}
+# The cache: the checkout's build/kernels, wherever the command runs from.
+KM_CACHE=${KM_CACHE:-$(cd "$(dirname "$0")/.." && pwd)/build/kernels}
 kernels=6.1
 mem=2G
 tmo=900
@@ -42,6 +44,12 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "kernel-matrix: no command (usage: $0 [--kernel K] -- CMD...)" >&2; exit 2; }
 [ "$kernels" = all ] && kernels="6.1 6.12"
+# The guest has its own tmpfs there: the host's files under them are hidden.
+case $PWD/ in
+/tmp/*|/run/*|/var/tmp/*|/proc/*|/sys/*|/dev/*)
+	echo "kernel-matrix: $PWD is not visible in the guest (a tmpfs of its own there): run from elsewhere" >&2
+	exit 2 ;;
+esac
 
 skip() { echo "kernel-matrix: SKIP: $*" >&2; exit 77; }
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (Debian: qemu-system-x86)"

@@ -474,7 +474,7 @@ static void test_cqe_errors_counted_whatever_the_tracepoint_form(void **state)
 		unsigned on = 0;
 		for (unsigned i = 0; i < n; i++)
 			if (!strncmp(p[i].name, runs[r], strlen(runs[r])) && p[i].state == BPFMON_ATTACHED) {
-				printf("%s: %s\n", runs[r], p[i].target);
+				printf("%s: %s (%s)\n", runs[r], p[i].name, p[i].target);
 				on++;
 			}
 		/* Two forms of one counter would count twice. */
