@@ -187,7 +187,12 @@ static void test_no_program_refused(void **state)
 	const struct bpfmon_prog *p;
 	unsigned n = bpfmon_progs(m, &p), attached = 0;
 	char bad[1024] = "";
+	static const char *const states[] = {"attached", "missing", "failed", "off"};
 	for (unsigned i = 0; i < n; i++) {
+		/* What became of each on this kernel (docs/OBSERVABILITY.md,
+		 * "Kernel matrix", is made of these lines). */
+		printf("program %-28s %-44s %-8s %s\n", p[i].name, p[i].target,
+		       p[i].state <= BPFMON_OFF ? states[p[i].state] : "?", p[i].reason);
 		attached += p[i].state == BPFMON_ATTACHED;
 		if (p[i].state == BPFMON_FAILED && strstr(p[i].reason, "verifier") &&
 		    strlen(bad) + strlen(p[i].reason) + 64 < sizeof(bad))
