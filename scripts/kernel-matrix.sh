@@ -219,7 +219,7 @@ run_kernel() {
 		-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
 		-fsdev local,id=km,path="$run",security_model=none \
 		-device virtio-9p-pci,fsdev=km,mount_tag=km \
-		-device virtio-rng-pci </dev/null | tee "$run/console" | tr -d '\r'
+		-device virtio-rng-pci </dev/null | tee "$run/console" | sed -u 's/\r$//'
 	local qrc=${PIPESTATUS[0]} rc boot
 	boot=$(sed -n 's/.*kernel-matrix: booted .* in \([0-9.]*\) s.*/\1/p' "$run/console" | tr -d '\r' | head -1)
 	if [ -f "$run/status" ]; then
