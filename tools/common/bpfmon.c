@@ -201,7 +201,8 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
 /* Is argument n of tracepoint tp, as this kernel declares it (btf_trace_<tp>:
  * a pointer to a function whose first parameter is the tracepoint's data,
  * then its arguments), of the type arg says: "N:*NAME" a pointer to
- * struct NAME, "N:int" a 4-byte integer?  A tp_btf program reads its
+ * struct NAME, "N:int" a signed 4-byte integer (5.15's io_uring_complete
+ * has an unsigned cflags where 6.1's has res)?  A tp_btf program reads its
  * arguments as it declares them, and the verifier does not compare that
  * with the tracepoint's: a layout from another kernel verifies and reads
  * the wrong thing (io_uring_complete's res before 6.13). */
@@ -223,7 +224,7 @@ static bool btf_arg_is(const struct btf *vmlinux, const char *tp, const char *ar
 	if (!a)
 		return false;
 	if (!strcmp(rest, "int"))
-		return btf_is_int(a) && a->size == 4;
+		return btf_is_int(a) && a->size == 4 && (btf_int_encoding(a) & BTF_INT_SIGNED);
 	if (*rest != '*' || !btf_is_ptr(a))
 		return false;
 	at = btf__resolve_type(vmlinux, a->type);
