@@ -164,7 +164,8 @@ for d in tmp run var/tmp; do mount -t tmpfs -o mode=1777 tmp $R/$d; done
 mkdir -p $R/run/km && mount --bind /km $R/run/km
 ip link set lo up
 echo "kernel-matrix: booted $(uname -r) in $(cut -d' ' -f1 /proc/uptime) s"
-chroot $R /bin/sh /run/km/cmd
+# bash: the command line is quoted with printf %q, which dash cannot read.
+chroot $R /bin/bash /run/km/cmd
 rc=$?
 echo $rc > /km/status
 sync
@@ -202,7 +203,7 @@ run_kernel() {
 	run=$(mktemp -d "${TMPDIR:-/tmp}/kernel-matrix.XXXXXX")
 	{
 		echo "ulimit -n $(ulimit -n) 2>/dev/null; ulimit -l $(ulimit -l) 2>/dev/null"
-		echo "export PATH='$PATH' HOME=/tmp/home TERM=${TERM:-dumb} KM_KERNEL='$ver'"
+		printf 'export PATH=%q HOME=/tmp/home TERM=%q KM_KERNEL=%q\n' "$PATH" "${TERM:-dumb}" "$ver"
 		echo "mkdir -p /tmp/home"
 		printf 'cd %q || exit 1\n' "$PWD"
 		printf '%q ' "$@"; echo
