@@ -13,6 +13,9 @@
 #   make bpf             the CO-RE programs and their skeleton (build/gen/*.skel.h)
 #   make fuzz            the libFuzzer targets tests/fuzz/fuzz_*.c, in build/fuzz (clang)
 #   make fuzz-smoke      each of them for FUZZ_SECONDS (15) on its corpus: fails on a crash
+#   make test-kernels    the release suites again under Debian's 6.1 and 6.12 kernels in
+#                        QEMU (scripts/kernel-matrix.sh; long: ~10 min a kernel under TCG)
+#   make test-kernels-short  test_bpf and test_io only on both (part of make test)
 .DELETE_ON_ERROR:
 .SUFFIXES:
 .DEFAULT_GOAL := all
@@ -201,6 +204,22 @@ test: deps
 	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
 	@$(MAKE) --no-print-directory fuzz-smoke
+	@$(MAKE) --no-print-directory test-kernels-short
+
+# ---- the kernel matrix (docs/OBSERVABILITY.md, "Kernel matrix") ----
+# The release suites under other kernels: the newest Debian 12 6.1 and
+# 6.12 packages, booted in QEMU with this machine's root shared read-only.
+# A kernel that cannot be had (no qemu, the download refused) is a skip
+# that says why (exit 77 of the script), not a pass and not a failure.
+KERNELS           ?= all
+KM_SHORT_SUITES   ?= test_bpf test_io
+km_run = scripts/kernel-matrix.sh --kernel $(KERNELS) $(1) -- scripts/run-tests.sh build/tests $(2); \
+	rc=$$?; if [ $$rc = 77 ]; then echo "kernel matrix: SKIPPED (the reason is above)"; else exit $$rc; fi
+test-kernels-short: all tests
+	@$(call km_run,--mem 2G --timeout 900,$(KM_SHORT_SUITES))
+# The whole release suite: the million-fiber test wants ~6 GiB.
+test-kernels: all tests
+	@$(call km_run,--mem 6G --timeout 2400,)
 
 test-unprivileged: deps
 	@$(MAKE) --no-print-directory SAN= all tests
@@ -271,6 +290,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools bench deps test test-unprivileged run clean bpf fuzz fuzz-smoke
+.PHONY: all tests tools bench deps test test-unprivileged run clean bpf fuzz fuzz-smoke test-kernels test-kernels-short
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(FUZZ_OUT) -name '*.d' 2>/dev/null)

@@ -823,10 +823,54 @@ int cbcmn_io_submit(struct trace_event_raw_io_uring_submit_req *ctx)
 	return 0;
 }
 
+/* Before 6.5 the tracepoint was io_uring_submit_sqe: (req, force_nonblock)
+ * from 5.19, (ctx, req, opcode, ...) on 5.15.  This build's vmlinux.h
+ * (6.5+) has neither its BTF nor its record: the record's two fields here,
+ * relocated by name against the running kernel (both forms have them).
+ * bpfmon loads the tp_btf twin only where argument 0 is a struct io_kiocb *. */
+struct trace_event_raw_io_uring_submit_sqe___old {
+	void *ctx;
+	__u8 opcode;
+} __attribute__((preserve_access_index));
+
+SEC("tp_btf/io_uring_submit_sqe")
+int BPF_PROG(cbcmn_io_submit_sqe_btf, struct io_kiocb *req, bool force_nonblock)
+{
+	if (!in_target())
+		return 0;
+	on_submit((__u64)BPF_CORE_READ(req, ctx), BPF_CORE_READ(req, opcode));
+	return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_submit_sqe")
+int cbcmn_io_submit_sqe(struct trace_event_raw_io_uring_submit_sqe___old *ctx)
+{
+	if (!in_target())
+		return 0;
+	on_submit((__u64)BPF_CORE_READ(ctx, ctx), BPF_CORE_READ(ctx, opcode));
+	return 0;
+}
+
+/* io_uring_complete's arguments are (ctx, req, cqe) from 6.13 and (ctx,
+ * req, user_data, res, cflags, extra1, extra2) from 5.18 to 6.12: the
+ * first form read on a kernel of the second takes user_data for the
+ * struct io_uring_cqe * and res from wherever that points (no error ever
+ * counted) though it verifies: the verifier does not check a tp_btf
+ * program's argument types against the tracepoint's.  bpfmon picks the
+ * one whose arguments match the kernel's btf_trace_io_uring_complete, and
+ * the classic tracepoint (its record has res by name in all forms)
+ * elsewhere (5.15: ctx, user_data, res, cflags). */
 SEC("tp_btf/io_uring_complete")
 int BPF_PROG(cbcmn_io_complete_btf, struct io_ring_ctx *ring, void *req, struct io_uring_cqe *cqe)
 {
 	on_complete((__u64)ring, BPF_CORE_READ(cqe, res));
+	return 0;
+}
+
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(cbcmn_io_complete_btf_res, void *ring, void *req, __u64 user_data, int res)
+{
+	on_complete((__u64)ring, res);
 	return 0;
 }
 
@@ -851,6 +895,8 @@ int cbcmn_io_cqring_wait(struct trace_event_raw_io_uring_cqring_wait *ctx)
 	return 0;
 }
 
+/* (req, rw) from 5.19; (ctx, rw, req, work, flags) on 5.15, where bpfmon
+ * loads the classic tracepoint instead (its record has ctx in both). */
 SEC("tp_btf/io_uring_queue_async_work")
 int BPF_PROG(cbcmn_io_async_work_btf, struct io_kiocb *req, int rw)
 {

@@ -40,6 +40,11 @@ struct cbcmn__stack_slab {
 /* Map entries left to the rest of the process: libraries, malloc arenas,
  * thread stacks, io_uring rings.  A quarter of the limit, at least 4096. */
 #define MAP_RESERVE_MIN 4096u
+/* mprotect guards a pool asks the process's budget for at least at once:
+ * each ask reads /proc/self/maps (under the pool's lock), and this keeps
+ * that to one read per 512 stacks while a pool holds little it does not
+ * use (the rest goes back when it is destroyed). */
+#define PROMISE_MIN 512u
 /* Stacks the shared pool hands to or takes from a cache at once. */
 #define BATCH 32u
 
@@ -126,13 +131,27 @@ static bool lightweight_guards(void)
 	return k > 0;
 }
 
-/* Take p's share of the process's map budget for mprotect guards. */
-static void promise_guards(struct cbcmn__stack_pool *p, uint32_t guard_max)
+/* Top p's promise of mprotect guards up to n (the next slab's stacks) from
+ * what the process's budget has left, within what guard_max still allows
+ * the pool.  A pool takes guards as its slabs need them: taking the whole
+ * budget at init left a second runtime in the process none, and every task
+ * of it that needed a new stack ended with -ENOMEM (kernels before 6.13:
+ * Debian 12's 6.1 and 6.12, seen in the kernel matrix). */
+static void promise_guards(struct cbcmn__stack_pool *p, uint64_t n)
 {
 	pthread_mutex_lock(&budget_lock);
-	uint64_t budget = cbcmn__stack_guard_budget();
-	p->guard_left = guard_max && guard_max < budget ? guard_max : budget;
-	atomic_fetch_add_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
+	if (p->guard_left < n) {
+		uint64_t want = n - p->guard_left, budget = cbcmn__stack_guard_budget();
+		if (want < PROMISE_MIN)
+			want = PROMISE_MIN;
+		if (want > p->guard_quota)
+			want = p->guard_quota;
+		if (want > budget)
+			want = budget;
+		p->guard_left += want;
+		p->guard_quota -= want;
+		atomic_fetch_add_explicit(&guards_promised, want, memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&budget_lock);
 }
 
@@ -140,6 +159,7 @@ static void promise_guards(struct cbcmn__stack_pool *p, uint32_t guard_max)
 static void unpromise_guards(struct cbcmn__stack_pool *p)
 {
 	atomic_fetch_sub_explicit(&guards_promised, p->guard_left, memory_order_relaxed);
+	p->guard_quota += p->guard_left; /* not made: still the pool's to ask for */
 	p->guard_left = 0;
 }
 
@@ -157,8 +177,10 @@ int cbcmn__stack_pool_init(struct cbcmn__stack_pool *p, size_t size, uint32_t gu
 	} else {
 		p->guard_bytes = CBCMN__RED_BYTES + CBCMN__YELLOW_BYTES; /* page multiples */
 		p->guard_kind = lightweight_guards() ? CBCMN__GUARD_MADV : CBCMN__GUARD_PROT;
+		/* 0: as many as the budget gives, as it is asked. */
+		p->guard_quota = guard_max ? guard_max : UINT64_MAX;
 		if (p->guard_kind == CBCMN__GUARD_PROT)
-			promise_guards(p, guard_max);
+			promise_guards(p, p->next_slab_stacks);
 	}
 	p->region = size + p->guard_bytes;
 	cbcmn__mutex_init(&p->lock, "stacks", CBCMN__LOCK_STACKS);
@@ -241,8 +263,9 @@ static bool guard_region(struct cbcmn__stack_pool *p, char *r)
 		    madvise(r, p->guard_bytes, MADV_GUARD_INSTALL) == 0)
 			return true;
 		p->guard_kind = CBCMN__GUARD_PROT;
-		promise_guards(p, p->guard_max);
 	}
+	if (p->guard_left == 0)
+		promise_guards(p, p->next_slab_stacks); /* the slab's rest at most */
 	if (p->guard_left == 0 || cbcmn__mprotect(r, p->guard_bytes, PROT_NONE) != 0)
 		return false;
 	/* After the mprotect: until now count_maps() did not see it. */
@@ -277,6 +300,7 @@ static int slab_new(struct cbcmn__stack_pool *p)
 {
 	uint32_t n = p->next_slab_stacks;
 	if (p->guard_kind == CBCMN__GUARD_PROT) {
+		promise_guards(p, n);
 		if (p->guard_left == 0)
 			return refuse(p);
 		if (p->guard_left < n)

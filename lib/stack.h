@@ -92,6 +92,7 @@ struct cbcmn__stack_pool {
 	size_t region;                  /* bytes per stack in a slab, guard included */
 	uint32_t next_slab_stacks;      /* slabs grow geometrically */
 	uint64_t guard_left;            /* mprotect guards we may still make */
+	uint64_t guard_quota;           /* more guard_max lets it ask for */
 	uint32_t guard_max;             /* as given to cbcmn__stack_pool_init */
 	size_t guard_bytes;             /* red page + yellow zone, 0: unguarded */
 	uint8_t guard_kind;             /* how new slabs are guarded, CBCMN__GUARD_* */

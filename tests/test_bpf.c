@@ -153,12 +153,17 @@ static int64_t hammer_main(cbcmn_cx *cx, void *arg)
 	return rc ? rc : rc2;
 }
 
-static struct bpfmon_shard *read_all(void)
+static struct bpfmon_shard *read_of(struct bpfmon *m)
 {
 	struct bpfmon_shard *b = calloc(CBCMN_BPF_NSLOTS, sizeof(*b));
 	assert_non_null(b);
-	assert_true(bpfmon_read(mon, b, CBCMN_BPF_NSLOTS) >= 0);
+	assert_true(bpfmon_read(m, b, CBCMN_BPF_NSLOTS) >= 0);
 	return b;
+}
+
+static struct bpfmon_shard *read_all(void)
+{
+	return read_of(mon);
 }
 
 static bool attached(const char *name)
@@ -189,7 +194,12 @@ static void test_no_program_refused(void **state)
 	const struct bpfmon_prog *p;
 	unsigned n = bpfmon_progs(m, &p), attached = 0;
 	char bad[1024] = "";
+	static const char *const states[] = {"attached", "missing", "failed", "off"};
 	for (unsigned i = 0; i < n; i++) {
+		/* What became of each on this kernel (docs/OBSERVABILITY.md,
+		 * "Kernel matrix", is made of these lines). */
+		printf("program %-28s %-44s %-8s %s\n", p[i].name, p[i].target,
+		       p[i].state <= BPFMON_OFF ? states[p[i].state] : "?", p[i].reason);
 		attached += p[i].state == BPFMON_ATTACHED;
 		if (p[i].state == BPFMON_FAILED && strstr(p[i].reason, "verifier") &&
 		    strlen(bad) + strlen(p[i].reason) + 64 < sizeof(bad))
@@ -440,6 +450,100 @@ static void test_counts_match_runtime(void **state)
 	cbcmn_chan_destroy(p.ab);
 	cbcmn_chan_destroy(p.ba);
 	cbcmn_runtime_destroy(rt);
+}
+
+/* Reads of a descriptor that is not open: each is one SQE and one CQE
+ * whose res is -EBADF. */
+#define BAD_READS 20
+static int64_t bad_reads_task(cbcmn_cx *cx, void *arg)
+{
+	char buf[8];
+	for (int i = 0; i < BAD_READS; i++) {
+		int64_t rc = cbcmn_read(cx, -1, buf, sizeof(buf));
+		if (rc != -EBADF)
+			return rc < 0 ? rc : -EPROTO;
+	}
+	return 0;
+}
+
+/* The io_uring tracepoints changed shape across kernels: io_uring_submit_sqe
+ * before 6.5 (_submit_req since), io_uring_complete's res an argument of
+ * its own up to 6.12 (a struct io_uring_cqe * since 6.13).  Whatever this
+ * kernel's, one form of each program loads, and it counts: SQEs, CQEs
+ * and CQE errors of a ring the runtime's executor drives.  On 6.1 nothing
+ * was counted (no _submit_req: no ring learned); on 6.1-6.12 the tp_btf
+ * program read res through user_data and never counted an error. */
+/* Monitor m has one form of each io_uring program attached (a classic
+ * tracepoint for each if tp_only), and it counts BAD_READS SQEs, CQEs and
+ * CQE errors of a runtime's ring.  Skips where no form attached. */
+static void io_counts_check(struct bpfmon *m, bool tp_only)
+{
+	const char *runs[] = {"cbcmn_io_submit", "cbcmn_io_complete", "cbcmn_io_cqring_wait",
+			      "cbcmn_io_async_work", "cbcmn_io_cqe_overflow"};
+	const struct bpfmon_prog *p;
+	unsigned n = bpfmon_progs(m, &p);
+	for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+		unsigned on = 0;
+		for (unsigned i = 0; i < n; i++)
+			if (!strncmp(p[i].name, runs[r], strlen(runs[r])) && p[i].state == BPFMON_ATTACHED) {
+				printf("%s: %s (%s)\n", runs[r], p[i].name, p[i].target);
+				if (tp_only)
+					assert_non_null(strstr(p[i].target, "tracepoint "));
+				on++;
+			}
+		/* Two forms of one counter would count twice. */
+		assert_true(on <= 1);
+		if (r < 2 && !on)
+			T_SKIP("no form of %s attached on this kernel", runs[r]);
+	}
+	struct bpfmon_shard *b0 = read_of(m);
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, bad_reads_task, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	cbcmn_executor_stats per[1];
+	quiesce(rt, per, 1);
+	struct bpfmon_shard *b1 = read_of(m);
+	t_destroy(rt);
+	const struct cbcmn_bpf_shard *a = &b0[0].c, *z = &b1[0].c;
+	printf("executor 0: sqes +%llu cqes +%llu cqe_errors +%llu\n", (unsigned long long)(z->sqes - a->sqes),
+	       (unsigned long long)(z->cqes - a->cqes), (unsigned long long)(z->cqe_errors - a->cqe_errors));
+	uint64_t sqes = z->sqes - a->sqes, cqes = z->cqes - a->cqes, errs = z->cqe_errors - a->cqe_errors;
+	free(b0);
+	free(b1);
+	assert_true(sqes >= BAD_READS);
+	assert_true(cqes >= BAD_READS);
+	assert_true(errs >= BAD_READS);
+	/* No more errors than completions. */
+	assert_true(errs <= cqes);
+}
+
+static void test_cqe_errors_counted_whatever_the_tracepoint_form(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	io_counts_check(mon, false);
+}
+
+/* The classic tracepoints, where tp_btf is refused (every tp_btf form
+ * rejected by CBCMN_BPF_REJECT), count the same: their records are read by
+ * field name, relocated against this kernel's trace_event_raw_* types. */
+static void test_io_uring_tracepoint_fallbacks_count_too(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	setenv("CBCMN_BPF_REJECT",
+	       "cbcmn_io_submit_btf,cbcmn_io_submit_sqe_btf,cbcmn_io_complete_btf,cbcmn_io_complete_btf_res,"
+	       "cbcmn_io_cqring_wait_btf,cbcmn_io_async_work_btf,cbcmn_io_cqe_overflow_btf", 1);
+	struct bpfmon *tm;
+	char err[256];
+	int rc = bpfmon_open(&tm, getpid(), BPFMON_NO_FUTEX, err, sizeof(err));
+	unsetenv("CBCMN_BPF_REJECT");
+	assert_int_equal(rc, 0);
+	io_counts_check(tm, true);
+	bpfmon_close(tm);
 }
 
 /* A workload that forces contention shows it: the channel's mutex is
@@ -1282,6 +1386,8 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_no_program_refused),
 		cmocka_unit_test(test_counts_match_runtime),
+		cmocka_unit_test(test_cqe_errors_counted_whatever_the_tracepoint_form),
+		cmocka_unit_test(test_io_uring_tracepoint_fallbacks_count_too),
 		cmocka_unit_test(test_oncpu_counted_at_switches),
 		cmocka_unit_test(test_contention_shows),
 		cmocka_unit_test(test_no_contention_no_futex),

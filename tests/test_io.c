@@ -1432,6 +1432,39 @@ static void test_bad_arguments(void **state)
 	io_run(1, bad_args_main, NULL);
 }
 
+/* Reading nothing from an empty pipe returns 0 at once, as read(2) does,
+ * and a bad descriptor is still -EBADF.  On 6.1 an io_uring read of 0
+ * bytes from an empty pipe waits for data: test_bad_arguments' last
+ * check hung there until the watchdog (the kernel matrix, "make
+ * test-kernels-short").  The I/O timeout turns such a wait into
+ * -ETIMEDOUT here instead of a hang. */
+static int64_t zero_read_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int p[2];
+	char b[4];
+	TASK_CHECK(pipe2(p, O_CLOEXEC) == 0);
+	cbcmn_io_set_timeout(cx, 2000000000ull);
+	TASK_CHECK(cbcmn_read(cx, p[0], b, 0) == 0);
+	TASK_CHECK(cbcmn_pread(cx, p[0], b, 0, 0) == 0);
+	TASK_CHECK(avail(p[0]) == 0);
+	/* Data behind it is left for the next read. */
+	TASK_CHECK(write(p[1], "ab", 2) == 2);
+	TASK_CHECK(cbcmn_read(cx, p[0], b, 0) == 0);
+	TASK_CHECK(avail(p[0]) == 2);
+	TASK_CHECK(cbcmn_read(cx, p[0], b, sizeof(b)) == 2);
+	close(p[0]);
+	close(p[1]);
+	TASK_CHECK(cbcmn_read(cx, p[0], b, 0) == -EBADF);
+	return 0;
+}
+
+static void test_zero_length_read_of_empty_pipe_returns_at_once(void **state)
+{
+	(void)state;
+	io_run(1, zero_read_main, NULL);
+}
+
 /* A task's context used on a plain thread the task started: refused with
  * -EPERM before anything is done, never a crash. */
 struct eperm {
@@ -2310,6 +2343,7 @@ int main(void)
 		T_WATCHED_TEST(test_already_cancelled_does_nothing),
 		T_WATCHED_TEST(test_cancel_wakes_only_executors_with_io),
 		T_WATCHED_TEST(test_null_cx),
+		T_WATCHED_TEST(test_zero_length_read_of_empty_pipe_returns_at_once),
 		T_WATCHED_TEST(test_bad_arguments),
 		T_WATCHED_TEST(test_pread_on_pipe_ignores_offset),
 		T_WATCHED_TEST(test_other_thread_eperm),

@@ -51,6 +51,10 @@ _Static_assert(CBCMN_BPF_MAX_SHARDS >= CBCMN_MAX_EXECUTORS, "shards beyond the m
 
 enum kind { USDT, TP_BTF, RAW_TP, TP, FENTRY, FEXIT };
 
+/* The rows name only the fields they need: the last two (arg, alt) are
+ * NULL and false for most. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 /* Each program of cbcmn.bpf.c and what it attaches to.  A RAW_TP or TP
  * entry right after a TP_BTF, FENTRY or FEXIT entry is the fallback of the TP_BTF (or FENTRY/FEXIT)
  * entry just before it: it loads only where that one cannot. */
@@ -60,6 +64,14 @@ static const struct spec {
 	const char *cat;  /* tracepoint category, USDT provider */
 	const char *what; /* tracepoint or probe name */
 	unsigned off_flag;
+	/* TP_BTF: the argument the program's layout rests on, checked against
+	 * the kernel's btf_trace_<what> (btf_arg_is()); NULL: none. */
+	const char *arg;
+	/* Another form of the program before it (the same counter, another
+	 * kernel's tracepoint or layout): it loads only where no entry before
+	 * it in its run (the entries with alt, back to the first without) is
+	 * loaded. */
+	bool alt;
 } specs[] = {
 	{"cbcmn_steal", USDT, "cbcmn", "steal", 0},
 	{"cbcmn_steal_fail", USDT, "cbcmn", "steal_fail", 0},
@@ -80,21 +92,31 @@ static const struct spec {
 	{"cbcmn_sched_migrate_raw", RAW_TP, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
 	{"cbcmn_sched_exit", TP_BTF, "sched", "sched_process_exit", BPFMON_NO_SCHED},
 	{"cbcmn_sched_exit_raw", RAW_TP, "sched", "sched_process_exit", BPFMON_NO_SCHED},
-	{"cbcmn_io_submit_btf", TP_BTF, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
-	{"cbcmn_io_submit", TP, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING},
-	{"cbcmn_io_complete_btf", TP_BTF, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING},
-	{"cbcmn_io_complete", TP, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING},
+	/* io_uring: one run per counter, the tp_btf forms first (their
+	 * arguments by kernel version in cbcmn.bpf.c), then the classic
+	 * tracepoints, whose records the programs read by field name.
+	 * _submit_req is 6.5+, _submit_sqe before. */
+	{"cbcmn_io_submit_btf", TP_BTF, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING, "0:*io_kiocb"},
+	{"cbcmn_io_submit_sqe_btf", TP_BTF, "io_uring", "io_uring_submit_sqe", BPFMON_NO_IO_URING, "0:*io_kiocb", true},
+	{"cbcmn_io_submit", TP, "io_uring", "io_uring_submit_req", BPFMON_NO_IO_URING, NULL, true},
+	{"cbcmn_io_submit_sqe", TP, "io_uring", "io_uring_submit_sqe", BPFMON_NO_IO_URING, NULL, true},
+	/* (ctx, req, cqe) 6.13+; (ctx, req, user_data, res, ...) 5.18-6.12 */
+	{"cbcmn_io_complete_btf", TP_BTF, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING, "2:*io_uring_cqe"},
+	{"cbcmn_io_complete_btf_res", TP_BTF, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING, "3:int", true},
+	{"cbcmn_io_complete", TP, "io_uring", "io_uring_complete", BPFMON_NO_IO_URING, NULL, true},
 	{"cbcmn_io_cqring_wait_btf", TP_BTF, "io_uring", "io_uring_cqring_wait", BPFMON_NO_IO_URING},
-	{"cbcmn_io_cqring_wait", TP, "io_uring", "io_uring_cqring_wait", BPFMON_NO_IO_URING},
-	{"cbcmn_io_async_work_btf", TP_BTF, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING},
-	{"cbcmn_io_async_work", TP, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING},
+	{"cbcmn_io_cqring_wait", TP, "io_uring", "io_uring_cqring_wait", BPFMON_NO_IO_URING, NULL, true},
+	/* (req, rw) 5.19+; (ctx, rw, req, ...) on 5.15: the tracepoint there */
+	{"cbcmn_io_async_work_btf", TP_BTF, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING, "0:*io_kiocb"},
+	{"cbcmn_io_async_work", TP, "io_uring", "io_uring_queue_async_work", BPFMON_NO_IO_URING, NULL, true},
 	{"cbcmn_io_cqe_overflow_btf", TP_BTF, "io_uring", "io_uring_cqe_overflow", BPFMON_NO_IO_URING},
-	{"cbcmn_io_cqe_overflow", TP, "io_uring", "io_uring_cqe_overflow", BPFMON_NO_IO_URING},
+	{"cbcmn_io_cqe_overflow", TP, "io_uring", "io_uring_cqe_overflow", BPFMON_NO_IO_URING, NULL, true},
 	{"cbcmn_futex_wait_entry", FENTRY, "", "futex_wait", BPFMON_NO_FUTEX},
 	{"cbcmn_futex_enter", TP, "syscalls", "sys_enter_futex", BPFMON_NO_FUTEX},
 	{"cbcmn_futex_wait_exit", FEXIT, "", "futex_wait", BPFMON_NO_FUTEX},
 	{"cbcmn_futex_exit", TP, "syscalls", "sys_exit_futex", BPFMON_NO_FUTEX},
 };
+#pragma GCC diagnostic pop
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
 
 /* The verifier's log of a program that failed to load: its tail holds the
@@ -255,6 +277,49 @@ static bool btf_tracepoint_exists(const struct btf *vmlinux, const char *name)
 	char t[128];
 	snprintf(t, sizeof(t), "btf_trace_%s", name);
 	return vmlinux && btf__find_by_name_kind(vmlinux, t, BTF_KIND_TYPEDEF) > 0;
+}
+
+/* Is argument n of tracepoint tp, as this kernel declares it (btf_trace_<tp>:
+ * a pointer to a function whose first parameter is the tracepoint's data,
+ * then its arguments), of the type arg says: "N:*NAME" a pointer to
+ * struct NAME, "N:int" a signed 4-byte integer (5.15's io_uring_complete
+ * has an unsigned cflags where 6.1's has res)?  A tp_btf program reads its
+ * arguments as it declares them, and the verifier does not compare that
+ * with the tracepoint's: a layout from another kernel verifies and reads
+ * the wrong thing (io_uring_complete's res before 6.13). */
+static bool btf_arg_is(const struct btf *vmlinux, const char *tp, const char *arg)
+{
+	char t[128], *rest;
+	snprintf(t, sizeof(t), "btf_trace_%s", tp);
+	int id = vmlinux ? btf__find_by_name_kind(vmlinux, t, BTF_KIND_TYPEDEF) : -1;
+	if (id <= 0)
+		return false;
+	const struct btf_type *ty = btf__type_by_id(vmlinux, btf__resolve_type(vmlinux, id));
+	if (!ty || !btf_is_ptr(ty) || !(ty = btf__type_by_id(vmlinux, ty->type)) || !btf_is_func_proto(ty))
+		return false;
+	unsigned long n = strtoul(arg, &rest, 10);
+	if (*rest++ != ':' || n + 1 >= btf_vlen(ty))
+		return false;
+	int at = btf__resolve_type(vmlinux, btf_params(ty)[n + 1].type);
+	const struct btf_type *a = at > 0 ? btf__type_by_id(vmlinux, at) : NULL;
+	if (!a)
+		return false;
+	if (!strcmp(rest, "int"))
+		return btf_is_int(a) && a->size == 4 && (btf_int_encoding(a) & BTF_INT_SIGNED);
+	if (*rest != '*' || !btf_is_ptr(a))
+		return false;
+	at = btf__resolve_type(vmlinux, a->type);
+	a = at > 0 ? btf__type_by_id(vmlinux, at) : NULL;
+	return a && btf_is_struct(a) && !strcmp(btf__name_by_offset(vmlinux, a->name_off), rest + 1);
+}
+
+/* Is an entry before i in its run of alternatives loading (spec.alt)? */
+static bool alt_chosen(size_t i, const bool *chosen)
+{
+	for (size_t j = i; j > 0 && specs[j].alt; j--)
+		if (chosen[j - 1])
+			return true;
+	return false;
 }
 
 /* The binaries of pid that may hold the cbcmn probes: its executable (the
@@ -855,8 +920,16 @@ static void configure(struct bpfmon *m, unsigned flags, const struct btf *vmlinu
 			pr->state = BPFMON_FAILED; /* reason set when it was refused */
 			pr->err = m->refused[i];
 			on = false;
+		} else if (s->alt && alt_chosen(i, btf_done)) {
+			pr->state = BPFMON_OFF; /* another form of it loads */
+			on = false;
 		} else if (s->kind == TP_BTF) {
 			on = btf_tracepoint_exists(vmlinux, s->what);
+			if (on && s->arg && !btf_arg_is(vmlinux, s->what, s->arg)) {
+				on = false;
+				snprintf(m->reasons[i], sizeof(m->reasons[i]),
+					 "argument %s differs in this kernel", s->arg);
+			}
 			btf_done[i] = on;
 			if (!on)
 				pr->state = BPFMON_OFF; /* the raw_tp entry next tries */
@@ -888,6 +961,7 @@ static void configure(struct bpfmon *m, unsigned flags, const struct btf *vmlinu
 		if (pr->state == BPFMON_MISSING)
 			snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s",
 				 s->kind == USDT ? "not in the target" : "not in this kernel");
+		btf_done[i] |= on && s->alt; /* a run's later forms see it */
 		if (!prog)
 			continue;
 		bpf_program__set_autoload(prog, on);
