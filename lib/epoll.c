@@ -624,12 +624,14 @@ static int64_t attempt(struct call *c, uint32_t *events)
 		return sys(recv(fd, buf, sqe->len - c->done, fl));
 	case IORING_OP_SEND:
 		*events = EPOLLOUT;
-		return sys(send(fd, buf, sqe->len - c->done, fl));
+		/* io_uring's sends never raise SIGPIPE (it adds MSG_NOSIGNAL):
+		 * a peer gone is -EPIPE, not the process killed. */
+		return sys(send(fd, buf, sqe->len - c->done, fl | MSG_NOSIGNAL));
 	case IORING_OP_RECVMSG:
 		return msg_call(c, fl, false);
 	case IORING_OP_SENDMSG:
 		*events = EPOLLOUT;
-		return msg_call(c, fl, true);
+		return msg_call(c, fl | MSG_NOSIGNAL, true);
 	case IORING_OP_ACCEPT: {
 		int rc = cbcmn__ep_nonblock(fd);
 		if (rc)

@@ -976,6 +976,43 @@ static void test_epoll_waitall_sendmsg_recvmsg_move_all_and_a_datagram_is_one(vo
 	free(w.in);
 }
 
+/* A send to a peer that is gone is -EPIPE, never SIGPIPE: io_uring adds
+ * MSG_NOSIGNAL to its sends (the first version killed the process, status
+ * 141, where the program had not ignored SIGPIPE). */
+static int64_t nosig_main(cbcmn_cx *cx, void *arg)
+{
+	int fd = *(int *)arg;
+	CHILD_CHECK(cbcmn_send(cx, fd, "x", 1, 0) == -EPIPE);
+	struct iovec v = {"y", 1};
+	struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+	CHILD_CHECK(cbcmn_sendmsg(cx, fd, &m, 0) == -EPIPE);
+	return 0;
+}
+
+static void nosig_body(void)
+{
+	signal(SIGPIPE, SIG_DFL); /* as a program that never touched it */
+	int sv[2];
+	CHILD_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	close(sv[1]);
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	c.backend = CBCMN_BACKEND_EPOLL;
+	cbcmn_runtime *rt = NULL;
+	CHILD_CHECK(cbcmn_runtime_create(&c, &rt) == 0);
+	int64_t r;
+	CHILD_CHECK(cbcmn_runtime_run(rt, nosig_main, &sv[0], &r) == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+	close(sv[0]);
+}
+
+static void test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe(void **state)
+{
+	(void)state;
+	in_child(nosig_body, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -999,6 +1036,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_without_epoll_pwait2_parks_on_a_timerfd),
 		T_WATCHED_TEST(test_epoll_regular_file_read_is_whole),
 		T_WATCHED_TEST(test_epoll_waitall_sendmsg_recvmsg_move_all_and_a_datagram_is_one),
+		T_WATCHED_TEST(test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
