@@ -470,10 +470,11 @@ static size_t iov_total(const struct iovec *iov, size_t cnt)
 }
 
 /* recvmsg/sendmsg from where c->done left off (MSG_WAITALL part-way, as
- * io_uring goes on): the rest of the iovec; a send's ancillary data went
- * with its first part, a receive's goes after what the first parts put in
- * the caller's control buffer (its msg_controllen and msg_flags then say
- * all of it). */
+ * io_uring goes on): the rest of the iovec.  A send's ancillary data went
+ * with its first part; a receive goes on only while none came (the
+ * kernel's MSG_WAITALL stops at it), so the caller's control buffer is
+ * still whole, and its msg_controllen and msg_flags say what the last
+ * part got. */
 static int64_t msg_call(struct call *c, int fl, bool snd)
 {
 	const struct io_uring_sqe *sqe = c->sqe;
@@ -490,13 +491,12 @@ static int64_t msg_call(struct call *c, int fl, bool snd)
 	m.msg_iovlen = (size_t)cnt;
 	m.msg_name = NULL;
 	m.msg_namelen = 0;
-	size_t used = snd ? 0 : um->msg_controllen;
-	m.msg_control = used < c->ctl_len ? (char *)um->msg_control + used : NULL;
-	m.msg_controllen = used < c->ctl_len ? c->ctl_len - used : 0;
+	m.msg_control = snd ? NULL : um->msg_control;
+	m.msg_controllen = snd ? 0 : c->ctl_len;
 	int64_t rc = snd ? sys(sendmsg(sqe->fd, &m, fl)) : sys(recvmsg(sqe->fd, &m, fl));
 	if (!snd && rc >= 0) {
-		um->msg_controllen = used + m.msg_controllen;
-		um->msg_flags |= m.msg_flags;
+		um->msg_controllen = m.msg_controllen;
+		um->msg_flags = m.msg_flags;
 	}
 	if (iov != &one)
 		free((void *)(uintptr_t)iov);
@@ -752,7 +752,9 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 				rc = CBCMN_ECANCELED;
 			return rc && rc != -EPERM ? rc : pool_call(t, &c);
 		}
-		if (rc > 0 && waitall && c.done + (size_t)rc < total && stream_socket(sqe->fd)) {
+		if (rc > 0 && waitall && c.done + (size_t)rc < total && stream_socket(sqe->fd) &&
+		    !(sqe->opcode == IORING_OP_RECVMSG &&
+		      ((const struct msghdr *)(uintptr_t)sqe->addr)->msg_controllen)) {
 			c.done += (size_t)rc; /* MSG_WAITALL: all of it, as io_uring does */
 			rc = -EAGAIN;
 		} else if (rc > 0 && rwop && !c.plain) {

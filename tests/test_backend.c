@@ -902,9 +902,28 @@ struct waitall {
 	int sv[2];
 	int dg[2];
 	unsigned char *out, *in;
-	int64_t sent, got, dgram;
+	int64_t sent, got, dgram, scm;
 	char dbuf[100];
+	int sc[2];
 };
+
+/* Two bytes with a descriptor attached. */
+static void send_with_fd(int sock, const char *two, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cu;
+	struct iovec iv = {(void *)(uintptr_t)two, 2};
+	struct msghdr m = {.msg_iov = &iv, .msg_iovlen = 1, .msg_control = cu.buf,
+			   .msg_controllen = sizeof(cu.buf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+	assert_int_equal(sendmsg(sock, &m, 0), 2);
+}
 
 static void *waitall_peer(void *arg)
 {
@@ -938,6 +957,21 @@ static int64_t waitall_main(cbcmn_cx *cx, void *arg)
 	struct msghdr im = {.msg_iov = iv, .msg_iovlen = 2};
 	w->got = cbcmn_recvmsg(cx, w->sv[0], &im, MSG_WAITALL);
 	w->dgram = cbcmn_recv(cx, w->dg[0], w->dbuf, sizeof(w->dbuf), MSG_WAITALL);
+	/* Ancillary data ends a MSG_WAITALL receive, as the kernel's: the
+	 * first descriptor's two bytes, not the second's too. */
+	union {
+		char buf[256];
+		struct cmsghdr align;
+	} cu;
+	struct iovec sv = {w->dbuf, 4};
+	struct msghdr sm = {.msg_iov = &sv, .msg_iovlen = 1, .msg_control = cu.buf,
+			    .msg_controllen = sizeof(cu.buf)};
+	w->scm = cbcmn_recvmsg(cx, w->sc[0], &sm, MSG_WAITALL);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&sm); c; c = CMSG_NXTHDR(&sm, c)) {
+		int fd;
+		memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+		close(fd);
+	}
 	return 0;
 }
 
@@ -949,6 +983,9 @@ static void test_epoll_waitall_sendmsg_recvmsg_move_all_and_a_datagram_is_one(vo
 	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, w.dg), 0);
 	assert_int_equal(write(w.dg[1], "hello", 5), 5);
 	assert_int_equal(write(w.dg[1], "world!", 6), 6);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w.sc), 0);
+	send_with_fd(w.sc[1], "ab", 0);
+	send_with_fd(w.sc[1], "cd", 1);
 	w.out = malloc(WA_LEN);
 	w.in = malloc(WA_LEN);
 	assert_non_null(w.out);
@@ -966,11 +1003,13 @@ static void test_epoll_waitall_sendmsg_recvmsg_move_all_and_a_datagram_is_one(vo
 	assert_int_equal(w.got, WA_RLEN);
 	assert_memory_equal(w.in, w.out, WA_RLEN);
 	assert_int_equal(w.dgram, 5);
-	assert_memory_equal(w.dbuf, "hello", 5);
+	assert_int_equal(w.scm, 2);
+	assert_memory_equal(w.dbuf, "ab", 2);
 	t_destroy(rt);
 	for (int i = 0; i < 2; i++) {
 		close(w.sv[i]);
 		close(w.dg[i]);
+		close(w.sc[i]);
 	}
 	free(w.out);
 	free(w.in);
