@@ -426,6 +426,7 @@ struct call {
 	bool pool;                       /* in the blocking pool: may block */
 	bool ran;                        /* the pool ran it (it took effect) */
 	int64_t res;                     /* the pool's result */
+	size_t ctl_len;                  /* recvmsg: the caller's msg_controllen, before */
 };
 
 static int64_t sys(long rc)
@@ -458,6 +459,58 @@ static int iov_skip(const struct iovec *iov, int cnt, size_t skip, struct iovec 
 	}
 	*out = v;
 	return cnt;
+}
+
+static size_t iov_total(const struct iovec *iov, size_t cnt)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < cnt; i++)
+		n += iov[i].iov_len;
+	return n;
+}
+
+/* recvmsg/sendmsg from where c->done left off (MSG_WAITALL part-way, as
+ * io_uring goes on): the rest of the iovec.  A send's ancillary data went
+ * with its first part; a receive goes on only while none came (the
+ * kernel's MSG_WAITALL stops at it), so the caller's control buffer is
+ * still whole, and its msg_controllen and msg_flags say what the last
+ * part got. */
+static int64_t msg_call(struct call *c, int fl, bool snd)
+{
+	const struct io_uring_sqe *sqe = c->sqe;
+	struct msghdr *um = (struct msghdr *)(uintptr_t)sqe->addr;
+	if (c->done == 0)
+		return snd ? sys(sendmsg(sqe->fd, um, fl)) : sys(recvmsg(sqe->fd, um, fl));
+	struct msghdr m = *um;
+	struct iovec one;
+	const struct iovec *iov;
+	int cnt = iov_skip(um->msg_iov, (int)um->msg_iovlen, c->done, &one, &iov);
+	if (cnt < 0)
+		return cnt;
+	m.msg_iov = (struct iovec *)(uintptr_t)iov;
+	m.msg_iovlen = (size_t)cnt;
+	m.msg_name = NULL;
+	m.msg_namelen = 0;
+	m.msg_control = snd ? NULL : um->msg_control;
+	m.msg_controllen = snd ? 0 : c->ctl_len;
+	int64_t rc = snd ? sys(sendmsg(sqe->fd, &m, fl)) : sys(recvmsg(sqe->fd, &m, fl));
+	if (!snd && rc >= 0) {
+		um->msg_controllen = m.msg_controllen;
+		um->msg_flags = m.msg_flags;
+	}
+	if (iov != &one)
+		free((void *)(uintptr_t)iov);
+	return rc;
+}
+
+/* MSG_WAITALL goes on after a short transfer on stream sockets only, as
+ * io_uring's retry (and recv(2)): a datagram is a whole message. */
+static bool stream_socket(int fd)
+{
+	int type = 0;
+	socklen_t len = sizeof(type);
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+	       (type == SOCK_STREAM || type == SOCK_SEQPACKET);
 }
 
 /* read, write, readv, writev, pread, pwrite: preadv2/pwritev2 from where
@@ -571,12 +624,14 @@ static int64_t attempt(struct call *c, uint32_t *events)
 		return sys(recv(fd, buf, sqe->len - c->done, fl));
 	case IORING_OP_SEND:
 		*events = EPOLLOUT;
-		return sys(send(fd, buf, sqe->len - c->done, fl));
+		/* io_uring's sends never raise SIGPIPE (it adds MSG_NOSIGNAL):
+		 * a peer gone is -EPIPE, not the process killed. */
+		return sys(send(fd, buf, sqe->len - c->done, fl | MSG_NOSIGNAL));
 	case IORING_OP_RECVMSG:
-		return sys(recvmsg(fd, (struct msghdr *)(uintptr_t)sqe->addr, fl));
+		return msg_call(c, fl, false);
 	case IORING_OP_SENDMSG:
 		*events = EPOLLOUT;
-		return sys(sendmsg(fd, (const struct msghdr *)(uintptr_t)sqe->addr, fl));
+		return msg_call(c, fl | MSG_NOSIGNAL, true);
 	case IORING_OP_ACCEPT: {
 		int rc = cbcmn__ep_nonblock(fd);
 		if (rc)
@@ -665,8 +720,15 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 	default:
 		break;
 	}
-	bool waitall = (sqe->opcode == IORING_OP_RECV || sqe->opcode == IORING_OP_SEND) &&
+	bool msg = sqe->opcode == IORING_OP_RECVMSG || sqe->opcode == IORING_OP_SENDMSG;
+	bool waitall = (sqe->opcode == IORING_OP_RECV || sqe->opcode == IORING_OP_SEND || msg) &&
 		       (sqe->msg_flags & MSG_WAITALL);
+	size_t total = sqe->len; /* what MSG_WAITALL waits for */
+	if (msg) {
+		const struct msghdr *m = (const struct msghdr *)(uintptr_t)sqe->addr;
+		total = iov_total(m->msg_iov, m->msg_iovlen);
+		c.ctl_len = m->msg_controllen;
+	}
 	bool rwop = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_WRITE ||
 		    sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV;
 	for (;;) {
@@ -690,7 +752,9 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 				rc = CBCMN_ECANCELED;
 			return rc && rc != -EPERM ? rc : pool_call(t, &c);
 		}
-		if (rc > 0 && waitall && c.done + (size_t)rc < sqe->len) {
+		if (rc > 0 && waitall && c.done + (size_t)rc < total && stream_socket(sqe->fd) &&
+		    !(sqe->opcode == IORING_OP_RECVMSG &&
+		      ((const struct msghdr *)(uintptr_t)sqe->addr)->msg_controllen)) {
 			c.done += (size_t)rc; /* MSG_WAITALL: all of it, as io_uring does */
 			rc = -EAGAIN;
 		} else if (rc > 0 && rwop && !c.plain) {
@@ -699,12 +763,8 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 			 * the pool. */
 			struct stat st;
 			size_t want = sqe->len;
-			if (sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV) {
-				want = 0;
-				const struct iovec *iov = (const struct iovec *)(uintptr_t)sqe->addr;
-				for (unsigned i = 0; i < sqe->len; i++)
-					want += iov[i].iov_len;
-			}
+			if (sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV)
+				want = iov_total((const struct iovec *)(uintptr_t)sqe->addr, sqe->len);
 			if (c.done + (size_t)rc < want && fstat(sqe->fd, &st) == 0 &&
 			    (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
 				c.done += (size_t)rc;
