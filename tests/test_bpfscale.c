@@ -597,6 +597,39 @@ static void test_unmeasured_is_not_zero(void **state)
 	end_target(t, stop);
 }
 
+/* With the steal programs not attached (CBCMN_BPF_REJECT), cbcmn-top's
+ * steals between groups of the topology, which rest on them (the steal
+ * pairs), said "placed_steals_per_s":0 and "steals in 0/s": not measured
+ * shown as 0.  Now null and "-". */
+static void test_unmeasured_group_steals_are_not_zero(void **state)
+{
+	(void)state;
+	NEED_BPF();
+	static char out[1 << 17];
+	char top[PATH_MAX], p[16];
+	built(top, "bin/cbcmn-top");
+	int stop;
+	pid_t t = start_target(&stop);
+	snprintf(p, sizeof(p), "%d", (int)t);
+	const char *env = "CBCMN_BPF_REJECT=cbcmn_steal,cbcmn_steal_fail";
+	char *const json[] = {top, "--json", "-n", "2", "-d", "0.3", "-p", p, NULL};
+	assert_int_equal(run_capture(json, env, out, sizeof(out)), 0);
+	const char *last = out;
+	for (const char *l = out; (l = strstr(l, "\n{")); l++)
+		last = l + 1;
+	const char *g = strstr(last, "\"placed_steals_per_s\":");
+	printf("cbcmn-top --json: %.120s\n", g ? g : "(no placed_steals_per_s)");
+	assert_non_null(strstr(last, "\"steals_out_per_s\":null"));
+	if (!g) {
+		end_target(t, stop);
+		skip(); /* no topology here: no groups */
+	}
+	assert_non_null(strstr(last, "\"placed_steals_per_s\":null"));
+	assert_non_null(strstr(last, "\"cross_llc_steals_per_s\":null"));
+	assert_non_null(strstr(last, "\"cross_node_steals_per_s\":null"));
+	end_target(t, stop);
+}
+
 /* ---- rings: a freed address reused by another process -------------------------- */
 
 /* Role --rings N -: a process with io_uring of its own: N rings made one
@@ -893,6 +926,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_pins_of_a_killed_loader_are_swept),
 		T_WATCHED_TEST(test_ownerless_pins_of_a_live_target_are_kept),
 		T_WATCHED_TEST(test_unmeasured_is_not_zero),
+		T_WATCHED_TEST(test_unmeasured_group_steals_are_not_zero),
 		T_WATCHED_TEST(test_other_process_rings_not_ours),
 		T_WATCHED_TEST(test_two_runtimes_stay_apart),
 		T_WATCHED_TEST(test_top_shows_the_runtime_asked_for),
