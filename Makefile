@@ -148,8 +148,8 @@ $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
 # test_bpf runs cbcmn-stat (the one from its own build) against a child.
 $(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
-# test_bpfscale runs cbcmn-top and cbcmn-stat against a child.
-$(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top
+# test_bpfscale runs cbcmn-top and cbcmn-stat against a child, and cbcmn-run --bpf.
+$(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_cli runs every tool of its own build with bad arguments.
 $(BUILD)/tests/test_cli: | $(TOOLS)
 

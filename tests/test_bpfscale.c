@@ -630,6 +630,30 @@ static void test_unmeasured_group_steals_are_not_zero(void **state)
 	end_target(t, stop);
 }
 
+/* cbcmn-run --bpf printed a figure whose programs did not attach as 0
+ * ("migrations 0", "migrations":0; and contention_ns without the futex
+ * waits, where fentry is refused, as if whole).  Now "-", null, and why on
+ * stderr. */
+static void test_run_bpf_unmeasured_is_not_zero(void **state)
+{
+	(void)state;
+	NEED_BPF();
+	static char out[1 << 16];
+	char run[PATH_MAX];
+	built(run, "bin/cbcmn-run");
+	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_migrate,cbcmn_sched_migrate_raw";
+	char *const json[] = {run, "fib", "-w", "2", "-d", "0.2", "--bpf", "--json", NULL};
+	assert_int_equal(run_capture(json, env, out, sizeof(out)), 0);
+	const char *b = strstr(out, "\"bpf\":{");
+	assert_non_null(b);
+	printf("cbcmn-run --bpf --json: %.200s\n", b);
+	assert_non_null(strstr(b, "\"migrations\":null"));
+	assert_null(strstr(b, "\"migrations\":0"));
+	char *const text[] = {run, "fib", "-w", "2", "-d", "0.2", "--bpf", NULL};
+	assert_int_equal(run_capture(text, env, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "migrations -,"));
+}
+
 /* ---- rings: a freed address reused by another process -------------------------- */
 
 /* Role --rings N -: a process with io_uring of its own: N rings made one
@@ -927,6 +951,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_ownerless_pins_of_a_live_target_are_kept),
 		T_WATCHED_TEST(test_unmeasured_is_not_zero),
 		T_WATCHED_TEST(test_unmeasured_group_steals_are_not_zero),
+		T_WATCHED_TEST(test_run_bpf_unmeasured_is_not_zero),
 		T_WATCHED_TEST(test_other_process_rings_not_ours),
 		T_WATCHED_TEST(test_two_runtimes_stay_apart),
 		T_WATCHED_TEST(test_top_shows_the_runtime_asked_for),
