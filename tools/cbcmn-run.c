@@ -8,6 +8,7 @@
  * Every failure is one line on stderr.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -184,7 +185,61 @@ struct bpf_view {
 	uint64_t migrations, involuntary;
 	uint64_t (*pairs)[4]; /* thief, victim, steals, tasks */
 	size_t npairs;
+	/* Not measured (bpfmon_measured: a program it rests on did not
+	 * attach): "-" in text, null in JSON, never 0.  Steals covers
+	 * tasks_stolen and the cross-node/LLC steals too. */
+	bool off_steals, off_fails, off_doorbells, off_coalesced, off_contention, off_lock;
+	bool off_migrations, off_involuntary;
 };
+
+/* Which figures of the view rest on programs that did not attach; each
+ * one's reason on stderr. */
+static void bpf_unmeasured(struct bpfmon *m, struct bpf_view *v)
+{
+	static const struct {
+		const char *name;
+		size_t field;
+		size_t off; /* its bool in struct bpf_view */
+	} figs[] = {
+#define FIG(name, f, o) {name, offsetof(struct cbcmn_bpf_shard, f), offsetof(struct bpf_view, o)}
+		FIG("steals", steals, off_steals), FIG("steal_fails", steal_fails, off_fails),
+		FIG("doorbells", doorbells_msg_ring, off_doorbells),
+		FIG("doorbells_coalesced", doorbells_coalesced, off_coalesced),
+		FIG("contention_ns", lock_wait_ns, off_contention),
+		FIG("contention_ns", futex_wait_ns, off_contention),
+		FIG("lock_contended", lock_contended, off_lock),
+		FIG("migrations", migrations, off_migrations),
+		FIG("involuntary", involuntary, off_involuntary),
+#undef FIG
+	};
+	char why[200];
+	for (size_t i = 0; i < sizeof(figs) / sizeof(figs[0]); i++) {
+		bool *off = (bool *)((char *)v + figs[i].off);
+		if (*off || bpfmon_measured(m, figs[i].field, why, sizeof(why)))
+			continue;
+		*off = true;
+		fprintf(stderr, PROG ": --bpf: %s not measured (\"-\", JSON null): %s\n", figs[i].name,
+			why);
+	}
+}
+
+/* A figure as text: "-" when not measured. */
+static const char *fig(bool off, uint64_t v, char *buf, size_t len)
+{
+	if (off)
+		return "-";
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
+
+/* A figure in JSON: null when not measured. */
+static void jw_fig(struct jw *j, const char *key, bool off, uint64_t v)
+{
+	if (off)
+		jw_double(j, key, NAN);
+	else
+		jw_u64(j, key, v);
+}
 
 /* The LLC group of CPU cpu, -1 if unknown (unpinned, no topology). */
 static int llc_of(const cbcmn_topo *t, int cpu)
@@ -199,6 +254,7 @@ static int llc_of(const cbcmn_topo *t, int cpu)
 static int bpf_collect(struct bpfmon *m, const struct wl_result *r, struct bpf_view *v)
 {
 	memset(v, 0, sizeof(*v));
+	bpf_unmeasured(m, v);
 	uint32_t n = r->stats.executors < CBCMN_BPF_MAX_SHARDS ? r->stats.executors
 							       : CBCMN_BPF_MAX_SHARDS;
 	if (!r->per)
@@ -332,17 +388,17 @@ static void print_json(const struct run *u)
 	if (u->bpf) {
 		const struct bpf_view *b = u->bpf;
 		jw_obj(&j, "bpf");
-		jw_u64(&j, "steals", b->steals);
-		jw_u64(&j, "tasks_stolen", b->tasks_stolen);
-		jw_u64(&j, "steal_fails", b->steal_fails);
-		jw_u64(&j, "cross_node_steals", b->cross_node);
-		jw_u64(&j, "cross_llc_steals", b->cross_llc);
-		jw_u64(&j, "doorbells", b->doorbells);
-		jw_u64(&j, "doorbells_coalesced", b->doorbells_coalesced);
-		jw_u64(&j, "contention_ns", b->contention_ns);
-		jw_u64(&j, "lock_contended", b->lock_contended);
-		jw_u64(&j, "migrations", b->migrations);
-		jw_u64(&j, "involuntary", b->involuntary);
+		jw_fig(&j, "steals", b->off_steals, b->steals);
+		jw_fig(&j, "tasks_stolen", b->off_steals, b->tasks_stolen);
+		jw_fig(&j, "steal_fails", b->off_fails, b->steal_fails);
+		jw_fig(&j, "cross_node_steals", b->off_steals, b->cross_node);
+		jw_fig(&j, "cross_llc_steals", b->off_steals, b->cross_llc);
+		jw_fig(&j, "doorbells", b->off_doorbells, b->doorbells);
+		jw_fig(&j, "doorbells_coalesced", b->off_coalesced, b->doorbells_coalesced);
+		jw_fig(&j, "contention_ns", b->off_contention, b->contention_ns);
+		jw_fig(&j, "lock_contended", b->off_lock, b->lock_contended);
+		jw_fig(&j, "migrations", b->off_migrations, b->migrations);
+		jw_fig(&j, "involuntary", b->off_involuntary, b->involuntary);
 		jw_arr(&j, "steal_pairs");
 		for (size_t i = 0; i < b->npairs; i++) {
 			jw_arr(&j, NULL);
@@ -399,15 +455,20 @@ static void print_text(const struct run *u)
 	}
 	if (u->bpf) {
 		const struct bpf_view *b = u->bpf;
-		printf("bpf: steals %llu (%llu tasks, %llu failed probes; cross-node %llu, cross-LLC %llu), "
-		       "doorbells %llu (coalesced %llu), contention %.3f ms (%llu lock waits), "
-		       "migrations %llu, involuntary switches %llu\n",
-		       (unsigned long long)b->steals, (unsigned long long)b->tasks_stolen,
-		       (unsigned long long)b->steal_fails, (unsigned long long)b->cross_node,
-		       (unsigned long long)b->cross_llc, (unsigned long long)b->doorbells,
-		       (unsigned long long)b->doorbells_coalesced, (double)b->contention_ns / 1e6,
-		       (unsigned long long)b->lock_contended, (unsigned long long)b->migrations,
-		       (unsigned long long)b->involuntary);
+		char f[10][24], ms[32] = "-";
+		if (!b->off_contention)
+			snprintf(ms, sizeof(ms), "%.3f", (double)b->contention_ns / 1e6);
+		printf("bpf: steals %s (%s tasks, %s failed probes; cross-node %s, cross-LLC %s), "
+		       "doorbells %s (coalesced %s), contention %s ms (%s lock waits), "
+		       "migrations %s, involuntary switches %s\n",
+		       fig(b->off_steals, b->steals, f[0], 24), fig(b->off_steals, b->tasks_stolen, f[1], 24),
+		       fig(b->off_fails, b->steal_fails, f[2], 24), fig(b->off_steals, b->cross_node, f[3], 24),
+		       fig(b->off_steals, b->cross_llc, f[4], 24),
+		       fig(b->off_doorbells, b->doorbells, f[5], 24),
+		       fig(b->off_coalesced, b->doorbells_coalesced, f[6], 24), ms,
+		       fig(b->off_lock, b->lock_contended, f[7], 24),
+		       fig(b->off_migrations, b->migrations, f[8], 24),
+		       fig(b->off_involuntary, b->involuntary, f[9], 24));
 		for (size_t i = 0; i < b->npairs; i++)
 			printf("bpf: executor %llu stole %llu times (%llu tasks) from executor %llu\n",
 			       (unsigned long long)b->pairs[i][0], (unsigned long long)b->pairs[i][2],

@@ -526,7 +526,9 @@ static void update_rows(struct top_model *m)
 	m->steal_ok_pct = att ? 100.0 * ok / att : NAN;
 	if (dt > 0)
 		p->hpos = (p->hpos + 1) % TOP_HISTORY;
-	if (s->g) {
+	/* The groups' steals rest on the steal pairs: not measured (NAN,
+	 * "-" and null) without the steal programs, never 0. */
+	if (s->g && MEASURED(steals)) {
 		const struct grp_steals *g = s->g, *pg = ps->g;
 		for (int i = 0; i < p->nnodes + p->nllcs; i++) {
 			struct top_group *o = i < p->nnodes ? &m->nodes[i] : &m->llcs[i - p->nnodes];
