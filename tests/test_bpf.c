@@ -21,10 +21,10 @@
 #include "helpers.h"
 #include "common/bpfmon.h"
 #include "common/fib.h"
+#include "bpf_roles.h"
 
 static struct bpfmon *mon;
 static char why[256];
-static char self[PATH_MAX]; /* this binary, which also plays the child processes */
 
 static int setup(void **state)
 {
@@ -60,41 +60,6 @@ static int teardown(void **state)
 }
 
 /* ---- workloads ------------------------------------------------------------- */
-
-struct pp {
-	cbcmn_chan *ab, *ba;
-	long rounds;
-};
-
-static int64_t pp_side(cbcmn_cx *cx, void *arg)
-{
-	struct pp *p = ((void **)arg)[0];
-	int side = (int)(intptr_t)((void **)arg)[1];
-	cbcmn_chan *out = side ? p->ba : p->ab, *in = side ? p->ab : p->ba;
-	long v = 0;
-	int rc;
-	for (long i = 0; i < p->rounds; i++) {
-		if (side == 0 && (rc = cbcmn_chan_send(cx, out, &v)) != 0)
-			return rc;
-		if ((rc = cbcmn_chan_recv(cx, in, &v)) != 0)
-			return rc;
-		if (side == 1 && (rc = cbcmn_chan_send(cx, out, &v)) != 0)
-			return rc;
-	}
-	return 0;
-}
-
-static int64_t pp_main(cbcmn_cx *cx, void *arg)
-{
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	void *a0[2] = {arg, (void *)0}, *a1[2] = {arg, (void *)1};
-	cbcmn_nursery_spawn_pinned(cx, n, 1, pp_side, a1, NULL);
-	cbcmn_nursery_spawn_pinned(cx, n, 0, pp_side, a0, NULL);
-	return cbcmn_nursery_await_all(cx, n);
-}
 
 /* Wait until the runtime's counters stop moving (every executor parked):
  * then each probe has fired next to the counter it goes with. */
@@ -720,14 +685,7 @@ static void test_pin_and_stale_doorbell_state(void **state)
 	cfg.workers = 2;
 	cfg.spin_ns = CBCMN_SPIN_NONE;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	struct pp pq = {.rounds = T_SCALE(200)};
-	int64_t r;
-	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &pq.ab), 0);
-	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &pq.ba), 0);
-	assert_int_equal(cbcmn_runtime_run(rt, pp_main, &pq, &r), 0);
-	assert_int_equal(r, 0);
-	cbcmn_chan_destroy(pq.ab);
-	cbcmn_chan_destroy(pq.ba);
+	pingpong(rt, T_SCALE(200));
 	t_destroy(rt);
 	/* A real sample is shorter than the runtime lived; the planted state
 	 * would give one as long as the machine has been up.  (Not "under a
@@ -774,34 +732,19 @@ static pid_t spawn_self(const char *role, const char *arg1, int in, int out)
 	char a_in[16], a_out[16];
 	snprintf(a_in, sizeof(a_in), "%d", in);
 	snprintf(a_out, sizeof(a_out), "%d", out);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execl(self, self, role, arg1, a_in, a_out, (char *)NULL);
-		_exit(127);
-	}
-	return pid;
+	return spawn_role(role, arg1, a_in, a_out);
 }
 
-/* Role --run IN: a runtime busy with fork-join until a byte (or EOF)
- * comes on descriptor in, then exit. */
-static int child_run(int in)
+/* Tell a child spawned with pipes to end ("q" on down), check that it
+ * exited 0, and close our ends of its pipes. */
+static void end_child(pid_t child, int down, int up)
 {
-	cbcmn_runtime *rt = NULL;
-	if (cbcmn_runtime_create(NULL, &rt))
-		return 1;
-	for (;;) {
-		struct pollfd p = {.fd = in, .events = POLLIN};
-		if (poll(&p, 1, 0) != 0)
-			break;
-		struct fib f = {.n = 18};
-		int64_t r;
-		if (cbcmn_runtime_run(rt, fib_task, &f, &r) || r)
-			return 1;
-		usleep(10000);
-	}
-	cbcmn_runtime_destroy(rt);
-	return 0;
+	assert_int_equal(write(down, "q", 1), 1);
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(down);
+	close(up);
 }
 
 /* Role --fails IN OUT MODE: a runtime busy with fork-join (failed steals
@@ -818,16 +761,8 @@ static int child_fails(int in, int out, const char *mode)
 	cfg.workers = 2;
 	if (cbcmn_runtime_create(&cfg, &rt) || write(out, "r", 1) != 1)
 		return 1;
-	for (;;) {
-		struct pollfd p = {.fd = in, .events = POLLIN};
-		if (poll(&p, 1, 0) != 0)
-			break;
-		struct fib f = {.n = 16};
-		int64_t r;
-		if (cbcmn_runtime_run(rt, fib_task, &f, &r) || r)
-			return 2;
-		usleep(2000);
-	}
+	if (fib_until_byte(rt, in, 16, 2000))
+		return 2;
 	char c, a_in[16], a_out[16];
 	if (read(in, &c, 1) != 1)
 		return 3;
@@ -837,16 +772,8 @@ static int child_fails(int in, int out, const char *mode)
 		execl(self, self, "--fails", a_in, a_out, "second", (char *)NULL);
 		return 4;
 	}
-	cbcmn_stats st;
 	cbcmn_executor_stats per[2], prev[2];
-	cbcmn_stats_snapshot(rt, &st, prev, 2);
-	for (uint64_t until = t_now_ns() + T_STALL_NS; t_now_ns() < until;) {
-		usleep(20000);
-		cbcmn_stats_snapshot(rt, &st, per, 2);
-		if (!memcmp(prev, per, sizeof(per)))
-			break;
-		memcpy(prev, per, sizeof(per));
-	}
+	quiet_stats(rt, per, prev, 2);
 	if (write(out, per, sizeof(per)) != (ssize_t)sizeof(per) || read(in, &c, 1) != 1)
 		return 5;
 	return cbcmn_runtime_destroy(rt) ? 6 : 0;
@@ -915,12 +842,7 @@ static void test_steal_fails_follow_the_runtime_across_exec(void **state)
 	assert_true(after - at_exec <= second);
 	assert_true(after >= second);
 	bpfmon_close(fm);
-	assert_int_equal(write(down[1], "q", 1), 1);
-	int status;
-	assert_int_equal(waitpid(child, &status, 0), child);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	close(down[1]);
-	close(up[0]);
+	end_child(child, down[1], up[0]);
 }
 
 /* cbcmn-stat -p PID -i 2 --json against a process that exits after its
@@ -1165,12 +1087,7 @@ static void shared_library(bool replaced)
 	assert_true(per[0].doorbells_sent + per[1].doorbells_sent > 0);
 	free(b);
 	bpfmon_close(sm);
-	assert_int_equal(write(down[1], "q", 1), 1);
-	int status;
-	assert_int_equal(waitpid(child, &status, 0), child);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	close(down[1]);
-	close(up[0]);
+	end_child(child, down[1], up[0]);
 	if (replaced) {
 		unlink(copy);
 		rmdir(dir);
@@ -1373,14 +1290,12 @@ static void test_verifier_reject_costs_one_program(void **state)
 int main(int argc, char **argv)
 {
 	/* The child roles this binary plays for the tests above. */
-	if (argc == 5 && !strcmp(argv[1], "--run"))
-		return child_run(atoi(argv[2]));
+	if (argc == 5 && !strcmp(argv[1], "--run")) /* --run IN: fork-join until a byte on IN */
+		return child_run(atoi(argv[2]), 18, 10000);
 	if (argc == 5 && !strcmp(argv[1], "--so"))
 		return child_so(argv[2], atoi(argv[3]), atoi(argv[4]));
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
+	if (find_self())
 		return 1;
-	self[n] = 0;
 	if (argc == 5 && !strcmp(argv[1], "--fails"))
 		return child_fails(atoi(argv[2]), atoi(argv[3]), argv[4]);
 	const struct CMUnitTest tests[] = {

@@ -22,40 +22,9 @@
 #include "helpers.h"
 #include "common/bpfmon.h"
 #include "common/fib.h"
+#include "bpf_roles.h"
 
-static char self[PATH_MAX]; /* this binary, which also plays the workload */
-
-/* ---- the workload (role --work MODE IN OUT) -------------------------------- */
-
-struct pp {
-	cbcmn_chan *ab, *ba;
-	long rounds;
-};
-
-static int64_t pp_side(cbcmn_cx *cx, void *arg)
-{
-	struct pp *p = ((void **)arg)[0];
-	int side = (int)(intptr_t)((void **)arg)[1];
-	cbcmn_chan *out = side ? p->ba : p->ab, *in = side ? p->ab : p->ba;
-	long v = 0;
-	for (long i = 0; i < p->rounds; i++)
-		if ((side == 0 && cbcmn_chan_send(cx, out, &v)) || cbcmn_chan_recv(cx, in, &v) ||
-		    (side == 1 && cbcmn_chan_send(cx, out, &v)))
-			return -1;
-	return 0;
-}
-
-static int64_t pp_main(cbcmn_cx *cx, void *arg)
-{
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	void *a0[2] = {arg, (void *)0}, *a1[2] = {arg, (void *)1};
-	cbcmn_nursery_spawn_pinned(cx, n, 1, pp_side, a1, NULL);
-	cbcmn_nursery_spawn_pinned(cx, n, 0, pp_side, a0, NULL);
-	return cbcmn_nursery_await_all(cx, n);
-}
+/* ---- the workload (role --work MODE IN OUT; pp_main: bpf_roles.h) ---------- */
 
 static cbcmn_runtime *work_runtime(void)
 {
@@ -105,14 +74,7 @@ static int child_work(const char *mode, int in, int out)
 		return 4;
 	if (cbcmn_runtime_run(rt, pp_main, &p, &r) || r)
 		return 5;
-	cbcmn_stats_snapshot(rt, &st, prev, 2);
-	for (uint64_t until = t_now_ns() + T_STALL_NS; t_now_ns() < until;) {
-		usleep(20000);
-		cbcmn_stats_snapshot(rt, &st, per, 2);
-		if (!memcmp(prev, per, sizeof(per)))
-			break;
-		memcpy(prev, per, sizeof(per));
-	}
+	quiet_stats(rt, per, prev, 2);
 	if (write(out, per, sizeof(per)) != (ssize_t)sizeof(per) || read(in, &c, 1) != 1)
 		return 6;
 	cbcmn_chan_destroy(p.ab);
@@ -722,10 +684,8 @@ int main(int argc, char **argv)
 {
 	if (argc == 5 && !strcmp(argv[1], "--work"))
 		return child_work(argv[2], atoi(argv[3]), atoi(argv[4]));
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
+	if (find_self())
 		return 1;
-	self[n] = 0;
 	if (argc == 2 && !strcmp(argv[1], "--inside"))
 		return run_inside();
 	const struct CMUnitTest tests[] = {

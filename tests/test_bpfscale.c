@@ -23,8 +23,7 @@
 #include "helpers.h"
 #include "common/bpfmon.h"
 #include "common/fib.h"
-
-static char self[PATH_MAX]; /* this binary, which also plays the child processes */
+#include "bpf_roles.h"
 
 /* A monitor on this process, or a skip saying why there cannot be one. */
 static struct bpfmon *open_self(uint32_t runtime, unsigned flags)
@@ -217,40 +216,9 @@ static void test_shard_values_own_their_lines(void **state)
 
 /* ---- child processes ---------------------------------------------------------- */
 
-/* Start this binary again as a child playing role (see main()). */
-static pid_t spawn_self(const char *role, const char *a1, const char *a2)
-{
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execl(self, self, role, a1, a2, (char *)NULL);
-		_exit(127);
-	}
-	return pid;
-}
-
-/* Role --run IN -: a runtime busy with fork-join until a byte (or EOF)
- * comes on descriptor in. */
-static int child_run(int in)
-{
-	cbcmn_runtime *rt = NULL;
-	if (cbcmn_runtime_create(NULL, &rt))
-		return 1;
-	for (;;) {
-		struct pollfd p = {.fd = in, .events = POLLIN};
-		if (poll(&p, 1, 0) != 0)
-			break;
-		struct fib f = {.n = 16};
-		int64_t r;
-		if (cbcmn_runtime_run(rt, fib_task, &f, &r) || r)
-			return 1;
-		usleep(5000);
-	}
-	cbcmn_runtime_destroy(rt);
-	return 0;
-}
-
-/* A child running child_run; *stop is the write end that ends it. */
+/* A child playing role --run IN - (child_run in bpf_roles.h: fork-join
+ * until a byte, or EOF, comes on descriptor in); *stop is the write end
+ * that ends it. */
 static pid_t start_target(int *stop)
 {
 	int p[2];
@@ -259,7 +227,7 @@ static pid_t start_target(int *stop)
 	assert_int_equal(fcntl(p[0], F_SETFD, 0), 0);
 	char in[16];
 	snprintf(in, sizeof(in), "%d", p[0]);
-	pid_t pid = spawn_self("--run", in, "-");
+	pid_t pid = spawn_role("--run", in, "-", NULL);
 	close(p[0]);
 	*stop = p[1];
 	/* Its runtime is up once its executors have names. */
@@ -409,7 +377,7 @@ static pid_t start_pinner(pid_t target)
 	assert_int_equal(fcntl(p[1], F_SETFD, 0), 0);
 	snprintf(t, sizeof(t), "%d", (int)target);
 	snprintf(o, sizeof(o), "%d", p[1]);
-	pid_t pid = spawn_self("--pin", t, o);
+	pid_t pid = spawn_role("--pin", t, o, NULL);
 	close(p[1]);
 	assert_int_equal(read(p[0], &c, 1), 1);
 	close(p[0]);
@@ -712,7 +680,7 @@ static void test_other_process_rings_not_ours(void **state)
 		struct fib f = {.n = 18};
 		int64_t r;
 		/* While ours runs, another process's rings complete NOPs. */
-		pid_t other = spawn_self("--rings", "16", "-");
+		pid_t other = spawn_role("--rings", "16", "-", NULL);
 		for (int i = 0; i < 20; i++)
 			assert_int_equal(cbcmn_runtime_run(rt, fib_task, &f, &r), 0);
 		int st;
@@ -723,7 +691,7 @@ static void test_other_process_rings_not_ours(void **state)
 		 * close: give it the time, then make many rings elsewhere. */
 		usleep(200000);
 		uint64_t ours = cqes_of(m, 2);
-		other = spawn_self("--rings", "128", "-");
+		other = spawn_role("--rings", "128", "-", NULL);
 		assert_int_equal(waitpid(other, &st, 0), other);
 		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 		uint64_t after = cqes_of(m, 2);
@@ -736,50 +704,6 @@ static void test_other_process_rings_not_ours(void **state)
 }
 
 /* ---- two runtimes in one process ------------------------------------------------ */
-
-/* A ping-pong between executors 0 and 1 of a runtime: lane messages and
- * doorbells on both. */
-struct pp {
-	cbcmn_chan *ab, *ba;
-	long rounds;
-};
-
-static int64_t pp_side(cbcmn_cx *cx, void *arg)
-{
-	struct pp *p = ((void **)arg)[0];
-	int side = (int)(intptr_t)((void **)arg)[1];
-	cbcmn_chan *out = side ? p->ba : p->ab, *in = side ? p->ab : p->ba;
-	long v = 0;
-	for (long i = 0; i < p->rounds; i++)
-		if ((side == 0 && cbcmn_chan_send(cx, out, &v)) || cbcmn_chan_recv(cx, in, &v) ||
-		    (side == 1 && cbcmn_chan_send(cx, out, &v)))
-			return -1;
-	return 0;
-}
-
-static int64_t pp_main(cbcmn_cx *cx, void *arg)
-{
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	void *a0[2] = {arg, (void *)0}, *a1[2] = {arg, (void *)1};
-	cbcmn_nursery_spawn_pinned(cx, n, 1, pp_side, a1, NULL);
-	cbcmn_nursery_spawn_pinned(cx, n, 0, pp_side, a0, NULL);
-	return cbcmn_nursery_await_all(cx, n);
-}
-
-static void pingpong(cbcmn_runtime *rt, long rounds)
-{
-	struct pp p = {.rounds = rounds};
-	int64_t r;
-	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &p.ab), 0);
-	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &p.ba), 0);
-	assert_int_equal(cbcmn_runtime_run(rt, pp_main, &p, &r), 0);
-	assert_int_equal(r, 0);
-	cbcmn_chan_destroy(p.ab);
-	cbcmn_chan_destroy(p.ba);
-}
 
 /* Two runtimes alive at once in one process have the same executor ids:
  * their probes landed on the same shards and merged.  The probes carry the
@@ -848,16 +772,8 @@ static int child_two(int in)
 	cbcmn_runtime *a = NULL, *b = NULL;
 	if (cbcmn_runtime_create(NULL, &a) || cbcmn_runtime_create(NULL, &b))
 		return 1;
-	for (;;) {
-		struct pollfd p = {.fd = in, .events = POLLIN};
-		if (poll(&p, 1, 0) != 0)
-			break;
-		struct fib f = {.n = 16};
-		int64_t r;
-		if (cbcmn_runtime_run(a, fib_task, &f, &r) || r)
-			return 1;
-		usleep(2000);
-	}
+	if (fib_until_byte(a, in, 16, 2000))
+		return 1;
 	cbcmn_runtime_destroy(b);
 	cbcmn_runtime_destroy(a);
 	return 0;
@@ -889,7 +805,7 @@ static void test_top_shows_the_runtime_asked_for(void **state)
 	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
 	assert_int_equal(fcntl(fds[0], F_SETFD, 0), 0);
 	snprintf(in, sizeof(in), "%d", fds[0]);
-	pid_t t = spawn_self("--two", in, "-");
+	pid_t t = spawn_role("--two", in, "-", NULL);
 	close(fds[0]);
 	for (uint64_t until = t_now_ns() + T_STALL_NS;; usleep(10000)) {
 		cbcmn_watch *w;
@@ -931,17 +847,15 @@ int main(int argc, char **argv)
 {
 	/* The child roles this binary plays for the tests above. */
 	if (argc == 4 && !strcmp(argv[1], "--run"))
-		return child_run(atoi(argv[2]));
+		return child_run(atoi(argv[2]), 16, 5000);
 	if (argc == 4 && !strcmp(argv[1], "--pin"))
 		return child_pin(atoi(argv[2]), atoi(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "--two"))
 		return child_two(atoi(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "--rings"))
 		return child_rings(atoi(argv[2]));
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
+	if (find_self())
 		return 1;
-	self[n] = 0;
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_executors_past_256_have_their_shards),
 		T_WATCHED_TEST(test_shard_values_own_their_lines),

@@ -131,11 +131,13 @@ static int64_t io_everywhere(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, nu);
 }
 
-static void create_in_64k(void)
+/* In the child: a runtime of workers executors is created, I/O on every
+ * ring works, and it is destroyed. */
+static void create_and_do_io(uint32_t workers)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
-	cfg.workers = 2; /* 2 x 32 KiB at the default 256 entries: no room */
+	cfg.workers = workers;
 	cbcmn_runtime *rt = NULL;
 	int rc = cbcmn_runtime_create(&cfg, &rt);
 	if (rc != 0)
@@ -145,6 +147,11 @@ static void create_in_64k(void)
 	CHILD_CHECK(cbcmn_runtime_run(rt, io_everywhere, NULL, &r) == 0);
 	CHILD_CHECK(r == 0);
 	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+static void create_in_64k(void)
+{
+	create_and_do_io(2); /* 2 x 32 KiB at the default 256 entries: no room */
 }
 
 /* The bug: the default rings did not fit in 64 KiB (a common default of
@@ -159,18 +166,7 @@ static void test_small_memlock_rings_shrink_to_fit(void **state)
 
 static void create_600_in_8m(void)
 {
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 600;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc != 0)
-		fprintf(stderr, "child: create returned %d (%s)\n", rc, cbcmn_strerror(rc));
-	CHILD_CHECK(rc == 0);
-	int64_t r = -1;
-	CHILD_CHECK(cbcmn_runtime_run(rt, io_everywhere, NULL, &r) == 0);
-	CHILD_CHECK(r == 0);
-	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+	create_and_do_io(600);
 }
 
 /* The bug: 600 executors (RUN.md allows 1024) failed in a login's 8 MiB
