@@ -220,6 +220,22 @@ static void test_regression_second_runtime_rings_fit_beside_the_first(void **sta
 
 /* The checkout's scripts/run-unprivileged.sh, found above this binary
  * (build/tests/, build/asan/tests/, or run-unprivileged.sh's copy). */
+/* Copy file from to to (mode), as a whole.  False on any failure. */
+static bool copy_file(const char *from, const char *to, mode_t mode)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1;
+	bool ok = in >= 0 && (out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)) >= 0;
+	char buf[8192];
+	ssize_t n;
+	while (ok && (n = read(in, buf, sizeof(buf))) != 0)
+		ok = n > 0 && write(out, buf, (size_t)n) == n;
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && (close(out) || fchmodat(AT_FDCWD, to, mode, 0)))
+		ok = false;
+	return ok;
+}
+
 static bool find_unpriv_script(char *out, size_t len)
 {
 	char path[PATH_MAX];
@@ -243,10 +259,13 @@ static bool find_unpriv_script(char *out, size_t len)
 
 /* In the child (not root, hard RLIMIT_MEMLOCK 64 KiB): the script on a
  * build holding one suite that passes exits 0. */
+/* The scripts the child runs: copies the parent made where any user may
+ * read them (the checkout may be under /root, which nobody may enter). */
+static char unpriv_script[PATH_MAX];
+
 static void unpriv_script_under_low_hard_memlock(void)
 {
-	static char script[PATH_MAX];
-	CHILD_CHECK(find_unpriv_script(script, sizeof(script)));
+	const char *script = unpriv_script;
 	char dir[] = "/tmp/test_limits-unpriv-XXXXXX", suite[PATH_MAX + 64];
 	CHILD_CHECK(mkdtemp(dir) != NULL);
 	snprintf(suite, sizeof(suite), "%s/tests", dir);
@@ -287,7 +306,24 @@ static void test_regression_unprivileged_script_under_low_hard_memlock(void **st
 	char script[PATH_MAX];
 	if (!find_unpriv_script(script, sizeof(script)))
 		T_SKIP("scripts/run-unprivileged.sh not found above this binary");
+	/* It runs run-tests.sh from its own directory: copy both. */
+	char dir[] = "/tmp/test_limits-scripts-XXXXXX", from[PATH_MAX], to[PATH_MAX + 64];
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(chmod(dir, 0755), 0);
+	static const char *const names[] = {"run-unprivileged.sh", "run-tests.sh"};
+	char *slash = strrchr(script, '/');
+	for (int i = 0; i < 2; i++) {
+		snprintf(from, sizeof(from), "%.*s/%s", (int)(slash - script), script, names[i]);
+		snprintf(to, sizeof(to), "%s/%s", dir, names[i]);
+		assert_true(copy_file(from, to, 0755));
+	}
+	snprintf(unpriv_script, sizeof(unpriv_script), "%s/%s", dir, names[0]);
 	run_unprivileged(unpriv_script_under_low_hard_memlock, 64 * 1024, T_STALL_S);
+	for (int i = 0; i < 2; i++) {
+		snprintf(to, sizeof(to), "%s/%s", dir, names[i]);
+		unlink(to);
+	}
+	rmdir(dir);
 }
 
 /* A fake build for the script: tests/NAME, a shell script of body. */
