@@ -1010,10 +1010,25 @@ static void refusal_reason(char *out, size_t len, const char *log, int rc)
 		snprintf(out, len, "refused at load: %s", strerror(-rc));
 }
 
+/* The runtime whose failed steals are counted: the oldest alive, or the
+ * one of id m->runtime (bpfmon_open_runtime()).  0 or -ENOENT. */
+static int watch_runtime(struct bpfmon *m, cbcmn_watch **w)
+{
+	for (uint32_t idx = 0;; idx++) {
+		cbcmn_stats st;
+		if (cbcmn_watch_open(m->pid, idx, w))
+			return -ENOENT;
+		if (!m->runtime || (!cbcmn_watch_read(*w, &st, NULL, 0) && st.runtime_id == m->runtime))
+			return 0;
+		cbcmn_watch_close(*w);
+		*w = NULL;
+	}
+}
+
 /* Failed steal probes per executor since attach, from the runtime's
  * counters (steal_attempts - steal_successes: one cbcmn:steal_fail each)
- * into out[i].c.steal_fails.  The oldest runtime alive is followed; its
- * count when first read is the base if it was there at attach (what it
+ * into out[i].c.steal_fails.  The runtime watched (watch_runtime()) is
+ * followed; its count when first read is the base if it was there at attach (what it
  * did before is not ours), 0 if it came later.  When it ends, its last
  * count is kept and the next runtime is followed: the figure never steps
  * back.  Nothing when the process has no runtime (yet). */
@@ -1021,7 +1036,7 @@ static void fails_read(struct bpfmon *m, struct bpfmon_shard *out, uint32_t n, b
 {
 	for (int round = 0; round < 2; round++) {
 		if (!m->w) {
-			if (cbcmn_watch_open(m->pid, 0, &m->w))
+			if (watch_runtime(m, &m->w))
 				break;
 			memset(m->fails_base, 0, sizeof(m->fails_base));
 			memset(m->fails_last, 0, sizeof(m->fails_last));
@@ -1156,6 +1171,22 @@ static int map_get(const struct bpfmon *m, int mm, int fd, __u32 key, void *out,
 	return bpf_map_lookup_elem(fd, &key, out) ? -errno : 0;
 }
 
+/* Has process pid exited, or is it exiting (a zombie: its executable and
+ * maps are gone already, so it looks like no cbcmn program)? */
+static bool process_ended(pid_t pid)
+{
+	char p[64], buf[256];
+	if (kill(pid, 0) && errno == ESRCH)
+		return true;
+	snprintf(p, sizeof(p), "/proc/%d/stat", pid);
+	FILE *f = fopen(p, "re");
+	if (!f)
+		return errno == ENOENT;
+	char *rp = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	return rp && (rp[1] == ' ') && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
 int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen)
 {
 	return bpfmon_open_runtime(out, pid, 0, flags, err, errlen);
@@ -1182,6 +1213,9 @@ int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsign
 	char bins[MAX_BINS][PATH_MAX];
 	snprintf(p, sizeof(p), "/proc/%d/exe", pid);
 	int exe_errno = readlink(p, bins[0], PATH_MAX) < 0 ? errno : 0;
+	if (exe_errno == ENOENT && process_ended(pid))
+		return fail(err, errlen, -ESRCH, "process %d exited while the programs were attached",
+			    (int)pid);
 	if (exe_errno == ENOENT)
 		return fail(err, errlen, -ENOENT,
 			    "process %d has no executable (a kernel thread, or exiting)", (int)pid);
@@ -1189,6 +1223,9 @@ int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsign
 	bool cbcmn = false;
 	for (int b = 0; b < nbins && !cbcmn; b++)
 		cbcmn = has_cbcmn_probes(bins[b]);
+	if (nbins && !cbcmn && process_ended(pid))
+		return fail(err, errlen, -ESRCH, "process %d exited while the programs were attached",
+			    (int)pid);
 	if (nbins && !cbcmn) {
 		char comm[32] = "?";
 		snprintf(p, sizeof(p), "/proc/%d/comm", pid);
@@ -1415,6 +1452,10 @@ bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t why
 			need = field_need[i].need;
 	if (whylen)
 		why[0] = 0;
+	/* Without cbcmn:steal_fail (BPFMON_STEAL_FAIL), failed steals come
+	 * from the runtime's own counters: measured all the same. */
+	if (m->fails_from_runtime)
+		need &= ~B(SRC_STEAL_FAIL);
 	for (int src = 0; src < NSRC; src++) {
 		if (!(need & B(src)))
 			continue;
