@@ -558,4 +558,43 @@ static inline bool t_wait_parked(cbcmn_runtime *rt)
 	return all;
 }
 
+/* ---- files around the suite ---------------------------------------------- */
+
+#include <limits.h>
+
+/* Everything fd gives until EOF (or len - 1 bytes) into buf, NUL-ended;
+ * closes fd.  Returns the length read. */
+static inline size_t t_read_all(int fd, char *buf, size_t len)
+{
+	size_t at = 0;
+	ssize_t n;
+	while (at + 1 < len && (n = read(fd, buf + at, len - 1 - at)) > 0)
+		at += (size_t)n;
+	buf[at] = 0;
+	close(fd);
+	return at;
+}
+
+/* The nearest directory above this binary that holds rel, executable
+ * (build/tests: two levels up, build/asan/tests: three) into dir.  False
+ * if there is none within five levels. */
+static inline bool t_dir_above_exe(const char *rel, char *dir, size_t len)
+{
+	char path[PATH_MAX], probe[PATH_MAX + 128];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+	if (n <= 0)
+		return false;
+	path[n] = 0;
+	for (int up = 0; up < 5; up++) {
+		char *slash = strrchr(path, '/');
+		if (!slash || slash == path)
+			return false;
+		*slash = 0;
+		snprintf(probe, sizeof(probe), "%s/%s", path, rel);
+		if (access(probe, X_OK) == 0)
+			return snprintf(dir, len, "%s", path) < (int)len;
+	}
+	return false;
+}
+
 #endif

@@ -503,12 +503,7 @@ static int run_capture(char *const argv[], const char *env, char *buf, size_t le
 		_exit(127);
 	}
 	close(p[1]);
-	size_t at = 0;
-	ssize_t n;
-	while (at + 1 < len && (n = read(p[0], buf + at, len - 1 - at)) > 0)
-		at += (size_t)n;
-	buf[at] = 0;
-	close(p[0]);
+	t_read_all(p[0], buf, len);
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);

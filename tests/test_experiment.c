@@ -34,25 +34,7 @@ static char tmpdir[PATH_MAX];  /* this suite's scratch directory */
  * script (two levels up for build/tests, three for build/asan/tests). */
 static bool find_root(void)
 {
-	char path[PATH_MAX], probe[PATH_MAX + 64];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-
-	if (n <= 0)
-		return false;
-	path[n] = 0;
-	for (int up = 0; up < 5; up++) {
-		char *slash = strrchr(path, '/');
-
-		if (!slash || slash == path)
-			return false;
-		*slash = 0;
-		snprintf(probe, sizeof(probe), "%s/scripts/affinity-experiment.sh", path);
-		if (access(probe, X_OK) == 0) {
-			snprintf(root, sizeof(root), "%s", path);
-			return true;
-		}
-	}
-	return false;
+	return t_dir_above_exe("scripts/affinity-experiment.sh", root, sizeof(root));
 }
 
 /* Whole file into a malloc'd string (NULL if it cannot be read). */

@@ -238,23 +238,9 @@ static bool copy_file(const char *from, const char *to, mode_t mode)
 
 static bool find_unpriv_script(char *out, size_t len)
 {
-	char path[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-	if (n <= 0)
-		return false;
-	path[n] = 0;
-	for (int up = 0; up < 5; up++) {
-		char *slash = strrchr(path, '/');
-		if (!slash || slash == path)
-			return false;
-		*slash = 0;
-		if (snprintf(out, len, "%.*s/scripts/run-unprivileged.sh", (int)(len - 32), path) >=
-		    (int)len)
-			return false;
-		if (access(out, X_OK) == 0)
-			return true;
-	}
-	return false;
+	char dir[PATH_MAX];
+	return t_dir_above_exe("scripts/run-unprivileged.sh", dir, sizeof(dir)) &&
+	       snprintf(out, len, "%s/scripts/run-unprivileged.sh", dir) < (int)len;
 }
 
 /* In the child (not root, hard RLIMIT_MEMLOCK 64 KiB): the script on a

@@ -21,12 +21,7 @@ static int in_child(void (*fn)(void), char *out, size_t len)
 		_exit(0);
 	}
 	close(p[1]);
-	size_t n = 0;
-	ssize_t r;
-	while (n + 1 < len && (r = read(p[0], out + n, len - 1 - n)) > 0)
-		n += (size_t)r;
-	out[n] = 0;
-	close(p[0]);
+	t_read_all(p[0], out, len);
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	return st;
