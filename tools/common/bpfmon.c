@@ -580,12 +580,6 @@ static __u32 xlat(struct bpfmon *m, __u32 tid, bool to_view)
 	return 0;
 }
 
-/* Executors already running: threads named "cbcmn-exec-N".  Only adds
- * threads the map does not know (exec_start may have beaten us).  Their
- * thread and CPU go to m->ident (bpfmon_read reports them where the shard
- * has none from exec_start) and, before the programs are attached
- * (attached: false), into the shards map too, for readers of a pinned map:
- * once attached, rewriting a shard's value could lose a concurrent add. */
 /* Executor id's thread is tid (pinned to cpu, -1 none): into the threads
  * map unless exec_start beat us, and into the shards map before attach. */
 static void note_executor(struct bpfmon *m, __u32 id, __u32 vtid, __s32 cpu, bool attached)
@@ -611,29 +605,41 @@ static void note_executor(struct bpfmon *m, __u32 id, __u32 vtid, __s32 cpu, boo
 	}
 }
 
+/* The runtime watched: the oldest alive, or the one of id m->runtime
+ * (bpfmon_open_runtime()).  0 or -ENOENT. */
+static int watch_runtime(struct bpfmon *m, cbcmn_watch **w)
+{
+	for (uint32_t idx = 0;; idx++) {
+		cbcmn_stats st;
+		if (cbcmn_watch_open(m->pid, idx, w))
+			return -ENOENT;
+		if (!m->runtime || (!cbcmn_watch_read(*w, &st, NULL, 0) && st.runtime_id == m->runtime))
+			return 0;
+		cbcmn_watch_close(*w);
+		*w = NULL;
+	}
+}
+
 /* One runtime's executors, from its statistics segment (the thread names
  * do not say which runtime a thread is of).  Returns false if the process
  * has no runtime with that id. */
 static bool scan_runtime(struct bpfmon *m, bool attached)
 {
-	for (uint32_t idx = 0;; idx++) {
-		cbcmn_watch *w;
-		cbcmn_stats st;
-		if (cbcmn_watch_open(m->pid, idx, &w))
-			return false;
-		cbcmn_executor_stats *per = NULL;
-		bool found = !cbcmn_watch_read(w, &st, NULL, 0) && st.runtime_id == m->runtime;
-		if (found && (per = calloc(st.executors ? st.executors : 1, sizeof(*per))) &&
-		    !cbcmn_watch_read(w, &st, per, st.executors))
-			for (uint32_t i = 0; i < st.executors && i < CBCMN_BPF_MAX_SHARDS; i++)
-				if (per[i].tid > 0) /* the runtime's own gettid(): ours here */
-					note_executor(m, i, (__u32)pidns_view_tid(m->pid, per[i].tid),
-						      per[i].cpu, attached);
-		free(per);
-		cbcmn_watch_close(w);
-		if (found)
-			return true;
-	}
+	cbcmn_watch *w;
+	cbcmn_stats st;
+	if (watch_runtime(m, &w))
+		return false;
+	cbcmn_executor_stats *per = NULL;
+	if (!cbcmn_watch_read(w, &st, NULL, 0) &&
+	    (per = calloc(st.executors ? st.executors : 1, sizeof(*per))) &&
+	    !cbcmn_watch_read(w, &st, per, st.executors))
+		for (uint32_t i = 0; i < st.executors && i < CBCMN_BPF_MAX_SHARDS; i++)
+			if (per[i].tid > 0) /* the runtime's own gettid(): ours here */
+				note_executor(m, i, (__u32)pidns_view_tid(m->pid, per[i].tid),
+					      per[i].cpu, attached);
+	free(per);
+	cbcmn_watch_close(w);
+	return true;
 }
 
 /* Executors already running: threads named "cbcmn-exec-N" (or, for one
@@ -1008,21 +1014,6 @@ static void refusal_reason(char *out, size_t len, const char *log, int rc)
 		snprintf(out, len, "rejected by the verifier: %.*s", n, why);
 	else
 		snprintf(out, len, "refused at load: %s", strerror(-rc));
-}
-
-/* The runtime whose failed steals are counted: the oldest alive, or the
- * one of id m->runtime (bpfmon_open_runtime()).  0 or -ENOENT. */
-static int watch_runtime(struct bpfmon *m, cbcmn_watch **w)
-{
-	for (uint32_t idx = 0;; idx++) {
-		cbcmn_stats st;
-		if (cbcmn_watch_open(m->pid, idx, w))
-			return -ENOENT;
-		if (!m->runtime || (!cbcmn_watch_read(*w, &st, NULL, 0) && st.runtime_id == m->runtime))
-			return 0;
-		cbcmn_watch_close(*w);
-		*w = NULL;
-	}
 }
 
 /* Failed steal probes per executor since attach, from the runtime's
