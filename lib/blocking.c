@@ -35,8 +35,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "blocking.h"
 #include "iwait.h"
 #include "runtime.h"
+#include "timer.h"
 
 /* How long a pool thread waits for work before it ends. */
 #define IDLE_NS (3 * 1000000000ll)
@@ -348,36 +350,57 @@ int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *resul
 	 * waits for budget, or is ended there, leaves no job behind.  Checks
 	 * the stack room first (cbcmn__stack_check). */
 	cbcmn__charge(self, CBCMN__B_SYSCALLS, 1);
+	return cbcmn__blocking_call(self, fn, arg, result, UINT64_MAX, NULL);
+}
 
+int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *arg,
+			 int64_t *result, uint64_t deadline, void (*interrupt)(void *arg))
+{
 	struct cbcmn__blocking_pool *p = self->rt->blocking;
 	struct job j = {.fn = fn, .arg = arg};
 	atomic_init(&j.state, J_QUEUED);
 	cbcmn__iwait_init(&j.iw, self); /* PARKING: no fiber switch until we block */
+	/* Armed before the job is queued: it fires on our executor, which is
+	 * busy running us until we block. */
+	struct cbcmn__timer *tm = NULL;
+	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &j.iw))) {
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		return -ENOMEM;
+	}
 	cbcmn__mutex_lock(&p->lock);
 	int rc = submit(p, &j);
 	cbcmn__mutex_unlock(&p->lock);
 	if (rc) {
+		if (tm)
+			cbcmn__timer_disarm(tm);
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		return rc;
 	}
 
-	if (cbcmn__iwait_block(&j.iw) == CBCMN__IW_WOKEN) {
+	uint32_t how = cbcmn__iwait_block(&j.iw);
+	if (tm)
+		cbcmn__timer_disarm(tm);
+	if (how == CBCMN__IW_WOKEN) {
 		/* The acquire in iwait_block pairs with the pool thread's claim. */
 		if (result)
 			*result = j.result;
 		return 0;
 	}
+	rc = how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 
-	/* Cancelled.  Still queued: take it back, fn never runs. */
+	/* Cancelled (or timed out).  Still queued: take it back, fn never runs. */
 	cbcmn__mutex_lock(&p->lock);
 	bool queued = atomic_load_explicit(&j.state, memory_order_relaxed) == J_QUEUED;
 	if (queued)
 		q_del(p, &j);
 	cbcmn__mutex_unlock(&p->lock);
 	if (queued)
-		return CBCMN_ECANCELED;
+		return rc;
 
-	/* fn has started: wait for it to return (arg may be on our stack). */
+	/* fn has started: wait for it to return (arg may be on our stack),
+	 * after asking it to stop if the caller can. */
+	if (interrupt)
+		interrupt(arg);
 	j.done_w.task = self;
 	atomic_init(&j.done_w.futex, 0);
 	atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
@@ -396,5 +419,5 @@ int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *resul
 	(void)s; /* J_DONE here, always */
 	if (result)
 		*result = j.result;
-	return CBCMN_ECANCELED;
+	return rc;
 }

@@ -66,6 +66,7 @@ int cbcmn__ep_init(struct cbcmn__exec *e)
 	if (ep->epfd < 0 || e->ring.efd < 0 || epoll_ctl(ep->epfd, EPOLL_CTL_ADD, e->ring.efd, &ev))
 		rc = -errno;
 	e->ep = ep; /* destroy frees what was made */
+	cbcmn__ep_pool_init();
 	return rc ? rc : cbcmn__ep_sq_init(ep);
 }
 
@@ -424,8 +425,6 @@ struct call {
 	size_t done;                     /* bytes moved so far */
 	bool plain;                      /* no RWF_NOWAIT: the fd is O_NONBLOCK itself */
 	bool pool;                       /* in the blocking pool: may block */
-	bool ran;                        /* the pool ran it (it took effect) */
-	int64_t res;                     /* the pool's result */
 	size_t ctl_len;                  /* recvmsg: the caller's msg_controllen, before */
 };
 
@@ -550,44 +549,35 @@ static int64_t rw(struct call *c)
 	return rc;
 }
 
-/* The blocking pool's side: the call, blocking. */
+/* The blocking pool's side: the call, blocking (epoll_pool.c interrupts it
+ * with a signal: -EINTR). */
 static int64_t pool_fn(void *arg)
 {
 	struct call *c = arg;
 	const struct io_uring_sqe *sqe = c->sqe;
-	int64_t rc;
 	switch (sqe->opcode) {
 	case IORING_OP_OPENAT:
-		rc = sys(openat(sqe->fd, (const char *)(uintptr_t)sqe->addr, (int)sqe->open_flags,
-				(mode_t)sqe->len));
-		break;
+		return sys(openat(sqe->fd, (const char *)(uintptr_t)sqe->addr, (int)sqe->open_flags,
+				  (mode_t)sqe->len));
 	case IORING_OP_STATX:
-		rc = sys(statx(sqe->fd, (const char *)(uintptr_t)sqe->addr, (int)sqe->statx_flags,
-			       sqe->len, (struct statx *)(uintptr_t)sqe->off));
-		break;
+		return sys(statx(sqe->fd, (const char *)(uintptr_t)sqe->addr, (int)sqe->statx_flags,
+				 sqe->len, (struct statx *)(uintptr_t)sqe->off));
 	case IORING_OP_FSYNC:
-		rc = sys(sqe->fsync_flags & IORING_FSYNC_DATASYNC ? fdatasync(sqe->fd) : fsync(sqe->fd));
-		break;
+		return sys(sqe->fsync_flags & IORING_FSYNC_DATASYNC ? fdatasync(sqe->fd) : fsync(sqe->fd));
 	default:
-		rc = rw(c);
-		break;
+		return rw(c);
 	}
-	c->res = rc;
-	c->ran = true;
-	return rc;
 }
 
-/* Run the rest of c in the blocking pool.  What it did is the result, even
- * when the task was cancelled meanwhile (the pool then waits for it);
- * CBCMN_ECANCELED only if it never ran. */
-static int64_t pool_call(struct cbcmn_task *t, struct call *c)
+/* Run the rest of c in the blocking pool, until deadline or the task's
+ * cancellation, which interrupt it (epoll_pool.c).  What it did is the
+ * result, even when the task was cancelled meanwhile; CBCMN_ECANCELED or
+ * -ETIMEDOUT only if it did not happen. */
+static int64_t pool_call(struct cbcmn_task *t, struct call *c, uint64_t deadline)
 {
+	bool ran;
 	c->pool = true;
-	c->ran = false;
-	int rc = cbcmn_blocking((cbcmn_cx *)t, pool_fn, c, NULL);
-	/* c->ran and c->res: written by the pool thread before the release
-	 * that cbcmn_blocking()'s return acquires. */
-	return c->ran ? c->res : rc;
+	return cbcmn__ep_pool_call(t, pool_fn, c, deadline, &ran);
 }
 
 /* Set a listening socket O_NONBLOCK for good (docs/IO.md): accept4(2) has
@@ -716,7 +706,7 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 	case IORING_OP_OPENAT: /* a FIFO's open, a slow disk: may block */
 	case IORING_OP_STATX:
 	case IORING_OP_FSYNC:
-		return pool_call(t, &c);
+		return pool_call(t, &c, deadline);
 	default:
 		break;
 	}
@@ -750,7 +740,7 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 			rc = wait_fd(t, sqe->fd, events, deadline);
 			if (rc == 0 && cbcmn__task_cancelled(t))
 				rc = CBCMN_ECANCELED;
-			return rc && rc != -EPERM ? rc : pool_call(t, &c);
+			return rc && rc != -EPERM ? rc : pool_call(t, &c, deadline);
 		}
 		if (rc > 0 && waitall && c.done + (size_t)rc < total && stream_socket(sqe->fd) &&
 		    !(sqe->opcode == IORING_OP_RECVMSG &&
@@ -776,7 +766,7 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 								     : (off_t)(sqe->off + c.done);
 				if (rd && S_ISREG(st.st_mode) && pos >= st.st_size)
 					return (int64_t)c.done;
-				int64_t more = pool_call(t, &c);
+				int64_t more = pool_call(t, &c, deadline);
 				return more < 0 ? (int64_t)c.done : (int64_t)c.done + more;
 			}
 		}
@@ -784,7 +774,7 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 			return rc >= 0 ? rc + (int64_t)c.done : c.done ? (int64_t)c.done : rc;
 		rc = wait_fd(t, sqe->fd, events, deadline);
 		if (rc == -EPERM) /* a regular file not in the page cache */
-			return c.done ? (int64_t)c.done : pool_call(t, &c);
+			return c.done ? (int64_t)c.done : pool_call(t, &c, deadline);
 		if (rc == 0 && cbcmn__task_cancelled(t))
 			rc = CBCMN_ECANCELED; /* ready, but not tried: nothing happened */
 		if (rc)

@@ -4,6 +4,8 @@
 #ifndef CBCMN_EPOLL_INT_H
 #define CBCMN_EPOLL_INT_H
 
+#include <signal.h>
+
 #include "epoll.h"
 #include "iwait.h"
 
@@ -79,6 +81,18 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w);
 
 /* epoll.c: make a listening socket O_NONBLOCK for good (docs/IO.md). */
 int cbcmn__ep_nonblock(int fd);
+
+/* epoll_pool.c: a call in the blocking pool that the task's cancellation
+ * and deadline (cbcmn__now ns, UINT64_MAX none; not in lab mode) interrupt:
+ * fn(arg) on a pool thread, retried on an EINTR nobody asked for.  Returns
+ * its result (*ran), or CBCMN_ECANCELED / -ETIMEDOUT if it did not happen
+ * (never started, or interrupted with EINTR), or the pool's error (-EAGAIN).
+ * The interrupt is this signal, installed once per process (init) without
+ * SA_RESTART, unless the program has a handler of its own for it. */
+#define CBCMN__EP_IRQ_SIG (SIGRTMAX - 3)
+void cbcmn__ep_pool_init(void);
+int64_t cbcmn__ep_pool_call(struct cbcmn_task *t, int64_t (*fn)(void *arg), void *arg,
+			    uint64_t deadline, bool *ran);
 
 /* epoll_sq.c */
 int cbcmn__ep_sq_init(struct cbcmn__ep *ep);

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -1469,6 +1470,7 @@ static void test_cancel_waitall_part_way_returns_what_moved(void **state)
 struct fifo_call {
 	const char *path;
 	int64_t rc;
+	uint64_t timeout_ns;   /* the child's I/O timeout, 0: none */
 	_Atomic int entered;
 };
 
@@ -1476,41 +1478,101 @@ static int64_t fifo_child(cbcmn_cx *cx, void *arg)
 {
 	struct fifo_call *c = arg;
 	atomic_store(&c->entered, 1);
+	cbcmn_io_set_timeout(cx, c->timeout_ns);
 	c->rc = cbcmn_openat(cx, AT_FDCWD, c->path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+	cbcmn_io_set_timeout(cx, 0);
 	return 0;
 }
 
-static void test_cancel_blocked_in_io_worker_is_ecanceled(void **state)
+/* If the call was not interrupted, a writer after RESCUE_MS ends it (the
+ * open then returns a descriptor, and the test fails saying so, instead of
+ * hanging).  O_NONBLOCK: with no reader waiting it fails with ENXIO. */
+#define RESCUE_MS 3000
+
+struct rescue {
+	const char *path;
+	_Atomic int stop;
+	pthread_t th;
+};
+
+static void *rescue_main(void *arg)
 {
-	(void)state;
-	if (t_backend() == CBCMN_BACKEND_EPOLL) {
-		T_SKIP("epoll backend: an openat runs in the blocking pool, where a FIFO's open "
-		       "is not interrupted (docs/IO.md, Backends)");
-		return;
+	struct rescue *r = arg;
+	uint64_t end = t_now_ns() + RESCUE_MS * MS;
+	while (!atomic_load(&r->stop) && t_now_ns() < end) {
+		struct timespec ms5 = {0, 5 * 1000000l};
+		nanosleep(&ms5, NULL);
 	}
+	if (atomic_load(&r->stop))
+		return NULL;
+	int fd = open(r->path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd >= 0) {
+		struct timespec ms50 = {0, 50 * 1000000l};
+		nanosleep(&ms50, NULL); /* the reader's open has returned */
+		close(fd);
+	}
+	return NULL;
+}
+
+/* One FIFO openat without a writer, in a child of a nursery: cancelled
+ * after 50 ms (timeout_ns 0), or ended by its I/O timeout.  Its result. */
+static int64_t fifo_open_run(uint64_t timeout_ns)
+{
 	int fds0 = t_count_fds();
 	char path[64];
 	snprintf(path, sizeof(path), "/tmp/cbcmn-iocancel-fifo-%d", (int)getpid());
 	unlink(path);
 	assert_int_equal(mkfifo(path, 0600), 0);
+	struct rescue r = {.path = path};
+	assert_int_equal(pthread_create(&r.th, NULL, rescue_main, &r), 0);
 	cbcmn_runtime *rt = t_runtime(1);
-	struct fifo_call c = {.path = path, .rc = NOT_RUN};
+	struct fifo_call c = {.path = path, .rc = NOT_RUN, .timeout_ns = timeout_ns};
 	cbcmn_nursery *n;
 	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
 	assert_int_equal(cbcmn_nursery_spawn(NULL, n, fifo_child, &c, NULL), 0);
 	uint64_t end = t_now_ns() + 5000 * MS;
 	while (!atomic_load(&c.entered) && t_now_ns() < end)
 		sched_yield();
-	/* In the worker, waiting for a writer. */
-	struct timespec ms50 = {0, 50 * 1000000l};
-	nanosleep(&ms50, NULL);
-	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	if (!timeout_ns) {
+		/* In the worker (or the pool), waiting for a writer. */
+		struct timespec ms50 = {0, 50 * 1000000l};
+		nanosleep(&ms50, NULL);
+		assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	}
 	cbcmn_nursery_await_all(NULL, n);
+	atomic_store(&r.stop, 1);
+	pthread_join(r.th, NULL);
 	t_destroy(rt);
 	unlink(path);
-	printf("  cancelled openat of a FIFO: %lld (%s)\n", (long long)c.rc, cbcmn_strerror(c.rc));
-	assert_int_equal(c.rc, CBCMN_ECANCELED);
+	printf("  %s openat of a FIFO: %lld (%s)\n", timeout_ns ? "timed out" : "cancelled",
+	       (long long)c.rc, cbcmn_strerror(c.rc));
+	if (c.rc >= 0 && c.rc != NOT_RUN)
+		close((int)c.rc);
 	assert_int_equal(t_count_fds(), fds0);
+	return c.rc;
+}
+
+static void test_cancel_blocked_in_io_worker_is_ecanceled(void **state)
+{
+	(void)state;
+	assert_int_equal(fifo_open_run(0), CBCMN_ECANCELED);
+}
+
+/* On epoll the openat runs in the blocking pool: cancelled or timed out,
+ * its thread was not interrupted and the task waited for a writer (here
+ * the rescue's, after 3 s: the call returned a descriptor).  Now a signal
+ * interrupts the pool thread's call. */
+static void test_epoll_blocking_pool_call_ends_at_its_timeout(void **state)
+{
+	(void)state;
+	if (t_backend() != CBCMN_BACKEND_EPOLL) {
+		T_SKIP("io_uring: a linked timeout does not stop a call queued to io-wq from "
+		       "the start (docs/IO.md, Limits)");
+		return;
+	}
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(fifo_open_run(50 * MS), -ETIMEDOUT);
+	assert_true(t_now_ns() - t0 < RESCUE_MS * MS);
 }
 
 /* ---- 7. a close is never undone ---------------------------------------- *
@@ -1651,6 +1713,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_executor_death_hands_out_accepted_connections),
 		T_WATCHED_TEST(test_cancel_waitall_part_way_returns_what_moved),
 		T_WATCHED_TEST(test_cancel_blocked_in_io_worker_is_ecanceled),
+		T_WATCHED_TEST(test_epoll_blocking_pool_call_ends_at_its_timeout),
 		T_WATCHED_TEST(test_close_with_timeout_is_never_undone),
 	};
 	return cmocka_run_group_tests_name("iocancel", tests, NULL, NULL);
