@@ -236,12 +236,19 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 	uint32_t rest = 0;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
 		rest |= w->events;
-	if (rest && fd_arm(ep, fd, rest) != 0) {
-		/* Cannot re-arm (out of memory in the kernel): let them try
-		 * again and register anew. */
+	int err = rest ? fd_arm(ep, fd, rest) : 0;
+	if (err) {
+		/* Cannot re-arm (out of memory in the kernel, the watch limit,
+		 * the descriptor closed): nothing would wake them.  A task's
+		 * wait tries again and registers anew (or fails with the
+		 * error); an emulated request ends with the error, which its
+		 * stream or acceptor reports (an acceptor takes -ENOMEM as a
+		 * failure that passes and arms again after a pause). */
 		for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 			next = w->fnext;
-			if (!w->ready && cbcmn__iwait_claim(&w->iw)) {
+			if (w->ready) {
+				cbcmn__ep_sq_fail(e, w, err);
+			} else if (cbcmn__iwait_claim(&w->iw)) {
 				cbcmn__ep_unwatch(ep, w);
 				cbcmn__iwait_wake(&w->iw, e);
 			}

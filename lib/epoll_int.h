@@ -97,6 +97,9 @@ int64_t cbcmn__ep_pool_call(struct cbcmn_task *t, int64_t (*fn)(void *arg), void
 /* epoll_sq.c */
 int cbcmn__ep_sq_init(struct cbcmn__ep *ep);
 bool cbcmn__ep_sq_busy(const struct cbcmn__ep *ep);
+/* End the emulated request watching with w with err (its registration
+ * could not be re-armed): its last completion, handed out in order. */
+void cbcmn__ep_sq_fail(struct cbcmn__exec *e, struct ep_wait *w, int err);
 /* Submit the queued SQEs, fire due timeouts, hand out the completions. */
 void cbcmn__ep_sq_run(struct cbcmn__exec *e);
 /* ns until the earliest emulated timeout, UINT64_MAX for none. */

@@ -184,6 +184,11 @@ static struct ep_op *find(struct ep_op *list, uint64_t ud)
 	return list;
 }
 
+void cbcmn__ep_sq_fail(struct cbcmn__exec *e, struct ep_wait *w, int err)
+{
+	op_finish(e->ep, of(w), err);
+}
+
 /* Carry out one SQE. */
 static void submit_one(struct cbcmn__exec *e, const struct io_uring_sqe *sqe)
 {

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1052,6 +1053,85 @@ static void test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe(void **state)
 	in_child(nosig_body, NULL, 0);
 }
 
+/* A stream whose registration cannot be re-armed after its first chunk
+ * (epoll_ctl MOD fails with ENOMEM for its socket, from a seccomp filter):
+ * the request ended unwatched and the stream never got anything again, its
+ * task waiting for ever; now the request ends with the error and the
+ * stream reports it. */
+struct rearm {
+	int sv[2];
+	_Atomic int done;
+	int64_t last;
+	char got[16];
+	size_t ngot;
+};
+
+static int64_t rearm_reader(cbcmn_cx *cx, void *arg)
+{
+	struct rearm *r = arg;
+	cbcmn_stream *st;
+	if (cbcmn_stream_open(cx, r->sv[0], &st) == 0) {
+		const void *d;
+		while ((r->last = cbcmn_stream_recv(cx, st, &d)) > 0 &&
+		       r->ngot + (size_t)r->last <= sizeof(r->got)) {
+			memcpy(r->got + r->ngot, d, (size_t)r->last);
+			r->ngot += (size_t)r->last;
+		}
+		cbcmn_stream_close(cx, st);
+	} else {
+		r->last = -1000;
+	}
+	atomic_store(&r->done, 1);
+	return 0;
+}
+
+static int64_t rearm_main(cbcmn_cx *cx, void *arg)
+{
+	struct rearm *r = arg;
+	cbcmn_nursery *n;
+	CHILD_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	CHILD_CHECK(cbcmn_nursery_spawn_pinned(cx, n, cbcmn_cx_executor(cx), rearm_reader, r,
+					       NULL) == 0);
+	cbcmn_sleep(cx, 20 * MS); /* the stream is watched (EPOLL_CTL_ADD) */
+	CHILD_CHECK(write(r->sv[1], "one", 3) == 3);
+	cbcmn_sleep(cx, 50 * MS); /* taken; the re-arm failed */
+	CHILD_CHECK(write(r->sv[1], "two", 3) == 3);
+	for (int i = 0; i < 300 && !atomic_load(&r->done); i++)
+		cbcmn_sleep(cx, 10 * MS);
+	if (!atomic_load(&r->done))
+		cbcmn_nursery_cancel(n); /* unfixed: the stream waits for ever */
+	cbcmn_nursery_await_all(cx, n); /* a cancelled child: CBCMN_ECANCELED */
+	return 0;
+}
+
+static void rearm_body(void)
+{
+	struct rearm r = {0};
+	CHILD_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r.sv) == 0);
+	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
+	CHILD_CHECK(f != NULL);
+	CHILD_CHECK(seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(epoll_ctl), 2,
+				     SCMP_A1(SCMP_CMP_EQ, EPOLL_CTL_MOD),
+				     SCMP_A2(SCMP_CMP_EQ, (scmp_datum_t)r.sv[0])) == 0);
+	CHILD_CHECK(seccomp_load(f) == 0);
+	seccomp_release(f);
+	cbcmn_runtime *rt = rt_epoll(1);
+	int64_t res;
+	CHILD_CHECK(cbcmn_runtime_run(rt, rearm_main, &r, &res) == 0);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+	if (r.last != -ENOMEM || r.ngot != 3 || memcmp(r.got, "one", 3))
+		fprintf(stderr, "child: stream got %zu bytes, then %lld (%s)\n", r.ngot,
+			(long long)r.last, cbcmn_strerror(r.last));
+	CHILD_CHECK(r.ngot == 3 && memcmp(r.got, "one", 3) == 0);
+	CHILD_CHECK(r.last == -ENOMEM);
+}
+
+static void test_epoll_failed_rearm_ends_the_stream_with_the_error(void **state)
+{
+	(void)state;
+	in_child(rearm_body, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -1076,6 +1156,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_regular_file_read_is_whole),
 		T_WATCHED_TEST(test_epoll_waitall_sendmsg_recvmsg_move_all_and_a_datagram_is_one),
 		T_WATCHED_TEST(test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe),
+		T_WATCHED_TEST(test_epoll_failed_rearm_ends_the_stream_with_the_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
