@@ -67,6 +67,15 @@ int cbcmn__ep_init(struct cbcmn__exec *e)
 		rc = -errno;
 	e->ep = ep; /* destroy frees what was made */
 	cbcmn__ep_pool_init();
+	/* The runtime's close log: with the first executor (made first,
+	 * freed first, once every thread is joined). */
+	if (e->id == 0 && !rc) {
+		void *cl = NULL;
+		if (posix_memalign(&cl, CBCMN__CACHELINE, sizeof(*e->rt->ep_closes)) != 0)
+			return -ENOMEM;
+		memset(cl, 0, sizeof(*e->rt->ep_closes));
+		e->rt->ep_closes = cl;
+	}
 	return rc ? rc : cbcmn__ep_sq_init(ep);
 }
 
@@ -83,6 +92,10 @@ void cbcmn__ep_destroy(struct cbcmn__exec *e)
 	free(ep->fds);
 	free(ep);
 	e->ep = NULL;
+	if (e->id == 0) {
+		free(e->rt->ep_closes);
+		e->rt->ep_closes = NULL;
+	}
 }
 
 int cbcmn__ep_takeover(struct cbcmn__exec *e)
@@ -159,6 +172,9 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 		w->anext->aprev = w->aprev;
 	if (!w->ready)
 		w->e->ring.inflight--; /* a task's I/O wait (an emulated request is stream.c's) */
+	/* release: nothing to order; the closer reads it with seq_cst. */
+	atomic_fetch_sub_explicit(&w->e->rt->ep_closes->watched[(uint32_t)w->fd % CLOSE_SLOTS], 1,
+				  memory_order_release);
 	if (w->real_deadline) {
 		if (w->tprev)
 			w->tprev->tnext = w->tnext;
@@ -181,8 +197,22 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	uint32_t want = w->events;
 	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
 		want |= o->events;
-	if ((rc = fd_arm(ep, fd, want)) != 0)
+	/* seq_cst, both, before the registration: pairs with do_close()'s
+	 * close count and its read of watched.  Either the closer sees this
+	 * wait counted (and rings our doorbell), or we see its close in
+	 * epoch, and then our registration is the number's next file's. */
+	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
+	_Atomic uint32_t *slot = &cl->watched[(uint32_t)fd % CLOSE_SLOTS];
+	atomic_fetch_add(slot, 1);
+	w->epoch = atomic_load(&cl->seq);
+	w->closed = false;
+	if ((rc = fd_arm(ep, fd, want)) != 0) {
+		atomic_fetch_sub_explicit(slot, 1, memory_order_relaxed);
 		return rc;
+	}
+	/* The first wait: the closes before it concern nobody here. */
+	if (!ep->all)
+		ep->close_seen = w->epoch;
 	w->e = e;
 	w->fprev = w->aprev = NULL;
 	w->fnext = ep->fds[fd].head;
@@ -290,12 +320,107 @@ static uint64_t timed_next(const struct cbcmn__ep *ep)
 	return first > now ? first - now : 0;
 }
 
+/* The descriptor fd was closed with close number s: end the waits on it
+ * that began before (a task's: -EBADF, nothing done; an emulated request:
+ * its last completion, -EBADF).  Those that began after watch the number's
+ * next file. */
+static void close_fd(struct cbcmn__exec *e, int fd, uint64_t s)
+{
+	struct cbcmn__ep *ep = e->ep;
+	if (fd < 0 || (uint32_t)fd >= ep->nfds)
+		return;
+	struct ep_wait *next;
+	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
+		next = w->fnext;
+		if (w->epoch >= s)
+			continue;
+		if (w->ready) {
+			cbcmn__ep_sq_fail(e, w, -EBADF);
+		} else if (cbcmn__iwait_claim(&w->iw)) {
+			cbcmn__ep_unwatch(ep, w);
+			w->closed = true; /* released by the wake */
+			cbcmn__iwait_wake(&w->iw, e);
+		}
+	}
+	/* The registration went with the file (or stays for a copy open
+	 * elsewhere: its events then only wake a later wait for nothing). */
+	if (!ep->fds[fd].head)
+		ep->fds[fd].added = false;
+}
+
+/* The log's entries were overwritten before this set read them: which
+ * descriptors were closed is lost.  Ask the kernel about each watched one
+ * (O(waits)): a registration the MOD no longer finds (ENOENT: the number
+ * names another file; EBADF: none) went with its file. */
+static void close_sweep(struct cbcmn__exec *e, uint64_t s)
+{
+	struct cbcmn__ep *ep = e->ep;
+	for (struct ep_wait *w = ep->all, *next; w; w = next) {
+		next = w->anext;
+		if (w->epoch >= s)
+			continue;
+		struct epoll_event ev = {.events = EPOLLONESHOT, .data.u64 = (uint64_t)w->fd};
+		uint32_t want = 0;
+		for (struct ep_wait *o = ep->fds[w->fd].head; o; o = o->fnext)
+			want |= o->events;
+		ev.events |= want;
+		if (epoll_ctl(ep->epfd, EPOLL_CTL_MOD, w->fd, &ev) != 0 &&
+		    (errno == ENOENT || errno == EBADF)) {
+			/* next may be ended with it: start again (each pass
+			 * ends at least one wait). */
+			close_fd(e, w->fd, s);
+			next = ep->all;
+		}
+	}
+}
+
+/* Apply the runtime's closes this set has not seen (at each look at the
+ * set, before its events: a late event of a closed file wakes nobody). */
+static void close_apply(struct cbcmn__exec *e)
+{
+	struct cbcmn__ep *ep = e->ep;
+	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
+	/* acquire: pairs with do_close()'s seq_cst count. */
+	uint64_t cur = atomic_load_explicit(&cl->seq, memory_order_acquire);
+	if (cur == ep->close_seen)
+		return; /* the usual case: one load */
+	if (!ep->all) {
+		ep->close_seen = cur; /* nothing waits: nothing to end */
+		return;
+	}
+	for (uint64_t s = ep->close_seen + 1; s <= cur; s++) {
+		__typeof__(&cl->log[0]) ent = &cl->log[s % CLOSE_LOG];
+		/* A seqlock read: acquire pairs with the closer's release of
+		 * seq after fd. */
+		uint64_t s1 = atomic_load_explicit(&ent->seq, memory_order_acquire);
+		int fd = atomic_load_explicit(&ent->fd, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		uint64_t s2 = atomic_load_explicit(&ent->seq, memory_order_relaxed);
+		if (s1 == s && s2 == s) {
+			close_fd(e, fd, s);
+			continue;
+		}
+		if (s1 < s && s2 < s && atomic_load(&cl->seq) < s + CLOSE_LOG) {
+			/* Its closer has not written it yet: at the next look
+			 * (it rings us if it concerns us). */
+			ep->close_seen = s - 1;
+			return;
+		}
+		/* Overwritten: everything up to here, the hard way. */
+		close_sweep(e, atomic_load(&cl->seq) + 1);
+		ep->close_seen = cur;
+		return;
+	}
+	ep->close_seen = cur;
+}
+
 /* Raw system calls in the loop: read(2) and epoll_wait(2) are cancellation
  * points, and an executor thread must not end half-way there (ring.c,
  * cbcmn__efd_ring()). */
 static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
 {
 	struct cbcmn__ep *ep = e->ep;
+	close_apply(e);
 	for (int i = 0; i < n; i++) {
 		uint64_t v;
 		if (ev[i].data.u64 == TAG_EFD) {
@@ -422,7 +547,9 @@ static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadl
 	uint32_t how = cbcmn__iwait_block(&w.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
-	return how == CBCMN__IW_WOKEN ? 0 : how == CBCMN__IW_CANCELLED ? CBCMN_ECANCELED : -ETIMEDOUT;
+	if (how == CBCMN__IW_WOKEN)
+		return w.closed ? -EBADF : 0;
+	return how == CBCMN__IW_CANCELLED ? CBCMN_ECANCELED : -ETIMEDOUT;
 }
 
 /* One call in progress: what it has done so far (MSG_WAITALL, a regular
@@ -685,7 +812,10 @@ static int64_t do_connect(struct cbcmn_task *t, const struct io_uring_sqe *sqe, 
 }
 
 /* close: never undone.  Our registration of fd goes first (the number may
- * be reused at once); other executors' sets drop it with the file. */
+ * be reused at once); other executors' sets drop it with the file.  Then
+ * every wait on fd that began before ends with -EBADF: ours at once,
+ * other executors' at their next look at their sets, which this rings
+ * when any waits on fd (docs/IO.md, "Backends"). */
 static int64_t do_close(struct cbcmn__exec *e, int fd)
 {
 	struct cbcmn__ep *ep = e->ep;
@@ -693,7 +823,29 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 		(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
 		ep->fds[fd].added = false;
 	}
-	return sys(close(fd));
+	int64_t rc = sys(close(fd));
+	if (rc == -EBADF || fd < 0)
+		return rc; /* nothing was closed (any other error closed it) */
+	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
+	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */
+	uint64_t s = atomic_fetch_add(&cl->seq, 1) + 1;
+	__typeof__(&cl->log[0]) ent = &cl->log[s % CLOSE_LOG];
+	/* A seqlock write (close_apply() reads): 0 while fd changes. */
+	atomic_store_explicit(&ent->seq, 0, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&ent->fd, fd, memory_order_relaxed);
+	atomic_store_explicit(&ent->seq, s, memory_order_release);
+	_Atomic uint32_t *slot = &cl->watched[(uint32_t)fd % CLOSE_SLOTS];
+	if (atomic_load(slot) == 0)
+		return rc; /* the usual case: nobody waits on it (nor on its slot) */
+	close_fd(e, fd, s);
+	if (atomic_load(slot) == 0)
+		return rc; /* they were ours */
+	struct cbcmn_runtime *rt = e->rt;
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		if (rt->exec[i] != e && rt->exec[i]->ep)
+			cbcmn__efd_ring(rt->exec[i]);
+	return rc;
 }
 
 int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t timeout_ns)

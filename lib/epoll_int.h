@@ -33,6 +33,28 @@ struct ep_wait {
 	 * not), on e's list of such waits. */
 	uint64_t real_deadline;          /* CLOCK_MONOTONIC ns; 0: none */
 	struct ep_wait *tprev, *tnext;
+	uint64_t epoch;                  /* the runtime's close count when it began */
+	bool closed;                     /* a task's: its descriptor was closed (-EBADF) */
+};
+
+/* The runtime's cbcmn_close()s, for every executor's set (epoll.c): a
+ * registration goes silently with its file, so a wait on a descriptor
+ * another task closes would never end, and a wake-up from the old file
+ * (still open elsewhere) would try the number's next file.  Each close of
+ * a descriptor takes a number (seq) and leaves (seq, fd) in a log; each
+ * executor reads the log at every look at its set and ends its waits on
+ * fd that began before that close.  `watched` counts the waits on
+ * descriptors by fd % CLOSE_SLOTS, so that a close nobody waits on rings
+ * no other executor's doorbell. */
+#define CLOSE_LOG 1024u
+#define CLOSE_SLOTS 4096u
+struct cbcmn__ep_closes {
+	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t seq; /* closes so far */
+	_Alignas(CBCMN__CACHELINE) struct {
+		_Atomic uint64_t seq;    /* whose entry it is (0: none yet) */
+		_Atomic int fd;
+	} log[CLOSE_LOG];
+	_Atomic uint32_t watched[CLOSE_SLOTS];
 };
 
 struct ep_fd {
@@ -58,6 +80,7 @@ struct cbcmn__ep {
 	struct ep_wait *all;
 	struct ep_wait *timed;           /* waits with a real_deadline (lab mode) */
 	uint32_t turns;                  /* loop turns since the last look */
+	uint64_t close_seen;             /* the runtime's closes this set has applied */
 	/* epoll_sq.c: SQEs queued, completions to hand out, requests in
 	 * flight, the buffer ring of stream.c's pool. */
 	struct io_uring_sqe *sq;

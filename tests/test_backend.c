@@ -1132,6 +1132,102 @@ static void test_epoll_failed_rearm_ends_the_stream_with_the_error(void **state)
 	in_child(rearm_body, NULL, 0);
 }
 
+/* A task waits to read a pipe; another task (on the same executor, or
+ * the other one) closes the descriptor with cbcmn_close() and puts a new
+ * pipe, with a byte in it, under the same number.  The registration went
+ * with the old file: the wait never ended (the main task cancels it after
+ * 3 s).  With a copy of the old read end kept open and its writer then
+ * writing, the old file's registration woke the wait, and the read took
+ * the new pipe's byte.  Now the wait ends with -EBADF, nothing read, and
+ * the new pipe keeps its byte. */
+struct closed {
+	int p[2], q[2];
+	int keep_copy;
+	int64_t rc;
+	char got;
+	_Atomic int waiting, done;
+};
+
+static int64_t closed_reader(cbcmn_cx *cx, void *arg)
+{
+	struct closed *c = arg;
+	atomic_store(&c->waiting, 1);
+	c->rc = cbcmn_read(cx, c->p[0], &c->got, 1);
+	atomic_store(&c->done, 1);
+	return 0;
+}
+
+static int64_t closed_closer(cbcmn_cx *cx, void *arg)
+{
+	struct closed *c = arg;
+	while (!atomic_load(&c->waiting))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20 * MS); /* it waits by now */
+	int num = c->p[0], copy = c->keep_copy ? dup(num) : -1;
+	TASK_CHECK(cbcmn_close(cx, num) == 0);
+	TASK_CHECK(pipe2(c->q, O_CLOEXEC | O_NONBLOCK) == 0);
+	if (c->q[0] != num) {
+		TASK_CHECK(dup3(c->q[0], num, O_CLOEXEC) == num);
+		close(c->q[0]);
+		c->q[0] = num;
+	}
+	TASK_CHECK(write(c->q[1], "n", 1) == 1);
+	if (copy >= 0)
+		TASK_CHECK(write(c->p[1], "o", 1) == 1); /* the old file is ready */
+	for (int i = 0; i < 300 && !atomic_load(&c->done); i++)
+		cbcmn_sleep(cx, 10 * MS);
+	if (copy >= 0)
+		close(copy);
+	return 0;
+}
+
+static int64_t closed_main(cbcmn_cx *cx, void *arg)
+{
+	struct closed *c = arg;
+	for (uint32_t other = 0; other < 2; other++) {
+		for (int keep = 0; keep < 2; keep++) {
+			memset(c, 0, sizeof(*c));
+			c->keep_copy = keep;
+			c->rc = 1000;
+			TASK_CHECK(pipe2(c->p, O_CLOEXEC) == 0);
+			cbcmn_nursery *n;
+			TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+			TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, closed_reader, c, NULL) == 0);
+			TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, other, closed_closer, c, NULL) == 0);
+			for (int i = 0; i < 300 && !atomic_load(&c->done); i++)
+				cbcmn_sleep(cx, 10 * MS);
+			if (!atomic_load(&c->done))
+				cbcmn_nursery_cancel(n); /* unfixed: it waits for ever */
+			cbcmn_nursery_await_all(cx, n);
+			char b = 0;
+			ssize_t left = read(c->q[0], &b, 1); /* non-blocking: -1 if taken */
+			if (c->rc != -EBADF || left != 1 || b != 'n')
+				fprintf(stderr, "closer on executor %u, %s: the read returned %lld (%s) "
+					"'%c', the new pipe %s its byte\n", other,
+					keep ? "old file kept" : "old file gone", (long long)c->rc,
+					cbcmn_strerror(c->rc), c->rc == 1 ? c->got : ' ',
+					left == 1 ? "kept" : "lost");
+			TASK_CHECK(c->rc == -EBADF);
+			TASK_CHECK(left == 1 && b == 'n');
+			close(c->q[0]);
+			close(c->q[1]);
+			close(c->p[1]);
+		}
+	}
+	return 0;
+}
+
+static void test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct closed c;
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, closed_main, &c, &r), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -1157,6 +1253,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_waitall_sendmsg_recvmsg_move_all_and_a_datagram_is_one),
 		T_WATCHED_TEST(test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe),
 		T_WATCHED_TEST(test_epoll_failed_rearm_ends_the_stream_with_the_error),
+		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
