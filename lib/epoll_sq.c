@@ -25,6 +25,22 @@
  * others.  At most MSHOT_BATCH completions per readiness: the set is asked
  * again, so one busy socket does not hold the executor; and a completion
  * that finds no memory to be queued leaves its data in the socket.
+ *
+ * Order when the SQ fills (cbcmn__ep_sqe() carries the 64 queued SQEs out
+ * at once, inside a task or a completion handler) holds as on a ring: a
+ * stream's requests share one user_data, and what must never happen is a
+ * completion of its next request handed out before its last one's.  That
+ * cannot: stream.c queues a request's successor only after it has seen
+ * the last completion (armed goes false there); SQEs carried out early
+ * produce no data (a recv's chunks come only from readiness, at the next
+ * look); a request they end (a cancel, a failure at submission) goes on
+ * the done list, handed out after every queued completion of the turn
+ * (those of the request among them), or at the next turn if the done list
+ * was already being handed out; and their own completions (a cancel's,
+ * -ENOMEM) are the next turn's, queued before that turn's readiness
+ * pushes any.  (With stream.c as it is, the SQ fills inside handlers only
+ * with more than 64 of their cancels in one turn, one per stream with a
+ * chunk that turn, which the set's 64 events a look cannot produce.)
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -711,6 +711,125 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 	t_destroy(rt);
 }
 
+/* More streams on one executor than the epoll backend's SQ (64 entries)
+ * and its set's events per look (64): small buffers and a share of 1, so
+ * that every chunk puts its stream over its share (a cancel from the
+ * completion handler) and every read empties it (an arm from the task).
+ * A stream's requests share one user_data: a completion of its next
+ * request handed out before its last one's would mix them up (a chunk
+ * lost, doubled or out of order).  Every stream's bytes arrive whole and in
+ * order, then its end.  (The SQ filling up inside one turn's handlers, so
+ * that it is carried out at once, needs more than 64 of these cancels in
+ * one turn, which the 64 events a look cannot produce: epoll_sq.c says why
+ * the order would hold there too.) */
+#define SQ_STREAMS 100
+#define SQ_ROUNDS 24
+#define SQ_PIECE 96 /* bytes per write: a chunk and a half of 64 */
+
+struct sq_many {
+	int sv[SQ_STREAMS][2];
+	int bad, ends_bad;
+	bool half;             /* sq_writer: the first half of the rounds */
+	size_t got[SQ_STREAMS];
+};
+
+static unsigned char sq_byte(int stream, size_t off)
+{
+	return (unsigned char)(off * 7u + (size_t)stream * 13u + off / 251u);
+}
+
+static void *sq_writer(void *arg)
+{
+	struct sq_many *m = arg;
+	unsigned char buf[SQ_PIECE];
+	for (int r = m->half ? 0 : SQ_ROUNDS / 2; r < (m->half ? SQ_ROUNDS / 2 : SQ_ROUNDS); r++) {
+		for (int i = 0; i < SQ_STREAMS; i++) {
+			for (size_t k = 0; k < SQ_PIECE; k++)
+				buf[k] = sq_byte(i, (size_t)r * SQ_PIECE + k);
+			if (write(m->sv[i][1], buf, SQ_PIECE) != SQ_PIECE)
+				m->bad = 1;
+		}
+		if (r % 4 == 3)
+			usleep(1000); /* let the reader catch up: more re-arms */
+	}
+	for (int i = 0; i < SQ_STREAMS && !m->half; i++)
+		shutdown(m->sv[i][1], SHUT_WR);
+	return NULL;
+}
+
+static int64_t sq_reader(cbcmn_cx *cx, void *arg)
+{
+	struct sq_many *m = arg;
+	static cbcmn_stream *s[SQ_STREAMS];
+	bool done[SQ_STREAMS] = {0};
+	for (int i = 0; i < SQ_STREAMS; i++)
+		TASK_CHECK(cbcmn_stream_open(cx, m->sv[i][0], &s[i]) == 0);
+	int left = SQ_STREAMS;
+	while (left > 0) {
+		/* One chunk from each in turn: all of them re-armed per pass. */
+		for (int i = 0; i < SQ_STREAMS; i++) {
+			if (done[i])
+				continue;
+			const void *d;
+			int64_t n = cbcmn_stream_recv(cx, s[i], &d);
+			if (n <= 0) {
+				if (n != 0 || m->got[i] != (size_t)SQ_ROUNDS * SQ_PIECE)
+					m->ends_bad = 1;
+				done[i] = true;
+				left--;
+				continue;
+			}
+			for (int64_t k = 0; k < n; k++)
+				if (((const unsigned char *)d)[k] != sq_byte(i, m->got[i] + (size_t)k))
+					m->bad = 1;
+			m->got[i] += (size_t)n;
+		}
+	}
+	for (int i = 0; i < SQ_STREAMS; i++)
+		TASK_CHECK(cbcmn_stream_close(cx, s[i]) == 0);
+	return 0;
+}
+
+static void test_streams_past_the_sq_size_keep_their_order(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stream_buf_size = 64;
+	cfg.stream_buf_share = 1;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct sq_many *m = calloc(1, sizeof(*m));
+	assert_non_null(m);
+	for (int i = 0; i < SQ_STREAMS; i++)
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m->sv[i]), 0);
+	/* Half of it before the reader starts: every stream has data at once. */
+	m->half = true;
+	sq_writer(m);
+	m->half = false;
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, sq_reader, m, NULL), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, sq_writer, m), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(m->bad, 0);
+	assert_int_equal(m->ends_bad, 0);
+	for (int i = 0; i < SQ_STREAMS; i++) {
+		assert_int_equal(m->got[i], (size_t)SQ_ROUNDS * SQ_PIECE);
+		close(m->sv[i][0]);
+		close(m->sv[i][1]);
+	}
+	free(m);
+	t_destroy(rt);
+}
+
 /* Many streams whose tasks stop reading, each with more queued in its socket
  * than its share: the pool grows with them, and another stream still gets
  * its message while none of them reads. */
@@ -2043,6 +2162,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancel_during_budget_wait_releases_the_stream),
 		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
 		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
+		T_WATCHED_TEST(test_streams_past_the_sq_size_keep_their_order),
 		T_WATCHED_TEST(test_starved_stream_retries_a_failed_growth),
 		T_WATCHED_TEST(test_starved_stream_waits_for_a_buffer),
 		T_WATCHED_TEST(test_cancelled_starved_stream_leaves_the_line),
