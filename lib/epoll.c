@@ -389,18 +389,13 @@ static void close_apply(struct cbcmn__exec *e)
 		return;
 	}
 	for (uint64_t s = ep->close_seen + 1; s <= cur; s++) {
-		__typeof__(&cl->log[0]) ent = &cl->log[s % CLOSE_LOG];
-		/* A seqlock read: acquire pairs with the closer's release of
-		 * seq after fd. */
-		uint64_t s1 = atomic_load_explicit(&ent->seq, memory_order_acquire);
-		int fd = atomic_load_explicit(&ent->fd, memory_order_relaxed);
-		atomic_thread_fence(memory_order_acquire);
-		uint64_t s2 = atomic_load_explicit(&ent->seq, memory_order_relaxed);
-		if (s1 == s && s2 == s) {
-			close_fd(e, fd, s);
+		/* acquire: pairs with the closer's release of the entry. */
+		uint64_t v = atomic_load_explicit(&cl->log[s % CLOSE_LOG], memory_order_acquire);
+		if ((uint32_t)(v >> 32) == (uint32_t)s) {
+			close_fd(e, (int)(uint32_t)v, s);
 			continue;
 		}
-		if (s1 < s && s2 < s && atomic_load(&cl->seq) < s + CLOSE_LOG) {
+		if (atomic_load(&cl->seq) < s + CLOSE_LOG) {
 			/* Its closer has not written it yet: at the next look
 			 * (it rings us if it concerns us). */
 			ep->close_seen = s - 1;
@@ -829,12 +824,9 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */
 	uint64_t s = atomic_fetch_add(&cl->seq, 1) + 1;
-	__typeof__(&cl->log[0]) ent = &cl->log[s % CLOSE_LOG];
-	/* A seqlock write (close_apply() reads): 0 while fd changes. */
-	atomic_store_explicit(&ent->seq, 0, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	atomic_store_explicit(&ent->fd, fd, memory_order_relaxed);
-	atomic_store_explicit(&ent->seq, s, memory_order_release);
+	/* One word (the close's number's low half, fd): close_apply() reads
+	 * it whole.  release: pairs with its acquire. */
+	atomic_store_explicit(&cl->log[s % CLOSE_LOG], (s << 32) | (uint32_t)fd, memory_order_release);
 	_Atomic uint32_t *slot = &cl->watched[(uint32_t)fd % CLOSE_SLOTS];
 	if (atomic_load(slot) == 0)
 		return rc; /* the usual case: nobody waits on it (nor on its slot) */

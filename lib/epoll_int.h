@@ -50,10 +50,9 @@ struct ep_wait {
 #define CLOSE_SLOTS 4096u
 struct cbcmn__ep_closes {
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t seq; /* closes so far */
-	_Alignas(CBCMN__CACHELINE) struct {
-		_Atomic uint64_t seq;    /* whose entry it is (0: none yet) */
-		_Atomic int fd;
-	} log[CLOSE_LOG];
+	/* Close s at [s % CLOSE_LOG]: s's low 32 bits, then fd's (the
+	 * entry is s's only if they match: 0 is nobody's, s starts at 1). */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t log[CLOSE_LOG];
 	_Atomic uint32_t watched[CLOSE_SLOTS];
 };
 
