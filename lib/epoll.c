@@ -18,7 +18,10 @@
  * epoll_ctl per wait).  A descriptor closed and its number reused is found
  * by the kernel's ENOENT and registered anew; a stale registration of a file
  * still open elsewhere may wake a waiter of the new one, which tries again
- * and waits again: a spurious wake-up, never a lost one.
+ * and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
+ * ends the waits on its descriptor that began before it, on every
+ * executor (-EBADF: the runtime's close log, close_apply()), so that no
+ * wait outlives its file or goes on with the number's next one.
  *
  * A wait is the task's (on its stack) and listed by its executor; it is
  * claimed once (iwait.h) by readiness, cancellation or its timer, all on
