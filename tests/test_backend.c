@@ -1228,6 +1228,66 @@ static void test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf(void **
 	t_destroy(rt);
 }
 
+/* Many tasks on both executors wait on one pipe, rounds in a row, while
+ * a task closes it at once or after a while: each wait ends, -EBADF, or 1
+ * for a reader that got the one byte written before the close; none is
+ * left waiting (the nursery's await would hang: the watchdog). */
+#define CLOSED_READERS 24
+#define CLOSED_ROUNDS 20
+
+struct closed_many {
+	int p[2];
+	_Atomic int waiting, ebadf, got, other;
+};
+
+static int64_t closed_many_reader(cbcmn_cx *cx, void *arg)
+{
+	struct closed_many *c = arg;
+	char b;
+	atomic_fetch_add(&c->waiting, 1);
+	int64_t rc = cbcmn_read(cx, c->p[0], &b, 1);
+	atomic_fetch_add(rc == -EBADF ? &c->ebadf : rc == 1 ? &c->got : &c->other, 1);
+	return 0;
+}
+
+static int64_t closed_many_main(cbcmn_cx *cx, void *arg)
+{
+	struct closed_many *c = arg;
+	for (int r = 0; r < CLOSED_ROUNDS; r++) {
+		memset(c, 0, sizeof(*c));
+		TASK_CHECK(pipe2(c->p, O_CLOEXEC) == 0);
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		for (int i = 0; i < CLOSED_READERS; i++)
+			TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, (uint32_t)i % 2, closed_many_reader, c,
+							      NULL) == 0);
+		if (r % 2) /* all waiting by then, or not: both kinds of round */
+			while (atomic_load(&c->waiting) < CLOSED_READERS)
+				cbcmn_yield(cx);
+		TASK_CHECK(cbcmn_write(cx, c->p[1], "x", 1) == 1);
+		TASK_CHECK(cbcmn_close(cx, c->p[0]) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		close(c->p[1]);
+		TASK_CHECK(atomic_load(&c->other) == 0);
+		TASK_CHECK(atomic_load(&c->got) <= 1);
+		TASK_CHECK(atomic_load(&c->got) + atomic_load(&c->ebadf) == CLOSED_READERS);
+	}
+	return 0;
+}
+
+static void test_epoll_many_waits_on_a_closed_descriptor_all_end(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct closed_many *c = calloc(1, sizeof(*c));
+	assert_non_null(c);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, closed_many_main, c, &r), 0);
+	ASSERT_TASK_CHECKS();
+	free(c);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -1254,6 +1314,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe),
 		T_WATCHED_TEST(test_epoll_failed_rearm_ends_the_stream_with_the_error),
 		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
+		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
