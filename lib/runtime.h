@@ -440,6 +440,7 @@ void cbcmn__budget_defaults(cbcmn_budget *out, const cbcmn_budget *in);
 void cbcmn__budget_init_unlimited(struct cbcmn_task *t);
 void cbcmn__budget_leftover(struct cbcmn_task *t);
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
+void cbcmn__charge_window(struct cbcmn_task *t);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
 
 /* Runtime calls made by a task check the stack room left before they
@@ -479,7 +480,7 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 {
 	cbcmn__stack_check(t);
 	if (__builtin_expect(--t->countdown <= 0, 0))
-		cbcmn__checkpoint_slow((cbcmn_cx *)t);
+		cbcmn__charge_window(t);
 	uint64_t *f = comp == CBCMN__B_SPAWN     ? &t->spawn_count
 		      : comp == CBCMN__B_MEMORY  ? &t->memory
 		      : comp == CBCMN__B_CHANNEL ? &t->channel_ops

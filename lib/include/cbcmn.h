@@ -422,7 +422,17 @@ CBCMN_API void cbcmn__checkpoint_slow(cbcmn_cx *cx);
 
 /* Place in loops: costs one op of budget, yields every yield_interval
  * checkpoints, and stops here while the task's ops are exhausted.  A few
- * instructions when nothing is due.  cx must be the running task. */
+ * instructions when nothing is due.  cx must be the running task.
+ * Cancellation (SPEC-021 §5.2.2, §8.3.1): a checkpoint in a task whose
+ * nursery, or an enclosing one, was cancelled does not return: the task
+ * ends with CBCMN_ECANCELED, as one its nursery gave up on ends with
+ * CBCMN_EBUDGET.  The countdown is the task's own and cheap, so this
+ * happens at the first checkpoint that takes the slow path: within
+ * yield_interval checkpoints.  Its frames are abandoned as by longjmp
+ * (what they malloc'ed is lost, a lock they hold stays held); the
+ * nurseries it has open are cancelled and awaited first.  Code that must
+ * wind down in order watches cbcmn_cx_cancelled() or a runtime call's
+ * CBCMN_ECANCELED instead, and does not checkpoint while it winds down. */
 #define CBCMN_CHECKPOINT(cx)                                                   \
 	do {                                                                    \
 		if (__builtin_expect(--((struct cbcmn__cx_hot *)(cx))->countdown <= 0, 0)) \
