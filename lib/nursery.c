@@ -120,16 +120,32 @@ int cbcmn_nursery_cancel(cbcmn_nursery *n)
 	return 0;
 }
 
+/* A child's failure is n's result unless an earlier one is already (SPEC-021
+ * §8.1.3 "propagate first error"), and CBCMN_ECANCELED is not a failure but
+ * the absence of a result (§3.6 tells .cancelled from .child_failed): a
+ * real error replaces it, however late, and one stored ECANCELED is all a
+ * cancellation leaves.  Only a real error cancels the siblings (fail fast,
+ * once: the first). */
+static void record_result(struct cbcmn_nursery *n, int64_t result)
+{
+	int64_t cur = atomic_load_explicit(&n->first_error, memory_order_relaxed);
+	while (cur == 0 || (cur == CBCMN_ECANCELED && result != CBCMN_ECANCELED)) {
+		/* Relaxed: the opener reads first_error after acquiring live,
+		 * which our step in cbcmn__nursery_live_add() releases. */
+		if (atomic_compare_exchange_weak_explicit(&n->first_error, &cur, result,
+							  memory_order_relaxed,
+							  memory_order_relaxed)) {
+			if (result != CBCMN_ECANCELED)
+				cbcmn__nursery_cancel(n, 2); /* fail fast: stop the siblings */
+			return;
+		}
+	}
+}
+
 void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e)
 {
-	if (result < 0) {
-		int64_t zero = 0;
-		if (atomic_compare_exchange_strong_explicit(&n->first_error, &zero, result,
-							    memory_order_relaxed,
-							    memory_order_relaxed) &&
-		    result != CBCMN_ECANCELED)
-			cbcmn__nursery_cancel(n, 2); /* fail fast: stop the siblings */
-	}
+	if (result < 0)
+		record_result(n, result);
 	/* Our last touch of n: it may be freed as soon as this returns. */
 	cbcmn__nursery_live_add(n, -CBCMN__LIVE_ONE, e);
 }

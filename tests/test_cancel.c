@@ -1,5 +1,6 @@
 /* test_cancel: cancellation that always ends (SPEC-021 §5.2.2, §8.3.1): a
- * cancelled task ends at its next checkpoint. */
+ * cancelled task ends at its next checkpoint, and await_all's result when a
+ * failure and cancellations meet. */
 #include "helpers.h"
 
 #include <errno.h>
@@ -136,12 +137,182 @@ static void test_failing_sibling_ends_checkpoint_spinner(void **state)
 	finish(rt);
 }
 
+/* ---- precedence: a real failure wins over cancellations ---------------------- */
+
+/* Lab mode, one executor: whatever order the seed picks among runnable
+ * tasks, the flags below fix the order in which the children end. */
+static cbcmn_runtime *lab_rt(uint64_t seed)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	cfg.seed = seed;
+	return t_runtime_cfg(&cfg);
+}
+
+#define SEEDS 8
+
+struct order {
+	_Atomic uint32_t canceled_done; /* the ECANCELED child has returned */
+	_Atomic uint32_t failed_done;   /* the -EIO child has returned */
+	_Atomic uint32_t saw_cancel;    /* the ECANCELED child was cancelled */
+	_Atomic uint32_t sleeping;      /* the ECANCELED child has begun */
+	int64_t await_rc;               /* the opener's (the lab reports a failing root) */
+};
+
+/* Ends with CBCMN_ECANCELED of its own (an I/O call cancelled by its
+ * timeout, say) before the sibling fails. */
+static int64_t ecanceled_first(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	atomic_store(&((struct order *)arg)->canceled_done, 1);
+	return CBCMN_ECANCELED;
+}
+
+static int64_t eio_second(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	while (!atomic_load(&o->canceled_done))
+		cbcmn_yield(cx);
+	atomic_store(&o->failed_done, 1);
+	return -EIO;
+}
+
+/* The bug: the earlier ECANCELED took first_error and await_all returned
+ * CBCMN_ECANCELED, hiding the failure. */
+static int64_t order_canceled_then_eio(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, eio_second, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, ecanceled_first, arg, NULL) == 0);
+	((struct order *)arg)->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_eio_after_sibling_ecanceled_is_the_result(void **state)
+{
+	(void)state;
+	for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+		cbcmn_runtime *rt = lab_rt(seed);
+		struct order o = {0};
+		int64_t r = 0;
+		assert_int_equal(cbcmn_runtime_run(rt, order_canceled_then_eio, &o, &r), 0);
+		assert_int_equal(r, 0);
+		assert_int_equal(o.await_rc, -EIO);
+		finish(rt);
+	}
+}
+
+/* The other order: the failure first, the sibling cancelled by it (fail
+ * fast) ends after it with CBCMN_ECANCELED. */
+static int64_t eio_first(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	/* After the sibling began: else it ends unstarted, never seeing the
+	 * cancellation (the same result, a weaker test). */
+	while (!atomic_load(&o->sleeping))
+		cbcmn_yield(cx);
+	atomic_store(&o->failed_done, 1);
+	return -EIO;
+}
+
+static int64_t ecanceled_second(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	atomic_store(&o->sleeping, 1);
+	/* A second of virtual time: ends only by being cancelled. */
+	int rc = cbcmn_sleep(cx, 1000000000ull);
+	TASK_CHECK(atomic_load(&o->failed_done));
+	if (rc == CBCMN_ECANCELED)
+		atomic_store(&o->saw_cancel, 1);
+	return rc;
+}
+
+static int64_t order_eio_then_canceled(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, ecanceled_second, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, eio_first, arg, NULL) == 0);
+	((struct order *)arg)->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_eio_before_sibling_ecanceled_is_the_result(void **state)
+{
+	(void)state;
+	for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+		cbcmn_runtime *rt = lab_rt(seed);
+		struct order o = {0};
+		int64_t r = 0;
+		assert_int_equal(cbcmn_runtime_run(rt, order_eio_then_canceled, &o, &r), 0);
+		assert_int_equal(r, 0);
+		assert_int_equal(o.await_rc, -EIO);
+		assert_int_equal(atomic_load(&o.saw_cancel), 1);
+		finish(rt);
+	}
+}
+
+/* The nursery cancelled by its opener: one child ends cancelled, then the
+ * other fails as it winds down.  The failure is the result. */
+static int64_t eio_while_winding_down(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	TASK_CHECK(cbcmn_sleep(cx, 1000000000ull) == CBCMN_ECANCELED);
+	while (!atomic_load(&o->canceled_done))
+		cbcmn_yield(cx);
+	return -EIO;
+}
+
+static int64_t sleep_until_cancelled(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	int rc = cbcmn_sleep(cx, 1000000000ull);
+	atomic_store(&o->canceled_done, 1);
+	return rc;
+}
+
+static int64_t cancel_then_eio(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, eio_while_winding_down, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, sleep_until_cancelled, arg, NULL) == 0);
+	/* Let both start and sleep, then cancel. */
+	TASK_CHECK(cbcmn_sleep(cx, 1000000ull) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	((struct order *)arg)->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_eio_after_cancel_wins_over_ecanceled(void **state)
+{
+	(void)state;
+	for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+		cbcmn_runtime *rt = lab_rt(seed);
+		struct order o = {0};
+		int64_t r = 0;
+		assert_int_equal(cbcmn_runtime_run(rt, cancel_then_eio, &o, &r), 0);
+		assert_int_equal(r, 0);
+		assert_int_equal(o.await_rc, -EIO);
+		finish(rt);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_cancelled_checkpoint_loop_ends),
 		T_WATCHED_TEST(test_cancelled_limited_spinner_ends_with_its_nursery),
 		T_WATCHED_TEST(test_failing_sibling_ends_checkpoint_spinner),
+		T_WATCHED_TEST(test_eio_after_sibling_ecanceled_is_the_result),
+		T_WATCHED_TEST(test_eio_before_sibling_ecanceled_is_the_result),
+		T_WATCHED_TEST(test_eio_after_cancel_wins_over_ecanceled),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -529,17 +529,24 @@ CBCMN_API int cbcmn_nursery_spawn_stealable(cbcmn_cx *cx, cbcmn_nursery *n, cbcm
 CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
 				     const cbcmn_spawn_opts *opts, cbcmn_task **handle);
 
-/* Wait until every child of n has ended, then free n.  Must be called once,
- * by n's opener: cx is the task that opened n, or NULL for the thread that
- * opened it.  Children that have not started yet may run on the caller's
- * stack meanwhile (see CBCMN_CONFIG_NO_INLINE).
- * Returns 0 if every child succeeded; otherwise the first failure in the
- * order children ended: a child's negative result, CBCMN_EPANIC for a child
- * that overflowed its stack, or CBCMN_ECANCELED when n was cancelled and no
- * child failed otherwise.  The first child failure cancels its siblings.
- * If the opener is itself cancelled, n is cancelled too before waiting.
- * Returns -EINVAL for NULL, -EPERM when cx is not n's opener (n is left
- * untouched). */
+/* Wait until every child of n has ended, then free n.  Must be called
+ * once, by n's opener: cx is the task that opened n, or NULL for the thread
+ * that opened it.  Children that have not started yet may run on the
+ * caller's stack meanwhile (see CBCMN_CONFIG_NO_INLINE).
+ * Returns 0 if every child succeeded (zero or positive results), else, in
+ * this order of precedence (SPEC-021 §8.1.3 "propagate first error", §3.6
+ * which tells a cancellation from a child's failure):
+ *   1. the first failure, in the order children ended: a child's negative
+ *      result other than CBCMN_ECANCELED, CBCMN_EPANIC for a child that
+ *      overflowed its stack, CBCMN_EBUDGET for one n gave up on.  It wins
+ *      over cancellations whenever they came, before it or after it;
+ *   2. CBCMN_ECANCELED, when no child failed but n was cancelled or a child
+ *      ended with CBCMN_ECANCELED (an enclosing nursery was cancelled, or
+ *      the child returned it).
+ * The first failure cancels the siblings (fail fast); a child's
+ * CBCMN_ECANCELED does not.  If the opener is itself cancelled, n is
+ * cancelled too before waiting.  Returns -EINVAL for NULL, -EPERM when cx
+ * is not n's opener (n is left untouched). */
 CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
 
 /* Cancel n: children that have not started never run (they end with
