@@ -9,6 +9,14 @@
  * last one to touch the nursery and wakes the opener (a child), or frees it
  * (the opener, when no child was left).  So a nursery is freed exactly when
  * nothing can reach it any more, without a lock or a reference count.
+ *
+ * Except from another thread: a thread that cancels n must know it is not
+ * freed (or recycled into another nursery) under it, and it cannot know
+ * when await_all returns.  It holds a reference (cbcmn_nursery_hold), and
+ * await_all then leaves n to the last release, after marking it awaited
+ * under n->lock, which a holder's cancel takes too: a cancel comes before
+ * the mark and counts, or after it and is -ESRCH.  Unheld nurseries (all
+ * but a few) skip all that: await_all sees refs == 1 and frees n.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -71,6 +79,9 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	atomic_init(&n->cancelled, 0);
 	atomic_init(&n->closing, 0);
 	atomic_init(&n->live, CBCMN__LIVE_BIAS * CBCMN__LIVE_ONE);
+	n->fork_gen = rt->fork_gen;
+	n->awaited = false;
+	atomic_init(&n->refs, 1);
 	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
 	*out = n;
 	return 0;
@@ -111,13 +122,53 @@ int cbcmn_nursery_cancel(cbcmn_nursery *n)
 {
 	if (!n)
 		return -EINVAL;
-	/* The cancel scan takes the executors' wait-registry locks, which a
-	 * parent's thread may have held as it forked. */
-	if (cbcmn__forked(n->rt))
+	/* The cancel scan takes the executors' wait-registry locks, and
+	 * n->lock, which a parent's thread may have held as it forked.  From
+	 * n's own copy: a held nursery may outlive its runtime. */
+	if (n->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
-	cbcmn__nursery_cancel(n, 1);
+	/* await_all marks a held n awaited under this lock: while we hold
+	 * it, an n not yet marked, and so its runtime, stays alive.  An
+	 * unheld n is alive anyway (the caller's guarantee); the lock costs
+	 * a cancel little. */
+	int rc = -ESRCH;
+	cbcmn__mutex_lock(&n->lock);
+	if (!n->awaited) {
+		cbcmn__nursery_cancel(n, 1);
+		rc = 0;
+	}
+	cbcmn__mutex_unlock(&n->lock);
+	return rc;
+}
+
+int cbcmn_nursery_hold(cbcmn_nursery *n)
+{
+	if (!n)
+		return -EINVAL;
+	/* Relaxed: the caller knows n is alive (its opener before await_all,
+	 * or a task of n), and how n then reaches another thread orders this
+	 * before that thread's use; await_all reads refs on the opener's
+	 * side of the same order (its own program order, or a child's end). */
+	atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
 	return 0;
+}
+
+/* The last reference is gone: n goes back to e's cache (NULL: free). */
+static void nursery_put(struct cbcmn_nursery *n, struct cbcmn__exec *e)
+{
+	cbcmn__mutex_destroy(&n->lock);
+	nursery_free(n, e);
+}
+
+void cbcmn_nursery_release(cbcmn_nursery *n)
+{
+	if (!n)
+		return;
+	/* acq_rel: release orders our cancel before the free of whoever is
+	 * last; acquire makes the last one see the others' before it frees. */
+	if (atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
+		nursery_put(n, NULL); /* any thread: not an executor's cache */
 }
 
 /* A child's failure is n's result unless an earlier one is already (SPEC-021
@@ -216,6 +267,16 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		v = atomic_load_explicit(&n->live, memory_order_acquire) & ~(int64_t)CBCMN__LIVE_ARMED;
 	}
 
+	/* A holder may cancel n until it is marked awaited: mark it, under
+	 * the lock its cancel takes, before looking at n->cancelled.  acquire:
+	 * pairs with the release in cbcmn_nursery_release(), so a holder gone
+	 * already left its cancel behind it. */
+	bool held = atomic_load_explicit(&n->refs, memory_order_acquire) != 1;
+	if (held) {
+		cbcmn__mutex_lock(&n->lock);
+		n->awaited = true;
+		cbcmn__mutex_unlock(&n->lock);
+	}
 	int64_t r = atomic_load_explicit(&n->first_error, memory_order_relaxed);
 	if (r == 0 && atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		r = CBCMN_ECANCELED;
@@ -230,8 +291,9 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	 * that could find n in its chain has ended, so n leaves the count. */
 	if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		atomic_fetch_sub_explicit(&rt->cancels, 1, memory_order_relaxed);
-	cbcmn__mutex_destroy(&n->lock);
-	nursery_free(n, self ? self->exec : NULL);
+	/* acq_rel: as in cbcmn_nursery_release(). */
+	if (!held || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
+		nursery_put(n, self ? self->exec : NULL);
 	return r;
 }
 

@@ -135,9 +135,13 @@ struct cbcmn_nursery {
 	struct cbcmn_nursery *prev_open;  /* owner's next-outer open nursery */
 	struct cbcmn_nursery *next_free;
 	struct cbcmn__waiter await_w;     /* the opener, while ARMED */
-	struct cbcmn__mutex lock;         /* CBCMN__LOCK_NURSERY: the list below */
+	struct cbcmn__mutex lock;         /* CBCMN__LOCK_NURSERY: the list below,
+					   * and a holder's cancel vs awaited */
 	struct cbcmn__iwait *exhausted;   /* children waiting for budget */
 	uint64_t owner_spawns;            /* opener-only: children it spawned */
+	uint32_t fork_gen;                /* rt->fork_gen: EFORKED without rt */
+	bool awaited;                     /* under lock, once held: await_all is over */
+	_Atomic uint32_t refs;            /* the opener's + cbcmn_nursery_hold()s */
 	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* see nursery.c */
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */

@@ -1,6 +1,7 @@
 /* test_cancel: cancellation that always ends (SPEC-021 §5.2.2, §8.3.1): a
- * cancelled task ends at its next checkpoint, and await_all's result when a
- * failure and cancellations meet. */
+ * cancelled task ends at its next checkpoint, await_all's result when a
+ * failure and cancellations meet, and cancelling from another thread a
+ * nursery that its opener is awaiting, freeing or recycling. */
 #include "helpers.h"
 
 #include <errno.h>
@@ -304,6 +305,212 @@ static void test_eio_after_cancel_wins_over_ecanceled(void **state)
 	}
 }
 
+/* ---- cancelling from another thread: the handle ----------------------------- */
+
+/* Handed from the opener to the canceller thread and back. */
+struct handoff {
+	_Atomic(cbcmn_nursery *) slot; /* a held nursery for the canceller */
+	_Atomic uint32_t done;         /* cancels the canceller has made */
+	_Atomic uint32_t stop;
+	_Atomic int cancel_rc;         /* of the latest cancel */
+	uint32_t before, after;        /* cancels that returned 0, -ESRCH */
+	uint32_t child_yields;         /* how long the race's child runs */
+	uint32_t spin_max;             /* the canceller waits up to this long */
+	uint64_t rng;
+};
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* Takes each nursery handed over, waits a random while, cancels and
+ * releases it. */
+static void *canceller(void *arg)
+{
+	struct handoff *h = arg;
+	while (!atomic_load(&h->stop)) {
+		/* acquire: pairs with the opener's release store: n's fields,
+		 * and the hold, are ours to see. */
+		cbcmn_nursery *n = atomic_exchange_explicit(&h->slot, NULL, memory_order_acquire);
+		if (!n) {
+			sched_yield();
+			continue;
+		}
+		for (uint32_t i = (uint32_t)(xorshift(&h->rng) % (h->spin_max + 1)); i; i--)
+			atomic_signal_fence(memory_order_seq_cst);
+		atomic_store(&h->cancel_rc, cbcmn_nursery_cancel(n));
+		cbcmn_nursery_release(n);
+		atomic_fetch_add(&h->done, 1);
+	}
+	return NULL;
+}
+
+static int64_t yield_a_little(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 3; i++)
+		cbcmn_yield(cx);
+	return 0;
+}
+
+/* Wait, as a task, until the canceller has made its cancel number want. */
+static bool task_wait_done(cbcmn_cx *cx, struct handoff *h, uint32_t want)
+{
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&h->done) < want) {
+		if (t_now_ns() > deadline)
+			return false;
+		cbcmn_yield(cx);
+	}
+	return true;
+}
+
+#define STALE_ROUNDS 50
+
+/* The bug: the opener's await_all put n back in its executor's nursery
+ * cache, the next nursery it opened got the same memory, and the late
+ * cancel meant for n cancelled that one: its await_all returned
+ * CBCMN_ECANCELED though nobody cancelled it (and under ASan, with the
+ * cache full, a heap-use-after-free). */
+static int64_t stale_rounds(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	for (uint32_t round = 0; round < STALE_ROUNDS; round++) {
+		cbcmn_nursery *n, *m;
+		if (cbcmn_nursery_open(rt, cx, &n) != 0)
+			return -1;
+		TASK_CHECK(cbcmn_nursery_hold(n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, yield_a_little, NULL, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		/* n is over; the canceller gets it only now, and cancels it
+		 * while the next nursery is open. */
+		if (cbcmn_nursery_open(rt, cx, &m) != 0)
+			return -1;
+		atomic_store_explicit(&h->slot, n, memory_order_release);
+		if (!task_wait_done(cx, h, round + 1))
+			return -ETIMEDOUT;
+		TASK_CHECK(atomic_load(&h->cancel_rc) == -ESRCH);
+		TASK_CHECK(!cbcmn_cx_cancelled(cx));
+		TASK_CHECK(cbcmn_nursery_spawn(cx, m, yield_a_little, NULL, NULL) == 0);
+		int64_t r = cbcmn_nursery_await_all(cx, m);
+		TASK_CHECK(r == 0);
+		if (r != 0)
+			return r;
+	}
+	return 0;
+}
+
+static void run_with_canceller(cbcmn_runtime *rt, struct handoff *h, cbcmn_task_fn fn)
+{
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, canceller, h), 0);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, fn, h, &r);
+	atomic_store(&h->stop, 1);
+	pthread_join(th, NULL);
+	assert_int_equal(rc, 0);
+	assert_int_equal(r, 0);
+}
+
+static void test_late_cancel_does_not_cancel_recycled_nursery(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct handoff h = {.rng = 0x9e3779b97f4a7c15ull};
+	run_with_canceller(rt, &h, stale_rounds);
+	finish(rt);
+}
+
+/* The canceller cancels at a random moment of the opener's await_all.
+ * Whatever the interleaving: a cancel that returned 0 came before the
+ * nursery was over and await_all says CBCMN_ECANCELED; one that returned
+ * -ESRCH came after, and await_all said 0 (its child always succeeds).
+ * The child runs longer after a cancel that came late, shorter after one
+ * that came early, so the cancels keep falling near the end of await_all
+ * however slowly the canceller thread gets a CPU.  A few hundred rounds,
+ * or two seconds (four under sanitizers) of them. */
+#define RACE_ROUNDS ((T_ASAN || T_TSAN) ? 300u : 400u)
+#define RACE_NS ((T_ASAN || T_TSAN) ? 4000000000ull : 2000000000ull)
+
+static int64_t yield_for_a_while(cbcmn_cx *cx, void *arg)
+{
+	for (uint32_t i = *(const uint32_t *)arg; i; i--)
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t race_rounds(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint64_t end = t_now_ns() + RACE_NS;
+	for (uint32_t round = 0; round < RACE_ROUNDS && t_now_ns() < end; round++) {
+		cbcmn_nursery *n;
+		if (cbcmn_nursery_open(rt, cx, &n) != 0)
+			return -1;
+		TASK_CHECK(cbcmn_nursery_hold(n) == 0);
+		uint32_t yields = h->child_yields;
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, yield_for_a_while, &yields, NULL) == 0);
+		atomic_store_explicit(&h->slot, n, memory_order_release);
+		int64_t r = cbcmn_nursery_await_all(cx, n);
+		if (!task_wait_done(cx, h, round + 1))
+			return -ETIMEDOUT;
+		int crc = atomic_load(&h->cancel_rc);
+		TASK_CHECK(crc == 0 || crc == -ESRCH);
+		TASK_CHECK(r == (crc == 0 ? CBCMN_ECANCELED : 0));
+		if (crc == 0) {
+			h->before++;
+			h->child_yields /= 2;
+		} else {
+			h->after++;
+			if (h->child_yields < 100000)
+				h->child_yields = 2 * h->child_yields + 1;
+		}
+		/* Our own nursery's cancellation never reaches us. */
+		TASK_CHECK(!cbcmn_cx_cancelled(cx));
+	}
+	return 0;
+}
+
+static void test_cancel_races_await_all(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct handoff h = {.rng = 0x2545f4914f6cdd1dull, .spin_max = 2000};
+	run_with_canceller(rt, &h, race_rounds);
+	/* Which side of the end the cancels fell on: both, usually; the
+	 * checks above hold either way. */
+	printf("[          ] cancels before the end %u, after %u\n", h.before, h.after);
+	finish(rt);
+}
+
+/* A thread opener, its nursery held by the canceller past the end of the
+ * runtime: cancel then finds it over (-ESRCH) without touching the
+ * runtime, and the release frees it. */
+static void test_held_nursery_outlives_its_runtime(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_hold(n), 0);
+	assert_int_equal(cbcmn_nursery_hold(n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, yield_a_little, NULL, NULL), 0);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	cbcmn_nursery_release(n);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	finish(rt);
+	assert_int_equal(cbcmn_nursery_cancel(n), -ESRCH);
+	cbcmn_nursery_release(n);
+	assert_int_equal(cbcmn_nursery_hold(NULL), -EINVAL);
+	cbcmn_nursery_release(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -313,6 +520,9 @@ int main(void)
 		T_WATCHED_TEST(test_eio_after_sibling_ecanceled_is_the_result),
 		T_WATCHED_TEST(test_eio_before_sibling_ecanceled_is_the_result),
 		T_WATCHED_TEST(test_eio_after_cancel_wins_over_ecanceled),
+		T_WATCHED_TEST(test_late_cancel_does_not_cancel_recycled_nursery),
+		T_WATCHED_TEST(test_cancel_races_await_all),
+		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -529,10 +529,11 @@ CBCMN_API int cbcmn_nursery_spawn_stealable(cbcmn_cx *cx, cbcmn_nursery *n, cbcm
 CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
 				     const cbcmn_spawn_opts *opts, cbcmn_task **handle);
 
-/* Wait until every child of n has ended, then free n.  Must be called
- * once, by n's opener: cx is the task that opened n, or NULL for the thread
- * that opened it.  Children that have not started yet may run on the
- * caller's stack meanwhile (see CBCMN_CONFIG_NO_INLINE).
+/* Wait until every child of n has ended, then free n (or leave it to the
+ * last cbcmn_nursery_release() if it is held).  Must be called once, by n's
+ * opener: cx is the task that opened n, or NULL for the thread that opened
+ * it.  Children that have not started yet may run on the caller's stack
+ * meanwhile (see CBCMN_CONFIG_NO_INLINE).
  * Returns 0 if every child succeeded (zero or positive results), else, in
  * this order of precedence (SPEC-021 §8.1.3 "propagate first error", §3.6
  * which tells a cancellation from a child's failure):
@@ -551,10 +552,33 @@ CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
 
 /* Cancel n: children that have not started never run (they end with
  * CBCMN_ECANCELED); running ones observe it at their next yield or blocking
- * call (cbcmn_cx_cancelled() turns true).  Nested nurseries opened below n
- * are cancelled with it.  Idempotent.  Returns 0, -EINVAL, or
- * CBCMN_EFORKED in a forked child (cbcmn_runtime_create()). */
+ * call (cbcmn_cx_cancelled() turns true) and end at their next
+ * CBCMN_CHECKPOINT().  Nested nurseries opened below n are cancelled with
+ * it.  Idempotent.
+ * Any thread may call it, on a nursery it knows is alive: from n's opener
+ * before await_all, from a task inside n, or on a nursery the caller holds
+ * (cbcmn_nursery_hold), which is the only safe way for any other thread:
+ * n is freed when await_all returns, and its memory may become another
+ * nursery, which a late cancel on an unheld n would cancel.
+ * Returns 0, -EINVAL, -ESRCH (n is held and its await_all is over: nothing
+ * to cancel, nothing done), or CBCMN_EFORKED in a forked child
+ * (cbcmn_runtime_create()). */
 CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
+
+/* Hold n: keep it valid for cbcmn_nursery_cancel() until the matching
+ * cbcmn_nursery_release(), even after its await_all has returned (cancel
+ * then returns -ESRCH) and after its runtime is destroyed.  For handing n
+ * to a thread that may cancel it late (a watchdog, a signal thread): take
+ * the hold before handing it over, where n is certainly alive (its opener
+ * before await_all, or a task inside n); the thread releases it when done.
+ * A held nursery is otherwise unchanged: await_all frees it only after
+ * the last release (this costs its opener one lock round; an unheld one,
+ * nothing).  Returns 0 or -EINVAL. */
+CBCMN_API int cbcmn_nursery_hold(cbcmn_nursery *n);
+
+/* Give up one hold (cbcmn_nursery_hold, exactly once per hold): the last
+ * one after await_all frees n.  Any thread; NULL is ignored. */
+CBCMN_API void cbcmn_nursery_release(cbcmn_nursery *n);
 
 /* ------------------------------------------------------------------------
  * Task handles
