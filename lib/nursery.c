@@ -111,35 +111,14 @@ void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why)
 	 * runtime-wide fast path.  Relaxed: cancellation is observed at the
 	 * next check, a late observation only delays the stop. */
 	atomic_fetch_add_explicit(&n->rt->cancels, 1, memory_order_relaxed);
-	if (atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_relaxed,
+	/* release: pairs with the acquire in cbcmn__nursery_chain_cancelled():
+	 * a task that ends because it saw the flag ends after what we did
+	 * before (cbcmn_nursery_cancel's hold). */
+	if (atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_release,
 						    memory_order_relaxed))
 		cbcmn__iwait_cancel_scan(n->rt); /* interrupt blocked waits */
 	else /* already cancelled: counted once */
 		atomic_fetch_sub_explicit(&n->rt->cancels, 1, memory_order_relaxed);
-}
-
-int cbcmn_nursery_cancel(cbcmn_nursery *n)
-{
-	if (!n)
-		return -EINVAL;
-	/* The cancel scan takes the executors' wait-registry locks, and
-	 * n->lock, which a parent's thread may have held as it forked.  From
-	 * n's own copy: a held nursery may outlive its runtime. */
-	if (n->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
-		return CBCMN_EFORKED;
-	cbcmn__stack_check_current();
-	/* await_all marks a held n awaited under this lock: while we hold
-	 * it, an n not yet marked, and so its runtime, stays alive.  An
-	 * unheld n is alive anyway (the caller's guarantee); the lock costs
-	 * a cancel little. */
-	int rc = -ESRCH;
-	cbcmn__mutex_lock(&n->lock);
-	if (!n->awaited) {
-		cbcmn__nursery_cancel(n, 1);
-		rc = 0;
-	}
-	cbcmn__mutex_unlock(&n->lock);
-	return rc;
 }
 
 int cbcmn_nursery_hold(cbcmn_nursery *n)
@@ -169,6 +148,36 @@ void cbcmn_nursery_release(cbcmn_nursery *n)
 	 * last; acquire makes the last one see the others' before it frees. */
 	if (atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
 		nursery_put(n, NULL); /* any thread: not an executor's cache */
+}
+
+int cbcmn_nursery_cancel(cbcmn_nursery *n)
+{
+	if (!n)
+		return -EINVAL;
+	/* The cancel scan takes the executors' wait-registry locks, and
+	 * n->lock, which a parent's thread may have held as it forked.  From
+	 * n's own copy: a held nursery may outlive its runtime. */
+	if (n->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
+		return CBCMN_EFORKED;
+	cbcmn__stack_check_current();
+	/* The cancel itself may end n: its children stop, and await_all
+	 * returns and frees n while we still unlock it or scan its runtime.
+	 * So we hold n for the call: taken while n is alive (the caller's
+	 * guarantee, or its own hold), and seen by await_all, which looks at
+	 * refs only after every child ended, each after seeing our flag
+	 * (release CAS, acquire chain walk) or being woken by our scan. */
+	cbcmn_nursery_hold(n);
+	/* await_all marks a held n awaited under this lock: while we hold
+	 * it, an n not yet marked, and so its runtime, stays alive. */
+	int rc = -ESRCH;
+	cbcmn__mutex_lock(&n->lock);
+	if (!n->awaited) {
+		cbcmn__nursery_cancel(n, 1);
+		rc = 0;
+	}
+	cbcmn__mutex_unlock(&n->lock);
+	cbcmn_nursery_release(n);
+	return rc;
 }
 
 /* A child's failure is n's result unless an earlier one is already (SPEC-021

@@ -315,6 +315,7 @@ struct handoff {
 	_Atomic int cancel_rc;         /* of the latest cancel */
 	uint32_t before, after;        /* cancels that returned 0, -ESRCH */
 	uint32_t child_yields;         /* how long the race's child runs */
+	bool unheld;                   /* cancel without a hold of its own */
 	uint32_t spin_max;             /* the canceller waits up to this long */
 	uint64_t rng;
 };
@@ -343,7 +344,8 @@ static void *canceller(void *arg)
 		for (uint32_t i = (uint32_t)(xorshift(&h->rng) % (h->spin_max + 1)); i; i--)
 			atomic_signal_fence(memory_order_seq_cst);
 		atomic_store(&h->cancel_rc, cbcmn_nursery_cancel(n));
-		cbcmn_nursery_release(n);
+		if (!h->unheld)
+			cbcmn_nursery_release(n);
 		atomic_fetch_add(&h->done, 1);
 	}
 	return NULL;
@@ -489,6 +491,48 @@ static void test_cancel_races_await_all(void **state)
 	finish(rt);
 }
 
+/* Without a hold, from a thread, on a nursery whose children wait to be
+ * cancelled: the cancel ends the nursery, and await_all returns on another
+ * executor while the call is still returning.  The bug: the opener freed n
+ * (into its executor's cache) while the canceller still unlocked n->lock:
+ * TSan saw pthread_mutex_destroy race the canceller's unlock (test_chan's
+ * test_cancel_blocked_many_workers found it). */
+#define UNHELD_ROUNDS ((T_ASAN || T_TSAN) ? 50u : 200u)
+
+static int64_t sleep_long(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return cbcmn_sleep(cx, STALL_NS) == CBCMN_ECANCELED ? 0 : -ETIMEDOUT;
+}
+
+static int64_t unheld_rounds(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	for (uint32_t round = 0; round < UNHELD_ROUNDS; round++) {
+		cbcmn_nursery *n;
+		if (cbcmn_nursery_open(rt, cx, &n) != 0)
+			return -1;
+		for (int i = 0; i < 2; i++)
+			TASK_CHECK(cbcmn_nursery_spawn(cx, n, sleep_long, NULL, NULL) == 0);
+		atomic_store_explicit(&h->slot, n, memory_order_release);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+		if (!task_wait_done(cx, h, round + 1))
+			return -ETIMEDOUT;
+		TASK_CHECK(atomic_load(&h->cancel_rc) == 0);
+	}
+	return 0;
+}
+
+static void test_unheld_cancel_that_ends_the_nursery_is_safe(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct handoff h = {.rng = 0x3c6ef372fe94f82bull, .spin_max = 2000, .unheld = true};
+	run_with_canceller(rt, &h, unheld_rounds);
+	finish(rt);
+}
+
 /* A thread opener, its nursery held by the canceller past the end of the
  * runtime: cancel then finds it over (-ESRCH) without touching the
  * runtime, and the release frees it. */
@@ -522,6 +566,7 @@ int main(void)
 		T_WATCHED_TEST(test_eio_after_cancel_wins_over_ecanceled),
 		T_WATCHED_TEST(test_late_cancel_does_not_cancel_recycled_nursery),
 		T_WATCHED_TEST(test_cancel_races_await_all),
+		T_WATCHED_TEST(test_unheld_cancel_that_ends_the_nursery_is_safe),
 		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

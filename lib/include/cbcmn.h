@@ -555,11 +555,15 @@ CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
  * call (cbcmn_cx_cancelled() turns true) and end at their next
  * CBCMN_CHECKPOINT().  Nested nurseries opened below n are cancelled with
  * it.  Idempotent.
- * Any thread may call it, on a nursery it knows is alive: from n's opener
- * before await_all, from a task inside n, or on a nursery the caller holds
- * (cbcmn_nursery_hold), which is the only safe way for any other thread:
- * n is freed when await_all returns, and its memory may become another
- * nursery, which a late cancel on an unheld n would cancel.
+ * Any thread may call it on a nursery that cannot be freed under the call
+ * by anything but the call's own effect: from n's opener before
+ * await_all, from a task inside n, from a thread while n cannot end by
+ * itself (its children wait to be cancelled), or on a nursery the caller
+ * holds (cbcmn_nursery_hold), the only safe way when n may end by itself
+ * meanwhile: n is freed when await_all returns, and its memory may become
+ * another nursery, which a late cancel through an unheld n would cancel.
+ * That the cancel ends n (its children stop, await_all returns) while
+ * the call is still returning is safe: the call holds n meanwhile.
  * Returns 0, -EINVAL, -ESRCH (n is held and its await_all is over: nothing
  * to cancel, nothing done), or CBCMN_EFORKED in a forked child
  * (cbcmn_runtime_create()). */
