@@ -27,6 +27,10 @@
 
 #define NURSERY_CACHE_MAX 256u
 
+/* Three lines: the opener's, the counters children write, and no more
+ * (every fork-join call opens one). */
+_Static_assert(sizeof(struct cbcmn_nursery) <= 3 * CBCMN__CACHELINE, "a nursery grew a line");
+
 static struct cbcmn_nursery *nursery_alloc(struct cbcmn__exec *e)
 {
 	if (e && e->free_nurseries) {
