@@ -533,6 +533,41 @@ static void test_unheld_cancel_that_ends_the_nursery_is_safe(void **state)
 	finish(rt);
 }
 
+/* Spinners run inline, on the stack of their opener (a task, one executor),
+ * cancelled by the canceller thread: the running one unwinds to its own
+ * landing pad, the opener goes on, and the others never start. */
+static int64_t inline_spinners(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	struct spin s = {0};
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	for (int i = 0; i < SPINNERS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, checkpoint_spinner, &s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_hold(n) == 0);
+	atomic_store_explicit(&h->slot, n, memory_order_release);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	if (!task_wait_done(cx, h, 1))
+		return -ETIMEDOUT;
+	TASK_CHECK(atomic_load(&h->cancel_rc) == 0);
+	TASK_CHECK(atomic_load(&s.started) >= 1);
+	TASK_CHECK(atomic_load(&s.returned) == 0);
+	return 0;
+}
+
+static void test_cancelled_inline_spinner_ends(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct handoff h = {.rng = 0xbb67ae8584caa73bull, .spin_max = 2000};
+	run_with_canceller(rt, &h, inline_spinners);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_true(st.total.inline_runs >= 1);
+	finish(rt);
+}
+
 /* A thread opener, its nursery held by the canceller past the end of the
  * runtime: cancel then finds it over (-ESRCH) without touching the
  * runtime, and the release frees it. */
@@ -567,6 +602,7 @@ int main(void)
 		T_WATCHED_TEST(test_late_cancel_does_not_cancel_recycled_nursery),
 		T_WATCHED_TEST(test_cancel_races_await_all),
 		T_WATCHED_TEST(test_unheld_cancel_that_ends_the_nursery_is_safe),
+		T_WATCHED_TEST(test_cancelled_inline_spinner_ends),
 		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
