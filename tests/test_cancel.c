@@ -371,6 +371,10 @@ static bool task_wait_done(cbcmn_cx *cx, struct handoff *h, uint32_t want)
 	return true;
 }
 
+/* Each race runs a few hundred rounds, or one second (two under
+ * sanitizers) of them: the canceller thread may get a CPU slowly. */
+#define RACE_ROUNDS ((T_ASAN || T_TSAN) ? 300u : 400u)
+#define RACE_NS ((T_ASAN || T_TSAN) ? 2000000000ull : 1000000000ull)
 #define STALE_ROUNDS 50
 
 /* The bug: the opener's await_all put n back in its executor's nursery
@@ -382,7 +386,8 @@ static int64_t stale_rounds(cbcmn_cx *cx, void *arg)
 {
 	struct handoff *h = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	for (uint32_t round = 0; round < STALE_ROUNDS; round++) {
+	uint64_t end = t_now_ns() + RACE_NS;
+	for (uint32_t round = 0; round < STALE_ROUNDS && t_now_ns() < end; round++) {
 		cbcmn_nursery *n, *m;
 		if (cbcmn_nursery_open(rt, cx, &n) != 0)
 			return -1;
@@ -434,10 +439,7 @@ static void test_late_cancel_does_not_cancel_recycled_nursery(void **state)
  * -ESRCH came after, and await_all said 0 (its child always succeeds).
  * The child runs longer after a cancel that came late, shorter after one
  * that came early, so the cancels keep falling near the end of await_all
- * however slowly the canceller thread gets a CPU.  A few hundred rounds,
- * or two seconds (four under sanitizers) of them. */
-#define RACE_ROUNDS ((T_ASAN || T_TSAN) ? 300u : 400u)
-#define RACE_NS ((T_ASAN || T_TSAN) ? 4000000000ull : 2000000000ull)
+ * however slowly the canceller thread gets a CPU. */
 
 static int64_t yield_for_a_while(cbcmn_cx *cx, void *arg)
 {
@@ -509,7 +511,8 @@ static int64_t unheld_rounds(cbcmn_cx *cx, void *arg)
 {
 	struct handoff *h = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	for (uint32_t round = 0; round < UNHELD_ROUNDS; round++) {
+	uint64_t end = t_now_ns() + RACE_NS;
+	for (uint32_t round = 0; round < UNHELD_ROUNDS && t_now_ns() < end; round++) {
 		cbcmn_nursery *n;
 		if (cbcmn_nursery_open(rt, cx, &n) != 0)
 			return -1;
