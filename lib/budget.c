@@ -315,19 +315,48 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 		*f -= amount;
 }
 
-void cbcmn__checkpoint_slow(cbcmn_cx *cx)
+/* Fairness: a full interval has run.  The yield costs nothing. */
+static void fairness_yield(struct cbcmn_task *t)
 {
-	struct cbcmn_task *t = (struct cbcmn_task *)cx;
 	if (t->yield_left == 0) {
-		/* Fairness: a full interval has run.  The yield costs nothing. */
 		t->yield_left = interval(t);
-		cbcmn_yield(cx);
+		cbcmn_yield((cbcmn_cx *)t);
 	}
+}
+
+/* Pay for a new countdown window, waiting exhausted if need be. */
+static void pay_window(struct cbcmn_task *t)
+{
 	while (t->ops == 0) {
 		if (!fold_refunds(t) && !self_recharge(t, CBCMN__B_OPS))
 			wait_exhausted(t);
 	}
 	refill_window(t);
+}
+
+/* A runtime call's charge ran the countdown out.  The call reports a
+ * cancellation itself (its result): only CBCMN_CHECKPOINT() ends a task
+ * for one. */
+void cbcmn__charge_window(struct cbcmn_task *t)
+{
+	fairness_yield(t);
+	pay_window(t);
+}
+
+/* CBCMN_CHECKPOINT()'s slow path.  A cancelled task ends here (SPEC-021
+ * §5.2.2 "Running -> Cancelled", §8.3.1): a loop of checkpoints has no
+ * result to report it with, and a task that never looks would keep its
+ * nursery's await_all waiting for ever.  It unwinds to its landing pad as an
+ * exhausted task its nursery gave up on does, after the fairness yield
+ * (where a cancellation from another thread is seen) and before paying: a
+ * cancelled task is not stopped as BudgetExhausted. */
+void cbcmn__checkpoint_slow(cbcmn_cx *cx)
+{
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	fairness_yield(t);
+	if (cbcmn__task_cancelled(t))
+		unwind(t, CBCMN_ECANCELED);
+	pay_window(t);
 }
 
 int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out)

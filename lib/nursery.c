@@ -9,6 +9,14 @@
  * last one to touch the nursery and wakes the opener (a child), or frees it
  * (the opener, when no child was left).  So a nursery is freed exactly when
  * nothing can reach it any more, without a lock or a reference count.
+ *
+ * Except from another thread: a thread that cancels n must know it is not
+ * freed (or recycled into another nursery) under it, and it cannot know
+ * when await_all returns.  It holds a reference (cbcmn_nursery_hold), and
+ * await_all then leaves n to the last release, after marking it awaited
+ * under n->lock, which a holder's cancel takes too: a cancel comes before
+ * the mark and counts, or after it and is -ESRCH.  Unheld nurseries (all
+ * but a few) skip all that: await_all sees refs == 1 and frees n.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,6 +26,10 @@
 #include "runtime.h"
 
 #define NURSERY_CACHE_MAX 256u
+
+/* Three lines: the opener's, the counters children write, and no more
+ * (every fork-join call opens one). */
+_Static_assert(sizeof(struct cbcmn_nursery) <= 3 * CBCMN__CACHELINE, "a nursery grew a line");
 
 static struct cbcmn_nursery *nursery_alloc(struct cbcmn__exec *e)
 {
@@ -71,6 +83,9 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	atomic_init(&n->cancelled, 0);
 	atomic_init(&n->closing, 0);
 	atomic_init(&n->live, CBCMN__LIVE_BIAS * CBCMN__LIVE_ONE);
+	n->fork_gen = rt->fork_gen;
+	n->awaited = false;
+	atomic_init(&n->refs, 1);
 	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
 	*out = n;
 	return 0;
@@ -100,36 +115,101 @@ void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why)
 	 * runtime-wide fast path.  Relaxed: cancellation is observed at the
 	 * next check, a late observation only delays the stop. */
 	atomic_fetch_add_explicit(&n->rt->cancels, 1, memory_order_relaxed);
-	if (atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_relaxed,
+	/* release: pairs with the acquire in cbcmn__nursery_chain_cancelled():
+	 * a task that ends because it saw the flag ends after what we did
+	 * before (cbcmn_nursery_cancel's hold). */
+	if (atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_release,
 						    memory_order_relaxed))
 		cbcmn__iwait_cancel_scan(n->rt); /* interrupt blocked waits */
 	else /* already cancelled: counted once */
 		atomic_fetch_sub_explicit(&n->rt->cancels, 1, memory_order_relaxed);
 }
 
+int cbcmn_nursery_hold(cbcmn_nursery *n)
+{
+	if (!n)
+		return -EINVAL;
+	/* Relaxed: the caller knows n is alive (its opener before await_all,
+	 * or a task of n), and how n then reaches another thread orders this
+	 * before that thread's use; await_all reads refs on the opener's
+	 * side of the same order (its own program order, or a child's end). */
+	atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+	return 0;
+}
+
+/* The last reference is gone: n goes back to e's cache (NULL: free). */
+static void nursery_put(struct cbcmn_nursery *n, struct cbcmn__exec *e)
+{
+	cbcmn__mutex_destroy(&n->lock);
+	nursery_free(n, e);
+}
+
+void cbcmn_nursery_release(cbcmn_nursery *n)
+{
+	if (!n)
+		return;
+	/* acq_rel: release orders our cancel before the free of whoever is
+	 * last; acquire makes the last one see the others' before it frees. */
+	if (atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
+		nursery_put(n, NULL); /* any thread: not an executor's cache */
+}
+
 int cbcmn_nursery_cancel(cbcmn_nursery *n)
 {
 	if (!n)
 		return -EINVAL;
-	/* The cancel scan takes the executors' wait-registry locks, which a
-	 * parent's thread may have held as it forked. */
-	if (cbcmn__forked(n->rt))
+	/* The cancel scan takes the executors' wait-registry locks, and
+	 * n->lock, which a parent's thread may have held as it forked.  From
+	 * n's own copy: a held nursery may outlive its runtime. */
+	if (n->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
-	cbcmn__nursery_cancel(n, 1);
-	return 0;
+	/* The cancel itself may end n: its children stop, and await_all
+	 * returns and frees n while we still unlock it or scan its runtime.
+	 * So we hold n for the call: taken while n is alive (the caller's
+	 * guarantee, or its own hold), and seen by await_all, which looks at
+	 * refs only after every child ended, each after seeing our flag
+	 * (release CAS, acquire chain walk) or being woken by our scan. */
+	cbcmn_nursery_hold(n);
+	/* await_all marks a held n awaited under this lock: while we hold
+	 * it, an n not yet marked, and so its runtime, stays alive. */
+	int rc = -ESRCH;
+	cbcmn__mutex_lock(&n->lock);
+	if (!n->awaited) {
+		cbcmn__nursery_cancel(n, 1);
+		rc = 0;
+	}
+	cbcmn__mutex_unlock(&n->lock);
+	cbcmn_nursery_release(n);
+	return rc;
+}
+
+/* A child's failure is n's result unless an earlier one is already (SPEC-021
+ * §8.1.3 "propagate first error"), and CBCMN_ECANCELED is not a failure but
+ * the absence of a result (§3.6 tells .cancelled from .child_failed): a
+ * real error replaces it, however late, and one stored ECANCELED is all a
+ * cancellation leaves.  Only a real error cancels the siblings (fail fast,
+ * once: the first). */
+static void record_result(struct cbcmn_nursery *n, int64_t result)
+{
+	int64_t cur = atomic_load_explicit(&n->first_error, memory_order_relaxed);
+	while (cur == 0 || (cur == CBCMN_ECANCELED && result != CBCMN_ECANCELED)) {
+		/* Relaxed: the opener reads first_error after acquiring live,
+		 * which our step in cbcmn__nursery_live_add() releases. */
+		if (atomic_compare_exchange_weak_explicit(&n->first_error, &cur, result,
+							  memory_order_relaxed,
+							  memory_order_relaxed)) {
+			if (result != CBCMN_ECANCELED)
+				cbcmn__nursery_cancel(n, 2); /* fail fast: stop the siblings */
+			return;
+		}
+	}
 }
 
 void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e)
 {
-	if (result < 0) {
-		int64_t zero = 0;
-		if (atomic_compare_exchange_strong_explicit(&n->first_error, &zero, result,
-							    memory_order_relaxed,
-							    memory_order_relaxed) &&
-		    result != CBCMN_ECANCELED)
-			cbcmn__nursery_cancel(n, 2); /* fail fast: stop the siblings */
-	}
+	if (result < 0)
+		record_result(n, result);
 	/* Our last touch of n: it may be freed as soon as this returns. */
 	cbcmn__nursery_live_add(n, -CBCMN__LIVE_ONE, e);
 }
@@ -200,6 +280,16 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		v = atomic_load_explicit(&n->live, memory_order_acquire) & ~(int64_t)CBCMN__LIVE_ARMED;
 	}
 
+	/* A holder may cancel n until it is marked awaited: mark it, under
+	 * the lock its cancel takes, before looking at n->cancelled.  acquire:
+	 * pairs with the release in cbcmn_nursery_release(), so a holder gone
+	 * already left its cancel behind it. */
+	bool held = atomic_load_explicit(&n->refs, memory_order_acquire) != 1;
+	if (held) {
+		cbcmn__mutex_lock(&n->lock);
+		n->awaited = true;
+		cbcmn__mutex_unlock(&n->lock);
+	}
 	int64_t r = atomic_load_explicit(&n->first_error, memory_order_relaxed);
 	if (r == 0 && atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		r = CBCMN_ECANCELED;
@@ -214,8 +304,9 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	 * that could find n in its chain has ended, so n leaves the count. */
 	if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		atomic_fetch_sub_explicit(&rt->cancels, 1, memory_order_relaxed);
-	cbcmn__mutex_destroy(&n->lock);
-	nursery_free(n, self ? self->exec : NULL);
+	/* acq_rel: as in cbcmn_nursery_release(). */
+	if (!held || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
+		nursery_put(n, self ? self->exec : NULL);
 	return r;
 }
 

@@ -135,13 +135,19 @@ struct cbcmn_nursery {
 	struct cbcmn_nursery *prev_open;  /* owner's next-outer open nursery */
 	struct cbcmn_nursery *next_free;
 	struct cbcmn__waiter await_w;     /* the opener, while ARMED */
-	struct cbcmn__mutex lock;         /* CBCMN__LOCK_NURSERY: the list below */
+	struct cbcmn__mutex lock;         /* CBCMN__LOCK_NURSERY: the list below,
+					   * and a holder's cancel vs awaited */
 	struct cbcmn__iwait *exhausted;   /* children waiting for budget */
 	uint64_t owner_spawns;            /* opener-only: children it spawned */
 	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* see nursery.c */
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
 	_Atomic uint32_t closing;         /* await_all has begun: no new spawns */
+	/* Rarely written, here where the line has room (the first two are
+	 * full: a fourth line would cost every fork-join nursery). */
+	_Atomic uint32_t refs;            /* the opener's + cbcmn_nursery_hold()s */
+	uint32_t fork_gen;                /* rt->fork_gen: EFORKED without rt */
+	bool awaited;                     /* under lock, once held: await_all is over */
 };
 
 /* ---- executors -------------------------------------------------------- */
@@ -441,6 +447,7 @@ void cbcmn__budget_defaults(cbcmn_budget *out, const cbcmn_budget *in);
 void cbcmn__budget_init_unlimited(struct cbcmn_task *t);
 void cbcmn__budget_leftover(struct cbcmn_task *t);
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
+void cbcmn__charge_window(struct cbcmn_task *t);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
 
 /* Runtime calls made by a task check the stack room left before they
@@ -480,7 +487,7 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 {
 	cbcmn__stack_check(t);
 	if (__builtin_expect(--t->countdown <= 0, 0))
-		cbcmn__checkpoint_slow((cbcmn_cx *)t);
+		cbcmn__charge_window(t);
 	uint64_t *f = comp == CBCMN__B_SPAWN     ? &t->spawn_count
 		      : comp == CBCMN__B_MEMORY  ? &t->memory
 		      : comp == CBCMN__B_CHANNEL ? &t->channel_ops

@@ -130,10 +130,12 @@ bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
 	if (__builtin_expect(atomic_load_explicit(&n->rt->cancels, memory_order_relaxed) == 0, 1))
 		return false;
 	/* The chain of enclosing nurseries stays alive while anything inside
-	 * it does (each is awaited before its opener ends).  Relaxed: a late
-	 * observation only delays the stop to the next check. */
+	 * it does (each is awaited before its opener ends).  A late
+	 * observation only delays the stop to the next check; acquire pairs
+	 * with the release CAS in cbcmn__nursery_cancel(): a task that ends
+	 * for what it saw ends after the canceller's hold (nursery.c). */
 	for (; n; n = n->parent)
-		if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
+		if (atomic_load_explicit(&n->cancelled, memory_order_acquire))
 			return true;
 	return false;
 }

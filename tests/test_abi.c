@@ -76,6 +76,8 @@ static const char *const exported[] = {
 	"cbcmn_nursery_spawn_pinned",
 	"cbcmn_nursery_spawn_stealable",
 	"cbcmn_nursery_spawn_stealable_on",
+	"cbcmn_nursery_hold",
+	"cbcmn_nursery_release",
 	"cbcmn_topo_cpu",
 	"cbcmn_topo_distance",
 	"cbcmn_topo_find",

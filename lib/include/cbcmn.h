@@ -422,7 +422,17 @@ CBCMN_API void cbcmn__checkpoint_slow(cbcmn_cx *cx);
 
 /* Place in loops: costs one op of budget, yields every yield_interval
  * checkpoints, and stops here while the task's ops are exhausted.  A few
- * instructions when nothing is due.  cx must be the running task. */
+ * instructions when nothing is due.  cx must be the running task.
+ * Cancellation (SPEC-021 §5.2.2, §8.3.1): a checkpoint in a task whose
+ * nursery, or an enclosing one, was cancelled does not return: the task
+ * ends with CBCMN_ECANCELED, as one its nursery gave up on ends with
+ * CBCMN_EBUDGET.  The countdown is the task's own and cheap, so this
+ * happens at the first checkpoint that takes the slow path: within
+ * yield_interval checkpoints.  Its frames are abandoned as by longjmp
+ * (what they malloc'ed is lost, a lock they hold stays held); the
+ * nurseries it has open are cancelled and awaited first.  Code that must
+ * wind down in order watches cbcmn_cx_cancelled() or a runtime call's
+ * CBCMN_ECANCELED instead, and does not checkpoint while it winds down. */
 #define CBCMN_CHECKPOINT(cx)                                                   \
 	do {                                                                    \
 		if (__builtin_expect(--((struct cbcmn__cx_hot *)(cx))->countdown <= 0, 0)) \
@@ -519,25 +529,60 @@ CBCMN_API int cbcmn_nursery_spawn_stealable(cbcmn_cx *cx, cbcmn_nursery *n, cbcm
 CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,
 				     const cbcmn_spawn_opts *opts, cbcmn_task **handle);
 
-/* Wait until every child of n has ended, then free n.  Must be called once,
- * by n's opener: cx is the task that opened n, or NULL for the thread that
- * opened it.  Children that have not started yet may run on the caller's
- * stack meanwhile (see CBCMN_CONFIG_NO_INLINE).
- * Returns 0 if every child succeeded; otherwise the first failure in the
- * order children ended: a child's negative result, CBCMN_EPANIC for a child
- * that overflowed its stack, or CBCMN_ECANCELED when n was cancelled and no
- * child failed otherwise.  The first child failure cancels its siblings.
- * If the opener is itself cancelled, n is cancelled too before waiting.
- * Returns -EINVAL for NULL, -EPERM when cx is not n's opener (n is left
- * untouched). */
+/* Wait until every child of n has ended, then free n (or leave it to the
+ * last cbcmn_nursery_release() if it is held).  Must be called once, by n's
+ * opener: cx is the task that opened n, or NULL for the thread that opened
+ * it.  Children that have not started yet may run on the caller's stack
+ * meanwhile (see CBCMN_CONFIG_NO_INLINE).
+ * Returns 0 if every child succeeded (zero or positive results), else, in
+ * this order of precedence (SPEC-021 §8.1.3 "propagate first error", §3.6
+ * which tells a cancellation from a child's failure):
+ *   1. the first failure, in the order children ended: a child's negative
+ *      result other than CBCMN_ECANCELED, CBCMN_EPANIC for a child that
+ *      overflowed its stack, CBCMN_EBUDGET for one n gave up on.  It wins
+ *      over cancellations whenever they came, before it or after it;
+ *   2. CBCMN_ECANCELED, when no child failed but n was cancelled or a child
+ *      ended with CBCMN_ECANCELED (an enclosing nursery was cancelled, or
+ *      the child returned it).
+ * The first failure cancels the siblings (fail fast); a child's
+ * CBCMN_ECANCELED does not.  If the opener is itself cancelled, n is
+ * cancelled too before waiting.  Returns -EINVAL for NULL, -EPERM when cx
+ * is not n's opener (n is left untouched). */
 CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
 
 /* Cancel n: children that have not started never run (they end with
  * CBCMN_ECANCELED); running ones observe it at their next yield or blocking
- * call (cbcmn_cx_cancelled() turns true).  Nested nurseries opened below n
- * are cancelled with it.  Idempotent.  Returns 0, -EINVAL, or
- * CBCMN_EFORKED in a forked child (cbcmn_runtime_create()). */
+ * call (cbcmn_cx_cancelled() turns true) and end at their next
+ * CBCMN_CHECKPOINT().  Nested nurseries opened below n are cancelled with
+ * it.  Idempotent.
+ * Any thread may call it on a nursery that cannot be freed under the call
+ * by anything but the call's own effect: from n's opener before
+ * await_all, from a task inside n, from a thread while n cannot end by
+ * itself (its children wait to be cancelled), or on a nursery the caller
+ * holds (cbcmn_nursery_hold), the only safe way when n may end by itself
+ * meanwhile: n is freed when await_all returns, and its memory may become
+ * another nursery, which a late cancel through an unheld n would cancel.
+ * That the cancel ends n (its children stop, await_all returns) while
+ * the call is still returning is safe: the call holds n meanwhile.
+ * Returns 0, -EINVAL, -ESRCH (n is held and its await_all is over: nothing
+ * to cancel, nothing done), or CBCMN_EFORKED in a forked child
+ * (cbcmn_runtime_create()). */
 CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
+
+/* Hold n: keep it valid for cbcmn_nursery_cancel() until the matching
+ * cbcmn_nursery_release(), even after its await_all has returned (cancel
+ * then returns -ESRCH) and after its runtime is destroyed.  For handing n
+ * to a thread that may cancel it late (a watchdog, a signal thread): take
+ * the hold before handing it over, where n is certainly alive (its opener
+ * before await_all, or a task inside n); the thread releases it when done.
+ * A held nursery is otherwise unchanged: await_all frees it only after
+ * the last release (this costs its opener one lock round; an unheld one,
+ * nothing).  Returns 0 or -EINVAL. */
+CBCMN_API int cbcmn_nursery_hold(cbcmn_nursery *n);
+
+/* Give up one hold (cbcmn_nursery_hold, exactly once per hold): the last
+ * one after await_all frees n.  Any thread; NULL is ignored. */
+CBCMN_API void cbcmn_nursery_release(cbcmn_nursery *n);
 
 /* ------------------------------------------------------------------------
  * Task handles

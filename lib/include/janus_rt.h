@@ -8,7 +8,8 @@
  *
  * Results of janus_nursery_await_all() (SPEC-021 §3.6, frozen):
  *     0   success            every child returned >= 0
- *    -1   cancelled          the nursery was cancelled
+ *    -1   cancelled          the nursery was cancelled, and no child failed
+ *                            (a failure wins: docs/ERRORS.md)
  *    -2   panic              a child overflowed its stack
  *    -3   budget exceeded    a child ran out of budget
  *    -4   pending            nothing to await (no current nursery)
