@@ -510,7 +510,7 @@ static int run_capture(char *const argv[], const char *env, char *buf, size_t le
 }
 
 /* A program that could not attach (here: the verifier refuses both forms
- * of sched_migrate_task, CBCMN_BPF_REJECT) left its figures at 0: cbcmn-top
+ * of sched_switch, which migrations rest on, CBCMN_BPF_REJECT) left its figures at 0: cbcmn-top
  * showed MIGR 0 and "migrations":0, cbcmn-stat "migr" 0.  Now they are
  * "-" and null, and the header / stderr say what is not measured and why. */
 static void test_unmeasured_is_not_zero(void **state)
@@ -524,7 +524,7 @@ static void test_unmeasured_is_not_zero(void **state)
 	int stop;
 	pid_t t = start_target(&stop);
 	snprintf(p, sizeof(p), "%d", (int)t);
-	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_migrate,cbcmn_sched_migrate_raw";
+	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_switch,cbcmn_sched_switch_raw";
 
 	char *const json[] = {top, "--json", "-n", "2", "-d", "0.3", "-p", p, NULL};
 	assert_int_equal(run_capture(json, env, out, sizeof(out)), 0);
@@ -537,7 +537,7 @@ static void test_unmeasured_is_not_zero(void **state)
 	const char *nm = strstr(last, "\"not_measured\":[");
 	assert_non_null(nm);
 	assert_non_null(strstr(nm, "{\"column\":\"MIGR\",\"key\":\"migrations\",\"why\":\""));
-	assert_non_null(strstr(nm, "sched_migrate_task: "));
+	assert_non_null(strstr(nm, "sched_switch: "));
 
 	char *const text[] = {top, "-b", "-n", "1", "-d", "0.3", "-p", p, NULL};
 	assert_int_equal(run_capture(text, env, out, sizeof(out)), 0);
@@ -604,7 +604,7 @@ static void test_run_bpf_unmeasured_is_not_zero(void **state)
 	static char out[1 << 16];
 	char run[PATH_MAX];
 	built(run, "bin/cbcmn-run");
-	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_migrate,cbcmn_sched_migrate_raw";
+	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_switch,cbcmn_sched_switch_raw";
 	char *const json[] = {run, "fib", "-w", "2", "-d", "0.2", "--bpf", "--json", NULL};
 	assert_int_equal(run_capture(json, env, out, sizeof(out)), 0);
 	const char *b = strstr(out, "\"bpf\":{");

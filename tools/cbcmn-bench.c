@@ -1076,42 +1076,40 @@ static double prog_ns_per_run(int fd)
 	return (double)info.run_time_ns / (double)info.run_cnt;
 }
 
-static double cost_ns_per_run(struct bpfmon *m, const char *prefix)
-{
-	struct bpfmon_cost c;
-	if (bpfmon_cost_of(m, prefix, &c) || !c.runs)
-		return NAN;
-	return (double)c.run_ns / (double)c.runs;
-}
-
-/* What our sched programs' code adds over empty ones, per switch of a
- * task that is not the target: with the kernel's run statistics on (two
- * clock reads around each run, the same for both), the ping-pong under
- * the empty programs, then under ours; the difference of ns per run of
- * the sched_switch and the sched_wakeup program (one of each per switch
- * of the ping-pong).  Precise where CPU time per switch is not: the
- * runs are timed one by one.  NAN where statistics cannot be turned on. */
-static double filter_ns_once(unsigned *attached)
+/* What our sched programs' code adds over an empty one, per context
+ * switch of tasks that are not the target: the empty sched_switch program
+ * and ours attached together, the ping-pong run once with the kernel's
+ * run statistics on (two clock reads around each run, the same for
+ * both), and the difference of their ns per switch: ours is every
+ * cbcmn_sched_* program's run time (any program on the host's scheduling
+ * path) over the switches ours saw.  One run, both timed over the same
+ * switches, so that the machine's drift between runs (tens of ns on a
+ * shared host) cancels; which one runs first on the tracepoint
+ * alternates (floor_first).  NAN where statistics cannot be turned on. */
+static double filter_ns_once(unsigned *attached, bool floor_first)
 {
 	int sfd = bpf_enable_stats(BPF_STATS_RUN_TIME);
 	if (sfd < 0)
 		return NAN;
+	struct cbcmn_floor_bpf *f = floor_first ? floor_attach() : NULL;
+	struct bpfmon *m = bpf_attach(attached);
+	if (!floor_first)
+		f = floor_attach();
 	double empty = NAN, ours = NAN;
-	struct cbcmn_floor_bpf *f = floor_attach();
+	struct bpfmon_cost all, sw;
 	if (f) {
 		host_switch_once();
-		empty = prog_ns_per_run(bpf_program__fd(f->progs.floor_switch)) +
-			prog_ns_per_run(bpf_program__fd(f->progs.floor_wakeup));
-		cbcmn_floor_bpf__destroy(f);
+		empty = prog_ns_per_run(bpf_program__fd(f->progs.floor_switch));
+		if (!bpfmon_cost_of(m, "cbcmn_sched", &all) && !bpfmon_cost_of(m, "cbcmn_sched_switch", &sw) &&
+		    sw.runs)
+			ours = (double)all.run_ns / (double)sw.runs;
 	}
-	struct bpfmon *m = bpf_attach(attached);
-	host_switch_once();
-	ours = cost_ns_per_run(m, "cbcmn_sched_switch") + cost_ns_per_run(m, "cbcmn_sched_wakeup");
 	bpfmon_close(m);
+	cbcmn_floor_bpf__destroy(f);
 	close(sfd);
 	if (verbose)
-		fprintf(stderr, "bpf-overhead: sched_switch + sched_wakeup ns per run: empty %.1f, ours %.1f\n",
-			empty, ours);
+		fprintf(stderr, "bpf-overhead: ns per switch (run statistics, %s first): empty %.1f, ours %.1f\n",
+			floor_first ? "empty" : "ours", empty, ours);
 	return ours - empty;
 }
 
@@ -1207,7 +1205,7 @@ static void bench_host_switch(unsigned *attached)
 	printf("bpf-overhead host_switch_floor_ns %.1f\n", median(fl, n));
 	printf("bpf-overhead host_switch_filter_cpu_ns %.1f\n", median(fi, n));
 	for (int r = 0; r < n; r++)
-		fi[r] = filter_ns_once(attached);
+		fi[r] = filter_ns_once(attached, r & 1);
 	printf("bpf-overhead host_switch_filter_ns %.1f\n", median(fi, n));
 	printf("bpf-overhead uprobe_trap_ns %.0f\n", uprobe_trap_ns());
 	fflush(stdout);

@@ -84,12 +84,6 @@ static const struct spec {
 	{"cbcmn_exec_stop", USDT, "cbcmn", "exec_stop", 0},
 	{"cbcmn_sched_switch", TP_BTF, "sched", "sched_switch", BPFMON_NO_SCHED},
 	{"cbcmn_sched_switch_raw", RAW_TP, "sched", "sched_switch", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup", TP_BTF, "sched", "sched_wakeup", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup_raw", RAW_TP, "sched", "sched_wakeup", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup_new", TP_BTF, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup_new_raw", RAW_TP, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
-	{"cbcmn_sched_migrate", TP_BTF, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
-	{"cbcmn_sched_migrate_raw", RAW_TP, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
 	{"cbcmn_sched_exit", TP_BTF, "sched", "sched_process_exit", BPFMON_NO_SCHED},
 	{"cbcmn_sched_exit_raw", RAW_TP, "sched", "sched_process_exit", BPFMON_NO_SCHED},
 	/* io_uring: one run per counter, the tp_btf forms first (their
@@ -154,6 +148,7 @@ struct bpfmon {
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
 	bool pinned_dir;          /* pin_dir is ours to remove */
 	bool switch_on;           /* a sched_switch program is attached: the records move */
+	bool no_sched_info;       /* task_struct has no sched_info: no run-queue figures */
 	/* The tool in a pid namespace of its own (not the kernel's view):
 	 * the programs know the target by the kernel's ids, the tool by its
 	 * namespace's; xl maps one to the other (xlat_load). */
@@ -311,6 +306,17 @@ static bool btf_arg_is(const struct btf *vmlinux, const char *tp, const char *ar
 	at = btf__resolve_type(vmlinux, a->type);
 	a = at > 0 ? btf__type_by_id(vmlinux, at) : NULL;
 	return a && btf_is_struct(a) && !strcmp(btf__name_by_offset(vmlinux, a->name_off), rest + 1);
+}
+
+/* Has struct sname a member mname in this kernel? */
+static bool btf_has_member(const struct btf *vmlinux, const char *sname, const char *mname)
+{
+	int id = vmlinux ? btf__find_by_name_kind(vmlinux, sname, BTF_KIND_STRUCT) : -1;
+	const struct btf_type *t = id > 0 ? btf__type_by_id(vmlinux, id) : NULL;
+	for (unsigned i = 0; t && i < btf_vlen(t); i++)
+		if (!strcmp(btf__name_by_offset(vmlinux, btf_members(t)[i].name_off), mname))
+			return true;
+	return false;
 }
 
 /* Is an entry before i in its run of alternatives loading (spec.alt)? */
@@ -1286,6 +1292,9 @@ int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsign
 		}
 	}
 	vmlinux = btf__load_vmlinux_btf();
+	/* Run-queue waits come from task_struct::sched_info (cbcmn.bpf.c,
+	 * account_sched_counts), which CONFIG_SCHED_INFO adds. */
+	m->no_sched_info = vmlinux && !btf_has_member(vmlinux, "task_struct", "sched_info");
 	/* Load; when the kernel refuses one program (the verifier rejects it,
 	 * or fentry is not permitted), open the object again without it (its
 	 * fallback, if it has one, takes its place) and report it FAILED: one
@@ -1372,7 +1381,7 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
  * tp_btf and its raw_tp twin, fentry and its tracepoint fallback). */
 enum src {
 	SRC_STEAL, SRC_STEAL_FAIL, SRC_DOORBELL, SRC_DB_COAL, SRC_XMSG, SRC_PARK, SRC_LOCK,
-	SRC_SWITCH, SRC_WAKEUP, SRC_MIGRATE, SRC_SUBMIT, SRC_COMPLETE, SRC_CQWAIT, SRC_ASYNC,
+	SRC_SWITCH, SRC_SUBMIT, SRC_COMPLETE, SRC_CQWAIT, SRC_ASYNC,
 	SRC_OVERFLOW, SRC_FUTEX_IN, SRC_FUTEX_OUT, NSRC
 };
 
@@ -1387,7 +1396,6 @@ static int src_of(const struct spec *sp)
 		{"steal", SRC_STEAL}, {"steal_fail", SRC_STEAL_FAIL}, {"doorbell", SRC_DOORBELL},
 		{"doorbell_coalesced", SRC_DB_COAL}, {"xmsg", SRC_XMSG}, {"park", SRC_PARK},
 		{"lock_contended", SRC_LOCK}, {"sched_switch", SRC_SWITCH},
-		{"sched_wakeup", SRC_WAKEUP}, {"sched_migrate_task", SRC_MIGRATE},
 		{"io_uring_submit_req", SRC_SUBMIT}, {"io_uring_submit_sqe", SRC_SUBMIT},
 		{"io_uring_complete", SRC_COMPLETE}, {"io_uring_cqring_wait", SRC_CQWAIT},
 		{"io_uring_queue_async_work", SRC_ASYNC}, {"io_uring_cqe_overflow", SRC_OVERFLOW},
@@ -1419,13 +1427,13 @@ static const struct {
 	NEED(xmsgs_sent, B(SRC_XMSG)), NEED(xmsgs_recv, B(SRC_XMSG)),
 	NEED(lock_contended, B(SRC_LOCK)), NEED(lock_wait_ns, B(SRC_LOCK)), NEED(parks, B(SRC_PARK)),
 	NEED(oncpu_ns, B(SRC_SWITCH)), NEED(offcpu_ns, B(SRC_SWITCH)), NEED(switches, B(SRC_SWITCH)),
-	NEED(involuntary, B(SRC_SWITCH)), NEED(migrations, B(SRC_MIGRATE)),
+	NEED(involuntary, B(SRC_SWITCH)), NEED(migrations, B(SRC_SWITCH)),
 	NEED(sqes, B(SRC_SUBMIT)), NEED(msg_ring_sqes, B(SRC_SUBMIT)),
 	NEED(cqes, B(SRC_SUBMIT) | B(SRC_COMPLETE)), NEED(cqe_errors, B(SRC_SUBMIT) | B(SRC_COMPLETE)),
 	NEED(cqring_waits, B(SRC_SUBMIT) | B(SRC_CQWAIT)),
 	NEED(async_work, B(SRC_SUBMIT) | B(SRC_ASYNC)),
 	NEED(cqe_overflows, B(SRC_SUBMIT) | B(SRC_OVERFLOW)),
-	NEED(runq_waits, B(SRC_SWITCH) | B(SRC_WAKEUP)), NEED(runq_ns, B(SRC_SWITCH) | B(SRC_WAKEUP)),
+	NEED(runq_waits, B(SRC_SWITCH)), NEED(runq_ns, B(SRC_SWITCH)),
 	NEED(futex_waits, B(SRC_FUTEX_IN) | B(SRC_FUTEX_OUT)),
 	NEED(futex_wait_ns, B(SRC_FUTEX_IN) | B(SRC_FUTEX_OUT)),
 	NEED(doorbell_lat, B(SRC_DOORBELL) | B(SRC_SWITCH)),
@@ -1447,6 +1455,12 @@ bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t why
 	 * from the runtime's own counters: measured all the same. */
 	if (m->fails_from_runtime)
 		need &= ~B(SRC_STEAL_FAIL);
+	if (m->no_sched_info && (field == offsetof(struct cbcmn_bpf_shard, runq_waits) ||
+				 field == offsetof(struct cbcmn_bpf_shard, runq_ns))) {
+		if (whylen)
+			snprintf(why, whylen, "task_struct has no sched_info in this kernel (CONFIG_SCHED_INFO off)");
+		return false;
+	}
 	for (int src = 0; src < NSRC; src++) {
 		if (!(need & B(src)))
 			continue;
