@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -782,18 +783,64 @@ static int sweep_pins(struct bpfmon *m, char *err, size_t errlen)
 	return rc;
 }
 
-static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
+/* The pins under BPFFS/cbcmn change only under an exclusive flock(2) of
+ * that directory, held by one loader at a time from its sweep to its
+ * last pin (and while it removes them): two loaders started at once on
+ * one process are one that pins and one told -EBUSY who holds them, and
+ * a sweep never removes pins another loader is making or the directory
+ * it has just made again.  The kernel drops the lock of a loader that is
+ * killed.  Returns the locked descriptor, or a negative errno. */
+static int pins_lock(void)
 {
-	int rc = mount_fs(BPFFS, "bpf", BPF_FS_MAGIC);
-	if (rc)
-		return fail(err, errlen, rc, "cannot mount bpffs at " BPFFS ": %s", strerror(-rc));
 	mkdir(BPFFS "/cbcmn", 0755);
-	if ((rc = sweep_pins(m, err, errlen)))
+	int fd = open(BPFFS "/cbcmn", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	while (flock(fd, LOCK_EX)) {
+		if (errno != EINTR) {
+			int rc = -errno;
+			close(fd);
+			return rc;
+		}
+	}
+	return fd;
+}
+
+static void pins_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd); /* the last descriptor of the open file: the lock goes */
+}
+
+/* CBCMN_BPF_PIN_PAUSE_MS=N, a test aid (docs/OBSERVABILITY.md): pause N
+ * ms between the sweep and the making of the directory, where two
+ * loaders without the lock raced.  Unset: none. */
+static void pin_pause(void)
+{
+	const char *env = getenv("CBCMN_BPF_PIN_PAUSE_MS");
+	long ms = env ? atol(env) : 0;
+	if (ms > 0 && ms < 10000)
+		nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
+}
+
+static int pin_maps_locked(struct bpfmon *m, char *err, size_t errlen)
+{
+	int rc = sweep_pins(m, err, errlen);
+	if (rc)
 		return rc;
+	pin_pause();
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), BPFFS "/cbcmn/%d", m->pid);
-	if (mkdir(dir, 0755))
-		return fail(err, errlen, -errno, "mkdir %s: %s", dir, strerror(errno));
+	/* Made since the sweep under our lock: by a loader that does not
+	 * take it (a cbcmn tool from before it). */
+	if (mkdir(dir, 0755)) {
+		int e = errno;
+		if (e == EEXIST)
+			return fail(err, errlen, -EBUSY,
+				    "the maps of process %d are being pinned at %s by another loader",
+				    (int)m->pid, dir);
+		return fail(err, errlen, -e, "mkdir %s: %s", dir, strerror(e));
+	}
 	snprintf(m->pin_dir, sizeof(m->pin_dir), "%s", dir);
 	m->pinned_dir = true;
 	/* Who we are, first: a directory without it is swept as stale. */
@@ -818,15 +865,34 @@ static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
 	return 0;
 }
 
+static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
+{
+	int rc = mount_fs(BPFFS, "bpf", BPF_FS_MAGIC);
+	if (rc)
+		return fail(err, errlen, rc, "cannot mount bpffs at " BPFFS ": %s", strerror(-rc));
+	int lock = pins_lock();
+	if (lock < 0)
+		return fail(err, errlen, lock, "cannot lock " BPFFS "/cbcmn: %s", strerror(-lock));
+	rc = pin_maps_locked(m, err, errlen);
+	pins_unlock(lock);
+	return rc;
+}
+
 static void unpin_maps(struct bpfmon *m)
 {
 	if (!m->pinned_dir)
 		return;
+	int lock = pins_lock(); /* not fatal: the pins still go */
 	struct bpf_map *map;
+	/* pin_owner last: a directory is never seen without it while its
+	 * maps are pinned. */
 	bpf_object__for_each_map(map, m->skel->obj)
-		if (bpf_map__is_pinned(map))
+		if (bpf_map__is_pinned(map) && map != m->skel->maps.pin_owner)
 			bpf_map__unpin(map, NULL);
+	if (bpf_map__is_pinned(m->skel->maps.pin_owner))
+		bpf_map__unpin(m->skel->maps.pin_owner, NULL);
 	rmdir(m->pin_dir);
+	pins_unlock(lock);
 }
 
 static void attach_all(struct bpfmon *m)

@@ -15,7 +15,9 @@
  * or a process that is not a cbcmn program (no cbcmn probes in its
  * executable or a file it maps: nothing is loaded), -EACCES its executable
  * cannot be read, -EBUSY (BPFMON_PIN) the process's maps are pinned by
- * another loader that is running, other -errno from libbpf.  A monitor is
+ * another loader that is running (of two pinning at once, the one that
+ * takes the pins' lock second: docs/OBSERVABILITY.md, "Pinning"), other
+ * -errno from libbpf.  A monitor is
  * used by one thread at a time (bpfmon keeps one thread of its own, which
  * only detaches the programs when the target exits).
  *
