@@ -218,8 +218,10 @@ static uint64_t effective_caps(void)
 
 /* What the BPF view needs and this process or kernel lacks, as one line
  * in err: CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+) to load
- * tracing programs and open uprobes; a kernel locked down for
- * confidentiality refuses the reads of kernel memory the programs make.
+ * tracing programs and attach them to tracepoints; a kernel locked down
+ * for confidentiality refuses the reads of kernel memory the programs
+ * make.  The USDT probes need CAP_SYS_ADMIN on most kernels (uprobe_caps_why):
+ * without it the view is the tracepoints' alone, said per program.
  * Returns 0 or -EPERM. */
 static int check_privileges(char *err, size_t errlen)
 {
@@ -243,6 +245,18 @@ static int check_privileges(char *err, size_t errlen)
 		return fail(err, errlen, -EPERM,
 			    "the kernel is locked down (confidentiality): eBPF may not read kernel memory");
 	return 0;
+}
+
+/* Why a uprobe (every USDT probe is one) could not be made: with the fix
+ * for CVE-2025-38466 (Linux 6.16; 6.15.7, 6.12.39, 6.6.99, 6.1.146,
+ * 5.15.189, 5.10.240) perf_event_open's uprobe PMU asks for
+ * CAP_SYS_ADMIN again, where CAP_PERFMON had sufficed since 5.8: a
+ * process without it gets EACCES.  "" when that is not the cause. */
+static const char *uprobe_caps_why(int err)
+{
+	if ((err == -EACCES || err == -EPERM) && !(effective_caps() >> CAP_SYS_ADMIN & 1))
+		return " (uprobes need CAP_SYS_ADMIN on this kernel: this process lacks it)";
+	return "";
 }
 
 static bool fs_is(const char *path, long magic)
@@ -917,9 +931,9 @@ static void attach_all(struct bpfmon *m)
 			if (!pr->links) {
 				pr->state = last == -ENOENT ? BPFMON_MISSING : BPFMON_FAILED;
 				pr->err = last;
-				snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s%s",
+				snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s%s%s",
 					 last == -ENOENT ? "not in the target" : "attach: ",
-					 last == -ENOENT ? "" : strerror(-last));
+					 last == -ENOENT ? "" : strerror(-last), uprobe_caps_why(last));
 			}
 			continue;
 		}
