@@ -166,7 +166,7 @@ $(BPF_USERS): $(BPF_SKELS)
 $(BUILD)/tests/test_backend: EXTRA_LDLIBS := -lseccomp
 # test_bpf runs cbcmn-stat (the one from its own build) against a child.
 $(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
-$(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top
+$(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-bench
 # test_bpfscale runs cbcmn-top and cbcmn-stat against a child, and cbcmn-run --bpf.
 $(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_cli runs every tool of its own build with bad arguments.

@@ -1569,6 +1569,23 @@ bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t why
 #undef NEED
 #undef B
 
+bool bpfmon_measured_all(const struct bpfmon *m, const size_t *fields, size_t n, char *why,
+			 size_t whylen)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!bpfmon_measured(m, fields[i], why, whylen))
+			return false;
+	return true;
+}
+
+const char *bpfmon_fig(bool measured, uint64_t v, char *buf, size_t len)
+{
+	if (!measured)
+		return "-";
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
+
 /* Shard i's counters into o->c, and what its thread was on and off a CPU
  * since its last switch seen (o->oncpu_now_ns, o->offcpu_now_ns), as of
  * o->read_ns.  sched_switch keeps in the threads map the thread's last

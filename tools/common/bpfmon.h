@@ -157,6 +157,17 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs);
  * lock_contended).  tid and cpu always are. */
 bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t whylen);
 
+/* A figure as the tools print it: "-" when it is not measured (never 0),
+ * else v in decimal, in buf (len bytes, 24 hold any).  Returns the text.
+ * The one place the tools turn "not measured" into text; in JSON it is
+ * null (jw_double(NAN)). */
+const char *bpfmon_fig(bool measured, uint64_t v, char *buf, size_t len);
+
+/* Are all n counters of fields measured (bpfmon_measured)?  When not, why
+ * (as bpfmon_measured) for the first one that is not. */
+bool bpfmon_measured_all(const struct bpfmon *m, const size_t *fields, size_t n, char *why,
+			 size_t whylen);
+
 /* Detach every program now; the maps stay readable and bpfmon_read()
  * works on.  bpfmon does it by itself as soon as the target process exits
  * (a thread of its own waits on the process's pidfd), so that the
