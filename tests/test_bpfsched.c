@@ -79,15 +79,25 @@ static struct kcounts kcounts_of(pid_t tid)
 
 /* Both executors' kernel counts and shards, once the runtime is quiet
  * (both parked: each one's last switch was a switch-out, which saw every
- * wait before it). */
+ * wait before it), the kernel's read before and after ours and the same:
+ * a parked executor woken meanwhile (a timer) is read again. */
 static void snap(cbcmn_runtime *rt, struct kcounts k[2], struct bpfmon_shard *b)
 {
 	cbcmn_executor_stats per[2], prev[2];
 	quiet_stats(rt, per, prev, 2);
-	usleep(20000); /* switched out */
-	for (int e = 0; e < 2; e++)
-		k[e] = kcounts_of(per[e].tid);
-	assert_true(bpfmon_read(mon, b, 2) >= 2);
+	for (int tries = 0;; tries++) {
+		usleep(20000); /* switched out */
+		struct kcounts again[2];
+		for (int e = 0; e < 2; e++)
+			k[e] = kcounts_of(per[e].tid);
+		assert_true(bpfmon_read(mon, b, 2) >= 2);
+		for (int e = 0; e < 2; e++)
+			again[e] = kcounts_of(per[e].tid);
+		if (!memcmp(k, again, sizeof(again)))
+			return;
+		if (tries == 50)
+			fail_msg("the executors never stayed parked for a read");
+	}
 }
 
 static struct bpfmon_shard *shards(void)

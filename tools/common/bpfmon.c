@@ -803,19 +803,23 @@ static int sweep_pins(struct bpfmon *m, char *err, size_t errlen)
  * one process are one that pins and one told -EBUSY who holds them, and
  * a sweep never removes pins another loader is making or the directory
  * it has just made again.  The kernel drops the lock of a loader that is
- * killed.  Returns the locked descriptor, or a negative errno. */
+ * killed; one that is stopped (^Z) while it holds it would block every
+ * other, so a loader waits PINS_LOCK_WAIT_MS at most, then -EBUSY.
+ * Returns the locked descriptor, or a negative errno. */
+#define PINS_LOCK_WAIT_MS 5000
 static int pins_lock(void)
 {
 	mkdir(BPFFS "/cbcmn", 0755);
 	int fd = open(BPFFS "/cbcmn", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	while (flock(fd, LOCK_EX)) {
-		if (errno != EINTR) {
-			int rc = -errno;
+	for (int waited = 0; flock(fd, LOCK_EX | LOCK_NB); waited += 10) {
+		if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= PINS_LOCK_WAIT_MS) {
+			int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 			close(fd);
 			return rc;
 		}
+		nanosleep(&(struct timespec){0, 10 * 1000000}, NULL);
 	}
 	return fd;
 }
@@ -885,6 +889,10 @@ static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
 	if (rc)
 		return fail(err, errlen, rc, "cannot mount bpffs at " BPFFS ": %s", strerror(-rc));
 	int lock = pins_lock();
+	if (lock == -EBUSY)
+		return fail(err, errlen, lock,
+			    "another loader has held the lock of " BPFFS "/cbcmn for %d s (stopped?)",
+			    PINS_LOCK_WAIT_MS / 1000);
 	if (lock < 0)
 		return fail(err, errlen, lock, "cannot lock " BPFFS "/cbcmn: %s", strerror(-lock));
 	rc = pin_maps_locked(m, err, errlen);
