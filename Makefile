@@ -89,7 +89,8 @@ CPPFLAGS    += -I$(BPF_OUT)/gen -Ibpf
 # What links the loader (tools/common/bpfmon.c) and so libbpf.
 BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbcmn-run \
                $(BUILD)/bin/cbcmn-top $(BUILD)/tests/test_bpf $(BUILD)/tests/test_run \
-               $(BUILD)/tests/test_top $(BUILD)/tests/test_bpfns $(BUILD)/tests/test_bpfscale
+               $(BUILD)/tests/test_top $(BUILD)/tests/test_bpfns $(BUILD)/tests/test_bpfscale \
+               $(BUILD)/tests/test_bpfsched
 # Suites that exercise threads racing each other: these also run under TSan.
 TSAN_TESTS := test_deque test_wake test_sched test_nursery test_cancel test_lockorder test_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults test_errtail test_backend test_bpfscale
 
@@ -165,7 +166,7 @@ $(BPF_USERS): $(BPF_SKELS)
 $(BUILD)/tests/test_backend: EXTRA_LDLIBS := -lseccomp
 # test_bpf runs cbcmn-stat (the one from its own build) against a child.
 $(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
-$(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top
+$(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-bench
 # test_bpfscale runs cbcmn-top and cbcmn-stat against a child, and cbcmn-run --bpf.
 $(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_cli runs every tool of its own build with bad arguments.

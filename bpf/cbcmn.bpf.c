@@ -178,6 +178,34 @@ static __always_inline long task_state(struct task_struct *t)
 
 #define TASK_DEAD_STATE 0x80 /* TASK_DEAD: the task's last switch-out */
 
+/* The kernel's run-queue and migration counts of task t (struct
+ * cbcmn_bpf_thread, last_*).  sched_info exists with CONFIG_SCHED_INFO
+ * (SCHEDSTATS or TASK_DELAY_ACCT: every distribution kernel), and is kept
+ * whatever the schedstats sysctl says since 5.14; without it the run
+ * queue is not measured (bpfmon.c says so) and run_delay stays 0 here. */
+struct sched_counts {
+	__u64 run_delay, pcount, migrations;
+};
+
+static __always_inline struct sched_counts sched_counts_of(struct task_struct *t)
+{
+	struct sched_counts c = {0, 0, BPF_CORE_READ(t, se.nr_migrations)};
+	if (bpf_core_field_exists(t->sched_info)) {
+		c.run_delay = BPF_CORE_READ(t, sched_info.run_delay);
+		c.pcount = BPF_CORE_READ(t, sched_info.pcount);
+	}
+	return c;
+}
+
+static __always_inline void sched_counts_base(struct cbcmn_bpf_thread *th, struct task_struct *t)
+{
+	struct sched_counts c = sched_counts_of(t);
+	th->last_run_delay = c.run_delay;
+	th->last_pcount = c.pcount;
+	th->last_migrations = c.migrations;
+	th->sched_base = 1;
+}
+
 /* The shard the current thread runs, or NULL for a thread that is not an
  * executor of the target. */
 static __always_inline struct cbcmn_bpf_shard *current_shard(void)
@@ -203,14 +231,20 @@ static __always_inline __u32 log2_slot(__u64 v)
 	return s < CBCMN_BPF_HIST_SLOTS ? s : CBCMN_BPF_HIST_SLOTS - 1;
 }
 
-static __always_inline void hist_add(__u32 kind, __u32 slot, __u64 us)
+/* n samples of us each into histogram kind of shard slot. */
+static __always_inline void hist_add_n(__u32 kind, __u32 slot, __u64 us, __u64 n)
 {
 	if (slot >= CBCMN_BPF_NSLOTS)
 		return;
 	__u32 i = (kind * CBCMN_BPF_NSLOTS + slot) * CBCMN_BPF_HIST_SLOTS + log2_slot(us);
 	__u64 *c = bpf_map_lookup_elem(&hists, &i);
 	if (c)
-		__sync_fetch_and_add(c, 1);
+		__sync_fetch_and_add(c, n);
+}
+
+static __always_inline void hist_add(__u32 kind, __u32 slot, __u64 us)
+{
+	hist_add_n(kind, slot, us, 1);
 }
 
 static __always_inline struct cbcmn_bpf_sched *shard_sched_of(__u32 i)
@@ -499,6 +533,7 @@ int BPF_USDT(cbcmn_exec_start, __u32 executor, int ns_tid, int cpu, __u32 rt)
 		.last_ts = bpf_ktime_get_ns(),
 		.last_sum = BPF_CORE_READ(me, se.sum_exec_runtime),
 	};
+	sched_counts_base(&th, me);
 	/* The kernel's id of this thread, not the probe's tid argument: that
 	 * one is the runtime's gettid(), in its own pid namespace, while the
 	 * sched programs know threads by task_struct::pid, the kernel's
@@ -581,6 +616,36 @@ static __always_inline void account_switch(struct cbcmn_bpf_thread *th, struct c
 	__sync_fetch_and_add(&th->seq, 1);
 }
 
+/* At a switch of th (task t) seen: what the kernel's counts grew by since
+ * the previous one seen goes to its shard.  Run-queue waits: each time
+ * the thread got a CPU after a wakeup or a preemption, the kernel adds
+ * the wait to run_delay and one to pcount (sched_info_arrive, called
+ * after this tracepoint at a switch-in: a switch-out finds the wait that
+ * just ended).  The sums are exact whatever switches were missed; the
+ * histogram gets the mean of the waits between two switches seen, one
+ * sample each (one wait between a switch-in and its switch-out, unless
+ * some were missed).  Migrations: se.nr_migrations, counted when the CPU
+ * changes (set_task_cpu), seen at the next switch in or out. */
+static __always_inline void account_sched_counts(struct cbcmn_bpf_thread *th,
+						 struct cbcmn_bpf_shard *s, struct task_struct *t)
+{
+	struct sched_counts c = sched_counts_of(t);
+	if (th->sched_base) {
+		__u64 n = c.pcount - th->last_pcount, d = c.run_delay - th->last_run_delay;
+		if (c.pcount > th->last_pcount && c.run_delay >= th->last_run_delay) {
+			ADD(s, runq_waits, n);
+			ADD(s, runq_ns, d);
+			hist_add_n(CBCMN_BPF_HIST_RUNQ, th->shard, d / n / 1000, n);
+		}
+		if (c.migrations > th->last_migrations)
+			ADD(s, migrations, c.migrations - th->last_migrations);
+	}
+	th->last_run_delay = c.run_delay;
+	th->last_pcount = c.pcount;
+	th->last_migrations = c.migrations;
+	th->sched_base = 1;
+}
+
 /* CBCMN_BPF_MISS_SWITCHES: is this switch of th one to ignore?  A
  * thread's switches are serialized: a plain count. */
 static __always_inline bool missed(struct cbcmn_bpf_thread *th)
@@ -600,18 +665,30 @@ static __always_inline bool missed(struct cbcmn_bpf_thread *th)
  * directly, one instruction with a CO-RE offset; a raw_tp argument is a
  * plain number, read with bpf_probe_read_kernel.  task_struct::tgid is
  * the kernel's (init pid namespace) id, as targ_tgid is (bpfmon.c). */
-static __always_inline bool task_is_target(struct task_struct *t, bool btf)
+static __always_inline int tgid_of(struct task_struct *t, bool btf)
 {
 	if (btf)
-		return t->tgid == (int)targ_tgid;
-	return BPF_CORE_READ(t, tgid) == (int)targ_tgid;
+		return t->tgid;
+	return BPF_CORE_READ(t, tgid);
 }
 
+static __always_inline bool task_is_target(struct task_struct *t, bool btf)
+{
+	return tgid_of(t, btf) == (int)targ_tgid;
+}
+
+/* The one program every context switch of the host runs (no program on
+ * sched_wakeup or sched_migrate_task: account_sched_counts() reads what
+ * they would tell from the kernel's own counts, at our threads' switches
+ * only).  For a switch between two tasks not ours: two loads of tgid, one
+ * of targ_tgid (read once: it is volatile), two compares. */
 static __always_inline void on_switch(struct task_struct *prev, struct task_struct *next, bool btf)
 {
-	bool prev_ours = task_is_target(prev, btf), next_ours = task_is_target(next, btf);
-	if (!prev_ours && !next_ours)
+	int want = (int)targ_tgid;
+	if (tgid_of(prev, btf) != want && tgid_of(next, btf) != want)
 		return;
+	/* Ours: loaded again, which keeps the test above two compares. */
+	bool prev_ours = tgid_of(prev, btf) == want, next_ours = tgid_of(next, btf) == want;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 tid;
 	struct cbcmn_bpf_thread *th;
@@ -624,11 +701,10 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 			bool dead = state & TASK_DEAD_STATE;
 			if (!missed(th)) {
 				account_switch(th, s, prev, now);
+				account_sched_counts(th, s, prev);
 				ADD(s, switches, 1);
-				if (state == 0) { /* TASK_RUNNING: preempted */
+				if (state == 0) /* TASK_RUNNING: preempted */
 					ADD(s, involuntary, 1);
-					th->wake_ts = now; /* back on the run queue */
-				}
 				/* The shard's state is its current thread's: not an
 				 * old one's still winding down beside its replacement. */
 				struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
@@ -648,12 +724,7 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 		tid = BPF_CORE_READ(next, pid);
 		if ((th = bpf_map_lookup_elem(&threads, &tid)) && (s = shard(th->shard)) && !missed(th)) {
 			account_switch(th, s, next, now);
-			if (th->wake_ts && th->wake_ts <= now) {
-				ADD(s, runq_waits, 1);
-				ADD(s, runq_ns, now - th->wake_ts);
-				hist_add(CBCMN_BPF_HIST_RUNQ, th->shard, (now - th->wake_ts) / 1000);
-			}
-			th->wake_ts = 0;
+			account_sched_counts(th, s, next);
 			struct cbcmn_bpf_sched *ss = shard_sched_of(th->shard);
 			if (ss && (!s->tid || s->tid == tid)) {
 				ss->on_ts = now;
@@ -669,17 +740,6 @@ static __always_inline void on_switch(struct task_struct *prev, struct task_stru
 			}
 		}
 	}
-}
-
-static __always_inline void on_migrate(struct task_struct *p, bool btf)
-{
-	if (!task_is_target(p, btf))
-		return;
-	__u32 tid = BPF_CORE_READ(p, pid);
-	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
-	struct cbcmn_bpf_shard *s;
-	if (th && (s = shard(th->shard)))
-		ADD(s, migrations, 1);
 }
 
 /* Each sched program twice: as tp_btf, and as raw_tp where the kernel has
@@ -702,22 +762,6 @@ static __always_inline void on_migrate(struct task_struct *p, bool btf)
 
 SCHED_TWINS(sched_switch, cbcmn_sched_switch, on_switch, (prev, next), bool preempt,
 	    struct task_struct *prev, struct task_struct *next)
-
-/* A thread made runnable: the start of its run-queue wait. */
-static __always_inline void on_wakeup(struct task_struct *p, bool btf)
-{
-	if (!task_is_target(p, btf))
-		return;
-	__u32 tid = BPF_CORE_READ(p, pid);
-	struct cbcmn_bpf_thread *th = bpf_map_lookup_elem(&threads, &tid);
-	if (th)
-		th->wake_ts = bpf_ktime_get_ns();
-}
-
-SCHED_TWINS(sched_wakeup, cbcmn_sched_wakeup, on_wakeup, (p), struct task_struct *p)
-SCHED_TWINS(sched_wakeup_new, cbcmn_sched_wakeup_new, on_wakeup, (p), struct task_struct *p)
-SCHED_TWINS(sched_migrate_task, cbcmn_sched_migrate, on_migrate, (p), struct task_struct *p,
-	    int dest_cpu)
 
 /* A thread of the target exits (a kill, a crash the runtime survived, the
  * process's end: no cbcmn:exec_stop): an executor's record and its ring go

@@ -46,7 +46,7 @@ struct cbcmn_bpf_shard {
 	__u64 offcpu_ns;
 	__u64 switches;            /* times it left the CPU */
 	__u64 involuntary;         /* ... while still runnable (preempted) */
-	__u64 migrations;          /* sched_migrate_task */
+	__u64 migrations;          /* se.nr_migrations grew (read at its switches) */
 	/* io_uring tracepoints (by the shard's ring or thread) */
 	__u64 sqes;                /* io_uring_submit_req */
 	__u64 msg_ring_sqes;       /* ... with IORING_OP_MSG_RING */
@@ -55,7 +55,8 @@ struct cbcmn_bpf_shard {
 	__u64 cqring_waits;        /* io_uring_cqring_wait */
 	__u64 async_work;          /* io_uring_queue_async_work (punted to io-wq) */
 	__u64 cqe_overflows;       /* io_uring_cqe_overflow */
-	/* run-queue latency: wakeup (or preemption) -> switched in */
+	/* run-queue latency: wakeup (or preemption) -> switched in, the
+	 * kernel's sched_info (run_delay, pcount) read at its switches */
 	__u64 runq_waits;          /* samples in hists[CBCMN_BPF_HIST_RUNQ] */
 	__u64 runq_ns;             /* their sum */
 	/* futex waits of the executor thread (FUTEX_WAIT family) */
@@ -89,11 +90,20 @@ struct cbcmn_bpf_thread {
 				    * cbcmn:exec_start found it */
 	__u64 last_sum;            /* its se.sum_exec_runtime then (the loader's
 				    * from /proc; above any real sum: unknown) */
-	__u64 wake_ts;             /* made runnable (wakeup, preemption), not yet on a CPU */
+	/* The kernel's own counts for the thread at its last switch seen
+	 * (sched_switch adds what they grew by since to its shard: nothing
+	 * needs to run at a wakeup or a migration of any task of the host):
+	 * task_struct::sched_info.run_delay (ns waited on a run queue) and
+	 * .pcount (times it got a CPU), se.nr_migrations.  Valid once
+	 * sched_base is 1: the loader's entries get theirs at the first
+	 * switch seen. */
+	__u64 last_run_delay;
+	__u64 last_pcount;
+	__u64 last_migrations;
 	__u64 futex_ts;            /* entered a FUTEX_WAIT-family futex(2), not yet out */
 	__u64 db_submit_ts;        /* its last MSG_RING SQE submitted (a doorbell's start) */
 	__u32 switches_seen;       /* for CBCMN_BPF_MISS_SWITCHES only */
-	__u32 pad;
+	__u32 sched_base;          /* 1: the last_* counts above are set */
 };
 
 /* Per shard scheduling state for doorbell latency: the "shard_sched" ARRAY,

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-/* cbcmn_floor.bpf.c: empty programs on the tracepoints cbcmn.bpf.c's sched
- * programs use, for cbcmn-bench bpf-overhead: what any program there costs
- * every context switch of the host (the tracepoint's call into BPF), the
- * floor under host_switch_ns that no filter can go below. */
+/* cbcmn_floor.bpf.c: an empty program on sched_switch, the tracepoint of
+ * cbcmn.bpf.c's one program on every context switch, for cbcmn-bench
+ * bpf-overhead: what any program there costs every context switch of the
+ * host (the tracepoint's call into BPF), the floor under host_switch_ns
+ * that no filter can go below. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -11,24 +12,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(floor_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	return 0;
-}
-
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(floor_wakeup, struct task_struct *p)
-{
-	return 0;
-}
-
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(floor_wakeup_new, struct task_struct *p)
-{
-	return 0;
-}
-
-SEC("tp_btf/sched_migrate_task")
-int BPF_PROG(floor_migrate, struct task_struct *p, int dest_cpu)
 {
 	return 0;
 }

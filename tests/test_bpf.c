@@ -234,8 +234,8 @@ static int64_t burn_main(cbcmn_cx *cx, void *arg)
 
 /* The on-CPU time counted at the switches alone (c.oncpu_ns, without the
  * reader's time since the last one) is the executor thread's CPU time,
- * even when sched_switch misses every other switch of each thread
- * (CBCMN_BPF_MISS_SWITCHES=2), as this kernel does
+ * even when sched_switch misses every third switch of each thread
+ * (CBCMN_BPF_MISS_SWITCHES=3: in or out, whatever their order), as this kernel does
  * with some (docs/OBSERVABILITY.md, "On- and off-CPU time"); and on + off
  * never exceed the time the threads lived.  Summing stretches between the
  * switches seen counted each thread's whole life at every switch-out. */
@@ -246,7 +246,7 @@ static void test_oncpu_counted_at_switches(void **state)
 		T_SKIP("%s", why);
 	if (!attached("cbcmn_sched_switch") && !attached("cbcmn_sched_switch_raw"))
 		T_SKIP("no sched_switch program attached");
-	setenv("CBCMN_BPF_MISS_SWITCHES", "2", 1);
+	setenv("CBCMN_BPF_MISS_SWITCHES", "3", 1);
 	struct bpfmon *m;
 	char err[256];
 	int rc = bpfmon_open(&m, getpid(), BPFMON_NO_FUTEX | BPFMON_NO_IO_URING, err, sizeof(err));
@@ -287,13 +287,13 @@ static void test_oncpu_counted_at_switches(void **state)
 		assert_true(c->offcpu_ns > 0);
 		assert_true(c->oncpu_ns + c->offcpu_ns <= lived);
 		/* And switches were missed: a context switch (/proc counts
-		 * them once) is one out and one in (runq_waits counts the ins
-		 * after a wakeup or preemption, here all of them); seeing them
-		 * all would count twice the thread's context switches. */
+		 * them once) is one out and one in, and every third of those
+		 * was ignored, outs as often as ins (runq_waits is the
+		 * kernel's own count, whatever was missed). */
 		assert_true(ctxt[e] >= 25); /* a sleep parks */
-		if ((double)(c->switches + c->runq_waits) > 1.5 * (double)ctxt[e])
-			fail_msg("executor %d: %llu switches out and %llu in counted of %ld: none missed", e,
-				 (unsigned long long)c->switches, (unsigned long long)c->runq_waits, ctxt[e]);
+		if ((double)c->switches > 0.85 * (double)ctxt[e] + 3)
+			fail_msg("executor %d: %llu switches out counted of %ld: none missed", e,
+				 (unsigned long long)c->switches, ctxt[e]);
 	}
 	free(k);
 }
@@ -399,10 +399,8 @@ static void test_counts_match_runtime(void **state)
 			assert_true(c->doorbell_lat >= 1);
 			/* A busy executor is woken (by doorbells) and waits
 			 * in the run queue each time, if only briefly. */
-			if (attached("cbcmn_sched_wakeup") || attached("cbcmn_sched_wakeup_raw")) {
-				assert_true(c->runq_waits >= 1);
-				assert_int_equal(bpfmon_hist_count(rq), c->runq_waits);
-			}
+			assert_true(c->runq_waits >= 1);
+			assert_int_equal(bpfmon_hist_count(rq), c->runq_waits);
 		}
 	}
 	/* The workloads did what they are for. */

@@ -4,6 +4,7 @@
  * runtime counts, as it does for a process beside us; and the tools refuse
  * a process that is not a cbcmn program, or say which privilege is
  * missing.  Needs root and unshare(1): otherwise a skip saying why. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -513,6 +514,9 @@ static int run_tool(const char *tool, const char *const *args, bool drop_caps, c
 	return run_tool_caps(tool, args, drop_caps, 0, errbuf, len);
 }
 
+/* The next run_tool_caps captures stdout too (after stderr's lines). */
+static bool tool_stdout;
+
 /* run_tool with set_caps: only the capabilities in keep (a bit each; a
  * root process keeps after exec what its bounding set holds). */
 static int run_tool_caps(const char *tool, const char *const *args, bool set_caps, uint64_t keep,
@@ -529,7 +533,7 @@ static int run_tool_caps(const char *tool, const char *const *args, bool set_cap
 	if (pid == 0) {
 		dup2(e[1], 2);
 		int null = open("/dev/null", O_WRONLY);
-		dup2(null, 1);
+		dup2(tool_stdout ? e[1] : null, 1);
 		if (set_caps) {
 			for (int c = 0; c <= CAP_LAST_CAP; c++)
 				if (!(keep >> c & 1))
@@ -650,6 +654,69 @@ static void test_stat_without_sys_ptrace_names_it(void **state)
 	finish(&w);
 }
 
+/* CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE, which the docs said were
+ * enough, but not CAP_SYS_ADMIN: every USDT probe failed with "attach:
+ * Permission denied" and nothing said why (the kernel's uprobe PMU asks
+ * for CAP_SYS_ADMIN since the fix for CVE-2025-38466).  Now each such
+ * probe names CAP_SYS_ADMIN, and the tracepoints' figures still show
+ * (exit 0).  On a kernel without that fix the probes attach. */
+static void test_stat_without_sys_admin_names_it(void **state)
+{
+	(void)state;
+	if (!have_root())
+		T_SKIP("needs root (to set its capabilities)");
+	struct workload w;
+	launch(&w, NS_NONE, "early");
+	char p[16], errbuf[4096];
+	snprintf(p, sizeof(p), "%d", (int)w.pid);
+	const char *args[] = {"-p", p, "-i", "0.2", NULL};
+	int st = run_tool_caps("cbcmn-stat", args, true,
+			       1ull << CAP_BPF | 1ull << CAP_PERFMON | 1ull << CAP_SYS_PTRACE, errbuf,
+			       sizeof(errbuf));
+	printf("cbcmn-stat without CAP_SYS_ADMIN: exit %d: %s", st, errbuf);
+	assert_int_equal(st, 0);
+	const char *usdt = strstr(errbuf, "usdt cbcmn:exec_start: ");
+	if (usdt) {
+		printf("this kernel's uprobes need CAP_SYS_ADMIN\n");
+		assert_non_null(strstr(usdt, "attach: Permission denied (uprobes need CAP_SYS_ADMIN"));
+	}
+	assert_null(strstr(errbuf, "tp_btf sched_switch: attach")); /* the tracepoints attach */
+	assert_int_equal(write(w.down, "g", 1), 1);
+	cbcmn_executor_stats per[2];
+	assert_int_equal(read(w.up, per, sizeof(per)), (ssize_t)sizeof(per));
+	finish(&w);
+}
+
+/* cbcmn-bench printed a figure it could not measure as "nan" (the
+ * kernel's run statistics refused, an empty uprobe refused: both need
+ * CAP_SYS_ADMIN here), where the tools print "-" and say why.  Now "-"
+ * and the reason, as bpfmon_fig does for the counters. */
+static void test_bench_unmeasured_is_a_dash_and_why(void **state)
+{
+	(void)state;
+	if (!have_root())
+		T_SKIP("needs root (to set its capabilities)");
+	static char out[8192];
+	const char *args[] = {"--reps", "1", "bpf-host-switch", NULL};
+	tool_stdout = true;
+	int st = run_tool_caps("cbcmn-bench", args, true,
+			       1ull << CAP_BPF | 1ull << CAP_PERFMON | 1ull << CAP_SYS_PTRACE, out, sizeof(out));
+	tool_stdout = false;
+	printf("cbcmn-bench bpf-host-switch without CAP_SYS_ADMIN: exit %d:\n%s", st, out);
+	assert_int_equal(st, 0);
+	assert_null(strstr(out, "nan"));
+	/* Each figure a number, or "-" and why (here both refused). */
+	static const char *const keys[] = {"host_switch_ns ", "host_switch_filter_ns ", "uprobe_trap_ns "};
+	for (size_t k = 0; k < 3; k++) {
+		const char *v = strstr(out, keys[k]);
+		assert_non_null(v);
+		v += strlen(keys[k]);
+		bool number = isdigit((unsigned char)v[*v == '-']); /* a difference may be negative */
+		if (!number && strncmp(v, "- (not measured: ", 17))
+			fail_msg("%s: neither a number nor '-' and why: %.40s", keys[k], v);
+	}
+}
+
 static void test_inside_late(void **state)
 {
 	(void)state;
@@ -700,6 +767,8 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_stat_of_a_process_that_is_not_cbcmn_fails),
 		T_WATCHED_TEST(test_stat_without_capabilities_names_them),
 		T_WATCHED_TEST(test_stat_without_sys_ptrace_names_it),
+		T_WATCHED_TEST(test_stat_without_sys_admin_names_it),
+		T_WATCHED_TEST(test_bench_unmeasured_is_a_dash_and_why),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -436,6 +436,79 @@ static void test_pins_of_a_killed_loader_are_swept(void **state)
 	end_target(t2, stop2);
 }
 
+/* Role --pin-race TARGET OUT GO: a loader that waits for a byte on GO,
+ * pins the target's maps, writes bpfmon_open's result (an int) on OUT,
+ * and, if it pinned, keeps them until GO's other end is closed. */
+static int child_pin_race(pid_t target, int out, int go)
+{
+	struct bpfmon *m = NULL;
+	char err[256], c;
+	if (read(go, &c, 1) != 1)
+		return 1;
+	int rc = bpfmon_open(&m, target, BPFMON_PIN | BPFMON_NO_SCHED | BPFMON_NO_IO_URING | BPFMON_NO_FUTEX,
+			     err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "child %d: %d %s\n", (int)getpid(), rc, err);
+	if (write(out, &rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+		return 1;
+	while (!rc && read(go, &c, 1) > 0)
+		; /* until EOF: the parent is done looking */
+	bpfmon_close(m);
+	return 0;
+}
+
+/* Two loaders pinning one process's maps at once both swept, both found
+ * no directory and both made it: one failed with "mkdir ...: File exists"
+ * (-EEXIST, where a second loader is -EBUSY), or its sweep took the
+ * other's pins as stale while they were being made.  Now the pins change
+ * under a lock of /sys/fs/bpf/cbcmn: one pins, the other is -EBUSY, every
+ * time (CBCMN_BPF_PIN_PAUSE_MS holds both between the sweep and the
+ * directory, where they raced). */
+static void test_two_loaders_pinning_at_once_one_is_ebusy(void **state)
+{
+	(void)state;
+	NEED_BPF();
+	int stop;
+	pid_t t = start_target(&stop);
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/sys/fs/bpf/cbcmn/%d", (int)t);
+	setenv("CBCMN_BPF_PIN_PAUSE_MS", "300", 1);
+	for (int round = 0; round < 3; round++) {
+		int go[2], out[2][2];
+		pid_t kid[2];
+		char tt[16], o[16], g[16];
+		assert_int_equal(pipe2(go, O_CLOEXEC), 0);
+		assert_int_equal(fcntl(go[0], F_SETFD, 0), 0);
+		snprintf(tt, sizeof(tt), "%d", (int)t);
+		snprintf(g, sizeof(g), "%d", go[0]);
+		for (int k = 0; k < 2; k++) {
+			assert_int_equal(pipe2(out[k], O_CLOEXEC), 0);
+			assert_int_equal(fcntl(out[k][1], F_SETFD, 0), 0);
+			snprintf(o, sizeof(o), "%d", out[k][1]);
+			kid[k] = spawn_role("--pin-race", tt, o, g);
+			close(out[k][1]);
+		}
+		close(go[0]);
+		assert_int_equal(write(go[1], "gg", 2), 2);
+		int rc[2];
+		for (int k = 0; k < 2; k++)
+			assert_int_equal(read(out[k][0], &rc[k], sizeof(rc[k])), (ssize_t)sizeof(rc[k]));
+		printf("round %d: loaders %d and %d: %d and %d\n", round, (int)kid[0], (int)kid[1], rc[0], rc[1]);
+		assert_true((rc[0] == 0 && rc[1] == -EBUSY) || (rc[0] == -EBUSY && rc[1] == 0));
+		assert_int_equal(access(dir, F_OK), 0); /* the winner's pins stand */
+		close(go[1]);
+		for (int k = 0; k < 2; k++) {
+			int st;
+			assert_int_equal(waitpid(kid[k], &st, 0), kid[k]);
+			assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+			close(out[k][0]);
+		}
+		assert_int_not_equal(access(dir, F_OK), 0); /* removed at its close */
+	}
+	unsetenv("CBCMN_BPF_PIN_PAUSE_MS");
+	end_target(t, stop);
+}
+
 /* A directory without pin_owner (pinned by a bpfmon before it, whose loader
  * may be running: another user's test_bpf here) was swept as stale by any
  * pinning loader, pulling the maps from under a live one.  Now it goes only
@@ -510,7 +583,7 @@ static int run_capture(char *const argv[], const char *env, char *buf, size_t le
 }
 
 /* A program that could not attach (here: the verifier refuses both forms
- * of sched_migrate_task, CBCMN_BPF_REJECT) left its figures at 0: cbcmn-top
+ * of sched_switch, which migrations rest on, CBCMN_BPF_REJECT) left its figures at 0: cbcmn-top
  * showed MIGR 0 and "migrations":0, cbcmn-stat "migr" 0.  Now they are
  * "-" and null, and the header / stderr say what is not measured and why. */
 static void test_unmeasured_is_not_zero(void **state)
@@ -524,7 +597,7 @@ static void test_unmeasured_is_not_zero(void **state)
 	int stop;
 	pid_t t = start_target(&stop);
 	snprintf(p, sizeof(p), "%d", (int)t);
-	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_migrate,cbcmn_sched_migrate_raw";
+	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_switch,cbcmn_sched_switch_raw";
 
 	char *const json[] = {top, "--json", "-n", "2", "-d", "0.3", "-p", p, NULL};
 	assert_int_equal(run_capture(json, env, out, sizeof(out)), 0);
@@ -537,7 +610,7 @@ static void test_unmeasured_is_not_zero(void **state)
 	const char *nm = strstr(last, "\"not_measured\":[");
 	assert_non_null(nm);
 	assert_non_null(strstr(nm, "{\"column\":\"MIGR\",\"key\":\"migrations\",\"why\":\""));
-	assert_non_null(strstr(nm, "sched_migrate_task: "));
+	assert_non_null(strstr(nm, "sched_switch: "));
 
 	char *const text[] = {top, "-b", "-n", "1", "-d", "0.3", "-p", p, NULL};
 	assert_int_equal(run_capture(text, env, out, sizeof(out)), 0);
@@ -604,7 +677,7 @@ static void test_run_bpf_unmeasured_is_not_zero(void **state)
 	static char out[1 << 16];
 	char run[PATH_MAX];
 	built(run, "bin/cbcmn-run");
-	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_migrate,cbcmn_sched_migrate_raw";
+	const char *env = "CBCMN_BPF_REJECT=cbcmn_sched_switch,cbcmn_sched_switch_raw";
 	char *const json[] = {run, "fib", "-w", "2", "-d", "0.2", "--bpf", "--json", NULL};
 	assert_int_equal(run_capture(json, env, out, sizeof(out)), 0);
 	const char *b = strstr(out, "\"bpf\":{");
@@ -845,6 +918,8 @@ int main(int argc, char **argv)
 		return child_run(atoi(argv[2]), 16, 5000);
 	if (argc == 4 && !strcmp(argv[1], "--pin"))
 		return child_pin(atoi(argv[2]), atoi(argv[3]));
+	if (argc == 5 && !strcmp(argv[1], "--pin-race"))
+		return child_pin_race(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
 	if (argc == 4 && !strcmp(argv[1], "--two"))
 		return child_two(atoi(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "--rings"))
@@ -858,6 +933,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_target_exits_during_attach),
 		T_WATCHED_TEST(test_pins_of_a_killed_loader_are_swept),
 		T_WATCHED_TEST(test_ownerless_pins_of_a_live_target_are_kept),
+		T_WATCHED_TEST(test_two_loaders_pinning_at_once_one_is_ebusy),
 		T_WATCHED_TEST(test_unmeasured_is_not_zero),
 		T_WATCHED_TEST(test_unmeasured_group_steals_are_not_zero),
 		T_WATCHED_TEST(test_run_bpf_unmeasured_is_not_zero),

@@ -909,18 +909,56 @@ static void bpf_report(struct bpfmon *m, const char *what)
 	int n = bpfmon_read(m, sh, CBCMN_BPF_NSLOTS);
 	if (n < 0)
 		return;
-	uint64_t usdt = 0, steal = 0, sched = 0, io = 0;
-	for (int i = 0; i < n; i++) {
-		const struct cbcmn_bpf_shard *c = &sh[i].c;
-		steal += c->steals + c->steal_fails;
-		usdt += c->steals + c->steal_fails + c->doorbells_msg_ring + c->doorbells_eventfd +
-			c->doorbells_coalesced + c->xmsgs_sent + c->lock_contended + c->parks;
-		sched += c->switches + c->migrations;
-		io += c->sqes + c->cqes + c->cqring_waits + c->async_work;
+#define F(x) offsetof(struct cbcmn_bpf_shard, x)
+	static const size_t usdt_f[] = {F(steals), F(steal_fails), F(doorbells_msg_ring),
+					F(doorbells_eventfd), F(doorbells_coalesced), F(xmsgs_sent),
+					F(lock_contended), F(parks)};
+	static const size_t sched_f[] = {F(switches), F(migrations)};
+	static const size_t io_f[] = {F(sqes), F(cqes), F(cqring_waits), F(async_work)};
+#undef F
+	/* A group is "-" unless every counter in it is measured: a sum
+	 * with a part missing is no count of the group. */
+	struct {
+		const char *name;
+		const size_t *f;
+		size_t n;
+		uint64_t sum;
+		bool measured;
+		char text[24];
+	} g[] = {{.name = "usdt", .f = usdt_f, .n = 8},
+		 {.name = "steal+steal_fail", .f = usdt_f, .n = 2},
+		 {.name = "sched", .f = sched_f, .n = 2},
+		 {.name = "io_uring", .f = io_f, .n = 4}};
+	enum { NG = sizeof(g) / sizeof(g[0]) };
+	static bool told;
+	for (int k = 0; k < NG; k++) {
+		char why[200];
+		g[k].measured = bpfmon_measured_all(m, g[k].f, g[k].n, why, sizeof(why));
+		if (!g[k].measured && !told)
+			fprintf(stderr, "bpf-overhead: %s not measured (\"-\"): %s\n", g[k].name, why);
+		for (int i = 0; i < n; i++)
+			for (size_t f = 0; f < g[k].n; f++)
+				g[k].sum += *(const uint64_t *)((const char *)&sh[i].c + g[k].f[f]);
 	}
-	fprintf(stderr, "bpf-overhead: %s counted: usdt %llu (steal+steal_fail %llu) sched %llu io_uring %llu\n",
-		what, (unsigned long long)usdt, (unsigned long long)steal, (unsigned long long)sched,
-		(unsigned long long)io);
+	told = true;
+	fprintf(stderr, "bpf-overhead: %s counted: usdt %s (steal+steal_fail %s) sched %s io_uring %s\n",
+		what, bpfmon_fig(g[0].measured, g[0].sum, g[0].text, sizeof(g[0].text)),
+		bpfmon_fig(g[1].measured, g[1].sum, g[1].text, sizeof(g[1].text)),
+		bpfmon_fig(g[2].measured, g[2].sum, g[2].text, sizeof(g[2].text)),
+		bpfmon_fig(g[3].measured, g[3].sum, g[3].text, sizeof(g[3].text)));
+}
+
+/* A figure of the bench that could not be measured (NAN) is "-" and why,
+ * as the tools print what is not measured (bpfmon_fig): never a number
+ * made up, nor "nan". */
+static void print_ns(const char *key, double v, int prec, const char *why)
+{
+	char buf[24];
+	if (isnan(v))
+		printf("bpf-overhead %s %s (not measured: %s)\n", key, bpfmon_fig(false, 0, buf, sizeof(buf)),
+		       why);
+	else
+		printf("bpf-overhead %s %.*f\n", key, prec, v);
 }
 
 /* A sample: wall (ms for fib, req/s for echo) and CPU time (process ms
@@ -1076,42 +1114,47 @@ static double prog_ns_per_run(int fd)
 	return (double)info.run_time_ns / (double)info.run_cnt;
 }
 
-static double cost_ns_per_run(struct bpfmon *m, const char *prefix)
-{
-	struct bpfmon_cost c;
-	if (bpfmon_cost_of(m, prefix, &c) || !c.runs)
-		return NAN;
-	return (double)c.run_ns / (double)c.runs;
-}
+/* What our sched programs' code adds over an empty one, per context
+ * switch of tasks that are not the target: the empty sched_switch program
+ * and ours attached together, the ping-pong run once with the kernel's
+ * run statistics on (two clock reads around each run, the same for
+ * both), and the difference of their ns per switch: ours is every
+ * cbcmn_sched_* program's run time (any program on the host's scheduling
+ * path) over the switches ours saw.  One run, both timed over the same
+ * switches, so that the machine's drift between runs (tens of ns on a
+ * shared host) cancels; which one runs first on the tracepoint
+ * alternates (floor_first).  NAN where statistics cannot be turned on. */
+static char filter_why[160] = "?";
 
-/* What our sched programs' code adds over empty ones, per switch of a
- * task that is not the target: with the kernel's run statistics on (two
- * clock reads around each run, the same for both), the ping-pong under
- * the empty programs, then under ours; the difference of ns per run of
- * the sched_switch and the sched_wakeup program (one of each per switch
- * of the ping-pong).  Precise where CPU time per switch is not: the
- * runs are timed one by one.  NAN where statistics cannot be turned on. */
-static double filter_ns_once(unsigned *attached)
+static double filter_ns_once(unsigned *attached, bool floor_first)
 {
 	int sfd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-	if (sfd < 0)
+	if (sfd < 0) {
+		snprintf(filter_why, sizeof(filter_why),
+			 "the kernel's run statistics cannot be turned on (BPF_ENABLE_STATS: %s)", strerror(errno));
 		return NAN;
+	}
+	struct cbcmn_floor_bpf *f = floor_first ? floor_attach() : NULL;
+	struct bpfmon *m = bpf_attach(attached);
+	if (!floor_first)
+		f = floor_attach();
 	double empty = NAN, ours = NAN;
-	struct cbcmn_floor_bpf *f = floor_attach();
+	struct bpfmon_cost all, sw;
+	if (!f)
+		snprintf(filter_why, sizeof(filter_why), "the empty sched_switch program does not load");
 	if (f) {
 		host_switch_once();
-		empty = prog_ns_per_run(bpf_program__fd(f->progs.floor_switch)) +
-			prog_ns_per_run(bpf_program__fd(f->progs.floor_wakeup));
-		cbcmn_floor_bpf__destroy(f);
+		empty = prog_ns_per_run(bpf_program__fd(f->progs.floor_switch));
+		if (!bpfmon_cost_of(m, "cbcmn_sched", &all) && !bpfmon_cost_of(m, "cbcmn_sched_switch", &sw) &&
+		    sw.runs)
+			ours = (double)all.run_ns / (double)sw.runs;
 	}
-	struct bpfmon *m = bpf_attach(attached);
-	host_switch_once();
-	ours = cost_ns_per_run(m, "cbcmn_sched_switch") + cost_ns_per_run(m, "cbcmn_sched_wakeup");
 	bpfmon_close(m);
+	cbcmn_floor_bpf__destroy(f);
 	close(sfd);
 	if (verbose)
-		fprintf(stderr, "bpf-overhead: sched_switch + sched_wakeup ns per run: empty %.1f, ours %.1f\n",
-			empty, ours);
+		fprintf(stderr, "bpf-overhead: ns per switch (run statistics, %s first): empty %.1f, ours %.1f\n",
+			floor_first ? "empty" : "ours", empty, ours);
 	return ours - empty;
 }
 
@@ -1143,18 +1186,28 @@ static double uprobe_loop_ns(void)
 	return (double)(mono_ns() - t0) / UT_CALLS;
 }
 
+static char uprobe_why[160] = "?";
+
 static double uprobe_trap_ns(void)
 {
 	struct cbcmn_floor_bpf *f = cbcmn_floor_bpf__open_and_load();
 	double d[UT_RUNS];
 	int n = 0;
+	if (!f)
+		snprintf(uprobe_why, sizeof(uprobe_why), "the empty uprobe program does not load: %s",
+			 strerror(errno));
 	for (int r = 0; f && r < UT_RUNS; r++) {
 		LIBBPF_OPTS(bpf_uprobe_opts, o, .func_name = "cbcmn_bench_uprobe_target");
 		double off = uprobe_loop_ns();
 		struct bpf_link *l = bpf_program__attach_uprobe_opts(f->progs.floor_uprobe, getpid(),
 								     "/proc/self/exe", 0, &o);
-		if (!l)
+		if (!l) {
+			int e = errno;
+			snprintf(uprobe_why, sizeof(uprobe_why), "an empty uprobe cannot be attached: %s%s",
+				 strerror(e),
+				 e == EACCES || e == EPERM ? " (uprobes need CAP_SYS_ADMIN on this kernel)" : "");
 			break;
+		}
 		double on = uprobe_loop_ns();
 		bpf_link__destroy(l);
 		d[n++] = on - off;
@@ -1206,10 +1259,11 @@ static void bench_host_switch(unsigned *attached)
 	printf("bpf-overhead host_switch_ns %.1f\n", median(d, n));
 	printf("bpf-overhead host_switch_floor_ns %.1f\n", median(fl, n));
 	printf("bpf-overhead host_switch_filter_cpu_ns %.1f\n", median(fi, n));
+	bool all = true;
 	for (int r = 0; r < n; r++)
-		fi[r] = filter_ns_once(attached);
-	printf("bpf-overhead host_switch_filter_ns %.1f\n", median(fi, n));
-	printf("bpf-overhead uprobe_trap_ns %.0f\n", uprobe_trap_ns());
+		all &= !isnan(fi[r] = filter_ns_once(attached, r & 1));
+	print_ns("host_switch_filter_ns", all ? median(fi, n) : NAN, 1, filter_why);
+	print_ns("uprobe_trap_ns", uprobe_trap_ns(), 0, uprobe_why);
 	fflush(stdout);
 }
 

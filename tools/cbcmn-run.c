@@ -223,13 +223,10 @@ static void bpf_unmeasured(struct bpfmon *m, struct bpf_view *v)
 	}
 }
 
-/* A figure as text: "-" when not measured. */
+/* A figure as text: "-" when not measured (bpfmon_fig). */
 static const char *fig(bool off, uint64_t v, char *buf, size_t len)
 {
-	if (off)
-		return "-";
-	snprintf(buf, len, "%llu", (unsigned long long)v);
-	return buf;
+	return bpfmon_fig(!off, v, buf, len);
 }
 
 /* A figure in JSON: null when not measured. */

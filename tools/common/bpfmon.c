@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -84,12 +85,6 @@ static const struct spec {
 	{"cbcmn_exec_stop", USDT, "cbcmn", "exec_stop", 0},
 	{"cbcmn_sched_switch", TP_BTF, "sched", "sched_switch", BPFMON_NO_SCHED},
 	{"cbcmn_sched_switch_raw", RAW_TP, "sched", "sched_switch", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup", TP_BTF, "sched", "sched_wakeup", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup_raw", RAW_TP, "sched", "sched_wakeup", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup_new", TP_BTF, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
-	{"cbcmn_sched_wakeup_new_raw", RAW_TP, "sched", "sched_wakeup_new", BPFMON_NO_SCHED},
-	{"cbcmn_sched_migrate", TP_BTF, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
-	{"cbcmn_sched_migrate_raw", RAW_TP, "sched", "sched_migrate_task", BPFMON_NO_SCHED},
 	{"cbcmn_sched_exit", TP_BTF, "sched", "sched_process_exit", BPFMON_NO_SCHED},
 	{"cbcmn_sched_exit_raw", RAW_TP, "sched", "sched_process_exit", BPFMON_NO_SCHED},
 	/* io_uring: one run per counter, the tp_btf forms first (their
@@ -154,6 +149,7 @@ struct bpfmon {
 	struct ident ident[CBCMN_BPF_MAX_SHARDS];
 	bool pinned_dir;          /* pin_dir is ours to remove */
 	bool switch_on;           /* a sched_switch program is attached: the records move */
+	bool no_sched_info;       /* task_struct has no sched_info: no run-queue figures */
 	/* The tool in a pid namespace of its own (not the kernel's view):
 	 * the programs know the target by the kernel's ids, the tool by its
 	 * namespace's; xl maps one to the other (xlat_load). */
@@ -222,8 +218,10 @@ static uint64_t effective_caps(void)
 
 /* What the BPF view needs and this process or kernel lacks, as one line
  * in err: CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+) to load
- * tracing programs and open uprobes; a kernel locked down for
- * confidentiality refuses the reads of kernel memory the programs make.
+ * tracing programs and attach them to tracepoints; a kernel locked down
+ * for confidentiality refuses the reads of kernel memory the programs
+ * make.  The USDT probes need CAP_SYS_ADMIN on most kernels (uprobe_caps_why):
+ * without it the view is the tracepoints' alone, said per program.
  * Returns 0 or -EPERM. */
 static int check_privileges(char *err, size_t errlen)
 {
@@ -247,6 +245,18 @@ static int check_privileges(char *err, size_t errlen)
 		return fail(err, errlen, -EPERM,
 			    "the kernel is locked down (confidentiality): eBPF may not read kernel memory");
 	return 0;
+}
+
+/* Why a uprobe (every USDT probe is one) could not be made: with the fix
+ * for CVE-2025-38466 (Linux 6.16; 6.15.7, 6.12.39, 6.6.99, 6.1.146,
+ * 5.15.189, 5.10.240) perf_event_open's uprobe PMU asks for
+ * CAP_SYS_ADMIN again, where CAP_PERFMON had sufficed since 5.8: a
+ * process without it gets EACCES.  "" when that is not the cause. */
+static const char *uprobe_caps_why(int err)
+{
+	if ((err == -EACCES || err == -EPERM) && !(effective_caps() >> CAP_SYS_ADMIN & 1))
+		return " (uprobes need CAP_SYS_ADMIN on this kernel: this process lacks it)";
+	return "";
 }
 
 static bool fs_is(const char *path, long magic)
@@ -311,6 +321,17 @@ static bool btf_arg_is(const struct btf *vmlinux, const char *tp, const char *ar
 	at = btf__resolve_type(vmlinux, a->type);
 	a = at > 0 ? btf__type_by_id(vmlinux, at) : NULL;
 	return a && btf_is_struct(a) && !strcmp(btf__name_by_offset(vmlinux, a->name_off), rest + 1);
+}
+
+/* Has struct sname a member mname in this kernel? */
+static bool btf_has_member(const struct btf *vmlinux, const char *sname, const char *mname)
+{
+	int id = vmlinux ? btf__find_by_name_kind(vmlinux, sname, BTF_KIND_STRUCT) : -1;
+	const struct btf_type *t = id > 0 ? btf__type_by_id(vmlinux, id) : NULL;
+	for (unsigned i = 0; t && i < btf_vlen(t); i++)
+		if (!strcmp(btf__name_by_offset(vmlinux, btf_members(t)[i].name_off), mname))
+			return true;
+	return false;
 }
 
 /* Is an entry before i in its run of alternatives loading (spec.alt)? */
@@ -776,18 +797,68 @@ static int sweep_pins(struct bpfmon *m, char *err, size_t errlen)
 	return rc;
 }
 
-static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
+/* The pins under BPFFS/cbcmn change only under an exclusive flock(2) of
+ * that directory, held by one loader at a time from its sweep to its
+ * last pin (and while it removes them): two loaders started at once on
+ * one process are one that pins and one told -EBUSY who holds them, and
+ * a sweep never removes pins another loader is making or the directory
+ * it has just made again.  The kernel drops the lock of a loader that is
+ * killed; one that is stopped (^Z) while it holds it would block every
+ * other, so a loader waits PINS_LOCK_WAIT_MS at most, then -EBUSY.
+ * Returns the locked descriptor, or a negative errno. */
+#define PINS_LOCK_WAIT_MS 5000
+static int pins_lock(void)
 {
-	int rc = mount_fs(BPFFS, "bpf", BPF_FS_MAGIC);
-	if (rc)
-		return fail(err, errlen, rc, "cannot mount bpffs at " BPFFS ": %s", strerror(-rc));
 	mkdir(BPFFS "/cbcmn", 0755);
-	if ((rc = sweep_pins(m, err, errlen)))
+	int fd = open(BPFFS "/cbcmn", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (int waited = 0; flock(fd, LOCK_EX | LOCK_NB); waited += 10) {
+		if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= PINS_LOCK_WAIT_MS) {
+			int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			close(fd);
+			return rc;
+		}
+		nanosleep(&(struct timespec){0, 10 * 1000000}, NULL);
+	}
+	return fd;
+}
+
+static void pins_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd); /* the last descriptor of the open file: the lock goes */
+}
+
+/* CBCMN_BPF_PIN_PAUSE_MS=N, a test aid (docs/OBSERVABILITY.md): pause N
+ * ms between the sweep and the making of the directory, where two
+ * loaders without the lock raced.  Unset: none. */
+static void pin_pause(void)
+{
+	const char *env = getenv("CBCMN_BPF_PIN_PAUSE_MS");
+	long ms = env ? atol(env) : 0;
+	if (ms > 0 && ms < 10000)
+		nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
+}
+
+static int pin_maps_locked(struct bpfmon *m, char *err, size_t errlen)
+{
+	int rc = sweep_pins(m, err, errlen);
+	if (rc)
 		return rc;
+	pin_pause();
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), BPFFS "/cbcmn/%d", m->pid);
-	if (mkdir(dir, 0755))
-		return fail(err, errlen, -errno, "mkdir %s: %s", dir, strerror(errno));
+	/* Made since the sweep under our lock: by a loader that does not
+	 * take it (a cbcmn tool from before it). */
+	if (mkdir(dir, 0755)) {
+		int e = errno;
+		if (e == EEXIST)
+			return fail(err, errlen, -EBUSY,
+				    "the maps of process %d are being pinned at %s by another loader",
+				    (int)m->pid, dir);
+		return fail(err, errlen, -e, "mkdir %s: %s", dir, strerror(e));
+	}
 	snprintf(m->pin_dir, sizeof(m->pin_dir), "%s", dir);
 	m->pinned_dir = true;
 	/* Who we are, first: a directory without it is swept as stale. */
@@ -812,15 +883,38 @@ static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
 	return 0;
 }
 
+static int pin_maps(struct bpfmon *m, char *err, size_t errlen)
+{
+	int rc = mount_fs(BPFFS, "bpf", BPF_FS_MAGIC);
+	if (rc)
+		return fail(err, errlen, rc, "cannot mount bpffs at " BPFFS ": %s", strerror(-rc));
+	int lock = pins_lock();
+	if (lock == -EBUSY)
+		return fail(err, errlen, lock,
+			    "another loader has held the lock of " BPFFS "/cbcmn for %d s (stopped?)",
+			    PINS_LOCK_WAIT_MS / 1000);
+	if (lock < 0)
+		return fail(err, errlen, lock, "cannot lock " BPFFS "/cbcmn: %s", strerror(-lock));
+	rc = pin_maps_locked(m, err, errlen);
+	pins_unlock(lock);
+	return rc;
+}
+
 static void unpin_maps(struct bpfmon *m)
 {
 	if (!m->pinned_dir)
 		return;
+	int lock = pins_lock(); /* not fatal: the pins still go */
 	struct bpf_map *map;
+	/* pin_owner last: a directory is never seen without it while its
+	 * maps are pinned. */
 	bpf_object__for_each_map(map, m->skel->obj)
-		if (bpf_map__is_pinned(map))
+		if (bpf_map__is_pinned(map) && map != m->skel->maps.pin_owner)
 			bpf_map__unpin(map, NULL);
+	if (bpf_map__is_pinned(m->skel->maps.pin_owner))
+		bpf_map__unpin(m->skel->maps.pin_owner, NULL);
 	rmdir(m->pin_dir);
+	pins_unlock(lock);
 }
 
 static void attach_all(struct bpfmon *m)
@@ -845,9 +939,9 @@ static void attach_all(struct bpfmon *m)
 			if (!pr->links) {
 				pr->state = last == -ENOENT ? BPFMON_MISSING : BPFMON_FAILED;
 				pr->err = last;
-				snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s%s",
+				snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s%s%s",
 					 last == -ENOENT ? "not in the target" : "attach: ",
-					 last == -ENOENT ? "" : strerror(-last));
+					 last == -ENOENT ? "" : strerror(-last), uprobe_caps_why(last));
 			}
 			continue;
 		}
@@ -1286,6 +1380,9 @@ int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsign
 		}
 	}
 	vmlinux = btf__load_vmlinux_btf();
+	/* Run-queue waits come from task_struct::sched_info (cbcmn.bpf.c,
+	 * account_sched_counts), which CONFIG_SCHED_INFO adds. */
+	m->no_sched_info = vmlinux && !btf_has_member(vmlinux, "task_struct", "sched_info");
 	/* Load; when the kernel refuses one program (the verifier rejects it,
 	 * or fentry is not permitted), open the object again without it (its
 	 * fallback, if it has one, takes its place) and report it FAILED: one
@@ -1372,7 +1469,7 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
  * tp_btf and its raw_tp twin, fentry and its tracepoint fallback). */
 enum src {
 	SRC_STEAL, SRC_STEAL_FAIL, SRC_DOORBELL, SRC_DB_COAL, SRC_XMSG, SRC_PARK, SRC_LOCK,
-	SRC_SWITCH, SRC_WAKEUP, SRC_MIGRATE, SRC_SUBMIT, SRC_COMPLETE, SRC_CQWAIT, SRC_ASYNC,
+	SRC_SWITCH, SRC_SUBMIT, SRC_COMPLETE, SRC_CQWAIT, SRC_ASYNC,
 	SRC_OVERFLOW, SRC_FUTEX_IN, SRC_FUTEX_OUT, NSRC
 };
 
@@ -1387,7 +1484,6 @@ static int src_of(const struct spec *sp)
 		{"steal", SRC_STEAL}, {"steal_fail", SRC_STEAL_FAIL}, {"doorbell", SRC_DOORBELL},
 		{"doorbell_coalesced", SRC_DB_COAL}, {"xmsg", SRC_XMSG}, {"park", SRC_PARK},
 		{"lock_contended", SRC_LOCK}, {"sched_switch", SRC_SWITCH},
-		{"sched_wakeup", SRC_WAKEUP}, {"sched_migrate_task", SRC_MIGRATE},
 		{"io_uring_submit_req", SRC_SUBMIT}, {"io_uring_submit_sqe", SRC_SUBMIT},
 		{"io_uring_complete", SRC_COMPLETE}, {"io_uring_cqring_wait", SRC_CQWAIT},
 		{"io_uring_queue_async_work", SRC_ASYNC}, {"io_uring_cqe_overflow", SRC_OVERFLOW},
@@ -1419,13 +1515,13 @@ static const struct {
 	NEED(xmsgs_sent, B(SRC_XMSG)), NEED(xmsgs_recv, B(SRC_XMSG)),
 	NEED(lock_contended, B(SRC_LOCK)), NEED(lock_wait_ns, B(SRC_LOCK)), NEED(parks, B(SRC_PARK)),
 	NEED(oncpu_ns, B(SRC_SWITCH)), NEED(offcpu_ns, B(SRC_SWITCH)), NEED(switches, B(SRC_SWITCH)),
-	NEED(involuntary, B(SRC_SWITCH)), NEED(migrations, B(SRC_MIGRATE)),
+	NEED(involuntary, B(SRC_SWITCH)), NEED(migrations, B(SRC_SWITCH)),
 	NEED(sqes, B(SRC_SUBMIT)), NEED(msg_ring_sqes, B(SRC_SUBMIT)),
 	NEED(cqes, B(SRC_SUBMIT) | B(SRC_COMPLETE)), NEED(cqe_errors, B(SRC_SUBMIT) | B(SRC_COMPLETE)),
 	NEED(cqring_waits, B(SRC_SUBMIT) | B(SRC_CQWAIT)),
 	NEED(async_work, B(SRC_SUBMIT) | B(SRC_ASYNC)),
 	NEED(cqe_overflows, B(SRC_SUBMIT) | B(SRC_OVERFLOW)),
-	NEED(runq_waits, B(SRC_SWITCH) | B(SRC_WAKEUP)), NEED(runq_ns, B(SRC_SWITCH) | B(SRC_WAKEUP)),
+	NEED(runq_waits, B(SRC_SWITCH)), NEED(runq_ns, B(SRC_SWITCH)),
 	NEED(futex_waits, B(SRC_FUTEX_IN) | B(SRC_FUTEX_OUT)),
 	NEED(futex_wait_ns, B(SRC_FUTEX_IN) | B(SRC_FUTEX_OUT)),
 	NEED(doorbell_lat, B(SRC_DOORBELL) | B(SRC_SWITCH)),
@@ -1447,6 +1543,12 @@ bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t why
 	 * from the runtime's own counters: measured all the same. */
 	if (m->fails_from_runtime)
 		need &= ~B(SRC_STEAL_FAIL);
+	if (m->no_sched_info && (field == offsetof(struct cbcmn_bpf_shard, runq_waits) ||
+				 field == offsetof(struct cbcmn_bpf_shard, runq_ns))) {
+		if (whylen)
+			snprintf(why, whylen, "task_struct has no sched_info in this kernel (CONFIG_SCHED_INFO off)");
+		return false;
+	}
 	for (int src = 0; src < NSRC; src++) {
 		if (!(need & B(src)))
 			continue;
@@ -1474,6 +1576,23 @@ bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t why
 }
 #undef NEED
 #undef B
+
+bool bpfmon_measured_all(const struct bpfmon *m, const size_t *fields, size_t n, char *why,
+			 size_t whylen)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!bpfmon_measured(m, fields[i], why, whylen))
+			return false;
+	return true;
+}
+
+const char *bpfmon_fig(bool measured, uint64_t v, char *buf, size_t len)
+{
+	if (!measured)
+		return "-";
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
 
 /* Shard i's counters into o->c, and what its thread was on and off a CPU
  * since its last switch seen (o->oncpu_now_ns, o->offcpu_now_ns), as of

@@ -15,7 +15,9 @@
  * or a process that is not a cbcmn program (no cbcmn probes in its
  * executable or a file it maps: nothing is loaded), -EACCES its executable
  * cannot be read, -EBUSY (BPFMON_PIN) the process's maps are pinned by
- * another loader that is running, other -errno from libbpf.  A monitor is
+ * another loader that is running (of two pinning at once, the one that
+ * takes the pins' lock second: docs/OBSERVABILITY.md, "Pinning"), other
+ * -errno from libbpf.  A monitor is
  * used by one thread at a time (bpfmon keeps one thread of its own, which
  * only detaches the programs when the target exits).
  *
@@ -154,6 +156,17 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs);
  * counter is (runq_waits, futex_waits, doorbell_lat, steal_lat,
  * lock_contended).  tid and cpu always are. */
 bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t whylen);
+
+/* A figure as the tools print it: "-" when it is not measured (never 0),
+ * else v in decimal, in buf (len bytes, 24 hold any).  Returns the text.
+ * The one place the tools turn "not measured" into text; in JSON it is
+ * null (jw_double(NAN)). */
+const char *bpfmon_fig(bool measured, uint64_t v, char *buf, size_t len);
+
+/* Are all n counters of fields measured (bpfmon_measured)?  When not, why
+ * (as bpfmon_measured) for the first one that is not. */
+bool bpfmon_measured_all(const struct bpfmon *m, const size_t *fields, size_t n, char *why,
+			 size_t whylen);
 
 /* Detach every program now; the maps stay readable and bpfmon_read()
  * works on.  bpfmon does it by itself as soon as the target process exits
