@@ -353,6 +353,7 @@ int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *resul
 	struct job j = {.fn = fn, .arg = arg};
 	atomic_init(&j.state, J_QUEUED);
 	cbcmn__iwait_init(&j.iw, self); /* PARKING: no fiber switch until we block */
+	j.iw.kind = CBCMN__G_BLOCKING;
 	cbcmn__mutex_lock(&p->lock);
 	int rc = submit(p, &j);
 	cbcmn__mutex_unlock(&p->lock);
@@ -379,6 +380,7 @@ int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *resul
 
 	/* fn has started: wait for it to return (arg may be on our stack). */
 	j.done_w.task = self;
+	self->wait_kind = CBCMN__G_BLOCKING;
 	atomic_init(&j.done_w.futex, 0);
 	atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
 	uint32_t s = J_RUNNING;

@@ -25,6 +25,7 @@ enum cbcmn__lock_rank {
 	CBCMN__LOCK_BLOCKING = 55,      /* a runtime's blocking pool: jobs, idle threads */
 	CBCMN__LOCK_STACKS = 60,        /* shared stack pool and slab list */
 	CBCMN__LOCK_STACK_BUDGET = 65,  /* the process's guard-page budget, a leaf */
+	CBCMN__LOCK_OBLIG = 70,         /* a runtime's pool of obligation records, a leaf */
 };
 
 struct cbcmn__mutex {
