@@ -33,7 +33,9 @@ void cbcmn__gauge_down(struct cbcmn_runtime *rt, struct cbcmn__exec *e, uint32_t
 		return;
 	}
 	struct cbcmn__exec *h = rt->exec[home];
-	if (h == e)
+	/* The single-writer store only on h's own thread: a caller's e is
+	 * its executor by convention (a waker), checked, not trusted. */
+	if (h == e && e == cbcmn__tls_exec)
 		cbcmn__diag_bump(&h->diag.down[g], memory_order_release);
 	else
 		atomic_fetch_add_explicit(&h->diag.down_remote[g], 1, memory_order_release);

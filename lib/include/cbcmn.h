@@ -790,10 +790,12 @@ CBCMN_API int cbcmn_runtime_snapshot(const cbcmn_runtime *rt, cbcmn_snapshot *ou
  * are all blocked is idle, not quiescent: a timer, I/O or an outside
  * thread may wake them (the snapshot shows that case as runnable +
  * running == 0).  Quiescent is what cbcmn_runtime_destroy() needs, and it
- * stays true until someone outside spawns or reserves again.  Exact when
- * true: it is true only if there was an instant during the call at which
- * all of it held (the ends are read before the beginnings).  Any thread.
- * Returns 1, 0, or -EINVAL for NULL. */
+ * stays true until someone outside spawns or reserves again.  No false
+ * "true": every count reads ends before beginnings, tasks last, so when it
+ * says 1 nothing was open as the call ended, unless a thread outside the
+ * runtime began something during the call (a task can begin nothing that
+ * outlives it but a stream).  Any thread.  Returns 1, 0, or -EINVAL for
+ * NULL. */
 CBCMN_API int cbcmn_runtime_is_quiescent(const cbcmn_runtime *rt);
 
 /* ------------------------------------------------------------------------
