@@ -72,6 +72,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	atomic_init(&t->killed, 0);
 	t->unwind_result = 0;
 	t->obligations = NULL;
+	t->wait_kind = CBCMN__G_OTHER; /* every wait site sets its own (diag.h) */
 	return t;
 }
 

@@ -147,12 +147,18 @@ static void test_only_the_owner_resolves(void **state)
 	t_destroy(rt);
 }
 
+struct held {
+	cbcmn_obligation o;
+	_Atomic int ready; /* o is filled in: the hand-off to the test thread */
+};
+
 static int64_t hold_and_wait(cbcmn_cx *cx, void *arg)
 {
-	cbcmn_obligation *o = arg;
-	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, NULL, o) == 0);
+	struct held *h = arg;
+	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, NULL, &h->o) == 0);
+	atomic_store_explicit(&h->ready, 1, memory_order_release);
 	cbcmn_sleep(cx, 3600ull * 1000000000ull); /* until cancelled */
-	TASK_CHECK(cbcmn_obligation_abort(cx, o) == 0);
+	TASK_CHECK(cbcmn_obligation_abort(cx, &h->o) == 0);
 	return 0;
 }
 
@@ -160,17 +166,18 @@ static void test_thread_cannot_resolve_a_tasks(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_policy(CBCMN_LEAK_LOG);
-	cbcmn_obligation o = {0};
+	struct held h = {0};
 	cbcmn_nursery *n;
 	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
-	assert_int_equal(cbcmn_nursery_spawn(NULL, n, hold_and_wait, &o, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, hold_and_wait, &h, NULL), 0);
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (outstanding(rt, NULL) != 1) {
+	while (!atomic_load_explicit(&h.ready, memory_order_acquire)) {
 		if (t_now_ns() > end)
 			fail_msg("the task never reserved");
 		usleep(1000);
 	}
-	cbcmn_obligation copy = o;
+	assert_int_equal(outstanding(rt, NULL), 1);
+	cbcmn_obligation copy = h.o;
 	assert_int_equal(cbcmn_obligation_commit(NULL, &copy), -EPERM);
 	assert_int_equal(cbcmn_obligation_abort(NULL, &copy), -EPERM);
 	assert_int_equal(cbcmn_nursery_cancel(n), 0);
