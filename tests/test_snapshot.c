@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -188,6 +189,64 @@ static void test_await_counts_as_join(void **state)
 	t_destroy(rt);
 }
 
+/* I/O and the blocking pool: a receive on a quiet socket, a pool call
+ * that waits for the test's word. */
+struct io_work {
+	int fd;
+	_Atomic int release;
+};
+
+static int64_t io_blocker(cbcmn_cx *cx, void *arg)
+{
+	struct io_work *w = arg;
+	char b;
+	TASK_CHECK(cbcmn_recv(cx, w->fd, &b, 1, 0) == 1);
+	return 0;
+}
+
+static int64_t pool_fn(void *arg)
+{
+	struct io_work *w = arg;
+	while (!atomic_load(&w->release))
+		usleep(1000);
+	return 7;
+}
+
+static int64_t pool_blocker(cbcmn_cx *cx, void *arg)
+{
+	int64_t r = 0;
+	TASK_CHECK(cbcmn_blocking(cx, pool_fn, arg, &r) == 0);
+	TASK_CHECK(r == 7);
+	return 0;
+}
+
+static void test_io_and_pool_waits_are_counted(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	struct io_work w = {.fd = sv[0]};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, io_blocker, &w, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, pool_blocker, &w, NULL), 0);
+	cbcmn_snapshot s;
+	WAIT_SNAP(rt, s, s.total.blocked_io == 1 && s.total.blocked_blocking == 1);
+	assert_int_equal(s.tasks_live, 2);
+	assert_int_equal(s.total.blocked_chan + s.total.blocked_timer + s.total.blocked_join, 0);
+	assert_false(s.quiescent);
+	assert_int_equal(write(sv[1], "x", 1), 1);
+	atomic_store(&w.release, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	s = snap(rt, NULL, 0);
+	assert_int_equal(s.total.blocked_io + s.total.blocked_blocking, 0);
+	assert_true(s.quiescent);
+	close(sv[0]);
+	close(sv[1]);
+	t_destroy(rt);
+}
+
 static void test_quiescent_at_the_right_moments(void **state)
 {
 	(void)state;
@@ -336,6 +395,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_counts_match_a_known_workload),
 		T_WATCHED_TEST(test_await_counts_as_join),
+		T_WATCHED_TEST(test_io_and_pool_waits_are_counted),
 		T_WATCHED_TEST(test_quiescent_at_the_right_moments),
 		T_WATCHED_TEST(test_bad_arguments_are_einval),
 		T_WATCHED_TEST(test_snapshot_races_a_running_runtime),
