@@ -247,6 +247,40 @@ static void test_io_and_pool_waits_are_counted(void **state)
 	t_destroy(rt);
 }
 
+/* BudgetExhausted: a root whose ops run out, with no CapBudget to recharge
+ * itself, waits for its nursery's opener: parked. */
+static int64_t spinner(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (;;)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static void test_exhausted_task_counts_as_parked(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.budget.ops = 5000;
+	cfg.caps.flags = CBCMN_CAPS_EXPLICIT | CBCMN_CAP_SPAWN; /* no CapBudget */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spinner, NULL, NULL), 0);
+	cbcmn_snapshot s;
+	WAIT_SNAP(rt, s, s.total.parked == 1);
+	assert_int_equal(s.tasks_live, 1);
+	assert_int_equal(s.total.running + s.total.runnable, 0);
+	/* The opener gives up on it: it ends with CBCMN_EBUDGET. */
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_EBUDGET);
+	s = snap(rt, NULL, 0);
+	assert_int_equal(s.total.parked, 0);
+	assert_true(s.quiescent);
+	t_destroy(rt);
+}
+
 static void test_quiescent_at_the_right_moments(void **state)
 {
 	(void)state;
@@ -396,6 +430,7 @@ int main(void)
 		T_WATCHED_TEST(test_counts_match_a_known_workload),
 		T_WATCHED_TEST(test_await_counts_as_join),
 		T_WATCHED_TEST(test_io_and_pool_waits_are_counted),
+		T_WATCHED_TEST(test_exhausted_task_counts_as_parked),
 		T_WATCHED_TEST(test_quiescent_at_the_right_moments),
 		T_WATCHED_TEST(test_bad_arguments_are_einval),
 		T_WATCHED_TEST(test_snapshot_races_a_running_runtime),
