@@ -301,6 +301,28 @@ static void test_quiescent_at_the_right_moments(void **state)
 	t_destroy(rt);
 }
 
+/* The core profile has no executor: nothing to read but the totals. */
+static void test_core_profile_has_totals_only(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.profile = CBCMN_PROFILE_CORE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_exec_snapshot per[1];
+	cbcmn_snapshot s = snap(rt, per, 1);
+	assert_int_equal(s.executors, 0);
+	assert_true(s.quiescent);
+	cbcmn_obligation o;
+	assert_int_equal(cbcmn_obligation_reserve(rt, NULL, NULL, &o), 0);
+	s = snap(rt, NULL, 0);
+	assert_int_equal(s.total.obligations, 1);
+	assert_int_equal(cbcmn_runtime_is_quiescent(rt), 0);
+	assert_int_equal(cbcmn_obligation_commit(NULL, &o), 0);
+	assert_int_equal(cbcmn_runtime_is_quiescent(rt), 1);
+	t_destroy(rt);
+}
+
 static void test_bad_arguments_are_einval(void **state)
 {
 	(void)state;
@@ -432,6 +454,7 @@ int main(void)
 		T_WATCHED_TEST(test_io_and_pool_waits_are_counted),
 		T_WATCHED_TEST(test_exhausted_task_counts_as_parked),
 		T_WATCHED_TEST(test_quiescent_at_the_right_moments),
+		T_WATCHED_TEST(test_core_profile_has_totals_only),
 		T_WATCHED_TEST(test_bad_arguments_are_einval),
 		T_WATCHED_TEST(test_snapshot_races_a_running_runtime),
 	};
