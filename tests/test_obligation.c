@@ -332,6 +332,22 @@ static void test_leak_panics_when_asked(void **state)
 	assert_non_null(strstr(msg, "CBCMN_LEAK_PANIC"));
 }
 
+/* A thread's obligation has no task to end with: still outstanding when
+ * the runtime is destroyed, it is a leak there. */
+static void test_thread_leak_found_at_destroy(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_policy(CBCMN_LEAK_LOG);
+	cbcmn_obligation o;
+	assert_int_equal(cbcmn_obligation_reserve(rt, NULL, "session", &o), 0);
+	int saved, fd = t_stderr_capture(&saved);
+	int rc = cbcmn_runtime_destroy(rt);
+	char msg[4096];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(msg, "a thread (at runtime destroy) ended holding an unresolved session"));
+}
+
 /* Channel permits go through the same mechanism: counted outstanding while
  * held, counted leaked, silent under the count policy. */
 static int64_t permit_leaker(cbcmn_cx *cx, void *arg)
@@ -400,6 +416,7 @@ int main(void)
 		T_WATCHED_TEST(test_leak_is_logged_and_counted),
 		T_WATCHED_TEST(test_leak_is_counted_silently),
 		T_WATCHED_TEST(test_leak_panics_when_asked),
+		T_WATCHED_TEST(test_thread_leak_found_at_destroy),
 		T_WATCHED_TEST(test_channel_permits_count_as_obligations),
 	};
 	return cmocka_run_group_tests_name("obligation", tests, NULL, NULL);
