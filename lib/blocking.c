@@ -360,6 +360,7 @@ int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *ar
 	struct job j = {.fn = fn, .arg = arg};
 	atomic_init(&j.state, J_QUEUED);
 	cbcmn__iwait_init(&j.iw, self); /* PARKING: no fiber switch until we block */
+	j.iw.kind = CBCMN__G_BLOCKING;
 	/* Armed before the job is queued: it fires on our executor, which is
 	 * busy running us until we block. */
 	struct cbcmn__timer *tm = NULL;
@@ -402,6 +403,7 @@ int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *ar
 	if (interrupt)
 		interrupt(arg);
 	j.done_w.task = self;
+	self->wait_kind = CBCMN__G_BLOCKING;
 	atomic_init(&j.done_w.futex, 0);
 	atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
 	uint32_t s = J_RUNNING;

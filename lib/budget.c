@@ -285,6 +285,7 @@ static void wait_exhausted(struct cbcmn_task *t)
 		return;
 	}
 	cbcmn__iwait_init(&iw, t);
+	iw.kind = CBCMN__G_PARKED;
 	iw.qnext = n->exhausted;
 	n->exhausted = &iw;
 	/* Counted under the lock, with the list; wakes the opener if every

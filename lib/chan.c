@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "iwait.h"
+#include "obligation.h"
 #include "timer.h"
 #include "runtime.h"
 
@@ -43,7 +44,7 @@ struct chan_wait {
 	struct chan_wait *prev, *next; /* the channel's queue, then the wake list */
 	const void *src;               /* W_SEND: the message */
 	void *dst;                     /* W_RECV: where the message goes */
-	struct cbcmn__oblig *rec;      /* W_RESERVE: the record it will hold */
+	struct chan_rec *rec;          /* W_RESERVE: the record it will hold */
 	int result;                    /* set by the claimer: 0 or -EPIPE */
 	uint8_t kind;
 	bool queued;
@@ -56,12 +57,13 @@ struct waitq {
 /* A reservation record.  Records belong to their channel (allocated on
  * demand, recycled, freed with it), not to the permit, which only names
  * one: a task that leaks a permit in a frame that has since returned, or
- * that overflowed its stack, leaves the record intact for settling. */
-struct cbcmn__oblig {
+ * that overflowed its stack, leaves the record intact for settling.  A
+ * held one is an obligation of its owner (obligation.h): tracked, counted
+ * and, if leaked, aborted there like any other. */
+struct chan_rec {
+	struct cbcmn__oblig ob;             /* owner: NULL for a thread outside */
 	struct cbcmn_chan *chan;            /* fixed for the record's life */
-	struct cbcmn_task *owner;           /* NULL: a thread outside the runtime */
-	struct cbcmn__oblig *tprev, *tnext; /* owner->obligations: owner only */
-	struct cbcmn__oblig *free_next;     /* channel free list */
+	struct chan_rec *free_next;         /* channel free list */
 	uint64_t gen;                       /* bumped at each resolution: stale permits */
 	bool held;
 };
@@ -76,7 +78,7 @@ struct cbcmn_chan {
 	bool closed;
 	struct waitq recvq;       /* receivers */
 	struct waitq spaceq;      /* senders and reservers, in arrival order */
-	struct cbcmn__oblig *free_recs;
+	struct chan_rec *free_recs;
 };
 
 /* Claimed waits, woken once the lock is dropped. */
@@ -207,9 +209,9 @@ static void slot_freed(struct cbcmn_chan *c, struct wakes *wl)
 
 /* ---- reservation records (under the lock) -------------------------------- */
 
-static struct cbcmn__oblig *rec_get(struct cbcmn_chan *c, struct cbcmn_task *owner)
+static struct chan_rec *rec_get(struct cbcmn_chan *c, struct cbcmn_task *owner)
 {
-	struct cbcmn__oblig *r = c->free_recs;
+	struct chan_rec *r = c->free_recs;
 	if (r) {
 		c->free_recs = r->free_next;
 	} else {
@@ -219,48 +221,40 @@ static struct cbcmn__oblig *rec_get(struct cbcmn_chan *c, struct cbcmn_task *own
 			return NULL;
 		r->chan = c;
 	}
-	r->owner = owner;
+	atomic_store_explicit(&r->ob.owner, owner, memory_order_relaxed);
 	r->held = false;
 	return r;
 }
 
-static void rec_put(struct cbcmn_chan *c, struct cbcmn__oblig *r)
+static void rec_put(struct cbcmn_chan *c, struct chan_rec *r)
 {
-	r->owner = NULL;
+	atomic_store_explicit(&r->ob.owner, NULL, memory_order_relaxed);
 	r->free_next = c->free_recs;
 	c->free_recs = r;
 }
 
 /* End a held reservation: the slot is no longer reserved (the caller fills
  * it or frees it).  The owner list is touched here only by its owner: commit
- * and abort check it, and settling runs as the ending task. */
-static void rec_release(struct cbcmn_chan *c, struct cbcmn__oblig *r)
+ * and abort check it, and settling runs as the ending task.  e: the calling
+ * thread's executor (NULL outside). */
+static void rec_release(struct cbcmn_chan *c, struct chan_rec *r, struct cbcmn__exec *e)
 {
-	struct cbcmn_task *t = r->owner;
-	if (t) {
-		if (r->tprev)
-			r->tprev->tnext = r->tnext;
-		else
-			t->obligations = r->tnext;
-		if (r->tnext)
-			r->tnext->tprev = r->tprev;
-	}
+	cbcmn__oblig_untrack(c->rt, &r->ob, e);
 	r->held = false;
 	r->gen++;
 	c->reserved--;
 	rec_put(c, r);
 }
 
+static void rec_leak(struct cbcmn__oblig *ob);
+
 /* Owner side, after the grant: track it and fill the permit. */
-static void rec_hold(struct cbcmn_task *self, struct cbcmn__oblig *r, cbcmn_chan_permit *p)
+static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_permit *p)
 {
-	if (self) {
-		r->tprev = NULL;
-		r->tnext = self->obligations;
-		if (r->tnext)
-			r->tnext->tprev = r;
-		self->obligations = r;
-	}
+	r->ob.leak = rec_leak;
+	r->ob.what = "reservation on channel";
+	r->ob.obj = r->chan;
+	cbcmn__oblig_track(r->chan->rt, self, &r->ob, self ? self->exec : NULL);
 	/* Read without the lock: gen only changes when the record is
 	 * resolved, which only we (its owner) can do now. */
 	p->_rec = r;
@@ -276,6 +270,7 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 		      struct waitq *q, uint64_t deadline)
 {
 	cbcmn__iwait_init(&w->iw, self);
+	w->iw.kind = CBCMN__G_CHAN;
 	w->result = 0;
 	/* A timeout is a timer on our own executor that claims the wait as
 	 * TIMEDOUT (timer.h); it touches nothing of the channel. */
@@ -374,7 +369,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_chan_permit *p,
 			bool block)
 {
-	struct cbcmn__oblig *r;
+	struct chan_rec *r;
 	int rc = 0;
 	cbcmn__mutex_lock(&c->lock);
 	if (c->closed) {
@@ -404,7 +399,7 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 /* Commit (elem) or abort (NULL) the reservation p names. */
 static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const void *elem)
 {
-	struct cbcmn__oblig *r = p->_rec;
+	struct chan_rec *r = p->_rec;
 	struct cbcmn_chan *c = r->chan; /* fixed while the channel lives */
 	struct wakes wl = {0};
 	int rc = 0;
@@ -415,11 +410,11 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 		cbcmn__mutex_unlock(&c->lock);
 		return -EINVAL;
 	}
-	if (r->owner != self) {
+	if (atomic_load_explicit(&r->ob.owner, memory_order_relaxed) != self) {
 		cbcmn__mutex_unlock(&c->lock);
 		return -EPERM;
 	}
-	rec_release(c, r);
+	rec_release(c, r, waker_of(self));
 	if (elem) {
 		if (c->closed)
 			rc = -EPIPE;
@@ -433,38 +428,19 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 	return rc;
 }
 
-/* task.c, when t ends holding reservations: abort them so nobody waits for
- * their slots forever, and report the leak. */
-int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result)
+/* obligation.c, when the owner ends holding r: abort the reservation so
+ * nobody waits for its slot forever (the leak is reported there). */
+static void rec_leak(struct cbcmn__oblig *ob)
 {
-	struct cbcmn__oblig *r;
-	while ((r = t->obligations)) {
-		struct cbcmn_chan *c = r->chan;
-		struct wakes wl = {0};
-		cbcmn__mutex_lock(&c->lock);
-		rec_release(c, r);
-		slot_freed(c, &wl);
-		cbcmn__mutex_unlock(&c->lock);
-		wakes_run(&wl, t->exec);
-		/* snprintf + write, not fprintf: we are on the ending task's
-		 * stack, maybe a minimal 8 KiB one, and glibc before 2.37
-		 * formats for unbuffered stderr through a BUFSIZ (8 KiB)
-		 * buffer on the stack. */
-		char msg[224];
-		int len = snprintf(msg, sizeof(msg),
-				   "cbcmn: task %llu ended holding an unresolved reservation on "
-				   "channel %p (obligation leak); aborted it.  Commit or abort "
-				   "every permit, see docs/CHANNELS.md\n",
-				   (unsigned long long)t->id, (void *)c);
-		if (len > (int)sizeof(msg) - 1)
-			len = (int)sizeof(msg) - 1;
-		/* A failed write leaves nowhere to report to; the abort stands. */
-		ssize_t wr = len > 0 ? write(STDERR_FILENO, msg, (size_t)len) : 0;
-		(void)wr;
-		if (result >= 0)
-			result = CBCMN_ELEAKED;
-	}
-	return result;
+	struct chan_rec *r = (struct chan_rec *)ob;
+	struct cbcmn_chan *c = r->chan;
+	struct cbcmn__exec *e = atomic_load_explicit(&ob->owner, memory_order_relaxed)->exec;
+	struct wakes wl = {0};
+	cbcmn__mutex_lock(&c->lock);
+	rec_release(c, r, e);
+	slot_freed(c, &wl);
+	cbcmn__mutex_unlock(&c->lock);
+	wakes_run(&wl, e);
 }
 
 /* ---- public calls ------------------------------------------------------- */
@@ -505,7 +481,7 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 	if (busy)
 		return -EBUSY;
 	while (c->free_recs) {
-		struct cbcmn__oblig *r = c->free_recs;
+		struct chan_rec *r = c->free_recs;
 		c->free_recs = r->free_next;
 		free(r);
 	}

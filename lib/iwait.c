@@ -24,6 +24,7 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
 	iw->on_cancel = NULL;
 	iw->local = false;
 	iw->on_timeout = NULL;
+	iw->kind = CBCMN__G_OTHER;
 	if (self)
 		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
 }
@@ -61,6 +62,7 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 		cbcmn__waiter_wait(&iw->w);
 		return atomic_load_explicit(&iw->state, memory_order_acquire);
 	}
+	self->wait_kind = iw->local ? CBCMN__G_IO : iw->kind;
 	if (!iw->local)
 		reg_add(&self->exec->iwaits, iw);
 	/* A cancellation whose scan ran before we were registered set its

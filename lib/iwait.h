@@ -68,6 +68,9 @@ struct cbcmn__iwait {
 	 * wake, on the timer's executor, which must be the wait's (the epoll
 	 * backend's I/O waits: it unlinks the wait, then wakes it). */
 	void (*on_timeout)(struct cbcmn__iwait *iw);
+	/* What the task waits for (CBCMN__G_*, diag.h), for the snapshot;
+	 * set after cbcmn__iwait_init().  A local wait counts as I/O. */
+	uint8_t kind;
 };
 
 void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r);

@@ -17,12 +17,15 @@
  * lower rank.  Gaps leave room for the layers still to come. */
 enum cbcmn__lock_rank {
 	CBCMN__LOCK_RUNTIME_JANUS = 10, /* janus_rt: the global runtime pointer */
+	CBCMN__LOCK_SIGNAL = 15,        /* installing the SIGSEGV handler (process-wide) */
 	CBCMN__LOCK_NURSERY = 20,       /* a nursery's list of exhausted children */
 	CBCMN__LOCK_IWAIT = 30,         /* an executor's interruptible-wait registry */
 	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */
 	CBCMN__LOCK_CHAN = 50,          /* a channel: ring, wait queues, reservations */
 	CBCMN__LOCK_BLOCKING = 55,      /* a runtime's blocking pool: jobs, idle threads */
 	CBCMN__LOCK_STACKS = 60,        /* shared stack pool and slab list */
+	CBCMN__LOCK_STACK_BUDGET = 65,  /* the process's guard-page budget, a leaf */
+	CBCMN__LOCK_OBLIG = 70,         /* a runtime's pool of obligation records, a leaf */
 };
 
 struct cbcmn__mutex {
@@ -30,6 +33,10 @@ struct cbcmn__mutex {
 	const char *name;
 	int rank;
 };
+
+/* For the library's few process-wide locks, which exist before any call. */
+#define CBCMN__MUTEX_INITIALIZER(lname, lrank)                                  \
+	{ .m = PTHREAD_MUTEX_INITIALIZER, .name = (lname), .rank = (lrank) }
 
 void cbcmn__mutex_init(struct cbcmn__mutex *mu, const char *name, int rank);
 void cbcmn__mutex_destroy(struct cbcmn__mutex *mu);

@@ -87,6 +87,7 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	n->awaited = false;
 	atomic_init(&n->refs, 1);
 	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
+	n->diag_home = cbcmn__gauge_up(rt, owner ? owner->exec : NULL, CBCMN__G_NURSERY);
 	*out = n;
 	return 0;
 }
@@ -264,8 +265,10 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		 * disarms and wakes us. */
 		n->await_w.task = self;
 		atomic_store_explicit(&n->await_w.futex, 0, memory_order_relaxed);
-		if (self)
+		if (self) {
+			self->wait_kind = CBCMN__G_JOIN;
 			atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+		}
 		/* The CAS compares the whole word: a child that ended or
 		 * became exhausted since we looked makes it fail, and we look
 		 * again.  acq_rel: pairs with cbcmn__nursery_live_add(). */
@@ -304,6 +307,7 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	 * that could find n in its chain has ended, so n leaves the count. */
 	if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		atomic_fetch_sub_explicit(&rt->cancels, 1, memory_order_relaxed);
+	cbcmn__gauge_down(rt, self ? self->exec : NULL, n->diag_home, CBCMN__G_NURSERY);
 	/* acq_rel: as in cbcmn_nursery_release(). */
 	if (!held || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
 		nursery_put(n, self ? self->exec : NULL);

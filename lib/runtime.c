@@ -11,6 +11,7 @@
 #include "futex.h"
 #include "backend.h"
 #include "iwait.h"
+#include "obligation.h"
 #include "runtime.h"
 
 #define DEQUE_INITIAL 256u
@@ -170,6 +171,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->backend > CBCMN_BACKEND_EPOLL)
 		return -EINVAL;
+	if (out->obligation_leak > CBCMN_LEAK_PANIC)
+		return -EINVAL;
 	if (out->iowq_max_workers == 0)
 		out->iowq_max_workers = 4;
 	if (out->sqpoll_idle_ms == 0)
@@ -291,6 +294,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	cbcmn__blocking_fini(rt); /* no-op after destroy's own call */
 	cbcmn__stack_pool_fini(&rt->stacks);
 	cbcmn__mutex_destroy(&rt->inject_lock);
+	cbcmn__oblig_fini(rt);
 	cbcmn__seg_destroy(&rt->seg);
 	free(rt);
 }
@@ -354,6 +358,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 				    c.child_budget.spawn_count & c.child_budget.channel_ops &
 				    c.child_budget.syscalls) != CBCMN_UNLIMITED;
 	cbcmn__mutex_init(&rt->inject_lock, "inject", CBCMN__LOCK_INJECT);
+	cbcmn__mutex_init(&rt->oblig_lock, "oblig", CBCMN__LOCK_OBLIG);
 	rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);
 	if (rc) {
 		cbcmn__mutex_destroy(&rt->inject_lock);

@@ -21,6 +21,7 @@
 
 #include "cbcmn.h"
 #include "deque.h"
+#include "diag.h"
 #include "fault.h"
 #include "lock.h"
 #include "ring.h"
@@ -105,7 +106,8 @@ struct cbcmn_task {
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
-	struct cbcmn__oblig *obligations; /* reservations it holds (chan.c); owner only */
+	struct cbcmn__oblig *obligations; /* obligations it holds (obligation.h); owner only */
+	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
 	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
 };
 
@@ -139,6 +141,7 @@ struct cbcmn_nursery {
 					   * and a holder's cancel vs awaited */
 	struct cbcmn__iwait *exhausted;   /* children waiting for budget */
 	uint64_t owner_spawns;            /* opener-only: children it spawned */
+	uint32_t diag_home;               /* where the snapshot counts it open (diag.h) */
 	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* see nursery.c */
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
@@ -233,6 +236,8 @@ struct cbcmn__exec {
 	 * figures any executor reads without a lock (seed 003), state. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__seg_exec *ss;
 	int32_t cpu, node;                /* where it is pinned (-1: not), fixed */
+	/* What the snapshot reads: waits, nurseries, obligations (diag.h). */
+	struct cbcmn__diag diag;
 
 	/* Owner only from here on. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn_runtime *rt;
@@ -331,6 +336,12 @@ struct cbcmn_runtime {
 	_Atomic uint32_t exiting;         /* retired threads in their last steps */
 	_Atomic uint32_t resizing;        /* a start or a retirement is under way */
 	struct cbcmn__blocking_pool *blocking;
+	/* Diagnostics (snapshot.c): what threads outside the runtime opened,
+	 * obligations leaked, the general obligations' records. */
+	struct cbcmn__diag diag_ext;
+	_Atomic uint64_t oblig_leaked;
+	struct cbcmn__mutex oblig_lock;   /* CBCMN__LOCK_OBLIG: the two lists */
+	struct cbcmn__gen_oblig *oblig_free, *oblig_all;
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
@@ -423,7 +434,9 @@ void cbcmn__task_free_cache(struct cbcmn__exec *e);
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
 		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle);
 
-/* chan.c */
+/* obligation.c: t ends holding obligations: abort them, report the leak
+ * (cbcmn_config.obligation_leak); returns t's result, CBCMN_ELEAKED if it
+ * was a success. */
 int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result);
 
 /* nursery.c */

@@ -377,9 +377,12 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	e->current = child;
 	CBCMN__COUNT(e, tasks_run, 1);
 	CBCMN__COUNT(e, inline_runs, 1);
+	/* The parent waits for the child meanwhile (snapshot.c). */
+	uint32_t home = cbcmn__gauge_up(e->rt, e, CBCMN__G_JOIN);
 	int64_t r = cbcmn__task_call_guarded(child);
 	/* The child may have suspended and moved to another executor. */
 	e = child->exec;
+	cbcmn__gauge_down(e->rt, e, home, CBCMN__G_JOIN);
 	cbcmn__task_complete(child, r);
 	e->current = parent;
 	parent->exec = e;
@@ -463,7 +466,9 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
+	atomic_store_explicit(&e->diag.running, 1, memory_order_relaxed); /* snapshot.c */
 	switch_to_task(e, t);
+	atomic_store_explicit(&e->diag.running, 0, memory_order_relaxed);
 	e->current = NULL;
 
 	struct cbcmn_task *p = e->post_task;
@@ -474,9 +479,13 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		 * wake came in while it was PARKING, requeue it ourselves.
 		 * acq_rel pairs with cbcmn__wake_task()'s CAS. */
 		uint32_t s = CBCMN__T_PARKING;
+		/* Counted blocked before the CAS publishes it to the waker,
+		 * whose uncount (below) the CAS orders after ours (diag.h). */
+		cbcmn__gauge_up(e->rt, e, p->wait_kind);
 		if (!atomic_compare_exchange_strong_explicit(&p->state, &s, CBCMN__T_BLOCKED,
 							     memory_order_acq_rel,
 							     memory_order_acquire)) {
+			cbcmn__gauge_down(e->rt, e, e->id, p->wait_kind);
 			atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
 			cbcmn__schedule(e->rt, p, e);
 		}
@@ -525,6 +534,9 @@ void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 								  memory_order_acquire)) {
 				CBCMN_PROBE3(wake, waker ? (int)waker->id : -1,
 					     t->exec ? (int)t->exec->id : -1, rt->seg.rt_id);
+				/* It blocked on t->exec, which counted it
+				 * (run_task); stable until we schedule it. */
+				cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
 				cbcmn__schedule(rt, t, waker);
 				return;
 			}

@@ -109,14 +109,16 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	errno = saved_errno;
 }
 
-static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Ranked (docs/LOCKING.md): a runtime create takes it, maybe under the
+ * janus ABI's lock; the fork handler takes the stack budget's after it. */
+static struct cbcmn__mutex install_lock = CBCMN__MUTEX_INITIALIZER("signal", CBCMN__LOCK_SIGNAL);
 
 void cbcmn__signal_fork_lock(bool lock)
 {
 	if (lock)
-		pthread_mutex_lock(&install_lock);
+		cbcmn__mutex_lock(&install_lock);
 	else
-		pthread_mutex_unlock(&install_lock);
+		cbcmn__mutex_unlock(&install_lock);
 }
 
 /* Install our handler unless it is the current one.  Called at every
@@ -126,7 +128,7 @@ int cbcmn__signal_init(void)
 {
 	int rc = 0;
 	cbcmn__stack_check_current(); /* a task creating a runtime */
-	pthread_mutex_lock(&install_lock);
+	cbcmn__mutex_lock(&install_lock);
 	cbcmn__overflow_init();
 	struct sigaction cur;
 	if (sigaction(SIGSEGV, NULL, &cur) != 0) {
@@ -143,7 +145,7 @@ int cbcmn__signal_init(void)
 		if (sigaction(SIGSEGV, &sa, NULL) != 0)
 			rc = -errno;
 	}
-	pthread_mutex_unlock(&install_lock);
+	cbcmn__mutex_unlock(&install_lock);
 	return rc;
 }
 

@@ -54,14 +54,15 @@ struct cbcmn__stack_slab {
  * so far; this counts those promised to pools and not made yet. */
 static _Atomic uint64_t guards_promised;
 /* Makes "read the budget, promise part of it" one step across pool inits. */
-static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cbcmn__mutex budget_lock =
+	CBCMN__MUTEX_INITIALIZER("stack_budget", CBCMN__LOCK_STACK_BUDGET); /* under "stacks" */
 
 void cbcmn__stack_fork_lock(bool lock)
 {
 	if (lock)
-		pthread_mutex_lock(&budget_lock);
+		cbcmn__mutex_lock(&budget_lock);
 	else
-		pthread_mutex_unlock(&budget_lock);
+		cbcmn__mutex_unlock(&budget_lock);
 }
 
 static size_t page_size(void)
@@ -139,7 +140,7 @@ static bool lightweight_guards(void)
  * Debian 12's 6.1 and 6.12, seen in the kernel matrix). */
 static void promise_guards(struct cbcmn__stack_pool *p, uint64_t n)
 {
-	pthread_mutex_lock(&budget_lock);
+	cbcmn__mutex_lock(&budget_lock);
 	if (p->guard_left < n) {
 		uint64_t want = n - p->guard_left, budget = cbcmn__stack_guard_budget();
 		if (want < PROMISE_MIN)
@@ -152,7 +153,7 @@ static void promise_guards(struct cbcmn__stack_pool *p, uint64_t n)
 		p->guard_quota -= want;
 		atomic_fetch_add_explicit(&guards_promised, want, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&budget_lock);
+	cbcmn__mutex_unlock(&budget_lock);
 }
 
 /* Give back what p was promised and did not make. */

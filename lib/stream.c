@@ -919,6 +919,7 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 		pool_wake(e, p); /* new buffers: starved streams may use them */
 	}
 	e->nmshots++; /* keeps the executor from retiring */
+	atomic_store_explicit(&e->diag.mshots, e->nmshots, memory_order_relaxed); /* snapshot.c */
 	m->next = e->mshots;
 	if (m->next)
 		m->next->prev = m;
@@ -944,6 +945,7 @@ static void ms_free(struct cbcmn__mshot *m)
 	if (m->pool)
 		m->pool->streams--;
 	e->nmshots--;
+	atomic_store_explicit(&e->diag.mshots, e->nmshots, memory_order_relaxed);
 	if (m->prev)
 		m->prev->next = m->next;
 	else

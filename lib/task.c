@@ -72,6 +72,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	atomic_init(&t->killed, 0);
 	t->unwind_result = 0;
 	t->obligations = NULL;
+	t->wait_kind = CBCMN__G_OTHER; /* every wait site sets its own (diag.h) */
 	return t;
 }
 
@@ -338,8 +339,10 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 	/* acquire: pairs with the exchange in cbcmn__task_complete(). */
 	if (atomic_load_explicit(&t->joiner, memory_order_acquire) != CBCMN__JOIN_DONE) {
 		struct cbcmn__waiter w = {.task = self};
-		if (self)
+		if (self) {
+			self->wait_kind = CBCMN__G_JOIN;
 			atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+		}
 		struct cbcmn__waiter *expect = NULL;
 		if (atomic_compare_exchange_strong_explicit(&t->joiner, &expect, &w,
 							    memory_order_acq_rel,

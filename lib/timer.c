@@ -223,6 +223,7 @@ int cbcmn_sleep(cbcmn_cx *cx, uint64_t ns)
 	uint64_t deadline = ns > UINT64_MAX - 1 - now ? UINT64_MAX - 1 : now + ns;
 	struct cbcmn__iwait iw;
 	cbcmn__iwait_init(&iw, self);
+	iw.kind = CBCMN__G_TIMER;
 	uint32_t how;
 	int rc = cbcmn__wait_until(self, &iw, deadline, &how);
 	if (rc) {

@@ -93,6 +93,11 @@ static const char *const exported[] = {
 	"cbcmn_place",
 	"cbcmn_policy_name",
 	"cbcmn_policy_parse",
+	"cbcmn_runtime_snapshot",
+	"cbcmn_runtime_is_quiescent",
+	"cbcmn_obligation_reserve",
+	"cbcmn_obligation_commit",
+	"cbcmn_obligation_abort",
 };
 
 static void test_public_calls_are_exported(void **state)
@@ -109,7 +114,7 @@ static void test_internals_are_hidden(void **state)
 {
 	(void)state;
 	static const char *const hidden[] = {
-		"cbcmn__spawn", "cbcmn__ctx_jump", "cbcmn__deque_pop", "cbcmn__tls_exec",
+		"cbcmn__spawn", "cbcmn__ctx_jump", "cbcmn__gauge_up", "cbcmn__oblig_track", "cbcmn__deque_pop", "cbcmn__tls_exec",
 		"cbcmn__notify_one", "cbcmn_spawn_semaphore",
 	};
 	for (size_t i = 0; i < sizeof(hidden) / sizeof(hidden[0]); i++)

@@ -5,6 +5,11 @@
 
 #include "helpers.h"
 #include "lock.h"
+#include "../lib/stack.h"
+
+/* The process-wide locks of signal.c and stack.c, through the only calls
+ * that take them alone (the fork handlers'). */
+void cbcmn__signal_fork_lock(bool lock);
 
 /* Run fn in a child with stderr captured; return its wait status. */
 static int in_child(void (*fn)(void), char *out, size_t len)
@@ -49,6 +54,30 @@ static __attribute__((unused)) void same_lock_twice(void)
 {
 	cbcmn__mutex_lock(&inject);
 	cbcmn__mutex_lock(&inject);
+}
+
+/* The stack pool's lock is taken before the guard budget's: the reverse
+ * must abort. */
+static __attribute__((unused)) void stacks_under_stack_budget(void)
+{
+	cbcmn__stack_fork_lock(true);
+	cbcmn__mutex_lock(&stacks);
+}
+
+/* The signal install lock ranks below the stack pool's. */
+static __attribute__((unused)) void signal_under_stacks(void)
+{
+	cbcmn__mutex_lock(&stacks);
+	cbcmn__signal_fork_lock(true);
+}
+
+/* The fork handler's own order (signal, then the budget) is the rank's. */
+static void fork_handler_order(void)
+{
+	cbcmn__signal_fork_lock(true);
+	cbcmn__stack_fork_lock(true);
+	cbcmn__stack_fork_lock(false);
+	cbcmn__signal_fork_lock(false);
 }
 
 static int setup(void **state)
@@ -100,12 +129,56 @@ static void test_checker_fires_on_recursion(void **state)
 #endif
 }
 
+static void test_fork_handler_order_is_accepted(void **state)
+{
+	(void)state;
+	char msg[512];
+	int st = in_child(fork_handler_order, msg, sizeof(msg));
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_string_equal(msg, "");
+}
+
+/* Both used to be raw pthread mutexes the checker never saw. */
+static void test_checker_covers_stack_budget_lock(void **state)
+{
+	(void)state;
+#ifndef CBCMN_DEBUG
+	T_SKIP("the lock-order checker is built into debug builds only");
+#else
+	char msg[512];
+	int st = in_child(stacks_under_stack_budget, msg, sizeof(msg));
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGABRT);
+	assert_non_null(strstr(msg, "lock order violation"));
+	assert_non_null(strstr(msg, "\"stack_budget\""));
+#endif
+}
+
+static void test_checker_covers_signal_lock(void **state)
+{
+	(void)state;
+#ifndef CBCMN_DEBUG
+	T_SKIP("the lock-order checker is built into debug builds only");
+#else
+	char msg[512];
+	int st = in_child(signal_under_stacks, msg, sizeof(msg));
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGABRT);
+	assert_non_null(strstr(msg, "lock order violation"));
+	assert_non_null(strstr(msg, "\"signal\""));
+#endif
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_documented_order_is_accepted, setup),
 		cmocka_unit_test_setup(test_checker_fires_naming_both_locks, setup),
 		cmocka_unit_test_setup(test_checker_fires_on_recursion, setup),
+		cmocka_unit_test_setup(test_fork_handler_order_is_accepted, setup),
+		cmocka_unit_test_setup(test_checker_covers_stack_budget_lock, setup),
+		cmocka_unit_test_setup(test_checker_covers_signal_lock, setup),
 	};
 	return cmocka_run_group_tests_name("lockorder", tests, NULL, NULL);
 }

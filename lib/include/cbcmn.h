@@ -294,7 +294,24 @@ typedef struct cbcmn_config {
 	 * CBCMN_BACKEND_IO_URING where io_uring is refused fails it with the
 	 * kernel's error.  What was chosen: cbcmn_stats.backend. */
 	uint32_t backend;
+
+	/* ---- obligations (cbcmn_obligation_reserve(), channel permits) ------
+	 * What a leak does (a task ending with an obligation unresolved; the
+	 * runtime aborts the obligation and the task's result becomes
+	 * CBCMN_ELEAKED unless it failed already, whatever the policy): a
+	 * cbcmn_leak_policy.  0, the default: CBCMN_LEAK_LOG.  Anything else
+	 * fails the create call with -EINVAL. */
+	uint32_t obligation_leak;
 } cbcmn_config;
+
+/* Leak policies (cbcmn_config.obligation_leak).  Every leak is counted
+ * (cbcmn_snapshot.obligations_leaked) under each of them. */
+typedef enum cbcmn_leak_policy {
+	CBCMN_LEAK_LOG = 0,   /* count it and write one line naming the task on stderr */
+	CBCMN_LEAK_COUNT = 1, /* count it only */
+	CBCMN_LEAK_PANIC = 2, /* write the line, then abort() the process: a leak is a
+			       * bug this program wants to die on (tests, debugging) */
+} cbcmn_leak_policy;
 
 /* I/O backends (cbcmn_config.backend, cbcmn_stats.backend). */
 typedef enum cbcmn_backend {
@@ -585,6 +602,62 @@ CBCMN_API int cbcmn_nursery_hold(cbcmn_nursery *n);
 CBCMN_API void cbcmn_nursery_release(cbcmn_nursery *n);
 
 /* ------------------------------------------------------------------------
+ * Obligations (seed 000)
+ *
+ * An obligation is a promise to do one of two things later, commit or
+ * abort, that the runtime holds the promiser to: a two-phase protocol whose
+ * second phase must not be forgotten (an ack to send, a lease to release, a
+ * slot to fill).  Channel permits (cbcmn_chan_reserve()) are obligations of
+ * this kind, tracked and counted by the same mechanism.
+ *
+ *     cbcmn_obligation o;
+ *     cbcmn_obligation_reserve(rt, cx, "ack", &o);
+ *     ...
+ *     ok ? cbcmn_obligation_commit(cx, &o) : cbcmn_obligation_abort(cx, &o);
+ *
+ * Ownership.  An obligation belongs to the task that reserved it (cx), or,
+ * with a NULL cx, to the threads outside the runtime.  Only its owner may
+ * resolve it: another task, or a thread for a task's, gets -EPERM (and a
+ * task for a thread's); any thread may resolve a thread's.  It cannot be
+ * handed to another task.
+ *
+ * Leaks.  A task that ends with obligations unresolved leaked them: the
+ * runtime aborts each, counts it (cbcmn_snapshot.obligations_leaked), applies
+ * the runtime's policy (cbcmn_config.obligation_leak: log, count, or abort
+ * the process) and the task's result becomes CBCMN_ELEAKED unless it had
+ * failed already; its nursery's await_all reports that as it does any child
+ * failure.  Leaks are found when the owner task ends, not when its nursery
+ * closes: a nursery closes only after every task in it has ended, so by
+ * then each leak was already found and reported once, by the task that
+ * made it.  A thread's obligations are found leaked when the runtime is
+ * destroyed with them still outstanding.  Outstanding obligations show in
+ * cbcmn_runtime_snapshot() and keep the runtime from being quiescent.
+ *
+ * Commit and abort differ only in what the caller means: the runtime
+ * treats both as the obligation's end.
+ */
+typedef struct cbcmn_obligation {
+	void *_rec; /* private */
+	uint64_t _gen;
+} cbcmn_obligation;
+
+/* Reserve an obligation for cx (the calling task, or NULL from a thread
+ * outside the runtime) and fill *o.  what names it in the leak line (a
+ * string that outlives the obligation; NULL: "obligation").  Returns 0,
+ * -EINVAL, -ENOMEM, CBCMN_EWRONGRT (cx is of another runtime) or
+ * CBCMN_EFORKED. */
+CBCMN_API int cbcmn_obligation_reserve(cbcmn_runtime *rt, cbcmn_cx *cx, const char *what,
+				       cbcmn_obligation *o);
+
+/* Resolve *o: commit it, or abort it.  Returns 0; -EINVAL if *o holds no
+ * outstanding obligation (zeroed, already committed or aborted, or aborted
+ * by the runtime when its owner leaked it); -EPERM if cx is not its owner
+ * (see above); CBCMN_EWRONGRT; CBCMN_EFORKED.  Exactly one of two racing
+ * resolutions of a thread's obligation succeeds. */
+CBCMN_API int cbcmn_obligation_commit(cbcmn_cx *cx, cbcmn_obligation *o);
+CBCMN_API int cbcmn_obligation_abort(cbcmn_cx *cx, cbcmn_obligation *o);
+
+/* ------------------------------------------------------------------------
  * Task handles
  */
 
@@ -685,6 +758,90 @@ typedef struct cbcmn_stats {
  * executors) entries.  Returns 0 or -EINVAL. */
 CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
 				   cbcmn_executor_stats *per, uint32_t nper);
+
+/* ------------------------------------------------------------------------
+ * Diagnostics: what the runtime holds right now (seed 000)
+ *
+ * cbcmn_runtime_snapshot() fills a caller-provided, versioned struct with
+ * the runtime's tasks by state, its open nurseries and its outstanding
+ * obligations, per executor and in total.  Any thread may call it, inside
+ * or outside the runtime, while the runtime runs; it takes no lock and
+ * stops nobody (each figure is a few atomic loads, docs/OBSERVABILITY.md).
+ *
+ * Exact and approximate.  Every figure is exact while nothing moves (every
+ * task blocked, parked or ended, no call in progress), which is when tests
+ * and quiescence checks look.  While tasks run, each figure is a value it
+ * had during the call, not all at one instant: a task caught between two
+ * states may be counted in both or in neither.  A blocked task is counted
+ * on the executor it blocked on, from the moment its fiber is off the CPU
+ * until its waker makes it runnable; a nursery on the executor where it was
+ * opened; an obligation on the executor where it was reserved.
+ */
+#define CBCMN_SNAPSHOT_VERSION 1
+
+/* One executor's share (or the totals, cbcmn_snapshot.total). */
+typedef struct cbcmn_exec_snapshot {
+	uint32_t state;        /* cbcmn_exec_state; in the totals: executors running */
+	uint32_t running;      /* tasks on the CPU: 0 or 1 per executor */
+	/* Runnable: per executor, the tasks queued on its deque and next-task
+	 * slot (sampled).  In the totals: tasks_live - running - every blocked
+	 * and parked one, which includes the inject queue, the yield lists,
+	 * the pinned queues and tasks handed between executors. */
+	uint64_t runnable;
+	uint64_t blocked_io;       /* in an I/O call, a stream or an acceptor */
+	uint64_t blocked_timer;    /* in cbcmn_sleep */
+	uint64_t blocked_chan;     /* in a channel send, receive or reservation */
+	uint64_t blocked_join;     /* in cbcmn_task_join or await_all, or running
+				    * a child inline on their stack meanwhile */
+	uint64_t blocked_blocking; /* waiting for a cbcmn_blocking() call */
+	uint64_t blocked_other;    /* waiting for anything else (0 today) */
+	uint64_t parked;           /* BudgetExhausted: waiting for a recharge */
+	uint64_t nurseries_open;   /* opened and not yet awaited to the end */
+	uint64_t obligations;      /* outstanding: channel permits and general
+				    * obligations reserved and not resolved */
+} cbcmn_exec_snapshot;
+
+typedef struct cbcmn_snapshot {
+	/* Set by the caller: sizeof(cbcmn_snapshot) and
+	 * CBCMN_SNAPSHOT_VERSION (anything else: -EINVAL). */
+	uint32_t size;
+	uint32_t version;
+	/* Filled in: */
+	uint32_t executors;        /* the runtime's; per[] got min(nper, this) */
+	uint32_t executors_live;   /* with a thread now */
+	uint64_t tasks_live;       /* spawned and not yet ended (cbcmn_stats) */
+	cbcmn_exec_snapshot total; /* the sum; threads outside the runtime's
+				    * nurseries and obligations included */
+	uint64_t nurseries_cancelled; /* open nurseries that were cancelled */
+	uint64_t obligations_leaked;  /* since the runtime started: obligations
+				       * whose owner ended without resolving them
+				       * (cbcmn_config.obligation_leak) */
+	bool quiescent;            /* what cbcmn_runtime_is_quiescent() says */
+} cbcmn_snapshot;
+
+/* Fill *out (out->size and out->version set by the caller) and, if per is
+ * not NULL, min(nper, executors) entries of per[].  Returns 0, or -EINVAL
+ * (NULL rt or out, nper > 0 with per NULL, a size or version this library
+ * does not know; *out is left untouched).  Any thread, any time while rt
+ * exists. */
+CBCMN_API int cbcmn_runtime_snapshot(const cbcmn_runtime *rt, cbcmn_snapshot *out,
+				     cbcmn_exec_snapshot *per, uint32_t nper);
+
+/* Is the runtime at rest?  Quiescent means (seed 000's quiescence check
+ * reads tasks, regions and obligations): no task live (none runnable,
+ * running or blocked, so no I/O of a task in flight and nothing that a
+ * timer will wake), no nursery open, no obligation outstanding, no
+ * blocking-pool job and no stream or acceptor open.  A runtime whose tasks
+ * are all blocked is idle, not quiescent: a timer, I/O or an outside
+ * thread may wake them (the snapshot shows that case as runnable +
+ * running == 0).  Quiescent is what cbcmn_runtime_destroy() needs, and it
+ * stays true until someone outside spawns or reserves again.  No false
+ * "true": every count reads ends before beginnings, tasks last, so when it
+ * says 1 nothing was open as the call ended, unless a thread outside the
+ * runtime began something during the call (a task can begin nothing that
+ * outlives it but a stream).  Any thread.  Returns 1, 0, or -EINVAL for
+ * NULL. */
+CBCMN_API int cbcmn_runtime_is_quiescent(const cbcmn_runtime *rt);
 
 /* ------------------------------------------------------------------------
  * Watching a runtime from another process
