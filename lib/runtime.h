@@ -141,7 +141,6 @@ struct cbcmn_nursery {
 					   * and a holder's cancel vs awaited */
 	struct cbcmn__iwait *exhausted;   /* children waiting for budget */
 	uint64_t owner_spawns;            /* opener-only: children it spawned */
-	uint32_t diag_home;               /* where the snapshot counts it open (diag.h) */
 	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* see nursery.c */
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
@@ -150,6 +149,7 @@ struct cbcmn_nursery {
 	 * full: a fourth line would cost every fork-join nursery). */
 	_Atomic uint32_t refs;            /* the opener's + cbcmn_nursery_hold()s */
 	uint32_t fork_gen;                /* rt->fork_gen: EFORKED without rt */
+	uint32_t diag_home;               /* opener-only: where the snapshot counts it open (diag.h) */
 	bool awaited;                     /* under lock, once held: await_all is over */
 };
 
