@@ -87,6 +87,12 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	n->awaited = false;
 	atomic_init(&n->refs, 1);
 	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
+	/* A thread's nursery keeps its runtime from being destroyed until it
+	 * is awaited: a holder may still cancel it, which touches n->rt.
+	 * Relaxed: the opener's own await_all (or its destroy) comes after
+	 * this in its program order. */
+	if (!owner)
+		atomic_fetch_add_explicit(&rt->thread_nurseries, 1, memory_order_relaxed);
 	*out = n;
 	return 0;
 }
@@ -304,6 +310,10 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	 * that could find n in its chain has ended, so n leaves the count. */
 	if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		atomic_fetch_sub_explicit(&rt->cancels, 1, memory_order_relaxed);
+	/* Our last touch of rt.  release: pairs with the acquire in
+	 * cbcmn_runtime_destroy(), which may free rt once it sees 0. */
+	if (!self)
+		atomic_fetch_sub_explicit(&rt->thread_nurseries, 1, memory_order_release);
 	/* acq_rel: as in cbcmn_nursery_release(). */
 	if (!held || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
 		nursery_put(n, self ? self->exec : NULL);

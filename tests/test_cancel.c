@@ -593,6 +593,26 @@ static void test_held_nursery_outlives_its_runtime(void **state)
 	cbcmn_nursery_release(NULL);
 }
 
+/* The bug: cbcmn_runtime_destroy() freed the runtime while a thread's
+ * nursery was still open (no task alive in it), so the holder's cancel
+ * that came next wrote into the freed runtime (ASan: heap-use-after-free
+ * in cbcmn__nursery_cancel).  Destroy now says -EBUSY until the nursery
+ * is awaited; then the cancel is -ESRCH. */
+static void test_destroy_with_thread_nursery_open_is_ebusy(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_hold(n), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	finish(rt);
+	assert_int_equal(cbcmn_nursery_cancel(n), -ESRCH);
+	cbcmn_nursery_release(n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -607,6 +627,7 @@ int main(void)
 		T_WATCHED_TEST(test_unheld_cancel_that_ends_the_nursery_is_safe),
 		T_WATCHED_TEST(test_cancelled_inline_spinner_ends),
 		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
+		T_WATCHED_TEST(test_destroy_with_thread_nursery_open_is_ebusy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

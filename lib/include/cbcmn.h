@@ -359,8 +359,9 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
- * runtime running, while any task is alive (every nursery must have been
- * awaited).  Must not be called from one of the runtime's own tasks
+ * runtime running, while any task is alive or a nursery a thread opened
+ * (cx NULL) has not been awaited (it could still be spawned into, awaited
+ * or cancelled).  Must not be called from one of the runtime's own tasks
  * (-EDEADLK). */
 CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);
 
