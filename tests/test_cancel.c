@@ -3,9 +3,13 @@
  * failure and cancellations meet, and cancelling from another thread a
  * nursery that its opener is awaiting, freeing or recycling. */
 #include "helpers.h"
+#include "common/fserv.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -613,6 +617,70 @@ static void test_destroy_with_thread_nursery_open_is_ebusy(void **state)
 	cbcmn_nursery_release(n);
 }
 
+/* ---- tools/common/fserv.c: fs_stop() cancels the server from outside ------ */
+
+/* The listening socket of the server on port: ours to shut down. */
+static int listener_on(uint16_t port)
+{
+	for (int fd = 3; fd < 1024; fd++) {
+		struct sockaddr_in a;
+		socklen_t al = sizeof(a);
+		int acc = 0;
+		socklen_t ol = sizeof(acc);
+		if (getsockname(fd, (struct sockaddr *)&a, &al) == 0 && a.sin_family == AF_INET &&
+		    ntohs(a.sin_port) == port &&
+		    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &ol) == 0 && acc)
+			return fd;
+	}
+	return -1;
+}
+
+/* The bug: fs_stop() cancelled the server's top nursery from its thread
+ * without holding it, so when the acceptor had failed by itself (here its
+ * socket is shut down under it) the nursery was already awaited and back
+ * in its executor's cache: the cancel locked a destroyed mutex and counted
+ * a cancel the runtime never took back (TSan: use of a destroyed mutex,
+ * data race with the free).  The server holds it now; the cancel does
+ * nothing and fs_stop() reports the acceptor's error. */
+static void test_fs_stop_after_acceptor_failed_is_safe(void **state)
+{
+	(void)state;
+	struct fs_config cfg;
+	fs_config_init(&cfg);
+	cfg.multishot = false;
+	struct fs_server *s;
+	assert_int_equal(fs_start(&s, &cfg), 0);
+	int fd = listener_on(fs_port(s));
+	assert_true(fd >= 0);
+	assert_int_equal(shutdown(fd, SHUT_RDWR), 0);
+	/* Until the server has ended by itself: no task left. */
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	for (;;) {
+		cbcmn_stats st;
+		assert_int_equal(cbcmn_stats_snapshot(fs_runtime(s), &st, NULL, 0), 0);
+		if (st.tasks_live == 0)
+			break;
+		if (t_now_ns() > deadline)
+			fail_msg("the server did not end with its socket shut down");
+		usleep(1000);
+	}
+	usleep(10000); /* its thread past await_all, and the nursery cached */
+	assert_int_equal(fs_stop(s, NULL), -EINVAL);
+}
+
+/* The same through fs_start()'s failure path: an executor's setup fails (no
+ * such CPU), the server awaits its empty top nursery at once, and
+ * fs_start() cancelled it afterwards. */
+static void test_fs_start_failure_cancel_is_safe(void **state)
+{
+	(void)state;
+	struct fs_config cfg;
+	fs_config_init(&cfg);
+	cfg.cpu = 4 * CPU_SETSIZE; /* sched_setaffinity: -EINVAL */
+	struct fs_server *s;
+	assert_int_equal(fs_start(&s, &cfg), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -628,6 +696,8 @@ int main(void)
 		T_WATCHED_TEST(test_cancelled_inline_spinner_ends),
 		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
 		T_WATCHED_TEST(test_destroy_with_thread_nursery_open_is_ebusy),
+		T_WATCHED_TEST(test_fs_stop_after_acceptor_failed_is_safe),
+		T_WATCHED_TEST(test_fs_start_failure_cancel_is_safe),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
