@@ -617,6 +617,68 @@ static void test_destroy_with_thread_nursery_open_is_ebusy(void **state)
 	cbcmn_nursery_release(n);
 }
 
+/* ---- a checkpoint off the task's fiber ----------------------------------------- */
+
+struct off_fiber {
+	cbcmn_cx *cx;              /* the task's, handed to its blocking function */
+	_Atomic uint32_t started;  /* the blocking function runs */
+	_Atomic uint32_t cancelled; /* the test cancelled the nursery */
+	_Atomic uint32_t saw;      /* the function saw cbcmn_cx_cancelled() */
+	int64_t call_rc, result;
+};
+
+/* On a pool thread: checkpoints through the task's context, past many
+ * countdown windows, the task's nursery cancelled meanwhile. */
+static int64_t checkpoints_on_pool_thread(void *arg)
+{
+	struct off_fiber *o = arg;
+	atomic_store(&o->started, 1);
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (!atomic_load(&o->cancelled) && t_now_ns() < deadline)
+		usleep(100);
+	for (int i = 0; i < 1 << 20; i++)
+		CBCMN_CHECKPOINT(o->cx);
+	atomic_store(&o->saw, cbcmn_cx_cancelled(o->cx));
+	return 7;
+}
+
+static int64_t calls_blocking(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	o->cx = cx;
+	o->call_rc = cbcmn_blocking(cx, checkpoints_on_pool_thread, o, &o->result);
+	/* Its own checkpoint ends it. */
+	for (;;)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+/* The bug: the checkpoints' slow path ran on the pool thread as if it were
+ * the task's fiber: its fairness yield's stack check found the pool
+ * thread's stack out of the task's and ended the task by a longjmp from
+ * that thread onto the parked fiber's stack (a crash, or await_all saying
+ * CBCMN_EPANIC and the runtime hanging), and a cancelled task's would have
+ * unwound there.  Now they only count: the blocking call returns
+ * CBCMN_ECANCELED with fn's result, and the task ends at its own next
+ * checkpoint. */
+static void test_checkpoint_in_blocking_fn_is_only_counted(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct off_fiber o = {0};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, calls_blocking, &o, NULL), 0);
+	wait_for(&o.started, 1);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	atomic_store(&o.cancelled, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	assert_int_equal(o.call_rc, CBCMN_ECANCELED);
+	assert_int_equal(o.result, 7);
+	assert_int_equal(atomic_load(&o.saw), 1);
+	finish(rt);
+}
+
 /* ---- tools/common/fserv.c: fs_stop() cancels the server from outside ------ */
 
 /* The listening socket of the server on port: ours to shut down. */
@@ -696,6 +758,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancelled_inline_spinner_ends),
 		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
 		T_WATCHED_TEST(test_destroy_with_thread_nursery_open_is_ebusy),
+		T_WATCHED_TEST(test_checkpoint_in_blocking_fn_is_only_counted),
 		T_WATCHED_TEST(test_fs_stop_after_acceptor_failed_is_safe),
 		T_WATCHED_TEST(test_fs_start_failure_cancel_is_safe),
 	};

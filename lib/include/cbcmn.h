@@ -433,7 +433,11 @@ CBCMN_API void cbcmn__checkpoint_slow(cbcmn_cx *cx);
  * (what they malloc'ed is lost, a lock they hold stays held); the
  * nurseries it has open are cancelled and awaited first.  Code that must
  * wind down in order watches cbcmn_cx_cancelled() or a runtime call's
- * CBCMN_ECANCELED instead, and does not checkpoint while it winds down. */
+ * CBCMN_ECANCELED instead, and does not checkpoint while it winds down.
+ * On another thread than the task's fiber (a cbcmn_blocking() function
+ * handed cx, while the task waits for it) it only counts: it never yields,
+ * waits or ends anything there; such a function watches
+ * cbcmn_cx_cancelled(cx) to stop early. */
 #define CBCMN_CHECKPOINT(cx)                                                   \
 	do {                                                                    \
 		if (__builtin_expect(--((struct cbcmn__cx_hot *)(cx))->countdown <= 0, 0)) \
