@@ -147,7 +147,10 @@ struct cbcmn_nursery {
 	 * full: a fourth line would cost every fork-join nursery). */
 	_Atomic uint32_t refs;            /* the opener's + cbcmn_nursery_hold()s */
 	uint32_t fork_gen;                /* rt->fork_gen: EFORKED without rt */
-	bool awaited;                     /* under lock, once held: await_all is over */
+	/* Written under lock, once held: await_all is over.  Atomic for
+	 * cbcmn_nursery_release()'s look without the lock (relaxed there:
+	 * ordered by refs). */
+	_Atomic bool awaited;
 };
 
 /* ---- executors -------------------------------------------------------- */

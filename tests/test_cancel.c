@@ -617,6 +617,24 @@ static void test_destroy_with_thread_nursery_open_is_ebusy(void **state)
 	cbcmn_nursery_release(n);
 }
 
+/* The bug: a release more than the holds, before await_all, took the
+ * opener's reference and freed the nursery under it (ASan:
+ * heap-use-after-free in cbcmn_nursery_await_all).  It is ignored now. */
+static void test_extra_release_before_await_keeps_the_nursery(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_hold(n), 0);
+	cbcmn_nursery_release(n);
+	cbcmn_nursery_release(n); /* one too many */
+	cbcmn_nursery_release(n);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, yield_a_little, NULL, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	finish(rt);
+}
+
 /* ---- a checkpoint off the task's fiber ----------------------------------------- */
 
 struct off_fiber {
@@ -759,6 +777,7 @@ int main(void)
 		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
 		T_WATCHED_TEST(test_destroy_with_thread_nursery_open_is_ebusy),
 		T_WATCHED_TEST(test_checkpoint_in_blocking_fn_is_only_counted),
+		T_WATCHED_TEST(test_extra_release_before_await_keeps_the_nursery),
 		T_WATCHED_TEST(test_fs_stop_after_acceptor_failed_is_safe),
 		T_WATCHED_TEST(test_fs_start_failure_cancel_is_safe),
 	};

@@ -586,7 +586,9 @@ CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
 CBCMN_API int cbcmn_nursery_hold(cbcmn_nursery *n);
 
 /* Give up one hold (cbcmn_nursery_hold, exactly once per hold): the last
- * one after await_all frees n.  Any thread; NULL is ignored. */
+ * one after await_all frees n.  Any thread; NULL is ignored.  A release
+ * with no hold left before await_all is over is ignored too (n stays its
+ * opener's); one after the last release, like free() twice, is undefined. */
 CBCMN_API void cbcmn_nursery_release(cbcmn_nursery *n);
 
 /* ------------------------------------------------------------------------
