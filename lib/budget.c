@@ -354,6 +354,15 @@ void cbcmn__charge_window(struct cbcmn_task *t)
 void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 {
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	/* Not on t's fiber: a cbcmn_blocking() function given t's context,
+	 * while t is parked waiting for it.  Yielding, waiting for budget or
+	 * unwinding would suspend or longjmp that thread as if it were t's
+	 * fiber (a crash).  Nothing is due: t's next own checkpoint opens a
+	 * new window, and sees a cancellation then. */
+	if (__builtin_expect(!cbcmn__is_running(t), 0)) {
+		t->countdown = 0;
+		return;
+	}
 	fairness_yield(t);
 	if (cbcmn__task_cancelled(t))
 		unwind(t, CBCMN_ECANCELED);

@@ -68,7 +68,7 @@ static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
 static void rt_destroy_wait(struct cbcmn_runtime *rt)
 {
 	struct timespec ms = {.tv_nsec = 1000000};
-	while (cbcmn_runtime_destroy(rt) == -EBUSY)
+	while (cbcmn__runtime_destroy(rt, true) == -EBUSY)
 		nanosleep(&ms, NULL);
 }
 

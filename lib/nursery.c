@@ -84,10 +84,16 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	atomic_init(&n->closing, 0);
 	atomic_init(&n->live, CBCMN__LIVE_BIAS * CBCMN__LIVE_ONE);
 	n->fork_gen = rt->fork_gen;
-	n->awaited = false;
+	atomic_init(&n->awaited, false);
 	atomic_init(&n->refs, 1);
 	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
 	n->diag_home = cbcmn__gauge_up(rt, owner ? owner->exec : NULL, CBCMN__G_NURSERY);
+	/* A thread's nursery keeps its runtime from being destroyed until it
+	 * is awaited: a holder may still cancel it, which touches n->rt.
+	 * Relaxed: the opener's own await_all (or its destroy) comes after
+	 * this in its program order. */
+	if (!owner)
+		atomic_fetch_add_explicit(&rt->thread_nurseries, 1, memory_order_relaxed);
 	*out = n;
 	return 0;
 }
@@ -149,9 +155,21 @@ void cbcmn_nursery_release(cbcmn_nursery *n)
 {
 	if (!n)
 		return;
-	/* acq_rel: release orders our cancel before the free of whoever is
-	 * last; acquire makes the last one see the others' before it frees. */
-	if (atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
+	/* acquire: a refs of 1 that await_all's decrement (or a release after
+	 * it) left shows its mark too (written before, in its order). */
+	uint32_t r = atomic_load_explicit(&n->refs, memory_order_acquire);
+	do {
+		/* One reference left and await_all not over: it is the
+		 * opener's, not a hold's.  A release more than the holds
+		 * would free n under its opener: keep n (docs: ignored). */
+		if (r == 1 && !atomic_load_explicit(&n->awaited, memory_order_relaxed))
+			return;
+		/* acq_rel: release orders our cancel before the free of
+		 * whoever is last; acquire makes the last one see the others'
+		 * before it frees. */
+	} while (!atomic_compare_exchange_weak_explicit(&n->refs, &r, r - 1, memory_order_acq_rel,
+							memory_order_acquire));
+	if (r == 1)
 		nursery_put(n, NULL); /* any thread: not an executor's cache */
 }
 
@@ -176,7 +194,7 @@ int cbcmn_nursery_cancel(cbcmn_nursery *n)
 	 * it, an n not yet marked, and so its runtime, stays alive. */
 	int rc = -ESRCH;
 	cbcmn__mutex_lock(&n->lock);
-	if (!n->awaited) {
+	if (!atomic_load_explicit(&n->awaited, memory_order_relaxed)) {
 		cbcmn__nursery_cancel(n, 1);
 		rc = 0;
 	}
@@ -290,7 +308,7 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	bool held = atomic_load_explicit(&n->refs, memory_order_acquire) != 1;
 	if (held) {
 		cbcmn__mutex_lock(&n->lock);
-		n->awaited = true;
+		atomic_store_explicit(&n->awaited, true, memory_order_relaxed);
 		cbcmn__mutex_unlock(&n->lock);
 	}
 	int64_t r = atomic_load_explicit(&n->first_error, memory_order_relaxed);
@@ -308,6 +326,10 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		atomic_fetch_sub_explicit(&rt->cancels, 1, memory_order_relaxed);
 	cbcmn__gauge_down(rt, self ? self->exec : NULL, n->diag_home, CBCMN__G_NURSERY);
+	/* Our last touch of rt.  release: pairs with the acquire in
+	 * cbcmn_runtime_destroy(), which may free rt once it sees 0. */
+	if (!self)
+		atomic_fetch_sub_explicit(&rt->thread_nurseries, 1, memory_order_release);
 	/* acq_rel: as in cbcmn_nursery_release(). */
 	if (!held || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
 		nursery_put(n, self ? self->exec : NULL);

@@ -460,7 +460,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	return 0;
 }
 
-int cbcmn_runtime_destroy(cbcmn_runtime *rt)
+int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 {
 	if (!rt)
 		return -EINVAL;
@@ -470,12 +470,22 @@ int cbcmn_runtime_destroy(cbcmn_runtime *rt)
 		return -EDEADLK;
 	if (cbcmn__seg_live_tasks(&rt->seg) != 0)
 		return -EBUSY;
+	/* A nursery a thread opened and has not awaited: it can still be
+	 * spawned into, awaited or cancelled (by a holder, cbcmn_nursery_hold),
+	 * each touching rt.  acquire: pairs with cbcmn__nursery_await(). */
+	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0)
+		return -EBUSY;
 	/* Before the executors stop: a pool thread may still be finishing
 	 * the wake of the task it served last. */
 	cbcmn__blocking_fini(rt);
 	stop_executors(rt, rt->nexec);
 	runtime_free(rt);
 	return 0;
+}
+
+int cbcmn_runtime_destroy(cbcmn_runtime *rt)
+{
+	return cbcmn__runtime_destroy(rt, false);
 }
 
 uint32_t cbcmn_runtime_workers(const cbcmn_runtime *rt)

@@ -150,7 +150,10 @@ struct cbcmn_nursery {
 	_Atomic uint32_t refs;            /* the opener's + cbcmn_nursery_hold()s */
 	uint32_t fork_gen;                /* rt->fork_gen: EFORKED without rt */
 	uint32_t diag_home;               /* opener-only: where the snapshot counts it open (diag.h) */
-	bool awaited;                     /* under lock, once held: await_all is over */
+	/* Written under lock, once held: await_all is over.  Atomic for
+	 * cbcmn_nursery_release()'s look without the lock (relaxed there:
+	 * ordered by refs). */
+	_Atomic bool awaited;
 };
 
 /* ---- executors -------------------------------------------------------- */
@@ -316,6 +319,7 @@ struct cbcmn_runtime {
 	_Atomic uint32_t started;         /* executors that finished start-up */
 	_Atomic uint64_t next_id_block;
 	_Atomic uint64_t cancels;         /* cancelled nurseries still alive */
+	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
 	 * and ended and doorbells rung by threads outside the executors,
@@ -379,6 +383,9 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 {
 	return cbcmn__on_executor(t->rt) && cbcmn__tls_exec->current == t;
 }
+/* cbcmn_runtime_destroy(); open_ok: even while a thread's nursery is open
+ * (janus_rt_shutdown(), void, cannot say busy: that nursery is lost). */
+int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok);
 void *cbcmn__exec_main(void *arg);
 int cbcmn__exec_thread_start(struct cbcmn__exec *e);
 void cbcmn__exec_grow(struct cbcmn_runtime *rt);

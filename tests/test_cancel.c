@@ -3,9 +3,13 @@
  * failure and cancellations meet, and cancelling from another thread a
  * nursery that its opener is awaiting, freeing or recycling. */
 #include "helpers.h"
+#include "common/fserv.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -593,6 +597,170 @@ static void test_held_nursery_outlives_its_runtime(void **state)
 	cbcmn_nursery_release(NULL);
 }
 
+/* The bug: cbcmn_runtime_destroy() freed the runtime while a thread's
+ * nursery was still open (no task alive in it), so the holder's cancel
+ * that came next wrote into the freed runtime (ASan: heap-use-after-free
+ * in cbcmn__nursery_cancel).  Destroy now says -EBUSY until the nursery
+ * is awaited; then the cancel is -ESRCH. */
+static void test_destroy_with_thread_nursery_open_is_ebusy(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_hold(n), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	finish(rt);
+	assert_int_equal(cbcmn_nursery_cancel(n), -ESRCH);
+	cbcmn_nursery_release(n);
+}
+
+/* The bug: a release more than the holds, before await_all, took the
+ * opener's reference and freed the nursery under it (ASan:
+ * heap-use-after-free in cbcmn_nursery_await_all).  It is ignored now. */
+static void test_extra_release_before_await_keeps_the_nursery(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_hold(n), 0);
+	cbcmn_nursery_release(n);
+	cbcmn_nursery_release(n); /* one too many */
+	cbcmn_nursery_release(n);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, yield_a_little, NULL, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	finish(rt);
+}
+
+/* ---- a checkpoint off the task's fiber ----------------------------------------- */
+
+struct off_fiber {
+	cbcmn_cx *cx;              /* the task's, handed to its blocking function */
+	_Atomic uint32_t started;  /* the blocking function runs */
+	_Atomic uint32_t cancelled; /* the test cancelled the nursery */
+	_Atomic uint32_t saw;      /* the function saw cbcmn_cx_cancelled() */
+	int64_t call_rc, result;
+};
+
+/* On a pool thread: checkpoints through the task's context, past many
+ * countdown windows, the task's nursery cancelled meanwhile. */
+static int64_t checkpoints_on_pool_thread(void *arg)
+{
+	struct off_fiber *o = arg;
+	atomic_store(&o->started, 1);
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (!atomic_load(&o->cancelled) && t_now_ns() < deadline)
+		usleep(100);
+	for (int i = 0; i < 1 << 20; i++)
+		CBCMN_CHECKPOINT(o->cx);
+	atomic_store(&o->saw, cbcmn_cx_cancelled(o->cx));
+	return 7;
+}
+
+static int64_t calls_blocking(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	o->cx = cx;
+	o->call_rc = cbcmn_blocking(cx, checkpoints_on_pool_thread, o, &o->result);
+	/* Its own checkpoint ends it. */
+	for (;;)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+/* The bug: the checkpoints' slow path ran on the pool thread as if it were
+ * the task's fiber: its fairness yield's stack check found the pool
+ * thread's stack out of the task's and ended the task by a longjmp from
+ * that thread onto the parked fiber's stack (a crash, or await_all saying
+ * CBCMN_EPANIC and the runtime hanging), and a cancelled task's would have
+ * unwound there.  Now they only count: the blocking call returns
+ * CBCMN_ECANCELED with fn's result, and the task ends at its own next
+ * checkpoint. */
+static void test_checkpoint_in_blocking_fn_is_only_counted(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct off_fiber o = {0};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, calls_blocking, &o, NULL), 0);
+	wait_for(&o.started, 1);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	atomic_store(&o.cancelled, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	assert_int_equal(o.call_rc, CBCMN_ECANCELED);
+	assert_int_equal(o.result, 7);
+	assert_int_equal(atomic_load(&o.saw), 1);
+	finish(rt);
+}
+
+/* ---- tools/common/fserv.c: fs_stop() cancels the server from outside ------ */
+
+/* The listening socket of the server on port: ours to shut down. */
+static int listener_on(uint16_t port)
+{
+	for (int fd = 3; fd < 1024; fd++) {
+		struct sockaddr_in a;
+		socklen_t al = sizeof(a);
+		int acc = 0;
+		socklen_t ol = sizeof(acc);
+		if (getsockname(fd, (struct sockaddr *)&a, &al) == 0 && a.sin_family == AF_INET &&
+		    ntohs(a.sin_port) == port &&
+		    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &ol) == 0 && acc)
+			return fd;
+	}
+	return -1;
+}
+
+/* The bug: fs_stop() cancelled the server's top nursery from its thread
+ * without holding it, so when the acceptor had failed by itself (here its
+ * socket is shut down under it) the nursery was already awaited and back
+ * in its executor's cache: the cancel locked a destroyed mutex and counted
+ * a cancel the runtime never took back (TSan: use of a destroyed mutex,
+ * data race with the free).  The server holds it now; the cancel does
+ * nothing and fs_stop() reports the acceptor's error. */
+static void test_fs_stop_after_acceptor_failed_is_safe(void **state)
+{
+	(void)state;
+	struct fs_config cfg;
+	fs_config_init(&cfg);
+	cfg.multishot = false;
+	struct fs_server *s;
+	assert_int_equal(fs_start(&s, &cfg), 0);
+	int fd = listener_on(fs_port(s));
+	assert_true(fd >= 0);
+	assert_int_equal(shutdown(fd, SHUT_RDWR), 0);
+	/* Until the server has ended by itself: no task left. */
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	for (;;) {
+		cbcmn_stats st;
+		assert_int_equal(cbcmn_stats_snapshot(fs_runtime(s), &st, NULL, 0), 0);
+		if (st.tasks_live == 0)
+			break;
+		if (t_now_ns() > deadline)
+			fail_msg("the server did not end with its socket shut down");
+		usleep(1000);
+	}
+	usleep(10000); /* its thread past await_all, and the nursery cached */
+	assert_int_equal(fs_stop(s, NULL), -EINVAL);
+}
+
+/* The same through fs_start()'s failure path: an executor's setup fails (no
+ * such CPU), the server awaits its empty top nursery at once, and
+ * fs_start() cancelled it afterwards. */
+static void test_fs_start_failure_cancel_is_safe(void **state)
+{
+	(void)state;
+	struct fs_config cfg;
+	fs_config_init(&cfg);
+	cfg.cpu = 4 * CPU_SETSIZE; /* sched_setaffinity: -EINVAL */
+	struct fs_server *s;
+	assert_int_equal(fs_start(&s, &cfg), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -607,6 +775,11 @@ int main(void)
 		T_WATCHED_TEST(test_unheld_cancel_that_ends_the_nursery_is_safe),
 		T_WATCHED_TEST(test_cancelled_inline_spinner_ends),
 		T_WATCHED_TEST(test_held_nursery_outlives_its_runtime),
+		T_WATCHED_TEST(test_destroy_with_thread_nursery_open_is_ebusy),
+		T_WATCHED_TEST(test_checkpoint_in_blocking_fn_is_only_counted),
+		T_WATCHED_TEST(test_extra_release_before_await_keeps_the_nursery),
+		T_WATCHED_TEST(test_fs_stop_after_acceptor_failed_is_safe),
+		T_WATCHED_TEST(test_fs_start_failure_cancel_is_safe),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -376,8 +376,9 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
- * runtime running, while any task is alive (every nursery must have been
- * awaited).  Must not be called from one of the runtime's own tasks
+ * runtime running, while any task is alive or a nursery a thread opened
+ * (cx NULL) has not been awaited (it could still be spawned into, awaited
+ * or cancelled).  Must not be called from one of the runtime's own tasks
  * (-EDEADLK). */
 CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);
 
@@ -449,7 +450,11 @@ CBCMN_API void cbcmn__checkpoint_slow(cbcmn_cx *cx);
  * (what they malloc'ed is lost, a lock they hold stays held); the
  * nurseries it has open are cancelled and awaited first.  Code that must
  * wind down in order watches cbcmn_cx_cancelled() or a runtime call's
- * CBCMN_ECANCELED instead, and does not checkpoint while it winds down. */
+ * CBCMN_ECANCELED instead, and does not checkpoint while it winds down.
+ * On another thread than the task's fiber (a cbcmn_blocking() function
+ * handed cx, while the task waits for it) it only counts: it never yields,
+ * waits or ends anything there; such a function watches
+ * cbcmn_cx_cancelled(cx) to stop early. */
 #define CBCMN_CHECKPOINT(cx)                                                   \
 	do {                                                                    \
 		if (__builtin_expect(--((struct cbcmn__cx_hot *)(cx))->countdown <= 0, 0)) \
@@ -598,7 +603,9 @@ CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
 CBCMN_API int cbcmn_nursery_hold(cbcmn_nursery *n);
 
 /* Give up one hold (cbcmn_nursery_hold, exactly once per hold): the last
- * one after await_all frees n.  Any thread; NULL is ignored. */
+ * one after await_all frees n.  Any thread; NULL is ignored.  A release
+ * with no hold left before await_all is over is ignored too (n stays its
+ * opener's); one after the last release, like free() twice, is undefined. */
 CBCMN_API void cbcmn_nursery_release(cbcmn_nursery *n);
 
 /* ------------------------------------------------------------------------

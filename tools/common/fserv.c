@@ -31,7 +31,7 @@ struct fs_server {
 	pthread_t thread;
 	int lfd;
 	uint16_t port;
-	cbcmn_nursery *top;          /* cancelled by fs_stop() */
+	cbcmn_nursery *top;          /* cancelled by fs_stop(); held (server_main) */
 	_Atomic int ready;           /* 1: serving; <0: failed to start */
 	uint32_t nexec;              /* the runtime's executors */
 	clockid_t *clocks;           /* [nexec], each written by its executor's setup */
@@ -290,6 +290,12 @@ static int64_t server_main(cbcmn_cx *cx, void *arg)
 		atomic_store(&s->ready, -1);
 		return rc;
 	}
+	/* fs_stop() (or fs_start()'s failure path) cancels top from another
+	 * thread, maybe after the await_all below is over (the acceptor
+	 * failed, the setup failed): held, top stays valid for that cancel,
+	 * which then does nothing.  Taken before ready is set; released by
+	 * whoever cancels. */
+	cbcmn_nursery_hold(s->top);
 	cbcmn_nursery *setup;
 	if ((rc = cbcmn_nursery_open(s->rt, cx, &setup)) == 0) {
 		for (uint32_t i = 0; i < cbcmn_runtime_workers(s->rt); i++)
@@ -389,6 +395,7 @@ int fs_start(struct fs_server **out, const struct fs_config *cfg)
 	if (atomic_load(&s->ready) < 0) {
 		if (s->top)
 			cbcmn_nursery_cancel(s->top);
+		cbcmn_nursery_release(s->top);
 		pthread_join(s->thread, NULL);
 		rc = s->result ? (int)s->result : -EIO;
 		cbcmn_runtime_destroy(s->rt);
@@ -415,7 +422,8 @@ int fs_stop(struct fs_server *s, struct fs_stats *out)
 	uint64_t cpu = 0;
 	for (uint32_t i = 0; i < s->nexec; i++)
 		cpu += clock_us(s->clocks[i]) - s->cpu0[i];
-	cbcmn_nursery_cancel(s->top);
+	cbcmn_nursery_cancel(s->top); /* -ESRCH: it ended by itself */
+	cbcmn_nursery_release(s->top);
 	pthread_join(s->thread, NULL);
 	if (out) {
 		memset(out, 0, sizeof(*out));
