@@ -109,8 +109,9 @@ int cbcmn__ep_nonblock(int fd);
  * fn(arg) on a pool thread, retried on an EINTR nobody asked for.  Returns
  * its result (*ran), or CBCMN_ECANCELED / -ETIMEDOUT if it did not happen
  * (never started, or interrupted with EINTR), or the pool's error (-EAGAIN).
- * The interrupt is this signal, installed once per process (init) without
- * SA_RESTART, unless the program has a handler of its own for it. */
+ * The interrupt is this signal, without SA_RESTART: init, at each
+ * runtime's create on the creating thread, installs it if its action is
+ * the default and that thread does not block it, else turns it off. */
 #define CBCMN__EP_IRQ_SIG (SIGRTMAX - 3)
 void cbcmn__ep_pool_init(void);
 int64_t cbcmn__ep_pool_call(struct cbcmn_task *t, int64_t (*fn)(void *arg), void *arg,
