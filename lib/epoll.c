@@ -136,8 +136,10 @@ static int fd_slot(struct cbcmn__ep *ep, int fd)
 /* (Re-)arm fd's one-shot registration for `want`.  A MOD that finds nothing
  * (the number names another file now, or the file was closed) adds; an ADD
  * that finds one (a file we knew under this number is back) modifies.
- * -EPERM: epoll cannot watch this file (a regular file). */
-static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want)
+ * -EPERM: epoll cannot watch this file (a regular file).  *moved (if not
+ * NULL): the registration we had under this number was gone (its file
+ * closed or the number reused) and is now the number's present file's. */
+static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
 {
 	struct ep_fd *f = &ep->fds[fd];
 	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
@@ -147,8 +149,11 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want)
 			f->added = true;
 			return 0;
 		}
-		if (errno == ENOENT && op == EPOLL_CTL_MOD)
+		if (errno == ENOENT && op == EPOLL_CTL_MOD) {
 			op = EPOLL_CTL_ADD;
+			if (moved)
+				*moved = true;
+		}
 		else if (errno == EEXIST && op == EPOLL_CTL_ADD)
 			op = EPOLL_CTL_MOD;
 		else
@@ -209,10 +214,18 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	atomic_fetch_add(slot, 1);
 	w->epoch = atomic_load(&cl->seq);
 	w->closed = false;
-	if ((rc = fd_arm(ep, fd, want)) != 0) {
+	w->stale = false;
+	bool moved = false;
+	if ((rc = fd_arm(ep, fd, want, &moved)) != 0) {
 		atomic_fetch_sub_explicit(slot, 1, memory_order_relaxed);
 		return rc;
 	}
+	/* The waits before this one watched a file that is gone from this
+	 * number: a close ends them (the log's entry for it, or, if the log
+	 * wrapped, close_sweep(), whose MOD now finds this file). */
+	if (moved)
+		for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
+			o->stale = true;
 	/* The first wait: the closes before it concern nobody here. */
 	if (!ep->all)
 		ep->close_seen = w->epoch;
@@ -269,7 +282,7 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 	uint32_t rest = 0;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
 		rest |= w->events;
-	int err = rest ? fd_arm(ep, fd, rest) : 0;
+	int err = rest ? fd_arm(ep, fd, rest, NULL) : 0;
 	if (err) {
 		/* Cannot re-arm (out of memory in the kernel, the watch limit,
 		 * the descriptor closed): nothing would wake them.  A task's
@@ -323,6 +336,19 @@ static uint64_t timed_next(const struct cbcmn__ep *ep)
 	return first > now ? first - now : 0;
 }
 
+/* End w, whose file was closed: a task's wait with -EBADF, nothing done;
+ * an emulated request with its last completion, -EBADF. */
+static void close_end(struct cbcmn__exec *e, struct ep_wait *w)
+{
+	if (w->ready) {
+		cbcmn__ep_sq_fail(e, w, -EBADF);
+	} else if (cbcmn__iwait_claim(&w->iw)) {
+		cbcmn__ep_unwatch(e->ep, w);
+		w->closed = true; /* released by the wake */
+		cbcmn__iwait_wake(&w->iw, e);
+	}
+}
+
 /* The descriptor fd was closed with close number s: end the waits on it
  * that began before (a task's: -EBADF, nothing done; an emulated request:
  * its last completion, -EBADF).  Those that began after watch the number's
@@ -335,15 +361,8 @@ static void close_fd(struct cbcmn__exec *e, int fd, uint64_t s)
 	struct ep_wait *next;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 		next = w->fnext;
-		if (w->epoch >= s)
-			continue;
-		if (w->ready) {
-			cbcmn__ep_sq_fail(e, w, -EBADF);
-		} else if (cbcmn__iwait_claim(&w->iw)) {
-			cbcmn__ep_unwatch(ep, w);
-			w->closed = true; /* released by the wake */
-			cbcmn__iwait_wake(&w->iw, e);
-		}
+		if (w->epoch < s)
+			close_end(e, w);
 	}
 	/* The registration went with the file (or stays for a copy open
 	 * elsewhere: its events then only wake a later wait for nothing). */
@@ -354,7 +373,9 @@ static void close_fd(struct cbcmn__exec *e, int fd, uint64_t s)
 /* The log's entries were overwritten before this set read them: which
  * descriptors were closed is lost.  Ask the kernel about each watched one
  * (O(waits)): a registration the MOD no longer finds (ENOENT: the number
- * names another file; EBADF: none) went with its file. */
+ * names another file; EBADF: none) went with its file.  A stale wait went
+ * with its file too, though the MOD finds the registration: a later wait
+ * here made it anew for the number's next file (cbcmn__ep_watch()). */
 static void close_sweep(struct cbcmn__exec *e, uint64_t s)
 {
 	struct cbcmn__ep *ep = e->ep;
@@ -362,6 +383,11 @@ static void close_sweep(struct cbcmn__exec *e, uint64_t s)
 		next = w->anext;
 		if (w->epoch >= s)
 			continue;
+		if (w->stale) {
+			close_end(e, w); /* off the list: each pass ends one */
+			next = ep->all;
+			continue;
+		}
 		struct epoll_event ev = {.events = EPOLLONESHOT, .data.u64 = (uint64_t)w->fd};
 		uint32_t want = 0;
 		for (struct ep_wait *o = ep->fds[w->fd].head; o; o = o->fnext)

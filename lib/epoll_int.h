@@ -35,6 +35,7 @@ struct ep_wait {
 	struct ep_wait *tprev, *tnext;
 	uint64_t epoch;                  /* the runtime's close count when it began */
 	bool closed;                     /* a task's: its descriptor was closed (-EBADF) */
+	bool stale;                      /* its registration was made anew for another file */
 };
 
 /* The runtime's cbcmn_close()s, for every executor's set (epoll.c): a
