@@ -282,7 +282,13 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 	uint32_t rest = 0;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
 		rest |= w->events;
-	int err = rest ? fd_arm(ep, fd, rest, NULL) : 0;
+	bool moved = false;
+	int err = rest ? fd_arm(ep, fd, rest, &moved) : 0;
+	/* Re-armed for the number's next file: those left watched the old
+	 * one (a plain close(2) behind our back; docs/IO.md). */
+	if (moved)
+		for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+			w->stale = true;
 	if (err) {
 		/* Cannot re-arm (out of memory in the kernel, the watch limit,
 		 * the descriptor closed): nothing would wake them.  A task's
@@ -349,19 +355,43 @@ static void close_end(struct cbcmn__exec *e, struct ep_wait *w)
 	}
 }
 
+/* Is our registration under fd for the file fd names now?  Asked with a
+ * MOD (which re-arms it: at worst a wake-up for nothing): ENOENT, the
+ * number names another file; EBADF, none.  Any other failure: taken as
+ * yes (the waits are left to their timeouts rather than ended wrongly). */
+static bool reg_current(struct cbcmn__ep *ep, int fd)
+{
+	uint32_t want = 0;
+	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
+		want |= o->events;
+	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+	return epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, &ev) == 0 || (errno != ENOENT && errno != EBADF);
+}
+
 /* The descriptor fd was closed with close number s: end the waits on it
  * that began before (a task's: -EBADF, nothing done; an emulated request:
  * its last completion, -EBADF).  Those that began after watch the number's
- * next file. */
+ * next file.  "Before" is not the epoch alone: the closer counts its
+ * close after close(2) returned, and the number may have gone to a new
+ * file meanwhile, which a wait of epoch < s registered (a wait on a pipe
+ * just made ended with -EBADF).  So a wait that is not stale ends only if
+ * our registration is not the number's present file's (reg_current(): a
+ * wait registered for the old file, whose registration went with it or
+ * stays under a file the number no longer names). */
 static void close_fd(struct cbcmn__exec *e, int fd, uint64_t s)
 {
 	struct cbcmn__ep *ep = e->ep;
 	if (fd < 0 || (uint32_t)fd >= ep->nfds)
 		return;
+	int current = -1; /* not asked yet */
 	struct ep_wait *next;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 		next = w->fnext;
-		if (w->epoch < s)
+		if (w->epoch >= s)
+			continue;
+		if (!w->stale && current < 0)
+			current = reg_current(ep, fd);
+		if (w->stale || !current)
 			close_end(e, w);
 	}
 	/* The registration went with the file (or stays for a copy open
@@ -388,13 +418,7 @@ static void close_sweep(struct cbcmn__exec *e, uint64_t s)
 			next = ep->all;
 			continue;
 		}
-		struct epoll_event ev = {.events = EPOLLONESHOT, .data.u64 = (uint64_t)w->fd};
-		uint32_t want = 0;
-		for (struct ep_wait *o = ep->fds[w->fd].head; o; o = o->fnext)
-			want |= o->events;
-		ev.events |= want;
-		if (epoll_ctl(ep->epfd, EPOLL_CTL_MOD, w->fd, &ev) != 0 &&
-		    (errno == ENOENT || errno == EBADF)) {
+		if (!reg_current(ep, w->fd)) {
 			/* next may be ended with it: start again (each pass
 			 * ends at least one wait). */
 			close_fd(e, w->fd, s);
