@@ -433,8 +433,9 @@ static void close_apply(struct cbcmn__exec *e)
 {
 	struct cbcmn__ep *ep = e->ep;
 	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
-	/* acquire: pairs with do_close()'s seq_cst count. */
-	uint64_t cur = atomic_load_explicit(&cl->seq, memory_order_acquire);
+	/* seq_cst: pairs with do_close()'s count, and with its store of the
+	 * entry and load of seq after it (a plain load on x86 and arm64). */
+	uint64_t cur = atomic_load(&cl->seq);
 	if (cur == ep->close_seen)
 		return; /* the usual case: one load */
 	if (!ep->all) {
@@ -442,15 +443,16 @@ static void close_apply(struct cbcmn__exec *e)
 		return;
 	}
 	for (uint64_t s = ep->close_seen + 1; s <= cur; s++) {
-		/* acquire: pairs with the closer's release of the entry. */
-		uint64_t v = atomic_load_explicit(&cl->log[s % CLOSE_LOG], memory_order_acquire);
+		/* seq_cst: pairs with do_close()'s store of the entry and its
+		 * load of seq after it (we read seq first). */
+		uint64_t v = atomic_load(&cl->log[s % CLOSE_LOG]);
 		if ((uint32_t)(v >> 32) == (uint32_t)s) {
 			close_fd(e, (int)(uint32_t)v, s);
 			continue;
 		}
 		if (atomic_load(&cl->seq) < s + CLOSE_LOG) {
 			/* Its closer has not written it yet: at the next look
-			 * (it rings us if it concerns us). */
+			 * (it rings us then: it sees a later close in seq). */
 			ep->close_seen = s - 1;
 			return;
 		}
@@ -878,13 +880,18 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */
 	uint64_t s = atomic_fetch_add(&cl->seq, 1) + 1;
 	/* One word (the close's number's low half, fd): close_apply() reads
-	 * it whole.  release: pairs with its acquire. */
-	atomic_store_explicit(&cl->log[s % CLOSE_LOG], (s << 32) | (uint32_t)fd, memory_order_release);
+	 * it whole.  seq_cst, with the load of seq after it: pairs with
+	 * close_apply()'s load of seq, then of the entry.  A set that read
+	 * seq past s before this store stopped at s (not written yet) and
+	 * left the later closes, whose rings it has had, for its next look:
+	 * then this load sees those closes, and we ring every set. */
+	atomic_store(&cl->log[s % CLOSE_LOG], (s << 32) | (uint32_t)fd);
+	bool later = atomic_load(&cl->seq) != s;
 	_Atomic uint32_t *slot = &cl->watched[(uint32_t)fd % CLOSE_SLOTS];
-	if (atomic_load(slot) == 0)
+	if (!later && atomic_load(slot) == 0)
 		return rc; /* the usual case: nobody waits on it (nor on its slot) */
 	close_fd(e, fd, s);
-	if (atomic_load(slot) == 0)
+	if (!later && atomic_load(slot) == 0)
 		return rc; /* they were ours */
 	struct cbcmn_runtime *rt = e->rt;
 	for (uint32_t i = 0; i < rt->nexec; i++)
