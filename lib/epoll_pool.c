@@ -179,7 +179,10 @@ static void job_interrupt(void *arg)
 			id = -1;
 		}
 	}
-	if (id < 0) /* no timer (RLIMIT_SIGPENDING): one signal, and hope */
+	/* No timer (RLIMIT_SIGPENDING): one signal, and hope; at the limit
+	 * the kernel refuses it too (a real-time signal from tgkill is
+	 * counted), and the call is not interrupted (docs/IO.md). */
+	if (id < 0)
 		syscall(SYS_tgkill, getpid(), j->tid, j->sig);
 	/* release: the thread may go on (and, once the call returned, away). */
 	atomic_store_explicit(&j->st, PJ_IN, memory_order_release);
