@@ -136,8 +136,10 @@ static int fd_slot(struct cbcmn__ep *ep, int fd)
 /* (Re-)arm fd's one-shot registration for `want`.  A MOD that finds nothing
  * (the number names another file now, or the file was closed) adds; an ADD
  * that finds one (a file we knew under this number is back) modifies.
- * -EPERM: epoll cannot watch this file (a regular file). */
-static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want)
+ * -EPERM: epoll cannot watch this file (a regular file).  *moved (if not
+ * NULL): the registration we had under this number was gone (its file
+ * closed or the number reused) and is now the number's present file's. */
+static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
 {
 	struct ep_fd *f = &ep->fds[fd];
 	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
@@ -147,8 +149,11 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want)
 			f->added = true;
 			return 0;
 		}
-		if (errno == ENOENT && op == EPOLL_CTL_MOD)
+		if (errno == ENOENT && op == EPOLL_CTL_MOD) {
 			op = EPOLL_CTL_ADD;
+			if (moved)
+				*moved = true;
+		}
 		else if (errno == EEXIST && op == EPOLL_CTL_ADD)
 			op = EPOLL_CTL_MOD;
 		else
@@ -209,10 +214,18 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	atomic_fetch_add(slot, 1);
 	w->epoch = atomic_load(&cl->seq);
 	w->closed = false;
-	if ((rc = fd_arm(ep, fd, want)) != 0) {
+	w->stale = false;
+	bool moved = false;
+	if ((rc = fd_arm(ep, fd, want, &moved)) != 0) {
 		atomic_fetch_sub_explicit(slot, 1, memory_order_relaxed);
 		return rc;
 	}
+	/* The waits before this one watched a file that is gone from this
+	 * number: a close ends them (the log's entry for it, or, if the log
+	 * wrapped, close_sweep(), whose MOD now finds this file). */
+	if (moved)
+		for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
+			o->stale = true;
 	/* The first wait: the closes before it concern nobody here. */
 	if (!ep->all)
 		ep->close_seen = w->epoch;
@@ -269,7 +282,13 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 	uint32_t rest = 0;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
 		rest |= w->events;
-	int err = rest ? fd_arm(ep, fd, rest) : 0;
+	bool moved = false;
+	int err = rest ? fd_arm(ep, fd, rest, &moved) : 0;
+	/* Re-armed for the number's next file: those left watched the old
+	 * one (a plain close(2) behind our back; docs/IO.md). */
+	if (moved)
+		for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+			w->stale = true;
 	if (err) {
 		/* Cannot re-arm (out of memory in the kernel, the watch limit,
 		 * the descriptor closed): nothing would wake them.  A task's
@@ -323,27 +342,57 @@ static uint64_t timed_next(const struct cbcmn__ep *ep)
 	return first > now ? first - now : 0;
 }
 
+/* End w, whose file was closed: a task's wait with -EBADF, nothing done;
+ * an emulated request with its last completion, -EBADF. */
+static void close_end(struct cbcmn__exec *e, struct ep_wait *w)
+{
+	if (w->ready) {
+		cbcmn__ep_sq_fail(e, w, -EBADF);
+	} else if (cbcmn__iwait_claim(&w->iw)) {
+		cbcmn__ep_unwatch(e->ep, w);
+		w->closed = true; /* released by the wake */
+		cbcmn__iwait_wake(&w->iw, e);
+	}
+}
+
+/* Is our registration under fd for the file fd names now?  Asked with a
+ * MOD (which re-arms it: at worst a wake-up for nothing): ENOENT, the
+ * number names another file; EBADF, none.  Any other failure: taken as
+ * yes (the waits are left to their timeouts rather than ended wrongly). */
+static bool reg_current(struct cbcmn__ep *ep, int fd)
+{
+	uint32_t want = 0;
+	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
+		want |= o->events;
+	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+	return epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, &ev) == 0 || (errno != ENOENT && errno != EBADF);
+}
+
 /* The descriptor fd was closed with close number s: end the waits on it
  * that began before (a task's: -EBADF, nothing done; an emulated request:
  * its last completion, -EBADF).  Those that began after watch the number's
- * next file. */
+ * next file.  "Before" is not the epoch alone: the closer counts its
+ * close after close(2) returned, and the number may have gone to a new
+ * file meanwhile, which a wait of epoch < s registered (a wait on a pipe
+ * just made ended with -EBADF).  So a wait that is not stale ends only if
+ * our registration is not the number's present file's (reg_current(): a
+ * wait registered for the old file, whose registration went with it or
+ * stays under a file the number no longer names). */
 static void close_fd(struct cbcmn__exec *e, int fd, uint64_t s)
 {
 	struct cbcmn__ep *ep = e->ep;
 	if (fd < 0 || (uint32_t)fd >= ep->nfds)
 		return;
+	int current = -1; /* not asked yet */
 	struct ep_wait *next;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 		next = w->fnext;
 		if (w->epoch >= s)
 			continue;
-		if (w->ready) {
-			cbcmn__ep_sq_fail(e, w, -EBADF);
-		} else if (cbcmn__iwait_claim(&w->iw)) {
-			cbcmn__ep_unwatch(ep, w);
-			w->closed = true; /* released by the wake */
-			cbcmn__iwait_wake(&w->iw, e);
-		}
+		if (!w->stale && current < 0)
+			current = reg_current(ep, fd);
+		if (w->stale || !current)
+			close_end(e, w);
 	}
 	/* The registration went with the file (or stays for a copy open
 	 * elsewhere: its events then only wake a later wait for nothing). */
@@ -354,7 +403,9 @@ static void close_fd(struct cbcmn__exec *e, int fd, uint64_t s)
 /* The log's entries were overwritten before this set read them: which
  * descriptors were closed is lost.  Ask the kernel about each watched one
  * (O(waits)): a registration the MOD no longer finds (ENOENT: the number
- * names another file; EBADF: none) went with its file. */
+ * names another file; EBADF: none) went with its file.  A stale wait went
+ * with its file too, though the MOD finds the registration: a later wait
+ * here made it anew for the number's next file (cbcmn__ep_watch()). */
 static void close_sweep(struct cbcmn__exec *e, uint64_t s)
 {
 	struct cbcmn__ep *ep = e->ep;
@@ -362,13 +413,12 @@ static void close_sweep(struct cbcmn__exec *e, uint64_t s)
 		next = w->anext;
 		if (w->epoch >= s)
 			continue;
-		struct epoll_event ev = {.events = EPOLLONESHOT, .data.u64 = (uint64_t)w->fd};
-		uint32_t want = 0;
-		for (struct ep_wait *o = ep->fds[w->fd].head; o; o = o->fnext)
-			want |= o->events;
-		ev.events |= want;
-		if (epoll_ctl(ep->epfd, EPOLL_CTL_MOD, w->fd, &ev) != 0 &&
-		    (errno == ENOENT || errno == EBADF)) {
+		if (w->stale) {
+			close_end(e, w); /* off the list: each pass ends one */
+			next = ep->all;
+			continue;
+		}
+		if (!reg_current(ep, w->fd)) {
 			/* next may be ended with it: start again (each pass
 			 * ends at least one wait). */
 			close_fd(e, w->fd, s);
@@ -383,8 +433,9 @@ static void close_apply(struct cbcmn__exec *e)
 {
 	struct cbcmn__ep *ep = e->ep;
 	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
-	/* acquire: pairs with do_close()'s seq_cst count. */
-	uint64_t cur = atomic_load_explicit(&cl->seq, memory_order_acquire);
+	/* seq_cst: pairs with do_close()'s count, and with its store of the
+	 * entry and load of seq after it (a plain load on x86 and arm64). */
+	uint64_t cur = atomic_load(&cl->seq);
 	if (cur == ep->close_seen)
 		return; /* the usual case: one load */
 	if (!ep->all) {
@@ -392,15 +443,16 @@ static void close_apply(struct cbcmn__exec *e)
 		return;
 	}
 	for (uint64_t s = ep->close_seen + 1; s <= cur; s++) {
-		/* acquire: pairs with the closer's release of the entry. */
-		uint64_t v = atomic_load_explicit(&cl->log[s % CLOSE_LOG], memory_order_acquire);
+		/* seq_cst: pairs with do_close()'s store of the entry and its
+		 * load of seq after it (we read seq first). */
+		uint64_t v = atomic_load(&cl->log[s % CLOSE_LOG]);
 		if ((uint32_t)(v >> 32) == (uint32_t)s) {
 			close_fd(e, (int)(uint32_t)v, s);
 			continue;
 		}
 		if (atomic_load(&cl->seq) < s + CLOSE_LOG) {
 			/* Its closer has not written it yet: at the next look
-			 * (it rings us if it concerns us). */
+			 * (it rings us then: it sees a later close in seq). */
 			ep->close_seen = s - 1;
 			return;
 		}
@@ -828,13 +880,18 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */
 	uint64_t s = atomic_fetch_add(&cl->seq, 1) + 1;
 	/* One word (the close's number's low half, fd): close_apply() reads
-	 * it whole.  release: pairs with its acquire. */
-	atomic_store_explicit(&cl->log[s % CLOSE_LOG], (s << 32) | (uint32_t)fd, memory_order_release);
+	 * it whole.  seq_cst, with the load of seq after it: pairs with
+	 * close_apply()'s load of seq, then of the entry.  A set that read
+	 * seq past s before this store stopped at s (not written yet) and
+	 * left the later closes, whose rings it has had, for its next look:
+	 * then this load sees those closes, and we ring every set. */
+	atomic_store(&cl->log[s % CLOSE_LOG], (s << 32) | (uint32_t)fd);
+	bool later = atomic_load(&cl->seq) != s;
 	_Atomic uint32_t *slot = &cl->watched[(uint32_t)fd % CLOSE_SLOTS];
-	if (atomic_load(slot) == 0)
+	if (!later && atomic_load(slot) == 0)
 		return rc; /* the usual case: nobody waits on it (nor on its slot) */
 	close_fd(e, fd, s);
-	if (atomic_load(slot) == 0)
+	if (!later && atomic_load(slot) == 0)
 		return rc; /* they were ours */
 	struct cbcmn_runtime *rt = e->rt;
 	for (uint32_t i = 0; i < rt->nexec; i++)

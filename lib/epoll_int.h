@@ -35,6 +35,7 @@ struct ep_wait {
 	struct ep_wait *tprev, *tnext;
 	uint64_t epoch;                  /* the runtime's close count when it began */
 	bool closed;                     /* a task's: its descriptor was closed (-EBADF) */
+	bool stale;                      /* its registration was made anew for another file */
 };
 
 /* The runtime's cbcmn_close()s, for every executor's set (epoll.c): a
@@ -109,8 +110,9 @@ int cbcmn__ep_nonblock(int fd);
  * fn(arg) on a pool thread, retried on an EINTR nobody asked for.  Returns
  * its result (*ran), or CBCMN_ECANCELED / -ETIMEDOUT if it did not happen
  * (never started, or interrupted with EINTR), or the pool's error (-EAGAIN).
- * The interrupt is this signal, installed once per process (init) without
- * SA_RESTART, unless the program has a handler of its own for it. */
+ * The interrupt is this signal, without SA_RESTART: init, at each
+ * runtime's create on the creating thread, installs it if its action is
+ * the default and that thread does not block it, else turns it off. */
 #define CBCMN__EP_IRQ_SIG (SIGRTMAX - 3)
 void cbcmn__ep_pool_init(void);
 int64_t cbcmn__ep_pool_call(struct cbcmn_task *t, int64_t (*fn)(void *arg), void *arg,

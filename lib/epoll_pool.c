@@ -52,44 +52,51 @@ struct pool_job {
 	bool ran;                  /* fn was called: res is its result */
 	int tid;                   /* the pool thread, written before PJ_IN */
 	int timer;                 /* the interrupt's timer, -1 none */
+	int sig;                   /* irq_sig when it was queued (not 0) */
 	_Atomic bool irq;          /* the task asked for the interrupt */
 	_Atomic uint32_t st;       /* PJ_* */
 };
 
-static int irq_sig;               /* 0: could not be installed */
-static pthread_once_t irq_once = PTHREAD_ONCE_INIT;
+/* The interrupt, or 0: off (the program has a handler of its own for the
+ * signal, or blocks it: its own use, with sigwait or a signalfd, which a
+ * pool thread unblocking it would steal).  Decided anew at each runtime's
+ * create on the creating thread (a forked child that reset its signals
+ * gets the handler back); a job reads it once (pool_job.sig). */
+static _Atomic int irq_sig;
 
 static void irq_handler(int sig)
 {
 	(void)sig; /* its only job is the EINTR */
 }
 
-/* Install the handler, unless the program has its own for the signal:
- * then the calls are not interrupted (as before), never its handler run. */
-static void irq_install(void)
+static bool irq_ours(const struct sigaction *sa)
 {
-	int sig = CBCMN__EP_IRQ_SIG;
-	struct sigaction old;
-	if (sigaction(sig, NULL, &old) != 0)
-		return;
-	if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == irq_handler) {
-		irq_sig = sig; /* a forked child's copy */
-		return;
-	}
-	if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
-		return;
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = irq_handler;
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = 0; /* no SA_RESTART: the call returns EINTR */
-	if (sigaction(sig, &sa, NULL) == 0)
-		irq_sig = sig;
+	return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == irq_handler;
 }
 
 void cbcmn__ep_pool_init(void)
 {
-	pthread_once(&irq_once, irq_install);
+	int sig = CBCMN__EP_IRQ_SIG, on = 0;
+	sigset_t mask;
+	struct sigaction old;
+	if (pthread_sigmask(SIG_BLOCK, NULL, &mask) == 0 && !sigismember(&mask, sig) &&
+	    sigaction(sig, NULL, &old) == 0) {
+		if (irq_ours(&old)) {
+			on = sig;
+		} else if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL) {
+			/* Two creates at once both install it: the same. */
+			struct sigaction sa;
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_handler = irq_handler;
+			sigemptyset(&sa.sa_mask);
+			sa.sa_flags = 0; /* no SA_RESTART: the call returns EINTR */
+			if (sigaction(sig, &sa, NULL) == 0)
+				on = sig;
+		}
+	}
+	/* relaxed: a flag read at a job's start; the handler is installed by
+	 * this thread's sigaction before any job of this runtime exists. */
+	atomic_store_explicit(&irq_sig, on, memory_order_relaxed);
 }
 
 /* On the pool thread. */
@@ -105,8 +112,8 @@ static int64_t job_run(void *arg)
 		return 0;
 	sigset_t set;
 	sigemptyset(&set);
-	if (irq_sig) {
-		sigaddset(&set, irq_sig);
+	if (j->sig) {
+		sigaddset(&set, j->sig);
 		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	}
 	int64_t rc;
@@ -116,7 +123,7 @@ static int64_t job_run(void *arg)
 		 * EINTR it did not cause (a pending one from an earlier
 		 * call's timer) is retried. */
 	} while (rc == -EINTR && !atomic_load(&j->irq));
-	if (irq_sig)
+	if (j->sig)
 		pthread_sigmask(SIG_BLOCK, &set, NULL);
 	j->res = rc;
 	j->ran = true;
@@ -148,10 +155,18 @@ static void job_interrupt(void *arg)
 								    memory_order_acquire,
 								    memory_order_relaxed))
 		return; /* returned already */
+	/* The program may have reset the signal to its default action since
+	 * (ending the process): then not interrupted, as with its own handler. */
+	struct sigaction cur;
+	if (sigaction(j->sig, NULL, &cur) != 0 ||
+	    (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL)) {
+		atomic_store_explicit(&j->st, PJ_IN, memory_order_release);
+		return;
+	}
 	struct sigevent sev;
 	memset(&sev, 0, sizeof(sev));
 	sev.sigev_notify = SIGEV_THREAD_ID;
-	sev.sigev_signo = irq_sig;
+	sev.sigev_signo = j->sig;
 	sev._sigev_un._tid = j->tid;
 	int id = -1;
 	/* The kernel's timer id is an int: the raw call, not glibc's timer_t. */
@@ -164,8 +179,11 @@ static void job_interrupt(void *arg)
 			id = -1;
 		}
 	}
-	if (id < 0) /* no timer (RLIMIT_SIGPENDING): one signal, and hope */
-		syscall(SYS_tgkill, getpid(), j->tid, irq_sig);
+	/* No timer (RLIMIT_SIGPENDING): one signal, and hope; at the limit
+	 * the kernel refuses it too (a real-time signal from tgkill is
+	 * counted), and the call is not interrupted (docs/IO.md). */
+	if (id < 0)
+		syscall(SYS_tgkill, getpid(), j->tid, j->sig);
 	/* release: the thread may go on (and, once the call returned, away). */
 	atomic_store_explicit(&j->st, PJ_IN, memory_order_release);
 }
@@ -179,13 +197,14 @@ int64_t cbcmn__ep_pool_call(struct cbcmn_task *t, int64_t (*fn)(void *arg), void
 	if (cbcmn__task_cancelled(t))
 		return CBCMN_ECANCELED;
 	cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
-	struct pool_job j = {.fn = fn, .arg = arg, .timer = -1};
+	struct pool_job j = {.fn = fn, .arg = arg, .timer = -1,
+			     .sig = atomic_load_explicit(&irq_sig, memory_order_relaxed)};
 	atomic_init(&j.irq, false);
 	atomic_init(&j.st, PJ_IDLE);
 	/* In lab mode the deadline is in real time and the runtime's timers
 	 * are not: only cancellation interrupts there. */
 	int rc = cbcmn__blocking_call(t, job_run, &j, NULL, t->rt->lab ? UINT64_MAX : deadline,
-				      irq_sig ? job_interrupt : NULL);
+				      j.sig ? job_interrupt : NULL);
 	if (j.timer >= 0)
 		syscall(SYS_timer_delete, j.timer);
 	/* j.ran and j.res: written by the pool thread before the hand-over

@@ -1575,6 +1575,107 @@ static void test_epoll_blocking_pool_call_ends_at_its_timeout(void **state)
 	assert_true(t_now_ns() - t0 < RESCUE_MS * MS);
 }
 
+/* The pool's interrupt is SIGRTMAX-3 (docs/IO.md, Backends).  A program
+ * that resets it to its default action once a runtime has run (a forked
+ * child resetting its signals, as daemons do) and then cancels such a call:
+ * the interrupt must not be the default action (which ends the process).
+ * It was: the handler was installed once per process, the timer aimed the
+ * signal at the pool thread whatever its disposition had become. */
+static void test_epoll_pool_interrupt_after_sigdfl_reset_kills_nobody(void **state)
+{
+	(void)state;
+	if (t_backend() != CBCMN_BACKEND_EPOLL) {
+		T_SKIP("io_uring: no pool signal");
+		return;
+	}
+	t_destroy(t_runtime(1)); /* the handler is installed in this process */
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		signal(SIGRTMAX - 3, SIG_DFL);
+		char path[64];
+		snprintf(path, sizeof(path), "/tmp/cbcmn-iocancel-dfl-%d", (int)getpid());
+		unlink(path);
+		if (mkfifo(path, 0600) != 0)
+			_exit(3);
+		struct rescue r = {.path = path};
+		pthread_create(&r.th, NULL, rescue_main, &r);
+		cbcmn_runtime *rt = t_runtime(1);
+		struct fifo_call c = {.path = path, .rc = NOT_RUN};
+		cbcmn_nursery *n;
+		if (cbcmn_nursery_open(rt, NULL, &n) || cbcmn_nursery_spawn(NULL, n, fifo_child, &c, NULL))
+			_exit(3);
+		while (!atomic_load(&c.entered))
+			sched_yield();
+		struct timespec ms50 = {0, 50 * 1000000l};
+		nanosleep(&ms50, NULL);
+		cbcmn_nursery_cancel(n);
+		cbcmn_nursery_await_all(NULL, n);
+		atomic_store(&r.stop, 1);
+		pthread_join(r.th, NULL);
+		t_destroy(rt);
+		unlink(path);
+		printf("  child: cancelled openat of a FIFO: %lld (%s)\n", (long long)c.rc,
+		       cbcmn_strerror(c.rc));
+		fflush(stdout);
+		_exit(c.rc == CBCMN_ECANCELED ? 0 : 1);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		printf("  child ended by signal %d (SIGRTMAX-3 is %d)\n", WTERMSIG(st), SIGRTMAX - 3);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A program that blocks SIGRTMAX-3 everywhere to take it with sigwait
+ * (its own use of a signal it never set a handler for): a pool thread
+ * unblocked it around its call, so the program's process-directed signal
+ * landed there, in the pool's empty handler, and was lost. */
+static void test_epoll_pool_keeps_off_a_signal_the_program_blocks(void **state)
+{
+	(void)state;
+	if (t_backend() != CBCMN_BACKEND_EPOLL) {
+		T_SKIP("io_uring: no pool signal");
+		return;
+	}
+	int sig = SIGRTMAX - 3;
+	sigset_t set, old;
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	assert_int_equal(pthread_sigmask(SIG_BLOCK, &set, &old), 0);
+	char path[64];
+	snprintf(path, sizeof(path), "/tmp/cbcmn-iocancel-blk-%d", (int)getpid());
+	unlink(path);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	cbcmn_runtime *rt = t_runtime(1); /* its threads inherit the mask */
+	struct fifo_call c = {.path = path, .rc = NOT_RUN};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, fifo_child, &c, NULL), 0);
+	uint64_t end = t_now_ns() + 5000 * MS;
+	while (!atomic_load(&c.entered) && t_now_ns() < end)
+		sched_yield();
+	struct timespec ms50 = {0, 50 * 1000000l};
+	nanosleep(&ms50, NULL); /* in the pool, waiting for a writer */
+	assert_int_equal(kill(getpid(), sig), 0);
+	struct timespec s1 = {1, 0};
+	int got = sigtimedwait(&set, NULL, &s1);
+	/* The writer ends the reader's open. */
+	int wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	cbcmn_nursery_await_all(NULL, n);
+	if (wfd >= 0)
+		close(wfd);
+	if (c.rc >= 0 && c.rc != NOT_RUN)
+		close((int)c.rc);
+	t_destroy(rt);
+	unlink(path);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	printf("  sigtimedwait: %d (the signal %d)\n", got, sig);
+	assert_int_equal(got, sig);
+}
+
 /* ---- 7. a close is never undone ---------------------------------------- *
  *
  * A close of a file whose filesystem has a flush method (overlayfs, NFS,
@@ -1714,6 +1815,8 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_cancel_waitall_part_way_returns_what_moved),
 		T_WATCHED_TEST(test_cancel_blocked_in_io_worker_is_ecanceled),
 		T_WATCHED_TEST(test_epoll_blocking_pool_call_ends_at_its_timeout),
+		T_WATCHED_TEST(test_epoll_pool_interrupt_after_sigdfl_reset_kills_nobody),
+		T_WATCHED_TEST(test_epoll_pool_keeps_off_a_signal_the_program_blocks),
 		T_WATCHED_TEST(test_close_with_timeout_is_never_undone),
 	};
 	return cmocka_run_group_tests_name("iocancel", tests, NULL, NULL);
