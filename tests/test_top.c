@@ -180,10 +180,12 @@ static void workload_stop(pid_t pid)
 
 /* Run argv as user uid ((uid_t)-1: ours), collect stdout and stderr (each
  * up to len - 1 bytes); returns the wait status.  Fails the test after
- * secs, or at once saying why if argv[0] cannot be executed. */
+ * secs (times CBCMN_TEST_SLOW: a hang bound), or at once saying why if
+ * argv[0] cannot be executed. */
 static int run_as(uid_t uid, char *const argv[], char *out, size_t olen, char *err, size_t elen,
 		  unsigned secs)
 {
+	secs *= t_slow();
 	int po[2], pe[2];
 	assert_int_equal(pipe2(po, O_CLOEXEC), 0);
 	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
@@ -1397,8 +1399,14 @@ static void test_command_ends(void **state)
 	char out[65536], err[4096];
 	if (access(runner, X_OK))
 		T_SKIP("%s is not built", runner);
+	/* The command must outlive the programs' attach (2 s here, 10-16 s
+	 * in an emulated guest): cbcmn-top reports a command that ended
+	 * before it as a process that exited.  A workload's length, scaled
+	 * as the hang bounds are (CBCMN_TEST_SLOW). */
+	char dur[16];
+	snprintf(dur, sizeof(dur), "%.1f", 1.5 * t_slow());
 	char *argv[] = {top, "-b", "-d", "0.3", "--bpf-no", "sched", "--", runner, "fib",
-			"--workers", "2", "--duration", "1.5", NULL};
+			"--workers", "2", "--duration", dur, NULL};
 	if (!is_root)
 		argv[4] = "--no-bpf", argv[5] = "--no-color";
 	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
