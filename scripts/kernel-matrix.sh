@@ -209,6 +209,10 @@ run_kernel() {
 		ORDER=
 		resolve_mods "$dir" "$stage/mod" 9p 9pnet_virtio virtio_pci ||
 			{ echo "kernel-matrix: SKIP: cannot resolve the 9p modules of $ver" >&2; return 77; }
+		# Optional: overlayfs, for the tests that need a filesystem with
+		# a flush method (test_iocancel); without it they skip.
+		resolve_mods "$dir" "$stage/mod" overlay ||
+			echo "kernel-matrix: $ver: no overlay module: the overlayfs tests will skip" >&2
 		echo "$ORDER" > "$stage/modules.order"
 		write_init "$stage/init"
 		(cd "$stage" && find . | "$BUSYBOX" cpio -o -H newc 2>/dev/null | gzip -1) > "$irfs.tmp" && mv "$irfs.tmp" "$irfs"
