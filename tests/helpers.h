@@ -74,13 +74,16 @@ static inline uint32_t t_backend(void)
  * changes, never what it asserts.  Read once. */
 static inline unsigned t_slow(void)
 {
+	/* Relaxed: any thread may compute it first; all compute the same. */
 	static unsigned f;
-	if (!f) {
+	unsigned v = __atomic_load_n(&f, __ATOMIC_RELAXED);
+	if (!v) {
 		const char *e = getenv("CBCMN_TEST_SLOW");
-		long v = e ? strtol(e, NULL, 10) : 1;
-		f = v >= 1 && v <= 100 ? (unsigned)v : 1;
+		long l = e ? strtol(e, NULL, 10) : 1;
+		v = l >= 1 && l <= 100 ? (unsigned)l : 1;
+		__atomic_store_n(&f, v, __ATOMIC_RELAXED);
 	}
-	return f;
+	return v;
 }
 
 /* A wait longer than this is a hang (a lost wake-up, a timeout that never

@@ -87,9 +87,12 @@ static void run_unprivileged(void (*body)(void), rlim_t memlock, unsigned secs)
 /* ---- does this kernel charge rings to RLIMIT_MEMLOCK? -------------------- */
 
 #define RINGS_UNCHARGED 3
+#define RINGS_REFUSED 4 /* + 8 * errno */
 
 /* In the child (not root, RLIMIT_MEMLOCK 0): the smallest ring.  Charged,
- * it cannot fit (-ENOMEM); made anyway, the kernel does not count it. */
+ * it cannot fit (-ENOMEM); made anyway, the kernel does not count it; any
+ * other error (kernel.io_uring_disabled=1 refuses it to an unprivileged
+ * user) says neither. */
 static void smallest_ring_without_locked_memory(void)
 {
 	struct io_uring_params p;
@@ -97,7 +100,8 @@ static void smallest_ring_without_locked_memory(void)
 	long fd = syscall(__NR_io_uring_setup, 8, &p);
 	if (fd >= 0)
 		_exit(RINGS_UNCHARGED);
-	CHILD_CHECK(errno == ENOMEM);
+	if (errno != ENOMEM)
+		_exit(errno < 30 ? RINGS_REFUSED + 8 * errno : RINGS_REFUSED);
 }
 
 /* Ring memory counts against RLIMIT_MEMLOCK before 5.12 (commit 26bfa89e,
@@ -110,11 +114,16 @@ static void smallest_ring_without_locked_memory(void)
  * skips where rings do not count. */
 #define SKIP_UNLESS_RINGS_CHARGED()                                                 \
 	do {                                                                         \
-		if (run_child(smallest_ring_without_locked_memory, 0, T_STALL_S) ==  \
-		    RINGS_UNCHARGED) {                                               \
-			T_SKIP("this kernel does not count io_uring ring memory " \
-			       "against RLIMIT_MEMLOCK (5.12 until the rings became " \
-			       "regions): an 8-entry ring was made with a limit of 0");                                   \
+		int probe_ = run_child(smallest_ring_without_locked_memory, 0, T_STALL_S); \
+		if (probe_ % 8 == RINGS_REFUSED) {                                   \
+			T_SKIP("io_uring_setup refused to a user that is not root: %s", \
+			       probe_ / 8 ? strerror(probe_ / 8) : "an errno above 29"); \
+			return;                                                      \
+		}                                                                    \
+		if (probe_ == RINGS_UNCHARGED) {                                     \
+			T_SKIP("this kernel does not count io_uring ring memory "      \
+			       "against RLIMIT_MEMLOCK (5.12 until the rings became "  \
+			       "regions): an 8-entry ring was made with a limit of 0"); \
 			return;                                                      \
 		}                                                                    \
 	} while (0)
