@@ -3,10 +3,12 @@
 # With no names, every test_* binary in DIR runs.  Exit status 1 if any failed.
 # A suite still running after T_SUITE_TIMEOUT seconds (600) is killed and
 # counted failed: each test has its own watchdog, this catches the rest.
+# CBCMN_TEST_SLOW=N (an emulated guest, tests/helpers.h) multiplies it.
 # CBCMN_BACKEND in the environment (make test: epoll) picks the backend of
 # every default runtime; the summary says which.
 set -u
 dir=$1; shift
+T_SUITE_TIMEOUT=${T_SUITE_TIMEOUT:-$((600 * ${CBCMN_TEST_SLOW:-1}))}
 if [ $# -eq 0 ]; then
 	set -- $(cd "$dir" && ls test_* 2>/dev/null | grep -v '\.d$')
 fi
@@ -20,13 +22,13 @@ passed=0
 for t in "$@"; do
 	echo "=== $dir/$t${CBCMN_BACKEND:+ (CBCMN_BACKEND=$CBCMN_BACKEND)}"
 	start=$(date +%s)
-	timeout "${T_SUITE_TIMEOUT:-600}" "$dir/$t"
+	timeout "$T_SUITE_TIMEOUT" "$dir/$t"
 	rc=$?
 	if [ $rc -eq 0 ]; then
 		passed=$((passed + 1))
 	else
 		failed+=("$t")
-		[ $rc -eq 124 ] && echo "=== $t: killed after ${T_SUITE_TIMEOUT:-600} s"
+		[ $rc -eq 124 ] && echo "=== $t: killed after $T_SUITE_TIMEOUT s"
 	fi
 	echo "=== $t: $(( $(date +%s) - start ))s"
 done

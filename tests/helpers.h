@@ -66,13 +66,33 @@ static inline uint32_t t_backend(void)
 /* Sanitizers slow everything down: scale stress loops by this. */
 #define T_SCALE(n) ((T_ASAN || T_TSAN) ? ((n) / 10 ? (n) / 10 : 1) : (n))
 
+/* CBCMN_TEST_SLOW=N (1..100, default 1): the machine is N times slower
+ * than a real one, an emulated guest (scripts/kernel-matrix.sh sets it
+ * under QEMU's TCG, where a program start or a 9p file read takes 100-500
+ * times longer): every hang bound below (T_STALL_S, the watchdogs) is N
+ * times longer.  Only how long a test waits before calling it a hang
+ * changes, never what it asserts.  Read once. */
+static inline unsigned t_slow(void)
+{
+	/* Relaxed: any thread may compute it first; all compute the same. */
+	static unsigned f;
+	unsigned v = __atomic_load_n(&f, __ATOMIC_RELAXED);
+	if (!v) {
+		const char *e = getenv("CBCMN_TEST_SLOW");
+		long l = e ? strtol(e, NULL, 10) : 1;
+		v = l >= 1 && l <= 100 ? (unsigned)l : 1;
+		__atomic_store_n(&f, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
 /* A wait longer than this is a hang (a lost wake-up, a timeout that never
  * fires), not a slow machine: far beyond any delay that load causes (every
  * CPU busy with something else, sanitizers on), yet well inside the
  * watchdog (T_WATCHDOG_S), so that a hang fails with its own message.
  * Tests assert what happened (order, nothing early, nothing lost), never
  * how fast: a deadline exists only to end a test that would not end. */
-#define T_STALL_S ((T_ASAN || T_TSAN) ? 60u : 20u)
+#define T_STALL_S (t_slow() * ((T_ASAN || T_TSAN) ? 60u : 20u))
 #define T_STALL_NS ((uint64_t)T_STALL_S * 1000000000ull)
 
 /* Clock id's time, ns. */
@@ -205,7 +225,7 @@ static inline bool run_bounded(void (*fn)(void *), void *arg, unsigned secs)
 
 
 /* The usual watchdog for a test whose cmocka state is its name. */
-#define T_WATCHDOG_S ((T_ASAN || T_TSAN) ? 170u : 55u)
+#define T_WATCHDOG_S (t_slow() * ((T_ASAN || T_TSAN) ? 170u : 55u))
 
 static inline void t_fds_mark(void);
 static inline void t_fds_sweep(const char *test);

@@ -11,10 +11,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/io_uring.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "helpers.h"
@@ -34,8 +36,8 @@
 
 /* Run body(memlock) in a child that is not root, with RLIMIT_MEMLOCK set to
  * memlock bytes, and wait at most secs for it; skip if it cannot drop
- * root. */
-static void run_unprivileged(void (*body)(void), rlim_t memlock, unsigned secs)
+ * root.  The child's exit status. */
+static int run_child(void (*body)(void), rlim_t memlock, unsigned secs)
 {
 	int pfd[2];
 	assert_int_equal(pipe(pfd), 0);
@@ -74,8 +76,57 @@ static void run_unprivileged(void (*body)(void), rlim_t memlock, unsigned secs)
 	if (WIFSIGNALED(st))
 		fail_msg("the child was killed by signal %d%s", WTERMSIG(st),
 			 WTERMSIG(st) == SIGALRM ? " (it hung)" : "");
-	assert_int_equal(WEXITSTATUS(st), 0);
+	return WEXITSTATUS(st);
 }
+
+static void run_unprivileged(void (*body)(void), rlim_t memlock, unsigned secs)
+{
+	assert_int_equal(run_child(body, memlock, secs), 0);
+}
+
+/* ---- does this kernel charge rings to RLIMIT_MEMLOCK? -------------------- */
+
+#define RINGS_UNCHARGED 3
+#define RINGS_REFUSED 4 /* + 8 * errno */
+
+/* In the child (not root, RLIMIT_MEMLOCK 0): the smallest ring.  Charged,
+ * it cannot fit (-ENOMEM); made anyway, the kernel does not count it; any
+ * other error (kernel.io_uring_disabled=1 refuses it to an unprivileged
+ * user) says neither. */
+static void smallest_ring_without_locked_memory(void)
+{
+	struct io_uring_params p;
+	memset(&p, 0, sizeof(p));
+	long fd = syscall(__NR_io_uring_setup, 8, &p);
+	if (fd >= 0)
+		_exit(RINGS_UNCHARGED);
+	if (errno != ENOMEM)
+		_exit(errno < 30 ? RINGS_REFUSED + 8 * errno : RINGS_REFUSED);
+}
+
+/* Ring memory counts against RLIMIT_MEMLOCK before 5.12 (commit 26bfa89e,
+ * "place ring SQ/CQ arrays under memcg memory limits") and again once the
+ * rings became io_uring "regions", which are charged to the user's locked
+ * memory (6.14 on, as reported for PostgreSQL 18; this host's 6.18 does);
+ * Debian 12's 6.1 and its 6.12 backport count only registered buffers
+ * (measured in the kernel matrix, docs/OBSERVABILITY.md).  Asked of the
+ * kernel, not of its version: a test of what the limit does to rings
+ * skips where rings do not count. */
+#define SKIP_UNLESS_RINGS_CHARGED()                                                 \
+	do {                                                                         \
+		int probe_ = run_child(smallest_ring_without_locked_memory, 0, T_STALL_S); \
+		if (probe_ % 8 == RINGS_REFUSED) {                                   \
+			T_SKIP("io_uring_setup refused to a user that is not root: %s", \
+			       probe_ / 8 ? strerror(probe_ / 8) : "an errno above 29"); \
+			return;                                                      \
+		}                                                                    \
+		if (probe_ == RINGS_UNCHARGED) {                                     \
+			T_SKIP("this kernel does not count io_uring ring memory "      \
+			       "against RLIMIT_MEMLOCK (5.12 until the rings became "  \
+			       "regions): an 8-entry ring was made with a limit of 0"); \
+			return;                                                      \
+		}                                                                    \
+	} while (0)
 
 /* ---- the error ------------------------------------------------------------ */
 
@@ -96,6 +147,7 @@ static void test_memlock_exhausted_is_reported_as_memlock(void **state)
 {
 	(void)state;
 	T_SKIP_UNLESS_IO_URING("rings in locked memory");
+	SKIP_UNLESS_RINGS_CHARGED();
 	run_unprivileged(create_without_locked_memory, 0, 20);
 }
 
@@ -512,6 +564,7 @@ static void test_pinned_spawn_to_unstartable_shard_fails(void **state)
 {
 	(void)state;
 	T_SKIP_UNLESS_IO_URING("rings in locked memory");
+	SKIP_UNLESS_RINGS_CHARGED();
 	run_unprivileged(unstartable_shard, 1 << 20, 30);
 }
 

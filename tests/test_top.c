@@ -130,7 +130,9 @@ static pid_t spawn_as(uid_t uid, char *const argv[], int out, int err, bool pdea
 static pid_t workload_start_bin(const char *bin, const char *mode, uid_t uid)
 {
 	leftover_kill();
-	char *rargv[] = {runner, "skew", "--workers", "2", "--duration", "60", NULL};
+	char dur[16]; /* a minute, as slow as the machine (CBCMN_TEST_SLOW) */
+	snprintf(dur, sizeof(dur), "%u", 60 * t_slow());
+	char *rargv[] = {runner, "skew", "--workers", "2", "--duration", dur, NULL};
 	char *wargv[] = {(char *)bin, "--workload", (char *)(mode ? mode : "fib"), NULL};
 	char why[PATH_MAX + 128];
 	pid_t pid = spawn_as(uid, !mode && access(runner, X_OK) == 0 ? rargv : wargv, -1, -1, true,
@@ -180,10 +182,12 @@ static void workload_stop(pid_t pid)
 
 /* Run argv as user uid ((uid_t)-1: ours), collect stdout and stderr (each
  * up to len - 1 bytes); returns the wait status.  Fails the test after
- * secs, or at once saying why if argv[0] cannot be executed. */
+ * secs (times CBCMN_TEST_SLOW: a hang bound), or at once saying why if
+ * argv[0] cannot be executed. */
 static int run_as(uid_t uid, char *const argv[], char *out, size_t olen, char *err, size_t elen,
 		  unsigned secs)
 {
+	secs *= t_slow();
 	int po[2], pe[2];
 	assert_int_equal(pipe2(po, O_CLOEXEC), 0);
 	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
@@ -687,8 +691,11 @@ static void test_many_shards_small_screen(void **state)
 	if (access(runner, X_OK))
 		T_SKIP("%s is not built", runner);
 	char buf[16384], cmd[PATH_MAX * 2 + 128];
-	snprintf(cmd, sizeof(cmd), "%s -d 0.3 %s-- %s fib --workers 64 --duration 60", top,
-		 is_root ? "" : "--no-bpf ", runner);
+	/* The command must last the whole test (a minute; under TCG the
+	 * 6.1 guest took longer, the runtime ended and the status line with
+	 * it): as slow as the machine (CBCMN_TEST_SLOW).  `q` ends it. */
+	snprintf(cmd, sizeof(cmd), "%s -d 0.3 %s-- %s fib --workers 64 --duration %u", top,
+		 is_root ? "" : "--no-bpf ", runner, 60 * t_slow());
 	tmux_start(cmd);
 	/* 24 lines: 4 of header, the column header, the status line and
 	 * the warnings leave at most 18 rows (a frame caught half drawn may
@@ -1397,8 +1404,14 @@ static void test_command_ends(void **state)
 	char out[65536], err[4096];
 	if (access(runner, X_OK))
 		T_SKIP("%s is not built", runner);
+	/* The command must outlive the programs' attach (2 s here, 10-16 s
+	 * in an emulated guest): cbcmn-top reports a command that ended
+	 * before it as a process that exited.  A workload's length, scaled
+	 * as the hang bounds are (CBCMN_TEST_SLOW). */
+	char dur[16];
+	snprintf(dur, sizeof(dur), "%.1f", 1.5 * t_slow());
 	char *argv[] = {top, "-b", "-d", "0.3", "--bpf-no", "sched", "--", runner, "fib",
-			"--workers", "2", "--duration", "1.5", NULL};
+			"--workers", "2", "--duration", dur, NULL};
 	if (!is_root)
 		argv[4] = "--no-bpf", argv[5] = "--no-color";
 	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
@@ -1558,14 +1571,23 @@ static void test_regression_command_stderr_when_it_dies_later(void **state)
 	assert_non_null(strstr(copy, "die: the last words\n"));
 	assert_non_null(strstr(copy, "die: \033[31mred")); /* the file gets the bytes as written */
 
+	/* Each batch snapshot prints the lines that came since, up to 20:
+	 * here the flood ends within a snapshot or two, but in a slow guest
+	 * it spans many (under TCG the 6.12 guest filled a 16 KiB buffer
+	 * before the last line came): room for all 100 000 lines. */
+	size_t flen = 8u << 20;
+	char *ferr = malloc(flen);
+	assert_non_null(ferr);
 	char *fargv[] = {top, "-b", "-d", "0.2", "--no-bpf", "--", self, "--workload", "flood", NULL};
-	st = run(fargv, out, sizeof(out), err, sizeof(err), 60);
+	st = run(fargv, out, sizeof(out), ferr, flen, 60);
 	assert_true(WIFEXITED(st));
-	char *last = strstr(err, "]: flood done\n");
+	char *last = strstr(ferr, "]: flood done\n");
 	if (!last)
-		fail_msg("exit %d, no last line: %s", WEXITSTATUS(st), err);
-	assert_non_null(strstr(err, "earlier lines not kept)\n"));
-	assert_non_null(strstr(err, " exited with status 0"));
+		fail_msg("exit %d, no last line: %s", WEXITSTATUS(st),
+			 strlen(ferr) > 4096 ? ferr + strlen(ferr) - 4096 : ferr);
+	assert_non_null(strstr(ferr, "earlier lines not kept)\n"));
+	assert_non_null(strstr(ferr, " exited with status 0"));
+	free(ferr);
 }
 
 /* The screen: what the command writes on its stderr never reaches the
