@@ -1186,7 +1186,7 @@ static double uprobe_loop_ns(void)
 	return (double)(mono_ns() - t0) / UT_CALLS;
 }
 
-static char uprobe_why[160] = "?";
+static char uprobe_why[256] = "?";
 
 static double uprobe_trap_ns(void)
 {
@@ -1204,8 +1204,7 @@ static double uprobe_trap_ns(void)
 		if (!l) {
 			int e = errno;
 			snprintf(uprobe_why, sizeof(uprobe_why), "an empty uprobe cannot be attached: %s%s",
-				 strerror(e),
-				 e == EACCES || e == EPERM ? " (uprobes need CAP_SYS_ADMIN on this kernel)" : "");
+				 strerror(e), bpfmon_uprobe_caps_why(-e));
 			break;
 		}
 		double on = uprobe_loop_ns();
