@@ -1030,6 +1030,17 @@ static struct bo_sample echo_once(bool with_bpf, unsigned *nattached)
  * Returns NAN when the processes could not be started. */
 enum { HS_RTT = 20000, HS_BLOCKS = 5 };
 
+/* Round trips a block: HS_RTT, or CBCMN_BENCH_HS_RTT=N (1..HS_RTT), a
+ * test aid (docs/BENCHMARKS.md) for tests that check what the bench
+ * prints, not its figures: under an emulator a switch takes ~150 us, and
+ * the default ping-pongs of one --reps 1 run took minutes there. */
+static int hs_rtt(void)
+{
+	const char *e = getenv("CBCMN_BENCH_HS_RTT");
+	long v = e ? atol(e) : 0;
+	return v > 0 && v <= HS_RTT ? (int)v : HS_RTT;
+}
+
 static void hs_side(int in, int out, bool first, int report)
 {
 	cpu_set_t one;
@@ -1038,9 +1049,10 @@ static void hs_side(int in, int out, bool first, int report)
 	sched_setaffinity(0, sizeof(one), &one); /* both on CPU 0: every hop switches */
 	char c = 0;
 	double cpu[HS_BLOCKS];
+	const int rtt = hs_rtt();
 	for (int b = -1; b < HS_BLOCKS; b++) { /* block -1: warm-up */
 		double c0 = process_cpu_ms();
-		for (int i = 0; i < HS_RTT; i++) {
+		for (int i = 0; i < rtt; i++) {
 			if (first && write(out, &c, 1) != 1)
 				_exit(1);
 			if (read(in, &c, 1) != 1)
@@ -1077,7 +1089,7 @@ static double host_switch_once(void)
 	if (a > 0 && b > 0 && read(rep[0][0], ca, sizeof(ca)) == (ssize_t)sizeof(ca) &&
 	    read(rep[1][0], cb, sizeof(cb)) == (ssize_t)sizeof(cb)) {
 		for (int i = 0; i < HS_BLOCKS; i++)
-			per[i] = (ca[i] + cb[i]) / (2.0 * HS_RTT);
+			per[i] = (ca[i] + cb[i]) / (2.0 * hs_rtt());
 		ns = median(per, HS_BLOCKS);
 	}
 	close(rep[0][0]);
@@ -1186,7 +1198,7 @@ static double uprobe_loop_ns(void)
 	return (double)(mono_ns() - t0) / UT_CALLS;
 }
 
-static char uprobe_why[160] = "?";
+static char uprobe_why[256] = "?";
 
 static double uprobe_trap_ns(void)
 {
@@ -1204,8 +1216,7 @@ static double uprobe_trap_ns(void)
 		if (!l) {
 			int e = errno;
 			snprintf(uprobe_why, sizeof(uprobe_why), "an empty uprobe cannot be attached: %s%s",
-				 strerror(e),
-				 e == EACCES || e == EPERM ? " (uprobes need CAP_SYS_ADMIN on this kernel)" : "");
+				 strerror(e), bpfmon_uprobe_caps_why(-e));
 			break;
 		}
 		double on = uprobe_loop_ns();

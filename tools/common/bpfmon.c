@@ -21,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -220,7 +221,8 @@ static uint64_t effective_caps(void)
  * in err: CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+) to load
  * tracing programs and attach them to tracepoints; a kernel locked down
  * for confidentiality refuses the reads of kernel memory the programs
- * make.  The USDT probes need CAP_SYS_ADMIN on most kernels (uprobe_caps_why):
+ * make.  The USDT probes need CAP_SYS_ADMIN on most kernels
+ * (bpfmon_uprobe_caps_why):
  * without it the view is the tracepoints' alone, said per program.
  * Returns 0 or -EPERM. */
 static int check_privileges(char *err, size_t errlen)
@@ -247,16 +249,61 @@ static int check_privileges(char *err, size_t errlen)
 	return 0;
 }
 
-/* Why a uprobe (every USDT probe is one) could not be made: with the fix
- * for CVE-2025-38466 (Linux 6.16; 6.15.7, 6.12.39, 6.6.99, 6.1.146,
- * 5.15.189, 5.10.240) perf_event_open's uprobe PMU asks for
- * CAP_SYS_ADMIN again, where CAP_PERFMON had sufficed since 5.8: a
- * process without it gets EACCES.  "" when that is not the cause. */
-static const char *uprobe_caps_why(int err)
+/* Does this kernel's uprobe PMU ask for CAP_SYS_ADMIN?  The fix for
+ * CVE-2025-38466 (Linux 6.16; 6.15.7, 6.12.39, 6.6.99, 6.1.146, 5.15.189,
+ * 5.10.240) made it so again, where CAP_PERFMON had sufficed since 5.8
+ * (before 5.8 there was no CAP_PERFMON: CAP_SYS_ADMIN).  The upstream
+ * version is release's, or the one a distribution names in version
+ * ("... Debian 6.1.158-1 (...)"): Debian's release says 6.1.0 whatever
+ * its update.  1 yes, 0 no, -1 not known (a distribution's X.Y.0 that
+ * may carry the fix backported). */
+static int uprobe_needs_sys_admin(const char *release, const char *version)
 {
-	if ((err == -EACCES || err == -EPERM) && !(effective_caps() >> CAP_SYS_ADMIN & 1))
+	static const int fixed[][3] = {{6, 15, 7}, {6, 12, 39}, {6, 6, 99}, {6, 1, 146},
+				       {5, 15, 189}, {5, 10, 240}};
+	int a = 0, b = 0, c = 0;
+	const char *deb = version ? strstr(version, "Debian ") : NULL;
+	bool named = deb && sscanf(deb + 7, "%d.%d.%d", &a, &b, &c) == 3;
+	if (!named && sscanf(release ? release : "", "%d.%d.%d", &a, &b, &c) < 2)
+		return -1;
+	if (a > 6 || (a == 6 && b >= 16))
+		return 1;
+	if (a < 5 || (a == 5 && b < 8))
+		return 1;
+	/* X.Y.0-N-flavour (Debian's release, Ubuntu's, RHEL's 5.14.0-N): a
+	 * distribution's numbering, which says nothing of its backports. */
+	if (!named && c == 0 && strchr(release, '-'))
+		return -1;
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (a == fixed[i][0] && b == fixed[i][1])
+			return c >= fixed[i][2];
+	return 0; /* a branch that ended before the fix */
+}
+
+const char *bpfmon_uprobe_denied_why(int err, bool sys_admin, const char *release,
+				     const char *version)
+{
+	if ((err != -EACCES && err != -EPERM) || sys_admin)
+		return "";
+	switch (uprobe_needs_sys_admin(release, version)) {
+	case 1:
 		return " (uprobes need CAP_SYS_ADMIN on this kernel: this process lacks it)";
-	return "";
+	case -1:
+		return " (perhaps for want of CAP_SYS_ADMIN, which this process lacks: uprobes need it "
+		       "on kernels with the fix for CVE-2025-38466)";
+	default:
+		return ""; /* CAP_PERFMON suffices here: something else refused */
+	}
+}
+
+/* Why a uprobe (every USDT probe is one) could not be made, for this
+ * process on this kernel: "" when CAP_SYS_ADMIN is not the cause. */
+const char *bpfmon_uprobe_caps_why(int err)
+{
+	struct utsname u;
+	if (uname(&u))
+		return "";
+	return bpfmon_uprobe_denied_why(err, effective_caps() >> CAP_SYS_ADMIN & 1, u.release, u.version);
 }
 
 static bool fs_is(const char *path, long magic)
@@ -941,7 +988,7 @@ static void attach_all(struct bpfmon *m)
 				pr->err = last;
 				snprintf(m->reasons[i], sizeof(m->reasons[i]), "%s%s%s",
 					 last == -ENOENT ? "not in the target" : "attach: ",
-					 last == -ENOENT ? "" : strerror(-last), uprobe_caps_why(last));
+					 last == -ENOENT ? "" : strerror(-last), bpfmon_uprobe_caps_why(last));
 			}
 			continue;
 		}

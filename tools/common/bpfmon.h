@@ -163,6 +163,18 @@ bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t why
  * null (jw_double(NAN)). */
 const char *bpfmon_fig(bool measured, uint64_t v, char *buf, size_t len);
 
+/* Why a uprobe (each USDT probe is one) was refused with err (-EACCES,
+ * -EPERM), as text to append to the error: " (uprobes need CAP_SYS_ADMIN
+ * on this kernel: ...)" only where this kernel asks for it (the fix for
+ * CVE-2025-38466) and this process lacks it, a "perhaps" where the
+ * kernel's version does not tell, "" where CAP_SYS_ADMIN is not the
+ * cause.  bpfmon_uprobe_denied_why is the same for a process with or
+ * without CAP_SYS_ADMIN (sys_admin) on a kernel of uname's release and
+ * version. */
+const char *bpfmon_uprobe_caps_why(int err);
+const char *bpfmon_uprobe_denied_why(int err, bool sys_admin, const char *release,
+				     const char *version);
+
 /* Are all n counters of fields measured (bpfmon_measured)?  When not, why
  * (as bpfmon_measured) for the first one that is not. */
 bool bpfmon_measured_all(const struct bpfmon *m, const size_t *fields, size_t n, char *why,
