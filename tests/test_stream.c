@@ -2152,6 +2152,17 @@ static void test_bad_stream_config(void **state)
 
 /* ---- who closes what a task left open ----------------------------------------- */
 
+/* Waits for flag as long as a stall allows (a loaded machine): what
+ * follows must not run early (a cancel before a hand-over would free the
+ * stream under its reader). */
+static void task_wait_set(cbcmn_cx *cx, _Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(atomic_load(flag));
+}
+
 /* A client connected to port (in the listen backlog), or -1. */
 static int connect_client(cbcmn_cx *cx, uint16_t port)
 {
@@ -2297,8 +2308,7 @@ static int64_t unwound_opener_main(cbcmn_cx *cx, void *arg)
 	l->spin = true;
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, cbcmn_cx_executor(cx), leave_open, l, NULL) ==
 		   0);
-	task_wait_flag(cx, &l->ready);
-	TASK_CHECK(atomic_load(&l->ready));
+	task_wait_set(cx, &l->ready);
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
 	return 0;
@@ -2357,7 +2367,7 @@ static int64_t own_budget_main(cbcmn_cx *cx, void *arg)
 	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
 			      .shard = cbcmn_cx_executor(cx)};
 	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, own_budget_reader, b, &o, NULL) == 0);
-	task_wait_flag(cx, &b->stage);
+	task_wait_set(cx, &b->stage);
 	for (int i = 0; i < 20; i++)
 		cbcmn_yield(cx); /* the reader is now waiting for budget */
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
@@ -2410,7 +2420,7 @@ static int64_t handed_reader(cbcmn_cx *cx, void *arg)
 	const void *d;
 	h->r1 = cbcmn_stream_recv(cx, h->s, &d);
 	atomic_store(&h->took, 1);
-	task_wait_flag(cx, &h->more);
+	task_wait_set(cx, &h->more);
 	h->r2 = cbcmn_stream_recv(cx, h->s, &d);
 	if (h->r2 > 0)
 		memcpy(h->got, d, (size_t)h->r2 < sizeof(h->got) ? (size_t)h->r2 : sizeof(h->got));
@@ -2427,10 +2437,10 @@ static int64_t handed_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &on) == 0);
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &rn) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, on, me, handed_opener, h, NULL) == 0);
-	task_wait_flag(cx, &h->opened);
+	task_wait_set(cx, &h->opened);
 	TASK_CHECK(write(h->sv[1], "a", 1) == 1);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, rn, me, handed_reader, h, NULL) == 0);
-	task_wait_flag(cx, &h->took);
+	task_wait_set(cx, &h->took);
 	TASK_CHECK(cbcmn_nursery_cancel(on) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, on) == CBCMN_ECANCELED);
 	TASK_CHECK(write(h->sv[1], "bc", 2) == 2);
