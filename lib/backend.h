@@ -60,6 +60,7 @@ static inline void cbcmn__be_destroy(struct cbcmn__exec *e)
 {
 	cbcmn__ep_destroy(e);
 	cbcmn__ring_destroy(e);
+	cbcmn__mshot_fini(e); /* streams left open: nothing refers to them now */
 }
 
 #endif

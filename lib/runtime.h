@@ -589,6 +589,10 @@ void cbcmn__bufring_fini(struct cbcmn__exec *e);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
 void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
 void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e);
+/* stream.c: t was unwound: close the streams and acceptors it still owns. */
+void cbcmn__mshot_unwound(struct cbcmn_task *t);
+/* stream.c: destroy: free what is still open on e (its ring is gone). */
+void cbcmn__mshot_fini(struct cbcmn__exec *e);
 
 /* timer.c */
 struct cbcmn__timer;

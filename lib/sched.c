@@ -341,6 +341,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
 		t = vt;
 		cbcmn__overflow_landed(t, jb, fpcw);
+		cbcmn__mshot_unwound(t); /* what it opened and could not close */
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);

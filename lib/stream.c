@@ -43,6 +43,12 @@
  * the object, and a timeout is in real time even in lab mode, where the
  * runtime's clock would jump over a pause that waits for the world outside.
  *
+ * Ownership (docs/IO.md, "Who closes a stream"): an object is its opener's
+ * (m->owner) until another task makes a call on it.  An opener unwound
+ * closes what it still owns as it lands (cbcmn__mshot_unwound(), as an
+ * ending task's reservations are aborted); destroy frees whatever is still
+ * open (cbcmn__mshot_fini()).
+ *
  * A task inside a call on an object may be moved to another executor while
  * it waits (an unpinned task: stolen, or woken elsewhere after a wait for
  * budget).  It then touches the object no more: the call returns -EXDEV,
@@ -97,6 +103,9 @@ struct cbcmn__mshot {
 	uint8_t pause;         /* acceptor: PAUSE_* */
 	bool turn;             /* stream: woken for a buffer it has not asked for yet */
 	int32_t err;
+	uint64_t owner;        /* id of the task that opened it, while no other task has made
+				* a call on it (0: handed over): closed if that task is
+				* unwound (cbcmn__mshot_unwound()) */
 	struct ms_item *q;     /* arrived, not yet taken: FIFO ring */
 	uint32_t qhead, qlen, qcap;
 	struct cbcmn__iwait *waiter; /* a task waiting for an item or the end */
@@ -854,6 +863,8 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 	if (m->busy)
 		return -EBUSY; /* one task at a time */
 	m->busy = true;
+	if (m->owner != t->id)
+		m->owner = 0; /* handed over: no unwind closes it any more */
 	void *jb[5];
 	/* volatile: __builtin_setjmp's second return restores none of the
 	 * registers they may live in. */
@@ -914,6 +925,7 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	m->kind = kind;
 	m->held = -1;
 	m->pool = p;
+	m->owner = t->id;
 	if (p) {
 		p->streams++;
 		pool_wake(e, p); /* new buffers: starved streams may use them */
@@ -1008,6 +1020,51 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	}
 	ms_free(m);
 	return 0;
+}
+
+/* ---- ownership: what an unwound task and destroy leave ------------------------ */
+
+/* Task t was unwound to its landing pad (sched.c), on its fiber and its
+ * executor: it cannot close what it opened, so close it here, as an
+ * obligation of an ending task is aborted (obligation.c): each stream and
+ * acceptor of this executor that t opened and no other task has called
+ * (m->owner).  One in a call is not t's (a call by another task hands it
+ * over, and t's own call released it on the way: ms_next()).  Without
+ * waiting: its SQE and watch are cancelled, and its last CQE frees it
+ * (ms_close_there()).  What t opened on another executor before it moved
+ * stays open until cbcmn_runtime_destroy() (cbcmn__mshot_fini()). */
+void cbcmn__mshot_unwound(struct cbcmn_task *t)
+{
+	struct cbcmn__exec *e = t->exec;
+	if (!e || !e->nmshots)
+		return;
+	for (struct cbcmn__mshot *m = e->mshots, *next; m; m = next) {
+		next = m->next; /* m may be freed below */
+		if (m->owner != t->id || m->busy || m->closing)
+			continue;
+		m->busy = true; /* for good, as ms_close() */
+		ms_close_there(e, m);
+	}
+}
+
+/* cbcmn_runtime_destroy(), once e's thread has ended and its ring (and
+ * pool) are gone, so nothing in the kernel refers to them: free the
+ * streams and acceptors no task closed (one whose task returned without
+ * closing it, or handed it over and nobody did), and close the
+ * connections an acceptor accepted that were never taken.  Their buffers
+ * went with the pool. */
+void cbcmn__mshot_fini(struct cbcmn__exec *e)
+{
+	while (e->mshots) {
+		struct cbcmn__mshot *m = e->mshots;
+		e->mshots = m->next;
+		while (m->kind == MS_ACCEPT && m->qlen)
+			close((int)ms_pop(m).val);
+		free(m->q);
+		free(m);
+	}
+	e->nmshots = 0;
+	atomic_store_explicit(&e->diag.mshots, 0, memory_order_relaxed); /* snapshot.c */
 }
 
 /* ---- receive streams ----------------------------------------------------------- */

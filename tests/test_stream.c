@@ -1,6 +1,7 @@
 /* test_stream.c: multishot receive streams and acceptors (cbcmn_io.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <grp.h>
 #include <netinet/in.h>
@@ -2149,6 +2150,326 @@ static void test_bad_stream_config(void **state)
 	}
 }
 
+/* ---- who closes what a task left open ----------------------------------------- */
+
+/* Waits for flag as long as a stall allows (a loaded machine): what
+ * follows must not run early (a cancel before a hand-over would free the
+ * stream under its reader). */
+static void task_wait_set(cbcmn_cx *cx, _Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(atomic_load(flag));
+}
+
+/* A client connected to port (in the listen backlog), or -1. */
+static int connect_client(cbcmn_cx *cx, uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c >= 0 && cbcmn_connect(cx, c, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(c);
+		c = -1;
+	}
+	return c;
+}
+
+/* Connects a client to lfd (port) and waits until the kernel (or the
+ * epoll backend) has accepted it for the armed acceptor: the listen socket
+ * is then no longer readable.  The client's descriptor, or -1. */
+static int connect_accepted(cbcmn_cx *cx, int lfd, uint16_t port)
+{
+	int c = connect_client(cx, port);
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (c >= 0 && poll(&p, 1, 0) == 1 && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	return c;
+}
+
+/* The connection's server end was closed: EOF (or a reset) within 5 s. */
+static bool client_sees_end(int c)
+{
+	struct pollfd p = {.fd = c, .events = POLLIN};
+	if (poll(&p, 1, 5000) != 1)
+		return false;
+	char b;
+	ssize_t n = recv(c, &b, 1, MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+/* What a task leaves open: a stream with a chunk queued, and an acceptor
+ * with a connection accepted and not taken (its client in c). */
+struct left {
+	int sv[2];
+	int lfd;
+	uint16_t port;
+	int c;
+	bool spin;          /* then wait to be cancelled, at checkpoints */
+	_Atomic int ready;
+	cbcmn_stream *s;
+	cbcmn_acceptor *ac;
+};
+
+static int64_t leave_open(cbcmn_cx *cx, void *arg)
+{
+	struct left *l = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, l->sv[0], &l->s) == 0);
+	TASK_CHECK(write(l->sv[1], "abc", 3) == 3);
+	const void *d;
+	TASK_CHECK(cbcmn_stream_recv(cx, l->s, &d) == 3); /* armed */
+	TASK_CHECK(write(l->sv[1], "de", 2) == 2);
+	TASK_CHECK(cbcmn_acceptor_open(cx, l->lfd, SOCK_CLOEXEC, &l->ac) == 0);
+	int c0 = connect_client(cx, l->port);
+	TASK_CHECK(c0 >= 0);
+	int64_t fd = cbcmn_acceptor_next(cx, l->ac); /* armed */
+	TASK_CHECK(fd >= 0);
+	close((int)fd);
+	close(c0);
+	l->c = connect_accepted(cx, l->lfd, l->port); /* queued, never taken */
+	TASK_CHECK(l->c >= 0);
+	atomic_store(&l->ready, 1);
+	while (l->spin)
+		CBCMN_CHECKPOINT(cx);
+	return 0; /* without closing either */
+}
+
+static bool left_setup(struct left *l)
+{
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, l->sv), 0);
+	l->lfd = listener(&l->port);
+	assert_true(l->lfd >= 0);
+	l->c = -1;
+	return true;
+}
+
+static void left_teardown(struct left *l)
+{
+	close(l->sv[0]);
+	close(l->sv[1]);
+	close(l->lfd);
+	if (l->c >= 0)
+		close(l->c);
+}
+
+static int64_t probe_accept(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_acceptor *ac;
+	int rc = cbcmn_acceptor_open(cx, *(int *)arg, SOCK_CLOEXEC, &ac);
+	return rc ? rc : cbcmn_acceptor_close(cx, ac);
+}
+
+static bool have_accept(cbcmn_runtime *rt)
+{
+	uint16_t port;
+	int lfd = listener(&port);
+	assert_true(lfd >= 0);
+	int64_t r = run_on_0(rt, probe_accept, &lfd);
+	close(lfd);
+	if (r != 0 && r != -EOPNOTSUPP)
+		fail_msg("cbcmn_acceptor_open: %s", cbcmn_strerror(r));
+	return r == 0;
+}
+
+/* A task returned without closing its stream and acceptor: they stay
+ * open (another task may use them), and cbcmn_runtime_destroy() closes
+ * and frees them (before: both were left as they were, the connection
+ * accepted and never taken stayed open in the process, and LeakSanitizer
+ * reported the objects and their queues, ms_alloc and ms_push). */
+static void test_destroy_frees_streams_and_acceptors_left_open(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt) || !have_accept(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv (6.0) or accept (5.19)");
+	}
+	struct left l = {0};
+	left_setup(&l);
+	assert_int_equal(run_on_0(rt, leave_open, &l), 0);
+	ASSERT_TASK_CHECKS();
+	assert_false(cbcmn_runtime_is_quiescent(rt)); /* both still open */
+	t_destroy(rt);
+	assert_true(client_sees_end(l.c));
+	left_teardown(&l);
+}
+
+/* A task unwound at a checkpoint (cancelled) had opened a stream and an
+ * acceptor no other task used: they are closed as it ends, the
+ * connection accepted and not taken with them (before: both stayed open,
+ * with their buffers and the connection, until the process ended). */
+static int64_t unwound_opener_main(cbcmn_cx *cx, void *arg)
+{
+	struct left *l = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	l->spin = true;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, cbcmn_cx_executor(cx), leave_open, l, NULL) ==
+		   0);
+	task_wait_set(cx, &l->ready);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+/* The runtime is quiescent (nothing open) within 5 s. */
+static bool quiescent_soon(cbcmn_runtime *rt)
+{
+	uint64_t end = t_now_ns() + 5000000000ull;
+	while (!cbcmn_runtime_is_quiescent(rt) && t_now_ns() < end)
+		usleep(1000);
+	return cbcmn_runtime_is_quiescent(rt);
+}
+
+static void test_unwound_opener_closes_its_stream_and_acceptor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt) || !have_accept(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv (6.0) or accept (5.19)");
+	}
+	struct left l = {0};
+	left_setup(&l);
+	assert_int_equal(run_on_0(rt, unwound_opener_main, &l), 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(client_sees_end(l.c));
+	assert_true(quiescent_soon(rt));
+	t_destroy(rt);
+	left_teardown(&l);
+}
+
+/* The reader opened its stream itself and is cancelled while it waits for
+ * budget inside cbcmn_stream_recv(): the call's pad releases the stream,
+ * and the stream, the reader's own, is closed as the reader ends (before:
+ * released, but left open with its SQE and buffers for good). */
+static int64_t own_budget_reader(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	const void *d;
+	TASK_CHECK(cbcmn_stream_open(cx, b->sv[0], &b->s) == 0);
+	b->r1 = cbcmn_stream_recv(cx, b->s, &d); /* the one syscall it may pay */
+	atomic_store(&b->stage, 1);
+	b->r2 = cbcmn_stream_recv(cx, b->s, &d); /* waits for budget: unwound */
+	return 0;
+}
+
+static int64_t own_budget_main(cbcmn_cx *cx, void *arg)
+{
+	struct bw *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(write(b->sv[1], "a", 1) == 1);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {.syscalls = 1};
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
+			      .shard = cbcmn_cx_executor(cx)};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, own_budget_reader, b, &o, NULL) == 0);
+	task_wait_set(cx, &b->stage);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx); /* the reader is now waiting for budget */
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+static void test_owner_unwound_in_budget_wait_closes_its_stream(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct bw b = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
+	assert_int_equal(run_on_0(rt, own_budget_main, &b), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.r1, 1);
+	assert_true(quiescent_soon(rt));
+	close(b.sv[0]);
+	close(b.sv[1]);
+	t_destroy(rt);
+}
+
+/* A stream handed to another task on purpose keeps working when its
+ * opener is unwound: the reader's first call made it the reader's. */
+struct handed {
+	int sv[2];
+	cbcmn_stream *s;
+	_Atomic int opened, took, more;
+	int64_t r1, r2, closed;
+	char got[4];
+};
+
+static int64_t handed_opener(cbcmn_cx *cx, void *arg)
+{
+	struct handed *h = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, h->sv[0], &h->s) == 0);
+	atomic_store(&h->opened, 1);
+	for (;;)
+		CBCMN_CHECKPOINT(cx); /* until it is cancelled */
+	return 0;
+}
+
+static int64_t handed_reader(cbcmn_cx *cx, void *arg)
+{
+	struct handed *h = arg;
+	const void *d;
+	h->r1 = cbcmn_stream_recv(cx, h->s, &d);
+	atomic_store(&h->took, 1);
+	task_wait_set(cx, &h->more);
+	h->r2 = cbcmn_stream_recv(cx, h->s, &d);
+	if (h->r2 > 0)
+		memcpy(h->got, d, (size_t)h->r2 < sizeof(h->got) ? (size_t)h->r2 : sizeof(h->got));
+	h->closed = cbcmn_stream_close(cx, h->s);
+	return 0;
+}
+
+static int64_t handed_main(cbcmn_cx *cx, void *arg)
+{
+	struct handed *h = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint32_t me = cbcmn_cx_executor(cx);
+	cbcmn_nursery *on, *rn;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &on) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &rn) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, on, me, handed_opener, h, NULL) == 0);
+	task_wait_set(cx, &h->opened);
+	TASK_CHECK(write(h->sv[1], "a", 1) == 1);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, rn, me, handed_reader, h, NULL) == 0);
+	task_wait_set(cx, &h->took);
+	TASK_CHECK(cbcmn_nursery_cancel(on) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, on) == CBCMN_ECANCELED);
+	TASK_CHECK(write(h->sv[1], "bc", 2) == 2);
+	atomic_store(&h->more, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, rn) == 0);
+	return 0;
+}
+
+static void test_handed_stream_outlives_its_unwound_opener(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+	}
+	struct handed h = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.sv), 0);
+	assert_int_equal(run_on_0(rt, handed_main, &h), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(h.r1, 1);
+	assert_int_equal(h.r2, 2);
+	assert_memory_equal(h.got, "bc", 2);
+	assert_int_equal(h.closed, 0);
+	close(h.sv[0]);
+	close(h.sv[1]);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2160,6 +2481,10 @@ int main(void)
 		T_WATCHED_TEST(test_cancelled_reader_with_chunks_queued_is_ecanceled),
 		T_WATCHED_TEST(test_close_during_budget_wait_is_ebusy),
 		T_WATCHED_TEST(test_cancel_during_budget_wait_releases_the_stream),
+		T_WATCHED_TEST(test_destroy_frees_streams_and_acceptors_left_open),
+		T_WATCHED_TEST(test_unwound_opener_closes_its_stream_and_acceptor),
+		T_WATCHED_TEST(test_owner_unwound_in_budget_wait_closes_its_stream),
+		T_WATCHED_TEST(test_handed_stream_outlives_its_unwound_opener),
 		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
 		T_WATCHED_TEST(test_many_hog_streams_do_not_stall_others),
 		T_WATCHED_TEST(test_streams_past_the_sq_size_keep_their_order),

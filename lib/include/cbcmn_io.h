@@ -103,8 +103,14 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  * may be inside a call on it: while a task is in cbcmn_stream_recv() or
  * cbcmn_acceptor_next() (waiting for data, for buffers, for budget, or
  * backing off), another call on the object, its close included, returns
- * -EBUSY and changes nothing.  -EOPNOTSUPP where the kernel lacks
- * multishot recv and buffer rings (6.0) or multishot accept (5.19).
+ * -EBUSY and changes nothing.  Ownership (docs/IO.md, "Who closes a
+ * stream"): a stream or acceptor is its opener's until another task makes a
+ * call on it, then the program's; one its opener still owns is closed when
+ * the opener is unwound (cancelled at a checkpoint or in a budget wait, a
+ * stack overflow), and cbcmn_runtime_destroy() frees whatever is still
+ * open.  The socket stays the caller's to close.  -EOPNOTSUPP where the
+ * kernel lacks multishot recv and buffer rings (6.0) or multishot accept
+ * (5.19).
  */
 typedef struct cbcmn_stream cbcmn_stream;
 typedef struct cbcmn_acceptor cbcmn_acceptor;
