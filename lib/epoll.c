@@ -29,9 +29,12 @@
  * the task, which may then run anywhere.
  *
  * What epoll cannot watch (regular files: EPERM from epoll_ctl) and what a
- * non-blocking attempt cannot express (a read(2) on a file without
- * RWF_NOWAIT support and without O_NONBLOCK, openat, statx, fsync) runs in
- * the blocking pool (blocking.c).
+ * non-blocking attempt cannot express (openat, statx, fsync) runs in the
+ * blocking pool (blocking.c).  A read or write of a file that refuses
+ * RWF_NOWAIT and is not O_NONBLOCK (a pipe before 6.2, a tty) goes through
+ * a private O_NONBLOCK description of a pipe (reopen_fifo()), else to the
+ * pool a slice at a time (sliced_pool()): never a pool thread held on an
+ * empty or full descriptor.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -915,8 +918,13 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
  * hold back its other end's EPIPE (EOF) after the caller's close(2).  -1
  * when it cannot: not a FIFO, no /proc, EACCES, a write with no reader
  * (ENXIO; the call then fails with EPIPE anyway). */
-static int reopen_fifo(int fd, bool wr)
+static int reopen_fifo(int fd, int fl, bool wr)
 {
+	/* Never more than fd's own access: a read of a write end stays the
+	 * kernel's EBADF (the pool's call says so). */
+	int acc = fl & O_ACCMODE;
+	if (acc != O_RDWR && acc != (wr ? O_WRONLY : O_RDONLY))
+		return -1;
 	struct stat st, alt_st;
 	if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
 		return -1;
@@ -995,9 +1003,9 @@ static int64_t io_loop(struct cbcmn_task *t, struct call *c, uint64_t deadline)
 				c->plain = true;
 				continue;
 			}
-			if (!c->reopened) {
+			if (fl >= 0 && !c->reopened) {
 				c->reopened = true;
-				if ((c->alt = reopen_fifo(sqe->fd, events == EPOLLOUT)) >= 0) {
+				if ((c->alt = reopen_fifo(sqe->fd, fl, events == EPOLLOUT)) >= 0) {
 					c->plain = true;
 					continue;
 				}
