@@ -29,14 +29,18 @@
  * the task, which may then run anywhere.
  *
  * What epoll cannot watch (regular files: EPERM from epoll_ctl) and what a
- * non-blocking attempt cannot express (a read(2) on a file without
- * RWF_NOWAIT support and without O_NONBLOCK, openat, statx, fsync) runs in
- * the blocking pool (blocking.c).
+ * non-blocking attempt cannot express (openat, statx, fsync) runs in the
+ * blocking pool (blocking.c).  A read or write of a file that refuses
+ * RWF_NOWAIT and is not O_NONBLOCK (a pipe before 6.2, a tty) goes through
+ * a private O_NONBLOCK description of a pipe (reopen_fifo()), else to the
+ * pool a slice at a time (sliced_pool()): never a pool thread held on an
+ * empty or full descriptor.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -607,7 +611,9 @@ static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadl
 struct call {
 	const struct io_uring_sqe *sqe;
 	size_t done;                     /* bytes moved so far */
-	bool plain;                      /* no RWF_NOWAIT: the fd is O_NONBLOCK itself */
+	bool plain;                      /* no RWF_NOWAIT: fd (or alt) is O_NONBLOCK itself */
+	bool reopened;                   /* alt was tried */
+	int alt;                         /* a private O_NONBLOCK description of fd, or -1 */
 	bool pool;                       /* in the blocking pool: may block */
 	size_t ctl_len;                  /* recvmsg: the caller's msg_controllen, before */
 };
@@ -719,9 +725,10 @@ static int64_t rw(struct call *c)
 	}
 	off_t off = sqe->off == (uint64_t)-1 ? -1 : (off_t)(sqe->off + c->done);
 	int fl = c->pool || c->plain ? 0 : RWF_NOWAIT;
+	int fd = c->alt >= 0 ? c->alt : sqe->fd;
 	int64_t rc;
 	for (;;) {
-		rc = wr ? sys(pwritev2(sqe->fd, iov, cnt, off, fl)) : sys(preadv2(sqe->fd, iov, cnt, off, fl));
+		rc = wr ? sys(pwritev2(fd, iov, cnt, off, fl)) : sys(preadv2(fd, iov, cnt, off, fl));
 		/* A file that cannot seek: the offset is ignored, as io_uring
 		 * does (io.c). */
 		if (rc != -ESPIPE || off == -1)
@@ -900,9 +907,154 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	return rc;
 }
 
+/* A private non-blocking description of the pipe (or FIFO) fd names, for a
+ * kernel that refuses RWF_NOWAIT on pipes (before 6.2): O_NONBLOCK is its
+ * own, the caller's description and flags are untouched.  Opened through
+ * /proc/thread-self/fd (this thread's descriptor table, as the call's),
+ * which opens the file anew: only a FIFO, where that is surely the same
+ * pipe and has no side effect (a character device's open may make another
+ * instance, /dev/ptmx, /dev/net/tun, or take a controlling tty).  It lives
+ * for one call: one kept would be one more reader (writer) of the pipe and
+ * hold back its other end's EPIPE (EOF) after the caller's close(2).  -1
+ * when it cannot: not a FIFO, no /proc, EACCES, a write with no reader
+ * (ENXIO; the call then fails with EPIPE anyway). */
+static int reopen_fifo(int fd, int fl, bool wr)
+{
+	/* Never more than fd's own access: a read of a write end stays the
+	 * kernel's EBADF (the pool's call says so). */
+	int acc = fl & O_ACCMODE;
+	if (acc != O_RDWR && acc != (wr ? O_WRONLY : O_RDONLY))
+		return -1;
+	struct stat st, alt_st;
+	if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
+		return -1;
+	char path[40];
+	snprintf(path, sizeof(path), "/proc/thread-self/fd/%d", fd);
+	int alt = open(path, (wr ? O_WRONLY : O_RDONLY) | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (alt < 0)
+		return -1;
+	/* The number closed and reused meanwhile: not what fd was. */
+	if (fstat(alt, &alt_st) != 0 || alt_st.st_dev != st.st_dev || alt_st.st_ino != st.st_ino) {
+		close(alt);
+		return -1;
+	}
+	return alt;
+}
+
+/* c (a read or write of a file without RWF_NOWAIT, not O_NONBLOCK, that
+ * reopen_fifo() could not serve) after readiness in the pool, where it may
+ * block if another reader (writer) took what was ready: then it is
+ * interrupted after SLICE_NS and waits for readiness again, so that such
+ * calls never hold the pool's threads against the one that would make
+ * them ready (a writer's call queued behind readers blocked on an empty
+ * pipe).  Without the pool's interrupt (the program owns its signal) or in
+ * lab mode, the call blocks in the pool until done (docs/IO.md). */
+#define SLICE_NS 2000000ull
+
+static int64_t sliced_pool(struct cbcmn_task *t, struct call *c, uint32_t events, uint64_t deadline)
+{
+	bool sliced = !t->rt->lab && cbcmn__ep_pool_interruptible();
+	for (;;) {
+		int64_t rc = wait_fd(t, c->sqe->fd, events, deadline);
+		if (rc == 0 && cbcmn__task_cancelled(t))
+			rc = CBCMN_ECANCELED;
+		if (rc && rc != -EPERM)
+			return rc;
+		if (!sliced || rc == -EPERM)
+			return pool_call(t, c, deadline);
+		uint64_t now = cbcmn__now(t->rt);
+		uint64_t end = deadline > now && deadline - now > SLICE_NS ? now + SLICE_NS : deadline;
+		bool ran;
+		c->pool = true;
+		rc = cbcmn__ep_pool_call(t, pool_fn, c, end, &ran);
+		if (ran || rc != -ETIMEDOUT || end == deadline)
+			return rc;
+	}
+}
+
+/* The rest of cbcmn__ep_io(): a call that may wait for readiness. */
+static int64_t io_loop(struct cbcmn_task *t, struct call *c, uint64_t deadline)
+{
+	const struct io_uring_sqe *sqe = c->sqe;
+	bool msg = sqe->opcode == IORING_OP_RECVMSG || sqe->opcode == IORING_OP_SENDMSG;
+	bool waitall = (sqe->opcode == IORING_OP_RECV || sqe->opcode == IORING_OP_SEND || msg) &&
+		       (sqe->msg_flags & MSG_WAITALL);
+	size_t total = sqe->len; /* what MSG_WAITALL waits for */
+	if (msg) {
+		const struct msghdr *m = (const struct msghdr *)(uintptr_t)sqe->addr;
+		total = iov_total(m->msg_iov, m->msg_iovlen);
+		c->ctl_len = m->msg_controllen;
+	}
+	bool rwop = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_WRITE ||
+		    sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV;
+	for (;;) {
+		uint32_t events;
+		int64_t rc = attempt(c, &events);
+		if (rc == -EINTR)
+			continue; /* a signal on this thread: a ring would not say so either */
+		if (rc == -EOPNOTSUPP && rwop && !c->plain) {
+			/* No RWF_NOWAIT for this file (a pipe before 6.2, a
+			 * tty, an eventfd, inotify): the plain call if it is
+			 * O_NONBLOCK itself, or on a private O_NONBLOCK
+			 * description of a pipe; else readiness, then the call
+			 * in the pool for a slice at a time. */
+			int fl = fcntl(sqe->fd, F_GETFL);
+			if (fl >= 0 && (fl & O_NONBLOCK)) {
+				c->plain = true;
+				continue;
+			}
+			if (fl >= 0 && !c->reopened) {
+				c->reopened = true;
+				if ((c->alt = reopen_fifo(sqe->fd, fl, events == EPOLLOUT)) >= 0) {
+					c->plain = true;
+					continue;
+				}
+			}
+			return sliced_pool(t, c, events, deadline);
+		}
+		if (rc > 0 && waitall && c->done + (size_t)rc < total && stream_socket(sqe->fd) &&
+		    !(sqe->opcode == IORING_OP_RECVMSG &&
+		      ((const struct msghdr *)(uintptr_t)sqe->addr)->msg_controllen)) {
+			c->done += (size_t)rc; /* MSG_WAITALL: all of it, as io_uring does */
+			rc = -EAGAIN;
+		} else if (rc > 0 && rwop && !c->plain) {
+			/* A regular file reads (writes) what RWF_NOWAIT can
+			 * without blocking; read(2) would go on: the rest in
+			 * the pool. */
+			struct stat st;
+			size_t want = sqe->len;
+			if (sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV)
+				want = iov_total((const struct iovec *)(uintptr_t)sqe->addr, sqe->len);
+			if (c->done + (size_t)rc < want && fstat(sqe->fd, &st) == 0 &&
+			    (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+				c->done += (size_t)rc;
+				/* A read that reached the end of a regular file
+				 * is done (the usual short read of a small file:
+				 * no trip to the pool). */
+				bool rd = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_READV;
+				off_t pos = sqe->off == (uint64_t)-1 ? lseek(sqe->fd, 0, SEEK_CUR)
+								     : (off_t)(sqe->off + c->done);
+				if (rd && S_ISREG(st.st_mode) && pos >= st.st_size)
+					return (int64_t)c->done;
+				int64_t more = pool_call(t, c, deadline);
+				return more < 0 ? (int64_t)c->done : (int64_t)c->done + more;
+			}
+		}
+		if (rc != -EAGAIN || (sqe->msg_flags & MSG_DONTWAIT && !rwop))
+			return rc >= 0 ? rc + (int64_t)c->done : c->done ? (int64_t)c->done : rc;
+		rc = wait_fd(t, sqe->fd, events, deadline);
+		if (rc == -EPERM) /* a regular file not in the page cache */
+			return c->done ? (int64_t)c->done : pool_call(t, c, deadline);
+		if (rc == 0 && cbcmn__task_cancelled(t))
+			rc = CBCMN_ECANCELED; /* ready, but not tried: nothing happened */
+		if (rc)
+			return c->done ? (int64_t)c->done : rc;
+	}
+}
+
 int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t timeout_ns)
 {
-	struct call c = {.sqe = sqe};
+	struct call c = {.sqe = sqe, .alt = -1};
 	uint64_t deadline = UINT64_MAX;
 	if (timeout_ns) {
 		/* In lab mode in real time, as a ring's linked timeout. */
@@ -921,74 +1073,8 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 	default:
 		break;
 	}
-	bool msg = sqe->opcode == IORING_OP_RECVMSG || sqe->opcode == IORING_OP_SENDMSG;
-	bool waitall = (sqe->opcode == IORING_OP_RECV || sqe->opcode == IORING_OP_SEND || msg) &&
-		       (sqe->msg_flags & MSG_WAITALL);
-	size_t total = sqe->len; /* what MSG_WAITALL waits for */
-	if (msg) {
-		const struct msghdr *m = (const struct msghdr *)(uintptr_t)sqe->addr;
-		total = iov_total(m->msg_iov, m->msg_iovlen);
-		c.ctl_len = m->msg_controllen;
-	}
-	bool rwop = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_WRITE ||
-		    sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV;
-	for (;;) {
-		uint32_t events;
-		int64_t rc = attempt(&c, &events);
-		if (rc == -EINTR)
-			continue; /* a signal on this thread: a ring would not say so either */
-		if (rc == -EOPNOTSUPP && rwop && !c.plain) {
-			/* No RWF_NOWAIT for this file (a tty, inotify, some
-			 * devices): the plain call if it is O_NONBLOCK itself;
-			 * else readiness first (cancellable, timed), then the
-			 * call in the pool, where it blocks only if another
-			 * reader took what was ready. */
-			int fl = fcntl(sqe->fd, F_GETFL);
-			if (fl >= 0 && (fl & O_NONBLOCK)) {
-				c.plain = true;
-				continue;
-			}
-			rc = wait_fd(t, sqe->fd, events, deadline);
-			if (rc == 0 && cbcmn__task_cancelled(t))
-				rc = CBCMN_ECANCELED;
-			return rc && rc != -EPERM ? rc : pool_call(t, &c, deadline);
-		}
-		if (rc > 0 && waitall && c.done + (size_t)rc < total && stream_socket(sqe->fd) &&
-		    !(sqe->opcode == IORING_OP_RECVMSG &&
-		      ((const struct msghdr *)(uintptr_t)sqe->addr)->msg_controllen)) {
-			c.done += (size_t)rc; /* MSG_WAITALL: all of it, as io_uring does */
-			rc = -EAGAIN;
-		} else if (rc > 0 && rwop && !c.plain) {
-			/* A regular file reads (writes) what RWF_NOWAIT can
-			 * without blocking; read(2) would go on: the rest in
-			 * the pool. */
-			struct stat st;
-			size_t want = sqe->len;
-			if (sqe->opcode == IORING_OP_READV || sqe->opcode == IORING_OP_WRITEV)
-				want = iov_total((const struct iovec *)(uintptr_t)sqe->addr, sqe->len);
-			if (c.done + (size_t)rc < want && fstat(sqe->fd, &st) == 0 &&
-			    (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
-				c.done += (size_t)rc;
-				/* A read that reached the end of a regular file
-				 * is done (the usual short read of a small file:
-				 * no trip to the pool). */
-				bool rd = sqe->opcode == IORING_OP_READ || sqe->opcode == IORING_OP_READV;
-				off_t pos = sqe->off == (uint64_t)-1 ? lseek(sqe->fd, 0, SEEK_CUR)
-								     : (off_t)(sqe->off + c.done);
-				if (rd && S_ISREG(st.st_mode) && pos >= st.st_size)
-					return (int64_t)c.done;
-				int64_t more = pool_call(t, &c, deadline);
-				return more < 0 ? (int64_t)c.done : (int64_t)c.done + more;
-			}
-		}
-		if (rc != -EAGAIN || (sqe->msg_flags & MSG_DONTWAIT && !rwop))
-			return rc >= 0 ? rc + (int64_t)c.done : c.done ? (int64_t)c.done : rc;
-		rc = wait_fd(t, sqe->fd, events, deadline);
-		if (rc == -EPERM) /* a regular file not in the page cache */
-			return c.done ? (int64_t)c.done : pool_call(t, &c, deadline);
-		if (rc == 0 && cbcmn__task_cancelled(t))
-			rc = CBCMN_ECANCELED; /* ready, but not tried: nothing happened */
-		if (rc)
-			return c.done ? (int64_t)c.done : rc;
-	}
+	int64_t rc = io_loop(t, &c, deadline);
+	if (c.alt >= 0)
+		close(c.alt);
+	return rc;
 }

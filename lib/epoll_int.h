@@ -117,6 +117,8 @@ int cbcmn__ep_nonblock(int fd);
 void cbcmn__ep_pool_init(void);
 int64_t cbcmn__ep_pool_call(struct cbcmn_task *t, int64_t (*fn)(void *arg), void *arg,
 			    uint64_t deadline, bool *ran);
+/* The interrupt is on: a deadline ends a call blocked in the pool. */
+bool cbcmn__ep_pool_interruptible(void);
 
 /* epoll_sq.c */
 int cbcmn__ep_sq_init(struct cbcmn__ep *ep);

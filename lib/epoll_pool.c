@@ -99,6 +99,12 @@ void cbcmn__ep_pool_init(void)
 	atomic_store_explicit(&irq_sig, on, memory_order_relaxed);
 }
 
+bool cbcmn__ep_pool_interruptible(void)
+{
+	/* relaxed: as a job's read of it (cbcmn__ep_pool_call). */
+	return atomic_load_explicit(&irq_sig, memory_order_relaxed) != 0;
+}
+
 /* On the pool thread. */
 static int64_t job_run(void *arg)
 {
