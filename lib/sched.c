@@ -341,6 +341,8 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
 		t = vt;
 		cbcmn__overflow_landed(t, jb, fpcw);
+		if (t->obligations)
+			cbcmn__obligations_drop(t);
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);

@@ -404,6 +404,58 @@ static void test_channel_permits_count_as_obligations(void **state)
 	t_destroy(rt);
 }
 
+
+/* ---- review (s8-rv-seed0) -------------------------------------------------- */
+
+/* A task the runtime ends from outside (its budget given up on, and with
+ * the cancellation branch a cancel at a checkpoint) never got to resolve
+ * what it held: the runtime aborts its obligations, and that is no leak of
+ * the task's (seed 000: task_completed aborts the orphans).  It was
+ * counted as a leak, logged, and under CBCMN_LEAK_PANIC killed the process
+ * for a budget running out. */
+static int64_t reserve_then_spin(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_obligation o;
+	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, "spun", &o) == 0);
+	for (;;)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static void test_budget_unwound_task_obligation_is_aborted_not_leaked(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.budget.ops = 5000;
+	cfg.caps.flags = CBCMN_CAPS_EXPLICIT | CBCMN_CAP_SPAWN; /* no CapBudget */
+	cfg.obligation_leak = CBCMN_LEAK_COUNT;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_spin, NULL, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_EBUDGET);
+	uint64_t leaked;
+	assert_int_equal(outstanding(rt, &leaked), 0);
+	assert_int_equal(leaked, 0);
+	t_destroy(rt);
+}
+
+/* The usual error path: reserve fails, the cleanup aborts the handle it
+ * never filled.  A failed reserve left *o as it was (stack garbage), and
+ * abort dereferenced it: SIGSEGV instead of -EINVAL. */
+static void test_abort_after_failed_reserve_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_obligation o;
+	memset(&o, 0xa5, sizeof(o)); /* what an uninitialised local holds */
+	assert_int_equal(cbcmn_obligation_reserve(NULL, NULL, "x", &o), -EINVAL);
+	assert_int_equal(cbcmn_obligation_abort(NULL, &o), -EINVAL);
+	assert_int_equal(cbcmn_obligation_commit(NULL, &o), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -418,6 +470,8 @@ int main(void)
 		T_WATCHED_TEST(test_leak_panics_when_asked),
 		T_WATCHED_TEST(test_thread_leak_found_at_destroy),
 		T_WATCHED_TEST(test_channel_permits_count_as_obligations),
+		T_WATCHED_TEST(test_budget_unwound_task_obligation_is_aborted_not_leaked),
+		T_WATCHED_TEST(test_abort_after_failed_reserve_is_einval),
 	};
 	return cmocka_run_group_tests_name("obligation", tests, NULL, NULL);
 }

@@ -588,6 +588,13 @@ CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
  * destroyed with them still outstanding.  Outstanding obligations show in
  * cbcmn_runtime_snapshot() and keep the runtime from being quiescent.
  *
+ * A task the runtime ends from outside (its nursery gave up on its budget,
+ * CBCMN_EBUDGET; a stack overflow, CBCMN_EPANIC; a cancellation that
+ * unwinds it) did not leak: it never got the chance to resolve.  Its
+ * obligations are aborted without a leak report, count or policy, and its
+ * result says why it ended.  A task that returns by itself, even with an
+ * error, leaked whatever it still holds.
+ *
  * Commit and abort differ only in what the caller means: the runtime
  * treats both as the obligation's end.
  */
@@ -600,7 +607,8 @@ typedef struct cbcmn_obligation {
  * outside the runtime) and fill *o.  what names it in the leak line (a
  * string that outlives the obligation; NULL: "obligation").  Returns 0,
  * -EINVAL, -ENOMEM, CBCMN_EWRONGRT (cx is of another runtime) or
- * CBCMN_EFORKED. */
+ * CBCMN_EFORKED.  On failure *o is zeroed, so that resolving it on an error
+ * path is -EINVAL; a handle this call did not fill is undefined. */
 CBCMN_API int cbcmn_obligation_reserve(cbcmn_runtime *rt, cbcmn_cx *cx, const char *what,
 				       cbcmn_obligation *o);
 
