@@ -741,6 +741,12 @@ CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
  * opened; an obligation on the executor where it was reserved.
  */
 #define CBCMN_SNAPSHOT_VERSION 1
+/* Versioning rule (ABI): a later version only appends fields to
+ * cbcmn_snapshot and cbcmn_exec_snapshot, bumps CBCMN_SNAPSHOT_VERSION, and
+ * its library keeps accepting every earlier version with that version's
+ * size, filling that version's layout only (per[] strided by that
+ * version's cbcmn_exec_snapshot).  A version or size it does not know is
+ * -EINVAL, never a write past the caller's struct. */
 
 /* One executor's share (or the totals, cbcmn_snapshot.total). */
 typedef struct cbcmn_exec_snapshot {
