@@ -1308,6 +1308,8 @@ static void reap_entry(void *xfer)
 		e->current = t;
 		cbcmn__nursery_close_all(t);
 		e = t->exec;
+		if (t->obligations)
+			cbcmn__obligations_drop(t); /* the runtime ended it: no leak */
 		cbcmn__task_complete(t, CBCMN_EPANIC);
 		if (!parent)
 			cbcmn__fiber_exit(e, s);

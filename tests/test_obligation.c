@@ -457,6 +457,44 @@ static void test_budget_unwound_task_obligation_is_aborted_not_leaked(void **sta
 	t_destroy(rt);
 }
 
+/* The same when the executor's thread dies under the task (SPEC-021 §14
+ * WorkerPanic): the reaper ends it with CBCMN_EPANIC, and what it held was
+ * reported as its leak. */
+static int64_t reserve_then_quit(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_obligation o;
+	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, "quit", &o) == 0);
+	pthread_exit(NULL); /* ends the executor's thread, not just the task */
+	return 0;
+}
+
+static void test_task_of_dead_executor_obligation_is_aborted_not_leaked(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cfg.obligation_leak = CBCMN_LEAK_COUNT;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_quit, NULL, NULL), 0);
+	int saved, fd = t_stderr_capture(&saved);
+	int64_t r = cbcmn_nursery_await_all(NULL, n);
+	char msg[4096];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(r, CBCMN_EPANIC);
+	ASSERT_TASK_CHECKS();
+	uint64_t leaked;
+	assert_int_equal(outstanding(rt, &leaked), 0);
+	assert_int_equal(leaked, 0);
+	t_destroy(rt);
+}
+
 /* The usual error path: reserve fails, the cleanup aborts the handle it
  * never filled.  A failed reserve left *o as it was (stack garbage), and
  * abort dereferenced it: SIGSEGV instead of -EINVAL. */
@@ -506,6 +544,7 @@ int main(void)
 		T_WATCHED_TEST(test_thread_leak_found_at_destroy),
 		T_WATCHED_TEST(test_channel_permits_count_as_obligations),
 		T_WATCHED_TEST(test_budget_unwound_task_obligation_is_aborted_not_leaked),
+		T_WATCHED_TEST(test_task_of_dead_executor_obligation_is_aborted_not_leaked),
 		T_WATCHED_TEST(test_abort_after_failed_reserve_is_einval),
 		T_WATCHED_TEST(test_abort_after_failed_try_reserve_is_einval),
 	};
