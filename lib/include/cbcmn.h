@@ -590,10 +590,9 @@ CBCMN_API int cbcmn_nursery_cancel(cbcmn_nursery *n);
  *
  * A task the runtime ends from outside (its nursery gave up on its budget,
  * CBCMN_EBUDGET; a stack overflow or its executor's thread dying under it,
- * CBCMN_EPANIC; a cancellation that
- * unwinds it) did not leak: it never got the chance to resolve.  Its
- * obligations are aborted without a leak report, count or policy, and its
- * result says why it ended.  A task that returns by itself, even with an
+ * CBCMN_EPANIC; a cancellation that unwinds it) did not leak: it never got
+ * the chance to resolve.  Its obligations are aborted without a leak
+ * report, count or policy, and its result says why it ended.  A task that returns by itself, even with an
  * error, leaked whatever it still holds.
  *
  * Commit and abort differ only in what the caller means: the runtime
