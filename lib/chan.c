@@ -572,9 +572,18 @@ int cbcmn_chan_recv_timeout(cbcmn_cx *cx, cbcmn_chan *c, void *elem, uint64_t ti
 	return chan_recv(self, c, elem, true, deadline_in(self, timeout_ns));
 }
 
+/* A failed reservation leaves *p zeroed: the error path that aborts it
+ * gets -EINVAL, not a stale pointer followed (-EAGAIN is routine). */
+static void permit_clear(cbcmn_chan_permit *p)
+{
+	if (p)
+		*p = (cbcmn_chan_permit){0};
+}
+
 int cbcmn_chan_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	permit_clear(p);
 	int rc = op_check(self, c, p, true);
 	if (rc)
 		return rc;
@@ -585,6 +594,7 @@ int cbcmn_chan_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
 int cbcmn_chan_try_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	permit_clear(p);
 	int rc = op_check(self, c, p, false);
 	if (rc)
 		return rc;

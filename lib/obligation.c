@@ -96,6 +96,19 @@ int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result)
 	return result;
 }
 
+/* sched.c, at the landing pad: the runtime ended t from outside (its budget
+ * given up on, a stack overflow, a cancellation unwound at a checkpoint).
+ * t never got the chance to resolve what it held, so that is no leak of
+ * its: abort each silently (seed 000: task_completed aborts the orphans)
+ * and let its result say why it ended.  A task that returns by itself,
+ * even with an error, had the chance: settle() above reports it. */
+void cbcmn__obligations_drop(struct cbcmn_task *t)
+{
+	struct cbcmn__oblig *ob;
+	while ((ob = t->obligations))
+		ob->leak(ob); /* takes it off the list */
+}
+
 /* ---- general obligations -------------------------------------------------- */
 
 struct cbcmn__gen_oblig {
@@ -145,7 +158,12 @@ int cbcmn_obligation_reserve(cbcmn_runtime *rt, cbcmn_cx *cx, const char *what,
 			     cbcmn_obligation *o)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
-	if (!rt || !o)
+	if (!o)
+		return -EINVAL;
+	/* Zeroed first: a caller whose reserve failed aborts its handle on
+	 * the way out and must get -EINVAL, not a stale pointer followed. */
+	*o = (cbcmn_obligation){0};
+	if (!rt)
 		return -EINVAL;
 	if (cbcmn__forked(rt))
 		return CBCMN_EFORKED;

@@ -445,6 +445,9 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
  * (cbcmn_config.obligation_leak); returns t's result, CBCMN_ELEAKED if it
  * was a success. */
 int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result);
+/* obligation.c: t was unwound to its landing pad: abort what it holds,
+ * silently (no leak, the runtime ended it). */
+void cbcmn__obligations_drop(struct cbcmn_task *t);
 
 /* nursery.c */
 void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e);

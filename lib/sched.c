@@ -342,6 +342,8 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		t = vt;
 		cbcmn__overflow_landed(t, jb, fpcw);
 		cbcmn__mshot_unwound(t); /* what it opened and could not close */
+		if (t->obligations)
+			cbcmn__obligations_drop(t);
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);
@@ -1307,6 +1309,8 @@ static void reap_entry(void *xfer)
 		e->current = t;
 		cbcmn__nursery_close_all(t);
 		e = t->exec;
+		if (t->obligations)
+			cbcmn__obligations_drop(t); /* the runtime ended it: no leak */
 		cbcmn__task_complete(t, CBCMN_EPANIC);
 		if (!parent)
 			cbcmn__fiber_exit(e, s);

@@ -404,6 +404,131 @@ static void test_channel_permits_count_as_obligations(void **state)
 	t_destroy(rt);
 }
 
+
+/* ---- review (s8-rv-seed0) -------------------------------------------------- */
+
+/* A task the runtime ends from outside (its budget given up on, and with
+ * the cancellation branch a cancel at a checkpoint) never got to resolve
+ * what it held: the runtime aborts its obligations, and that is no leak of
+ * the task's (seed 000: task_completed aborts the orphans).  It was
+ * counted as a leak, logged, and under CBCMN_LEAK_PANIC killed the process
+ * for a budget running out. */
+static int64_t reserve_then_spin(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_obligation o;
+	cbcmn_chan_permit p;
+	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, "spun", &o) == 0);
+	TASK_CHECK(cbcmn_chan_try_reserve(cx, arg, &p) == 0);
+	for (;;)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static void test_budget_unwound_task_obligation_is_aborted_not_leaked(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.budget.ops = 5000;
+	cfg.caps.flags = CBCMN_CAPS_EXPLICIT | CBCMN_CAP_SPAWN; /* no CapBudget */
+	cfg.obligation_leak = CBCMN_LEAK_LOG; /* a line would show a leak */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_chan *c;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_spin, c, NULL), 0);
+	int saved, fd = t_stderr_capture(&saved);
+	int64_t r = cbcmn_nursery_await_all(NULL, n);
+	char msg[4096];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(r, CBCMN_EBUDGET);
+	ASSERT_TASK_CHECKS();
+	assert_null(strstr(msg, "obligation leak"));
+	uint64_t leaked;
+	assert_int_equal(outstanding(rt, &leaked), 0);
+	assert_int_equal(leaked, 0);
+	/* The permit's slot is free again. */
+	cbcmn_chan_permit p;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), 0);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
+/* The same when the executor's thread dies under the task (SPEC-021 §14
+ * WorkerPanic): the reaper ends it with CBCMN_EPANIC, and what it held was
+ * reported as its leak. */
+static int64_t reserve_then_quit(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_obligation o;
+	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, "quit", &o) == 0);
+	pthread_exit(NULL); /* ends the executor's thread, not just the task */
+	return 0;
+}
+
+static void test_task_of_dead_executor_obligation_is_aborted_not_leaked(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cfg.obligation_leak = CBCMN_LEAK_COUNT;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_quit, NULL, NULL), 0);
+	int saved, fd = t_stderr_capture(&saved);
+	int64_t r = cbcmn_nursery_await_all(NULL, n);
+	char msg[4096];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	assert_int_equal(r, CBCMN_EPANIC);
+	ASSERT_TASK_CHECKS();
+	uint64_t leaked;
+	assert_int_equal(outstanding(rt, &leaked), 0);
+	assert_int_equal(leaked, 0);
+	t_destroy(rt);
+}
+
+/* The usual error path: reserve fails, the cleanup aborts the handle it
+ * never filled.  A failed reserve left *o as it was (stack garbage), and
+ * abort dereferenced it: SIGSEGV instead of -EINVAL. */
+static void test_abort_after_failed_reserve_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_obligation o;
+	memset(&o, 0xa5, sizeof(o)); /* what an uninitialised local holds */
+	assert_int_equal(cbcmn_obligation_reserve(NULL, NULL, "x", &o), -EINVAL);
+	assert_int_equal(cbcmn_obligation_abort(NULL, &o), -EINVAL);
+	assert_int_equal(cbcmn_obligation_commit(NULL, &o), -EINVAL);
+}
+
+/* The same for a channel permit: try_reserve on a full channel is -EAGAIN,
+ * an ordinary outcome, and the cleanup that aborts the permit followed its
+ * garbage pointer (SIGSEGV). */
+static void test_abort_after_failed_try_reserve_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_policy(CBCMN_LEAK_COUNT);
+	cbcmn_chan *c;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c), 0);
+	cbcmn_chan_permit held, p;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &held), 0);
+	memset(&p, 0xa5, sizeof(p)); /* what an uninitialised local holds */
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), -EAGAIN);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), -EINVAL);
+	int v = 1;
+	assert_int_equal(cbcmn_chan_commit(NULL, &p, &v), -EINVAL);
+	assert_int_equal(cbcmn_chan_abort(NULL, &held), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -418,6 +543,10 @@ int main(void)
 		T_WATCHED_TEST(test_leak_panics_when_asked),
 		T_WATCHED_TEST(test_thread_leak_found_at_destroy),
 		T_WATCHED_TEST(test_channel_permits_count_as_obligations),
+		T_WATCHED_TEST(test_budget_unwound_task_obligation_is_aborted_not_leaked),
+		T_WATCHED_TEST(test_task_of_dead_executor_obligation_is_aborted_not_leaked),
+		T_WATCHED_TEST(test_abort_after_failed_reserve_is_einval),
+		T_WATCHED_TEST(test_abort_after_failed_try_reserve_is_einval),
 	};
 	return cmocka_run_group_tests_name("obligation", tests, NULL, NULL);
 }

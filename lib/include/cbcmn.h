@@ -640,6 +640,13 @@ CBCMN_API void cbcmn_nursery_release(cbcmn_nursery *n);
  * destroyed with them still outstanding.  Outstanding obligations show in
  * cbcmn_runtime_snapshot() and keep the runtime from being quiescent.
  *
+ * A task the runtime ends from outside (its nursery gave up on its budget,
+ * CBCMN_EBUDGET; a stack overflow or its executor's thread dying under it,
+ * CBCMN_EPANIC; a cancellation that unwinds it) did not leak: it never got
+ * the chance to resolve.  Its obligations are aborted without a leak
+ * report, count or policy, and its result says why it ended.  A task that returns by itself, even with an
+ * error, leaked whatever it still holds.
+ *
  * Commit and abort differ only in what the caller means: the runtime
  * treats both as the obligation's end.
  */
@@ -652,7 +659,8 @@ typedef struct cbcmn_obligation {
  * outside the runtime) and fill *o.  what names it in the leak line (a
  * string that outlives the obligation; NULL: "obligation").  Returns 0,
  * -EINVAL, -ENOMEM, CBCMN_EWRONGRT (cx is of another runtime) or
- * CBCMN_EFORKED. */
+ * CBCMN_EFORKED.  On failure *o is zeroed, so that resolving it on an error
+ * path is -EINVAL; a handle this call did not fill is undefined. */
 CBCMN_API int cbcmn_obligation_reserve(cbcmn_runtime *rt, cbcmn_cx *cx, const char *what,
 				       cbcmn_obligation *o);
 
@@ -785,6 +793,12 @@ CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
  * opened; an obligation on the executor where it was reserved.
  */
 #define CBCMN_SNAPSHOT_VERSION 1
+/* Versioning rule (ABI): a later version only appends fields to
+ * cbcmn_snapshot and cbcmn_exec_snapshot, bumps CBCMN_SNAPSHOT_VERSION, and
+ * its library keeps accepting every earlier version with that version's
+ * size, filling that version's layout only (per[] strided by that
+ * version's cbcmn_exec_snapshot).  A version or size it does not know is
+ * -EINVAL, never a write past the caller's struct. */
 
 /* One executor's share (or the totals, cbcmn_snapshot.total). */
 typedef struct cbcmn_exec_snapshot {

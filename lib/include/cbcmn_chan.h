@@ -123,7 +123,8 @@ CBCMN_API int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c);
  * task (or thread) must later resolve *p exactly once with
  * cbcmn_chan_commit() or cbcmn_chan_abort().  Returns 0, -EPIPE (closed),
  * CBCMN_ECANCELED (nothing reserved), -ENOMEM, -EINVAL, CBCMN_EWRONGRT or
- * -EDEADLK.  cbcmn_chan_try_reserve() never waits: -EAGAIN when full. */
+ * -EDEADLK.  cbcmn_chan_try_reserve() never waits: -EAGAIN when full.  On
+ * failure *p is zeroed, so that resolving it on an error path is -EINVAL. */
 CBCMN_API int cbcmn_chan_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p);
 CBCMN_API int cbcmn_chan_try_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p);
 
