@@ -457,6 +457,58 @@ static void test_budget_unwound_task_obligation_is_aborted_not_leaked(void **sta
 	t_destroy(rt);
 }
 
+/* The same for a task cancelled at a checkpoint (SPEC-021 §5.2.2): it is
+ * unwound to the same landing pad, so what it held is aborted, not leaked,
+ * and its result is CBCMN_ECANCELED. */
+struct held_spin {
+	cbcmn_chan *c;
+	_Atomic int reserved;
+};
+
+static int64_t reserve_then_spin_flagged(cbcmn_cx *cx, void *arg)
+{
+	struct held_spin *h = arg;
+	cbcmn_obligation o;
+	cbcmn_chan_permit p;
+	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, "spun", &o) == 0);
+	TASK_CHECK(cbcmn_chan_try_reserve(cx, h->c, &p) == 0);
+	atomic_store(&h->reserved, 1);
+	for (;;)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static void test_cancelled_task_obligation_is_aborted_not_leaked(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cfg.obligation_leak = CBCMN_LEAK_COUNT;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct held_spin h = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &h.c), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_spin_flagged, &h, NULL), 0);
+	for (uint64_t until = t_now_ns() + T_STALL_NS; !atomic_load(&h.reserved);) {
+		assert_true(t_now_ns() < until); /* a hang bound: the task never reserved */
+		sched_yield();
+	}
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	ASSERT_TASK_CHECKS();
+	uint64_t leaked;
+	assert_int_equal(outstanding(rt, &leaked), 0);
+	assert_int_equal(leaked, 0);
+	cbcmn_chan_permit p;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, h.c, &p), 0);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
+	assert_int_equal(cbcmn_chan_destroy(h.c), 0);
+	t_destroy(rt);
+}
+
 /* The same when the executor's thread dies under the task (SPEC-021 §14
  * WorkerPanic): the reaper ends it with CBCMN_EPANIC, and what it held was
  * reported as its leak. */
@@ -545,6 +597,7 @@ int main(void)
 		T_WATCHED_TEST(test_channel_permits_count_as_obligations),
 		T_WATCHED_TEST(test_budget_unwound_task_obligation_is_aborted_not_leaked),
 		T_WATCHED_TEST(test_task_of_dead_executor_obligation_is_aborted_not_leaked),
+		T_WATCHED_TEST(test_cancelled_task_obligation_is_aborted_not_leaked),
 		T_WATCHED_TEST(test_abort_after_failed_reserve_is_einval),
 		T_WATCHED_TEST(test_abort_after_failed_try_reserve_is_einval),
 	};
