@@ -665,6 +665,8 @@ static void test_cli_bpf_skew(void **state)
 
 int main(void)
 {
+	if (getenv("T_FILTER")) /* run only the tests whose names match */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_table),
 		T_WATCHED_TEST(test_fib),

@@ -209,18 +209,18 @@ static void describe_status(int status, char *buf, size_t len)
 }
 
 /* Wait until process pid (the command we started) has a runtime to
- * watch, at most wait_s.  Returns 0; or, with a line on stderr (and the
- * last lines of its own), 1 while it runs, 2 when it ended and was reaped. */
-static int wait_runtime(pid_t pid, const char *name, double wait_s)
+ * watch, at most wait_s.  Returns 0 and *w, a watch of it kept open from
+ * the moment it appeared (a command that ends from then on, even while
+ * the programs attach, still has its last figures); or, with a line on
+ * stderr (and the last lines of its own), 1 while it runs, 2 when it
+ * ended and was reaped. */
+static int wait_runtime(pid_t pid, const char *name, double wait_s, cbcmn_watch **w)
 {
 	double deadline = mono_s() + wait_s;
 	for (;;) {
-		cbcmn_watch *w;
-		int rc = cbcmn_watch_open(pid, 0, &w);
-		if (rc == 0) {
-			cbcmn_watch_close(w);
+		int rc = cbcmn_watch_open(pid, 0, w);
+		if (rc == 0)
 			return 0;
-		}
 		int status;
 		if (waitpid(pid, &status, WNOHANG) == pid) {
 			char how[64], head[PATH_MAX + 160];
@@ -394,7 +394,7 @@ int main(int argc, char **argv)
 		const char *base = strrchr(cmd[0], '/');
 		snprintf(child.prefix, sizeof(child.prefix), "%.40s[%d]: ", base ? base + 1 : cmd[0],
 			 (int)child.pid);
-		int wrc = wait_runtime(child.pid, cmd[0], wait_s);
+		int wrc = wait_runtime(child.pid, cmd[0], wait_s, &mo.watch);
 		if (wrc) {
 			if (wrc == 1) { /* still running (2: reaped) */
 				int status;
@@ -404,6 +404,10 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		pid = child.pid;
+		if (mo.runtime) { /* -r N: the model opens that one */
+			cbcmn_watch_close(mo.watch);
+			mo.watch = NULL;
+		}
 	}
 
 	struct top_model *m;

@@ -565,6 +565,19 @@ double top_row_past(const struct top_model *m, const struct top_row *r, enum top
 	return r->hist[c][at];
 }
 
+/* The runtime has ended; st: its last figures. */
+static void model_end(struct top_model *m, const cbcmn_stats *st)
+{
+	struct top_model_priv *p = m->priv;
+	m->ended = true;
+	m->st = *st;
+	/* The figures are frozen from here: the programs, which run for
+	 * every task of the host, go now, not when the viewer quits
+	 * (bpfmon's own thread has done it already if the process exited). */
+	bpfmon_detach(p->bpf);
+	m->detached = p->bpf != NULL;
+}
+
 int top_model_sample(struct top_model *m)
 {
 	struct top_model_priv *p = m->priv;
@@ -573,22 +586,18 @@ int top_model_sample(struct top_model *m)
 	int next = m->samples ? !p->cur : p->cur;
 	struct snap *s = &p->s[next];
 	cbcmn_stats st;
+	bool gone;
 	/* The executors may grow between the two reads: read until the
 	 * arrays hold them all. */
 	for (;;) {
 		int rc = cbcmn_watch_read(p->w, &st, p->cap ? s->per : NULL, p->cap);
-		if (rc == -ESRCH) {
-			m->ended = true;
-			m->st = st;
-			/* The figures are frozen from here: the programs, which
-			 * run for every task of the host, go now, not when the
-			 * viewer quits (bpfmon's own thread has done it already
-			 * if the process exited). */
-			bpfmon_detach(p->bpf);
-			m->detached = p->bpf != NULL;
+		gone = rc == -ESRCH; /* st and s->per hold the last figures */
+		if (gone && m->samples) {
+			/* The rows keep the figures of the last sample. */
+			model_end(m, &st);
 			return rc;
 		}
-		if (rc)
+		if (rc && !gone)
 			return rc;
 		if (st.executors <= p->cap)
 			break;
@@ -630,6 +639,10 @@ int top_model_sample(struct top_model *m)
 	m->samples++;
 	update_rows(m);
 	cost_read(m);
+	if (gone) { /* ended before the first sample: its rows are its last figures */
+		model_end(m, &st);
+		return -ESRCH;
+	}
 	return 0;
 }
 
@@ -680,9 +693,11 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	if (!m || !p) {
 		free(m);
 		free(p);
+		cbcmn_watch_close(o ? o->watch : NULL); /* ours, failing or not */
 		return fail(err, errlen, -ENOMEM, "out of memory");
 	}
 	m->priv = p;
+	p->w = o ? o->watch : NULL; /* closed with the model, failing or not */
 	p->stats_fd = -1;
 	m->pid = pid;
 	if (pid <= 0) {
@@ -690,7 +705,7 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 		goto fail;
 	}
 	m->runtime_index = o ? o->runtime : 0;
-	rc = cbcmn_watch_open(pid, m->runtime_index, &p->w);
+	rc = p->w ? 0 : cbcmn_watch_open(pid, m->runtime_index, &p->w);
 	if (rc == -ENOENT && m->runtime_index)
 		rc = fail(err, errlen, rc, "process %d has no live cbcmn runtime %u (-r counts from 0)",
 			  (int)pid, m->runtime_index);
@@ -710,7 +725,8 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	 * by its id; and how many the process has (the header says when
 	 * there is more than one). */
 	cbcmn_stats st0;
-	if (!cbcmn_watch_read(p->w, &st0, NULL, 0))
+	int r0 = cbcmn_watch_read(p->w, &st0, NULL, 0);
+	if (!r0 || r0 == -ESRCH) /* -ESRCH: ended already, st0 its last figures */
 		m->runtime_id = st0.runtime_id;
 	for (cbcmn_watch *w2; !cbcmn_watch_open(pid, m->runtimes, &w2); m->runtimes++)
 		cbcmn_watch_close(w2);
@@ -721,14 +737,20 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	if (o && o->no_bpf) {
 		snprintf(m->kernel_why, sizeof(m->kernel_why), "turned off (--no-bpf)");
 	} else {
-		rc = bpfmon_open_runtime(&p->bpf, pid, m->runtime_id, o ? o->bpf_flags : 0,
-					 m->kernel_why, sizeof(m->kernel_why));
-		if (rc) {
+		rc = r0 == -ESRCH ? -ESRCH
+				  : bpfmon_open_runtime(&p->bpf, pid, m->runtime_id,
+							o ? o->bpf_flags : 0, m->kernel_why,
+							sizeof(m->kernel_why));
+		if (rc == -ESRCH) {
+			/* It ended before or while the programs attached: its
+			 * runtime's last figures are still ours (the watch holds
+			 * them), as for a target that ends later; only without
+			 * kernel ones. */
 			p->bpf = NULL;
-			if (rc == -ESRCH) {
-				rc = fail(err, errlen, rc, "process %d has exited", (int)pid);
-				goto fail;
-			}
+			snprintf(m->kernel_why, sizeof(m->kernel_why),
+				 "the target ended while the programs were attaching");
+		} else if (rc) {
+			p->bpf = NULL;
 		} else {
 			m->kernel = true;
 			const struct bpfmon_prog *pr;

@@ -128,6 +128,11 @@ struct top_model_opts {
 	unsigned bpf_flags;     /* BPFMON_* for bpfmon_open */
 	const char *sysfs_root; /* topology (NULL: the live machine) */
 	uint32_t runtime;       /* which live runtime of the process, oldest 0 */
+	/* A watch of that runtime already open (cbcmn-top's started command,
+	 * watched as soon as its runtime appeared, so that a command ending
+	 * at any point after that still has its last figures), which the
+	 * model takes over, failing or not; NULL: the model opens one. */
+	cbcmn_watch *watch;
 };
 
 struct top_model {

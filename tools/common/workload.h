@@ -6,8 +6,10 @@
  * when it is done.  A wrong answer is an error, never a number.
  *
  * Count-based workloads (fib, spawn-storm, skew) repeat rounds of their size
- * until duration_s has passed (at least one round); time-based ones
- * (pipeline, echo, http, timers, mixed) run for duration_s.
+ * until duration_s has passed (at least one round; skew on several
+ * executors also until a task was stolen, at most a minute more: on a
+ * loaded machine a thief may get no CPU for the whole duration); time-based
+ * ones (pipeline, echo, http, timers, mixed) run for duration_s.
  *
  * wl_run() blocks the calling thread, which must not be an executor of
  * another cbcmn runtime.  One call at a time per process is the intended
