@@ -413,12 +413,19 @@ static void test_channel_permits_count_as_obligations(void **state)
  * the task's (seed 000: task_completed aborts the orphans).  It was
  * counted as a leak, logged, and under CBCMN_LEAK_PANIC killed the process
  * for a budget running out. */
+struct held_spin {
+	cbcmn_chan *c;
+	_Atomic int reserved; /* set once both are held */
+};
+
 static int64_t reserve_then_spin(cbcmn_cx *cx, void *arg)
 {
+	struct held_spin *h = arg;
 	cbcmn_obligation o;
 	cbcmn_chan_permit p;
 	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, "spun", &o) == 0);
-	TASK_CHECK(cbcmn_chan_try_reserve(cx, arg, &p) == 0);
+	TASK_CHECK(cbcmn_chan_try_reserve(cx, h->c, &p) == 0);
+	atomic_store(&h->reserved, 1);
 	for (;;)
 		CBCMN_CHECKPOINT(cx);
 	return 0;
@@ -434,11 +441,12 @@ static void test_budget_unwound_task_obligation_is_aborted_not_leaked(void **sta
 	cfg.caps.flags = CBCMN_CAPS_EXPLICIT | CBCMN_CAP_SPAWN; /* no CapBudget */
 	cfg.obligation_leak = CBCMN_LEAK_LOG; /* a line would show a leak */
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	cbcmn_chan *c;
-	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c), 0);
+	struct held_spin h = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &h.c), 0);
+	cbcmn_chan *c = h.c;
 	cbcmn_nursery *n;
 	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
-	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_spin, c, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_spin, &h, NULL), 0);
 	int saved, fd = t_stderr_capture(&saved);
 	int64_t r = cbcmn_nursery_await_all(NULL, n);
 	char msg[4096];
@@ -460,24 +468,6 @@ static void test_budget_unwound_task_obligation_is_aborted_not_leaked(void **sta
 /* The same for a task cancelled at a checkpoint (SPEC-021 §5.2.2): it is
  * unwound to the same landing pad, so what it held is aborted, not leaked,
  * and its result is CBCMN_ECANCELED. */
-struct held_spin {
-	cbcmn_chan *c;
-	_Atomic int reserved;
-};
-
-static int64_t reserve_then_spin_flagged(cbcmn_cx *cx, void *arg)
-{
-	struct held_spin *h = arg;
-	cbcmn_obligation o;
-	cbcmn_chan_permit p;
-	TASK_CHECK(cbcmn_obligation_reserve(cbcmn_cx_runtime(cx), cx, "spun", &o) == 0);
-	TASK_CHECK(cbcmn_chan_try_reserve(cx, h->c, &p) == 0);
-	atomic_store(&h->reserved, 1);
-	for (;;)
-		CBCMN_CHECKPOINT(cx);
-	return 0;
-}
-
 static void test_cancelled_task_obligation_is_aborted_not_leaked(void **state)
 {
 	(void)state;
@@ -491,7 +481,7 @@ static void test_cancelled_task_obligation_is_aborted_not_leaked(void **state)
 	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &h.c), 0);
 	cbcmn_nursery *n;
 	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
-	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_spin_flagged, &h, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, reserve_then_spin, &h, NULL), 0);
 	for (uint64_t until = t_now_ns() + T_STALL_NS; !atomic_load(&h.reserved);) {
 		assert_true(t_now_ns() < until); /* a hang bound: the task never reserved */
 		sched_yield();

@@ -70,14 +70,21 @@ static int64_t stream_reader(cbcmn_cx *cx, void *arg)
 
 static bool have_streams(cbcmn_runtime *rt);
 
+/* Ends the test as a skip (cmocka's skip() does not return), the runtime
+ * destroyed, where the kernel has no streams. */
+static void skip_without_streams(cbcmn_runtime *rt)
+{
+	if (have_streams(rt))
+		return;
+	t_destroy(rt);
+	T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+}
+
 static void test_stream_big_transfer(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct xfer x = {.sent = malloc(BIG)};
 	assert_non_null(x.sent);
 	for (size_t i = 0; i < BIG; i++)
@@ -153,10 +160,7 @@ static void test_stream_buffers_come_back(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	int fds = t_count_fds();
 	assert_int_equal(run_on_0(rt, many_streams, NULL), 0);
 	assert_int_equal(t_count_fds(), fds);
@@ -198,10 +202,7 @@ static void test_stream_other_executor(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	assert_int_equal(run_on_0(rt, xdev_main, sv), 0);
@@ -255,10 +256,7 @@ static int64_t cancel_main(cbcmn_cx *cx, void *arg)
 static void stream_cancel_case(bool from_thread)
 {
 	cbcmn_runtime *rt = t_runtime(from_thread ? 1 : 2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct cw c = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
 	uint64_t t0 = t_now_ns();
@@ -333,10 +331,7 @@ static void test_cancelled_reader_with_chunks_queued_is_ecanceled(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct cq c = {.first = -1, .after_cancel = -1, .close_r = -1};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
 	assert_int_equal(run_on_0(rt, queued_main, &c), 0);
@@ -454,10 +449,7 @@ static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
 static void budget_case(cbcmn_task_fn main)
 {
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct bw b = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
 	assert_int_equal(run_on_0(rt, main, &b), 0);
@@ -611,10 +603,7 @@ static void test_hog_stream_does_not_stall_others(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct hog h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
@@ -669,10 +658,7 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 	cfg.stream_buf_share = 16;
 	cfg.stream_bufs_max = 64;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct hog h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
@@ -800,10 +786,7 @@ static void test_streams_past_the_sq_size_keep_their_order(void **state)
 	cfg.stream_buf_size = 64;
 	cfg.stream_buf_share = 1;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct sq_many *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	for (int i = 0; i < SQ_STREAMS; i++)
@@ -898,10 +881,7 @@ static void test_many_hog_streams_do_not_stall_others(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct many *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	static char blob[MANY_HOG_BYTES];
@@ -1135,10 +1115,7 @@ static void test_starved_stream_waits_for_a_buffer(void **state)
 	cbcmn_nursery *n;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	starve_send(rt, &s.v[1], "b");
 	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_closer, &s, NULL), 0);
 	wait_flag(&s.closed);
@@ -1160,10 +1137,7 @@ static void test_cancelled_starved_stream_leaves_the_line(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	starve_send(rt, &s.v[0], "a");
 	starve_send(rt, &s.v[1], "b");
 	assert_int_equal(cbcmn_nursery_cancel(n0), 0);
@@ -1182,10 +1156,7 @@ static void test_stream_end_needs_no_buffer(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
 	wait_flag(&s.v[0].got);
 	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), 0);
@@ -1218,10 +1189,7 @@ static void test_idle_starved_stream_takes_no_turn(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	starve_idle_victim(rt, &s, &n0);
 	starve_send(rt, &s.v[1], "b");
 	starve_finish(rt, &s, n, th, n0);
@@ -1238,10 +1206,7 @@ static void test_idle_starved_stream_sees_its_end(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	starve_idle_victim(rt, &s, &n0);
 	usleep(20000); /* it waits */
 	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
@@ -2379,10 +2344,7 @@ static void test_owner_unwound_in_budget_wait_closes_its_stream(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct bw b = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
 	assert_int_equal(run_on_0(rt, own_budget_main, &b), 0);
@@ -2453,10 +2415,7 @@ static void test_handed_stream_outlives_its_unwound_opener(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
-		t_destroy(rt);
-		T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-	}
+	skip_without_streams(rt);
 	struct handed h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.sv), 0);
 	assert_int_equal(run_on_0(rt, handed_main, &h), 0);
