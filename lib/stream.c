@@ -1024,26 +1024,49 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 
 /* ---- ownership: what an unwound task and destroy leave ------------------------ */
 
-/* Task t was unwound to its landing pad (sched.c), on its fiber and its
- * executor: it cannot close what it opened, so close it here, as an
- * obligation of an ending task is aborted (obligation.c): each stream and
- * acceptor of this executor that t opened and no other task has called
- * (m->owner).  One in a call is not t's (a call by another task hands it
- * over, and t's own call released it on the way: ms_next()).  Without
- * waiting: its SQE and watch are cancelled, and its last CQE frees it
- * (ms_close_there()).  What t opened on another executor before it moved
- * stays open until cbcmn_runtime_destroy() (cbcmn__mshot_fini()). */
-void cbcmn__mshot_unwound(struct cbcmn_task *t)
+/* On e's thread: close each stream and acceptor of e that task id opened
+ * and no other task has called (m->owner).  One in a call is not its (a
+ * call by another task hands it over, and its own call released it on the
+ * way: ms_next()).  Without waiting: its SQE and watch are cancelled, and
+ * its last CQE frees it (ms_close_there()). */
+static void close_owned_there(struct cbcmn__exec *e, void *arg)
 {
-	struct cbcmn__exec *e = t->exec;
-	if (!e || !e->nmshots)
-		return;
+	uint64_t id = (uint64_t)(uintptr_t)arg;
 	for (struct cbcmn__mshot *m = e->mshots, *next; m; m = next) {
 		next = m->next; /* m may be freed below */
-		if (m->owner != t->id || m->busy || m->closing)
+		if (m->owner != id || m->busy || m->closing)
 			continue;
 		m->busy = true; /* for good, as ms_close() */
 		ms_close_there(e, m);
+	}
+}
+
+/* Task t was unwound to its landing pad (sched.c), on its fiber: it cannot
+ * close what it opened, so close it here, as an obligation of an ending
+ * task is aborted (obligation.c).  On every executor that has any open:
+ * an unpinned task may have moved since it opened them (stolen at a
+ * checkpoint's yield, or woken elsewhere as its landing pad awaited its
+ * nurseries), and only an object's executor touches it, so the others get
+ * a message (before, only the executor t landed on was looked at, and
+ * what t opened elsewhere stayed open until destroy: never quiescent).
+ * An executor with one open cannot retire (e->nmshots), so the message
+ * finds its thread; one whose gauge reads 0 has none of t's: t's opens
+ * there came before its move, which ordered them before this read. */
+void cbcmn__mshot_unwound(struct cbcmn_task *t)
+{
+	struct cbcmn_runtime *rt = t->rt;
+	void *id = (void *)(uintptr_t)t->id;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__exec *x = rt->exec[i];
+		if (!atomic_load_explicit(&x->diag.mshots, memory_order_relaxed))
+			continue;
+		/* Out of memory for the message: again after a yield (which
+		 * may even bring t there), as ms_there(). */
+		while (t->exec != x &&
+		       cbcmn__xmsg_send(t->exec, x->id, CBCMN__XM_CALL, NULL, close_owned_there, id) != 0)
+			cbcmn_yield((cbcmn_cx *)t);
+		if (t->exec == x)
+			close_owned_there(x, id);
 	}
 }
 

@@ -2306,6 +2306,74 @@ static void test_unwound_opener_closes_its_stream_and_acceptor(void **state)
 	left_teardown(&l);
 }
 
+/* The opener moved to the other executor after it opened its stream (an
+ * unpinned task, woken there by a child pinned there), then was cancelled
+ * at a checkpoint: its stream, on the executor it left, is closed as it
+ * ends all the same (before: only the executor it landed on was looked
+ * at, and the stream stayed open until destroy: never quiescent). */
+struct moved {
+	int sv[2];
+	_Atomic int moved;    /* 1: on the other executor now; -1: never got there */
+};
+
+static int64_t moved_nop(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t moved_opener(cbcmn_cx *cx, void *arg)
+{
+	struct moved *m = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_stream *s;
+	TASK_CHECK(cbcmn_stream_open(cx, m->sv[0], &s) == 0);
+	uint32_t home = cbcmn_cx_executor(cx);
+	/* A child pinned to the other executor wakes us from there as it
+	 * ends: we usually resume there (a few tries). */
+	for (int i = 0; i < 50 && cbcmn_cx_executor(cx) == home; i++) {
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1 - home, moved_nop, NULL, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	}
+	atomic_store(&m->moved, cbcmn_cx_executor(cx) != home ? 1 : -1);
+	for (;;)
+		CBCMN_CHECKPOINT(cx); /* unwound here */
+	return 0;
+}
+
+static void test_moved_opener_unwound_closes_its_stream(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!have_streams(rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel has no multishot recv (6.0)");
+	}
+	int nmoved = 0;
+	for (int round = 0; round < 5; round++) {
+		struct moved m = {0};
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m.sv), 0);
+		cbcmn_nursery *n;
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+		assert_int_equal(cbcmn_nursery_spawn(NULL, n, moved_opener, &m, NULL), 0);
+		uint64_t end = t_now_ns() + T_STALL_NS;
+		while (!atomic_load(&m.moved) && t_now_ns() < end)
+			usleep(1000);
+		assert_int_equal(cbcmn_nursery_cancel(n), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+		ASSERT_TASK_CHECKS();
+		nmoved += atomic_load(&m.moved) == 1;
+		assert_true(quiescent_soon(rt));
+		close(m.sv[0]);
+		close(m.sv[1]);
+	}
+	printf("[  INFO    ] the opener moved before its cancel in %d of 5 rounds\n", nmoved);
+	t_destroy(rt);
+}
+
 /* The reader opened its stream itself and is cancelled while it waits for
  * budget inside cbcmn_stream_recv(): the call's pad releases the stream,
  * and the stream, the reader's own, is closed as the reader ends (before:
@@ -2442,6 +2510,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancel_during_budget_wait_releases_the_stream),
 		T_WATCHED_TEST(test_destroy_frees_streams_and_acceptors_left_open),
 		T_WATCHED_TEST(test_unwound_opener_closes_its_stream_and_acceptor),
+		T_WATCHED_TEST(test_moved_opener_unwound_closes_its_stream),
 		T_WATCHED_TEST(test_owner_unwound_in_budget_wait_closes_its_stream),
 		T_WATCHED_TEST(test_handed_stream_outlives_its_unwound_opener),
 		T_WATCHED_TEST(test_hog_stream_does_not_stall_others),
