@@ -385,7 +385,8 @@ static int64_t ponger(cbcmn_cx *cx, void *arg)
 struct reader {
 	cbcmn_runtime *rt;
 	_Atomic int stop;
-	uint64_t reads, max_seen;
+	_Atomic uint64_t reads; /* the test starts the race after the first */
+	uint64_t max_seen;
 };
 
 static void *reader_main(void *p)
@@ -405,7 +406,7 @@ static void *reader_main(void *p)
 		if (m > r->max_seen)
 			r->max_seen = m;
 		(void)cbcmn_runtime_is_quiescent(r->rt);
-		r->reads++;
+		atomic_fetch_add(&r->reads, 1);
 	}
 	return NULL;
 }
@@ -429,6 +430,13 @@ static void test_snapshot_races_a_running_runtime(void **state)
 	struct reader r = {.rt = rt};
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, reader_main, &r), 0);
+	/* The reader must be reading while the ping-pong runs: on a loaded
+	 * machine its thread may get no CPU before the ping-pong ends.  Wait
+	 * for its first read (a hang bound, not a speed limit). */
+	for (uint64_t until = t_now_ns() + T_STALL_NS; atomic_load(&r.reads) == 0;) {
+		assert_true(t_now_ns() < until);
+		sched_yield();
+	}
 	t_run(rt, pingpong_main, c, 0);
 	atomic_store(&r.stop, 1);
 	pthread_join(th, NULL);
