@@ -41,12 +41,26 @@ void cbcmn__gauge_down(struct cbcmn_runtime *rt, struct cbcmn__exec *e, uint32_t
 		atomic_fetch_add_explicit(&h->diag.down_remote[g], 1, memory_order_release);
 }
 
-/* What is open of gauge g in d: ends first (acquire), then begins. */
+/* What is open of gauge g in d.  Ends are read (acquire) between two reads
+ * of the begins: if the begins did not move, begins - ends is the value at
+ * the moment the ends were read (every end seen has its begin before it,
+ * and none began meanwhile).  A reader preempted between its loads while
+ * nurseries kept opening read begins from much later than its ends (211
+ * nurseries "open" of at most 4).  After a few tries with begins moving,
+ * the last read, an overestimate by what began during it. */
 static uint64_t gauge_read(const struct cbcmn__diag *d, int g)
 {
-	uint64_t down = atomic_load_explicit(&d->down[g], memory_order_acquire) +
-			atomic_load_explicit(&d->down_remote[g], memory_order_acquire);
-	uint64_t up = atomic_load_explicit(&d->up[g], memory_order_relaxed);
+	uint64_t up = atomic_load_explicit(&d->up[g], memory_order_relaxed), down;
+	for (int tries = 0;; tries++) {
+		down = atomic_load_explicit(&d->down[g], memory_order_acquire) +
+		       atomic_load_explicit(&d->down_remote[g], memory_order_acquire);
+		uint64_t again = atomic_load_explicit(&d->up[g], memory_order_relaxed);
+		if (again == up || tries == 8) {
+			up = again;
+			break;
+		}
+		up = again;
+	}
 	return up > down ? up - down : 0;
 }
 

@@ -401,8 +401,13 @@ static void *reader_main(void *p)
 		 * that can exist here at once (4 tasks, 4 nurseries). */
 		uint64_t m = s.total.blocked_chan + s.total.blocked_join + s.total.blocked_timer;
 		if (s.total.running > 2 || m > 8 || s.total.nurseries_open > 8 ||
-		    s.total.obligations != 0)
+		    s.total.obligations != 0) {
+			fprintf(stderr, "snapshot out of bounds: running %llu blocked %llu nurseries %llu obligations %llu\n",
+				(unsigned long long)s.total.running, (unsigned long long)m,
+				(unsigned long long)s.total.nurseries_open,
+				(unsigned long long)s.total.obligations);
 			abort();
+		}
 		if (m > r->max_seen)
 			r->max_seen = m;
 		(void)cbcmn_runtime_is_quiescent(r->rt);
