@@ -447,12 +447,11 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 	bool done = atomic_load_explicit(&t->state, memory_order_acquire) == CBCMN__T_DONE;
 	if (t->opener != self && (done || !supervises(self, t)))
 		return -EPERM;
-	if (done)
-		return 0; /* nothing to give it any more */
-	struct cbcmn_nursery *n = t->nursery;
 	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
 					   amount->channel_ops, amount->syscalls};
-	/* All or nothing: check first. */
+	/* All or nothing: check first, and before asking whether t has
+	 * ended, so that the answer to "more than you have" does not depend
+	 * on how fast t ran. */
 	fold_refunds(self);
 	cbcmn_budget have;
 	cbcmn_budget_get(cx, &have);
@@ -461,6 +460,9 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 	for (int c = 0; c < CBCMN__B_N; c++)
 		if (give[c] && has[c] != U && has[c] < give[c])
 			return CBCMN_EBUDGET;
+	if (done)
+		return 0; /* nothing to give it any more */
+	struct cbcmn_nursery *n = t->nursery;
 	for (int c = 0; c < CBCMN__B_N; c++) {
 		if (!give[c])
 			continue;

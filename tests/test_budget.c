@@ -618,6 +618,38 @@ static void test_regression_recharge_after_end_and_self_join(void **state)
 	t_destroy(rt);
 }
 
+static int64_t beyond_means(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_task *t;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, well_behaved, NULL, &t) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* t has ended: still, 2 bytes from a task that holds 1 is refused. */
+	cbcmn_budget too_much = {.memory = 2}, ok = {.memory = 1}, have;
+	TASK_CHECK(cbcmn_budget_recharge(cx, t, &too_much) == CBCMN_EBUDGET);
+	TASK_CHECK(cbcmn_budget_recharge(cx, t, &ok) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &have) == 0 && have.memory == 1); /* nothing moved */
+	TASK_CHECK(cbcmn_task_join(cx, t, NULL) == 0);
+	return 0;
+}
+
+/* The answer to "more than you have" used to depend on whether the child
+ * had already ended (0 then, CBCMN_EBUDGET while it ran): on a loaded
+ * machine test_parent_recharges_child failed at random. */
+static void test_regression_recharge_beyond_means_is_refused_after_end(void **state)
+{
+	(void)state;
+	cbcmn_budget root = {.memory = 1}, child = {.memory = 1};
+	cbcmn_runtime *rt = rt_with(2, &root, &child, 0, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, beyond_means, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 static void test_bad_input(void **state)
 {
 	(void)state;
@@ -653,6 +685,7 @@ int main(void)
 		cmocka_unit_test(test_regression_exhausted_inline_child_does_not_hang),
 		cmocka_unit_test(test_regression_child_gets_ops_from_the_window),
 		cmocka_unit_test(test_regression_recharge_after_end_and_self_join),
+		cmocka_unit_test(test_regression_recharge_beyond_means_is_refused_after_end),
 		cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests_name("budget", tests, NULL, NULL);

@@ -470,12 +470,15 @@ CBCMN_API int cbcmn_caps_get(cbcmn_cx *cx, cbcmn_caps *out);
 
 /* Give task t (a child of a nursery cx opened, or in the cluster profile
  * any descendant of cx) more budget, taken from cx's own.  Components of
- * amount may be 0.  If t was waiting exhausted it runs again.  t NULL recharges cx itself from its CapBudget limit (which
- * shrinks by amount).  Returns 0, -EINVAL, -EPERM (cx is not t's parent,
- * or holds no CapBudget), or CBCMN_EBUDGET (cx has less than amount to give,
- * or its limit is lower; nothing was moved).  A task holding CapBudget also
- * recharges itself automatically when a cost finds it exhausted, as far as
- * its limit allows. */
+ * amount may be 0.  If t was waiting exhausted it runs again.  t NULL
+ * recharges cx itself from its CapBudget limit (which shrinks by amount).
+ * Returns 0, -EINVAL, -EPERM (cx is not t's parent, or holds no
+ * CapBudget), or CBCMN_EBUDGET (cx has less than amount to give, or its
+ * limit is lower; nothing was moved).  The amount is checked first: more
+ * than cx has is refused even if t has already ended (a recharge of an
+ * ended task otherwise returns 0 and moves nothing).  A task holding
+ * CapBudget also recharges itself automatically when a cost finds it
+ * exhausted, as far as its limit allows. */
 CBCMN_API int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount);
 
 /* Allocate size bytes (malloc), charged to the task's memory budget.
