@@ -18,22 +18,34 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
 failed=()
+declare -A status
 passed=0
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 for t in "$@"; do
 	echo "=== $dir/$t${CBCMN_BACKEND:+ (CBCMN_BACKEND=$CBCMN_BACKEND)}"
 	start=$(date +%s)
-	timeout "$T_SUITE_TIMEOUT" "$dir/$t"
-	rc=$?
+	# A copy of the output, so that the summary can say why a suite
+	# failed: a log's tail alone shows only the last suite.
+	# (timeout signals the suite's whole process group, so nothing it
+	# started keeps tee waiting.)
+	timeout "$T_SUITE_TIMEOUT" "$dir/$t" 2>&1 | tee "$logs/$t"
+	rc=${PIPESTATUS[0]}
 	if [ $rc -eq 0 ]; then
 		passed=$((passed + 1))
 	else
 		failed+=("$t")
+		status[$t]=$rc
 		[ $rc -eq 124 ] && echo "=== $t: killed after $T_SUITE_TIMEOUT s"
 	fi
 	echo "=== $t: $(( $(date +%s) - start ))s"
 done
 echo "suites in $dir${CBCMN_BACKEND:+ on $CBCMN_BACKEND}: $passed passed, ${#failed[@]} failed"
 if [ ${#failed[@]} -ne 0 ]; then
+	for t in "${failed[@]}"; do
+		echo "--- why $t failed (exit status ${status[$t]}; its first reports, the whole output is above):"
+		grep -m 30 -E -A3 '\[  (FAILED|ERROR) |\[  ERROR   \]|Sanitizer|runtime error:|killed after|watchdog|Assertion|Segmentation|FATAL' "$logs/$t" || tail -15 "$logs/$t"
+	done
 	echo "failed: ${failed[*]}"
 	exit 1
 fi

@@ -14,6 +14,13 @@
 
 #include "cbcmn.h"
 
+/* Output goes to a pipe under run-tests.sh: line-buffered, so that a suite
+ * that dies (a watchdog's _exit, a signal) still shows how far it got. */
+__attribute__((constructor)) static void t_line_buffered(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
 /* A feature this machine lacks: say why, then skip (never a silent pass). */
 #define T_SKIP(...)                                                            \
 	do {                                                                    \
