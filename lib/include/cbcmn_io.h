@@ -81,6 +81,7 @@ CBCMN_API int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol)
 CBCMN_API int64_t cbcmn_close(cbcmn_cx *cx, int fd);
 CBCMN_API int64_t cbcmn_openat(cbcmn_cx *cx, int dirfd, const char *path, int flags,
 			       mode_t mode);
+struct statx; /* <sys/stat.h> declares it only under _GNU_SOURCE */
 CBCMN_API int64_t cbcmn_statx(cbcmn_cx *cx, int dirfd, const char *path, int flags,
 			      unsigned int mask, struct statx *out);
 /* fsync(2), or fdatasync(2) with CBCMN_FSYNC_DATASYNC. */
