@@ -60,8 +60,33 @@ extern "C" {
 #define CBCMN_API __attribute__((visibility("default")))
 #endif
 
+/* ------------------------------------------------------------------------
+ * Version
+ *
+ * The one place that holds the version: the Makefile reads these three
+ * lines (the soname is libcbcmn.so.CBCMN_VERSION_MAJOR, the file
+ * libcbcmn.so.MAJOR.MINOR.PATCH, cbcmn.pc's Version).  The ABI rule, what
+ * bumps which number: docs/INSTALL.md.  The macros say which version a
+ * program was compiled against; cbcmn_version() and
+ * cbcmn_version_number() which library it runs with, e.g. to refuse an
+ * older one than the program needs:
+ *
+ *     if (cbcmn_version_number() < CBCMN_VERSION_NUMBER) ...
+ */
 #define CBCMN_VERSION_MAJOR 0
-#define CBCMN_VERSION_MINOR 1
+#define CBCMN_VERSION_MINOR 2
+#define CBCMN_VERSION_PATCH 0
+
+/* MAJOR, MINOR and PATCH in one number that orders as the versions do. */
+#define CBCMN_VERSION_NUMBER                                                   \
+	((CBCMN_VERSION_MAJOR << 16) | (CBCMN_VERSION_MINOR << 8) | CBCMN_VERSION_PATCH)
+
+/* The running library's version as "MAJOR.MINOR.PATCH" (static storage,
+ * never NULL).  Any thread, any time, no runtime needed. */
+CBCMN_API const char *cbcmn_version(void);
+
+/* The running library's CBCMN_VERSION_NUMBER.  Any thread, any time. */
+CBCMN_API unsigned cbcmn_version_number(void);
 
 /* ------------------------------------------------------------------------
  * Errors
