@@ -10,6 +10,9 @@
 #   make bench           build cbcmn-bench (release)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
+#   make install         headers, libraries, tools, man pages, cbcmn.pc under PREFIX
+#                        (/usr/local); DESTDIR, LIBDIR, ... : docs/INSTALL.md
+#   make uninstall       removes what make install put there (same variables)
 #   make bpf             the CO-RE programs and their skeleton (build/gen/*.skel.h)
 #   make fuzz            the libFuzzer targets tests/fuzz/fuzz_*.c, in build/fuzz (clang)
 #   make fuzz-smoke      each of them for FUZZ_SECONDS (15) on its corpus: fails on a crash
@@ -69,6 +72,13 @@ TOOLS    := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/cbcmn-*.c))
 TOOLCOMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/common/*.c))
 TOOLCOMMON := $(BUILD)/lib/libtoolcommon.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+# The version is held by lib/include/cbcmn.h alone (docs/INSTALL.md): the
+# soname carries its MAJOR.
+VERSION  := $(shell awk '/^.define CBCMN_VERSION_(MAJOR|MINOR|PATCH) /{v = v s $$3; s = "."} END {print v}' lib/include/cbcmn.h)
+ifeq ($(shell echo '$(VERSION)' | grep -xE '[0-9]+[.][0-9]+[.][0-9]+'),)
+$(error cannot read CBCMN_VERSION_MAJOR/MINOR/PATCH from lib/include/cbcmn.h (got '$(VERSION)'))
+endif
+SONAME   := libcbcmn.so.$(firstword $(subst ., ,$(VERSION)))
 
 # CO-RE eBPF: bpf/*.bpf.c -> build/bpf/*.bpf.o -> build/gen/*.skel.h, against a
 # vmlinux.h dumped from the running kernel's BTF.  Always under build/, for
@@ -121,7 +131,7 @@ $(STATIC): $(LIB_OBJS)
 $(SHARED): $(LIB_OBJS) lib/libcbcmn.map
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) -shared -Wl,--version-script=lib/libcbcmn.map -Wl,-soname,libcbcmn.so.0 \
+	$(Q)$(CC) -shared -Wl,--version-script=lib/libcbcmn.map -Wl,-soname,$(SONAME) \
 		-Wl,-z,noexecstack $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
 
 $(TOOLCOMMON): $(TOOLCOMMON_OBJS)
@@ -171,6 +181,8 @@ $(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BU
 $(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_cli runs every tool of its own build with bad arguments.
 $(BUILD)/tests/test_cli: | $(TOOLS)
+# test_install installs this build (tools included) into a scratch DESTDIR.
+$(BUILD)/tests/test_install: | $(TOOLS)
 
 # The objects stay: bpftool reads them and they are worth keeping to inspect.
 .SECONDARY: $(BPF_OBJS)
@@ -206,6 +218,51 @@ test: deps
 	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# ---- install (docs/INSTALL.md) ----
+# GNU's names for the places; LIBDIR stays $(PREFIX)/lib as liburing's and
+# libuv's do (Debian's /usr/local/lib is in ld.so.conf and pkg-config's
+# path); a multiarch packaging passes LIBDIR=/usr/lib/$$(gcc -dumpmachine).
+# Everything is written under $(DESTDIR) alone.  make install builds
+# first; NOBUILD=1 installs what $(BUILD) holds as it is (test_install:
+# the copy of a build it runs from has no objects to compare against).
+PREFIX       ?= /usr/local
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+BINDIR       ?= $(PREFIX)/bin
+MANDIR       ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+INST_HEADERS := $(wildcard lib/include/*.h)
+INST_MAN     := $(wildcard man/man1/*.1 man/man3/*.3)
+INST_FILES   := $(addprefix $(INCLUDEDIR)/,$(notdir $(INST_HEADERS))) \
+                $(addprefix $(LIBDIR)/,libcbcmn.a libcbcmn.so.$(VERSION) $(SONAME) libcbcmn.so) \
+                $(addprefix $(BINDIR)/,$(notdir $(TOOLS))) \
+                $(foreach m,$(INST_MAN),$(MANDIR)/$(lastword $(subst /, ,$(dir $(m))))/$(notdir $(m))) \
+                $(PKGCONFIGDIR)/cbcmn.pc
+# After a real install (no DESTDIR) as root, the loader's cache must know
+# the new soname.
+ldconfig_if_live = $(if $(DESTDIR),,if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi)
+
+install: cbcmn.pc.in $(if $(NOBUILD),,all)
+	$(call msg,INSTALL,$(DESTDIR)$(PREFIX))
+	$(Q)install -d -m 755 $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) \
+		$(DESTDIR)$(PKGCONFIGDIR) $(addprefix $(DESTDIR),$(sort $(dir $(filter $(MANDIR)/%,$(INST_FILES)))))
+	$(Q)install -m 644 $(INST_HEADERS) $(DESTDIR)$(INCLUDEDIR)/
+	$(Q)install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/libcbcmn.a
+	$(Q)install -m 644 $(SHARED) $(DESTDIR)$(LIBDIR)/libcbcmn.so.$(VERSION)
+	$(Q)ln -sfn libcbcmn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	$(Q)ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libcbcmn.so
+	$(Q)install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)/
+	$(Q)$(foreach m,$(INST_MAN),install -m 644 $(m) $(DESTDIR)$(MANDIR)/$(lastword $(subst /, ,$(dir $(m))))/ &&) true
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
+		-e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|' \
+		-e 's|@VERSION@|$(VERSION)|' cbcmn.pc.in | install -m 644 /dev/stdin $(DESTDIR)$(PKGCONFIGDIR)/cbcmn.pc
+	$(Q)$(ldconfig_if_live)
+
+uninstall:
+	$(call msg,RM,$(DESTDIR)$(PREFIX))
+	$(Q)rm -f $(addprefix $(DESTDIR),$(INST_FILES))
+	$(Q)$(ldconfig_if_live)
 
 # ---- the kernel matrix (docs/OBSERVABILITY.md, "Kernel matrix") ----
 # The release suites under other kernels: the newest Debian 12 6.1 and
@@ -293,6 +350,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools bench deps test test-unprivileged run clean bpf fuzz fuzz-smoke test-kernels test-kernels-short
+.PHONY: all tests tools bench deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(FUZZ_OUT) -name '*.d' 2>/dev/null)

@@ -1,0 +1,621 @@
+/* test_install: make install and make uninstall, as a user of the library
+ * meets them (docs/INSTALL.md).
+ *
+ * Each test installs this build (NOBUILD=1: the binaries as they are, the
+ * suite never rebuilds them) into a scratch DESTDIR, checks what landed
+ * where (soname links, the pc file, the exported symbols against
+ * lib/libcbcmn.map), builds the README's example with pkg-config against
+ * it, statically and shared, runs it, and uninstalls.  The source tree is
+ * the one above this binary (build/tests, build/x/tests, the copy that
+ * scripts/run-unprivileged.sh makes), else the current directory (a BUILD
+ * elsewhere, run from the checkout as make test does), else
+ * $CBCMN_SRCDIR.  Needs make, cc, readelf and pkg-config
+ * (scripts/install-deps.sh).  The release pass only: the install is of
+ * the release build, and a sanitizer build's library is not what a user
+ * installs. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "helpers.h"
+
+static char srcdir[PATH_MAX]; /* the checkout: Makefile, lib/, README.md */
+static char builddir[PATH_MAX]; /* this binary's build: BUILD= */
+
+#define VERSION_STR_(a, b, c) #a "." #b "." #c
+#define VERSION_STR(a, b, c) VERSION_STR_(a, b, c)
+#define VERSION VERSION_STR(CBCMN_VERSION_MAJOR, CBCMN_VERSION_MINOR, CBCMN_VERSION_PATCH)
+#define SONAME_STR_(m) "libcbcmn.so." #m
+#define SONAME_STR(m) SONAME_STR_(m)
+#define SONAME SONAME_STR(CBCMN_VERSION_MAJOR)
+
+/* ---- the shell -------------------------------------------------------------- */
+
+/* Runs the command cmd under sh with its stderr joined to its stdout,
+ * which lands in out (NUL-ended, truncated to len).  Its exit status, or
+ * -1 if it did not exit. */
+static int vsh(char *out, size_t len, char *cmd, size_t cap, const char *fmt, va_list ap)
+{
+	int n = vsnprintf(cmd, cap - 8, fmt, ap);
+	assert_true(n > 0 && (size_t)n < cap - 8);
+	strcat(cmd, " 2>&1");
+	fflush(NULL);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t at = 0, got;
+	char sink[4096];
+	while ((got = fread(at + 1 < len ? out + at : sink, 1,
+			    at + 1 < len ? len - 1 - at : sizeof(sink), p)) > 0)
+		if (at + 1 < len)
+			at += got;
+	out[at] = 0;
+	int st = pclose(p);
+	return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The command fmt...: its exit status; its output into out. */
+__attribute__((format(printf, 3, 4))) static int sh(char *out, size_t len, const char *fmt, ...)
+{
+	char cmd[8192], own[256];
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vsh(out ? out : own, out ? len : sizeof(own), cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* The command fmt..., which must exit 0: else the test fails with the
+ * command and its output.  Its output into out (which may be NULL). */
+__attribute__((format(printf, 3, 4))) static void sh_ok(char *out, size_t len, const char *fmt, ...)
+{
+	char cmd[8192], own[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vsh(out ? out : own, out ? len : sizeof(own), cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (rc != 0)
+		fail_msg("exit status %d: %s\n%s", rc, cmd, out ? out : own);
+}
+
+/* ---- where things are --------------------------------------------------------- */
+
+static bool is_checkout(const char *dir)
+{
+	char p[PATH_MAX + 32];
+	snprintf(p, sizeof(p), "%s/Makefile", dir);
+	if (access(p, R_OK))
+		return false;
+	snprintf(p, sizeof(p), "%s/lib/libcbcmn.map", dir);
+	if (access(p, R_OK))
+		return false;
+	snprintf(p, sizeof(p), "%s/cbcmn.pc.in", dir);
+	return access(p, R_OK) == 0;
+}
+
+static int find_dirs(void **state)
+{
+	(void)state;
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return -1;
+	exe[n] = 0;
+	/* BUILD/tests/test_install -> BUILD */
+	*strrchr(exe, '/') = 0;
+	*strrchr(exe, '/') = 0;
+	snprintf(builddir, sizeof(builddir), "%s", exe);
+	for (char *s = exe; *exe && !srcdir[0]; *s = 0) {
+		if (is_checkout(exe))
+			snprintf(srcdir, sizeof(srcdir), "%s", exe);
+		if (!(s = strrchr(exe, '/')) || s == exe)
+			break;
+	}
+	if (!srcdir[0] && getcwd(exe, sizeof(exe)) && is_checkout(exe))
+		snprintf(srcdir, sizeof(srcdir), "%s", exe);
+	const char *env = getenv("CBCMN_SRCDIR");
+	if (!srcdir[0] && env && is_checkout(env))
+		snprintf(srcdir, sizeof(srcdir), "%s", env);
+	/* Paths go into sh and make command lines unquoted by make itself. */
+	if (strpbrk(srcdir, " '\"\\$`") || strpbrk(builddir, " '\"\\$`"))
+		srcdir[0] = 0;
+	return 0;
+}
+
+/* An install: DESTDIR and the variables given to make install. */
+struct inst {
+	char dest[PATH_MAX];  /* the scratch DESTDIR */
+	char vars[512];       /* PREFIX=... LIBDIR=... */
+	char prefix[256];     /* where the files claim to be */
+	char libdir[256];
+};
+
+static void make_in(struct inst *in, const char *target)
+{
+	/* What the caller's make passed on (a jobserver, command-line
+	 * variables) and install variables from the environment are not the
+	 * suite's: it says every one it means. */
+	sh_ok(NULL, 0,
+	      "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u LIBDIR -u INCLUDEDIR -u BINDIR -u MANDIR "
+	      "-u PKGCONFIGDIR make -s -C '%s' SAN= BUILD='%s' NOBUILD=1 DESTDIR='%s' %s %s",
+	      srcdir, builddir, in->dest, in->vars, target);
+}
+
+/* Installs into a fresh DESTDIR: PREFIX prefix, LIBDIR libdir (NULL: the
+ * default). */
+static struct inst *install_at(const char *prefix, const char *libdir)
+{
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("install: the release pass installs the release build");
+		return NULL;
+	}
+	if (!srcdir[0]) {
+		T_SKIP("install: no checkout above %s nor here (set CBCMN_SRCDIR)", builddir);
+		return NULL;
+	}
+	struct inst *in = calloc(1, sizeof(*in));
+	assert_non_null(in);
+	const char *tmp = getenv("TMPDIR");
+	snprintf(in->dest, sizeof(in->dest), "%s/cbcmn-install-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	assert_non_null(mkdtemp(in->dest));
+	snprintf(in->prefix, sizeof(in->prefix), "%s", prefix);
+	if (libdir)
+		snprintf(in->libdir, sizeof(in->libdir), "%s", libdir);
+	else
+		snprintf(in->libdir, sizeof(in->libdir), "%s/lib", prefix);
+	snprintf(in->vars, sizeof(in->vars), "PREFIX=%s%s%s", prefix, libdir ? " LIBDIR=" : "",
+		 libdir ? libdir : "");
+	make_in(in, "install");
+	return in;
+}
+
+static void inst_free(struct inst *in)
+{
+	if (!in)
+		return;
+	sh(NULL, 0, "rm -rf '%s'", in->dest);
+	free(in);
+}
+
+/* DESTDIR's path of the installed rel under in->prefix (or absolute). */
+static const char *at(const struct inst *in, const char *rel)
+{
+	static char p[4][PATH_MAX + 512];
+	static unsigned k;
+	char *b = p[k++ % 4];
+	if (rel[0] == '/')
+		snprintf(b, sizeof(p[0]), "%s%s", in->dest, rel);
+	else
+		snprintf(b, sizeof(p[0]), "%s%s/%s", in->dest, in->prefix, rel);
+	return b;
+}
+
+static void assert_file(const char *path, mode_t mode)
+{
+	struct stat st;
+	if (lstat(path, &st))
+		fail_msg("%s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode) || (st.st_mode & 07777) != mode)
+		fail_msg("%s: mode %o, want a file of mode %o", path, st.st_mode, mode);
+}
+
+static void assert_link(const char *path, const char *target)
+{
+	char t[PATH_MAX];
+	ssize_t n = readlink(path, t, sizeof(t) - 1);
+	if (n <= 0)
+		fail_msg("%s: not a symbolic link (%s)", path, strerror(errno));
+	t[n] = 0;
+	if (strcmp(t, target))
+		fail_msg("%s -> %s, want -> %s", path, t, target);
+}
+
+/* Calls fn(name) for each name in srcdir/dir that begins with prefix and
+ * ends in suffix; how many. */
+static size_t each_source(const char *dir, const char *prefix, const char *suffix,
+			  void (*fn)(const char *, void *), void *arg)
+{
+	char p[PATH_MAX + 64];
+	snprintf(p, sizeof(p), "%s/%s", srcdir, dir);
+	DIR *d = opendir(p);
+	if (!d)
+		return 0;
+	size_t n = 0, sl = strlen(suffix);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		if (de->d_name[0] == '.' || l <= sl || strcmp(de->d_name + l - sl, suffix) ||
+		    strncmp(de->d_name, prefix, strlen(prefix)))
+			continue;
+		fn(de->d_name, arg);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static void header_is_installed(const char *name, void *arg)
+{
+	char rel[PATH_MAX];
+	snprintf(rel, sizeof(rel), "include/%s", name);
+	assert_file(at(arg, rel), 0644);
+}
+
+static void tool_is_installed(const char *name, void *arg)
+{
+	char rel[PATH_MAX];
+	snprintf(rel, sizeof(rel), "bin/%.*s", (int)(strlen(name) - 2), name);
+	assert_file(at(arg, rel), 0755);
+}
+
+struct man_sec {
+	struct inst *in;
+	const char *sec;
+};
+
+static void page_is_installed(const char *name, void *arg)
+{
+	struct man_sec *m = arg;
+	char rel[PATH_MAX];
+	snprintf(rel, sizeof(rel), "share/man/man%s/%s", m->sec, name);
+	assert_file(at(m->in, rel), 0644);
+}
+
+/* Every file (not directory) under DESTDIR, one a line, into out. */
+static void files_under(const struct inst *in, char *out, size_t len)
+{
+	sh_ok(out, len, "cd '%s' && find . ! -type d | sort", in->dest);
+}
+
+static size_t lines(const char *s)
+{
+	size_t n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* ---- the files ---------------------------------------------------------------- */
+
+static void test_install_puts_each_file_in_its_place(void **state)
+{
+	(void)state;
+	struct inst *in = install_at("/usr/local", NULL);
+	if (!in)
+		return;
+	size_t want = 0;
+	want += each_source("lib/include", "", ".h", header_is_installed, in);
+	assert_true(want >= 1);
+	size_t tools = each_source("tools", "cbcmn-", ".c", tool_is_installed, in);
+	assert_true(tools >= 1);
+	want += tools;
+	/* Pages where man/ has them: none is fine (they are another part). */
+	struct man_sec m1 = {in, "1"}, m3 = {in, "3"};
+	want += each_source("man/man1", "", ".1", page_is_installed, &m1);
+	want += each_source("man/man3", "", ".3", page_is_installed, &m3);
+
+	/* The real file, named for the whole version; the soname's link, which
+	 * the loader follows; the link a -lcbcmn link finds. */
+	assert_file(at(in, "lib/libcbcmn.so." VERSION), 0644);
+	assert_link(at(in, "lib/" SONAME), "libcbcmn.so." VERSION);
+	assert_link(at(in, "lib/libcbcmn.so"), SONAME);
+	assert_file(at(in, "lib/libcbcmn.a"), 0644);
+	assert_file(at(in, "lib/pkgconfig/cbcmn.pc"), 0644);
+	want += 5;
+
+	char *pc = malloc(4096);
+	assert_non_null(pc);
+	FILE *f = fopen(at(in, "lib/pkgconfig/cbcmn.pc"), "r");
+	assert_non_null(f);
+	pc[fread(pc, 1, 4095, f)] = 0;
+	fclose(f);
+	assert_non_null(strstr(pc, "\nprefix=/usr/local\n"));
+	assert_non_null(strstr(pc, "\nlibdir=${prefix}/lib\n"));
+	assert_non_null(strstr(pc, "\nincludedir=${prefix}/include\n"));
+	assert_non_null(strstr(pc, "\nVersion: " VERSION "\n"));
+	free(pc);
+
+	/* Nothing else. */
+	char *all = malloc(1 << 16);
+	assert_non_null(all);
+	files_under(in, all, 1 << 16);
+	printf("installed %zu files (%zu tools): %s", lines(all), tools, all);
+	if (lines(all) != want)
+		fail_msg("%zu files installed, %zu expected", lines(all), want);
+	free(all);
+	inst_free(in);
+}
+
+static void test_uninstall_removes_what_install_put_and_nothing_else(void **state)
+{
+	(void)state;
+	struct inst *in = install_at("/usr/local", NULL);
+	if (!in)
+		return;
+	/* Another package's files beside ours, and an older release's. */
+	sh_ok(NULL, 0,
+	      "cd '%s/usr/local' && touch lib/libother.so include/other.h bin/other "
+	      "lib/libcbcmn.so.0.0.9 lib/pkgconfig/other.pc",
+	      in->dest);
+	make_in(in, "uninstall");
+	char left[4096];
+	files_under(in, left, sizeof(left));
+	assert_string_equal(left, "./usr/local/bin/other\n"
+				  "./usr/local/include/other.h\n"
+				  "./usr/local/lib/libcbcmn.so.0.0.9\n"
+				  "./usr/local/lib/libother.so\n"
+				  "./usr/local/lib/pkgconfig/other.pc\n");
+	/* Again: nothing to remove is no error. */
+	make_in(in, "uninstall");
+	inst_free(in);
+}
+
+/* A Debian-style multiarch LIBDIR: the libraries and the pc file go there,
+ * and the pc file says so (relative to prefix, as pkg-config wants for
+ * --define-variable=prefix). */
+static void test_multiarch_libdir_is_where_the_pc_file_points(void **state)
+{
+	(void)state;
+	char triplet[128], libdir[256];
+	sh_ok(triplet, sizeof(triplet), "cc -dumpmachine");
+	triplet[strcspn(triplet, "\n")] = 0;
+	snprintf(libdir, sizeof(libdir), "/usr/lib/%s", triplet);
+	struct inst *in = install_at("/usr", libdir);
+	if (!in)
+		return;
+	char rel[512];
+	snprintf(rel, sizeof(rel), "%s/" SONAME, libdir);
+	assert_link(at(in, rel), "libcbcmn.so." VERSION);
+	snprintf(rel, sizeof(rel), "%s/pkgconfig/cbcmn.pc", libdir);
+	char pc[4096], want[PATH_MAX + 512];
+	sh_ok(pc, sizeof(pc), "cat '%s'", at(in, rel));
+	snprintf(want, sizeof(want), "\nprefix=/usr\n");
+	assert_non_null(strstr(pc, want));
+	snprintf(want, sizeof(want), "\nlibdir=${prefix}/lib/%s\n", triplet);
+	if (!strstr(pc, want))
+		fail_msg("no '%s' in the pc file:\n%s", want + 1, pc);
+	/* Relocated by prefix alone, as the pc file was written to allow. */
+	char found[1024];
+	sh_ok(found, sizeof(found),
+	      "PKG_CONFIG_PATH='%s%s/pkgconfig' pkg-config --define-variable=prefix='%s/usr' "
+	      "--variable=libdir cbcmn",
+	      in->dest, libdir, in->dest);
+	snprintf(want, sizeof(want), "%s%s\n", in->dest, libdir);
+	assert_string_equal(found, want);
+	inst_free(in);
+}
+
+/* ---- the shared library --------------------------------------------------------- */
+
+#define MAX_SYMS 1024
+struct sym {
+	char name[96];
+	char node[32];
+};
+
+/* The global symbols of lib/libcbcmn.map, each with its version node. */
+static size_t map_globals(struct sym *out, size_t max)
+{
+	char path[PATH_MAX + 32], tok[128], node[32] = "", prev[128] = "";
+	snprintf(path, sizeof(path), "%s/lib/libcbcmn.map", srcdir);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	enum { OUT, IN, AFTER } where = OUT;
+	bool global = false;
+	size_t n = 0, t = 0;
+	int c, last = 0;
+	while ((c = fgetc(f)) != EOF) {
+		if (last == '/' && c == '*') { /* a comment, to its end */
+			t = 0;
+			for (last = 0; (c = fgetc(f)) != EOF && !(last == '*' && c == '/'); last = c)
+				;
+			last = 0;
+			continue;
+		}
+		last = c;
+		if (c == '_' || c == '.' || c == '*' || (c >= '0' && c <= '9') ||
+		    (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+			if (t + 1 < sizeof(tok))
+				tok[t++] = (char)c;
+			continue;
+		}
+		if (c == '/')
+			continue;
+		tok[t] = 0;
+		if (t)
+			snprintf(prev, sizeof(prev), "%s", tok);
+		t = 0;
+		if (c == '{' && where == OUT) {
+			snprintf(node, sizeof(node), "%s", prev);
+			where = IN;
+			global = false;
+		} else if (c == ':' && where == IN) {
+			global = !strcmp(prev, "global");
+		} else if (c == ';' && where == IN && prev[0]) {
+			if (global) {
+				assert_true(n < max);
+				snprintf(out[n].name, sizeof(out[n].name), "%s", prev);
+				snprintf(out[n].node, sizeof(out[n].node), "%s", node);
+				n++;
+			}
+		} else if (c == '}' && where == IN) {
+			where = AFTER; /* then the parent's name, to the ';' */
+		} else if (c == ';' && where == AFTER) {
+			where = OUT;
+		}
+		if (c == ';' || c == ':' || c == '{' || c == '}')
+			prev[0] = 0;
+	}
+	fclose(f);
+	return n;
+}
+
+static void test_shared_library_has_the_soname_and_exports_the_map_alone(void **state)
+{
+	(void)state;
+	struct inst *in = install_at("/usr/local", NULL);
+	if (!in)
+		return;
+	const char *so = at(in, "lib/libcbcmn.so." VERSION);
+	char out[1024];
+	sh_ok(out, sizeof(out), "readelf -d '%s' | grep SONAME", so);
+	if (!strstr(out, "[" SONAME "]"))
+		fail_msg("want soname " SONAME ": %s", out);
+
+	static struct sym map[MAX_SYMS];
+	size_t nmap = map_globals(map, MAX_SYMS);
+	assert_true(nmap > 50);
+	bool seen[MAX_SYMS] = {0};
+
+	char *dyn = malloc(1 << 20);
+	assert_non_null(dyn);
+	sh_ok(dyn, 1 << 20, "readelf --dyn-syms -W '%s'", so);
+	size_t defined = 0;
+	for (char *l = strtok(dyn, "\n"); l; l = strtok(NULL, "\n")) {
+		char type[16], bind[16], vis[16], ndx[16], name[256];
+		if (sscanf(l, " %*d: %*s %*s %15s %15s %15s %15s %255s", type, bind, vis, ndx,
+			   name) != 5 ||
+		    !strcmp(ndx, "UND") || !strcmp(bind, "LOCAL"))
+			continue;
+		char *ver = strstr(name, "@@");
+		if (!ver && !strcmp(ndx, "ABS") && !strcmp(type, "OBJECT"))
+			continue; /* a version node's own entry */
+		if (!ver)
+			fail_msg("%s is exported without a default version", name);
+		*ver = 0;
+		ver += 2;
+		size_t i = 0;
+		while (i < nmap && strcmp(map[i].name, name))
+			i++;
+		if (i == nmap)
+			fail_msg("%s is exported but not in lib/libcbcmn.map", name);
+		if (strcmp(map[i].node, ver))
+			fail_msg("%s is exported as %s, the map puts it in %s", name, ver, map[i].node);
+		seen[i] = true;
+		defined++;
+	}
+	free(dyn);
+	for (size_t i = 0; i < nmap; i++)
+		if (!seen[i])
+			fail_msg("%s is in lib/libcbcmn.map but not exported", map[i].name);
+	printf("%zu symbols exported, as the map lists\n", defined);
+
+	/* The installed library says its version, through the soname's link,
+	 * as the loader finds it. */
+	void *h = dlopen(at(in, "lib/" SONAME), RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		fail_msg("dlopen: %s", dlerror());
+	const char *(*ver_s)(void) = (const char *(*)(void))dlsym(h, "cbcmn_version");
+	unsigned (*ver_n)(void) = (unsigned (*)(void))dlsym(h, "cbcmn_version_number");
+	assert_non_null(ver_s);
+	assert_non_null(ver_n);
+	assert_string_equal(ver_s(), VERSION);
+	assert_int_equal(ver_n(), CBCMN_VERSION_NUMBER);
+	dlclose(h);
+	inst_free(in);
+}
+
+/* The version calls agree with the header's macros (this binary links the
+ * static library). */
+static void test_version_calls_say_the_header_version(void **state)
+{
+	(void)state;
+	assert_string_equal(cbcmn_version(), VERSION);
+	assert_int_equal(cbcmn_version_number(),
+			 (CBCMN_VERSION_MAJOR << 16) | (CBCMN_VERSION_MINOR << 8) | CBCMN_VERSION_PATCH);
+	/* Each part fits its byte, so the number orders as the versions do. */
+	assert_true(CBCMN_VERSION_MINOR < 256 && CBCMN_VERSION_PATCH < 256);
+}
+
+/* ---- a program built against the install ------------------------------------------ */
+
+/* The README's example (the C block under "## Example") into path. */
+static void readme_example(const char *path)
+{
+	char readme[PATH_MAX + 16];
+	snprintf(readme, sizeof(readme), "%s/README.md", srcdir);
+	FILE *in = fopen(readme, "r");
+	assert_non_null(in);
+	FILE *out = fopen(path, "w");
+	assert_non_null(out);
+	char line[1024];
+	int state = 0; /* 0: before ## Example, 1: before ```c, 2: in it, 3: done */
+	size_t n = 0;
+	while (state < 3 && fgets(line, sizeof(line), in)) {
+		if (state == 0 && !strncmp(line, "## Example", 10))
+			state = 1;
+		else if (state == 1 && !strncmp(line, "```c", 4))
+			state = 2;
+		else if (state == 2 && !strncmp(line, "```", 3))
+			state = 3;
+		else if (state == 2)
+			n += fputs(line, out) >= 0;
+	}
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+	if (state != 3 || n < 10)
+		fail_msg("README.md has no C example under '## Example'");
+}
+
+static void test_readme_example_builds_with_pkg_config_and_runs(void **state)
+{
+	(void)state;
+	struct inst *in = install_at("/usr/local", NULL);
+	if (!in)
+		return;
+	char src[PATH_MAX + 32], out[8192];
+	snprintf(src, sizeof(src), "%s/fib.c", in->dest);
+	readme_example(src);
+	/* pkg-config finds the staged install as it would the real one; the
+	 * sysroot maps its paths into DESTDIR.  The example compiles clean
+	 * without _GNU_SOURCE (the public headers must not need it). */
+	const char *pc = "PKG_CONFIG_PATH=\"$D/usr/local/lib/pkgconfig\" PKG_CONFIG_SYSROOT_DIR=\"$D\"";
+	sh_ok(out, sizeof(out), "D='%s'; %s pkg-config --modversion cbcmn", in->dest, pc);
+	assert_string_equal(out, VERSION "\n");
+	sh_ok(out, sizeof(out),
+	      "D='%s'; cc -std=gnu11 -Wall -Wextra -Werror -o \"$D/fib-shared\" \"$D/fib.c\" "
+	      "$(%s pkg-config --cflags --libs cbcmn)",
+	      in->dest, pc);
+	sh_ok(out, sizeof(out), "readelf -d '%s/fib-shared' | grep NEEDED", in->dest);
+	if (!strstr(out, "[" SONAME "]"))
+		fail_msg("the shared example does not need " SONAME ":\n%s", out);
+	sh_ok(out, sizeof(out), "LD_LIBRARY_PATH='%s/usr/local/lib' '%s/fib-shared' 20", in->dest,
+	      in->dest);
+	assert_string_equal(out, "fib(20) = 6765\n");
+
+	/* Static: pkg-config --static adds what libcbcmn.a needs (liburing,
+	 * libnuma through Requires.private); the program needs no libcbcmn.so. */
+	if (sh(out, sizeof(out), "D='%s'; cc -std=gnu11 -Wall -Wextra -Werror -static -o \"$D/fib-static\" "
+				 "\"$D/fib.c\" $(%s pkg-config --static --cflags --libs cbcmn)",
+	       in->dest, pc)) {
+		/* A distribution without static libc, liburing or libnuma. */
+		if (strstr(out, "cannot find -l")) {
+			inst_free(in);
+			T_SKIP("no static link here: %s", out);
+			return;
+		}
+		fail_msg("static link: %s", out);
+	} else {
+		sh_ok(out, sizeof(out), "readelf -d '%s/fib-static'", in->dest);
+		if (strstr(out, "libcbcmn"))
+			fail_msg("the static example needs a libcbcmn: %s", out);
+		sh_ok(out, sizeof(out), "'%s/fib-static' 21", in->dest);
+		assert_string_equal(out, "fib(21) = 10946\n");
+	}
+	inst_free(in);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_version_calls_say_the_header_version),
+		T_WATCHED_TEST(test_install_puts_each_file_in_its_place),
+		T_WATCHED_TEST(test_uninstall_removes_what_install_put_and_nothing_else),
+		T_WATCHED_TEST(test_multiarch_libdir_is_where_the_pc_file_points),
+		T_WATCHED_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
+		T_WATCHED_TEST(test_readme_example_builds_with_pkg_config_and_runs),
+	};
+	return cmocka_run_group_tests(tests, find_dirs, NULL);
+}
