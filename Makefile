@@ -243,6 +243,13 @@ INST_FILES   := $(addprefix $(INCLUDEDIR)/,$(notdir $(INST_HEADERS))) \
 # the new soname.
 ldconfig_if_live = $(if $(DESTDIR),,if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi)
 
+# A sanitizer build is for the suites, not for installing.
+ifneq ($(SAN),)
+ifneq ($(filter install,$(MAKECMDGOALS)),)
+$(error make install takes the release build: run it without SAN)
+endif
+endif
+
 install: cbcmn.pc.in $(if $(NOBUILD),,all)
 	$(call msg,INSTALL,$(DESTDIR)$(PREFIX))
 	$(Q)install -d -m 755 $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) \

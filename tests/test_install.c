@@ -6,10 +6,10 @@
  * where (soname links, the pc file, the exported symbols against
  * lib/libcbcmn.map), builds the README's example with pkg-config against
  * it, statically and shared, runs it, and uninstalls.  The source tree is
- * the one above this binary (build/tests, build/x/tests, the copy that
- * scripts/run-unprivileged.sh makes), else the current directory (a BUILD
- * elsewhere, run from the checkout as make test does), else
- * $CBCMN_SRCDIR.  Needs make, cc, readelf and pkg-config
+ * $CBCMN_SRCDIR, else the one above this binary (build/tests,
+ * build/x/tests, the copy that scripts/run-unprivileged.sh makes), else
+ * the current directory (a BUILD elsewhere, run from the checkout as make
+ * test does); none is a skip that says so.  Needs make, cc, readelf and pkg-config
  * (scripts/install-deps.sh).  The release pass only: the install is of
  * the release build, and a sanitizer build's library is not what a user
  * installs. */
@@ -107,6 +107,9 @@ static int find_dirs(void **state)
 	*strrchr(exe, '/') = 0;
 	*strrchr(exe, '/') = 0;
 	snprintf(builddir, sizeof(builddir), "%s", exe);
+	const char *env = getenv("CBCMN_SRCDIR");
+	if (env && is_checkout(env))
+		snprintf(srcdir, sizeof(srcdir), "%s", env);
 	for (char *s = exe; *exe && !srcdir[0]; *s = 0) {
 		if (is_checkout(exe))
 			snprintf(srcdir, sizeof(srcdir), "%s", exe);
@@ -115,9 +118,6 @@ static int find_dirs(void **state)
 	}
 	if (!srcdir[0] && getcwd(exe, sizeof(exe)) && is_checkout(exe))
 		snprintf(srcdir, sizeof(srcdir), "%s", exe);
-	const char *env = getenv("CBCMN_SRCDIR");
-	if (!srcdir[0] && env && is_checkout(env))
-		snprintf(srcdir, sizeof(srcdir), "%s", env);
 	/* Paths go into sh and make command lines unquoted by make itself. */
 	if (strpbrk(srcdir, " '\"\\$`") || strpbrk(builddir, " '\"\\$`"))
 		srcdir[0] = 0;
@@ -131,6 +131,9 @@ struct inst {
 	char prefix[256];     /* where the files claim to be */
 	char libdir[256];
 };
+
+/* The test's install: a test that fails half-way leaves it to teardown. */
+static struct inst *current;
 
 static void make_in(struct inst *in, const char *target)
 {
@@ -167,6 +170,7 @@ static struct inst *install_at(const char *prefix, const char *libdir)
 		snprintf(in->libdir, sizeof(in->libdir), "%s/lib", prefix);
 	snprintf(in->vars, sizeof(in->vars), "PREFIX=%s%s%s", prefix, libdir ? " LIBDIR=" : "",
 		 libdir ? libdir : "");
+	current = in;
 	make_in(in, "install");
 	return in;
 }
@@ -177,7 +181,24 @@ static void inst_free(struct inst *in)
 		return;
 	sh(NULL, 0, "rm -rf '%s'", in->dest);
 	free(in);
+	current = NULL;
 }
+
+/* Each test drives make, the compiler and the programs it built: the long
+ * watchdog (a loaded machine), and its scratch DESTDIR removed whatever
+ * happened. */
+static int inst_setup(void **state)
+{
+	return t_watchdog_setup_long(state);
+}
+
+static int inst_teardown(void **state)
+{
+	inst_free(current);
+	return t_watchdog_teardown(state);
+}
+
+#define INSTALL_TEST(f) cmocka_unit_test_prestate_setup_teardown(f, inst_setup, inst_teardown, (void *)#f)
 
 /* DESTDIR's path of the installed rel under in->prefix (or absolute). */
 static const char *at(const struct inst *in, const char *rel)
@@ -611,11 +632,11 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_version_calls_say_the_header_version),
-		T_WATCHED_TEST(test_install_puts_each_file_in_its_place),
-		T_WATCHED_TEST(test_uninstall_removes_what_install_put_and_nothing_else),
-		T_WATCHED_TEST(test_multiarch_libdir_is_where_the_pc_file_points),
-		T_WATCHED_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
-		T_WATCHED_TEST(test_readme_example_builds_with_pkg_config_and_runs),
+		INSTALL_TEST(test_install_puts_each_file_in_its_place),
+		INSTALL_TEST(test_uninstall_removes_what_install_put_and_nothing_else),
+		INSTALL_TEST(test_multiarch_libdir_is_where_the_pc_file_points),
+		INSTALL_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
+		INSTALL_TEST(test_readme_example_builds_with_pkg_config_and_runs),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }
