@@ -82,6 +82,9 @@ __attribute__((format(printf, 3, 4))) static void sh_ok(char *out, size_t len, c
 
 /* ---- where things are --------------------------------------------------------- */
 
+/* What the paths on a command line must not hold. */
+#define ODD " '\"\\$`"
+
 static bool is_checkout(const char *dir)
 {
 	char p[PATH_MAX + 32];
@@ -110,16 +113,18 @@ static int find_dirs(void **state)
 	const char *env = getenv("CBCMN_SRCDIR");
 	if (env && is_checkout(env))
 		snprintf(srcdir, sizeof(srcdir), "%s", env);
-	for (char *s = exe; *exe && !srcdir[0]; *s = 0) {
+	while (!srcdir[0]) {
 		if (is_checkout(exe))
 			snprintf(srcdir, sizeof(srcdir), "%s", exe);
-		if (!(s = strrchr(exe, '/')) || s == exe)
+		char *up = strrchr(exe, '/');
+		if (!up || up == exe)
 			break;
+		*up = 0;
 	}
 	if (!srcdir[0] && getcwd(exe, sizeof(exe)) && is_checkout(exe))
 		snprintf(srcdir, sizeof(srcdir), "%s", exe);
-	/* Paths go into sh and make command lines unquoted by make itself. */
-	if (strpbrk(srcdir, " '\"\\$`") || strpbrk(builddir, " '\"\\$`"))
+	/* Paths go into sh and make command lines (make splits at spaces). */
+	if (strpbrk(srcdir, ODD) || strpbrk(builddir, ODD))
 		srcdir[0] = 0;
 	return 0;
 }
@@ -129,7 +134,6 @@ struct inst {
 	char dest[PATH_MAX];  /* the scratch DESTDIR */
 	char vars[512];       /* PREFIX=... LIBDIR=... */
 	char prefix[256];     /* where the files claim to be */
-	char libdir[256];
 };
 
 /* The test's install: a test that fails half-way leaves it to teardown. */
@@ -161,13 +165,11 @@ static struct inst *install_at(const char *prefix, const char *libdir)
 	struct inst *in = calloc(1, sizeof(*in));
 	assert_non_null(in);
 	const char *tmp = getenv("TMPDIR");
-	snprintf(in->dest, sizeof(in->dest), "%s/cbcmn-install-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!tmp || !*tmp || strpbrk(tmp, ODD))
+		tmp = "/tmp";
+	snprintf(in->dest, sizeof(in->dest), "%s/cbcmn-install-XXXXXX", tmp);
 	assert_non_null(mkdtemp(in->dest));
 	snprintf(in->prefix, sizeof(in->prefix), "%s", prefix);
-	if (libdir)
-		snprintf(in->libdir, sizeof(in->libdir), "%s", libdir);
-	else
-		snprintf(in->libdir, sizeof(in->libdir), "%s/lib", prefix);
 	snprintf(in->vars, sizeof(in->vars), "PREFIX=%s%s%s", prefix, libdir ? " LIBDIR=" : "",
 		 libdir ? libdir : "");
 	current = in;
