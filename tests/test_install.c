@@ -490,6 +490,17 @@ static void test_shared_library_has_the_soname_and_exports_the_map_alone(void **
 	static struct sym map[MAX_SYMS];
 	size_t nmap = map_globals(map, MAX_SYMS);
 	assert_true(nmap > 50);
+	/* Nodes are named for the version that added their calls: none
+	 * later than the header's (a new call goes with a version bump). */
+	for (size_t i = 0; i < nmap; i++) {
+		unsigned maj, min;
+		if (sscanf(map[i].node, "CBCMN_%u.%u", &maj, &min) != 2)
+			fail_msg("%s: node %s is not CBCMN_MAJOR.MINOR", map[i].name, map[i].node);
+		if (maj > CBCMN_VERSION_MAJOR ||
+		    (maj == CBCMN_VERSION_MAJOR && min > CBCMN_VERSION_MINOR))
+			fail_msg("%s is in node %s, later than the header's version " VERSION,
+				 map[i].name, map[i].node);
+	}
 	bool seen[MAX_SYMS] = {0};
 
 	char *dyn = malloc(1 << 20);
