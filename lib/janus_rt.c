@@ -144,9 +144,22 @@ static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
 	return cbcmn_runtime_create(&cfg, &rt) == 0 ? rt : NULL;
 }
 
-/* void-returning shutdowns cannot say "busy": wait for the tasks. */
+/* void-returning shutdowns cannot say "busy": wait for the tasks.  The
+ * calling thread's own nurseries on rt are awaited and popped first, so a
+ * later await of its does not touch a freed nursery; another thread's
+ * stack is out of reach (janus_rt.h: await before shutting down). */
 static void rt_destroy_wait(struct cbcmn_runtime *rt)
 {
+	for (RtNursery **pp = &thread_top; *pp;) {
+		RtNursery *rn = *pp;
+		if (rn->nursery->rt != rt) {
+			pp = &rn->below;
+			continue;
+		}
+		*pp = rn->below;
+		cbcmn_nursery_await_all(NULL, rn->nursery);
+		free(rn);
+	}
 	struct timespec ms = {.tv_nsec = 1000000};
 	while (cbcmn__runtime_destroy(rt, true) == -EBUSY)
 		nanosleep(&ms, NULL);

@@ -426,6 +426,34 @@ static void test_scheduler_nursery_from_a_thread(void **state)
 	janus_scheduler_shutdown(s);
 }
 
+/* Shut down with the thread's nursery still open: before, the runtime
+ * freed it and the thread's next await read freed memory (ASan:
+ * heap-use-after-free). */
+static void test_shutdown_awaits_the_threads_open_nurseries(void **state)
+{
+	(void)state;
+	janus_rt_shutdown();
+	atomic_store(&ran, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	void *s = janus_scheduler_create_ex(&c);
+	assert_non_null(s);
+	start(&c);
+	assert_non_null(janus_nursery_create());            /* global, below */
+	assert_non_null(janus_scheduler_nursery_create(s)); /* s's */
+	assert_non_null(janus_scheduler_nursery_create(s)); /* s's, on top */
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	janus_scheduler_shutdown(s);
+	assert_int_equal(atomic_load(&ran), 1);
+	/* The global one is still the current nursery, and works. */
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 2);
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+	assert_non_null(janus_nursery_create());
+	janus_rt_shutdown(); /* and the global runtime's likewise */
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+}
+
 static int64_t scheduler_nursery_in_task(void *arg)
 {
 	return janus_scheduler_nursery_create(arg) ? -1 : 0;
@@ -461,6 +489,7 @@ int main(void)
 		T_WATCHED_TEST(test_isolated_runtime_task_opens_janus_nursery),
 		T_WATCHED_TEST(test_scheduler_nursery_from_a_thread),
 		T_WATCHED_TEST(test_scheduler_nursery_refused_inside_a_task),
+		T_WATCHED_TEST(test_shutdown_awaits_the_threads_open_nurseries),
 	};
 	return cmocka_run_group_tests_name("janus_budget", tests, NULL, NULL);
 }

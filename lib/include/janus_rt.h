@@ -142,7 +142,10 @@ typedef RuntimeConfigEx SchedulerConfigEx;
 /* Create the global runtime (the one global, SPEC-021 §2.2).  A second call
  * while it exists does nothing.  On failure janus_rt_get() stays NULL. */
 JANUS_API void janus_rt_init(RuntimeConfig config);
-/* Wait for the global runtime's tasks to end, then destroy it. */
+/* Wait for the global runtime's tasks to end, then destroy it.  The
+ * calling thread's nurseries on it that are still open are awaited and
+ * popped first; another thread's must be awaited before (they are lost
+ * with the runtime: awaiting one then is undefined). */
 JANUS_API void janus_rt_shutdown(void);
 /* The global runtime, or NULL. */
 JANUS_API Runtime *janus_rt_get(void);
@@ -188,7 +191,8 @@ JANUS_API void *janus_scheduler_create_ex(const SchedulerConfigEx *config);
  * NULL on failure (NULL scheduler, one of its tasks calling: use
  * janus_nursery_create(), the core profile). */
 JANUS_API void *janus_scheduler_nursery_create(void *scheduler);
-/* Wait for its tasks to end, then destroy it. */
+/* Wait for its tasks to end, then destroy it; the calling thread's open
+ * nurseries on it as janus_rt_shutdown(). */
 JANUS_API void janus_scheduler_shutdown(void *scheduler);
 /* Spawn func(arg) (a TaskFn) into the current nursery: 0 or -1. */
 JANUS_API int janus_scheduler_spawn(void *func, void *arg);
