@@ -137,7 +137,10 @@ typedef struct RuntimeConfigEx {
 typedef RuntimeConfigEx SchedulerConfigEx;
 
 #define JANUS_RUNTIME_CONFIG_EX_SIZE_V1 104u
-#define JANUS_RUNTIME_CONFIG_EX_INIT {.size = (uint32_t)sizeof(RuntimeConfigEx)}
+/* Every field spelled out: C++ -Wextra warns about designated ones left out. */
+#define JANUS_RUNTIME_CONFIG_EX_INIT                                           \
+	{(uint32_t)sizeof(RuntimeConfigEx), 0, 0, 0, 0, {0, 0, 0, 0, 0},       \
+	 {0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}, 0, 0}
 
 /* Create the global runtime (the one global, SPEC-021 §2.2).  A second call
  * while it exists does nothing.  On failure janus_rt_get() stays NULL. */
