@@ -175,15 +175,55 @@ static void test_cancelled_janus_loop_ends_at_its_check(void **state)
 	janus_rt_shutdown();
 }
 
+/* On a blocking-pool thread (the task parked, waiting for it) neither may
+ * touch the task's budget nor yield: that thread is no task. */
+static int64_t pool_checks(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 5000; i++) {
+		janus_budget_decrement(1000);
+		janus_budget_check();
+	}
+	return 7;
+}
+
+static int64_t native_blocking_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_budget before, after;
+	int64_t r = 0;
+	cbcmn_budget_get(cx, &before);
+	if (cbcmn_blocking(cx, pool_checks, arg, &r) != 0 || r != 7)
+		return -1;
+	cbcmn_budget_get(cx, &after);
+	/* The call itself may cost an op or so; the pool's 5 M did not count. */
+	return before.ops - after.ops <= 2 ? 0 : -2;
+}
+
 static void test_check_and_decrement_outside_a_task_do_nothing(void **state)
 {
 	(void)state;
 	janus_budget_check();
 	janus_budget_decrement(UINT32_MAX);
 	assert_int_equal(janus_budget_get_current().ops, 0);
+
+	RuntimeConfigEx c = unlimited_config(1);
+	c.budget.ops = 100000;
+	c.caps = JANUS_CAP_SPAWN | JANUS_CAPS_EXPLICIT;
+	void *s = janus_scheduler_create_ex(&c);
+	assert_non_null(s);
+	int64_t r = -99;
+	assert_int_equal(cbcmn_runtime_run(s, native_blocking_root, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	janus_scheduler_shutdown(s);
 }
 
 /* ---- spawn never waits (§3.5, §14.1) ----------------------------------- */
+
+static int64_t nothing_task(void *arg)
+{
+	(void)arg;
+	return 0;
+}
 
 static _Atomic int release_children;
 static _Atomic int spawn_failures;
@@ -241,6 +281,32 @@ static void test_spawn_with_spawn_budget_exhausted_fails_at_once(void **state)
 	int spawned = spawned_until_refused(&c);
 	/* Each child asks for all its spawner has: at most 3, at least 1. */
 	assert_true(spawned >= 1 && spawned <= 3);
+}
+
+/* The spawn's op is a cost too: a spawner whose ops are gone fails at once
+ * (before: it waited, BudgetExhausted, and was ended: -3). */
+static int64_t spawn_without_ops(void *arg)
+{
+	(void)arg;
+	if (!janus_nursery_create())
+		return -100;
+	janus_budget_decrement(UINT32_MAX);
+	int rc = janus_nursery_spawn(nothing_task, NULL);
+	long r = janus_nursery_await_all();
+	return rc == -1 && r == JANUS_OK ? 0 : -101;
+}
+
+static void test_spawn_with_ops_exhausted_fails_at_once(void **state)
+{
+	(void)state;
+	RuntimeConfigEx c = unlimited_config(1);
+	c.budget.ops = 100000;
+	c.caps = JANUS_CAP_SPAWN | JANUS_CAPS_EXPLICIT;
+	start(&c);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(spawn_without_ops, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	janus_rt_shutdown();
 }
 
 /* With CapBudget the spawner recharges itself instead ("recharge or
@@ -483,6 +549,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancelled_janus_loop_ends_at_its_check),
 		T_WATCHED_TEST(test_check_and_decrement_outside_a_task_do_nothing),
 		T_WATCHED_TEST(test_spawn_with_spawn_budget_exhausted_fails_at_once),
+		T_WATCHED_TEST(test_spawn_with_ops_exhausted_fails_at_once),
 		T_WATCHED_TEST(test_spawn_recharges_from_capbudget_before_failing),
 		T_WATCHED_TEST(test_config_ex_sets_budget_and_profile),
 		T_WATCHED_TEST(test_config_ex_refuses_bad_input),
