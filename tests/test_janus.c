@@ -46,6 +46,7 @@ static int setup(void **state)
 	c.deterministic_seed = 42;
 	Budget all = {UINT32_MAX, SIZE_MAX, UINT16_MAX, UINT16_MAX, UINT16_MAX};
 	c.budget = c.child_budget = c.cap_limit = all;
+	c.caps = JANUS_CAP_SPAWN | JANUS_CAP_BUDGET | JANUS_CAPS_EXPLICIT;
 	return janus_rt_init_ex(&c) == 0 && janus_rt_get() ? 0 : -1;
 }
 
