@@ -533,3 +533,36 @@ void cbcmn_free(void *p)
 {
 	free(p);
 }
+
+/* ---- for the janus ABI (janus_rt.c), which must not wait ------------------ */
+
+/* Could t pay one op and amount of comp now, without waiting?  Folds in what
+ * it is owed and recharges from its CapBudget first, as a waiting charge
+ * would (SPEC-021 §14.1 "recharge or fail"); never waits or yields. */
+bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount)
+{
+	fold_refunds(t);
+	/* A charge's op comes from the countdown, or opens a window from ops. */
+	if (t->countdown <= 1 && t->ops == 0)
+		self_recharge(t, CBCMN__B_OPS);
+	uint64_t *f = field(t, comp);
+	if (comp != CBCMN__B_OPS && *f != U && *f < amount)
+		self_recharge(t, comp);
+	return (t->countdown > 1 || t->ops > 0) && (comp == CBCMN__B_OPS || *f == U || *f >= amount);
+}
+
+/* Take n ops from t, down to zero, without waiting or yielding (SPEC-021
+ * §11.1 Budget_Decrement): the countdown window first, then ops and the
+ * fairness interval.  The next checkpoint then yields or waits as due. */
+void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n)
+{
+	if (t->countdown > 0 && (uint64_t)t->countdown > n) {
+		t->countdown -= (int64_t)n;
+		return;
+	}
+	n -= t->countdown > 0 ? (uint64_t)t->countdown : 0;
+	t->countdown = 0;
+	if (t->ops != U)
+		t->ops -= n < t->ops ? n : t->ops;
+	t->yield_left -= n < t->yield_left ? n : t->yield_left;
+}

@@ -6,9 +6,12 @@
  * abi_slot) instead, because tasks migrate between threads.
  */
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "janus_rt.h"
@@ -53,20 +56,110 @@ void cbcmn__abi_slot_release(struct cbcmn_task *t)
 	t->abi_slot = NULL;
 }
 
+/* janus_rt.h states these values; the ABI must not drift from cbcmn.h. */
+_Static_assert(sizeof(long) == sizeof(int64_t), "await_all's long carries child codes");
+_Static_assert(JANUS_PROFILE_SERVICE == (int)CBCMN_PROFILE_SERVICE &&
+		       JANUS_PROFILE_CLUSTER == (int)CBCMN_PROFILE_CLUSTER &&
+		       JANUS_PROFILE_SOVEREIGN == (int)CBCMN_PROFILE_SOVEREIGN &&
+		       JANUS_PROFILE_CORE == (int)CBCMN_PROFILE_CORE,
+	       "janus profiles are cbcmn's");
+_Static_assert(JANUS_CAP_SPAWN == CBCMN_CAP_SPAWN && JANUS_CAP_BUDGET == CBCMN_CAP_BUDGET &&
+		       JANUS_CAPS_EXPLICIT == CBCMN_CAPS_EXPLICIT,
+	       "janus capabilities are cbcmn's");
+_Static_assert(JANUS_RUNTIME_CONFIG_EX_SIZE_V1 == offsetof(RuntimeConfigEx, reserved) + 4,
+	       "version 1 of RuntimeConfigEx is frozen");
+/* The escaped block holds every code the native layer gives a meaning of
+ * its own (see abi_carry) below JANUS_CHILD_ESCAPE. */
+_Static_assert(CBCMN_EBUDGET >= -4102 && CBCMN_EPANIC >= -4102 && CBCMN_ECANCELED >= -4102,
+	       "the reserved block covers the native codes");
+
+/* The frozen RuntimeConfig: defaults for all it cannot say. */
+static void config_from_frozen(const RuntimeConfig *c, cbcmn_config *cfg)
+{
+	cbcmn_config_init(cfg);
+	cfg->workers = c->worker_count ? c->worker_count : CBCMN_WORKERS_AUTO;
+	if (c->deterministic_seed)
+		cfg->seed = c->deterministic_seed;
+}
+
+/* A janus Budget in a configuration: 0 keeps the runtime's default, the
+ * field's maximum is unlimited (as the ABI reads unlimited back). */
+static void budget_in(uint64_t *dst, uint64_t v, uint64_t max)
+{
+	if (v == max)
+		*dst = CBCMN_UNLIMITED;
+	else if (v)
+		*dst = v;
+}
+
+static void budget_from_janus(cbcmn_budget *dst, const Budget *b)
+{
+	budget_in(&dst->ops, b->ops, UINT32_MAX);
+	budget_in(&dst->memory, b->memory, SIZE_MAX);
+	budget_in(&dst->spawn_count, b->spawn_count, UINT16_MAX);
+	budget_in(&dst->channel_ops, b->channel_ops, UINT16_MAX);
+	budget_in(&dst->syscalls, b->syscalls, UINT16_MAX);
+}
+
+/* RuntimeConfigEx, versioned by size (janus_rt.h). */
+#define CONFIG_EX_MAX 4096u
+
+static int config_from_ex(const RuntimeConfigEx *caller, cbcmn_config *cfg)
+{
+	if (!caller || caller->size < JANUS_RUNTIME_CONFIG_EX_SIZE_V1)
+		return -EINVAL;
+	uint32_t size = caller->size;
+	if (size > CONFIG_EX_MAX)
+		return -E2BIG;
+	/* A newer caller's fields this library does not know must be unset:
+	 * otherwise it asks for something that would be silently ignored. */
+	const unsigned char *bytes = (const unsigned char *)caller;
+	for (uint32_t i = sizeof(RuntimeConfigEx); i < size; i++)
+		if (bytes[i])
+			return -E2BIG;
+	/* An older caller's struct ends at size: the rest is zero, the
+	 * defaults (never read past what the caller has). */
+	RuntimeConfigEx copy;
+	memset(&copy, 0, sizeof(copy));
+	memcpy(&copy, caller, size < sizeof(copy) ? size : sizeof(copy));
+	const RuntimeConfigEx *in = &copy;
+	if (in->reserved || in->profile > JANUS_PROFILE_CORE)
+		return -EINVAL;
+	RuntimeConfig frozen = {in->worker_count, in->deterministic_seed};
+	config_from_frozen(&frozen, cfg);
+	cfg->profile = (cbcmn_profile)in->profile;
+	cfg->caps.flags = in->caps; /* bad bits: the create's -EINVAL */
+	budget_from_janus(&cfg->caps.budget_limit, &in->cap_limit);
+	budget_from_janus(&cfg->budget, &in->budget);
+	budget_from_janus(&cfg->child_budget, &in->child_budget);
+	cfg->yield_interval = in->yield_interval;
+	return 0;
+}
+
 static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
 {
 	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = c->worker_count ? c->worker_count : CBCMN_WORKERS_AUTO;
-	if (c->deterministic_seed)
-		cfg.seed = c->deterministic_seed;
+	config_from_frozen(c, &cfg);
 	cbcmn_runtime *rt;
 	return cbcmn_runtime_create(&cfg, &rt) == 0 ? rt : NULL;
 }
 
-/* void-returning shutdowns cannot say "busy": wait for the tasks. */
+/* void-returning shutdowns cannot say "busy": wait for the tasks.  The
+ * calling thread's own nurseries on rt are awaited and popped first, so a
+ * later await of its does not touch a freed nursery; another thread's
+ * stack is out of reach (janus_rt.h: await before shutting down). */
 static void rt_destroy_wait(struct cbcmn_runtime *rt)
 {
+	for (RtNursery **pp = &thread_top; *pp;) {
+		RtNursery *rn = *pp;
+		if (rn->nursery->rt != rt) {
+			pp = &rn->below;
+			continue;
+		}
+		*pp = rn->below;
+		cbcmn_nursery_await_all(NULL, rn->nursery);
+		free(rn);
+	}
 	struct timespec ms = {.tv_nsec = 1000000};
 	while (cbcmn__runtime_destroy(rt, true) == -EBUSY)
 		nanosleep(&ms, NULL);
@@ -86,6 +179,13 @@ int janus__rt_init_config(const cbcmn_config *cfg)
 	}
 	cbcmn__mutex_unlock(&global_lock);
 	return rc;
+}
+
+int janus_rt_init_ex(const RuntimeConfigEx *config)
+{
+	cbcmn_config cfg;
+	int rc = config_from_ex(config, &cfg);
+	return rc ? rc : janus__rt_init_config(&cfg);
 }
 
 void janus_rt_init(RuntimeConfig config)
@@ -110,18 +210,9 @@ Runtime *janus_rt_get(void)
 	return (Runtime *)atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
 }
 
-void *janus_nursery_create(void)
+/* Open a nursery on rt for self (NULL: the calling thread) and push it. */
+static void *nursery_push(struct cbcmn_runtime *rt, struct cbcmn_task *self)
 {
-	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
-	if (!rt) {
-		janus_rt_init((RuntimeConfig){0});
-		rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
-		if (!rt)
-			return NULL;
-	}
-	struct cbcmn_task *self = current_task();
-	if (self && self->rt != rt)
-		return NULL; /* a task of an isolated runtime: no global nursery */
 	RtNursery *rn = malloc(sizeof(*rn));
 	if (!rn)
 		return NULL;
@@ -135,13 +226,97 @@ void *janus_nursery_create(void)
 	return rn;
 }
 
-int janus_nursery_spawn(TaskFn fn, void *arg)
+void *janus_nursery_create(void)
+{
+	struct cbcmn_task *self = current_task();
+	/* A task's nursery is on its own runtime, the global one or an
+	 * isolated one (janus_scheduler_create): a runtime never waits for
+	 * another's tasks. */
+	if (self)
+		return nursery_push(self->rt, self);
+	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
+	if (!rt) {
+		janus_rt_init((RuntimeConfig){0});
+		rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
+		if (!rt)
+			return NULL;
+	}
+	return nursery_push(rt, NULL);
+}
+
+void *janus_scheduler_nursery_create(void *scheduler)
+{
+	/* A task uses janus_nursery_create(): its own runtime, its own stack. */
+	if (!scheduler || current_task())
+		return NULL;
+	return nursery_push(scheduler, NULL);
+}
+
+/* Spawn into the current nursery; form is CBCMN__TF_ABI and the bits
+ * that say how to call fn (cbcmn__abi_call). */
+static int spawn_form(uint32_t form, void *fn, void *arg)
 {
 	struct cbcmn_task *self = current_task();
 	RtNursery *rn = *top_slot(self);
 	if (!rn || !fn)
 		return -1;
-	return cbcmn__spawn(self, rn->nursery, CBCMN__TF_ABI, (void *)fn, arg, NULL, NULL) == 0 ? 0 : -1;
+	/* SPEC-021 §3.5 "no blocking", §14.1 "recharge or fail": the native
+	 * spawn waits, BudgetExhausted, for a cost it cannot pay; janus
+	 * fails instead.  Only the running task itself touches its budget. */
+	if (self && !(self->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS) &&
+	    !cbcmn__budget_can_pay(self, CBCMN__B_SPAWN, 1))
+		return -1;
+	return cbcmn__spawn(self, rn->nursery, form, fn, arg, NULL, NULL) == 0 ? 0 : -1;
+}
+
+int janus_nursery_spawn(TaskFn fn, void *arg)
+{
+	return spawn_form(CBCMN__TF_ABI, (void *)fn, arg);
+}
+
+int janus_nursery_spawn_noarg(NoArgTaskFn fn)
+{
+	return spawn_form(CBCMN__TF_ABI | CBCMN__TF_ABI_NOARG, (void *)fn, NULL);
+}
+
+int janus_nursery_spawn_i32(TaskFnI32 fn, void *arg)
+{
+	return spawn_form(CBCMN__TF_ABI | CBCMN__TF_ABI_I32, (void *)fn, arg);
+}
+
+/* The codes the native layer reads a meaning into (a cancelled, panicked
+ * or exhausted child) and those the janus table does (-1..-4). */
+static bool reserved_code(int64_t c)
+{
+	return (c >= JANUS_PENDING && c < 0) || c == CBCMN_ECANCELED || c == CBCMN_EPANIC ||
+	       c == CBCMN_EBUDGET;
+}
+
+/* How a janus child's own result travels through the native nursery: a
+ * code the runtime or the table reads a meaning into is moved into the
+ * reserved block, so that nursery.c treats it as the plain failure it is
+ * (fail fast, first error wins) and janus_result() cannot mistake it. */
+static int64_t abi_carry(int64_t c)
+{
+	if (reserved_code(c))
+		return JANUS_CHILD_ESCAPE + c;
+	if (c >= JANUS_CHILD_ESCAPE - 4102 && c <= JANUS_CHILD_ESCAPE)
+		return JANUS_CHILD_UNREPRESENTABLE; /* would read as escaped */
+	return c;
+}
+
+/* sched.c runs a CBCMN__TF_ABI task through here.  Each form is called
+ * through its own type, the one it was spawned as. */
+int64_t cbcmn__abi_call(struct cbcmn_task *t)
+{
+	int64_t r;
+	if (t->flags & CBCMN__TF_ABI_NOARG)
+		r = ((NoArgTaskFn)(void *)t->abi_fn)();
+	else if (t->flags & CBCMN__TF_ABI_I32)
+		r = ((TaskFnI32)(void *)t->abi_fn)(t->arg); /* widened, §3.4.3 */
+	else
+		r = t->abi_fn(t->arg);
+	return abi_carry(r);
 }
 
 /* SPEC-021 §3.6, frozen. */
@@ -157,7 +332,12 @@ static long janus_result(int64_t r)
 	case CBCMN_EBUDGET:
 		return JANUS_BUDGET_EXCEEDED;
 	default:
-		return (long)r; /* child_failed: the child's own code */
+		/* child_failed: the child's own code.  A native code a child
+		 * returned is told apart from the table, so it comes back as
+		 * itself; one in -1..-4 stays escaped (janus_rt.h). */
+		if (r < JANUS_CHILD_ESCAPE + JANUS_PENDING && reserved_code(r - JANUS_CHILD_ESCAPE))
+			return (long)(r - JANUS_CHILD_ESCAPE);
+		return (long)r;
 	}
 }
 
@@ -167,7 +347,7 @@ long janus_nursery_await_all(void)
 	RtNursery **top = top_slot(self);
 	RtNursery *rn = *top;
 	if (!rn)
-		return JANUS_PENDING;
+		return JANUS_NO_NURSERY; /* -4 is pending only (§3.6) */
 	*top = rn->below;
 	int64_t r = cbcmn_nursery_await_all((cbcmn_cx *)self, rn->nursery);
 	free(rn);
@@ -177,6 +357,20 @@ long janus_nursery_await_all(void)
 void *janus_scheduler_create(SchedulerConfig config)
 {
 	return rt_create(&config);
+}
+
+void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
+{
+	cbcmn_config cfg;
+	cbcmn_runtime *rt = NULL;
+	int rc = config_from_ex(config, &cfg);
+	if (rc == 0)
+		rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc) {
+		errno = rc > -4096 ? -rc : EINVAL; /* a CBCMN_E* is no errno */
+		return NULL;
+	}
+	return rt;
 }
 
 void janus_scheduler_shutdown(void *scheduler)
@@ -198,6 +392,23 @@ int janus_scheduler_yield(void)
 		return 0;
 	}
 	return cbcmn_yield((cbcmn_cx *)self) == 0 ? 0 : -1;
+}
+
+/* SPEC-021 §11.1: the running task's own budget, on its own fiber
+ * (current_task() is NULL on a thread that is no executor, e.g. the
+ * blocking pool's). */
+void janus_budget_check(void)
+{
+	struct cbcmn_task *self = current_task();
+	if (self)
+		CBCMN_CHECKPOINT((cbcmn_cx *)self);
+}
+
+void janus_budget_decrement(uint32_t cost)
+{
+	struct cbcmn_task *self = current_task();
+	if (self && cost)
+		cbcmn__budget_take_ops(self, cost);
 }
 
 static uint64_t sat(uint64_t v, uint64_t max)

@@ -59,6 +59,8 @@ enum cbcmn__task_flags {
 	CBCMN__TF_ABI = 1u << 0,    /* fn is int64_t (*)(void *) (janus ABI) */
 	CBCMN__TF_HANDLE = 1u << 1, /* a join handle was handed out */
 	CBCMN__TF_PINNED = 1u << 2, /* runs on executor `shard` only, never stolen */
+	CBCMN__TF_ABI_NOARG = 1u << 3, /* with TF_ABI: fn is int64_t (*)(void) */
+	CBCMN__TF_ABI_I32 = 1u << 4,   /* with TF_ABI: fn is int32_t (*)(void *) */
 };
 
 #define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)
@@ -471,6 +473,9 @@ void cbcmn__budget_init_unlimited(struct cbcmn_task *t);
 void cbcmn__budget_leftover(struct cbcmn_task *t);
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__charge_window(struct cbcmn_task *t);
+/* For the janus ABI: pay-or-fail and subtract-only (budget.c). */
+bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
+void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
 
 /* Runtime calls made by a task check the stack room left before they
@@ -605,6 +610,8 @@ int cbcmn__wait_until(struct cbcmn_task *self, struct cbcmn__iwait *iw, uint64_t
 
 /* janus_rt.c */
 void cbcmn__abi_slot_release(struct cbcmn_task *t);
+/* Run a CBCMN__TF_ABI task: its result as the native layer must see it. */
+int64_t cbcmn__abi_call(struct cbcmn_task *t);
 
 /* blocking.c: the blocking pool (docs/BLOCKING.md).  fini joins its
  * threads; call it once no task is alive, before the executors stop. */

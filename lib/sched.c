@@ -299,7 +299,7 @@ struct cbcmn_task *cbcmn__take_local_task(struct cbcmn__exec *e, struct cbcmn_ta
 int64_t cbcmn__task_call(struct cbcmn_task *t)
 {
 	if (t->flags & CBCMN__TF_ABI)
-		return t->abi_fn(t->arg);
+		return cbcmn__abi_call(t); /* janus_rt.c */
 	return t->fn((cbcmn_cx *)t, t->arg);
 }
 

@@ -1,5 +1,6 @@
 /* test_janus: the frozen janus_* C ABI, driven as SPEC-021 §2.7.1 does, and
  * its §3.6 error table. */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "helpers.h"
@@ -38,8 +39,15 @@ static int64_t overflow_task(void *arg)
 static int setup(void **state)
 {
 	(void)state;
-	janus_rt_init((RuntimeConfig){.worker_count = 1, .deterministic_seed = 42});
-	return janus_rt_get() ? 0 : -1;
+	/* Unlimited budgets, stated: these tests are about the ABI, not the
+	 * runtime's default budgets (docs/BUDGETS.md). */
+	RuntimeConfigEx c = JANUS_RUNTIME_CONFIG_EX_INIT;
+	c.worker_count = 1;
+	c.deterministic_seed = 42;
+	Budget all = {UINT32_MAX, SIZE_MAX, UINT16_MAX, UINT16_MAX, UINT16_MAX};
+	c.budget = c.child_budget = c.cap_limit = all;
+	c.caps = JANUS_CAP_SPAWN | JANUS_CAP_BUDGET | JANUS_CAPS_EXPLICIT;
+	return janus_rt_init_ex(&c) == 0 && janus_rt_get() ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -106,11 +114,149 @@ static void test_cancelled_is_minus_1(void **state)
 	assert_int_equal(janus_nursery_await_all(), JANUS_CANCELLED);
 }
 
-static void test_pending_without_nursery(void **state)
+/* §3.6: -4 is pending only.  Before: await with no nursery returned -4. */
+static void test_await_without_nursery_is_not_pending(void **state)
 {
 	(void)state;
-	assert_int_equal(janus_nursery_await_all(), JANUS_PENDING);
-	assert_int_equal(janus_nursery_spawn(test_task, NULL), -1);
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+	assert_false(JANUS_IS_CHILD_FAILURE(JANUS_NO_NURSERY));
+	assert_int_equal(janus_nursery_spawn(test_task, NULL), -1); /* §14.1 */
+	assert_int_equal(janus_nursery_spawn_noarg(NULL), -1);
+	/* Await twice: the second finds none. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+}
+
+static void *spawn_from_plain_thread(void *arg)
+{
+	long *out = arg;
+	out[0] = janus_nursery_spawn(test_task, NULL); /* none open here */
+	out[1] = janus_nursery_await_all();
+	out[2] = janus_nursery_create() != NULL;
+	out[3] = janus_nursery_spawn(test_task, NULL);
+	out[4] = janus_nursery_await_all();
+	return NULL;
+}
+
+/* The current nursery is the thread's own: another thread's is not. */
+static void test_plain_thread_has_its_own_nursery_stack(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	assert_non_null(janus_nursery_create());
+	long out[5];
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, spawn_from_plain_thread, out), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(out[0], -1);
+	assert_int_equal(out[1], JANUS_NO_NURSERY);
+	assert_int_equal(out[2], 1);
+	assert_int_equal(out[3], 0);
+	assert_int_equal(out[4], JANUS_OK);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK); /* still ours */
+	assert_int_equal(atomic_load(&ran), 1);
+}
+
+/* §3.6: a child's own -1..-4 must not read as cancelled, panic, budget or
+ * pending, nor a child's own copy of a native code as the runtime's.
+ * Before: a child returning -1 made await_all return -1 (cancelled), -3
+ * read as budget exceeded, CBCMN_ECANCELED as cancelled. */
+static long await_one(TaskFn fn, int64_t code)
+{
+	if (!janus_nursery_create())
+		return 1;
+	if (janus_nursery_spawn(fn, (void *)(intptr_t)code) != 0) {
+		janus_nursery_await_all();
+		return 2;
+	}
+	return janus_nursery_await_all();
+}
+
+static void test_child_codes_never_read_as_the_table(void **state)
+{
+	(void)state;
+	for (int64_t c = -1; c >= -4; c--) {
+		long r = await_one(fail_task, c);
+		assert_int_equal(r, JANUS_CHILD_ESCAPE + c);
+		assert_true(JANUS_IS_CHILD_FAILURE(r));
+		assert_int_equal(JANUS_CHILD_CODE(r), c);
+	}
+	/* The native layer's codes, returned by a child, are the child's. */
+	const int64_t native[] = {CBCMN_ECANCELED, CBCMN_EPANIC, CBCMN_EBUDGET, -7, -4096};
+	for (size_t i = 0; i < sizeof(native) / sizeof(native[0]); i++) {
+		long r = await_one(fail_task, native[i]);
+		assert_int_equal(r, native[i]);
+		assert_true(JANUS_IS_CHILD_FAILURE(r));
+		assert_int_equal(JANUS_CHILD_CODE(r), native[i]);
+	}
+	/* The reserved block is not a child's to use. */
+	const int64_t reserved[] = {JANUS_CHILD_ESCAPE, JANUS_CHILD_ESCAPE - 1,
+				    JANUS_CHILD_ESCAPE - 125, JANUS_CHILD_ESCAPE - 4102};
+	for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+		assert_int_equal(await_one(fail_task, reserved[i]), JANUS_CHILD_UNREPRESENTABLE);
+	assert_int_equal(await_one(fail_task, JANUS_CHILD_ESCAPE - 4103), JANUS_CHILD_UNREPRESENTABLE);
+	assert_int_equal(await_one(fail_task, INT64_MIN), INT64_MIN);
+	assert_int_equal(await_one(fail_task, 5), JANUS_OK);
+}
+
+/* A child's own ECANCELED is a failure: it cancels its siblings (fail fast)
+ * and wins, where a cancellation would not. */
+static int64_t wait_cancelled(void *arg)
+{
+	(void)arg;
+	uint64_t until = t_clock_ns(CLOCK_MONOTONIC) + T_STALL_NS;
+	while (janus_scheduler_yield() == 0)
+		if (t_clock_ns(CLOCK_MONOTONIC) > until)
+			return -60; /* never cancelled */
+	return 0;
+}
+
+static void test_child_ecanceled_is_a_failure_that_fails_fast(void **state)
+{
+	(void)state;
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(wait_cancelled, NULL), 0);
+	assert_int_equal(janus_nursery_spawn(fail_task, (void *)(intptr_t)CBCMN_ECANCELED), 0);
+	assert_int_equal(janus_nursery_await_all(), CBCMN_ECANCELED);
+}
+
+/* §3.4: the other task forms. */
+static int64_t noarg_ok(void)
+{
+	atomic_fetch_add(&ran, 1);
+	return 3;
+}
+
+static int64_t noarg_fail(void) { return -9; }
+
+static int32_t i32_task(void *arg) { return (int32_t)(intptr_t)arg; }
+
+static void test_noarg_and_i32_task_forms(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn_noarg(noarg_ok), 0);
+	assert_int_equal(janus_nursery_spawn_noarg(noarg_ok), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 2);
+
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn_noarg(noarg_fail), 0);
+	assert_int_equal(janus_nursery_await_all(), -9);
+
+	/* Widened with its sign: INT32_MIN is a failure, not 2^31. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn_i32(i32_task, (void *)(intptr_t)INT32_MIN), 0);
+	assert_int_equal(janus_nursery_await_all(), INT32_MIN);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn_i32(i32_task, (void *)(intptr_t)-1), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_CHILD_ESCAPE - 1);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn_i32(i32_task, (void *)(intptr_t)INT32_MAX), 0);
+	assert_int_equal(janus_nursery_spawn_i32(NULL, NULL), -1);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
 }
 
 static void test_bad_spawn(void **state)
@@ -168,40 +314,27 @@ static void test_isolated_scheduler(void **state)
 }
 
 /* -3: a child that runs out of budget nobody recharges. */
-static int64_t endless(void *arg)
+static int64_t endless_checks(void *arg)
 {
 	(void)arg;
 	for (;;)
-		janus_scheduler_yield(); /* free: a yield costs nothing */
+		janus_budget_check(); /* an op each */
 	return 0;
-}
-
-static int64_t endless_checkpoints(void *arg)
-{
-	(void)arg;
-	/* Spawning costs budget: this child spawns until it has none. */
-	if (!janus_nursery_create())
-		return -100;
-	for (;;)
-		if (janus_nursery_spawn(test_task, NULL) != 0)
-			break;
-	return janus_nursery_await_all();
 }
 
 static void test_budget_exceeded_is_minus_3(void **state)
 {
 	(void)state;
-	(void)endless;
-	/* A global runtime whose tasks get 20 spawns and no CapBudget. */
+	/* A global runtime whose tasks get 5000 ops and no CapBudget. */
 	janus_rt_shutdown();
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
-	cfg.budget.spawn_count = 20;
+	cfg.budget.ops = 5000;
 	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT;
 	assert_int_equal(janus__rt_init_config(&cfg), 0);
 	assert_non_null(janus_nursery_create());
-	assert_int_equal(janus_nursery_spawn(endless_checkpoints, NULL), 0);
+	assert_int_equal(janus_nursery_spawn(endless_checks, NULL), 0);
 	assert_int_equal(janus_nursery_await_all(), JANUS_BUDGET_EXCEEDED);
 }
 
@@ -209,7 +342,7 @@ static int64_t budget_reader(void *arg)
 {
 	Budget *out = arg;
 	*out = janus_budget_get_current();
-	/* The default capabilities include an unlimited CapBudget. */
+	/* setup()'s capabilities: an unlimited CapBudget. */
 	Budget more = {.ops = 10};
 	return janus_budget_recharge(more);
 }
@@ -246,7 +379,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_child_failure_code, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_panic_is_minus_2, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cancelled_is_minus_1, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_pending_without_nursery, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_await_without_nursery_is_not_pending, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_plain_thread_has_its_own_nursery_stack, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_codes_never_read_as_the_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_ecanceled_is_a_failure_that_fails_fast, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_noarg_and_i32_task_forms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_spawn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nested_per_task_stacks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_yield_outside_a_task, setup, teardown),
