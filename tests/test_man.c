@@ -35,33 +35,71 @@ extern char **environ;
 
 static char root[PATH_MAX]; /* the source tree: lib/libcbcmn.map and man/ */
 
+/* vsnprintf into out: false if it did not fit.  (A function of ours, so
+ * that gcc's -Wformat-truncation does not second-guess sizes we check.) */
+static bool vfmt(char *out, size_t outlen, const char *f, va_list ap)
+{
+	int n = vsnprintf(out, outlen, f, ap);
+	return n >= 0 && (size_t)n < outlen;
+}
+
+static bool fmt_ok(char *out, size_t outlen, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static bool fmt_ok(char *out, size_t outlen, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	bool ok = vfmt(out, outlen, f, ap);
+	va_end(ap);
+	return ok;
+}
+
+/* In a test: a path that does not fit fails it rather than read another. */
+static void fmt(char *out, size_t outlen, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *out, size_t outlen, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	bool ok = vfmt(out, outlen, f, ap);
+	va_end(ap);
+	assert_true(ok);
+}
+
+/* Append a line to a report; one that does not fit is cut (the count of
+ * failures is the test's verdict, the report its explanation). */
+static void note(char *why, size_t whylen, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void note(char *why, size_t whylen, const char *f, ...)
+{
+		size_t used = strlen(why);
+	va_list ap;
+	va_start(ap, f);
+	vfmt(why + used, whylen - used, f, ap);
+	va_end(ap);
+}
+
 /* dir holds the map and the man tree: take it as the root. */
 static bool try_root(const char *dir)
 {
 	char p[PBUF];
-	snprintf(p, sizeof(p), "%s/lib/libcbcmn.map", dir);
-	if (access(p, R_OK))
+	if (!fmt_ok(p, sizeof(p), "%s/lib/libcbcmn.map", dir) || access(p, R_OK))
 		return false;
-	snprintf(p, sizeof(p), "%s/man/man3", dir);
-	if (access(p, R_OK | X_OK))
+	if (!fmt_ok(p, sizeof(p), "%s/man/man3", dir) || access(p, R_OK | X_OK))
 		return false;
-	snprintf(root, sizeof(root), "%s", dir);
-	return true;
+	return fmt_ok(root, sizeof(root), "%s", dir);
 }
 
 /* start and up to 6 of its parents. */
 static bool try_above(const char *start)
 {
 	char d[PATH_MAX];
-	snprintf(d, sizeof(d), "%s", start);
+	fmt_ok(d, sizeof(d), "%s", start);
 	for (int up = 0; up < 7; up++) {
 		if (try_root(d))
 			return true;
 		if (!strcmp(d, "/"))
 			break;
 		char tmp[PATH_MAX];
-		snprintf(tmp, sizeof(tmp), "%s", d);
-		snprintf(d, sizeof(d), "%s", dirname(tmp));
+		fmt_ok(tmp, sizeof(tmp), "%s", d);
+		fmt_ok(d, sizeof(d), "%s", dirname(tmp));
 	}
 	return false;
 }
@@ -125,7 +163,7 @@ static char *slurp(const char *path)
 static int map_symbols(char syms[][SYM_LEN], int max)
 {
 	char path[PBUF];
-	snprintf(path, sizeof(path), "%s/lib/libcbcmn.map", root);
+	fmt(path, sizeof(path), "%s/lib/libcbcmn.map", root);
 	char *text = slurp(path);
 	assert_non_null(text);
 	/* Comments out first: they may hold any word. */
@@ -157,7 +195,7 @@ static int map_symbols(char syms[][SYM_LEN], int max)
 		tok[len - 1] = 0;
 		assert_true(n < max);
 		assert_true(strlen(tok) < SYM_LEN);
-		snprintf(syms[n++], SYM_LEN, "%s", tok);
+		fmt(syms[n++], SYM_LEN, "%s", tok);
 	}
 	free(text);
 	return n;
@@ -173,7 +211,7 @@ static bool so_target(const char *text, char *out, size_t outlen)
 		return false;
 	const char *t = text + 4;
 	size_t len = strcspn(t, "\n");
-	snprintf(out, outlen, "%.*s", (int)len, t);
+	fmt(out, outlen, "%.*s", (int)len, t);
 	return true;
 }
 
@@ -208,19 +246,18 @@ static bool name_lists(const char *text, const char *name)
 static bool documents(const char *rel, const char *name, char *why, size_t whylen)
 {
 	char path[PBUF], target[256];
-	snprintf(path, sizeof(path), "%s/man/%s", root, rel);
+	fmt(path, sizeof(path), "%s/man/%s", root, rel);
 	char *text = slurp(path);
-	size_t used = strlen(why);
-	if (!text) {
-		snprintf(why + used, whylen - used, "  %s: no page man/%s\n", name, rel);
+		if (!text) {
+		note(why, whylen, "  %s: no page man/%s\n", name, rel);
 		return false;
 	}
 	if (so_target(text, target, sizeof(target))) {
 		free(text);
-		snprintf(path, sizeof(path), "%s/man/%s", root, target);
+		fmt(path, sizeof(path), "%s/man/%s", root, target);
 		text = slurp(path);
 		if (!text) {
-			snprintf(why + used, whylen - used, "  %s: man/%s links to %s, which is missing\n",
+			note(why, whylen, "  %s: man/%s links to %s, which is missing\n",
 				 name, rel, target);
 			return false;
 		}
@@ -228,7 +265,7 @@ static bool documents(const char *rel, const char *name, char *why, size_t whyle
 	}
 	bool ok = name_lists(text, name);
 	if (!ok)
-		snprintf(why + used, whylen - used, "  %s: the NAME section of man/%s does not list it\n",
+		note(why, whylen, "  %s: the NAME section of man/%s does not list it\n",
 			 name, rel);
 	free(text);
 	return ok;
@@ -245,7 +282,7 @@ static void test_every_exported_symbol_has_a_page(void **state)
 	int missing = 0;
 	for (int i = 0; i < n; i++) {
 		char rel[SYM_LEN + 16];
-		snprintf(rel, sizeof(rel), "man3/%s.3", syms[i]);
+		fmt(rel, sizeof(rel), "man3/%s.3", syms[i]);
 		if (!documents(rel, syms[i], why, sizeof(why)))
 			missing++;
 	}
@@ -260,7 +297,7 @@ static void test_every_tool_has_a_page(void **state)
 {
 	(void)state;
 	char dir[PBUF];
-	snprintf(dir, sizeof(dir), "%s/tools", root);
+	fmt(dir, sizeof(dir), "%s/tools", root);
 	DIR *d = opendir(dir);
 	assert_non_null(d);
 	static char why[8192];
@@ -272,8 +309,8 @@ static void test_every_tool_has_a_page(void **state)
 		if (strncmp(de->d_name, "cbcmn-", 6) || len < 3 || strcmp(de->d_name + len - 2, ".c"))
 			continue;
 		char tool[256], rel[300];
-		snprintf(tool, sizeof(tool), "%.*s", (int)(len - 2), de->d_name);
-		snprintf(rel, sizeof(rel), "man1/%s.1", tool);
+		fmt(tool, sizeof(tool), "%.*s", (int)(len - 2), de->d_name);
+		fmt(rel, sizeof(rel), "man1/%s.1", tool);
 		tools++;
 		if (!documents(rel, tool, why, sizeof(why)))
 			missing++;
@@ -298,7 +335,7 @@ struct page {
 static int list_pages(const char *sect, struct page *out, int max)
 {
 	char dir[PBUF];
-	snprintf(dir, sizeof(dir), "%s/man/%s", root, sect);
+	fmt(dir, sizeof(dir), "%s/man/%s", root, sect);
 	DIR *d = opendir(dir);
 	if (!d)
 		return 0;
@@ -310,9 +347,9 @@ static int list_pages(const char *sect, struct page *out, int max)
 		if (de->d_name[0] == '.' || len < 3 || strcmp(de->d_name + len - 2, suffix))
 			continue;
 		assert_true(n < max);
-		snprintf(out[n].rel, sizeof(out[n].rel), "%s/%s", sect, de->d_name);
+		fmt(out[n].rel, sizeof(out[n].rel), "%s/%s", sect, de->d_name);
 		char path[PBUF];
-		snprintf(path, sizeof(path), "%s/man/%s", root, out[n].rel);
+		fmt(path, sizeof(path), "%s/man/%s", root, out[n].rel);
 		char *text = slurp(path);
 		assert_non_null(text);
 		char target[256];
@@ -346,14 +383,15 @@ static void test_links_resolve(void **state)
 			continue;
 		links++;
 		char path[PBUF], target[256];
-		snprintf(path, sizeof(path), "%s/man/%s", root, pages[i].rel);
+		fmt(path, sizeof(path), "%s/man/%s", root, pages[i].rel);
 		char *text = slurp(path);
 		assert_non_null(text);
 		so_target(text, target, sizeof(target));
 		/* One line: man-db and groff read the rest as text. */
-		bool one_line = strchr(text, '\n') == text + strlen(text) - 1;
+		size_t len = strlen(text), nl = strcspn(text, "\n");
+		bool one_line = nl + 1 == len;
 		free(text);
-		snprintf(path, sizeof(path), "%s/man/%s", root, target);
+		fmt(path, sizeof(path), "%s/man/%s", root, target);
 		char *t = slurp(path);
 		char dummy[256];
 		if (!t || so_target(t, dummy, sizeof(dummy)) || !one_line ||
@@ -382,16 +420,17 @@ static void test_pages_have_their_sections(void **state)
 		if (pages[i].link)
 			continue;
 		char path[PBUF];
-		snprintf(path, sizeof(path), "%s/man/%s", root, pages[i].rel);
+		fmt(path, sizeof(path), "%s/man/%s", root, pages[i].rel);
 		char *text = slurp(path);
 		assert_non_null(text);
 		const char *base = strchr(pages[i].rel, '/') + 1;
 		size_t blen = strlen(base) - 2; /* without ".N" */
 		char th[320];
-		int k = snprintf(th, sizeof(th), ".TH ");
-		for (size_t j = 0; j < blen && k < (int)sizeof(th) - 4; j++)
+		strcpy(th, ".TH ");
+		size_t k = 4;
+		for (size_t j = 0; j < blen && k < sizeof(th) - 4; j++)
 			th[k++] = (char)toupper((unsigned char)base[j]);
-		snprintf(th + k, sizeof(th) - (size_t)k, " %c ", base[blen + 1]);
+		fmt(th + k, sizeof(th) - k, " %c ", base[blen + 1]);
 		const char *need[] = {".SH NAME\n", ".SH SYNOPSIS\n", ".SH DESCRIPTION\n",
 				      ".SH SEE ALSO\n", base[blen + 1] == '3' ? ".SH RETURN VALUE\n"
 									      : ".SH EXAMPLES\n"};
@@ -407,7 +446,7 @@ static void test_pages_have_their_sections(void **state)
 			}
 		/* The page documents what it is named for. */
 		char self[320];
-		snprintf(self, sizeof(self), "%.*s", (int)blen, base);
+		fmt(self, sizeof(self), "%.*s", (int)blen, base);
 		if (!name_lists(text, self)) {
 			print_error("man/%s: its NAME section does not list %s\n", pages[i].rel, self);
 			bad++;
@@ -428,7 +467,7 @@ static bool on_path(const char *name)
 	char buf[PATH_MAX];
 	while (*path) {
 		size_t len = strcspn(path, ":");
-		snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, name);
+		fmt(buf, sizeof(buf), "%.*s/%s", (int)len, path, name);
 		if (len && access(buf, X_OK) == 0)
 			return true;
 		path += len + (path[len] == ':');
@@ -460,7 +499,7 @@ static void test_groff_finds_no_warnings(void **state)
 	for (int i = 0; i < npages; i++) {
 		if (pages[i].link)
 			continue;
-		snprintf(paths[real], sizeof(paths[real]), "%s/man/%s", root, pages[i].rel);
+		fmt(paths[real], sizeof(paths[real]), "%s/man/%s", root, pages[i].rel);
 		argv[a++] = paths[real++];
 	}
 	argv[a] = NULL;
