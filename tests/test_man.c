@@ -8,6 +8,9 @@
  *   - every ".so" link names an existing page that is not itself a link;
  *   - every real page has its .TH (named for its file) and the sections a
  *     reader looks for;
+ *   - what a man3 SYNOPSIS declares is what the public headers declare, and
+ *     every exported function's prototype is shown on some page;
+ *   - every option a tool parses is in its man1 page;
  *   - groff -man -ww finds no warning in any real page (a skip that says
  *     why where groff is not installed).
  * The tree is found above the binary (a build under the checkout, or the
@@ -456,6 +459,336 @@ static void test_pages_have_their_sections(void **state)
 	assert_int_equal(bad, 0);
 }
 
+/* ---- the synopses ------------------------------------------------------------ */
+
+/* Runs of white space become one space, none after "(" or before ")" and
+ * ",": the header's line breaks and the page's layout then compare equal. */
+static void normalise(char *s)
+{
+	char *w = s;
+	bool space = false;
+	for (const char *r = s; *r; r++) {
+		if (isspace((unsigned char)*r)) {
+			space = true;
+			continue;
+		}
+		if (space && w > s && w[-1] != '(' && *r != ')' && *r != ',')
+			*w++ = ' ';
+		space = false;
+		*w++ = *r;
+	}
+	*w = 0;
+}
+
+/* Blank out every C comment of s. */
+static void uncomment(char *s)
+{
+	for (char *c = strstr(s, "/*"); c; c = strstr(c, "/*")) {
+		char *e = strstr(c + 2, "*/");
+		char *stop = e ? e + 2 : c + strlen(c);
+		memset(c, ' ', (size_t)(stop - c));
+		c = stop;
+	}
+}
+
+static bool ident_char(char c)
+{
+	return isalnum((unsigned char)c) || c == '_';
+}
+
+/* needle in hay, not as part of a longer word: "int64_t f(" is not found
+ * in "uint64_t f(", nor "uint64_t sys" in "uint64_t syscalls". */
+static bool find_whole(const char *hay, const char *needle)
+{
+	size_t n = strlen(needle);
+	for (const char *at = strstr(hay, needle); at; at = strstr(at + 1, needle))
+		if ((at == hay || !ident_char(at[-1]) || !ident_char(needle[0])) &&
+		    (!ident_char(at[n]) || !ident_char(needle[n - 1])))
+			return true;
+	return false;
+}
+
+/* Every public header (the .h files of lib/include), comments and export
+ * attributes out, normalised. */
+static char *headers_text(void)
+{
+	char dir[PBUF];
+	fmt(dir, sizeof(dir), "%s/lib/include", root);
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	size_t cap = 1, len = 0;
+	char *all = calloc(1, 1);
+	assert_non_null(all);
+	int nh = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t nl = strlen(de->d_name);
+		if (nl < 3 || strcmp(de->d_name + nl - 2, ".h"))
+			continue;
+		char path[PBUF];
+		fmt(path, sizeof(path), "%s/%s", dir, de->d_name);
+		char *h = slurp(path);
+		assert_non_null(h);
+		uncomment(h);
+		size_t hl = strlen(h);
+		cap += hl + 1;
+		all = realloc(all, cap);
+		assert_non_null(all);
+		memcpy(all + len, h, hl);
+		all[len + hl] = '\n';
+		len += hl + 1;
+		all[len] = 0;
+		free(h);
+		nh++;
+	}
+	closedir(d);
+	assert_true(nh > 0);
+	static const char *const attrs[] = {"CBCMN_API ", "JANUS_API "};
+	for (size_t i = 0; i < 2; i++)
+		for (char *a = strstr(all, attrs[i]); a; a = strstr(a, attrs[i]))
+			memset(a, ' ', strlen(attrs[i]));
+	normalise(all);
+	return all;
+}
+
+/* What a request line of the SYNOPSIS prints: .B joins its arguments with
+ * spaces, the alternating-font requests (.BI, .BR, ...) without; quotes
+ * go, and the escapes the pages use there (\-, \e, \&) are undone. */
+static void roff_text(const char *line, char *out, size_t outlen)
+{
+	bool spaced = !strncmp(line, ".B ", 3) || !strncmp(line, ".I ", 3);
+	const char *p = line + strcspn(line, " ");
+	size_t o = 0;
+	bool first = true;
+	out[0] = 0;
+	while (*p && *p != '\n') {
+		while (*p == ' ')
+			p++;
+		if (!*p || *p == '\n')
+			break;
+		const char *a = p, *e;
+		if (*p == '"') {
+			a = ++p;
+			e = strchr(p, '"');
+			if (!e)
+				e = p + strcspn(p, "\n");
+			p = *e == '"' ? e + 1 : e;
+		} else {
+			e = p + strcspn(p, " \n");
+			p = e;
+		}
+		if (spaced && !first && o + 1 < outlen)
+			out[o++] = ' ';
+		first = false;
+		for (const char *c = a; c < e && o + 1 < outlen; c++) {
+			if (*c == '\\' && c + 1 < e) {
+				c++;
+				if (*c == '-')
+					out[o++] = '-';
+				else if (*c == 'e')
+					out[o++] = '\\';
+				/* \& prints nothing */
+				continue;
+			}
+			out[o++] = *c;
+		}
+	}
+	out[o] = 0;
+}
+
+/* Each declaration a man3 SYNOPSIS shows (prototypes, typedefs, structs;
+ * not a macro's call form) is the header's, word for word once comments
+ * and layout are set aside; each #include names a public header; and each
+ * exported symbol's prototype is shown on some page. */
+static void test_synopses_match_the_headers(void **state)
+{
+	(void)state;
+	all_pages();
+	char *hdr = headers_text();
+	static char syms[MAX_SYMS][SYM_LEN];
+	int nsyms = map_symbols(syms, MAX_SYMS);
+	static bool shown[MAX_SYMS];
+	memset(shown, 0, sizeof(shown));
+	int checked = 0, bad = 0;
+	for (int i = 0; i < npages; i++) {
+		if (pages[i].link || strncmp(pages[i].rel, "man3/", 5))
+			continue;
+		char path[PBUF];
+		fmt(path, sizeof(path), "%s/man/%s", root, pages[i].rel);
+		char *text = slurp(path);
+		assert_non_null(text);
+		const char *s = strstr(text, ".SH SYNOPSIS\n");
+		assert_non_null(s);
+		const char *end = strstr(s + 1, "\n.SH ");
+		if (!end)
+			end = s + strlen(s);
+		static char acc[8192];
+		acc[0] = 0;
+		/* Each line of the section ends with "\n" (end is one). */
+		for (const char *l = strchr(s, '\n') + 1; l < end; l = strchr(l, '\n') + 1) {
+			if (!strncmp(l, ".PP", 3) || !strncmp(l, ".fi", 3)) {
+				acc[0] = 0;
+				continue;
+			}
+			if (strncmp(l, ".B ", 3) && strncmp(l, ".BI ", 4))
+				continue;
+			char t[1024];
+			roff_text(l, t, sizeof(t));
+			if (!strncmp(t, "#include <", 10)) {
+				char h[PBUF];
+				fmt(h, sizeof(h), "%s/lib/include/%.*s", root, (int)strcspn(t + 10, ">"),
+				    t + 10);
+				if (access(h, R_OK)) {
+					print_error("man/%s: %s: no such public header\n", pages[i].rel, t);
+					bad++;
+				}
+				continue;
+			}
+			size_t al = strlen(acc);
+			fmt(acc + al, sizeof(acc) - al, "%s%s", al ? " " : "", t);
+			uncomment(acc);
+			normalise(acc);
+			size_t n = strlen(acc);
+			int depth = 0;
+			for (const char *c = acc; *c; c++)
+				depth += (*c == '{') - (*c == '}');
+			if (!n || acc[n - 1] != ';' || depth)
+				continue; /* the declaration (or the struct) goes on */
+			acc[n - 1] = 0; /* a static inline's header line has "{" instead */
+			/* CBCMN_CHECKPOINT(cx): a macro's call form, not its #define. */
+			bool macro = isupper((unsigned char)acc[0]) &&
+				     strcspn(acc, "(") < strcspn(acc, " ");
+			if (!macro) {
+				checked++;
+				if (!find_whole(hdr, acc)) {
+					print_error("man/%s: not as the header declares it: %s;\n",
+						    pages[i].rel, acc);
+					bad++;
+				}
+				for (int k = 0; k < nsyms; k++) {
+					char call[SYM_LEN + 2];
+					fmt(call, sizeof(call), "%s(", syms[k]);
+					const char *at = strstr(acc, call);
+					/* the name whole: not the tail of a longer one */
+					if (at && (at == acc || !ident_char(at[-1])))
+						shown[k] = true;
+				}
+			}
+			acc[0] = 0;
+		}
+		free(text);
+	}
+	for (int k = 0; k < nsyms; k++)
+		if (!shown[k]) {
+			print_error("%s: no man3 SYNOPSIS shows its prototype\n", syms[k]);
+			bad++;
+		}
+	free(hdr);
+	printf("%d declarations in the synopses, each as the headers have it\n", checked);
+	assert_true(checked > 0);
+	assert_int_equal(bad, 0);
+}
+
+/* ---- the tools' options ------------------------------------------------------- */
+
+/* Does the page mention option opt ("\-x" or "\-\-long") on its own, not
+ * as the start of a longer option ("\-\-bpf" in "\-\-bpf\-no", "\-v" in
+ * "\-\-verbose")? */
+static bool mentions_option(const char *page, const char *opt)
+{
+	size_t n = strlen(opt);
+	for (const char *at = strstr(page, opt); at; at = strstr(at + 1, opt)) {
+		bool after_dash = at - page >= 2 && at[-2] == '\\' && at[-1] == '-';
+		char next = at[n];
+		if (!after_dash && !ident_char(next) && next != '\\' && next != '-')
+			return true;
+	}
+	return false;
+}
+
+/* Every option a tool parses (its getopt_long string and long options in
+ * tools/common/opts.c, found through the X_opts_parse() it calls) is in its
+ * man1 page: an option added without a word in the manual fails here. */
+static void test_tool_pages_list_every_option(void **state)
+{
+	(void)state;
+	char path[PBUF];
+	fmt(path, sizeof(path), "%s/tools/common/opts.c", root);
+	char *opts = slurp(path);
+	if (!opts) {
+		T_SKIP("tools/common/opts.c is not there: the tools' options are parsed elsewhere now");
+		return;
+	}
+	all_pages();
+	int tools = 0, checked = 0, bad = 0;
+	for (int i = 0; i < npages; i++) {
+		if (pages[i].link || strncmp(pages[i].rel, "man1/cbcmn-", 11))
+			continue;
+		const char *tool = pages[i].rel + 5; /* "cbcmn-x.1" */
+		fmt(path, sizeof(path), "%s/tools/%.*s.c", root, (int)strlen(tool) - 2, tool);
+		char *src = slurp(path);
+		if (!src)
+			continue; /* a page without a tool is test_every_tool_has_a_page's */
+		/* "x_opts_parse(argc": the parser this tool calls. */
+		const char *call = strstr(src, "_opts_parse(argc");
+		if (!call) {
+			free(src);
+			continue;
+		}
+		const char *b = call;
+		while (b > src && ident_char(b[-1]))
+			b--;
+		char def[128];
+		fmt(def, sizeof(def), "\nint %.*s_opts_parse(", (int)(call - b), b);
+		free(src);
+		const char *body = strstr(opts, def);
+		assert_non_null(body);
+		const char *end = strstr(body, "\n}\n");
+		assert_non_null(end);
+		fmt(path, sizeof(path), "%s/man/%s", root, pages[i].rel);
+		char *page = slurp(path);
+		assert_non_null(page);
+		tools++;
+		/* Long options: {"name", ... */
+		for (const char *l = strstr(body, "{\""); l && l < end; l = strstr(l + 2, "{\"")) {
+			size_t ln = strcspn(l + 2, "\"");
+			char opt[128];
+			fmt(opt, sizeof(opt), "\\-\\-");
+			for (size_t k = 0; k < ln && strlen(opt) + 3 < sizeof(opt); k++) {
+				size_t ol = strlen(opt);
+				if (l[2 + k] == '-')
+					fmt(opt + ol, sizeof(opt) - ol, "\\-");
+				else
+					fmt(opt + ol, sizeof(opt) - ol, "%c", l[2 + k]);
+			}
+			checked++;
+			if (!mentions_option(page, opt)) {
+				print_error("man/%s: no %.*s (--%.*s)\n", pages[i].rel, (int)strlen(opt), opt,
+					    (int)ln, l + 2);
+				bad++;
+			}
+		}
+		/* Short options: the getopt_long string. */
+		const char *g = strstr(body, "getopt_long(argc, argv, \"");
+		assert_true(g && g < end);
+		for (g += strlen("getopt_long(argc, argv, \""); *g && *g != '"'; g++) {
+			if (*g == ':' || *g == '+')
+				continue;
+			char opt[4] = {'\\', '-', *g, 0};
+			checked++;
+			if (!mentions_option(page, opt)) {
+				print_error("man/%s: no \\-%c\n", pages[i].rel, *g);
+				bad++;
+			}
+		}
+		free(page);
+	}
+	free(opts);
+	printf("%d options of %d tools, each in its page\n", checked, tools);
+	assert_true(tools > 0);
+	assert_int_equal(bad, 0);
+}
+
 /* ---- the formatter -------------------------------------------------------------- */
 
 /* An executable named name on $PATH? */
@@ -539,6 +872,8 @@ int main(void)
 		cmocka_unit_test(test_every_tool_has_a_page),
 		cmocka_unit_test(test_links_resolve),
 		cmocka_unit_test(test_pages_have_their_sections),
+		cmocka_unit_test(test_synopses_match_the_headers),
+		cmocka_unit_test(test_tool_pages_list_every_option),
 		cmocka_unit_test(test_groff_finds_no_warnings),
 	};
 	return cmocka_run_group_tests_name("man", tests, find_root, NULL);
