@@ -5,7 +5,8 @@
  *     named for it, a real page or a ".so man3/PAGE.3" link, and the NAME
  *     section of the page it lands on lists it;
  *   - every tools/cbcmn-*.c has a man1 page whose NAME lists the tool;
- *   - every ".so" link names an existing page that is not itself a link;
+ *   - every ".so" link names an existing page that is not itself a link,
+ *     and every reference to one of the project's pages resolves;
  *   - every real page has its .TH (named for its file) and the sections a
  *     reader looks for;
  *   - what a man3 SYNOPSIS declares is what the public headers declare, and
@@ -77,6 +78,12 @@ static void note(char *why, size_t whylen, const char *f, ...)
 	va_start(ap, f);
 	vfmt(why + used, whylen - used, f, ap);
 	va_end(ap);
+}
+
+/* A character of a C identifier. */
+static bool ident_char(char c)
+{
+	return isalnum((unsigned char)c) || c == '_';
 }
 
 /* dir holds the map and the man tree: take it as the root. */
@@ -412,6 +419,55 @@ static void test_links_resolve(void **state)
 	assert_int_equal(bad, 0);
 }
 
+/* Each reference to a page of this project (".BR cbcmn_x (3)", "cbcmn-top
+ * (1)", "janus_... (3)", "CBCMN_... (3)") names a page that exists. */
+static void test_references_resolve(void **state)
+{
+	(void)state;
+	all_pages();
+	int refs = 0, bad = 0;
+	for (int i = 0; i < npages; i++) {
+		if (pages[i].link)
+			continue;
+		char path[PBUF];
+		fmt(path, sizeof(path), "%s/man/%s", root, pages[i].rel);
+		char *text = slurp(path);
+		assert_non_null(text);
+		for (const char *l = text; *l; l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0)) {
+			if (strncmp(l, ".BR ", 4))
+				continue;
+			/* ".BR name (N)" and ".BR a (3) ", " b (3)": each "name (N)" pair. */
+			const char *e = l + strcspn(l, "\n");
+			for (const char *p = l + 4; p < e; p++) {
+				if (!(p == l + 4 || p[-1] == ' ' || p[-1] == '"'))
+					continue;
+				if (strncmp(p, "cbcmn", 5) && strncmp(p, "janus_", 6) &&
+				    strncmp(p, "CBCMN_", 6))
+					continue;
+				size_t n = 0;
+				while (p + n < e && (ident_char(p[n]) || p[n] == '-'))
+					n++;
+				if (p + n + 3 >= e || p[n] != ' ' || p[n + 1] != '(' ||
+				    !isdigit((unsigned char)p[n + 2]) || p[n + 3] != ')')
+					continue;
+				char want[PBUF];
+				fmt(want, sizeof(want), "%s/man/man%c/%.*s.%c", root, p[n + 2], (int)n, p,
+				    p[n + 2]);
+				refs++;
+				if (access(want, R_OK)) {
+					print_error("man/%s: %.*s(%c): no such page\n", pages[i].rel, (int)n, p,
+						    p[n + 2]);
+					bad++;
+				}
+			}
+		}
+		free(text);
+	}
+	printf("%d references between the pages, each to a page that exists\n", refs);
+	assert_true(refs > 0);
+	assert_int_equal(bad, 0);
+}
+
 /* The page's .TH names its file, in capitals, and its section; it has the
  * sections every reader looks for. */
 static void test_pages_have_their_sections(void **state)
@@ -489,11 +545,6 @@ static void uncomment(char *s)
 		memset(c, ' ', (size_t)(stop - c));
 		c = stop;
 	}
-}
-
-static bool ident_char(char c)
-{
-	return isalnum((unsigned char)c) || c == '_';
 }
 
 /* needle in hay, not as part of a longer word: "int64_t f(" is not found
@@ -871,6 +922,7 @@ int main(void)
 		cmocka_unit_test(test_every_exported_symbol_has_a_page),
 		cmocka_unit_test(test_every_tool_has_a_page),
 		cmocka_unit_test(test_links_resolve),
+		cmocka_unit_test(test_references_resolve),
 		cmocka_unit_test(test_pages_have_their_sections),
 		cmocka_unit_test(test_synopses_match_the_headers),
 		cmocka_unit_test(test_tool_pages_list_every_option),
