@@ -490,7 +490,7 @@ static void test_pipe_stream_two_executors(void **state)
 static void test_regression_pipe_streams_beyond_iowq_cap(void **state)
 {
 	(void)state;
-	streams_on(1, 6, 1u << 20);
+	streams_on(1, 6, 256u << 10);
 }
 
 /* ---- 3. loopback TCP ------------------------------------------------------------ */
