@@ -282,11 +282,19 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	r->enabled = true;
 	r->dropped = false;
 	r->overflow_seen = IO_URING_READ_ONCE(*r->u.cq.koverflow);
-	/* io-wq is per thread: the cap applies to this executor's workers
-	 * (bounded: file I/O; unbounded: sockets and the like).  Old kernels
-	 * lack it: then the kernel's default stays. */
+	/* io-wq is per thread: the cap applies to this executor's bounded
+	 * workers (regular files, opens, fsync).  Never to the
+	 * unbounded ones (0 keeps the kernel's limit, RLIMIT_NPROC): they run,
+	 * blocking, the calls io_uring cannot make non-blocking on files that
+	 * are not regular (every pipe read and write before 6.4, as on Debian
+	 * 12's 6.1; inotify, ttys), and those may wait there for another
+	 * call.  Capped at 4, 4 pipe writers blocked in workers kept their
+	 * readers' reads queued behind them and nothing moved again
+	 * (test_pipe_stream_two_executors in the 6.1 guest;
+	 * test_regression_iowq_cap_starves_a_ready_blocking_read here).
+	 * Old kernels lack the call: then the kernel's default stays. */
 	uint32_t n = rt->cfg.iowq_max_workers ? rt->cfg.iowq_max_workers : 4;
-	unsigned int vals[2] = {n, n};
+	unsigned int vals[2] = {n, 0};
 	(void)io_uring_register_iowq_max_workers(&r->u, vals);
 	/* Enter through a registered ring fd: a cheaper fd lookup per enter.
 	 * Registered in this thread's table: unregistered on it too. */

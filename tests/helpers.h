@@ -148,6 +148,8 @@ static inline void t_destroy(cbcmn_runtime *rt)
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* cmocka's assertions longjmp out of the test, which must never happen on an
@@ -172,6 +174,76 @@ static _Atomic int task_bad_line __attribute__((unused));
  * stall it: tests run under an alarm that names them. */
 static const char *volatile t_watchdog_name = "?";
 
+/* Appends file `dir`/`name` to out (at most cap bytes, newlines made
+ * ';'); for the watchdog, so async-signal-safe: system calls only. */
+static inline size_t t_hang_cat(char *out, size_t cap, const char *dir, const char *name)
+{
+	char path[96];
+	size_t n = 0;
+	for (const char *p = dir; *p && n < sizeof(path) - 1; p++)
+		path[n++] = *p;
+	for (const char *p = name; *p && n < sizeof(path) - 1; p++)
+		path[n++] = *p;
+	path[n] = 0;
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t got = read(fd, out, cap);
+	close(fd);
+	size_t len = got > 0 ? (size_t)got : 0;
+	while (len && out[len - 1] == '\n')
+		len--;
+	for (size_t i = 0; i < len; i++)
+		if (out[i] == '\n')
+			out[i] = ';';
+	return len;
+}
+
+/* Every thread of the process as the watchdog fires: id, name, state,
+ * where it sleeps in the kernel, and its kernel stack where readable
+ * (root): the executors, the pool, and io_uring's io-wq workers
+ * ("iou-wrk-N"), which show what a hung call waits on (a guest run of a
+ * hang decides from this one line per thread, docs/STATUS.md). */
+static inline void t_hang_threads(void)
+{
+	int dfd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/task",
+			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	char ents[4096];
+	long n;
+	while ((n = syscall(SYS_getdents64, dfd, ents, sizeof(ents))) > 0) {
+		for (long off = 0; off < n;) {
+			/* struct linux_dirent64: ino, off, reclen, type, name */
+			unsigned short reclen;
+			memcpy(&reclen, ents + off + 16, sizeof(reclen));
+			const char *tid = ents + off + 19;
+			off += reclen;
+			if (tid[0] < '0' || tid[0] > '9')
+				continue;
+			char dir[48] = "/proc/self/task/", line[1024];
+			size_t d = strlen(dir), w = 0;
+			for (const char *p = tid; *p && d < sizeof(dir) - 2; p++)
+				dir[d++] = *p;
+			dir[d++] = '/';
+			dir[d] = 0;
+			static const char *const what[] = {"comm", "wchan", "stack"};
+			memcpy(line, "  thread ", 9);
+			w = 9;
+			for (const char *p = tid; *p && w < 32; p++)
+				line[w++] = *p;
+			for (size_t k = 0; k < 3; k++) {
+				line[w++] = ' ';
+				w += t_hang_cat(line + w, sizeof(line) - w - 2, dir, what[k]);
+			}
+			line[w++] = '\n';
+			ssize_t rc = write(2, line, w);
+			(void)rc;
+		}
+	}
+	close(dfd);
+}
+
 static void t_watchdog_fire(int sig)
 {
 	static const char m[] = "\n[  HANG    ] test did not finish in time: ";
@@ -180,6 +252,7 @@ static void t_watchdog_fire(int sig)
 	rc = write(2, (const char *)t_watchdog_name, strlen((const char *)t_watchdog_name));
 	rc = write(2, "\n", 1);
 	(void)rc;
+	t_hang_threads();
 	_exit(1);
 }
 

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -477,6 +478,19 @@ static void test_pipe_stream_two_executors(void **state)
 {
 	(void)state;
 	streams_on(2, 4, 4u << 20);
+}
+
+/* More pipes than an executor had io-wq workers for unbounded work (4):
+ * where pipes lack FMODE_NOWAIT (before 6.4: Debian 12's 6.1) every pipe
+ * write runs blocking in a worker until its reader drained it, and with 4
+ * workers so held the readers' reads queued behind them for ever (the
+ * guest idle; test_regression_iowq_cap_starves_a_ready_blocking_read
+ * shows the same on any kernel).  On one executor all of them share its
+ * workers.  On 6.4+ pipes are polled, and this passes either way. */
+static void test_regression_pipe_streams_beyond_iowq_cap(void **state)
+{
+	(void)state;
+	streams_on(1, 6, 256u << 10);
 }
 
 /* ---- 3. loopback TCP ------------------------------------------------------------ */
@@ -2151,6 +2165,126 @@ static void test_regression_notify_recursion_with_io_pending(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* ---- io-wq's unbounded workers ---------------------------------------------------
+ *
+ * A call io_uring cannot make without blocking runs blocking on one of the
+ * executor's io-wq workers, "unbounded" for a file that is not regular: on
+ * kernels before 6.4 (Debian 12's 6.1, whose pipes lack FMODE_NOWAIT) every
+ * pipe read and write; on any kernel a read of inotify (no ->read_iter: its
+ * non-blocking attempt always fails) once poll said ready.  The ring capped
+ * those workers at 4: with 4 calls waiting there, a 5th queued behind them
+ * even with its data there, and when the 4 waited on it (4 pipe writers
+ * whose readers' reads were the queued calls) nothing moved again.  That
+ * is test_pipe_stream_two_executors' hang in the 6.1 guest (4 pipes x 4
+ * MiB: the guest idle, every task parked, until the watchdog).
+ *
+ * Here, on one executor: each of 4 inotify descriptors has one event and
+ * two reads; both see it ready and go to io-wq, one takes the event and
+ * the other blocks in its worker (4 workers held, whichever reads they
+ * are).  Then a read of a 5th descriptor whose event is already queued
+ * must return while those 4 still wait. */
+enum { IOWQ_HELD = 4 };
+
+struct iowq_starve {
+	int in[IOWQ_HELD + 1];         /* inotify descriptors, watching dir/0 .. dir/4 */
+	char dir[64];
+	_Atomic int started, returned; /* the 2 x IOWQ_HELD readers */
+	_Atomic int ready_done;
+	int64_t ready_rc;
+};
+
+/* An IN_MODIFY event on descriptor i. */
+static bool iowq_touch(struct iowq_starve *s, int i)
+{
+	char path[96];
+	snprintf(path, sizeof(path), "%s/%d", s->dir, i);
+	int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+	bool ok = fd >= 0 && write(fd, "x", 1) == 1;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+static int64_t iowq_read_event(cbcmn_cx *cx, int fd)
+{
+	char b[sizeof(struct inotify_event) + NAME_MAX + 1];
+	return cbcmn_read(cx, fd, b, sizeof(b));
+}
+
+static int64_t iowq_pair_reader(cbcmn_cx *cx, void *arg)
+{
+	struct iowq_starve *s = arg;
+	int i = atomic_fetch_add(&s->started, 1) / 2;
+	TASK_CHECK(iowq_read_event(cx, s->in[i]) >= (int64_t)sizeof(struct inotify_event));
+	atomic_fetch_add(&s->returned, 1);
+	return 0;
+}
+
+static int64_t iowq_ready_reader(cbcmn_cx *cx, void *arg)
+{
+	struct iowq_starve *s = arg;
+	s->ready_rc = iowq_read_event(cx, s->in[IOWQ_HELD]);
+	atomic_store(&s->ready_done, 1);
+	return 0;
+}
+
+static int64_t iowq_starve_main(cbcmn_cx *cx, void *arg)
+{
+	struct iowq_starve *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 2 * IOWQ_HELD; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, iowq_pair_reader, s, NULL) == 0);
+	/* One read of each pair has the event; the others hold the workers. */
+	TASK_CHECK(wait_for(cx, &s->returned, IOWQ_HELD));
+	cbcmn_sleep(cx, 50 * MS);
+	TASK_CHECK(atomic_load(&s->returned) == IOWQ_HELD);
+	TASK_CHECK(iowq_touch(s, IOWQ_HELD));
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, iowq_ready_reader, s, NULL) == 0);
+	bool done = wait_for(cx, &s->ready_done, 1);
+	if (!done)
+		printf("  a ready read waited %u s behind %d blocked ones\n", T_STALL_S, IOWQ_HELD);
+	TASK_CHECK(done);
+	TASK_CHECK(atomic_load(&s->returned) == IOWQ_HELD); /* not after one of them */
+	/* Let the held ones go (and, unfixed, the starved one after them). */
+	for (int i = 0; i < IOWQ_HELD; i++)
+		TASK_CHECK(iowq_touch(s, i));
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(s->ready_rc >= (int64_t)sizeof(struct inotify_event));
+	return 0;
+}
+
+static void test_regression_iowq_cap_starves_a_ready_blocking_read(void **state)
+{
+	(void)state;
+	int fds0 = t_count_fds();
+	struct iowq_starve s;
+	memset(&s, 0, sizeof(s));
+	strcpy(s.dir, "/tmp/cbcmn-iowq-XXXXXX");
+	assert_non_null(mkdtemp(s.dir));
+	char path[96];
+	for (int i = 0; i <= IOWQ_HELD; i++) {
+		snprintf(path, sizeof(path), "%s/%d", s.dir, i);
+		int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+		assert_true(fd >= 0);
+		close(fd);
+		/* Not IN_NONBLOCK: io_uring's read of it goes to io-wq. */
+		s.in[i] = inotify_init1(IN_CLOEXEC);
+		assert_true(s.in[i] >= 0);
+		assert_true(inotify_add_watch(s.in[i], path, IN_MODIFY) >= 0);
+		if (i < IOWQ_HELD)
+			assert_true(iowq_touch(&s, i));
+	}
+	io_run(1, iowq_starve_main, &s);
+	for (int i = 0; i <= IOWQ_HELD; i++) {
+		snprintf(path, sizeof(path), "%s/%d", s.dir, i);
+		close(s.in[i]);
+		unlink(path);
+	}
+	assert_int_equal(rmdir(s.dir), 0);
+	assert_int_equal(t_count_fds(), fds0);
+}
+
 /* ---- documented differences from the system calls ------------------------------ */
 
 /* docs/IO.md: on a file that cannot seek, cbcmn_pread/pwrite ignore the
@@ -2327,6 +2461,7 @@ int main(void)
 		T_WATCHED_TEST(test_file_errors),
 		T_WATCHED_TEST(test_pipe_stream_one_executor),
 		T_WATCHED_TEST(test_pipe_stream_two_executors),
+		T_WATCHED_TEST(test_regression_pipe_streams_beyond_iowq_cap),
 		T_WATCHED_TEST(test_tcp_loopback),
 		T_WATCHED_TEST(test_send_to_full_socket_waits),
 		T_WATCHED_TEST(test_connect_refused),
@@ -2360,6 +2495,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_sqpoll_full_sq_is_not_ebusy),
 		T_WATCHED_TEST(test_regression_sqpoll_sqes_counted_once),
 		T_WATCHED_TEST(test_regression_notify_recursion_with_io_pending),
+		T_WATCHED_TEST(test_regression_iowq_cap_starves_a_ready_blocking_read),
 	};
 	return cmocka_run_group_tests_name("io", tests, NULL, NULL);
 }

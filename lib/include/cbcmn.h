@@ -247,8 +247,12 @@ typedef struct cbcmn_config {
 	uint32_t ring_entries;
 	/* CBCMN_RING_* below. */
 	uint32_t ring_flags;
-	/* Cap on the kernel's io-wq worker threads per ring, for bounded
-	 * (file) and unbounded (socket) work each.  0: 4. */
+	/* Cap on the kernel's bounded io-wq worker threads per ring (regular
+	 * file reads and writes, opens, fsync).  0: 4.  The unbounded ones
+	 * (calls on files io_uring cannot make non-blocking, which may wait on
+	 * each other: a tty, inotify, a pipe before Linux 6.4) keep the
+	 * kernel's limit (RLIMIT_NPROC): a cap there deadlocked 4 pipe
+	 * writers against their readers on 6.1 (docs/IO.md). */
 	uint32_t iowq_max_workers;
 	/* With CBCMN_RING_SQPOLL: ms the kernel's poller spins before it
 	 * sleeps.  0: 100. */
