@@ -7,8 +7,8 @@
  *   - every tools/cbcmn-*.c has a man1 page whose NAME lists the tool;
  *   - every ".so" link names an existing page that is not itself a link,
  *     and every reference to one of the project's pages resolves;
- *   - every real page has its .TH (named for its file) and the sections a
- *     reader looks for;
+ *   - every real page has its .TH (named for its file, and for the
+ *     release of lib/include/cbcmn.h) and the sections a reader looks for;
  *   - what a man3 SYNOPSIS declares (and the values its #define lines
  *     show) is what the public headers declare, and every exported
  *     function's prototype is shown on some page;
@@ -469,8 +469,8 @@ static void test_references_resolve(void **state)
 	assert_int_equal(bad, 0);
 }
 
-/* The page's .TH names its file, in capitals, and its section; it has the
- * sections every reader looks for. */
+/* The page's .TH names its file, in capitals, its section and the release
+ * the tree's cbcmn.h says; it has the sections every reader looks for. */
 static void test_pages_have_their_sections(void **state)
 {
 	(void)state;
@@ -496,6 +496,15 @@ static void test_pages_have_their_sections(void **state)
 									      : ".SH EXAMPLES\n"};
 		if (strncmp(text, th, strlen(th))) {
 			print_error("man/%s: does not start with \"%s\"\n", pages[i].rel, th);
+			bad++;
+		}
+		/* Its footer names the release it describes: the header's. */
+		char line[512], ver[64];
+		fmt(line, sizeof(line), "%.*s", (int)strcspn(text, "\n"), text);
+		fmt(ver, sizeof(ver), "\"cbcmn %d.%d\"", CBCMN_VERSION_MAJOR, CBCMN_VERSION_MINOR);
+		if (!strstr(line, ver)) {
+			print_error("man/%s: its .TH does not say %s, the version of "
+				    "lib/include/cbcmn.h\n", pages[i].rel, ver);
 			bad++;
 		}
 		for (size_t j = 0; j < sizeof(need) / sizeof(need[0]); j++)
