@@ -7,10 +7,11 @@
  *   - every tools/cbcmn-*.c has a man1 page whose NAME lists the tool;
  *   - every ".so" link names an existing page that is not itself a link,
  *     and every reference to one of the project's pages resolves;
- *   - every real page has its .TH (named for its file) and the sections a
- *     reader looks for;
- *   - what a man3 SYNOPSIS declares is what the public headers declare, and
- *     every exported function's prototype is shown on some page;
+ *   - every real page has its .TH (named for its file, and for the
+ *     release of lib/include/cbcmn.h) and the sections a reader looks for;
+ *   - what a man3 SYNOPSIS declares (and the values its #define lines
+ *     show) is what the public headers declare, and every exported
+ *     function's prototype is shown on some page;
  *   - every option a tool parses is in its man1 page;
  *   - groff -man -ww finds no warning in any real page (a skip that says
  *     why where groff is not installed).
@@ -468,8 +469,8 @@ static void test_references_resolve(void **state)
 	assert_int_equal(bad, 0);
 }
 
-/* The page's .TH names its file, in capitals, and its section; it has the
- * sections every reader looks for. */
+/* The page's .TH names its file, in capitals, its section and the release
+ * the tree's cbcmn.h says; it has the sections every reader looks for. */
 static void test_pages_have_their_sections(void **state)
 {
 	(void)state;
@@ -495,6 +496,15 @@ static void test_pages_have_their_sections(void **state)
 									      : ".SH EXAMPLES\n"};
 		if (strncmp(text, th, strlen(th))) {
 			print_error("man/%s: does not start with \"%s\"\n", pages[i].rel, th);
+			bad++;
+		}
+		/* Its footer names the release it describes: the header's. */
+		char line[512], ver[64];
+		fmt(line, sizeof(line), "%.*s", (int)strcspn(text, "\n"), text);
+		fmt(ver, sizeof(ver), "\"cbcmn %d.%d\"", CBCMN_VERSION_MAJOR, CBCMN_VERSION_MINOR);
+		if (!strstr(line, ver)) {
+			print_error("man/%s: its .TH does not say %s, the version of "
+				    "lib/include/cbcmn.h\n", pages[i].rel, ver);
 			bad++;
 		}
 		for (size_t j = 0; j < sizeof(need) / sizeof(need[0]); j++)
@@ -693,6 +703,20 @@ static void test_synopses_match_the_headers(void **state)
 					print_error("man/%s: %s: no such public header\n", pages[i].rel, t);
 					bad++;
 				}
+				continue;
+			}
+			/* A constant's #define, whole: a value the page shows is
+			 * the header's (a macro whose value changes between
+			 * releases is shown by its name alone). */
+			if (!strncmp(t, "#define ", 8)) {
+				normalise(t);
+				checked++;
+				if (!find_whole(hdr, t)) {
+					print_error("man/%s: not as the header defines it: %s\n",
+						    pages[i].rel, t);
+					bad++;
+				}
+				acc[0] = 0;
 				continue;
 			}
 			size_t al = strlen(acc);

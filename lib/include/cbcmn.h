@@ -801,8 +801,9 @@ typedef struct cbcmn_stats {
 	uint32_t runtime_id;
 } cbcmn_stats;
 
-/* Take a snapshot.  per may be NULL; otherwise it receives min(nper,
- * executors) entries.  Returns 0 or -EINVAL. */
+/* Take a snapshot.  per may be NULL only with nper 0; otherwise it
+ * receives min(nper, executors) entries.  Returns 0, or -EINVAL (NULL rt
+ * or out, or NULL per with nper > 0). */
 CBCMN_API int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out,
 				   cbcmn_executor_stats *per, uint32_t nper);
 
@@ -919,10 +920,11 @@ typedef struct cbcmn_watch cbcmn_watch;
 CBCMN_API int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out);
 
 /* Read the runtime's statistics as cbcmn_stats_snapshot() would (per may
- * be NULL, or gets min(nper, executors) entries; queue_depth is sampled by
- * each executor as it goes).  Returns 0, or -ESRCH once the runtime has
- * been destroyed or its process has exited or exec'd (no longer holds the
- * runtime's segment; out then holds the last figures), or -EINVAL. */
+ * be NULL only with nper 0, or gets min(nper, executors) entries;
+ * queue_depth is sampled by each executor as it goes).  Returns 0, or
+ * -ESRCH once the runtime has been destroyed or its process has exited or
+ * exec'd (no longer holds the runtime's segment; out then holds the last
+ * figures), or -EINVAL (NULL w or out, or NULL per with nper > 0). */
 CBCMN_API int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per,
 			       uint32_t nper);
 

@@ -185,7 +185,7 @@ JANUS_API long janus_nursery_await_all(void);
 JANUS_API void *janus_scheduler_create(SchedulerConfig config);
 /* The same with a profile, budgets and capabilities (RuntimeConfigEx).
  * NULL on failure (errno is set to what janus_rt_init_ex would return,
- * negated). */
+ * negated; EINVAL for a create error that is a CBCMN_E* code, no errno). */
 JANUS_API void *janus_scheduler_create_ex(const SchedulerConfigEx *config);
 /* Open a nursery on scheduler, from a thread outside it, and make it the
  * thread's current nursery: janus_nursery_spawn() and
