@@ -90,6 +90,37 @@ static void test_service_gives_the_documented_defaults(void **state)
 	assert_true(s.root.ops - s.root_after_spawn.ops >= CBCMN_SERVICE_CHILD_OPS);
 }
 
+/* Cluster and sovereign are SPEC-021 profiles too: the same defaults. */
+static void test_cluster_and_sovereign_have_the_same_defaults(void **state)
+{
+	(void)state;
+	const cbcmn_budget root = {CBCMN_SERVICE_ROOT_OPS, CBCMN_SERVICE_ROOT_MEMORY,
+				   CBCMN_SERVICE_ROOT_SPAWN, CBCMN_SERVICE_ROOT_CHANNEL_OPS,
+				   CBCMN_SERVICE_ROOT_SYSCALLS};
+	for (int i = 0; i < 2; i++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.profile = i ? CBCMN_PROFILE_SOVEREIGN : CBCMN_PROFILE_CLUSTER;
+		if (i) {
+			cfg.yield_interval = 256;
+			cfg.caps.flags = CBCMN_CAP_SPAWN;
+		}
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		struct seen s;
+		memset(&s, 0, sizeof(s));
+		int64_t r = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, report_root, &s, &r), 0);
+		assert_int_equal(r, 0);
+		ASSERT_TASK_CHECKS();
+		t_destroy(rt);
+		assert_true(budget_eq(&s.root, &root));
+		assert_int_equal(s.root_caps.flags, CBCMN_CAP_SPAWN);
+		assert_int_equal(s.child.spawn_count, 0);
+		assert_int_equal(s.child.memory, CBCMN_SERVICE_CHILD_MEMORY);
+	}
+}
+
 /* ---- offenders, stopped with nothing configured ---- */
 
 struct outcome {
@@ -528,7 +559,8 @@ static int64_t greedy(cbcmn_cx *cx, void *arg)
 			     UINT64_MAX - 1};
 	cbcmn_spawn_opts o = {.budget = &huge};
 	cbcmn_task *t;
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, report_child, &(struct seen){0}, &o, &t) == 0);
+	struct seen sink;
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, report_child, &sink, &o, &t) == 0);
 	TASK_CHECK(cbcmn_budget_get(cx, &during) == 0);
 	TASK_CHECK(during.memory == 0 && during.channel_ops == 0 && during.syscalls == 0);
 	TASK_CHECK(during.spawn_count == 0);
@@ -557,6 +589,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_service_gives_the_documented_defaults),
+		T_WATCHED_TEST(test_cluster_and_sovereign_have_the_same_defaults),
 		T_WATCHED_TEST(test_service_stops_a_spin_by_default),
 		T_WATCHED_TEST(test_service_stops_a_fork_bomb_by_default),
 		T_WATCHED_TEST(test_service_stops_a_root_fork_bomb_by_default),

@@ -557,14 +557,19 @@ CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery 
  * joined with cbcmn_task_join(), which must then be called exactly once
  * (before or after the nursery is awaited).  Returns 0, -EINVAL, -ENOMEM,
  * CBCMN_ECLOSED (await_all has begun), CBCMN_ECANCELED (n was cancelled;
- * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn). */
+ * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn).
+ * The spawn is a cost (see Budgets): a task whose spawn_count is spent
+ * (under the service profile a child starts with none, SPEC-021 §8.2)
+ * waits, BudgetExhausted, until it is recharged or its nursery ends it. */
 CBCMN_API int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,
 				  void *arg, cbcmn_task **handle);
 
 /* Options for cbcmn_nursery_spawn_ex(). */
 typedef struct cbcmn_spawn_opts {
-	/* What the child asks for (components 0: the config's child_budget).
-	 * NULL: the config's child_budget. */
+	/* What the child asks for (components 0: the config's child_budget;
+	 * CBCMN_UNLIMITED: all the spawner has).  NULL: the config's
+	 * child_budget.  Under service this is how a child is granted
+	 * spawns (spawn_count). */
 	const cbcmn_budget *budget;
 	/* What it is granted: intersected with the spawner's own (flags
 	 * and each limit).  NULL: everything the spawner holds. */
