@@ -475,6 +475,58 @@ static void test_channel_buffer_and_stacks_count_as_memory(void **state)
 	t_destroy(rt);
 }
 
+/* Destroyed by another task, a channel's charge stays spent: the
+ * destroyer is not the payer and gets nothing; a thread's channel is
+ * nobody's. */
+struct handoff {
+	cbcmn_chan *c;
+	uint64_t child_before, child_after;
+};
+
+static int64_t destroyer(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	h->child_before = b.memory;
+	TASK_CHECK(cbcmn_chan_destroy(h->c) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	h->child_after = b.memory;
+	return 0;
+}
+
+static int64_t hand_over(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	cbcmn_budget before, after;
+	TASK_CHECK(cbcmn_budget_get(cx, &before) == 0);
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 64, 16, &h->c) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, destroyer, h, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &after) == 0);
+	TASK_CHECK(before.memory - after.memory == 64 * 16);
+	return 0;
+}
+
+static void test_channel_destroyed_by_another_stays_spent(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_service(2);
+	struct handoff h = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, hand_over, &h, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(h.child_after, h.child_before);
+	/* A thread's channel: charged to nobody, destroyed by a thread. */
+	cbcmn_chan *c;
+	assert_int_equal(cbcmn_chan_create(rt, 8, 8, &c), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
 /* A channel bigger than the creator's memory budget stops the creator. */
 static int64_t big_chan(cbcmn_cx *cx, void *arg)
 {
@@ -597,6 +649,7 @@ int main(void)
 		T_WATCHED_TEST(test_service_children_spawn_only_when_granted),
 		T_WATCHED_TEST(test_service_nesting_ends_at_the_memory_budget),
 		T_WATCHED_TEST(test_channel_buffer_and_stacks_count_as_memory),
+		T_WATCHED_TEST(test_channel_destroyed_by_another_stays_spent),
 		T_WATCHED_TEST(test_channel_beyond_the_memory_budget_is_stopped),
 		T_WATCHED_TEST(test_native_is_the_default_and_enforces_what_is_set),
 		T_WATCHED_TEST(test_service_greedy_ask_saturates),
