@@ -161,10 +161,19 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 		set_unlimited(child);
 		return 0;
 	}
+	/* The config's child_budget is resolved (runtime.c): literal, 0 is
+	 * none.  A spawn's ask falls back to it component by component. */
+	const cbcmn_budget *cfg = &child->rt->cfg.child_budget;
 	cbcmn_budget want_buf;
-	const cbcmn_budget *want = &child->rt->cfg.child_budget;
+	const cbcmn_budget *want = cfg;
 	if (ask) {
-		cbcmn__budget_defaults(&want_buf, ask);
+		want_buf = (cbcmn_budget){
+			.ops = ask->ops ? ask->ops : cfg->ops,
+			.memory = ask->memory ? ask->memory : cfg->memory,
+			.spawn_count = ask->spawn_count ? ask->spawn_count : cfg->spawn_count,
+			.channel_ops = ask->channel_ops ? ask->channel_ops : cfg->channel_ops,
+			.syscalls = ask->syscalls ? ask->syscalls : cfg->syscalls,
+		};
 		want = &want_buf;
 	}
 	/* Ops in the spawner's countdown window are its too: fold them back
@@ -188,15 +197,20 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 	return 0;
 }
 
-/* Give back what t did not use, to the opener of its nursery. */
+/* Give back what t did not use, to the opener of its nursery, and the
+ * memory its stack was charged (to the opener too: the spawner was the
+ * opener or a task inside the nursery, whose budget came from the opener's). */
 void cbcmn__budget_leftover(struct cbcmn_task *t)
 {
-	/* Nothing to give back from an unlimited task: unlimited flows
-	 * nowhere, and budget sent to it was absorbed. */
-	if (!t->limited)
-		return;
 	struct cbcmn_task *o = t->nursery ? t->nursery->owner : NULL;
 	if (!o)
+		return;
+	if (t->stack_charge)
+		atomic_fetch_add_explicit(&o->refund[CBCMN__B_MEMORY], t->stack_charge,
+					  memory_order_relaxed);
+	/* Nothing else to give back from an unlimited task: unlimited flows
+	 * nowhere, and budget sent to it was absorbed. */
+	if (!t->limited)
 		return;
 	uint64_t left[CBCMN__B_N] = {
 		[CBCMN__B_OPS] = t->ops == U ? U : t->ops + (t->countdown > 0 ? (uint64_t)t->countdown : 0),
@@ -314,6 +328,28 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 	}
 	if (*f != U)
 		*f -= amount;
+}
+
+/* Memory the runtime allocates for t (a child's stack, a channel's
+ * buffer): no op, only bytes.  Returns what was charged (0 when t's memory
+ * is unlimited: nothing to give back later). */
+uint64_t cbcmn__charge_memory(struct cbcmn_task *t, uint64_t amount)
+{
+	if (t->memory == U)
+		return 0;
+	if (t->memory >= amount)
+		t->memory -= amount;
+	else
+		cbcmn__charge_slow(t, CBCMN__B_MEMORY, amount);
+	/* Recharged to unlimited while it waited: nothing was taken. */
+	return t->memory == U ? 0 : amount;
+}
+
+/* Give amount back to t, the running task that paid it. */
+void cbcmn__refund_memory(struct cbcmn_task *t, uint64_t amount)
+{
+	if (t && amount)
+		t->memory = sat_add(t->memory, amount);
 }
 
 /* Fairness: a full interval has run.  The yield costs nothing. */

@@ -79,6 +79,8 @@ struct cbcmn_chan {
 	struct waitq recvq;       /* receivers */
 	struct waitq spaceq;      /* senders and reservers, in arrival order */
 	struct chan_rec *free_recs;
+	uint64_t payer;           /* id of the task charged for buf (0: none) */
+	uint64_t charged;         /* bytes it was charged */
 };
 
 /* Claimed waits, woken once the lock is dropped. */
@@ -445,6 +447,15 @@ static void rec_leak(struct cbcmn__oblig *ob)
 
 /* ---- public calls ------------------------------------------------------- */
 
+/* The task of rt running on this thread's fiber, if budgets apply to it:
+ * NULL on a thread outside the runtime (which has no budget). */
+static struct cbcmn_task *running_task(struct cbcmn_runtime *rt)
+{
+	if (!cbcmn__on_executor(rt) || (rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
+		return NULL;
+	return cbcmn__tls_exec->current;
+}
+
 int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcmn_chan **out)
 {
 	size_t bytes;
@@ -453,13 +464,19 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 		return -EINVAL;
 	if (cbcmn__forked(rt))
 		return CBCMN_EFORKED;
+	/* The buffer is the creating task's memory (docs/BUDGETS.md, "What
+	 * memory counts"), paid before anything is allocated: a task that
+	 * waits for budget, or is ended there, leaves nothing behind. */
+	struct cbcmn_task *self = running_task(rt);
+	uint64_t charged = self ? cbcmn__charge_memory(self, bytes) : 0;
 	struct cbcmn_chan *c = cbcmn__calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	if (!(c->buf = cbcmn__malloc(bytes))) {
+	if (!c || !(c->buf = cbcmn__malloc(bytes))) {
 		free(c);
+		cbcmn__refund_memory(self, charged);
 		return -ENOMEM;
 	}
+	c->payer = charged ? self->id : 0;
+	c->charged = charged;
 	cbcmn__mutex_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
 	c->rt = rt;
 	c->cap = capacity;
@@ -486,6 +503,11 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 		free(r);
 	}
 	cbcmn__mutex_destroy(&c->lock);
+	/* Given back to its payer if the payer destroys it; destroyed by
+	 * anyone else, it stays spent (the payer may be gone). */
+	struct cbcmn_task *self = running_task(c->rt);
+	if (self && c->payer == self->id)
+		cbcmn__refund_memory(self, c->charged);
 	free(c->buf);
 	free(c);
 	return 0;

@@ -74,11 +74,10 @@ void cbcmn_config_init(cbcmn_config *cfg)
 	cfg->seed = DEFAULT_SEED;
 	cfg->stack_size = CBCMN_STACK_DEFAULT;
 	cfg->yield_interval = 0; /* the profile's */
-	cfg->profile = CBCMN_PROFILE_SERVICE;
-	cfg->budget = (cbcmn_budget){CBCMN_UNLIMITED, CBCMN_UNLIMITED, CBCMN_UNLIMITED,
-				     CBCMN_UNLIMITED, CBCMN_UNLIMITED};
-	cfg->child_budget = cfg->budget;
-	cfg->caps.flags = 0; /* resolved to CapSpawn + unlimited CapBudget */
+	/* Not a SPEC-021 profile: the C API's "unlimited unless you say so"
+	 * (cbcmn.h, docs/BUDGETS.md).  Budgets and caps stay 0: the profile's
+	 * defaults, resolved in config_resolve(). */
+	cfg->profile = CBCMN_PROFILE_NATIVE;
 	cfg->policy = CBCMN_PIN_AUTO;
 	cfg->stream_buf_size = CBCMN__STREAM_BUF_SIZE;
 	cfg->stream_buf_share = CBCMN__STREAM_BUF_SHARE;
@@ -95,6 +94,37 @@ static uint32_t affinity_cpus(void)
 	}
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (uint32_t)n : 1;
+}
+
+/* The defaults of SPEC-021's profiles (cbcmn.h, docs/BUDGETS.md). */
+static const cbcmn_budget service_root = {
+	CBCMN_SERVICE_ROOT_OPS, CBCMN_SERVICE_ROOT_MEMORY, CBCMN_SERVICE_ROOT_SPAWN,
+	CBCMN_SERVICE_ROOT_CHANNEL_OPS, CBCMN_SERVICE_ROOT_SYSCALLS};
+static const cbcmn_budget service_child = {
+	CBCMN_SERVICE_CHILD_OPS, CBCMN_SERVICE_CHILD_MEMORY, CBCMN_SERVICE_CHILD_SPAWN,
+	CBCMN_SERVICE_CHILD_CHANNEL_OPS, CBCMN_SERVICE_CHILD_SYSCALLS};
+
+/* Components left 0 take def's (NULL: CBCMN_UNLIMITED).  After this a
+ * component is literal: 0 is none at all (a service child's spawn_count). */
+static void budget_resolve(cbcmn_budget *b, const cbcmn_budget *def)
+{
+	const cbcmn_budget u = {CBCMN_UNLIMITED, CBCMN_UNLIMITED, CBCMN_UNLIMITED,
+				CBCMN_UNLIMITED, CBCMN_UNLIMITED};
+	if (!def)
+		def = &u;
+	*b = (cbcmn_budget){
+		.ops = b->ops ? b->ops : def->ops,
+		.memory = b->memory ? b->memory : def->memory,
+		.spawn_count = b->spawn_count ? b->spawn_count : def->spawn_count,
+		.channel_ops = b->channel_ops ? b->channel_ops : def->channel_ops,
+		.syscalls = b->syscalls ? b->syscalls : def->syscalls,
+	};
+}
+
+static bool budget_unlimited(const cbcmn_budget *b)
+{
+	return (b->ops & b->memory & b->spawn_count & b->channel_ops & b->syscalls) ==
+	       CBCMN_UNLIMITED;
 }
 
 /* Validate and fill in defaults.  Bad values are errors, not clamped. */
@@ -129,6 +159,7 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->blocking_threads = 16; /* cbcmn.h */
 	bool implicit_caps = true;
 	switch (out->profile) {
+	case CBCMN_PROFILE_NATIVE:
 	case CBCMN_PROFILE_SERVICE:
 		if (out->yield_interval == 0)
 			out->yield_interval = CBCMN_YIELD_INTERVAL_DEFAULT;
@@ -149,12 +180,20 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	default:
 		return -EINVAL;
 	}
-	cbcmn__budget_defaults(&out->budget, &out->budget);
-	cbcmn__budget_defaults(&out->child_budget, &out->child_budget);
 	if (out->caps.flags & ~(CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET | CBCMN_CAPS_EXPLICIT))
 		return -EINVAL;
-	if (implicit_caps && !(out->caps.flags & CBCMN_CAPS_EXPLICIT) && out->caps.flags == 0)
-		out->caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET;
+	bool native = out->profile == CBCMN_PROFILE_NATIVE;
+	budget_resolve(&out->budget, native ? NULL : &service_root);
+	budget_resolve(&out->child_budget, native ? NULL : &service_child);
+	if (implicit_caps && !(out->caps.flags & CBCMN_CAPS_EXPLICIT) && out->caps.flags == 0) {
+		/* An unlimited CapBudget recharges a task whenever a cost finds
+		 * it exhausted: implicit only where there is nothing to void
+		 * (native without any finite budget).  SPEC-021's profiles get
+		 * CapSpawn alone (§10.2.2: default budgets, enforced). */
+		out->caps.flags = CBCMN_CAP_SPAWN;
+		if (native && budget_unlimited(&out->budget) && budget_unlimited(&out->child_budget))
+			out->caps.flags |= CBCMN_CAP_BUDGET;
+	}
 	cbcmn__budget_defaults(&out->caps.budget_limit, &out->caps.budget_limit);
 	if (out->stack_size < CBCMN_STACK_MIN || out->stack_size > CBCMN_STACK_MAX)
 		return -EINVAL;

@@ -104,6 +104,7 @@ struct cbcmn_task {
 	/* Budget coming in from others: children's leftovers, recharges. */
 	_Atomic uint64_t refund[CBCMN__B_N];
 	_Atomic uint32_t killed;          /* its nursery gave up on it */
+	uint64_t stack_charge;            /* memory its spawner paid for its stack */
 	bool limited;                     /* some component is not unlimited */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
@@ -471,6 +472,8 @@ void cbcmn__caps_grant(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 void cbcmn__budget_defaults(cbcmn_budget *out, const cbcmn_budget *in);
 void cbcmn__budget_init_unlimited(struct cbcmn_task *t);
 void cbcmn__budget_leftover(struct cbcmn_task *t);
+uint64_t cbcmn__charge_memory(struct cbcmn_task *t, uint64_t amount);
+void cbcmn__refund_memory(struct cbcmn_task *t, uint64_t amount);
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__charge_window(struct cbcmn_task *t);
 /* For the janus ABI: pay-or-fail and subtract-only (budget.c). */

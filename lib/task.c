@@ -207,13 +207,21 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	bool budgets = !(rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS);
 	if (self && !(self->caps & CBCMN_CAP_SPAWN))
 		return CBCMN_ESPAWNDENIED;
-	/* Pay first: the spawner may wait here for budget (or be ended). */
-	if (self && budgets)
+	/* Pay first: the spawner may wait here for budget (or be ended).
+	 * The child's stack is the spawner's memory until the child ends
+	 * (docs/BUDGETS.md, "What memory counts"). */
+	uint64_t stack_charge = 0;
+	if (self && budgets) {
 		cbcmn__charge(self, CBCMN__B_SPAWN, 1); /* the spawn: an op and a spawn */
+		stack_charge = cbcmn__charge_memory(self, rt->cfg.stack_size);
+	}
 	struct cbcmn__exec *e = self ? self->exec : NULL;
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);
-	if (!t)
+	if (!t) {
+		cbcmn__refund_memory(self, stack_charge);
 		return -ENOMEM;
+	}
+	t->stack_charge = stack_charge;
 	if (!budgets)
 		cbcmn__budget_init_unlimited(t);
 	else if (self)

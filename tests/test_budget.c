@@ -63,9 +63,10 @@ static int64_t count_costs(cbcmn_cx *cx, void *arg)
 	/* The spawn: one op, one spawn, and the child's budget drawn. */
 	assert_int_equal(b.spawn_count - a.spawn_count, 1 + 1);
 	assert_int_equal(b.ops - a.ops, 1 + 100);
-	assert_int_equal(b.memory - a.memory, 10);
+	/* And its stack, in memory, until it ends. */
+	assert_int_equal(b.memory - a.memory, 10 + CBCMN_STACK_DEFAULT);
 	assert_int_equal(cbcmn_nursery_await_all(cx, n), 0);
-	/* What the child did not use came back. */
+	/* What the child did not use came back, and its stack's charge. */
 	assert_int_equal(cbcmn_budget_get(cx, &a), 0);
 	assert_int_equal(b.memory - a.memory, 0);
 	assert_int_equal(b.spawn_count - a.spawn_count, 1);
@@ -76,8 +77,8 @@ static int64_t count_costs(cbcmn_cx *cx, void *arg)
 static void test_costs_and_leftovers(void **state)
 {
 	(void)state;
-	cbcmn_budget root = {.ops = 100000, .memory = 100000, .spawn_count = 100,
-			     .channel_ops = 100, .syscalls = 100};
+	cbcmn_budget root = {.ops = 100000, .memory = 100000 + CBCMN_STACK_DEFAULT,
+			     .spawn_count = 100, .channel_ops = 100, .syscalls = 100};
 	cbcmn_runtime *rt = rt_with(1, &root, NULL, 0, 0);
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, count_costs, NULL, &r), 0);
@@ -304,8 +305,9 @@ static int64_t recharging_parent(cbcmn_cx *cx, void *arg)
 	/* More than we have is refused, and moves nothing. */
 	cbcmn_budget have, too_much = {.memory = 1};
 	assert_int_equal(cbcmn_budget_get(cx, &have), 0);
-	assert_int_equal(have.memory, 1); /* the root budget below */
-	too_much.memory = 2;
+	/* The root budget below: the spawn's stack charge came back. */
+	assert_int_equal(have.memory, 1 + CBCMN_STACK_DEFAULT);
+	too_much.memory = 2 + CBCMN_STACK_DEFAULT;
 	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
 	assert_int_equal(cbcmn_nursery_spawn(cx, n, well_behaved, NULL, &t), 0);
 	assert_int_equal(cbcmn_budget_recharge(cx, t, &too_much), CBCMN_EBUDGET);
@@ -317,7 +319,8 @@ static int64_t recharging_parent(cbcmn_cx *cx, void *arg)
 static void test_parent_recharges_child(void **state)
 {
 	(void)state;
-	cbcmn_budget root = {.ops = 100000, .memory = 1};
+	/* A byte to give, and a stack (a spawn charges it, docs/BUDGETS.md). */
+	cbcmn_budget root = {.ops = 100000, .memory = 1 + CBCMN_STACK_DEFAULT};
 	cbcmn_budget child = {.memory = 1};
 	cbcmn_runtime *rt = rt_with(2, &root, &child, 0, 0);
 	atomic_store(&progress, 0);
@@ -626,11 +629,13 @@ static int64_t beyond_means(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn(cx, n, well_behaved, NULL, &t) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
-	/* t has ended: still, 2 bytes from a task that holds 1 is refused. */
-	cbcmn_budget too_much = {.memory = 2}, ok = {.memory = 1}, have;
+	/* t has ended: still, 1 byte more than the task holds (1 and the
+	 * stack charge its spawn gave back) is refused. */
+	const uint64_t holds = 1 + CBCMN_STACK_DEFAULT;
+	cbcmn_budget too_much = {.memory = holds + 1}, ok = {.memory = 1}, have;
 	TASK_CHECK(cbcmn_budget_recharge(cx, t, &too_much) == CBCMN_EBUDGET);
 	TASK_CHECK(cbcmn_budget_recharge(cx, t, &ok) == 0);
-	TASK_CHECK(cbcmn_budget_get(cx, &have) == 0 && have.memory == 1); /* nothing moved */
+	TASK_CHECK(cbcmn_budget_get(cx, &have) == 0 && have.memory == holds); /* nothing moved */
 	TASK_CHECK(cbcmn_task_join(cx, t, NULL) == 0);
 	return 0;
 }
@@ -641,7 +646,7 @@ static int64_t beyond_means(cbcmn_cx *cx, void *arg)
 static void test_regression_recharge_beyond_means_is_refused_after_end(void **state)
 {
 	(void)state;
-	cbcmn_budget root = {.memory = 1}, child = {.memory = 1};
+	cbcmn_budget root = {.memory = 1 + CBCMN_STACK_DEFAULT}, child = {.memory = 1};
 	cbcmn_runtime *rt = rt_with(2, &root, &child, 0, 0);
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, beyond_means, NULL, &r), 0);

@@ -171,7 +171,10 @@ static int64_t supervisor(cbcmn_cx *cx, void *arg)
 	struct sup *s = arg;
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, n, middle, s, NULL) == 0);
+	/* Granted one spawn: in cluster and service a child has none. */
+	cbcmn_budget one = {.spawn_count = 1};
+	cbcmn_spawn_opts o = {.budget = &one};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, middle, s, &o, NULL) == 0);
 	while (!atomic_load(&s->ready) || atomic_load(&progress) < 999)
 		cbcmn_yield(cx);
 	cbcmn_budget more = {.ops = 2500};

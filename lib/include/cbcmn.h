@@ -173,13 +173,29 @@ typedef struct cbcmn_caps {
 #define CBCMN_YIELD_INTERVAL_DEFAULT 1024u
 #define CBCMN_YIELD_INTERVAL_CLUSTER 512u
 
-/* Profiles (SPEC-021 §10): presets of what is implicit.
- *   service    the default: implicit capabilities (CapSpawn, an unlimited
- *              CapBudget), default budgets, a yield every 1024 checkpoints;
- *   cluster    rechargeable budgets: besides the parent, any ancestor (a
- *              supervisor) may recharge a task; a yield every 512;
- *   sovereign  nothing implicit: roots hold exactly cfg.caps (no flags: no
- *              capability at all), and yield_interval must be given;
+/* Profiles (SPEC-021 §10): presets of what is implicit.  docs/BUDGETS.md
+ * has the numbers and the reasons.
+ *   native     cbcmn_config_init()'s choice, not a SPEC-021 profile: the C
+ *              API's "unlimited unless you say so".  Budget components
+ *              left 0 are CBCMN_UNLIMITED; roots hold CapSpawn, and an
+ *              unlimited CapBudget only while every budget is unlimited
+ *              (so a finite budget you set is enforced, never silently
+ *              recharged); a yield every 1024 checkpoints.  Ordinary
+ *              recursive fork-join needs nothing configured.
+ *   service    SPEC-021 §10.2.2: implicit CapSpawn, finite default budgets
+ *              (CBCMN_SERVICE_*): a root gets CBCMN_SERVICE_ROOT_*, a child
+ *              CBCMN_SERVICE_CHILD_* out of its spawner's pool (§8.2),
+ *              with spawn_count 0: a child cannot spawn unless its spawn
+ *              grants it some (cbcmn_spawn_opts.budget) or its parent
+ *              recharges it.  No implicit CapBudget (an unlimited one
+ *              would void every budget).  A yield every 1024 checkpoints.
+ *              A spin, a fork bomb or unbounded allocation is stopped
+ *              without any configuration;
+ *   cluster    as service, and budgets are rechargeable by any ancestor (a
+ *              supervisor), not only the parent (§10.2.3); a yield every 512;
+ *   sovereign  as service for budgets, but nothing implicit: roots hold
+ *              exactly cfg.caps (no flags: no capability at all), and
+ *              yield_interval must be given (§10.2.4);
  *   core       no scheduler: the runtime starts no executor, and opening a
  *              nursery or running a task returns CBCMN_ENOSCHED. */
 typedef enum cbcmn_profile {
@@ -187,7 +203,24 @@ typedef enum cbcmn_profile {
 	CBCMN_PROFILE_CLUSTER,
 	CBCMN_PROFILE_SOVEREIGN,
 	CBCMN_PROFILE_CORE,
+	CBCMN_PROFILE_NATIVE,
 } cbcmn_profile;
+
+/* The default budgets of the SPEC-021 profiles (service, cluster,
+ * sovereign), for components left 0 in cbcmn_config.budget and
+ * .child_budget.  SPEC-021 names DEFAULT_OPS etc. (§8.2) but gives no
+ * numbers; these are cbcmn's (docs/BUDGETS.md says why).  A root's budget
+ * is the pool of its whole subtree: 1024 children at the child default. */
+#define CBCMN_SERVICE_CHILD_OPS (1ull << 20)      /* 1024 yield intervals */
+#define CBCMN_SERVICE_CHILD_MEMORY (1ull << 20)   /* 1 MiB */
+#define CBCMN_SERVICE_CHILD_SPAWN 0ull            /* §8.2: children cannot spawn */
+#define CBCMN_SERVICE_CHILD_CHANNEL_OPS 4096ull
+#define CBCMN_SERVICE_CHILD_SYSCALLS 4096ull
+#define CBCMN_SERVICE_ROOT_OPS (1ull << 30)
+#define CBCMN_SERVICE_ROOT_MEMORY (1ull << 30)    /* 1 GiB */
+#define CBCMN_SERVICE_ROOT_SPAWN 65535ull         /* the spec's u16 */
+#define CBCMN_SERVICE_ROOT_CHANNEL_OPS (1ull << 22)
+#define CBCMN_SERVICE_ROOT_SYSCALLS (1ull << 22)
 
 /* Runtime configuration.  Initialise with cbcmn_config_init() and change
  * only the fields you care about; most zero fields mean "the default"
@@ -220,23 +253,32 @@ typedef struct cbcmn_config {
 	 * set CBCMN_CONFIG_NO_INLINE in flags to turn it off. */
 	uint32_t flags;
 	/* Checkpoints between two forced yields (fairness).  0: the
-	 * profile's (1024 service, 512 cluster; sovereign must set it). */
+	 * profile's (1024 native and service, 512 cluster; sovereign must
+	 * set it). */
 	uint32_t yield_interval;
 	/* The budget of a task spawned from outside the runtime (a root).  A
-	 * zero component means CBCMN_UNLIMITED, the default for every one. */
+	 * zero component means the profile's default: CBCMN_UNLIMITED in
+	 * native (cbcmn_config_init's profile), CBCMN_SERVICE_ROOT_* in
+	 * service, cluster and sovereign. */
 	cbcmn_budget budget;
 	/* What a child asks for when it is spawned (unless the spawn says
 	 * otherwise, cbcmn_nursery_spawn_ex): it gets that much, or what its
-	 * spawner has left if that is less, out of the spawner's budget, and
-	 * gives back what it did not use to its nursery's opener when it
-	 * ends.  A zero component means CBCMN_UNLIMITED: "all the spawner
-	 * has", the default, which with unlimited roots limits nothing. */
+	 * spawner has left if that is less, out of the spawner's budget
+	 * (SPEC-021 §8.2), and gives back what it did not use to its
+	 * nursery's opener when it ends.  A zero component means the
+	 * profile's default: CBCMN_UNLIMITED ("all the spawner has") in
+	 * native, CBCMN_SERVICE_CHILD_* in the others, where spawn_count is
+	 * 0: a child cannot spawn (set CBCMN_UNLIMITED to let children take
+	 * from their spawner's pool). */
 	cbcmn_budget child_budget;
 	/* Capabilities of a root task; children inherit them unless a spawn
-	 * grants less.  Default (flags 0) in the service and cluster
-	 * profiles: CapSpawn and CapBudget, the latter unlimited, i.e.
-	 * nothing is refused.  For a task that must stay within its budget,
-	 * grant no CapBudget (CBCMN_CAPS_EXPLICIT).  Sovereign: literal. */
+	 * grants less.  Flags 0 (the default) means the profile's implicit
+	 * ones: in native CapSpawn, plus an unlimited CapBudget if and only if
+	 * every component of budget and child_budget is unlimited; in service
+	 * and cluster CapSpawn only.  An unlimited CapBudget recharges a task
+	 * whenever a cost finds it exhausted, i.e. voids its budget: grant it
+	 * only on purpose.  CBCMN_CAPS_EXPLICIT takes flags literally;
+	 * sovereign always does. */
 	cbcmn_caps caps;
 	/* What is implicit; see cbcmn_profile. */
 	cbcmn_profile profile;
@@ -373,7 +415,8 @@ static inline const char *cbcmn_backend_name(uint32_t b)
 
 #define CBCMN_CONFIG_NO_INLINE 0x1u
 /* Budgets off: nothing is charged or drawn, checkpoints only yield every
- * yield_interval.  For measuring what budgets cost. */
+ * yield_interval, whatever the profile.  For measuring what budgets cost;
+ * an explicit choice, never implied by a profile. */
 #define CBCMN_CONFIG_NO_BUDGETS 0x2u
 /* Lab mode (SPEC-021 §9): one executor (workers must be 1), a virtual clock
  * that jumps to the next timer whenever nothing can run, so sleeps and
@@ -383,7 +426,10 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * the seed to replay it with. */
 #define CBCMN_CONFIG_LAB 0x4u
 
-/* Fill *cfg with the defaults. */
+/* Fill *cfg with the defaults.  The profile is CBCMN_PROFILE_NATIVE: no
+ * budget limits unless you set some.  A program that wants SPEC-021's
+ * :service (finite default budgets, children that cannot spawn unless
+ * granted) sets cfg.profile = CBCMN_PROFILE_SERVICE. */
 CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
 
 /* Create a runtime and start its executor threads.  cfg may be NULL (the
@@ -452,9 +498,14 @@ CBCMN_API uint64_t cbcmn_now(const cbcmn_runtime *rt);
 /* ------------------------------------------------------------------------
  * Budgets (SPEC-021 §5)
  *
- * Costs: CBCMN_CHECKPOINT() 1 op; spawning 1 op + 1 spawn_count (and the
- * child's budget comes out of the spawner's); cbcmn_alloc(size) 1 op + size
- * bytes of memory.  Voluntary yields cost nothing.  When a cost cannot be
+ * Costs: CBCMN_CHECKPOINT() 1 op; spawning 1 op + 1 spawn_count +
+ * cfg.stack_size bytes of memory for the child's stack (given back to the
+ * nursery's opener when the child ends), and the child's budget comes out
+ * of the spawner's; cbcmn_alloc(size) 1 op + size bytes of memory;
+ * cbcmn_chan_create() by a task capacity * elem_size bytes of memory
+ * (given back if that task destroys the channel).  Voluntary yields cost
+ * nothing.  What a task gets when nothing is configured depends on the
+ * profile (cbcmn_profile, docs/BUDGETS.md).  When a cost cannot be
  * paid the task waits, BudgetExhausted, until its nursery's opener recharges
  * it; if every child a nursery still waits for is exhausted, the nursery
  * ends them (each with CBCMN_EBUDGET) instead of waiting forever.
@@ -535,14 +586,19 @@ CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery 
  * joined with cbcmn_task_join(), which must then be called exactly once
  * (before or after the nursery is awaited).  Returns 0, -EINVAL, -ENOMEM,
  * CBCMN_ECLOSED (await_all has begun), CBCMN_ECANCELED (n was cancelled;
- * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn). */
+ * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn).
+ * The spawn is a cost (see Budgets): a task whose spawn_count is spent
+ * (under the service profile a child starts with none, SPEC-021 §8.2)
+ * waits, BudgetExhausted, until it is recharged or its nursery ends it. */
 CBCMN_API int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,
 				  void *arg, cbcmn_task **handle);
 
 /* Options for cbcmn_nursery_spawn_ex(). */
 typedef struct cbcmn_spawn_opts {
-	/* What the child asks for (components 0: the config's child_budget).
-	 * NULL: the config's child_budget. */
+	/* What the child asks for (components 0: the config's child_budget;
+	 * CBCMN_UNLIMITED: all the spawner has).  NULL: the config's
+	 * child_budget.  Under service this is how a child is granted
+	 * spawns (spawn_count). */
 	const cbcmn_budget *budget;
 	/* What it is granted: intersected with the spawner's own (flags
 	 * and each limit).  NULL: everything the spawner holds. */

@@ -78,7 +78,10 @@ typedef struct cbcmn_chan_permit {
 
 /* Create a channel of rt holding up to capacity messages of elem_size bytes
  * each (both at least 1).  Returns 0 and the channel in *out, -EINVAL, or
- * -ENOMEM.  Any thread. */
+ * -ENOMEM.  Any thread.  Called by a task, its buffer (capacity *
+ * elem_size bytes) is charged to the task's memory budget, and waits like
+ * any cost while that is exhausted; given back if the same task destroys
+ * the channel (docs/BUDGETS.md). */
 CBCMN_API int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size,
 				cbcmn_chan **out);
 
