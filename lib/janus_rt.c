@@ -196,11 +196,26 @@ void janus_rt_init(RuntimeConfig config)
 	cbcmn__mutex_unlock(&global_lock);
 }
 
+/* Take rt (NULL: the global one) out of GLOBAL_RT if it is the global one:
+ * then it is the caller's to destroy.  One of the global runtime's own
+ * tasks cannot wait for its tasks to end (itself among them): the runtime
+ * stays as it is (janus_rt.h), rather than be forgotten still running. */
+static struct cbcmn_runtime *global_take(struct cbcmn_runtime *rt)
+{
+	struct cbcmn_task *self = current_task();
+	cbcmn__mutex_lock(&global_lock);
+	/* Relaxed: every store to GLOBAL_RT is made under global_lock. */
+	struct cbcmn_runtime *g = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
+	bool take = g && (!rt || rt == g) && !(self && self->rt == g);
+	if (take)
+		atomic_store_explicit(&GLOBAL_RT, NULL, memory_order_relaxed);
+	cbcmn__mutex_unlock(&global_lock);
+	return take ? g : NULL;
+}
+
 void janus_rt_shutdown(void)
 {
-	cbcmn__mutex_lock(&global_lock);
-	struct cbcmn_runtime *rt = atomic_exchange_explicit(&GLOBAL_RT, NULL, memory_order_acq_rel);
-	cbcmn__mutex_unlock(&global_lock);
+	struct cbcmn_runtime *rt = global_take(NULL);
 	if (rt)
 		rt_destroy_wait(rt);
 }
@@ -375,7 +390,12 @@ void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
 
 void janus_scheduler_shutdown(void *scheduler)
 {
-	if (scheduler)
+	/* The global runtime (janus_rt_get()) is shut down as janus_rt_shutdown
+	 * does: destroyed behind GLOBAL_RT, the next janus call would use it
+	 * freed. */
+	if (scheduler && scheduler == (void *)atomic_load_explicit(&GLOBAL_RT, memory_order_acquire))
+		scheduler = global_take(scheduler);
+	if (scheduler && !cbcmn__on_executor(scheduler))
 		rt_destroy_wait(scheduler);
 }
 

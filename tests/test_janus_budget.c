@@ -539,6 +539,64 @@ static void test_scheduler_nursery_refused_inside_a_task(void **state)
 	janus_rt_shutdown();
 }
 
+static int64_t shut_down_own_runtime(void *arg)
+{
+	(void)arg;
+	janus_rt_shutdown();
+	janus_scheduler_shutdown(janus_rt_get());
+	return 0;
+}
+
+/* A task cannot wait for its own runtime's tasks to end.  Before, its
+ * janus_rt_shutdown() took the runtime out of GLOBAL_RT and could not
+ * destroy it (EDEADLK): janus_rt_get() said NULL, the next
+ * janus_nursery_create() made a second global runtime, and the first one's
+ * executors ran on, forgotten, until the process ended. */
+static void test_rt_shutdown_from_its_own_task_keeps_the_runtime(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	Runtime *rt = janus_rt_get();
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(shut_down_own_runtime, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_ptr_equal(janus_rt_get(), rt);
+	/* Still the one janus uses, and it works. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 1);
+	assert_ptr_equal(janus_rt_get(), rt);
+	janus_rt_shutdown();
+	assert_null(janus_rt_get());
+}
+
+/* janus_rt_get()'s runtime handed to janus_scheduler_shutdown: before, it
+ * was destroyed with GLOBAL_RT still naming it, and the next janus call
+ * used it freed (ASan: heap-use-after-free; release: janus_rt_get()
+ * returned the dangling pointer). */
+static void test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	janus_scheduler_shutdown(janus_rt_get());
+	assert_int_equal(atomic_load(&ran), 1);
+	assert_null(janus_rt_get());
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+	/* A fresh global runtime, on demand as always. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 2);
+	janus_rt_shutdown();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -557,6 +615,8 @@ int main(void)
 		T_WATCHED_TEST(test_scheduler_nursery_from_a_thread),
 		T_WATCHED_TEST(test_scheduler_nursery_refused_inside_a_task),
 		T_WATCHED_TEST(test_shutdown_awaits_the_threads_open_nurseries),
+		T_WATCHED_TEST(test_rt_shutdown_from_its_own_task_keeps_the_runtime),
+		T_WATCHED_TEST(test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown),
 	};
 	return cmocka_run_group_tests_name("janus_budget", tests, NULL, NULL);
 }

@@ -148,7 +148,9 @@ JANUS_API void janus_rt_init(RuntimeConfig config);
 /* Wait for the global runtime's tasks to end, then destroy it.  The
  * calling thread's nurseries on it that are still open are awaited and
  * popped first; another thread's must be awaited before (they are lost
- * with the runtime: awaiting one then is undefined). */
+ * with the runtime: awaiting one then is undefined).  Called by one of the
+ * global runtime's own tasks it does nothing: a task cannot wait for its
+ * own end (the runtime stays global, for a thread to shut down). */
 JANUS_API void janus_rt_shutdown(void);
 /* The global runtime, or NULL. */
 JANUS_API Runtime *janus_rt_get(void);
@@ -195,7 +197,9 @@ JANUS_API void *janus_scheduler_create_ex(const SchedulerConfigEx *config);
  * janus_nursery_create(), the core profile). */
 JANUS_API void *janus_scheduler_nursery_create(void *scheduler);
 /* Wait for its tasks to end, then destroy it; the calling thread's open
- * nurseries on it as janus_rt_shutdown(). */
+ * nurseries on it as janus_rt_shutdown().  The global runtime
+ * (janus_rt_get()) is shut down as by janus_rt_shutdown(); one of the
+ * scheduler's own tasks calling does nothing, as there. */
 JANUS_API void janus_scheduler_shutdown(void *scheduler);
 /* Spawn func(arg) (a TaskFn) into the current nursery: 0 or -1. */
 JANUS_API int janus_scheduler_spawn(void *func, void *arg);
