@@ -6,6 +6,7 @@
  * abi_slot) instead, because tasks migrate between threads.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -144,15 +145,12 @@ static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
 	return cbcmn_runtime_create(&cfg, &rt) == 0 ? rt : NULL;
 }
 
-/* void-returning shutdowns cannot say "busy": wait for the tasks.  The
- * calling thread's own nurseries on rt are awaited and popped first, so a
- * later await of its does not touch a freed nursery; another thread's
- * stack is out of reach (janus_rt.h: await before shutting down). */
-static void rt_destroy_wait(struct cbcmn_runtime *rt)
+/* Await and pop the calling thread's open nurseries on rt (NULL: all). */
+static void thread_nurseries_await(struct cbcmn_runtime *rt)
 {
 	for (RtNursery **pp = &thread_top; *pp;) {
 		RtNursery *rn = *pp;
-		if (rn->nursery->rt != rt) {
+		if (rt && rn->nursery->rt != rt) {
 			pp = &rn->below;
 			continue;
 		}
@@ -160,6 +158,41 @@ static void rt_destroy_wait(struct cbcmn_runtime *rt)
 		cbcmn_nursery_await_all(NULL, rn->nursery);
 		free(rn);
 	}
+}
+
+/* A thread that ends with nurseries open has left their scope: await them
+ * (janus_rt.h), as a task's end does its own (sched.c), rather than leave
+ * its children unwaited and the nurseries to leak.  The key's value only
+ * makes the destructor run; thread_top is still readable in it. */
+static pthread_key_t thread_end_key;
+static pthread_once_t thread_end_once = PTHREAD_ONCE_INIT;
+
+static void thread_end(void *unused)
+{
+	(void)unused;
+	thread_nurseries_await(NULL);
+}
+
+static void thread_end_key_create(void)
+{
+	if (pthread_key_create(&thread_end_key, thread_end) != 0)
+		thread_end_key = (pthread_key_t)-1; /* none: as before, they leak */
+}
+
+static void thread_end_arm(void)
+{
+	pthread_once(&thread_end_once, thread_end_key_create);
+	if (thread_end_key != (pthread_key_t)-1 && !pthread_getspecific(thread_end_key))
+		pthread_setspecific(thread_end_key, &thread_top);
+}
+
+/* void-returning shutdowns cannot say "busy": wait for the tasks.  The
+ * calling thread's own nurseries on rt are awaited and popped first, so a
+ * later await of its does not touch a freed nursery; another thread's
+ * stack is out of reach (janus_rt.h: await before shutting down). */
+static void rt_destroy_wait(struct cbcmn_runtime *rt)
+{
+	thread_nurseries_await(rt);
 	struct timespec ms = {.tv_nsec = 1000000};
 	while (cbcmn__runtime_destroy(rt, true) == -EBUSY)
 		nanosleep(&ms, NULL);
@@ -238,6 +271,8 @@ static void *nursery_push(struct cbcmn_runtime *rt, struct cbcmn_task *self)
 	RtNursery **top = top_slot(self);
 	rn->below = *top;
 	*top = rn;
+	if (!self)
+		thread_end_arm();
 	return rn;
 }
 

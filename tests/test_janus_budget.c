@@ -3,8 +3,10 @@
  * fails instead of waiting, and the versioned RuntimeConfigEx that chooses
  * profile, budgets and capabilities. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "helpers.h"
 #include "janus_rt.h"
@@ -597,6 +599,52 @@ static void test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown(void **
 	janus_rt_shutdown();
 }
 
+static int64_t late_count(void *arg)
+{
+	(void)arg;
+	struct timespec ms = {.tv_nsec = 20 * 1000000};
+	nanosleep(&ms, NULL); /* still running when its opener thread ends */
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+/* A thread: cmocka's asserts belong to the main one, so it says "bad". */
+static void *open_and_leave(void *scheduler)
+{
+	if (scheduler && !janus_scheduler_nursery_create(scheduler))
+		return "bad";
+	if (!janus_nursery_create() || janus_nursery_spawn(late_count, NULL) != 0)
+		return "bad";
+	return NULL; /* no await: the thread's end is the scopes' end */
+}
+
+/* A thread that ends with nurseries open awaits them as it ends.  Before,
+ * its children ran on unwaited past its end (ran was still 0 after the
+ * join) and the wrappers and native nurseries leaked (ASan: 208 bytes). */
+static void test_thread_that_ends_with_nurseries_open_awaits_them(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	void *s = janus_scheduler_create_ex(&c);
+	assert_non_null(s);
+	pthread_t th;
+	void *bad;
+	assert_int_equal(pthread_create(&th, NULL, open_and_leave, s), 0);
+	assert_int_equal(pthread_join(th, &bad), 0);
+	assert_null(bad);
+	assert_int_equal(atomic_load(&ran), 1); /* the global runtime's child */
+	assert_int_equal(pthread_create(&th, NULL, open_and_leave, NULL), 0);
+	assert_int_equal(pthread_join(th, &bad), 0);
+	assert_null(bad);
+	assert_int_equal(atomic_load(&ran), 2);
+	/* And the main thread's own stack was never touched. */
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+	janus_scheduler_shutdown(s);
+	janus_rt_shutdown();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -617,6 +665,7 @@ int main(void)
 		T_WATCHED_TEST(test_shutdown_awaits_the_threads_open_nurseries),
 		T_WATCHED_TEST(test_rt_shutdown_from_its_own_task_keeps_the_runtime),
 		T_WATCHED_TEST(test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown),
+		T_WATCHED_TEST(test_thread_that_ends_with_nurseries_open_awaits_them),
 	};
 	return cmocka_run_group_tests_name("janus_budget", tests, NULL, NULL);
 }

@@ -162,7 +162,10 @@ JANUS_API int janus_rt_init_ex(const RuntimeConfigEx *config);
 
 /* Open a nursery and make it the current one: inside a task on the task's
  * own runtime (global or isolated), outside on the global runtime (created
- * with defaults if needed).  NULL on failure (the core profile: always). */
+ * with defaults if needed).  NULL on failure (the core profile: always).
+ * A thread that ends (pthread_exit, its start function's return) with
+ * nurseries open awaits them as it ends, their results unread; a task
+ * that ends with some open likewise (the main thread's exit() does not). */
 JANUS_API void *janus_nursery_create(void);
 /* Spawn fn(arg) into the current nursery: 0, or -1 on any failure: no
  * current nursery (SPEC-021 §14.1 NurseryNotActive), NULL fn, the nursery
