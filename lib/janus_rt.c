@@ -188,13 +188,15 @@ static void thread_end_arm(void)
 
 /* void-returning shutdowns cannot say "busy": wait for the tasks.  The
  * calling thread's own nurseries on rt are awaited and popped first, so a
- * later await of its does not touch a freed nursery; another thread's
- * stack is out of reach (janus_rt.h: await before shutting down). */
+ * later await of its does not touch a freed nursery; another thread's are
+ * out of reach, so wait until that thread awaits them (or ends, which
+ * awaits them: thread_end): destroying past one freed it under the
+ * thread's next spawn or await. */
 static void rt_destroy_wait(struct cbcmn_runtime *rt)
 {
 	thread_nurseries_await(rt);
 	struct timespec ms = {.tv_nsec = 1000000};
-	while (cbcmn__runtime_destroy(rt, true) == -EBUSY)
+	while (cbcmn__runtime_destroy(rt, false) == -EBUSY)
 		nanosleep(&ms, NULL);
 }
 

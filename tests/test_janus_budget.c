@@ -4,6 +4,7 @@
  * profile, budgets and capabilities. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -645,6 +646,47 @@ static void test_thread_that_ends_with_nurseries_open_awaits_them(void **state)
 	janus_rt_shutdown();
 }
 
+static _Atomic int other_state; /* 1: its nursery is open; 2: awaited */
+
+static void *await_late(void *unused)
+{
+	(void)unused;
+	if (!janus_nursery_create() || janus_nursery_spawn(count_task, NULL) != 0)
+		return "bad";
+	while (atomic_load(&ran) == 0)
+		sched_yield(); /* the child is done: only the open nursery is left */
+	atomic_store(&other_state, 1);
+	struct timespec ms = {.tv_nsec = 200 * 1000000};
+	nanosleep(&ms, NULL); /* the main thread shuts down meanwhile */
+	long r = janus_nursery_await_all();
+	atomic_store(&other_state, 2);
+	return r == JANUS_OK ? NULL : "bad";
+}
+
+/* Another thread's nursery, open while the runtime shuts down: the
+ * shutdown waits until that thread awaits it.  Before, it destroyed the
+ * runtime as soon as the child had ended, and the other thread's await
+ * then used the freed nursery and runtime (ASan: heap-use-after-free;
+ * release: janus_rt_shutdown() returned with the await still to come). */
+static void test_shutdown_waits_for_another_threads_open_nursery(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	atomic_store(&other_state, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, await_late, NULL), 0);
+	while (atomic_load(&other_state) == 0)
+		sched_yield();
+	janus_rt_shutdown();
+	assert_int_equal(atomic_load(&other_state), 2);
+	void *bad;
+	assert_int_equal(pthread_join(th, &bad), 0);
+	assert_null(bad);
+	assert_null(janus_rt_get());
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -666,6 +708,7 @@ int main(void)
 		T_WATCHED_TEST(test_rt_shutdown_from_its_own_task_keeps_the_runtime),
 		T_WATCHED_TEST(test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown),
 		T_WATCHED_TEST(test_thread_that_ends_with_nurseries_open_awaits_them),
+		T_WATCHED_TEST(test_shutdown_waits_for_another_threads_open_nursery),
 	};
 	return cmocka_run_group_tests_name("janus_budget", tests, NULL, NULL);
 }
