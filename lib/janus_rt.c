@@ -286,14 +286,21 @@ void *janus_nursery_create(void)
 	 * another's tasks. */
 	if (self)
 		return nursery_push(self->rt, self);
-	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
+	/* The global runtime is found (or made) and the nursery opened on it
+	 * under global_lock, which a shutdown takes it under (global_take):
+	 * the shutdown then sees the nursery open and waits for it, or came
+	 * first and this opens on a new runtime.  Read and opened apart, a
+	 * shutdown in between left a NULL to return, or freed the runtime
+	 * before the open used it. */
+	cbcmn__mutex_lock(&global_lock);
+	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
 	if (!rt) {
-		janus_rt_init((RuntimeConfig){0});
-		rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
-		if (!rt)
-			return NULL;
+		rt = rt_create(&(RuntimeConfig){0});
+		atomic_store_explicit(&GLOBAL_RT, rt, memory_order_release);
 	}
-	return nursery_push(rt, NULL);
+	void *rn = rt ? nursery_push(rt, NULL) : NULL;
+	cbcmn__mutex_unlock(&global_lock);
+	return rn;
 }
 
 void *janus_scheduler_nursery_create(void *scheduler)

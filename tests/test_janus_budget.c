@@ -687,6 +687,50 @@ static void test_shutdown_waits_for_another_threads_open_nursery(void **state)
 	assert_null(janus_rt_get());
 }
 
+static _Atomic int racing_stop;
+
+static void *nurseries_in_a_loop(void *unused)
+{
+	(void)unused;
+	while (!atomic_load(&racing_stop)) {
+		if (!janus_nursery_create())
+			return "janus_nursery_create() failed";
+		if (janus_nursery_spawn(count_task, NULL) != 0)
+			return "janus_nursery_spawn() failed";
+		if (janus_nursery_await_all() != JANUS_OK)
+			return "janus_nursery_await_all() failed";
+	}
+	return NULL;
+}
+
+/* janus_nursery_create() on a thread while another shuts the global
+ * runtime down, again and again.  Before, the create read GLOBAL_RT, the
+ * shutdown took and destroyed that runtime (no task, no nursery yet), and
+ * the create opened a nursery on the freed runtime: its child never ran
+ * and the await hung (seen in one run in four of 300 rounds under ASan);
+ * more often, a shutdown between the create's init and its read of
+ * GLOBAL_RT left it nothing to open on: janus_nursery_create() said NULL. */
+static void test_nursery_create_racing_shutdown_never_uses_a_freed_runtime(void **state)
+{
+	(void)state;
+	janus_rt_shutdown();
+	atomic_store(&racing_stop, 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, nurseries_in_a_loop, NULL), 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	for (int i = 0; i < 100; i++) {
+		int rc = janus_rt_init_ex(&c); /* or the thread made one */
+		assert_true(rc == 0 || rc == -EEXIST);
+		janus_rt_shutdown();
+	}
+	atomic_store(&racing_stop, 1);
+	void *bad;
+	assert_int_equal(pthread_join(th, &bad), 0);
+	if (bad)
+		fail_msg("%s", (char *)bad);
+	janus_rt_shutdown();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -709,6 +753,7 @@ int main(void)
 		T_WATCHED_TEST(test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown),
 		T_WATCHED_TEST(test_thread_that_ends_with_nurseries_open_awaits_them),
 		T_WATCHED_TEST(test_shutdown_waits_for_another_threads_open_nursery),
+		T_WATCHED_TEST(test_nursery_create_racing_shutdown_never_uses_a_freed_runtime),
 	};
 	return cmocka_run_group_tests_name("janus_budget", tests, NULL, NULL);
 }
