@@ -147,9 +147,10 @@ typedef RuntimeConfigEx SchedulerConfigEx;
 JANUS_API void janus_rt_init(RuntimeConfig config);
 /* Wait for the global runtime's tasks to end, then destroy it.  The
  * calling thread's nurseries on it that are still open are awaited and
- * popped first; another thread's are waited for, until that thread awaits
- * them or ends (so a thread that never does keeps the shutdown waiting,
- * as a task that never ends does).  Called by one of the
+ * popped first; another thread's are waited for until that thread awaits
+ * them or ends, so a thread that never does keeps the shutdown waiting,
+ * as a task that never ends does (a cbcmn_blocking() function leaving one
+ * open on the runtime's own pool thread: for ever).  Called by one of the
  * global runtime's own tasks it does nothing: a task cannot wait for its
  * own end (the runtime stays global, for a thread to shut down). */
 JANUS_API void janus_rt_shutdown(void);
