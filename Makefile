@@ -250,25 +250,36 @@ $(error make install takes the release build: run it without SAN)
 endif
 endif
 
+# The places are absolute (cbcmn.pc names them to every later build, and
+# DESTDIR is glued in front of them) and one word each (make lists them);
+# DESTDIR may be anything: it reaches the shell quoted, never split.
+ifneq ($(filter install uninstall,$(MAKECMDGOALS)),)
+$(foreach v,PREFIX LIBDIR INCLUDEDIR BINDIR MANDIR PKGCONFIGDIR,\
+  $(if $(or $(filter-out /%,$($(v))),$(word 2,$($(v)))),\
+    $(error $(v)='$($(v))': make install wants an absolute path without spaces)))
+endif
+# $(call shq,path): path as one shell word, whatever it holds.
+shq = '$(subst ','\'',$(1))'
+
 install: cbcmn.pc.in $(if $(NOBUILD),,all)
-	$(call msg,INSTALL,$(DESTDIR)$(PREFIX))
-	$(Q)install -d -m 755 $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) \
-		$(DESTDIR)$(PKGCONFIGDIR) $(addprefix $(DESTDIR),$(sort $(dir $(filter $(MANDIR)/%,$(INST_FILES)))))
-	$(Q)install -m 644 $(INST_HEADERS) $(DESTDIR)$(INCLUDEDIR)/
-	$(Q)install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/libcbcmn.a
-	$(Q)install -m 644 $(SHARED) $(DESTDIR)$(LIBDIR)/libcbcmn.so.$(VERSION)
-	$(Q)ln -sfn libcbcmn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
-	$(Q)ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libcbcmn.so
-	$(Q)install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)/
-	$(Q)$(foreach m,$(INST_MAN),install -m 644 $(m) $(DESTDIR)$(MANDIR)/$(lastword $(subst /, ,$(dir $(m))))/ &&) true
+	$(call msg,INSTALL,$(call shq,$(DESTDIR)$(PREFIX)))
+	$(Q)install -d -m 755 $(foreach d,$(INCLUDEDIR) $(LIBDIR) $(BINDIR) $(PKGCONFIGDIR) \
+		$(sort $(dir $(filter $(MANDIR)/%,$(INST_FILES)))),$(call shq,$(DESTDIR)$(d)))
+	$(Q)install -m 644 $(INST_HEADERS) $(call shq,$(DESTDIR)$(INCLUDEDIR))/
+	$(Q)install -m 644 $(STATIC) $(call shq,$(DESTDIR)$(LIBDIR)/libcbcmn.a)
+	$(Q)install -m 644 $(SHARED) $(call shq,$(DESTDIR)$(LIBDIR)/libcbcmn.so.$(VERSION))
+	$(Q)ln -sfn libcbcmn.so.$(VERSION) $(call shq,$(DESTDIR)$(LIBDIR)/$(SONAME))
+	$(Q)ln -sfn $(SONAME) $(call shq,$(DESTDIR)$(LIBDIR)/libcbcmn.so)
+	$(Q)install -m 755 $(TOOLS) $(call shq,$(DESTDIR)$(BINDIR))/
+	$(Q)$(foreach m,$(INST_MAN),install -m 644 $(m) $(call shq,$(DESTDIR)$(MANDIR)/$(lastword $(subst /, ,$(dir $(m)))))/ &&) true
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
 		-e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|' \
-		-e 's|@VERSION@|$(VERSION)|' cbcmn.pc.in | install -m 644 /dev/stdin $(DESTDIR)$(PKGCONFIGDIR)/cbcmn.pc
+		-e 's|@VERSION@|$(VERSION)|' cbcmn.pc.in | install -m 644 /dev/stdin $(call shq,$(DESTDIR)$(PKGCONFIGDIR)/cbcmn.pc)
 	$(Q)$(ldconfig_if_live)
 
 uninstall:
-	$(call msg,RM,$(DESTDIR)$(PREFIX))
-	$(Q)rm -f $(addprefix $(DESTDIR),$(INST_FILES))
+	$(call msg,RM,$(call shq,$(DESTDIR)$(PREFIX)))
+	$(Q)rm -f $(foreach f,$(INST_FILES),$(call shq,$(DESTDIR)$(f)))
 	$(Q)$(ldconfig_if_live)
 
 # ---- the kernel matrix (docs/OBSERVABILITY.md, "Kernel matrix") ----

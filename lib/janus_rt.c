@@ -6,6 +6,7 @@
  * abi_slot) instead, because tasks migrate between threads.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -144,15 +145,12 @@ static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
 	return cbcmn_runtime_create(&cfg, &rt) == 0 ? rt : NULL;
 }
 
-/* void-returning shutdowns cannot say "busy": wait for the tasks.  The
- * calling thread's own nurseries on rt are awaited and popped first, so a
- * later await of its does not touch a freed nursery; another thread's
- * stack is out of reach (janus_rt.h: await before shutting down). */
-static void rt_destroy_wait(struct cbcmn_runtime *rt)
+/* Await and pop the calling thread's open nurseries on rt (NULL: all). */
+static void thread_nurseries_await(struct cbcmn_runtime *rt)
 {
 	for (RtNursery **pp = &thread_top; *pp;) {
 		RtNursery *rn = *pp;
-		if (rn->nursery->rt != rt) {
+		if (rt && rn->nursery->rt != rt) {
 			pp = &rn->below;
 			continue;
 		}
@@ -160,8 +158,45 @@ static void rt_destroy_wait(struct cbcmn_runtime *rt)
 		cbcmn_nursery_await_all(NULL, rn->nursery);
 		free(rn);
 	}
+}
+
+/* A thread that ends with nurseries open has left their scope: await them
+ * (janus_rt.h), as a task's end does its own (sched.c), rather than leave
+ * its children unwaited and the nurseries to leak.  The key's value only
+ * makes the destructor run; thread_top is still readable in it. */
+static pthread_key_t thread_end_key;
+static pthread_once_t thread_end_once = PTHREAD_ONCE_INIT;
+
+static void thread_end(void *unused)
+{
+	(void)unused;
+	thread_nurseries_await(NULL);
+}
+
+static void thread_end_key_create(void)
+{
+	if (pthread_key_create(&thread_end_key, thread_end) != 0)
+		thread_end_key = (pthread_key_t)-1; /* none: as before, they leak */
+}
+
+static void thread_end_arm(void)
+{
+	pthread_once(&thread_end_once, thread_end_key_create);
+	if (thread_end_key != (pthread_key_t)-1 && !pthread_getspecific(thread_end_key))
+		pthread_setspecific(thread_end_key, &thread_top);
+}
+
+/* void-returning shutdowns cannot say "busy": wait for the tasks.  The
+ * calling thread's own nurseries on rt are awaited and popped first, so a
+ * later await of its does not touch a freed nursery; another thread's are
+ * out of reach, so wait until that thread awaits them (or ends, which
+ * awaits them: thread_end): destroying past one freed it under the
+ * thread's next spawn or await. */
+static void rt_destroy_wait(struct cbcmn_runtime *rt)
+{
+	thread_nurseries_await(rt);
 	struct timespec ms = {.tv_nsec = 1000000};
-	while (cbcmn__runtime_destroy(rt, true) == -EBUSY)
+	while (cbcmn__runtime_destroy(rt, false) == -EBUSY)
 		nanosleep(&ms, NULL);
 }
 
@@ -196,11 +231,26 @@ void janus_rt_init(RuntimeConfig config)
 	cbcmn__mutex_unlock(&global_lock);
 }
 
+/* Take rt (NULL: the global one) out of GLOBAL_RT if it is the global one:
+ * then it is the caller's to destroy.  One of the global runtime's own
+ * tasks cannot wait for its tasks to end (itself among them): the runtime
+ * stays as it is (janus_rt.h), rather than be forgotten still running. */
+static struct cbcmn_runtime *global_take(struct cbcmn_runtime *rt)
+{
+	struct cbcmn_task *self = current_task();
+	cbcmn__mutex_lock(&global_lock);
+	/* Relaxed: every store to GLOBAL_RT is made under global_lock. */
+	struct cbcmn_runtime *g = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
+	bool take = g && (!rt || rt == g) && !(self && self->rt == g);
+	if (take)
+		atomic_store_explicit(&GLOBAL_RT, NULL, memory_order_relaxed);
+	cbcmn__mutex_unlock(&global_lock);
+	return take ? g : NULL;
+}
+
 void janus_rt_shutdown(void)
 {
-	cbcmn__mutex_lock(&global_lock);
-	struct cbcmn_runtime *rt = atomic_exchange_explicit(&GLOBAL_RT, NULL, memory_order_acq_rel);
-	cbcmn__mutex_unlock(&global_lock);
+	struct cbcmn_runtime *rt = global_take(NULL);
 	if (rt)
 		rt_destroy_wait(rt);
 }
@@ -223,6 +273,8 @@ static void *nursery_push(struct cbcmn_runtime *rt, struct cbcmn_task *self)
 	RtNursery **top = top_slot(self);
 	rn->below = *top;
 	*top = rn;
+	if (!self)
+		thread_end_arm();
 	return rn;
 }
 
@@ -234,14 +286,21 @@ void *janus_nursery_create(void)
 	 * another's tasks. */
 	if (self)
 		return nursery_push(self->rt, self);
-	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
+	/* The global runtime is found (or made) and the nursery opened on it
+	 * under global_lock, which a shutdown takes it under (global_take):
+	 * the shutdown then sees the nursery open and waits for it, or came
+	 * first and this opens on a new runtime.  Read and opened apart, a
+	 * shutdown in between left a NULL to return, or freed the runtime
+	 * before the open used it. */
+	cbcmn__mutex_lock(&global_lock);
+	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
 	if (!rt) {
-		janus_rt_init((RuntimeConfig){0});
-		rt = atomic_load_explicit(&GLOBAL_RT, memory_order_acquire);
-		if (!rt)
-			return NULL;
+		rt = rt_create(&(RuntimeConfig){0});
+		atomic_store_explicit(&GLOBAL_RT, rt, memory_order_release);
 	}
-	return nursery_push(rt, NULL);
+	void *rn = rt ? nursery_push(rt, NULL) : NULL;
+	cbcmn__mutex_unlock(&global_lock);
+	return rn;
 }
 
 void *janus_scheduler_nursery_create(void *scheduler)
@@ -375,7 +434,12 @@ void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
 
 void janus_scheduler_shutdown(void *scheduler)
 {
-	if (scheduler)
+	/* The global runtime (janus_rt_get()) is shut down as janus_rt_shutdown
+	 * does: destroyed behind GLOBAL_RT, the next janus call would use it
+	 * freed. */
+	if (scheduler && scheduler == (void *)atomic_load_explicit(&GLOBAL_RT, memory_order_acquire))
+		scheduler = global_take(scheduler);
+	if (scheduler && !cbcmn__on_executor(scheduler))
 		rt_destroy_wait(scheduler);
 }
 

@@ -132,7 +132,8 @@ static int find_dirs(void **state)
 
 /* An install: DESTDIR and the variables given to make install. */
 struct inst {
-	char dest[PATH_MAX];  /* the scratch DESTDIR */
+	char root[PATH_MAX - 64]; /* the scratch directory, removed after */
+	char dest[PATH_MAX];  /* the DESTDIR: root, or a directory in it */
 	char vars[512];       /* PREFIX=... LIBDIR=... */
 	char prefix[256];     /* where the files claim to be */
 };
@@ -152,8 +153,9 @@ static void make_in(struct inst *in, const char *target)
 }
 
 /* Installs into a fresh DESTDIR: PREFIX prefix, LIBDIR libdir (NULL: the
- * default). */
-static struct inst *install_at(const char *prefix, const char *libdir)
+ * default); the DESTDIR is the scratch directory itself, or its sub (NULL:
+ * itself). */
+static struct inst *install_in(const char *sub, const char *prefix, const char *libdir)
 {
 	if (T_ASAN || T_TSAN) {
 		T_SKIP("install: the release pass installs the release build");
@@ -168,21 +170,29 @@ static struct inst *install_at(const char *prefix, const char *libdir)
 	const char *tmp = getenv("TMPDIR");
 	if (!tmp || !*tmp || strpbrk(tmp, ODD))
 		tmp = "/tmp";
-	snprintf(in->dest, sizeof(in->dest), "%s/cbcmn-install-XXXXXX", tmp);
-	assert_non_null(mkdtemp(in->dest));
+	snprintf(in->root, sizeof(in->root), "%s/cbcmn-install-XXXXXX", tmp);
+	assert_non_null(mkdtemp(in->root));
+	current = in;
+	snprintf(in->dest, sizeof(in->dest), "%s%s%s", in->root, sub ? "/" : "", sub ? sub : "");
+	if (sub)
+		assert_int_equal(mkdir(in->dest, 0700), 0);
 	snprintf(in->prefix, sizeof(in->prefix), "%s", prefix);
 	snprintf(in->vars, sizeof(in->vars), "PREFIX=%s%s%s", prefix, libdir ? " LIBDIR=" : "",
 		 libdir ? libdir : "");
-	current = in;
 	make_in(in, "install");
 	return in;
+}
+
+static struct inst *install_at(const char *prefix, const char *libdir)
+{
+	return install_in(NULL, prefix, libdir);
 }
 
 static void inst_free(struct inst *in)
 {
 	if (!in)
 		return;
-	sh(NULL, 0, "rm -rf '%s'", in->dest);
+	sh(NULL, 0, "rm -rf '%s'", in->root);
 	free(in);
 	current = NULL;
 }
@@ -373,6 +383,60 @@ static void test_uninstall_removes_what_install_put_and_nothing_else(void **stat
 				  "./usr/local/lib/pkgconfig/other.pc\n");
 	/* Again: nothing to remove is no error. */
 	make_in(in, "uninstall");
+	inst_free(in);
+}
+
+/* A DESTDIR with a space in it (a staging directory under "My Files", a
+ * packager's "build dir"): everything lands under it, and uninstall
+ * removes nothing beside it.  make split it at the space: install made
+ * "dir/usr/local/..." in the checkout and failed, and uninstall removed
+ * the unrelated file ".../stage" for DESTDIR=".../stage dir". */
+static void test_destdir_with_a_space_stays_inside_it(void **state)
+{
+	(void)state;
+	char junk[PATH_MAX + 8];
+	snprintf(junk, sizeof(junk), "%s/dir", srcdir);
+	bool junk_before = access(junk, F_OK) == 0;
+	struct inst *in = install_in("stage dir", "/usr/local", NULL);
+	if (!in)
+		return;
+	assert_true(junk_before || access(junk, F_OK) != 0);
+	assert_file(at(in, "include/cbcmn.h"), 0644);
+	assert_link(at(in, "lib/" SONAME), "libcbcmn.so." VERSION);
+	assert_file(at(in, "lib/pkgconfig/cbcmn.pc"), 0644);
+	/* A file beside the DESTDIR, named as its first word. */
+	sh_ok(NULL, 0, "echo keep > '%s/stage'", in->root);
+	make_in(in, "uninstall");
+	char left[4096];
+	sh_ok(left, sizeof(left), "cd '%s' && find . ! -type d | sort", in->root);
+	assert_string_equal(left, "./stage\n");
+	inst_free(in);
+}
+
+/* cbcmn.pc names PREFIX to every later build, and DESTDIR is glued in
+ * front of it: a relative PREFIX is refused before anything is written
+ * (it installed into "$(DESTDIR)usr/local" and wrote prefix=usr/local). */
+static void test_relative_prefix_is_refused(void **state)
+{
+	(void)state;
+	struct inst *in = install_at("/usr/local", NULL);
+	if (!in)
+		return;
+	make_in(in, "uninstall");
+	char out[4096];
+	for (const char *const *v = (const char *const[]){"PREFIX=usr/local", "LIBDIR=lib",
+							  "PKGCONFIGDIR=./pc", NULL};
+	     *v; v++) {
+		int rc = sh(out, sizeof(out),
+			    "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C '%s' SAN= BUILD='%s' "
+			    "NOBUILD=1 DESTDIR='%s/' %s install",
+			    srcdir, builddir, in->dest, *v);
+		if (rc == 0 || !strstr(out, "absolute"))
+			fail_msg("make install %s: exit %d, %s", *v, rc, out);
+		char left[4096];
+		files_under(in, left, sizeof(left));
+		assert_string_equal(left, "");
+	}
 	inst_free(in);
 }
 
@@ -657,6 +721,8 @@ int main(void)
 		T_WATCHED_TEST(test_version_calls_say_the_header_version),
 		INSTALL_TEST(test_install_puts_each_file_in_its_place),
 		INSTALL_TEST(test_uninstall_removes_what_install_put_and_nothing_else),
+		INSTALL_TEST(test_destdir_with_a_space_stays_inside_it),
+		INSTALL_TEST(test_relative_prefix_is_refused),
 		INSTALL_TEST(test_multiarch_libdir_is_where_the_pc_file_points),
 		INSTALL_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
 		INSTALL_TEST(test_readme_example_builds_with_pkg_config_and_runs),

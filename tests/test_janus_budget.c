@@ -3,8 +3,11 @@
  * fails instead of waiting, and the versioned RuntimeConfigEx that chooses
  * profile, budgets and capabilities. */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "helpers.h"
 #include "janus_rt.h"
@@ -539,6 +542,195 @@ static void test_scheduler_nursery_refused_inside_a_task(void **state)
 	janus_rt_shutdown();
 }
 
+static int64_t shut_down_own_runtime(void *arg)
+{
+	(void)arg;
+	janus_rt_shutdown();
+	janus_scheduler_shutdown(janus_rt_get());
+	return 0;
+}
+
+/* A task cannot wait for its own runtime's tasks to end.  Before, its
+ * janus_rt_shutdown() took the runtime out of GLOBAL_RT and could not
+ * destroy it (EDEADLK): janus_rt_get() said NULL, the next
+ * janus_nursery_create() made a second global runtime, and the first one's
+ * executors ran on, forgotten, until the process ended. */
+static void test_rt_shutdown_from_its_own_task_keeps_the_runtime(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	Runtime *rt = janus_rt_get();
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(shut_down_own_runtime, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_ptr_equal(janus_rt_get(), rt);
+	/* Still the one janus uses, and it works. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 1);
+	assert_ptr_equal(janus_rt_get(), rt);
+	janus_rt_shutdown();
+	assert_null(janus_rt_get());
+}
+
+/* janus_rt_get()'s runtime handed to janus_scheduler_shutdown: before, it
+ * was destroyed with GLOBAL_RT still naming it, and the next janus call
+ * used it freed (ASan: heap-use-after-free; release: janus_rt_get()
+ * returned the dangling pointer). */
+static void test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	janus_scheduler_shutdown(janus_rt_get());
+	assert_int_equal(atomic_load(&ran), 1);
+	assert_null(janus_rt_get());
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+	/* A fresh global runtime, on demand as always. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(count_task, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 2);
+	janus_rt_shutdown();
+}
+
+static int64_t late_count(void *arg)
+{
+	(void)arg;
+	struct timespec ms = {.tv_nsec = 20 * 1000000};
+	nanosleep(&ms, NULL); /* still running when its opener thread ends */
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+/* A thread: cmocka's asserts belong to the main one, so it says "bad". */
+static void *open_and_leave(void *scheduler)
+{
+	if (scheduler && !janus_scheduler_nursery_create(scheduler))
+		return "bad";
+	if (!janus_nursery_create() || janus_nursery_spawn(late_count, NULL) != 0)
+		return "bad";
+	return NULL; /* no await: the thread's end is the scopes' end */
+}
+
+/* A thread that ends with nurseries open awaits them as it ends.  Before,
+ * its children ran on unwaited past its end (ran was still 0 after the
+ * join) and the wrappers and native nurseries leaked (ASan: 208 bytes). */
+static void test_thread_that_ends_with_nurseries_open_awaits_them(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	void *s = janus_scheduler_create_ex(&c);
+	assert_non_null(s);
+	pthread_t th;
+	void *bad;
+	assert_int_equal(pthread_create(&th, NULL, open_and_leave, s), 0);
+	assert_int_equal(pthread_join(th, &bad), 0);
+	assert_null(bad);
+	assert_int_equal(atomic_load(&ran), 1); /* the global runtime's child */
+	assert_int_equal(pthread_create(&th, NULL, open_and_leave, NULL), 0);
+	assert_int_equal(pthread_join(th, &bad), 0);
+	assert_null(bad);
+	assert_int_equal(atomic_load(&ran), 2);
+	/* And the main thread's own stack was never touched. */
+	assert_int_equal(janus_nursery_await_all(), JANUS_NO_NURSERY);
+	janus_scheduler_shutdown(s);
+	janus_rt_shutdown();
+}
+
+static _Atomic int other_state; /* 1: its nursery is open; 2: awaited */
+
+static void *await_late(void *unused)
+{
+	(void)unused;
+	if (!janus_nursery_create() || janus_nursery_spawn(count_task, NULL) != 0)
+		return "bad";
+	while (atomic_load(&ran) == 0)
+		sched_yield(); /* the child is done: only the open nursery is left */
+	atomic_store(&other_state, 1);
+	struct timespec ms = {.tv_nsec = 200 * 1000000};
+	nanosleep(&ms, NULL); /* the main thread shuts down meanwhile */
+	long r = janus_nursery_await_all();
+	atomic_store(&other_state, 2);
+	return r == JANUS_OK ? NULL : "bad";
+}
+
+/* Another thread's nursery, open while the runtime shuts down: the
+ * shutdown waits until that thread awaits it.  Before, it destroyed the
+ * runtime as soon as the child had ended, and the other thread's await
+ * then used the freed nursery and runtime (ASan: heap-use-after-free;
+ * release: janus_rt_shutdown() returned with the await still to come). */
+static void test_shutdown_waits_for_another_threads_open_nursery(void **state)
+{
+	(void)state;
+	atomic_store(&ran, 0);
+	atomic_store(&other_state, 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	start(&c);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, await_late, NULL), 0);
+	while (atomic_load(&other_state) == 0)
+		sched_yield();
+	janus_rt_shutdown();
+	assert_int_equal(atomic_load(&other_state), 2);
+	void *bad;
+	assert_int_equal(pthread_join(th, &bad), 0);
+	assert_null(bad);
+	assert_null(janus_rt_get());
+}
+
+static _Atomic int racing_stop;
+
+static void *nurseries_in_a_loop(void *unused)
+{
+	(void)unused;
+	while (!atomic_load(&racing_stop)) {
+		if (!janus_nursery_create())
+			return "janus_nursery_create() failed";
+		if (janus_nursery_spawn(count_task, NULL) != 0)
+			return "janus_nursery_spawn() failed";
+		if (janus_nursery_await_all() != JANUS_OK)
+			return "janus_nursery_await_all() failed";
+	}
+	return NULL;
+}
+
+/* janus_nursery_create() on a thread while another shuts the global
+ * runtime down, again and again.  Before, the create read GLOBAL_RT, the
+ * shutdown took and destroyed that runtime (no task, no nursery yet), and
+ * the create opened a nursery on the freed runtime: its child never ran
+ * and the await hung (seen in one run in four of 300 rounds under ASan);
+ * more often, a shutdown between the create's init and its read of
+ * GLOBAL_RT left it nothing to open on: janus_nursery_create() said NULL. */
+static void test_nursery_create_racing_shutdown_never_uses_a_freed_runtime(void **state)
+{
+	(void)state;
+	janus_rt_shutdown();
+	atomic_store(&racing_stop, 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, nurseries_in_a_loop, NULL), 0);
+	RuntimeConfigEx c = unlimited_config(1);
+	for (int i = 0; i < 100; i++) {
+		int rc = janus_rt_init_ex(&c); /* or the thread made one */
+		assert_true(rc == 0 || rc == -EEXIST);
+		janus_rt_shutdown();
+	}
+	atomic_store(&racing_stop, 1);
+	void *bad;
+	assert_int_equal(pthread_join(th, &bad), 0);
+	if (bad)
+		fail_msg("%s", (char *)bad);
+	janus_rt_shutdown();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -557,6 +749,11 @@ int main(void)
 		T_WATCHED_TEST(test_scheduler_nursery_from_a_thread),
 		T_WATCHED_TEST(test_scheduler_nursery_refused_inside_a_task),
 		T_WATCHED_TEST(test_shutdown_awaits_the_threads_open_nurseries),
+		T_WATCHED_TEST(test_rt_shutdown_from_its_own_task_keeps_the_runtime),
+		T_WATCHED_TEST(test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown),
+		T_WATCHED_TEST(test_thread_that_ends_with_nurseries_open_awaits_them),
+		T_WATCHED_TEST(test_shutdown_waits_for_another_threads_open_nursery),
+		T_WATCHED_TEST(test_nursery_create_racing_shutdown_never_uses_a_freed_runtime),
 	};
 	return cmocka_run_group_tests_name("janus_budget", tests, NULL, NULL);
 }

@@ -147,8 +147,12 @@ typedef RuntimeConfigEx SchedulerConfigEx;
 JANUS_API void janus_rt_init(RuntimeConfig config);
 /* Wait for the global runtime's tasks to end, then destroy it.  The
  * calling thread's nurseries on it that are still open are awaited and
- * popped first; another thread's must be awaited before (they are lost
- * with the runtime: awaiting one then is undefined). */
+ * popped first; another thread's are waited for until that thread awaits
+ * them or ends, so a thread that never does keeps the shutdown waiting,
+ * as a task that never ends does (a cbcmn_blocking() function leaving one
+ * open on the runtime's own pool thread: for ever).  Called by one of the
+ * global runtime's own tasks it does nothing: a task cannot wait for its
+ * own end (the runtime stays global, for a thread to shut down). */
 JANUS_API void janus_rt_shutdown(void);
 /* The global runtime, or NULL. */
 JANUS_API Runtime *janus_rt_get(void);
@@ -160,7 +164,10 @@ JANUS_API int janus_rt_init_ex(const RuntimeConfigEx *config);
 
 /* Open a nursery and make it the current one: inside a task on the task's
  * own runtime (global or isolated), outside on the global runtime (created
- * with defaults if needed).  NULL on failure (the core profile: always). */
+ * with defaults if needed).  NULL on failure (the core profile: always).
+ * A thread that ends (pthread_exit, its start function's return) with
+ * nurseries open awaits them as it ends, their results unread; a task
+ * that ends with some open likewise (the main thread's exit() does not). */
 JANUS_API void *janus_nursery_create(void);
 /* Spawn fn(arg) into the current nursery: 0, or -1 on any failure: no
  * current nursery (SPEC-021 §14.1 NurseryNotActive), NULL fn, the nursery
@@ -195,7 +202,9 @@ JANUS_API void *janus_scheduler_create_ex(const SchedulerConfigEx *config);
  * janus_nursery_create(), the core profile). */
 JANUS_API void *janus_scheduler_nursery_create(void *scheduler);
 /* Wait for its tasks to end, then destroy it; the calling thread's open
- * nurseries on it as janus_rt_shutdown(). */
+ * nurseries on it as janus_rt_shutdown().  The global runtime
+ * (janus_rt_get()) is shut down as by janus_rt_shutdown(); one of the
+ * scheduler's own tasks calling does nothing, as there. */
 JANUS_API void janus_scheduler_shutdown(void *scheduler);
 /* Spawn func(arg) (a TaskFn) into the current nursery: 0 or -1. */
 JANUS_API int janus_scheduler_spawn(void *func, void *arg);
