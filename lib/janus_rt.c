@@ -73,10 +73,15 @@ _Static_assert(JANUS_RUNTIME_CONFIG_EX_SIZE_V1 == offsetof(RuntimeConfigEx, rese
 _Static_assert(CBCMN_EBUDGET >= -4102 && CBCMN_EPANIC >= -4102 && CBCMN_ECANCELED >= -4102,
 	       "the reserved block covers the native codes");
 
-/* The frozen RuntimeConfig: defaults for all it cannot say. */
+/* The frozen RuntimeConfig: defaults for all it cannot say.  The janus ABI
+ * is SPEC-021's surface, so its default is the spec's :service profile
+ * (§10.2.2: finite default budgets, children spawn only when granted,
+ * §8.2), not cbcmn_config_init()'s native one: a program written from the
+ * spec alone gets what the spec promises. */
 static void config_from_frozen(const RuntimeConfig *c, cbcmn_config *cfg)
 {
 	cbcmn_config_init(cfg);
+	cfg->profile = CBCMN_PROFILE_SERVICE;
 	cfg->workers = c->worker_count ? c->worker_count : CBCMN_WORKERS_AUTO;
 	if (c->deterministic_seed)
 		cfg->seed = c->deterministic_seed;
@@ -136,12 +141,27 @@ static int config_from_ex(const RuntimeConfigEx *caller, cbcmn_config *cfg)
 	return 0;
 }
 
-static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
+/* The calling thread's last scheduler create error (janus_rt.h). */
+static __thread int create_error;
+
+/* A failed janus_scheduler_create(_ex): NULL, errno and the detail.  A
+ * CBCMN_E* code is no errno: CBCMN_EMEMLOCK (the rings do not fit in
+ * RLIMIT_MEMLOCK) reads as ENOMEM, which is what io_uring_setup itself
+ * says for it; the code itself stays readable through
+ * janus_scheduler_create_error(). */
+static void *create_failed(int rc)
+{
+	create_error = rc;
+	errno = rc > CBCMN_EBASE ? -rc : rc == CBCMN_EMEMLOCK ? ENOMEM : EINVAL;
+	return NULL;
+}
+
+static int rt_create_rc(const RuntimeConfig *c, struct cbcmn_runtime **out)
 {
 	cbcmn_config cfg;
 	config_from_frozen(c, &cfg);
-	cbcmn_runtime *rt;
-	return cbcmn_runtime_create(&cfg, &rt) == 0 ? rt : NULL;
+	*out = NULL;
+	return cbcmn_runtime_create(&cfg, out);
 }
 
 /* void-returning shutdowns cannot say "busy": wait for the tasks.  The
@@ -191,15 +211,29 @@ int janus_rt_init_ex(const RuntimeConfigEx *config)
 void janus_rt_init(RuntimeConfig config)
 {
 	cbcmn__mutex_lock(&global_lock);
-	if (!atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed))
-		atomic_store_explicit(&GLOBAL_RT, rt_create(&config), memory_order_release);
+	if (!atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed)) {
+		struct cbcmn_runtime *rt;
+		if (rt_create_rc(&config, &rt) == 0)
+			atomic_store_explicit(&GLOBAL_RT, rt, memory_order_release);
+	}
 	cbcmn__mutex_unlock(&global_lock);
 }
 
 void janus_rt_shutdown(void)
 {
 	cbcmn__mutex_lock(&global_lock);
-	struct cbcmn_runtime *rt = atomic_exchange_explicit(&GLOBAL_RT, NULL, memory_order_acq_rel);
+	/* relaxed: under global_lock, which every writer of GLOBAL_RT holds */
+	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
+	/* One of its own tasks (or anything on its executors) cannot wait
+	 * for its tasks to end: the destroy would be -EDEADLK.  Refuse before
+	 * touching the global, or the runtime would leak, still running,
+	 * while janus_rt_get() said NULL and the next janus_nursery_create()
+	 * made a second one (janus_rt.h). */
+	if (rt && cbcmn__on_executor(rt))
+		rt = NULL;
+	else /* relaxed: every writer holds global_lock; a NULL publishes
+	      * nothing for janus_rt_get()'s acquire to pair with */
+		atomic_store_explicit(&GLOBAL_RT, NULL, memory_order_relaxed);
 	cbcmn__mutex_unlock(&global_lock);
 	if (rt)
 		rt_destroy_wait(rt);
@@ -356,7 +390,9 @@ long janus_nursery_await_all(void)
 
 void *janus_scheduler_create(SchedulerConfig config)
 {
-	return rt_create(&config);
+	struct cbcmn_runtime *rt;
+	int rc = rt_create_rc(&config, &rt);
+	return rc ? create_failed(rc) : rt;
 }
 
 void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
@@ -366,16 +402,18 @@ void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
 	int rc = config_from_ex(config, &cfg);
 	if (rc == 0)
 		rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc) {
-		errno = rc > -4096 ? -rc : EINVAL; /* a CBCMN_E* is no errno */
-		return NULL;
-	}
-	return rt;
+	return rc ? create_failed(rc) : rt;
+}
+
+int janus_scheduler_create_error(void)
+{
+	return create_error;
 }
 
 void janus_scheduler_shutdown(void *scheduler)
 {
-	if (scheduler)
+	/* From one of its own tasks: refused, as janus_rt_shutdown(). */
+	if (scheduler && !cbcmn__on_executor(scheduler))
 		rt_destroy_wait(scheduler);
 }
 
