@@ -74,10 +74,15 @@ _Static_assert(JANUS_RUNTIME_CONFIG_EX_SIZE_V1 == offsetof(RuntimeConfigEx, rese
 _Static_assert(CBCMN_EBUDGET >= -4102 && CBCMN_EPANIC >= -4102 && CBCMN_ECANCELED >= -4102,
 	       "the reserved block covers the native codes");
 
-/* The frozen RuntimeConfig: defaults for all it cannot say. */
+/* The frozen RuntimeConfig: defaults for all it cannot say.  The janus ABI
+ * is SPEC-021's surface, so its default is the spec's :service profile
+ * (§10.2.2: finite default budgets, children spawn only when granted,
+ * §8.2), not cbcmn_config_init()'s native one: a program written from the
+ * spec alone gets what the spec promises. */
 static void config_from_frozen(const RuntimeConfig *c, cbcmn_config *cfg)
 {
 	cbcmn_config_init(cfg);
+	cfg->profile = CBCMN_PROFILE_SERVICE;
 	cfg->workers = c->worker_count ? c->worker_count : CBCMN_WORKERS_AUTO;
 	if (c->deterministic_seed)
 		cfg->seed = c->deterministic_seed;
@@ -137,12 +142,27 @@ static int config_from_ex(const RuntimeConfigEx *caller, cbcmn_config *cfg)
 	return 0;
 }
 
-static struct cbcmn_runtime *rt_create(const RuntimeConfig *c)
+/* The calling thread's last scheduler create error (janus_rt.h). */
+static __thread int create_error;
+
+/* A failed janus_scheduler_create(_ex): NULL, errno and the detail.  A
+ * CBCMN_E* code is no errno: CBCMN_EMEMLOCK (the rings do not fit in
+ * RLIMIT_MEMLOCK) reads as ENOMEM, which is what io_uring_setup itself
+ * says for it; the code itself stays readable through
+ * janus_scheduler_create_error(). */
+static void *create_failed(int rc)
+{
+	create_error = rc;
+	errno = rc > CBCMN_EBASE ? -rc : rc == CBCMN_EMEMLOCK ? ENOMEM : EINVAL;
+	return NULL;
+}
+
+static int rt_create_rc(const RuntimeConfig *c, struct cbcmn_runtime **out)
 {
 	cbcmn_config cfg;
 	config_from_frozen(c, &cfg);
-	cbcmn_runtime *rt;
-	return cbcmn_runtime_create(&cfg, &rt) == 0 ? rt : NULL;
+	*out = NULL;
+	return cbcmn_runtime_create(&cfg, out);
 }
 
 /* Await and pop the calling thread's open nurseries on rt (NULL: all). */
@@ -226,8 +246,11 @@ int janus_rt_init_ex(const RuntimeConfigEx *config)
 void janus_rt_init(RuntimeConfig config)
 {
 	cbcmn__mutex_lock(&global_lock);
-	if (!atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed))
-		atomic_store_explicit(&GLOBAL_RT, rt_create(&config), memory_order_release);
+	if (!atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed)) {
+		struct cbcmn_runtime *rt;
+		if (rt_create_rc(&config, &rt) == 0)
+			atomic_store_explicit(&GLOBAL_RT, rt, memory_order_release);
+	}
 	cbcmn__mutex_unlock(&global_lock);
 }
 
@@ -241,7 +264,7 @@ static struct cbcmn_runtime *global_take(struct cbcmn_runtime *rt)
 	cbcmn__mutex_lock(&global_lock);
 	/* Relaxed: every store to GLOBAL_RT is made under global_lock. */
 	struct cbcmn_runtime *g = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
-	bool take = g && (!rt || rt == g) && !(self && self->rt == g);
+	bool take = g && (!rt || rt == g) && !(self && self->rt == g) && !cbcmn__on_executor(g);
 	if (take)
 		atomic_store_explicit(&GLOBAL_RT, NULL, memory_order_relaxed);
 	cbcmn__mutex_unlock(&global_lock);
@@ -415,7 +438,9 @@ long janus_nursery_await_all(void)
 
 void *janus_scheduler_create(SchedulerConfig config)
 {
-	return rt_create(&config);
+	struct cbcmn_runtime *rt;
+	int rc = rt_create_rc(&config, &rt);
+	return rc ? create_failed(rc) : rt;
 }
 
 void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
@@ -425,11 +450,12 @@ void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
 	int rc = config_from_ex(config, &cfg);
 	if (rc == 0)
 		rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc) {
-		errno = rc > -4096 ? -rc : EINVAL; /* a CBCMN_E* is no errno */
-		return NULL;
-	}
-	return rt;
+	return rc ? create_failed(rc) : rt;
+}
+
+int janus_scheduler_create_error(void)
+{
+	return create_error;
 }
 
 void janus_scheduler_shutdown(void *scheduler)

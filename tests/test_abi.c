@@ -44,7 +44,7 @@ static const char *const exported[] = {
 	"janus_scheduler_create", "janus_scheduler_shutdown", "janus_scheduler_spawn",
 	"janus_scheduler_yield",  "janus_budget_check",     "janus_budget_decrement",
 	"janus_nursery_spawn_noarg", "janus_nursery_spawn_i32", "janus_rt_init_ex",
-	"janus_scheduler_create_ex", "janus_scheduler_nursery_create",
+	"janus_scheduler_create_ex", "janus_scheduler_create_error", "janus_scheduler_nursery_create",
 	"cbcmn_chan_create",     "cbcmn_chan_destroy",     "cbcmn_chan_send",
 	"cbcmn_chan_recv",       "cbcmn_chan_try_send",    "cbcmn_chan_try_recv",
 	"cbcmn_chan_close",      "cbcmn_chan_reserve",     "cbcmn_chan_try_reserve",

@@ -372,6 +372,183 @@ static void test_auto_init(void **state)
 	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
 }
 
+/* janus_rt_shutdown() from one of the global runtime's own tasks.  Before:
+ * it cleared the global, the destroy said -EDEADLK and was dropped, so the
+ * runtime leaked, still running, while janus_rt_get() said NULL (-50 here)
+ * and the next janus_nursery_create() from a thread made a second one. */
+static int64_t shutdown_from_inside(void *arg)
+{
+	Runtime *rt = janus_rt_get();
+	janus_rt_shutdown();
+	*(Runtime **)arg = janus_rt_get();
+	return rt && janus_rt_get() == rt ? 0 : -50;
+}
+
+static void test_shutdown_from_a_global_task_is_refused(void **state)
+{
+	(void)state;
+	Runtime *rt = janus_rt_get();
+	Runtime *seen = NULL;
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(shutdown_from_inside, &seen), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_ptr_equal(seen, rt);
+	assert_ptr_equal(janus_rt_get(), rt);
+	/* Still the one global runtime, and it works. */
+	atomic_store(&ran, 0);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(test_task, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 1);
+	assert_ptr_equal(janus_rt_get(), rt);
+}
+
+/* The same for an isolated runtime and janus_scheduler_shutdown(): its own
+ * task cannot wait for itself, so nothing happens and it goes on. */
+static int64_t scheduler_shutdown_from_inside(void *arg)
+{
+	janus_scheduler_shutdown(arg);
+	if (!janus_nursery_create())
+		return -50;
+	if (janus_nursery_spawn(test_task, NULL) != 0) {
+		janus_nursery_await_all();
+		return -51;
+	}
+	return janus_nursery_await_all();
+}
+
+static void test_scheduler_shutdown_from_its_own_task_is_refused(void **state)
+{
+	(void)state;
+	RuntimeConfigEx c = JANUS_RUNTIME_CONFIG_EX_INIT;
+	c.worker_count = 1;
+	c.child_budget.spawn_count = 1; /* the task's one spawn, granted */
+	void *s = janus_scheduler_create_ex(&c);
+	assert_non_null(s);
+	atomic_store(&ran, 0);
+	assert_non_null(janus_scheduler_nursery_create(s));
+	assert_int_equal(janus_nursery_spawn(scheduler_shutdown_from_inside, s), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	assert_int_equal(atomic_load(&ran), 1);
+	janus_scheduler_shutdown(s);
+}
+
+/* ---- a program written from SPEC-021 alone ------------------------------
+ * Only janus_rt.h and libc below, default configuration (janus_rt_init,
+ * so SPEC-021 §10.2.2 :service), and what the spec's text says. */
+
+static _Atomic int spec_ran;
+
+static int64_t spec_work(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&spec_ran, 1);
+	return 0;
+}
+
+static int64_t spec_fail(void *arg) { return (int64_t)(intptr_t)arg; }
+
+/* Ends when its nursery is cancelled (§8.3.1 steps 1-3: the cancelled
+ * child acknowledges at its next yield point, §4.2), else gives up. */
+static int64_t spec_until_cancelled(void *arg)
+{
+	(void)arg;
+	for (long i = 0; i < 10000000L; i++)
+		if (janus_scheduler_yield() != 0)
+			return 0;
+	return -60; /* never cancelled */
+}
+
+/* Loops on the compiler's yield check (§4.1, §11.1 Budget_Check): the
+ * default budget (§8.2 DEFAULT_OPS) must stop it (§5.2, §15.1.1). */
+static int64_t spec_spin(void *arg)
+{
+	(void)arg;
+	for (long i = 0; i < 1L << 26; i++)
+		janus_budget_check();
+	return -61; /* never stopped */
+}
+
+/* A child (§8.2 spawn_count 0) that tries to spawn: §14.1
+ * SpawnBudgetExhausted, "recharge or fail", without blocking (§3.5). */
+static int64_t spec_spawner(void *arg)
+{
+	(void)arg;
+	if (!janus_nursery_create())
+		return -70;
+	int rc = janus_nursery_spawn(spec_work, NULL);
+	long r = janus_nursery_await_all();
+	return rc == -1 && r == 0 ? 0 : -71;
+}
+
+/* A task's own nursery: what await_all (§3.5 Await, §3.6) returns when fn
+ * is its one child; 0 when that is want, else the result moved below the
+ * table so that it reads as itself. */
+static int64_t spec_expect(TaskFn fn, void *arg, long want)
+{
+	if (!janus_nursery_create())
+		return -80;
+	if (janus_nursery_spawn(fn, arg) != 0) {
+		janus_nursery_await_all();
+		return -81;
+	}
+	long r = janus_nursery_await_all();
+	return r == want ? 0 : r - 1000;
+}
+
+static int64_t spec_budget_row(void *arg)
+{
+	(void)arg;
+	return spec_expect(spec_spin, NULL, -3); /* §3.6 .budget_exceeded */
+}
+
+static int64_t spec_spawn_row(void *arg)
+{
+	(void)arg;
+	return spec_expect(spec_spawner, NULL, 0);
+}
+
+static void test_spec021_program_with_defaults(void **state)
+{
+	(void)state;
+	janus_rt_shutdown();
+	janus_rt_init((RuntimeConfig){0}); /* §2.6, §12.1 */
+	assert_non_null(janus_rt_get());
+
+	/* §2.7.1, §3.5: create, spawn, await; §3.6 .success is 0. */
+	atomic_store(&spec_ran, 0);
+	assert_non_null(janus_nursery_create());
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(janus_nursery_spawn(spec_work, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), 0);
+	assert_int_equal(atomic_load(&spec_ran), 8);
+
+	/* §3.6 .child_failed: the child's own negative code. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(spec_fail, (void *)(intptr_t)-17), 0);
+	assert_int_equal(janus_nursery_await_all(), -17);
+
+	/* §8.3.1: a failing child cancels the nursery; its sibling ends at
+	 * its yield point; the child's failure is what await reports. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(spec_until_cancelled, NULL), 0);
+	assert_int_equal(janus_nursery_spawn(spec_fail, (void *)(intptr_t)-17), 0);
+	assert_int_equal(janus_nursery_await_all(), -17);
+
+	/* §5.2, §3.6 -3 and §8.2, §14.1 -1, each in a task's own nursery. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(spec_budget_row, NULL), 0);
+	assert_int_equal(janus_nursery_spawn(spec_spawn_row, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), 0);
+
+	/* §14.1 NurseryNotActive: no current nursery, the spawn fails. */
+	assert_int_equal(janus_nursery_spawn(spec_work, NULL), -1);
+	/* A budget read outside a task is all zero (nothing to charge). */
+	assert_int_equal(janus_budget_get_current().ops, 0);
+	janus_rt_shutdown();
+	assert_null(janus_rt_get());
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -391,6 +568,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_exceeded_is_minus_3, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_get_and_recharge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auto_init, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shutdown_from_a_global_task_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scheduler_shutdown_from_its_own_task_is_refused, setup, teardown),
+		cmocka_unit_test(test_spec021_program_with_defaults),
 	};
 	return cmocka_run_group_tests_name("janus", tests, NULL, NULL);
 }

@@ -729,6 +729,117 @@ static void test_nursery_create_racing_shutdown_never_uses_a_freed_runtime(void 
 	if (bad)
 		fail_msg("%s", (char *)bad);
 	janus_rt_shutdown();
+/* ---- the janus ABI's runtimes are SPEC-021's :service (§10.2.2) ------- */
+
+/* A child (spawned by a task, not by a thread: a thread's spawn is a root)
+ * tries to spawn.  §8.2 gives it spawn_count 0, so the spawn fails at once
+ * (§3.5 "no blocking", §14.1 SpawnBudgetExhausted: "recharge or fail"), and
+ * without CapBudget it cannot recharge itself (§3.2.3). */
+static int64_t child_tries_to_spawn(void *arg)
+{
+	(void)arg;
+	if (!janus_nursery_create())
+		return -100;
+	int rc = janus_nursery_spawn(nothing_task, NULL);
+	long r = janus_nursery_await_all();
+	if (rc != -1)
+		return -101; /* before: 0, the native profile's unlimited pool */
+	if (r != JANUS_OK)
+		return -102;
+	if (janus_budget_get_current().spawn_count != 0)
+		return -103;
+	if (janus_budget_recharge((Budget){.spawn_count = 1}) != -1)
+		return -104; /* before: 0, an implicit unlimited CapBudget */
+	return 0;
+}
+
+/* A child that loops on Budget_Check (§11.1) for four times the child's
+ * default ops: the default budget must end it first (§5.2, §15.1). */
+static int64_t spin_past_the_default_ops(void *arg)
+{
+	(void)arg;
+	for (uint64_t i = 0; i < 4 * CBCMN_SERVICE_CHILD_OPS; i++)
+		janus_budget_check();
+	return -60; /* never stopped: before, unlimited ops */
+}
+
+/* A root task (spawned by the thread) runs arg as its child: 0 when the
+ * child's await result is the one expected, else that result, moved out
+ * of -1..-4 so that it reads as what it was. */
+struct in_child {
+	TaskFn fn;
+	long want;
+};
+
+static int64_t run_in_a_child(void *arg)
+{
+	const struct in_child *c = arg;
+	if (!janus_nursery_create())
+		return -200;
+	if (janus_nursery_spawn(c->fn, NULL) != 0) {
+		janus_nursery_await_all();
+		return -201;
+	}
+	long r = janus_nursery_await_all();
+	return r == c->want ? 0 : r >= JANUS_PENDING ? r - 300 : r;
+}
+
+/* Both checks on the thread's current nursery, which is on the runtime
+ * under test. */
+static void check_service_defaults(void)
+{
+	static const struct in_child spawner = {child_tries_to_spawn, JANUS_OK};
+	static const struct in_child spinner = {spin_past_the_default_ops, JANUS_BUDGET_EXCEEDED};
+	assert_int_equal(janus_nursery_spawn(run_in_a_child, (void *)&spawner), 0);
+	assert_int_equal(janus_nursery_spawn(run_in_a_child, (void *)&spinner), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+}
+
+/* Before: janus_rt_init's runtime had cbcmn_config_init's native profile:
+ * the child's spawn succeeded (-101), its recharge too, and the spinner
+ * ran 4 Mi checks and returned -60. */
+static void test_default_janus_rt_init_is_the_service_profile(void **state)
+{
+	(void)state;
+	janus_rt_shutdown();
+	janus_rt_init((RuntimeConfig){.worker_count = 1});
+	assert_non_null(janus_nursery_create());
+	check_service_defaults();
+	janus_rt_shutdown();
+}
+
+/* The global runtime janus_nursery_create makes when there is none. */
+static void test_implicit_global_runtime_is_the_service_profile(void **state)
+{
+	(void)state;
+	janus_rt_shutdown();
+	assert_non_null(janus_nursery_create());
+	assert_non_null(janus_rt_get());
+	check_service_defaults();
+	janus_rt_shutdown();
+}
+
+static void test_default_scheduler_create_is_the_service_profile(void **state)
+{
+	(void)state;
+	void *s = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	assert_non_null(s);
+	assert_non_null(janus_scheduler_nursery_create(s));
+	check_service_defaults();
+	janus_scheduler_shutdown(s);
+}
+
+/* RuntimeConfigEx left at its initializer: profile 0, the same. */
+static void test_default_config_ex_is_the_service_profile(void **state)
+{
+	(void)state;
+	RuntimeConfigEx c = JANUS_RUNTIME_CONFIG_EX_INIT;
+	c.worker_count = 1;
+	void *s = janus_scheduler_create_ex(&c);
+	assert_non_null(s);
+	assert_non_null(janus_scheduler_nursery_create(s));
+	check_service_defaults();
+	janus_scheduler_shutdown(s);
 }
 
 int main(void)
@@ -754,6 +865,10 @@ int main(void)
 		T_WATCHED_TEST(test_thread_that_ends_with_nurseries_open_awaits_them),
 		T_WATCHED_TEST(test_shutdown_waits_for_another_threads_open_nursery),
 		T_WATCHED_TEST(test_nursery_create_racing_shutdown_never_uses_a_freed_runtime),
+		T_WATCHED_TEST(test_default_janus_rt_init_is_the_service_profile),
+		T_WATCHED_TEST(test_implicit_global_runtime_is_the_service_profile),
+		T_WATCHED_TEST(test_default_scheduler_create_is_the_service_profile),
+		T_WATCHED_TEST(test_default_config_ex_is_the_service_profile),
 	};
 	return cmocka_run_group_tests_name("janus_budget", tests, NULL, NULL);
 }

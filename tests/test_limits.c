@@ -21,6 +21,7 @@
 
 #include "helpers.h"
 #include "cbcmn_io.h"
+#include "janus_rt.h"
 
 #define CHILD_SKIP 77
 
@@ -149,6 +150,30 @@ static void test_memlock_exhausted_is_reported_as_memlock(void **state)
 	T_SKIP_UNLESS_IO_URING("rings in locked memory");
 	SKIP_UNLESS_RINGS_CHARGED();
 	run_unprivileged(create_without_locked_memory, 0, 20);
+}
+
+/* janus_scheduler_create_ex has only errno: before, every CBCMN_E* create
+ * error read as EINVAL ("bad configuration") and the hint was lost. */
+static void janus_create_without_locked_memory(void)
+{
+	RuntimeConfigEx c = JANUS_RUNTIME_CONFIG_EX_INIT;
+	c.worker_count = 1;
+	errno = 0;
+	CHILD_CHECK(janus_scheduler_create_ex(&c) == NULL);
+	CHILD_CHECK(errno == ENOMEM);
+	CHILD_CHECK(janus_scheduler_create_error() == CBCMN_EMEMLOCK);
+	errno = 0;
+	CHILD_CHECK(janus_scheduler_create((SchedulerConfig){.worker_count = 1}) == NULL);
+	CHILD_CHECK(errno == ENOMEM);
+	CHILD_CHECK(janus_scheduler_create_error() == CBCMN_EMEMLOCK);
+}
+
+static void test_janus_create_memlock_error_keeps_its_detail(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("rings in locked memory");
+	SKIP_UNLESS_RINGS_CHARGED();
+	run_unprivileged(janus_create_without_locked_memory, 0, 20);
 }
 
 /* ---- rings that shrink to fit -------------------------------------------- */
@@ -618,6 +643,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
+		T_WATCHED_TEST(test_janus_create_memlock_error_keeps_its_detail),
 		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
 		T_WATCHED_TEST(test_regression_many_executors_fit_in_login_memlock),
 		T_WATCHED_TEST(test_regression_second_runtime_rings_fit_beside_the_first),

@@ -74,6 +74,14 @@ typedef int64_t (*TaskFn)(void *arg);
 typedef int64_t (*NoArgTaskFn)(void);
 typedef int32_t (*TaskFnI32)(void *arg);
 
+/* A runtime the janus ABI creates from a RuntimeConfig (janus_rt_init(),
+ * the global runtime janus_nursery_create() makes when there is none,
+ * janus_scheduler_create()) has SPEC-021's :service profile (§10.2.2), as
+ * RuntimeConfigEx's default does: tasks get the finite default budgets
+ * (docs/BUDGETS.md), a child starts with spawn_count 0 and spawns only
+ * when granted (§8.2: janus_nursery_spawn() returns -1 at once), and no
+ * task holds CapBudget (janus_budget_recharge() returns -1).  Another
+ * profile or other budgets: RuntimeConfigEx. */
 typedef struct RuntimeConfig {
 	uint32_t worker_count;       /* 0: one per CPU in the affinity mask */
 	uint64_t deterministic_seed; /* victim-choice seed; 0: the default */
@@ -191,9 +199,16 @@ JANUS_API long janus_nursery_await_all(void);
  * NULL on failure. */
 JANUS_API void *janus_scheduler_create(SchedulerConfig config);
 /* The same with a profile, budgets and capabilities (RuntimeConfigEx).
- * NULL on failure (errno is set to what janus_rt_init_ex would return,
- * negated; EINVAL for a create error that is a CBCMN_E* code, no errno). */
+ * NULL on failure.  Both set errno on failure: what janus_rt_init_ex would
+ * return, negated, when that is an errno; for a CBCMN_E* code, which is
+ * none, ENOMEM for CBCMN_EMEMLOCK (the io_uring rings do not fit in
+ * RLIMIT_MEMLOCK: raise it or grant CAP_IPC_LOCK; io_uring_setup's own
+ * errno for it) and EINVAL for any other. */
 JANUS_API void *janus_scheduler_create_ex(const SchedulerConfigEx *config);
+/* The calling thread's last failed janus_scheduler_create(_ex) error as
+ * janus_rt_init_ex would return it: a negative errno or a CBCMN_E* code
+ * (CBCMN_EMEMLOCK -4106); 0 while none has failed on this thread. */
+JANUS_API int janus_scheduler_create_error(void);
 /* Open a nursery on scheduler, from a thread outside it, and make it the
  * thread's current nursery: janus_nursery_spawn() and
  * janus_nursery_await_all() then work on it as on the global runtime's.
