@@ -637,6 +637,54 @@ static void test_service_greedy_ask_saturates(void **state)
 	t_destroy(rt);
 }
 
+/* ---- where refunds go ---- */
+
+/* A task spawning into a nursery a thread opened (the thread hands its
+ * nursery to a root, which spawns the handlers into it): every child
+ * drew its budget and its stack from that task, and once the children
+ * have ended all of it is back.  It used to vanish (the opener is a
+ * thread, nobody to give it to): 1 MiB + a stack per child, so after
+ * about 960 children the task waited for budget forever. */
+struct thread_nursery {
+	cbcmn_nursery *n;
+	uint64_t before, after;
+};
+
+static int64_t into_thread_nursery(cbcmn_cx *cx, void *arg)
+{
+	struct thread_nursery *tn = arg;
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	tn->before = b.memory;
+	for (int i = 0; i < 50; i++) {
+		cbcmn_task *h;
+		TASK_CHECK(cbcmn_nursery_spawn(cx, tn->n, report_child, &(struct seen){0}, &h) ==
+			   0);
+		TASK_CHECK(cbcmn_task_join(cx, h, NULL) == 0);
+	}
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	tn->after = b.memory;
+	return 0;
+}
+
+static void test_spawns_into_a_thread_nursery_give_back_to_the_spawner(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_service(2);
+	struct thread_nursery tn = {0};
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &tn.n), 0);
+	cbcmn_task *h;
+	assert_int_equal(cbcmn_nursery_spawn(NULL, tn.n, into_thread_nursery, &tn, &h), 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_task_join(NULL, h, &r), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, tn.n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(tn.before, CBCMN_SERVICE_ROOT_MEMORY);
+	assert_int_equal(tn.after, tn.before);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -653,6 +701,7 @@ int main(void)
 		T_WATCHED_TEST(test_channel_beyond_the_memory_budget_is_stopped),
 		T_WATCHED_TEST(test_native_is_the_default_and_enforces_what_is_set),
 		T_WATCHED_TEST(test_service_greedy_ask_saturates),
+		T_WATCHED_TEST(test_spawns_into_a_thread_nursery_give_back_to_the_spawner),
 	};
 	return cmocka_run_group_tests_name("budget_defaults", tests, NULL, NULL);
 }

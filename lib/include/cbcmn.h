@@ -265,7 +265,8 @@ typedef struct cbcmn_config {
 	 * otherwise, cbcmn_nursery_spawn_ex): it gets that much, or what its
 	 * spawner has left if that is less, out of the spawner's budget
 	 * (SPEC-021 §8.2), and gives back what it did not use to its
-	 * nursery's opener when it ends.  A zero component means the
+	 * nursery's opener when it ends (to its spawner if a thread opened
+	 * the nursery).  A zero component means the
 	 * profile's default: CBCMN_UNLIMITED ("all the spawner has") in
 	 * native, CBCMN_SERVICE_CHILD_* in the others, where spawn_count is
 	 * 0: a child cannot spawn (set CBCMN_UNLIMITED to let children take
