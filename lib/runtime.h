@@ -109,6 +109,7 @@ struct cbcmn_task {
 	 * thread: who gets its leftovers then (budget.c).  NULL otherwise. */
 	struct cbcmn_task *payer;
 	bool limited;                     /* some component is not unlimited */
+	bool root;                        /* spawned by a thread: budget from cfg */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */

@@ -226,6 +226,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		return -ENOMEM;
 	}
 	t->stack_charge = stack_charge;
+	t->root = !self;
 	/* A thread's nursery: no opener to take t's leftovers, so they go
 	 * back to the spawner, kept alive (not recycled) until t ends.  The
 	 * spawner is running and holds its own reference: relaxed is enough,
