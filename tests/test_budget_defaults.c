@@ -648,6 +648,7 @@ static void test_service_greedy_ask_saturates(void **state)
 struct thread_nursery {
 	cbcmn_nursery *n;
 	uint64_t before, after;
+	struct seen sink;
 };
 
 static int64_t into_thread_nursery(cbcmn_cx *cx, void *arg)
@@ -658,8 +659,7 @@ static int64_t into_thread_nursery(cbcmn_cx *cx, void *arg)
 	tn->before = b.memory;
 	for (int i = 0; i < 50; i++) {
 		cbcmn_task *h;
-		TASK_CHECK(cbcmn_nursery_spawn(cx, tn->n, report_child, &(struct seen){0}, &h) ==
-			   0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, tn->n, report_child, &tn->sink, &h) == 0);
 		TASK_CHECK(cbcmn_task_join(cx, h, NULL) == 0);
 	}
 	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
@@ -693,12 +693,13 @@ static void test_spawns_into_a_thread_nursery_give_back_to_the_spawner(void **st
 struct outside {
 	cbcmn_nursery *n;
 	_Atomic int spawned; /* 1: ok, -1: failed */
+	struct seen sink;
 };
 
 static void *outside_spawner(void *arg)
 {
 	struct outside *o = arg;
-	int rc = cbcmn_nursery_spawn(NULL, o->n, report_child, &(struct seen){0}, NULL);
+	int rc = cbcmn_nursery_spawn(NULL, o->n, report_child, &o->sink, NULL);
 	atomic_store(&o->spawned, rc == 0 ? 1 : -1);
 	return NULL;
 }

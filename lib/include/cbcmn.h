@@ -210,7 +210,8 @@ typedef enum cbcmn_profile {
  * sovereign), for components left 0 in cbcmn_config.budget and
  * .child_budget.  SPEC-021 names DEFAULT_OPS etc. (§8.2) but gives no
  * numbers; these are cbcmn's (docs/BUDGETS.md says why).  A root's budget
- * is the pool of its whole subtree: 1024 children at the child default. */
+ * is the pool of its whole subtree: 1024 children at the child
+ * default, about 960 once their 64 KiB stacks are counted too. */
 #define CBCMN_SERVICE_CHILD_OPS (1ull << 20)      /* 1024 yield intervals */
 #define CBCMN_SERVICE_CHILD_MEMORY (1ull << 20)   /* 1 MiB */
 #define CBCMN_SERVICE_CHILD_SPAWN 0ull            /* §8.2: children cannot spawn */
