@@ -199,10 +199,19 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 
 /* Give back what t did not use, to the opener of its nursery, and the
  * memory its stack was charged (to the opener too: the spawner was the
- * opener or a task inside the nursery, whose budget came from the opener's). */
+ * opener or a task inside the nursery, whose budget came from the opener's).
+ * A thread's nursery has no opener to give to: then it goes back to the
+ * task that spawned t (t->payer).  A root (spawned by a thread) owes
+ * nobody anything. */
 void cbcmn__budget_leftover(struct cbcmn_task *t)
 {
+	/* A root's budget is the config's, taken from nobody: given to its
+	 * nursery's opener it would grow the opener's without bound. */
+	if (t->root)
+		return;
 	struct cbcmn_task *o = t->nursery ? t->nursery->owner : NULL;
+	if (!o)
+		o = t->payer;
 	if (!o)
 		return;
 	if (t->stack_charge)

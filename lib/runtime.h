@@ -105,7 +105,11 @@ struct cbcmn_task {
 	_Atomic uint64_t refund[CBCMN__B_N];
 	_Atomic uint32_t killed;          /* its nursery gave up on it */
 	uint64_t stack_charge;            /* memory its spawner paid for its stack */
+	/* Its spawner, holding a reference, when its nursery's opener is a
+	 * thread: who gets its leftovers then (budget.c).  NULL otherwise. */
+	struct cbcmn_task *payer;
 	bool limited;                     /* some component is not unlimited */
+	bool root;                        /* spawned by a thread: budget from cfg */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */

@@ -157,6 +157,10 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	if (__builtin_expect(t->abi_slot != NULL, 0))
 		cbcmn__abi_slot_release(t);
 	cbcmn__budget_leftover(t);
+	if (t->payer) {
+		cbcmn__task_unref(t->payer, e); /* taken in cbcmn__spawn() */
+		t->payer = NULL;
+	}
 	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
 	if (e)
 		CBCMN__COUNT(e, completions, 1);
@@ -222,6 +226,16 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		return -ENOMEM;
 	}
 	t->stack_charge = stack_charge;
+	t->root = !self;
+	/* A thread's nursery: no opener to take t's leftovers, so they go
+	 * back to the spawner, kept alive (not recycled) until t ends.  The
+	 * spawner is running and holds its own reference: relaxed is enough,
+	 * the release of the last cbcmn__task_unref() orders the rest. */
+	t->payer = NULL;
+	if (self && budgets && !n->owner) {
+		atomic_fetch_add_explicit(&self->refs, 1, memory_order_relaxed);
+		t->payer = self;
+	}
 	if (!budgets)
 		cbcmn__budget_init_unlimited(t);
 	else if (self)

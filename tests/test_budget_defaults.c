@@ -637,6 +637,108 @@ static void test_service_greedy_ask_saturates(void **state)
 	t_destroy(rt);
 }
 
+/* ---- where refunds go ---- */
+
+/* A task spawning into a nursery a thread opened (the thread hands its
+ * nursery to a root, which spawns the handlers into it): every child
+ * drew its budget and its stack from that task, and once the children
+ * have ended all of it is back.  It used to vanish (the opener is a
+ * thread, nobody to give it to): 1 MiB + a stack per child, so after
+ * about 960 children the task waited for budget forever. */
+struct thread_nursery {
+	cbcmn_nursery *n;
+	uint64_t before, after;
+	struct seen sink;
+};
+
+static int64_t into_thread_nursery(cbcmn_cx *cx, void *arg)
+{
+	struct thread_nursery *tn = arg;
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	tn->before = b.memory;
+	for (int i = 0; i < 50; i++) {
+		cbcmn_task *h;
+		TASK_CHECK(cbcmn_nursery_spawn(cx, tn->n, report_child, &tn->sink, &h) == 0);
+		TASK_CHECK(cbcmn_task_join(cx, h, NULL) == 0);
+	}
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	tn->after = b.memory;
+	return 0;
+}
+
+static void test_spawns_into_a_thread_nursery_give_back_to_the_spawner(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_service(2);
+	struct thread_nursery tn = {0};
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &tn.n), 0);
+	cbcmn_task *h;
+	assert_int_equal(cbcmn_nursery_spawn(NULL, tn.n, into_thread_nursery, &tn, &h), 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_task_join(NULL, h, &r), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, tn.n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(tn.before, CBCMN_SERVICE_ROOT_MEMORY);
+	assert_int_equal(tn.after, tn.before);
+	t_destroy(rt);
+}
+
+/* A thread spawning into a task's nursery makes a root: its budget is the
+ * config's, not the opener's, so when it ends nothing of it goes to the
+ * opener.  It used to: each such child handed the opener a whole root
+ * budget (1 GiB, 65535 spawns ...), so any task whose nursery a thread
+ * spawned into could outgrow its own budget without bound. */
+struct outside {
+	cbcmn_nursery *n;
+	_Atomic int spawned; /* 1: ok, -1: failed */
+	struct seen sink;
+};
+
+static void *outside_spawner(void *arg)
+{
+	struct outside *o = arg;
+	int rc = cbcmn_nursery_spawn(NULL, o->n, report_child, &o->sink, NULL);
+	atomic_store(&o->spawned, rc == 0 ? 1 : -1);
+	return NULL;
+}
+
+static int64_t let_a_thread_spawn(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct outside o = {0};
+	cbcmn_budget before, after;
+	TASK_CHECK(cbcmn_budget_get(cx, &before) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &o.n) == 0);
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, outside_spawner, &o) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&o.spawned) == 0 && t_now_ns() < end)
+		cbcmn_yield(cx);
+	pthread_join(th, NULL);
+	TASK_CHECK(atomic_load(&o.spawned) == 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, o.n) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &after) == 0);
+	TASK_CHECK(after.memory == before.memory);
+	TASK_CHECK(after.spawn_count == before.spawn_count);
+	TASK_CHECK(after.channel_ops == before.channel_ops);
+	TASK_CHECK(after.syscalls == before.syscalls);
+	TASK_CHECK(after.ops <= before.ops);
+	return 0;
+}
+
+static void test_thread_spawn_into_a_task_nursery_does_not_inflate_the_opener(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_service(2);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, let_a_thread_spawn, NULL, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -653,6 +755,8 @@ int main(void)
 		T_WATCHED_TEST(test_channel_beyond_the_memory_budget_is_stopped),
 		T_WATCHED_TEST(test_native_is_the_default_and_enforces_what_is_set),
 		T_WATCHED_TEST(test_service_greedy_ask_saturates),
+		T_WATCHED_TEST(test_spawns_into_a_thread_nursery_give_back_to_the_spawner),
+		T_WATCHED_TEST(test_thread_spawn_into_a_task_nursery_does_not_inflate_the_opener),
 	};
 	return cmocka_run_group_tests_name("budget_defaults", tests, NULL, NULL);
 }

@@ -210,7 +210,8 @@ typedef enum cbcmn_profile {
  * sovereign), for components left 0 in cbcmn_config.budget and
  * .child_budget.  SPEC-021 names DEFAULT_OPS etc. (§8.2) but gives no
  * numbers; these are cbcmn's (docs/BUDGETS.md says why).  A root's budget
- * is the pool of its whole subtree: 1024 children at the child default. */
+ * is the pool of its whole subtree: 1024 children at the child
+ * default, about 960 once their 64 KiB stacks are counted too. */
 #define CBCMN_SERVICE_CHILD_OPS (1ull << 20)      /* 1024 yield intervals */
 #define CBCMN_SERVICE_CHILD_MEMORY (1ull << 20)   /* 1 MiB */
 #define CBCMN_SERVICE_CHILD_SPAWN 0ull            /* §8.2: children cannot spawn */
@@ -265,7 +266,8 @@ typedef struct cbcmn_config {
 	 * otherwise, cbcmn_nursery_spawn_ex): it gets that much, or what its
 	 * spawner has left if that is less, out of the spawner's budget
 	 * (SPEC-021 §8.2), and gives back what it did not use to its
-	 * nursery's opener when it ends.  A zero component means the
+	 * nursery's opener when it ends (to its spawner if a thread opened
+	 * the nursery).  A zero component means the
 	 * profile's default: CBCMN_UNLIMITED ("all the spawner has") in
 	 * native, CBCMN_SERVICE_CHILD_* in the others, where spawn_count is
 	 * 0: a child cannot spawn (set CBCMN_UNLIMITED to let children take
