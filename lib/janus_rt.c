@@ -317,10 +317,8 @@ void *janus_nursery_create(void)
 	 * before the open used it. */
 	cbcmn__mutex_lock(&global_lock);
 	struct cbcmn_runtime *rt = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
-	if (!rt) {
-		rt = rt_create(&(RuntimeConfig){0});
+	if (!rt && rt_create_rc(&(RuntimeConfig){0}, &rt) == 0)
 		atomic_store_explicit(&GLOBAL_RT, rt, memory_order_release);
-	}
 	void *rn = rt ? nursery_push(rt, NULL) : NULL;
 	cbcmn__mutex_unlock(&global_lock);
 	return rn;

@@ -729,6 +729,8 @@ static void test_nursery_create_racing_shutdown_never_uses_a_freed_runtime(void 
 	if (bad)
 		fail_msg("%s", (char *)bad);
 	janus_rt_shutdown();
+}
+
 /* ---- the janus ABI's runtimes are SPEC-021's :service (§10.2.2) ------- */
 
 /* A child (spawned by a task, not by a thread: a thread's spawn is a root)
