@@ -342,9 +342,12 @@ static int spawn_form(uint32_t form, void *fn, void *arg)
 		return -1;
 	/* SPEC-021 §3.5 "no blocking", §14.1 "recharge or fail": the native
 	 * spawn waits, BudgetExhausted, for a cost it cannot pay; janus
-	 * fails instead.  Only the running task itself touches its budget. */
+	 * fails instead.  Only the running task itself touches its budget.
+	 * Every cost the spawn charges is checked: the op and the spawn, and
+	 * the child's stack, which is the spawner's memory (BUDGETS.md). */
 	if (self && !(self->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS) &&
-	    !cbcmn__budget_can_pay(self, CBCMN__B_SPAWN, 1))
+	    (!cbcmn__budget_can_pay(self, CBCMN__B_SPAWN, 1) ||
+	     !cbcmn__budget_can_pay(self, CBCMN__B_MEMORY, self->rt->cfg.stack_size)))
 		return -1;
 	return cbcmn__spawn(self, rn->nursery, form, fn, arg, NULL, NULL) == 0 ? 0 : -1;
 }

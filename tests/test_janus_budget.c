@@ -312,6 +312,33 @@ static void test_spawn_with_ops_exhausted_fails_at_once(void **state)
 	janus_rt_shutdown();
 }
 
+/* The child's stack is memory the spawner pays (docs/BUDGETS.md): a
+ * spawner without a stack's worth fails at once too.  Before, the check
+ * looked at the op and the spawn only; the spawn then waited for memory
+ * and the thread's await ended the spawner (-3, not the spawn's -1). */
+static int64_t spawn_without_stack_memory(void *arg)
+{
+	(void)arg;
+	if (!janus_nursery_create())
+		return -100;
+	int rc = janus_nursery_spawn(nothing_task, NULL);
+	long r = janus_nursery_await_all();
+	return rc == -1 && r == JANUS_OK ? 0 : -101;
+}
+
+static void test_spawn_without_memory_for_the_stack_fails_at_once(void **state)
+{
+	(void)state;
+	RuntimeConfigEx c = unlimited_config(1);
+	c.budget.memory = 4096; /* less than any stack */
+	c.caps = JANUS_CAP_SPAWN | JANUS_CAPS_EXPLICIT;
+	start(&c);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(spawn_without_stack_memory, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	janus_rt_shutdown();
+}
+
 /* With CapBudget the spawner recharges itself instead ("recharge or
  * fail"), as far as its limit goes. */
 static void test_spawn_recharges_from_capbudget_before_failing(void **state)
@@ -855,6 +882,7 @@ int main(void)
 		T_WATCHED_TEST(test_check_and_decrement_outside_a_task_do_nothing),
 		T_WATCHED_TEST(test_spawn_with_spawn_budget_exhausted_fails_at_once),
 		T_WATCHED_TEST(test_spawn_with_ops_exhausted_fails_at_once),
+		T_WATCHED_TEST(test_spawn_without_memory_for_the_stack_fails_at_once),
 		T_WATCHED_TEST(test_spawn_recharges_from_capbudget_before_failing),
 		T_WATCHED_TEST(test_config_ex_sets_budget_and_profile),
 		T_WATCHED_TEST(test_config_ex_refuses_bad_input),
