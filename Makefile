@@ -128,11 +128,14 @@ $(STATIC): $(LIB_OBJS)
 	@mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# -z nodelete: dlclose() leaves the library mapped.  Its thread-exit hook
+# (janus's pthread key), signal handlers and executor code may outlive a
+# host's dlclose(); unmapped, the next thread exit would jump into nothing.
 $(SHARED): $(LIB_OBJS) lib/libcbcmn.map
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) -shared -Wl,--version-script=lib/libcbcmn.map -Wl,-soname,$(SONAME) \
-		-Wl,-z,noexecstack $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
+		-Wl,-z,noexecstack -Wl,-z,nodelete $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
 
 $(TOOLCOMMON): $(TOOLCOMMON_OBJS)
 	$(call msg,AR,$@)

@@ -637,6 +637,82 @@ static void test_version_calls_say_the_header_version(void **state)
 	assert_true(CBCMN_VERSION_MINOR < 256 && CBCMN_VERSION_PATCH < 256);
 }
 
+/* ---- a host that dlclose()s the library ---------------------------------------- */
+
+/* janus keeps a thread's nurseries with a pthread key whose destructor
+ * runs at the thread's exit: code of this library.  A host that used janus
+ * on a thread, shut the runtime down and dlclose()d the library used to
+ * crash when that thread ended (the destructor was unmapped); the library
+ * is linked -z nodelete, so a dlclose() leaves it mapped. */
+typedef int64_t (*dl_task_fn)(void *);
+static struct {
+	void *(*create)(void);
+	int (*spawn)(dl_task_fn, void *);
+	long (*await_all)(void);
+	void (*shutdown)(void);
+	int used[2], go[2];
+} dl;
+
+static int64_t dl_nothing(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static void *dl_janus_thread(void *arg)
+{
+	(void)arg;
+	char c = 0;
+	bool ok = dl.create() && dl.spawn(dl_nothing, NULL) == 0 && dl.await_all() == 0;
+	c = ok ? 'y' : 'n';
+	if (write(dl.used[1], &c, 1) != 1 || read(dl.go[0], &c, 1) != 1)
+		return NULL;
+	return NULL; /* the key's destructor runs now */
+}
+
+static int dl_child(const char *so)
+{
+	void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return 2;
+	*(void **)&dl.create = dlsym(h, "janus_nursery_create");
+	*(void **)&dl.spawn = dlsym(h, "janus_nursery_spawn");
+	*(void **)&dl.await_all = dlsym(h, "janus_nursery_await_all");
+	*(void **)&dl.shutdown = dlsym(h, "janus_rt_shutdown");
+	if (!dl.create || !dl.spawn || !dl.await_all || !dl.shutdown || pipe(dl.used) || pipe(dl.go))
+		return 3;
+	pthread_t th;
+	char c;
+	if (pthread_create(&th, NULL, dl_janus_thread, NULL) || read(dl.used[0], &c, 1) != 1 || c != 'y')
+		return 4;
+	dl.shutdown();
+	dlclose(h);
+	if (write(dl.go[1], "x", 1) != 1 || pthread_join(th, NULL))
+		return 5;
+	return 0;
+}
+
+static void test_dlclose_then_a_janus_thread_ends_does_not_crash(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("dlclose: a sanitizer runtime keeps its own hold on what it loaded");
+	char so[PATH_MAX + 32];
+	snprintf(so, sizeof(so), "%s/lib/libcbcmn.so", builddir);
+	if (access(so, R_OK))
+		T_SKIP("dlclose: no %s in this build", so);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(dl_child(so));
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		fail_msg("the thread's exit after dlclose died of signal %d", WTERMSIG(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* ---- a program built against the install ------------------------------------------ */
 
 /* The README's example (the C block under "## Example") into path. */
@@ -725,6 +801,7 @@ int main(void)
 		INSTALL_TEST(test_relative_prefix_is_refused),
 		INSTALL_TEST(test_multiarch_libdir_is_where_the_pc_file_points),
 		INSTALL_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
+		cmocka_unit_test(test_dlclose_then_a_janus_thread_ends_does_not_crash),
 		INSTALL_TEST(test_readme_example_builds_with_pkg_config_and_runs),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
