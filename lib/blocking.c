@@ -66,6 +66,7 @@ struct worker {
 };
 
 struct cbcmn__blocking_pool {
+	const struct cbcmn_runtime *rt;   /* the runtime it serves */
 	struct cbcmn__mutex lock;      /* CBCMN__LOCK_BLOCKING: all but nbusy */
 	struct job *head, *tail;       /* jobs not yet started, FIFO */
 	uint32_t nqueued;
@@ -171,12 +172,17 @@ static void reap(struct worker *w)
 	}
 }
 
+__thread const struct cbcmn_runtime *cbcmn__tls_pool_rt;
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct cbcmn__blocking_pool *p = w->pool;
 	/* cbcmn__tls_exec stays NULL here: a pool thread is no executor, so
-	 * whatever fn calls into cbcmn behaves as from an outside thread. */
+	 * whatever fn calls into cbcmn behaves as from an outside thread,
+	 * but for the calls that would wait for the runtime's tasks to end
+	 * (cbcmn__on_runtime_thread()). */
+	cbcmn__tls_pool_rt = p->rt;
 
 	cbcmn__mutex_lock(&p->lock);
 	/* The threads that ended before us: joining them is the price of
@@ -278,6 +284,7 @@ int cbcmn__blocking_init(struct cbcmn_runtime *rt)
 	cbcmn__mutex_init(&p->lock, "blocking", CBCMN__LOCK_BLOCKING);
 	pthread_cond_init(&p->fini_cv, NULL);
 	p->max = rt->cfg.blocking_threads; /* 0 resolved to the default (runtime.c) */
+	p->rt = rt;
 	rt->blocking = p;
 	return 0;
 }

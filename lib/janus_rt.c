@@ -264,7 +264,7 @@ static struct cbcmn_runtime *global_take(struct cbcmn_runtime *rt)
 	cbcmn__mutex_lock(&global_lock);
 	/* Relaxed: every store to GLOBAL_RT is made under global_lock. */
 	struct cbcmn_runtime *g = atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed);
-	bool take = g && (!rt || rt == g) && !(self && self->rt == g) && !cbcmn__on_executor(g);
+	bool take = g && (!rt || rt == g) && !(self && self->rt == g) && !cbcmn__on_runtime_thread(g);
 	if (take)
 		atomic_store_explicit(&GLOBAL_RT, NULL, memory_order_relaxed);
 	cbcmn__mutex_unlock(&global_lock);
@@ -466,7 +466,7 @@ void janus_scheduler_shutdown(void *scheduler)
 	 * freed. */
 	if (scheduler && scheduler == (void *)atomic_load_explicit(&GLOBAL_RT, memory_order_acquire))
 		scheduler = global_take(scheduler);
-	if (scheduler && !cbcmn__on_executor(scheduler))
+	if (scheduler && !cbcmn__on_runtime_thread(scheduler))
 		rt_destroy_wait(scheduler);
 }
 

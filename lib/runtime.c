@@ -505,7 +505,9 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 		return -EINVAL;
 	if (cbcmn__forked(rt))
 		return CBCMN_EFORKED; /* its threads are the parent's */
-	if (cbcmn__on_executor(rt))
+	/* On its own pool thread the task the function serves is alive
+	 * until the function returns: never quiet, a deadlock, not busy. */
+	if (cbcmn__on_runtime_thread(rt))
 		return -EDEADLK;
 	if (cbcmn__seg_live_tasks(&rt->seg) != 0)
 		return -EBUSY;

@@ -383,6 +383,17 @@ static inline bool cbcmn__on_executor(const struct cbcmn_runtime *rt)
 	return cbcmn__tls_exec && cbcmn__tls_exec->rt == rt;
 }
 
+/* blocking.c: the runtime whose blocking pool the calling thread serves
+ * (NULL on any other thread). */
+extern __thread const struct cbcmn_runtime *cbcmn__tls_pool_rt;
+/* True on rt's executors and on its blocking pool's threads: a call there
+ * that waits for rt's tasks to end waits for the task it serves (a pool
+ * thread runs a function its task waits for). */
+static inline bool cbcmn__on_runtime_thread(const struct cbcmn_runtime *rt)
+{
+	return cbcmn__on_executor(rt) || (rt && cbcmn__tls_pool_rt == rt);
+}
+
 /* True when t is the task running on the calling thread: a call that parks
  * the caller's fiber must be made by the task whose context it was given
  * (another thread, or another task's context, gets -EPERM). */

@@ -1,9 +1,11 @@
 /* test_janus: the frozen janus_* C ABI, driven as SPEC-021 §2.7.1 does, and
  * its §3.6 error table. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "helpers.h"
+#include "cbcmn_io.h"
 #include "janus_rt.h"
 
 /* Test hook in janus_rt.c: the global runtime with a full native config. */
@@ -384,6 +386,41 @@ static int64_t shutdown_from_inside(void *arg)
 	return rt && janus_rt_get() == rt ? 0 : -50;
 }
 
+/* janus_rt_shutdown() from a function the global runtime's task runs on
+ * its blocking pool.  Before: the pool thread was taken for an outside
+ * thread; the shutdown took the runtime out of the global and waited for
+ * its tasks, the one it served among them: for ever (the watchdog). */
+static int64_t shutdown_on_the_pool(void *arg)
+{
+	(void)arg;
+	janus_rt_shutdown();
+	/* The native destroy says why it cannot: not "busy" for ever. */
+	int rc = cbcmn_runtime_destroy((cbcmn_runtime *)janus_rt_get());
+	return rc == -EDEADLK ? 0 : -52;
+}
+
+static int64_t shutdown_through_the_pool(cbcmn_cx *cx, void *arg)
+{
+	int64_t r = -1;
+	int rc = cbcmn_blocking(cx, shutdown_on_the_pool, NULL, &r);
+	*(Runtime **)arg = janus_rt_get();
+	return rc == 0 && r == 0 ? 0 : -51;
+}
+
+static void test_shutdown_from_the_global_runtimes_pool_is_refused(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_shutdown_from_the_global_runtimes_pool_is_refused", T_WATCHDOG_S);
+	Runtime *rt = janus_rt_get();
+	Runtime *seen = NULL;
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run((cbcmn_runtime *)rt, shutdown_through_the_pool, &seen, &r), 0);
+	assert_int_equal(r, 0);
+	assert_ptr_equal(seen, rt);
+	assert_ptr_equal(janus_rt_get(), rt);
+	t_watchdog_stop();
+}
+
 static void test_shutdown_from_a_global_task_is_refused(void **state)
 {
 	(void)state;
@@ -569,6 +606,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_get_and_recharge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auto_init, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown_from_a_global_task_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shutdown_from_the_global_runtimes_pool_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_scheduler_shutdown_from_its_own_task_is_refused, setup, teardown),
 		cmocka_unit_test(test_spec021_program_with_defaults),
 	};

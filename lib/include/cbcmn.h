@@ -456,7 +456,8 @@ CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
  * runtime running, while any task is alive or a nursery a thread opened
  * (cx NULL) has not been awaited (it could still be spawned into, awaited
  * or cancelled).  Must not be called from one of the runtime's own tasks
- * (-EDEADLK). */
+ * or from a function one of them runs on its blocking pool (cbcmn_blocking):
+ * -EDEADLK. */
 CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);
 
 /* Run fn(cx, arg) as a task in a fresh nursery and wait for it from the

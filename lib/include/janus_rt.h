@@ -159,8 +159,9 @@ JANUS_API void janus_rt_init(RuntimeConfig config);
  * them or ends, so a thread that never does keeps the shutdown waiting,
  * as a task that never ends does (a cbcmn_blocking() function leaving one
  * open on the runtime's own pool thread: for ever).  Called by one of the
- * global runtime's own tasks it does nothing: a task cannot wait for its
- * own end (the runtime stays global, for a thread to shut down). */
+ * global runtime's own tasks, or by a function one of them runs on its
+ * blocking pool (cbcmn_blocking), it does nothing: a task cannot wait for
+ * its own end (the runtime stays global, for a thread to shut down). */
 JANUS_API void janus_rt_shutdown(void);
 /* The global runtime, or NULL. */
 JANUS_API Runtime *janus_rt_get(void);
@@ -219,7 +220,8 @@ JANUS_API void *janus_scheduler_nursery_create(void *scheduler);
 /* Wait for its tasks to end, then destroy it; the calling thread's open
  * nurseries on it as janus_rt_shutdown().  The global runtime
  * (janus_rt_get()) is shut down as by janus_rt_shutdown(); one of the
- * scheduler's own tasks calling does nothing, as there. */
+ * scheduler's own tasks (or its blocking pool) calling does nothing, as
+ * there. */
 JANUS_API void janus_scheduler_shutdown(void *scheduler);
 /* Spawn func(arg) (a TaskFn) into the current nursery: 0 or -1. */
 JANUS_API int janus_scheduler_spawn(void *func, void *arg);
