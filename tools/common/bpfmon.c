@@ -1316,7 +1316,20 @@ static bool process_ended(pid_t pid)
 		return errno == ENOENT;
 	char *rp = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
 	fclose(f);
-	return rp && (rp[1] == ' ') && (rp[2] == 'Z' || rp[2] == 'X');
+	if (!rp || rp[1] != ' ')
+		return false;
+	if (rp[2] == 'Z' || rp[2] == 'X')
+		return true;
+	/* Still running its exit (state R or D): PF_EXITING in the flags,
+	 * the 7th field after the name, is set before the process lets go
+	 * of its memory and executable, so "no exe" and not yet a zombie
+	 * is an exiting process, not a kernel thread. */
+	char state;
+	int ppid, pgrp, session, tty, tpgid;
+	unsigned long fl;
+	return sscanf(rp + 2, "%c %d %d %d %d %d %lu", &state, &ppid, &pgrp, &session, &tty,
+		      &tpgid, &fl) == 7 &&
+	       (fl & 0x4ul /* PF_EXITING */);
 }
 
 int bpfmon_open(struct bpfmon **out, pid_t pid, unsigned flags, char *err, size_t errlen)
