@@ -109,11 +109,61 @@ static int64_t fj(cbcmn_cx *cx, void *p)
 	return inline_sum + leaves[0] + leaves[1];
 }
 
+static int64_t fj_noop(cbcmn_cx *cx, void *p)
+{
+	(void)cx;
+	(void)p;
+	return 0;
+}
+
+static enum cbcmn__fault_site case_site;
+
+/* The other executor asleep in its ring, then a task sent to it: a doorbell, so
+ * that the msg_ring cases reach their site however the machine runs the
+ * tree.  (Under a CPU hog the other slept through a whole tree, or got no
+ * CPU before it ended: no doorbell, "the sweep did not reach it".)  Until
+ * the site is hit, if it is the one armed; bounded. */
+static void ring_a_sleeper(cbcmn_cx *cx, cbcmn_runtime *rt)
+{
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	for (int round = 0; round < 64 && t_now_ns() < deadline; round++) {
+		/* The other executor: the root starts on either. */
+		uint32_t other = 1 - cbcmn_cx_executor(cx);
+		cbcmn_stats s;
+		cbcmn_executor_stats x[2];
+		while (t_now_ns() < deadline &&
+		       (cbcmn_stats_snapshot(rt, &s, x, 2) != 0 || x[other].state != CBCMN_EXEC_PARKED))
+			usleep(500);
+		usleep(1000); /* from "parked" to asleep in the ring: a few steps */
+		cbcmn_nursery *n;
+		int rc = cbcmn_nursery_open(rt, cx, &n);
+		if (rc == 0) {
+			rc = cbcmn_nursery_spawn_pinned(cx, n, other, fj_noop, NULL, NULL);
+			int64_t r = cbcmn_nursery_await_all(cx, n);
+			if (rc == 0 && r < 0)
+				rc = (int)r;
+		}
+		if (rc != 0) {
+			CHECK(transient(rc), "doorbell task: %s", cbcmn_strerror(rc));
+			atomic_fetch_add(&errors_seen, 1);
+		}
+		if (case_site != CBCMN__F_MSG_RING || cbcmn__fault_hits(CBCMN__F_MSG_RING) > 0)
+			return;
+	}
+}
+
+static int64_t fj_root(cbcmn_cx *cx, void *p)
+{
+	struct fj_arg *a = p;
+	ring_a_sleeper(cx, a->rt);
+	return fj(cx, p);
+}
+
 static void w_forkjoin(cbcmn_runtime *rt)
 {
 	struct fj_arg a = {rt, FJ_DEPTH};
 	int64_t res = 0;
-	int rc = cbcmn_runtime_run(rt, fj, &a, &res);
+	int rc = cbcmn_runtime_run(rt, fj_root, &a, &res);
 	if (rc != 0) {
 		CHECK(transient(rc), "runtime_run: %s", cbcmn_strerror(rc));
 		return;
@@ -573,6 +623,7 @@ static void child_run(const struct fcase *c, const struct cbcmn__fault_plan *pla
 {
 	int fds_before = count_fds();
 	case_seed = plan->seed ^ plan->nth ^ (plan->every << 8);
+	case_site = c->site;
 	cbcmn__fault_arm(c->site, plan);
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
