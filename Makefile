@@ -351,9 +351,12 @@ fuzz: $(FUZZ_TARGETS)
 
 # Every target for FUZZ_SECONDS from its seed corpus alone; a crash, a
 # leak, a timeout or a broken contract fails, with the input kept in
-# build/fuzz/crashes (tests/fuzz/run.sh says what to do with it).
+# build/fuzz/crashes (tests/fuzz/run.sh says what to do with it).  One
+# target per CPU at a time: each is one CPU-bound process, and the time of
+# `make test` is bounded (20 minutes).
+FUZZ_JOBS     ?= $(shell nproc 2>/dev/null || echo 1)
 fuzz-smoke: fuzz
-	@tests/fuzz/run.sh -s -t $(FUZZ_SECONDS) $(notdir $(FUZZ_TARGETS))
+	@tests/fuzz/run.sh -s -j $(FUZZ_JOBS) -t $(FUZZ_SECONDS) $(notdir $(FUZZ_TARGETS))
 
 # The README's first command: an instrumented workload watched by the viewer
 # in batch mode.  skew: all work is born on executor 0 and stealing must

@@ -47,7 +47,10 @@ struct cbcmn__diag {
 	/* Written by the executor's thread only. */
 	_Alignas(64) _Atomic uint64_t up[CBCMN__G_N];
 	_Atomic uint64_t down[CBCMN__G_N];
-	_Atomic uint32_t running; /* 1 while a task runs on it */
+	/* +1 as each run of a task on it begins and ends: odd while a task
+	 * runs.  The steal gate tells one long run from many short ones by
+	 * it (sched.c, pick_stuck()). */
+	_Atomic uint64_t run_seq;
 	_Atomic uint64_t mshots;  /* streams and acceptors open on it (stream.c) */
 	/* Written by anyone. */
 	_Alignas(64) _Atomic uint64_t down_remote[CBCMN__G_N];

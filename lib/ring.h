@@ -62,6 +62,8 @@ struct cbcmn__ring {
 	bool dropped;         /* the kernel dropped CQEs: replace the thread (sched.c) */
 	uint32_t overflow_seen; /* the CQ ring's count of dropped CQEs, last read */
 	uint32_t defer;       /* loop turns SQEs have waited */
+	uint64_t defer_since; /* ... since when (sched.c, ring_may_defer()) */
+	uint64_t pick_ns;     /* the mean pick the last deferred SQEs waited through */
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
 	struct cbcmn__bufpool *pool; /* provided buffers for streams (stream.c) */
 	struct cbcmn__bufpool *dead_pools; /* those of dead threads' rings, kept (stream.c) */

@@ -220,6 +220,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->spin_ns = 50000;
 	if (out->steal_cost_ns == 0)
 		out->steal_cost_ns = 1000;
+	if (out->io_batch_ns == 0)
+		out->io_batch_ns = 50000;
 	if (out->policy < CBCMN_PIN_NONE || out->policy > CBCMN_POLICY_CPUS)
 		return -EINVAL;
 	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))

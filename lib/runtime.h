@@ -227,6 +227,11 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) remote_free;
 	/* Interruptible waits of tasks blocked here (iwait.h). */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwait_reg iwaits;
+	/* Written by thieves (sched.c, pick_stuck()): the run of this
+	 * executor's (diag.run_seq) a thief first saw its gate refuse, and
+	 * when.  A heuristic pair: a race costs one early steal at most. */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t gate_seq;
+	_Atomic uint64_t gate_ns;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
@@ -273,6 +278,8 @@ struct cbcmn__exec {
 	struct cbcmn__xmsg **backlog_tail;
 	uint32_t nbacklog;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
+	bool gated;                       /* the gate refused work since the last look (sched.c) */
+	uint64_t gate_wait_ns;            /* how long to park while only gated work is left */
 	uint32_t nmshots;                 /* streams and acceptors open here (stream.c) */
 	struct cbcmn__mshot *mshots;      /* ... and their list */
 	uint64_t busy_since, busy_tasks;  /* for avg_task_ns */
@@ -444,6 +451,10 @@ void cbcmn__notify_one_sc(struct cbcmn_runtime *rt);
 void cbcmn__unpark_all(struct cbcmn_runtime *rt);
 bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns);
 bool cbcmn__any_work(struct cbcmn_runtime *rt);
+/* sched.c: work e could take now: the inject queue, or another
+ * executor's queue the steal gate lets through (sets e->gated if it
+ * refused some). */
+bool cbcmn__stealable_work(struct cbcmn__exec *e);
 void cbcmn__searching_begin(struct cbcmn__exec *e);
 void cbcmn__searching_end(struct cbcmn__exec *e);
 void cbcmn__futex_wake_one(_Atomic uint32_t *word);

@@ -430,6 +430,22 @@ static void check_canary(struct cbcmn_task *t, struct cbcmn__stack *s)
 
 static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t);
 
+/* diag.run_seq: the next odd value as a run begins, the next even one as
+ * it ends (a thread that died in a run left it odd: the next run still
+ * begins on a new odd value).  Owner-only writes, read by the snapshot and
+ * thieves; relaxed: they only compare it. */
+static inline void run_seq_begin(struct cbcmn__exec *e)
+{
+	uint64_t s = atomic_load_explicit(&e->diag.run_seq, memory_order_relaxed);
+	atomic_store_explicit(&e->diag.run_seq, (s | 1) + ((s & 1) << 1), memory_order_relaxed);
+}
+
+static inline void run_seq_end(struct cbcmn__exec *e)
+{
+	uint64_t s = atomic_load_explicit(&e->diag.run_seq, memory_order_relaxed);
+	atomic_store_explicit(&e->diag.run_seq, s + (s & 1), memory_order_relaxed);
+}
+
 /* Scheduler side: run (start or resume) t, then do what it asked for. */
 static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
@@ -469,9 +485,9 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
-	atomic_store_explicit(&e->diag.running, 1, memory_order_relaxed); /* snapshot.c */
+	run_seq_begin(e);
 	switch_to_task(e, t);
-	atomic_store_explicit(&e->diag.running, 0, memory_order_relaxed);
+	run_seq_end(e);
 	e->current = NULL;
 
 	struct cbcmn_task *p = e->post_task;
@@ -711,12 +727,48 @@ static uint32_t pick_victim(struct cbcmn__exec *e, uint32_t attempt)
  * without a CAS, so a thief cannot claim several items with one CAS on top
  * (docs/SCHEDULER.md): the batch is a run of single steals, stopped at the
  * first miss.  The first task is returned, the rest go on our deque. */
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Has v been in one run of a task for longer than limit ns?  v's mean
+ * pick time says nothing while it runs one long task (issue 15: a parent
+ * computing for 0.6 s kept its child queued behind it, the idle thief
+ * refused by a mean of a few microseconds).  v's run sequence does: the
+ * first thief to see a run of it notes when (gate_seq/gate_ns); a later
+ * look at the same run knows it has lasted at least that long, and its
+ * queue waited as long.  Costs v nothing: thieves write the pair, and
+ * only on a refusal.  release/acquire on gate_seq: a thief that reads a
+ * run's number reads a time noted for it (or by a racing thief for an
+ * earlier run, noted a moment earlier: an early steal at worst). */
+static bool pick_stuck(struct cbcmn__exec *v, uint64_t limit)
+{
+	uint64_t seq = atomic_load_explicit(&v->diag.run_seq, memory_order_relaxed);
+	if (!(seq & 1))
+		return false; /* between runs: its queue moves */
+	uint64_t now = now_ns();
+	if (atomic_load_explicit(&v->gate_seq, memory_order_acquire) != seq) {
+		atomic_store_explicit(&v->gate_ns, now, memory_order_relaxed);
+		atomic_store_explicit(&v->gate_seq, seq, memory_order_release);
+		return false;
+	}
+	uint64_t seen = atomic_load_explicit(&v->gate_ns, memory_order_relaxed);
+	return now > seen && now - seen > limit;
+}
+
 /* The stealing gate (seed 001): take from v only if the time we expect to
  * save beats what the move costs: the half of v's queue we would take,
  * each task v's mean pick time, runs here instead of waiting behind the
  * rest, against cfg.steal_cost_ns + cfg.steal_margin_ns.  A victim with no
- * estimate yet passes (docs/SCHEDULER.md). */
-static bool steal_gate(struct cbcmn__exec *e, struct cbcmn__exec *v, int64_t len)
+ * estimate yet passes, and so does one whose current run has already kept
+ * its queue waiting longer than the cost (pick_stuck()).  A refusal is
+ * remembered in e->gated: search() then parks for a while instead of
+ * looking again at once (docs/SCHEDULER.md).  count: a steal attempt's
+ * refusal counts in steals_gated; park's look does not. */
+static bool steal_gate(struct cbcmn__exec *e, struct cbcmn__exec *v, int64_t len, bool count)
 {
 	const cbcmn_config *c = &e->rt->cfg;
 	uint64_t avg = atomic_load_explicit(&v->ss->avg_task_ns, memory_order_relaxed);
@@ -726,9 +778,28 @@ static bool steal_gate(struct cbcmn__exec *e, struct cbcmn__exec *v, int64_t len
 	/* The locality margin applies to victims on another NUMA node: their
 	 * tasks' data comes across the interconnect. */
 	uint64_t margin = e->node != v->node ? c->steal_margin_ns : 0;
-	if (saved > c->steal_cost_ns + margin)
+	if (saved > c->steal_cost_ns + margin || pick_stuck(v, c->steal_cost_ns + margin))
 		return true;
-	CBCMN__COUNT(e, steals_gated, 1);
+	e->gated = true;
+	if (count)
+		CBCMN__COUNT(e, steals_gated, 1);
+	return false;
+}
+
+bool cbcmn__stealable_work(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (atomic_load_explicit(&rt->inj_len, memory_order_relaxed))
+		return true;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__exec *v = rt->exec[i];
+		if (v == e)
+			continue;
+		int64_t len = cbcmn__deque_len(&v->dq) +
+			      (atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL);
+		if (len > 0 && steal_gate(e, v, len, false))
+			return true;
+	}
 	return false;
 }
 
@@ -739,7 +810,7 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 	int64_t len = cbcmn__deque_len(&v->dq);
 	bool slot = atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL;
 	*taken = 0;
-	if (len + slot == 0 || !steal_gate(e, v, len + slot))
+	if (len + slot == 0 || !steal_gate(e, v, len + slot, true))
 		return NULL;
 	int64_t want = (len + 1) / 2;
 	if (want > STEAL_BATCH_MAX)
@@ -766,13 +837,6 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 	}
 	*taken = n;
 	return first;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* search_start: when the executor began looking for work (the steal
@@ -818,6 +882,38 @@ static void spin_for(struct cbcmn__exec *e, uint64_t ns)
 	} while (now_ns() < end);
 }
 
+/* May the SQEs queued wait for one more pick?  A batch waits at most
+ * RING_BATCH_TURNS picks, and by time at most cfg.io_batch_ns counting
+ * the next pick at the executor's mean pick time: beside tasks that run
+ * for milliseconds each, 16 picks held a write for 30 ms (issue 15); now
+ * it goes after the pick that queued it.  The clock is read only while
+ * SQEs wait, once a pick (as it is while timers are armed). */
+static bool ring_may_defer(struct cbcmn__exec *e)
+{
+	if (++e->ring.defer >= RING_BATCH_TURNS)
+		return false;
+	if (e->rt->lab)
+		return true; /* by picks only: the lab's runs repeat */
+	uint64_t now = now_ns();
+	if (e->ring.defer == 1)
+		e->ring.defer_since = now; /* the pick that queued them just ended */
+	else
+		e->ring.pick_ns = (now - e->ring.defer_since) / (e->ring.defer - 1);
+	/* The next pick, as long as the mean (a window of 256 picks: cold
+	 * for the first half second of 2 ms picks) or the picks these SQEs
+	 * have just waited through, whichever is longer. */
+	uint64_t next = atomic_load_explicit(&e->ss->avg_task_ns, memory_order_relaxed);
+	if (next < e->ring.pick_ns)
+		next = e->ring.pick_ns;
+	if (now - e->ring.defer_since + next < e->rt->cfg.io_batch_ns)
+		return true;
+	/* Submitted without waiting: nothing is measured; the guess fades,
+	 * so that short picks get their batches back. */
+	if (e->ring.defer == 1)
+		e->ring.pick_ns /= 2;
+	return false;
+}
+
 /* Between tasks: submit the SQEs the tasks queued once enough have waited
  * (or at once when idle), and turn completions into ready tasks.  Then
  * take what other executors sent.  One io_uring_enter for a whole batch. */
@@ -830,7 +926,7 @@ static void ring_poll(struct cbcmn__exec *e, bool idle)
 	struct io_uring *u = &e->ring.u;
 	unsigned sq = cbcmn__sq_unflushed(u);
 	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
-	if ((sq && (idle || ++e->ring.defer >= RING_BATCH_TURNS)) || kernel || e->ring.resubmit)
+	if ((sq && (idle || !ring_may_defer(e))) || kernel || e->ring.resubmit)
 		cbcmn__ring_submit(e, false, 0);
 	if (io_uring_cq_ready(u))
 		cbcmn__ring_reap(e);
@@ -1204,6 +1300,7 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		}
 		if (t) {
 			cbcmn__searching_end(e);
+			e->gate_wait_ns = 0;
 			exec_state(e, CBCMN_EXEC_RUNNING);
 			e->busy_since = now_ns();
 			e->idle_ns += e->busy_since - start0;

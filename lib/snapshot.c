@@ -75,7 +75,7 @@ static void exec_fill(const struct cbcmn__diag *d, cbcmn_exec_snapshot *x)
 	x->parked = gauge_read(d, CBCMN__G_PARKED);
 	x->nurseries_open = gauge_read(d, CBCMN__G_NURSERY);
 	x->obligations = gauge_read(d, CBCMN__G_OBLIG);
-	x->running = atomic_load_explicit(&d->running, memory_order_relaxed);
+	x->running = atomic_load_explicit(&d->run_seq, memory_order_relaxed) & 1;
 }
 
 static void add(cbcmn_exec_snapshot *t, const cbcmn_exec_snapshot *x)

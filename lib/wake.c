@@ -26,6 +26,12 @@
 #include "probes.h"
 #include "runtime.h"
 
+/* Parks while only work the steal gate refuses is left (cbcmn__park()):
+ * from 50 us, doubling to 1 ms.  The longest is how late a queue stuck
+ * behind one long run can be found by an idle executor that slept. */
+#define GATE_PARK_MIN_NS 50000u
+#define GATE_PARK_MAX_NS 1000000u
+
 void cbcmn__futex_wake_one(_Atomic uint32_t *word) { cbcmn__futex_wake(word, 1); }
 
 void cbcmn__futex_wait_zero(_Atomic uint32_t *word) { cbcmn__futex_wait(word, 0, NULL); }
@@ -235,7 +241,13 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 	/* Pairs with the fence in cbcmn__notify_one(): see the file comment. */
 	atomic_thread_fence(memory_order_seq_cst);
 	bool notified;
-	if (cbcmn__any_work(rt) || cbcmn__own_work(e) ||
+	/* Work the steal gate refuses is not ours to wait for: its owner is
+	 * running and gets to it (issue 15: looking again at once kept the
+	 * thief spinning, neither stealing nor asleep).  But the gate's
+	 * answer changes with time (a run that goes on too long lets it
+	 * through, sched.c): sleep a while only, longer each time. */
+	e->gated = false;
+	if (cbcmn__stealable_work(e) || cbcmn__own_work(e) ||
 	    atomic_load_explicit(&rt->shutdown, memory_order_acquire)) {
 		if (idle_try_clear(e)) {
 			cbcmn__searching_begin(e);
@@ -247,6 +259,12 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 		while (!(notified = wait_permit(e, 0)))
 			;
 	} else {
+		if (e->gated) {
+			uint64_t g = e->gate_wait_ns ? e->gate_wait_ns : GATE_PARK_MIN_NS;
+			if (timeout_ns == 0 || timeout_ns > g)
+				timeout_ns = g;
+			e->gate_wait_ns = g < GATE_PARK_MAX_NS / 2 ? 2 * g : GATE_PARK_MAX_NS;
+		}
 		CBCMN__COUNT(e, parks, 1);
 		CBCMN_PROBE2(park, e->id, e->rt->seg.rt_id);
 		notified = wait_permit(e, timeout_ns);
@@ -259,6 +277,7 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 		CBCMN_PROBE3(unpark, e->id, notified, e->rt->seg.rt_id);
 	}
 	if (notified) {
+		e->gate_wait_ns = 0;
 		CBCMN__COUNT(e, wakes, 1);
 		/* Claimed or not: a notifier that claimed us cleared our idle
 		 * bit and counted us in num_searching; a kick or shutdown's

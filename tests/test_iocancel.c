@@ -709,7 +709,15 @@ static enum queued_end queued_run(enum op op, int by, uint64_t timeout_ns)
 	assert_true(fx_arm(&f));
 	f.timeout_ns = timeout_ns;
 	assert_true(fx_event(&f));
-	cbcmn_runtime *rt = t_runtime_with(by == BY_SAME_TASK ? 1 : 2, 0, ring_flags);
+	/* Batches by picks alone: the SQE must still be queued after the
+	 * holder's few short picks, however slow a loaded machine makes
+	 * them (the time bound, cfg.io_batch_ns, would send it on). */
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = by == BY_SAME_TASK ? 1 : 2;
+	cfg.ring_flags = ring_flags;
+	cfg.io_batch_ns = UINT64_MAX / 4;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	struct queued q = {.f = &f, .rt = rt, .hold = 1};
 	if (by == BY_SAME_TASK) {
 		t_run(rt, queued_same_task, &q, 0);

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "helpers.h"
 #include "../lib/fault.h"
@@ -317,6 +319,95 @@ static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
 	t_destroy(x.rt);
 }
 
+/* ---- I/O between long picks (issue 15, liveness 4) ----------------------- */
+
+#define LONG_PICK_TASKS 8
+#define LONG_PICK_US 1000
+#define LONG_PICK_WRITES 20
+
+struct long_picks {
+	int fd;
+	_Atomic uint64_t picks; /* the CPU-bound tasks' picks so far */
+	_Atomic bool stop;
+	uint64_t worst;         /* the most picks one write waited */
+	int64_t err;
+};
+
+static int64_t long_picker(cbcmn_cx *cx, void *arg)
+{
+	struct long_picks *lp = arg;
+	while (!atomic_load(&lp->stop)) {
+		uint64_t end = t_now_ns() + LONG_PICK_US * 1000ull;
+		while (t_now_ns() < end)
+			;
+		atomic_fetch_add(&lp->picks, 1);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t long_pick_writer(cbcmn_cx *cx, void *arg)
+{
+	struct long_picks *lp = arg;
+	for (int i = 0; i < LONG_PICK_WRITES && !lp->err; i++) {
+		uint64_t p0 = atomic_load(&lp->picks);
+		int64_t rc = cbcmn_write(cx, lp->fd, "x", 1);
+		uint64_t waited = atomic_load(&lp->picks) - p0;
+		if (rc != 1)
+			lp->err = rc < 0 ? rc : -EIO;
+		if (waited > lp->worst)
+			lp->worst = waited;
+		/* A request now and then, as a server's would come: writes
+		 * back to back would also meet the slot's fairness cap (three
+		 * runs in a row from the next-task slot, then behind the
+		 * others), which is not what this test is about. */
+		cbcmn_sleep(cx, 1000000);
+	}
+	atomic_store(&lp->stop, true);
+	return 0;
+}
+
+static int64_t long_pick_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	for (int i = 0; i < LONG_PICK_TASKS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, long_picker, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, long_pick_writer, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The bug: SQEs waited for 16 picks whatever the picks cost, so beside
+ * tasks that each ran for milliseconds a write waited ~16 of them (30 ms
+ * with 2 ms tasks).  Now a request whose wait would pass io_batch_ns by
+ * the end of the next pick goes after the pick that queued it: the write
+ * completes within a pick or two of the CPU-bound tasks, not 15. */
+static void test_regression_io_is_submitted_between_long_picks(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("the executors' submission batches");
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	struct long_picks lp = {.fd = sv[0]};
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, long_pick_root, &lp, &r);
+	t_destroy(rt);
+	char buf[LONG_PICK_WRITES + 1];
+	ssize_t got = read(sv[1], buf, sizeof(buf));
+	close(sv[0]);
+	close(sv[1]);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(lp.err, 0);
+	assert_int_equal(got, LONG_PICK_WRITES); /* nothing lost */
+	if (lp.worst > 4)
+		fail_msg("a write waited %llu picks of the CPU-bound tasks (16 was the old batch)",
+			 (unsigned long long)lp.worst);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -324,6 +415,7 @@ int main(void)
 		T_WATCHED_TEST(test_reap_is_bounded_per_turn),
 		T_WATCHED_TEST(test_failed_doorbell_submit_is_retried),
 		T_WATCHED_TEST(test_dropped_cqe_does_not_strand_its_fiber),
+		T_WATCHED_TEST(test_regression_io_is_submitted_between_long_picks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -590,6 +590,102 @@ static void test_tsan_fiber_reused_without_reset(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the steal gate and one long run (issue 15, liveness 1) --------------
+ * The gate weighs a victim's queue by its mean pick time, which says
+ * nothing while the victim runs one long task.  A parent that spawned a
+ * child and then computed kept the child queued behind it: the idle
+ * executor's gate refused it on a mean of microseconds, and its park
+ * looked at the queue, saw work and did not sleep, so it neither stole
+ * nor slept (1.2 s instead of 0.6 s, a million refusals).  Now a run that
+ * outlasts the cost lets the gate through, and gated work lets the thief
+ * sleep meanwhile.  The cost is set far above any mean of tiny tasks, so
+ * only the long run can open the gate.  (Before the fix: a hang, the
+ * child never started while the parent computed.) */
+#define GATE_COST_NS 200000000ull /* 200 ms */
+#define GATE_WARM_ROUNDS 16
+#define GATE_WARM_TASKS 256
+
+struct gate_run {
+	_Atomic int child_started;
+	uint64_t parks_before, parks_at_start;
+	uint32_t parent_exec, child_exec;
+};
+
+static uint64_t parks_now(cbcmn_runtime *rt)
+{
+	cbcmn_stats s;
+	if (cbcmn_stats_snapshot(rt, &s, NULL, 0) != 0)
+		return UINT64_MAX;
+	return s.total.parks;
+}
+
+static int64_t gate_tiny(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t gate_child(cbcmn_cx *cx, void *arg)
+{
+	struct gate_run *g = arg;
+	g->parks_at_start = parks_now(cbcmn_cx_runtime(cx));
+	g->child_exec = cbcmn_cx_executor(cx);
+	atomic_store(&g->child_started, 1);
+	return 0;
+}
+
+static int64_t gate_parent(cbcmn_cx *cx, void *arg)
+{
+	struct gate_run *g = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	/* Both executors learn a mean pick time of tiny tasks. */
+	for (int round = 0; round < GATE_WARM_ROUNDS; round++) {
+		TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+		for (int i = 0; i < GATE_WARM_TASKS; i++)
+			TASK_CHECK(cbcmn_nursery_spawn(cx, n, gate_tiny, NULL, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	}
+	g->parent_exec = cbcmn_cx_executor(cx);
+	g->parks_before = parks_now(rt);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, gate_child, g, NULL) == 0);
+	/* Compute, never yielding, until the child has started elsewhere
+	 * (the deadline only bounds a hang). */
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&g->child_started) && t_now_ns() < deadline)
+		;
+	TASK_CHECK(atomic_load(&g->child_started));
+	TASK_CHECK(cbcmn_cx_executor(cx) == g->parent_exec);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sleeps(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.steal_cost_ns = GATE_COST_NS;
+	/* Separate picks for the tiny tasks: the mean needs them. */
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct gate_run g = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, gate_parent, &g, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&g.child_started), 1);
+	assert_int_not_equal(g.child_exec, g.parent_exec); /* stolen, not run after */
+	/* While only the refused child was there, the thief slept. */
+	assert_true(g.parks_before != UINT64_MAX && g.parks_at_start != UINT64_MAX);
+	assert_true(g.parks_at_start > g.parks_before);
+	cbcmn_stats s = snap(rt, NULL, 0);
+	assert_true(s.total.steals_gated > 0); /* the gate did refuse it first */
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -603,6 +699,7 @@ int main(void)
 		SCHED_TEST(test_victim_least_loaded),
 		SCHED_TEST(test_yield_interleaves),
 		SCHED_TEST(test_one_worker_runs_all_on_executor_0),
+		SCHED_TEST(test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sleeps),
 		SCHED_TEST(test_tsan_fiber_reused_without_reset),
 	};
 	return cmocka_run_group_tests_name("sched", tests, NULL, NULL);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1342,6 +1343,102 @@ static void bench_bpf_overhead(void)
 	printf("bpf-overhead attached_programs %u\n", attached);
 }
 
+/* ---- iolat: a write's latency beside CPU-bound tasks (issue 15) ----------- */
+
+#define IOLAT_HOGS 16
+#define IOLAT_HOG_NS 2000000ull /* each runs 2 ms between yields */
+#define IOLAT_MAX 4096
+
+struct iolat {
+	int fd;
+	_Atomic bool stop;
+	uint32_t n;
+	double us[IOLAT_MAX];
+};
+
+static int64_t iolat_hog(cbcmn_cx *cx, void *arg)
+{
+	struct iolat *l = arg;
+	while (!atomic_load_explicit(&l->stop, memory_order_relaxed)) {
+		uint64_t end = mono_ns() + IOLAT_HOG_NS;
+		while (mono_ns() < end)
+			;
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t iolat_writer(cbcmn_cx *cx, void *arg)
+{
+	struct iolat *l = arg;
+	uint64_t stop = mono_ns() + (duration_set ? (uint64_t)duration_s : 1) * 1000000000ull;
+	int64_t rc = 0;
+	while (l->n < IOLAT_MAX && mono_ns() < stop) {
+		uint64_t t0 = mono_ns();
+		rc = cbcmn_write(cx, l->fd, "x", 1);
+		if (rc != 1)
+			break;
+		l->us[l->n++] = (double)(mono_ns() - t0) / 1e3;
+		cbcmn_sleep(cx, 1000000); /* 1 ms: a request now and then */
+	}
+	atomic_store(&l->stop, true);
+	return rc == 1 ? 0 : rc < 0 ? rc : -EIO;
+}
+
+static int64_t iolat_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	for (int i = 0; i < IOLAT_HOGS && !rc; i++)
+		rc = cbcmn_nursery_spawn(cx, n, iolat_hog, arg, NULL);
+	if (!rc)
+		rc = cbcmn_nursery_spawn(cx, n, iolat_writer, arg, NULL);
+	if (rc)
+		atomic_store(&((struct iolat *)arg)->stop, true);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+/* p50/p99 of a 1-byte cbcmn_write to a socket, a request every 1 ms from
+ * one task, beside 16 tasks that each compute 2 ms between yields: with
+ * the time bound on submission (cfg.io_batch_ns, the default) and without
+ * it (the old 16-pick batch), in the same run. */
+static void bench_iolat(void)
+{
+	static const struct {
+		const char *mode;
+		uint64_t batch_ns;
+	} modes[] = {{"", 0}, {"_pick_batch_only", UINT64_MAX / 4}};
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		int sv[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+			die("socketpair", -errno);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = workers;
+		cfg.io_batch_ns = modes[m].batch_ns;
+		cbcmn_runtime *rt;
+		int rc = cbcmn_runtime_create(&cfg, &rt);
+		if (rc)
+			die("runtime_create", rc);
+		struct iolat *l = calloc(1, sizeof(*l));
+		if (!l)
+			die("calloc", -ENOMEM);
+		l->fd = sv[0];
+		run(rt, iolat_root, l);
+		cbcmn_runtime_destroy(rt);
+		close(sv[0]);
+		close(sv[1]);
+		if (l->n == 0)
+			die("iolat: no write completed", -EIO);
+		printf("iolat write_p50_us%s %.1f\n", modes[m].mode, percentile(l->us, (int)l->n, 0.50));
+		printf("iolat write_p99_us%s %.1f\n", modes[m].mode, percentile(l->us, (int)l->n, 0.99));
+		free(l);
+	}
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static const struct bench {
@@ -1360,6 +1457,7 @@ static const struct bench {
 	{"doorbell", bench_doorbell, "shard-to-shard round trip, parked and spinning, vs raw MSG_RING and eventfd"},
 	{"echo", bench_echo, "loopback echo server (fiber I/O) vs an epoll server, same client"},
 	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
+	{"iolat", bench_iolat, "1-byte write p50/p99 us beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,
 	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},
 	{"bpf-host-switch", bench_bpf_host_switch,

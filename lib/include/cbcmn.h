@@ -375,6 +375,15 @@ typedef struct cbcmn_config {
 	 * cbcmn_leak_policy.  0, the default: CBCMN_LEAK_LOG.  Anything else
 	 * fails the create call with -EINVAL. */
 	uint32_t obligation_leak;
+
+	/* ---- I/O submission between tasks (docs/SCHEDULER.md, "Where work
+	 * goes") --------------------------------------------------------------
+	 * An I/O request a task queues waits in the executor's submission
+	 * queue for a batch: up to 16 tasks' picks, and no longer than this
+	 * many ns when the next pick (by the executor's mean pick time) would
+	 * keep it waiting past that: beside tasks that each run for
+	 * milliseconds, requests are submitted after every pick.  0: 50 us. */
+	uint64_t io_batch_ns;
 } cbcmn_config;
 
 /* Leak policies (cbcmn_config.obligation_leak).  Every leak is counted
