@@ -113,8 +113,11 @@ static int64_t recharge_racer(cbcmn_cx *cx, void *arg)
 		cbcmn_task *t;
 		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, quick, NULL, &t) == 0);
-		for (int k = 0; k < i % 8; k++)
-			__asm__ volatile("" ::: "memory");
+		/* Sweep the recharge across the child's start and end on the
+		 * other executor (a wake and a steal: tens of microseconds). */
+		uint64_t at = t_now_ns() + (uint64_t)(i * 7919 % 40000);
+		while (t_now_ns() < at)
+			;
 		TASK_CHECK(cbcmn_budget_recharge(cx, t, &give) == 0);
 		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 		TASK_CHECK(cbcmn_task_join(cx, t, NULL) == 0);
