@@ -238,21 +238,35 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 
 static void wake_budget_wait(struct cbcmn_task *o, bool if_mismatch, struct cbcmn__exec *e);
 
+/* Hold a reference to t's payer until t's record is freed (task.c). */
+static void hold_payer(struct cbcmn_task *t)
+{
+	/* Relaxed: the payer is alive (running, or the opener of t's
+	 * nursery, which t has not left) and holds its own reference; the
+	 * release of the last cbcmn__task_unref() orders the rest. */
+	atomic_fetch_add_explicit(&t->payer->refs, 1, memory_order_relaxed);
+	t->payer_ref = true;
+}
+
 /* spawner paid child's draw or its stack: child gives back to it when it
- * ends, holding a reference to its record until child's own goes (task.c),
- * so that a refund reaching spawner after spawner has ended can still pass
- * on to spawner's payer.  Nothing is owed by a child of an unlimited
- * spawner: unlimited flows nowhere. */
-void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child)
+ * ends.  A spawner that is not the opener of child's nursery may end
+ * first: child holds its record (a refund reaching an ended spawner passes
+ * on to the spawner's payer).  The opener outlives child; child takes a
+ * reference to it only if something may pass through child after child
+ * ends (cbcmn__budget_leftover()): no locked instruction on the fork-join
+ * spawn.  Nothing is owed by a child of an unlimited spawner: unlimited
+ * flows nowhere. */
+void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
+			 struct cbcmn_task *opener)
 {
 	if (!child->stack_charge && !(child->limited && spawner->limited))
 		return;
-	/* Relaxed: spawner is running and holds its own reference; the
-	 * release of the last cbcmn__task_unref() orders the rest.  owed is
-	 * decremented under spawner's budget lock (give()), and read there. */
-	atomic_fetch_add_explicit(&spawner->refs, 1, memory_order_relaxed);
+	/* Relaxed: decremented under spawner's budget lock (give()), read
+	 * there or with acquire by spawner itself. */
 	atomic_fetch_add_explicit(&spawner->owed, 1, memory_order_relaxed);
 	child->payer = spawner;
+	if (spawner != opener)
+		hold_payer(child);
 }
 
 /* A spawn paid for and then refused (closed or cancelled meanwhile, no
@@ -275,15 +289,19 @@ static void give(struct cbcmn_task *o, const uint64_t amount[CBCMN__B_N], bool c
 	while (o) {
 		struct cbcmn__mutex *bl = budget_lock(o);
 		cbcmn__mutex_lock(bl);
-		if (child_ended) {
-			/* Relaxed: read under this lock (wait_exhausted()). */
-			atomic_fetch_sub_explicit(&o->owed, 1, memory_order_relaxed);
-			child_ended = false;
-		}
-		if (!o->budget_closed) {
+		bool closed = o->budget_closed;
+		if (!closed)
 			for (int c = 0; c < CBCMN__B_N; c++)
 				if (amount[c])
 					refund_add(o, c, amount[c]);
+		if (child_ended) {
+			/* After the refund: release pairs with the acquire in
+			 * cbcmn__budget_leftover(), where o, seeing no child
+			 * left, closes without this lock and must see it. */
+			atomic_fetch_sub_explicit(&o->owed, 1, memory_order_release);
+			child_ended = false;
+		}
+		if (!closed) {
 			/* Waiting for budget: what arrived may be what it needs. */
 			wake_budget_wait(o, false, e);
 			cbcmn__mutex_unlock(bl);
@@ -306,13 +324,28 @@ void cbcmn__budget_leftover(struct cbcmn_task *t)
 	if (!t->limited && t->rt->cfg.profile != CBCMN_PROFILE_CLUSTER)
 		return;
 	uint64_t in[CBCMN__B_N];
+	/* Nobody can give t anything any more when no child it paid for is
+	 * left (acquire: pairs with give()'s release, after the child's
+	 * refund) and nobody holds a handle to recharge it with: then no
+	 * lock, the common fork-join case. */
+	bool alone = !(t->flags & CBCMN__TF_HANDLE) &&
+		     atomic_load_explicit(&t->owed, memory_order_acquire) == 0;
 	struct cbcmn__mutex *bl = budget_lock(t);
-	cbcmn__mutex_lock(bl);
+	if (!alone)
+		cbcmn__mutex_lock(bl);
 	t->budget_closed = true;
 	/* acquire: pairs with refund_add()'s release. */
 	for (int c = 0; c < CBCMN__B_N; c++)
 		in[c] = atomic_exchange_explicit(&t->refund[c], 0, memory_order_acquire);
-	cbcmn__mutex_unlock(bl);
+	/* Children it paid for still run (in a nursery it did not open): what
+	 * they give back passes through t to its payer, which must outlive
+	 * t's record.  It is alive now (t's opener, t has not left its
+	 * nursery, or held since the spawn). */
+	if (!alone && t->payer && !t->payer_ref &&
+	    atomic_load_explicit(&t->owed, memory_order_relaxed))
+		hold_payer(t);
+	if (!alone)
+		cbcmn__mutex_unlock(bl);
 	if (!t->payer)
 		return; /* a root: its budget came from nobody */
 	uint64_t left[CBCMN__B_N] = {
@@ -422,7 +455,6 @@ static void notify_payer(struct cbcmn_task *t, int delta)
 	cbcmn__mutex_unlock(bl);
 }
 
-/* t cannot pay: wait, exhausted, until it is recharged (true) or ended. */
 /* CapBudget: refill component comp from the task's own limit, all that
  * is left of it.  True if anything came. */
 static bool self_recharge(struct cbcmn_task *t, int comp)

@@ -106,11 +106,12 @@ struct cbcmn_task {
 	_Atomic uint32_t killed;          /* its nursery gave up on it */
 	uint64_t stack_charge;            /* memory its spawner paid for its stack */
 	/* Its spawner, which paid its draw and its stack and gets back what is
-	 * left when it ends (budget.c), with a reference held until this
-	 * record is freed: a late refund to this task, once it has ended, is
-	 * passed on to its payer.  NULL: nothing to give back (a root, or
-	 * nothing limited). */
+	 * left when it ends (budget.c).  NULL: nothing to give back (a root,
+	 * or nothing limited).  payer_ref: a reference to it is held until
+	 * this record is freed (a late refund to this task, once it has
+	 * ended, is passed on to its payer). */
 	struct cbcmn_task *payer;
+	bool payer_ref;
 	/* Under its budget lock (cbcmn__budget_lock()): it has ended, and
 	 * refunds sent to it go on to its payer. */
 	bool budget_closed;
@@ -121,7 +122,6 @@ struct cbcmn_task {
 	 * nursery's lock). */
 	_Atomic(struct cbcmn__iwait *) budget_iw;
 	bool limited;                     /* some component is not unlimited */
-	bool root;                        /* spawned by a thread: budget from cfg */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
@@ -515,12 +515,11 @@ void cbcmn__charge_window(struct cbcmn_task *t);
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
-/* Spawn: record that spawner paid child (after the draw); undo a charge. */
-void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child);
+/* Spawn: record that spawner paid child (after the draw), child going
+ * into a nursery opened by opener; undo a charge. */
+void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
+			 struct cbcmn_task *opener);
 void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge);
-/* The record of t is being freed: drop its payer's reference.  Returns
- * the payer if that was the last reference (the caller frees it next). */
-struct cbcmn_task *cbcmn__budget_release(struct cbcmn_task *t);
 
 /* Runtime calls made by a task check the stack room left before they
  * change anything: an overflow must never land inside the runtime's own

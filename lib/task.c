@@ -71,6 +71,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 		atomic_init(&t->refund[c], 0);
 	atomic_init(&t->killed, 0);
 	t->payer = NULL;
+	t->payer_ref = false;
 	t->budget_closed = false;
 	atomic_init(&t->owed, 0);
 	atomic_init(&t->owed_exh, 0);
@@ -129,7 +130,8 @@ void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)
 	 * loop rather than a recursion down a long chain of payers. */
 	while (t && (atomic_load_explicit(&t->refs, memory_order_acquire) == 1 ||
 		     atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)) {
-		struct cbcmn_task *payer = t->payer; /* taken in cbcmn__budget_payer() */
+		/* Taken in cbcmn__budget_payer() or as t ended (budget.c). */
+		struct cbcmn_task *payer = t->payer_ref ? t->payer : NULL;
 		task_free(t, e);
 		t = payer;
 	}
@@ -244,7 +246,6 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		return -ENOMEM;
 	}
 	t->stack_charge = stack_charge;
-	t->root = !self;
 	if (!budgets)
 		cbcmn__budget_init_unlimited(t);
 	else if (self)
@@ -253,7 +254,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		cbcmn__budget_init_root(t);
 	/* What t did not use, and its stack, go back to self when t ends. */
 	if (self && budgets)
-		cbcmn__budget_payer(self, t);
+		cbcmn__budget_payer(self, t, n->owner);
 	if (self)
 		cbcmn__caps_grant(self, t, caps);
 	else if (!budgets)
