@@ -201,6 +201,69 @@ static void test_worker_spawning_into_its_parents_nursery_gets_its_refunds(void 
 	t_destroy(rt);
 }
 
+/* A worker hands long-running children to a thread's nursery and ends
+ * before they do: what they give back passes through the ended worker to
+ * the worker's own payer (here the root), instead of being lost. */
+struct handoff {
+	cbcmn_nursery *thread_n;
+	_Atomic int release;
+};
+
+static int64_t hands_off(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, h->thread_n, wait_flag, &h->release, NULL) == 0);
+	return 0;
+}
+
+static int64_t root_of_handoff(cbcmn_cx *cx, void *arg)
+{
+	struct handoff *h = arg;
+	cbcmn_budget before, now;
+	TASK_CHECK(cbcmn_budget_get(cx, &before) == 0);
+	cbcmn_nursery *m;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &m) == 0);
+	cbcmn_budget grant = {.ops = 3 * CBCMN_SERVICE_CHILD_OPS,
+			      .memory = 3 * (CBCMN_SERVICE_CHILD_MEMORY + S),
+			      .spawn_count = 2};
+	cbcmn_spawn_opts o = {.budget = &grant};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, m, hands_off, h, &o, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, m) == 0); /* the worker has ended */
+	atomic_store(&h->release, 1);
+	/* The children end on their own now: all of it comes back. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	do {
+		cbcmn_yield(cx);
+		TASK_CHECK(cbcmn_budget_get(cx, &now) == 0);
+	} while (now.memory != before.memory && t_now_ns() < end);
+	TASK_CHECK(now.memory == before.memory);
+	return 0;
+}
+
+static void test_refunds_to_an_ended_worker_pass_on_to_its_payer(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.profile = CBCMN_PROFILE_SERVICE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct handoff h = {0};
+	cbcmn_task *root;
+	cbcmn_nursery *outer;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &outer), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &h.thread_n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, outer, root_of_handoff, &h, &root), 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_task_join(NULL, root, &r), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, h.thread_n), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, outer), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
 /* ---- 4. amounts saturate ---- */
 
 struct seen_memory {
@@ -434,6 +497,7 @@ int main(void)
 		T_WATCHED_TEST(test_native_memory_budget_alone_lets_a_second_child_live),
 		T_WATCHED_TEST(test_recharge_racing_the_end_of_its_target_loses_nothing),
 		T_WATCHED_TEST(test_worker_spawning_into_its_parents_nursery_gets_its_refunds),
+		T_WATCHED_TEST(test_refunds_to_an_ended_worker_pass_on_to_its_payer),
 		T_WATCHED_TEST(test_recharge_to_unlimited_with_a_refund_pending_saturates),
 		T_WATCHED_TEST(test_spawner_waiting_for_memory_is_woken_by_its_childrens_refunds),
 		T_WATCHED_TEST(test_spawner_whose_children_are_all_exhausted_is_ended_not_hung),
