@@ -18,6 +18,7 @@
 enum cbcmn__lock_rank {
 	CBCMN__LOCK_RUNTIME_JANUS = 10, /* janus_rt: the global runtime pointer */
 	CBCMN__LOCK_SIGNAL = 15,        /* installing the SIGSEGV handler (process-wide) */
+	CBCMN__LOCK_TASK_BUDGET = 18,   /* a task's incoming budget vs its end (striped) */
 	CBCMN__LOCK_NURSERY = 20,       /* a nursery's list of exhausted children */
 	CBCMN__LOCK_IWAIT = 30,         /* an executor's interruptible-wait registry */
 	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */

@@ -335,6 +335,8 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	cbcmn__blocking_fini(rt); /* no-op after destroy's own call */
 	cbcmn__stack_pool_fini(&rt->stacks);
 	cbcmn__mutex_destroy(&rt->inject_lock);
+	for (int i = 0; i < CBCMN__BUDGET_LOCKS; i++)
+		cbcmn__mutex_destroy(&rt->budget_locks[i]);
 	cbcmn__oblig_fini(rt);
 	cbcmn__seg_destroy(&rt->seg);
 	free(rt);
@@ -398,6 +400,17 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->child_budget_limited = (c.child_budget.ops & c.child_budget.memory &
 				    c.child_budget.spawn_count & c.child_budget.channel_ops &
 				    c.child_budget.syscalls) != CBCMN_UNLIMITED;
+	if (c.profile == CBCMN_PROFILE_NATIVE) {
+		/* What the program left unset, before resolving made it
+		 * CBCMN_UNLIMITED (docs/BUDGETS.md, "Where budgets come from"). */
+		const cbcmn_budget none = {0}, *u = cfg ? &cfg->child_budget : &none;
+		rt->child_share = (!u->ops << CBCMN__B_OPS) | (!u->memory << CBCMN__B_MEMORY) |
+				  (!u->spawn_count << CBCMN__B_SPAWN) |
+				  (!u->channel_ops << CBCMN__B_CHANNEL) |
+				  (!u->syscalls << CBCMN__B_SYSCALLS);
+	}
+	for (int i = 0; i < CBCMN__BUDGET_LOCKS; i++)
+		cbcmn__mutex_init(&rt->budget_locks[i], "task_budget", CBCMN__LOCK_TASK_BUDGET);
 	cbcmn__mutex_init(&rt->inject_lock, "inject", CBCMN__LOCK_INJECT);
 	cbcmn__mutex_init(&rt->oblig_lock, "oblig", CBCMN__LOCK_OBLIG);
 	rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);

@@ -105,11 +105,23 @@ struct cbcmn_task {
 	_Atomic uint64_t refund[CBCMN__B_N];
 	_Atomic uint32_t killed;          /* its nursery gave up on it */
 	uint64_t stack_charge;            /* memory its spawner paid for its stack */
-	/* Its spawner, holding a reference, when its nursery's opener is a
-	 * thread: who gets its leftovers then (budget.c).  NULL otherwise. */
+	/* Its spawner, which paid its draw and its stack and gets back what is
+	 * left when it ends (budget.c).  NULL: nothing to give back (a root,
+	 * or nothing limited).  payer_ref: a reference to it is held until
+	 * this record is freed (a late refund to this task, once it has
+	 * ended, is passed on to its payer). */
 	struct cbcmn_task *payer;
+	bool payer_ref;
+	/* Under its budget lock (cbcmn__budget_lock()): it has ended, and
+	 * refunds sent to it go on to its payer. */
+	bool budget_closed;
+	/* Children it paid for that have not ended (they will refund it), and
+	 * how many of them wait for budget themselves (budget.c). */
+	_Atomic uint32_t owed, owed_exh;
+	/* Its wait on its nursery's exhausted list, while listed (under the
+	 * nursery's lock). */
+	_Atomic(struct cbcmn__iwait *) budget_iw;
 	bool limited;                     /* some component is not unlimited */
-	bool root;                        /* spawned by a thread: budget from cfg */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
@@ -308,9 +320,17 @@ struct cbcmn__exec {
 
 /* ---- the runtime root ----------------------------------------------- */
 
+#define CBCMN__BUDGET_LOCKS 16
+
 struct cbcmn_runtime {
 	cbcmn_config cfg;                 /* immutable after create */
 	bool child_budget_limited;        /* cfg.child_budget has a finite part */
+	/* Native profile: components of cfg.child_budget the program left
+	 * unset (1 << CBCMN__B_*), where a child takes a share (budget.c). */
+	uint32_t child_share;
+	/* CBCMN__LOCK_TASK_BUDGET: a task's incoming budget against its end,
+	 * striped by task id (budget.c). */
+	struct cbcmn__mutex budget_locks[CBCMN__BUDGET_LOCKS];
 	uint32_t fork_gen;                /* cbcmn__fork_gen at create (runtime.c) */
 	bool lab;                         /* lab mode: virtual clock, seeded picks */
 	_Atomic uint64_t vclock;          /* lab mode's clock, ns */
@@ -506,6 +526,11 @@ void cbcmn__charge_window(struct cbcmn_task *t);
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
+/* Spawn: record that spawner paid child (after the draw), child going
+ * into a nursery opened by opener; undo a charge. */
+void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
+			 struct cbcmn_task *opener);
+void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge);
 
 /* Runtime calls made by a task check the stack room left before they
  * change anything: an overflow must never land inside the runtime's own

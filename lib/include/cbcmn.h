@@ -211,7 +211,8 @@ typedef enum cbcmn_profile {
  * .child_budget.  SPEC-021 names DEFAULT_OPS etc. (§8.2) but gives no
  * numbers; these are cbcmn's (docs/BUDGETS.md says why).  A root's budget
  * is the pool of its whole subtree: 1024 children at the child
- * default, about 960 once their 64 KiB stacks are counted too. */
+ * default, about 960 alive at once once their 64 KiB stacks are counted
+ * too (a root spawning more waits for its children's refunds). */
 #define CBCMN_SERVICE_CHILD_OPS (1ull << 20)      /* 1024 yield intervals */
 #define CBCMN_SERVICE_CHILD_MEMORY (1ull << 20)   /* 1 MiB */
 #define CBCMN_SERVICE_CHILD_SPAWN 0ull            /* §8.2: children cannot spawn */
@@ -266,10 +267,10 @@ typedef struct cbcmn_config {
 	 * otherwise, cbcmn_nursery_spawn_ex): it gets that much, or what its
 	 * spawner has left if that is less, out of the spawner's budget
 	 * (SPEC-021 §8.2), and gives back what it did not use to its
-	 * nursery's opener when it ends (to its spawner if a thread opened
-	 * the nursery).  A zero component means the
-	 * profile's default: CBCMN_UNLIMITED ("all the spawner has") in
-	 * native, CBCMN_SERVICE_CHILD_* in the others, where spawn_count is
+	 * spawner when it ends.  A zero component means the profile's
+	 * default: in native, half of what the spawner has in that
+	 * component (all of it if unlimited), so that the spawner can go
+	 * on; CBCMN_SERVICE_CHILD_* in the others, where spawn_count is
 	 * 0: a child cannot spawn (set CBCMN_UNLIMITED to let children take
 	 * from their spawner's pool). */
 	cbcmn_budget child_budget;
@@ -512,15 +513,19 @@ CBCMN_API uint64_t cbcmn_now(const cbcmn_runtime *rt);
  *
  * Costs: CBCMN_CHECKPOINT() 1 op; spawning 1 op + 1 spawn_count +
  * cfg.stack_size bytes of memory for the child's stack (given back to the
- * nursery's opener when the child ends), and the child's budget comes out
- * of the spawner's; cbcmn_alloc(size) 1 op + size bytes of memory;
+ * spawner when the child ends, with what the child did not use), and the
+ * child's budget comes out of the spawner's; cbcmn_alloc(size) 1 op + size bytes of memory;
  * cbcmn_chan_create() by a task capacity * elem_size bytes of memory
  * (given back if that task destroys the channel).  Voluntary yields cost
  * nothing.  What a task gets when nothing is configured depends on the
  * profile (cbcmn_profile, docs/BUDGETS.md).  When a cost cannot be
  * paid the task waits, BudgetExhausted, until its nursery's opener recharges
- * it; if every child a nursery still waits for is exhausted, the nursery
- * ends them (each with CBCMN_EBUDGET) instead of waiting forever.
+ * it or a child it paid for ends and gives back; if every child a nursery
+ * still waits for is exhausted (a waiting task whose own paid children
+ * still run is not), the nursery ends them (each with CBCMN_EBUDGET)
+ * instead of waiting forever.  A spawn that waited looks at its nursery
+ * again: closed or cancelled meanwhile, it fails as it would have before
+ * (CBCMN_ECLOSED, CBCMN_ECANCELED) and the spawn's charge comes back.
  */
 
 /* The fast path of the loop yield check: a countdown at the start of the
@@ -568,7 +573,10 @@ CBCMN_API int cbcmn_caps_get(cbcmn_cx *cx, cbcmn_caps *out);
  * CapBudget), or CBCMN_EBUDGET (cx has less than amount to give, or its
  * limit is lower; nothing was moved).  The amount is checked first: more
  * than cx has is refused even if t has already ended (a recharge of an
- * ended task otherwise returns 0 and moves nothing).  A task holding
+ * ended task otherwise returns 0 and moves nothing: the check and the
+ * move are one step against t's end, so what is moved reaches t before t
+ * gives its leftovers back).  Components add up saturating: a recharge
+ * to CBCMN_UNLIMITED makes that component unlimited.  A task holding
  * CapBudget also recharges itself automatically when a cost finds it
  * exhausted, as far as its limit allows. */
 CBCMN_API int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount);
