@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,15 @@ static int64_t echo(cbcmn_cx *cx, void *arg)
 	return 0; /* a client that went away is not the server's failure */
 }
 
+/* accept(2) errors that pass: out of descriptors or memory (until some
+ * connections end), or a client gone before it was taken.  A server that
+ * stopped at them would stop serving for good. */
+static bool accept_error_passes(int64_t err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM ||
+	       err == -ECONNABORTED || err == -EPROTO;
+}
+
 static int64_t serve(cbcmn_cx *cx, void *arg)
 {
 	struct server *s = arg;
@@ -49,6 +59,10 @@ static int64_t serve(cbcmn_cx *cx, void *arg)
 	int64_t fd = 0;
 	while (!s->exit_after || served < s->exit_after) {
 		fd = cbcmn_accept(cx, s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0 && accept_error_passes(fd)) {
+			cbcmn_sleep(cx, 10 * 1000000); /* let connections end, then again */
+			continue;
+		}
 		if (fd < 0)
 			break;
 		if ((rc = cbcmn_nursery_spawn(cx, n, echo, (void *)(intptr_t)fd, NULL)) != 0) {

@@ -8,8 +8,9 @@
  * closes).  Connections are kept alive (HTTP/1.1's default; HTTP/1.0 only
  * with "Connection: keep-alive"), and pipelined requests are answered in
  * order.  Request bodies (Content-Length) are read and dropped; chunked
- * ones are refused (501).  With --exit-after N the server stops accepting
- * after N connections, waits for them to end, and exits 0.  Try:
+ * ones are refused (501).  A client idle for 30 s is dropped.  With
+ * --exit-after N the server stops accepting after N connections, waits
+ * for them to end, and exits 0.  Try:
  *
  *   http_server 8080 &  wrk -t2 -c64 -d5s http://127.0.0.1:8080/
  */
@@ -28,6 +29,7 @@
 
 #define REQ_MAX 8192 /* request line and headers; more is 431 */
 #define BODY "Hello, world!\n"
+#define IDLE_S 30
 
 struct server {
 	int listen_fd;
@@ -63,7 +65,11 @@ static bool respond(cbcmn_cx *cx, int fd, const char *status, const char *body, 
 static bool header(const char *hdrs, const char *name, char *out, size_t cap)
 {
 	size_t nl = strlen(name);
-	for (const char *l = hdrs; *l; l = strstr(l, "\r\n") + 2) {
+	/* Line by line; a NUL byte inside a line ends the block (strstr()
+	 * stops there: no next line). */
+	for (const char *l = hdrs, *eol; *l; l = eol + 2) {
+		if (!(eol = strstr(l, "\r\n")))
+			return false;
 		if (!strncasecmp(l, name, nl) && l[nl] == ':') {
 			const char *v = l + nl + 1;
 			v += strspn(v, " \t");
@@ -166,11 +172,23 @@ static bool one_request(cbcmn_cx *cx, struct conn *c)
 static int64_t connection(cbcmn_cx *cx, void *arg)
 {
 	struct conn *c = arg;
+	/* A client that sends nothing (or never finishes a request) for
+	 * IDLE_S is dropped: each of this task's calls times out then. */
+	cbcmn_io_set_timeout(cx, (uint64_t)IDLE_S * 1000000000);
 	while (one_request(cx, c))
 		;
 	cbcmn_close(cx, c->fd);
 	free(c);
 	return 0; /* a client that went away is not the server's failure */
+}
+
+/* accept(2) errors that pass: out of descriptors or memory (until some
+ * connections end), or a client gone before it was taken.  A server that
+ * stopped at them would stop serving for good. */
+static bool accept_error_passes(int64_t err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM ||
+	       err == -ECONNABORTED || err == -EPROTO;
 }
 
 static int64_t serve(cbcmn_cx *cx, void *arg)
@@ -184,6 +202,10 @@ static int64_t serve(cbcmn_cx *cx, void *arg)
 	int64_t fd = 0;
 	while (!s->exit_after || served < s->exit_after) {
 		fd = cbcmn_accept(cx, s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0 && accept_error_passes(fd)) {
+			cbcmn_sleep(cx, 10 * 1000000); /* let connections end, then again */
+			continue;
+		}
 		if (fd < 0)
 			break;
 		struct conn *c = malloc(sizeof(*c));

@@ -23,6 +23,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,15 @@ static int64_t echo(cbcmn_cx *cx, void *arg)
 	return 0; /* a client that went away or failed its handshake is not the server's failure */
 }
 
+/* accept(2) errors that pass: out of descriptors or memory (until some
+ * connections end), or a client gone before it was taken.  A server that
+ * stopped at them would stop serving for good. */
+static bool accept_error_passes(int64_t err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM ||
+	       err == -ECONNABORTED || err == -EPROTO;
+}
+
 static int64_t serve(cbcmn_cx *cx, void *arg)
 {
 	struct server *s = arg;
@@ -115,6 +126,10 @@ static int64_t serve(cbcmn_cx *cx, void *arg)
 		/* Non-blocking: OpenSSL's reads and writes must never block
 		 * the executor's thread. */
 		fd = cbcmn_accept(cx, s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0 && accept_error_passes(fd)) {
+			cbcmn_sleep(cx, 10 * 1000000); /* let connections end, then again */
+			continue;
+		}
 		if (fd < 0)
 			break;
 		struct conn *c = malloc(sizeof(*c));
@@ -192,6 +207,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: tls_echo PORT (0..65535, 0: any free) CERT KEY [--exit-after N]\n");
 		return 2;
 	}
+	/* OpenSSL writes to the socket with write(2): a client gone would
+	 * raise SIGPIPE and end the server.  Ignored, it is an EPIPE. */
+	signal(SIGPIPE, SIG_IGN);
 	if (!(s.ctx = tls_context(argv[2], argv[3])))
 		return 1;
 	int bound = 0;
