@@ -907,6 +907,48 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	return rc;
 }
 
+int64_t cbcmn__ep_poll_now(int fd, uint32_t events)
+{
+	if (fd < 0)
+		return -EBADF; /* poll(2) would skip it, and report nothing */
+	struct pollfd p = {.fd = fd, .events = (short)events};
+	int n;
+	while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		return -errno; /* -ENOMEM */
+	if (n == 0)
+		return 0;
+	return p.revents & POLLNVAL ? -EBADF : (int64_t)(uint16_t)p.revents;
+}
+
+/* cbcmn_poll(): readiness is looked at with poll(2), as a ring's POLL_ADD
+ * looks at once, and waited for in the set.  A wait ended by readiness
+ * reports what poll(2) then finds, even if the task was cancelled
+ * meanwhile: the poll happened, as a POLL_ADD that completed before its
+ * cancel.  A wake-up that finds nothing (another reader took it, or the
+ * readiness was for another wait's events) waits again, or returns
+ * CBCMN_ECANCELED if the task is cancelled by then.  A file epoll cannot
+ * watch (a regular file) that poll(2) finds not ready for `events` (only
+ * POLLPRI asked) never will be: -EINVAL, as io_uring says. */
+static int64_t do_poll(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t deadline)
+{
+	int fd = sqe->fd;
+	uint32_t events = sqe->poll32_events;
+	for (;;) {
+		int64_t rc = cbcmn__ep_poll_now(fd, events);
+		if (rc)
+			return rc;
+		if (cbcmn__task_cancelled(t))
+			return CBCMN_ECANCELED;
+		rc = wait_fd(t, fd, events, deadline);
+		if (rc == -EPERM)
+			return -EINVAL;
+		if (rc)
+			return rc; /* cancelled, timed out, closed (-EBADF), -ENOMEM */
+	}
+}
+
 /* A private non-blocking description of the pipe (or FIFO) fd names, for a
  * kernel that refuses RWF_NOWAIT on pipes (before 6.2): O_NONBLOCK is its
  * own, the caller's description and flags are untouched.  Opened through
@@ -1066,6 +1108,8 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 		return do_close(t->exec, sqe->fd);
 	case IORING_OP_CONNECT:
 		return do_connect(t, sqe, deadline);
+	case IORING_OP_POLL_ADD:
+		return do_poll(t, sqe, deadline);
 	case IORING_OP_OPENAT: /* a FIFO's open, a slow disk: may block */
 	case IORING_OP_STATX:
 	case IORING_OP_FSYNC:

@@ -62,6 +62,7 @@ static const char *const exported[] = {
 	"cbcmn_fsync",
 	"cbcmn_io_set_timeout",
 	"cbcmn_openat",
+	"cbcmn_poll",
 	"cbcmn_pread",
 	"cbcmn_pwrite",
 	"cbcmn_read",
