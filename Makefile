@@ -184,6 +184,9 @@ $(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BU
 $(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_cli runs every tool of its own build with bad arguments.
 $(BUILD)/tests/test_cli: | $(TOOLS)
+# test_export runs cbcmn-stat --prometheus; test_trace runs cbcmn-run --trace.
+$(BUILD)/tests/test_export: | $(BUILD)/bin/cbcmn-stat
+$(BUILD)/tests/test_trace: | $(BUILD)/bin/cbcmn-run
 # test_install installs this build (tools included) into a scratch DESTDIR.
 $(BUILD)/tests/test_install: | $(TOOLS)
 

@@ -434,6 +434,7 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 		{"verbose", no_argument, NULL, 'v'},
 		{"futex-tp", no_argument, NULL, 'F'},
 		{"runtime", required_argument, NULL, 'r'},
+		{"prometheus", no_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -443,6 +444,9 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 	getopt_reset();
 	while ((c = getopt_long(argc, argv, ":p:i:c:r:jvh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'P':
+			o->prometheus = true;
+			break;
 		case 'r':
 			if (want_u64("-r", optarg, 0, 65535, "a runtime index >= 0", &u, err, errlen))
 				return -1;
@@ -481,6 +485,9 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 	}
 	if (!o->pid)
 		return cli_err(err, errlen, "-p PID is required");
+	if (o->prometheus && (o->json || o->futex_tp))
+		return cli_err(err, errlen, "--prometheus and %s exclude each other",
+			       o->json ? "--json" : "--futex-tp");
 	if (optind != argc)
 		return cli_err(err, errlen, "unexpected argument '%s'", argv[optind]);
 	return 0;

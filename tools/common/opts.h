@@ -84,6 +84,7 @@ struct stat_opts {
 	long count;     /* 0: until stopped */
 	bool json, verbose, futex_tp, help;
 	long runtime;   /* -r: the index-th live runtime of the process, oldest 0 */
+	bool prometheus; /* OpenMetrics text of the statistics segment, no eBPF */
 };
 int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_t errlen);
 
