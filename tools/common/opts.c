@@ -127,6 +127,8 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		{"bpf", no_argument, NULL, 'b'},
 		{"futex-tp", no_argument, NULL, 'F'},
 		{"verbose", no_argument, NULL, 'v'},
+		{"trace", required_argument, NULL, 'T'},
+		{"trace-events", required_argument, NULL, 'E'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -136,6 +138,16 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	getopt_reset();
 	while ((c = getopt_long(argc, argv, ":w:p:s:d:n:jbvh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'T':
+			if (!*optarg)
+				return cli_err(err, errlen, "--trace wants a file name");
+			o->trace = optarg;
+			break;
+		case 'E':
+			if (want_u64("--trace-events", optarg, 1, 1u << 24, NULL, &u, err, errlen))
+				return -1;
+			o->trace_events = (uint32_t)u;
+			break;
 		case 'w':
 			if (want_u64("--workers", optarg, 1, CBCMN_MAX_EXECUTORS, NULL, &u, err, errlen))
 				return -1;
@@ -180,6 +192,8 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	}
 	if (o->futex_tp && !o->bpf)
 		return cli_err(err, errlen, "--futex-tp goes with --bpf");
+	if (o->trace_events && !o->trace)
+		return cli_err(err, errlen, "--trace-events goes with --trace");
 	if (optind >= argc)
 		return cli_err(err, errlen, "which workload?");
 	if (optind + 1 < argc)

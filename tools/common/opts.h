@@ -46,6 +46,8 @@ struct run_opts {
 	uint32_t size;        /* 0: not given */
 	bool json, bpf, verbose, futex_tp, help;
 	const char *workload; /* the one operand */
+	const char *trace;    /* --trace FILE; NULL: not given */
+	uint32_t trace_events; /* --trace-events N; 0: not given */
 };
 int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
 
