@@ -43,9 +43,9 @@
  * file; a run that writes more than TRACE_LIMIT events (some 100 bytes
  * each) keeps the first ones, counted and said, so that a long run cannot
  * fill the disk. */
-#define TRACE_EVENTS_DEFAULT 65536u
+#define TRACE_EVENTS_DEFAULT 16384u /* 512 KiB per executor */
 #define TRACE_PERIOD_NS 5000000ull
-#define TRACE_LIMIT 4000000ull
+#define TRACE_LIMIT 4000000ull /* the default of --trace-limit */
 #define TRACE_BATCH 8192u
 
 static void usage(FILE *f)
@@ -70,9 +70,11 @@ static void usage(FILE *f)
 		   "                       (chrome://tracing, ui.perfetto.dev; docs/TRACE.md)\n"
 		   "      --trace-events N with --trace: events each executor's ring holds\n"
 		   "                       between two drains (default %u)\n"
+		   "      --trace-limit N  with --trace: events the file holds at most; later\n"
+		   "                       ones are counted, not written (default %llu)\n"
 		   "  -h, --help\n"
 		   "\nworkloads (--size, default):\n",
-		DEFAULT_DURATION_S, TRACE_EVENTS_DEFAULT);
+		DEFAULT_DURATION_S, TRACE_EVENTS_DEFAULT, TRACE_LIMIT);
 	for (size_t i = 0; i < wl_nworkloads; i++) {
 		const struct wl_desc *w = &wl_workloads[i];
 		fprintf(f, "  %-12s %s\n  %-12s (%s, %u)\n", w->name, w->help, "", w->size_help,
@@ -447,9 +449,9 @@ static int tracer_finish(struct tracer *t, const char *path)
 		rc = 1;
 	} else if (t->dropped || t->w.over) {
 		fprintf(stderr, PROG ": --trace: %llu events lost (%llu dropped by full rings: raise "
-				"--trace-events; %llu past the file's %llu)\n",
+				"--trace-events; %llu past --trace-limit %llu)\n",
 			(unsigned long long)(t->dropped + t->w.over), (unsigned long long)t->dropped,
-			(unsigned long long)t->w.over, TRACE_LIMIT);
+			(unsigned long long)t->w.over, (unsigned long long)t->w.limit);
 	}
 	free(t->buf);
 	return rc;
@@ -658,7 +660,8 @@ int main(int argc, char **argv)
 	if (a.trace) {
 		char err[PATH_MAX + 128];
 		tr.buf = calloc(TRACE_BATCH, sizeof(*tr.buf));
-		if (!tr.buf || ct_open(&tr.w, a.trace, mono_ns(), TRACE_LIMIT, err, sizeof(err))) {
+		if (!tr.buf || ct_open(&tr.w, a.trace, mono_ns(),
+						 a.trace_limit ? a.trace_limit : TRACE_LIMIT, err, sizeof(err))) {
 			fprintf(stderr, PROG ": --trace %s\n", tr.buf ? err : "out of memory");
 			free(tr.buf);
 			free(cpus);

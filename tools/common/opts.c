@@ -129,6 +129,7 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		{"verbose", no_argument, NULL, 'v'},
 		{"trace", required_argument, NULL, 'T'},
 		{"trace-events", required_argument, NULL, 'E'},
+		{"trace-limit", required_argument, NULL, 'L'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -147,6 +148,11 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 			if (want_u64("--trace-events", optarg, 1, 1u << 24, NULL, &u, err, errlen))
 				return -1;
 			o->trace_events = (uint32_t)u;
+			break;
+		case 'L':
+			if (want_u64("--trace-limit", optarg, 1, UINT64_MAX, NULL, &o->trace_limit, err,
+				     errlen))
+				return -1;
 			break;
 		case 'w':
 			if (want_u64("--workers", optarg, 1, CBCMN_MAX_EXECUTORS, NULL, &u, err, errlen))
@@ -192,8 +198,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	}
 	if (o->futex_tp && !o->bpf)
 		return cli_err(err, errlen, "--futex-tp goes with --bpf");
-	if (o->trace_events && !o->trace)
-		return cli_err(err, errlen, "--trace-events goes with --trace");
+	if ((o->trace_events || o->trace_limit) && !o->trace)
+		return cli_err(err, errlen, "%s goes with --trace",
+			       o->trace_events ? "--trace-events" : "--trace-limit");
 	if (optind >= argc)
 		return cli_err(err, errlen, "which workload?");
 	if (optind + 1 < argc)

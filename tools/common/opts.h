@@ -48,6 +48,7 @@ struct run_opts {
 	const char *workload; /* the one operand */
 	const char *trace;    /* --trace FILE; NULL: not given */
 	uint32_t trace_events; /* --trace-events N; 0: not given */
+	uint64_t trace_limit;  /* --trace-limit N; 0: not given */
 };
 int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
 
