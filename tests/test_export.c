@@ -339,7 +339,7 @@ static void test_two_runtimes_keep_each_family_together(void **state)
 
 /* A child running fib on two executors until killed; returns its pid once
  * its runtime exists. */
-static pid_t busy_child(void)
+static pid_t busy_child(unsigned lifetime_s)
 {
 	int fds[2];
 	assert_int_equal(pipe(fds), 0);
@@ -356,6 +356,7 @@ static pid_t busy_child(void)
 			_exit(2);
 		if (write(fds[1], "r", 1) != 1)
 			_exit(3);
+		alarm(lifetime_s); /* SIGALRM ends it, mid-scrape maybe */
 		for (;;) {
 			struct fib f = {.n = 14};
 			if (cbcmn_runtime_run(rt, fib_task, &f, NULL) != 0)
@@ -375,7 +376,7 @@ static pid_t busy_child(void)
 static void test_prometheus_scrapes_parse_and_counters_grow(void **state)
 {
 	(void)state;
-	pid_t kid = busy_child();
+	pid_t kid = busy_child(0);
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", (int)kid);
 	struct toolrun r;
@@ -408,6 +409,38 @@ static void test_prometheus_scrapes_parse_and_counters_grow(void **state)
 		}
 	}
 	assert_true(counters >= 25 * 2);
+	free(r.out);
+}
+
+/* The process dies while scraped until stopped: every exposition printed
+ * is whole and parses, then one line and status 2. */
+static void test_prometheus_process_ending_between_scrapes(void **state)
+{
+	(void)state;
+	pid_t kid = busy_child(1);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)kid);
+	struct toolrun r;
+	toolrun(&r, (const char *const[]){"cbcmn-stat", "--prometheus", "-p", pid, "-i", "0.05", "-c", "0", NULL},
+		60);
+	waitpid(kid, NULL, 0);
+	if (r.status != 2)
+		fail_msg("status %d, stderr '%s'", r.status, r.err);
+	assert_one_line(r.err);
+	size_t n = 0;
+	static struct om_parsed p;
+	for (char *at = r.out; *at; n++) {
+		char *end = strstr(at, "# EOF\n");
+		if (!end)
+			fail_msg("exposition %zu is cut short", n);
+		end += 6;
+		char save = *end;
+		*end = 0;
+		assert_parses(at, &p);
+		*end = save;
+		at = end;
+	}
+	assert_true(n >= 1);
 	free(r.out);
 }
 
@@ -448,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_exposition_matches_the_snapshot),
 		cmocka_unit_test(test_two_runtimes_keep_each_family_together),
 		cmocka_unit_test(test_prometheus_scrapes_parse_and_counters_grow),
+		cmocka_unit_test(test_prometheus_process_ending_between_scrapes),
 		cmocka_unit_test(test_prometheus_bad_input_is_one_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
