@@ -360,6 +360,26 @@ static void test_trace_bad_input_is_one_line(void **state)
 	}
 }
 
+/* A file that takes no bytes (a full disk): the run is right, the trace
+ * is not: one line and status 1. */
+static void test_trace_write_failure_is_one_line(void **state)
+{
+	(void)state;
+	if (access("/dev/full", W_OK) != 0) {
+		T_SKIP("no writable /dev/full");
+		return;
+	}
+	struct toolrun r;
+	toolrun(&r, (const char *const[]){"cbcmn-run", "fib", "--size", "12", "--workers", "2", "--duration",
+					  "0.05", "--trace", "/dev/full", NULL},
+		60);
+	if (r.status != 1)
+		fail_msg("status %d, stderr '%s'", r.status, r.err);
+	assert_one_line(r.err);
+	assert_non_null(strstr(r.err, "writing /dev/full failed"));
+	free(r.out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -371,6 +391,7 @@ int main(void)
 		cmocka_unit_test(test_trace_full_rings_leave_a_whole_trace),
 		cmocka_unit_test(test_trace_limit_keeps_the_file_whole),
 		cmocka_unit_test(test_trace_bad_input_is_one_line),
+		cmocka_unit_test(test_trace_write_failure_is_one_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
