@@ -36,14 +36,6 @@ static void test_drain_refuses_bad_calls(void **state)
 	cbcmn_runtime_destroy(rt);
 }
 
-/* A task that yields n times: n + 1 run slices. */
-static int64_t yielder(cbcmn_cx *cx, void *arg)
-{
-	for (intptr_t i = 0; i < (intptr_t)arg; i++)
-		cbcmn_yield(cx);
-	return 0;
-}
-
 /* Nobody drains: a ring of 3 (rounded up to 4) keeps its first 4 events
  * and counts the rest as dropped; nothing waits for the drain. */
 static void test_full_ring_keeps_the_first_and_counts_the_rest(void **state)
@@ -53,24 +45,27 @@ static void test_full_ring_keeps_the_first_and_counts_the_rest(void **state)
 	cbcmn_config_init(&c);
 	c.workers = 1;
 	c.trace_events = 3;
+	c.flags = CBCMN_CONFIG_NO_INLINE; /* every task a slice of its own */
 	cbcmn_runtime *rt = t_runtime_cfg(&c);
-	t_run(rt, yielder, (void *)(intptr_t)100, 0); /* 101 slices */
+	struct fib f = {.n = 10}; /* 177 tasks */
+	t_run(rt, fib_task, &f, 0);
 	cbcmn_trace_event ev[64];
 	uint64_t dropped = 0;
 	int n = cbcmn_trace_drain(rt, ev, 64, &dropped);
 	assert_int_equal(n, 4);
-	assert_true(dropped >= 101 - 4);
+	assert_true(dropped >= 177 - 4);
 	uint64_t prev_end = 0;
 	for (int i = 0; i < n; i++) {
 		assert_int_equal(ev[i].executor, 0);
-		assert_true(ev[i].kind >= CBCMN_TRACE_TASK && ev[i].kind <= CBCMN_TRACE_IO_COMPLETE);
+		assert_true(ev[i].kind >= CBCMN_TRACE_TASK && ev[i].kind <= CBCMN_TRACE_IO);
 		if (ev[i].kind == CBCMN_TRACE_TASK || ev[i].kind == CBCMN_TRACE_PARK) {
 			assert_true(ev[i].ts_ns >= prev_end);
 			prev_end = ev[i].ts_ns + ev[i].dur_ns;
 		}
 	}
 	/* Drained: room again, and the drops stay counted. */
-	t_run(rt, yielder, (void *)(intptr_t)100, 0);
+	f.n = 10;
+	t_run(rt, fib_task, &f, 0);
 	uint64_t d2;
 	assert_int_equal(cbcmn_trace_drain(rt, ev, 64, &d2), 4);
 	assert_true(d2 > dropped);
@@ -94,7 +89,7 @@ static int race_drain(struct racer *r)
 	int n = cbcmn_trace_drain(r->rt, r->ev, 256, NULL);
 	for (int i = 0; i < n; i++) {
 		const cbcmn_trace_event *e = &r->ev[i];
-		if (e->executor >= 4 || e->kind < CBCMN_TRACE_TASK || e->kind > CBCMN_TRACE_IO_COMPLETE) {
+		if (e->executor >= 4 || e->kind < CBCMN_TRACE_TASK || e->kind > CBCMN_TRACE_IO) {
 			r->bad++;
 			continue;
 		}
@@ -149,10 +144,12 @@ static void test_drain_while_executors_record(void **state)
 /* The checks, in Python for its JSON parser (argv: trace, cbcmn-run's
  * --json output or "-", "exact" or "whole").  Prints one line; exit 0 when
  * every check passed.  "whole": the file is a valid trace (every slice
- * whole and apart from the others on its track, every arrow with both
- * ends on the right tracks, instants on executor tracks).  "exact" adds:
+ * whole and apart from the others on its track, every arrow and every
+ * I/O span with both ends on the right tracks, instants on executor
+ * tracks).  "exact" adds:
  * nothing was lost, and the events are the run's counters (steal arrows =
- * steals counted, per thief too; stolen tasks; tasks run; parks and
+ * steals counted, per thief too; stolen tasks; tasks run; I/O spans =
+ * fiber I/O calls (every task has ended: every call has its result); parks and
  * doorbells between the counters around the last drain, each executor
  * having at most one event counted and not yet recorded). */
 static const char check_py[] =
@@ -161,7 +158,7 @@ static const char check_py[] =
 	"od = tr['otherData']; ev = tr['traceEvents']; nx = od['executors']\n"
 	"def fail(m):\n"
 	"    print('FAIL', m); sys.exit(1)\n"
-	"slices = {}; flows = {}; inst = {}\n"
+	"slices = {}; flows = {}; inst = {}; spans = {}\n"
 	"for e in ev:\n"
 	"    ph = e['ph']\n"
 	"    if ph == 'M': continue\n"
@@ -173,6 +170,7 @@ static const char check_py[] =
 	"        slices.setdefault(tid, []).append(e)\n"
 	"    elif ph in 'BE': fail('B/E unmatched by design %r' % (e,))\n"
 	"    elif ph in 'sf': flows.setdefault(e['id'], []).append(e)\n"
+	"    elif ph in 'be': spans.setdefault(e['id'], []).append(e)\n"
 	"    elif ph == 'i': inst.setdefault(e['name'], []).append(e)\n"
 	"    else: fail('phase %r' % (e,))\n"
 	"for tid, ss in slices.items():\n"
@@ -187,6 +185,10 @@ static const char check_py[] =
 	"    a = s['args']\n"
 	"    if s['tid'] != a['victim'] or f['tid'] != a['thief'] or a['thief'] == a['victim'] or s['ts'] != f['ts']: fail('flow %r' % (fl,))\n"
 	"    by_thief[f['tid']] = by_thief.get(f['tid'], 0) + 1; stolen += a['tasks']\n"
+	"for i, sp in spans.items():\n"
+	"    if sorted(x['ph'] for x in sp) != ['b', 'e']: fail('span %r' % (sp,))\n"
+	"    b = [x for x in sp if x['ph'] == 'b'][0]; x = [x for x in sp if x['ph'] == 'e'][0]\n"
+	"    if b['tid'] != x['tid'] or b['name'] != x['name'] or x['ts'] < b['ts'] or b['cat'] != 'io': fail('span %r' % (sp,))\n"
 	"tasks = set(); parks = 0\n"
 	"for ss in slices.values():\n"
 	"    for e in ss:\n"
@@ -206,9 +208,10 @@ static const char check_py[] =
 	"    if not (s['tasks_run'] - s['inline_runs'] <= len(tasks) <= s['tasks_run']): fail('%d tasks ran, counters %r' % (len(tasks), s))\n"
 	"    for name, n in (('parks', parks), ('doorbells_sent', bells)):\n"
 	"        if not (lo[name] - nx <= n <= hi[name]): fail('%s: %d events, counted %d..%d' % (name, n, lo[name], hi[name]))\n"
+	"    if len(spans) != s['io_ops']: fail('%d I/O spans, %d io_ops' % (len(spans), s['io_ops']))\n"
 	"    for name, n in (('sqes_submitted', sqes), ('cqes_reaped', cqes)):\n"
 	"        if n > hi[name] or (n == 0 and lo[name] > 0): fail('%s: %d in events, %r' % (name, n, hi))\n"
-	"print('ok', len(tasks), 'tasks', len(flows), 'steals', parks, 'parks', bells, 'doorbells', sqes, 'sqes', cqes, 'cqes', 'dropped', od['dropped'], 'not_written', od['not_written'])\n";
+	"print('ok', len(tasks), 'tasks', len(flows), 'steals', len(spans), 'io calls', parks, 'parks', bells, 'doorbells', sqes, 'sqes', cqes, 'cqes', 'dropped', od['dropped'], 'not_written', od['not_written'])\n";
 
 struct traced {
 	struct toolrun run;

@@ -339,7 +339,7 @@ static int bpf_collect(struct bpfmon *m, const struct wl_result *r, struct bpf_v
 
 /* Sums over the executors that the trace's events count (otherData). */
 struct trace_sums {
-	uint64_t tasks_run, inline_runs, steals, parks, doorbells, sqes, cqes;
+	uint64_t tasks_run, inline_runs, steals, parks, doorbells, sqes, cqes, io_ops;
 };
 
 struct tracer {
@@ -385,7 +385,7 @@ static void trace_sums(cbcmn_runtime *rt, struct trace_sums *s)
 		return;
 	*s = (struct trace_sums){st.total.tasks_run, st.total.inline_runs, st.total.steal_successes,
 				 st.total.parks, st.total.doorbells_sent, st.total.sqes_submitted,
-				 st.total.cqes_reaped};
+				 st.total.cqes_reaped, st.total.io_ops};
 }
 
 /* wl_opts.on_runtime: drain from a thread of ours while the workload runs;
@@ -422,11 +422,12 @@ static void sums_json(char *buf, size_t len, const char *key, const struct trace
 {
 	snprintf(buf, len,
 		 "\"%s\":{\"tasks_run\":%llu,\"inline_runs\":%llu,\"steal_successes\":%llu,"
-		 "\"parks\":%llu,\"doorbells_sent\":%llu,\"sqes_submitted\":%llu,\"cqes_reaped\":%llu}",
+		 "\"parks\":%llu,\"doorbells_sent\":%llu,\"sqes_submitted\":%llu,\"cqes_reaped\":%llu,"
+		 "\"io_ops\":%llu}",
 		 key, (unsigned long long)s->tasks_run, (unsigned long long)s->inline_runs,
 		 (unsigned long long)s->steals, (unsigned long long)s->parks,
 		 (unsigned long long)s->doorbells, (unsigned long long)s->sqes,
-		 (unsigned long long)s->cqes);
+		 (unsigned long long)s->cqes, (unsigned long long)s->io_ops);
 }
 
 /* Close the file with what it covers; returns 0, or 1 after one line. */

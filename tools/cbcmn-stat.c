@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/bpfmon.h"
 #include "common/openmetrics.h"
+#include "common/uring_ops.h"
 #include "common/opts.h"
 #include "cbcmn.h"
 
@@ -26,28 +27,6 @@ static void on_signal(int sig)
 {
 	(void)sig;
 	stop = 1;
-}
-
-/* io_uring opcode names (include/uapi/linux/io_uring.h), for the summary. */
-static const char *const op_names[] = {
-	"NOP", "READV", "WRITEV", "FSYNC", "READ_FIXED", "WRITE_FIXED", "POLL_ADD",
-	"POLL_REMOVE", "SYNC_FILE_RANGE", "SENDMSG", "RECVMSG", "TIMEOUT",
-	"TIMEOUT_REMOVE", "ACCEPT", "ASYNC_CANCEL", "LINK_TIMEOUT", "CONNECT",
-	"FALLOCATE", "OPENAT", "CLOSE", "FILES_UPDATE", "STATX", "READ", "WRITE",
-	"FADVISE", "MADVISE", "SEND", "RECV", "OPENAT2", "EPOLL_CTL", "SPLICE",
-	"PROVIDE_BUFFERS", "REMOVE_BUFFERS", "TEE", "SHUTDOWN", "RENAMEAT",
-	"UNLINKAT", "MKDIRAT", "SYMLINKAT", "LINKAT", "MSG_RING", "FSETXATTR",
-	"SETXATTR", "FGETXATTR", "GETXATTR", "SOCKET", "URING_CMD", "SEND_ZC",
-	"SENDMSG_ZC", "READ_MULTISHOT", "WAITID", "FUTEX_WAIT", "FUTEX_WAKE",
-	"FUTEX_WAITV", "FIXED_FD_INSTALL", "FTRUNCATE", "BIND", "LISTEN",
-};
-
-static void op_name(unsigned op, char *buf, size_t len)
-{
-	if (op < sizeof(op_names) / sizeof(op_names[0]))
-		snprintf(buf, len, "%s", op_names[op]);
-	else
-		snprintf(buf, len, "OP%u", op);
 }
 
 /* The fields printed, in order: name, offset in struct cbcmn_bpf_shard,
@@ -188,7 +167,7 @@ static void ops_summary(const struct bpfmon_shard *s, char *buf, size_t len, int
 		if (!s->sqe_ops[op])
 			continue;
 		char name[32];
-		op_name(op, name, sizeof(name));
+		uring_op_name(op, name, sizeof(name));
 		at += (size_t)snprintf(buf + at, len - at, json ? "%s\"%s\":%llu" : "%s%s=%llu",
 				       at ? "," : "", name, (unsigned long long)s->sqe_ops[op]);
 	}

@@ -980,11 +980,15 @@ typedef enum cbcmn_trace_kind {
 				      * 1 eventfd */
 	CBCMN_TRACE_IO_SUBMIT = 5,   /* it submitted arg SQEs to its ring */
 	CBCMN_TRACE_IO_COMPLETE = 6, /* it reaped arg CQEs from its ring */
+	CBCMN_TRACE_IO = 7,          /* a task's fiber I/O call (cbcmn_io.h), from its
+				      * submission at ts_ns for dur_ns until its result, on
+				      * the executor it ended on; arg: the io_uring opcode
+				      * (IORING_OP_*, also on the epoll backend) */
 } cbcmn_trace_kind;
 
 typedef struct cbcmn_trace_event {
 	uint64_t ts_ns;    /* CLOCK_MONOTONIC: the start of a slice, else when */
-	uint64_t dur_ns;   /* TASK and PARK; 0 for the others */
+	uint64_t dur_ns;   /* TASK, PARK and IO; 0 for the others */
 	uint64_t arg;      /* see cbcmn_trace_kind */
 	uint32_t executor; /* whose event */
 	uint32_t peer;     /* STEAL: the victim; DOORBELL: the target; else 0 */

@@ -5,6 +5,7 @@
 
 #include "common/chrome_trace.h"
 #include "common/json.h"
+#include "common/uring_ops.h"
 
 int ct_open(struct ct_writer *w, const char *path, uint64_t t0_ns, uint64_t limit, char *err,
 	    size_t errlen)
@@ -117,6 +118,24 @@ static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 			   "\"tid\":%u,\"ts\":%llu.%03llu,\"args\":{\"%s\":%llu}}",
 			sub ? "io_submit" : "io_complete", pid, e->executor, t.i, t.f,
 			sub ? "sqes" : "cqes", (unsigned long long)e->arg);
+		break;
+	}
+	case CBCMN_TRACE_IO: {
+		/* An async span (its own row under the process: other tasks
+		 * run on the executor meanwhile), begin and end written
+		 * together, so neither comes without the other. */
+		char op[24];
+		uring_op_name((unsigned)e->arg, op, sizeof(op));
+		uint64_t id = ++w->spans;
+		struct us b = us(rel(w, e->ts_ns)), x = us(rel(w, e->ts_ns + e->dur_ns));
+		sep(w);
+		fprintf(f, "{\"ph\":\"b\",\"name\":\"%s\",\"cat\":\"io\",\"id\":%llu,\"pid\":%d,"
+			   "\"tid\":%u,\"ts\":%llu.%03llu,\"args\":{\"opcode\":%llu}}",
+			op, (unsigned long long)id, pid, e->executor, b.i, b.f, (unsigned long long)e->arg);
+		sep(w);
+		fprintf(f, "{\"ph\":\"e\",\"name\":\"%s\",\"cat\":\"io\",\"id\":%llu,\"pid\":%d,"
+			   "\"tid\":%u,\"ts\":%llu.%03llu}",
+			op, (unsigned long long)id, pid, e->executor, x.i, x.f);
 		break;
 	}
 	default:

@@ -2,7 +2,8 @@
  * (the Trace Event Format's object form), which chrome://tracing and
  * ui.perfetto.dev open: one track (tid) per executor, task runs and parks
  * as complete slices, steals as flow arrows from the victim's track to
- * the thief's, doorbells and I/O batches as instants.  docs/TRACE.md.
+ * the thief's, each fiber I/O call as an async span, doorbells and I/O
+ * batches as instants.  docs/TRACE.md.
  *
  * One writer, one thread at a time.
  */
@@ -24,6 +25,7 @@ struct ct_writer {
 	uint64_t written;   /* events written (metadata aside) */
 	uint64_t over;      /* events past the limit, not written */
 	uint64_t flows;     /* steal arrows so far: their ids */
+	uint64_t spans;     /* I/O calls so far: their ids */
 	bool any;           /* something is in the array: a comma goes first */
 };
 
