@@ -93,7 +93,7 @@ static int om_parse(const char *text, struct om_parsed *p)
 				if (nseen < 256)
 					snprintf(seen[nseen++], sizeof(seen[0]), "%s", name);
 				snprintf(fam, sizeof(fam), "%s", name);
-				snprintf(type, sizeof(type), "%s", rest);
+				snprintf(type, sizeof(type), "%.15s", rest); /* a known type: short */
 			} else if (!strcmp(kw, "HELP") || !strcmp(kw, "UNIT")) {
 				if (strcmp(name, fam))
 					return OM_FAIL("line %zu: %s of %s inside family '%s'", line, kw, name, fam);
