@@ -41,6 +41,7 @@
 #include "epoll.h"
 #include "iwait.h"
 #include "runtime.h"
+#include "trace.h"
 
 struct cbcmn__ioreq {
 	struct cbcmn__iwait iw;
@@ -355,15 +356,32 @@ static inline struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint
 	return io_start_timed(cx, op, flags, 0);
 }
 
+/* The call's span, once it has its result, into the trace ring of the
+ * executor the task is back on (its thread is this one). */
+static void io_traced(struct cbcmn_task *t, uint64_t t0, uint32_t opcode)
+{
+	if (__builtin_expect(t0 != 0, 0))
+		CBCMN__TRACE(t->exec, CBCMN_TRACE_IO, t0, cbcmn__trace_now() - t0, opcode, 0);
+}
+
 /* Queue the prepared SQE, park until its last CQE, and make the result. */
 static int64_t io_finish(struct io_op *op)
 {
 	struct cbcmn__ioreq *r = &op->req;
 	struct cbcmn_task *t = op->t;
 	struct cbcmn__exec *e = r->e;
+	/* Read now: the SQE is the ring's again once submitted. */
+	uint64_t trace_t0 = 0;
+	uint32_t trace_op = 0;
+	if (__builtin_expect(e->trace != NULL, 0)) {
+		trace_t0 = cbcmn__trace_now();
+		trace_op = op->sqe->opcode;
+	}
 	if (e->ep) {
 		CBCMN__COUNT(e, io_ops, 1);
-		return cbcmn__ep_io(t, op->sqe, io_timed(op) ? op->timeout_ns : 0);
+		int64_t res = cbcmn__ep_io(t, op->sqe, io_timed(op) ? op->timeout_ns : 0);
+		io_traced(t, trace_t0, trace_op);
+		return res;
 	}
 	r->res = 0;
 	r->pending = 1;
@@ -394,6 +412,7 @@ static int64_t io_finish(struct io_op *op)
 	r->iw.on_cancel = io_on_cancel;
 	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
+	io_traced(t, trace_t0, trace_op);
 	int64_t res = r->res;
 	/* The kernel's own restart codes, which io_uring passes on for some
 	 * operations (an openat of a FIFO interrupted in its io-wq worker:

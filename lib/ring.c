@@ -33,6 +33,7 @@
 #include "epoll.h"
 #include "probes.h"
 #include "runtime.h"
+#include "trace.h"
 
 #define RING_ENTRIES_DEFAULT 256u
 
@@ -407,8 +408,10 @@ static void submitted(struct cbcmn__exec *e, unsigned n, int rc)
 {
 	struct io_uring *u = &e->ring.u;
 	CBCMN__COUNT(e, ring_enters, 1);
-	if (n)
+	if (n) {
 		CBCMN__COUNT(e, sqes_submitted, n);
+		CBCMN__TRACE(e, CBCMN_TRACE_IO_SUBMIT, cbcmn__trace_now(), 0, n, 0);
+	}
 	e->ring.resubmit = false;
 	if (rc < 0 && rc != -ETIME) {
 		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
@@ -565,8 +568,10 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 			dispatch(e, got[i].ud, got[i].res, got[i].flags);
 		total += n;
 	}
-	if (total)
+	if (total) {
 		CBCMN__COUNT(e, cqes_reaped, total);
+		CBCMN__TRACE(e, CBCMN_TRACE_IO_COMPLETE, cbcmn__trace_now(), 0, total, 0);
+	}
 	return total;
 }
 
@@ -598,13 +603,15 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		submitted(me, n, rc ? rc : io_uring_submit(&me->ring.u));
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
 		CBCMN__COUNT(me, doorbells_sent, 1);
+		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 0, target->id);
 		CBCMN_PROBE4(doorbell, (int)me->id, target->id, 0, target->rt->seg.rt_id);
 		return;
 	}
 	cbcmn__efd_ring(target);
-	if (me && me->rt == rt)
+	if (me && me->rt == rt) {
 		CBCMN__COUNT(me, doorbells_sent, 1);
-	else
+		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 1, target->id);
+	} else
 		atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
 	CBCMN_PROBE4(doorbell, me && me->rt == rt ? (int)me->id : -1, target->id, 1,
 		     rt->seg.rt_id);

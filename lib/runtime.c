@@ -13,6 +13,7 @@
 #include "iwait.h"
 #include "obligation.h"
 #include "runtime.h"
+#include "trace.h"
 
 #define DEQUE_INITIAL 256u
 
@@ -212,6 +213,10 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->obligation_leak > CBCMN_LEAK_PANIC)
 		return -EINVAL;
+	if (out->trace_events > CBCMN__TRACE_MAX)
+		return -EINVAL;
+	if (out->trace_events & (out->trace_events - 1)) /* up to a power of two */
+		out->trace_events = 1u << (32 - __builtin_clz(out->trace_events));
 	if (out->iowq_max_workers == 0)
 		out->iowq_max_workers = 4;
 	if (out->sqpoll_idle_ms == 0)
@@ -317,6 +322,7 @@ static void exec_free(struct cbcmn__exec *e)
 	cbcmn__deque_destroy(&e->dq);
 	cbcmn__be_destroy(e);
 	cbcmn__xmsg_fini(e);
+	cbcmn__trace_free(e->trace);
 	munmap(e, (sizeof(*e) + e->rt->page - 1) & ~(e->rt->page - 1));
 }
 
@@ -474,6 +480,12 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			free(node);
 			runtime_free(rt);
 			return rc;
+		}
+		if (c.trace_events && !(e->trace = cbcmn__trace_new(c.trace_events, node[i]))) {
+			free(cpu);
+			free(node);
+			runtime_free(rt);
+			return -ENOMEM;
 		}
 	}
 	free(cpu);

@@ -35,6 +35,7 @@
 
 struct cbcmn__iwait;
 struct cbcmn__ep;
+struct cbcmn__trace;
 
 /* Someone waiting for an event: a suspended task, or a thread outside the
  * runtime sleeping on the futex.  Lives on the waiter's own stack; the
@@ -269,6 +270,7 @@ struct cbcmn__exec {
 	/* Owner only from here on. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn_runtime *rt;
 	uint32_t id;
+	struct cbcmn__trace *trace;       /* its trace ring, NULL: off (trace.h) */
 	uint32_t tick;
 	uint32_t slot_runs;
 	bool searching;
@@ -338,6 +340,9 @@ struct cbcmn_runtime {
 	struct cbcmn__exec **exec;
 	struct cbcmn__stack_pool stacks;
 	size_t page;
+	/* cbcmn_trace_drain(): one caller at a time, and where it goes on. */
+	_Atomic bool trace_draining;
+	uint32_t trace_next;
 
 	/* Inject queue: work from outside the executors, FIFO. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__mutex inject_lock;

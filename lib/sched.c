@@ -20,6 +20,7 @@
 #include "overflow.h"
 #include "probes.h"
 #include "runtime.h"
+#include "trace.h"
 #include "timer.h"
 
 #ifdef __SANITIZE_ADDRESS__
@@ -486,7 +487,15 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
 	run_seq_begin(e);
+	/* The slice's start and the task's id, read now: t may be gone by
+	 * the time it comes back. */
+	uint64_t trace_t0 = 0, trace_id = 0;
+	if (__builtin_expect(e->trace != NULL, 0)) {
+		trace_id = t->id;
+		trace_t0 = cbcmn__trace_now();
+	}
 	switch_to_task(e, t);
+	CBCMN__TRACE(e, CBCMN_TRACE_TASK, trace_t0, cbcmn__trace_now() - trace_t0, trace_id, 0);
 	run_seq_end(e);
 	e->current = NULL;
 
@@ -856,6 +865,7 @@ static struct cbcmn_task *steal_round(struct cbcmn__exec *e, uint64_t search_sta
 		if (t) {
 			CBCMN__COUNT(e, steal_successes, 1);
 			CBCMN__COUNT(e, tasks_stolen, taken);
+			CBCMN__TRACE(e, CBCMN_TRACE_STEAL, cbcmn__trace_now(), 0, taken, vi);
 			CBCMN_PROBE5(steal, e->id, vi, taken, now_ns() - search_start, rt->seg.rt_id);
 			return t;
 		}

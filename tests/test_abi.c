@@ -39,6 +39,7 @@ static const char *const exported[] = {
 	"cbcmn_nursery_await_all", "cbcmn_nursery_cancel", "cbcmn_task_join",
 	"cbcmn_task_id",         "cbcmn_stats_snapshot",   "cbcmn_strerror",
 	"cbcmn_watch_open",      "cbcmn_watch_read",       "cbcmn_watch_close",
+	"cbcmn_trace_drain",
 	"janus_rt_init",         "janus_rt_shutdown",      "janus_rt_get",
 	"janus_nursery_create",  "janus_nursery_spawn",    "janus_nursery_await_all",
 	"janus_scheduler_create", "janus_scheduler_shutdown", "janus_scheduler_spawn",

@@ -385,6 +385,13 @@ typedef struct cbcmn_config {
 	 * keep it waiting past that: beside tasks that each run for
 	 * milliseconds, requests are submitted after every pick.  0: 50 us. */
 	uint64_t io_batch_ns;
+
+	/* ---- tracing (cbcmn_trace_drain(), docs/TRACE.md) --------------------
+	 * Records each executor's trace ring holds, rounded up to a power of
+	 * two, at most 1 << 24 (more: -EINVAL); 32 bytes each, mapped per
+	 * executor and touched only as they are written.  0, the default:
+	 * tracing off, and every trace site costs one predicted branch. */
+	uint32_t trace_events;
 } cbcmn_config;
 
 /* Leak policies (cbcmn_config.obligation_leak).  Every leak is counted
@@ -972,6 +979,50 @@ CBCMN_API int cbcmn_runtime_snapshot(const cbcmn_runtime *rt, cbcmn_snapshot *ou
  * outlives it but a stream).  Any thread.  Returns 1, 0, or -EINVAL for
  * NULL. */
 CBCMN_API int cbcmn_runtime_is_quiescent(const cbcmn_runtime *rt);
+
+/* ------------------------------------------------------------------------
+ * Tracing: what each executor did, event by event (docs/TRACE.md)
+ *
+ * With cbcmn_config.trace_events, every executor records its events in a
+ * ring of its own (lock-free, one writer: the executor); a full ring drops
+ * the new event and counts it, and never waits.  cbcmn_trace_drain() takes
+ * them out; cbcmn-run --trace writes them as a Chrome JSON trace.
+ */
+typedef enum cbcmn_trace_kind {
+	CBCMN_TRACE_TASK = 1,        /* a task ran from ts_ns for dur_ns; arg: its id */
+	CBCMN_TRACE_PARK = 2,        /* the executor slept from ts_ns for dur_ns; arg: 1
+				      * notified, 0 timed out */
+	CBCMN_TRACE_STEAL = 3,       /* it stole arg tasks from executor peer */
+	CBCMN_TRACE_DOORBELL = 4,    /* it rang executor peer's doorbell; arg: 0 MSG_RING,
+				      * 1 eventfd */
+	CBCMN_TRACE_IO_SUBMIT = 5,   /* it submitted arg SQEs to its ring */
+	CBCMN_TRACE_IO_COMPLETE = 6, /* it reaped arg CQEs from its ring */
+	CBCMN_TRACE_IO = 7,          /* a task's fiber I/O call (cbcmn_io.h), from its
+				      * submission at ts_ns for dur_ns until its result, on
+				      * the executor it ended on; arg: the io_uring opcode
+				      * (IORING_OP_*, also on the epoll backend) */
+} cbcmn_trace_kind;
+
+typedef struct cbcmn_trace_event {
+	uint64_t ts_ns;    /* CLOCK_MONOTONIC: the start of a slice, else when */
+	uint64_t dur_ns;   /* TASK, PARK and IO; 0 for the others */
+	uint64_t arg;      /* see cbcmn_trace_kind */
+	uint32_t executor; /* whose event */
+	uint32_t peer;     /* STEAL: the victim; DOORBELL: the target; else 0 */
+	uint32_t kind;     /* cbcmn_trace_kind */
+	uint32_t reserved;
+} cbcmn_trace_event;
+
+/* Move up to n recorded events into out[] (oldest first per executor;
+ * executors one after the other) and, if dropped is not NULL, store the
+ * events every ring has dropped so far (full).  Returns how many (0: none
+ * waiting), or -EINVAL (NULL rt, NULL out with n > 0), -EOPNOTSUPP (the
+ * runtime was created without trace_events), -EBUSY (another drain of rt
+ * is under way: one at a time).  Any thread, while rt exists; it takes no
+ * lock and stops no executor.  The events of a slice under way (a task
+ * running, an executor asleep) come once it has ended. */
+CBCMN_API int cbcmn_trace_drain(cbcmn_runtime *rt, cbcmn_trace_event *out, uint32_t n,
+				uint64_t *dropped);
 
 /* ------------------------------------------------------------------------
  * Watching a runtime from another process
