@@ -224,9 +224,7 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (out)
 		*out = CBCMN_ACTOR_NONE;
-	if (!fn || !out || (!n && !self))
-		return -EINVAL;
-	if (!n && !(n = self->nursery))
+	if (!fn || !out || !n)
 		return -EINVAL;
 	uint32_t cap = opts && opts->mailbox_cap ? opts->mailbox_cap : CBCMN_ACTOR_MAILBOX_DEFAULT;
 	if (cap > CBCMN_ACTOR_MAILBOX_MAX)
@@ -262,6 +260,7 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn_spawn_opts so = {
 		.budget = opts ? opts->budget : NULL,
+		.caps = opts ? opts->caps : NULL,
 		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
 		.shard = opts ? opts->shard : 0,
 	};

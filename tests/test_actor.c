@@ -770,6 +770,268 @@ static void test_cancel_blocked_send_and_receive_leave_no_trace(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a crash halts the actor too: DOWN says why ---- */
+
+struct crash {
+	cbcmn_actor_fn victim;
+	cbcmn_actor_ref v;
+	cbcmn_actor_msg down;
+	int64_t victim_rc;
+};
+
+static int64_t overflows(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return t_recurse(NULL, 0);
+}
+
+/* channel_ops 2: the third receive exhausts it, nobody recharges. */
+static int64_t overspends(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	for (int i = 0; i < 3; i++)
+		cbcmn_actor_receive(cx, &m, 0);
+	return 0;
+}
+
+static int64_t crash_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, c->v, &id) == 0);
+	cbcmn_actor_msg hello = msg(M_DATA, 0, 0);
+	/* Tells the victim it is watched (it waits for a message first). */
+	cbcmn_actor_try_send(NULL, cx, c->v, &hello);
+	int rc = cbcmn_actor_receive(cx, &c->down, CBCMN_ACTOR_FOREVER);
+	TASK_CHECK(c->down.body.down.monitor == id);
+	return rc;
+}
+
+static int64_t wait_then(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	cbcmn_actor_msg m;
+	if (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER))
+		return -1;
+	return c->victim(cx, arg);
+}
+
+static int64_t crash_main(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	cbcmn_nursery *nv, *nw;
+	cbcmn_actor_ref w;
+	TASK_CHECK(open_n(cx, &nw) == 0);
+	TASK_CHECK(open_n(cx, &nv) == 0);
+	cbcmn_budget b = {.channel_ops = 2};
+	cbcmn_caps none = {0}; /* no CapBudget: it cannot recharge itself */
+	cbcmn_actor_opts ao = {.budget = c->victim == overspends ? &b : NULL, .caps = &none};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nv, wait_then, c, &ao, &c->v) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nw, crash_watcher, c, NULL, &w) == 0);
+	c->victim_rc = cbcmn_nursery_await_all(cx, nv);
+	return cbcmn_nursery_await_all(cx, nw);
+}
+
+static void crash_case(cbcmn_actor_fn victim, int64_t want)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	struct crash c = {.victim = victim};
+	t_run(rt, crash_main, &c, 0);
+	assert_int_equal(c.victim_rc, want);
+	assert_int_equal(c.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(c.down.from, c.v);
+	assert_int_equal(c.down.body.down.reason, want);
+	t_destroy(rt);
+}
+
+static void test_stack_overflow_halts_with_epanic(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	crash_case(overflows, CBCMN_EPANIC);
+}
+
+static void test_budget_given_up_halts_with_ebudget(void **state)
+{
+	(void)state;
+	crash_case(overspends, CBCMN_EBUDGET);
+}
+
+/* ---- a thread blocked on a full mailbox learns that the actor halted ---- */
+
+struct thr {
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref a;
+	_Atomic int sending, done;
+	int rc;
+};
+
+static void *thr_sender(void *arg)
+{
+	struct thr *t = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	atomic_store(&t->sending, 1);
+	t->rc = cbcmn_actor_send(t->rt, NULL, t->a, &m); /* full: sleeps */
+	atomic_store(&t->done, 1);
+	return NULL;
+}
+
+static int64_t thr_actor(cbcmn_cx *cx, void *arg)
+{
+	struct thr *t = arg;
+	/* Halts, never receiving, once the thread is (very likely) asleep;
+	 * if not, its send finds the reference dead: -ESRCH either way. */
+	while (!atomic_load(&t->sending))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20 * 1000000ull);
+	return 0;
+}
+
+static int64_t thr_main(cbcmn_cx *cx, void *arg)
+{
+	struct thr *t = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, thr_actor, t, &ao, &t->a) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, t->a, &m) == 0);
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, thr_sender, t) == 0);
+	pthread_detach(th);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_thread_blocked_on_halted_actor_gets_esrch(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct thr t = {.rt = rt};
+	t_run(rt, thr_main, &t, 0);
+	uint64_t t0 = t_now_ns();
+	while (!atomic_load(&t.done) && t_now_ns() - t0 < T_STALL_NS)
+		usleep(1000);
+	assert_true(atomic_load(&t.done));
+	assert_int_equal(t.rc, -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- a spawn that fails leaves nothing behind ---- */
+
+static int64_t spawn_fail_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a = 1;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &a) == CBCMN_ECANCELED);
+	TASK_CHECK(a == CBCMN_ACTOR_NONE);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+static void test_failed_spawn_leaves_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, spawn_fail_main, NULL, 0);
+	t_destroy(rt); /* ASan: the slot's ring was freed */
+}
+
+/* ---- fairness: a message flood does not starve plain tasks, nor the reverse ---- */
+
+struct flood {
+	cbcmn_actor_ref a;
+	_Atomic int plain_done, actor_got_enough, stop, flooders_done;
+	_Atomic long received, sent;
+};
+
+static int64_t flood_actor(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type != M_QUIT)
+		if (atomic_fetch_add(&f->received, 1) + 1 == 2000)
+			atomic_store(&f->actor_got_enough, 1);
+	return rc;
+}
+
+/* Sends until told to stop: the actor's mailbox never stays empty. */
+static int64_t flooder(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	while (!atomic_load(&f->stop)) {
+		if (cbcmn_actor_send(NULL, cx, f->a, &m))
+			return -1;
+		atomic_fetch_add(&f->sent, 1);
+	}
+	atomic_fetch_add(&f->flooders_done, 1);
+	return 0;
+}
+
+/* A plain task that needs the CPU a few hundred times. */
+static int64_t plain_worker(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	for (int i = 0; i < 300; i++)
+		cbcmn_yield(cx);
+	atomic_store(&f->plain_done, 1);
+	return 0;
+}
+
+/* Plain tasks that keep the executor busy until the actor got its share. */
+static int64_t busy_until_actor(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	while (!atomic_load(&f->actor_got_enough))
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t flood_main(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 8};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, flood_actor, f, &ao, &f->a) == 0);
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, flooder, f, NULL) == 0);
+	for (int i = 0; i < 4; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, busy_until_actor, f, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, plain_worker, f, NULL) == 0);
+	/* Both must finish while the flood goes on: a starved side hangs
+	 * here (the watchdog names the test). */
+	while (!atomic_load(&f->plain_done) || !atomic_load(&f->actor_got_enough))
+		cbcmn_yield(cx);
+	atomic_store(&f->stop, 1);
+	while (atomic_load(&f->flooders_done) < 2)
+		cbcmn_yield(cx);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_flood_and_plain_tasks_share_the_executor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct flood f = {0};
+	t_run(rt, flood_main, &f, 0);
+	/* Everything sent was received (the QUITs aside), nothing lost. */
+	assert_int_equal(atomic_load(&f.received), atomic_load(&f.sent));
+	assert_true(atomic_load(&f.received) >= 2000);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -783,7 +1045,10 @@ static int64_t bad_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_actor_spawn(cx, NULL, NULL, NULL, NULL, &a) == -EINVAL);
 	TASK_CHECK(a == CBCMN_ACTOR_NONE);
 	TASK_CHECK(cbcmn_actor_spawn(cx, NULL, returns_at_once, NULL, NULL, NULL) == -EINVAL);
-	TASK_CHECK(cbcmn_actor_spawn(cx, NULL, returns_at_once, NULL, &big, &a) == -EINVAL);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, &big, &a) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, 12345, NULL) == -EINVAL);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, 12345, &sys) == -EINVAL);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, ~0ull, &m) == -ESRCH);
@@ -825,6 +1090,11 @@ int main(void)
 		T(test_send_to_own_full_mailbox_is_edeadlk),
 		T(test_sends_and_receives_charge_channel_ops),
 		T(test_cancel_blocked_send_and_receive_leave_no_trace),
+		T(test_stack_overflow_halts_with_epanic),
+		T(test_budget_given_up_halts_with_ebudget),
+		T(test_thread_blocked_on_halted_actor_gets_esrch),
+		T(test_failed_spawn_leaves_nothing),
+		T(test_flood_and_plain_tasks_share_the_executor),
 		T(test_bad_input),
 	};
 #undef T

@@ -131,6 +131,11 @@ typedef struct cbcmn_actor_opts {
 	/* Its budget (components 0: the config's child_budget); NULL: the
 	 * config's child_budget.  Drawn from the spawner's, as for a task. */
 	const cbcmn_budget *budget;
+	/* Its capabilities, intersected with the spawner's; NULL: all the
+	 * spawner holds (as in cbcmn_spawn_opts: without CBCMN_CAP_BUDGET an
+	 * exhausted actor waits for a recharge, and halts with CBCMN_EBUDGET
+	 * if its nursery gives up on it). */
+	const cbcmn_caps *caps;
 	/* Called at halt for each message left undelivered in the mailbox,
 	 * oldest first, on the halting actor's executor; it must not block
 	 * nor call into this actor.  NULL: they are discarded. */
@@ -140,9 +145,9 @@ typedef struct cbcmn_actor_opts {
 /* Spawn an actor running fn(cx, state) as a child of nursery n, with a
  * mailbox per opts (NULL: defaults), and store its reference in *out.
  * cx is the calling task, or NULL from the thread outside the runtime that
- * opened n; n may be NULL from a task, meaning the caller's own nursery
- * (the actor becomes its sibling).  The rules of cbcmn_nursery_spawn_ex()
- * apply (who may spawn into n, capabilities, budget drawn, placement).
+ * opened n.  The rules of cbcmn_nursery_spawn_ex() apply (who may spawn
+ * into n: its opener or a task inside it, until its await_all begins;
+ * capabilities; budget drawn; placement).
  * *out is valid as soon as the call returns, before the actor first runs:
  * messages sent then wait in the mailbox.  Returns 0, -EINVAL (a bad
  * option), -ENOMEM, CBCMN_ECLOSED, CBCMN_ECANCELED, CBCMN_ESPAWNDENIED,
