@@ -129,6 +129,11 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 			 * what is left are monitors on slots never reused. */
 			if (a->index < n) {
 				free(a->ring);
+				while (a->links) {
+					struct cbcmn__link *l = a->links;
+					a->links = l->next;
+					free(l);
+				}
 				struct cbcmn__monitor *lists[2] = {a->sys_head, a->watched_by};
 				for (int l = 0; l < 2; l++)
 					while (lists[l]) {
@@ -146,6 +151,29 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 	atomic_store_explicit(&rt->actors, NULL, memory_order_relaxed);
 }
 
+/* Stop the locked actor a with reason (first reason wins). */
+static void stop_locked(struct cbcmn__actor *a, int64_t reason, struct cbcmn__mb_wakes *wl)
+{
+	if (a->stopping)
+		return;
+	a->stopping = true;
+	a->stop_reason = reason;
+	cbcmn__mb_stop(a, wl);
+}
+
+/* Remove the first record naming peer from *list; it, or NULL. */
+static struct cbcmn__link *link_take(struct cbcmn__link **list, cbcmn_actor_ref peer)
+{
+	for (; *list; list = &(*list)->next) {
+		struct cbcmn__link *l = *list;
+		if (l->peer == peer) {
+			*list = l->next;
+			return l;
+		}
+	}
+	return NULL;
+}
+
 /* ---- halt ----------------------------------------------------------------- */
 
 /* End the actor in a with reason: close the mailbox, fail the senders,
@@ -157,6 +185,9 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 	cbcmn__mutex_lock(&a->lock);
 	if (a->stopping)
 		reason = a->stop_reason;
+	cbcmn_actor_ref old = a->ref;
+	struct cbcmn__link *links = a->links;
+	a->links = NULL;
 	a->state = CBCMN__A_HALTING;
 	a->gen++; /* every reference to it dies here */
 	a->ref = CBCMN_ACTOR_NONE;
@@ -196,6 +227,22 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		cbcmn__mb_put_down(w, m, &dl);
 		cbcmn__mutex_unlock(&w->lock);
 		cbcmn__mb_wakes_run(&dl, e);
+	}
+	/* Links: take our record off each peer (so long-lived actors do not
+	 * collect dead links) and pass an abnormal reason on. */
+	while (links) {
+		struct cbcmn__link *l = links;
+		links = l->next;
+		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
+		if (p) {
+			struct cbcmn__mb_wakes pl = {0};
+			free(link_take(&p->links, old));
+			if (reason != 0)
+				stop_locked(p, reason, &pl);
+			cbcmn__mutex_unlock(&p->lock);
+			cbcmn__mb_wakes_run(&pl, e);
+		}
+		free(l);
 	}
 	cbcmn__mutex_lock(&a->lock);
 	a->state = CBCMN__A_FREE;
@@ -297,11 +344,7 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	if (!a)
 		return -ESRCH;
 	struct cbcmn__mb_wakes wl = {0};
-	if (!a->stopping) {
-		a->stopping = true;
-		a->stop_reason = reason;
-		cbcmn__mb_stop(a, &wl);
-	}
+	stop_locked(a, reason, &wl);
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__mb_wakes_run(&wl, self ? self->exec : NULL);
 	return 0;
@@ -339,6 +382,47 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	struct cbcmn__mb_wakes wl = {0};
 	cbcmn__mutex_lock(&me->lock);
 	cbcmn__mb_put_down(me, m, &wl);
+	cbcmn__mutex_unlock(&me->lock);
+	return 0;
+}
+
+int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	struct cbcmn__actor *me = cbcmn__actor_of(self);
+	if (!me || !cbcmn__is_running(self))
+		return -EPERM;
+	if (cbcmn__forked(self->rt))
+		return CBCMN_EFORKED;
+	if (target == me->ref)
+		return -EINVAL;
+	cbcmn__stack_check(self);
+	struct cbcmn__link *mine = cbcmn__malloc(sizeof(*mine));
+	struct cbcmn__link *theirs = cbcmn__malloc(sizeof(*theirs));
+	if (!mine || !theirs) {
+		free(mine);
+		free(theirs);
+		return -ENOMEM;
+	}
+	mine->peer = target;
+	theirs->peer = me->ref;
+	/* Their side first: from the moment it is there, their halt stops
+	 * us, as if it came right after the link.  One lock at a time. */
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (!a) {
+		free(mine);
+		free(theirs);
+		return -ESRCH;
+	}
+	struct cbcmn__link *dup = link_take(&a->links, me->ref);
+	theirs->next = a->links;
+	a->links = theirs;
+	cbcmn__mutex_unlock(&a->lock);
+	free(dup); /* linked already: one record each side is enough */
+	cbcmn__mutex_lock(&me->lock);
+	free(link_take(&me->links, target));
+	mine->next = me->links;
+	me->links = mine;
 	cbcmn__mutex_unlock(&me->lock);
 	return 0;
 }

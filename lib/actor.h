@@ -45,6 +45,12 @@ struct cbcmn__monitor {
 	uint64_t seq; /* deliverable once the watcher has taken this many messages */
 };
 
+/* A link (cbcmn_actor_link()): one record on each side, naming the peer. */
+struct cbcmn__link {
+	struct cbcmn__link *next;
+	cbcmn_actor_ref peer;
+};
+
 struct cbcmn__actor {
 	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR: every field below but index */
 	uint32_t index;           /* fixed: the slot's place in the table */
@@ -65,6 +71,7 @@ struct cbcmn__actor {
 	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
+	struct cbcmn__link *links;                /* actors linked with it */
 	struct cbcmn__actor *free_next;           /* the table's free list */
 };
 

@@ -770,6 +770,107 @@ static void test_cancel_blocked_send_and_receive_leave_no_trace(void **state)
 	t_destroy(rt);
 }
 
+/* ---- links: an abnormal halt stops the linked actor, a normal one does not ---- */
+
+struct link {
+	cbcmn_actor_ref a, b, c;
+	_Atomic int linked;
+	int rc_a, rc_c, rc_link_dead, rc_link_self;
+	uint64_t c_got;
+};
+
+/* A: links with B, then waits in receive. */
+static int64_t link_a(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0);
+	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0); /* twice is once */
+	TASK_CHECK(cbcmn_actor_link(cx, l->c) == 0);
+	l->rc_link_self = cbcmn_actor_link(cx, cbcmn_actor_self(cx));
+	atomic_store(&l->linked, 1);
+	cbcmn_actor_msg m;
+	l->rc_a = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+/* B: fails once A is linked with it. */
+static int64_t link_b(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	while (!atomic_load(&l->linked))
+		cbcmn_yield(cx);
+	return -9;
+}
+
+/* C: linked with A; A halts with -9 and takes C down with it. */
+static int64_t link_c(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	cbcmn_actor_msg m;
+	l->rc_c = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+static int64_t quits_on_message(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 ? 0 : -1;
+}
+
+/* D: linked with a normal quitter, keeps running. */
+static int64_t link_d(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	cbcmn_actor_ref q;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, l, NULL, &q) == 0);
+	TASK_CHECK(cbcmn_actor_link(cx, q) == 0);
+	cbcmn_actor_msg m = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, q, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0); /* q halted normally */
+	l->rc_link_dead = cbcmn_actor_link(cx, q);
+	/* Not stopped: a receive still works. */
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, 0) == 0);
+	l->c_got = m.type;
+	return 0;
+}
+
+static int64_t link_main(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	cbcmn_nursery *na, *nb, *nc, *nd;
+	TASK_CHECK(open_n(cx, &na) == 0);
+	TASK_CHECK(open_n(cx, &nb) == 0);
+	TASK_CHECK(open_n(cx, &nc) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nb, link_b, l, NULL, &l->b) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nc, link_c, l, NULL, &l->c) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, na, link_a, l, NULL, &l->a) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nc) == -9);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nb) == -9);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, na) == -9);
+	TASK_CHECK(open_n(cx, &nd) == 0);
+	cbcmn_actor_ref d;
+	TASK_CHECK(cbcmn_actor_spawn(cx, nd, link_d, l, NULL, &d) == 0);
+	return cbcmn_nursery_await_all(cx, nd);
+}
+
+static void test_link_passes_abnormal_halts_only(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct link l = {0};
+	t_run(rt, link_main, &l, 0);
+	assert_int_equal(l.rc_a, -ESHUTDOWN);
+	assert_int_equal(l.rc_c, -ESHUTDOWN);
+	assert_int_equal(l.rc_link_self, -EINVAL);
+	assert_int_equal(l.rc_link_dead, -ESRCH);
+	assert_int_equal(l.c_got, M_QUIT);
+	t_destroy(rt);
+}
+
 /* ---- a crash halts the actor too: DOWN says why ---- */
 
 struct crash {
@@ -1090,6 +1191,7 @@ int main(void)
 		T(test_send_to_own_full_mailbox_is_edeadlk),
 		T(test_sends_and_receives_charge_channel_ops),
 		T(test_cancel_blocked_send_and_receive_leave_no_trace),
+		T(test_link_passes_abnormal_halts_only),
 		T(test_stack_overflow_halts_with_epanic),
 		T(test_budget_given_up_halts_with_ebudget),
 		T(test_thread_blocked_on_halted_actor_gets_esrch),

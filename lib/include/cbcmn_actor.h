@@ -208,6 +208,14 @@ CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref 
  * messages.  Returns 0, -EPERM (cx is not an actor), -ENOMEM, -EINVAL. */
 CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon);
 
+/* Link the calling actor with actor a, both ways: when either halts with a
+ * reason other than 0, the other is stopped (cbcmn_actor_stop()) with that
+ * reason, which its own links pass on in turn; a normal halt (0) stops
+ * nobody.  Linking twice is the same as once.  Returns 0, -ESRCH (a is
+ * dead: nothing linked), -EINVAL (a is the caller itself), -EPERM (cx is
+ * not an actor), -ENOMEM. */
+CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
+
 #ifdef __cplusplus
 }
 #endif
