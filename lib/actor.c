@@ -152,7 +152,7 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 }
 
 /* Stop the locked actor a with reason (first reason wins). */
-static void stop_locked(struct cbcmn__actor *a, int64_t reason, struct cbcmn__mb_wakes *wl)
+static void stop_locked(struct cbcmn__actor *a, int64_t reason, struct cbcmn__wakes *wl)
 {
 	if (a->stopping)
 		return;
@@ -181,7 +181,7 @@ static struct cbcmn__link *link_take(struct cbcmn__link **list, cbcmn_actor_ref 
  * executor, or NULL.  Returns the halt reason (a stop's wins). */
 static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
 {
-	struct cbcmn__mb_wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&a->lock);
 	if (a->stopping)
 		reason = a->stop_reason;
@@ -203,7 +203,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 	void (*drop)(void *, const cbcmn_actor_msg *) = a->drop;
 	void *user = a->user;
 	cbcmn__mutex_unlock(&a->lock);
-	cbcmn__mb_wakes_run(&wl, e);
+	cbcmn__wakes_run(&wl, e);
 
 	/* Out of the lock, nobody else can reach these any more. */
 	for (uint32_t i = 0; drop && i < count; i++)
@@ -223,10 +223,10 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 			free(m); /* the watcher is gone too */
 			continue;
 		}
-		struct cbcmn__mb_wakes dl = {0};
+		struct cbcmn__wakes dl = {0};
 		cbcmn__mb_put_down(w, m, &dl);
 		cbcmn__mutex_unlock(&w->lock);
-		cbcmn__mb_wakes_run(&dl, e);
+		cbcmn__wakes_run(&dl, e);
 	}
 	/* Links: take our record off each peer (so long-lived actors do not
 	 * collect dead links) and pass an abnormal reason on. */
@@ -235,12 +235,12 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		links = l->next;
 		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
 		if (p) {
-			struct cbcmn__mb_wakes pl = {0};
+			struct cbcmn__wakes pl = {0};
 			free(link_take(&p->links, old));
 			if (reason != 0)
 				stop_locked(p, reason, &pl);
 			cbcmn__mutex_unlock(&p->lock);
-			cbcmn__mb_wakes_run(&pl, e);
+			cbcmn__wakes_run(&pl, e);
 		}
 		free(l);
 	}
@@ -343,10 +343,10 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, ref);
 	if (!a)
 		return -ESRCH;
-	struct cbcmn__mb_wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	stop_locked(a, reason, &wl);
 	cbcmn__mutex_unlock(&a->lock);
-	cbcmn__mb_wakes_run(&wl, self ? self->exec : NULL);
+	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
 	return 0;
 }
 
@@ -379,7 +379,7 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	/* Dead already (or never was): the DOWN comes at once.  Nobody waits
 	 * on our mailbox but us, so there is nothing to wake. */
 	m->reason = -ESRCH;
-	struct cbcmn__mb_wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&me->lock);
 	cbcmn__mb_put_down(me, m, &wl);
 	cbcmn__mutex_unlock(&me->lock);

@@ -15,22 +15,19 @@
 #define CBCMN_ACTOR_INT_H
 
 #include "cbcmn_actor.h"
-#include "iwait.h"
 #include "runtime.h"
+#include "waitq.h"
 
 /* Slot states, under the slot lock. */
 enum { CBCMN__A_FREE = 0, CBCMN__A_LIVE, CBCMN__A_HALTING };
 
-/* A blocked mailbox operation, on the blocked caller's stack.  Touched by
- * others only under the slot lock, and only until it is claimed and
- * dequeued; after that only its waker reads iw, once, to wake it. */
+/* A blocked mailbox operation, on the blocked caller's stack (waitq.h).
+ * Touched by others only under the slot lock, and only until it is claimed
+ * and dequeued; after that only its waker reads qw.iw, once, to wake it. */
 struct cbcmn__mb_wait {
-	struct cbcmn__iwait iw;
-	struct cbcmn__mb_wait *prev, *next; /* the send queue, then the wake list */
+	struct cbcmn__qwait qw;             /* first: the queue's */
 	const cbcmn_actor_msg *src;         /* a sender: its message */
 	cbcmn_actor_msg *dst;               /* the receiver: where the message goes */
-	int result;                         /* set by the claimer */
-	bool queued;
 };
 
 /* A monitor: on the watched actor's list until it halts, then (as the DOWN
@@ -67,7 +64,7 @@ struct cbcmn__actor {
 	cbcmn_actor_msg *ring;
 	uint32_t cap, head, count;
 	uint64_t put_total, taken_total; /* messages in, messages out, ever */
-	struct cbcmn__mb_wait *sq_head, *sq_tail; /* senders waiting for room */
+	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
@@ -87,11 +84,6 @@ struct cbcmn__actors {
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
 };
 
-/* Claimed waits, woken once the slot lock is dropped. */
-struct cbcmn__mb_wakes {
-	struct cbcmn__mb_wait *head, *tail;
-};
-
 /* actor.c */
 /* The calling task's actor, or NULL for a plain task (or NULL). */
 static inline struct cbcmn__actor *cbcmn__actor_of(const struct cbcmn_task *t)
@@ -102,16 +94,13 @@ static inline struct cbcmn__actor *cbcmn__actor_of(const struct cbcmn_task *t)
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
 
 /* actor_mbox.c (all under the slot lock unless said) */
-void cbcmn__mb_wakes_add(struct cbcmn__mb_wakes *wl, struct cbcmn__mb_wait *w, int result);
-/* After the unlock. */
-void cbcmn__mb_wakes_run(struct cbcmn__mb_wakes *wl, struct cbcmn__exec *e);
 /* Claim every waiting sender with result (they return it, message not
  * taken). */
-void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__mb_wakes *wl, int result);
+void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__wakes *wl, int result);
 /* Stop: fail the waiting senders (-ESRCH) and the receiver (-ESHUTDOWN). */
-void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__mb_wakes *wl);
+void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl);
 /* A DOWN for a (the watcher): to its waiting receiver, else queued. */
 void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
-			struct cbcmn__mb_wakes *wl);
+			struct cbcmn__wakes *wl);
 
 #endif

@@ -1,8 +1,8 @@
 /* actor_mbox.c: actor mailboxes: bounded rings with back-pressure and DOWN messages.
  *
  * A mailbox is a special channel (SPEC-021 §10 ":cluster"): many senders,
- * one receiver (the actor), fixed-size messages, bounded.  Like chan.c it
- * hands over under one lock (the slot's, CBCMN__LOCK_ACTOR) and wakes after
+ * one receiver (the actor), fixed-size messages, bounded.  Like chan.c (and
+ * with its wait queues, waitq.h) it hands over under one lock (the slot's, CBCMN__LOCK_ACTOR) and wakes after
  * the unlock: a receiver woken by a sender finds the message already in its
  * buffer; a sender woken by the receiver finds its message already in the
  * ring.  So nobody races for an item and each message is taken once.
@@ -28,45 +28,7 @@
 #include "actor.h"
 #include "timer.h"
 
-/* ---- waits ------------------------------------------------------------ */
-
-static void sq_push(struct cbcmn__actor *a, struct cbcmn__mb_wait *w)
-{
-	w->next = NULL;
-	w->prev = a->sq_tail;
-	if (a->sq_tail)
-		a->sq_tail->next = w;
-	else
-		a->sq_head = w;
-	a->sq_tail = w;
-	w->queued = true;
-}
-
-static void sq_del(struct cbcmn__actor *a, struct cbcmn__mb_wait *w)
-{
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		a->sq_head = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-	else
-		a->sq_tail = w->prev;
-	w->queued = false;
-}
-
-/* The first waiting sender this side could claim, dequeued; or NULL.  Ones
- * that cancellation or a timer claimed first are dequeued and skipped. */
-static struct cbcmn__mb_wait *sq_claim(struct cbcmn__actor *a)
-{
-	struct cbcmn__mb_wait *w;
-	while ((w = a->sq_head)) {
-		sq_del(a, w);
-		if (cbcmn__iwait_claim(&w->iw))
-			return w;
-	}
-	return NULL;
-}
+/* ---- waits (waitq.h) ------------------------------------------------- */
 
 /* The waiting receiver, claimed and detached; or NULL. */
 static struct cbcmn__mb_wait *recv_claim(struct cbcmn__actor *a)
@@ -75,38 +37,21 @@ static struct cbcmn__mb_wait *recv_claim(struct cbcmn__actor *a)
 	if (!w)
 		return NULL;
 	a->receiver = NULL;
-	w->queued = false;
-	return cbcmn__iwait_claim(&w->iw) ? w : NULL;
+	w->qw.queued = false;
+	return cbcmn__iwait_claim(&w->qw.iw) ? w : NULL;
 }
 
-void cbcmn__mb_wakes_add(struct cbcmn__mb_wakes *wl, struct cbcmn__mb_wait *w, int result)
+/* The first waiting sender this side could claim, dequeued; or NULL. */
+static struct cbcmn__mb_wait *send_claim(struct cbcmn__actor *a)
 {
-	w->result = result;
-	w->next = NULL;
-	if (wl->tail)
-		wl->tail->next = w;
-	else
-		wl->head = w;
-	wl->tail = w;
+	return (struct cbcmn__mb_wait *)cbcmn__waitq_claim(&a->sendq); /* qw is first */
 }
 
-/* The hand-over was written after the claim: the wake publishes it (its
- * release pairs with the acquire by which the waiter resumes, iwait.h). */
-void cbcmn__mb_wakes_run(struct cbcmn__mb_wakes *wl, struct cbcmn__exec *e)
-{
-	struct cbcmn__mb_wait *w = wl->head;
-	while (w) {
-		struct cbcmn__mb_wait *next = w->next; /* w is gone once woken */
-		cbcmn__iwait_wake(&w->iw, e);
-		w = next;
-	}
-}
-
-void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__mb_wakes *wl, int result)
+void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__wakes *wl, int result)
 {
 	struct cbcmn__mb_wait *w;
-	while ((w = sq_claim(a)))
-		cbcmn__mb_wakes_add(wl, w, result);
+	while ((w = send_claim(a)))
+		cbcmn__wakes_add(wl, &w->qw, result);
 }
 
 /* ---- the ring (under the lock) ----------------------------------------- */
@@ -132,14 +77,14 @@ static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 
 /* A new message: to the waiting receiver (it waits only when nothing is
  * deliverable), else into the ring.  False: full. */
-static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__mb_wakes *wl)
+static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__wakes *wl)
 {
 	struct cbcmn__mb_wait *r;
 	if (a->count == 0 && (r = recv_claim(a))) {
 		*r->dst = *m;
 		a->put_total++;
 		a->taken_total++;
-		cbcmn__mb_wakes_add(wl, r, 0);
+		cbcmn__wakes_add(wl, &r->qw, 0);
 		return true;
 	}
 	if (a->count < a->cap) {
@@ -150,22 +95,22 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 }
 
 /* Room may have freed up: hand it to waiting senders, in order. */
-static void slot_freed(struct cbcmn__actor *a, struct cbcmn__mb_wakes *wl)
+static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 {
 	struct cbcmn__mb_wait *w;
-	while (a->count < a->cap && (w = sq_claim(a))) {
+	while (a->count < a->cap && (w = send_claim(a))) {
 		ring_put(a, w->src);
-		cbcmn__mb_wakes_add(wl, w, 0);
+		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
 }
 
 /* cbcmn_actor_stop(): senders get -ESRCH, the receiver -ESHUTDOWN. */
-void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__mb_wakes *wl)
+void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 {
 	cbcmn__mb_fail_senders(a, wl, -ESRCH);
 	struct cbcmn__mb_wait *r = recv_claim(a);
 	if (r)
-		cbcmn__mb_wakes_add(wl, r, -ESHUTDOWN);
+		cbcmn__wakes_add(wl, &r->qw, -ESHUTDOWN);
 }
 
 static bool down_due(const struct cbcmn__actor *a)
@@ -174,7 +119,7 @@ static bool down_due(const struct cbcmn__actor *a)
 }
 
 void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
-			struct cbcmn__mb_wakes *wl)
+			struct cbcmn__wakes *wl)
 {
 	mon->seq = a->put_total;
 	mon->next = NULL;
@@ -186,7 +131,7 @@ void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 		r->dst->body.down.monitor = mon->id;
 		r->dst->body.down.reason = mon->reason;
 		free(mon);
-		cbcmn__mb_wakes_add(wl, r, 0);
+		cbcmn__wakes_add(wl, &r->qw, 0);
 		return;
 	}
 	if (a->sys_tail)
@@ -212,30 +157,30 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 		    uint64_t deadline)
 {
 	struct cbcmn__timer *tm = NULL;
-	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->iw))) {
+	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
 		if (w == a->receiver)
 			a->receiver = NULL;
 		else
-			sq_del(a, w);
+			cbcmn__waitq_del(&a->sendq, &w->qw);
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		cbcmn__mutex_unlock(&a->lock);
 		return -ENOMEM;
 	}
 	cbcmn__mutex_unlock(&a->lock);
-	uint32_t how = cbcmn__iwait_block(&w->iw);
+	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
 	if (how == CBCMN__IW_WOKEN)
-		return w->result;
+		return w->qw.result;
 	/* Claimed by cancellation or the timer: take w back out.  The slot
 	 * outlives every actor in it, so locking it is safe even if the
 	 * actor halted meanwhile (which dequeued w already). */
 	cbcmn__mutex_lock(&a->lock);
-	if (w->queued) {
+	if (w->qw.queued) {
 		if (a->receiver == w)
 			a->receiver = NULL;
 		else
-			sq_del(a, w);
+			cbcmn__waitq_del(&a->sendq, &w->qw);
 	}
 	cbcmn__mutex_unlock(&a->lock);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
@@ -243,10 +188,10 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 
 static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 {
-	cbcmn__iwait_init(&w->iw, self);
-	w->iw.kind = CBCMN__G_CHAN; /* a mailbox is a channel, for the snapshot */
-	w->result = 0;
-	w->queued = false;
+	cbcmn__iwait_init(&w->qw.iw, self);
+	w->qw.iw.kind = CBCMN__G_CHAN; /* a mailbox is a channel, for the snapshot */
+	w->qw.result = 0;
+	w->qw.queued = false;
 }
 
 /* ---- operations ----------------------------------------------------------- */
@@ -277,7 +222,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
 	if (!a)
 		return -ESRCH;
-	struct cbcmn__mb_wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	int rc = 0;
 	if (a->stopping) {
 		rc = -ESRCH; /* its mailbox is closed */
@@ -292,12 +237,12 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			struct cbcmn__mb_wait w;
 			wait_init(&w, self);
 			w.src = &copy;
-			sq_push(a, &w);
+			cbcmn__waitq_push(&a->sendq, &w.qw);
 			return mb_block(self, a, &w, deadline);
 		}
 	}
 	cbcmn__mutex_unlock(&a->lock);
-	cbcmn__mb_wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run(&wl, waker_of(self));
 	return rc;
 }
 
@@ -369,7 +314,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		return CBCMN_EFORKED;
 	cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	uint64_t deadline = deadline_in(self->rt, timeout_ns);
-	struct cbcmn__mb_wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	struct cbcmn__monitor *down = NULL;
 	int rc = 0;
 	cbcmn__mutex_lock(&a->lock);
@@ -390,12 +335,12 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		struct cbcmn__mb_wait w;
 		wait_init(&w, self);
 		w.dst = m;
-		w.queued = true;
+		w.qw.queued = true;
 		a->receiver = &w;
 		return mb_block(self, a, &w, deadline);
 	}
 	cbcmn__mutex_unlock(&a->lock);
-	cbcmn__mb_wakes_run(&wl, self->exec);
+	cbcmn__wakes_run(&wl, self->exec);
 	if (down) {
 		*m = (cbcmn_actor_msg){.type = CBCMN_ACTOR_DOWN, .from = down->target};
 		m->body.down.monitor = down->id;
