@@ -355,11 +355,10 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!mon)
 		return -EINVAL;
-	struct cbcmn__actor *me = cbcmn__actor_of(self);
-	if (!me || !cbcmn__is_running(self))
-		return -EPERM;
-	if (cbcmn__forked(self->rt))
-		return CBCMN_EFORKED;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
 	cbcmn__stack_check(self);
 	struct cbcmn__monitor *m = cbcmn__calloc(1, sizeof(*m));
 	if (!m)
@@ -389,11 +388,10 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
-	struct cbcmn__actor *me = cbcmn__actor_of(self);
-	if (!me || !cbcmn__is_running(self))
-		return -EPERM;
-	if (cbcmn__forked(self->rt))
-		return CBCMN_EFORKED;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
 	if (target == me->ref)
 		return -EINVAL;
 	cbcmn__stack_check(self);

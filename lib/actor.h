@@ -90,6 +90,16 @@ static inline struct cbcmn__actor *cbcmn__actor_of(const struct cbcmn_task *t)
 {
 	return t && cbcmn__is_actor_task(t) ? t->arg : NULL;
 }
+/* The calling actor: self must be one, and running; else NULL and *err is
+ * -EPERM, or CBCMN_EFORKED in a forked child. */
+static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)
+{
+	struct cbcmn__actor *a = cbcmn__actor_of(self);
+	*err = !a || !cbcmn__is_running(self) ? -EPERM
+	       : cbcmn__forked(self->rt)      ? CBCMN_EFORKED
+					      : 0;
+	return *err ? NULL : a;
+}
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
 

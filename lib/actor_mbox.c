@@ -307,11 +307,10 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!m)
 		return -EINVAL;
-	struct cbcmn__actor *a = cbcmn__actor_of(self);
-	if (!a || !cbcmn__is_running(self))
-		return -EPERM;
-	if (cbcmn__forked(self->rt))
-		return CBCMN_EFORKED;
+	int err;
+	struct cbcmn__actor *a = cbcmn__actor_caller(self, &err);
+	if (!a)
+		return err;
 	cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	uint64_t deadline = deadline_in(self->rt, timeout_ns);
 	struct cbcmn__wakes wl = {0};
