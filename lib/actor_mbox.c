@@ -317,8 +317,10 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	struct cbcmn__monitor *down = NULL;
 	int rc = 0;
 	cbcmn__mutex_lock(&a->lock);
-	if (a->stopping) {
-		rc = -ESHUTDOWN; /* before a cancellation: the more specific */
+	if (a->stopping || a->state != CBCMN__A_LIVE) {
+		/* Stopped, or halting (a drop callback that receives: nothing
+		 * will ever come).  Before a cancellation: the more specific. */
+		rc = -ESHUTDOWN;
 	} else if (cbcmn__task_cancelled(self)) {
 		rc = CBCMN_ECANCELED; /* a blocking call is where it notices */
 	} else if (down_due(a)) {

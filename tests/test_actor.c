@@ -587,6 +587,49 @@ static void test_halt_drops_undelivered_once_each(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a drop callback that receives gets -ESHUTDOWN, not a wait for ever ---- */
+
+struct reent {
+	cbcmn_cx *cx;
+	int rc;
+};
+
+static void drop_receives(void *state, const cbcmn_actor_msg *m)
+{
+	struct reent *r = state;
+	cbcmn_actor_msg x;
+	(void)m;
+	r->rc = cbcmn_actor_receive(r->cx, &x, CBCMN_ACTOR_FOREVER);
+}
+
+static int64_t leaves_one(cbcmn_cx *cx, void *arg)
+{
+	struct reent *r = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	r->cx = cx;
+	return cbcmn_actor_send(NULL, cx, cbcmn_actor_self(cx), &m); /* left for drop */
+}
+
+static int64_t reent_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	cbcmn_actor_opts ao = {.drop = drop_receives};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, leaves_one, arg, &ao, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_receive_during_halt_is_eshutdown(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct reent r = {.rc = 1};
+	t_run(rt, reent_main, &r, 0);
+	assert_int_equal(r.rc, -ESHUTDOWN);
+	t_destroy(rt);
+}
+
 /* ---- an actor sending to its own full mailbox is refused ---- */
 
 static int64_t self_sender(cbcmn_cx *cx, void *arg)
@@ -1188,6 +1231,7 @@ int main(void)
 		T(test_stop_ends_receive_and_fails_senders),
 		T(test_monitor_down_after_messages_with_reason),
 		T(test_halt_drops_undelivered_once_each),
+		T(test_receive_during_halt_is_eshutdown),
 		T(test_send_to_own_full_mailbox_is_edeadlk),
 		T(test_sends_and_receives_charge_channel_ops),
 		T(test_cancel_blocked_send_and_receive_leave_no_trace),

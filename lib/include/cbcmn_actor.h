@@ -138,7 +138,8 @@ typedef struct cbcmn_actor_opts {
 	const cbcmn_caps *caps;
 	/* Called at halt for each message left undelivered in the mailbox,
 	 * oldest first, on the halting actor's executor; it must not block
-	 * nor call into this actor.  NULL: they are discarded. */
+	 * (a receive of the halting actor there returns -ESHUTDOWN).  NULL:
+	 * they are discarded. */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 } cbcmn_actor_opts;
 
