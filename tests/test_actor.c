@@ -1176,6 +1176,110 @@ static void test_flood_and_plain_tasks_share_the_executor(void **state)
 	t_destroy(rt);
 }
 
+/* ---- churn: sends racing halts and slot reuse, received or dropped once each ---- */
+
+#define CHURN_REFS 16
+
+struct churn {
+	_Atomic uint64_t refs[CHURN_REFS];
+	_Atomic long ok_sends, received, dropped, bad, spawned;
+	_Atomic int stop, spawner_done;
+	long n;
+};
+
+static void churn_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct churn *c = state;
+	(void)m;
+	atomic_fetch_add(&c->dropped, 1);
+}
+
+/* Takes up to three messages (or 1 ms of nothing), then halts, maybe with
+ * more in its mailbox. */
+static int64_t churn_actor(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	for (int i = 0; i < 3; i++) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, 1000000);
+		if (rc == -ETIMEDOUT)
+			break;
+		if (rc)
+			return rc;
+		atomic_fetch_add(&c->received, 1);
+	}
+	return 0;
+}
+
+static int64_t churn_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_STEALABLE,
+			       .drop = churn_drop};
+	for (long i = 0; i < c->n; i++) {
+		cbcmn_actor_ref a;
+		if (cbcmn_actor_spawn(cx, n, churn_actor, c, &ao, &a) != 0) {
+			atomic_fetch_add(&c->bad, 1);
+			break;
+		}
+		atomic_store(&c->refs[i % CHURN_REFS], a);
+		atomic_fetch_add(&c->spawned, 1);
+		if (i % 4 == 3)
+			cbcmn_sleep(cx, 200000);
+	}
+	atomic_store(&c->spawner_done, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t churn_sender(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	uint64_t x = cbcmn_cx_task_id(cx) * 0x9e3779b97f4a7c15ull;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	while (!atomic_load(&c->stop)) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		cbcmn_actor_ref a = atomic_load(&c->refs[x % CHURN_REFS]);
+		int rc = a ? cbcmn_actor_try_send(NULL, cx, a, &m) : -ESRCH;
+		if (rc == 0)
+			atomic_fetch_add(&c->ok_sends, 1);
+		else if (rc != -ESRCH && rc != -EAGAIN)
+			atomic_fetch_add(&c->bad, 1);
+		if ((x & 7) == 0)
+			cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t churn_main(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, churn_spawner, c, NULL) == 0);
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, churn_sender, c, NULL) == 0);
+	while (!atomic_load(&c->spawner_done))
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&c->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_sends_racing_halts_are_received_or_dropped_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct churn c = {.n = STRESS(400)};
+	t_run(rt, churn_main, &c, 0);
+	assert_int_equal(atomic_load(&c.bad), 0);
+	assert_int_equal(atomic_load(&c.spawned), c.n);
+	assert_true(atomic_load(&c.ok_sends) > 0);
+	assert_int_equal(atomic_load(&c.received) + atomic_load(&c.dropped),
+			 atomic_load(&c.ok_sends));
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1241,6 +1345,7 @@ int main(void)
 		T(test_thread_blocked_on_halted_actor_gets_esrch),
 		T(test_failed_spawn_leaves_nothing),
 		T(test_flood_and_plain_tasks_share_the_executor),
+		T(test_sends_racing_halts_are_received_or_dropped_once),
 		T(test_bad_input),
 	};
 #undef T
