@@ -73,7 +73,7 @@
  * another runtime, CBCMN_EFORKED in a forked child (cbcmn_runtime_create()).
  *
  * docs/ACTORS.md has the design and what is still to come (the scheduling
- * wheel, load-based migration, links, supervisors).
+ * wheel, load-based migration, supervisors).
  */
 #ifndef CBCMN_ACTOR_H
 #define CBCMN_ACTOR_H
