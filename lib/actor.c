@@ -424,3 +424,61 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	cbcmn__mutex_unlock(&me->lock);
 	return 0;
 }
+
+/* True while the actor ref named is halting (its DOWNs still on the way). */
+static bool halting(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
+	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	struct cbcmn__actor *a = t ? slot_at(t, (uint32_t)ref) : NULL;
+	if (!a)
+		return false;
+	cbcmn__mutex_lock(&a->lock);
+	/* The halt bumped the generation as it began; FREE once it ends. */
+	bool h = a->state == CBCMN__A_HALTING && a->gen == (uint32_t)(ref >> 32) + 1;
+	cbcmn__mutex_unlock(&a->lock);
+	return h;
+}
+
+int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
+	cbcmn__stack_check(self);
+	struct cbcmn__monitor *found = NULL;
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (a) {
+		for (struct cbcmn__monitor **p = &a->watched_by; *p; p = &(*p)->next)
+			if ((*p)->id == id && (*p)->watcher == me->ref) {
+				found = *p;
+				*p = found->next;
+				break;
+			}
+		cbcmn__mutex_unlock(&a->lock);
+	} else {
+		/* A halt took the list and delivers the DOWNs one lock at a
+		 * time: wait for it to end, then look in our own queue. */
+		while (halting(self->rt, target))
+			cbcmn_yield(cx);
+	}
+	if (!found) {
+		cbcmn__mutex_lock(&me->lock);
+		struct cbcmn__monitor *prev = NULL;
+		for (struct cbcmn__monitor *m = me->sys_head; m; prev = m, m = m->next)
+			if (m->id == id) {
+				found = m;
+				if (prev)
+					prev->next = m->next;
+				else
+					me->sys_head = m->next;
+				if (me->sys_tail == m)
+					me->sys_tail = prev;
+				break;
+			}
+		cbcmn__mutex_unlock(&me->lock);
+	}
+	free(found);
+	return found ? 0 : -ENOENT;
+}

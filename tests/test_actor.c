@@ -535,6 +535,72 @@ static void test_monitor_down_after_messages_with_reason(void **state)
 	t_destroy(rt);
 }
 
+/* ---- demonitor: no DOWN after it, queued ones flushed ---- */
+
+static int64_t quits_on_message(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 ? 0 : -1;
+}
+
+
+struct demon {
+	cbcmn_actor_ref worker;
+	uint64_t m1, m2;
+	int rc_demon, rc_flush, rc_again, rc_after, rc_empty;
+	cbcmn_actor_msg down;
+};
+
+static int64_t demon_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct demon *d = arg;
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->worker, &d->m1) == 0);
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->worker, &d->m2) == 0);
+	d->rc_demon = cbcmn_actor_demonitor(cx, d->worker, d->m1);
+	d->rc_again = cbcmn_actor_demonitor(cx, d->worker, d->m1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->worker, &q) == 0);
+	/* m2's DOWN comes, m1's never does. */
+	TASK_CHECK(cbcmn_actor_receive(cx, &d->down, CBCMN_ACTOR_FOREVER) == 0);
+	cbcmn_actor_msg m;
+	d->rc_after = cbcmn_actor_receive(cx, &m, 20 * 1000000ull);
+	/* A dead reference's DOWN is queued at once; demonitor flushes it. */
+	uint64_t m3;
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->worker, &m3) == 0);
+	d->rc_flush = cbcmn_actor_demonitor(cx, d->worker, m3);
+	d->rc_empty = cbcmn_actor_receive(cx, &m, 0);
+	return 0;
+}
+
+static int64_t demon_main(cbcmn_cx *cx, void *arg)
+{
+	struct demon *d = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref w;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &d->worker) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, demon_watcher, d, NULL, &w) == 0);
+	TASK_CHECK(cbcmn_actor_demonitor(cx, d->worker, 1) == -EPERM); /* not an actor */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_demonitor_stops_and_flushes_down(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct demon d = {0};
+	t_run(rt, demon_main, &d, 0);
+	assert_int_equal(d.rc_demon, 0);
+	assert_int_equal(d.rc_again, -ENOENT);
+	assert_int_equal(d.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(d.down.body.down.monitor, d.m2);
+	assert_int_equal(d.rc_after, -ETIMEDOUT);
+	assert_int_equal(d.rc_flush, 0);
+	assert_int_equal(d.rc_empty, -ETIMEDOUT);
+	t_destroy(rt);
+}
+
 /* ---- halt: undelivered messages go to drop, once each ---- */
 
 struct drop {
@@ -852,13 +918,6 @@ static int64_t link_c(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_msg m;
 	l->rc_c = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
 	return 0;
-}
-
-static int64_t quits_on_message(cbcmn_cx *cx, void *arg)
-{
-	(void)arg;
-	cbcmn_actor_msg m;
-	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 ? 0 : -1;
 }
 
 /* D: linked with a normal quitter, keeps running. */
@@ -1334,6 +1393,7 @@ int main(void)
 		T(test_receive_timeout_fires_and_not_early),
 		T(test_stop_ends_receive_and_fails_senders),
 		T(test_monitor_down_after_messages_with_reason),
+		T(test_demonitor_stops_and_flushes_down),
 		T(test_halt_drops_undelivered_once_each),
 		T(test_receive_during_halt_is_eshutdown),
 		T(test_send_to_own_full_mailbox_is_edeadlk),

@@ -209,6 +209,13 @@ CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref 
  * messages.  Returns 0, -EPERM (cx is not an actor), -ENOMEM, -EINVAL. */
 CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon);
 
+/* Undo cbcmn_actor_monitor(): no DOWN for monitor mon (on actor a) will be
+ * received after this returns, whether a is alive, halting or halted (a
+ * DOWN already in the caller's mailbox is removed).  Returns 0, -ENOENT (no
+ * such monitor: its DOWN was received already, or mon is not the caller's),
+ * -EPERM (cx is not an actor).  May yield while a is halting. */
+CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mon);
+
 /* Link the calling actor with actor a, both ways: when either halts with a
  * reason other than 0, the other is stopped (cbcmn_actor_stop()) with that
  * reason, which its own links pass on in turn; a normal halt (0) stops
