@@ -334,6 +334,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	cbcmn__stack_pool_fini(&rt->stacks);
 	cbcmn__mutex_destroy(&rt->inject_lock);
 	cbcmn__oblig_fini(rt);
+	cbcmn__actors_fini(rt);
 	cbcmn__seg_destroy(&rt->seg);
 	free(rt);
 }
