@@ -4,7 +4,7 @@
  * its own) whose task argument is its slot.  The slot holds the mailbox
  * (actor_mbox.c) and lives in the runtime's actor table, made on the first
  * spawn: chunks of slots that are only freed with the runtime, so that a
- * reference, (generation << 32 | index), can always be checked against the
+ * reference, (generation, runtime tag, index), can always be checked against the
  * slot it names without touching freed memory (actor.h).
  *
  * Halt runs from cbcmn__task_complete() (task.c's one hook), whatever ended
@@ -32,6 +32,9 @@ static struct cbcmn__actors *table_get(struct cbcmn_runtime *rt)
 	if (!(t = cbcmn__calloc(1, sizeof(*t))))
 		return NULL;
 	cbcmn__mutex_init(&t->lock, "actor table", CBCMN__LOCK_ACTOR_TABLE);
+	/* relaxed: only uniqueness matters; published by the CAS below. */
+	static _Atomic uint32_t next_tag;
+	t->tag = atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) % CBCMN__REF_TAGS + 1;
 	struct cbcmn__actors *old = NULL;
 	if (!atomic_compare_exchange_strong_explicit(&rt->actors, &old, t, memory_order_acq_rel,
 						     memory_order_acquire)) {
@@ -102,15 +105,25 @@ static void slot_free(struct cbcmn__actors *t, struct cbcmn__actor *a)
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 {
 	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
-	uint32_t gen = (uint32_t)(ref >> 32);
+	uint32_t gen = cbcmn__ref_gen(ref);
 	struct cbcmn__actor *a;
-	if (!t || gen == 0 || !(a = slot_at(t, (uint32_t)ref)))
+	if (!t || gen == 0 || cbcmn__ref_tag(ref) != t->tag ||
+	    !(a = slot_at(t, cbcmn__ref_index(ref))))
 		return NULL;
 	cbcmn__mutex_lock(&a->lock);
 	if (a->state == CBCMN__A_LIVE && a->gen == gen)
 		return a;
 	cbcmn__mutex_unlock(&a->lock);
 	return NULL;
+}
+
+static void free_links(struct cbcmn__link *l)
+{
+	while (l) {
+		struct cbcmn__link *next = l->next;
+		free(l);
+		l = next;
+	}
 }
 
 void cbcmn__actors_fini(struct cbcmn_runtime *rt)
@@ -129,11 +142,8 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 			 * what is left are monitors on slots never reused. */
 			if (a->index < n) {
 				free(a->ring);
-				while (a->links) {
-					struct cbcmn__link *l = a->links;
-					a->links = l->next;
-					free(l);
-				}
+				free_links(a->links);
+				free_links(a->watching);
 				struct cbcmn__monitor *lists[2] = {a->sys_head, a->watched_by};
 				for (int l = 0; l < 2; l++)
 					while (lists[l]) {
@@ -174,6 +184,32 @@ static struct cbcmn__link *link_take(struct cbcmn__link **list, cbcmn_actor_ref 
 	return NULL;
 }
 
+/* Remove the record of monitor id from *list; it, or NULL. */
+static struct cbcmn__link *watch_take(struct cbcmn__link **list, uint64_t id)
+{
+	for (; *list; list = &(*list)->next) {
+		struct cbcmn__link *l = *list;
+		if (l->id == id) {
+			*list = l->next;
+			return l;
+		}
+	}
+	return NULL;
+}
+
+/* Remove monitor id of watcher from the locked target's list; it, or NULL. */
+static struct cbcmn__monitor *monitor_take(struct cbcmn__actor *target, cbcmn_actor_ref watcher,
+					   uint64_t id)
+{
+	for (struct cbcmn__monitor **p = &target->watched_by; *p; p = &(*p)->next)
+		if ((*p)->id == id && (*p)->watcher == watcher) {
+			struct cbcmn__monitor *m = *p;
+			*p = m->next;
+			return m;
+		}
+	return NULL;
+}
+
 /* ---- halt ----------------------------------------------------------------- */
 
 /* End the actor in a with reason: close the mailbox, fail the senders,
@@ -186,8 +222,8 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 	if (a->stopping)
 		reason = a->stop_reason;
 	cbcmn_actor_ref old = a->ref;
-	struct cbcmn__link *links = a->links;
-	a->links = NULL;
+	struct cbcmn__link *links = a->links, *watching = a->watching;
+	a->links = a->watching = NULL;
 	a->state = CBCMN__A_HALTING;
 	a->gen++; /* every reference to it dies here */
 	a->ref = CBCMN_ACTOR_NONE;
@@ -224,6 +260,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 			continue;
 		}
 		struct cbcmn__wakes dl = {0};
+		free(watch_take(&w->watching, m->id)); /* that monitor is over */
 		cbcmn__mb_put_down(w, m, &dl);
 		cbcmn__mutex_unlock(&w->lock);
 		cbcmn__wakes_run(&dl, e);
@@ -241,6 +278,19 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 				stop_locked(p, reason, &pl);
 			cbcmn__mutex_unlock(&p->lock);
 			cbcmn__wakes_run(&pl, e);
+		}
+		free(l);
+	}
+	/* Our own monitors: off their targets, or a long-lived target would
+	 * collect the monitors of every watcher that ever halted.  A target
+	 * halting meanwhile finds us dead and frees the record itself. */
+	while (watching) {
+		struct cbcmn__link *l = watching;
+		watching = l->next;
+		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
+		if (p) {
+			free(monitor_take(p, old, l->id));
+			cbcmn__mutex_unlock(&p->lock);
 		}
 		free(l);
 	}
@@ -301,7 +351,7 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	a->drop = opts ? opts->drop : NULL;
 	a->stopping = false;
 	a->stop_reason = 0;
-	a->ref = (cbcmn_actor_ref)a->gen << 32 | a->index;
+	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;
 	cbcmn__mutex_unlock(&a->lock);
@@ -361,13 +411,25 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 		return err;
 	cbcmn__stack_check(self);
 	struct cbcmn__monitor *m = cbcmn__calloc(1, sizeof(*m));
-	if (!m)
+	struct cbcmn__link *note = cbcmn__calloc(1, sizeof(*note));
+	if (!m || !note) {
+		free(m);
+		free(note);
 		return -ENOMEM;
+	}
 	struct cbcmn__actors *t = atomic_load_explicit(&self->rt->actors, memory_order_relaxed);
 	m->watcher = me->ref;
 	m->target = target;
 	m->id = atomic_fetch_add_explicit(&t->next_monitor, 1, memory_order_relaxed) + 1;
 	*mon = m->id;
+	note->peer = target;
+	note->id = m->id;
+	/* Our note first: once the monitor is on the target, its halt may
+	 * take the note back at any time (with the DOWN, under our lock). */
+	cbcmn__mutex_lock(&me->lock);
+	note->next = me->watching;
+	me->watching = note;
+	cbcmn__mutex_unlock(&me->lock);
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (a) {
 		m->next = a->watched_by;
@@ -380,6 +442,7 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	m->reason = -ESRCH;
 	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&me->lock);
+	free(watch_take(&me->watching, m->id));
 	cbcmn__mb_put_down(me, m, &wl);
 	cbcmn__mutex_unlock(&me->lock);
 	return 0;
@@ -403,25 +466,32 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 		return -ENOMEM;
 	}
 	mine->peer = target;
+	mine->id = 0;
 	theirs->peer = me->ref;
-	/* Their side first: from the moment it is there, their halt stops
-	 * us, as if it came right after the link.  One lock at a time. */
-	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
-	if (!a) {
-		free(mine);
-		free(theirs);
-		return -ESRCH;
-	}
-	struct cbcmn__link *dup = link_take(&a->links, me->ref);
-	theirs->next = a->links;
-	a->links = theirs;
-	cbcmn__mutex_unlock(&a->lock);
-	free(dup); /* linked already: one record each side is enough */
+	theirs->id = 0;
+	/* Our side first, one lock at a time.  Once their side is there,
+	 * their halt takes ours off (and stops us, as if it came right after
+	 * the link); if they are dead by then, we take it off ourselves.
+	 * (Their side first would leave ours naming a dead peer when they
+	 * halt between the two.) */
 	cbcmn__mutex_lock(&me->lock);
-	free(link_take(&me->links, target));
+	struct cbcmn__link *dup = link_take(&me->links, target);
 	mine->next = me->links;
 	me->links = mine;
 	cbcmn__mutex_unlock(&me->lock);
+	free(dup); /* linked already: one record each side is enough */
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (!a) {
+		cbcmn__mutex_lock(&me->lock);
+		free(link_take(&me->links, target));
+		cbcmn__mutex_unlock(&me->lock);
+		free(theirs);
+		return -ESRCH;
+	}
+	free(link_take(&a->links, me->ref));
+	theirs->next = a->links;
+	a->links = theirs;
+	cbcmn__mutex_unlock(&a->lock);
 	return 0;
 }
 
@@ -429,12 +499,13 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 static bool halting(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 {
 	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
-	struct cbcmn__actor *a = t ? slot_at(t, (uint32_t)ref) : NULL;
+	struct cbcmn__actor *a = t && cbcmn__ref_tag(ref) == t->tag ? slot_at(t, cbcmn__ref_index(ref))
+								      : NULL;
 	if (!a)
 		return false;
 	cbcmn__mutex_lock(&a->lock);
 	/* The halt bumped the generation as it began; FREE once it ends. */
-	bool h = a->state == CBCMN__A_HALTING && a->gen == (uint32_t)(ref >> 32) + 1;
+	bool h = a->state == CBCMN__A_HALTING && a->gen == cbcmn__ref_gen(ref) + 1;
 	cbcmn__mutex_unlock(&a->lock);
 	return h;
 }
@@ -450,13 +521,13 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 	struct cbcmn__monitor *found = NULL;
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (a) {
-		for (struct cbcmn__monitor **p = &a->watched_by; *p; p = &(*p)->next)
-			if ((*p)->id == id && (*p)->watcher == me->ref) {
-				found = *p;
-				*p = found->next;
-				break;
-			}
+		found = monitor_take(a, me->ref, id);
 		cbcmn__mutex_unlock(&a->lock);
+		if (found) {
+			cbcmn__mutex_lock(&me->lock);
+			free(watch_take(&me->watching, id));
+			cbcmn__mutex_unlock(&me->lock);
+		}
 	} else {
 		/* A halt took the list and delivers the DOWNs one lock at a
 		 * time: wait for it to end, then look in our own queue. */
@@ -467,7 +538,7 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 		cbcmn__mutex_lock(&me->lock);
 		struct cbcmn__monitor *prev = NULL;
 		for (struct cbcmn__monitor *m = me->sys_head; m; prev = m, m = m->next)
-			if (m->id == id) {
+			if (m->id == id && m->target == target) {
 				found = m;
 				if (prev)
 					prev->next = m->next;

@@ -42,10 +42,13 @@ struct cbcmn__monitor {
 	uint64_t seq; /* deliverable once the watcher has taken this many messages */
 };
 
-/* A link (cbcmn_actor_link()): one record on each side, naming the peer. */
+/* A link (cbcmn_actor_link()): one record on each side, naming the peer.
+ * Also a watcher's note of a monitor it set up (id: the monitor's; 0 for
+ * a link), so that its halt takes the monitor off the target. */
 struct cbcmn__link {
 	struct cbcmn__link *next;
 	cbcmn_actor_ref peer;
+	uint64_t id;
 };
 
 struct cbcmn__actor {
@@ -69,6 +72,7 @@ struct cbcmn__actor {
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
+	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
 	struct cbcmn__actor *free_next;           /* the table's free list */
 };
 
@@ -76,8 +80,37 @@ struct cbcmn__actor {
 #define CBCMN__ACTOR_CHUNK (1u << CBCMN__ACTOR_CHUNK_SHIFT)
 #define CBCMN__ACTOR_CHUNKS 4096u /* 4 Mi actors alive at once */
 
+/* A reference: (generation << 32) | (runtime tag << 22) | slot index.  The
+ * tag (1..1023, one per runtime, cbcmn__actors.tag) keeps a reference of
+ * one runtime from naming the actor in the same slot and generation of
+ * another (the first actors of any two runtimes would otherwise share
+ * their references); two live runtimes share a tag only if 1023 others
+ * were made between them. */
+#define CBCMN__REF_INDEX_BITS 22u
+#define CBCMN__REF_TAGS 1023u
+_Static_assert(CBCMN__ACTOR_CHUNKS * CBCMN__ACTOR_CHUNK == 1u << CBCMN__REF_INDEX_BITS,
+	       "a reference's index field holds every slot");
+
+static inline uint32_t cbcmn__ref_index(cbcmn_actor_ref r)
+{
+	return (uint32_t)r & ((1u << CBCMN__REF_INDEX_BITS) - 1);
+}
+static inline uint32_t cbcmn__ref_tag(cbcmn_actor_ref r)
+{
+	return (uint32_t)r >> CBCMN__REF_INDEX_BITS;
+}
+static inline uint32_t cbcmn__ref_gen(cbcmn_actor_ref r)
+{
+	return (uint32_t)(r >> 32);
+}
+static inline cbcmn_actor_ref cbcmn__ref_make(uint32_t gen, uint32_t tag, uint32_t index)
+{
+	return (cbcmn_actor_ref)gen << 32 | (cbcmn_actor_ref)tag << CBCMN__REF_INDEX_BITS | index;
+}
+
 struct cbcmn__actors {
 	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR_TABLE: free list, growth */
+	uint32_t tag;             /* fixed: this runtime's tag in its references */
 	struct cbcmn__actor *free;
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;

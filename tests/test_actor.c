@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cbcmn_actor.h"
+#include "actor.h" /* internals: a slot's monitors, its generation */
 
 #define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 5 : (n))
 
@@ -1339,6 +1340,217 @@ static void test_sends_racing_halts_are_received_or_dropped_once(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a reference of another runtime is refused, never delivered ---- */
+
+/* Counts what it receives until it is stopped. */
+static int64_t counts_until_stopped(cbcmn_cx *cx, void *arg)
+{
+	_Atomic int *got = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0)
+		atomic_fetch_add(got, 1);
+	return rc == -ESHUTDOWN ? 0 : rc;
+}
+
+static void test_ref_of_another_runtime_is_refused(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt[2] = {t_runtime(1), t_runtime(1)};
+	cbcmn_nursery *n[2];
+	cbcmn_actor_ref a[2];
+	_Atomic int got[2] = {0, 0};
+	/* The first actor of each runtime: the same slot, the same
+	 * generation; only the runtime tells them apart. */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(cbcmn_nursery_open(rt[i], NULL, &n[i]), 0);
+		assert_int_equal(cbcmn_actor_spawn(NULL, n[i], counts_until_stopped, &got[i], NULL,
+						   &a[i]),
+				 0);
+	}
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt[1], NULL, a[0], &m), -ESRCH);
+	assert_int_equal(cbcmn_actor_send(rt[1], NULL, a[0], &m), -ESRCH);
+	assert_int_equal(cbcmn_actor_stop(rt[1], NULL, a[0], -1), -ESRCH);
+	assert_int_equal(cbcmn_actor_try_send(rt[0], NULL, a[0], &m), 0);
+	/* Received before the stop (which would close the mailbox on it). */
+	uint64_t t0 = t_now_ns();
+	while (atomic_load(&got[0]) == 0 && t_now_ns() - t0 < T_STALL_NS)
+		usleep(1000);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(cbcmn_actor_stop(rt[i], NULL, a[i], 0), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n[i]), 0);
+	}
+	assert_int_equal(atomic_load(&got[0]), 1);
+	assert_int_equal(atomic_load(&got[1]), 0);
+	t_destroy(rt[0]);
+	t_destroy(rt[1]);
+}
+
+/* ---- demonitor names its target: another monitor's DOWN stays ---- */
+
+struct demon2 {
+	cbcmn_actor_ref x, y;
+	uint64_t mx;
+	_Atomic int x_gone;
+	int rc_wrong, rc_recv;
+	cbcmn_actor_msg down;
+};
+
+static int64_t demon2_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct demon2 *d = arg;
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->x, &d->mx) == 0);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->x, &q) == 0);
+	while (!atomic_load(&d->x_gone)) /* x's DOWN is queued by now */
+		cbcmn_yield(cx);
+	/* mx is a monitor on x, not on y: nothing to undo there. */
+	d->rc_wrong = cbcmn_actor_demonitor(cx, d->y, d->mx);
+	d->rc_recv = cbcmn_actor_receive(cx, &d->down, 0);
+	return 0;
+}
+
+static int64_t demon2_main(cbcmn_cx *cx, void *arg)
+{
+	struct demon2 *d = arg;
+	cbcmn_nursery *nx, *n;
+	cbcmn_actor_ref w;
+	TASK_CHECK(open_n(cx, &nx) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nx, quits_on_message, NULL, NULL, &d->x) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &d->y) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, demon2_watcher, d, NULL, &w) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nx) == 0); /* x's DOWN delivered */
+	atomic_store(&d->x_gone, 1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->y, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_demonitor_of_another_target_keeps_the_down(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct demon2 d = {0};
+	t_run(rt, demon2_main, &d, 0);
+	assert_int_equal(d.rc_wrong, -ENOENT);
+	assert_int_equal(d.rc_recv, 0);
+	assert_int_equal(d.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(d.down.from, d.x);
+	assert_int_equal(d.down.body.down.monitor, d.mx);
+	t_destroy(rt);
+}
+
+/* ---- a watcher that halts takes its monitors off their target ---- */
+
+#define WATCHERS 40
+
+struct watchers {
+	cbcmn_actor_ref target;
+	_Atomic int watching;
+	uint64_t left;
+};
+
+/* Monitors the target (twice: a demonitored one must not linger
+ * either), then halts. */
+static int64_t watches_then_halts(cbcmn_cx *cx, void *arg)
+{
+	struct watchers *w = arg;
+	uint64_t id, id2;
+	TASK_CHECK(cbcmn_actor_monitor(cx, w->target, &id) == 0);
+	TASK_CHECK(cbcmn_actor_monitor(cx, w->target, &id2) == 0);
+	TASK_CHECK(cbcmn_actor_demonitor(cx, w->target, id2) == 0);
+	atomic_fetch_add(&w->watching, 1);
+	return 0;
+}
+
+/* Monitors on the live actor ref (internals: the slot's list). */
+static uint64_t monitors_on(cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, ref);
+	uint64_t n = 0;
+	if (!a)
+		return UINT64_MAX;
+	for (struct cbcmn__monitor *m = a->watched_by; m; m = m->next)
+		n++;
+	cbcmn__mutex_unlock(&a->lock);
+	return n;
+}
+
+static int64_t watchers_main(cbcmn_cx *cx, void *arg)
+{
+	struct watchers *w = arg;
+	cbcmn_nursery *nt, *n;
+	TASK_CHECK(open_n(cx, &nt) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nt, quits_on_message, NULL, NULL, &w->target) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < WATCHERS; i++) {
+		cbcmn_actor_ref r;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, watches_then_halts, w, NULL, &r) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(atomic_load(&w->watching) == WATCHERS);
+	w->left = monitors_on(cbcmn_cx_runtime(cx), w->target);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->target, &q) == 0);
+	return cbcmn_nursery_await_all(cx, nt);
+}
+
+static void test_halted_watchers_leave_no_monitor_on_the_target(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct watchers w = {0};
+	t_run(rt, watchers_main, &w, 0);
+	assert_int_equal(w.left, 0);
+	t_destroy(rt);
+}
+
+/* ---- a generation that wraps retires its slot ---- */
+
+static int64_t wrap_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_actor_ref *refs = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &refs[0]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* Its slot is free: age it to the last generation (internals). */
+	struct cbcmn__actors *t = atomic_load(&rt->actors);
+	struct cbcmn__actor *slot = &atomic_load(&t->chunk[0])[0];
+	cbcmn__mutex_lock(&slot->lock);
+	slot->gen = UINT32_MAX;
+	cbcmn__mutex_unlock(&slot->lock);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &refs[1]) == 0);
+	TASK_CHECK(refs[1] >> 32 == UINT32_MAX);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(slot->gen == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &refs[2]) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	/* The wrapped slot's references, old and "new" (generation 0). */
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[0], &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[1], &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[1] & 0xffffffffull, &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[2], &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_wrapped_generation_retires_the_slot(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_actor_ref refs[3] = {0};
+	t_run(rt, wrap_main, refs, 0);
+	/* The third actor got another slot: the wrapped one is never reused. */
+	assert_true((uint32_t)refs[2] != (uint32_t)refs[1]);
+	assert_int_equal((uint32_t)refs[0], (uint32_t)refs[1]);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1406,6 +1618,10 @@ int main(void)
 		T(test_failed_spawn_leaves_nothing),
 		T(test_flood_and_plain_tasks_share_the_executor),
 		T(test_sends_racing_halts_are_received_or_dropped_once),
+		T(test_ref_of_another_runtime_is_refused),
+		T(test_demonitor_of_another_target_keeps_the_down),
+		T(test_halted_watchers_leave_no_monitor_on_the_target),
+		T(test_wrapped_generation_retires_the_slot),
 		T(test_bad_input),
 	};
 #undef T

@@ -34,7 +34,11 @@
  * recycled for later actors with a new generation, so a reference to a
  * halted actor, or any 64-bit value that was never a reference, is refused
  * (-ESRCH) and never touches freed memory.  CBCMN_ACTOR_NONE (0) is never
- * a reference.  A slot is retired for good after 2^32 - 1 actors.
+ * a reference.  A slot is retired for good after 2^32 - 1 actors.  A
+ * reference carries a 10-bit tag of its runtime: one passed to another
+ * runtime is refused there (-ESRCH), never delivered to the actor that
+ * runtime has in the same slot, unless 1023 runtimes were created between
+ * the two (then their tags may be equal).
  *
  * Delivery.  A send that returns 0 has put the message in the mailbox (or
  * in the waiting receiver's buffer): it is received exactly once, unless
@@ -65,7 +69,11 @@
  *
  * Contexts.  cx is the calling task (an actor is a task), or NULL from a
  * thread outside the runtime, which then blocks as a thread and must not be
- * one of the runtime's executors (-EDEADLK).  Calls that only an actor may
+ * one of the runtime's executors (-EDEADLK).  Such a thread's calls must
+ * have returned before cbcmn_runtime_destroy() is called: the runtime
+ * refuses to go while an actor lives (-EBUSY), and a thread blocked on a
+ * mailbox is woken (-ESRCH) when its actor halts, but a call still under
+ * way while the runtime is freed touches freed memory.  Calls that only an actor may
  * make (receive, self, monitor) return -EPERM from anything else.
  *
  * Errors.  Negative errno or CBCMN_E*: -EINVAL for NULL or bad arguments,
@@ -206,13 +214,16 @@ CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref 
  * one CBCMN_ACTOR_DOWN message (from = a, body.down = {the id stored in
  * *mon, a's halt reason}).  If a is already dead, that message comes at
  * once with reason -ESRCH.  Watching the same actor twice gives two
- * messages.  Returns 0, -EPERM (cx is not an actor), -ENOMEM, -EINVAL. */
+ * messages.  A monitor ends with its DOWN, with cbcmn_actor_demonitor(),
+ * or when the watcher halts (then it is taken off a, which keeps nothing of
+ * it).  Returns 0, -EPERM (cx is not an actor), -ENOMEM, -EINVAL. */
 CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon);
 
 /* Undo cbcmn_actor_monitor(): no DOWN for monitor mon (on actor a) will be
  * received after this returns, whether a is alive, halting or halted (a
  * DOWN already in the caller's mailbox is removed).  Returns 0, -ENOENT (no
- * such monitor: its DOWN was received already, or mon is not the caller's),
+ * such monitor: its DOWN was received already, or mon is not the caller's
+ * or not on a: another monitor's DOWN is left alone),
  * -EPERM (cx is not an actor).  May yield while a is halting. */
 CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mon);
 
