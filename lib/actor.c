@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "actor.h"
+#include "probes.h"
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -171,12 +172,13 @@ static void stop_locked(struct cbcmn__actor *a, int64_t reason, struct cbcmn__wa
 	cbcmn__mb_stop(a, wl);
 }
 
-/* Remove the first record naming peer from *list; it, or NULL. */
-static struct cbcmn__link *link_take(struct cbcmn__link **list, cbcmn_actor_ref peer)
+/* Remove the first record naming peer with id (0: a link, else a
+ * monitor's note) from *list; it, or NULL. */
+static struct cbcmn__link *rec_take(struct cbcmn__link **list, cbcmn_actor_ref peer, uint64_t id)
 {
 	for (; *list; list = &(*list)->next) {
 		struct cbcmn__link *l = *list;
-		if (l->peer == peer) {
+		if (l->peer == peer && l->id == id) {
 			*list = l->next;
 			return l;
 		}
@@ -184,17 +186,9 @@ static struct cbcmn__link *link_take(struct cbcmn__link **list, cbcmn_actor_ref 
 	return NULL;
 }
 
-/* Remove the record of monitor id from *list; it, or NULL. */
-static struct cbcmn__link *watch_take(struct cbcmn__link **list, uint64_t id)
+static struct cbcmn__link *link_take(struct cbcmn__link **list, cbcmn_actor_ref peer)
 {
-	for (; *list; list = &(*list)->next) {
-		struct cbcmn__link *l = *list;
-		if (l->id == id) {
-			*list = l->next;
-			return l;
-		}
-	}
-	return NULL;
+	return rec_take(list, peer, 0);
 }
 
 /* Remove monitor id of watcher from the locked target's list; it, or NULL. */
@@ -222,6 +216,9 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 	if (a->stopping)
 		reason = a->stop_reason;
 	cbcmn_actor_ref old = a->ref;
+	uint32_t home = cbcmn__actor_home(a);
+	CBCMN__AGAUGE(a->rt, home, halting, 1);
+	CBCMN__AGAUGE(a->rt, home, mailbox, -(int64_t)a->count);
 	struct cbcmn__link *links = a->links, *watching = a->watching;
 	a->links = a->watching = NULL;
 	a->state = CBCMN__A_HALTING;
@@ -260,7 +257,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 			continue;
 		}
 		struct cbcmn__wakes dl = {0};
-		free(watch_take(&w->watching, m->id)); /* that monitor is over */
+		free(rec_take(&w->watching, m->target, m->id)); /* that monitor is over */
 		cbcmn__mb_put_down(w, m, &dl);
 		cbcmn__mutex_unlock(&w->lock);
 		cbcmn__wakes_run(&dl, e);
@@ -294,8 +291,11 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		}
 		free(l);
 	}
+	CBCMN_PROBE4(actor_halt, old, reason, count, a->rt->seg.rt_id);
 	cbcmn__mutex_lock(&a->lock);
 	a->state = CBCMN__A_FREE;
+	CBCMN__AGAUGE(a->rt, home, halting, -1);
+	CBCMN__AGAUGE(a->rt, home, live, -1);
 	cbcmn__mutex_unlock(&a->lock);
 	slot_free(atomic_load_explicit(&a->rt->actors, memory_order_relaxed), a);
 	return reason;
@@ -311,6 +311,29 @@ int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)
 {
 	return halt(t->arg, result, t->exec);
+}
+
+/* Move a's gauges (it and its mailbox) to executor to; a locked. */
+static void home_move(struct cbcmn__actor *a, uint32_t to)
+{
+	uint32_t from = cbcmn__actor_home(a);
+	CBCMN__AGAUGE(a->rt, from, live, -1);
+	CBCMN__AGAUGE(a->rt, from, mailbox, -(int64_t)a->count);
+	CBCMN__AGAUGE(a->rt, to, live, 1);
+	CBCMN__AGAUGE(a->rt, to, mailbox, (int64_t)a->count);
+	atomic_store_explicit(&a->home, to, memory_order_relaxed);
+}
+
+void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__actor *a = t->arg;
+	/* Only the executor that runs a moves it: no lock unless it moved. */
+	if (cbcmn__actor_home(a) != e->id) {
+		cbcmn__mutex_lock(&a->lock);
+		home_move(a, e->id);
+		cbcmn__mutex_unlock(&a->lock);
+	}
+	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
 }
 
 /* ---- public calls ------------------------------------------------------- */
@@ -341,7 +364,14 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 		slot_free(t, a);
 		return -ENOMEM;
 	}
+	/* Counted from now on, where it will most likely first run. */
+	uint32_t home = opts && opts->placement == CBCMN_PLACE_PINNED && opts->shard < rt->nexec
+				? opts->shard
+			: self ? self->exec->id
+			       : 0;
 	cbcmn__mutex_lock(&a->lock);
+	atomic_store_explicit(&a->home, home, memory_order_relaxed);
+	CBCMN__AGAUGE(rt, home, live, 1);
 	a->ring = ring;
 	a->cap = cap;
 	a->head = a->count = 0;
@@ -367,6 +397,7 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 		halt(a, rc, self ? self->exec : NULL);
 		return rc;
 	}
+	CBCMN_PROBE4(actor_spawn, ref, self ? (int)self->exec->id : -1, cap, rt->seg.rt_id);
 	*out = ref;
 	return 0;
 }
@@ -442,7 +473,7 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	m->reason = -ESRCH;
 	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&me->lock);
-	free(watch_take(&me->watching, m->id));
+	free(rec_take(&me->watching, target, m->id));
 	cbcmn__mb_put_down(me, m, &wl);
 	cbcmn__mutex_unlock(&me->lock);
 	return 0;
@@ -525,7 +556,7 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 		cbcmn__mutex_unlock(&a->lock);
 		if (found) {
 			cbcmn__mutex_lock(&me->lock);
-			free(watch_take(&me->watching, id));
+			free(rec_take(&me->watching, target, id));
 			cbcmn__mutex_unlock(&me->lock);
 		}
 	} else {

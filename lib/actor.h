@@ -56,6 +56,10 @@ struct cbcmn__actor {
 	uint32_t index;           /* fixed: the slot's place in the table */
 	uint32_t gen;             /* the live actor's generation; bumped at halt */
 	uint32_t state;           /* CBCMN__A_* */
+	/* The executor whose gauges count it (statseg.h): written under the
+	 * lock, read without it only by the executor about to run it
+	 * (cbcmn__actor_run()), the one thread that moves it. */
+	_Atomic uint32_t home;
 	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
 	int64_t stop_reason;
 	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
@@ -116,6 +120,15 @@ struct cbcmn__actors {
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
 };
+
+/* Add n to gauge field of executor id's actor gauges (relaxed: statistics,
+ * nothing is published through them). */
+#define CBCMN__AGAUGE(rt, id, field, n)                                                  \
+	atomic_fetch_add_explicit(&(rt)->exec[id]->ss->act.field, (n), memory_order_relaxed)
+static inline uint32_t cbcmn__actor_home(const struct cbcmn__actor *a)
+{
+	return atomic_load_explicit(&a->home, memory_order_relaxed);
+}
 
 /* actor.c */
 /* The calling task's actor, or NULL for a plain task (or NULL). */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "actor.h"
+#include "probes.h"
 #include "timer.h"
 
 /* ---- waits (waitq.h) ------------------------------------------------- */
@@ -38,7 +39,10 @@ static struct cbcmn__mb_wait *recv_claim(struct cbcmn__actor *a)
 		return NULL;
 	a->receiver = NULL;
 	w->qw.queued = false;
-	return cbcmn__iwait_claim(&w->qw.iw) ? w : NULL;
+	if (!cbcmn__iwait_claim(&w->qw.iw))
+		return NULL; /* a timer or a cancellation: mb_block() uncounts it */
+	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+	return w;
 }
 
 /* The first waiting sender this side could claim, dequeued; or NULL. */
@@ -64,6 +68,7 @@ static void ring_put(struct cbcmn__actor *a, const cbcmn_actor_msg *m)
 	a->ring[i] = *m;
 	a->count++;
 	a->put_total++;
+	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), mailbox, 1);
 }
 
 static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
@@ -73,6 +78,7 @@ static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 		a->head = 0;
 	a->count--;
 	a->taken_total++;
+	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), mailbox, -1);
 }
 
 /* A new message: to the waiting receiver (it waits only when nothing is
@@ -158,10 +164,12 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 {
 	struct cbcmn__timer *tm = NULL;
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
-		if (w == a->receiver)
+		if (w == a->receiver) {
 			a->receiver = NULL;
-		else
+			CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+		} else {
 			cbcmn__waitq_del(&a->sendq, &w->qw);
+		}
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		cbcmn__mutex_unlock(&a->lock);
 		return -ENOMEM;
@@ -182,6 +190,10 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 		else
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 	}
+	/* The receiver (only it has dst) was counted until claimed, and this
+	 * claim was not the event's (recv_claim()). */
+	if (w->dst)
+		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
 	cbcmn__mutex_unlock(&a->lock);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
@@ -195,6 +207,12 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 }
 
 /* ---- operations ----------------------------------------------------------- */
+
+/* The actor_receive probe (docs/PROBES.md); a is the caller, alive. */
+static void probe_receive(const struct cbcmn__actor *a, const cbcmn_actor_msg *m, int rc)
+{
+	CBCMN_PROBE4(actor_receive, a->ref, rc == 0 ? m->type : 0, rc, a->rt->seg.rt_id);
+}
 
 static uint64_t deadline_in(const struct cbcmn_runtime *rt, uint64_t timeout_ns)
 {
@@ -220,10 +238,13 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	/* Before the lock: the timer is armed under it. */
 	uint64_t deadline = mode == SEND_WAIT ? deadline_in(rt, timeout_ns) : UINT64_MAX;
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
-	if (!a)
+	if (!a) {
+		CBCMN_PROBE5(actor_send, to, copy.from, -ESRCH, 0, rt->seg.rt_id);
 		return -ESRCH;
+	}
 	struct cbcmn__wakes wl = {0};
 	int rc = 0;
+	bool waited = false;
 	if (a->stopping) {
 		rc = -ESRCH; /* its mailbox is closed */
 	} else if (!put_msg(a, &copy, &wl)) {
@@ -238,11 +259,16 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			wait_init(&w, self);
 			w.src = &copy;
 			cbcmn__waitq_push(&a->sendq, &w.qw);
-			return mb_block(self, a, &w, deadline);
+			rc = mb_block(self, a, &w, deadline);
+			waited = true;
+			goto out;
 		}
 	}
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, waker_of(self));
+out:
+	/* After the unlock: a halt may have moved a on; to names it still. */
+	CBCMN_PROBE5(actor_send, to, copy.from, rc, waited, rt->seg.rt_id);
 	return rc;
 }
 
@@ -338,7 +364,10 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		w.dst = m;
 		w.qw.queued = true;
 		a->receiver = &w;
-		return mb_block(self, a, &w, deadline);
+		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, 1);
+		rc = mb_block(self, a, &w, deadline);
+		probe_receive(a, m, rc);
+		return rc;
 	}
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, self->exec);
@@ -348,5 +377,6 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		m->body.down.reason = down->reason;
 		free(down);
 	}
+	probe_receive(a, m, rc);
 	return rc;
 }

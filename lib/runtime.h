@@ -642,6 +642,19 @@ static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
 {
 	return !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__actor_main;
 }
+/* The actor gauges (statseg.h), from sched.c: actor task t begins to run
+ * on e (its home becomes e); e stops running it; an actor task blocks on
+ * or is woken from executor e (n = 1, -1).  Relaxed: statistics, nothing
+ * is published through them. */
+void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t);
+static inline void cbcmn__actor_ran(struct cbcmn__exec *e)
+{
+	atomic_store_explicit(&e->ss->act.running, 0, memory_order_relaxed);
+}
+static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
+{
+	atomic_fetch_add_explicit(&e->ss->act.waiting, n, memory_order_relaxed);
+}
 
 /* blocking.c: the blocking pool (docs/BLOCKING.md).  fini joins its
  * threads; call it once no task is alive, before the executors stop. */

@@ -382,9 +382,18 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	CBCMN__COUNT(e, inline_runs, 1);
 	/* The parent waits for the child meanwhile (snapshot.c). */
 	uint32_t home = cbcmn__gauge_up(e->rt, e, CBCMN__G_JOIN);
+	bool actor = cbcmn__is_actor_task(child);
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_run(e, child);
 	int64_t r = cbcmn__task_call_guarded(child);
 	/* The child may have suspended and moved to another executor. */
 	e = child->exec;
+	if (__builtin_expect(actor, 0)) {
+		if (cbcmn__is_actor_task(parent))
+			cbcmn__actor_run(e, parent); /* it runs again, here */
+		else
+			cbcmn__actor_ran(e);
+	}
 	cbcmn__gauge_down(e->rt, e, home, CBCMN__G_JOIN);
 	cbcmn__task_complete(child, r);
 	e->current = parent;
@@ -470,8 +479,13 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
 	atomic_store_explicit(&e->diag.running, 1, memory_order_relaxed); /* snapshot.c */
+	bool actor = cbcmn__is_actor_task(t); /* t may be gone after the switch */
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_run(e, t);
 	switch_to_task(e, t);
 	atomic_store_explicit(&e->diag.running, 0, memory_order_relaxed);
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_ran(e);
 	e->current = NULL;
 
 	struct cbcmn_task *p = e->post_task;
@@ -485,10 +499,15 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		/* Counted blocked before the CAS publishes it to the waker,
 		 * whose uncount (below) the CAS orders after ours (diag.h). */
 		cbcmn__gauge_up(e->rt, e, p->wait_kind);
+		bool actor_p = cbcmn__is_actor_task(p);
+		if (__builtin_expect(actor_p, 0))
+			cbcmn__actor_waits(e, 1);
 		if (!atomic_compare_exchange_strong_explicit(&p->state, &s, CBCMN__T_BLOCKED,
 							     memory_order_acq_rel,
 							     memory_order_acquire)) {
 			cbcmn__gauge_down(e->rt, e, e->id, p->wait_kind);
+			if (__builtin_expect(actor_p, 0))
+				cbcmn__actor_waits(e, -1);
 			atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
 			cbcmn__schedule(e->rt, p, e);
 		}
@@ -540,6 +559,8 @@ void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 				/* It blocked on t->exec, which counted it
 				 * (run_task); stable until we schedule it. */
 				cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
+				if (__builtin_expect(cbcmn__is_actor_task(t), 0))
+					cbcmn__actor_waits(t->exec, -1);
 				cbcmn__schedule(rt, t, waker);
 				return;
 			}

@@ -1551,6 +1551,111 @@ static void test_wrapped_generation_retires_the_slot(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the stats count actors by state, and mailbox depth, per executor ---- */
+
+struct stats {
+	cbcmn_actor_ref recv[3], yielder, sleeper;
+	_Atomic int stop_yielding;
+	cbcmn_executor_stats at[2], after[2];
+	int matched;
+};
+
+static int64_t yields_until_told(cbcmn_cx *cx, void *arg)
+{
+	struct stats *s = arg;
+	while (!atomic_load(&s->stop_yielding))
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t sleeps_long(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int rc = cbcmn_sleep(cx, 3600ull * 1000000000ull);
+	return rc == CBCMN_ECANCELED ? 0 : -1;
+}
+
+/* The workload's figures: executor 1 homes three receivers and a
+ * yielder, executor 0 a sleeper with 5 messages it never takes. */
+static bool stats_match(const cbcmn_executor_stats *e)
+{
+	return e[1].actors == 4 && e[1].actors_receiving == 3 && e[1].actors_waiting == 3 &&
+	       e[1].actors_runnable + e[1].actors_running == 1 && e[1].actors_halting == 0 &&
+	       e[1].mailbox_depth == 0 && e[0].actors == 1 && e[0].actors_waiting == 1 &&
+	       e[0].actors_receiving == 0 && e[0].actors_runnable == 0 &&
+	       e[0].actors_running == 0 && e[0].mailbox_depth == 5;
+}
+
+static void stats_read(cbcmn_runtime *rt, cbcmn_executor_stats *e)
+{
+	cbcmn_stats st;
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &st, e, 2) == 0);
+}
+
+static int64_t stats_main(cbcmn_cx *cx, void *arg)
+{
+	struct stats *s = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n, *ns;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts on1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_opts on0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	for (int i = 0; i < 3; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &on1, &s->recv[i]) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, yields_until_told, s, &on1, &s->yielder) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, ns, sleeps_long, NULL, &on0, &s->sleeper) == 0);
+	for (uint64_t i = 0; i < 5; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->sleeper, &m) == 0);
+	}
+	/* Until every actor has reached its state (no deadline on speed:
+	 * the watchdog ends a hang). */
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		stats_read(rt, s->at);
+	} while (!(s->matched = stats_match(s->at)) && t_now_ns() - t0 < T_STALL_NS);
+	atomic_store(&s->stop_yielding, 1);
+	for (int i = 0; i < 3; i++) {
+		cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->recv[i], &q) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(ns) == 0);
+	cbcmn_nursery_await_all(cx, ns);
+	stats_read(rt, s->after); /* every actor halted: nothing left anywhere */
+	return 0;
+}
+
+static void test_stats_count_actors_by_state_per_executor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct stats s = {0};
+	t_run(rt, stats_main, &s, 0);
+	for (int i = 0; i < 2; i++)
+		print_message("executor %d: actors %llu runnable %llu running %llu waiting %llu "
+			      "receiving %llu halting %llu mailbox %llu\n",
+			      i, (unsigned long long)s.at[i].actors,
+			      (unsigned long long)s.at[i].actors_runnable,
+			      (unsigned long long)s.at[i].actors_running,
+			      (unsigned long long)s.at[i].actors_waiting,
+			      (unsigned long long)s.at[i].actors_receiving,
+			      (unsigned long long)s.at[i].actors_halting,
+			      (unsigned long long)s.at[i].mailbox_depth);
+	assert_true(s.matched);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(s.after[i].actors, 0);
+		assert_int_equal(s.after[i].actors_waiting, 0);
+		assert_int_equal(s.after[i].actors_receiving, 0);
+		assert_int_equal(s.after[i].actors_halting, 0);
+		assert_int_equal(s.after[i].actors_running, 0);
+		assert_int_equal(s.after[i].mailbox_depth, 0);
+	}
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1622,6 +1727,7 @@ int main(void)
 		T(test_demonitor_of_another_target_keeps_the_down),
 		T(test_halted_watchers_leave_no_monitor_on_the_target),
 		T(test_wrapped_generation_retires_the_slot),
+		T(test_stats_count_actors_by_state_per_executor),
 		T(test_bad_input),
 	};
 #undef T

@@ -80,6 +80,12 @@
  * -ESRCH for a dead or unknown reference, CBCMN_EWRONGRT for a context of
  * another runtime, CBCMN_EFORKED in a forked child (cbcmn_runtime_create()).
  *
+ * Visibility.  cbcmn_stats_snapshot() counts, per executor, the actors
+ * homed there by state (cbcmn_executor_stats.actors, actors_runnable,
+ * actors_running, actors_waiting, actors_receiving, actors_halting) and
+ * the messages in their mailboxes (mailbox_depth); USDT probes actor_spawn,
+ * actor_send, actor_receive and actor_halt (docs/PROBES.md).
+ *
  * docs/ACTORS.md has the design and what is still to come (the scheduling
  * wheel, load-based migration, supervisors).
  */
