@@ -344,6 +344,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	for (int i = 0; i < CBCMN__BUDGET_LOCKS; i++)
 		cbcmn__mutex_destroy(&rt->budget_locks[i]);
 	cbcmn__oblig_fini(rt);
+	cbcmn__actors_fini(rt);
 	cbcmn__seg_destroy(&rt->seg);
 	free(rt);
 }

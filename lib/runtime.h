@@ -385,6 +385,7 @@ struct cbcmn_runtime {
 	_Atomic uint64_t oblig_leaked;
 	struct cbcmn__mutex oblig_lock;   /* CBCMN__LOCK_OBLIG: the two lists */
 	struct cbcmn__gen_oblig *oblig_free, *oblig_all;
+	_Atomic(struct cbcmn__actors *) actors; /* actor slots, made on first spawn (actor.c) */
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
@@ -671,6 +672,30 @@ int cbcmn__wait_until(struct cbcmn_task *self, struct cbcmn__iwait *iw, uint64_t
 void cbcmn__abi_slot_release(struct cbcmn_task *t);
 /* Run a CBCMN__TF_ABI task: its result as the native layer must see it. */
 int64_t cbcmn__abi_call(struct cbcmn_task *t);
+
+/* actor.c: an actor's task ended with result: halt the actor (its mailbox,
+ * monitors, slot); returns its halt reason, the task's result from then on.
+ * fini: at runtime free, every actor halted. */
+int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg);
+int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result);
+void cbcmn__actors_fini(struct cbcmn_runtime *rt);
+static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
+{
+	return !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__actor_main;
+}
+/* The actor gauges (statseg.h), from sched.c: actor task t begins to run
+ * on e (its home becomes e); e stops running it; an actor task blocks on
+ * or is woken from executor e (n = 1, -1).  Relaxed: statistics, nothing
+ * is published through them. */
+void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t);
+static inline void cbcmn__actor_ran(struct cbcmn__exec *e)
+{
+	atomic_store_explicit(&e->ss->act.running, 0, memory_order_relaxed);
+}
+static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
+{
+	atomic_fetch_add_explicit(&e->ss->act.waiting, n, memory_order_relaxed);
+}
 
 /* blocking.c: the blocking pool (docs/BLOCKING.md).  fini joins its
  * threads; call it once no task is alive, before the executors stop. */

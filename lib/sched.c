@@ -383,9 +383,18 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	CBCMN__COUNT(e, inline_runs, 1);
 	/* The parent waits for the child meanwhile (snapshot.c). */
 	uint32_t home = cbcmn__gauge_up(e->rt, e, CBCMN__G_JOIN);
+	bool actor = cbcmn__is_actor_task(child);
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_run(e, child);
 	int64_t r = cbcmn__task_call_guarded(child);
 	/* The child may have suspended and moved to another executor. */
 	e = child->exec;
+	if (__builtin_expect(actor, 0)) {
+		if (cbcmn__is_actor_task(parent))
+			cbcmn__actor_run(e, parent); /* it runs again, here */
+		else
+			cbcmn__actor_ran(e);
+	}
 	cbcmn__gauge_down(e->rt, e, home, CBCMN__G_JOIN);
 	cbcmn__task_complete(child, r);
 	e->current = parent;
@@ -487,6 +496,9 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
 	run_seq_begin(e);
+	bool actor = cbcmn__is_actor_task(t); /* t may be gone after the switch */
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_run(e, t);
 	/* The slice's start and the task's id, read now: t may be gone by
 	 * the time it comes back. */
 	uint64_t trace_t0 = 0, trace_id = 0;
@@ -497,6 +509,8 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	switch_to_task(e, t);
 	CBCMN__TRACE(e, CBCMN_TRACE_TASK, trace_t0, cbcmn__trace_now() - trace_t0, trace_id, 0);
 	run_seq_end(e);
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_ran(e);
 	e->current = NULL;
 
 	struct cbcmn_task *p = e->post_task;
@@ -510,10 +524,15 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		/* Counted blocked before the CAS publishes it to the waker,
 		 * whose uncount (below) the CAS orders after ours (diag.h). */
 		cbcmn__gauge_up(e->rt, e, p->wait_kind);
+		bool actor_p = cbcmn__is_actor_task(p);
+		if (__builtin_expect(actor_p, 0))
+			cbcmn__actor_waits(e, 1);
 		if (!atomic_compare_exchange_strong_explicit(&p->state, &s, CBCMN__T_BLOCKED,
 							     memory_order_acq_rel,
 							     memory_order_acquire)) {
 			cbcmn__gauge_down(e->rt, e, e->id, p->wait_kind);
+			if (__builtin_expect(actor_p, 0))
+				cbcmn__actor_waits(e, -1);
 			atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
 			cbcmn__schedule(e->rt, p, e);
 		}
@@ -565,6 +584,8 @@ void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 				/* It blocked on t->exec, which counted it
 				 * (run_task); stable until we schedule it. */
 				cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
+				if (__builtin_expect(cbcmn__is_actor_task(t), 0))
+					cbcmn__actor_waits(t->exec, -1);
 				cbcmn__schedule(rt, t, waker);
 				return;
 			}

@@ -166,6 +166,9 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	/* Reservations it never resolved: abort them, report the leak. */
 	if (__builtin_expect(t->obligations != NULL, 0))
 		result = cbcmn__obligations_settle(t, result);
+	/* An actor halts before its nursery hears of it (actor.c). */
+	if (__builtin_expect(cbcmn__is_actor_task(t), 0))
+		result = cbcmn__actor_halt(t, result);
 	t->result = result;
 	if (__builtin_expect(t->abi_slot != NULL, 0))
 		cbcmn__abi_slot_release(t);

@@ -136,6 +136,27 @@ void cbcmn__seg_destroy(struct cbcmn__seg *s)
 	seg_unmap(s);
 }
 
+/* A gauge: negative only in a torn read (an add seen before the one it
+ * undoes), shown as 0. */
+static uint64_t gauge(const _Atomic int64_t *g)
+{
+	int64_t v = atomic_load_explicit(g, memory_order_relaxed);
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+/* The actor gauges of a slot; runnable is what no other state holds. */
+static void actor_fill(const struct cbcmn__seg_actors *a, cbcmn_executor_stats *e)
+{
+	e->actors = gauge(&a->live);
+	e->actors_running = gauge(&a->running);
+	e->actors_waiting = gauge(&a->waiting);
+	e->actors_receiving = gauge(&a->receiving);
+	e->actors_halting = gauge(&a->halting);
+	e->mailbox_depth = gauge(&a->mailbox);
+	uint64_t busy = e->actors_running + e->actors_waiting + e->actors_halting;
+	e->actors_runnable = e->actors > busy ? e->actors - busy : 0;
+}
+
 /* The statistics a segment holds, for cbcmn_stats_snapshot() and
  * cbcmn_watch_read() alike. */
 static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executor_stats *per,
@@ -178,6 +199,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			.cpu = x->cpu,
 			.node = x->node,
 		};
+		actor_fill(&x->act, &e);
 		spawned += e.spawns;
 		if (per && i < nper)
 			per[i] = e;
@@ -207,6 +229,13 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->handoffs += e.handoffs;
 		tot->io_ops += e.io_ops;
 		tot->accept_errors += e.accept_errors;
+		tot->actors += e.actors;
+		tot->actors_runnable += e.actors_runnable;
+		tot->actors_running += e.actors_running;
+		tot->actors_waiting += e.actors_waiting;
+		tot->actors_receiving += e.actors_receiving;
+		tot->actors_halting += e.actors_halting;
+		tot->mailbox_depth += e.mailbox_depth;
 		if (e.avg_task_ns > tot->avg_task_ns)
 			tot->avg_task_ns = e.avg_task_ns; /* the total holds the largest */
 		if (e.busy_pct > tot->busy_pct)

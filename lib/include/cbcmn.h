@@ -845,6 +845,17 @@ typedef struct cbcmn_executor_stats {
 	 * descriptors or memory: EMFILE, ENFILE, ENOMEM, ENOBUFS; a connection
 	 * aborted): the acceptor backed off and tried again (docs/IO.md). */
 	uint64_t accept_errors;
+	/* Actors (cbcmn_actor.h) homed on this executor: the one it last began
+	 * to run each on (before an actor first runs: the spawner's, or its
+	 * shard if pinned).  Gauges, read one by one: a snapshot taken while
+	 * actors change state may be off by the changes under way. */
+	uint64_t actors;          /* live actors */
+	uint64_t actors_runnable; /* of those, ready to run (queued) */
+	uint64_t actors_running;  /* ... running now (0 or 1 per executor) */
+	uint64_t actors_waiting;  /* ... blocked: on their mailbox, a sleep, a channel, I/O */
+	uint64_t actors_receiving; /* ... of the waiting, blocked in cbcmn_actor_receive() */
+	uint64_t actors_halting;  /* ... halting (their halt runs) */
+	uint64_t mailbox_depth;   /* messages waiting in their mailboxes (DOWN excluded) */
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */
