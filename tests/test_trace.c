@@ -146,7 +146,7 @@ static void test_drain_while_executors_record(void **state)
  * every check passed.  "whole": the file is a valid trace (every slice
  * whole and apart from the others on its track, every arrow and every
  * I/O span with both ends on the right tracks, instants on executor
- * tracks).  "exact" adds:
+ * tracks, which are tid 1..N: no tid 0).  "exact" adds:
  * nothing was lost, and the events are the run's counters (steal arrows =
  * steals counted, per thief too; stolen tasks; tasks run; I/O spans =
  * fiber I/O calls (every task has ended: every call has its result); parks and
@@ -163,7 +163,7 @@ static const char check_py[] =
 	"    ph = e['ph']\n"
 	"    if ph == 'M': continue\n"
 	"    tid = e['tid']\n"
-	"    if not (isinstance(tid, int) and 0 <= tid < nx): fail('tid %r' % (e,))\n"
+	"    if not (isinstance(tid, int) and 1 <= tid <= nx): fail('tid %r (executor N is tid N + 1: Perfetto merged tid 0 into tid 1, Tracy took it for a crashed thread)' % (e,))\n"
 	"    if e['ts'] < 0: fail('ts %r' % (e,))\n"
 	"    if ph == 'X':\n"
 	"        if e['dur'] < 0: fail('dur %r' % (e,))\n"
@@ -183,8 +183,8 @@ static const char check_py[] =
 	"    if sorted(x['ph'] for x in fl) != ['f', 's']: fail('flow %r' % (fl,))\n"
 	"    s = [x for x in fl if x['ph'] == 's'][0]; f = [x for x in fl if x['ph'] == 'f'][0]\n"
 	"    a = s['args']\n"
-	"    if s['tid'] != a['victim'] or f['tid'] != a['thief'] or a['thief'] == a['victim'] or s['ts'] != f['ts']: fail('flow %r' % (fl,))\n"
-	"    by_thief[f['tid']] = by_thief.get(f['tid'], 0) + 1; stolen += a['tasks']\n"
+	"    if s['tid'] != a['victim'] + 1 or f['tid'] != a['thief'] + 1 or a['thief'] == a['victim'] or s['ts'] != f['ts']: fail('flow %r' % (fl,))\n"
+	"    by_thief[a['thief']] = by_thief.get(a['thief'], 0) + 1; stolen += a['tasks']\n"
 	"for i, sp in spans.items():\n"
 	"    if sorted(x['ph'] for x in sp) != ['b', 'e']: fail('span %r' % (sp,))\n"
 	"    b = [x for x in sp if x['ph'] == 'b'][0]; x = [x for x in sp if x['ph'] == 'e'][0]\n"

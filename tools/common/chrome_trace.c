@@ -24,6 +24,14 @@ int ct_open(struct ct_writer *w, const char *path, uint64_t t0_ns, uint64_t limi
 	return 0;
 }
 
+/* Executor i's track.  Not i: viewers take tid 0 for something else
+ * (Linux's idle "swapper": Perfetto's JSON importer merged a tid 0 into
+ * tid 1 until mid-2025, Tracy shows it as a crashed thread). */
+static unsigned tid(uint32_t exec)
+{
+	return exec + 1;
+}
+
 static void sep(struct ct_writer *w)
 {
 	if (w->any)
@@ -41,11 +49,11 @@ void ct_names(struct ct_writer *w, const char *process, uint32_t n)
 		sep(w);
 		fprintf(w->f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%u,"
 			      "\"args\":{\"name\":\"executor %u\"}}",
-			w->pid, i, i);
+			w->pid, tid(i), i);
 		sep(w);
 		fprintf(w->f, "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%u,"
 			      "\"args\":{\"sort_index\":%u}}",
-			w->pid, i, i);
+			w->pid, tid(i), i);
 	}
 }
 
@@ -79,7 +87,7 @@ static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 		sep(w);
 		fprintf(f, "{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%u,"
 			   "\"ts\":%llu.%03llu,\"dur\":%llu.%03llu,\"args\":{\"%s\":%llu}}",
-			task ? "task" : "park", task ? "task" : "park", pid, e->executor, us(b).i, us(b).f,
+			task ? "task" : "park", task ? "task" : "park", pid, tid(e->executor), us(b).i, us(b).f,
 			us(d).i, us(d).f, task ? "task" : "notified", (unsigned long long)e->arg);
 		break;
 	}
@@ -93,12 +101,12 @@ static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 		fprintf(f, "{\"ph\":\"s\",\"name\":\"steal\",\"cat\":\"steal\",\"id\":%llu,\"pid\":%d,"
 			   "\"tid\":%u,\"ts\":%llu.%03llu,\"args\":{\"thief\":%u,\"victim\":%u,"
 			   "\"tasks\":%llu}}",
-			(unsigned long long)id, pid, e->peer, t.i, t.f, e->executor, e->peer,
+			(unsigned long long)id, pid, tid(e->peer), t.i, t.f, e->executor, e->peer,
 			(unsigned long long)e->arg);
 		sep(w);
 		fprintf(f, "{\"ph\":\"f\",\"name\":\"steal\",\"cat\":\"steal\",\"id\":%llu,\"pid\":%d,"
 			   "\"tid\":%u,\"ts\":%llu.%03llu}",
-			(unsigned long long)id, pid, e->executor, t.i, t.f);
+			(unsigned long long)id, pid, tid(e->executor), t.i, t.f);
 		break;
 	}
 	case CBCMN_TRACE_DOORBELL: {
@@ -106,7 +114,7 @@ static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 		sep(w);
 		fprintf(f, "{\"ph\":\"i\",\"s\":\"t\",\"name\":\"doorbell\",\"cat\":\"doorbell\",\"pid\":%d,"
 			   "\"tid\":%u,\"ts\":%llu.%03llu,\"args\":{\"target\":%u,\"eventfd\":%llu}}",
-			pid, e->executor, t.i, t.f, e->peer, (unsigned long long)e->arg);
+			pid, tid(e->executor), t.i, t.f, e->peer, (unsigned long long)e->arg);
 		break;
 	}
 	case CBCMN_TRACE_IO_SUBMIT:
@@ -116,7 +124,7 @@ static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 		sep(w);
 		fprintf(f, "{\"ph\":\"i\",\"s\":\"t\",\"name\":\"%s\",\"cat\":\"io\",\"pid\":%d,"
 			   "\"tid\":%u,\"ts\":%llu.%03llu,\"args\":{\"%s\":%llu}}",
-			sub ? "io_submit" : "io_complete", pid, e->executor, t.i, t.f,
+			sub ? "io_submit" : "io_complete", pid, tid(e->executor), t.i, t.f,
 			sub ? "sqes" : "cqes", (unsigned long long)e->arg);
 		break;
 	}
@@ -131,11 +139,11 @@ static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 		sep(w);
 		fprintf(f, "{\"ph\":\"b\",\"name\":\"%s\",\"cat\":\"io\",\"id\":%llu,\"pid\":%d,"
 			   "\"tid\":%u,\"ts\":%llu.%03llu,\"args\":{\"opcode\":%llu}}",
-			op, (unsigned long long)id, pid, e->executor, b.i, b.f, (unsigned long long)e->arg);
+			op, (unsigned long long)id, pid, tid(e->executor), b.i, b.f, (unsigned long long)e->arg);
 		sep(w);
 		fprintf(f, "{\"ph\":\"e\",\"name\":\"%s\",\"cat\":\"io\",\"id\":%llu,\"pid\":%d,"
 			   "\"tid\":%u,\"ts\":%llu.%03llu}",
-			op, (unsigned long long)id, pid, e->executor, x.i, x.f);
+			op, (unsigned long long)id, pid, tid(e->executor), x.i, x.f);
 		break;
 	}
 	default:
