@@ -195,11 +195,7 @@ static int64_t parent_of_worker(cbcmn_cx *cx, void *arg)
 static void test_worker_spawning_into_its_parents_nursery_gets_its_refunds(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.profile = CBCMN_PROFILE_SERVICE;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_SERVICE, 2);
 	struct worker w = {0};
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, parent_of_worker, &w, &r), 0);
@@ -252,11 +248,7 @@ static int64_t root_of_handoff(cbcmn_cx *cx, void *arg)
 static void test_refunds_to_an_ended_worker_pass_on_to_its_payer(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.profile = CBCMN_PROFILE_SERVICE;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_SERVICE, 2);
 	struct handoff h = {0};
 	cbcmn_task *root;
 	cbcmn_nursery *outer;
@@ -332,11 +324,7 @@ static int64_t supervisor(cbcmn_cx *cx, void *arg)
 static void test_cluster_supervisor_recharging_a_grandchild_as_it_ends(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.profile = CBCMN_PROFILE_CLUSTER;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_CLUSTER, 2);
 	struct supervised sv = {0};
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, supervisor, &sv, &r), 0);
