@@ -45,6 +45,14 @@ static int64_t quick(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+static int64_t yield_a_little(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx);
+	return 0;
+}
+
 /* Yields until *flag is set or its nursery is cancelled. */
 static int64_t wait_flag(cbcmn_cx *cx, void *arg)
 {
@@ -108,7 +116,7 @@ static int64_t recharge_racer(cbcmn_cx *cx, void *arg)
 	cbcmn_budget before, after;
 	TASK_CHECK(cbcmn_budget_get(cx, &before) == 0);
 	const cbcmn_budget give = {.syscalls = 7};
-	for (int i = 0; i < T_SCALE(3000); i++) {
+	for (int i = 0; i < T_SCALE(1000); i++) {
 		cbcmn_nursery *n;
 		cbcmn_task *t;
 		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
@@ -187,11 +195,7 @@ static int64_t parent_of_worker(cbcmn_cx *cx, void *arg)
 static void test_worker_spawning_into_its_parents_nursery_gets_its_refunds(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.profile = CBCMN_PROFILE_SERVICE;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_SERVICE, 2);
 	struct worker w = {0};
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, parent_of_worker, &w, &r), 0);
@@ -244,11 +248,7 @@ static int64_t root_of_handoff(cbcmn_cx *cx, void *arg)
 static void test_refunds_to_an_ended_worker_pass_on_to_its_payer(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.profile = CBCMN_PROFILE_SERVICE;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_SERVICE, 2);
 	struct handoff h = {0};
 	cbcmn_task *root;
 	cbcmn_nursery *outer;
@@ -261,6 +261,77 @@ static void test_refunds_to_an_ended_worker_pass_on_to_its_payer(void **state)
 	assert_int_equal(cbcmn_nursery_await_all(NULL, outer), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(r, 0);
+	t_destroy(rt);
+}
+
+/* Cluster: a supervisor recharges a grandchild again and again while it
+ * ends and its parent awaits (and lets go of) its nursery.  Every recharge
+ * either reaches it, and comes back through its parent when it ends, or is
+ * refused (it has ended: -EPERM for a supervisor); the supervisor's
+ * syscalls come back whole, and nothing touches the let-go nursery (TSan,
+ * ASan). */
+struct supervised {
+	_Atomic(cbcmn_task *) grandchild;
+	_Atomic int moved, refused;
+};
+
+static int64_t middle(cbcmn_cx *cx, void *arg)
+{
+	struct supervised *sv = arg;
+	cbcmn_nursery *b;
+	cbcmn_task *g;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &b) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, b, yield_a_little, NULL, &g) == 0);
+	atomic_store(&sv->grandchild, g); /* the supervisor joins it */
+	return cbcmn_nursery_await_all(cx, b);
+}
+
+static int64_t supervisor(cbcmn_cx *cx, void *arg)
+{
+	struct supervised *sv = arg;
+	cbcmn_budget before, after;
+	TASK_CHECK(cbcmn_budget_get(cx, &before) == 0);
+	const cbcmn_budget one = {.syscalls = 1};
+	cbcmn_budget grant = {.spawn_count = 1};
+	cbcmn_spawn_opts o = {.budget = &grant};
+	for (int round = 0; round < T_SCALE(200); round++) {
+		cbcmn_nursery *a;
+		cbcmn_task *g;
+		atomic_store(&sv->grandchild, NULL);
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &a) == 0);
+		o.placement = CBCMN_PLACE_STEALABLE;
+		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, a, middle, sv, &o, NULL) == 0);
+		while (!(g = atomic_load(&sv->grandchild)))
+			cbcmn_yield(cx);
+		for (;;) {
+			int rc = cbcmn_budget_recharge(cx, g, &one);
+			if (rc == -EPERM) {
+				atomic_fetch_add(&sv->refused, 1);
+				break;
+			}
+			TASK_CHECK(rc == 0);
+			atomic_fetch_add(&sv->moved, 1);
+			cbcmn_yield(cx); /* it may be queued behind us */
+		}
+		TASK_CHECK(cbcmn_nursery_await_all(cx, a) == 0);
+		TASK_CHECK(cbcmn_task_join(cx, g, NULL) == 0);
+	}
+	TASK_CHECK(cbcmn_budget_get(cx, &after) == 0);
+	TASK_CHECK(after.syscalls == before.syscalls);
+	return 0;
+}
+
+static void test_cluster_supervisor_recharging_a_grandchild_as_it_ends(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_CLUSTER, 2);
+	struct supervised sv = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, supervisor, &sv, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_true(atomic_load(&sv.moved) > 0);
+	assert_int_equal(atomic_load(&sv.refused), T_SCALE(200));
 	t_destroy(rt);
 }
 
@@ -318,14 +389,6 @@ static void test_recharge_to_unlimited_with_a_refund_pending_saturates(void **st
 /* ---- 5. a spawner waiting for budget is woken by its children's refunds ---- */
 
 static _Atomic int spawned;
-
-static int64_t yield_a_little(cbcmn_cx *cx, void *arg)
-{
-	(void)arg;
-	for (int i = 0; i < 20; i++)
-		cbcmn_yield(cx);
-	return 0;
-}
 
 static int64_t spawn_many(cbcmn_cx *cx, void *arg)
 {
@@ -498,6 +561,7 @@ int main(void)
 		T_WATCHED_TEST(test_recharge_racing_the_end_of_its_target_loses_nothing),
 		T_WATCHED_TEST(test_worker_spawning_into_its_parents_nursery_gets_its_refunds),
 		T_WATCHED_TEST(test_refunds_to_an_ended_worker_pass_on_to_its_payer),
+		T_WATCHED_TEST(test_cluster_supervisor_recharging_a_grandchild_as_it_ends),
 		T_WATCHED_TEST(test_recharge_to_unlimited_with_a_refund_pending_saturates),
 		T_WATCHED_TEST(test_spawner_waiting_for_memory_is_woken_by_its_childrens_refunds),
 		T_WATCHED_TEST(test_spawner_whose_children_are_all_exhausted_is_ended_not_hung),
