@@ -301,6 +301,26 @@ static void test_poll_huge_timeouts(void **state)
 	t_destroy(rt);
 }
 
+/* Lab mode: the runtime's clock is virtual and jumps over waits, but a
+ * poll waits for the world outside: its timeout is in real time, as the
+ * other calls' linked timeouts are (no -ETIMEDOUT before 30 ms have
+ * passed on the wall clock), and readiness still ends it. */
+static void test_poll_lab_timeout_is_real_time(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_flags(1, CBCMN_CONFIG_LAB);
+	struct ctx c = {0};
+	assert_int_equal(pipe2(c.fd, O_CLOEXEC), 0);
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(poll_of(rt, c.fd[0], POLLIN, 30 * MS), -ETIMEDOUT);
+	assert_true(t_now_ns() - t0 >= 30 * MS);
+	c.p = (struct poller){.fd = c.fd[0], .events = POLLIN, .timeout_ns = 3600000 * MS};
+	t_run(rt, huge_timeout_main, &c, 0);
+	close(c.fd[0]);
+	close(c.fd[1]);
+	t_destroy(rt);
+}
+
 /* ---- cancellation ----------------------------------------------------------- */
 
 /* Cancelled while it waits: CBCMN_ECANCELED at once (not at a timeout),
@@ -642,6 +662,7 @@ int main(void)
 		T_WATCHED_TEST(test_poll_hup_while_waiting),
 		T_WATCHED_TEST(test_poll_timeout),
 		T_WATCHED_TEST(test_poll_huge_timeouts),
+		T_WATCHED_TEST(test_poll_lab_timeout_is_real_time),
 		T_WATCHED_TEST(test_poll_cancel_while_waiting),
 		T_WATCHED_TEST(test_poll_cancel_from_thread),
 		T_WATCHED_TEST(test_poll_cancel_races_readiness),

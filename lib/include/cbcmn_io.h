@@ -100,9 +100,10 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  * POLLERR / POLLHUP if so), or:
  *   -ETIMEDOUT      timeout_ns ran out first (0: fd was not ready when
  *                   looked at; a zero timeout never waits);
- *   CBCMN_ECANCELED the task was cancelled (its nursery) before fd was ready;
- *                   a poll that found readiness first returns its mask, and
- *                   the task sees the cancellation at its next call;
+ *   CBCMN_ECANCELED the task was cancelled (its nursery) before fd was ready,
+ *                   or before the call (then fd is not looked at); a poll
+ *                   that found readiness first returns its mask, and the
+ *                   task sees the cancellation at its next call;
  *   -EBADF          fd is negative or not open; on the epoll backend also a
  *                   cbcmn_close() of fd by any task while this waits;
  *   -EINVAL         NULL cx, a bit in events other than the above, or a
