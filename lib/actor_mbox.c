@@ -41,7 +41,7 @@ static struct cbcmn__mb_wait *recv_claim(struct cbcmn__actor *a)
 	w->qw.queued = false;
 	if (!cbcmn__iwait_claim(&w->qw.iw))
 		return NULL; /* a timer or a cancellation: mb_block() uncounts it */
-	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+	CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
 	return w;
 }
 
@@ -166,7 +166,7 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
 		if (w == a->receiver) {
 			a->receiver = NULL;
-			CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+			CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
 		} else {
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 		}
@@ -191,9 +191,11 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 	}
 	/* The receiver (only it has dst) was counted until claimed, and this
-	 * claim was not the event's (recv_claim()). */
+	 * claim was not the event's (recv_claim()).  On the executor that
+	 * counted it: it may have begun to run on another since (its home
+	 * moved with it), and the count would drift. */
 	if (w->dst)
-		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+		CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
 	cbcmn__mutex_unlock(&a->lock);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
@@ -204,6 +206,9 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 	w->qw.iw.kind = CBCMN__G_CHAN; /* a mailbox is a channel, for the snapshot */
 	w->qw.result = 0;
 	w->qw.queued = false;
+	w->src = NULL;
+	w->dst = NULL; /* set by the receiver only: how mb_block() tells them apart */
+	w->home = 0;
 }
 
 /* ---- operations ----------------------------------------------------------- */
@@ -364,7 +369,8 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		w.dst = m;
 		w.qw.queued = true;
 		a->receiver = &w;
-		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, 1);
+		w.home = cbcmn__actor_home(a);
+		CBCMN__AGAUGE(a->rt, w.home, receiving, 1);
 		rc = mb_block(self, a, &w, deadline);
 		probe_receive(a, m, rc);
 		return rc;

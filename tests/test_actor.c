@@ -1656,6 +1656,65 @@ static void test_stats_count_actors_by_state_per_executor(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a send that times out is not counted as a receive ---- */
+
+struct sendto {
+	cbcmn_actor_ref full, recv;
+	_Atomic int stop;
+	int rc[3];
+	cbcmn_executor_stats at[2];
+	bool matched;
+};
+
+static int64_t naps_until_told(cbcmn_cx *cx, void *arg)
+{
+	struct sendto *s = arg;
+	while (!atomic_load(&s->stop))
+		cbcmn_sleep(cx, 1000000);
+	return 0;
+}
+
+static int64_t sendto_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendto *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts full = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_opts on0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, naps_until_told, s, &full, &s->full) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->full, &m) == 0);
+	/* Each waits for room on the full mailbox, then gives up. */
+	for (int i = 0; i < 3; i++)
+		s->rc[i] = cbcmn_actor_send_timeout(NULL, cx, s->full, &m, 1000000);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &on0, &s->recv) == 0);
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		cbcmn_stats st;
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, s->at, 2) == 0);
+		s->matched = s->at[0].actors_receiving == 1;
+	} while (!s->matched && t_now_ns() - t0 < T_STALL_NS / 4);
+	atomic_store(&s->stop, 1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->recv, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_timed_out_sends_leave_the_receiving_count_alone(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct sendto s = {0};
+	t_run(rt, sendto_main, &s, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(s.rc[i], -ETIMEDOUT);
+	print_message("executor 0: receiving %llu\n",
+		      (unsigned long long)s.at[0].actors_receiving);
+	assert_true(s.matched); /* the one receiver, once */
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1728,6 +1787,7 @@ int main(void)
 		T(test_halted_watchers_leave_no_monitor_on_the_target),
 		T(test_wrapped_generation_retires_the_slot),
 		T(test_stats_count_actors_by_state_per_executor),
+		T(test_timed_out_sends_leave_the_receiving_count_alone),
 		T(test_bad_input),
 	};
 #undef T
