@@ -186,7 +186,7 @@ static void test_ping_pong_across_executors(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	struct pp p = {.rounds = STRESS(20000)};
+	struct pp p = {.rounds = STRESS(4000)};
 	t_run(rt, pp_main, &p, 0);
 	assert_int_equal(atomic_load(&p.bad), 0);
 	assert_int_equal(p.exec_seen[0], 0);
