@@ -458,6 +458,14 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	/* Our note first: once the monitor is on the target, its halt may
 	 * take the note back at any time (with the DOWN, under our lock). */
 	cbcmn__mutex_lock(&me->lock);
+	if (me->state != CBCMN__A_LIVE) {
+		/* Halting (a drop callback): the halt took our lists already,
+		 * a note now would stay on the slot for its next actor. */
+		cbcmn__mutex_unlock(&me->lock);
+		free(m);
+		free(note);
+		return -ESHUTDOWN;
+	}
 	note->next = me->watching;
 	me->watching = note;
 	cbcmn__mutex_unlock(&me->lock);
@@ -506,6 +514,14 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	 * (Their side first would leave ours naming a dead peer when they
 	 * halt between the two.) */
 	cbcmn__mutex_lock(&me->lock);
+	if (me->state != CBCMN__A_LIVE) {
+		/* Halting (a drop callback): the halt took our links already;
+		 * one now would be the slot's next actor's. */
+		cbcmn__mutex_unlock(&me->lock);
+		free(mine);
+		free(theirs);
+		return -ESHUTDOWN;
+	}
 	struct cbcmn__link *dup = link_take(&me->links, target);
 	mine->next = me->links;
 	me->links = mine;

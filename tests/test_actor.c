@@ -1715,6 +1715,78 @@ static void test_timed_out_sends_leave_the_receiving_count_alone(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a drop callback cannot tie a halting actor's slot to anyone ---- */
+
+struct dropcb {
+	cbcmn_cx *cx; /* the halting actor's, kept for its drop callback */
+	cbcmn_actor_ref peer, victim, heir;
+	int rc_link, rc_monitor;
+	uint64_t heir_links, heir_notes;
+};
+
+/* Links and monitors from the halting actor: the records would go on a
+ * slot whose lists the halt has already taken. */
+static void drop_links(void *state, const cbcmn_actor_msg *m)
+{
+	struct dropcb *d = state;
+	uint64_t id;
+	(void)m;
+	d->rc_link = cbcmn_actor_link(d->cx, d->peer);
+	d->rc_monitor = cbcmn_actor_monitor(d->cx, d->peer, &id);
+}
+
+static int64_t keeps_cx_and_returns(cbcmn_cx *cx, void *arg)
+{
+	struct dropcb *d = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	d->cx = cx;
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	return 0; /* the message is dropped: drop_links runs */
+}
+
+static int64_t dropcb_main(cbcmn_cx *cx, void *arg)
+{
+	struct dropcb *d = arg;
+	cbcmn_nursery *np, *n;
+	TASK_CHECK(open_n(cx, &np) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, np, quits_on_message, NULL, NULL, &d->peer) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.drop = drop_links};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, keeps_cx_and_returns, d, &ao, &d->victim) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* The next actor gets the victim's slot (the free list's head). */
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &d->heir) == 0);
+	struct cbcmn__actor *h = cbcmn__actor_lock_ref(cbcmn_cx_runtime(cx), d->heir);
+	TASK_CHECK(h != NULL);
+	if (h) {
+		for (struct cbcmn__link *l = h->links; l; l = l->next)
+			d->heir_links++;
+		for (struct cbcmn__link *l = h->watching; l; l = l->next)
+			d->heir_notes++;
+		cbcmn__mutex_unlock(&h->lock);
+	}
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->heir, &q) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->peer, &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return cbcmn_nursery_await_all(cx, np);
+}
+
+static void test_link_from_a_drop_callback_is_refused_not_inherited(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dropcb d = {0};
+	t_run(rt, dropcb_main, &d, 0);
+	assert_int_equal(cbcmn__ref_index(d.heir), cbcmn__ref_index(d.victim));
+	assert_int_equal(d.heir_links, 0);
+	assert_int_equal(d.heir_notes, 0);
+	assert_int_equal(d.rc_link, -ESHUTDOWN);
+	assert_int_equal(d.rc_monitor, -ESHUTDOWN);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1788,6 +1860,7 @@ int main(void)
 		T(test_wrapped_generation_retires_the_slot),
 		T(test_stats_count_actors_by_state_per_executor),
 		T(test_timed_out_sends_leave_the_receiving_count_alone),
+		T(test_link_from_a_drop_callback_is_refused_not_inherited),
 		T(test_bad_input),
 	};
 #undef T

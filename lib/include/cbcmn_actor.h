@@ -222,7 +222,8 @@ CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref 
  * once with reason -ESRCH.  Watching the same actor twice gives two
  * messages.  A monitor ends with its DOWN, with cbcmn_actor_demonitor(),
  * or when the watcher halts (then it is taken off a, which keeps nothing of
- * it).  Returns 0, -EPERM (cx is not an actor), -ENOMEM, -EINVAL. */
+ * it).  Returns 0, -EPERM (cx is not an actor), -ESHUTDOWN (the caller is
+ * halting: from its drop callback), -ENOMEM, -EINVAL. */
 CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon);
 
 /* Undo cbcmn_actor_monitor(): no DOWN for monitor mon (on actor a) will be
@@ -238,7 +239,8 @@ CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mo
  * reason, which its own links pass on in turn; a normal halt (0) stops
  * nobody.  Linking twice is the same as once.  Returns 0, -ESRCH (a is
  * dead: nothing linked), -EINVAL (a is the caller itself), -EPERM (cx is
- * not an actor), -ENOMEM. */
+ * not an actor), -ESHUTDOWN (the caller is halting: from its drop
+ * callback), -ENOMEM. */
 CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
 
 #ifdef __cplusplus
