@@ -270,9 +270,12 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
 		if (p) {
 			struct cbcmn__wakes pl = {0};
-			free(link_take(&p->links, old));
-			if (reason != 0)
+			/* Only a peer that still holds its side: one that
+			 * unlinked (its side first) is not stopped. */
+			struct cbcmn__link *theirs = link_take(&p->links, old);
+			if (theirs && reason != 0)
 				stop_locked(p, reason, &pl);
+			free(theirs);
 			cbcmn__mutex_unlock(&p->lock);
 			cbcmn__wakes_run(&pl, e);
 		}
@@ -539,6 +542,29 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	theirs->next = a->links;
 	a->links = theirs;
 	cbcmn__mutex_unlock(&a->lock);
+	return 0;
+}
+
+int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref target)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
+	cbcmn__stack_check(self);
+	/* Our side first: from then on a halt of theirs finds nothing of
+	 * theirs on us, and stops us no more (halt()). */
+	cbcmn__mutex_lock(&me->lock);
+	struct cbcmn__link *mine = link_take(&me->links, target);
+	cbcmn__mutex_unlock(&me->lock);
+	free(mine);
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (a) {
+		struct cbcmn__link *theirs = link_take(&a->links, me->ref);
+		cbcmn__mutex_unlock(&a->lock);
+		free(theirs);
+	}
 	return 0;
 }
 

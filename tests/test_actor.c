@@ -1787,6 +1787,71 @@ static void test_link_from_a_drop_callback_is_refused_not_inherited(void **state
 	t_destroy(rt);
 }
 
+/* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
+
+struct unl {
+	cbcmn_actor_ref a, b;
+	_Atomic int unlinked;
+	int rc_unlink, rc_again, rc_never, rc_after;
+	uint64_t a_links;
+};
+
+static int64_t unl_a(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	TASK_CHECK(cbcmn_actor_link(cx, u->b) == 0);
+	u->rc_unlink = cbcmn_actor_unlink(cx, u->b);
+	u->rc_again = cbcmn_actor_unlink(cx, u->b);
+	atomic_store(&u->unlinked, 1);
+	cbcmn_actor_msg m;
+	/* B halts with -9 meanwhile; we are not stopped: this times out. */
+	u->rc_after = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	struct cbcmn__actor *me = cbcmn__actor_lock_ref(cbcmn_cx_runtime(cx), cbcmn_actor_self(cx));
+	for (struct cbcmn__link *l = me ? me->links : NULL; l; l = l->next)
+		u->a_links++;
+	if (me)
+		cbcmn__mutex_unlock(&me->lock);
+	return 0;
+}
+
+static int64_t unl_b(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	while (!atomic_load(&u->unlinked))
+		cbcmn_yield(cx);
+	return -9;
+}
+
+static int64_t unl_main(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	cbcmn_nursery *na, *nb;
+	TASK_CHECK(open_n(cx, &na) == 0);
+	TASK_CHECK(open_n(cx, &nb) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nb, unl_b, u, NULL, &u->b) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, na, unl_a, u, NULL, &u->a) == 0);
+	u->rc_never = cbcmn_actor_unlink(cx, u->a); /* not an actor */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nb) == -9);
+	/* B is gone and A still receives: it was not stopped. */
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, u->a, &q) == 0);
+	return cbcmn_nursery_await_all(cx, na);
+}
+
+static void test_unlinked_peer_halting_stops_nobody(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct unl u = {0};
+	t_run(rt, unl_main, &u, 0);
+	assert_int_equal(u.rc_unlink, 0);
+	assert_int_equal(u.rc_again, 0);
+	assert_int_equal(u.rc_never, -EPERM);
+	assert_int_equal(u.rc_after, 0); /* the quit message, not -ESHUTDOWN */
+	assert_int_equal(u.a_links, 0);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1861,6 +1926,7 @@ int main(void)
 		T(test_stats_count_actors_by_state_per_executor),
 		T(test_timed_out_sends_leave_the_receiving_count_alone),
 		T(test_link_from_a_drop_callback_is_refused_not_inherited),
+		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_bad_input),
 	};
 #undef T

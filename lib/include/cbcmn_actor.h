@@ -243,6 +243,12 @@ CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mo
  * callback), -ENOMEM. */
 CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
 
+/* Undo cbcmn_actor_link() between the calling actor and a, both ways: once
+ * it returns, a's halt does not stop the caller, nor the caller's a.  Not
+ * linked (or a dead): nothing to do, 0.  Returns 0, -EPERM (cx is not an
+ * actor). */
+CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
+
 #ifdef __cplusplus
 }
 #endif
