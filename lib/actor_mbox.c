@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "actor.h"
+#include "futex.h"
 #include "probes.h"
 #include "timer.h"
 
@@ -156,13 +157,52 @@ static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
 	return self ? self->exec : NULL;
 }
 
+/* A thread outside the runtime waits for iw until deadline (the runtime's
+ * clock, CLOCK_MONOTONIC: never a lab runtime's, send_check()): no timer
+ * of an executor, its own futex sleep, and at the deadline it claims its
+ * wait itself as timed out.  If the event claimed it first, its wake is
+ * on the way: wait for it.  Returns the wait's outcome. */
+static uint32_t thread_block(const struct cbcmn_runtime *rt, struct cbcmn__iwait *iw,
+			     uint64_t deadline)
+{
+	/* acquire: pairs with the release store of waiter_wake() (sched.c),
+	 * which follows the claim and the hand-over. */
+	while (atomic_load_explicit(&iw->w.futex, memory_order_acquire) == 0) {
+		uint64_t now = cbcmn__now(rt);
+		if (now >= deadline) {
+			if (cbcmn__iwait_claim_as(iw, CBCMN__IW_TIMEDOUT))
+				return CBCMN__IW_TIMEDOUT;
+			cbcmn__waiter_wait(&iw->w); /* claimed by the event: woken soon */
+			break;
+		}
+		uint64_t left = deadline - now;
+		struct timespec ts = {.tv_sec = (time_t)(left / 1000000000u),
+				      .tv_nsec = (long)(left % 1000000000u)};
+		cbcmn__futex_wait(&iw->w.futex, 0, &ts);
+	}
+	return atomic_load_explicit(&iw->state, memory_order_acquire);
+}
+
 /* Called with a->lock held, which it drops: wait as w (already queued by
  * the caller, as a sender or the receiver) until claimed.  Returns the
- * claimer's result, -ETIMEDOUT or CBCMN_ECANCELED (w dequeued again). */
+ * claimer's result, -ETIMEDOUT or CBCMN_ECANCELED (w dequeued again).
+ * self NULL: a thread outside the runtime (a sender). */
 static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcmn__mb_wait *w,
 		    uint64_t deadline)
 {
 	struct cbcmn__timer *tm = NULL;
+	if (!self) {
+		cbcmn__mutex_unlock(&a->lock);
+		uint32_t how = deadline == UINT64_MAX ? cbcmn__iwait_block(&w->qw.iw)
+						      : thread_block(a->rt, &w->qw.iw, deadline);
+		if (how == CBCMN__IW_WOKEN)
+			return w->qw.result;
+		cbcmn__mutex_lock(&a->lock);
+		if (w->qw.queued)
+			cbcmn__waitq_del(&a->sendq, &w->qw);
+		cbcmn__mutex_unlock(&a->lock);
+		return -ETIMEDOUT;
+	}
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
 		if (w == a->receiver) {
 			a->receiver = NULL;
@@ -297,8 +337,8 @@ static int send_check(struct cbcmn_runtime **rtp, struct cbcmn_task *self, cbcmn
 	if (!block)
 		return 0;
 	if (!self) {
-		if (timed)
-			return -EINVAL; /* a timer needs an executor */
+		if (timed && rt->lab)
+			return -EINVAL; /* a thread cannot wait on the virtual clock */
 		return cbcmn__on_executor(rt) ? -EDEADLK : 0;
 	}
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */

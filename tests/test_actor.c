@@ -1624,7 +1624,15 @@ static int64_t stats_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	TASK_CHECK(cbcmn_nursery_cancel(ns) == 0);
 	cbcmn_nursery_await_all(cx, ns);
-	stats_read(rt, s->after); /* every actor halted: nothing left anywhere */
+	/* Every actor halted: nothing left anywhere, once the last one's
+	 * executor is back from its fiber (running drops after the exit,
+	 * which woke us). */
+	t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		stats_read(rt, s->after);
+	} while ((s->after[0].actors_running || s->after[1].actors_running) &&
+		 t_now_ns() - t0 < T_STALL_NS);
 	return 0;
 }
 
@@ -1852,6 +1860,51 @@ static void test_unlinked_peer_halting_stops_nobody(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a thread's timed send: gives up in time, or gets the room ---- */
+
+struct thrto {
+	_Atomic int take;
+	uint64_t got[2];
+	int ngot;
+};
+
+/* Takes two messages once told to, none before. */
+static int64_t takes_two_when_told(cbcmn_cx *cx, void *arg)
+{
+	struct thrto *t = arg;
+	while (!atomic_load(&t->take))
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_actor_msg m;
+	while (t->ngot < 2 && cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+		t->got[t->ngot++] = m.body.u64[0];
+	return 0;
+}
+
+static void test_thread_timed_send_gives_up_or_gets_room(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct thrto t = {0};
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_actor_spawn(NULL, n, takes_two_when_told, &t, &ao, &a), 0);
+	cbcmn_actor_msg m0 = msg(M_DATA, 0, 0), m1 = msg(M_DATA, 1, 0), m2 = msg(M_DATA, 2, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a, &m0), 0); /* full now */
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, a, &m1, 20 * 1000000ull), -ETIMEDOUT);
+	assert_true(t_now_ns() - t0 >= 20 * 1000000ull); /* not early */
+	atomic_store(&t.take, 1);
+	/* Room comes once the actor takes m0: well within this timeout. */
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, a, &m2, T_STALL_NS), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(t.ngot, 2);
+	assert_int_equal(t.got[0], 0);
+	assert_int_equal(t.got[1], 2); /* m1 was not taken */
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1889,8 +1942,8 @@ static void test_bad_input(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	t_run(rt, bad_main, NULL, 0);
 	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
-	/* A thread: no timer without an executor. */
-	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, 1ull << 32, &m, 1000), -EINVAL);
+	/* A thread's timed send to nobody. */
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, 1ull << 32, &m, 1000), -ESRCH);
 	assert_int_equal(cbcmn_actor_send(rt, NULL, 1ull << 32, &m), -ESRCH);
 	t_destroy(rt);
 }
@@ -1927,6 +1980,7 @@ int main(void)
 		T(test_timed_out_sends_leave_the_receiving_count_alone),
 		T(test_link_from_a_drop_callback_is_refused_not_inherited),
 		T(test_unlinked_peer_halting_stops_nobody),
+		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_bad_input),
 	};
 #undef T

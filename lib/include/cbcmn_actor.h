@@ -188,7 +188,8 @@ CBCMN_API int cbcmn_actor_try_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_
 
 /* cbcmn_actor_send() that gives up after timeout_ns of the runtime's
  * clock (virtual in lab mode): -ETIMEDOUT, the message was not taken.
- * Tasks and actors only for now (a NULL cx: -EINVAL). */
+ * A thread outside the runtime (NULL cx) sleeps on its own, at most that
+ * long; it cannot wait on a lab runtime's virtual clock (-EINVAL). */
 CBCMN_API int cbcmn_actor_send_timeout(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 				       const cbcmn_actor_msg *m, uint64_t timeout_ns);
 
