@@ -270,9 +270,12 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
 		if (p) {
 			struct cbcmn__wakes pl = {0};
-			free(link_take(&p->links, old));
-			if (reason != 0)
+			/* Only a peer that still holds its side: one that
+			 * unlinked (its side first) is not stopped. */
+			struct cbcmn__link *theirs = link_take(&p->links, old);
+			if (theirs && reason != 0)
 				stop_locked(p, reason, &pl);
+			free(theirs);
 			cbcmn__mutex_unlock(&p->lock);
 			cbcmn__wakes_run(&pl, e);
 		}
@@ -458,6 +461,14 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	/* Our note first: once the monitor is on the target, its halt may
 	 * take the note back at any time (with the DOWN, under our lock). */
 	cbcmn__mutex_lock(&me->lock);
+	if (me->state != CBCMN__A_LIVE) {
+		/* Halting (a drop callback): the halt took our lists already,
+		 * a note now would stay on the slot for its next actor. */
+		cbcmn__mutex_unlock(&me->lock);
+		free(m);
+		free(note);
+		return -ESHUTDOWN;
+	}
 	note->next = me->watching;
 	me->watching = note;
 	cbcmn__mutex_unlock(&me->lock);
@@ -506,6 +517,14 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	 * (Their side first would leave ours naming a dead peer when they
 	 * halt between the two.) */
 	cbcmn__mutex_lock(&me->lock);
+	if (me->state != CBCMN__A_LIVE) {
+		/* Halting (a drop callback): the halt took our links already;
+		 * one now would be the slot's next actor's. */
+		cbcmn__mutex_unlock(&me->lock);
+		free(mine);
+		free(theirs);
+		return -ESHUTDOWN;
+	}
 	struct cbcmn__link *dup = link_take(&me->links, target);
 	mine->next = me->links;
 	me->links = mine;
@@ -523,6 +542,29 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	theirs->next = a->links;
 	a->links = theirs;
 	cbcmn__mutex_unlock(&a->lock);
+	return 0;
+}
+
+int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref target)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
+	cbcmn__stack_check(self);
+	/* Our side first: from then on a halt of theirs finds nothing of
+	 * theirs on us, and stops us no more (halt()). */
+	cbcmn__mutex_lock(&me->lock);
+	struct cbcmn__link *mine = link_take(&me->links, target);
+	cbcmn__mutex_unlock(&me->lock);
+	free(mine);
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (a) {
+		struct cbcmn__link *theirs = link_take(&a->links, me->ref);
+		cbcmn__mutex_unlock(&a->lock);
+		free(theirs);
+	}
 	return 0;
 }
 

@@ -28,6 +28,7 @@ struct cbcmn__mb_wait {
 	struct cbcmn__qwait qw;             /* first: the queue's */
 	const cbcmn_actor_msg *src;         /* a sender: its message */
 	cbcmn_actor_msg *dst;               /* the receiver: where the message goes */
+	uint32_t home;                      /* the receiver: the executor counting it */
 };
 
 /* A monitor: on the watched actor's list until it halts, then (as the DOWN

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "actor.h"
+#include "futex.h"
 #include "probes.h"
 #include "timer.h"
 
@@ -41,7 +42,7 @@ static struct cbcmn__mb_wait *recv_claim(struct cbcmn__actor *a)
 	w->qw.queued = false;
 	if (!cbcmn__iwait_claim(&w->qw.iw))
 		return NULL; /* a timer or a cancellation: mb_block() uncounts it */
-	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+	CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
 	return w;
 }
 
@@ -156,17 +157,56 @@ static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
 	return self ? self->exec : NULL;
 }
 
+/* A thread outside the runtime waits for iw until deadline (the runtime's
+ * clock, CLOCK_MONOTONIC: never a lab runtime's, send_check()): no timer
+ * of an executor, its own futex sleep, and at the deadline it claims its
+ * wait itself as timed out.  If the event claimed it first, its wake is
+ * on the way: wait for it.  Returns the wait's outcome. */
+static uint32_t thread_block(const struct cbcmn_runtime *rt, struct cbcmn__iwait *iw,
+			     uint64_t deadline)
+{
+	/* acquire: pairs with the release store of waiter_wake() (sched.c),
+	 * which follows the claim and the hand-over. */
+	while (atomic_load_explicit(&iw->w.futex, memory_order_acquire) == 0) {
+		uint64_t now = cbcmn__now(rt);
+		if (now >= deadline) {
+			if (cbcmn__iwait_claim_as(iw, CBCMN__IW_TIMEDOUT))
+				return CBCMN__IW_TIMEDOUT;
+			cbcmn__waiter_wait(&iw->w); /* claimed by the event: woken soon */
+			break;
+		}
+		uint64_t left = deadline - now;
+		struct timespec ts = {.tv_sec = (time_t)(left / 1000000000u),
+				      .tv_nsec = (long)(left % 1000000000u)};
+		cbcmn__futex_wait(&iw->w.futex, 0, &ts);
+	}
+	return atomic_load_explicit(&iw->state, memory_order_acquire);
+}
+
 /* Called with a->lock held, which it drops: wait as w (already queued by
  * the caller, as a sender or the receiver) until claimed.  Returns the
- * claimer's result, -ETIMEDOUT or CBCMN_ECANCELED (w dequeued again). */
+ * claimer's result, -ETIMEDOUT or CBCMN_ECANCELED (w dequeued again).
+ * self NULL: a thread outside the runtime (a sender). */
 static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcmn__mb_wait *w,
 		    uint64_t deadline)
 {
 	struct cbcmn__timer *tm = NULL;
+	if (!self) {
+		cbcmn__mutex_unlock(&a->lock);
+		uint32_t how = deadline == UINT64_MAX ? cbcmn__iwait_block(&w->qw.iw)
+						      : thread_block(a->rt, &w->qw.iw, deadline);
+		if (how == CBCMN__IW_WOKEN)
+			return w->qw.result;
+		cbcmn__mutex_lock(&a->lock);
+		if (w->qw.queued)
+			cbcmn__waitq_del(&a->sendq, &w->qw);
+		cbcmn__mutex_unlock(&a->lock);
+		return -ETIMEDOUT;
+	}
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
 		if (w == a->receiver) {
 			a->receiver = NULL;
-			CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+			CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
 		} else {
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 		}
@@ -191,9 +231,11 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 	}
 	/* The receiver (only it has dst) was counted until claimed, and this
-	 * claim was not the event's (recv_claim()). */
+	 * claim was not the event's (recv_claim()).  On the executor that
+	 * counted it: it may have begun to run on another since (its home
+	 * moved with it), and the count would drift. */
 	if (w->dst)
-		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, -1);
+		CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
 	cbcmn__mutex_unlock(&a->lock);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
@@ -204,6 +246,9 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 	w->qw.iw.kind = CBCMN__G_CHAN; /* a mailbox is a channel, for the snapshot */
 	w->qw.result = 0;
 	w->qw.queued = false;
+	w->src = NULL;
+	w->dst = NULL; /* set by the receiver only: how mb_block() tells them apart */
+	w->home = 0;
 }
 
 /* ---- operations ----------------------------------------------------------- */
@@ -292,8 +337,8 @@ static int send_check(struct cbcmn_runtime **rtp, struct cbcmn_task *self, cbcmn
 	if (!block)
 		return 0;
 	if (!self) {
-		if (timed)
-			return -EINVAL; /* a timer needs an executor */
+		if (timed && rt->lab)
+			return -EINVAL; /* a thread cannot wait on the virtual clock */
 		return cbcmn__on_executor(rt) ? -EDEADLK : 0;
 	}
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */
@@ -364,7 +409,8 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		w.dst = m;
 		w.qw.queued = true;
 		a->receiver = &w;
-		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), receiving, 1);
+		w.home = cbcmn__actor_home(a);
+		CBCMN__AGAUGE(a->rt, w.home, receiving, 1);
 		rc = mb_block(self, a, &w, deadline);
 		probe_receive(a, m, rc);
 		return rc;

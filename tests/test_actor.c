@@ -186,7 +186,7 @@ static void test_ping_pong_across_executors(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	struct pp p = {.rounds = STRESS(20000)};
+	struct pp p = {.rounds = STRESS(4000)};
 	t_run(rt, pp_main, &p, 0);
 	assert_int_equal(atomic_load(&p.bad), 0);
 	assert_int_equal(p.exec_seen[0], 0);
@@ -1624,7 +1624,15 @@ static int64_t stats_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	TASK_CHECK(cbcmn_nursery_cancel(ns) == 0);
 	cbcmn_nursery_await_all(cx, ns);
-	stats_read(rt, s->after); /* every actor halted: nothing left anywhere */
+	/* Every actor halted: nothing left anywhere, once the last one's
+	 * executor is back from its fiber (running drops after the exit,
+	 * which woke us). */
+	t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		stats_read(rt, s->after);
+	} while ((s->after[0].actors_running || s->after[1].actors_running) &&
+		 t_now_ns() - t0 < T_STALL_NS);
 	return 0;
 }
 
@@ -1653,6 +1661,247 @@ static void test_stats_count_actors_by_state_per_executor(void **state)
 		assert_int_equal(s.after[i].actors_running, 0);
 		assert_int_equal(s.after[i].mailbox_depth, 0);
 	}
+	t_destroy(rt);
+}
+
+/* ---- a send that times out is not counted as a receive ---- */
+
+struct sendto {
+	cbcmn_actor_ref full, recv;
+	_Atomic int stop;
+	int rc[3];
+	cbcmn_executor_stats at[2];
+	bool matched;
+};
+
+static int64_t naps_until_told(cbcmn_cx *cx, void *arg)
+{
+	struct sendto *s = arg;
+	while (!atomic_load(&s->stop))
+		cbcmn_sleep(cx, 1000000);
+	return 0;
+}
+
+static int64_t sendto_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendto *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts full = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_opts on0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, naps_until_told, s, &full, &s->full) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->full, &m) == 0);
+	/* Each waits for room on the full mailbox, then gives up. */
+	for (int i = 0; i < 3; i++)
+		s->rc[i] = cbcmn_actor_send_timeout(NULL, cx, s->full, &m, 1000000);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &on0, &s->recv) == 0);
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		cbcmn_stats st;
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, s->at, 2) == 0);
+		s->matched = s->at[0].actors_receiving == 1;
+	} while (!s->matched && t_now_ns() - t0 < T_STALL_NS / 4);
+	atomic_store(&s->stop, 1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->recv, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_timed_out_sends_leave_the_receiving_count_alone(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct sendto s = {0};
+	t_run(rt, sendto_main, &s, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(s.rc[i], -ETIMEDOUT);
+	print_message("executor 0: receiving %llu\n",
+		      (unsigned long long)s.at[0].actors_receiving);
+	assert_true(s.matched); /* the one receiver, once */
+	t_destroy(rt);
+}
+
+/* ---- a drop callback cannot tie a halting actor's slot to anyone ---- */
+
+struct dropcb {
+	cbcmn_cx *cx; /* the halting actor's, kept for its drop callback */
+	cbcmn_actor_ref peer, victim, heir;
+	int rc_link, rc_monitor;
+	uint64_t heir_links, heir_notes;
+};
+
+/* Links and monitors from the halting actor: the records would go on a
+ * slot whose lists the halt has already taken. */
+static void drop_links(void *state, const cbcmn_actor_msg *m)
+{
+	struct dropcb *d = state;
+	uint64_t id;
+	(void)m;
+	d->rc_link = cbcmn_actor_link(d->cx, d->peer);
+	d->rc_monitor = cbcmn_actor_monitor(d->cx, d->peer, &id);
+}
+
+static int64_t keeps_cx_and_returns(cbcmn_cx *cx, void *arg)
+{
+	struct dropcb *d = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	d->cx = cx;
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	return 0; /* the message is dropped: drop_links runs */
+}
+
+static int64_t dropcb_main(cbcmn_cx *cx, void *arg)
+{
+	struct dropcb *d = arg;
+	cbcmn_nursery *np, *n;
+	TASK_CHECK(open_n(cx, &np) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, np, quits_on_message, NULL, NULL, &d->peer) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.drop = drop_links};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, keeps_cx_and_returns, d, &ao, &d->victim) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* The next actor gets the victim's slot (the free list's head). */
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &d->heir) == 0);
+	struct cbcmn__actor *h = cbcmn__actor_lock_ref(cbcmn_cx_runtime(cx), d->heir);
+	TASK_CHECK(h != NULL);
+	if (h) {
+		for (struct cbcmn__link *l = h->links; l; l = l->next)
+			d->heir_links++;
+		for (struct cbcmn__link *l = h->watching; l; l = l->next)
+			d->heir_notes++;
+		cbcmn__mutex_unlock(&h->lock);
+	}
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->heir, &q) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->peer, &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return cbcmn_nursery_await_all(cx, np);
+}
+
+static void test_link_from_a_drop_callback_is_refused_not_inherited(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dropcb d = {0};
+	t_run(rt, dropcb_main, &d, 0);
+	assert_int_equal(cbcmn__ref_index(d.heir), cbcmn__ref_index(d.victim));
+	assert_int_equal(d.heir_links, 0);
+	assert_int_equal(d.heir_notes, 0);
+	assert_int_equal(d.rc_link, -ESHUTDOWN);
+	assert_int_equal(d.rc_monitor, -ESHUTDOWN);
+	t_destroy(rt);
+}
+
+/* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
+
+struct unl {
+	cbcmn_actor_ref a, b;
+	_Atomic int unlinked;
+	int rc_unlink, rc_again, rc_never, rc_after;
+	uint64_t a_links;
+};
+
+static int64_t unl_a(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	TASK_CHECK(cbcmn_actor_link(cx, u->b) == 0);
+	u->rc_unlink = cbcmn_actor_unlink(cx, u->b);
+	u->rc_again = cbcmn_actor_unlink(cx, u->b);
+	atomic_store(&u->unlinked, 1);
+	cbcmn_actor_msg m;
+	/* B halts with -9 meanwhile; we are not stopped: this times out. */
+	u->rc_after = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	struct cbcmn__actor *me = cbcmn__actor_lock_ref(cbcmn_cx_runtime(cx), cbcmn_actor_self(cx));
+	for (struct cbcmn__link *l = me ? me->links : NULL; l; l = l->next)
+		u->a_links++;
+	if (me)
+		cbcmn__mutex_unlock(&me->lock);
+	return 0;
+}
+
+static int64_t unl_b(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	while (!atomic_load(&u->unlinked))
+		cbcmn_yield(cx);
+	return -9;
+}
+
+static int64_t unl_main(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	cbcmn_nursery *na, *nb;
+	TASK_CHECK(open_n(cx, &na) == 0);
+	TASK_CHECK(open_n(cx, &nb) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nb, unl_b, u, NULL, &u->b) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, na, unl_a, u, NULL, &u->a) == 0);
+	u->rc_never = cbcmn_actor_unlink(cx, u->a); /* not an actor */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nb) == -9);
+	/* B is gone and A still receives: it was not stopped. */
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, u->a, &q) == 0);
+	return cbcmn_nursery_await_all(cx, na);
+}
+
+static void test_unlinked_peer_halting_stops_nobody(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct unl u = {0};
+	t_run(rt, unl_main, &u, 0);
+	assert_int_equal(u.rc_unlink, 0);
+	assert_int_equal(u.rc_again, 0);
+	assert_int_equal(u.rc_never, -EPERM);
+	assert_int_equal(u.rc_after, 0); /* the quit message, not -ESHUTDOWN */
+	assert_int_equal(u.a_links, 0);
+	t_destroy(rt);
+}
+
+/* ---- a thread's timed send: gives up in time, or gets the room ---- */
+
+struct thrto {
+	_Atomic int take;
+	uint64_t got[2];
+	int ngot;
+};
+
+/* Takes two messages once told to, none before. */
+static int64_t takes_two_when_told(cbcmn_cx *cx, void *arg)
+{
+	struct thrto *t = arg;
+	while (!atomic_load(&t->take))
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_actor_msg m;
+	while (t->ngot < 2 && cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+		t->got[t->ngot++] = m.body.u64[0];
+	return 0;
+}
+
+static void test_thread_timed_send_gives_up_or_gets_room(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct thrto t = {0};
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_actor_spawn(NULL, n, takes_two_when_told, &t, &ao, &a), 0);
+	cbcmn_actor_msg m0 = msg(M_DATA, 0, 0), m1 = msg(M_DATA, 1, 0), m2 = msg(M_DATA, 2, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a, &m0), 0); /* full now */
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, a, &m1, 20 * 1000000ull), -ETIMEDOUT);
+	assert_true(t_now_ns() - t0 >= 20 * 1000000ull); /* not early */
+	atomic_store(&t.take, 1);
+	/* Room comes once the actor takes m0: well within this timeout. */
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, a, &m2, T_STALL_NS), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(t.ngot, 2);
+	assert_int_equal(t.got[0], 0);
+	assert_int_equal(t.got[1], 2); /* m1 was not taken */
 	t_destroy(rt);
 }
 
@@ -1693,8 +1942,8 @@ static void test_bad_input(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	t_run(rt, bad_main, NULL, 0);
 	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
-	/* A thread: no timer without an executor. */
-	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, 1ull << 32, &m, 1000), -EINVAL);
+	/* A thread's timed send to nobody. */
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, 1ull << 32, &m, 1000), -ESRCH);
 	assert_int_equal(cbcmn_actor_send(rt, NULL, 1ull << 32, &m), -ESRCH);
 	t_destroy(rt);
 }
@@ -1728,6 +1977,10 @@ int main(void)
 		T(test_halted_watchers_leave_no_monitor_on_the_target),
 		T(test_wrapped_generation_retires_the_slot),
 		T(test_stats_count_actors_by_state_per_executor),
+		T(test_timed_out_sends_leave_the_receiving_count_alone),
+		T(test_link_from_a_drop_callback_is_refused_not_inherited),
+		T(test_unlinked_peer_halting_stops_nobody),
+		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_bad_input),
 	};
 #undef T

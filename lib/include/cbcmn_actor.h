@@ -188,7 +188,8 @@ CBCMN_API int cbcmn_actor_try_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_
 
 /* cbcmn_actor_send() that gives up after timeout_ns of the runtime's
  * clock (virtual in lab mode): -ETIMEDOUT, the message was not taken.
- * Tasks and actors only for now (a NULL cx: -EINVAL). */
+ * A thread outside the runtime (NULL cx) sleeps on its own, at most that
+ * long; it cannot wait on a lab runtime's virtual clock (-EINVAL). */
 CBCMN_API int cbcmn_actor_send_timeout(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 				       const cbcmn_actor_msg *m, uint64_t timeout_ns);
 
@@ -222,7 +223,8 @@ CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref 
  * once with reason -ESRCH.  Watching the same actor twice gives two
  * messages.  A monitor ends with its DOWN, with cbcmn_actor_demonitor(),
  * or when the watcher halts (then it is taken off a, which keeps nothing of
- * it).  Returns 0, -EPERM (cx is not an actor), -ENOMEM, -EINVAL. */
+ * it).  Returns 0, -EPERM (cx is not an actor), -ESHUTDOWN (the caller is
+ * halting: from its drop callback), -ENOMEM, -EINVAL. */
 CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon);
 
 /* Undo cbcmn_actor_monitor(): no DOWN for monitor mon (on actor a) will be
@@ -238,8 +240,15 @@ CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mo
  * reason, which its own links pass on in turn; a normal halt (0) stops
  * nobody.  Linking twice is the same as once.  Returns 0, -ESRCH (a is
  * dead: nothing linked), -EINVAL (a is the caller itself), -EPERM (cx is
- * not an actor), -ENOMEM. */
+ * not an actor), -ESHUTDOWN (the caller is halting: from its drop
+ * callback), -ENOMEM. */
 CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
+
+/* Undo cbcmn_actor_link() between the calling actor and a, both ways: once
+ * it returns, a's halt does not stop the caller, nor the caller's a.  Not
+ * linked (or a dead): nothing to do, 0.  Returns 0, -EPERM (cx is not an
+ * actor). */
+CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
 
 #ifdef __cplusplus
 }
