@@ -208,15 +208,19 @@ static int64_t serve(cbcmn_cx *cx, void *arg)
 		}
 		if (fd < 0)
 			break;
+		/* Filled in before the spawn: the task may start at once, on
+		 * another executor. */
 		struct conn *c = malloc(sizeof(*c));
+		if (c) {
+			c->fd = (int)fd;
+			c->len = 0;
+		}
 		if (!c || (rc = cbcmn_nursery_spawn(cx, n, connection, c, NULL)) != 0) {
 			free(c);
 			cbcmn_close(cx, (int)fd);
 			rc = rc ? rc : -ENOMEM;
 			break;
 		}
-		c->fd = (int)fd;
-		c->len = 0;
 		served++;
 	}
 	cbcmn_nursery_await_all(cx, n); /* the connections still open end first */

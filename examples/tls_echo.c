@@ -132,14 +132,17 @@ static int64_t serve(cbcmn_cx *cx, void *arg)
 		}
 		if (fd < 0)
 			break;
+		/* Filled in before the spawn: the task may start at once, on
+		 * another executor. */
 		struct conn *c = malloc(sizeof(*c));
+		if (c)
+			*c = (struct conn){.s = s, .fd = (int)fd};
 		if (!c || (rc = cbcmn_nursery_spawn(cx, n, echo, c, NULL)) != 0) {
 			free(c);
 			cbcmn_close(cx, (int)fd);
 			rc = rc ? rc : -ENOMEM;
 			break;
 		}
-		*c = (struct conn){.s = s, .fd = (int)fd};
 		served++;
 	}
 	cbcmn_nursery_await_all(cx, n);
