@@ -1336,7 +1336,11 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			continue;
 		}
 		/* An executor that may retire sleeps no longer than its idle
-		 * allowance, then checks. */
+		 * allowance, then checks; not while work is queued anywhere,
+		 * the gate's refused work included: the gate's answer turns
+		 * with time (one long run opens it), and its owner's next
+		 * pushes to a non-empty deque notify nobody, so a thief that
+		 * left would leave that queue to wait out the run. */
 		bool may_retire = rt->retire_ns && e->id >= rt->min_live &&
 				  e->id + 1 == cbcmn__nlive(rt);
 		if (may_retire && (wait == 0 || wait > rt->retire_ns))
@@ -1349,7 +1353,8 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			start = now_ns();
 			pause = SPIN_PAUSE_MIN_NS;
 			e->steal_fails = 0;
-		} else if (may_retire && now_ns() - start >= rt->retire_ns && try_retire(e)) {
+		} else if (may_retire && now_ns() - start >= rt->retire_ns &&
+			   !cbcmn__any_work(rt) && try_retire(e)) {
 			cbcmn__searching_end(e);
 			e->idle_ns += now_ns() - start0;
 			return RETIRE;
