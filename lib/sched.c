@@ -1139,7 +1139,25 @@ void cbcmn__exec_grow(struct cbcmn_runtime *rt)
 							     memory_order_seq_cst,
 							     memory_order_acquire)) {
 			resize_end(rt);
-			return;
+			if (s != CBCMN__EX_RETIRING)
+				return;
+			/* Its old thread is still on its way out (nlive and
+			 * the token are given back before it is STOPPED):
+			 * without a want, a start asked for now was lost, and
+			 * the work that asked waited for a busy executor.  The
+			 * leaving thread looks at want_live after its STOPPED
+			 * store (exec_retired()); seq_cst, the store-buffering
+			 * pair: if our look below still reads RETIRING, its
+			 * STOPPED store comes after our want, and it sees it. */
+			uint32_t w = atomic_load_explicit(&rt->want_live, memory_order_relaxed);
+			while (w < n + 1 && !atomic_compare_exchange_weak_explicit(
+						    &rt->want_live, &w, n + 1, memory_order_seq_cst,
+						    memory_order_relaxed))
+				;
+			if (atomic_load_explicit(&e->lstate, memory_order_seq_cst) ==
+			    CBCMN__EX_RETIRING)
+				return;
+			continue; /* STOPPED meanwhile: start it ourselves */
 		}
 		/* Destroy may have passed this executor already: back out.
 		 * seq_cst against stop_executors()' shutdown store and state
