@@ -117,11 +117,14 @@ static uint64_t mono_ns(void);
 
 /* Asked between tasks (and while spinning idle, and before parking): each
  * ask counts as a turn, and a look at the set is due every BATCH_TURNS,
- * or sooner when the next pick (at the executor's mean pick time) would
- * keep a readiness that has come waiting past cfg.io_batch_ns since the
- * last look: beside tasks that each run for milliseconds, 16 turns held a
- * read whose data had come for several of them (issue 15, liveness 4, as
- * the ring's submission, sched.c's ring_may_defer()).  The clock is read
+ * or sooner once cfg.io_batch_ns has passed since the last look: beside
+ * tasks that each run for milliseconds, 16 turns held a read whose data
+ * had come for several of them (issue 15, liveness 4, as the ring's
+ * submission, sched.c's ring_may_defer()); now the turn after a long pick
+ * looks.  Time passed only, not the next pick's mean as the ring counts:
+ * the park's last look asks this too (cbcmn__own_work()), just after the
+ * idle search turn looked, and a mean pick past the bound would answer
+ * "look" every time, the executor never sleeping.  The clock is read
  * once a turn only while waits are registered; lab mode looks by turns
  * alone, to repeat. */
 bool cbcmn__ep_busy(const struct cbcmn__exec *e)
@@ -135,8 +138,7 @@ bool cbcmn__ep_busy(const struct cbcmn__exec *e)
 		return true;
 	if (e->rt->lab)
 		return false;
-	uint64_t next = atomic_load_explicit(&e->ss->avg_task_ns, memory_order_relaxed);
-	if (mono_ns() - ep->look_ns + next < e->rt->cfg.io_batch_ns)
+	if (mono_ns() - ep->look_ns < e->rt->cfg.io_batch_ns)
 		return false;
 	ep->turns = BATCH_TURNS; /* cbcmn__ep_poll() looks */
 	return true;
