@@ -113,12 +113,35 @@ int cbcmn__ep_takeover(struct cbcmn__exec *e)
 	return 0;
 }
 
+static uint64_t mono_ns(void);
+
 /* Asked between tasks (and while spinning idle, and before parking): each
- * ask counts as a turn, and a look at the set is due every BATCH_TURNS. */
+ * ask counts as a turn, and a look at the set is due every BATCH_TURNS,
+ * or sooner once cfg.io_batch_ns has passed since the last look: beside
+ * tasks that each run for milliseconds, 16 turns held a read whose data
+ * had come for several of them (issue 15, liveness 4, as the ring's
+ * submission, sched.c's ring_may_defer()); now the turn after a long pick
+ * looks.  Time passed only, not the next pick's mean as the ring counts:
+ * the park's last look asks this too (cbcmn__own_work()), just after the
+ * idle search turn looked, and a mean pick past the bound would answer
+ * "look" every time, the executor never sleeping.  The clock is read
+ * once a turn only while waits are registered; lab mode looks by turns
+ * alone, to repeat. */
 bool cbcmn__ep_busy(const struct cbcmn__exec *e)
 {
 	struct cbcmn__ep *ep = e->ep;
-	return cbcmn__ep_sq_busy(ep) || (ep->all && ++ep->turns >= BATCH_TURNS);
+	if (cbcmn__ep_sq_busy(ep))
+		return true;
+	if (!ep->all)
+		return false;
+	if (++ep->turns >= BATCH_TURNS)
+		return true;
+	if (e->rt->lab)
+		return false;
+	if (mono_ns() - ep->look_ns < e->rt->cfg.io_batch_ns)
+		return false;
+	ep->turns = BATCH_TURNS; /* cbcmn__ep_poll() looks */
+	return true;
 }
 
 static int fd_slot(struct cbcmn__ep *ep, int fd)
@@ -487,6 +510,7 @@ static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
 		}
 	}
 	ep->turns = 0;
+	ep->look_ns = e->rt->lab ? 0 : mono_ns();
 	if (ep->timed)
 		timed_expire(e);
 	cbcmn__ep_sq_run(e);

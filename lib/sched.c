@@ -1170,7 +1170,25 @@ void cbcmn__exec_grow(struct cbcmn_runtime *rt)
 							     memory_order_seq_cst,
 							     memory_order_acquire)) {
 			resize_end(rt);
-			return;
+			if (s != CBCMN__EX_RETIRING)
+				return;
+			/* Its old thread is still on its way out (nlive and
+			 * the token are given back before it is STOPPED):
+			 * without a want, a start asked for now was lost, and
+			 * the work that asked waited for a busy executor.  The
+			 * leaving thread looks at want_live after its STOPPED
+			 * store (exec_retired()); seq_cst, the store-buffering
+			 * pair: if our look below still reads RETIRING, its
+			 * STOPPED store comes after our want, and it sees it. */
+			uint32_t w = atomic_load_explicit(&rt->want_live, memory_order_relaxed);
+			while (w < n + 1 && !atomic_compare_exchange_weak_explicit(
+						    &rt->want_live, &w, n + 1, memory_order_seq_cst,
+						    memory_order_relaxed))
+				;
+			if (atomic_load_explicit(&e->lstate, memory_order_seq_cst) ==
+			    CBCMN__EX_RETIRING)
+				return;
+			continue; /* STOPPED meanwhile: start it ourselves */
 		}
 		/* Destroy may have passed this executor already: back out.
 		 * seq_cst against stop_executors()' shutdown store and state
@@ -1367,7 +1385,11 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			continue;
 		}
 		/* An executor that may retire sleeps no longer than its idle
-		 * allowance, then checks. */
+		 * allowance, then checks; not while work is queued anywhere,
+		 * the gate's refused work included: the gate's answer turns
+		 * with time (one long run opens it), and its owner's next
+		 * pushes to a non-empty deque notify nobody, so a thief that
+		 * left would leave that queue to wait out the run. */
 		bool may_retire = rt->retire_ns && e->id >= rt->min_live &&
 				  e->id + 1 == cbcmn__nlive(rt);
 		if (may_retire && (wait == 0 || wait > rt->retire_ns))
@@ -1380,7 +1402,8 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			start = now_ns();
 			pause = SPIN_PAUSE_MIN_NS;
 			e->steal_fails = 0;
-		} else if (may_retire && now_ns() - start >= rt->retire_ns && try_retire(e)) {
+		} else if (may_retire && now_ns() - start >= rt->retire_ns &&
+			   !cbcmn__any_work(rt) && try_retire(e)) {
 			cbcmn__searching_end(e);
 			e->idle_ns += now_ns() - start0;
 			return RETIRE;

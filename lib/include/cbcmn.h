@@ -383,7 +383,9 @@ typedef struct cbcmn_config {
 	 * queue for a batch: up to 16 tasks' picks, and no longer than this
 	 * many ns when the next pick (by the executor's mean pick time) would
 	 * keep it waiting past that: beside tasks that each run for
-	 * milliseconds, requests are submitted after every pick.  0: 50 us. */
+	 * milliseconds, requests are submitted after every pick.  On the
+	 * epoll backend the same bound applies to the executor's look at its
+	 * epoll set between tasks (readiness that has come).  0: 50 us. */
 	uint64_t io_batch_ns;
 
 	/* ---- tracing (cbcmn_trace_drain(), docs/TRACE.md) --------------------
