@@ -407,6 +407,10 @@ static int submit_fault(struct io_uring *u)
 static void submitted(struct cbcmn__exec *e, unsigned n, int rc)
 {
 	struct io_uring *u = &e->ring.u;
+	/* Whatever submitted them (the loop, a doorbell's own enter), the
+	 * SQEs that waited for a batch are gone: the next batch starts
+	 * afresh (sched.c, ring_may_defer()). */
+	e->ring.defer = 0;
 	CBCMN__COUNT(e, ring_enters, 1);
 	if (n) {
 		CBCMN__COUNT(e, sqes_submitted, n);
@@ -447,7 +451,6 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 	} else if (rc == 0) {
 		rc = io_uring_submit_and_get_events(u);
 	}
-	e->ring.defer = 0;
 	submitted(e, n, rc);
 }
 
