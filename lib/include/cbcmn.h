@@ -308,8 +308,9 @@ typedef struct cbcmn_config {
 	uint64_t spin_ns;
 	/* The stealing gate (docs/SCHEDULER.md): a thief takes from a victim
 	 * only when the time it expects to save exceeds steal_cost_ns, plus
-	 * steal_margin_ns when the victim is on another NUMA node.  0 each:
-	 * 1000 ns and 0 ns. */
+	 * steal_margin_ns when the victim is on another NUMA node; a victim
+	 * whose current task has already run longer than that passes
+	 * whatever its mean pick time.  0 each: 1000 ns and 0 ns. */
 	uint64_t steal_cost_ns;
 	uint64_t steal_margin_ns;
 	/* Threads of the blocking pool (cbcmn_blocking()).  0: 16. */
