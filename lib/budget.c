@@ -246,6 +246,12 @@ static void hold_payer(struct cbcmn_task *t)
 	 * release of the last cbcmn__task_unref() orders the rest. */
 	atomic_fetch_add_explicit(&t->payer->refs, 1, memory_order_relaxed);
 	t->payer_ref = true;
+	/* A refund may now pass through the payer once it has ended: it must
+	 * then hold its own payer too, or the walk goes on to a record freed
+	 * meanwhile.  Relaxed: written by the payer itself (a spawn), or by a
+	 * child of its own nursery ending, before the release step of its
+	 * live count that the payer's await_all acquires. */
+	atomic_store_explicit(&t->payer->payer_held, true, memory_order_relaxed);
 }
 
 /* spawner paid child's draw or its stack: child gives back to it when it
@@ -326,9 +332,11 @@ void cbcmn__budget_leftover(struct cbcmn_task *t)
 	uint64_t in[CBCMN__B_N];
 	/* Nobody can give t anything any more when no child it paid for is
 	 * left (acquire: pairs with give()'s release, after the child's
-	 * refund) and nobody holds a handle to recharge it with: then no
-	 * lock, the common fork-join case. */
-	bool alone = !(t->flags & CBCMN__TF_HANDLE) &&
+	 * refund), nobody holds a handle to recharge it with, and no task
+	 * holds it as its payer (nothing passes through it): then no lock,
+	 * the common fork-join case. */
+	bool held = atomic_load_explicit(&t->payer_held, memory_order_relaxed);
+	bool alone = !(t->flags & CBCMN__TF_HANDLE) && !held &&
 		     atomic_load_explicit(&t->owed, memory_order_acquire) == 0;
 	struct cbcmn__mutex *bl = budget_lock(t);
 	if (!alone)
@@ -337,12 +345,13 @@ void cbcmn__budget_leftover(struct cbcmn_task *t)
 	/* acquire: pairs with refund_add()'s release. */
 	for (int c = 0; c < CBCMN__B_N; c++)
 		in[c] = atomic_exchange_explicit(&t->refund[c], 0, memory_order_acquire);
-	/* Children it paid for still run (in a nursery it did not open): what
-	 * they give back passes through t to its payer, which must outlive
-	 * t's record.  It is alive now (t's opener, t has not left its
-	 * nursery, or held since the spawn). */
+	/* Children it paid for still run (in a nursery it did not open), or
+	 * a task holds t as its payer (a refund from below may pass through
+	 * it): what they give back passes through t to its payer, which must
+	 * outlive t's record.  It is alive now (t's opener, t has not left
+	 * its nursery, or held since the spawn). */
 	if (!alone && t->payer && !t->payer_ref &&
-	    atomic_load_explicit(&t->owed, memory_order_relaxed))
+	    (held || atomic_load_explicit(&t->owed, memory_order_relaxed)))
 		hold_payer(t);
 	if (!alone)
 		cbcmn__mutex_unlock(bl);

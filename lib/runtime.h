@@ -112,6 +112,10 @@ struct cbcmn_task {
 	 * ended, is passed on to its payer). */
 	struct cbcmn_task *payer;
 	bool payer_ref;
+	/* A task holds it as its payer (payer_ref): a refund may pass
+	 * through it after it ends, so it holds its own payer then too
+	 * (budget.c).  Set before it ends, by itself or a child ending. */
+	_Atomic bool payer_held;
 	/* Under its budget lock (cbcmn__budget_lock()): it has ended, and
 	 * refunds sent to it go on to its payer. */
 	bool budget_closed;

@@ -264,6 +264,63 @@ static void test_refunds_to_an_ended_worker_pass_on_to_its_payer(void **state)
 	t_destroy(rt);
 }
 
+/* Two levels of ended payers: a leaf's refund passes through its ended
+ * spawner (which held its own payer, having a child left) and then through
+ * that payer, which had nothing owed when it ended and so held nobody: the
+ * walk went on to the third level's record, a root already freed (ASan:
+ * heap-use-after-free in give()).  Every task a refund may pass through
+ * holds its own payer until its record goes. */
+struct chain {
+	cbcmn_nursery *thread_n;
+	_Atomic int release;
+};
+
+static int64_t leaf_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct chain *c = arg;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, c->thread_n, wait_flag, &c->release, NULL) == 0);
+	return 0;
+}
+
+static int64_t spawn_granted(cbcmn_cx *cx, cbcmn_task_fn fn, void *arg, uint64_t children)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget grant = {.ops = (children + 1) * CBCMN_SERVICE_CHILD_OPS,
+			      .memory = (children + 1) * (CBCMN_SERVICE_CHILD_MEMORY + S),
+			      .spawn_count = children};
+	cbcmn_spawn_opts o = {.budget = &grant};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, fn, arg, &o, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t middle_payer(cbcmn_cx *cx, void *arg)
+{
+	return spawn_granted(cx, leaf_spawner, arg, 1);
+}
+
+static int64_t top_payer(cbcmn_cx *cx, void *arg)
+{
+	return spawn_granted(cx, middle_payer, arg, 2);
+}
+
+static void test_refund_through_two_ended_payers_after_the_root_is_freed(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_SERVICE, 2);
+	struct chain c = {0};
+	cbcmn_nursery *outer;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &outer), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &c.thread_n), 0);
+	/* The root is a thread's spawn: its record is free()d as it ends. */
+	assert_int_equal(cbcmn_nursery_spawn(NULL, outer, top_payer, &c, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, outer), 0);
+	atomic_store(&c.release, 1); /* the leaf ends: its refund walks up */
+	assert_int_equal(cbcmn_nursery_await_all(NULL, c.thread_n), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 /* Cluster: a supervisor recharges a grandchild again and again while it
  * ends and its parent awaits (and lets go of) its nursery.  Every recharge
  * either reaches it, and comes back through its parent when it ends, or is
@@ -561,6 +618,7 @@ int main(void)
 		T_WATCHED_TEST(test_recharge_racing_the_end_of_its_target_loses_nothing),
 		T_WATCHED_TEST(test_worker_spawning_into_its_parents_nursery_gets_its_refunds),
 		T_WATCHED_TEST(test_refunds_to_an_ended_worker_pass_on_to_its_payer),
+		T_WATCHED_TEST(test_refund_through_two_ended_payers_after_the_root_is_freed),
 		T_WATCHED_TEST(test_cluster_supervisor_recharging_a_grandchild_as_it_ends),
 		T_WATCHED_TEST(test_recharge_to_unlimited_with_a_refund_pending_saturates),
 		T_WATCHED_TEST(test_spawner_waiting_for_memory_is_woken_by_its_childrens_refunds),
