@@ -601,14 +601,25 @@ static void fairness_yield(struct cbcmn_task *t)
 	}
 }
 
-/* Pay for a new countdown window, waiting exhausted if need be. */
+/* The countdown ran out.  At 0 the window's last op paid the call that
+ * got here; below 0 the call's op is still to pay (its window was empty):
+ * pay it, waiting exhausted if need be.  Then open a new window if there
+ * are ops for one; if not, stay at 0, and the next costed call comes back
+ * here to pay for itself.  Waiting for the next op already would stop a
+ * task at the call that spent its last one: n ops paid n - 1 calls. */
 static void pay_window(struct cbcmn_task *t)
 {
-	while (t->ops == 0) {
+	uint64_t debt = t->countdown < 0 ? (uint64_t)-t->countdown : 0;
+	t->countdown = 0;
+	while (t->ops != U && t->ops < debt) {
 		if (!fold_refunds(t) && !self_recharge(t, CBCMN__B_OPS))
 			wait_exhausted(t, CBCMN__B_OPS);
 	}
-	refill_window(t);
+	if (t->ops != U)
+		t->ops -= debt;
+	t->yield_left -= debt < t->yield_left ? debt : t->yield_left;
+	if (t->ops)
+		refill_window(t);
 }
 
 /* A runtime call's charge ran the countdown out.  The call reports a
@@ -826,13 +837,13 @@ void cbcmn_free(void *p)
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount)
 {
 	fold_refunds(t);
-	/* A charge's op comes from the countdown, or opens a window from ops. */
-	if (t->countdown <= 1 && t->ops == 0)
+	/* A charge's op comes from the countdown, or from ops (pay_window()). */
+	if (t->countdown <= 0 && t->ops == 0)
 		self_recharge(t, CBCMN__B_OPS);
 	uint64_t *f = field(t, comp);
 	if (comp != CBCMN__B_OPS && *f != U && *f < amount)
 		self_recharge(t, comp);
-	return (t->countdown > 1 || t->ops > 0) && (comp == CBCMN__B_OPS || *f == U || *f >= amount);
+	return (t->countdown > 0 || t->ops > 0) && (comp == CBCMN__B_OPS || *f == U || *f >= amount);
 }
 
 /* Take n ops from t, down to zero, without waiting or yielding (SPEC-021
