@@ -531,9 +531,7 @@ static int64_t consume(cbcmn_cx *cx, void *arg)
 
 static int64_t producer(cbcmn_cx *cx, void *arg)
 {
-	(void)arg;
-	cbcmn_chan *c;
-	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 4, sizeof(int), &c) == 0);
+	cbcmn_chan *c = arg; /* the opener's: the producer may be ended */
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	for (int i = 0; i < 3; i++)
@@ -541,14 +539,14 @@ static int64_t producer(cbcmn_cx *cx, void *arg)
 			break;
 	for (int i = 0; i < 3; i++)
 		cbcmn_chan_send(cx, c, &i);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	cbcmn_chan_destroy(c);
-	return r;
+	return cbcmn_nursery_await_all(cx, n);
 }
 
 static int64_t open_for_producer(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
+	cbcmn_chan *c;
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 4, sizeof(int), &c) == 0);
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	/* Memory and ops for three consumers; spawns for two. */
@@ -556,8 +554,10 @@ static int64_t open_for_producer(cbcmn_cx *cx, void *arg)
 			    .memory = 4 * (CBCMN_SERVICE_CHILD_MEMORY + S),
 			    .spawn_count = 2};
 	cbcmn_spawn_opts o = {.budget = &two};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, producer, NULL, &o, NULL) == 0);
-	return cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, producer, c, &o, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_chan_destroy(c) == 0);
+	return r;
 }
 
 static void test_spawner_out_of_spawns_whose_children_wait_for_it_is_ended_not_hung(void **state)
