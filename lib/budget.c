@@ -246,6 +246,12 @@ static void hold_payer(struct cbcmn_task *t)
 	 * release of the last cbcmn__task_unref() orders the rest. */
 	atomic_fetch_add_explicit(&t->payer->refs, 1, memory_order_relaxed);
 	t->payer_ref = true;
+	/* A refund may now pass through the payer once it has ended: it must
+	 * then hold its own payer too, or the walk goes on to a record freed
+	 * meanwhile.  Relaxed: written by the payer itself (a spawn), or by a
+	 * child of its own nursery ending, before the release step of its
+	 * live count that the payer's await_all acquires. */
+	atomic_store_explicit(&t->payer->payer_held, true, memory_order_relaxed);
 }
 
 /* spawner paid child's draw or its stack: child gives back to it when it
@@ -264,6 +270,11 @@ void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
 	/* Relaxed: decremented under spawner's budget lock (give()), read
 	 * there or with acquire by spawner itself. */
 	atomic_fetch_add_explicit(&spawner->owed, 1, memory_order_relaxed);
+	/* Drawn spawns it may give back (an unlimited count is not drawn:
+	 * the spawner's is unlimited too, and never waits). */
+	child->gives_spawns = child->spawn_count && child->spawn_count != U;
+	if (child->gives_spawns)
+		atomic_fetch_add_explicit(&spawner->owed_spawns, 1, memory_order_relaxed);
 	child->payer = spawner;
 	if (spawner != opener)
 		hold_payer(child);
@@ -281,10 +292,10 @@ void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge)
 /* Give amount to o; once o has ended, to its payer instead, and so on up
  * (a root's payer is nobody: then it is dropped, as a root's budget came
  * from nobody).  Each task of the chain is alive: o is held by the child
- * that gives, every payer by the task it paid for.  child_ended: o is the
- * ending child's payer, which owes one child fewer. */
-static void give(struct cbcmn_task *o, const uint64_t amount[CBCMN__B_N], bool child_ended,
-		 struct cbcmn__exec *e)
+ * that gives, every payer by the task it paid for.  ended: the ending
+ * child whose payer o is (o is owed one child fewer), or NULL. */
+static void give(struct cbcmn_task *o, const uint64_t amount[CBCMN__B_N],
+		 const struct cbcmn_task *ended, struct cbcmn__exec *e)
 {
 	while (o) {
 		struct cbcmn__mutex *bl = budget_lock(o);
@@ -294,12 +305,16 @@ static void give(struct cbcmn_task *o, const uint64_t amount[CBCMN__B_N], bool c
 			for (int c = 0; c < CBCMN__B_N; c++)
 				if (amount[c])
 					refund_add(o, c, amount[c]);
-		if (child_ended) {
+		if (ended) {
+			/* Relaxed: read under this lock (wait_exhausted()). */
+			if (ended->gives_spawns)
+				atomic_fetch_sub_explicit(&o->owed_spawns, 1,
+							  memory_order_relaxed);
 			/* After the refund: release pairs with the acquire in
 			 * cbcmn__budget_leftover(), where o, seeing no child
 			 * left, closes without this lock and must see it. */
 			atomic_fetch_sub_explicit(&o->owed, 1, memory_order_release);
-			child_ended = false;
+			ended = NULL;
 		}
 		if (!closed) {
 			/* Waiting for budget: what arrived may be what it needs. */
@@ -326,9 +341,11 @@ void cbcmn__budget_leftover(struct cbcmn_task *t)
 	uint64_t in[CBCMN__B_N];
 	/* Nobody can give t anything any more when no child it paid for is
 	 * left (acquire: pairs with give()'s release, after the child's
-	 * refund) and nobody holds a handle to recharge it with: then no
-	 * lock, the common fork-join case. */
-	bool alone = !(t->flags & CBCMN__TF_HANDLE) &&
+	 * refund), nobody holds a handle to recharge it with, and no task
+	 * holds it as its payer (nothing passes through it): then no lock,
+	 * the common fork-join case. */
+	bool held = atomic_load_explicit(&t->payer_held, memory_order_relaxed);
+	bool alone = !(t->flags & CBCMN__TF_HANDLE) && !held &&
 		     atomic_load_explicit(&t->owed, memory_order_acquire) == 0;
 	struct cbcmn__mutex *bl = budget_lock(t);
 	if (!alone)
@@ -337,12 +354,13 @@ void cbcmn__budget_leftover(struct cbcmn_task *t)
 	/* acquire: pairs with refund_add()'s release. */
 	for (int c = 0; c < CBCMN__B_N; c++)
 		in[c] = atomic_exchange_explicit(&t->refund[c], 0, memory_order_acquire);
-	/* Children it paid for still run (in a nursery it did not open): what
-	 * they give back passes through t to its payer, which must outlive
-	 * t's record.  It is alive now (t's opener, t has not left its
-	 * nursery, or held since the spawn). */
+	/* Children it paid for still run (in a nursery it did not open), or
+	 * a task holds t as its payer (a refund from below may pass through
+	 * it): what they give back passes through t to its payer, which must
+	 * outlive t's record.  It is alive now (t's opener, t has not left
+	 * its nursery, or held since the spawn). */
 	if (!alone && t->payer && !t->payer_ref &&
-	    atomic_load_explicit(&t->owed, memory_order_relaxed))
+	    (held || atomic_load_explicit(&t->owed, memory_order_relaxed)))
 		hold_payer(t);
 	if (!alone)
 		cbcmn__mutex_unlock(bl);
@@ -363,7 +381,7 @@ void cbcmn__budget_leftover(struct cbcmn_task *t)
 			left[c] = U - 1;
 	}
 	left[CBCMN__B_MEMORY] = sat_add(left[CBCMN__B_MEMORY], t->stack_charge);
-	give(t->payer, left, true, t->exec);
+	give(t->payer, left, t, t->exec);
 }
 
 /* Fold incoming budget into t's own.  True if anything arrived. */
@@ -415,6 +433,20 @@ static bool exhausted_unlink(struct cbcmn_nursery *n, struct cbcmn__iwait *iw)
 	return false;
 }
 
+/* Under t's budget lock: does t, waiting for component comp, count as
+ * exhausted for its opener?  Not while a child it paid for, which could
+ * give comp back, still runs (one waiting for budget itself gives nothing
+ * until recharged).  Only a child drawn spawns can give spawns back.
+ * Relaxed: these change under this lock, or grow at t's own spawns. */
+static bool counts_exhausted(struct cbcmn_task *t, int comp)
+{
+	if (comp == CBCMN__B_SPAWN)
+		return atomic_load_explicit(&t->owed_exh_spawns, memory_order_relaxed) >=
+		       atomic_load_explicit(&t->owed_spawns, memory_order_relaxed);
+	return atomic_load_explicit(&t->owed_exh, memory_order_relaxed) >=
+	       atomic_load_explicit(&t->owed, memory_order_relaxed);
+}
+
 /* Under o's budget lock, o not ended (so its nursery is alive): wake o if
  * it waits for budget.  if_mismatch: only if it waits counted and should
  * not be, or the other way round (it then waits again as it should). */
@@ -427,8 +459,7 @@ static void wake_budget_wait(struct cbcmn_task *o, bool if_mismatch, struct cbcm
 	struct cbcmn_nursery *n = o->nursery;
 	cbcmn__mutex_lock(&n->lock);
 	struct cbcmn__iwait *iw = atomic_load_explicit(&o->budget_iw, memory_order_relaxed);
-	bool counted = atomic_load_explicit(&o->owed_exh, memory_order_relaxed) >=
-		       atomic_load_explicit(&o->owed, memory_order_relaxed);
+	bool counted = counts_exhausted(o, o->budget_comp);
 	if (iw && (!if_mismatch || counted != (iw->user != NULL)) && cbcmn__iwait_claim(iw)) {
 		exhausted_unlink(n, iw);
 		cbcmn__iwait_wake(iw, e);
@@ -446,10 +477,10 @@ static void notify_payer(struct cbcmn_task *t, int delta)
 	struct cbcmn__mutex *bl = budget_lock(p);
 	cbcmn__mutex_lock(bl);
 	/* Relaxed: read under this lock. */
-	if (delta > 0)
-		atomic_fetch_add_explicit(&p->owed_exh, 1, memory_order_relaxed);
-	else
-		atomic_fetch_sub_explicit(&p->owed_exh, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->owed_exh, (uint32_t)delta, memory_order_relaxed);
+	if (t->gives_spawns)
+		atomic_fetch_add_explicit(&p->owed_exh_spawns, (uint32_t)delta,
+					  memory_order_relaxed);
 	if (!p->budget_closed)
 		wake_budget_wait(p, true, t->exec);
 	cbcmn__mutex_unlock(bl);
@@ -476,8 +507,11 @@ static bool self_recharge(struct cbcmn_task *t, int comp)
  * for still runs, t will get something back when it ends: t waits for that
  * without counting as exhausted, so its opener does not end it meanwhile
  * (SPEC-021 §14.1 "recharge or fail": its own children recharge it).  Once
- * every such child waits for budget too (or none is left), t counts. */
-static void wait_exhausted(struct cbcmn_task *t)
+ * every such child waits for budget too (or none is left), t counts.  For
+ * a spawn (comp), only children drawn spawns count: the others have none
+ * to give back, and waiting for them would hang a spawner whose children
+ * wait for it (counts_exhausted()). */
+static void wait_exhausted(struct cbcmn_task *t, int comp)
 {
 	struct cbcmn_nursery *n = t->nursery;
 	if (!t->landing)
@@ -496,10 +530,8 @@ static void wait_exhausted(struct cbcmn_task *t)
 	}
 	cbcmn__iwait_init(&iw, t);
 	iw.kind = CBCMN__G_PARKED;
-	/* Relaxed: both change under this lock only (give(), notify_payer()),
-	 * or grow at t's own spawns. */
-	bool counted = atomic_load_explicit(&t->owed_exh, memory_order_relaxed) >=
-		       atomic_load_explicit(&t->owed, memory_order_relaxed);
+	t->budget_comp = (uint8_t)comp;
+	bool counted = counts_exhausted(t, comp);
 	iw.user = counted ? &iw : NULL;
 	iw.qnext = n->exhausted;
 	n->exhausted = &iw;
@@ -532,7 +564,7 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 	uint64_t *f = field(t, comp);
 	while (*f != U && *f < amount) {
 		if (!fold_refunds(t) && !self_recharge(t, comp))
-			wait_exhausted(t);
+			wait_exhausted(t, comp);
 	}
 	if (*f != U)
 		*f -= amount;
@@ -569,14 +601,25 @@ static void fairness_yield(struct cbcmn_task *t)
 	}
 }
 
-/* Pay for a new countdown window, waiting exhausted if need be. */
+/* The countdown ran out.  At 0 the window's last op paid the call that
+ * got here; below 0 the call's op is still to pay (its window was empty):
+ * pay it, waiting exhausted if need be.  Then open a new window if there
+ * are ops for one; if not, stay at 0, and the next costed call comes back
+ * here to pay for itself.  Waiting for the next op already would stop a
+ * task at the call that spent its last one: n ops paid n - 1 calls. */
 static void pay_window(struct cbcmn_task *t)
 {
-	while (t->ops == 0) {
+	uint64_t debt = t->countdown < 0 ? (uint64_t)-t->countdown : 0;
+	t->countdown = 0;
+	while (t->ops != U && t->ops < debt) {
 		if (!fold_refunds(t) && !self_recharge(t, CBCMN__B_OPS))
-			wait_exhausted(t);
+			wait_exhausted(t, CBCMN__B_OPS);
 	}
-	refill_window(t);
+	if (t->ops != U)
+		t->ops -= debt;
+	t->yield_left -= debt < t->yield_left ? debt : t->yield_left;
+	if (t->ops)
+		refill_window(t);
 }
 
 /* A runtime call's charge ran the countdown out.  The call reports a
@@ -794,13 +837,13 @@ void cbcmn_free(void *p)
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount)
 {
 	fold_refunds(t);
-	/* A charge's op comes from the countdown, or opens a window from ops. */
-	if (t->countdown <= 1 && t->ops == 0)
+	/* A charge's op comes from the countdown, or from ops (pay_window()). */
+	if (t->countdown <= 0 && t->ops == 0)
 		self_recharge(t, CBCMN__B_OPS);
 	uint64_t *f = field(t, comp);
 	if (comp != CBCMN__B_OPS && *f != U && *f < amount)
 		self_recharge(t, comp);
-	return (t->countdown > 1 || t->ops > 0) && (comp == CBCMN__B_OPS || *f == U || *f >= amount);
+	return (t->countdown > 0 || t->ops > 0) && (comp == CBCMN__B_OPS || *f == U || *f >= amount);
 }
 
 /* Take n ops from t, down to zero, without waiting or yielding (SPEC-021

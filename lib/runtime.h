@@ -113,12 +113,24 @@ struct cbcmn_task {
 	 * ended, is passed on to its payer). */
 	struct cbcmn_task *payer;
 	bool payer_ref;
+	/* A task holds it as its payer (payer_ref): a refund may pass
+	 * through it after it ends, so it holds its own payer then too
+	 * (budget.c).  Set before it ends, by itself or a child ending. */
+	_Atomic bool payer_held;
 	/* Under its budget lock (cbcmn__budget_lock()): it has ended, and
 	 * refunds sent to it go on to its payer. */
 	bool budget_closed;
 	/* Children it paid for that have not ended (they will refund it), and
 	 * how many of them wait for budget themselves (budget.c). */
 	_Atomic uint32_t owed, owed_exh;
+	/* The same for the children among them drawn some spawn_count: only
+	 * these can give spawns back (a :service child is drawn none,
+	 * SPEC-021 §8.2), so only these keep a wait for a spawn from
+	 * counting as exhausted.  gives_spawns: this task is one of them. */
+	_Atomic uint32_t owed_spawns, owed_exh_spawns;
+	bool gives_spawns;
+	/* The component its budget wait is for (under its budget lock). */
+	uint8_t budget_comp;
 	/* Its wait on its nursery's exhausted list, while listed (under the
 	 * nursery's lock). */
 	_Atomic(struct cbcmn__iwait *) budget_iw;

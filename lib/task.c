@@ -72,9 +72,13 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	atomic_init(&t->killed, 0);
 	t->payer = NULL;
 	t->payer_ref = false;
+	atomic_init(&t->payer_held, false);
 	t->budget_closed = false;
 	atomic_init(&t->owed, 0);
 	atomic_init(&t->owed_exh, 0);
+	atomic_init(&t->owed_spawns, 0);
+	atomic_init(&t->owed_exh_spawns, 0);
+	t->gives_spawns = false;
 	atomic_init(&t->budget_iw, NULL);
 	t->unwind_result = 0;
 	t->obligations = NULL;

@@ -7,6 +7,7 @@
 #include <errno.h>
 
 #include "../lib/runtime.h" /* a task's budget wait, to know it waits */
+#include "cbcmn_chan.h"
 #include "helpers.h"
 
 #define S CBCMN_STACK_DEFAULT
@@ -264,6 +265,63 @@ static void test_refunds_to_an_ended_worker_pass_on_to_its_payer(void **state)
 	t_destroy(rt);
 }
 
+/* Two levels of ended payers: a leaf's refund passes through its ended
+ * spawner (which held its own payer, having a child left) and then through
+ * that payer, which had nothing owed when it ended and so held nobody: the
+ * walk went on to the third level's record, a root already freed (ASan:
+ * heap-use-after-free in give()).  Every task a refund may pass through
+ * holds its own payer until its record goes. */
+struct chain {
+	cbcmn_nursery *thread_n;
+	_Atomic int release;
+};
+
+static int64_t leaf_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct chain *c = arg;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, c->thread_n, wait_flag, &c->release, NULL) == 0);
+	return 0;
+}
+
+static int64_t spawn_granted(cbcmn_cx *cx, cbcmn_task_fn fn, void *arg, uint64_t children)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget grant = {.ops = (children + 1) * CBCMN_SERVICE_CHILD_OPS,
+			      .memory = (children + 1) * (CBCMN_SERVICE_CHILD_MEMORY + S),
+			      .spawn_count = children};
+	cbcmn_spawn_opts o = {.budget = &grant};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, fn, arg, &o, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t middle_payer(cbcmn_cx *cx, void *arg)
+{
+	return spawn_granted(cx, leaf_spawner, arg, 1);
+}
+
+static int64_t top_payer(cbcmn_cx *cx, void *arg)
+{
+	return spawn_granted(cx, middle_payer, arg, 2);
+}
+
+static void test_refund_through_two_ended_payers_after_the_root_is_freed(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_SERVICE, 2);
+	struct chain c = {0};
+	cbcmn_nursery *outer;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &outer), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &c.thread_n), 0);
+	/* The root is a thread's spawn: its record is free()d as it ends. */
+	assert_int_equal(cbcmn_nursery_spawn(NULL, outer, top_payer, &c, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, outer), 0);
+	atomic_store(&c.release, 1); /* the leaf ends: its refund walks up */
+	assert_int_equal(cbcmn_nursery_await_all(NULL, c.thread_n), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 /* Cluster: a supervisor recharges a grandchild again and again while it
  * ends and its parent awaits (and lets go of) its nursery.  Every recharge
  * either reaches it, and comes back through its parent when it ends, or is
@@ -459,6 +517,73 @@ static void test_spawner_whose_children_are_all_exhausted_is_ended_not_hung(void
 	t_destroy(rt);
 }
 
+/* A :service producer with two spawns spawns a third consumer before it
+ * feeds them.  Its children were drawn no spawn_count (SPEC-021 §8.2): no
+ * refund of theirs can pay that spawn, so it counts as exhausted at once
+ * and its opener ends it (and them) with CBCMN_EBUDGET.  It used not to
+ * count while they ran (they would give back, but no spawns), and they wait
+ * for what it would send: a hang. */
+static int64_t consume(cbcmn_cx *cx, void *arg)
+{
+	int v;
+	return cbcmn_chan_recv(cx, arg, &v) == 0 ? 0 : CBCMN_ECANCELED;
+}
+
+static int64_t producer(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan *c = arg; /* the opener's: the producer may be ended */
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 3; i++)
+		if (cbcmn_nursery_spawn(cx, n, consume, c, NULL) != 0)
+			break;
+	for (int i = 0; i < 3; i++)
+		cbcmn_chan_send(cx, c, &i);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t open_for_producer(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_chan *c;
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 4, sizeof(int), &c) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	/* Memory and ops for three consumers; spawns for two. */
+	cbcmn_budget two = {.ops = 4 * CBCMN_SERVICE_CHILD_OPS,
+			    .memory = 4 * (CBCMN_SERVICE_CHILD_MEMORY + S),
+			    .spawn_count = 2};
+	cbcmn_spawn_opts o = {.budget = &two};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, producer, c, &o, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_chan_destroy(c) == 0);
+	return r;
+}
+
+static void test_spawner_out_of_spawns_whose_children_wait_for_it_is_ended_not_hung(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_SERVICE, 2);
+	cbcmn_nursery *n;
+	cbcmn_task *h;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, open_for_producer, NULL, &h), 0);
+	/* Bounded: a hang is cancelled (it ends then) and reported. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&((struct cbcmn_task *)h)->state) != CBCMN__T_DONE && t_now_ns() < end)
+		usleep(1000);
+	bool hung = atomic_load(&((struct cbcmn_task *)h)->state) != CBCMN__T_DONE;
+	if (hung)
+		cbcmn_nursery_cancel(n);
+	int64_t r = 0;
+	assert_int_equal(cbcmn_task_join(NULL, h, &r), 0);
+	cbcmn_nursery_await_all(NULL, n);
+	ASSERT_TASK_CHECKS();
+	assert_false(hung);
+	assert_int_equal(r, CBCMN_EBUDGET);
+	t_destroy(rt);
+}
+
 /* Cancelled while it waits for its children's refunds: it ends at once
  * (CBCMN_ECANCELED), and so do the children. */
 static _Atomic int never;
@@ -561,10 +686,12 @@ int main(void)
 		T_WATCHED_TEST(test_recharge_racing_the_end_of_its_target_loses_nothing),
 		T_WATCHED_TEST(test_worker_spawning_into_its_parents_nursery_gets_its_refunds),
 		T_WATCHED_TEST(test_refunds_to_an_ended_worker_pass_on_to_its_payer),
+		T_WATCHED_TEST(test_refund_through_two_ended_payers_after_the_root_is_freed),
 		T_WATCHED_TEST(test_cluster_supervisor_recharging_a_grandchild_as_it_ends),
 		T_WATCHED_TEST(test_recharge_to_unlimited_with_a_refund_pending_saturates),
 		T_WATCHED_TEST(test_spawner_waiting_for_memory_is_woken_by_its_childrens_refunds),
 		T_WATCHED_TEST(test_spawner_whose_children_are_all_exhausted_is_ended_not_hung),
+		T_WATCHED_TEST(test_spawner_out_of_spawns_whose_children_wait_for_it_is_ended_not_hung),
 		T_WATCHED_TEST(test_cancel_while_waiting_for_refunds_ends_the_spawner),
 		T_WATCHED_TEST(test_spawn_that_waited_for_budget_into_an_awaited_nursery_is_closed),
 	};

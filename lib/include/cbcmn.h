@@ -141,8 +141,9 @@ typedef enum cbcmn_victim_policy {
 	CBCMN_VICTIM_LEAST_LOADED, /* the longest run queue first */
 } cbcmn_victim_policy;
 
-/* A task's budget (SPEC-021 §5): what it may still consume.  Any component
- * reaching zero makes the task BudgetExhausted: it does not run again until
+/* A task's budget (SPEC-021 §5): what it may still consume.  A cost a
+ * component can no longer pay (a component at zero stops the next call
+ * that costs it) makes the task BudgetExhausted: it does not run again until
  * it is recharged (cbcmn_budget_recharge) or its nursery gives up on it
  * (the task then ends with CBCMN_EBUDGET).  CBCMN_UNLIMITED never runs out. */
 typedef struct cbcmn_budget {
