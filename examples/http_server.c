@@ -129,8 +129,10 @@ static bool one_request(cbcmn_cx *cx, struct conn *c)
 	char saved = c->buf[head_len];
 	c->buf[head_len] = 0; /* the header block as one string */
 	char method[16], target[1024], version[16], value[256];
-	const char *hdrs = strstr(c->buf, "\r\n") + 2;
-	bool ok = sscanf(c->buf, "%15[A-Z] %1023[^ \r\n] HTTP/%15[0-9.]\r", method, target, version) == 3 &&
+	/* A NUL byte before the request line's end hides its \r\n from
+	 * strstr(): no request line, a 400 (the headers are then none). */
+	const char *eol = strstr(c->buf, "\r\n"), *hdrs = eol ? eol + 2 : "";
+	bool ok = eol && sscanf(c->buf, "%15[A-Z] %1023[^ \r\n] HTTP/%15[0-9.]\r", method, target, version) == 3 &&
 		  (!strcmp(version, "1.1") || !strcmp(version, "1.0"));
 	bool keep_alive = false, head = false;
 	bool chunked = header(hdrs, "Transfer-Encoding", value, sizeof(value));

@@ -418,6 +418,40 @@ static void test_http_server_survives_a_nul_in_a_header(void **state)
 	assert_string_equal(out, "http_server: served 2 connections\n");
 }
 
+/* A NUL byte in the request line: the server looked for the line's end
+ * with strstr(), which stops at the NUL, and took the headers from 2 past
+ * its NULL (the server died of SIGSEGV at the first such request).  Now
+ * it is a 400 that closes the connection, and the server goes on. */
+static void test_http_server_survives_a_nul_in_the_request_line(void **state)
+{
+	(void)state;
+	struct proc p;
+	start(&p, "http_server", (const char *[]){"0", "--exit-after", "3", NULL});
+	int port = server_port(&p, "http_server");
+	static const char *const reqs[] = {"G\0T / HTTP/1.1\r\nHost: a\r\n\r\n",
+					   "GET / HTTP/1.1\0\r\n\r\n"};
+	static const size_t lens[] = {sizeof("G\0T / HTTP/1.1\r\nHost: a\r\n\r\n") - 1,
+				      sizeof("GET / HTTP/1.1\0\r\n\r\n") - 1};
+	char resp[512];
+	for (int i = 0; i < 2; i++) {
+		int fd = connect_to(port);
+		assert_int_equal(send(fd, reqs[i], lens[i], MSG_NOSIGNAL), (ssize_t)lens[i]);
+		size_t len = 0;
+		ssize_t n;
+		while (len < sizeof(resp) - 1 && (n = recv(fd, resp + len, sizeof(resp) - 1 - len, 0)) > 0)
+			len += (size_t)n;
+		resp[len] = 0;
+		close(fd);
+		if (strncmp(resp, "HTTP/1.1 400 Bad Request\r\n", 26))
+			fail_msg("request %d: '%s'", i, resp);
+	}
+	exchange(port, "GET / HTTP/1.1\r\nConnection: close\r\n\r\n", resp, sizeof(resp));
+	assert_non_null(strstr(resp, "\r\n\r\nHello, world!\n"));
+	char out[256], err[256];
+	assert_int_equal(finish(&p, out, sizeof(out), err, sizeof(err)), 0);
+	assert_string_equal(out, "http_server: served 3 connections\n");
+}
+
 /* Out of descriptors (RLIMIT_NOFILE 48 and 4 for each executor's ring,
  * eventfd and the like; 16 more clients than that at once): an accept's
  * EMFILE ended the accept loop, and the server stopped serving for good
@@ -645,6 +679,7 @@ int main(void)
 		T_WATCHED_TEST(test_http_server_answers),
 		T_WATCHED_TEST(test_http_server_under_wrk),
 		T_WATCHED_TEST(test_http_server_survives_a_nul_in_a_header),
+		T_WATCHED_TEST(test_http_server_survives_a_nul_in_the_request_line),
 		T_WATCHED_TEST(test_http_server_survives_running_out_of_descriptors),
 		T_WATCHED_TEST(test_tls_echo_echoes_over_tls),
 		T_WATCHED_TEST(test_examples_reject_bad_arguments),
