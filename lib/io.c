@@ -641,5 +641,18 @@ int64_t cbcmn_poll(cbcmn_cx *cx, int fd, uint32_t events, int64_t timeout_ns)
 	if (!sqe)
 		return op.err;
 	io_uring_prep_poll_add(sqe, fd, events);
-	return io_finish(&op);
+	int64_t rc = io_finish(&op);
+	/* Ended by its cancellation or its timeout: readiness may have come
+	 * first and not been seen yet (an event the epoll backend's executor
+	 * had not read from its set; a POLL_ADD's wake-up still queued for
+	 * the ring's owner when the cancel went in).  One more look, as
+	 * poll(2) with a zero timeout: ready now, the mask (nothing was
+	 * consumed either way; the task sees its cancellation at its next
+	 * call). */
+	if (rc == CBCMN_ECANCELED || rc == -ETIMEDOUT) {
+		int64_t now = cbcmn__ep_poll_now(fd, events);
+		if (now > 0)
+			return now;
+	}
+	return rc;
 }

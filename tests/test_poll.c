@@ -435,6 +435,50 @@ static void test_poll_cancel_races_readiness(void **state)
 	t_destroy(rt);
 }
 
+/* The descriptor made ready, then the poller cancelled, by a task of the
+ * same executor without a switch between: readiness came first, so the
+ * poll returns the mask.  It said CBCMN_ECANCELED: on io_uring the
+ * POLL_ADD's wake-up waits for the ring's owner (DEFER_TASKRUN) and the
+ * ASYNC_CANCEL submitted first ends it with -ECANCELED; on epoll the
+ * cancel ends the wait before the executor looks at its set.  The same
+ * with the poll's own timeout running out as readiness comes is
+ * -ETIMEDOUT or the mask, never a hang. */
+static int64_t ready_then_cancelled_main(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	for (int i = 0; i < 20; i++) {
+		r->p = (struct poller){.fd = r->fd[0], .events = POLLIN,
+				       .timeout_ns = i % 2 ? -1 : 3600000 * MS};
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, poller_main, &r->p, NULL) == 0);
+		TASK_CHECK(wait_for(cx, &r->p.entered, 1));
+		cbcmn_sleep(cx, 2 * MS); /* it waits in the ring (the set) */
+		TASK_CHECK(atomic_load(&r->p.returned) == 0);
+		TASK_CHECK(write(r->fd[1], "x", 1) == 1);
+		cbcmn_nursery_cancel(n);
+		cbcmn_nursery_await_all(cx, n);
+		if (r->p.rc != POLLIN)
+			fprintf(stderr, "round %d: %lld, not POLLIN\n", i, (long long)r->p.rc);
+		TASK_CHECK(r->p.rc == POLLIN);
+		char b;
+		TASK_CHECK(read(r->fd[0], &b, 1) == 1);
+	}
+	return 0;
+}
+
+static void test_poll_ready_then_cancelled_is_the_mask(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct race r = {0};
+	assert_int_equal(pipe2(r.fd, O_CLOEXEC), 0);
+	t_run(rt, ready_then_cancelled_main, &r, 0);
+	close(r.fd[0]);
+	close(r.fd[1]);
+	t_destroy(rt);
+}
+
 /* Already cancelled: CBCMN_ECANCELED without looking, ready or not. */
 static int64_t already_cancelled_main(cbcmn_cx *cx, void *arg)
 {
@@ -666,6 +710,7 @@ int main(void)
 		T_WATCHED_TEST(test_poll_cancel_while_waiting),
 		T_WATCHED_TEST(test_poll_cancel_from_thread),
 		T_WATCHED_TEST(test_poll_cancel_races_readiness),
+		T_WATCHED_TEST(test_poll_ready_then_cancelled_is_the_mask),
 		T_WATCHED_TEST(test_poll_bad_arguments),
 		T_WATCHED_TEST(test_poll_outside_task_eperm),
 		T_WATCHED_TEST(test_poll_fd_closed_while_polled),

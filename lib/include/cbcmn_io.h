@@ -103,7 +103,10 @@ CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
  *   CBCMN_ECANCELED the task was cancelled (its nursery) before fd was ready,
  *                   or before the call (then fd is not looked at); a poll
  *                   that found readiness first returns its mask, and the
- *                   task sees the cancellation at its next call;
+ *                   task sees the cancellation at its next call (a wait
+ *                   ended by the cancellation or the timeout looks once
+ *                   more, as poll(2) with a zero timeout: ready then,
+ *                   the mask);
  *   -EBADF          fd is negative or not open; on the epoll backend also a
  *                   cbcmn_close() of fd by any task while this waits;
  *   -EINVAL         NULL cx, a bit in events other than the above, or a
