@@ -1486,6 +1486,11 @@ static void exec_thread_died(void *arg)
 	e->reap = t;
 	e->current = NULL;
 	cbcmn__io_settle(e); /* its requests end here, while it can reap them */
+	/* No executor's thread any more, before the successor starts: a
+	 * destructor that runs after this one and calls the runtime is a
+	 * thread outside it, never a second user of e's ring, trace ring or
+	 * current task beside the successor (as exec_replace() does). */
+	cbcmn__tls_exec = NULL;
 	/* For watchers: this thread is gone; the new one publishes itself
 	 * (cbcmn__exec_main), and if none can start, none runs. */
 	exec_state(e, CBCMN_EXEC_STOPPED);
