@@ -37,6 +37,12 @@ int cbcmn_trace_drain(cbcmn_runtime *rt, cbcmn_trace_event *out, uint32_t n, uin
 		return -EINVAL;
 	if (!rt->cfg.trace_events)
 		return -EOPNOTSUPP;
+	/* A forked child's rings are copies of the parent's, whose drain
+	 * takes the same events: taken here they would be reported twice
+	 * (and a drain under way in another thread as the parent forked
+	 * would leave the child -EBUSY for ever). */
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
 	/* One consumer per ring: a second drain at once is refused, not
 	 * queued (acquire: pairs with the release below, so this drain sees
 	 * the heads the last one stored). */

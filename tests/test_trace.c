@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -69,6 +70,39 @@ static void test_full_ring_keeps_the_first_and_counts_the_rest(void **state)
 	uint64_t d2;
 	assert_int_equal(cbcmn_trace_drain(rt, ev, 64, &d2), 4);
 	assert_true(d2 > dropped);
+	cbcmn_runtime_destroy(rt);
+}
+
+/* A child forked with events waiting: its drain is CBCMN_EFORKED, and the
+ * parent's drain still has them all.  The child's drain took its copies
+ * of the parent's rings and reported them (each event twice over the two
+ * processes). */
+static void test_drain_in_a_forked_child_is_eforked(void **state)
+{
+	(void)state;
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	c.trace_events = 64;
+	c.flags = CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&c);
+	struct fib f = {.n = 3};
+	t_run(rt, fib_task, &f, 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		cbcmn_trace_event ev[64];
+		int n = cbcmn_trace_drain(rt, ev, 64, NULL);
+		_exit(n == CBCMN_EFORKED ? 0 : n >= 0 && n < 100 ? 10 + n : 1);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("the child's drain: %s", WEXITSTATUS(st) >= 10 ? "events (copies)" : "another error");
+	cbcmn_trace_event ev[64];
+	assert_true(cbcmn_trace_drain(rt, ev, 64, NULL) >= 5); /* fib(3): 5 tasks */
 	cbcmn_runtime_destroy(rt);
 }
 
@@ -388,6 +422,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_drain_refuses_bad_calls),
 		cmocka_unit_test(test_full_ring_keeps_the_first_and_counts_the_rest),
+		cmocka_unit_test(test_drain_in_a_forked_child_is_eforked),
 		cmocka_unit_test(test_drain_while_executors_record),
 		cmocka_unit_test(test_trace_of_skew_matches_its_counters),
 		cmocka_unit_test(test_trace_of_mixed_matches_its_counters),

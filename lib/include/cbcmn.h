@@ -465,8 +465,8 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
  *
  * fork(): a child has none of the runtime's threads, so in a child forked
  * after create, running, opening, spawning, awaiting, joining, cancelling
- * and destroy on the parent's runtime, and every channel call on its
- * channels, return CBCMN_EFORKED (nothing waits, no lock of the runtime is
+ * and destroy on the parent's runtime, draining its trace, and every
+ * channel call on its channels, return CBCMN_EFORKED (nothing waits, no lock of the runtime is
  * taken, nothing is freed: the memory is the child's copy).  The child may
  * create runtimes of its own, even if another thread of the parent was
  * creating one as it forked.  Fork from inside a task only to exec or
@@ -1033,7 +1033,9 @@ typedef struct cbcmn_trace_event {
  * events every ring has dropped so far (full).  Returns how many (0: none
  * waiting), or -EINVAL (NULL rt, NULL out with n > 0), -EOPNOTSUPP (the
  * runtime was created without trace_events), -EBUSY (another drain of rt
- * is under way: one at a time).  Any thread, while rt exists; it takes no
+ * is under way: one at a time), CBCMN_EFORKED (in a child forked after
+ * create: its rings are copies of the parent's, whose events the
+ * parent's drain takes).  Any thread, while rt exists; it takes no
  * lock and stops no executor.  The events of a slice under way (a task
  * running, an executor asleep) come once it has ended. */
 CBCMN_API int cbcmn_trace_drain(cbcmn_runtime *rt, cbcmn_trace_event *out, uint32_t n,
