@@ -7,7 +7,7 @@
 #                        concurrency suites under TSan; the I/O suites also on
 #                        the epoll backend (EPOLL_TESTS)
 #   make test-unprivileged  every release suite as nobody with Debian's default limits
-#   make bench           build cbcmn-bench (release)
+#   make bench           build cbcmn-bench (release) and its baselines (oneTBB, Go)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
 #   make install         headers, libraries, tools, man pages, cbcmn.pc under PREFIX
@@ -211,7 +211,31 @@ bpf: $(BPF_SKELS)
 tests: $(TESTS)
 tools: $(TOOLS)
 examples: $(EXAMPLES)
-bench: $(BUILD)/bin/cbcmn-bench
+# make bench: cbcmn-bench and the baselines it compares with in one run
+# (tools/baseline/: oneTBB's task_group, Go's channels), after installing
+# libtbb-dev and golang-go (scripts/install-deps.sh --bench; not needed by
+# make test).  A second make, so that the checks below see them installed.
+bench:
+	$(Q)scripts/install-deps.sh --bench
+	$(Q)$(MAKE) --no-print-directory bench-build
+
+BASELINES :=
+ifneq ($(wildcard /usr/include/oneapi/tbb/task_group.h),)
+BASELINES += $(BUILD)/bin/cbcmn-baseline-tbb
+endif
+ifneq ($(shell command -v go 2>/dev/null),)
+BASELINES += $(BUILD)/bin/cbcmn-baseline-go
+endif
+bench-build: $(BUILD)/bin/cbcmn-bench $(BASELINES)
+
+$(BUILD)/bin/cbcmn-baseline-tbb: tools/baseline/tbb.cpp
+	@mkdir -p $(@D)
+	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $< -o $@ -ltbb
+
+# GOCACHE under build/: the build neither needs nor writes $$HOME.
+$(BUILD)/bin/cbcmn-baseline-go: tools/baseline/chan.go
+	@mkdir -p $(@D)
+	$(Q)GOCACHE=$(abspath $(BUILD))/gocache GO111MODULE=off go build -o $@ $<
 
 deps:
 	@scripts/install-deps.sh
@@ -391,6 +415,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools examples bench deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
+.PHONY: all tests tools examples bench bench-build deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(BUILD)/examples $(FUZZ_OUT) -name '*.d' 2>/dev/null)

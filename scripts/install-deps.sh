@@ -4,6 +4,8 @@
 # by the README's run command and by CI on a fresh machine.
 #   scripts/install-deps.sh          install what is missing
 #   scripts/install-deps.sh --check  exit 1 if something is missing, install nothing
+#   scripts/install-deps.sh --bench  also what `make bench` compares with
+#                                    (oneTBB, Go); make test does not need them
 set -euo pipefail
 
 PKGS=(
@@ -24,6 +26,7 @@ PKGS=(
 	python3
 	util-linux
 )
+[ "${1:-}" = "--bench" ] && PKGS+=(libtbb-dev golang-go)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -130,6 +130,91 @@ static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
 		die("task", rc ? rc : r);
 }
 
+/* ---- baselines: the library a user would pick instead --------------------- */
+
+/* The value of the one "BENCH METRIC VALUE" line that `PROG BENCH --reps 1
+ * --workers N` prints, PROG beside this program (`make bench` builds them
+ * from tools/baseline/ when oneTBB and Go are installed).  Run between our
+ * own repetitions, so that a ratio compares runs made under the same load.
+ * Returns -1 when PROG is missing or fails, said once on stderr: the ratio
+ * is then left out, our own figures are not. */
+static double baseline_once(const char *prog, const char *bench)
+{
+	static char said[2][32];
+	char dir[4096], path[4200], nw[16];
+	ssize_t len = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+	if (len <= 0)
+		return -1;
+	dir[len] = '\0';
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(path, sizeof(path), "%s/%s", dir, prog);
+	snprintf(nw, sizeof(nw), "%u", workers);
+	const char *why = NULL;
+	double v = -1;
+	int fd[2];
+	if (access(path, X_OK)) {
+		why = "not built (scripts/install-deps.sh --bench, then make bench)";
+	} else if (pipe(fd)) {
+		why = "pipe failed";
+	} else {
+		pid_t pid = fork();
+		if (pid == 0) {
+			dup2(fd[1], 1);
+			close(fd[0]);
+			close(fd[1]);
+			execl(path, prog, bench, "--reps", "1", "--workers", nw, (char *)NULL);
+			_exit(127);
+		}
+		close(fd[1]);
+		char out[256];
+		size_t got = 0;
+		ssize_t k;
+		while (pid > 0 && got < sizeof(out) - 1 &&
+		       ((k = read(fd[0], out + got, sizeof(out) - 1 - got)) > 0 ||
+			(k < 0 && errno == EINTR)))
+			got += k > 0 ? (size_t)k : 0;
+		out[got] = '\0';
+		close(fd[0]);
+		int st = 0;
+		while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st) ||
+		    sscanf(out, "%*s %*s %lf", &v) != 1 || !(v > 0)) {
+			why = "failed";
+			v = -1;
+		}
+	}
+	for (size_t i = 0; why && i < 2; i++) {
+		if (!strcmp(said[i], prog))
+			break;
+		if (!said[i][0]) {
+			snprintf(said[i], sizeof(said[i]), "%s", prog);
+			fprintf(stderr, "cbcmn-bench: no %s figures: %s %s\n", bench, path, why);
+			break;
+		}
+	}
+	return v;
+}
+
+/* Prints "BENCH METRIC median(base)" and "BENCH RATIO_METRIC median(ours /
+ * base)" (ratios per repetition, each pair measured back to back), unless
+ * a baseline run failed.  Leaves ours[] and base[] unsorted. */
+static void print_baseline(const char *bench, const char *metric, const char *ratio_metric,
+			   const double *ours, const double *base, int n)
+{
+	double b[16], q[16];
+	for (int r = 0; r < n; r++) {
+		if (!(base[r] > 0))
+			return;
+		b[r] = base[r];
+		q[r] = ours[r] / base[r];
+	}
+	printf("%s %s %.*f\n", bench, metric, b[0] < 1e4 ? 1 : 0, median(b, n));
+	printf("%s %s %.3f\n", bench, ratio_metric, median(q, n));
+}
+
 /* ---- switch: raw context switch, one thread ------------------------------ */
 
 static void *main_sp, *fiber_sp;
@@ -220,11 +305,16 @@ static void bench_spawn(void)
 	} modes[] = {{"tasks_per_s", 0}, {"tasks_per_s_no_inline", CBCMN_CONFIG_NO_INLINE}};
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
 		cbcmn_runtime *rt = runtime(workers, modes[m].flags);
+		double base[16];
 		for (int r = 0; r < reps; r++) {
 			uint64_t t0 = mono_ns();
 			run(rt, spawner, (void *)(intptr_t)n);
 			v[r] = (double)n * 1e9 / (double)(mono_ns() - t0);
+			if (m == 0) /* oneTBB's task_group, the same million */
+				base[r] = baseline_once("cbcmn-baseline-tbb", "spawn");
 		}
+		if (m == 0) /* speedup: our tasks/s over TBB's (issue 15: >= 1.5) */
+			print_baseline("spawn", "tbb_tasks_per_s", "speedup_vs_tbb", v, base, reps);
 		printf("spawn %s %.0f\n", modes[m].metric, median(v, reps));
 		cbcmn_runtime_destroy(rt);
 	}
@@ -235,7 +325,7 @@ static void bench_spawn(void)
 static void bench_fib(void)
 {
 	cbcmn_runtime *rt = runtime(workers, 0);
-	double v[16];
+	double v[16], base[16];
 	for (int r = 0; r < reps; r++) {
 		struct fib f = {.n = 30};
 		uint64_t t0 = mono_ns();
@@ -243,7 +333,10 @@ static void bench_fib(void)
 		v[r] = (double)(mono_ns() - t0) / 1e6;
 		if (f.out != 832040)
 			die("fib(30) gave a wrong answer", -EPROTO);
+		base[r] = baseline_once("cbcmn-baseline-tbb", "fib");
 	}
+	/* time_vs_tbb: our time over TBB's (issue 15: <= 0.9) */
+	print_baseline("fib", "tbb_ms", "time_vs_tbb", v, base, reps);
 	printf("fib ms %.1f\n", median(v, reps));
 	cbcmn_runtime_destroy(rt);
 }
@@ -616,6 +709,7 @@ static void bench_chan(void)
 	 * rtt_ns_one_exec: blocking ping-pong, which the scheduler usually
 	 * keeps on one executor. */
 	static const char *const metric[2] = {"rtt_ns_one_exec", "rtt_ns"};
+	double base[16];
 	for (int spin = 0; spin < 2; spin++) {
 		uint32_t apart = 0;
 		for (int r = 0; r < reps; r++) {
@@ -630,7 +724,11 @@ static void bench_chan(void)
 			apart += atomic_load(&p.exec[0]) != atomic_load(&p.exec[1]);
 			cbcmn_chan_destroy(p.ab);
 			cbcmn_chan_destroy(p.ba);
+			if (spin == 0) /* Go's unbuffered channels, GOMAXPROCS = workers */
+				base[r] = baseline_once("cbcmn-baseline-go", "chan");
 		}
+		if (spin == 0) /* our round trip over Go's (issue 15: <= 1) */
+			print_baseline("chan", "go_rtt_ns", "rtt_one_exec_vs_go", v, base, reps);
 		printf("chan %s %.0f\n", metric[spin], median(v, reps));
 		printf("chan %s_runs_on_two_executors %u/%d\n", metric[spin], apart, reps);
 	}
