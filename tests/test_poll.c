@@ -66,6 +66,19 @@ struct ctx {
 
 static int64_t poll_of(cbcmn_runtime *rt, int fd, uint32_t events, int64_t timeout_ns);
 
+/* Most tests' first steps: a stealable child waits in cbcmn_poll() on p,
+ * and 20 ms later it still waits (nothing early). */
+static cbcmn_nursery *start_poller(cbcmn_cx *cx, struct poller *p)
+{
+	cbcmn_nursery *n = NULL;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, poller_main, p, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &p->entered, 1));
+	cbcmn_sleep(cx, 20 * MS);
+	TASK_CHECK(atomic_load(&p->returned) == 0);
+	return n;
+}
+
 /* ---- readiness -------------------------------------------------------------- */
 
 /* The poller waits (nothing early), then a write from another task (on
@@ -74,12 +87,7 @@ static int64_t poll_of(cbcmn_runtime *rt, int fd, uint32_t events, int64_t timeo
 static int64_t pipe_ready_main(cbcmn_cx *cx, void *arg)
 {
 	struct ctx *c = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, poller_main, &c->p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &c->p.entered, 1));
-	cbcmn_sleep(cx, 20 * MS);
-	TASK_CHECK(atomic_load(&c->p.returned) == 0); /* it really waits */
+	cbcmn_nursery *n = start_poller(cx, &c->p);
 	TASK_CHECK(write(c->fd[1], "x", 1) == 1);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	TASK_CHECK(c->p.rc == POLLIN);
@@ -168,12 +176,7 @@ static void test_poll_hup_and_err(void **state)
 static int64_t hup_while_waiting_main(cbcmn_cx *cx, void *arg)
 {
 	struct ctx *c = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, poller_main, &c->p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &c->p.entered, 1));
-	cbcmn_sleep(cx, 20 * MS);
-	TASK_CHECK(atomic_load(&c->p.returned) == 0);
+	cbcmn_nursery *n = start_poller(cx, &c->p);
 	TASK_CHECK(close(c->fd[1]) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	TASK_CHECK(c->p.rc == POLLHUP);
@@ -328,12 +331,7 @@ static void test_poll_lab_timeout_is_real_time(void **state)
 static int64_t cancel_main(cbcmn_cx *cx, void *arg)
 {
 	struct ctx *c = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, poller_main, &c->p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &c->p.entered, 1));
-	cbcmn_sleep(cx, 20 * MS);
-	TASK_CHECK(atomic_load(&c->p.returned) == 0);
+	cbcmn_nursery *n = start_poller(cx, &c->p);
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
 	TASK_CHECK(c->p.rc == CBCMN_ECANCELED);
@@ -585,11 +583,7 @@ static void test_poll_outside_task_eperm(void **state)
 static int64_t closed_main(cbcmn_cx *cx, void *arg)
 {
 	struct ctx *c = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, poller_main, &c->p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &c->p.entered, 1));
-	cbcmn_sleep(cx, 20 * MS);
+	cbcmn_nursery *n = start_poller(cx, &c->p);
 	TASK_CHECK(cbcmn_close(cx, c->fd[0]) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	return 0;
@@ -598,11 +592,7 @@ static int64_t closed_main(cbcmn_cx *cx, void *arg)
 static int64_t shut_main(cbcmn_cx *cx, void *arg)
 {
 	struct ctx *c = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, poller_main, &c->p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &c->p.entered, 1));
-	cbcmn_sleep(cx, 20 * MS);
+	cbcmn_nursery *n = start_poller(cx, &c->p);
 	TASK_CHECK(shutdown(c->fd[0], SHUT_RDWR) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	return 0;
