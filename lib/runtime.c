@@ -10,6 +10,7 @@
 
 #include "futex.h"
 #include "backend.h"
+#include "cpuquota.h"
 #include "iwait.h"
 #include "obligation.h"
 #include "runtime.h"
@@ -137,7 +138,12 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	if (out->profile == CBCMN_PROFILE_CORE) {
 		out->workers = 0; /* no scheduler: nothing to check */
 	} else if (out->workers == CBCMN_WORKERS_AUTO) {
-		out->workers = (out->flags & CBCMN_CONFIG_LAB) ? 1 : affinity_cpus();
+		/* One per CPU of the mask, fewer under a cgroup CPU limit
+		 * (cpuquota.c: a container's). */
+		out->workers = (out->flags & CBCMN_CONFIG_LAB)
+				       ? 1
+				       : cbcmn__cpus_for_limit(affinity_cpus(),
+							       cbcmn__cgroup_cpu_limit(NULL));
 		if (out->workers > CBCMN_MAX_EXECUTORS)
 			out->workers = CBCMN_MAX_EXECUTORS;
 	} else if (out->workers == 0 || out->workers > CBCMN_MAX_EXECUTORS) {

@@ -231,7 +231,11 @@ typedef enum cbcmn_profile {
 typedef struct cbcmn_config {
 	/* Executor threads, 1..CBCMN_MAX_EXECUTORS, or CBCMN_WORKERS_AUTO
 	 * (cbcmn_config_init's value): one per CPU in the process's affinity
-	 * mask.  0 is an error (-EINVAL). */
+	 * mask, or fewer under a cgroup CPU limit (docker --cpus, a
+	 * Kubernetes CPU limit: cgroup v2 cpu.max or v1 cpu.cfs_quota_us, the
+	 * lowest on the process's cgroup path): the limit rounded up, at
+	 * least 1.  Read once, at cbcmn_runtime_create().  0 is an error
+	 * (-EINVAL). */
 	uint32_t workers;
 	/* Victim choice for stealing. */
 	cbcmn_victim_policy victim;

@@ -1,0 +1,214 @@
+/* cpuquota.c: the CPU time a cgroup limit gives this process, so that the
+ * default number of executors fits a container's limit (docker --cpus, a
+ * Kubernetes CPU limit, systemd CPUQuota=).
+ *
+ * Two executors on a limit of half a CPU take turns being throttled: each
+ * spins or runs while the other's work waits for the next period, and the
+ * whole process stops for the rest of every 100 ms period once the quota
+ * is spent.  One executor per CPU the limit allows (rounded up) keeps the
+ * parallelism the limit can pay for.
+ *
+ * Where the limit is read (cgroup(7)):
+ *   - /proc/self/cgroup names the process's cgroup: "0::PATH" on the
+ *     unified (v2) hierarchy, "N:cpu,cpuacct:PATH" on a v1 one with the cpu
+ *     controller (a hybrid system has both: v1's cpu controller is the one
+ *     that limits, if it is mounted);
+ *   - /proc/self/mountinfo says where that hierarchy is mounted and which
+ *     of its cgroups the mount shows as its root (a container sees its own
+ *     cgroup as "/", through a cgroup namespace or a bind mount);
+ *   - from the process's cgroup up to the mount's root, every level may
+ *     limit: v2's cpu.max ("QUOTA PERIOD" or "max PERIOD"), v1's
+ *     cpu.cfs_quota_us (-1: none) over cpu.cfs_period_us.  The lowest
+ *     wins, as the kernel enforces every level.
+ * Anything missing or unreadable is no limit: the default stays one
+ * executor per CPU of the affinity mask, as before.
+ */
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpuquota.h"
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape(char *s)
+{
+	char *w = s;
+	for (char *r = s; *r; r++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+		    r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
+}
+
+/* Whether the comma-separated list names item exactly ("cpu" is not
+ * "cpuset" nor "cpuacct"). */
+static bool list_has(const char *list, const char *item)
+{
+	size_t n = strlen(item);
+	for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, item, n) && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* root/dir/file (dir may be ""); NULL if it cannot be opened or its name
+ * is too long. */
+static FILE *open_in(const char *root, const char *dir, const char *file)
+{
+	char full[PATH_MAX];
+	int n = snprintf(full, sizeof(full), "%s%s/%s", root, dir, file);
+	if (n < 0 || (size_t)n >= sizeof(full))
+		return NULL;
+	return fopen(full, "re");
+}
+
+/* The process's cgroup on the v1 hierarchy with the cpu controller (v2
+ * false) or on the unified one (v2 true), into path. */
+static bool own_cgroup(const char *root, bool v2, char *path, size_t len)
+{
+	FILE *f = open_in(root, "/proc/self", "cgroup");
+	char line[PATH_MAX + 256];
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c1 = *c2 = '\0';
+		bool unified = !strcmp(line, "0") && c2 == c1 + 1;
+		if (v2 ? !unified : unified || !list_has(c1 + 1, "cpu"))
+			continue;
+		if (strlen(c2 + 1) < len) {
+			strcpy(path, c2 + 1);
+			found = true;
+		}
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* The hierarchy's mount point and the cgroup it shows as its root. */
+static bool find_mount(const char *root, bool v2, char *point, char *mroot, size_t len)
+{
+	FILE *f = open_in(root, "/proc/self", "mountinfo");
+	char line[3 * PATH_MAX];
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		/* ID PARENT MAJ:MIN ROOT POINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER */
+		char *field[6], *save = NULL, *tok = strtok_r(line, " \n", &save);
+		int n = 0;
+		for (; tok && n < 6; tok = strtok_r(NULL, " \n", &save))
+			field[n++] = tok;
+		while (tok && strcmp(tok, "-"))
+			tok = strtok_r(NULL, " \n", &save);
+		char *fstype = tok ? strtok_r(NULL, " \n", &save) : NULL;
+		char *source = fstype ? strtok_r(NULL, " \n", &save) : NULL;
+		char *super = source ? strtok_r(NULL, " \n", &save) : NULL;
+		if (n < 6 || !super)
+			continue;
+		if (v2 ? strcmp(fstype, "cgroup2") : strcmp(fstype, "cgroup") || !list_has(super, "cpu"))
+			continue;
+		unescape(field[3]);
+		unescape(field[4]);
+		if (strlen(field[3]) < len && strlen(field[4]) < len) {
+			strcpy(mroot, field[3]);
+			strcpy(point, field[4]);
+			found = true;
+		}
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* The limit one cgroup directory sets, in CPUs; 0: none. */
+static double dir_limit(const char *root, const char *dir, bool v2)
+{
+	long long quota = -1, period = 0;
+	FILE *f;
+	if (v2) {
+		char q[32];
+		if ((f = open_in(root, dir, "cpu.max"))) {
+			if (fscanf(f, "%31s %lld", q, &period) == 2 && strcmp(q, "max"))
+				quota = strtoll(q, NULL, 10);
+			fclose(f);
+		}
+	} else {
+		if ((f = open_in(root, dir, "cpu.cfs_quota_us"))) {
+			if (fscanf(f, "%lld", &quota) != 1)
+				quota = -1;
+			fclose(f);
+		}
+		if (quota > 0 && (f = open_in(root, dir, "cpu.cfs_period_us"))) {
+			if (fscanf(f, "%lld", &period) != 1)
+				period = 0;
+			fclose(f);
+		}
+	}
+	return quota > 0 && period > 0 ? (double)quota / (double)period : 0;
+}
+
+static double hierarchy_limit(const char *root, bool v2)
+{
+	char cg[PATH_MAX], point[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
+	if (!own_cgroup(root, v2, cg, sizeof(cg)) ||
+	    !find_mount(root, v2, point, mroot, sizeof(mroot)))
+		return -1; /* no such hierarchy */
+	/* The part of our path below what the mount shows: all of it when the
+	 * mount shows the hierarchy's root, nothing when our cgroup is not
+	 * below it (the limit we can see is then the mount's own). */
+	const char *rel = cg;
+	size_t ml = strlen(mroot);
+	if (strcmp(mroot, "/")) {
+		bool below = !strncmp(cg, mroot, ml) && (cg[ml] == '/' || cg[ml] == '\0');
+		rel = below ? cg + ml : "";
+	}
+	if (strstr(rel, "/.."))
+		rel = ""; /* never above the mount, whatever the file says */
+	int n = snprintf(dir, sizeof(dir), "%s%s", point, strcmp(rel, "/") ? rel : "");
+	if (n < 0 || (size_t)n >= sizeof(dir))
+		return 0;
+	size_t floor = strlen(point);
+	double low = 0;
+	for (;;) {
+		double l = dir_limit(root, dir, v2);
+		if (l > 0 && (low == 0 || l < low))
+			low = l;
+		char *slash = strrchr(dir, '/');
+		if (strlen(dir) <= floor || !slash || (size_t)(slash - dir) < floor)
+			break;
+		*slash = '\0';
+	}
+	return low;
+}
+
+double cbcmn__cgroup_cpu_limit(const char *root)
+{
+	if (!root)
+		root = "";
+	double l = hierarchy_limit(root, false);
+	if (l < 0)
+		l = hierarchy_limit(root, true);
+	return l > 0 ? l : 0;
+}
+
+uint32_t cbcmn__cpus_for_limit(uint32_t cpus, double limit)
+{
+	if (limit <= 0)
+		return cpus;
+	/* Rounded up: a limit of 1.5 CPUs pays for two executors part of the
+	 * time, and one executor would leave half a CPU unused. */
+	double want = limit > (double)cpus ? (double)cpus : limit;
+	uint32_t n = (uint32_t)want;
+	if ((double)n < want)
+		n++;
+	return n ? n : 1;
+}

@@ -1,0 +1,291 @@
+/* test_cpuquota: the default number of executors under a cgroup CPU limit
+ * (lib/cpuquota.c): recorded /proc and cgroup files of the shapes
+ * containers give (v2 with a cgroup namespace, Kubernetes' nested v2
+ * limits, v1 Docker without a namespace, hybrid hosts, escaped mount
+ * points, broken files), then the live machine: a child process in a
+ * cgroup limited to one CPU gets one executor by default. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "helpers.h"
+#include "cpuquota.h"
+
+static char tree[PATH_MAX]; /* this test's fixture root */
+
+/* Writes text to tree/rel, making its directories. */
+static void put(const char *rel, const char *text)
+{
+	char path[PATH_MAX * 2];
+	snprintf(path, sizeof(path), "%s/%s", tree, rel);
+	for (char *p = path + strlen(tree) + 1; (p = strchr(p, '/')); p++) {
+		*p = '\0';
+		assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+		*p = '/';
+	}
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_true(fputs(text, f) >= 0);
+	assert_int_equal(fclose(f), 0);
+}
+
+static int fresh_tree(void **state)
+{
+	(void)state;
+	snprintf(tree, sizeof(tree), "/tmp/cbcmn-cpuquota-XXXXXX");
+	return mkdtemp(tree) ? 0 : -1;
+}
+
+static int drop_tree(void **state)
+{
+	(void)state;
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tree);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+#define V2_MOUNT "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
+
+/* A container with its own cgroup namespace: its cgroup is "/", the mount
+ * shows it as the root, and its cpu.max is docker --cpus 1.5. */
+static void test_v2_namespace_limit(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "0::/\n");
+	put("proc/self/mountinfo", "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n" V2_MOUNT);
+	put("sys/fs/cgroup/cpu.max", "150000 100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 1.5);
+}
+
+/* Kubernetes: every level of the path may limit, and the lowest wins,
+ * wherever it is (here the pod's, between two looser ones). */
+static void test_v2_lowest_level_wins(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "0::/kubepods/pod1/c1\n");
+	put("proc/self/mountinfo", V2_MOUNT);
+	put("sys/fs/cgroup/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/kubepods/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/kubepods/pod1/cpu.max", "50000 100000\n");
+	put("sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "200000 100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.5);
+	put("sys/fs/cgroup/kubepods/pod1/cpu.max", "max 100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 2.0);
+	put("sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "max 100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0); /* "max" all the way */
+}
+
+/* Docker on a v1 host without a cgroup namespace: the process's path is
+ * /docker/ID and the bind mount shows that cgroup as its root; the cpu
+ * controller shares its hierarchy with cpuacct; the mount point's comma
+ * and an escaped space are part of its name. */
+static void test_v1_docker_bind_mount(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "5:cpuset:/docker/abc\n4:cpu,cpuacct:/docker/abc\n"
+				"1:name=systemd:/docker/abc\n0::/system.slice/x\n");
+	put("proc/self/mountinfo",
+	    "40 31 0:34 /docker/abc /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n"
+	    "41 31 0:35 /docker/abc /sys/fs/cgroup/cpu\\040x,cpuacct rw - cgroup cgroup "
+	    "rw,cpu,cpuacct\n");
+	put("sys/fs/cgroup/cpuset/cpu.cfs_quota_us", "10000\n"); /* not the cpu hierarchy */
+	put("sys/fs/cgroup/cpu x,cpuacct/cpu.cfs_quota_us", "250000\n");
+	put("sys/fs/cgroup/cpu x,cpuacct/cpu.cfs_period_us", "100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 2.5);
+	put("sys/fs/cgroup/cpu x,cpuacct/cpu.cfs_quota_us", "-1\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0);
+}
+
+/* v1 with the hierarchy's root mounted: the process's own directory and
+ * each ancestor up to the mount point are read, and nothing above it. */
+static void test_v1_nested_path(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "3:cpu:/a/b\n");
+	put("proc/self/mountinfo", "32 31 0:29 / /cg/cpu rw - cgroup cgroup rw,cpu\n");
+	put("cg/cpu/a/b/cpu.cfs_quota_us", "-1\n");
+	put("cg/cpu/a/cpu.cfs_quota_us", "30000\n");
+	put("cg/cpu/a/cpu.cfs_period_us", "100000\n");
+	put("cg/cpu.cfs_quota_us", "10000\n"); /* above the mount: never read */
+	put("cg/cpu.cfs_period_us", "100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.3);
+}
+
+/* A hybrid host: the v1 cpu controller is the one that limits, so v2's
+ * files (which cannot have cpu.max then, but a fixture can) are not read. */
+static void test_hybrid_prefers_v1_cpu(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "2:cpu,cpuacct:/\n0::/user.slice\n");
+	put("proc/self/mountinfo", "33 31 0:30 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct\n"
+				   "34 31 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+	put("sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n");
+	put("sys/fs/cgroup/unified/user.slice/cpu.max", "100000 100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0);
+	/* No v1 cpu hierarchy: v2's limit counts. */
+	put("proc/self/cgroup", "0::/user.slice\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 1.0);
+}
+
+/* A cgroup outside what the mount shows (a mount of another container's
+ * cgroup, a ".." in the file): the mount's own directory, never above. */
+static void test_path_outside_the_mount(void **state)
+{
+	(void)state;
+	put("proc/self/mountinfo", "30 23 0:26 /mine /cg rw - cgroup2 cgroup2 rw\n");
+	put("cg/cpu.max", "70000 100000\n");
+	put("cg/other/cpu.max", "10000 100000\n");
+	put("cpu.max", "10000 100000\n");
+	put("proc/self/cgroup", "0::/theirs/other\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.7);
+	put("proc/self/cgroup", "0::/mine/../../x\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.7);
+	put("proc/self/cgroup", "0::/mines\n"); /* a prefix, not a parent */
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.7);
+}
+
+/* Missing, empty and broken files are no limit, never a crash nor a
+ * made-up figure. */
+static void test_broken_files_are_no_limit(void **state)
+{
+	(void)state;
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0); /* nothing at all */
+	put("proc/self/cgroup", "garbage without colons\n0:\n::\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0);
+	put("proc/self/cgroup", "0::/\n");
+	put("proc/self/mountinfo", "short line\n30 23 0:26 / /cg rw cgroup2 no dash\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0);
+	put("proc/self/mountinfo", "30 23 0:26 / /cg rw - cgroup2 cgroup2 rw\n");
+	const char *bad[] = {"", "x 100000\n", "100000\n", "100000 0\n", "-5 100000\n",
+			     "0 100000\n", "max\n"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		put("cg/cpu.max", bad[i]);
+		assert_true(cbcmn__cgroup_cpu_limit(tree) == 0);
+	}
+}
+
+/* The limit rounded up, at least one, never more than the CPUs. */
+static void test_cpus_for_limit(void **state)
+{
+	(void)state;
+	assert_int_equal(cbcmn__cpus_for_limit(2, 0), 2);
+	assert_int_equal(cbcmn__cpus_for_limit(64, 0.5), 1);
+	assert_int_equal(cbcmn__cpus_for_limit(64, 0.001), 1);
+	assert_int_equal(cbcmn__cpus_for_limit(64, 1.0), 1);
+	assert_int_equal(cbcmn__cpus_for_limit(64, 1.5), 2);
+	assert_int_equal(cbcmn__cpus_for_limit(64, 2.5), 3);
+	assert_int_equal(cbcmn__cpus_for_limit(2, 4.0), 2);
+	assert_int_equal(cbcmn__cpus_for_limit(1, 1e9), 1);
+}
+
+/* ---- the live machine ---------------------------------------------------- */
+
+/* Where this machine lets root make a cgroup with a CPU limit: a v1 cpu
+ * hierarchy, or v2 with the cpu controller enabled for children.  Writes
+ * the limit file for one CPU; returns false (why says it) if neither. */
+static bool make_limited_cgroup(char *dir, size_t len, char *why, size_t wlen)
+{
+	if (geteuid() != 0) {
+		snprintf(why, wlen, "not root: cannot make a cgroup");
+		return false;
+	}
+	const char *v1 = "/sys/fs/cgroup/cpu";
+	char f[PATH_MAX + 64];
+	snprintf(f, sizeof(f), "%s/cpu.cfs_quota_us", v1);
+	bool is_v1 = access(f, W_OK) == 0;
+	snprintf(f, sizeof(f), "/sys/fs/cgroup/cgroup.subtree_control");
+	FILE *sc = is_v1 ? NULL : fopen(f, "r");
+	char ctl[256] = "";
+	if (sc) {
+		if (!fgets(ctl, sizeof(ctl), sc))
+			ctl[0] = '\0';
+		fclose(sc);
+	}
+	if (!is_v1 && !strstr(ctl, "cpu")) {
+		snprintf(why, wlen, "no writable v1 cpu hierarchy nor v2 cpu controller here");
+		return false;
+	}
+	snprintf(dir, len, "%s/cbcmn-test-%d", is_v1 ? v1 : "/sys/fs/cgroup", (int)getpid());
+	if (mkdir(dir, 0755) && errno != EEXIST) {
+		snprintf(why, wlen, "mkdir %s: %s", dir, strerror(errno));
+		return false;
+	}
+	snprintf(f, sizeof(f), "%s/%s", dir, is_v1 ? "cpu.cfs_quota_us" : "cpu.max");
+	FILE *q = fopen(f, "w");
+	bool ok = q && fputs(is_v1 ? "100000" : "100000 100000", q) >= 0;
+	if (q && fclose(q))
+		ok = false;
+	if (!ok) {
+		snprintf(why, wlen, "cannot write %s", f);
+		rmdir(dir);
+	}
+	return ok;
+}
+
+/* A process in a cgroup limited to one CPU gets one executor by default,
+ * and an explicit count still wins; outside it, one per CPU. */
+static void test_live_limit_sets_default_workers(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	if (CPU_COUNT(&set) < 2)
+		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
+	char dir[PATH_MAX], why[PATH_MAX + 128];
+	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
+		T_SKIP("%s", why);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* Only the child moves: the other tests keep their CPUs. */
+		char procs[PATH_MAX + 32];
+		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+		FILE *p = fopen(procs, "w");
+		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
+			_exit(10);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&cfg, &rt))
+			_exit(11);
+		uint32_t auto_n = cbcmn_runtime_workers(rt);
+		cbcmn_runtime_destroy(rt);
+		cfg.workers = 2;
+		if (cbcmn_runtime_create(&cfg, &rt))
+			_exit(12);
+		uint32_t two = cbcmn_runtime_workers(rt);
+		cbcmn_runtime_destroy(rt);
+		_exit(auto_n == 1 && two == 2 ? 0 : 20 + (int)auto_n);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	/* The child has exited: the cgroup is empty and goes. */
+	assert_int_equal(rmdir(dir), 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	cbcmn_runtime *rt = t_runtime(CBCMN_WORKERS_AUTO);
+	assert_int_equal(cbcmn_runtime_workers(rt), cbcmn__cpus_for_limit(
+							    (uint32_t)CPU_COUNT(&set),
+							    cbcmn__cgroup_cpu_limit(NULL)));
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_v2_namespace_limit, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_v2_lowest_level_wins, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_v1_docker_bind_mount, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_v1_nested_path, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_hybrid_prefers_v1_cpu, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_path_outside_the_mount, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_broken_files_are_no_limit, fresh_tree,
+						drop_tree),
+		cmocka_unit_test(test_cpus_for_limit),
+		cmocka_unit_test(test_live_limit_sets_default_workers),
+	};
+	return cmocka_run_group_tests_name("cpuquota", tests, NULL, NULL);
+}
