@@ -794,7 +794,7 @@ static int64_t stuck_actor(cbcmn_cx *cx, void *state)
 {
 	(void)cx;
 	(void)state;
-	return 0; /* never runs: cancelled before it starts */
+	return 0; /* the second never runs: cancelled before it starts */
 }
 
 static int64_t stuck_child(cbcmn_cx *cx, void *arg)
@@ -812,13 +812,18 @@ static int64_t stuck_parent(cbcmn_cx *cx, void *arg)
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	cbcmn_nursery *kept, *doomed;
 	gate_warm(cx);
+	/* The actor table made now, not between the child's spawn and the
+	 * await (a long run there would open the gate the old way). */
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &doomed) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, doomed, stuck_actor, g, NULL, &a) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, doomed) == 0);
 	g->parent_exec = cbcmn_cx_executor(cx);
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &kept) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn(cx, kept, stuck_child, g, NULL) == 0);
 	/* Pushed after the child: the executor pops it first. */
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &doomed) == 0);
 	cbcmn_actor_opts o = {.mailbox_cap = 1, .drop = stuck_drop};
-	cbcmn_actor_ref a;
 	TASK_CHECK(cbcmn_actor_spawn(cx, doomed, stuck_actor, g, &o, &a) == 0);
 	cbcmn_actor_msg m = {.type = 1};
 	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
