@@ -764,21 +764,23 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Has v been in one run of a task for longer than limit ns?  v's mean
- * pick time says nothing while it runs one long task (issue 15: a parent
- * computing for 0.6 s kept its child queued behind it, the idle thief
- * refused by a mean of a few microseconds).  v's run sequence does: the
- * first thief to see a run of it notes when (gate_seq/gate_ns); a later
- * look at the same run knows it has lasted at least that long, and its
- * queue waited as long.  Costs v nothing: thieves write the pair, and
- * only on a refusal.  release/acquire on gate_seq: a thief that reads a
- * run's number reads a time noted for it (or by a racing thief for an
- * earlier run, noted a moment earlier: an early steal at worst). */
+/* Has v begun no run for longer than limit ns?  v's mean pick time says
+ * nothing while it runs one long task (issue 15: a parent computing for
+ * 0.6 s kept its child queued behind it, the idle thief refused by a mean
+ * of a few microseconds), nor while it is held between two runs (a
+ * cancelled actor's drop callbacks, an io_uring call the kernel performs
+ * at submit, its thread preempted: the queue waits as long).  v's run
+ * sequence does: the first thief to see a value of it notes when
+ * (gate_seq/gate_ns); a later look at the same value knows v has begun no
+ * pick since, and its queue waited as long.  Odd or even alike: v asked
+ * about has work queued, so it is not idle, and a value seen between two
+ * runs lasts microseconds unless v is held.  Costs v nothing: thieves
+ * write the pair, and only on a refusal.  release/acquire on gate_seq: a
+ * thief that reads a value reads a time noted for it (or by a racing thief
+ * for an earlier one, noted a moment earlier: an early steal at worst). */
 static bool pick_stuck(struct cbcmn__exec *v, uint64_t limit)
 {
 	uint64_t seq = atomic_load_explicit(&v->diag.run_seq, memory_order_relaxed);
-	if (!(seq & 1))
-		return false; /* between runs: its queue moves */
 	uint64_t now = now_ns();
 	if (atomic_load_explicit(&v->gate_seq, memory_order_acquire) != seq) {
 		atomic_store_explicit(&v->gate_ns, now, memory_order_relaxed);
@@ -793,8 +795,8 @@ static bool pick_stuck(struct cbcmn__exec *v, uint64_t limit)
  * save beats what the move costs: the half of v's queue we would take,
  * each task v's mean pick time, runs here instead of waiting behind the
  * rest, against cfg.steal_cost_ns + cfg.steal_margin_ns.  A victim with no
- * estimate yet passes, and so does one whose current run has already kept
- * its queue waiting longer than the cost (pick_stuck()).  A refusal is
+ * estimate yet passes, and so does one that has begun no run for longer
+ * than the cost, its queue waiting as long (pick_stuck()).  A refusal is
  * remembered in e->gated: search() then parks for a while instead of
  * looking again at once (docs/SCHEDULER.md).  count: a steal attempt's
  * refusal counts in steals_gated; park's look does not. */

@@ -3,6 +3,8 @@
  * stats add up afterwards. */
 #include "helpers.h"
 
+#include "cbcmn_actor.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -757,6 +759,100 @@ static void test_regression_thief_does_not_retire_beside_gated_work(void **state
 	t_destroy(rt);
 }
 
+/* ---- a queue stuck between two runs (review of issue 15) ----------------
+ * The gate let a queue through only while its owner was inside one long
+ * run (run_seq odd): "between runs, its queue moves".  It does not when
+ * the executor is held between two runs: a never-started actor cancelled
+ * in its nursery halts on the scheduler's stack (cancel_unstarted()) and
+ * its drop callback runs there; an io_uring read that the kernel performs
+ * at submit (/dev/zero: 100 ms on this loaded machine); the thread
+ * preempted between two picks.  Here the drop callback computes (it may:
+ * it must only not block) until the child has started: the child, queued
+ * on the same executor and refused by the mean, must be taken by the idle
+ * executor once it has waited longer than the cost.  (Before the fix: it
+ * waited for the whole callback, T_STALL_NS, and ran on the parent's
+ * executor after it.) */
+#define STUCK_COST_NS 50000000ull /* 50 ms: far above a mean of tiny tasks */
+
+struct stuck_run {
+	_Atomic int child_started, drop_done;
+	int drop_done_at_child;
+	uint32_t parent_exec, child_exec;
+};
+
+static void stuck_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct stuck_run *g = state;
+	(void)m;
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&g->child_started) && t_now_ns() < deadline)
+		;
+	atomic_store(&g->drop_done, 1);
+}
+
+static int64_t stuck_actor(cbcmn_cx *cx, void *state)
+{
+	(void)cx;
+	(void)state;
+	return 0; /* the second never runs: cancelled before it starts */
+}
+
+static int64_t stuck_child(cbcmn_cx *cx, void *arg)
+{
+	struct stuck_run *g = arg;
+	g->child_exec = cbcmn_cx_executor(cx);
+	g->drop_done_at_child = atomic_load(&g->drop_done);
+	atomic_store(&g->child_started, 1);
+	return 0;
+}
+
+static int64_t stuck_parent(cbcmn_cx *cx, void *arg)
+{
+	struct stuck_run *g = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *kept, *doomed;
+	gate_warm(cx);
+	/* The actor table made now, not between the child's spawn and the
+	 * await (a long run there would open the gate the old way). */
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &doomed) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, doomed, stuck_actor, g, NULL, &a) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, doomed) == 0);
+	g->parent_exec = cbcmn_cx_executor(cx);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &kept) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, kept, stuck_child, g, NULL) == 0);
+	/* Pushed after the child: the executor pops it first. */
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &doomed) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 1, .drop = stuck_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, doomed, stuck_actor, g, &o, &a) == 0);
+	cbcmn_actor_msg m = {.type = 1};
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(doomed) == 0);
+	cbcmn_nursery_await_all(cx, doomed); /* CBCMN_ECANCELED */
+	return cbcmn_nursery_await_all(cx, kept);
+}
+
+static void test_regression_queue_behind_an_executor_held_between_runs_is_stolen(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.steal_cost_ns = STUCK_COST_NS;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE; /* the awaits must not run them */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct stuck_run g = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, stuck_parent, &g, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&g.child_started), 1);
+	/* Taken by the idle executor while the callback held its own. */
+	assert_int_not_equal(g.child_exec, g.parent_exec);
+	assert_int_equal(g.drop_done_at_child, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -772,6 +868,7 @@ int main(void)
 		SCHED_TEST(test_one_worker_runs_all_on_executor_0),
 		SCHED_TEST(test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sleeps),
 		SCHED_TEST(test_regression_thief_does_not_retire_beside_gated_work),
+		SCHED_TEST(test_regression_queue_behind_an_executor_held_between_runs_is_stolen),
 		SCHED_TEST(test_tsan_fiber_reused_without_reset),
 	};
 	return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
