@@ -155,6 +155,24 @@ static struct cbcmn_task *yq_pop(struct cbcmn__exec *e)
 	return t;
 }
 
+/* The yield list is the owner's alone (no locks, nothing for a thief to
+ * see), so two tasks that yield and compute, once on one executor, would
+ * share it for good while another executor sleeps.  A yielder that has
+ * company here (other local work it would take turns with) goes to the
+ * inject queue instead while some executor idles, and one is woken for
+ * it.  Never a pinned task, nor in lab mode (one executor, its order
+ * seeded).  num_idle relaxed: a stale count costs one trip through the
+ * inject queue, or one more yield on the list until the next look. */
+static bool yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if ((t->flags & CBCMN__TF_PINNED) || rt->lab ||
+	    !atomic_load_explicit(&rt->num_idle, memory_order_relaxed))
+		return false;
+	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 ||
+	       atomic_load_explicit(&e->slot, memory_order_relaxed);
+}
+
 /* Owner: push on the deque; if it cannot grow, the task goes global. */
 static void deque_push_or_inject(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
@@ -541,7 +559,13 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	case CBCMN__POST_YIELD:
 		check_canary(p, p->stack);
 		atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
-		yq_push(e, p);
+		if (yield_elsewhere(e, p)) {
+			/* FIFO like the yield list, and any executor takes it. */
+			inject_push(e->rt, p);
+			cbcmn__notify_one(e->rt);
+		} else {
+			yq_push(e, p);
+		}
 		break;
 	case CBCMN__POST_EXIT:
 		check_canary(NULL, e->post_stack);

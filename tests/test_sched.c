@@ -853,6 +853,77 @@ static void test_regression_queue_behind_an_executor_held_between_runs_is_stolen
 	t_destroy(rt);
 }
 
+/* ---- yielders spread to an idle executor ----------------------------------- */
+
+/* Regression: the yield list is the owner's alone, so two tasks that
+ * compute and yield, once on one executor, shared it for good while the
+ * other executor slept (3 runs of 3; found by review).  Now a yielder with
+ * company goes where an idle executor takes it: the two are soon seen on
+ * different executors at once.  Before the fix: never, until the
+ * deadline. */
+struct yielders {
+	_Atomic uint32_t on[2]; /* executor each last computed on, + 1 */
+	_Atomic int started, apart;
+	uint64_t deadline;
+};
+
+struct yielder {
+	struct yielders *y;
+	int i;
+};
+
+static int64_t spreading_yielder(cbcmn_cx *cx, void *arg)
+{
+	struct yielder *me = arg;
+	struct yielders *y = me->y;
+	atomic_fetch_add(&y->started, 1);
+	/* Both start before either computes: short runs, which the steal
+	 * gate keeps where they are, put both on the parent's executor. */
+	while (atomic_load(&y->started) < 2 && t_now_ns() < y->deadline)
+		cbcmn_yield(cx);
+	while (!atomic_load(&y->apart) && t_now_ns() < y->deadline) {
+		uint64_t until = t_now_ns() + 50000; /* 50 us of computing */
+		while (t_now_ns() < until)
+			;
+		uint32_t mine = cbcmn_cx_executor(cx) + 1;
+		atomic_store(&y->on[me->i], mine);
+		uint32_t other = atomic_load(&y->on[!me->i]);
+		if (other && other != mine)
+			atomic_store(&y->apart, 1);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t spreading_root(cbcmn_cx *cx, void *arg)
+{
+	struct yielders *y = arg;
+	struct yielder w[2] = {{y, 0}, {y, 1}};
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, spreading_yielder, &w[0], NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, spreading_yielder, &w[1], NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_yielders_on_one_executor_spread_to_an_idle_one(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct yielders y = {.deadline = t_now_ns() + T_STALL_NS};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, spreading_root, &y, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&y.started), 2);
+	assert_int_equal(atomic_load(&y.apart), 1);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -869,6 +940,7 @@ int main(void)
 		SCHED_TEST(test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sleeps),
 		SCHED_TEST(test_regression_thief_does_not_retire_beside_gated_work),
 		SCHED_TEST(test_regression_queue_behind_an_executor_held_between_runs_is_stolen),
+		SCHED_TEST(test_regression_yielders_on_one_executor_spread_to_an_idle_one),
 		SCHED_TEST(test_tsan_fiber_reused_without_reset),
 	};
 	return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
