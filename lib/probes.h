@@ -31,7 +31,8 @@
 	XX(xmsg, 4)           /* sender executor, receiver, kind (1 wake, 2 spawn, 3 call), rt */ \
 	XX(exec_start, 4)     /* executor, thread id, CPU (-1: not pinned), rt */   \
 	XX(exec_stop, 3)      /* executor, 1 = retired (idle), 0 = runtime ends, rt */ \
-	XX(accept_error, 4)   /* executor, errno, ns the acceptor backs off, rt */
+	XX(accept_error, 4)   /* executor, errno, ns the acceptor backs off, rt */ \
+	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;
 CBCMN__PROBES(CBCMN__SEMA_DECL)

@@ -11,6 +11,7 @@
 #include "futex.h"
 #include "backend.h"
 #include "iwait.h"
+#include "monitor.h"
 #include "obligation.h"
 #include "runtime.h"
 
@@ -222,6 +223,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->steal_cost_ns = 1000;
 	if (out->io_batch_ns == 0)
 		out->io_batch_ns = 50000;
+	if (out->stall_ns == 0)
+		out->stall_ns = 10000000; /* cbcmn.h */
 	if (out->policy < CBCMN_PIN_NONE || out->policy > CBCMN_POLICY_CPUS)
 		return -EINVAL;
 	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))
@@ -497,6 +500,11 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			return err;
 		}
 	}
+	if ((rc = cbcmn__monitor_start(rt)) != 0) {
+		stop_executors(rt, rt->nexec);
+		runtime_free(rt);
+		return rc;
+	}
 	*out = rt;
 	return 0;
 }
@@ -518,6 +526,8 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 	 * each touching rt.  acquire: pairs with cbcmn__nursery_await(). */
 	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0)
 		return -EBUSY;
+	/* Before the executors stop: it may start one (monitor.c). */
+	cbcmn__monitor_stop(rt);
 	/* Before the executors stop: a pool thread may still be finishing
 	 * the wake of the task it served last. */
 	cbcmn__blocking_fini(rt);

@@ -232,6 +232,10 @@ struct cbcmn__exec {
 	 * when.  A heuristic pair: a race costs one early steal at most. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t gate_seq;
 	_Atomic uint64_t gate_ns;
+	/* Written by the stall monitor (monitor.c): the run (diag.run_seq)
+	 * it found holding the executor past cfg.stall_ns; 0 none.  Equal to
+	 * the run_seq now: stalled (cbcmn__exec_stalled()). */
+	_Atomic uint64_t stall_seq;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
@@ -353,6 +357,10 @@ struct cbcmn_runtime {
 	bool dynamic;                     /* min_live < nexec */
 	_Atomic uint32_t exiting;         /* retired threads in their last steps */
 	_Atomic uint32_t resizing;        /* a start or a retirement is under way */
+	/* The stall monitor (monitor.c): its thread's state, NULL without
+	 * one, and the word it sleeps on (MON_* there). */
+	struct cbcmn__monitor *mon;
+	_Atomic uint32_t mon_word;
 	struct cbcmn__blocking_pool *blocking;
 	/* Diagnostics (snapshot.c): what threads outside the runtime opened,
 	 * obligations leaked, the general obligations' records. */

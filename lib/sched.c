@@ -17,6 +17,7 @@
 
 #include "arch.h"
 #include "backend.h"
+#include "monitor.h"
 #include "overflow.h"
 #include "probes.h"
 #include "runtime.h"
@@ -168,12 +169,24 @@ static bool exec_idle(const struct cbcmn__exec *o)
 	       (1ull << (o->id % 64));
 }
 
+/* May a woken task be sent home to owner?  Not to none, nor in lab mode,
+ * nor to an executor without a thread; nor to a stalled one (one run
+ * holds its thread, monitor.c): the task would wait there for the run to
+ * end, forever if the run waits for the task (issue 15, liveness 2). */
+static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owner)
+{
+	return owner && !rt->lab &&
+	       atomic_load_explicit(&owner->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	       !cbcmn__exec_stalled(owner);
+}
+
 /* t was woken by e (or by a thread outside, e NULL); make it runnable.
  * A task woken from another shard goes home (seed 001/003): its owner is
  * the executor that ran it last, where its data is, and the one whose ring
  * holds its I/O.  Pinned tasks always go home.  An unpinned task whose
  * owner is parked runs here instead: waking a parked CPU costs tens of us,
- * more than the cache misses saved (docs/SCHEDULER.md). */
+ * more than the cache misses saved (docs/SCHEDULER.md); so does one whose
+ * owner is stalled (home_takes()). */
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	struct cbcmn__exec *owner = t->exec;
@@ -192,9 +205,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		 * channel used by a thread): home, where the task's ring and
 		 * its streams are; a task that never ran, or whose executor
 		 * has retired (it held no ring state then), goes to any. */
-		if (owner && !rt->lab &&
-		    atomic_load_explicit(&owner->lstate, memory_order_relaxed) ==
-			    CBCMN__EX_RUNNING) {
+		if (home_takes(rt, owner)) {
 			cbcmn__remote_push(owner, t);
 			return;
 		}
@@ -202,8 +213,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		cbcmn__notify_one(rt);
 		return;
 	}
-	if (owner && owner != e && !rt->lab && !exec_idle(owner) &&
-	    atomic_load_explicit(&owner->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
 		return;
@@ -258,8 +268,10 @@ void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct c
 		return;
 	}
 	/* A preference starts no executor: a stopped one's share goes to
-	 * whoever runs (relaxed: a stale answer only picks the other way). */
+	 * whoever runs (relaxed: a stale answer only picks the other way),
+	 * and so does a stalled one's (it would sit in its lane). */
 	if (e && atomic_load_explicit(&target->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	    !cbcmn__exec_stalled(target) &&
 	    cbcmn__xmsg_send(e, shard, CBCMN__XM_SPAWN, t, NULL, NULL) == 0)
 		return;
 	/* From outside the runtime: the inject queue, where any executor,
@@ -378,6 +390,8 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	child->sp = (void *)1;        /* started: never taken inline again */
 	atomic_store_explicit(&child->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = child;
+	/* The stall monitor names the child while it runs (monitor.c). */
+	atomic_store_explicit(&e->diag.run_task, child->id, memory_order_relaxed);
 	CBCMN__COUNT(e, tasks_run, 1);
 	CBCMN__COUNT(e, inline_runs, 1);
 	/* The parent waits for the child meanwhile (snapshot.c). */
@@ -388,6 +402,7 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	cbcmn__gauge_down(e->rt, e, home, CBCMN__G_JOIN);
 	cbcmn__task_complete(child, r);
 	e->current = parent;
+	atomic_store_explicit(&e->diag.run_task, parent->id, memory_order_relaxed);
 	parent->exec = e;
 }
 
@@ -434,10 +449,15 @@ static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t);
  * it ends (a thread that died in a run left it odd: the next run still
  * begins on a new odd value).  Owner-only writes, read by the snapshot and
  * thieves; relaxed: they only compare it. */
-static inline void run_seq_begin(struct cbcmn__exec *e)
+static inline void run_seq_begin(struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
+	/* The stall monitor names the task of a run it finds too long:
+	 * release on run_seq orders the id before it (monitor.c,
+	 * stall_report(), reads them the other way round); a plain store
+	 * on x86. */
+	atomic_store_explicit(&e->diag.run_task, t->id, memory_order_relaxed);
 	uint64_t s = atomic_load_explicit(&e->diag.run_seq, memory_order_relaxed);
-	atomic_store_explicit(&e->diag.run_seq, (s | 1) + ((s & 1) << 1), memory_order_relaxed);
+	atomic_store_explicit(&e->diag.run_seq, (s | 1) + ((s & 1) << 1), memory_order_release);
 }
 
 static inline void run_seq_end(struct cbcmn__exec *e)
@@ -485,7 +505,7 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
-	run_seq_begin(e);
+	run_seq_begin(e, t);
 	switch_to_task(e, t);
 	run_seq_end(e);
 	e->current = NULL;
@@ -749,6 +769,10 @@ static bool pick_stuck(struct cbcmn__exec *v, uint64_t limit)
 	uint64_t seq = atomic_load_explicit(&v->diag.run_seq, memory_order_relaxed);
 	if (!(seq & 1))
 		return false; /* between runs: its queue moves */
+	/* The stall monitor found this run too long already (monitor.c):
+	 * its queue has waited for cfg.stall_ns, whoever looked before. */
+	if (atomic_load_explicit(&v->stall_seq, memory_order_relaxed) == seq)
+		return true;
 	uint64_t now = now_ns();
 	if (atomic_load_explicit(&v->gate_seq, memory_order_acquire) != seq) {
 		atomic_store_explicit(&v->gate_ns, now, memory_order_relaxed);
@@ -1344,6 +1368,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		exec_state(e, CBCMN_EXEC_PARKED);
 		bool notified = cbcmn__park(e, wait);
 		exec_state(e, CBCMN_EXEC_SEARCHING);
+		/* Tasks may run again: a monitor asleep while every executor
+		 * was idle looks for stalls again (monitor.c). */
+		cbcmn__monitor_poke(rt);
 		if (notified) {
 			/* Notified: spin again before the next park. */
 			start = now_ns();

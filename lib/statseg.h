@@ -52,6 +52,8 @@ struct cbcmn__counters {
 	/* Acceptors (stream.c).  (The slot keeps its size: the load figures
 	 * below start on the next 128-byte line.) */
 	_Atomic uint64_t accept_errors;
+	/* Stalls the monitor saw (monitor.c, its only writer). */
+	_Atomic uint64_t stalls;
 };
 
 /* One executor's slot: three groups, each on lines of its own, since they
@@ -69,6 +71,9 @@ struct cbcmn__seg_exec {
 	_Alignas(CBCMN__SEG_LINE) _Atomic uint32_t state; /* cbcmn_exec_state */
 	_Atomic int32_t tid;           /* its thread, 0 while none */
 	int32_t cpu, node;             /* where it is pinned (-1: not), fixed */
+	/* The task stalling it now, 0 if none (monitor.c, its only writer;
+	 * zero in a segment from before it, in what was padding). */
+	_Atomic uint64_t stall_task;
 };
 
 struct cbcmn__seg_hdr {

@@ -384,7 +384,23 @@ typedef struct cbcmn_config {
 	 * keep it waiting past that: beside tasks that each run for
 	 * milliseconds, requests are submitted after every pick.  0: 50 us. */
 	uint64_t io_batch_ns;
+
+	/* ---- stalls (docs/SCHEDULER.md, "Stalls") ---------------------------
+	 * An executor whose task has run for longer than this without a
+	 * scheduling point (a blocking libc call, a long loop without
+	 * checkpoints) is stalled: a monitor thread of the runtime sees it
+	 * (checking every millisecond while tasks run, rarely while every
+	 * executor is idle), reports it (cbcmn_executor_stats.stalls and
+	 * .stalled_task, the exec_stall probe), lets other executors take
+	 * its deque and next-task slot, sends tasks woken for it elsewhere,
+	 * and starts one more executor if work waits and the runtime has
+	 * room (min_workers < workers).  0: 10 ms; CBCMN_STALL_OFF: no
+	 * monitor.  Lab mode never runs one (its runs repeat). */
+	uint64_t stall_ns;
 } cbcmn_config;
+
+/* cbcmn_config.stall_ns: no stall monitor. */
+#define CBCMN_STALL_OFF UINT64_MAX
 
 /* Leak policies (cbcmn_config.obligation_leak).  Every leak is counted
  * (cbcmn_snapshot.obligations_leaked) under each of them. */
@@ -830,6 +846,12 @@ typedef struct cbcmn_executor_stats {
 	 * descriptors or memory: EMFILE, ENFILE, ENOMEM, ENOBUFS; a connection
 	 * aborted): the acceptor backed off and tried again (docs/IO.md). */
 	uint64_t accept_errors;
+	/* Times one run of a task held the executor longer than
+	 * cbcmn_config.stall_ns (docs/SCHEDULER.md, "Stalls"). */
+	uint64_t stalls;
+	/* The id (cbcmn_cx_task_id) of the task stalling it now, 0 if it is
+	 * not stalled.  In the totals: the stalled executors' count. */
+	uint64_t stalled_task;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */

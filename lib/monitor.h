@@ -1,0 +1,40 @@
+/* monitor.h: private to libcbcmn: the stall monitor (monitor.c), sched.c's and runtime.c's view. */
+#ifndef CBCMN_MONITOR_H
+#define CBCMN_MONITOR_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "runtime.h"
+
+/* Start rt's monitor thread (none in lab mode or with cfg.stall_ns
+ * CBCMN_STALL_OFF): 0 or a negative errno.  Stop joins it; it is a no-op
+ * without one.  Both from the thread creating or destroying rt. */
+int cbcmn__monitor_start(struct cbcmn_runtime *rt);
+void cbcmn__monitor_stop(struct cbcmn_runtime *rt);
+
+/* An executor begins running tasks after a park: wake the monitor if it
+ * sleeps long (every executor was idle).  A relaxed load when it does not;
+ * a missed poke only delays a stall's report to the monitor's next look
+ * (at most MON_IDLE_MAX_NS), so no ordering is needed. */
+void cbcmn__monitor_poke_slow(struct cbcmn_runtime *rt);
+static inline void cbcmn__monitor_poke(struct cbcmn_runtime *rt)
+{
+	if (__builtin_expect(atomic_load_explicit(&rt->mon_word, memory_order_relaxed) == 1, 0))
+		cbcmn__monitor_poke_slow(rt);
+}
+
+/* Is x stalled: has the monitor found its current run past cfg.stall_ns?
+ * Relaxed: a stale answer either sends one woken task home (as before
+ * the monitor) or runs it elsewhere (as for a parked home): both safe. */
+static inline bool cbcmn__exec_stalled(const struct cbcmn__exec *x)
+{
+	uint64_t s = atomic_load_explicit(&x->stall_seq, memory_order_relaxed);
+	return s && s == atomic_load_explicit(&x->diag.run_seq, memory_order_relaxed);
+}
+
+/* Wake-ups of rt's monitor so far (tests: an idle runtime's monitor
+ * sleeps long).  0 without a monitor. */
+uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt);
+
+#endif

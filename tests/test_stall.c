@@ -1,0 +1,340 @@
+/* test_stall.c: an executor held by one run (a blocking libc call, a loop
+ * without checkpoints) strands nothing (issue 15, liveness 2 and 3): the
+ * stall monitor (lib/monitor.c) reports it, others take its queue, and a
+ * task woken for it runs elsewhere. */
+#include "helpers.h"
+
+#include "../lib/monitor.h"
+
+#include <cbcmn_chan.h>
+
+#define STALL_NS 2000000ull /* cfg.stall_ns of these tests: 2 ms */
+
+/* A pipe some task reads with a plain read(2), holding its executor, and
+ * the rescue that writes it after T_STALL_NS if nobody else did: a test
+ * that would deadlock fails instead, and its runtime can still end. */
+struct rescue {
+	int p[2];
+	_Atomic int done, rescued;
+	pthread_t th;
+};
+
+static void *rescue_main(void *arg)
+{
+	struct rescue *r = arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&r->done)) {
+		if (t_now_ns() > end) {
+			atomic_store(&r->rescued, 1);
+			if (write(r->p[1], "r", 1) != 1)
+				return NULL;
+			end = t_now_ns() + T_STALL_NS; /* once more later, if still stuck */
+		}
+		usleep(1000);
+	}
+	return NULL;
+}
+
+static void rescue_start(struct rescue *r)
+{
+	assert_int_equal(pipe2(r->p, O_CLOEXEC), 0);
+	atomic_store(&r->done, 0);
+	atomic_store(&r->rescued, 0);
+	assert_int_equal(pthread_create(&r->th, NULL, rescue_main, r), 0);
+}
+
+/* Stop the rescue; true if it had to write. */
+static bool rescue_stop(struct rescue *r)
+{
+	atomic_store(&r->done, 1);
+	pthread_join(r->th, NULL);
+	close(r->p[0]);
+	close(r->p[1]);
+	return atomic_load(&r->rescued);
+}
+
+/* Read one byte with a plain read(2): the executor is held meanwhile. */
+static bool read_byte(int fd)
+{
+	char c;
+	ssize_t n;
+	do
+		n = read(fd, &c, 1);
+	while (n < 0 && errno == EINTR);
+	return n == 1;
+}
+
+static cbcmn_runtime *stall_runtime(uint32_t workers, uint64_t steal_cost_ns)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.policy = CBCMN_PIN_NONE;
+	cfg.stall_ns = STALL_NS;
+	cfg.steal_cost_ns = steal_cost_ns;
+	return t_runtime_cfg(&cfg);
+}
+
+/* Wait (bounded) until executor ex reports task id stalling it. */
+static bool wait_stalled(cbcmn_runtime *rt, uint32_t ex, uint64_t id)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (t_now_ns() < end) {
+		cbcmn_stats st;
+		cbcmn_executor_stats per[CBCMN_MAX_EXECUTORS];
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, CBCMN_MAX_EXECUTORS), 0);
+		if (per[ex].stalled_task == id)
+			return true;
+		usleep(500);
+	}
+	return false;
+}
+
+/* ---- liveness 3: the queue behind a blocked call -------------------------- */
+
+struct behind {
+	struct rescue r;
+	_Atomic uint32_t parent_exec, child_exec;
+};
+
+static int64_t behind_writer(cbcmn_cx *cx, void *arg)
+{
+	struct behind *b = arg;
+	atomic_store(&b->child_exec, cbcmn_cx_executor(cx));
+	TASK_CHECK(write(b->r.p[1], "w", 1) == 1);
+	return 0;
+}
+
+static int64_t behind_reader(cbcmn_cx *cx, void *arg)
+{
+	struct behind *b = arg;
+	/* Picks enough for a mean pick time (a load window, 256 picks): a
+	 * victim without one passes the gate whatever it costs. */
+	for (int i = 0; i < 600; i++)
+		cbcmn_yield(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	/* Queued on our deque, behind the read below. */
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, behind_writer, b, NULL) == 0);
+	atomic_store(&b->parent_exec, cbcmn_cx_executor(cx));
+	TASK_CHECK(read_byte(b->r.p[0]));
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The bug: a child queued on the deque of an executor whose task then
+ * blocked in read(2) waited for the steal gate, which passed only once the
+ * run had lasted longer than cfg.steal_cost_ns (an hour here): the child,
+ * which the read waits for, never ran.  The monitor sees the run past
+ * cfg.stall_ns (2 ms) and the gate passes for it. */
+static void test_regression_child_queued_behind_a_blocked_read_runs_elsewhere(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = stall_runtime(2, 3600ull * 1000000000ull);
+	struct behind b;
+	memset(&b, 0, sizeof(b));
+	rescue_start(&b.r);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, behind_reader, &b, &res), 0);
+	bool rescued = rescue_stop(&b.r);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_false(rescued); /* the child never ran: the read waited for the rescue */
+	assert_int_equal(res, 0);
+	assert_int_not_equal(atomic_load(&b.child_exec), atomic_load(&b.parent_exec));
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
+	assert_true(per[atomic_load(&b.parent_exec)].stalls >= 1);
+	t_destroy(rt);
+}
+
+/* ---- liveness 2: a task woken for a stalled home -------------------------- */
+
+struct home {
+	struct rescue r;
+	cbcmn_chan *ch;
+	cbcmn_runtime *rt;
+	_Atomic uint32_t b_exec, b_ran_on;
+	_Atomic int b_waiting;
+	_Atomic uint64_t a_id;
+	bool task_waker;
+};
+
+/* B: blocks on the channel (its home is where it blocked), then writes
+ * the pipe A reads. */
+static int64_t home_b(cbcmn_cx *cx, void *arg)
+{
+	struct home *h = arg;
+	atomic_store(&h->b_exec, cbcmn_cx_executor(cx));
+	atomic_store(&h->b_waiting, 1);
+	int v;
+	TASK_CHECK(cbcmn_chan_recv(cx, h->ch, &v) == 0);
+	atomic_store(&h->b_ran_on, cbcmn_cx_executor(cx));
+	TASK_CHECK(write(h->r.p[1], "b", 1) == 1);
+	return 0;
+}
+
+/* A: pinned to B's home; holds it in read(2) until B writes. */
+static int64_t home_a(cbcmn_cx *cx, void *arg)
+{
+	struct home *h = arg;
+	atomic_store(&h->a_id, cbcmn_cx_task_id(cx));
+	TASK_CHECK(read_byte(h->r.p[0]));
+	return 0;
+}
+
+/* C: on the other executor, wakes B. */
+static int64_t home_c(cbcmn_cx *cx, void *arg)
+{
+	struct home *h = arg;
+	int v = 1;
+	TASK_CHECK(cbcmn_chan_send(cx, h->ch, &v) == 0);
+	return 0;
+}
+
+static void woken_for_stalled_home(bool task_waker)
+{
+	cbcmn_runtime *rt = stall_runtime(2, 0);
+	struct home h;
+	memset(&h, 0, sizeof(h));
+	h.rt = rt;
+	h.task_waker = task_waker;
+	rescue_start(&h.r);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &h.ch), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, home_b, &h, NULL), 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&h.b_waiting) && t_now_ns() < end)
+		usleep(200);
+	assert_true(atomic_load(&h.b_waiting));
+	uint32_t home = atomic_load(&h.b_exec);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, home, home_a, &h, NULL), 0);
+	end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&h.a_id) && t_now_ns() < end)
+		usleep(200);
+	/* A runs after B switched away: B is blocked, its home is A's. */
+	assert_true(wait_stalled(rt, home, atomic_load(&h.a_id)));
+	int v = 1;
+	if (task_waker)
+		assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 1 - home, home_c, &h, NULL), 0);
+	else
+		assert_int_equal(cbcmn_chan_send(NULL, h.ch, &v), 0);
+	int64_t r = cbcmn_nursery_await_all(NULL, n);
+	bool rescued = rescue_stop(&h.r);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_false(rescued); /* B went home to A's executor and waited there */
+	assert_int_equal(r, 0);
+	assert_int_not_equal(atomic_load(&h.b_ran_on), home);
+	assert_int_equal(cbcmn_chan_destroy(h.ch), 0);
+	t_destroy(rt);
+}
+
+/* The bug: a task woken from another executor went home to its last
+ * executor whenever that one was not parked, even when a blocking call
+ * held it; the blocked call waited for that very task: a deadlock. */
+static void test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere(void **state)
+{
+	(void)state;
+	woken_for_stalled_home(true);
+}
+
+/* The same wake from a thread outside the runtime (the remote list). */
+static void test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere(void **state)
+{
+	(void)state;
+	woken_for_stalled_home(false);
+}
+
+/* ---- the report ------------------------------------------------------------ */
+
+struct spin {
+	_Atomic int stop;
+	_Atomic uint64_t id;
+	_Atomic uint32_t exec;
+};
+
+/* A loop without a checkpoint: its executor runs nothing else. */
+static int64_t spin_task(cbcmn_cx *cx, void *arg)
+{
+	struct spin *s = arg;
+	atomic_store(&s->exec, cbcmn_cx_executor(cx));
+	atomic_store(&s->id, cbcmn_cx_task_id(cx));
+	while (!atomic_load(&s->stop))
+		usleep(100);
+	return 0;
+}
+
+/* A stall is reported with the task holding the executor (stats, for
+ * cbcmn-stat and cbcmn-top), and the report ends with the run. */
+static void test_stall_is_reported_with_its_task_until_the_run_ends(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = stall_runtime(2, 0);
+	struct spin s;
+	memset(&s, 0, sizeof(s));
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spin_task, &s, NULL), 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s.id) && t_now_ns() < end)
+		usleep(200);
+	uint32_t ex = atomic_load(&s.exec);
+	bool seen = wait_stalled(rt, ex, atomic_load(&s.id));
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
+	atomic_store(&s.stop, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_true(seen);
+	assert_int_equal(per[ex].stalls, 1); /* once per stall, not per look */
+	assert_int_equal(per[1 - ex].stalled_task, 0);
+	assert_true(st.total.stalls >= 1);
+	assert_int_equal(st.total.stalled_task, 1); /* the totals count stalled executors */
+	/* The run ended: the report goes with it. */
+	assert_true(wait_stalled(rt, ex, 0));
+	t_destroy(rt);
+}
+
+/* ---- the monitor's own cost ------------------------------------------------ */
+
+/* An idle runtime's monitor backs off (to 100 ms): a monitor that ticked
+ * every millisecond woke an idle process 1000 times a second.  Off
+ * (CBCMN_STALL_OFF) and in lab mode there is none. */
+static void test_idle_runtime_monitor_rarely_wakes(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = stall_runtime(2, 0);
+	assert_non_null(rt->mon);
+	usleep(50000); /* the start-up's looks */
+	uint64_t before = cbcmn__monitor_wakeups(rt);
+	usleep(300000);
+	uint64_t woke = cbcmn__monitor_wakeups(rt) - before;
+	t_destroy(rt);
+	assert_true(woke < 20);
+
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stall_ns = CBCMN_STALL_OFF;
+	rt = t_runtime_cfg(&cfg);
+	assert_null(rt->mon);
+	t_destroy(rt);
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	rt = t_runtime_cfg(&cfg);
+	assert_null(rt->mon);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_regression_child_queued_behind_a_blocked_read_runs_elsewhere),
+		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
+		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
+		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
+		T_WATCHED_TEST(test_idle_runtime_monitor_rarely_wakes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
