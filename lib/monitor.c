@@ -8,9 +8,13 @@
  * routing work to it and let the others take what they may:
  *
  *   - Each tick the monitor reads every live executor's diag.run_seq (odd
- *     while a task runs, one more at each start and end: sched.c).  The
- *     same odd value for longer than cfg.stall_ns is one run holding the
- *     executor: a stall.
+ *     while a task runs, one more at each start and end: sched.c) and
+ *     its tasks_run count.  The same odd value for longer than
+ *     cfg.stall_ns, with no task started meanwhile, is one run holding
+ *     the executor: a stall.  (A task awaiting its nursery runs
+ *     children on its own stack in one run: a fork-join subtree may
+ *     last seconds, and starts a child every few microseconds.  Its
+ *     queue moves: it is not a stall.)
  *   - It publishes the stall in the executor (stall_seq = that run), the
  *     statistics segment (stalls, stall_task: the task's id), and the
  *     exec_stall probe.
@@ -49,6 +53,9 @@
 
 #define MON_TICK_NS 1000000ull      /* while a task runs */
 #define MON_IDLE_MAX_NS 100000000ull /* the longest sleep while none does */
+/* The shortest tick, whatever cfg.stall_ns says: a tiny stall_ns must not
+ * turn the monitor into a spinning thread. */
+#define MON_TICK_MIN_NS 100000ull
 
 /* rt->mon_word: what the monitor does (a futex word). */
 enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2 };
@@ -58,8 +65,9 @@ struct cbcmn__monitor {
 	pthread_t thread;
 	uint64_t tick_ns;
 	_Atomic uint64_t wakeups;
-	/* Per executor, the monitor's own: the run it saw last and since when. */
-	uint64_t *seen_seq, *seen_ns;
+	/* Per executor, the monitor's own: the run it saw last, its tasks
+	 * started by then, and since when it saw neither move. */
+	uint64_t *seen_seq, *seen_runs, *seen_ns;
 };
 
 static uint64_t mon_now(void)
@@ -104,7 +112,8 @@ static bool mon_look(struct cbcmn__monitor *m, uint64_t now)
 			    CBCMN__EX_RUNNING;
 		uint64_t seq = live ? atomic_load_explicit(&x->diag.run_seq, memory_order_acquire)
 				    : 0;
-		if (!(seq & 1) || seq != m->seen_seq[i]) {
+		uint64_t runs = atomic_load_explicit(&x->ss->ctr.tasks_run, memory_order_relaxed);
+		if (!(seq & 1) || seq != m->seen_seq[i] || runs != m->seen_runs[i]) {
 			/* A stall ended.  stall_seq back to 0 too: wakers
 			 * read run_seq (a line the executor writes at every
 			 * run) only while it is set (cbcmn__exec_stalled()). */
@@ -113,6 +122,7 @@ static bool mon_look(struct cbcmn__monitor *m, uint64_t now)
 				atomic_store_explicit(&x->ss->stall_task, 0, memory_order_relaxed);
 			}
 			m->seen_seq[i] = seq;
+			m->seen_runs[i] = runs;
 			m->seen_ns[i] = now;
 			running |= (seq & 1) != 0;
 			continue;
@@ -191,14 +201,18 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	/* A tick at most half the stall time: a stall is seen by 1.5 times
 	 * cfg.stall_ns at the latest while tasks run. */
 	m->tick_ns = rt->cfg.stall_ns / 2 < MON_TICK_NS ? rt->cfg.stall_ns / 2 : MON_TICK_NS;
-	if (m->tick_ns < 10000)
-		m->tick_ns = 10000;
+	if (m->tick_ns < MON_TICK_MIN_NS)
+		m->tick_ns = MON_TICK_MIN_NS;
 	m->seen_seq = calloc(rt->nexec, sizeof(*m->seen_seq));
+	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));
 	atomic_store_explicit(&rt->mon_word, MON_TICKING, memory_order_relaxed);
-	int rc = m->seen_seq && m->seen_ns ? pthread_create(&m->thread, NULL, mon_main, m) : ENOMEM;
+	int rc = m->seen_seq && m->seen_runs && m->seen_ns
+			 ? pthread_create(&m->thread, NULL, mon_main, m)
+			 : ENOMEM;
 	if (rc != 0) {
 		free(m->seen_seq);
+		free(m->seen_runs);
 		free(m->seen_ns);
 		free(m);
 		return -rc;
@@ -217,6 +231,7 @@ void cbcmn__monitor_stop(struct cbcmn_runtime *rt)
 	pthread_join(m->thread, NULL);
 	rt->mon = NULL;
 	free(m->seen_seq);
+	free(m->seen_runs);
 	free(m->seen_ns);
 	free(m);
 }

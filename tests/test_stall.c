@@ -295,6 +295,51 @@ static void test_stall_is_reported_with_its_task_until_the_run_ends(void **state
 	t_destroy(rt);
 }
 
+/* ---- what is not a stall ---------------------------------------------------- */
+
+static int64_t nap_child(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	usleep(1000);
+	return 0;
+}
+
+static int64_t fork_join_parent(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 400; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, nap_child, NULL, NULL) == 0);
+	/* One executor: every child runs here, on our stack, in our run. */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The bug: a task awaiting its nursery runs the children on its own
+ * stack, all in its one run: 400 children of 1 ms were one run of 0.4 s,
+ * reported a stall (and its executor routed around) while it started a
+ * child every millisecond.  A stall is a run in which no task starts.
+ * (stall_ns 250 ms: a child is far shorter, whatever the load.) */
+static void test_regression_fork_join_subtree_run_inline_is_not_a_stall(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stall_ns = 250000000ull;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fork_join_parent, NULL, &res), 0);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_int_equal(res, 0);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_true(st.total.inline_runs >= 1);
+	assert_int_equal(st.total.stalls, 0);
+	t_destroy(rt);
+}
+
 /* ---- the monitor's own cost ------------------------------------------------ */
 
 /* An idle runtime's monitor backs off (to 100 ms): a monitor that ticked
@@ -334,6 +379,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
+		T_WATCHED_TEST(test_regression_fork_join_subtree_run_inline_is_not_a_stall),
 		T_WATCHED_TEST(test_idle_runtime_monitor_rarely_wakes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
