@@ -84,10 +84,13 @@ static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64
 {
 	struct cbcmn_runtime *rt = m->rt;
 	/* acquire on run_seq (the first read, in mon_look()) pairs with
-	 * run_seq_begin()'s release: the id read after it is this run's or
-	 * a later one's; the second read tells which. */
+	 * run_seq_begin()'s release: the id read after it is this run's (or
+	 * an inline child's in it) or a later run's.  The second read
+	 * catches a run that ended meanwhile, not every one: a run ending
+	 * just as it is reported, after stall_ns, may be reported under the
+	 * next task's id.  A report, never a decision: stall_seq below
+	 * names the run itself. */
 	uint64_t id = atomic_load_explicit(&x->diag.run_task, memory_order_relaxed);
-	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&x->diag.run_seq, memory_order_relaxed) != seq)
 		return; /* it ended meanwhile */
 	/* Relaxed: thieves and wakers only compare it with run_seq

@@ -459,7 +459,8 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * granted) sets cfg.profile = CBCMN_PROFILE_SERVICE. */
 CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
 
-/* Create a runtime and start its executor threads.  cfg may be NULL (the
+/* Create a runtime and start its executor threads (and its stall monitor's:
+ * cbcmn_config.stall_ns).  cfg may be NULL (the
  * defaults).  On success stores the runtime in *out and returns 0; on
  * failure returns -EINVAL (bad configuration, e.g. a sovereign profile
  * without yield_interval), -ENOMEM, or the error of the failing system
