@@ -35,10 +35,10 @@
  *
  * Cost: the monitor ticks every MON_TICK_NS while some task runs, and
  * backs off, doubling up to MON_IDLE_MAX_NS, while none does; an executor
- * that starts running after a park wakes it from such a sleep
+ * that finds work after a search wakes it from such a sleep
  * (cbcmn__monitor_poke()).  An idle process sees it about ten times a
  * second.  The executors pay one relaxed store per run (diag.run_task)
- * and one relaxed load per wake from a park.
+ * and one relaxed load per search that found work.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -13,7 +13,7 @@
 int cbcmn__monitor_start(struct cbcmn_runtime *rt);
 void cbcmn__monitor_stop(struct cbcmn_runtime *rt);
 
-/* An executor begins running tasks after a park: wake the monitor if it
+/* An executor found work after a search: wake the monitor if it
  * sleeps long (every executor was idle).  A relaxed load when it does not;
  * a missed poke only delays a stall's report to the monitor's next look
  * (at most MON_IDLE_MAX_NS), so no ordering is needed. */

@@ -1324,6 +1324,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		}
 		if (t) {
 			cbcmn__searching_end(e);
+			/* A task runs again: a monitor asleep while no task
+			 * ran looks for stalls again (monitor.c). */
+			cbcmn__monitor_poke(rt);
 			e->gate_wait_ns = 0;
 			exec_state(e, CBCMN_EXEC_RUNNING);
 			e->busy_since = now_ns();
@@ -1368,9 +1371,6 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		exec_state(e, CBCMN_EXEC_PARKED);
 		bool notified = cbcmn__park(e, wait);
 		exec_state(e, CBCMN_EXEC_SEARCHING);
-		/* Tasks may run again: a monitor asleep while every executor
-		 * was idle looks for stalls again (monitor.c). */
-		cbcmn__monitor_poke(rt);
 		if (notified) {
 			/* Notified: spin again before the next park. */
 			start = now_ns();
