@@ -101,8 +101,9 @@ static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64
 	CBCMN_PROBE4(exec_stall, x->id, id, ns, rt->seg.rt_id);
 }
 
-/* One look at every executor.  True if some task runs (the monitor keeps
- * ticking). */
+/* One look at every executor.  True if some task runs, or ran since the
+ * last look (the monitor keeps ticking: a busy executor caught between
+ * two runs is busy). */
 static bool mon_look(struct cbcmn__monitor *m, uint64_t now)
 {
 	struct cbcmn_runtime *rt = m->rt;
@@ -124,10 +125,10 @@ static bool mon_look(struct cbcmn__monitor *m, uint64_t now)
 				atomic_store_explicit(&x->stall_seq, 0, memory_order_relaxed);
 				atomic_store_explicit(&x->ss->stall_task, 0, memory_order_relaxed);
 			}
+			running |= (seq & 1) || seq != m->seen_seq[i];
 			m->seen_seq[i] = seq;
 			m->seen_runs[i] = runs;
 			m->seen_ns[i] = now;
-			running |= (seq & 1) != 0;
 			continue;
 		}
 		running = true;
@@ -170,14 +171,19 @@ static void *mon_main(void *arg)
 				      .tv_nsec = (long)(sleep % 1000000000ull)};
 		cbcmn__futex_wait(&rt->mon_word, expect, &ts);
 		atomic_fetch_add_explicit(&m->wakeups, 1, memory_order_relaxed);
-		/* Back to ticking, unless told to stop (poked: it is
-		 * MON_TICKING already). */
+		/* Back to ticking, unless told to stop.  Poked (it is
+		 * MON_TICKING already): an executor found work, whose run may
+		 * not have begun yet: tick from now on, or a stall beginning
+		 * right after this look would wait for the next long sleep. */
 		uint32_t w = MON_IDLE;
-		atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
-							memory_order_relaxed, memory_order_relaxed);
-		if (w == MON_STOP)
+		bool poked = false;
+		if (expect == MON_IDLE &&
+		    !atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+							     memory_order_relaxed, memory_order_relaxed))
+			poked = w == MON_TICKING;
+		if (atomic_load_explicit(&rt->mon_word, memory_order_relaxed) == MON_STOP)
 			break;
-		if (mon_look(m, mon_now()))
+		if (mon_look(m, mon_now()) || poked)
 			sleep = m->tick_ns;
 		else if ((sleep *= 2) > MON_IDLE_MAX_NS)
 			sleep = MON_IDLE_MAX_NS;
