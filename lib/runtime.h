@@ -602,6 +602,7 @@ void cbcmn__xmsg_fini(struct cbcmn__exec *e);
 int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
 		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
+void cbcmn__remote_rescue(struct cbcmn__exec *x);
 bool cbcmn__mail_drain(struct cbcmn__exec *e);
 void cbcmn__backlog_flush(struct cbcmn__exec *e);
 void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t);

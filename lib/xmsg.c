@@ -235,6 +235,35 @@ void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 	ensure_live(dst);
 }
 
+/* The stall monitor, for stalled executor x (monitor.c): the tasks
+ * threads sent it before the stall was seen would wait in its remote list
+ * as long as the stall.  Each goes where a thread's wake or spawn goes
+ * now (cbcmn__schedule(): not home to a stalled executor, so the inject
+ * queue), pinned ones back to x: they never move.  The owner takes the
+ * list with an exchange too: each task has one taker.  acquire: pairs
+ * with cbcmn__remote_push()'s release. */
+void cbcmn__remote_rescue(struct cbcmn__exec *x)
+{
+	struct cbcmn_task *r = atomic_exchange_explicit(&x->remote, NULL, memory_order_acquire);
+	struct cbcmn_task *rev = NULL;
+	while (r) { /* LIFO as pushed: first come first placed */
+		struct cbcmn_task *n = r->next;
+		r->next = rev;
+		rev = r;
+		r = n;
+	}
+	while (rev) {
+		struct cbcmn_task *n = rev->next;
+		if (rev->flags & CBCMN__TF_PINNED)
+			cbcmn__remote_push(x, rev);
+		else if (rev->sp)
+			cbcmn__schedule(x->rt, rev, NULL);
+		else
+			cbcmn__schedule_new(x->rt, rev, NULL);
+		rev = n;
+	}
+}
+
 void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	t->next = NULL;

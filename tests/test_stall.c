@@ -191,9 +191,19 @@ static int64_t home_c(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static void woken_for_stalled_home(bool task_waker)
+/* early: wake B as soon as A runs, before the stall can be seen (a
+ * thread waker only). */
+static void woken_for_stalled_home(bool task_waker, bool early)
 {
-	cbcmn_runtime *rt = stall_runtime(2, 0);
+	cbcmn_runtime *rt = early ? NULL : stall_runtime(2, 0);
+	if (early) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		cfg.policy = CBCMN_PIN_NONE;
+		cfg.stall_ns = 200000000ull; /* the wake comes long before */
+		rt = t_runtime_cfg(&cfg);
+	}
 	struct home h;
 	memset(&h, 0, sizeof(h));
 	h.rt = rt;
@@ -212,8 +222,10 @@ static void woken_for_stalled_home(bool task_waker)
 	end = t_now_ns() + T_STALL_NS;
 	while (!atomic_load(&h.a_id) && t_now_ns() < end)
 		usleep(200);
-	/* A runs after B switched away: B is blocked, its home is A's. */
-	assert_true(wait_stalled(rt, home, atomic_load(&h.a_id)));
+	/* A runs after B switched away: B is blocked, its home is A's.  A
+	 * holds its executor from here on: nothing sent there runs. */
+	if (!early)
+		assert_true(wait_stalled(rt, home, atomic_load(&h.a_id)));
 	int v = 1;
 	if (task_waker)
 		assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 1 - home, home_c, &h, NULL), 0);
@@ -235,14 +247,24 @@ static void woken_for_stalled_home(bool task_waker)
 static void test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere(void **state)
 {
 	(void)state;
-	woken_for_stalled_home(true);
+	woken_for_stalled_home(true, false);
 }
 
 /* The same wake from a thread outside the runtime (the remote list). */
 static void test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere(void **state)
 {
 	(void)state;
-	woken_for_stalled_home(false);
+	woken_for_stalled_home(false, false);
+}
+
+/* The bug: a thread's wake sent home in the stall_ns before the stall was
+ * seen sat in the home's remote list for as long as the stall: forever,
+ * when the blocked call waited for that task.  The monitor moves what
+ * threads sent a stalled executor. */
+static void test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs_elsewhere(void **state)
+{
+	(void)state;
+	woken_for_stalled_home(false, true);
 }
 
 /* ---- the report ------------------------------------------------------------ */
@@ -378,6 +400,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_child_queued_behind_a_blocked_read_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
+		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs_elsewhere),
 		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
 		T_WATCHED_TEST(test_regression_fork_join_subtree_run_inline_is_not_a_stall),
 		T_WATCHED_TEST(test_idle_runtime_monitor_rarely_wakes),
