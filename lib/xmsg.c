@@ -235,32 +235,38 @@ void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 	ensure_live(dst);
 }
 
-/* The stall monitor, for stalled executor x (monitor.c): the tasks
- * threads sent it before the stall was seen would wait in its remote list
- * as long as the stall.  Each goes where a thread's wake or spawn goes
- * now (cbcmn__schedule(): not home to a stalled executor, so the inject
- * queue), pinned ones back to x: they never move.  The owner takes the
- * list with an exchange too: each task has one taker.  acquire: pairs
- * with cbcmn__remote_push()'s release. */
-void cbcmn__remote_rescue(struct cbcmn__exec *x)
+/* Take e's remote list, first come first: the owner (cbcmn__mail_drain())
+ * or the stall monitor (cbcmn__remote_rescue()), each with an exchange, so
+ * each task has one taker.  acquire: pairs with cbcmn__remote_push()'s
+ * release. */
+static struct cbcmn_task *remote_take(struct cbcmn__exec *e)
 {
-	struct cbcmn_task *r = atomic_exchange_explicit(&x->remote, NULL, memory_order_acquire);
+	struct cbcmn_task *r = atomic_exchange_explicit(&e->remote, NULL, memory_order_acquire);
 	struct cbcmn_task *rev = NULL;
-	while (r) { /* LIFO as pushed: first come first placed */
+	while (r) { /* LIFO as pushed: reverse */
 		struct cbcmn_task *n = r->next;
 		r->next = rev;
 		rev = r;
 		r = n;
 	}
-	while (rev) {
-		struct cbcmn_task *n = rev->next;
-		if (rev->flags & CBCMN__TF_PINNED)
-			cbcmn__remote_push(x, rev);
-		else if (rev->sp)
-			cbcmn__schedule(x->rt, rev, NULL);
+	return rev;
+}
+
+/* The stall monitor, for stalled executor x (monitor.c): the tasks
+ * threads sent it before the stall was seen would wait in its remote list
+ * as long as the stall.  Each goes where a thread's wake or spawn goes
+ * now (cbcmn__schedule(): not home to a stalled executor, so the inject
+ * queue), pinned ones back to x: they never move. */
+void cbcmn__remote_rescue(struct cbcmn__exec *x)
+{
+	for (struct cbcmn_task *t = remote_take(x), *n; t; t = n) {
+		n = t->next;
+		if (t->flags & CBCMN__TF_PINNED)
+			cbcmn__remote_push(x, t);
+		else if (t->sp)
+			cbcmn__schedule(x->rt, t, NULL);
 		else
-			cbcmn__schedule_new(x->rt, rev, NULL);
-		rev = n;
+			cbcmn__schedule_new(x->rt, t, NULL);
 	}
 }
 
@@ -337,22 +343,10 @@ bool cbcmn__mail_drain(struct cbcmn__exec *e)
 	/* seq_cst: clearing the summary before reading the bits, against a
 	 * sender's bit-then-summary (mail_flag). */
 	atomic_thread_fence(memory_order_seq_cst);
-	struct cbcmn_task *r = atomic_exchange_explicit(&e->remote, NULL, memory_order_acquire);
-	if (r) {
-		/* LIFO as pushed: reverse, first come first run. */
-		struct cbcmn_task *rev = NULL;
-		while (r) {
-			struct cbcmn_task *n = r->next;
-			r->next = rev;
-			rev = r;
-			r = n;
-		}
-		while (rev) {
-			struct cbcmn_task *n = rev->next;
-			take_task(e, rev, rev->sp != NULL); /* started: woken */
-			rev = n;
-			got = true;
-		}
+	for (struct cbcmn_task *t = remote_take(e), *n; t; t = n) {
+		n = t->next;
+		take_task(e, t, t->sp != NULL); /* started: woken */
+		got = true;
 	}
 	uint32_t words = (e->rt->nexec + 63) / 64;
 	for (uint32_t w = 0; w < words; w++) {
