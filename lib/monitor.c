@@ -44,6 +44,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -161,7 +162,6 @@ static void *mon_main(void *arg)
 {
 	struct cbcmn__monitor *m = arg;
 	struct cbcmn_runtime *rt = m->rt;
-	pthread_setname_np(pthread_self(), "cbcmn-monitor");
 	uint64_t sleep = m->tick_ns;
 	for (;;) {
 		/* A long sleep says so (MON_IDLE), for executors to end it. */
@@ -224,9 +224,17 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));
 	atomic_store_explicit(&rt->mon_word, MON_TICKING, memory_order_relaxed);
+	/* All signals blocked from its first instruction: a process-directed
+	 * signal goes to one of the program's threads, never to ours. */
+	pthread_attr_t a;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_attr_init(&a);
+	pthread_attr_setsigmask_np(&a, &all);
 	int rc = m->seen_seq && m->seen_runs && m->seen_ns
-			 ? pthread_create(&m->thread, NULL, mon_main, m)
+			 ? pthread_create(&m->thread, &a, mon_main, m)
 			 : ENOMEM;
+	pthread_attr_destroy(&a);
 	if (rc != 0) {
 		free(m->seen_seq);
 		free(m->seen_runs);
@@ -234,6 +242,8 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 		free(m);
 		return -rc;
 	}
+	/* Named before create returns: what top, perf and the tools show. */
+	pthread_setname_np(m->thread, "cbcmn-monitor");
 	rt->mon = m;
 	return 0;
 }

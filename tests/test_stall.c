@@ -7,6 +7,9 @@
 #include "../lib/monitor.h"
 
 #include <cbcmn_chan.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
 
 #define STALL_NS 2000000ull /* cfg.stall_ns of these tests: 2 ms */
 
@@ -394,6 +397,64 @@ static void test_idle_runtime_monitor_rarely_wakes(void **state)
 	t_destroy(rt);
 }
 
+/* The monitor's thread, found by its name: its blocked signals' mask
+ * (/proc SigBlk), or 0 with *found false. */
+static uint64_t monitor_sigblk(bool *found)
+{
+	*found = false;
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return 0;
+	uint64_t blk = 0;
+	struct dirent *de;
+	while (!*found && (de = readdir(d))) {
+		char path[300], line[256];
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		bool mine = false;
+		while (fgets(line, sizeof(line), f)) {
+			if (!strncmp(line, "Name:\tcbcmn-monitor", 19))
+				mine = true;
+			if (mine && sscanf(line, "SigBlk: %" SCNx64, &blk) == 1)
+				*found = true;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return blk;
+}
+
+/* The bug: the monitor thread inherited its creator's signal mask, so a
+ * process-directed signal (SIGINT, SIGTERM, a timer's) could be handled
+ * on it, a thread the program never made. */
+static void test_regression_monitor_thread_blocks_every_signal(void **state)
+{
+	(void)state;
+	/* Created from a thread that blocks nothing (the suite's own mask
+	 * may block some). */
+	sigset_t none, old;
+	sigemptyset(&none);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &none, &old), 0);
+	cbcmn_runtime *rt = stall_runtime(1, 0);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+	/* Past its start (a new thread begins with every signal blocked
+	 * until glibc sets its own mask): it has looked once. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (cbcmn__monitor_wakeups(rt) == 0 && t_now_ns() < end)
+		usleep(1000);
+	bool found;
+	uint64_t blk = monitor_sigblk(&found);
+	t_destroy(rt);
+	assert_true(found);
+	/* Every signal but the two the kernel never blocks, and glibc's
+	 * own 32 and 33, which it keeps out of any mask. */
+	uint64_t want = ~0ull & ~((1ull << (SIGKILL - 1)) | (1ull << (SIGSTOP - 1)) |
+				  (1ull << 31) | (1ull << 32));
+	assert_true((blk & want) == want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +465,7 @@ int main(void)
 		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
 		T_WATCHED_TEST(test_regression_fork_join_subtree_run_inline_is_not_a_stall),
 		T_WATCHED_TEST(test_idle_runtime_monitor_rarely_wakes),
+		T_WATCHED_TEST(test_regression_monitor_thread_blocks_every_signal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
