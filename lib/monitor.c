@@ -80,8 +80,8 @@ static uint64_t mon_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Is the run of x numbered seq still the one running?  A stall's
- * report: publish it and name its task. */
+/* x's run seq has held it for ns: publish the stall and name its task,
+ * unless the run has just ended. */
 static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64_t seq,
 			 uint64_t ns)
 {
