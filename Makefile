@@ -1,5 +1,5 @@
 # cbcmn: the one build file.
-#   make                 library (static + shared) and tools, under build/
+#   make                 library (static + shared), tools and examples/, under build/
 #   make run             install missing packages, build, run a workload under cbcmn-top -b
 #   make test            install missing packages, then every cmocka suite:
 #                        release build (also as a user without privilege, but for a
@@ -72,6 +72,9 @@ TOOLS    := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/cbcmn-*.c))
 TOOLCOMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/common/*.c))
 TOOLCOMMON := $(BUILD)/lib/libtoolcommon.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+# Programs a user copies from (README, "Examples"): one .c file each, built
+# as a user's program would be, against the public headers alone.
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 # The version is held by lib/include/cbcmn.h alone (docs/INSTALL.md): the
 # soname carries its MAJOR.
 VERSION  := $(shell awk '/^.define CBCMN_VERSION_(MAJOR|MINOR|PATCH) /{v = v s $$3; s = "."} END {print v}' lib/include/cbcmn.h)
@@ -102,16 +105,16 @@ BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbc
                $(BUILD)/tests/test_top $(BUILD)/tests/test_bpfns $(BUILD)/tests/test_bpfscale \
                $(BUILD)/tests/test_bpfsched
 # Suites that exercise threads racing each other: these also run under TSan.
-TSAN_TESTS := test_deque test_wake test_sched test_nursery test_cancel test_lockorder test_budget test_budget_defaults test_janus test_janus_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults test_errtail test_backend test_bpfscale test_snapshot test_obligation test_stall
+TSAN_TESTS := test_deque test_wake test_sched test_nursery test_cancel test_lockorder test_budget test_budget_defaults test_budget_refund test_janus test_janus_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults test_errtail test_backend test_bpfscale test_snapshot test_obligation test_poll test_trace test_actor test_stall
 
 # Suites that do fiber I/O or park executors: `make test` runs them a second
 # time on the epoll backend (CBCMN_BACKEND=epoll, docs/IO.md "Backends");
 # those of them that test io_uring itself skip there, saying so.  Under ASan
 # the shorter EPOLL_ASAN_TESTS, for the time budget.
-EPOLL_TESTS := test_io test_iocancel test_stream test_echo test_timer test_worker test_blocking test_lab test_takeover test_grow test_fork test_wake test_limits test_ring
-EPOLL_ASAN_TESTS := test_io test_iocancel test_stream test_timer test_echo test_blocking
+EPOLL_TESTS := test_io test_iocancel test_stream test_echo test_timer test_worker test_blocking test_lab test_takeover test_grow test_fork test_wake test_limits test_ring test_poll
+EPOLL_ASAN_TESTS := test_io test_iocancel test_stream test_timer test_echo test_blocking test_poll
 
-all: $(STATIC) $(SHARED) $(TOOLS)
+all: $(STATIC) $(SHARED) $(TOOLS) examples
 
 $(BUILD)/obj/%.o: %.c
 	$(call msg,CC,$<)
@@ -136,6 +139,16 @@ $(SHARED): $(LIB_OBJS) lib/libcbcmn.map
 	@mkdir -p $(@D)
 	$(Q)$(CC) -shared -Wl,--version-script=lib/libcbcmn.map -Wl,-soname,$(SONAME) \
 		-Wl,-z,noexecstack -Wl,-z,nodelete $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(STATIC)
+	$(call msg,CCLD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) -D_GNU_SOURCE -Ilib/include $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS)
+
+# The TLS echo server uses OpenSSL (libssl-dev); test_examples is its client.
+$(BUILD)/examples/tls_echo $(BUILD)/tests/test_examples: EXTRA_LDLIBS := -lssl -lcrypto
+# test_examples runs the examples of its own build.
+$(BUILD)/tests/test_examples: | $(EXAMPLES)
 
 $(TOOLCOMMON): $(TOOLCOMMON_OBJS)
 	$(call msg,AR,$@)
@@ -184,6 +197,9 @@ $(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BU
 $(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_cli runs every tool of its own build with bad arguments.
 $(BUILD)/tests/test_cli: | $(TOOLS)
+# test_export runs cbcmn-stat --prometheus; test_trace runs cbcmn-run --trace.
+$(BUILD)/tests/test_export: | $(BUILD)/bin/cbcmn-stat
+$(BUILD)/tests/test_trace: | $(BUILD)/bin/cbcmn-run
 # test_install installs this build (tools included) into a scratch DESTDIR.
 $(BUILD)/tests/test_install: | $(TOOLS)
 
@@ -194,6 +210,7 @@ bpf: $(BPF_SKELS)
 
 tests: $(TESTS)
 tools: $(TOOLS)
+examples: $(EXAMPLES)
 bench: $(BUILD)/bin/cbcmn-bench
 
 deps:
@@ -374,6 +391,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools bench deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
+.PHONY: all tests tools examples bench deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
 
--include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(FUZZ_OUT) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(BUILD)/examples $(FUZZ_OUT) -name '*.d' 2>/dev/null)

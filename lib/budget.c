@@ -7,9 +7,18 @@
  * not use, recharges) arrives in its atomic refund counters and is folded
  * in when a cost cannot be paid.  CBCMN_UNLIMITED components never change.
  *
+ * Refunds go back to whoever paid (t->payer, the spawner): when a child
+ * ends, what it did not use and its stack's charge go to its payer's
+ * refund counters, under the payer's budget lock (striped per runtime), and
+ * wake the payer if it waits for budget.  A task closes its counters when
+ * it ends, under the same lock: what arrives later passes on to its own
+ * payer, so nothing is given to a task that has ended.
+ *
  * Exhaustion: a task that cannot pay waits on its nursery's list of
  * exhausted children (an interruptible wait, so cancellation ends it too).
- * A recharge wakes it.  When every child the opener still awaits is
+ * A recharge or a refund wakes it.  It counts as exhausted for its opener
+ * only while no child it paid for is still running (one that is will give
+ * back when it ends): when every child the opener still awaits is
  * exhausted, await_all ends them: they unwind to their landing pad and end
  * with CBCMN_EBUDGET.
  */
@@ -40,6 +49,23 @@ static inline uint64_t *field(struct cbcmn_task *t, int comp)
 	default:
 		return &t->ops;
 	}
+}
+
+/* The lock that orders budget given to t against t's end. */
+static struct cbcmn__mutex *budget_lock(const struct cbcmn_task *t)
+{
+	return &t->rt->budget_locks[t->id % CBCMN__BUDGET_LOCKS];
+}
+
+/* Add v to t's incoming component c, saturating at CBCMN_UNLIMITED (a
+ * recharge to unlimited with a refund pending must not wrap).  release:
+ * pairs with the acquire exchange in fold_refunds(). */
+static void refund_add(struct cbcmn_task *t, int c, uint64_t v)
+{
+	uint64_t cur = atomic_load_explicit(&t->refund[c], memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&t->refund[c], &cur, sat_add(cur, v),
+						      memory_order_release, memory_order_relaxed))
+		;
 }
 
 static uint64_t interval(const struct cbcmn_task *t)
@@ -184,12 +210,25 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 		spawner->yield_left += (uint64_t)spawner->countdown;
 		spawner->countdown = 0;
 	}
+	uint64_t w[CBCMN__B_N] = {want->ops, want->memory, want->spawn_count, want->channel_ops,
+				  want->syscalls};
+	const uint64_t asked[CBCMN__B_N] = {ask ? ask->ops : 0, ask ? ask->memory : 0,
+					    ask ? ask->spawn_count : 0, ask ? ask->channel_ops : 0,
+					    ask ? ask->syscalls : 0};
+	/* Native, a component the program left unset while the spawner's is
+	 * finite: half of what the spawner has (its stack paid already), not
+	 * all of it, so that the spawner can go on (docs/BUDGETS.md). */
+	for (int c = 0; c < CBCMN__B_N; c++) {
+		uint64_t have = *field(spawner, c);
+		if ((child->rt->child_share >> c & 1) && !asked[c] && have != U)
+			w[c] = have / 2;
+	}
 	cbcmn_budget b = {
-		.ops = take(&spawner->ops, want->ops),
-		.memory = take(&spawner->memory, want->memory),
-		.spawn_count = take(&spawner->spawn_count, want->spawn_count),
-		.channel_ops = take(&spawner->channel_ops, want->channel_ops),
-		.syscalls = take(&spawner->syscalls, want->syscalls),
+		.ops = take(&spawner->ops, w[CBCMN__B_OPS]),
+		.memory = take(&spawner->memory, w[CBCMN__B_MEMORY]),
+		.spawn_count = take(&spawner->spawn_count, w[CBCMN__B_SPAWN]),
+		.channel_ops = take(&spawner->channel_ops, w[CBCMN__B_CHANNEL]),
+		.syscalls = take(&spawner->syscalls, w[CBCMN__B_SYSCALLS]),
 	};
 	set_budget(child, &b);
 	if (folded)
@@ -197,30 +236,136 @@ int cbcmn__budget_draw(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 	return 0;
 }
 
-/* Give back what t did not use, to the opener of its nursery, and the
- * memory its stack was charged (to the opener too: the spawner was the
- * opener or a task inside the nursery, whose budget came from the opener's).
- * A thread's nursery has no opener to give to: then it goes back to the
- * task that spawned t (t->payer).  A root (spawned by a thread) owes
- * nobody anything. */
+static void wake_budget_wait(struct cbcmn_task *o, bool if_mismatch, struct cbcmn__exec *e);
+
+/* Hold a reference to t's payer until t's record is freed (task.c). */
+static void hold_payer(struct cbcmn_task *t)
+{
+	/* Relaxed: the payer is alive (running, or the opener of t's
+	 * nursery, which t has not left) and holds its own reference; the
+	 * release of the last cbcmn__task_unref() orders the rest. */
+	atomic_fetch_add_explicit(&t->payer->refs, 1, memory_order_relaxed);
+	t->payer_ref = true;
+	/* A refund may now pass through the payer once it has ended: it must
+	 * then hold its own payer too, or the walk goes on to a record freed
+	 * meanwhile.  Relaxed: written by the payer itself (a spawn), or by a
+	 * child of its own nursery ending, before the release step of its
+	 * live count that the payer's await_all acquires. */
+	atomic_store_explicit(&t->payer->payer_held, true, memory_order_relaxed);
+}
+
+/* spawner paid child's draw or its stack: child gives back to it when it
+ * ends.  A spawner that is not the opener of child's nursery may end
+ * first: child holds its record (a refund reaching an ended spawner passes
+ * on to the spawner's payer).  The opener outlives child; child takes a
+ * reference to it only if something may pass through child after child
+ * ends (cbcmn__budget_leftover()): no locked instruction on the fork-join
+ * spawn.  Nothing is owed by a child of an unlimited spawner: unlimited
+ * flows nowhere. */
+void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
+			 struct cbcmn_task *opener)
+{
+	if (!child->stack_charge && !(child->limited && spawner->limited))
+		return;
+	/* Relaxed: decremented under spawner's budget lock (give()), read
+	 * there or with acquire by spawner itself. */
+	atomic_fetch_add_explicit(&spawner->owed, 1, memory_order_relaxed);
+	/* Drawn spawns it may give back (an unlimited count is not drawn:
+	 * the spawner's is unlimited too, and never waits). */
+	child->gives_spawns = child->spawn_count && child->spawn_count != U;
+	if (child->gives_spawns)
+		atomic_fetch_add_explicit(&spawner->owed_spawns, 1, memory_order_relaxed);
+	child->payer = spawner;
+	if (spawner != opener)
+		hold_payer(child);
+}
+
+/* A spawn paid for and then refused (closed or cancelled meanwhile, no
+ * memory for the record): the spawn and the stack come back, the op not. */
+void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge)
+{
+	if (t->spawn_count != U)
+		t->spawn_count++;
+	cbcmn__refund_memory(t, stack_charge);
+}
+
+/* Give amount to o; once o has ended, to its payer instead, and so on up
+ * (a root's payer is nobody: then it is dropped, as a root's budget came
+ * from nobody).  Each task of the chain is alive: o is held by the child
+ * that gives, every payer by the task it paid for.  ended: the ending
+ * child whose payer o is (o is owed one child fewer), or NULL. */
+static void give(struct cbcmn_task *o, const uint64_t amount[CBCMN__B_N],
+		 const struct cbcmn_task *ended, struct cbcmn__exec *e)
+{
+	while (o) {
+		struct cbcmn__mutex *bl = budget_lock(o);
+		cbcmn__mutex_lock(bl);
+		bool closed = o->budget_closed;
+		if (!closed)
+			for (int c = 0; c < CBCMN__B_N; c++)
+				if (amount[c])
+					refund_add(o, c, amount[c]);
+		if (ended) {
+			/* Relaxed: read under this lock (wait_exhausted()). */
+			if (ended->gives_spawns)
+				atomic_fetch_sub_explicit(&o->owed_spawns, 1,
+							  memory_order_relaxed);
+			/* After the refund: release pairs with the acquire in
+			 * cbcmn__budget_leftover(), where o, seeing no child
+			 * left, closes without this lock and must see it. */
+			atomic_fetch_sub_explicit(&o->owed, 1, memory_order_release);
+			ended = NULL;
+		}
+		if (!closed) {
+			/* Waiting for budget: what arrived may be what it needs. */
+			wake_budget_wait(o, false, e);
+			cbcmn__mutex_unlock(bl);
+			return;
+		}
+		struct cbcmn_task *next = o->payer;
+		cbcmn__mutex_unlock(bl);
+		o = next;
+	}
+}
+
+/* t ends: close its incoming budget (what arrives later goes on to its
+ * payer), and give what it did not use, with what its stack was charged,
+ * back to its payer.  An unlimited task has nothing to give and nobody
+ * owes it anything (so no lock on the fork-join path), except in the
+ * cluster profile, where a supervisor may recharge it and must find it
+ * closed once ended. */
 void cbcmn__budget_leftover(struct cbcmn_task *t)
 {
-	/* A root's budget is the config's, taken from nobody: given to its
-	 * nursery's opener it would grow the opener's without bound. */
-	if (t->root)
+	if (!t->limited && t->rt->cfg.profile != CBCMN_PROFILE_CLUSTER)
 		return;
-	struct cbcmn_task *o = t->nursery ? t->nursery->owner : NULL;
-	if (!o)
-		o = t->payer;
-	if (!o)
-		return;
-	if (t->stack_charge)
-		atomic_fetch_add_explicit(&o->refund[CBCMN__B_MEMORY], t->stack_charge,
-					  memory_order_relaxed);
-	/* Nothing else to give back from an unlimited task: unlimited flows
-	 * nowhere, and budget sent to it was absorbed. */
-	if (!t->limited)
-		return;
+	uint64_t in[CBCMN__B_N];
+	/* Nobody can give t anything any more when no child it paid for is
+	 * left (acquire: pairs with give()'s release, after the child's
+	 * refund), nobody holds a handle to recharge it with, and no task
+	 * holds it as its payer (nothing passes through it): then no lock,
+	 * the common fork-join case. */
+	bool held = atomic_load_explicit(&t->payer_held, memory_order_relaxed);
+	bool alone = !(t->flags & CBCMN__TF_HANDLE) && !held &&
+		     atomic_load_explicit(&t->owed, memory_order_acquire) == 0;
+	struct cbcmn__mutex *bl = budget_lock(t);
+	if (!alone)
+		cbcmn__mutex_lock(bl);
+	t->budget_closed = true;
+	/* acquire: pairs with refund_add()'s release. */
+	for (int c = 0; c < CBCMN__B_N; c++)
+		in[c] = atomic_exchange_explicit(&t->refund[c], 0, memory_order_acquire);
+	/* Children it paid for still run (in a nursery it did not open), or
+	 * a task holds t as its payer (a refund from below may pass through
+	 * it): what they give back passes through t to its payer, which must
+	 * outlive t's record.  It is alive now (t's opener, t has not left
+	 * its nursery, or held since the spawn). */
+	if (!alone && t->payer && !t->payer_ref &&
+	    (held || atomic_load_explicit(&t->owed, memory_order_relaxed)))
+		hold_payer(t);
+	if (!alone)
+		cbcmn__mutex_unlock(bl);
+	if (!t->payer)
+		return; /* a root: its budget came from nobody */
 	uint64_t left[CBCMN__B_N] = {
 		[CBCMN__B_OPS] = t->ops == U ? U : t->ops + (t->countdown > 0 ? (uint64_t)t->countdown : 0),
 		[CBCMN__B_MEMORY] = t->memory,
@@ -229,11 +374,14 @@ void cbcmn__budget_leftover(struct cbcmn_task *t)
 		[CBCMN__B_SYSCALLS] = t->syscalls,
 	};
 	for (int c = 0; c < CBCMN__B_N; c++) {
-		left[c] = sat_add(left[c], atomic_load_explicit(&t->refund[c], memory_order_relaxed));
-		/* Unlimited flows nowhere: whoever gave it had unlimited. */
-		if (left[c] && left[c] != U)
-			atomic_fetch_add_explicit(&o->refund[c], left[c], memory_order_relaxed);
+		/* Unlimited flows nowhere: whoever gave it had unlimited.  A
+		 * finite sum that overflows gives all but "unlimited". */
+		left[c] = left[c] == U || in[c] == U ? 0 : sat_add(left[c], in[c]);
+		if (left[c] == U)
+			left[c] = U - 1;
 	}
+	left[CBCMN__B_MEMORY] = sat_add(left[CBCMN__B_MEMORY], t->stack_charge);
+	give(t->payer, left, t, t->exec);
 }
 
 /* Fold incoming budget into t's own.  True if anything arrived. */
@@ -260,25 +408,84 @@ static __attribute__((noreturn)) void unwind(struct cbcmn_task *t, int64_t resul
 }
 
 /* Under n->lock: take iw off the exhausted list.  Whoever claims an
- * exhausted wait under the lock (recharge, the opener ending it) takes it
- * off at once, so the count the opener compares stays exact; a wait that
- * cancellation claimed is taken off by its task when it resumes. */
+ * exhausted wait under the lock (recharge, a refund, the opener ending it)
+ * takes it off at once, so the count the opener compares stays exact; a
+ * wait that cancellation claimed is taken off by its task when it resumes.
+ * A wait is counted (iw->user set) only while its task owes nothing to
+ * come (wait_exhausted()). */
 static bool exhausted_unlink(struct cbcmn_nursery *n, struct cbcmn__iwait *iw)
 {
 	for (struct cbcmn__iwait **pp = &n->exhausted; *pp; pp = &(*pp)->qnext) {
 		if (*pp == iw) {
 			*pp = iw->qnext;
+			/* Relaxed: read under n->lock, or as a hint under the
+			 * task's budget lock (wake_budget_wait()). */
+			atomic_store_explicit(&iw->w.task->budget_iw, NULL, memory_order_relaxed);
 			/* One fewer exhausted never settles the opener: no
 			 * wake to check.  Relaxed: the opener's arming CAS
 			 * compares the whole word. */
-			atomic_fetch_sub_explicit(&n->live, CBCMN__LIVE_EXH_ONE, memory_order_relaxed);
+			if (iw->user)
+				atomic_fetch_sub_explicit(&n->live, CBCMN__LIVE_EXH_ONE,
+							  memory_order_relaxed);
 			return true;
 		}
 	}
 	return false;
 }
 
-/* t cannot pay: wait, exhausted, until it is recharged (true) or ended. */
+/* Under t's budget lock: does t, waiting for component comp, count as
+ * exhausted for its opener?  Not while a child it paid for, which could
+ * give comp back, still runs (one waiting for budget itself gives nothing
+ * until recharged).  Only a child drawn spawns can give spawns back.
+ * Relaxed: these change under this lock, or grow at t's own spawns. */
+static bool counts_exhausted(struct cbcmn_task *t, int comp)
+{
+	if (comp == CBCMN__B_SPAWN)
+		return atomic_load_explicit(&t->owed_exh_spawns, memory_order_relaxed) >=
+		       atomic_load_explicit(&t->owed_spawns, memory_order_relaxed);
+	return atomic_load_explicit(&t->owed_exh, memory_order_relaxed) >=
+	       atomic_load_explicit(&t->owed, memory_order_relaxed);
+}
+
+/* Under o's budget lock, o not ended (so its nursery is alive): wake o if
+ * it waits for budget.  if_mismatch: only if it waits counted and should
+ * not be, or the other way round (it then waits again as it should). */
+static void wake_budget_wait(struct cbcmn_task *o, bool if_mismatch, struct cbcmn__exec *e)
+{
+	/* A hint: set under this lock, cleared under n->lock (looked at again
+	 * there). */
+	if (!atomic_load_explicit(&o->budget_iw, memory_order_relaxed))
+		return;
+	struct cbcmn_nursery *n = o->nursery;
+	cbcmn__mutex_lock(&n->lock);
+	struct cbcmn__iwait *iw = atomic_load_explicit(&o->budget_iw, memory_order_relaxed);
+	bool counted = counts_exhausted(o, o->budget_comp);
+	if (iw && (!if_mismatch || counted != (iw->user != NULL)) && cbcmn__iwait_claim(iw)) {
+		exhausted_unlink(n, iw);
+		cbcmn__iwait_wake(iw, e);
+	}
+	cbcmn__mutex_unlock(&n->lock);
+}
+
+/* t's counted wait began (delta 1) or ended (-1): its payer, if waiting,
+ * may now have to count as exhausted, or stop counting. */
+static void notify_payer(struct cbcmn_task *t, int delta)
+{
+	struct cbcmn_task *p = t->payer;
+	if (!p)
+		return;
+	struct cbcmn__mutex *bl = budget_lock(p);
+	cbcmn__mutex_lock(bl);
+	/* Relaxed: read under this lock. */
+	atomic_fetch_add_explicit(&p->owed_exh, (uint32_t)delta, memory_order_relaxed);
+	if (t->gives_spawns)
+		atomic_fetch_add_explicit(&p->owed_exh_spawns, (uint32_t)delta,
+					  memory_order_relaxed);
+	if (!p->budget_closed)
+		wake_budget_wait(p, true, t->exec);
+	cbcmn__mutex_unlock(bl);
+}
+
 /* CapBudget: refill component comp from the task's own limit, all that
  * is left of it.  True if anything came. */
 static bool self_recharge(struct cbcmn_task *t, int comp)
@@ -295,32 +502,56 @@ static bool self_recharge(struct cbcmn_task *t, int comp)
 	return true;
 }
 
-static void wait_exhausted(struct cbcmn_task *t)
+/* t cannot pay: wait until budget arrives (a refund, a recharge), or t is
+ * ended (its opener gives up on it, or cancellation).  While a child t paid
+ * for still runs, t will get something back when it ends: t waits for that
+ * without counting as exhausted, so its opener does not end it meanwhile
+ * (SPEC-021 §14.1 "recharge or fail": its own children recharge it).  Once
+ * every such child waits for budget too (or none is left), t counts.  For
+ * a spawn (comp), only children drawn spawns count: the others have none
+ * to give back, and waiting for them would hang a spawner whose children
+ * wait for it (counts_exhausted()). */
+static void wait_exhausted(struct cbcmn_task *t, int comp)
 {
 	struct cbcmn_nursery *n = t->nursery;
 	if (!t->landing)
 		abort(); /* every task runs below a landing pad (sched.c) */
 	struct cbcmn__iwait iw;
+	struct cbcmn__mutex *bl = budget_lock(t);
+	/* Under t's budget lock: a refund comes either before (folded here)
+	 * or after, and then finds the wait listed (give()). */
+	cbcmn__mutex_lock(bl);
 	cbcmn__mutex_lock(&n->lock);
 	if (fold_refunds(t)) {
-		/* A recharge landed meanwhile. */
+		/* Budget landed meanwhile. */
 		cbcmn__mutex_unlock(&n->lock);
+		cbcmn__mutex_unlock(bl);
 		return;
 	}
 	cbcmn__iwait_init(&iw, t);
 	iw.kind = CBCMN__G_PARKED;
+	t->budget_comp = (uint8_t)comp;
+	bool counted = counts_exhausted(t, comp);
+	iw.user = counted ? &iw : NULL;
 	iw.qnext = n->exhausted;
 	n->exhausted = &iw;
+	atomic_store_explicit(&t->budget_iw, &iw, memory_order_relaxed);
 	/* Counted under the lock, with the list; wakes the opener if every
 	 * child it waits for is now exhausted. */
-	cbcmn__nursery_live_add(n, CBCMN__LIVE_EXH_ONE, t->exec);
+	if (counted)
+		cbcmn__nursery_live_add(n, CBCMN__LIVE_EXH_ONE, t->exec);
 	cbcmn__mutex_unlock(&n->lock);
+	cbcmn__mutex_unlock(bl);
+	if (counted)
+		notify_payer(t, 1);
 
 	uint32_t how = cbcmn__iwait_block(&iw);
 
 	cbcmn__mutex_lock(&n->lock);
 	exhausted_unlink(n, &iw);
 	cbcmn__mutex_unlock(&n->lock);
+	if (counted)
+		notify_payer(t, -1);
 	if (atomic_load_explicit(&t->killed, memory_order_acquire))
 		unwind(t, CBCMN_EBUDGET);
 	if (how == CBCMN__IW_CANCELLED)
@@ -333,7 +564,7 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 	uint64_t *f = field(t, comp);
 	while (*f != U && *f < amount) {
 		if (!fold_refunds(t) && !self_recharge(t, comp))
-			wait_exhausted(t);
+			wait_exhausted(t, comp);
 	}
 	if (*f != U)
 		*f -= amount;
@@ -370,14 +601,25 @@ static void fairness_yield(struct cbcmn_task *t)
 	}
 }
 
-/* Pay for a new countdown window, waiting exhausted if need be. */
+/* The countdown ran out.  At 0 the window's last op paid the call that
+ * got here; below 0 the call's op is still to pay (its window was empty):
+ * pay it, waiting exhausted if need be.  Then open a new window if there
+ * are ops for one; if not, stay at 0, and the next costed call comes back
+ * here to pay for itself.  Waiting for the next op already would stop a
+ * task at the call that spent its last one: n ops paid n - 1 calls. */
 static void pay_window(struct cbcmn_task *t)
 {
-	while (t->ops == 0) {
+	uint64_t debt = t->countdown < 0 ? (uint64_t)-t->countdown : 0;
+	t->countdown = 0;
+	while (t->ops != U && t->ops < debt) {
 		if (!fold_refunds(t) && !self_recharge(t, CBCMN__B_OPS))
-			wait_exhausted(t);
+			wait_exhausted(t, CBCMN__B_OPS);
 	}
-	refill_window(t);
+	if (t->ops != U)
+		t->ops -= debt;
+	t->yield_left -= debt < t->yield_left ? debt : t->yield_left;
+	if (t->ops)
+		refill_window(t);
 }
 
 /* A runtime call's charge ran the countdown out.  The call reports a
@@ -458,7 +700,7 @@ static int recharge_self(struct cbcmn_task *self, const cbcmn_budget *amount)
 		if (*lim != U)
 			*lim -= give[c];
 		/* Through the refund counter, like any incoming budget. */
-		atomic_fetch_add_explicit(&self->refund[c], give[c], memory_order_relaxed);
+		refund_add(self, c, give[c]);
 	}
 	fold_refunds(self);
 	if (self->ops && self->countdown <= 0)
@@ -476,30 +718,28 @@ int cbcmn_caps_get(cbcmn_cx *cx, cbcmn_caps *out)
 	return 0;
 }
 
-int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount)
+/* Move amount from self to t, all or nothing.  Under t's budget lock:
+ * t cannot end meanwhile, so its nursery (whose lock a wake takes) and the
+ * chain of openers above it (supervises()) stay alive, and what is moved
+ * reaches t before it ends and gives its leftovers back, or nothing moves.
+ * t's record is alive: the caller holds its handle. */
+static int recharge_locked(struct cbcmn_task *self, struct cbcmn_task *t, const uint64_t give[])
 {
-	struct cbcmn_task *self = (struct cbcmn_task *)cx;
-	if (!self || !amount)
-		return -EINVAL;
-	cbcmn__stack_check(self);
-	if (!t)
-		return recharge_self(self, amount);
-	if (t->rt != self->rt)
-		return CBCMN_EWRONGRT;
-	/* An ended task's nursery may be gone (a handle outlives it): decide
-	 * without it.  Only the parent could have freed it, so for the parent
-	 * the check is not racy; anyone else is refused. */
-	bool done = atomic_load_explicit(&t->state, memory_order_acquire) == CBCMN__T_DONE;
+	/* Ended: its nursery may be gone.  A limited task (and any task in
+	 * the cluster profile) is closed under this lock as it ends; an
+	 * unlimited one needs nothing and never waits for budget, so its
+	 * state is enough.  Only the parent may still ask, for the answer
+	 * below. */
+	bool done = t->budget_closed ||
+		    atomic_load_explicit(&t->state, memory_order_acquire) == CBCMN__T_DONE;
 	if (t->opener != self && (done || !supervises(self, t)))
 		return -EPERM;
-	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
-					   amount->channel_ops, amount->syscalls};
 	/* All or nothing: check first, and before asking whether t has
 	 * ended, so that the answer to "more than you have" does not depend
 	 * on how fast t ran. */
 	fold_refunds(self);
 	cbcmn_budget have;
-	cbcmn_budget_get(cx, &have);
+	cbcmn_budget_get((cbcmn_cx *)self, &have);
 	const uint64_t has[CBCMN__B_N] = {have.ops, have.memory, have.spawn_count,
 					  have.channel_ops, have.syscalls};
 	for (int c = 0; c < CBCMN__B_N; c++)
@@ -507,7 +747,6 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 			return CBCMN_EBUDGET;
 	if (done)
 		return 0; /* nothing to give it any more */
-	struct cbcmn_nursery *n = t->nursery;
 	for (int c = 0; c < CBCMN__B_N; c++) {
 		if (!give[c])
 			continue;
@@ -525,22 +764,31 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 			if (*f != U)
 				*f -= give[c];
 		}
-		/* release: pairs with the acquire exchange in fold_refunds(). */
-		atomic_fetch_add_explicit(&t->refund[c], give[c], memory_order_release);
+		refund_add(t, c, give[c]);
 	}
-	/* Wake it if it waits for budget. */
-	cbcmn__mutex_lock(&n->lock);
-	for (struct cbcmn__iwait *iw = n->exhausted; iw; iw = iw->qnext) {
-		if (iw->w.task == t) {
-			if (cbcmn__iwait_claim(iw)) {
-				exhausted_unlink(n, iw);
-				cbcmn__iwait_wake(iw, self->exec);
-			}
-			break;
-		}
-	}
-	cbcmn__mutex_unlock(&n->lock);
+	/* Wake it if it waits for budget (an unlimited task never does). */
+	if (t->limited)
+		wake_budget_wait(t, false, self->exec);
 	return 0;
+}
+
+int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!self || !amount)
+		return -EINVAL;
+	cbcmn__stack_check(self);
+	if (!t)
+		return recharge_self(self, amount);
+	if (t->rt != self->rt)
+		return CBCMN_EWRONGRT;
+	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
+					   amount->channel_ops, amount->syscalls};
+	struct cbcmn__mutex *bl = budget_lock(t);
+	cbcmn__mutex_lock(bl);
+	int rc = recharge_locked(self, t, give);
+	cbcmn__mutex_unlock(bl);
+	return rc;
 }
 
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n)
@@ -551,7 +799,9 @@ void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n)
 		struct cbcmn__iwait *next = iw->qnext;
 		/* Only a wait we claim is ours to end: one a recharge or a
 		 * cancellation claimed first goes its own way. */
-		if (cbcmn__iwait_claim(iw)) {
+		/* An uncounted wait is owed a refund: not the opener's to end
+		 * (and the opener cannot be settled while one is listed). */
+		if (iw->user && cbcmn__iwait_claim(iw)) {
 			struct cbcmn_task *t = iw->w.task;
 			exhausted_unlink(n, iw);
 			/* Relaxed: the wake below publishes it (release). */
@@ -587,13 +837,13 @@ void cbcmn_free(void *p)
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount)
 {
 	fold_refunds(t);
-	/* A charge's op comes from the countdown, or opens a window from ops. */
-	if (t->countdown <= 1 && t->ops == 0)
+	/* A charge's op comes from the countdown, or from ops (pay_window()). */
+	if (t->countdown <= 0 && t->ops == 0)
 		self_recharge(t, CBCMN__B_OPS);
 	uint64_t *f = field(t, comp);
 	if (comp != CBCMN__B_OPS && *f != U && *f < amount)
 		self_recharge(t, comp);
-	return (t->countdown > 1 || t->ops > 0) && (comp == CBCMN__B_OPS || *f == U || *f >= amount);
+	return (t->countdown > 0 || t->ops > 0) && (comp == CBCMN__B_OPS || *f == U || *f >= amount);
 }
 
 /* Take n ops from t, down to zero, without waiting or yielding (SPEC-021

@@ -32,6 +32,7 @@
 #include "iwait.h"
 #include "obligation.h"
 #include "timer.h"
+#include "waitq.h"
 #include "runtime.h"
 
 enum wait_kind { W_RECV, W_SEND, W_RESERVE };
@@ -40,19 +41,18 @@ enum wait_kind { W_RECV, W_SEND, W_RESERVE };
  * by others only under the channel lock, and only until it is claimed and
  * dequeued; after that only its waker reads iw, once, to wake it. */
 struct chan_wait {
-	struct cbcmn__iwait iw;
-	struct chan_wait *prev, *next; /* the channel's queue, then the wake list */
+	struct cbcmn__qwait qw;        /* first: waitq.h's; result 0 or -EPIPE */
 	const void *src;               /* W_SEND: the message */
 	void *dst;                     /* W_RECV: where the message goes */
 	struct chan_rec *rec;          /* W_RESERVE: the record it will hold */
-	int result;                    /* set by the claimer: 0 or -EPIPE */
 	uint8_t kind;
-	bool queued;
 };
 
-struct waitq {
-	struct chan_wait *head, *tail;
-};
+/* The first waiter of q this side could claim (waitq.h), or NULL. */
+static struct chan_wait *q_claim(struct cbcmn__waitq *q)
+{
+	return (struct chan_wait *)cbcmn__waitq_claim(q);
+}
 
 /* A reservation record.  Records belong to their channel (allocated on
  * demand, recycled, freed with it), not to the permit, which only names
@@ -76,83 +76,12 @@ struct cbcmn_chan {
 	size_t head, count;       /* oldest message, messages in the ring */
 	size_t reserved;          /* slots held by permits */
 	bool closed;
-	struct waitq recvq;       /* receivers */
-	struct waitq spaceq;      /* senders and reservers, in arrival order */
+	struct cbcmn__waitq recvq;  /* receivers */
+	struct cbcmn__waitq spaceq; /* senders and reservers, in arrival order */
 	struct chan_rec *free_recs;
 	uint64_t payer;           /* id of the task charged for buf (0: none) */
 	uint64_t charged;         /* bytes it was charged */
 };
-
-/* Claimed waits, woken once the lock is dropped. */
-struct wakes {
-	struct chan_wait *head, *tail;
-};
-
-/* ---- queues ------------------------------------------------------------- */
-
-static void q_push(struct waitq *q, struct chan_wait *w)
-{
-	w->next = NULL;
-	w->prev = q->tail;
-	if (q->tail)
-		q->tail->next = w;
-	else
-		q->head = w;
-	q->tail = w;
-	w->queued = true;
-}
-
-static void q_del(struct waitq *q, struct chan_wait *w)
-{
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		q->head = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-	else
-		q->tail = w->prev;
-	w->queued = false;
-}
-
-/* The first waiter of q this side could claim, dequeued; or NULL.  Waiters
- * cancellation claimed first are dequeued and skipped: their tasks clean up
- * after themselves (chan_block()). */
-static struct chan_wait *q_claim(struct waitq *q)
-{
-	struct chan_wait *w;
-	while ((w = q->head)) {
-		q_del(q, w);
-		if (cbcmn__iwait_claim(&w->iw))
-			return w;
-	}
-	return NULL;
-}
-
-static void wakes_add(struct wakes *wl, struct chan_wait *w, int result)
-{
-	w->result = result;
-	w->next = NULL;
-	if (wl->tail)
-		wl->tail->next = w;
-	else
-		wl->head = w;
-	wl->tail = w;
-}
-
-/* After the unlock.  The hand-over (message, result) was written after the
- * claim, so it is the wake that publishes it: waiter_wake()'s release (the
- * task state CAS and the run-queue push, or the futex word) pairs with the
- * acquire by which the waiter resumes. */
-static void wakes_run(struct wakes *wl, struct cbcmn__exec *e)
-{
-	struct chan_wait *w = wl->head;
-	while (w) {
-		struct chan_wait *next = w->next; /* w is gone once woken */
-		cbcmn__iwait_wake(&w->iw, e);
-		w = next;
-	}
-}
 
 /* ---- the ring and the slots (under the lock) ----------------------------- */
 
@@ -175,13 +104,13 @@ static void ring_take(struct cbcmn_chan *c, void *elem)
 
 /* A new message: to the first waiting receiver (there can only be one
  * while the ring is empty), else into a free slot.  False: no room. */
-static bool put_msg(struct cbcmn_chan *c, const void *elem, struct wakes *wl)
+static bool put_msg(struct cbcmn_chan *c, const void *elem, struct cbcmn__wakes *wl)
 {
 	if (c->count == 0) {
 		struct chan_wait *r = q_claim(&c->recvq);
 		if (r) {
 			memcpy(r->dst, elem, c->esize);
-			wakes_add(wl, r, 0);
+			cbcmn__wakes_add(wl, &r->qw, 0);
 			return true;
 		}
 	}
@@ -193,7 +122,7 @@ static bool put_msg(struct cbcmn_chan *c, const void *elem, struct wakes *wl)
 }
 
 /* Slots may be free: hand them to waiting senders and reservers, in order. */
-static void slot_freed(struct cbcmn_chan *c, struct wakes *wl)
+static void slot_freed(struct cbcmn_chan *c, struct cbcmn__wakes *wl)
 {
 	while (c->count + c->reserved < c->cap) {
 		struct chan_wait *w = q_claim(&c->spaceq);
@@ -205,7 +134,7 @@ static void slot_freed(struct cbcmn_chan *c, struct wakes *wl)
 			c->reserved++;
 			w->rec->held = true;
 		}
-		wakes_add(wl, w, 0);
+		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
 }
 
@@ -269,30 +198,30 @@ static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_per
  * event or cancellation claims it.  Returns the result the event side set,
  * or CBCMN_ECANCELED after taking back what w left in the channel. */
 static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan_wait *w,
-		      struct waitq *q, uint64_t deadline)
+		      struct cbcmn__waitq *q, uint64_t deadline)
 {
-	cbcmn__iwait_init(&w->iw, self);
-	w->iw.kind = CBCMN__G_CHAN;
-	w->result = 0;
+	cbcmn__iwait_init(&w->qw.iw, self);
+	w->qw.iw.kind = CBCMN__G_CHAN;
+	w->qw.result = 0;
 	/* A timeout is a timer on our own executor that claims the wait as
 	 * TIMEDOUT (timer.h); it touches nothing of the channel. */
 	struct cbcmn__timer *tm = NULL;
-	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->iw))) {
+	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		cbcmn__mutex_unlock(&c->lock);
 		return -ENOMEM;
 	}
-	q_push(q, w);
+	cbcmn__waitq_push(q, &w->qw);
 	cbcmn__mutex_unlock(&c->lock);
-	uint32_t how = cbcmn__iwait_block(&w->iw);
+	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
 	if (how == CBCMN__IW_WOKEN)
-		return w->result;
+		return w->qw.result;
 	/* The registry lock is dropped by now: the two never nest. */
 	cbcmn__mutex_lock(&c->lock);
-	if (w->queued)
-		q_del(q, w);
+	if (w->qw.queued)
+		cbcmn__waitq_del(q, &w->qw);
 	if (w->rec)
 		rec_put(c, w->rec); /* never granted: claimed by cancellation or time */
 	cbcmn__mutex_unlock(&c->lock);
@@ -329,7 +258,7 @@ static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
 static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *elem,
 		     bool block, uint64_t deadline)
 {
-	struct wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	int rc = 0;
 	cbcmn__mutex_lock(&c->lock);
 	if (c->closed) {
@@ -342,14 +271,14 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 		rc = -EAGAIN;
 	}
 	cbcmn__mutex_unlock(&c->lock);
-	wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run(&wl, waker_of(self));
 	return rc;
 }
 
 static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, bool block,
 		     uint64_t deadline)
 {
-	struct wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	int rc = 0;
 	cbcmn__mutex_lock(&c->lock);
 	if (c->count) {
@@ -364,7 +293,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 		rc = -EAGAIN;
 	}
 	cbcmn__mutex_unlock(&c->lock);
-	wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run(&wl, waker_of(self));
 	return rc;
 }
 
@@ -403,7 +332,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 {
 	struct chan_rec *r = p->_rec;
 	struct cbcmn_chan *c = r->chan; /* fixed while the channel lives */
-	struct wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	int rc = 0;
 	if (cbcmn__forked(c->rt))
 		return CBCMN_EFORKED;
@@ -426,7 +355,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 	slot_freed(c, &wl);
 	cbcmn__mutex_unlock(&c->lock);
 	p->_rec = NULL;
-	wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run(&wl, waker_of(self));
 	return rc;
 }
 
@@ -437,12 +366,12 @@ static void rec_leak(struct cbcmn__oblig *ob)
 	struct chan_rec *r = (struct chan_rec *)ob;
 	struct cbcmn_chan *c = r->chan;
 	struct cbcmn__exec *e = atomic_load_explicit(&ob->owner, memory_order_relaxed)->exec;
-	struct wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&c->lock);
 	rec_release(c, r, e);
 	slot_freed(c, &wl);
 	cbcmn__mutex_unlock(&c->lock);
-	wakes_run(&wl, e);
+	cbcmn__wakes_run(&wl, e);
 }
 
 /* ---- public calls ------------------------------------------------------- */
@@ -643,7 +572,7 @@ int cbcmn_chan_abort(cbcmn_cx *cx, cbcmn_chan_permit *p)
 int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
-	struct wakes wl = {0};
+	struct cbcmn__wakes wl = {0};
 	struct chan_wait *w;
 	if (!c)
 		return -EINVAL;
@@ -660,14 +589,14 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 				rec_put(c, w->rec);
 				w->rec = NULL;
 			}
-			wakes_add(&wl, w, -EPIPE);
+			cbcmn__wakes_add(&wl, &w->qw, -EPIPE);
 		}
 		/* Receivers only wait on an empty ring, and no message can
 		 * come any more: reservations die with the close. */
 		while ((w = q_claim(&c->recvq)))
-			wakes_add(&wl, w, -EPIPE);
+			cbcmn__wakes_add(&wl, &w->qw, -EPIPE);
 	}
 	cbcmn__mutex_unlock(&c->lock);
-	wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run(&wl, waker_of(self));
 	return 0;
 }

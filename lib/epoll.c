@@ -113,12 +113,35 @@ int cbcmn__ep_takeover(struct cbcmn__exec *e)
 	return 0;
 }
 
+static uint64_t mono_ns(void);
+
 /* Asked between tasks (and while spinning idle, and before parking): each
- * ask counts as a turn, and a look at the set is due every BATCH_TURNS. */
+ * ask counts as a turn, and a look at the set is due every BATCH_TURNS,
+ * or sooner once cfg.io_batch_ns has passed since the last look: beside
+ * tasks that each run for milliseconds, 16 turns held a read whose data
+ * had come for several of them (issue 15, liveness 4, as the ring's
+ * submission, sched.c's ring_may_defer()); now the turn after a long pick
+ * looks.  Time passed only, not the next pick's mean as the ring counts:
+ * the park's last look asks this too (cbcmn__own_work()), just after the
+ * idle search turn looked, and a mean pick past the bound would answer
+ * "look" every time, the executor never sleeping.  The clock is read
+ * once a turn only while waits are registered; lab mode looks by turns
+ * alone, to repeat. */
 bool cbcmn__ep_busy(const struct cbcmn__exec *e)
 {
 	struct cbcmn__ep *ep = e->ep;
-	return cbcmn__ep_sq_busy(ep) || (ep->all && ++ep->turns >= BATCH_TURNS);
+	if (cbcmn__ep_sq_busy(ep))
+		return true;
+	if (!ep->all)
+		return false;
+	if (++ep->turns >= BATCH_TURNS)
+		return true;
+	if (e->rt->lab)
+		return false;
+	if (mono_ns() - ep->look_ns < e->rt->cfg.io_batch_ns)
+		return false;
+	ep->turns = BATCH_TURNS; /* cbcmn__ep_poll() looks */
+	return true;
 }
 
 static int fd_slot(struct cbcmn__ep *ep, int fd)
@@ -487,6 +510,7 @@ static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
 		}
 	}
 	ep->turns = 0;
+	ep->look_ns = e->rt->lab ? 0 : mono_ns();
 	if (ep->timed)
 		timed_expire(e);
 	cbcmn__ep_sq_run(e);
@@ -907,6 +931,48 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	return rc;
 }
 
+int64_t cbcmn__ep_poll_now(int fd, uint32_t events)
+{
+	if (fd < 0)
+		return -EBADF; /* poll(2) would skip it, and report nothing */
+	struct pollfd p = {.fd = fd, .events = (short)events};
+	int n;
+	while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		return -errno; /* -ENOMEM */
+	if (n == 0)
+		return 0;
+	return p.revents & POLLNVAL ? -EBADF : (int64_t)(uint16_t)p.revents;
+}
+
+/* cbcmn_poll(): readiness is looked at with poll(2), as a ring's POLL_ADD
+ * looks at once, and waited for in the set.  A wait ended by readiness
+ * reports what poll(2) then finds, even if the task was cancelled
+ * meanwhile: the poll happened, as a POLL_ADD that completed before its
+ * cancel.  A wake-up that finds nothing (another reader took it, or the
+ * readiness was for another wait's events) waits again, or returns
+ * CBCMN_ECANCELED if the task is cancelled by then.  A file epoll cannot
+ * watch (a regular file) that poll(2) finds not ready for `events` (only
+ * POLLPRI asked) never will be: -EINVAL, as io_uring says. */
+static int64_t do_poll(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t deadline)
+{
+	int fd = sqe->fd;
+	uint32_t events = sqe->poll32_events;
+	for (;;) {
+		int64_t rc = cbcmn__ep_poll_now(fd, events);
+		if (rc)
+			return rc;
+		if (cbcmn__task_cancelled(t))
+			return CBCMN_ECANCELED;
+		rc = wait_fd(t, fd, events, deadline);
+		if (rc == -EPERM)
+			return -EINVAL;
+		if (rc)
+			return rc; /* cancelled, timed out, closed (-EBADF), -ENOMEM */
+	}
+}
+
 /* A private non-blocking description of the pipe (or FIFO) fd names, for a
  * kernel that refuses RWF_NOWAIT on pipes (before 6.2): O_NONBLOCK is its
  * own, the caller's description and flags are untouched.  Opened through
@@ -1066,6 +1132,8 @@ int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint6
 		return do_close(t->exec, sqe->fd);
 	case IORING_OP_CONNECT:
 		return do_connect(t, sqe, deadline);
+	case IORING_OP_POLL_ADD:
+		return do_poll(t, sqe, deadline);
 	case IORING_OP_OPENAT: /* a FIFO's open, a slow disk: may block */
 	case IORING_OP_STATX:
 	case IORING_OP_FSYNC:

@@ -30,6 +30,10 @@ void cbcmn__ep_cancel_pending(struct cbcmn__exec *e);
  * timeout_ns: the task's I/O timeout, 0 for none.  Returns what the call
  * returns (cbcmn_io.h). */
 int64_t cbcmn__ep_io(struct cbcmn_task *t, const struct io_uring_sqe *sqe, uint64_t timeout_ns);
+/* poll(2) of fd for `events` without waiting (both backends' cbcmn_poll()
+ * with a zero timeout): the revents mask, 0 if none, -EBADF (fd not open,
+ * or negative), -ENOMEM. */
+int64_t cbcmn__ep_poll_now(int fd, uint32_t events);
 
 /* For stream.c, whose multishot requests, polls, timeouts and cancels the
  * backend emulates (epoll_sq.c): an SQE to prepare, never NULL (its

@@ -80,6 +80,7 @@ struct cbcmn__ep {
 	struct ep_wait *all;
 	struct ep_wait *timed;           /* waits with a real_deadline (lab mode) */
 	uint32_t turns;                  /* loop turns since the last look */
+	uint64_t look_ns;                /* ... and when it was (cfg.io_batch_ns) */
 	uint64_t close_seen;             /* the runtime's closes this set has applied */
 	/* epoll_sq.c: SQEs queued, completions to hand out, requests in
 	 * flight, the buffer ring of stream.c's pool. */

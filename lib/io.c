@@ -32,6 +32,7 @@
  *     a CQE there did not happen (cbcmn__io_orphan_all()).
  */
 #include <errno.h>
+#include <poll.h>
 #include <stddef.h>
 #include <string.h>
 #include <time.h>
@@ -40,6 +41,7 @@
 #include "epoll.h"
 #include "iwait.h"
 #include "runtime.h"
+#include "trace.h"
 
 struct cbcmn__ioreq {
 	struct cbcmn__iwait iw;
@@ -70,6 +72,7 @@ struct io_op {
 	struct io_uring_sqe *sqe;
 	struct io_uring_sqe own;          /* the epoll backend's: a description only */
 	struct __kernel_timespec ts;
+	uint64_t timeout_ns;              /* its linked timeout, 0 for none */
 	uint32_t flags;
 	int64_t err;
 };
@@ -305,12 +308,15 @@ static int64_t io_check(struct cbcmn_task *t, uint32_t flags)
  * the worker took it cancelled it, leaving the descriptor open. */
 static inline bool io_timed(const struct io_op *op)
 {
-	return op->t->io_timeout_ns && !(op->flags & IO_NOCANCEL);
+	return op->timeout_ns && !(op->flags & IO_NOCANCEL);
 }
 
 /* Check the caller, charge the call, and get an SQE on the task's ring
- * (room for the linked timeout too).  NULL with op->err set on failure. */
-static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t flags)
+ * (room for the linked timeout too).  The call's timeout is the task's
+ * (cbcmn_io_set_timeout()), or limit_ns if that is shorter (0: no limit of
+ * the call's own).  NULL with op->err set on failure. */
+static struct io_uring_sqe *io_start_timed(cbcmn_cx *cx, struct io_op *op, uint32_t flags,
+					   uint64_t limit_ns)
 {
 	op->flags = flags;
 	if (!cx) {
@@ -327,6 +333,9 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	struct cbcmn__exec *e = t->exec;
 	op->t = t;
 	op->req.e = e;
+	op->timeout_ns = t->io_timeout_ns;
+	if (limit_ns && (!op->timeout_ns || limit_ns < op->timeout_ns))
+		op->timeout_ns = limit_ns;
 	if (e->ep) {
 		/* No ring: the SQE describes the call to the epoll backend
 		 * (io_finish()). */
@@ -342,15 +351,37 @@ static struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t fl
 	return op->sqe;
 }
 
+static inline struct io_uring_sqe *io_start(cbcmn_cx *cx, struct io_op *op, uint32_t flags)
+{
+	return io_start_timed(cx, op, flags, 0);
+}
+
+/* The call's span, once it has its result, into the trace ring of the
+ * executor the task is back on (its thread is this one). */
+static void io_traced(struct cbcmn_task *t, uint64_t t0, uint32_t opcode)
+{
+	if (__builtin_expect(t0 != 0, 0))
+		CBCMN__TRACE(t->exec, CBCMN_TRACE_IO, t0, cbcmn__trace_now() - t0, opcode, 0);
+}
+
 /* Queue the prepared SQE, park until its last CQE, and make the result. */
 static int64_t io_finish(struct io_op *op)
 {
 	struct cbcmn__ioreq *r = &op->req;
 	struct cbcmn_task *t = op->t;
 	struct cbcmn__exec *e = r->e;
+	/* Read now: the SQE is the ring's again once submitted. */
+	uint64_t trace_t0 = 0;
+	uint32_t trace_op = 0;
+	if (__builtin_expect(e->trace != NULL, 0)) {
+		trace_t0 = cbcmn__trace_now();
+		trace_op = op->sqe->opcode;
+	}
 	if (e->ep) {
 		CBCMN__COUNT(e, io_ops, 1);
-		return cbcmn__ep_io(t, op->sqe, io_timed(op) ? t->io_timeout_ns : 0);
+		int64_t res = cbcmn__ep_io(t, op->sqe, io_timed(op) ? op->timeout_ns : 0);
+		io_traced(t, trace_t0, trace_op);
+		return res;
 	}
 	r->res = 0;
 	r->pending = 1;
@@ -362,8 +393,8 @@ static int64_t io_finish(struct io_op *op)
 	io_uring_sqe_set_data(op->sqe, r);
 	if (io_timed(op)) {
 		op->sqe->flags |= IOSQE_IO_LINK;
-		op->ts.tv_sec = (long long)(t->io_timeout_ns / 1000000000u);
-		op->ts.tv_nsec = (long long)(t->io_timeout_ns % 1000000000u);
+		op->ts.tv_sec = (long long)(op->timeout_ns / 1000000000u);
+		op->ts.tv_nsec = (long long)(op->timeout_ns % 1000000000u);
 		struct io_uring_sqe *lt = io_uring_get_sqe(&e->ring.u); /* room reserved */
 		io_uring_prep_link_timeout(lt, &op->ts, 0);
 		io_uring_sqe_set_data64(lt, (uint64_t)(uintptr_t)r | CBCMN__UD_LTIMEOUT);
@@ -381,6 +412,7 @@ static int64_t io_finish(struct io_op *op)
 	r->iw.on_cancel = io_on_cancel;
 	r->iw.local = true;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
+	io_traced(t, trace_t0, trace_op);
 	int64_t res = r->res;
 	/* The kernel's own restart codes, which io_uring passes on for some
 	 * operations (an openat of a FIFO interrupted in its io-wq worker:
@@ -575,4 +607,52 @@ int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags)
 		return -EINVAL;
 	IO_CALL(cx, 0,
 		io_uring_prep_fsync(sqe, fd, flags & CBCMN_FSYNC_DATASYNC ? IORING_FSYNC_DATASYNC : 0));
+}
+
+/* What cbcmn_poll() may wait for: poll(2)'s events.  Anything else
+ * (EPOLLET, EPOLLONESHOT, EPOLLEXCLUSIVE...) a ring's POLL_ADD would take
+ * as a mode of its own, and epoll as a flag: refused on both. */
+#define POLL_EVENTS                                                                    \
+	(POLLIN | POLLPRI | POLLOUT | POLLERR | POLLHUP | POLLRDNORM | POLLRDBAND |    \
+	 POLLWRNORM | POLLWRBAND | POLLRDHUP)
+
+/* One-shot IORING_OP_POLL_ADD (a multishot poll would post into a CQ that
+ * no one reads between two calls, and a library that polls again after its
+ * own EAGAIN wants the state now, not a past event), with its linked
+ * timeout; the epoll backend waits in its set (epoll.c's do_poll()).  A
+ * zero timeout waits for nothing: poll(2) here, on both backends. */
+int64_t cbcmn_poll(cbcmn_cx *cx, int fd, uint32_t events, int64_t timeout_ns)
+{
+	if (!cx || (events & ~(uint32_t)POLL_EVENTS))
+		return -EINVAL;
+	/* The kernel would say so too, but poll(2) skips a negative fd: the
+	 * same answer on both backends, at once. */
+	if (fd < 0)
+		return -EBADF;
+	if (timeout_ns == 0) {
+		int64_t rc = io_check((struct cbcmn_task *)cx, 0);
+		if (rc)
+			return rc;
+		rc = cbcmn__ep_poll_now(fd, events);
+		return rc ? rc : -ETIMEDOUT;
+	}
+	struct io_op op;
+	struct io_uring_sqe *sqe = io_start_timed(cx, &op, 0, timeout_ns > 0 ? (uint64_t)timeout_ns : 0);
+	if (!sqe)
+		return op.err;
+	io_uring_prep_poll_add(sqe, fd, events);
+	int64_t rc = io_finish(&op);
+	/* Ended by its cancellation or its timeout: readiness may have come
+	 * first and not been seen yet (an event the epoll backend's executor
+	 * had not read from its set; a POLL_ADD's wake-up still queued for
+	 * the ring's owner when the cancel went in).  One more look, as
+	 * poll(2) with a zero timeout: ready now, the mask (nothing was
+	 * consumed either way; the task sees its cancellation at its next
+	 * call). */
+	if (rc == CBCMN_ECANCELED || rc == -ETIMEDOUT) {
+		int64_t now = cbcmn__ep_poll_now(fd, events);
+		if (now > 0)
+			return now;
+	}
+	return rc;
 }

@@ -18,14 +18,17 @@
 enum cbcmn__lock_rank {
 	CBCMN__LOCK_RUNTIME_JANUS = 10, /* janus_rt: the global runtime pointer */
 	CBCMN__LOCK_SIGNAL = 15,        /* installing the SIGSEGV handler (process-wide) */
+	CBCMN__LOCK_TASK_BUDGET = 18,   /* a task's incoming budget vs its end (striped) */
 	CBCMN__LOCK_NURSERY = 20,       /* a nursery's list of exhausted children */
 	CBCMN__LOCK_IWAIT = 30,         /* an executor's interruptible-wait registry */
 	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */
 	CBCMN__LOCK_CHAN = 50,          /* a channel: ring, wait queues, reservations */
+	CBCMN__LOCK_ACTOR = 52,         /* an actor's slot: mailbox, monitors (actor.h) */
 	CBCMN__LOCK_BLOCKING = 55,      /* a runtime's blocking pool: jobs, idle threads */
 	CBCMN__LOCK_STACKS = 60,        /* shared stack pool and slab list */
 	CBCMN__LOCK_STACK_BUDGET = 65,  /* the process's guard-page budget, a leaf */
 	CBCMN__LOCK_OBLIG = 70,         /* a runtime's pool of obligation records, a leaf */
+	CBCMN__LOCK_ACTOR_TABLE = 72,   /* a runtime's actor slots: free list, growth, a leaf */
 };
 
 struct cbcmn__mutex {

@@ -32,6 +32,10 @@
 	XX(exec_start, 4)     /* executor, thread id, CPU (-1: not pinned), rt */   \
 	XX(exec_stop, 3)      /* executor, 1 = retired (idle), 0 = runtime ends, rt */ \
 	XX(accept_error, 4)   /* executor, errno, ns the acceptor backs off, rt */ \
+	XX(actor_spawn, 4)    /* actor ref, spawner's executor (-1: outside), mailbox capacity, rt */ \
+	XX(actor_send, 5)     /* to ref, from ref (0: not an actor), result, 1 = it waited for room, rt */ \
+	XX(actor_receive, 4)  /* actor ref, message type (0: none), result, rt */ \
+	XX(actor_halt, 4)     /* actor ref, halt reason, messages dropped, rt */ \
 	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;

@@ -33,6 +33,7 @@
 #include "epoll.h"
 #include "probes.h"
 #include "runtime.h"
+#include "trace.h"
 
 #define RING_ENTRIES_DEFAULT 256u
 
@@ -406,9 +407,15 @@ static int submit_fault(struct io_uring *u)
 static void submitted(struct cbcmn__exec *e, unsigned n, int rc)
 {
 	struct io_uring *u = &e->ring.u;
+	/* Whatever submitted them (the loop, a doorbell's own enter), the
+	 * SQEs that waited for a batch are gone: the next batch starts
+	 * afresh (sched.c, ring_may_defer()). */
+	e->ring.defer = 0;
 	CBCMN__COUNT(e, ring_enters, 1);
-	if (n)
+	if (n) {
 		CBCMN__COUNT(e, sqes_submitted, n);
+		CBCMN__TRACE(e, CBCMN_TRACE_IO_SUBMIT, cbcmn__trace_now(), 0, n, 0);
+	}
 	e->ring.resubmit = false;
 	if (rc < 0 && rc != -ETIME) {
 		/* -EBUSY, -EAGAIN: the CQ overflowed (kernels before 5.19
@@ -444,7 +451,6 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 	} else if (rc == 0) {
 		rc = io_uring_submit_and_get_events(u);
 	}
-	e->ring.defer = 0;
 	submitted(e, n, rc);
 }
 
@@ -565,8 +571,10 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 			dispatch(e, got[i].ud, got[i].res, got[i].flags);
 		total += n;
 	}
-	if (total)
+	if (total) {
 		CBCMN__COUNT(e, cqes_reaped, total);
+		CBCMN__TRACE(e, CBCMN_TRACE_IO_COMPLETE, cbcmn__trace_now(), 0, total, 0);
+	}
 	return total;
 }
 
@@ -598,13 +606,15 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		submitted(me, n, rc ? rc : io_uring_submit(&me->ring.u));
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
 		CBCMN__COUNT(me, doorbells_sent, 1);
+		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 0, target->id);
 		CBCMN_PROBE4(doorbell, (int)me->id, target->id, 0, target->rt->seg.rt_id);
 		return;
 	}
 	cbcmn__efd_ring(target);
-	if (me && me->rt == rt)
+	if (me && me->rt == rt) {
 		CBCMN__COUNT(me, doorbells_sent, 1);
-	else
+		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 1, target->id);
+	} else
 		atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
 	CBCMN_PROBE4(doorbell, me && me->rt == rt ? (int)me->id : -1, target->id, 1,
 		     rt->seg.rt_id);

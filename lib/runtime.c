@@ -14,6 +14,7 @@
 #include "monitor.h"
 #include "obligation.h"
 #include "runtime.h"
+#include "trace.h"
 
 #define DEQUE_INITIAL 256u
 
@@ -213,6 +214,10 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->obligation_leak > CBCMN_LEAK_PANIC)
 		return -EINVAL;
+	if (out->trace_events > CBCMN__TRACE_MAX)
+		return -EINVAL;
+	if (out->trace_events & (out->trace_events - 1)) /* up to a power of two */
+		out->trace_events = 1u << (32 - __builtin_clz(out->trace_events));
 	if (out->iowq_max_workers == 0)
 		out->iowq_max_workers = 4;
 	if (out->sqpoll_idle_ms == 0)
@@ -320,6 +325,7 @@ static void exec_free(struct cbcmn__exec *e)
 	cbcmn__deque_destroy(&e->dq);
 	cbcmn__be_destroy(e);
 	cbcmn__xmsg_fini(e);
+	cbcmn__trace_free(e->trace);
 	munmap(e, (sizeof(*e) + e->rt->page - 1) & ~(e->rt->page - 1));
 }
 
@@ -338,7 +344,10 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	cbcmn__blocking_fini(rt); /* no-op after destroy's own call */
 	cbcmn__stack_pool_fini(&rt->stacks);
 	cbcmn__mutex_destroy(&rt->inject_lock);
+	for (int i = 0; i < CBCMN__BUDGET_LOCKS; i++)
+		cbcmn__mutex_destroy(&rt->budget_locks[i]);
 	cbcmn__oblig_fini(rt);
+	cbcmn__actors_fini(rt);
 	cbcmn__seg_destroy(&rt->seg);
 	free(rt);
 }
@@ -401,6 +410,17 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->child_budget_limited = (c.child_budget.ops & c.child_budget.memory &
 				    c.child_budget.spawn_count & c.child_budget.channel_ops &
 				    c.child_budget.syscalls) != CBCMN_UNLIMITED;
+	if (c.profile == CBCMN_PROFILE_NATIVE) {
+		/* What the program left unset, before resolving made it
+		 * CBCMN_UNLIMITED (docs/BUDGETS.md, "Where budgets come from"). */
+		const cbcmn_budget none = {0}, *u = cfg ? &cfg->child_budget : &none;
+		rt->child_share = (!u->ops << CBCMN__B_OPS) | (!u->memory << CBCMN__B_MEMORY) |
+				  (!u->spawn_count << CBCMN__B_SPAWN) |
+				  (!u->channel_ops << CBCMN__B_CHANNEL) |
+				  (!u->syscalls << CBCMN__B_SYSCALLS);
+	}
+	for (int i = 0; i < CBCMN__BUDGET_LOCKS; i++)
+		cbcmn__mutex_init(&rt->budget_locks[i], "task_budget", CBCMN__LOCK_TASK_BUDGET);
 	cbcmn__mutex_init(&rt->inject_lock, "inject", CBCMN__LOCK_INJECT);
 	cbcmn__mutex_init(&rt->oblig_lock, "oblig", CBCMN__LOCK_OBLIG);
 	rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);
@@ -464,6 +484,12 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			free(node);
 			runtime_free(rt);
 			return rc;
+		}
+		if (c.trace_events && !(e->trace = cbcmn__trace_new(c.trace_events, node[i]))) {
+			free(cpu);
+			free(node);
+			runtime_free(rt);
+			return -ENOMEM;
 		}
 	}
 	free(cpu);

@@ -35,6 +35,7 @@
 
 struct cbcmn__iwait;
 struct cbcmn__ep;
+struct cbcmn__trace;
 
 /* Someone waiting for an event: a suspended task, or a thread outside the
  * runtime sleeping on the futex.  Lives on the waiter's own stack; the
@@ -105,11 +106,35 @@ struct cbcmn_task {
 	_Atomic uint64_t refund[CBCMN__B_N];
 	_Atomic uint32_t killed;          /* its nursery gave up on it */
 	uint64_t stack_charge;            /* memory its spawner paid for its stack */
-	/* Its spawner, holding a reference, when its nursery's opener is a
-	 * thread: who gets its leftovers then (budget.c).  NULL otherwise. */
+	/* Its spawner, which paid its draw and its stack and gets back what is
+	 * left when it ends (budget.c).  NULL: nothing to give back (a root,
+	 * or nothing limited).  payer_ref: a reference to it is held until
+	 * this record is freed (a late refund to this task, once it has
+	 * ended, is passed on to its payer). */
 	struct cbcmn_task *payer;
+	bool payer_ref;
+	/* A task holds it as its payer (payer_ref): a refund may pass
+	 * through it after it ends, so it holds its own payer then too
+	 * (budget.c).  Set before it ends, by itself or a child ending. */
+	_Atomic bool payer_held;
+	/* Under its budget lock (cbcmn__budget_lock()): it has ended, and
+	 * refunds sent to it go on to its payer. */
+	bool budget_closed;
+	/* Children it paid for that have not ended (they will refund it), and
+	 * how many of them wait for budget themselves (budget.c). */
+	_Atomic uint32_t owed, owed_exh;
+	/* The same for the children among them drawn some spawn_count: only
+	 * these can give spawns back (a :service child is drawn none,
+	 * SPEC-021 §8.2), so only these keep a wait for a spawn from
+	 * counting as exhausted.  gives_spawns: this task is one of them. */
+	_Atomic uint32_t owed_spawns, owed_exh_spawns;
+	bool gives_spawns;
+	/* The component its budget wait is for (under its budget lock). */
+	uint8_t budget_comp;
+	/* Its wait on its nursery's exhausted list, while listed (under the
+	 * nursery's lock). */
+	_Atomic(struct cbcmn__iwait *) budget_iw;
 	bool limited;                     /* some component is not unlimited */
-	bool root;                        /* spawned by a thread: budget from cfg */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
@@ -261,6 +286,7 @@ struct cbcmn__exec {
 	/* Owner only from here on. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn_runtime *rt;
 	uint32_t id;
+	struct cbcmn__trace *trace;       /* its trace ring, NULL: off (trace.h) */
 	uint32_t tick;
 	uint32_t slot_runs;
 	bool searching;
@@ -312,9 +338,17 @@ struct cbcmn__exec {
 
 /* ---- the runtime root ----------------------------------------------- */
 
+#define CBCMN__BUDGET_LOCKS 16
+
 struct cbcmn_runtime {
 	cbcmn_config cfg;                 /* immutable after create */
 	bool child_budget_limited;        /* cfg.child_budget has a finite part */
+	/* Native profile: components of cfg.child_budget the program left
+	 * unset (1 << CBCMN__B_*), where a child takes a share (budget.c). */
+	uint32_t child_share;
+	/* CBCMN__LOCK_TASK_BUDGET: a task's incoming budget against its end,
+	 * striped by task id (budget.c). */
+	struct cbcmn__mutex budget_locks[CBCMN__BUDGET_LOCKS];
 	uint32_t fork_gen;                /* cbcmn__fork_gen at create (runtime.c) */
 	bool lab;                         /* lab mode: virtual clock, seeded picks */
 	_Atomic uint64_t vclock;          /* lab mode's clock, ns */
@@ -322,6 +356,9 @@ struct cbcmn_runtime {
 	struct cbcmn__exec **exec;
 	struct cbcmn__stack_pool stacks;
 	size_t page;
+	/* cbcmn_trace_drain(): one caller at a time, and where it goes on. */
+	_Atomic bool trace_draining;
+	uint32_t trace_next;
 
 	/* Inject queue: work from outside the executors, FIFO. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__mutex inject_lock;
@@ -368,6 +405,7 @@ struct cbcmn_runtime {
 	_Atomic uint64_t oblig_leaked;
 	struct cbcmn__mutex oblig_lock;   /* CBCMN__LOCK_OBLIG: the two lists */
 	struct cbcmn__gen_oblig *oblig_free, *oblig_all;
+	_Atomic(struct cbcmn__actors *) actors; /* actor slots, made on first spawn (actor.c) */
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
@@ -514,6 +552,11 @@ void cbcmn__charge_window(struct cbcmn_task *t);
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
+/* Spawn: record that spawner paid child (after the draw), child going
+ * into a nursery opened by opener; undo a charge. */
+void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
+			 struct cbcmn_task *opener);
+void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge);
 
 /* Runtime calls made by a task check the stack room left before they
  * change anything: an overflow must never land inside the runtime's own
@@ -650,6 +693,30 @@ int cbcmn__wait_until(struct cbcmn_task *self, struct cbcmn__iwait *iw, uint64_t
 void cbcmn__abi_slot_release(struct cbcmn_task *t);
 /* Run a CBCMN__TF_ABI task: its result as the native layer must see it. */
 int64_t cbcmn__abi_call(struct cbcmn_task *t);
+
+/* actor.c: an actor's task ended with result: halt the actor (its mailbox,
+ * monitors, slot); returns its halt reason, the task's result from then on.
+ * fini: at runtime free, every actor halted. */
+int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg);
+int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result);
+void cbcmn__actors_fini(struct cbcmn_runtime *rt);
+static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
+{
+	return !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__actor_main;
+}
+/* The actor gauges (statseg.h), from sched.c: actor task t begins to run
+ * on e (its home becomes e); e stops running it; an actor task blocks on
+ * or is woken from executor e (n = 1, -1).  Relaxed: statistics, nothing
+ * is published through them. */
+void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t);
+static inline void cbcmn__actor_ran(struct cbcmn__exec *e)
+{
+	atomic_store_explicit(&e->ss->act.running, 0, memory_order_relaxed);
+}
+static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
+{
+	atomic_fetch_add_explicit(&e->ss->act.waiting, n, memory_order_relaxed);
+}
 
 /* blocking.c: the blocking pool (docs/BLOCKING.md).  fini joins its
  * threads; call it once no task is alive, before the executors stop. */

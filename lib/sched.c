@@ -21,6 +21,7 @@
 #include "overflow.h"
 #include "probes.h"
 #include "runtime.h"
+#include "trace.h"
 #include "timer.h"
 
 #ifdef __SANITIZE_ADDRESS__
@@ -396,9 +397,18 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	CBCMN__COUNT(e, inline_runs, 1);
 	/* The parent waits for the child meanwhile (snapshot.c). */
 	uint32_t home = cbcmn__gauge_up(e->rt, e, CBCMN__G_JOIN);
+	bool actor = cbcmn__is_actor_task(child);
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_run(e, child);
 	int64_t r = cbcmn__task_call_guarded(child);
 	/* The child may have suspended and moved to another executor. */
 	e = child->exec;
+	if (__builtin_expect(actor, 0)) {
+		if (cbcmn__is_actor_task(parent))
+			cbcmn__actor_run(e, parent); /* it runs again, here */
+		else
+			cbcmn__actor_ran(e);
+	}
 	cbcmn__gauge_down(e->rt, e, home, CBCMN__G_JOIN);
 	cbcmn__task_complete(child, r);
 	e->current = parent;
@@ -506,8 +516,21 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
 	run_seq_begin(e, t);
+	bool actor = cbcmn__is_actor_task(t); /* t may be gone after the switch */
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_run(e, t);
+	/* The slice's start and the task's id, read now: t may be gone by
+	 * the time it comes back. */
+	uint64_t trace_t0 = 0, trace_id = 0;
+	if (__builtin_expect(e->trace != NULL, 0)) {
+		trace_id = t->id;
+		trace_t0 = cbcmn__trace_now();
+	}
 	switch_to_task(e, t);
+	CBCMN__TRACE(e, CBCMN_TRACE_TASK, trace_t0, cbcmn__trace_now() - trace_t0, trace_id, 0);
 	run_seq_end(e);
+	if (__builtin_expect(actor, 0))
+		cbcmn__actor_ran(e);
 	e->current = NULL;
 
 	struct cbcmn_task *p = e->post_task;
@@ -521,10 +544,15 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		/* Counted blocked before the CAS publishes it to the waker,
 		 * whose uncount (below) the CAS orders after ours (diag.h). */
 		cbcmn__gauge_up(e->rt, e, p->wait_kind);
+		bool actor_p = cbcmn__is_actor_task(p);
+		if (__builtin_expect(actor_p, 0))
+			cbcmn__actor_waits(e, 1);
 		if (!atomic_compare_exchange_strong_explicit(&p->state, &s, CBCMN__T_BLOCKED,
 							     memory_order_acq_rel,
 							     memory_order_acquire)) {
 			cbcmn__gauge_down(e->rt, e, e->id, p->wait_kind);
+			if (__builtin_expect(actor_p, 0))
+				cbcmn__actor_waits(e, -1);
 			atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
 			cbcmn__schedule(e->rt, p, e);
 		}
@@ -576,6 +604,8 @@ void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 				/* It blocked on t->exec, which counted it
 				 * (run_task); stable until we schedule it. */
 				cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
+				if (__builtin_expect(cbcmn__is_actor_task(t), 0))
+					cbcmn__actor_waits(t->exec, -1);
 				cbcmn__schedule(rt, t, waker);
 				return;
 			}
@@ -880,6 +910,7 @@ static struct cbcmn_task *steal_round(struct cbcmn__exec *e, uint64_t search_sta
 		if (t) {
 			CBCMN__COUNT(e, steal_successes, 1);
 			CBCMN__COUNT(e, tasks_stolen, taken);
+			CBCMN__TRACE(e, CBCMN_TRACE_STEAL, cbcmn__trace_now(), 0, taken, vi);
 			CBCMN_PROBE5(steal, e->id, vi, taken, now_ns() - search_start, rt->seg.rt_id);
 			return t;
 		}
@@ -1163,7 +1194,25 @@ void cbcmn__exec_grow(struct cbcmn_runtime *rt)
 							     memory_order_seq_cst,
 							     memory_order_acquire)) {
 			resize_end(rt);
-			return;
+			if (s != CBCMN__EX_RETIRING)
+				return;
+			/* Its old thread is still on its way out (nlive and
+			 * the token are given back before it is STOPPED):
+			 * without a want, a start asked for now was lost, and
+			 * the work that asked waited for a busy executor.  The
+			 * leaving thread looks at want_live after its STOPPED
+			 * store (exec_retired()); seq_cst, the store-buffering
+			 * pair: if our look below still reads RETIRING, its
+			 * STOPPED store comes after our want, and it sees it. */
+			uint32_t w = atomic_load_explicit(&rt->want_live, memory_order_relaxed);
+			while (w < n + 1 && !atomic_compare_exchange_weak_explicit(
+						    &rt->want_live, &w, n + 1, memory_order_seq_cst,
+						    memory_order_relaxed))
+				;
+			if (atomic_load_explicit(&e->lstate, memory_order_seq_cst) ==
+			    CBCMN__EX_RETIRING)
+				return;
+			continue; /* STOPPED meanwhile: start it ourselves */
 		}
 		/* Destroy may have passed this executor already: back out.
 		 * seq_cst against stop_executors()' shutdown store and state
@@ -1363,7 +1412,11 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			continue;
 		}
 		/* An executor that may retire sleeps no longer than its idle
-		 * allowance, then checks. */
+		 * allowance, then checks; not while work is queued anywhere,
+		 * the gate's refused work included: the gate's answer turns
+		 * with time (one long run opens it), and its owner's next
+		 * pushes to a non-empty deque notify nobody, so a thief that
+		 * left would leave that queue to wait out the run. */
 		bool may_retire = rt->retire_ns && e->id >= rt->min_live &&
 				  e->id + 1 == cbcmn__nlive(rt);
 		if (may_retire && (wait == 0 || wait > rt->retire_ns))
@@ -1376,7 +1429,8 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			start = now_ns();
 			pause = SPIN_PAUSE_MIN_NS;
 			e->steal_fails = 0;
-		} else if (may_retire && now_ns() - start >= rt->retire_ns && try_retire(e)) {
+		} else if (may_retire && now_ns() - start >= rt->retire_ns &&
+			   !cbcmn__any_work(rt) && try_retire(e)) {
 			cbcmn__searching_end(e);
 			e->idle_ns += now_ns() - start0;
 			return RETIRE;
@@ -1459,6 +1513,11 @@ static void exec_thread_died(void *arg)
 	e->reap = t;
 	e->current = NULL;
 	cbcmn__io_settle(e); /* its requests end here, while it can reap them */
+	/* No executor's thread any more, before the successor starts: a
+	 * destructor that runs after this one and calls the runtime is a
+	 * thread outside it, never a second user of e's ring, trace ring or
+	 * current task beside the successor (as exec_replace() does). */
+	cbcmn__tls_exec = NULL;
 	/* For watchers: this thread is gone; the new one publishes itself
 	 * (cbcmn__exec_main), and if none can start, none runs. */
 	exec_state(e, CBCMN_EXEC_STOPPED);

@@ -32,8 +32,11 @@
 
 #define CBCMN__SEG_NAME "cbcmn-stats"
 #define CBCMN__SEG_MAGIC 0x3174617473636263ull /* "cbcstat1" */
-/* 2: sealed; the load figures and the state on lines of their own. */
-#define CBCMN__SEG_VERSION 2u
+/* 2: sealed; the load figures and the state on lines of their own.
+ * 3: the actor gauges (struct cbcmn__seg_actors) at the end of a slot;
+ * the stall count and stall_task, in what was padding (zero in a
+ * segment from before them). */
+#define CBCMN__SEG_VERSION 3u
 /* What the runtime seals, and what a reader requires before it maps. */
 #define CBCMN__SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* Apart enough that the adjacent-line prefetcher does not pair a line the
@@ -56,7 +59,21 @@ struct cbcmn__counters {
 	_Atomic uint64_t stalls;
 };
 
-/* One executor's slot: three groups, each on lines of its own, since they
+/* The actors homed on an executor (actor.c): gauges, each the current value,
+ * changed with atomic adds by whichever thread moves an actor in or out of
+ * a state (the executor itself, a sender, a waker), so on a line of their
+ * own.  An actor's home is the executor it last began to run on (before it
+ * first runs: where it was spawned from, or its shard if pinned). */
+struct cbcmn__seg_actors {
+	_Atomic int64_t live;      /* live actors homed here */
+	_Atomic int64_t running;   /* 0 or 1: the executor runs an actor now */
+	_Atomic int64_t waiting;   /* blocked: on the mailbox, a sleep, a channel, I/O... */
+	_Atomic int64_t receiving; /* of those, blocked in cbcmn_actor_receive() */
+	_Atomic int64_t halting;   /* in their halt */
+	_Atomic int64_t mailbox;   /* messages in their mailboxes */
+};
+
+/* One executor's slot: four groups, each on lines of its own, since they
  * are written at different rates and read by different threads. */
 struct cbcmn__seg_exec {
 	/* Written by the executor at every count; read by snapshots. */
@@ -74,6 +91,8 @@ struct cbcmn__seg_exec {
 	/* The task stalling it now, 0 if none (monitor.c, its only writer;
 	 * zero in a segment from before it, in what was padding). */
 	_Atomic uint64_t stall_task;
+	/* Actors (version 3). */
+	_Alignas(CBCMN__SEG_LINE) struct cbcmn__seg_actors act;
 };
 
 struct cbcmn__seg_hdr {

@@ -70,6 +70,16 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	for (int c = 0; c < CBCMN__B_N; c++)
 		atomic_init(&t->refund[c], 0);
 	atomic_init(&t->killed, 0);
+	t->payer = NULL;
+	t->payer_ref = false;
+	atomic_init(&t->payer_held, false);
+	t->budget_closed = false;
+	atomic_init(&t->owed, 0);
+	atomic_init(&t->owed_exh, 0);
+	atomic_init(&t->owed_spawns, 0);
+	atomic_init(&t->owed_exh_spawns, 0);
+	t->gives_spawns = false;
+	atomic_init(&t->budget_iw, NULL);
 	t->unwind_result = 0;
 	t->obligations = NULL;
 	t->wait_kind = CBCMN__G_OTHER; /* every wait site sets its own (diag.h) */
@@ -118,10 +128,17 @@ void cbcmn__task_free_cache(struct cbcmn__exec *e)
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	/* The sole owner needs no locked instruction: nobody else can take a
-	 * reference.  acquire pairs with the other owner's release below. */
-	if (atomic_load_explicit(&t->refs, memory_order_acquire) == 1 ||
-	    atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)
+	 * reference.  acquire pairs with the other owner's release below.
+	 * A record holds its payer until it goes (a late refund to it passes
+	 * on to the payer, budget.c): then the payer's reference goes too, a
+	 * loop rather than a recursion down a long chain of payers. */
+	while (t && (atomic_load_explicit(&t->refs, memory_order_acquire) == 1 ||
+		     atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1)) {
+		/* Taken in cbcmn__budget_payer() or as t ended (budget.c). */
+		struct cbcmn_task *payer = t->payer_ref ? t->payer : NULL;
 		task_free(t, e);
+		t = payer;
+	}
 }
 
 bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
@@ -153,14 +170,13 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	/* Reservations it never resolved: abort them, report the leak. */
 	if (__builtin_expect(t->obligations != NULL, 0))
 		result = cbcmn__obligations_settle(t, result);
+	/* An actor halts before its nursery hears of it (actor.c). */
+	if (__builtin_expect(cbcmn__is_actor_task(t), 0))
+		result = cbcmn__actor_halt(t, result);
 	t->result = result;
 	if (__builtin_expect(t->abi_slot != NULL, 0))
 		cbcmn__abi_slot_release(t);
 	cbcmn__budget_leftover(t);
-	if (t->payer) {
-		cbcmn__task_unref(t->payer, e); /* taken in cbcmn__spawn() */
-		t->payer = NULL;
-	}
 	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
 	if (e)
 		CBCMN__COUNT(e, completions, 1);
@@ -218,30 +234,34 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	if (self && budgets) {
 		cbcmn__charge(self, CBCMN__B_SPAWN, 1); /* the spawn: an op and a spawn */
 		stack_charge = cbcmn__charge_memory(self, rt->cfg.stack_size);
+		/* Paying may have waited for budget, and meanwhile n's await_all
+		 * may have begun (a spawner outside n) or n been cancelled:
+		 * look again, and give the charge back if so. */
+		int late = atomic_load_explicit(&n->closing, memory_order_relaxed) ? CBCMN_ECLOSED
+			   : cbcmn__nursery_chain_cancelled(n)                     ? CBCMN_ECANCELED
+										   : 0;
+		if (late) {
+			cbcmn__budget_uncharge_spawn(self, stack_charge);
+			return late;
+		}
 	}
 	struct cbcmn__exec *e = self ? self->exec : NULL;
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);
 	if (!t) {
-		cbcmn__refund_memory(self, stack_charge);
+		if (self && budgets)
+			cbcmn__budget_uncharge_spawn(self, stack_charge);
 		return -ENOMEM;
 	}
 	t->stack_charge = stack_charge;
-	t->root = !self;
-	/* A thread's nursery: no opener to take t's leftovers, so they go
-	 * back to the spawner, kept alive (not recycled) until t ends.  The
-	 * spawner is running and holds its own reference: relaxed is enough,
-	 * the release of the last cbcmn__task_unref() orders the rest. */
-	t->payer = NULL;
-	if (self && budgets && !n->owner) {
-		atomic_fetch_add_explicit(&self->refs, 1, memory_order_relaxed);
-		t->payer = self;
-	}
 	if (!budgets)
 		cbcmn__budget_init_unlimited(t);
 	else if (self)
 		cbcmn__budget_draw(self, t, ask);
 	else
 		cbcmn__budget_init_root(t);
+	/* What t did not use, and its stack, go back to self when t ends. */
+	if (self && budgets)
+		cbcmn__budget_payer(self, t, n->owner);
 	if (self)
 		cbcmn__caps_grant(self, t, caps);
 	else if (!budgets)

@@ -25,6 +25,7 @@
 #include "futex.h"
 #include "probes.h"
 #include "runtime.h"
+#include "trace.h"
 
 /* Parks while only work the steal gate refuses is left (cbcmn__park()):
  * from 50 us, doubling to 1 ms.  The longest is how late a queue stuck
@@ -267,6 +268,7 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 		}
 		CBCMN__COUNT(e, parks, 1);
 		CBCMN_PROBE2(park, e->id, e->rt->seg.rt_id);
+		uint64_t trace_t0 = e->trace ? cbcmn__trace_now() : 0;
 		notified = wait_permit(e, timeout_ns);
 		if (!notified && !idle_try_clear(e)) {
 			/* Woken otherwise, but claimed meanwhile: the permit,
@@ -275,6 +277,7 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 				;
 		}
 		CBCMN_PROBE3(unpark, e->id, notified, e->rt->seg.rt_id);
+		CBCMN__TRACE(e, CBCMN_TRACE_PARK, trace_t0, cbcmn__trace_now() - trace_t0, notified, 0);
 	}
 	if (notified) {
 		e->gate_wait_ns = 0;

@@ -32,8 +32,8 @@ _Static_assert(offsetof(struct cbcmn__seg_hdr, start_ns) == 40 &&
 		       offsetof(struct cbcmn__seg_hdr, rt_id) == 36,
 	       "the segment header's layout moved");
 /* The stall fields went in what was padding: a slot keeps its size, and
- * readers of version 2 from before them read the segment as before. */
-_Static_assert(sizeof(struct cbcmn__seg_exec) == 512, "the segment slot's size moved");
+ * readers of version 3 from before them read the segment as before. */
+_Static_assert(sizeof(struct cbcmn__seg_exec) == 640, "the segment slot's size moved");
 
 static size_t round_up(size_t n, size_t to)
 {
@@ -139,6 +139,27 @@ void cbcmn__seg_destroy(struct cbcmn__seg *s)
 	seg_unmap(s);
 }
 
+/* A gauge: negative only in a torn read (an add seen before the one it
+ * undoes), shown as 0. */
+static uint64_t gauge(const _Atomic int64_t *g)
+{
+	int64_t v = atomic_load_explicit(g, memory_order_relaxed);
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+/* The actor gauges of a slot; runnable is what no other state holds. */
+static void actor_fill(const struct cbcmn__seg_actors *a, cbcmn_executor_stats *e)
+{
+	e->actors = gauge(&a->live);
+	e->actors_running = gauge(&a->running);
+	e->actors_waiting = gauge(&a->waiting);
+	e->actors_receiving = gauge(&a->receiving);
+	e->actors_halting = gauge(&a->halting);
+	e->mailbox_depth = gauge(&a->mailbox);
+	uint64_t busy = e->actors_running + e->actors_waiting + e->actors_halting;
+	e->actors_runnable = e->actors > busy ? e->actors - busy : 0;
+}
+
 /* The statistics a segment holds, for cbcmn_stats_snapshot() and
  * cbcmn_watch_read() alike. */
 static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executor_stats *per,
@@ -183,6 +204,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			.node = x->node,
 			.stalled_task = atomic_load_explicit(&x->stall_task, memory_order_relaxed),
 		};
+		actor_fill(&x->act, &e);
 		spawned += e.spawns;
 		if (per && i < nper)
 			per[i] = e;
@@ -214,6 +236,13 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->accept_errors += e.accept_errors;
 		tot->stalls += e.stalls;
 		tot->stalled_task += e.stalled_task != 0; /* the total counts them */
+		tot->actors += e.actors;
+		tot->actors_runnable += e.actors_runnable;
+		tot->actors_running += e.actors_running;
+		tot->actors_waiting += e.actors_waiting;
+		tot->actors_receiving += e.actors_receiving;
+		tot->actors_halting += e.actors_halting;
+		tot->mailbox_depth += e.mailbox_depth;
 		if (e.avg_task_ns > tot->avg_task_ns)
 			tot->avg_task_ns = e.avg_task_ns; /* the total holds the largest */
 		if (e.busy_pct > tot->busy_pct)

@@ -16,6 +16,8 @@ PKGS=(
 	libclang-rt-dev   # libFuzzer and the sanitizer runtimes of clang (make fuzz)
 	systemtap-sdt-dev
 	libncurses-dev
+	libssl-dev openssl   # examples/tls_echo.c and its test's certificate
+	wrk               # test_examples loads examples/http_server.c
 	gnuplot-nox
 	jq
 	tmux

@@ -77,7 +77,7 @@ tar -C "$src" --exclude=./build --exclude=./.git -cf - . | tar -C "$dir" -xf - |
 rel=${build#$src/}
 case $rel in /*) rel=build ;; esac # a build outside the checkout lands in build/
 mkdir -p "$dir/$rel"
-for d in tests bin lib; do
+for d in tests bin lib examples; do
 	[ -d "$build/$d" ] && cp -a "$build/$d" "$dir/$rel/"
 done
 find "$dir/$rel" -name '*.d' -delete

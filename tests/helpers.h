@@ -134,6 +134,17 @@ static inline cbcmn_runtime *t_runtime(uint32_t workers)
 	return t_runtime_cfg(&cfg);
 }
 
+/* A runtime of profile p with workers executors and
+ * otherwise the defaults. */
+static inline cbcmn_runtime *t_runtime_profile(cbcmn_profile p, uint32_t workers)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.profile = p;
+	return t_runtime_cfg(&cfg);
+}
+
 static inline void t_destroy(cbcmn_runtime *rt)
 {
 	int rc = cbcmn_runtime_destroy(rt);

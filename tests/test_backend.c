@@ -1684,6 +1684,165 @@ static void test_epoll_wait_on_a_new_file_not_ended_by_a_close_of_its_number(voi
 	t_destroy(rt);
 }
 
+/* ---- readiness between long picks (issue 15, liveness 4, review) --------
+ * The epoll backend looked at its set every 16 picks whatever they cost
+ * (BATCH_TURNS), as the ring submitted every 16: beside tasks that each
+ * run for a millisecond, a read whose data had come waited ~16 of them.
+ * cfg.io_batch_ns bounds that look as it bounds the ring's submission. */
+#define EP_PICK_TASKS 8
+#define EP_PICK_US 1000
+#define EP_READS 20
+
+struct ep_picks {
+	int rfd, wfd;
+	_Atomic uint64_t picks;  /* the CPU-bound tasks' picks so far */
+	_Atomic uint64_t at_write;
+	_Atomic bool stop;
+	uint64_t worst;          /* the most picks one read waited after its byte came */
+	int64_t err;
+};
+
+static int64_t ep_picker(cbcmn_cx *cx, void *arg)
+{
+	struct ep_picks *p = arg;
+	while (!atomic_load(&p->stop)) {
+		uint64_t end = t_now_ns() + EP_PICK_US * 1000ull;
+		while (t_now_ns() < end)
+			;
+		atomic_fetch_add(&p->picks, 1);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t ep_reader(cbcmn_cx *cx, void *arg)
+{
+	struct ep_picks *p = arg;
+	for (int i = 0; i < EP_READS && !p->err; i++) {
+		char c;
+		int64_t rc = cbcmn_read(cx, p->rfd, &c, 1);
+		uint64_t waited = atomic_load(&p->picks) - atomic_load(&p->at_write);
+		if (rc != 1)
+			p->err = rc < 0 ? rc : -EIO;
+		if (waited > p->worst)
+			p->worst = waited;
+	}
+	atomic_store(&p->stop, true);
+	return 0;
+}
+
+static int64_t ep_writer(cbcmn_cx *cx, void *arg)
+{
+	struct ep_picks *p = arg;
+	for (int i = 0; i < EP_READS && !atomic_load(&p->stop); i++) {
+		/* A byte now and then, as a client's request would come. */
+		cbcmn_sleep(cx, 1000000);
+		atomic_store(&p->at_write, atomic_load(&p->picks));
+		if (write(p->wfd, "x", 1) != 1) {
+			p->err = -errno;
+			break;
+		}
+	}
+	return 0;
+}
+
+static int64_t ep_pick_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	for (int i = 0; i < EP_PICK_TASKS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, ep_picker, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, ep_reader, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, ep_writer, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_epoll_readiness_is_seen_between_long_picks(void **state)
+{
+	(void)state;
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct ep_picks p = {.rfd = sv[0], .wfd = sv[1]};
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, ep_pick_root, &p, &r);
+	t_destroy(rt);
+	close(sv[0]);
+	close(sv[1]);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(p.err, 0);
+	if (p.worst > 2)
+		fail_msg("a read waited %llu picks of the CPU-bound tasks after its byte came "
+			 "(16 turns was the old look)",
+			 (unsigned long long)p.worst);
+}
+
+/* The look's time bound must not keep an idle executor awake: the park's
+ * last look asks the same question (cbcmn__own_work()), and a mean pick
+ * longer than cfg.io_batch_ns made the answer "look now" at every look,
+ * so an executor with a wait registered and long picks behind it never
+ * slept (no park in 200 ms idle; it spun).  Here the picks are 1 ms, a
+ * read waits for data that comes late, and the root sleeps 200 ms. */
+struct ep_idle {
+	int rfd, wfd;
+	uint64_t parks_before, parks_after;
+};
+
+static int64_t ep_idle_reader(cbcmn_cx *cx, void *arg)
+{
+	struct ep_idle *p = arg;
+	char c;
+	return cbcmn_read(cx, p->rfd, &c, 1) == 1 ? 0 : -EIO;
+}
+
+static uint64_t ep_parks(cbcmn_runtime *rt)
+{
+	cbcmn_stats s;
+	return cbcmn_stats_snapshot(rt, &s, NULL, 0) == 0 ? s.total.parks : UINT64_MAX;
+}
+
+static int64_t ep_idle_root(cbcmn_cx *cx, void *arg)
+{
+	struct ep_idle *p = arg;
+	cbcmn_nursery *n = spawn_one(cx, ep_idle_reader, p);
+	/* Long picks: the executor's mean pick time passes 50 us. */
+	for (int i = 0; i < 32; i++) {
+		uint64_t end = t_now_ns() + 1000000ull;
+		while (t_now_ns() < end)
+			;
+		cbcmn_yield(cx);
+	}
+	p->parks_before = ep_parks(cbcmn_cx_runtime(cx));
+	cbcmn_sleep(cx, 200000000ull);
+	p->parks_after = ep_parks(cbcmn_cx_runtime(cx));
+	TASK_CHECK(write(p->wfd, "x", 1) == 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_epoll_idle_executor_with_long_picks_parks(void **state)
+{
+	(void)state;
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct ep_idle p = {.rfd = sv[0], .wfd = sv[1]};
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, ep_idle_root, &p, &r);
+	t_destroy(rt);
+	close(sv[0]);
+	close(sv[1]);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_true(p.parks_before != UINT64_MAX && p.parks_after != UINT64_MAX);
+	if (p.parks_after <= p.parks_before)
+		fail_msg("the executor did not park once in 200 ms idle (parks %llu -> %llu)",
+			 (unsigned long long)p.parks_before, (unsigned long long)p.parks_after);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -1716,6 +1875,8 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
 		T_WATCHED_TEST(test_epoll_close_log_wrapped_wait_not_moved_to_next_file),
 		T_WATCHED_TEST(test_epoll_wait_on_a_new_file_not_ended_by_a_close_of_its_number),
+		T_WATCHED_TEST(test_regression_epoll_readiness_is_seen_between_long_picks),
+		T_WATCHED_TEST(test_regression_epoll_idle_executor_with_long_picks_parks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,19 +9,9 @@
 #include "cbcmn_chan.h"
 #include "helpers.h"
 
-/* A runtime of profile p with nothing else configured. */
-static cbcmn_runtime *rt_profile(cbcmn_profile p, uint32_t workers)
-{
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = workers;
-	cfg.profile = p;
-	return t_runtime_cfg(&cfg);
-}
-
 static cbcmn_runtime *rt_service(uint32_t workers)
 {
-	return rt_profile(CBCMN_PROFILE_SERVICE, workers);
+	return t_runtime_profile(CBCMN_PROFILE_SERVICE, workers);
 }
 
 static bool budget_eq(const cbcmn_budget *a, const cbcmn_budget *b)

@@ -1,7 +1,11 @@
 /* test_grow.c: the executor lookup array (seed 003): start with fewer
  * executors, add them while there is parallel work, retire idle ones. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -214,6 +218,56 @@ static void test_bad_config(void **state)
 	assert_null(rt);
 }
 
+/* ---- a start asked for while the executor is still retiring ------------
+ * A retiring executor gives back nlive and the resize token before its
+ * thread has finished leaving (RETIRING until its last step): a grow in
+ * that window failed its STOPPED -> STARTING CAS and returned, and the
+ * work that asked for it (a push to an empty deque while every live
+ * executor was busy) waited for a busy executor; the owner's later pushes
+ * notify nobody.  Here the window is held open: the test's own
+ * pthread_detach() (which the executor's last steps call, after counting
+ * the retirement) sleeps 300 ms on executor 1's first retirement.  (TSan
+ * intercepts pthread_detach itself: not there.)  Before the fix: the
+ * second round's two tasks ran one after the other on executor 0, the
+ * first after a T_STALL_NS wait for its sibling. */
+static _Atomic int detach_slow; /* 1: the next executor-1 detach sleeps */
+
+int pthread_detach(pthread_t th)
+{
+	static int (*real)(pthread_t);
+	if (!real)
+		real = (int (*)(pthread_t))dlsym(RTLD_NEXT, "pthread_detach");
+	char name[16] = "";
+	if (pthread_equal(th, pthread_self()) && atomic_load(&detach_slow) &&
+	    pthread_getname_np(th, name, sizeof(name)) == 0 && strcmp(name, "cbcmn-exec-1") == 0 &&
+	    atomic_exchange(&detach_slow, 0))
+		usleep(300000);
+	return real ? real(th) : ENOSYS;
+}
+
+static void test_regression_start_asked_while_retiring_is_not_lost(void **state)
+{
+	(void)state;
+	if (T_TSAN)
+		T_SKIP("TSan intercepts pthread_detach, which holds the window open here");
+	cbcmn_runtime *rt = grow_rt(2, 1, 1);
+	struct par p = {0};
+	atomic_store(&detach_slow, 1);
+	t_run(rt, par_main, &p, 0);
+	assert_int_equal(atomic_load(&p.both), 1);
+	/* Counted before its detach: executor 1 is in the window now. */
+	wait_retires(rt, 1);
+	struct par q = {0};
+	t_run(rt, par_main, &q, 0);
+	/* Both ran, and at once: on two executors (a task that waited in
+	 * vain for its sibling lets the sibling, run after it on the same
+	 * executor, count two). */
+	assert_int_equal(atomic_load(&q.both), 1);
+	assert_int_not_equal(atomic_load(&q.on[0]), atomic_load(&q.on[1]));
+	atomic_store(&detach_slow, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -221,6 +275,7 @@ int main(void)
 		T_WATCHED_TEST(test_pinned_to_a_stopped_executor),
 		T_WATCHED_TEST(test_retires_idle_and_comes_back),
 		T_WATCHED_TEST(test_churn),
+		T_WATCHED_TEST(test_regression_start_asked_while_retiring_is_not_lost),
 		T_WATCHED_TEST(test_bad_config),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -791,6 +791,43 @@ static void test_readme_example_builds_with_pkg_config_and_runs(void **state)
 	inst_free(in);
 }
 
+/* The README's example with its fifth spawn failing (-ENOMEM, as a spawn
+ * may): it must say so and exit non-zero.  It printed a wrong sum and
+ * exited 0 (the spawns' errors were dropped, and the nursery has no
+ * failure to report for a child that never was).  Against this build's
+ * libcbcmn.a, the spawn wrapped by the linker; no install. */
+static void test_readme_example_reports_a_failed_spawn(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN || !srcdir[0])
+		T_SKIP("the release build's library, from a checkout");
+	char dir[] = "/tmp/cbcmn-readme-XXXXXX", src[64], wrap[64], out[8192];
+	assert_non_null(mkdtemp(dir));
+	snprintf(src, sizeof(src), "%s/fib.c", dir);
+	snprintf(wrap, sizeof(wrap), "%s/wrap.c", dir);
+	readme_example(src);
+	FILE *w = fopen(wrap, "w");
+	assert_non_null(w);
+	fputs("#include <errno.h>\n#include <cbcmn.h>\n"
+	      "int __real_cbcmn_nursery_spawn(cbcmn_cx *, cbcmn_nursery *, cbcmn_task_fn, void *,"
+	      " cbcmn_task **);\n"
+	      "static _Atomic int calls;\n"
+	      "int __wrap_cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,"
+	      " void *arg, cbcmn_task **t)\n"
+	      "{\n\treturn ++calls == 5 ? -ENOMEM : __real_cbcmn_nursery_spawn(cx, n, fn, arg, t);\n}\n",
+	      w);
+	assert_int_equal(fclose(w), 0);
+	sh_ok(out, sizeof(out),
+	      "cc -std=gnu11 -Wall -Wextra -Werror -I'%s/lib/include' -Wl,--wrap=cbcmn_nursery_spawn "
+	      "-o '%s/fib' '%s' '%s' '%s/lib/libcbcmn.a' -luring -lnuma -lpthread",
+	      srcdir, dir, src, wrap, builddir);
+	int rc = sh(out, sizeof(out), "'%s/fib' 10", dir);
+	sh(NULL, 0, "rm -rf '%s'", dir);
+	if (rc == 0)
+		fail_msg("a failed spawn went unsaid: exit 0, '%s'", out);
+	assert_non_null(strstr(out, "cbcmn: "));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -803,6 +840,7 @@ int main(void)
 		INSTALL_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
 		cmocka_unit_test(test_dlclose_then_a_janus_thread_ends_does_not_crash),
 		INSTALL_TEST(test_readme_example_builds_with_pkg_config_and_runs),
+		cmocka_unit_test(test_readme_example_reports_a_failed_spawn),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }

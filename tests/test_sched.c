@@ -626,6 +626,18 @@ static int64_t gate_tiny(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* The executors learn a mean pick time of tiny tasks. */
+static void gate_warm(cbcmn_cx *cx)
+{
+	cbcmn_nursery *n;
+	for (int round = 0; round < GATE_WARM_ROUNDS; round++) {
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		for (int i = 0; i < GATE_WARM_TASKS; i++)
+			TASK_CHECK(cbcmn_nursery_spawn(cx, n, gate_tiny, NULL, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	}
+}
+
 static int64_t gate_child(cbcmn_cx *cx, void *arg)
 {
 	struct gate_run *g = arg;
@@ -640,13 +652,7 @@ static int64_t gate_parent(cbcmn_cx *cx, void *arg)
 	struct gate_run *g = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	cbcmn_nursery *n;
-	/* Both executors learn a mean pick time of tiny tasks. */
-	for (int round = 0; round < GATE_WARM_ROUNDS; round++) {
-		TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
-		for (int i = 0; i < GATE_WARM_TASKS; i++)
-			TASK_CHECK(cbcmn_nursery_spawn(cx, n, gate_tiny, NULL, NULL) == 0);
-		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
-	}
+	gate_warm(cx);
 	g->parent_exec = cbcmn_cx_executor(cx);
 	g->parks_before = parks_now(rt);
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
@@ -689,6 +695,71 @@ static void test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sl
 	t_destroy(rt);
 }
 
+/* ---- a thief that retires beside gated work (issue 15, review) ----------
+ * An executor above min_workers retired after idle_retire_ms of searching
+ * even while a queue the gate had refused it stood elsewhere: but the
+ * gate's answer turns with time (one long run opens it), and nobody was
+ * left to look; the owner's later pushes to its non-empty deque notify
+ * nobody.  Here the cost (100 ms) outlasts the idle allowance (1 ms): the
+ * executor started for the child is refused, and must still be there when
+ * the parent's run has lasted long enough to open the gate.  (Before the
+ * fix: it had retired, and the child waited for the whole run, a
+ * T_STALL_NS hang.) */
+#define RETIRE_COST_NS 100000000ull /* 100 ms: no mean of tiny tasks passes it */
+
+/* On executor 0 (pinned: executor 1, the one that may retire, must be
+ * free to): once executor 1 has retired, spawn the child and compute. */
+static int64_t retire_parent(cbcmn_cx *cx, void *arg)
+{
+	struct gate_run *g = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	cbcmn_stats s;
+	do
+		TASK_CHECK(cbcmn_stats_snapshot(rt, &s, NULL, 0) == 0);
+	while (s.executors_live > 1 && t_now_ns() < deadline && cbcmn_yield(cx) == 0);
+	TASK_CHECK(s.executors_live == 1);
+	g->parent_exec = cbcmn_cx_executor(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, gate_child, g, NULL) == 0);
+	deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&g->child_started) && t_now_ns() < deadline)
+		;
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t retire_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	gate_warm(cx);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, retire_parent, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_thief_does_not_retire_beside_gated_work(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1;
+	cfg.idle_retire_ms = 1;
+	cfg.steal_cost_ns = RETIRE_COST_NS;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE; /* the await must not run the child */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct gate_run g = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, retire_root, &g, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&g.child_started), 1);
+	/* Taken by the thief while the parent ran, not after it. */
+	assert_int_not_equal(g.child_exec, g.parent_exec);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -703,6 +774,7 @@ int main(void)
 		SCHED_TEST(test_yield_interleaves),
 		SCHED_TEST(test_one_worker_runs_all_on_executor_0),
 		SCHED_TEST(test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sleeps),
+		SCHED_TEST(test_regression_thief_does_not_retire_beside_gated_work),
 		SCHED_TEST(test_tsan_fiber_reused_without_reset),
 	};
 	return cmocka_run_group_tests_name("sched", tests, NULL, NULL);

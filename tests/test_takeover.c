@@ -208,12 +208,89 @@ static void test_cancel_left_pending_does_not_wedge_a_retiring_executor(void **s
 	assert_int_equal(child_status(pid, "a run or destroy waited forever"), 0);
 }
 
+/* ---- a thread's last destructors, after its executor was handed on ------- */
+
+static pthread_key_t late_key;
+static int late_calls, late_open_rc = 1;
+
+/* A destructor of the dying executor thread that runs after the runtime's
+ * own (exec_thread_died()): its second call comes in the next round, when
+ * a successor thread already drives the executor.  This thread is then
+ * outside the runtime: it may open a nursery as any other thread does. */
+static void late_destructor(void *arg)
+{
+	cbcmn_runtime *rt = arg;
+	if (late_calls++ == 0) {
+		pthread_setspecific(late_key, rt); /* once more, next round */
+		return;
+	}
+	cbcmn_nursery *n;
+	late_open_rc = cbcmn_nursery_open(rt, NULL, &n);
+	if (late_open_rc == 0)
+		cbcmn_nursery_await_all(NULL, n);
+}
+
+static int64_t exit_with_late_destructor(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	pthread_setspecific(late_key, cbcmn_cx_runtime(cx));
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int late_destructor_child(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(&cfg, &rt) != 0)
+		return 2;
+	if (pthread_key_create(&late_key, late_destructor) != 0)
+		return 3;
+	int64_t r = 0;
+	if (cbcmn_runtime_run(rt, exit_with_late_destructor, NULL, &r) != 0 || r != CBCMN_EPANIC)
+		return 4;
+	if (late_calls != 2)
+		return 5;
+	if (late_open_rc != 0) {
+		fprintf(stdout, "nursery_open in the late destructor: %d\n", late_open_rc);
+		return 6;
+	}
+	return cbcmn_runtime_destroy(rt) == 0 ? 0 : 7;
+}
+
+/* The bug: the dying thread kept its executor's identity (cbcmn__tls_exec)
+ * after the successor had started, so a later destructor's call into the
+ * runtime took it for the executor: a nursery open was refused -EDEADLK
+ * (as on an executor without cx), and a wake-up from it rang doorbells
+ * through the executor's ring and wrote its trace ring, beside the
+ * successor that owns both now. */
+static void test_dying_thread_is_no_executor_after_the_handover(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		signal(SIGALRM, SIG_DFL);
+		alarm(15);
+		int fd = open("/dev/null", O_WRONLY); /* the runtime reports the death */
+		dup2(fd, 2);
+		_exit(late_destructor_child());
+	}
+	assert_int_equal(child_status(pid, "a run or destroy waited forever"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_takeover_does_not_trust_proc),
 		T_WATCHED_TEST(test_cancel_inside_a_doorbell_loses_no_wake_up),
 		T_WATCHED_TEST(test_cancel_left_pending_does_not_wedge_a_retiring_executor),
+		T_WATCHED_TEST(test_dying_thread_is_no_executor_after_the_handover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1401,6 +1401,18 @@ static int64_t iolat_root(cbcmn_cx *cx, void *arg)
 	return rc ? rc : r;
 }
 
+/* The socket's other end, drained by a thread: a peer that never reads
+ * fills the socket (about 280 one-byte writes here), and the writer then
+ * waits for room for ever. */
+static void *iolat_drain(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	char buf[4096];
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	return NULL;
+}
+
 /* p50/p99 of a 1-byte cbcmn_write to a socket, a request every 1 ms from
  * one task, beside 16 tasks that each compute 2 ms between yields: with
  * the time bound on submission (cfg.io_batch_ns, the default) and without
@@ -1427,8 +1439,13 @@ static void bench_iolat(void)
 		if (!l)
 			die("calloc", -ENOMEM);
 		l->fd = sv[0];
+		pthread_t drain;
+		if (pthread_create(&drain, NULL, iolat_drain, (void *)(intptr_t)sv[1]))
+			die("pthread_create", -EAGAIN);
 		run(rt, iolat_root, l);
 		cbcmn_runtime_destroy(rt);
+		shutdown(sv[0], SHUT_WR); /* the drain's end of file */
+		pthread_join(drain, NULL);
 		close(sv[0]);
 		close(sv[1]);
 		if (l->n == 0)

@@ -8,9 +8,11 @@
  * Every failure is one line on stderr.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,9 @@
 
 #include "cbcmn.h"
 #include "common/bpfmon.h"
+#include "common/chrome_trace.h"
 #include "common/cli.h"
+#include "common/clock.h"
 #include "common/json.h"
 #include "common/opts.h"
 #include "common/rlim.h"
@@ -34,6 +38,15 @@
 #ifndef HANG_GRACE_S
 #define HANG_GRACE_S 60
 #endif
+
+/* --trace: each executor's ring, drained every TRACE_PERIOD_NS into the
+ * file; a run that writes more than TRACE_LIMIT events (some 100 bytes
+ * each) keeps the first ones, counted and said, so that a long run cannot
+ * fill the disk. */
+#define TRACE_EVENTS_DEFAULT 16384u /* 512 KiB per executor */
+#define TRACE_PERIOD_NS 5000000ull
+#define TRACE_LIMIT 4000000ull /* the default of --trace-limit */
+#define TRACE_BATCH 8192u
 
 static void usage(FILE *f)
 {
@@ -53,9 +66,15 @@ static void usage(FILE *f)
 		   "      --futex-tp       with --bpf, count futex waits through the syscall\n"
 		   "                       tracepoints where fentry is refused (costs more)\n"
 		   "  -v, --verbose        libbpf's messages with --bpf\n"
+		   "      --trace FILE     write what every executor did as a Chrome JSON trace\n"
+		   "                       (chrome://tracing, ui.perfetto.dev; docs/TRACE.md)\n"
+		   "      --trace-events N with --trace: events each executor's ring holds\n"
+		   "                       between two drains (default %u)\n"
+		   "      --trace-limit N  with --trace: events the file holds at most; later\n"
+		   "                       ones are counted, not written (default %llu)\n"
 		   "  -h, --help\n"
 		   "\nworkloads (--size, default):\n",
-		DEFAULT_DURATION_S);
+		DEFAULT_DURATION_S, TRACE_EVENTS_DEFAULT, TRACE_LIMIT);
 	for (size_t i = 0; i < wl_nworkloads; i++) {
 		const struct wl_desc *w = &wl_workloads[i];
 		fprintf(f, "  %-12s %s\n  %-12s (%s, %u)\n", w->name, w->help, "", w->size_help,
@@ -66,7 +85,8 @@ static void usage(FILE *f)
 		   "  " PROG " fib --workers 2\n"
 		   "  " PROG " skew --policy breadth-first --duration 1 --json\n"
 		   "  " PROG " echo --size 50 --duration 5\n"
-		   "  sudo " PROG " skew --bpf --json | jq .bpf\n");
+		   "  sudo " PROG " skew --bpf --json | jq .bpf\n"
+		   "  " PROG " skew --workers 2 --duration 0.5 --trace skew.json\n");
 }
 
 static void bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -315,6 +335,129 @@ static int bpf_collect(struct bpfmon *m, const struct wl_result *r, struct bpf_v
 	return 0;
 }
 
+/* ---- --trace ------------------------------------------------------------------------- */
+
+/* Sums over the executors that the trace's events count (otherData). */
+struct trace_sums {
+	uint64_t tasks_run, inline_runs, steals, parks, doorbells, sqes, cqes, io_ops;
+};
+
+struct tracer {
+	struct ct_writer w;
+	const char *name;         /* the workload's */
+	cbcmn_runtime *rt;        /* while up */
+	pthread_t th;
+	bool th_on;
+	_Atomic bool stop;
+	cbcmn_trace_event *buf;
+	uint64_t dropped;
+	int drain_err;            /* the first error of a drain, 0 */
+	bool drained;             /* the runtime came and went */
+	uint32_t executors;
+	struct trace_sums before, after; /* around the last drain */
+};
+
+static int tracer_drain_once(struct tracer *t)
+{
+	int n = cbcmn_trace_drain(t->rt, t->buf, TRACE_BATCH, &t->dropped);
+	if (n > 0)
+		ct_events(&t->w, t->buf, (size_t)n);
+	else if (n < 0 && !t->drain_err)
+		t->drain_err = n;
+	return n;
+}
+
+static void *tracer_main(void *arg)
+{
+	struct tracer *t = arg;
+	/* Acquire: pairs with the release store in tracer_hook(down). */
+	while (!atomic_load_explicit(&t->stop, memory_order_acquire))
+		if (tracer_drain_once(t) < (int)TRACE_BATCH)
+			nanosleep(&(struct timespec){.tv_nsec = TRACE_PERIOD_NS}, NULL);
+	return NULL;
+}
+
+static void trace_sums(cbcmn_runtime *rt, struct trace_sums *s)
+{
+	cbcmn_stats st;
+	memset(s, 0, sizeof(*s));
+	if (cbcmn_stats_snapshot(rt, &st, NULL, 0))
+		return;
+	*s = (struct trace_sums){st.total.tasks_run, st.total.inline_runs, st.total.steal_successes,
+				 st.total.parks, st.total.doorbells_sent, st.total.sqes_submitted,
+				 st.total.cqes_reaped, st.total.io_ops};
+}
+
+/* wl_opts.on_runtime: drain from a thread of ours while the workload runs;
+ * at its end, everything left, between two snapshots of the counters that
+ * the events count (each executor's events lie between the two). */
+static void tracer_hook(cbcmn_runtime *rt, bool up, void *arg)
+{
+	struct tracer *t = arg;
+	if (up) {
+		t->rt = rt;
+		t->executors = cbcmn_runtime_workers(rt);
+		char process[96];
+		snprintf(process, sizeof(process), PROG " %s", t->name);
+		ct_names(&t->w, process, t->executors);
+		atomic_store_explicit(&t->stop, false, memory_order_relaxed);
+		t->th_on = pthread_create(&t->th, NULL, tracer_main, t) == 0;
+		return;
+	}
+	if (t->th_on) {
+		/* release: pairs with the acquire load in tracer_main. */
+		atomic_store_explicit(&t->stop, true, memory_order_release);
+		pthread_join(t->th, NULL);
+		t->th_on = false;
+	}
+	trace_sums(rt, &t->before);
+	while (tracer_drain_once(t) > 0)
+		;
+	trace_sums(rt, &t->after);
+	t->drained = true;
+	t->rt = NULL;
+}
+
+static void sums_json(char *buf, size_t len, const char *key, const struct trace_sums *s)
+{
+	snprintf(buf, len,
+		 "\"%s\":{\"tasks_run\":%llu,\"inline_runs\":%llu,\"steal_successes\":%llu,"
+		 "\"parks\":%llu,\"doorbells_sent\":%llu,\"sqes_submitted\":%llu,\"cqes_reaped\":%llu,"
+		 "\"io_ops\":%llu}",
+		 key, (unsigned long long)s->tasks_run, (unsigned long long)s->inline_runs,
+		 (unsigned long long)s->steals, (unsigned long long)s->parks,
+		 (unsigned long long)s->doorbells, (unsigned long long)s->sqes,
+		 (unsigned long long)s->cqes, (unsigned long long)s->io_ops);
+}
+
+/* Close the file with what it covers; returns 0, or 1 after one line. */
+static int tracer_finish(struct tracer *t, const char *path)
+{
+	char other[1024], b[320], a[320];
+	sums_json(b, sizeof(b), "counters_before_last_drain", &t->before);
+	sums_json(a, sizeof(a), "counters_after_last_drain", &t->after);
+	snprintf(other, sizeof(other),
+		 "\"workload\":\"%s\",\"executors\":%u,\"complete\":%s,\"dropped\":%llu,"
+		 "\"not_written\":%llu,%s,%s",
+		 t->name, t->executors, t->drained && !t->drain_err ? "true" : "false",
+		 (unsigned long long)t->dropped, (unsigned long long)t->w.over, b, a);
+	int rc = 0;
+	if (ct_close(&t->w, other)) {
+		fprintf(stderr, PROG ": --trace: writing %s failed\n", path);
+		rc = 1;
+	} else if (t->drain_err) {
+		fprintf(stderr, PROG ": --trace: draining the trace: %s\n", cbcmn_strerror(t->drain_err));
+		rc = 1;
+	} else if (t->dropped || t->w.over) {
+		fprintf(stderr, PROG ": --trace: %llu events lost (%llu dropped by full rings: raise "
+				"--trace-events; %llu past --trace-limit %llu)\n",
+			(unsigned long long)(t->dropped + t->w.over), (unsigned long long)t->dropped,
+			(unsigned long long)t->w.over, (unsigned long long)t->w.limit);
+	}
+	free(t->buf);
+	return rc;
+}
+
 /* ---- output ---------------------------------------------------------------------- */
 
 struct run {
@@ -512,6 +655,24 @@ int main(int argc, char **argv)
 		check_placement(&o, policy);
 	}
 
+	/* The file first: a name that cannot be written is bad input, said
+	 * before anything runs. */
+	struct tracer tr = {.name = w->name};
+	if (a.trace) {
+		char err[PATH_MAX + 128];
+		tr.buf = calloc(TRACE_BATCH, sizeof(*tr.buf));
+		if (!tr.buf || ct_open(&tr.w, a.trace, mono_ns(),
+						 a.trace_limit ? a.trace_limit : TRACE_LIMIT, err, sizeof(err))) {
+			fprintf(stderr, PROG ": --trace %s\n", tr.buf ? err : "out of memory");
+			free(tr.buf);
+			free(cpus);
+			return 2;
+		}
+		o.trace_events = a.trace_events ? a.trace_events : TRACE_EVENTS_DEFAULT;
+		o.on_runtime = tracer_hook;
+		o.on_runtime_arg = &tr;
+	}
+
 	/* Before the runtime exists: its executors are then found by the
 	 * cbcmn:exec_start probe, and every event of the run is counted. */
 	struct bpfmon *mon = NULL;
@@ -521,6 +682,10 @@ int main(int argc, char **argv)
 		int rc = bpfmon_open(&mon, getpid(), flags, err, sizeof(err));
 		if (rc) {
 			fprintf(stderr, PROG ": --bpf: %s\n", err[0] ? err : strerror(-rc));
+			if (a.trace) { /* a valid, empty trace */
+				ct_close(&tr.w, "\"complete\":false");
+				free(tr.buf);
+			}
 			free(cpus);
 			return 1;
 		}
@@ -544,6 +709,7 @@ int main(int argc, char **argv)
 		pthread_mutex_unlock(&dog.mu);
 		pthread_join(dog_th, NULL);
 	}
+	int trc = a.trace ? tracer_finish(&tr, a.trace) : 0;
 	struct bpf_view view = {0};
 	int brc = 0;
 	if (mon) {
@@ -561,5 +727,5 @@ int main(int argc, char **argv)
 	free(view.pairs);
 	wl_result_free(&r);
 	free(cpus);
-	return rc || brc ? 1 : 0;
+	return rc || brc || trc ? 1 : 0;
 }

@@ -1,7 +1,8 @@
 /* cbcmn-stat: per shard (executor) metrics of a running cbcmn process, seen
  * by the eBPF programs of bpf/cbcmn.bpf.c: one dump or one per interval,
  * for scripts (like vmstat or perf stat).  docs/OBSERVABILITY.md explains
- * every column. */
+ * every column.  With --prometheus, the runtimes' statistics segments
+ * instead, as OpenMetrics text (no eBPF, no privilege). */
 #include <errno.h>
 #include <stddef.h>
 #include <poll.h>
@@ -15,6 +16,8 @@
 
 #include "common/clock.h"
 #include "common/bpfmon.h"
+#include "common/openmetrics.h"
+#include "common/uring_ops.h"
 #include "common/opts.h"
 #include "cbcmn.h"
 
@@ -24,28 +27,6 @@ static void on_signal(int sig)
 {
 	(void)sig;
 	stop = 1;
-}
-
-/* io_uring opcode names (include/uapi/linux/io_uring.h), for the summary. */
-static const char *const op_names[] = {
-	"NOP", "READV", "WRITEV", "FSYNC", "READ_FIXED", "WRITE_FIXED", "POLL_ADD",
-	"POLL_REMOVE", "SYNC_FILE_RANGE", "SENDMSG", "RECVMSG", "TIMEOUT",
-	"TIMEOUT_REMOVE", "ACCEPT", "ASYNC_CANCEL", "LINK_TIMEOUT", "CONNECT",
-	"FALLOCATE", "OPENAT", "CLOSE", "FILES_UPDATE", "STATX", "READ", "WRITE",
-	"FADVISE", "MADVISE", "SEND", "RECV", "OPENAT2", "EPOLL_CTL", "SPLICE",
-	"PROVIDE_BUFFERS", "REMOVE_BUFFERS", "TEE", "SHUTDOWN", "RENAMEAT",
-	"UNLINKAT", "MKDIRAT", "SYMLINKAT", "LINKAT", "MSG_RING", "FSETXATTR",
-	"SETXATTR", "FGETXATTR", "GETXATTR", "SOCKET", "URING_CMD", "SEND_ZC",
-	"SENDMSG_ZC", "READ_MULTISHOT", "WAITID", "FUTEX_WAIT", "FUTEX_WAKE",
-	"FUTEX_WAITV", "FIXED_FD_INSTALL", "FTRUNCATE", "BIND", "LISTEN",
-};
-
-static void op_name(unsigned op, char *buf, size_t len)
-{
-	if (op < sizeof(op_names) / sizeof(op_names[0]))
-		snprintf(buf, len, "%s", op_names[op]);
-	else
-		snprintf(buf, len, "OP%u", op);
 }
 
 /* The fields printed, in order: name, offset in struct cbcmn_bpf_shard,
@@ -186,7 +167,7 @@ static void ops_summary(const struct bpfmon_shard *s, char *buf, size_t len, int
 		if (!s->sqe_ops[op])
 			continue;
 		char name[32];
-		op_name(op, name, sizeof(name));
+		uring_op_name(op, name, sizeof(name));
 		at += (size_t)snprintf(buf + at, len - at, json ? "%s\"%s\":%llu" : "%s%s=%llu",
 				       at ? "," : "", name, (unsigned long long)s->sqe_ops[op]);
 	}
@@ -304,7 +285,8 @@ static bool wait_interval(int pidfd, pid_t pid, double interval)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: cbcmn-stat -p PID [-r N] [-i SEC] [-c COUNT] [--json] [--futex-tp] [-v]\n\n"
+		"usage: cbcmn-stat -p PID [-r N] [-i SEC] [-c COUNT] [--json] [--futex-tp] [-v]\n"
+		"       cbcmn-stat -p PID --prometheus [-r N] [-i SEC] [-c COUNT]\n\n"
 		"Per shard (executor) metrics of a running cbcmn process, from eBPF programs\n"
 		"on the library's USDT probes and the sched and io_uring tracepoints.  Each\n"
 		"report covers one interval (default 1 s); counting starts at attach.\n"
@@ -318,11 +300,15 @@ static void usage(FILE *f)
 		"  -j, --json           one JSON object per report\n"
 		"  -v, --verbose        list the programs and libbpf's messages\n"
 		"      --futex-tp       count futex waits with the syscall tracepoints where\n"
-		"                       fentry is refused (every syscall of the host pays)\n\n"
+		"                       fentry is refused (every syscall of the host pays)\n"
+		"      --prometheus     the runtimes' statistics (cbcmn_stats_snapshot's figures)\n"
+		"                       as OpenMetrics text, one exposition ending \"# EOF\" per\n"
+		"                       interval; no eBPF: the same user as the process is enough\n\n"
 		"EXAMPLES\n"
 		"  cbcmn-stat -p $(pgrep cbcmn-demo)          one 1 s report\n"
 		"  cbcmn-stat -p 1234 -i 2 -c 0               every 2 s until ^C\n"
-		"  cbcmn-stat -p 1234 --json | jq .shards[0]  for scripts\n\n"
+		"  cbcmn-stat -p 1234 --json | jq .shards[0]  for scripts\n"
+		"  cbcmn-stat -p 1234 --prometheus > /var/lib/node_exporter/cbcmn.prom\n\n"
 		"If the process exits, the report under way is printed at once, covering\n"
 		"the time up to the exit (JSON: \"exited\":true, interval_s the real time),\n"
 		"and cbcmn-stat says so on stderr.\n\n"
@@ -331,6 +317,113 @@ static void usage(FILE *f)
 		"  1  bad arguments, or the programs could not be loaded or read\n"
 		"  2  the process exited first; the last report covers up to its exit\n"
 		"Columns: docs/OBSERVABILITY.md.\n");
+}
+
+/* ---- --prometheus: the statistics segments, no eBPF ------------------------------ */
+
+#define PROM_MAX_RUNTIMES 64
+
+/* The runtimes to scrape: -r N's, or every live one (at most 64), oldest
+ * first.  Returns how many were opened, or -1 after one line on stderr. */
+static int prom_open(long pid, long runtime, cbcmn_watch **w)
+{
+	int n = 0, rc = 0;
+	if (runtime >= 0) {
+		rc = cbcmn_watch_open((int32_t)pid, (uint32_t)runtime, &w[0]);
+		n = rc ? 0 : 1;
+	} else {
+		while (n < PROM_MAX_RUNTIMES && (rc = cbcmn_watch_open((int32_t)pid, (uint32_t)n, &w[n])) == 0)
+			n++;
+		if (n && rc == -ENOENT)
+			rc = 0;
+	}
+	if (rc && rc != -ENOENT) {
+		for (int i = 0; i < n; i++)
+			cbcmn_watch_close(w[i]);
+		fprintf(stderr, "cbcmn-stat: process %ld: %s\n", pid,
+			rc == -ESRCH ? "no such process" : cbcmn_strerror(rc));
+		return -1;
+	}
+	if (!n) {
+		if (runtime >= 0)
+			fprintf(stderr, "cbcmn-stat: process %ld: runtime %ld: no such live runtime "
+					"(-r counts from 0)\n", pid, runtime);
+		else
+			fprintf(stderr, "cbcmn-stat: process %ld has no live cbcmn runtime\n", pid);
+		return -1;
+	}
+	return n;
+}
+
+/* Exit status as without --prometheus: 0 every scrape printed, 1 bad input
+ * or unreadable, 2 the process (or every runtime) ended first. */
+static int prometheus_main(const struct stat_opts *o)
+{
+	cbcmn_watch *w[PROM_MAX_RUNTIMES];
+	int n = prom_open(o->pid, o->runtime, w);
+	if (n < 0)
+		return 1;
+	cbcmn_stats st[PROM_MAX_RUNTIMES];
+	cbcmn_executor_stats *per[PROM_MAX_RUNTIMES] = {0};
+	struct om_runtime rts[PROM_MAX_RUNTIMES];
+	bool gone[PROM_MAX_RUNTIMES] = {0};
+	int ret = 0;
+	for (int i = 0; i < n; i++)
+		if (!(per[i] = calloc(CBCMN_MAX_EXECUTORS, sizeof(*per[i])))) {
+			fprintf(stderr, "cbcmn-stat: out of memory\n");
+			ret = 1;
+			goto out;
+		}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)o->pid, 0);
+	for (long r = 0; (!o->count || r < o->count) && !stop; r++) {
+		/* The first scrape at once: a scraper wants the figures now. */
+		if (r)
+			(void)wait_interval(pidfd, (pid_t)o->pid, o->interval); /* an exit shows below */
+		if (stop)
+			break;
+		size_t k = 0;
+		for (int i = 0; i < n; i++) {
+			if (gone[i])
+				continue;
+			int rc = cbcmn_watch_read(w[i], &st[i], per[i], CBCMN_MAX_EXECUTORS);
+			if (rc == -ESRCH) {
+				/* Destroyed, or the process ended: out of this
+				 * scrape and the next (its figures would never move). */
+				gone[i] = true;
+				continue;
+			}
+			if (rc) {
+				fprintf(stderr, "cbcmn-stat: reading runtime %d: %s\n", i, cbcmn_strerror(rc));
+				ret = 1;
+				goto done;
+			}
+			uint32_t m = st[i].executors < CBCMN_MAX_EXECUTORS ? st[i].executors
+									   : CBCMN_MAX_EXECUTORS;
+			rts[k++] = (struct om_runtime){&st[i], per[i], m};
+		}
+		if (!k) {
+			fprintf(stderr, "cbcmn-stat: process %ld: no runtime left to read (destroyed, "
+					"or the process exited)\n", o->pid);
+			ret = 2;
+			goto done;
+		}
+		if (om_write(stdout, rts, k)) {
+			fprintf(stderr, "cbcmn-stat: writing the output failed\n");
+			ret = 1;
+			goto done;
+		}
+	}
+done:
+	if (pidfd >= 0)
+		close(pidfd);
+out:
+	for (int i = 0; i < n; i++) {
+		free(per[i]);
+		cbcmn_watch_close(w[i]);
+	}
+	return ret;
 }
 
 int main(int argc, char **argv)
@@ -345,6 +438,8 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	if (o.prometheus)
+		return prometheus_main(&o);
 	long pid = o.pid, count = o.count;
 	double interval = o.interval;
 	bool json = o.json, verbose = o.verbose;

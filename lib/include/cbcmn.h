@@ -141,8 +141,9 @@ typedef enum cbcmn_victim_policy {
 	CBCMN_VICTIM_LEAST_LOADED, /* the longest run queue first */
 } cbcmn_victim_policy;
 
-/* A task's budget (SPEC-021 §5): what it may still consume.  Any component
- * reaching zero makes the task BudgetExhausted: it does not run again until
+/* A task's budget (SPEC-021 §5): what it may still consume.  A cost a
+ * component can no longer pay (a component at zero stops the next call
+ * that costs it) makes the task BudgetExhausted: it does not run again until
  * it is recharged (cbcmn_budget_recharge) or its nursery gives up on it
  * (the task then ends with CBCMN_EBUDGET).  CBCMN_UNLIMITED never runs out. */
 typedef struct cbcmn_budget {
@@ -211,7 +212,8 @@ typedef enum cbcmn_profile {
  * .child_budget.  SPEC-021 names DEFAULT_OPS etc. (§8.2) but gives no
  * numbers; these are cbcmn's (docs/BUDGETS.md says why).  A root's budget
  * is the pool of its whole subtree: 1024 children at the child
- * default, about 960 once their 64 KiB stacks are counted too. */
+ * default, about 960 alive at once once their 64 KiB stacks are counted
+ * too (a root spawning more waits for its children's refunds). */
 #define CBCMN_SERVICE_CHILD_OPS (1ull << 20)      /* 1024 yield intervals */
 #define CBCMN_SERVICE_CHILD_MEMORY (1ull << 20)   /* 1 MiB */
 #define CBCMN_SERVICE_CHILD_SPAWN 0ull            /* §8.2: children cannot spawn */
@@ -266,10 +268,10 @@ typedef struct cbcmn_config {
 	 * otherwise, cbcmn_nursery_spawn_ex): it gets that much, or what its
 	 * spawner has left if that is less, out of the spawner's budget
 	 * (SPEC-021 §8.2), and gives back what it did not use to its
-	 * nursery's opener when it ends (to its spawner if a thread opened
-	 * the nursery).  A zero component means the
-	 * profile's default: CBCMN_UNLIMITED ("all the spawner has") in
-	 * native, CBCMN_SERVICE_CHILD_* in the others, where spawn_count is
+	 * spawner when it ends.  A zero component means the profile's
+	 * default: in native, half of what the spawner has in that
+	 * component (all of it if unlimited), so that the spawner can go
+	 * on; CBCMN_SERVICE_CHILD_* in the others, where spawn_count is
 	 * 0: a child cannot spawn (set CBCMN_UNLIMITED to let children take
 	 * from their spawner's pool). */
 	cbcmn_budget child_budget;
@@ -307,8 +309,9 @@ typedef struct cbcmn_config {
 	uint64_t spin_ns;
 	/* The stealing gate (docs/SCHEDULER.md): a thief takes from a victim
 	 * only when the time it expects to save exceeds steal_cost_ns, plus
-	 * steal_margin_ns when the victim is on another NUMA node.  0 each:
-	 * 1000 ns and 0 ns. */
+	 * steal_margin_ns when the victim is on another NUMA node; a victim
+	 * whose current task has already run longer than that passes
+	 * whatever its mean pick time.  0 each: 1000 ns and 0 ns. */
 	uint64_t steal_cost_ns;
 	uint64_t steal_margin_ns;
 	/* Threads of the blocking pool (cbcmn_blocking()).  0: 16. */
@@ -382,8 +385,17 @@ typedef struct cbcmn_config {
 	 * queue for a batch: up to 16 tasks' picks, and no longer than this
 	 * many ns when the next pick (by the executor's mean pick time) would
 	 * keep it waiting past that: beside tasks that each run for
-	 * milliseconds, requests are submitted after every pick.  0: 50 us. */
+	 * milliseconds, requests are submitted after every pick.  On the
+	 * epoll backend the same bound applies to the executor's look at its
+	 * epoll set between tasks (readiness that has come).  0: 50 us. */
 	uint64_t io_batch_ns;
+
+	/* ---- tracing (cbcmn_trace_drain(), docs/TRACE.md) --------------------
+	 * Records each executor's trace ring holds, rounded up to a power of
+	 * two, at most 1 << 24 (more: -EINVAL); 32 bytes each, mapped per
+	 * executor and touched only as they are written.  0, the default:
+	 * tracing off, and every trace site costs one predicted branch. */
+	uint32_t trace_events;
 
 	/* ---- stalls (docs/SCHEDULER.md, "Stalls") ---------------------------
 	 * An executor whose task has run for longer than this without a
@@ -470,8 +482,8 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
  *
  * fork(): a child has none of the runtime's threads, so in a child forked
  * after create, running, opening, spawning, awaiting, joining, cancelling
- * and destroy on the parent's runtime, and every channel call on its
- * channels, return CBCMN_EFORKED (nothing waits, no lock of the runtime is
+ * and destroy on the parent's runtime, draining its trace, and every
+ * channel call on its channels, return CBCMN_EFORKED (nothing waits, no lock of the runtime is
  * taken, nothing is freed: the memory is the child's copy).  The child may
  * create runtimes of its own, even if another thread of the parent was
  * creating one as it forked.  Fork from inside a task only to exec or
@@ -529,15 +541,19 @@ CBCMN_API uint64_t cbcmn_now(const cbcmn_runtime *rt);
  *
  * Costs: CBCMN_CHECKPOINT() 1 op; spawning 1 op + 1 spawn_count +
  * cfg.stack_size bytes of memory for the child's stack (given back to the
- * nursery's opener when the child ends), and the child's budget comes out
- * of the spawner's; cbcmn_alloc(size) 1 op + size bytes of memory;
+ * spawner when the child ends, with what the child did not use), and the
+ * child's budget comes out of the spawner's; cbcmn_alloc(size) 1 op + size bytes of memory;
  * cbcmn_chan_create() by a task capacity * elem_size bytes of memory
  * (given back if that task destroys the channel).  Voluntary yields cost
  * nothing.  What a task gets when nothing is configured depends on the
  * profile (cbcmn_profile, docs/BUDGETS.md).  When a cost cannot be
  * paid the task waits, BudgetExhausted, until its nursery's opener recharges
- * it; if every child a nursery still waits for is exhausted, the nursery
- * ends them (each with CBCMN_EBUDGET) instead of waiting forever.
+ * it or a child it paid for ends and gives back; if every child a nursery
+ * still waits for is exhausted (a waiting task whose own paid children
+ * still run is not), the nursery ends them (each with CBCMN_EBUDGET)
+ * instead of waiting forever.  A spawn that waited looks at its nursery
+ * again: closed or cancelled meanwhile, it fails as it would have before
+ * (CBCMN_ECLOSED, CBCMN_ECANCELED) and the spawn's charge comes back.
  */
 
 /* The fast path of the loop yield check: a countdown at the start of the
@@ -585,7 +601,10 @@ CBCMN_API int cbcmn_caps_get(cbcmn_cx *cx, cbcmn_caps *out);
  * CapBudget), or CBCMN_EBUDGET (cx has less than amount to give, or its
  * limit is lower; nothing was moved).  The amount is checked first: more
  * than cx has is refused even if t has already ended (a recharge of an
- * ended task otherwise returns 0 and moves nothing).  A task holding
+ * ended task otherwise returns 0 and moves nothing: the check and the
+ * move are one step against t's end, so what is moved reaches t before t
+ * gives its leftovers back).  Components add up saturating: a recharge
+ * to CBCMN_UNLIMITED makes that component unlimited.  A task holding
  * CapBudget also recharges itself automatically when a cost finds it
  * exhausted, as far as its limit allows. */
 CBCMN_API int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amount);
@@ -847,6 +866,17 @@ typedef struct cbcmn_executor_stats {
 	 * descriptors or memory: EMFILE, ENFILE, ENOMEM, ENOBUFS; a connection
 	 * aborted): the acceptor backed off and tried again (docs/IO.md). */
 	uint64_t accept_errors;
+	/* Actors (cbcmn_actor.h) homed on this executor: the one it last began
+	 * to run each on (before an actor first runs: the spawner's, or its
+	 * shard if pinned).  Gauges, read one by one: a snapshot taken while
+	 * actors change state may be off by the changes under way. */
+	uint64_t actors;          /* live actors */
+	uint64_t actors_runnable; /* of those, ready to run (queued) */
+	uint64_t actors_running;  /* ... running now (0 or 1 per executor) */
+	uint64_t actors_waiting;  /* ... blocked: on their mailbox, a sleep, a channel, I/O */
+	uint64_t actors_receiving; /* ... of the waiting, blocked in cbcmn_actor_receive() */
+	uint64_t actors_halting;  /* ... halting (their halt runs) */
+	uint64_t mailbox_depth;   /* messages waiting in their mailboxes (DOWN excluded) */
 	/* Times one run of a task held the executor longer than
 	 * cbcmn_config.stall_ns (docs/SCHEDULER.md, "Stalls"). */
 	uint64_t stalls;
@@ -987,6 +1017,52 @@ CBCMN_API int cbcmn_runtime_snapshot(const cbcmn_runtime *rt, cbcmn_snapshot *ou
  * outlives it but a stream).  Any thread.  Returns 1, 0, or -EINVAL for
  * NULL. */
 CBCMN_API int cbcmn_runtime_is_quiescent(const cbcmn_runtime *rt);
+
+/* ------------------------------------------------------------------------
+ * Tracing: what each executor did, event by event (docs/TRACE.md)
+ *
+ * With cbcmn_config.trace_events, every executor records its events in a
+ * ring of its own (lock-free, one writer: the executor); a full ring drops
+ * the new event and counts it, and never waits.  cbcmn_trace_drain() takes
+ * them out; cbcmn-run --trace writes them as a Chrome JSON trace.
+ */
+typedef enum cbcmn_trace_kind {
+	CBCMN_TRACE_TASK = 1,        /* a task ran from ts_ns for dur_ns; arg: its id */
+	CBCMN_TRACE_PARK = 2,        /* the executor slept from ts_ns for dur_ns; arg: 1
+				      * notified, 0 timed out */
+	CBCMN_TRACE_STEAL = 3,       /* it stole arg tasks from executor peer */
+	CBCMN_TRACE_DOORBELL = 4,    /* it rang executor peer's doorbell; arg: 0 MSG_RING,
+				      * 1 eventfd */
+	CBCMN_TRACE_IO_SUBMIT = 5,   /* it submitted arg SQEs to its ring */
+	CBCMN_TRACE_IO_COMPLETE = 6, /* it reaped arg CQEs from its ring */
+	CBCMN_TRACE_IO = 7,          /* a task's fiber I/O call (cbcmn_io.h), from its
+				      * submission at ts_ns for dur_ns until its result, on
+				      * the executor it ended on; arg: the io_uring opcode
+				      * (IORING_OP_*, also on the epoll backend) */
+} cbcmn_trace_kind;
+
+typedef struct cbcmn_trace_event {
+	uint64_t ts_ns;    /* CLOCK_MONOTONIC: the start of a slice, else when */
+	uint64_t dur_ns;   /* TASK, PARK and IO; 0 for the others */
+	uint64_t arg;      /* see cbcmn_trace_kind */
+	uint32_t executor; /* whose event */
+	uint32_t peer;     /* STEAL: the victim; DOORBELL: the target; else 0 */
+	uint32_t kind;     /* cbcmn_trace_kind */
+	uint32_t reserved;
+} cbcmn_trace_event;
+
+/* Move up to n recorded events into out[] (oldest first per executor;
+ * executors one after the other) and, if dropped is not NULL, store the
+ * events every ring has dropped so far (full).  Returns how many (0: none
+ * waiting), or -EINVAL (NULL rt, NULL out with n > 0), -EOPNOTSUPP (the
+ * runtime was created without trace_events), -EBUSY (another drain of rt
+ * is under way: one at a time), CBCMN_EFORKED (in a child forked after
+ * create: its rings are copies of the parent's, whose events the
+ * parent's drain takes).  Any thread, while rt exists; it takes no
+ * lock and stops no executor.  The events of a slice under way (a task
+ * running, an executor asleep) come once it has ended. */
+CBCMN_API int cbcmn_trace_drain(cbcmn_runtime *rt, cbcmn_trace_event *out, uint32_t n,
+				uint64_t *dropped);
 
 /* ------------------------------------------------------------------------
  * Watching a runtime from another process

@@ -88,6 +88,42 @@ CBCMN_API int64_t cbcmn_statx(cbcmn_cx *cx, int dirfd, const char *path, int fla
 #define CBCMN_FSYNC_DATASYNC 0x1u
 CBCMN_API int64_t cbcmn_fsync(cbcmn_cx *cx, int fd, unsigned int flags);
 
+/* Wait until fd is ready for `events` (poll(2)'s POLLIN, POLLOUT, POLLPRI,
+ * POLLRDHUP, POLLRDNORM, POLLRDBAND, POLLWRNORM, POLLWRBAND; POLLERR and
+ * POLLHUP are always reported), blocking only the calling task: for a
+ * descriptor that another library reads and writes itself, non-blocking
+ * (OpenSSL, libcurl's multi interface, c-ares, a database client; the
+ * pattern: docs/IO.md, "Foreign descriptors").  An IORING_OP_POLL_ADD on
+ * the task's ring; on the epoll backend, a wait in the executor's set.
+ *
+ * Returns the revents mask (> 0: the events of `events` that are ready, and
+ * POLLERR / POLLHUP if so), or:
+ *   -ETIMEDOUT      timeout_ns ran out first (0: fd was not ready when
+ *                   looked at; a zero timeout never waits);
+ *   CBCMN_ECANCELED the task was cancelled (its nursery) before fd was ready,
+ *                   or before the call (then fd is not looked at); a poll
+ *                   that found readiness first returns its mask, and the
+ *                   task sees the cancellation at its next call (a wait
+ *                   ended by the cancellation or the timeout looks once
+ *                   more, as poll(2) with a zero timeout: ready then,
+ *                   the mask);
+ *   -EBADF          fd is negative or not open; on the epoll backend also a
+ *                   cbcmn_close() of fd by any task while this waits;
+ *   -EINVAL         NULL cx, a bit in events other than the above, or a
+ *                   file that cannot be waited on for those events (a
+ *                   regular file asked only for POLLPRI);
+ *   -EPERM, -ENOMEM as the other calls.
+ * timeout_ns: < 0 no limit of its own, 0 look without waiting, > 0 at most
+ * that many ns (in real time, also in lab mode, as the linked timeouts of
+ * the other calls); the task's cbcmn_io_set_timeout() applies as well, the
+ * shorter one winning.  Readiness is a state, not an event: the caller makes
+ * its own non-blocking call afterwards, which may still say EAGAIN (another
+ * reader took the data); poll again then.  A descriptor closed with
+ * close(2) while polled is not seen on io_uring (the request holds the file;
+ * a shutdown(2) of a socket wakes it with POLLHUP): give such waits a
+ * timeout.  Costs one unit of the syscalls budget. */
+CBCMN_API int64_t cbcmn_poll(cbcmn_cx *cx, int fd, uint32_t events, int64_t timeout_ns);
+
 /* ------------------------------------------------------------------------
  * Multishot: one SQE that keeps delivering (docs/IO.md).
  *

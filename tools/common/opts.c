@@ -127,6 +127,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 		{"bpf", no_argument, NULL, 'b'},
 		{"futex-tp", no_argument, NULL, 'F'},
 		{"verbose", no_argument, NULL, 'v'},
+		{"trace", required_argument, NULL, 'T'},
+		{"trace-events", required_argument, NULL, 'E'},
+		{"trace-limit", required_argument, NULL, 'L'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -136,6 +139,21 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	getopt_reset();
 	while ((c = getopt_long(argc, argv, ":w:p:s:d:n:jbvh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'T':
+			if (!*optarg)
+				return cli_err(err, errlen, "--trace wants a file name");
+			o->trace = optarg;
+			break;
+		case 'E':
+			if (want_u64("--trace-events", optarg, 1, 1u << 24, NULL, &u, err, errlen))
+				return -1;
+			o->trace_events = (uint32_t)u;
+			break;
+		case 'L':
+			if (want_u64("--trace-limit", optarg, 1, UINT64_MAX, NULL, &o->trace_limit, err,
+				     errlen))
+				return -1;
+			break;
 		case 'w':
 			if (want_u64("--workers", optarg, 1, CBCMN_MAX_EXECUTORS, NULL, &u, err, errlen))
 				return -1;
@@ -180,6 +198,9 @@ int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t 
 	}
 	if (o->futex_tp && !o->bpf)
 		return cli_err(err, errlen, "--futex-tp goes with --bpf");
+	if ((o->trace_events || o->trace_limit) && !o->trace)
+		return cli_err(err, errlen, "%s goes with --trace",
+			       o->trace_events ? "--trace-events" : "--trace-limit");
 	if (optind >= argc)
 		return cli_err(err, errlen, "which workload?");
 	if (optind + 1 < argc)
@@ -434,6 +455,7 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 		{"verbose", no_argument, NULL, 'v'},
 		{"futex-tp", no_argument, NULL, 'F'},
 		{"runtime", required_argument, NULL, 'r'},
+		{"prometheus", no_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -443,6 +465,9 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 	getopt_reset();
 	while ((c = getopt_long(argc, argv, ":p:i:c:r:jvh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'P':
+			o->prometheus = true;
+			break;
 		case 'r':
 			if (want_u64("-r", optarg, 0, 65535, "a runtime index >= 0", &u, err, errlen))
 				return -1;
@@ -481,6 +506,9 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 	}
 	if (!o->pid)
 		return cli_err(err, errlen, "-p PID is required");
+	if (o->prometheus && (o->json || o->futex_tp))
+		return cli_err(err, errlen, "--prometheus and %s exclude each other",
+			       o->json ? "--json" : "--futex-tp");
 	if (optind != argc)
 		return cli_err(err, errlen, "unexpected argument '%s'", argv[optind]);
 	return 0;

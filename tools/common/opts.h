@@ -46,6 +46,9 @@ struct run_opts {
 	uint32_t size;        /* 0: not given */
 	bool json, bpf, verbose, futex_tp, help;
 	const char *workload; /* the one operand */
+	const char *trace;    /* --trace FILE; NULL: not given */
+	uint32_t trace_events; /* --trace-events N; 0: not given */
+	uint64_t trace_limit;  /* --trace-limit N; 0: not given */
 };
 int run_opts_parse(int argc, char **argv, struct run_opts *o, char *err, size_t errlen);
 
@@ -84,6 +87,7 @@ struct stat_opts {
 	long count;     /* 0: until stopped */
 	bool json, verbose, futex_tp, help;
 	long runtime;   /* -r: the index-th live runtime of the process, oldest 0 */
+	bool prometheus; /* OpenMetrics text of the statistics segment, no eBPF */
 };
 int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_t errlen);
 

@@ -665,6 +665,12 @@ int wl_load(const struct lg_config *lc, struct lg_result *res, char *err, size_t
 
 static void snapshot(cbcmn_runtime *rt, struct wl_result *r);
 
+static void hook(const struct wl_opts *o, cbcmn_runtime *rt, bool up)
+{
+	if (o->on_runtime)
+		o->on_runtime(rt, up, o->on_runtime_arg);
+}
+
 static int wl_loopback(struct wl_env *e, enum fs_proto proto)
 {
 	struct fs_config fc;
@@ -677,6 +683,7 @@ static int wl_loopback(struct wl_env *e, enum fs_proto proto)
 	int rc = fs_start(&fs, &fc);
 	if (rc)
 		return fail_rc(e, rc, "server");
+	hook(e->o, fs_runtime(fs), true);
 	struct lg_config lc;
 	lg_config_init(&lc);
 	lc.port = fs_port(fs);
@@ -689,6 +696,7 @@ static int wl_loopback(struct wl_env *e, enum fs_proto proto)
 	rc = wl_load(&lc, &res, why, sizeof(why));
 	/* The clients are gone: the counters only move by the stop now. */
 	snapshot(fs_runtime(fs), e->r);
+	hook(e->o, fs_runtime(fs), false);
 	struct fs_stats st;
 	int src = fs_stop(fs, &st);
 	if (rc)
@@ -787,6 +795,7 @@ int wl_run(const struct wl_desc *w, const struct wl_opts *o, struct wl_result *r
 	cfg.cpus = o->cpus;
 	cfg.ncpus = o->ncpus;
 	cfg.seed = o->seed;
+	cfg.trace_events = o->trace_events;
 	e.cfg = &cfg;
 
 	int rc;
@@ -801,12 +810,14 @@ int wl_run(const struct wl_desc *w, const struct wl_opts *o, struct wl_result *r
 				 cbcmn_strerror(rc));
 			return rc;
 		}
+		hook(o, rt, true);
 		e.t0 = mono_ns();
 		e.deadline = e.t0 + (uint64_t)(o->duration_s * 1e9);
 		rc = w->run(rt, &e);
 		if (!r->duration_s)
 			r->duration_s = (double)(mono_ns() - e.t0) / 1e9;
 		snapshot(rt, r);
+		hook(o, rt, false);
 		/* Every nursery was awaited, yet the live-task count can drop a
 		 * moment after a nursery saw its last child end (-EBUSY here,
 		 * seen with skew): wait for it, boundedly (lib/janus_rt.c waits

@@ -38,6 +38,15 @@ struct wl_opts {
 	 * check exists for (a task run twice and another never, a lost message,
 	 * an early wake, a wrong byte), so that the check is seen to fail. */
 	bool sabotage;
+	/* Records per executor of the runtime's trace rings
+	 * (cbcmn_config.trace_events); 0: no tracing. */
+	uint32_t trace_events;
+	/* Called, if set, with the workload's runtime: up once it exists,
+	 * then down once the workload is done and its statistics are taken,
+	 * before the runtime is destroyed (cbcmn-run --trace drains it
+	 * meanwhile). */
+	void (*on_runtime)(cbcmn_runtime *rt, bool up, void *arg);
+	void *on_runtime_arg;
 };
 
 struct wl_result {

@@ -1,0 +1,628 @@
+/* actor.c: actors: the table of slots, references, spawn, halt, stop and monitors.
+ *
+ * An actor is a task of a nursery (a peer of nurseries, not a runtime of
+ * its own) whose task argument is its slot.  The slot holds the mailbox
+ * (actor_mbox.c) and lives in the runtime's actor table, made on the first
+ * spawn: chunks of slots that are only freed with the runtime, so that a
+ * reference, (generation, runtime tag, index), can always be checked against the
+ * slot it names without touching freed memory (actor.h).
+ *
+ * Halt runs from cbcmn__task_complete() (task.c's one hook), whatever ended
+ * the task: a return, a stop, a cancellation, a panic, a budget given up,
+ * its executor's thread dying.  It closes the mailbox (the generation moves
+ * on under the slot lock, so every later send misses), fails the waiting
+ * senders, drops what is left, delivers DOWN to the monitors, and recycles
+ * the slot; all before the nursery learns that the task ended, so an
+ * await_all that returns has seen every DOWN delivered.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actor.h"
+#include "probes.h"
+
+/* ---- the table ------------------------------------------------------------ */
+
+static struct cbcmn__actors *table_get(struct cbcmn_runtime *rt)
+{
+	/* acquire: pairs with the release CAS below (the table's init). */
+	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	if (t)
+		return t;
+	if (!(t = cbcmn__calloc(1, sizeof(*t))))
+		return NULL;
+	cbcmn__mutex_init(&t->lock, "actor table", CBCMN__LOCK_ACTOR_TABLE);
+	/* relaxed: only uniqueness matters; published by the CAS below. */
+	static _Atomic uint32_t next_tag;
+	t->tag = atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) % CBCMN__REF_TAGS + 1;
+	struct cbcmn__actors *old = NULL;
+	if (!atomic_compare_exchange_strong_explicit(&rt->actors, &old, t, memory_order_acq_rel,
+						     memory_order_acquire)) {
+		cbcmn__mutex_destroy(&t->lock);
+		free(t);
+		return old;
+	}
+	return t;
+}
+
+static struct cbcmn__actor *slot_at(struct cbcmn__actors *t, uint32_t idx)
+{
+	/* acquire: pairs with the release of nslots in slot_alloc(): the
+	 * chunk pointer and its initialised slots are seen. */
+	if (idx >= atomic_load_explicit(&t->nslots, memory_order_acquire))
+		return NULL;
+	struct cbcmn__actor *c = atomic_load_explicit(&t->chunk[idx >> CBCMN__ACTOR_CHUNK_SHIFT],
+						      memory_order_relaxed);
+	return &c[idx & (CBCMN__ACTOR_CHUNK - 1)];
+}
+
+static struct cbcmn__actor *slot_alloc(struct cbcmn_runtime *rt, struct cbcmn__actors *t)
+{
+	struct cbcmn__actor *a = NULL;
+	cbcmn__mutex_lock(&t->lock);
+	if ((a = t->free)) {
+		t->free = a->free_next;
+		goto out;
+	}
+	uint32_t n = atomic_load_explicit(&t->nslots, memory_order_relaxed);
+	uint32_t ci = n >> CBCMN__ACTOR_CHUNK_SHIFT;
+	if (ci >= CBCMN__ACTOR_CHUNKS)
+		goto out; /* 4 Mi actors alive: -ENOMEM */
+	struct cbcmn__actor *c = atomic_load_explicit(&t->chunk[ci], memory_order_relaxed);
+	if (!c) {
+		/* calloc: a fresh chunk costs only the pages its slots touch. */
+		if (!(c = cbcmn__calloc(CBCMN__ACTOR_CHUNK, sizeof(*c))))
+			goto out;
+		for (uint32_t i = 0; i < CBCMN__ACTOR_CHUNK; i++) {
+			cbcmn__mutex_init(&c[i].lock, "actor", CBCMN__LOCK_ACTOR);
+			c[i].index = (ci << CBCMN__ACTOR_CHUNK_SHIFT) | i;
+			c[i].gen = 1;
+			c[i].rt = rt;
+		}
+		atomic_store_explicit(&t->chunk[ci], c, memory_order_relaxed);
+	}
+	a = &c[n & (CBCMN__ACTOR_CHUNK - 1)];
+	/* release: the chunk and its slots before the count that admits
+	 * them (slot_at()). */
+	atomic_store_explicit(&t->nslots, n + 1, memory_order_release);
+out:
+	cbcmn__mutex_unlock(&t->lock);
+	return a;
+}
+
+static void slot_free(struct cbcmn__actors *t, struct cbcmn__actor *a)
+{
+	/* A generation that wrapped to 0 would make old references valid
+	 * again: that slot is retired for good. */
+	if (a->gen == 0)
+		return;
+	cbcmn__mutex_lock(&t->lock);
+	a->free_next = t->free;
+	t->free = a;
+	cbcmn__mutex_unlock(&t->lock);
+}
+
+struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
+	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	uint32_t gen = cbcmn__ref_gen(ref);
+	struct cbcmn__actor *a;
+	if (!t || gen == 0 || cbcmn__ref_tag(ref) != t->tag ||
+	    !(a = slot_at(t, cbcmn__ref_index(ref))))
+		return NULL;
+	cbcmn__mutex_lock(&a->lock);
+	if (a->state == CBCMN__A_LIVE && a->gen == gen)
+		return a;
+	cbcmn__mutex_unlock(&a->lock);
+	return NULL;
+}
+
+static void free_links(struct cbcmn__link *l)
+{
+	while (l) {
+		struct cbcmn__link *next = l->next;
+		free(l);
+		l = next;
+	}
+}
+
+void cbcmn__actors_fini(struct cbcmn_runtime *rt)
+{
+	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	if (!t)
+		return;
+	uint32_t n = atomic_load_explicit(&t->nslots, memory_order_relaxed);
+	for (uint32_t ci = 0; ci < CBCMN__ACTOR_CHUNKS; ci++) {
+		struct cbcmn__actor *c = atomic_load_explicit(&t->chunk[ci], memory_order_relaxed);
+		if (!c)
+			break;
+		for (uint32_t i = 0; i < CBCMN__ACTOR_CHUNK; i++) {
+			struct cbcmn__actor *a = &c[i];
+			/* Every actor has halted (their nurseries were awaited):
+			 * what is left are monitors on slots never reused. */
+			if (a->index < n) {
+				free(a->ring);
+				free_links(a->links);
+				free_links(a->watching);
+				struct cbcmn__monitor *lists[2] = {a->sys_head, a->watched_by};
+				for (int l = 0; l < 2; l++)
+					while (lists[l]) {
+						struct cbcmn__monitor *m = lists[l];
+						lists[l] = m->next;
+						free(m);
+					}
+			}
+			cbcmn__mutex_destroy(&a->lock);
+		}
+		free(c);
+	}
+	cbcmn__mutex_destroy(&t->lock);
+	free(t);
+	atomic_store_explicit(&rt->actors, NULL, memory_order_relaxed);
+}
+
+/* Stop the locked actor a with reason (first reason wins). */
+static void stop_locked(struct cbcmn__actor *a, int64_t reason, struct cbcmn__wakes *wl)
+{
+	if (a->stopping)
+		return;
+	a->stopping = true;
+	a->stop_reason = reason;
+	cbcmn__mb_stop(a, wl);
+}
+
+/* Remove the first record naming peer with id (0: a link, else a
+ * monitor's note) from *list; it, or NULL. */
+static struct cbcmn__link *rec_take(struct cbcmn__link **list, cbcmn_actor_ref peer, uint64_t id)
+{
+	for (; *list; list = &(*list)->next) {
+		struct cbcmn__link *l = *list;
+		if (l->peer == peer && l->id == id) {
+			*list = l->next;
+			return l;
+		}
+	}
+	return NULL;
+}
+
+static struct cbcmn__link *link_take(struct cbcmn__link **list, cbcmn_actor_ref peer)
+{
+	return rec_take(list, peer, 0);
+}
+
+/* Remove monitor id of watcher from the locked target's list; it, or NULL. */
+static struct cbcmn__monitor *monitor_take(struct cbcmn__actor *target, cbcmn_actor_ref watcher,
+					   uint64_t id)
+{
+	for (struct cbcmn__monitor **p = &target->watched_by; *p; p = &(*p)->next)
+		if ((*p)->id == id && (*p)->watcher == watcher) {
+			struct cbcmn__monitor *m = *p;
+			*p = m->next;
+			return m;
+		}
+	return NULL;
+}
+
+/* ---- halt ----------------------------------------------------------------- */
+
+/* End the actor in a with reason: close the mailbox, fail the senders,
+ * drop what is left, tell the monitors, recycle the slot.  e: the calling
+ * executor, or NULL.  Returns the halt reason (a stop's wins). */
+static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
+{
+	struct cbcmn__wakes wl = {0};
+	cbcmn__mutex_lock(&a->lock);
+	if (a->stopping)
+		reason = a->stop_reason;
+	cbcmn_actor_ref old = a->ref;
+	uint32_t home = cbcmn__actor_home(a);
+	CBCMN__AGAUGE(a->rt, home, halting, 1);
+	CBCMN__AGAUGE(a->rt, home, mailbox, -(int64_t)a->count);
+	struct cbcmn__link *links = a->links, *watching = a->watching;
+	a->links = a->watching = NULL;
+	a->state = CBCMN__A_HALTING;
+	a->gen++; /* every reference to it dies here */
+	a->ref = CBCMN_ACTOR_NONE;
+	a->stopping = false;
+	cbcmn__mb_fail_senders(a, &wl, -ESRCH);
+	cbcmn_actor_msg *ring = a->ring;
+	uint32_t head = a->head, count = a->count, cap = a->cap;
+	struct cbcmn__monitor *sys = a->sys_head, *mons = a->watched_by;
+	a->ring = NULL;
+	a->head = a->count = a->cap = 0;
+	a->sys_head = a->sys_tail = a->watched_by = NULL;
+	a->receiver = NULL; /* it was the halting task itself: not waiting */
+	void (*drop)(void *, const cbcmn_actor_msg *) = a->drop;
+	void *user = a->user;
+	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__wakes_run(&wl, e);
+
+	/* Out of the lock, nobody else can reach these any more. */
+	for (uint32_t i = 0; drop && i < count; i++)
+		drop(user, &ring[(head + i) % cap]);
+	free(ring);
+	while (sys) {
+		struct cbcmn__monitor *m = sys;
+		sys = m->next;
+		free(m);
+	}
+	while (mons) {
+		struct cbcmn__monitor *m = mons;
+		mons = m->next;
+		m->reason = reason;
+		struct cbcmn__actor *w = cbcmn__actor_lock_ref(a->rt, m->watcher);
+		if (!w) {
+			free(m); /* the watcher is gone too */
+			continue;
+		}
+		struct cbcmn__wakes dl = {0};
+		free(rec_take(&w->watching, m->target, m->id)); /* that monitor is over */
+		cbcmn__mb_put_down(w, m, &dl);
+		cbcmn__mutex_unlock(&w->lock);
+		cbcmn__wakes_run(&dl, e);
+	}
+	/* Links: take our record off each peer (so long-lived actors do not
+	 * collect dead links) and pass an abnormal reason on. */
+	while (links) {
+		struct cbcmn__link *l = links;
+		links = l->next;
+		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
+		if (p) {
+			struct cbcmn__wakes pl = {0};
+			/* Only a peer that still holds its side: one that
+			 * unlinked (its side first) is not stopped. */
+			struct cbcmn__link *theirs = link_take(&p->links, old);
+			if (theirs && reason != 0)
+				stop_locked(p, reason, &pl);
+			free(theirs);
+			cbcmn__mutex_unlock(&p->lock);
+			cbcmn__wakes_run(&pl, e);
+		}
+		free(l);
+	}
+	/* Our own monitors: off their targets, or a long-lived target would
+	 * collect the monitors of every watcher that ever halted.  A target
+	 * halting meanwhile finds us dead and frees the record itself. */
+	while (watching) {
+		struct cbcmn__link *l = watching;
+		watching = l->next;
+		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
+		if (p) {
+			free(monitor_take(p, old, l->id));
+			cbcmn__mutex_unlock(&p->lock);
+		}
+		free(l);
+	}
+	CBCMN_PROBE4(actor_halt, old, reason, count, a->rt->seg.rt_id);
+	cbcmn__mutex_lock(&a->lock);
+	a->state = CBCMN__A_FREE;
+	CBCMN__AGAUGE(a->rt, home, halting, -1);
+	CBCMN__AGAUGE(a->rt, home, live, -1);
+	cbcmn__mutex_unlock(&a->lock);
+	slot_free(atomic_load_explicit(&a->rt->actors, memory_order_relaxed), a);
+	return reason;
+}
+
+int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
+{
+	struct cbcmn__actor *a = arg;
+	/* fn and user were written before the spawn published the task. */
+	return a->fn(cx, a->user);
+}
+
+int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)
+{
+	return halt(t->arg, result, t->exec);
+}
+
+/* Move a's gauges (it and its mailbox) to executor to; a locked. */
+static void home_move(struct cbcmn__actor *a, uint32_t to)
+{
+	uint32_t from = cbcmn__actor_home(a);
+	CBCMN__AGAUGE(a->rt, from, live, -1);
+	CBCMN__AGAUGE(a->rt, from, mailbox, -(int64_t)a->count);
+	CBCMN__AGAUGE(a->rt, to, live, 1);
+	CBCMN__AGAUGE(a->rt, to, mailbox, (int64_t)a->count);
+	atomic_store_explicit(&a->home, to, memory_order_relaxed);
+}
+
+void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__actor *a = t->arg;
+	/* Only the executor that runs a moves it: no lock unless it moved. */
+	if (cbcmn__actor_home(a) != e->id) {
+		cbcmn__mutex_lock(&a->lock);
+		home_move(a, e->id);
+		cbcmn__mutex_unlock(&a->lock);
+	}
+	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
+}
+
+/* ---- public calls ------------------------------------------------------- */
+
+int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+		      const cbcmn_actor_opts *opts, cbcmn_actor_ref *out)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (out)
+		*out = CBCMN_ACTOR_NONE;
+	if (!fn || !out || !n)
+		return -EINVAL;
+	uint32_t cap = opts && opts->mailbox_cap ? opts->mailbox_cap : CBCMN_ACTOR_MAILBOX_DEFAULT;
+	if (cap > CBCMN_ACTOR_MAILBOX_MAX)
+		return -EINVAL;
+	struct cbcmn_runtime *rt = n->rt;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
+	if (self && self->rt != rt)
+		return CBCMN_EWRONGRT;
+	cbcmn__stack_check(self);
+	struct cbcmn__actors *t = table_get(rt);
+	struct cbcmn__actor *a = t ? slot_alloc(rt, t) : NULL;
+	if (!a)
+		return -ENOMEM;
+	cbcmn_actor_msg *ring = cbcmn__malloc((size_t)cap * sizeof(*ring));
+	if (!ring) {
+		slot_free(t, a);
+		return -ENOMEM;
+	}
+	/* Counted from now on, where it will most likely first run. */
+	uint32_t home = opts && opts->placement == CBCMN_PLACE_PINNED && opts->shard < rt->nexec
+				? opts->shard
+			: self ? self->exec->id
+			       : 0;
+	cbcmn__mutex_lock(&a->lock);
+	atomic_store_explicit(&a->home, home, memory_order_relaxed);
+	CBCMN__AGAUGE(rt, home, live, 1);
+	a->ring = ring;
+	a->cap = cap;
+	a->head = a->count = 0;
+	a->put_total = a->taken_total = 0;
+	a->fn = fn;
+	a->user = state;
+	a->drop = opts ? opts->drop : NULL;
+	a->stopping = false;
+	a->stop_reason = 0;
+	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);
+	a->state = CBCMN__A_LIVE;
+	cbcmn_actor_ref ref = a->ref;
+	cbcmn__mutex_unlock(&a->lock);
+	cbcmn_spawn_opts so = {
+		.budget = opts ? opts->budget : NULL,
+		.caps = opts ? opts->caps : NULL,
+		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
+		.shard = opts ? opts->shard : 0,
+	};
+	int rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__actor_main, a, &so, NULL);
+	if (rc) {
+		/* Nothing ran: only a forged reference could have reached it. */
+		halt(a, rc, self ? self->exec : NULL);
+		return rc;
+	}
+	CBCMN_PROBE4(actor_spawn, ref, self ? (int)self->exec->id : -1, cap, rt->seg.rt_id);
+	*out = ref;
+	return 0;
+}
+
+cbcmn_actor_ref cbcmn_actor_self(const cbcmn_cx *cx)
+{
+	struct cbcmn__actor *a = cbcmn__actor_of((const struct cbcmn_task *)cx);
+	/* ref changes only at halt, which the actor's own task runs. */
+	return a ? a->ref : CBCMN_ACTOR_NONE;
+}
+
+int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64_t reason)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!rt && !self)
+		return -EINVAL;
+	if (!rt)
+		rt = self->rt;
+	if (cbcmn__forked(rt))
+		return CBCMN_EFORKED;
+	if (self && self->rt != rt)
+		return CBCMN_EWRONGRT;
+	cbcmn__stack_check(self);
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, ref);
+	if (!a)
+		return -ESRCH;
+	struct cbcmn__wakes wl = {0};
+	stop_locked(a, reason, &wl);
+	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
+	return 0;
+}
+
+int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	if (!mon)
+		return -EINVAL;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
+	cbcmn__stack_check(self);
+	struct cbcmn__monitor *m = cbcmn__calloc(1, sizeof(*m));
+	struct cbcmn__link *note = cbcmn__calloc(1, sizeof(*note));
+	if (!m || !note) {
+		free(m);
+		free(note);
+		return -ENOMEM;
+	}
+	struct cbcmn__actors *t = atomic_load_explicit(&self->rt->actors, memory_order_relaxed);
+	m->watcher = me->ref;
+	m->target = target;
+	m->id = atomic_fetch_add_explicit(&t->next_monitor, 1, memory_order_relaxed) + 1;
+	*mon = m->id;
+	note->peer = target;
+	note->id = m->id;
+	/* Our note first: once the monitor is on the target, its halt may
+	 * take the note back at any time (with the DOWN, under our lock). */
+	cbcmn__mutex_lock(&me->lock);
+	if (me->state != CBCMN__A_LIVE) {
+		/* Halting (a drop callback): the halt took our lists already,
+		 * a note now would stay on the slot for its next actor. */
+		cbcmn__mutex_unlock(&me->lock);
+		free(m);
+		free(note);
+		return -ESHUTDOWN;
+	}
+	note->next = me->watching;
+	me->watching = note;
+	cbcmn__mutex_unlock(&me->lock);
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (a) {
+		m->next = a->watched_by;
+		a->watched_by = m;
+		cbcmn__mutex_unlock(&a->lock);
+		return 0;
+	}
+	/* Dead already (or never was): the DOWN comes at once.  Nobody waits
+	 * on our mailbox but us, so there is nothing to wake. */
+	m->reason = -ESRCH;
+	struct cbcmn__wakes wl = {0};
+	cbcmn__mutex_lock(&me->lock);
+	free(rec_take(&me->watching, target, m->id));
+	cbcmn__mb_put_down(me, m, &wl);
+	cbcmn__mutex_unlock(&me->lock);
+	return 0;
+}
+
+int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
+	if (target == me->ref)
+		return -EINVAL;
+	cbcmn__stack_check(self);
+	struct cbcmn__link *mine = cbcmn__malloc(sizeof(*mine));
+	struct cbcmn__link *theirs = cbcmn__malloc(sizeof(*theirs));
+	if (!mine || !theirs) {
+		free(mine);
+		free(theirs);
+		return -ENOMEM;
+	}
+	mine->peer = target;
+	mine->id = 0;
+	theirs->peer = me->ref;
+	theirs->id = 0;
+	/* Our side first, one lock at a time.  Once their side is there,
+	 * their halt takes ours off (and stops us, as if it came right after
+	 * the link); if they are dead by then, we take it off ourselves.
+	 * (Their side first would leave ours naming a dead peer when they
+	 * halt between the two.) */
+	cbcmn__mutex_lock(&me->lock);
+	if (me->state != CBCMN__A_LIVE) {
+		/* Halting (a drop callback): the halt took our links already;
+		 * one now would be the slot's next actor's. */
+		cbcmn__mutex_unlock(&me->lock);
+		free(mine);
+		free(theirs);
+		return -ESHUTDOWN;
+	}
+	struct cbcmn__link *dup = link_take(&me->links, target);
+	mine->next = me->links;
+	me->links = mine;
+	cbcmn__mutex_unlock(&me->lock);
+	free(dup); /* linked already: one record each side is enough */
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (!a) {
+		cbcmn__mutex_lock(&me->lock);
+		free(link_take(&me->links, target));
+		cbcmn__mutex_unlock(&me->lock);
+		free(theirs);
+		return -ESRCH;
+	}
+	free(link_take(&a->links, me->ref));
+	theirs->next = a->links;
+	a->links = theirs;
+	cbcmn__mutex_unlock(&a->lock);
+	return 0;
+}
+
+int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref target)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
+	cbcmn__stack_check(self);
+	/* Our side first: from then on a halt of theirs finds nothing of
+	 * theirs on us, and stops us no more (halt()). */
+	cbcmn__mutex_lock(&me->lock);
+	struct cbcmn__link *mine = link_take(&me->links, target);
+	cbcmn__mutex_unlock(&me->lock);
+	free(mine);
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (a) {
+		struct cbcmn__link *theirs = link_take(&a->links, me->ref);
+		cbcmn__mutex_unlock(&a->lock);
+		free(theirs);
+	}
+	return 0;
+}
+
+/* True while the actor ref named is halting (its DOWNs still on the way). */
+static bool halting(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
+	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	struct cbcmn__actor *a = t && cbcmn__ref_tag(ref) == t->tag ? slot_at(t, cbcmn__ref_index(ref))
+								      : NULL;
+	if (!a)
+		return false;
+	cbcmn__mutex_lock(&a->lock);
+	/* The halt bumped the generation as it began; FREE once it ends. */
+	bool h = a->state == CBCMN__A_HALTING && a->gen == cbcmn__ref_gen(ref) + 1;
+	cbcmn__mutex_unlock(&a->lock);
+	return h;
+}
+
+int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	if (!me)
+		return err;
+	cbcmn__stack_check(self);
+	struct cbcmn__monitor *found = NULL;
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
+	if (a) {
+		found = monitor_take(a, me->ref, id);
+		cbcmn__mutex_unlock(&a->lock);
+		if (found) {
+			cbcmn__mutex_lock(&me->lock);
+			free(rec_take(&me->watching, target, id));
+			cbcmn__mutex_unlock(&me->lock);
+		}
+	} else {
+		/* A halt took the list and delivers the DOWNs one lock at a
+		 * time: wait for it to end, then look in our own queue. */
+		while (halting(self->rt, target))
+			cbcmn_yield(cx);
+	}
+	if (!found) {
+		cbcmn__mutex_lock(&me->lock);
+		struct cbcmn__monitor *prev = NULL;
+		for (struct cbcmn__monitor *m = me->sys_head; m; prev = m, m = m->next)
+			if (m->id == id && m->target == target) {
+				found = m;
+				if (prev)
+					prev->next = m->next;
+				else
+					me->sys_head = m->next;
+				if (me->sys_tail == m)
+					me->sys_tail = prev;
+				break;
+			}
+		cbcmn__mutex_unlock(&me->lock);
+	}
+	free(found);
+	return found ? 0 : -ENOENT;
+}

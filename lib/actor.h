@@ -1,0 +1,163 @@
+/* actor.h: private to libcbcmn: actor slots, the actor table and mailboxes.
+ *
+ * Shared by actor.c (the table, references, spawn, halt, stop, monitors)
+ * and actor_mbox.c (the mailbox: its ring, its waiting senders and its one
+ * receiver).  docs/ACTORS.md has the design.
+ *
+ * Memory safety of references: an actor lives in a slot of its runtime's
+ * actor table, and slots are never freed while the runtime lives (they are
+ * recycled with a new generation).  So a stale or forged reference always
+ * points at valid memory: the holder locks the slot and compares the
+ * generation before anything else, and a halted actor's generation has
+ * moved on (under the same lock) before its mailbox memory is released.
+ */
+#ifndef CBCMN_ACTOR_INT_H
+#define CBCMN_ACTOR_INT_H
+
+#include "cbcmn_actor.h"
+#include "runtime.h"
+#include "waitq.h"
+
+/* Slot states, under the slot lock. */
+enum { CBCMN__A_FREE = 0, CBCMN__A_LIVE, CBCMN__A_HALTING };
+
+/* A blocked mailbox operation, on the blocked caller's stack (waitq.h).
+ * Touched by others only under the slot lock, and only until it is claimed
+ * and dequeued; after that only its waker reads qw.iw, once, to wake it. */
+struct cbcmn__mb_wait {
+	struct cbcmn__qwait qw;             /* first: the queue's */
+	const cbcmn_actor_msg *src;         /* a sender: its message */
+	cbcmn_actor_msg *dst;               /* the receiver: where the message goes */
+	uint32_t home;                      /* the receiver: the executor counting it */
+};
+
+/* A monitor: on the watched actor's list until it halts, then (as the DOWN
+ * message itself) on the watcher's system queue until received.  Allocated
+ * when the monitor is set up, so that a halt never needs memory, nor room
+ * in a full mailbox. */
+struct cbcmn__monitor {
+	struct cbcmn__monitor *next;
+	cbcmn_actor_ref watcher, target;
+	uint64_t id;
+	int64_t reason;
+	uint64_t seq; /* deliverable once the watcher has taken this many messages */
+};
+
+/* A link (cbcmn_actor_link()): one record on each side, naming the peer.
+ * Also a watcher's note of a monitor it set up (id: the monitor's; 0 for
+ * a link), so that its halt takes the monitor off the target. */
+struct cbcmn__link {
+	struct cbcmn__link *next;
+	cbcmn_actor_ref peer;
+	uint64_t id;
+};
+
+struct cbcmn__actor {
+	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR: every field below but index */
+	uint32_t index;           /* fixed: the slot's place in the table */
+	uint32_t gen;             /* the live actor's generation; bumped at halt */
+	uint32_t state;           /* CBCMN__A_* */
+	/* The executor whose gauges count it (statseg.h): written under the
+	 * lock, read without it only by the executor about to run it
+	 * (cbcmn__actor_run()), the one thread that moves it. */
+	_Atomic uint32_t home;
+	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
+	int64_t stop_reason;
+	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
+	struct cbcmn_runtime *rt;
+	cbcmn_actor_fn fn;
+	void *user;               /* the behaviour's state */
+	void (*drop)(void *state, const cbcmn_actor_msg *m);
+	/* The mailbox: a ring of cap messages. */
+	cbcmn_actor_msg *ring;
+	uint32_t cap, head, count;
+	uint64_t put_total, taken_total; /* messages in, messages out, ever */
+	struct cbcmn__waitq sendq;                /* senders waiting for room */
+	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
+	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
+	struct cbcmn__monitor *watched_by;        /* monitors on it */
+	struct cbcmn__link *links;                /* actors linked with it */
+	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
+	struct cbcmn__actor *free_next;           /* the table's free list */
+};
+
+#define CBCMN__ACTOR_CHUNK_SHIFT 10u
+#define CBCMN__ACTOR_CHUNK (1u << CBCMN__ACTOR_CHUNK_SHIFT)
+#define CBCMN__ACTOR_CHUNKS 4096u /* 4 Mi actors alive at once */
+
+/* A reference: (generation << 32) | (runtime tag << 22) | slot index.  The
+ * tag (1..1023, one per runtime, cbcmn__actors.tag) keeps a reference of
+ * one runtime from naming the actor in the same slot and generation of
+ * another (the first actors of any two runtimes would otherwise share
+ * their references); two live runtimes share a tag only if 1023 others
+ * were made between them. */
+#define CBCMN__REF_INDEX_BITS 22u
+#define CBCMN__REF_TAGS 1023u
+_Static_assert(CBCMN__ACTOR_CHUNKS * CBCMN__ACTOR_CHUNK == 1u << CBCMN__REF_INDEX_BITS,
+	       "a reference's index field holds every slot");
+
+static inline uint32_t cbcmn__ref_index(cbcmn_actor_ref r)
+{
+	return (uint32_t)r & ((1u << CBCMN__REF_INDEX_BITS) - 1);
+}
+static inline uint32_t cbcmn__ref_tag(cbcmn_actor_ref r)
+{
+	return (uint32_t)r >> CBCMN__REF_INDEX_BITS;
+}
+static inline uint32_t cbcmn__ref_gen(cbcmn_actor_ref r)
+{
+	return (uint32_t)(r >> 32);
+}
+static inline cbcmn_actor_ref cbcmn__ref_make(uint32_t gen, uint32_t tag, uint32_t index)
+{
+	return (cbcmn_actor_ref)gen << 32 | (cbcmn_actor_ref)tag << CBCMN__REF_INDEX_BITS | index;
+}
+
+struct cbcmn__actors {
+	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR_TABLE: free list, growth */
+	uint32_t tag;             /* fixed: this runtime's tag in its references */
+	struct cbcmn__actor *free;
+	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
+	_Atomic uint64_t next_monitor;
+	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
+};
+
+/* Add n to gauge field of executor id's actor gauges (relaxed: statistics,
+ * nothing is published through them). */
+#define CBCMN__AGAUGE(rt, id, field, n)                                                  \
+	atomic_fetch_add_explicit(&(rt)->exec[id]->ss->act.field, (n), memory_order_relaxed)
+static inline uint32_t cbcmn__actor_home(const struct cbcmn__actor *a)
+{
+	return atomic_load_explicit(&a->home, memory_order_relaxed);
+}
+
+/* actor.c */
+/* The calling task's actor, or NULL for a plain task (or NULL). */
+static inline struct cbcmn__actor *cbcmn__actor_of(const struct cbcmn_task *t)
+{
+	return t && cbcmn__is_actor_task(t) ? t->arg : NULL;
+}
+/* The calling actor: self must be one, and running; else NULL and *err is
+ * -EPERM, or CBCMN_EFORKED in a forked child. */
+static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)
+{
+	struct cbcmn__actor *a = cbcmn__actor_of(self);
+	*err = !a || !cbcmn__is_running(self) ? -EPERM
+	       : cbcmn__forked(self->rt)      ? CBCMN_EFORKED
+					      : 0;
+	return *err ? NULL : a;
+}
+/* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
+struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
+
+/* actor_mbox.c (all under the slot lock unless said) */
+/* Claim every waiting sender with result (they return it, message not
+ * taken). */
+void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__wakes *wl, int result);
+/* Stop: fail the waiting senders (-ESRCH) and the receiver (-ESHUTDOWN). */
+void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl);
+/* A DOWN for a (the watcher): to its waiting receiver, else queued. */
+void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
+			struct cbcmn__wakes *wl);
+
+#endif

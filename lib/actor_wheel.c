@@ -1,0 +1,223 @@
+/* actor_wheel.c: an executor's scheduling wheel for actors (actor_wheel.h).
+ *
+ * Owner-only: every call comes from the executor that owns the wheel, so
+ * nothing here locks.  The rules are the seed's (003, "Scheduling actors")
+ * as docs/ACTORS.md decides them; the hook that feeds the executor's pick
+ * from here is the next step of stage 3 (docs/ACTORS.md "Staged plan").
+ */
+#include <string.h>
+
+#include "actor_wheel.h"
+
+#define SEGS CBCMN__WHEEL_SEGS
+
+/* ---- lists ---------------------------------------------------------------- */
+
+static void l_push(struct cbcmn__wheel_list *l, struct cbcmn__wheel_node *n)
+{
+	n->next = NULL;
+	n->prev = l->tail;
+	if (l->tail)
+		l->tail->next = n;
+	else
+		l->head = n;
+	l->tail = n;
+}
+
+static void l_del(struct cbcmn__wheel_list *l, struct cbcmn__wheel_node *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		l->tail = n->prev;
+	n->prev = n->next = NULL;
+}
+
+static struct cbcmn__wheel_node *l_pop(struct cbcmn__wheel_list *l)
+{
+	struct cbcmn__wheel_node *n = l->head;
+	if (n)
+		l_del(l, n);
+	return n;
+}
+
+/* Segment s holds nothing any more: off the mask. */
+static void seg_settle(struct cbcmn__wheel *w, uint32_t s)
+{
+	if (!w->seg[s].run.head && !w->seg[s].idle.head)
+		w->busy &= ~(1ull << s);
+}
+
+/* ---- load ----------------------------------------------------------------- */
+
+static uint64_t nominal_turn(const struct cbcmn__wheel *w)
+{
+	return (uint64_t)SEGS * w->quantum_ns;
+}
+
+/* One more turn of length turn_ns in the 8-turn average (1000 = nominal).
+ * Until a quantum has been timed there is no nominal: nothing changes. */
+static void load_sample(struct cbcmn__wheel *w, uint64_t turn_ns)
+{
+	uint64_t nominal = nominal_turn(w);
+	w->turns++;
+	if (!nominal)
+		return;
+	uint64_t sample = turn_ns >= UINT64_MAX / 1000 ? UINT64_MAX / 8 : turn_ns * 1000 / nominal;
+	if (sample > UINT64_MAX / 8)
+		sample = UINT64_MAX / 8;
+	w->load_milli = w->load_milli - w->load_milli / 8 + sample / 8;
+}
+
+/* The wheel is empty: the time since the last turn ended counts as idle
+ * turns of nominal length, each a sample of 0 (seed: load falls as the
+ * executor idles, with no timer to say so). */
+static void load_idle(struct cbcmn__wheel *w, uint64_t now)
+{
+	uint64_t nominal = nominal_turn(w);
+	if (!nominal || now < w->turn_start || now - w->turn_start < nominal)
+		return;
+	uint64_t k = (now - w->turn_start) / nominal;
+	w->turn_start += k * nominal;
+	w->turns += k;
+	if (k >= 512)
+		w->load_milli = 0; /* (7/8)^512 of anything is nothing */
+	else
+		while (k-- && w->load_milli)
+			w->load_milli = w->load_milli * 7 / 8; /* < 2^61 * 7: fits */
+}
+
+/* ---- the wheel ------------------------------------------------------------ */
+
+void cbcmn__wheel_init(struct cbcmn__wheel *w, uint32_t quantum, uint64_t now)
+{
+	memset(w, 0, sizeof(*w));
+	w->quantum = quantum ? quantum : 1;
+	w->turn_start = now;
+}
+
+uint32_t cbcmn__wheel_forward(const struct cbcmn__wheel *w, uint32_t used)
+{
+	if (used >= w->quantum)
+		return CBCMN__WHEEL_FORWARD;
+	uint32_t f = (uint32_t)((uint64_t)CBCMN__WHEEL_FORWARD * used / w->quantum);
+	/* At least one: the current segment is being served, a node put
+	 * there would wait a whole turn. */
+	return f ? f : 1;
+}
+
+void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, bool runnable,
+		      uint32_t used, uint64_t ns)
+{
+	if (used) {
+		/* What a whole quantum takes, from this run's pace. */
+		uint64_t est = ns / used * w->quantum + ns % used * w->quantum / used;
+		w->quantum_ns = w->quantum_ns ? w->quantum_ns - w->quantum_ns / 8 + est / 8 : est;
+	}
+	uint32_t s = (w->cur + cbcmn__wheel_forward(w, used)) % SEGS;
+	n->seg = s;
+	n->woken = false;
+	if (runnable) {
+		n->left = w->quantum;
+		n->where = CBCMN__WN_RUN;
+		l_push(&w->seg[s].run, n);
+	} else {
+		uint32_t left = used < w->quantum ? w->quantum - used : 0;
+		n->left = left ? left : w->quantum; /* all used: a new one next turn */
+		n->where = CBCMN__WN_IDLE;
+		l_push(&w->seg[s].idle, n);
+	}
+	w->busy |= 1ull << s;
+}
+
+bool cbcmn__wheel_wake(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n)
+{
+	switch (n->where) {
+	case CBCMN__WN_IDLE:
+		n->woken = true; /* runs when its segment comes, first there */
+		return true;
+	case CBCMN__WN_IDLESET:
+		l_del(&w->idle, n);
+		n->where = CBCMN__WN_FIRST;
+		l_push(&w->first, n);
+		return true;
+	default:
+		return false;
+	}
+}
+
+void cbcmn__wheel_remove(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n)
+{
+	switch (n->where) {
+	case CBCMN__WN_RUN:
+		l_del(&w->seg[n->seg].run, n);
+		seg_settle(w, n->seg);
+		break;
+	case CBCMN__WN_IDLE:
+		l_del(&w->seg[n->seg].idle, n);
+		seg_settle(w, n->seg);
+		break;
+	case CBCMN__WN_IDLESET:
+		l_del(&w->idle, n);
+		break;
+	case CBCMN__WN_FIRST:
+		l_del(&w->first, n);
+		break;
+	}
+	n->where = CBCMN__WN_NONE;
+	n->woken = false;
+}
+
+/* Turn to segment s: its woken idle nodes are due first, the others join
+ * the executor's idle set. */
+static void turn_to(struct cbcmn__wheel *w, uint32_t s)
+{
+	struct cbcmn__wheel_node *n;
+	w->cur = s;
+	while ((n = l_pop(&w->seg[s].idle))) {
+		if (n->woken) {
+			n->woken = false;
+			n->where = CBCMN__WN_FIRST;
+			l_push(&w->first, n);
+		} else {
+			n->where = CBCMN__WN_IDLESET;
+			l_push(&w->idle, n);
+		}
+	}
+	seg_settle(w, s);
+}
+
+struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now,
+					    uint32_t *quantum)
+{
+	for (;;) {
+		struct cbcmn__wheel_node *n = l_pop(&w->first);
+		if (!n && (n = l_pop(&w->seg[w->cur].run)))
+			seg_settle(w, w->cur);
+		if (n) {
+			n->where = CBCMN__WN_NONE;
+			*quantum = n->left;
+			return n;
+		}
+		if (!w->busy) {
+			load_idle(w, now);
+			return NULL;
+		}
+		/* The next segment that holds anything, strictly after cur
+		 * (cur itself, a whole turn on, last): rotate the mask so that
+		 * bit 0 is cur + 1. */
+		uint32_t r = (w->cur + 1) % SEGS;
+		uint64_t m = r ? w->busy >> r | w->busy << (SEGS - r) : w->busy;
+		uint32_t d = (uint32_t)__builtin_ctzll(m) + 1;
+		if (w->cur + d >= SEGS) {
+			/* Past the last segment: a turn is complete. */
+			load_sample(w, now - w->turn_start);
+			w->turn_start = now;
+		}
+		turn_to(w, (w->cur + d) % SEGS);
+	}
+}

@@ -1,0 +1,257 @@
+/* cbcmn_actor.h: actors: tasks with a bounded mailbox, addressed by reference.
+ *
+ * An actor is a task (it runs on the executors like any other, in a nursery,
+ * with a budget, and is cancelled with its nursery) that owns a mailbox of
+ * fixed-size messages (cbcmn_actor_msg) and is known to others by a
+ * reference: a 64-bit generation-checked id, not a pointer.  Anyone holding
+ * the reference (a task, another actor, a thread outside the runtime) may
+ * send to it; only the actor itself receives.
+ *
+ *     static int64_t counter(cbcmn_cx *cx, void *state) {
+ *             cbcmn_actor_msg m;
+ *             while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+ *                     *(uint64_t *)state += m.body.u64[0];
+ *             return 0;                    // the halt reason: 0 is normal
+ *     }
+ *     cbcmn_actor_ref a;
+ *     cbcmn_actor_spawn(cx, n, counter, &total, NULL, &a);
+ *     cbcmn_actor_msg m = {.type = 1, .body.u64 = {5}};
+ *     cbcmn_actor_send(NULL, cx, a, &m);   // waits while the mailbox is full
+ *
+ * Lifetime.  An actor lives until its behaviour function returns (the
+ * return value is its halt reason: 0 normal, negative an error), it is
+ * stopped (cbcmn_actor_stop()), its nursery is cancelled (reason
+ * CBCMN_ECANCELED), or the runtime ends it (stack overflow: CBCMN_EPANIC;
+ * budget given up: CBCMN_EBUDGET).  Its nursery's await_all waits for it
+ * like for any child and sees the halt reason as the child's result.  At
+ * halt, the reference dies at once: every later send returns -ESRCH, and
+ * senders blocked on the full mailbox return -ESRCH (their message was not
+ * taken).  Messages still in the mailbox are undelivered: each is passed
+ * to the actor's drop callback (cbcmn_actor_opts.drop) if it has one, then
+ * discarded.  Monitors get their DOWN message.
+ *
+ * References.  A reference names one actor for ever: the slot it lives in is
+ * recycled for later actors with a new generation, so a reference to a
+ * halted actor, or any 64-bit value that was never a reference, is refused
+ * (-ESRCH) and never touches freed memory.  CBCMN_ACTOR_NONE (0) is never
+ * a reference.  A slot is retired for good after 2^32 - 1 actors.  A
+ * reference carries a 10-bit tag of its runtime: one passed to another
+ * runtime is refused there (-ESRCH), never delivered to the actor that
+ * runtime has in the same slot, unless 1023 runtimes were created between
+ * the two (then their tags may be equal).
+ *
+ * Delivery.  A send that returns 0 has put the message in the mailbox (or
+ * in the waiting receiver's buffer): it is received exactly once, unless
+ * the actor halts first (then it is dropped as above, never received).
+ * Messages from one sender (a task, actor or thread that waits for each
+ * send to return) are received in the order they were sent, whatever
+ * executors the two run on and however often either moves between them.
+ * Messages of different senders interleave in the order their sends took
+ * effect.
+ *
+ * Back-pressure.  A mailbox holds at most its capacity of messages;
+ * cbcmn_actor_send() waits while it is full (a task's fiber is suspended,
+ * a thread sleeps), cbcmn_actor_try_send() returns -EAGAIN instead, and
+ * cbcmn_actor_send_timeout() gives up with -ETIMEDOUT.  Waiting senders
+ * get the freed slots in the order they began to wait.  An actor sending to
+ * its own full mailbox would wait for ever: -EDEADLK.  DOWN messages are
+ * not counted against the capacity (their room is taken when the monitor
+ * is set up), so a halt never waits for a full mailbox.
+ *
+ * Budget.  Every send (blocking, try or timed) and every receive from a
+ * task or actor costs one op and one channel_ops unit of the caller's
+ * budget (docs/BUDGETS.md), paid before the mailbox is touched; threads
+ * outside the runtime have no budget.
+ *
+ * Cancellation.  A task blocked in a send or a receive whose nursery (or
+ * one enclosing it) is cancelled returns CBCMN_ECANCELED, and leaves no
+ * trace: its message was not taken, its buffer not written.
+ *
+ * Contexts.  cx is the calling task (an actor is a task), or NULL from a
+ * thread outside the runtime, which then blocks as a thread and must not be
+ * one of the runtime's executors (-EDEADLK).  Such a thread's calls must
+ * have returned before cbcmn_runtime_destroy() is called: the runtime
+ * refuses to go while an actor lives (-EBUSY), and a thread blocked on a
+ * mailbox is woken (-ESRCH) when its actor halts, but a call still under
+ * way while the runtime is freed touches freed memory.  Calls that only an actor may
+ * make (receive, self, monitor) return -EPERM from anything else.
+ *
+ * Errors.  Negative errno or CBCMN_E*: -EINVAL for NULL or bad arguments,
+ * -ESRCH for a dead or unknown reference, CBCMN_EWRONGRT for a context of
+ * another runtime, CBCMN_EFORKED in a forked child (cbcmn_runtime_create()).
+ *
+ * Visibility.  cbcmn_stats_snapshot() counts, per executor, the actors
+ * homed there by state (cbcmn_executor_stats.actors, actors_runnable,
+ * actors_running, actors_waiting, actors_receiving, actors_halting) and
+ * the messages in their mailboxes (mailbox_depth); USDT probes actor_spawn,
+ * actor_send, actor_receive and actor_halt (docs/PROBES.md).
+ *
+ * docs/ACTORS.md has the design and what is still to come (the scheduling
+ * wheel, load-based migration, supervisors).
+ */
+#ifndef CBCMN_ACTOR_H
+#define CBCMN_ACTOR_H
+
+#include "cbcmn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A reference to an actor: an opaque generation-checked id. */
+typedef uint64_t cbcmn_actor_ref;
+#define CBCMN_ACTOR_NONE ((cbcmn_actor_ref)0)
+
+/* A message: a type, the sender, and 48 bytes of body, copied in and out.
+ * Larger data travels by pointer in the body; who frees it is up to the
+ * program (see cbcmn_actor_opts.drop for the messages that are never
+ * received).  Types at or above CBCMN_ACTOR_SYS are the runtime's. */
+typedef struct cbcmn_actor_msg {
+	uint32_t type;          /* the program's (< CBCMN_ACTOR_SYS), or CBCMN_ACTOR_DOWN */
+	uint32_t _reserved;     /* zero */
+	cbcmn_actor_ref from;   /* set by send: the sending actor, or CBCMN_ACTOR_NONE */
+	union {
+		uint64_t u64[6];
+		void *ptr;
+		unsigned char bytes[48];
+		/* CBCMN_ACTOR_DOWN: the watched actor (also in from) halted. */
+		struct {
+			uint64_t monitor;   /* what cbcmn_actor_monitor() returned */
+			int64_t reason;     /* its halt reason; -ESRCH: it was dead already */
+		} down;
+	} body;
+} cbcmn_actor_msg;
+
+#define CBCMN_ACTOR_SYS 0xffff0000u
+#define CBCMN_ACTOR_DOWN (CBCMN_ACTOR_SYS + 1)
+
+/* An actor's behaviour: runs as its task, receives with
+ * cbcmn_actor_receive(), returns its halt reason (0 normal, negative an
+ * error, which fails its nursery like any child's error). */
+typedef int64_t (*cbcmn_actor_fn)(cbcmn_cx *cx, void *state);
+
+#define CBCMN_ACTOR_MAILBOX_DEFAULT 64u
+#define CBCMN_ACTOR_MAILBOX_MAX (1u << 20)
+#define CBCMN_ACTOR_FOREVER UINT64_MAX
+
+typedef struct cbcmn_actor_opts {
+	/* Mailbox capacity in messages, 1..CBCMN_ACTOR_MAILBOX_MAX; 0: the
+	 * default (CBCMN_ACTOR_MAILBOX_DEFAULT). */
+	uint32_t mailbox_cap;
+	/* Where it starts and whether it may move: CBCMN_PLACE_* and shard,
+	 * as in cbcmn_spawn_opts (CBCMN_PLACE_PINNED: never migrates). */
+	uint32_t placement;
+	uint32_t shard;
+	/* Its budget (components 0: the config's child_budget); NULL: the
+	 * config's child_budget.  Drawn from the spawner's, as for a task. */
+	const cbcmn_budget *budget;
+	/* Its capabilities, intersected with the spawner's; NULL: all the
+	 * spawner holds (as in cbcmn_spawn_opts: without CBCMN_CAP_BUDGET an
+	 * exhausted actor waits for a recharge, and halts with CBCMN_EBUDGET
+	 * if its nursery gives up on it). */
+	const cbcmn_caps *caps;
+	/* Called at halt for each message left undelivered in the mailbox,
+	 * oldest first, on the halting actor's executor; it must not block
+	 * (a receive of the halting actor there returns -ESHUTDOWN).  NULL:
+	 * they are discarded. */
+	void (*drop)(void *state, const cbcmn_actor_msg *m);
+} cbcmn_actor_opts;
+
+/* Spawn an actor running fn(cx, state) as a child of nursery n, with a
+ * mailbox per opts (NULL: defaults), and store its reference in *out.
+ * cx is the calling task, or NULL from the thread outside the runtime that
+ * opened n.  The rules of cbcmn_nursery_spawn_ex() apply (who may spawn
+ * into n: its opener or a task inside it, until its await_all begins;
+ * capabilities; budget drawn; placement).
+ * *out is valid as soon as the call returns, before the actor first runs:
+ * messages sent then wait in the mailbox.  Returns 0, -EINVAL (a bad
+ * option), -ENOMEM, CBCMN_ECLOSED, CBCMN_ECANCELED, CBCMN_ESPAWNDENIED,
+ * CBCMN_EWRONGRT, or what the spawn returns; on failure *out is
+ * CBCMN_ACTOR_NONE and nothing runs.  Any thread (see cx). */
+CBCMN_API int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+				const cbcmn_actor_opts *opts, cbcmn_actor_ref *out);
+
+/* Send *m (its type below CBCMN_ACTOR_SYS; from is filled in) to actor a
+ * of runtime rt, waiting while a's mailbox is full.  A reference does not
+ * name its runtime: rt is the runtime, and may be NULL when cx is given
+ * (cx's runtime); a thread outside the runtime passes rt and a NULL cx.  Returns 0 (delivered to the mailbox),
+ * -ESRCH (a is dead, or halted while we waited: not taken),
+ * CBCMN_ECANCELED (not taken), -EDEADLK (an actor to its own full mailbox,
+ * or a NULL cx on an executor thread), -EINVAL, CBCMN_EWRONGRT. */
+CBCMN_API int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
+			       const cbcmn_actor_msg *m);
+
+/* cbcmn_actor_send() that never waits: -EAGAIN when the mailbox is full.
+ * Works in a cancelled task and with a NULL cx on an executor thread. */
+CBCMN_API int cbcmn_actor_try_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
+				   const cbcmn_actor_msg *m);
+
+/* cbcmn_actor_send() that gives up after timeout_ns of the runtime's
+ * clock (virtual in lab mode): -ETIMEDOUT, the message was not taken.
+ * A thread outside the runtime (NULL cx) sleeps on its own, at most that
+ * long; it cannot wait on a lab runtime's virtual clock (-EINVAL). */
+CBCMN_API int cbcmn_actor_send_timeout(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
+				       const cbcmn_actor_msg *m, uint64_t timeout_ns);
+
+/* Receive the next message of the calling actor's mailbox into *m, waiting
+ * up to timeout_ns (CBCMN_ACTOR_FOREVER: no limit; 0: do not wait).
+ * A DOWN message comes after every message the watched actor sent before
+ * it halted.  Returns 0, -ETIMEDOUT (nothing came; *m untouched),
+ * -ESHUTDOWN (the actor was stopped: it should return; *m untouched),
+ * CBCMN_ECANCELED (its nursery was cancelled), -EPERM (cx is not an
+ * actor), -EINVAL. */
+CBCMN_API int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns);
+
+/* The calling actor's own reference; CBCMN_ACTOR_NONE when cx is not an
+ * actor (a plain task, or NULL). */
+CBCMN_API cbcmn_actor_ref cbcmn_actor_self(const cbcmn_cx *cx);
+
+/* Ask actor a to stop with reason (its halt reason from then on, whatever
+ * it returns; use a negative one for a failure, 0 for a normal stop).  Its
+ * mailbox closes at once: later sends and senders waiting on it get -ESRCH;
+ * its current or next cbcmn_actor_receive() returns -ESHUTDOWN, and the
+ * behaviour is expected to return then.  An actor that never receives is
+ * not interrupted (cancel its nursery).  Idempotent: the first reason
+ * wins.  Returns 0, -ESRCH (already halted), -EINVAL.  Any thread, any
+ * task; rt and cx as for cbcmn_actor_send(). */
+CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
+			       int64_t reason);
+
+/* Watch actor a from the calling actor: when a halts, the caller receives
+ * one CBCMN_ACTOR_DOWN message (from = a, body.down = {the id stored in
+ * *mon, a's halt reason}).  If a is already dead, that message comes at
+ * once with reason -ESRCH.  Watching the same actor twice gives two
+ * messages.  A monitor ends with its DOWN, with cbcmn_actor_demonitor(),
+ * or when the watcher halts (then it is taken off a, which keeps nothing of
+ * it).  Returns 0, -EPERM (cx is not an actor), -ESHUTDOWN (the caller is
+ * halting: from its drop callback), -ENOMEM, -EINVAL. */
+CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon);
+
+/* Undo cbcmn_actor_monitor(): no DOWN for monitor mon (on actor a) will be
+ * received after this returns, whether a is alive, halting or halted (a
+ * DOWN already in the caller's mailbox is removed).  Returns 0, -ENOENT (no
+ * such monitor: its DOWN was received already, or mon is not the caller's
+ * or not on a: another monitor's DOWN is left alone),
+ * -EPERM (cx is not an actor).  May yield while a is halting. */
+CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mon);
+
+/* Link the calling actor with actor a, both ways: when either halts with a
+ * reason other than 0, the other is stopped (cbcmn_actor_stop()) with that
+ * reason, which its own links pass on in turn; a normal halt (0) stops
+ * nobody.  Linking twice is the same as once.  Returns 0, -ESRCH (a is
+ * dead: nothing linked), -EINVAL (a is the caller itself), -EPERM (cx is
+ * not an actor), -ESHUTDOWN (the caller is halting: from its drop
+ * callback), -ENOMEM. */
+CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
+
+/* Undo cbcmn_actor_link() between the calling actor and a, both ways: once
+ * it returns, a's halt does not stop the caller, nor the caller's a.  Not
+ * linked (or a dead): nothing to do, 0.  Returns 0, -EPERM (cx is not an
+ * actor). */
+CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CBCMN_ACTOR_H */

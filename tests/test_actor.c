@@ -1,0 +1,1988 @@
+/* test_actor: actors: spawn, references, mailbox order and back-pressure,
+ * timeouts, stop, monitors, halt, budget, cancellation. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "cbcmn_actor.h"
+#include "actor.h" /* internals: a slot's monitors, its generation */
+
+#define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 5 : (n))
+
+enum { M_DATA = 1, M_QUIT = 2 };
+
+static cbcmn_actor_msg msg(uint32_t type, uint64_t a, uint64_t b)
+{
+	cbcmn_actor_msg m = {.type = type};
+	m.body.u64[0] = a;
+	m.body.u64[1] = b;
+	return m;
+}
+
+static int64_t open_n(cbcmn_cx *cx, cbcmn_nursery **n)
+{
+	return cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n);
+}
+
+/* ---- order per sender, nothing lost, nothing twice ---- */
+
+#define NSEND 4
+
+struct order {
+	cbcmn_actor_ref a;
+	long per_sender;
+	uint64_t next[NSEND + 1]; /* the next sequence number expected from each */
+	_Atomic long got, bad_order;
+	_Atomic int sender_ids;
+};
+
+/* Receives until every sender's last message came; checks each sender's
+ * numbers arrive as 0, 1, 2...: a loss, a duplicate or a swap breaks it. */
+static int64_t order_actor(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	long want = (NSEND + 1) * o->per_sender;
+	cbcmn_actor_msg m;
+	while (atomic_load(&o->got) < want) {
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		uint64_t s = m.body.u64[0], seq = m.body.u64[1];
+		if (m.type != M_DATA || s > NSEND || seq != o->next[s])
+			atomic_fetch_add(&o->bad_order, 1);
+		else
+			o->next[s]++;
+		atomic_fetch_add(&o->got, 1);
+	}
+	return 0;
+}
+
+static int64_t order_sender(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	uint64_t id = (uint64_t)atomic_fetch_add(&o->sender_ids, 1);
+	for (long i = 0; i < o->per_sender; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, id, (uint64_t)i);
+		int rc = cbcmn_actor_send(NULL, cx, o->a, &m);
+		TASK_CHECK(rc == 0);
+		if (rc)
+			return rc;
+		if (i % 7 == 0)
+			cbcmn_yield(cx); /* move around: stealable, two executors */
+	}
+	return 0;
+}
+
+static void *order_thread(void *arg)
+{
+	void **p = arg;
+	struct order *o = p[0];
+	cbcmn_runtime *rt = p[1];
+	for (long i = 0; i < o->per_sender; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, NSEND, (uint64_t)i);
+		int rc = cbcmn_actor_send(rt, NULL, o->a, &m);
+		TASK_CHECK(rc == 0);
+		if (rc)
+			break;
+	}
+	return NULL;
+}
+
+static int64_t order_main(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 3, .placement = CBCMN_PLACE_STEALABLE};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, order_actor, o, &ao, &o->a) == 0);
+	/* A plain thread sends too: sender NSEND. */
+	void *targ[2] = {o, cbcmn_cx_runtime(cx)};
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, order_thread, targ) == 0);
+	for (int i = 0; i < NSEND; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, order_sender, o, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	pthread_join(th, NULL); /* done by now: the actor had all its messages */
+	return r;
+}
+
+static void test_order_per_sender_nothing_lost_or_twice(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct order o = {.per_sender = STRESS(3000)};
+	t_run(rt, order_main, &o, 0);
+	assert_int_equal(atomic_load(&o.bad_order), 0);
+	assert_int_equal(atomic_load(&o.got), (NSEND + 1) * o.per_sender);
+	for (int s = 0; s <= NSEND; s++)
+		assert_int_equal(o.next[s], (uint64_t)o.per_sender);
+	t_destroy(rt);
+}
+
+/* ---- across executors: two pinned actors play ping-pong ---- */
+
+struct pp {
+	cbcmn_actor_ref peer[2];
+	_Atomic int ready;
+	long rounds;
+	uint32_t exec_seen[2];
+	_Atomic long bad;
+};
+
+static int64_t pp_actor(cbcmn_cx *cx, void *arg)
+{
+	struct pp *p = arg;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	while (atomic_load(&p->ready) < 2)
+		cbcmn_yield(cx);
+	int side = me == p->peer[0] ? 0 : 1;
+	cbcmn_actor_ref other = p->peer[1 - side];
+	if (side == 0) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+		if (cbcmn_actor_send(NULL, cx, other, &m))
+			return -1;
+	}
+	for (;;) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		p->exec_seen[side] = cbcmn_cx_executor(cx);
+		if (m.type == M_QUIT)
+			return 0;
+		if (m.from != other)
+			atomic_fetch_add(&p->bad, 1);
+		uint64_t v = m.body.u64[0];
+		if (v % 2 != (uint64_t)(1 - side))
+			atomic_fetch_add(&p->bad, 1); /* lost or doubled: parity breaks */
+		if ((long)v >= p->rounds) {
+			cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+			cbcmn_actor_send(NULL, cx, other, &q);
+			return 0;
+		}
+		cbcmn_actor_msg r = msg(M_DATA, v + 1, 0);
+		if ((rc = cbcmn_actor_send(NULL, cx, other, &r)))
+			return rc;
+	}
+}
+
+static int64_t pp_main(cbcmn_cx *cx, void *arg)
+{
+	struct pp *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		cbcmn_actor_opts ao = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = i};
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, pp_actor, p, &ao, &p->peer[i]) == 0);
+		atomic_fetch_add(&p->ready, 1);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_ping_pong_across_executors(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct pp p = {.rounds = STRESS(4000)};
+	t_run(rt, pp_main, &p, 0);
+	assert_int_equal(atomic_load(&p.bad), 0);
+	assert_int_equal(p.exec_seen[0], 0);
+	assert_int_equal(p.exec_seen[1], 1);
+	t_destroy(rt);
+}
+
+/* ---- references: a halted actor's is refused, even once its slot is reused ---- */
+
+struct stale {
+	cbcmn_actor_ref a, b;
+	_Atomic long b_got;
+	int rc_stale, rc_forged[4];
+};
+
+static int64_t returns_at_once(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t counts_until_quit(cbcmn_cx *cx, void *arg)
+{
+	struct stale *s = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type != M_QUIT)
+		atomic_fetch_add(&s->b_got, 1);
+	return rc;
+}
+
+static int64_t stale_main(cbcmn_cx *cx, void *arg)
+{
+	struct stale *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, s, NULL, &s->a) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, counts_until_quit, s, NULL, &s->b) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 2);
+	s->rc_stale = cbcmn_actor_send(NULL, cx, s->a, &m);
+	cbcmn_actor_ref forged[4] = {CBCMN_ACTOR_NONE, s->b & 0xffffffffu, /* generation 0 */
+				     s->b + (1ull << 32) /* a future generation */,
+				     (7ull << 32) | 0xfffffff0u /* a slot never made */};
+	for (int i = 0; i < 4; i++)
+		s->rc_forged[i] = cbcmn_actor_try_send(NULL, cx, forged[i], &m);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->b, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_stale_ref_rejected_after_slot_reuse(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct stale s = {0};
+	t_run(rt, stale_main, &s, 0);
+	/* The slot was reused (same index), with a new generation. */
+	assert_int_equal(s.a & 0xffffffffu, s.b & 0xffffffffu);
+	assert_true(s.a != s.b);
+	assert_int_equal(s.rc_stale, -ESRCH);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(s.rc_forged[i], -ESRCH);
+	assert_int_equal(atomic_load(&s.b_got), 0); /* B never saw A's message */
+	t_destroy(rt);
+}
+
+/* ---- back-pressure: a send to a full mailbox waits for a receive ---- */
+
+struct bp {
+	cbcmn_actor_ref a;
+	_Atomic int go, received;
+	int received_at_send[4];
+	long elapsed_ns;
+	int rc_try, rc_timeout, rc_self;
+	uint64_t got[4];
+};
+
+static int64_t bp_actor(cbcmn_cx *cx, void *arg)
+{
+	struct bp *b = arg;
+	while (!atomic_load(&b->go))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 4; i++) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		b->got[i] = m.body.u64[0];
+		atomic_fetch_add(&b->received, 1);
+	}
+	return 0;
+}
+
+static int64_t bp_main(cbcmn_cx *cx, void *arg)
+{
+	struct bp *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, bp_actor, b, &ao, &b->a) == 0);
+	for (uint64_t i = 0; i < 2; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, b->a, &m) == 0);
+		b->received_at_send[i] = atomic_load(&b->received);
+	}
+	/* Full: try_send refuses, a timed send gives up, and neither is
+	 * taken (the actor gets 0, 1, then 2 and 3 below). */
+	cbcmn_actor_msg x = msg(M_DATA, 99, 0);
+	b->rc_try = cbcmn_actor_try_send(NULL, cx, b->a, &x);
+	uint64_t t0 = cbcmn_now(cbcmn_cx_runtime(cx));
+	b->rc_timeout = cbcmn_actor_send_timeout(NULL, cx, b->a, &x, 30 * 1000000ull);
+	b->elapsed_ns = (long)(cbcmn_now(cbcmn_cx_runtime(cx)) - t0);
+	atomic_store(&b->go, 1);
+	for (uint64_t i = 2; i < 4; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, b->a, &m) == 0);
+		b->received_at_send[i] = atomic_load(&b->received);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_send_blocks_while_mailbox_full(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct bp b = {0};
+	t_run(rt, bp_main, &b, 0);
+	assert_int_equal(b.received_at_send[0], 0);
+	assert_int_equal(b.received_at_send[1], 0);
+	/* The third send waited until the actor had taken one. */
+	assert_true(b.received_at_send[2] >= 1);
+	assert_int_equal(b.rc_try, -EAGAIN);
+	assert_int_equal(b.rc_timeout, -ETIMEDOUT);
+	assert_true(b.elapsed_ns >= 30 * 1000000l); /* not early */
+	for (uint64_t i = 0; i < 4; i++)
+		assert_int_equal(b.got[i], i); /* 99 never got in */
+	t_destroy(rt);
+}
+
+/* ---- receive with a timeout ---- */
+
+struct rt_to {
+	long waited_ns;
+	int rc_empty, rc_zero, rc_msg;
+	uint64_t v;
+};
+
+static int64_t to_actor(cbcmn_cx *cx, void *arg)
+{
+	struct rt_to *r = arg;
+	cbcmn_actor_msg m = {0};
+	r->rc_zero = cbcmn_actor_receive(cx, &m, 0);
+	uint64_t t0 = cbcmn_now(cbcmn_cx_runtime(cx));
+	r->rc_empty = cbcmn_actor_receive(cx, &m, 20 * 1000000ull);
+	r->waited_ns = (long)(cbcmn_now(cbcmn_cx_runtime(cx)) - t0);
+	/* The message comes well before this timeout: it is received. */
+	r->rc_msg = cbcmn_actor_receive(cx, &m, T_STALL_NS);
+	r->v = m.body.u64[0];
+	return 0;
+}
+
+static int64_t to_main(cbcmn_cx *cx, void *arg)
+{
+	struct rt_to *r = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, to_actor, r, NULL, &a) == 0);
+	/* After the timed-out receive (the actor waits 20 ms first). */
+	cbcmn_sleep(cx, 40 * 1000000ull);
+	cbcmn_actor_msg m = msg(M_DATA, 7, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, a, &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_receive_timeout_fires_and_not_early(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct rt_to r = {0};
+	t_run(rt, to_main, &r, 0);
+	assert_int_equal(r.rc_zero, -ETIMEDOUT);
+	assert_int_equal(r.rc_empty, -ETIMEDOUT);
+	assert_true(r.waited_ns >= 20 * 1000000l);
+	assert_int_equal(r.rc_msg, 0);
+	assert_int_equal(r.v, 7);
+	t_destroy(rt);
+}
+
+/* ---- stop: the receiver is told, senders are refused, the reason wins ---- */
+
+struct stop {
+	cbcmn_actor_ref a, b;
+	_Atomic int sender_in, b_stopped;
+	int rc_a, rc_b, rc_blocked, rc_after;
+};
+
+/* A: waits in receive on an empty mailbox when the stop comes. */
+static int64_t stop_a(cbcmn_cx *cx, void *arg)
+{
+	struct stop *s = arg;
+	cbcmn_actor_msg m;
+	s->rc_a = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0; /* the stop's reason replaces this */
+}
+
+/* B: does not receive until stopped; a message waits in its mailbox. */
+static int64_t stop_b(cbcmn_cx *cx, void *arg)
+{
+	struct stop *s = arg;
+	cbcmn_actor_msg m;
+	while (!atomic_load(&s->b_stopped))
+		cbcmn_yield(cx);
+	s->rc_b = cbcmn_actor_receive(cx, &m, 0);
+	return 0;
+}
+
+static int64_t stop_blocked_sender(cbcmn_cx *cx, void *arg)
+{
+	struct stop *s = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 2, 0);
+	atomic_store(&s->sender_in, 1);
+	s->rc_blocked = cbcmn_actor_send(NULL, cx, s->b, &m); /* full: waits */
+	return 0;
+}
+
+static int64_t stop_main(cbcmn_cx *cx, void *arg)
+{
+	struct stop *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, stop_a, s, &ao, &s->a) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, stop_b, s, &ao, &s->b) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->b, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, stop_blocked_sender, s, NULL) == 0);
+	/* One worker: everything runs until it waits. */
+	while (!atomic_load(&s->sender_in))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 8; i++)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->a, -42) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->a, -43) == 0); /* the first reason wins */
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->b, 0) == 0);
+	s->rc_after = cbcmn_actor_try_send(NULL, cx, s->a, &m);
+	atomic_store(&s->b_stopped, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_stop_ends_receive_and_fails_senders(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct stop s = {0};
+	t_run(rt, stop_main, &s, -42); /* A's stop reason, not its return */
+	assert_int_equal(s.rc_a, -ESHUTDOWN);
+	assert_int_equal(s.rc_b, -ESHUTDOWN); /* even with a message waiting */
+	assert_int_equal(s.rc_blocked, -ESRCH);
+	assert_int_equal(s.rc_after, -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- monitors: DOWN with the reason, after the watched actor's messages ---- */
+
+struct mon {
+	cbcmn_actor_ref watcher, worker;
+	uint64_t mon_id, dead_id;
+	cbcmn_actor_msg got[8];
+	int ngot;
+};
+
+static int64_t mon_worker(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg hello;
+	/* The watcher says hello once it monitors us: reply to its from. */
+	if (cbcmn_actor_receive(cx, &hello, CBCMN_ACTOR_FOREVER))
+		return -1;
+	for (uint64_t i = 0; i < 3; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		if (cbcmn_actor_send(NULL, cx, hello.from, &m))
+			return -1;
+	}
+	return -7;
+}
+
+static int64_t mon_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct mon *s = arg;
+	TASK_CHECK(cbcmn_actor_monitor(cx, s->worker, &s->mon_id) == 0);
+	cbcmn_actor_msg hello = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->worker, &hello) == 0);
+	int downs = 0;
+	while (downs < 2 && s->ngot < 8) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		s->got[s->ngot++] = m;
+		if (m.type == CBCMN_ACTOR_DOWN && ++downs == 1)
+			/* The worker is dead now: a second monitor's DOWN comes
+			 * at once. */
+			TASK_CHECK(cbcmn_actor_monitor(cx, s->worker, &s->dead_id) == 0);
+	}
+	return 0;
+}
+
+static int64_t mon_main(cbcmn_cx *cx, void *arg)
+{
+	struct mon *s = arg;
+	cbcmn_nursery *n, *nw;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &nw) == 0);
+	/* A small mailbox: the worker's three sends wait for room, DOWN
+	 * never does. */
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nw, mon_worker, s, NULL, &s->worker) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, mon_watcher, s, &ao, &s->watcher) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nw) == -7); /* the worker's reason */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_monitor_down_after_messages_with_reason(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct mon s = {0};
+	t_run(rt, mon_main, &s, 0);
+	assert_int_equal(s.ngot, 5);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(s.got[i].type, M_DATA);
+		assert_int_equal(s.got[i].body.u64[0], (uint64_t)i);
+		assert_int_equal(s.got[i].from, s.worker);
+	}
+	assert_int_equal(s.got[3].type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(s.got[3].from, s.worker);
+	assert_int_equal(s.got[3].body.down.monitor, s.mon_id);
+	assert_int_equal(s.got[3].body.down.reason, -7);
+	assert_int_equal(s.got[4].type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(s.got[4].body.down.monitor, s.dead_id);
+	assert_int_equal(s.got[4].body.down.reason, -ESRCH);
+	assert_true(s.dead_id != s.mon_id);
+	t_destroy(rt);
+}
+
+/* ---- demonitor: no DOWN after it, queued ones flushed ---- */
+
+static int64_t quits_on_message(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 ? 0 : -1;
+}
+
+
+struct demon {
+	cbcmn_actor_ref worker;
+	uint64_t m1, m2;
+	int rc_demon, rc_flush, rc_again, rc_after, rc_empty;
+	cbcmn_actor_msg down;
+};
+
+static int64_t demon_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct demon *d = arg;
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->worker, &d->m1) == 0);
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->worker, &d->m2) == 0);
+	d->rc_demon = cbcmn_actor_demonitor(cx, d->worker, d->m1);
+	d->rc_again = cbcmn_actor_demonitor(cx, d->worker, d->m1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->worker, &q) == 0);
+	/* m2's DOWN comes, m1's never does. */
+	TASK_CHECK(cbcmn_actor_receive(cx, &d->down, CBCMN_ACTOR_FOREVER) == 0);
+	cbcmn_actor_msg m;
+	d->rc_after = cbcmn_actor_receive(cx, &m, 20 * 1000000ull);
+	/* A dead reference's DOWN is queued at once; demonitor flushes it. */
+	uint64_t m3;
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->worker, &m3) == 0);
+	d->rc_flush = cbcmn_actor_demonitor(cx, d->worker, m3);
+	d->rc_empty = cbcmn_actor_receive(cx, &m, 0);
+	return 0;
+}
+
+static int64_t demon_main(cbcmn_cx *cx, void *arg)
+{
+	struct demon *d = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref w;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &d->worker) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, demon_watcher, d, NULL, &w) == 0);
+	TASK_CHECK(cbcmn_actor_demonitor(cx, d->worker, 1) == -EPERM); /* not an actor */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_demonitor_stops_and_flushes_down(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct demon d = {0};
+	t_run(rt, demon_main, &d, 0);
+	assert_int_equal(d.rc_demon, 0);
+	assert_int_equal(d.rc_again, -ENOENT);
+	assert_int_equal(d.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(d.down.body.down.monitor, d.m2);
+	assert_int_equal(d.rc_after, -ETIMEDOUT);
+	assert_int_equal(d.rc_flush, 0);
+	assert_int_equal(d.rc_empty, -ETIMEDOUT);
+	t_destroy(rt);
+}
+
+/* ---- halt: undelivered messages go to drop, once each ---- */
+
+struct drop {
+	cbcmn_actor_ref a;
+	_Atomic int dropped;
+	uint64_t sum;
+};
+
+static void drop_cb(void *state, const cbcmn_actor_msg *m)
+{
+	struct drop *d = state;
+	atomic_fetch_add(&d->dropped, 1);
+	d->sum += m->body.u64[0];
+}
+
+static int64_t never_receives(cbcmn_cx *cx, void *arg)
+{
+	struct drop *d = arg;
+	cbcmn_actor_msg m;
+	/* Takes one (so the test knows the mailbox is set), leaves the rest. */
+	while (cbcmn_actor_receive(cx, &m, 0) != 0)
+		cbcmn_yield(cx);
+	d->sum += 1000 * m.body.u64[0];
+	return 0;
+}
+
+static int64_t drop_main(cbcmn_cx *cx, void *arg)
+{
+	struct drop *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 4, .drop = drop_cb};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, never_receives, d, &ao, &d->a) == 0);
+	for (uint64_t i = 1; i <= 4; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, d->a, &m) == 0);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_halt_drops_undelivered_once_each(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct drop d = {0};
+	t_run(rt, drop_main, &d, 0);
+	/* Message 1 received; 2, 3 and 4 dropped, each once. */
+	assert_int_equal(atomic_load(&d.dropped), 3);
+	assert_int_equal(d.sum, 1000 + 2 + 3 + 4);
+	t_destroy(rt);
+}
+
+/* ---- a drop callback that receives gets -ESHUTDOWN, not a wait for ever ---- */
+
+struct reent {
+	cbcmn_cx *cx;
+	int rc;
+};
+
+static void drop_receives(void *state, const cbcmn_actor_msg *m)
+{
+	struct reent *r = state;
+	cbcmn_actor_msg x;
+	(void)m;
+	r->rc = cbcmn_actor_receive(r->cx, &x, CBCMN_ACTOR_FOREVER);
+}
+
+static int64_t leaves_one(cbcmn_cx *cx, void *arg)
+{
+	struct reent *r = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	r->cx = cx;
+	return cbcmn_actor_send(NULL, cx, cbcmn_actor_self(cx), &m); /* left for drop */
+}
+
+static int64_t reent_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	cbcmn_actor_opts ao = {.drop = drop_receives};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, leaves_one, arg, &ao, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_receive_during_halt_is_eshutdown(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct reent r = {.rc = 1};
+	t_run(rt, reent_main, &r, 0);
+	assert_int_equal(r.rc, -ESHUTDOWN);
+	t_destroy(rt);
+}
+
+/* ---- an actor sending to its own full mailbox is refused ---- */
+
+static int64_t self_sender(cbcmn_cx *cx, void *arg)
+{
+	int *rc = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	TASK_CHECK(me != CBCMN_ACTOR_NONE);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, me, &m) == 0);
+	rc[0] = cbcmn_actor_send(NULL, cx, me, &m);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, 0) == 0);
+	TASK_CHECK(m.from == me);
+	return 0;
+}
+
+static int64_t self_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_actor_ref a;
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	TASK_CHECK(cbcmn_actor_self(cx) == CBCMN_ACTOR_NONE); /* a plain task */
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, 0) == -EPERM);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, self_sender, arg, &ao, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_send_to_own_full_mailbox_is_edeadlk(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	int rc = 0;
+	t_run(rt, self_main, &rc, 0);
+	assert_int_equal(rc, -EDEADLK);
+	t_destroy(rt);
+}
+
+/* ---- budget: sends and receives are channel_ops ---- */
+
+struct bud {
+	cbcmn_actor_ref a;
+	uint64_t before, after, actor_before, actor_after;
+};
+
+static int64_t bud_actor(cbcmn_cx *cx, void *arg)
+{
+	struct bud *b = arg;
+	cbcmn_budget bg;
+	TASK_CHECK(cbcmn_budget_get(cx, &bg) == 0);
+	b->actor_before = bg.channel_ops;
+	for (int i = 0; i < 5; i++) {
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	}
+	TASK_CHECK(cbcmn_budget_get(cx, &bg) == 0);
+	b->actor_after = bg.channel_ops;
+	return 0;
+}
+
+static int64_t bud_sender(cbcmn_cx *cx, void *arg)
+{
+	struct bud *b = arg;
+	cbcmn_budget bg;
+	TASK_CHECK(cbcmn_budget_get(cx, &bg) == 0);
+	b->before = bg.channel_ops;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 3; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, b->a, &m) == 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->a, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send_timeout(NULL, cx, b->a, &m, T_STALL_NS) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &bg) == 0);
+	b->after = bg.channel_ops;
+	return 0;
+}
+
+static int64_t bud_main(cbcmn_cx *cx, void *arg)
+{
+	struct bud *b = arg;
+	cbcmn_nursery *n;
+	cbcmn_budget ab = {.ops = 1000, .memory = 1000, .spawn_count = 10, .channel_ops = 50,
+			   .syscalls = 10};
+	cbcmn_budget sb = ab;
+	sb.channel_ops = 20;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.budget = &ab};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, bud_actor, b, &ao, &b->a) == 0);
+	cbcmn_spawn_opts so = {.budget = &sb};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, bud_sender, b, &so, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_sends_and_receives_charge_channel_ops(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct bud b = {0};
+	t_run(rt, bud_main, &b, 0);
+	assert_int_equal(b.before, 20);
+	assert_int_equal(b.after, 15);
+	assert_int_equal(b.actor_before, 50);
+	assert_int_equal(b.actor_after, 45);
+	t_destroy(rt);
+}
+
+/* ---- cancellation: blocked receive and blocked send leave no trace ---- */
+
+struct cx_cancel {
+	cbcmn_actor_ref full, idle;
+	_Atomic int blocked, go;
+	int rc_send;
+	_Atomic int full_got;
+};
+
+static int64_t idle_actor(cbcmn_cx *cx, void *arg)
+{
+	struct cx_cancel *c = arg;
+	cbcmn_actor_msg m;
+	atomic_fetch_add(&c->blocked, 1);
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+}
+
+static int64_t full_actor(cbcmn_cx *cx, void *arg)
+{
+	struct cx_cancel *c = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while (!atomic_load(&c->go))
+		cbcmn_yield(cx);
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type != M_QUIT)
+		atomic_fetch_add(&c->full_got, 1);
+	return rc;
+}
+
+static int64_t cancel_sender(cbcmn_cx *cx, void *arg)
+{
+	struct cx_cancel *c = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	atomic_fetch_add(&c->blocked, 1);
+	c->rc_send = cbcmn_actor_send(NULL, cx, c->full, &m);
+	return 0;
+}
+
+static int64_t cancel_main(cbcmn_cx *cx, void *arg)
+{
+	struct cx_cancel *c = arg;
+	cbcmn_nursery *keep, *n;
+	TASK_CHECK(open_n(cx, &keep) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	/* A mailbox that is full while the full actor waits to be told. */
+	TASK_CHECK(cbcmn_actor_spawn(cx, keep, full_actor, c, &ao, &c->full) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, idle_actor, c, NULL, &c->idle) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	/* Filled before the full actor first runs (one worker). */
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, c->full, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, cancel_sender, c, NULL) == 0);
+	while (atomic_load(&c->blocked) < 2)
+		cbcmn_yield(cx);
+	for (int i = 0; i < 8; i++)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	/* The idle actor halted: its reference is dead. */
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, c->idle, &m) == -ESRCH);
+	atomic_store(&c->go, 1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, c->full, &q) == 0);
+	return cbcmn_nursery_await_all(cx, keep);
+}
+
+static void test_cancel_blocked_send_and_receive_leave_no_trace(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cx_cancel c = {0};
+	t_run(rt, cancel_main, &c, 0);
+	assert_int_equal(c.rc_send, CBCMN_ECANCELED);
+	/* Only the first message: the cancelled send was not taken. */
+	assert_int_equal(atomic_load(&c.full_got), 1);
+	t_destroy(rt);
+}
+
+/* ---- links: an abnormal halt stops the linked actor, a normal one does not ---- */
+
+struct link {
+	cbcmn_actor_ref a, b, c;
+	_Atomic int linked;
+	int rc_a, rc_c, rc_link_dead, rc_link_self;
+	uint64_t c_got;
+};
+
+/* A: links with B, then waits in receive. */
+static int64_t link_a(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0);
+	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0); /* twice is once */
+	TASK_CHECK(cbcmn_actor_link(cx, l->c) == 0);
+	l->rc_link_self = cbcmn_actor_link(cx, cbcmn_actor_self(cx));
+	atomic_store(&l->linked, 1);
+	cbcmn_actor_msg m;
+	l->rc_a = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+/* B: fails once A is linked with it. */
+static int64_t link_b(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	while (!atomic_load(&l->linked))
+		cbcmn_yield(cx);
+	return -9;
+}
+
+/* C: linked with A; A halts with -9 and takes C down with it. */
+static int64_t link_c(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	cbcmn_actor_msg m;
+	l->rc_c = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+/* D: linked with a normal quitter, keeps running. */
+static int64_t link_d(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	cbcmn_actor_ref q;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, l, NULL, &q) == 0);
+	TASK_CHECK(cbcmn_actor_link(cx, q) == 0);
+	cbcmn_actor_msg m = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, q, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0); /* q halted normally */
+	l->rc_link_dead = cbcmn_actor_link(cx, q);
+	/* Not stopped: a receive still works. */
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, 0) == 0);
+	l->c_got = m.type;
+	return 0;
+}
+
+static int64_t link_main(cbcmn_cx *cx, void *arg)
+{
+	struct link *l = arg;
+	cbcmn_nursery *na, *nb, *nc, *nd;
+	TASK_CHECK(open_n(cx, &na) == 0);
+	TASK_CHECK(open_n(cx, &nb) == 0);
+	TASK_CHECK(open_n(cx, &nc) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nb, link_b, l, NULL, &l->b) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nc, link_c, l, NULL, &l->c) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, na, link_a, l, NULL, &l->a) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nc) == -9);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nb) == -9);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, na) == -9);
+	TASK_CHECK(open_n(cx, &nd) == 0);
+	cbcmn_actor_ref d;
+	TASK_CHECK(cbcmn_actor_spawn(cx, nd, link_d, l, NULL, &d) == 0);
+	return cbcmn_nursery_await_all(cx, nd);
+}
+
+static void test_link_passes_abnormal_halts_only(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct link l = {0};
+	t_run(rt, link_main, &l, 0);
+	assert_int_equal(l.rc_a, -ESHUTDOWN);
+	assert_int_equal(l.rc_c, -ESHUTDOWN);
+	assert_int_equal(l.rc_link_self, -EINVAL);
+	assert_int_equal(l.rc_link_dead, -ESRCH);
+	assert_int_equal(l.c_got, M_QUIT);
+	t_destroy(rt);
+}
+
+/* ---- a crash halts the actor too: DOWN says why ---- */
+
+struct crash {
+	cbcmn_actor_fn victim;
+	cbcmn_actor_ref v;
+	cbcmn_actor_msg down;
+	int64_t victim_rc;
+};
+
+static int64_t overflows(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return t_recurse(NULL, 0);
+}
+
+/* channel_ops 2: the third receive exhausts it, nobody recharges. */
+static int64_t overspends(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	for (int i = 0; i < 3; i++)
+		cbcmn_actor_receive(cx, &m, 0);
+	return 0;
+}
+
+static int64_t crash_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, c->v, &id) == 0);
+	cbcmn_actor_msg hello = msg(M_DATA, 0, 0);
+	/* Tells the victim it is watched (it waits for a message first). */
+	cbcmn_actor_try_send(NULL, cx, c->v, &hello);
+	int rc = cbcmn_actor_receive(cx, &c->down, CBCMN_ACTOR_FOREVER);
+	TASK_CHECK(c->down.body.down.monitor == id);
+	return rc;
+}
+
+static int64_t wait_then(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	cbcmn_actor_msg m;
+	if (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER))
+		return -1;
+	return c->victim(cx, arg);
+}
+
+static int64_t crash_main(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	cbcmn_nursery *nv, *nw;
+	cbcmn_actor_ref w;
+	TASK_CHECK(open_n(cx, &nw) == 0);
+	TASK_CHECK(open_n(cx, &nv) == 0);
+	cbcmn_budget b = {.channel_ops = 2};
+	cbcmn_caps none = {0}; /* no CapBudget: it cannot recharge itself */
+	cbcmn_actor_opts ao = {.budget = c->victim == overspends ? &b : NULL, .caps = &none};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nv, wait_then, c, &ao, &c->v) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nw, crash_watcher, c, NULL, &w) == 0);
+	c->victim_rc = cbcmn_nursery_await_all(cx, nv);
+	return cbcmn_nursery_await_all(cx, nw);
+}
+
+static void crash_case(cbcmn_actor_fn victim, int64_t want)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	struct crash c = {.victim = victim};
+	t_run(rt, crash_main, &c, 0);
+	assert_int_equal(c.victim_rc, want);
+	assert_int_equal(c.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(c.down.from, c.v);
+	assert_int_equal(c.down.body.down.reason, want);
+	t_destroy(rt);
+}
+
+static void test_stack_overflow_halts_with_epanic(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	crash_case(overflows, CBCMN_EPANIC);
+}
+
+static void test_budget_given_up_halts_with_ebudget(void **state)
+{
+	(void)state;
+	crash_case(overspends, CBCMN_EBUDGET);
+}
+
+/* ---- a thread blocked on a full mailbox learns that the actor halted ---- */
+
+struct thr {
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref a;
+	_Atomic int sending, done;
+	int rc;
+};
+
+static void *thr_sender(void *arg)
+{
+	struct thr *t = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	atomic_store(&t->sending, 1);
+	t->rc = cbcmn_actor_send(t->rt, NULL, t->a, &m); /* full: sleeps */
+	atomic_store(&t->done, 1);
+	return NULL;
+}
+
+static int64_t thr_actor(cbcmn_cx *cx, void *arg)
+{
+	struct thr *t = arg;
+	/* Halts, never receiving, once the thread is (very likely) asleep;
+	 * if not, its send finds the reference dead: -ESRCH either way. */
+	while (!atomic_load(&t->sending))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20 * 1000000ull);
+	return 0;
+}
+
+static int64_t thr_main(cbcmn_cx *cx, void *arg)
+{
+	struct thr *t = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, thr_actor, t, &ao, &t->a) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, t->a, &m) == 0);
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, thr_sender, t) == 0);
+	pthread_detach(th);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_thread_blocked_on_halted_actor_gets_esrch(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct thr t = {.rt = rt};
+	t_run(rt, thr_main, &t, 0);
+	uint64_t t0 = t_now_ns();
+	while (!atomic_load(&t.done) && t_now_ns() - t0 < T_STALL_NS)
+		usleep(1000);
+	assert_true(atomic_load(&t.done));
+	assert_int_equal(t.rc, -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- a spawn that fails leaves nothing behind ---- */
+
+static int64_t spawn_fail_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a = 1;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &a) == CBCMN_ECANCELED);
+	TASK_CHECK(a == CBCMN_ACTOR_NONE);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+static void test_failed_spawn_leaves_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, spawn_fail_main, NULL, 0);
+	t_destroy(rt); /* ASan: the slot's ring was freed */
+}
+
+/* ---- fairness: a message flood does not starve plain tasks, nor the reverse ---- */
+
+struct flood {
+	cbcmn_actor_ref a;
+	_Atomic int plain_done, actor_got_enough, stop, flooders_done;
+	_Atomic long received, sent;
+};
+
+static int64_t flood_actor(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type != M_QUIT)
+		if (atomic_fetch_add(&f->received, 1) + 1 == 2000)
+			atomic_store(&f->actor_got_enough, 1);
+	return rc;
+}
+
+/* Sends until told to stop: the actor's mailbox never stays empty. */
+static int64_t flooder(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	while (!atomic_load(&f->stop)) {
+		if (cbcmn_actor_send(NULL, cx, f->a, &m))
+			return -1;
+		atomic_fetch_add(&f->sent, 1);
+	}
+	atomic_fetch_add(&f->flooders_done, 1);
+	return 0;
+}
+
+/* A plain task that needs the CPU a few hundred times. */
+static int64_t plain_worker(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	for (int i = 0; i < 300; i++)
+		cbcmn_yield(cx);
+	atomic_store(&f->plain_done, 1);
+	return 0;
+}
+
+/* Plain tasks that keep the executor busy until the actor got its share. */
+static int64_t busy_until_actor(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	while (!atomic_load(&f->actor_got_enough))
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t flood_main(cbcmn_cx *cx, void *arg)
+{
+	struct flood *f = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 8};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, flood_actor, f, &ao, &f->a) == 0);
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, flooder, f, NULL) == 0);
+	for (int i = 0; i < 4; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, busy_until_actor, f, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, plain_worker, f, NULL) == 0);
+	/* Both must finish while the flood goes on: a starved side hangs
+	 * here (the watchdog names the test). */
+	while (!atomic_load(&f->plain_done) || !atomic_load(&f->actor_got_enough))
+		cbcmn_yield(cx);
+	atomic_store(&f->stop, 1);
+	while (atomic_load(&f->flooders_done) < 2)
+		cbcmn_yield(cx);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_flood_and_plain_tasks_share_the_executor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct flood f = {0};
+	t_run(rt, flood_main, &f, 0);
+	/* Everything sent was received (the QUITs aside), nothing lost. */
+	assert_int_equal(atomic_load(&f.received), atomic_load(&f.sent));
+	assert_true(atomic_load(&f.received) >= 2000);
+	t_destroy(rt);
+}
+
+/* ---- churn: sends racing halts and slot reuse, received or dropped once each ---- */
+
+#define CHURN_REFS 16
+
+struct churn {
+	_Atomic uint64_t refs[CHURN_REFS];
+	_Atomic long ok_sends, received, dropped, bad, spawned;
+	_Atomic int stop, spawner_done;
+	long n;
+};
+
+static void churn_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct churn *c = state;
+	(void)m;
+	atomic_fetch_add(&c->dropped, 1);
+}
+
+/* Takes up to three messages (or 1 ms of nothing), then halts, maybe with
+ * more in its mailbox. */
+static int64_t churn_actor(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	for (int i = 0; i < 3; i++) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, 1000000);
+		if (rc == -ETIMEDOUT)
+			break;
+		if (rc)
+			return rc;
+		atomic_fetch_add(&c->received, 1);
+	}
+	return 0;
+}
+
+static int64_t churn_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_STEALABLE,
+			       .drop = churn_drop};
+	for (long i = 0; i < c->n; i++) {
+		cbcmn_actor_ref a;
+		if (cbcmn_actor_spawn(cx, n, churn_actor, c, &ao, &a) != 0) {
+			atomic_fetch_add(&c->bad, 1);
+			break;
+		}
+		atomic_store(&c->refs[i % CHURN_REFS], a);
+		atomic_fetch_add(&c->spawned, 1);
+		if (i % 4 == 3)
+			cbcmn_sleep(cx, 200000);
+	}
+	atomic_store(&c->spawner_done, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t churn_sender(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	uint64_t x = cbcmn_cx_task_id(cx) * 0x9e3779b97f4a7c15ull;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	while (!atomic_load(&c->stop)) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		cbcmn_actor_ref a = atomic_load(&c->refs[x % CHURN_REFS]);
+		int rc = a ? cbcmn_actor_try_send(NULL, cx, a, &m) : -ESRCH;
+		if (rc == 0)
+			atomic_fetch_add(&c->ok_sends, 1);
+		else if (rc != -ESRCH && rc != -EAGAIN)
+			atomic_fetch_add(&c->bad, 1);
+		if ((x & 7) == 0)
+			cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t churn_main(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, churn_spawner, c, NULL) == 0);
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, churn_sender, c, NULL) == 0);
+	while (!atomic_load(&c->spawner_done))
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&c->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_sends_racing_halts_are_received_or_dropped_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct churn c = {.n = STRESS(400)};
+	t_run(rt, churn_main, &c, 0);
+	assert_int_equal(atomic_load(&c.bad), 0);
+	assert_int_equal(atomic_load(&c.spawned), c.n);
+	assert_true(atomic_load(&c.ok_sends) > 0);
+	assert_int_equal(atomic_load(&c.received) + atomic_load(&c.dropped),
+			 atomic_load(&c.ok_sends));
+	t_destroy(rt);
+}
+
+/* ---- a reference of another runtime is refused, never delivered ---- */
+
+/* Counts what it receives until it is stopped. */
+static int64_t counts_until_stopped(cbcmn_cx *cx, void *arg)
+{
+	_Atomic int *got = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0)
+		atomic_fetch_add(got, 1);
+	return rc == -ESHUTDOWN ? 0 : rc;
+}
+
+static void test_ref_of_another_runtime_is_refused(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt[2] = {t_runtime(1), t_runtime(1)};
+	cbcmn_nursery *n[2];
+	cbcmn_actor_ref a[2];
+	_Atomic int got[2] = {0, 0};
+	/* The first actor of each runtime: the same slot, the same
+	 * generation; only the runtime tells them apart. */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(cbcmn_nursery_open(rt[i], NULL, &n[i]), 0);
+		assert_int_equal(cbcmn_actor_spawn(NULL, n[i], counts_until_stopped, &got[i], NULL,
+						   &a[i]),
+				 0);
+	}
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt[1], NULL, a[0], &m), -ESRCH);
+	assert_int_equal(cbcmn_actor_send(rt[1], NULL, a[0], &m), -ESRCH);
+	assert_int_equal(cbcmn_actor_stop(rt[1], NULL, a[0], -1), -ESRCH);
+	assert_int_equal(cbcmn_actor_try_send(rt[0], NULL, a[0], &m), 0);
+	/* Received before the stop (which would close the mailbox on it). */
+	uint64_t t0 = t_now_ns();
+	while (atomic_load(&got[0]) == 0 && t_now_ns() - t0 < T_STALL_NS)
+		usleep(1000);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(cbcmn_actor_stop(rt[i], NULL, a[i], 0), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n[i]), 0);
+	}
+	assert_int_equal(atomic_load(&got[0]), 1);
+	assert_int_equal(atomic_load(&got[1]), 0);
+	t_destroy(rt[0]);
+	t_destroy(rt[1]);
+}
+
+/* ---- demonitor names its target: another monitor's DOWN stays ---- */
+
+struct demon2 {
+	cbcmn_actor_ref x, y;
+	uint64_t mx;
+	_Atomic int x_gone;
+	int rc_wrong, rc_recv;
+	cbcmn_actor_msg down;
+};
+
+static int64_t demon2_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct demon2 *d = arg;
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->x, &d->mx) == 0);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->x, &q) == 0);
+	while (!atomic_load(&d->x_gone)) /* x's DOWN is queued by now */
+		cbcmn_yield(cx);
+	/* mx is a monitor on x, not on y: nothing to undo there. */
+	d->rc_wrong = cbcmn_actor_demonitor(cx, d->y, d->mx);
+	d->rc_recv = cbcmn_actor_receive(cx, &d->down, 0);
+	return 0;
+}
+
+static int64_t demon2_main(cbcmn_cx *cx, void *arg)
+{
+	struct demon2 *d = arg;
+	cbcmn_nursery *nx, *n;
+	cbcmn_actor_ref w;
+	TASK_CHECK(open_n(cx, &nx) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nx, quits_on_message, NULL, NULL, &d->x) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &d->y) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, demon2_watcher, d, NULL, &w) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nx) == 0); /* x's DOWN delivered */
+	atomic_store(&d->x_gone, 1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->y, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_demonitor_of_another_target_keeps_the_down(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct demon2 d = {0};
+	t_run(rt, demon2_main, &d, 0);
+	assert_int_equal(d.rc_wrong, -ENOENT);
+	assert_int_equal(d.rc_recv, 0);
+	assert_int_equal(d.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(d.down.from, d.x);
+	assert_int_equal(d.down.body.down.monitor, d.mx);
+	t_destroy(rt);
+}
+
+/* ---- a watcher that halts takes its monitors off their target ---- */
+
+#define WATCHERS 40
+
+struct watchers {
+	cbcmn_actor_ref target;
+	_Atomic int watching;
+	uint64_t left;
+};
+
+/* Monitors the target (twice: a demonitored one must not linger
+ * either), then halts. */
+static int64_t watches_then_halts(cbcmn_cx *cx, void *arg)
+{
+	struct watchers *w = arg;
+	uint64_t id, id2;
+	TASK_CHECK(cbcmn_actor_monitor(cx, w->target, &id) == 0);
+	TASK_CHECK(cbcmn_actor_monitor(cx, w->target, &id2) == 0);
+	TASK_CHECK(cbcmn_actor_demonitor(cx, w->target, id2) == 0);
+	atomic_fetch_add(&w->watching, 1);
+	return 0;
+}
+
+/* Monitors on the live actor ref (internals: the slot's list). */
+static uint64_t monitors_on(cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, ref);
+	uint64_t n = 0;
+	if (!a)
+		return UINT64_MAX;
+	for (struct cbcmn__monitor *m = a->watched_by; m; m = m->next)
+		n++;
+	cbcmn__mutex_unlock(&a->lock);
+	return n;
+}
+
+static int64_t watchers_main(cbcmn_cx *cx, void *arg)
+{
+	struct watchers *w = arg;
+	cbcmn_nursery *nt, *n;
+	TASK_CHECK(open_n(cx, &nt) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nt, quits_on_message, NULL, NULL, &w->target) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < WATCHERS; i++) {
+		cbcmn_actor_ref r;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, watches_then_halts, w, NULL, &r) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(atomic_load(&w->watching) == WATCHERS);
+	w->left = monitors_on(cbcmn_cx_runtime(cx), w->target);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->target, &q) == 0);
+	return cbcmn_nursery_await_all(cx, nt);
+}
+
+static void test_halted_watchers_leave_no_monitor_on_the_target(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct watchers w = {0};
+	t_run(rt, watchers_main, &w, 0);
+	assert_int_equal(w.left, 0);
+	t_destroy(rt);
+}
+
+/* ---- a generation that wraps retires its slot ---- */
+
+static int64_t wrap_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_actor_ref *refs = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &refs[0]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* Its slot is free: age it to the last generation (internals). */
+	struct cbcmn__actors *t = atomic_load(&rt->actors);
+	struct cbcmn__actor *slot = &atomic_load(&t->chunk[0])[0];
+	cbcmn__mutex_lock(&slot->lock);
+	slot->gen = UINT32_MAX;
+	cbcmn__mutex_unlock(&slot->lock);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &refs[1]) == 0);
+	TASK_CHECK(refs[1] >> 32 == UINT32_MAX);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(slot->gen == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &refs[2]) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	/* The wrapped slot's references, old and "new" (generation 0). */
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[0], &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[1], &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[1] & 0xffffffffull, &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[2], &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_wrapped_generation_retires_the_slot(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_actor_ref refs[3] = {0};
+	t_run(rt, wrap_main, refs, 0);
+	/* The third actor got another slot: the wrapped one is never reused. */
+	assert_true((uint32_t)refs[2] != (uint32_t)refs[1]);
+	assert_int_equal((uint32_t)refs[0], (uint32_t)refs[1]);
+	t_destroy(rt);
+}
+
+/* ---- the stats count actors by state, and mailbox depth, per executor ---- */
+
+struct stats {
+	cbcmn_actor_ref recv[3], yielder, sleeper;
+	_Atomic int stop_yielding;
+	cbcmn_executor_stats at[2], after[2];
+	int matched;
+};
+
+static int64_t yields_until_told(cbcmn_cx *cx, void *arg)
+{
+	struct stats *s = arg;
+	while (!atomic_load(&s->stop_yielding))
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t sleeps_long(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int rc = cbcmn_sleep(cx, 3600ull * 1000000000ull);
+	return rc == CBCMN_ECANCELED ? 0 : -1;
+}
+
+/* The workload's figures: executor 1 homes three receivers and a
+ * yielder, executor 0 a sleeper with 5 messages it never takes. */
+static bool stats_match(const cbcmn_executor_stats *e)
+{
+	return e[1].actors == 4 && e[1].actors_receiving == 3 && e[1].actors_waiting == 3 &&
+	       e[1].actors_runnable + e[1].actors_running == 1 && e[1].actors_halting == 0 &&
+	       e[1].mailbox_depth == 0 && e[0].actors == 1 && e[0].actors_waiting == 1 &&
+	       e[0].actors_receiving == 0 && e[0].actors_runnable == 0 &&
+	       e[0].actors_running == 0 && e[0].mailbox_depth == 5;
+}
+
+static void stats_read(cbcmn_runtime *rt, cbcmn_executor_stats *e)
+{
+	cbcmn_stats st;
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &st, e, 2) == 0);
+}
+
+static int64_t stats_main(cbcmn_cx *cx, void *arg)
+{
+	struct stats *s = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n, *ns;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts on1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_opts on0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	for (int i = 0; i < 3; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &on1, &s->recv[i]) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, yields_until_told, s, &on1, &s->yielder) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, ns, sleeps_long, NULL, &on0, &s->sleeper) == 0);
+	for (uint64_t i = 0; i < 5; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->sleeper, &m) == 0);
+	}
+	/* Until every actor has reached its state (no deadline on speed:
+	 * the watchdog ends a hang). */
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		stats_read(rt, s->at);
+	} while (!(s->matched = stats_match(s->at)) && t_now_ns() - t0 < T_STALL_NS);
+	atomic_store(&s->stop_yielding, 1);
+	for (int i = 0; i < 3; i++) {
+		cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->recv[i], &q) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(ns) == 0);
+	cbcmn_nursery_await_all(cx, ns);
+	/* Every actor halted: nothing left anywhere, once the last one's
+	 * executor is back from its fiber (running drops after the exit,
+	 * which woke us). */
+	t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		stats_read(rt, s->after);
+	} while ((s->after[0].actors_running || s->after[1].actors_running) &&
+		 t_now_ns() - t0 < T_STALL_NS);
+	return 0;
+}
+
+static void test_stats_count_actors_by_state_per_executor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct stats s = {0};
+	t_run(rt, stats_main, &s, 0);
+	for (int i = 0; i < 2; i++)
+		print_message("executor %d: actors %llu runnable %llu running %llu waiting %llu "
+			      "receiving %llu halting %llu mailbox %llu\n",
+			      i, (unsigned long long)s.at[i].actors,
+			      (unsigned long long)s.at[i].actors_runnable,
+			      (unsigned long long)s.at[i].actors_running,
+			      (unsigned long long)s.at[i].actors_waiting,
+			      (unsigned long long)s.at[i].actors_receiving,
+			      (unsigned long long)s.at[i].actors_halting,
+			      (unsigned long long)s.at[i].mailbox_depth);
+	assert_true(s.matched);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(s.after[i].actors, 0);
+		assert_int_equal(s.after[i].actors_waiting, 0);
+		assert_int_equal(s.after[i].actors_receiving, 0);
+		assert_int_equal(s.after[i].actors_halting, 0);
+		assert_int_equal(s.after[i].actors_running, 0);
+		assert_int_equal(s.after[i].mailbox_depth, 0);
+	}
+	t_destroy(rt);
+}
+
+/* ---- a send that times out is not counted as a receive ---- */
+
+struct sendto {
+	cbcmn_actor_ref full, recv;
+	_Atomic int stop;
+	int rc[3];
+	cbcmn_executor_stats at[2];
+	bool matched;
+};
+
+static int64_t naps_until_told(cbcmn_cx *cx, void *arg)
+{
+	struct sendto *s = arg;
+	while (!atomic_load(&s->stop))
+		cbcmn_sleep(cx, 1000000);
+	return 0;
+}
+
+static int64_t sendto_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendto *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts full = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_opts on0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, naps_until_told, s, &full, &s->full) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->full, &m) == 0);
+	/* Each waits for room on the full mailbox, then gives up. */
+	for (int i = 0; i < 3; i++)
+		s->rc[i] = cbcmn_actor_send_timeout(NULL, cx, s->full, &m, 1000000);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &on0, &s->recv) == 0);
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		cbcmn_stats st;
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, s->at, 2) == 0);
+		s->matched = s->at[0].actors_receiving == 1;
+	} while (!s->matched && t_now_ns() - t0 < T_STALL_NS / 4);
+	atomic_store(&s->stop, 1);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->recv, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_timed_out_sends_leave_the_receiving_count_alone(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct sendto s = {0};
+	t_run(rt, sendto_main, &s, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(s.rc[i], -ETIMEDOUT);
+	print_message("executor 0: receiving %llu\n",
+		      (unsigned long long)s.at[0].actors_receiving);
+	assert_true(s.matched); /* the one receiver, once */
+	t_destroy(rt);
+}
+
+/* ---- a drop callback cannot tie a halting actor's slot to anyone ---- */
+
+struct dropcb {
+	cbcmn_cx *cx; /* the halting actor's, kept for its drop callback */
+	cbcmn_actor_ref peer, victim, heir;
+	int rc_link, rc_monitor;
+	uint64_t heir_links, heir_notes;
+};
+
+/* Links and monitors from the halting actor: the records would go on a
+ * slot whose lists the halt has already taken. */
+static void drop_links(void *state, const cbcmn_actor_msg *m)
+{
+	struct dropcb *d = state;
+	uint64_t id;
+	(void)m;
+	d->rc_link = cbcmn_actor_link(d->cx, d->peer);
+	d->rc_monitor = cbcmn_actor_monitor(d->cx, d->peer, &id);
+}
+
+static int64_t keeps_cx_and_returns(cbcmn_cx *cx, void *arg)
+{
+	struct dropcb *d = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	d->cx = cx;
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	return 0; /* the message is dropped: drop_links runs */
+}
+
+static int64_t dropcb_main(cbcmn_cx *cx, void *arg)
+{
+	struct dropcb *d = arg;
+	cbcmn_nursery *np, *n;
+	TASK_CHECK(open_n(cx, &np) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, np, quits_on_message, NULL, NULL, &d->peer) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.drop = drop_links};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, keeps_cx_and_returns, d, &ao, &d->victim) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* The next actor gets the victim's slot (the free list's head). */
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &d->heir) == 0);
+	struct cbcmn__actor *h = cbcmn__actor_lock_ref(cbcmn_cx_runtime(cx), d->heir);
+	TASK_CHECK(h != NULL);
+	if (h) {
+		for (struct cbcmn__link *l = h->links; l; l = l->next)
+			d->heir_links++;
+		for (struct cbcmn__link *l = h->watching; l; l = l->next)
+			d->heir_notes++;
+		cbcmn__mutex_unlock(&h->lock);
+	}
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->heir, &q) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->peer, &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return cbcmn_nursery_await_all(cx, np);
+}
+
+static void test_link_from_a_drop_callback_is_refused_not_inherited(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dropcb d = {0};
+	t_run(rt, dropcb_main, &d, 0);
+	assert_int_equal(cbcmn__ref_index(d.heir), cbcmn__ref_index(d.victim));
+	assert_int_equal(d.heir_links, 0);
+	assert_int_equal(d.heir_notes, 0);
+	assert_int_equal(d.rc_link, -ESHUTDOWN);
+	assert_int_equal(d.rc_monitor, -ESHUTDOWN);
+	t_destroy(rt);
+}
+
+/* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
+
+struct unl {
+	cbcmn_actor_ref a, b;
+	_Atomic int unlinked;
+	int rc_unlink, rc_again, rc_never, rc_after;
+	uint64_t a_links;
+};
+
+static int64_t unl_a(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	TASK_CHECK(cbcmn_actor_link(cx, u->b) == 0);
+	u->rc_unlink = cbcmn_actor_unlink(cx, u->b);
+	u->rc_again = cbcmn_actor_unlink(cx, u->b);
+	atomic_store(&u->unlinked, 1);
+	cbcmn_actor_msg m;
+	/* B halts with -9 meanwhile; we are not stopped: this times out. */
+	u->rc_after = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	struct cbcmn__actor *me = cbcmn__actor_lock_ref(cbcmn_cx_runtime(cx), cbcmn_actor_self(cx));
+	for (struct cbcmn__link *l = me ? me->links : NULL; l; l = l->next)
+		u->a_links++;
+	if (me)
+		cbcmn__mutex_unlock(&me->lock);
+	return 0;
+}
+
+static int64_t unl_b(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	while (!atomic_load(&u->unlinked))
+		cbcmn_yield(cx);
+	return -9;
+}
+
+static int64_t unl_main(cbcmn_cx *cx, void *arg)
+{
+	struct unl *u = arg;
+	cbcmn_nursery *na, *nb;
+	TASK_CHECK(open_n(cx, &na) == 0);
+	TASK_CHECK(open_n(cx, &nb) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nb, unl_b, u, NULL, &u->b) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, na, unl_a, u, NULL, &u->a) == 0);
+	u->rc_never = cbcmn_actor_unlink(cx, u->a); /* not an actor */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nb) == -9);
+	/* B is gone and A still receives: it was not stopped. */
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, u->a, &q) == 0);
+	return cbcmn_nursery_await_all(cx, na);
+}
+
+static void test_unlinked_peer_halting_stops_nobody(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct unl u = {0};
+	t_run(rt, unl_main, &u, 0);
+	assert_int_equal(u.rc_unlink, 0);
+	assert_int_equal(u.rc_again, 0);
+	assert_int_equal(u.rc_never, -EPERM);
+	assert_int_equal(u.rc_after, 0); /* the quit message, not -ESHUTDOWN */
+	assert_int_equal(u.a_links, 0);
+	t_destroy(rt);
+}
+
+/* ---- a thread's timed send: gives up in time, or gets the room ---- */
+
+struct thrto {
+	_Atomic int take;
+	uint64_t got[2];
+	int ngot;
+};
+
+/* Takes two messages once told to, none before. */
+static int64_t takes_two_when_told(cbcmn_cx *cx, void *arg)
+{
+	struct thrto *t = arg;
+	while (!atomic_load(&t->take))
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_actor_msg m;
+	while (t->ngot < 2 && cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+		t->got[t->ngot++] = m.body.u64[0];
+	return 0;
+}
+
+static void test_thread_timed_send_gives_up_or_gets_room(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct thrto t = {0};
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_actor_spawn(NULL, n, takes_two_when_told, &t, &ao, &a), 0);
+	cbcmn_actor_msg m0 = msg(M_DATA, 0, 0), m1 = msg(M_DATA, 1, 0), m2 = msg(M_DATA, 2, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a, &m0), 0); /* full now */
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, a, &m1, 20 * 1000000ull), -ETIMEDOUT);
+	assert_true(t_now_ns() - t0 >= 20 * 1000000ull); /* not early */
+	atomic_store(&t.take, 1);
+	/* Room comes once the actor takes m0: well within this timeout. */
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, a, &m2, T_STALL_NS), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(t.ngot, 2);
+	assert_int_equal(t.got[0], 0);
+	assert_int_equal(t.got[1], 2); /* m1 was not taken */
+	t_destroy(rt);
+}
+
+/* ---- bad input ---- */
+
+static int64_t bad_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_ref a = 5;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	cbcmn_actor_msg sys = msg(CBCMN_ACTOR_DOWN, 0, 0);
+	uint64_t id;
+	cbcmn_actor_opts big = {.mailbox_cap = CBCMN_ACTOR_MAILBOX_MAX + 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, NULL, NULL, NULL, NULL, &a) == -EINVAL);
+	TASK_CHECK(a == CBCMN_ACTOR_NONE);
+	TASK_CHECK(cbcmn_actor_spawn(cx, NULL, returns_at_once, NULL, NULL, NULL) == -EINVAL);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, &big, &a) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, 12345, NULL) == -EINVAL);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, 12345, &sys) == -EINVAL);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, ~0ull, &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_send(NULL, NULL, 1, &m) == -EINVAL);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, ~0ull, 0) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_monitor(cx, 1, &id) == -EPERM); /* not an actor */
+	TASK_CHECK(cbcmn_actor_receive(cx, NULL, 0) == -EINVAL);
+	TASK_CHECK(cbcmn_actor_self(NULL) == CBCMN_ACTOR_NONE);
+	/* A thread-style blocking send from an executor thread would
+	 * deadlock the executor. */
+	TASK_CHECK(cbcmn_actor_send(cbcmn_cx_runtime(cx), NULL, ~0ull, &m) == -EDEADLK);
+	return 0;
+}
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, bad_main, NULL, 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	/* A thread's timed send to nobody. */
+	assert_int_equal(cbcmn_actor_send_timeout(rt, NULL, 1ull << 32, &m, 1000), -ESRCH);
+	assert_int_equal(cbcmn_actor_send(rt, NULL, 1ull << 32, &m), -ESRCH);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+#define T(f) T_WATCHED_TEST(f)
+	const struct CMUnitTest tests[] = {
+		T(test_order_per_sender_nothing_lost_or_twice),
+		T(test_ping_pong_across_executors),
+		T(test_stale_ref_rejected_after_slot_reuse),
+		T(test_send_blocks_while_mailbox_full),
+		T(test_receive_timeout_fires_and_not_early),
+		T(test_stop_ends_receive_and_fails_senders),
+		T(test_monitor_down_after_messages_with_reason),
+		T(test_demonitor_stops_and_flushes_down),
+		T(test_halt_drops_undelivered_once_each),
+		T(test_receive_during_halt_is_eshutdown),
+		T(test_send_to_own_full_mailbox_is_edeadlk),
+		T(test_sends_and_receives_charge_channel_ops),
+		T(test_cancel_blocked_send_and_receive_leave_no_trace),
+		T(test_link_passes_abnormal_halts_only),
+		T(test_stack_overflow_halts_with_epanic),
+		T(test_budget_given_up_halts_with_ebudget),
+		T(test_thread_blocked_on_halted_actor_gets_esrch),
+		T(test_failed_spawn_leaves_nothing),
+		T(test_flood_and_plain_tasks_share_the_executor),
+		T(test_sends_racing_halts_are_received_or_dropped_once),
+		T(test_ref_of_another_runtime_is_refused),
+		T(test_demonitor_of_another_target_keeps_the_down),
+		T(test_halted_watchers_leave_no_monitor_on_the_target),
+		T(test_wrapped_generation_retires_the_slot),
+		T(test_stats_count_actors_by_state_per_executor),
+		T(test_timed_out_sends_leave_the_receiving_count_alone),
+		T(test_link_from_a_drop_callback_is_refused_not_inherited),
+		T(test_unlinked_peer_halting_stops_nobody),
+		T(test_thread_timed_send_gives_up_or_gets_room),
+		T(test_bad_input),
+	};
+#undef T
+	return cmocka_run_group_tests_name("actor", tests, NULL, NULL);
+}

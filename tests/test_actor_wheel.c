@@ -1,0 +1,179 @@
+/* test_actor_wheel: the actor scheduling wheel (lib/actor_wheel.c) as a data
+ * structure, on a made-up clock: how far a node goes forward, the order
+ * nodes come back in, idle nodes and their preserved quantum, the load. */
+#include "helpers.h"
+
+#include "actor_wheel.h"
+
+#define Q 1024u      /* the quantum, in checkpoints */
+#define QNS 50000ull /* what a full quantum takes on the made-up clock */
+
+static void test_forward_by_fraction_of_quantum_used(void **state)
+{
+	(void)state;
+	struct cbcmn__wheel w;
+	cbcmn__wheel_init(&w, Q, 0);
+	assert_int_equal(cbcmn__wheel_forward(&w, Q), CBCMN__WHEEL_FORWARD);
+	assert_int_equal(cbcmn__wheel_forward(&w, 2 * Q), CBCMN__WHEEL_FORWARD);
+	assert_int_equal(cbcmn__wheel_forward(&w, Q / 2), CBCMN__WHEEL_FORWARD / 2);
+	assert_int_equal(cbcmn__wheel_forward(&w, Q / 4), CBCMN__WHEEL_FORWARD / 4);
+	assert_int_equal(cbcmn__wheel_forward(&w, Q - 1), CBCMN__WHEEL_FORWARD - 1);
+	/* Never the segment being served: at least the next one. */
+	assert_int_equal(cbcmn__wheel_forward(&w, 1), 1);
+	assert_int_equal(cbcmn__wheel_forward(&w, 0), 1);
+
+	/* Placed where forward says, from the current segment, wrapping. */
+	struct cbcmn__wheel_node a = {0}, b = {0}, c = {0};
+	cbcmn__wheel_ran(&w, &a, true, Q, QNS);
+	cbcmn__wheel_ran(&w, &b, false, Q / 2, QNS / 2);
+	cbcmn__wheel_ran(&w, &c, false, 3, 100);
+	assert_int_equal(a.where, CBCMN__WN_RUN);
+	assert_int_equal(a.seg, CBCMN__WHEEL_FORWARD);
+	assert_int_equal(a.left, Q);
+	assert_int_equal(b.where, CBCMN__WN_IDLE);
+	assert_int_equal(b.seg, CBCMN__WHEEL_FORWARD / 2);
+	assert_int_equal(b.left, Q / 2); /* what it did not use */
+	assert_int_equal(c.seg, 1);
+	assert_int_equal(c.left, Q - 3);
+	cbcmn__wheel_remove(&w, &a);
+	cbcmn__wheel_remove(&w, &b);
+	cbcmn__wheel_remove(&w, &c);
+	assert_int_equal(w.busy, 0);
+	w.cur = CBCMN__WHEEL_SEGS - 2;
+	cbcmn__wheel_ran(&w, &a, true, Q, QNS);
+	assert_int_equal(a.seg, CBCMN__WHEEL_FORWARD - 2);
+}
+
+static void test_pick_serves_segments_in_order_fifo_within(void **state)
+{
+	(void)state;
+	struct cbcmn__wheel w;
+	cbcmn__wheel_init(&w, Q, 0);
+	struct cbcmn__wheel_node n[4] = {{0}};
+	uint32_t q;
+	cbcmn__wheel_ran(&w, &n[0], true, Q, QNS);     /* segment 16 */
+	cbcmn__wheel_ran(&w, &n[1], true, Q / 4, 1);   /* segment 4 */
+	cbcmn__wheel_ran(&w, &n[2], true, Q, QNS);     /* segment 16, after n[0] */
+	cbcmn__wheel_ran(&w, &n[3], true, Q / 2, 1);   /* segment 8 */
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &n[1]);
+	assert_int_equal(q, Q);
+	assert_int_equal(w.cur, 4);
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &n[3]);
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &n[0]);
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &n[2]);
+	assert_int_equal(w.cur, 16);
+	assert_null(cbcmn__wheel_pick(&w, 0, &q));
+	assert_int_equal(w.busy, 0);
+}
+
+static void test_idle_woken_before_its_segment_runs_there_with_what_it_kept(void **state)
+{
+	(void)state;
+	struct cbcmn__wheel w;
+	cbcmn__wheel_init(&w, Q, 0);
+	struct cbcmn__wheel_node idle = {0}, early = {0}, late = {0};
+	uint32_t q;
+	cbcmn__wheel_ran(&w, &idle, false, Q / 2, 1); /* idle, segment 8 */
+	cbcmn__wheel_ran(&w, &early, true, Q / 4, 1); /* segment 4 */
+	cbcmn__wheel_ran(&w, &late, true, Q, QNS);    /* segment 16 */
+	assert_true(cbcmn__wheel_wake(&w, &idle));
+	/* Woken, it still waits for its segment: early's comes first. */
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &early);
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &idle);
+	assert_int_equal(q, Q / 2); /* only what it kept */
+	assert_int_equal(w.cur, 8);
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &late);
+	assert_int_equal(q, Q);
+	/* Woken while running or queued: nothing to do. */
+	assert_false(cbcmn__wheel_wake(&w, &late));
+}
+
+static void test_idle_past_its_segment_joins_the_idle_set_then_runs_first(void **state)
+{
+	(void)state;
+	struct cbcmn__wheel w;
+	cbcmn__wheel_init(&w, Q, 0);
+	struct cbcmn__wheel_node idle = {0}, busy = {0};
+	uint32_t q;
+	cbcmn__wheel_ran(&w, &idle, false, Q / 4, 1); /* idle, segment 4 */
+	cbcmn__wheel_ran(&w, &busy, true, Q / 2, 1);  /* segment 8 */
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &busy);
+	/* The wheel turned past segment 4: the idle node is in the idle set. */
+	assert_int_equal(idle.where, CBCMN__WN_IDLESET);
+	cbcmn__wheel_ran(&w, &busy, true, Q, QNS); /* segment 24 */
+	assert_true(cbcmn__wheel_wake(&w, &idle));
+	/* Given priority: before any segment's queue. */
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &idle);
+	assert_int_equal(q, Q - Q / 4);
+	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &busy);
+	assert_null(cbcmn__wheel_pick(&w, 0, &q));
+}
+
+/* nodes nodes, each always using its whole quantum, QNS each, for turns
+ * turns: the load the wheel publishes. */
+static uint64_t load_of(uint32_t nodes, uint32_t turns, uint64_t *now_out, struct cbcmn__wheel *w)
+{
+	static struct cbcmn__wheel_node n[64];
+	uint64_t now = 0;
+	cbcmn__wheel_init(w, Q, now);
+	memset(n, 0, sizeof(n));
+	for (uint32_t i = 0; i < nodes; i++)
+		cbcmn__wheel_ran(w, &n[i], true, 0, 0); /* new: the next segment */
+	while (w->turns < turns) {
+		uint32_t q;
+		struct cbcmn__wheel_node *x = cbcmn__wheel_pick(w, now, &q);
+		assert_non_null(x);
+		assert_int_equal(q, Q);
+		now += QNS;
+		cbcmn__wheel_ran(w, x, true, Q, QNS);
+	}
+	*now_out = now;
+	return w->load_milli;
+}
+
+static void test_load_is_turn_length_over_nominal(void **state)
+{
+	(void)state;
+	struct cbcmn__wheel w;
+	uint64_t now;
+	/* N = S/4 forward: each node runs 4 times a turn.  16 nodes fill the
+	 * 64 segments' worth of quanta: nominal, 1000; twice that, 2000;
+	 * half, 500. */
+	uint64_t l16 = load_of(16, 80, &now, &w);
+	assert_int_equal(w.quantum_ns, QNS);
+	assert_in_range(l16, 980, 1000);
+	uint64_t l32 = load_of(32, 80, &now, &w);
+	assert_in_range(l32, 1980, 2000);
+	uint64_t l8 = load_of(8, 80, &now, &w);
+	assert_in_range(l8, 480, 500);
+
+	/* Emptied, the wheel's load decays with the time it stays empty,
+	 * with no timer: when the executor next looks. */
+	l16 = load_of(16, 80, &now, &w);
+	for (uint32_t seg = 0; seg < CBCMN__WHEEL_SEGS; seg++) {
+		struct cbcmn__wheel_node *x;
+		while ((x = w.seg[seg].run.head))
+			cbcmn__wheel_remove(&w, x);
+	}
+	assert_int_equal(w.busy, 0);
+	uint32_t q;
+	uint64_t nominal = CBCMN__WHEEL_SEGS * QNS;
+	assert_null(cbcmn__wheel_pick(&w, now + nominal / 2, &q));
+	assert_int_equal(w.load_milli, l16); /* less than a turn: no change yet */
+	assert_null(cbcmn__wheel_pick(&w, now + 4 * nominal, &q));
+	assert_true(w.load_milli < l16 * 7 / 8 * 7 / 8);
+	assert_null(cbcmn__wheel_pick(&w, now + 100 * nominal, &q));
+	assert_true(w.load_milli < 10);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_forward_by_fraction_of_quantum_used),
+		cmocka_unit_test(test_pick_serves_segments_in_order_fifo_within),
+		cmocka_unit_test(test_idle_woken_before_its_segment_runs_there_with_what_it_kept),
+		cmocka_unit_test(test_idle_past_its_segment_joins_the_idle_set_then_runs_first),
+		cmocka_unit_test(test_load_is_turn_length_over_nominal),
+	};
+	return cmocka_run_group_tests_name("actor_wheel", tests, NULL, NULL);
+}

@@ -1,0 +1,105 @@
+/* toolrun.h: for the suites that run a tool of their own build (the one in
+ * build[/SAN]/bin beside the suite's binary) and read what it wrote. */
+#ifndef CBCMN_TEST_TOOLRUN_H
+#define CBCMN_TEST_TOOLRUN_H
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+extern char **environ;
+
+/* bindir/tool beside this suite into out; false if it is not built. */
+static inline bool tool_path(const char *tool, char *out, size_t len)
+{
+	char self[PATH_MAX - 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return false;
+	self[n] = 0;
+	*strrchr(self, '/') = 0;
+	snprintf(out, len, "%s/../bin/%s", self, tool);
+	return access(out, X_OK) == 0;
+}
+
+struct toolrun {
+	int status;     /* exit status, 128 + signal, -1: killed after the time given */
+	char *out;      /* its stdout, NUL-terminated (free it) */
+	size_t out_len;
+	char err[4096]; /* its stderr */
+};
+
+static inline char *slurp_fd(int fd, size_t *len)
+{
+	off_t end = lseek(fd, 0, SEEK_END);
+	char *b = malloc(end > 0 ? (size_t)end + 1 : 1);
+	assert_non_null(b);
+	ssize_t n = end > 0 ? pread(fd, b, (size_t)end, 0) : 0;
+	b[n > 0 ? n : 0] = 0;
+	*len = n > 0 ? (size_t)n : 0;
+	return b;
+}
+
+/* Run tool (argv[0] its name) of this build, killed after secs (scaled by
+ * CBCMN_TEST_SLOW), skipping the test if it is not built. */
+static inline void toolrun(struct toolrun *r, const char *const *argv, unsigned secs)
+{
+	char path[PATH_MAX], ef[] = "/tmp/cbcmn-toolrun-err-XXXXXX", of[] = "/tmp/cbcmn-toolrun-out-XXXXXX";
+	if (!tool_path(argv[0], path, sizeof(path))) {
+		T_SKIP("%s is not built beside this suite (make tools)", argv[0]);
+		return;
+	}
+	int efd = mkstemp(ef), ofd = mkstemp(of);
+	assert_true(efd >= 0 && ofd >= 0);
+	unlink(ef);
+	unlink(of);
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, ofd, 1);
+	posix_spawn_file_actions_adddup2(&fa, efd, 2);
+	pid_t pid;
+	fflush(NULL);
+	assert_int_equal(posix_spawn(&pid, path, &fa, NULL, (char *const *)argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	uint64_t end = t_now_ns() + (uint64_t)secs * t_slow() * 1000000000ull;
+	int st;
+	r->status = -1;
+	for (;;) {
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			break;
+		}
+		if (t_now_ns() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			break;
+		}
+		usleep(5000);
+	}
+	size_t elen;
+	char *e = slurp_fd(efd, &elen);
+	snprintf(r->err, sizeof(r->err), "%s", e);
+	free(e);
+	r->out = slurp_fd(ofd, &r->out_len);
+	close(efd);
+	close(ofd);
+}
+
+/* One line on stderr, ending in a newline, nothing before it. */
+static inline void assert_one_line(const char *err)
+{
+	const char *nl = strchr(err, '\n');
+	if (!nl || nl[1] != 0)
+		fail_msg("want one line on stderr, got '%s'", err);
+}
+
+#endif
