@@ -21,8 +21,9 @@
  *   - Thieves' steal gate passes for a stalled executor (sched.c,
  *     pick_stuck()), and a wake no longer sends a task home to it
  *     (cbcmn__schedule()): the task runs on its waker's executor, or from
- *     a thread, the inject queue.  What threads had sent it already (its
- *     remote list) goes the same way (cbcmn__remote_rescue()).
+ *     a thread, the inject queue.  What was sent to it already goes the
+ *     same way: threads' (its remote list) and executors' (the tasks in
+ *     its lanes' messages), cbcmn__stall_rescue().
  *   - While its deque or next-task slot holds work and nobody searches,
  *     the monitor notifies an idle executor; with none idle that
  *     notification starts one more executor if the runtime has room
@@ -31,9 +32,11 @@
  *   - The stall ends when the run does: run_seq moves on, and stall_seq no
  *     longer matches it; the monitor clears both stall_seq and stall_task
  *     at its next look.
- * What only the stalled executor can do stays with it: its lanes (single
- * consumer: tasks other executors sent home before the stall was seen),
- * yield list, pinned tasks, timers and ring (docs/SCHEDULER.md, "Stalls").
+ * What only the stalled executor can do stays with it: the messages of
+ * its lanes (emptied of their tasks: it acknowledges them), calls sent to
+ * it, its yield list, pinned tasks, timers and ring, and what senders
+ * still hold on their backlogs for it (its lanes were full):
+ * docs/SCHEDULER.md, "Stalls".
  *
  * Cost: the monitor ticks every MON_TICK_NS while some task runs, and
  * backs off, doubling up to MON_IDLE_MAX_NS, while none does; an executor
@@ -143,9 +146,10 @@ static bool mon_look(struct cbcmn__monitor *m, uint64_t now)
 		/* Tasks threads sent it before the stall was seen, or that
 		 * a thread sent as it was being published: elsewhere.  (A
 		 * pinned one comes back at every tick: it stays.) */
-		if (atomic_load_explicit(&x->remote, memory_order_relaxed) &&
-		    atomic_load_explicit(&x->stall_seq, memory_order_relaxed) == seq)
-			cbcmn__remote_rescue(x);
+		if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed) == seq &&
+		    (atomic_load_explicit(&x->remote, memory_order_relaxed) ||
+		     cbcmn__has_mail(x)))
+			cbcmn__stall_rescue(x, seq);
 		wanted |= cbcmn__exec_queue_depth(x) != 0;
 	}
 	/* Work queued behind a stall, and nobody looking for work: wake an

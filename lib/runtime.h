@@ -261,6 +261,9 @@ struct cbcmn__exec {
 	 * it found holding the executor past cfg.stall_ns; 0 none.  Equal to
 	 * the run_seq now: stalled (cbcmn__exec_stalled()). */
 	_Atomic uint64_t stall_seq;
+	/* 1 while the monitor takes tasks out of its lanes' messages
+	 * (cbcmn__stall_rescue()); its mail drain waits for 0. */
+	_Atomic uint32_t rescuing;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
@@ -645,7 +648,7 @@ void cbcmn__xmsg_fini(struct cbcmn__exec *e);
 int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
 		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
-void cbcmn__remote_rescue(struct cbcmn__exec *x);
+void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq);
 bool cbcmn__mail_drain(struct cbcmn__exec *e);
 void cbcmn__backlog_flush(struct cbcmn__exec *e);
 void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t);

@@ -194,8 +194,7 @@ static int64_t home_c(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-/* early: wake B as soon as A runs, before the stall can be seen (a
- * thread waker only). */
+/* early: wake B as soon as A runs, before the stall can be seen. */
 static void woken_for_stalled_home(bool task_waker, bool early)
 {
 	cbcmn_runtime *rt = early ? NULL : stall_runtime(2, 0);
@@ -268,6 +267,17 @@ static void test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs
 {
 	(void)state;
 	woken_for_stalled_home(false, true);
+}
+
+/* The bug: a task's wake sent home (a message in the home's lane) in the
+ * stall_ns before the stall was seen waited in that lane, whose only
+ * consumer is the stalled executor, for as long as the stall: forever
+ * here, where the blocked call waits for that task.  The monitor takes
+ * the task out of the message (the home only acknowledges it later). */
+static void test_regression_task_woken_by_a_task_before_the_stall_is_seen_runs_elsewhere(void **state)
+{
+	(void)state;
+	woken_for_stalled_home(true, true);
 }
 
 /* ---- the report ------------------------------------------------------------ */
@@ -462,6 +472,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs_elsewhere),
+		T_WATCHED_TEST(test_regression_task_woken_by_a_task_before_the_stall_is_seen_runs_elsewhere),
 		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
 		T_WATCHED_TEST(test_regression_fork_join_subtree_run_inline_is_not_a_stall),
 		T_WATCHED_TEST(test_idle_runtime_monitor_rarely_wakes),
