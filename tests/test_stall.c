@@ -150,6 +150,47 @@ static void test_regression_child_queued_behind_a_blocked_read_runs_elsewhere(vo
 	t_destroy(rt);
 }
 
+/* A runtime with room (min_workers 1 of 2): the one live executor stalls
+ * with the child the read waits for on its deque; nobody is idle to take
+ * it, so the monitor's notification starts the second executor, which
+ * takes the child, and which retires once idle again: a temporary
+ * replacement. */
+static void test_stall_with_work_waiting_starts_a_temporary_executor(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1;
+	cfg.idle_retire_ms = 5;
+	cfg.policy = CBCMN_PIN_NONE;
+	cfg.stall_ns = STALL_NS;
+	cfg.steal_cost_ns = 3600ull * 1000000000ull;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct behind b;
+	memset(&b, 0, sizeof(b));
+	rescue_start(&b.r);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, behind_reader, &b, &res), 0);
+	bool rescued = rescue_stop(&b.r);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_false(rescued);
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&b.parent_exec), 0);
+	assert_int_equal(atomic_load(&b.child_exec), 1);
+	cbcmn_stats st;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	do {
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+		if (st.executor_retires >= 1)
+			break;
+		usleep(1000);
+	} while (t_now_ns() < end);
+	assert_true(st.executor_starts >= 1);
+	assert_true(st.executor_retires >= 1); /* temporary */
+	t_destroy(rt);
+}
+
 /* ---- liveness 2: a task woken for a stalled home -------------------------- */
 
 struct home {
@@ -469,6 +510,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_regression_child_queued_behind_a_blocked_read_runs_elsewhere),
+		T_WATCHED_TEST(test_stall_with_work_waiting_starts_a_temporary_executor),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs_elsewhere),
