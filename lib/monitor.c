@@ -38,12 +38,15 @@
  * still hold on their backlogs for it (its lanes were full):
  * docs/SCHEDULER.md, "Stalls".
  *
- * Cost: the monitor ticks every MON_TICK_NS while some task runs, and
- * backs off, doubling up to MON_IDLE_MAX_NS, while none does; an executor
- * that finds work after a search wakes it from such a sleep
- * (cbcmn__monitor_poke()).  An idle process sees it about ten times a
- * second.  The executors pay one relaxed store per run (diag.run_task)
- * and one relaxed load per search that found work.
+ * Cost, like Go's sysmon: while tasks run, the monitor sleeps from
+ * m->tick_ns (MON_TICK_NS, 1 ms, or stall_ns / 2 if less) doubling while
+ * no stall begins or ends, up to stall_ns / 2 (5 ms by default: about 200
+ * looks a second on a busy runtime, a stall seen by 1.5 stall_ns), waking
+ * earlier when the oldest run it saw becomes a stall.  While every
+ * executor is parked it sleeps without a timeout and an executor leaving
+ * its park wakes it (cbcmn__monitor_poke()): a quiet process never sees
+ * it.  The executors pay one relaxed store per run (diag.run_task) and one
+ * load of the monitor's word per park and per thread start.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -58,7 +61,6 @@
 #include "runtime.h"
 
 #define MON_TICK_NS 1000000ull      /* while a task runs */
-#define MON_IDLE_MAX_NS 100000000ull /* the longest sleep while none does */
 /* The shortest tick, whatever cfg.stall_ns says: a tiny stall_ns must not
  * turn the monitor into a spinning thread. */
 #define MON_TICK_MIN_NS 100000ull
@@ -69,7 +71,7 @@ enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2 };
 struct cbcmn__monitor {
 	struct cbcmn_runtime *rt;
 	pthread_t thread;
-	uint64_t tick_ns;
+	uint64_t tick_ns, max_ns; /* the shortest and the longest sleep while tasks run */
 	_Atomic uint64_t wakeups;
 	/* Per executor, the monitor's own: the run it saw last, its tasks
 	 * started by then, and since when it saw neither move. */
@@ -81,6 +83,25 @@ static uint64_t mon_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Is executor i parked (its idle bit set, wake.c)?  seq_cst: in
+ * mon_all_parked(), the second half of the pair with the poke. */
+static bool mon_parked(struct cbcmn_runtime *rt, uint32_t i)
+{
+	return atomic_load_explicit(&rt->idle_bits[i / 64], memory_order_seq_cst) &
+	       (1ull << (i % 64));
+}
+
+/* Is every executor with a thread parked? */
+static bool mon_all_parked(struct cbcmn_runtime *rt)
+{
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		uint32_t ls = atomic_load_explicit(&rt->exec[i]->lstate, memory_order_seq_cst);
+		if (ls != CBCMN__EX_STOPPED && (ls != CBCMN__EX_RUNNING || !mon_parked(rt, i)))
+			return false;
+	}
+	return true;
 }
 
 /* x's run seq has held it for ns: publish the stall and name its task,
@@ -107,19 +128,27 @@ static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64
 	CBCMN_PROBE4(exec_stall, x->id, id, ns, rt->seg.rt_id);
 }
 
-/* One look at every executor.  True if some task runs, or ran since the
- * last look (the monitor keeps ticking: a busy executor caught between
- * two runs is busy). */
-static bool mon_look(struct cbcmn__monitor *m, uint64_t now)
+/* What a look found. */
+struct mon_seen {
+	bool changed; /* a stall began or ended: look again soon */
+	bool quiet;   /* every live executor is parked: nothing to watch */
+	uint64_t due; /* when the oldest run seen so far becomes a stall (0: none) */
+};
+
+/* One look at every executor. */
+static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 {
 	struct cbcmn_runtime *rt = m->rt;
-	bool running = false, wanted = false;
+	struct mon_seen r = {.changed = false, .quiet = true, .due = 0};
+	bool wanted = false;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		struct cbcmn__exec *x = rt->exec[i];
 		/* A stopped executor's run_seq may stay odd (its thread died
 		 * in a run): not a stall, nobody runs there. */
-		bool live = atomic_load_explicit(&x->lstate, memory_order_relaxed) ==
-			    CBCMN__EX_RUNNING;
+		uint32_t ls = atomic_load_explicit(&x->lstate, memory_order_relaxed);
+		bool live = ls == CBCMN__EX_RUNNING;
+		if (ls != CBCMN__EX_STOPPED && (!live || !mon_parked(rt, i)))
+			r.quiet = false;
 		uint64_t seq = live ? atomic_load_explicit(&x->diag.run_seq, memory_order_acquire)
 				    : 0;
 		uint64_t runs = atomic_load_explicit(&x->ss->ctr.tasks_run, memory_order_relaxed);
@@ -130,75 +159,108 @@ static bool mon_look(struct cbcmn__monitor *m, uint64_t now)
 			if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed)) {
 				atomic_store_explicit(&x->stall_seq, 0, memory_order_relaxed);
 				atomic_store_explicit(&x->ss->stall_task, 0, memory_order_relaxed);
+				r.changed = true;
 			}
-			running |= (seq & 1) || seq != m->seen_seq[i];
 			m->seen_seq[i] = seq;
 			m->seen_runs[i] = runs;
 			m->seen_ns[i] = now;
+			if (seq & 1)
+				goto candidate; /* a run, new to us */
 			continue;
 		}
-		running = true;
 		if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed) != seq) {
 			if (now - m->seen_ns[i] <= rt->cfg.stall_ns)
-				continue;
+				goto candidate;
 			stall_report(m, x, seq, now - m->seen_ns[i]);
+			r.changed = true;
 		}
-		/* Tasks threads sent it before the stall was seen, or that
-		 * a thread sent as it was being published: elsewhere.  (A
-		 * pinned one comes back at every tick: it stays.) */
+		/* Tasks sent to it before the stall was seen, or as it was
+		 * being published: elsewhere.  (A pinned one in its remote
+		 * list comes back at every look: it stays.) */
 		if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed) == seq &&
 		    (atomic_load_explicit(&x->remote, memory_order_relaxed) ||
 		     cbcmn__has_mail(x)))
 			cbcmn__stall_rescue(x, seq);
 		wanted |= cbcmn__exec_queue_depth(x) != 0;
+		continue;
+	candidate:
+		/* This run is a stall once it has lasted stall_ns from when
+		 * we first saw it (it may be older: seen late, reported late,
+		 * by the sleep since the look before at most). */
+		if (r.due == 0 || m->seen_ns[i] + rt->cfg.stall_ns + 1 < r.due)
+			r.due = m->seen_ns[i] + rt->cfg.stall_ns + 1;
 	}
 	/* Work queued behind a stall, and nobody looking for work: wake an
 	 * idle executor, whose steal gate passes for the stalled one; with
 	 * none idle, the notification starts one more executor if the
-	 * runtime has room (wake.c).  Again at every tick while it waits: a
+	 * runtime has room (wake.c).  Again at every look while it waits: a
 	 * thief takes half a queue at a time. */
-	if (wanted && atomic_load_explicit(&rt->num_searching, memory_order_relaxed) == 0)
-		cbcmn__notify_one(rt);
-	return running;
+	if (wanted) {
+		r.changed = true;
+		if (atomic_load_explicit(&rt->num_searching, memory_order_relaxed) == 0)
+			cbcmn__notify_one(rt);
+	}
+	return r;
+}
+
+/* Sleep on the monitor's word while it holds expect: for ns, or with ns
+ * 0 until woken.  False if told to stop. */
+static bool mon_sleep(struct cbcmn__monitor *m, uint32_t expect, uint64_t ns)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+			      .tv_nsec = (long)(ns % 1000000000ull)};
+	cbcmn__futex_wait(&rt->mon_word, expect, ns ? &ts : NULL);
+	atomic_fetch_add_explicit(&m->wakeups, 1, memory_order_relaxed);
+	return atomic_load_explicit(&rt->mon_word, memory_order_relaxed) != MON_STOP;
 }
 
 static void *mon_main(void *arg)
 {
 	struct cbcmn__monitor *m = arg;
 	struct cbcmn_runtime *rt = m->rt;
-	uint64_t sleep = m->tick_ns;
+	uint64_t backoff = m->tick_ns;
 	for (;;) {
-		/* A long sleep says so (MON_IDLE), for executors to end it. */
-		uint32_t expect = MON_TICKING;
-		if (sleep > m->tick_ns) {
-			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &expect,
-								     MON_IDLE, memory_order_relaxed,
+		uint64_t now = mon_now();
+		struct mon_seen r = mon_look(m, now);
+		if (r.quiet) {
+			/* Every executor parked: sleep until one leaves its
+			 * park.  A store-buffering pair with
+			 * cbcmn__monitor_poke() after cbcmn__park(): we say
+			 * MON_IDLE, then look at the idle bits again; an
+			 * executor clears its bit, then looks at our word.
+			 * Either we see it awake, or it sees MON_IDLE and
+			 * wakes us. */
+			uint32_t w = MON_TICKING;
+			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_IDLE,
+								     memory_order_seq_cst,
 								     memory_order_relaxed))
 				break; /* MON_STOP: nobody else leaves MON_TICKING */
-			expect = MON_IDLE;
-		} else if (atomic_load_explicit(&rt->mon_word, memory_order_relaxed) == MON_STOP) {
-			break;
+			if (mon_all_parked(rt) && !mon_sleep(m, MON_IDLE, 0))
+				break;
+			w = MON_IDLE;
+			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+								     memory_order_relaxed,
+								     memory_order_relaxed) &&
+			    w == MON_STOP)
+				break;
+			backoff = m->tick_ns; /* work came: its runs are new */
+			continue;
 		}
-		struct timespec ts = {.tv_sec = (time_t)(sleep / 1000000000ull),
-				      .tv_nsec = (long)(sleep % 1000000000ull)};
-		cbcmn__futex_wait(&rt->mon_word, expect, &ts);
-		atomic_fetch_add_explicit(&m->wakeups, 1, memory_order_relaxed);
-		/* Back to ticking, unless told to stop.  Poked (it is
-		 * MON_TICKING already): an executor found work, whose run may
-		 * not have begun yet: tick from now on, or a stall beginning
-		 * right after this look would wait for the next long sleep. */
-		uint32_t w = MON_IDLE;
-		bool poked = false;
-		if (expect == MON_IDLE &&
-		    !atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
-							     memory_order_relaxed, memory_order_relaxed))
-			poked = w == MON_TICKING;
-		if (atomic_load_explicit(&rt->mon_word, memory_order_relaxed) == MON_STOP)
+		/* Go's sysmon: while nothing changes, sleep twice as long each
+		 * time, up to m->max_ns (stall_ns / 2: a run that begins just
+		 * after a look is seen at the next and reported stall_ns
+		 * later, by 1.5 stall_ns); but wake when the oldest run seen
+		 * would become a stall. */
+		if (r.changed)
+			backoff = m->tick_ns;
+		else if ((backoff *= 2) > m->max_ns)
+			backoff = m->max_ns;
+		uint64_t sleep = backoff;
+		if (r.due && r.due - now < sleep)
+			sleep = r.due > now + m->tick_ns / 4 ? r.due - now : m->tick_ns / 4;
+		if (!mon_sleep(m, MON_TICKING, sleep))
 			break;
-		if (mon_look(m, mon_now()) || poked)
-			sleep = m->tick_ns;
-		else if ((sleep *= 2) > MON_IDLE_MAX_NS)
-			sleep = MON_IDLE_MAX_NS;
 	}
 	return NULL;
 }
@@ -224,6 +286,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	m->tick_ns = rt->cfg.stall_ns / 2 < MON_TICK_NS ? rt->cfg.stall_ns / 2 : MON_TICK_NS;
 	if (m->tick_ns < MON_TICK_MIN_NS)
 		m->tick_ns = MON_TICK_MIN_NS;
+	m->max_ns = rt->cfg.stall_ns / 2 > m->tick_ns ? rt->cfg.stall_ns / 2 : m->tick_ns;
 	m->seen_seq = calloc(rt->nexec, sizeof(*m->seen_seq));
 	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));

@@ -13,14 +13,16 @@
 int cbcmn__monitor_start(struct cbcmn_runtime *rt);
 void cbcmn__monitor_stop(struct cbcmn_runtime *rt);
 
-/* An executor found work after a search: wake the monitor if it
- * sleeps long (every executor was idle).  A relaxed load when it does not;
- * a missed poke only delays a stall's report to the monitor's next look
- * (at most MON_IDLE_MAX_NS), so no ordering is needed. */
+/* An executor left its park (sched.c, after cbcmn__park()): wake the
+ * monitor if it sleeps because every executor was parked (MON_IDLE,
+ * monitor.c).  seq_cst: the second half of the store-buffering pair with
+ * the monitor (its MON_IDLE store, then its look at the idle bits; our
+ * clearing of our idle bit in cbcmn__park(), then this look at its
+ * word); a plain load on x86, after a park that costs a system call. */
 void cbcmn__monitor_poke_slow(struct cbcmn_runtime *rt);
 static inline void cbcmn__monitor_poke(struct cbcmn_runtime *rt)
 {
-	if (__builtin_expect(atomic_load_explicit(&rt->mon_word, memory_order_relaxed) == 1, 0))
+	if (__builtin_expect(atomic_load_explicit(&rt->mon_word, memory_order_seq_cst) == 1, 0))
 		cbcmn__monitor_poke_slow(rt);
 }
 
@@ -33,8 +35,8 @@ static inline bool cbcmn__exec_stalled(const struct cbcmn__exec *x)
 	return s && s == atomic_load_explicit(&x->diag.run_seq, memory_order_relaxed);
 }
 
-/* Wake-ups of rt's monitor so far (tests: an idle runtime's monitor
- * sleeps long).  0 without a monitor. */
+/* Wake-ups of rt's monitor so far (tests: a quiet runtime's monitor
+ * sleeps).  0 without a monitor. */
 uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt);
 
 #endif

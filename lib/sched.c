@@ -1373,9 +1373,6 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 		}
 		if (t) {
 			cbcmn__searching_end(e);
-			/* A task runs again: a monitor asleep while no task
-			 * ran looks for stalls again (monitor.c). */
-			cbcmn__monitor_poke(rt);
 			e->gate_wait_ns = 0;
 			exec_state(e, CBCMN_EXEC_RUNNING);
 			e->busy_since = now_ns();
@@ -1423,6 +1420,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			wait = rt->retire_ns;
 		exec_state(e, CBCMN_EXEC_PARKED);
 		bool notified = cbcmn__park(e, wait);
+		/* Awake, our idle bit clear: a monitor asleep because every
+		 * executor was parked watches again (monitor.c). */
+		cbcmn__monitor_poke(rt);
 		exec_state(e, CBCMN_EXEC_SEARCHING);
 		if (notified) {
 			/* Notified: spin again before the next park. */
@@ -1730,6 +1730,10 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	e->busy_since = now_ns();
+	/* A new executor runs tasks before it ever parks: a monitor asleep
+	 * because every executor was parked watches again (monitor.c; our
+	 * starter's seq_cst change of lstate comes before this look). */
+	cbcmn__monitor_poke(e->rt);
 	CBCMN_PROBE4(exec_start, e->id, (int)gettid(), e->cpu, e->rt->seg.rt_id);
 	for (;;) {
 		if (__builtin_expect(e->ring.dropped, 0) && exec_replace(e))

@@ -418,20 +418,43 @@ static void test_regression_fork_join_subtree_run_inline_is_not_a_stall(void **s
 
 /* ---- the monitor's own cost ------------------------------------------------ */
 
-/* An idle runtime's monitor backs off (to 100 ms): a monitor that ticked
- * every millisecond woke an idle process 1000 times a second.  Off
+/* The bug: a quiet runtime's monitor (every executor parked) still woke
+ * every 100 ms at the end of its back-off, about ten times a second for
+ * nothing.  Now it sleeps until an executor leaves its park, and then
+ * watches again: a stall that begins after the quiet is still seen.  Off
  * (CBCMN_STALL_OFF) and in lab mode there is none. */
-static void test_idle_runtime_monitor_rarely_wakes(void **state)
+static void test_regression_quiet_runtime_monitor_never_wakes(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = stall_runtime(2, 0);
 	assert_non_null(rt->mon);
-	usleep(50000); /* the start-up's looks */
-	uint64_t before = cbcmn__monitor_wakeups(rt);
+	/* The start-up's looks: until the executors have parked and the
+	 * monitor with them (bounded: a monitor that never rests fails
+	 * below). */
+	uint64_t end = t_now_ns() + T_STALL_NS, before = cbcmn__monitor_wakeups(rt);
+	do {
+		usleep(50000);
+		uint64_t w = cbcmn__monitor_wakeups(rt);
+		if (w == before)
+			break;
+		before = w;
+	} while (t_now_ns() < end);
 	usleep(300000);
 	uint64_t woke = cbcmn__monitor_wakeups(rt) - before;
+	struct spin s;
+	memset(&s, 0, sizeof(s));
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spin_task, &s, NULL), 0);
+	end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s.id) && t_now_ns() < end)
+		usleep(200);
+	bool seen = wait_stalled(rt, atomic_load(&s.exec), atomic_load(&s.id));
+	atomic_store(&s.stop, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
 	t_destroy(rt);
-	assert_true(woke < 20);
+	assert_int_equal(woke, 0);
+	assert_true(seen); /* the executor's park ended the monitor's sleep */
 
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
@@ -491,9 +514,11 @@ static void test_regression_monitor_thread_blocks_every_signal(void **state)
 	cbcmn_runtime *rt = stall_runtime(1, 0);
 	assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
 	/* Past its start (a new thread begins with every signal blocked
-	 * until glibc sets its own mask): it has looked once. */
+	 * until glibc sets its own mask): it has slept once, or sleeps
+	 * because every executor parked (its word 1, MON_IDLE). */
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (cbcmn__monitor_wakeups(rt) == 0 && t_now_ns() < end)
+	while (cbcmn__monitor_wakeups(rt) == 0 && atomic_load(&rt->mon_word) != 1 &&
+	       t_now_ns() < end)
 		usleep(1000);
 	bool found;
 	uint64_t blk = monitor_sigblk(&found);
@@ -517,7 +542,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_before_the_stall_is_seen_runs_elsewhere),
 		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
 		T_WATCHED_TEST(test_regression_fork_join_subtree_run_inline_is_not_a_stall),
-		T_WATCHED_TEST(test_idle_runtime_monitor_rarely_wakes),
+		T_WATCHED_TEST(test_regression_quiet_runtime_monitor_never_wakes),
 		T_WATCHED_TEST(test_regression_monitor_thread_blocks_every_signal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

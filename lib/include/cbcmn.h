@@ -401,8 +401,8 @@ typedef struct cbcmn_config {
 	 * An executor whose task has run for longer than this without a
 	 * scheduling point (a blocking libc call, a long loop without
 	 * checkpoints) is stalled: a monitor thread of the runtime sees it
-	 * (checking every millisecond while tasks run, rarely while every
-	 * executor is idle), reports it (cbcmn_executor_stats.stalls and
+	 * (looking every 1 ms to stall_ns / 2 while tasks run, never while
+	 * every executor is parked), reports it (cbcmn_executor_stats.stalls and
 	 * .stalled_task, the exec_stall probe), lets other executors take
 	 * its deque and next-task slot, sends tasks woken for it elsewhere,
 	 * and starts one more executor if work waits and the runtime has
