@@ -15,6 +15,7 @@
 #define CBCMN_RUNTIME_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -401,6 +402,11 @@ struct cbcmn_runtime {
 	 * one, and the word it sleeps on (MON_* there). */
 	struct cbcmn__monitor *mon;
 	_Atomic uint32_t mon_word;
+	/* The signal mask of the thread that created the runtime: every
+	 * executor thread's, whoever starts it (the creator, an executor, a
+	 * thread's wake, the monitor or a blocking-pool thread, which block
+	 * every signal: a guard-page SIGSEGV would kill the process). */
+	sigset_t exec_sigmask;
 	struct cbcmn__blocking_pool *blocking;
 	/* Diagnostics (snapshot.c): what threads outside the runtime opened,
 	 * obligations leaked, the general obligations' records. */

@@ -1611,7 +1611,8 @@ static bool exec_replace(struct cbcmn__exec *e)
 }
 
 /* Start e's thread, pinned from its first instruction to e's CPU (if any),
- * so that what it allocates and touches is on its node.  0 or an errno. */
+ * so that what it allocates and touches is on its node, with the runtime
+ * creator's signal mask (rt->exec_sigmask).  0 or an errno. */
 int cbcmn__exec_thread_start(struct cbcmn__exec *e)
 {
 	pthread_attr_t attr;
@@ -1622,6 +1623,7 @@ int cbcmn__exec_thread_start(struct cbcmn__exec *e)
 		CPU_SET(e->cpu, &set);
 		pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
 	}
+	pthread_attr_setsigmask_np(&attr, &e->rt->exec_sigmask);
 	int rc = pthread_create(&e->thread, &attr, cbcmn__exec_main, e);
 	pthread_attr_destroy(&attr);
 	return rc;

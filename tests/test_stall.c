@@ -321,6 +321,90 @@ static void test_regression_task_woken_by_a_task_before_the_stall_is_seen_runs_e
 	woken_for_stalled_home(true, true);
 }
 
+/* ---- an executor the monitor starts ---------------------------------------- */
+
+struct started {
+	struct rescue r;
+	cbcmn_chan *ch;
+	_Atomic int b_waiting, blocked_segv, blocked_usr1;
+	_Atomic uint64_t a_id;
+	_Atomic uint32_t b_ran_on;
+};
+
+static int64_t started_b(cbcmn_cx *cx, void *arg)
+{
+	struct started *s = arg;
+	atomic_store(&s->b_waiting, 1);
+	int v;
+	TASK_CHECK(cbcmn_chan_recv(cx, s->ch, &v) == 0);
+	atomic_store(&s->b_ran_on, cbcmn_cx_executor(cx));
+	sigset_t m;
+	TASK_CHECK(pthread_sigmask(SIG_BLOCK, NULL, &m) == 0);
+	atomic_store(&s->blocked_segv, sigismember(&m, SIGSEGV));
+	atomic_store(&s->blocked_usr1, sigismember(&m, SIGUSR1));
+	TASK_CHECK(write(s->r.p[1], "b", 1) == 1);
+	return 0;
+}
+
+static int64_t started_a(cbcmn_cx *cx, void *arg)
+{
+	struct started *s = arg;
+	atomic_store(&s->a_id, cbcmn_cx_task_id(cx));
+	TASK_CHECK(read_byte(s->r.p[0]));
+	return 0;
+}
+
+/* The bug: an executor the monitor started (a stall's rescued work, no
+ * executor idle, room to grow) inherited the monitor thread's mask, every
+ * signal blocked: a stack overflow there (SIGSEGV on a guard page) killed
+ * the process instead of failing the task, and the program's signals never
+ * reached it.  An executor thread takes the mask of the thread that
+ * created the runtime, whoever starts it. */
+static void test_regression_executor_started_by_the_monitor_takes_signals(void **state)
+{
+	(void)state;
+	sigset_t none, old;
+	sigemptyset(&none);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &none, &old), 0);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1; /* executor 1 starts only when asked */
+	cfg.policy = CBCMN_PIN_NONE;
+	cfg.stall_ns = STALL_NS;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+	struct started s;
+	memset(&s, 0, sizeof(s));
+	rescue_start(&s.r);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &s.ch), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	/* B blocks on executor 0, the one live; A holds executor 0 in
+	 * read(2); a thread wakes B, which goes home to executor 0's remote
+	 * list: only the monitor moves it, and with nobody idle its
+	 * notification starts executor 1. */
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, started_b, &s, NULL), 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s.b_waiting) && t_now_ns() < end)
+		usleep(200);
+	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, started_a, &s, NULL), 0);
+	end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s.a_id) && t_now_ns() < end)
+		usleep(200);
+	int v = 1;
+	assert_int_equal(cbcmn_chan_send(NULL, s.ch, &v), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	bool rescued = rescue_stop(&s.r);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_false(rescued);
+	assert_int_equal(atomic_load(&s.b_ran_on), 1);
+	assert_int_equal(atomic_load(&s.blocked_segv), 0);
+	assert_int_equal(atomic_load(&s.blocked_usr1), 0);
+	assert_int_equal(cbcmn_chan_destroy(s.ch), 0);
+	t_destroy(rt);
+}
+
 /* ---- the report ------------------------------------------------------------ */
 
 struct spin {
@@ -540,6 +624,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_before_the_stall_is_seen_runs_elsewhere),
+		T_WATCHED_TEST(test_regression_executor_started_by_the_monitor_takes_signals),
 		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
 		T_WATCHED_TEST(test_regression_fork_join_subtree_run_inline_is_not_a_stall),
 		T_WATCHED_TEST(test_regression_quiet_runtime_monitor_never_wakes),
