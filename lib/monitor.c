@@ -64,6 +64,10 @@
 /* The shortest tick, whatever cfg.stall_ns says: a tiny stall_ns must not
  * turn the monitor into a spinning thread. */
 #define MON_TICK_MIN_NS 100000ull
+/* The longest sleep while tasks run, whatever cfg.stall_ns says: the
+ * doubling stays far from overflow, and a stall_ns of hours is still
+ * seen about when it is due. */
+#define MON_SLEEP_MAX_NS 1000000000ull
 
 /* rt->mon_word: what the monitor does (a futex word). */
 enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2 };
@@ -187,8 +191,11 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 		/* This run is a stall once it has lasted stall_ns from when
 		 * we first saw it (it may be older: seen late, reported late,
 		 * by the sleep since the look before at most). */
-		if (r.due == 0 || m->seen_ns[i] + rt->cfg.stall_ns + 1 < r.due)
-			r.due = m->seen_ns[i] + rt->cfg.stall_ns + 1;
+		uint64_t due = rt->cfg.stall_ns < UINT64_MAX - m->seen_ns[i] - 1
+				       ? m->seen_ns[i] + rt->cfg.stall_ns + 1
+				       : UINT64_MAX; /* a stall_ns of centuries */
+		if (r.due == 0 || due < r.due)
+			r.due = due;
 	}
 	/* Work queued behind a stall, and nobody looking for work: wake an
 	 * idle executor, whose steal gate passes for the stalled one; with
@@ -257,7 +264,7 @@ static void *mon_main(void *arg)
 		else if ((backoff *= 2) > m->max_ns)
 			backoff = m->max_ns;
 		uint64_t sleep = backoff;
-		if (r.due && r.due - now < sleep)
+		if (r.due > now && r.due - now < sleep)
 			sleep = r.due > now + m->tick_ns / 4 ? r.due - now : m->tick_ns / 4;
 		if (!mon_sleep(m, MON_TICKING, sleep))
 			break;
@@ -287,6 +294,8 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	if (m->tick_ns < MON_TICK_MIN_NS)
 		m->tick_ns = MON_TICK_MIN_NS;
 	m->max_ns = rt->cfg.stall_ns / 2 > m->tick_ns ? rt->cfg.stall_ns / 2 : m->tick_ns;
+	if (m->max_ns > MON_SLEEP_MAX_NS)
+		m->max_ns = MON_SLEEP_MAX_NS;
 	m->seen_seq = calloc(rt->nexec, sizeof(*m->seen_seq));
 	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));

@@ -555,6 +555,38 @@ static void test_regression_quiet_runtime_monitor_never_wakes(void **state)
 	t_destroy(rt);
 }
 
+/* A stall_ns of centuries: a run of 200 ms is no stall, and the monitor
+ * backs off (doubling from 1 ms: a handful of looks), no arithmetic of
+ * its deadlines wrapping into a busy loop. */
+static void test_huge_stall_ns_reports_nothing_and_backs_off(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stall_ns = CBCMN_STALL_OFF - 1;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	assert_non_null(rt->mon);
+	struct spin s;
+	memset(&s, 0, sizeof(s));
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spin_task, &s, NULL), 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s.id) && t_now_ns() < end)
+		usleep(200);
+	uint64_t before = cbcmn__monitor_wakeups(rt);
+	usleep(200000);
+	uint64_t woke = cbcmn__monitor_wakeups(rt) - before;
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	atomic_store(&s.stop, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	t_destroy(rt);
+	assert_int_equal(st.total.stalls, 0);
+	assert_true(woke < 20);
+}
+
 /* The monitor's thread, found by its name: its blocked signals' mask
  * (/proc SigBlk), or 0 with *found false. */
 static uint64_t monitor_sigblk(bool *found)
@@ -628,6 +660,7 @@ int main(void)
 		T_WATCHED_TEST(test_stall_is_reported_with_its_task_until_the_run_ends),
 		T_WATCHED_TEST(test_regression_fork_join_subtree_run_inline_is_not_a_stall),
 		T_WATCHED_TEST(test_regression_quiet_runtime_monitor_never_wakes),
+		T_WATCHED_TEST(test_huge_stall_ns_reports_nothing_and_backs_off),
 		T_WATCHED_TEST(test_regression_monitor_thread_blocks_every_signal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
