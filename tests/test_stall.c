@@ -124,6 +124,21 @@ static int64_t behind_reader(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
+/* Run behind_reader on rt: the child ran (on another executor than the
+ * reader, which it did not wait for), b filled in. */
+static void behind_run(cbcmn_runtime *rt, struct behind *b)
+{
+	memset(b, 0, sizeof(*b));
+	rescue_start(&b->r);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, behind_reader, b, &res), 0);
+	bool rescued = rescue_stop(&b->r);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_false(rescued); /* the child never ran: the read waited for the rescue */
+	assert_int_equal(res, 0);
+	assert_int_not_equal(atomic_load(&b->child_exec), atomic_load(&b->parent_exec));
+}
+
 /* The bug: a child queued on the deque of an executor whose task then
  * blocked in read(2) waited for the steal gate, which passed only once the
  * run had lasted longer than cfg.steal_cost_ns (an hour here): the child,
@@ -134,15 +149,7 @@ static void test_regression_child_queued_behind_a_blocked_read_runs_elsewhere(vo
 	(void)state;
 	cbcmn_runtime *rt = stall_runtime(2, 3600ull * 1000000000ull);
 	struct behind b;
-	memset(&b, 0, sizeof(b));
-	rescue_start(&b.r);
-	int64_t res = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, behind_reader, &b, &res), 0);
-	bool rescued = rescue_stop(&b.r);
-	assert_int_equal(atomic_load(&task_bad_line), 0);
-	assert_false(rescued); /* the child never ran: the read waited for the rescue */
-	assert_int_equal(res, 0);
-	assert_int_not_equal(atomic_load(&b.child_exec), atomic_load(&b.parent_exec));
+	behind_run(rt, &b);
 	cbcmn_stats st;
 	cbcmn_executor_stats per[2];
 	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
@@ -168,14 +175,7 @@ static void test_stall_with_work_waiting_starts_a_temporary_executor(void **stat
 	cfg.steal_cost_ns = 3600ull * 1000000000ull;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	struct behind b;
-	memset(&b, 0, sizeof(b));
-	rescue_start(&b.r);
-	int64_t res = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, behind_reader, &b, &res), 0);
-	bool rescued = rescue_stop(&b.r);
-	assert_int_equal(atomic_load(&task_bad_line), 0);
-	assert_false(rescued);
-	assert_int_equal(res, 0);
+	behind_run(rt, &b);
 	assert_int_equal(atomic_load(&b.parent_exec), 0);
 	assert_int_equal(atomic_load(&b.child_exec), 1);
 	cbcmn_stats st;
@@ -424,6 +424,25 @@ static int64_t spin_task(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Spawn spin_task on rt and wait (bounded) until it runs; stop it. */
+static cbcmn_nursery *spin_start(cbcmn_runtime *rt, struct spin *s)
+{
+	memset(s, 0, sizeof(*s));
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spin_task, s, NULL), 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s->id) && t_now_ns() < end)
+		usleep(200);
+	return n;
+}
+
+static void spin_stop(struct spin *s, cbcmn_nursery *n)
+{
+	atomic_store(&s->stop, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+}
+
 /* A stall is reported with the task holding the executor (stats, for
  * cbcmn-stat and cbcmn-top), and the report ends with the run. */
 static void test_stall_is_reported_with_its_task_until_the_run_ends(void **state)
@@ -431,20 +450,13 @@ static void test_stall_is_reported_with_its_task_until_the_run_ends(void **state
 	(void)state;
 	cbcmn_runtime *rt = stall_runtime(2, 0);
 	struct spin s;
-	memset(&s, 0, sizeof(s));
-	cbcmn_nursery *n;
-	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
-	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spin_task, &s, NULL), 0);
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (!atomic_load(&s.id) && t_now_ns() < end)
-		usleep(200);
+	cbcmn_nursery *n = spin_start(rt, &s);
 	uint32_t ex = atomic_load(&s.exec);
 	bool seen = wait_stalled(rt, ex, atomic_load(&s.id));
 	cbcmn_stats st;
 	cbcmn_executor_stats per[2];
 	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
-	atomic_store(&s.stop, 1);
-	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	spin_stop(&s, n);
 	assert_true(seen);
 	assert_int_equal(per[ex].stalls, 1); /* once per stall, not per look */
 	assert_int_equal(per[1 - ex].stalled_task, 0);
@@ -526,16 +538,9 @@ static void test_regression_quiet_runtime_monitor_never_wakes(void **state)
 	usleep(300000);
 	uint64_t woke = cbcmn__monitor_wakeups(rt) - before;
 	struct spin s;
-	memset(&s, 0, sizeof(s));
-	cbcmn_nursery *n;
-	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
-	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spin_task, &s, NULL), 0);
-	end = t_now_ns() + T_STALL_NS;
-	while (!atomic_load(&s.id) && t_now_ns() < end)
-		usleep(200);
+	cbcmn_nursery *n = spin_start(rt, &s);
 	bool seen = wait_stalled(rt, atomic_load(&s.exec), atomic_load(&s.id));
-	atomic_store(&s.stop, 1);
-	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	spin_stop(&s, n);
 	t_destroy(rt);
 	assert_int_equal(woke, 0);
 	assert_true(seen); /* the executor's park ended the monitor's sleep */
@@ -568,20 +573,13 @@ static void test_huge_stall_ns_reports_nothing_and_backs_off(void **state)
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	assert_non_null(rt->mon);
 	struct spin s;
-	memset(&s, 0, sizeof(s));
-	cbcmn_nursery *n;
-	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
-	assert_int_equal(cbcmn_nursery_spawn(NULL, n, spin_task, &s, NULL), 0);
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (!atomic_load(&s.id) && t_now_ns() < end)
-		usleep(200);
+	cbcmn_nursery *n = spin_start(rt, &s);
 	uint64_t before = cbcmn__monitor_wakeups(rt);
 	usleep(200000);
 	uint64_t woke = cbcmn__monitor_wakeups(rt) - before;
 	cbcmn_stats st;
 	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
-	atomic_store(&s.stop, 1);
-	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	spin_stop(&s, n);
 	t_destroy(rt);
 	assert_int_equal(st.total.stalls, 0);
 	assert_true(woke < 20);
