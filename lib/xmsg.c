@@ -277,6 +277,9 @@ static struct cbcmn_task *lanes_take(struct cbcmn__exec *x)
 		if (!l)
 			continue;
 		/* head is x's, and x is kept out (cbcmn__stall_rescue());
+		 * x stored it last before the stalled run began, and the
+		 * monitor's acquire load of that run's run_seq (mon_look(),
+		 * pairing with run_seq_begin()'s release) makes it visible.
 		 * acquire on tail pairs with lane_put()'s release: the
 		 * messages before it are whole. */
 		uint32_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
