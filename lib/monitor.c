@@ -243,7 +243,8 @@ static void *mon_main(void *arg)
 								     memory_order_seq_cst,
 								     memory_order_relaxed))
 				break; /* MON_STOP: nobody else leaves MON_TICKING */
-			if (mon_all_parked(rt) && !mon_sleep(m, MON_IDLE, 0))
+			bool parked = mon_all_parked(rt);
+			if (parked && !mon_sleep(m, MON_IDLE, 0))
 				break;
 			w = MON_IDLE;
 			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
@@ -252,7 +253,10 @@ static void *mon_main(void *arg)
 			    w == MON_STOP)
 				break;
 			backoff = m->tick_ns; /* work came: its runs are new */
-			continue;
+			if (parked)
+				continue;
+			/* One woke between the two looks: a short sleep, never
+			 * a loop of looks while executors come and go. */
 		}
 		/* Go's sysmon: while nothing changes, sleep twice as long each
 		 * time, up to m->max_ns (stall_ns / 2: a run that begins just
