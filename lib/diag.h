@@ -51,6 +51,10 @@ struct cbcmn__diag {
 	 * runs.  The steal gate tells one long run from many short ones by
 	 * it (sched.c, pick_stuck()). */
 	_Atomic uint64_t run_seq;
+	/* The id of the task of the current run (an inline child's while it
+	 * runs), stored before run_seq turns odd: the stall monitor names it
+	 * (monitor.c). */
+	_Atomic uint64_t run_task;
 	_Atomic uint64_t mshots;  /* streams and acceptors open on it (stream.c) */
 	/* Written by anyone. */
 	_Alignas(64) _Atomic uint64_t down_remote[CBCMN__G_N];

@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "cpuquota.h"
 #include "iwait.h"
+#include "monitor.h"
 #include "obligation.h"
 #include "runtime.h"
 #include "trace.h"
@@ -233,6 +234,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->steal_cost_ns = 1000;
 	if (out->io_batch_ns == 0)
 		out->io_batch_ns = 50000;
+	if (out->stall_ns == 0)
+		out->stall_ns = 10000000; /* cbcmn.h */
 	if (out->policy < CBCMN_PIN_NONE || out->policy > CBCMN_POLICY_CPUS)
 		return -EINVAL;
 	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))
@@ -407,6 +410,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	memset(rt, 0, sizeof(*rt));
 	rt->seg.fd = -1;
 	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+	pthread_sigmask(SIG_BLOCK, NULL, &rt->exec_sigmask);
 	rt->cfg = c;
 	rt->page = page;
 	rt->lab = (c.flags & CBCMN_CONFIG_LAB) != 0;
@@ -529,6 +533,11 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			return err;
 		}
 	}
+	if ((rc = cbcmn__monitor_start(rt)) != 0) {
+		stop_executors(rt, rt->nexec);
+		runtime_free(rt);
+		return rc;
+	}
 	*out = rt;
 	return 0;
 }
@@ -550,6 +559,8 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 	 * each touching rt.  acquire: pairs with cbcmn__nursery_await(). */
 	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0)
 		return -EBUSY;
+	/* Before the executors stop: it may start one (monitor.c). */
+	cbcmn__monitor_stop(rt);
 	/* Before the executors stop: a pool thread may still be finishing
 	 * the wake of the task it served last. */
 	cbcmn__blocking_fini(rt);

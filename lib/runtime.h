@@ -15,6 +15,7 @@
 #define CBCMN_RUNTIME_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -257,6 +258,13 @@ struct cbcmn__exec {
 	 * when.  A heuristic pair: a race costs one early steal at most. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t gate_seq;
 	_Atomic uint64_t gate_ns;
+	/* Written by the stall monitor (monitor.c): the run (diag.run_seq)
+	 * it found holding the executor past cfg.stall_ns; 0 none.  Equal to
+	 * the run_seq now: stalled (cbcmn__exec_stalled()). */
+	_Atomic uint64_t stall_seq;
+	/* 1 while the monitor takes tasks out of its lanes' messages
+	 * (cbcmn__stall_rescue()); its mail drain waits for 0. */
+	_Atomic uint32_t rescuing;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
@@ -390,6 +398,15 @@ struct cbcmn_runtime {
 	bool dynamic;                     /* min_live < nexec */
 	_Atomic uint32_t exiting;         /* retired threads in their last steps */
 	_Atomic uint32_t resizing;        /* a start or a retirement is under way */
+	/* The stall monitor (monitor.c): its thread's state, NULL without
+	 * one, and the word it sleeps on (MON_* there). */
+	struct cbcmn__monitor *mon;
+	_Atomic uint32_t mon_word;
+	/* The signal mask of the thread that created the runtime: every
+	 * executor thread's, whoever starts it (the creator, an executor, a
+	 * thread's wake, the monitor or a blocking-pool thread, which block
+	 * every signal: a guard-page SIGSEGV would kill the process). */
+	sigset_t exec_sigmask;
 	struct cbcmn__blocking_pool *blocking;
 	/* Diagnostics (snapshot.c): what threads outside the runtime opened,
 	 * obligations leaked, the general obligations' records. */
@@ -637,6 +654,7 @@ void cbcmn__xmsg_fini(struct cbcmn__exec *e);
 int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
 		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
+void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq);
 bool cbcmn__mail_drain(struct cbcmn__exec *e);
 void cbcmn__backlog_flush(struct cbcmn__exec *e);
 void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t);

@@ -17,6 +17,7 @@
 
 #include "arch.h"
 #include "backend.h"
+#include "monitor.h"
 #include "overflow.h"
 #include "probes.h"
 #include "runtime.h"
@@ -187,12 +188,24 @@ static bool exec_idle(const struct cbcmn__exec *o)
 	       (1ull << (o->id % 64));
 }
 
+/* May a woken task be sent home to owner?  Not to none, nor in lab mode,
+ * nor to an executor without a thread; nor to a stalled one (one run
+ * holds its thread, monitor.c): the task would wait there for the run to
+ * end, forever if the run waits for the task (issue 15, liveness 2). */
+static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owner)
+{
+	return owner && !rt->lab &&
+	       atomic_load_explicit(&owner->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	       !cbcmn__exec_stalled(owner);
+}
+
 /* t was woken by e (or by a thread outside, e NULL); make it runnable.
  * A task woken from another shard goes home (seed 001/003): its owner is
  * the executor that ran it last, where its data is, and the one whose ring
  * holds its I/O.  Pinned tasks always go home.  An unpinned task whose
  * owner is parked runs here instead: waking a parked CPU costs tens of us,
- * more than the cache misses saved (docs/SCHEDULER.md). */
+ * more than the cache misses saved (docs/SCHEDULER.md); so does one whose
+ * owner is stalled (home_takes()). */
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	struct cbcmn__exec *owner = t->exec;
@@ -211,9 +224,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		 * channel used by a thread): home, where the task's ring and
 		 * its streams are; a task that never ran, or whose executor
 		 * has retired (it held no ring state then), goes to any. */
-		if (owner && !rt->lab &&
-		    atomic_load_explicit(&owner->lstate, memory_order_relaxed) ==
-			    CBCMN__EX_RUNNING) {
+		if (home_takes(rt, owner)) {
 			cbcmn__remote_push(owner, t);
 			return;
 		}
@@ -221,8 +232,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		cbcmn__notify_one(rt);
 		return;
 	}
-	if (owner && owner != e && !rt->lab && !exec_idle(owner) &&
-	    atomic_load_explicit(&owner->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
 		return;
@@ -277,8 +287,10 @@ void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct c
 		return;
 	}
 	/* A preference starts no executor: a stopped one's share goes to
-	 * whoever runs (relaxed: a stale answer only picks the other way). */
+	 * whoever runs (relaxed: a stale answer only picks the other way),
+	 * and so does a stalled one's (it would sit in its lane). */
 	if (e && atomic_load_explicit(&target->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+	    !cbcmn__exec_stalled(target) &&
 	    cbcmn__xmsg_send(e, shard, CBCMN__XM_SPAWN, t, NULL, NULL) == 0)
 		return;
 	/* From outside the runtime: the inject queue, where any executor,
@@ -397,6 +409,8 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	child->sp = (void *)1;        /* started: never taken inline again */
 	atomic_store_explicit(&child->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = child;
+	/* The stall monitor names the child while it runs (monitor.c). */
+	atomic_store_explicit(&e->diag.run_task, child->id, memory_order_relaxed);
 	CBCMN__COUNT(e, tasks_run, 1);
 	CBCMN__COUNT(e, inline_runs, 1);
 	/* The parent waits for the child meanwhile (snapshot.c). */
@@ -416,6 +430,7 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	cbcmn__gauge_down(e->rt, e, home, CBCMN__G_JOIN);
 	cbcmn__task_complete(child, r);
 	e->current = parent;
+	atomic_store_explicit(&e->diag.run_task, parent->id, memory_order_relaxed);
 	parent->exec = e;
 }
 
@@ -462,10 +477,15 @@ static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t);
  * it ends (a thread that died in a run left it odd: the next run still
  * begins on a new odd value).  Owner-only writes, read by the snapshot and
  * thieves; relaxed: they only compare it. */
-static inline void run_seq_begin(struct cbcmn__exec *e)
+static inline void run_seq_begin(struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
+	/* The stall monitor names the task of a run it finds too long:
+	 * release on run_seq orders the id before it (monitor.c,
+	 * stall_report(), reads them the other way round); a plain store
+	 * on x86. */
+	atomic_store_explicit(&e->diag.run_task, t->id, memory_order_relaxed);
 	uint64_t s = atomic_load_explicit(&e->diag.run_seq, memory_order_relaxed);
-	atomic_store_explicit(&e->diag.run_seq, (s | 1) + ((s & 1) << 1), memory_order_relaxed);
+	atomic_store_explicit(&e->diag.run_seq, (s | 1) + ((s & 1) << 1), memory_order_release);
 }
 
 static inline void run_seq_end(struct cbcmn__exec *e)
@@ -513,7 +533,7 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = t;
 	e->post = CBCMN__POST_NONE;
-	run_seq_begin(e);
+	run_seq_begin(e, t);
 	bool actor = cbcmn__is_actor_task(t); /* t may be gone after the switch */
 	if (__builtin_expect(actor, 0))
 		cbcmn__actor_run(e, t);
@@ -805,6 +825,10 @@ static uint64_t now_ns(void)
 static bool pick_stuck(struct cbcmn__exec *v, uint64_t limit)
 {
 	uint64_t seq = atomic_load_explicit(&v->diag.run_seq, memory_order_relaxed);
+	/* The stall monitor found this run too long already (monitor.c):
+	 * its queue has waited for cfg.stall_ns, whoever looked before. */
+	if (atomic_load_explicit(&v->stall_seq, memory_order_relaxed) == seq)
+		return true;
 	uint64_t now = now_ns();
 	if (atomic_load_explicit(&v->gate_seq, memory_order_acquire) != seq) {
 		atomic_store_explicit(&v->gate_ns, now, memory_order_relaxed);
@@ -1422,6 +1446,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			wait = rt->retire_ns;
 		exec_state(e, CBCMN_EXEC_PARKED);
 		bool notified = cbcmn__park(e, wait);
+		/* Awake, our idle bit clear: a monitor asleep because every
+		 * executor was parked watches again (monitor.c). */
+		cbcmn__monitor_poke(rt);
 		exec_state(e, CBCMN_EXEC_SEARCHING);
 		if (notified) {
 			/* Notified: spin again before the next park. */
@@ -1610,7 +1637,8 @@ static bool exec_replace(struct cbcmn__exec *e)
 }
 
 /* Start e's thread, pinned from its first instruction to e's CPU (if any),
- * so that what it allocates and touches is on its node.  0 or an errno. */
+ * so that what it allocates and touches is on its node, with the runtime
+ * creator's signal mask (rt->exec_sigmask).  0 or an errno. */
 int cbcmn__exec_thread_start(struct cbcmn__exec *e)
 {
 	pthread_attr_t attr;
@@ -1621,6 +1649,7 @@ int cbcmn__exec_thread_start(struct cbcmn__exec *e)
 		CPU_SET(e->cpu, &set);
 		pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
 	}
+	pthread_attr_setsigmask_np(&attr, &e->rt->exec_sigmask);
 	int rc = pthread_create(&e->thread, &attr, cbcmn__exec_main, e);
 	pthread_attr_destroy(&attr);
 	return rc;
@@ -1729,6 +1758,10 @@ void *cbcmn__exec_main(void *arg)
 	}
 
 	e->busy_since = now_ns();
+	/* A new executor runs tasks before it ever parks: a monitor asleep
+	 * because every executor was parked watches again (monitor.c; our
+	 * starter's seq_cst change of lstate comes before this look). */
+	cbcmn__monitor_poke(e->rt);
 	CBCMN_PROBE4(exec_start, e->id, (int)gettid(), e->cpu, e->rt->seg.rt_id);
 	for (;;) {
 		if (__builtin_expect(e->ring.dropped, 0) && exec_replace(e))

@@ -33,7 +33,9 @@
 #define CBCMN__SEG_NAME "cbcmn-stats"
 #define CBCMN__SEG_MAGIC 0x3174617473636263ull /* "cbcstat1" */
 /* 2: sealed; the load figures and the state on lines of their own.
- * 3: the actor gauges (struct cbcmn__seg_actors) at the end of a slot. */
+ * 3: the actor gauges (struct cbcmn__seg_actors) at the end of a slot;
+ * the stall count and stall_task, in what was padding (zero in a
+ * segment from before them). */
 #define CBCMN__SEG_VERSION 3u
 /* What the runtime seals, and what a reader requires before it maps. */
 #define CBCMN__SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
@@ -53,6 +55,8 @@ struct cbcmn__counters {
 	/* Acceptors (stream.c).  (The slot keeps its size: the load figures
 	 * below start on the next 128-byte line.) */
 	_Atomic uint64_t accept_errors;
+	/* Stalls the monitor saw (monitor.c, its only writer). */
+	_Atomic uint64_t stalls;
 };
 
 /* The actors homed on an executor (actor.c): gauges, each the current value,
@@ -84,6 +88,9 @@ struct cbcmn__seg_exec {
 	_Alignas(CBCMN__SEG_LINE) _Atomic uint32_t state; /* cbcmn_exec_state */
 	_Atomic int32_t tid;           /* its thread, 0 while none */
 	int32_t cpu, node;             /* where it is pinned (-1: not), fixed */
+	/* The task stalling it now, 0 if none (monitor.c, its only writer;
+	 * zero in a segment from before it, in what was padding). */
+	_Atomic uint64_t stall_task;
 	/* Actors (version 3). */
 	_Alignas(CBCMN__SEG_LINE) struct cbcmn__seg_actors act;
 };

@@ -31,6 +31,9 @@ static uint64_t mono_ns(void)
 _Static_assert(offsetof(struct cbcmn__seg_hdr, start_ns) == 40 &&
 		       offsetof(struct cbcmn__seg_hdr, rt_id) == 36,
 	       "the segment header's layout moved");
+/* The stall fields went in what was padding: a slot keeps its size, and
+ * readers of version 3 from before them read the segment as before. */
+_Static_assert(sizeof(struct cbcmn__seg_exec) == 640, "the segment slot's size moved");
 
 static size_t round_up(size_t n, size_t to)
 {
@@ -190,6 +193,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			LD(sqes_submitted),  LD(cqes_reaped),     LD(ring_enters),
 			LD(xmsgs_sent),      LD(xmsgs_recv),      LD(xmsgs_acked),
 			LD(handoffs),        LD(io_ops),          LD(accept_errors),
+			LD(stalls),
 #undef LD
 			.avg_task_ns = atomic_load_explicit(&x->avg_task_ns, memory_order_relaxed),
 			.queue_depth = atomic_load_explicit(&x->queue_depth, memory_order_relaxed),
@@ -198,6 +202,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			.tid = atomic_load_explicit(&x->tid, memory_order_relaxed),
 			.cpu = x->cpu,
 			.node = x->node,
+			.stalled_task = atomic_load_explicit(&x->stall_task, memory_order_relaxed),
 		};
 		actor_fill(&x->act, &e);
 		spawned += e.spawns;
@@ -229,6 +234,8 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->handoffs += e.handoffs;
 		tot->io_ops += e.io_ops;
 		tot->accept_errors += e.accept_errors;
+		tot->stalls += e.stalls;
+		tot->stalled_task += e.stalled_task != 0; /* the total counts them */
 		tot->actors += e.actors;
 		tot->actors_runnable += e.actors_runnable;
 		tot->actors_running += e.actors_running;

@@ -22,6 +22,7 @@
  * list instead (a lock-free LIFO taken whole).
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -235,6 +236,105 @@ void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 	ensure_live(dst);
 }
 
+/* Take e's remote list, first come first: the owner (cbcmn__mail_drain())
+ * or the stall monitor (cbcmn__stall_rescue()), each with an exchange, so
+ * each task has one taker.  acquire: pairs with cbcmn__remote_push()'s
+ * release. */
+static struct cbcmn_task *remote_take(struct cbcmn__exec *e)
+{
+	struct cbcmn_task *r = atomic_exchange_explicit(&e->remote, NULL, memory_order_acquire);
+	struct cbcmn_task *rev = NULL;
+	while (r) { /* LIFO as pushed: reverse */
+		struct cbcmn_task *n = r->next;
+		r->next = rev;
+		rev = r;
+		r = n;
+	}
+	return rev;
+}
+
+/* Where a rescued task goes: where a thread's wake or spawn goes now
+ * (cbcmn__schedule(): not home to a stalled executor, so the inject
+ * queue). */
+static void rescue_place(struct cbcmn_runtime *rt, struct cbcmn_task *t)
+{
+	if (t->sp)
+		cbcmn__schedule(rt, t, NULL);
+	else
+		cbcmn__schedule_new(rt, t, NULL);
+}
+
+/* Take the tasks out of the messages in x's lanes: the monitor may not
+ * consume an entry (x is each lane's one consumer, and the acknowledgement
+ * is x's to send on lanes it alone produces to), so it leaves the message,
+ * task NULL, for x to acknowledge when it drains.  Pinned tasks and calls
+ * stay.  Returns the tasks taken, linked by next. */
+static struct cbcmn_task *lanes_take(struct cbcmn__exec *x)
+{
+	struct cbcmn_task *got = NULL, **tail = &got;
+	for (uint32_t s = 0; s < x->rt->nexec; s++) {
+		struct cbcmn__lane *l = atomic_load_explicit(&x->in[s], memory_order_acquire);
+		if (!l)
+			continue;
+		/* head is x's, and x is kept out (cbcmn__stall_rescue());
+		 * x stored it last before the stalled run began, and the
+		 * monitor's acquire load of that run's run_seq (mon_look(),
+		 * pairing with run_seq_begin()'s release) makes it visible.
+		 * acquire on tail pairs with lane_put()'s release: the
+		 * messages before it are whole. */
+		uint32_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
+		uint32_t end = atomic_load_explicit(&l->tail, memory_order_acquire);
+		for (; head != end; head++) {
+			uintptr_t ent = atomic_load_explicit(&l->slot[head % CBCMN__LANE_CAP],
+							     memory_order_relaxed);
+			struct cbcmn__xmsg *m = (struct cbcmn__xmsg *)ent;
+			if ((ent & 1) || m->kind == CBCMN__XM_CALL || !m->task ||
+			    (m->task->flags & CBCMN__TF_PINNED))
+				continue;
+			*tail = m->task;
+			tail = &m->task->next;
+			m->task = NULL;
+		}
+	}
+	*tail = NULL;
+	return got;
+}
+
+/* The stall monitor, for executor x found stalled in run seq (monitor.c):
+ * the tasks sent to x before the stall was seen would wait as long as
+ * the stall, forever if the blocked call waits for one of them (issue 15,
+ * liveness 2).  What threads sent (its remote list) and what executors
+ * sent (its lanes' messages) go where a thread's wake or spawn goes now;
+ * pinned tasks stay, they never move.  x is kept out of its lanes
+ * meanwhile, a store-buffering pair: we flag rescuing, then look at x's
+ * run; x, in cbcmn__mail_drain(), ends its run, then looks at the flag
+ * (after its seq_cst fence) and waits for 0.  Either x sees the flag, or
+ * we see its run ended and take nothing from its lanes. */
+void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq)
+{
+	struct cbcmn_runtime *rt = x->rt;
+	struct cbcmn_task *t, *n;
+	/* The remote list needs no exclusion: one exchange, one taker. */
+	for (t = remote_take(x); t; t = n) {
+		n = t->next;
+		if (t->flags & CBCMN__TF_PINNED)
+			cbcmn__remote_push(x, t);
+		else
+			rescue_place(rt, t);
+	}
+	atomic_store_explicit(&x->rescuing, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst); /* pairs with cbcmn__mail_drain()'s */
+	t = atomic_load_explicit(&x->diag.run_seq, memory_order_relaxed) == seq ? lanes_take(x)
+										 : NULL;
+	/* release: our m->task = NULL stores before x's drain reads them
+	 * (its acquire load of the flag). */
+	atomic_store_explicit(&x->rescuing, 0, memory_order_release);
+	for (; t; t = n) {
+		n = t->next;
+		rescue_place(rt, t);
+	}
+}
+
 void cbcmn__pq_push(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	t->next = NULL;
@@ -260,11 +360,13 @@ static void deliver(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
 {
 	CBCMN__COUNT(e, xmsgs_recv, 1);
 	switch (m->kind) {
-	case CBCMN__XM_WAKE:
-		take_task(e, m->task, true);
+	case CBCMN__XM_WAKE: /* task NULL: the stall monitor took it (cbcmn__stall_rescue()) */
+		if (m->task)
+			take_task(e, m->task, true);
 		break;
 	case CBCMN__XM_SPAWN:
-		take_task(e, m->task, false);
+		if (m->task)
+			take_task(e, m->task, false);
 		break;
 	case CBCMN__XM_CALL:
 		m->fn(e, m->arg);
@@ -308,22 +410,15 @@ bool cbcmn__mail_drain(struct cbcmn__exec *e)
 	/* seq_cst: clearing the summary before reading the bits, against a
 	 * sender's bit-then-summary (mail_flag). */
 	atomic_thread_fence(memory_order_seq_cst);
-	struct cbcmn_task *r = atomic_exchange_explicit(&e->remote, NULL, memory_order_acquire);
-	if (r) {
-		/* LIFO as pushed: reverse, first come first run. */
-		struct cbcmn_task *rev = NULL;
-		while (r) {
-			struct cbcmn_task *n = r->next;
-			r->next = rev;
-			rev = r;
-			r = n;
-		}
-		while (rev) {
-			struct cbcmn_task *n = rev->next;
-			take_task(e, rev, rev->sp != NULL); /* started: woken */
-			rev = n;
-			got = true;
-		}
+	/* The stall monitor may be taking tasks out of our lanes: after the
+	 * fence, the other half of cbcmn__stall_rescue()'s pair (our run
+	 * ended before it).  acquire: pairs with its release of the flag. */
+	while (__builtin_expect(atomic_load_explicit(&e->rescuing, memory_order_acquire), 0))
+		sched_yield(); /* microseconds, unless the monitor is preempted */
+	for (struct cbcmn_task *t = remote_take(e), *n; t; t = n) {
+		n = t->next;
+		take_task(e, t, t->sp != NULL); /* started: woken */
+		got = true;
 	}
 	uint32_t words = (e->rt->nexec + 63) / 64;
 	for (uint32_t w = 0; w < words; w++) {

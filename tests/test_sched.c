@@ -678,6 +678,9 @@ static void test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sl
 	cfg.steal_cost_ns = GATE_COST_NS;
 	/* Separate picks for the tiny tasks: the mean needs them. */
 	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	/* The gate's own way: the stall monitor would open it after
+	 * stall_ns (10 ms), before a thief slowed down by TSan parked. */
+	cfg.stall_ns = CBCMN_STALL_OFF;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	struct gate_run g = {0};
 	int64_t r = -1;

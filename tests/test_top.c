@@ -795,6 +795,24 @@ static void test_batch_text(void **state)
 	workload_stop(wl);
 }
 
+/* A task that keeps its executor without a checkpoint (the spin
+ * workload) is a stall: the batch screen names it (issue 15, liveness 3;
+ * docs/SCHEDULER.md, "Stalls"). */
+static void test_batch_warns_stalled_by_task(void **state)
+{
+	(void)state;
+	pid_t wl = workload_start_as("spin", (uid_t)-1);
+	char pid[16], out[65536], err[4096];
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	char *argv[] = {top, "-b", "-n", "2", "-d", "0.3", "-p", pid, "--no-bpf", NULL};
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	workload_stop(wl);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	if (!strstr(out, "stalled by task "))
+		fail_msg("no stall warning in:\n%s", out);
+}
+
 /* A minimal JSON checker: the whole line is one valid value. */
 static const char *js_value(const char *p);
 static const char *js_ws(const char *p)
@@ -1911,6 +1929,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_errors),
 		T_WATCHED_TEST(test_batch_text),
+		T_WATCHED_TEST(test_batch_warns_stalled_by_task),
 		T_WATCHED_TEST(test_json_and_stat),
 		T_WATCHED_TEST(test_command_ends),
 		T_WATCHED_TEST(test_regression_command_ending_during_attach_is_reported_as_ended),

@@ -184,7 +184,7 @@ static const struct {
 	EXEC_FIELD(ring_msgs_submitted), EXEC_FIELD(ring_msgs_backpressure), EXEC_FIELD(sqes_submitted),
 	EXEC_FIELD(cqes_reaped),     EXEC_FIELD(ring_enters),	       EXEC_FIELD(xmsgs_sent),
 	EXEC_FIELD(xmsgs_recv),	     EXEC_FIELD(xmsgs_acked),	       EXEC_FIELD(handoffs),
-	EXEC_FIELD(io_ops),
+	EXEC_FIELD(io_ops),	     EXEC_FIELD(stalls),
 };
 
 static uint64_t exec_field(const cbcmn_executor_stats *s, size_t k)

@@ -400,7 +400,23 @@ typedef struct cbcmn_config {
 	 * executor and touched only as they are written.  0, the default:
 	 * tracing off, and every trace site costs one predicted branch. */
 	uint32_t trace_events;
+
+	/* ---- stalls (docs/SCHEDULER.md, "Stalls") ---------------------------
+	 * An executor whose task has run for longer than this without a
+	 * scheduling point (a blocking libc call, a long loop without
+	 * checkpoints) is stalled: a monitor thread of the runtime sees it
+	 * (looking every 1 ms to stall_ns / 2 while tasks run, never while
+	 * every executor is parked), reports it (cbcmn_executor_stats.stalls and
+	 * .stalled_task, the exec_stall probe), lets other executors take
+	 * its deque and next-task slot, sends tasks woken for it elsewhere,
+	 * and starts one more executor if work waits and the runtime has
+	 * room (min_workers < workers).  0: 10 ms; CBCMN_STALL_OFF: no
+	 * monitor.  Lab mode never runs one (its runs repeat). */
+	uint64_t stall_ns;
 } cbcmn_config;
+
+/* cbcmn_config.stall_ns: no stall monitor. */
+#define CBCMN_STALL_OFF UINT64_MAX
 
 /* Leak policies (cbcmn_config.obligation_leak).  Every leak is counted
  * (cbcmn_snapshot.obligations_leaked) under each of them. */
@@ -459,7 +475,8 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * granted) sets cfg.profile = CBCMN_PROFILE_SERVICE. */
 CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
 
-/* Create a runtime and start its executor threads.  cfg may be NULL (the
+/* Create a runtime and start its executor threads (and its stall monitor's:
+ * cbcmn_config.stall_ns).  cfg may be NULL (the
  * defaults).  On success stores the runtime in *out and returns 0; on
  * failure returns -EINVAL (bad configuration, e.g. a sovereign profile
  * without yield_interval), -ENOMEM, or the error of the failing system
@@ -864,6 +881,12 @@ typedef struct cbcmn_executor_stats {
 	uint64_t actors_receiving; /* ... of the waiting, blocked in cbcmn_actor_receive() */
 	uint64_t actors_halting;  /* ... halting (their halt runs) */
 	uint64_t mailbox_depth;   /* messages waiting in their mailboxes (DOWN excluded) */
+	/* Times one run of a task held the executor longer than
+	 * cbcmn_config.stall_ns (docs/SCHEDULER.md, "Stalls"). */
+	uint64_t stalls;
+	/* The id (cbcmn_cx_task_id) of the task stalling it now, 0 if it is
+	 * not stalled.  In the totals: the stalled executors' count. */
+	uint64_t stalled_task;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */

@@ -119,6 +119,7 @@ const char *top_warn_name(enum top_warn_kind k)
 		[TOP_WARN_MIGRATED] = "migrated",       [TOP_WARN_STEAL_FAIL] = "steal_fail",
 		[TOP_WARN_DB_WASTED] = "doorbell_wasted", [TOP_WARN_CQ_OVERFLOW] = "cq_overflow",
 		[TOP_WARN_BACKPRESSURE] = "sq_backpressure", [TOP_WARN_STARVED] = "starved",
+		[TOP_WARN_STALLED] = "stalled",
 	};
 	return names[k];
 }
@@ -519,6 +520,13 @@ static void update_rows(struct top_model *m)
 		if (dt > 0 && e->ring_msgs_backpressure > pe->ring_msgs_backpressure)
 			warn(m, TOP_WARN_BACKPRESSURE, i, "ring back-pressure: %.0f/s (SQ full, CQ overflow or a full lane)",
 			     rate(e->ring_msgs_backpressure, pe->ring_msgs_backpressure, dt));
+		if (e->stalled_task)
+			warn(m, TOP_WARN_STALLED, i, "stalled by task %llu: one run past stall_ns "
+			     "(a blocking call or a loop without checkpoints)",
+			     (unsigned long long)e->stalled_task);
+		else if (dt > 0 && e->stalls > pe->stalls)
+			warn(m, TOP_WARN_STALLED, i, "%llu stalls ended in the interval",
+			     (unsigned long long)(e->stalls - pe->stalls));
 		if (dt > 0)
 			for (int c = 0; c < TOP_NCOLS; c++)
 				r->hist[c][p->hpos] = r->v[c];

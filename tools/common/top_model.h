@@ -74,6 +74,7 @@ enum top_warn_kind {
 	TOP_WARN_CQ_OVERFLOW,
 	TOP_WARN_BACKPRESSURE,
 	TOP_WARN_STARVED,
+	TOP_WARN_STALLED,
 };
 
 struct top_warning {

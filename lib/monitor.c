@@ -1,0 +1,349 @@
+/* monitor.c: the stall monitor: a thread per runtime that finds executors held by one run.
+ *
+ * A task that calls a blocking libc function, or loops without a
+ * checkpoint, holds its executor's thread: nothing else runs there, and
+ * what is queued behind it waits (issue 15, liveness 3).  Go's sysmon
+ * takes the P away from a thread blocked in a system call; cbcmn cannot
+ * take an executor's private queues from under it, but it can stop
+ * routing work to it and let the others take what they may:
+ *
+ *   - Each tick the monitor reads every live executor's diag.run_seq (odd
+ *     while a task runs, one more at each start and end: sched.c) and
+ *     its tasks_run count.  The same odd value for longer than
+ *     cfg.stall_ns, with no task started meanwhile, is one run holding
+ *     the executor: a stall.  (A task awaiting its nursery runs
+ *     children on its own stack in one run: a fork-join subtree may
+ *     last seconds, and starts a child every few microseconds.  Its
+ *     queue moves: it is not a stall.)
+ *   - It publishes the stall in the executor (stall_seq = that run), the
+ *     statistics segment (stalls, stall_task: the task's id), and the
+ *     exec_stall probe.
+ *   - Thieves' steal gate passes for a stalled executor (sched.c,
+ *     pick_stuck()), and a wake no longer sends a task home to it
+ *     (cbcmn__schedule()): the task runs on its waker's executor, or from
+ *     a thread, the inject queue.  What was sent to it already goes the
+ *     same way: threads' (its remote list) and executors' (the tasks in
+ *     its lanes' messages), cbcmn__stall_rescue().
+ *   - While its deque or next-task slot holds work and nobody searches,
+ *     the monitor notifies an idle executor; with none idle that
+ *     notification starts one more executor if the runtime has room
+ *     (min_workers < workers, wake.c).  Without room that work waits for
+ *     the stall to end, and stays counted in queue_depth.
+ *   - The stall ends when the run does: run_seq moves on, and stall_seq no
+ *     longer matches it; the monitor clears both stall_seq and stall_task
+ *     at its next look.
+ * What only the stalled executor can do stays with it: the messages of
+ * its lanes (emptied of their tasks: it acknowledges them), calls sent to
+ * it, its yield list, pinned tasks, timers and ring, and what senders
+ * still hold on their backlogs for it (its lanes were full):
+ * docs/SCHEDULER.md, "Stalls".
+ *
+ * Cost, like Go's sysmon: while tasks run, the monitor sleeps from
+ * m->tick_ns (MON_TICK_NS, 1 ms, or stall_ns / 2 if less) doubling while
+ * no stall begins or ends, up to stall_ns / 2 (5 ms by default: about 200
+ * looks a second on a busy runtime, a stall seen by 1.5 stall_ns), waking
+ * earlier when the oldest run it saw becomes a stall.  While every
+ * executor is parked it sleeps without a timeout and an executor leaving
+ * its park wakes it (cbcmn__monitor_poke()): a quiet process never sees
+ * it.  The executors pay one relaxed store per run (diag.run_task) and one
+ * load of the monitor's word per park and per thread start.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "futex.h"
+#include "monitor.h"
+#include "probes.h"
+#include "runtime.h"
+
+#define MON_TICK_NS 1000000ull      /* while a task runs */
+/* The shortest tick, whatever cfg.stall_ns says: a tiny stall_ns must not
+ * turn the monitor into a spinning thread. */
+#define MON_TICK_MIN_NS 100000ull
+/* The longest sleep while tasks run, whatever cfg.stall_ns says: the
+ * doubling stays far from overflow, and a stall_ns of hours is still
+ * seen about when it is due. */
+#define MON_SLEEP_MAX_NS 1000000000ull
+
+/* rt->mon_word: what the monitor does (a futex word). */
+enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2 };
+
+struct cbcmn__monitor {
+	struct cbcmn_runtime *rt;
+	pthread_t thread;
+	uint64_t tick_ns, max_ns; /* the shortest and the longest sleep while tasks run */
+	_Atomic uint64_t wakeups;
+	/* Per executor, the monitor's own: the run it saw last, its tasks
+	 * started by then, and since when it saw neither move. */
+	uint64_t *seen_seq, *seen_runs, *seen_ns;
+};
+
+static uint64_t mon_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Is executor i parked (its idle bit set, wake.c)?  seq_cst: in
+ * mon_all_parked(), the second half of the pair with the poke. */
+static bool mon_parked(struct cbcmn_runtime *rt, uint32_t i)
+{
+	return atomic_load_explicit(&rt->idle_bits[i / 64], memory_order_seq_cst) &
+	       (1ull << (i % 64));
+}
+
+/* Is every executor with a thread parked? */
+static bool mon_all_parked(struct cbcmn_runtime *rt)
+{
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		uint32_t ls = atomic_load_explicit(&rt->exec[i]->lstate, memory_order_seq_cst);
+		if (ls != CBCMN__EX_STOPPED && (ls != CBCMN__EX_RUNNING || !mon_parked(rt, i)))
+			return false;
+	}
+	return true;
+}
+
+/* x's run seq has held it for ns: publish the stall and name its task,
+ * unless the run has just ended. */
+static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64_t seq,
+			 uint64_t ns)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	/* acquire on run_seq (the first read, in mon_look()) pairs with
+	 * run_seq_begin()'s release: the id read after it is this run's (or
+	 * an inline child's in it) or a later run's.  The second read
+	 * catches a run that ended meanwhile, not every one: a run ending
+	 * just as it is reported, after stall_ns, may be reported under the
+	 * next task's id.  A report, never a decision: stall_seq below
+	 * names the run itself. */
+	uint64_t id = atomic_load_explicit(&x->diag.run_task, memory_order_relaxed);
+	if (atomic_load_explicit(&x->diag.run_seq, memory_order_relaxed) != seq)
+		return; /* it ended meanwhile */
+	/* Relaxed: thieves and wakers only compare it with run_seq
+	 * (cbcmn__exec_stalled()), and a stale answer is safe either way. */
+	atomic_store_explicit(&x->stall_seq, seq, memory_order_relaxed);
+	atomic_store_explicit(&x->ss->stall_task, id, memory_order_relaxed);
+	CBCMN__COUNT(x, stalls, 1); /* the monitor is its only writer */
+	CBCMN_PROBE4(exec_stall, x->id, id, ns, rt->seg.rt_id);
+}
+
+/* What a look found. */
+struct mon_seen {
+	bool changed; /* a stall began or ended: look again soon */
+	bool quiet;   /* every live executor is parked: nothing to watch */
+	uint64_t due; /* when the oldest run seen so far becomes a stall (0: none) */
+};
+
+/* One look at every executor. */
+static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	struct mon_seen r = {.changed = false, .quiet = true, .due = 0};
+	bool wanted = false;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__exec *x = rt->exec[i];
+		/* A stopped executor's run_seq may stay odd (its thread died
+		 * in a run): not a stall, nobody runs there. */
+		uint32_t ls = atomic_load_explicit(&x->lstate, memory_order_relaxed);
+		bool live = ls == CBCMN__EX_RUNNING;
+		if (ls != CBCMN__EX_STOPPED && (!live || !mon_parked(rt, i)))
+			r.quiet = false;
+		uint64_t seq = live ? atomic_load_explicit(&x->diag.run_seq, memory_order_acquire)
+				    : 0;
+		uint64_t runs = atomic_load_explicit(&x->ss->ctr.tasks_run, memory_order_relaxed);
+		if (!(seq & 1) || seq != m->seen_seq[i] || runs != m->seen_runs[i]) {
+			/* A stall ended.  stall_seq back to 0 too: wakers
+			 * read run_seq (a line the executor writes at every
+			 * run) only while it is set (cbcmn__exec_stalled()). */
+			if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed)) {
+				atomic_store_explicit(&x->stall_seq, 0, memory_order_relaxed);
+				atomic_store_explicit(&x->ss->stall_task, 0, memory_order_relaxed);
+				r.changed = true;
+			}
+			m->seen_seq[i] = seq;
+			m->seen_runs[i] = runs;
+			m->seen_ns[i] = now;
+			if (seq & 1)
+				goto candidate; /* a run, new to us */
+			continue;
+		}
+		if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed) != seq) {
+			if (now - m->seen_ns[i] <= rt->cfg.stall_ns)
+				goto candidate;
+			stall_report(m, x, seq, now - m->seen_ns[i]);
+			r.changed = true;
+		}
+		/* Tasks sent to it before the stall was seen, or as it was
+		 * being published: elsewhere.  (A pinned one in its remote
+		 * list comes back at every look: it stays.) */
+		if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed) == seq &&
+		    (atomic_load_explicit(&x->remote, memory_order_relaxed) ||
+		     cbcmn__has_mail(x)))
+			cbcmn__stall_rescue(x, seq);
+		wanted |= cbcmn__exec_queue_depth(x) != 0;
+		continue;
+	candidate:
+		/* This run is a stall once it has lasted stall_ns from when
+		 * we first saw it (it may be older: seen late, reported late,
+		 * by the sleep since the look before at most). */
+		uint64_t due = rt->cfg.stall_ns < UINT64_MAX - m->seen_ns[i] - 1
+				       ? m->seen_ns[i] + rt->cfg.stall_ns + 1
+				       : UINT64_MAX; /* a stall_ns of centuries */
+		if (r.due == 0 || due < r.due)
+			r.due = due;
+	}
+	/* Work queued behind a stall, and nobody looking for work: wake an
+	 * idle executor, whose steal gate passes for the stalled one; with
+	 * none idle, the notification starts one more executor if the
+	 * runtime has room (wake.c).  Again at every look while it waits: a
+	 * thief takes half a queue at a time. */
+	if (wanted) {
+		r.changed = true;
+		if (atomic_load_explicit(&rt->num_searching, memory_order_relaxed) == 0)
+			cbcmn__notify_one(rt);
+	}
+	return r;
+}
+
+/* Sleep on the monitor's word while it holds expect: for ns, or with ns
+ * 0 until woken.  False if told to stop. */
+static bool mon_sleep(struct cbcmn__monitor *m, uint32_t expect, uint64_t ns)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+			      .tv_nsec = (long)(ns % 1000000000ull)};
+	cbcmn__futex_wait(&rt->mon_word, expect, ns ? &ts : NULL);
+	atomic_fetch_add_explicit(&m->wakeups, 1, memory_order_relaxed);
+	return atomic_load_explicit(&rt->mon_word, memory_order_relaxed) != MON_STOP;
+}
+
+static void *mon_main(void *arg)
+{
+	struct cbcmn__monitor *m = arg;
+	struct cbcmn_runtime *rt = m->rt;
+	uint64_t backoff = m->tick_ns;
+	for (;;) {
+		uint64_t now = mon_now();
+		struct mon_seen r = mon_look(m, now);
+		if (r.quiet) {
+			/* Every executor parked: sleep until one leaves its
+			 * park.  A store-buffering pair with
+			 * cbcmn__monitor_poke() after cbcmn__park(): we say
+			 * MON_IDLE, then look at the idle bits again; an
+			 * executor clears its bit, then looks at our word.
+			 * Either we see it awake, or it sees MON_IDLE and
+			 * wakes us. */
+			uint32_t w = MON_TICKING;
+			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_IDLE,
+								     memory_order_seq_cst,
+								     memory_order_relaxed))
+				break; /* MON_STOP: nobody else leaves MON_TICKING */
+			bool parked = mon_all_parked(rt);
+			if (parked && !mon_sleep(m, MON_IDLE, 0))
+				break;
+			w = MON_IDLE;
+			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+								     memory_order_relaxed,
+								     memory_order_relaxed) &&
+			    w == MON_STOP)
+				break;
+			backoff = m->tick_ns; /* work came: its runs are new */
+			if (parked)
+				continue;
+			/* One woke between the two looks: a short sleep, never
+			 * a loop of looks while executors come and go. */
+		}
+		/* Go's sysmon: while nothing changes, sleep twice as long each
+		 * time, up to m->max_ns (stall_ns / 2: a run that begins just
+		 * after a look is seen at the next and reported stall_ns
+		 * later, by 1.5 stall_ns); but wake when the oldest run seen
+		 * would become a stall. */
+		if (r.changed)
+			backoff = m->tick_ns;
+		else if ((backoff *= 2) > m->max_ns)
+			backoff = m->max_ns;
+		uint64_t sleep = backoff;
+		if (r.due > now && r.due - now < sleep)
+			sleep = r.due > now + m->tick_ns / 4 ? r.due - now : m->tick_ns / 4;
+		if (!mon_sleep(m, MON_TICKING, sleep))
+			break;
+	}
+	return NULL;
+}
+
+void cbcmn__monitor_poke_slow(struct cbcmn_runtime *rt)
+{
+	uint32_t w = MON_IDLE;
+	if (atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+						    memory_order_relaxed, memory_order_relaxed))
+		cbcmn__futex_wake(&rt->mon_word, 1);
+}
+
+int cbcmn__monitor_start(struct cbcmn_runtime *rt)
+{
+	if (rt->lab || rt->cfg.stall_ns == CBCMN_STALL_OFF || rt->nexec == 0)
+		return 0;
+	struct cbcmn__monitor *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->rt = rt;
+	/* A tick at most half the stall time: a stall is seen by 1.5 times
+	 * cfg.stall_ns at the latest while tasks run. */
+	m->tick_ns = rt->cfg.stall_ns / 2 < MON_TICK_NS ? rt->cfg.stall_ns / 2 : MON_TICK_NS;
+	if (m->tick_ns < MON_TICK_MIN_NS)
+		m->tick_ns = MON_TICK_MIN_NS;
+	m->max_ns = rt->cfg.stall_ns / 2 > m->tick_ns ? rt->cfg.stall_ns / 2 : m->tick_ns;
+	if (m->max_ns > MON_SLEEP_MAX_NS)
+		m->max_ns = MON_SLEEP_MAX_NS;
+	m->seen_seq = calloc(rt->nexec, sizeof(*m->seen_seq));
+	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
+	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));
+	atomic_store_explicit(&rt->mon_word, MON_TICKING, memory_order_relaxed);
+	/* All signals blocked from its first instruction: a process-directed
+	 * signal goes to one of the program's threads, never to ours. */
+	pthread_attr_t a;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_attr_init(&a);
+	pthread_attr_setsigmask_np(&a, &all);
+	int rc = m->seen_seq && m->seen_runs && m->seen_ns
+			 ? pthread_create(&m->thread, &a, mon_main, m)
+			 : ENOMEM;
+	pthread_attr_destroy(&a);
+	if (rc != 0) {
+		free(m->seen_seq);
+		free(m->seen_runs);
+		free(m->seen_ns);
+		free(m);
+		return -rc;
+	}
+	/* Named before create returns: what top, perf and the tools show. */
+	pthread_setname_np(m->thread, "cbcmn-monitor");
+	rt->mon = m;
+	return 0;
+}
+
+void cbcmn__monitor_stop(struct cbcmn_runtime *rt)
+{
+	struct cbcmn__monitor *m = rt->mon;
+	if (!m)
+		return;
+	atomic_store_explicit(&rt->mon_word, MON_STOP, memory_order_relaxed);
+	cbcmn__futex_wake(&rt->mon_word, 1);
+	pthread_join(m->thread, NULL);
+	rt->mon = NULL;
+	free(m->seen_seq);
+	free(m->seen_runs);
+	free(m->seen_ns);
+	free(m);
+}
+
+uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt)
+{
+	return rt->mon ? atomic_load_explicit(&rt->mon->wakeups, memory_order_relaxed) : 0;
+}

@@ -1,0 +1,42 @@
+/* monitor.h: private to libcbcmn: the stall monitor (monitor.c), sched.c's and runtime.c's view. */
+#ifndef CBCMN_MONITOR_H
+#define CBCMN_MONITOR_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "runtime.h"
+
+/* Start rt's monitor thread (none in lab mode or with cfg.stall_ns
+ * CBCMN_STALL_OFF): 0 or a negative errno.  Stop joins it; it is a no-op
+ * without one.  Both from the thread creating or destroying rt. */
+int cbcmn__monitor_start(struct cbcmn_runtime *rt);
+void cbcmn__monitor_stop(struct cbcmn_runtime *rt);
+
+/* An executor left its park (sched.c, after cbcmn__park()): wake the
+ * monitor if it sleeps because every executor was parked (MON_IDLE,
+ * monitor.c).  seq_cst: the second half of the store-buffering pair with
+ * the monitor (its MON_IDLE store, then its look at the idle bits; our
+ * clearing of our idle bit in cbcmn__park(), then this look at its
+ * word); a plain load on x86, after a park that costs a system call. */
+void cbcmn__monitor_poke_slow(struct cbcmn_runtime *rt);
+static inline void cbcmn__monitor_poke(struct cbcmn_runtime *rt)
+{
+	if (__builtin_expect(atomic_load_explicit(&rt->mon_word, memory_order_seq_cst) == 1, 0))
+		cbcmn__monitor_poke_slow(rt);
+}
+
+/* Is x stalled: has the monitor found its current run past cfg.stall_ns?
+ * Relaxed: a stale answer either sends one woken task home (as before
+ * the monitor) or runs it elsewhere (as for a parked home): both safe. */
+static inline bool cbcmn__exec_stalled(const struct cbcmn__exec *x)
+{
+	uint64_t s = atomic_load_explicit(&x->stall_seq, memory_order_relaxed);
+	return s && s == atomic_load_explicit(&x->diag.run_seq, memory_order_relaxed);
+}
+
+/* Wake-ups of rt's monitor so far (tests: a quiet runtime's monitor
+ * sleeps).  0 without a monitor. */
+uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt);
+
+#endif

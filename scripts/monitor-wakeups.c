@@ -1,0 +1,96 @@
+/* monitor-wakeups.c: the stall monitor's wake-ups per second (docs/SCHEDULER.md,
+ * "Stalls").  idle: a runtime with nothing to do; light: 4 tasks of 500 us
+ * runs that take no CPU (usleep), yielding between; busy: 4 tasks yielding
+ * in a loop.  2 executors, default stall_ns.  Counts the voluntary
+ * context switches of the thread named cbcmn-monitor over the window.
+ *   gcc -O2 -Ilib/include scripts/monitor-wakeups.c build/lib/libcbcmn.a \
+ *       -luring -lnuma -lpthread -o /tmp/monwake && /tmp/monwake busy 3 */
+#include <cbcmn.h>
+#include <dirent.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Atomic int stop;
+
+static long mon_switches(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	long v = -1;
+	if (!d)
+		return -1;
+	while ((de = readdir(d))) {
+		char p[256], name[64] = "";
+		snprintf(p, sizeof p, "/proc/self/task/%s/comm", de->d_name);
+		FILE *f = fopen(p, "r");
+		if (!f)
+			continue;
+		if (!fgets(name, sizeof name, f))
+			name[0] = 0;
+		fclose(f);
+		if (strncmp(name, "cbcmn-monitor", 13))
+			continue;
+		snprintf(p, sizeof p, "/proc/self/task/%s/status", de->d_name);
+		if (!(f = fopen(p, "r")))
+			continue;
+		char line[256];
+		while (fgets(line, sizeof line, f))
+			if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+				v = atol(line + 24);
+		fclose(f);
+	}
+	closedir(d);
+	return v;
+}
+
+static int64_t yielder(cbcmn_cx *cx, void *arg)
+{
+	int nap = *(int *)arg;
+	while (!atomic_load(&stop)) {
+		if (nap)
+			usleep(nap); /* a run of nap us that takes no CPU */
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int busy = argc > 1 && strcmp(argv[1], "idle");
+	static int nap;
+	nap = argc > 1 && !strcmp(argv[1], "light") ? 500 : 0;
+	double secs = argc > 2 ? atof(argv[2]) : 3;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(&cfg, &rt))
+		return 1;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(rt, NULL, &n))
+		return 1;
+	if (busy)
+		for (int i = 0; i < 4; i++)
+			cbcmn_nursery_spawn(NULL, n, yielder, &nap, NULL);
+	usleep(300000);
+	long a = mon_switches();
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	usleep((useconds_t)(secs * 1e6));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long b = mon_switches();
+	atomic_store(&stop, 1);
+	cbcmn_nursery_await_all(NULL, n);
+	cbcmn_stats st;
+	cbcmn_stats_snapshot(rt, &st, NULL, 0);
+	double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	printf("%s: monitor wake-ups %.1f/s (%ld in %.2f s), tasks_run %llu, stalls %llu\n",
+	       argc > 1 ? argv[1] : "idle", (b - a) / dt, b - a, dt,
+	       (unsigned long long)st.total.tasks_run, (unsigned long long)st.total.stalls);
+	cbcmn_runtime_destroy(rt);
+	return 0;
+}
