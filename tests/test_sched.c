@@ -109,7 +109,7 @@ static void test_million_spawned_from_task(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	struct fanout f = {.n = 1000000};
+	struct fanout f = {.n = T_SCALE(1000000)};
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, fanout_root, &f, &r), 0);
 	assert_int_equal(r, 0);
