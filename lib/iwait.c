@@ -173,7 +173,7 @@ void cbcmn__scope_drop(struct cbcmn_nursery *n)
 static inline void cell_use(struct cbcmn__wcell *c, uint32_t what)
 {
 	uint32_t u = atomic_load_explicit(&c->used, memory_order_relaxed);
-	if (__builtin_expect(u & what, 1))
+	if (__builtin_expect((u & what) != 0, 1))
 		return;
 	atomic_store_explicit(&c->used, u | what, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
