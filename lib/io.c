@@ -10,9 +10,9 @@
  * buffers and descriptors the call was given when it returns.
  *
  * Cancellation (a nursery cancelled while the request is in flight): the
- * canceller only flags the executor, which, the ring's single issuer,
- * claims the waits of its cancelled tasks and ends their requests
- * (cbcmn__io_cancel_pending()); a task that finds itself cancelled as it
+ * canceller hands the executor the cancelled nursery's cell of I/O waits
+ * (iwait.h), and the executor, the ring's single issuer, claims those
+ * waits and ends their requests (cbcmn__io_cancel_pending()); a task that finds itself cancelled as it
  * begins to wait does the same for its own (io_on_cancel()).  The rule: a
  * request that took effect returns its result, only one that did not
  * happen returns -ECANCELED.

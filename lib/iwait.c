@@ -8,7 +8,6 @@
 void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r)
 {
 	cbcmn__mutex_init(&r->lock, "iwait", CBCMN__LOCK_IWAIT);
-	r->head = NULL;
 }
 
 void cbcmn__iwait_reg_fini(struct cbcmn__iwait_reg *r)

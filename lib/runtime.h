@@ -195,10 +195,11 @@ struct cbcmn_nursery {
 
 /* ---- executors -------------------------------------------------------- */
 
-/* An executor's registry of interruptible waits (iwait.c). */
+/* The lock of an executor's registry of interruptible waits (iwait.c):
+ * the waits themselves are listed by their nurseries' scopes, one cell
+ * per executor, each under its executor's lock. */
 struct cbcmn__iwait_reg {
 	struct cbcmn__mutex lock; /* CBCMN__LOCK_IWAIT */
-	struct cbcmn__iwait *head;
 };
 
 /* An executor's life (seed 003's lookup array: live ones are [0, nlive)). */
@@ -270,7 +271,7 @@ struct cbcmn__exec {
 	_Atomic bool joinable;           /* its thread is to be joined at destroy */
 	/* Mail: lanes with entries (bit per source), and their summary. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t mail_any;
-	_Atomic uint32_t io_cancel;       /* an I/O wait here was cancelled (io.c) */
+	_Atomic uint32_t io_cancel;       /* cells were pushed on cancel_cells (io.c) */
 	/* The cells whose I/O waits it is to look at for cancellation
 	 * (iwait.c), a stack any canceller pushes on and it pops whole. */
 	_Atomic(struct cbcmn__wcell *) cancel_cells;
