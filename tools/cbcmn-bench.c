@@ -1507,8 +1507,10 @@ static void cancel_wait_blocked(cbcmn_runtime *rt, uint64_t want)
 	}
 }
 
-/* Median ns of `rounds` cancels of a one-task nursery, beside n blocked. */
-static double cancel_run(uint32_t n, int rounds)
+/* Median ns of `rounds` cancels of a one-task nursery, beside n blocked:
+ * up to await_all's return (the task woken and ended), and of the
+ * cbcmn_nursery_cancel() call alone (in *call). */
+static double cancel_run(uint32_t n, int rounds, double *call)
 {
 	cbcmn_runtime *rt = runtime(workers, 0);
 	struct cancel_bg bg = {0}, small = {0};
@@ -1526,7 +1528,7 @@ static double cancel_run(uint32_t n, int rounds)
 		if ((rc = cbcmn_nursery_spawn(NULL, b, cancel_bg_waiter, &bg, NULL)))
 			die("spawn", rc);
 	cancel_wait_blocked(rt, n);
-	double *v = calloc((size_t)rounds, sizeof(*v));
+	double *v = calloc((size_t)rounds, sizeof(*v)), *c = calloc((size_t)rounds, sizeof(*c));
 	for (int r = 0; r < rounds; r++) {
 		cbcmn_nursery *a;
 		if ((rc = cbcmn_nursery_open(rt, NULL, &a)))
@@ -1537,13 +1539,16 @@ static double cancel_run(uint32_t n, int rounds)
 		cancel_wait_blocked(rt, n + 1);
 		uint64_t t0 = mono_ns();
 		cbcmn_nursery_cancel(a);
+		c[r] = (double)(mono_ns() - t0);
 		rc = cbcmn_nursery_await_all(NULL, a);
 		v[r] = (double)(mono_ns() - t0);
 		if (rc != CBCMN_ECANCELED)
 			die("await_all", rc);
 	}
 	double m = median(v, rounds);
+	*call = median(c, rounds);
 	free(v);
+	free(c);
 	cbcmn_nursery_cancel(b);
 	if ((rc = cbcmn_nursery_await_all(NULL, b)) != CBCMN_ECANCELED)
 		die("await_all", rc);
@@ -1560,11 +1565,15 @@ static double cancel_run(uint32_t n, int rounds)
 static void bench_cancel(void)
 {
 	int rounds = reps_set ? reps * 50 : 301;
-	double none = cancel_run(0, rounds);
-	double full = cancel_run(8000, rounds);
+	double call0, call8;
+	double none = cancel_run(0, rounds, &call0);
+	double full = cancel_run(8000, rounds, &call8);
 	printf("cancel ns_per_cancel_beside_0 %.0f\n", none);
 	printf("cancel ns_per_cancel_beside_8000 %.0f\n", full);
 	printf("cancel ratio_8000_vs_0 %.2f\n", full / none);
+	printf("cancel ns_per_cancel_call_beside_0 %.0f\n", call0);
+	printf("cancel ns_per_cancel_call_beside_8000 %.0f\n", call8);
+	printf("cancel call_ratio_8000_vs_0 %.2f\n", call8 / call0);
 }
 
 /* ---- main --------------------------------------------------------------- */
