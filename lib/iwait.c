@@ -169,13 +169,18 @@ void cbcmn__scope_drop(struct cbcmn_nursery *n)
  * pairs with the one in cbcmn__iwait_cancel_scan(): either the canceller
  * sees c used, or our check of the task's cancellation after this sees
  * the canceller's flag. */
+/* Out of line: GCC's -Wtsan refuses the fence once it is inlined. */
+static __attribute__((noinline)) void cell_first_use(struct cbcmn__wcell *c, uint32_t what)
+{
+	atomic_store_explicit(&c->used, atomic_load_explicit(&c->used, memory_order_relaxed) | what,
+			      memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
 static inline void cell_use(struct cbcmn__wcell *c, uint32_t what)
 {
-	uint32_t u = atomic_load_explicit(&c->used, memory_order_relaxed);
-	if (__builtin_expect((u & what) != 0, 1))
-		return;
-	atomic_store_explicit(&c->used, u | what, memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst);
+	if (__builtin_expect(!(atomic_load_explicit(&c->used, memory_order_relaxed) & what), 0))
+		cell_first_use(c, what);
 }
 
 /* Push c on its executor's cancel_cells (once until popped), holding its
@@ -198,18 +203,37 @@ static void cell_push(struct cbcmn_runtime *rt, struct cbcmn__wcell *c, uint32_t
 
 /* ---- registering ------------------------------------------------------- */
 
+/* A cell's lists (its registry's under the lock, its local one on its
+ * executor's thread): push iw first, and take it out. */
+static void list_push(struct cbcmn__iwait **head, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
+{
+	iw->cell = c;
+	iw->prev = NULL;
+	iw->next = *head;
+	if (*head)
+		(*head)->prev = iw;
+	*head = iw;
+}
+
+static void list_del(struct cbcmn__iwait **head, struct cbcmn__iwait *iw)
+{
+	if (iw->prev)
+		iw->prev->next = iw->next;
+	else
+		*head = iw->next;
+	if (iw->next)
+		iw->next->prev = iw->prev;
+	iw->prev = iw->next = NULL;
+	iw->cell = NULL;
+}
+
 static void reg_add(struct cbcmn__exec *e, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
 {
 	struct cbcmn__iwait_reg *r = &e->iwaits;
 	cell_use(c, CBCMN__CELL_REG);
 	cbcmn__mutex_lock(&r->lock);
 	iw->reg = r;
-	iw->cell = c;
-	iw->prev = NULL;
-	iw->next = c->reg;
-	if (c->reg)
-		c->reg->prev = iw;
-	c->reg = iw;
+	list_push(&c->reg, c, iw);
 	cbcmn__mutex_unlock(&r->lock);
 }
 
@@ -217,39 +241,20 @@ static void reg_del(struct cbcmn__iwait *iw)
 {
 	struct cbcmn__iwait_reg *r = iw->reg;
 	cbcmn__mutex_lock(&r->lock);
-	if (iw->prev)
-		iw->prev->next = iw->next;
-	else
-		iw->cell->reg = iw->next;
-	if (iw->next)
-		iw->next->prev = iw->prev;
+	list_del(&iw->cell->reg, iw);
 	cbcmn__mutex_unlock(&r->lock);
 	iw->reg = NULL;
-	iw->cell = NULL;
 }
 
 static void local_add(struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
 {
 	cell_use(c, CBCMN__CELL_LOCAL);
-	iw->cell = c;
-	iw->prev = NULL;
-	iw->next = c->local;
-	if (c->local)
-		c->local->prev = iw;
-	c->local = iw;
+	list_push(&c->local, c, iw);
 }
 
 void cbcmn__iwait_local_unlink(struct cbcmn__iwait *iw)
 {
-	struct cbcmn__wcell *c = iw->cell;
-	if (iw->prev)
-		iw->prev->next = iw->next;
-	else
-		c->local = iw->next;
-	if (iw->next)
-		iw->next->prev = iw->prev;
-	iw->prev = iw->next = NULL;
-	iw->cell = NULL;
+	list_del(&iw->cell->local, iw);
 }
 
 uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
