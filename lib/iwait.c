@@ -40,7 +40,9 @@ static struct cbcmn__scope *scope_new(struct cbcmn_nursery *n, uint32_t ncell)
 {
 	size_t size = sizeof(struct cbcmn__scope) + (size_t)ncell * sizeof(struct cbcmn__wcell);
 	size = (size + CBCMN__CACHELINE - 1) & ~(size_t)(CBCMN__CACHELINE - 1);
-	struct cbcmn__scope *s = aligned_alloc(CBCMN__CACHELINE, size);
+	/* Injected (tests): a nursery's waits then go to the fallback. */
+	struct cbcmn__scope *s = CBCMN__FAULT(CBCMN__F_MALLOC) ? NULL
+							      : aligned_alloc(CBCMN__CACHELINE, size);
 	if (!s)
 		return NULL;
 	s->n = n;

@@ -4,6 +4,7 @@
  * looks at no more waits than those (issue 15: it walked every request and
  * stream of every executor).  docs/SCHEDULER.md, "Cancellation". */
 #include "helpers.h"
+#include "../lib/fault.h"
 #include "../lib/runtime.h"
 
 #include <errno.h>
@@ -494,6 +495,75 @@ static void test_cancel_from_thread_racing_events_loses_nothing(void **state)
 	t_destroy(rt);
 }
 
+/* ---- no memory for a scope ------------------------------------------------------ */
+
+struct nomem {
+	cbcmn_chan *ch;
+	_Atomic uint32_t go, armed, ended;
+};
+
+static int64_t nomem_waiter(cbcmn_cx *cx, void *arg)
+{
+	struct nomem *m = arg;
+	int v;
+	while (!atomic_load(&m->go))
+		cbcmn_yield(cx);
+	atomic_fetch_add(&m->armed, 1);
+	int rc = cbcmn_chan_recv(cx, m->ch, &v);
+	atomic_fetch_add(&m->ended, 1);
+	return rc == CBCMN_ECANCELED ? 0 : -EPROTO;
+}
+
+/* A nursery whose scope could not be allocated: its waits go to the
+ * runtime's fallback scope, which every cancel visits, checking each
+ * wait's task: a cancel of it still ends them, and a cancel of another
+ * nursery does not. */
+static void test_waits_without_a_scope_are_still_cancelled(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan all = {.nth = 1, .every = 1, .err = -ENOMEM};
+	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &all))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	cbcmn__fault_disarm_all();
+	cbcmn_runtime *rt = t_runtime(2);
+	struct nomem a = {0}, b = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &a.ch), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &b.ch), 0);
+	cbcmn_nursery *na, *nb;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &na), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &nb), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(cbcmn_nursery_spawn(NULL, na, nomem_waiter, &a, NULL), 0);
+		assert_int_equal(cbcmn_nursery_spawn(NULL, nb, nomem_waiter, &b, NULL), 0);
+	}
+	/* Every allocation fails while the six block (none of them needs
+	 * one but their nurseries' scopes). */
+	cbcmn__fault_arm(CBCMN__F_MALLOC, &all);
+	atomic_store(&a.go, 1);
+	atomic_store(&b.go, 1);
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&a.armed) + atomic_load(&b.armed) < 6 || blocked(rt) < 6) {
+		if (t_now_ns() > deadline)
+			fail_msg("the waiters did not block");
+		usleep(200);
+	}
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MALLOC);
+	cbcmn__fault_disarm_all();
+	assert_true(fails >= 2); /* both nurseries' scopes */
+	assert_int_equal(cbcmn_nursery_cancel(na), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, na), CBCMN_ECANCELED);
+	assert_int_equal(atomic_load(&a.ended), 3);
+	usleep(20000);
+	assert_int_equal(atomic_load(&b.ended), 0);
+	assert_int_equal(blocked(rt), 3);
+	assert_int_equal(cbcmn_nursery_cancel(nb), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, nb), CBCMN_ECANCELED);
+	assert_int_equal(atomic_load(&b.ended), 3);
+	assert_int_equal(cbcmn_chan_destroy(a.ch), 0);
+	assert_int_equal(cbcmn_chan_destroy(b.ch), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -501,6 +571,7 @@ int main(void)
 		cmocka_unit_test(test_nested_cancel_walks_only_its_subtree),
 		cmocka_unit_test(test_cancel_reaches_the_innermost_of_deep_nesting),
 		cmocka_unit_test(test_cancel_from_thread_racing_events_loses_nothing),
+		cmocka_unit_test(test_waits_without_a_scope_are_still_cancelled),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
