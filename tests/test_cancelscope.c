@@ -499,13 +499,14 @@ static void test_cancel_from_thread_racing_events_loses_nothing(void **state)
 
 struct nomem {
 	cbcmn_chan *ch;
-	_Atomic uint32_t go, armed, ended;
+	_Atomic uint32_t started, go, armed, ended;
 };
 
 static int64_t nomem_waiter(cbcmn_cx *cx, void *arg)
 {
 	struct nomem *m = arg;
 	int v;
+	atomic_fetch_add(&m->started, 1);
 	while (!atomic_load(&m->go))
 		cbcmn_yield(cx);
 	atomic_fetch_add(&m->armed, 1);
@@ -536,15 +537,23 @@ static void test_waits_without_a_scope_are_still_cancelled(void **state)
 		assert_int_equal(cbcmn_nursery_spawn(NULL, na, nomem_waiter, &a, NULL), 0);
 		assert_int_equal(cbcmn_nursery_spawn(NULL, nb, nomem_waiter, &b, NULL), 0);
 	}
-	/* Every allocation fails while the six block (none of them needs
-	 * one but their nurseries' scopes). */
+	/* Every allocation fails while the six, started (their stacks
+	 * taken), block: none of them needs one but their nurseries' scopes. */
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&a.started) + atomic_load(&b.started) < 6) {
+		if (t_now_ns() > deadline)
+			fail_msg("the waiters did not start");
+		usleep(200);
+	}
 	cbcmn__fault_arm(CBCMN__F_MALLOC, &all);
 	atomic_store(&a.go, 1);
 	atomic_store(&b.go, 1);
-	uint64_t deadline = t_now_ns() + STALL_NS;
+	deadline = t_now_ns() + STALL_NS;
 	while (atomic_load(&a.armed) + atomic_load(&b.armed) < 6 || blocked(rt) < 6) {
 		if (t_now_ns() > deadline)
-			fail_msg("the waiters did not block");
+			fail_msg("the waiters did not block: %u armed, %lu blocked, %lu failed allocations",
+				 atomic_load(&a.armed) + atomic_load(&b.armed), (unsigned long)blocked(rt),
+				 (unsigned long)cbcmn__fault_fails(CBCMN__F_MALLOC));
 		usleep(200);
 	}
 	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MALLOC);
