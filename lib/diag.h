@@ -58,6 +58,9 @@ struct cbcmn__diag {
 	_Atomic uint64_t mshots;  /* streams and acceptors open on it (stream.c) */
 	/* Written by anyone. */
 	_Alignas(64) _Atomic uint64_t down_remote[CBCMN__G_N];
+	/* Waits cancellations looked at (iwait.c; rt->diag_ext's only): a
+	 * cancel visits those of the nurseries it cancels, not all. */
+	_Atomic uint64_t cancel_visits;
 };
 
 struct cbcmn_runtime;

@@ -582,14 +582,13 @@ void cbcmn__ep_wait(struct cbcmn__exec *e, uint64_t timeout_ns)
 	dispatch(e, ev, n > 0 ? (int)n : 0);
 }
 
-void cbcmn__ep_cancel_pending(struct cbcmn__exec *e)
+/* A task's wait ended by cancellation, claimed (its iwait's local_end,
+ * iwait.h): on e's thread, as every end of it. */
+static bool wait_cancel_end(struct cbcmn__exec *e, struct cbcmn__iwait *iw)
 {
-	struct ep_wait *next;
-	for (struct ep_wait *w = e->ep->all; w; w = next) {
-		next = w->anext;
-		if (!w->ready && cbcmn__iwait_local_cancel(&w->iw))
-			wait_end(&w->iw);
-	}
+	(void)e;
+	wait_end(iw);
+	return false;
 }
 
 /* ---- task side -------------------------------------------------------------- */
@@ -609,6 +608,7 @@ static int wait_fd(struct cbcmn_task *t, int fd, uint32_t events, uint64_t deadl
 	w.iw.on_cancel = wait_end;
 	w.iw.on_timeout = wait_end;
 	w.iw.local = true;
+	w.iw.local_end = wait_cancel_end;
 	struct cbcmn__timer *tm = NULL;
 	if (deadline != UINT64_MAX && t->rt->lab) {
 		struct cbcmn__ep *ep = e->ep;

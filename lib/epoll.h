@@ -23,8 +23,6 @@ int cbcmn__ep_takeover(struct cbcmn__exec *e);
 void cbcmn__ep_poll(struct cbcmn__exec *e, bool idle);
 /* Park: wait for readiness, a doorbell or timeout_ns (0: no limit). */
 void cbcmn__ep_wait(struct cbcmn__exec *e, uint64_t timeout_ns);
-/* End e's I/O waits whose tasks are cancelled (io.c's flag). */
-void cbcmn__ep_cancel_pending(struct cbcmn__exec *e);
 /* Run the operation sqe describes (prepared by io.c as for a ring) for
  * task t: the system call at once, and on EAGAIN again after readiness.
  * timeout_ns: the task's I/O timeout, 0 for none.  Returns what the call

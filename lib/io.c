@@ -10,9 +10,9 @@
  * buffers and descriptors the call was given when it returns.
  *
  * Cancellation (a nursery cancelled while the request is in flight): the
- * canceller only flags the executor, which, the ring's single issuer,
- * claims the waits of its cancelled tasks and ends their requests
- * (cbcmn__io_cancel_pending()); a task that finds itself cancelled as it
+ * canceller hands the executor the cancelled nursery's cell of I/O waits
+ * (iwait.h), and the executor, the ring's single issuer, claims those
+ * waits and ends their requests (cbcmn__io_cancel_pending()); a task that finds itself cancelled as it
  * begins to wait does the same for its own (io_on_cancel()).  The rule: a
  * request that took effect returns its result, only one that did not
  * happen returns -ECANCELED.
@@ -165,27 +165,27 @@ static bool req_end(struct cbcmn__exec *e, struct cbcmn__ioreq *r)
 }
 
 /* A nursery was cancelled, or a task found itself cancelled as it began to
- * wait: cancel in the kernel the requests of e's cancelled waits. */
+ * wait: end e's cancelled I/O waits, those in the cells the cancellations
+ * pushed on e (iwait.h): requests (cancelled in the kernel: io_end()),
+ * streams' and acceptors' waits (stream.c), the epoll backend's (epoll.c). */
 void cbcmn__io_cancel_pending(struct cbcmn__exec *e)
 {
 	/* acquire: pairs with the exchange in cbcmn__io_cancel_flag(), after
-	 * the CAS that made a wait CANCELLED or the nursery's flag. */
+	 * the push of the cells to look at. */
 	if (!atomic_exchange_explicit(&e->io_cancel, 0, memory_order_acquire))
 		return;
-	cbcmn__mshot_cancel_pending(e);
-	if (e->ep) {
-		cbcmn__ep_cancel_pending(e);
-		return;
-	}
-	bool sent = false;
-	for (struct cbcmn__ioreq *r = e->ring.reqs; r; r = r->next) {
-		/* A close is never undone: it ends with its CQE. */
-		if (r->cancel_sent || r->nocancel || !cbcmn__iwait_local_cancel(&r->iw))
-			continue;
-		sent |= req_end(e, r);
-	}
-	if (sent)
+	if (cbcmn__iwait_cells_run(e) && !e->ep)
 		cbcmn__ring_submit(e, false, 0);
+}
+
+/* A request's end by cancellation (its iwait's local_end), claimed: cancel
+ * it in the kernel, once. */
+static bool io_end(struct cbcmn__exec *e, struct cbcmn__iwait *iw)
+{
+	struct cbcmn__ioreq *r = (struct cbcmn__ioreq *)((char *)iw - offsetof(struct cbcmn__ioreq, iw));
+	if (r->cancel_sent)
+		return false;
+	return req_end(e, r);
 }
 
 /* How long a dying thread waits for its requests (cbcmn__io_settle()):
@@ -284,7 +284,7 @@ static void io_on_cancel(struct cbcmn__iwait *iw)
 		r->cancel_sent = true;
 		return;
 	}
-	cbcmn__io_cancel_flag(r->e);
+	cbcmn__iwait_local_kick(iw);
 }
 
 /* The checks every call makes, and its charge: 0 or the error to return. */
@@ -411,6 +411,8 @@ static int64_t io_finish(struct io_op *op)
 	cbcmn__iwait_init(&r->iw, t);
 	r->iw.on_cancel = io_on_cancel;
 	r->iw.local = true;
+	/* A close is never undone: it ends with its CQE, listed nowhere. */
+	r->iw.local_end = r->nocancel ? NULL : io_end;
 	uint32_t how = cbcmn__iwait_block(&r->iw);
 	io_traced(t, trace_t0, trace_op);
 	int64_t res = r->res;

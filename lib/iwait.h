@@ -30,11 +30,37 @@
  * Waits for I/O are the executor's own: the request (or the multishot
  * stream) is listed on the executor it was issued on, the task cannot leave
  * it meanwhile, and only that executor's thread ends the wait.  Such a wait
- * is marked local and stays out of the registry: cancellation flags every
- * executor (io_cancel) and each finds its cancelled I/O waits in its own
- * lists (cbcmn__io_cancel_pending()).  That saves the registry lock twice
- * per I/O call, which is most of the runtime's own cost per request on a
- * busy socket.
+ * is marked local and stays out of the registry lock: cancellation hands
+ * the executor the cells (below) that hold its cancelled I/O waits, and the
+ * executor ends them (cbcmn__io_cancel_pending()).  That saves the registry
+ * lock twice per I/O call, which is most of the runtime's own cost per
+ * request on a busy socket.
+ *
+ * Finding the waits a cancellation interrupts, in time proportional to
+ * what it cancels (issue 15): each nursery whose tasks block gets a cancel
+ * scope, made when the first of them blocks and linked under its parent
+ * nursery's scope (made first), so that the scopes form the tree of the
+ * nurseries that have had waits.  A scope has one cell per executor, on a
+ * cache line of its own, holding the waits its tasks block in there:
+ *   - registry waits (channels, timers, budget, blocking pool, actors), in
+ *     a list under that executor's registry lock, as before;
+ *   - local (I/O) waits, in a list only that executor's thread touches:
+ *     linked as the task blocks (on that thread), unlinked by the wake
+ *     (cbcmn__iwait_wake(), always on that thread).  An I/O call still
+ *     takes no lock.
+ * Cancelling nursery n walks n's subtree of scopes under rt->scope_lock,
+ * skipping subtrees whose nursery is cancelled already (their canceller
+ * did or does that part): it claims the registry waits itself, and pushes
+ * each cell with local waits on its executor's stack (cancel_cells) and
+ * flags that executor (io_cancel), which then looks at those cells' waits
+ * only.  A cell is pushed at most once until popped, holding a reference
+ * on its scope; a scope goes when its nursery ends and no cell of it is
+ * pushed.  A cell's `used` bits say which of its lists ever held a wait:
+ * set once, with a fence that pairs with the canceller's, so either the
+ * canceller sees the cell used or the task sees the cancellation as it
+ * registers (cbcmn__iwait_block()); a canceller skips cells never used.
+ * Scopes no allocation could make: their waits go to rt->scope_fallback,
+ * which every cancellation visits, checking each wait's task.
  */
 #ifndef CBCMN_IWAIT_H
 #define CBCMN_IWAIT_H
@@ -46,8 +72,9 @@ enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED, CBCMN__IW_TI
 struct cbcmn__iwait {
 	struct cbcmn__waiter w;
 	_Atomic uint32_t state;
-	struct cbcmn__iwait *prev, *next; /* registry links */
-	struct cbcmn__iwait_reg *reg;     /* where it is registered */
+	struct cbcmn__iwait *prev, *next; /* its cell's list (registry or local) */
+	struct cbcmn__iwait_reg *reg;     /* registered: whose registry lock */
+	struct cbcmn__wcell *cell;        /* listed: in which cell */
 	void *user;                       /* for the object's queue */
 	struct cbcmn__iwait *qnext;       /* ... likewise */
 	/* Set when the waker must not be woken by cancellation itself (I/O in
@@ -68,10 +95,57 @@ struct cbcmn__iwait {
 	 * wake, on the timer's executor, which must be the wait's (the epoll
 	 * backend's I/O waits: it unlinks the wait, then wakes it). */
 	void (*on_timeout)(struct cbcmn__iwait *iw);
+	/* A local wait's end by cancellation, on its executor's thread, once
+	 * the wait is claimed CANCELLED (cbcmn__iwait_local_cancel()): cancel
+	 * the request in the kernel, or wake the task.  True if it queued an
+	 * SQE to submit.  NULL: the wait is listed nowhere, and cancellation
+	 * never ends it (a stream's close waits for its last CQE).  Set after
+	 * cbcmn__iwait_init(), with local. */
+	bool (*local_end)(struct cbcmn__exec *e, struct cbcmn__iwait *iw);
 	/* What the task waits for (CBCMN__G_*, diag.h), for the snapshot;
 	 * set after cbcmn__iwait_init().  A local wait counts as I/O. */
 	uint8_t kind;
 };
+
+/* One scope's waits on one executor (see above). */
+struct cbcmn__wcell {
+	struct cbcmn__iwait *reg;         /* registry waits: the executor's registry lock */
+	struct cbcmn__iwait *local;       /* local waits: the executor's thread only */
+	struct cbcmn__wcell *qnext;       /* on the executor's cancel_cells */
+	struct cbcmn__scope *scope;
+	_Atomic uint32_t queued;          /* on cancel_cells, not yet popped */
+	_Atomic uint32_t used;            /* CBCMN__CELL_* lists that ever held a wait */
+} __attribute__((aligned(CBCMN__CACHELINE)));
+enum { CBCMN__CELL_REG = 1, CBCMN__CELL_LOCAL = 2 };
+
+/* A nursery's cancel scope (see above).  The tree links are rt->scope_lock's. */
+struct cbcmn__scope {
+	struct cbcmn_nursery *n;          /* NULL: rt->scope_fallback */
+	struct cbcmn__scope *parent, *child, *prev, *next;
+	_Atomic uint32_t refs;            /* its nursery's, and one per pushed cell */
+	uint32_t ncell;
+	struct cbcmn__wcell cell[];       /* one per executor */
+};
+
+/* runtime.c: the lock and the fallback scope (-ENOMEM); the end of an
+ * executor's pushed cells, and of those, once no thread runs. */
+int cbcmn__scope_rt_init(struct cbcmn_runtime *rt, uint32_t nexec);
+void cbcmn__scope_exec_fini(struct cbcmn__exec *e);
+void cbcmn__scope_rt_fini(struct cbcmn_runtime *rt);
+/* nursery.c: n's await_all is over, nothing of it blocks any more: its
+ * scope leaves the tree, and goes once no executor holds a cell of it. */
+void cbcmn__scope_drop(struct cbcmn_nursery *n);
+
+/* Unlink a local wait from its cell: its executor's thread, as it wakes it. */
+void cbcmn__iwait_local_unlink(struct cbcmn__iwait *iw);
+
+/* The task side of a local wait cancelled as it registers (its on_cancel,
+ * on the executor's thread): have the executor end it. */
+void cbcmn__iwait_local_kick(struct cbcmn__iwait *iw);
+
+/* Executor side (io.c): end the cancelled local waits of the cells pushed
+ * on e.  True if an SQE was queued to submit. */
+bool cbcmn__iwait_cells_run(struct cbcmn__exec *e);
 
 void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r);
 void cbcmn__iwait_reg_fini(struct cbcmn__iwait_reg *r);
@@ -106,6 +180,10 @@ static inline bool cbcmn__iwait_claim_as(struct cbcmn__iwait *iw, uint32_t how)
  * NULL outside the runtime. */
 static inline void cbcmn__iwait_wake(struct cbcmn__iwait *iw, struct cbcmn__exec *waker)
 {
+	/* A listed local wait leaves its cell here, on its executor's
+	 * thread, the only one that touches that list. */
+	if (iw->local && iw->cell)
+		cbcmn__iwait_local_unlink(iw);
 	cbcmn__waiter_wake(&iw->w, waker);
 }
 
@@ -117,9 +195,9 @@ void cbcmn__iwait_ignore_cancel(struct cbcmn__iwait *iw);
  * if the wait is cancelled, now or before. */
 bool cbcmn__iwait_local_cancel(struct cbcmn__iwait *iw);
 
-/* Called after a nursery of rt was cancelled: interrupt every registered
- * wait whose task is now cancelled, and have every executor look at its
- * local ones.  O(waits registered). */
-void cbcmn__iwait_cancel_scan(struct cbcmn_runtime *rt);
+/* Called after nursery n was cancelled: interrupt the registry waits of
+ * its subtree's scopes, and have the executors holding local waits of
+ * them look at those.  O(scopes below n x executors + their waits). */
+void cbcmn__iwait_cancel_scan(struct cbcmn_nursery *n);
 
 #endif

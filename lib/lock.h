@@ -20,6 +20,7 @@ enum cbcmn__lock_rank {
 	CBCMN__LOCK_SIGNAL = 15,        /* installing the SIGSEGV handler (process-wide) */
 	CBCMN__LOCK_TASK_BUDGET = 18,   /* a task's incoming budget vs its end (striped) */
 	CBCMN__LOCK_NURSERY = 20,       /* a nursery's list of exhausted children */
+	CBCMN__LOCK_SCOPE = 25,         /* a runtime's tree of cancel scopes (iwait.c) */
 	CBCMN__LOCK_IWAIT = 30,         /* an executor's interruptible-wait registry */
 	CBCMN__LOCK_INJECT = 40,        /* runtime inject queue */
 	CBCMN__LOCK_CHAN = 50,          /* a channel: ring, wait queues, reservations */

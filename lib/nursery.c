@@ -85,6 +85,7 @@ int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 	atomic_init(&n->live, CBCMN__LIVE_BIAS * CBCMN__LIVE_ONE);
 	n->fork_gen = rt->fork_gen;
 	atomic_init(&n->awaited, false);
+	atomic_init(&n->scope, NULL); /* made when a task of n first blocks (iwait.c) */
 	atomic_init(&n->refs, 1);
 	cbcmn__mutex_init(&n->lock, "nursery", CBCMN__LOCK_NURSERY);
 	n->diag_home = cbcmn__gauge_up(rt, owner ? owner->exec : NULL, CBCMN__G_NURSERY);
@@ -127,7 +128,7 @@ void cbcmn__nursery_cancel(struct cbcmn_nursery *n, uint32_t why)
 	 * before (cbcmn_nursery_cancel's hold). */
 	if (atomic_compare_exchange_strong_explicit(&n->cancelled, &zero, why, memory_order_release,
 						    memory_order_relaxed))
-		cbcmn__iwait_cancel_scan(n->rt); /* interrupt blocked waits */
+		cbcmn__iwait_cancel_scan(n); /* interrupt its subtree's blocked waits */
 	else /* already cancelled: counted once */
 		atomic_fetch_sub_explicit(&n->rt->cancels, 1, memory_order_relaxed);
 }
@@ -300,6 +301,8 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		/* acquire: pairs with the children's steps. */
 		v = atomic_load_explicit(&n->live, memory_order_acquire) & ~(int64_t)CBCMN__LIVE_ARMED;
 	}
+	/* Every task of n has ended: nothing blocks in its scope any more. */
+	cbcmn__scope_drop(n);
 
 	/* A holder may cancel n until it is marked awaited: mark it, under
 	 * the lock its cancel takes, before looking at n->cancelled.  acquire:

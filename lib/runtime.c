@@ -327,6 +327,7 @@ static void exec_free(struct cbcmn__exec *e)
 {
 	if (!e)
 		return;
+	cbcmn__scope_exec_fini(e);
 	cbcmn__iwait_reg_fini(&e->iwaits);
 	cbcmn__deque_destroy(&e->dq);
 	cbcmn__be_destroy(e);
@@ -347,6 +348,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	for (uint32_t i = 0; i < rt->nexec; i++)
 		exec_free(rt->exec[i]);
 	free(rt->exec);
+	cbcmn__scope_rt_fini(rt);
 	cbcmn__blocking_fini(rt); /* no-op after destroy's own call */
 	cbcmn__stack_pool_fini(&rt->stacks);
 	cbcmn__mutex_destroy(&rt->inject_lock);
@@ -430,8 +432,11 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		cbcmn__mutex_init(&rt->budget_locks[i], "task_budget", CBCMN__LOCK_TASK_BUDGET);
 	cbcmn__mutex_init(&rt->inject_lock, "inject", CBCMN__LOCK_INJECT);
 	cbcmn__mutex_init(&rt->oblig_lock, "oblig", CBCMN__LOCK_OBLIG);
-	rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);
+	rc = cbcmn__scope_rt_init(rt, c.workers);
+	if (!rc)
+		rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);
 	if (rc) {
+		cbcmn__scope_rt_fini(rt);
 		cbcmn__mutex_destroy(&rt->inject_lock);
 		free(rt);
 		return rc;

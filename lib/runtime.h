@@ -35,6 +35,8 @@
 /* ---- waiting ---------------------------------------------------------- */
 
 struct cbcmn__iwait;
+struct cbcmn__scope;
+struct cbcmn__wcell;
 struct cbcmn__ep;
 struct cbcmn__trace;
 
@@ -187,14 +189,18 @@ struct cbcmn_nursery {
 	 * cbcmn_nursery_release()'s look without the lock (relaxed there:
 	 * ordered by refs). */
 	_Atomic bool awaited;
+	/* Its cancel scope (iwait.h): the waits its tasks block in, made
+	 * when the first one blocks, published under rt->scope_lock. */
+	_Atomic(struct cbcmn__scope *) scope;
 };
 
 /* ---- executors -------------------------------------------------------- */
 
-/* An executor's registry of interruptible waits (iwait.c). */
+/* The lock of an executor's registry of interruptible waits (iwait.c):
+ * the waits themselves are listed by their nurseries' scopes, one cell
+ * per executor, each under its executor's lock. */
 struct cbcmn__iwait_reg {
 	struct cbcmn__mutex lock; /* CBCMN__LOCK_IWAIT */
-	struct cbcmn__iwait *head;
 };
 
 /* An executor's life (seed 003's lookup array: live ones are [0, nlive)). */
@@ -273,7 +279,10 @@ struct cbcmn__exec {
 	_Atomic bool joinable;           /* its thread is to be joined at destroy */
 	/* Mail: lanes with entries (bit per source), and their summary. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t mail_any;
-	_Atomic uint32_t io_cancel;       /* an I/O wait here was cancelled (io.c) */
+	_Atomic uint32_t io_cancel;       /* cells were pushed on cancel_cells (io.c) */
+	/* The cells whose I/O waits it is to look at for cancellation
+	 * (iwait.c), a stack any canceller pushes on and it pops whole. */
+	_Atomic(struct cbcmn__wcell *) cancel_cells;
 	_Atomic uint32_t io_live;         /* I/O waits here, published at park (iwait.c) */
 	_Atomic(struct cbcmn_task *) remote; /* pinned work from outside threads (LIFO) */
 	_Atomic uint64_t mail_bits[CBCMN_MAX_EXECUTORS / 64]; /* lanes with messages */
@@ -378,6 +387,10 @@ struct cbcmn_runtime {
 	_Atomic uint32_t started;         /* executors that finished start-up */
 	_Atomic uint64_t next_id_block;
 	_Atomic uint64_t cancels;         /* cancelled nurseries still alive */
+	/* CBCMN__LOCK_SCOPE: the tree of cancel scopes (iwait.c), and the
+	 * scope for waits no nursery's scope could take (out of memory). */
+	struct cbcmn__mutex scope_lock;
+	struct cbcmn__scope *scope_fallback;
 	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
@@ -686,7 +699,6 @@ void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res
 void cbcmn__bufring_fini(struct cbcmn__exec *e);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
 void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
-void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e);
 /* stream.c: t was unwound: close the streams and acceptors it still owns. */
 void cbcmn__mshot_unwound(struct cbcmn_task *t);
 /* stream.c: destroy: free what is still open on e (its ring is gone). */

@@ -603,11 +603,10 @@ static struct cbcmn_task *ms_self(cbcmn_cx *cx, struct cbcmn__mshot *m, int64_t 
 }
 
 /* Cancellation of a task about to wait on m, called by the task itself:
- * flag the owner, which ends the wait (cbcmn__mshot_cancel_pending()). */
+ * have the owner end the wait (ms_end()). */
 static void ms_on_cancel(struct cbcmn__iwait *iw)
 {
-	struct cbcmn__mshot *m = iw->user;
-	cbcmn__io_cancel_flag(m->e);
+	cbcmn__iwait_local_kick(iw);
 }
 
 /* The executor's thread died (cbcmn__ring_takeover()), and old is its
@@ -657,17 +656,17 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *c
 	}
 }
 
-/* Executor side, with the I/O cancellations: wake the cancelled waiters.
- * A stream being closed waits for its last CQE whatever happens. */
-void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e)
+/* Executor side, with the I/O cancellations (iwait.h): wake the cancelled
+ * waiter.  A stream being closed waits for its last CQE whatever happens:
+ * that wait has no local_end, and is listed nowhere. */
+static bool ms_end(struct cbcmn__exec *e, struct cbcmn__iwait *iw)
 {
-	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
-		struct cbcmn__iwait *w = m->waiter;
-		if (w && w->on_cancel == ms_on_cancel && cbcmn__iwait_local_cancel(w)) {
-			m->waiter = NULL;
-			cbcmn__iwait_wake(w, e);
-		}
+	struct cbcmn__mshot *m = iw->user;
+	if (m->waiter == iw) {
+		m->waiter = NULL;
+		cbcmn__iwait_wake(iw, e);
 	}
+	return false;
 }
 
 /* Block until m's next event: a CQE (its watch's included), a buffer for a
@@ -681,6 +680,7 @@ static uint32_t ms_wait(struct cbcmn_task *t, struct cbcmn__mshot *m)
 	cbcmn__iwait_init(&iw, t);
 	iw.on_cancel = ms_on_cancel;
 	iw.local = true;
+	iw.local_end = ms_end;
 	iw.user = m;
 	m->waiter = &iw;
 	return cbcmn__iwait_block(&iw);

@@ -21,6 +21,8 @@
 #include "common/clock.h"
 #include "arch.h"
 #include "cbcmn.h"
+#include "cbcmn_chan.h"
+#include "cbcmn_io.h"
 #include <bpf/bpf.h>
 
 #include "common/bpfmon.h"
@@ -1554,6 +1556,124 @@ static void bench_iolat(void)
 	}
 }
 
+/* ---- cancel: one small nursery's cancel beside N blocked fibers ---------- */
+
+/* Issue 15: every cancel made every executor walk all its requests and
+ * streams, and scanned every registered wait: 80 us per cancel with 8 000
+ * fibers blocked.  N fibers block in a background nursery, half in a recv
+ * (requests on the rings), half in a channel receive (registered waits);
+ * then, round after round, a small nursery's one task blocks in a recv and
+ * is cancelled: the cancel call up to its await's return, median ns, with
+ * N = 0 and N = 8 000 in one run, and their ratio. */
+#define CANCEL_SOCKS 16
+struct cancel_bg {
+	int sp[CANCEL_SOCKS][2];
+	cbcmn_chan *ch;
+	_Atomic uint32_t armed;
+};
+
+static int64_t cancel_bg_waiter(cbcmn_cx *cx, void *arg)
+{
+	struct cancel_bg *b = arg;
+	uint32_t i = atomic_fetch_add(&b->armed, 1);
+	char c;
+	int v;
+	if (i % 2)
+		return cbcmn_chan_recv(cx, b->ch, &v) == CBCMN_ECANCELED ? 0 : -EPROTO;
+	int64_t r = cbcmn_recv(cx, b->sp[(i / 2) % CANCEL_SOCKS][0], &c, 1, 0);
+	return r == CBCMN_ECANCELED ? 0 : -EPROTO;
+}
+
+static uint64_t cancel_blocked(cbcmn_runtime *rt)
+{
+	cbcmn_snapshot s = {.size = sizeof(s), .version = CBCMN_SNAPSHOT_VERSION};
+	if (cbcmn_runtime_snapshot(rt, &s, NULL, 0))
+		return 0;
+	return s.total.blocked_io + s.total.blocked_chan;
+}
+
+static void cancel_wait_blocked(cbcmn_runtime *rt, uint64_t want)
+{
+	uint64_t deadline = mono_ns() + 60ull * 1000000000ull;
+	while (cancel_blocked(rt) < want) {
+		if (mono_ns() > deadline) {
+			fprintf(stderr, "cbcmn-bench: cancel: %lu of %lu fibers blocked after 60 s\n",
+				(unsigned long)cancel_blocked(rt), (unsigned long)want);
+			exit(1);
+		}
+		usleep(100);
+	}
+}
+
+/* Median ns of `rounds` cancels of a one-task nursery, beside n blocked:
+ * up to await_all's return (the task woken and ended), and of the
+ * cbcmn_nursery_cancel() call alone (in *call). */
+static double cancel_run(uint32_t n, int rounds, double *call)
+{
+	cbcmn_runtime *rt = runtime(workers, 0);
+	struct cancel_bg bg = {0}, small = {0};
+	int64_t rc;
+	for (int i = 0; i < CANCEL_SOCKS; i++)
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, bg.sp[i]) || socketpair(AF_UNIX, SOCK_STREAM, 0, small.sp[i]))
+			die("socketpair", -errno);
+	if ((rc = cbcmn_chan_create(rt, 1, sizeof(int), &bg.ch)) ||
+	    (rc = cbcmn_chan_create(rt, 1, sizeof(int), &small.ch)))
+		die("chan_create", rc);
+	cbcmn_nursery *b;
+	if ((rc = cbcmn_nursery_open(rt, NULL, &b)))
+		die("nursery_open", rc);
+	for (uint32_t i = 0; i < n; i++)
+		if ((rc = cbcmn_nursery_spawn(NULL, b, cancel_bg_waiter, &bg, NULL)))
+			die("spawn", rc);
+	cancel_wait_blocked(rt, n);
+	double *v = calloc((size_t)rounds, sizeof(*v)), *c = calloc((size_t)rounds, sizeof(*c));
+	for (int r = 0; r < rounds; r++) {
+		cbcmn_nursery *a;
+		if ((rc = cbcmn_nursery_open(rt, NULL, &a)))
+			die("nursery_open", rc);
+		atomic_store(&small.armed, 0); /* even: a recv */
+		if ((rc = cbcmn_nursery_spawn(NULL, a, cancel_bg_waiter, &small, NULL)))
+			die("spawn", rc);
+		cancel_wait_blocked(rt, n + 1);
+		uint64_t t0 = mono_ns();
+		cbcmn_nursery_cancel(a);
+		c[r] = (double)(mono_ns() - t0);
+		rc = cbcmn_nursery_await_all(NULL, a);
+		v[r] = (double)(mono_ns() - t0);
+		if (rc != CBCMN_ECANCELED)
+			die("await_all", rc);
+	}
+	double m = median(v, rounds);
+	*call = median(c, rounds);
+	free(v);
+	free(c);
+	cbcmn_nursery_cancel(b);
+	if ((rc = cbcmn_nursery_await_all(NULL, b)) != CBCMN_ECANCELED)
+		die("await_all", rc);
+	cbcmn_chan_destroy(bg.ch);
+	cbcmn_chan_destroy(small.ch);
+	for (int i = 0; i < CANCEL_SOCKS; i++) {
+		close(bg.sp[i][0]), close(bg.sp[i][1]);
+		close(small.sp[i][0]), close(small.sp[i][1]);
+	}
+	cbcmn_runtime_destroy(rt);
+	return m;
+}
+
+static void bench_cancel(void)
+{
+	int rounds = reps_set ? reps * 50 : 301;
+	double call0, call8;
+	double none = cancel_run(0, rounds, &call0);
+	double full = cancel_run(8000, rounds, &call8);
+	printf("cancel ns_per_cancel_beside_0 %.0f\n", none);
+	printf("cancel ns_per_cancel_beside_8000 %.0f\n", full);
+	printf("cancel ratio_8000_vs_0 %.2f\n", full / none);
+	printf("cancel ns_per_cancel_call_beside_0 %.0f\n", call0);
+	printf("cancel ns_per_cancel_call_beside_8000 %.0f\n", call8);
+	printf("cancel call_ratio_8000_vs_0 %.2f\n", call8 / call0);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static const struct bench {
@@ -1572,6 +1692,7 @@ static const struct bench {
 	{"doorbell", bench_doorbell, "shard-to-shard round trip, parked and spinning, vs raw MSG_RING and eventfd"},
 	{"echo", bench_echo, "loopback echo server (fiber I/O) vs an epoll server, same client"},
 	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
+	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
 	{"iolat", bench_iolat, "1-byte write p50/p99 us beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,
 	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},

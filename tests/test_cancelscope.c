@@ -1,0 +1,586 @@
+/* test_cancelscope: a cancellation interrupts exactly the waits of the
+ * nurseries it cancels (recv, sleep, channel, poll, stream), none of
+ * another's, nested nurseries included, from a task or another thread, and
+ * looks at no more waits than those (issue 15: it walked every request and
+ * stream of every executor).  docs/SCHEDULER.md, "Cancellation". */
+#include "helpers.h"
+#include "../lib/fault.h"
+#include "../lib/runtime.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cbcmn_chan.h"
+#include "cbcmn_io.h"
+
+#define STALL_NS T_STALL_NS
+#define PENDING INT64_MIN
+
+enum { W_RECV, W_SLEEP, W_CHAN, W_POLL, W_STREAM, W_KINDS };
+
+/* The waits a cancellation looked at so far (lib/diag.h). */
+static uint64_t visits(cbcmn_runtime *rt)
+{
+	return atomic_load(&rt->diag_ext.cancel_visits);
+}
+
+static uint64_t blocked(cbcmn_runtime *rt)
+{
+	cbcmn_snapshot s = {.size = sizeof(s), .version = CBCMN_SNAPSHOT_VERSION};
+	assert_int_equal(cbcmn_runtime_snapshot(rt, &s, NULL, 0), 0);
+	return s.total.blocked_io + s.total.blocked_timer + s.total.blocked_chan;
+}
+
+/* Until `want` tasks are blocked (each says it is about to be first). */
+static void wait_blocked(cbcmn_runtime *rt, _Atomic uint32_t *armed, uint32_t want)
+{
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(armed) < want || blocked(rt) < atomic_load(armed)) {
+		if (t_now_ns() > deadline)
+			fail_msg("armed %u of %u, blocked %lu", atomic_load(armed), want,
+				 (unsigned long)blocked(rt));
+		usleep(200);
+	}
+}
+
+/* One nursery's waiters, `copies` of each kind, each on its own socket. */
+#define MAXC 16
+struct group {
+	cbcmn_runtime *rt;
+	cbcmn_nursery *n;
+	uint32_t copies;
+	int sp[W_KINDS][MAXC][2];
+	cbcmn_chan *ch;
+	_Atomic uint32_t *armed;
+	_Atomic int64_t res[W_KINDS][MAXC];
+	struct waiter {
+		struct group *g;
+		int kind, i;
+		_Atomic bool opened; /* a stream's: its open worked */
+	} w[W_KINDS][MAXC];
+};
+
+static int64_t waiter(cbcmn_cx *cx, void *arg)
+{
+	struct waiter *w = arg;
+	struct group *g = w->g;
+	int fd = g->sp[w->kind][w->i][0];
+	char b[8];
+	int v;
+	int64_t r;
+	cbcmn_stream *s = NULL;
+	const void *data;
+	if (w->kind == W_STREAM && (r = cbcmn_stream_open(cx, fd, &s)) != 0) {
+		atomic_store(&g->res[w->kind][w->i], r); /* not this kernel: not armed */
+		return 0;
+	}
+	if (s)
+		atomic_store(&w->opened, true);
+	atomic_fetch_add(g->armed, 1);
+	switch (w->kind) {
+	case W_RECV:
+		r = cbcmn_recv(cx, fd, b, sizeof b, 0);
+		break;
+	case W_SLEEP:
+		r = cbcmn_sleep(cx, 3600ull * 1000000000ull);
+		break;
+	case W_CHAN:
+		r = cbcmn_chan_recv(cx, g->ch, &v);
+		break;
+	case W_POLL:
+		r = cbcmn_poll(cx, fd, POLLIN, -1);
+		break;
+	default:
+		r = cbcmn_stream_recv(cx, s, &data);
+		cbcmn_stream_close(cx, s);
+		break;
+	}
+	atomic_store(&g->res[w->kind][w->i], r);
+	return 0;
+}
+
+/* Open g's nursery (from a thread) and start its waiters; pinned on
+ * executor 0 for a stream (its calls must run where it was opened). */
+static void group_start(struct group *g, cbcmn_runtime *rt, uint32_t copies, _Atomic uint32_t *armed)
+{
+	g->rt = rt;
+	g->copies = copies;
+	g->armed = armed;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &g->ch), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &g->n), 0);
+	for (int k = 0; k < W_KINDS; k++)
+		for (uint32_t i = 0; i < copies; i++) {
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, g->sp[k][i]), 0);
+			atomic_store(&g->res[k][i], PENDING);
+			g->w[k][i] = (struct waiter){g, k, (int)i, false};
+			int rc = k == W_STREAM
+					 ? cbcmn_nursery_spawn_pinned(NULL, g->n, 0, waiter, &g->w[k][i], NULL)
+					 : cbcmn_nursery_spawn(NULL, g->n, waiter, &g->w[k][i], NULL);
+			assert_int_equal(rc, 0);
+		}
+}
+
+/* How many of g's waiters arm: all but the streams this kernel lacks
+ * (those end at once with -EOPNOTSUPP). */
+static uint32_t group_armable(struct group *g)
+{
+	uint32_t n = 0;
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	for (uint32_t i = 0; i < g->copies; i++) {
+		int64_t r;
+		/* A stream's task says what its open did before it arms. */
+		while ((r = atomic_load(&g->res[W_STREAM][i])) == PENDING &&
+		       !atomic_load(&g->w[W_STREAM][i].opened)) {
+			if (t_now_ns() > deadline)
+				fail_msg("the stream waiters did not start");
+			usleep(200);
+		}
+		n += r == PENDING ? W_KINDS : W_KINDS - 1;
+	}
+	return n;
+}
+
+/* Every waiter of g ended with `want` (CBCMN_ECANCELED), or none ended
+ * (PENDING); a stream this kernel lacks is left out. */
+static void group_expect(struct group *g, int64_t want)
+{
+	for (int k = 0; k < W_KINDS; k++)
+		for (uint32_t i = 0; i < g->copies; i++) {
+			int64_t r = atomic_load(&g->res[k][i]);
+			if (k == W_STREAM && r == -EOPNOTSUPP)
+				continue;
+			if (r != want)
+				fail_msg("kind %d copy %u: %ld, not %ld", k, i, (long)r, (long)want);
+		}
+}
+
+static void group_end(struct group *g)
+{
+	assert_int_equal(cbcmn_nursery_cancel(g->n), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, g->n), CBCMN_ECANCELED);
+	group_expect(g, CBCMN_ECANCELED);
+	assert_int_equal(cbcmn_chan_destroy(g->ch), 0);
+	for (int k = 0; k < W_KINDS; k++)
+		for (uint32_t i = 0; i < g->copies; i++) {
+			close(g->sp[k][i][0]);
+			close(g->sp[k][i][1]);
+		}
+}
+
+/* The bug (issue 15): a cancel looked at every wait of every nursery (the
+ * executors' registries, every request and stream): with B's waits
+ * registered, cancelling A visited them all.  Now A's cancel ends A's five
+ * waits, none of B's, and looks at no more than A's. */
+static void test_cancel_visits_only_the_cancelled_nurserys_waits(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	static struct group a, b;
+	_Atomic uint32_t armed = 0;
+	group_start(&b, rt, MAXC, &armed);
+	group_start(&a, rt, 1, &armed);
+	/* A stream this kernel lacks is not armed: count what was. */
+	uint32_t want_a = group_armable(&a), want_b = group_armable(&b);
+	wait_blocked(rt, &armed, want_a + want_b);
+	uint64_t v0 = visits(rt);
+	assert_int_equal(cbcmn_nursery_cancel(a.n), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, a.n), CBCMN_ECANCELED);
+	uint64_t seen = visits(rt) - v0;
+	group_expect(&a, CBCMN_ECANCELED);
+	/* At least the registry waits (sleep, channel), looked at by the
+	 * cancel itself; at most A's own. */
+	if (seen < 2 || seen > want_a)
+		fail_msg("the cancel of a nursery with %u waits looked at %lu", want_a,
+			 (unsigned long)seen);
+	/* B's are all still there, and still blocked. */
+	usleep(20000);
+	group_expect(&b, PENDING); /* the other nursery's: none ended */
+	assert_int_equal(blocked(rt), want_b);
+	assert_int_equal(cbcmn_chan_destroy(a.ch), 0);
+	for (int k = 0; k < W_KINDS; k++) {
+		close(a.sp[k][0][0]);
+		close(a.sp[k][0][1]);
+	}
+	group_end(&b);
+	t_destroy(rt);
+}
+
+/* ---- nested nurseries ---------------------------------------------------------- */
+
+struct nest {
+	cbcmn_chan *ch;
+	_Atomic uint32_t armed;
+	_Atomic(cbcmn_nursery *) inner; /* held for the test's thread */
+	_Atomic uint32_t outer_direct_done, inner_done;
+	_Atomic int64_t inner_result;
+};
+
+static int64_t chan_waiter(cbcmn_cx *cx, void *arg)
+{
+	struct nest *s = arg;
+	int v;
+	atomic_fetch_add(&s->armed, 1);
+	int rc = cbcmn_chan_recv(cx, s->ch, &v);
+	return rc == CBCMN_ECANCELED ? 0 : -EPROTO;
+}
+
+static int64_t outer_direct(cbcmn_cx *cx, void *arg)
+{
+	struct nest *s = arg;
+	int64_t rc = chan_waiter(cx, arg);
+	atomic_fetch_add(&s->outer_direct_done, 1);
+	return rc;
+}
+
+static int64_t inner_waiter(cbcmn_cx *cx, void *arg)
+{
+	struct nest *s = arg;
+	int64_t rc = chan_waiter(cx, arg);
+	atomic_fetch_add(&s->inner_done, 1);
+	return rc;
+}
+
+/* Opens the inner nursery, hands it to the thread, waits in it. */
+static int64_t opener(cbcmn_cx *cx, void *arg)
+{
+	struct nest *s = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -EPROTO;
+	for (int i = 0; i < 3; i++)
+		cbcmn_nursery_spawn(cx, n, inner_waiter, s, NULL);
+	cbcmn_nursery_hold(n);
+	atomic_store(&s->inner, n);
+	atomic_store(&s->inner_result, cbcmn_nursery_await_all(cx, n));
+	/* The inner one was cancelled, not us: we still block, and end with
+	 * the outer's cancel. */
+	return chan_waiter(cx, arg);
+}
+
+/* Cancelling an inner nursery from another thread ends its waits only,
+ * looking at no more; cancelling the outer one then ends the rest, the
+ * waits of the nurseries inside it included, and none of a sibling's. */
+static void test_nested_cancel_walks_only_its_subtree(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct nest s = {0}, other = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &s.ch), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &other.ch), 0);
+	cbcmn_nursery *outer, *side;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &outer), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &side), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(cbcmn_nursery_spawn(NULL, side, chan_waiter, &other, NULL), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(cbcmn_nursery_spawn(NULL, outer, outer_direct, &s, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, outer, opener, &s, NULL), 0);
+	wait_blocked(rt, &other.armed, 8);
+	wait_blocked(rt, &s.armed, 5);
+	/* Both sets armed: blocked() counts them together. */
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (blocked(rt) < 13) {
+		if (t_now_ns() > deadline)
+			fail_msg("13 waits never blocked");
+		usleep(200);
+	}
+	assert_int_equal(blocked(rt), 13);
+
+	uint64_t v0 = visits(rt);
+	cbcmn_nursery *inner = atomic_load(&s.inner);
+	assert_non_null(inner);
+	assert_int_equal(cbcmn_nursery_cancel(inner), 0);
+	deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&s.inner_done) < 3 || atomic_load(&s.armed) < 6 || blocked(rt) < 11) {
+		if (t_now_ns() > deadline)
+			fail_msg("the inner nursery's waits did not end");
+		usleep(200);
+	}
+	cbcmn_nursery_release(inner);
+	assert_int_equal(atomic_load(&s.inner_result), CBCMN_ECANCELED);
+	uint64_t seen = visits(rt) - v0;
+	if (seen > 3)
+		fail_msg("cancelling a nursery with 3 waits looked at %lu", (unsigned long)seen);
+	assert_int_equal(atomic_load(&s.outer_direct_done), 0);
+
+	/* The outer one: its two direct waits and the opener's new one. */
+	v0 = visits(rt);
+	assert_int_equal(cbcmn_nursery_cancel(outer), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, outer), CBCMN_ECANCELED);
+	seen = visits(rt) - v0;
+	if (seen > 3)
+		fail_msg("cancelling a nursery with 3 waits looked at %lu", (unsigned long)seen);
+	assert_int_equal(atomic_load(&s.outer_direct_done), 2);
+	assert_int_equal(blocked(rt), 8); /* the side nursery's, untouched */
+	assert_int_equal(cbcmn_nursery_cancel(side), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, side), CBCMN_ECANCELED);
+	assert_int_equal(cbcmn_chan_destroy(s.ch), 0);
+	assert_int_equal(cbcmn_chan_destroy(other.ch), 0);
+	t_destroy(rt);
+}
+
+/* A chain of nested nurseries, the innermost task blocked: cancelling the
+ * outermost reaches it through every scope between (made when it blocked,
+ * outermost first). */
+#define DEPTH 48
+struct chain {
+	cbcmn_chan *ch;
+	_Atomic uint32_t armed;
+};
+
+struct lvl {
+	struct chain *c;
+	int depth;
+};
+
+static int64_t level(cbcmn_cx *cx, void *arg)
+{
+	struct lvl *l = arg;
+	if (l->depth == DEPTH) {
+		int v;
+		atomic_fetch_add(&l->c->armed, 1);
+		int rc = cbcmn_chan_recv(cx, l->c->ch, &v);
+		return rc == CBCMN_ECANCELED ? 0 : rc ? rc : -EPROTO;
+	}
+	struct lvl next = {l->c, l->depth + 1};
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -EPROTO;
+	int rc = cbcmn_nursery_spawn(cx, n, level, &next, NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	if (rc)
+		return rc;
+	return r == CBCMN_ECANCELED ? 0 : r; /* 0: cancelled through the chain only */
+}
+
+static void test_cancel_reaches_the_innermost_of_deep_nesting(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct chain c = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c.ch), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	struct lvl top = {&c, 0};
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, level, &top, NULL), 0);
+	wait_blocked(rt, &c.armed, 1);
+	uint64_t v0 = visits(rt);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+	assert_int_equal(visits(rt) - v0, 1);
+	assert_int_equal(cbcmn_chan_destroy(c.ch), 0);
+	t_destroy(rt);
+}
+
+
+/* ---- cancel from a thread, racing the events and the nursery's end ----------- */
+
+/* Per round: two recvs, a channel receive, and an inner nursery (opened as
+ * the cancel may walk) whose task recvs too; a thread sends each its
+ * byte or message and cancels the nursery, in either order, and releases
+ * it.  Whatever wins, nothing is lost or got twice (issue 12's rule): a
+ * call that returned CBCMN_ECANCELED left its byte in its socket, its
+ * message in the channel. */
+#define RACE_RECVS 3
+struct race {
+	cbcmn_nursery *n;
+	cbcmn_chan *ch;
+	int sp[RACE_RECVS][2];
+	_Atomic int64_t got[RACE_RECVS + 1]; /* the last: the channel's */
+	_Atomic uint32_t started;
+	uint32_t order;
+};
+
+struct race_arg {
+	struct race *r;
+	int i;
+};
+
+static int64_t race_recv(cbcmn_cx *cx, void *arg)
+{
+	struct race_arg *a = arg;
+	char c;
+	atomic_fetch_add(&a->r->started, 1);
+	atomic_store(&a->r->got[a->i], cbcmn_recv(cx, a->r->sp[a->i][0], &c, 1, 0));
+	return 0;
+}
+
+static int64_t race_chan(cbcmn_cx *cx, void *arg)
+{
+	struct race_arg *a = arg;
+	int v;
+	atomic_fetch_add(&a->r->started, 1);
+	int rc = cbcmn_chan_recv(cx, a->r->ch, &v);
+	atomic_store(&a->r->got[RACE_RECVS], rc == 0 ? 1 : rc);
+	return 0;
+}
+
+static int64_t race_inner(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -EPROTO;
+	cbcmn_nursery_spawn(cx, n, race_recv, arg, NULL); /* refused once cancelled */
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void *race_thread(void *arg)
+{
+	struct race *r = arg;
+	int v = 7;
+	/* Let some of the tasks block, not always all. */
+	while (atomic_load(&r->started) < r->order % (RACE_RECVS + 2))
+		sched_yield();
+	if (r->order % 2)
+		cbcmn_nursery_cancel(r->n);
+	for (int i = 0; i < RACE_RECVS; i++)
+		if (write(r->sp[i][1], "x", 1) != 1)
+			abort();
+	cbcmn_chan_try_send(NULL, r->ch, &v);
+	if (!(r->order % 2))
+		cbcmn_nursery_cancel(r->n); /* 0, or -ESRCH once await_all is over */
+	cbcmn_nursery_release(r->n);
+	return NULL;
+}
+
+static void test_cancel_from_thread_racing_events_loses_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	uint32_t rounds = T_SCALE(100);
+	for (uint32_t round = 0; round < rounds; round++) {
+		struct race r = {.order = round};
+		struct race_arg a[RACE_RECVS + 1];
+		assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &r.ch), 0);
+		for (int i = 0; i <= RACE_RECVS; i++) {
+			a[i] = (struct race_arg){&r, i};
+			atomic_store(&r.got[i], PENDING);
+			if (i < RACE_RECVS)
+				assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, r.sp[i]), 0);
+		}
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &r.n), 0);
+		assert_int_equal(cbcmn_nursery_hold(r.n), 0);
+		cbcmn_nursery_spawn(NULL, r.n, race_recv, &a[0], NULL);
+		cbcmn_nursery_spawn(NULL, r.n, race_recv, &a[1], NULL);
+		cbcmn_nursery_spawn(NULL, r.n, race_inner, &a[2], NULL);
+		cbcmn_nursery_spawn(NULL, r.n, race_chan, &a[3], NULL);
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, race_thread, &r), 0);
+		int64_t res = cbcmn_nursery_await_all(NULL, r.n);
+		assert_true(res == 0 || res == CBCMN_ECANCELED);
+		assert_int_equal(pthread_join(th, NULL), 0);
+		for (int i = 0; i <= RACE_RECVS; i++) {
+			int64_t got = atomic_load(&r.got[i]);
+			char c;
+			int v;
+			int left = i < RACE_RECVS ? (recv(r.sp[i][0], &c, 1, MSG_DONTWAIT) == 1)
+						  : (cbcmn_chan_try_recv(NULL, r.ch, &v) == 0);
+			/* A task cancelled before it started never runs (the
+			 * inner recv may not even be spawned): its byte stays. */
+			if (got == PENDING && left)
+				continue;
+			if (!((got == 1 && !left) || (got == CBCMN_ECANCELED && left)))
+				fail_msg("round %u wait %d: got %ld, left %d", round, i, (long)got, left);
+		}
+		for (int i = 0; i < RACE_RECVS; i++)
+			close(r.sp[i][0]), close(r.sp[i][1]);
+		assert_int_equal(cbcmn_chan_destroy(r.ch), 0);
+	}
+	t_destroy(rt);
+}
+
+/* ---- no memory for a scope ------------------------------------------------------ */
+
+struct nomem {
+	cbcmn_chan *ch;
+	_Atomic uint32_t started, go, armed, ended;
+};
+
+static int64_t nomem_waiter(cbcmn_cx *cx, void *arg)
+{
+	struct nomem *m = arg;
+	int v;
+	atomic_fetch_add(&m->started, 1);
+	while (!atomic_load(&m->go))
+		cbcmn_yield(cx);
+	atomic_fetch_add(&m->armed, 1);
+	int rc = cbcmn_chan_recv(cx, m->ch, &v);
+	atomic_fetch_add(&m->ended, 1);
+	return rc == CBCMN_ECANCELED ? 0 : -EPROTO;
+}
+
+/* A nursery whose scope could not be allocated: its waits go to the
+ * runtime's fallback scope, which every cancel visits, checking each
+ * wait's task: a cancel of it still ends them, and a cancel of another
+ * nursery does not. */
+static void test_waits_without_a_scope_are_still_cancelled(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan all = {.nth = 1, .every = 1, .err = -ENOMEM};
+	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &all))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	cbcmn__fault_disarm_all();
+	cbcmn_runtime *rt = t_runtime(2);
+	struct nomem a = {0}, b = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &a.ch), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &b.ch), 0);
+	cbcmn_nursery *na, *nb;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &na), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &nb), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(cbcmn_nursery_spawn(NULL, na, nomem_waiter, &a, NULL), 0);
+		assert_int_equal(cbcmn_nursery_spawn(NULL, nb, nomem_waiter, &b, NULL), 0);
+	}
+	/* Every allocation fails while the six, started (their stacks
+	 * taken), block: none of them needs one but their nurseries' scopes. */
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&a.started) + atomic_load(&b.started) < 6) {
+		if (t_now_ns() > deadline)
+			fail_msg("the waiters did not start");
+		usleep(200);
+	}
+	cbcmn__fault_arm(CBCMN__F_MALLOC, &all);
+	atomic_store(&a.go, 1);
+	atomic_store(&b.go, 1);
+	deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&a.armed) + atomic_load(&b.armed) < 6 || blocked(rt) < 6) {
+		if (t_now_ns() > deadline)
+			fail_msg("the waiters did not block: %u armed, %lu blocked, %lu failed allocations",
+				 atomic_load(&a.armed) + atomic_load(&b.armed), (unsigned long)blocked(rt),
+				 (unsigned long)cbcmn__fault_fails(CBCMN__F_MALLOC));
+		usleep(200);
+	}
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MALLOC);
+	cbcmn__fault_disarm_all();
+	assert_true(fails >= 2); /* both nurseries' scopes */
+	assert_int_equal(cbcmn_nursery_cancel(na), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, na), CBCMN_ECANCELED);
+	assert_int_equal(atomic_load(&a.ended), 3);
+	usleep(20000);
+	assert_int_equal(atomic_load(&b.ended), 0);
+	assert_int_equal(blocked(rt), 3);
+	assert_int_equal(cbcmn_nursery_cancel(nb), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, nb), CBCMN_ECANCELED);
+	assert_int_equal(atomic_load(&b.ended), 3);
+	assert_int_equal(cbcmn_chan_destroy(a.ch), 0);
+	assert_int_equal(cbcmn_chan_destroy(b.ch), 0);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cancel_visits_only_the_cancelled_nurserys_waits),
+		cmocka_unit_test(test_nested_cancel_walks_only_its_subtree),
+		cmocka_unit_test(test_cancel_reaches_the_innermost_of_deep_nesting),
+		cmocka_unit_test(test_cancel_from_thread_racing_events_loses_nothing),
+		cmocka_unit_test(test_waits_without_a_scope_are_still_cancelled),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
