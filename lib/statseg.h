@@ -67,6 +67,14 @@ struct cbcmn__seg_actors {
 	_Atomic int64_t receiving; /* of those, blocked in cbcmn_actor_receive() */
 	_Atomic int64_t halting;   /* in their halt */
 	_Atomic int64_t mailbox;   /* messages in their mailboxes */
+	/* The executor's wheel load (actor_sched.c; seed 003 "Load
+	 * statistics"), written by the executor only: 1000 = the wheel turns
+	 * at its nominal rate.  While the wheel is empty, idle_since is the
+	 * start of the turn under way and readers decay the load by 7/8 per
+	 * nominal turn since (0: not empty).  Within the line the gauges
+	 * already take: the slot's layout does not change, and a segment of
+	 * a library without a wheel reads 0. */
+	_Atomic uint64_t load_milli, load_idle_since, load_nominal_ns;
 };
 
 /* One executor's slot: four groups, each on lines of its own, since they

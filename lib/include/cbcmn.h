@@ -860,6 +860,15 @@ typedef struct cbcmn_executor_stats {
 	uint64_t actors_receiving; /* ... of the waiting, blocked in cbcmn_actor_receive() */
 	uint64_t actors_halting;  /* ... halting (their halt runs) */
 	uint64_t mailbox_depth;   /* messages waiting in their mailboxes (DOWN excluded) */
+	/* The load of its actor wheel (seed 003: 1 / wheel turn rate), in
+	 * thousandths: 1000 = a turn of the wheel takes its nominal time (64
+	 * quanta at the measured time of a quantum), so every runnable actor
+	 * gets its whole quantum each turn; 2000 = turns take twice that,
+	 * each actor gets half what it asks for; below 1000 = slack.  An
+	 * average over the last 8 turns; it decays while no actor is ready.
+	 * 0 on an executor that never ran an actor.  In cbcmn_stats.total:
+	 * the largest. */
+	uint64_t actor_load_milli;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */
