@@ -719,16 +719,17 @@ local_slot:
 }
 
 /* find_local(), with actors (docs/ACTORS.md "Scheduling"): an actor task
- * found in any queue goes to this executor's wheel, which takes turns
- * with the other sources, one pick each while both have work. */
+ * found in a queue goes to this executor's wheel, which takes turns with
+ * the other sources, one pick each while both have work.  One task out of
+ * the queues per pick: the actors still queued stay stealable. */
 static struct cbcmn_task *pick(struct cbcmn__exec *e)
 {
 	struct cbcmn_task *t;
 	if (__builtin_expect(e->wheel != NULL, 0) && (t = cbcmn__actor_turn(e)))
 		return t;
-	while ((t = find_local(e)) && __builtin_expect(cbcmn__is_actor_task(t), 0) &&
-	       cbcmn__actor_admit(e, t))
-		;
+	if ((t = find_local(e)) && __builtin_expect(cbcmn__is_actor_task(t), 0) &&
+	    cbcmn__actor_admit(e, t))
+		t = NULL; /* on the wheel: the wheel's next runs */
 	return __builtin_expect(e->wheel != NULL, 0) ? cbcmn__actor_after(e, t) : t;
 }
 

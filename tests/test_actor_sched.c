@@ -277,6 +277,57 @@ static void test_checkpointing_actors_on_the_wheel_are_cancelled(void **state)
 	t_destroy(rt);
 }
 
+
+/* ---- spawned actors stay stealable until an executor picks them ---- */
+
+struct steal {
+	_Atomic int started, bad;
+	_Atomic int stop;
+};
+
+/* The first to start spins, without a checkpoint, until another actor
+ * starts: only another executor can start one meanwhile, by stealing it
+ * from the spawner's queue. */
+static int64_t spin_until_stolen(cbcmn_cx *cx, void *arg)
+{
+	struct steal *st = arg;
+	if (atomic_fetch_add(&st->started, 1) == 0) {
+		uint64_t end = t_now_ns() + T_STALL_NS;
+		while (atomic_load(&st->started) < 2)
+			if (t_now_ns() > end) {
+				atomic_store(&st->bad, 1); /* none was left to steal */
+				break;
+			}
+	}
+	while (!atomic_load(&st->stop))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t steal_main(cbcmn_cx *cx, void *arg)
+{
+	struct steal *st = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref r;
+	for (int i = 0; i < HOGS; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, spin_until_stolen, st, NULL, &r) == 0);
+	while (atomic_load(&st->started) < 2 && !atomic_load(&st->bad))
+		cbcmn_yield(cx);
+	atomic_store(&st->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_spawned_actors_stay_stealable_until_picked(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct steal st = {0};
+	t_run(rt, steal_main, &st, 0);
+	assert_int_equal(atomic_load(&st.bad), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -285,6 +336,7 @@ int main(void)
 		T(test_busy_nursery_tasks_do_not_starve_actors),
 		T(test_wheel_load_published_then_decays_when_empty),
 		T(test_checkpointing_actors_on_the_wheel_are_cancelled),
+		T(test_spawned_actors_stay_stealable_until_picked),
 	};
 	return cmocka_run_group_tests_name("actor_sched", tests, NULL, NULL);
 }
