@@ -337,7 +337,7 @@ void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
 		cbcmn__mutex_unlock(&a->lock);
 	}
 	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
-	cbcmn__actor_run_begin(a, t);
+	cbcmn__actor_run_begin(e, a, t);
 }
 
 /* ---- public calls ------------------------------------------------------- */

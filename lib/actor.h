@@ -163,7 +163,8 @@ static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, 
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
 
 /* actor_sched.c: actor task t begins a run (its quantum left, the clock). */
-void cbcmn__actor_run_begin(struct cbcmn__actor *a, const struct cbcmn_task *t);
+void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
+			    const struct cbcmn_task *t);
 
 /* actor_mbox.c (all under the slot lock unless said) */
 /* Claim every waiting sender with result (they return it, message not

@@ -24,6 +24,10 @@ struct cbcmn__awheel {
 	bool wheel_next;      /* a plain task was picked last: the wheel's turn */
 	bool idle_published;  /* the wheel is empty, and readers were told */
 	uint64_t turns_published;
+	/* The actor take() just returned, and the clock it read: that run's
+	 * start (run_begin() reads the clock only for other runs). */
+	struct cbcmn__actor *picked;
+	uint64_t picked_ns;
 };
 
 static uint64_t clock_ns(void)
@@ -77,17 +81,18 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 	aw->wheel_next = false;
 	aw->idle_published = true;
 	aw->turns_published = 0;
+	aw->picked = NULL;
 	e->wheel = aw;
 	return aw;
 }
 
-/* A node is about to enter aw's wheel at now: an empty wheel first counts
- * the time it stood empty as idle turns. */
+/* A node is about to enter aw's wheel (now: the clock, 0 if not read yet):
+ * an empty wheel first counts the time it stood empty as idle turns. */
 static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t now)
 {
 	if (cbcmn__wheel_ready(&aw->w))
 		return;
-	cbcmn__wheel_idle(&aw->w, now);
+	cbcmn__wheel_idle(&aw->w, now ? now : clock_ns());
 	publish(e, aw, false);
 }
 
@@ -95,7 +100,8 @@ static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t n
 static struct cbcmn_task *take(struct cbcmn__exec *e, struct cbcmn__awheel *aw)
 {
 	uint32_t q;
-	struct cbcmn__wheel_node *n = cbcmn__wheel_pick(&aw->w, clock_ns(), &q);
+	uint64_t now = clock_ns();
+	struct cbcmn__wheel_node *n = cbcmn__wheel_pick(&aw->w, now, &q);
 	if (!n) {
 		if (!aw->idle_published)
 			publish(e, aw, true);
@@ -104,7 +110,9 @@ static struct cbcmn_task *take(struct cbcmn__exec *e, struct cbcmn__awheel *aw)
 	if (aw->w.turns != aw->turns_published)
 		publish(e, aw, false);
 	aw->wheel_next = false;
-	return node_actor(n)->task;
+	aw->picked = node_actor(n);
+	aw->picked_ns = now;
+	return aw->picked->task;
 }
 
 struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e)
@@ -121,7 +129,7 @@ bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
 	if (!aw)
 		return false;
 	struct cbcmn__actor *a = t->arg;
-	entering(e, aw, clock_ns());
+	entering(e, aw, 0);
 	a->task = t;
 	if (a->park_exec == e->id + 1)
 		cbcmn__wheel_woken(&aw->w, &a->wn, a->park_due, a->park_left);
@@ -141,10 +149,17 @@ struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *
 	return take(e, aw);
 }
 
-void cbcmn__actor_run_begin(struct cbcmn__actor *a, const struct cbcmn_task *t)
+void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
+			    const struct cbcmn_task *t)
 {
+	struct cbcmn__awheel *aw = e->wheel;
 	a->run_left = quantum_left(t);
-	a->run_t0 = clock_ns();
+	if (aw && aw->picked == a) {
+		a->run_t0 = aw->picked_ns; /* just read by the pick */
+		aw->picked = NULL;
+	} else {
+		a->run_t0 = clock_ns();
+	}
 }
 
 /* What a's run that ends now used of its quantum, and how long it took
