@@ -67,14 +67,27 @@ static int64_t plain_counter(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Open a nursery and spawn HOGS actors fn(arg) in it (their references to
+ * refs, if given); NULL if any step failed. */
+static cbcmn_nursery *spawn_hogs(cbcmn_cx *cx, cbcmn_actor_fn fn, void *arg,
+				 cbcmn_actor_ref *refs)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r;
+	if (open_n(cx, &n) != 0)
+		return NULL;
+	for (int i = 0; i < HOGS; i++)
+		if (cbcmn_actor_spawn(cx, n, fn, arg, NULL, refs ? &refs[i] : &r) != 0)
+			return NULL;
+	return n;
+}
+
 static int64_t hogs_main(cbcmn_cx *cx, void *arg)
 {
 	struct share *s = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_ref r;
-	for (int i = 0; i < HOGS; i++)
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, hog, s, NULL, &r) == 0);
+	cbcmn_nursery *n = spawn_hogs(cx, hog, s, NULL);
+	if (!n)
+		return -1; /* spawn_hogs() failed */
 	while (atomic_load(&s->hogs_running) < HOGS)
 		cbcmn_yield(cx);
 	/* Every hog is on the wheel now: a plain task must still get its
@@ -186,11 +199,9 @@ static void test_busy_nursery_tasks_do_not_starve_actors(void **state)
 static int64_t hogs_then_idle(cbcmn_cx *cx, void *arg)
 {
 	struct share *s = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_ref r;
-	for (int i = 0; i < HOGS; i++)
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, hog, s, NULL, &r) == 0);
+	cbcmn_nursery *n = spawn_hogs(cx, hog, s, NULL);
+	if (!n)
+		return -1; /* spawn_hogs() failed */
 	while (load0(s->rt) == 0)
 		cbcmn_yield(cx);
 	atomic_store(&s->stop, 1);
@@ -249,9 +260,8 @@ static int64_t cancel_main(cbcmn_cx *cx, void *arg)
 	struct downs *d = arg;
 	cbcmn_nursery *outer, *inner;
 	TASK_CHECK(open_n(cx, &outer) == 0);
-	TASK_CHECK(open_n(cx, &inner) == 0);
-	for (int i = 0; i < HOGS; i++)
-		TASK_CHECK(cbcmn_actor_spawn(cx, inner, hog, &d->s, NULL, &d->hogs[i]) == 0);
+	if (!(inner = spawn_hogs(cx, hog, &d->s, d->hogs)))
+		return -1;
 	cbcmn_actor_ref w;
 	TASK_CHECK(cbcmn_actor_spawn(cx, outer, down_counter, d, NULL, &w) == 0);
 	while (atomic_load(&d->s.hogs_running) < HOGS || !atomic_load(&d->ready))
@@ -307,11 +317,9 @@ static int64_t spin_until_stolen(cbcmn_cx *cx, void *arg)
 static int64_t steal_main(cbcmn_cx *cx, void *arg)
 {
 	struct steal *st = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_ref r;
-	for (int i = 0; i < HOGS; i++)
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, spin_until_stolen, st, NULL, &r) == 0);
+	cbcmn_nursery *n = spawn_hogs(cx, spin_until_stolen, st, NULL);
+	if (!n)
+		return -1; /* spawn_hogs() failed */
 	while (atomic_load(&st->started) < 2 && !atomic_load(&st->bad))
 		cbcmn_yield(cx);
 	atomic_store(&st->stop, 1);
