@@ -387,6 +387,8 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	a->stop_reason = 0;
 	a->wn.where = CBCMN__WN_NONE;
 	a->park_exec = 0; /* a new actor enters a wheel as new */
+	a->migrated = false;
+	a->moved_ns = 0;
 	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;

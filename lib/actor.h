@@ -91,6 +91,8 @@ struct cbcmn__actor {
 	uint64_t park_due;             /* that wheel's position it is due at */
 	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
 	uint64_t run_t0;               /* the clock then */
+	bool migrated;                 /* handed over: enters its new wheel N forward */
+	uint64_t moved_ns;             /* when it was last handed over (cooldown) */
 };
 
 #define CBCMN__ACTOR_CHUNK_SHIFT 10u

@@ -17,7 +17,16 @@
 
 #include "actor.h"
 #include "fault.h"
+#include "rng.h"
 #include "statseg.h"
+
+/* Migration (docs/ACTORS.md "Migration"): look every MIGRATE_EVERY-th
+ * full-quantum yield; move when our load is above nominal and more than
+ * 5/4 of the other's; at most one move per turn of our wheel, and an
+ * actor moved rests MIGRATE_REST nominal turns before it moves again. */
+#define MIGRATE_EVERY 8u
+#define MIGRATE_MIN_LOAD 1000u
+#define MIGRATE_REST 4u
 
 struct cbcmn__awheel {
 	struct cbcmn__wheel w;
@@ -28,6 +37,8 @@ struct cbcmn__awheel {
 	 * start (run_begin() reads the clock only for other runs). */
 	struct cbcmn__actor *picked;
 	uint64_t picked_ns;
+	uint32_t yields;          /* full-quantum yields, for MIGRATE_EVERY */
+	uint64_t moved_turn;      /* turns + 1 at our last hand-over; 0: none */
 };
 
 static uint64_t clock_ns(void)
@@ -82,6 +93,8 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 	aw->idle_published = true;
 	aw->turns_published = 0;
 	aw->picked = NULL;
+	aw->yields = 0;
+	aw->moved_turn = 0;
 	e->wheel = aw;
 	return aw;
 }
@@ -131,11 +144,14 @@ bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
 	struct cbcmn__actor *a = t->arg;
 	entering(e, aw, 0);
 	a->task = t;
-	if (a->park_exec == e->id + 1)
+	if (a->migrated)
+		cbcmn__wheel_ran(&aw->w, &a->wn, aw->w.quantum); /* seed: N forward */
+	else if (a->park_exec == e->id + 1)
 		cbcmn__wheel_woken(&aw->w, &a->wn, a->park_due, a->park_left);
 	else
 		cbcmn__wheel_ran(&aw->w, &a->wn, 0); /* new, or from elsewhere: next segment */
 	a->park_exec = 0;
+	a->migrated = false;
 	return true;
 }
 
@@ -181,6 +197,46 @@ static uint32_t run_end(struct cbcmn__awheel *aw, struct cbcmn__actor *a,
 	return (uint32_t)used;
 }
 
+/* Actor task t just used its whole quantum on e (seed 003 "Actor
+ * migration", the first case): hand it to a random other executor if ours
+ * is overloaded against it.  True: it is on its way there. */
+static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		    struct cbcmn_task *t, uint64_t now)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint32_t nlive = cbcmn__nlive(rt);
+	/* Pinned actors never move; the lab's runs must repeat. */
+	if (++aw->yields % MIGRATE_EVERY || nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED))
+		return false;
+	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
+	if (self <= MIGRATE_MIN_LOAD || aw->moved_turn == aw->w.turns + 1 ||
+	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
+		return false;
+	/* One executor at random (the lookup array, seed 003). */
+	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
+	struct cbcmn__exec *o = rt->exec[id >= e->id ? id + 1 : id];
+	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING)
+		return false;
+	uint64_t other = cbcmn__seg_actor_load(&o->ss->act, now);
+	if (self * 4 <= other * 5)
+		return false; /* within a quarter: no move (hysteresis) */
+	/* Its owner from now on, so that the wake there does not send it
+	 * back home (cbcmn__schedule()); a ready task in flight is read by
+	 * no one else, and the lane orders these writes before its taker. */
+	a->migrated = true;
+	a->moved_ns = now;
+	a->park_exec = 0;
+	t->exec = o;
+	if (cbcmn__xmsg_send(e, o->id, CBCMN__XM_WAKE, t, NULL, NULL) != 0) {
+		t->exec = e; /* the lane is full: it stays */
+		a->migrated = false;
+		return false;
+	}
+	aw->moved_turn = aw->w.turns + 1;
+	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
+	return true;
+}
+
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	struct cbcmn__awheel *aw = wheel_get(e);
@@ -189,6 +245,8 @@ bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
 	struct cbcmn__actor *a = t->arg;
 	uint64_t now = clock_ns();
 	run_end(aw, a, t, now);
+	if (migrate(e, aw, a, t, now))
+		return true;
 	entering(e, aw, now);
 	a->task = t;
 	a->park_exec = 0;

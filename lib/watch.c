@@ -144,32 +144,14 @@ static uint64_t gauge(const _Atomic int64_t *g)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
-/* An executor's wheel load (actor_sched.c): as published, decayed by 7/8
- * per nominal turn the wheel has stood empty (what the wheel itself does
- * when it is next used: an executor parked with no actor never publishes
- * again). */
-static uint64_t actor_load(const struct cbcmn__seg_actors *a)
-{
-	uint64_t v = atomic_load_explicit(&a->load_milli, memory_order_relaxed);
-	uint64_t since = atomic_load_explicit(&a->load_idle_since, memory_order_relaxed);
-	uint64_t nominal = atomic_load_explicit(&a->load_nominal_ns, memory_order_relaxed);
-	if (!since || !nominal)
-		return v;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	uint64_t k = now > since ? (now - since) / nominal : 0;
-	if (k >= 512)
-		return 0; /* (7/8)^512 of anything is nothing */
-	while (k-- && v)
-		v = v * 7 / 8;
-	return v;
-}
-
 /* The actor gauges of a slot; runnable is what no other state holds. */
 static void actor_fill(const struct cbcmn__seg_actors *a, cbcmn_executor_stats *e)
 {
-	e->actor_load_milli = actor_load(a);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	e->actor_load_milli =
+		cbcmn__seg_actor_load(a, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+	e->actor_migrations = atomic_load_explicit(&a->migrations, memory_order_relaxed);
 	e->actors = gauge(&a->live);
 	e->actors_running = gauge(&a->running);
 	e->actors_waiting = gauge(&a->waiting);
@@ -259,6 +241,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->actors_receiving += e.actors_receiving;
 		tot->actors_halting += e.actors_halting;
 		tot->mailbox_depth += e.mailbox_depth;
+		tot->actor_migrations += e.actor_migrations;
 		if (e.actor_load_milli > tot->actor_load_milli)
 			tot->actor_load_milli = e.actor_load_milli; /* the largest */
 		if (e.avg_task_ns > tot->avg_task_ns)

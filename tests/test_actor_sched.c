@@ -336,6 +336,74 @@ static void test_spawned_actors_stay_stealable_until_picked(void **state)
 	t_destroy(rt);
 }
 
+/* ---- migration: an overloaded executor sheds actors to an idle one ---- */
+
+#define SHED_HOGS 32 /* 4 runs a turn each: twice the nominal turn */
+
+struct shed {
+	_Atomic int started, stop, spinning, on1;
+};
+
+static int64_t shed_hog(cbcmn_cx *cx, void *arg)
+{
+	struct shed *sh = arg;
+	atomic_fetch_add(&sh->started, 1);
+	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+		CBCMN_CHECKPOINT(cx);
+		if (cbcmn_cx_executor(cx) == 1)
+			atomic_store_explicit(&sh->on1, 1, memory_order_relaxed);
+	}
+	return 0;
+}
+
+/* Holds executor 1 (no checkpoint: it steals nothing meanwhile) until
+ * every hog has started on executor 0's wheel. */
+static int64_t hold_exec1(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct shed *sh = arg;
+	atomic_store(&sh->spinning, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&sh->started) < SHED_HOGS && t_now_ns() < end)
+		;
+	return 0;
+}
+
+static int64_t shed_boss(cbcmn_cx *cx, void *arg)
+{
+	struct shed *sh = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *t;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, hold_exec1, sh, &t) == 0);
+	while (!atomic_load(&sh->spinning))
+		cbcmn_yield(cx);
+	cbcmn_actor_ref r;
+	for (int i = 0; i < SHED_HOGS; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, shed_hog, sh, NULL, &r) == 0);
+	/* Executor 1 is free again, with no actor: only a migration puts a
+	 * hog there (a hang here: none came; the watchdog names the test). */
+	while (!atomic_load(&sh->on1))
+		cbcmn_yield(cx);
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 2) == 0);
+	TASK_CHECK(per[0].actor_migrations > 0);
+	atomic_store(&sh->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_overloaded_executor_sheds_actors_to_an_idle_one(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct shed sh = {0};
+	assert_int_equal(t_run_pinned(rt, 0, shed_boss, &sh), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&sh.started), SHED_HOGS);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -345,6 +413,7 @@ int main(void)
 		T(test_wheel_load_published_then_decays_when_empty),
 		T(test_checkpointing_actors_on_the_wheel_are_cancelled),
 		T(test_spawned_actors_stay_stealable_until_picked),
+		T(test_overloaded_executor_sheds_actors_to_an_idle_one),
 	};
 	return cmocka_run_group_tests_name("actor_sched", tests, NULL, NULL);
 }

@@ -869,6 +869,9 @@ typedef struct cbcmn_executor_stats {
 	 * 0 on an executor that never ran an actor.  In cbcmn_stats.total:
 	 * the largest. */
 	uint64_t actor_load_milli;
+	/* Actors it handed over to a less loaded executor (docs/ACTORS.md,
+	 * "Migration"). */
+	uint64_t actor_migrations;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */
