@@ -404,6 +404,30 @@ static void test_overloaded_executor_sheds_actors_to_an_idle_one(void **state)
 	t_destroy(rt);
 }
 
+/* ---- destroy with actors on a wheel: refused, then everything freed ---- */
+
+static void test_destroy_with_actors_on_a_wheel_is_ebusy_then_frees(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct share s = {.rt = rt};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	cbcmn_actor_ref r;
+	for (int i = 0; i < HOGS; i++)
+		assert_int_equal(cbcmn_actor_spawn(NULL, n, hog, &s, NULL, &r), 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&s.hogs_running) < HOGS && t_now_ns() < end)
+		usleep(1000);
+	assert_int_equal(atomic_load(&s.hogs_running), HOGS);
+	/* The hogs are on the executors' wheels: nothing is freed under them. */
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	atomic_store(&s.stop, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(atomic_load(&s.hogs_ended), HOGS);
+	t_destroy(rt); /* the wheels go with their executors (ASan: no leak) */
+}
+
 int main(void)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -414,6 +438,7 @@ int main(void)
 		T(test_checkpointing_actors_on_the_wheel_are_cancelled),
 		T(test_spawned_actors_stay_stealable_until_picked),
 		T(test_overloaded_executor_sheds_actors_to_an_idle_one),
+		T(test_destroy_with_actors_on_a_wheel_is_ebusy_then_frees),
 	};
 	return cmocka_run_group_tests_name("actor_sched", tests, NULL, NULL);
 }
