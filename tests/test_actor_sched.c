@@ -373,9 +373,8 @@ static int64_t shed_boss(cbcmn_cx *cx, void *arg)
 {
 	struct shed *sh = arg;
 	cbcmn_nursery *n;
-	cbcmn_task *t;
 	TASK_CHECK(open_n(cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, hold_exec1, sh, &t) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, hold_exec1, sh, NULL) == 0);
 	while (!atomic_load(&sh->spinning))
 		cbcmn_yield(cx);
 	cbcmn_actor_ref r;
