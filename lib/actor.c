@@ -337,6 +337,7 @@ void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
 		cbcmn__mutex_unlock(&a->lock);
 	}
 	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
+	cbcmn__actor_run_begin(e, a, t);
 }
 
 /* ---- public calls ------------------------------------------------------- */
@@ -384,6 +385,10 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	a->drop = opts ? opts->drop : NULL;
 	a->stopping = false;
 	a->stop_reason = 0;
+	a->wn.where = CBCMN__WN_NONE;
+	a->park_exec = 0; /* a new actor enters a wheel as new */
+	a->migrated = false;
+	a->moved_ns = 0;
 	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;

@@ -15,6 +15,7 @@
 #define CBCMN_ACTOR_INT_H
 
 #include "cbcmn_actor.h"
+#include "actor_wheel.h"
 #include "runtime.h"
 #include "waitq.h"
 
@@ -79,6 +80,19 @@ struct cbcmn__actor {
 	struct cbcmn__link *links;                /* actors linked with it */
 	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
 	struct cbcmn__actor *free_next;           /* the table's free list */
+	/* Scheduling (actor_sched.c), no lock: written only by the executor
+	 * that runs it or holds it on its wheel, handed from one to the next
+	 * with its task (the queues, the lanes and the wake CAS order them as
+	 * they order the task's own fields). */
+	struct cbcmn__wheel_node wn;   /* on that executor's wheel, or NONE */
+	struct cbcmn_task *task;       /* its task, while wn is on a wheel */
+	uint32_t park_exec;            /* id + 1 of the wheel it blocked on; 0: none */
+	uint32_t park_left;            /* the quantum it kept then */
+	uint64_t park_due;             /* that wheel's position it is due at */
+	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
+	uint64_t run_t0;               /* the clock then */
+	bool migrated;                 /* handed over: enters its new wheel N forward */
+	uint64_t moved_ns;             /* when it was last handed over (cooldown) */
 };
 
 #define CBCMN__ACTOR_CHUNK_SHIFT 10u
@@ -149,6 +163,10 @@ static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, 
 }
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
+
+/* actor_sched.c: actor task t begins a run (its quantum left, the clock). */
+void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
+			    const struct cbcmn_task *t);
 
 /* actor_mbox.c (all under the slot lock unless said) */
 /* Claim every waiting sender with result (they return it, message not

@@ -2,8 +2,8 @@
  *
  * Owner-only: every call comes from the executor that owns the wheel, so
  * nothing here locks.  The rules are the seed's (003, "Scheduling actors")
- * as docs/ACTORS.md decides them; the hook that feeds the executor's pick
- * from here is the next step of stage 3 (docs/ACTORS.md "Staged plan").
+ * as docs/ACTORS.md decides them; actor_sched.c feeds the executor's pick
+ * from here.
  */
 #include <string.h>
 
@@ -76,7 +76,7 @@ static void load_sample(struct cbcmn__wheel *w, uint64_t turn_ns)
 /* The wheel is empty: the time since the last turn ended counts as idle
  * turns of nominal length, each a sample of 0 (seed: load falls as the
  * executor idles, with no timer to say so). */
-static void load_idle(struct cbcmn__wheel *w, uint64_t now)
+void cbcmn__wheel_idle(struct cbcmn__wheel *w, uint64_t now)
 {
 	uint64_t nominal = nominal_turn(w);
 	if (!nominal || now < w->turn_start || now - w->turn_start < nominal)
@@ -110,43 +110,47 @@ uint32_t cbcmn__wheel_forward(const struct cbcmn__wheel *w, uint32_t used)
 	return f ? f : 1;
 }
 
-void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, bool runnable,
-		      uint32_t used, uint64_t ns)
+void cbcmn__wheel_timed(struct cbcmn__wheel *w, uint32_t used, uint64_t ns)
 {
-	if (used) {
-		/* What a whole quantum takes, from this run's pace. */
-		uint64_t est = ns / used * w->quantum + ns % used * w->quantum / used;
-		w->quantum_ns = w->quantum_ns ? w->quantum_ns - w->quantum_ns / 8 + est / 8 : est;
-	}
-	uint32_t s = (w->cur + cbcmn__wheel_forward(w, used)) % SEGS;
+	if (!used)
+		return;
+	/* What a whole quantum takes, from this run's pace. */
+	uint64_t est = ns / used * w->quantum + ns % used * w->quantum / used;
+	w->quantum_ns = w->quantum_ns ? w->quantum_ns - w->quantum_ns / 8 + est / 8 : est;
+}
+
+/* Into segment s's list l (its runnable queue or its idle set). */
+static void seg_put(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint32_t s,
+		    uint32_t where)
+{
 	n->seg = s;
-	n->woken = false;
-	if (runnable) {
-		n->left = w->quantum;
-		n->where = CBCMN__WN_RUN;
-		l_push(&w->seg[s].run, n);
-	} else {
-		uint32_t left = used < w->quantum ? w->quantum - used : 0;
-		n->left = left ? left : w->quantum; /* all used: a new one next turn */
-		n->where = CBCMN__WN_IDLE;
-		l_push(&w->seg[s].idle, n);
-	}
+	n->where = where;
+	l_push(where == CBCMN__WN_RUN ? &w->seg[s].run : &w->seg[s].idle, n);
 	w->busy |= 1ull << s;
 }
 
-bool cbcmn__wheel_wake(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n)
+void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint32_t used)
 {
-	switch (n->where) {
-	case CBCMN__WN_IDLE:
-		n->woken = true; /* runs when its segment comes, first there */
-		return true;
-	case CBCMN__WN_IDLESET:
-		l_del(&w->idle, n);
+	n->left = w->quantum;
+	seg_put(w, n, (w->cur + cbcmn__wheel_forward(w, used)) % SEGS, CBCMN__WN_RUN);
+}
+
+uint64_t cbcmn__wheel_parked(const struct cbcmn__wheel *w, uint32_t used)
+{
+	return w->pos + cbcmn__wheel_forward(w, used);
+}
+
+void cbcmn__wheel_woken(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint64_t due,
+			uint32_t left)
+{
+	n->left = left && left <= w->quantum ? left : w->quantum; /* all used: a new one */
+	/* Ahead by at most N < S segments (cbcmn__wheel_parked()): due % S is
+	 * a segment not yet turned to in this turn or the next. */
+	if (due > w->pos && due - w->pos < SEGS) {
+		seg_put(w, n, (uint32_t)(due % SEGS), CBCMN__WN_IDLE);
+	} else {
 		n->where = CBCMN__WN_FIRST;
 		l_push(&w->first, n);
-		return true;
-	default:
-		return false;
 	}
 }
 
@@ -161,36 +165,25 @@ void cbcmn__wheel_remove(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n)
 		l_del(&w->seg[n->seg].idle, n);
 		seg_settle(w, n->seg);
 		break;
-	case CBCMN__WN_IDLESET:
-		l_del(&w->idle, n);
-		break;
 	case CBCMN__WN_FIRST:
 		l_del(&w->first, n);
 		break;
 	}
 	n->where = CBCMN__WN_NONE;
-	n->woken = false;
 }
 
-/* Turn to segment s: its woken idle nodes are due first, the others join
- * the executor's idle set. */
+/* Turn to segment s: its idle nodes (all woken: a blocked node is not on
+ * the wheel) are due, first of all. */
 static void turn_to(struct cbcmn__wheel *w, uint32_t s)
 {
 	struct cbcmn__wheel_node *n;
 	w->cur = s;
 	while ((n = l_pop(&w->seg[s].idle))) {
-		if (n->woken) {
-			n->woken = false;
-			n->where = CBCMN__WN_FIRST;
-			l_push(&w->first, n);
-		} else {
-			n->where = CBCMN__WN_IDLESET;
-			l_push(&w->idle, n);
-		}
+		n->where = CBCMN__WN_FIRST;
+		l_push(&w->first, n);
 	}
 	seg_settle(w, s);
 }
-
 struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now,
 					    uint32_t *quantum)
 {
@@ -204,7 +197,7 @@ struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now
 			return n;
 		}
 		if (!w->busy) {
-			load_idle(w, now);
+			cbcmn__wheel_idle(w, now);
 			return NULL;
 		}
 		/* The next segment that holds anything, strictly after cur
@@ -218,6 +211,7 @@ struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now
 			load_sample(w, now - w->turn_start);
 			w->turn_start = now;
 		}
+		w->pos += d;
 		turn_to(w, (w->cur + d) % SEGS);
 	}
 }

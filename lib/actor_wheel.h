@@ -9,15 +9,19 @@
  *
  *   - S = 64 segments; the executor serves one at a time (cur) and turns to
  *     the next one that holds anything (a 64-bit mask: one ctz, no spin).
+ *     pos counts the segments turned through since init (cur = pos % S).
  *   - A node that used its whole quantum goes N = S/4 segments forward, into
- *     that segment's runnable queue; one that blocked (receiving) after
- *     using a fraction f of it goes max(1, N * f) forward, into that
- *     segment's idle set, keeping the rest of its quantum.
- *   - Turning to a segment: its idle nodes woken meanwhile run first, with
- *     their preserved quantum only; those still idle join the executor's
- *     idle set; then its runnable queue runs, FIFO, a full quantum each.
- *   - A node of the executor's idle set that is woken runs first of all
- *     (the seed: "given priority and run at the first opportunity").
+ *     that segment's runnable queue (cbcmn__wheel_ran()).
+ *   - One that blocked after using a fraction f of it is due max(1, N * f)
+ *     segments forward (cbcmn__wheel_parked() says which position) and
+ *     keeps the rest of its quantum.  A blocked node is NOT on the wheel
+ *     (docs/ACTORS.md: only the owner touches the wheel, and a blocked
+ *     actor is woken by anyone, anywhere): when it is woken, the owner
+ *     files it (cbcmn__wheel_woken()): due position still ahead, into that
+ *     segment's idle set, where it runs first when the segment comes, with
+ *     its preserved quantum only; due position passed (the seed: it joined
+ *     the executor's idle set), into the first list, which runs before any
+ *     segment ("given priority and run at the first opportunity").
  *   - Load: each completed turn's length against the nominal turn (S
  *     quanta of the measured quantum time), 1000 = nominal, smoothed over 8
  *     turns; an empty wheel decays it with nominal-length idle turns.
@@ -33,11 +37,10 @@
 
 /* Where a node is. */
 enum {
-	CBCMN__WN_NONE = 0, /* running, or not an actor of this wheel */
+	CBCMN__WN_NONE = 0, /* running, blocked, queued elsewhere, or not on a wheel */
 	CBCMN__WN_RUN,      /* a segment's runnable queue */
-	CBCMN__WN_IDLE,     /* a segment's idle set (woken: due when it comes) */
-	CBCMN__WN_IDLESET,  /* the executor's idle set */
-	CBCMN__WN_FIRST,    /* woken from the idle set, or due: runs before any segment */
+	CBCMN__WN_IDLE,     /* a segment's idle set: woken, runs when the segment comes */
+	CBCMN__WN_FIRST,    /* runs before any segment */
 };
 
 struct cbcmn__wheel_node {
@@ -45,7 +48,6 @@ struct cbcmn__wheel_node {
 	uint32_t where;  /* CBCMN__WN_* */
 	uint32_t seg;    /* its segment (RUN, IDLE) */
 	uint32_t left;   /* the quantum it runs with next (checkpoints) */
-	bool woken;      /* IDLE: it became runnable before its segment came */
 };
 
 struct cbcmn__wheel_list {
@@ -57,12 +59,12 @@ struct cbcmn__wheel_seg {
 };
 
 struct cbcmn__wheel {
-	uint32_t cur;      /* the segment being served */
+	uint32_t cur;      /* the segment being served: pos % S */
+	uint64_t pos;      /* segments turned through since init */
 	uint64_t busy;     /* bit s: segment s holds a node */
 	uint32_t quantum;  /* checkpoints of a full quantum (the yield interval) */
 	struct cbcmn__wheel_seg seg[CBCMN__WHEEL_SEGS];
 	struct cbcmn__wheel_list first; /* runs before any segment, FIFO */
-	struct cbcmn__wheel_list idle;  /* the executor's idle set */
 	/* Load (all ns of the caller's clock). */
 	uint64_t turn_start;  /* when the current turn began */
 	uint64_t quantum_ns;  /* EWMA of the time a full quantum takes */
@@ -76,16 +78,36 @@ void cbcmn__wheel_init(struct cbcmn__wheel *w, uint32_t quantum, uint64_t now);
  * N if it used it all, else max(1, N * used / quantum). */
 uint32_t cbcmn__wheel_forward(const struct cbcmn__wheel *w, uint32_t used);
 
-/* A node's run ended after `used` checkpoints and ns of the clock.  Still
- * runnable (it yielded at its countdown): into the runnable queue N
- * forward.  Idle (blocked on its mailbox): into the idle set of the
- * segment max(1, N * f) forward, keeping quantum - used. */
-void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, bool runnable,
-		      uint32_t used, uint64_t ns);
+/* A run took ns of the clock for used checkpoints: the quantum time's
+ * average (the load's nominal turn) learns from it. */
+void cbcmn__wheel_timed(struct cbcmn__wheel *w, uint32_t used, uint64_t ns);
 
-/* An idle node became runnable (a message came).  False if it was not
- * idle on this wheel (nothing done). */
-bool cbcmn__wheel_wake(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n);
+/* n is runnable after using `used` checkpoints of its quantum (a yield:
+ * the quantum; a new node: 0): into the runnable queue of the segment
+ * cbcmn__wheel_forward(used) forward, with a whole quantum next. */
+void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint32_t used);
+
+/* A node blocked after using `used` checkpoints: the position it is due
+ * at, pos + cbcmn__wheel_forward(used) (for cbcmn__wheel_woken()). */
+uint64_t cbcmn__wheel_parked(const struct cbcmn__wheel *w, uint32_t used);
+
+/* A node that blocked on this wheel, due at position due, was woken with
+ * `left` checkpoints of its quantum kept: into the idle set of its
+ * segment if that is still ahead, else first. */
+void cbcmn__wheel_woken(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint64_t due,
+			uint32_t left);
+
+/* Does the wheel hold a node? */
+static inline bool cbcmn__wheel_ready(const struct cbcmn__wheel *w)
+{
+	return w->busy || w->first.head;
+}
+
+/* The wheel is empty at now: count the time since its turn began as idle
+ * turns (each decays the load), as cbcmn__wheel_pick() does when it finds
+ * nothing.  Call it before a node enters an empty wheel, so that a long
+ * idle spell is not measured as one long turn. */
+void cbcmn__wheel_idle(struct cbcmn__wheel *w, uint64_t now);
 
 /* The next node to run and its quantum (*quantum), or NULL when the wheel
  * holds nothing runnable; now: the clock, for the load. */

@@ -333,6 +333,7 @@ static void exec_free(struct cbcmn__exec *e)
 	cbcmn__be_destroy(e);
 	cbcmn__xmsg_fini(e);
 	cbcmn__trace_free(e->trace);
+	free(e->wheel); /* actor_sched.c: a flat struct, empty by now */
 	munmap(e, (sizeof(*e) + e->rt->page - 1) & ~(e->rt->page - 1));
 }
 

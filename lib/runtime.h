@@ -315,6 +315,7 @@ struct cbcmn__exec {
 	struct cbcmn__ring ring;          /* the io_uring backend's (ring.c) */
 	struct cbcmn__ep *ep;             /* the epoll backend's, else NULL (epoll.c) */
 	struct cbcmn__xmsg *xm_free;      /* messages back from their receivers */
+	struct cbcmn__awheel *wheel;      /* actors' wheel, made on first use (actor_sched.c) */
 	void **xm_slabs;                  /* what they were allocated in */
 	uint32_t xm_nslabs;
 	struct cbcmn__xmsg **backlog;     /* per receiver: entries its full lane refused */
@@ -738,6 +739,20 @@ static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
 {
 	atomic_fetch_add_explicit(&e->ss->act.waiting, n, memory_order_relaxed);
 }
+/* actor_sched.c: the actor wheel in sched.c's pick (docs/ACTORS.md
+ * "Scheduling").  turn: e->wheel set; the wheel's next actor if it is the
+ * wheel's turn (a plain task was picked last), else NULL.  admit: actor
+ * task t, found in e's queues, goes on e's wheel (false: no memory for a
+ * wheel, run it as it is).  after: t (a plain task, or NULL: nothing
+ * else) is picked; NULL: the wheel's next actor, if any.  yielded: actor
+ * task t yielded: on the wheel, N forward (false: no wheel, the yield
+ * list).  parks: actor task t is blocking (gauge, and where it is due).
+ * All on e's own thread. */
+struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e);
+bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t);
+struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *t);
+bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t);
+void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t);
 
 /* blocking.c: the blocking pool (docs/BLOCKING.md).  fini joins its
  * threads; call it once no task is alive, before the executors stop. */

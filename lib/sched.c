@@ -564,7 +564,7 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		cbcmn__gauge_up(e->rt, e, p->wait_kind);
 		bool actor_p = cbcmn__is_actor_task(p);
 		if (__builtin_expect(actor_p, 0))
-			cbcmn__actor_waits(e, 1);
+			cbcmn__actor_parks(e, p);
 		if (!atomic_compare_exchange_strong_explicit(&p->state, &s, CBCMN__T_BLOCKED,
 							     memory_order_acq_rel,
 							     memory_order_acquire)) {
@@ -579,6 +579,8 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	case CBCMN__POST_YIELD:
 		check_canary(p, p->stack);
 		atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
+		if (__builtin_expect(cbcmn__is_actor_task(p), 0) && cbcmn__actor_yielded(e, p))
+			break; /* an actor: its executor's wheel took it */
 		if (yield_elsewhere(e, p)) {
 			/* FIFO like the yield list, and any executor takes it. */
 			inject_push(e->rt, p);
@@ -759,6 +761,21 @@ local_slot:
 	e->tick++;
 	CBCMN__COUNT(e, local_hits, 1);
 	return t;
+}
+
+/* find_local(), with actors (docs/ACTORS.md "Scheduling"): an actor task
+ * found in a queue goes to this executor's wheel, which takes turns with
+ * the other sources, one pick each while both have work.  One task out of
+ * the queues per pick: the actors still queued stay stealable. */
+static struct cbcmn_task *pick(struct cbcmn__exec *e)
+{
+	struct cbcmn_task *t;
+	if (__builtin_expect(e->wheel != NULL, 0) && (t = cbcmn__actor_turn(e)))
+		return t;
+	if ((t = find_local(e)) && __builtin_expect(cbcmn__is_actor_task(t), 0) &&
+	    cbcmn__actor_admit(e, t))
+		t = NULL; /* on the wheel: the wheel's next runs */
+	return __builtin_expect(e->wheel != NULL, 0) ? cbcmn__actor_after(e, t) : t;
 }
 
 static uint32_t pick_victim(struct cbcmn__exec *e, uint32_t attempt)
@@ -1772,9 +1789,14 @@ void *cbcmn__exec_main(void *arg)
 			ring_poll(e, false);
 		if (cbcmn__has_mail(e) || e->nbacklog)
 			mail_poll(e);
-		struct cbcmn_task *t = find_local(e);
-		if (!t)
+		struct cbcmn_task *t = pick(e);
+		if (!t) {
 			t = search(e);
+			/* An actor found there goes to the wheel first (pick()). */
+			if (t && t != REPLACE && t != RETIRE &&
+			    __builtin_expect(cbcmn__is_actor_task(t), 0) && cbcmn__actor_admit(e, t))
+				continue;
+		}
 		if (t == REPLACE)
 			continue;
 		if (!t || t == RETIRE)

@@ -71,7 +71,37 @@ struct cbcmn__seg_actors {
 	_Atomic int64_t receiving; /* of those, blocked in cbcmn_actor_receive() */
 	_Atomic int64_t halting;   /* in their halt */
 	_Atomic int64_t mailbox;   /* messages in their mailboxes */
+	/* The executor's wheel load (actor_sched.c; seed 003 "Load
+	 * statistics"), written by the executor only: 1000 = the wheel turns
+	 * at its nominal rate.  While the wheel is empty, idle_since is the
+	 * start of the turn under way and readers decay the load by 7/8 per
+	 * nominal turn since (0: not empty).  Within the line the gauges
+	 * already take: the slot's layout does not change, and a segment of
+	 * a library without a wheel reads 0. */
+	_Atomic uint64_t load_milli, load_idle_since, load_nominal_ns;
+	/* Actors this executor handed to another one (actor_sched.c, stage 4
+	 * of docs/ACTORS.md), written by the executor only. */
+	_Atomic uint64_t migrations;
 };
+
+/* An executor's wheel load as a reader sees it at now (CLOCK_MONOTONIC
+ * ns): as published, decayed by 7/8 per nominal turn the wheel has stood
+ * empty (what the wheel itself does when it is next used: an executor
+ * parked with no actor never publishes again).  Relaxed: statistics. */
+static inline uint64_t cbcmn__seg_actor_load(const struct cbcmn__seg_actors *a, uint64_t now)
+{
+	uint64_t v = atomic_load_explicit(&a->load_milli, memory_order_relaxed);
+	uint64_t since = atomic_load_explicit(&a->load_idle_since, memory_order_relaxed);
+	uint64_t nominal = atomic_load_explicit(&a->load_nominal_ns, memory_order_relaxed);
+	if (!since || !nominal)
+		return v;
+	uint64_t k = now > since ? (now - since) / nominal : 0;
+	if (k >= 512)
+		return 0; /* (7/8)^512 of anything is nothing */
+	while (k-- && v)
+		v = v * 7 / 8;
+	return v;
+}
 
 /* One executor's slot: four groups, each on lines of its own, since they
  * are written at different rates and read by different threads. */

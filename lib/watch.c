@@ -150,6 +150,11 @@ static uint64_t gauge(const _Atomic int64_t *g)
 /* The actor gauges of a slot; runnable is what no other state holds. */
 static void actor_fill(const struct cbcmn__seg_actors *a, cbcmn_executor_stats *e)
 {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	e->actor_load_milli =
+		cbcmn__seg_actor_load(a, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+	e->actor_migrations = atomic_load_explicit(&a->migrations, memory_order_relaxed);
 	e->actors = gauge(&a->live);
 	e->actors_running = gauge(&a->running);
 	e->actors_waiting = gauge(&a->waiting);
@@ -243,6 +248,9 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->actors_receiving += e.actors_receiving;
 		tot->actors_halting += e.actors_halting;
 		tot->mailbox_depth += e.mailbox_depth;
+		tot->actor_migrations += e.actor_migrations;
+		if (e.actor_load_milli > tot->actor_load_milli)
+			tot->actor_load_milli = e.actor_load_milli; /* the largest */
 		if (e.avg_task_ns > tot->avg_task_ns)
 			tot->avg_task_ns = e.avg_task_ns; /* the total holds the largest */
 		if (e.busy_pct > tot->busy_pct)

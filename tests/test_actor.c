@@ -335,6 +335,7 @@ struct rt_to {
 	long waited_ns;
 	int rc_empty, rc_zero, rc_msg;
 	uint64_t v;
+	_Atomic int timed_out; /* the 20 ms receive has returned */
 };
 
 static int64_t to_actor(cbcmn_cx *cx, void *arg)
@@ -345,6 +346,7 @@ static int64_t to_actor(cbcmn_cx *cx, void *arg)
 	uint64_t t0 = cbcmn_now(cbcmn_cx_runtime(cx));
 	r->rc_empty = cbcmn_actor_receive(cx, &m, 20 * 1000000ull);
 	r->waited_ns = (long)(cbcmn_now(cbcmn_cx_runtime(cx)) - t0);
+	atomic_store(&r->timed_out, 1);
 	/* The message comes well before this timeout: it is received. */
 	r->rc_msg = cbcmn_actor_receive(cx, &m, T_STALL_NS);
 	r->v = m.body.u64[0];
@@ -358,8 +360,12 @@ static int64_t to_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_ref a;
 	TASK_CHECK(open_n(cx, &n) == 0);
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, to_actor, r, NULL, &a) == 0);
-	/* After the timed-out receive (the actor waits 20 ms first). */
-	cbcmn_sleep(cx, 40 * 1000000ull);
+	/* After the timed-out receive (the actor waits 20 ms first).  Told,
+	 * not guessed: a sleep of 40 ms here let the message in before the
+	 * 20 ms receive even began when the actor started late (a CPU-capped
+	 * cgroup throttles every thread of the process for tens of ms). */
+	while (!atomic_load(&r->timed_out))
+		cbcmn_sleep(cx, 1000000ull);
 	cbcmn_actor_msg m = msg(M_DATA, 7, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, a, &m) == 0);
 	return cbcmn_nursery_await_all(cx, n);

@@ -23,24 +23,21 @@ static void test_forward_by_fraction_of_quantum_used(void **state)
 	assert_int_equal(cbcmn__wheel_forward(&w, 0), 1);
 
 	/* Placed where forward says, from the current segment, wrapping. */
-	struct cbcmn__wheel_node a = {0}, b = {0}, c = {0};
-	cbcmn__wheel_ran(&w, &a, true, Q, QNS);
-	cbcmn__wheel_ran(&w, &b, false, Q / 2, QNS / 2);
-	cbcmn__wheel_ran(&w, &c, false, 3, 100);
+	struct cbcmn__wheel_node a = {0}, b = {0};
+	cbcmn__wheel_ran(&w, &a, Q);
+	cbcmn__wheel_ran(&w, &b, 0); /* new: the next segment */
 	assert_int_equal(a.where, CBCMN__WN_RUN);
 	assert_int_equal(a.seg, CBCMN__WHEEL_FORWARD);
 	assert_int_equal(a.left, Q);
-	assert_int_equal(b.where, CBCMN__WN_IDLE);
-	assert_int_equal(b.seg, CBCMN__WHEEL_FORWARD / 2);
-	assert_int_equal(b.left, Q / 2); /* what it did not use */
-	assert_int_equal(c.seg, 1);
-	assert_int_equal(c.left, Q - 3);
+	assert_int_equal(b.seg, 1);
+	/* Blocked: due where forward says, counted in positions. */
+	assert_int_equal(cbcmn__wheel_parked(&w, Q / 2), CBCMN__WHEEL_FORWARD / 2);
+	assert_int_equal(cbcmn__wheel_parked(&w, 3), 1);
 	cbcmn__wheel_remove(&w, &a);
 	cbcmn__wheel_remove(&w, &b);
-	cbcmn__wheel_remove(&w, &c);
 	assert_int_equal(w.busy, 0);
 	w.cur = CBCMN__WHEEL_SEGS - 2;
-	cbcmn__wheel_ran(&w, &a, true, Q, QNS);
+	cbcmn__wheel_ran(&w, &a, Q);
 	assert_int_equal(a.seg, CBCMN__WHEEL_FORWARD - 2);
 }
 
@@ -51,10 +48,10 @@ static void test_pick_serves_segments_in_order_fifo_within(void **state)
 	cbcmn__wheel_init(&w, Q, 0);
 	struct cbcmn__wheel_node n[4] = {{0}};
 	uint32_t q;
-	cbcmn__wheel_ran(&w, &n[0], true, Q, QNS);     /* segment 16 */
-	cbcmn__wheel_ran(&w, &n[1], true, Q / 4, 1);   /* segment 4 */
-	cbcmn__wheel_ran(&w, &n[2], true, Q, QNS);     /* segment 16, after n[0] */
-	cbcmn__wheel_ran(&w, &n[3], true, Q / 2, 1);   /* segment 8 */
+	cbcmn__wheel_ran(&w, &n[0], Q);     /* segment 16 */
+	cbcmn__wheel_ran(&w, &n[1], Q / 4); /* segment 4 */
+	cbcmn__wheel_ran(&w, &n[2], Q);     /* segment 16, after n[0] */
+	cbcmn__wheel_ran(&w, &n[3], Q / 2); /* segment 8 */
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &n[1]);
 	assert_int_equal(q, Q);
 	assert_int_equal(w.cur, 4);
@@ -62,6 +59,7 @@ static void test_pick_serves_segments_in_order_fifo_within(void **state)
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &n[0]);
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &n[2]);
 	assert_int_equal(w.cur, 16);
+	assert_int_equal(w.pos, 16);
 	assert_null(cbcmn__wheel_pick(&w, 0, &q));
 	assert_int_equal(w.busy, 0);
 }
@@ -73,10 +71,11 @@ static void test_idle_woken_before_its_segment_runs_there_with_what_it_kept(void
 	cbcmn__wheel_init(&w, Q, 0);
 	struct cbcmn__wheel_node idle = {0}, early = {0}, late = {0};
 	uint32_t q;
-	cbcmn__wheel_ran(&w, &idle, false, Q / 2, 1); /* idle, segment 8 */
-	cbcmn__wheel_ran(&w, &early, true, Q / 4, 1); /* segment 4 */
-	cbcmn__wheel_ran(&w, &late, true, Q, QNS);    /* segment 16 */
-	assert_true(cbcmn__wheel_wake(&w, &idle));
+	uint64_t due = cbcmn__wheel_parked(&w, Q / 2); /* blocked: due at segment 8 */
+	cbcmn__wheel_ran(&w, &early, Q / 4);           /* segment 4 */
+	cbcmn__wheel_ran(&w, &late, Q);                /* segment 16 */
+	cbcmn__wheel_woken(&w, &idle, due, Q / 2);
+	assert_int_equal(idle.where, CBCMN__WN_IDLE);
 	/* Woken, it still waits for its segment: early's comes first. */
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &early);
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &idle);
@@ -84,29 +83,35 @@ static void test_idle_woken_before_its_segment_runs_there_with_what_it_kept(void
 	assert_int_equal(w.cur, 8);
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &late);
 	assert_int_equal(q, Q);
-	/* Woken while running or queued: nothing to do. */
-	assert_false(cbcmn__wheel_wake(&w, &late));
 }
 
-static void test_idle_past_its_segment_joins_the_idle_set_then_runs_first(void **state)
+static void test_idle_past_its_segment_runs_first(void **state)
 {
 	(void)state;
 	struct cbcmn__wheel w;
 	cbcmn__wheel_init(&w, Q, 0);
 	struct cbcmn__wheel_node idle = {0}, busy = {0};
 	uint32_t q;
-	cbcmn__wheel_ran(&w, &idle, false, Q / 4, 1); /* idle, segment 4 */
-	cbcmn__wheel_ran(&w, &busy, true, Q / 2, 1);  /* segment 8 */
+	uint64_t due = cbcmn__wheel_parked(&w, Q / 4); /* blocked: due at segment 4 */
+	cbcmn__wheel_ran(&w, &busy, Q / 2);            /* segment 8 */
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &busy);
-	/* The wheel turned past segment 4: the idle node is in the idle set. */
-	assert_int_equal(idle.where, CBCMN__WN_IDLESET);
-	cbcmn__wheel_ran(&w, &busy, true, Q, QNS); /* segment 24 */
-	assert_true(cbcmn__wheel_wake(&w, &idle));
+	/* The wheel turned past segment 4 (the seed: the node joined the
+	 * executor's idle set). */
+	cbcmn__wheel_ran(&w, &busy, Q); /* segment 24 */
+	cbcmn__wheel_woken(&w, &idle, due, Q - Q / 4);
+	assert_int_equal(idle.where, CBCMN__WN_FIRST);
 	/* Given priority: before any segment's queue. */
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &idle);
 	assert_int_equal(q, Q - Q / 4);
 	assert_ptr_equal(cbcmn__wheel_pick(&w, 0, &q), &busy);
 	assert_null(cbcmn__wheel_pick(&w, 0, &q));
+	/* Woken again, its position long past, having kept nothing: first,
+	 * with a whole quantum. */
+	cbcmn__wheel_woken(&w, &idle, due, 0);
+	assert_int_equal(idle.where, CBCMN__WN_FIRST);
+	assert_int_equal(idle.left, Q); /* all used: a new quantum */
+	cbcmn__wheel_remove(&w, &idle);
+	assert_false(cbcmn__wheel_ready(&w));
 }
 
 /* nodes nodes, each always using its whole quantum, QNS each, for turns
@@ -118,14 +123,15 @@ static uint64_t load_of(uint32_t nodes, uint32_t turns, uint64_t *now_out, struc
 	cbcmn__wheel_init(w, Q, now);
 	memset(n, 0, sizeof(n));
 	for (uint32_t i = 0; i < nodes; i++)
-		cbcmn__wheel_ran(w, &n[i], true, 0, 0); /* new: the next segment */
+		cbcmn__wheel_ran(w, &n[i], 0); /* new: the next segment */
 	while (w->turns < turns) {
 		uint32_t q;
 		struct cbcmn__wheel_node *x = cbcmn__wheel_pick(w, now, &q);
 		assert_non_null(x);
 		assert_int_equal(q, Q);
 		now += QNS;
-		cbcmn__wheel_ran(w, x, true, Q, QNS);
+		cbcmn__wheel_timed(w, Q, QNS);
+		cbcmn__wheel_ran(w, x, Q);
 	}
 	*now_out = now;
 	return w->load_milli;
@@ -172,7 +178,7 @@ int main(void)
 		cmocka_unit_test(test_forward_by_fraction_of_quantum_used),
 		cmocka_unit_test(test_pick_serves_segments_in_order_fifo_within),
 		cmocka_unit_test(test_idle_woken_before_its_segment_runs_there_with_what_it_kept),
-		cmocka_unit_test(test_idle_past_its_segment_joins_the_idle_set_then_runs_first),
+		cmocka_unit_test(test_idle_past_its_segment_runs_first),
 		cmocka_unit_test(test_load_is_turn_length_over_nominal),
 	};
 	return cmocka_run_group_tests_name("actor_wheel", tests, NULL, NULL);

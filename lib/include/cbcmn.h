@@ -887,6 +887,18 @@ typedef struct cbcmn_executor_stats {
 	/* The id (cbcmn_cx_task_id) of the task stalling it now, 0 if it is
 	 * not stalled.  In the totals: the stalled executors' count. */
 	uint64_t stalled_task;
+	/* The load of its actor wheel (seed 003: 1 / wheel turn rate), in
+	 * thousandths: 1000 = a turn of the wheel takes its nominal time (64
+	 * quanta at the measured time of a quantum), so every runnable actor
+	 * gets its whole quantum each turn; 2000 = turns take twice that,
+	 * each actor gets half what it asks for; below 1000 = slack.  An
+	 * average over the last 8 turns; it decays while no actor is ready.
+	 * 0 on an executor that never ran an actor.  In cbcmn_stats.total:
+	 * the largest. */
+	uint64_t actor_load_milli;
+	/* Actors it handed over to a less loaded executor (docs/ACTORS.md,
+	 * "Migration"). */
+	uint64_t actor_migrations;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */

@@ -50,6 +50,7 @@ static const struct om_exec_metric {
 	{"queue_depth", OM_GAUGE, U64(queue_depth), OM_AS_IS, "Run queue length, sampled"},
 	{"task_avg_seconds", OM_GAUGE, U64(avg_task_ns), OM_NS, "Mean time per scheduler pick (load statistic)"},
 	{"busy_ratio", OM_GAUGE, U32(busy_pct), OM_PCT, "Share of recent time spent running tasks"},
+	{"actor_load_milli", OM_GAUGE, U64(actor_load_milli), OM_AS_IS, "Actor wheel load, 1 / wheel turn rate: 1000 = nominal"},
 };
 #undef U64
 #undef U32

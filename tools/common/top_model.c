@@ -38,6 +38,7 @@ const struct top_col_desc top_cols[TOP_NCOLS] = {
 	[TOP_COL_WAIT] = {"WAITms", "wait_ms_per_s", 6, 4, true, false},
 	[TOP_COL_MIGR] = {"MIGR", "migrations", 4, 4, true, false},
 	[TOP_COL_ONCPU] = {"ONCPU%", "oncpu_pct", 6, 5, true, false},
+	[TOP_COL_LOAD] = {"LOAD", "actor_load", 5, 3, false, false},
 };
 
 /* Steals of a node or LLC group, cumulative since attach. */
@@ -502,6 +503,7 @@ static void update_rows(struct top_model *m)
 		r->v[TOP_COL_SQES] = rate(e->sqes_submitted, pe->sqes_submitted, dt);
 		r->v[TOP_COL_CQES] = rate(e->cqes_reaped, pe->cqes_reaped, dt);
 		r->v[TOP_COL_BUSY] = e->busy_pct;
+		r->v[TOP_COL_LOAD] = e->actor_load_milli / 1000.0;
 		for (int c = 0; c < TOP_NCOLS; c++)
 			if (top_cols[c].kernel)
 				r->v[c] = NAN;
@@ -837,6 +839,9 @@ void top_fmt(enum top_col c, double v, char *buf, size_t len, int width)
 			snprintf(buf, len, "%*.1f", width, v);
 		else
 			snprintf(buf, len, "%*.0f", width, v);
+		return;
+	case TOP_COL_LOAD: /* 1.00 = the wheel turns at its nominal rate */
+		snprintf(buf, len, "%*.2f", width, v);
 		return;
 	case TOP_COL_DB_P99: /* us; from 10 ms on in ms, from 10 s on in s */
 		if (v >= 1e7)

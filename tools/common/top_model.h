@@ -53,6 +53,7 @@ enum top_col {
 	TOP_COL_WAIT,
 	TOP_COL_MIGR,
 	TOP_COL_ONCPU,
+	TOP_COL_LOAD, /* the actor wheel's load, 1.00 = nominal turn rate */
 	TOP_NCOLS,
 };
 

@@ -1,0 +1,273 @@
+/* actor_sched.c: actors on the executor's pick: the wheel's hooks.
+ *
+ * docs/ACTORS.md "Scheduling: the per-executor wheel" has the design and
+ * its reasons; lib/actor_wheel.c the wheel itself.  sched.c calls in at
+ * four points: its pick (cbcmn__actor_turn(), cbcmn__actor_admit(),
+ * cbcmn__actor_after()), a yield (cbcmn__actor_yielded()), a block
+ * (cbcmn__actor_parks()), and the start of every actor run
+ * (cbcmn__actor_run(), actor.c, which calls run_begin() here).
+ *
+ * Everything here runs on the executor that owns the wheel: a wheel holds
+ * only ready actor tasks that executor took from its own queues (or that
+ * yielded on it), never a blocked one, so no other thread ever touches it:
+ * wakes, steals, stops and cancellations act on tasks in the ordinary
+ * queues, before they reach a wheel, or on blocked tasks, which are on none.
+ */
+#include <time.h>
+
+#include "actor.h"
+#include "fault.h"
+#include "rng.h"
+#include "statseg.h"
+
+/* Migration (docs/ACTORS.md "Migration"): look every MIGRATE_EVERY-th
+ * full-quantum yield; move when our load is above nominal and more than
+ * 5/4 of the other's; at most one move per turn of our wheel, and an
+ * actor moved rests MIGRATE_REST nominal turns before it moves again. */
+#define MIGRATE_EVERY 8u
+#define MIGRATE_MIN_LOAD 1000u
+#define MIGRATE_REST 4u
+
+struct cbcmn__awheel {
+	struct cbcmn__wheel w;
+	bool wheel_next;      /* a plain task was picked last: the wheel's turn */
+	bool idle_published;  /* the wheel is empty, and readers were told */
+	uint64_t turns_published;
+	/* The actor take() just returned, and the clock it read: that run's
+	 * start (run_begin() reads the clock only for other runs). */
+	struct cbcmn__actor *picked;
+	uint64_t picked_ns;
+	uint32_t yields;          /* full-quantum yields, for MIGRATE_EVERY */
+	uint64_t moved_turn;      /* turns + 1 at our last hand-over; 0: none */
+};
+
+static uint64_t clock_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static struct cbcmn__actor *node_actor(struct cbcmn__wheel_node *n)
+{
+	return (struct cbcmn__actor *)((char *)n - offsetof(struct cbcmn__actor, wn));
+}
+
+/* Checkpoints t may still run before its fairness yield: what is left of
+ * its quantum (budget.c: yield_left excludes the countdown window). */
+static uint64_t quantum_left(const struct cbcmn_task *t)
+{
+	return t->yield_left + (t->countdown > 0 ? (uint64_t)t->countdown : 0);
+}
+
+/* The load, to the executor's slot of the statistics segment, for readers
+ * anywhere (seed 003: "any executor may inspect another executor's load
+ * statistics at any time").  Relaxed: statistics; a reader may pair a new
+ * load with an old idle stamp for one read. */
+static void publish(struct cbcmn__exec *e, struct cbcmn__awheel *aw, bool empty)
+{
+	struct cbcmn__seg_actors *s = &e->ss->act;
+	atomic_store_explicit(&s->load_nominal_ns, (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns,
+			      memory_order_relaxed);
+	atomic_store_explicit(&s->load_milli, aw->w.load_milli, memory_order_relaxed);
+	/* Empty: readers decay the load from the start of the turn under way
+	 * (watch.c), as the wheel itself will when it is next used. */
+	atomic_store_explicit(&s->load_idle_since, empty ? aw->w.turn_start : 0,
+			      memory_order_relaxed);
+	aw->idle_published = empty;
+	aw->turns_published = aw->w.turns;
+}
+
+/* e's wheel, made on first use; NULL without memory (the actor is then
+ * scheduled as a plain task: nothing fails). */
+static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
+{
+	if (__builtin_expect(e->wheel != NULL, 1))
+		return e->wheel;
+	struct cbcmn__awheel *aw = cbcmn__malloc(sizeof(*aw));
+	if (!aw)
+		return NULL;
+	uint32_t q = e->rt->cfg.yield_interval;
+	cbcmn__wheel_init(&aw->w, q, clock_ns());
+	aw->wheel_next = false;
+	aw->idle_published = true;
+	aw->turns_published = 0;
+	aw->picked = NULL;
+	aw->yields = 0;
+	aw->moved_turn = 0;
+	e->wheel = aw;
+	return aw;
+}
+
+/* A node is about to enter aw's wheel (now: the clock, 0 if not read yet):
+ * an empty wheel first counts the time it stood empty as idle turns. */
+static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t now)
+{
+	if (cbcmn__wheel_ready(&aw->w))
+		return;
+	cbcmn__wheel_idle(&aw->w, now ? now : clock_ns());
+	publish(e, aw, false);
+}
+
+/* The wheel's next actor task, or NULL when it is empty. */
+static struct cbcmn_task *take(struct cbcmn__exec *e, struct cbcmn__awheel *aw)
+{
+	uint32_t q;
+	uint64_t now = clock_ns();
+	struct cbcmn__wheel_node *n = cbcmn__wheel_pick(&aw->w, now, &q);
+	if (!n) {
+		if (!aw->idle_published)
+			publish(e, aw, true);
+		return NULL;
+	}
+	if (aw->w.turns != aw->turns_published)
+		publish(e, aw, false);
+	aw->wheel_next = false;
+	aw->picked = node_actor(n);
+	aw->picked_ns = now;
+	return aw->picked->task;
+}
+
+struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e)
+{
+	struct cbcmn__awheel *aw = e->wheel;
+	if (!aw->wheel_next || !cbcmn__wheel_ready(&aw->w))
+		return NULL;
+	return take(e, aw);
+}
+
+bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__awheel *aw = wheel_get(e);
+	if (!aw)
+		return false;
+	struct cbcmn__actor *a = t->arg;
+	entering(e, aw, 0);
+	a->task = t;
+	if (a->migrated)
+		cbcmn__wheel_ran(&aw->w, &a->wn, aw->w.quantum); /* seed: N forward */
+	else if (a->park_exec == e->id + 1)
+		cbcmn__wheel_woken(&aw->w, &a->wn, a->park_due, a->park_left);
+	else
+		cbcmn__wheel_ran(&aw->w, &a->wn, 0); /* new, or from elsewhere: next segment */
+	a->park_exec = 0;
+	a->migrated = false;
+	return true;
+}
+
+struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__awheel *aw = e->wheel;
+	if (t) {
+		aw->wheel_next = true;
+		return t;
+	}
+	return take(e, aw);
+}
+
+void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
+			    const struct cbcmn_task *t)
+{
+	struct cbcmn__awheel *aw = e->wheel;
+	a->run_left = quantum_left(t);
+	if (aw && aw->picked == a) {
+		a->run_t0 = aw->picked_ns; /* just read by the pick */
+		aw->picked = NULL;
+	} else {
+		a->run_t0 = clock_ns();
+	}
+}
+
+/* What a's run that ends now used of its quantum, and how long it took
+ * (the wheel learns the quantum's time from it). */
+static uint32_t run_end(struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+			const struct cbcmn_task *t, uint64_t now)
+{
+	uint64_t left = quantum_left(t), used;
+	/* The fairness yield (budget.c) has just opened the next quantum
+	 * (yield_left back at the interval, the countdown spent): it ran
+	 * all it had. */
+	if (t->yield_left >= aw->w.quantum && t->countdown <= 0)
+		used = a->run_left;
+	else
+		used = left < a->run_left ? a->run_left - left : 0;
+	if (used > aw->w.quantum)
+		used = aw->w.quantum;
+	cbcmn__wheel_timed(&aw->w, (uint32_t)used, now > a->run_t0 ? now - a->run_t0 : 0);
+	return (uint32_t)used;
+}
+
+/* Actor task t just used its whole quantum on e (seed 003 "Actor
+ * migration", the first case): hand it to a random other executor if ours
+ * is overloaded against it.  True: it is on its way there. */
+static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		    struct cbcmn_task *t, uint64_t now)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint32_t nlive = cbcmn__nlive(rt);
+	/* Pinned actors never move; the lab's runs must repeat. */
+	if (++aw->yields % MIGRATE_EVERY || nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED))
+		return false;
+	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
+	if (self <= MIGRATE_MIN_LOAD || aw->moved_turn == aw->w.turns + 1 ||
+	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
+		return false;
+	/* One executor at random (the lookup array, seed 003). */
+	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
+	struct cbcmn__exec *o = rt->exec[id >= e->id ? id + 1 : id];
+	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING)
+		return false;
+	uint64_t other = cbcmn__seg_actor_load(&o->ss->act, now);
+	if (self * 4 <= other * 5)
+		return false; /* within a quarter: no move (hysteresis) */
+	/* Its owner from now on, so that the wake there does not send it
+	 * back home (cbcmn__schedule()); a ready task in flight is read by
+	 * no one else, and the lane orders these writes before its taker. */
+	a->migrated = true;
+	a->moved_ns = now;
+	a->park_exec = 0;
+	t->exec = o;
+	if (cbcmn__xmsg_send(e, o->id, CBCMN__XM_WAKE, t, NULL, NULL) != 0) {
+		t->exec = e; /* the lane is full: it stays */
+		a->migrated = false;
+		return false;
+	}
+	aw->moved_turn = aw->w.turns + 1;
+	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
+	return true;
+}
+
+bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__awheel *aw = wheel_get(e);
+	if (!aw)
+		return false;
+	struct cbcmn__actor *a = t->arg;
+	uint64_t now = clock_ns();
+	run_end(aw, a, t, now);
+	if (migrate(e, aw, a, t, now))
+		return true;
+	entering(e, aw, now);
+	a->task = t;
+	a->park_exec = 0;
+	/* Runnable (seed 003): it used its whole quantum, N forward.  An
+	 * explicit cbcmn_yield() gives up the rest of its turn likewise. */
+	cbcmn__wheel_ran(&aw->w, &a->wn, aw->w.quantum);
+	return true;
+}
+
+void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	cbcmn__actor_waits(e, 1);
+	struct cbcmn__awheel *aw = wheel_get(e);
+	struct cbcmn__actor *a = t->arg;
+	if (!aw) {
+		a->park_exec = 0;
+		return;
+	}
+	uint32_t used = run_end(aw, a, t, clock_ns());
+	/* Idle (seed 003): due N x (fraction used) forward, keeping the rest. */
+	a->park_due = cbcmn__wheel_parked(&aw->w, used);
+	a->park_left = aw->w.quantum - used;
+	a->park_exec = e->id + 1;
+}
