@@ -62,6 +62,9 @@ enum cbcmn__task_flags {
 	CBCMN__TF_PINNED = 1u << 2, /* runs on executor `shard` only, never stolen */
 	CBCMN__TF_ABI_NOARG = 1u << 3, /* with TF_ABI: fn is int64_t (*)(void) */
 	CBCMN__TF_ABI_I32 = 1u << 4,   /* with TF_ABI: fn is int32_t (*)(void *) */
+	/* A task the runtime runs for itself (the metrics server's): no
+	 * budget, CapSpawn (a root's) whatever the profile. */
+	CBCMN__TF_UNMETERED = 1u << 5,
 };
 
 #define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)
@@ -398,6 +401,7 @@ struct cbcmn_runtime {
 	struct cbcmn__mutex oblig_lock;   /* CBCMN__LOCK_OBLIG: the two lists */
 	struct cbcmn__gen_oblig *oblig_free, *oblig_all;
 	_Atomic(struct cbcmn__actors *) actors; /* actor slots, made on first spawn (actor.c) */
+	struct cbcmn_metrics_server *metrics; /* its scrape endpoints (metrics_server.c) */
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
