@@ -335,14 +335,6 @@ static void refuse(cbcmn_cx *cx, int fd)
 	cbcmn_close(cx, fd);
 }
 
-/* accept(2) errors that pass: out of descriptors or memory (until some
- * connections end), or a client gone before it was taken. */
-static bool accept_error_passes(int64_t err)
-{
-	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM ||
-	       err == -ECONNABORTED || err == -EPROTO || err == -EINTR;
-}
-
 /* Take conn fd on: on the list (or refused), then its task. */
 static void start_conn(cbcmn_cx *cx, struct cbcmn_metrics_server *ms, int fd)
 {
@@ -383,7 +375,7 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 			start_conn(cx, ms, (int)fd);
 			continue;
 		}
-		if (!accept_error_passes(fd))
+		if (!cbcmn__accept_transient((int32_t)fd))
 			break; /* cancelled, or the socket is broken: serving ends */
 		/* Out of descriptors: the connections wait in the backlog
 		 * while some end.  1 ms doubling to 100 ms. */
@@ -512,6 +504,10 @@ int cbcmn_metrics_stop(cbcmn_metrics_server *ms)
 {
 	if (!ms)
 		return -EINVAL;
+	/* The server is the parent's: its waits would return at once, and
+	 * freeing the child's copy would pass for a stop. */
+	if (cbcmn__forked(ms->rt))
+		return CBCMN_EFORKED;
 	if (cbcmn__on_runtime_thread(ms->rt))
 		return -EDEADLK;
 	cbcmn__mutex_lock(&metrics_lock);

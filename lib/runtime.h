@@ -673,6 +673,9 @@ void cbcmn__bufring_fini(struct cbcmn__exec *e);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
 void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
 void cbcmn__mshot_cancel_pending(struct cbcmn__exec *e);
+/* stream.c: an accept(2) error (negative) that passes (out of descriptors
+ * or memory, a connection gone first): accept again, after a pause. */
+bool cbcmn__accept_transient(int32_t res);
 /* stream.c: t was unwound: close the streams and acceptors it still owns. */
 void cbcmn__mshot_unwound(struct cbcmn_task *t);
 /* stream.c: destroy: free what is still open on e (its ring is gone). */

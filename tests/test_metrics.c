@@ -10,9 +10,11 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
+#include "../lib/fault.h"
 #include "../lib/metrics.h"
 
 /* ---- a client ---------------------------------------------------------------- */
@@ -692,6 +694,104 @@ static void test_serves_under_every_profile(void **state)
 	}
 }
 
+/* The smallest stacks a program may choose (CBCMN_STACK_MIN): the
+ * server's tasks, formatting included, fit in them.  A task of the server
+ * that overflowed would end with CBCMN_EPANIC, and that first failure of
+ * the nursery would cancel the acceptor with it: the server gone. */
+static void test_serves_with_the_smallest_stacks(void **state)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stack_size = CBCMN_STACK_MIN;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	static struct parsed p;
+	for (int k = 0; k < 3; k++) {
+		struct reply r = get(cbcmn_metrics_port(ms), "/metrics",
+				     k == 1 ? "Accept: application/openmetrics-text\r\n" : "");
+		assert_int_equal(r.status, 200);
+		parse(r.body, k == 1, &p);
+		reply_free(&r);
+	}
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	t_destroy(rt);
+}
+
+/* A client that resets the connection as soon as it has asked: the
+ * server's send fails (EPIPE or ECONNRESET), never with a SIGPIPE that
+ * would end the process, and the server goes on. */
+static void test_client_gone_before_the_answer(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	for (int i = 0; i < 20; i++) {
+		int fd = dial(port);
+		static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+		assert_int_equal(send(fd, req, sizeof(req) - 1, 0), (ssize_t)sizeof(req) - 1);
+		struct linger lg = {1, 0}; /* close is a reset */
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(fd);
+	}
+	struct reply r = get(port, "/metrics", "");
+	assert_int_equal(r.status, 200);
+	reply_free(&r);
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	t_destroy(rt);
+}
+
+/* In a child forked while a server runs, stop does nothing and says so,
+ * as every call on the parent's runtime does there (cbcmn_runtime_create):
+ * the server is the parent's, and freeing the child's copy of it (after
+ * waits that return at once) would pass for a stop. */
+static void test_stop_in_a_forked_child_is_eforked(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(cbcmn_metrics_stop(ms) == CBCMN_EFORKED ? 0 : 1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	struct reply r = get(cbcmn_metrics_port(ms), "/metrics", "");
+	assert_int_equal(r.status, 200);
+	reply_free(&r);
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	t_destroy(rt);
+}
+
+/* A passing accept(2) error (ENETDOWN and the other network errors
+ * accept(2) says to treat as EAGAIN) does not end the acceptor: it
+ * backs off and accepts again.  Injected into the first fiber I/O call
+ * after arming, which is the acceptor's first accept. */
+static void test_network_accept_error_does_not_end_serving(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cbcmn__fault_plan plan = {.nth = 1, .err = -ENETDOWN};
+	if (!cbcmn__fault_arm(CBCMN__F_IO, &plan)) {
+		T_SKIP("fault injection is compiled in only with CBCMN_FAULTS (ASan, TSan builds)");
+		t_destroy(rt);
+		return;
+	}
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	/* Until the accept failed, nothing is known: wait for the hit. */
+	uint64_t t0 = t_now_ns();
+	while (cbcmn__fault_fails(CBCMN__F_IO) == 0) {
+		assert_true(t_now_ns() - t0 < T_STALL_NS);
+		usleep(1000);
+	}
+	cbcmn__fault_disarm_all();
+	struct reply r = get(cbcmn_metrics_port(ms), "/metrics", "");
+	assert_int_equal(r.status, 200);
+	reply_free(&r);
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	t_destroy(rt);
+}
+
 static int64_t serve_from_task(cbcmn_cx *cx, void *arg)
 {
 	cbcmn_metrics_server *ms = NULL;
@@ -786,6 +886,10 @@ int main(void)
 		T_WATCHED_TEST(test_stop_right_after_serve),
 		T_WATCHED_TEST(test_default_address_is_loopback),
 		T_WATCHED_TEST(test_serves_under_every_profile),
+		T_WATCHED_TEST(test_serves_with_the_smallest_stacks),
+		T_WATCHED_TEST(test_client_gone_before_the_answer),
+		T_WATCHED_TEST(test_stop_in_a_forked_child_is_eforked),
+		T_WATCHED_TEST(test_network_accept_error_does_not_end_serving),
 		T_WATCHED_TEST(test_bad_calls),
 		T_WATCHED_TEST(test_format_is_sized_like_snprintf),
 	};

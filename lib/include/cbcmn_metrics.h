@@ -90,7 +90,8 @@ CBCMN_API int cbcmn_metrics_port(const cbcmn_metrics_server *ms);
  * sees the connection close), wait for them, close its descriptors and
  * free ms.  From a thread outside the runtime (-EDEADLK from one of its
  * tasks: the server's tasks may need that executor to end).  Returns 0,
- * -EINVAL (NULL) or -EDEADLK (ms untouched).  cbcmn_runtime_destroy()
+ * -EINVAL (NULL), -EDEADLK or CBCMN_EFORKED (in a child forked after the
+ * runtime was created: the server is the parent's), ms untouched.  cbcmn_runtime_destroy()
  * stops the servers still running on the runtime first (even when it then
  * returns -EBUSY for other tasks), after which their handles are gone:
  * stop each before destroy, or never.  Not concurrently with another stop
