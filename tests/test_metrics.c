@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <regex.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -105,6 +106,15 @@ static struct reply get(int port, const char *path, const char *extra_headers)
 	return ask(port, req, (size_t)n);
 }
 
+/* GET path with extra_headers: the reply's status must be want. */
+static void expect(int port, const char *path, const char *extra_headers, int want)
+{
+	struct reply r = get(port, path, extra_headers);
+	if (r.status != want)
+		fail_msg("GET %s: %d, not %d", path, r.status, want);
+	reply_free(&r);
+}
+
 /* ---- a parser of the text format ----------------------------------------------------- */
 
 #define MAX_SAMPLES 4096
@@ -122,14 +132,23 @@ struct parsed {
 	size_t families;
 };
 
+/* A metric name ([a-zA-Z_:][a-zA-Z0-9_:]*) or a label name (no ':'),
+ * as the format defines them. */
 static bool name_ok(const char *p, size_t n, bool label)
 {
-	if (!n || !(isalpha((unsigned char)p[0]) || p[0] == '_' || (!label && p[0] == ':')))
+	static regex_t re[2];
+	static bool compiled;
+	if (!compiled) {
+		assert_int_equal(regcomp(&re[0], "^[a-zA-Z_:][a-zA-Z0-9_:]*$", REG_EXTENDED | REG_NOSUB), 0);
+		assert_int_equal(regcomp(&re[1], "^[a-zA-Z_][a-zA-Z0-9_]*$", REG_EXTENDED | REG_NOSUB), 0);
+		compiled = true;
+	}
+	char name[256];
+	if (n >= sizeof(name))
 		return false;
-	for (size_t i = 1; i < n; i++)
-		if (!(isalnum((unsigned char)p[i]) || p[i] == '_' || (!label && p[i] == ':')))
-			return false;
-	return true;
+	memcpy(name, p, n);
+	name[n] = 0;
+	return regexec(&re[label], name, 0, NULL, 0) == 0;
 }
 
 /* Parse text line by line as a Prometheus scraper does, failing the test
@@ -301,6 +320,12 @@ static cbcmn_metrics_server *serve(cbcmn_runtime *rt, const struct cbcmn__metric
 	return ms;
 }
 
+static void stop_and_destroy(cbcmn_metrics_server *ms, cbcmn_runtime *rt)
+{
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	t_destroy(rt);
+}
+
 /* ---- the tests ------------------------------------------------------------------------ */
 
 /* A scrape between two snapshots: every line parses, each counter lies
@@ -366,8 +391,7 @@ static void scrape_matches_snapshots(uint32_t backend)
 	assert_true(value(&p2, "cbcmn_tasks_spawned_total{runtime=\"%u\"}", id) >=
 		    value(&p1, "cbcmn_tasks_spawned_total{runtime=\"%u\"}", id) + 65);
 	reply_free(&r);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 static void test_scrape_parses_and_matches_snapshots(void **state)
@@ -407,8 +431,7 @@ static void test_openmetrics_when_accepted(void **state)
 	assert_true(r.content_length > 1000);
 	assert_int_equal(r.body_len, 0);
 	reply_free(&r);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 /* Other paths 404, other methods 405 (with Allow), garbage 400, and a
@@ -418,13 +441,9 @@ static void test_other_requests_get_their_status(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	cbcmn_metrics_server *ms = serve(rt, NULL);
 	int port = cbcmn_metrics_port(ms);
-	struct reply r = get(port, "/", "");
-	assert_int_equal(r.status, 404);
-	reply_free(&r);
-	r = get(port, "/metricsx", "");
-	assert_int_equal(r.status, 404);
-	reply_free(&r);
-	r = ask(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 45);
+	expect(port, "/", "", 404);
+	expect(port, "/metricsx", "", 404);
+	struct reply r = ask(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 45);
 	assert_int_equal(r.status, 405);
 	assert_non_null(strstr(r.raw, "\r\nAllow: GET, HEAD"));
 	reply_free(&r);
@@ -449,11 +468,8 @@ static void test_other_requests_get_their_status(void **state)
 	assert_int_equal(r.status, 431);
 	reply_free(&r);
 	free(req);
-	r = get(port, "/metrics", "");
-	assert_int_equal(r.status, 200);
-	reply_free(&r);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
 }
 
 /* A client that connects and sends nothing, and one that sends half a
@@ -467,9 +483,7 @@ static void test_silent_client_does_not_stop_scrapes(void **state)
 	int silent = dial(port), half = dial(port);
 	assert_int_equal(send(half, "GET /metr", 9, 0), 9);
 	for (int i = 0; i < 3; i++) {
-		struct reply r = get(port, "/metrics", "");
-		assert_int_equal(r.status, 200);
-		reply_free(&r);
+		expect(port, "/metrics", "", 200);
 	}
 	/* The timeout: each is closed without an answer (read_all fails the
 	 * test if the server keeps them past the stall bound). */
@@ -481,8 +495,7 @@ static void test_silent_client_does_not_stop_scrapes(void **state)
 	free(s);
 	close(silent);
 	close(half);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 /* A client that trickles a byte at a time is cut at the deadline: the
@@ -504,8 +517,7 @@ static void test_trickling_client_is_cut_at_the_deadline(void **state)
 	}
 	assert_true(cut);
 	close(fd);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 /* Past max_clients a connection gets 503 at once; once the others have
@@ -518,15 +530,13 @@ static void test_clients_over_the_limit_get_503(void **state)
 	int port = cbcmn_metrics_port(ms);
 	int a = dial(port), b = dial(port);
 	/* The third is accepted after the first two (the backlog is FIFO). */
-	struct reply r = get(port, "/metrics", "");
-	assert_int_equal(r.status, 503);
-	reply_free(&r);
+	expect(port, "/metrics", "", 503);
 	close(a);
 	close(b);
 	/* Their tasks see the EOF and end; until they have, 503. */
 	uint64_t t0 = t_now_ns();
 	for (;;) {
-		r = get(port, "/metrics", "");
+		struct reply r = get(port, "/metrics", "");
 		int st = r.status;
 		reply_free(&r);
 		if (st == 200)
@@ -535,8 +545,7 @@ static void test_clients_over_the_limit_get_503(void **state)
 		assert_true(t_now_ns() - t0 < T_STALL_NS);
 		usleep(10000);
 	}
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 /* Several threads scraping at once all get whole, parseable answers. */
@@ -573,8 +582,7 @@ static void test_concurrent_scrapers(void **state)
 			parse(r->body, false, &p);
 			reply_free(r);
 		}
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 /* Stop with a client connected and waiting: stop returns, the client
@@ -587,9 +595,7 @@ static void test_stop_while_a_client_is_connected(void **state)
 	int port = cbcmn_metrics_port(ms);
 	int fd = dial(port), fd2 = dial(port);
 	assert_int_equal(send(fd2, "GET /", 5, 0), 5);
-	struct reply r = get(port, "/metrics", ""); /* both are being served */
-	assert_int_equal(r.status, 200);
-	reply_free(&r);
+	expect(port, "/metrics", "", 200);
 	assert_int_equal(cbcmn_metrics_stop(ms), 0);
 	char *s = read_all(fd, NULL);
 	assert_string_equal(s, "");
@@ -616,9 +622,7 @@ static void test_destroy_with_the_server_running(void **state)
 		cbcmn_runtime *rt = runtime_on(2, backend);
 		cbcmn_metrics_server *ms = serve(rt, NULL), *ms2 = serve(rt, NULL);
 		int fd = dial(cbcmn_metrics_port(ms));
-		struct reply r = get(cbcmn_metrics_port(ms2), "/metrics", "");
-		assert_int_equal(r.status, 200);
-		reply_free(&r);
+		expect(cbcmn_metrics_port(ms2), "/metrics", "", 200);
 		t_destroy(rt);
 		char *s = read_all(fd, NULL);
 		assert_string_equal(s, "");
@@ -664,8 +668,7 @@ static void test_default_address_is_loopback(void **state)
 			found = true;
 	fclose(f);
 	assert_true(found);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 /* Profiles with budgets: the server's tasks are the runtime's, not the
@@ -689,8 +692,7 @@ static void test_serves_under_every_profile(void **state)
 				fail_msg("profile %d: %d", (int)profiles[i], r.status);
 			reply_free(&r);
 		}
-		assert_int_equal(cbcmn_metrics_stop(ms), 0);
-		t_destroy(rt);
+		stop_and_destroy(ms, rt);
 	}
 }
 
@@ -714,8 +716,7 @@ static void test_serves_with_the_smallest_stacks(void **state)
 		parse(r.body, k == 1, &p);
 		reply_free(&r);
 	}
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	stop_and_destroy(ms, rt);
 }
 
 /* A client that resets the connection as soon as it has asked: the
@@ -734,11 +735,8 @@ static void test_client_gone_before_the_answer(void **state)
 		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		close(fd);
 	}
-	struct reply r = get(port, "/metrics", "");
-	assert_int_equal(r.status, 200);
-	reply_free(&r);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
 }
 
 /* In a child forked while a server runs, stop does nothing and says so,
@@ -757,11 +755,8 @@ static void test_stop_in_a_forked_child_is_eforked(void **state)
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
-	struct reply r = get(cbcmn_metrics_port(ms), "/metrics", "");
-	assert_int_equal(r.status, 200);
-	reply_free(&r);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
 }
 
 /* A passing accept(2) error (ENETDOWN and the other network errors
@@ -785,11 +780,8 @@ static void test_network_accept_error_does_not_end_serving(void **state)
 		usleep(1000);
 	}
 	cbcmn__fault_disarm_all();
-	struct reply r = get(cbcmn_metrics_port(ms), "/metrics", "");
-	assert_int_equal(r.status, 200);
-	reply_free(&r);
-	assert_int_equal(cbcmn_metrics_stop(ms), 0);
-	t_destroy(rt);
+	expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
 }
 
 static int64_t serve_from_task(cbcmn_cx *cx, void *arg)
