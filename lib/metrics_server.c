@@ -18,12 +18,16 @@
 #include "metrics.h"
 #include "runtime.h"
 
-/* One connection.  It is on its server's list from its accept until its
- * task has closed it: what is still there once the server's nursery has
- * ended never ran (cancelled before it started), and stop closes it. */
+/* One connection.  It is on its server's list from its accept until the
+ * acceptor (or stop) has joined its task: a task may end without having
+ * run (cancelled before it started, or no stack for it), and then the
+ * descriptor is still to close.  Only the acceptor adds and takes off
+ * entries (sweep()), stop the rest once every task has ended. */
 struct conn {
 	struct cbcmn_metrics_server *ms;
 	struct conn *prev, *next;
+	cbcmn_task *task; /* its handle, joined by sweep() or stop */
+	_Atomic bool ran; /* conn_main began: it closes fd */
 	int fd;
 	size_t len; /* bytes of buf received */
 	char buf[];  /* lim.req_max + 1 (a NUL after the header block) */
@@ -33,16 +37,23 @@ struct cbcmn_metrics_server {
 	cbcmn_runtime *rt;
 	struct cbcmn_metrics_server *next; /* rt->metrics, under metrics_lock */
 	cbcmn_nursery *n;                  /* the acceptor and the connections */
+	cbcmn_task *acceptor;              /* its handle, joined by stop */
+	_Atomic bool started;              /* the acceptor has begun */
 	int lfd;                           /* closed by the acceptor as it ends, then -1 */
 	uint16_t port;
 	struct cbcmn__metrics_limits lim;
-	struct cbcmn__mutex lock;          /* CBCMN__LOCK_METRICS: conns, nconns */
+	/* The acceptor's alone (then stop's, once the tasks have ended):
+	 * no lock. */
 	struct conn *conns;
 	uint32_t nconns;
 	/* The last answer's size: the next one is about as big.  Relaxed:
 	 * a hint only, racing scrapes may overwrite each other's. */
 	_Atomic size_t last_len;
 };
+
+/* How soon the acceptor looks again at a connection whose task has not
+ * begun. */
+#define SWEEP_NS (100ull * 1000000)
 
 /* Every runtime's rt->metrics.  A leaf: held for a list push or unlink. */
 static struct cbcmn__mutex metrics_lock = CBCMN__MUTEX_INITIALIZER("metrics", CBCMN__LOCK_METRICS);
@@ -291,23 +302,12 @@ static void serve_request(cbcmn_cx *cx, struct conn *c, uint64_t deadline)
 	free(text);
 }
 
-static void conn_unlink(struct conn *c)
-{
-	struct cbcmn_metrics_server *ms = c->ms;
-	cbcmn__mutex_lock(&ms->lock);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		ms->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	ms->nconns--;
-	cbcmn__mutex_unlock(&ms->lock);
-}
-
 static int64_t conn_main(cbcmn_cx *cx, void *arg)
 {
 	struct conn *c = arg;
+	/* Relaxed: the acceptor only polls it to know whether to look again
+	 * soon; what decides is read after the join, which orders it. */
+	atomic_store_explicit(&c->ran, true, memory_order_relaxed);
 	uint64_t deadline = mono_ns() + c->ms->lim.timeout_ns;
 	serve_request(cx, c, deadline);
 	/* FIN first, then read what the client still sends until it closes:
@@ -320,8 +320,6 @@ static int64_t conn_main(cbcmn_cx *cx, void *arg)
 				break;
 	cbcmn_io_set_timeout(cx, 0);
 	cbcmn_close(cx, c->fd);
-	conn_unlink(c);
-	free(c);
 	return 0; /* a client that went away is not the server's failure */
 }
 
@@ -335,44 +333,98 @@ static void refuse(cbcmn_cx *cx, int fd)
 	cbcmn_close(cx, fd);
 }
 
-/* Take conn fd on: on the list (or refused), then its task. */
+/* A connection whose task has ended: joined (at once), its descriptor
+ * closed if the task never ran, freed.  cx NULL: stop, after the
+ * nursery's end. */
+static void conn_retire(cbcmn_cx *cx, struct conn *c)
+{
+	cbcmn_task_join(cx, c->task, NULL);
+	if (!atomic_load_explicit(&c->ran, memory_order_relaxed)) {
+		if (cx)
+			cbcmn_close(cx, c->fd);
+		else
+			close(c->fd); /* no task is left to wait on it */
+	}
+	free(c);
+}
+
+/* The acceptor: retire the connections whose tasks have ended, so that
+ * their slots count no more.  O(connections): at most max_clients. */
+static void sweep(cbcmn_cx *cx, struct cbcmn_metrics_server *ms)
+{
+	struct conn *done = NULL;
+	for (struct conn *c = ms->conns, *next; c; c = next) {
+		next = c->next;
+		/* acquire: pairs with the exchange in cbcmn__task_complete():
+		 * the task has ended, and the join below will not wait. */
+		struct cbcmn_task *t = (struct cbcmn_task *)c->task;
+		if (atomic_load_explicit(&t->joiner, memory_order_acquire) != CBCMN__JOIN_DONE)
+			continue;
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			ms->conns = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		ms->nconns--;
+		c->next = done;
+		done = c;
+	}
+	for (struct conn *c = done, *next; c; c = next) {
+		next = c->next;
+		conn_retire(cx, c);
+	}
+}
+
+/* Take connection fd on: on the list with its task, or refused. */
 static void start_conn(cbcmn_cx *cx, struct cbcmn_metrics_server *ms, int fd)
 {
+	sweep(cx, ms);
 	struct conn *c = NULL;
-	cbcmn__mutex_lock(&ms->lock);
 	if (ms->nconns < ms->lim.max_clients &&
 	    (c = cbcmn__malloc(sizeof(*c) + ms->lim.req_max + 1))) {
-		*c = (struct conn){.ms = ms, .next = ms->conns, .fd = fd};
-		if (ms->conns)
-			ms->conns->prev = c;
-		ms->conns = c;
-		ms->nconns++;
+		*c = (struct conn){.ms = ms, .fd = fd};
+		/* The handle is stored before the task can run. */
+		if (cbcmn__spawn((struct cbcmn_task *)cx, ms->n, CBCMN__TF_RUNTIME, (void *)conn_main, c,
+				 NULL, &c->task)) {
+			free(c);
+			c = NULL;
+		}
 	}
-	cbcmn__mutex_unlock(&ms->lock);
 	if (!c) {
 		refuse(cx, fd);
 		return;
 	}
-	/* Unmetered as the acceptor: a scrape is the runtime's work, not a
-	 * user task's, and a child's default budget would run out under
-	 * service profiles over a long life. */
-	if (cbcmn__spawn((struct cbcmn_task *)cx, ms->n, CBCMN__TF_UNMETERED, (void *)conn_main, c,
-			 NULL, NULL)) {
-		conn_unlink(c);
-		free(c);
-		refuse(cx, fd);
-	}
+	c->next = ms->conns;
+	if (ms->conns)
+		ms->conns->prev = c;
+	ms->conns = c;
+	ms->nconns++;
 }
 
 static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 {
 	struct cbcmn_metrics_server *ms = arg;
+	/* release: pairs with the acquire in cbcmn__metrics_serve_ex(). */
+	atomic_store_explicit(&ms->started, true, memory_order_release);
 	uint64_t backoff = 0;
 	while (!cbcmn_cx_cancelled(cx)) {
+		/* A connection whose task has not begun may never begin (no
+		 * stack for it): look again soon, so that its client is not
+		 * left waiting for the next connection to be answered.  Once
+		 * every task has begun, the accept waits as long as it takes. */
+		bool pending = false;
+		for (struct conn *c = ms->conns; c && !pending; c = c->next)
+			pending = !atomic_load_explicit(&c->ran, memory_order_relaxed);
+		cbcmn_io_set_timeout(cx, pending ? SWEEP_NS : 0);
 		int64_t fd = cbcmn_accept(cx, ms->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd >= 0) {
 			backoff = 0;
 			start_conn(cx, ms, (int)fd);
+			continue;
+		}
+		if (fd == -ETIMEDOUT) {
+			sweep(cx, ms);
 			continue;
 		}
 		if (!cbcmn__accept_transient((int32_t)fd))
@@ -383,10 +435,37 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 		if (cbcmn_sleep(cx, backoff))
 			break;
 	}
+	cbcmn_io_set_timeout(cx, 0);
 	/* The descriptor tasks wait on goes with cbcmn_close() (docs/IO.md):
 	 * the epoll backend would miss a plain close(2). */
 	cbcmn_close(cx, ms->lfd);
 	ms->lfd = -1; /* read by stop after await_all, which orders it */
+	return 0;
+}
+
+/* Wait until the acceptor has begun: a task can end without running (no
+ * stack for it), and a server whose acceptor never ran would take
+ * connections into its backlog and answer none.  Polled (a setup call,
+ * once): the wait is for an executor to get to the task.  0, or the
+ * error the task ended with, joined. */
+static int acceptor_begun(struct cbcmn_metrics_server *ms)
+{
+	struct cbcmn_task *t = (struct cbcmn_task *)ms->acceptor;
+	long pause_ns = 20000;
+	/* acquire: pairs with the release in acceptor_main() / the exchange
+	 * in cbcmn__task_complete(). */
+	while (!atomic_load_explicit(&ms->started, memory_order_acquire)) {
+		if (atomic_load_explicit(&t->joiner, memory_order_acquire) == CBCMN__JOIN_DONE) {
+			/* Ended; begun at the last moment, or never. */
+			if (atomic_load_explicit(&ms->started, memory_order_acquire))
+				break;
+			int64_t r = 0;
+			cbcmn_task_join(NULL, ms->acceptor, &r);
+			return r < 0 ? (int)r : -ENOMEM;
+		}
+		nanosleep(&(struct timespec){0, pause_ns}, NULL);
+		pause_ns = pause_ns < 1000000 ? pause_ns * 2 : pause_ns;
+	}
 	return 0;
 }
 
@@ -442,7 +521,6 @@ int cbcmn__metrics_serve_ex(cbcmn_runtime *rt, const char *addr, uint16_t port,
 	ms->lim = lim ? *lim
 		      : (struct cbcmn__metrics_limits){CBCMN__METRICS_TIMEOUT_NS,
 						       CBCMN__METRICS_MAX_CLIENTS, CBCMN__METRICS_REQ_MAX};
-	cbcmn__mutex_init(&ms->lock, "metrics", CBCMN__LOCK_METRICS);
 	int rc = listen_on(addr ? addr : "127.0.0.1", port, &ms->port);
 	if (rc < 0)
 		goto fail;
@@ -451,8 +529,12 @@ int cbcmn__metrics_serve_ex(cbcmn_runtime *rt, const char *addr, uint16_t port,
 		goto fail_fd;
 	/* The acceptor is spawned by this thread, a root the runtime runs
 	 * for itself: no budget of the program's applies to it. */
-	if ((rc = cbcmn__spawn(NULL, ms->n, CBCMN__TF_UNMETERED, (void *)acceptor_main, ms, NULL,
-			       NULL))) {
+	if ((rc = cbcmn__spawn(NULL, ms->n, CBCMN__TF_RUNTIME, (void *)acceptor_main, ms, NULL,
+			       &ms->acceptor))) {
+		cbcmn_nursery_await_all(NULL, ms->n);
+		goto fail_fd;
+	}
+	if ((rc = acceptor_begun(ms))) {
 		cbcmn_nursery_await_all(NULL, ms->n);
 		goto fail_fd;
 	}
@@ -465,7 +547,6 @@ int cbcmn__metrics_serve_ex(cbcmn_runtime *rt, const char *addr, uint16_t port,
 fail_fd:
 	close(ms->lfd);
 fail:
-	cbcmn__mutex_destroy(&ms->lock);
 	free(ms);
 	return rc;
 }
@@ -486,17 +567,16 @@ static void server_end(struct cbcmn_metrics_server *ms)
 {
 	cbcmn_nursery_cancel(ms->n);
 	cbcmn_nursery_await_all(NULL, ms->n);
-	/* Every task has ended: what is left was accepted but its task
-	 * never started (cancelled first).  No task waits on these: a
-	 * plain close(2) is seen by nobody. */
+	cbcmn_task_join(NULL, ms->acceptor, NULL); /* ended: at once */
+	/* Every task has ended: retire the connections the acceptor had
+	 * not swept yet (those whose task never ran still hold their
+	 * descriptor). */
 	for (struct conn *c = ms->conns, *next; c; c = next) {
 		next = c->next;
-		close(c->fd);
-		free(c);
+		conn_retire(NULL, c);
 	}
 	if (ms->lfd >= 0) /* the acceptor never ran */
 		close(ms->lfd);
-	cbcmn__mutex_destroy(&ms->lock);
 	free(ms);
 }
 

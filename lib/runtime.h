@@ -63,8 +63,10 @@ enum cbcmn__task_flags {
 	CBCMN__TF_ABI_NOARG = 1u << 3, /* with TF_ABI: fn is int64_t (*)(void) */
 	CBCMN__TF_ABI_I32 = 1u << 4,   /* with TF_ABI: fn is int32_t (*)(void *) */
 	/* A task the runtime runs for itself (the metrics server's): no
-	 * budget, CapSpawn (a root's) whatever the profile. */
-	CBCMN__TF_UNMETERED = 1u << 5,
+	 * budget, CapSpawn (a root's) whatever the profile, and its failure
+	 * is not its nursery's (no fail-fast: one that could not start, no
+	 * stack, must not cancel its siblings; its spawner looks after it). */
+	CBCMN__TF_RUNTIME = 1u << 5,
 };
 
 #define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)

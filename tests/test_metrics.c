@@ -739,6 +739,15 @@ static void test_client_gone_before_the_answer(void **state)
 	stop_and_destroy(ms, rt);
 }
 
+/* Fault injection exists in the ASan and TSan builds only (fault.h). */
+#define SKIP_WITHOUT_FAULTS()                                                   \
+	do {                                                                    \
+		struct cbcmn__fault_plan never = {.nth = UINT64_MAX};           \
+		if (!cbcmn__fault_arm(CBCMN__F_IO, &never))                     \
+			T_SKIP("fault injection is compiled in only with CBCMN_FAULTS (ASan, TSan builds)"); \
+		cbcmn__fault_disarm_all();                                      \
+	} while (0)
+
 /* In a child forked while a server runs, stop does nothing and says so,
  * as every call on the parent's runtime does there (cbcmn_runtime_create):
  * the server is the parent's, and freeing the child's copy of it (after
@@ -765,13 +774,10 @@ static void test_stop_in_a_forked_child_is_eforked(void **state)
  * after arming, which is the acceptor's first accept. */
 static void test_network_accept_error_does_not_end_serving(void **state)
 {
+	SKIP_WITHOUT_FAULTS();
 	cbcmn_runtime *rt = t_runtime(1);
 	struct cbcmn__fault_plan plan = {.nth = 1, .err = -ENETDOWN};
-	if (!cbcmn__fault_arm(CBCMN__F_IO, &plan)) {
-		T_SKIP("fault injection is compiled in only with CBCMN_FAULTS (ASan, TSan builds)");
-		t_destroy(rt);
-		return;
-	}
+	assert_true(cbcmn__fault_arm(CBCMN__F_IO, &plan));
 	cbcmn_metrics_server *ms = serve(rt, NULL);
 	/* Until the accept failed, nothing is known: wait for the hit. */
 	uint64_t t0 = t_now_ns();
@@ -782,6 +788,58 @@ static void test_network_accept_error_does_not_end_serving(void **state)
 	cbcmn__fault_disarm_all();
 	expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
 	stop_and_destroy(ms, rt);
+}
+
+/* An allocation that fails anywhere on a scrape's path (the connection's
+ * buffer, its task, its I/O, the snapshot's buffers, the text) costs that
+ * scrape at most (a 503, or its connection closed unanswered), never the
+ * server: the scrapes after it are answered. */
+static void test_failed_allocation_costs_one_scrape_at_most(void **state)
+{
+	SKIP_WITHOUT_FAULTS();
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	for (uint64_t nth = 1; nth <= 6; nth++) {
+		struct cbcmn__fault_plan plan = {.nth = nth, .err = -ENOMEM};
+		assert_true(cbcmn__fault_arm(CBCMN__F_MALLOC, &plan));
+		int fd = dial(port);
+		static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+		assert_int_equal(send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+		char *text = read_all(fd, NULL);
+		close(fd);
+		int st = 0;
+		if (*text && (sscanf(text, "HTTP/1.1 %d ", &st) != 1 || (st != 200 && st != 503)))
+			fail_msg("malloc %llu failing: \"%.60s\"", (unsigned long long)nth, text);
+		free(text);
+		cbcmn__fault_disarm_all();
+		expect(port, "/metrics", "", 200);
+	}
+	stop_and_destroy(ms, rt);
+}
+
+/* An allocation failing while the server starts (its record, its
+ * nursery, the acceptor's task or its stack): serve fails with -ENOMEM
+ * and leaves nothing open, or succeeds with an acceptor that runs.  A
+ * serve that returned 0 with an acceptor that never began took
+ * connections into its backlog and answered none. */
+static void test_serve_with_failing_allocations(void **state)
+{
+	SKIP_WITHOUT_FAULTS();
+	cbcmn_runtime *rt = t_runtime(1);
+	for (uint64_t nth = 1; nth <= 8; nth++) {
+		struct cbcmn__fault_plan plan = {.nth = nth, .err = -ENOMEM};
+		assert_true(cbcmn__fault_arm(CBCMN__F_MALLOC, &plan));
+		cbcmn_metrics_server *ms = NULL;
+		int rc = cbcmn_metrics_serve(rt, NULL, 0, &ms);
+		cbcmn__fault_disarm_all();
+		if (rc == -ENOMEM)
+			continue;
+		assert_int_equal(rc, 0);
+		expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
+		assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	}
+	t_destroy(rt);
 }
 
 static int64_t serve_from_task(cbcmn_cx *cx, void *arg)
@@ -882,6 +940,8 @@ int main(void)
 		T_WATCHED_TEST(test_client_gone_before_the_answer),
 		T_WATCHED_TEST(test_stop_in_a_forked_child_is_eforked),
 		T_WATCHED_TEST(test_network_accept_error_does_not_end_serving),
+		T_WATCHED_TEST(test_failed_allocation_costs_one_scrape_at_most),
+		T_WATCHED_TEST(test_serve_with_failing_allocations),
 		T_WATCHED_TEST(test_bad_calls),
 		T_WATCHED_TEST(test_format_is_sized_like_snprintf),
 	};

@@ -72,7 +72,10 @@ CBCMN_API int64_t cbcmn_metrics_format(const cbcmn_metrics_source *src, size_t n
  * counts in the statistics it reports, as a scraper's load does anywhere.
  *
  * Call from a thread outside the runtime (not from one of its tasks or its
- * blocking pool: -EDEADLK), as with cbcmn_runtime_run().  On success stores
+ * blocking pool: -EDEADLK), as with cbcmn_runtime_run(); it returns once
+ * the server's first task has begun (an executor has got to it).  A task
+ * of the server that cannot start (no memory for its stack) costs its
+ * connection only, never the server.  On success stores
  * the server in *out and returns 0; else nothing is left open and it
  * returns -EINVAL (NULL rt or out, addr not an IP address), -EDEADLK,
  * CBCMN_ENOSCHED (the core profile), CBCMN_EFORKED, -ENOMEM, or the error
