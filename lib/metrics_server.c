@@ -427,8 +427,14 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 			sweep(cx, ms);
 			continue;
 		}
-		if (!cbcmn__accept_transient((int32_t)fd))
-			break; /* cancelled, or the socket is broken: serving ends */
+		/* Cancelled (stop), or the socket is broken: serving ends.  A
+		 * -ECANCELED the task's cancellation does not explain passes
+		 * (a request stopped by something else: not a reason to stop
+		 * serving for good). */
+		if (!cbcmn__accept_transient((int32_t)fd) &&
+		    (fd != CBCMN_ECANCELED || cbcmn_cx_cancelled(cx)))
+			break;
+		sweep(cx, ms);
 		/* Out of descriptors: the connections wait in the backlog
 		 * while some end.  1 ms doubling to 100 ms. */
 		backoff = backoff ? (backoff * 2 > 100000000 ? 100000000 : backoff * 2) : 1000000;
