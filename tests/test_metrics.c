@@ -31,8 +31,21 @@ static int dial(int port)
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)))
-		fail_msg("connect to port %d: %s", port, strerror(errno));
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		/* A signal (TSan's, the runtime's) interrupted the wait: the
+		 * connection goes on by itself; wait for its outcome. */
+		struct pollfd pfd = {fd, POLLOUT, 0};
+		int err = errno;
+		socklen_t el = sizeof(err);
+		if (err == EINTR) {
+			while (poll(&pfd, 1, (int)T_STALL_S * 1000) < 0 && errno == EINTR)
+				;
+			if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+				err = errno;
+		}
+		if (err)
+			fail_msg("connect to port %d: %s", port, strerror(err));
+	}
 	return fd;
 }
 
@@ -79,7 +92,13 @@ static struct reply ask(int port, const char *req, size_t len)
 {
 	struct reply r = {.content_length = -1};
 	int fd = dial(port);
-	assert_int_equal(send(fd, req, len, MSG_NOSIGNAL), (ssize_t)len);
+	for (size_t sent = 0; sent < len;) {
+		ssize_t w = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		assert_true(w > 0);
+		sent += (size_t)w;
+	}
 	size_t n;
 	r.raw = read_all(fd, &n);
 	close(fd);
