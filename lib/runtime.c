@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "cpuquota.h"
 #include "iwait.h"
+#include "metrics.h"
 #include "monitor.h"
 #include "obligation.h"
 #include "runtime.h"
@@ -558,6 +559,9 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 	 * until the function returns: never quiet, a deadlock, not busy. */
 	if (cbcmn__on_runtime_thread(rt))
 		return -EDEADLK;
+	/* The scrape endpoints' tasks would keep it busy for ever: they end
+	 * first (cbcmn_metrics_stop). */
+	cbcmn__metrics_stop_all(rt);
 	if (cbcmn__seg_live_tasks(&rt->seg) != 0)
 		return -EBUSY;
 	/* A nursery a thread opened and has not awaited: it can still be

@@ -65,6 +65,11 @@ enum cbcmn__task_flags {
 	CBCMN__TF_PINNED = 1u << 2, /* runs on executor `shard` only, never stolen */
 	CBCMN__TF_ABI_NOARG = 1u << 3, /* with TF_ABI: fn is int64_t (*)(void) */
 	CBCMN__TF_ABI_I32 = 1u << 4,   /* with TF_ABI: fn is int32_t (*)(void *) */
+	/* A task the runtime runs for itself (the metrics server's): no
+	 * budget, CapSpawn (a root's) whatever the profile, and its failure
+	 * is not its nursery's (no fail-fast: one that could not start, no
+	 * stack, must not cancel its siblings; its spawner looks after it). */
+	CBCMN__TF_RUNTIME = 1u << 5,
 };
 
 #define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)
@@ -429,6 +434,7 @@ struct cbcmn_runtime {
 	struct cbcmn__mutex oblig_lock;   /* CBCMN__LOCK_OBLIG: the two lists */
 	struct cbcmn__gen_oblig *oblig_free, *oblig_all;
 	_Atomic(struct cbcmn__actors *) actors; /* actor slots, made on first spawn (actor.c) */
+	struct cbcmn_metrics_server *metrics; /* its scrape endpoints (metrics_server.c) */
 };
 
 /* ---- internal calls, by file -------------------------------------------- */
@@ -700,6 +706,9 @@ void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res
 void cbcmn__bufring_fini(struct cbcmn__exec *e);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
 void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
+/* stream.c: an accept(2) error (negative) that passes (out of descriptors
+ * or memory, a connection gone first): accept again, after a pause. */
+bool cbcmn__accept_transient(int32_t res);
 /* stream.c: t was unwound: close the streams and acceptors it still owns. */
 void cbcmn__mshot_unwound(struct cbcmn_task *t);
 /* stream.c: destroy: free what is still open on e (its ring is gone). */

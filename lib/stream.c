@@ -504,7 +504,7 @@ static uint64_t ms_backoff(struct cbcmn__mshot *m)
  * descriptors or memory, and the connection waits in the backlog until it
  * is not; or the connection went away before it was taken (accept(2): to
  * be treated like EAGAIN). */
-static bool accept_transient(int32_t res)
+bool cbcmn__accept_transient(int32_t res)
 {
 	switch (-res) {
 	case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS:
@@ -531,7 +531,7 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 			ms_cancel(m);
 	} else if (m->cancel_sent && res == -ECANCELED) {
 		/* closing */
-	} else if (accept_transient(res)) {
+	} else if (cbcmn__accept_transient(res)) {
 		/* Not the end: ms_next() arms it again after the pause (a
 		 * server at its descriptor limit meets EMFILE first). */
 		ms_backoff(m);

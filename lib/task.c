@@ -191,7 +191,7 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 			cbcmn__waiter_wake(w, e);
 	}
 	/* Last: after this the nursery, and its opener, may be gone. */
-	cbcmn__nursery_child_done(n, result, e);
+	cbcmn__nursery_child_done(n, (t->flags & CBCMN__TF_RUNTIME) ? 0 : result, e);
 	cbcmn__task_unref(t, e);
 }
 
@@ -253,7 +253,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		return -ENOMEM;
 	}
 	t->stack_charge = stack_charge;
-	if (!budgets)
+	if (!budgets || (flags & CBCMN__TF_RUNTIME))
 		cbcmn__budget_init_unlimited(t);
 	else if (self)
 		cbcmn__budget_draw(self, t, ask);
@@ -264,6 +264,8 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		cbcmn__budget_payer(self, t, n->owner);
 	if (self)
 		cbcmn__caps_grant(self, t, caps);
+	else if (flags & CBCMN__TF_RUNTIME)
+		t->caps = CBCMN_CAP_SPAWN;
 	else if (!budgets)
 		t->caps = rt->cfg.caps.flags & (CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET);
 	if (flags & CBCMN__TF_ABI)

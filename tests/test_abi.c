@@ -68,6 +68,10 @@ static const char *const exported[] = {
 	"cbcmn_io_set_timeout",
 	"cbcmn_openat",
 	"cbcmn_poll",
+	"cbcmn_metrics_format",
+	"cbcmn_metrics_serve",
+	"cbcmn_metrics_port",
+	"cbcmn_metrics_stop",
 	"cbcmn_pread",
 	"cbcmn_pwrite",
 	"cbcmn_read",
@@ -123,7 +127,7 @@ static void test_internals_are_hidden(void **state)
 	(void)state;
 	static const char *const hidden[] = {
 		"cbcmn__spawn", "cbcmn__ctx_jump", "cbcmn__gauge_up", "cbcmn__oblig_track", "cbcmn__deque_pop", "cbcmn__tls_exec",
-		"cbcmn__notify_one", "cbcmn_spawn_semaphore",
+		"cbcmn__notify_one", "cbcmn_spawn_semaphore", "cbcmn__metrics_serve_ex",
 	};
 	for (size_t i = 0; i < sizeof(hidden) / sizeof(hidden[0]); i++)
 		if (dlsym(lib, hidden[i]))

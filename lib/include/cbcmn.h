@@ -494,7 +494,8 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
  * _exit. */
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
-/* Stop the executors and free the runtime.  Returns -EBUSY, and leaves the
+/* Stop the executors and free the runtime.  Stops the metrics servers
+ * still running on it first (cbcmn_metrics_stop()).  Returns -EBUSY, and leaves the
  * runtime running, while any task is alive or a nursery a thread opened
  * (cx NULL) has not been awaited (it could still be spawned into, awaited
  * or cancelled).  Must not be called from one of the runtime's own tasks
@@ -1120,5 +1121,6 @@ CBCMN_API void cbcmn_watch_close(cbcmn_watch *w);
 
 #include "cbcmn_chan.h" /* channels and obligations */
 #include "cbcmn_io.h"   /* fiber I/O on the executor rings, the blocking pool */
+#include "cbcmn_metrics.h" /* statistics as Prometheus text, the scrape endpoint */
 
 #endif /* CBCMN_H */

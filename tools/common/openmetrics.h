@@ -1,14 +1,8 @@
 /* openmetrics.h: the statistics of cbcmn runtimes as an OpenMetrics text
- * exposition (what Prometheus scrapes), for cbcmn-stat --prometheus.
- *
- * One metric family per figure of cbcmn_stats / cbcmn_executor_stats:
- * counters as cbcmn_<name>_total, gauges as cbcmn_<name>, labelled
- * runtime="<cbcmn_stats.runtime_id>" and, per executor, executor="<i>".
- * Every family has its # TYPE and # HELP lines before its samples, the
- * samples of one family are together (the format requires it, also when
- * several runtimes are written), and the exposition ends with "# EOF".
- * Times are in seconds and shares in [0, 1], as Prometheus names them.
- * docs/OBSERVABILITY.md lists the families.
+ * exposition (what Prometheus scrapes), for cbcmn-stat --prometheus: the
+ * library's cbcmn_metrics_format() (cbcmn_metrics.h, which says what the
+ * families are) written to a stdio stream.  docs/OBSERVABILITY.md lists
+ * the families.
  */
 #ifndef CBCMN_TOOLS_OPENMETRICS_H
 #define CBCMN_TOOLS_OPENMETRICS_H
@@ -27,7 +21,8 @@ struct om_runtime {
 };
 
 /* Write the exposition of rts[0..n) to f, "# EOF" last, and flush.
- * Returns 0, or -EIO when writing failed (a full disk, a closed pipe). */
+ * Returns 0, -EIO when writing failed (a full disk, a closed pipe), or
+ * -ENOMEM. */
 int om_write(FILE *f, const struct om_runtime *rts, size_t n);
 
 #endif

@@ -1,0 +1,972 @@
+/* test_metrics.c: the in-process scrape endpoint (cbcmn_metrics_serve) and
+ * the library's Prometheus text (cbcmn_metrics_format): scrapes over
+ * loopback parse line by line and say what the snapshots around them say,
+ * other requests get their status, hostile clients hold nobody up, and the
+ * server ends cleanly by stop or by destroy, on either backend. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <regex.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "../lib/fault.h"
+#include "../lib/metrics.h"
+
+/* ---- a client ---------------------------------------------------------------- */
+
+/* A connected socket to 127.0.0.1:port whose reads give up after the
+ * stall bound (a server that never answers fails the test, not hangs it). */
+static int dial(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	struct timeval tv = {.tv_sec = T_STALL_S};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		/* A signal (TSan's, the runtime's) interrupted the wait: the
+		 * connection goes on by itself; wait for its outcome. */
+		struct pollfd pfd = {fd, POLLOUT, 0};
+		int err = errno;
+		socklen_t el = sizeof(err);
+		if (err == EINTR) {
+			while (poll(&pfd, 1, (int)T_STALL_S * 1000) < 0 && errno == EINTR)
+				;
+			if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+				err = errno;
+		}
+		if (err)
+			fail_msg("connect to port %d: %s", port, strerror(err));
+	}
+	return fd;
+}
+
+/* Everything until the server closes (or resets); NUL-terminated. */
+static char *read_all(int fd, size_t *len)
+{
+	size_t cap = 1 << 16, n = 0;
+	char *b = malloc(cap);
+	assert_non_null(b);
+	for (;;) {
+		if (n + 1 == cap)
+			assert_non_null(b = realloc(b, cap *= 2));
+		ssize_t r = recv(fd, b + n, cap - n - 1, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			fail_msg("the server neither answered nor closed in %u s", T_STALL_S);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	b[n] = 0;
+	if (len)
+		*len = n;
+	return b;
+}
+
+struct reply {
+	int status;
+	char *raw;  /* the whole reply */
+	char *body; /* into raw */
+	size_t body_len;
+	long content_length; /* -1: none */
+	char ctype[128];
+};
+
+static void reply_free(struct reply *r)
+{
+	free(r->raw);
+}
+
+/* Send req (len bytes) and read the reply up to the close. */
+static struct reply ask(int port, const char *req, size_t len)
+{
+	struct reply r = {.content_length = -1};
+	int fd = dial(port);
+	for (size_t sent = 0; sent < len;) {
+		ssize_t w = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		assert_true(w > 0);
+		sent += (size_t)w;
+	}
+	size_t n;
+	r.raw = read_all(fd, &n);
+	close(fd);
+	if (sscanf(r.raw, "HTTP/1.1 %d ", &r.status) != 1)
+		fail_msg("not an HTTP reply: \"%.80s\"", r.raw);
+	char *end = strstr(r.raw, "\r\n\r\n");
+	assert_non_null(end);
+	*end = 0;
+	r.body = end + 4;
+	r.body_len = n - (size_t)(r.body - r.raw);
+	const char *cl = strcasestr(r.raw, "\r\nContent-Length: ");
+	if (cl)
+		r.content_length = strtol(cl + 18, NULL, 10);
+	const char *ct = strcasestr(r.raw, "\r\nContent-Type: ");
+	if (ct)
+		sscanf(ct + 16, "%127[^\r]", r.ctype);
+	return r;
+}
+
+static struct reply get(int port, const char *path, const char *extra_headers)
+{
+	char req[1024];
+	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n", path,
+			 extra_headers);
+	return ask(port, req, (size_t)n);
+}
+
+/* GET path with extra_headers: the reply's status must be want. */
+static void expect(int port, const char *path, const char *extra_headers, int want)
+{
+	struct reply r = get(port, path, extra_headers);
+	if (r.status != want)
+		fail_msg("GET %s: %d, not %d", path, r.status, want);
+	reply_free(&r);
+}
+
+/* ---- a parser of the text format ----------------------------------------------------- */
+
+#define MAX_SAMPLES 4096
+
+struct sample {
+	char key[256]; /* name{labels} */
+	char name[96];
+	char type[16];
+	double v;
+};
+
+struct parsed {
+	struct sample s[MAX_SAMPLES];
+	size_t n;
+	size_t families;
+};
+
+/* A metric name ([a-zA-Z_:][a-zA-Z0-9_:]*) or a label name (no ':'),
+ * as the format defines them. */
+static bool name_ok(const char *p, size_t n, bool label)
+{
+	static regex_t re[2];
+	static bool compiled;
+	if (!compiled) {
+		assert_int_equal(regcomp(&re[0], "^[a-zA-Z_:][a-zA-Z0-9_:]*$", REG_EXTENDED | REG_NOSUB), 0);
+		assert_int_equal(regcomp(&re[1], "^[a-zA-Z_][a-zA-Z0-9_]*$", REG_EXTENDED | REG_NOSUB), 0);
+		compiled = true;
+	}
+	char name[256];
+	if (n >= sizeof(name))
+		return false;
+	memcpy(name, p, n);
+	name[n] = 0;
+	return regexec(&re[label], name, 0, NULL, 0) == 0;
+}
+
+/* Parse text line by line as a Prometheus scraper does, failing the test
+ * at the first line that breaks the format: 0.0.4 (om false: # TYPE names
+ * the samples, counters end _total) or OpenMetrics (# TYPE names the
+ * family, "# EOF" last).  Every sample follows its family's # TYPE and
+ * # HELP, names and label names are valid, label values quoted, values
+ * numbers, no sample repeats. */
+static void parse(const char *text, bool om, struct parsed *p)
+{
+	char fam[96] = "", type[16] = "";
+	bool help = false, eof = false;
+	p->n = p->families = 0;
+	size_t line = 0;
+	for (const char *l = text, *eol; *l; l = eol + 1) {
+		line++;
+		if (!(eol = strchr(l, '\n')))
+			fail_msg("line %zu: no newline at the end", line);
+		size_t len = (size_t)(eol - l);
+		if (eof)
+			fail_msg("line %zu: after # EOF", line);
+		if (om && len == 5 && !strncmp(l, "# EOF", 5)) {
+			eof = true;
+			continue;
+		}
+		if (len >= 7 && !strncmp(l, "# TYPE ", 7)) {
+			char n[96], t[16];
+			if (sscanf(l + 7, "%95s %15s", n, t) != 2 || !name_ok(n, strlen(n), false))
+				fail_msg("line %zu: bad # TYPE: %.*s", line, (int)len, l);
+			if (!strcmp(n, fam))
+				fail_msg("line %zu: a second # TYPE for %s", line, n);
+			for (size_t i = 0; i < p->n; i++)
+				if (!strcmp(p->s[i].name, n))
+					fail_msg("line %zu: family %s is not together", line, n);
+			bool known = !strcmp(t, "counter") || !strcmp(t, "gauge") ||
+				     (om && (!strcmp(t, "info") || !strcmp(t, "stateset")));
+			if (!known)
+				fail_msg("line %zu: type %s in %s", line, t, om ? "OpenMetrics" : "0.0.4");
+			size_t nl = strlen(n);
+			if (!strcmp(t, "counter") && om == (nl > 6 && !strcmp(n + nl - 6, "_total")))
+				fail_msg("line %zu: counter %s %s _total", line, n,
+					 om ? "names its family with" : "named without");
+			snprintf(fam, sizeof(fam), "%s", n);
+			snprintf(type, sizeof(type), "%s", t);
+			help = false;
+			p->families++;
+			continue;
+		}
+		if (len >= 7 && !strncmp(l, "# HELP ", 7)) {
+			size_t fl = strlen(fam);
+			if (strncmp(l + 7, fam, fl) || l[7 + fl] != ' ' || len < 9 + fl)
+				fail_msg("line %zu: # HELP not for the family %s", line, fam);
+			help = true;
+			continue;
+		}
+		if (len && l[0] == '#')
+			fail_msg("line %zu: a comment the format does not know", line);
+		/* A sample: name{labels} value */
+		if (!*fam || !help)
+			fail_msg("line %zu: a sample without # TYPE and # HELP before it", line);
+		size_t nl = strcspn(l, "{ ");
+		if (nl >= len || !name_ok(l, nl, false))
+			fail_msg("line %zu: bad metric name: %.*s", line, (int)len, l);
+		char want[112];
+		snprintf(want, sizeof(want), "%s%s", fam,
+			 !om                          ? ""
+			 : !strcmp(type, "counter") ? "_total"
+			 : !strcmp(type, "info")    ? "_info"
+						    : "");
+		if (strlen(want) != nl || strncmp(l, want, nl))
+			fail_msg("line %zu: sample %.*s of family %s (%s)", line, (int)nl, l, fam, type);
+		const char *q = l + nl;
+		if (*q == '{') {
+			q++;
+			while (*q != '}') {
+				size_t ln = strcspn(q, "=");
+				if (!name_ok(q, ln, true) || q[ln + 1] != '"')
+					fail_msg("line %zu: bad label", line);
+				q += ln + 2;
+				while (*q && *q != '"' && *q != '\n')
+					q += *q == '\\' ? 2 : 1;
+				if (*q != '"')
+					fail_msg("line %zu: unterminated label value", line);
+				q++;
+				if (*q == ',')
+					q++;
+				else if (*q != '}')
+					fail_msg("line %zu: bad label list", line);
+			}
+			q++;
+		}
+		if (*q != ' ')
+			fail_msg("line %zu: no value", line);
+		char *vend;
+		double v = strtod(q + 1, &vend);
+		if (vend == q + 1 || vend != eol)
+			fail_msg("line %zu: value not a number: %.*s", line, (int)(eol - q - 1), q + 1);
+		if (!strcmp(type, "counter") && v < 0)
+			fail_msg("line %zu: a negative counter", line);
+		assert_true(p->n < MAX_SAMPLES);
+		struct sample *s = &p->s[p->n];
+		snprintf(s->key, sizeof(s->key), "%.*s", (int)(q - l), l);
+		snprintf(s->name, sizeof(s->name), "%s", fam);
+		snprintf(s->type, sizeof(s->type), "%s", type);
+		s->v = v;
+		for (size_t i = 0; i < p->n; i++)
+			if (!strcmp(p->s[i].key, s->key))
+				fail_msg("line %zu: %s twice", line, s->key);
+		p->n++;
+	}
+	if (om && !eof)
+		fail_msg("no # EOF at the end");
+}
+
+static const struct sample *find(const struct parsed *p, const char *key)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (!strcmp(p->s[i].key, key))
+			return &p->s[i];
+	fail_msg("no sample %s", key);
+	return NULL;
+}
+
+static double value(const struct parsed *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static double value(const struct parsed *p, const char *fmt, ...)
+{
+	char key[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(key, sizeof(key), fmt, ap);
+	va_end(ap);
+	return find(p, key)->v;
+}
+
+/* ---- work to count ------------------------------------------------------------------- */
+
+static int64_t leaf(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return cbcmn_yield(cx) == 0 ? 0 : -1;
+}
+
+static int64_t some_work(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	for (int i = 0; i < 64; i++)
+		cbcmn_nursery_spawn(cx, n, leaf, NULL, NULL);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static cbcmn_runtime *runtime_on(uint32_t workers, uint32_t backend)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.backend = backend;
+	return t_runtime_cfg(&cfg);
+}
+
+static cbcmn_metrics_server *serve(cbcmn_runtime *rt, const struct cbcmn__metrics_limits *lim)
+{
+	cbcmn_metrics_server *ms = NULL;
+	int rc = cbcmn__metrics_serve_ex(rt, NULL, 0, lim, &ms);
+	if (rc)
+		fail_msg("cbcmn_metrics_serve: %s", cbcmn_strerror(rc));
+	assert_true(cbcmn_metrics_port(ms) > 0);
+	return ms;
+}
+
+static void stop_and_destroy(cbcmn_metrics_server *ms, cbcmn_runtime *rt)
+{
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	t_destroy(rt);
+}
+
+/* ---- the tests ------------------------------------------------------------------------ */
+
+/* A scrape between two snapshots: every line parses, each counter lies
+ * between the two snapshots' figures, and a second scrape's counters are
+ * no smaller than the first's. */
+static void scrape_matches_snapshots(uint32_t backend)
+{
+	cbcmn_runtime *rt = runtime_on(2, backend);
+	t_run(rt, some_work, NULL, 0);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	static struct parsed p1, p2;
+	cbcmn_stats a, b;
+	cbcmn_executor_stats pa[2], pb[2];
+	assert_int_equal(cbcmn_stats_snapshot(rt, &a, pa, 2), 0);
+	struct reply r = get(port, "/metrics", "");
+	assert_int_equal(cbcmn_stats_snapshot(rt, &b, pb, 2), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.ctype, "text/plain; version=0.0.4; charset=utf-8");
+	assert_int_equal(r.content_length, (long)r.body_len);
+	parse(r.body, false, &p1);
+	assert_true(p1.families >= 30);
+	uint32_t id = a.runtime_id;
+	assert_true(id > 0);
+	double v = value(&p1, "cbcmn_tasks_spawned_total{runtime=\"%u\"}", id);
+	assert_true(v >= (double)a.tasks_spawned && v <= (double)b.tasks_spawned);
+	assert_true(v >= 65); /* some_work's tasks */
+	v = value(&p1, "cbcmn_tasks_completed_total{runtime=\"%u\"}", id);
+	assert_true(v >= (double)a.tasks_completed && v <= (double)b.tasks_completed);
+	assert_true(value(&p1, "cbcmn_executors{runtime=\"%u\"}", id) == 2);
+	assert_true(value(&p1, "cbcmn_runtime_info{runtime=\"%u\",pid=\"%d\",backend=\"%s\","
+			       "policy=\"%s\",msg_ring=\"%d\",oversubscribed=\"%d\"}",
+			  id, (int)getpid(), cbcmn_backend_name(a.backend),
+			  a.policy >= 0 ? cbcmn_policy_name((cbcmn_policy)a.policy) : "none",
+			  (int)a.msg_ring, (int)a.oversubscribed) == 1);
+	for (uint32_t i = 0; i < 2; i++) {
+		v = value(&p1, "cbcmn_tasks_run_total{runtime=\"%u\",executor=\"%u\"}", id, i);
+		assert_true(v >= (double)pa[i].tasks_run && v <= (double)pb[i].tasks_run);
+		v = value(&p1, "cbcmn_steals_total{runtime=\"%u\",executor=\"%u\"}", id, i);
+		assert_true(v >= (double)pa[i].steal_successes && v <= (double)pb[i].steal_successes);
+		v = value(&p1, "cbcmn_io_ops_total{runtime=\"%u\",executor=\"%u\"}", id, i);
+		assert_true(v >= (double)pa[i].io_ops && v <= (double)pb[i].io_ops);
+		double states = 0;
+		for (const char *const *s = (const char *const[]){"stopped", "running", "searching", "parked", NULL};
+		     *s; s++)
+			states += value(&p1, "cbcmn_executor_state{runtime=\"%u\",executor=\"%u\","
+					     "cbcmn_executor_state=\"%s\"}", id, i, *s);
+		assert_true(states == 1);
+	}
+	reply_free(&r);
+
+	t_run(rt, some_work, NULL, 0);
+	r = get(port, "/metrics?x=1", "Accept: text/plain\r\n");
+	assert_int_equal(r.status, 200);
+	parse(r.body, false, &p2);
+	assert_int_equal(p2.n, p1.n);
+	for (size_t i = 0; i < p1.n; i++)
+		if (!strcmp(p1.s[i].type, "counter"))
+			if (find(&p2, p1.s[i].key)->v < p1.s[i].v)
+				fail_msg("%s went down: %g then %g", p1.s[i].key, p1.s[i].v,
+					 find(&p2, p1.s[i].key)->v);
+	/* The second run's spawns are there. */
+	assert_true(value(&p2, "cbcmn_tasks_spawned_total{runtime=\"%u\"}", id) >=
+		    value(&p1, "cbcmn_tasks_spawned_total{runtime=\"%u\"}", id) + 65);
+	reply_free(&r);
+	stop_and_destroy(ms, rt);
+}
+
+static void test_scrape_parses_and_matches_snapshots(void **state)
+{
+	scrape_matches_snapshots(CBCMN_BACKEND_AUTO);
+}
+
+static void test_scrape_on_epoll_backend(void **state)
+{
+	scrape_matches_snapshots(CBCMN_BACKEND_EPOLL);
+}
+
+/* Accept: application/openmetrics-text gets OpenMetrics (as Prometheus
+ * asks), q=0 does not; HEAD gets the headers alone. */
+static void test_openmetrics_when_accepted(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	static struct parsed p;
+	struct reply r = get(port, "/metrics",
+			     "Accept: application/openmetrics-text;version=1.0.0,application/"
+			     "openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,"
+			     "*/*;q=0.1\r\n");
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.ctype, "application/openmetrics-text; version=1.0.0; charset=utf-8");
+	parse(r.body, true, &p);
+	assert_true(r.body_len > 6 && !strcmp(r.body + r.body_len - 6, "# EOF\n"));
+	reply_free(&r);
+	r = get(port, "/metrics", "accept: text/plain;q=1, Application/OpenMetrics-Text ; q=0.0\r\n");
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.ctype, "text/plain; version=0.0.4; charset=utf-8");
+	parse(r.body, false, &p);
+	reply_free(&r);
+	r = ask(port, "HEAD /metrics HTTP/1.0\r\n\r\n", 26);
+	assert_int_equal(r.status, 200);
+	assert_true(r.content_length > 1000);
+	assert_int_equal(r.body_len, 0);
+	reply_free(&r);
+	stop_and_destroy(ms, rt);
+}
+
+/* Other paths 404, other methods 405 (with Allow), garbage 400, and a
+ * request past the limit 431: each answered, and the server goes on. */
+static void test_other_requests_get_their_status(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	expect(port, "/", "", 404);
+	expect(port, "/metricsx", "", 404);
+	struct reply r = ask(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 45);
+	assert_int_equal(r.status, 405);
+	assert_non_null(strstr(r.raw, "\r\nAllow: GET, HEAD"));
+	reply_free(&r);
+	static const char *const bad[] = {"garbage\r\n\r\n", "GET /metrics\r\n\r\n",
+					  "GET /metrics HTTP/2.0\r\n\r\n", "GET  /metrics HTTP/1.1\r\n\r\n",
+					  "GET /metrics HTTP/1.1 x\r\n\r\n", "\r\n\r\n",
+					  "GET /metrics  HTTP/1.1\r\n\r\n", "GET /metrics HTTP/1.1\r\r\n\r\n",
+					  "get /metrics HTTP/1.1\r\n\r\n", "GET\t/metrics HTTP/1.1\r\n\r\n"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		r = ask(port, bad[i], strlen(bad[i]));
+		if (r.status != 400)
+			fail_msg("\"%s\": %d, not 400", bad[i], r.status);
+		reply_free(&r);
+	}
+	/* Past 8 KiB without the blank line: refused, not buffered on. */
+	size_t big = CBCMN__METRICS_REQ_MAX + 4096;
+	char *req = malloc(big);
+	assert_non_null(req);
+	memcpy(req, "GET /metrics HTTP/1.1\r\nX-Pad: ", 30);
+	memset(req + 30, 'a', big - 30);
+	r = ask(port, req, big);
+	assert_int_equal(r.status, 431);
+	reply_free(&r);
+	free(req);
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* A client that connects and sends nothing, and one that sends half a
+ * request, hold up no scrape; the timeout then closes both. */
+static void test_silent_client_does_not_stop_scrapes(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cbcmn__metrics_limits lim = {1000000000, 8, 1024};
+	cbcmn_metrics_server *ms = serve(rt, &lim);
+	int port = cbcmn_metrics_port(ms);
+	int silent = dial(port), half = dial(port);
+	assert_int_equal(send(half, "GET /metr", 9, 0), 9);
+	for (int i = 0; i < 3; i++) {
+		expect(port, "/metrics", "", 200);
+	}
+	/* The timeout: each is closed without an answer (read_all fails the
+	 * test if the server keeps them past the stall bound). */
+	char *s = read_all(silent, NULL);
+	assert_string_equal(s, "");
+	free(s);
+	s = read_all(half, NULL);
+	assert_string_equal(s, "");
+	free(s);
+	close(silent);
+	close(half);
+	stop_and_destroy(ms, rt);
+}
+
+/* A client that trickles a byte at a time is cut at the deadline: the
+ * timeout is for the whole request, not for each read. */
+static void test_trickling_client_is_cut_at_the_deadline(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cbcmn__metrics_limits lim = {1000000000, 8, 1024};
+	cbcmn_metrics_server *ms = serve(rt, &lim);
+	int fd = dial(cbcmn_metrics_port(ms));
+	bool cut = false;
+	/* 250 bytes 20 ms apart: 5 s, far past the 1 s, each gap far within. */
+	for (int i = 0; i < 250 && !cut; i++) {
+		if (send(fd, "X", 1, MSG_NOSIGNAL) != 1)
+			cut = true;
+		struct pollfd pfd = {fd, POLLIN, 0};
+		if (poll(&pfd, 1, 20) == 1)
+			cut = true; /* EOF (or a reset) */
+	}
+	assert_true(cut);
+	close(fd);
+	stop_and_destroy(ms, rt);
+}
+
+/* Past max_clients a connection gets 503 at once; once the others have
+ * gone, scrapes are answered again. */
+static void test_clients_over_the_limit_get_503(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cbcmn__metrics_limits lim = {T_STALL_NS, 2, 1024};
+	cbcmn_metrics_server *ms = serve(rt, &lim);
+	int port = cbcmn_metrics_port(ms);
+	int a = dial(port), b = dial(port);
+	/* The third is accepted after the first two (the backlog is FIFO). */
+	expect(port, "/metrics", "", 503);
+	close(a);
+	close(b);
+	/* Their tasks see the EOF and end; until they have, 503. */
+	uint64_t t0 = t_now_ns();
+	for (;;) {
+		struct reply r = get(port, "/metrics", "");
+		int st = r.status;
+		reply_free(&r);
+		if (st == 200)
+			break;
+		assert_int_equal(st, 503);
+		assert_true(t_now_ns() - t0 < T_STALL_NS);
+		usleep(10000);
+	}
+	stop_and_destroy(ms, rt);
+}
+
+/* Several threads scraping at once all get whole, parseable answers. */
+#define NSCRAPERS 8
+#define NSCRAPES 3
+static int concurrent_port;
+static struct reply concurrent[NSCRAPERS][NSCRAPES];
+
+/* The replies only: cmocka's checks belong to the main thread. */
+static void *scraper(void *arg)
+{
+	struct reply *out = arg;
+	for (int i = 0; i < NSCRAPES; i++)
+		out[i] = get(concurrent_port, "/metrics", "");
+	return NULL;
+}
+
+static void test_concurrent_scrapers(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	concurrent_port = cbcmn_metrics_port(ms);
+	pthread_t th[NSCRAPERS];
+	for (int i = 0; i < NSCRAPERS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, scraper, concurrent[i]), 0);
+	for (int i = 0; i < NSCRAPERS; i++)
+		pthread_join(th[i], NULL);
+	static struct parsed p;
+	for (int i = 0; i < NSCRAPERS; i++)
+		for (int k = 0; k < NSCRAPES; k++) {
+			struct reply *r = &concurrent[i][k];
+			assert_int_equal(r->status, 200);
+			assert_int_equal(r->content_length, (long)r->body_len);
+			parse(r->body, false, &p);
+			reply_free(r);
+		}
+	stop_and_destroy(ms, rt);
+}
+
+/* Stop with a client connected and waiting: stop returns, the client
+ * sees the connection close, no descriptor is left (the watchdog's
+ * teardown sweeps them), and the runtime destroys. */
+static void test_stop_while_a_client_is_connected(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	int fd = dial(port), fd2 = dial(port);
+	assert_int_equal(send(fd2, "GET /", 5, 0), 5);
+	expect(port, "/metrics", "", 200);
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	char *s = read_all(fd, NULL);
+	assert_string_equal(s, "");
+	free(s);
+	s = read_all(fd2, NULL);
+	free(s);
+	close(fd);
+	close(fd2);
+	/* The port is closed. */
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(c, (struct sockaddr *)&a, sizeof(a)), -1);
+	assert_int_equal(errno, ECONNREFUSED);
+	close(c);
+	t_destroy(rt);
+}
+
+/* Destroy with the server running and a client connected: destroy stops
+ * it (it is not "busy"), the client sees the close, nothing leaks. */
+static void test_destroy_with_the_server_running(void **state)
+{
+	for (uint32_t backend = CBCMN_BACKEND_AUTO; backend <= CBCMN_BACKEND_EPOLL; backend += 2) {
+		cbcmn_runtime *rt = runtime_on(2, backend);
+		cbcmn_metrics_server *ms = serve(rt, NULL), *ms2 = serve(rt, NULL);
+		int fd = dial(cbcmn_metrics_port(ms));
+		expect(cbcmn_metrics_port(ms2), "/metrics", "", 200);
+		t_destroy(rt);
+		char *s = read_all(fd, NULL);
+		assert_string_equal(s, "");
+		free(s);
+		close(fd);
+	}
+}
+
+/* Start and stop at once, over and over: the acceptor may not have run
+ * yet (its descriptor is then closed by stop), nothing leaks. */
+static void test_stop_right_after_serve(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	for (int i = 0; i < T_SCALE(50); i++) {
+		cbcmn_metrics_server *ms = serve(rt, NULL);
+		if (i % 2) {
+			int fd = dial(cbcmn_metrics_port(ms));
+			assert_int_equal(cbcmn_metrics_stop(ms), 0);
+			close(fd);
+		} else {
+			assert_int_equal(cbcmn_metrics_stop(ms), 0);
+		}
+	}
+	t_destroy(rt);
+}
+
+/* The default address is loopback: the listening socket is 127.0.0.1's,
+ * as /proc/net/tcp shows it (0100007F, LISTEN 0A). */
+static void test_default_address_is_loopback(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = NULL;
+	assert_int_equal(cbcmn_metrics_serve(rt, NULL, 0, &ms), 0);
+	char want[32];
+	snprintf(want, sizeof(want), "0100007F:%04X", cbcmn_metrics_port(ms));
+	FILE *f = fopen("/proc/self/net/tcp", "r");
+	assert_non_null(f);
+	char line[512], local[64], st[8];
+	bool found = false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, " %*s %63s %*s %7s", local, st) == 2 && !strcmp(st, "0A") &&
+		    !strcmp(local, want))
+			found = true;
+	fclose(f);
+	assert_true(found);
+	stop_and_destroy(ms, rt);
+}
+
+/* Profiles with budgets: the server's tasks are the runtime's, not the
+ * program's, so they serve under sovereign (roots hold no capability:
+ * no CapSpawn to start a connection's task) and service alike. */
+static void test_serves_under_every_profile(void **state)
+{
+	static const cbcmn_profile profiles[] = {CBCMN_PROFILE_SERVICE, CBCMN_PROFILE_CLUSTER,
+						 CBCMN_PROFILE_SOVEREIGN};
+	for (size_t i = 0; i < sizeof(profiles) / sizeof(profiles[0]); i++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.profile = profiles[i];
+		cfg.yield_interval = 256;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		cbcmn_metrics_server *ms = serve(rt, NULL);
+		for (int k = 0; k < 2; k++) {
+			struct reply r = get(cbcmn_metrics_port(ms), "/metrics", "");
+			if (r.status != 200)
+				fail_msg("profile %d: %d", (int)profiles[i], r.status);
+			reply_free(&r);
+		}
+		stop_and_destroy(ms, rt);
+	}
+}
+
+/* The smallest stacks a program may choose (CBCMN_STACK_MIN): the
+ * server's tasks, formatting included, fit in them.  A task of the server
+ * that overflowed would end with CBCMN_EPANIC, and that first failure of
+ * the nursery would cancel the acceptor with it: the server gone. */
+static void test_serves_with_the_smallest_stacks(void **state)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stack_size = CBCMN_STACK_MIN;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	static struct parsed p;
+	for (int k = 0; k < 3; k++) {
+		struct reply r = get(cbcmn_metrics_port(ms), "/metrics",
+				     k == 1 ? "Accept: application/openmetrics-text\r\n" : "");
+		assert_int_equal(r.status, 200);
+		parse(r.body, k == 1, &p);
+		reply_free(&r);
+	}
+	stop_and_destroy(ms, rt);
+}
+
+/* A client that resets the connection as soon as it has asked: the
+ * server's send fails (EPIPE or ECONNRESET), never with a SIGPIPE that
+ * would end the process, and the server goes on. */
+static void test_client_gone_before_the_answer(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	for (int i = 0; i < 20; i++) {
+		int fd = dial(port);
+		static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+		assert_int_equal(send(fd, req, sizeof(req) - 1, 0), (ssize_t)sizeof(req) - 1);
+		struct linger lg = {1, 0}; /* close is a reset */
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(fd);
+	}
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* Fault injection exists in the ASan and TSan builds only (fault.h). */
+#define SKIP_WITHOUT_FAULTS()                                                   \
+	do {                                                                    \
+		if (T_TSAN)                                                     \
+			T_SKIP("arming faults while the server's tasks may hit them races " \
+			       "with their reads of the plan (fault.c): ASan runs these"); \
+		struct cbcmn__fault_plan never = {.nth = UINT64_MAX};           \
+		if (!cbcmn__fault_arm(CBCMN__F_IO, &never))                     \
+			T_SKIP("fault injection is compiled in only with CBCMN_FAULTS (ASan, TSan builds)"); \
+		cbcmn__fault_disarm_all();                                      \
+	} while (0)
+
+/* In a child forked while a server runs, stop does nothing and says so,
+ * as every call on the parent's runtime does there (cbcmn_runtime_create):
+ * the server is the parent's, and freeing the child's copy of it (after
+ * waits that return at once) would pass for a stop. */
+static void test_stop_in_a_forked_child_is_eforked(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(cbcmn_metrics_stop(ms) == CBCMN_EFORKED ? 0 : 1);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* A passing accept(2) error (ENETDOWN and the other network errors
+ * accept(2) says to treat as EAGAIN) does not end the acceptor: it
+ * backs off and accepts again.  Injected into the first fiber I/O call
+ * after arming, which is the acceptor's first accept. */
+static void test_network_accept_error_does_not_end_serving(void **state)
+{
+	SKIP_WITHOUT_FAULTS();
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cbcmn__fault_plan plan = {.nth = 1, .err = -ENETDOWN};
+	assert_true(cbcmn__fault_arm(CBCMN__F_IO, &plan));
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	/* Until the accept failed, nothing is known: wait for the hit. */
+	uint64_t t0 = t_now_ns();
+	while (cbcmn__fault_fails(CBCMN__F_IO) == 0) {
+		assert_true(t_now_ns() - t0 < T_STALL_NS);
+		usleep(1000);
+	}
+	cbcmn__fault_disarm_all();
+	expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* An allocation that fails anywhere on a scrape's path (the connection's
+ * buffer, its task, its I/O, the snapshot's buffers, the text) costs that
+ * scrape at most (a 503, or its connection closed unanswered), never the
+ * server: the scrapes after it are answered. */
+static void test_failed_allocation_costs_one_scrape_at_most(void **state)
+{
+	SKIP_WITHOUT_FAULTS();
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	for (uint64_t nth = 1; nth <= 6; nth++) {
+		struct cbcmn__fault_plan plan = {.nth = nth, .err = -ENOMEM};
+		assert_true(cbcmn__fault_arm(CBCMN__F_MALLOC, &plan));
+		int fd = dial(port);
+		static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+		assert_int_equal(send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+		char *text = read_all(fd, NULL);
+		close(fd);
+		int st = 0;
+		if (*text && (sscanf(text, "HTTP/1.1 %d ", &st) != 1 || (st != 200 && st != 503)))
+			fail_msg("malloc %llu failing: \"%.60s\"", (unsigned long long)nth, text);
+		free(text);
+		cbcmn__fault_disarm_all();
+		expect(port, "/metrics", "", 200);
+	}
+	stop_and_destroy(ms, rt);
+}
+
+/* An allocation failing while the server starts (its record, its
+ * nursery, the acceptor's task or its stack): serve fails with -ENOMEM
+ * and leaves nothing open, or succeeds with an acceptor that runs.  A
+ * serve that returned 0 with an acceptor that never began took
+ * connections into its backlog and answered none. */
+static void test_serve_with_failing_allocations(void **state)
+{
+	SKIP_WITHOUT_FAULTS();
+	cbcmn_runtime *rt = t_runtime(1);
+	for (uint64_t nth = 1; nth <= 8; nth++) {
+		struct cbcmn__fault_plan plan = {.nth = nth, .err = -ENOMEM};
+		assert_true(cbcmn__fault_arm(CBCMN__F_MALLOC, &plan));
+		cbcmn_metrics_server *ms = NULL;
+		int rc = cbcmn_metrics_serve(rt, NULL, 0, &ms);
+		cbcmn__fault_disarm_all();
+		if (rc == -ENOMEM)
+			continue;
+		assert_int_equal(rc, 0);
+		expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
+		assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	}
+	t_destroy(rt);
+}
+
+static int64_t serve_from_task(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_metrics_server *ms = NULL;
+	return cbcmn_metrics_serve(cbcmn_cx_runtime(cx), NULL, 0, &ms);
+}
+
+static int64_t stop_from_task(cbcmn_cx *cx, void *arg)
+{
+	return cbcmn_metrics_stop(arg);
+}
+
+/* What the calls refuse. */
+static void test_bad_calls(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = NULL;
+	assert_int_equal(cbcmn_metrics_serve(NULL, NULL, 0, &ms), -EINVAL);
+	assert_int_equal(cbcmn_metrics_serve(rt, NULL, 0, NULL), -EINVAL);
+	assert_int_equal(cbcmn_metrics_serve(rt, "localhost", 0, &ms), -EINVAL);
+	assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1 ", 0, &ms), -EINVAL);
+	assert_int_equal(cbcmn_metrics_stop(NULL), -EINVAL);
+	assert_int_equal(cbcmn_metrics_port(NULL), -EINVAL);
+	t_run(rt, serve_from_task, NULL, -EDEADLK);
+	assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1", 0, &ms), 0);
+	cbcmn_metrics_server *ms2 = NULL;
+	assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1", (uint16_t)cbcmn_metrics_port(ms), &ms2),
+			 -EADDRINUSE);
+	/* IPv6 where the machine has it. */
+	int rc = cbcmn_metrics_serve(rt, "::1", 0, &ms2);
+	if (rc == 0)
+		assert_int_equal(cbcmn_metrics_stop(ms2), 0);
+	else if (rc != -EADDRNOTAVAIL && rc != -EAFNOSUPPORT)
+		fail_msg("serving on ::1: %s", cbcmn_strerror(rc));
+	t_run(rt, stop_from_task, ms, -EDEADLK);
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.profile = CBCMN_PROFILE_CORE;
+	cbcmn_runtime *core = t_runtime_cfg(&cfg);
+	assert_int_equal(cbcmn_metrics_serve(core, NULL, 0, &ms), CBCMN_ENOSCHED);
+	t_destroy(core);
+	t_destroy(rt);
+}
+
+/* cbcmn_metrics_format() sizes as snprintf() does: a short buffer gets
+ * the start of the text, NUL-terminated, and the whole length. */
+static void test_format_is_sized_like_snprintf(void **state)
+{
+	cbcmn_stats st = {.executors = 1, .runtime_id = 7, .tasks_spawned = 1ull << 60};
+	cbcmn_executor_stats per = {.tasks_run = 3, .busy_pct = 50, .cpu = -1, .node = -1};
+	cbcmn_metrics_source src = {&st, &per, 1};
+	int64_t len = cbcmn_metrics_format(&src, 1, 0, NULL, 0);
+	assert_true(len > 1000);
+	char *full = malloc((size_t)len + 1), small[100];
+	assert_non_null(full);
+	assert_int_equal(cbcmn_metrics_format(&src, 1, 0, full, (size_t)len + 1), len);
+	assert_int_equal(strlen(full), (size_t)len);
+	assert_int_equal(cbcmn_metrics_format(&src, 1, 0, small, sizeof(small)), len);
+	assert_int_equal(strlen(small), sizeof(small) - 1);
+	assert_memory_equal(small, full, sizeof(small) - 1);
+	static struct parsed p;
+	parse(full, false, &p);
+	assert_true(value(&p, "cbcmn_tasks_spawned_total{runtime=\"7\"}") == (double)(1ull << 60));
+	assert_non_null(strstr(full, "\ncbcmn_tasks_spawned_total{runtime=\"7\"} 1152921504606846976\n"));
+	assert_true(value(&p, "cbcmn_busy_ratio{runtime=\"7\",executor=\"0\"}") == 0.5);
+	free(full);
+	/* No sources: the families alone. */
+	assert_true(cbcmn_metrics_format(NULL, 0, CBCMN_METRICS_OPENMETRICS, NULL, 0) > 0);
+	assert_int_equal(cbcmn_metrics_format(NULL, 1, 0, NULL, 0), -EINVAL);
+	assert_int_equal(cbcmn_metrics_format(&src, 1, 0, NULL, 10), -EINVAL);
+	assert_int_equal(cbcmn_metrics_format(&src, 1, 0x2, NULL, 0), -EINVAL);
+	src.nper = 2; /* more than the runtime has */
+	assert_int_equal(cbcmn_metrics_format(&src, 1, 0, NULL, 0), -EINVAL);
+	src = (cbcmn_metrics_source){&st, NULL, 1};
+	assert_int_equal(cbcmn_metrics_format(&src, 1, 0, NULL, 0), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_scrape_parses_and_matches_snapshots),
+		T_WATCHED_TEST(test_scrape_on_epoll_backend),
+		T_WATCHED_TEST(test_openmetrics_when_accepted),
+		T_WATCHED_TEST(test_other_requests_get_their_status),
+		T_WATCHED_TEST(test_silent_client_does_not_stop_scrapes),
+		T_WATCHED_TEST(test_trickling_client_is_cut_at_the_deadline),
+		T_WATCHED_TEST(test_clients_over_the_limit_get_503),
+		T_WATCHED_TEST(test_concurrent_scrapers),
+		T_WATCHED_TEST(test_stop_while_a_client_is_connected),
+		T_WATCHED_TEST(test_destroy_with_the_server_running),
+		T_WATCHED_TEST(test_stop_right_after_serve),
+		T_WATCHED_TEST(test_default_address_is_loopback),
+		T_WATCHED_TEST(test_serves_under_every_profile),
+		T_WATCHED_TEST(test_serves_with_the_smallest_stacks),
+		T_WATCHED_TEST(test_client_gone_before_the_answer),
+		T_WATCHED_TEST(test_stop_in_a_forked_child_is_eforked),
+		T_WATCHED_TEST(test_network_accept_error_does_not_end_serving),
+		T_WATCHED_TEST(test_failed_allocation_costs_one_scrape_at_most),
+		T_WATCHED_TEST(test_serve_with_failing_allocations),
+		T_WATCHED_TEST(test_bad_calls),
+		T_WATCHED_TEST(test_format_is_sized_like_snprintf),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
