@@ -837,8 +837,13 @@ static void test_two_runtimes_stay_apart(void **state)
  * EOF) on in, the second idles. */
 static int child_two(int in)
 {
+	/* Two executors each, whatever a cgroup CPU limit would make the
+	 * default: the busy one must have a thief to probe. */
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
 	cbcmn_runtime *a = NULL, *b = NULL;
-	if (cbcmn_runtime_create(NULL, &a) || cbcmn_runtime_create(NULL, &b))
+	if (cbcmn_runtime_create(&cfg, &a) || cbcmn_runtime_create(&cfg, &b))
 		return 1;
 	if (fib_until_byte(a, in, 16, 2000))
 		return 1;
