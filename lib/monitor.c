@@ -187,10 +187,11 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 			cbcmn__stall_rescue(x, seq);
 		wanted |= cbcmn__exec_queue_depth(x) != 0;
 		continue;
-	candidate:
+	candidate:;
 		/* This run is a stall once it has lasted stall_ns from when
 		 * we first saw it (it may be older: seen late, reported late,
-		 * by the sleep since the look before at most). */
+		 * by the sleep since the look before at most).  The ';' above:
+		 * a label before a declaration is C23 (clang's fuzz build). */
 		uint64_t due = rt->cfg.stall_ns < UINT64_MAX - m->seen_ns[i] - 1
 				       ? m->seen_ns[i] + rt->cfg.stall_ns + 1
 				       : UINT64_MAX; /* a stall_ns of centuries */
