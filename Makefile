@@ -251,17 +251,24 @@ UNPRIV_TESTS := $(filter-out $(UNPRIV_SKIP),$(patsubst tests/%.c,%,$(wildcard te
 # same suites under ASan+UBSan, then the concurrency suites under TSan, then
 # a short run of every fuzz target.  Stops with a non-zero status on any
 # failure.
+#
+# The builds use every CPU (TEST_JOBS): `make test` is typed, and CI runs
+# it, without -j, and a one-job build of three flavours was a third of the
+# 20 minutes.  Each phase prints its wall time (make test's budget).
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+test_make = $(MAKE) -j$(TEST_JOBS) --no-print-directory
 test: deps
-	@$(MAKE) --no-print-directory SAN= all tests
-	@scripts/run-tests.sh build/tests
-	@CBCMN_BACKEND=epoll scripts/run-tests.sh build/tests $(EPOLL_TESTS)
-	@scripts/run-unprivileged.sh build $(UNPRIV_TESTS)
-	@$(MAKE) --no-print-directory SAN=asan tests
-	@scripts/run-tests.sh build/asan/tests
-	@CBCMN_BACKEND=epoll scripts/run-tests.sh build/asan/tests $(EPOLL_ASAN_TESTS)
-	@$(MAKE) --no-print-directory SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
-	@scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
-	@$(MAKE) --no-print-directory fuzz-smoke
+	@scripts/phase-time.sh build $(test_make) SAN= all tests
+	@scripts/phase-time.sh release scripts/run-tests.sh build/tests
+	@CBCMN_BACKEND=epoll scripts/phase-time.sh epoll scripts/run-tests.sh build/tests $(EPOLL_TESTS)
+	@scripts/phase-time.sh unprivileged scripts/run-unprivileged.sh build $(UNPRIV_TESTS)
+	@scripts/phase-time.sh asan-build $(test_make) SAN=asan tests
+	@scripts/phase-time.sh asan scripts/run-tests.sh build/asan/tests
+	@CBCMN_BACKEND=epoll scripts/phase-time.sh asan-epoll scripts/run-tests.sh build/asan/tests $(EPOLL_ASAN_TESTS)
+	@scripts/phase-time.sh tsan-build $(test_make) SAN=tsan $(addprefix build/tsan/tests/,$(TSAN_TESTS))
+	@scripts/phase-time.sh tsan scripts/run-tests.sh build/tsan/tests $(TSAN_TESTS)
+	@scripts/phase-time.sh fuzz-build $(test_make) fuzz
+	@scripts/phase-time.sh fuzz-smoke $(MAKE) --no-print-directory fuzz-smoke
 
 # ---- install (docs/INSTALL.md) ----
 # GNU's names for the places; LIBDIR stays $(PREFIX)/lib as liburing's and
