@@ -12,7 +12,7 @@
 
 #include "helpers.h"
 #include "toolrun.h"
-#include "common/fib.h"
+#include "workloads/fib.h"
 
 /* ---- the API ------------------------------------------------------------------------ */
 

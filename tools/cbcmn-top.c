@@ -16,12 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-#include "common/errtail.h"
-#include "common/opts.h"
-#include "common/top_model.h"
-#include "common/top_out.h"
-#include "common/top_ui.h"
+#include "util/clock.h"
+#include "util/errtail.h"
+#include "cli/opts.h"
+#include "top/top_model.h"
+#include "top/top_out.h"
+#include "top/top_ui.h"
 
 #define DEFAULT_WAIT_S 10.0 /* for the runtime of a started command to appear */
 /* After the end of a started command: how long its stderr may take to

@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/fserv.h"
-#include "common/httpmsg.h"
+#include "net/fserv.h"
+#include "net/httpmsg.h"
 
 #define FS_BUF 16384
 /* Not a clock: clock_gettime() fails on it, so an executor whose thread

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "cbcmn.h"
-#include "common/loadgen.h"
+#include "net/loadgen.h"
 
 struct wl_opts {
 	uint32_t workers;   /* executors, 1..CBCMN_MAX_EXECUTORS, or CBCMN_WORKERS_AUTO */

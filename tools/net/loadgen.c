@@ -17,10 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-#include "common/hist.h"
-#include "common/httpmsg.h"
-#include "common/loadgen.h"
+#include "util/clock.h"
+#include "util/hist.h"
+#include "net/httpmsg.h"
+#include "net/loadgen.h"
 
 /* Connects in flight at once.  A loopback listener drops SYNs while its
  * accept queue is full and the client then waits a whole 1 s SYN

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/json.h"
+#include "util/json.h"
 
 void jw_begin(struct jw *j, FILE *f)
 {

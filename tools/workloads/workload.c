@@ -9,11 +9,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-#include "common/fib.h"
-#include "common/fserv.h"
-#include "common/hist.h"
-#include "common/workload.h"
+#include "util/clock.h"
+#include "workloads/fib.h"
+#include "net/fserv.h"
+#include "util/hist.h"
+#include "workloads/workload.h"
 
 /* What a workload gets besides its runtime. */
 struct wl_env {

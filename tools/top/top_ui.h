@@ -7,7 +7,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
-#include "common/top_model.h"
+#include "top/top_model.h"
 
 struct top_ui_opts {
 	double delay_s; /* between samples */

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cli.h"
-#include "common/stealmx.h"
+#include "cli/cli.h"
+#include "cli/stealmx.h"
 
 /* Unsigned decimal fields of a line, at most max of them; -1 on junk or a
  * number that does not fit in 64 bits. */

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/errtail.h"
+#include "util/errtail.h"
 
 static const char cut_mark[] = "...";
 

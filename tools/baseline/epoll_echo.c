@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/epoll_echo.h"
-#include "common/httpmsg.h"
+#include "baseline/epoll_echo.h"
+#include "net/httpmsg.h"
 
 #define EE_BACKLOG 4096
 #define EE_BUF (64 * 1024)	/* one recv() */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pidns.h"
+#include "bpf/pidns.h"
 
 /* The first and last numbers of the NSpid line of a status file: the id
  * in /proc's namespace and in the task's own; 0 when there is none. */

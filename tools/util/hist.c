@@ -1,7 +1,7 @@
 /* hist.c: the log-linear latency histogram (hist.h). */
 #include <math.h>
 
-#include "common/hist.h"
+#include "util/hist.h"
 
 static unsigned hist_index(uint64_t v)
 {

@@ -1,7 +1,7 @@
 /* uring_ops.c: io_uring opcode names (uring_ops.h). */
 #include <stdio.h>
 
-#include "common/uring_ops.h"
+#include "util/uring_ops.h"
 
 /* include/uapi/linux/io_uring.h, in order. */
 static const char *const op_names[] = {

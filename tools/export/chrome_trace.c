@@ -3,9 +3,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/chrome_trace.h"
-#include "common/json.h"
-#include "common/uring_ops.h"
+#include "export/chrome_trace.h"
+#include "util/json.h"
+#include "util/uring_ops.h"
 
 int ct_open(struct ct_writer *w, const char *path, uint64_t t0_ns, uint64_t limit, char *err,
 	    size_t errlen)

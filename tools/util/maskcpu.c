@@ -1,7 +1,7 @@
 /* maskcpu.c: the k-th CPU of the affinity mask (maskcpu.h). */
 #include <sched.h>
 
-#include "common/maskcpu.h"
+#include "util/maskcpu.h"
 
 int mask_cpu(int k)
 {

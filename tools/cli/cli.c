@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 
 static bool is_digit(char c)
 {

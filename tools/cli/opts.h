@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/loadgen.h"
+#include "net/loadgen.h"
 
 /* Values some tools share, for the checks of the tests and fuzz target. */
 /* Executors cbcmn-affinity -n places: more is a typo, not a plan

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "cbcmn.h"
-#include "common/bpfmon.h"
-#include "common/cli.h"
-#include "common/opts.h"
+#include "bpf/bpfmon.h"
+#include "cli/cli.h"
+#include "cli/opts.h"
 
 /* Every parser starts getopt afresh (optind = 0 makes glibc forget a
  * previous scan, cluster position included) and silent: the one-line

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "common/top_model.h"
+#include "top/top_model.h"
 
 /* One plain-text snapshot: header lines, a row per shard (every column),
  * warnings, a blank line.  No escape codes.  Returns 0 or -EIO. */

@@ -1,5 +1,5 @@
 /* rlim.c: raising the soft descriptor limit toward the hard one (rlim.h). */
-#include "common/rlim.h"
+#include "util/rlim.h"
 
 rlim_t rlim_nofile_up(rlim_t want)
 {

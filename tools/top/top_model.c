@@ -12,9 +12,9 @@
 
 #include <bpf/bpf.h>
 
-#include "common/clock.h"
-#include "common/pidns.h"
-#include "common/top_model.h"
+#include "util/clock.h"
+#include "bpf/pidns.h"
+#include "top/top_model.h"
 
 /* Widths hold the header and the widest value printed (top_fmt scales
  * rates above 99999 to k/M). */

@@ -17,7 +17,7 @@
 #include <sys/types.h>
 
 #include "cbcmn.h"
-#include "common/bpfmon.h"
+#include "bpf/bpfmon.h"
 
 /* Samples of history kept per shard and column (sparklines). */
 #define TOP_HISTORY 60

@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-#include "common/pingpong.h"
+#include "util/clock.h"
+#include "baseline/pingpong.h"
 
 #define PP_BATCHES 5
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common/openmetrics.h"
+#include "export/openmetrics.h"
 
 int om_write(FILE *f, const struct om_runtime *rts, size_t n)
 {

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/json.h"
-#include "common/top_out.h"
+#include "util/json.h"
+#include "top/top_out.h"
 
 static void fmt_uptime(uint64_t ns, char *buf, size_t len)
 {

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/httpmsg.h"
+#include "net/httpmsg.h"
 
 static const char hello[] =
 	"HTTP/1.1 200 OK\r\n"

@@ -20,9 +20,9 @@
 #include <curses.h>
 #include <term.h>
 
-#include "common/clock.h"
-#include "common/top_out.h"
-#include "common/top_ui.h"
+#include "util/clock.h"
+#include "top/top_out.h"
+#include "top/top_ui.h"
 
 enum view { V_MAIN, V_DETAIL, V_TOPO, V_HELP };
 

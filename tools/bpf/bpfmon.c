@@ -32,10 +32,10 @@
 #include <gelf.h>
 #include <libelf.h>
 
-#include "bpfmon.h"
-#include "pidns.h"
+#include "bpf/bpfmon.h"
+#include "bpf/pidns.h"
 #include "cbcmn.h"
-#include "clock.h"
+#include "util/clock.h"
 #include "cbcmn.skel.h"
 #include "cbcmn_pidns.skel.h"
 #include "cbcmn.h"
