@@ -204,6 +204,8 @@ $(BUILD)/tests/test_cli: | $(TOOLS)
 # test_export runs cbcmn-stat --prometheus; test_trace runs cbcmn-run --trace.
 $(BUILD)/tests/test_export: | $(BUILD)/bin/cbcmn-stat
 $(BUILD)/tests/test_trace: | $(BUILD)/bin/cbcmn-run
+# test_toprecord runs cbcmn-top --record over cbcmn-run.
+$(BUILD)/tests/test_toprecord: | $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_install installs this build (tools included) into a scratch DESTDIR.
 $(BUILD)/tests/test_install: | $(TOOLS)
 

@@ -518,7 +518,7 @@ int stat_opts_parse(int argc, char **argv, struct stat_opts *o, char *err, size_
 
 int top_opts_parse(int argc, char **argv, struct top_opts *o, char *err, size_t errlen)
 {
-	enum { O_NO_COLOR = 256, O_NO_BPF, O_BPF_NO, O_FUTEX_TP };
+	enum { O_NO_COLOR = 256, O_NO_BPF, O_BPF_NO, O_FUTEX_TP, O_RECORD };
 	static const struct option longopts[] = {
 		{"pid", required_argument, NULL, 'p'},  {"delay", required_argument, NULL, 'd'},
 		{"batch", no_argument, NULL, 'b'},      {"iterations", required_argument, NULL, 'n'},
@@ -526,7 +526,7 @@ int top_opts_parse(int argc, char **argv, struct top_opts *o, char *err, size_t 
 		{"no-bpf", no_argument, NULL, O_NO_BPF}, {"bpf-no", required_argument, NULL, O_BPF_NO},
 		{"futex-tp", no_argument, NULL, O_FUTEX_TP}, {"wait", required_argument, NULL, 'w'},
 		{"output", required_argument, NULL, 'o'}, {"verbose", no_argument, NULL, 'v'},
-		{"runtime", required_argument, NULL, 'r'},
+		{"runtime", required_argument, NULL, 'r'}, {"record", required_argument, NULL, O_RECORD},
 		{"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0}};
 	bool n_given = false;
 	uint64_t u;
@@ -593,6 +593,11 @@ int top_opts_parse(int argc, char **argv, struct top_opts *o, char *err, size_t 
 			break;
 		case O_FUTEX_TP:
 			o->bpf_flags |= BPFMON_FUTEX_TP;
+			break;
+		case O_RECORD:
+			if (!*optarg)
+				return cli_err(err, errlen, "--record wants a file name");
+			o->record = optarg;
 			break;
 		case 'h':
 			o->help = true;

@@ -100,6 +100,7 @@ struct top_opts {
 	const char *output;  /* NULL: not given */
 	char **cmd;          /* the COMMAND after the options, NULL-terminated; NULL: none */
 	long runtime;        /* -r: the index-th live runtime of the process, oldest 0 */
+	const char *record;  /* --record FILE: the samples as a trace; NULL: not given */
 };
 int top_opts_parse(int argc, char **argv, struct top_opts *o, char *err, size_t errlen);
 

@@ -37,8 +37,25 @@ int ct_open(struct ct_writer *w, const char *path, uint64_t t0_ns, uint64_t limi
 
 /* Name the tracks: process name, "executor N" for tid N in [0, n). */
 void ct_names(struct ct_writer *w, const char *process, uint32_t n);
+/* Name one more track: "executor N" for executor exec (one born later). */
+void ct_track(struct ct_writer *w, uint32_t exec);
 
 void ct_events(struct ct_writer *w, const cbcmn_trace_event *ev, size_t n);
+
+/* Single events, for a writer whose source is not cbcmn_trace_drain()
+ * (cbcmn-top --record: what changed between two samples).  exec is an
+ * executor's index (its track), args a JSON object's members without the
+ * braces ("\"tasks\":3"), or NULL; each counts as one event against the
+ * limit.  A complete slice; an instant; a steal arrow from the victim's
+ * track to the thief's (both ends at ts); a counter track of the process
+ * (name), one value per member of args. */
+void ct_slice(struct ct_writer *w, uint32_t exec, const char *name, const char *cat,
+	      uint64_t ts_ns, uint64_t dur_ns, const char *args);
+void ct_instant(struct ct_writer *w, uint32_t exec, const char *name, const char *cat,
+		uint64_t ts_ns, const char *args);
+void ct_steal(struct ct_writer *w, uint32_t thief, uint32_t victim, uint64_t ts_ns,
+	      const char *args);
+void ct_counter(struct ct_writer *w, const char *name, uint64_t ts_ns, const char *args);
 
 /* End the trace: otherdata (a JSON object's members, without braces, or
  * NULL) goes under "otherData".  Closes the file in every case.  Returns

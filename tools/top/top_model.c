@@ -72,7 +72,9 @@ struct top_model_priv {
 	int stats_fd;           /* holds BPF_STATS_RUN_TIME on */
 	struct cbcmn_bpf_pair_key *pair_k; /* CBCMN_BPF_MAX_PAIRS: a read's pairs */
 	struct cbcmn_bpf_pair *pair_v;
+	uint32_t npairs;        /* of pair_k/pair_v, the last read */
 	uint64_t cost_t_ns;
+	struct top_model_opts o; /* on_read, on_read_arg */
 };
 
 /* How far a counter moved; 0 if it went back (a counter that restarted:
@@ -309,6 +311,7 @@ static int read_kernel(struct top_model *m, struct snap *s, const struct snap *p
 	int np = bpfmon_steal_pairs(p->bpf, p->pair_k, p->pair_v, CBCMN_BPF_MAX_PAIRS);
 	if (np < 0)
 		return np;
+	p->npairs = (uint32_t)np;
 	for (int i = 0; i < np; i++) {
 		uint32_t t = p->pair_k[i].thief, v = p->pair_k[i].victim;
 		const struct cbcmn_bpf_pair *pr = &p->pair_v[i];
@@ -588,6 +591,24 @@ static void model_end(struct top_model *m, const cbcmn_stats *st)
 	m->detached = p->bpf != NULL;
 }
 
+static void on_read(struct top_model *m, const cbcmn_stats *st, const cbcmn_executor_stats *per,
+		    uint32_t n)
+{
+	struct top_model_priv *p = m->priv;
+	if (p->o.on_read)
+		p->o.on_read(m, mono_ns(), st, per, n, p->o.on_read_arg);
+}
+
+uint32_t top_model_steal_pairs(const struct top_model *m, const struct cbcmn_bpf_pair_key **k,
+			       const struct cbcmn_bpf_pair **v)
+{
+	const struct top_model_priv *p = m->priv;
+	bool on = m->kernel && p->pair_k;
+	*k = on ? p->pair_k : NULL;
+	*v = on ? p->pair_v : NULL;
+	return on ? p->npairs : 0;
+}
+
 int top_model_sample(struct top_model *m)
 {
 	struct top_model_priv *p = m->priv;
@@ -605,6 +626,7 @@ int top_model_sample(struct top_model *m)
 		if (gone && m->samples) {
 			/* The rows keep the figures of the last sample. */
 			model_end(m, &st);
+			on_read(m, &st, s->per, st.executors < p->cap ? st.executors : p->cap);
 			return rc;
 		}
 		if (rc && !gone)
@@ -649,6 +671,7 @@ int top_model_sample(struct top_model *m)
 	m->samples++;
 	update_rows(m);
 	cost_read(m);
+	on_read(m, &st, s->per, s->n);
 	if (gone) { /* ended before the first sample: its rows are its last figures */
 		model_end(m, &st);
 		return -ESRCH;
@@ -708,6 +731,8 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	}
 	m->priv = p;
 	p->w = o ? o->watch : NULL; /* closed with the model, failing or not */
+	if (o)
+		p->o = *o;
 	p->stats_fd = -1;
 	m->pid = pid;
 	if (pid <= 0) {

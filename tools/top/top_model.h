@@ -125,6 +125,8 @@ struct top_group {
 	double out_x_per_s; /* of out: by shards outside the group */
 };
 
+struct top_model;
+
 struct top_model_opts {
 	bool no_bpf;            /* kernel figures off */
 	unsigned bpf_flags;     /* BPFMON_* for bpfmon_open */
@@ -135,6 +137,14 @@ struct top_model_opts {
 	 * at any point after that still has its last figures), which the
 	 * model takes over, failing or not; NULL: the model opens one. */
 	cbcmn_watch *watch;
+	/* Called after each read of the runtime's figures by
+	 * top_model_sample(), the model updated, the last one too when the
+	 * runtime ended: st and per (n executors) as read, cumulative; for
+	 * that last read its final figures, newer than the rows (which keep
+	 * the last sample's).  NULL: none.  cbcmn-top --record. */
+	void (*on_read)(const struct top_model *m, uint64_t t_ns, const cbcmn_stats *st,
+			const cbcmn_executor_stats *per, uint32_t n, void *arg);
+	void *on_read_arg;
 };
 
 struct top_model {
@@ -189,6 +199,12 @@ int top_model_sample(struct top_model *m);
 /* Is a counter of struct cbcmn_bpf_shard (its offsetof) measured: kernel
  * figures on and every program it rests on attached (bpfmon_measured)? */
 bool top_model_measured(const struct top_model *m, size_t field);
+
+/* The (thief, victim) steal pairs of the last sample's kernel read,
+ * cumulative since attach: *k and *v hold the returned count of them (0,
+ * and NULLs, while kernel figures are off).  Valid until the next sample. */
+uint32_t top_model_steal_pairs(const struct top_model *m, const struct cbcmn_bpf_pair_key **k,
+			       const struct cbcmn_bpf_pair **v);
 
 /* Detach the BPF programs, stop watching, free.  NULL is fine. */
 void top_model_close(struct top_model *m);
