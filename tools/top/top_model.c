@@ -74,7 +74,9 @@ struct top_model_priv {
 	struct cbcmn_bpf_pair *pair_v;
 	uint32_t npairs;        /* of pair_k/pair_v, the last read */
 	uint64_t cost_t_ns;
-	struct top_model_opts o; /* on_read, on_read_arg */
+	void (*on_read)(const struct top_model *, uint64_t, const cbcmn_stats *,
+			const cbcmn_executor_stats *, uint32_t, void *); /* top_model_opts' */
+	void *on_read_arg;
 };
 
 /* How far a counter moved; 0 if it went back (a counter that restarted:
@@ -595,8 +597,8 @@ static void on_read(struct top_model *m, const cbcmn_stats *st, const cbcmn_exec
 		    uint32_t n)
 {
 	struct top_model_priv *p = m->priv;
-	if (p->o.on_read)
-		p->o.on_read(m, mono_ns(), st, per, n, p->o.on_read_arg);
+	if (p->on_read)
+		p->on_read(m, mono_ns(), st, per, n, p->on_read_arg);
 }
 
 uint32_t top_model_steal_pairs(const struct top_model *m, const struct cbcmn_bpf_pair_key **k,
@@ -731,8 +733,10 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	}
 	m->priv = p;
 	p->w = o ? o->watch : NULL; /* closed with the model, failing or not */
-	if (o)
-		p->o = *o;
+	if (o) {
+		p->on_read = o->on_read;
+		p->on_read_arg = o->on_read_arg;
+	}
 	p->stats_fd = -1;
 	m->pid = pid;
 	if (pid <= 0) {
