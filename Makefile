@@ -68,8 +68,12 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(ASM_SRCS:%.S=$(BUILD)/obj/%.o)
 STATIC   := $(BUILD)/lib/libcbcmn.a
 SHARED   := $(BUILD)/lib/libcbcmn.so
 TOOLS    := $(patsubst tools/%.c,$(BUILD)/bin/%,$(wildcard tools/cbcmn-*.c))
-# Code the tools share (load client, baselines): one archive linked into each.
-TOOLCOMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/common/*.c))
+# Code the tools share, a folder per part (docs/TOOLS.md): the BPF loader,
+# the viewer, the workloads, the servers and load client, the baselines,
+# the export formats, the command lines and small utilities.  One archive
+# linked into each tool and test.
+TOOL_DIRS := bpf top workloads net baseline export cli util
+TOOLCOMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard $(TOOL_DIRS:%=tools/%/*.c)))
 TOOLCOMMON := $(BUILD)/lib/libtoolcommon.a
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 # Programs a user copies from (README, "Examples"): one .c file each, built
@@ -99,7 +103,7 @@ BPF_CFLAGS  := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror \
                -I$(BPF_OUT)/gen -I/usr/include/$(shell gcc -dumpmachine) -Ibpf
 BPF_LDLIBS  := -lbpf -lelf -lz
 CPPFLAGS    += -I$(BPF_OUT)/gen -Ibpf
-# What links the loader (tools/common/bpfmon.c) and so libbpf.
+# What links the loader (tools/bpf/bpfmon.c) and so libbpf.
 BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbcmn-run \
                $(BUILD)/bin/cbcmn-top $(BUILD)/tests/test_bpf $(BUILD)/tests/test_run \
                $(BUILD)/tests/test_top $(BUILD)/tests/test_bpfns $(BUILD)/tests/test_bpfscale \
@@ -183,7 +187,7 @@ $(BPF_OUT)/gen/%.skel.h: $(BPF_OUT)/bpf/%.bpf.o
 	$(Q)$(BPFTOOL) gen skeleton $< name $(subst .,_,$*)_bpf > $@
 
 # The loader includes the skeleton; what links it needs libbpf.
-$(BUILD)/obj/tools/common/bpfmon.o: $(BPF_SKELS)
+$(BUILD)/obj/tools/bpf/bpfmon.o: $(BPF_SKELS)
 $(BPF_USERS): EXTRA_LDLIBS := $(BPF_LDLIBS)
 # The viewer draws with ncurses (wide-character build).
 $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
@@ -200,6 +204,8 @@ $(BUILD)/tests/test_cli: | $(TOOLS)
 # test_export runs cbcmn-stat --prometheus; test_trace runs cbcmn-run --trace.
 $(BUILD)/tests/test_export: | $(BUILD)/bin/cbcmn-stat
 $(BUILD)/tests/test_trace: | $(BUILD)/bin/cbcmn-run
+# test_toprecord runs cbcmn-top --record over cbcmn-run.
+$(BUILD)/tests/test_toprecord: | $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
 # test_install installs this build (tools included) into a scratch DESTDIR.
 $(BUILD)/tests/test_install: | $(TOOLS)
 
@@ -367,9 +373,9 @@ FUZZ_CFLAGS   := -std=gnu11 -g -O1 -fno-omit-frame-pointer -fvisibility=hidden $
                  $(FUZZ_SAN) -DCBCMN_DEBUG=1
 FUZZ_SRCS     := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_TARGETS  := $(patsubst tests/fuzz/%.c,$(FUZZ_OUT)/%,$(FUZZ_SRCS))
-# The tools' parsers the targets drive; the rest of tools/common needs libbpf.
-FUZZ_TOOL_SRCS := tools/common/cli.c tools/common/opts.c tools/common/httpmsg.c \
-                  tools/common/stealmx.c
+# The tools' parsers the targets drive; the rest of the tools' code needs libbpf.
+FUZZ_TOOL_SRCS := tools/cli/cli.c tools/cli/opts.c tools/net/httpmsg.c \
+                  tools/cli/stealmx.c
 FUZZ_OBJS     := $(LIB_SRCS:%.c=$(FUZZ_OUT)/obj/%.o) $(ASM_SRCS:%.S=$(FUZZ_OUT)/obj/%.o) \
                  $(FUZZ_TOOL_SRCS:%.c=$(FUZZ_OUT)/obj/%.o)
 FUZZ_LIB      := $(FUZZ_OUT)/lib/libfuzzed.a

@@ -3,7 +3,7 @@
  * (executor) counters from libcbcmn's USDT probes, the sched tracepoints and
  * the io_uring tracepoints, kept in ARRAY maps indexed by shard: no ring
  * buffer, nothing per event leaves the kernel.  Each program attaches on its
- * own; the loader (tools/common/bpfmon.c) turns off those the kernel lacks. */
+ * own; the loader (tools/bpf/bpfmon.c) turns off those the kernel lacks. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

@@ -1,5 +1,5 @@
 /* cbcmn_bpf.h: the layouts shared by bpf/cbcmn.bpf.c and its loader
- * (tools/common/bpfmon.c): only __u32/__u64 types and constants. */
+ * (tools/bpf/bpfmon.c): only __u32/__u64 types and constants. */
 #ifndef CBCMN_BPF_H
 #define CBCMN_BPF_H
 

@@ -5,7 +5,7 @@
  * channel ping-pong between executors 0 and 1 (pp_main, pingpong),
  * fork-join until a byte (or EOF) comes on a descriptor (fib_until_byte,
  * child_run), and a runtime's per-executor stats once they stop moving
- * (quiet_stats).  Include after helpers.h and common/fib.h. */
+ * (quiet_stats).  Include after helpers.h and workloads/fib.h. */
 #ifndef CBCMN_TEST_BPF_ROLES_H
 #define CBCMN_TEST_BPF_ROLES_H
 

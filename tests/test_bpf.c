@@ -1,4 +1,4 @@
-/* test_bpf: the eBPF programs (bpf/cbcmn.bpf.c, loaded by tools/common/bpfmon)
+/* test_bpf: the eBPF programs (bpf/cbcmn.bpf.c, loaded by tools/bpf/bpfmon)
  * see what the runtime counts.  The runtime runs in this process, statically
  * linked with libcbcmn.a, so its probes are in /proc/self/exe.  Needs root
  * (or CAP_BPF + CAP_PERFMON) and a kernel with BTF: otherwise a skip. */
@@ -19,8 +19,8 @@
 #include <bpf/bpf.h>
 
 #include "helpers.h"
-#include "common/bpfmon.h"
-#include "common/fib.h"
+#include "bpf/bpfmon.h"
+#include "workloads/fib.h"
 #include "bpf_roles.h"
 
 static struct bpfmon *mon;

@@ -21,8 +21,8 @@
 #include <bpf/bpf.h>
 
 #include "helpers.h"
-#include "common/bpfmon.h"
-#include "common/fib.h"
+#include "bpf/bpfmon.h"
+#include "workloads/fib.h"
 #include "bpf_roles.h"
 
 /* ---- the workload (role --work MODE IN OUT; pp_main: bpf_roles.h) ---------- */

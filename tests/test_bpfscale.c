@@ -1,5 +1,5 @@
 /* test_bpfscale: scale and hygiene of the BPF view (bpf/cbcmn.bpf.c loaded by
- * tools/common/bpfmon): executors past 256 have their own shards, a figure
+ * tools/bpf/bpfmon): executors past 256 have their own shards, a figure
  * whose program did not attach reads "not measured" rather than 0, the
  * programs go when the target does, pins a killed loader left are swept, a
  * ring address another process reuses is not counted as ours, values sit
@@ -21,8 +21,8 @@
 #include <liburing.h>
 
 #include "helpers.h"
-#include "common/bpfmon.h"
-#include "common/fib.h"
+#include "bpf/bpfmon.h"
+#include "workloads/fib.h"
 #include "bpf_roles.h"
 
 /* A monitor on this process, or a skip saying why there cannot be one. */

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "common/bpfmon.h"
-#include "common/fib.h"
+#include "bpf/bpfmon.h"
+#include "workloads/fib.h"
 #include "bpf_roles.h"
 
 static struct bpfmon *mon;

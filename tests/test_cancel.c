@@ -3,7 +3,7 @@
  * failure and cancellations meet, and cancelling from another thread a
  * nursery that its opener is awaiting, freeing or recycling. */
 #include "helpers.h"
-#include "common/fserv.h"
+#include "net/fserv.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -697,7 +697,7 @@ static void test_checkpoint_in_blocking_fn_is_only_counted(void **state)
 	finish(rt);
 }
 
-/* ---- tools/common/fserv.c: fs_stop() cancels the server from outside ------ */
+/* ---- tools/net/fserv.c: fs_stop() cancels the server from outside ------ */
 
 /* The listening socket of the server on port: ours to shut down. */
 static int listener_on(uint16_t port)

@@ -1,8 +1,8 @@
 /* test_cli: the tools' command lines.  Bad input of every kind (junk after a
  * number, a sign, overflow, an empty string, an unknown option, a missing
  * argument) is refused with one line and a non-zero status; the strict
- * value parsers (tools/common/cli.c) and the option parsers
- * (tools/common/opts.c) directly; and each bug the fuzzing found or the
+ * value parsers (tools/cli/cli.c) and the option parsers
+ * (tools/cli/opts.c) directly; and each bug the fuzzing found or the
  * review of the parsers showed, through the tool itself. */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,9 +14,9 @@
 #include <sys/wait.h>
 
 #include "helpers.h"
-#include "common/cli.h"
-#include "common/opts.h"
-#include "common/stealmx.h"
+#include "cli/cli.h"
+#include "cli/opts.h"
+#include "cli/stealmx.h"
 
 extern char **environ;
 

@@ -1,4 +1,4 @@
-/* test_echo.c: the fiber servers (tools/common/fserv.c) under the load
+/* test_echo.c: the fiber servers (tools/net/fserv.c) under the load
  * client: 10 000 concurrent echo connections with every byte checked (as
  * many as RLIMIT_NOFILE allows, where that is fewer), the multishot and the
  * plain paths, HTTP keep-alive, and the epoll baseline. */
@@ -7,9 +7,9 @@
 #include <sys/wait.h>
 
 #include "helpers.h"
-#include "common/epoll_echo.h"
-#include "common/fserv.h"
-#include "common/loadgen.h"
+#include "baseline/epoll_echo.h"
+#include "net/fserv.h"
+#include "net/loadgen.h"
 
 /* The server in a child process: 10 000 connections need two descriptors
  * each when both ends live in one process, and a process may have no more

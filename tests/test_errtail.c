@@ -1,4 +1,4 @@
-/* test_errtail: the last lines of a child's stderr (tools/common/errtail),
+/* test_errtail: the last lines of a child's stderr (tools/util/errtail),
  * which cbcmn-top prints when a command it started dies.  Here in process,
  * so that ASan and TSan see the reading thread: lines in order, the last
  * ERRTAIL_LINES kept and the rest counted, long lines cut, bytes unsafe
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "common/errtail.h"
+#include "util/errtail.h"
 
 /* What errtail_print printed, as a string (freed by the caller). */
 static char *printed(struct errtail *t, const char *prefix, size_t *nlines)

@@ -1,5 +1,5 @@
 /* test_export.c: the statistics as OpenMetrics text (cbcmn-stat
- * --prometheus, tools/common/openmetrics.c): the text follows the format's
+ * --prometheus, tools/export/openmetrics.c): the text follows the format's
  * rules, says what the snapshot says, and its counters only grow. */
 #include <ctype.h>
 #include <errno.h>
@@ -12,8 +12,8 @@
 
 #include "helpers.h"
 #include "toolrun.h"
-#include "common/fib.h"
-#include "common/openmetrics.h"
+#include "workloads/fib.h"
+#include "export/openmetrics.h"
 
 /* ---- a checker of the OpenMetrics text format ------------------------------------ */
 

@@ -782,16 +782,16 @@ static bool mentions_option(const char *page, const char *opt)
 }
 
 /* Every option a tool parses (its getopt_long string and long options in
- * tools/common/opts.c, found through the X_opts_parse() it calls) is in its
+ * tools/cli/opts.c, found through the X_opts_parse() it calls) is in its
  * man1 page: an option added without a word in the manual fails here. */
 static void test_tool_pages_list_every_option(void **state)
 {
 	(void)state;
 	char path[PBUF];
-	fmt(path, sizeof(path), "%s/tools/common/opts.c", root);
+	fmt(path, sizeof(path), "%s/tools/cli/opts.c", root);
 	char *opts = slurp(path);
 	if (!opts) {
-		T_SKIP("tools/common/opts.c is not there: the tools' options are parsed elsewhere now");
+		T_SKIP("tools/cli/opts.c is not there: the tools' options are parsed elsewhere now");
 		return;
 	}
 	all_pages();

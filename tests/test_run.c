@@ -1,4 +1,4 @@
-/* test_run: cbcmn-run and its workloads (tools/common/workload).
+/* test_run: cbcmn-run and its workloads (tools/workloads/workload).
  *
  * Every workload's self-check runs in this process (so the sanitizers see
  * the workload code), briefly; then the CLI runs as a child: its JSON, its
@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 
 #include "helpers.h"
-#include "common/workload.h"
+#include "workloads/workload.h"
 
 #define DURATION_S 0.2
 

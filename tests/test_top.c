@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "common/fib.h"
+#include "workloads/fib.h"
 
 static char root[PATH_MAX], self[PATH_MAX];
 static char top[PATH_MAX + 32], runner[PATH_MAX + 32], stat_bin[PATH_MAX + 32];

@@ -12,7 +12,7 @@
 
 #include "helpers.h"
 #include "toolrun.h"
-#include "common/fib.h"
+#include "workloads/fib.h"
 
 /* ---- the API ------------------------------------------------------------------------ */
 
@@ -187,11 +187,7 @@ static void test_drain_while_executors_record(void **state)
  * doorbells between the counters around the last drain, each executor
  * having at most one event counted and not yet recorded). */
 static const char check_py[] =
-	"import json, sys\n"
-	"tr = json.load(open(sys.argv[1]))\n"
-	"od = tr['otherData']; ev = tr['traceEvents']; nx = od['executors']\n"
-	"def fail(m):\n"
-	"    print('FAIL', m); sys.exit(1)\n"
+	PY_TRACE_OPEN
 	"slices = {}; flows = {}; inst = {}; spans = {}\n"
 	"for e in ev:\n"
 	"    ph = e['ph']\n"
@@ -284,35 +280,8 @@ static void traced_free(struct traced *t)
 /* python3 check_py on t, in mode; fails the test with its line. */
 static void check(struct traced *t, const char *mode)
 {
-	if (access("/usr/bin/python3", X_OK) != 0) {
-		T_SKIP("no /usr/bin/python3 to parse the trace with");
-		return;
-	}
-	struct toolrun r;
-	const char *argv[] = {"python3", "-c", check_py, t->trace, t->stats, mode, NULL};
-	/* toolrun runs this build's tools: python3 is the system's. */
-	char err[] = "/tmp/cbcmn-trace-check-XXXXXX";
-	int efd = mkstemp(err);
-	assert_true(efd >= 0);
-	unlink(err);
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		dup2(efd, 1);
-		dup2(efd, 2);
-		execv("/usr/bin/python3", (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	size_t len;
-	r.out = slurp_fd(efd, &len);
-	close(efd);
-	printf("    %s: %s", mode, r.out);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		fail_msg("the trace failed its check: %s", r.out);
-	free(r.out);
+	const char *args[] = {t->trace, t->stats, mode, NULL};
+	pycheck(check_py, args, mode);
 }
 
 /* Steals: skew makes executor 1 steal from executor 0. */

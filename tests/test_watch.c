@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "common/fib.h"
+#include "workloads/fib.h"
 #include "statseg.h" /* private: to forge segments a hostile target could make */
 
 static void fib_run(cbcmn_runtime *rt, int n)

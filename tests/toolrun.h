@@ -94,6 +94,55 @@ static inline void toolrun(struct toolrun *r, const char *const *argv, unsigned 
 	close(ofd);
 }
 
+/* The start of a pycheck() script on a Chrome JSON trace (argv[1]): tr the
+ * whole, od its otherData, ev its events, nx its executors; fail(m)
+ * prints m and exits 1. */
+#define PY_TRACE_OPEN                                                            \
+	"import json, sys\n"                                                     \
+	"tr = json.load(open(sys.argv[1]))\n"                                    \
+	"od = tr['otherData']; ev = tr['traceEvents']; nx = od['executors']\n"  \
+	"def fail(m):\n"                                                         \
+	"    print('FAIL', m); sys.exit(1)\n"
+
+/* python3 -c script args... (its json module parses the tools' JSON
+ * files), its output printed after label; fails the test with that output
+ * unless it exits 0.  Skips without /usr/bin/python3. */
+static inline void pycheck(const char *script, const char *const *args, const char *label)
+{
+	if (access("/usr/bin/python3", X_OK) != 0) {
+		T_SKIP("no /usr/bin/python3 to parse the file with");
+		return;
+	}
+	const char *argv[16] = {"python3", "-c", script};
+	size_t n = 3;
+	while (*args && n < 15)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	/* toolrun runs this build's tools: python3 is the system's. */
+	char err[] = "/tmp/cbcmn-pycheck-XXXXXX";
+	int efd = mkstemp(err);
+	assert_true(efd >= 0);
+	unlink(err);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(efd, 1);
+		dup2(efd, 2);
+		execv("/usr/bin/python3", (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	size_t len;
+	char *out = slurp_fd(efd, &len);
+	close(efd);
+	printf("    %s: %s", label, out);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("the file failed its check: %s", out);
+	free(out);
+}
+
 /* One line on stderr, ending in a newline, nothing before it. */
 static inline void assert_one_line(const char *err)
 {

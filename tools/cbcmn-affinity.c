@@ -20,10 +20,10 @@
 #include <string.h>
 
 #include "cbcmn_topo.h"
-#include "common/cli.h"
-#include "common/json.h"
-#include "common/opts.h"
-#include "common/stealmx.h"
+#include "cli/cli.h"
+#include "util/json.h"
+#include "cli/opts.h"
+#include "cli/stealmx.h"
 
 #define PROG "cbcmn-affinity"
 

@@ -18,24 +18,24 @@
 
 #include <sched.h>
 
-#include "common/clock.h"
+#include "util/clock.h"
 #include "arch.h"
 #include "cbcmn.h"
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 #include <bpf/bpf.h>
 
-#include "common/bpfmon.h"
+#include "bpf/bpfmon.h"
 #include "cbcmn_floor.skel.h"
-#include "common/cli.h"
-#include "common/epoll_echo.h"
-#include "common/fib.h"
-#include "common/fserv.h"
-#include "common/loadgen.h"
-#include "common/maskcpu.h"
-#include "common/opts.h"
-#include "common/pingpong.h"
-#include "common/workload.h"
+#include "cli/cli.h"
+#include "baseline/epoll_echo.h"
+#include "workloads/fib.h"
+#include "net/fserv.h"
+#include "net/loadgen.h"
+#include "util/maskcpu.h"
+#include "cli/opts.h"
+#include "baseline/pingpong.h"
+#include "workloads/workload.h"
 
 static uint32_t workers = 2;
 static int reps = 7;

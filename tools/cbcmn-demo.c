@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "cbcmn.h"
-#include "common/fib.h"
-#include "common/opts.h"
+#include "workloads/fib.h"
+#include "cli/opts.h"
 
 static void usage(FILE *f)
 {

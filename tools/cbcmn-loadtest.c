@@ -1,4 +1,4 @@
-/* cbcmn-loadtest: exercises the benchmark baselines in tools/common: the
+/* cbcmn-loadtest: exercises the benchmark baselines in tools/baseline: the
  * epoll echo and HTTP servers under the load client, the doorbell
  * ping-pongs, and the many-connection echo check.
  *
@@ -16,12 +16,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/epoll_echo.h"
-#include "common/loadgen.h"
-#include "common/maskcpu.h"
-#include "common/opts.h"
-#include "common/pingpong.h"
-#include "common/rlim.h"
+#include "baseline/epoll_echo.h"
+#include "net/loadgen.h"
+#include "util/maskcpu.h"
+#include "cli/opts.h"
+#include "baseline/pingpong.h"
+#include "util/rlim.h"
 
 static const char usage_text[] =
 	"usage: cbcmn-loadtest [OPTIONS]\n"

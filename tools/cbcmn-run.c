@@ -21,14 +21,14 @@
 #include <unistd.h>
 
 #include "cbcmn.h"
-#include "common/bpfmon.h"
-#include "common/chrome_trace.h"
-#include "common/cli.h"
-#include "common/clock.h"
-#include "common/json.h"
-#include "common/opts.h"
-#include "common/rlim.h"
-#include "common/workload.h"
+#include "bpf/bpfmon.h"
+#include "export/chrome_trace.h"
+#include "cli/cli.h"
+#include "util/clock.h"
+#include "util/json.h"
+#include "cli/opts.h"
+#include "util/rlim.h"
+#include "workloads/workload.h"
 
 #define PROG "cbcmn-run"
 #define DEFAULT_DURATION_S 3.0

@@ -14,11 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-#include "common/bpfmon.h"
-#include "common/openmetrics.h"
-#include "common/uring_ops.h"
-#include "common/opts.h"
+#include "util/clock.h"
+#include "bpf/bpfmon.h"
+#include "export/openmetrics.h"
+#include "util/uring_ops.h"
+#include "cli/opts.h"
 #include "cbcmn.h"
 
 static volatile sig_atomic_t stop;

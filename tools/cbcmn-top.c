@@ -12,16 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
-#include "common/errtail.h"
-#include "common/opts.h"
-#include "common/top_model.h"
-#include "common/top_out.h"
-#include "common/top_ui.h"
+#include "util/clock.h"
+#include "util/errtail.h"
+#include "cli/opts.h"
+#include "top/top_model.h"
+#include "top/top_out.h"
+#include "top/top_record.h"
+#include "top/top_ui.h"
 
 #define DEFAULT_WAIT_S 10.0 /* for the runtime of a started command to appear */
 /* After the end of a started command: how long its stderr may take to
@@ -74,6 +76,12 @@ static void usage(FILE *f)
 		"  -w, --wait SEC       with COMMAND: how long its runtime may take to appear\n"
 		"                       (default %.0f)\n"
 		"  -o, --output FILE    with COMMAND: its stdout and stderr (default /dev/null)\n"
+		"      --record FILE    also write what each sample read as a Chrome JSON\n"
+		"                       trace (ui.perfetto.dev, chrome://tracing): per executor\n"
+		"                       and interval its tasks, steals (arrows victim -> thief\n"
+		"                       with kernel figures), parks, doorbells, SQEs, CQEs;\n"
+		"                       counts between samples, not single events (those:\n"
+		"                       cbcmn-run --trace).  FILE is replaced if it exists\n"
 		"  -v, --verbose        libbpf's messages\n"
 		"  -h, --help\n\n"
 		"Keys: q quit, ? help, space pause, s or < > sort, i invert, / filter,\n"
@@ -84,7 +92,8 @@ static void usage(FILE *f)
 		"  cbcmn-top -- build/bin/cbcmn-run skew --duration 30\n"
 		"  cbcmn-top -b -n 3 -d 0.5 -p 1234          three text snapshots\n"
 		"  cbcmn-top --json -n 10 -p 1234 | jq .shards[0].tasks_per_s\n"
-		"Screen, columns, warnings and JSON keys: docs/TOP.md.\n",
+		"  cbcmn-top -b -d 0.1 --record skew.json -- build/bin/cbcmn-run skew --duration 2\n"
+		"Screen, columns, warnings, JSON keys and --record's trace: docs/TOP.md.\n",
 		DEFAULT_WAIT_S);
 }
 
@@ -348,6 +357,19 @@ static int run_batch(struct top_model *m, double delay_s, long n, bool json)
 	return 0;
 }
 
+/* --record: end the trace (m: the model recorded, NULL if none opened),
+ * once.  Returns ret, or 1 with a line when writing it failed. */
+static int record_end(struct top_rec **rec, const struct top_model *m, int ret)
+{
+	char err[PATH_MAX + 64];
+	if (*rec && top_rec_close(*rec, m, err, sizeof(err))) {
+		fprintf(stderr, "cbcmn-top: --record %s\n", err);
+		ret = 1;
+	}
+	*rec = NULL;
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	struct top_opts o = {.delay = 1.0, .wait_s = DEFAULT_WAIT_S, .color = true};
@@ -375,6 +397,28 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	/* The trace file first: a name it cannot write starts nothing. */
+	struct top_rec *rec = NULL;
+	int ret = 1;
+	if (o.record) {
+		char rerr[PATH_MAX + 64];
+		if (top_rec_open(&rec, o.record, rerr, sizeof(rerr))) {
+			fprintf(stderr, "cbcmn-top: --record %s\n", rerr);
+			return 1;
+		}
+		/* The command's output into the trace would leave neither whole. */
+		struct stat rs, os;
+		if (o.output && !stat(o.record, &rs) && !stat(o.output, &os) && rs.st_dev == os.st_dev &&
+		    rs.st_ino == os.st_ino) {
+			fprintf(stderr, "cbcmn-top: --record %s: the same file as -o %s\n", o.record,
+				o.output);
+			top_rec_close(rec, NULL, rerr, sizeof(rerr));
+			return 1;
+		}
+		mo.on_read = top_rec_read;
+		mo.on_read_arg = rec;
+	}
+
 	struct sigaction sa = {.sa_handler = on_stop};
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -389,7 +433,7 @@ int main(int argc, char **argv)
 
 	if (cmd) {
 		if ((child.pid = start_command(cmd, output)) < 0)
-			return 1;
+			goto record;
 		child.name = cmd[0];
 		const char *base = strrchr(cmd[0], '/');
 		snprintf(child.prefix, sizeof(child.prefix), "%.40s[%d]: ", base ? base + 1 : cmd[0],
@@ -401,7 +445,7 @@ int main(int argc, char **argv)
 				end_command(&status);
 			}
 			child_end();
-			return 1;
+			goto record;
 		}
 		pid = child.pid;
 		if (mo.runtime) { /* -r N: the model opens that one */
@@ -412,7 +456,6 @@ int main(int argc, char **argv)
 
 	struct top_model *m;
 	char err[320];
-	int ret = 1;
 	bool ended = false;
 	int rc = top_model_open(&m, (pid_t)pid, &mo, err, sizeof(err));
 	if (rc) {
@@ -435,9 +478,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "cbcmn-top: process %d: its runtime has ended\n", (int)pid);
 	}
 	ended = m->ended;
+	ret = record_end(&rec, m, ret);
 	top_model_close(m);
 reap:
 	if (child.pid > 0)
 		reap_command(ended);
-	return ret;
+record:
+	return record_end(&rec, NULL, ret);
 }

@@ -1,4 +1,4 @@
-/* fuzz_cli: the command lines of every tool (tools/common/opts.c, cli.c).
+/* fuzz_cli: the command lines of every tool (tools/cli/opts.c, cli.c).
  *
  * Input: one byte choosing the tool, then its arguments separated by NUL
  * bytes (argv[0] is the tool's name).  Checked besides memory safety: the
@@ -10,7 +10,7 @@
 
 #include "fuzz.h"
 #include "cbcmn.h"
-#include "common/opts.h"
+#include "cli/opts.h"
 
 #define MAX_ARGS 32
 

@@ -1,4 +1,4 @@
-/* fuzz_http: the HTTP/1.1 subset of the workloads (tools/common/httpmsg.c):
+/* fuzz_http: the HTTP/1.1 subset of the workloads (tools/net/httpmsg.c):
  * the request framing the servers run on what clients send, and the
  * response parser the load client runs on what servers send.
  *
@@ -10,7 +10,7 @@
  * (else a server would drop a client whose request came in two reads).
  */
 #include "fuzz.h"
-#include "common/httpmsg.h"
+#include "net/httpmsg.h"
 
 static void requests(const char *buf, size_t len)
 {

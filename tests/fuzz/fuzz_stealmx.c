@@ -1,4 +1,4 @@
-/* fuzz_stealmx: cbcmn-affinity --steal-matrix files (tools/common/stealmx.c).
+/* fuzz_stealmx: cbcmn-affinity --steal-matrix files (tools/cli/stealmx.c).
  *
  * Input: the file.  Checked besides memory safety: an error is one line
  * naming the file and frees everything; a success holds only pairs a
@@ -7,7 +7,7 @@
  * STEALMX_MAX_TOTAL.
  */
 #include "fuzz.h"
-#include "common/stealmx.h"
+#include "cli/stealmx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

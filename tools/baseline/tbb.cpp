@@ -6,7 +6,7 @@
 //   cbcmn-baseline-tbb spawn|fib [--workers N] [--reps N]
 //   -> "spawn tbb_tasks_per_s X" / "fib tbb_ms X", medians of the reps
 //
-// The workloads match tools/common/fib.h and bench_spawn(): a task per
+// The workloads match tools/workloads/fib.h and bench_spawn(): a task per
 // fib call, both children spawned into a task_group and waited for; one
 // group of 1 000 000 empty tasks.
 #include <oneapi/tbb/global_control.h>

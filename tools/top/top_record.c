@@ -1,0 +1,330 @@
+/* top_record.c: cbcmn-top --record, the samples as a Chrome JSON trace
+ * (top_record.h). */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export/chrome_trace.h"
+#include "top/top_record.h"
+#include "util/json.h"
+
+/* Events the file holds at most (as cbcmn-run --trace's default): a
+ * sample writes some 8 per executor, so a second's samples of 16
+ * executors for 8 hours; past it they are counted (otherData). */
+#define REC_LIMIT 4000000ull
+
+/* The counters the events count, per executor, in this order. */
+#define REC_FIELDS(X)                                                                        \
+	X(tasks_run) X(steal_successes) X(tasks_stolen) X(parks) X(wakes) X(doorbells_sent)     \
+	X(doorbells_recv) X(sqes_submitted) X(cqes_reaped) X(io_ops)
+
+struct rec_counts {
+#define REC_MEMBER(f) uint64_t f;
+	REC_FIELDS(REC_MEMBER)
+#undef REC_MEMBER
+};
+
+/* A steal pair's kernel count at the last sample (cumulative). */
+struct rec_pair {
+	uint32_t thief, victim;
+	uint64_t steals, tasks;
+};
+
+struct top_rec {
+	struct ct_writer w;
+	const char *path;
+	bool started, failed; /* failed: out of memory, the trace goes on without detail */
+	uint64_t t_prev, samples;
+	uint32_t n, cap;            /* executors seen; entries of first/prev */
+	struct rec_counts *first;   /* at the first sample (0: an executor born later) */
+	struct rec_counts *prev;    /* at the last */
+	struct rec_pair *pairs;     /* the last sample's, sorted by (thief, victim) */
+	uint32_t npairs, pair_cap;
+	bool kernel_seen;           /* a sample had kernel figures */
+};
+
+int top_rec_open(struct top_rec **out, const char *path, char *err, size_t errlen)
+{
+	*out = NULL;
+	struct top_rec *r = calloc(1, sizeof(*r));
+	if (!r) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	/* Time 0 is set again at the first sample. */
+	int rc = ct_open(&r->w, path, 0, REC_LIMIT, err, errlen);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	r->path = path;
+	*out = r;
+	return 0;
+}
+
+static struct rec_counts counts(const cbcmn_executor_stats *s)
+{
+	struct rec_counts c;
+#define REC_COPY(f) c.f = s->f;
+	REC_FIELDS(REC_COPY)
+#undef REC_COPY
+	return c;
+}
+
+/* How far a counter moved; 0 if it went back (as the model's rates). */
+static uint64_t grew(uint64_t now, uint64_t before)
+{
+	return now >= before ? now - before : 0;
+}
+
+/* Room for n executors in first/prev; the new ones start at 0. */
+static bool grow(struct top_rec *r, uint32_t n)
+{
+	if (n <= r->cap)
+		return true;
+	struct rec_counts *f = realloc(r->first, n * sizeof(*f));
+	if (f)
+		r->first = f;
+	struct rec_counts *p = f ? realloc(r->prev, n * sizeof(*p)) : NULL;
+	if (!p)
+		return false;
+	r->prev = p;
+	memset(&r->first[r->cap], 0, (n - r->cap) * sizeof(*f));
+	memset(&r->prev[r->cap], 0, (n - r->cap) * sizeof(*p));
+	r->cap = n;
+	return true;
+}
+
+static int pair_cmp(const void *a, const void *b)
+{
+	const struct rec_pair *x = a, *y = b;
+	if (x->thief != y->thief)
+		return x->thief < y->thief ? -1 : 1;
+	return x->victim < y->victim ? -1 : x->victim > y->victim;
+}
+
+/* The kernel's steal pairs since the last sample: an arrow victim ->
+ * thief for each pair that stole, at ts; then keep them for the next. */
+static void steal_arrows(struct top_rec *r, const struct top_model *m, uint64_t ts)
+{
+	const struct cbcmn_bpf_pair_key *k;
+	const struct cbcmn_bpf_pair *v;
+	uint32_t np = top_model_steal_pairs(m, &k, &v);
+	if (!k)
+		return;
+	r->kernel_seen = true;
+	if (np > r->pair_cap) {
+		struct rec_pair *p = realloc(r->pairs, np * sizeof(*p));
+		if (!p) {
+			r->failed = true;
+			return;
+		}
+		r->pairs = p;
+		r->pair_cap = np;
+	}
+	struct rec_pair *old = r->npairs ? malloc(r->npairs * sizeof(*old)) : NULL;
+	if (r->npairs && !old) {
+		r->failed = true;
+		return;
+	}
+	uint32_t nold = r->npairs;
+	if (old)
+		memcpy(old, r->pairs, nold * sizeof(*old));
+	for (uint32_t i = 0; i < np; i++)
+		r->pairs[i] = (struct rec_pair){k[i].thief, k[i].victim, v[i].steals, v[i].tasks};
+	r->npairs = np;
+	qsort(r->pairs, np, sizeof(*r->pairs), pair_cmp);
+	/* The first sample only sets the base: its counts are since attach. */
+	for (uint32_t i = 0; r->samples && i < np; i++) {
+		const struct rec_pair *p = &r->pairs[i];
+		const struct rec_pair *o = old ? bsearch(p, old, nold, sizeof(*old), pair_cmp) : NULL;
+		uint64_t steals = grew(p->steals, o ? o->steals : 0);
+		/* An executor the segment has not shown yet has no track. */
+		if (!steals || p->thief == p->victim || p->thief >= r->n || p->victim >= r->n)
+			continue;
+		char a[160];
+		snprintf(a, sizeof(a), "\"thief\":%u,\"victim\":%u,\"steals\":%llu,\"tasks\":%llu",
+			 p->thief, p->victim, (unsigned long long)steals,
+			 (unsigned long long)grew(p->tasks, o ? o->tasks : 0));
+		ct_steal(&r->w, p->thief, p->victim, ts, a);
+	}
+	free(old);
+}
+
+/* Executor i's interval [t0, t1]: its slice, instants, counters. */
+static void interval(struct top_rec *r, uint32_t i, const cbcmn_executor_stats *s, uint64_t t0,
+		     uint64_t t1)
+{
+	const struct rec_counts *p = &r->prev[i];
+	struct rec_counts d;
+#define REC_DELTA(f) d.f = grew(s->f, p->f);
+	REC_FIELDS(REC_DELTA)
+#undef REC_DELTA
+	/* Instants at the middle of the interval: when in it they happened
+	 * is not known. */
+	uint64_t mid = t0 + (t1 - t0) / 2;
+	char a[512];
+	snprintf(a, sizeof(a),
+		 "\"state\":\"%s\",\"queue_depth\":%llu,\"busy_pct\":%u,\"tasks\":%llu,"
+		 "\"steals\":%llu,\"tasks_stolen\":%llu,\"parks\":%llu,\"wakes\":%llu,"
+		 "\"doorbells_sent\":%llu,\"doorbells_recv\":%llu,\"sqes\":%llu,\"cqes\":%llu,"
+		 "\"io_calls\":%llu,\"actors\":%llu,\"mailbox_depth\":%llu",
+		 top_state_name(s->state), (unsigned long long)s->queue_depth, s->busy_pct,
+		 (unsigned long long)d.tasks_run, (unsigned long long)d.steal_successes,
+		 (unsigned long long)d.tasks_stolen, (unsigned long long)d.parks,
+		 (unsigned long long)d.wakes, (unsigned long long)d.doorbells_sent,
+		 (unsigned long long)d.doorbells_recv, (unsigned long long)d.sqes_submitted,
+		 (unsigned long long)d.cqes_reaped, (unsigned long long)d.io_ops,
+		 (unsigned long long)s->actors, (unsigned long long)s->mailbox_depth);
+	ct_slice(&r->w, i, "interval", "sample", t0, t1 - t0, a);
+	if (d.steal_successes) {
+		snprintf(a, sizeof(a), "\"steals\":%llu,\"tasks\":%llu",
+			 (unsigned long long)d.steal_successes, (unsigned long long)d.tasks_stolen);
+		ct_instant(&r->w, i, "steals", "steal", mid, a);
+	}
+	if (d.parks || d.wakes) {
+		snprintf(a, sizeof(a), "\"parks\":%llu,\"wakes\":%llu", (unsigned long long)d.parks,
+			 (unsigned long long)d.wakes);
+		ct_instant(&r->w, i, "parks", "park", mid, a);
+	}
+	if (d.doorbells_sent || d.doorbells_recv) {
+		snprintf(a, sizeof(a), "\"sent\":%llu,\"recv\":%llu",
+			 (unsigned long long)d.doorbells_sent, (unsigned long long)d.doorbells_recv);
+		ct_instant(&r->w, i, "doorbells", "doorbell", mid, a);
+	}
+	if (d.sqes_submitted) {
+		snprintf(a, sizeof(a), "\"sqes\":%llu", (unsigned long long)d.sqes_submitted);
+		ct_instant(&r->w, i, "io_submit", "io", mid, a);
+	}
+	if (d.cqes_reaped) {
+		snprintf(a, sizeof(a), "\"cqes\":%llu", (unsigned long long)d.cqes_reaped);
+		ct_instant(&r->w, i, "io_complete", "io", mid, a);
+	}
+	/* Rates and gauges as counter tracks, one per executor. */
+	double dt = (double)(t1 - t0) / 1e9;
+	char name[32];
+	snprintf(name, sizeof(name), "executor %u", i);
+	snprintf(a, sizeof(a), "\"tasks_per_s\":%.1f,\"queue_depth\":%llu,\"busy_pct\":%u",
+		 dt > 0 ? (double)d.tasks_run / dt : 0.0, (unsigned long long)s->queue_depth,
+		 s->busy_pct);
+	ct_counter(&r->w, name, t1, a);
+}
+
+void top_rec_read(const struct top_model *m, uint64_t t_ns, const cbcmn_stats *st,
+		  const cbcmn_executor_stats *per, uint32_t n, void *arg)
+{
+	struct top_rec *r = arg;
+	(void)st;
+	if (!grow(r, n)) {
+		/* Without room for the counters the intervals cannot be told:
+		 * the trace ends here, and otherData says so. */
+		r->failed = true;
+		return;
+	}
+	if (!r->started) {
+		r->started = true;
+		r->w.t0_ns = t_ns;
+		r->w.pid = (int)m->pid; /* the tracks are the target's executors */
+		ct_names(&r->w, m->comm[0] ? m->comm : "cbcmn", n);
+		for (uint32_t i = 0; i < n; i++)
+			r->first[i] = r->prev[i] = counts(&per[i]);
+		r->n = n;
+		steal_arrows(r, m, t_ns); /* the base */
+	} else if (!r->failed) {
+		/* Executors born since: their tracks, from their counters'
+		 * start (0). */
+		for (; r->n < n; r->n++)
+			ct_track(&r->w, r->n);
+		for (uint32_t i = 0; i < n; i++) {
+			interval(r, i, &per[i], r->t_prev, t_ns);
+			r->prev[i] = counts(&per[i]);
+		}
+		/* The final read (the runtime ended) has no kernel figures of
+		 * its own: the model's pairs are the last sample's again. */
+		if (!m->ended)
+			steal_arrows(r, m, r->t_prev + (t_ns - r->t_prev) / 2);
+	}
+	r->t_prev = t_ns;
+	r->samples++;
+}
+
+static void counts_json(struct jw *j, const char *key, const struct rec_counts *c)
+{
+	jw_obj(j, key);
+#define REC_OUT(f) jw_u64(j, #f, c->f);
+	REC_FIELDS(REC_OUT)
+#undef REC_OUT
+}
+
+/* otherData's counters: their sums over the executors as key's members,
+ * then "per_executor": each executor's, by index. */
+static void counters_json(struct jw *j, const char *key, const struct rec_counts *c, uint32_t n)
+{
+	struct rec_counts sum = {0};
+	for (uint32_t i = 0; i < n; i++) {
+#define REC_SUM(f) sum.f += c[i].f;
+		REC_FIELDS(REC_SUM)
+#undef REC_SUM
+	}
+	counts_json(j, key, &sum);
+	jw_arr(j, "per_executor");
+	for (uint32_t i = 0; i < n; i++) {
+		counts_json(j, NULL, &c[i]);
+		jw_close(j);
+	}
+	jw_close(j);
+	jw_close(j);
+}
+
+int top_rec_close(struct top_rec *r, const struct top_model *m, char *err, size_t errlen)
+{
+	if (!r)
+		return 0;
+	char *od = NULL;
+	size_t odlen = 0;
+	FILE *f = open_memstream(&od, &odlen);
+	if (f) {
+		struct jw j;
+		jw_begin(&j, f);
+		jw_obj(&j, NULL);
+		jw_str(&j, "tool", "cbcmn-top --record");
+		jw_str(&j, "source", r->kernel_seen ? "statistics segment and eBPF steal pairs"
+						    : "statistics segment");
+		jw_i64(&j, "target_pid", m ? (int64_t)m->pid : 0);
+		jw_u64(&j, "executors", r->n);
+		jw_u64(&j, "samples", r->samples);
+		/* ended: the last sample holds the runtime's final figures. */
+		jw_bool(&j, "ended", m && m->ended);
+		jw_bool(&j, "complete", !r->failed && !r->w.over);
+		jw_u64(&j, "not_written", r->w.over);
+		if (r->started) {
+			counters_json(&j, "counters_first", r->first, r->n);
+			counters_json(&j, "counters_last", r->prev, r->n);
+		}
+		jw_close(&j);
+		/* Not jw_end: its newline is not wanted inside the object. */
+		bool bad = ferror(f);
+		if (fclose(f) || bad)
+			odlen = 0;
+	}
+	/* Members without the braces: od is "{...}". */
+	char *members = NULL;
+	if (od && odlen >= 2 && od[0] == '{' && od[odlen - 1] == '}') {
+		od[odlen - 1] = 0;
+		members = od + 1;
+	}
+	int rc = ct_close(&r->w, members);
+	bool lost = !members;
+	if (rc)
+		snprintf(err, errlen, "%s: writing the trace failed (a full disk?)", r->path);
+	else if (lost)
+		snprintf(err, errlen, "%s: out of memory for the trace's summary", r->path);
+	free(od);
+	free(r->first);
+	free(r->prev);
+	free(r->pairs);
+	free(r);
+	return rc ? rc : lost ? -ENOMEM : 0;
+}
