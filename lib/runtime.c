@@ -137,6 +137,7 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	cbcmn_config_init(out);
 	if (in)
 		*out = *in;
+	bool auto_workers = out->workers == CBCMN_WORKERS_AUTO;
 	if (out->profile == CBCMN_PROFILE_CORE) {
 		out->workers = 0; /* no scheduler: nothing to check */
 	} else if (out->workers == CBCMN_WORKERS_AUTO) {
@@ -241,7 +242,11 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))
 		return -EINVAL;
-	if (out->min_workers == 0 || (out->flags & CBCMN_CONFIG_LAB))
+	/* With AUTO the caller cannot know the count (a cgroup limit may make
+	 * it fewer than the host's CPUs): a min_workers above it is all of
+	 * them, as on a host with that many CPUs. */
+	if (out->min_workers == 0 || (out->flags & CBCMN_CONFIG_LAB) ||
+	    (auto_workers && out->min_workers > out->workers))
 		out->min_workers = out->workers;
 	if (out->min_workers > out->workers)
 		return -EINVAL;

@@ -304,6 +304,51 @@ static void test_live_limit_sets_default_workers(void **state)
 	t_destroy(rt);
 }
 
+/* The bug: the executors a limit leaves are fewer than the host's CPUs, and
+ * a min_workers that fit the host (2, with CBCMN_WORKERS_AUTO) was then
+ * above them: cbcmn_runtime_create() failed with -EINVAL in a container
+ * where the same program ran on the host.  With AUTO, min_workers is at
+ * most what AUTO gives. */
+static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	if (CPU_COUNT(&set) < 2)
+		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
+	char dir[PATH_MAX], why[PATH_MAX + 128];
+	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
+		T_SKIP("%s", why);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char procs[PATH_MAX + 32];
+		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+		FILE *p = fopen(procs, "w");
+		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
+			_exit(10);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.min_workers = 2;
+		cbcmn_runtime *rt;
+		int rc = cbcmn_runtime_create(&cfg, &rt);
+		if (rc)
+			_exit(rc == -EINVAL ? 11 : 12);
+		uint32_t n = cbcmn_runtime_workers(rt);
+		cbcmn_runtime_destroy(rt);
+		/* An explicit count still refuses a min_workers above it. */
+		cfg.workers = 1;
+		if (cbcmn_runtime_create(&cfg, &rt) != -EINVAL)
+			_exit(13);
+		_exit(n == 1 ? 0 : 20 + (int)n);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(rmdir(dir), 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0); /* 11: -EINVAL from create */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -319,6 +364,7 @@ int main(void)
 						drop_tree),
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
+		cmocka_unit_test(test_regression_auto_workers_under_a_limit_clamp_min_workers),
 	};
 	return cmocka_run_group_tests_name("cpuquota", tests, NULL, NULL);
 }

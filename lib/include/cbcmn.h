@@ -336,7 +336,10 @@ typedef struct cbcmn_config {
 	 * [0, min_workers) start with the runtime; more are started, one
 	 * at a time in index order, while every live one is busy and work is
 	 * waiting, up to `workers`, each on the CPU the policy gives its
-	 * index.  0: all `workers` from the start (the default). */
+	 * index.  0: all `workers` from the start (the default).  Above
+	 * `workers`: -EINVAL, unless workers is CBCMN_WORKERS_AUTO, whose
+	 * count the caller cannot know (a cgroup limit may lower it): then
+	 * all of them from the start. */
 	uint32_t min_workers;
 	/* An executor above min_workers that is the last live one and has
 	 * been idle this long ends its thread (it is started again when
