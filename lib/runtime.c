@@ -420,6 +420,11 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->seg.fd = -1;
 	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
 	pthread_sigmask(SIG_BLOCK, NULL, &rt->exec_sigmask);
+	/* Never SIGSEGV, which a task's stack overflow raises (overflow.c):
+	 * the kernel kills a thread that faults with it blocked, and a
+	 * program that blocks every signal to sigwait() for them would die
+	 * of the first overflow instead of seeing CBCMN_EPANIC. */
+	sigdelset(&rt->exec_sigmask, SIGSEGV);
 	rt->cfg = c;
 	rt->page = page;
 	rt->lab = (c.flags & CBCMN_CONFIG_LAB) != 0;

@@ -33,7 +33,9 @@
  *     KiB more to finish in, and the task ends when it returns, its locks
  *     released.
  * The task's own frames are abandoned (what they malloc'ed is lost, as with
- * longjmp).  The executor gets its signal mask back, and a parent that ran
+ * longjmp).  Executors run with the signal mask of the thread that created
+ * the runtime, SIGSEGV excepted (never blocked there, whatever that thread
+ * blocks).  The executor gets its signal mask back, and a parent that ran
  * the task inline its FP control state.  Not survivable without risk: a
  * library call that needs more than those 16 KiB, or a callback the C
  * library runs with a lock held (fopencookie functions, dl_iterate_phdr,
