@@ -247,6 +247,19 @@ bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
 	run_end(aw, a, t, now);
 	if (migrate(e, aw, a, t, now))
 		return true;
+	/* Company here (another actor on the wheel, plain tasks) while an
+	 * executor idles: the inject queue, as a plain yielder with company
+	 * (sched.c), where an idle executor takes it.  Migration waits for a
+	 * load above nominal, and two actors computing on one executor would
+	 * share it for good while another slept.  N forward where it lands:
+	 * it used its turn.  Counted as a migration: it leaves for an idle
+	 * executor (unless ours takes the inject queue first). */
+	if (cbcmn__yield_elsewhere(e, t)) {
+		a->park_exec = 0;
+		a->migrated = true;
+		atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
+		return false;
+	}
 	entering(e, aw, now);
 	a->task = t;
 	a->park_exec = 0;
@@ -254,6 +267,11 @@ bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
 	 * explicit cbcmn_yield() gives up the rest of its turn likewise. */
 	cbcmn__wheel_ran(&aw->w, &a->wn, aw->w.quantum);
 	return true;
+}
+
+bool cbcmn__actor_wheel_busy(const struct cbcmn__exec *e)
+{
+	return cbcmn__wheel_ready(&e->wheel->w);
 }
 
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)

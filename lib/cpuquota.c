@@ -15,7 +15,8 @@
  *     that limits, if it is mounted);
  *   - /proc/self/mountinfo says where that hierarchy is mounted and which
  *     of its cgroups the mount shows as its root (a container sees its own
- *     cgroup as "/", through a cgroup namespace or a bind mount);
+ *     cgroup as "/", through a cgroup namespace or a bind mount); of
+ *     several mounts of the hierarchy, the one that shows our cgroup;
  *   - from the process's cgroup up to the mount's root, every level may
  *     limit: v2's cpu.max ("QUOTA PERIOD" or "max PERIOD"), v1's
  *     cpu.cfs_quota_us (-1: none) over cpu.cfs_period_us.  The lowest
@@ -95,13 +96,27 @@ static bool own_cgroup(const char *root, bool v2, char *path, size_t len)
 	return found;
 }
 
-/* The hierarchy's mount point and the cgroup it shows as its root. */
-static bool find_mount(const char *root, bool v2, char *point, char *mroot, size_t len)
+/* Whether cgroup path cg is root or below it ("/a/b" is below "/a", not
+ * below "/ab"). */
+static bool cg_below(const char *cg, const char *root)
+{
+	size_t rl = strlen(root);
+	if (!strcmp(root, "/"))
+		return cg[0] == '/';
+	return !strncmp(cg, root, rl) && (cg[rl] == '/' || cg[rl] == '\0');
+}
+
+/* The hierarchy's mount point and the cgroup it shows as its root.  A
+ * hierarchy may be mounted more than once (the host's cgroupfs bind-mounted
+ * into a container beside its own view): the mount that shows our cgroup
+ * cg, with the longest root (the closest view of it), else the first. */
+static bool find_mount(const char *root, bool v2, const char *cg, char *point, char *mroot,
+		       size_t len)
 {
 	FILE *f = open_in(root, "/proc/self", "mountinfo");
 	char line[3 * PATH_MAX];
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f)) {
+	bool found = false, shows_cg = false;
+	while (f && fgets(line, sizeof(line), f)) {
 		/* ID PARENT MAJ:MIN ROOT POINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER */
 		char *field[6], *save = NULL, *tok = strtok_r(line, " \n", &save);
 		int n = 0;
@@ -118,11 +133,17 @@ static bool find_mount(const char *root, bool v2, char *point, char *mroot, size
 			continue;
 		unescape(field[3]);
 		unescape(field[4]);
-		if (strlen(field[3]) < len && strlen(field[4]) < len) {
-			strcpy(mroot, field[3]);
-			strcpy(point, field[4]);
-			found = true;
-		}
+		if (strlen(field[3]) >= len || strlen(field[4]) >= len)
+			continue;
+		bool shows = cg_below(cg, field[3]);
+		/* A later mount replaces the one kept only if it shows our
+		 * cgroup and the kept one does not, or shows it from closer. */
+		if (found && (!shows || (shows_cg && strlen(field[3]) <= strlen(mroot))))
+			continue;
+		strcpy(mroot, field[3]);
+		strcpy(point, field[4]);
+		found = true;
+		shows_cg = shows;
 	}
 	if (f)
 		fclose(f);
@@ -160,17 +181,14 @@ static double hierarchy_limit(const char *root, bool v2)
 {
 	char cg[PATH_MAX], point[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
 	if (!own_cgroup(root, v2, cg, sizeof(cg)) ||
-	    !find_mount(root, v2, point, mroot, sizeof(mroot)))
+	    !find_mount(root, v2, cg, point, mroot, sizeof(mroot)))
 		return -1; /* no such hierarchy */
 	/* The part of our path below what the mount shows: all of it when the
 	 * mount shows the hierarchy's root, nothing when our cgroup is not
 	 * below it (the limit we can see is then the mount's own). */
 	const char *rel = cg;
-	size_t ml = strlen(mroot);
-	if (strcmp(mroot, "/")) {
-		bool below = !strncmp(cg, mroot, ml) && (cg[ml] == '/' || cg[ml] == '\0');
-		rel = below ? cg + ml : "";
-	}
+	if (strcmp(mroot, "/"))
+		rel = cg_below(cg, mroot) ? cg + strlen(mroot) : "";
 	if (strstr(rel, "/.."))
 		rel = ""; /* never above the mount, whatever the file says */
 	int n = snprintf(dir, sizeof(dir), "%s%s", point, strcmp(rel, "/") ? rel : "");

@@ -137,6 +137,7 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	cbcmn_config_init(out);
 	if (in)
 		*out = *in;
+	bool auto_workers = out->workers == CBCMN_WORKERS_AUTO;
 	if (out->profile == CBCMN_PROFILE_CORE) {
 		out->workers = 0; /* no scheduler: nothing to check */
 	} else if (out->workers == CBCMN_WORKERS_AUTO) {
@@ -241,7 +242,11 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		return -EINVAL;
 	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))
 		return -EINVAL;
-	if (out->min_workers == 0 || (out->flags & CBCMN_CONFIG_LAB))
+	/* With AUTO the caller cannot know the count (a cgroup limit may make
+	 * it fewer than the host's CPUs): a min_workers above it is all of
+	 * them, as on a host with that many CPUs. */
+	if (out->min_workers == 0 || (out->flags & CBCMN_CONFIG_LAB) ||
+	    (auto_workers && out->min_workers > out->workers))
 		out->min_workers = out->workers;
 	if (out->min_workers > out->workers)
 		return -EINVAL;
@@ -415,6 +420,11 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->seg.fd = -1;
 	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
 	pthread_sigmask(SIG_BLOCK, NULL, &rt->exec_sigmask);
+	/* Never SIGSEGV, which a task's stack overflow raises (overflow.c):
+	 * the kernel kills a thread that faults with it blocked, and a
+	 * program that blocks every signal to sigwait() for them would die
+	 * of the first overflow instead of seeing CBCMN_EPANIC. */
+	sigdelset(&rt->exec_sigmask, SIGSEGV);
 	rt->cfg = c;
 	rt->page = page;
 	rt->lab = (c.flags & CBCMN_CONFIG_LAB) != 0;

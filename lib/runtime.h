@@ -754,14 +754,22 @@ static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
  * task t, found in e's queues, goes on e's wheel (false: no memory for a
  * wheel, run it as it is).  after: t (a plain task, or NULL: nothing
  * else) is picked; NULL: the wheel's next actor, if any.  yielded: actor
- * task t yielded: on the wheel, N forward (false: no wheel, the yield
- * list).  parks: actor task t is blocking (gauge, and where it is due).
+ * task t yielded: on the wheel, N forward (false: no wheel, or it goes
+ * elsewhere, cbcmn__yield_elsewhere(); the yield list or the inject
+ * queue).  parks: actor task t is blocking (gauge, and where it is due).
  * All on e's own thread. */
 struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e);
 bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t);
 struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *t);
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t);
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t);
+/* actor_sched.c: e's wheel holds a ready actor (e->wheel set). */
+bool cbcmn__actor_wheel_busy(const struct cbcmn__exec *e);
+/* sched.c: yielding task t, with company on e (its queues, its wheel)
+ * while an executor idles, goes to the inject queue, not back to e's yield
+ * list or wheel, which nothing else takes from.  Never a pinned task, nor
+ * in lab mode. */
+bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t);
 
 /* blocking.c: the blocking pool (docs/BLOCKING.md).  fini joins its
  * threads; call it once no task is alive, before the executors stop. */

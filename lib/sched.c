@@ -164,14 +164,17 @@ static struct cbcmn_task *yq_pop(struct cbcmn__exec *e)
  * it.  Never a pinned task, nor in lab mode (one executor, its order
  * seeded).  num_idle relaxed: a stale count costs one trip through the
  * inject queue, or one more yield on the list until the next look. */
-static bool yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
+bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	if ((t->flags & CBCMN__TF_PINNED) || rt->lab ||
 	    !atomic_load_explicit(&rt->num_idle, memory_order_relaxed))
 		return false;
+	/* Company on the actor wheel counts too (actor_sched.c asks the
+	 * same for a yielding actor): it is as much ours alone. */
 	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 ||
-	       atomic_load_explicit(&e->slot, memory_order_relaxed);
+	       atomic_load_explicit(&e->slot, memory_order_relaxed) ||
+	       (e->wheel && cbcmn__actor_wheel_busy(e));
 }
 
 /* Owner: push on the deque; if it cannot grow, the task goes global. */
@@ -581,7 +584,7 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
 		if (__builtin_expect(cbcmn__is_actor_task(p), 0) && cbcmn__actor_yielded(e, p))
 			break; /* an actor: its executor's wheel took it */
-		if (yield_elsewhere(e, p)) {
+		if (cbcmn__yield_elsewhere(e, p)) {
 			/* FIFO like the yield list, and any executor takes it. */
 			inject_push(e->rt, p);
 			cbcmn__notify_one(e->rt);

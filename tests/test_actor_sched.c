@@ -403,6 +403,97 @@ static void test_overloaded_executor_sheds_actors_to_an_idle_one(void **state)
 	t_destroy(rt);
 }
 
+/* ---- two computing actors on one executor spread to an idle one ---- */
+
+struct spread {
+	_Atomic int started, held, apart;
+	_Atomic uint32_t on[2];
+	uint64_t deadline;
+};
+
+struct spreader {
+	struct spread *sp;
+	int i;
+};
+
+/* Computes in 50 us slices, each ended by a yield that puts it back on its
+ * executor's wheel (short runs: the wheel's load stays far below what
+ * migrates, however the machine throttles us), noting where it runs, until
+ * the two have been seen on two executors once executor 1 is free. */
+static int64_t spreading_actor(cbcmn_cx *cx, void *arg)
+{
+	struct spreader *me = arg;
+	struct spread *sp = me->sp;
+	atomic_fetch_add(&sp->started, 1);
+	while (!atomic_load(&sp->apart) && t_now_ns() < sp->deadline) {
+		uint64_t until = t_now_ns() + 50000;
+		while (t_now_ns() < until)
+			;
+		uint32_t mine = cbcmn_cx_executor(cx) + 1;
+		atomic_store(&sp->on[me->i], mine);
+		uint32_t other = atomic_load(&sp->on[!me->i]);
+		if (other && other != mine && atomic_load(&sp->held) == 2)
+			atomic_store(&sp->apart, 1);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+/* Holds executor 1's thread (a plain sleep: it steals nothing meanwhile,
+ * and burns no CPU, whose throttling in a loaded cgroup would make the
+ * wheel's load look high enough to migrate) until both actors run on
+ * executor 0's wheel. */
+static int64_t spread_hold_exec1(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct spread *sp = arg;
+	atomic_store(&sp->held, 1);
+	while ((atomic_load(&sp->on[0]) != 1 || atomic_load(&sp->on[1]) != 1) &&
+	       t_now_ns() < sp->deadline)
+		usleep(1000);
+	atomic_store(&sp->held, 2); /* from now on, executor 1 idles */
+	return 0;
+}
+
+static int64_t spreading_boss(cbcmn_cx *cx, void *arg)
+{
+	struct spread *sp = arg;
+	struct spreader w[2] = {{sp, 0}, {sp, 1}};
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, spread_hold_exec1, sp, NULL) == 0);
+	while (!atomic_load(&sp->held))
+		cbcmn_yield(cx);
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, spreading_actor, &w[0], NULL, &r) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, spreading_actor, &w[1], NULL, &r) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The bug: an executor's wheel is its own (nothing steals from it), and
+ * migration waits for a load above nominal (a turn of 16 quanta): two
+ * actors computing on one executor shared it for good while the other
+ * slept, as plain yielders did before their yields went to the inject
+ * queue (test_sched's
+ * test_regression_yielders_on_one_executor_spread_to_an_idle_one).  Never
+ * apart in 20 s before the fix. */
+static void test_regression_computing_actors_on_one_executor_spread_to_an_idle_one(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct spread sp = {.deadline = t_now_ns() + T_STALL_NS};
+	assert_int_equal(t_run_pinned(rt, 0, spreading_boss, &sp), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&sp.started), 2);
+	assert_int_equal(atomic_load(&sp.held), 2);
+	assert_int_equal(atomic_load(&sp.apart), 1);
+	t_destroy(rt);
+}
+
 /* ---- destroy with actors on a wheel: refused, then everything freed ---- */
 
 static void test_destroy_with_actors_on_a_wheel_is_ebusy_then_frees(void **state)
@@ -438,6 +529,7 @@ int main(void)
 		T(test_spawned_actors_stay_stealable_until_picked),
 		T(test_overloaded_executor_sheds_actors_to_an_idle_one),
 		T(test_destroy_with_actors_on_a_wheel_is_ebusy_then_frees),
+		T(test_regression_computing_actors_on_one_executor_spread_to_an_idle_one),
 	};
 	return cmocka_run_group_tests_name("actor_sched", tests, NULL, NULL);
 }

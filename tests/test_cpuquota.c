@@ -147,6 +147,37 @@ static void test_path_outside_the_mount(void **state)
 	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.7);
 }
 
+/* The bug: the first mount of the hierarchy was taken, whatever cgroup it
+ * shows.  A container that also sees another mount of it (the host's
+ * cgroupfs bind-mounted for a monitoring agent, listed first) read that
+ * mount's limit, not its own: here none, where its own is half a CPU.
+ * The mount that shows the process's cgroup is the one to read. */
+static void test_regression_mount_showing_our_cgroup_wins_over_the_first(void **state)
+{
+	(void)state;
+	/* v2, a cgroup namespace: the host's view of the tree is above ours. */
+	put("proc/self/cgroup", "0::/\n");
+	put("proc/self/mountinfo", "41 30 0:26 /.. /host/cgroup ro - cgroup2 cgroup2 rw\n"
+				   "42 30 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+	put("host/cgroup/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/cpu.max", "50000 100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.5);
+	/* v1: another container's cgroup mounted first, then ours; the
+	 * longest root that holds our path is the closest view of it. */
+	put("proc/self/cgroup", "4:cpu,cpuacct:/docker/abc\n");
+	put("proc/self/mountinfo",
+	    "40 31 0:35 /docker/other /other rw - cgroup cgroup rw,cpu,cpuacct\n"
+	    "41 31 0:35 /docker /mid rw - cgroup cgroup rw,cpu,cpuacct\n"
+	    "42 31 0:35 /docker/abc /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct\n");
+	put("other/cpu.cfs_quota_us", "10000\n");
+	put("other/cpu.cfs_period_us", "100000\n");
+	put("mid/cpu.cfs_quota_us", "-1\n");
+	put("mid/abc/cpu.cfs_quota_us", "-1\n");
+	put("sys/fs/cgroup/cpu/cpu.cfs_quota_us", "150000\n");
+	put("sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 1.5);
+}
+
 /* Missing, empty and broken files are no limit, never a crash nor a
  * made-up figure. */
 static void test_broken_files_are_no_limit(void **state)
@@ -273,6 +304,51 @@ static void test_live_limit_sets_default_workers(void **state)
 	t_destroy(rt);
 }
 
+/* The bug: the executors a limit leaves are fewer than the host's CPUs, and
+ * a min_workers that fit the host (2, with CBCMN_WORKERS_AUTO) was then
+ * above them: cbcmn_runtime_create() failed with -EINVAL in a container
+ * where the same program ran on the host.  With AUTO, min_workers is at
+ * most what AUTO gives. */
+static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	if (CPU_COUNT(&set) < 2)
+		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
+	char dir[PATH_MAX], why[PATH_MAX + 128];
+	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
+		T_SKIP("%s", why);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char procs[PATH_MAX + 32];
+		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+		FILE *p = fopen(procs, "w");
+		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
+			_exit(10);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.min_workers = 2;
+		cbcmn_runtime *rt;
+		int rc = cbcmn_runtime_create(&cfg, &rt);
+		if (rc)
+			_exit(rc == -EINVAL ? 11 : 12);
+		uint32_t n = cbcmn_runtime_workers(rt);
+		cbcmn_runtime_destroy(rt);
+		/* An explicit count still refuses a min_workers above it. */
+		cfg.workers = 1;
+		if (cbcmn_runtime_create(&cfg, &rt) != -EINVAL)
+			_exit(13);
+		_exit(n == 1 ? 0 : 20 + (int)n);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(rmdir(dir), 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0); /* 11: -EINVAL from create */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,10 +358,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_v1_nested_path, fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_hybrid_prefers_v1_cpu, fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_path_outside_the_mount, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_regression_mount_showing_our_cgroup_wins_over_the_first,
+						fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_broken_files_are_no_limit, fresh_tree,
 						drop_tree),
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
+		cmocka_unit_test(test_regression_auto_workers_under_a_limit_clamp_min_workers),
 	};
 	return cmocka_run_group_tests_name("cpuquota", tests, NULL, NULL);
 }

@@ -604,6 +604,43 @@ static void test_landing_restores_the_signal_mask(void **state)
 	mask_case(SIGUSR1);
 }
 
+/* A program that blocks every signal in its main thread (to take them
+ * with sigwait(2) in one thread of its own) and then makes its runtime:
+ * the executors took that mask, SIGSEGV blocked, and the kernel kills a
+ * thread that faults with SIGSEGV blocked (resetting the handler first):
+ * a task's stack overflow killed the process instead of ending the task
+ * with CBCMN_EPANIC.  An executor never blocks SIGSEGV. */
+static int overflow_with_every_signal_blocked(void)
+{
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1; /* executor 1 is started by the runtime, later */
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(&cfg, &rt))
+		return 10;
+	for (uint32_t shard = 0; shard < 2; shard++) {
+		if (t_run_pinned(rt, shard, overflow_task, NULL) != CBCMN_EPANIC)
+			return 11 + (int)shard;
+	}
+	/* The program's own mask is left as it set it. */
+	sigset_t now;
+	pthread_sigmask(SIG_BLOCK, NULL, &now);
+	if (!sigismember(&now, SIGSEGV))
+		return 13;
+	return cbcmn_runtime_destroy(rt) ? 14 : 0;
+}
+
+static void test_regression_overflow_with_every_signal_blocked_by_the_creator_is_a_panic(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	in_child(overflow_with_every_signal_blocked, 0);
+}
+
 #define MXCSR_RC_DOWN 0x2000u
 #define MXCSR_RC_UP 0x4000u
 #define CW_DOUBLE 0x027fu /* x87: 53-bit precision, all masked */
@@ -1185,6 +1222,7 @@ int main(void)
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
 		T_WATCHED_TEST(test_a_call_on_another_stack_is_not_an_overflow),
 		T_WATCHED_TEST(test_landing_restores_the_signal_mask),
+		T_WATCHED_TEST(test_regression_overflow_with_every_signal_blocked_by_the_creator_is_a_panic),
 		T_WATCHED_TEST(test_landing_restores_the_parents_fp_mode),
 		T_WATCHED_TEST(test_landing_never_lands_again),
 		T_WATCHED_TEST(test_overflow_inside_vfprintf_leaves_no_lock_held),

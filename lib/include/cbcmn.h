@@ -33,7 +33,9 @@
  *     KiB more to finish in, and the task ends when it returns, its locks
  *     released.
  * The task's own frames are abandoned (what they malloc'ed is lost, as with
- * longjmp).  The executor gets its signal mask back, and a parent that ran
+ * longjmp).  Executors run with the signal mask of the thread that created
+ * the runtime, SIGSEGV excepted (never blocked there, whatever that thread
+ * blocks).  The executor gets its signal mask back, and a parent that ran
  * the task inline its FP control state.  Not survivable without risk: a
  * library call that needs more than those 16 KiB, or a callback the C
  * library runs with a lock held (fopencookie functions, dl_iterate_phdr,
@@ -336,7 +338,10 @@ typedef struct cbcmn_config {
 	 * [0, min_workers) start with the runtime; more are started, one
 	 * at a time in index order, while every live one is busy and work is
 	 * waiting, up to `workers`, each on the CPU the policy gives its
-	 * index.  0: all `workers` from the start (the default). */
+	 * index.  0: all `workers` from the start (the default).  Above
+	 * `workers`: -EINVAL, unless workers is CBCMN_WORKERS_AUTO, whose
+	 * count the caller cannot know (a cgroup limit may lower it): then
+	 * all of them from the start. */
 	uint32_t min_workers;
 	/* An executor above min_workers that is the last live one and has
 	 * been idle this long ends its thread (it is started again when
