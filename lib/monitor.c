@@ -273,6 +273,14 @@ static void *mon_main(void *arg)
 			sleep = r.due > now + m->tick_ns / 4 ? r.due - now : m->tick_ns / 4;
 		if (!mon_sleep(m, MON_TICKING, sleep))
 			break;
+		/* Woken far later than asked: the process was frozen (its
+		 * cgroup's CPU quota spent) or we were kept off the CPU.  The
+		 * runs we watch were stopped as long: that time is no run's. */
+		uint64_t late = mon_now() - now;
+		late = late > sleep ? late - sleep : 0;
+		if (late > m->tick_ns)
+			for (uint32_t i = 0; i < rt->nexec; i++)
+				m->seen_ns[i] += late;
 	}
 	return NULL;
 }
