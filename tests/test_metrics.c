@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <regex.h>
 #include <string.h>
@@ -540,6 +541,33 @@ static void test_trickling_client_is_cut_at_the_deadline(void **state)
 	stop_and_destroy(ms, rt);
 }
 
+/* A request that arrives a byte at a time is answered: the end of its
+ * head (CRLF CRLF, or LF LF) is found whichever read brings each of its
+ * bytes (the scan resumes where the last one stopped, two bytes back). */
+static void test_request_sent_a_byte_at_a_time_is_answered(void **state)
+{
+	static const char *const reqs[] = {"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+					   "GET /metrics HTTP/1.0\n\n"};
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cbcmn__metrics_limits lim = {T_STALL_NS, 8, 1024};
+	cbcmn_metrics_server *ms = serve(rt, &lim);
+	for (size_t k = 0; k < sizeof(reqs) / sizeof(reqs[0]); k++) {
+		int fd = dial(cbcmn_metrics_port(ms));
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		for (const char *p = reqs[k]; *p; p++) {
+			assert_int_equal(send(fd, p, 1, MSG_NOSIGNAL), 1);
+			usleep(2000); /* one read each, as far as the server can tell */
+		}
+		char *r = read_all(fd, NULL);
+		if (strncmp(r, "HTTP/1.1 200 ", 13))
+			fail_msg("request %zu, a byte at a time: answered '%.40s'", k, r);
+		free(r);
+		close(fd);
+	}
+	stop_and_destroy(ms, rt);
+}
+
 /* Past max_clients a connection gets 503 at once; once the others have
  * gone, scrapes are answered again. */
 static void test_clients_over_the_limit_get_503(void **state)
@@ -952,6 +980,7 @@ int main(void)
 		T_WATCHED_TEST(test_other_requests_get_their_status),
 		T_WATCHED_TEST(test_silent_client_does_not_stop_scrapes),
 		T_WATCHED_TEST(test_trickling_client_is_cut_at_the_deadline),
+		T_WATCHED_TEST(test_request_sent_a_byte_at_a_time_is_answered),
 		T_WATCHED_TEST(test_clients_over_the_limit_get_503),
 		T_WATCHED_TEST(test_concurrent_scrapers),
 		T_WATCHED_TEST(test_stop_while_a_client_is_connected),
