@@ -30,7 +30,6 @@
 #define SUP_POKE (CBCMN_ACTOR_SYS - 1u)
 
 #define DEPTH_MAX 16u                    /* nested supervisors */
-#define STAMPS_MAX 1024u                 /* restart times kept (intensity_ok()) */
 #define DEFAULT_NS (5ull * 1000000000ull) /* period_ns, shutdown_ns */
 
 /* A checked copy of a spec. */
@@ -67,7 +66,7 @@ struct sup {
 	cbcmn_actor_ref self;
 	_Atomic uint32_t poke;       /* a child waits exhausted (cbcmn__sup_exhausted()) */
 	uint64_t *stamps;            /* the last max_restarts restart times, a ring */
-	uint32_t nstamps, stamp_head;
+	uint32_t stamp_head;
 	uint64_t nrestarts;          /* this supervisor's own restarts */
 	uint32_t rr;                 /* round robin among a NUMA node's executors */
 	bool cancelled;              /* we cancelled n: no child can start any more */
@@ -174,6 +173,8 @@ static int tmpl_make(const struct cbcmn_runtime *rt, const cbcmn_sup_spec *sp, u
 	/* SPEC-021 §5 and §10.2.3: supervisor recharge is :cluster's. */
 	if (sp->recharge && rt->cfg.profile != CBCMN_PROFILE_CLUSTER)
 		return -EINVAL;
+	if (sp->max_restarts > CBCMN_SUP_MAX_RESTARTS && sp->max_restarts != CBCMN_SUP_UNLIMITED)
+		return -EINVAL;
 	uint32_t n = sp->nchildren, ndeps = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		int rc = child_check(rt, &sp->children[i], i, n);
@@ -243,8 +244,8 @@ static struct sup *sup_new(const struct tmpl *tm, struct sup *parent)
 	s->parent = parent;
 	s->result = CBCMN_ECANCELED; /* until it runs: it may never */
 	s->ch = calloc(tm->spec.nchildren, sizeof(*s->ch));
-	s->nstamps = tm->spec.max_restarts < STAMPS_MAX ? tm->spec.max_restarts : STAMPS_MAX;
-	s->stamps = calloc(s->nstamps + 1, sizeof(*s->stamps));
+	uint32_t nstamps = tm->spec.max_restarts == CBCMN_SUP_UNLIMITED ? 0 : tm->spec.max_restarts;
+	s->stamps = calloc(nstamps + 1, sizeof(*s->stamps));
 	if (!s->ch || !s->stamps) {
 		free(s->ch);
 		free(s->stamps);
@@ -405,23 +406,21 @@ static void stop_all(cbcmn_cx *cx, struct sup *s)
 		stop_child(cx, s, s->tm->order[k]);
 }
 
-/* One more restart now: within the intensity?  The ring keeps the last
- * max_restarts times; beyond STAMPS_MAX, STAMPS_MAX restarts in that share
- * of the window stand for the rest (a proportional check). */
+/* One more restart now: within the intensity?  The ring holds the times
+ * of the last max_restarts restarts: the oldest must be a period ago. */
 static bool intensity_ok(struct sup *s, uint64_t now)
 {
 	const cbcmn_sup_spec *sp = &s->tm->spec;
+	if (sp->max_restarts == CBCMN_SUP_UNLIMITED)
+		return true;
 	if (sp->max_restarts == 0)
 		return false;
 	uint64_t period = sp->period_ns ? sp->period_ns : DEFAULT_NS;
-	uint32_t cap = s->nstamps;
-	if (sp->max_restarts > cap)
-		period = period / sp->max_restarts * cap;
 	uint64_t *oldest = &s->stamps[s->stamp_head];
-	if (s->nrestarts >= cap && now - *oldest < period)
+	if (s->nrestarts >= sp->max_restarts && now - *oldest < period)
 		return false;
 	*oldest = now;
-	s->stamp_head = (s->stamp_head + 1) % cap;
+	s->stamp_head = (s->stamp_head + 1) % sp->max_restarts;
 	s->nrestarts++;
 	return true;
 }

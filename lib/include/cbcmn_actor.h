@@ -317,6 +317,11 @@ CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
 #define CBCMN_SUP_TEMPORARY 2u
 
 #define CBCMN_SUP_MAX_CHILDREN 1024u
+/* cbcmn_sup_spec.max_restarts: at most this (the supervisor keeps the time
+ * of each of the last max_restarts restarts, 8 bytes each), or
+ * CBCMN_SUP_UNLIMITED: never give up. */
+#define CBCMN_SUP_MAX_RESTARTS 65536u
+#define CBCMN_SUP_UNLIMITED UINT32_MAX
 
 struct cbcmn_sup_spec;
 
@@ -351,7 +356,8 @@ typedef struct cbcmn_sup_report {
 
 typedef struct cbcmn_sup_spec {
 	uint32_t strategy;            /* CBCMN_SUP_ONE ... CBCMN_SUP_ALL */
-	uint32_t max_restarts;        /* intensity: restarts allowed in period_ns (0: none) */
+	uint32_t max_restarts;        /* intensity: restarts allowed in period_ns (0: none;
+				       * CBCMN_SUP_UNLIMITED: any number) */
 	uint64_t period_ns;           /* the window; 0: 5 s */
 	const cbcmn_sup_child *children;
 	uint32_t nchildren;           /* 1..CBCMN_SUP_MAX_CHILDREN */
