@@ -355,9 +355,26 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	return cbcmn__actor_spawn_x(cx, n, fn, state, opts, NULL, out);
 }
 
+static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+		 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x, cbcmn_actor_ref *out,
+		 bool *halted);
+
 int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 			 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x,
 			 cbcmn_actor_ref *out)
+{
+	bool halted = false;
+	int rc = spawn(cx, n, fn, state, opts, x, out, &halted);
+	/* Refused before there was an actor to halt: its fini all the same. */
+	if (rc && !halted && x && x->fini)
+		x->fini(state);
+	return rc;
+}
+
+/* halted: set once the new actor's halt ran (then its fini did too). */
+static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+		 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x, cbcmn_actor_ref *out,
+		 bool *halted)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (out)
@@ -412,6 +429,7 @@ int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void
 	/* The monitor before the task exists: a halt reason is never missed. */
 	int rc = x && x->mon ? cbcmn_actor_monitor(cx, ref, x->mon) : 0;
 	if (rc) {
+		*halted = true;
 		halt(a, rc, self ? self->exec : NULL);
 		return rc;
 	}
@@ -424,6 +442,7 @@ int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void
 	rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__actor_main, a, &so, NULL);
 	if (rc) {
 		/* Nothing ran: only a forged reference could have reached it. */
+		*halted = true;
 		halt(a, rc, self ? self->exec : NULL);
 		return rc;
 	}

@@ -170,7 +170,7 @@ static int tmpl_make(const struct cbcmn_runtime *rt, const cbcmn_sup_spec *sp, u
 	if (!sp || depth >= DEPTH_MAX || sp->strategy > CBCMN_SUP_ALL || !sp->children ||
 	    sp->nchildren == 0 || sp->nchildren > CBCMN_SUP_MAX_CHILDREN)
 		return -EINVAL;
-	/* SPEC-021 §5 and §10.2.3: supervisor recharge is :cluster's. */
+	/* SPEC-021 [SCHED:3.2.3], §10.2.3: supervisor recharge is :cluster's. */
 	if (sp->recharge && rt->cfg.profile != CBCMN_PROFILE_CLUSTER)
 		return -EINVAL;
 	if (sp->max_restarts > CBCMN_SUP_MAX_RESTARTS && sp->max_restarts != CBCMN_SUP_UNLIMITED)

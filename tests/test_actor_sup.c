@@ -322,6 +322,34 @@ static void test_bad_specs_are_einval(void **state)
 	t_destroy(rt);
 }
 
+/* A start the actor spawn itself refuses (a bad option, before any actor
+ * exists) must still free the supervisor's copy of the spec (ASan's leak
+ * check sees it). */
+static int64_t refused_start(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = noop, .node = -1};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_opts big = {.mailbox_cap = CBCMN_ACTOR_MAILBOX_MAX + 1};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &big, &r) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	/* Refused by the nursery (after the actor existed): the same. */
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+static void test_start_refused_by_the_spawn_leaks_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, refused_start, NULL, 0);
+	t_destroy(rt);
+}
+
 /* ---- crash causes: each restarts the child alone, siblings untouched ---- */
 
 static int64_t crash_one(cbcmn_cx *cx, struct world *w)
@@ -726,6 +754,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_children_start_in_dependency_order_and_stop_in_reverse),
 		T(test_bad_specs_are_einval),
+		T(test_start_refused_by_the_spawn_leaks_nothing),
 		T(test_child_returning_an_error_is_restarted_alone),
 		T(test_child_stack_overflow_is_restarted),
 		T(test_child_out_of_budget_is_ended_and_restarted),
