@@ -62,6 +62,7 @@ struct sup {
 	struct tmpl *owned;          /* the top supervisor's: the whole tree's */
 	struct sup *parent;          /* the supervisor this one is a child of */
 	struct child *ch;
+	bool *in;                    /* recover()'s set: here, so that an unwind leaks nothing */
 	cbcmn_nursery *n;            /* written before the first child's spawn publishes it */
 	cbcmn_actor_ref self;
 	_Atomic uint32_t poke;       /* a child waits exhausted (cbcmn__sup_exhausted()) */
@@ -244,10 +245,12 @@ static struct sup *sup_new(const struct tmpl *tm, struct sup *parent)
 	s->parent = parent;
 	s->result = CBCMN_ECANCELED; /* until it runs: it may never */
 	s->ch = calloc(tm->spec.nchildren, sizeof(*s->ch));
+	s->in = calloc(tm->spec.nchildren, sizeof(*s->in));
 	uint32_t nstamps = tm->spec.max_restarts == CBCMN_SUP_UNLIMITED ? 0 : tm->spec.max_restarts;
 	s->stamps = calloc(nstamps + 1, sizeof(*s->stamps));
-	if (!s->ch || !s->stamps) {
+	if (!s->ch || !s->in || !s->stamps) {
 		free(s->ch);
+		free(s->in);
 		free(s->stamps);
 		free(s);
 		return NULL;
@@ -268,6 +271,7 @@ static void sup_fini(void *arg)
 			.exhausted = atomic_load_explicit(&s->exhausted, memory_order_relaxed),
 		};
 	free(s->ch);
+	free(s->in);
 	free(s->stamps);
 	tmpl_free(s->owned);
 	free(s);
@@ -549,14 +553,10 @@ static int64_t sup_main(cbcmn_cx *cx, void *arg)
 	int64_t result = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &s->n);
 	if (result)
 		goto out;
-	bool *in = malloc(t->spec.nchildren * sizeof(*in));
-	if (!in)
-		result = -ENOMEM;
 	for (uint32_t k = 0; k < t->spec.nchildren && !result; k++)
 		result = start_child(cx, s, t->order[k]);
 	if (!result)
-		result = serve(cx, s, in);
-	free(in);
+		result = serve(cx, s, s->in);
 	stop_all(cx, s);
 	/* Every child has halted; what the await says is only our own
 	 * cancellation, already in result. */
