@@ -30,6 +30,7 @@
 #define SUP_POKE (CBCMN_ACTOR_SYS - 1u)
 
 #define DEPTH_MAX 16u                    /* nested supervisors */
+#define STOPPED INT64_MIN                /* recover(): the supervisor was stopped */
 #define DEFAULT_NS (5ull * 1000000000ull) /* period_ns, shutdown_ns */
 
 /* A checked copy of a spec. */
@@ -467,7 +468,18 @@ static bool wants_restart(uint32_t type, int64_t reason)
 	return type == CBCMN_SUP_PERMANENT || (type == CBCMN_SUP_TRANSIENT && reason != 0);
 }
 
-/* Handle every crashed child: 0, or the supervisor's halt reason. */
+/* The supervisor's own stop reason, if it was stopped. */
+static int64_t own_stop_reason(cbcmn_cx *cx, int64_t otherwise)
+{
+	struct cbcmn__actor *a = cbcmn__actor_of((struct cbcmn_task *)cx);
+	cbcmn__mutex_lock(&a->lock);
+	int64_t r = a->stopping ? a->stop_reason : otherwise;
+	cbcmn__mutex_unlock(&a->lock);
+	return r;
+}
+
+/* Handle every crashed child: 0, the supervisor's halt reason, or
+ * STOPPED (it was stopped meanwhile). */
 static int64_t recover(cbcmn_cx *cx, struct sup *s, bool *in)
 {
 	const struct tmpl *t = s->tm;
@@ -495,6 +507,9 @@ static int64_t recover(cbcmn_cx *cx, struct sup *s, bool *in)
 				stop_child(cx, s, t->order[k]);
 		if (s->cancelled)
 			return CBCMN_ESUPERVISOR; /* one ignored its stop */
+		/* Stopped while it waited for them: nothing to start again. */
+		if (own_stop_reason(cx, STOPPED) != STOPPED)
+			return STOPPED;
 		for (uint32_t k = 0; k < n; k++) {
 			uint32_t j = t->order[k];
 			if (!in[j])
@@ -516,16 +531,6 @@ static int64_t recover(cbcmn_cx *cx, struct sup *s, bool *in)
 	}
 }
 
-/* The supervisor's own stop reason, if it was stopped. */
-static int64_t own_stop_reason(cbcmn_cx *cx, int64_t otherwise)
-{
-	struct cbcmn__actor *a = cbcmn__actor_of((struct cbcmn_task *)cx);
-	cbcmn__mutex_lock(&a->lock);
-	int64_t r = a->stopping ? a->stop_reason : otherwise;
-	cbcmn__mutex_unlock(&a->lock);
-	return r;
-}
-
 static int64_t serve(cbcmn_cx *cx, struct sup *s, bool *in)
 {
 	for (;;) {
@@ -540,6 +545,8 @@ static int64_t serve(cbcmn_cx *cx, struct sup *s, bool *in)
 			continue; /* a poke (looked at above), or not for us */
 		on_down(s, &m);
 		int64_t r = recover(cx, s, in);
+		if (r == STOPPED)
+			return own_stop_reason(cx, 0);
 		if (r)
 			return r;
 	}

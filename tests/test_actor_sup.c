@@ -670,6 +670,42 @@ static void test_stop_during_restarts_ends_the_tree(void **state)
 	assert_true(w.report.restarts >= 19);
 }
 
+/* The supervisor stopped while a restart waits for a child it stopped
+ * (child 1 holds, all-for-one): once that child ends, nothing starts
+ * again. */
+static int64_t stop_mid_restart(cbcmn_cx *cx, struct world *w)
+{
+	wait_all_started(cx, w);
+	TASK_CHECK(send_to(cx, ref_other_than(cx, w, 1, CBCMN_ACTOR_NONE), M_HOLD, 0) == 0);
+	TASK_CHECK(send_to(cx, ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE), M_CRASH, (uint64_t)-9) ==
+		   0);
+	cbcmn_sleep(cx, 20 * 1000000ull); /* the restart now waits for child 1 */
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, w->sup, 0) == 0);
+	cbcmn_sleep(cx, 5 * 1000000ull);
+	atomic_store(&w->release, 1);
+	return 0;
+}
+
+static void test_stop_while_a_restart_waits_starts_nothing_more(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.spec.children = c;
+	w.spec.strategy = CBCMN_SUP_ALL;
+	w.spec.report = &w.report;
+	w.scenario = stop_mid_restart;
+	w.no_stop = true;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(w.report.reason, 0);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 1);
+	assert_int_equal(atomic_load(&w.kid[1].starts), 1);
+}
+
 /* ---- a runtime destroyed while a storm goes on: refused, then cancelled ---- */
 
 static void test_destroy_during_restarts_is_ebusy_then_cancel_ends_all(void **state)
@@ -793,6 +829,7 @@ int main(void)
 		T(test_shutdown_reports_undelivered_messages),
 		T(test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns),
 		T(test_stop_during_restarts_ends_the_tree),
+		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
 		T(test_children_on_a_node_are_pinned_in_turn),
