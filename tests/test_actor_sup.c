@@ -41,6 +41,7 @@ struct world {
 	_Atomic int nev;
 	int ev[NEV];
 	_Atomic int release; /* a holding child goes on */
+	_Atomic int holding; /* a child took M_HOLD */
 	_Atomic int spent;   /* a spender finished its receives */
 	_Atomic int deps_dead; /* a child started before a dependency's reference was live */
 	struct cause cause;
@@ -104,6 +105,7 @@ static int64_t worker(cbcmn_cx *cx, void *arg)
 			break;
 		case M_HOLD:
 			/* Keep the rest of the mailbox until released. */
+			atomic_store(&k->w->holding, 1);
 			while (!atomic_load(&k->w->release))
 				cbcmn_yield(cx);
 			break;
@@ -592,6 +594,8 @@ static int64_t hold_then_stop(cbcmn_cx *cx, struct world *w)
 			cbcmn_sleep(cx, 100000);
 	TASK_CHECK(a != CBCMN_ACTOR_NONE);
 	TASK_CHECK(send_to(cx, a, M_HOLD, 0) == 0);
+	while (!atomic_load(&w->holding))
+		cbcmn_sleep(cx, 100000);
 	for (int i = 0; i < 5; i++)
 		TASK_CHECK(send_to(cx, a, M_PING, 0) == 0);
 	TASK_CHECK(cbcmn_actor_stop(NULL, cx, w->sup, 0) == 0);
