@@ -124,6 +124,8 @@ static int child_check(const struct cbcmn_runtime *rt, const cbcmn_sup_child *c,
 	if (!c->fn == !c->sup || c->restart > CBCMN_SUP_TEMPORARY ||
 	    c->placement > CBCMN_PLACE_STEALABLE || c->mailbox_cap > CBCMN_ACTOR_MAILBOX_MAX ||
 	    (c->ndeps && !c->deps) || c->ndeps > nchildren ||
+	    ((c->placement == CBCMN_PLACE_PINNED || c->placement == CBCMN_PLACE_STEALABLE_ON) &&
+	     c->shard >= rt->nexec) ||
 	    (c->node >= 0 && node_exec(rt, c->node, 0) < 0))
 		return -EINVAL;
 	for (uint32_t d = 0; d < c->ndeps; d++)
