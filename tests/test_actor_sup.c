@@ -308,7 +308,7 @@ static int64_t bad_specs(cbcmn_cx *cx, void *arg)
 	c[1].node = -1;
 	/* A shard the runtime does not have: refused now, not at the spawn. */
 	c[1].placement = CBCMN_PLACE_PINNED;
-	c[1].shard = 7;
+	c[1].shard = 1u << 30;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
 	c[1].placement = CBCMN_PLACE_LOCAL;
 	sp.strategy = 9;
