@@ -84,10 +84,10 @@
  * homed there by state (cbcmn_executor_stats.actors, actors_runnable,
  * actors_running, actors_waiting, actors_receiving, actors_halting) and
  * the messages in their mailboxes (mailbox_depth); USDT probes actor_spawn,
- * actor_send, actor_receive and actor_halt (docs/PROBES.md).
+ * actor_send, actor_receive, actor_halt and actor_restart (docs/PROBES.md).
  *
- * docs/ACTORS.md has the design and what is still to come (the scheduling
- * wheel, load-based migration, supervisors).
+ * Supervisors (cbcmn_sup_start(), below) start and restart trees of
+ * actors.  docs/ACTORS.md has the design and what is still to come.
  */
 #ifndef CBCMN_ACTOR_H
 #define CBCMN_ACTOR_H
