@@ -293,6 +293,10 @@ CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
  * and its report (spec.report) adds up the messages its children, and
  * theirs, left undelivered.
  *
+ * A supervisor does not trap links: an actor linked with it that halts
+ * abnormally stops it (and so its tree), as for any actor.  Link children
+ * with each other, not with their supervisor.
+ *
  * Placement of a child: as for any actor (placement, shard), or on a NUMA
  * node (node >= 0: one of the executors of that node, in turn, pinned;
  * an unpinned runtime's executors are all node 0).
