@@ -363,12 +363,14 @@ static void settle_exhausted(cbcmn_cx *cx, struct sup *s)
 
 /* Wait until child i's DOWN is taken, or, past deadline, cancel every
  * child (s->cancelled).  Receives while it can (the supervisor is neither
- * stopped nor cancelled), else polls its DOWN queue between yields. */
+ * stopped nor cancelled), else polls its DOWN queue between yields, then
+ * between short sleeps. */
 static void wait_down(cbcmn_cx *cx, struct sup *s, uint32_t i, uint64_t deadline)
 {
 	struct cbcmn_runtime *rt = ((struct cbcmn_task *)cx)->rt;
 	struct cbcmn__actor *me = cbcmn__actor_of((struct cbcmn_task *)cx);
 	bool can_receive = true;
+	uint32_t polls = 0;
 	while (s->ch[i].up) {
 		settle_exhausted(cx, s);
 		uint64_t now = cbcmn_now(rt);
@@ -387,8 +389,13 @@ static void wait_down(cbcmn_cx *cx, struct sup *s, uint32_t i, uint64_t deadline
 				can_receive = false;
 		} else if (cbcmn__mb_take_down(me, &m)) {
 			on_down(s, &m);
-		} else {
+		} else if (++polls < 64) {
 			cbcmn_yield(cx);
+		} else {
+			/* A child slow to end: look less often than every turn
+			 * of the executor (a sleep a stop may cut short is a
+			 * yield then, no worse). */
+			cbcmn_sleep(cx, 100000);
 		}
 	}
 }
