@@ -234,6 +234,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 	a->sys_head = a->sys_tail = a->watched_by = NULL;
 	a->receiver = NULL; /* it was the halting task itself: not waiting */
 	void (*drop)(void *, const cbcmn_actor_msg *) = a->drop;
+	void (*fini)(void *) = a->fini;
 	void *user = a->user;
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, e);
@@ -242,6 +243,8 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 	for (uint32_t i = 0; drop && i < count; i++)
 		drop(user, &ring[(head + i) % cap]);
 	free(ring);
+	if (fini)
+		fini(user);
 	while (sys) {
 		struct cbcmn__monitor *m = sys;
 		sys = m->next;
@@ -251,6 +254,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		struct cbcmn__monitor *m = mons;
 		mons = m->next;
 		m->reason = reason;
+		m->undelivered = count;
 		struct cbcmn__actor *w = cbcmn__actor_lock_ref(a->rt, m->watcher);
 		if (!w) {
 			free(m); /* the watcher is gone too */
@@ -313,7 +317,10 @@ int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
 
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)
 {
-	return halt(t->arg, result, t->exec);
+	struct cbcmn__actor *a = t->arg;
+	bool contained = a->contained; /* set before the spawn published t */
+	int64_t reason = halt(a, result, t->exec);
+	return contained ? 0 : reason;
 }
 
 /* Move a's gauges (it and its mailbox) to executor to; a locked. */
@@ -344,6 +351,30 @@ void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
 
 int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 		      const cbcmn_actor_opts *opts, cbcmn_actor_ref *out)
+{
+	return cbcmn__actor_spawn_x(cx, n, fn, state, opts, NULL, out);
+}
+
+static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+		 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x, cbcmn_actor_ref *out,
+		 bool *halted);
+
+int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+			 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x,
+			 cbcmn_actor_ref *out)
+{
+	bool halted = false;
+	int rc = spawn(cx, n, fn, state, opts, x, out, &halted);
+	/* Refused before there was an actor to halt: its fini all the same. */
+	if (rc && !halted && x && x->fini)
+		x->fini(state);
+	return rc;
+}
+
+/* halted: set once the new actor's halt ran (then its fini did too). */
+static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+		 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x, cbcmn_actor_ref *out,
+		 bool *halted)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (out)
@@ -383,6 +414,8 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	a->fn = fn;
 	a->user = state;
 	a->drop = opts ? opts->drop : NULL;
+	a->contained = x && x->contained;
+	a->fini = x ? x->fini : NULL;
 	a->stopping = false;
 	a->stop_reason = 0;
 	a->wn.where = CBCMN__WN_NONE;
@@ -393,15 +426,23 @@ int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *s
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;
 	cbcmn__mutex_unlock(&a->lock);
+	/* The monitor before the task exists: a halt reason is never missed. */
+	int rc = x && x->mon ? cbcmn_actor_monitor(cx, ref, x->mon) : 0;
+	if (rc) {
+		*halted = true;
+		halt(a, rc, self ? self->exec : NULL);
+		return rc;
+	}
 	cbcmn_spawn_opts so = {
 		.budget = opts ? opts->budget : NULL,
 		.caps = opts ? opts->caps : NULL,
 		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
 		.shard = opts ? opts->shard : 0,
 	};
-	int rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__actor_main, a, &so, NULL);
+	rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__actor_main, a, &so, NULL);
 	if (rc) {
 		/* Nothing ran: only a forged reference could have reached it. */
+		*halted = true;
 		halt(a, rc, self ? self->exec : NULL);
 		return rc;
 	}

@@ -41,6 +41,7 @@ struct cbcmn__monitor {
 	cbcmn_actor_ref watcher, target;
 	uint64_t id;
 	int64_t reason;
+	uint64_t undelivered; /* the target's mailbox at its halt */
 	uint64_t seq; /* deliverable once the watcher has taken this many messages */
 };
 
@@ -69,6 +70,9 @@ struct cbcmn__actor {
 	cbcmn_actor_fn fn;
 	void *user;               /* the behaviour's state */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
+	/* Set at spawn (cbcmn__actor_spawn_x()), read by its halt. */
+	bool contained;                   /* its halt reason is not its nursery's */
+	void (*fini)(void *state);        /* run at halt, after drop */
 	/* The mailbox: a ring of cap messages. */
 	cbcmn_actor_msg *ring;
 	uint32_t cap, head, count;
@@ -163,6 +167,29 @@ static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, 
 }
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
+
+/* A spawn with what supervisors need (actor_sup.c).  contained: the halt
+ * reason reaches the monitors only (the nursery sees 0, so a crash cancels
+ * no sibling); mon: the calling actor monitors the new one from before it
+ * can run (its id stored there), so no halt reason is missed; fini(state)
+ * runs at its halt after the drop callbacks, also when it never ran (and
+ * when the spawn fails: then before this returns). */
+struct cbcmn__spawn_x {
+	bool contained;
+	uint64_t *mon;
+	void (*fini)(void *state);
+};
+int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
+			 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x,
+			 cbcmn_actor_ref *out);
+
+/* actor_mbox.c, for actor_sup.c: a DOWN waiting in the calling actor a's system queue, whether due or not
+ * and even once a is stopped: taken into *m (true), or none (false). */
+bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m);
+/* The runtime's own try_send: *m as it is (no sender, no budget), the
+ * receiver woken by executor e (NULL: from outside).  0, -EAGAIN, -ESRCH. */
+int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_actor_msg *m,
+		      struct cbcmn__exec *e);
 
 /* actor_sched.c: actor task t begins a run (its quantum left, the clock). */
 void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,

@@ -120,6 +120,15 @@ void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 		cbcmn__wakes_add(wl, &r->qw, -ESHUTDOWN);
 }
 
+/* The DOWN message that monitor record d stands for. */
+static void down_fill(cbcmn_actor_msg *m, const struct cbcmn__monitor *d)
+{
+	*m = (cbcmn_actor_msg){.type = CBCMN_ACTOR_DOWN, .from = d->target};
+	m->body.down.monitor = d->id;
+	m->body.down.reason = d->reason;
+	m->body.down.undelivered = d->undelivered;
+}
+
 static bool down_due(const struct cbcmn__actor *a)
 {
 	return a->sys_head && a->sys_head->seq <= a->taken_total;
@@ -134,9 +143,7 @@ void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 	 * nothing due): it may take it at once. */
 	struct cbcmn__mb_wait *r;
 	if (!a->sys_head && a->count == 0 && (r = recv_claim(a))) {
-		*r->dst = (cbcmn_actor_msg){.type = CBCMN_ACTOR_DOWN, .from = mon->target};
-		r->dst->body.down.monitor = mon->id;
-		r->dst->body.down.reason = mon->reason;
+		down_fill(r->dst, mon);
 		free(mon);
 		cbcmn__wakes_add(wl, &r->qw, 0);
 		return;
@@ -418,11 +425,36 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, self->exec);
 	if (down) {
-		*m = (cbcmn_actor_msg){.type = CBCMN_ACTOR_DOWN, .from = down->target};
-		m->body.down.monitor = down->id;
-		m->body.down.reason = down->reason;
+		down_fill(m, down);
 		free(down);
 	}
 	probe_receive(a, m, rc);
 	return rc;
+}
+
+int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_actor_msg *m,
+		      struct cbcmn__exec *e)
+{
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
+	if (!a)
+		return -ESRCH;
+	struct cbcmn__wakes wl = {0};
+	int rc = a->stopping ? -ESRCH : put_msg(a, m, &wl) ? 0 : -EAGAIN;
+	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__wakes_run(&wl, e);
+	return rc;
+}
+
+bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m)
+{
+	cbcmn__mutex_lock(&a->lock);
+	struct cbcmn__monitor *down = a->sys_head;
+	if (down && !(a->sys_head = down->next))
+		a->sys_tail = NULL;
+	cbcmn__mutex_unlock(&a->lock);
+	if (!down)
+		return false;
+	down_fill(m, down);
+	free(down);
+	return true;
 }

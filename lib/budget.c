@@ -542,8 +542,10 @@ static void wait_exhausted(struct cbcmn_task *t, int comp)
 		cbcmn__nursery_live_add(n, CBCMN__LIVE_EXH_ONE, t->exec);
 	cbcmn__mutex_unlock(&n->lock);
 	cbcmn__mutex_unlock(bl);
-	if (counted)
+	if (counted) {
 		notify_payer(t, 1);
+		cbcmn__sup_exhausted(n, t->exec); /* a supervisor's child: it decides (actor_sup.c) */
+	}
 
 	uint32_t how = cbcmn__iwait_block(&iw);
 
@@ -788,6 +790,49 @@ int cbcmn_budget_recharge(cbcmn_cx *cx, cbcmn_task *t, const cbcmn_budget *amoun
 	cbcmn__mutex_lock(bl);
 	int rc = recharge_locked(self, t, give);
 	cbcmn__mutex_unlock(bl);
+	return rc;
+}
+
+int cbcmn__budget_recharge_exhausted(struct cbcmn_task *self, struct cbcmn_nursery *n,
+				     const cbcmn_budget *amount, uint64_t *count)
+{
+	const uint64_t give[CBCMN__B_N] = {amount->ops, amount->memory, amount->spawn_count,
+					   amount->channel_ops, amount->syscalls};
+	*count = 0;
+	/* Claimed under n->lock: each stays blocked, so alive, until we wake
+	 * it.  The budget locks come after, as the lock order (a task's
+	 * budget lock before n->lock, wait_exhausted()) wants. */
+	struct cbcmn__iwait *mine = NULL;
+	cbcmn__mutex_lock(&n->lock);
+	for (struct cbcmn__iwait *iw = n->exhausted, *next; iw; iw = next) {
+		next = iw->qnext;
+		if (iw->user && cbcmn__iwait_claim(iw)) {
+			exhausted_unlink(n, iw);
+			iw->qnext = mine; /* ours alone once claimed */
+			mine = iw;
+		}
+	}
+	cbcmn__mutex_unlock(&n->lock);
+	int rc = 0;
+	while (mine) {
+		struct cbcmn__iwait *iw = mine;
+		mine = iw->qnext;
+		struct cbcmn_task *t = iw->w.task;
+		struct cbcmn__mutex *bl = budget_lock(t);
+		cbcmn__mutex_lock(bl);
+		/* Its budget_iw is clear (unlinked): no second wake there. */
+		int r = recharge_locked(self, t, give);
+		cbcmn__mutex_unlock(bl);
+		if (r) {
+			/* We could not pay: ended, as the opener would.
+			 * Relaxed: the wake below publishes it (release). */
+			atomic_store_explicit(&t->killed, 1, memory_order_relaxed);
+			rc = r;
+		} else {
+			(*count)++;
+		}
+		cbcmn__iwait_wake(iw, self->exec);
+	}
 	return rc;
 }
 

@@ -581,6 +581,12 @@ void cbcmn__charge_window(struct cbcmn_task *t);
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
+/* The opener self recharges by amount each child of n that waits counted
+ * as exhausted (a supervisor, actor_sup.c); one it cannot pay for is ended
+ * as by cbcmn__budget_kill_exhausted().  *count: those recharged.  Returns
+ * 0, or the first recharge's error. */
+int cbcmn__budget_recharge_exhausted(struct cbcmn_task *self, struct cbcmn_nursery *n,
+				     const cbcmn_budget *amount, uint64_t *count);
 /* Spawn: record that spawner paid child (after the draw), child going
  * into a nursery opened by opener; undo a charge. */
 void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
@@ -731,6 +737,9 @@ int64_t cbcmn__abi_call(struct cbcmn_task *t);
 int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg);
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result);
 void cbcmn__actors_fini(struct cbcmn_runtime *rt);
+/* actor_sup.c: a child of nursery n began to wait counted as exhausted
+ * (budget.c), on executor e: if n is a supervisor's, tell it. */
+void cbcmn__sup_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e);
 static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
 {
 	return !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__actor_main;

@@ -21,6 +21,7 @@
 #include "util/clock.h"
 #include "arch.h"
 #include "cbcmn.h"
+#include "cbcmn_actor.h"
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 #include <bpf/bpf.h>
@@ -1674,6 +1675,62 @@ static void bench_cancel(void)
 	printf("cancel call_ratio_8000_vs_0 %.2f\n", call8 / call0);
 }
 
+/* ---- actors: a one-for-one supervisor restarting a crashing child --------- */
+
+#define RESTARTS 20000
+
+struct restarts {
+	_Atomic long starts;
+	_Atomic cbcmn_actor_ref sup;
+};
+
+/* Crashes at once, RESTARTS times; the last incarnation stops the tree. */
+static int64_t crasher(cbcmn_cx *cx, void *arg)
+{
+	struct restarts *r = arg;
+	if (atomic_fetch_add_explicit(&r->starts, 1, memory_order_relaxed) < RESTARTS)
+		return -1;
+	cbcmn_actor_ref sup;
+	while (!(sup = atomic_load(&r->sup)))
+		cbcmn_yield(cx);
+	cbcmn_actor_stop(NULL, cx, sup, 0);
+	return 0;
+}
+
+static int64_t restart_tree(cbcmn_cx *cx, void *arg)
+{
+	struct restarts *r = arg;
+	cbcmn_sup_child c = {.fn = crasher, .state = r, .restart = CBCMN_SUP_TRANSIENT, .node = -1};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .max_restarts = RESTARTS + 1,
+			       .period_ns = UINT64_MAX / 2, .children = &c, .nchildren = 1};
+	cbcmn_sup_report rep;
+	spec.report = &rep;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref sup;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc || (rc = cbcmn_sup_start(cx, n, &spec, NULL, &sup)))
+		die("sup_start", rc);
+	atomic_store(&r->sup, sup);
+	int64_t a = cbcmn_nursery_await_all(cx, n);
+	if (a || rep.restarts != RESTARTS)
+		die("supervisor", a ? a : -EPROTO);
+	return 0;
+}
+
+static void bench_actors(void)
+{
+	cbcmn_runtime *rt = runtime(workers, 0);
+	double v[16];
+	for (int i = 0; i < reps; i++) {
+		struct restarts r = {0};
+		uint64_t t0 = mono_ns();
+		run(rt, restart_tree, &r);
+		v[i] = (double)(mono_ns() - t0) / 1e3 / RESTARTS;
+	}
+	printf("actors restart_us %.2f\n", median(v, reps));
+	cbcmn_runtime_destroy(rt);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static const struct bench {
@@ -1692,6 +1749,7 @@ static const struct bench {
 	{"doorbell", bench_doorbell, "shard-to-shard round trip, parked and spinning, vs raw MSG_RING and eventfd"},
 	{"echo", bench_echo, "loopback echo server (fiber I/O) vs an epoll server, same client"},
 	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
+	{"actors", bench_actors, "us per restart of a crashing child by a one-for-one supervisor (20 000)"},
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
 	{"iolat", bench_iolat, "1-byte write p50/p99 us beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,

@@ -111,7 +111,9 @@ CBCMN_API unsigned cbcmn_version_number(void);
 	XX(MEMLOCK, -4106, "io_uring ring memory exceeds RLIMIT_MEMLOCK: raise it (ulimit -l) " \
 			   "or grant CAP_IPC_LOCK")                                  \
 	XX(FORKED, -4107, "the runtime belongs to the parent process: a forked child " \
-			  "cannot use it")
+			  "cannot use it")                                             \
+	XX(SUPERVISOR, -4108, "supervisor gave up: its children crashed more often than " \
+			      "its restart intensity allows")
 
 enum {
 #define CBCMN__XX(name, value, msg) CBCMN_E##name = (value),

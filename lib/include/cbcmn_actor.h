@@ -84,10 +84,10 @@
  * homed there by state (cbcmn_executor_stats.actors, actors_runnable,
  * actors_running, actors_waiting, actors_receiving, actors_halting) and
  * the messages in their mailboxes (mailbox_depth); USDT probes actor_spawn,
- * actor_send, actor_receive and actor_halt (docs/PROBES.md).
+ * actor_send, actor_receive, actor_halt and actor_restart (docs/PROBES.md).
  *
- * docs/ACTORS.md has the design and what is still to come (the scheduling
- * wheel, load-based migration, supervisors).
+ * Supervisors (cbcmn_sup_start(), below) start and restart trees of
+ * actors.  docs/ACTORS.md has the design and what is still to come.
  */
 #ifndef CBCMN_ACTOR_H
 #define CBCMN_ACTOR_H
@@ -118,6 +118,7 @@ typedef struct cbcmn_actor_msg {
 		struct {
 			uint64_t monitor;   /* what cbcmn_actor_monitor() returned */
 			int64_t reason;     /* its halt reason; -ESRCH: it was dead already */
+			uint64_t undelivered; /* messages left in its mailbox at halt */
 		} down;
 	} body;
 } cbcmn_actor_msg;
@@ -249,6 +250,147 @@ CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
  * linked (or a dead): nothing to do, 0.  Returns 0, -EPERM (cx is not an
  * actor). */
 CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
+
+/* ------------------------------------------------------------------------
+ * Supervisors (seed 003 "Supervisors", SPEC-021 §10 :cluster;
+ * docs/ACTORS.md "Supervisors")
+ *
+ * A supervisor is an actor that starts children from a declared startup
+ * graph and restarts them when they halt.  cbcmn_sup_start() checks the
+ * spec, copies it (the caller's spec may go once it returns) and spawns the
+ * supervisor; the supervisor starts its children in an order where every
+ * child starts after its dependencies (deps[]), each as an actor of a
+ * nursery the supervisor opens, monitored by it.  Children are contained: a child's
+ * halt, whatever its reason, never cancels its siblings nor fails the
+ * supervisor's nursery; it reaches only the supervisor (as a DOWN).
+ *
+ * A child crashes when it halts with a negative reason: it returned one,
+ * overflowed its stack (CBCMN_EPANIC), ran out of budget nobody recharged
+ * (CBCMN_EBUDGET: a supervisor ends an exhausted child at once, or, with
+ * spec.recharge, tops it up), or its executor's thread died under it
+ * (CBCMN_EPANIC).  Whether it is restarted is its restart type
+ * (CBCMN_SUP_PERMANENT: always, after a normal halt too;
+ * CBCMN_SUP_TRANSIENT: only after a crash; CBCMN_SUP_TEMPORARY: never);
+ * what else is restarted with it, the strategy:
+ *   CBCMN_SUP_ONE         the child alone;
+ *   CBCMN_SUP_DOWNSTREAM  it and every child that depends on it, transitively;
+ *   CBCMN_SUP_UPSTREAM    it and every child it depends on, transitively;
+ *   CBCMN_SUP_ALL         every child.
+ * The others of that set are stopped first, dependents before their
+ * dependencies, each waited for; then the set starts again in startup
+ * order.  One crash is one restart, however many children it restarts.
+ *
+ * Intensity: at most max_restarts restarts in any window of period_ns.
+ * One more and the supervisor gives up: it stops every child (reverse
+ * startup order) and halts with CBCMN_ESUPERVISOR, which its own
+ * supervisor sees as a crash of that child (escalation), or its nursery as
+ * a failure.
+ *
+ * Stopping a supervisor (cbcmn_actor_stop()) stops its children in reverse
+ * startup order, each waited for (up to shutdown_ns, after which the
+ * children left are cancelled together); cancelling its nursery ends them
+ * all at once.  Either way the supervisor halts only after every child has,
+ * and its report (spec.report) adds up the messages its children, and
+ * theirs, left undelivered.
+ *
+ * A supervisor does not trap links: an actor linked with it that halts
+ * abnormally stops it (and so its tree), as for any actor.  Link children
+ * with each other, not with their supervisor.
+ *
+ * Placement of a child: as for any actor (placement, shard), or on a NUMA
+ * node (node >= 0: one of the executors of that node, in turn, pinned;
+ * an unpinned runtime's executors are all node 0).
+ *
+ * Each start of a child is a spawn charged to the supervisor's budget
+ * (an op, a spawn, the stack's memory until the child ends), and the
+ * child's budget is drawn from the supervisor's: give a supervisor that
+ * restarts often a budget that covers it (or an unlimited one).  In the
+ * service and cluster profiles a child may not spawn by default: a
+ * supervisor needs opts.budget with a spawn_count, and more of each
+ * component than its children take, or it waits for budget as any task.
+ */
+
+/* Strategies (cbcmn_sup_spec.strategy). */
+#define CBCMN_SUP_ONE 0u
+#define CBCMN_SUP_UPSTREAM 1u
+#define CBCMN_SUP_DOWNSTREAM 2u
+#define CBCMN_SUP_ALL 3u
+/* Restart types (cbcmn_sup_child.restart). */
+#define CBCMN_SUP_PERMANENT 0u
+#define CBCMN_SUP_TRANSIENT 1u
+#define CBCMN_SUP_TEMPORARY 2u
+
+#define CBCMN_SUP_MAX_CHILDREN 1024u
+/* cbcmn_sup_spec.max_restarts: at most this (the supervisor keeps the time
+ * of each of the last max_restarts restarts, 8 bytes each), or
+ * CBCMN_SUP_UNLIMITED: never give up. */
+#define CBCMN_SUP_MAX_RESTARTS 65536u
+#define CBCMN_SUP_UNLIMITED UINT32_MAX
+
+struct cbcmn_sup_spec;
+
+typedef struct cbcmn_sup_child {
+	/* Its behaviour and state (as cbcmn_actor_spawn()); or, fn NULL, a
+	 * nested supervisor started from sup (a subtree). */
+	cbcmn_actor_fn fn;
+	void *state;
+	const struct cbcmn_sup_spec *sup;
+	/* Indices in the spec's children of the children it needs started
+	 * first (and stopped after it). */
+	const uint32_t *deps;
+	uint32_t ndeps;
+	uint32_t restart;       /* CBCMN_SUP_PERMANENT, _TRANSIENT, _TEMPORARY */
+	uint32_t placement;     /* CBCMN_PLACE_*, as in cbcmn_actor_opts */
+	uint32_t shard;
+	int32_t node;           /* >= 0: on an executor of that NUMA node; -1: placement decides */
+	uint32_t mailbox_cap;   /* 0: CBCMN_ACTOR_MAILBOX_DEFAULT */
+	const cbcmn_budget *budget; /* NULL: the config's child_budget */
+	const cbcmn_caps *caps;     /* NULL: the supervisor's */
+	void (*drop)(void *state, const cbcmn_actor_msg *m);
+} cbcmn_sup_child;
+
+/* Written when the supervisor halts (before its nursery's await_all can
+ * return). */
+typedef struct cbcmn_sup_report {
+	int64_t reason;        /* the supervisor's result: 0, CBCMN_ESUPERVISOR, a stop's reason, ... */
+	uint64_t restarts;     /* restarts done, nested supervisors' included */
+	uint64_t undelivered;  /* messages left in children's mailboxes at their halts, subtree included */
+	uint64_t exhausted;    /* children found exhausted: ended (CBCMN_EBUDGET) or recharged */
+} cbcmn_sup_report;
+
+typedef struct cbcmn_sup_spec {
+	uint32_t strategy;            /* CBCMN_SUP_ONE ... CBCMN_SUP_ALL */
+	uint32_t max_restarts;        /* intensity: restarts allowed in period_ns (0: none;
+				       * CBCMN_SUP_UNLIMITED: any number) */
+	uint64_t period_ns;           /* the window; 0: 5 s */
+	const cbcmn_sup_child *children;
+	uint32_t nchildren;           /* 1..CBCMN_SUP_MAX_CHILDREN */
+	uint64_t shutdown_ns;         /* per child at a stop, then cancel; 0: 5 s */
+	/* An exhausted child is topped up by this much, taken from the
+	 * supervisor's budget (SPEC-021 :cluster; other profiles: -EINVAL);
+	 * NULL, or when the supervisor cannot pay: it is ended
+	 * (CBCMN_EBUDGET), a crash. */
+	const cbcmn_budget *recharge;
+	cbcmn_sup_report *report;     /* NULL: none; must outlive the supervisor */
+} cbcmn_sup_spec;
+
+/* Start a supervisor for spec as an actor of nursery n (cx and n as for
+ * cbcmn_actor_spawn(); opts: the supervisor's own options, NULL:
+ * defaults), and store its reference in *out.  The spec is checked and
+ * copied first: -EINVAL for a bad field, a dependency out of range or on
+ * itself, or a cycle in the dependencies (of this spec or a nested one).
+ * Returns 0, -EINVAL, -ENOMEM, or what cbcmn_actor_spawn() returns.  A
+ * child that cannot be spawned when the supervisor starts it halts the
+ * supervisor with that error, after stopping the children started. */
+CBCMN_API int cbcmn_sup_start(cbcmn_cx *cx, cbcmn_nursery *n, const cbcmn_sup_spec *spec,
+			      const cbcmn_actor_opts *opts, cbcmn_actor_ref *out);
+
+/* The reference of the running incarnation of child index of supervisor
+ * sup.  Returns 0, -EAGAIN (not running at this instant: not started yet,
+ * restarting, or not to be restarted), -ESRCH (sup is not a live
+ * supervisor), -EINVAL.  rt and cx as for cbcmn_actor_send(). */
+CBCMN_API int cbcmn_sup_child_ref(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref sup,
+				  uint32_t index, cbcmn_actor_ref *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,859 @@
+/* test_actor_sup: supervisors: startup graph and reverse stop, restart
+ * strategies, crash causes, intensity and escalation, shutdown and its
+ * report, :cluster recharge, and the hostile cases (storms, stops during
+ * restarts, children that ignore stops, a runtime destroyed mid-storm). */
+#include "helpers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "cbcmn_actor.h"
+
+enum { M_CRASH = 1, M_PANIC, M_SPEND, M_DIE, M_HOLD, M_PING };
+enum { EV_START = 1, EV_STOP = 2 };
+
+#define NK 6
+#define NEV 256
+
+struct world;
+
+struct kid {
+	struct world *w;
+	int idx;
+	_Atomic int starts;
+	int crash_at_start;  /* return this at once on start (a storm), 0: no */
+	_Atomic int last_crash_starts; /* from this start on, live normally */
+	int never_stops;     /* checkpoint for ever, ignoring stops */
+	const uint32_t *deps; /* checked live when it starts */
+	uint32_t ndeps;
+};
+
+struct cause {
+	uint32_t type;
+	uint64_t v;
+	int64_t want;
+};
+
+struct world {
+	struct kid kid[NK];
+	_Atomic int nev;
+	int ev[NEV];
+	_Atomic int release; /* a holding child goes on */
+	_Atomic int holding; /* a child took M_HOLD */
+	_Atomic int spent;   /* a spender finished its receives */
+	_Atomic int deps_dead; /* a child started before a dependency's reference was live */
+	struct cause cause;
+	_Atomic cbcmn_actor_ref sup;
+	cbcmn_sup_spec spec;
+	cbcmn_sup_report report;
+	int64_t await_rc;
+	/* The scenario, run as an actor beside the supervisor. */
+	int64_t (*scenario)(cbcmn_cx *cx, struct world *w);
+	int64_t scen_rc;
+	bool no_stop; /* the scenario does not stop the supervisor */
+	const cbcmn_actor_opts *sup_opts;
+	int want_starts; /* crash_1: every child's starts, added up */
+	int want_undelivered; /* hold_then_stop: the messages it left the child */
+};
+
+static void ev(struct world *w, int kind, int idx)
+{
+	int i = atomic_fetch_add(&w->nev, 1);
+	if (i < NEV)
+		w->ev[i] = kind << 8 | idx;
+}
+
+static int64_t worker(cbcmn_cx *cx, void *arg)
+{
+	struct kid *k = arg;
+	int n = atomic_fetch_add(&k->starts, 1) + 1;
+	ev(k->w, EV_START, k->idx);
+	/* Started after its dependencies: their references are live. */
+	while (k->ndeps && !atomic_load(&k->w->sup))
+		cbcmn_yield(cx);
+	for (uint32_t d = 0; d < k->ndeps; d++) {
+		cbcmn_actor_ref r;
+		if (cbcmn_sup_child_ref(NULL, cx, atomic_load(&k->w->sup), k->deps[d], &r) != 0)
+			atomic_fetch_add(&k->w->deps_dead, 1);
+	}
+	if (k->crash_at_start && n < atomic_load(&k->last_crash_starts))
+		return k->crash_at_start;
+	if (k->never_stops)
+		for (;;)
+			CBCMN_CHECKPOINT(cx);
+	cbcmn_actor_msg m;
+	for (;;) {
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc) {
+			ev(k->w, EV_STOP, k->idx);
+			return 0;
+		}
+		switch (m.type) {
+		case M_CRASH:
+			return (int64_t)m.body.u64[0];
+		case M_PANIC:
+			return t_recurse(NULL, 0);
+		case M_SPEND:
+			/* Receives that cost channel_ops until it runs out. */
+			for (int i = 0; i < 10; i++)
+				cbcmn_actor_receive(cx, &m, 0);
+			atomic_store(&k->w->spent, 1);
+			break;
+		case M_DIE:
+			pthread_exit(NULL); /* ends the executor's thread under us */
+			break;
+		case M_HOLD:
+			/* Keep the rest of the mailbox until released. */
+			atomic_store(&k->w->holding, 1);
+			while (!atomic_load(&k->w->release))
+				cbcmn_yield(cx);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+static int64_t scenario_actor(cbcmn_cx *cx, void *arg)
+{
+	struct world *w = arg;
+	w->scen_rc = w->scenario ? w->scenario(cx, w) : 0;
+	if (!w->no_stop)
+		cbcmn_actor_stop(NULL, cx, w->sup, 0);
+	return 0;
+}
+
+static int64_t tree_main(cbcmn_cx *cx, void *arg)
+{
+	struct world *w = arg;
+	cbcmn_nursery *n, *ns;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &ns) == 0);
+	cbcmn_actor_ref sup;
+	int rc = cbcmn_sup_start(cx, n, &w->spec, w->sup_opts, &sup);
+	TASK_CHECK(rc == 0);
+	atomic_store(&w->sup, sup);
+	cbcmn_actor_ref s;
+	TASK_CHECK(cbcmn_actor_spawn(cx, ns, scenario_actor, w, NULL, &s) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	w->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+/* The stop events, in order, into out (at most max); their number. */
+static int stops_of(const struct world *w, int *out, int max)
+{
+	int n = 0;
+	for (int i = 0; i < atomic_load(&w->nev) && i < NEV && n < max; i++)
+		if (w->ev[i] >> 8 == EV_STOP)
+			out[n++] = w->ev[i] & 0xff;
+	return n;
+}
+
+static void world_init(struct world *w, uint32_t nkids)
+{
+	memset(w, 0, sizeof(*w));
+	for (int i = 0; i < NK; i++) {
+		w->kid[i].w = w;
+		w->kid[i].idx = i;
+		atomic_store(&w->kid[i].last_crash_starts, 1 << 30);
+	}
+	w->spec.nchildren = nkids;
+	w->spec.max_restarts = 100;
+	w->spec.period_ns = 60ull * 1000000000ull;
+}
+
+static void run_world(uint32_t workers, cbcmn_profile p, struct world *w)
+{
+	cbcmn_runtime *rt = t_runtime_profile(p, workers);
+	t_run(rt, tree_main, w, 0);
+	t_destroy(rt);
+}
+
+static void child(cbcmn_sup_child *c, struct world *w, int i)
+{
+	memset(c, 0, sizeof(*c));
+	c->fn = worker;
+	c->state = &w->kid[i];
+	c->node = -1;
+}
+
+static void deps(cbcmn_sup_child *c, struct world *w, int i, const uint32_t *d, uint32_t nd)
+{
+	c->deps = w->kid[i].deps = d;
+	c->ndeps = w->kid[i].ndeps = nd;
+}
+
+/* The running incarnation of child i other than old (waits for a restart). */
+static cbcmn_actor_ref ref_other_than(cbcmn_cx *cx, struct world *w, uint32_t i,
+				      cbcmn_actor_ref old)
+{
+	for (int tries = 0; tries < 20000; tries++) {
+		cbcmn_actor_ref r;
+		if (cbcmn_sup_child_ref(NULL, cx, w->sup, i, &r) == 0 && r != old)
+			return r;
+		cbcmn_sleep(cx, 100000);
+	}
+	return CBCMN_ACTOR_NONE;
+}
+
+static int64_t send_to(cbcmn_cx *cx, cbcmn_actor_ref a, uint32_t type, uint64_t v)
+{
+	cbcmn_actor_msg m = {.type = type};
+	m.body.u64[0] = v;
+	return cbcmn_actor_send(NULL, cx, a, &m);
+}
+
+/* Crash child i by message type (v: its return value) and return the
+ * DOWN's reason; then wait for its next incarnation. */
+static int64_t crash_and_see(cbcmn_cx *cx, struct world *w, uint32_t i, uint32_t type, uint64_t v)
+{
+	cbcmn_actor_ref a = ref_other_than(cx, w, i, CBCMN_ACTOR_NONE);
+	uint64_t mon;
+	TASK_CHECK(cbcmn_actor_monitor(cx, a, &mon) == 0);
+	TASK_CHECK(send_to(cx, a, type, v) == 0);
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.from == a);
+	TASK_CHECK(ref_other_than(cx, w, i, a) != CBCMN_ACTOR_NONE);
+	return m.body.down.reason;
+}
+
+/* ---- startup graph ---------------------------------------------------------- */
+
+static int64_t wait_all_started(cbcmn_cx *cx, struct world *w)
+{
+	for (uint32_t i = 0; i < w->spec.nchildren; i++)
+		TASK_CHECK(ref_other_than(cx, w, i, CBCMN_ACTOR_NONE) != CBCMN_ACTOR_NONE);
+	return 0;
+}
+
+static void test_children_start_in_dependency_order_and_stop_in_reverse(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 4);
+	cbcmn_sup_child c[4];
+	/* 0 needs 2, 1 needs 0, 3 needs 1 and 2: start 2 0 1 3, stop 3 1 0 2. */
+	static const uint32_t d0[] = {2}, d1[] = {0}, d3[] = {1, 2};
+	for (int i = 0; i < 4; i++)
+		child(&c[i], &w, i);
+	deps(&c[0], &w, 0, d0, 1);
+	deps(&c[1], &w, 1, d1, 1);
+	deps(&c[3], &w, 3, d3, 2);
+	w.spec.children = c;
+	w.spec.report = &w.report;
+	w.scenario = wait_all_started;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(atomic_load(&w.deps_dead), 0);
+	assert_int_equal(atomic_load(&w.nev), 8);
+	/* Each stop waited for: exactly dependents first (a child may not
+	 * have run yet when the stops begin: its start comes late, its stop
+	 * still in its place). */
+	const int want[4] = {3, 1, 0, 2};
+	int got[8];
+	assert_int_equal(stops_of(&w, got, 8), 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(got[i], want[i]);
+	assert_int_equal(w.report.reason, 0);
+	assert_int_equal(w.report.restarts, 0);
+}
+
+static int64_t noop(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t bad_specs(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c[3] = {{.fn = noop, .node = -1}, {.fn = noop, .node = -1},
+				{.fn = noop, .node = -1}};
+	cbcmn_sup_spec sp = {.children = c, .nchildren = 3};
+	cbcmn_actor_ref r = 1;
+	static const uint32_t to0[] = {0}, to1[] = {1}, to2[] = {2}, to9[] = {9};
+	/* A cycle 0 -> 1 -> 2 -> 0. */
+	c[0].deps = to1, c[0].ndeps = 1;
+	c[1].deps = to2, c[1].ndeps = 1;
+	c[2].deps = to0, c[2].ndeps = 1;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	TASK_CHECK(r == CBCMN_ACTOR_NONE);
+	c[2].ndeps = 0;
+	c[0].deps = to0; /* on itself */
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[0].deps = to9; /* out of range */
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[0].ndeps = 0;
+	c[1].ndeps = 0;
+	/* A spec that nests itself. */
+	c[1].fn = NULL;
+	c[1].sup = &sp;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	/* Both a behaviour and a nested spec; neither. */
+	c[1].fn = noop;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[1].sup = NULL;
+	c[1].fn = NULL;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[1].fn = noop;
+	/* A NUMA node without executors; a bad strategy; no children. */
+	c[1].node = 4000;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[1].node = -1;
+	/* A shard the runtime does not have: refused now, not at the spawn. */
+	c[1].placement = CBCMN_PLACE_PINNED;
+	c[1].shard = 1u << 30;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[1].placement = CBCMN_PLACE_LOCAL;
+	sp.strategy = 9;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	sp.strategy = CBCMN_SUP_ONE;
+	sp.nchildren = 0;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	sp.nchildren = 3;
+	/* Recharge is :cluster's. */
+	cbcmn_budget b = {.ops = 10};
+	sp.recharge = &b;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	sp.recharge = NULL;
+	sp.max_restarts = CBCMN_SUP_MAX_RESTARTS + 1;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	sp.max_restarts = 0;
+	TASK_CHECK(cbcmn_sup_start(cx, n, NULL, NULL, &r) == -EINVAL);
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, NULL) == -EINVAL);
+	/* Not a supervisor, or dead. */
+	cbcmn_actor_ref x;
+	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, 12345, 0, &x) == -ESRCH);
+	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, 12345, 0, NULL) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_bad_specs_are_einval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, bad_specs, NULL, 0);
+	t_destroy(rt);
+}
+
+/* A start the actor spawn itself refuses (a bad option, before any actor
+ * exists) must still free the supervisor's copy of the spec (ASan's leak
+ * check sees it). */
+static int64_t refused_start(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = noop, .node = -1};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_opts big = {.mailbox_cap = CBCMN_ACTOR_MAILBOX_MAX + 1};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &big, &r) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	/* Refused by the nursery (after the actor existed): the same. */
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+static void test_start_refused_by_the_spawn_leaks_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, refused_start, NULL, 0);
+	t_destroy(rt);
+}
+
+/* ---- crash causes: each restarts the child alone, siblings untouched ---- */
+
+static int64_t crash_one(cbcmn_cx *cx, struct world *w)
+{
+	struct cause cc = w->cause;
+	wait_all_started(cx, w);
+	int64_t why = crash_and_see(cx, w, 0, cc.type, cc.v);
+	TASK_CHECK(why == cc.want);
+	/* The sibling still answers. */
+	cbcmn_actor_ref s1 = ref_other_than(cx, w, 1, CBCMN_ACTOR_NONE);
+	TASK_CHECK(send_to(cx, s1, M_PING, 0) == 0);
+	return 0;
+}
+
+static void crash_case(uint32_t type, uint64_t v, int64_t want)
+{
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	cbcmn_budget b = {.channel_ops = 4};
+	cbcmn_caps none = {0}; /* no CapBudget: no recharging itself */
+	if (type == M_SPEND) {
+		c[0].budget = &b;
+		c[0].caps = &none;
+	}
+	w.spec.children = c;
+	w.spec.report = &w.report;
+	w.scenario = crash_one;
+	w.cause = (struct cause){type, v, want};
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 2);
+	assert_int_equal(atomic_load(&w.kid[1].starts), 1); /* contained */
+	assert_int_equal(w.report.restarts, 1);
+	assert_int_equal(w.report.exhausted, type == M_SPEND);
+}
+
+static void test_child_returning_an_error_is_restarted_alone(void **state)
+{
+	(void)state;
+	crash_case(M_CRASH, (uint64_t)-77, -77);
+}
+
+static void test_child_stack_overflow_is_restarted(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	crash_case(M_PANIC, 0, CBCMN_EPANIC);
+}
+
+static void test_child_out_of_budget_is_ended_and_restarted(void **state)
+{
+	(void)state;
+	crash_case(M_SPEND, 0, CBCMN_EBUDGET);
+}
+
+static void test_child_whose_executor_thread_dies_is_restarted(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	crash_case(M_DIE, 0, CBCMN_EPANIC);
+}
+
+/* ---- strategies ------------------------------------------------------------- */
+
+static int64_t crash_1(cbcmn_cx *cx, struct world *w)
+{
+	wait_all_started(cx, w);
+	TASK_CHECK(crash_and_see(cx, w, 1, M_CRASH, (uint64_t)-5) == -5);
+	/* Whatever restarted with it has run again before we stop (a
+	 * reference is live from the spawn, before the child runs). */
+	for (int tries = 0; tries < 20000; tries++) {
+		int sum = 0;
+		for (int i = 0; i < NK; i++)
+			sum += atomic_load(&w->kid[i].starts);
+		if (sum >= w->want_starts)
+			break;
+		cbcmn_sleep(cx, 100000);
+	}
+	return 0;
+}
+
+/* 0 <- 1 <- 2 (1 needs 0, 2 needs 1), 3 alone; child 1 crashes. */
+static void strategy_case(uint32_t strategy, const int starts[4])
+{
+	struct world w;
+	world_init(&w, 4);
+	cbcmn_sup_child c[4];
+	static const uint32_t d1[] = {0}, d2[] = {1};
+	for (int i = 0; i < 4; i++)
+		child(&c[i], &w, i);
+	deps(&c[1], &w, 1, d1, 1);
+	deps(&c[2], &w, 2, d2, 1);
+	w.spec.children = c;
+	w.spec.strategy = strategy;
+	w.spec.report = &w.report;
+	w.scenario = crash_1;
+	for (int i = 0; i < 4; i++)
+		w.want_starts += starts[i];
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(atomic_load(&w.kid[i].starts), starts[i]);
+	assert_int_equal(w.report.restarts, 1); /* one crash, one restart */
+	assert_int_equal(atomic_load(&w.deps_dead), 0);
+	/* The others restarted with it were stopped dependents first, each
+	 * waited for; then the shutdown stopped all four, 3 2 1 0. */
+	static const int stops[4][3] = {
+		[CBCMN_SUP_DOWNSTREAM] = {2},
+		[CBCMN_SUP_UPSTREAM] = {0},
+		[CBCMN_SUP_ALL] = {3, 2, 0},
+	};
+	static const int nstops[4] = {[CBCMN_SUP_DOWNSTREAM] = 1, [CBCMN_SUP_UPSTREAM] = 1,
+				      [CBCMN_SUP_ALL] = 3};
+	int got[16], k = 0;
+	assert_int_equal(stops_of(&w, got, 16), nstops[strategy] + 4);
+	for (int i = 0; i < nstops[strategy]; i++)
+		assert_int_equal(got[k++], stops[strategy][i]);
+	for (int i = 3; i >= 0; i--)
+		assert_int_equal(got[k++], i);
+}
+
+static void test_strategy_one_restarts_the_child_alone(void **state)
+{
+	(void)state;
+	strategy_case(CBCMN_SUP_ONE, (const int[]){1, 2, 1, 1});
+}
+
+static void test_strategy_downstream_restarts_its_dependents(void **state)
+{
+	(void)state;
+	strategy_case(CBCMN_SUP_DOWNSTREAM, (const int[]){1, 2, 2, 1});
+}
+
+static void test_strategy_upstream_restarts_its_dependencies(void **state)
+{
+	(void)state;
+	strategy_case(CBCMN_SUP_UPSTREAM, (const int[]){2, 2, 1, 1});
+}
+
+static void test_strategy_all_restarts_every_child(void **state)
+{
+	(void)state;
+	strategy_case(CBCMN_SUP_ALL, (const int[]){2, 2, 2, 2});
+}
+
+/* ---- intensity and escalation ------------------------------------------------ */
+
+/* Outer (max 1 restart) supervises [inner, quiet]; inner (max 2) supervises
+ * a child that crashes as it starts.  Inner gives up after 3 crashes, outer
+ * restarts it once, inner gives up again, outer gives up: the tree's
+ * nursery sees CBCMN_ESUPERVISOR. */
+static void test_intensity_exceeded_escalates_to_the_parent(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_report inner_rep;
+	cbcmn_sup_child ic[1];
+	child(&ic[0], &w, 0);
+	w.kid[0].crash_at_start = -3;
+	cbcmn_sup_spec inner = {.children = ic, .nchildren = 1, .max_restarts = 2,
+				.period_ns = 60ull * 1000000000ull, .report = &inner_rep};
+	cbcmn_sup_child oc[2];
+	child(&oc[0], &w, 1);
+	memset(&oc[1], 0, sizeof(oc[1]));
+	oc[1].sup = &inner;
+	oc[1].node = -1;
+	w.spec.children = oc;
+	w.spec.max_restarts = 1;
+	w.spec.report = &w.report;
+	w.no_stop = true; /* it halts on its own */
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, CBCMN_ESUPERVISOR);
+	assert_int_equal(w.report.reason, CBCMN_ESUPERVISOR);
+	assert_int_equal(inner_rep.reason, CBCMN_ESUPERVISOR);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 6); /* 3 per inner run */
+	assert_int_equal(atomic_load(&w.kid[1].starts), 1); /* never restarted */
+	/* outer's 1 + inner's 2 + 2 */
+	assert_int_equal(w.report.restarts, 5);
+}
+
+/* A child crashing as it starts, 300 times: exactly max_restarts restarts,
+ * then the supervisor gives up; no hang, nothing leaks. */
+static void test_restart_storm_stops_at_the_intensity(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.kid[0].crash_at_start = -1;
+	static const uint32_t d1[] = {0};
+	deps(&c[1], &w, 1, d1, 1);
+	w.spec.children = c;
+	w.spec.strategy = CBCMN_SUP_DOWNSTREAM;
+	w.spec.max_restarts = 300;
+	w.spec.report = &w.report;
+	w.no_stop = true;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, CBCMN_ESUPERVISOR);
+	assert_int_equal(w.report.restarts, 300);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 301);
+	assert_int_equal(atomic_load(&w.kid[1].starts), 301);
+}
+
+/* ---- shutdown ------------------------------------------------------------------- */
+
+/* A child of a nested supervisor holds 5 messages when the tree is stopped:
+ * the top report counts them. */
+static int64_t hold_then_stop(cbcmn_cx *cx, struct world *w)
+{
+	cbcmn_actor_ref inner = ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE);
+	cbcmn_actor_ref a = CBCMN_ACTOR_NONE;
+	for (int i = 0; i < 20000 && !a; i++)
+		if (cbcmn_sup_child_ref(NULL, cx, inner, 0, &a) != 0)
+			cbcmn_sleep(cx, 100000);
+	TASK_CHECK(a != CBCMN_ACTOR_NONE);
+	TASK_CHECK(send_to(cx, a, M_HOLD, 0) == 0);
+	while (!atomic_load(&w->holding))
+		cbcmn_sleep(cx, 100000);
+	for (int i = 0; i < 5; i++)
+		TASK_CHECK(send_to(cx, a, M_PING, 0) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, w->sup, 0) == 0);
+	/* Released only once its mailbox is closed (the stop went down two
+	 * supervisors): what a look put there meanwhile is undelivered too. */
+	w->want_undelivered = 5;
+	for (;;) {
+		cbcmn_actor_msg m = {.type = M_PING};
+		int rc = cbcmn_actor_try_send(NULL, cx, a, &m);
+		if (rc == -ESRCH)
+			break;
+		w->want_undelivered += rc == 0;
+		cbcmn_sleep(cx, 100000);
+	}
+	atomic_store(&w->release, 1);
+	return 0;
+}
+
+static void test_shutdown_reports_undelivered_messages(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 1);
+	cbcmn_sup_report inner_rep;
+	cbcmn_sup_child ic[1];
+	child(&ic[0], &w, 0);
+	cbcmn_sup_spec inner = {.children = ic, .nchildren = 1, .max_restarts = 3,
+				.report = &inner_rep};
+	cbcmn_sup_child oc[1] = {{.sup = &inner, .node = -1}};
+	w.spec.children = oc;
+	w.spec.report = &w.report;
+	w.scenario = hold_then_stop;
+	w.no_stop = true;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(inner_rep.undelivered, w.want_undelivered);
+	assert_int_equal(w.report.undelivered, w.want_undelivered);
+	assert_int_equal(w.report.restarts, 0);
+}
+
+/* A child that checkpoints for ever and never receives: its stop is not
+ * enough, shutdown_ns later the rest are cancelled and the tree ends. */
+static void test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.kid[1].never_stops = 1;
+	w.spec.children = c;
+	w.spec.shutdown_ns = 20 * 1000000ull;
+	w.spec.report = &w.report;
+	w.scenario = wait_all_started;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(atomic_load(&w.kid[1].starts), 1);
+}
+
+/* The supervisor stopped while a storm of restarts is under way. */
+static int64_t stop_mid_storm(cbcmn_cx *cx, struct world *w)
+{
+	while (atomic_load(&w->kid[0].starts) < 20)
+		cbcmn_sleep(cx, 100000);
+	return 0;
+}
+
+static void test_stop_during_restarts_ends_the_tree(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.kid[0].crash_at_start = -1;
+	w.spec.children = c;
+	w.spec.strategy = CBCMN_SUP_ALL;
+	w.spec.max_restarts = CBCMN_SUP_UNLIMITED;
+	w.spec.report = &w.report;
+	w.scenario = stop_mid_storm;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(w.report.reason, 0);
+	assert_true(w.report.restarts >= 19);
+}
+
+/* The supervisor stopped while a restart waits for a child it stopped
+ * (child 1 holds, all-for-one): once that child ends, nothing starts
+ * again. */
+static int64_t stop_mid_restart(cbcmn_cx *cx, struct world *w)
+{
+	wait_all_started(cx, w);
+	TASK_CHECK(send_to(cx, ref_other_than(cx, w, 1, CBCMN_ACTOR_NONE), M_HOLD, 0) == 0);
+	TASK_CHECK(send_to(cx, ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE), M_CRASH, (uint64_t)-9) ==
+		   0);
+	cbcmn_sleep(cx, 20 * 1000000ull); /* the restart now waits for child 1 */
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, w->sup, 0) == 0);
+	cbcmn_sleep(cx, 5 * 1000000ull);
+	atomic_store(&w->release, 1);
+	return 0;
+}
+
+static void test_stop_while_a_restart_waits_starts_nothing_more(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.spec.children = c;
+	w.spec.strategy = CBCMN_SUP_ALL;
+	w.spec.report = &w.report;
+	w.scenario = stop_mid_restart;
+	w.no_stop = true;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(w.report.reason, 0);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 1);
+	assert_int_equal(atomic_load(&w.kid[1].starts), 1);
+}
+
+/* ---- a runtime destroyed while a storm goes on: refused, then cancelled ---- */
+
+static void test_destroy_during_restarts_is_ebusy_then_cancel_ends_all(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 1);
+	cbcmn_sup_child c[1];
+	child(&c[0], &w, 0);
+	w.kid[0].crash_at_start = -1;
+	w.spec.children = c;
+	w.spec.max_restarts = CBCMN_SUP_UNLIMITED;
+	w.spec.report = &w.report;
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	cbcmn_actor_ref sup;
+	assert_int_equal(cbcmn_sup_start(NULL, n, &w.spec, NULL, &sup), 0);
+	while (atomic_load(&w.kid[0].starts) < 10)
+		usleep(100);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_nursery_cancel(n), 0);
+	int64_t rc = cbcmn_nursery_await_all(NULL, n);
+	assert_true(rc == CBCMN_ECANCELED);
+	t_destroy(rt);
+	assert_true(w.report.restarts >= 9);
+}
+
+/* ---- :cluster: an exhausted child is recharged, not restarted ---- */
+
+static int64_t spend(cbcmn_cx *cx, struct world *w)
+{
+	cbcmn_actor_ref a = ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE);
+	TASK_CHECK(send_to(cx, a, M_SPEND, 0) == 0);
+	while (!atomic_load(&w->spent))
+		cbcmn_sleep(cx, 100000);
+	return 0;
+}
+
+static void test_cluster_supervisor_recharges_an_exhausted_child(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 1);
+	cbcmn_sup_child c[1];
+	child(&c[0], &w, 0);
+	cbcmn_budget b = {.channel_ops = 4};
+	cbcmn_caps none = {0};
+	c[0].budget = &b;
+	c[0].caps = &none;
+	cbcmn_budget top = {.channel_ops = 2};
+	w.spec.children = c;
+	w.spec.recharge = &top;
+	w.spec.report = &w.report;
+	w.scenario = spend;
+	/* A :cluster child may not spawn unless its spawn says so, and its
+	 * children's budgets come out of its own. */
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 16,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts so = {.budget = &sb};
+	w.sup_opts = &so;
+	run_world(2, CBCMN_PROFILE_CLUSTER, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 1); /* never restarted */
+	assert_true(w.report.exhausted >= 1);
+	assert_int_equal(w.report.restarts, 0);
+}
+
+/* ---- placement on a NUMA node ------------------------------------------------- */
+
+static _Atomic int on_exec[2];
+
+static int64_t where(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&on_exec[cbcmn_cx_executor(cx) & 1], 1);
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+		;
+	return 0;
+}
+
+static void test_children_on_a_node_are_pinned_in_turn(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 4);
+	cbcmn_sup_child c[4];
+	for (int i = 0; i < 4; i++) {
+		child(&c[i], &w, i);
+		c[i].fn = where;
+		c[i].node = 0; /* an unpinned runtime: every executor is node 0 */
+	}
+	w.spec.children = c;
+	w.scenario = wait_all_started;
+	atomic_store(&on_exec[0], 0);
+	atomic_store(&on_exec[1], 0);
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(atomic_load(&on_exec[0]), 2);
+	assert_int_equal(atomic_load(&on_exec[1]), 2);
+}
+
+int main(void)
+{
+#define T(f) T_WATCHED_TEST(f)
+	const struct CMUnitTest tests[] = {
+		T(test_children_start_in_dependency_order_and_stop_in_reverse),
+		T(test_bad_specs_are_einval),
+		T(test_start_refused_by_the_spawn_leaks_nothing),
+		T(test_child_returning_an_error_is_restarted_alone),
+		T(test_child_stack_overflow_is_restarted),
+		T(test_child_out_of_budget_is_ended_and_restarted),
+		T(test_child_whose_executor_thread_dies_is_restarted),
+		T(test_strategy_one_restarts_the_child_alone),
+		T(test_strategy_downstream_restarts_its_dependents),
+		T(test_strategy_upstream_restarts_its_dependencies),
+		T(test_strategy_all_restarts_every_child),
+		T(test_intensity_exceeded_escalates_to_the_parent),
+		T(test_restart_storm_stops_at_the_intensity),
+		T(test_shutdown_reports_undelivered_messages),
+		T(test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns),
+		T(test_stop_during_restarts_ends_the_tree),
+		T(test_stop_while_a_restart_waits_starts_nothing_more),
+		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
+		T(test_cluster_supervisor_recharges_an_exhausted_child),
+		T(test_children_on_a_node_are_pinned_in_turn),
+	};
+#undef T
+	return cmocka_run_group_tests_name("actor_sup", tests, NULL, NULL);
+}
