@@ -27,8 +27,10 @@
  *   - While its deque or next-task slot holds work and nobody searches,
  *     the monitor notifies an idle executor; with none idle that
  *     notification starts one more executor if the runtime has room
- *     (min_workers < workers, wake.c).  Without room that work waits for
- *     the stall to end, and stays counted in queue_depth.
+ *     (min_workers < workers, wake.c).  Without room the spare executor
+ *     stands in, if the stalled thread sleeps in the kernel
+ *     (spare_steer()); else that work waits for the stall to end, and
+ *     stays counted in queue_depth.
  *   - The stall ends when the run does: run_seq moves on, and stall_seq no
  *     longer matches it; the monitor clears both stall_seq and stall_task
  *     at its next look.
@@ -49,11 +51,14 @@
  * load of the monitor's word per park and per thread start.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "futex.h"
 #include "monitor.h"
@@ -132,6 +137,73 @@ static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64
 	CBCMN_PROBE4(exec_stall, x->id, id, ns, rt->seg.rt_id);
 }
 
+/* Is thread tid asleep in the kernel (a blocking call, not a loop or a
+ * thread the scheduler keeps off the CPU)?  Its state in /proc: R is
+ * running or runnable, anything else (S, D, ...) waits.  Unreadable
+ * (no /proc): asleep, so that the spare still stands in. */
+static bool mon_thread_asleep(int32_t tid)
+{
+	if (tid <= 0)
+		return false;
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = 0;
+	/* "tid (comm) S ...": comm may hold spaces and parentheses, the
+	 * last ')' ends it. */
+	const char *p = strrchr(buf, ')');
+	return !p || p[1] != ' ' || p[2] != 'R';
+}
+
+/* The spare executor (runtime.h, sched.c): on duty while an executor
+ * of the program's is stalled; started while one of them is asleep in a
+ * blocking call, work is waiting and nobody is looking for it (no
+ * executor searching, none idle: every other one is busy or stalled),
+ * as Go's sysmon hands a P to a new M; off duty, it retires once it holds
+ * nothing.  A stall that is a loop (or CPU starvation) gets no spare: a
+ * thread more would take CPU from the loop, not give it back. */
+static void spare_steer(struct cbcmn__monitor *m, bool wanted)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	struct cbcmn__exec *s = rt->exec[rt->nexec - 1];
+	/* Work for it: behind a stall, or sent to any executor (the inject
+	 * queue, where the stalls' rescued tasks went too). */
+	wanted = wanted || atomic_load_explicit(&rt->inj_len, memory_order_relaxed) != 0;
+	bool stalled = false, idle = cbcmn__nlive(rt) < rt->nexec;
+	int32_t blocked = -1; /* a stalled executor asleep in a blocking call */
+	for (uint32_t i = 0; i < cbcmn__nworkers(rt); i++) {
+		struct cbcmn__exec *x = rt->exec[i];
+		if (!cbcmn__exec_stalled(x))
+			continue;
+		stalled = true;
+		/* Asked only while it matters: a read of /proc. */
+		if (wanted && idle && blocked < 0 &&
+		    mon_thread_asleep(atomic_load_explicit(&x->ss->tid, memory_order_relaxed)))
+			blocked = (int32_t)i;
+	}
+	bool was = atomic_load_explicit(&rt->spare_duty, memory_order_relaxed);
+	if (was != stalled) {
+		/* Relaxed: the spare only reads it to choose what to take;
+		 * the start below is the thread creation's order. */
+		atomic_store_explicit(&rt->spare_duty, stalled, memory_order_relaxed);
+		/* Off duty: it may be parked, on duty with nothing to do. */
+		if (!stalled && atomic_load_explicit(&s->lstate, memory_order_relaxed) ==
+					CBCMN__EX_RUNNING)
+			cbcmn__kick(s);
+	}
+	if (blocked >= 0 && atomic_load_explicit(&rt->num_searching, memory_order_relaxed) == 0 &&
+	    atomic_load_explicit(&rt->num_idle, memory_order_relaxed) == 0) {
+		CBCMN_PROBE3(exec_spare, s->id, blocked, rt->seg.rt_id);
+		cbcmn__exec_grow(rt);
+	}
+}
+
 /* What a look found. */
 struct mon_seen {
 	bool changed; /* a stall began or ended: look again soon */
@@ -208,6 +280,8 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 		if (atomic_load_explicit(&rt->num_searching, memory_order_relaxed) == 0)
 			cbcmn__notify_one(rt);
 	}
+	if (rt->spare)
+		spare_steer(m, wanted);
 	return r;
 }
 

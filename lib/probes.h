@@ -36,7 +36,8 @@
 	XX(actor_send, 5)     /* to ref, from ref (0: not an actor), result, 1 = it waited for room, rt */ \
 	XX(actor_receive, 4)  /* actor ref, message type (0: none), result, rt */ \
 	XX(actor_halt, 4)     /* actor ref, halt reason, messages dropped, rt */ \
-	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */
+	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */ \
+	XX(exec_spare, 3)     /* spare executor, stalled executor asleep in a call, rt */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;
 CBCMN__PROBES(CBCMN__SEMA_DECL)

@@ -1379,6 +1379,71 @@ static void exec_retired(struct cbcmn__exec *e)
 	atomic_fetch_sub_explicit(&rt->exiting, 1, memory_order_release);
 }
 
+/* ---- the spare (monitor.c) ------------------------------------------------
+ *
+ * A static runtime's spare executor takes work only while the monitor
+ * says an executor is stalled (rt->spare_duty): then it searches, steals
+ * and runs like any other.  Off duty it takes nothing: what it holds that
+ * may run elsewhere goes to the inject queue, it finishes what only it can
+ * (its ring's I/O, its timers, acknowledgements of its messages: their
+ * tasks wake here and are handed on at once), and it retires as soon as
+ * nothing is left.  So no more than the configured number of executors
+ * run tasks for longer than a stall. */
+#define SPARE_OFF_WAIT_NS 1000000ull
+
+static inline bool spare_off_duty(const struct cbcmn__exec *e)
+{
+	return cbcmn__is_spare(e) &&
+	       !atomic_load_explicit(&e->rt->spare_duty, memory_order_relaxed);
+}
+
+/* One turn of the spare off duty.  True when it has retired. */
+static bool spare_off_turn(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	exec_state(e, CBCMN_EXEC_SEARCHING);
+	if (cbcmn__ring_busy(e) || e->ep)
+		ring_poll(e, true);
+	mail_poll(e);
+	bool moved = false;
+	struct cbcmn_task *t;
+	/* acquire: pairs with the exchange in cbcmn__schedule(). */
+	if ((t = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = cbcmn__deque_pop(&e->dq))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = yq_pop(e))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	if (moved)
+		cbcmn__notify_one(rt);
+	/* Only it may run a pinned task of its own (none: pins name the
+	 * program's executors) or an actor on its wheel: they run here. */
+	if ((e->pq_head || cbcmn__actor_wheel_ready(e)) && (t = pick(e))) {
+		run_task(e, t);
+		return false;
+	}
+	if (try_retire(e))
+		return true;
+	uint64_t wait = SPARE_OFF_WAIT_NS;
+	if (e->ntimers) {
+		uint64_t next = cbcmn__timers_next(e), now = cbcmn__now(rt);
+		if (next <= now)
+			return false; /* the loop fires them */
+		if (next - now < wait)
+			wait = next - now;
+	}
+	/* Not parked: no notifier claims it.  A kick (mail) costs it up to
+	 * the wait; acknowledgements wake nobody. */
+	cbcmn__be_wait(e, wait);
+	return false;
+}
+
 /* Nothing local: look at the ring, the mail, other executors' queues and
  * the inject queue; spin like that for cfg.spin_ns (a parked CPU takes
  * tens of us to wake here), backing off between steal rounds once they
@@ -1395,7 +1460,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	exec_state(e, CBCMN_EXEC_SEARCHING);
 	for (uint32_t turn = 0;; turn++) {
 		struct cbcmn_task *t = NULL;
-		if (__builtin_expect(e->ring.dropped, 0)) {
+		/* REPLACE for the spare gone off duty: the loop looks again
+		 * (spare_off_turn()); the ring is dropped only if it says so. */
+		if (__builtin_expect(e->ring.dropped, 0) || spare_off_duty(e)) {
 			cbcmn__searching_end(e);
 			e->idle_ns += now_ns() - start0;
 			return REPLACE;
@@ -1789,6 +1856,12 @@ void *cbcmn__exec_main(void *arg)
 			ring_poll(e, false);
 		if (cbcmn__has_mail(e) || e->nbacklog)
 			mail_poll(e);
+		if (__builtin_expect(e->rt->spare, 0) && spare_off_duty(e)) {
+			if (atomic_load_explicit(&e->rt->shutdown, memory_order_acquire) ||
+			    spare_off_turn(e))
+				break;
+			continue;
+		}
 		struct cbcmn_task *t = pick(e);
 		if (!t) {
 			t = search(e);

@@ -130,7 +130,7 @@ static void fill(const struct cbcmn_runtime *rt, cbcmn_snapshot *out, cbcmn_exec
 	cbcmn_exec_snapshot ext = {0};
 	exec_fill(&rt->diag_ext, &ext);
 	add(tot, &ext);
-	out->executors = rt->nexec;
+	out->executors = cbcmn__nworkers(rt); /* the spare's work is in the totals */
 	out->executors_live = cbcmn__nlive(rt);
 	out->tasks_live = cbcmn__seg_live_tasks(&rt->seg);
 	uint64_t accounted = tot->running + waiting(tot);
