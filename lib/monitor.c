@@ -85,6 +85,9 @@ struct cbcmn__monitor {
 	/* Per executor, the monitor's own: the run it saw last, its tasks
 	 * started by then, and since when it saw neither move. */
 	uint64_t *seen_seq, *seen_runs, *seen_ns;
+	/* Per executor of the program's: the stalled run whose thread was
+	 * asleep at the last look (spare_steer()). */
+	uint64_t *asleep_seq;
 };
 
 static uint64_t mon_now(void)
@@ -137,10 +140,11 @@ static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64
 	CBCMN_PROBE4(exec_stall, x->id, id, ns, rt->seg.rt_id);
 }
 
-/* Is thread tid asleep in the kernel (a blocking call, not a loop or a
- * thread the scheduler keeps off the CPU)?  Its state in /proc: R is
- * running or runnable, anything else (S, D, ...) waits.  Unreadable
- * (no /proc): asleep, so that the spare still stands in. */
+/* Is thread tid asleep in the kernel, interruptibly (a blocking call:
+ * read, poll, a futex, a sleep; not a loop nor a thread the scheduler
+ * keeps off the CPU, R, nor a page fault or another short uninterruptible
+ * wait, D)?  Its state in /proc.  Unreadable (no /proc): asleep, so that
+ * the spare still stands in. */
 static bool mon_thread_asleep(int32_t tid)
 {
 	if (tid <= 0)
@@ -158,7 +162,7 @@ static bool mon_thread_asleep(int32_t tid)
 	/* "tid (comm) S ...": comm may hold spaces and parentheses, the
 	 * last ')' ends it. */
 	const char *p = strrchr(buf, ')');
-	return !p || p[1] != ' ' || p[2] != 'R';
+	return !p || p[1] != ' ' || p[2] == 'S';
 }
 
 /* The spare executor (runtime.h, sched.c): on duty while an executor
@@ -179,13 +183,22 @@ static void spare_steer(struct cbcmn__monitor *m, bool wanted)
 	int32_t blocked = -1; /* a stalled executor asleep in a blocking call */
 	for (uint32_t i = 0; i < cbcmn__nworkers(rt); i++) {
 		struct cbcmn__exec *x = rt->exec[i];
+		uint64_t seq = atomic_load_explicit(&x->stall_seq, memory_order_relaxed);
 		if (!cbcmn__exec_stalled(x))
 			continue;
 		stalled = true;
-		/* Asked only while it matters: a read of /proc. */
-		if (wanted && idle && blocked < 0 &&
-		    mon_thread_asleep(atomic_load_explicit(&x->ss->tid, memory_order_relaxed)))
+		/* Asked only while it matters: a read of /proc.  Asleep at two
+		 * looks of the same run: a thread that waited a moment for a
+		 * lock whose holder the kernel had put off the CPU (a CPU
+		 * quota's pause) is not taken for a blocked call. */
+		if (!wanted || !idle || blocked >= 0)
+			continue;
+		if (!mon_thread_asleep(atomic_load_explicit(&x->ss->tid, memory_order_relaxed)))
+			m->asleep_seq[i] = 0;
+		else if (m->asleep_seq[i] == seq)
 			blocked = (int32_t)i;
+		else
+			m->asleep_seq[i] = seq;
 	}
 	bool was = atomic_load_explicit(&rt->spare_duty, memory_order_relaxed);
 	if (was != stalled) {
@@ -378,6 +391,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	m->seen_seq = calloc(rt->nexec, sizeof(*m->seen_seq));
 	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));
+	m->asleep_seq = calloc(rt->nexec, sizeof(*m->asleep_seq));
 	atomic_store_explicit(&rt->mon_word, MON_TICKING, memory_order_relaxed);
 	/* All signals blocked from its first instruction: a process-directed
 	 * signal goes to one of the program's threads, never to ours. */
@@ -386,7 +400,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	sigfillset(&all);
 	pthread_attr_init(&a);
 	pthread_attr_setsigmask_np(&a, &all);
-	int rc = m->seen_seq && m->seen_runs && m->seen_ns
+	int rc = m->seen_seq && m->seen_runs && m->seen_ns && m->asleep_seq
 			 ? pthread_create(&m->thread, &a, mon_main, m)
 			 : ENOMEM;
 	pthread_attr_destroy(&a);
@@ -394,6 +408,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 		free(m->seen_seq);
 		free(m->seen_runs);
 		free(m->seen_ns);
+		free(m->asleep_seq);
 		free(m);
 		return -rc;
 	}
@@ -415,6 +430,7 @@ void cbcmn__monitor_stop(struct cbcmn_runtime *rt)
 	free(m->seen_seq);
 	free(m->seen_runs);
 	free(m->seen_ns);
+	free(m->asleep_seq);
 	free(m);
 }
 

@@ -124,8 +124,8 @@ static void fill(const struct cbcmn_runtime *rt, cbcmn_snapshot *out, cbcmn_exec
 		x.runnable = cbcmn__exec_queue_depth(e);
 		add(tot, &x);
 		tot->state += x.state != CBCMN_EXEC_STOPPED;
-		if (per && i < nper)
-			per[i] = x;
+		if (per && i < nper && i < cbcmn__nworkers(rt))
+			per[i] = x; /* the spare: in the totals only */
 	}
 	cbcmn_exec_snapshot ext = {0};
 	exec_fill(&rt->diag_ext, &ext);

@@ -175,8 +175,8 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 	 * change under us. */
 	const struct cbcmn__seg_hdr *h = s->hdr;
 	memset(out, 0, sizeof(*out));
-	/* The spare's slot is in the totals (what it ran) and in per[] for a
-	 * caller that asks for one more, never in the count. */
+	/* The spare's slot is in the totals (what it ran), never in the
+	 * count nor in per[] (min(nper, executors) entries are written). */
 	out->executors = s->nexec - (h->spare && s->nexec ? 1 : 0);
 	cbcmn_executor_stats *tot = &out->total;
 	/* Completions before spawns: a task counted as completed was counted
@@ -214,7 +214,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		};
 		actor_fill(&x->act, &e);
 		spawned += e.spawns;
-		if (per && i < nper)
+		if (per && i < nper && i < out->executors)
 			per[i] = e;
 		tot->tasks_run += e.tasks_run;
 		tot->local_hits += e.local_hits;
@@ -305,7 +305,7 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		uint64_t d = cbcmn__exec_queue_depth(rt->exec[i]);
 		out->total.queue_depth += d;
-		if (per && i < nper)
+		if (per && i < nper && i < out->executors)
 			per[i].queue_depth = d;
 	}
 	out->executors_live = cbcmn__nlive(rt);
