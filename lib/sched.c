@@ -705,8 +705,13 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 
 	/* Every 61st pick looks at the inject queue, the yield list and our
 	 * oldest task first.  Counted in picks, not calls: an idle executor
-	 * calls this in a loop. */
-	if (__builtin_expect(e->tick >= FAIRNESS_INTERVAL - 1, 0)) {
+	 * calls this in a loop.  Not before a task woken into the slot, while
+	 * the slot has not had its runs in a row: one I/O completion in 61
+	 * waited for a task of the yield list, 2 ms beside tasks that yield
+	 * every 2 ms (issue 15 item 4).  The look comes at most
+	 * SLOT_RUNS_MAX picks later. */
+	if (__builtin_expect(e->tick >= FAIRNESS_INTERVAL - 1, 0) &&
+	    (e->slot_runs >= SLOT_RUNS_MAX || !atomic_load_explicit(&e->slot, memory_order_relaxed))) {
 		if ((t = inject_pop(rt))) {
 			CBCMN__COUNT(e, inject_hits, 1);
 			e->tick = 0;
@@ -997,10 +1002,15 @@ static bool ring_may_defer(struct cbcmn__exec *e)
 		e->ring.defer_since = now; /* the pick that queued them just ended */
 	else
 		e->ring.pick_ns = (now - e->ring.defer_since) / (e->ring.defer - 1);
-	/* The next pick, as long as the mean (a window of 256 picks: cold
-	 * for the first half second of 2 ms picks) or the picks these SQEs
-	 * have just waited through, whichever is longer. */
+	/* The next pick, as long as the mean (a window of 256 picks) or the
+	 * picks these SQEs have just waited through, whichever is longer.
+	 * No mean yet (the first half second of 2 ms picks): no guess, no
+	 * wait.  (Before, the guess from the last wait faded by half at each
+	 * submission until a batch waited again, behind whatever pick came:
+	 * one write in six waited for a 2 ms task, issue 15 item 4.) */
 	uint64_t next = atomic_load_explicit(&e->ss->avg_task_ns, memory_order_relaxed);
+	if (next == 0)
+		return false;
 	if (next < e->ring.pick_ns)
 		next = e->ring.pick_ns;
 	if (now - e->ring.defer_since + next < e->rt->cfg.io_batch_ns)
