@@ -140,29 +140,41 @@ static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64
 	CBCMN_PROBE4(exec_stall, x->id, id, ns, rt->seg.rt_id);
 }
 
-/* Is thread tid asleep in the kernel, interruptibly (a blocking call:
- * read, poll, a futex, a sleep; not a loop nor a thread the scheduler
- * keeps off the CPU, R, nor a page fault or another short uninterruptible
- * wait, D)?  Its state in /proc.  Unreadable (no /proc): asleep, so that
- * the spare still stands in. */
+/* Read /proc/self/task/TID/NAME into buf; its length, or -1. */
+static ssize_t mon_proc_read(int32_t tid, const char *name, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/%s", (int)tid, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return n;
+}
+
+/* Is thread tid asleep in a blocking call: in the kernel, interruptibly
+ * (S: a read, poll, sleep), not running nor kept off the CPU (R), nor in
+ * a page fault or another short uninterruptible wait (D), nor on a futex
+ * (a lock or condition variable: the runtime's own locks wait there too,
+ * for a holder a CPU quota paused, and a task that waits for a thread
+ * that way is taken for nothing; its wchan says futex_...)?  Unreadable
+ * (no /proc): asleep, so that the spare still stands in. */
 static bool mon_thread_asleep(int32_t tid)
 {
 	if (tid <= 0)
 		return false;
-	char path[64], buf[256];
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	char buf[256];
+	if (mon_proc_read(tid, "stat", buf, sizeof(buf)) <= 0)
 		return true;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return true;
-	buf[n] = 0;
 	/* "tid (comm) S ...": comm may hold spaces and parentheses, the
 	 * last ')' ends it. */
 	const char *p = strrchr(buf, ')');
-	return !p || p[1] != ' ' || p[2] == 'S';
+	if (p && (p[1] != ' ' || p[2] != 'S'))
+		return false;
+	return mon_proc_read(tid, "wchan", buf, sizeof(buf)) <= 0 ||
+	       strncmp(buf, "futex", 5) != 0;
 }
 
 /* The spare executor (runtime.h, sched.c): on duty while an executor

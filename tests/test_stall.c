@@ -284,6 +284,89 @@ static void test_regression_static_runtime_napping_in_usleep_runs_the_runnable_t
 	t_destroy(rt);
 }
 
+/* The child the spare ran goes on after the stall: it reads a pipe
+ * through the spare's ring, a read completed after the stall ended.  Off
+ * duty, the spare keeps its thread until its ring is empty, hands the
+ * woken child to the program's executor, and retires. */
+struct after {
+	struct behind b;
+	int q[2];
+	_Atomic uint32_t sleep_exec, done_exec;
+	_Atomic int done;
+};
+
+static int64_t after_child(cbcmn_cx *cx, void *arg)
+{
+	struct after *a = arg;
+	atomic_store(&a->b.child_exec, cbcmn_cx_executor(cx));
+	atomic_store(&a->sleep_exec, cbcmn_cx_executor(cx));
+	TASK_CHECK(write(a->b.r.p[1], "w", 1) == 1); /* the stall ends */
+	char c;
+	/* On the spare's ring, completed once it is off duty (the feeder
+	 * writes 5 ms later): the woken child is handed back. */
+	TASK_CHECK(cbcmn_read(cx, a->q[0], &c, 1) == 1);
+	TASK_CHECK(cbcmn_sleep(cx, 1000000) == 0);
+	atomic_store(&a->done_exec, cbcmn_cx_executor(cx));
+	atomic_store(&a->done, 1);
+	return 0;
+}
+
+static int64_t after_reader(cbcmn_cx *cx, void *arg)
+{
+	struct after *a = arg;
+	for (int i = 0; i < 600; i++)
+		cbcmn_yield(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, after_child, a, NULL) == 0);
+	atomic_store(&a->b.parent_exec, cbcmn_cx_executor(cx));
+	TASK_CHECK(read_byte(a->b.r.p[0]));
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void *after_feeder(void *arg)
+{
+	struct after *a = arg;
+	/* Once the child waits in its read on the spare. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&a->sleep_exec) && t_now_ns() < end)
+		usleep(1000);
+	usleep(5000);
+	if (write(a->q[1], "q", 1) != 1)
+		return NULL;
+	return NULL;
+}
+
+static void test_spare_finishes_its_io_off_duty_then_retires(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = stall_runtime(1, 3600ull * 1000000000ull);
+	struct after *a = calloc(1, sizeof(*a));
+	assert_non_null(a);
+	assert_int_equal(pipe2(a->q, O_CLOEXEC), 0);
+	rescue_start(&a->b.r);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, after_feeder, a), 0);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, after_reader, a, &res), 0);
+	pthread_join(th, NULL);
+	bool rescued = rescue_stop(&a->b.r);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_false(rescued);
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&a->done), 1);
+	assert_int_equal(atomic_load(&a->sleep_exec), 1); /* it began on the spare */
+	printf("  the child ended on executor %u\n", atomic_load(&a->done_exec));
+	cbcmn_stats st;
+	wait_spare_retired(rt, &st);
+	assert_true(st.executor_retires >= 1);
+	assert_int_equal(st.executors_live, 1);
+	close(a->q[0]);
+	close(a->q[1]);
+	free(a);
+	t_destroy(rt);
+}
+
 /* Destroy right after the work the spare stood in for ended: the spare
  * may still be running (on duty until the monitor's next look, then
  * retiring).  No hang, nothing left behind (ASan), a second round the
@@ -808,6 +891,7 @@ int main(void)
 		T_WATCHED_TEST(test_stall_with_work_waiting_starts_a_temporary_executor),
 		T_WATCHED_TEST(test_regression_static_runtime_blocked_in_read_runs_its_child_on_the_spare),
 		T_WATCHED_TEST(test_regression_static_runtime_napping_in_usleep_runs_the_runnable_task),
+		T_WATCHED_TEST(test_spare_finishes_its_io_off_duty_then_retires),
 		T_WATCHED_TEST(test_destroy_while_the_spare_runs),
 		T_WATCHED_TEST(test_only_static_watched_runtimes_keep_a_spare),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
