@@ -1148,6 +1148,30 @@ int cbcmn__shard_unstartable(struct cbcmn_runtime *rt, uint32_t shard)
 	return atomic_load_explicit(&e->start_err, memory_order_relaxed);
 }
 
+/* Move j's slot, deque and yield list to the inject queue, as their
+ * consumer (j's thread, or the resize token's holder for a stopped j).
+ * True if a task moved. */
+static bool forward_runnable(struct cbcmn__exec *j)
+{
+	struct cbcmn_runtime *rt = j->rt;
+	bool moved = false;
+	struct cbcmn_task *t;
+	/* acquire: pairs with the exchange in cbcmn__schedule(). */
+	if ((t = atomic_exchange_explicit(&j->slot, NULL, memory_order_acquire))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = cbcmn__deque_pop(&j->dq))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = yq_pop(j))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	return moved;
+}
+
 /* Move what was queued to stopped executor j to the inject queue: its
  * mail (as its consumer: acknowledging it), pinned queue, slot, deque.
  * Resize token held.  True if a task moved. */
@@ -1167,20 +1191,7 @@ static bool forward_stopped(struct cbcmn__exec *j)
 		moved = true;
 	}
 	j->pq_tail = NULL;
-	/* acquire: pairs with the exchange in cbcmn__schedule(). */
-	if ((t = atomic_exchange_explicit(&j->slot, NULL, memory_order_acquire))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	while ((t = cbcmn__deque_pop(&j->dq))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	while ((t = yq_pop(j))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	return moved;
+	return forward_runnable(j) || moved;
 }
 
 /* Resize token held, executor nlive not startable: answer every want by
@@ -1415,23 +1426,9 @@ static bool spare_off_turn(struct cbcmn__exec *e)
 	if (cbcmn__ring_busy(e) || e->ep)
 		ring_poll(e, true);
 	mail_poll(e);
-	bool moved = false;
-	struct cbcmn_task *t;
-	/* acquire: pairs with the exchange in cbcmn__schedule(). */
-	if ((t = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	while ((t = cbcmn__deque_pop(&e->dq))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	while ((t = yq_pop(e))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	if (moved)
+	if (forward_runnable(e))
 		cbcmn__notify_one(rt);
+	struct cbcmn_task *t;
 	/* Only it may run a pinned task of its own (none: pins name the
 	 * program's executors) or an actor on its wheel: they run here. */
 	if ((e->pq_head || cbcmn__actor_wheel_ready(e)) && (t = pick(e))) {
