@@ -525,10 +525,10 @@ static void update_rows(struct top_model *m)
 		/* More executors live than the program's: the spare stands
 		 * in for a stalled one (docs/SCHEDULER.md, "Stalls"). */
 		if (e->stalled_task)
-			warn(m, TOP_WARN_STALLED, i, "stalled by task %llu: one run past stall_ns "
-			     "(a blocking call or a loop without checkpoints)%s",
+			warn(m, TOP_WARN_STALLED, i, "stalled by task %llu%s: one run past stall_ns "
+			     "(a blocking call or a loop without checkpoints)",
 			     (unsigned long long)e->stalled_task,
-			     s->st.executors_live > s->st.executors ? "; the spare executor stands in"
+			     s->st.executors_live > s->st.executors ? " (the spare executor stands in)"
 								    : "");
 		else if (dt > 0 && e->stalls > pe->stalls)
 			warn(m, TOP_WARN_STALLED, i, "%llu stalls ended in the interval",
