@@ -436,9 +436,12 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	cbcmn__mutex_init(&rt->oblig_lock, "oblig", CBCMN__LOCK_OBLIG);
 	/* A static runtime watched by the monitor keeps one executor slot
 	 * more, not started: the spare (monitor.c).  A lab runtime has no
-	 * monitor (its runs repeat), a dynamic one has room of its own. */
+	 * monitor (its runs repeat), a dynamic one has room of its own, one
+	 * of CBCMN_MAX_EXECUTORS no room for a slot more (idle and mail
+	 * bitmaps, a watcher's check of the segment). */
 	rt->spare = c.workers && !rt->lab && c.stall_ns != CBCMN_STALL_OFF &&
-		    c.min_workers == c.workers;
+		    c.min_workers == c.workers &&
+		    c.workers < CBCMN_MAX_EXECUTORS; /* the bitmaps' and watchers' limit */
 	const uint32_t nx = c.workers + rt->spare;
 	rc = cbcmn__scope_rt_init(rt, nx);
 	if (!rc)

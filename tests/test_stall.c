@@ -430,6 +430,29 @@ static void test_only_static_watched_runtimes_keep_a_spare(void **state)
 	t_destroy(rt);
 }
 
+/* The bug (found in review, before it shipped): a static runtime of
+ * CBCMN_MAX_EXECUTORS executors kept a spare at index
+ * CBCMN_MAX_EXECUTORS, one word past the idle and mail bitmaps (inside
+ * the runtime's record: no sanitizer sees it) and past what a watcher
+ * accepts (cbcmn-top would refuse the segment).  None there: it is full. */
+static void test_regression_runtime_of_max_executors_keeps_no_spare(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = CBCMN_MAX_EXECUTORS;
+	cfg.policy = CBCMN_PIN_NONE;
+	cfg.ring_entries = 8;
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	assert_int_equal(rt->spare, 0);
+	assert_int_equal(rt->nexec, CBCMN_MAX_EXECUTORS);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_int_equal(st.executors, CBCMN_MAX_EXECUTORS);
+	t_destroy(rt);
+}
+
 /* ---- liveness 2: a task woken for a stalled home -------------------------- */
 
 struct home {
@@ -894,6 +917,7 @@ int main(void)
 		T_WATCHED_TEST(test_spare_finishes_its_io_off_duty_then_retires),
 		T_WATCHED_TEST(test_destroy_while_the_spare_runs),
 		T_WATCHED_TEST(test_only_static_watched_runtimes_keep_a_spare),
+		T_WATCHED_TEST(test_regression_runtime_of_max_executors_keeps_no_spare),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs_elsewhere),
