@@ -400,7 +400,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 		return -ENOMEM;
 	}
 	/* Counted from now on, where it will most likely first run. */
-	uint32_t home = opts && opts->placement == CBCMN_PLACE_PINNED && opts->shard < rt->nexec
+	uint32_t home = opts && opts->placement == CBCMN_PLACE_PINNED && opts->shard < cbcmn__nworkers(rt)
 				? opts->shard
 			: self ? self->exec->id
 			       : 0;

@@ -136,6 +136,11 @@ struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e)
 	return take(e, aw);
 }
 
+bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e)
+{
+	return e->wheel && cbcmn__wheel_ready(&e->wheel->w);
+}
+
 bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	struct cbcmn__awheel *aw = wheel_get(e);
@@ -215,7 +220,9 @@ static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcm
 	/* One executor at random (the lookup array, seed 003). */
 	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
 	struct cbcmn__exec *o = rt->exec[id >= e->id ? id + 1 : id];
-	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING)
+	/* The spare stands in for a stalled executor a while: no home. */
+	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING ||
+	    cbcmn__is_spare(o))
 		return false;
 	uint64_t other = cbcmn__seg_actor_load(&o->ss->act, now);
 	if (self * 4 <= other * 5)

@@ -27,8 +27,10 @@
  *   - While its deque or next-task slot holds work and nobody searches,
  *     the monitor notifies an idle executor; with none idle that
  *     notification starts one more executor if the runtime has room
- *     (min_workers < workers, wake.c).  Without room that work waits for
- *     the stall to end, and stays counted in queue_depth.
+ *     (min_workers < workers, wake.c).  Without room the spare executor
+ *     stands in, if the stalled thread sleeps in the kernel
+ *     (spare_steer()); else that work waits for the stall to end, and
+ *     stays counted in queue_depth.
  *   - The stall ends when the run does: run_seq moves on, and stall_seq no
  *     longer matches it; the monitor clears both stall_seq and stall_task
  *     at its next look.
@@ -49,11 +51,14 @@
  * load of the monitor's word per park and per thread start.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "futex.h"
 #include "monitor.h"
@@ -80,6 +85,9 @@ struct cbcmn__monitor {
 	/* Per executor, the monitor's own: the run it saw last, its tasks
 	 * started by then, and since when it saw neither move. */
 	uint64_t *seen_seq, *seen_runs, *seen_ns;
+	/* Per executor of the program's: the stalled run whose thread was
+	 * asleep at the last look (spare_steer()). */
+	uint64_t *asleep_seq;
 };
 
 static uint64_t mon_now(void)
@@ -130,6 +138,95 @@ static void stall_report(struct cbcmn__monitor *m, struct cbcmn__exec *x, uint64
 	atomic_store_explicit(&x->ss->stall_task, id, memory_order_relaxed);
 	CBCMN__COUNT(x, stalls, 1); /* the monitor is its only writer */
 	CBCMN_PROBE4(exec_stall, x->id, id, ns, rt->seg.rt_id);
+}
+
+/* Read /proc/self/task/TID/NAME into buf; its length, or -1. */
+static ssize_t mon_proc_read(int32_t tid, const char *name, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/%s", (int)tid, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return n;
+}
+
+/* Is thread tid asleep in a blocking call: in the kernel, interruptibly
+ * (S: a read, poll, sleep), not running nor kept off the CPU (R), nor in
+ * a page fault or another short uninterruptible wait (D), nor on a futex
+ * (a lock or condition variable: the runtime's own locks wait there too,
+ * for a holder a CPU quota paused, and a task that waits for a thread
+ * that way is taken for nothing; its wchan says futex_...)?  Unreadable
+ * (no /proc): asleep, so that the spare still stands in. */
+static bool mon_thread_asleep(int32_t tid)
+{
+	if (tid <= 0)
+		return false;
+	char buf[256];
+	if (mon_proc_read(tid, "stat", buf, sizeof(buf)) <= 0)
+		return true;
+	/* "tid (comm) S ...": comm may hold spaces and parentheses, the
+	 * last ')' ends it. */
+	const char *p = strrchr(buf, ')');
+	if (p && (p[1] != ' ' || p[2] != 'S'))
+		return false;
+	return mon_proc_read(tid, "wchan", buf, sizeof(buf)) <= 0 ||
+	       strncmp(buf, "futex", 5) != 0;
+}
+
+/* The spare executor (runtime.h, sched.c): on duty while an executor
+ * of the program's is stalled; started while one of them is asleep in a
+ * blocking call, work is waiting and nobody is looking for it (no
+ * executor searching, none idle: every other one is busy or stalled),
+ * as Go's sysmon hands a P to a new M; off duty, it retires once it holds
+ * nothing.  A stall that is a loop (or CPU starvation) gets no spare: a
+ * thread more would take CPU from the loop, not give it back. */
+static void spare_steer(struct cbcmn__monitor *m, bool wanted)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	struct cbcmn__exec *s = rt->exec[rt->nexec - 1];
+	/* Work for it: behind a stall, or sent to any executor (the inject
+	 * queue, where the stalls' rescued tasks went too). */
+	wanted = wanted || atomic_load_explicit(&rt->inj_len, memory_order_relaxed) != 0;
+	bool stalled = false, idle = cbcmn__nlive(rt) < rt->nexec;
+	int32_t blocked = -1; /* a stalled executor asleep in a blocking call */
+	for (uint32_t i = 0; i < cbcmn__nworkers(rt); i++) {
+		struct cbcmn__exec *x = rt->exec[i];
+		uint64_t seq = atomic_load_explicit(&x->stall_seq, memory_order_relaxed);
+		if (!cbcmn__exec_stalled(x))
+			continue;
+		stalled = true;
+		/* Asked only while it matters: a read of /proc.  Asleep at two
+		 * looks of the same run: a thread that waited a moment for a
+		 * lock whose holder the kernel had put off the CPU (a CPU
+		 * quota's pause) is not taken for a blocked call. */
+		if (!wanted || !idle || blocked >= 0)
+			continue;
+		if (!mon_thread_asleep(atomic_load_explicit(&x->ss->tid, memory_order_relaxed)))
+			m->asleep_seq[i] = 0;
+		else if (m->asleep_seq[i] == seq)
+			blocked = (int32_t)i;
+		else
+			m->asleep_seq[i] = seq;
+	}
+	bool was = atomic_load_explicit(&rt->spare_duty, memory_order_relaxed);
+	if (was != stalled) {
+		/* Relaxed: the spare only reads it to choose what to take;
+		 * the start below is the thread creation's order. */
+		atomic_store_explicit(&rt->spare_duty, stalled, memory_order_relaxed);
+		/* Off duty: it may be parked, on duty with nothing to do. */
+		if (!stalled && atomic_load_explicit(&s->lstate, memory_order_relaxed) ==
+					CBCMN__EX_RUNNING)
+			cbcmn__kick(s);
+	}
+	if (blocked >= 0 && atomic_load_explicit(&rt->num_searching, memory_order_relaxed) == 0 &&
+	    atomic_load_explicit(&rt->num_idle, memory_order_relaxed) == 0) {
+		CBCMN_PROBE3(exec_spare, s->id, blocked, rt->seg.rt_id);
+		cbcmn__exec_grow(rt);
+	}
 }
 
 /* What a look found. */
@@ -208,6 +305,8 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 		if (atomic_load_explicit(&rt->num_searching, memory_order_relaxed) == 0)
 			cbcmn__notify_one(rt);
 	}
+	if (rt->spare)
+		spare_steer(m, wanted);
 	return r;
 }
 
@@ -312,6 +411,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	m->seen_seq = calloc(rt->nexec, sizeof(*m->seen_seq));
 	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));
+	m->asleep_seq = calloc(rt->nexec, sizeof(*m->asleep_seq));
 	atomic_store_explicit(&rt->mon_word, MON_TICKING, memory_order_relaxed);
 	/* All signals blocked from its first instruction: a process-directed
 	 * signal goes to one of the program's threads, never to ours. */
@@ -320,7 +420,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	sigfillset(&all);
 	pthread_attr_init(&a);
 	pthread_attr_setsigmask_np(&a, &all);
-	int rc = m->seen_seq && m->seen_runs && m->seen_ns
+	int rc = m->seen_seq && m->seen_runs && m->seen_ns && m->asleep_seq
 			 ? pthread_create(&m->thread, &a, mon_main, m)
 			 : ENOMEM;
 	pthread_attr_destroy(&a);
@@ -328,6 +428,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 		free(m->seen_seq);
 		free(m->seen_runs);
 		free(m->seen_ns);
+		free(m->asleep_seq);
 		free(m);
 		return -rc;
 	}
@@ -349,6 +450,7 @@ void cbcmn__monitor_stop(struct cbcmn_runtime *rt)
 	free(m->seen_seq);
 	free(m->seen_runs);
 	free(m->seen_ns);
+	free(m->asleep_seq);
 	free(m);
 }
 

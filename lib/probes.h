@@ -37,7 +37,8 @@
 	XX(actor_receive, 4)  /* actor ref, message type (0: none), result, rt */ \
 	XX(actor_halt, 4)     /* actor ref, halt reason, messages dropped, rt */ \
 	XX(actor_restart, 5)  /* supervisor ref, child index, crash reason (0: restarted with it), new ref, rt */ \
-	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */
+	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */ \
+	XX(exec_spare, 3)     /* spare executor, stalled executor asleep in a call, rt */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;
 CBCMN__PROBES(CBCMN__SEMA_DECL)

@@ -444,7 +444,16 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		cbcmn__mutex_init(&rt->budget_locks[i], "task_budget", CBCMN__LOCK_TASK_BUDGET);
 	cbcmn__mutex_init(&rt->inject_lock, "inject", CBCMN__LOCK_INJECT);
 	cbcmn__mutex_init(&rt->oblig_lock, "oblig", CBCMN__LOCK_OBLIG);
-	rc = cbcmn__scope_rt_init(rt, c.workers);
+	/* A static runtime watched by the monitor keeps one executor slot
+	 * more, not started: the spare (monitor.c).  A lab runtime has no
+	 * monitor (its runs repeat), a dynamic one has room of its own, one
+	 * of CBCMN_MAX_EXECUTORS no room for a slot more (idle and mail
+	 * bitmaps, a watcher's check of the segment). */
+	rt->spare = c.workers && !rt->lab && c.stall_ns != CBCMN_STALL_OFF &&
+		    c.min_workers == c.workers &&
+		    c.workers < CBCMN_MAX_EXECUTORS; /* the bitmaps' and watchers' limit */
+	const uint32_t nx = c.workers + rt->spare;
+	rc = cbcmn__scope_rt_init(rt, nx);
 	if (!rc)
 		rc = cbcmn__stack_pool_init(&rt->stacks, c.stack_size, c.guard_stacks_max);
 	if (rc) {
@@ -453,7 +462,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		free(rt);
 		return rc;
 	}
-	rt->exec = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*rt->exec));
+	rt->exec = cbcmn__calloc(nx ? nx : 1, sizeof(*rt->exec));
 	if (!rt->exec || cbcmn__blocking_init(rt) != 0) {
 		runtime_free(rt);
 		return -ENOMEM;
@@ -462,21 +471,23 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		runtime_free(rt);
 		return rc; /* io_uring asked for and refused, a bad CBCMN_BACKEND, ... */
 	}
-	int32_t *cpu = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*cpu));
-	int32_t *node = cbcmn__calloc(c.workers ? c.workers : 1, sizeof(*node));
+	int32_t *cpu = cbcmn__calloc(nx ? nx : 1, sizeof(*cpu));
+	int32_t *node = cbcmn__calloc(nx ? nx : 1, sizeof(*node));
 	if (!cpu || !node || (rc = place_executors(rt, cpu, node)) != 0) {
 		free(cpu);
 		free(node);
 		runtime_free(rt);
 		return rc ? rc : -ENOMEM;
 	}
-	if ((rc = cbcmn__seg_create(rt, c.workers, node)) != 0) {
+	if (rt->spare)
+		cpu[c.workers] = node[c.workers] = -1; /* unpinned: it stands in for any */
+	if ((rc = cbcmn__seg_create(rt, nx, node)) != 0) {
 		free(cpu);
 		free(node);
 		runtime_free(rt);
 		return rc;
 	}
-	for (uint32_t i = 0; i < c.workers; i++) {
+	for (uint32_t i = 0; i < nx; i++) {
 		struct cbcmn__exec *e = exec_alloc(page, node[i]);
 		if (!e) {
 			free(cpu);
@@ -502,7 +513,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		}
 		cbcmn__rng_seed(&e->rng, c.seed + i);
 		e->rr_next = i;
-		if ((rc = cbcmn__xmsg_init(e, c.workers)) != 0 ||
+		if ((rc = cbcmn__xmsg_init(e, nx)) != 0 ||
 		    (rc = cbcmn__be_init(e)) != 0) {
 			free(cpu);
 			free(node);
@@ -519,7 +530,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	free(cpu);
 	free(node);
 	rt->min_live = c.min_workers;
-	rt->dynamic = c.min_workers < c.workers;
+	/* The spare starts and retires like an executor above min_workers,
+	 * but only the monitor starts it (wake.c, monitor.c). */
+	rt->dynamic = c.min_workers < nx;
 	rt->retire_ns = (uint64_t)c.idle_retire_ms * 1000000u;
 	atomic_init(&rt->nlive, c.min_workers);
 	atomic_init(&rt->want_live, c.min_workers);
@@ -596,7 +609,7 @@ int cbcmn_runtime_destroy(cbcmn_runtime *rt)
 
 uint32_t cbcmn_runtime_workers(const cbcmn_runtime *rt)
 {
-	return rt ? rt->nexec : 0;
+	return rt ? cbcmn__nworkers(rt) : 0;
 }
 
 int cbcmn_runtime_run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg, int64_t *result)

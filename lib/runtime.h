@@ -421,6 +421,13 @@ struct cbcmn_runtime {
 	 * one, and the word it sleeps on (MON_* there). */
 	struct cbcmn__monitor *mon;
 	_Atomic uint32_t mon_word;
+	/* The spare executor (monitor.c): 1 if exec[nexec - 1] is a slot
+	 * kept for the monitor to start while executors are blocked outside
+	 * the runtime with work waiting (a static runtime has no other room);
+	 * spare_duty, set by the monitor while an executor is stalled, says
+	 * it may take work (sched.c, spare_off_duty()). */
+	uint32_t spare;
+	_Atomic bool spare_duty;
 	/* The signal mask of the thread that created the runtime: every
 	 * executor thread's, whoever starts it (the creator, an executor, a
 	 * thread's wake, the monitor or a blocking-pool thread, which block
@@ -497,6 +504,17 @@ int cbcmn__shard_unstartable(struct cbcmn_runtime *rt, uint32_t shard);
 static inline uint32_t cbcmn__nlive(const struct cbcmn_runtime *rt)
 {
 	return atomic_load_explicit(&rt->nlive, memory_order_acquire);
+}
+
+/* The executors the program asked for: every one but the spare. */
+static inline uint32_t cbcmn__nworkers(const struct cbcmn_runtime *rt)
+{
+	return rt->nexec - rt->spare;
+}
+
+static inline bool cbcmn__is_spare(const struct cbcmn__exec *e)
+{
+	return __builtin_expect(e->rt->spare, 0) && e->id == e->rt->nexec - 1;
 }
 
 /* Tasks queued on e: its deque and its next-task slot (a racy count). */
@@ -769,6 +787,7 @@ static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
  * All on e's own thread. */
 struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e);
 bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t);
+bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e); /* actors on e's wheel */
 struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *t);
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t);
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t);

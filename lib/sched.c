@@ -708,8 +708,13 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 
 	/* Every 61st pick looks at the inject queue, the yield list and our
 	 * oldest task first.  Counted in picks, not calls: an idle executor
-	 * calls this in a loop. */
-	if (__builtin_expect(e->tick >= FAIRNESS_INTERVAL - 1, 0)) {
+	 * calls this in a loop.  Not before a task woken into the slot, while
+	 * the slot has not had its runs in a row: one I/O completion in 61
+	 * waited for a task of the yield list, 2 ms beside tasks that yield
+	 * every 2 ms (issue 15 item 4).  The look comes at most
+	 * SLOT_RUNS_MAX picks later. */
+	if (__builtin_expect(e->tick >= FAIRNESS_INTERVAL - 1, 0) &&
+	    (e->slot_runs >= SLOT_RUNS_MAX || !atomic_load_explicit(&e->slot, memory_order_relaxed))) {
 		if ((t = inject_pop(rt))) {
 			CBCMN__COUNT(e, inject_hits, 1);
 			e->tick = 0;
@@ -1000,10 +1005,15 @@ static bool ring_may_defer(struct cbcmn__exec *e)
 		e->ring.defer_since = now; /* the pick that queued them just ended */
 	else
 		e->ring.pick_ns = (now - e->ring.defer_since) / (e->ring.defer - 1);
-	/* The next pick, as long as the mean (a window of 256 picks: cold
-	 * for the first half second of 2 ms picks) or the picks these SQEs
-	 * have just waited through, whichever is longer. */
+	/* The next pick, as long as the mean (a window of 256 picks) or the
+	 * picks these SQEs have just waited through, whichever is longer.
+	 * No mean yet (the first half second of 2 ms picks): no guess, no
+	 * wait.  (Before, the guess from the last wait faded by half at each
+	 * submission until a batch waited again, behind whatever pick came:
+	 * one write in six waited for a 2 ms task, issue 15 item 4.) */
 	uint64_t next = atomic_load_explicit(&e->ss->avg_task_ns, memory_order_relaxed);
+	if (next == 0)
+		return false;
 	if (next < e->ring.pick_ns)
 		next = e->ring.pick_ns;
 	if (now - e->ring.defer_since + next < e->rt->cfg.io_batch_ns)
@@ -1141,6 +1151,30 @@ int cbcmn__shard_unstartable(struct cbcmn_runtime *rt, uint32_t shard)
 	return atomic_load_explicit(&e->start_err, memory_order_relaxed);
 }
 
+/* Move j's slot, deque and yield list to the inject queue, as their
+ * consumer (j's thread, or the resize token's holder for a stopped j).
+ * True if a task moved. */
+static bool forward_runnable(struct cbcmn__exec *j)
+{
+	struct cbcmn_runtime *rt = j->rt;
+	bool moved = false;
+	struct cbcmn_task *t;
+	/* acquire: pairs with the exchange in cbcmn__schedule(). */
+	if ((t = atomic_exchange_explicit(&j->slot, NULL, memory_order_acquire))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = cbcmn__deque_pop(&j->dq))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	while ((t = yq_pop(j))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	return moved;
+}
+
 /* Move what was queued to stopped executor j to the inject queue: its
  * mail (as its consumer: acknowledging it), pinned queue, slot, deque.
  * Resize token held.  True if a task moved. */
@@ -1160,20 +1194,7 @@ static bool forward_stopped(struct cbcmn__exec *j)
 		moved = true;
 	}
 	j->pq_tail = NULL;
-	/* acquire: pairs with the exchange in cbcmn__schedule(). */
-	if ((t = atomic_exchange_explicit(&j->slot, NULL, memory_order_acquire))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	while ((t = cbcmn__deque_pop(&j->dq))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	while ((t = yq_pop(j))) {
-		inject_push(rt, t);
-		moved = true;
-	}
-	return moved;
+	return forward_runnable(j) || moved;
 }
 
 /* Resize token held, executor nlive not startable: answer every want by
@@ -1382,6 +1403,57 @@ static void exec_retired(struct cbcmn__exec *e)
 	atomic_fetch_sub_explicit(&rt->exiting, 1, memory_order_release);
 }
 
+/* ---- the spare (monitor.c) ------------------------------------------------
+ *
+ * A static runtime's spare executor takes work only while the monitor
+ * says an executor is stalled (rt->spare_duty): then it searches, steals
+ * and runs like any other.  Off duty it takes nothing: what it holds that
+ * may run elsewhere goes to the inject queue, it finishes what only it can
+ * (its ring's I/O, its timers, acknowledgements of its messages: their
+ * tasks wake here and are handed on at once), and it retires as soon as
+ * nothing is left.  So no more than the configured number of executors
+ * run tasks for longer than a stall. */
+#define SPARE_OFF_WAIT_NS 1000000ull
+
+static inline bool spare_off_duty(const struct cbcmn__exec *e)
+{
+	return cbcmn__is_spare(e) &&
+	       !atomic_load_explicit(&e->rt->spare_duty, memory_order_relaxed);
+}
+
+/* One turn of the spare off duty.  True when it has retired. */
+static bool spare_off_turn(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	exec_state(e, CBCMN_EXEC_SEARCHING);
+	if (cbcmn__ring_busy(e) || e->ep)
+		ring_poll(e, true);
+	mail_poll(e);
+	if (forward_runnable(e))
+		cbcmn__notify_one(rt);
+	struct cbcmn_task *t;
+	/* Only it may run a pinned task of its own (none: pins name the
+	 * program's executors) or an actor on its wheel: they run here. */
+	if ((e->pq_head || cbcmn__actor_wheel_ready(e)) && (t = pick(e))) {
+		run_task(e, t);
+		return false;
+	}
+	if (try_retire(e))
+		return true;
+	uint64_t wait = SPARE_OFF_WAIT_NS;
+	if (e->ntimers) {
+		uint64_t next = cbcmn__timers_next(e), now = cbcmn__now(rt);
+		if (next <= now)
+			return false; /* the loop fires them */
+		if (next - now < wait)
+			wait = next - now;
+	}
+	/* Not parked: no notifier claims it.  A kick (mail) costs it up to
+	 * the wait; acknowledgements wake nobody. */
+	cbcmn__be_wait(e, wait);
+	return false;
+}
+
 /* Nothing local: look at the ring, the mail, other executors' queues and
  * the inject queue; spin like that for cfg.spin_ns (a parked CPU takes
  * tens of us to wake here), backing off between steal rounds once they
@@ -1398,7 +1470,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	exec_state(e, CBCMN_EXEC_SEARCHING);
 	for (uint32_t turn = 0;; turn++) {
 		struct cbcmn_task *t = NULL;
-		if (__builtin_expect(e->ring.dropped, 0)) {
+		/* REPLACE for the spare gone off duty: the loop looks again
+		 * (spare_off_turn()); the ring is dropped only if it says so. */
+		if (__builtin_expect(e->ring.dropped, 0) || spare_off_duty(e)) {
 			cbcmn__searching_end(e);
 			e->idle_ns += now_ns() - start0;
 			return REPLACE;
@@ -1792,6 +1866,12 @@ void *cbcmn__exec_main(void *arg)
 			ring_poll(e, false);
 		if (cbcmn__has_mail(e) || e->nbacklog)
 			mail_poll(e);
+		if (__builtin_expect(e->rt->spare, 0) && spare_off_duty(e)) {
+			if (atomic_load_explicit(&e->rt->shutdown, memory_order_acquire) ||
+			    spare_off_turn(e))
+				break;
+			continue;
+		}
 		struct cbcmn_task *t = pick(e);
 		if (!t) {
 			t = search(e);

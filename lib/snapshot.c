@@ -124,13 +124,13 @@ static void fill(const struct cbcmn_runtime *rt, cbcmn_snapshot *out, cbcmn_exec
 		x.runnable = cbcmn__exec_queue_depth(e);
 		add(tot, &x);
 		tot->state += x.state != CBCMN_EXEC_STOPPED;
-		if (per && i < nper)
-			per[i] = x;
+		if (per && i < nper && i < cbcmn__nworkers(rt))
+			per[i] = x; /* the spare: in the totals only */
 	}
 	cbcmn_exec_snapshot ext = {0};
 	exec_fill(&rt->diag_ext, &ext);
 	add(tot, &ext);
-	out->executors = rt->nexec;
+	out->executors = cbcmn__nworkers(rt); /* the spare's work is in the totals */
 	out->executors_live = cbcmn__nlive(rt);
 	out->tasks_live = cbcmn__seg_live_tasks(&rt->seg);
 	uint64_t accounted = tot->running + waiting(tot);

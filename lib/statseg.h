@@ -150,7 +150,9 @@ struct cbcmn__seg_hdr {
 	/* cbcmn_backend of the runtime; 0 (a runtime from before backends,
 	 * whose pad this was) means io_uring. */
 	uint8_t backend;
-	uint8_t pad[1];
+	/* 1: the last slot is the spare executor's (monitor.c), not counted
+	 * in cbcmn_stats.executors; 0 in a segment from before it (its pad). */
+	uint8_t spare;
 	_Atomic uint32_t alive;        /* 1 from creation until destroy begins */
 	_Atomic uint32_t nlive;        /* executors [0, nlive) run (a copy of rt->nlive) */
 	/* Work and doorbells of threads outside the executors. */

@@ -208,7 +208,7 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	uint32_t place = opts ? opts->placement : CBCMN_PLACE_LOCAL;
 	uint32_t shard = opts ? opts->shard : 0;
 	if (place > CBCMN_PLACE_STEALABLE ||
-	    ((place == CBCMN_PLACE_PINNED || place == CBCMN_PLACE_STEALABLE_ON) && shard >= rt->nexec) ||
+	    ((place == CBCMN_PLACE_PINNED || place == CBCMN_PLACE_STEALABLE_ON) && shard >= cbcmn__nworkers(rt)) ||
 	    (place == CBCMN_PLACE_STEALABLE && rt->nexec == 0))
 		return -EINVAL;
 	if (place == CBCMN_PLACE_PINNED) {
@@ -300,7 +300,8 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		break;
 	case CBCMN_PLACE_STEALABLE:
 		shard = atomic_fetch_add_explicit(&rt->place_rr, 1, memory_order_relaxed) %
-			cbcmn__nlive(rt);
+			(cbcmn__nlive(rt) < cbcmn__nworkers(rt) ? cbcmn__nlive(rt)
+								: cbcmn__nworkers(rt));
 		__attribute__((fallthrough));
 	case CBCMN_PLACE_STEALABLE_ON:
 		cbcmn__schedule_on(rt, t, e, shard);

@@ -137,8 +137,8 @@ void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
 	if (atomic_load_explicit(&rt->num_idle, memory_order_seq_cst) == 0) {
 		/* Every live executor is busy and work waits: one more (seed
 		 * 003's lookup array grows while there is parallel work). */
-		if (rt->dynamic && cbcmn__nlive(rt) < rt->nexec)
-			cbcmn__exec_grow(rt);
+		if (rt->dynamic && cbcmn__nlive(rt) < cbcmn__nworkers(rt))
+			cbcmn__exec_grow(rt); /* never the spare: the monitor's */
 		return;
 	}
 	/* Become "the one waking a searcher": a second notifier racing us sees

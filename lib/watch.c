@@ -113,6 +113,7 @@ void cbcmn__seg_publish(struct cbcmn_runtime *rt)
 	h->msg_ring = rt->ring_caps.msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
 	h->oversubscribed = rt->oversubscribed;
 	h->backend = (uint8_t)(rt->ep_backend ? CBCMN_BACKEND_EPOLL : CBCMN_BACKEND_IO_URING);
+	h->spare = (uint8_t)rt->spare;
 	h->policy = rt->policy;
 	atomic_store_explicit(&h->nlive, cbcmn__nlive(rt), memory_order_relaxed);
 	/* The magic last, release: pairs with seg_map()'s acquire load, so a
@@ -174,7 +175,9 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 	 * change under us. */
 	const struct cbcmn__seg_hdr *h = s->hdr;
 	memset(out, 0, sizeof(*out));
-	out->executors = s->nexec;
+	/* The spare's slot is in the totals (what it ran), never in the
+	 * count nor in per[] (min(nper, executors) entries are written). */
+	out->executors = s->nexec - (h->spare && s->nexec ? 1 : 0);
 	cbcmn_executor_stats *tot = &out->total;
 	/* Completions before spawns: a task counted as completed was counted
 	 * as spawned before, so tasks_live never underflows. */
@@ -211,7 +214,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		};
 		actor_fill(&x->act, &e);
 		spawned += e.spawns;
-		if (per && i < nper)
+		if (per && i < nper && i < out->executors)
 			per[i] = e;
 		tot->tasks_run += e.tasks_run;
 		tot->local_hits += e.local_hits;
@@ -302,7 +305,7 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		uint64_t d = cbcmn__exec_queue_depth(rt->exec[i]);
 		out->total.queue_depth += d;
-		if (per && i < nper)
+		if (per && i < nper && i < out->executors)
 			per[i].queue_depth = d;
 	}
 	out->executors_live = cbcmn__nlive(rt);

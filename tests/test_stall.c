@@ -189,6 +189,270 @@ static void test_stall_with_work_waiting_starts_a_temporary_executor(void **stat
 	t_destroy(rt);
 }
 
+/* ---- the spare: a static runtime's replacement executor ------------------ */
+
+/* Wait (bounded) until the spare has started and retired; the stats. */
+static void wait_spare_retired(cbcmn_runtime *rt, cbcmn_stats *st)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	do {
+		assert_int_equal(cbcmn_stats_snapshot(rt, st, NULL, 0), 0);
+		if (st->executor_retires >= 1 && st->executors_live == 1)
+			break;
+		usleep(1000);
+	} while (t_now_ns() < end);
+}
+
+/* The bug: a default (static) runtime of one executor whose task blocked
+ * in read(2), with the child that would write the pipe queued on its
+ * deque, had no executor to run the child: the monitor reported the stall
+ * and only a runtime with room (min_workers < workers) got one more; the
+ * read waited for the test's rescue, forever without it.  Now the spare
+ * slot kept at creation is started (the blocked thread sleeps in the
+ * kernel), runs the child, and retires once the stall has ended: the
+ * runtime still counts one executor. */
+static void test_regression_static_runtime_blocked_in_read_runs_its_child_on_the_spare(
+	void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = stall_runtime(1, 3600ull * 1000000000ull);
+	assert_int_equal(rt->spare, 1);
+	struct behind b;
+	behind_run(rt, &b); /* the child ran on executor 1: the spare */
+	assert_int_equal(atomic_load(&b.child_exec), 1);
+	cbcmn_stats st;
+	wait_spare_retired(rt, &st);
+	assert_int_equal(st.executors, 1);
+	assert_true(st.executor_starts >= 1);
+	assert_true(st.executor_retires >= 1);
+	assert_int_equal(st.executors_live, 1);
+	assert_int_equal(cbcmn_runtime_workers(rt), 1);
+	/* The spare's work is in the totals, not in per[]. */
+	cbcmn_executor_stats per[2];
+	memset(per, 0x5a, sizeof(per));
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
+	assert_true(per[0].stalls >= 1);
+	assert_true(st.total.tasks_run > per[0].tasks_run);
+	assert_int_equal(per[1].tasks_run, 0x5a5a5a5a5a5a5a5aull);
+	t_destroy(rt);
+}
+
+/* A loop of usleep(3) without a checkpoint holds the one executor too:
+ * the runnable task spawned before it runs on the spare. */
+struct naps {
+	_Atomic int go;
+	_Atomic uint32_t runner_exec;
+};
+
+static int64_t nap_runner(cbcmn_cx *cx, void *arg)
+{
+	struct naps *z = arg;
+	atomic_store(&z->runner_exec, cbcmn_cx_executor(cx));
+	atomic_store(&z->go, 1);
+	return 0;
+}
+
+static int64_t napper(cbcmn_cx *cx, void *arg)
+{
+	struct naps *z = arg;
+	for (int i = 0; i < 600; i++) /* a mean pick time (behind_reader) */
+		cbcmn_yield(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, nap_runner, z, NULL) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&z->go) && t_now_ns() < end)
+		usleep(1000);
+	TASK_CHECK(atomic_load(&z->go));
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_static_runtime_napping_in_usleep_runs_the_runnable_task(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = stall_runtime(1, 3600ull * 1000000000ull);
+	struct naps z = {0};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, napper, &z, &res), 0);
+	assert_int_equal(atomic_load(&task_bad_line), 0); /* before: the nap ran out */
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&z.runner_exec), 1);
+	cbcmn_stats st;
+	wait_spare_retired(rt, &st);
+	assert_true(st.executor_retires >= 1);
+	assert_int_equal(st.executors_live, 1);
+	t_destroy(rt);
+}
+
+/* The child the spare ran goes on after the stall: it reads a pipe
+ * through the spare's ring, a read completed after the stall ended.  Off
+ * duty, the spare keeps its thread until its ring is empty, hands the
+ * woken child to the program's executor, and retires. */
+struct after {
+	struct behind b;
+	int q[2];
+	_Atomic uint32_t sleep_exec, done_exec;
+	_Atomic int done;
+};
+
+static int64_t after_child(cbcmn_cx *cx, void *arg)
+{
+	struct after *a = arg;
+	atomic_store(&a->b.child_exec, cbcmn_cx_executor(cx));
+	atomic_store(&a->sleep_exec, cbcmn_cx_executor(cx));
+	TASK_CHECK(write(a->b.r.p[1], "w", 1) == 1); /* the stall ends */
+	char c;
+	/* On the spare's ring, completed once it is off duty (the feeder
+	 * writes 5 ms later): the woken child is handed back. */
+	TASK_CHECK(cbcmn_read(cx, a->q[0], &c, 1) == 1);
+	TASK_CHECK(cbcmn_sleep(cx, 1000000) == 0);
+	atomic_store(&a->done_exec, cbcmn_cx_executor(cx));
+	atomic_store(&a->done, 1);
+	return 0;
+}
+
+static int64_t after_reader(cbcmn_cx *cx, void *arg)
+{
+	struct after *a = arg;
+	for (int i = 0; i < 600; i++)
+		cbcmn_yield(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, after_child, a, NULL) == 0);
+	atomic_store(&a->b.parent_exec, cbcmn_cx_executor(cx));
+	TASK_CHECK(read_byte(a->b.r.p[0]));
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void *after_feeder(void *arg)
+{
+	struct after *a = arg;
+	/* Once the child waits in its read on the spare. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&a->sleep_exec) && t_now_ns() < end)
+		usleep(1000);
+	usleep(5000);
+	if (write(a->q[1], "q", 1) != 1)
+		return NULL;
+	return NULL;
+}
+
+static void test_spare_finishes_its_io_off_duty_then_retires(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = stall_runtime(1, 3600ull * 1000000000ull);
+	struct after *a = calloc(1, sizeof(*a));
+	assert_non_null(a);
+	assert_int_equal(pipe2(a->q, O_CLOEXEC), 0);
+	rescue_start(&a->b.r);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, after_feeder, a), 0);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, after_reader, a, &res), 0);
+	pthread_join(th, NULL);
+	bool rescued = rescue_stop(&a->b.r);
+	assert_int_equal(atomic_load(&task_bad_line), 0);
+	assert_false(rescued);
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&a->done), 1);
+	assert_int_equal(atomic_load(&a->sleep_exec), 1); /* it began on the spare */
+	printf("  the child ended on executor %u\n", atomic_load(&a->done_exec));
+	cbcmn_stats st;
+	wait_spare_retired(rt, &st);
+	assert_true(st.executor_retires >= 1);
+	assert_int_equal(st.executors_live, 1);
+	close(a->q[0]);
+	close(a->q[1]);
+	free(a);
+	t_destroy(rt);
+}
+
+/* Destroy right after the work the spare stood in for ended: the spare
+ * may still be running (on duty until the monitor's next look, then
+ * retiring).  No hang, nothing left behind (ASan), a second round the
+ * same. */
+static void test_destroy_while_the_spare_runs(void **state)
+{
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		cbcmn_runtime *rt = stall_runtime(1, 3600ull * 1000000000ull);
+		struct behind b;
+		behind_run(rt, &b);
+		t_destroy(rt);
+	}
+}
+
+/* Which runtimes keep a spare: a static one watched by the monitor; not
+ * a lab runtime (deterministic: no monitor), nor one with room of its own
+ * (min_workers < workers), nor one without a monitor. */
+static void test_only_static_watched_runtimes_keep_a_spare(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.policy = CBCMN_PIN_NONE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	assert_int_equal(rt->spare, 1);
+	assert_int_equal(cbcmn_runtime_workers(rt), 1);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_int_equal(st.executors, 1);
+	assert_int_equal(st.executors_live, 1);
+	/* Nobody may name it. */
+	cbcmn_spawn_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn_ex(NULL, n, nap_runner, NULL, &o, NULL), -EINVAL);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	t_destroy(rt);
+
+	cfg.flags = CBCMN_CONFIG_LAB;
+	rt = t_runtime_cfg(&cfg);
+	assert_int_equal(rt->spare, 0);
+	assert_int_equal(rt->nexec, 1);
+	t_destroy(rt);
+
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1;
+	cfg.policy = CBCMN_PIN_NONE;
+	rt = t_runtime_cfg(&cfg);
+	assert_int_equal(rt->spare, 0);
+	t_destroy(rt);
+
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.policy = CBCMN_PIN_NONE;
+	cfg.stall_ns = CBCMN_STALL_OFF;
+	rt = t_runtime_cfg(&cfg);
+	assert_int_equal(rt->spare, 0);
+	t_destroy(rt);
+}
+
+/* The bug (found in review, before it shipped): a static runtime of
+ * CBCMN_MAX_EXECUTORS executors kept a spare at index
+ * CBCMN_MAX_EXECUTORS, one word past the idle and mail bitmaps (inside
+ * the runtime's record: no sanitizer sees it) and past what a watcher
+ * accepts (cbcmn-top would refuse the segment).  None there: it is full. */
+static void test_regression_runtime_of_max_executors_keeps_no_spare(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = CBCMN_MAX_EXECUTORS;
+	cfg.policy = CBCMN_PIN_NONE;
+	cfg.ring_entries = 8;
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	assert_int_equal(rt->spare, 0);
+	assert_int_equal(rt->nexec, CBCMN_MAX_EXECUTORS);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_int_equal(st.executors, CBCMN_MAX_EXECUTORS);
+	t_destroy(rt);
+}
+
 /* ---- liveness 2: a task woken for a stalled home -------------------------- */
 
 struct home {
@@ -648,6 +912,12 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_regression_child_queued_behind_a_blocked_read_runs_elsewhere),
 		T_WATCHED_TEST(test_stall_with_work_waiting_starts_a_temporary_executor),
+		T_WATCHED_TEST(test_regression_static_runtime_blocked_in_read_runs_its_child_on_the_spare),
+		T_WATCHED_TEST(test_regression_static_runtime_napping_in_usleep_runs_the_runnable_task),
+		T_WATCHED_TEST(test_spare_finishes_its_io_off_duty_then_retires),
+		T_WATCHED_TEST(test_destroy_while_the_spare_runs),
+		T_WATCHED_TEST(test_only_static_watched_runtimes_keep_a_spare),
+		T_WATCHED_TEST(test_regression_runtime_of_max_executors_keeps_no_spare),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_task_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_for_a_stalled_home_runs_elsewhere),
 		T_WATCHED_TEST(test_regression_task_woken_by_a_thread_before_the_stall_is_seen_runs_elsewhere),

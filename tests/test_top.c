@@ -813,6 +813,25 @@ static void test_batch_warns_stalled_by_task(void **state)
 		fail_msg("no stall warning in:\n%s", out);
 }
 
+/* A default runtime of one executor whose task blocks in read(2) with a
+ * task queued behind it (the block workload): the spare executor stands
+ * in, and the batch screen says so, beside the stall (its header counts
+ * 2 live executors of 1). */
+static void test_batch_names_the_spare_standing_in_for_a_blocked_executor(void **state)
+{
+	(void)state;
+	pid_t wl = workload_start_as("block", (uid_t)-1);
+	char pid[16], out[65536], err[4096];
+	snprintf(pid, sizeof(pid), "%d", (int)wl);
+	char *argv[] = {top, "-b", "-n", "3", "-d", "0.5", "-p", pid, "--no-bpf", NULL};
+	int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+	workload_stop(wl);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	if (!strstr(out, " (the spare executor stands in): ") || !strstr(out, "executors 2/1"))
+		fail_msg("no spare in:\n%s", out);
+}
+
 /* A minimal JSON checker: the whole line is one valid value. */
 static const char *js_value(const char *p);
 static const char *js_ws(const char *p)
@@ -1821,6 +1840,31 @@ static int64_t spin_task(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Yields for ever: work queued behind block_task's read. */
+static int64_t yield_task(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (cbcmn_yield(cx) == 0)
+		;
+	return 0;
+}
+
+/* Holds its executor in a read(2) nobody answers, with yield_task queued
+ * behind it. */
+static int64_t block_task(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int p[2];
+	cbcmn_nursery *n;
+	if (pipe(p) || cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) ||
+	    cbcmn_nursery_spawn(cx, n, yield_task, NULL, NULL))
+		return 1;
+	char c;
+	if (read(p[0], &c, 1) < 0) /* until the process is killed */
+		return 1;
+	return cbcmn_nursery_await_all(cx, n);
+}
+
 /* fib until secs have passed; false on a runtime error. */
 static bool fib_for(cbcmn_runtime *rt, double secs)
 {
@@ -1863,17 +1907,20 @@ static int stderr_workload(cbcmn_runtime *rt, const char *mode)
 
 /* --workload fib: the stand-in for cbcmn-run, fib on 2 executors until
  * killed; --workload spin: spin_task on one of 2 executors, the other
- * idle; die, flood, chatty: stderr_workload(). */
+ * idle; block: block_task on a runtime of 1; die, flood, chatty:
+ * stderr_workload(). */
 static int workload_main(const char *mode)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
+	cfg.workers = strcmp(mode, "block") ? 2 : 1;
 	cbcmn_runtime *rt;
 	if (cbcmn_runtime_create(&cfg, &rt))
 		return 1;
 	if (!strcmp(mode, "spin"))
 		return cbcmn_runtime_run(rt, spin_task, NULL, NULL) ? 1 : 0;
+	if (!strcmp(mode, "block"))
+		return cbcmn_runtime_run(rt, block_task, NULL, NULL) ? 1 : 0;
 	if (!strcmp(mode, "die") || !strcmp(mode, "flood") || !strcmp(mode, "chatty"))
 		return stderr_workload(rt, mode);
 	for (;;) {
@@ -1930,6 +1977,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_errors),
 		T_WATCHED_TEST(test_batch_text),
 		T_WATCHED_TEST(test_batch_warns_stalled_by_task),
+		T_WATCHED_TEST(test_batch_names_the_spare_standing_in_for_a_blocked_executor),
 		T_WATCHED_TEST(test_json_and_stat),
 		T_WATCHED_TEST(test_command_ends),
 		T_WATCHED_TEST(test_regression_command_ending_during_attach_is_reported_as_ended),

@@ -1453,9 +1453,21 @@ static void bench_bpf_overhead(void)
 struct iolat {
 	int fd;
 	_Atomic bool stop;
-	uint32_t n;
+	uint32_t n, ncpu;
 	double us[IOLAT_MAX];
+	/* The same writes in the CPU time of the writer's executor thread,
+	 * those that ended on the executor they began on: what ran there
+	 * meanwhile (the neighbours' slices included), without the pauses a
+	 * CPU quota or another process puts in wall time. */
+	double cpu_us[IOLAT_MAX];
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static int64_t iolat_hog(cbcmn_cx *cx, void *arg)
 {
@@ -1475,11 +1487,15 @@ static int64_t iolat_writer(cbcmn_cx *cx, void *arg)
 	uint64_t stop = mono_ns() + (duration_set ? (uint64_t)duration_s : 1) * 1000000000ull;
 	int64_t rc = 0;
 	while (l->n < IOLAT_MAX && mono_ns() < stop) {
-		uint64_t t0 = mono_ns();
+		uint32_t ex = cbcmn_cx_executor(cx);
+		uint64_t c0 = thread_cpu_ns(), t0 = mono_ns();
 		rc = cbcmn_write(cx, l->fd, "x", 1);
 		if (rc != 1)
 			break;
-		l->us[l->n++] = (double)(mono_ns() - t0) / 1e3;
+		uint64_t t1 = mono_ns(), c1 = thread_cpu_ns();
+		l->us[l->n++] = (double)(t1 - t0) / 1e3;
+		if (cbcmn_cx_executor(cx) == ex)
+			l->cpu_us[l->ncpu++] = (double)(c1 - c0) / 1e3;
 		cbcmn_sleep(cx, 1000000); /* 1 ms: a request now and then */
 	}
 	atomic_store(&l->stop, true);
@@ -1553,6 +1569,12 @@ static void bench_iolat(void)
 			die("iolat: no write completed", -EIO);
 		printf("iolat write_p50_us%s %.1f\n", modes[m].mode, percentile(l->us, (int)l->n, 0.50));
 		printf("iolat write_p99_us%s %.1f\n", modes[m].mode, percentile(l->us, (int)l->n, 0.99));
+		if (l->ncpu) {
+			printf("iolat write_p50_cpu_us%s %.1f\n", modes[m].mode,
+			       percentile(l->cpu_us, (int)l->ncpu, 0.50));
+			printf("iolat write_p99_cpu_us%s %.1f\n", modes[m].mode,
+			       percentile(l->cpu_us, (int)l->ncpu, 0.99));
+		}
 		free(l);
 	}
 }
@@ -1751,7 +1773,7 @@ static const struct bench {
 	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
 	{"actors", bench_actors, "us per restart of a crashing child by a one-for-one supervisor (20 000)"},
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
-	{"iolat", bench_iolat, "1-byte write p50/p99 us beside 16 tasks computing 2 ms each, with and without the time bound"},
+	{"iolat", bench_iolat, "1-byte write p50/p99 us, wall and CPU time, beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,
 	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},
 	{"bpf-host-switch", bench_bpf_host_switch,

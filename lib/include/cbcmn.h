@@ -417,8 +417,14 @@ typedef struct cbcmn_config {
 	 * .stalled_task, the exec_stall probe), lets other executors take
 	 * its deque and next-task slot, sends tasks woken for it elsewhere,
 	 * and starts one more executor if work waits and the runtime has
-	 * room (min_workers < workers).  0: 10 ms; CBCMN_STALL_OFF: no
-	 * monitor.  Lab mode never runs one (its runs repeat). */
+	 * room (min_workers < workers).  A runtime without room (the
+	 * default, min_workers = workers) keeps a spare executor, started
+	 * only while a stalled executor's thread sleeps in a blocking call
+	 * with work waiting and retired once no executor is stalled: it is
+	 * not counted in cbcmn_runtime_workers() nor cbcmn_stats.executors
+	 * (executors_live counts it while it runs) and cannot be named by a
+	 * placement.  0: 10 ms; CBCMN_STALL_OFF: no monitor and no spare.
+	 * Lab mode never runs one (its runs repeat). */
 	uint64_t stall_ns;
 } cbcmn_config;
 

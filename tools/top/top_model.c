@@ -527,10 +527,14 @@ static void update_rows(struct top_model *m)
 		if (dt > 0 && e->ring_msgs_backpressure > pe->ring_msgs_backpressure)
 			warn(m, TOP_WARN_BACKPRESSURE, i, "ring back-pressure: %.0f/s (SQ full, CQ overflow or a full lane)",
 			     rate(e->ring_msgs_backpressure, pe->ring_msgs_backpressure, dt));
+		/* More executors live than the program's: the spare stands
+		 * in for a stalled one (docs/SCHEDULER.md, "Stalls"). */
 		if (e->stalled_task)
-			warn(m, TOP_WARN_STALLED, i, "stalled by task %llu: one run past stall_ns "
+			warn(m, TOP_WARN_STALLED, i, "stalled by task %llu%s: one run past stall_ns "
 			     "(a blocking call or a loop without checkpoints)",
-			     (unsigned long long)e->stalled_task);
+			     (unsigned long long)e->stalled_task,
+			     s->st.executors_live > s->st.executors ? " (the spare executor stands in)"
+								    : "");
 		else if (dt > 0 && e->stalls > pe->stalls)
 			warn(m, TOP_WARN_STALLED, i, "%llu stalls ended in the interval",
 			     (unsigned long long)(e->stalls - pe->stalls));
