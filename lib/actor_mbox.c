@@ -112,12 +112,25 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 }
 
 /* cbcmn_actor_stop(): senders get -ESRCH, the receiver -ESHUTDOWN. */
-void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
+bool cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 {
 	cbcmn__mb_fail_senders(a, wl, -ESRCH);
 	struct cbcmn__mb_wait *r = recv_claim(a);
 	if (r)
 		cbcmn__wakes_add(wl, &r->qw, -ESHUTDOWN);
+	return r != NULL;
+}
+
+/* The message a DOWN or EXIT record stands for (the record is freed after). */
+static void sys_msg(cbcmn_actor_msg *m, const struct cbcmn__monitor *mon)
+{
+	*m = (cbcmn_actor_msg){.type = mon->type, .from = mon->target};
+	if (mon->type == CBCMN_ACTOR_EXIT) {
+		m->body.exit.reason = mon->reason;
+	} else {
+		m->body.down.monitor = mon->id;
+		m->body.down.reason = mon->reason;
+	}
 }
 
 static bool down_due(const struct cbcmn__actor *a)
@@ -134,9 +147,7 @@ void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 	 * nothing due): it may take it at once. */
 	struct cbcmn__mb_wait *r;
 	if (!a->sys_head && a->count == 0 && (r = recv_claim(a))) {
-		*r->dst = (cbcmn_actor_msg){.type = CBCMN_ACTOR_DOWN, .from = mon->target};
-		r->dst->body.down.monitor = mon->id;
-		r->dst->body.down.reason = mon->reason;
+		sys_msg(r->dst, mon);
 		free(mon);
 		cbcmn__wakes_add(wl, &r->qw, 0);
 		return;
@@ -418,9 +429,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, self->exec);
 	if (down) {
-		*m = (cbcmn_actor_msg){.type = CBCMN_ACTOR_DOWN, .from = down->target};
-		m->body.down.monitor = down->id;
-		m->body.down.reason = down->reason;
+		sys_msg(m, down);
 		free(down);
 	}
 	probe_receive(a, m, rc);

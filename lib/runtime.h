@@ -731,6 +731,11 @@ int64_t cbcmn__abi_call(struct cbcmn_task *t);
 int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg);
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result);
 void cbcmn__actors_fini(struct cbcmn_runtime *rt);
+/* Actor task t was stopped: it counts as cancelled (cbcmn__task_cancelled()).
+ * joining: actor task self awaits nursery n (NULL: no more), which a stop
+ * cancels (nursery.c). */
+bool cbcmn__actor_stopped(const struct cbcmn_task *t);
+void cbcmn__actor_joining(struct cbcmn_task *self, struct cbcmn_nursery *n);
 static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
 {
 	return !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__actor_main;
