@@ -17,16 +17,29 @@
 
 #include "actor.h"
 #include "fault.h"
+#include "probes.h"
 #include "rng.h"
 #include "statseg.h"
 
 /* Migration (docs/ACTORS.md "Migration"): look every MIGRATE_EVERY-th
- * full-quantum yield; move when our load is above nominal and more than
- * 5/4 of the other's; at most one move per turn of our wheel, and an
- * actor moved rests MIGRATE_REST nominal turns before it moves again. */
+ * full-quantum yield and every MIGRATE_EVERY-th wake admitted; move when
+ * our load is above nominal and more than 3/2 of the other's (5/4 let
+ * measurement noise on a loaded machine move actors between two equally
+ * loaded executors); at most one move per MIGRATE_GAP_TURNS turns of our
+ * wheel, and an actor moved rests MIGRATE_REST nominal turns before it
+ * moves again. */
 #define MIGRATE_EVERY 8u
 #define MIGRATE_MIN_LOAD 1000u
 #define MIGRATE_REST 4u
+/* Turns of our wheel between two hand-overs: the load is an average over
+ * 8 turns, ours and the receiver's show a move only after that many; one
+ * move per turn overshot (docs/ACTORS.md "Migration"). */
+#define MIGRATE_GAP_TURNS 8u
+/* Turns our wheel must have been busy before it hands anything over: a
+ * young wheel's load is a few turns' worth, and executors started
+ * together need those turns to publish theirs (moves on half-built loads
+ * left a balanced start unbalanced). */
+#define MIGRATE_WARM_TURNS 16u
 
 struct cbcmn__awheel {
 	struct cbcmn__wheel w;
@@ -38,7 +51,9 @@ struct cbcmn__awheel {
 	struct cbcmn__actor *picked;
 	uint64_t picked_ns;
 	uint32_t yields;          /* full-quantum yields, for MIGRATE_EVERY */
+	uint32_t wakes;           /* woken actors admitted, likewise */
 	uint64_t moved_turn;      /* turns + 1 at our last hand-over; 0: none */
+	uint64_t busy_turn;       /* turns when the wheel last became non-empty */
 };
 
 static uint64_t clock_ns(void)
@@ -74,6 +89,7 @@ static void publish(struct cbcmn__exec *e, struct cbcmn__awheel *aw, bool empty)
 	 * (watch.c), as the wheel itself will when it is next used. */
 	atomic_store_explicit(&s->load_idle_since, empty ? aw->w.turn_start : 0,
 			      memory_order_relaxed);
+	atomic_store_explicit(&s->load_at, aw->w.turn_start, memory_order_relaxed);
 	aw->idle_published = empty;
 	aw->turns_published = aw->w.turns;
 }
@@ -94,7 +110,9 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 	aw->turns_published = 0;
 	aw->picked = NULL;
 	aw->yields = 0;
+	aw->wakes = 0;
 	aw->moved_turn = 0;
+	aw->busy_turn = 0;
 	e->wheel = aw;
 	return aw;
 }
@@ -106,6 +124,7 @@ static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t n
 	if (cbcmn__wheel_ready(&aw->w))
 		return;
 	cbcmn__wheel_idle(&aw->w, now ? now : clock_ns());
+	aw->busy_turn = aw->w.turns;
 	publish(e, aw, false);
 }
 
@@ -136,12 +155,96 @@ struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e)
 	return take(e, aw);
 }
 
+/* Should actor task t, ready on e, go to a less loaded executor (seed 003
+ * "Actor migration")?  That executor, or NULL.  Pinned actors and posse
+ * members never move; the lab's runs must repeat. */
+static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *aw,
+				   const struct cbcmn__actor *a, const struct cbcmn_task *t,
+				   uint64_t now)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint32_t nlive = cbcmn__nlive(rt);
+	if (nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED) || a->posse)
+		return NULL;
+	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
+	if (self <= MIGRATE_MIN_LOAD || aw->w.turns < aw->busy_turn + MIGRATE_WARM_TURNS ||
+	    (aw->moved_turn && aw->w.turns + 1 < aw->moved_turn + MIGRATE_GAP_TURNS) ||
+	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
+		return NULL;
+	/* One executor at random (the lookup array, seed 003). */
+	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
+	struct cbcmn__exec *o = rt->exec[id >= e->id ? id + 1 : id];
+	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING)
+		return NULL;
+	const struct cbcmn__seg_actors *oa = &o->ss->act;
+	uint64_t other = cbcmn__seg_actor_load(oa, now);
+	/* Busy, but its last turn ended longer ago than four of its turns
+	 * (at its own load) take: its thread is not running (descheduled, its
+	 * cgroup throttled), its figure is stale, and its actors get no CPU
+	 * either: sending more there would not help.  Measured: without this,
+	 * a balanced start went 39/9 while one executor stood still. */
+	uint64_t at = atomic_load_explicit(&oa->load_at, memory_order_relaxed);
+	uint64_t onom = atomic_load_explicit(&oa->load_nominal_ns, memory_order_relaxed);
+	if (at && onom && !atomic_load_explicit(&oa->load_idle_since, memory_order_relaxed) &&
+	    now > at && now - at > 4 * onom * (other > 1000 ? other : 1000) / 1000)
+		return NULL;
+	if (self * 2 <= other * 3)
+		return NULL; /* within a half: no move (hysteresis) */
+	return o;
+}
+
+/* Hand actor task t over to o through the lanes (case: 1 or 3, for the
+ * probe).  True: it is on its way there; false: the lane is full. */
+static bool hand_over(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		      struct cbcmn_task *t, struct cbcmn__exec *o, uint64_t now, uint32_t why)
+{
+	/* Its owner from now on, so that the wake there does not send it
+	 * back home (cbcmn__schedule()); a ready task in flight is read by
+	 * no one else, and the lane orders these writes before its taker.
+	 * Case 1 enters o's wheel N segments forward (seed); a woken one
+	 * as any arrival, in the next segment. */
+	a->migrated = why == 1;
+	a->moved_ns = now;
+	a->park_exec = 0;
+	t->exec = o;
+	if (cbcmn__xmsg_send(e, o->id, CBCMN__XM_WAKE, t, NULL, NULL) != 0) {
+		t->exec = e; /* the lane is full: it stays */
+		a->migrated = false;
+		return false;
+	}
+	aw->moved_turn = aw->w.turns + 1;
+	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
+	CBCMN_PROBE5(actor_migrate, a->ref, e->id, o->id, why, e->rt->seg.rt_id);
+	return true;
+}
+
+/* Actor task t just used its whole quantum on e (the seed's first case):
+ * hand it to a random other executor if ours is overloaded against it.
+ * True: it is on its way there. */
+static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		    struct cbcmn_task *t, uint64_t now)
+{
+	if (++aw->yields % MIGRATE_EVERY)
+		return false;
+	struct cbcmn__exec *o = move_to(e, aw, a, t, now);
+	return o && hand_over(e, aw, a, t, o, now, 1);
+}
+
 bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	struct cbcmn__awheel *aw = wheel_get(e);
 	if (!aw)
 		return false;
 	struct cbcmn__actor *a = t->arg;
+	/* Woken after a wait (the seed's third case: an idle actor that
+	 * just became runnable, cold anyway): it may go where the load is
+	 * lower instead, looked at every MIGRATE_EVERY-th such admission. */
+	if (a->park_exec && !a->migrated && ++aw->wakes % MIGRATE_EVERY == 0) {
+		uint64_t now = clock_ns();
+		struct cbcmn__exec *o = move_to(e, aw, a, t, now);
+		if (o && hand_over(e, aw, a, t, o, now, 3))
+			return true; /* taken care of: on its way there */
+	}
 	entering(e, aw, 0);
 	a->task = t;
 	if (a->migrated)
@@ -195,46 +298,6 @@ static uint32_t run_end(struct cbcmn__awheel *aw, struct cbcmn__actor *a,
 		used = aw->w.quantum;
 	cbcmn__wheel_timed(&aw->w, (uint32_t)used, now > a->run_t0 ? now - a->run_t0 : 0);
 	return (uint32_t)used;
-}
-
-/* Actor task t just used its whole quantum on e (seed 003 "Actor
- * migration", the first case): hand it to a random other executor if ours
- * is overloaded against it.  True: it is on its way there. */
-static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
-		    struct cbcmn_task *t, uint64_t now)
-{
-	struct cbcmn_runtime *rt = e->rt;
-	uint32_t nlive = cbcmn__nlive(rt);
-	/* Pinned actors never move; the lab's runs must repeat. */
-	if (++aw->yields % MIGRATE_EVERY || nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED))
-		return false;
-	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
-	if (self <= MIGRATE_MIN_LOAD || aw->moved_turn == aw->w.turns + 1 ||
-	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
-		return false;
-	/* One executor at random (the lookup array, seed 003). */
-	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
-	struct cbcmn__exec *o = rt->exec[id >= e->id ? id + 1 : id];
-	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING)
-		return false;
-	uint64_t other = cbcmn__seg_actor_load(&o->ss->act, now);
-	if (self * 4 <= other * 5)
-		return false; /* within a quarter: no move (hysteresis) */
-	/* Its owner from now on, so that the wake there does not send it
-	 * back home (cbcmn__schedule()); a ready task in flight is read by
-	 * no one else, and the lane orders these writes before its taker. */
-	a->migrated = true;
-	a->moved_ns = now;
-	a->park_exec = 0;
-	t->exec = o;
-	if (cbcmn__xmsg_send(e, o->id, CBCMN__XM_WAKE, t, NULL, NULL) != 0) {
-		t->exec = e; /* the lane is full: it stays */
-		a->migrated = false;
-		return false;
-	}
-	aw->moved_turn = aw->w.turns + 1;
-	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
-	return true;
 }
 
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)

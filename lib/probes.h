@@ -36,6 +36,7 @@
 	XX(actor_send, 5)     /* to ref, from ref (0: not an actor), result, 1 = it waited for room, rt */ \
 	XX(actor_receive, 4)  /* actor ref, message type (0: none), result, rt */ \
 	XX(actor_halt, 4)     /* actor ref, halt reason, messages dropped, rt */ \
+	XX(actor_migrate, 5)  /* actor ref, from executor, to executor, case (1 yield, 3 wake), rt */ \
 	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */
 
 #define CBCMN__SEMA_DECL(name, n) extern volatile unsigned short cbcmn_##name##_semaphore;

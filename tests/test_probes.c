@@ -49,7 +49,8 @@ static void test_every_documented_probe_is_present(void **state)
 					     "wake", "lock_contended", "task_panic", "doorbell",
 					     "doorbell_coalesced", "xmsg", "exec_start", "exec_stop",
 					     "accept_error", "actor_spawn", "actor_send",
-					     "actor_receive", "actor_halt", "exec_stall"};
+					     "actor_receive", "actor_halt", "actor_migrate",
+					     "exec_stall"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!has_probe(names[i]))
 			fail_msg("probe cbcmn:%s (with a semaphore) is not in libcbcmn.so", names[i]);
@@ -70,7 +71,7 @@ static void test_probes_carry_the_runtime_id(void **state)
 		{"wake", 3}, {"lock_contended", 2}, {"task_panic", 3}, {"doorbell", 4},
 		{"doorbell_coalesced", 3}, {"xmsg", 4}, {"exec_start", 4}, {"exec_stop", 3},
 		{"accept_error", 4}, {"actor_spawn", 4}, {"actor_send", 5},
-		{"actor_receive", 4}, {"actor_halt", 4}, {"exec_stall", 4},
+		{"actor_receive", 4}, {"actor_halt", 4}, {"actor_migrate", 5}, {"exec_stall", 4},
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		char key[64];
