@@ -2301,6 +2301,103 @@ static void test_stop_during_reads_loses_no_byte(void **state)
 	t_destroy(rt);
 }
 
+/* Stops at random moments of an actor that keeps changing what it waits
+ * on (a sleep, a channel, its own mailbox, a full peer mailbox, a join, a
+ * link): it always ends, with the stop's reason, and nothing leaks (ASan). */
+
+struct stopany {
+	cbcmn_chan *ch;
+	cbcmn_actor_ref full;
+	_Atomic int running;
+	_Atomic long calls;
+};
+
+static int64_t any_child(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return cbcmn_sleep(cx, 200000);
+}
+
+static int64_t stopany_actor(cbcmn_cx *cx, void *arg)
+{
+	struct stopany *s = arg;
+	atomic_store(&s->running, 1);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	int v = 0;
+	cbcmn_nursery *n;
+	for (uint64_t i = 0;; i++) {
+		atomic_fetch_add_explicit(&s->calls, 1, memory_order_relaxed);
+		switch (i % 6) {
+		case 0:
+			cbcmn_sleep(cx, 100000);
+			break;
+		case 1:
+			cbcmn_chan_recv_timeout(cx, s->ch, &v, 100000);
+			break;
+		case 2:
+			if (cbcmn_actor_receive(cx, &m, 100000) == -ESHUTDOWN)
+				return 0; /* stopped: the stop's reason is ours */
+			break;
+		case 3:
+			cbcmn_actor_send_timeout(NULL, cx, s->full, &m, 100000);
+			break;
+		case 4:
+			if (open_n(cx, &n) == 0) {
+				cbcmn_nursery_spawn(cx, n, any_child, NULL, NULL);
+				cbcmn_nursery_await_all(cx, n);
+			}
+			break;
+		case 5:
+			cbcmn_actor_link(cx, s->full);
+			cbcmn_actor_unlink(cx, s->full);
+			CBCMN_CHECKPOINT(cx);
+			break;
+		}
+	}
+}
+
+static int64_t stopany_main(cbcmn_cx *cx, void *arg)
+{
+	struct stopany *s = arg;
+	cbcmn_nursery *nf;
+	TASK_CHECK(open_n(cx, &nf) == 0);
+	_Atomic int release = 0;
+	/* Trapping: a stop that lands between the link and the unlink sends
+	 * it an EXIT (never received, freed at its halt), not a stop. */
+	cbcmn_actor_opts one = {.mailbox_cap = 1, .trap_exit = true};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nf, holds_full, &release, &one, &s->full) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->full, &m) == 0);
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+	for (int r = 0; r < STRESS(60); r++) {
+		cbcmn_nursery *n;
+		cbcmn_actor_ref a;
+		atomic_store(&s->running, 0);
+		TASK_CHECK(open_n(cx, &n) == 0);
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, stopany_actor, s, NULL, &a) == 0);
+		while (!atomic_load(&s->running))
+			cbcmn_yield(cx);
+		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+		cbcmn_sleep(cx, seed % 1500000); /* 0 to 1.5 ms in */
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, a, -61) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == -61);
+	}
+	atomic_store(&release, 1);
+	return cbcmn_nursery_await_all(cx, nf);
+}
+
+static void test_stop_at_any_point_always_ends_the_actor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct stopany s = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &s.ch), 0);
+	t_run(rt, stopany_main, &s, 0);
+	assert_true(atomic_load(&s.calls) > 0);
+	assert_int_equal(cbcmn_chan_destroy(s.ch), 0);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -2381,6 +2478,7 @@ int main(void)
 		T(test_link_cycle_with_a_trapper_ends_once),
 		T(test_stop_interrupts_sleep_chan_io_join_and_send),
 		T(test_stop_during_reads_loses_no_byte),
+		T(test_stop_at_any_point_always_ends_the_actor),
 		T(test_bad_input),
 	};
 #undef T
