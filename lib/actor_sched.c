@@ -21,8 +21,8 @@
 #include "rng.h"
 #include "statseg.h"
 
-/* Migration (docs/ACTORS.md "Migration"): look every MIGRATE_EVERY-th
- * full-quantum yield and every MIGRATE_EVERY-th wake admitted; move when
+/* Migration (docs/ACTORS.md "Migration"): look at one in MIGRATE_EVERY
+ * full-quantum yields and wakes admitted, at random; move when
  * our load is above nominal and more than 3/2 of the other's (5/4 let
  * measurement noise on a loaded machine move actors between two equally
  * loaded executors); at most one move per MIGRATE_GAP_TURNS turns of our
@@ -50,10 +50,10 @@ struct cbcmn__awheel {
 	 * start (run_begin() reads the clock only for other runs). */
 	struct cbcmn__actor *picked;
 	uint64_t picked_ns;
-	uint32_t yields;          /* full-quantum yields, for MIGRATE_EVERY */
-	uint32_t wakes;           /* woken actors admitted, likewise */
 	uint64_t moved_turn;      /* turns + 1 at our last hand-over; 0: none */
 	uint64_t busy_turn;       /* turns when the wheel last became non-empty */
+	uint64_t over_turn;       /* turns + 1 at the first of the looks since that
+				   * found us overloaded; 0: the last look did not */
 };
 
 static uint64_t clock_ns(void)
@@ -109,10 +109,9 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 	aw->idle_published = true;
 	aw->turns_published = 0;
 	aw->picked = NULL;
-	aw->yields = 0;
-	aw->wakes = 0;
 	aw->moved_turn = 0;
 	aw->busy_turn = 0;
+	aw->over_turn = 0;
 	e->wheel = aw;
 	return aw;
 }
@@ -155,6 +154,18 @@ struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e)
 	return take(e, aw);
 }
 
+/* Look at migration this time?  One time in MIGRATE_EVERY, at random:
+ * every 8th yield by count aliased with the wheel's round robin, which
+ * yields its actors in a fixed cycle, so that the same few were always
+ * the ones looked at (with 32 actors, 4 of them: found when those were
+ * all posse members and nothing ever moved). */
+static bool look(struct cbcmn__exec *e)
+{
+	/* Never in the lab (nothing moves there), whose runs repeat only
+	 * if its random draws do. */
+	return !e->rt->lab && cbcmn__rng_below(&e->rng, MIGRATE_EVERY) == 0;
+}
+
 /* Should actor task t, ready on e, go to a less loaded executor (seed 003
  * "Actor migration")?  That executor, or NULL.  Pinned actors and posse
  * members never move; the lab's runs must repeat. */
@@ -167,7 +178,11 @@ static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *
 	if (nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED) || a->posse)
 		return NULL;
 	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
-	if (self <= MIGRATE_MIN_LOAD || aw->w.turns < aw->busy_turn + MIGRATE_WARM_TURNS ||
+	if (self <= MIGRATE_MIN_LOAD) {
+		aw->over_turn = 0; /* not overloaded: a later move starts over */
+		return NULL;
+	}
+	if (aw->w.turns < aw->busy_turn + MIGRATE_WARM_TURNS ||
 	    (aw->moved_turn && aw->w.turns + 1 < aw->moved_turn + MIGRATE_GAP_TURNS) ||
 	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
 		return NULL;
@@ -188,8 +203,21 @@ static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *
 	if (at && onom && !atomic_load_explicit(&oa->load_idle_since, memory_order_relaxed) &&
 	    now > at && now - at > 4 * onom * (other > 1000 ? other : 1000) / 1000)
 		return NULL;
-	if (self * 2 <= other * 3)
+	if (self * 2 <= other * 3) {
+		aw->over_turn = 0;
 		return NULL; /* within a half: no move (hysteresis) */
+	}
+	/* Overloaded against o: a move only if we were at our first such
+	 * look at least MIGRATE_GAP_TURNS turns ago and at every look since
+	 * (a lasting load, not a few odd turns: measured, the residue of
+	 * noise that still moved one actor in some 1.5 s runs of a balanced
+	 * runtime). */
+	if (!aw->over_turn) {
+		aw->over_turn = aw->w.turns + 1;
+		return NULL;
+	}
+	if (aw->w.turns + 1 < aw->over_turn + MIGRATE_GAP_TURNS)
+		return NULL;
 	return o;
 }
 
@@ -213,6 +241,7 @@ static bool hand_over(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cb
 		return false;
 	}
 	aw->moved_turn = aw->w.turns + 1;
+	aw->over_turn = 0;
 	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
 	CBCMN_PROBE5(actor_migrate, a->ref, e->id, o->id, why, e->rt->seg.rt_id);
 	return true;
@@ -224,7 +253,7 @@ static bool hand_over(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cb
 static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
 		    struct cbcmn_task *t, uint64_t now)
 {
-	if (++aw->yields % MIGRATE_EVERY)
+	if (!look(e))
 		return false;
 	struct cbcmn__exec *o = move_to(e, aw, a, t, now);
 	return o && hand_over(e, aw, a, t, o, now, 1);
@@ -238,8 +267,8 @@ bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
 	struct cbcmn__actor *a = t->arg;
 	/* Woken after a wait (the seed's third case: an idle actor that
 	 * just became runnable, cold anyway): it may go where the load is
-	 * lower instead, looked at every MIGRATE_EVERY-th such admission. */
-	if (a->park_exec && !a->migrated && ++aw->wakes % MIGRATE_EVERY == 0) {
+	 * lower instead, looked at as a yield is (look()). */
+	if (a->park_exec && !a->migrated && look(e)) {
 		uint64_t now = clock_ns();
 		struct cbcmn__exec *o = move_to(e, aw, a, t, now);
 		if (o && hand_over(e, aw, a, t, o, now, 3))

@@ -477,7 +477,7 @@ static void test_posse_members_never_migrate(void **state)
  * although it never uses a whole quantum (the first case never applies). */
 
 struct wake3 {
-	_Atomic int stop, started;
+	_Atomic int stop, started, hold;
 	cbcmn_actor_ref r;
 	uint64_t moved;
 };
@@ -486,6 +486,18 @@ static int64_t wake3_hog(cbcmn_cx *cx, void *arg)
 {
 	struct wake3 *w = arg;
 	atomic_fetch_add(&w->started, 1);
+	while (!atomic_load_explicit(&w->stop, memory_order_relaxed))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+/* Keeps executor 1 busy with a plain task (its wheel stays empty: load
+ * 0), so that it steals nothing from executor 0: the receiver's wakes
+ * all land there, and only a migration moves it. */
+static int64_t wake3_hold1(cbcmn_cx *cx, void *arg)
+{
+	struct wake3 *w = arg;
+	atomic_store(&w->hold, 1);
 	while (!atomic_load_explicit(&w->stop, memory_order_relaxed))
 		CBCMN_CHECKPOINT(cx);
 	return 0;
@@ -510,6 +522,9 @@ static int64_t wake3_boss(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(open_n(cx, &nr) == 0);
 	cbcmn_actor_opts pin0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
 	cbcmn_actor_ref h;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, wake3_hold1, w, NULL) == 0);
+	while (!atomic_load(&w->hold))
+		cbcmn_sleep(cx, 1000000);
 	for (int i = 0; i < SHED_HOGS; i++)
 		TASK_CHECK(cbcmn_actor_spawn(cx, nh, wake3_hog, w, &pin0, &h) == 0);
 	/* Overloaded before the receiver exists. */
@@ -520,10 +535,10 @@ static int64_t wake3_boss(cbcmn_cx *cx, void *arg)
 	 * receiver's.  Fewer receives than a quantum (1024 checkpoints and
 	 * calls): it never yields for fairness, so the first case cannot
 	 * move it, only the third, at a wake. */
-	for (uint64_t i = 0; i < 300 && migrations(rt, 0) + migrations(rt, 1) == 0; i++) {
+	for (uint64_t i = 0; i < 900 && migrations(rt, 0) + migrations(rt, 1) == 0; i++) {
 		cbcmn_actor_msg m = {.type = M_PING, .body.u64 = {i}};
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->r, &m) == 0);
-		cbcmn_sleep(cx, 100000);
+		cbcmn_sleep(cx, 1000000); /* the wheel warms up meanwhile (16 turns) */
 	}
 	w->moved = migrations(rt, 0) + migrations(rt, 1);
 	cbcmn_actor_msg q = {.type = M_QUIT};
@@ -553,10 +568,10 @@ static void test_woken_actor_leaves_an_overloaded_executor(void **state)
  * once, in each sender's order. */
 
 #define MIG_G 24     /* per side: about 1.5 nominal turns of load */
-#define MIG_PHASES 4
+#define MIG_PHASES 3
 #define MIG_SENDERS 3 /* two tasks and a thread */
 /* A phase ends once the receiver ran on the idle side, or after this. */
-#define MIG_PHASE_NS ((T_ASAN || T_TSAN) ? 3000000000ull : 1000000000ull)
+#define MIG_PHASE_NS ((T_ASAN || T_TSAN) ? 1000000000ull : 500000000ull)
 
 struct mig {
 	_Atomic int phase, stop_hogs, stop_sending, hogs_started;
