@@ -237,9 +237,11 @@ CBCMN_API cbcmn_actor_ref cbcmn_actor_self(const cbcmn_cx *cx);
  * call or an I/O call under way return CBCMN_ECANCELED (an I/O that had
  * completed returns its result instead, never ECANCELED), a nursery it
  * awaits is cancelled (its await_all returns once those children ended),
- * and from then on every blocking call, checkpoint and yield of the actor
- * returns CBCMN_ECANCELED while its receive returns -ESHUTDOWN.  An actor
- * that computes without a checkpoint is not interrupted.  Idempotent: the
+ * and from then on every blocking call and yield of the actor returns
+ * CBCMN_ECANCELED while its receive returns -ESHUTDOWN, and its next
+ * CBCMN_CHECKPOINT() that reaches the slow path ends it (as a cancelled
+ * task's does).  An actor that computes without a checkpoint is not
+ * interrupted.  Idempotent: the
  * first reason wins.  Returns 0, -ESRCH (already halted), -EINVAL.  Any
  * thread, any task; rt and cx as for cbcmn_actor_send(). */
 CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
