@@ -38,9 +38,10 @@
 /* Turns our wheel must have been busy before it hands anything over: a
  * young wheel's load is a few turns' worth, and executors started
  * together need those turns to publish theirs (moves on half-built loads
- * left a balanced start unbalanced).  16 was measured too, no better on
- * the balanced test, and twice as slow to shed under TSan. */
-#define MIGRATE_WARM_TURNS 8u
+ * left a balanced start unbalanced).  8 was measured too: faster to shed
+ * (about half the time under TSan), but 2 balanced windows in 16 saw a
+ * move, against none in 26 with 16. */
+#define MIGRATE_WARM_TURNS 16u
 
 struct cbcmn__awheel {
 	struct cbcmn__wheel w;
