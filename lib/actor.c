@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "actor.h"
+#include "iwait.h"
 #include "probes.h"
 
 /* ---- the table ------------------------------------------------------------ */
@@ -118,11 +119,36 @@ struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor
 	return NULL;
 }
 
+/* A link's record naming peer, with the EXIT message it may become. */
+static struct cbcmn__link *link_new(cbcmn_actor_ref peer)
+{
+	struct cbcmn__link *l = cbcmn__malloc(sizeof(*l));
+	struct cbcmn__monitor *x = l ? cbcmn__calloc(1, sizeof(*x)) : NULL;
+	if (!x) {
+		free(l);
+		return NULL;
+	}
+	l->next = NULL;
+	l->peer = peer;
+	l->id = 0;
+	l->exit = x;
+	return l;
+}
+
+/* A link's record or a monitor's note (exit NULL), or NULL. */
+static void link_free(struct cbcmn__link *l)
+{
+	if (l) {
+		free(l->exit);
+		free(l);
+	}
+}
+
 static void free_links(struct cbcmn__link *l)
 {
 	while (l) {
 		struct cbcmn__link *next = l->next;
-		free(l);
+		link_free(l);
 		l = next;
 	}
 }
@@ -162,14 +188,51 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 	atomic_store_explicit(&rt->actors, NULL, memory_order_relaxed);
 }
 
+/* What a stop does once the slot is unlocked (lock ranks: the scope and
+ * registry locks, and a nursery's, come before a slot's): interrupt the
+ * stopped actor's wait other than a receive, and cancel the nursery it
+ * awaits.  Each nursery held (cbcmn_nursery_hold()) while the actor was
+ * seen LIVE under its lock, so that it outlives the actor's end. */
+struct stop_post {
+	struct cbcmn_nursery *scan, *join;
+};
+
 /* Stop the locked actor a with reason (first reason wins). */
-static void stop_locked(struct cbcmn__actor *a, int64_t reason, struct cbcmn__wakes *wl)
+static void stop_locked(struct cbcmn__actor *a, int64_t reason, struct cbcmn__wakes *wl,
+			struct stop_post *post)
 {
 	if (a->stopping)
 		return;
 	a->stopping = true;
 	a->stop_reason = reason;
-	cbcmn__mb_stop(a, wl);
+	/* seq_cst: its task sees it at its next check (acquire, in
+	 * cbcmn__actor_stopped()), and a wait it registers after our scan's
+	 * look is caught by its own check after registering (iwait.c). */
+	atomic_store_explicit(&a->interrupted, 1, memory_order_seq_cst);
+	/* Waiting in receive: that wait ends here, there is no other.  Else
+	 * it may wait elsewhere (or run, and see the flag at its next call):
+	 * look through its nursery's waits for its own. */
+	if (!cbcmn__mb_stop(a, wl) && a->nursery) {
+		cbcmn_nursery_hold(a->nursery);
+		post->scan = a->nursery;
+	}
+	if (a->joining) {
+		cbcmn_nursery_hold(a->joining);
+		post->join = a->joining;
+	}
+}
+
+static void stop_finish(struct stop_post *post)
+{
+	if (post->scan) {
+		cbcmn__iwait_cancel_task_scan(post->scan);
+		cbcmn_nursery_release(post->scan);
+	}
+	if (post->join) {
+		cbcmn_nursery_cancel(post->join); /* -ESRCH: over already */
+		cbcmn_nursery_release(post->join);
+	}
+	*post = (struct stop_post){0};
 }
 
 /* Remove the first record naming peer with id (0: a link, else a
@@ -261,7 +324,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 			continue;
 		}
 		struct cbcmn__wakes dl = {0};
-		free(rec_take(&w->watching, m->target, m->id)); /* that monitor is over */
+		link_free(rec_take(&w->watching, m->target, m->id)); /* that monitor is over */
 		cbcmn__mb_put_down(w, m, &dl);
 		cbcmn__mutex_unlock(&w->lock);
 		cbcmn__wakes_run(&dl, e);
@@ -274,16 +337,30 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
 		if (p) {
 			struct cbcmn__wakes pl = {0};
+			struct stop_post post = {0};
 			/* Only a peer that still holds its side: one that
 			 * unlinked (its side first) is not stopped. */
 			struct cbcmn__link *theirs = link_take(&p->links, old);
-			if (theirs && reason != 0)
-				stop_locked(p, reason, &pl);
-			free(theirs);
+			if (theirs && p->trap_exit) {
+				/* Trapped: the record's EXIT instead of a stop,
+				 * after our messages to it (as a DOWN). */
+				struct cbcmn__monitor *x = theirs->exit;
+				theirs->exit = NULL;
+				x->type = CBCMN_ACTOR_EXIT;
+				x->watcher = l->peer;
+				x->target = old;
+				x->id = 0;
+				x->reason = reason;
+				cbcmn__mb_put_down(p, x, &pl);
+			} else if (theirs && reason != 0) {
+				stop_locked(p, reason, &pl, &post);
+			}
 			cbcmn__mutex_unlock(&p->lock);
+			link_free(theirs);
 			cbcmn__wakes_run(&pl, e);
+			stop_finish(&post);
 		}
-		free(l);
+		link_free(l);
 	}
 	/* Our own monitors: off their targets, or a long-lived target would
 	 * collect the monitors of every watcher that ever halted.  A target
@@ -296,7 +373,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 			free(monitor_take(p, old, l->id));
 			cbcmn__mutex_unlock(&p->lock);
 		}
-		free(l);
+		link_free(l);
 	}
 	CBCMN_PROBE4(actor_halt, old, reason, count, a->rt->seg.rt_id);
 	cbcmn__mutex_lock(&a->lock);
@@ -418,6 +495,11 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->fini = x ? x->fini : NULL;
 	a->stopping = false;
 	a->stop_reason = 0;
+	a->trap_exit = opts && opts->trap_exit;
+	atomic_store_explicit(&a->interrupted, 0, memory_order_relaxed); /* published by the lock */
+	a->nursery = n;
+	a->joining = NULL;
+	a->posse = opts ? opts->posse : 0;
 	a->wn.where = CBCMN__WN_NONE;
 	a->park_exec = 0; /* a new actor enters a wheel as new */
 	a->migrated = false;
@@ -474,10 +556,45 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	if (!a)
 		return -ESRCH;
 	struct cbcmn__wakes wl = {0};
-	stop_locked(a, reason, &wl);
+	struct stop_post post = {0};
+	stop_locked(a, reason, &wl, &post);
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
+	stop_finish(&post);
 	return 0;
+}
+
+bool cbcmn__actor_stopped(const struct cbcmn_task *t)
+{
+	const struct cbcmn__actor *a = t->arg;
+	/* acquire: pairs with the seq_cst store in stop_locked(). */
+	return atomic_load_explicit(&a->interrupted, memory_order_acquire) != 0;
+}
+
+void cbcmn__actor_joining(struct cbcmn_task *self, struct cbcmn_nursery *n)
+{
+	struct cbcmn__actor *a = self->arg;
+	cbcmn__mutex_lock(&a->lock);
+	a->joining = n;
+	/* Stopped before a stopper could see n: cancel it ourselves (we
+	 * opened it: it is alive). */
+	bool stop = n && a->stopping;
+	cbcmn__mutex_unlock(&a->lock);
+	if (stop)
+		cbcmn__nursery_cancel(n, 1);
+}
+
+int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on)
+{
+	int err;
+	struct cbcmn__actor *me = cbcmn__actor_caller((struct cbcmn_task *)cx, &err);
+	if (!me)
+		return err;
+	cbcmn__mutex_lock(&me->lock);
+	int prev = me->trap_exit;
+	me->trap_exit = on;
+	cbcmn__mutex_unlock(&me->lock);
+	return prev;
 }
 
 int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
@@ -491,13 +608,14 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 		return err;
 	cbcmn__stack_check(self);
 	struct cbcmn__monitor *m = cbcmn__calloc(1, sizeof(*m));
-	struct cbcmn__link *note = cbcmn__calloc(1, sizeof(*note));
+	struct cbcmn__link *note = cbcmn__calloc(1, sizeof(*note)); /* exit NULL: a note */
 	if (!m || !note) {
 		free(m);
 		free(note);
 		return -ENOMEM;
 	}
 	struct cbcmn__actors *t = atomic_load_explicit(&self->rt->actors, memory_order_relaxed);
+	m->type = CBCMN_ACTOR_DOWN;
 	m->watcher = me->ref;
 	m->target = target;
 	m->id = atomic_fetch_add_explicit(&t->next_monitor, 1, memory_order_relaxed) + 1;
@@ -530,7 +648,7 @@ int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 	m->reason = -ESRCH;
 	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&me->lock);
-	free(rec_take(&me->watching, target, m->id));
+	link_free(rec_take(&me->watching, target, m->id));
 	cbcmn__mb_put_down(me, m, &wl);
 	cbcmn__mutex_unlock(&me->lock);
 	return 0;
@@ -546,17 +664,13 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	if (target == me->ref)
 		return -EINVAL;
 	cbcmn__stack_check(self);
-	struct cbcmn__link *mine = cbcmn__malloc(sizeof(*mine));
-	struct cbcmn__link *theirs = cbcmn__malloc(sizeof(*theirs));
+	struct cbcmn__link *mine = link_new(target);
+	struct cbcmn__link *theirs = link_new(me->ref);
 	if (!mine || !theirs) {
-		free(mine);
-		free(theirs);
+		link_free(mine);
+		link_free(theirs);
 		return -ENOMEM;
 	}
-	mine->peer = target;
-	mine->id = 0;
-	theirs->peer = me->ref;
-	theirs->id = 0;
 	/* Our side first, one lock at a time.  Once their side is there,
 	 * their halt takes ours off (and stops us, as if it came right after
 	 * the link); if they are dead by then, we take it off ourselves.
@@ -567,27 +681,29 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 		/* Halting (a drop callback): the halt took our links already;
 		 * one now would be the slot's next actor's. */
 		cbcmn__mutex_unlock(&me->lock);
-		free(mine);
-		free(theirs);
+		link_free(mine);
+		link_free(theirs);
 		return -ESHUTDOWN;
 	}
 	struct cbcmn__link *dup = link_take(&me->links, target);
 	mine->next = me->links;
 	me->links = mine;
 	cbcmn__mutex_unlock(&me->lock);
-	free(dup); /* linked already: one record each side is enough */
+	link_free(dup); /* linked already: one record each side is enough */
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (!a) {
 		cbcmn__mutex_lock(&me->lock);
-		free(link_take(&me->links, target));
+		struct cbcmn__link *back = link_take(&me->links, target);
 		cbcmn__mutex_unlock(&me->lock);
-		free(theirs);
+		link_free(back);
+		link_free(theirs);
 		return -ESRCH;
 	}
-	free(link_take(&a->links, me->ref));
+	struct cbcmn__link *old = link_take(&a->links, me->ref);
 	theirs->next = a->links;
 	a->links = theirs;
 	cbcmn__mutex_unlock(&a->lock);
+	link_free(old);
 	return 0;
 }
 
@@ -604,12 +720,12 @@ int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref target)
 	cbcmn__mutex_lock(&me->lock);
 	struct cbcmn__link *mine = link_take(&me->links, target);
 	cbcmn__mutex_unlock(&me->lock);
-	free(mine);
+	link_free(mine);
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (a) {
 		struct cbcmn__link *theirs = link_take(&a->links, me->ref);
 		cbcmn__mutex_unlock(&a->lock);
-		free(theirs);
+		link_free(theirs);
 	}
 	return 0;
 }
@@ -644,7 +760,7 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 		cbcmn__mutex_unlock(&a->lock);
 		if (found) {
 			cbcmn__mutex_lock(&me->lock);
-			free(rec_take(&me->watching, target, id));
+			link_free(rec_take(&me->watching, target, id));
 			cbcmn__mutex_unlock(&me->lock);
 		}
 	} else {
@@ -657,7 +773,7 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 		cbcmn__mutex_lock(&me->lock);
 		struct cbcmn__monitor *prev = NULL;
 		for (struct cbcmn__monitor *m = me->sys_head; m; prev = m, m = m->next)
-			if (m->id == id && m->target == target) {
+			if (m->type == CBCMN_ACTOR_DOWN && m->id == id && m->target == target) {
 				found = m;
 				if (prev)
 					prev->next = m->next;

@@ -42,16 +42,20 @@ struct cbcmn__monitor {
 	uint64_t id;
 	int64_t reason;
 	uint64_t undelivered; /* the target's mailbox at its halt */
-	uint64_t seq; /* deliverable once the watcher has taken this many messages */
+	uint64_t seq;  /* deliverable once the watcher has taken this many messages */
+	uint32_t type; /* CBCMN_ACTOR_DOWN, or CBCMN_ACTOR_EXIT (a link's, id 0) */
 };
 
 /* A link (cbcmn_actor_link()): one record on each side, naming the peer.
  * Also a watcher's note of a monitor it set up (id: the monitor's; 0 for
- * a link), so that its halt takes the monitor off the target. */
+ * a link), so that its halt takes the monitor off the target.  A link's
+ * record carries the EXIT message its holder receives if it traps exits
+ * and the peer halts (allocated with the link: a halt needs no memory). */
 struct cbcmn__link {
 	struct cbcmn__link *next;
 	cbcmn_actor_ref peer;
 	uint64_t id;
+	struct cbcmn__monitor *exit; /* a link's; NULL for a note */
 };
 
 struct cbcmn__actor {
@@ -64,7 +68,15 @@ struct cbcmn__actor {
 	 * (cbcmn__actor_run()), the one thread that moves it. */
 	_Atomic uint32_t home;
 	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
+	bool trap_exit;           /* a linked peer's halt is an EXIT message */
 	int64_t stop_reason;
+	/* Set (under the lock) by a stop: its task counts as cancelled from
+	 * then on (cbcmn__actor_stopped(), read without the lock by the task
+	 * and by cancellation's scans), so that a stop ends any wait. */
+	_Atomic uint32_t interrupted;
+	struct cbcmn_nursery *nursery; /* its task's: alive while it is LIVE */
+	struct cbcmn_nursery *joining; /* the nursery its task awaits, or NULL */
+	uint32_t posse;                /* cbcmn_actor_opts.posse: 0 none (never migrates else) */
 	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
 	struct cbcmn_runtime *rt;
 	cbcmn_actor_fn fn;
@@ -199,8 +211,9 @@ void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
 /* Claim every waiting sender with result (they return it, message not
  * taken). */
 void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__wakes *wl, int result);
-/* Stop: fail the waiting senders (-ESRCH) and the receiver (-ESHUTDOWN). */
-void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl);
+/* Stop: fail the waiting senders (-ESRCH) and the receiver (-ESHUTDOWN).
+ * True if the actor was waiting in a receive (that wait is over). */
+bool cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl);
 /* A DOWN for a (the watcher): to its waiting receiver, else queued. */
 void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 			struct cbcmn__wakes *wl);

@@ -112,21 +112,26 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 }
 
 /* cbcmn_actor_stop(): senders get -ESRCH, the receiver -ESHUTDOWN. */
-void cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
+bool cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 {
 	cbcmn__mb_fail_senders(a, wl, -ESRCH);
 	struct cbcmn__mb_wait *r = recv_claim(a);
 	if (r)
 		cbcmn__wakes_add(wl, &r->qw, -ESHUTDOWN);
+	return r != NULL;
 }
 
-/* The DOWN message that monitor record d stands for. */
-static void down_fill(cbcmn_actor_msg *m, const struct cbcmn__monitor *d)
+/* The message a DOWN or EXIT record stands for (the record is freed after). */
+static void sys_msg(cbcmn_actor_msg *m, const struct cbcmn__monitor *mon)
 {
-	*m = (cbcmn_actor_msg){.type = CBCMN_ACTOR_DOWN, .from = d->target};
-	m->body.down.monitor = d->id;
-	m->body.down.reason = d->reason;
-	m->body.down.undelivered = d->undelivered;
+	*m = (cbcmn_actor_msg){.type = mon->type, .from = mon->target};
+	if (mon->type == CBCMN_ACTOR_EXIT) {
+		m->body.exit.reason = mon->reason;
+	} else {
+		m->body.down.monitor = mon->id;
+		m->body.down.reason = mon->reason;
+		m->body.down.undelivered = mon->undelivered;
+	}
 }
 
 static bool down_due(const struct cbcmn__actor *a)
@@ -143,7 +148,7 @@ void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 	 * nothing due): it may take it at once. */
 	struct cbcmn__mb_wait *r;
 	if (!a->sys_head && a->count == 0 && (r = recv_claim(a))) {
-		down_fill(r->dst, mon);
+		sys_msg(r->dst, mon);
 		free(mon);
 		cbcmn__wakes_add(wl, &r->qw, 0);
 		return;
@@ -425,7 +430,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, self->exec);
 	if (down) {
-		down_fill(m, down);
+		sys_msg(m, down);
 		free(down);
 	}
 	probe_receive(a, m, rc);
@@ -454,7 +459,7 @@ bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 	cbcmn__mutex_unlock(&a->lock);
 	if (!down)
 		return false;
-	down_fill(m, down);
+	sys_msg(m, down);
 	free(down);
 	return true;
 }

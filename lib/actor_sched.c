@@ -17,16 +17,31 @@
 
 #include "actor.h"
 #include "fault.h"
+#include "probes.h"
 #include "rng.h"
 #include "statseg.h"
 
-/* Migration (docs/ACTORS.md "Migration"): look every MIGRATE_EVERY-th
- * full-quantum yield; move when our load is above nominal and more than
- * 5/4 of the other's; at most one move per turn of our wheel, and an
- * actor moved rests MIGRATE_REST nominal turns before it moves again. */
+/* Migration (docs/ACTORS.md "Migration"): look at one in MIGRATE_EVERY
+ * full-quantum yields and wakes admitted, at random; move when
+ * our load is above nominal and more than 3/2 of the other's (5/4 let
+ * measurement noise on a loaded machine move actors between two equally
+ * loaded executors); at most one move per MIGRATE_GAP_TURNS turns of our
+ * wheel, and an actor moved rests MIGRATE_REST nominal turns before it
+ * moves again. */
 #define MIGRATE_EVERY 8u
 #define MIGRATE_MIN_LOAD 1000u
 #define MIGRATE_REST 4u
+/* Turns of our wheel between two hand-overs: the load is an average over
+ * 8 turns, ours and the receiver's show a move only after that many; one
+ * move per turn overshot (docs/ACTORS.md "Migration"). */
+#define MIGRATE_GAP_TURNS 8u
+/* Turns our wheel must have been busy before it hands anything over: a
+ * young wheel's load is a few turns' worth, and executors started
+ * together need those turns to publish theirs (moves on half-built loads
+ * left a balanced start unbalanced).  8 was measured too: faster to shed
+ * (about half the time under TSan), but 2 balanced windows in 16 saw a
+ * move, against none in 26 with 16. */
+#define MIGRATE_WARM_TURNS 16u
 
 struct cbcmn__awheel {
 	struct cbcmn__wheel w;
@@ -37,8 +52,10 @@ struct cbcmn__awheel {
 	 * start (run_begin() reads the clock only for other runs). */
 	struct cbcmn__actor *picked;
 	uint64_t picked_ns;
-	uint32_t yields;          /* full-quantum yields, for MIGRATE_EVERY */
 	uint64_t moved_turn;      /* turns + 1 at our last hand-over; 0: none */
+	uint64_t busy_turn;       /* turns when the wheel last became non-empty */
+	uint64_t over_turn;       /* turns + 1 at the first of the looks since that
+				   * found us overloaded; 0: the last look did not */
 };
 
 static uint64_t clock_ns(void)
@@ -74,6 +91,7 @@ static void publish(struct cbcmn__exec *e, struct cbcmn__awheel *aw, bool empty)
 	 * (watch.c), as the wheel itself will when it is next used. */
 	atomic_store_explicit(&s->load_idle_since, empty ? aw->w.turn_start : 0,
 			      memory_order_relaxed);
+	atomic_store_explicit(&s->load_at, aw->w.turn_start, memory_order_relaxed);
 	aw->idle_published = empty;
 	aw->turns_published = aw->w.turns;
 }
@@ -93,8 +111,9 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 	aw->idle_published = true;
 	aw->turns_published = 0;
 	aw->picked = NULL;
-	aw->yields = 0;
 	aw->moved_turn = 0;
+	aw->busy_turn = 0;
+	aw->over_turn = 0;
 	e->wheel = aw;
 	return aw;
 }
@@ -106,6 +125,7 @@ static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t n
 	if (cbcmn__wheel_ready(&aw->w))
 		return;
 	cbcmn__wheel_idle(&aw->w, now ? now : clock_ns());
+	aw->busy_turn = aw->w.turns;
 	publish(e, aw, false);
 }
 
@@ -141,12 +161,128 @@ bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e)
 	return e->wheel && cbcmn__wheel_ready(&e->wheel->w);
 }
 
+/* Look at migration this time?  One time in MIGRATE_EVERY, at random:
+ * every 8th yield by count aliased with the wheel's round robin, which
+ * yields its actors in a fixed cycle, so that the same few were always
+ * the ones looked at (with 32 actors, 4 of them: found when those were
+ * all posse members and nothing ever moved). */
+static bool look(struct cbcmn__exec *e)
+{
+	/* Never in the lab (nothing moves there), whose runs repeat only
+	 * if its random draws do. */
+	return !e->rt->lab && cbcmn__rng_below(&e->rng, MIGRATE_EVERY) == 0;
+}
+
+/* Should actor task t, ready on e, go to a less loaded executor (seed 003
+ * "Actor migration")?  That executor, or NULL.  Pinned actors and posse
+ * members never move; the lab's runs must repeat. */
+static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *aw,
+				   const struct cbcmn__actor *a, const struct cbcmn_task *t,
+				   uint64_t now)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	uint32_t nlive = cbcmn__nlive(rt);
+	if (nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED) || a->posse)
+		return NULL;
+	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
+	if (self <= MIGRATE_MIN_LOAD) {
+		aw->over_turn = 0; /* not overloaded: a later move starts over */
+		return NULL;
+	}
+	if (aw->w.turns < aw->busy_turn + MIGRATE_WARM_TURNS ||
+	    (aw->moved_turn && aw->w.turns + 1 < aw->moved_turn + MIGRATE_GAP_TURNS) ||
+	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
+		return NULL;
+	/* One executor at random (the lookup array, seed 003). */
+	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
+	struct cbcmn__exec *o = rt->exec[id >= e->id ? id + 1 : id];
+	/* The spare stands in for a stalled executor a while: no home. */
+	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING ||
+	    cbcmn__is_spare(o))
+		return NULL;
+	const struct cbcmn__seg_actors *oa = &o->ss->act;
+	uint64_t other = cbcmn__seg_actor_load(oa, now);
+	/* Busy, but its last turn ended longer ago than four of its turns
+	 * (at its own load) take: its thread is not running (descheduled, its
+	 * cgroup throttled), its figure is stale, and its actors get no CPU
+	 * either: sending more there would not help.  Measured: without this,
+	 * a balanced start went 39/9 while one executor stood still. */
+	uint64_t at = atomic_load_explicit(&oa->load_at, memory_order_relaxed);
+	uint64_t onom = atomic_load_explicit(&oa->load_nominal_ns, memory_order_relaxed);
+	if (at && onom && !atomic_load_explicit(&oa->load_idle_since, memory_order_relaxed) &&
+	    now > at && now - at > 4 * onom * (other > 1000 ? other : 1000) / 1000)
+		return NULL;
+	if (self * 2 <= other * 3) {
+		aw->over_turn = 0;
+		return NULL; /* within a half: no move (hysteresis) */
+	}
+	/* Overloaded against o: a move only if we were at our first such
+	 * look at least MIGRATE_GAP_TURNS turns ago and at every look since
+	 * (a lasting load, not a few odd turns: measured, the residue of
+	 * noise that still moved one actor in some 1.5 s runs of a balanced
+	 * runtime). */
+	if (!aw->over_turn) {
+		aw->over_turn = aw->w.turns + 1;
+		return NULL;
+	}
+	if (aw->w.turns + 1 < aw->over_turn + MIGRATE_GAP_TURNS)
+		return NULL;
+	return o;
+}
+
+/* Hand actor task t over to o through the lanes (case: 1 or 3, for the
+ * probe).  True: it is on its way there; false: the lane is full. */
+static bool hand_over(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		      struct cbcmn_task *t, struct cbcmn__exec *o, uint64_t now, uint32_t why)
+{
+	/* Its owner from now on, so that the wake there does not send it
+	 * back home (cbcmn__schedule()); a ready task in flight is read by
+	 * no one else, and the lane orders these writes before its taker.
+	 * Case 1 enters o's wheel N segments forward (seed); a woken one
+	 * as any arrival, in the next segment. */
+	a->migrated = why == 1;
+	a->moved_ns = now;
+	a->park_exec = 0;
+	t->exec = o;
+	if (cbcmn__xmsg_send(e, o->id, CBCMN__XM_WAKE, t, NULL, NULL) != 0) {
+		t->exec = e; /* the lane is full: it stays */
+		a->migrated = false;
+		return false;
+	}
+	aw->moved_turn = aw->w.turns + 1;
+	aw->over_turn = 0;
+	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
+	CBCMN_PROBE5(actor_migrate, a->ref, e->id, o->id, why, e->rt->seg.rt_id);
+	return true;
+}
+
+/* Actor task t just used its whole quantum on e (the seed's first case):
+ * hand it to a random other executor if ours is overloaded against it.
+ * True: it is on its way there. */
+static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		    struct cbcmn_task *t, uint64_t now)
+{
+	if (!look(e))
+		return false;
+	struct cbcmn__exec *o = move_to(e, aw, a, t, now);
+	return o && hand_over(e, aw, a, t, o, now, 1);
+}
+
 bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	struct cbcmn__awheel *aw = wheel_get(e);
 	if (!aw)
 		return false;
 	struct cbcmn__actor *a = t->arg;
+	/* Woken after a wait (the seed's third case: an idle actor that
+	 * just became runnable, cold anyway): it may go where the load is
+	 * lower instead, looked at as a yield is (look()). */
+	if (a->park_exec && !a->migrated && look(e)) {
+		uint64_t now = clock_ns();
+		struct cbcmn__exec *o = move_to(e, aw, a, t, now);
+		if (o && hand_over(e, aw, a, t, o, now, 3))
+			return true; /* taken care of: on its way there */
+	}
 	entering(e, aw, 0);
 	a->task = t;
 	if (a->migrated)
@@ -202,48 +338,6 @@ static uint32_t run_end(struct cbcmn__awheel *aw, struct cbcmn__actor *a,
 	return (uint32_t)used;
 }
 
-/* Actor task t just used its whole quantum on e (seed 003 "Actor
- * migration", the first case): hand it to a random other executor if ours
- * is overloaded against it.  True: it is on its way there. */
-static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
-		    struct cbcmn_task *t, uint64_t now)
-{
-	struct cbcmn_runtime *rt = e->rt;
-	uint32_t nlive = cbcmn__nlive(rt);
-	/* Pinned actors never move; the lab's runs must repeat. */
-	if (++aw->yields % MIGRATE_EVERY || nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED))
-		return false;
-	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
-	if (self <= MIGRATE_MIN_LOAD || aw->moved_turn == aw->w.turns + 1 ||
-	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
-		return false;
-	/* One executor at random (the lookup array, seed 003). */
-	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
-	struct cbcmn__exec *o = rt->exec[id >= e->id ? id + 1 : id];
-	/* The spare stands in for a stalled executor a while: no home. */
-	if (atomic_load_explicit(&o->lstate, memory_order_relaxed) != CBCMN__EX_RUNNING ||
-	    cbcmn__is_spare(o))
-		return false;
-	uint64_t other = cbcmn__seg_actor_load(&o->ss->act, now);
-	if (self * 4 <= other * 5)
-		return false; /* within a quarter: no move (hysteresis) */
-	/* Its owner from now on, so that the wake there does not send it
-	 * back home (cbcmn__schedule()); a ready task in flight is read by
-	 * no one else, and the lane orders these writes before its taker. */
-	a->migrated = true;
-	a->moved_ns = now;
-	a->park_exec = 0;
-	t->exec = o;
-	if (cbcmn__xmsg_send(e, o->id, CBCMN__XM_WAKE, t, NULL, NULL) != 0) {
-		t->exec = e; /* the lane is full: it stays */
-		a->migrated = false;
-		return false;
-	}
-	aw->moved_turn = aw->w.turns + 1;
-	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
-	return true;
-}
-
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	struct cbcmn__awheel *aw = wheel_get(e);
@@ -260,8 +354,9 @@ bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
 	 * load above nominal, and two actors computing on one executor would
 	 * share it for good while another slept.  N forward where it lands:
 	 * it used its turn.  Counted as a migration: it leaves for an idle
-	 * executor (unless ours takes the inject queue first). */
-	if (cbcmn__yield_elsewhere(e, t)) {
+	 * executor (unless ours takes the inject queue first).  Posse
+	 * members stay, as from migration. */
+	if (!a->posse && cbcmn__yield_elsewhere(e, t)) {
 		a->park_exec = 0;
 		a->migrated = true;
 		atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);

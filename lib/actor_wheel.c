@@ -60,17 +60,47 @@ static uint64_t nominal_turn(const struct cbcmn__wheel *w)
 }
 
 /* One more turn of length turn_ns in the 8-turn average (1000 = nominal).
- * Until a quantum has been timed there is no nominal: nothing changes. */
+ * Until a quantum has been timed there is no nominal: nothing changes.
+ * The nominal turn is S quanta at the pace of this turn's own runs
+ * (turn_run_ns / turn_used per checkpoint), not at the long-run average:
+ * time the executor's thread lost (descheduled, or its cgroup throttled)
+ * stretches the runs and the turn alike and cancels out, where an
+ * average over runs and one over turns, each spiking at its own moment,
+ * made two equally loaded executors look up to several times apart
+ * (docs/ACTORS.md "Migration": 1159 moves in 1.5 s of a balanced
+ * runtime, before).  So load = turn length x checkpoints used /
+ * (S x quantum x run time): what the actors asked for, stretched by what
+ * else the turn held (plain tasks, the loop, I/O). */
 static void load_sample(struct cbcmn__wheel *w, uint64_t turn_ns)
 {
-	uint64_t nominal = nominal_turn(w);
+	uint64_t nominal = nominal_turn(w), used = w->turn_used, run_ns = w->turn_run_ns;
 	w->turns++;
+	w->turn_used = w->turn_run_ns = 0;
 	if (!nominal)
 		return;
-	uint64_t sample = turn_ns >= UINT64_MAX / 1000 ? UINT64_MAX / 8 : turn_ns * 1000 / nominal;
+	unsigned __int128 sample;
+	if (used && run_ns)
+		sample = (unsigned __int128)turn_ns * used * 1000 /
+			 ((unsigned __int128)SEGS * w->quantum * run_ns);
+	else
+		sample = (unsigned __int128)turn_ns * 1000 / nominal;
 	if (sample > UINT64_MAX / 8)
 		sample = UINT64_MAX / 8;
-	w->load_milli = w->load_milli - w->load_milli / 8 + sample / 8;
+	/* The median of this turn and the two before: a turn that the
+	 * thread's lost time hit outside the runs (up), or inside one (down),
+	 * is one odd sample, not a load; a load that lasts shows one turn
+	 * later.  From nothing (a new wheel, or one decayed to 0), the
+	 * average starts at the sample rather than climbing from 0 for 8
+	 * turns, when a young wheel looked idle to everyone's migration. */
+	uint64_t s = (uint64_t)sample, a = w->prev_sample[0], b = w->prev_sample[1];
+	w->prev_sample[1] = a;
+	w->prev_sample[0] = s;
+	uint64_t med = s < a ? (a < b ? a : (s < b ? b : s)) : (s < b ? s : (a < b ? b : a));
+	if (w->nsample < 2) {
+		med = s; /* no history in this busy spell yet */
+		w->nsample++;
+	}
+	w->load_milli = w->load_milli ? w->load_milli - w->load_milli / 8 + med / 8 : med;
 }
 
 /* The wheel is empty: the time since the last turn ended counts as idle
@@ -83,6 +113,8 @@ void cbcmn__wheel_idle(struct cbcmn__wheel *w, uint64_t now)
 		return;
 	uint64_t k = (now - w->turn_start) / nominal;
 	w->turn_start += k * nominal;
+	w->turn_used = w->turn_run_ns = 0; /* a turn's runs, not an idle spell's */
+	w->nsample = 0;                     /* nor its samples */
 	w->turns += k;
 	if (k >= 512)
 		w->load_milli = 0; /* (7/8)^512 of anything is nothing */
@@ -114,6 +146,8 @@ void cbcmn__wheel_timed(struct cbcmn__wheel *w, uint32_t used, uint64_t ns)
 {
 	if (!used)
 		return;
+	w->turn_used += used;
+	w->turn_run_ns += ns;
 	/* What a whole quantum takes, from this run's pace. */
 	uint64_t est = ns / used * w->quantum + ns % used * w->quantum / used;
 	w->quantum_ns = w->quantum_ns ? w->quantum_ns - w->quantum_ns / 8 + est / 8 : est;

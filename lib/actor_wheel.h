@@ -70,6 +70,11 @@ struct cbcmn__wheel {
 	uint64_t quantum_ns;  /* EWMA of the time a full quantum takes */
 	uint64_t load_milli;  /* EWMA over 8 turns; 1000 = nominal */
 	uint64_t turns;       /* turns completed (idle ones included) */
+	/* The current turn's runs: checkpoints used and their time, whose
+	 * ratio is the turn's own quantum time (its nominal, see load_sample()). */
+	uint64_t turn_used, turn_run_ns;
+	uint64_t prev_sample[2]; /* the two turns before: a median of three */
+	uint32_t nsample;        /* of those, how many are this busy spell's (0..2) */
 };
 
 void cbcmn__wheel_init(struct cbcmn__wheel *w, uint32_t quantum, uint64_t now);

@@ -419,7 +419,19 @@ static uint64_t scope_cancel(struct cbcmn_runtime *rt, struct cbcmn__scope *s, u
 	return visits;
 }
 
+static void cancel_scan(struct cbcmn_nursery *n, bool subtree);
+
 void cbcmn__iwait_cancel_scan(struct cbcmn_nursery *n)
+{
+	cancel_scan(n, true);
+}
+
+void cbcmn__iwait_cancel_task_scan(struct cbcmn_nursery *n)
+{
+	cancel_scan(n, false);
+}
+
+static void cancel_scan(struct cbcmn_nursery *n, bool subtree)
 {
 	struct cbcmn_runtime *rt = n->rt;
 	uint64_t flag[CBCMN_MAX_EXECUTORS / 64] = {0}, visits = 0;
@@ -431,7 +443,7 @@ void cbcmn__iwait_cancel_scan(struct cbcmn_nursery *n)
 	 * (cbcmn__scope_drop() takes it), and a scope made after we let go
 	 * is made by a task that then sees our flag. */
 	struct cbcmn__scope *top = atomic_load_explicit(&n->scope, memory_order_relaxed);
-	for (struct cbcmn__scope *s = top; s; s = scope_next(s, top))
+	for (struct cbcmn__scope *s = top; s; s = subtree ? scope_next(s, top) : NULL)
 		visits += scope_cancel(rt, s, flag);
 	visits += scope_cancel(rt, rt->scope_fallback, flag);
 	cbcmn__mutex_unlock(&rt->scope_lock);

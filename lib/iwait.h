@@ -195,6 +195,11 @@ void cbcmn__iwait_ignore_cancel(struct cbcmn__iwait *iw);
  * if the wait is cancelled, now or before. */
 bool cbcmn__iwait_local_cancel(struct cbcmn__iwait *iw);
 
+/* A task of nursery n now counts as cancelled on its own (a stopped actor,
+ * actor.c): interrupt the waits of n's scope (not its subtree's) and of
+ * the fallback whose task is cancelled.  O(waits of n). */
+void cbcmn__iwait_cancel_task_scan(struct cbcmn_nursery *n);
+
 /* Called after nursery n was cancelled: interrupt the registry waits of
  * its subtree's scopes, and have the executors holding local waits of
  * them look at those.  O(scopes below n x executors + their waits). */

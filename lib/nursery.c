@@ -259,6 +259,10 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	struct cbcmn_runtime *rt = n->rt;
 	cbcmn__stack_check(self);
 	atomic_store_explicit(&n->closing, 1, memory_order_relaxed);
+	/* A stop of an actor cancels the nursery it awaits (actor.c). */
+	bool actor = self && __builtin_expect(cbcmn__is_actor_task(self), 0);
+	if (actor)
+		cbcmn__actor_joining(self, n);
 	/* A cancelled opener cancels what it waits for (its children already
 	 * see it through the chain; this makes the result say so too). */
 	if (self && cbcmn__task_cancelled(self))
@@ -301,6 +305,9 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 		/* acquire: pairs with the children's steps. */
 		v = atomic_load_explicit(&n->live, memory_order_acquire) & ~(int64_t)CBCMN__LIVE_ARMED;
 	}
+	/* Before the look at refs below: a stopper's hold is seen there. */
+	if (actor)
+		cbcmn__actor_joining(self, NULL);
 	/* Every task of n has ended: nothing blocks in its scope any more. */
 	cbcmn__scope_drop(n);
 

@@ -37,6 +37,7 @@
 	XX(actor_receive, 4)  /* actor ref, message type (0: none), result, rt */ \
 	XX(actor_halt, 4)     /* actor ref, halt reason, messages dropped, rt */ \
 	XX(actor_restart, 5)  /* supervisor ref, child index, crash reason (0: restarted with it), new ref, rt */ \
+	XX(actor_migrate, 5)  /* actor ref, from executor, to executor, case (1 yield, 3 wake), rt */ \
 	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */ \
 	XX(exec_spare, 3)     /* spare executor, stalled executor asleep in a call, rt */
 

@@ -758,6 +758,11 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt);
 /* actor_sup.c: a child of nursery n began to wait counted as exhausted
  * (budget.c), on executor e: if n is a supervisor's, tell it. */
 void cbcmn__sup_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e);
+/* Actor task t was stopped: it counts as cancelled (cbcmn__task_cancelled()).
+ * joining: actor task self awaits nursery n (NULL: no more), which a stop
+ * cancels (nursery.c). */
+bool cbcmn__actor_stopped(const struct cbcmn_task *t);
+void cbcmn__actor_joining(struct cbcmn_task *self, struct cbcmn_nursery *n);
 static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
 {
 	return !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__actor_main;

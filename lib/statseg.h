@@ -82,6 +82,11 @@ struct cbcmn__seg_actors {
 	/* Actors this executor handed to another one (actor_sched.c, stage 4
 	 * of docs/ACTORS.md), written by the executor only. */
 	_Atomic uint64_t migrations;
+	/* When load_milli was last published while the wheel is busy (the
+	 * start of its turn under way): an executor whose thread does not
+	 * run publishes nothing, and migration must not trust what it said
+	 * last (actor_sched.c).  In the line's padding, as above. */
+	_Atomic uint64_t load_at;
 };
 
 /* An executor's wheel load as a reader sees it at now (CLOCK_MONOTONIC

@@ -160,7 +160,9 @@ bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
 
 bool cbcmn__task_cancelled(const struct cbcmn_task *t)
 {
-	return cbcmn__nursery_chain_cancelled(t->nursery);
+	/* A stopped actor counts as cancelled: its private flag (actor.c). */
+	return cbcmn__nursery_chain_cancelled(t->nursery) ||
+	       (__builtin_expect(cbcmn__is_actor_task(t), 0) && cbcmn__actor_stopped(t));
 }
 
 void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)

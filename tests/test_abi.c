@@ -53,7 +53,7 @@ static const char *const exported[] = {
 	"cbcmn_actor_spawn",     "cbcmn_actor_send",       "cbcmn_actor_try_send",
 	"cbcmn_actor_send_timeout", "cbcmn_actor_receive", "cbcmn_actor_self",
 	"cbcmn_actor_stop",      "cbcmn_actor_monitor",    "cbcmn_actor_demonitor",
-	"cbcmn_actor_link",      "cbcmn_actor_unlink",
+	"cbcmn_actor_link",      "cbcmn_actor_unlink",     "cbcmn_actor_trap_exit",
 	"cbcmn_sup_start",       "cbcmn_sup_child_ref",
 	"cbcmn_blocking",
 	"cbcmn_acceptor_close",

@@ -3,9 +3,11 @@
 #include "helpers.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cbcmn_actor.h"
 #include "actor.h" /* internals: a slot's monitors, its generation */
@@ -1911,6 +1913,491 @@ static void test_thread_timed_send_gives_up_or_gets_room(void **state)
 	t_destroy(rt);
 }
 
+/* ---- trap_exit: a linked actor's halt as an EXIT message ---- */
+
+struct trap {
+	cbcmn_actor_ref t, a, b, y;
+	cbcmn_actor_msg got[4];
+	int ngot, rc_prev, rc_prev2, rc_y;
+};
+
+enum { M_GO = 3 };
+
+/* Waits for GO, sends one message to GO's sender, halts with reason arg. */
+static int64_t trap_peer(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_actor_msg m;
+	if (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER))
+		return -1;
+	cbcmn_actor_msg d = msg(M_DATA, 1, 0);
+	if (cbcmn_actor_send(NULL, cx, m.from, &d))
+		return -1;
+	return (int64_t)(intptr_t)arg;
+}
+
+static int64_t trap_y(cbcmn_cx *cx, void *arg)
+{
+	struct trap *s = arg;
+	cbcmn_actor_msg m;
+	s->rc_y = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+static int64_t trap_t(cbcmn_cx *cx, void *arg)
+{
+	struct trap *s = arg;
+	TASK_CHECK(cbcmn_actor_link(cx, s->a) == 0);
+	TASK_CHECK(cbcmn_actor_link(cx, s->b) == 0);
+	TASK_CHECK(cbcmn_actor_link(cx, s->y) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->a, &go) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->b, &go) == 0);
+	int exits = 0;
+	while (exits < 2 && s->ngot < 4) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc; /* stopped: the bug */
+		s->got[s->ngot++] = m;
+		exits += m.type == CBCMN_ACTOR_EXIT;
+	}
+	s->rc_prev = cbcmn_actor_trap_exit(cx, false);
+	s->rc_prev2 = cbcmn_actor_trap_exit(cx, false);
+	return -4; /* y is linked and does not trap: stopped with -4 */
+}
+
+static int64_t trap_main(cbcmn_cx *cx, void *arg)
+{
+	struct trap *s = arg;
+	cbcmn_nursery *na, *nb, *ny, *nt;
+	TASK_CHECK(open_n(cx, &na) == 0);
+	TASK_CHECK(open_n(cx, &nb) == 0);
+	TASK_CHECK(open_n(cx, &ny) == 0);
+	TASK_CHECK(open_n(cx, &nt) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, na, trap_peer, (void *)(intptr_t)-5, NULL, &s->a) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nb, trap_peer, (void *)(intptr_t)0, NULL, &s->b) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, ny, trap_y, s, NULL, &s->y) == 0);
+	cbcmn_actor_opts ao = {.trap_exit = true};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nt, trap_t, s, &ao, &s->t) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, na) == -5);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nb) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nt) == -4);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ny) == -4); /* its stop's reason */
+	TASK_CHECK(cbcmn_actor_trap_exit(cx, true) == -EPERM); /* not an actor */
+	return 0;
+}
+
+static void test_trap_exit_turns_linked_halts_into_exit_messages(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct trap s = {0};
+	t_run(rt, trap_main, &s, 0);
+	/* Two data messages and two EXITs, each peer's data before its EXIT. */
+	assert_int_equal(s.ngot, 4);
+	int data_a = -1, exit_a = -1, data_b = -1, exit_b = -1;
+	for (int i = 0; i < 4; i++) {
+		cbcmn_actor_msg *m = &s.got[i];
+		int *slot = m->from == s.a ? (m->type == M_DATA ? &data_a : &exit_a)
+			    : m->from == s.b ? (m->type == M_DATA ? &data_b : &exit_b)
+					     : NULL;
+		assert_non_null(slot);
+		*slot = i;
+		if (m->type == CBCMN_ACTOR_EXIT)
+			assert_int_equal(m->body.exit.reason, m->from == s.a ? -5 : 0);
+		else
+			assert_int_equal(m->type, M_DATA);
+	}
+	assert_true(data_a >= 0 && exit_a > data_a);
+	assert_true(data_b >= 0 && exit_b > data_b);
+	assert_int_equal(s.rc_prev, 1);
+	assert_int_equal(s.rc_prev2, 0);
+	assert_int_equal(s.rc_y, -ESHUTDOWN);
+	t_destroy(rt);
+}
+
+/* A cycle of links, one member trapping: an abnormal halt goes round
+ * once, the trapper gets one EXIT per linked peer, nobody hangs, and no
+ * record is left (ASan). */
+
+struct cyc {
+	cbcmn_actor_ref a, b, c;
+	_Atomic int go, linked;
+	cbcmn_actor_msg exits[2];
+	int nexits, rc_b;
+};
+
+/* The references are all written (spawn returned three times). */
+static void cyc_wait_go(cbcmn_cx *cx, struct cyc *s)
+{
+	while (!atomic_load(&s->go))
+		cbcmn_sleep(cx, 1000000);
+}
+
+static int64_t cyc_a(cbcmn_cx *cx, void *arg)
+{
+	struct cyc *s = arg;
+	cyc_wait_go(cx, s);
+	TASK_CHECK(cbcmn_actor_link(cx, s->b) == 0);
+	atomic_fetch_add(&s->linked, 1);
+	while (atomic_load(&s->linked) < 3)
+		cbcmn_sleep(cx, 1000000);
+	return -1;
+}
+
+static int64_t cyc_b(cbcmn_cx *cx, void *arg)
+{
+	struct cyc *s = arg;
+	cyc_wait_go(cx, s);
+	TASK_CHECK(cbcmn_actor_link(cx, s->c) == 0);
+	atomic_fetch_add(&s->linked, 1);
+	cbcmn_actor_msg m;
+	s->rc_b = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+static int64_t cyc_c(cbcmn_cx *cx, void *arg)
+{
+	struct cyc *s = arg;
+	cyc_wait_go(cx, s);
+	TASK_CHECK(cbcmn_actor_link(cx, s->a) == 0);
+	atomic_fetch_add(&s->linked, 1);
+	while (s->nexits < 2) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		TASK_CHECK(m.type == CBCMN_ACTOR_EXIT);
+		s->exits[s->nexits++] = m;
+	}
+	return 0;
+}
+
+static int64_t cyc_main(cbcmn_cx *cx, void *arg)
+{
+	struct cyc *s = arg;
+	cbcmn_nursery *na, *nb, *nc; /* one each: -1 would fail a shared one fast */
+	TASK_CHECK(open_n(cx, &na) == 0);
+	TASK_CHECK(open_n(cx, &nb) == 0);
+	TASK_CHECK(open_n(cx, &nc) == 0);
+	cbcmn_actor_opts trap = {.trap_exit = true};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nc, cyc_c, s, &trap, &s->c) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nb, cyc_b, s, NULL, &s->b) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, na, cyc_a, s, NULL, &s->a) == 0);
+	atomic_store(&s->go, 1); /* the actors read the references from now on */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nc) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nb) == -1);
+	return cbcmn_nursery_await_all(cx, na);
+}
+
+static void test_link_cycle_with_a_trapper_ends_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct cyc s = {0};
+	t_run(rt, cyc_main, &s, -1);
+	assert_int_equal(s.rc_b, -ESHUTDOWN);
+	assert_int_equal(s.nexits, 2);
+	bool from_a = false, from_b = false;
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(s.exits[i].body.exit.reason, -1);
+		from_a |= s.exits[i].from == s.a;
+		from_b |= s.exits[i].from == s.b;
+	}
+	assert_true(from_a && from_b);
+	t_destroy(rt);
+}
+
+/* ---- a stop ends any wait of the actor, not only a receive ---- */
+
+enum { W_SLEEP, W_CHAN, W_READ, W_JOIN, W_SEND, W_NKIND };
+
+struct stopw {
+	int kind;
+	_Atomic int blocking;
+	int64_t rc, rc_next, rc_recv;
+	cbcmn_chan *ch;
+	int fd;             /* W_READ: a pipe's read end nobody writes to */
+	cbcmn_actor_ref full; /* W_SEND: an actor whose mailbox is full */
+};
+
+#define STOPW_NS (3 * 1000000000ull) /* a wait the stop must cut short */
+
+static int64_t sleeps_stopw(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return cbcmn_sleep(cx, STOPW_NS);
+}
+
+static int64_t stopw_actor(cbcmn_cx *cx, void *arg)
+{
+	struct stopw *s = arg;
+	int v;
+	char c;
+	cbcmn_nursery *n;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	atomic_store(&s->blocking, 1);
+	switch (s->kind) {
+	case W_SLEEP:
+		s->rc = cbcmn_sleep(cx, STOPW_NS);
+		break;
+	case W_CHAN:
+		s->rc = cbcmn_chan_recv_timeout(cx, s->ch, &v, STOPW_NS);
+		break;
+	case W_READ:
+		cbcmn_io_set_timeout(cx, STOPW_NS);
+		s->rc = cbcmn_read(cx, s->fd, &c, 1);
+		break;
+	case W_JOIN:
+		TASK_CHECK(open_n(cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, sleeps_stopw, NULL, NULL) == 0);
+		s->rc = cbcmn_nursery_await_all(cx, n);
+		break;
+	case W_SEND:
+		s->rc = cbcmn_actor_send_timeout(NULL, cx, s->full, &m, STOPW_NS);
+		break;
+	}
+	/* Stopped: every later blocking call is cancelled at once, a receive
+	 * says it was stopped. */
+	s->rc_next = cbcmn_sleep(cx, STOPW_NS);
+	s->rc_recv = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+/* Never receives: its one-slot mailbox stays full until told to go. */
+static int64_t holds_full(cbcmn_cx *cx, void *arg)
+{
+	_Atomic int *go = arg;
+	while (!atomic_load(go))
+		cbcmn_sleep(cx, 1000000);
+	return 0;
+}
+
+struct stopw_all {
+	struct stopw w[W_NKIND];
+	_Atomic int release;
+};
+
+static int64_t stopw_main(cbcmn_cx *cx, void *arg)
+{
+	struct stopw_all *all = arg;
+	cbcmn_nursery *nf;
+	TASK_CHECK(open_n(cx, &nf) == 0);
+	cbcmn_actor_opts one = {.mailbox_cap = 1};
+	cbcmn_actor_ref full;
+	TASK_CHECK(cbcmn_actor_spawn(cx, nf, holds_full, &all->release, &one, &full) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, full, &m) == 0);
+	for (int k = 0; k < W_NKIND; k++) {
+		struct stopw *s = &all->w[k];
+		s->kind = k;
+		s->full = full;
+		cbcmn_nursery *n;
+		cbcmn_actor_ref a;
+		TASK_CHECK(open_n(cx, &n) == 0);
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, stopw_actor, s, NULL, &a) == 0);
+		while (!atomic_load(&s->blocking))
+			cbcmn_sleep(cx, 1000000);
+		cbcmn_sleep(cx, 20000000); /* most likely blocked by now */
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, a, -77) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == -77);
+	}
+	atomic_store(&all->release, 1);
+	return cbcmn_nursery_await_all(cx, nf);
+}
+
+static void test_stop_interrupts_sleep_chan_io_join_and_send(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct stopw_all all = {0};
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &all.w[W_CHAN].ch), 0);
+	all.w[W_READ].fd = p[0];
+	t_run(rt, stopw_main, &all, 0);
+	for (int k = 0; k < W_NKIND; k++) {
+		/* Before: the sleep slept, the others timed out after 3 s. */
+		assert_int_equal(all.w[k].rc, CBCMN_ECANCELED);
+		assert_int_equal(all.w[k].rc_next, CBCMN_ECANCELED);
+		assert_int_equal(all.w[k].rc_recv, -ESHUTDOWN);
+	}
+	assert_int_equal(cbcmn_chan_destroy(all.w[W_CHAN].ch), 0);
+	close(p[0]);
+	close(p[1]);
+	t_destroy(rt);
+}
+
+/* A read that completed is never reported cancelled: every byte a thread
+ * writes is read by the actor (counted) or still in the pipe afterwards,
+ * whenever the stop lands. */
+
+struct stopio {
+	int fd;
+	long got;
+	_Atomic int reading;
+};
+
+static int64_t reads_bytes(cbcmn_cx *cx, void *arg)
+{
+	struct stopio *s = arg;
+	char c;
+	atomic_store(&s->reading, 1);
+	for (;;) {
+		int64_t r = cbcmn_read(cx, s->fd, &c, 1);
+		if (r != 1) {
+			TASK_CHECK(r == CBCMN_ECANCELED);
+			return 0;
+		}
+		s->got++;
+	}
+}
+
+static void *writes_bytes(void *arg)
+{
+	int *p = arg;
+	for (int i = 0; i < p[1]; i++) {
+		if (write(p[0], "x", 1) != 1)
+			break;
+		if (i % 8 == 0)
+			usleep(100);
+	}
+	return NULL;
+}
+
+static void test_stop_during_reads_loses_no_byte(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	int rounds = STRESS(20);
+	for (int r = 0; r < rounds; r++) {
+		int p[2];
+		assert_int_equal(pipe(p), 0);
+		struct stopio s = {.fd = p[0]};
+		cbcmn_nursery *n;
+		cbcmn_actor_ref a;
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+		assert_int_equal(cbcmn_actor_spawn(NULL, n, reads_bytes, &s, NULL, &a), 0);
+		int warg[2] = {p[1], 400};
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, writes_bytes, warg), 0);
+		while (!atomic_load(&s.reading))
+			usleep(100);
+		usleep((useconds_t)(r * 250)); /* a different moment each round */
+		assert_int_equal(cbcmn_actor_stop(rt, NULL, a, 0), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+		pthread_join(th, NULL);
+		int fl = fcntl(p[0], F_GETFL);
+		assert_int_equal(fcntl(p[0], F_SETFL, fl | O_NONBLOCK), 0);
+		long left = 0;
+		char buf[512];
+		ssize_t k;
+		while ((k = read(p[0], buf, sizeof(buf))) > 0)
+			left += k;
+		assert_int_equal(s.got + left, 400);
+		close(p[0]);
+		close(p[1]);
+	}
+	t_destroy(rt);
+}
+
+/* Stops at random moments of an actor that keeps changing what it waits
+ * on (a sleep, a channel, its own mailbox, a full peer mailbox, a join, a
+ * link): it always ends, with the stop's reason, and nothing leaks (ASan). */
+
+struct stopany {
+	cbcmn_chan *ch;
+	cbcmn_actor_ref full;
+	_Atomic int running;
+	_Atomic long calls;
+};
+
+static int64_t any_child(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return cbcmn_sleep(cx, 200000);
+}
+
+static int64_t stopany_actor(cbcmn_cx *cx, void *arg)
+{
+	struct stopany *s = arg;
+	atomic_store(&s->running, 1);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	int v = 0;
+	cbcmn_nursery *n;
+	for (uint64_t i = 0;; i++) {
+		atomic_fetch_add_explicit(&s->calls, 1, memory_order_relaxed);
+		switch (i % 6) {
+		case 0:
+			cbcmn_sleep(cx, 100000);
+			break;
+		case 1:
+			cbcmn_chan_recv_timeout(cx, s->ch, &v, 100000);
+			break;
+		case 2:
+			if (cbcmn_actor_receive(cx, &m, 100000) == -ESHUTDOWN)
+				return 0; /* stopped: the stop's reason is ours */
+			break;
+		case 3:
+			cbcmn_actor_send_timeout(NULL, cx, s->full, &m, 100000);
+			break;
+		case 4:
+			if (open_n(cx, &n) == 0) {
+				cbcmn_nursery_spawn(cx, n, any_child, NULL, NULL);
+				cbcmn_nursery_await_all(cx, n);
+			}
+			break;
+		case 5:
+			cbcmn_actor_link(cx, s->full);
+			cbcmn_actor_unlink(cx, s->full);
+			CBCMN_CHECKPOINT(cx);
+			break;
+		}
+	}
+}
+
+static int64_t stopany_main(cbcmn_cx *cx, void *arg)
+{
+	struct stopany *s = arg;
+	cbcmn_nursery *nf;
+	TASK_CHECK(open_n(cx, &nf) == 0);
+	_Atomic int release = 0;
+	/* Trapping: a stop that lands between the link and the unlink sends
+	 * it an EXIT (never received, freed at its halt), not a stop. */
+	cbcmn_actor_opts one = {.mailbox_cap = 1, .trap_exit = true};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nf, holds_full, &release, &one, &s->full) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, s->full, &m) == 0);
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+	for (int r = 0; r < STRESS(60); r++) {
+		cbcmn_nursery *n;
+		cbcmn_actor_ref a;
+		atomic_store(&s->running, 0);
+		TASK_CHECK(open_n(cx, &n) == 0);
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, stopany_actor, s, NULL, &a) == 0);
+		while (!atomic_load(&s->running))
+			cbcmn_yield(cx);
+		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+		cbcmn_sleep(cx, seed % 1500000); /* 0 to 1.5 ms in */
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, a, -61) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == -61);
+	}
+	atomic_store(&release, 1);
+	return cbcmn_nursery_await_all(cx, nf);
+}
+
+static void test_stop_at_any_point_always_ends_the_actor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct stopany s = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &s.ch), 0);
+	t_run(rt, stopany_main, &s, 0);
+	assert_true(atomic_load(&s.calls) > 0);
+	assert_int_equal(cbcmn_chan_destroy(s.ch), 0);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -1987,6 +2474,11 @@ int main(void)
 		T(test_link_from_a_drop_callback_is_refused_not_inherited),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
+		T(test_trap_exit_turns_linked_halts_into_exit_messages),
+		T(test_link_cycle_with_a_trapper_ends_once),
+		T(test_stop_interrupts_sleep_chan_io_join_and_send),
+		T(test_stop_during_reads_loses_no_byte),
+		T(test_stop_at_any_point_always_ends_the_actor),
 		T(test_bad_input),
 	};
 #undef T

@@ -5,8 +5,10 @@
 #include "helpers.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cbcmn_actor.h"
 
@@ -403,6 +405,434 @@ static void test_overloaded_executor_sheds_actors_to_an_idle_one(void **state)
 	t_destroy(rt);
 }
 
+/* ---- migration: posse members stay, woken actors move, a balanced
+ * runtime moves nothing, messages survive a moving receiver ---- */
+
+/* Migrations executor id counted so far (the sender's count). */
+static uint64_t migrations(cbcmn_runtime *rt, uint32_t id)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	if (cbcmn_stats_snapshot(rt, &st, per, 2) != 0)
+		return 0;
+	return per[id].actor_migrations;
+}
+
+struct posse {
+	struct shed sh;
+	_Atomic int member_on1;
+	int member_moved; /* a member had run on executor 1 by the third move */
+};
+
+/* A shed_hog that says when it, a posse member, ran on executor 1. */
+static int64_t posse_hog(cbcmn_cx *cx, void *arg)
+{
+	struct posse *p = arg;
+	atomic_fetch_add(&p->sh.started, 1);
+	while (!atomic_load_explicit(&p->sh.stop, memory_order_relaxed)) {
+		CBCMN_CHECKPOINT(cx);
+		if (cbcmn_cx_executor(cx) == 1)
+			atomic_store_explicit(&p->member_on1, 1, memory_order_relaxed);
+	}
+	return 0;
+}
+
+/* The seed's third case: an actor woken on an overloaded executor (its
+ * home, where its one sender runs) moves to the idle one at a wake,
+ * although it never uses a whole quantum (the first case never applies). */
+
+struct wake3 {
+	_Atomic int stop, started, hold;
+	cbcmn_actor_ref r;
+	uint64_t moved;
+};
+
+static int64_t wake3_hog(cbcmn_cx *cx, void *arg)
+{
+	struct wake3 *w = arg;
+	atomic_fetch_add(&w->started, 1);
+	while (!atomic_load_explicit(&w->stop, memory_order_relaxed))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+/* Keeps executor 1 busy with a plain task (its wheel stays empty: load
+ * 0), so that it steals nothing from executor 0: the receiver's wakes
+ * all land there, and only a migration moves it. */
+static int64_t wake3_hold1(cbcmn_cx *cx, void *arg)
+{
+	struct wake3 *w = arg;
+	atomic_store(&w->hold, 1);
+	while (!atomic_load_explicit(&w->stop, memory_order_relaxed))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t wake3_receiver(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type == M_PING)
+		;
+	return rc;
+}
+
+static int64_t wake3_boss(cbcmn_cx *cx, void *arg)
+{
+	struct wake3 *w = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *nh, *nr;
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	cbcmn_actor_opts pin0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref h;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, wake3_hold1, w, NULL) == 0);
+	while (!atomic_load(&w->hold))
+		cbcmn_sleep(cx, 1000000);
+	for (int i = 0; i < SHED_HOGS; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, nh, wake3_hog, w, &pin0, &h) == 0);
+	/* Overloaded before the receiver exists. */
+	while (load0(rt) <= 1500)
+		cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nr, wake3_receiver, w, NULL, &w->r) == 0);
+	/* Pinned hogs never move: every migration counted is the
+	 * receiver's.  Fewer receives than a quantum (1024 checkpoints and
+	 * calls): it never yields for fairness, so the first case cannot
+	 * move it, only the third, at a wake. */
+	for (uint64_t i = 0; i < 900 && migrations(rt, 0) + migrations(rt, 1) == 0; i++) {
+		cbcmn_actor_msg m = {.type = M_PING, .body.u64 = {i}};
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->r, &m) == 0);
+		cbcmn_sleep(cx, 1000000); /* the wheel warms up meanwhile (16 turns) */
+	}
+	w->moved = migrations(rt, 0) + migrations(rt, 1);
+	cbcmn_actor_msg q = {.type = M_QUIT};
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->r, &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nr) == 0);
+	atomic_store(&w->stop, 1);
+	return cbcmn_nursery_await_all(cx, nh);
+}
+
+static void test_woken_actor_leaves_an_overloaded_executor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct wake3 w = {0};
+	assert_int_equal(t_run_pinned(rt, 0, wake3_boss, &w), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.started), SHED_HOGS);
+	assert_true(w.moved > 0);
+	t_destroy(rt);
+}
+
+/* Posse members stay while the others migrate, and stops landing while
+ * actors migrate (some are in a lane, between two executors' wheels, when
+ * theirs comes) end each at its next checkpoint (a stopped actor's
+ * checkpoint unwinds it, as a cancelled task's), wherever it is; nothing
+ * hangs or leaks.  One test for both: each needs an overloaded executor
+ * shedding, the slowest part under TSan. */
+
+static int64_t stopmig_boss(cbcmn_cx *cx, void *arg)
+{
+	struct posse *p = arg;
+	struct shed *sh = &p->sh;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n, *nh;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hold_exec1, sh, NULL) == 0);
+	while (!atomic_load(&sh->spinning))
+		cbcmn_yield(cx);
+	/* Three in four of them a posse: SHED_HOGS in all, as hold_exec1
+	 * counts. */
+	cbcmn_actor_ref r[SHED_HOGS];
+	cbcmn_actor_opts member = {.posse = 7};
+	for (int i = 0; i < SHED_HOGS; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, i % 4 ? posse_hog : shed_hog, i % 4 ? (void *)p : sh,
+					     i % 4 ? &member : NULL, &r[i]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0); /* executor 1 is free */
+	/* Three moves, each as likely to pick a member (3/4) if members
+	 * could move (all three would miss them 1 time in 64). */
+	while (migrations(rt, 0) < 3)
+		cbcmn_sleep(cx, 1000000);
+	p->member_moved = atomic_load(&p->member_on1);
+	/* Migrations are under way: stop them all, a little apart (reason
+	 * 0: a failure would cancel the siblings, fail-fast, before their
+	 * own stop; they never return on their own, sh->stop stays 0). */
+	for (int i = 0; i < SHED_HOGS; i++) {
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, r[i], 0) == 0);
+		cbcmn_sleep(cx, 200000);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_posse_members_stay_and_stops_end_migrating_actors(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct posse p = {0};
+	assert_int_equal(t_run_pinned(rt, 0, stopmig_boss, &p), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&p.sh.started), SHED_HOGS);
+	assert_int_equal(p.member_moved, 0);
+	t_destroy(rt);
+}
+
+/* Alternating load: G hogs pinned to each executor compute while their
+ * side is the loaded one and sleep otherwise.  A receiver that only
+ * blocks (it never uses a whole quantum) follows the load to the idle
+ * side at its wakes, while two pinned tasks (one per executor) and a
+ * plain thread send to it through a small mailbox: every message arrives
+ * once, in each sender's order. */
+
+#define MIG_G 24     /* per side: about 1.5 nominal turns of load */
+#define MIG_PHASES 3
+#define MIG_SENDERS 3 /* two tasks and a thread */
+/* A phase ends once the receiver ran on the idle side, or after this. */
+#define MIG_PHASE_NS ((T_ASAN || T_TSAN) ? 600000000ull : 400000000ull)
+
+struct mig {
+	_Atomic int phase, stop_hogs, stop_sending, hogs_started;
+	_Atomic int r_exec, r_moves;
+	cbcmn_actor_ref r;
+	cbcmn_runtime *rt;
+	uint64_t next[MIG_SENDERS];
+	_Atomic uint64_t sent[MIG_SENDERS];
+	long bad, quits;
+	pthread_t th;
+};
+
+struct mig_hog {
+	struct mig *m;
+	int side;
+};
+
+static int64_t mig_hog(cbcmn_cx *cx, void *arg)
+{
+	struct mig_hog *h = arg;
+	struct mig *m = h->m;
+	atomic_fetch_add(&m->hogs_started, 1);
+	while (!atomic_load_explicit(&m->stop_hogs, memory_order_relaxed)) {
+		if (atomic_load_explicit(&m->phase, memory_order_relaxed) % 2 == h->side)
+			CBCMN_CHECKPOINT(cx);
+		else
+			cbcmn_sleep(cx, 2000000);
+	}
+	return 0;
+}
+
+static int64_t mig_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct mig *m = arg;
+	cbcmn_actor_msg msg;
+	int last = -1;
+	while (m->quits < MIG_SENDERS) {
+		int rc = cbcmn_actor_receive(cx, &msg, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		int e = (int)cbcmn_cx_executor(cx);
+		if (e != last) {
+			if (last >= 0)
+				atomic_fetch_add(&m->r_moves, 1);
+			atomic_store(&m->r_exec, e);
+			last = e;
+		}
+		uint64_t s = msg.body.u64[0], seq = msg.body.u64[1];
+		if (s >= MIG_SENDERS) {
+			m->bad++;
+		} else if (msg.type == M_QUIT) {
+			m->quits++;
+			if (seq != m->next[s]) /* the count it sent before QUIT */
+				m->bad++;
+		} else if (seq != m->next[s]++) {
+			m->bad++;
+		}
+	}
+	return 0;
+}
+
+/* Sends 0, 1, 2... as sender s until told to stop, then QUIT with the
+ * count; yields now and then, so that the receiver's side keeps moving. */
+static int mig_send_all(cbcmn_runtime *rt, cbcmn_cx *cx, struct mig *m, uint64_t s)
+{
+	uint64_t i = 0;
+	while (!atomic_load(&m->stop_sending)) {
+		cbcmn_actor_msg msg = {.type = M_PING, .body.u64 = {s, i}};
+		int rc = cbcmn_actor_send(rt, cx, m->r, &msg);
+		if (rc)
+			return rc;
+		i++;
+		if (i % 16 == 0) {
+			if (cx)
+				cbcmn_sleep(cx, 200000);
+			else
+				usleep(200);
+		}
+	}
+	atomic_store(&m->sent[s], i);
+	cbcmn_actor_msg q = {.type = M_QUIT, .body.u64 = {s, i}};
+	return cbcmn_actor_send(rt, cx, m->r, &q);
+}
+
+static int64_t mig_sender(cbcmn_cx *cx, void *arg)
+{
+	struct mig *m = arg;
+	return mig_send_all(NULL, cx, m, cbcmn_cx_executor(cx));
+}
+
+static void *mig_thread(void *arg)
+{
+	struct mig *m = arg;
+	TASK_CHECK(mig_send_all(m->rt, NULL, m, 2) == 0);
+	return NULL;
+}
+
+static int64_t mig_boss(cbcmn_cx *cx, void *arg)
+{
+	struct mig *m = arg;
+	cbcmn_nursery *nh, *nr;
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	static struct mig_hog hogs[2 * MIG_G];
+	cbcmn_actor_ref ref;
+	for (int i = 0; i < 2 * MIG_G; i++) {
+		hogs[i] = (struct mig_hog){.m = m, .side = i % 2};
+		cbcmn_actor_opts pin = {.placement = CBCMN_PLACE_PINNED, .shard = (uint32_t)(i % 2)};
+		TASK_CHECK(cbcmn_actor_spawn(cx, nh, mig_hog, &hogs[i], &pin, &ref) == 0);
+	}
+	cbcmn_actor_opts ro = {.mailbox_cap = 4, .placement = CBCMN_PLACE_STEALABLE_ON};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nr, mig_receiver, m, &ro, &m->r) == 0);
+	TASK_CHECK(pthread_create(&m->th, NULL, mig_thread, m) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nr, 0, mig_sender, m, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nr, 1, mig_sender, m, NULL) == 0);
+	/* Each phase loads the other side: the receiver follows the load. */
+	for (int p = 0; p < MIG_PHASES; p++) {
+		atomic_store(&m->phase, p);
+		int idle_side = 1 - p % 2;
+		uint64_t end = t_now_ns() + MIG_PHASE_NS;
+		while (atomic_load(&m->r_exec) != idle_side && t_now_ns() < end)
+			cbcmn_sleep(cx, 1000000);
+	}
+	atomic_store(&m->stop_sending, 1);
+	/* The thread is joined by the test, not here: a join would hold
+	 * this executor while the thread may wait for the receiver. */
+	int64_t r = cbcmn_nursery_await_all(cx, nr);
+	atomic_store(&m->stop_hogs, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	return r;
+}
+
+static void test_messages_to_a_migrating_receiver_arrive_once_in_order(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct mig m = {.rt = rt, .r_exec = -1};
+	assert_int_equal(t_run_pinned(rt, 0, mig_boss, &m), 0);
+	pthread_join(m.th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(m.bad, 0);
+	assert_int_equal(m.quits, MIG_SENDERS);
+	for (int s = 0; s < MIG_SENDERS; s++)
+		assert_int_equal(m.next[s], atomic_load(&m.sent[s]));
+	/* It moved (by migration at its wakes, or woken where its home was
+	 * idle): the messages above crossed those moves. */
+	assert_true(atomic_load(&m.r_moves) >= 1);
+	t_destroy(rt);
+}
+
+/* A balanced runtime: the same number of always-runnable actors on each
+ * executor, above the nominal load; once settled, nothing moves over
+ * BAL_WINDOW_MS.  (docs/ACTORS.md "Migration" on timing turns in wall
+ * time on a loaded machine.) */
+
+#define BAL_PER_SIDE 24
+#define BAL_SETTLE_MS 300
+#define BAL_WINDOW_MS 1500
+
+struct bal {
+	_Atomic int stop, started, release;
+	cbcmn_nursery *n;
+};
+
+static int64_t bal_hog(cbcmn_cx *cx, void *arg);
+
+/* Spawns executor 1's half there (its own deque: no lane to overflow
+ * into the inject queue), and keeps executor 1 busy until all have
+ * started, so that it steals none of executor 0's (an idle one steals). */
+static int64_t bal_hold1(cbcmn_cx *cx, void *arg)
+{
+	struct bal *b = arg;
+	cbcmn_actor_ref r;
+	for (int i = 0; i < BAL_PER_SIDE; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, b->n, bal_hog, b, NULL, &r) == 0);
+	while (!atomic_load_explicit(&b->release, memory_order_relaxed))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t bal_hog(cbcmn_cx *cx, void *arg)
+{
+	struct bal *b = arg;
+	atomic_fetch_add(&b->started, 1);
+	while (!atomic_load_explicit(&b->stop, memory_order_relaxed))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+struct bal_out {
+	uint64_t settle_moves, window_moves;
+	int64_t homed[2];
+};
+
+static int64_t bal_boss(cbcmn_cx *cx, void *arg)
+{
+	void **p = arg;
+	struct bal *b = p[0];
+	struct bal_out *o = p[1];
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref r;
+	b->n = n;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, bal_hold1, b, NULL) == 0);
+	/* Half here, half from executor 1 (bal_hold1): neither executor is
+	 * idle meanwhile (this task keeps executor 0 until they are spawned,
+	 * then their wheel does), so none is stolen. */
+	for (int i = 0; i < BAL_PER_SIDE; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, bal_hog, b, NULL, &r) == 0);
+	while (atomic_load(&b->started) < 2 * BAL_PER_SIDE)
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&b->release, 1);
+	cbcmn_sleep(cx, BAL_SETTLE_MS * 1000000ull);
+	uint64_t m0 = migrations(rt, 0) + migrations(rt, 1);
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &st, per, 2) == 0);
+	o->homed[0] = (int64_t)per[0].actors;
+	o->homed[1] = (int64_t)per[1].actors;
+	cbcmn_sleep(cx, BAL_WINDOW_MS * 1000000ull);
+	o->settle_moves = m0;
+	o->window_moves = migrations(rt, 0) + migrations(rt, 1) - m0;
+	atomic_store(&b->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_balanced_runtime_migrates_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct bal b = {0};
+	struct bal_out o = {0};
+	void *arg[2] = {&b, &o};
+	assert_int_equal(t_run_pinned(rt, 0, bal_boss, arg), 0);
+	ASSERT_TASK_CHECKS();
+	printf("balanced: homed %lld/%lld after settling (%llu moves), %llu moves in %d ms\n",
+	       (long long)o.homed[0], (long long)o.homed[1], (unsigned long long)o.settle_moves,
+	       (unsigned long long)o.window_moves, BAL_WINDOW_MS);
+	assert_int_equal(o.window_moves, 0);
+	t_destroy(rt);
+}
+
 /* ---- two computing actors on one executor spread to an idle one ---- */
 
 struct spread {
@@ -529,6 +959,10 @@ int main(void)
 		T(test_spawned_actors_stay_stealable_until_picked),
 		T(test_overloaded_executor_sheds_actors_to_an_idle_one),
 		T(test_destroy_with_actors_on_a_wheel_is_ebusy_then_frees),
+		T(test_woken_actor_leaves_an_overloaded_executor),
+		T(test_messages_to_a_migrating_receiver_arrive_once_in_order),
+		T(test_balanced_runtime_migrates_nothing),
+		T(test_posse_members_stay_and_stops_end_migrating_actors),
 		T(test_regression_computing_actors_on_one_executor_spread_to_an_idle_one),
 	};
 	return cmocka_run_group_tests_name("actor_sched", tests, NULL, NULL);

@@ -84,7 +84,15 @@
  * homed there by state (cbcmn_executor_stats.actors, actors_runnable,
  * actors_running, actors_waiting, actors_receiving, actors_halting) and
  * the messages in their mailboxes (mailbox_depth); USDT probes actor_spawn,
- * actor_send, actor_receive, actor_halt and actor_restart (docs/PROBES.md).
+ * actor_send, actor_receive, actor_halt, actor_restart and actor_migrate
+ * (docs/PROBES.md).
+ *
+ * Migration.  An actor runs on the executor that picked it; when that
+ * executor's load is well above another's, an actor that used its whole
+ * quantum, or one that was waiting and just became runnable, may be handed
+ * over to it (docs/ACTORS.md "Migration").  Pinned actors and posse
+ * members never move; its mailbox never moves, so delivery and order are
+ * unaffected.
  *
  * Supervisors (cbcmn_sup_start(), below) start and restart trees of
  * actors.  docs/ACTORS.md has the design and what is still to come.
@@ -107,7 +115,7 @@ typedef uint64_t cbcmn_actor_ref;
  * program (see cbcmn_actor_opts.drop for the messages that are never
  * received).  Types at or above CBCMN_ACTOR_SYS are the runtime's. */
 typedef struct cbcmn_actor_msg {
-	uint32_t type;          /* the program's (< CBCMN_ACTOR_SYS), or CBCMN_ACTOR_DOWN */
+	uint32_t type;          /* the program's (< CBCMN_ACTOR_SYS), CBCMN_ACTOR_DOWN or _EXIT */
 	uint32_t _reserved;     /* zero */
 	cbcmn_actor_ref from;   /* set by send: the sending actor, or CBCMN_ACTOR_NONE */
 	union {
@@ -120,11 +128,18 @@ typedef struct cbcmn_actor_msg {
 			int64_t reason;     /* its halt reason; -ESRCH: it was dead already */
 			uint64_t undelivered; /* messages left in its mailbox at halt */
 		} down;
+		/* CBCMN_ACTOR_EXIT: a linked actor (also in from) halted, and
+		 * the receiver traps exits (cbcmn_actor_trap_exit()). */
+		struct {
+			uint64_t _zero;     /* 0 */
+			int64_t reason;     /* its halt reason, 0 included */
+		} exit;
 	} body;
 } cbcmn_actor_msg;
 
 #define CBCMN_ACTOR_SYS 0xffff0000u
 #define CBCMN_ACTOR_DOWN (CBCMN_ACTOR_SYS + 1)
+#define CBCMN_ACTOR_EXIT (CBCMN_ACTOR_SYS + 2)
 
 /* An actor's behaviour: runs as its task, receives with
  * cbcmn_actor_receive(), returns its halt reason (0 normal, negative an
@@ -156,6 +171,13 @@ typedef struct cbcmn_actor_opts {
 	 * (a receive of the halting actor there returns -ESHUTDOWN).  NULL:
 	 * they are discarded. */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
+	/* Trap exits from the start (as cbcmn_actor_trap_exit(cx, true) in
+	 * its first line, but before anyone can link with it). */
+	bool trap_exit;
+	/* Its posse (seed 003): 0 none; any other id makes it a member, and
+	 * posse members never migrate between executors (as if pinned, but
+	 * placed and stolen before their first run like any actor). */
+	uint32_t posse;
 } cbcmn_actor_opts;
 
 /* Spawn an actor running fn(cx, state) as a child of nursery n, with a
@@ -211,10 +233,19 @@ CBCMN_API cbcmn_actor_ref cbcmn_actor_self(const cbcmn_cx *cx);
  * it returns; use a negative one for a failure, 0 for a normal stop).  Its
  * mailbox closes at once: later sends and senders waiting on it get -ESRCH;
  * its current or next cbcmn_actor_receive() returns -ESHUTDOWN, and the
- * behaviour is expected to return then.  An actor that never receives is
- * not interrupted (cancel its nursery).  Idempotent: the first reason
- * wins.  Returns 0, -ESRCH (already halted), -EINVAL.  Any thread, any
- * task; rt and cx as for cbcmn_actor_send(). */
+ * behaviour is expected to return then.  Any other wait of the actor ends
+ * too, at that call, as a cancellation of its task would end it: a
+ * channel operation, a sleep, a timed wait, a budget wait, a blocking
+ * call or an I/O call under way return CBCMN_ECANCELED (an I/O that had
+ * completed returns its result instead, never ECANCELED), a nursery it
+ * awaits is cancelled (its await_all returns once those children ended),
+ * and from then on every blocking call and yield of the actor returns
+ * CBCMN_ECANCELED while its receive returns -ESHUTDOWN, and its next
+ * CBCMN_CHECKPOINT() that reaches the slow path ends it (as a cancelled
+ * task's does).  An actor that computes without a checkpoint is not
+ * interrupted.  Idempotent: the
+ * first reason wins.  Returns 0, -ESRCH (already halted), -EINVAL.  Any
+ * thread, any task; rt and cx as for cbcmn_actor_send(). */
 CBCMN_API int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 			       int64_t reason);
 
@@ -239,7 +270,11 @@ CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mo
 /* Link the calling actor with actor a, both ways: when either halts with a
  * reason other than 0, the other is stopped (cbcmn_actor_stop()) with that
  * reason, which its own links pass on in turn; a normal halt (0) stops
- * nobody.  Linking twice is the same as once.  Returns 0, -ESRCH (a is
+ * nobody.  An actor that traps exits (cbcmn_actor_trap_exit()) is not
+ * stopped: it receives one CBCMN_ACTOR_EXIT message (from = the peer,
+ * body.exit.reason = its halt reason) for every halt of a linked peer,
+ * normal ones included, after the messages the peer had sent it.  The link
+ * is gone either way.  Linking twice is the same as once.  Returns 0, -ESRCH (a is
  * dead: nothing linked), -EINVAL (a is the caller itself), -EPERM (cx is
  * not an actor), -ESHUTDOWN (the caller is halting: from its drop
  * callback), -ENOMEM. */
@@ -250,6 +285,13 @@ CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
  * linked (or a dead): nothing to do, 0.  Returns 0, -EPERM (cx is not an
  * actor). */
 CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
+
+/* Make the calling actor trap exits (on) or not: while it does, a linked
+ * actor's halt arrives as a CBCMN_ACTOR_EXIT message instead of stopping
+ * it (cbcmn_actor_link()).  A halt is judged when it happens: turning it
+ * off does not take back EXIT messages already queued.  Returns the
+ * previous setting (0 or 1), -EPERM (cx is not an actor). */
+CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
 
 /* ------------------------------------------------------------------------
  * Supervisors (seed 003 "Supervisors", SPEC-021 §10 :cluster;
