@@ -702,6 +702,17 @@ static int64_t queued_other_exec(cbcmn_cx *cx, void *arg)
 
 enum queued_end { QUEUED_OK, QUEUED_BAD, QUEUED_SUBMITTED };
 
+/* A few hundred picks, so that the executor has a mean pick time: without
+ * one it defers no SQE (sched.c, ring_may_defer(): no guess, no wait), and
+ * the cases below need theirs still queued. */
+static int64_t warm_picks(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 600; i++)
+		cbcmn_yield(cx);
+	return 0;
+}
+
 static enum queued_end queued_run(enum op op, int by, uint64_t timeout_ns)
 {
 	struct fx f;
@@ -718,6 +729,8 @@ static enum queued_end queued_run(enum op op, int by, uint64_t timeout_ns)
 	cfg.ring_flags = ring_flags;
 	cfg.io_batch_ns = UINT64_MAX / 4;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	for (uint32_t x = 0; x < cfg.workers; x++)
+		assert_int_equal(t_run_pinned(rt, x, warm_picks, NULL), 0);
 	struct queued q = {.f = &f, .rt = rt, .hold = 1};
 	if (by == BY_SAME_TASK) {
 		t_run(rt, queued_same_task, &q, 0);
