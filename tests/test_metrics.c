@@ -907,6 +907,20 @@ static int64_t serve_ex_from_task(cbcmn_cx *cx, void *arg)
 	return cbcmn_metrics_serve_ex(cbcmn_cx_runtime(cx), &o, &ms);
 }
 
+/* The blocking pool is the runtime's too. */
+static int64_t serve_in_pool(void *arg)
+{
+	cbcmn_metrics_server *ms = NULL;
+	return cbcmn_metrics_serve(arg, NULL, 0, &ms);
+}
+
+static int64_t serve_from_blocking_pool(cbcmn_cx *cx, void *arg)
+{
+	int64_t r = 0;
+	int rc = cbcmn_blocking(cx, serve_in_pool, cbcmn_cx_runtime(cx), &r);
+	return rc ? rc : r;
+}
+
 static int64_t stop_from_task(cbcmn_cx *cx, void *arg)
 {
 	return cbcmn_metrics_stop(arg);
@@ -925,6 +939,7 @@ static void test_bad_calls(void **state)
 	assert_int_equal(cbcmn_metrics_port(NULL), -EINVAL);
 	t_run(rt, serve_from_task, NULL, -EDEADLK);
 	t_run(rt, serve_ex_from_task, NULL, -EDEADLK);
+	t_run(rt, serve_from_blocking_pool, NULL, -EDEADLK);
 	assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1", 0, &ms), 0);
 	cbcmn_metrics_server *ms2 = NULL;
 	assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1", (uint16_t)cbcmn_metrics_port(ms), &ms2),
