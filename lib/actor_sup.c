@@ -99,10 +99,10 @@ static void tmpl_free(struct tmpl *t)
 }
 
 /* The shard of the k-th executor of NUMA node (an unpinned executor counts
- * as node 0), counting round; -1: none there. */
+ * as node 0), counting round; -1: none there.  The program's executors
+ * only: the spare (monitor.c), the last slot, takes no pinned task. */
 static int node_exec(const struct cbcmn_runtime *rt, int32_t node, uint32_t k)
 {
-	/* The spare executor (monitor.c) is nobody's placement. */
 	uint32_t m = 0, n = cbcmn__nworkers(rt);
 	for (uint32_t i = 0; i < n; i++) {
 		int32_t en = rt->exec[i]->node < 0 ? 0 : rt->exec[i]->node;

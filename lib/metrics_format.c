@@ -90,6 +90,9 @@ static const struct exec_metric {
 	{"stalls", F_COUNTER, U64(stalls), AS_IS, "Runs that held the executor longer than stall_ns"},
 	{"actor_load_milli", F_GAUGE, U64(actor_load_milli), AS_IS, "Actor wheel load, 1 / wheel turn rate: 1000 = nominal"},
 	{"actor_migrations", F_COUNTER, U64(actor_migrations), AS_IS, "Actors handed over to a less loaded executor"},
+	{"actors", F_GAUGE, U64(actors), AS_IS, "Live actors homed on the executor"},
+	{"actors_receiving", F_GAUGE, U64(actors_receiving), AS_IS, "Waiting actors blocked in a receive"},
+	{"actor_mailbox_messages", F_GAUGE, U64(mailbox_depth), AS_IS, "Messages waiting in its actors' mailboxes"},
 };
 #undef U64
 #undef U32
@@ -97,6 +100,20 @@ static const struct exec_metric {
 
 static const char *const state_names[] = {"stopped", "running", "searching", "parked"};
 #define NSTATES (sizeof(state_names) / sizeof(state_names[0]))
+
+/* The actors homed on an executor by what they are doing: the states
+ * partition the live ones but for those caught between two (the gauges
+ * are read one by one), so a sum over state is about cbcmn_actors. */
+static const struct actor_state {
+	const char *name;
+	size_t off;
+} actor_states[] = {
+	{"runnable", offsetof(cbcmn_executor_stats, actors_runnable)},
+	{"running", offsetof(cbcmn_executor_stats, actors_running)},
+	{"waiting", offsetof(cbcmn_executor_stats, actors_waiting)},
+	{"halting", offsetof(cbcmn_executor_stats, actors_halting)},
+};
+#define NACTOR_STATES (sizeof(actor_states) / sizeof(actor_states[0]))
 
 static uint64_t exec_raw(const struct exec_metric *m, const cbcmn_executor_stats *e)
 {
@@ -187,12 +204,24 @@ int64_t cbcmn_metrics_format(const cbcmn_metrics_source *src, size_t n, uint32_t
 				put(&o, "cbcmn_executor_state{runtime=\"%u\",executor=\"%u\","
 					"cbcmn_executor_state=\"%s\"} %d\n",
 				    src[r].stats->runtime_id, i, state_names[st], src[r].per[i].state == st);
-	family(&o, "executor", F_INFO, "Where the executor is pinned (-1: not)");
+	family(&o, "actors_by_state", F_GAUGE, "Actors homed on the executor, by what they do");
+	for (size_t r = 0; r < n; r++)
+		for (uint32_t i = 0; i < src[r].nper; i++)
+			for (size_t k = 0; k < NACTOR_STATES; k++)
+				put(&o, "cbcmn_actors_by_state{runtime=\"%u\",executor=\"%u\",state=\"%s\"} "
+					"%llu\n",
+				    src[r].stats->runtime_id, i, actor_states[k].name,
+				    (unsigned long long)*(const uint64_t *)((const char *)&src[r].per[i] +
+									    actor_states[k].off));
+	/* The thread id as a label, as an info family carries what names a
+	 * thing: it joins the figures to ps -L, perf and /proc/PID/task. */
+	family(&o, "executor", F_INFO, "Where the executor is pinned (-1: not) and its thread (0: none)");
 	for (size_t r = 0; r < n; r++)
 		for (uint32_t i = 0; i < src[r].nper; i++)
 			put(&o, "cbcmn_executor_info{runtime=\"%u\",executor=\"%u\",cpu=\"%d\","
-				"node=\"%d\"} 1\n",
-			    src[r].stats->runtime_id, i, (int)src[r].per[i].cpu, (int)src[r].per[i].node);
+				"node=\"%d\",tid=\"%d\"} 1\n",
+			    src[r].stats->runtime_id, i, (int)src[r].per[i].cpu, (int)src[r].per[i].node,
+			    (int)src[r].per[i].tid);
 	if (o.om)
 		put(&o, "# EOF\n");
 	return (int64_t)o.len;

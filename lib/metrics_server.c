@@ -567,6 +567,37 @@ int cbcmn_metrics_serve(cbcmn_runtime *rt, const char *addr, uint16_t port,
 	return cbcmn__metrics_serve_ex(rt, addr, port, NULL, out);
 }
 
+/* The options' ranges (cbcmn_metrics.h): a deadline far past an hour, a
+ * request buffer past a MiB or a client table past 65536 is a mistake, and
+ * 64 bytes is the least that holds "GET /metrics HTTP/1.1" and a Host. */
+#define OPTS_TIMEOUT_MAX (3600ull * 1000000000)
+#define OPTS_CLIENTS_MAX 65536u
+#define OPTS_REQ_MIN 64u
+#define OPTS_REQ_MAX (1u << 20)
+
+int cbcmn_metrics_serve_ex(cbcmn_runtime *rt, const cbcmn_metrics_opts *opts,
+			   cbcmn_metrics_server **out)
+{
+	struct cbcmn__metrics_limits lim = {CBCMN__METRICS_TIMEOUT_NS, CBCMN__METRICS_MAX_CLIENTS,
+					     CBCMN__METRICS_REQ_MAX};
+	if (!opts)
+		return cbcmn__metrics_serve_ex(rt, NULL, 0, &lim, out);
+	/* The size is read before any other field: a caller's struct of
+	 * another version may be shorter than this one. */
+	if (opts->size != sizeof(*opts))
+		return -EINVAL;
+	if (opts->timeout_ns > OPTS_TIMEOUT_MAX || opts->max_clients > OPTS_CLIENTS_MAX ||
+	    (opts->max_request && (opts->max_request < OPTS_REQ_MIN || opts->max_request > OPTS_REQ_MAX)))
+		return -EINVAL;
+	if (opts->timeout_ns)
+		lim.timeout_ns = opts->timeout_ns;
+	if (opts->max_clients)
+		lim.max_clients = opts->max_clients;
+	if (opts->max_request)
+		lim.req_max = opts->max_request;
+	return cbcmn__metrics_serve_ex(rt, opts->addr, opts->port, &lim, out);
+}
+
 int cbcmn_metrics_port(const cbcmn_metrics_server *ms)
 {
 	return ms ? ms->port : -EINVAL;

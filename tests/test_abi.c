@@ -71,6 +71,7 @@ static const char *const exported[] = {
 	"cbcmn_poll",
 	"cbcmn_metrics_format",
 	"cbcmn_metrics_serve",
+	"cbcmn_metrics_serve_ex",
 	"cbcmn_metrics_port",
 	"cbcmn_metrics_stop",
 	"cbcmn_pread",

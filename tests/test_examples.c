@@ -1,5 +1,6 @@
 /* test_examples: every program under examples/ runs and says what it
- * should: fork_join's and pipeline's sums, echo_server's echoes to three
+ * should: fork_join's and pipeline's sums, supervised's answers through a
+ * worker that crashes and is restarted, echo_server's echoes to three
  * clients at once, http_server's answers (pipelined, keep-alive, errors)
  * and every response of a 2-second wrk load, tls_echo's echoes over TLS
  * (a throwaway certificate from the openssl CLI), each server ending by
@@ -180,6 +181,27 @@ static void test_pipeline_prints_the_sum_of_squares(void **state)
 			     sizeof(err)), 0);
 	assert_string_equal(out, "1000 squares of 1..1000, sum = 333833500\n");
 	assert_string_equal(err, "");
+}
+
+/* Every request answered once through a worker that crashes on each
+ * request ending in 7 (so 10 restarts for 100, 1 for 7), the store's total
+ * the answers' sum, and the tree stopped dependents first: the program
+ * checks all of it and says so on stdout. */
+static void test_supervised_answers_through_crashes(void **state)
+{
+	(void)state;
+	char out[512], err[256];
+	assert_int_equal(run("supervised", (const char *[]){NULL}, out, sizeof(out), err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "supervised: stopped front, worker, store (dependents first)\n"
+				 "supervised: 100 requests answered, sum of squares 338350, store total 338350\n"
+				 "supervised: worker crashes 10, supervisor restarts 10\n");
+	assert_string_equal(err, "");
+	assert_int_equal(run("supervised", (const char *[]){"7", NULL}, out, sizeof(out), err,
+			     sizeof(err)), 0);
+	assert_string_equal(out, "supervised: stopped front, worker, store (dependents first)\n"
+				 "supervised: 7 requests answered, sum of squares 140, store total 140\n"
+				 "supervised: worker crashes 1, supervisor restarts 1\n");
 }
 
 /* ---- echo_server ------------------------------------------------------------ */
@@ -613,6 +635,7 @@ static const struct bad BAD[] = {
 	{"echo_server", {NULL}},
 	{"http_server", {"0", "--exit-after", "0"}},
 	{"tls_echo", {"0", "/nonexistent/cert.pem", "/nonexistent/key.pem"}},
+	{"supervised", {"0"}},
 	/* The rest: release builds only. */
 	{"fork_join", {"0"}},
 	{"fork_join", {"10", "0"}},
@@ -636,12 +659,15 @@ static const struct bad BAD[] = {
 	{"tls_echo", {"0", "cert.pem"}},
 	{"tls_echo", {"0", "/dev/null", "/dev/null"}},
 	{"tls_echo", {"0", "a", "b", "--exit-after", "x"}},
+	{"supervised", {"1001"}},
+	{"supervised", {"1", "2"}},
+	{"supervised", {"ten"}},
 };
 
 static void test_examples_reject_bad_arguments(void **state)
 {
 	(void)state;
-	size_t n = T_ASAN || T_TSAN ? 5 : sizeof(BAD) / sizeof(BAD[0]);
+	size_t n = T_ASAN || T_TSAN ? 6 : sizeof(BAD) / sizeof(BAD[0]);
 	for (size_t i = 0; i < n; i++)
 		rejects(BAD[i].name, BAD[i].args);
 }
@@ -675,6 +701,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_fork_join_prints_the_sum),
 		T_WATCHED_TEST(test_pipeline_prints_the_sum_of_squares),
+		T_WATCHED_TEST(test_supervised_answers_through_crashes),
 		T_WATCHED_TEST(test_echo_server_echoes_and_exits_after_n),
 		T_WATCHED_TEST(test_http_server_answers),
 		T_WATCHED_TEST(test_http_server_under_wrk),

@@ -335,6 +335,57 @@ static void test_two_runtimes_keep_each_family_together(void **state)
 	cbcmn_runtime_destroy(r2);
 }
 
+/* cbcmn-stat --prometheus writes the library's text byte for byte (the
+ * endpoint's OpenMetrics answer is the same function's): the tool's writer
+ * against cbcmn_metrics_format() on the same figures, every figure of the
+ * actors and the executor's thread set, so that a family the formatter
+ * gains shows in both or the test says which. */
+static void test_tool_text_is_the_library_formatter_byte_for_byte(void **state)
+{
+	(void)state;
+	cbcmn_stats st = {.executors = 2, .runtime_id = 3, .tasks_spawned = 10, .pid = 42};
+	cbcmn_executor_stats per[2] = {
+		{.tasks_run = 7, .cpu = 0, .node = 0, .tid = 4242, .actors = 5, .actors_running = 1,
+		 .actors_waiting = 3, .actors_receiving = 2, .actors_runnable = 1, .mailbox_depth = 9,
+		 .actor_migrations = 4, .actor_load_milli = 1500},
+		{.cpu = -1, .node = -1, .tid = 0, .actors_halting = 1, .actors = 1},
+	};
+	struct om_runtime r = {&st, per, 2};
+	char *tool = om_text(&r, 1);
+	cbcmn_metrics_source src = {&st, per, 2};
+	int64_t len = cbcmn_metrics_format(&src, 1, CBCMN_METRICS_OPENMETRICS, NULL, 0);
+	assert_true(len > 0);
+	char *lib = malloc((size_t)len + 1);
+	assert_non_null(lib);
+	assert_int_equal(cbcmn_metrics_format(&src, 1, CBCMN_METRICS_OPENMETRICS, lib, (size_t)len + 1), len);
+	assert_string_equal(tool, lib);
+	static struct om_parsed p;
+	assert_parses(tool, &p);
+	static const struct {
+		const char *key;
+		double v;
+	} want[] = {
+		{"cbcmn_actors{runtime=\"3\",executor=\"0\"}", 5},
+		{"cbcmn_actors_by_state{runtime=\"3\",executor=\"0\",state=\"running\"}", 1},
+		{"cbcmn_actors_by_state{runtime=\"3\",executor=\"0\",state=\"waiting\"}", 3},
+		{"cbcmn_actors_by_state{runtime=\"3\",executor=\"0\",state=\"runnable\"}", 1},
+		{"cbcmn_actors_by_state{runtime=\"3\",executor=\"1\",state=\"halting\"}", 1},
+		{"cbcmn_actors_receiving{runtime=\"3\",executor=\"0\"}", 2},
+		{"cbcmn_actor_mailbox_messages{runtime=\"3\",executor=\"0\"}", 9},
+		{"cbcmn_actor_migrations_total{runtime=\"3\",executor=\"0\"}", 4},
+		{"cbcmn_actor_load_milli{runtime=\"3\",executor=\"0\"}", 1500},
+		{"cbcmn_executor_info{runtime=\"3\",executor=\"0\",cpu=\"0\",node=\"0\",tid=\"4242\"}", 1},
+		{"cbcmn_executor_info{runtime=\"3\",executor=\"1\",cpu=\"-1\",node=\"-1\",tid=\"0\"}", 1},
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		const struct om_sample *x = om_find(&p, want[i].key);
+		if (!x || x->v != want[i].v)
+			fail_msg("%s: %s, not %g", want[i].key, x ? "another value" : "missing", want[i].v);
+	}
+	free(lib);
+	free(tool);
+}
+
 /* ---- the tool: cbcmn-stat --prometheus against another process -------------------- */
 
 /* A child running fib on two executors until killed; returns its pid once
@@ -480,6 +531,7 @@ int main(void)
 		cmocka_unit_test(test_checker_refuses_what_a_scraper_refuses),
 		cmocka_unit_test(test_exposition_matches_the_snapshot),
 		cmocka_unit_test(test_two_runtimes_keep_each_family_together),
+		cmocka_unit_test(test_tool_text_is_the_library_formatter_byte_for_byte),
 		cmocka_unit_test(test_prometheus_scrapes_parse_and_counters_grow),
 		cmocka_unit_test(test_prometheus_process_ending_between_scrapes),
 		cmocka_unit_test(test_prometheus_bad_input_is_one_line),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "cbcmn_actor.h"
 #include "../lib/fault.h"
 #include "../lib/metrics.h"
 
@@ -899,6 +900,27 @@ static int64_t serve_from_task(cbcmn_cx *cx, void *arg)
 	return cbcmn_metrics_serve(cbcmn_cx_runtime(cx), NULL, 0, &ms);
 }
 
+static int64_t serve_ex_from_task(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_metrics_server *ms = NULL;
+	cbcmn_metrics_opts o = {.size = sizeof(o)};
+	return cbcmn_metrics_serve_ex(cbcmn_cx_runtime(cx), &o, &ms);
+}
+
+/* The blocking pool is the runtime's too. */
+static int64_t serve_in_pool(void *arg)
+{
+	cbcmn_metrics_server *ms = NULL;
+	return cbcmn_metrics_serve(arg, NULL, 0, &ms);
+}
+
+static int64_t serve_from_blocking_pool(cbcmn_cx *cx, void *arg)
+{
+	int64_t r = 0;
+	int rc = cbcmn_blocking(cx, serve_in_pool, cbcmn_cx_runtime(cx), &r);
+	return rc ? rc : r;
+}
+
 static int64_t stop_from_task(cbcmn_cx *cx, void *arg)
 {
 	return cbcmn_metrics_stop(arg);
@@ -916,6 +938,8 @@ static void test_bad_calls(void **state)
 	assert_int_equal(cbcmn_metrics_stop(NULL), -EINVAL);
 	assert_int_equal(cbcmn_metrics_port(NULL), -EINVAL);
 	t_run(rt, serve_from_task, NULL, -EDEADLK);
+	t_run(rt, serve_ex_from_task, NULL, -EDEADLK);
+	t_run(rt, serve_from_blocking_pool, NULL, -EDEADLK);
 	assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1", 0, &ms), 0);
 	cbcmn_metrics_server *ms2 = NULL;
 	assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1", (uint16_t)cbcmn_metrics_port(ms), &ms2),
@@ -936,6 +960,142 @@ static void test_bad_calls(void **state)
 	assert_int_equal(cbcmn_metrics_serve(core, NULL, 0, &ms), CBCMN_ENOSCHED);
 	t_destroy(core);
 	t_destroy(rt);
+}
+
+/* GET path: want, once the connections before it have ended (a slot is
+ * free only when the task of the last one has ended, a moment after its
+ * client saw it close; until then 503). */
+static void expect_once_free(int port, const char *path, const char *extra_headers, int want)
+{
+	uint64_t t0 = t_now_ns();
+	for (int st = 0; st != want; usleep(10000)) {
+		struct reply r = get(port, path, extra_headers);
+		st = r.status;
+		reply_free(&r);
+		if (st != want && st != 503)
+			fail_msg("GET %s: %d, not %d", path, st, want);
+		assert_true(t_now_ns() - t0 < T_STALL_NS);
+	}
+}
+
+/* cbcmn_metrics_serve_ex(): the public options set the limits.  One
+ * client at most (a second gets 503 until the first has gone), a request
+ * buffer of 64 bytes (a longer head gets 431); opts NULL serves with the
+ * defaults. */
+static void test_serve_ex_options_set_the_limits(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_opts o = {.size = sizeof(o), .addr = "127.0.0.1", .max_clients = 1,
+				.max_request = 64, .timeout_ns = T_STALL_NS};
+	cbcmn_metrics_server *ms = NULL;
+	assert_int_equal(cbcmn_metrics_serve_ex(rt, &o, &ms), 0);
+	int port = cbcmn_metrics_port(ms);
+	int a = dial(port);
+	expect(port, "/metrics", "", 503);
+	close(a);
+	expect_once_free(port, "/metrics", "", 200);
+	expect_once_free(port, "/metrics", "X-Padding: 0123456789012345678901234567890123456789\r\n", 431);
+	assert_int_equal(cbcmn_metrics_stop(ms), 0);
+	assert_int_equal(cbcmn_metrics_serve_ex(rt, NULL, &ms), 0);
+	expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* Options the library does not know, or limits out of their range, are
+ * refused with nothing started. */
+static void test_serve_ex_refuses_bad_options(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	static const cbcmn_metrics_opts bad[] = {
+		{.size = 0},
+		{.size = sizeof(cbcmn_metrics_opts) - 1},
+		{.size = sizeof(cbcmn_metrics_opts) + 8},
+		{.size = sizeof(cbcmn_metrics_opts), .timeout_ns = 3601ull * 1000000000},
+		{.size = sizeof(cbcmn_metrics_opts), .max_clients = 65537},
+		{.size = sizeof(cbcmn_metrics_opts), .max_request = 63},
+		{.size = sizeof(cbcmn_metrics_opts), .max_request = (1u << 20) + 1},
+		{.size = sizeof(cbcmn_metrics_opts), .addr = "localhost"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cbcmn_metrics_server *ms = NULL;
+		if (cbcmn_metrics_serve_ex(rt, &bad[i], &ms) != -EINVAL || ms)
+			fail_msg("options %zu were not refused", i);
+	}
+	cbcmn_metrics_opts o = {.size = sizeof(o)};
+	assert_int_equal(cbcmn_metrics_serve_ex(rt, &o, NULL), -EINVAL);
+	assert_int_equal(cbcmn_metrics_serve_ex(NULL, &o, NULL), -EINVAL);
+	t_destroy(rt);
+}
+
+/* ---- the actors' figures and the executors' threads ---------------------------------- */
+
+static int64_t receiver(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+		;
+	return 0;
+}
+
+static int64_t sleeper(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_sleep(cx, 1000ull * T_STALL_NS); /* until its nursery is cancelled */
+	return 0;
+}
+
+/* Three actors blocked in a receive and one asleep with two messages in
+ * its mailbox: a scrape (OpenMetrics) shows them per executor by state,
+ * the receiving ones, the mailbox's depth, and the executor's thread id. */
+static void test_scrape_shows_actors_and_thread_ids(void **state)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	cbcmn_actor_ref a[4];
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(cbcmn_actor_spawn(NULL, n, receiver, NULL, NULL, &a[i]), 0);
+	assert_int_equal(cbcmn_actor_spawn(NULL, n, sleeper, NULL, NULL, &a[3]), 0);
+	cbcmn_actor_msg m = {.type = 1};
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a[3], &m), 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a[3], &m), 0);
+	/* Until all four have blocked (nothing moves after that). */
+	cbcmn_stats st;
+	cbcmn_executor_stats per;
+	uint64_t t0 = t_now_ns();
+	for (;;) {
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, &per, 1), 0);
+		if (per.actors_waiting == 4 && per.actors_receiving == 3)
+			break;
+		assert_true(t_now_ns() - t0 < T_STALL_NS);
+		usleep(1000);
+	}
+	struct reply r = get(cbcmn_metrics_port(ms), "/metrics",
+			     "Accept: application/openmetrics-text; version=1.0.0\r\n");
+	assert_int_equal(r.status, 200);
+	static struct parsed p;
+	parse(r.body, true, &p);
+	uint32_t id = st.runtime_id;
+	assert_true(value(&p, "cbcmn_actors{runtime=\"%u\",executor=\"0\"}", id) == 4);
+	static const struct {
+		const char *state;
+		double want;
+	} by[] = {{"runnable", 0}, {"running", 0}, {"waiting", 4}, {"halting", 0}};
+	for (size_t i = 0; i < 4; i++)
+		if (value(&p, "cbcmn_actors_by_state{runtime=\"%u\",executor=\"0\",state=\"%s\"}", id,
+			  by[i].state) != by[i].want)
+			fail_msg("actors %s: not %g", by[i].state, by[i].want);
+	assert_true(value(&p, "cbcmn_actors_receiving{runtime=\"%u\",executor=\"0\"}", id) == 3);
+	assert_true(value(&p, "cbcmn_actor_mailbox_messages{runtime=\"%u\",executor=\"0\"}", id) == 2);
+	assert_true(value(&p, "cbcmn_actor_migrations_total{runtime=\"%u\",executor=\"0\"}", id) == 0);
+	assert_true(per.tid > 0);
+	assert_true(value(&p, "cbcmn_executor_info{runtime=\"%u\",executor=\"0\",cpu=\"%d\","
+			      "node=\"%d\",tid=\"%d\"}",
+			  id, (int)per.cpu, (int)per.node, (int)per.tid) == 1);
+	reply_free(&r);
+	cbcmn_nursery_cancel(n);
+	cbcmn_nursery_await_all(NULL, n);
+	stop_and_destroy(ms, rt);
 }
 
 /* cbcmn_metrics_format() sizes as snprintf() does: a short buffer gets
@@ -995,6 +1155,9 @@ int main(void)
 		T_WATCHED_TEST(test_failed_allocation_costs_one_scrape_at_most),
 		T_WATCHED_TEST(test_serve_with_failing_allocations),
 		T_WATCHED_TEST(test_bad_calls),
+		T_WATCHED_TEST(test_serve_ex_options_set_the_limits),
+		T_WATCHED_TEST(test_serve_ex_refuses_bad_options),
+		T_WATCHED_TEST(test_scrape_shows_actors_and_thread_ids),
 		T_WATCHED_TEST(test_format_is_sized_like_snprintf),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

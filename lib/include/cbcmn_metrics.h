@@ -71,9 +71,13 @@ CBCMN_API int64_t cbcmn_metrics_format(const cbcmn_metrics_source *src, size_t n
  * answer being sent).  The scrape's own work (the snapshot and the text)
  * counts in the statistics it reports, as a scraper's load does anywhere.
  *
- * Call from a thread outside the runtime (not from one of its tasks or its
- * blocking pool: -EDEADLK), as with cbcmn_runtime_run(); it returns once
- * the server's first task has begun (an executor has got to it).  A task
+ * Call from a thread outside the runtime, as with cbcmn_runtime_run(): from
+ * one of its tasks or its blocking pool it returns -EDEADLK and does
+ * nothing, since it waits (without yielding) for an executor to begin the
+ * server's first task, which may need the caller's own executor.  A program
+ * that decides inside a task to serve starts the server from its main
+ * thread before cbcmn_runtime_run(), or from a thread of its own.  It
+ * returns once the server's first task has begun.  A task
  * of the server that cannot start (no memory for its stack) costs its
  * connection only, never the server.  On success stores
  * the server in *out and returns 0; else nothing is left open and it
@@ -84,6 +88,35 @@ CBCMN_API int64_t cbcmn_metrics_format(const cbcmn_metrics_source *src, size_t n
 typedef struct cbcmn_metrics_server cbcmn_metrics_server;
 CBCMN_API int cbcmn_metrics_serve(cbcmn_runtime *rt, const char *addr, uint16_t port,
 				  cbcmn_metrics_server **out);
+
+/* The endpoint's options (cbcmn_metrics_serve_ex()).  Zero the struct, set
+ * size to sizeof(cbcmn_metrics_opts), then the fields wanted: a field left
+ * 0 takes its default, the one cbcmn_metrics_serve() uses.
+ *
+ * The limits bound what one client and all of them cost: at most
+ * max_clients connections at once, each with max_request bytes of request
+ * buffer and timeout_ns in all for its request and its answer; so the
+ * server's memory is at most max_clients x (a task, max_request, one
+ * answer).  A limit out of its range is -EINVAL, never clamped. */
+typedef struct cbcmn_metrics_opts {
+	/* sizeof(cbcmn_metrics_opts) of the header compiled against: the
+	 * layout's version.  A later version only appends fields; this
+	 * library knows this one size (another is -EINVAL, never a read past
+	 * the caller's struct). */
+	size_t size;
+	const char *addr;      /* IPv4/IPv6 literal; NULL: "127.0.0.1" */
+	uint64_t timeout_ns;   /* a connection's whole life; 0: 10 s; at most 3600 s */
+	uint32_t max_clients;  /* served at once, more get 503; 0: 64; at most 65536 */
+	uint32_t max_request;  /* bytes of request line and headers, more get 431;
+				* 0: 8192; 64 to 1 MiB */
+	uint16_t port;         /* 0: a free port (cbcmn_metrics_port()) */
+} cbcmn_metrics_opts;
+
+/* cbcmn_metrics_serve() with options: opts NULL is every default on a free
+ * port of 127.0.0.1.  Returns as cbcmn_metrics_serve() does, and -EINVAL
+ * also for a size this library does not know or a limit out of range. */
+CBCMN_API int cbcmn_metrics_serve_ex(cbcmn_runtime *rt, const cbcmn_metrics_opts *opts,
+				     cbcmn_metrics_server **out);
 
 /* The port the server listens on (the one chosen for port 0), or -EINVAL
  * for NULL.  Any thread, while the server is not stopped. */
