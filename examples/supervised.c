@@ -212,14 +212,14 @@ static int64_t client(cbcmn_cx *cx, void *arg)
 	struct run *r = arg;
 	struct app *a = r->app;
 	static const uint32_t worker_deps[] = {STORE}, front_deps[] = {WORKER};
-	/* node -1: no NUMA node asked for (0 would pin each child to node 0's
-	 * executors in turn); the placement (0: local) decides. */
+	/* Placement 0 (CBCMN_PLACE_LOCAL): each child starts on the
+	 * supervisor's executor and may be stolen or migrated. */
 	const cbcmn_sup_child children[NCHILDREN] = {
-		[STORE] = {.fn = store, .state = a, .mailbox_cap = MAILBOX, .node = -1},
+		[STORE] = {.fn = store, .state = a, .mailbox_cap = MAILBOX},
 		[WORKER] = {.fn = worker, .state = a, .deps = worker_deps, .ndeps = 1,
-			    .mailbox_cap = MAILBOX, .node = -1},
+			    .mailbox_cap = MAILBOX},
 		[FRONT] = {.fn = front, .state = a, .deps = front_deps, .ndeps = 1,
-			   .mailbox_cap = MAILBOX, .node = -1},
+			   .mailbox_cap = MAILBOX},
 	};
 	cbcmn_sup_report report;
 	const cbcmn_sup_spec spec = {

@@ -123,11 +123,12 @@ static int child_check(const struct cbcmn_runtime *rt, const cbcmn_sup_child *c,
 		       uint32_t nchildren)
 {
 	if (!c->fn == !c->sup || c->restart > CBCMN_SUP_TEMPORARY ||
-	    c->placement > CBCMN_PLACE_STEALABLE || c->mailbox_cap > CBCMN_ACTOR_MAILBOX_MAX ||
+	    (c->placement > CBCMN_PLACE_STEALABLE && c->placement != CBCMN_SUP_PLACE_NODE) ||
+	    c->mailbox_cap > CBCMN_ACTOR_MAILBOX_MAX ||
 	    (c->ndeps && !c->deps) || c->ndeps > nchildren ||
 	    ((c->placement == CBCMN_PLACE_PINNED || c->placement == CBCMN_PLACE_STEALABLE_ON) &&
 	     c->shard >= cbcmn__nworkers(rt)) ||
-	    (c->node >= 0 && node_exec(rt, c->node, 0) < 0))
+	    (c->placement == CBCMN_SUP_PLACE_NODE && (c->node < 0 || node_exec(rt, c->node, 0) < 0)))
 		return -EINVAL;
 	for (uint32_t d = 0; d < c->ndeps; d++)
 		if (c->deps[d] >= nchildren || c->deps[d] == i)
@@ -295,7 +296,7 @@ static int start_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
 		.caps = c->caps,
 		.drop = c->drop,
 	};
-	if (c->node >= 0) {
+	if (c->placement == CBCMN_SUP_PLACE_NODE) {
 		o.placement = CBCMN_PLACE_PINNED;
 		o.shard = (uint32_t)node_exec(self->rt, c->node, s->rr++);
 	}

@@ -304,9 +304,12 @@ static int64_t bad_specs(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
 	c[1].fn = noop;
 	/* A NUMA node without executors; a bad strategy; no children. */
+	c[1].placement = CBCMN_SUP_PLACE_NODE;
 	c[1].node = 4000;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
 	c[1].node = -1;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[1].placement = CBCMN_PLACE_LOCAL;
 	/* A shard the runtime does not have: refused now, not at the spawn. */
 	c[1].placement = CBCMN_PLACE_PINNED;
 	c[1].shard = 1u << 30;
@@ -817,6 +820,7 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 	for (int i = 0; i < 4; i++) {
 		child(&c[i], &w, i);
 		c[i].fn = where;
+		c[i].placement = CBCMN_SUP_PLACE_NODE;
 		c[i].node = 0; /* an unpinned runtime: every executor is node 0 */
 	}
 	w.spec.children = c;

@@ -361,6 +361,10 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
 #define CBCMN_SUP_PERMANENT 0u
 #define CBCMN_SUP_TRANSIENT 1u
 #define CBCMN_SUP_TEMPORARY 2u
+/* A child's placement besides the CBCMN_PLACE_* ones: pinned to one of the
+ * executors of NUMA node `node`, in turn (an unpinned runtime's executors
+ * are all node 0). */
+#define CBCMN_SUP_PLACE_NODE 16u
 
 #define CBCMN_SUP_MAX_CHILDREN 1024u
 /* cbcmn_sup_spec.max_restarts: at most this (the supervisor keeps the time
@@ -382,9 +386,9 @@ typedef struct cbcmn_sup_child {
 	const uint32_t *deps;
 	uint32_t ndeps;
 	uint32_t restart;       /* CBCMN_SUP_PERMANENT, _TRANSIENT, _TEMPORARY */
-	uint32_t placement;     /* CBCMN_PLACE_*, as in cbcmn_actor_opts */
-	uint32_t shard;
-	int32_t node;           /* >= 0: on an executor of that NUMA node; -1: placement decides */
+	uint32_t placement;     /* CBCMN_PLACE_*, as in cbcmn_actor_opts, or CBCMN_SUP_PLACE_NODE */
+	uint32_t shard;         /* with CBCMN_PLACE_PINNED, _STEALABLE_ON */
+	int32_t node;           /* with CBCMN_SUP_PLACE_NODE: the NUMA node; else unused */
 	uint32_t mailbox_cap;   /* 0: CBCMN_ACTOR_MAILBOX_DEFAULT */
 	const cbcmn_budget *budget; /* NULL: the config's child_budget */
 	const cbcmn_caps *caps;     /* NULL: the supervisor's */
