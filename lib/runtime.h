@@ -643,6 +643,16 @@ static inline void cbcmn__stack_check_current(void)
 		cbcmn__stack_check(t);
 }
 
+/* An unlimited task: every component unlimited, a full countdown window
+ * (what budget.c's set_budget() computes for it, in fewer steps). */
+static inline void cbcmn__budget_set_unlimited(struct cbcmn_task *t)
+{
+	t->ops = t->memory = t->spawn_count = t->channel_ops = t->syscalls = CBCMN_UNLIMITED;
+	t->limited = false;
+	t->yield_left = 0;
+	t->countdown = (int64_t)t->rt->cfg.yield_interval;
+}
+
 /* Charge t one op and amount of component comp (CBCMN__B_*).  The fast
  * path is inline: a countdown and a compare; the rest is budget.c's. */
 static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)

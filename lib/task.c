@@ -263,7 +263,8 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 	uint64_t stack_charge = 0;
 	if (self && budgets) {
 		cbcmn__charge(self, CBCMN__B_SPAWN, 1); /* the spawn: an op and a spawn */
-		stack_charge = cbcmn__charge_memory(self, rt->cfg.stack_size);
+		if (self->memory != CBCMN_UNLIMITED)
+			stack_charge = cbcmn__charge_memory(self, rt->cfg.stack_size);
 		/* Paying may have waited for budget, and meanwhile n's await_all
 		 * may have begun (a spawner outside n) or n been cancelled:
 		 * look again, and give the charge back if so. */
@@ -283,21 +284,32 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		return -ENOMEM;
 	}
 	t->stack_charge = stack_charge;
-	if (!budgets || (flags & CBCMN__TF_RUNTIME))
-		cbcmn__budget_init_unlimited(t);
-	else if (self)
-		cbcmn__budget_draw(self, t, ask);
-	else
-		cbcmn__budget_init_root(t);
-	/* What t did not use, and its stack, go back to self when t ends. */
-	if (self && budgets)
-		cbcmn__budget_payer(self, t, n->owner);
-	if (self)
-		cbcmn__caps_grant(self, t, caps);
-	else if (flags & CBCMN__TF_RUNTIME)
-		t->caps = CBCMN_CAP_SPAWN;
-	else if (!budgets)
-		t->caps = rt->cfg.caps.flags & (CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET);
+	if (self && budgets && !(flags & CBCMN__TF_RUNTIME) && !ask && !caps && !self->limited &&
+	    !rt->child_budget_limited && !stack_charge) {
+		/* The fork-join spawn, inline: nothing is limited anywhere, so
+		 * t is unlimited (cbcmn__budget_draw()'s first case), owes
+		 * nobody (cbcmn__budget_payer()'s early return) and holds its
+		 * spawner's capabilities (cbcmn__caps_grant() without a want). */
+		cbcmn__budget_set_unlimited(t);
+		t->caps = self->caps;
+		t->cap_limit = self->cap_limit;
+	} else {
+		if (!budgets || (flags & CBCMN__TF_RUNTIME))
+			cbcmn__budget_init_unlimited(t);
+		else if (self)
+			cbcmn__budget_draw(self, t, ask);
+		else
+			cbcmn__budget_init_root(t);
+		/* What t did not use, and its stack, go back to self when t ends. */
+		if (self && budgets)
+			cbcmn__budget_payer(self, t, n->owner);
+		if (self)
+			cbcmn__caps_grant(self, t, caps);
+		else if (flags & CBCMN__TF_RUNTIME)
+			t->caps = CBCMN_CAP_SPAWN;
+		else if (!budgets)
+			t->caps = rt->cfg.caps.flags & (CBCMN_CAP_SPAWN | CBCMN_CAP_BUDGET);
+	}
 	if (flags & CBCMN__TF_ABI)
 		t->abi_fn = (int64_t (*)(void *))fn;
 	else
