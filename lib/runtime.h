@@ -81,12 +81,12 @@ enum { CBCMN__B_OPS, CBCMN__B_MEMORY, CBCMN__B_SPAWN, CBCMN__B_CHANNEL, CBCMN__B
 
 struct cbcmn_task {
 	/* Laid out by when it is touched (docs/SCHEDULER.md, "The task
-	 * record's layout"): "lines" 0-2 (bytes 0-191) are what spawning,
-	 * running and ending a task read and write, so that a thief running
-	 * a stolen task pulls three or four lines from the spawner's cache,
-	 * not five; 3-5 are budget accounting, written at the spawn and read
-	 * again only by a limited task's slow paths.  Line 0 first: cbcmn.h's
-	 * struct cbcmn__cx_hot, for CBCMN_CHECKPOINT(). */
+	 * record"): lines 0-2 are what spawning, running and ending a task
+	 * read and write, so that a thief running a stolen task pulls three
+	 * lines from the spawner's cache, not all six; lines 3-5 are budget
+	 * accounting, written at the spawn and read again only by a limited
+	 * task's slow paths.  Line 0 first: cbcmn.h's struct cbcmn__cx_hot,
+	 * for CBCMN_CHECKPOINT(). */
 	int64_t countdown;                /* ops until the budget slow path */
 	void *sp;                         /* saved context while suspended */
 	struct cbcmn__stack *stack;       /* the stack it owns, if it has one */
@@ -126,6 +126,7 @@ struct cbcmn_task {
 	bool payer_ref;
 	bool limited;                     /* some component is not unlimited */
 	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
+	uint8_t mem_off;                  /* where its malloc block begins, below it (task.c) */
 	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
 
 	/* Line 3.  Budget (owner-only), see budget.c.  ops and yield_left
@@ -162,8 +163,7 @@ struct cbcmn_task {
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
 };
-/* The parts above, by offset (malloc aligns records to 16 bytes only:
- * docs/SCHEDULER.md, "The task record's layout"). */
+/* The lines above: task.c aligns records to a cache line. */
 _Static_assert(offsetof(struct cbcmn_task, opener) == 1 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, result) == 2 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, ops) == 3 * CBCMN__CACHELINE &&

@@ -28,19 +28,29 @@ static uint64_t next_id(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
  * executors on glibc's arena locks. */
 #define HOME_NONE UINT32_MAX
 
-/* Records are plain malloc blocks, 16-byte aligned: their hot part
- * (runtime.h) then spans at most four cache lines rather than three.
- * Aligning them costs more: aligned_alloc() made fork-join spend 8 % of
- * its time in glibc's _int_memalign, and aligning by hand inside a
- * larger block added 32 B to every parked fiber (docs/SCHEDULER.md). */
+/* Records start on a cache line (their hot lines are runtime.h's), aligned
+ * by hand inside a plain malloc: glibc's aligned_alloc() splits chunks, and
+ * fork-join churns through records past the cache (fib(30) spent 8 % of
+ * its time in _int_memalign and the consolidation after it).  malloc's
+ * 16-byte alignment leaves at most 48 bytes to skip, kept in mem_off. */
+#define TASK_ALLOC_SLACK (CBCMN__CACHELINE - 16)
+
 static struct cbcmn_task *task_alloc(void)
 {
-	return cbcmn__malloc(sizeof(struct cbcmn_task));
+	char *m = cbcmn__malloc(sizeof(struct cbcmn_task) + TASK_ALLOC_SLACK);
+	if (!m)
+		return NULL;
+	uintptr_t at = ((uintptr_t)m + CBCMN__CACHELINE - 1) & ~(uintptr_t)(CBCMN__CACHELINE - 1);
+	if (at - (uintptr_t)m > TASK_ALLOC_SLACK) /* malloc aligns less than 16 */
+		at = (uintptr_t)m;
+	struct cbcmn_task *t = (struct cbcmn_task *)at;
+	t->mem_off = (uint8_t)(at - (uintptr_t)m);
+	return t;
 }
 
 static void task_release(struct cbcmn_task *t)
 {
-	free(t);
+	free((char *)t - t->mem_off);
 }
 
 struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
