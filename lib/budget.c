@@ -83,14 +83,10 @@ static void refill_window(struct cbcmn_task *t)
 	t->countdown = (int64_t)w;
 }
 
-/* An unlimited task: every component unlimited, a full countdown window
- * (what set_budget() computes for it, in fewer steps). */
+/* An unlimited task (runtime.h: inline on the fork-join spawn). */
 static inline void set_unlimited(struct cbcmn_task *t)
 {
-	t->ops = t->memory = t->spawn_count = t->channel_ops = t->syscalls = U;
-	t->limited = false;
-	t->yield_left = 0;
-	t->countdown = (int64_t)interval(t);
+	cbcmn__budget_set_unlimited(t);
 }
 
 static void set_budget(struct cbcmn_task *t, const cbcmn_budget *b)

@@ -49,8 +49,11 @@ struct cbcmn__diag {
 	_Atomic uint64_t down[CBCMN__G_N];
 	/* +1 as each run of a task on it begins and ends: odd while a task
 	 * runs.  The steal gate tells one long run from many short ones by
-	 * it (sched.c, pick_stuck()). */
-	_Atomic uint64_t run_seq;
+	 * it (sched.c, pick_stuck()).  A line of its own with run_task:
+	 * thieves read it at every steal attempt, and the gauges above,
+	 * which the executor bumps at every nursery and inline run, shared
+	 * its line (down[CBCMN__G_NURSERY]), each bump a miss. */
+	_Alignas(64) _Atomic uint64_t run_seq;
 	/* The id of the task of the current run (an inline child's while it
 	 * runs), stored before run_seq turns odd: the stall monitor names it
 	 * (monitor.c). */

@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cbcmn.h"
@@ -79,7 +80,13 @@ enum { CBCMN__B_OPS, CBCMN__B_MEMORY, CBCMN__B_SPAWN, CBCMN__B_CHANNEL, CBCMN__B
        CBCMN__B_N };
 
 struct cbcmn_task {
-	/* First: cbcmn.h's struct cbcmn__cx_hot, for CBCMN_CHECKPOINT(). */
+	/* Laid out by when it is touched (docs/SCHEDULER.md, "The task
+	 * record"): lines 0-2 are what spawning, running and ending a task
+	 * read and write, so that a thief running a stolen task pulls three
+	 * lines from the spawner's cache, not all six; lines 3-5 are budget
+	 * accounting, written at the spawn and read again only by a limited
+	 * task's slow paths.  Line 0 first: cbcmn.h's struct cbcmn__cx_hot,
+	 * for CBCMN_CHECKPOINT(). */
 	int64_t countdown;                /* ops until the budget slow path */
 	void *sp;                         /* saved context while suspended */
 	struct cbcmn__stack *stack;       /* the stack it owns, if it has one */
@@ -91,65 +98,78 @@ struct cbcmn_task {
 	};
 	void *arg;
 	struct cbcmn_nursery *nursery;    /* the nursery it belongs to */
+	/* Line 1. */
 	struct cbcmn_task *opener;        /* that nursery's opener (NULL: a thread) */
 	struct cbcmn_nursery *open;       /* innermost nursery it has open */
 	struct cbcmn_task *inline_parent; /* runs on this task's stack, if set */
 	struct cbcmn_task *next;          /* intrusive: inject, yield list, free list */
 	_Atomic(struct cbcmn__waiter *) joiner; /* waiting joiner, or JOIN_DONE */
-	int64_t result;
-	uint64_t id;
-	void *abi_slot;                   /* one pointer for the janus adapter */
 	void **landing;                   /* overflow landing pad (a jmp buffer) */
 	_Atomic uint32_t state;
 	_Atomic uint32_t refs;            /* runtime's reference + join handle */
 	uint32_t flags;                   /* CBCMN__TF_*, fixed at spawn */
 	uint32_t home;                    /* executor whose cache it returns to */
-	uint32_t shard;                   /* CBCMN__TF_PINNED: its executor */
-	_Atomic uint32_t joined;          /* the handle was joined */
-
-	/* Budget (owner-only), see budget.c.  ops and yield_left exclude the
-	 * countdown window. */
-	uint64_t ops, yield_left, memory, spawn_count, channel_ops, syscalls;
-	/* Budget coming in from others: children's leftovers, recharges. */
-	_Atomic uint64_t refund[CBCMN__B_N];
-	_Atomic uint32_t killed;          /* its nursery gave up on it */
-	uint64_t stack_charge;            /* memory its spawner paid for its stack */
+	/* Line 2. */
+	int64_t result;
+	uint64_t id;
+	void *abi_slot;                   /* one pointer for the janus adapter */
+	struct cbcmn__oblig *obligations; /* obligations it holds (obligation.h); owner only */
 	/* Its spawner, which paid its draw and its stack and gets back what is
 	 * left when it ends (budget.c).  NULL: nothing to give back (a root,
 	 * or nothing limited).  payer_ref: a reference to it is held until
 	 * this record is freed (a late refund to this task, once it has
 	 * ended, is passed on to its payer). */
 	struct cbcmn_task *payer;
+	uint32_t shard;                   /* CBCMN__TF_PINNED: its executor */
+	_Atomic uint32_t joined;          /* the handle was joined */
+	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	bool payer_ref;
-	/* A task holds it as its payer (payer_ref): a refund may pass
-	 * through it after it ends, so it holds its own payer then too
-	 * (budget.c).  Set before it ends, by itself or a child ending. */
-	_Atomic bool payer_held;
-	/* Under its budget lock (cbcmn__budget_lock()): it has ended, and
-	 * refunds sent to it go on to its payer. */
-	bool budget_closed;
+	bool limited;                     /* some component is not unlimited */
+	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
+	uint8_t mem_off;                  /* where its malloc block begins, below it (task.c) */
+	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
+
+	/* Line 3.  Budget (owner-only), see budget.c.  ops and yield_left
+	 * exclude the countdown window. */
+	uint64_t ops, yield_left, memory, spawn_count, channel_ops, syscalls;
+	uint64_t stack_charge;            /* memory its spawner paid for its stack */
+	_Atomic uint32_t killed;          /* its nursery gave up on it */
 	/* Children it paid for that have not ended (they will refund it), and
 	 * how many of them wait for budget themselves (budget.c). */
-	_Atomic uint32_t owed, owed_exh;
+	_Atomic uint32_t owed;
+	/* Line 4.  Budget coming in from others: children's leftovers,
+	 * recharges. */
+	_Atomic uint64_t refund[CBCMN__B_N];
+	_Atomic uint32_t owed_exh;
 	/* The same for the children among them drawn some spawn_count: only
 	 * these can give spawns back (a :service child is drawn none,
 	 * SPEC-021 §8.2), so only these keep a wait for a spawn from
 	 * counting as exhausted.  gives_spawns: this task is one of them. */
 	_Atomic uint32_t owed_spawns, owed_exh_spawns;
+	/* A task holds it as its payer (payer_ref): a refund may pass
+	 * through it after it ends, so it holds its own payer then too
+	 * (budget.c).  Set before it ends, by itself or a child ending. */
+	_Atomic bool payer_held;
 	bool gives_spawns;
 	/* The component its budget wait is for (under its budget lock). */
 	uint8_t budget_comp;
+	/* Under its budget lock (cbcmn__budget_lock()): it has ended, and
+	 * refunds sent to it go on to its payer. */
+	bool budget_closed;
 	/* Its wait on its nursery's exhausted list, while listed (under the
 	 * nursery's lock). */
 	_Atomic(struct cbcmn__iwait *) budget_iw;
-	bool limited;                     /* some component is not unlimited */
-	uint32_t caps;                    /* CBCMN_CAP_* it holds */
+	/* Line 5. */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
-	struct cbcmn__oblig *obligations; /* obligations it holds (obligation.h); owner only */
-	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
-	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
 };
+/* The lines above: task.c aligns records to a cache line. */
+_Static_assert(offsetof(struct cbcmn_task, opener) == 1 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn_task, result) == 2 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn_task, ops) == 3 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn_task, refund) == 4 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn_task, cap_limit) == 5 * CBCMN__CACHELINE,
+	       "struct cbcmn_task: hot fields in lines 0-2, budget in 3-5");
 
 /* ---- nurseries -------------------------------------------------------- */
 
@@ -373,7 +393,10 @@ struct cbcmn_runtime {
 	_Atomic uint64_t vclock;          /* lab mode's clock, ns */
 	uint32_t nexec;
 	struct cbcmn__exec **exec;
-	struct cbcmn__stack_pool stacks;
+	/* Its own lines: the pool's lock is taken by every executor whose
+	 * stack cache runs dry or over, and exec[] above is read on every
+	 * inline run (a gauge's home) and every wake. */
+	_Alignas(CBCMN__CACHELINE) struct cbcmn__stack_pool stacks;
 	size_t page;
 	/* cbcmn_trace_drain(): one caller at a time, and where it goes on. */
 	_Atomic bool trace_draining;
@@ -394,8 +417,10 @@ struct cbcmn_runtime {
 	_Atomic uint64_t next_id_block;
 	_Atomic uint64_t cancels;         /* cancelled nurseries still alive */
 	/* CBCMN__LOCK_SCOPE: the tree of cancel scopes (iwait.c), and the
-	 * scope for waits no nursery's scope could take (out of memory). */
-	struct cbcmn__mutex scope_lock;
+	 * scope for waits no nursery's scope could take (out of memory).
+	 * Not on cancels' line: every spawn reads cancels, and the first
+	 * wait of each nursery's tasks takes this lock. */
+	_Alignas(CBCMN__CACHELINE) struct cbcmn__mutex scope_lock;
 	struct cbcmn__scope *scope_fallback;
 	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
@@ -640,6 +665,16 @@ static inline void cbcmn__stack_check_current(void)
 	const char *f = __builtin_frame_address(0);
 	if (t && f >= t->stack->guard_lo && f < (const char *)t->stack)
 		cbcmn__stack_check(t);
+}
+
+/* An unlimited task: every component unlimited, a full countdown window
+ * (what budget.c's set_budget() computes for it, in fewer steps). */
+static inline void cbcmn__budget_set_unlimited(struct cbcmn_task *t)
+{
+	t->ops = t->memory = t->spawn_count = t->channel_ops = t->syscalls = CBCMN_UNLIMITED;
+	t->limited = false;
+	t->yield_left = 0;
+	t->countdown = (int64_t)t->rt->cfg.yield_interval;
 }
 
 /* Charge t one op and amount of component comp (CBCMN__B_*).  The fast

@@ -32,13 +32,18 @@ void cbcmn__gauge_down(struct cbcmn_runtime *rt, struct cbcmn__exec *e, uint32_t
 		atomic_fetch_add_explicit(&rt->diag_ext.down_remote[g], 1, memory_order_release);
 		return;
 	}
+	/* The single-writer store only on the home's own thread: a caller's
+	 * e is its executor by convention (a waker), checked, not trusted.
+	 * e is rt->exec[home] exactly when it is rt's and home is its id
+	 * (a waker may be another runtime's executor): the common case (an
+	 * inline child, a nursery closed where it opened) loads nothing from
+	 * rt->exec[]. */
+	if (e && home == e->id && e->rt == rt && e == cbcmn__tls_exec) {
+		cbcmn__diag_bump(&e->diag.down[g], memory_order_release);
+		return;
+	}
 	struct cbcmn__exec *h = rt->exec[home];
-	/* The single-writer store only on h's own thread: a caller's e is
-	 * its executor by convention (a waker), checked, not trusted. */
-	if (h == e && e == cbcmn__tls_exec)
-		cbcmn__diag_bump(&h->diag.down[g], memory_order_release);
-	else
-		atomic_fetch_add_explicit(&h->diag.down_remote[g], 1, memory_order_release);
+	atomic_fetch_add_explicit(&h->diag.down_remote[g], 1, memory_order_release);
 }
 
 /* What is open of gauge g in d.  Ends are read (acquire) between two reads
