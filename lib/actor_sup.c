@@ -99,18 +99,19 @@ static void tmpl_free(struct tmpl *t)
 }
 
 /* The shard of the k-th executor of NUMA node (an unpinned executor counts
- * as node 0), counting round; -1: none there. */
+ * as node 0), counting round; -1: none there.  The program's executors
+ * only: the spare (runtime.h) takes no pinned task. */
 static int node_exec(const struct cbcmn_runtime *rt, int32_t node, uint32_t k)
 {
-	uint32_t m = 0;
-	for (uint32_t i = 0; i < rt->nexec; i++) {
+	uint32_t m = 0, nx = cbcmn__nworkers(rt);
+	for (uint32_t i = 0; i < nx; i++) {
 		int32_t en = rt->exec[i]->node < 0 ? 0 : rt->exec[i]->node;
 		m += en == node;
 	}
 	if (m == 0)
 		return -1;
 	k %= m;
-	for (uint32_t i = 0; i < rt->nexec; i++) {
+	for (uint32_t i = 0; i < nx; i++) {
 		int32_t en = rt->exec[i]->node < 0 ? 0 : rt->exec[i]->node;
 		if (en == node && k-- == 0)
 			return (int)i;
@@ -125,7 +126,7 @@ static int child_check(const struct cbcmn_runtime *rt, const cbcmn_sup_child *c,
 	    c->placement > CBCMN_PLACE_STEALABLE || c->mailbox_cap > CBCMN_ACTOR_MAILBOX_MAX ||
 	    (c->ndeps && !c->deps) || c->ndeps > nchildren ||
 	    ((c->placement == CBCMN_PLACE_PINNED || c->placement == CBCMN_PLACE_STEALABLE_ON) &&
-	     c->shard >= rt->nexec) ||
+	     c->shard >= cbcmn__nworkers(rt)) ||
 	    (c->node >= 0 && node_exec(rt, c->node, 0) < 0))
 		return -EINVAL;
 	for (uint32_t d = 0; d < c->ndeps; d++)

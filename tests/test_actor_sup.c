@@ -829,6 +829,33 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 	assert_int_equal(atomic_load(&on_exec[1]), 2);
 }
 
+/* A static runtime keeps one executor slot more than it was asked for,
+ * the spare (docs/SCHEDULER.md "Stalls"), which no spawn may pin to.  The
+ * supervisor counted it as an executor: a shard just past the program's
+ * passed the spec check (the spawn then halted the supervisor), and a
+ * node's children were dealt to it in turn. */
+static int64_t spare_shard(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = noop, .node = -1, .placement = CBCMN_PLACE_PINNED};
+	c.shard = cbcmn_runtime_workers(cbcmn_cx_runtime(cx));
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_sup_child_pinned_to_the_spare_executors_shard_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2); /* static: it has a spare */
+	t_run(rt, spare_shard, NULL, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -853,6 +880,7 @@ int main(void)
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
 		T(test_children_on_a_node_are_pinned_in_turn),
+		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),
 	};
 #undef T
 	return cmocka_run_group_tests_name("actor_sup", tests, NULL, NULL);
