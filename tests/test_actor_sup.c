@@ -794,6 +794,47 @@ static void test_cluster_supervisor_recharges_an_exhausted_child(void **state)
 	assert_int_equal(w.report.restarts, 0);
 }
 
+/* A recharge that gives nothing of what the child ran out of (ops, for a
+ * child out of channel_ops) cannot help it: the child was woken topped up
+ * by nothing, ran out again at once and poked the supervisor again, a
+ * spin for as long as the supervisor could pay (for ever, unlimited); it
+ * must be ended (CBCMN_EBUDGET) and restarted. */
+static int64_t spend_then_wait_restart(cbcmn_cx *cx, struct world *w)
+{
+	cbcmn_actor_ref a = ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE);
+	TASK_CHECK(send_to(cx, a, M_SPEND, 0) == 0);
+	for (int i = 0; i < 300 && atomic_load(&w->kid[0].starts) < 2; i++)
+		cbcmn_sleep(cx, 10000000);
+	return 0;
+}
+
+static void test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 1);
+	cbcmn_sup_child c[1];
+	child(&c[0], &w, 0);
+	cbcmn_budget b = {.channel_ops = 4};
+	cbcmn_caps none = {0};
+	c[0].budget = &b;
+	c[0].caps = &none;
+	cbcmn_budget top = {.ops = 1000}; /* no channel_ops */
+	w.spec.children = c;
+	w.spec.recharge = &top;
+	w.spec.report = &w.report;
+	w.spec.shutdown_ns = 100000000; /* before the fix: the spinning child's stop */
+	w.scenario = spend_then_wait_restart;
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 16,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts so = {.budget = &sb};
+	w.sup_opts = &so;
+	run_world(2, CBCMN_PROFILE_CLUSTER, &w);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 2); /* ended, restarted once */
+	assert_int_equal(w.report.restarts, 1);
+	assert_int_equal(w.report.exhausted, 1); /* its DOWN's CBCMN_EBUDGET, no recharge */
+}
+
 /* ---- placement on a NUMA node ------------------------------------------------- */
 
 static _Atomic int on_exec[2];
@@ -879,6 +920,7 @@ int main(void)
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
+		T(test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin),
 		T(test_children_on_a_node_are_pinned_in_turn),
 		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),
 	};
