@@ -411,7 +411,10 @@ static void stop_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
 	/* -ESRCH: it halted already; its DOWN is on its way. */
 	cbcmn_actor_stop(NULL, cx, atomic_load_explicit(&ch->ref, memory_order_relaxed), 0);
 	uint64_t t = s->tm->spec.shutdown_ns ? s->tm->spec.shutdown_ns : DEFAULT_NS;
-	wait_down(cx, s, i, cbcmn_now(((struct cbcmn_task *)cx)->rt) + t);
+	uint64_t now = cbcmn_now(((struct cbcmn_task *)cx)->rt);
+	/* Saturated: a huge shutdown_ns is "wait for it", not a deadline
+	 * wrapped into the past (an instant cancel of every child). */
+	wait_down(cx, s, i, t > UINT64_MAX - now ? UINT64_MAX : now + t);
 }
 
 /* Every child, dependents before their dependencies. */

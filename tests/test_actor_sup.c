@@ -462,6 +462,9 @@ static int64_t crash_1(cbcmn_cx *cx, struct world *w)
 	return 0;
 }
 
+/* The spec's shutdown_ns in strategy_case() (0: the default). */
+static uint64_t strategy_shutdown_ns;
+
 /* 0 <- 1 <- 2 (1 needs 0, 2 needs 1), 3 alone; child 1 crashes. */
 static void strategy_case(uint32_t strategy, const int starts[4])
 {
@@ -475,6 +478,7 @@ static void strategy_case(uint32_t strategy, const int starts[4])
 	deps(&c[2], &w, 2, d2, 1);
 	w.spec.children = c;
 	w.spec.strategy = strategy;
+	w.spec.shutdown_ns = strategy_shutdown_ns;
 	w.spec.report = &w.report;
 	w.scenario = crash_1;
 	for (int i = 0; i < 4; i++)
@@ -524,6 +528,18 @@ static void test_strategy_all_restarts_every_child(void **state)
 {
 	(void)state;
 	strategy_case(CBCMN_SUP_ALL, (const int[]){2, 2, 2, 2});
+}
+
+/* shutdown_ns = UINT64_MAX (wait as long as a child takes) wrapped the
+ * stop's deadline (now + shutdown_ns) into the past: each stop cancelled
+ * every child at once, and the first restart that stopped a sibling
+ * escalated (CBCMN_ESUPERVISOR) as if one had ignored its stop. */
+static void test_sup_shutdown_ns_max_does_not_wrap_into_an_instant_cancel(void **state)
+{
+	(void)state;
+	strategy_shutdown_ns = UINT64_MAX;
+	strategy_case(CBCMN_SUP_ALL, (const int[]){2, 2, 2, 2});
+	strategy_shutdown_ns = 0;
 }
 
 /* ---- intensity and escalation ------------------------------------------------ */
@@ -912,6 +928,7 @@ int main(void)
 		T(test_strategy_downstream_restarts_its_dependents),
 		T(test_strategy_upstream_restarts_its_dependencies),
 		T(test_strategy_all_restarts_every_child),
+		T(test_sup_shutdown_ns_max_does_not_wrap_into_an_instant_cancel),
 		T(test_intensity_exceeded_escalates_to_the_parent),
 		T(test_restart_storm_stops_at_the_intensity),
 		T(test_shutdown_reports_undelivered_messages),

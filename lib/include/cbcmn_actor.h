@@ -365,11 +365,13 @@ typedef struct cbcmn_sup_spec {
 	uint64_t period_ns;           /* the window; 0: 5 s */
 	const cbcmn_sup_child *children;
 	uint32_t nchildren;           /* 1..CBCMN_SUP_MAX_CHILDREN */
-	uint64_t shutdown_ns;         /* per child at a stop, then cancel; 0: 5 s */
+	uint64_t shutdown_ns;         /* per child at a stop, then cancel; 0: 5 s;
+				       * UINT64_MAX: no limit */
 	/* An exhausted child is topped up by this much, taken from the
 	 * supervisor's budget (SPEC-021 :cluster; other profiles: -EINVAL);
-	 * NULL, or when the supervisor cannot pay: it is ended
-	 * (CBCMN_EBUDGET), a crash. */
+	 * NULL, when the supervisor cannot pay, or when this gives none of
+	 * the component the child ran out of: it is ended (CBCMN_EBUDGET),
+	 * a crash. */
 	const cbcmn_budget *recharge;
 	cbcmn_sup_report *report;     /* NULL: none; must outlive the supervisor */
 } cbcmn_sup_spec;
