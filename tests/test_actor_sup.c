@@ -344,6 +344,51 @@ static void test_bad_specs_are_einval(void **state)
 	t_destroy(rt);
 }
 
+/* Each nested spec is copied once per child that names it: three specs
+ * of 64, 1024 and 1 children make a tree of 131136, which
+ * cbcmn_sup_start() copied in full (65600 templates, then as many
+ * actors); a few such specs nested deeper took all the memory there is.
+ * Refused past CBCMN_SUP_MAX_TREE. */
+static cbcmn_sup_child tree_b[1024], tree_a[64], tree_c;
+
+static int64_t tree_too_big(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	tree_c = (cbcmn_sup_child){.fn = noop, .node = -1};
+	cbcmn_sup_spec c = {.children = &tree_c, .nchildren = 1};
+	cbcmn_sup_spec b = {.children = tree_b, .nchildren = 1024};
+	cbcmn_sup_spec a = {.children = tree_a, .nchildren = 64};
+	for (int i = 0; i < 1024; i++)
+		tree_b[i] = (cbcmn_sup_child){.sup = &c, .node = -1};
+	for (int i = 0; i < 64; i++)
+		tree_a[i] = (cbcmn_sup_child){.sup = &b, .node = -1};
+	cbcmn_actor_ref r;
+	int rc = cbcmn_sup_start(cx, n, &a, NULL, &r);
+	if (rc == 0)
+		cbcmn_nursery_cancel(n); /* before the fix: not 131136 actors */
+	cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(rc == -EINVAL);
+	/* At the limit: 64 + 64 x 1023 = 65536, accepted. */
+	b.nchildren = 1023;
+	for (int i = 0; i < 1023; i++)
+		tree_b[i] = (cbcmn_sup_child){.fn = noop, .node = -1};
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_sup_start(cx, n, &a, NULL, &r) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, tree_too_big, NULL, 0);
+	t_destroy(rt);
+}
+
 /* A start the actor spawn itself refuses (a bad option, before any actor
  * exists) must still free the supervisor's copy of the spec (ASan's leak
  * check sees it). */
@@ -919,6 +964,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_children_start_in_dependency_order_and_stop_in_reverse),
 		T(test_bad_specs_are_einval),
+		T(test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval),
 		T(test_start_refused_by_the_spawn_leaks_nothing),
 		T(test_child_returning_an_error_is_restarted_alone),
 		T(test_child_stack_overflow_is_restarted),

@@ -321,6 +321,10 @@ CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
 #define CBCMN_SUP_TEMPORARY 2u
 
 #define CBCMN_SUP_MAX_CHILDREN 1024u
+/* The children of a whole tree, nested supervisors' included, at most
+ * (each nested spec is copied once per child that names it: a few
+ * specs naming each other would otherwise multiply without bound). */
+#define CBCMN_SUP_MAX_TREE 65536u
 /* cbcmn_sup_spec.max_restarts: at most this (the supervisor keeps the time
  * of each of the last max_restarts restarts, 8 bytes each), or
  * CBCMN_SUP_UNLIMITED: never give up. */
@@ -380,7 +384,8 @@ typedef struct cbcmn_sup_spec {
  * cbcmn_actor_spawn(); opts: the supervisor's own options, NULL:
  * defaults), and store its reference in *out.  The spec is checked and
  * copied first: -EINVAL for a bad field, a dependency out of range or on
- * itself, or a cycle in the dependencies (of this spec or a nested one).
+ * itself, a cycle in the dependencies (of this spec or a nested one), or
+ * a tree of more than CBCMN_SUP_MAX_TREE children.
  * Returns 0, -EINVAL, -ENOMEM, or what cbcmn_actor_spawn() returns.  A
  * child that cannot be spawned when the supervisor starts it halts the
  * supervisor with that error, after stopping the children started. */
