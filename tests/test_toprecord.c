@@ -181,6 +181,28 @@ static void test_record_bad_input(void **state)
 		refused("/proc/version", NULL, 1, "/proc/version");
 }
 
+/* --record and -o naming one file: refused, and the file as it was.  The
+ * trace was opened (truncated, then given a trace's header and end) before
+ * the names were compared: the refusal came after the file was lost. */
+static void test_record_refused_as_the_same_file_as_o_leaves_it_intact(void **state)
+{
+	(void)state;
+	char same[] = "/tmp/cbcmn-toprec-keep-XXXXXX";
+	int fd = mkstemp(same);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "keep me\n", 8), 8);
+	close(fd);
+	refused(same, same, 1, "the same file as -o");
+	char buf[64] = {0};
+	FILE *f = fopen(same, "r");
+	assert_non_null(f);
+	size_t got = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	unlink(same);
+	assert_int_equal(got, 8);
+	assert_string_equal(buf, "keep me\n");
+}
+
 /* A write that fails (a full disk): one line at the end, status 1. */
 static void test_record_full_disk(void **state)
 {
@@ -248,6 +270,7 @@ int main(void)
 		cmocka_unit_test(test_record_matches_the_runtimes_counters),
 		cmocka_unit_test(test_record_with_kernel_steal_arrows),
 		cmocka_unit_test(test_record_bad_input),
+		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
 		cmocka_unit_test(test_record_of_a_target_whose_name_the_kernel_cut_is_utf8),
 	};

@@ -402,17 +402,17 @@ int main(int argc, char **argv)
 	int ret = 1;
 	if (o.record) {
 		char rerr[PATH_MAX + 64];
-		if (top_rec_open(&rec, o.record, rerr, sizeof(rerr))) {
-			fprintf(stderr, "cbcmn-top: --record %s\n", rerr);
-			return 1;
-		}
-		/* The command's output into the trace would leave neither whole. */
+		/* The command's output into the trace would leave neither
+		 * whole.  Before the trace is opened: that truncates it. */
 		struct stat rs, os;
 		if (o.output && !stat(o.record, &rs) && !stat(o.output, &os) && rs.st_dev == os.st_dev &&
 		    rs.st_ino == os.st_ino) {
 			fprintf(stderr, "cbcmn-top: --record %s: the same file as -o %s\n", o.record,
 				o.output);
-			top_rec_close(rec, NULL, rerr, sizeof(rerr));
+			return 1;
+		}
+		if (top_rec_open(&rec, o.record, rerr, sizeof(rerr))) {
+			fprintf(stderr, "cbcmn-top: --record %s\n", rerr);
 			return 1;
 		}
 		mo.on_read = top_rec_read;
