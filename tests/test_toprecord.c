@@ -193,6 +193,16 @@ static void test_record_refused_as_the_same_file_as_o_leaves_it_intact(void **st
 	assert_int_equal(write(fd, "keep me\n", 8), 8);
 	close(fd);
 	refused(same, same, 1, "the same file as -o");
+	/* And a file that does not exist yet, named two ways: the same file
+	 * once the trace has made it. */
+	char fresh[] = "/tmp/cbcmn-toprec-new-XXXXXX", alias[64];
+	fd = mkstemp(fresh);
+	assert_true(fd >= 0);
+	close(fd);
+	unlink(fresh);
+	snprintf(alias, sizeof(alias), "/tmp/./%s", fresh + 5);
+	refused(fresh, alias, 1, "the same file as -o");
+	unlink(fresh);
 	char buf[64] = {0};
 	FILE *f = fopen(same, "r");
 	assert_non_null(f);
