@@ -168,14 +168,18 @@ static int tmpl_order(struct tmpl *t)
 	return rc;
 }
 
+/* *total: the tree's children so far, counted before each copy is made,
+ * so that a tree too big is refused before it takes the memory. */
 static int tmpl_make(const struct cbcmn_runtime *rt, const cbcmn_sup_spec *sp, uint32_t depth,
-		     struct tmpl **out)
+		     uint32_t *total, struct tmpl **out)
 {
 	*out = NULL;
 	/* A spec that nests itself would nest for ever: a cycle too. */
 	if (!sp || depth >= DEPTH_MAX || sp->strategy > CBCMN_SUP_ALL || !sp->children ||
-	    sp->nchildren == 0 || sp->nchildren > CBCMN_SUP_MAX_CHILDREN)
+	    sp->nchildren == 0 || sp->nchildren > CBCMN_SUP_MAX_CHILDREN ||
+	    sp->nchildren > CBCMN_SUP_MAX_TREE - *total)
 		return -EINVAL;
+	*total += sp->nchildren;
 	/* SPEC-021 [SCHED:3.2.3], §10.2.3: supervisor recharge is :cluster's. */
 	if (sp->recharge && rt->cfg.profile != CBCMN_PROFILE_CLUSTER)
 		return -EINVAL;
@@ -228,7 +232,7 @@ static int tmpl_make(const struct cbcmn_runtime *rt, const cbcmn_sup_spec *sp, u
 		goto fail;
 	for (uint32_t i = 0; i < n; i++)
 		if (t->kids[i].sup) {
-			if ((rc = tmpl_make(rt, t->kids[i].sup, depth + 1, &t->nested[i])))
+			if ((rc = tmpl_make(rt, t->kids[i].sup, depth + 1, total, &t->nested[i])))
 				goto fail;
 			t->kids[i].sup = NULL; /* the caller's: nested[i] from now on */
 		}
@@ -412,7 +416,10 @@ static void stop_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
 	/* -ESRCH: it halted already; its DOWN is on its way. */
 	cbcmn_actor_stop(NULL, cx, atomic_load_explicit(&ch->ref, memory_order_relaxed), 0);
 	uint64_t t = s->tm->spec.shutdown_ns ? s->tm->spec.shutdown_ns : DEFAULT_NS;
-	wait_down(cx, s, i, cbcmn_now(((struct cbcmn_task *)cx)->rt) + t);
+	uint64_t now = cbcmn_now(((struct cbcmn_task *)cx)->rt);
+	/* Saturated: a huge shutdown_ns is "wait for it", not a deadline
+	 * wrapped into the past (an instant cancel of every child). */
+	wait_down(cx, s, i, t > UINT64_MAX - now ? UINT64_MAX : now + t);
 }
 
 /* Every child, dependents before their dependencies. */
@@ -621,7 +628,8 @@ int cbcmn_sup_start(cbcmn_cx *cx, cbcmn_nursery *n, const cbcmn_sup_spec *spec,
 	if (!n || !spec || !out)
 		return -EINVAL;
 	struct tmpl *t;
-	int rc = tmpl_make(n->rt, spec, 0, &t);
+	uint32_t total = 0;
+	int rc = tmpl_make(n->rt, spec, 0, &total, &t);
 	if (rc)
 		return rc;
 	struct sup *s = sup_new(t, NULL);

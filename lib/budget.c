@@ -816,8 +816,10 @@ int cbcmn__budget_recharge_exhausted(struct cbcmn_task *self, struct cbcmn_nurse
 		struct cbcmn_task *t = iw->w.task;
 		struct cbcmn__mutex *bl = budget_lock(t);
 		cbcmn__mutex_lock(bl);
-		/* Its budget_iw is clear (unlinked): no second wake there. */
-		int r = recharge_locked(self, t, give);
+		/* Its budget_iw is clear (unlinked): no second wake there.
+		 * Nothing of what it waits for (budget_comp, set under this
+		 * lock): a top-up would only wake it to wait again, a spin. */
+		int r = give[t->budget_comp] ? recharge_locked(self, t, give) : CBCMN_EBUDGET;
 		cbcmn__mutex_unlock(bl);
 		if (r) {
 			/* We could not pay: ended, as the opener would.

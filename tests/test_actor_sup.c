@@ -28,6 +28,7 @@ struct kid {
 	int never_stops;     /* checkpoint for ever, ignoring stops */
 	const uint32_t *deps; /* checked live when it starts */
 	uint32_t ndeps;
+	_Atomic int checked;  /* starts that got past that check */
 };
 
 struct cause {
@@ -78,6 +79,7 @@ static int64_t worker(cbcmn_cx *cx, void *arg)
 		if (cbcmn_sup_child_ref(NULL, cx, atomic_load(&k->w->sup), k->deps[d], &r) != 0)
 			atomic_fetch_add(&k->w->deps_dead, 1);
 	}
+	atomic_fetch_add(&k->checked, 1);
 	if (k->crash_at_start && n < atomic_load(&k->last_crash_starts))
 		return k->crash_at_start;
 	if (k->never_stops)
@@ -347,6 +349,51 @@ static void test_bad_specs_are_einval(void **state)
 	t_destroy(rt);
 }
 
+/* Each nested spec is copied once per child that names it: three specs
+ * of 64, 1024 and 1 children make a tree of 131136, which
+ * cbcmn_sup_start() copied in full (65600 templates, then as many
+ * actors); a few such specs nested deeper took all the memory there is.
+ * Refused past CBCMN_SUP_MAX_TREE. */
+static cbcmn_sup_child tree_b[1024], tree_a[64], tree_c;
+
+static int64_t tree_too_big(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	tree_c = (cbcmn_sup_child){.fn = noop, .node = -1};
+	cbcmn_sup_spec c = {.children = &tree_c, .nchildren = 1};
+	cbcmn_sup_spec b = {.children = tree_b, .nchildren = 1024};
+	cbcmn_sup_spec a = {.children = tree_a, .nchildren = 64};
+	for (int i = 0; i < 1024; i++)
+		tree_b[i] = (cbcmn_sup_child){.sup = &c, .node = -1};
+	for (int i = 0; i < 64; i++)
+		tree_a[i] = (cbcmn_sup_child){.sup = &b, .node = -1};
+	cbcmn_actor_ref r;
+	int rc = cbcmn_sup_start(cx, n, &a, NULL, &r);
+	if (rc == 0)
+		cbcmn_nursery_cancel(n); /* before the fix: not 131136 actors */
+	cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(rc == -EINVAL);
+	/* At the limit: 64 + 64 x 1023 = 65536, accepted. */
+	b.nchildren = 1023;
+	for (int i = 0; i < 1023; i++)
+		tree_b[i] = (cbcmn_sup_child){.fn = noop, .node = -1};
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_sup_start(cx, n, &a, NULL, &r) == 0);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, tree_too_big, NULL, 0);
+	t_destroy(rt);
+}
+
 /* A start the actor spawn itself refuses (a bad option, before any actor
  * exists) must still free the supervisor's copy of the spec (ASan's leak
  * check sees it). */
@@ -451,6 +498,12 @@ static void test_child_whose_executor_thread_dies_is_restarted(void **state)
 static int64_t crash_1(cbcmn_cx *cx, struct world *w)
 {
 	wait_all_started(cx, w);
+	/* And each past its look at its dependencies: one that looked only
+	 * after child 1 crashed would find 1 restarting (-EAGAIN), which is
+	 * right, and count it dead (seen under TSan). */
+	for (uint32_t i = 0; i < w->spec.nchildren; i++)
+		for (int tries = 0; tries < 20000 && !atomic_load(&w->kid[i].checked); tries++)
+			cbcmn_sleep(cx, 100000);
 	TASK_CHECK(crash_and_see(cx, w, 1, M_CRASH, (uint64_t)-5) == -5);
 	/* Whatever restarted with it has run again before we stop (a
 	 * reference is live from the spawn, before the child runs). */
@@ -465,6 +518,9 @@ static int64_t crash_1(cbcmn_cx *cx, struct world *w)
 	return 0;
 }
 
+/* The spec's shutdown_ns in strategy_case() (0: the default). */
+static uint64_t strategy_shutdown_ns;
+
 /* 0 <- 1 <- 2 (1 needs 0, 2 needs 1), 3 alone; child 1 crashes. */
 static void strategy_case(uint32_t strategy, const int starts[4])
 {
@@ -478,6 +534,7 @@ static void strategy_case(uint32_t strategy, const int starts[4])
 	deps(&c[2], &w, 2, d2, 1);
 	w.spec.children = c;
 	w.spec.strategy = strategy;
+	w.spec.shutdown_ns = strategy_shutdown_ns;
 	w.spec.report = &w.report;
 	w.scenario = crash_1;
 	for (int i = 0; i < 4; i++)
@@ -527,6 +584,18 @@ static void test_strategy_all_restarts_every_child(void **state)
 {
 	(void)state;
 	strategy_case(CBCMN_SUP_ALL, (const int[]){2, 2, 2, 2});
+}
+
+/* shutdown_ns = UINT64_MAX (wait as long as a child takes) wrapped the
+ * stop's deadline (now + shutdown_ns) into the past: each stop cancelled
+ * every child at once, and the first restart that stopped a sibling
+ * escalated (CBCMN_ESUPERVISOR) as if one had ignored its stop. */
+static void test_sup_shutdown_ns_max_does_not_wrap_into_an_instant_cancel(void **state)
+{
+	(void)state;
+	strategy_shutdown_ns = UINT64_MAX;
+	strategy_case(CBCMN_SUP_ALL, (const int[]){2, 2, 2, 2});
+	strategy_shutdown_ns = 0;
 }
 
 /* ---- intensity and escalation ------------------------------------------------ */
@@ -797,6 +866,47 @@ static void test_cluster_supervisor_recharges_an_exhausted_child(void **state)
 	assert_int_equal(w.report.restarts, 0);
 }
 
+/* A recharge that gives nothing of what the child ran out of (ops, for a
+ * child out of channel_ops) cannot help it: the child was woken topped up
+ * by nothing, ran out again at once and poked the supervisor again, a
+ * spin for as long as the supervisor could pay (for ever, unlimited); it
+ * must be ended (CBCMN_EBUDGET) and restarted. */
+static int64_t spend_then_wait_restart(cbcmn_cx *cx, struct world *w)
+{
+	cbcmn_actor_ref a = ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE);
+	TASK_CHECK(send_to(cx, a, M_SPEND, 0) == 0);
+	for (int i = 0; i < 300 && atomic_load(&w->kid[0].starts) < 2; i++)
+		cbcmn_sleep(cx, 10000000);
+	return 0;
+}
+
+static void test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 1);
+	cbcmn_sup_child c[1];
+	child(&c[0], &w, 0);
+	cbcmn_budget b = {.channel_ops = 4};
+	cbcmn_caps none = {0};
+	c[0].budget = &b;
+	c[0].caps = &none;
+	cbcmn_budget top = {.ops = 1000}; /* no channel_ops */
+	w.spec.children = c;
+	w.spec.recharge = &top;
+	w.spec.report = &w.report;
+	w.spec.shutdown_ns = 100000000; /* before the fix: the spinning child's stop */
+	w.scenario = spend_then_wait_restart;
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 16,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts so = {.budget = &sb};
+	w.sup_opts = &so;
+	run_world(2, CBCMN_PROFILE_CLUSTER, &w);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 2); /* ended, restarted once */
+	assert_int_equal(w.report.restarts, 1);
+	assert_int_equal(w.report.exhausted, 1); /* its DOWN's CBCMN_EBUDGET, no recharge */
+}
+
 /* ---- placement on a NUMA node ------------------------------------------------- */
 
 static _Atomic int on_exec[2];
@@ -833,12 +943,40 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 	assert_int_equal(atomic_load(&on_exec[1]), 2);
 }
 
+/* A static runtime keeps one executor slot more than it was asked for,
+ * the spare (docs/SCHEDULER.md "Stalls"), which no spawn may pin to.  The
+ * supervisor counted it as an executor: a shard just past the program's
+ * passed the spec check (the spawn then halted the supervisor), and a
+ * node's children were dealt to it in turn. */
+static int64_t spare_shard(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = noop, .node = -1, .placement = CBCMN_PLACE_PINNED};
+	c.shard = cbcmn_runtime_workers(cbcmn_cx_runtime(cx));
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_sup_child_pinned_to_the_spare_executors_shard_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2); /* static: it has a spare */
+	t_run(rt, spare_shard, NULL, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 #define T(f) T_WATCHED_TEST(f)
 	const struct CMUnitTest tests[] = {
 		T(test_children_start_in_dependency_order_and_stop_in_reverse),
 		T(test_bad_specs_are_einval),
+		T(test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval),
 		T(test_start_refused_by_the_spawn_leaks_nothing),
 		T(test_child_returning_an_error_is_restarted_alone),
 		T(test_child_stack_overflow_is_restarted),
@@ -848,6 +986,7 @@ int main(void)
 		T(test_strategy_downstream_restarts_its_dependents),
 		T(test_strategy_upstream_restarts_its_dependencies),
 		T(test_strategy_all_restarts_every_child),
+		T(test_sup_shutdown_ns_max_does_not_wrap_into_an_instant_cancel),
 		T(test_intensity_exceeded_escalates_to_the_parent),
 		T(test_restart_storm_stops_at_the_intensity),
 		T(test_shutdown_reports_undelivered_messages),
@@ -856,7 +995,9 @@ int main(void)
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
+		T(test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin),
 		T(test_children_on_a_node_are_pinned_in_turn),
+		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),
 	};
 #undef T
 	return cmocka_run_group_tests_name("actor_sup", tests, NULL, NULL);

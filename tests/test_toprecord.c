@@ -181,6 +181,38 @@ static void test_record_bad_input(void **state)
 		refused("/proc/version", NULL, 1, "/proc/version");
 }
 
+/* --record and -o naming one file: refused, and the file as it was.  The
+ * trace was opened (truncated, then given a trace's header and end) before
+ * the names were compared: the refusal came after the file was lost. */
+static void test_record_refused_as_the_same_file_as_o_leaves_it_intact(void **state)
+{
+	(void)state;
+	char same[] = "/tmp/cbcmn-toprec-keep-XXXXXX";
+	int fd = mkstemp(same);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "keep me\n", 8), 8);
+	close(fd);
+	refused(same, same, 1, "the same file as -o");
+	/* And a file that does not exist yet, named two ways: the same file
+	 * once the trace has made it. */
+	char fresh[] = "/tmp/cbcmn-toprec-new-XXXXXX", alias[64];
+	fd = mkstemp(fresh);
+	assert_true(fd >= 0);
+	close(fd);
+	unlink(fresh);
+	snprintf(alias, sizeof(alias), "/tmp/./%s", fresh + 5);
+	refused(fresh, alias, 1, "the same file as -o");
+	unlink(fresh);
+	char buf[64] = {0};
+	FILE *f = fopen(same, "r");
+	assert_non_null(f);
+	size_t got = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	unlink(same);
+	assert_int_equal(got, 8);
+	assert_string_equal(buf, "keep me\n");
+}
+
 /* A write that fails (a full disk): one line at the end, status 1. */
 static void test_record_full_disk(void **state)
 {
@@ -200,13 +232,57 @@ static void test_record_full_disk(void **state)
 	free(r.out);
 }
 
+/* The kernel keeps 15 bytes of a program's name (/proc/PID/comm), cutting
+ * a UTF-8 character in two: the trace named the target's process with
+ * that half character as it was, a file that is not JSON to a strict
+ * reader (JSON is UTF-8; Python's decoder refuses it). */
+static const char utf8_py[] =
+	"import json, sys\n"
+	"tr = json.loads(open(sys.argv[1], 'rb').read().decode('utf-8'))\n"
+	"name = [e for e in tr['traceEvents'] if e.get('name') == 'process_name'][0]['args']['name']\n"
+	"if not name.startswith('\\u00e9' * 7): print('FAIL name %r' % name); sys.exit(1)\n"
+	"print('ok', repr(name))\n";
+
+static void test_record_of_a_target_whose_name_the_kernel_cut_is_utf8(void **state)
+{
+	(void)state;
+	if (!runner[0]) {
+		T_SKIP("cbcmn-run is not built beside this suite (make tools)");
+		return;
+	}
+	char dir[] = "/tmp/cbcmn-toprec-name-XXXXXX", trace[] = "/tmp/cbcmn-toprec-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	int fd = mkstemp(trace);
+	assert_true(fd >= 0);
+	close(fd);
+	/* Nine e-acute, 18 bytes: comm holds seven and half of the eighth. */
+	char link[PATH_MAX];
+	snprintf(link, sizeof(link), "%s/%s", dir,
+		 "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9");
+	assert_int_equal(symlink(runner, link), 0);
+	const char *argv[] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "--record", trace, "--",
+			      link, "skew", "--workers", "2", "--duration", "0.3", NULL};
+	struct toolrun r;
+	toolrun(&r, argv, 60);
+	unlink(link);
+	rmdir(dir);
+	if (r.status != 0)
+		fail_msg("status %d: %s", r.status, r.err);
+	const char *args[] = {trace, NULL};
+	pycheck(utf8_py, args, "name");
+	free(r.out);
+	unlink(trace);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_record_matches_the_runtimes_counters),
 		cmocka_unit_test(test_record_with_kernel_steal_arrows),
 		cmocka_unit_test(test_record_bad_input),
+		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
+		cmocka_unit_test(test_record_of_a_target_whose_name_the_kernel_cut_is_utf8),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

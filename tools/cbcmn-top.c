@@ -357,6 +357,14 @@ static int run_batch(struct top_model *m, double delay_s, long n, bool json)
 	return 0;
 }
 
+/* Do paths a and b (b may be NULL) name one existing file? */
+static bool same_file(const char *a, const char *b)
+{
+	struct stat as, bs;
+	return b && !stat(a, &as) && !stat(b, &bs) && as.st_dev == bs.st_dev &&
+	       as.st_ino == bs.st_ino;
+}
+
 /* --record: end the trace (m: the model recorded, NULL if none opened),
  * once.  Returns ret, or 1 with a line when writing it failed. */
 static int record_end(struct top_rec **rec, const struct top_model *m, int ret)
@@ -402,14 +410,15 @@ int main(int argc, char **argv)
 	int ret = 1;
 	if (o.record) {
 		char rerr[PATH_MAX + 64];
-		if (top_rec_open(&rec, o.record, rerr, sizeof(rerr))) {
+		/* The command's output into the trace would leave neither
+		 * whole.  Looked at before the trace is opened (that truncates
+		 * it), and again after (two names of a file it created). */
+		bool same = same_file(o.record, o.output);
+		if (!same && top_rec_open(&rec, o.record, rerr, sizeof(rerr))) {
 			fprintf(stderr, "cbcmn-top: --record %s\n", rerr);
 			return 1;
 		}
-		/* The command's output into the trace would leave neither whole. */
-		struct stat rs, os;
-		if (o.output && !stat(o.record, &rs) && !stat(o.output, &os) && rs.st_dev == os.st_dev &&
-		    rs.st_ino == os.st_ino) {
+		if (same || same_file(o.record, o.output)) {
 			fprintf(stderr, "cbcmn-top: --record %s: the same file as -o %s\n", o.record,
 				o.output);
 			top_rec_close(rec, NULL, rerr, sizeof(rerr));

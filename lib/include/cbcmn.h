@@ -535,7 +535,10 @@ CBCMN_API cbcmn_runtime *cbcmn_cx_runtime(const cbcmn_cx *cx);
 /* The task's id: unique within its runtime, never 0. */
 CBCMN_API uint64_t cbcmn_cx_task_id(const cbcmn_cx *cx);
 /* Index of the executor running the task right now.  Tasks may migrate
- * between executors at every yield or blocking call. */
+ * between executors at every yield or blocking call.  On a static
+ * runtime's spare executor (cbcmn_config.stall_ns) it is
+ * cbcmn_runtime_workers(): one past the program's executors, so not an
+ * index of an array of that many, nor a shard a placement may name. */
 CBCMN_API uint32_t cbcmn_cx_executor(const cbcmn_cx *cx);
 /* True once the task's nursery, or any enclosing nursery, was cancelled. */
 CBCMN_API bool cbcmn_cx_cancelled(const cbcmn_cx *cx);

@@ -367,6 +367,10 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
 #define CBCMN_SUP_PLACE_NODE 16u
 
 #define CBCMN_SUP_MAX_CHILDREN 1024u
+/* The children of a whole tree, nested supervisors' included, at most
+ * (each nested spec is copied once per child that names it: a few
+ * specs naming each other would otherwise multiply without bound). */
+#define CBCMN_SUP_MAX_TREE 65536u
 /* cbcmn_sup_spec.max_restarts: at most this (the supervisor keeps the time
  * of each of the last max_restarts restarts, 8 bytes each), or
  * CBCMN_SUP_UNLIMITED: never give up. */
@@ -411,11 +415,13 @@ typedef struct cbcmn_sup_spec {
 	uint64_t period_ns;           /* the window; 0: 5 s */
 	const cbcmn_sup_child *children;
 	uint32_t nchildren;           /* 1..CBCMN_SUP_MAX_CHILDREN */
-	uint64_t shutdown_ns;         /* per child at a stop, then cancel; 0: 5 s */
+	uint64_t shutdown_ns;         /* per child at a stop, then cancel; 0: 5 s;
+				       * UINT64_MAX: no limit */
 	/* An exhausted child is topped up by this much, taken from the
 	 * supervisor's budget (SPEC-021 :cluster; other profiles: -EINVAL);
-	 * NULL, or when the supervisor cannot pay: it is ended
-	 * (CBCMN_EBUDGET), a crash. */
+	 * NULL, when the supervisor cannot pay, or when this gives none of
+	 * the component the child ran out of: it is ended (CBCMN_EBUDGET),
+	 * a crash. */
 	const cbcmn_budget *recharge;
 	cbcmn_sup_report *report;     /* NULL: none; must outlive the supervisor */
 } cbcmn_sup_spec;
@@ -424,7 +430,8 @@ typedef struct cbcmn_sup_spec {
  * cbcmn_actor_spawn(); opts: the supervisor's own options, NULL:
  * defaults), and store its reference in *out.  The spec is checked and
  * copied first: -EINVAL for a bad field, a dependency out of range or on
- * itself, or a cycle in the dependencies (of this spec or a nested one).
+ * itself, a cycle in the dependencies (of this spec or a nested one), or
+ * a tree of more than CBCMN_SUP_MAX_TREE children.
  * Returns 0, -EINVAL, -ENOMEM, or what cbcmn_actor_spawn() returns.  A
  * child that cannot be spawned when the supervisor starts it halts the
  * supervisor with that error, after stopping the children started. */

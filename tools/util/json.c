@@ -12,12 +12,41 @@ void jw_begin(struct jw *j, FILE *f)
 	j->first[0] = true;
 }
 
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no
+ * overlong form, no surrogate, nothing past U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s)
+{
+	size_t n = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2;
+	if (s[0] < 0xc2 || s[0] > 0xf4)
+		return 0;
+	/* The second byte's range narrows after E0, ED, F0, F4. */
+	unsigned char lo = s[0] == 0xe0 ? 0xa0 : s[0] == 0xf0 ? 0x90 : 0x80;
+	unsigned char hi = s[0] == 0xed ? 0x9f : s[0] == 0xf4 ? 0x8f : 0xbf;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
 void jw_quote(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
+		if (c >= 0x80) {
+			/* JSON is UTF-8: a byte that begins no whole character
+			 * (a name the kernel cut at 15 bytes, /proc/PID/comm)
+			 * is U+FFFD, or the file is not JSON to a strict reader. */
+			size_t n = utf8_len((const unsigned char *)s);
+			if (n) {
+				fwrite(s, 1, n, f);
+				s += n - 1;
+			} else {
+				fputs("\\ufffd", f);
+			}
+		} else if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
 		else if (c == '\n')
 			fputs("\\n", f);

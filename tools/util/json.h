@@ -40,7 +40,8 @@ void jw_i64(struct jw *j, const char *key, int64_t v);
 void jw_u64(struct jw *j, const char *key, uint64_t v);
 void jw_double(struct jw *j, const char *key, double v);
 void jw_bool(struct jw *j, const char *key, bool v);
-/* s as a JSON string, quoted and escaped, for printers that write their
+/* s as a JSON string, quoted and escaped (a byte that is not part of a
+ * well-formed UTF-8 character as U+FFFD), for printers that write their
  * own JSON around it. */
 void jw_quote(FILE *f, const char *s);
 /* Close what is still open, end the line and flush.  Returns 0 or -EIO
