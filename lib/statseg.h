@@ -82,6 +82,10 @@ struct cbcmn__seg_actors {
 	/* Actors this executor handed to another one (actor_sched.c, stage 4
 	 * of docs/ACTORS.md), written by the executor only. */
 	_Atomic uint64_t migrations;
+	/* Restarts done by the supervisors running on this executor
+	 * (actor_sup.c), written by the executor only; zero in a segment from
+	 * before it (the slot's padding). */
+	_Atomic uint64_t restarts;
 };
 
 /* An executor's wheel load as a reader sees it at now (CLOCK_MONOTONIC
