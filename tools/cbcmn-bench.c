@@ -37,6 +37,7 @@
 #include "cli/opts.h"
 #include "baseline/pingpong.h"
 #include "workloads/workload.h"
+#include "workloads/wl_int.h"
 
 static uint32_t workers = 2;
 static int reps = 7;
@@ -1774,6 +1775,7 @@ enum { ACT_TOKEN = 1, ACT_QUIT = 2 };
 struct ring {
 	cbcmn_actor_ref *refs;
 	uint64_t n, hops;
+	bool one_exec;           /* every actor pinned on executor 0 */
 	uint64_t t_end, c_end;   /* wall and CPU time: by the actor that took the last hop */
 	uint64_t last_at, count; /* where the token ended and the hops it counted */
 };
@@ -1828,7 +1830,8 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
 	if (rc || !mem)
 		die("ring", rc ? rc : -ENOMEM);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2};
+	cbcmn_actor_opts ao = {.mailbox_cap = 2,
+			       .placement = r->one_exec ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
 	for (uint64_t i = 0; i < r->n; i++) {
 		mem[i] = (struct ring_member){r, i};
 		if ((rc = cbcmn_actor_spawn(cx, n, ring_actor, &mem[i], &ao, &r->refs[i])))
@@ -1845,65 +1848,6 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 		die("ring", a);
 	r->t_end -= t0;
 	r->c_end -= c0;
-	return 0;
-}
-
-struct skynode {
-	uint64_t index, size;     /* first leaf index, leaves below */
-	cbcmn_actor_ref parent;   /* NONE: the root, which writes *sum */
-	uint64_t *sum;
-};
-
-/* A leaf sends its index to its parent; a node spawns its 10 children
- * (in a nursery of its own, awaited), adds up what they send and passes
- * the sum up. */
-static int64_t sky_actor(cbcmn_cx *cx, void *arg)
-{
-	struct skynode *me = arg;
-	uint64_t sum = me->index;
-	if (me->size > 1) {
-		struct skynode kids[10];
-		uint64_t step = me->size / 10;
-		cbcmn_nursery *n;
-		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-		if (rc)
-			return rc;
-		cbcmn_actor_ref self = cbcmn_actor_self(cx), ref;
-		int spawned = 0;
-		for (int i = 0; i < 10 && !rc; i++) {
-			kids[i] = (struct skynode){me->index + (uint64_t)i * step, step, self, NULL};
-			cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1};
-			if (!(rc = cbcmn_actor_spawn(cx, n, sky_actor, &kids[i], &ao, &ref)))
-				spawned++;
-		}
-		sum = 0;
-		cbcmn_actor_msg m;
-		for (int i = 0; i < spawned && !rc; i++)
-			if (!(rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)))
-				sum += m.body.u64[0];
-		int64_t a = cbcmn_nursery_await_all(cx, n);
-		if (rc || a)
-			return rc ? rc : a;
-	}
-	if (!me->parent) {
-		*me->sum = sum;
-		return 0;
-	}
-	cbcmn_actor_msg m = {.type = ACT_TOKEN, .body.u64 = {sum}};
-	return cbcmn_actor_send(NULL, cx, me->parent, &m);
-}
-
-static int64_t sky_root(cbcmn_cx *cx, void *arg)
-{
-	struct skynode *root = arg;
-	cbcmn_nursery *n;
-	cbcmn_actor_ref ref;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc || (rc = cbcmn_actor_spawn(cx, n, sky_actor, root, NULL, &ref)))
-		die("skynet", rc);
-	int64_t a = cbcmn_nursery_await_all(cx, n);
-	if (a)
-		die("skynet", a);
 	return 0;
 }
 
@@ -1980,23 +1924,27 @@ static void bench_actors(void)
 	if (!refs)
 		die("ring", -ENOMEM);
 	double c[16];
-	for (int i = 0; i < reps; i++) {
-		struct ring r = {.refs = refs, .n = ring_n, .hops = act_hops};
-		run(rt, ring_root, &r);
-		c[i] = (double)r.c_end / (double)act_hops;
-		if (r.count != act_hops || r.last_at != act_hops % ring_n) {
-			fprintf(stderr, "cbcmn-bench: actors ring: the token made %llu hops and ended at "
-					"actor %llu, expected %llu and %llu\n",
-				(unsigned long long)r.count, (unsigned long long)r.last_at,
-				(unsigned long long)act_hops, (unsigned long long)(act_hops % ring_n));
-			exit(1);
+	/* The default placement (the actors spread by stealing: hops cross
+	 * executors), then all on one executor (the cost of a hop itself). */
+	for (int one = 0; one < 2; one++) {
+		for (int i = 0; i < reps; i++) {
+			struct ring r = {.refs = refs, .n = ring_n, .hops = act_hops, .one_exec = one};
+			run(rt, ring_root, &r);
+			if (r.count != act_hops || r.last_at != act_hops % ring_n) {
+				fprintf(stderr, "cbcmn-bench: actors ring: the token made %llu hops and "
+						"ended at actor %llu, expected %llu and %llu\n",
+					(unsigned long long)r.count, (unsigned long long)r.last_at,
+					(unsigned long long)act_hops, (unsigned long long)(act_hops % ring_n));
+				exit(1);
+			}
+			v[i] = (double)r.t_end / (double)act_hops;
+			c[i] = (double)r.c_end / (double)act_hops;
 		}
-		v[i] = (double)r.t_end / (double)act_hops;
+		printf("actors ring%s_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(v, reps));
+		printf("actors ring%s_cpu_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(c, reps));
+		fflush(stdout);
 	}
 	free(refs);
-	printf("actors ring_ns_per_hop %.0f\n", median(v, reps));
-	printf("actors ring_cpu_ns_per_hop %.0f\n", median(c, reps));
-	fflush(stdout);
 
 	/* A runtime of its own: the ring's stacks, kept for reuse, would hide
 	 * what the tree's actors take. */
@@ -2005,17 +1953,17 @@ static void bench_actors(void)
 	rt = runtime(workers, 0);
 	long peak = 0;
 	for (int i = 0; i < reps; i++) {
-		uint64_t sum = 0;
-		struct skynode root = {0, leaves, CBCMN_ACTOR_NONE, &sum};
+		uint64_t sum = 0, got = 0;
+		struct wl_sky root = {0, leaves, CBCMN_ACTOR_NONE, &sum, &got, false};
 		reset_hwm();
 		uint64_t t0 = mono_ns(), c0 = cpu_ns();
-		run(rt, sky_root, &root);
+		run(rt, wl_sky_root, &root);
 		v[i] = (double)(mono_ns() - t0) / 1e6;
 		c[i] = (double)(cpu_ns() - c0) / 1e6;
 		uint64_t want = leaves * (leaves - 1) / 2;
-		if (sum != want) {
-			fprintf(stderr, "cbcmn-bench: actors skynet: sum %llu, expected %llu\n",
-				(unsigned long long)sum, (unsigned long long)want);
+		if (sum != want || got != leaves) {
+			fprintf(stderr, "cbcmn-bench: actors skynet: sum %llu from %llu leaves, expected %llu\n",
+				(unsigned long long)sum, (unsigned long long)got, (unsigned long long)want);
 			exit(1);
 		}
 		long hwm = status_kib("VmHWM:");

@@ -327,21 +327,13 @@ int wl_supervise(cbcmn_runtime *rt, struct wl_env *e)
 
 /* ---- skynet: a 10-ary tree of actors adds up its leaves ------------------- */
 
-struct wsky {
-	uint64_t index, size;     /* first leaf below, leaves below */
-	cbcmn_actor_ref parent;   /* NONE: the root, which writes *sum */
-	uint64_t *sum, *leaves;
-	bool sabotage;            /* leaf 1 reports 0: a lost value */
-};
-
-/* A node spawns its 10 children in a nursery of its own, adds up the
- * (sum, leaves) each sends, awaits them and passes the total up. */
+/* A node of the tree (struct wl_sky, wl_int.h). */
 static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 {
-	struct wsky *me = arg;
+	struct wl_sky *me = arg;
 	uint64_t sum = me->sabotage && me->index == 1 ? 0 : me->index, leaves = 1;
 	if (me->size > 1) {
-		struct wsky kids[10];
+		struct wl_sky kids[10];
 		uint64_t step = me->size / 10;
 		cbcmn_nursery *n;
 		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
@@ -350,7 +342,7 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 		cbcmn_actor_ref self = cbcmn_actor_self(cx), ref;
 		int spawned = 0;
 		for (int i = 0; i < 10 && !rc; i++) {
-			kids[i] = (struct wsky){me->index + (uint64_t)i * step, step, self, NULL, NULL,
+			kids[i] = (struct wl_sky){me->index + (uint64_t)i * step, step, self, NULL, NULL,
 						me->sabotage};
 			cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1};
 			if (!(rc = cbcmn_actor_spawn(cx, n, wsky_actor, &kids[i], &ao, &ref)))
@@ -378,7 +370,7 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 	return cbcmn_actor_send(NULL, cx, me->parent, &m);
 }
 
-static int64_t wsky_root(cbcmn_cx *cx, void *arg)
+int64_t wl_sky_root(cbcmn_cx *cx, void *arg)
 {
 	cbcmn_nursery *n;
 	cbcmn_actor_ref ref;
@@ -408,8 +400,8 @@ int wl_skynet(cbcmn_runtime *rt, struct wl_env *e)
 	uint64_t want = n * (n - 1) / 2;
 	while (wl_more(e, rounds)) {
 		uint64_t sum = 0, leaves = 0;
-		struct wsky root = {0, n, CBCMN_ACTOR_NONE, &sum, &leaves, e->o->sabotage};
-		int rc = wl_run_root(rt, e, wsky_root, &root, "skynet");
+		struct wl_sky root = {0, n, CBCMN_ACTOR_NONE, &sum, &leaves, e->o->sabotage};
+		int rc = wl_run_root(rt, e, wl_sky_root, &root, "skynet");
 		if (rc)
 			return rc;
 		if (sum != want || leaves != n)

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 
+#include "cbcmn_actor.h"
 #include "workloads/workload.h"
 
 /* What a workload gets besides its runtime. */
@@ -44,6 +45,20 @@ bool wl_more(const struct wl_env *e, uint64_t rounds);
  * task already said more precisely what went wrong. */
 int wl_run_root(cbcmn_runtime *rt, struct wl_env *e, cbcmn_task_fn fn, void *arg,
 		const char *what);
+
+/* A node of an actor skynet (wl_actors.c; cbcmn-bench actors times it):
+ * it spawns its 10 children as actors of a nursery of its own, adds up
+ * the (sum, leaves) each sends, awaits them and sends its totals to its
+ * parent; a leaf sends (index, 1).  wl_sky_root(cx, &root) runs the tree
+ * below root (size leaves, parent CBCMN_ACTOR_NONE: it writes *sum and
+ * *leaves) and returns 0 or the first error. */
+struct wl_sky {
+	uint64_t index, size;     /* first leaf below, leaves below (a power of 10) */
+	cbcmn_actor_ref parent;   /* NONE: the root */
+	uint64_t *sum, *leaves;   /* the root's answer */
+	bool sabotage;            /* leaf 1 reports 0: a lost value */
+};
+int64_t wl_sky_root(cbcmn_cx *cx, void *root);
 
 /* The actor workloads (wl_actors.c). */
 int wl_ring(cbcmn_runtime *rt, struct wl_env *e);
