@@ -30,7 +30,7 @@ static uint32_t small_size(const struct wl_desc *w)
 		uint32_t size;
 	} sz[] = {{"fib", 17}, {"spawn-storm", 5000}, {"skew", 200}, {"timers", 20},
 		  {"echo", 4},	{"http", 4},
-		  {"ring", 100},	{"skynet", 1000}};
+		  {"ring", 100},	{"skynet", 3}};
 	for (size_t i = 0; (T_ASAN || T_TSAN) && i < sizeof(sz) / sizeof(sz[0]); i++)
 		if (!strcmp(sz[i].name, w->name))
 			return sz[i].size;

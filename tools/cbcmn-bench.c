@@ -1887,6 +1887,8 @@ static int64_t mp_root(cbcmn_cx *cx, void *arg)
 	cbcmn_nursery *n;
 	cbcmn_actor_ref ref;
 	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		die("msgs", rc);
 	for (uint32_t i = 0; i < MSG_PAIRS && !rc; i++) {
 		cbcmn_actor_opts to = {.placement = CBCMN_PLACE_PINNED, .shard = 1, .mailbox_cap = 256};
 		rc = cbcmn_actor_spawn(cx, n, mp_receiver, &p[i], &to, &p[i].to);
@@ -1895,11 +1897,11 @@ static int64_t mp_root(cbcmn_cx *cx, void *arg)
 		cbcmn_actor_opts from = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
 		rc = cbcmn_actor_spawn(cx, n, mp_sender, &p[i], &from, &ref);
 	}
-	int64_t a = rc ? rc : cbcmn_nursery_await_all(cx, n);
 	if (rc)
-		cbcmn_nursery_await_all(cx, n);
-	if (a)
-		die("msgs", a);
+		cbcmn_nursery_cancel(n); /* a receiver without its sender would wait for ever */
+	int64_t a = cbcmn_nursery_await_all(cx, n);
+	if (rc || a)
+		die("msgs", rc ? rc : a);
 	return 0;
 }
 

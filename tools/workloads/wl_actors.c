@@ -385,14 +385,9 @@ int64_t wl_sky_root(cbcmn_cx *cx, void *arg)
 
 int wl_skynet(cbcmn_runtime *rt, struct wl_env *e)
 {
-	uint64_t n = e->size, p = 10;
-	while (p < n)
-		p *= 10;
-	if (p != n) {
-		snprintf(e->r->error, sizeof(e->r->error), "--size wants a power of 10 (skynet's leaves), got %u",
-			 e->size);
-		return -EINVAL;
-	}
+	uint64_t n = 1;
+	for (uint32_t k = 0; k < e->size; k++)
+		n *= 10; /* --size N: 10^N leaves */
 	/* leaves + the nodes above them: n + n/10 + ... + 1 */
 	uint64_t actors = 0, rounds = 0;
 	for (uint64_t k = n; k; k /= 10)
