@@ -102,15 +102,15 @@ static void tmpl_free(struct tmpl *t)
  * as node 0), counting round; -1: none there. */
 static int node_exec(const struct cbcmn_runtime *rt, int32_t node, uint32_t k)
 {
-	uint32_t m = 0;
-	for (uint32_t i = 0; i < rt->nexec; i++) {
+	uint32_t m = 0, n = cbcmn__nworkers(rt); /* not the spare: it runs only on duty */
+	for (uint32_t i = 0; i < n; i++) {
 		int32_t en = rt->exec[i]->node < 0 ? 0 : rt->exec[i]->node;
 		m += en == node;
 	}
 	if (m == 0)
 		return -1;
 	k %= m;
-	for (uint32_t i = 0; i < rt->nexec; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		int32_t en = rt->exec[i]->node < 0 ? 0 : rt->exec[i]->node;
 		if (en == node && k-- == 0)
 			return (int)i;
