@@ -519,6 +519,9 @@ static int64_t recover(cbcmn_cx *cx, struct sup *s, bool *in)
 		if (s->cancelled || !intensity_ok(s, cbcmn_now(((struct cbcmn_task *)cx)->rt)))
 			return CBCMN_ESUPERVISOR; /* escalate */
 		atomic_fetch_add_explicit(&s->restarts, 1, memory_order_relaxed);
+		/* the stats (cbcmn_executor_stats.actor_restarts): a supervisor
+		 * is an actor, so on an executor; relaxed, a counter */
+		atomic_fetch_add_explicit(&cbcmn__tls_exec->ss->act.restarts, 1, memory_order_relaxed);
 		restart_set(t, c, in);
 		for (uint32_t k = n; k-- > 0;)
 			if (in[t->order[k]])

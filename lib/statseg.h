@@ -87,6 +87,10 @@ struct cbcmn__seg_actors {
 	 * run publishes nothing, and migration must not trust what it said
 	 * last (actor_sched.c).  In the line's padding, as above. */
 	_Atomic uint64_t load_at;
+	/* Restarts done by the supervisors running on this executor
+	 * (actor_sup.c), written by the executor only; zero in a segment from
+	 * before it (the slot's padding). */
+	_Atomic uint64_t restarts;
 };
 
 /* An executor's wheel load as a reader sees it at now (CLOCK_MONOTONIC

@@ -156,6 +156,7 @@ static void actor_fill(const struct cbcmn__seg_actors *a, cbcmn_executor_stats *
 	e->actor_load_milli =
 		cbcmn__seg_actor_load(a, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
 	e->actor_migrations = atomic_load_explicit(&a->migrations, memory_order_relaxed);
+	e->actor_restarts = atomic_load_explicit(&a->restarts, memory_order_relaxed);
 	e->actors = gauge(&a->live);
 	e->actors_running = gauge(&a->running);
 	e->actors_waiting = gauge(&a->waiting);
@@ -252,6 +253,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->actors_halting += e.actors_halting;
 		tot->mailbox_depth += e.mailbox_depth;
 		tot->actor_migrations += e.actor_migrations;
+		tot->actor_restarts += e.actor_restarts;
 		if (e.actor_load_milli > tot->actor_load_milli)
 			tot->actor_load_milli = e.actor_load_milli; /* the largest */
 		if (e.avg_task_ns > tot->avg_task_ns)

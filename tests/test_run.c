@@ -29,7 +29,8 @@ static uint32_t small_size(const struct wl_desc *w)
 		const char *name;
 		uint32_t size;
 	} sz[] = {{"fib", 17}, {"spawn-storm", 5000}, {"skew", 200}, {"timers", 20},
-		  {"echo", 4},	{"http", 4}};
+		  {"echo", 4},	{"http", 4},
+		  {"ring", 100},	{"skynet", 3}};
 	for (size_t i = 0; (T_ASAN || T_TSAN) && i < sizeof(sz) / sizeof(sz[0]); i++)
 		if (!strcmp(sz[i].name, w->name))
 			return sz[i].size;
@@ -80,13 +81,18 @@ WORKLOAD_TEST(test_echo, "echo")
 WORKLOAD_TEST(test_http, "http")
 WORKLOAD_TEST(test_timers, "timers")
 WORKLOAD_TEST(test_mixed, "mixed")
+WORKLOAD_TEST(test_ring, "ring")
+WORKLOAD_TEST(test_supervise, "supervise")
+WORKLOAD_TEST(test_skynet, "skynet")
 
 /* Each self-check fails when its workload is wrong: wl_opts.sabotage makes
  * the mistake each check exists for (fib's answer off, a spawn-storm task
  * run many times and others never with the sum still right, a skew task
  * run twice, a pipeline message lost, a timer woken early, a byte of a
- * mixed block flipped).  A wrong answer is -EPROTO and a line saying what,
- * in bounded time (the failing task cancels its siblings). */
+ * mixed block flipped, a ring's token passed over an actor, a request lost
+ * with its crashed worker not retried, a skynet leaf's index lost).  A
+ * wrong answer is -EPROTO and a line saying what, in bounded time (the
+ * failing task cancels its siblings). */
 static void test_sabotage_caught(void **state)
 {
 	(void)state;
@@ -96,6 +102,8 @@ static void test_sabotage_caught(void **state)
 		{"fib", "expected"},		{"spawn-storm", "ran"},
 		{"skew", "ran"},		{"pipeline", "where"},
 		{"timers", "early"},		{"mixed", "wrong bytes"},
+		{"ring", "visited"},		{"supervise", "never answered"},
+		{"skynet", "expected"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const struct wl_desc *w = wl_find(cases[i].name);
@@ -337,7 +345,7 @@ static void test_regression_slow_server_is_not_a_failure(void **state)
 static void test_table(void **state)
 {
 	(void)state;
-	assert_int_equal(wl_nworkloads, 8);
+	assert_int_equal(wl_nworkloads, 11);
 	assert_null(wl_find("nope"));
 	const struct wl_desc *w = wl_find("fib");
 	struct wl_opts o = {.workers = 1, .policy = CBCMN_PIN_AUTO, .duration_s = 0.1,
@@ -678,6 +686,9 @@ int main(void)
 		T_WATCHED_TEST(test_http),
 		T_WATCHED_TEST(test_timers),
 		T_WATCHED_TEST(test_mixed),
+		T_WATCHED_TEST(test_ring),
+		T_WATCHED_TEST(test_supervise),
+		T_WATCHED_TEST(test_skynet),
 		T_WATCHED_TEST(test_sabotage_caught),
 		T_WATCHED_TEST(test_oversubscribed_random),
 		T_WATCHED_TEST(test_regression_echo_http_default_workers),

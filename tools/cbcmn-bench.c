@@ -37,6 +37,7 @@
 #include "cli/opts.h"
 #include "baseline/pingpong.h"
 #include "workloads/workload.h"
+#include "workloads/wl_int.h"
 
 static uint32_t workers = 2;
 static int reps = 7;
@@ -1697,7 +1698,7 @@ static void bench_cancel(void)
 	printf("cancel call_ratio_8000_vs_0 %.2f\n", call8 / call0);
 }
 
-/* ---- actors: a one-for-one supervisor restarting a crashing child --------- */
+/* ---- actors: a one-for-one supervisor restarting a crashing child ----------- */
 
 #define RESTARTS 20000
 
@@ -1739,17 +1740,272 @@ static int64_t restart_tree(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* ---- actors: a ring, skynet, and 4 x 4 cross-executor messages --------------- */
+
+/* Reset the process's VmHWM to its current RSS (Linux >= 4.0; older:
+ * the peak stays the process's, an overstatement). */
+static void reset_hwm(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	if (f) {
+		fputs("5", f);
+		fclose(f);
+	}
+}
+
+/* CPU time of the whole process (every executor), ns: in a CPU-capped
+ * cgroup the wall time counts the throttled spells too, the CPU time does
+ * not, so a quiet run's wall figure compares with this one. */
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t act_hops = 1000000;  /* --hops: ring hops; messages of msgs_per_s */
+static uint64_t act_actors;          /* --actors: ring size and skynet leaves; 0: defaults */
+
+#define RING_ACTORS 10000u
+#define SKYNET_LEAVES 1000000u
+#define MSG_PAIRS 4u
+
+enum { ACT_TOKEN = 1, ACT_QUIT = 2 };
+
+struct ring {
+	cbcmn_actor_ref *refs;
+	uint64_t n, hops;
+	bool one_exec;           /* every actor pinned on executor 0 */
+	uint64_t t_end, c_end;   /* wall and CPU time: by the actor that took the last hop */
+	uint64_t last_at, count; /* where the token ended and the hops it counted */
+};
+
+struct ring_member {
+	struct ring *r;
+	uint64_t i;
+};
+
+/* Takes the token (hops left, hops done), passes it on; the last hop
+ * notes where and when, then sends QUIT round the ring. */
+static int64_t ring_actor(cbcmn_cx *cx, void *arg)
+{
+	struct ring_member *me = arg;
+	struct ring *r = me->r;
+	cbcmn_actor_ref next = 0;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
+		if (!next)
+			next = r->refs[(me->i + 1) % r->n]; /* written before the first send */
+		if (m.type == ACT_QUIT) {
+			if (me->i + 1 < r->n)
+				cbcmn_actor_send(NULL, cx, next, &m);
+			return 0;
+		}
+		if (m.body.u64[0] == 0) {
+			r->t_end = mono_ns();
+			r->c_end = cpu_ns();
+			r->last_at = me->i;
+			r->count = m.body.u64[1];
+			/* QUIT goes round from actor 0 and ends with us (we still
+			 * pass it on: the actors after us wait for it too). */
+			m.type = ACT_QUIT;
+			if ((rc = cbcmn_actor_send(NULL, cx, r->refs[0], &m)))
+				return rc;
+			continue;
+		}
+		m.body.u64[0]--;
+		m.body.u64[1]++;
+		if ((rc = cbcmn_actor_send(NULL, cx, next, &m)))
+			return rc;
+	}
+	return rc == -ESHUTDOWN ? 0 : rc;
+}
+
+static int64_t ring_root(cbcmn_cx *cx, void *arg)
+{
+	struct ring *r = arg;
+	struct ring_member *mem = calloc(r->n, sizeof(*mem));
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc || !mem)
+		die("ring", rc ? rc : -ENOMEM);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2,
+			       .placement = r->one_exec ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
+	for (uint64_t i = 0; i < r->n; i++) {
+		mem[i] = (struct ring_member){r, i};
+		if ((rc = cbcmn_actor_spawn(cx, n, ring_actor, &mem[i], &ao, &r->refs[i])))
+			die("ring: actor_spawn", rc);
+	}
+	/* The token starts at actor 0 with hops left: hop k ends at k % n. */
+	cbcmn_actor_msg m = {.type = ACT_TOKEN, .body.u64 = {r->hops, 0}};
+	uint64_t t0 = mono_ns(), c0 = cpu_ns();
+	if ((rc = cbcmn_actor_send(NULL, cx, r->refs[0], &m)))
+		die("ring: send", rc);
+	int64_t a = cbcmn_nursery_await_all(cx, n);
+	free(mem);
+	if (a)
+		die("ring", a);
+	r->t_end -= t0;
+	r->c_end -= c0;
+	return 0;
+}
+
+struct mpair {
+	cbcmn_actor_ref to;
+	uint64_t msgs, got;
+	_Atomic int *bad;
+};
+
+static int64_t mp_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct mpair *p = arg;
+	cbcmn_actor_msg m;
+	int rc = 0;
+	while (p->got < p->msgs && !(rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)))
+		if (m.body.u64[0] != p->got++)
+			atomic_store(p->bad, 1); /* out of order, lost or twice */
+	return rc;
+}
+
+static int64_t mp_sender(cbcmn_cx *cx, void *arg)
+{
+	struct mpair *p = arg;
+	cbcmn_actor_msg m = {.type = ACT_TOKEN};
+	for (uint64_t i = 0; i < p->msgs; i++) {
+		m.body.u64[0] = i;
+		int rc = cbcmn_actor_send(NULL, cx, p->to, &m);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int64_t mp_root(cbcmn_cx *cx, void *arg)
+{
+	struct mpair *p = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref ref;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		die("msgs", rc);
+	for (uint32_t i = 0; i < MSG_PAIRS && !rc; i++) {
+		cbcmn_actor_opts to = {.placement = CBCMN_PLACE_PINNED, .shard = 1, .mailbox_cap = 256};
+		rc = cbcmn_actor_spawn(cx, n, mp_receiver, &p[i], &to, &p[i].to);
+	}
+	for (uint32_t i = 0; i < MSG_PAIRS && !rc; i++) {
+		cbcmn_actor_opts from = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+		rc = cbcmn_actor_spawn(cx, n, mp_sender, &p[i], &from, &ref);
+	}
+	if (rc)
+		cbcmn_nursery_cancel(n); /* a receiver without its sender would wait for ever */
+	int64_t a = cbcmn_nursery_await_all(cx, n);
+	if (rc || a)
+		die("msgs", rc ? rc : a);
+	return 0;
+}
+
 static void bench_actors(void)
 {
+	if (workers < 2)
+		die("actors: wants --workers 2 or more", -EINVAL);
 	cbcmn_runtime *rt = runtime(workers, 0);
 	double v[16];
+	uint64_t ring_n = act_actors ? act_actors : RING_ACTORS;
+	uint64_t leaves = act_actors ? act_actors : SKYNET_LEAVES;
+	uint64_t p10 = 1;
+	while (p10 < leaves)
+		p10 *= 10;
+	if (p10 != leaves || leaves < 10) {
+		fprintf(stderr, "cbcmn-bench: actors: --actors wants a power of 10 (skynet's "
+				"leaves), got %llu\n", (unsigned long long)leaves);
+		exit(2);
+	}
+
+	cbcmn_actor_ref *refs = calloc(ring_n, sizeof(*refs));
+	if (!refs)
+		die("ring", -ENOMEM);
+	double c[16];
+	/* The default placement (the actors spread by stealing: hops cross
+	 * executors), then all on one executor (the cost of a hop itself). */
+	for (int one = 0; one < 2; one++) {
+		for (int i = 0; i < reps; i++) {
+			struct ring r = {.refs = refs, .n = ring_n, .hops = act_hops, .one_exec = one};
+			run(rt, ring_root, &r);
+			if (r.count != act_hops || r.last_at != act_hops % ring_n) {
+				fprintf(stderr, "cbcmn-bench: actors ring: the token made %llu hops and "
+						"ended at actor %llu, expected %llu and %llu\n",
+					(unsigned long long)r.count, (unsigned long long)r.last_at,
+					(unsigned long long)act_hops, (unsigned long long)(act_hops % ring_n));
+				exit(1);
+			}
+			v[i] = (double)r.t_end / (double)act_hops;
+			c[i] = (double)r.c_end / (double)act_hops;
+		}
+		printf("actors ring%s_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(v, reps));
+		printf("actors ring%s_cpu_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(c, reps));
+		fflush(stdout);
+	}
+	free(refs);
+
+	/* A runtime of its own: the ring's stacks, kept for reuse, would hide
+	 * what the tree's actors take. */
+	cbcmn_runtime_destroy(rt);
+	long rss0 = status_kib("VmRSS:");
+	rt = runtime(workers, 0);
+	long peak = 0;
+	for (int i = 0; i < reps; i++) {
+		uint64_t sum = 0, got = 0;
+		struct wl_sky root = {0, leaves, CBCMN_ACTOR_NONE, &sum, &got, false};
+		reset_hwm();
+		uint64_t t0 = mono_ns(), c0 = cpu_ns();
+		run(rt, wl_sky_root, &root);
+		v[i] = (double)(mono_ns() - t0) / 1e6;
+		c[i] = (double)(cpu_ns() - c0) / 1e6;
+		uint64_t want = leaves * (leaves - 1) / 2;
+		if (sum != want || got != leaves) {
+			fprintf(stderr, "cbcmn-bench: actors skynet: sum %llu from %llu leaves, expected %llu\n",
+				(unsigned long long)sum, (unsigned long long)got, (unsigned long long)want);
+			exit(1);
+		}
+		long hwm = status_kib("VmHWM:");
+		peak = hwm > peak ? hwm : peak;
+	}
+	printf("actors skynet_ms %.0f\n", median(v, reps));
+	printf("actors skynet_cpu_ms %.0f\n", median(c, reps));
+	/* The process's high-water mark over the runs, less what it held
+	 * before: the tree's live actors at their most (stacks, mailboxes). */
+	printf("actors skynet_peak_rss_mib %.0f\n", (double)(peak - rss0) / 1024);
+	fflush(stdout);
+
+	for (int i = 0; i < reps; i++) {
+		struct mpair p[MSG_PAIRS];
+		_Atomic int bad = 0;
+		for (uint32_t k = 0; k < MSG_PAIRS; k++)
+			p[k] = (struct mpair){.msgs = act_hops / MSG_PAIRS ? act_hops / MSG_PAIRS : 1,
+					      .bad = &bad};
+		uint64_t t0 = mono_ns();
+		run(rt, mp_root, p);
+		double s = (double)(mono_ns() - t0) / 1e9;
+		if (atomic_load(&bad)) {
+			fprintf(stderr, "cbcmn-bench: actors msgs: a message came out of order, "
+					"twice or not at all\n");
+			exit(1);
+		}
+		v[i] = (double)(p[0].msgs * MSG_PAIRS) / s;
+	}
+	printf("actors msgs_per_s %.0f\n", median(v, reps));
+	fflush(stdout);
+
 	for (int i = 0; i < reps; i++) {
 		struct restarts r = {0};
-		uint64_t t0 = mono_ns();
+		uint64_t t0 = mono_ns(), c0 = cpu_ns();
 		run(rt, restart_tree, &r);
 		v[i] = (double)(mono_ns() - t0) / 1e3 / RESTARTS;
+		c[i] = (double)(cpu_ns() - c0) / 1e3 / RESTARTS;
 	}
 	printf("actors restart_us %.2f\n", median(v, reps));
+	printf("actors restart_cpu_us %.2f\n", median(c, reps));
 	cbcmn_runtime_destroy(rt);
 }
 
@@ -1771,7 +2027,9 @@ static const struct bench {
 	{"doorbell", bench_doorbell, "shard-to-shard round trip, parked and spinning, vs raw MSG_RING and eventfd"},
 	{"echo", bench_echo, "loopback echo server (fiber I/O) vs an epoll server, same client"},
 	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
-	{"actors", bench_actors, "us per restart of a crashing child by a one-for-one supervisor (20 000)"},
+	{"actors", bench_actors,
+	 "ring ns/hop (10 000 actors, --hops 1 000 000), skynet ms (--actors 1 000 000 leaves), "
+	 "4x4 cross-executor msgs/s, us per supervised restart"},
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
 	{"iolat", bench_iolat, "1-byte write p50/p99 us, wall and CPU time, beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,
@@ -1784,7 +2042,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R] [--conns N] "
 		   "[--duration SEC] [--msg-size BYTES] [--no-multishot] [--server-spin-ns NS|none] "
-		   "[--bpf-no sched|io_uring|futex] [-v]\n\nbenchmarks:\n");
+		   "[--bpf-no sched|io_uring|futex] [--hops N] [--actors N] [-v]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-12s %s\n", benches[i].name, benches[i].help);
 	fprintf(f, "\nPrints one line per figure: NAME METRIC VALUE (medians of R runs).\n"
@@ -1819,6 +2077,9 @@ int main(int argc, char **argv)
 	multishot = o.multishot;
 	server_spin_ns = o.server_spin_ns;
 	bpf_flags = o.bpf_flags;
+	if (o.hops)
+		act_hops = o.hops;
+	act_actors = o.actors;
 	const char *name = o.name;
 	int found = 0;
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {

@@ -916,6 +916,9 @@ typedef struct cbcmn_executor_stats {
 	/* Actors it handed over to a less loaded executor (docs/ACTORS.md,
 	 * "Migration"). */
 	uint64_t actor_migrations;
+	/* Restarts (cbcmn_actor.h, supervisors) done by the supervisors that
+	 * ran on it: one per crash, however many children it restarts. */
+	uint64_t actor_restarts;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */

@@ -223,6 +223,8 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 		{"no-multishot", no_argument, NULL, 'M'},
 		{"server-spin-ns", required_argument, NULL, 'S'},
 		{"bpf-no", required_argument, NULL, 'B'},
+		{"hops", required_argument, NULL, 'H'},
+		{"actors", required_argument, NULL, 'A'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -290,6 +292,15 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 					       "--bpf-no wants sched, io_uring or futex (or futex-tp to add "
 					       "the syscall tracepoints), got '%s'",
 					       optarg);
+			break;
+		case 'H':
+			if (want_u64("--hops", optarg, 1, 1ull << 40, NULL, &o->hops, err, errlen))
+				return -1;
+			break;
+		case 'A':
+			/* skynet's leaves are the tree's: a power of 10 (bench_actors checks) */
+			if (want_u64("--actors", optarg, 10, 100000000, NULL, &o->actors, err, errlen))
+				return -1;
 			break;
 		case 'h':
 			o->help = true;

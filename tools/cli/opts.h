@@ -60,6 +60,7 @@ struct bench_opts {
 	bool duration_set, verbose, multishot;
 	uint64_t server_spin_ns; /* CBCMN_SPIN_NONE for "none" */
 	unsigned bpf_flags;      /* BPFMON_* */
+	uint64_t hops, actors;   /* actors: --hops, --actors; 0: not given */
 	bool help;
 	const char *name;        /* the one operand: a benchmark or "all" */
 };

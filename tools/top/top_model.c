@@ -39,6 +39,11 @@ const struct top_col_desc top_cols[TOP_NCOLS] = {
 	[TOP_COL_MIGR] = {"MIGR", "migrations", 4, 4, true, false},
 	[TOP_COL_ONCPU] = {"ONCPU%", "oncpu_pct", 6, 5, true, false},
 	[TOP_COL_LOAD] = {"LOAD", "actor_load", 5, 3, false, false},
+	[TOP_COL_ACTORS] = {"ACTR", "actors", 5, 3, false, false},
+	[TOP_COL_ACT_RUN] = {"ARUN", "actors_runnable", 5, 2, false, false},
+	[TOP_COL_MAILBOX] = {"MBOX", "mailbox_depth", 5, 2, false, false},
+	[TOP_COL_ACT_MIGR] = {"AMG/s", "actor_migrations_per_s", 5, 1, false, false},
+	[TOP_COL_RESTARTS] = {"RST/s", "actor_restarts_per_s", 5, 2, false, false},
 };
 
 /* Steals of a node or LLC group, cumulative since attach. */
@@ -509,6 +514,11 @@ static void update_rows(struct top_model *m)
 		r->v[TOP_COL_CQES] = rate(e->cqes_reaped, pe->cqes_reaped, dt);
 		r->v[TOP_COL_BUSY] = e->busy_pct;
 		r->v[TOP_COL_LOAD] = e->actor_load_milli / 1000.0;
+		r->v[TOP_COL_ACTORS] = (double)e->actors;
+		r->v[TOP_COL_ACT_RUN] = (double)e->actors_runnable;
+		r->v[TOP_COL_MAILBOX] = (double)e->mailbox_depth;
+		r->v[TOP_COL_ACT_MIGR] = rate(e->actor_migrations, pe->actor_migrations, dt);
+		r->v[TOP_COL_RESTARTS] = rate(e->actor_restarts, pe->actor_restarts, dt);
 		for (int c = 0; c < TOP_NCOLS; c++)
 			if (top_cols[c].kernel)
 				r->v[c] = NAN;

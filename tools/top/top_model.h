@@ -54,6 +54,11 @@ enum top_col {
 	TOP_COL_MIGR,
 	TOP_COL_ONCPU,
 	TOP_COL_LOAD, /* the actor wheel's load, 1.00 = nominal turn rate */
+	TOP_COL_ACTORS,     /* actors homed there, now */
+	TOP_COL_ACT_RUN,    /* of those, runnable (queued) now */
+	TOP_COL_MAILBOX,    /* messages in their mailboxes, now */
+	TOP_COL_ACT_MIGR,   /* actors it handed to another executor, /s */
+	TOP_COL_RESTARTS,   /* restarts by the supervisors that ran on it, /s */
 	TOP_NCOLS,
 };
 

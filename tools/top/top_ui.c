@@ -792,6 +792,10 @@ static void build_help(struct ui *u)
 	add_line(u, "  WAITms       futex + runtime lock wait, ms per s  [kernel]");
 	add_line(u, "  MIGR         kernel migrations since attach       [kernel]");
 	add_line(u, "  ONCPU%%       time its thread was on a CPU         [kernel]");
+	add_line(u, "  LOAD         actor wheel load, 1.00 = nominal turn rate");
+	add_line(u, "  ACTR ARUN    actors homed there, of them runnable, now");
+	add_line(u, "  MBOX         messages in their mailboxes, now");
+	add_line(u, "  AMG/s RST/s  actors it migrated away; supervisor restarts");
 	add_line(u, "%s", "");
 	add_line(u, "The sparkline charts the sort column (tasks/s for ID, CPU, ND).");
 }

@@ -14,25 +14,10 @@
 #include "net/fserv.h"
 #include "util/hist.h"
 #include "workloads/workload.h"
+#include "workloads/wl_int.h"
 
-/* What a workload gets besides its runtime. */
-struct wl_env {
-	const struct wl_opts *o;
-	const cbcmn_config *cfg; /* built from o: for workloads with their own runtime */
-	struct wl_result *r;
-	uint32_t size;
-	uint64_t t0, deadline;   /* CLOCK_MONOTONIC ns */
-	_Atomic int failed;      /* a task claimed r->error */
-};
-
-/* splitmix64: the workloads' deterministic values. */
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
+/* splitmix64 (wl_int.h) */
+#define mix wl_mix
 
 /* CPU work: iters rounds of mix(), about 1.5 ns each here. */
 static uint64_t crunch(cbcmn_cx *cx, uint64_t x, uint32_t iters)
@@ -45,10 +30,13 @@ static uint64_t crunch(cbcmn_cx *cx, uint64_t x, uint32_t iters)
 	return x;
 }
 
-/* Record the first failure (from any task or thread) and return -EPROTO. */
-static int fail(struct wl_env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* wl_int.h's helpers, under the short names this file uses. */
+#define fail wl_fail
+#define fail_rc wl_fail_rc
+#define more wl_more
+#define run_root wl_run_root
 
-static int fail(struct wl_env *e, const char *fmt, ...)
+int wl_fail(struct wl_env *e, const char *fmt, ...)
 {
 	int z = 0;
 	if (!atomic_compare_exchange_strong(&e->failed, &z, 1))
@@ -60,23 +48,20 @@ static int fail(struct wl_env *e, const char *fmt, ...)
 	return -EPROTO;
 }
 
-/* A call that failed: what, and the library's words for rc. */
-static int fail_rc(struct wl_env *e, int64_t rc, const char *what)
+int wl_fail_rc(struct wl_env *e, int64_t rc, const char *what)
 {
 	fail(e, "%s: %s", what, cbcmn_strerror(rc));
 	return rc < 0 && rc > INT32_MIN ? (int)rc : -EIO;
 }
 
-/* Count-based workloads: another round?  Always a first one. */
-static bool more(const struct wl_env *e, uint64_t rounds)
+bool wl_more(const struct wl_env *e, uint64_t rounds)
 {
 	return rounds == 0 || mono_ns() < e->deadline;
 }
 
-/* Run fn(arg) as a root task; its failure (negative result) is reported
- * as what, unless a task already said more precisely what went wrong. */
-static int run_root(cbcmn_runtime *rt, struct wl_env *e, cbcmn_task_fn fn, void *arg,
-		    const char *what)
+/* Its failure is a negative result of fn. */
+int wl_run_root(cbcmn_runtime *rt, struct wl_env *e, cbcmn_task_fn fn, void *arg,
+		const char *what)
 {
 	int64_t res = 0;
 	int rc = cbcmn_runtime_run(rt, fn, arg, &res);
@@ -761,6 +746,12 @@ const struct wl_desc wl_workloads[] = {
 	 "tasks", 100, 1, 4096, "waits/s", false, wl_timers},
 	{"mixed", "compute 4 KiB blocks, send them through socket pairs, check them on arrival",
 	 "socket pairs", 4, 1, 1024, "blocks/s", false, wl_mixed},
+	{"ring", "a token passed round a ring of actors: every hop counted, each actor visited in turn",
+	 "actors", 1000, 2, 100000, "hops/s", false, wl_ring},
+	{"supervise", "workers crash at random and a supervisor restarts them: every request answered once",
+	 "workers", 4, 1, 256, "req/s", false, wl_supervise},
+	{"skynet", "a 10-ary tree of actors adds up its leaves' indices, the sum checked",
+	 "N: 10^N leaves", 4, 1, 6, "actors/s", false, wl_skynet},
 };
 const size_t wl_nworkloads = sizeof(wl_workloads) / sizeof(wl_workloads[0]);
 
