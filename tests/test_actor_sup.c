@@ -560,7 +560,11 @@ static void test_intensity_exceeded_escalates_to_the_parent(void **state)
 	assert_int_equal(w.report.reason, CBCMN_ESUPERVISOR);
 	assert_int_equal(inner_rep.reason, CBCMN_ESUPERVISOR);
 	assert_int_equal(atomic_load(&w.kid[0].starts), 6); /* 3 per inner run */
-	assert_int_equal(atomic_load(&w.kid[1].starts), 1); /* never restarted */
+	/* Never restarted (the restarts below are all inner's and inner's
+	 * own): spawned once, and run at most once, since a child stopped
+	 * before its first run never runs (docs/ACTORS.md); here the whole
+	 * tree may give up before its executor picks it. */
+	assert_true(atomic_load(&w.kid[1].starts) <= 1);
 	/* outer's 1 + inner's 2 + 2 */
 	assert_int_equal(w.report.restarts, 5);
 }
@@ -587,7 +591,10 @@ static void test_restart_storm_stops_at_the_intensity(void **state)
 	assert_int_equal(w.await_rc, CBCMN_ESUPERVISOR);
 	assert_int_equal(w.report.restarts, 300);
 	assert_int_equal(atomic_load(&w.kid[0].starts), 301);
-	assert_int_equal(atomic_load(&w.kid[1].starts), 301);
+	/* Its dependent is spawned with it 301 times, but each time stopped
+	 * (restarted with it) maybe before it ran: one stopped before its
+	 * first run never runs (docs/ACTORS.md).  Never more. */
+	assert_true(atomic_load(&w.kid[1].starts) <= 301);
 }
 
 /* ---- shutdown ------------------------------------------------------------------- */
@@ -811,6 +818,18 @@ static int64_t where(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Every child has run (not just spawned) before the tree is stopped: a
+ * child stopped before its first run never runs, and would count nowhere. */
+static int64_t wait_all_ran(cbcmn_cx *cx, struct world *w)
+{
+	for (int tries = 0; tries < 20000; tries++) {
+		if (atomic_load(&on_exec[0]) + atomic_load(&on_exec[1]) == (int)w->spec.nchildren)
+			return 0;
+		cbcmn_sleep(cx, 100000);
+	}
+	return -ETIMEDOUT;
+}
+
 static void test_children_on_a_node_are_pinned_in_turn(void **state)
 {
 	(void)state;
@@ -824,16 +843,17 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 		c[i].node = 0; /* an unpinned runtime: every executor is node 0 */
 	}
 	w.spec.children = c;
-	w.scenario = wait_all_started;
+	w.scenario = wait_all_ran;
 	atomic_store(&on_exec[0], 0);
 	atomic_store(&on_exec[1], 0);
 	run_world(2, CBCMN_PROFILE_NATIVE, &w);
 	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(w.scen_rc, 0);
 	assert_int_equal(atomic_load(&on_exec[0]), 2);
 	assert_int_equal(atomic_load(&on_exec[1]), 2);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
 	const struct CMUnitTest tests[] = {
@@ -859,5 +879,7 @@ int main(void)
 		T(test_children_on_a_node_are_pinned_in_turn),
 	};
 #undef T
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]); /* one test by name */
 	return cmocka_run_group_tests_name("actor_sup", tests, NULL, NULL);
 }
