@@ -982,6 +982,67 @@ static void test_link_passes_abnormal_halts_only(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a stop landing as the receive begins to wait: still -ESHUTDOWN ---- */
+
+struct stop_race {
+	_Atomic int entering; /* the receiver is about to receive */
+	_Atomic int bad;      /* receives that ended otherwise */
+	_Atomic int last_bad;
+};
+
+static int64_t racing_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct stop_race *r = arg;
+	cbcmn_actor_msg m;
+	atomic_store(&r->entering, 1);
+	int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	if (rc != -ESHUTDOWN) {
+		atomic_fetch_add(&r->bad, 1);
+		atomic_store(&r->last_bad, rc);
+	}
+	return 0;
+}
+
+/* The stopper spins on one executor until the receiver, pinned to the
+ * other, is entering its receive, then stops it: the stop lands anywhere
+ * from before the receive's checks to its wait's own look at the flag.
+ * The receive's wait saw the stop's interrupted flag first and claimed
+ * itself cancelled (CBCMN_ECANCELED) before the stop could hand it
+ * -ESHUTDOWN (test_link_passes_abnormal_halts_only failed so, once). */
+static int64_t stop_race_main(cbcmn_cx *cx, void *arg)
+{
+	struct stop_race *r = arg;
+	uint32_t me = cbcmn_cx_executor(cx);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = me ^ 1u};
+	for (int i = 0; i < T_SCALE(3000); i++) {
+		cbcmn_nursery *n;
+		TASK_CHECK(open_n(cx, &n) == 0);
+		atomic_store(&r->entering, 0);
+		cbcmn_actor_ref a;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, racing_receiver, r, &o, &a) == 0);
+		while (!atomic_load(&r->entering))
+			;
+		/* A little later each time: across the receive's entry. */
+		for (volatile int d = 0; d < i % 64; d++)
+			;
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, a, 0) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	}
+	return 0;
+}
+
+static void test_stop_as_receive_begins_to_wait_is_eshutdown(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct stop_race r = {0};
+	assert_int_equal(t_run_pinned(rt, 0, stop_race_main, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&r.last_bad), 0);
+	assert_int_equal(atomic_load(&r.bad), 0);
+	t_destroy(rt);
+}
+
 /* ---- a crash halts the actor too: DOWN says why ---- */
 
 struct crash {
@@ -2441,7 +2502,7 @@ static void test_bad_input(void **state)
 	t_destroy(rt);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
 	const struct CMUnitTest tests[] = {
@@ -2459,6 +2520,7 @@ int main(void)
 		T(test_sends_and_receives_charge_channel_ops),
 		T(test_cancel_blocked_send_and_receive_leave_no_trace),
 		T(test_link_passes_abnormal_halts_only),
+		T(test_stop_as_receive_begins_to_wait_is_eshutdown),
 		T(test_stack_overflow_halts_with_epanic),
 		T(test_budget_given_up_halts_with_ebudget),
 		T(test_thread_blocked_on_halted_actor_gets_esrch),
@@ -2482,5 +2544,7 @@ int main(void)
 		T(test_bad_input),
 	};
 #undef T
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]); /* one test by name */
 	return cmocka_run_group_tests_name("actor", tests, NULL, NULL);
 }
