@@ -893,6 +893,7 @@ static void test_cancel_blocked_send_and_receive_leave_no_trace(void **state)
 struct link {
 	cbcmn_actor_ref a, b, c;
 	_Atomic int linked;
+	_Atomic int c_ran; /* C has run (is receiving, or about to) */
 	int rc_a, rc_c, rc_link_dead, rc_link_self;
 	uint64_t c_got;
 };
@@ -903,6 +904,10 @@ static int64_t link_a(cbcmn_cx *cx, void *arg)
 	struct link *l = arg;
 	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0);
 	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0); /* twice is once */
+	/* C stopped before its first run would never run, and never set
+	 * rc_c (an actor stopped before it ran never runs its behaviour). */
+	while (!atomic_load(&l->c_ran))
+		cbcmn_yield(cx);
 	TASK_CHECK(cbcmn_actor_link(cx, l->c) == 0);
 	l->rc_link_self = cbcmn_actor_link(cx, cbcmn_actor_self(cx));
 	atomic_store(&l->linked, 1);
@@ -925,6 +930,7 @@ static int64_t link_c(cbcmn_cx *cx, void *arg)
 {
 	struct link *l = arg;
 	cbcmn_actor_msg m;
+	atomic_store(&l->c_ran, 1);
 	l->rc_c = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
 	return 0;
 }
