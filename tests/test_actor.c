@@ -1049,6 +1049,71 @@ static void test_stop_as_receive_begins_to_wait_is_eshutdown(void **state)
 	t_destroy(rt);
 }
 
+/* ---- an actor stopped before its first run: never runs, DOWN says so ---- */
+
+struct unrun {
+	_Atomic int ran;
+	cbcmn_actor_msg down;
+	int rc_down;
+};
+
+static int64_t unrun_target(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct unrun *u = arg;
+	atomic_store(&u->ran, 1);
+	return 0;
+}
+
+/* The watcher spawns the target pinned to its own executor, fills its
+ * mailbox with 3 messages and stops it, all before it yields: the target
+ * is stopped before it could run.  It never runs (as an Erlang process
+ * killed before it was scheduled); its DOWN carries the stop's reason and
+ * the 3 messages as undelivered.  (The watcher is new: its fairness
+ * window, thousands of ops, cannot run out in these few calls.) */
+static int64_t unrun_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct unrun *u = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = cbcmn_cx_executor(cx)};
+	cbcmn_actor_ref t;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, unrun_target, u, &o, &t) == 0);
+	uint64_t mon;
+	TASK_CHECK(cbcmn_actor_monitor(cx, t, &mon) == 0);
+	for (int i = 0; i < 3; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, t, &m) == 0);
+	}
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, t, -7) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == -7);
+	u->rc_down = cbcmn_actor_receive(cx, &u->down, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+static int64_t unrun_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, unrun_watcher, arg, NULL, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_actor_stopped_before_it_ran_never_runs_and_reports_down(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct unrun u = {0};
+	t_run(rt, unrun_main, &u, 0);
+	assert_int_equal(atomic_load(&u.ran), 0);
+	assert_int_equal(u.rc_down, 0);
+	assert_int_equal(u.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(u.down.body.down.reason, -7);
+	assert_int_equal(u.down.body.down.undelivered, 3);
+	t_destroy(rt);
+}
+
 /* ---- a crash halts the actor too: DOWN says why ---- */
 
 struct crash {
@@ -2527,6 +2592,7 @@ int main(int argc, char **argv)
 		T(test_cancel_blocked_send_and_receive_leave_no_trace),
 		T(test_link_passes_abnormal_halts_only),
 		T(test_stop_as_receive_begins_to_wait_is_eshutdown),
+		T(test_actor_stopped_before_it_ran_never_runs_and_reports_down),
 		T(test_stack_overflow_halts_with_epanic),
 		T(test_budget_given_up_halts_with_ebudget),
 		T(test_thread_blocked_on_halted_actor_gets_esrch),
