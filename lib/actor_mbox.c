@@ -385,6 +385,20 @@ int cbcmn_actor_send_timeout(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 	return send_entry(rt, cx, a, m, SEND_WAIT, timeout_ns);
 }
 
+/* A receive's wait ended cancelled: -ESHUTDOWN if it was our stop, as for
+ * one that finds us stopped on entry (the more specific), else rc.  A stop
+ * sets our interrupted flag before it claims the receiver's wait for its
+ * -ESHUTDOWN (actor.c's stop_locked(), under our lock), so our wait's own
+ * look at the flag (iwait.c) can claim it first, as cancelled
+ * (test_stop_as_receive_begins_to_wait_is_eshutdown). */
+static int stopped_or(struct cbcmn__actor *a, int rc)
+{
+	cbcmn__mutex_lock(&a->lock);
+	bool stopped = a->stopping; /* only our own halt clears it */
+	cbcmn__mutex_unlock(&a->lock);
+	return stopped ? -ESHUTDOWN : rc;
+}
+
 int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
@@ -424,6 +438,8 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		w.home = cbcmn__actor_home(a);
 		CBCMN__AGAUGE(a->rt, w.home, receiving, 1);
 		rc = mb_block(self, a, &w, deadline);
+		if (rc == CBCMN_ECANCELED)
+			rc = stopped_or(a, rc);
 		probe_receive(a, m, rc);
 		return rc;
 	}

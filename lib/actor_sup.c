@@ -367,6 +367,25 @@ static void settle_exhausted(cbcmn_cx *cx, struct sup *s)
 	atomic_fetch_add_explicit(&s->exhausted, n, memory_order_relaxed);
 }
 
+/* The stopped supervisor me has seen its stop (its receive said -ESHUTDOWN)
+ * and ends its children on its own terms: from now on its sleeps sleep.
+ * A stop cuts every wait of the stopped actor short (actor.c's interrupted
+ * flag), so the polls below were yields: a stopped tree spun its executors
+ * for up to shutdown_ns, and starved what its children waited for (a sleeper
+ * on the same executors never woke: test_shutdown_reports_undelivered_messages
+ * hung).  Its mailbox stays closed (stopping stays set: a receive is still
+ * -ESHUTDOWN, a send -ESRCH) and a cancellation of its nursery still cuts
+ * its waits short.  Under the slot's lock: a later stop finds stopping set
+ * and sets the flag no more. */
+static void stop_seen(struct cbcmn__actor *me)
+{
+	cbcmn__mutex_lock(&me->lock);
+	/* relaxed: only our own task reads it from here on (a stopper that
+	 * set it did so under this lock, before). */
+	atomic_store_explicit(&me->interrupted, 0, memory_order_relaxed);
+	cbcmn__mutex_unlock(&me->lock);
+}
+
 /* Wait until child i's DOWN is taken, or, past deadline, cancel every
  * child (s->cancelled).  Receives while it can (the supervisor is neither
  * stopped nor cancelled), else polls its DOWN queue between yields, then
@@ -393,14 +412,15 @@ static void wait_down(cbcmn_cx *cx, struct sup *s, uint32_t i, uint64_t deadline
 				on_down(s, &m);
 			else if (rc == -ESHUTDOWN || rc == CBCMN_ECANCELED || rc == -EPERM)
 				can_receive = false;
+			if (rc == -ESHUTDOWN)
+				stop_seen(me);
 		} else if (cbcmn__mb_take_down(me, &m)) {
 			on_down(s, &m);
 		} else if (++polls < 64) {
 			cbcmn_yield(cx);
 		} else {
 			/* A child slow to end: look less often than every turn
-			 * of the executor (a sleep a stop may cut short is a
-			 * yield then, no worse). */
+			 * of the executor (a real sleep: stop_seen()). */
 			cbcmn_sleep(cx, 100000);
 		}
 	}

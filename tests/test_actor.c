@@ -893,6 +893,7 @@ static void test_cancel_blocked_send_and_receive_leave_no_trace(void **state)
 struct link {
 	cbcmn_actor_ref a, b, c;
 	_Atomic int linked;
+	_Atomic int c_ran; /* C has run (is receiving, or about to) */
 	int rc_a, rc_c, rc_link_dead, rc_link_self;
 	uint64_t c_got;
 };
@@ -903,6 +904,10 @@ static int64_t link_a(cbcmn_cx *cx, void *arg)
 	struct link *l = arg;
 	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0);
 	TASK_CHECK(cbcmn_actor_link(cx, l->b) == 0); /* twice is once */
+	/* C stopped before its first run would never run, and never set
+	 * rc_c (an actor stopped before it ran never runs its behaviour). */
+	while (!atomic_load(&l->c_ran))
+		cbcmn_yield(cx);
 	TASK_CHECK(cbcmn_actor_link(cx, l->c) == 0);
 	l->rc_link_self = cbcmn_actor_link(cx, cbcmn_actor_self(cx));
 	atomic_store(&l->linked, 1);
@@ -925,6 +930,7 @@ static int64_t link_c(cbcmn_cx *cx, void *arg)
 {
 	struct link *l = arg;
 	cbcmn_actor_msg m;
+	atomic_store(&l->c_ran, 1);
 	l->rc_c = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
 	return 0;
 }
@@ -979,6 +985,132 @@ static void test_link_passes_abnormal_halts_only(void **state)
 	assert_int_equal(l.rc_link_self, -EINVAL);
 	assert_int_equal(l.rc_link_dead, -ESRCH);
 	assert_int_equal(l.c_got, M_QUIT);
+	t_destroy(rt);
+}
+
+/* ---- a stop landing as the receive begins to wait: still -ESHUTDOWN ---- */
+
+struct stop_race {
+	_Atomic int entering; /* the receiver is about to receive */
+	_Atomic int bad;      /* receives that ended otherwise */
+	_Atomic int last_bad;
+};
+
+static int64_t racing_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct stop_race *r = arg;
+	cbcmn_actor_msg m;
+	atomic_store(&r->entering, 1);
+	int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	if (rc != -ESHUTDOWN) {
+		atomic_fetch_add(&r->bad, 1);
+		atomic_store(&r->last_bad, rc);
+	}
+	return 0;
+}
+
+/* The stopper spins on one executor until the receiver, pinned to the
+ * other, is entering its receive, then stops it: the stop lands anywhere
+ * from before the receive's checks to its wait's own look at the flag.
+ * The receive's wait saw the stop's interrupted flag first and claimed
+ * itself cancelled (CBCMN_ECANCELED) before the stop could hand it
+ * -ESHUTDOWN (test_link_passes_abnormal_halts_only failed so, once). */
+static int64_t stop_race_main(cbcmn_cx *cx, void *arg)
+{
+	struct stop_race *r = arg;
+	uint32_t me = cbcmn_cx_executor(cx);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = me ^ 1u};
+	for (int i = 0; i < T_SCALE(3000); i++) {
+		cbcmn_nursery *n;
+		TASK_CHECK(open_n(cx, &n) == 0);
+		atomic_store(&r->entering, 0);
+		cbcmn_actor_ref a;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, racing_receiver, r, &o, &a) == 0);
+		while (!atomic_load(&r->entering))
+			;
+		/* A little later each time: across the receive's entry. */
+		for (volatile int d = 0; d < i % 64; d++)
+			;
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, a, 0) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	}
+	return 0;
+}
+
+static void test_stop_as_receive_begins_to_wait_is_eshutdown(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct stop_race r = {0};
+	assert_int_equal(t_run_pinned(rt, 0, stop_race_main, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&r.last_bad), 0);
+	assert_int_equal(atomic_load(&r.bad), 0);
+	t_destroy(rt);
+}
+
+/* ---- an actor stopped before its first run: never runs, DOWN says so ---- */
+
+struct unrun {
+	_Atomic int ran;
+	cbcmn_actor_msg down;
+	int rc_down;
+};
+
+static int64_t unrun_target(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct unrun *u = arg;
+	atomic_store(&u->ran, 1);
+	return 0;
+}
+
+/* The watcher spawns the target pinned to its own executor, fills its
+ * mailbox with 3 messages and stops it, all before it yields: the target
+ * is stopped before it could run.  It never runs (as an Erlang process
+ * killed before it was scheduled); its DOWN carries the stop's reason and
+ * the 3 messages as undelivered.  (The watcher is new: its fairness
+ * window, thousands of ops, cannot run out in these few calls.) */
+static int64_t unrun_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct unrun *u = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = cbcmn_cx_executor(cx)};
+	cbcmn_actor_ref t;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, unrun_target, u, &o, &t) == 0);
+	uint64_t mon;
+	TASK_CHECK(cbcmn_actor_monitor(cx, t, &mon) == 0);
+	for (int i = 0; i < 3; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, t, &m) == 0);
+	}
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, t, -7) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == -7);
+	u->rc_down = cbcmn_actor_receive(cx, &u->down, CBCMN_ACTOR_FOREVER);
+	return 0;
+}
+
+static int64_t unrun_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, unrun_watcher, arg, NULL, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_actor_stopped_before_it_ran_never_runs_and_reports_down(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct unrun u = {0};
+	t_run(rt, unrun_main, &u, 0);
+	assert_int_equal(atomic_load(&u.ran), 0);
+	assert_int_equal(u.rc_down, 0);
+	assert_int_equal(u.down.type, CBCMN_ACTOR_DOWN);
+	assert_int_equal(u.down.body.down.reason, -7);
+	assert_int_equal(u.down.body.down.undelivered, 3);
 	t_destroy(rt);
 }
 
@@ -2441,7 +2573,7 @@ static void test_bad_input(void **state)
 	t_destroy(rt);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
 	const struct CMUnitTest tests[] = {
@@ -2459,6 +2591,8 @@ int main(void)
 		T(test_sends_and_receives_charge_channel_ops),
 		T(test_cancel_blocked_send_and_receive_leave_no_trace),
 		T(test_link_passes_abnormal_halts_only),
+		T(test_stop_as_receive_begins_to_wait_is_eshutdown),
+		T(test_actor_stopped_before_it_ran_never_runs_and_reports_down),
 		T(test_stack_overflow_halts_with_epanic),
 		T(test_budget_given_up_halts_with_ebudget),
 		T(test_thread_blocked_on_halted_actor_gets_esrch),
@@ -2482,5 +2616,7 @@ int main(void)
 		T(test_bad_input),
 	};
 #undef T
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]); /* one test by name */
 	return cmocka_run_group_tests_name("actor", tests, NULL, NULL);
 }

@@ -225,10 +225,18 @@ static int64_t crash_and_see(cbcmn_cx *cx, struct world *w, uint32_t i, uint32_t
 
 /* ---- startup graph ---------------------------------------------------------- */
 
+/* Every child (a worker) spawned and run: a child stopped before its first
+ * run never runs (docs/ACTORS.md), so its start and stop would be seen
+ * nowhere, and one that ignores stops would not be there to ignore it. */
 static int64_t wait_all_started(cbcmn_cx *cx, struct world *w)
 {
-	for (uint32_t i = 0; i < w->spec.nchildren; i++)
+	for (uint32_t i = 0; i < w->spec.nchildren; i++) {
 		TASK_CHECK(ref_other_than(cx, w, i, CBCMN_ACTOR_NONE) != CBCMN_ACTOR_NONE);
+		int tries = 0;
+		while (atomic_load(&w->kid[i].starts) == 0 && tries++ < 20000)
+			cbcmn_sleep(cx, 100000);
+		TASK_CHECK(atomic_load(&w->kid[i].starts) > 0);
+	}
 	return 0;
 }
 
@@ -252,9 +260,8 @@ static void test_children_start_in_dependency_order_and_stop_in_reverse(void **s
 	assert_int_equal(w.await_rc, 0);
 	assert_int_equal(atomic_load(&w.deps_dead), 0);
 	assert_int_equal(atomic_load(&w.nev), 8);
-	/* Each stop waited for: exactly dependents first (a child may not
-	 * have run yet when the stops begin: its start comes late, its stop
-	 * still in its place). */
+	/* Each stop waited for: exactly dependents first (each has run
+	 * before the stops begin: wait_all_started()). */
 	const int want[4] = {3, 1, 0, 2};
 	int got[8];
 	assert_int_equal(stops_of(&w, got, 8), 4);
@@ -629,7 +636,11 @@ static void test_intensity_exceeded_escalates_to_the_parent(void **state)
 	assert_int_equal(w.report.reason, CBCMN_ESUPERVISOR);
 	assert_int_equal(inner_rep.reason, CBCMN_ESUPERVISOR);
 	assert_int_equal(atomic_load(&w.kid[0].starts), 6); /* 3 per inner run */
-	assert_int_equal(atomic_load(&w.kid[1].starts), 1); /* never restarted */
+	/* Never restarted (the restarts below are all inner's and inner's
+	 * own): spawned once, and run at most once, since a child stopped
+	 * before its first run never runs (docs/ACTORS.md); here the whole
+	 * tree may give up before its executor picks it. */
+	assert_true(atomic_load(&w.kid[1].starts) <= 1);
 	/* outer's 1 + inner's 2 + 2 */
 	assert_int_equal(w.report.restarts, 5);
 }
@@ -656,7 +667,10 @@ static void test_restart_storm_stops_at_the_intensity(void **state)
 	assert_int_equal(w.await_rc, CBCMN_ESUPERVISOR);
 	assert_int_equal(w.report.restarts, 300);
 	assert_int_equal(atomic_load(&w.kid[0].starts), 301);
-	assert_int_equal(atomic_load(&w.kid[1].starts), 301);
+	/* Its dependent is spawned with it 301 times, but each time stopped
+	 * (restarted with it) maybe before it ran: one stopped before its
+	 * first run never runs (docs/ACTORS.md).  Never more. */
+	assert_true(atomic_load(&w.kid[1].starts) <= 301);
 }
 
 /* ---- shutdown ------------------------------------------------------------------- */
@@ -921,6 +935,18 @@ static int64_t where(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Every child has run (not just spawned) before the tree is stopped: a
+ * child stopped before its first run never runs, and would count nowhere. */
+static int64_t wait_all_ran(cbcmn_cx *cx, struct world *w)
+{
+	for (int tries = 0; tries < 20000; tries++) {
+		if (atomic_load(&on_exec[0]) + atomic_load(&on_exec[1]) == (int)w->spec.nchildren)
+			return 0;
+		cbcmn_sleep(cx, 100000);
+	}
+	return -ETIMEDOUT;
+}
+
 static void test_children_on_a_node_are_pinned_in_turn(void **state)
 {
 	(void)state;
@@ -934,11 +960,12 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 		c[i].node = 0; /* an unpinned runtime: every executor is node 0 */
 	}
 	w.spec.children = c;
-	w.scenario = wait_all_started;
+	w.scenario = wait_all_ran;
 	atomic_store(&on_exec[0], 0);
 	atomic_store(&on_exec[1], 0);
 	run_world(2, CBCMN_PROFILE_NATIVE, &w);
 	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(w.scen_rc, 0);
 	assert_int_equal(atomic_load(&on_exec[0]), 2);
 	assert_int_equal(atomic_load(&on_exec[1]), 2);
 }
@@ -970,7 +997,7 @@ static void test_sup_child_pinned_to_the_spare_executors_shard_is_einval(void **
 	t_destroy(rt);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
 	const struct CMUnitTest tests[] = {
@@ -1000,5 +1027,7 @@ int main(void)
 		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),
 	};
 #undef T
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]); /* one test by name */
 	return cmocka_run_group_tests_name("actor_sup", tests, NULL, NULL);
 }
