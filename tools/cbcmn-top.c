@@ -223,9 +223,11 @@ static void describe_status(int status, char *buf, size_t len)
  * the programs attach, still has its last figures); or, with a line on
  * stderr (and the last lines of its own), 1 while it runs, 2 when it
  * ended and was reaped. */
+#define DENIED_S 0.5 /* how long a refusal may be the command's exec or exit */
+
 static int wait_runtime(pid_t pid, const char *name, double wait_s, cbcmn_watch **w)
 {
-	double deadline = mono_s() + wait_s;
+	double deadline = mono_s() + wait_s, denied_since = 0;
 	for (;;) {
 		int rc = cbcmn_watch_open(pid, 0, w);
 		if (rc == 0)
@@ -240,10 +242,19 @@ static int wait_runtime(pid_t pid, const char *name, double wait_s, cbcmn_watch 
 			child_stderr(head, true, false);
 			return 2;
 		}
-		if (rc != -ENOENT && rc != -ESRCH) {
+		/* Refused while the command execs or exits (its /proc entries
+		 * are closed to us for that moment: seen as a user without
+		 * privilege, /bin/true said "Permission denied" instead of its
+		 * exit): an error only once it lasts. */
+		if (rc == -EACCES && (denied_since == 0 || mono_s() - denied_since < DENIED_S)) {
+			if (denied_since == 0)
+				denied_since = mono_s();
+		} else if (rc != -ENOENT && rc != -ESRCH) {
 			fprintf(stderr, "cbcmn-top: watching %s (pid %d): %s\n", name, (int)pid,
 				cbcmn_strerror(rc));
 			return 1;
+		} else {
+			denied_since = 0;
 		}
 		if (stop) {
 			char head[PATH_MAX + 160];
