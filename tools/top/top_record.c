@@ -135,7 +135,8 @@ static void steal_arrows(struct top_rec *r, const struct top_model *m, uint64_t 
 	for (uint32_t i = 0; i < np; i++)
 		r->pairs[i] = (struct rec_pair){k[i].thief, k[i].victim, v[i].steals, v[i].tasks};
 	r->npairs = np;
-	qsort(r->pairs, np, sizeof(*r->pairs), pair_cmp);
+	if (np) /* none yet: no array either (qsort's base must not be NULL) */
+		qsort(r->pairs, np, sizeof(*r->pairs), pair_cmp);
 	/* The first sample only sets the base: its counts are since attach. */
 	for (uint32_t i = 0; r->samples && i < np; i++) {
 		const struct rec_pair *p = &r->pairs[i];
