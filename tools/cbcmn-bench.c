@@ -1753,16 +1753,6 @@ static void reset_hwm(void)
 	}
 }
 
-/* CPU time of the whole process (every executor), ns: in a CPU-capped
- * cgroup the wall time counts the throttled spells too, the CPU time does
- * not, so a quiet run's wall figure compares with this one. */
-static uint64_t cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t act_hops = 1000000;  /* --hops: ring hops; messages of msgs_per_s */
 static uint64_t act_actors;          /* --actors: ring size and skynet leaves; 0: defaults */
 
@@ -1770,86 +1760,7 @@ static uint64_t act_actors;          /* --actors: ring size and skynet leaves; 0
 #define SKYNET_LEAVES 1000000u
 #define MSG_PAIRS 4u
 
-enum { ACT_TOKEN = 1, ACT_QUIT = 2 };
-
-struct ring {
-	cbcmn_actor_ref *refs;
-	uint64_t n, hops;
-	bool one_exec;           /* every actor pinned on executor 0 */
-	uint64_t t_end, c_end;   /* wall and CPU time: by the actor that took the last hop */
-	uint64_t last_at, count; /* where the token ended and the hops it counted */
-};
-
-struct ring_member {
-	struct ring *r;
-	uint64_t i;
-};
-
-/* Takes the token (hops left, hops done), passes it on; the last hop
- * notes where and when, then sends QUIT round the ring. */
-static int64_t ring_actor(cbcmn_cx *cx, void *arg)
-{
-	struct ring_member *me = arg;
-	struct ring *r = me->r;
-	cbcmn_actor_ref next = 0;
-	cbcmn_actor_msg m;
-	int rc;
-	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
-		if (!next)
-			next = r->refs[(me->i + 1) % r->n]; /* written before the first send */
-		if (m.type == ACT_QUIT) {
-			if (me->i + 1 < r->n)
-				cbcmn_actor_send(NULL, cx, next, &m);
-			return 0;
-		}
-		if (m.body.u64[0] == 0) {
-			r->t_end = mono_ns();
-			r->c_end = cpu_ns();
-			r->last_at = me->i;
-			r->count = m.body.u64[1];
-			/* QUIT goes round from actor 0 and ends with us (we still
-			 * pass it on: the actors after us wait for it too). */
-			m.type = ACT_QUIT;
-			if ((rc = cbcmn_actor_send(NULL, cx, r->refs[0], &m)))
-				return rc;
-			continue;
-		}
-		m.body.u64[0]--;
-		m.body.u64[1]++;
-		if ((rc = cbcmn_actor_send(NULL, cx, next, &m)))
-			return rc;
-	}
-	return rc == -ESHUTDOWN ? 0 : rc;
-}
-
-static int64_t ring_root(cbcmn_cx *cx, void *arg)
-{
-	struct ring *r = arg;
-	struct ring_member *mem = calloc(r->n, sizeof(*mem));
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc || !mem)
-		die("ring", rc ? rc : -ENOMEM);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2,
-			       .placement = r->one_exec ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
-	for (uint64_t i = 0; i < r->n; i++) {
-		mem[i] = (struct ring_member){r, i};
-		if ((rc = cbcmn_actor_spawn(cx, n, ring_actor, &mem[i], &ao, &r->refs[i])))
-			die("ring: actor_spawn", rc);
-	}
-	/* The token starts at actor 0 with hops left: hop k ends at k % n. */
-	cbcmn_actor_msg m = {.type = ACT_TOKEN, .body.u64 = {r->hops, 0}};
-	uint64_t t0 = mono_ns(), c0 = cpu_ns();
-	if ((rc = cbcmn_actor_send(NULL, cx, r->refs[0], &m)))
-		die("ring: send", rc);
-	int64_t a = cbcmn_nursery_await_all(cx, n);
-	free(mem);
-	if (a)
-		die("ring", a);
-	r->t_end -= t0;
-	r->c_end -= c0;
-	return 0;
-}
+enum { ACT_TOKEN = 1 };
 
 struct mpair {
 	cbcmn_actor_ref to;
@@ -1930,8 +1841,8 @@ static void bench_actors(void)
 	 * executors), then all on one executor (the cost of a hop itself). */
 	for (int one = 0; one < 2; one++) {
 		for (int i = 0; i < reps; i++) {
-			struct ring r = {.refs = refs, .n = ring_n, .hops = act_hops, .one_exec = one};
-			run(rt, ring_root, &r);
+			struct wl_ring r = {.refs = refs, .n = ring_n, .hops = act_hops, .one_exec = one};
+			run(rt, wl_ring_root, &r);
 			if (r.count != act_hops || r.last_at != act_hops % ring_n) {
 				fprintf(stderr, "cbcmn-bench: actors ring: the token made %llu hops and "
 						"ended at actor %llu, expected %llu and %llu\n",
@@ -1939,8 +1850,8 @@ static void bench_actors(void)
 					(unsigned long long)act_hops, (unsigned long long)(act_hops % ring_n));
 				exit(1);
 			}
-			v[i] = (double)r.t_end / (double)act_hops;
-			c[i] = (double)r.c_end / (double)act_hops;
+			v[i] = (double)(r.t_end - r.t0) / (double)act_hops;
+			c[i] = (double)(r.c_end - r.c0) / (double)act_hops;
 		}
 		printf("actors ring%s_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(v, reps));
 		printf("actors ring%s_cpu_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(c, reps));
@@ -1958,10 +1869,10 @@ static void bench_actors(void)
 		uint64_t sum = 0, got = 0;
 		struct wl_sky root = {0, leaves, CBCMN_ACTOR_NONE, &sum, &got, false};
 		reset_hwm();
-		uint64_t t0 = mono_ns(), c0 = cpu_ns();
+		uint64_t t0 = mono_ns(), c0 = process_cpu_ns();
 		run(rt, wl_sky_root, &root);
 		v[i] = (double)(mono_ns() - t0) / 1e6;
-		c[i] = (double)(cpu_ns() - c0) / 1e6;
+		c[i] = (double)(process_cpu_ns() - c0) / 1e6;
 		uint64_t want = leaves * (leaves - 1) / 2;
 		if (sum != want || got != leaves) {
 			fprintf(stderr, "cbcmn-bench: actors skynet: sum %llu from %llu leaves, expected %llu\n",
@@ -1999,10 +1910,10 @@ static void bench_actors(void)
 
 	for (int i = 0; i < reps; i++) {
 		struct restarts r = {0};
-		uint64_t t0 = mono_ns(), c0 = cpu_ns();
+		uint64_t t0 = mono_ns(), c0 = process_cpu_ns();
 		run(rt, restart_tree, &r);
 		v[i] = (double)(mono_ns() - t0) / 1e3 / RESTARTS;
-		c[i] = (double)(cpu_ns() - c0) / 1e3 / RESTARTS;
+		c[i] = (double)(process_cpu_ns() - c0) / 1e3 / RESTARTS;
 	}
 	printf("actors restart_us %.2f\n", median(v, reps));
 	printf("actors restart_cpu_us %.2f\n", median(c, reps));

@@ -6,35 +6,23 @@
 #include <string.h>
 
 #include "cbcmn_actor.h"
+#include "util/clock.h"
 #include "workloads/wl_int.h"
 
 enum { WA_TOKEN = 1, WA_QUIT, WA_REQ, WA_REPLY };
 
 /* ---- ring: a token round a ring of actors ----------------------------------- */
 
-/* A round: n actors, the token makes hops = 10 n + 3 hops from actor 0;
- * every actor counts its visits (only it writes its counter; the root
- * reads them after the nursery is awaited). */
-struct wring {
-	struct wl_env *e;
-	cbcmn_actor_ref *refs;
-	uint64_t *visits;
-	uint32_t n;
-	uint64_t hops, count, last_at;
-};
-
 struct wring_member {
-	struct wring *r;
-	uint32_t i;
+	struct wl_ring *r;
+	uint64_t i;
 };
 
 static int64_t wring_actor(cbcmn_cx *cx, void *arg)
 {
 	struct wring_member *me = arg;
-	struct wring *r = me->r;
-	/* Sabotage: actor 1 passes the token to the actor after its
-	 * neighbour, which is then never visited (the hops stay right). */
-	uint32_t skip = r->e->o->sabotage && me->i == 1 && r->n > 2 ? 2 : 1;
+	struct wl_ring *r = me->r;
+	uint64_t skip = r->sabotage && me->i == 1 && r->n > 2 ? 2 : 1;
 	cbcmn_actor_ref next = CBCMN_ACTOR_NONE;
 	cbcmn_actor_msg m;
 	int rc;
@@ -49,11 +37,15 @@ static int64_t wring_actor(cbcmn_cx *cx, void *arg)
 				cbcmn_actor_send(NULL, cx, r->refs[me->i + 1], &m);
 			return 0;
 		}
-		r->visits[me->i]++;
+		if (r->visits)
+			r->visits[me->i]++;
 		if (m.body.u64[0] == 0) {
-			/* the last hop: note it, then QUIT round from actor 0 (us too) */
+			r->t_end = mono_ns();
+			r->c_end = process_cpu_ns();
 			r->last_at = me->i;
 			r->count = m.body.u64[1];
+			/* QUIT goes round from actor 0 and ends with us (we still
+			 * pass it on: the actors after us wait for it too). */
 			m.type = WA_QUIT;
 			if ((rc = cbcmn_actor_send(NULL, cx, r->refs[0], &m)))
 				return rc;
@@ -67,9 +59,9 @@ static int64_t wring_actor(cbcmn_cx *cx, void *arg)
 	return rc;
 }
 
-static int64_t wring_root(cbcmn_cx *cx, void *arg)
+int64_t wl_ring_root(cbcmn_cx *cx, void *arg)
 {
-	struct wring *r = arg;
+	struct wl_ring *r = arg;
 	struct wring_member *mem = calloc(r->n, sizeof(*mem));
 	if (!mem)
 		return -ENOMEM;
@@ -79,12 +71,15 @@ static int64_t wring_root(cbcmn_cx *cx, void *arg)
 		free(mem);
 		return rc;
 	}
-	cbcmn_actor_opts ao = {.mailbox_cap = 2};
-	for (uint32_t k = 0; k < r->n && !rc; k++) {
+	cbcmn_actor_opts ao = {.mailbox_cap = 2,
+			       .placement = r->one_exec ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
+	for (uint64_t k = 0; k < r->n && !rc; k++) {
 		mem[k] = (struct wring_member){r, k};
 		rc = cbcmn_actor_spawn(cx, n, wring_actor, &mem[k], &ao, &r->refs[k]);
 	}
 	cbcmn_actor_msg m = {.type = WA_TOKEN, .body.u64 = {r->hops, 0}};
+	r->t0 = mono_ns();
+	r->c0 = process_cpu_ns();
 	if (!rc)
 		rc = cbcmn_actor_send(NULL, cx, r->refs[0], &m);
 	if (rc)
@@ -97,7 +92,7 @@ static int64_t wring_root(cbcmn_cx *cx, void *arg)
 int wl_ring(cbcmn_runtime *rt, struct wl_env *e)
 {
 	uint32_t n = e->size;
-	struct wring r = {.e = e, .n = n, .hops = 10 * (uint64_t)n + 3};
+	struct wl_ring r = {.n = n, .hops = 10 * (uint64_t)n + 3, .sabotage = e->o->sabotage};
 	r.refs = calloc(n, sizeof(*r.refs));
 	r.visits = calloc(n, sizeof(*r.visits));
 	int rc = 0;
@@ -107,7 +102,7 @@ int wl_ring(cbcmn_runtime *rt, struct wl_env *e)
 	while (!rc && wl_more(e, rounds)) {
 		memset(r.visits, 0, n * sizeof(*r.visits));
 		r.count = r.last_at = UINT64_MAX;
-		if ((rc = wl_run_root(rt, e, wring_root, &r, "ring")))
+		if ((rc = wl_run_root(rt, e, wl_ring_root, &r, "ring")))
 			break;
 		/* hop k (k = 0 .. hops) is at actor k % n: each is visited
 		 * hops / n times, and the first hops % n + 1 once more. */

@@ -60,6 +60,24 @@ struct wl_sky {
 };
 int64_t wl_sky_root(cbcmn_cx *cx, void *root);
 
+/* A token ring of n actors (wl_actors.c; cbcmn-bench actors times it):
+ * the token starts at actor 0 with hops left, hop k ends at actor k % n;
+ * the actor that takes the last hop notes where, the hops it counted and
+ * when (wall and process CPU time), then sends QUIT round the ring.
+ * wl_ring_root(cx, &ring) spawns the ring in a nursery of its own, sends
+ * the token and returns 0 or the first error. */
+struct wl_ring {
+	cbcmn_actor_ref *refs;   /* n references, written by the root */
+	uint64_t *visits;        /* NULL, or n counters: each actor counts its own */
+	uint64_t n, hops;
+	bool one_exec;           /* every actor pinned on executor 0 */
+	bool sabotage;           /* actor 1 skips its neighbour: a lost visit */
+	uint64_t t0, c0;         /* wall and CPU time as the token is sent */
+	uint64_t t_end, c_end;   /* ... as the last hop is taken */
+	uint64_t last_at, count; /* where the token ended and the hops it counted */
+};
+int64_t wl_ring_root(cbcmn_cx *cx, void *ring);
+
 /* The actor workloads (wl_actors.c). */
 int wl_ring(cbcmn_runtime *rt, struct wl_env *e);
 int wl_supervise(cbcmn_runtime *rt, struct wl_env *e);
