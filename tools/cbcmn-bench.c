@@ -1580,6 +1580,164 @@ static void bench_iolat(void)
 	}
 }
 
+/* ---- scaling: 1 -> 2 executors, and 64 on this machine (issue 15) -------- */
+
+/* Two workloads, each beside a task that sleeps 1 ms at a time and records
+ * how late each wake-up came (the timer's lateness):
+ *   fib    fib(SCALE_FIB_N) with a task per call: parallel work for all;
+ *   chain  SCALE_CHAINS tasks that each spawn one empty child and await
+ *          it, over and over: short bursts, every spawn a notification,
+ *          so idle executors keep waking up to look for work (what a cap
+ *          on spinning executors is for).
+ * With --workers 1 and 2 the fib time gives the speed-up; with 64
+ * executors on this machine's CPUs, what oversubscription costs. */
+#define SCALE_FIB_N 27
+#define SCALE_CHAINS 4
+#define SCALE_CHAIN_MS 300u
+#define SCALE_LATE_MAX 4096
+
+struct scale_run {
+	_Atomic bool stop;
+	bool chain; /* the chain workload, else fib */
+	uint64_t joins;
+	_Atomic uint64_t chain_joins;
+	uint32_t nlate;
+	double late_us[SCALE_LATE_MAX];
+};
+
+static int64_t scale_sleeper(cbcmn_cx *cx, void *arg)
+{
+	struct scale_run *s = arg;
+	while (!atomic_load_explicit(&s->stop, memory_order_relaxed) && s->nlate < SCALE_LATE_MAX) {
+		uint64_t t0 = mono_ns();
+		int rc = cbcmn_sleep(cx, 1000000);
+		if (rc)
+			return rc;
+		uint64_t late = mono_ns() - t0;
+		s->late_us[s->nlate++] = late > 1000000 ? (double)(late - 1000000) / 1e3 : 0.0;
+	}
+	return 0;
+}
+
+static int64_t scale_empty(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t scale_chain(cbcmn_cx *cx, void *arg)
+{
+	struct scale_run *s = arg;
+	uint64_t n = 0;
+	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+		cbcmn_nursery *c;
+		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &c);
+		if (rc)
+			return rc;
+		rc = cbcmn_nursery_spawn(cx, c, scale_empty, NULL, NULL);
+		int64_t r = cbcmn_nursery_await_all(cx, c);
+		if (rc || r)
+			return rc ? rc : r;
+		n++;
+	}
+	atomic_fetch_add(&s->chain_joins, n);
+	return 0;
+}
+
+static int64_t scale_work(cbcmn_cx *cx, void *arg)
+{
+	struct scale_run *s = arg;
+	int64_t r = 0;
+	if (s->chain) {
+		cbcmn_nursery *n;
+		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+		if (rc)
+			return rc;
+		for (int i = 0; i < SCALE_CHAINS && !rc; i++)
+			rc = cbcmn_nursery_spawn(cx, n, scale_chain, s, NULL);
+		if (!rc)
+			cbcmn_sleep(cx, SCALE_CHAIN_MS * 1000000ull);
+		atomic_store(&s->stop, true);
+		r = cbcmn_nursery_await_all(cx, n);
+		return rc ? rc : r;
+	}
+	struct fib f = {.n = SCALE_FIB_N};
+	r = fib_task(cx, &f);
+	atomic_store(&s->stop, true);
+	return r ? r : f.out == fib_seq(SCALE_FIB_N) ? 0 : -EPROTO;
+}
+
+static int64_t scale_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	rc = cbcmn_nursery_spawn(cx, n, scale_sleeper, arg, NULL);
+	int64_t r = rc ? 0 : scale_work(cx, arg);
+	atomic_store(&((struct scale_run *)arg)->stop, true);
+	int64_t r2 = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r ? r : r2;
+}
+
+/* One run on rt: wall ms (fib) or joins/s (chain); timer lateness p99 and
+ * max in *p99, *max (us). */
+static double scale_once(cbcmn_runtime *rt, bool chained, double *p99, double *max)
+{
+	struct scale_run *s = calloc(1, sizeof(*s));
+	if (!s)
+		die("calloc", -ENOMEM);
+	s->chain = chained;
+	uint64_t t0 = mono_ns();
+	run(rt, scale_root, s);
+	double ms = (double)(mono_ns() - t0) / 1e6;
+	*p99 = s->nlate ? percentile(s->late_us, (int)s->nlate, 0.99) : 0;
+	*max = s->nlate ? s->late_us[s->nlate - 1] : 0; /* sorted by percentile() */
+	double v = chained ? (double)atomic_load(&s->chain_joins) / (ms / 1e3) : ms;
+	free(s);
+	return v;
+}
+
+static void bench_scaling(void)
+{
+	static const uint32_t execs[] = {1, 2, 64};
+	enum { NE = sizeof(execs) / sizeof(execs[0]) };
+	int n = reps_set ? reps : 5;
+	if (n > 16)
+		n = 16;
+	double fib_ms[NE][16], fib_p99[NE][16], fib_max[NE][16];
+	double ch_rate[NE][16], ch_p99[NE][16], ch_max[NE][16];
+	cbcmn_runtime *rt[NE];
+	for (int i = 0; i < NE; i++)
+		rt[i] = runtime(execs[i], 0);
+	/* Rounds alternate the executor counts, so that a drift of the
+	 * machine falls on all of them alike. */
+	for (int r = 0; r < n; r++)
+		for (int i = 0; i < NE; i++) {
+			int k = (r & 1) ? NE - 1 - i : i;
+			fib_ms[k][r] = scale_once(rt[k], false, &fib_p99[k][r], &fib_max[k][r]);
+			ch_rate[k][r] = scale_once(rt[k], true, &ch_p99[k][r], &ch_max[k][r]);
+		}
+	for (int i = 0; i < NE; i++)
+		cbcmn_runtime_destroy(rt[i]);
+	double speedup[16], over[16];
+	for (int r = 0; r < n; r++) {
+		speedup[r] = fib_ms[0][r] / fib_ms[1][r];
+		over[r] = fib_ms[2][r] / fib_ms[1][r];
+	}
+	printf("scaling speedup_1_to_2 %.2f\n", median(speedup, n));
+	printf("scaling fib64_vs_fib2_time_ratio %.2f\n", median(over, n));
+	for (int i = 0; i < NE; i++) {
+		printf("scaling fib_ms_exec%u %.1f\n", execs[i], median(fib_ms[i], n));
+		printf("scaling fib_timer_late_p99_us_exec%u %.0f\n", execs[i], median(fib_p99[i], n));
+		printf("scaling fib_timer_late_max_us_exec%u %.0f\n", execs[i], median(fib_max[i], n));
+		printf("scaling chain_joins_per_s_exec%u %.0f\n", execs[i], median(ch_rate[i], n));
+		printf("scaling chain_timer_late_p99_us_exec%u %.0f\n", execs[i], median(ch_p99[i], n));
+		printf("scaling chain_timer_late_max_us_exec%u %.0f\n", execs[i], median(ch_max[i], n));
+	}
+}
+
 /* ---- cancel: one small nursery's cancel beside N blocked fibers ---------- */
 
 /* Issue 15: every cancel made every executor walk all its requests and
@@ -1942,6 +2100,7 @@ static const struct bench {
 	 "ring ns/hop (10 000 actors, --hops 1 000 000), skynet ms (--actors 1 000 000 leaves), "
 	 "4x4 cross-executor msgs/s, us per supervised restart"},
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
+	{"scaling", bench_scaling, "fib(27) ms and spawn-join chains/s with 1, 2 and 64 executors, a 1 ms timer's lateness beside them; speed-up 1 -> 2"},
 	{"iolat", bench_iolat, "1-byte write p50/p99 us, wall and CPU time, beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,
 	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},
