@@ -1582,39 +1582,46 @@ static void bench_iolat(void)
 
 /* ---- scaling: 1 -> 2 executors, and 64 on this machine (issue 15) -------- */
 
-/* Two workloads, each beside a task that sleeps 1 ms at a time and records
- * how late each wake-up came (the timer's lateness):
+/* Three workloads, each timed in wall and process CPU time:
  *   fib    fib(SCALE_FIB_N) with a task per call: parallel work for all;
+ *          its wall time with 1 and 2 executors gives the speed-up;
  *   chain  SCALE_CHAINS tasks that each spawn one empty child and await
- *          it, over and over: short bursts, every spawn a notification,
- *          so idle executors keep waking up to look for work (what a cap
- *          on spinning executors is for).
- * With --workers 1 and 2 the fib time gives the speed-up; with 64
- * executors on this machine's CPUs, what oversubscription costs. */
+ *          it, over and over, for SCALE_RUN_MS: short bursts, every spawn
+ *          a notification that wakes an idle executor;
+ *   tick   SCALE_TICKERS tasks that each sleep 1 ms, SCALE_TICKS times,
+ *          and record how late each wake-up came: executors woken by their
+ *          timers, a little work, then idle again (where executors that
+ *          spin after every wake-up cost the CPU the others need).
+ * With 64 executors on this machine's CPUs: what oversubscription costs. */
 #define SCALE_FIB_N 27
 #define SCALE_CHAINS 4
-#define SCALE_CHAIN_MS 300u
-#define SCALE_LATE_MAX 4096
+#define SCALE_RUN_MS 300u
+#define SCALE_TICKERS 64
+#define SCALE_TICKS 100
+#define SCALE_LATE_MAX (SCALE_TICKERS * SCALE_TICKS)
+
+enum scale_kind { SCALE_FIB, SCALE_CHAIN, SCALE_TICK };
 
 struct scale_run {
+	enum scale_kind kind;
 	_Atomic bool stop;
-	bool chain; /* the chain workload, else fib */
-	uint64_t joins;
 	_Atomic uint64_t chain_joins;
-	uint32_t nlate;
+	_Atomic uint32_t nlate;
 	double late_us[SCALE_LATE_MAX];
 };
 
-static int64_t scale_sleeper(cbcmn_cx *cx, void *arg)
+static int64_t scale_ticker(cbcmn_cx *cx, void *arg)
 {
 	struct scale_run *s = arg;
-	while (!atomic_load_explicit(&s->stop, memory_order_relaxed) && s->nlate < SCALE_LATE_MAX) {
+	for (int i = 0; i < SCALE_TICKS; i++) {
 		uint64_t t0 = mono_ns();
 		int rc = cbcmn_sleep(cx, 1000000);
 		if (rc)
 			return rc;
 		uint64_t late = mono_ns() - t0;
-		s->late_us[s->nlate++] = late > 1000000 ? (double)(late - 1000000) / 1e3 : 0.0;
+		uint32_t k = atomic_fetch_add(&s->nlate, 1);
+		if (k < SCALE_LATE_MAX)
+			s->late_us[k] = late > 1000000 ? (double)(late - 1000000) / 1e3 : 0.0;
 	}
 	return 0;
 }
@@ -1645,58 +1652,62 @@ static int64_t scale_chain(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t scale_work(cbcmn_cx *cx, void *arg)
-{
-	struct scale_run *s = arg;
-	int64_t r = 0;
-	if (s->chain) {
-		cbcmn_nursery *n;
-		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-		if (rc)
-			return rc;
-		for (int i = 0; i < SCALE_CHAINS && !rc; i++)
-			rc = cbcmn_nursery_spawn(cx, n, scale_chain, s, NULL);
-		if (!rc)
-			cbcmn_sleep(cx, SCALE_CHAIN_MS * 1000000ull);
-		atomic_store(&s->stop, true);
-		r = cbcmn_nursery_await_all(cx, n);
-		return rc ? rc : r;
-	}
-	struct fib f = {.n = SCALE_FIB_N};
-	r = fib_task(cx, &f);
-	atomic_store(&s->stop, true);
-	return r ? r : f.out == fib_seq(SCALE_FIB_N) ? 0 : -EPROTO;
-}
-
 static int64_t scale_root(cbcmn_cx *cx, void *arg)
 {
+	struct scale_run *s = arg;
+	if (s->kind == SCALE_FIB) {
+		struct fib f = {.n = SCALE_FIB_N};
+		int64_t r = fib_task(cx, &f);
+		return r ? r : f.out == fib_seq(SCALE_FIB_N) ? 0 : -EPROTO;
+	}
 	cbcmn_nursery *n;
 	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
 	if (rc)
 		return rc;
-	rc = cbcmn_nursery_spawn(cx, n, scale_sleeper, arg, NULL);
-	int64_t r = rc ? 0 : scale_work(cx, arg);
-	atomic_store(&((struct scale_run *)arg)->stop, true);
-	int64_t r2 = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r ? r : r2;
+	bool chained = s->kind == SCALE_CHAIN;
+	for (int i = 0; i < (chained ? SCALE_CHAINS : SCALE_TICKERS) && !rc; i++)
+		rc = cbcmn_nursery_spawn(cx, n, chained ? scale_chain : scale_ticker, s, NULL);
+	if (!rc && chained)
+		rc = cbcmn_sleep(cx, SCALE_RUN_MS * 1000000ull);
+	atomic_store(&s->stop, true);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
 }
 
-/* One run on rt: wall ms (fib) or joins/s (chain); timer lateness p99 and
- * max in *p99, *max (us). */
-static double scale_once(cbcmn_runtime *rt, bool chained, double *p99, double *max)
+struct scale_fig {
+	double wall_ms, cpu_ms, rate, late_p99_us;
+};
+
+static struct scale_fig scale_once(cbcmn_runtime *rt, enum scale_kind kind)
 {
 	struct scale_run *s = calloc(1, sizeof(*s));
 	if (!s)
 		die("calloc", -ENOMEM);
-	s->chain = chained;
-	uint64_t t0 = mono_ns();
+	s->kind = kind;
+	uint64_t c0 = process_cpu_ns(), t0 = mono_ns();
 	run(rt, scale_root, s);
-	double ms = (double)(mono_ns() - t0) / 1e6;
-	*p99 = s->nlate ? percentile(s->late_us, (int)s->nlate, 0.99) : 0;
-	*max = s->nlate ? s->late_us[s->nlate - 1] : 0; /* sorted by percentile() */
-	double v = chained ? (double)atomic_load(&s->chain_joins) / (ms / 1e3) : ms;
+	struct scale_fig f = {
+		.wall_ms = (double)(mono_ns() - t0) / 1e6,
+		.cpu_ms = (double)(process_cpu_ns() - c0) / 1e6,
+	};
+	uint32_t nl = atomic_load(&s->nlate);
+	if (nl > SCALE_LATE_MAX)
+		nl = SCALE_LATE_MAX;
+	f.late_p99_us = nl ? percentile(s->late_us, (int)nl, 0.99) : 0;
+	f.rate = (double)atomic_load(&s->chain_joins) / (f.wall_ms / 1e3);
 	free(s);
-	return v;
+	return f;
+}
+
+#define SCALE_REPS_MAX 16
+
+/* One figure over the reps: the median. */
+static double scale_median(struct scale_fig (*v)[SCALE_REPS_MAX], int i, int n, size_t off)
+{
+	double x[SCALE_REPS_MAX];
+	for (int r = 0; r < n; r++)
+		x[r] = *(const double *)((const char *)&v[i][r] + off);
+	return median(x, n);
 }
 
 static void bench_scaling(void)
@@ -1704,37 +1715,46 @@ static void bench_scaling(void)
 	static const uint32_t execs[] = {1, 2, 64};
 	enum { NE = sizeof(execs) / sizeof(execs[0]) };
 	int n = reps_set ? reps : 5;
-	if (n > 16)
-		n = 16;
-	double fib_ms[NE][16], fib_p99[NE][16], fib_max[NE][16];
-	double ch_rate[NE][16], ch_p99[NE][16], ch_max[NE][16];
+	if (n > SCALE_REPS_MAX)
+		n = SCALE_REPS_MAX;
+	struct scale_fig fib[NE][SCALE_REPS_MAX], chn[NE][SCALE_REPS_MAX], tick[NE][SCALE_REPS_MAX];
 	cbcmn_runtime *rt[NE];
 	for (int i = 0; i < NE; i++)
 		rt[i] = runtime(execs[i], 0);
-	/* Rounds alternate the executor counts, so that a drift of the
-	 * machine falls on all of them alike. */
+	/* Rounds alternate the order of the executor counts, so that a
+	 * drift of the machine falls on all of them alike. */
 	for (int r = 0; r < n; r++)
-		for (int i = 0; i < NE; i++) {
-			int k = (r & 1) ? NE - 1 - i : i;
-			fib_ms[k][r] = scale_once(rt[k], false, &fib_p99[k][r], &fib_max[k][r]);
-			ch_rate[k][r] = scale_once(rt[k], true, &ch_p99[k][r], &ch_max[k][r]);
+		for (int j = 0; j < NE; j++) {
+			int i = (r & 1) ? NE - 1 - j : j;
+			fib[i][r] = scale_once(rt[i], SCALE_FIB);
+			chn[i][r] = scale_once(rt[i], SCALE_CHAIN);
+			tick[i][r] = scale_once(rt[i], SCALE_TICK);
 		}
 	for (int i = 0; i < NE; i++)
 		cbcmn_runtime_destroy(rt[i]);
-	double speedup[16], over[16];
+	double up[SCALE_REPS_MAX], over[SCALE_REPS_MAX];
 	for (int r = 0; r < n; r++) {
-		speedup[r] = fib_ms[0][r] / fib_ms[1][r];
-		over[r] = fib_ms[2][r] / fib_ms[1][r];
+		up[r] = fib[0][r].wall_ms / fib[1][r].wall_ms;
+		over[r] = fib[2][r].cpu_ms / fib[1][r].cpu_ms;
 	}
-	printf("scaling speedup_1_to_2 %.2f\n", median(speedup, n));
-	printf("scaling fib64_vs_fib2_time_ratio %.2f\n", median(over, n));
+	printf("scaling speedup_1_to_2 %.2f\n", median(up, n));
+	printf("scaling fib_cpu_ratio_64_vs_2 %.2f\n", median(over, n));
 	for (int i = 0; i < NE; i++) {
-		printf("scaling fib_ms_exec%u %.1f\n", execs[i], median(fib_ms[i], n));
-		printf("scaling fib_timer_late_p99_us_exec%u %.0f\n", execs[i], median(fib_p99[i], n));
-		printf("scaling fib_timer_late_max_us_exec%u %.0f\n", execs[i], median(fib_max[i], n));
-		printf("scaling chain_joins_per_s_exec%u %.0f\n", execs[i], median(ch_rate[i], n));
-		printf("scaling chain_timer_late_p99_us_exec%u %.0f\n", execs[i], median(ch_p99[i], n));
-		printf("scaling chain_timer_late_max_us_exec%u %.0f\n", execs[i], median(ch_max[i], n));
+		uint32_t x = execs[i];
+		printf("scaling fib_ms_exec%u %.1f\n", x,
+		       scale_median(fib, i, n, offsetof(struct scale_fig, wall_ms)));
+		printf("scaling fib_cpu_ms_exec%u %.1f\n", x,
+		       scale_median(fib, i, n, offsetof(struct scale_fig, cpu_ms)));
+		printf("scaling chain_joins_per_s_exec%u %.0f\n", x,
+		       scale_median(chn, i, n, offsetof(struct scale_fig, rate)));
+		printf("scaling chain_cpu_ms_exec%u %.1f\n", x,
+		       scale_median(chn, i, n, offsetof(struct scale_fig, cpu_ms)));
+		printf("scaling tick_timer_late_p99_us_exec%u %.0f\n", x,
+		       scale_median(tick, i, n, offsetof(struct scale_fig, late_p99_us)));
+		printf("scaling tick_cpu_ms_exec%u %.1f\n", x,
+		       scale_median(tick, i, n, offsetof(struct scale_fig, cpu_ms)));
+		printf("scaling tick_ms_exec%u %.1f\n", x,
+		       scale_median(tick, i, n, offsetof(struct scale_fig, wall_ms)));
 	}
 }
 
@@ -2100,7 +2120,7 @@ static const struct bench {
 	 "ring ns/hop (10 000 actors, --hops 1 000 000), skynet ms (--actors 1 000 000 leaves), "
 	 "4x4 cross-executor msgs/s, us per supervised restart"},
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
-	{"scaling", bench_scaling, "fib(27) ms and spawn-join chains/s with 1, 2 and 64 executors, a 1 ms timer's lateness beside them; speed-up 1 -> 2"},
+	{"scaling", bench_scaling, "fib(27), spawn-join chains and 64 1-ms tickers on 1, 2 and 64 executors: speed-up 1 -> 2, CPU ms, timer lateness p99"},
 	{"iolat", bench_iolat, "1-byte write p50/p99 us, wall and CPU time, beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,
 	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},
