@@ -1569,8 +1569,15 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 			wait = next - now;
 		}
 		uint64_t now = now_ns();
+		/* Without a spinning place, a few short turns still (the
+		 * pauses double from 250 ns: about 4 us): a spinner that has
+		 * just found work gives its place back only after it leaves
+		 * search(), and the executor whose task it woke, searching
+		 * meanwhile, would park at once and pay a doorbell (tens of
+		 * us) on the next hand-over of a ping-pong. */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
-		    (wait == 0 || pause < wait) && (*spinning || (*spinning = spin_claim(rt)))) {
+		    (wait == 0 || pause < wait) &&
+		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)
 				pause *= 2;

@@ -213,7 +213,7 @@ static void test_timers_fire_on_an_oversubscribed_runtime(void **state)
 	assert_int_equal(r, 0);
 	assert_int_equal(atomic_load(&o.woke), OV_SLEEPERS * OV_SLEEPS);
 	assert_int_equal(atomic_load(&o.early), 0);
-	assert_int_equal(atomic_load(&rt->num_spinning), 0);
+	assert_true(atomic_load(&rt->num_spinning) <= rt->spin_max);
 	t_destroy(rt);
 }
 
