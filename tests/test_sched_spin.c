@@ -86,30 +86,29 @@ static int64_t leaf(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-/* 4 children, each spawning 16 leaves: spawns from inside tasks, on
- * whichever executors the notifications woke. */
-static int64_t fan(cbcmn_cx *cx, void *arg)
+/* k tasks fn(arg) in a nursery of their own, awaited. */
+static int64_t spawn_await(cbcmn_cx *cx, int k, cbcmn_task_fn fn, void *arg)
 {
 	cbcmn_nursery *n;
 	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
 	if (rc)
 		return rc;
-	for (int i = 0; i < 16 && !rc; i++)
-		rc = cbcmn_nursery_spawn(cx, n, leaf, arg, NULL);
+	for (int i = 0; i < k && !rc; i++)
+		rc = cbcmn_nursery_spawn(cx, n, fn, arg, NULL);
 	int64_t r = cbcmn_nursery_await_all(cx, n);
 	return rc ? rc : r;
 }
 
+/* 4 children, each spawning 16 leaves: spawns from inside tasks, on
+ * whichever executors the notifications woke. */
+static int64_t fan(cbcmn_cx *cx, void *arg)
+{
+	return spawn_await(cx, 16, leaf, arg);
+}
+
 static int64_t burst_root(cbcmn_cx *cx, void *arg)
 {
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	for (int i = 0; i < 4 && !rc; i++)
-		rc = cbcmn_nursery_spawn(cx, n, fan, arg, NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : r;
+	return spawn_await(cx, 4, fan, arg);
 }
 
 /* Work that comes from outside while every executor is parked (no one
@@ -173,15 +172,9 @@ static int64_t over_sleeper(cbcmn_cx *cx, void *arg)
 
 static int64_t over_sleepers(cbcmn_cx *cx, void *arg)
 {
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	for (int i = 0; i < OV_SLEEPERS && !rc; i++)
-		rc = cbcmn_nursery_spawn(cx, n, over_sleeper, arg, NULL);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
+	int64_t r = spawn_await(cx, OV_SLEEPERS, over_sleeper, arg);
 	atomic_store(&((struct over *)arg)->stop, true);
-	return rc ? rc : r;
+	return r;
 }
 
 static int64_t over_root(cbcmn_cx *cx, void *arg)

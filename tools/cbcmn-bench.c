@@ -1749,25 +1749,27 @@ static void bench_scaling(void)
 	}
 	printf("scaling speedup_1_to_2 %.2f\n", median(up, n));
 	printf("scaling fib_cpu_ratio_64_vs_2 %.2f\n", median(over, n));
-	for (int i = 0; i < NE; i++) {
-		uint32_t x = execs[i];
-		printf("scaling fib_ms_exec%u %.1f\n", x,
-		       scale_median(fib, i, n, offsetof(struct scale_fig, wall_ms)));
-		printf("scaling fib_cpu_ms_exec%u %.1f\n", x,
-		       scale_median(fib, i, n, offsetof(struct scale_fig, cpu_ms)));
-		printf("scaling chain_joins_per_s_exec%u %.0f\n", x,
-		       scale_median(chn, i, n, offsetof(struct scale_fig, rate)));
-		printf("scaling chain_cpu_ms_exec%u %.1f\n", x,
-		       scale_median(chn, i, n, offsetof(struct scale_fig, cpu_ms)));
-		printf("scaling chain_joins_per_cpu_ms_exec%u %.0f\n", x,
-		       scale_median(chn, i, n, offsetof(struct scale_fig, per_cpu_ms)));
-		printf("scaling tick_timer_late_p99_us_exec%u %.0f\n", x,
-		       scale_median(tick, i, n, offsetof(struct scale_fig, late_p99_us)));
-		printf("scaling tick_cpu_ms_exec%u %.1f\n", x,
-		       scale_median(tick, i, n, offsetof(struct scale_fig, cpu_ms)));
-		printf("scaling tick_ms_exec%u %.1f\n", x,
-		       scale_median(tick, i, n, offsetof(struct scale_fig, wall_ms)));
-	}
+	/* Per executor count: which workload, which figure, its decimals. */
+	static const struct {
+		const char *name;
+		int w; /* 0 fib, 1 chain, 2 tick */
+		size_t off;
+		int prec;
+	} figs[] = {
+		{"fib_ms", 0, offsetof(struct scale_fig, wall_ms), 1},
+		{"fib_cpu_ms", 0, offsetof(struct scale_fig, cpu_ms), 1},
+		{"chain_joins_per_s", 1, offsetof(struct scale_fig, rate), 0},
+		{"chain_cpu_ms", 1, offsetof(struct scale_fig, cpu_ms), 1},
+		{"chain_joins_per_cpu_ms", 1, offsetof(struct scale_fig, per_cpu_ms), 0},
+		{"tick_timer_late_p99_us", 2, offsetof(struct scale_fig, late_p99_us), 0},
+		{"tick_cpu_ms", 2, offsetof(struct scale_fig, cpu_ms), 1},
+		{"tick_ms", 2, offsetof(struct scale_fig, wall_ms), 1},
+	};
+	struct scale_fig (*const runs[])[SCALE_REPS_MAX] = {fib, chn, tick};
+	for (int i = 0; i < NE; i++)
+		for (size_t f = 0; f < sizeof(figs) / sizeof(figs[0]); f++)
+			printf("scaling %s_exec%u %.*f\n", figs[f].name, execs[i], figs[f].prec,
+			       scale_median(runs[figs[f].w], i, n, figs[f].off));
 }
 
 /* ---- cancel: one small nursery's cancel beside N blocked fibers ---------- */
