@@ -131,6 +131,25 @@ static void test_work_submitted_while_no_executor_spins_runs(void **state)
 	t_destroy(rt);
 }
 
+/* The same bursts back to back on 16 executors whose spins end after
+ * 2 us: executors keep parking and being woken, under the cap, while
+ * spawns come from tasks on every one of them; every leaf runs. */
+static void test_bursts_with_short_spins_lose_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = mk_rt(16, 2000);
+	struct burst b = {0};
+	int rounds = T_SCALE(200);
+	for (int i = 0; i < rounds; i++) {
+		int64_t r = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, burst_root, &b, &r), 0);
+		assert_int_equal(r, 0);
+	}
+	assert_int_equal(atomic_load(&b.ran), (uint64_t)rounds * 4 * 16);
+	assert_true(atomic_load(&rt->num_spinning) <= rt->spin_max);
+	t_destroy(rt);
+}
+
 /* ---- timers on 64 executors ------------------------------------------------ */
 
 #define OV_EXECS 64
@@ -216,6 +235,7 @@ int main(void)
 		cmocka_unit_test(test_spin_max_is_half_the_usable_cpus),
 		SPIN_TEST(test_regression_idle_executors_beyond_half_the_cpus_park_at_once),
 		SPIN_TEST(test_work_submitted_while_no_executor_spins_runs),
+		SPIN_TEST(test_bursts_with_short_spins_lose_nothing),
 		SPIN_TEST(test_timers_fire_on_an_oversubscribed_runtime),
 	};
 	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
