@@ -410,6 +410,10 @@ struct cbcmn_runtime {
 	/* Idle set and search accounting (seed 002). */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t num_searching;
 	_Atomic uint32_t num_idle;
+	/* Searchers that spin before parking, at most spin_max (about half
+	 * the CPUs, at least one: sched.c, search()); the rest park at once. */
+	_Atomic uint32_t num_spinning;
+	uint32_t spin_max;
 	_Atomic uint64_t idle_bits[CBCMN_MAX_EXECUTORS / 64];
 
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;
@@ -562,6 +566,9 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child);
 int64_t cbcmn__task_call(struct cbcmn_task *t);
 int64_t cbcmn__task_call_guarded(struct cbcmn_task *t);
 __attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s);
+/* Searchers allowed to spin at once for workers executors on cpus CPUs
+ * under a cgroup limit (0: none): half the usable CPUs, at least 1. */
+uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit);
 
 /* wake.c */
 void cbcmn__notify_one(struct cbcmn_runtime *rt);

@@ -17,6 +17,7 @@
 
 #include "arch.h"
 #include "backend.h"
+#include "cpuquota.h"
 #include "monitor.h"
 #include "overflow.h"
 #include "probes.h"
@@ -1454,12 +1455,59 @@ static bool spare_off_turn(struct cbcmn__exec *e)
 	return false;
 }
 
+/* How many searchers may spin at once: half the CPUs the runtime can use
+ * (its affinity mask, under the cgroup's limit, no more than its
+ * executors), at least one, as Go (spinning Ms at most half the busy Ps)
+ * and Tokio (searchers at most half the workers) do.  The others park as
+ * soon as one look finds nothing: 64 executors on 2 CPUs spinning 50 us
+ * after every wake-up took the CPU from the ones with work, timers
+ * included (issue 15). */
+uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit)
+{
+	uint32_t n = cbcmn__cpus_for_limit(cpus, limit);
+	if (n > workers)
+		n = workers;
+	return n / 2 ? n / 2 : 1;
+}
+
+/* Take one of the rt->spin_max spinning places.  relaxed: the count only
+ * bounds how many burn a CPU; no work is published through it, and a
+ * searcher that does not spin parks through cbcmn__park()'s re-check. */
+static bool spin_claim(struct cbcmn_runtime *rt)
+{
+	uint32_t n = atomic_load_explicit(&rt->num_spinning, memory_order_relaxed);
+	do {
+		if (n >= rt->spin_max)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&rt->num_spinning, &n, n + 1,
+							memory_order_relaxed, memory_order_relaxed));
+	return true;
+}
+
+static void spin_release(struct cbcmn_runtime *rt, bool *spinning)
+{
+	if (*spinning)
+		atomic_fetch_sub_explicit(&rt->num_spinning, 1, memory_order_relaxed);
+	*spinning = false;
+}
+
+static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning);
+
 /* Nothing local: look at the ring, the mail, other executors' queues and
  * the inject queue; spin like that for cfg.spin_ns (a parked CPU takes
- * tens of us to wake here), backing off between steal rounds once they
- * keep failing (the cooldown), then park in the ring until a doorbell, a
- * completion or the next timer.  Returns NULL only at shutdown. */
+ * tens of us to wake here) if a spinning place is free (spin_claim()),
+ * backing off between steal rounds once they keep failing (the cooldown),
+ * then park in the ring until a doorbell, a completion or the next timer.
+ * Returns NULL only at shutdown. */
 static struct cbcmn_task *search(struct cbcmn__exec *e)
+{
+	bool spinning = false;
+	struct cbcmn_task *t = search_turns(e, &spinning);
+	spin_release(e->rt, &spinning);
+	return t;
+}
+
+static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	uint64_t spin_ns = rt->cfg.spin_ns;
@@ -1521,13 +1569,22 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 			wait = next - now;
 		}
 		uint64_t now = now_ns();
+		/* Without a spinning place, a few short turns still (the
+		 * pauses double from 250 ns: about 4 us): a spinner that has
+		 * just found work gives its place back only after it leaves
+		 * search(), and the executor whose task it woke, searching
+		 * meanwhile, would park at once and pay a doorbell (tens of
+		 * us) on the next hand-over of a ping-pong. */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
-		    (wait == 0 || pause < wait)) {
+		    (wait == 0 || pause < wait) &&
+		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)
 				pause *= 2;
 			continue;
 		}
+		/* Parking: the place goes to the next searcher. */
+		spin_release(rt, spinning);
 		/* An executor that may retire sleeps no longer than its idle
 		 * allowance, then checks; not while work is queued anywhere,
 		 * the gate's refused work included: the gate's answer turns

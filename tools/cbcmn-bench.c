@@ -1580,6 +1580,198 @@ static void bench_iolat(void)
 	}
 }
 
+/* ---- scaling: 1 -> 2 executors, and 64 on this machine (issue 15) -------- */
+
+/* Three workloads, each timed in wall and process CPU time:
+ *   fib    fib(SCALE_FIB_N) with a task per call: parallel work for all;
+ *          its wall time with 1 and 2 executors gives the speed-up;
+ *   chain  SCALE_CHAINS tasks that each spawn one empty child and await
+ *          it, over and over, for SCALE_RUN_MS: short bursts, every spawn
+ *          a notification that wakes an idle executor;
+ *   tick   SCALE_TICKERS tasks, one pinned to each executor in turn, that
+ *          each sleep 1 ms, SCALE_TICKS times, and record how late each
+ *          wake-up came: every executor woken by its own timer (as by its
+ *          own ring's I/O), a little work, then idle again: where
+ *          executors that spin after every wake-up take the CPU the
+ *          others need.
+ * With 64 executors on this machine's CPUs: what oversubscription costs. */
+#define SCALE_FIB_N 27
+#define SCALE_CHAINS 4
+#define SCALE_RUN_MS 300u
+#define SCALE_TICKERS 64
+#define SCALE_TICKS 100
+#define SCALE_LATE_MAX (SCALE_TICKERS * SCALE_TICKS)
+
+enum scale_kind { SCALE_FIB, SCALE_CHAIN, SCALE_TICK };
+
+struct scale_run {
+	enum scale_kind kind;
+	_Atomic bool stop;
+	_Atomic uint64_t chain_joins;
+	_Atomic uint32_t nlate;
+	double late_us[SCALE_LATE_MAX];
+};
+
+static int64_t scale_ticker(cbcmn_cx *cx, void *arg)
+{
+	struct scale_run *s = arg;
+	for (int i = 0; i < SCALE_TICKS; i++) {
+		uint64_t t0 = mono_ns();
+		int rc = cbcmn_sleep(cx, 1000000);
+		if (rc)
+			return rc;
+		uint64_t late = mono_ns() - t0;
+		uint32_t k = atomic_fetch_add(&s->nlate, 1);
+		if (k < SCALE_LATE_MAX)
+			s->late_us[k] = late > 1000000 ? (double)(late - 1000000) / 1e3 : 0.0;
+	}
+	return 0;
+}
+
+static int64_t scale_empty(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t scale_chain(cbcmn_cx *cx, void *arg)
+{
+	struct scale_run *s = arg;
+	uint64_t n = 0;
+	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+		cbcmn_nursery *c;
+		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &c);
+		if (rc)
+			return rc;
+		rc = cbcmn_nursery_spawn(cx, c, scale_empty, NULL, NULL);
+		int64_t r = cbcmn_nursery_await_all(cx, c);
+		if (rc || r)
+			return rc ? rc : r;
+		n++;
+	}
+	atomic_fetch_add(&s->chain_joins, n);
+	return 0;
+}
+
+static int64_t scale_root(cbcmn_cx *cx, void *arg)
+{
+	struct scale_run *s = arg;
+	if (s->kind == SCALE_FIB) {
+		struct fib f = {.n = SCALE_FIB_N};
+		int64_t r = fib_task(cx, &f);
+		return r ? r : f.out == fib_seq(SCALE_FIB_N) ? 0 : -EPROTO;
+	}
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	if (s->kind == SCALE_CHAIN) {
+		for (int i = 0; i < SCALE_CHAINS && !rc; i++)
+			rc = cbcmn_nursery_spawn(cx, n, scale_chain, s, NULL);
+		if (!rc)
+			rc = cbcmn_sleep(cx, SCALE_RUN_MS * 1000000ull);
+	}
+	/* Ticker i on executor i: each executor woken by its own timer. */
+	uint32_t nx = cbcmn_runtime_workers(cbcmn_cx_runtime(cx));
+	for (uint32_t i = 0; s->kind == SCALE_TICK && i < SCALE_TICKERS && !rc; i++)
+		rc = cbcmn_nursery_spawn_pinned(cx, n, i % nx, scale_ticker, s, NULL);
+	atomic_store(&s->stop, true);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+struct scale_fig {
+	double wall_ms, cpu_ms, rate, per_cpu_ms, late_p99_us;
+};
+
+static struct scale_fig scale_once(cbcmn_runtime *rt, enum scale_kind kind)
+{
+	struct scale_run *s = calloc(1, sizeof(*s));
+	if (!s)
+		die("calloc", -ENOMEM);
+	s->kind = kind;
+	uint64_t c0 = process_cpu_ns(), t0 = mono_ns();
+	run(rt, scale_root, s);
+	struct scale_fig f = {
+		.wall_ms = (double)(mono_ns() - t0) / 1e6,
+		.cpu_ms = (double)(process_cpu_ns() - c0) / 1e6,
+	};
+	uint32_t nl = atomic_load(&s->nlate);
+	if (nl > SCALE_LATE_MAX)
+		nl = SCALE_LATE_MAX;
+	f.late_p99_us = nl ? percentile(s->late_us, (int)nl, 0.99) : 0;
+	f.rate = (double)atomic_load(&s->chain_joins) / (f.wall_ms / 1e3);
+	/* In a CPU-capped cgroup beside other tenants the wall rate counts
+	 * their share too: joins per ms of this process's CPU does not. */
+	f.per_cpu_ms = (double)atomic_load(&s->chain_joins) / (f.cpu_ms > 0 ? f.cpu_ms : 1);
+	free(s);
+	return f;
+}
+
+#define SCALE_REPS_MAX 16
+
+/* One figure over the reps: the median. */
+static double scale_median(struct scale_fig (*v)[SCALE_REPS_MAX], int i, int n, size_t off)
+{
+	double x[SCALE_REPS_MAX];
+	for (int r = 0; r < n; r++)
+		x[r] = *(const double *)((const char *)&v[i][r] + off);
+	return median(x, n);
+}
+
+static void bench_scaling(void)
+{
+	static const uint32_t execs[] = {1, 2, 64};
+	enum { NE = sizeof(execs) / sizeof(execs[0]) };
+	int n = reps_set ? reps : 5;
+	if (n > SCALE_REPS_MAX)
+		n = SCALE_REPS_MAX;
+	struct scale_fig fib[NE][SCALE_REPS_MAX], chn[NE][SCALE_REPS_MAX], tick[NE][SCALE_REPS_MAX];
+	cbcmn_runtime *rt[NE];
+	for (int i = 0; i < NE; i++)
+		rt[i] = runtime(execs[i], 0);
+	/* Rounds alternate the order of the executor counts, so that a
+	 * drift of the machine falls on all of them alike. */
+	for (int r = 0; r < n; r++)
+		for (int j = 0; j < NE; j++) {
+			int i = (r & 1) ? NE - 1 - j : j;
+			fib[i][r] = scale_once(rt[i], SCALE_FIB);
+			chn[i][r] = scale_once(rt[i], SCALE_CHAIN);
+			tick[i][r] = scale_once(rt[i], SCALE_TICK);
+		}
+	for (int i = 0; i < NE; i++)
+		cbcmn_runtime_destroy(rt[i]);
+	double up[SCALE_REPS_MAX], over[SCALE_REPS_MAX];
+	for (int r = 0; r < n; r++) {
+		up[r] = fib[0][r].wall_ms / fib[1][r].wall_ms;
+		over[r] = fib[2][r].cpu_ms / fib[1][r].cpu_ms;
+	}
+	printf("scaling speedup_1_to_2 %.2f\n", median(up, n));
+	printf("scaling fib_cpu_ratio_64_vs_2 %.2f\n", median(over, n));
+	/* Per executor count: which workload, which figure, its decimals. */
+	static const struct {
+		const char *name;
+		int w; /* 0 fib, 1 chain, 2 tick */
+		size_t off;
+		int prec;
+	} figs[] = {
+		{"fib_ms", 0, offsetof(struct scale_fig, wall_ms), 1},
+		{"fib_cpu_ms", 0, offsetof(struct scale_fig, cpu_ms), 1},
+		{"chain_joins_per_s", 1, offsetof(struct scale_fig, rate), 0},
+		{"chain_cpu_ms", 1, offsetof(struct scale_fig, cpu_ms), 1},
+		{"chain_joins_per_cpu_ms", 1, offsetof(struct scale_fig, per_cpu_ms), 0},
+		{"tick_timer_late_p99_us", 2, offsetof(struct scale_fig, late_p99_us), 0},
+		{"tick_cpu_ms", 2, offsetof(struct scale_fig, cpu_ms), 1},
+		{"tick_ms", 2, offsetof(struct scale_fig, wall_ms), 1},
+	};
+	struct scale_fig (*const runs[])[SCALE_REPS_MAX] = {fib, chn, tick};
+	for (int i = 0; i < NE; i++)
+		for (size_t f = 0; f < sizeof(figs) / sizeof(figs[0]); f++)
+			printf("scaling %s_exec%u %.*f\n", figs[f].name, execs[i], figs[f].prec,
+			       scale_median(runs[figs[f].w], i, n, figs[f].off));
+}
+
 /* ---- cancel: one small nursery's cancel beside N blocked fibers ---------- */
 
 /* Issue 15: every cancel made every executor walk all its requests and
@@ -1942,6 +2134,7 @@ static const struct bench {
 	 "ring ns/hop (10 000 actors, --hops 1 000 000), skynet ms (--actors 1 000 000 leaves), "
 	 "4x4 cross-executor msgs/s, us per supervised restart"},
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
+	{"scaling", bench_scaling, "fib(27), spawn-join chains and 64 1-ms tickers on 1, 2 and 64 executors: speed-up 1 -> 2, CPU ms, timer lateness p99"},
 	{"iolat", bench_iolat, "1-byte write p50/p99 us, wall and CPU time, beside 16 tasks computing 2 ms each, with and without the time bound"},
 	{"bpf-overhead", bench_bpf_overhead,
 	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},

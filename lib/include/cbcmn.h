@@ -313,7 +313,10 @@ typedef struct cbcmn_config {
 	uint32_t sqpoll_idle_ms;
 	/* How long an executor that found nothing spins, looking for work,
 	 * before it parks in its ring (a wake-up of a parked CPU costs tens of
-	 * us here).  0: 50 us; CBCMN_SPIN_NONE: park at once. */
+	 * us here).  0: 50 us; CBCMN_SPIN_NONE: park at once.  At most half
+	 * the CPUs the runtime can use (its affinity mask under the cgroup's
+	 * CPU limit; at least one) spin at a time: the other executors park
+	 * after one look and a few µs (docs/SCHEDULER.md). */
 	uint64_t spin_ns;
 	/* The stealing gate (docs/SCHEDULER.md): a thief takes from a victim
 	 * only when the time it expects to save exceeds steal_cost_ns, plus

@@ -1,0 +1,242 @@
+/* test_sched_spin: at most about half the CPUs' worth of idle executors
+ * spin looking for work, the rest park at once (issue 15), and nothing is
+ * lost for it: work that comes while no one spins runs, timers of an
+ * oversubscribed runtime fire, none early. */
+#include "helpers.h"
+
+#include "../lib/runtime.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#define SPIN_TEST(f) T_WATCHED_TEST(f)
+
+static cbcmn_runtime *mk_rt(uint32_t workers, uint64_t spin_ns)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.spin_ns = spin_ns;
+	return t_runtime_cfg(&cfg);
+}
+
+/* Executors in state st now. */
+static uint32_t in_state(cbcmn_runtime *rt, cbcmn_exec_state st)
+{
+	cbcmn_executor_stats per[CBCMN_MAX_EXECUTORS];
+	cbcmn_stats s;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &s, per, CBCMN_MAX_EXECUTORS), 0);
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < s.executors; i++)
+		n += per[i].state == (uint32_t)st;
+	return n;
+}
+
+/* Wait (at most bound_ns) until at most max executors are in state st;
+ * the last count seen. */
+static uint32_t wait_state_at_most(cbcmn_runtime *rt, cbcmn_exec_state st, uint32_t max,
+				   uint64_t bound_ns)
+{
+	uint64_t end = t_now_ns() + bound_ns;
+	uint32_t n;
+	while ((n = in_state(rt, st)) > max && t_now_ns() < end)
+		usleep(1000);
+	return n;
+}
+
+static void test_spin_max_is_half_the_usable_cpus(void **state)
+{
+	(void)state;
+	assert_int_equal(cbcmn__spin_max(64, 2, 0), 1);   /* this machine, 64 executors */
+	assert_int_equal(cbcmn__spin_max(2, 2, 0), 1);
+	assert_int_equal(cbcmn__spin_max(1, 8, 0), 1);    /* never none */
+	assert_int_equal(cbcmn__spin_max(64, 64, 0), 32);
+	assert_int_equal(cbcmn__spin_max(64, 64, 4.0), 2); /* a 4-CPU cgroup limit */
+	assert_int_equal(cbcmn__spin_max(64, 64, 0.4), 1);
+	assert_int_equal(cbcmn__spin_max(6, 16, 0), 3);   /* no more than the executors */
+}
+
+/* Before: every executor that found nothing spun for cfg.spin_ns, here
+ * 30 s: 8 threads burning 2 CPUs, 64 of them (issue 15) starving the ones
+ * with work.  Now all but spin_max park after one look. */
+static void test_regression_idle_executors_beyond_half_the_cpus_park_at_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = mk_rt(8, 30ull * 1000000000ull);
+	/* Half the CPUs of the mask, at least one: a cgroup limit makes the
+	 * runtime's own figure (rt->spin_max) lower, never higher. */
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	uint32_t max = (uint32_t)CPU_COUNT(&set) / 2 ? (uint32_t)CPU_COUNT(&set) / 2 : 1;
+	uint32_t n = wait_state_at_most(rt, CBCMN_EXEC_SEARCHING, max, T_STALL_NS / 4);
+	if (n > max)
+		fail_msg("%u of 8 idle executors still searching (spinning), at most %u may", n, max);
+	t_destroy(rt);
+}
+
+struct burst {
+	_Atomic uint64_t ran;
+};
+
+static int64_t leaf(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	atomic_fetch_add(&((struct burst *)arg)->ran, 1);
+	return 0;
+}
+
+/* k tasks fn(arg) in a nursery of their own, awaited. */
+static int64_t spawn_await(cbcmn_cx *cx, int k, cbcmn_task_fn fn, void *arg)
+{
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	for (int i = 0; i < k && !rc; i++)
+		rc = cbcmn_nursery_spawn(cx, n, fn, arg, NULL);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+/* 4 children, each spawning 16 leaves: spawns from inside tasks, on
+ * whichever executors the notifications woke. */
+static int64_t fan(cbcmn_cx *cx, void *arg)
+{
+	return spawn_await(cx, 16, leaf, arg);
+}
+
+static int64_t burst_root(cbcmn_cx *cx, void *arg)
+{
+	return spawn_await(cx, 4, fan, arg);
+}
+
+/* Work that comes from outside while every executor is parked (no one
+ * spins to find it) wakes one and runs, every round, all of it. */
+static void test_work_submitted_while_no_executor_spins_runs(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = mk_rt(8, 0);
+	struct burst b = {0};
+	int rounds = T_SCALE(20);
+	for (int i = 0; i < rounds; i++) {
+		/* Let them all park (not asserted: a loaded machine may keep
+		 * one from getting there). */
+		wait_state_at_most(rt, CBCMN_EXEC_SEARCHING, 0, 200000000ull);
+		int64_t r = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, burst_root, &b, &r), 0);
+		assert_int_equal(r, 0);
+	}
+	assert_int_equal(atomic_load(&b.ran), (uint64_t)rounds * 4 * 16);
+	t_destroy(rt);
+}
+
+/* The same bursts back to back on 16 executors whose spins end after
+ * 2 us: executors keep parking and being woken, under the cap, while
+ * spawns come from tasks on every one of them; every leaf runs. */
+static void test_bursts_with_short_spins_lose_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = mk_rt(16, 2000);
+	struct burst b = {0};
+	int rounds = T_SCALE(200);
+	for (int i = 0; i < rounds; i++) {
+		int64_t r = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, burst_root, &b, &r), 0);
+		assert_int_equal(r, 0);
+	}
+	assert_int_equal(atomic_load(&b.ran), (uint64_t)rounds * 4 * 16);
+	assert_true(atomic_load(&rt->num_spinning) <= rt->spin_max);
+	t_destroy(rt);
+}
+
+/* ---- timers on 64 executors ------------------------------------------------ */
+
+#define OV_EXECS 64
+#define OV_SLEEPERS 8
+#define OV_SLEEPS 10
+#define OV_SLEEP_NS 2000000ull
+
+struct over {
+	_Atomic bool stop;
+	_Atomic uint32_t woke, early;
+};
+
+static int64_t over_hog(cbcmn_cx *cx, void *arg)
+{
+	struct over *o = arg;
+	while (!atomic_load(&o->stop)) {
+		uint64_t end = t_now_ns() + 500000;
+		while (t_now_ns() < end)
+			;
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t over_sleeper(cbcmn_cx *cx, void *arg)
+{
+	struct over *o = arg;
+	for (int i = 0; i < OV_SLEEPS; i++) {
+		uint64_t t0 = t_now_ns();
+		int rc = cbcmn_sleep(cx, OV_SLEEP_NS);
+		if (rc)
+			return rc;
+		if (t_now_ns() - t0 < OV_SLEEP_NS)
+			atomic_fetch_add(&o->early, 1);
+		atomic_fetch_add(&o->woke, 1);
+	}
+	return 0;
+}
+
+static int64_t over_sleepers(cbcmn_cx *cx, void *arg)
+{
+	int64_t r = spawn_await(cx, OV_SLEEPERS, over_sleeper, arg);
+	atomic_store(&((struct over *)arg)->stop, true);
+	return r;
+}
+
+static int64_t over_root(cbcmn_cx *cx, void *arg)
+{
+	struct over *o = arg;
+	cbcmn_nursery *n;
+	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
+	if (rc)
+		return rc;
+	for (int i = 0; i < 4 && !rc; i++)
+		rc = cbcmn_nursery_spawn(cx, n, over_hog, o, NULL);
+	if (!rc)
+		rc = cbcmn_nursery_spawn(cx, n, over_sleepers, o, NULL);
+	if (rc)
+		atomic_store(&o->stop, true);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return rc ? rc : r;
+}
+
+/* 64 executors on this machine's CPUs, 4 tasks computing, 8 sleeping in
+ * turns: every sleep ends (the watchdog bounds the test), none early. */
+static void test_timers_fire_on_an_oversubscribed_runtime(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = mk_rt(OV_EXECS, 0);
+	struct over o = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, over_root, &o, &r), 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&o.woke), OV_SLEEPERS * OV_SLEEPS);
+	assert_int_equal(atomic_load(&o.early), 0);
+	assert_true(atomic_load(&rt->num_spinning) <= rt->spin_max);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_spin_max_is_half_the_usable_cpus),
+		SPIN_TEST(test_regression_idle_executors_beyond_half_the_cpus_park_at_once),
+		SPIN_TEST(test_work_submitted_while_no_executor_spins_runs),
+		SPIN_TEST(test_bursts_with_short_spins_lose_nothing),
+		SPIN_TEST(test_timers_fire_on_an_oversubscribed_runtime),
+	};
+	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
+}
