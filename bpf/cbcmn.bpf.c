@@ -486,6 +486,33 @@ int BPF_USDT(cbcmn_park, __u32 executor, __u32 rt)
 }
 
 SEC("usdt")
+int BPF_USDT(cbcmn_actor_migrate, __u64 ref, __u32 from, __u32 to, __u32 why, __u32 rt)
+{
+	struct cbcmn_bpf_shard *s;
+	if (in_target() && rt_ok(rt) && (s = shard(slot_of(from))))
+		ADD(s, actor_migrations, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_sup_restart, __u64 sup, __u32 child, __s64 reason, __u32 executor, __u32 rt)
+{
+	struct cbcmn_bpf_shard *s;
+	if (in_target() && rt_ok(rt) && (s = shard(slot_of(executor))))
+		ADD(s, actor_restarts, 1);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_actor_backpressure, __u64 to, int executor, int result, int waited, __u32 rt)
+{
+	struct cbcmn_bpf_shard *s;
+	if (in_target() && rt_ok(rt) && (s = shard(slot_of(executor))))
+		ADD(s, actor_backpressure, 1);
+	return 0;
+}
+
+SEC("usdt")
 int BPF_USDT(cbcmn_lock_contended, const char *name, __u64 wait_ns)
 {
 	/* The lock's name is not copied: which lock waits is for tracing;
