@@ -56,6 +56,8 @@ static const struct col {
 	F("db_lat", doorbell_lat, 0),    F("db_lat_ms", doorbell_lat_ns, 1),
 	F("db_running", doorbells_running, 0), F("db_pending", doorbells_pending, 0),
 	F("steal_lat", steal_lat, 0),    F("steal_lat_ms", steal_lat_ns, 1),
+	F("act_migr", actor_migrations, 0), F("act_restart", actor_restarts, 0),
+	F("mbox_bp", actor_backpressure, 0),
 };
 #define NCOLS (sizeof(cols) / sizeof(cols[0]))
 
