@@ -148,13 +148,20 @@ static uint64_t gauge(const _Atomic int64_t *g)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 uint64_t cbcmn_stats_hist_quantile(const uint64_t *hist, uint32_t nslots, uint32_t pct)
 {
 	if (!hist || !nslots)
 		return 0;
+	/* Sums saturate: a histogram from another process's segment may hold
+	 * anything, and a wrapped total would move the percentile. */
 	uint64_t total = 0;
 	for (uint32_t k = 0; k < nslots; k++)
-		total += hist[k];
+		total = sat_add(total, hist[k]);
 	if (!total)
 		return 0;
 	if (pct > 100)
@@ -167,7 +174,7 @@ uint64_t cbcmn_stats_hist_quantile(const uint64_t *hist, uint32_t nslots, uint32
 	uint64_t seen = 0;
 	uint32_t k = 0;
 	for (; k < nslots - 1; k++)
-		if ((seen += hist[k]) >= rank)
+		if ((seen = sat_add(seen, hist[k])) >= rank)
 			break;
 	return k >= 63 ? UINT64_MAX : (2ull << k) - 1;
 }

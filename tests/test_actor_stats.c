@@ -248,6 +248,19 @@ static void test_hist_quantile_bounds(void **state)
 	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 51), 15);
 }
 
+/* A histogram read from another process's segment may hold anything
+ * (statseg.h: the reader trusts nothing): sums that pass 2^64 must not wrap
+ * into a small total that moves the percentile up the slots. */
+static void test_hist_quantile_of_a_corrupt_histogram_does_not_wrap(void **state)
+{
+	(void)state;
+	uint64_t h[CBCMN_MAILBOX_HIST_SLOTS] = {0};
+	h[0] = 1;
+	h[1] = UINT64_MAX;
+	h[5] = 5;
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99), 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -255,6 +268,7 @@ int main(void)
 		T_WATCHED_TEST(test_mailbox_depth_hist_counts_a_known_depth),
 		T_WATCHED_TEST(test_backpressure_is_counted_where_the_sender_runs),
 		cmocka_unit_test(test_hist_quantile_bounds),
+		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};
 	return cmocka_run_group_tests_name("actor_stats", tests, NULL, NULL);
 }
