@@ -83,27 +83,33 @@ struct box {
 	int rcs[5];
 };
 
-/* Receives nothing until told, then DEPTH messages: the receives find
- * depths DEPTH, DEPTH - 1, ... 1. */
-static int64_t drainer(cbcmn_cx *cx, void *arg)
+/* Receives nothing until told, then what its mailbox holds. */
+static int64_t held(cbcmn_cx *cx, void *arg)
 {
 	struct box *b = arg;
 	while (!atomic_load(&b->go))
 		cbcmn_yield(cx);
 	cbcmn_actor_msg m;
-	for (int i = 0; i < DEPTH; i++)
-		if (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 && m.type == 1)
-			b->got++;
+	while (cbcmn_actor_receive(cx, &m, 0) == 0)
+		b->got += m.type == 1;
 	return 0;
 }
 
+/* A held actor with a mailbox of cap in a new nursery *n. */
+static void spawn_held(cbcmn_cx *cx, struct box *b, uint32_t cap, cbcmn_nursery **n)
+{
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = cap};
+	TASK_CHECK(cbcmn_actor_spawn(cx, *n, held, b, &o, &b->ref) == 0);
+}
+
+/* DEPTH messages before the actor receives: its receives find depths
+ * DEPTH, DEPTH - 1, ... 1. */
 static int64_t fill_root(cbcmn_cx *cx, void *arg)
 {
 	struct box *b = arg;
 	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_actor_opts o = {.mailbox_cap = 128};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, drainer, b, &o, &b->ref) == 0);
+	spawn_held(cx, b, 128, &n);
 	cbcmn_actor_msg m = {.type = 1};
 	for (int i = 0; i < DEPTH; i++)
 		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->ref, &m) == 0);
@@ -126,11 +132,7 @@ static void sum_hist(const cbcmn_executor_stats *per, uint32_t n, uint64_t *h)
 static void test_mailbox_depth_hist_counts_a_known_depth(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cbcmn_runtime *rt;
-	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	cbcmn_runtime *rt = t_runtime(2);
 	struct box b = {0};
 	int64_t res = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, fill_root, &b, &res), 0);
@@ -151,7 +153,7 @@ static void test_mailbox_depth_hist_counts_a_known_depth(void **state)
 	/* The 99th of 100 samples is in [64, 128). */
 	assert_int_equal(st.total.mailbox_depth_p99, 127);
 	assert_int_equal(st.total.actor_backpressure, 0);
-	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	t_destroy(rt);
 }
 
 static void *outside_sender(void *arg)
@@ -162,25 +164,11 @@ static void *outside_sender(void *arg)
 	return NULL;
 }
 
-/* Receives nothing until told, then one message. */
-static int64_t sleeper(cbcmn_cx *cx, void *arg)
-{
-	struct box *b = arg;
-	while (!atomic_load(&b->go))
-		cbcmn_yield(cx);
-	cbcmn_actor_msg m;
-	while (cbcmn_actor_receive(cx, &m, 0) == 0)
-		b->got++;
-	return 0;
-}
-
 static int64_t full_root(cbcmn_cx *cx, void *arg)
 {
 	struct box *b = arg;
 	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_actor_opts o = {.mailbox_cap = 1};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, sleeper, b, &o, &b->ref) == 0);
+	spawn_held(cx, b, 1, &n);
 	cbcmn_actor_msg m = {.type = 1};
 	b->rcs[0] = cbcmn_actor_try_send(NULL, cx, b->ref, &m);        /* room: not counted */
 	b->rcs[1] = cbcmn_actor_try_send(NULL, cx, b->ref, &m);        /* -EAGAIN */
@@ -199,11 +187,7 @@ static int64_t full_root(cbcmn_cx *cx, void *arg)
 static void test_backpressure_is_counted_where_the_sender_runs(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cbcmn_runtime *rt;
-	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	cbcmn_runtime *rt = t_runtime(2);
 	struct box b = {.rt = rt};
 	int64_t res = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, full_root, &b, &res), 0);
@@ -221,7 +205,7 @@ static void test_backpressure_is_counted_where_the_sender_runs(void **state)
 	assert_int_equal(per[0].actor_backpressure + per[1].actor_backpressure, 3);
 	assert_int_equal(st.total.actor_backpressure, 3);
 	assert_int_equal(st.ext_actor_backpressure, 1);
-	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	t_destroy(rt);
 }
 
 static void test_hist_quantile_bounds(void **state)

@@ -11,6 +11,7 @@
 
 #include "helpers.h"
 #include "bpf/bpfmon.h"
+#include "bpf_open.h"
 #include "cbcmn_actor.h"
 
 static struct bpfmon *mon;
@@ -22,23 +23,9 @@ static const char *const needed[] = {"cbcmn_actor_migrate", "cbcmn_sup_restart",
 static int setup(void **state)
 {
 	(void)state;
-	int rc = bpfmon_open(&mon, getpid(), BPFMON_NO_SCHED | BPFMON_NO_IO_URING | BPFMON_NO_FUTEX, why, sizeof(why));
-	if (rc) {
-		mon = NULL;
-		return 0; /* each test skips with why */
-	}
-	const struct bpfmon_prog *p;
-	unsigned n = bpfmon_progs(mon, &p);
-	for (unsigned i = 0; i < n; i++)
-		for (size_t k = 0; k < sizeof(needed) / sizeof(needed[0]); k++)
-			if (!strcmp(p[i].name, needed[k]) && p[i].state != BPFMON_ATTACHED) {
-				snprintf(why, sizeof(why), "%s did not attach (%s)", p[i].target,
-					 strerror(-p[i].err));
-				bpfmon_close(mon);
-				mon = NULL;
-				return 0;
-			}
-	return 0;
+	mon = t_bpfmon_self(BPFMON_NO_SCHED | BPFMON_NO_IO_URING | BPFMON_NO_FUTEX, needed,
+			    sizeof(needed) / sizeof(needed[0]), why, sizeof(why));
+	return 0; /* without it, each test skips with why */
 }
 
 static int teardown(void **state)
