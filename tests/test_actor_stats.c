@@ -80,7 +80,7 @@ struct box {
 	cbcmn_runtime *rt;
 	cbcmn_actor_ref ref;
 	int got;
-	int rcs[5];
+	int rcs[6];
 };
 
 /* Receives nothing until told, then what its mailbox holds. */
@@ -161,6 +161,7 @@ static void *outside_sender(void *arg)
 	struct box *b = arg;
 	cbcmn_actor_msg m = {.type = 1};
 	b->rcs[4] = cbcmn_actor_try_send(b->rt, NULL, b->ref, &m);
+	b->rcs[5] = cbcmn_actor_send_timeout(b->rt, NULL, b->ref, &m, 1000000); /* its own sleep */
 	return NULL;
 }
 
@@ -198,13 +199,60 @@ static void test_backpressure_is_counted_where_the_sender_runs(void **state)
 	assert_int_equal(b.rcs[2], -ETIMEDOUT);
 	assert_int_equal(b.rcs[3], -ETIMEDOUT);
 	assert_int_equal(b.rcs[4], -EAGAIN);
+	assert_int_equal(b.rcs[5], -ETIMEDOUT);
 	assert_int_equal(b.got, 1);
 	cbcmn_stats st;
 	cbcmn_executor_stats per[2];
 	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
 	assert_int_equal(per[0].actor_backpressure + per[1].actor_backpressure, 3);
 	assert_int_equal(st.total.actor_backpressure, 3);
-	assert_int_equal(st.ext_actor_backpressure, 1);
+	assert_int_equal(st.ext_actor_backpressure, 2);
+	t_destroy(rt);
+}
+
+/* Waits for room in the held actor's full mailbox until cancelled. */
+static int64_t blocked_sender(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	b->rcs[1] = cbcmn_actor_send(NULL, cx, b->ref, &m);
+	return 0;
+}
+
+static int64_t cancel_root(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_nursery *n, *senders;
+	spawn_held(cx, b, 1, &n);
+	cbcmn_actor_msg m = {.type = 1};
+	b->rcs[0] = cbcmn_actor_try_send(NULL, cx, b->ref, &m);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &senders) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, senders, blocked_sender, b, NULL) == 0);
+	/* One executor: the sender runs to its wait while we sleep. */
+	TASK_CHECK(cbcmn_sleep(cx, 2000000) == 0);
+	cbcmn_nursery_cancel(senders);
+	cbcmn_nursery_await_all(cx, senders);
+	atomic_store(&b->go, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+/* A send cancelled while it waited for room is counted once, as it ends. */
+static void test_cancelled_waiting_sender_is_counted_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct box b = {.rt = rt};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, cancel_root, &b, &res), 0);
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.rcs[0], 0);
+	assert_int_equal(b.rcs[1], CBCMN_ECANCELED);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_int_equal(st.total.actor_backpressure, 1);
+	assert_int_equal(b.got, 1);
 	t_destroy(rt);
 }
 
@@ -251,6 +299,7 @@ int main(void)
 		T_WATCHED_TEST(test_restarts_are_counted_per_executor),
 		T_WATCHED_TEST(test_mailbox_depth_hist_counts_a_known_depth),
 		T_WATCHED_TEST(test_backpressure_is_counted_where_the_sender_runs),
+		T_WATCHED_TEST(test_cancelled_waiting_sender_is_counted_once),
 		cmocka_unit_test(test_hist_quantile_bounds),
 		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};
