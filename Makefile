@@ -261,7 +261,13 @@ UNPRIV_TESTS := $(filter-out $(UNPRIV_SKIP),$(patsubst tests/%.c,%,$(wildcard te
 # The builds use every CPU (TEST_JOBS): `make test` is typed, and CI runs
 # it, without -j, and a one-job build of three flavours was a third of the
 # 20 minutes.  Each phase prints its wall time (make test's budget).
+#
+# The suites run in two lanes at once (TEST_LANES, scripts/run-tests.sh's
+# T_LANES) where there are 2 CPUs or more: the tool suites, which wait on
+# the kernel's verifier and on the tools' intervals, beside the others.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+TEST_LANES ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
+test: export T_LANES = $(TEST_LANES)
 test_make = $(MAKE) -j$(TEST_JOBS) --no-print-directory
 test: deps
 	@scripts/phase-time.sh build $(test_make) SAN= all tests
