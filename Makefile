@@ -194,8 +194,9 @@ $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
 # test_backend denies io_uring with a seccomp filter, as a container does.
 $(BUILD)/tests/test_backend: EXTRA_LDLIBS := -lseccomp
-# test_bpf runs cbcmn-stat (the one from its own build) against a child.
-$(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
+# test_bpf runs cbcmn-stat (the one from its own build) against a child,
+# test_bpfactor against itself.
+$(BUILD)/tests/test_bpf $(BUILD)/tests/test_bpfactor: | $(BUILD)/bin/cbcmn-stat
 $(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-bench
 # test_bpfscale runs cbcmn-top and cbcmn-stat against a child, and cbcmn-run --bpf.
 $(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run

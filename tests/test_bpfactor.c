@@ -12,6 +12,7 @@
 #include "helpers.h"
 #include "bpf/bpfmon.h"
 #include "bpf_open.h"
+#include "toolrun.h"
 #include "cbcmn_actor.h"
 
 static struct bpfmon *mon;
@@ -228,10 +229,109 @@ static void test_actor_counts_match_runtime(void **state)
 	t_destroy(rt);
 }
 
+/* ---- cbcmn-stat's mbox_p99 against a known depth ---------------------------- */
+
+#define DEPTH 100
+
+struct cycles {
+	pid_t stat;          /* cbcmn-stat, until it has exited */
+	int stat_status;
+	_Atomic int go;
+	long rounds;
+};
+
+/* Takes DEPTH messages each round once told: depths DEPTH, DEPTH - 1 ... 1. */
+static int64_t drainer(cbcmn_cx *cx, void *arg)
+{
+	struct cycles *c = arg;
+	for (;;) {
+		while (!atomic_load(&c->go))
+			cbcmn_yield(cx);
+		atomic_store(&c->go, 0);
+		cbcmn_actor_msg m;
+		for (int i = 0; i < DEPTH; i++)
+			if (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) || m.type == 2)
+				return 0;
+	}
+}
+
+/* Rounds of DEPTH messages into an idle mailbox until cbcmn-stat ends. */
+static int64_t cycle_root(cbcmn_cx *cx, void *arg)
+{
+	struct cycles *c = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 128};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, drainer, c, &o, &a) == 0);
+	cbcmn_actor_msg m = {.type = 1};
+	for (uint64_t end = t_now_ns() + T_STALL_NS; t_now_ns() < end; c->rounds++) {
+		if (waitpid(c->stat, &c->stat_status, WNOHANG) == c->stat)
+			break;
+		for (int i = 0; i < DEPTH; i++)
+			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
+		atomic_store(&c->go, 1);
+		/* until it took them all */
+		for (cbcmn_stats st; cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, NULL, 0) == 0 &&
+				     st.total.mailbox_depth;)
+			cbcmn_yield(cx);
+	}
+	m.type = 2;
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
+	atomic_store(&c->go, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* cbcmn-stat watching this process while one actor's receives find depths
+ * DEPTH ... 1 over and over: its mbox_p99 total is the slot of 99 of 100,
+ * [64, 128) (BPF's shards, the runtime's histogram). */
+static void test_stat_shows_the_mailbox_depth_p99(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	char path[PATH_MAX], out[] = "/tmp/cbcmn-bpfactor-XXXXXX", pid[16];
+	if (!tool_path("cbcmn-stat", path, sizeof(path)))
+		T_SKIP("cbcmn-stat is not built beside this suite (make tools)");
+	int fd = mkstemp(out);
+	assert_true(fd >= 0);
+	unlink(out);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, fd, 1);
+	char *argv[] = {path, "-p", pid, "-i", "0.5", "-c", "1", "--json", NULL};
+	struct cycles c = {.stat_status = -1};
+	assert_int_equal(posix_spawn(&c.stat, path, &fa, NULL, argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	cbcmn_runtime *rt = t_runtime(2);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, cycle_root, &c, &res), 0);
+	t_destroy(rt);
+	if (c.stat_status == -1) { /* the deadline came first */
+		kill(c.stat, SIGKILL);
+		waitpid(c.stat, NULL, 0);
+		fail_msg("cbcmn-stat did not end in time");
+	}
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	size_t len;
+	char *json = slurp_fd(fd, &len);
+	close(fd);
+	printf("%ld rounds; cbcmn-stat status %d\n", c.rounds, c.stat_status);
+	assert_true(WIFEXITED(c.stat_status) && WEXITSTATUS(c.stat_status) == 0);
+	const char *tot = strstr(json, "\"total\":{");
+	assert_non_null(tot);
+	if (!strstr(tot, "\"mbox_p99\":127"))
+		fail_msg("total's mbox_p99 is not 127: %.200s", strstr(tot, "mbox_p99"));
+	free(json);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_actor_counts_match_runtime),
+		T_WATCHED_TEST(test_stat_shows_the_mailbox_depth_p99),
 	};
 	return cmocka_run_group_tests_name("bpfactor", tests, setup, teardown);
 }
