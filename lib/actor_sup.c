@@ -70,7 +70,7 @@ struct sup {
 	uint64_t *stamps;            /* the last max_restarts restart times, a ring */
 	uint32_t stamp_head;
 	uint64_t nrestarts;          /* this supervisor's own restarts */
-	uint32_t rr;                 /* round robin among a NUMA node's executors */
+	uint32_t rr[3];              /* round robins: a NUMA node's executors, big, little */
 	bool cancelled;              /* we cancelled n: no child can start any more */
 	int64_t result;
 	/* Added to by nested supervisors as they end (relaxed: read by this
@@ -98,24 +98,39 @@ static void tmpl_free(struct tmpl *t)
 	free(t);
 }
 
-/* The shard of the k-th executor of NUMA node (an unpinned executor counts
- * as node 0), counting round; -1: none there.  The program's executors
- * only: the spare (monitor.c), the last slot, takes no pinned task. */
-static int node_exec(const struct cbcmn_runtime *rt, int32_t node, uint32_t k)
+/* Executor e as a child's placement sees it: an unpinned executor counts
+ * as NUMA node 0 and as a big core (kind 0: "performance, or the only
+ * kind", cbcmn_topo.h). */
+static bool serves(const struct cbcmn__exec *e, uint32_t placement, int32_t node)
+{
+	int32_t kind = e->kind < 0 ? 0 : e->kind;
+	switch (placement) {
+	case CBCMN_SUP_PLACE_NODE:
+		return (e->node < 0 ? 0 : e->node) == node;
+	case CBCMN_SUP_PLACE_BIG:
+		return kind == 0;
+	default: /* CBCMN_SUP_PLACE_LITTLE */
+		return kind == 1;
+	}
+}
+
+/* The shard of the k-th executor serving (placement, node), counting
+ * round; -1: none.  The program's executors only: the spare (monitor.c),
+ * the last slot, takes no pinned task.  Big and little: -1 also where the
+ * executors are all of one kind (one kind of core, an unpinned runtime,
+ * executors pinned to one kind only): there is nothing to choose, and a
+ * pinned child would lose migration for nothing (docs/ACTORS.md). */
+static int place_exec(const struct cbcmn_runtime *rt, uint32_t placement, int32_t node, uint32_t k)
 {
 	uint32_t m = 0, n = cbcmn__nworkers(rt);
-	for (uint32_t i = 0; i < n; i++) {
-		int32_t en = rt->exec[i]->node < 0 ? 0 : rt->exec[i]->node;
-		m += en == node;
-	}
-	if (m == 0)
+	for (uint32_t i = 0; i < n; i++)
+		m += serves(rt->exec[i], placement, node);
+	if (m == 0 || (placement != CBCMN_SUP_PLACE_NODE && m == n))
 		return -1;
 	k %= m;
-	for (uint32_t i = 0; i < n; i++) {
-		int32_t en = rt->exec[i]->node < 0 ? 0 : rt->exec[i]->node;
-		if (en == node && k-- == 0)
+	for (uint32_t i = 0; i < n; i++)
+		if (serves(rt->exec[i], placement, node) && k-- == 0)
 			return (int)i;
-	}
 	return -1;
 }
 
@@ -123,12 +138,14 @@ static int child_check(const struct cbcmn_runtime *rt, const cbcmn_sup_child *c,
 		       uint32_t nchildren)
 {
 	if (!c->fn == !c->sup || c->restart > CBCMN_SUP_TEMPORARY ||
-	    (c->placement > CBCMN_PLACE_STEALABLE && c->placement != CBCMN_SUP_PLACE_NODE) ||
+	    (c->placement > CBCMN_PLACE_STEALABLE && c->placement != CBCMN_SUP_PLACE_NODE &&
+	     c->placement != CBCMN_SUP_PLACE_BIG && c->placement != CBCMN_SUP_PLACE_LITTLE) ||
 	    c->mailbox_cap > CBCMN_ACTOR_MAILBOX_MAX ||
 	    (c->ndeps && !c->deps) || c->ndeps > nchildren ||
 	    ((c->placement == CBCMN_PLACE_PINNED || c->placement == CBCMN_PLACE_STEALABLE_ON) &&
 	     c->shard >= cbcmn__nworkers(rt)) ||
-	    (c->placement == CBCMN_SUP_PLACE_NODE && (c->node < 0 || node_exec(rt, c->node, 0) < 0)))
+	    (c->placement == CBCMN_SUP_PLACE_NODE &&
+	     (c->node < 0 || place_exec(rt, CBCMN_SUP_PLACE_NODE, c->node, 0) < 0)))
 		return -EINVAL;
 	for (uint32_t d = 0; d < c->ndeps; d++)
 		if (c->deps[d] >= nchildren || c->deps[d] == i)
@@ -300,9 +317,13 @@ static int start_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
 		.caps = c->caps,
 		.drop = c->drop,
 	};
-	if (c->placement == CBCMN_SUP_PLACE_NODE) {
-		o.placement = CBCMN_PLACE_PINNED;
-		o.shard = (uint32_t)node_exec(self->rt, c->node, s->rr++);
+	if (c->placement >= CBCMN_SUP_PLACE_NODE) {
+		/* Pinned to the next executor of its kind or node in turn; no
+		 * choice to make (big, little): the default placement. */
+		int x = place_exec(self->rt, c->placement, c->node,
+				   s->rr[c->placement - CBCMN_SUP_PLACE_NODE]++);
+		o.placement = x < 0 ? CBCMN_PLACE_LOCAL : CBCMN_PLACE_PINNED;
+		o.shard = x < 0 ? 0 : (uint32_t)x;
 	}
 	cbcmn_actor_fn fn = c->fn;
 	void *state = c->state;

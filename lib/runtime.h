@@ -318,6 +318,9 @@ struct cbcmn__exec {
 	 * figures any executor reads without a lock (seed 003), state. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__seg_exec *ss;
 	int32_t cpu, node;                /* where it is pinned (-1: not), fixed */
+	/* Its CPU's core kind (cbcmn_cpu_info.kind: 0 performance or the only
+	 * kind, 1 efficiency); -1: not pinned.  Fixed (actor_sup.c reads it). */
+	int32_t kind;
 	/* What the snapshot reads: waits, nurseries, obligations (diag.h). */
 	struct cbcmn__diag diag;
 

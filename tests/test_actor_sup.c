@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "cbcmn_actor.h"
+#include "cbcmn_topo.h"
+#include "runtime.h"
 
 enum { M_CRASH = 1, M_PANIC, M_SPEND, M_DIE, M_HOLD, M_PING };
 enum { EV_START = 1, EV_STOP = 2 };
@@ -317,6 +319,11 @@ static int64_t bad_specs(cbcmn_cx *cx, void *arg)
 	c[1].node = 4000;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
 	c[1].node = -1;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	/* A placement past the little cores'; between the tasks' and the node's. */
+	c[1].placement = CBCMN_SUP_PLACE_LITTLE + 1;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[1].placement = CBCMN_PLACE_STEALABLE + 1;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
 	c[1].placement = CBCMN_PLACE_LOCAL;
 	/* A shard the runtime does not have: refused now, not at the spawn. */
@@ -924,10 +931,14 @@ static void test_sup_recharge_without_the_spent_component_ends_the_child_not_a_s
 /* ---- placement on a NUMA node ------------------------------------------------- */
 
 static _Atomic int on_exec[2];
+static _Atomic int kid_exec[NK];   /* where child i first ran */
+static _Atomic bool kid_pinned[NK]; /* and whether it was pinned */
 
 static int64_t where(cbcmn_cx *cx, void *arg)
 {
-	(void)arg;
+	struct kid *k = arg;
+	atomic_store(&kid_exec[k->idx], cbcmn_cx_executor(cx));
+	atomic_store(&kid_pinned[k->idx], (((struct cbcmn_task *)cx)->flags & CBCMN__TF_PINNED) != 0);
 	atomic_fetch_add(&on_exec[cbcmn_cx_executor(cx) & 1], 1);
 	cbcmn_actor_msg m;
 	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
@@ -968,6 +979,116 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 	assert_int_equal(w.scen_rc, 0);
 	assert_int_equal(atomic_load(&on_exec[0]), 2);
 	assert_int_equal(atomic_load(&on_exec[1]), 2);
+}
+
+/* ---- placement on big and little cores ------------------------------------------- */
+
+#define FIXTURES "tests/fixtures/sysfs"
+
+/* kinds[0, n): the core kinds of the CPUs a runtime's n executors would be
+ * pinned to on a recorded hybrid machine (an i9-12900K-like part: CPUs
+ * 0-15 performance threads, 16-23 efficiency cores), with cpus: list. */
+static void hybrid_kinds(const int *cpus, uint32_t n, int32_t *kinds)
+{
+	cbcmn_topo *t;
+	char err[256];
+	int rc = cbcmn_topo_load(FIXTURES "/hybrid", &t, err, sizeof(err));
+	if (rc)
+		fail_msg("loading the hybrid fixture: %s", err);
+	int out[8];
+	assert_int_equal(cbcmn_place(t, CBCMN_POLICY_CPUS, n, 0, cpus, n, -1, out, NULL, err,
+				     sizeof(err)), 0);
+	for (uint32_t i = 0; i < n; i++)
+		kinds[i] = cbcmn_topo_find(t, out[i])->kind;
+	cbcmn_topo_free(t);
+}
+
+/* Child i's placement pl; the tree run on a runtime of n executors whose
+ * core kinds are kinds (NULL: as the runtime found them). */
+static void run_placed(struct world *w, cbcmn_sup_child *c, const uint32_t *pl, uint32_t nkids,
+		       uint32_t n, const int32_t *kinds)
+{
+	world_init(w, nkids);
+	for (uint32_t i = 0; i < nkids; i++) {
+		child(&c[i], w, (int)i);
+		c[i].fn = where;
+		c[i].placement = pl[i];
+		atomic_store(&kid_exec[i], -1);
+	}
+	w->spec.children = c;
+	w->scenario = wait_all_ran;
+	atomic_store(&on_exec[0], 0);
+	atomic_store(&on_exec[1], 0);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = cfg.min_workers = n;
+	cfg.policy = kinds ? CBCMN_PIN_NONE : CBCMN_PIN_AUTO;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	/* The recorded machine's kinds, as place_executors() would have set
+	 * them there (this one cannot pin to its CPUs); before the tree's
+	 * first task, which the run publishes. */
+	for (uint32_t i = 0; kinds && i < n; i++)
+		rt->exec[i]->kind = kinds[i];
+	t_run(rt, tree_main, w, 0);
+	t_destroy(rt);
+	assert_int_equal(w->await_rc, 0);
+	assert_int_equal(w->scen_rc, 0);
+}
+
+static void test_big_and_little_children_are_pinned_to_their_kind_in_turn(void **state)
+{
+	(void)state;
+	/* Two performance threads and two efficiency cores, interleaved. */
+	const int cpus[4] = {0, 16, 2, 17};
+	int32_t kinds[4];
+	hybrid_kinds(cpus, 4, kinds);
+	assert_int_equal(kinds[0], 0);
+	assert_int_equal(kinds[1], 1);
+	assert_int_equal(kinds[2], 0);
+	assert_int_equal(kinds[3], 1);
+	const uint32_t B = CBCMN_SUP_PLACE_BIG, L = CBCMN_SUP_PLACE_LITTLE;
+	const uint32_t pl[6] = {B, L, B, L, B, L};
+	const int want[6] = {0, 1, 2, 3, 0, 1}; /* each kind's executors in turn */
+	struct world w;
+	cbcmn_sup_child c[6];
+	run_placed(&w, c, pl, 6, 4, kinds);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(atomic_load(&kid_exec[i]), want[i]);
+		assert_true(atomic_load(&kid_pinned[i]));
+	}
+}
+
+/* Executors all of one kind: on E-cores only (the recorded machine), on
+ * this machine as it pins them, unpinned.  Nothing to choose: children
+ * placed big or little are placed as by default (they may migrate), and
+ * every one runs. */
+static void test_big_and_little_on_one_kind_fall_back_to_the_default(void **state)
+{
+	(void)state;
+	const int ecores[2] = {16, 17};
+	int32_t kinds[2], unpinned[2] = {-1, -1};
+	hybrid_kinds(ecores, 2, kinds);
+	assert_int_equal(kinds[0], 1);
+	assert_int_equal(kinds[1], 1);
+	const uint32_t pl[4] = {CBCMN_SUP_PLACE_BIG, CBCMN_SUP_PLACE_LITTLE, CBCMN_SUP_PLACE_BIG,
+				CBCMN_SUP_PLACE_LITTLE};
+	const int32_t *cases[3] = {kinds, NULL, unpinned};
+	for (int k = 0; k < 3; k++) {
+		struct world w;
+		cbcmn_sup_child c[4];
+		bool hybrid = false;
+		if (!cases[k]) { /* this machine: skip its check if it is hybrid */
+			cbcmn_topo *t;
+			if (cbcmn_topo_load("/sys", &t, NULL, 0) == 0) {
+				for (int i = 0; i < cbcmn_topo_ncpus(t); i++)
+					hybrid |= cbcmn_topo_cpu(t, i)->kind != 0;
+				cbcmn_topo_free(t);
+			}
+		}
+		run_placed(&w, c, pl, 4, 2, cases[k]);
+		for (int i = 0; i < 4 && !hybrid; i++)
+			assert_false(atomic_load(&kid_pinned[i]));
+	}
 }
 
 /* A static runtime keeps one executor slot more than it was asked for,
@@ -1025,6 +1146,8 @@ int main(int argc, char **argv)
 		T(test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin),
 		T(test_children_on_a_node_are_pinned_in_turn),
 		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),
+		T(test_big_and_little_children_are_pinned_to_their_kind_in_turn),
+		T(test_big_and_little_on_one_kind_fall_back_to_the_default),
 	};
 #undef T
 	if (argc > 1)

@@ -339,9 +339,11 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * abnormally stops it (and so its tree), as for any actor.  Link children
  * with each other, not with their supervisor.
  *
- * Placement of a child: as for any actor (placement, shard), or on a NUMA
+ * Placement of a child: as for any actor (placement, shard), on a NUMA
  * node (node >= 0: one of the executors of that node, in turn, pinned;
- * an unpinned runtime's executors are all node 0).
+ * an unpinned runtime's executors are all node 0), or on a big or a little
+ * core (CBCMN_SUP_PLACE_BIG, _LITTLE: in turn, pinned, where the
+ * executors span both kinds; else as by default).
  *
  * Each start of a child is a spawn charged to the supervisor's budget
  * (an op, a spawn, the stack's memory until the child ends), and the
@@ -365,6 +367,14 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * executors of NUMA node `node`, in turn (an unpinned runtime's executors
  * are all node 0). */
 #define CBCMN_SUP_PLACE_NODE 16u
+/* Pinned to one of the executors on big (performance) cores, in turn, or
+ * on little (efficiency) cores: the core kinds of cbcmn_cpu_info.kind.
+ * Where the program's executors are all of one kind (a machine with one
+ * kind of core, an unpinned runtime, executors pinned to one kind only)
+ * there is no choice to make: the child is placed as by default
+ * (CBCMN_PLACE_LOCAL: it may migrate). */
+#define CBCMN_SUP_PLACE_BIG 17u
+#define CBCMN_SUP_PLACE_LITTLE 18u
 
 #define CBCMN_SUP_MAX_CHILDREN 1024u
 /* The children of a whole tree, nested supervisors' included, at most
@@ -390,7 +400,8 @@ typedef struct cbcmn_sup_child {
 	const uint32_t *deps;
 	uint32_t ndeps;
 	uint32_t restart;       /* CBCMN_SUP_PERMANENT, _TRANSIENT, _TEMPORARY */
-	uint32_t placement;     /* CBCMN_PLACE_*, as in cbcmn_actor_opts, or CBCMN_SUP_PLACE_NODE */
+	uint32_t placement;     /* CBCMN_PLACE_*, as in cbcmn_actor_opts, or CBCMN_SUP_PLACE_NODE,
+				 * _BIG, _LITTLE */
 	uint32_t shard;         /* with CBCMN_PLACE_PINNED, _STEALABLE_ON */
 	int32_t node;           /* with CBCMN_SUP_PLACE_NODE: the NUMA node; else unused */
 	uint32_t mailbox_cap;   /* 0: CBCMN_ACTOR_MAILBOX_DEFAULT */
