@@ -71,6 +71,10 @@ struct sup {
 	uint32_t stamp_head;
 	uint64_t nrestarts;          /* this supervisor's own restarts */
 	uint32_t rr[3];              /* round robins: a NUMA node's executors, big, little */
+	/* The program's drop for messages left in the supervisor's mailbox,
+	 * and the state it gets (NULL, or a nested one's child state). */
+	void (*drop)(void *state, const cbcmn_actor_msg *m);
+	void *drop_state;
 	bool cancelled;              /* we cancelled n: no child can start any more */
 	int64_t result;
 	/* Added to by nested supervisors as they end (relaxed: read by this
@@ -303,6 +307,16 @@ static void sup_fini(void *arg)
 	free(s);
 }
 
+/* The supervisor's drop (actor.c, at its halt, before sup_fini()): the
+ * program's, with the program's state, for the program's messages only.
+ * Its actor state is s, which the program never saw. */
+static void sup_drop(void *arg, const cbcmn_actor_msg *m)
+{
+	struct sup *s = arg;
+	if (s->drop && m->type != SUP_POKE)
+		s->drop(s->drop_state, m);
+}
+
 /* ---- children ------------------------------------------------------------------ */
 
 static int start_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
@@ -329,8 +343,12 @@ static int start_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
 	void *state = c->state;
 	struct cbcmn__spawn_x x = {.contained = true, .mon = &s->ch[i].mon};
 	if (!fn) {
-		if (!(state = sup_new(s->tm->nested[i], s)))
+		struct sup *ns = sup_new(s->tm->nested[i], s);
+		if (!(state = ns))
 			return -ENOMEM;
+		ns->drop = c->drop;
+		ns->drop_state = c->state;
+		o.drop = sup_drop;
 		fn = sup_main;
 		x.fini = sup_fini;
 	}
@@ -682,8 +700,11 @@ int cbcmn_sup_start(cbcmn_cx *cx, cbcmn_nursery *n, const cbcmn_sup_spec *spec,
 		return -ENOMEM;
 	}
 	s->owned = t;
+	cbcmn_actor_opts o = opts ? *opts : (cbcmn_actor_opts){0};
+	s->drop = o.drop;
+	o.drop = sup_drop;
 	struct cbcmn__spawn_x x = {.fini = sup_fini};
-	return cbcmn__actor_spawn_x(cx, n, sup_main, s, opts, &x, out);
+	return cbcmn__actor_spawn_x(cx, n, sup_main, s, &o, &x, out);
 }
 
 int cbcmn_sup_child_ref(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref sup, uint32_t index,

@@ -408,6 +408,49 @@ static void test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval(vo
 	t_destroy(rt);
 }
 
+/* A supervisor's own drop option (its opts.drop) was called with the
+ * supervisor's internal state, a pointer the program never gave and must
+ * not touch; and the runtime's own pokes in its mailbox would reach it. */
+static _Atomic int sup_drops, sup_drops_bad;
+
+static void sup_drop(void *st, const cbcmn_actor_msg *m)
+{
+	atomic_fetch_add(&sup_drops, 1);
+	if (st != NULL || m->type != 7)
+		atomic_fetch_add(&sup_drops_bad, 1);
+}
+
+static int64_t sup_drop_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = noop, .node = -1, .restart = CBCMN_SUP_TEMPORARY};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_opts o = {.drop = sup_drop};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &o, &r) == 0);
+	/* One executor, no yield: it has not run, and never will (stopped). */
+	cbcmn_actor_msg m = {.type = 7};
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, r, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_sup_drop_gets_the_programs_state_not_the_supervisors(void **state)
+{
+	(void)state;
+	atomic_store(&sup_drops, 0);
+	atomic_store(&sup_drops_bad, 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, sup_drop_main, NULL, 0);
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&sup_drops), 2);
+	assert_int_equal(atomic_load(&sup_drops_bad), 0);
+}
+
 /* A start the actor spawn itself refuses (a bad option, before any actor
  * exists) must still free the supervisor's copy of the spec (ASan's leak
  * check sees it). */
@@ -1126,6 +1169,7 @@ int main(int argc, char **argv)
 		T(test_bad_specs_are_einval),
 		T(test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval),
 		T(test_start_refused_by_the_spawn_leaks_nothing),
+		T(test_sup_drop_gets_the_programs_state_not_the_supervisors),
 		T(test_child_returning_an_error_is_restarted_alone),
 		T(test_child_stack_overflow_is_restarted),
 		T(test_child_out_of_budget_is_ended_and_restarted),

@@ -407,6 +407,8 @@ typedef struct cbcmn_sup_child {
 	uint32_t mailbox_cap;   /* 0: CBCMN_ACTOR_MAILBOX_DEFAULT */
 	const cbcmn_budget *budget; /* NULL: the config's child_budget */
 	const cbcmn_caps *caps;     /* NULL: the supervisor's */
+	/* As cbcmn_actor_opts.drop, called with state (a nested supervisor's
+	 * too: its state is used for nothing else). */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 } cbcmn_sup_child;
 
@@ -443,6 +445,10 @@ typedef struct cbcmn_sup_spec {
  * copied first: -EINVAL for a bad field, a dependency out of range or on
  * itself, a cycle in the dependencies (of this spec or a nested one), or
  * a tree of more than CBCMN_SUP_MAX_TREE children.
+ * opts->drop gets the messages left in the supervisor's mailbox at its
+ * halt (those the program sent it) with a NULL state: a supervisor has no
+ * state of the program's.  A nested supervisor's drop (its
+ * cbcmn_sup_child.drop) gets that child's state.
  * Returns 0, -EINVAL, -ENOMEM, or what cbcmn_actor_spawn() returns.  A
  * child that cannot be spawned when the supervisor starts it halts the
  * supervisor with that error, after stopping the children started. */
