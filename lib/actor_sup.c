@@ -76,6 +76,7 @@ struct sup {
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 	void *drop_state;
 	bool cancelled;              /* we cancelled n: no child can start any more */
+	bool joined;                 /* n's await_all is over: n is freed */
 	int64_t result;
 	/* Added to by nested supervisors as they end (relaxed: read by this
 	 * supervisor only after their DOWN, which their halt delivers later
@@ -425,6 +426,26 @@ static void stop_seen(struct cbcmn__actor *me)
 	cbcmn__mutex_unlock(&me->lock);
 }
 
+/* Our own task is cancelled (its nursery, not a stop): each of our waits
+ * returns at once, so the polls below spun (a sleep of no time never left
+ * the executor: a task pinned beside us starved until the children ended).
+ * Wait for them all in n's await_all instead, which a cancellation does not
+ * cut short, after cancelling n (it is already, being nested in ours: this
+ * makes it so whatever cancelled us).  Each child's DOWN is delivered
+ * before its nursery hears of its end (actor.c), so all are queued when it
+ * returns.  n is freed then: joined says so. */
+static void join_children(cbcmn_cx *cx, struct sup *s)
+{
+	cbcmn_nursery_cancel(s->n);
+	s->cancelled = true;
+	cbcmn_nursery_await_all(cx, s->n);
+	s->joined = true;
+	struct cbcmn__actor *me = cbcmn__actor_of((struct cbcmn_task *)cx);
+	cbcmn_actor_msg m;
+	while (cbcmn__mb_take_down(me, &m))
+		on_down(s, &m);
+}
+
 /* Wait until child i's DOWN is taken, or, past deadline, cancel every
  * child (s->cancelled).  Receives while it can (the supervisor is neither
  * stopped nor cancelled), else polls its DOWN queue between yields, then
@@ -435,7 +456,7 @@ static void wait_down(cbcmn_cx *cx, struct sup *s, uint32_t i, uint64_t deadline
 	struct cbcmn__actor *me = cbcmn__actor_of((struct cbcmn_task *)cx);
 	bool can_receive = true;
 	uint32_t polls = 0;
-	while (s->ch[i].up) {
+	while (s->ch[i].up && !s->joined) {
 		settle_exhausted(cx, s);
 		uint64_t now = cbcmn_now(rt);
 		if (!s->cancelled && now >= deadline) {
@@ -455,6 +476,8 @@ static void wait_down(cbcmn_cx *cx, struct sup *s, uint32_t i, uint64_t deadline
 				stop_seen(me);
 		} else if (cbcmn__mb_take_down(me, &m)) {
 			on_down(s, &m);
+		} else if (cbcmn_cx_cancelled(cx)) {
+			join_children(cx, s);
 		} else if (++polls < 64) {
 			cbcmn_yield(cx);
 		} else {
@@ -647,7 +670,8 @@ static int64_t sup_main(cbcmn_cx *cx, void *arg)
 	stop_all(cx, s);
 	/* Every child has halted; what the await says is only our own
 	 * cancellation, already in result. */
-	cbcmn_nursery_await_all(cx, s->n);
+	if (!s->joined)
+		cbcmn_nursery_await_all(cx, s->n);
 out:
 	s->result = result;
 	if (s->parent) {

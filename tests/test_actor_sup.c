@@ -451,6 +451,79 @@ static void test_sup_drop_gets_the_programs_state_not_the_supervisors(void **sta
 	assert_int_equal(atomic_load(&sup_drops_bad), 0);
 }
 
+/* A cancelled supervisor (its nursery cancelled, not stopped) waited for
+ * its children's DOWNs by polling: every wait of a cancelled task returns
+ * at once, so it yielded (and slept no time) round and round on its
+ * executor until they ended.  Here its child computes for 200 ms without a
+ * checkpoint on executor 1 while the supervisor, pinned to executor 0,
+ * waits: executor 0 must not be picking it again and again, nor be
+ * monopolised by it (its sleeps of no time never let the task pinned
+ * beside it run: the child was never released, after 3 s). */
+static _Atomic int spin_started, spin_go, spin_released;
+static _Atomic uint64_t spin_picks; /* executor 0's picks while the child computed */
+
+static uint64_t exec0_picks(cbcmn_runtime *rt)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	cbcmn_stats_snapshot(rt, &st, per, 2);
+	return per[0].local_hits + per[0].inject_hits;
+}
+
+static int64_t spin_child(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	atomic_store(&spin_started, 1);
+	/* No runtime call from here on: the cancellation cannot end it. */
+	uint64_t t0 = t_now_ns();
+	while (!atomic_load(&spin_go) && t_now_ns() - t0 < 3000000000ull)
+		;
+	atomic_store(&spin_released, atomic_load(&spin_go));
+	uint64_t p0 = exec0_picks(rt);
+	t0 = t_now_ns();
+	while (t_now_ns() - t0 < 200000000ull)
+		;
+	atomic_store(&spin_picks, exec0_picks(rt) - p0);
+	return 0;
+}
+
+static int64_t cancelled_sup_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = spin_child, .node = -1, .placement = CBCMN_PLACE_PINNED,
+			     .shard = 1, .restart = CBCMN_SUP_TEMPORARY};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &o, &r) == 0);
+	for (int i = 0; i < 20000 && !atomic_load(&spin_started); i++)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(atomic_load(&spin_started));
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	/* Let the supervisor see it and begin its wait, then time it. */
+	cbcmn_sleep(cx, 20000000);
+	atomic_store(&spin_go, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_cancelled_supervisor_waits_for_its_children_without_polling(void **state)
+{
+	(void)state;
+	atomic_store(&spin_started, 0);
+	atomic_store(&spin_go, 0);
+	atomic_store(&spin_released, 0);
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run_pinned(rt, 0, cancelled_sup_main, NULL);
+	t_destroy(rt);
+	assert_true(atomic_load(&spin_released));
+	/* Polling by yields: thousands.  Waiting: none, or a stray wake. */
+	assert_in_range(atomic_load(&spin_picks), 0, 20);
+}
+
 /* A start the actor spawn itself refuses (a bad option, before any actor
  * exists) must still free the supervisor's copy of the spec (ASan's leak
  * check sees it). */
@@ -1169,6 +1242,7 @@ int main(int argc, char **argv)
 		T(test_bad_specs_are_einval),
 		T(test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval),
 		T(test_start_refused_by_the_spawn_leaks_nothing),
+		T(test_cancelled_supervisor_waits_for_its_children_without_polling),
 		T(test_sup_drop_gets_the_programs_state_not_the_supervisors),
 		T(test_child_returning_an_error_is_restarted_alone),
 		T(test_child_stack_overflow_is_restarted),
