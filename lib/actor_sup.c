@@ -158,35 +158,82 @@ static int child_check(const struct cbcmn_runtime *rt, const cbcmn_sup_child *c,
 	return 0;
 }
 
-/* Startup order: repeatedly the first child whose dependencies are all
- * placed; none while some are left: a cycle. */
+/* A min-heap of child indices (the ready children, lowest index first). */
+static void heap_push(uint32_t *h, uint32_t *len, uint32_t v)
+{
+	uint32_t i = (*len)++;
+	for (; i > 0 && h[(i - 1) / 2] > v; i = (i - 1) / 2)
+		h[i] = h[(i - 1) / 2];
+	h[i] = v;
+}
+
+static uint32_t heap_pop(uint32_t *h, uint32_t *len)
+{
+	uint32_t top = h[0], v = h[--*len], i = 0;
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= *len)
+			break;
+		if (c + 1 < *len && h[c + 1] < h[c])
+			c++;
+		if (h[c] >= v)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	h[i] = v;
+	return top;
+}
+
+/* Startup order: repeatedly the lowest-indexed child whose dependencies
+ * are all placed; none while some are left: a cycle.  Kahn's algorithm:
+ * each child counts its dependencies not placed yet, and placing one
+ * counts down its dependents' (found through an index of dependents, the
+ * edges reversed), so the cost is O(edges + children log children).  The
+ * first version rescanned every child for each place: 0.47 s for 1024
+ * children of 1024 dependencies each, at every cbcmn_sup_start(). */
 static int tmpl_order(struct tmpl *t)
 {
-	uint32_t n = t->spec.nchildren;
-	bool *placed = calloc(n, sizeof(*placed));
-	if (!placed)
-		return -ENOMEM;
-	int rc = 0;
-	for (uint32_t k = 0; k < n && !rc; k++) {
-		uint32_t pick = n;
-		for (uint32_t i = 0; i < n && pick == n; i++) {
-			if (placed[i])
-				continue;
-			bool ready = true;
-			for (uint32_t d = 0; d < t->kids[i].ndeps && ready; d++)
-				ready = placed[t->kids[i].deps[d]];
-			if (ready)
-				pick = i;
-		}
-		if (pick == n) {
-			rc = -EINVAL; /* a cycle */
-			break;
-		}
-		placed[pick] = true;
-		t->order[k] = pick;
-		t->rank[pick] = k;
+	uint32_t n = t->spec.nchildren, ne = 0;
+	for (uint32_t i = 0; i < n; i++)
+		ne += t->kids[i].ndeps;
+	uint32_t *left = malloc(n * sizeof(*left));
+	uint32_t *pos = calloc(n + 1, sizeof(*pos)); /* dependents of x: dep[pos[x], pos[x+1]) */
+	uint32_t *dep = malloc((ne + 1) * sizeof(*dep));
+	uint32_t *heap = malloc(n * sizeof(*heap));
+	int rc = -ENOMEM;
+	if (!left || !pos || !dep || !heap)
+		goto out;
+	for (uint32_t i = 0; i < n; i++) {
+		left[i] = t->kids[i].ndeps;
+		for (uint32_t d = 0; d < t->kids[i].ndeps; d++)
+			pos[t->kids[i].deps[d]]++;
 	}
-	free(placed);
+	for (uint32_t x = 1; x < n; x++)
+		pos[x] += pos[x - 1]; /* the end of x's dependents */
+	pos[n] = ne;
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t d = 0; d < t->kids[i].ndeps; d++)
+			dep[--pos[t->kids[i].deps[d]]] = i; /* pos[x] ends at x's start */
+	uint32_t len = 0, k = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (left[i] == 0)
+			heap_push(heap, &len, i);
+	while (len) {
+		uint32_t pick = heap_pop(heap, &len);
+		t->order[k] = pick;
+		t->rank[pick] = k++;
+		/* A dependency named twice counts twice: as in left. */
+		for (uint32_t e = pos[pick]; e < pos[pick + 1]; e++)
+			if (--left[dep[e]] == 0)
+				heap_push(heap, &len, dep[e]);
+	}
+	rc = k == n ? 0 : -EINVAL; /* the rest wait on each other: a cycle */
+out:
+	free(left);
+	free(pos);
+	free(dep);
+	free(heap);
 	return rc;
 }
 
