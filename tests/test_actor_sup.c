@@ -1047,6 +1047,46 @@ static void test_cluster_supervisor_recharges_an_exhausted_child(void **state)
 	assert_int_equal(w.report.restarts, 0);
 }
 
+/* An actor's spawn with the default budget, under :service and :cluster,
+ * took min(the child default, all the spawner has): a supervisor given
+ * only a spawn count (its ops the child default, 2^20) handed its whole
+ * ops budget to its first child, then waited for budget, silently, at its
+ * next spawn or receive: the second child never started and no crash was
+ * ever handled.  Now the spawner keeps at least half. */
+static int64_t both_started_one_restarted(cbcmn_cx *cx, struct world *w)
+{
+	for (int i = 0; i < 300; i++) {
+		if (atomic_load(&w->kid[0].starts) >= 2 && atomic_load(&w->kid[1].starts) >= 1)
+			return 0;
+		cbcmn_sleep(cx, 10000000);
+	}
+	return -ETIMEDOUT;
+}
+
+static void test_sup_given_only_a_spawn_count_keeps_budget_for_itself(void **state)
+{
+	(void)state;
+	cbcmn_profile profiles[2] = {CBCMN_PROFILE_SERVICE, CBCMN_PROFILE_CLUSTER};
+	for (int p = 0; p < 2; p++) {
+		struct world w;
+		world_init(&w, 2);
+		cbcmn_sup_child c[2];
+		child(&c[0], &w, 0);
+		child(&c[1], &w, 1);
+		w.kid[0].crash_at_start = -5; /* its first start only */
+		atomic_store(&w.kid[0].last_crash_starts, 2);
+		w.spec.children = c;
+		w.spec.report = &w.report;
+		w.scenario = both_started_one_restarted;
+		cbcmn_budget sb = {.spawn_count = 16};
+		cbcmn_actor_opts so = {.budget = &sb};
+		w.sup_opts = &so;
+		run_world(2, profiles[p], &w);
+		assert_int_equal(w.scen_rc, 0);
+		assert_int_equal(w.report.restarts, 1);
+	}
+}
+
 /* A recharge that gives nothing of what the child ran out of (ops, for a
  * child out of channel_ops) cannot help it: the child was woken topped up
  * by nothing, ran out again at once and poked the supervisor again, a
@@ -1306,6 +1346,7 @@ int main(int argc, char **argv)
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
+		T(test_sup_given_only_a_spawn_count_keeps_budget_for_itself),
 		T(test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin),
 		T(test_children_on_a_node_are_pinned_in_turn),
 		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),

@@ -159,7 +159,10 @@ typedef struct cbcmn_actor_opts {
 	uint32_t placement;
 	uint32_t shard;
 	/* Its budget (components 0: the config's child_budget); NULL: the
-	 * config's child_budget.  Drawn from the spawner's, as for a task. */
+	 * config's child_budget.  Drawn from the spawner's, as for a task,
+	 * except that what is not asked here (the child_budget, the
+	 * profile's default) is at most half of what the spawner has: a
+	 * spawner keeps budget to receive with (docs/ACTORS.md "Budgets"). */
 	const cbcmn_budget *budget;
 	/* Its capabilities, intersected with the spawner's; NULL: all the
 	 * spawner holds (as in cbcmn_spawn_opts: without CBCMN_CAP_BUDGET an
@@ -350,8 +353,9 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * child's budget is drawn from the supervisor's: give a supervisor that
  * restarts often a budget that covers it (or an unlimited one).  In the
  * service and cluster profiles a child may not spawn by default: a
- * supervisor needs opts.budget with a spawn_count, and more of each
- * component than its children take, or it waits for budget as any task.
+ * supervisor needs opts.budget with a spawn_count.  A child's default
+ * budget is at most half of what the supervisor has left, so a supervisor
+ * never gives all of it away by default (cbcmn_actor_opts.budget).
  */
 
 /* Strategies (cbcmn_sup_spec.strategy). */
