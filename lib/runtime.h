@@ -296,6 +296,10 @@ struct cbcmn__exec {
 	/* 1 while the monitor takes tasks out of its lanes' messages
 	 * (cbcmn__stall_rescue()); its mail drain waits for 0. */
 	_Atomic uint32_t rescuing;
+	/* Who may touch its actor wheel (actor_sched.c, CBCMN__GATE_*): the
+	 * owner, nobody (the owner is in a task run), or the stall monitor,
+	 * which moves the actors off a stalled executor's wheel. */
+	_Atomic uint32_t wheel_gate;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
@@ -546,6 +550,16 @@ static inline bool cbcmn__is_spare(const struct cbcmn__exec *e)
 }
 
 /* Tasks queued on e: its deque and its next-task slot (a racy count). */
+/* exec.wheel_gate (actor_sched.c). */
+enum { CBCMN__GATE_OWNER = 0, CBCMN__GATE_OUT, CBCMN__GATE_RESCUE };
+/* Around a task run of an executor with a wheel: the owner lets go of it,
+ * then takes it back, waiting out a rescue (actor_sched.c). */
+void cbcmn__wheel_gate_open(struct cbcmn__exec *e);
+void cbcmn__wheel_gate_close(struct cbcmn__exec *e);
+/* The stall monitor: move the movable actors off stalled x's wheel to the
+ * other executors; how many. */
+uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x);
+
 static inline uint64_t cbcmn__exec_queue_depth(const struct cbcmn__exec *e)
 {
 	return (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
