@@ -1186,15 +1186,18 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 #define FIXTURES "tests/fixtures/sysfs"
 
 /* kinds[0, n): the core kinds of the CPUs a runtime's n executors would be
- * pinned to on a recorded hybrid machine (an i9-12900K-like part: CPUs
- * 0-15 performance threads, 16-23 efficiency cores), with cpus: list. */
-static void hybrid_kinds(const int *cpus, uint32_t n, int32_t *kinds)
+ * pinned to on a recorded machine, with cpus: list: "hybrid" (an
+ * i9-12900K-like part: CPUs 0-15 performance threads, 16-23 efficiency
+ * cores, the kernel's cpu_core/cpu_atom split) or "armbl" (arm64
+ * big.LITTLE: CPUs 0-3 of capacity 381, 4-5 of 1024). */
+static void fixture_kinds(const char *name, const int *cpus, uint32_t n, int32_t *kinds)
 {
 	cbcmn_topo *t;
-	char err[256];
-	int rc = cbcmn_topo_load(FIXTURES "/hybrid", &t, err, sizeof(err));
+	char err[256], root[128];
+	snprintf(root, sizeof(root), FIXTURES "/%s", name);
+	int rc = cbcmn_topo_load(root, &t, err, sizeof(err));
 	if (rc)
-		fail_msg("loading the hybrid fixture: %s", err);
+		fail_msg("loading the %s fixture: %s", name, err);
 	int out[8];
 	assert_int_equal(cbcmn_place(t, CBCMN_POLICY_CPUS, n, 0, cpus, n, -1, out, NULL, err,
 				     sizeof(err)), 0);
@@ -1241,20 +1244,26 @@ static void test_big_and_little_children_are_pinned_to_their_kind_in_turn(void *
 	/* Two performance threads and two efficiency cores, interleaved. */
 	const int cpus[4] = {0, 16, 2, 17};
 	int32_t kinds[4];
-	hybrid_kinds(cpus, 4, kinds);
-	assert_int_equal(kinds[0], 0);
-	assert_int_equal(kinds[1], 1);
-	assert_int_equal(kinds[2], 0);
-	assert_int_equal(kinds[3], 1);
-	const uint32_t B = CBCMN_SUP_PLACE_BIG, L = CBCMN_SUP_PLACE_LITTLE;
-	const uint32_t pl[6] = {B, L, B, L, B, L};
-	const int want[6] = {0, 1, 2, 3, 0, 1}; /* each kind's executors in turn */
-	struct world w;
-	cbcmn_sup_child c[6];
-	run_placed(&w, c, pl, 6, 4, kinds);
-	for (int i = 0; i < 6; i++) {
-		assert_int_equal(atomic_load(&kid_exec[i]), want[i]);
-		assert_true(atomic_load(&kid_pinned[i]));
+	/* The same on arm64 big.LITTLE: little 0, 1, big 4, 5. */
+	const int arm[4] = {4, 0, 5, 1};
+	const char *names[2] = {"hybrid", "armbl"};
+	const int *lists[2] = {cpus, arm};
+	for (int f = 0; f < 2; f++) {
+		fixture_kinds(names[f], lists[f], 4, kinds);
+		assert_int_equal(kinds[0], 0);
+		assert_int_equal(kinds[1], 1);
+		assert_int_equal(kinds[2], 0);
+		assert_int_equal(kinds[3], 1);
+		const uint32_t B = CBCMN_SUP_PLACE_BIG, L = CBCMN_SUP_PLACE_LITTLE;
+		const uint32_t pl[6] = {B, L, B, L, B, L};
+		const int want[6] = {0, 1, 2, 3, 0, 1}; /* each kind's executors in turn */
+		struct world w;
+		cbcmn_sup_child c[6];
+		run_placed(&w, c, pl, 6, 4, kinds);
+		for (int i = 0; i < 6; i++) {
+			assert_int_equal(atomic_load(&kid_exec[i]), want[i]);
+			assert_true(atomic_load(&kid_pinned[i]));
+		}
 	}
 }
 
@@ -1267,7 +1276,7 @@ static void test_big_and_little_on_one_kind_fall_back_to_the_default(void **stat
 	(void)state;
 	const int ecores[2] = {16, 17};
 	int32_t kinds[2], unpinned[2] = {-1, -1};
-	hybrid_kinds(ecores, 2, kinds);
+	fixture_kinds("hybrid", ecores, 2, kinds);
 	assert_int_equal(kinds[0], 1);
 	assert_int_equal(kinds[1], 1);
 	const uint32_t pl[4] = {CBCMN_SUP_PLACE_BIG, CBCMN_SUP_PLACE_LITTLE, CBCMN_SUP_PLACE_BIG,
