@@ -296,10 +296,6 @@ struct cbcmn__exec {
 	/* 1 while the monitor takes tasks out of its lanes' messages
 	 * (cbcmn__stall_rescue()); its mail drain waits for 0. */
 	_Atomic uint32_t rescuing;
-	/* Who may touch its actor wheel (actor_sched.c, CBCMN__GATE_*): the
-	 * owner, nobody (the owner is in a task run), or the stall monitor,
-	 * which moves the actors off a stalled executor's wheel. */
-	_Atomic uint32_t wheel_gate;
 	/* Shared with wakers. */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t park;
 	_Atomic int32_t start_err;       /* its last start failed: why (sched.c) */
@@ -348,6 +344,12 @@ struct cbcmn__exec {
 	struct cbcmn__ep *ep;             /* the epoll backend's, else NULL (epoll.c) */
 	struct cbcmn__xmsg *xm_free;      /* messages back from their receivers */
 	struct cbcmn__awheel *wheel;      /* actors' wheel, made on first use (actor_sched.c) */
+	/* Who may touch that wheel (actor_sched.c, CBCMN__GATE_*): the owner,
+	 * nobody (the owner is in a task run), or the stall monitor, which
+	 * moves the actors off a stalled executor's wheel.  Here, among the
+	 * owner's fields: the owner writes it at every run, the monitor
+	 * looks only while the executor is stalled. */
+	_Atomic uint32_t wheel_gate;
 	void **xm_slabs;                  /* what they were allocated in */
 	uint32_t xm_nslabs;
 	struct cbcmn__xmsg **backlog;     /* per receiver: entries its full lane refused */
@@ -549,7 +551,6 @@ static inline bool cbcmn__is_spare(const struct cbcmn__exec *e)
 	return __builtin_expect(e->rt->spare, 0) && e->id == e->rt->nexec - 1;
 }
 
-/* Tasks queued on e: its deque and its next-task slot (a racy count). */
 /* exec.wheel_gate (actor_sched.c). */
 enum { CBCMN__GATE_OWNER = 0, CBCMN__GATE_OUT, CBCMN__GATE_RESCUE };
 /* Around a task run of an executor with a wheel: the owner lets go of it,
@@ -560,6 +561,7 @@ void cbcmn__wheel_gate_close(struct cbcmn__exec *e);
  * other executors; how many. */
 uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x);
 
+/* Tasks queued on e: its deque and its next-task slot (a racy count). */
 static inline uint64_t cbcmn__exec_queue_depth(const struct cbcmn__exec *e)
 {
 	return (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
