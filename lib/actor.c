@@ -448,6 +448,41 @@ int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void
 	return rc;
 }
 
+/* The budget an actor spawn asks for: asked, component by component, and
+ * where the program asked for nothing (0, or no budget), the config's
+ * child_budget (the profile's default) but at most half of what the
+ * spawner has.  A spawner's whole budget was the default's limit, as for a
+ * task: an actor is long-lived, and one that gave its first child all its
+ * ops (:service, :cluster: a child default of 2^20, a spawner that had no
+ * more) then waited for budget, silently, at its next receive or spawn
+ * (docs/ACTORS.md "Budgets").  NULL: nothing to change (a thread's spawn,
+ * an unlimited spawner, or nothing left unasked). */
+static uint64_t share_of(uint64_t asked, uint64_t dflt, uint64_t have)
+{
+	if (asked || dflt == 0)
+		return asked; /* asked; or a default of none, which 0 gives */
+	uint64_t half = have == CBCMN_UNLIMITED ? CBCMN_UNLIMITED : have / 2;
+	uint64_t v = dflt < half ? dflt : half;
+	return v ? v : 1; /* 0 would be the default: all of a spawner with 1 */
+}
+
+static const cbcmn_budget *default_share(struct cbcmn_task *self, const cbcmn_budget *ask,
+					 cbcmn_budget *buf)
+{
+	cbcmn_budget have;
+	if (!self || !self->limited || cbcmn_budget_get((cbcmn_cx *)self, &have))
+		return ask;
+	const cbcmn_budget none = {0}, *a = ask ? ask : &none, *c = &self->rt->cfg.child_budget;
+	*buf = (cbcmn_budget){
+		.ops = share_of(a->ops, c->ops, have.ops),
+		.memory = share_of(a->memory, c->memory, have.memory),
+		.spawn_count = share_of(a->spawn_count, c->spawn_count, have.spawn_count),
+		.channel_ops = share_of(a->channel_ops, c->channel_ops, have.channel_ops),
+		.syscalls = share_of(a->syscalls, c->syscalls, have.syscalls),
+	};
+	return buf;
+}
+
 /* halted: set once the new actor's halt ran (then its fini did too). */
 static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 		 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x, cbcmn_actor_ref *out,
@@ -515,8 +550,9 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 		halt(a, rc, self ? self->exec : NULL);
 		return rc;
 	}
+	cbcmn_budget share;
 	cbcmn_spawn_opts so = {
-		.budget = opts ? opts->budget : NULL,
+		.budget = default_share(self, opts ? opts->budget : NULL, &share),
 		.caps = opts ? opts->caps : NULL,
 		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
 		.shard = opts ? opts->shard : 0,

@@ -12,10 +12,13 @@
  * yielded on it), never a blocked one, so no other thread ever touches it:
  * wakes, steals, stops and cancellations act on tasks in the ordinary
  * queues, before they reach a wheel, or on blocked tasks, which are on none.
+ * The one exception is the stall monitor's rescue of a stalled executor's
+ * wheel, while its owner is held in a run (the gate, at the end).
  */
 #include <time.h>
 
 #include "actor.h"
+#include "arch.h"
 #include "fault.h"
 #include "probes.h"
 #include "rng.h"
@@ -392,4 +395,77 @@ void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)
 	a->park_due = cbcmn__wheel_parked(&aw->w, used);
 	a->park_left = aw->w.quantum - used;
 	a->park_exec = e->id + 1;
+}
+
+/* ---- a stalled executor's wheel (monitor.c) ------------------------------------ */
+
+/* The wheel is owner-only, and a stall holds its owner in one run: the
+ * actors on it waited for the run to end, for ever if the run waited for
+ * one of them (a task blocked in read() on a pipe an actor there was to
+ * write: docs/ACTORS.md "Stalls").  So the owner lets go of its wheel for
+ * the length of each run (wheel_gate: OWNER -> OUT before the switch to the
+ * task, back after it), and the stall monitor may take it meanwhile (OUT ->
+ * RESCUE -> OUT) to move the actors elsewhere.  Cost: a store and a
+ * compare-and-swap per run, on executors with a wheel only. */
+void cbcmn__wheel_gate_open(struct cbcmn__exec *e)
+{
+	/* release: pairs with the rescuer's acquire: what the owner did to
+	 * the wheel is the rescuer's to see. */
+	atomic_store_explicit(&e->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
+}
+
+void cbcmn__wheel_gate_close(struct cbcmn__exec *e)
+{
+	for (;;) {
+		uint32_t s = CBCMN__GATE_OUT;
+		/* acquire: pairs with the rescuer's release of the gate (what
+		 * it took off the wheel is ours to see).  OWNER already: a new
+		 * thread taking over, whose predecessor closed it. */
+		if (atomic_compare_exchange_weak_explicit(&e->wheel_gate, &s, CBCMN__GATE_OWNER,
+							  memory_order_acquire, memory_order_relaxed) ||
+		    s == CBCMN__GATE_OWNER)
+			return;
+		/* RESCUE: one walk of the wheel, no lock, no call out. */
+		cbcmn__cpu_relax();
+	}
+}
+
+/* Pinned actors and posse members stay, as from migration (and as a
+ * stalled executor's pinned tasks do: docs/SCHEDULER.md "Stalls"). */
+static bool rescuable(struct cbcmn__wheel_node *n)
+{
+	const struct cbcmn__actor *a = node_actor(n);
+	return !(a->task->flags & CBCMN__TF_PINNED) && !a->posse;
+}
+
+uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x)
+{
+	uint32_t s = CBCMN__GATE_OUT;
+	/* acquire: pairs with cbcmn__wheel_gate_open()'s release. */
+	if (!atomic_compare_exchange_strong_explicit(&x->wheel_gate, &s, CBCMN__GATE_RESCUE,
+						     memory_order_acquire, memory_order_relaxed))
+		return 0; /* the owner holds it: the run has just ended */
+	struct cbcmn__awheel *aw = x->wheel;
+	struct cbcmn__wheel_node *l = aw ? cbcmn__wheel_take_if(&aw->w, rescuable) : NULL;
+	/* release: pairs with cbcmn__wheel_gate_close()'s acquire.  The
+	 * nodes taken are no longer on the wheel: the owner never looks at
+	 * them again. */
+	atomic_store_explicit(&x->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
+	uint32_t moved = 0;
+	while (l) {
+		struct cbcmn__wheel_node *next = l->next; /* before it is anyone's */
+		struct cbcmn__actor *a = node_actor(l);
+		struct cbcmn_task *t = a->task;
+		/* It enters the wheel of whoever picks it as a new actor. */
+		a->park_exec = 0;
+		a->migrated = false;
+		/* Not home (stalled: cbcmn__schedule()): the inject queue. */
+		if (t->sp)
+			cbcmn__schedule(x->rt, t, NULL);
+		else
+			cbcmn__schedule_new(x->rt, t, NULL);
+		moved++;
+		l = next;
+	}
+	return moved;
 }

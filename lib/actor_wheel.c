@@ -206,6 +206,35 @@ void cbcmn__wheel_remove(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n)
 	n->where = CBCMN__WN_NONE;
 }
 
+static void take_from(struct cbcmn__wheel_list *l, bool (*movable)(struct cbcmn__wheel_node *),
+		      struct cbcmn__wheel_node **out)
+{
+	for (struct cbcmn__wheel_node *n = l->head, *next; n; n = next) {
+		next = n->next;
+		if (!movable(n))
+			continue;
+		l_del(l, n);
+		n->where = CBCMN__WN_NONE;
+		n->next = *out;
+		*out = n;
+	}
+}
+
+struct cbcmn__wheel_node *cbcmn__wheel_take_if(struct cbcmn__wheel *w,
+					       bool (*movable)(struct cbcmn__wheel_node *))
+{
+	struct cbcmn__wheel_node *out = NULL;
+	take_from(&w->first, movable, &out);
+	for (uint32_t s = 0; s < SEGS; s++) {
+		if (!(w->busy >> s & 1))
+			continue;
+		take_from(&w->seg[s].run, movable, &out);
+		take_from(&w->seg[s].idle, movable, &out);
+		seg_settle(w, s);
+	}
+	return out;
+}
+
 /* Turn to segment s: its idle nodes (all woken: a blocked node is not on
  * the wheel) are due, first of all. */
 static void turn_to(struct cbcmn__wheel *w, uint32_t s)

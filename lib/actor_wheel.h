@@ -78,6 +78,11 @@ struct cbcmn__wheel {
 };
 
 void cbcmn__wheel_init(struct cbcmn__wheel *w, uint32_t quantum, uint64_t now);
+/* Take every node movable() accepts off the wheel: a list linked by next
+ * (the order is not kept).  O(nodes).  For the stall monitor's rescue,
+ * while it holds the wheel (actor_sched.c). */
+struct cbcmn__wheel_node *cbcmn__wheel_take_if(struct cbcmn__wheel *w,
+					       bool (*movable)(struct cbcmn__wheel_node *));
 
 /* Segments forward for a node that used `used` checkpoints of its quantum:
  * N if it used it all, else max(1, N * used / quantum). */

@@ -34,9 +34,13 @@
  *   - The stall ends when the run does: run_seq moves on, and stall_seq no
  *     longer matches it; the monitor clears both stall_seq and stall_task
  *     at its next look.
+ *   - The actors on its wheel (ready, owner-only) go to the inject queue
+ *     too: the owner lets go of the wheel for each run, and the monitor
+ *     takes them meanwhile (cbcmn__actor_wheel_rescue()).
  * What only the stalled executor can do stays with it: the messages of
  * its lanes (emptied of their tasks: it acknowledges them), calls sent to
- * it, its yield list, pinned tasks, timers and ring, and what senders
+ * it, its yield list, pinned tasks (and pinned actors and posse members
+ * on its wheel), timers and ring, and what senders
  * still hold on their backlogs for it (its lanes were full):
  * docs/SCHEDULER.md, "Stalls".
  *
@@ -88,6 +92,9 @@ struct cbcmn__monitor {
 	/* Per executor of the program's: the stalled run whose thread was
 	 * asleep at the last look (spare_steer()). */
 	uint64_t *asleep_seq;
+	/* Per executor, likewise, for the rescue of its wheel (the second
+	 * half of asleep_seq's allocation). */
+	uint64_t *wheel_seq;
 };
 
 static uint64_t mon_now(void)
@@ -177,6 +184,22 @@ static bool mon_thread_asleep(int32_t tid)
 	       strncmp(buf, "futex", 5) != 0;
 }
 
+/* Is stalled x's thread asleep in a blocking call at two looks of run seq
+ * (*mark: the run it was asleep in at the last look)?  Twice: a thread
+ * that waited a moment for a lock whose holder the kernel had put off the
+ * CPU (a CPU quota's pause) is not taken for a blocked call. */
+static bool asleep_twice(uint64_t *mark, const struct cbcmn__exec *x, uint64_t seq)
+{
+	if (!mon_thread_asleep(atomic_load_explicit(&x->ss->tid, memory_order_relaxed))) {
+		*mark = 0;
+		return false;
+	}
+	if (*mark == seq)
+		return true;
+	*mark = seq;
+	return false;
+}
+
 /* The spare executor (runtime.h, sched.c): on duty while an executor
  * of the program's is stalled; started while one of them is asleep in a
  * blocking call, work is waiting and nobody is looking for it (no
@@ -199,18 +222,11 @@ static void spare_steer(struct cbcmn__monitor *m, bool wanted)
 		if (!cbcmn__exec_stalled(x))
 			continue;
 		stalled = true;
-		/* Asked only while it matters: a read of /proc.  Asleep at two
-		 * looks of the same run: a thread that waited a moment for a
-		 * lock whose holder the kernel had put off the CPU (a CPU
-		 * quota's pause) is not taken for a blocked call. */
+		/* Asked only while it matters: a read of /proc. */
 		if (!wanted || !idle || blocked >= 0)
 			continue;
-		if (!mon_thread_asleep(atomic_load_explicit(&x->ss->tid, memory_order_relaxed)))
-			m->asleep_seq[i] = 0;
-		else if (m->asleep_seq[i] == seq)
+		if (asleep_twice(&m->asleep_seq[i], x, seq))
 			blocked = (int32_t)i;
-		else
-			m->asleep_seq[i] = seq;
 	}
 	bool was = atomic_load_explicit(&rt->spare_duty, memory_order_relaxed);
 	if (was != stalled) {
@@ -282,6 +298,18 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 		    (atomic_load_explicit(&x->remote, memory_order_relaxed) ||
 		     cbcmn__has_mail(x)))
 			cbcmn__stall_rescue(x, seq);
+		/* Its wheel's actors (it has had a wheel: its load was
+		 * published): only it could run them (actor_sched.c), and
+		 * if its thread is asleep in a blocking call, that may be
+		 * for one of them.  Not for a loop, nor CPU starvation (its
+		 * thread kept off the CPU by a quota): that run ends by
+		 * itself, and moving every actor for it unbalanced a
+		 * balanced runtime (test_balanced_runtime_migrates_nothing).
+		 * What is left on it (pinned, posse) stays. */
+		if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed) == seq &&
+		    atomic_load_explicit(&x->ss->act.load_at, memory_order_relaxed) &&
+		    asleep_twice(&m->wheel_seq[i], x, seq) && cbcmn__actor_wheel_rescue(x))
+			wanted = true;
 		wanted |= cbcmn__exec_queue_depth(x) != 0;
 		continue;
 	candidate:;
@@ -411,7 +439,8 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	m->seen_seq = calloc(rt->nexec, sizeof(*m->seen_seq));
 	m->seen_runs = calloc(rt->nexec, sizeof(*m->seen_runs));
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));
-	m->asleep_seq = calloc(rt->nexec, sizeof(*m->asleep_seq));
+	m->asleep_seq = calloc(2 * (size_t)rt->nexec, sizeof(*m->asleep_seq));
+	m->wheel_seq = m->asleep_seq ? m->asleep_seq + rt->nexec : NULL;
 	atomic_store_explicit(&rt->mon_word, MON_TICKING, memory_order_relaxed);
 	/* All signals blocked from its first instruction: a process-directed
 	 * signal goes to one of the program's threads, never to ours. */

@@ -268,11 +268,11 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 /* Choose every executor's CPU (docs/TOPOLOGY.md) on the live topology.  With
  * CBCMN_PIN_AUTO a machine whose topology cannot be read runs unpinned; a
  * policy asked for explicitly must work. */
-static int place_executors(struct cbcmn_runtime *rt, int32_t *cpu, int32_t *node)
+static int place_executors(struct cbcmn_runtime *rt, int32_t *cpu, int32_t *node, int32_t *kind)
 {
 	const cbcmn_config *c = &rt->cfg;
 	for (uint32_t i = 0; i < c->workers; i++)
-		cpu[i] = node[i] = -1;
+		cpu[i] = node[i] = kind[i] = -1;
 	rt->policy = CBCMN_PIN_NONE;
 	if (c->policy == CBCMN_PIN_NONE || c->workers == 0)
 		return 0;
@@ -293,6 +293,7 @@ static int place_executors(struct cbcmn_runtime *rt, int32_t *cpu, int32_t *node
 			const cbcmn_cpu_info *ci = cbcmn_topo_find(t, out[i]);
 			cpu[i] = out[i];
 			node[i] = ci ? cbcmn_topo_node_id(t, ci->node) : -1;
+			kind[i] = ci ? ci->kind : -1;
 		}
 		rt->policy = (int32_t)p;
 		rt->oversubscribed = over;
@@ -473,17 +474,20 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	}
 	int32_t *cpu = cbcmn__calloc(nx ? nx : 1, sizeof(*cpu));
 	int32_t *node = cbcmn__calloc(nx ? nx : 1, sizeof(*node));
-	if (!cpu || !node || (rc = place_executors(rt, cpu, node)) != 0) {
+	int32_t *kind = cbcmn__calloc(nx ? nx : 1, sizeof(*kind));
+	if (!cpu || !node || !kind || (rc = place_executors(rt, cpu, node, kind)) != 0) {
 		free(cpu);
 		free(node);
+		free(kind);
 		runtime_free(rt);
 		return rc ? rc : -ENOMEM;
 	}
 	if (rt->spare)
-		cpu[c.workers] = node[c.workers] = -1; /* unpinned: it stands in for any */
+		cpu[c.workers] = node[c.workers] = kind[c.workers] = -1; /* unpinned: it stands in for any */
 	if ((rc = cbcmn__seg_create(rt, nx, node)) != 0) {
 		free(cpu);
 		free(node);
+		free(kind);
 		runtime_free(rt);
 		return rc;
 	}
@@ -492,6 +496,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		if (!e) {
 			free(cpu);
 			free(node);
+			free(kind);
 			runtime_free(rt);
 			return -ENOMEM;
 		}
@@ -499,6 +504,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		e->id = i;
 		e->cpu = cpu[i];
 		e->node = node[i];
+		e->kind = kind[i];
 		e->ss = cbcmn__seg_slot(&rt->seg, i);
 		e->ss->cpu = cpu[i];
 		e->ss->node = node[i];
@@ -508,6 +514,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		if (cbcmn__deque_init(&e->dq, DEQUE_INITIAL) != 0) {
 			free(cpu);
 			free(node);
+			free(kind);
 			runtime_free(rt);
 			return -ENOMEM;
 		}
@@ -517,18 +524,21 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		    (rc = cbcmn__be_init(e)) != 0) {
 			free(cpu);
 			free(node);
+			free(kind);
 			runtime_free(rt);
 			return rc;
 		}
 		if (c.trace_events && !(e->trace = cbcmn__trace_new(c.trace_events, node[i]))) {
 			free(cpu);
 			free(node);
+			free(kind);
 			runtime_free(rt);
 			return -ENOMEM;
 		}
 	}
 	free(cpu);
 	free(node);
+	free(kind);
 	rt->min_live = c.min_workers;
 	rt->spin_max = cbcmn__spin_max(nx, affinity_cpus(), cbcmn__cgroup_cpu_limit(NULL));
 	/* The spare starts and retires like an executor above min_workers,

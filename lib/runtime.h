@@ -318,6 +318,9 @@ struct cbcmn__exec {
 	 * figures any executor reads without a lock (seed 003), state. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__seg_exec *ss;
 	int32_t cpu, node;                /* where it is pinned (-1: not), fixed */
+	/* Its CPU's core kind (cbcmn_cpu_info.kind: 0 performance or the only
+	 * kind, 1 efficiency); -1: not pinned.  Fixed (actor_sup.c reads it). */
+	int32_t kind;
 	/* What the snapshot reads: waits, nurseries, obligations (diag.h). */
 	struct cbcmn__diag diag;
 
@@ -341,6 +344,12 @@ struct cbcmn__exec {
 	struct cbcmn__ep *ep;             /* the epoll backend's, else NULL (epoll.c) */
 	struct cbcmn__xmsg *xm_free;      /* messages back from their receivers */
 	struct cbcmn__awheel *wheel;      /* actors' wheel, made on first use (actor_sched.c) */
+	/* Who may touch that wheel (actor_sched.c, CBCMN__GATE_*): the owner,
+	 * nobody (the owner is in a task run), or the stall monitor, which
+	 * moves the actors off a stalled executor's wheel.  Here, among the
+	 * owner's fields: the owner writes it at every run, the monitor
+	 * looks only while the executor is stalled. */
+	_Atomic uint32_t wheel_gate;
 	void **xm_slabs;                  /* what they were allocated in */
 	uint32_t xm_nslabs;
 	struct cbcmn__xmsg **backlog;     /* per receiver: entries its full lane refused */
@@ -545,6 +554,16 @@ static inline bool cbcmn__is_spare(const struct cbcmn__exec *e)
 {
 	return __builtin_expect(e->rt->spare, 0) && e->id == e->rt->nexec - 1;
 }
+
+/* exec.wheel_gate (actor_sched.c). */
+enum { CBCMN__GATE_OWNER = 0, CBCMN__GATE_OUT, CBCMN__GATE_RESCUE };
+/* Around a task run of an executor with a wheel: the owner lets go of it,
+ * then takes it back, waiting out a rescue (actor_sched.c). */
+void cbcmn__wheel_gate_open(struct cbcmn__exec *e);
+void cbcmn__wheel_gate_close(struct cbcmn__exec *e);
+/* The stall monitor: move the movable actors off stalled x's wheel to the
+ * other executors; how many. */
+uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x);
 
 /* Tasks queued on e: its deque and its next-task slot (a racy count). */
 static inline uint64_t cbcmn__exec_queue_depth(const struct cbcmn__exec *e)

@@ -548,7 +548,14 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		trace_id = t->id;
 		trace_t0 = cbcmn__trace_now();
 	}
+	/* The wheel is free while the task runs: a stall's rescue may take
+	 * its actors (actor_sched.c).  Made before a run, never during one. */
+	bool gated = e->wheel != NULL;
+	if (__builtin_expect(gated, 0))
+		cbcmn__wheel_gate_open(e);
 	switch_to_task(e, t);
+	if (__builtin_expect(gated, 0))
+		cbcmn__wheel_gate_close(e);
 	CBCMN__TRACE(e, CBCMN_TRACE_TASK, trace_t0, cbcmn__trace_now() - trace_t0, trace_id, 0);
 	run_seq_end(e);
 	if (__builtin_expect(actor, 0))
@@ -1324,7 +1331,7 @@ static bool exec_empty(struct cbcmn__exec *e)
 	return !e->pq_head && !e->yq_head && !e->ntimers && !e->ring.inflight && !e->nmshots &&
 	       !e->nbacklog && !cbcmn__has_mail(e) &&
 	       !atomic_load_explicit(&e->remote, memory_order_acquire) &&
-	       cbcmn__deque_len(&e->dq) == 0 &&
+	       cbcmn__deque_len(&e->dq) == 0 && !cbcmn__actor_wheel_ready(e) &&
 	       !atomic_load_explicit(&e->slot, memory_order_acquire) &&
 	       atomic_load_explicit(&e->ss->ctr.xmsgs_sent, memory_order_relaxed) ==
 		       atomic_load_explicit(&e->ss->ctr.xmsgs_acked, memory_order_relaxed);
@@ -1833,7 +1840,11 @@ void *cbcmn__exec_main(void *arg)
 	pthread_setspecific(exec_key, e); /* cleared on a normal exit */
 	if (e->reap || e->replacing) {
 		/* Taking over from a thread that died, or made way for us
-		 * (exec_replace()): a ring of our own, then end its task. */
+		 * (exec_replace()): a ring of our own, then end its task.  One
+		 * that died in a run left the wheel's gate open: ours again
+		 * (actor_sched.c). */
+		if (e->wheel)
+			cbcmn__wheel_gate_close(e);
 		rc = cbcmn__be_takeover(e);
 		bool replacing = e->replacing;
 		e->replacing = false;

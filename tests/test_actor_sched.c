@@ -5,6 +5,7 @@
 #include "helpers.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -948,7 +949,92 @@ static void test_destroy_with_actors_on_a_wheel_is_ebusy_then_frees(void **state
 	t_destroy(rt); /* the wheels go with their executors (ASan: no leak) */
 }
 
-int main(void)
+/* ---- a stalled executor's wheel ------------------------------------------------ */
+
+/* An actor on executor 1's wheel, and the task beside it blocked in a
+ * blocking libc call until that actor writes to a pipe: the wheel was the
+ * owner's alone, so the actor waited for the call to end, and the call for
+ * the actor (a deadlock, here a 3 s poll that timed out).  The stall
+ * monitor now moves it off the wheel; executor 0 (busy: it steals nothing)
+ * or the spare runs it. */
+struct strand {
+	int fd[2];
+	_Atomic int runs1, go, release, got, ran_on;
+	cbcmn_nursery *n;
+};
+
+static int64_t strand_actor(cbcmn_cx *cx, void *arg)
+{
+	struct strand *s = arg;
+	for (;;) {
+		if (cbcmn_cx_executor(cx) == 1)
+			atomic_fetch_add(&s->runs1, 1);
+		if (atomic_load(&s->go)) {
+			atomic_store(&s->ran_on, cbcmn_cx_executor(cx));
+			char c = 'x';
+			return write(s->fd[1], &c, 1) == 1 ? 0 : -EIO;
+		}
+		cbcmn_yield(cx);
+	}
+}
+
+static int64_t strand_hog(cbcmn_cx *cx, void *arg)
+{
+	struct strand *s = arg;
+	while (!atomic_load_explicit(&s->release, memory_order_relaxed))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t strand_blocker(cbcmn_cx *cx, void *arg)
+{
+	struct strand *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, strand_actor, s, NULL, &r) == 0);
+	/* Until it has run here twice: it is on this executor's wheel. */
+	for (int i = 0; i < 200000 && atomic_load(&s->runs1) < 2; i++)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&s->runs1) >= 2);
+	atomic_store(&s->go, 1);
+	/* Blocking, outside the runtime: a stall. */
+	struct pollfd p = {.fd = s->fd[0], .events = POLLIN};
+	if (poll(&p, 1, 3000) == 1) {
+		char c;
+		atomic_store(&s->got, read(s->fd[0], &c, 1) == 1);
+	}
+	atomic_store(&s->release, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t strand_main(cbcmn_cx *cx, void *arg)
+{
+	struct strand *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, strand_hog, s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, strand_blocker, s, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_actor_on_a_stalled_executors_wheel_runs_elsewhere(void **state)
+{
+	(void)state;
+	struct strand s = {0};
+	assert_int_equal(pipe(s.fd), 0);
+	atomic_store(&s.ran_on, -1);
+	cbcmn_runtime *rt = t_runtime(2); /* static: stall monitor and spare */
+	assert_int_equal(t_run_pinned(rt, 0, strand_main, &s), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	close(s.fd[0]);
+	close(s.fd[1]);
+	assert_true(atomic_load(&s.got));
+	assert_int_not_equal(atomic_load(&s.ran_on), 1);
+}
+
+int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
 	const struct CMUnitTest tests[] = {
@@ -964,6 +1050,9 @@ int main(void)
 		T(test_balanced_runtime_migrates_nothing),
 		T(test_posse_members_stay_and_stops_end_migrating_actors),
 		T(test_regression_computing_actors_on_one_executor_spread_to_an_idle_one),
+		T(test_actor_on_a_stalled_executors_wheel_runs_elsewhere),
 	};
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]); /* one test by name */
 	return cmocka_run_group_tests_name("actor_sched", tests, NULL, NULL);
 }

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "cbcmn_actor.h"
+#include "cbcmn_topo.h"
+#include "runtime.h"
 
 enum { M_CRASH = 1, M_PANIC, M_SPEND, M_DIE, M_HOLD, M_PING };
 enum { EV_START = 1, EV_STOP = 2 };
@@ -318,6 +320,11 @@ static int64_t bad_specs(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
 	c[1].node = -1;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	/* A placement past the little cores'; between the tasks' and the node's. */
+	c[1].placement = CBCMN_SUP_PLACE_LITTLE + 1;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	c[1].placement = CBCMN_PLACE_STEALABLE + 1;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
 	c[1].placement = CBCMN_PLACE_LOCAL;
 	/* A shard the runtime does not have: refused now, not at the spawn. */
 	c[1].placement = CBCMN_PLACE_PINNED;
@@ -398,6 +405,166 @@ static void test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval(vo
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	t_run(rt, tree_too_big, NULL, 0);
+	t_destroy(rt);
+}
+
+/* A supervisor's own drop option (its opts.drop) was called with the
+ * supervisor's internal state, a pointer the program never gave and must
+ * not touch; and the runtime's own pokes in its mailbox would reach it. */
+static _Atomic int sup_drops, sup_drops_bad;
+
+static void sup_drop(void *st, const cbcmn_actor_msg *m)
+{
+	atomic_fetch_add(&sup_drops, 1);
+	if (st != NULL || m->type != 7)
+		atomic_fetch_add(&sup_drops_bad, 1);
+}
+
+static int64_t sup_drop_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = noop, .node = -1, .restart = CBCMN_SUP_TEMPORARY};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_opts o = {.drop = sup_drop};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &o, &r) == 0);
+	/* One executor, no yield: it has not run, and never will (stopped). */
+	cbcmn_actor_msg m = {.type = 7};
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, r, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_sup_drop_gets_the_programs_state_not_the_supervisors(void **state)
+{
+	(void)state;
+	atomic_store(&sup_drops, 0);
+	atomic_store(&sup_drops_bad, 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, sup_drop_main, NULL, 0);
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&sup_drops), 2);
+	assert_int_equal(atomic_load(&sup_drops_bad), 0);
+}
+
+/* A cancelled supervisor (its nursery cancelled, not stopped) waited for
+ * its children's DOWNs by polling: every wait of a cancelled task returns
+ * at once, so it yielded (and slept no time) round and round on its
+ * executor until they ended.  Here its child computes for 200 ms without a
+ * checkpoint on executor 1 while the supervisor, pinned to executor 0,
+ * waits: executor 0 must not be picking it again and again, nor be
+ * monopolised by it (its sleeps of no time never let the task pinned
+ * beside it run: the child was never released, after 3 s). */
+static _Atomic int spin_started, spin_go, spin_released;
+static _Atomic uint64_t spin_picks; /* executor 0's picks while the child computed */
+
+static uint64_t exec0_picks(cbcmn_runtime *rt)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	cbcmn_stats_snapshot(rt, &st, per, 2);
+	return per[0].local_hits + per[0].inject_hits;
+}
+
+static int64_t spin_child(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	atomic_store(&spin_started, 1);
+	/* No runtime call from here on: the cancellation cannot end it. */
+	uint64_t t0 = t_now_ns();
+	while (!atomic_load(&spin_go) && t_now_ns() - t0 < 3000000000ull)
+		;
+	atomic_store(&spin_released, atomic_load(&spin_go));
+	uint64_t p0 = exec0_picks(rt);
+	t0 = t_now_ns();
+	while (t_now_ns() - t0 < 200000000ull)
+		;
+	atomic_store(&spin_picks, exec0_picks(rt) - p0);
+	return 0;
+}
+
+static int64_t cancelled_sup_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = spin_child, .node = -1, .placement = CBCMN_PLACE_PINNED,
+			     .shard = 1, .restart = CBCMN_SUP_TEMPORARY};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &o, &r) == 0);
+	for (int i = 0; i < 20000 && !atomic_load(&spin_started); i++)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(atomic_load(&spin_started));
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	/* Let the supervisor see it and begin its wait, then time it. */
+	cbcmn_sleep(cx, 20000000);
+	atomic_store(&spin_go, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_cancelled_supervisor_waits_for_its_children_without_polling(void **state)
+{
+	(void)state;
+	atomic_store(&spin_started, 0);
+	atomic_store(&spin_go, 0);
+	atomic_store(&spin_released, 0);
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run_pinned(rt, 0, cancelled_sup_main, NULL);
+	t_destroy(rt);
+	assert_true(atomic_load(&spin_released));
+	/* Polling by yields: thousands.  Waiting: none, or a stray wake. */
+	assert_in_range(atomic_load(&spin_picks), 0, 20);
+}
+
+/* A dense startup graph: 1024 children, each depending on every later
+ * one (listed last first, the worst case of the first version's rescans:
+ * about n^3/6 dependency checks, 0.47 s per start), and the same with a
+ * cycle closed by the last child's one dependency. */
+#define DENSE 1024u
+static uint32_t dense_deps[DENSE * (DENSE - 1) / 2 + 1];
+static cbcmn_sup_child dense[DENSE];
+
+static int64_t dense_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	uint32_t *d = dense_deps;
+	for (uint32_t i = 0; i < DENSE; i++) {
+		dense[i] = (cbcmn_sup_child){.fn = noop, .node = -1, .restart = CBCMN_SUP_TEMPORARY,
+					     .deps = d, .ndeps = DENSE - 1 - i};
+		for (uint32_t j = DENSE; j-- > i + 1;)
+			*d++ = j;
+	}
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_spec sp = {.children = dense, .nchildren = DENSE};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, r, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* The last child (no dependency so far) now needs the first: a cycle
+	 * through every child, found only once all the others are placed. */
+	dense[DENSE - 1].deps = d;
+	dense[DENSE - 1].ndeps = 1;
+	*d = 0;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_dense_startup_graph_starts_and_its_cycle_is_einval(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run(rt, dense_main, NULL, 0);
 	t_destroy(rt);
 }
 
@@ -880,6 +1047,46 @@ static void test_cluster_supervisor_recharges_an_exhausted_child(void **state)
 	assert_int_equal(w.report.restarts, 0);
 }
 
+/* An actor's spawn with the default budget, under :service and :cluster,
+ * took min(the child default, all the spawner has): a supervisor given
+ * only a spawn count (its ops the child default, 2^20) handed its whole
+ * ops budget to its first child, then waited for budget, silently, at its
+ * next spawn or receive: the second child never started and no crash was
+ * ever handled.  Now the spawner keeps at least half. */
+static int64_t both_started_one_restarted(cbcmn_cx *cx, struct world *w)
+{
+	for (int i = 0; i < 300; i++) {
+		if (atomic_load(&w->kid[0].starts) >= 2 && atomic_load(&w->kid[1].starts) >= 1)
+			return 0;
+		cbcmn_sleep(cx, 10000000);
+	}
+	return -ETIMEDOUT;
+}
+
+static void test_sup_given_only_a_spawn_count_keeps_budget_for_itself(void **state)
+{
+	(void)state;
+	cbcmn_profile profiles[2] = {CBCMN_PROFILE_SERVICE, CBCMN_PROFILE_CLUSTER};
+	for (int p = 0; p < 2; p++) {
+		struct world w;
+		world_init(&w, 2);
+		cbcmn_sup_child c[2];
+		child(&c[0], &w, 0);
+		child(&c[1], &w, 1);
+		w.kid[0].crash_at_start = -5; /* its first start only */
+		atomic_store(&w.kid[0].last_crash_starts, 2);
+		w.spec.children = c;
+		w.spec.report = &w.report;
+		w.scenario = both_started_one_restarted;
+		cbcmn_budget sb = {.spawn_count = 16};
+		cbcmn_actor_opts so = {.budget = &sb};
+		w.sup_opts = &so;
+		run_world(2, profiles[p], &w);
+		assert_int_equal(w.scen_rc, 0);
+		assert_int_equal(w.report.restarts, 1);
+	}
+}
+
 /* A recharge that gives nothing of what the child ran out of (ops, for a
  * child out of channel_ops) cannot help it: the child was woken topped up
  * by nothing, ran out again at once and poked the supervisor again, a
@@ -924,10 +1131,14 @@ static void test_sup_recharge_without_the_spent_component_ends_the_child_not_a_s
 /* ---- placement on a NUMA node ------------------------------------------------- */
 
 static _Atomic int on_exec[2];
+static _Atomic int kid_exec[NK];   /* where child i first ran */
+static _Atomic bool kid_pinned[NK]; /* and whether it was pinned */
 
 static int64_t where(cbcmn_cx *cx, void *arg)
 {
-	(void)arg;
+	struct kid *k = arg;
+	atomic_store(&kid_exec[k->idx], cbcmn_cx_executor(cx));
+	atomic_store(&kid_pinned[k->idx], (((struct cbcmn_task *)cx)->flags & CBCMN__TF_PINNED) != 0);
 	atomic_fetch_add(&on_exec[cbcmn_cx_executor(cx) & 1], 1);
 	cbcmn_actor_msg m;
 	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
@@ -970,6 +1181,125 @@ static void test_children_on_a_node_are_pinned_in_turn(void **state)
 	assert_int_equal(atomic_load(&on_exec[1]), 2);
 }
 
+/* ---- placement on big and little cores ------------------------------------------- */
+
+#define FIXTURES "tests/fixtures/sysfs"
+
+/* kinds[0, n): the core kinds of the CPUs a runtime's n executors would be
+ * pinned to on a recorded machine, with cpus: list: "hybrid" (an
+ * i9-12900K-like part: CPUs 0-15 performance threads, 16-23 efficiency
+ * cores, the kernel's cpu_core/cpu_atom split) or "armbl" (arm64
+ * big.LITTLE: CPUs 0-3 of capacity 381, 4-5 of 1024). */
+static void fixture_kinds(const char *name, const int *cpus, uint32_t n, int32_t *kinds)
+{
+	cbcmn_topo *t;
+	char err[256], root[128];
+	snprintf(root, sizeof(root), FIXTURES "/%s", name);
+	int rc = cbcmn_topo_load(root, &t, err, sizeof(err));
+	if (rc)
+		fail_msg("loading the %s fixture: %s", name, err);
+	int out[8];
+	assert_int_equal(cbcmn_place(t, CBCMN_POLICY_CPUS, n, 0, cpus, n, -1, out, NULL, err,
+				     sizeof(err)), 0);
+	for (uint32_t i = 0; i < n; i++)
+		kinds[i] = cbcmn_topo_find(t, out[i])->kind;
+	cbcmn_topo_free(t);
+}
+
+/* Child i's placement pl; the tree run on a runtime of n executors whose
+ * core kinds are kinds (NULL: as the runtime found them). */
+static void run_placed(struct world *w, cbcmn_sup_child *c, const uint32_t *pl, uint32_t nkids,
+		       uint32_t n, const int32_t *kinds)
+{
+	world_init(w, nkids);
+	for (uint32_t i = 0; i < nkids; i++) {
+		child(&c[i], w, (int)i);
+		c[i].fn = where;
+		c[i].placement = pl[i];
+		atomic_store(&kid_exec[i], -1);
+	}
+	w->spec.children = c;
+	w->scenario = wait_all_ran;
+	atomic_store(&on_exec[0], 0);
+	atomic_store(&on_exec[1], 0);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = cfg.min_workers = n;
+	cfg.policy = kinds ? CBCMN_PIN_NONE : CBCMN_PIN_AUTO;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	/* The recorded machine's kinds, as place_executors() would have set
+	 * them there (this one cannot pin to its CPUs); before the tree's
+	 * first task, which the run publishes. */
+	for (uint32_t i = 0; kinds && i < n; i++)
+		rt->exec[i]->kind = kinds[i];
+	t_run(rt, tree_main, w, 0);
+	t_destroy(rt);
+	assert_int_equal(w->await_rc, 0);
+	assert_int_equal(w->scen_rc, 0);
+}
+
+static void test_big_and_little_children_are_pinned_to_their_kind_in_turn(void **state)
+{
+	(void)state;
+	/* Two performance threads and two efficiency cores, interleaved. */
+	const int cpus[4] = {0, 16, 2, 17};
+	int32_t kinds[4];
+	/* The same on arm64 big.LITTLE: little 0, 1, big 4, 5. */
+	const int arm[4] = {4, 0, 5, 1};
+	const char *names[2] = {"hybrid", "armbl"};
+	const int *lists[2] = {cpus, arm};
+	for (int f = 0; f < 2; f++) {
+		fixture_kinds(names[f], lists[f], 4, kinds);
+		assert_int_equal(kinds[0], 0);
+		assert_int_equal(kinds[1], 1);
+		assert_int_equal(kinds[2], 0);
+		assert_int_equal(kinds[3], 1);
+		const uint32_t B = CBCMN_SUP_PLACE_BIG, L = CBCMN_SUP_PLACE_LITTLE;
+		const uint32_t pl[6] = {B, L, B, L, B, L};
+		const int want[6] = {0, 1, 2, 3, 0, 1}; /* each kind's executors in turn */
+		struct world w;
+		cbcmn_sup_child c[6];
+		run_placed(&w, c, pl, 6, 4, kinds);
+		for (int i = 0; i < 6; i++) {
+			assert_int_equal(atomic_load(&kid_exec[i]), want[i]);
+			assert_true(atomic_load(&kid_pinned[i]));
+		}
+	}
+}
+
+/* Executors all of one kind: on E-cores only (the recorded machine), on
+ * this machine as it pins them, unpinned.  Nothing to choose: children
+ * placed big or little are placed as by default (they may migrate), and
+ * every one runs. */
+static void test_big_and_little_on_one_kind_fall_back_to_the_default(void **state)
+{
+	(void)state;
+	const int ecores[2] = {16, 17};
+	int32_t kinds[2], unpinned[2] = {-1, -1};
+	fixture_kinds("hybrid", ecores, 2, kinds);
+	assert_int_equal(kinds[0], 1);
+	assert_int_equal(kinds[1], 1);
+	const uint32_t pl[4] = {CBCMN_SUP_PLACE_BIG, CBCMN_SUP_PLACE_LITTLE, CBCMN_SUP_PLACE_BIG,
+				CBCMN_SUP_PLACE_LITTLE};
+	const int32_t *cases[3] = {kinds, NULL, unpinned};
+	for (int k = 0; k < 3; k++) {
+		struct world w;
+		cbcmn_sup_child c[4];
+		bool hybrid = false;
+		if (!cases[k]) { /* this machine: skip its check if it is hybrid */
+			cbcmn_topo *t;
+			if (cbcmn_topo_load("/sys", &t, NULL, 0) == 0) {
+				for (int i = 0; i < cbcmn_topo_ncpus(t); i++)
+					hybrid |= cbcmn_topo_cpu(t, i)->kind != 0;
+				cbcmn_topo_free(t);
+			}
+		}
+		run_placed(&w, c, pl, 4, 2, cases[k]);
+		for (int i = 0; i < 4 && !hybrid; i++)
+			assert_false(atomic_load(&kid_pinned[i]));
+	}
+}
+
 /* A static runtime keeps one executor slot more than it was asked for,
  * the spare (docs/SCHEDULER.md "Stalls"), which no spawn may pin to.  The
  * supervisor counted it as an executor: a shard just past the program's
@@ -1005,6 +1335,9 @@ int main(int argc, char **argv)
 		T(test_bad_specs_are_einval),
 		T(test_sup_tree_multiplied_by_nested_specs_past_the_limit_is_einval),
 		T(test_start_refused_by_the_spawn_leaks_nothing),
+		T(test_dense_startup_graph_starts_and_its_cycle_is_einval),
+		T(test_cancelled_supervisor_waits_for_its_children_without_polling),
+		T(test_sup_drop_gets_the_programs_state_not_the_supervisors),
 		T(test_child_returning_an_error_is_restarted_alone),
 		T(test_child_stack_overflow_is_restarted),
 		T(test_child_out_of_budget_is_ended_and_restarted),
@@ -1022,9 +1355,12 @@ int main(int argc, char **argv)
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
+		T(test_sup_given_only_a_spawn_count_keeps_budget_for_itself),
 		T(test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin),
 		T(test_children_on_a_node_are_pinned_in_turn),
 		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),
+		T(test_big_and_little_children_are_pinned_to_their_kind_in_turn),
+		T(test_big_and_little_on_one_kind_fall_back_to_the_default),
 	};
 #undef T
 	if (argc > 1)

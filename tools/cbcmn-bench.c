@@ -1958,6 +1958,7 @@ struct mpair {
 	cbcmn_actor_ref to;
 	uint64_t msgs, got;
 	_Atomic int *bad;
+	uint32_t to_shard; /* the receivers' executor (the senders are on 0) */
 };
 
 static int64_t mp_receiver(cbcmn_cx *cx, void *arg)
@@ -1993,7 +1994,8 @@ static int64_t mp_root(cbcmn_cx *cx, void *arg)
 	if (rc)
 		die("msgs", rc);
 	for (uint32_t i = 0; i < MSG_PAIRS && !rc; i++) {
-		cbcmn_actor_opts to = {.placement = CBCMN_PLACE_PINNED, .shard = 1, .mailbox_cap = 256};
+		cbcmn_actor_opts to = {.placement = CBCMN_PLACE_PINNED, .shard = p[i].to_shard,
+				       .mailbox_cap = 256};
 		rc = cbcmn_actor_spawn(cx, n, mp_receiver, &p[i], &to, &p[i].to);
 	}
 	for (uint32_t i = 0; i < MSG_PAIRS && !rc; i++) {
@@ -2081,23 +2083,42 @@ static void bench_actors(void)
 	printf("actors skynet_peak_rss_mib %.0f\n", (double)(peak - rss0) / 1024);
 	fflush(stdout);
 
-	for (int i = 0; i < reps; i++) {
+	/* Receivers on the other executor (the issue's figure), then on the
+	 * senders' own: what crossing costs.  Rounds alternate, so that both
+	 * see the same machine.  xmsgs: the lane messages per message (the
+	 * wakes of a parked receiver there, each acknowledged by its pointer
+	 * coming back: docs/ACTORS.md "Delivery"). */
+	double cross[64], one[64], xm[64];
+	for (int i = 0; i < 2 * reps; i++) {
 		struct mpair p[MSG_PAIRS];
 		_Atomic int bad = 0;
 		for (uint32_t k = 0; k < MSG_PAIRS; k++)
 			p[k] = (struct mpair){.msgs = act_hops / MSG_PAIRS ? act_hops / MSG_PAIRS : 1,
-					      .bad = &bad};
+					      .bad = &bad, .to_shard = i & 1 ? 0 : 1};
+		cbcmn_stats st;
+		cbcmn_executor_stats per[2];
+		cbcmn_stats_snapshot(rt, &st, per, 2);
+		uint64_t x0 = per[0].xmsgs_sent + per[1].xmsgs_sent;
 		uint64_t t0 = mono_ns();
 		run(rt, mp_root, p);
 		double s = (double)(mono_ns() - t0) / 1e9;
+		cbcmn_stats_snapshot(rt, &st, per, 2);
 		if (atomic_load(&bad)) {
 			fprintf(stderr, "cbcmn-bench: actors msgs: a message came out of order, "
 					"twice or not at all\n");
 			exit(1);
 		}
-		v[i] = (double)(p[0].msgs * MSG_PAIRS) / s;
+		double msgs = (double)(p[0].msgs * MSG_PAIRS);
+		if (i & 1) {
+			one[i / 2] = msgs / s;
+		} else {
+			cross[i / 2] = msgs / s;
+			xm[i / 2] = (double)(per[0].xmsgs_sent + per[1].xmsgs_sent - x0) / msgs;
+		}
 	}
-	printf("actors msgs_per_s %.0f\n", median(v, reps));
+	printf("actors msgs_per_s %.0f\n", median(cross, reps));
+	printf("actors msgs_one_exec_per_s %.0f\n", median(one, reps));
+	printf("actors msgs_xmsgs_per_msg %.3f\n", median(xm, reps));
 	fflush(stdout);
 
 	for (int i = 0; i < reps; i++) {

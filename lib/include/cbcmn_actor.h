@@ -162,7 +162,10 @@ typedef struct cbcmn_actor_opts {
 	uint32_t placement;
 	uint32_t shard;
 	/* Its budget (components 0: the config's child_budget); NULL: the
-	 * config's child_budget.  Drawn from the spawner's, as for a task. */
+	 * config's child_budget.  Drawn from the spawner's, as for a task,
+	 * except that what is not asked here (the child_budget, the
+	 * profile's default) is at most half of what the spawner has: a
+	 * spawner keeps budget to receive with (docs/ACTORS.md "Budgets"). */
 	const cbcmn_budget *budget;
 	/* Its capabilities, intersected with the spawner's; NULL: all the
 	 * spawner holds (as in cbcmn_spawn_opts: without CBCMN_CAP_BUDGET an
@@ -342,17 +345,20 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * abnormally stops it (and so its tree), as for any actor.  Link children
  * with each other, not with their supervisor.
  *
- * Placement of a child: as for any actor (placement, shard), or on a NUMA
+ * Placement of a child: as for any actor (placement, shard), on a NUMA
  * node (node >= 0: one of the executors of that node, in turn, pinned;
- * an unpinned runtime's executors are all node 0).
+ * an unpinned runtime's executors are all node 0), or on a big or a little
+ * core (CBCMN_SUP_PLACE_BIG, _LITTLE: in turn, pinned, where the
+ * executors span both kinds; else as by default).
  *
  * Each start of a child is a spawn charged to the supervisor's budget
  * (an op, a spawn, the stack's memory until the child ends), and the
  * child's budget is drawn from the supervisor's: give a supervisor that
  * restarts often a budget that covers it (or an unlimited one).  In the
  * service and cluster profiles a child may not spawn by default: a
- * supervisor needs opts.budget with a spawn_count, and more of each
- * component than its children take, or it waits for budget as any task.
+ * supervisor needs opts.budget with a spawn_count.  A child's default
+ * budget is at most half of what the supervisor has left, so a supervisor
+ * never gives all of it away by default (cbcmn_actor_opts.budget).
  */
 
 /* Strategies (cbcmn_sup_spec.strategy). */
@@ -368,6 +374,14 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * executors of NUMA node `node`, in turn (an unpinned runtime's executors
  * are all node 0). */
 #define CBCMN_SUP_PLACE_NODE 16u
+/* Pinned to one of the executors on big (performance) cores, in turn, or
+ * on little (efficiency) cores: the core kinds of cbcmn_cpu_info.kind.
+ * Where the program's executors are all of one kind (a machine with one
+ * kind of core, an unpinned runtime, executors pinned to one kind only)
+ * there is no choice to make: the child is placed as by default
+ * (CBCMN_PLACE_LOCAL: it may migrate). */
+#define CBCMN_SUP_PLACE_BIG 17u
+#define CBCMN_SUP_PLACE_LITTLE 18u
 
 #define CBCMN_SUP_MAX_CHILDREN 1024u
 /* The children of a whole tree, nested supervisors' included, at most
@@ -393,12 +407,15 @@ typedef struct cbcmn_sup_child {
 	const uint32_t *deps;
 	uint32_t ndeps;
 	uint32_t restart;       /* CBCMN_SUP_PERMANENT, _TRANSIENT, _TEMPORARY */
-	uint32_t placement;     /* CBCMN_PLACE_*, as in cbcmn_actor_opts, or CBCMN_SUP_PLACE_NODE */
+	uint32_t placement;     /* CBCMN_PLACE_*, as in cbcmn_actor_opts, or CBCMN_SUP_PLACE_NODE,
+				 * _BIG, _LITTLE */
 	uint32_t shard;         /* with CBCMN_PLACE_PINNED, _STEALABLE_ON */
 	int32_t node;           /* with CBCMN_SUP_PLACE_NODE: the NUMA node; else unused */
 	uint32_t mailbox_cap;   /* 0: CBCMN_ACTOR_MAILBOX_DEFAULT */
 	const cbcmn_budget *budget; /* NULL: the config's child_budget */
 	const cbcmn_caps *caps;     /* NULL: the supervisor's */
+	/* As cbcmn_actor_opts.drop, called with state (a nested supervisor's
+	 * too: its state is used for nothing else). */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 } cbcmn_sup_child;
 
@@ -435,6 +452,10 @@ typedef struct cbcmn_sup_spec {
  * copied first: -EINVAL for a bad field, a dependency out of range or on
  * itself, a cycle in the dependencies (of this spec or a nested one), or
  * a tree of more than CBCMN_SUP_MAX_TREE children.
+ * opts->drop gets the messages left in the supervisor's mailbox at its
+ * halt (those the program sent it) with a NULL state: a supervisor has no
+ * state of the program's.  A nested supervisor's drop (its
+ * cbcmn_sup_child.drop) gets that child's state.
  * Returns 0, -EINVAL, -ENOMEM, or what cbcmn_actor_spawn() returns.  A
  * child that cannot be spawned when the supervisor starts it halts the
  * supervisor with that error, after stopping the children started. */
