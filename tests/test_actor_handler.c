@@ -1,0 +1,659 @@
+/* test_actor_handler: handler actors: order and exactly once, back-pressure
+ * (RETRY), stop, monitor and DOWN, supervisor restarts, nursery
+ * cancellation, fairness with tasks, hosts. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "cbcmn_actor.h"
+
+#define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 5 : (n))
+
+enum { M_DATA = 1, M_QUIT, M_GO, M_CRASH };
+
+static cbcmn_actor_msg msg(uint32_t type, uint64_t a, uint64_t b)
+{
+	cbcmn_actor_msg m = {.type = type};
+	m.body.u64[0] = a;
+	m.body.u64[1] = b;
+	return m;
+}
+
+static int64_t open_n(cbcmn_cx *cx, cbcmn_nursery **n)
+{
+	return cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n);
+}
+
+/* A fiber actor that watches ref and stores the DOWN it gets. */
+struct watch {
+	cbcmn_actor_ref target;
+	_Atomic int armed;
+	cbcmn_actor_msg down;
+	_Atomic int got;
+};
+
+static int64_t watcher(cbcmn_cx *cx, void *arg)
+{
+	struct watch *w = arg;
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, w->target, &id) == 0);
+	atomic_store(&w->armed, 1);
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0)
+		if (m.type == CBCMN_ACTOR_DOWN) {
+			TASK_CHECK(m.body.down.monitor == id && m.from == w->target);
+			w->down = m;
+			atomic_store(&w->got, 1);
+			return 0;
+		}
+	return rc;
+}
+
+/* ---- order per sender, nothing lost, nothing twice ---- */
+
+#define NSEND 4
+
+struct order {
+	cbcmn_actor_ref a;
+	long per_sender;
+	uint64_t next[NSEND + 1];
+	long got, bad;
+	_Atomic int ids;
+};
+
+static int64_t order_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct order *o = arg;
+	TASK_CHECK(cbcmn_actor_self(cx) == o->a);
+	uint64_t s = m->body.u64[0], seq = m->body.u64[1];
+	if (m->type != M_DATA || s > NSEND || seq != o->next[s])
+		o->bad++;
+	else
+		o->next[s]++;
+	return ++o->got == (NSEND + 1) * o->per_sender ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t order_sender(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	uint64_t id = (uint64_t)atomic_fetch_add(&o->ids, 1);
+	for (long i = 0; i < o->per_sender; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, id, (uint64_t)i);
+		int rc = cbcmn_actor_send(NULL, cx, o->a, &m);
+		TASK_CHECK(rc == 0);
+		if (rc)
+			return rc;
+		if (i % 7 == 0)
+			cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static void *order_thread(void *arg)
+{
+	void **p = arg;
+	struct order *o = p[0];
+	for (long i = 0; i < o->per_sender; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, NSEND, (uint64_t)i);
+		if (cbcmn_actor_send(p[1], NULL, o->a, &m)) {
+			TASK_CHECK(0);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static int64_t order_main(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 3, .placement = CBCMN_PLACE_STEALABLE};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, order_handler, o, &ao, &o->a) == 0);
+	void *targ[2] = {o, cbcmn_cx_runtime(cx)};
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, order_thread, targ) == 0);
+	for (int i = 0; i < NSEND; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, order_sender, o, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	pthread_join(th, NULL);
+	return r;
+}
+
+static void test_handler_order_per_sender_nothing_lost_or_twice(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct order o = {.per_sender = STRESS(3000)};
+	t_run(rt, order_main, &o, 0);
+	assert_int_equal(o.bad, 0);
+	assert_int_equal(o.got, (NSEND + 1) * o.per_sender);
+	for (int s = 0; s <= NSEND; s++)
+		assert_int_equal(o.next[s], (uint64_t)o.per_sender);
+	t_destroy(rt);
+}
+
+/* ---- a ring on one host: spawned by a handler, every hop a call ---- */
+
+#define RING 100
+
+struct ring {
+	cbcmn_actor_ref refs[RING];
+	uint64_t visits[RING];
+	uint64_t hops, last;
+	cbcmn_nursery *n;
+	long bad;
+};
+
+struct member {
+	struct ring *r;
+	uint32_t i;
+};
+
+static struct member members[RING];
+
+static int64_t ring_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *mp)
+{
+	struct member *me = arg;
+	struct ring *r = me->r;
+	cbcmn_actor_msg m = *mp;
+	if (m.type == M_GO) {
+		for (uint32_t k = 1; k < RING; k++) {
+			int rc = cbcmn_actor_spawn_handler(cx, r->n, ring_handler, &members[k], NULL,
+							   &r->refs[k]);
+			TASK_CHECK(rc == 0);
+			if (rc)
+				return rc;
+		}
+		m = msg(M_DATA, r->hops, 0);
+	}
+	if (m.type == M_QUIT) {
+		if (me->i + 1 < RING)
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[me->i + 1], &m) == 0);
+		return CBCMN_ACTOR_HALT;
+	}
+	/* from: the previous member (none for the first hop). */
+	if (m.body.u64[1] && m.from != r->refs[(me->i + RING - 1) % RING])
+		r->bad++;
+	r->visits[me->i]++;
+	if (m.body.u64[0] == 0) {
+		r->last = me->i;
+		m.type = M_QUIT;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	m.body.u64[0]--;
+	m.body.u64[1]++;
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[(me->i + 1) % RING], &m) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t ring_main(cbcmn_cx *cx, void *arg)
+{
+	struct ring *r = arg;
+	TASK_CHECK(open_n(cx, &r->n) == 0);
+	for (uint32_t k = 0; k < RING; k++)
+		members[k] = (struct member){r, k};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, r->n, ring_handler, &members[0], NULL, &r->refs[0]) ==
+		   0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &go) == 0);
+	return cbcmn_nursery_await_all(cx, r->n);
+}
+
+static void test_handler_ring_on_one_host(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	static struct ring r;
+	memset(&r, 0, sizeof(r));
+	r.hops = 10 * RING + 7;
+	t_run(rt, ring_main, &r, 0);
+	assert_int_equal(r.bad, 0);
+	assert_int_equal(r.last, r.hops % RING);
+	for (uint32_t i = 0; i < RING; i++)
+		assert_int_equal(r.visits[i], (r.hops + 1) / RING + (i < (r.hops + 1) % RING));
+	/* Every member halted: its reference is dead. */
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, r.refs[RING / 2], &m), -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- back-pressure: a handler's send never waits; RETRY gets the message again ---- */
+
+struct bp {
+	cbcmn_actor_ref a, b;
+	uint64_t n, next_b, a_calls, eagain;
+	long bad;
+};
+
+static int64_t bp_b(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct bp *p = arg;
+	(void)cx;
+	if (m->type != M_DATA || m->body.u64[0] != p->next_b || m->from != p->a)
+		p->bad++;
+	p->next_b++;
+	return p->next_b == p->n ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t bp_a(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct bp *p = arg;
+	p->a_calls++;
+	if (m->type == M_GO) {
+		cbcmn_actor_opts bo = {.mailbox_cap = 1};
+		cbcmn_actor_ref none;
+		int rc = cbcmn_actor_spawn_handler(cx, NULL, bp_b, p, &bo, &none);
+		TASK_CHECK(rc == -EINVAL && none == CBCMN_ACTOR_NONE); /* no nursery */
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	cbcmn_actor_msg d = msg(M_DATA, m->body.u64[0], 0);
+	/* The blocking send does not block in a handler: -EAGAIN. */
+	int rc = cbcmn_actor_send(NULL, cx, p->b, &d);
+	if (rc == -EAGAIN) {
+		p->eagain++;
+		return CBCMN_ACTOR_RETRY;
+	}
+	TASK_CHECK(rc == 0);
+	return m->body.u64[0] + 1 == p->n ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t bp_main(cbcmn_cx *cx, void *arg)
+{
+	struct bp *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 64};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, bp_a, p, &ao, &p->a) == 0);
+	/* b on its own host, pinned elsewhere: a's sends find it full. */
+	cbcmn_actor_opts bo = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, bp_b, p, &bo, &p->b) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->a, &go) == 0);
+	for (uint64_t i = 0; i < p->n; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, p->a, &m) == 0); /* a task waits for room */
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_handler_send_to_full_mailbox_is_eagain_and_retry_redelivers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct bp p = {.n = (uint64_t)STRESS(2000)};
+	t_run(rt, bp_main, &p, 0);
+	assert_int_equal(p.bad, 0);
+	assert_int_equal(p.next_b, p.n);
+	assert_true(p.eagain > 0);
+	/* Each message once, plus one call per RETRY, plus GO. */
+	assert_int_equal(p.a_calls, p.n + p.eagain + 1);
+	t_destroy(rt);
+}
+
+/* ---- stop, monitor, DOWN; receive is -EPERM; return values ---- */
+
+struct sm {
+	cbcmn_actor_ref h;
+	struct watch w[3];
+	cbcmn_actor_ref hs[3];
+	long calls;
+	int recv_rc;
+};
+
+static int64_t sm_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct sm *s = arg;
+	cbcmn_actor_msg x;
+	s->recv_rc = cbcmn_actor_receive(cx, &x, 0);
+	s->calls++;
+	if (m->type == M_QUIT)
+		return (int64_t)m->body.u64[0]; /* the test's return value */
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t sm_main(cbcmn_cx *cx, void *arg)
+{
+	struct sm *s = arg;
+	/* A nursery each: a failure cancels its siblings (fail fast). */
+	cbcmn_nursery *n[3], *wn;
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	cbcmn_actor_ref wref;
+	for (int i = 0; i < 3; i++) {
+		TASK_CHECK(open_n(cx, &n[i]) == 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, n[i], sm_handler, s, NULL, &s->hs[i]) == 0);
+		s->w[i].target = s->hs[i];
+		TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &s->w[i], NULL, &wref) == 0);
+		while (!atomic_load(&s->w[i].armed))
+			cbcmn_yield(cx);
+	}
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[0], &m) == 0);
+	/* 0: stopped; 1: returns HALT; 2: returns 7, not a value it may return. */
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->hs[0], -42) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[0], &m) == -ESRCH);
+	cbcmn_actor_msg q1 = msg(M_QUIT, CBCMN_ACTOR_HALT, 0), q2 = msg(M_QUIT, 7, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[1], &q1) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[2], &q2) == 0);
+	/* A stop's negative reason is a failure, as a fiber actor's;
+	 * 2's -EINVAL is a crash. */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[0]) == -42);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[1]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[2]) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_handler_stop_monitor_down_and_halt_reasons(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct sm s = {0};
+	t_run(rt, sm_main, &s, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&s.w[i].got), 1);
+	assert_int_equal(s.w[0].down.body.down.reason, -42);
+	assert_int_equal(s.w[1].down.body.down.reason, 0);
+	assert_int_equal(s.w[2].down.body.down.reason, -EINVAL);
+	assert_int_equal(s.recv_rc, -EPERM);
+	t_destroy(rt);
+}
+
+/* ---- a handler watching and linked: DOWN and EXIT come as calls ---- */
+
+struct hw {
+	cbcmn_actor_ref watcher, target;
+	int64_t down_reason, exit_reason;
+	int downs, exits;
+};
+
+static int64_t hw_target(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	return -EIO; /* crash on the first message */
+}
+
+static int64_t hw_watcher(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct hw *h = arg;
+	if (m->type == M_GO) {
+		uint64_t id;
+		TASK_CHECK(cbcmn_actor_trap_exit(cx, true) == 0);
+		TASK_CHECK(cbcmn_actor_monitor(cx, h->target, &id) == 0);
+		TASK_CHECK(cbcmn_actor_link(cx, h->target) == 0);
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, h->target, &x) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == CBCMN_ACTOR_DOWN) {
+		h->downs++;
+		h->down_reason = m->body.down.reason;
+	} else if (m->type == CBCMN_ACTOR_EXIT) {
+		h->exits++;
+		h->exit_reason = m->body.exit.reason;
+	}
+	return h->downs && h->exits ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t hw_main(cbcmn_cx *cx, void *arg)
+{
+	struct hw *h = arg;
+	/* Apart: the target's crash fails its nursery, and would cancel
+	 * the watcher in the same one. */
+	cbcmn_nursery *tn, *wn;
+	TASK_CHECK(open_n(cx, &tn) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, tn, hw_target, h, NULL, &h->target) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, wn, hw_watcher, h, NULL, &h->watcher) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, h->watcher, &go) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return cbcmn_nursery_await_all(cx, tn);
+}
+
+static void test_handler_gets_down_and_exit_as_calls(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hw h = {0};
+	t_run(rt, hw_main, &h, -EIO); /* the target's crash fails the nursery */
+	assert_int_equal(h.downs, 1);
+	assert_int_equal(h.exits, 1);
+	assert_int_equal(h.down_reason, -EIO);
+	assert_int_equal(h.exit_reason, -EIO);
+	t_destroy(rt);
+}
+
+/* ---- a supervisor restarts a crashing handler ---- */
+
+struct crash {
+	_Atomic long calls;
+};
+
+static int64_t crash_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct crash *c = arg;
+	(void)cx;
+	atomic_fetch_add(&c->calls, 1);
+	return m->type == M_CRASH ? -EIO : CBCMN_ACTOR_CONTINUE;
+}
+
+#define CRASHES 20
+
+static int64_t sup_main(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	static cbcmn_sup_report rep;
+	memset(&rep, 0, sizeof(rep));
+	cbcmn_sup_child ch = {.handler = crash_handler, .state = c};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .max_restarts = CBCMN_SUP_UNLIMITED,
+			       .children = &ch, .nchildren = 1, .report = &rep};
+	cbcmn_actor_ref sup, prev = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	for (int i = 0; i <= CRASHES; i++) { /* the last: wait for the last restart */
+		cbcmn_actor_ref child;
+		int rc;
+		while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &child)) == -EAGAIN ||
+		       child == prev)
+			cbcmn_sleep(cx, 100000);
+		TASK_CHECK(rc == 0);
+		prev = child;
+		cbcmn_actor_msg m = msg(M_CRASH, 0, 0);
+		if (i < CRASHES)
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, child, &m) == 0);
+	}
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(rep.restarts == CRASHES);
+	return 0;
+}
+
+static void test_supervisor_restarts_a_crashing_handler(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct crash c = {0};
+	t_run(rt, sup_main, &c, 0);
+	assert_int_equal(atomic_load(&c.calls), CRASHES);
+	t_destroy(rt);
+}
+
+/* ---- a nursery's cancellation halts its handlers, idle ones too ---- */
+
+struct cx_state {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref refs[64];
+	_Atomic long dropped;
+	_Atomic int built;
+};
+
+static void cx_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct cx_state *s = state;
+	(void)m;
+	atomic_fetch_add(&s->dropped, 1);
+}
+
+static int64_t cx_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct cx_state *s = arg;
+	if (m->type == M_GO) {
+		cbcmn_actor_opts o = {.mailbox_cap = 4, .drop = cx_drop};
+		for (int i = 1; i < 64; i++)
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, cx_handler, s, &o, &s->refs[i]) ==
+				   0);
+		atomic_store(&s->built, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	return CBCMN_ACTOR_RETRY; /* never takes another: they wait to be dropped */
+}
+
+static int64_t cx_main(cbcmn_cx *cx, void *arg)
+{
+	struct cx_state *s = arg;
+	TASK_CHECK(open_n(cx, &s->n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .drop = cx_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, cx_handler, s, &o, &s->refs[0]) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->refs[0], &go) == 0);
+	while (!atomic_load(&s->built))
+		cbcmn_sleep(cx, 100000);
+	/* Three of them hold messages (one of which is being retried). */
+	for (int i = 1; i <= 3; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->refs[i], &m) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->refs[i], &m) == 0);
+	}
+	cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(cbcmn_nursery_cancel(s->n) == 0);
+	return cbcmn_nursery_await_all(cx, s->n);
+}
+
+static void test_nursery_cancel_halts_idle_and_busy_handlers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct cx_state s = {0};
+	t_run(rt, cx_main, &s, CBCMN_ECANCELED);
+	/* Two messages each for three: the one taken for a RETRY included. */
+	assert_int_equal(atomic_load(&s.dropped), 6);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(cbcmn_actor_try_send(rt, NULL, s.refs[i], &m), -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- fairness: a flood between two handlers does not starve a task ---- */
+
+struct fair {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a, b;
+	_Atomic int stop;
+	_Atomic long msgs;
+};
+
+static int64_t fair_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct fair *f = arg;
+	if (atomic_load(&f->stop))
+		return CBCMN_ACTOR_HALT;
+	if (m->type == M_GO) {
+		/* b on a's host: the flood never leaves it, nor blocks. */
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, f->n, fair_handler, f, NULL, &f->b) == 0);
+		cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, f->b, &d) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &d) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	atomic_fetch_add(&f->msgs, 1);
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	cbcmn_actor_msg r = *m;
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, me == f->a ? f->b : f->a, &r) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t fair_task(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	for (int i = 0; i < 200; i++)
+		cbcmn_yield(cx);
+	atomic_store(&f->stop, 1);
+	return 0;
+}
+
+static int64_t fair_main(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	TASK_CHECK(open_n(cx, &f->n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, f->n, fair_handler, f, NULL, &f->a) == 0);
+	cbcmn_actor_msg m = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, f->n, fair_task, f, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, f->n);
+}
+
+static void test_handler_flood_does_not_starve_a_task(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct fair f = {0};
+	t_run(rt, fair_main, &f, 0);
+	assert_true(atomic_load(&f.msgs) > 200);
+	t_destroy(rt);
+}
+
+/* ---- bad input ---- */
+
+static int64_t bad_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r = 77;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, NULL, NULL, NULL, &r) == -EINVAL);
+	TASK_CHECK(r == CBCMN_ACTOR_NONE);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hw_target, NULL, NULL, NULL) == -EINVAL);
+	cbcmn_actor_opts big = {.mailbox_cap = CBCMN_ACTOR_MAILBOX_MAX + 1};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hw_target, NULL, &big, &r) == -EINVAL);
+	cbcmn_actor_opts pin = {.placement = CBCMN_PLACE_PINNED, .shard = 99};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hw_target, NULL, &pin, &r) == -EINVAL);
+	TASK_CHECK(r == CBCMN_ACTOR_NONE);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_handler_bad_input(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, bad_main, NULL, 0);
+	t_destroy(rt);
+}
+
+int main(int argc, char **argv)
+{
+#define T(f) T_WATCHED_TEST(f)
+	const struct CMUnitTest tests[] = {
+		T(test_handler_order_per_sender_nothing_lost_or_twice),
+		T(test_handler_ring_on_one_host),
+		T(test_handler_send_to_full_mailbox_is_eagain_and_retry_redelivers),
+		T(test_handler_stop_monitor_down_and_halt_reasons),
+		T(test_handler_gets_down_and_exit_as_calls),
+		T(test_supervisor_restarts_a_crashing_handler),
+		T(test_nursery_cancel_halts_idle_and_busy_handlers),
+		T(test_handler_flood_does_not_starve_a_task),
+		T(test_handler_bad_input),
+	};
+#undef T
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
+	return cmocka_run_group_tests_name("actor_handler", tests, NULL, NULL);
+}
