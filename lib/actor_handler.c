@@ -45,7 +45,7 @@ struct cbcmn__hnd {
 	struct host *host;
 	cbcmn_actor_handler fn;
 	void *state;
-	struct cbcmn__hnd *qnext;     /* the host's list or inbox */
+	struct cbcmn__hnd *qnext, *qprev; /* the host's run queue (qprev: there only), or inbox */
 	struct cbcmn__hnd *prev, *next; /* the host's handler actors (host only) */
 	struct cbcmn__hnd *kick_next; /* a wakes list (cbcmn__hnd_note()) */
 	bool queued;                  /* slot lock: see the top of the file */
@@ -54,13 +54,19 @@ struct cbcmn__hnd {
 };
 
 struct host {
+	/* Its task's, and one per handler actor noted and not yet handed
+	 * over (cbcmn__hnd_note() to the end of cbcmn__hnd_kick()): the
+	 * last one frees it.  A host task that ended without returning
+	 * (cbcmn__hnd_host_end()) leaves handler actors in all, freed with it. */
+	_Atomic uint32_t refs;
 	/* A leaf, never taken with another lock held (kicks run after the
 	 * slot unlock); the rank of the actor table's, also a leaf. */
 	struct cbcmn__mutex lock;
 	struct cbcmn__hnd *in_head, *in_tail; /* inbox (lock) */
 	struct cbcmn__iwait *waiter;          /* the host, waiting for its inbox (lock) */
 	/* The host task's alone. */
-	struct cbcmn__hnd *q_head, *q_tail;   /* its list of queued handler actors */
+	struct cbcmn__hnd *q_head, *q_tail;   /* its run queue of queued handler actors */
+	uint32_t pops;                        /* every OLDEST_EVERY-th pop takes the oldest */
 	struct cbcmn__hnd *all;               /* every handler actor it hosts */
 	uint64_t count;                       /* how many */
 	struct cbcmn_nursery *n;
@@ -69,11 +75,25 @@ struct host {
 	bool cancelled;
 };
 
-static int64_t host_main(cbcmn_cx *cx, void *arg);
-
 static struct host *host_of(const struct cbcmn_task *t)
 {
-	return t && !(t->flags & CBCMN__TF_ABI) && t->fn == host_main ? t->arg : NULL;
+	return t && !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__hnd_host_main ? t->arg : NULL;
+}
+
+static void host_unref(struct host *host)
+{
+	/* acq_rel: the last one sees every other's use of the host (and of
+	 * the handler actors it frees) before it frees them. */
+	if (atomic_fetch_sub_explicit(&host->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	struct cbcmn__hnd *h = host->all;
+	while (h) {
+		struct cbcmn__hnd *next = h->next;
+		free(h);
+		h = next;
+	}
+	cbcmn__mutex_destroy(&host->lock);
+	free(host);
 }
 
 struct cbcmn__actor *cbcmn__hnd_current(const struct cbcmn_task *t)
@@ -82,10 +102,21 @@ struct cbcmn__actor *cbcmn__hnd_current(const struct cbcmn_task *t)
 	return h ? h->cur : NULL;
 }
 
-/* The host's own list (host task only). */
-static void q_push(struct host *host, struct cbcmn__hnd *h)
+/* The host's run queue (host task only), a deque: a handler actor that a
+ * handler of the host made runnable goes to the front (it runs next:
+ * the newest first, so a tree of spawns is walked depth first and only
+ * its current path is alive at once, as fiber actors' newest-first
+ * slot does); the others (from the inbox, after a batch or a RETRY, a
+ * cancellation) to the back.  The front alone could keep the back
+ * waiting for ever (two handlers sending to each other): every
+ * OLDEST_EVERY-th pop takes the back, as the executors' 61st pick
+ * looks at the inject queue. */
+#define OLDEST_EVERY 61u
+
+static void q_push_back(struct host *host, struct cbcmn__hnd *h)
 {
 	h->qnext = NULL;
+	h->qprev = host->q_tail;
 	if (host->q_tail)
 		host->q_tail->qnext = h;
 	else
@@ -93,11 +124,33 @@ static void q_push(struct host *host, struct cbcmn__hnd *h)
 	host->q_tail = h;
 }
 
+static void q_push_front(struct host *host, struct cbcmn__hnd *h)
+{
+	h->qprev = NULL;
+	h->qnext = host->q_head;
+	if (host->q_head)
+		host->q_head->qprev = h;
+	else
+		host->q_tail = h;
+	host->q_head = h;
+}
+
 static struct cbcmn__hnd *q_pop(struct host *host)
 {
-	struct cbcmn__hnd *h = host->q_head;
-	if (h && !(host->q_head = h->qnext))
-		host->q_tail = NULL;
+	struct cbcmn__hnd *h;
+	if (++host->pops % OLDEST_EVERY == 0 && (h = host->q_tail)) {
+		if ((host->q_tail = h->qprev))
+			host->q_tail->qnext = NULL;
+		else
+			host->q_head = NULL;
+		return h;
+	}
+	if ((h = host->q_head)) {
+		if ((host->q_head = h->qnext))
+			host->q_head->qprev = NULL;
+		else
+			host->q_tail = NULL;
+	}
 	return h;
 }
 
@@ -107,6 +160,8 @@ void cbcmn__hnd_note(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 	if (h->queued)
 		return; /* on its way already: it will find this too */
 	h->queued = true;
+	/* relaxed: the kick's own unref (acq_rel) orders what matters. */
+	atomic_fetch_add_explicit(&h->host->refs, 1, memory_order_relaxed);
 	h->kick_next = wl->hkick;
 	wl->hkick = h;
 }
@@ -122,7 +177,7 @@ void cbcmn__hnd_kick(struct cbcmn__hnd *h, struct cbcmn__exec *e)
 		 * nobody else touches its list. */
 		struct cbcmn__exec *me = cbcmn__tls_exec;
 		if (me && host_of(me->current) == host) {
-			q_push(host, h);
+			q_push_front(host, h);
 		} else {
 			struct cbcmn__iwait *w = NULL;
 			cbcmn__mutex_lock(&host->lock);
@@ -142,24 +197,25 @@ void cbcmn__hnd_kick(struct cbcmn__hnd *h, struct cbcmn__exec *e)
 			if (w)
 				cbcmn__iwait_wake(w, e);
 		}
+		host_unref(host);
 		h = next;
 	}
 }
 
-/* Move the inbox to the host's list; false if it was empty. */
+/* Move the inbox to the back of the run queue; false if it was empty. */
 static bool take_inbox(struct host *host)
 {
 	cbcmn__mutex_lock(&host->lock);
-	struct cbcmn__hnd *head = host->in_head, *tail = host->in_tail;
+	struct cbcmn__hnd *h = host->in_head;
 	host->in_head = host->in_tail = NULL;
 	cbcmn__mutex_unlock(&host->lock);
-	if (!head)
+	if (!h)
 		return false;
-	if (host->q_tail)
-		host->q_tail->qnext = head;
-	else
-		host->q_head = head;
-	host->q_tail = tail;
+	while (h) {
+		struct cbcmn__hnd *next = h->qnext;
+		q_push_back(host, h);
+		h = next;
+	}
 	return true;
 }
 
@@ -196,7 +252,7 @@ static void host_cancel(struct host *host)
 		h->queued = true;
 		cbcmn__mutex_unlock(&h->a->lock);
 		if (mine)
-			q_push(host, h);
+			q_push_back(host, h);
 	}
 }
 
@@ -272,7 +328,7 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 		hnd_halt(host, h, r == CBCMN_ACTOR_HALT ? 0 : r < 0 ? r : -EINVAL, e);
 		return calls;
 	}
-	q_push(host, h); /* still queued: more, or the RETRY */
+	q_push_back(host, h); /* still queued: more, or the RETRY */
 	return calls;
 }
 
@@ -281,7 +337,7 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
  * latency a few calls. */
 #define BATCH 16u
 
-static int64_t host_main(cbcmn_cx *cx, void *arg)
+int64_t cbcmn__hnd_host_main(cbcmn_cx *cx, void *arg)
 {
 	struct host *host = arg;
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
@@ -308,15 +364,36 @@ static int64_t host_main(cbcmn_cx *cx, void *arg)
 			cbcmn_yield(cx);
 		}
 	}
-	/* Count 0: nothing is queued, so nothing is on its way to the
-	 * inbox; the lock once more orders the last kicker's unlock before
-	 * the free. */
-	cbcmn__mutex_lock(&host->lock);
-	cbcmn__mutex_unlock(&host->lock);
-	int64_t rc = host->first_error;
-	cbcmn__mutex_destroy(&host->lock);
-	free(host);
-	return rc;
+	/* The host goes with its task's end (cbcmn__hnd_host_end()). */
+	return host->first_error;
+}
+
+int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
+{
+	struct host *host = t->arg;
+	/* Ended without returning (a checkpoint or a budget ended the task,
+	 * a stack overflow in a handler, its thread died): its handler
+	 * actors halt with that reason, as an actor task's would.  Those
+	 * being kicked stay in all until the last kick has let go. */
+	if (host->count) {
+		if (result >= 0)
+			result = CBCMN_EPANIC;
+		host->cur = NULL;
+		host->cancelled = true; /* no more joins: the task is gone */
+		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
+			if (h->held && h->a->drop)
+				h->a->drop(h->state, &h->msg);
+			h->held = false;
+			bool contained = h->a->contained;
+			int64_t r = cbcmn__actor_halt_slot(h->a, result, t->exec);
+			if (!contained && r < 0 &&
+			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))
+				host->first_error = r;
+		}
+		result = host->first_error;
+	}
+	host_unref(host);
+	return result;
 }
 
 int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbcmn_actor_handler fn,
@@ -344,6 +421,7 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 			return -ENOMEM;
 		}
 		cbcmn__mutex_init(&host->lock, "actor host", CBCMN__LOCK_ACTOR_TABLE);
+		atomic_init(&host->refs, 1); /* its task's */
 		host->n = n;
 	}
 	h->host = host;
@@ -363,7 +441,7 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
 		.shard = opts ? opts->shard : 0,
 	};
-	int rc = cbcmn_nursery_spawn_ex(cx, n, host_main, host, &so, NULL);
+	int rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__hnd_host_main, host, &so, NULL);
 	if (rc) {
 		/* Never ran: the caller halts a, which must not look for h. */
 		cbcmn__mutex_lock(&a->lock);

@@ -611,6 +611,66 @@ static void test_handler_flood_does_not_starve_a_task(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the host task ended under a handler (a checkpoint in a cancelled
+ * nursery unwinds it): every handler actor of it halts all the same ---- */
+
+struct unw {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref refs[8];
+	struct watch w;
+	_Atomic int spinning;
+};
+
+static int64_t unw_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct unw *u = arg;
+	if (m->type == M_GO) {
+		for (int i = 1; i < 8; i++)
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, unw_handler, u, NULL,
+							     &u->refs[i]) == 0);
+		atomic_store(&u->spinning, 1);
+		for (;;) /* until the cancellation ends the host here */
+			CBCMN_CHECKPOINT(cx);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t unw_main(cbcmn_cx *cx, void *arg)
+{
+	struct unw *u = arg;
+	cbcmn_nursery *wn;
+	TASK_CHECK(open_n(cx, &u->n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, unw_handler, u, NULL, &u->refs[0]) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, u->refs[0], &go) == 0);
+	while (!atomic_load(&u->spinning))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_ref wref;
+	u->w.target = u->refs[5];
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &u->w, NULL, &wref) == 0);
+	while (!atomic_load(&u->w.armed))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_nursery_cancel(u->n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, u->n) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_host_ended_by_a_checkpoint_halts_its_handlers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct unw u = {0};
+	t_run(rt, unw_main, &u, 0);
+	assert_int_equal(atomic_load(&u.w.got), 1);
+	assert_int_equal(u.w.down.body.down.reason, CBCMN_ECANCELED);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(cbcmn_actor_try_send(rt, NULL, u.refs[i], &m), -ESRCH);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -650,6 +710,7 @@ int main(int argc, char **argv)
 		T(test_supervisor_restarts_a_crashing_handler),
 		T(test_nursery_cancel_halts_idle_and_busy_handlers),
 		T(test_handler_flood_does_not_starve_a_task),
+		T(test_host_ended_by_a_checkpoint_halts_its_handlers),
 		T(test_handler_bad_input),
 	};
 #undef T
