@@ -390,13 +390,27 @@ int wl_supervise(cbcmn_runtime *rt, struct wl_env *e)
 
 /* ---- skynet: a 10-ary tree of actors adds up its leaves ------------------- */
 
-/* A node of the tree (struct wl_sky, wl_int.h). */
+/* A node of the tree of handler actors (below). */
+struct wsky_h {
+	struct wl_sky s;
+	cbcmn_nursery *n;
+	uint64_t sum, leaves;
+	uint32_t got;
+	struct wsky_h *kids;
+};
+static int64_t wsky_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m);
+
+/* A node of the tree (struct wl_sky, wl_int.h).  With handler, only the
+ * root is one: its ten children are handler actors, each on a host of
+ * its own (stealable: the executors share them out, as stealing spreads
+ * fiber actors), each with its subtree on that host. */
 static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 {
 	struct wl_sky *me = arg;
 	uint64_t sum = me->sabotage && me->index == 1 ? 0 : me->index, leaves = 1;
 	if (me->size > 1) {
 		struct wl_sky kids[10];
+		struct wsky_h hkids[10];
 		uint64_t step = me->size / 10;
 		cbcmn_nursery *n;
 		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
@@ -406,9 +420,19 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 		int spawned = 0;
 		for (int i = 0; i < 10 && !rc; i++) {
 			kids[i] = (struct wl_sky){me->index + (uint64_t)i * step, step, self, NULL, NULL,
-						me->sabotage, false};
+						me->sabotage, me->handler};
 			cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1};
-			if (!(rc = cbcmn_actor_spawn(cx, n, wsky_actor, &kids[i], &ao, &ref)))
+			if (me->handler) {
+				cbcmn_actor_msg go = {.type = WA_BUILD};
+				hkids[i] = (struct wsky_h){.s = kids[i], .n = n};
+				ao.placement = CBCMN_PLACE_STEALABLE;
+				rc = cbcmn_actor_spawn_handler(cx, n, wsky_handler, &hkids[i], &ao, &ref);
+				if (!rc)
+					rc = cbcmn_actor_send(NULL, cx, ref, &go);
+			} else {
+				rc = cbcmn_actor_spawn(cx, n, wsky_actor, &kids[i], &ao, &ref);
+			}
+			if (!rc)
 				spawned++;
 		}
 		sum = leaves = 0;
@@ -421,6 +445,10 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 		if (rc)
 			cbcmn_nursery_cancel(n);
 		int64_t a = cbcmn_nursery_await_all(cx, n);
+		/* A tree that failed half-way: the first level's (deeper
+		 * levels free theirs as they report, or are lost with it). */
+		for (int i = 0; me->handler && i < spawned; i++)
+			free(hkids[i].kids);
 		if (rc || a)
 			return rc ? rc : a;
 	}
@@ -433,16 +461,9 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 	return cbcmn_actor_send(NULL, cx, me->parent, &m);
 }
 
-/* A node of the tree of handler actors: spawned on its parent's host,
- * started by a WA_BUILD, it spawns its ten children (their states in
- * kids), then adds up their answers as they come. */
-struct wsky_h {
-	struct wl_sky s;
-	cbcmn_nursery *n;
-	uint64_t sum, leaves;
-	uint32_t got;
-	struct wsky_h *kids;
-};
+/* A node of the tree of handler actors: started by a WA_BUILD, it spawns
+ * its ten children on its own host (their states in kids), then adds up
+ * their answers as they come. */
 
 static int64_t wsky_report(cbcmn_cx *cx, struct wsky_h *me)
 {
@@ -461,7 +482,7 @@ static int64_t wsky_report(cbcmn_cx *cx, struct wsky_h *me)
 
 static int64_t wsky_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 {
-	struct wsky_h *me = arg;
+	struct wsky_h *me = arg; /* its kids freed by its parent if it never reported */
 	if (m->type == WA_TOKEN) {
 		me->sum += m->body.u64[0];
 		me->leaves += m->body.u64[1];
@@ -500,18 +521,8 @@ int64_t wl_sky_root(cbcmn_cx *cx, void *arg)
 	if (rc)
 		return rc;
 	cbcmn_actor_opts ao = {.mailbox_cap = 10};
-	struct wl_sky *root = arg;
-	struct wsky_h h = {.s = *root, .n = n};
-	if (root->handler) {
-		cbcmn_actor_msg go = {.type = WA_BUILD};
-		rc = cbcmn_actor_spawn_handler(cx, n, wsky_handler, &h, &ao, &ref);
-		if (!rc && (rc = cbcmn_actor_send(NULL, cx, ref, &go)))
-			cbcmn_nursery_cancel(n);
-	} else {
-		rc = cbcmn_actor_spawn(cx, n, wsky_actor, arg, &ao, &ref);
-	}
+	rc = cbcmn_actor_spawn(cx, n, wsky_actor, arg, &ao, &ref);
 	int64_t a = cbcmn_nursery_await_all(cx, n);
-	free(h.kids); /* a tree that failed half-way */
 	return rc ? rc : a;
 }
 
