@@ -154,16 +154,53 @@ static struct cbcmn__hnd *q_pop(struct host *host)
 	return h;
 }
 
+/* The caller is host itself (its thread's current task), which hands
+ * its kicks over without the inbox and keeps itself alive meanwhile.
+ * The same answer in cbcmn__hnd_note() and the cbcmn__hnd_kick() after
+ * it: one thread, and its current task does not change in between. */
+static bool host_is_caller(const struct host *host)
+{
+	struct cbcmn__exec *me = cbcmn__tls_exec;
+	return me && host_of(me->current) == host;
+}
+
 void cbcmn__hnd_note(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 {
 	struct cbcmn__hnd *h = a->hnd;
 	if (h->queued)
 		return; /* on its way already: it will find this too */
 	h->queued = true;
-	/* relaxed: the kick's own unref (acq_rel) orders what matters. */
-	atomic_fetch_add_explicit(&h->host->refs, 1, memory_order_relaxed);
+	/* A kick from another task or thread holds the host until it has
+	 * let go (relaxed: the kick's own unref, acq_rel, orders what
+	 * matters). */
+	if (!host_is_caller(h->host))
+		atomic_fetch_add_explicit(&h->host->refs, 1, memory_order_relaxed);
 	h->kick_next = wl->hkick;
 	wl->hkick = h;
+}
+
+/* Hand h to its host from another task or thread: its inbox, and a wake
+ * if it waits for it. */
+static void kick_remote(struct host *host, struct cbcmn__hnd *h, struct cbcmn__exec *e)
+{
+	struct cbcmn__iwait *w = NULL;
+	cbcmn__mutex_lock(&host->lock);
+	h->qnext = NULL;
+	if (host->in_tail)
+		host->in_tail->qnext = h;
+	else
+		host->in_head = h;
+	host->in_tail = h;
+	if (host->waiter && cbcmn__iwait_claim(host->waiter)) {
+		w = host->waiter;
+		host->waiter = NULL;
+	}
+	cbcmn__mutex_unlock(&host->lock);
+	/* The host cannot go on (nor end) before this wake: w, on its
+	 * stack, is still there. */
+	if (w)
+		cbcmn__iwait_wake(w, e);
+	host_unref(host); /* cbcmn__hnd_note()'s */
 }
 
 void cbcmn__hnd_kick(struct cbcmn__hnd *h, struct cbcmn__exec *e)
@@ -173,31 +210,10 @@ void cbcmn__hnd_kick(struct cbcmn__hnd *h, struct cbcmn__exec *e)
 		 * halted and freed. */
 		struct cbcmn__hnd *next = h->kick_next;
 		struct host *host = h->host;
-		/* The host itself is the caller (its thread's current task):
-		 * nobody else touches its list. */
-		struct cbcmn__exec *me = cbcmn__tls_exec;
-		if (me && host_of(me->current) == host) {
-			q_push_front(host, h);
-		} else {
-			struct cbcmn__iwait *w = NULL;
-			cbcmn__mutex_lock(&host->lock);
-			h->qnext = NULL;
-			if (host->in_tail)
-				host->in_tail->qnext = h;
-			else
-				host->in_head = h;
-			host->in_tail = h;
-			if (host->waiter && cbcmn__iwait_claim(host->waiter)) {
-				w = host->waiter;
-				host->waiter = NULL;
-			}
-			cbcmn__mutex_unlock(&host->lock);
-			/* The host cannot go on (nor end) before this wake:
-			 * w, on its stack, is still there. */
-			if (w)
-				cbcmn__iwait_wake(w, e);
-		}
-		host_unref(host);
+		if (host_is_caller(host))
+			q_push_front(host, h); /* nobody else touches its queue */
+		else
+			kick_remote(host, h, e);
 		h = next;
 	}
 }
