@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -671,6 +672,147 @@ static void test_host_ended_by_a_checkpoint_halts_its_handlers(void **state)
 	t_destroy(rt);
 }
 
+/* ---- churn: sends (tasks and a thread) racing halts, stops and slot
+ * reuse: every message taken is handled or dropped, once ---- */
+
+#define CHURN_REFS 16
+
+struct churn {
+	_Atomic uint64_t refs[CHURN_REFS];
+	_Atomic long ok_sends, handled, dropped, bad;
+	_Atomic int stop, spawner_done;
+	long n;
+	cbcmn_runtime *rt;
+};
+
+static void churn_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct churn *c = state;
+	(void)m;
+	atomic_fetch_add(&c->dropped, 1);
+}
+
+/* Handles three messages, then halts (more may wait: dropped); one in
+ * four asks for a RETRY first (the held message is dropped if it halts). */
+struct churn_actor {
+	struct churn *c;
+	int calls;
+};
+
+static void churn_actor_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct churn_actor *a = state;
+	churn_drop(a->c, m);
+}
+
+static int64_t churn_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct churn_actor *a = arg;
+	(void)cx;
+	if (m->body.u64[0] % 4 == 0 && a->calls++ % 2 == 0)
+		return CBCMN_ACTOR_RETRY;
+	atomic_fetch_add(&a->c->handled, 1);
+	return ++a->calls >= 5 ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t churn_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	struct churn_actor *st = calloc((size_t)c->n, sizeof(*st));
+	TASK_CHECK(st != NULL);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_STEALABLE,
+			       .drop = churn_actor_drop};
+	for (long i = 0; st && i < c->n; i++) {
+		cbcmn_actor_ref a;
+		st[i].c = c;
+		if (cbcmn_actor_spawn_handler(cx, n, churn_handler, &st[i], &ao, &a) != 0) {
+			atomic_fetch_add(&c->bad, 1);
+			break;
+		}
+		atomic_store(&c->refs[i % CHURN_REFS], a);
+		if (i % 5 == 4) /* a stop among the sends */
+			cbcmn_actor_stop(NULL, cx, atomic_load(&c->refs[(i * 7) % CHURN_REFS]), 0);
+		if (i % 4 == 3)
+			cbcmn_sleep(cx, 100000);
+	}
+	atomic_store(&c->spawner_done, 1);
+	/* Those that never got their five: ended by the cancellation, which
+	 * drops what they hold. */
+	while (!atomic_load(&c->stop))
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_nursery_cancel(n);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(r == CBCMN_ECANCELED);
+	free(st);
+	return 0;
+}
+
+static int churn_send(struct churn *c, cbcmn_cx *cx, uint64_t *x)
+{
+	*x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+	cbcmn_actor_ref a = atomic_load(&c->refs[*x % CHURN_REFS]);
+	cbcmn_actor_msg m = msg(M_DATA, *x, 0);
+	int rc = a ? cbcmn_actor_try_send(cx ? NULL : c->rt, cx, a, &m) : -ESRCH;
+	if (rc == 0)
+		atomic_fetch_add(&c->ok_sends, 1);
+	else if (rc != -ESRCH && rc != -EAGAIN)
+		atomic_fetch_add(&c->bad, 1);
+	return rc;
+}
+
+static int64_t churn_sender(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	uint64_t x = cbcmn_cx_task_id(cx) * 0x9e3779b97f4a7c15ull;
+	while (!atomic_load(&c->stop)) {
+		churn_send(c, cx, &x);
+		if ((x & 7) == 0)
+			cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static void *churn_thread(void *arg)
+{
+	struct churn *c = arg;
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	while (!atomic_load(&c->stop))
+		churn_send(c, NULL, &x);
+	return NULL;
+}
+
+static int64_t churn_main(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, churn_thread, c) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, churn_spawner, c, NULL) == 0);
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, churn_sender, c, NULL) == 0);
+	while (!atomic_load(&c->spawner_done))
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&c->stop, 1);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	pthread_join(th, NULL);
+	return r;
+}
+
+static void test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct churn c = {.n = STRESS(1500), .rt = rt};
+	t_run(rt, churn_main, &c, 0);
+	assert_int_equal(atomic_load(&c.bad), 0);
+	assert_true(atomic_load(&c.ok_sends) > 0);
+	assert_int_equal(atomic_load(&c.ok_sends), atomic_load(&c.handled) + atomic_load(&c.dropped));
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -711,6 +853,7 @@ int main(int argc, char **argv)
 		T(test_nursery_cancel_halts_idle_and_busy_handlers),
 		T(test_handler_flood_does_not_starve_a_task),
 		T(test_host_ended_by_a_checkpoint_halts_its_handlers),
+		T(test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_once),
 		T(test_handler_bad_input),
 	};
 #undef T
