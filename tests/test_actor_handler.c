@@ -303,16 +303,16 @@ struct sm {
 	cbcmn_actor_ref h;
 	struct watch w[3];
 	cbcmn_actor_ref hs[3];
-	long calls;
-	int recv_rc;
+	_Atomic long calls; /* three hosts call at once */
+	_Atomic int recv_rc;
 };
 
 static int64_t sm_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 {
 	struct sm *s = arg;
 	cbcmn_actor_msg x;
-	s->recv_rc = cbcmn_actor_receive(cx, &x, 0);
-	s->calls++;
+	atomic_store(&s->recv_rc, cbcmn_actor_receive(cx, &x, 0));
+	atomic_fetch_add(&s->calls, 1);
 	if (m->type == M_QUIT)
 		return (int64_t)m->body.u64[0]; /* the test's return value */
 	return CBCMN_ACTOR_CONTINUE;
@@ -361,7 +361,7 @@ static void test_handler_stop_monitor_down_and_halt_reasons(void **state)
 	assert_int_equal(s.w[0].down.body.down.reason, -42);
 	assert_int_equal(s.w[1].down.body.down.reason, 0);
 	assert_int_equal(s.w[2].down.body.down.reason, -EINVAL);
-	assert_int_equal(s.recv_rc, -EPERM);
+	assert_int_equal(atomic_load(&s.recv_rc), -EPERM);
 	t_destroy(rt);
 }
 
