@@ -1,7 +1,7 @@
 /* test_actor_handler: handler actors: order and exactly once, back-pressure
  * (RETRY), stop, monitor and DOWN, supervisor restarts, nursery
  * cancellation, fairness with tasks, hosts. */
-#include "helpers.h"
+#include "actor_test.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -11,22 +11,7 @@
 
 #include "cbcmn_actor.h"
 
-#define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 5 : (n))
-
-enum { M_DATA = 1, M_QUIT, M_GO, M_CRASH };
-
-static cbcmn_actor_msg msg(uint32_t type, uint64_t a, uint64_t b)
-{
-	cbcmn_actor_msg m = {.type = type};
-	m.body.u64[0] = a;
-	m.body.u64[1] = b;
-	return m;
-}
-
-static int64_t open_n(cbcmn_cx *cx, cbcmn_nursery **n)
-{
-	return cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n);
-}
+enum { M_GO = M_QUIT + 1, M_CRASH };
 
 /* A fiber actor that watches ref and stores the DOWN it gets. */
 struct watch {
@@ -54,88 +39,25 @@ static int64_t watcher(cbcmn_cx *cx, void *arg)
 	return rc;
 }
 
-/* ---- order per sender, nothing lost, nothing twice ---- */
-
-#define NSEND 4
-
-struct order {
-	cbcmn_actor_ref a;
-	long per_sender;
-	uint64_t next[NSEND + 1];
-	long got, bad;
-	_Atomic int ids;
-};
+/* ---- order per sender, nothing lost, nothing twice (actor_test.h) ---- */
 
 static int64_t order_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 {
 	struct order *o = arg;
 	TASK_CHECK(cbcmn_actor_self(cx) == o->a);
-	uint64_t s = m->body.u64[0], seq = m->body.u64[1];
-	if (m->type != M_DATA || s > NSEND || seq != o->next[s])
-		o->bad++;
-	else
-		o->next[s]++;
-	return ++o->got == (NSEND + 1) * o->per_sender ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+	return order_take(o, m) ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
 }
 
-static int64_t order_sender(cbcmn_cx *cx, void *arg)
+static int order_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct order *o)
 {
-	struct order *o = arg;
-	uint64_t id = (uint64_t)atomic_fetch_add(&o->ids, 1);
-	for (long i = 0; i < o->per_sender; i++) {
-		cbcmn_actor_msg m = msg(M_DATA, id, (uint64_t)i);
-		int rc = cbcmn_actor_send(NULL, cx, o->a, &m);
-		TASK_CHECK(rc == 0);
-		if (rc)
-			return rc;
-		if (i % 7 == 0)
-			cbcmn_yield(cx);
-	}
-	return 0;
-}
-
-static void *order_thread(void *arg)
-{
-	void **p = arg;
-	struct order *o = p[0];
-	for (long i = 0; i < o->per_sender; i++) {
-		cbcmn_actor_msg m = msg(M_DATA, NSEND, (uint64_t)i);
-		if (cbcmn_actor_send(p[1], NULL, o->a, &m)) {
-			TASK_CHECK(0);
-			break;
-		}
-	}
-	return NULL;
-}
-
-static int64_t order_main(cbcmn_cx *cx, void *arg)
-{
-	struct order *o = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
 	cbcmn_actor_opts ao = {.mailbox_cap = 3, .placement = CBCMN_PLACE_STEALABLE};
-	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, order_handler, o, &ao, &o->a) == 0);
-	void *targ[2] = {o, cbcmn_cx_runtime(cx)};
-	pthread_t th;
-	TASK_CHECK(pthread_create(&th, NULL, order_thread, targ) == 0);
-	for (int i = 0; i < NSEND; i++)
-		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, order_sender, o, NULL) == 0);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	pthread_join(th, NULL);
-	return r;
+	return cbcmn_actor_spawn_handler(cx, n, order_handler, o, &ao, &o->a);
 }
 
 static void test_handler_order_per_sender_nothing_lost_or_twice(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = t_runtime(2);
-	struct order o = {.per_sender = STRESS(3000)};
-	t_run(rt, order_main, &o, 0);
-	assert_int_equal(o.bad, 0);
-	assert_int_equal(o.got, (NSEND + 1) * o.per_sender);
-	for (int s = 0; s <= NSEND; s++)
-		assert_int_equal(o.next[s], (uint64_t)o.per_sender);
-	t_destroy(rt);
+	order_run(order_spawn);
 }
 
 /* ---- a ring on one host: spawned by a handler, every hop a call ---- */
