@@ -277,8 +277,9 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 		     struct cbcmn__exec *e)
 {
 	struct cbcmn__actor *a = h->a;
-	/* A message taken for a RETRY is still undelivered: the oldest. */
-	if (h->held && a->drop)
+	/* A message taken for a RETRY is still undelivered: the oldest (a
+	 * START never called is the runtime's: nobody's to drop). */
+	if (h->held && a->drop && h->msg.type != CBCMN_ACTOR_START)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
 	reason = cbcmn__actor_halt_slot(a, reason, e);
@@ -397,7 +398,7 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 		host->cur = NULL;
 		host->cancelled = true; /* no more joins: the task is gone */
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
-			if (h->held && h->a->drop)
+			if (h->held && h->a->drop && h->msg.type != CBCMN_ACTOR_START)
 				h->a->drop(h->state, &h->msg);
 			h->held = false;
 			bool contained = h->a->contained;
@@ -441,6 +442,16 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 		host->n = n;
 	}
 	h->host = host;
+	/* opts.start: the START call is held as a RETRY's message is, and
+	 * the actor queued (on a new host, before its task exists; on ours,
+	 * by us), so it comes before anything sent to it. */
+	bool start = opts && opts->start;
+	if (start) {
+		h->held = true;
+		h->msg = (cbcmn_actor_msg){.type = CBCMN_ACTOR_START};
+		h->queued = true; /* nobody can reach a yet: no lock needed */
+		q_push_front(host, h);
+	}
 	if (host->all)
 		host->all->prev = h;
 	h->next = host->all;

@@ -735,6 +735,75 @@ static void test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_onc
 	t_destroy(rt);
 }
 
+/* ---- opts.start: a START call first, before anything sent; a stop
+ * before it: no call, and no START given to drop ---- */
+
+struct st {
+	cbcmn_actor_ref a, b;
+	uint32_t first_type;
+	long calls;
+	_Atomic long dropped;
+};
+
+static void st_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct st *t = state;
+	TASK_CHECK(m->type == M_DATA);
+	atomic_fetch_add(&t->dropped, 1);
+}
+
+static int64_t st_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct st *t = arg;
+	(void)cx;
+	if (t->calls++ == 0)
+		t->first_type = m->type;
+	return m->type == M_QUIT ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t st_never(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	TASK_CHECK(0); /* stopped before its start: never called */
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t st_main(cbcmn_cx *cx, void *arg)
+{
+	struct st *t = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	/* Pinned away from us: our sends land before its host first runs,
+	 * or after; START comes first either way. */
+	cbcmn_actor_opts o = {.start = true, .placement = CBCMN_PLACE_PINNED, .shard = 1,
+			      .drop = st_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, st_handler, t, &o, &t->a) == 0);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0), q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, t->a, &d) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, t->a, &q) == 0);
+	/* Pinned on our own executor: it cannot run before we block. */
+	o.shard = 0;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, st_never, t, &o, &t->b) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, t->b, &d) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, t->b, 0) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_start_call_comes_first_and_a_stop_before_it_drops_only_messages(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct st t = {0};
+	assert_int_equal(t_run_pinned(rt, 0, st_main, &t), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(t.first_type, CBCMN_ACTOR_START);
+	assert_int_equal(t.calls, 3);
+	assert_int_equal(atomic_load(&t.dropped), 1); /* b's M_DATA, not its START */
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -776,6 +845,7 @@ int main(int argc, char **argv)
 		T(test_handler_flood_does_not_starve_a_task),
 		T(test_host_ended_by_a_checkpoint_halts_its_handlers),
 		T(test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_once),
+		T(test_start_call_comes_first_and_a_stop_before_it_drops_only_messages),
 		T(test_handler_bad_input),
 	};
 #undef T

@@ -140,6 +140,8 @@ typedef struct cbcmn_actor_msg {
 #define CBCMN_ACTOR_SYS 0xffff0000u
 #define CBCMN_ACTOR_DOWN (CBCMN_ACTOR_SYS + 1)
 #define CBCMN_ACTOR_EXIT (CBCMN_ACTOR_SYS + 2)
+/* A handler actor's first call when spawned with cbcmn_actor_opts.start. */
+#define CBCMN_ACTOR_START (CBCMN_ACTOR_SYS + 3)
 
 /* An actor's behaviour: runs as its task, receives with
  * cbcmn_actor_receive(), returns its halt reason (0 normal, negative an
@@ -178,6 +180,12 @@ typedef struct cbcmn_actor_opts {
 	 * posse members never migrate between executors (as if pinned, but
 	 * placed and stolen before their first run like any actor). */
 	uint32_t posse;
+	/* A handler actor (cbcmn_actor_spawn_handler()): its first call is
+	 * a CBCMN_ACTOR_START message (from CBCMN_ACTOR_NONE, body zero),
+	 * before any message sent to it, so that it can set itself up
+	 * (spawn, send) without being sent anything.  Ignored for actors
+	 * with a task (their behaviour starts by itself). */
+	bool start;
 } cbcmn_actor_opts;
 
 /* Spawn an actor running fn(cx, state) as a child of nursery n, with a
@@ -314,7 +322,8 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * cheap actors spawns one from a task and the rest from handlers.
  *
  * Calls.  h(cx, state, m) for each message, in mailbox order (a due
- * DOWN or EXIT first, as cbcmn_actor_receive() would).  It must not
+ * DOWN or EXIT first, as cbcmn_actor_receive() would), after a
+ * CBCMN_ACTOR_START one if opts.start asks for it.  It must not
  * block: cbcmn_actor_send() and cbcmn_actor_send_timeout() from a handler
  * never wait (they are cbcmn_actor_try_send(): -EAGAIN when full), and
  * cbcmn_actor_receive() is -EPERM.  cbcmn_actor_self(cx), monitor,

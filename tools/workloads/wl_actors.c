@@ -423,12 +423,10 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 						me->sabotage, me->handler};
 			cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1};
 			if (me->handler) {
-				cbcmn_actor_msg go = {.type = WA_BUILD};
 				hkids[i] = (struct wsky_h){.s = kids[i], .n = n};
 				ao.placement = CBCMN_PLACE_STEALABLE;
+				ao.start = true;
 				rc = cbcmn_actor_spawn_handler(cx, n, wsky_handler, &hkids[i], &ao, &ref);
-				if (!rc)
-					rc = cbcmn_actor_send(NULL, cx, ref, &go);
 			} else {
 				rc = cbcmn_actor_spawn(cx, n, wsky_actor, &kids[i], &ao, &ref);
 			}
@@ -461,9 +459,9 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 	return cbcmn_actor_send(NULL, cx, me->parent, &m);
 }
 
-/* A node of the tree of handler actors: started by a WA_BUILD, it spawns
- * its ten children on its own host (their states in kids), then adds up
- * their answers as they come. */
+/* A node of the tree of handler actors: at its start call
+ * (CBCMN_ACTOR_START) it spawns its ten children on its own host (their
+ * states in kids), then adds up their answers as they come. */
 
 static int64_t wsky_report(cbcmn_cx *cx, struct wsky_h *me)
 {
@@ -497,16 +495,13 @@ static int64_t wsky_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 		return -ENOMEM;
 	uint64_t step = me->s.size / 10;
 	cbcmn_actor_ref self = cbcmn_actor_self(cx), ref;
-	cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1};
-	cbcmn_actor_msg go = {.type = WA_BUILD};
+	cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1, .start = true};
 	for (int i = 0; i < 10; i++) {
 		me->kids[i] = (struct wsky_h){
 			.s = {me->s.index + (uint64_t)i * step, step, self, NULL, NULL, me->s.sabotage,
 			      true},
 			.n = me->n};
 		int rc = cbcmn_actor_spawn_handler(cx, me->n, wsky_handler, &me->kids[i], &ao, &ref);
-		if (!rc)
-			rc = cbcmn_actor_send(NULL, cx, ref, &go);
 		if (rc)
 			return rc; /* kids: the halt's fini-less end leaks nothing else */
 	}
