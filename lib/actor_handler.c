@@ -65,8 +65,9 @@ struct host {
 	struct cbcmn__hnd *in_head, *in_tail; /* inbox (lock) */
 	struct cbcmn__iwait *waiter;          /* the host, waiting for its inbox (lock) */
 	/* The host task's alone. */
-	struct cbcmn__hnd *q_head, *q_tail;   /* its run queue of queued handler actors */
-	uint32_t pops;                        /* every OLDEST_EVERY-th pop takes the oldest */
+	struct cbcmn__hnd *q_head, *q_tail;   /* newest first: made runnable by the host */
+	struct cbcmn__hnd *f_head, *f_tail;   /* in order: everything else */
+	uint32_t pops;                        /* every OLDEST_EVERY-th pop: the oldest (below) */
 	struct cbcmn__hnd *all;               /* every handler actor it hosts */
 	uint64_t count;                       /* how many */
 	struct cbcmn_nursery *n;
@@ -102,27 +103,18 @@ struct cbcmn__actor *cbcmn__hnd_current(const struct cbcmn_task *t)
 	return h ? h->cur : NULL;
 }
 
-/* The host's run queue (host task only), a deque: a handler actor that a
- * handler of the host made runnable goes to the front (it runs next:
- * the newest first, so a tree of spawns is walked depth first and only
- * its current path is alive at once, as fiber actors' newest-first
+/* The host's run queues (host task only).  A handler actor that a
+ * handler of the host made runnable goes to the front of q (it runs
+ * next: the newest first, so a tree of spawns is walked depth first and
+ * only its current path is alive at once, as fiber actors' newest-first
  * slot does); the others (from the inbox, after a batch or a RETRY, a
- * cancellation) to the back.  The front alone could keep the back
- * waiting for ever (two handlers sending to each other): every
- * OLDEST_EVERY-th pop takes the back, as the executors' 61st pick
- * looks at the inject queue. */
+ * cancellation) to the back of f, in order.  q alone could keep
+ * everything else waiting for ever (two handlers sending to each
+ * other), so every OLDEST_EVERY-th pop (as the executors' 61st pick
+ * looks at the inject queue) takes the oldest: in turn, the inbox's and
+ * f's first, or q's last.
+ * (test_ping_pong_on_a_host_starves_neither_older_nor_outside_work) */
 #define OLDEST_EVERY 61u
-
-static void q_push_back(struct host *host, struct cbcmn__hnd *h)
-{
-	h->qnext = NULL;
-	h->qprev = host->q_tail;
-	if (host->q_tail)
-		host->q_tail->qnext = h;
-	else
-		host->q_head = h;
-	host->q_tail = h;
-}
 
 static void q_push_front(struct host *host, struct cbcmn__hnd *h)
 {
@@ -135,23 +127,62 @@ static void q_push_front(struct host *host, struct cbcmn__hnd *h)
 	host->q_head = h;
 }
 
-static struct cbcmn__hnd *q_pop(struct host *host)
+static void f_push(struct host *host, struct cbcmn__hnd *h)
 {
-	struct cbcmn__hnd *h;
-	if (++host->pops % OLDEST_EVERY == 0 && (h = host->q_tail)) {
-		if ((host->q_tail = h->qprev))
-			host->q_tail->qnext = NULL;
-		else
-			host->q_head = NULL;
-		return h;
-	}
-	if ((h = host->q_head)) {
+	h->qnext = NULL;
+	if (host->f_tail)
+		host->f_tail->qnext = h;
+	else
+		host->f_head = h;
+	host->f_tail = h;
+}
+
+static struct cbcmn__hnd *f_pop(struct host *host)
+{
+	struct cbcmn__hnd *h = host->f_head;
+	if (h && !(host->f_head = h->qnext))
+		host->f_tail = NULL;
+	return h;
+}
+
+static struct cbcmn__hnd *q_pop_front(struct host *host)
+{
+	struct cbcmn__hnd *h = host->q_head;
+	if (h) {
 		if ((host->q_head = h->qnext))
 			host->q_head->qprev = NULL;
 		else
 			host->q_tail = NULL;
 	}
 	return h;
+}
+
+static struct cbcmn__hnd *q_pop_back(struct host *host)
+{
+	struct cbcmn__hnd *h = host->q_tail;
+	if (h) {
+		if ((host->q_tail = h->qprev))
+			host->q_tail->qnext = NULL;
+		else
+			host->q_head = NULL;
+	}
+	return h;
+}
+
+static bool take_inbox(struct host *host);
+
+static struct cbcmn__hnd *q_pop(struct host *host)
+{
+	struct cbcmn__hnd *h;
+	uint32_t n = ++host->pops % (2 * OLDEST_EVERY);
+	if (n == OLDEST_EVERY) {
+		take_inbox(host);
+		if ((h = f_pop(host)))
+			return h;
+	} else if (n == 0 && (h = q_pop_back(host))) {
+		return h;
+	}
+	return (h = q_pop_front(host)) ? h : f_pop(host);
 }
 
 /* The caller is host itself (its thread's current task), which hands
@@ -218,20 +249,20 @@ void cbcmn__hnd_kick(struct cbcmn__hnd *h, struct cbcmn__exec *e)
 	}
 }
 
-/* Move the inbox to the back of the run queue; false if it was empty. */
+/* Move the inbox to the back of f; false if it was empty. */
 static bool take_inbox(struct host *host)
 {
 	cbcmn__mutex_lock(&host->lock);
-	struct cbcmn__hnd *h = host->in_head;
+	struct cbcmn__hnd *head = host->in_head, *tail = host->in_tail;
 	host->in_head = host->in_tail = NULL;
 	cbcmn__mutex_unlock(&host->lock);
-	if (!h)
+	if (!head)
 		return false;
-	while (h) {
-		struct cbcmn__hnd *next = h->qnext;
-		q_push_back(host, h);
-		h = next;
-	}
+	if (host->f_tail)
+		host->f_tail->qnext = head;
+	else
+		host->f_head = head;
+	host->f_tail = tail;
 	return true;
 }
 
@@ -268,7 +299,7 @@ static void host_cancel(struct host *host)
 		h->queued = true;
 		cbcmn__mutex_unlock(&h->a->lock);
 		if (mine)
-			q_push_back(host, h);
+			f_push(host, h);
 	}
 }
 
@@ -345,7 +376,7 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 		hnd_halt(host, h, r == CBCMN_ACTOR_HALT ? 0 : r < 0 ? r : -EINVAL, e);
 		return calls;
 	}
-	q_push_back(host, h); /* still queued: more, or the RETRY */
+	f_push(host, h); /* still queued: more, or the RETRY */
 	return calls;
 }
 

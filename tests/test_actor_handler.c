@@ -804,6 +804,80 @@ static void test_start_call_comes_first_and_a_stop_before_it_drops_only_messages
 	t_destroy(rt);
 }
 
+/* ---- in a host, two handler actors sending to each other for ever do
+ * not keep a third waiting: one made runnable earlier by the host, and
+ * one made runnable from outside (the host's inbox) ---- */
+
+struct crowd {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a, b, c, d;
+	_Atomic int c_called, d_called, d_sent;
+};
+
+static int64_t crowd_side(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct crowd *w = arg;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	if (me == w->c || me == w->d) {
+		atomic_store(me == w->c ? &w->c_called : &w->d_called, 1);
+		return CBCMN_ACTOR_HALT;
+	}
+	if (atomic_load(&w->c_called) && atomic_load(&w->d_called)) {
+		/* The peer hears it too, and halts (a's or b's send is then
+		 * -ESRCH for whichever comes second). */
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		cbcmn_actor_send(NULL, cx, me == w->a ? w->b : w->a, &x);
+		return CBCMN_ACTOR_HALT;
+	}
+	if (m->type == M_GO) {
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, NULL, &w->b) == 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, NULL, &w->c) == 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, NULL, &w->d) == 0);
+		/* c first: the newest-first order puts a and b above it. */
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->c, &x) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->b, &x) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->a, &x) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (me == w->a && !atomic_load(&w->d_sent)) {
+		/* d's message comes from a task, through the inbox. */
+		atomic_store(&w->d_sent, 1);
+	}
+	cbcmn_actor_msg r = *m;
+	/* try_send: a halted peer (the other saw both called) is -ESRCH. */
+	int rc = cbcmn_actor_send(NULL, cx, me == w->a ? w->b : w->a, &r);
+	TASK_CHECK(rc == 0 || rc == -ESRCH);
+	return rc ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t crowd_main(cbcmn_cx *cx, void *arg)
+{
+	struct crowd *w = arg;
+	TASK_CHECK(open_n(cx, &w->n) == 0);
+	/* The host on the other executor: we send to d from here. */
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, &o, &w->a) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0), x = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->a, &go) == 0);
+	while (!atomic_load(&w->d_sent))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->d, &x) == 0);
+	return cbcmn_nursery_await_all(cx, w->n);
+}
+
+static void test_ping_pong_on_a_host_starves_neither_older_nor_outside_work(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct crowd w = {0};
+	assert_int_equal(t_run_pinned(rt, 0, crowd_main, &w), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.c_called), 1);
+	assert_int_equal(atomic_load(&w.d_called), 1);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -846,6 +920,7 @@ int main(int argc, char **argv)
 		T(test_host_ended_by_a_checkpoint_halts_its_handlers),
 		T(test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_once),
 		T(test_start_call_comes_first_and_a_stop_before_it_drops_only_messages),
+		T(test_ping_pong_on_a_host_starves_neither_older_nor_outside_work),
 		T(test_handler_bad_input),
 	};
 #undef T
