@@ -490,7 +490,13 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	host->count++;
 	cbcmn__mutex_lock(&a->lock);
 	a->hnd = h;
+	/* Only a forged reference can have put something there before a
+	 * had a handler, which queued nothing: queue it now. */
+	bool early = !h->queued && (a->count || a->sys_head);
+	h->queued = h->queued || early;
 	cbcmn__mutex_unlock(&a->lock);
+	if (early)
+		f_push(host, h); /* ours, or a new host's before its task exists */
 	if (join)
 		return 0;
 	cbcmn_spawn_opts so = {
