@@ -12,19 +12,20 @@
  * EXIT, a stop, its host's cancellation) until its host finds its mailbox
  * empty.  Whoever queues it (cbcmn__hnd_note(), under the slot lock)
  * hands it to the host once the lock is dropped (cbcmn__hnd_kick()): on
- * the host's own list when the host itself is the caller (a handler
+ * the host's own queue when the host itself is the caller (a handler
  * sending to a handler of its host: no lock, no atomic), else in the
  * host's inbox under its lock, waking the host if it waits.  A queued
  * handler actor is therefore in exactly one place: on its way to the
  * host, in the inbox, on the host's list, or being run.
  *
- * Lifetimes.  The host ends, and frees itself, once its count of handler
- * actors is 0.  A handler actor is halted and freed only by its host, and
- * only when the host holds it (popped from its list), so nothing queued
- * refers to a freed one; the host's count is not 0 while any handler
- * actor of it is queued, so a kicker's last touch of the host (the inbox
- * unlock) comes before the host can free itself (the host takes the same
- * lock before it looks at the inbox for the last time).
+ * Lifetimes.  A handler actor is halted and freed only by its host, and
+ * only when the host holds it (popped from its queue), so nothing queued
+ * refers to a freed one.  The host task returns once its count of
+ * handler actors is 0; the host itself is freed by the last of its
+ * references (its task's, dropped at the task's end, and one per kick
+ * in flight from another task or thread), so a kicker's touches of the
+ * host end before it can go.  A host task that ends without returning
+ * halts what it still hosts (cbcmn__hnd_host_end(), from task.c).
  *
  * Cancellation.  The host waits for its inbox as an interruptible wait
  * (iwait.h), so a cancellation of its nursery ends the wait; the host
