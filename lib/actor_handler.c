@@ -314,6 +314,7 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	if (h->held && a->drop && h->msg.type != CBCMN_ACTOR_START)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
+	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 	reason = cbcmn__actor_halt_slot(a, reason, e);
 	/* As a task's end would tell its nursery (nursery.c): the first
 	 * failure is the host's result, and a real one cancels the siblings
@@ -434,6 +435,7 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 				h->a->drop(h->state, &h->msg);
 			h->held = false;
 			bool contained = h->a->contained;
+			CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
 			int64_t r = cbcmn__actor_halt_slot(h->a, result, t->exec);
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))
@@ -491,6 +493,10 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	host->count++;
 	cbcmn__mutex_lock(&a->lock);
 	a->hnd = h;
+	/* Counted waiting (for a call) while it lives: it has no task to be
+	 * running or blocked, and would otherwise count as runnable
+	 * (live - running - waiting - halting).  Its home never moves. */
+	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, 1);
 	/* Only a forged reference can have put something there before a
 	 * had a handler, which queued nothing: queue it now. */
 	bool early = !h->queued && (a->count || a->sys_head);
@@ -511,6 +517,7 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 		/* Never ran: the caller halts a, which must not look for h. */
 		cbcmn__mutex_lock(&a->lock);
 		a->hnd = NULL;
+		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 		cbcmn__mutex_unlock(&a->lock);
 		cbcmn__mutex_destroy(&host->lock);
 		free(host);

@@ -878,6 +878,54 @@ static void test_ping_pong_on_a_host_starves_neither_older_nor_outside_work(void
 	t_destroy(rt);
 }
 
+/* ---- statistics: idle handler actors are waiting, not runnable ---- */
+
+static int64_t idle_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	return m->type == M_QUIT ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t idle_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref refs[5];
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < 5; i++)
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, idle_handler, NULL, NULL, &refs[i]) == 0);
+	/* Let their hosts run and find nothing to do. */
+	for (int i = 0; i < 20; i++)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_stats st;
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, NULL, 0) == 0);
+	cbcmn_executor_stats per[2];
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 2) == 0);
+	uint64_t actors = per[0].actors + per[1].actors;
+	uint64_t runnable = per[0].actors_runnable + per[1].actors_runnable;
+	uint64_t waiting = per[0].actors_waiting + per[1].actors_waiting;
+	TASK_CHECK(actors == 5);
+	TASK_CHECK(runnable == 0);
+	TASK_CHECK(waiting == 5);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	for (int i = 0; i < 5; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, refs[i], &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 2) == 0);
+	TASK_CHECK(per[0].actors + per[1].actors == 0);
+	TASK_CHECK(per[0].actors_waiting + per[1].actors_waiting == 0);
+	return 0;
+}
+
+static void test_idle_handler_actors_count_as_waiting_not_runnable(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run(rt, idle_main, NULL, 0);
+	t_destroy(rt);
+}
+
 /* ---- bad input ---- */
 
 static int64_t bad_main(cbcmn_cx *cx, void *arg)
@@ -921,6 +969,7 @@ int main(int argc, char **argv)
 		T(test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_once),
 		T(test_start_call_comes_first_and_a_stop_before_it_drops_only_messages),
 		T(test_ping_pong_on_a_host_starves_neither_older_nor_outside_work),
+		T(test_idle_handler_actors_count_as_waiting_not_runnable),
 		T(test_handler_bad_input),
 	};
 #undef T
