@@ -347,7 +347,11 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * Budget and fairness.  The host pays: each call is one op and one
  * channel_ops unit of the host task's budget (its sends as any task's),
  * and the host yields to other tasks and actors every yield interval
- * (cbcmn_config.yield_interval) calls, however many messages wait. */
+ * (cbcmn_config.yield_interval) calls, however many messages wait.
+ *
+ * Statistics.  A handler actor counts in cbcmn_executor_stats.actors and,
+ * while it lives, actors_waiting (of the executor that spawned it); its
+ * host is a task. */
 #define CBCMN_ACTOR_CONTINUE 0
 #define CBCMN_ACTOR_HALT 1
 #define CBCMN_ACTOR_RETRY 2
