@@ -392,6 +392,11 @@ int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
 	return a->fn(cx, a->user);
 }
 
+int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
+{
+	return halt(a, reason, e);
+}
+
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)
 {
 	struct cbcmn__actor *a = t->arg;
@@ -491,7 +496,8 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (out)
 		*out = CBCMN_ACTOR_NONE;
-	if (!fn || !out || !n)
+	cbcmn_actor_handler handler = x ? x->handler : NULL;
+	if ((!fn && !handler) || !out || !n)
 		return -EINVAL;
 	uint32_t cap = opts && opts->mailbox_cap ? opts->mailbox_cap : CBCMN_ACTOR_MAILBOX_DEFAULT;
 	if (cap > CBCMN_ACTOR_MAILBOX_MAX)
@@ -539,6 +545,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->park_exec = 0; /* a new actor enters a wheel as new */
 	a->migrated = false;
 	a->moved_ns = 0;
+	a->hnd = NULL; /* a handler's: set by cbcmn__hnd_start() */
 	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;
@@ -557,7 +564,8 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
 		.shard = opts ? opts->shard : 0,
 	};
-	rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__actor_main, a, &so, NULL);
+	rc = handler ? cbcmn__hnd_start(cx, n, a, handler, opts)
+		     : cbcmn_nursery_spawn_ex(cx, n, cbcmn__actor_main, a, &so, NULL);
 	if (rc) {
 		/* Nothing ran: only a forged reference could have reached it. */
 		*halted = true;
@@ -571,8 +579,8 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 
 cbcmn_actor_ref cbcmn_actor_self(const cbcmn_cx *cx)
 {
-	struct cbcmn__actor *a = cbcmn__actor_of((const struct cbcmn_task *)cx);
-	/* ref changes only at halt, which the actor's own task runs. */
+	struct cbcmn__actor *a = cbcmn__actor_or_handler((const struct cbcmn_task *)cx);
+	/* ref changes only at halt, which the actor's own task (or host) runs. */
 	return a ? a->ref : CBCMN_ACTOR_NONE;
 }
 

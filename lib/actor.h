@@ -96,6 +96,9 @@ struct cbcmn__actor {
 	struct cbcmn__link *links;                /* actors linked with it */
 	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
 	struct cbcmn__actor *free_next;           /* the table's free list */
+	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
+	 * actor with a task of its own.  Read under the lock while LIVE. */
+	struct cbcmn__hnd *hnd;
 	/* Scheduling (actor_sched.c), no lock: written only by the executor
 	 * that runs it or holds it on its wheel, handed from one to the next
 	 * with its task (the queues, the lanes and the wake CAS order them as
@@ -167,11 +170,20 @@ static inline struct cbcmn__actor *cbcmn__actor_of(const struct cbcmn_task *t)
 {
 	return t && cbcmn__is_actor_task(t) ? t->arg : NULL;
 }
-/* The calling actor: self must be one, and running; else NULL and *err is
- * -EPERM, or CBCMN_EFORKED in a forked child. */
+/* The handler actor the host task t is running now, or NULL (t is not a
+ * host, or between handlers). */
+struct cbcmn__actor *cbcmn__hnd_current(const struct cbcmn_task *t);
+/* The calling actor, or the handler actor the calling host task runs. */
+static inline struct cbcmn__actor *cbcmn__actor_or_handler(const struct cbcmn_task *t)
+{
+	struct cbcmn__actor *a = cbcmn__actor_of(t);
+	return a || !t ? a : cbcmn__hnd_current(t);
+}
+/* The calling actor (or handler actor): self must be one, and running;
+ * else NULL and *err is -EPERM, or CBCMN_EFORKED in a forked child. */
 static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)
 {
-	struct cbcmn__actor *a = cbcmn__actor_of(self);
+	struct cbcmn__actor *a = cbcmn__actor_or_handler(self);
 	*err = !a || !cbcmn__is_running(self) ? -EPERM
 	       : cbcmn__forked(self->rt)      ? CBCMN_EFORKED
 					      : 0;
@@ -190,6 +202,7 @@ struct cbcmn__spawn_x {
 	bool contained;
 	uint64_t *mon;
 	void (*fini)(void *state);
+	cbcmn_actor_handler handler; /* a handler actor (fn unused), or NULL */
 };
 int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 			 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x,
@@ -202,6 +215,24 @@ bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m);
  * receiver woken by executor e (NULL: from outside).  0, -EAGAIN, -ESRCH. */
 int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_actor_msg *m,
 		      struct cbcmn__exec *e);
+
+/* actor.c, for actor_handler.c: end handler actor a (no task) with
+ * reason, as a task's end would; returns the halt reason (a stop's wins). */
+int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e);
+/* actor_mbox.c, for actor_handler.c: take a's next deliverable message
+ * (a due DOWN/EXIT first) into *m under its lock, handing freed room to
+ * waiting senders (wl).  False: none. */
+bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wakes *wl);
+
+/* actor_handler.c */
+/* Start handler actor a (locked by nobody, LIVE, not yet published) with
+ * handler h: on the calling handler's host if cx is one of n, else on a
+ * new host task spawned into n with opts.  0 or the spawn's error. */
+int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbcmn_actor_handler h,
+		     const cbcmn_actor_opts *opts);
+/* a (locked, a handler actor) has something for its handler: have its
+ * host run it once the lock is dropped (cbcmn__wakes_run()). */
+void cbcmn__hnd_note(struct cbcmn__actor *a, struct cbcmn__wakes *wl);
 
 /* actor_sched.c: actor task t begins a run (its quantum left, the clock). */
 void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,

@@ -96,6 +96,8 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 	}
 	if (a->count < a->cap) {
 		ring_put(a, m);
+		if (__builtin_expect(a->hnd != NULL, 0))
+			cbcmn__hnd_note(a, wl);
 		return true;
 	}
 	return false;
@@ -115,6 +117,10 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 bool cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 {
 	cbcmn__mb_fail_senders(a, wl, -ESRCH);
+	if (a->hnd) { /* no receive to end: its host halts it */
+		cbcmn__hnd_note(a, wl);
+		return true;
+	}
 	struct cbcmn__mb_wait *r = recv_claim(a);
 	if (r)
 		cbcmn__wakes_add(wl, &r->qw, -ESHUTDOWN);
@@ -158,6 +164,8 @@ void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 	else
 		a->sys_head = mon;
 	a->sys_tail = mon;
+	if (a->hnd)
+		cbcmn__hnd_note(a, wl);
 }
 
 /* ---- blocking ------------------------------------------------------------ */
@@ -315,7 +323,7 @@ static void depth_sample(uint32_t d)
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
-	struct cbcmn__actor *me = cbcmn__actor_of(self);
+	struct cbcmn__actor *me = cbcmn__actor_or_handler(self);
 	cbcmn_actor_msg copy = *m;
 	copy._reserved = 0;
 	copy.from = me ? me->ref : CBCMN_ACTOR_NONE;
@@ -396,6 +404,10 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		      const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	/* A handler never waits: its sends are try_sends (docs/ACTORS.md,
+	 * "Handler actors"). */
+	if (self && mode == SEND_WAIT && __builtin_expect(cbcmn__hnd_current(self) != NULL, 0))
+		mode = SEND_TRY;
 	int rc = send_check(&rt, self, to, m, mode == SEND_WAIT,
 			    timeout_ns != CBCMN_ACTOR_FOREVER);
 	if (rc)
@@ -443,6 +455,8 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	struct cbcmn__actor *a = cbcmn__actor_caller(self, &err);
 	if (!a)
 		return err;
+	if (a->hnd)
+		return -EPERM; /* a handler gets its messages as calls */
 	cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	uint64_t deadline = deadline_in(self->rt, timeout_ns);
 	struct cbcmn__wakes wl = {0};
@@ -515,5 +529,22 @@ bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 		return false;
 	sys_msg(m, down);
 	free(down);
+	return true;
+}
+
+bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wakes *wl)
+{
+	if (down_due(a)) {
+		struct cbcmn__monitor *down = a->sys_head;
+		if (!(a->sys_head = down->next))
+			a->sys_tail = NULL;
+		sys_msg(m, down);
+		free(down);
+		return true;
+	}
+	if (!a->count)
+		return false;
+	ring_take(a, m);
+	slot_freed(a, wl);
 	return true;
 }

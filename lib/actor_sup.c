@@ -142,7 +142,7 @@ static int place_exec(const struct cbcmn_runtime *rt, uint32_t placement, int32_
 static int child_check(const struct cbcmn_runtime *rt, const cbcmn_sup_child *c, uint32_t i,
 		       uint32_t nchildren)
 {
-	if (!c->fn == !c->sup || c->restart > CBCMN_SUP_TEMPORARY ||
+	if ((!c->fn && !c->handler) == !c->sup || (c->fn && c->handler) || c->restart > CBCMN_SUP_TEMPORARY ||
 	    (c->placement > CBCMN_PLACE_STEALABLE && c->placement != CBCMN_SUP_PLACE_NODE &&
 	     c->placement != CBCMN_SUP_PLACE_BIG && c->placement != CBCMN_SUP_PLACE_LITTLE) ||
 	    c->mailbox_cap > CBCMN_ACTOR_MAILBOX_MAX ||
@@ -389,8 +389,9 @@ static int start_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
 	}
 	cbcmn_actor_fn fn = c->fn;
 	void *state = c->state;
-	struct cbcmn__spawn_x x = {.contained = true, .mon = &s->ch[i].mon};
-	if (!fn) {
+	struct cbcmn__spawn_x x = {.contained = true, .mon = &s->ch[i].mon,
+				   .handler = c->handler};
+	if (!fn && !c->handler) {
 		struct sup *ns = sup_new(s->tm->nested[i], s);
 		if (!(state = ns))
 			return -ENOMEM;

@@ -828,6 +828,10 @@ static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
 {
 	return !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__actor_main;
 }
+/* actor_handler.c: a host of handler actors is a task running this; its
+ * end, however it came (task.c), halts what it still hosts and frees it. */
+int64_t cbcmn__hnd_host_main(cbcmn_cx *cx, void *arg);
+int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result);
 /* The actor gauges (statseg.h), from sched.c: actor task t begins to run
  * on e (its home becomes e); e stops running it; an actor task blocks on
  * or is woken from executor e (n = 1, -1).  Relaxed: statistics, nothing

@@ -205,6 +205,8 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	/* An actor halts before its nursery hears of it (actor.c). */
 	if (__builtin_expect(cbcmn__is_actor_task(t), 0))
 		result = cbcmn__actor_halt(t, result);
+	else if (__builtin_expect(!(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__hnd_host_main, 0))
+		result = cbcmn__hnd_host_end(t, result);
 	t->result = result;
 	if (__builtin_expect(t->abi_slot != NULL, 0))
 		cbcmn__abi_slot_release(t);

@@ -26,9 +26,13 @@ struct cbcmn__waitq {
 };
 
 /* Claimed waits, woken once the object's lock is dropped. */
+struct cbcmn__hnd;
 struct cbcmn__wakes {
 	struct cbcmn__qwait *head, *tail;
+	struct cbcmn__hnd *hkick; /* handler actors to run (actor_handler.c) */
 };
+/* actor_handler.c: hand each noted handler actor to its host. */
+void cbcmn__hnd_kick(struct cbcmn__hnd *h, struct cbcmn__exec *e);
 
 static inline void cbcmn__waitq_push(struct cbcmn__waitq *q, struct cbcmn__qwait *w)
 {
@@ -92,6 +96,8 @@ static inline void cbcmn__wakes_run(struct cbcmn__wakes *wl, struct cbcmn__exec 
 		cbcmn__iwait_wake(&w->iw, e);
 		w = next;
 	}
+	if (__builtin_expect(wl->hkick != NULL, 0))
+		cbcmn__hnd_kick(wl->hkick, e);
 }
 
 #endif

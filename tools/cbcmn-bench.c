@@ -2015,7 +2015,7 @@ static void bench_actors(void)
 	if (workers < 2)
 		die("actors: wants --workers 2 or more", -EINVAL);
 	cbcmn_runtime *rt = runtime(workers, 0);
-	double v[16];
+	double v[16], c[16];
 	uint64_t ring_n = act_actors ? act_actors : RING_ACTORS;
 	uint64_t leaves = act_actors ? act_actors : SKYNET_LEAVES;
 	uint64_t p10 = 1;
@@ -2030,27 +2030,33 @@ static void bench_actors(void)
 	cbcmn_actor_ref *refs = calloc(ring_n, sizeof(*refs));
 	if (!refs)
 		die("ring", -ENOMEM);
-	double c[16];
 	/* The default placement (the actors spread by stealing: hops cross
-	 * executors), then all on one executor (the cost of a hop itself). */
-	for (int one = 0; one < 2; one++) {
-		for (int i = 0; i < reps; i++) {
-			struct wl_ring r = {.refs = refs, .n = ring_n, .hops = act_hops, .one_exec = one};
+	 * executors), then all on one executor (the cost of a hop itself),
+	 * then handler actors (one host: every hop a call); the three
+	 * alternate, round by round, so that they share the machine's
+	 * moods. */
+	static const char *const ring_name[3] = {"", "_one_exec", "_handler"};
+	double rv[3][16], rc_[3][16];
+	for (int i = 0; i < reps; i++)
+		for (int mode = 0; mode < 3; mode++) {
+			struct wl_ring r = {.refs = refs, .n = ring_n, .hops = act_hops,
+					    .one_exec = mode == 1, .handler = mode == 2};
 			run(rt, wl_ring_root, &r);
 			if (r.count != act_hops || r.last_at != act_hops % ring_n) {
-				fprintf(stderr, "cbcmn-bench: actors ring: the token made %llu hops and "
-						"ended at actor %llu, expected %llu and %llu\n",
+				fprintf(stderr, "cbcmn-bench: actors ring%s: the token made %llu hops and "
+						"ended at actor %llu, expected %llu and %llu\n", ring_name[mode],
 					(unsigned long long)r.count, (unsigned long long)r.last_at,
 					(unsigned long long)act_hops, (unsigned long long)(act_hops % ring_n));
 				exit(1);
 			}
-			v[i] = (double)(r.t_end - r.t0) / (double)act_hops;
-			c[i] = (double)(r.c_end - r.c0) / (double)act_hops;
+			rv[mode][i] = (double)(r.t_end - r.t0) / (double)act_hops;
+			rc_[mode][i] = (double)(r.c_end - r.c0) / (double)act_hops;
 		}
-		printf("actors ring%s_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(v, reps));
-		printf("actors ring%s_cpu_ns_per_hop %.0f\n", one ? "_one_exec" : "", median(c, reps));
-		fflush(stdout);
+	for (int mode = 0; mode < 3; mode++) {
+		printf("actors ring%s_ns_per_hop %.0f\n", ring_name[mode], median(rv[mode], reps));
+		printf("actors ring%s_cpu_ns_per_hop %.0f\n", ring_name[mode], median(rc_[mode], reps));
 	}
+	fflush(stdout);
 	free(refs);
 
 	/* A runtime of its own: the ring's stacks, kept for reuse, would hide
@@ -2058,29 +2064,39 @@ static void bench_actors(void)
 	cbcmn_runtime_destroy(rt);
 	long rss0 = status_kib("VmRSS:");
 	rt = runtime(workers, 0);
-	long peak = 0;
-	for (int i = 0; i < reps; i++) {
-		uint64_t sum = 0, got = 0;
-		struct wl_sky root = {0, leaves, CBCMN_ACTOR_NONE, &sum, &got, false};
-		reset_hwm();
-		uint64_t t0 = mono_ns(), c0 = process_cpu_ns();
-		run(rt, wl_sky_root, &root);
-		v[i] = (double)(mono_ns() - t0) / 1e6;
-		c[i] = (double)(process_cpu_ns() - c0) / 1e6;
-		uint64_t want = leaves * (leaves - 1) / 2;
-		if (sum != want || got != leaves) {
-			fprintf(stderr, "cbcmn-bench: actors skynet: sum %llu from %llu leaves, expected %llu\n",
-				(unsigned long long)sum, (unsigned long long)got, (unsigned long long)want);
-			exit(1);
+	/* Fiber actors (each node awaits its children), then handler
+	 * actors (one host), alternating round by round. */
+	static const char *const sky_name[2] = {"", "_handler"};
+	long peak[2] = {0, 0};
+	double sv[2][16], sc[2][16];
+	for (int i = 0; i < reps; i++)
+		for (int mode = 0; mode < 2; mode++) {
+			uint64_t sum = 0, got = 0;
+			struct wl_sky root = {0, leaves, CBCMN_ACTOR_NONE, &sum, &got, false, mode == 1};
+			reset_hwm();
+			uint64_t t0 = mono_ns(), c0 = process_cpu_ns();
+			run(rt, wl_sky_root, &root);
+			sv[mode][i] = (double)(mono_ns() - t0) / 1e6;
+			sc[mode][i] = (double)(process_cpu_ns() - c0) / 1e6;
+			uint64_t want = leaves * (leaves - 1) / 2;
+			if (sum != want || got != leaves) {
+				fprintf(stderr, "cbcmn-bench: actors skynet%s: sum %llu from %llu leaves, "
+						"expected %llu\n", sky_name[mode],
+					(unsigned long long)sum, (unsigned long long)got, (unsigned long long)want);
+				exit(1);
+			}
+			long hwm = status_kib("VmHWM:");
+			peak[mode] = hwm > peak[mode] ? hwm : peak[mode];
 		}
-		long hwm = status_kib("VmHWM:");
-		peak = hwm > peak ? hwm : peak;
+	for (int mode = 0; mode < 2; mode++) {
+		printf("actors skynet%s_ms %.0f\n", sky_name[mode], median(sv[mode], reps));
+		printf("actors skynet%s_cpu_ms %.0f\n", sky_name[mode], median(sc[mode], reps));
+		/* The process's high-water mark over the runs, less what it
+		 * held before: the tree's live actors at their most (stacks,
+		 * mailboxes; the handler runs reuse what the fiber runs left). */
+		printf("actors skynet%s_peak_rss_mib %.0f\n", sky_name[mode],
+		       (double)(peak[mode] - rss0) / 1024);
 	}
-	printf("actors skynet_ms %.0f\n", median(v, reps));
-	printf("actors skynet_cpu_ms %.0f\n", median(c, reps));
-	/* The process's high-water mark over the runs, less what it held
-	 * before: the tree's live actors at their most (stacks, mailboxes). */
-	printf("actors skynet_peak_rss_mib %.0f\n", (double)(peak - rss0) / 1024);
 	fflush(stdout);
 
 	/* Receivers on the other executor (the issue's figure), then on the

@@ -143,6 +143,8 @@ typedef struct cbcmn_actor_msg {
 #define CBCMN_ACTOR_SYS 0xffff0000u
 #define CBCMN_ACTOR_DOWN (CBCMN_ACTOR_SYS + 1)
 #define CBCMN_ACTOR_EXIT (CBCMN_ACTOR_SYS + 2)
+/* A handler actor's first call when spawned with cbcmn_actor_opts.start. */
+#define CBCMN_ACTOR_START (CBCMN_ACTOR_SYS + 3)
 
 /* An actor's behaviour: runs as its task, receives with
  * cbcmn_actor_receive(), returns its halt reason (0 normal, negative an
@@ -184,6 +186,12 @@ typedef struct cbcmn_actor_opts {
 	 * posse members never migrate between executors (as if pinned, but
 	 * placed and stolen before their first run like any actor). */
 	uint32_t posse;
+	/* A handler actor (cbcmn_actor_spawn_handler()): its first call is
+	 * a CBCMN_ACTOR_START message (from CBCMN_ACTOR_NONE, body zero),
+	 * before any message sent to it, so that it can set itself up
+	 * (spawn, send) without being sent anything.  Ignored for actors
+	 * with a task (their behaviour starts by itself). */
+	bool start;
 } cbcmn_actor_opts;
 
 /* Spawn an actor running fn(cx, state) as a child of nursery n, with a
@@ -300,6 +308,76 @@ CBCMN_API int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref a);
 CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
 
 /* ------------------------------------------------------------------------
+ * Handler actors (docs/ACTORS.md "Handler actors")
+ *
+ * A handler actor has no stack of its own: its behaviour is a callback
+ * that a host task calls once per message, on the host's stack.  It is a
+ * full actor otherwise: the same references, mailbox (bounded, in order,
+ * exactly once per sender), send, try_send, stop, monitor, link, DOWN and
+ * EXIT (delivered as calls like any message), drop callback, trap_exit,
+ * and it can be a supervisor's child (cbcmn_sup_child.handler).
+ *
+ * Hosts.  A handler actor spawned by a handler (cx is the context a
+ * handler was called with) into that handler's own nursery, with the
+ * default placement and no budget or caps of its own, joins the caller's
+ * host; any other spawn makes a new host: a task of nursery n (placed,
+ * budgeted and capped by opts, as cbcmn_actor_spawn()'s task would be)
+ * that ends once its last handler actor has halted.  A host runs on one
+ * executor at a time and moves between executors as any task; its
+ * handler actors run where it runs.  So a program that wants a million
+ * cheap actors spawns one from a task and the rest from handlers.
+ *
+ * Calls.  h(cx, state, m) for each message, in mailbox order (a due
+ * DOWN or EXIT first, as cbcmn_actor_receive() would), after a
+ * CBCMN_ACTOR_START one if opts.start asks for it.  It must not
+ * block: cbcmn_actor_send() and cbcmn_actor_send_timeout() from a handler
+ * never wait (they are cbcmn_actor_try_send(): -EAGAIN when full), and
+ * cbcmn_actor_receive() is -EPERM.  cbcmn_actor_self(cx), monitor,
+ * demonitor, link, unlink and trap_exit work on the handler actor.
+ * Any other blocking call (a sleep, a channel) blocks its whole host.
+ * It returns:
+ *   CBCMN_ACTOR_CONTINUE  wait for the next message;
+ *   CBCMN_ACTOR_RETRY     call me again with this same message later (a
+ *                         send found a full mailbox; other handlers and
+ *                         tasks run first; a poll, not a wait);
+ *   CBCMN_ACTOR_HALT      halt, reason 0;
+ *   a negative value      halt with that reason (a crash: its nursery
+ *                         fails and cancels, unless it is a supervisor's
+ *                         child, which is restarted);
+ *   anything else         halt with -EINVAL (a crash).
+ * A stop (cbcmn_actor_stop()) halts it before its next call, with the
+ * stop's reason; a cancellation of its nursery (or one enclosing it)
+ * before its next call, with CBCMN_ECANCELED, also when its mailbox is
+ * empty.  A handler that computes for ever is not interrupted.
+ *
+ * Budget and fairness.  The host pays: each call is one op and one
+ * channel_ops unit of the host task's budget (its sends as any task's),
+ * and the host yields to other tasks and actors every yield interval
+ * (cbcmn_config.yield_interval) calls, however many messages wait.
+ *
+ * Statistics.  A handler actor counts in cbcmn_executor_stats.actors and,
+ * while it lives, actors_waiting (of the executor that spawned it); its
+ * host is a task. */
+#define CBCMN_ACTOR_CONTINUE 0
+#define CBCMN_ACTOR_HALT 1
+#define CBCMN_ACTOR_RETRY 2
+
+/* A handler actor's behaviour (above). */
+typedef int64_t (*cbcmn_actor_handler)(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m);
+
+/* Spawn a handler actor h with state as a child of nursery n, options as
+ * cbcmn_actor_spawn() (placement, budget and caps are its host's, and only
+ * used when it gets a new one), and store its reference in *out.  Returns
+ * 0, -EINVAL, -ENOMEM, or what the host task's spawn returns
+ * (CBCMN_ECLOSED, CBCMN_ECANCELED, CBCMN_ESPAWNDENIED...); joining the
+ * caller's host also works while n's await_all runs (the host is n's
+ * child that the await waits for), but not once n or its host is
+ * cancelled (CBCMN_ECANCELED).  Any thread, any task, any handler. */
+CBCMN_API int cbcmn_actor_spawn_handler(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_handler h,
+					void *state, const cbcmn_actor_opts *opts,
+					cbcmn_actor_ref *out);
+
+/* ------------------------------------------------------------------------
  * Supervisors (seed 003 "Supervisors", SPEC-021 §10 :cluster;
  * docs/ACTORS.md "Supervisors")
  *
@@ -398,7 +476,8 @@ struct cbcmn_sup_spec;
 
 typedef struct cbcmn_sup_child {
 	/* Its behaviour and state (as cbcmn_actor_spawn()); or, fn NULL, a
-	 * nested supervisor started from sup (a subtree). */
+	 * nested supervisor started from sup (a subtree), or a handler actor
+	 * (handler, below). */
 	cbcmn_actor_fn fn;
 	void *state;
 	const struct cbcmn_sup_spec *sup;
@@ -417,6 +496,9 @@ typedef struct cbcmn_sup_child {
 	/* As cbcmn_actor_opts.drop, called with state (a nested supervisor's
 	 * too: its state is used for nothing else). */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
+	/* A handler actor instead of fn (fn and sup NULL): started with
+	 * cbcmn_actor_spawn_handler() semantics, on a host of its own. */
+	cbcmn_actor_handler handler;
 } cbcmn_sup_child;
 
 /* Written when the supervisor halts (before its nursery's await_all can

@@ -9,7 +9,7 @@
 #include "util/clock.h"
 #include "workloads/wl_int.h"
 
-enum { WA_TOKEN = 1, WA_QUIT, WA_REQ, WA_REPLY };
+enum { WA_TOKEN = 1, WA_QUIT, WA_REQ, WA_REPLY, WA_BUILD };
 
 /* ---- ring: a token round a ring of actors ----------------------------------- */
 
@@ -59,6 +59,61 @@ static int64_t wring_actor(cbcmn_cx *cx, void *arg)
 	return rc;
 }
 
+/* The ring of handler actors: the same hops; actor 0 is spawned from the
+ * root task and spawns the others on its host (WA_BUILD), so that every
+ * hop is a call on that host.  A send that finds a full mailbox is
+ * retried (CBCMN_ACTOR_RETRY), before anything is counted. */
+static int64_t wring_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *mp)
+{
+	struct wring_member *me = arg;
+	struct wl_ring *r = me->r;
+	cbcmn_actor_msg m = *mp;
+	int rc;
+	if (m.type == WA_BUILD) {
+		cbcmn_nursery *n = (cbcmn_nursery *)(uintptr_t)m.body.u64[0];
+		struct wring_member *mem = (struct wring_member *)(uintptr_t)m.body.u64[1];
+		cbcmn_actor_opts ao = {.mailbox_cap = 2};
+		for (uint64_t k = 1; k < r->n; k++)
+			if ((rc = cbcmn_actor_spawn_handler(cx, n, wring_handler, &mem[k], &ao,
+							    &r->refs[k])))
+				return rc;
+		r->t0 = mono_ns();
+		r->c0 = process_cpu_ns();
+		m = (cbcmn_actor_msg){.type = WA_TOKEN, .body.u64 = {r->hops, 0}};
+	}
+	uint64_t skip = r->sabotage && me->i == 1 && r->n > 2 ? 2 : 1;
+	if (m.type == WA_QUIT) {
+		/* from actor 0 to n - 1; a halted neighbour (sabotage) is -ESRCH */
+		if (me->i + 1 < r->n &&
+		    cbcmn_actor_send(NULL, cx, r->refs[me->i + 1], &m) == -EAGAIN)
+			return CBCMN_ACTOR_RETRY;
+		return CBCMN_ACTOR_HALT;
+	}
+	if (m.body.u64[0] == 0) {
+		m.type = WA_QUIT;
+		if ((rc = cbcmn_actor_send(NULL, cx, r->refs[0], &m)) == -EAGAIN)
+			return CBCMN_ACTOR_RETRY;
+		if (rc)
+			return rc;
+		if (r->visits)
+			r->visits[me->i]++;
+		r->t_end = mono_ns();
+		r->c_end = process_cpu_ns();
+		r->last_at = me->i;
+		r->count = m.body.u64[1];
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	m.body.u64[0]--;
+	m.body.u64[1]++;
+	if ((rc = cbcmn_actor_send(NULL, cx, r->refs[(me->i + skip) % r->n], &m)) == -EAGAIN)
+		return CBCMN_ACTOR_RETRY;
+	if (rc)
+		return rc;
+	if (r->visits)
+		r->visits[me->i]++;
+	return CBCMN_ACTOR_CONTINUE;
+}
+
 int64_t wl_ring_root(cbcmn_cx *cx, void *arg)
 {
 	struct wl_ring *r = arg;
@@ -73,11 +128,16 @@ int64_t wl_ring_root(cbcmn_cx *cx, void *arg)
 	}
 	cbcmn_actor_opts ao = {.mailbox_cap = 2,
 			       .placement = r->one_exec ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
-	for (uint64_t k = 0; k < r->n && !rc; k++) {
+	for (uint64_t k = 0; k < r->n; k++)
 		mem[k] = (struct wring_member){r, k};
-		rc = cbcmn_actor_spawn(cx, n, wring_actor, &mem[k], &ao, &r->refs[k]);
-	}
+	for (uint64_t k = 0; k < (r->handler ? 1 : r->n) && !rc; k++)
+		rc = r->handler ? cbcmn_actor_spawn_handler(cx, n, wring_handler, &mem[k], &ao,
+							   &r->refs[k])
+				: cbcmn_actor_spawn(cx, n, wring_actor, &mem[k], &ao, &r->refs[k]);
 	cbcmn_actor_msg m = {.type = WA_TOKEN, .body.u64 = {r->hops, 0}};
+	if (r->handler) /* actor 0 builds the ring and starts the clock */
+		m = (cbcmn_actor_msg){.type = WA_BUILD,
+				      .body.u64 = {(uintptr_t)n, (uintptr_t)mem}};
 	r->t0 = mono_ns();
 	r->c0 = process_cpu_ns();
 	if (!rc)
@@ -330,13 +390,27 @@ int wl_supervise(cbcmn_runtime *rt, struct wl_env *e)
 
 /* ---- skynet: a 10-ary tree of actors adds up its leaves ------------------- */
 
-/* A node of the tree (struct wl_sky, wl_int.h). */
+/* A node of the tree of handler actors (below). */
+struct wsky_h {
+	struct wl_sky s;
+	cbcmn_nursery *n;
+	uint64_t sum, leaves;
+	uint32_t got;
+	struct wsky_h *kids;
+};
+static int64_t wsky_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m);
+
+/* A node of the tree (struct wl_sky, wl_int.h).  With handler, only the
+ * root is one: its ten children are handler actors, each on a host of
+ * its own (stealable: the executors share them out, as stealing spreads
+ * fiber actors), each with its subtree on that host. */
 static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 {
 	struct wl_sky *me = arg;
 	uint64_t sum = me->sabotage && me->index == 1 ? 0 : me->index, leaves = 1;
 	if (me->size > 1) {
 		struct wl_sky kids[10];
+		struct wsky_h hkids[10];
 		uint64_t step = me->size / 10;
 		cbcmn_nursery *n;
 		int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
@@ -346,9 +420,17 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 		int spawned = 0;
 		for (int i = 0; i < 10 && !rc; i++) {
 			kids[i] = (struct wl_sky){me->index + (uint64_t)i * step, step, self, NULL, NULL,
-						me->sabotage};
+						me->sabotage, me->handler};
 			cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1};
-			if (!(rc = cbcmn_actor_spawn(cx, n, wsky_actor, &kids[i], &ao, &ref)))
+			if (me->handler) {
+				hkids[i] = (struct wsky_h){.s = kids[i], .n = n};
+				ao.placement = CBCMN_PLACE_STEALABLE;
+				ao.start = true;
+				rc = cbcmn_actor_spawn_handler(cx, n, wsky_handler, &hkids[i], &ao, &ref);
+			} else {
+				rc = cbcmn_actor_spawn(cx, n, wsky_actor, &kids[i], &ao, &ref);
+			}
+			if (!rc)
 				spawned++;
 		}
 		sum = leaves = 0;
@@ -361,6 +443,10 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 		if (rc)
 			cbcmn_nursery_cancel(n);
 		int64_t a = cbcmn_nursery_await_all(cx, n);
+		/* A tree that failed half-way: the first level's (deeper
+		 * levels free theirs as they report, or are lost with it). */
+		for (int i = 0; me->handler && i < spawned; i++)
+			free(hkids[i].kids);
 		if (rc || a)
 			return rc ? rc : a;
 	}
@@ -371,6 +457,55 @@ static int64_t wsky_actor(cbcmn_cx *cx, void *arg)
 	}
 	cbcmn_actor_msg m = {.type = WA_TOKEN, .body.u64 = {sum, leaves}};
 	return cbcmn_actor_send(NULL, cx, me->parent, &m);
+}
+
+/* A node of the tree of handler actors: at its start call
+ * (CBCMN_ACTOR_START) it spawns its ten children on its own host (their
+ * states in kids), then adds up their answers as they come. */
+
+static int64_t wsky_report(cbcmn_cx *cx, struct wsky_h *me)
+{
+	free(me->kids);
+	me->kids = NULL;
+	if (!me->s.parent) {
+		*me->s.sum = me->sum;
+		*me->s.leaves = me->leaves;
+		return CBCMN_ACTOR_HALT;
+	}
+	/* The parent's mailbox has room for its ten children's answers. */
+	cbcmn_actor_msg m = {.type = WA_TOKEN, .body.u64 = {me->sum, me->leaves}};
+	int rc = cbcmn_actor_send(NULL, cx, me->s.parent, &m);
+	return rc ? rc : CBCMN_ACTOR_HALT;
+}
+
+static int64_t wsky_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct wsky_h *me = arg; /* its kids freed by its parent if it never reported */
+	if (m->type == WA_TOKEN) {
+		me->sum += m->body.u64[0];
+		me->leaves += m->body.u64[1];
+		return ++me->got == 10 ? wsky_report(cx, me) : CBCMN_ACTOR_CONTINUE;
+	}
+	if (me->s.size == 1) {
+		me->sum = me->s.sabotage && me->s.index == 1 ? 0 : me->s.index;
+		me->leaves = 1;
+		return wsky_report(cx, me);
+	}
+	if (!(me->kids = calloc(10, sizeof(*me->kids))))
+		return -ENOMEM;
+	uint64_t step = me->s.size / 10;
+	cbcmn_actor_ref self = cbcmn_actor_self(cx), ref;
+	cbcmn_actor_opts ao = {.mailbox_cap = step > 1 ? 10 : 1, .start = true};
+	for (int i = 0; i < 10; i++) {
+		me->kids[i] = (struct wsky_h){
+			.s = {me->s.index + (uint64_t)i * step, step, self, NULL, NULL, me->s.sabotage,
+			      true},
+			.n = me->n};
+		int rc = cbcmn_actor_spawn_handler(cx, me->n, wsky_handler, &me->kids[i], &ao, &ref);
+		if (rc)
+			return rc; /* kids: the halt's fini-less end leaks nothing else */
+	}
+	return CBCMN_ACTOR_CONTINUE;
 }
 
 int64_t wl_sky_root(cbcmn_cx *cx, void *arg)
@@ -398,7 +533,7 @@ int wl_skynet(cbcmn_runtime *rt, struct wl_env *e)
 	uint64_t want = n * (n - 1) / 2;
 	while (wl_more(e, rounds)) {
 		uint64_t sum = 0, leaves = 0;
-		struct wl_sky root = {0, n, CBCMN_ACTOR_NONE, &sum, &leaves, e->o->sabotage};
+		struct wl_sky root = {0, n, CBCMN_ACTOR_NONE, &sum, &leaves, e->o->sabotage, false};
 		int rc = wl_run_root(rt, e, wl_sky_root, &root, "skynet");
 		if (rc)
 			return rc;

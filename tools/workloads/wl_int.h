@@ -57,6 +57,7 @@ struct wl_sky {
 	cbcmn_actor_ref parent;   /* NONE: the root */
 	uint64_t *sum, *leaves;   /* the root's answer */
 	bool sabotage;            /* leaf 1 reports 0: a lost value */
+	bool handler;             /* handler actors (one host) instead of fiber actors */
 };
 int64_t wl_sky_root(cbcmn_cx *cx, void *root);
 
@@ -72,6 +73,7 @@ struct wl_ring {
 	uint64_t n, hops;
 	bool one_exec;           /* every actor pinned on executor 0 */
 	bool sabotage;           /* actor 1 skips its neighbour: a lost visit */
+	bool handler;            /* handler actors: actor 0 spawns the rest on its host */
 	uint64_t t0, c0;         /* wall and CPU time as the token is sent */
 	uint64_t t_end, c_end;   /* ... as the last hop is taken */
 	uint64_t last_at, count; /* where the token ended and the hops it counted */

@@ -1,0 +1,119 @@
+/* actor_test.h: what the actor test suites share: messages, and the
+ * per-sender order test's senders (four stealable tasks and a thread),
+ * receiver check and verdict, for fiber and handler actors alike. */
+#ifndef CBCMN_ACTOR_TEST_H
+#define CBCMN_ACTOR_TEST_H
+
+#include "helpers.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cbcmn_actor.h"
+
+#define STRESS(n) ((T_ASAN || T_TSAN) ? (n) / 5 : (n))
+
+enum { M_DATA = 1, M_QUIT = 2 };
+
+static inline cbcmn_actor_msg msg(uint32_t type, uint64_t a, uint64_t b)
+{
+	cbcmn_actor_msg m = {.type = type};
+	m.body.u64[0] = a;
+	m.body.u64[1] = b;
+	return m;
+}
+
+static inline int64_t open_n(cbcmn_cx *cx, cbcmn_nursery **n)
+{
+	return cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n);
+}
+
+/* ---- order per sender, nothing lost, nothing twice ---- */
+
+#define NSEND 4
+
+struct order {
+	cbcmn_actor_ref a;
+	long per_sender;
+	uint64_t next[NSEND + 1]; /* the next sequence number expected from each */
+	_Atomic long got, bad_order;
+	_Atomic int sender_ids;
+	/* Spawns the receiver into n, its reference in o->a. */
+	int (*spawn)(cbcmn_cx *cx, cbcmn_nursery *n, struct order *o);
+};
+
+/* The receiver's check of one message: each sender's numbers must arrive
+ * as 0, 1, 2...: a loss, a duplicate or a swap breaks it.  True once
+ * every sender's last message came. */
+static inline bool order_take(struct order *o, const cbcmn_actor_msg *m)
+{
+	uint64_t s = m->body.u64[0], seq = m->body.u64[1];
+	if (m->type != M_DATA || s > NSEND || seq != o->next[s])
+		atomic_fetch_add(&o->bad_order, 1);
+	else
+		o->next[s]++;
+	return atomic_fetch_add(&o->got, 1) + 1 == (NSEND + 1) * o->per_sender;
+}
+
+static inline int64_t order_sender(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	uint64_t id = (uint64_t)atomic_fetch_add(&o->sender_ids, 1);
+	for (long i = 0; i < o->per_sender; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, id, (uint64_t)i);
+		int rc = cbcmn_actor_send(NULL, cx, o->a, &m);
+		TASK_CHECK(rc == 0);
+		if (rc)
+			return rc;
+		if (i % 7 == 0)
+			cbcmn_yield(cx); /* move around: stealable, two executors */
+	}
+	return 0;
+}
+
+static inline void *order_thread(void *arg)
+{
+	void **p = arg;
+	struct order *o = p[0];
+	cbcmn_runtime *rt = p[1];
+	for (long i = 0; i < o->per_sender; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, NSEND, (uint64_t)i);
+		int rc = cbcmn_actor_send(rt, NULL, o->a, &m);
+		TASK_CHECK(rc == 0);
+		if (rc)
+			break;
+	}
+	return NULL;
+}
+
+static inline int64_t order_main(cbcmn_cx *cx, void *arg)
+{
+	struct order *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(o->spawn(cx, n, o) == 0);
+	/* A plain thread sends too: sender NSEND. */
+	void *targ[2] = {o, cbcmn_cx_runtime(cx)};
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, order_thread, targ) == 0);
+	for (int i = 0; i < NSEND; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, order_sender, o, NULL) == 0);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	pthread_join(th, NULL); /* done by now: the actor had all its messages */
+	return r;
+}
+
+/* Run the order test on 2 executors with the receiver spawn gives. */
+static inline void order_run(int (*spawn)(cbcmn_cx *, cbcmn_nursery *, struct order *))
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	struct order o = {.per_sender = STRESS(3000), .spawn = spawn};
+	t_run(rt, order_main, &o, 0);
+	assert_int_equal(atomic_load(&o.bad_order), 0);
+	assert_int_equal(atomic_load(&o.got), (NSEND + 1) * o.per_sender);
+	for (int s = 0; s <= NSEND; s++)
+		assert_int_equal(o.next[s], (uint64_t)o.per_sender);
+	t_destroy(rt);
+}
+
+#endif

@@ -1,0 +1,979 @@
+/* test_actor_handler: handler actors: order and exactly once, back-pressure
+ * (RETRY), stop, monitor and DOWN, supervisor restarts, nursery
+ * cancellation, fairness with tasks, hosts. */
+#include "actor_test.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "cbcmn_actor.h"
+
+enum { M_GO = M_QUIT + 1, M_CRASH };
+
+/* A fiber actor that watches ref and stores the DOWN it gets. */
+struct watch {
+	cbcmn_actor_ref target;
+	_Atomic int armed;
+	cbcmn_actor_msg down;
+	_Atomic int got;
+};
+
+static int64_t watcher(cbcmn_cx *cx, void *arg)
+{
+	struct watch *w = arg;
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, w->target, &id) == 0);
+	atomic_store(&w->armed, 1);
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0)
+		if (m.type == CBCMN_ACTOR_DOWN) {
+			TASK_CHECK(m.body.down.monitor == id && m.from == w->target);
+			w->down = m;
+			atomic_store(&w->got, 1);
+			return 0;
+		}
+	return rc;
+}
+
+/* ---- order per sender, nothing lost, nothing twice (actor_test.h) ---- */
+
+static int64_t order_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct order *o = arg;
+	TASK_CHECK(cbcmn_actor_self(cx) == o->a);
+	return order_take(o, m) ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int order_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct order *o)
+{
+	cbcmn_actor_opts ao = {.mailbox_cap = 3, .placement = CBCMN_PLACE_STEALABLE};
+	return cbcmn_actor_spawn_handler(cx, n, order_handler, o, &ao, &o->a);
+}
+
+static void test_handler_order_per_sender_nothing_lost_or_twice(void **state)
+{
+	(void)state;
+	order_run(order_spawn);
+}
+
+/* ---- a ring on one host: spawned by a handler, every hop a call ---- */
+
+#define RING 100
+
+struct ring {
+	cbcmn_actor_ref refs[RING];
+	uint64_t visits[RING];
+	uint64_t hops, last;
+	cbcmn_nursery *n;
+	long bad;
+};
+
+struct member {
+	struct ring *r;
+	uint32_t i;
+};
+
+static struct member members[RING];
+
+static int64_t ring_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *mp)
+{
+	struct member *me = arg;
+	struct ring *r = me->r;
+	cbcmn_actor_msg m = *mp;
+	if (m.type == M_GO) {
+		for (uint32_t k = 1; k < RING; k++) {
+			int rc = cbcmn_actor_spawn_handler(cx, r->n, ring_handler, &members[k], NULL,
+							   &r->refs[k]);
+			TASK_CHECK(rc == 0);
+			if (rc)
+				return rc;
+		}
+		m = msg(M_DATA, r->hops, 0);
+	}
+	if (m.type == M_QUIT) {
+		if (me->i + 1 < RING)
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[me->i + 1], &m) == 0);
+		return CBCMN_ACTOR_HALT;
+	}
+	/* from: the previous member (none for the first hop). */
+	if (m.body.u64[1] && m.from != r->refs[(me->i + RING - 1) % RING])
+		r->bad++;
+	r->visits[me->i]++;
+	if (m.body.u64[0] == 0) {
+		r->last = me->i;
+		m.type = M_QUIT;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	m.body.u64[0]--;
+	m.body.u64[1]++;
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[(me->i + 1) % RING], &m) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t ring_main(cbcmn_cx *cx, void *arg)
+{
+	struct ring *r = arg;
+	TASK_CHECK(open_n(cx, &r->n) == 0);
+	for (uint32_t k = 0; k < RING; k++)
+		members[k] = (struct member){r, k};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, r->n, ring_handler, &members[0], NULL, &r->refs[0]) ==
+		   0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &go) == 0);
+	return cbcmn_nursery_await_all(cx, r->n);
+}
+
+static void test_handler_ring_on_one_host(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	static struct ring r;
+	memset(&r, 0, sizeof(r));
+	r.hops = 10 * RING + 7;
+	t_run(rt, ring_main, &r, 0);
+	assert_int_equal(r.bad, 0);
+	assert_int_equal(r.last, r.hops % RING);
+	for (uint32_t i = 0; i < RING; i++)
+		assert_int_equal(r.visits[i], (r.hops + 1) / RING + (i < (r.hops + 1) % RING));
+	/* Every member halted: its reference is dead. */
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, r.refs[RING / 2], &m), -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- back-pressure: a handler's send never waits; RETRY gets the message again ---- */
+
+struct bp {
+	cbcmn_actor_ref a, b;
+	uint64_t n, next_b, a_calls, eagain;
+	long bad;
+};
+
+static int64_t bp_b(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct bp *p = arg;
+	(void)cx;
+	if (m->type != M_DATA || m->body.u64[0] != p->next_b || m->from != p->a)
+		p->bad++;
+	p->next_b++;
+	return p->next_b == p->n ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t bp_a(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct bp *p = arg;
+	p->a_calls++;
+	if (m->type == M_GO) {
+		cbcmn_actor_opts bo = {.mailbox_cap = 1};
+		cbcmn_actor_ref none;
+		int rc = cbcmn_actor_spawn_handler(cx, NULL, bp_b, p, &bo, &none);
+		TASK_CHECK(rc == -EINVAL && none == CBCMN_ACTOR_NONE); /* no nursery */
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	cbcmn_actor_msg d = msg(M_DATA, m->body.u64[0], 0);
+	/* The blocking send does not block in a handler: -EAGAIN. */
+	int rc = cbcmn_actor_send(NULL, cx, p->b, &d);
+	if (rc == -EAGAIN) {
+		p->eagain++;
+		return CBCMN_ACTOR_RETRY;
+	}
+	TASK_CHECK(rc == 0);
+	return m->body.u64[0] + 1 == p->n ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t bp_main(cbcmn_cx *cx, void *arg)
+{
+	struct bp *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 64};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, bp_a, p, &ao, &p->a) == 0);
+	/* b on its own host, pinned elsewhere: a's sends find it full. */
+	cbcmn_actor_opts bo = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, bp_b, p, &bo, &p->b) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->a, &go) == 0);
+	for (uint64_t i = 0; i < p->n; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, i, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, p->a, &m) == 0); /* a task waits for room */
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_handler_send_to_full_mailbox_is_eagain_and_retry_redelivers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct bp p = {.n = (uint64_t)STRESS(2000)};
+	t_run(rt, bp_main, &p, 0);
+	assert_int_equal(p.bad, 0);
+	assert_int_equal(p.next_b, p.n);
+	assert_true(p.eagain > 0);
+	/* Each message once, plus one call per RETRY, plus GO. */
+	assert_int_equal(p.a_calls, p.n + p.eagain + 1);
+	t_destroy(rt);
+}
+
+/* ---- stop, monitor, DOWN; receive is -EPERM; return values ---- */
+
+struct sm {
+	cbcmn_actor_ref h;
+	struct watch w[3];
+	cbcmn_actor_ref hs[3];
+	_Atomic long calls; /* three hosts call at once */
+	_Atomic int recv_rc;
+};
+
+static int64_t sm_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct sm *s = arg;
+	cbcmn_actor_msg x;
+	atomic_store(&s->recv_rc, cbcmn_actor_receive(cx, &x, 0));
+	atomic_fetch_add(&s->calls, 1);
+	if (m->type == M_QUIT)
+		return (int64_t)m->body.u64[0]; /* the test's return value */
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t sm_main(cbcmn_cx *cx, void *arg)
+{
+	struct sm *s = arg;
+	/* A nursery each: a failure cancels its siblings (fail fast). */
+	cbcmn_nursery *n[3], *wn;
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	cbcmn_actor_ref wref;
+	for (int i = 0; i < 3; i++) {
+		TASK_CHECK(open_n(cx, &n[i]) == 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, n[i], sm_handler, s, NULL, &s->hs[i]) == 0);
+		s->w[i].target = s->hs[i];
+		TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &s->w[i], NULL, &wref) == 0);
+		while (!atomic_load(&s->w[i].armed))
+			cbcmn_yield(cx);
+	}
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[0], &m) == 0);
+	/* 0: stopped; 1: returns HALT; 2: returns 7, not a value it may return. */
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->hs[0], -42) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[0], &m) == -ESRCH);
+	cbcmn_actor_msg q1 = msg(M_QUIT, CBCMN_ACTOR_HALT, 0), q2 = msg(M_QUIT, 7, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[1], &q1) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->hs[2], &q2) == 0);
+	/* A stop's negative reason is a failure, as a fiber actor's;
+	 * 2's -EINVAL is a crash. */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[0]) == -42);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[1]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[2]) == -EINVAL);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_handler_stop_monitor_down_and_halt_reasons(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct sm s = {0};
+	t_run(rt, sm_main, &s, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&s.w[i].got), 1);
+	assert_int_equal(s.w[0].down.body.down.reason, -42);
+	assert_int_equal(s.w[1].down.body.down.reason, 0);
+	assert_int_equal(s.w[2].down.body.down.reason, -EINVAL);
+	assert_int_equal(atomic_load(&s.recv_rc), -EPERM);
+	t_destroy(rt);
+}
+
+/* ---- a handler watching and linked: DOWN and EXIT come as calls ---- */
+
+struct hw {
+	cbcmn_actor_ref watcher, target;
+	int64_t down_reason, exit_reason;
+	int downs, exits;
+};
+
+static int64_t hw_target(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	return -EIO; /* crash on the first message */
+}
+
+static int64_t hw_watcher(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct hw *h = arg;
+	if (m->type == M_GO) {
+		uint64_t id;
+		TASK_CHECK(cbcmn_actor_trap_exit(cx, true) == 0);
+		TASK_CHECK(cbcmn_actor_monitor(cx, h->target, &id) == 0);
+		TASK_CHECK(cbcmn_actor_link(cx, h->target) == 0);
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, h->target, &x) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == CBCMN_ACTOR_DOWN) {
+		h->downs++;
+		h->down_reason = m->body.down.reason;
+	} else if (m->type == CBCMN_ACTOR_EXIT) {
+		h->exits++;
+		h->exit_reason = m->body.exit.reason;
+	}
+	return h->downs && h->exits ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t hw_main(cbcmn_cx *cx, void *arg)
+{
+	struct hw *h = arg;
+	/* Apart: the target's crash fails its nursery, and would cancel
+	 * the watcher in the same one. */
+	cbcmn_nursery *tn, *wn;
+	TASK_CHECK(open_n(cx, &tn) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, tn, hw_target, h, NULL, &h->target) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, wn, hw_watcher, h, NULL, &h->watcher) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, h->watcher, &go) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return cbcmn_nursery_await_all(cx, tn);
+}
+
+static void test_handler_gets_down_and_exit_as_calls(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hw h = {0};
+	t_run(rt, hw_main, &h, -EIO); /* the target's crash fails the nursery */
+	assert_int_equal(h.downs, 1);
+	assert_int_equal(h.exits, 1);
+	assert_int_equal(h.down_reason, -EIO);
+	assert_int_equal(h.exit_reason, -EIO);
+	t_destroy(rt);
+}
+
+/* ---- a supervisor restarts a crashing handler ---- */
+
+struct crash {
+	_Atomic long calls;
+};
+
+static int64_t crash_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct crash *c = arg;
+	(void)cx;
+	atomic_fetch_add(&c->calls, 1);
+	return m->type == M_CRASH ? -EIO : CBCMN_ACTOR_CONTINUE;
+}
+
+#define CRASHES 20
+
+static int64_t sup_main(cbcmn_cx *cx, void *arg)
+{
+	struct crash *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	static cbcmn_sup_report rep;
+	memset(&rep, 0, sizeof(rep));
+	cbcmn_sup_child ch = {.handler = crash_handler, .state = c};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .max_restarts = CBCMN_SUP_UNLIMITED,
+			       .children = &ch, .nchildren = 1, .report = &rep};
+	cbcmn_actor_ref sup, prev = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	for (int i = 0; i <= CRASHES; i++) { /* the last: wait for the last restart */
+		cbcmn_actor_ref child;
+		int rc;
+		while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &child)) == -EAGAIN ||
+		       child == prev)
+			cbcmn_sleep(cx, 100000);
+		TASK_CHECK(rc == 0);
+		prev = child;
+		cbcmn_actor_msg m = msg(M_CRASH, 0, 0);
+		if (i < CRASHES)
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, child, &m) == 0);
+	}
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(rep.restarts == CRASHES);
+	return 0;
+}
+
+static void test_supervisor_restarts_a_crashing_handler(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct crash c = {0};
+	t_run(rt, sup_main, &c, 0);
+	assert_int_equal(atomic_load(&c.calls), CRASHES);
+	t_destroy(rt);
+}
+
+/* ---- a nursery's cancellation halts its handlers, idle ones too ---- */
+
+struct cx_state {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref refs[64];
+	_Atomic long dropped;
+	_Atomic int built;
+};
+
+static void cx_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct cx_state *s = state;
+	(void)m;
+	atomic_fetch_add(&s->dropped, 1);
+}
+
+static int64_t cx_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct cx_state *s = arg;
+	if (m->type == M_GO) {
+		cbcmn_actor_opts o = {.mailbox_cap = 4, .drop = cx_drop};
+		for (int i = 1; i < 64; i++)
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, cx_handler, s, &o, &s->refs[i]) ==
+				   0);
+		atomic_store(&s->built, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	return CBCMN_ACTOR_RETRY; /* never takes another: they wait to be dropped */
+}
+
+static int64_t cx_main(cbcmn_cx *cx, void *arg)
+{
+	struct cx_state *s = arg;
+	TASK_CHECK(open_n(cx, &s->n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .drop = cx_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, cx_handler, s, &o, &s->refs[0]) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->refs[0], &go) == 0);
+	while (!atomic_load(&s->built))
+		cbcmn_sleep(cx, 100000);
+	/* Three of them hold messages (one of which is being retried). */
+	for (int i = 1; i <= 3; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->refs[i], &m) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->refs[i], &m) == 0);
+	}
+	cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(cbcmn_nursery_cancel(s->n) == 0);
+	return cbcmn_nursery_await_all(cx, s->n);
+}
+
+static void test_nursery_cancel_halts_idle_and_busy_handlers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct cx_state s = {0};
+	t_run(rt, cx_main, &s, CBCMN_ECANCELED);
+	/* Two messages each for three: the one taken for a RETRY included. */
+	assert_int_equal(atomic_load(&s.dropped), 6);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(cbcmn_actor_try_send(rt, NULL, s.refs[i], &m), -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- fairness: a flood between two handlers does not starve a task ---- */
+
+struct fair {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a, b;
+	_Atomic int stop;
+	_Atomic long msgs;
+};
+
+static int64_t fair_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct fair *f = arg;
+	if (atomic_load(&f->stop))
+		return CBCMN_ACTOR_HALT;
+	if (m->type == M_GO) {
+		/* b on a's host: the flood never leaves it, nor blocks. */
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, f->n, fair_handler, f, NULL, &f->b) == 0);
+		cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, f->b, &d) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &d) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	atomic_fetch_add(&f->msgs, 1);
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	cbcmn_actor_msg r = *m;
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, me == f->a ? f->b : f->a, &r) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t fair_task(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	for (int i = 0; i < 200; i++)
+		cbcmn_yield(cx);
+	atomic_store(&f->stop, 1);
+	return 0;
+}
+
+static int64_t fair_main(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	TASK_CHECK(open_n(cx, &f->n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, f->n, fair_handler, f, NULL, &f->a) == 0);
+	cbcmn_actor_msg m = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, f->n, fair_task, f, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, f->n);
+}
+
+static void test_handler_flood_does_not_starve_a_task(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct fair f = {0};
+	t_run(rt, fair_main, &f, 0);
+	assert_true(atomic_load(&f.msgs) > 200);
+	t_destroy(rt);
+}
+
+/* ---- the host task ended under a handler (a checkpoint in a cancelled
+ * nursery unwinds it): every handler actor of it halts all the same ---- */
+
+struct unw {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref refs[8];
+	struct watch w;
+	_Atomic int spinning;
+};
+
+static int64_t unw_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct unw *u = arg;
+	if (m->type == M_GO) {
+		for (int i = 1; i < 8; i++)
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, unw_handler, u, NULL,
+							     &u->refs[i]) == 0);
+		atomic_store(&u->spinning, 1);
+		for (;;) /* until the cancellation ends the host here */
+			CBCMN_CHECKPOINT(cx);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t unw_main(cbcmn_cx *cx, void *arg)
+{
+	struct unw *u = arg;
+	cbcmn_nursery *wn;
+	TASK_CHECK(open_n(cx, &u->n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, unw_handler, u, NULL, &u->refs[0]) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, u->refs[0], &go) == 0);
+	while (!atomic_load(&u->spinning))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_ref wref;
+	u->w.target = u->refs[5];
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &u->w, NULL, &wref) == 0);
+	while (!atomic_load(&u->w.armed))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_nursery_cancel(u->n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, u->n) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_host_ended_by_a_checkpoint_halts_its_handlers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct unw u = {0};
+	t_run(rt, unw_main, &u, 0);
+	assert_int_equal(atomic_load(&u.w.got), 1);
+	assert_int_equal(u.w.down.body.down.reason, CBCMN_ECANCELED);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(cbcmn_actor_try_send(rt, NULL, u.refs[i], &m), -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- churn: sends (tasks and a thread) racing halts, stops and slot
+ * reuse: every message taken is handled or dropped, once ---- */
+
+#define CHURN_REFS 16
+
+struct churn {
+	_Atomic uint64_t refs[CHURN_REFS];
+	_Atomic long ok_sends, handled, dropped, bad;
+	_Atomic int stop, spawner_done;
+	long n;
+	cbcmn_runtime *rt;
+};
+
+static void churn_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct churn *c = state;
+	(void)m;
+	atomic_fetch_add(&c->dropped, 1);
+}
+
+/* Handles three messages, then halts (more may wait: dropped); one in
+ * four asks for a RETRY first (the held message is dropped if it halts). */
+struct churn_actor {
+	struct churn *c;
+	int calls;
+};
+
+static void churn_actor_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct churn_actor *a = state;
+	churn_drop(a->c, m);
+}
+
+static int64_t churn_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct churn_actor *a = arg;
+	(void)cx;
+	if (m->body.u64[0] % 4 == 0 && a->calls++ % 2 == 0)
+		return CBCMN_ACTOR_RETRY;
+	atomic_fetch_add(&a->c->handled, 1);
+	return ++a->calls >= 5 ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t churn_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	struct churn_actor *st = calloc((size_t)c->n, sizeof(*st));
+	TASK_CHECK(st != NULL);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_STEALABLE,
+			       .drop = churn_actor_drop};
+	for (long i = 0; st && i < c->n; i++) {
+		cbcmn_actor_ref a;
+		st[i].c = c;
+		if (cbcmn_actor_spawn_handler(cx, n, churn_handler, &st[i], &ao, &a) != 0) {
+			atomic_fetch_add(&c->bad, 1);
+			break;
+		}
+		atomic_store(&c->refs[i % CHURN_REFS], a);
+		if (i % 5 == 4) /* a stop among the sends */
+			cbcmn_actor_stop(NULL, cx, atomic_load(&c->refs[(i * 7) % CHURN_REFS]), 0);
+		if (i % 4 == 3)
+			cbcmn_sleep(cx, 100000);
+	}
+	atomic_store(&c->spawner_done, 1);
+	/* Those that never got their five: ended by the cancellation, which
+	 * drops what they hold. */
+	while (!atomic_load(&c->stop))
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_nursery_cancel(n);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(r == CBCMN_ECANCELED);
+	free(st);
+	return 0;
+}
+
+static int churn_send(struct churn *c, cbcmn_cx *cx, uint64_t *x)
+{
+	*x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+	cbcmn_actor_ref a = atomic_load(&c->refs[*x % CHURN_REFS]);
+	cbcmn_actor_msg m = msg(M_DATA, *x, 0);
+	int rc = a ? cbcmn_actor_try_send(cx ? NULL : c->rt, cx, a, &m) : -ESRCH;
+	if (rc == 0)
+		atomic_fetch_add(&c->ok_sends, 1);
+	else if (rc != -ESRCH && rc != -EAGAIN)
+		atomic_fetch_add(&c->bad, 1);
+	return rc;
+}
+
+static int64_t churn_sender(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	uint64_t x = cbcmn_cx_task_id(cx) * 0x9e3779b97f4a7c15ull;
+	while (!atomic_load(&c->stop)) {
+		churn_send(c, cx, &x);
+		if ((x & 7) == 0)
+			cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static void *churn_thread(void *arg)
+{
+	struct churn *c = arg;
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	while (!atomic_load(&c->stop))
+		churn_send(c, NULL, &x);
+	return NULL;
+}
+
+static int64_t churn_main(cbcmn_cx *cx, void *arg)
+{
+	struct churn *c = arg;
+	cbcmn_nursery *n;
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, churn_thread, c) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, churn_spawner, c, NULL) == 0);
+	for (int i = 0; i < 2; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, n, churn_sender, c, NULL) == 0);
+	while (!atomic_load(&c->spawner_done))
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&c->stop, 1);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	pthread_join(th, NULL);
+	return r;
+}
+
+static void test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct churn c = {.n = STRESS(1500), .rt = rt};
+	t_run(rt, churn_main, &c, 0);
+	assert_int_equal(atomic_load(&c.bad), 0);
+	assert_true(atomic_load(&c.ok_sends) > 0);
+	assert_int_equal(atomic_load(&c.ok_sends), atomic_load(&c.handled) + atomic_load(&c.dropped));
+	t_destroy(rt);
+}
+
+/* ---- opts.start: a START call first, before anything sent; a stop
+ * before it: no call, and no START given to drop ---- */
+
+struct st {
+	cbcmn_actor_ref a, b;
+	uint32_t first_type;
+	long calls;
+	_Atomic long dropped;
+};
+
+static void st_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct st *t = state;
+	TASK_CHECK(m->type == M_DATA);
+	atomic_fetch_add(&t->dropped, 1);
+}
+
+static int64_t st_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct st *t = arg;
+	(void)cx;
+	if (t->calls++ == 0)
+		t->first_type = m->type;
+	return m->type == M_QUIT ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t st_never(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	TASK_CHECK(0); /* stopped before its start: never called */
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t st_main(cbcmn_cx *cx, void *arg)
+{
+	struct st *t = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	/* Pinned away from us: our sends land before its host first runs,
+	 * or after; START comes first either way. */
+	cbcmn_actor_opts o = {.start = true, .placement = CBCMN_PLACE_PINNED, .shard = 1,
+			      .drop = st_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, st_handler, t, &o, &t->a) == 0);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0), q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, t->a, &d) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, t->a, &q) == 0);
+	/* Pinned on our own executor: it cannot run before we block. */
+	o.shard = 0;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, st_never, t, &o, &t->b) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, t->b, &d) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, t->b, 0) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_start_call_comes_first_and_a_stop_before_it_drops_only_messages(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct st t = {0};
+	assert_int_equal(t_run_pinned(rt, 0, st_main, &t), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(t.first_type, CBCMN_ACTOR_START);
+	assert_int_equal(t.calls, 3);
+	assert_int_equal(atomic_load(&t.dropped), 1); /* b's M_DATA, not its START */
+	t_destroy(rt);
+}
+
+/* ---- in a host, two handler actors sending to each other for ever do
+ * not keep a third waiting: one made runnable earlier by the host, and
+ * one made runnable from outside (the host's inbox) ---- */
+
+struct crowd {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a, b, c, d;
+	_Atomic int c_called, d_called, d_sent;
+};
+
+static int64_t crowd_side(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct crowd *w = arg;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	if (me == w->c || me == w->d) {
+		atomic_store(me == w->c ? &w->c_called : &w->d_called, 1);
+		return CBCMN_ACTOR_HALT;
+	}
+	if (atomic_load(&w->c_called) && atomic_load(&w->d_called)) {
+		/* The peer hears it too, and halts (a's or b's send is then
+		 * -ESRCH for whichever comes second). */
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		cbcmn_actor_send(NULL, cx, me == w->a ? w->b : w->a, &x);
+		return CBCMN_ACTOR_HALT;
+	}
+	if (m->type == M_GO) {
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, NULL, &w->b) == 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, NULL, &w->c) == 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, NULL, &w->d) == 0);
+		/* c first: the newest-first order puts a and b above it. */
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->c, &x) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->b, &x) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->a, &x) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (me == w->a && !atomic_load(&w->d_sent)) {
+		/* d's message comes from a task, through the inbox. */
+		atomic_store(&w->d_sent, 1);
+	}
+	cbcmn_actor_msg r = *m;
+	/* try_send: a halted peer (the other saw both called) is -ESRCH. */
+	int rc = cbcmn_actor_send(NULL, cx, me == w->a ? w->b : w->a, &r);
+	TASK_CHECK(rc == 0 || rc == -ESRCH);
+	return rc ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t crowd_main(cbcmn_cx *cx, void *arg)
+{
+	struct crowd *w = arg;
+	TASK_CHECK(open_n(cx, &w->n) == 0);
+	/* The host on the other executor: we send to d from here. */
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, w->n, crowd_side, w, &o, &w->a) == 0);
+	cbcmn_actor_msg go = msg(M_GO, 0, 0), x = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->a, &go) == 0);
+	while (!atomic_load(&w->d_sent))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->d, &x) == 0);
+	return cbcmn_nursery_await_all(cx, w->n);
+}
+
+static void test_ping_pong_on_a_host_starves_neither_older_nor_outside_work(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct crowd w = {0};
+	assert_int_equal(t_run_pinned(rt, 0, crowd_main, &w), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.c_called), 1);
+	assert_int_equal(atomic_load(&w.d_called), 1);
+	t_destroy(rt);
+}
+
+/* ---- statistics: idle handler actors are waiting, not runnable ---- */
+
+static int64_t idle_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	return m->type == M_QUIT ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t idle_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref refs[5];
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < 5; i++)
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, idle_handler, NULL, NULL, &refs[i]) == 0);
+	/* Let their hosts run and find nothing to do. */
+	for (int i = 0; i < 20; i++)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_stats st;
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, NULL, 0) == 0);
+	cbcmn_executor_stats per[2];
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 2) == 0);
+	uint64_t actors = per[0].actors + per[1].actors;
+	uint64_t runnable = per[0].actors_runnable + per[1].actors_runnable;
+	uint64_t waiting = per[0].actors_waiting + per[1].actors_waiting;
+	TASK_CHECK(actors == 5);
+	TASK_CHECK(runnable == 0);
+	TASK_CHECK(waiting == 5);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	for (int i = 0; i < 5; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, refs[i], &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 2) == 0);
+	TASK_CHECK(per[0].actors + per[1].actors == 0);
+	TASK_CHECK(per[0].actors_waiting + per[1].actors_waiting == 0);
+	return 0;
+}
+
+static void test_idle_handler_actors_count_as_waiting_not_runnable(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run(rt, idle_main, NULL, 0);
+	t_destroy(rt);
+}
+
+/* ---- bad input ---- */
+
+static int64_t bad_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r = 77;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, NULL, NULL, NULL, &r) == -EINVAL);
+	TASK_CHECK(r == CBCMN_ACTOR_NONE);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hw_target, NULL, NULL, NULL) == -EINVAL);
+	cbcmn_actor_opts big = {.mailbox_cap = CBCMN_ACTOR_MAILBOX_MAX + 1};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hw_target, NULL, &big, &r) == -EINVAL);
+	cbcmn_actor_opts pin = {.placement = CBCMN_PLACE_PINNED, .shard = 99};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hw_target, NULL, &pin, &r) == -EINVAL);
+	TASK_CHECK(r == CBCMN_ACTOR_NONE);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_handler_bad_input(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, bad_main, NULL, 0);
+	t_destroy(rt);
+}
+
+int main(int argc, char **argv)
+{
+#define T(f) T_WATCHED_TEST(f)
+	const struct CMUnitTest tests[] = {
+		T(test_handler_order_per_sender_nothing_lost_or_twice),
+		T(test_handler_ring_on_one_host),
+		T(test_handler_send_to_full_mailbox_is_eagain_and_retry_redelivers),
+		T(test_handler_stop_monitor_down_and_halt_reasons),
+		T(test_handler_gets_down_and_exit_as_calls),
+		T(test_supervisor_restarts_a_crashing_handler),
+		T(test_nursery_cancel_halts_idle_and_busy_handlers),
+		T(test_handler_flood_does_not_starve_a_task),
+		T(test_host_ended_by_a_checkpoint_halts_its_handlers),
+		T(test_handler_sends_racing_halts_and_stops_are_handled_or_dropped_once),
+		T(test_start_call_comes_first_and_a_stop_before_it_drops_only_messages),
+		T(test_ping_pong_on_a_host_starves_neither_older_nor_outside_work),
+		T(test_idle_handler_actors_count_as_waiting_not_runnable),
+		T(test_handler_bad_input),
+	};
+#undef T
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
+	return cmocka_run_group_tests_name("actor_handler", tests, NULL, NULL);
+}
