@@ -271,7 +271,7 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 		rc = -EAGAIN;
 	}
 	cbcmn__mutex_unlock(&c->lock);
-	cbcmn__wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
 }
 
@@ -293,7 +293,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 		rc = -EAGAIN;
 	}
 	cbcmn__mutex_unlock(&c->lock);
-	cbcmn__wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
 }
 
@@ -355,7 +355,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 	slot_freed(c, &wl);
 	cbcmn__mutex_unlock(&c->lock);
 	p->_rec = NULL;
-	cbcmn__wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
 }
 
@@ -597,6 +597,6 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 			cbcmn__wakes_add(&wl, &w->qw, -EPIPE);
 	}
 	cbcmn__mutex_unlock(&c->lock);
-	cbcmn__wakes_run(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return 0;
 }
