@@ -208,8 +208,9 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
  * two tasks talk, and two that ping-pong stay together as in Go's runnext
  * (after a steal split them, each hop crossed executors and they stayed
  * apart: 2 % of the hops of `cbcmn-bench chan`, 40 ns a round trip).  A
- * home that runs tasks keeps its own (its caches).  Relaxed: a stale state
- * only sends the task the other way, once. */
+ * home that runs tasks keeps its own (its caches), and an actor its home
+ * (it moves only by the wheels' migration, docs/ACTORS.md).  Relaxed: a
+ * stale state only sends the task the other way, once. */
 static inline bool home_searching(const struct cbcmn__exec *o)
 {
 	return atomic_load_explicit(&o->ss->state, memory_order_relaxed) == CBCMN_EXEC_SEARCHING;
@@ -249,7 +250,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
-	    !(e->wake_here && home_searching(owner)) &&
+	    !(e->wake_here && home_searching(owner) && !cbcmn__is_actor_task(t)) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
 		return;
