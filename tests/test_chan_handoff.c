@@ -97,7 +97,9 @@ static void test_regression_pingpong_split_by_a_steal_rejoins(void **state)
 		assert_int_equal(cbcmn_chan_destroy(s.ab), 0);
 		assert_int_equal(cbcmn_chan_destroy(s.ba), 0);
 	}
-	if (apart > SPLIT_PAIRS * ROUNDS / 100)
+	/* Under TSan a hop takes microseconds, past the slot's steal delay:
+	 * thieves then take the slot for good reasons now and then. */
+	if (apart > SPLIT_PAIRS * ROUNDS / (T_TSAN ? 4 : 100))
 		fail_msg("%d of %d rounds ran with the pair on two executors", apart,
 			 SPLIT_PAIRS * ROUNDS);
 	cbcmn_runtime_destroy(rt);
