@@ -209,8 +209,11 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
  * (after a steal split them, each hop crossed executors and they stayed
  * apart: 2 % of the hops of `cbcmn-bench chan`, 40 ns a round trip).  A
  * home that runs tasks keeps its own (its caches), and an actor its home
- * (it moves only by the wheels' migration, docs/ACTORS.md).  Relaxed: a
- * stale state only sends the task the other way, once. */
+ * (it moves only by the wheels' migration, docs/ACTORS.md).  Only into a
+ * free slot: a second wake while the first waits there goes home, where
+ * an executor looks for work (four producers waking four consumers would
+ * otherwise all end on one executor).  Relaxed: a stale state only sends
+ * the task the other way, once; a thief only empties our slot. */
 static inline bool home_searching(const struct cbcmn__exec *o)
 {
 	return atomic_load_explicit(&o->ss->state, memory_order_relaxed) == CBCMN_EXEC_SEARCHING;
@@ -250,7 +253,8 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
-	    !(e->wake_here && home_searching(owner) && !cbcmn__is_actor_task(t)) &&
+	    !(e->wake_here && home_searching(owner) && !cbcmn__is_actor_task(t) &&
+	      !atomic_load_explicit(&e->slot, memory_order_relaxed)) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
 		return;
