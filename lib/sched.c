@@ -919,10 +919,15 @@ bool cbcmn__stealable_work(struct cbcmn__exec *e)
 		struct cbcmn__exec *v = rt->exec[i];
 		if (v == e)
 			continue;
-		int64_t len = cbcmn__deque_len(&v->dq) +
-			      (atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL);
-		if (len > 0 && steal_gate(e, v, len, false))
-			return true;
+		int64_t len = cbcmn__deque_len(&v->dq);
+		bool slot = atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL;
+		if (len + slot > 0 && steal_gate(e, v, len + slot, false)) {
+			/* A slot alone waits its delay, as in steal_from():
+			 * meanwhile park as for gated work, a while only. */
+			if (len > 0 || pick_stuck(v, SLOT_STEAL_NS))
+				return true;
+			e->gated = true;
+		}
 	}
 	return false;
 }
