@@ -105,6 +105,76 @@ static void test_regression_pingpong_split_by_a_steal_rejoins(void **state)
 	cbcmn_runtime_destroy(rt);
 }
 
+/* ---- a second wake while the slot is taken goes home ---------------------- */
+
+struct two {
+	cbcmn_chan *c;
+	cbcmn_runtime *rt;
+	_Atomic uint32_t exec_of[2];   /* executor + 1 of the receiver of message i */
+};
+
+static int64_t two_recv(cbcmn_cx *cx, void *arg)
+{
+	struct two *w = arg;
+	long v;
+	int rc = cbcmn_chan_recv(cx, w->c, &v);
+	if (rc)
+		return rc;
+	if (v < 0 || v > 1)
+		return -EINVAL;
+	atomic_store(&w->exec_of[v], cbcmn_cx_executor(cx) + 1);
+	return 0;
+}
+
+/* Pinned to executor 0: both receivers block on executor 1, which then
+ * only searches (its spin outlasts the test: it never parks). */
+static int64_t two_main(cbcmn_cx *cx, void *arg)
+{
+	struct two *w = arg;
+	cbcmn_nursery *n;
+	int rc;
+	if ((rc = cbcmn_nursery_open(w->rt, cx, &n)))
+		return rc;
+	for (int i = 0; i < 2; i++)
+		if ((rc = cbcmn_nursery_spawn_stealable_on(cx, n, 1, two_recv, w, NULL)))
+			return rc;
+	for (;;) { /* no yield: nothing of theirs may start here */
+		cbcmn_snapshot s = {.size = sizeof(s), .version = CBCMN_SNAPSHOT_VERSION};
+		if ((rc = cbcmn_runtime_snapshot(w->rt, &s, NULL, 0)))
+			return rc;
+		if (s.total.blocked_chan == 2)
+			break;
+	}
+	for (long i = 0; i < 2; i++)
+		if ((rc = cbcmn_chan_send(cx, w->c, &i)))
+			return rc;
+	/* Block at once: our executor runs its slot next. */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The first receiver woken comes into our slot (its home only searches);
+ * the second goes home, where an executor looks for work.  Before, it
+ * displaced the first into our deque and took the slot: four producers
+ * waking four consumers put them all on one executor (4x4 MPMC 25-30 %
+ * slower), and here the second receiver ran on executor 0. */
+static void test_regression_second_wake_goes_home_while_the_slot_is_taken(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cfg.spin_ns = 60ull * 1000000000ull;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct two w = {.rt = rt};
+	assert_int_equal(cbcmn_chan_create(rt, 2, sizeof(long), &w.c), 0);
+	assert_int_equal(t_run_pinned(rt, 0, two_main, &w), 0);
+	assert_int_not_equal(atomic_load(&w.exec_of[0]), 0);
+	assert_int_equal(atomic_load(&w.exec_of[1]), 2);
+	assert_int_equal(cbcmn_chan_destroy(w.c), 0);
+	cbcmn_runtime_destroy(rt);
+}
+
 /* ---- a ping-pong pair cannot starve a third task --------------------------- */
 
 struct fair {
@@ -354,6 +424,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_regression_pingpong_split_by_a_steal_rejoins),
+		T_WATCHED_TEST(test_regression_second_wake_goes_home_while_the_slot_is_taken),
 		T_WATCHED_TEST(test_pingpong_pair_does_not_starve_a_third_task),
 		T_WATCHED_TEST(test_woken_task_in_a_busy_wakers_slot_runs_elsewhere),
 		T_WATCHED_TEST(test_cancel_after_handoff_keeps_the_message),
