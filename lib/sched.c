@@ -207,7 +207,7 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
  * it runs on the waker's executor instead (cbcmn__wakes_run_here()): the
  * two tasks talk, and two that ping-pong stay together as in Go's runnext
  * (after a steal split them, each hop crossed executors and they stayed
- * apart: 2 % of the hops of `cbcmn-bench chan`, 40 ns a round trip).  A
+ * apart until an executor parked: 2 % of the hops of `cbcmn-bench chan`).  A
  * home that runs tasks keeps its own (its caches), and an actor its home
  * (it moves only by the wheels' migration, docs/ACTORS.md).  Only into a
  * free slot: a second wake while the first waits there goes home, where
