@@ -331,6 +331,7 @@ struct cbcmn__exec {
 	uint32_t tick;
 	uint32_t slot_runs;
 	bool searching;
+	bool wake_here;                   /* channel wakes: pull woken tasks here (waitq.h) */
 	struct cbcmn_task *current;
 	void *sched_sp;                   /* the scheduler loop's context */
 	uint64_t sched_fpcw;              /* its FP control state, fixed (arch.h) */

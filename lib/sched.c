@@ -40,6 +40,7 @@ __thread struct cbcmn__exec *cbcmn__tls_exec;
 
 #define FAIRNESS_INTERVAL 61 /* picks between inject/yield/self-steal checks */
 #define SLOT_RUNS_MAX 3      /* next-task slot runs in a row */
+#define SLOT_STEAL_NS 3000u  /* a victim's slot waits this long for it (Go: 3 us) */
 #define STEAL_VICTIMS_MAX 4  /* victims probed per round */
 #define STEAL_BATCH_MAX 32   /* tasks taken per successful steal */
 #define SPIN_PAUSE_MIN_NS 250u   /* pause between search turns while spinning */
@@ -203,6 +204,22 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
 	       !cbcmn__exec_stalled(owner);
 }
 
+/* Is o out of work, looking for some?  Then a task a channel wakes for
+ * it runs on the waker's executor instead (cbcmn__wakes_run_here()): the
+ * two tasks talk, and two that ping-pong stay together as in Go's runnext
+ * (after a steal split them, each hop crossed executors and they stayed
+ * apart until an executor parked: 2 % of the hops of `cbcmn-bench chan`).  A
+ * home that runs tasks keeps its own (its caches), and an actor its home
+ * (it moves only by the wheels' migration, docs/ACTORS.md).  Only into a
+ * free slot: a second wake while the first waits there goes home, where
+ * an executor looks for work (four producers waking four consumers would
+ * otherwise all end on one executor).  Relaxed: a stale state only sends
+ * the task the other way, once; a thief only empties our slot. */
+static inline bool home_searching(const struct cbcmn__exec *o)
+{
+	return atomic_load_explicit(&o->ss->state, memory_order_relaxed) == CBCMN_EXEC_SEARCHING;
+}
+
 /* t was woken by e (or by a thread outside, e NULL); make it runnable.
  * A task woken from another shard goes home (seed 001/003): its owner is
  * the executor that ran it last, where its data is, and the one whose ring
@@ -237,6 +254,8 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
+	    !(e->wake_here && home_searching(owner) && !cbcmn__is_actor_task(t) &&
+	      !atomic_load_explicit(&e->slot, memory_order_relaxed)) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
 		return;
@@ -908,10 +927,15 @@ bool cbcmn__stealable_work(struct cbcmn__exec *e)
 		struct cbcmn__exec *v = rt->exec[i];
 		if (v == e)
 			continue;
-		int64_t len = cbcmn__deque_len(&v->dq) +
-			      (atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL);
-		if (len > 0 && steal_gate(e, v, len, false))
-			return true;
+		int64_t len = cbcmn__deque_len(&v->dq);
+		bool slot = atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL;
+		if (len + slot > 0 && steal_gate(e, v, len + slot, false)) {
+			/* A slot alone waits its delay, as in steal_from():
+			 * meanwhile park as for gated work, a while only. */
+			if (len > 0 || pick_stuck(v, SLOT_STEAL_NS))
+				return true;
+			e->gated = true;
+		}
 	}
 	return false;
 }
@@ -943,7 +967,13 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 			deque_push_or_inject(e, x);
 		n++;
 	}
-	if (!first && atomic_load_explicit(&v->slot, memory_order_relaxed)) {
+	/* The slot holds a task its owner's running task just woke, which
+	 * runs as soon as that one blocks (a channel's other side): taken
+	 * only once v has begun no run for SLOT_STEAL_NS, as Go's runnext,
+	 * whatever the gate said of v's mean.  Taken earlier, it split a
+	 * ping-pong pair over two executors. */
+	if (!first && atomic_load_explicit(&v->slot, memory_order_relaxed) &&
+	    pick_stuck(v, SLOT_STEAL_NS)) {
 		/* acquire: pairs with the owner's exchange in cbcmn__schedule(). */
 		first = atomic_exchange_explicit(&v->slot, NULL, memory_order_acquire);
 		n = first != NULL;

@@ -100,4 +100,21 @@ static inline void cbcmn__wakes_run(struct cbcmn__wakes *wl, struct cbcmn__exec 
 		cbcmn__hnd_kick(wl->hkick, e);
 }
 
+/* cbcmn__wakes_run() for a channel's wakes from a task on e: a woken task
+ * whose home searches for work runs here instead (sched.c,
+ * home_searching()).  e is owner-only state: the flag covers exactly
+ * these wakes. */
+static inline void cbcmn__wakes_run_here(struct cbcmn__wakes *wl, struct cbcmn__exec *e)
+{
+	if (!wl->head)
+		return;
+	if (!e) {
+		cbcmn__wakes_run(wl, NULL);
+		return;
+	}
+	e->wake_here = true;
+	cbcmn__wakes_run(wl, e);
+	e->wake_here = false;
+}
+
 #endif
