@@ -130,6 +130,13 @@ $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# Thread-locals in one load from %fs, not a __tls_get_addr call per access
+# (the default for -fPIC code in libcbcmn.so: cbcmn__tls_exec is read on
+# every wake and spawn); the SIGSEGV handler reads them too, and the call
+# is not async-signal-safe.  Costs a few hundred bytes of glibc's static TLS
+# surplus when the library is dlopen()ed (tests/test_tls.c).
+$(LIB_OBJS): CFLAGS += -ftls-model=initial-exec
+
 $(STATIC): $(LIB_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(@D)
