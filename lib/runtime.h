@@ -126,7 +126,8 @@ struct cbcmn_task {
 	bool payer_ref;
 	bool limited;                     /* some component is not unlimited */
 	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
-	uint8_t mem_off;                  /* where its malloc block begins, below it (task.c) */
+	uint8_t mem_off;                  /* where its malloc block begins, below it;
+					   * CBCMN__MEM_IN_STACK: in its stack (task.c) */
 	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
 
 	/* Line 3.  Budget (owner-only), see budget.c.  ops and yield_left
@@ -580,6 +581,18 @@ void cbcmn__futex_wait_zero(_Atomic uint32_t *word);
 
 /* task.c */
 struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e);
+/* A record in the top of its own stack (CBCMN_CONFIG_RECORD_IN_STACK). */
+#define CBCMN__MEM_IN_STACK 0xffu
+static inline bool cbcmn__task_in_stack(const struct cbcmn_task *t)
+{
+	return t->mem_off == CBCMN__MEM_IN_STACK;
+}
+/* The stack an in-stack record lives in (t->stack is a borrowed one while
+ * t runs inline). */
+static inline struct cbcmn__stack *cbcmn__task_own_stack(struct cbcmn_task *t)
+{
+	return (struct cbcmn__stack *)((char *)t + CBCMN__STACK_RECORD_SPAN);
+}
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__task_complete(struct cbcmn_task *t, int64_t result);
 bool cbcmn__task_cancelled(const struct cbcmn_task *t);

@@ -6,6 +6,10 @@
 #include "probes.h"
 #include "runtime.h"
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#endif
+
 #define TASK_CACHE_MAX 1024u /* free task records kept per executor */
 #define ID_BLOCK 1024u       /* task ids an executor takes at once */
 
@@ -53,10 +57,50 @@ static void task_release(struct cbcmn_task *t)
 	free((char *)t - t->mem_off);
 }
 
+/* Records in stacks (CBCMN_CONFIG_RECORD_IN_STACK): the record takes the
+ * top of its task's own stack, under the descriptor, so that a parked
+ * fiber's RSS is its one top page and nothing more (a malloc record was
+ * 432 B of it).  The stack is taken at the spawn, not at the first run,
+ * and goes back to the pool when the record is freed: the fiber holds a
+ * reference to its record from its first run to its exit (sched.c,
+ * POST_EXIT), so the stack is never reused under a fiber still on it.
+ * mem_off tells such a record apart (a malloc record's is at most 48). */
+_Static_assert(sizeof(struct cbcmn_task) <= CBCMN__STACK_RECORD_SPAN &&
+		       CBCMN__STACK_RECORD_SPAN % CBCMN__CACHELINE == 0 &&
+		       CBCMN__STACK_RECORD_SPAN + sizeof(struct cbcmn__stack) < 4096,
+	       "a record fits under the descriptor, on a cache line, in the top page");
+
+static struct cbcmn_task *task_in_stack(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
+{
+	struct cbcmn__stack *s = cbcmn__stack_get(&rt->stacks, &e->stacks);
+	if (!s)
+		return NULL; /* a malloc record: the first run tries again */
+	struct cbcmn_task *t = (struct cbcmn_task *)((char *)s - CBCMN__STACK_RECORD_SPAN);
+#ifdef __SANITIZE_ADDRESS__
+	/* A fiber that ran here last may have left its frames' redzones
+	 * poisoned where the record goes. */
+	__asan_unpoison_memory_region(t, CBCMN__STACK_RECORD_SPAN);
+#endif
+	s->holds_task = 1;
+	t->mem_off = CBCMN__MEM_IN_STACK;
+	return t;
+}
+
+static void task_in_stack_free(struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	struct cbcmn__stack *s = cbcmn__task_own_stack(t);
+	s->holds_task = 0;
+	/* e is the calling executor (its cache is owner-only) or NULL: the
+	 * shared pool, under its lock. */
+	cbcmn__stack_put(&t->rt->stacks, e ? &e->stacks : NULL, s);
+}
+
 struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
 {
 	struct cbcmn_task *t = NULL;
-	if (e) {
+	if (e && (rt->cfg.flags & CBCMN_CONFIG_RECORD_IN_STACK))
+		t = task_in_stack(rt, e);
+	if (e && !t) {
 		if (!e->free_tasks && atomic_load_explicit(&e->remote_free, memory_order_relaxed)) {
 			/* acquire: pairs with the release CAS in task_free(). */
 			e->free_tasks = atomic_exchange_explicit(&e->remote_free, NULL,
@@ -118,7 +162,9 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 
 static void task_free(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
-	if (t->home == HOME_NONE) {
+	if (cbcmn__task_in_stack(t)) {
+		task_in_stack_free(t, e);
+	} else if (t->home == HOME_NONE) {
 		task_release(t);
 	} else if (e && t->home == e->id) {
 		if (e->nfree_tasks < TASK_CACHE_MAX) {
