@@ -283,6 +283,7 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) slot; /* next-task slot */
 	/* Task records other executors freed, on their way home (LIFO). */
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) remote_free;
+	_Atomic uint32_t remote_n; /* its length, roughly (task.c) */
 	/* Interruptible waits of tasks blocked here (iwait.h). */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwait_reg iwaits;
 	/* Written by thieves (sched.c, pick_stuck()): the run of this
@@ -362,6 +363,10 @@ struct cbcmn__exec {
 	_Atomic uint32_t timers_dead;     /* disarmed, still in the heap */
 	struct cbcmn_task *free_tasks;
 	uint32_t nfree_tasks;
+	/* Records of another executor's, freed here, on their way home in
+	 * one push per batch (task.c). */
+	struct cbcmn_task *out_head, *out_tail;
+	uint32_t out_n, out_home;
 	struct cbcmn_nursery *free_nurseries;
 	uint32_t nfree_nurseries;
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */

@@ -105,11 +105,19 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 			/* acquire: pairs with the release CAS in task_free(). */
 			e->free_tasks = atomic_exchange_explicit(&e->remote_free, NULL,
 								 memory_order_acquire);
-			e->nfree_tasks = TASK_CACHE_MAX; /* unknown length: no more caching */
+			/* Its length (task_free): a hint, exact unless a push
+			 * was in flight. */
+			uint32_t n = atomic_exchange_explicit(&e->remote_n, 0, memory_order_relaxed);
+			e->nfree_tasks = n < TASK_CACHE_MAX ? n : TASK_CACHE_MAX;
 		}
 		if ((t = e->free_tasks)) {
 			e->free_tasks = t->next;
-			if (e->nfree_tasks)
+			/* Empty means none cached, whatever the hint said: a
+			 * count left high would send every later free to
+			 * malloc (it did, after each remote grab). */
+			if (!e->free_tasks)
+				e->nfree_tasks = 0;
+			else if (e->nfree_tasks)
 				e->nfree_tasks--;
 			/* The next spawn's record, while this spawn goes on: a
 			 * record freed by a thief is in the thief's cache, and
@@ -160,6 +168,54 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	return t;
 }
 
+/* Push the chain head..tail of n records onto home's remote-free list.
+ * remote_n counts the list for its home's cache (a hint: off by the pushes
+ * in flight at a grab).  The list is not bounded: a bound that sent the
+ * records to free() on the thief (glibc's cross-arena free) cost spawn
+ * 10 % and the next burst its page faults (docs/BENCHMARKS.md). */
+static void remote_push(struct cbcmn__exec *home, struct cbcmn_task *head_in,
+			struct cbcmn_task *tail, uint32_t n)
+{
+	atomic_fetch_add_explicit(&home->remote_n, n, memory_order_relaxed);
+	struct cbcmn_task *head = atomic_load_explicit(&home->remote_free, memory_order_relaxed);
+	do
+		tail->next = head;
+	while (!atomic_compare_exchange_weak_explicit(&home->remote_free, &head, head_in,
+						      memory_order_release, memory_order_relaxed));
+}
+
+/* Send e's batch of records home (one CAS on the home's line for up to
+ * OUTBOX_MAX records, where each stolen task's record took one). */
+static void outbox_flush(struct cbcmn__exec *e)
+{
+	if (!e->out_n)
+		return;
+	remote_push(e->rt->exec[e->out_home], e->out_head, e->out_tail, e->out_n);
+	e->out_head = e->out_tail = NULL;
+	e->out_n = 0;
+}
+
+#define OUTBOX_MAX 32u
+
+static void task_send_home(struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	if (!e) { /* a thread outside the runtime: no batch of its own */
+		t->next = NULL;
+		remote_push(t->rt->exec[t->home], t, t, 1);
+		return;
+	}
+	if (e->out_n && e->out_home != t->home)
+		outbox_flush(e);
+	if (!e->out_n) {
+		e->out_home = t->home;
+		e->out_tail = t;
+	}
+	t->next = e->out_head;
+	e->out_head = t;
+	if (++e->out_n == OUTBOX_MAX)
+		outbox_flush(e);
+}
+
 static void task_free(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	if (cbcmn__task_in_stack(t)) {
@@ -175,19 +231,21 @@ static void task_free(struct cbcmn_task *t, struct cbcmn__exec *e)
 			task_release(t);
 		}
 	} else {
-		struct cbcmn__exec *home = t->rt->exec[t->home];
-		struct cbcmn_task *head = atomic_load_explicit(&home->remote_free,
-							       memory_order_relaxed);
-		do
-			t->next = head;
-		while (!atomic_compare_exchange_weak_explicit(&home->remote_free, &head, t,
-							      memory_order_release,
-							      memory_order_relaxed));
+		task_send_home(t, e);
 	}
 }
 
 void cbcmn__task_free_cache(struct cbcmn__exec *e)
 {
+	/* Its batch for another executor: back to malloc (that one may have
+	 * drained its caches already). */
+	while (e->out_head) {
+		struct cbcmn_task *x = e->out_head;
+		e->out_head = x->next;
+		task_release(x);
+	}
+	e->out_tail = NULL;
+	e->out_n = 0;
 	struct cbcmn_task *lists[2] = {
 		e->free_tasks, atomic_exchange_explicit(&e->remote_free, NULL, memory_order_acquire)};
 	for (int i = 0; i < 2; i++) {
@@ -199,6 +257,7 @@ void cbcmn__task_free_cache(struct cbcmn__exec *e)
 	}
 	e->free_tasks = NULL;
 	e->nfree_tasks = 0;
+	atomic_store_explicit(&e->remote_n, 0, memory_order_relaxed);
 }
 
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)
