@@ -1,6 +1,7 @@
 /* test_recstack: task records in their own stack's top page
  * (CBCMN_CONFIG_RECORD_IN_STACK): every stack comes back, whoever frees
  * the record and whenever; the guard still catches an overflow. */
+#include <errno.h>
 #include <pthread.h>
 
 #include "helpers.h"
@@ -211,6 +212,141 @@ static void test_overflow_below_a_record_in_its_stack_is_a_panic(void **state)
 	t_destroy(rt);
 }
 
+/* With inline runs on too: a child run inline borrows its parent's stack
+ * and never touches its own, which its record still holds and frees. */
+static int64_t fib_task(cbcmn_cx *cx, void *arg)
+{
+	long n = (long)(intptr_t)arg;
+	if (n < 2)
+		return n;
+	cbcmn_nursery *nu;
+	cbcmn_task *a, *b;
+	int64_t ra = 0, rb = 0;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu))
+		return -1;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, nu, fib_task, (void *)(intptr_t)(n - 1), &a) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, nu, fib_task, (void *)(intptr_t)(n - 2), &b) == 0);
+	TASK_CHECK(cbcmn_task_join(cx, b, &rb) == 0);
+	TASK_CHECK(cbcmn_task_join(cx, a, &ra) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == 0);
+	return ra + rb;
+}
+
+static int64_t fib_root(cbcmn_cx *cx, void *arg)
+{
+	uint64_t out0 = stacks_out(cx);
+	int64_t r = fib_task(cx, arg);
+	TASK_CHECK(stacks_out(cx) == out0);
+	return r;
+}
+
+static void test_inline_children_free_the_stacks_their_records_hold(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_flags(1, CBCMN_CONFIG_RECORD_IN_STACK);
+	t_run(rt, fib_root, (void *)(intptr_t)12, 144);
+	t_destroy(rt);
+	rt = t_runtime_flags(2, CBCMN_CONFIG_RECORD_IN_STACK);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fib_task, (void *)(intptr_t)14, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 377);
+	t_destroy(rt);
+}
+
+/* No stack to take at the spawn (the map fails): the spawn still
+ * succeeds with a plain record; the child then fails for want of a stack
+ * at its start, as it would have without the flag. */
+#define STARVED 64
+
+static int64_t starved_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_task *h[STARVED];
+	cbcmn_nursery *nu;
+	int in_stack = 0, plain = 0, nomem = 0;
+	atomic_store(&release, 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
+	uint64_t out0 = stacks_out(cx);
+	cbcmn__stack_test_fail_map_over = 1; /* no new slab */
+	for (long i = 0; i < STARVED; i++) {
+		TASK_CHECK(cbcmn_nursery_spawn(cx, nu, park_then_return, (void *)(intptr_t)i,
+					       &h[i]) == 0);
+		if (cbcmn__task_in_stack((struct cbcmn_task *)h[i]))
+			in_stack++;
+		else
+			plain++;
+	}
+	atomic_store(&release, 1);
+	cbcmn_nursery_await_all(cx, nu);
+	cbcmn__stack_test_fail_map_over = 0;
+	/* The first -ENOMEM cancels the siblings not yet started (fail
+	 * fast): those end CBCMN_ECANCELED, whichever record they have. */
+	for (long i = 0; i < STARVED; i++) {
+		int64_t r = 0;
+		bool own = cbcmn__task_in_stack((struct cbcmn_task *)h[i]);
+		TASK_CHECK(cbcmn_task_join(cx, h[i], &r) == 0);
+		TASK_CHECK(r == CBCMN_ECANCELED || r == (own ? i : -ENOMEM));
+		nomem += r == -ENOMEM;
+	}
+	TASK_CHECK(in_stack > 0 && plain > 0);
+	TASK_CHECK(nomem >= 1);
+	TASK_CHECK(stacks_out(cx) == out0);
+	return 0;
+}
+
+static void test_spawn_without_a_stack_to_take_keeps_a_plain_record(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_flags(1, RS_FLAGS);
+	t_run(rt, starved_root, NULL, 0);
+	t_destroy(rt);
+}
+
+/* The executor's thread ends under an in-stack task (pthread_exit): the
+ * reaper restarts that stack below the record, ends the task with
+ * CBCMN_EPANIC, and the record then frees the stack. */
+static int64_t quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t quit_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *nu;
+	cbcmn_task *h;
+	int64_t r = 0;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, nu, quitter, NULL, &h) == 0);
+	TASK_CHECK(cbcmn__task_in_stack((struct cbcmn_task *)h));
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == CBCMN_EPANIC);
+	TASK_CHECK(cbcmn_task_join(cx, h, &r) == 0);
+	return r;
+}
+
+static void test_thread_death_under_a_record_in_its_stack_is_a_panic(void **state)
+{
+	(void)state;
+	if (T_TSAN) { /* as test_worker, which is not a TSan suite */
+		T_SKIP("TSan does not follow a thread ended on a fiber stack");
+		return;
+	}
+	int saved, fd = t_stderr_capture(&saved);
+	cbcmn_runtime *rt = t_runtime_flags(1, RS_FLAGS);
+	int64_t r = 0;
+	int rc = cbcmn_runtime_run(rt, quit_root, NULL, &r);
+	char buf[512];
+	t_stderr_restore(fd, saved, buf, sizeof(buf));
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, CBCMN_EPANIC);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -218,6 +354,9 @@ int main(void)
 		T_WATCHED_TEST(test_unstarted_cancelled_children_give_their_stacks_back),
 		T_WATCHED_TEST(test_thread_joins_give_the_stacks_to_the_pool),
 		T_WATCHED_TEST(test_overflow_below_a_record_in_its_stack_is_a_panic),
+		T_WATCHED_TEST(test_inline_children_free_the_stacks_their_records_hold),
+		T_WATCHED_TEST(test_spawn_without_a_stack_to_take_keeps_a_plain_record),
+		T_WATCHED_TEST(test_thread_death_under_a_record_in_its_stack_is_a_panic),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
