@@ -184,15 +184,16 @@ static int64_t overflow_task(cbcmn_cx *cx, void *arg)
 	return t_recurse(NULL, 0);
 }
 
-static int64_t overflow_root(cbcmn_cx *cx, void *arg)
+/* Spawns the task fn(arg) (in its own stack's record), waits for it and
+ * returns its result, once its stack is back. */
+static int64_t one_child_root(cbcmn_cx *cx, void *fn)
 {
-	(void)arg;
 	cbcmn_nursery *nu;
 	cbcmn_task *h;
 	int64_t r = 0;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
 	uint64_t out0 = stacks_out(cx);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, nu, overflow_task, NULL, &h) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, nu, (cbcmn_task_fn)fn, NULL, &h) == 0);
 	TASK_CHECK(cbcmn__task_in_stack((struct cbcmn_task *)h));
 	cbcmn_nursery_await_all(cx, nu);
 	TASK_CHECK(cbcmn_task_join(cx, h, &r) == 0);
@@ -208,7 +209,7 @@ static void test_overflow_below_a_record_in_its_stack_is_a_panic(void **state)
 		return;
 	}
 	cbcmn_runtime *rt = t_runtime_flags(1, RS_FLAGS);
-	t_run(rt, overflow_root, NULL, CBCMN_EPANIC);
+	t_run(rt, one_child_root, (void *)overflow_task, CBCMN_EPANIC);
 	t_destroy(rt);
 }
 
@@ -314,20 +315,6 @@ static int64_t quitter(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t quit_root(cbcmn_cx *cx, void *arg)
-{
-	(void)arg;
-	cbcmn_nursery *nu;
-	cbcmn_task *h;
-	int64_t r = 0;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, nu, quitter, NULL, &h) == 0);
-	TASK_CHECK(cbcmn__task_in_stack((struct cbcmn_task *)h));
-	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == CBCMN_EPANIC);
-	TASK_CHECK(cbcmn_task_join(cx, h, &r) == 0);
-	return r;
-}
-
 static void test_thread_death_under_a_record_in_its_stack_is_a_panic(void **state)
 {
 	(void)state;
@@ -338,7 +325,7 @@ static void test_thread_death_under_a_record_in_its_stack_is_a_panic(void **stat
 	int saved, fd = t_stderr_capture(&saved);
 	cbcmn_runtime *rt = t_runtime_flags(1, RS_FLAGS);
 	int64_t r = 0;
-	int rc = cbcmn_runtime_run(rt, quit_root, NULL, &r);
+	int rc = cbcmn_runtime_run(rt, one_child_root, (void *)quitter, &r);
 	char buf[512];
 	t_stderr_restore(fd, saved, buf, sizeof(buf));
 	assert_int_equal(rc, 0);
