@@ -154,7 +154,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	}
 	if ((unsigned)out->victim > CBCMN_VICTIM_LEAST_LOADED)
 		return -EINVAL;
-	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB))
+	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB |
+			   CBCMN_CONFIG_RECORD_IN_STACK))
 		return -EINVAL;
 	if (out->flags & CBCMN_CONFIG_LAB) {
 		if (out->workers != 1)

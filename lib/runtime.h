@@ -126,7 +126,8 @@ struct cbcmn_task {
 	bool payer_ref;
 	bool limited;                     /* some component is not unlimited */
 	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
-	uint8_t mem_off;                  /* where its malloc block begins, below it (task.c) */
+	uint8_t mem_off;                  /* where its malloc block begins, below it;
+					   * CBCMN__MEM_IN_STACK: in its stack (task.c) */
 	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
 
 	/* Line 3.  Budget (owner-only), see budget.c.  ops and yield_left
@@ -282,6 +283,7 @@ struct cbcmn__exec {
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) slot; /* next-task slot */
 	/* Task records other executors freed, on their way home (LIFO). */
 	_Alignas(CBCMN__CACHELINE) _Atomic(struct cbcmn_task *) remote_free;
+	_Atomic uint32_t remote_n; /* its length, roughly (task.c) */
 	/* Interruptible waits of tasks blocked here (iwait.h). */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwait_reg iwaits;
 	/* Written by thieves (sched.c, pick_stuck()): the run of this
@@ -371,6 +373,10 @@ struct cbcmn__exec {
 	_Atomic uint32_t timers_dead;     /* disarmed, still in the heap */
 	struct cbcmn_task *free_tasks;
 	uint32_t nfree_tasks;
+	/* Records of another executor's, freed here, on their way home in
+	 * one push per batch (task.c). */
+	struct cbcmn_task *out_head, *out_tail;
+	uint32_t out_n, out_home;
 	struct cbcmn_nursery *free_nurseries;
 	uint32_t nfree_nurseries;
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */
@@ -607,6 +613,18 @@ void cbcmn__futex_wait_zero(_Atomic uint32_t *word);
 
 /* task.c */
 struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e);
+/* A record in the top of its own stack (CBCMN_CONFIG_RECORD_IN_STACK). */
+#define CBCMN__MEM_IN_STACK 0xffu
+static inline bool cbcmn__task_in_stack(const struct cbcmn_task *t)
+{
+	return t->mem_off == CBCMN__MEM_IN_STACK;
+}
+/* The stack an in-stack record lives in (t->stack is a borrowed one while
+ * t runs inline). */
+static inline struct cbcmn__stack *cbcmn__task_own_stack(struct cbcmn_task *t)
+{
+	return (struct cbcmn__stack *)((char *)t + CBCMN__STACK_RECORD_SPAN);
+}
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__task_complete(struct cbcmn_task *t, int64_t result);
 bool cbcmn__task_cancelled(const struct cbcmn_task *t);

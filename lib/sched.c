@@ -527,7 +527,15 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		t->exec = e;
 		if (cancel_unstarted(t))
 			return;
-		struct cbcmn__stack *s = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
+		struct cbcmn__stack *s;
+		if (cbcmn__task_in_stack(t)) {
+			/* Its record's stack; the fiber's reference to the
+			 * record keeps it until POST_EXIT (task.c). */
+			s = cbcmn__task_own_stack(t);
+			atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+		} else {
+			s = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
+		}
 		if (!s) {
 			/* No memory for a stack: the task fails, nothing else does. */
 			cbcmn__task_complete(t, -ENOMEM);
@@ -621,7 +629,10 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		break;
 	case CBCMN__POST_EXIT:
 		check_canary(NULL, e->post_stack);
-		cbcmn__stack_put(&e->rt->stacks, &e->stacks, e->post_stack);
+		if (e->post_stack->holds_task) /* the record frees the stack */
+			cbcmn__task_unref((struct cbcmn_task *)cbcmn__stack_top(e->post_stack), e);
+		else
+			cbcmn__stack_put(&e->rt->stacks, &e->stacks, e->post_stack);
 		break;
 	case CBCMN__POST_NONE:
 		break;

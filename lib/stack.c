@@ -340,6 +340,7 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		s->guarded = guarded;
 		s->guard_kind = guarded ? p->guard_kind : CBCMN__GUARD_NONE;
 		s->yellow_open = 0;
+		s->holds_task = 0;
 		s->san_fiber = NULL;
 		s->san_uses = 0;
 		s->asan_fake = NULL;

@@ -68,6 +68,11 @@ struct cbcmn__stack {
 	/* Set and read on the thread running the stack, by the SIGSEGV
 	 * handler and the landing pad: volatile is the ordering needed. */
 	volatile uint8_t yellow_open;
+	/* A task record lives right below this descriptor (task.c, records
+	 * in stacks): fibers on this stack start below it, and the stack
+	 * goes back to the pool when the record is freed, not when the
+	 * fiber ends.  Set and cleared by the record's owner. */
+	uint8_t holds_task;
 };
 
 _Static_assert(sizeof(struct cbcmn__stack) == 64, "one cache line");
@@ -78,8 +83,17 @@ static inline char *cbcmn__stack_yellow_lo(const struct cbcmn__stack *s)
 	return s->guard_lo + CBCMN__RED_BYTES;
 }
 
-/* A stack's usable top: the descriptor sits right above it. */
-static inline void *cbcmn__stack_top(struct cbcmn__stack *s) { return (void *)s; }
+/* Bytes a task record takes below a stack's descriptor when the stack
+ * holds one (task.c): sizeof(struct cbcmn_task) to a cache line, checked
+ * there. */
+#define CBCMN__STACK_RECORD_SPAN 384u
+
+/* A stack's usable top: the descriptor sits right above it, or the task
+ * record that sits below the descriptor. */
+static inline void *cbcmn__stack_top(struct cbcmn__stack *s)
+{
+	return s->holds_task ? (void *)((char *)s - CBCMN__STACK_RECORD_SPAN) : (void *)s;
+}
 
 struct cbcmn__stack_slab;
 

@@ -6,6 +6,10 @@
 #include "probes.h"
 #include "runtime.h"
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#endif
+
 #define TASK_CACHE_MAX 1024u /* free task records kept per executor */
 #define ID_BLOCK 1024u       /* task ids an executor takes at once */
 
@@ -53,19 +57,67 @@ static void task_release(struct cbcmn_task *t)
 	free((char *)t - t->mem_off);
 }
 
+/* Records in stacks (CBCMN_CONFIG_RECORD_IN_STACK): the record takes the
+ * top of its task's own stack, under the descriptor, so that a parked
+ * fiber's RSS is its one top page and nothing more (a malloc record was
+ * 432 B of it).  The stack is taken at the spawn, not at the first run,
+ * and goes back to the pool when the record is freed: the fiber holds a
+ * reference to its record from its first run to its exit (sched.c,
+ * POST_EXIT), so the stack is never reused under a fiber still on it.
+ * mem_off tells such a record apart (a malloc record's is at most 48). */
+_Static_assert(sizeof(struct cbcmn_task) <= CBCMN__STACK_RECORD_SPAN &&
+		       CBCMN__STACK_RECORD_SPAN % CBCMN__CACHELINE == 0 &&
+		       CBCMN__STACK_RECORD_SPAN + sizeof(struct cbcmn__stack) < 4096,
+	       "a record fits under the descriptor, on a cache line, in the top page");
+
+static struct cbcmn_task *task_in_stack(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
+{
+	struct cbcmn__stack *s = cbcmn__stack_get(&rt->stacks, &e->stacks);
+	if (!s)
+		return NULL; /* a malloc record: the first run tries again */
+	struct cbcmn_task *t = (struct cbcmn_task *)((char *)s - CBCMN__STACK_RECORD_SPAN);
+#ifdef __SANITIZE_ADDRESS__
+	/* A fiber that ran here last may have left its frames' redzones
+	 * poisoned where the record goes. */
+	__asan_unpoison_memory_region(t, CBCMN__STACK_RECORD_SPAN);
+#endif
+	s->holds_task = 1;
+	t->mem_off = CBCMN__MEM_IN_STACK;
+	return t;
+}
+
+static void task_in_stack_free(struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	struct cbcmn__stack *s = cbcmn__task_own_stack(t);
+	s->holds_task = 0;
+	/* e is the calling executor (its cache is owner-only) or NULL: the
+	 * shared pool, under its lock. */
+	cbcmn__stack_put(&t->rt->stacks, e ? &e->stacks : NULL, s);
+}
+
 struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
 {
 	struct cbcmn_task *t = NULL;
-	if (e) {
+	if (e && (rt->cfg.flags & CBCMN_CONFIG_RECORD_IN_STACK))
+		t = task_in_stack(rt, e);
+	if (e && !t) {
 		if (!e->free_tasks && atomic_load_explicit(&e->remote_free, memory_order_relaxed)) {
 			/* acquire: pairs with the release CAS in task_free(). */
 			e->free_tasks = atomic_exchange_explicit(&e->remote_free, NULL,
 								 memory_order_acquire);
-			e->nfree_tasks = TASK_CACHE_MAX; /* unknown length: no more caching */
+			/* Its length (task_free): a hint, exact unless a push
+			 * was in flight. */
+			uint32_t n = atomic_exchange_explicit(&e->remote_n, 0, memory_order_relaxed);
+			e->nfree_tasks = n < TASK_CACHE_MAX ? n : TASK_CACHE_MAX;
 		}
 		if ((t = e->free_tasks)) {
 			e->free_tasks = t->next;
-			if (e->nfree_tasks)
+			/* Empty means none cached, whatever the hint said: a
+			 * count left high would send every later free to
+			 * malloc (it did, after each remote grab). */
+			if (!e->free_tasks)
+				e->nfree_tasks = 0;
+			else if (e->nfree_tasks)
 				e->nfree_tasks--;
 			/* The next spawn's record, while this spawn goes on: a
 			 * record freed by a thief is in the thief's cache, and
@@ -116,9 +168,59 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	return t;
 }
 
+/* Push the chain head..tail of n records onto home's remote-free list.
+ * remote_n counts the list for its home's cache (a hint: off by the pushes
+ * in flight at a grab).  The list is not bounded: a bound that sent the
+ * records to free() on the thief (glibc's cross-arena free) cost spawn
+ * 10 % and the next burst its page faults (docs/BENCHMARKS.md). */
+static void remote_push(struct cbcmn__exec *home, struct cbcmn_task *head_in,
+			struct cbcmn_task *tail, uint32_t n)
+{
+	atomic_fetch_add_explicit(&home->remote_n, n, memory_order_relaxed);
+	struct cbcmn_task *head = atomic_load_explicit(&home->remote_free, memory_order_relaxed);
+	do
+		tail->next = head;
+	while (!atomic_compare_exchange_weak_explicit(&home->remote_free, &head, head_in,
+						      memory_order_release, memory_order_relaxed));
+}
+
+/* Send e's batch of records home (one CAS on the home's line for up to
+ * OUTBOX_MAX records, where each stolen task's record took one). */
+static void outbox_flush(struct cbcmn__exec *e)
+{
+	if (!e->out_n)
+		return;
+	remote_push(e->rt->exec[e->out_home], e->out_head, e->out_tail, e->out_n);
+	e->out_head = e->out_tail = NULL;
+	e->out_n = 0;
+}
+
+#define OUTBOX_MAX 32u
+
+static void task_send_home(struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	if (!e) { /* a thread outside the runtime: no batch of its own */
+		t->next = NULL;
+		remote_push(t->rt->exec[t->home], t, t, 1);
+		return;
+	}
+	if (e->out_n && e->out_home != t->home)
+		outbox_flush(e);
+	if (!e->out_n) {
+		e->out_home = t->home;
+		e->out_tail = t;
+	}
+	t->next = e->out_head;
+	e->out_head = t;
+	if (++e->out_n == OUTBOX_MAX)
+		outbox_flush(e);
+}
+
 static void task_free(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
-	if (t->home == HOME_NONE) {
+	if (cbcmn__task_in_stack(t)) {
+		task_in_stack_free(t, e);
+	} else if (t->home == HOME_NONE) {
 		task_release(t);
 	} else if (e && t->home == e->id) {
 		if (e->nfree_tasks < TASK_CACHE_MAX) {
@@ -129,19 +231,21 @@ static void task_free(struct cbcmn_task *t, struct cbcmn__exec *e)
 			task_release(t);
 		}
 	} else {
-		struct cbcmn__exec *home = t->rt->exec[t->home];
-		struct cbcmn_task *head = atomic_load_explicit(&home->remote_free,
-							       memory_order_relaxed);
-		do
-			t->next = head;
-		while (!atomic_compare_exchange_weak_explicit(&home->remote_free, &head, t,
-							      memory_order_release,
-							      memory_order_relaxed));
+		task_send_home(t, e);
 	}
 }
 
 void cbcmn__task_free_cache(struct cbcmn__exec *e)
 {
+	/* Its batch for another executor: back to malloc (that one may have
+	 * drained its caches already). */
+	while (e->out_head) {
+		struct cbcmn_task *x = e->out_head;
+		e->out_head = x->next;
+		task_release(x);
+	}
+	e->out_tail = NULL;
+	e->out_n = 0;
 	struct cbcmn_task *lists[2] = {
 		e->free_tasks, atomic_exchange_explicit(&e->remote_free, NULL, memory_order_acquire)};
 	for (int i = 0; i < 2; i++) {
@@ -153,6 +257,7 @@ void cbcmn__task_free_cache(struct cbcmn__exec *e)
 	}
 	e->free_tasks = NULL;
 	e->nfree_tasks = 0;
+	atomic_store_explicit(&e->remote_n, 0, memory_order_relaxed);
 }
 
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)

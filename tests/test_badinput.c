@@ -86,7 +86,8 @@ static void test_create_rejects_bad_config(void **state)
 	create_fails(&cfg, "victim = -1");
 
 	cbcmn_config_init(&cfg);
-	cfg.flags = (CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB) << 1;
+	cfg.flags = (CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB |
+		     CBCMN_CONFIG_RECORD_IN_STACK) << 1;
 	create_fails(&cfg, "an unknown flags bit");
 	cfg.flags = 0x80000000u | CBCMN_CONFIG_NO_INLINE;
 	create_fails(&cfg, "flags with a high bit");

@@ -475,7 +475,8 @@ static void bench_parked(void)
 {
 	chain.n = 1000000;
 	chain.h = calloc((size_t)chain.n, sizeof(*chain.h));
-	cbcmn_runtime *rt = runtime(1, CBCMN_CONFIG_NO_INLINE);
+	/* Records in the stacks: the configuration for many parked fibers. */
+	cbcmn_runtime *rt = runtime(1, CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_RECORD_IN_STACK);
 	long rss0 = status_kib("VmRSS:"), pte0 = status_kib("VmPTE:");
 	pthread_t th;
 	pthread_create(&th, NULL, chain_thread, rt);

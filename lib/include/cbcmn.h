@@ -484,6 +484,16 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * CBCMN_LAB_SEED overrides the seed, and a failing cbcmn_runtime_run() prints
  * the seed to replay it with. */
 #define CBCMN_CONFIG_LAB 0x4u
+/* Each task spawned by a task takes its stack at the spawn and keeps its
+ * record (the runtime's bookkeeping, 368 B) in that stack's top page,
+ * instead of a separate allocation: a parked fiber costs its one touched
+ * page and nothing more (cbcmn-bench parked).  The price: a spawned task
+ * that has not started holds a stack (its top page of memory, and a map
+ * entry where guards need one) until it ends, where a plain record costs
+ * 432 B; so for many long-lived fibers (connections, actors), not for
+ * fork-join bursts.  Tasks spawned from outside the runtime, and any
+ * spawn that finds no stack, keep a plain record. */
+#define CBCMN_CONFIG_RECORD_IN_STACK 0x8u
 
 /* Fill *cfg with the defaults.  The profile is CBCMN_PROFILE_NATIVE: no
  * budget limits unless you set some.  A program that wants SPEC-021's

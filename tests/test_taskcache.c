@@ -1,0 +1,71 @@
+/* test_taskcache: the per-executor cache of task records, and the records
+ * other executors send home. */
+#include "helpers.h"
+
+#include "../lib/runtime.h"
+
+#define AWAY 64 /* two of task.c's batches home */
+
+static int64_t nothing(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static uint32_t list_len(const struct cbcmn_task *t)
+{
+	uint32_t n = 0;
+	for (; t; t = t->next)
+		n++;
+	return n;
+}
+
+/* Runs pinned on executor 0: its children run (and end, dropping their
+ * records' last reference) on executor 1, which sends the records home. */
+static int64_t grab_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
+	cbcmn_nursery *nu;
+	TASK_CHECK(e->id == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
+	for (int i = 0; i < AWAY; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, nothing, NULL, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == 0);
+	/* The last batch reaches home just after the opener hears the end. */
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while (atomic_load_explicit(&e->remote_n, memory_order_relaxed) < AWAY && t_now_ns() < until)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load_explicit(&e->remote_n, memory_order_relaxed) == AWAY);
+	/* The local list is empty (the children's records came from malloc),
+	 * so the next spawn takes the remote one. */
+	TASK_CHECK(e->free_tasks == NULL);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, nothing, NULL, NULL) == 0);
+	TASK_CHECK(list_len(e->free_tasks) == AWAY - 1);
+	/* What the cache counts is what it holds. */
+	TASK_CHECK(e->nfree_tasks == list_len(e->free_tasks));
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == 0);
+	return 0;
+}
+
+/* Before: after a grab of the remote list the cache counted itself full
+ * (TASK_CACHE_MAX, "unknown length"), so every record the executor freed
+ * afterwards went to malloc, for as long as the count stayed high. */
+static void test_cached_record_count_matches_the_list_after_a_remote_grab(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_flags(2, CBCMN_CONFIG_NO_INLINE);
+	assert_int_equal(t_run_pinned(rt, 0, grab_root, NULL), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_cached_record_count_matches_the_list_after_a_remote_grab),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
