@@ -1026,6 +1026,49 @@ static void test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor(vo
 	assert_int_equal(atomic_load(&w.kid[0].starts), 1);
 }
 
+/* Cancelled during its startup: the supervisor waits for budget at its
+ * second child's spawn (a spawn count of 1), its nursery is cancelled:
+ * the spawn gives up, the first child is ended and waited for, and the
+ * supervisor halts with CBCMN_ECANCELED. */
+static int64_t cancel_in_startup_main(cbcmn_cx *cx, void *arg)
+{
+	struct world *w = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &w->spec, w->sup_opts, &sup) == 0);
+	for (int i = 0; i < 20000 && !atomic_load(&w->kid[0].starts); i++)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(atomic_load(&w->kid[0].starts) == 1);
+	cbcmn_sleep(cx, 10 * 1000000ull); /* the second spawn waits for budget */
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	w->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_supervisor_cancelled_in_its_startup_ends_its_started_children(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.spec.children = c;
+	w.spec.report = &w.report;
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 1,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts so = {.budget = &sb};
+	w.sup_opts = &so;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_CLUSTER, 2);
+	t_run(rt, cancel_in_startup_main, &w, 0);
+	t_destroy(rt);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.kid[1].starts), 0);
+	assert_int_equal(w.report.reason, CBCMN_ECANCELED);
+	assert_int_equal(w.await_rc, CBCMN_ECANCELED);
+}
+
 /* ---- a runtime destroyed while a storm goes on: refused, then cancelled ---- */
 
 static void test_destroy_during_restarts_is_ebusy_then_cancel_ends_all(void **state)
@@ -1401,6 +1444,7 @@ int main(int argc, char **argv)
 		T(test_stop_during_restarts_ends_the_tree),
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor),
+		T(test_supervisor_cancelled_in_its_startup_ends_its_started_children),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
 		T(test_sup_given_only_a_spawn_count_keeps_budget_for_itself),
