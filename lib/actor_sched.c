@@ -438,6 +438,32 @@ static bool rescuable(struct cbcmn__wheel_node *n)
 	return !(a->task->flags & CBCMN__TF_PINNED) && !a->posse;
 }
 
+/* Schedule the actors of list l (taken off a wheel by
+ * cbcmn__wheel_take_if()) elsewhere; how many.  inject: to the inject
+ * queue, whatever their home (the spare's own, which would send them
+ * back to it); else as a wake from outside the runtime, which sends a
+ * stalled executor's to the inject queue too (cbcmn__schedule()). */
+static uint32_t release(struct cbcmn_runtime *rt, struct cbcmn__wheel_node *l, bool inject)
+{
+	uint32_t moved = 0;
+	while (l) {
+		struct cbcmn__wheel_node *next = l->next; /* before it is anyone's */
+		struct cbcmn__actor *a = node_actor(l);
+		struct cbcmn_task *t = a->task;
+		/* It enters the wheel of whoever picks it as a new actor. */
+		a->park_exec = 0;
+		a->migrated = false;
+		/* From no executor, unpinned: the inject queue (sched.c). */
+		if (t->sp && !inject)
+			cbcmn__schedule(rt, t, NULL);
+		else
+			cbcmn__schedule_new(rt, t, NULL);
+		moved++;
+		l = next;
+	}
+	return moved;
+}
+
 uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x)
 {
 	uint32_t s = CBCMN__GATE_OUT;
@@ -451,21 +477,19 @@ uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x)
 	 * nodes taken are no longer on the wheel: the owner never looks at
 	 * them again. */
 	atomic_store_explicit(&x->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
-	uint32_t moved = 0;
-	while (l) {
-		struct cbcmn__wheel_node *next = l->next; /* before it is anyone's */
-		struct cbcmn__actor *a = node_actor(l);
-		struct cbcmn_task *t = a->task;
-		/* It enters the wheel of whoever picks it as a new actor. */
-		a->park_exec = 0;
-		a->migrated = false;
-		/* Not home (stalled: cbcmn__schedule()): the inject queue. */
-		if (t->sp)
-			cbcmn__schedule(x->rt, t, NULL);
-		else
-			cbcmn__schedule_new(x->rt, t, NULL);
-		moved++;
-		l = next;
-	}
-	return moved;
+	return release(x->rt, l, false);
+}
+
+/* The spare off duty (sched.c, spare_off_turn()): "what it holds that may
+ * run elsewhere goes to the inject queue" (docs/SCHEDULER.md), its wheel's
+ * actors too.  They came to it from a stalled executor's wheel (the
+ * rescue above) or from the inject queue while it was on duty; kept, the
+ * last one of them (no company to yield to an idle executor with) ran on
+ * it for as long as it computed: an executor more than `workers` for
+ * good.  Pinned actors and posse members stay, as from migration.  The
+ * owner's own wheel: no gate.  How many moved. */
+uint32_t cbcmn__actor_wheel_forward(struct cbcmn__exec *e)
+{
+	struct cbcmn__awheel *aw = e->wheel;
+	return aw ? release(e->rt, cbcmn__wheel_take_if(&aw->w, rescuable), true) : 0;
 }

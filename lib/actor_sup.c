@@ -646,6 +646,8 @@ static int64_t recover(cbcmn_cx *cx, struct sup *s, bool *in)
 			cc->finished = true;
 			continue;
 		}
+		if (s->joined)
+			return CBCMN_ECANCELED; /* we were: nothing restarts */
 		if (s->cancelled || !intensity_ok(s, cbcmn_now(((struct cbcmn_task *)cx)->rt)))
 			return CBCMN_ESUPERVISOR; /* escalate */
 		atomic_fetch_add_explicit(&s->restarts, 1, memory_order_relaxed);
@@ -658,6 +660,10 @@ static int64_t recover(cbcmn_cx *cx, struct sup *s, bool *in)
 		for (uint32_t k = n; k-- > 0;)
 			if (in[t->order[k]])
 				stop_child(cx, s, t->order[k]);
+		/* Our own cancellation (join_children()): a cancelled actor's
+		 * reason, not an escalation its supervisor would restart. */
+		if (s->joined)
+			return CBCMN_ECANCELED;
 		if (s->cancelled)
 			return CBCMN_ESUPERVISOR; /* one ignored its stop */
 		/* Stopped while it waited for them: nothing to start again. */

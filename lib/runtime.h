@@ -571,6 +571,9 @@ void cbcmn__wheel_gate_close(struct cbcmn__exec *e);
 /* The stall monitor: move the movable actors off stalled x's wheel to the
  * other executors; how many. */
 uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x);
+/* The spare off duty: its wheel's movable actors to the inject queue; how
+ * many (actor_sched.c). */
+uint32_t cbcmn__actor_wheel_forward(struct cbcmn__exec *e);
 
 /* Tasks queued on e: its deque and its next-task slot (a racy count). */
 static inline uint64_t cbcmn__exec_queue_depth(const struct cbcmn__exec *e)

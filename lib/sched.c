@@ -1480,9 +1480,13 @@ static bool spare_off_turn(struct cbcmn__exec *e)
 	mail_poll(e);
 	if (forward_runnable(e))
 		cbcmn__notify_one(rt);
+	/* Its wheel's actors may run elsewhere too (each notifies). */
+	if (e->wheel)
+		cbcmn__actor_wheel_forward(e);
 	struct cbcmn_task *t;
 	/* Only it may run a pinned task of its own (none: pins name the
-	 * program's executors) or an actor on its wheel: they run here. */
+	 * program's executors) or a posse member on its wheel: they run
+	 * here. */
 	if ((e->pq_head || cbcmn__actor_wheel_ready(e)) && (t = pick(e))) {
 		run_task(e, t);
 		return false;

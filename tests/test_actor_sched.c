@@ -1034,6 +1034,112 @@ static void test_actor_on_a_stalled_executors_wheel_runs_elsewhere(void **state)
 	assert_int_not_equal(atomic_load(&s.ran_on), 1);
 }
 
+/* Executor 1 stalls in a blocking call with two computing actors on its
+ * wheel, and executor 0 in a loop (it takes nothing): the monitor moves
+ * the actors to the inject queue and the spare executor takes them.  Once
+ * the stall is over the spare is off duty, and "off duty it takes
+ * nothing: what it holds that may run elsewhere goes to the inject queue
+ * ... so no more than `workers` executors run tasks for longer than a
+ * stall and its end" (docs/SCHEDULER.md).  Its wheel's actors stayed on
+ * it: the last one, without company to yield to an idle executor, ran on
+ * the spare (a third executor of a 2-worker runtime) for as long as it
+ * computed. */
+#define OFF_HOGS 2
+
+struct offd {
+	_Atomic int on1[OFF_HOGS], on_spare[OFF_HOGS], end_stall, stop, spare_late;
+	uint64_t deadline;
+};
+
+static int64_t offd_hog(cbcmn_cx *cx, void *arg)
+{
+	struct offd *o = ((struct offd **)arg)[0];
+	int i = (int)(intptr_t)((void **)arg)[1];
+	while (!atomic_load(&o->stop) && t_now_ns() < o->deadline) {
+		uint32_t x = cbcmn_cx_executor(cx);
+		if (x == 1)
+			atomic_store(&o->on1[i], 1);
+		if (x == 2)
+			atomic_store(&o->on_spare[i], 1);
+		uint64_t until = t_now_ns() + 20000;
+		while (t_now_ns() < until)
+			;
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t offd_loop0(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct offd *o = arg;
+	while (!atomic_load(&o->end_stall) && t_now_ns() < o->deadline)
+		;
+	return 0;
+}
+
+static int64_t offd_blocker(cbcmn_cx *cx, void *arg)
+{
+	struct offd *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	void *args[OFF_HOGS][2];
+	cbcmn_actor_ref r;
+	for (int i = 0; i < OFF_HOGS; i++) {
+		args[i][0] = o;
+		args[i][1] = (void *)(intptr_t)i;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, offd_hog, args[i], NULL, &r) == 0);
+	}
+	bool all = false;
+	while (!all && t_now_ns() < o->deadline) {
+		cbcmn_yield(cx);
+		all = true;
+		for (int i = 0; i < OFF_HOGS; i++)
+			all = all && atomic_load(&o->on1[i]);
+	}
+	/* Blocking, outside the runtime, until both run on the spare. */
+	for (all = false; !all && t_now_ns() < o->deadline;) {
+		usleep(2000);
+		all = true;
+		for (int i = 0; i < OFF_HOGS; i++)
+			all = all && atomic_load(&o->on_spare[i]);
+	}
+	TASK_CHECK(all);
+	atomic_store(&o->end_stall, 1);
+	/* The stall is over: the spare goes off duty.  Then, a while later,
+	 * does it still run one? */
+	cbcmn_sleep(cx, 300 * 1000000ull);
+	for (int i = 0; i < OFF_HOGS; i++)
+		atomic_store(&o->on_spare[i], 0);
+	cbcmn_sleep(cx, 100 * 1000000ull);
+	for (int i = 0; i < OFF_HOGS; i++)
+		if (atomic_load(&o->on_spare[i]))
+			atomic_store(&o->spare_late, 1);
+	atomic_store(&o->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t offd_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, offd_loop0, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, offd_blocker, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_off_duty_spare_keeps_no_rescued_actor(void **state)
+{
+	(void)state;
+	struct offd o = {.deadline = t_now_ns() + T_STALL_NS};
+	cbcmn_runtime *rt = t_runtime(2); /* static: stall monitor and spare */
+	assert_int_equal(t_run_pinned(rt, 0, offd_main, &o), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	assert_true(atomic_load(&o.end_stall));
+	assert_false(atomic_load(&o.spare_late));
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1051,6 +1157,7 @@ int main(int argc, char **argv)
 		T(test_posse_members_stay_and_stops_end_migrating_actors),
 		T(test_regression_computing_actors_on_one_executor_spread_to_an_idle_one),
 		T(test_actor_on_a_stalled_executors_wheel_runs_elsewhere),
+		T(test_off_duty_spare_keeps_no_rescued_actor),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]); /* one test by name */

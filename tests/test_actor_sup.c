@@ -979,6 +979,96 @@ static void test_stop_while_a_restart_waits_starts_nothing_more(void **state)
 	assert_int_equal(atomic_load(&w.kid[1].starts), 1);
 }
 
+/* The supervisor's nursery cancelled while a restart waits for a child it
+ * stopped (child 1 holds, all-for-one): the supervisor halts with
+ * CBCMN_ECANCELED, as any cancelled actor (cbcmn_actor.h), not with
+ * CBCMN_ESUPERVISOR, which says its restart intensity was exceeded (its
+ * own supervisor would count it a crash and restart it).  Halted with
+ * CBCMN_ESUPERVISOR once its cancelled wait joined the children. */
+static int64_t cancel_mid_restart_main(cbcmn_cx *cx, void *arg)
+{
+	struct world *w = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &w->spec, NULL, &sup) == 0);
+	atomic_store(&w->sup, sup);
+	wait_all_started(cx, w);
+	TASK_CHECK(send_to(cx, ref_other_than(cx, w, 1, CBCMN_ACTOR_NONE), M_HOLD, 0) == 0);
+	TASK_CHECK(send_to(cx, ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE), M_CRASH, (uint64_t)-9) ==
+		   0);
+	cbcmn_sleep(cx, 20 * 1000000ull); /* the restart now waits for child 1 */
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	cbcmn_sleep(cx, 5 * 1000000ull);
+	atomic_store(&w->release, 1);
+	w->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.spec.children = c;
+	w.spec.strategy = CBCMN_SUP_ALL;
+	w.spec.report = &w.report;
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run(rt, cancel_mid_restart_main, &w, 0);
+	t_destroy(rt);
+	ASSERT_TASK_CHECKS();
+	assert_true(atomic_load(&w.holding));
+	assert_int_equal(w.report.reason, CBCMN_ECANCELED);
+	assert_int_equal(w.await_rc, CBCMN_ECANCELED);
+	assert_int_equal(atomic_load(&w.kid[0].starts), 1);
+}
+
+/* Cancelled during its startup: the supervisor waits for budget at its
+ * second child's spawn (a spawn count of 1), its nursery is cancelled:
+ * the spawn gives up, the first child is ended and waited for, and the
+ * supervisor halts with CBCMN_ECANCELED. */
+static int64_t cancel_in_startup_main(cbcmn_cx *cx, void *arg)
+{
+	struct world *w = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &w->spec, w->sup_opts, &sup) == 0);
+	for (int i = 0; i < 20000 && !atomic_load(&w->kid[0].starts); i++)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(atomic_load(&w->kid[0].starts) == 1);
+	cbcmn_sleep(cx, 10 * 1000000ull); /* the second spawn waits for budget */
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	w->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_supervisor_cancelled_in_its_startup_ends_its_started_children(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_child c[2];
+	child(&c[0], &w, 0);
+	child(&c[1], &w, 1);
+	w.spec.children = c;
+	w.spec.report = &w.report;
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 1,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts so = {.budget = &sb};
+	w.sup_opts = &so;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_CLUSTER, 2);
+	t_run(rt, cancel_in_startup_main, &w, 0);
+	t_destroy(rt);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.kid[1].starts), 0);
+	assert_int_equal(w.report.reason, CBCMN_ECANCELED);
+	assert_int_equal(w.await_rc, CBCMN_ECANCELED);
+}
+
 /* ---- a runtime destroyed while a storm goes on: refused, then cancelled ---- */
 
 static void test_destroy_during_restarts_is_ebusy_then_cancel_ends_all(void **state)
@@ -1353,6 +1443,8 @@ int main(int argc, char **argv)
 		T(test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns),
 		T(test_stop_during_restarts_ends_the_tree),
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
+		T(test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor),
+		T(test_supervisor_cancelled_in_its_startup_ends_its_started_children),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
 		T(test_sup_given_only_a_spawn_count_keeps_budget_for_itself),
