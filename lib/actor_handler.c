@@ -360,9 +360,15 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 			return calls;
 		}
 		cbcmn__mutex_unlock(&a->lock);
+		/* Held until the call: the charge may end the host (budget,
+		 * cancellation while it waits for one, a stack overflow), and
+		 * cbcmn__hnd_host_end() drops what is held, so a message taken
+		 * is called or dropped, never lost.
+		 * (test_message_taken_when_the_host_budget_ends_is_dropped_not_lost) */
+		h->held = true;
 		cbcmn__wakes_run(&wl, e); /* senders given the room */
-		h->held = false;
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+		h->held = false;
 		calls++;
 		host->cur = a;
 		int64_t r = h->fn((cbcmn_cx *)self, h->state, &h->msg);

@@ -953,6 +953,60 @@ static void test_handler_bad_input(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a host whose budget runs out between taking a message and calling
+ * its handler: the message is dropped (reported), never lost ---- */
+
+struct bud {
+	_Atomic long handled, dropped;
+};
+
+static void bud_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct bud *b = state;
+	(void)m;
+	atomic_fetch_add(&b->dropped, 1);
+}
+
+static int64_t bud_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct bud *b = arg;
+	(void)cx;
+	(void)m;
+	atomic_fetch_add(&b->handled, 1);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t bud_main(cbcmn_cx *cx, void *arg)
+{
+	struct bud *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	/* Three calls' worth of channel ops, and no self-recharge. */
+	cbcmn_budget bg = {.ops = CBCMN_UNLIMITED, .memory = CBCMN_UNLIMITED,
+			   .spawn_count = CBCMN_UNLIMITED, .channel_ops = 3,
+			   .syscalls = CBCMN_UNLIMITED};
+	cbcmn_caps caps = {.flags = CBCMN_CAP_SPAWN};
+	cbcmn_actor_opts o = {.mailbox_cap = 8, .drop = bud_drop, .budget = &bg, .caps = &caps};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, bud_handler, b, &o, &r) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 5; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_EBUDGET);
+	return 0;
+}
+
+static void test_message_taken_when_the_host_budget_ends_is_dropped_not_lost(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct bud b = {0};
+	t_run(rt, bud_main, &b, 0);
+	assert_int_equal(atomic_load(&b.handled), 3);
+	assert_int_equal(atomic_load(&b.handled) + atomic_load(&b.dropped), 5);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -971,6 +1025,7 @@ int main(int argc, char **argv)
 		T(test_ping_pong_on_a_host_starves_neither_older_nor_outside_work),
 		T(test_idle_handler_actors_count_as_waiting_not_runnable),
 		T(test_handler_bad_input),
+		T(test_message_taken_when_the_host_budget_ends_is_dropped_not_lost),
 	};
 #undef T
 	if (argc > 1)
