@@ -311,11 +311,14 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	struct cbcmn__actor *a = h->a;
 	/* A message taken for a RETRY is still undelivered: the oldest (a
 	 * START never called is the runtime's: nobody's to drop). */
-	if (h->held && a->drop && h->msg.type != CBCMN_ACTOR_START)
+	uint32_t held = h->held && h->msg.type != CBCMN_ACTOR_START;
+	if (held && a->drop)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
-	reason = cbcmn__actor_halt_slot(a, reason, e);
+	/* Its DOWNs count it undelivered too (the mailbox's alone before:
+	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
+	reason = cbcmn__actor_halt_slot(a, reason, held, e);
 	/* As a task's end would tell its nursery (nursery.c): the first
 	 * failure is the host's result, and a real one cancels the siblings
 	 * at once (fail fast). */
@@ -437,12 +440,13 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 		host->cur = NULL;
 		host->cancelled = true; /* no more joins: the task is gone */
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
-			if (h->held && h->a->drop && h->msg.type != CBCMN_ACTOR_START)
+			uint32_t held = h->held && h->msg.type != CBCMN_ACTOR_START;
+			if (held && h->a->drop)
 				h->a->drop(h->state, &h->msg);
 			h->held = false;
 			bool contained = h->a->contained;
 			CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
-			int64_t r = cbcmn__actor_halt_slot(h->a, result, t->exec);
+			int64_t r = cbcmn__actor_halt_slot(h->a, result, held, t->exec);
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))
 				host->first_error = r;

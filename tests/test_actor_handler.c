@@ -1007,6 +1007,68 @@ static void test_message_taken_when_the_host_budget_ends_is_dropped_not_lost(voi
 	t_destroy(rt);
 }
 
+/* ---- a stopped handler's DOWN counts the message it held for a RETRY
+ * among the undelivered, as its drop was given it ---- */
+
+struct held {
+	cbcmn_actor_ref h;
+	struct watch w;
+	_Atomic long calls, dropped;
+};
+
+static void held_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct held *s = state;
+	(void)m;
+	atomic_fetch_add(&s->dropped, 1);
+}
+
+static int64_t held_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct held *s = arg;
+	(void)m;
+	atomic_fetch_add(&s->calls, 1);
+	cbcmn_sleep(cx, 100000); /* not a busy RETRY loop */
+	return CBCMN_ACTOR_RETRY;
+}
+
+static int64_t held_main(cbcmn_cx *cx, void *arg)
+{
+	struct held *s = arg;
+	cbcmn_nursery *n, *wn;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .drop = held_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, held_handler, s, &o, &s->h) == 0);
+	s->w.target = s->h;
+	cbcmn_actor_ref wref;
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &s->w, NULL, &wref) == 0);
+	while (!atomic_load(&s->w.armed))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->h, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->h, &m) == 0);
+	while (!atomic_load(&s->calls)) /* the first is held */
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->h, -42) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == -42);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_down_undelivered_counts_the_message_held_for_a_retry(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct held s = {0};
+	t_run(rt, held_main, &s, 0);
+	assert_int_equal(atomic_load(&s.w.got), 1);
+	assert_int_equal(s.w.down.body.down.reason, -42);
+	assert_int_equal(atomic_load(&s.dropped), 2);
+	assert_int_equal(s.w.down.body.down.undelivered, 2);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1026,6 +1088,7 @@ int main(int argc, char **argv)
 		T(test_idle_handler_actors_count_as_waiting_not_runnable),
 		T(test_handler_bad_input),
 		T(test_message_taken_when_the_host_budget_ends_is_dropped_not_lost),
+		T(test_down_undelivered_counts_the_message_held_for_a_retry),
 	};
 #undef T
 	if (argc > 1)

@@ -126,7 +126,10 @@ typedef struct cbcmn_actor_msg {
 		struct {
 			uint64_t monitor;   /* what cbcmn_actor_monitor() returned */
 			int64_t reason;     /* its halt reason; -ESRCH: it was dead already */
-			uint64_t undelivered; /* messages left in its mailbox at halt */
+			/* messages left in its mailbox at halt (a handler
+			 * actor's: with the one it held for a RETRY), each
+			 * given to its opts.drop */
+			uint64_t undelivered;
 		} down;
 		/* CBCMN_ACTOR_EXIT: a linked actor (also in from) halted, and
 		 * the receiver traps exits (cbcmn_actor_trap_exit()). */
