@@ -475,7 +475,6 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 			free(h);
 			return CBCMN_ECANCELED;
 		}
-		cbcmn__charge(self, CBCMN__B_SPAWN, 1);
 	} else {
 		if (!(host = cbcmn__calloc(1, sizeof(*host)))) {
 			free(h);
@@ -514,8 +513,14 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	cbcmn__mutex_unlock(&a->lock);
 	if (early)
 		f_push(host, h); /* ours, or a new host's before its task exists */
-	if (join)
+	if (join) {
+		/* Paid last, once a is its host's: the charge may wait for
+		 * budget and end the host there, whose end halts a with the
+		 * rest (charged before, a stayed alive for ever and h leaked:
+		 * test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor). */
+		cbcmn__charge(self, CBCMN__B_SPAWN, 1);
 		return 0;
+	}
 	cbcmn_spawn_opts so = {
 		.budget = opts ? opts->budget : NULL,
 		.caps = opts ? opts->caps : NULL,

@@ -1069,6 +1069,57 @@ static void test_down_undelivered_counts_the_message_held_for_a_retry(void **sta
 	t_destroy(rt);
 }
 
+/* ---- a handler's spawn onto its own host that its host's budget ends:
+ * nothing is left alive (the new actor halts with the host) ---- */
+
+struct jb {
+	cbcmn_nursery *n;
+	_Atomic int spawned;
+};
+
+static int64_t jb_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct jb *j = arg;
+	if (m->type != CBCMN_ACTOR_START)
+		return CBCMN_ACTOR_CONTINUE;
+	/* The host may spawn once: the second join waits for budget until
+	 * the opener's await_all gives up on it. */
+	for (int i = 0; i < 2; i++) {
+		cbcmn_actor_ref r;
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, j->n, jb_handler, j, NULL, &r) == 0);
+		atomic_fetch_add(&j->spawned, 1);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t jb_main(cbcmn_cx *cx, void *arg)
+{
+	struct jb *j = arg;
+	TASK_CHECK(open_n(cx, &j->n) == 0);
+	cbcmn_budget bg = {.ops = CBCMN_UNLIMITED, .memory = CBCMN_UNLIMITED, .spawn_count = 1,
+			   .channel_ops = CBCMN_UNLIMITED, .syscalls = CBCMN_UNLIMITED};
+	cbcmn_caps caps = {.flags = CBCMN_CAP_SPAWN};
+	cbcmn_actor_opts o = {.budget = &bg, .caps = &caps, .start = true};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, j->n, jb_handler, j, &o, &r) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, j->n) == CBCMN_EBUDGET);
+	cbcmn_stats st;
+	cbcmn_executor_stats per[1];
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 1) == 0);
+	TASK_CHECK(per[0].actors == 0);
+	return 0;
+}
+
+static void test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct jb j = {0};
+	t_run(rt, jb_main, &j, 0);
+	assert_int_equal(atomic_load(&j.spawned), 1);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1089,6 +1140,7 @@ int main(int argc, char **argv)
 		T(test_handler_bad_input),
 		T(test_message_taken_when_the_host_budget_ends_is_dropped_not_lost),
 		T(test_down_undelivered_counts_the_message_held_for_a_retry),
+		T(test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor),
 	};
 #undef T
 	if (argc > 1)
