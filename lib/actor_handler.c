@@ -304,14 +304,23 @@ static void host_cancel(struct host *host)
 	}
 }
 
+/* h holds a message of the program's for a RETRY: undelivered if h
+ * halts, for drop and the DOWN's count.  A START, DOWN or EXIT is the
+ * runtime's, as a fiber actor's pending DOWNs are (freed silently): a
+ * drop that frees a body's pointer must never see one.
+ * (test_down_held_for_a_retry_is_not_given_to_drop) */
+static uint32_t held_undelivered(const struct cbcmn__hnd *h)
+{
+	return h->held && h->msg.type < CBCMN_ACTOR_SYS;
+}
+
 /* Halt handler actor h (held by the host) with reason; free it. */
 static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 		     struct cbcmn__exec *e)
 {
 	struct cbcmn__actor *a = h->a;
-	/* A message taken for a RETRY is still undelivered: the oldest (a
-	 * START never called is the runtime's: nobody's to drop). */
-	uint32_t held = h->held && h->msg.type != CBCMN_ACTOR_START;
+	/* A message taken for a RETRY is still undelivered: the oldest. */
+	uint32_t held = held_undelivered(h);
 	if (held && a->drop)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
@@ -440,7 +449,7 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 		host->cur = NULL;
 		host->cancelled = true; /* no more joins: the task is gone */
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
-			uint32_t held = h->held && h->msg.type != CBCMN_ACTOR_START;
+			uint32_t held = held_undelivered(h);
 			if (held && h->a->drop)
 				h->a->drop(h->state, &h->msg);
 			h->held = false;

@@ -1120,6 +1120,78 @@ static void test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor(void *
 	t_destroy(rt);
 }
 
+/* ---- a DOWN held for a RETRY when its handler is stopped is the
+ * runtime's: never given to drop (whose message body it is not) ---- */
+
+struct hd {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref target, h;
+	struct watch w;
+	_Atomic int got_down, dropped, dropped_sys;
+};
+
+static void hd_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct hd *s = state;
+	atomic_fetch_add(m->type >= CBCMN_ACTOR_SYS ? &s->dropped_sys : &s->dropped, 1);
+}
+
+static int64_t hd_target(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t hd_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct hd *s = arg;
+	if (m->type == CBCMN_ACTOR_START) {
+		uint64_t id;
+		TASK_CHECK(cbcmn_actor_monitor(cx, s->target, &id) == 0);
+		cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->target, &q) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == CBCMN_ACTOR_DOWN)
+		atomic_store(&s->got_down, 1);
+	cbcmn_sleep(cx, 100000);
+	return CBCMN_ACTOR_RETRY;
+}
+
+static int64_t hd_main(cbcmn_cx *cx, void *arg)
+{
+	struct hd *s = arg;
+	cbcmn_nursery *wn;
+	TASK_CHECK(open_n(cx, &s->n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, hd_target, s, NULL, &s->target) == 0);
+	cbcmn_actor_opts o = {.drop = hd_drop, .start = true};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, hd_handler, s, &o, &s->h) == 0);
+	s->w.target = s->h;
+	cbcmn_actor_ref wref;
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &s->w, NULL, &wref) == 0);
+	while (!atomic_load(&s->got_down) || !atomic_load(&s->w.armed))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->h, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, s->n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_down_held_for_a_retry_is_not_given_to_drop(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hd s = {0};
+	t_run(rt, hd_main, &s, 0);
+	assert_int_equal(atomic_load(&s.dropped_sys), 0);
+	assert_int_equal(atomic_load(&s.w.got), 1);
+	assert_int_equal(s.w.down.body.down.undelivered, 0);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1141,6 +1213,7 @@ int main(int argc, char **argv)
 		T(test_message_taken_when_the_host_budget_ends_is_dropped_not_lost),
 		T(test_down_undelivered_counts_the_message_held_for_a_retry),
 		T(test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor),
+		T(test_down_held_for_a_retry_is_not_given_to_drop),
 	};
 #undef T
 	if (argc > 1)
