@@ -1192,6 +1192,94 @@ static void test_down_held_for_a_retry_is_not_given_to_drop(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a handler that overflows its host's stack: every handler actor
+ * of that host halts with CBCMN_EPANIC, what they held is dropped ---- */
+
+enum { M_PANIC = M_CRASH + 1 };
+
+struct ov {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref p, s;
+	struct watch w;
+	_Atomic int s_called, dropped;
+};
+
+static void ov_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct ov *o = state;
+	(void)m;
+	atomic_fetch_add(&o->dropped, 1);
+}
+
+static int64_t ov_sibling(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct ov *o = arg;
+	(void)cx;
+	(void)m;
+	atomic_store(&o->s_called, 1);
+	return CBCMN_ACTOR_RETRY; /* holds its first message */
+}
+
+static int64_t ov_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct ov *o = arg;
+	if (m->type == CBCMN_ACTOR_START) {
+		cbcmn_actor_opts so = {.drop = ov_drop};
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, o->n, ov_sibling, o, &so, &o->s) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == M_PANIC)
+		return t_recurse(NULL, 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t ov_main(cbcmn_cx *cx, void *arg)
+{
+	struct ov *o = arg;
+	cbcmn_nursery *wn;
+	TASK_CHECK(open_n(cx, &o->n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	cbcmn_actor_opts po = {.start = true};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, o->n, ov_handler, o, &po, &o->p) == 0);
+	while (!o->s)
+		cbcmn_sleep(cx, 100000);
+	o->w.target = o->s;
+	cbcmn_actor_ref wref;
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &o->w, NULL, &wref) == 0);
+	while (!atomic_load(&o->w.armed))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->s, &d) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->s, &d) == 0);
+	while (!atomic_load(&o->s_called))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg p = msg(M_PANIC, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p, &p) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, o->n) == CBCMN_EPANIC);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct ov o = {0};
+	t_run(rt, ov_main, &o, 0);
+	assert_int_equal(atomic_load(&o.w.got), 1);
+	assert_int_equal(o.w.down.body.down.reason, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&o.dropped), 2);
+	assert_int_equal(o.w.down.body.down.undelivered, 2);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.p, &m), -ESRCH);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.s, &m), -ESRCH);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1214,6 +1302,7 @@ int main(int argc, char **argv)
 		T(test_down_undelivered_counts_the_message_held_for_a_retry),
 		T(test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor),
 		T(test_down_held_for_a_retry_is_not_given_to_drop),
+		T(test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic),
 	};
 #undef T
 	if (argc > 1)
