@@ -1280,6 +1280,45 @@ static void test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic(vo
 	t_destroy(rt);
 }
 
+/* ---- fairness: a flood between two handlers does not starve a fiber
+ * actor's receives on the same executor ---- */
+
+static int64_t fair_actor(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	for (int i = 0; i < 100; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, 0), r;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, me, &m) == 0);
+		TASK_CHECK(cbcmn_actor_receive(cx, &r, CBCMN_ACTOR_FOREVER) == 0);
+		cbcmn_yield(cx);
+	}
+	atomic_store(&f->stop, 1);
+	return 0;
+}
+
+static int64_t fair_actor_main(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	TASK_CHECK(open_n(cx, &f->n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, f->n, fair_handler, f, NULL, &f->a) == 0);
+	cbcmn_actor_msg m = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &m) == 0);
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, f->n, fair_actor, f, NULL, &r) == 0);
+	return cbcmn_nursery_await_all(cx, f->n);
+}
+
+static void test_handler_flood_does_not_starve_a_fiber_actor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct fair f = {0};
+	t_run(rt, fair_actor_main, &f, 0);
+	assert_true(atomic_load(&f.msgs) > 100);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1303,6 +1342,7 @@ int main(int argc, char **argv)
 		T(test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor),
 		T(test_down_held_for_a_retry_is_not_given_to_drop),
 		T(test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic),
+		T(test_handler_flood_does_not_starve_a_fiber_actor),
 	};
 #undef T
 	if (argc > 1)
