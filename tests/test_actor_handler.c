@@ -1319,6 +1319,64 @@ static void test_handler_flood_does_not_starve_a_fiber_actor(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a supervised handler whose host runs out of budget is ended and
+ * restarted; each message sent is handled once or reported undelivered ---- */
+
+struct spend {
+	_Atomic long handled;
+};
+
+static int64_t spend_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct spend *s = arg;
+	(void)cx;
+	(void)m;
+	atomic_fetch_add(&s->handled, 1);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t spend_main(cbcmn_cx *cx, void *arg)
+{
+	struct spend *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	static cbcmn_sup_report rep;
+	memset(&rep, 0, sizeof(rep));
+	static const cbcmn_budget b = {.channel_ops = 4};
+	static const cbcmn_caps none = {0}; /* no recharging itself */
+	cbcmn_sup_child ch = {.handler = spend_handler, .state = s, .budget = &b, .caps = &none,
+			      .mailbox_cap = 16};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .max_restarts = CBCMN_SUP_UNLIMITED,
+			       .children = &ch, .nchildren = 1, .report = &rep};
+	cbcmn_actor_ref sup, first, child;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	int rc;
+	while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &first)) == -EAGAIN)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(rc == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 10; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, first, &m) == 0);
+	while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &child)) == -EAGAIN || child == first)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(rc == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(rep.restarts >= 1);
+	TASK_CHECK(rep.exhausted >= 1);
+	TASK_CHECK((uint64_t)atomic_load(&s->handled) + rep.undelivered == 10);
+	return 0;
+}
+
+static void test_supervised_handler_out_of_budget_is_restarted_nothing_lost(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct spend s = {0};
+	t_run(rt, spend_main, &s, 0);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1343,6 +1401,7 @@ int main(int argc, char **argv)
 		T(test_down_held_for_a_retry_is_not_given_to_drop),
 		T(test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic),
 		T(test_handler_flood_does_not_starve_a_fiber_actor),
+		T(test_supervised_handler_out_of_budget_is_restarted_nothing_lost),
 	};
 #undef T
 	if (argc > 1)
