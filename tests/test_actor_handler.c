@@ -1377,6 +1377,49 @@ static void test_supervised_handler_out_of_budget_is_restarted_nothing_lost(void
 	t_destroy(rt);
 }
 
+/* ---- a handler sending to its own full mailbox: -EDEADLK, as an actor's
+ * send would (a RETRY on -EAGAIN there would poll for ever) ---- */
+
+struct selfsend {
+	_Atomic int rc_full, rc_room;
+};
+
+static int64_t self_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct selfsend *s = arg;
+	(void)m;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+	/* Fill it: the first fits (its slot was freed by this call's take). */
+	atomic_store(&s->rc_room, cbcmn_actor_send(NULL, cx, me, &d));
+	atomic_store(&s->rc_full, cbcmn_actor_send(NULL, cx, me, &d));
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, me, &d) == -EAGAIN);
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t self_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 1};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, self_handler, arg, &o, &r) == 0);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r, &d) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_handler_send_to_its_own_full_mailbox_is_edeadlk(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct selfsend s = {0};
+	t_run(rt, self_main, &s, 0);
+	assert_int_equal(atomic_load(&s.rc_room), 0);
+	assert_int_equal(atomic_load(&s.rc_full), -EDEADLK);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1402,6 +1445,7 @@ int main(int argc, char **argv)
 		T(test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic),
 		T(test_handler_flood_does_not_starve_a_fiber_actor),
 		T(test_supervised_handler_out_of_budget_is_restarted_nothing_lost),
+		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
 	};
 #undef T
 	if (argc > 1)

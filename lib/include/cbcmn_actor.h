@@ -328,7 +328,8 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * DOWN or EXIT first, as cbcmn_actor_receive() would), after a
  * CBCMN_ACTOR_START one if opts.start asks for it.  It must not
  * block: cbcmn_actor_send() and cbcmn_actor_send_timeout() from a handler
- * never wait (they are cbcmn_actor_try_send(): -EAGAIN when full), and
+ * never wait (they are cbcmn_actor_try_send(): -EAGAIN when full; to
+ * the handler actor's own full mailbox -EDEADLK, as an actor's), and
  * cbcmn_actor_receive() is -EPERM.  cbcmn_actor_self(cx), monitor,
  * demonitor, link, unlink and trap_exit work on the handler actor.
  * Any other blocking call (a sleep, a channel) blocks its whole host.
