@@ -1201,7 +1201,7 @@ struct ov {
 	cbcmn_nursery *n;
 	cbcmn_actor_ref p, s;
 	struct watch w;
-	_Atomic int s_called, dropped;
+	_Atomic int s_ready, s_called, dropped;
 };
 
 static void ov_drop(void *state, const cbcmn_actor_msg *m)
@@ -1226,6 +1226,7 @@ static int64_t ov_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 	if (m->type == CBCMN_ACTOR_START) {
 		cbcmn_actor_opts so = {.drop = ov_drop};
 		TASK_CHECK(cbcmn_actor_spawn_handler(cx, o->n, ov_sibling, o, &so, &o->s) == 0);
+		atomic_store(&o->s_ready, 1); /* publishes o->s */
 		return CBCMN_ACTOR_CONTINUE;
 	}
 	if (m->type == M_PANIC)
@@ -1241,7 +1242,7 @@ static int64_t ov_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(open_n(cx, &wn) == 0);
 	cbcmn_actor_opts po = {.start = true};
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, o->n, ov_handler, o, &po, &o->p) == 0);
-	while (!o->s)
+	while (!atomic_load(&o->s_ready))
 		cbcmn_sleep(cx, 100000);
 	o->w.target = o->s;
 	cbcmn_actor_ref wref;
