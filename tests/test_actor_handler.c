@@ -1421,6 +1421,81 @@ static void test_handler_send_to_its_own_full_mailbox_is_edeadlk(void **state)
 	t_destroy(rt);
 }
 
+/* ---- two hosts on two executors ended together: one's handler actors
+ * watch the other's, whose DOWNs reach watchers that are halting ---- */
+
+#define DW_N 8
+
+struct dw {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref t[DW_N], w[DW_N];
+	_Atomic int armed, spinning;
+};
+
+static int64_t dw_target(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct dw *d = arg;
+	if (m->type == M_GO) {
+		atomic_store(&d->spinning, 1);
+		for (;;) /* until the cancellation ends this host here */
+			CBCMN_CHECKPOINT(cx);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t dw_watcher(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct dw *d = arg;
+	if (m->type == M_DATA) {
+		uint64_t id;
+		TASK_CHECK(cbcmn_actor_monitor(cx, (cbcmn_actor_ref)m->body.u64[0], &id) == 0);
+		atomic_fetch_add(&d->armed, 1);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t dw_main(cbcmn_cx *cx, void *arg)
+{
+	struct dw *d = arg;
+	for (int round = 0; round < 10; round++) {
+		atomic_store(&d->armed, 0);
+		atomic_store(&d->spinning, 0);
+		TASK_CHECK(open_n(cx, &d->n) == 0);
+		cbcmn_actor_opts p0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+		cbcmn_actor_opts p1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+		/* One host each: every spawn from a task makes one. */
+		for (int i = 0; i < DW_N; i++) {
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, d->n, dw_target, d, &p0, &d->t[i]) == 0);
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, d->n, dw_watcher, d, &p1, &d->w[i]) == 0);
+			cbcmn_actor_msg m = msg(M_DATA, (uint64_t)d->t[i], 0);
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, d->w[i], &m) == 0);
+		}
+		while (atomic_load(&d->armed) < DW_N)
+			cbcmn_sleep(cx, 100000);
+		cbcmn_actor_msg go = msg(M_GO, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, d->t[round % DW_N], &go) == 0);
+		while (!atomic_load(&d->spinning))
+			cbcmn_sleep(cx, 100000);
+		TASK_CHECK(cbcmn_nursery_cancel(d->n) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, d->n) == CBCMN_ECANCELED);
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		for (int i = 0; i < DW_N; i++) {
+			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, d->t[i], &x) == -ESRCH);
+			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, d->w[i], &x) == -ESRCH);
+		}
+	}
+	return 0;
+}
+
+static void test_downs_to_watchers_on_a_host_ended_at_the_same_time(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct dw d = {0};
+	t_run(rt, dw_main, &d, 0);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1447,6 +1522,7 @@ int main(int argc, char **argv)
 		T(test_handler_flood_does_not_starve_a_fiber_actor),
 		T(test_supervised_handler_out_of_budget_is_restarted_nothing_lost),
 		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
+		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
 	};
 #undef T
 	if (argc > 1)
