@@ -272,7 +272,17 @@ static struct cbcmn__monitor *monitor_take(struct cbcmn__actor *target, cbcmn_ac
 /* End the actor in a with reason: close the mailbox, fail the senders,
  * drop what is left, tell the monitors, recycle the slot.  e: the calling
  * executor, or NULL.  Returns the halt reason (a stop's wins). */
+static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
+		      struct cbcmn__exec *e);
 static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
+{
+	return halt_x(a, reason, 0, e);
+}
+
+/* held: messages dropped before the halt that its monitors count as
+ * undelivered with the mailbox's (a handler actor's RETRY). */
+static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
+		      struct cbcmn__exec *e)
 {
 	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&a->lock);
@@ -317,7 +327,7 @@ static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *
 		struct cbcmn__monitor *m = mons;
 		mons = m->next;
 		m->reason = reason;
-		m->undelivered = count;
+		m->undelivered = (uint64_t)count + held;
 		struct cbcmn__actor *w = cbcmn__actor_lock_ref(a->rt, m->watcher);
 		if (!w) {
 			free(m); /* the watcher is gone too */
@@ -392,9 +402,10 @@ int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
 	return a->fn(cx, a->user);
 }
 
-int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
+int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
+			       struct cbcmn__exec *e)
 {
-	return halt(a, reason, e);
+	return halt_x(a, reason, held, e);
 }
 
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)

@@ -217,8 +217,11 @@ int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_
 		      struct cbcmn__exec *e);
 
 /* actor.c, for actor_handler.c: end handler actor a (no task) with
- * reason, as a task's end would; returns the halt reason (a stop's wins). */
-int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e);
+ * reason, as a task's end would; held: messages its host dropped already
+ * (a RETRY's), counted undelivered in its DOWNs.  Returns the halt reason
+ * (a stop's wins). */
+int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
+			       struct cbcmn__exec *e);
 /* actor_mbox.c, for actor_handler.c: take a's next deliverable message
  * (a due DOWN/EXIT first) into *m under its lock, handing freed room to
  * waiting senders (wl).  False: none. */

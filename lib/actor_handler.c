@@ -304,18 +304,30 @@ static void host_cancel(struct host *host)
 	}
 }
 
+/* h holds a message of the program's for a RETRY: undelivered if h
+ * halts, for drop and the DOWN's count.  A START, DOWN or EXIT is the
+ * runtime's, as a fiber actor's pending DOWNs are (freed silently): a
+ * drop that frees a body's pointer must never see one.
+ * (test_down_held_for_a_retry_is_not_given_to_drop) */
+static uint32_t held_undelivered(const struct cbcmn__hnd *h)
+{
+	return h->held && h->msg.type < CBCMN_ACTOR_SYS;
+}
+
 /* Halt handler actor h (held by the host) with reason; free it. */
 static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 		     struct cbcmn__exec *e)
 {
 	struct cbcmn__actor *a = h->a;
-	/* A message taken for a RETRY is still undelivered: the oldest (a
-	 * START never called is the runtime's: nobody's to drop). */
-	if (h->held && a->drop && h->msg.type != CBCMN_ACTOR_START)
+	/* A message taken for a RETRY is still undelivered: the oldest. */
+	uint32_t held = held_undelivered(h);
+	if (held && a->drop)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
-	reason = cbcmn__actor_halt_slot(a, reason, e);
+	/* Its DOWNs count it undelivered too (the mailbox's alone before:
+	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
+	reason = cbcmn__actor_halt_slot(a, reason, held, e);
 	/* As a task's end would tell its nursery (nursery.c): the first
 	 * failure is the host's result, and a real one cancels the siblings
 	 * at once (fail fast). */
@@ -360,9 +372,15 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 			return calls;
 		}
 		cbcmn__mutex_unlock(&a->lock);
+		/* Held until the call: the charge may end the host (budget,
+		 * cancellation while it waits for one, a stack overflow), and
+		 * cbcmn__hnd_host_end() drops what is held, so a message taken
+		 * is called or dropped, never lost.
+		 * (test_message_taken_when_the_host_budget_ends_is_dropped_not_lost) */
+		h->held = true;
 		cbcmn__wakes_run(&wl, e); /* senders given the room */
-		h->held = false;
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+		h->held = false;
 		calls++;
 		host->cur = a;
 		int64_t r = h->fn((cbcmn_cx *)self, h->state, &h->msg);
@@ -431,12 +449,13 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 		host->cur = NULL;
 		host->cancelled = true; /* no more joins: the task is gone */
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
-			if (h->held && h->a->drop && h->msg.type != CBCMN_ACTOR_START)
+			uint32_t held = held_undelivered(h);
+			if (held && h->a->drop)
 				h->a->drop(h->state, &h->msg);
 			h->held = false;
 			bool contained = h->a->contained;
 			CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
-			int64_t r = cbcmn__actor_halt_slot(h->a, result, t->exec);
+			int64_t r = cbcmn__actor_halt_slot(h->a, result, held, t->exec);
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))
 				host->first_error = r;
@@ -465,7 +484,6 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 			free(h);
 			return CBCMN_ECANCELED;
 		}
-		cbcmn__charge(self, CBCMN__B_SPAWN, 1);
 	} else {
 		if (!(host = cbcmn__calloc(1, sizeof(*host)))) {
 			free(h);
@@ -504,8 +522,14 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	cbcmn__mutex_unlock(&a->lock);
 	if (early)
 		f_push(host, h); /* ours, or a new host's before its task exists */
-	if (join)
+	if (join) {
+		/* Paid last, once a is its host's: the charge may wait for
+		 * budget and end the host there, whose end halts a with the
+		 * rest (charged before, a stayed alive for ever and h leaked:
+		 * test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor). */
+		cbcmn__charge(self, CBCMN__B_SPAWN, 1);
 		return 0;
+	}
 	cbcmn_spawn_opts so = {
 		.budget = opts ? opts->budget : NULL,
 		.caps = opts ? opts->caps : NULL,

@@ -287,7 +287,10 @@ static uint64_t deadline_in(const struct cbcmn_runtime *rt, uint64_t timeout_ns)
 	return timeout_ns > UINT64_MAX - 1 - now ? UINT64_MAX - 1 : now + timeout_ns;
 }
 
-enum { SEND_TRY, SEND_WAIT };
+/* SEND_HND: a waiting send from a handler, made a try (it never waits),
+ * but still -EDEADLK to its own full mailbox: a RETRY could never see
+ * room there (test_handler_send_to_its_own_full_mailbox_is_edeadlk). */
+enum { SEND_TRY, SEND_WAIT, SEND_HND };
 
 /* Adds to a mailbox figure of executor e (statseg.h), from e's thread,
  * its only writer: a plain load and store, relaxed (a counter). */
@@ -344,10 +347,10 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	if (a->stopping) {
 		rc = -ESRCH; /* its mailbox is closed */
 	} else if (!put_msg(a, &copy, &wl)) {
-		if (mode == SEND_TRY) {
-			rc = -EAGAIN;
-		} else if (a == me) {
+		if (a == me && mode != SEND_TRY) {
 			rc = -EDEADLK; /* only we could make room */
+		} else if (mode != SEND_WAIT) {
+			rc = -EAGAIN;
 		} else if (timeout_ns == 0) {
 			rc = -ETIMEDOUT;
 		} else {
@@ -407,7 +410,7 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 	/* A handler never waits: its sends are try_sends (docs/ACTORS.md,
 	 * "Handler actors"). */
 	if (self && mode == SEND_WAIT && __builtin_expect(cbcmn__hnd_current(self) != NULL, 0))
-		mode = SEND_TRY;
+		mode = SEND_HND;
 	int rc = send_check(&rt, self, to, m, mode == SEND_WAIT,
 			    timeout_ns != CBCMN_ACTOR_FOREVER);
 	if (rc)

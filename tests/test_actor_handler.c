@@ -953,6 +953,549 @@ static void test_handler_bad_input(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a host whose budget runs out between taking a message and calling
+ * its handler: the message is dropped (reported), never lost ---- */
+
+struct bud {
+	_Atomic long handled, dropped;
+};
+
+static void bud_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct bud *b = state;
+	(void)m;
+	atomic_fetch_add(&b->dropped, 1);
+}
+
+static int64_t bud_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct bud *b = arg;
+	(void)cx;
+	(void)m;
+	atomic_fetch_add(&b->handled, 1);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t bud_main(cbcmn_cx *cx, void *arg)
+{
+	struct bud *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	/* Three calls' worth of channel ops, and no self-recharge. */
+	cbcmn_budget bg = {.ops = CBCMN_UNLIMITED, .memory = CBCMN_UNLIMITED,
+			   .spawn_count = CBCMN_UNLIMITED, .channel_ops = 3,
+			   .syscalls = CBCMN_UNLIMITED};
+	cbcmn_caps caps = {.flags = CBCMN_CAP_SPAWN};
+	cbcmn_actor_opts o = {.mailbox_cap = 8, .drop = bud_drop, .budget = &bg, .caps = &caps};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, bud_handler, b, &o, &r) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 5; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_EBUDGET);
+	return 0;
+}
+
+static void test_message_taken_when_the_host_budget_ends_is_dropped_not_lost(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct bud b = {0};
+	t_run(rt, bud_main, &b, 0);
+	assert_int_equal(atomic_load(&b.handled), 3);
+	assert_int_equal(atomic_load(&b.handled) + atomic_load(&b.dropped), 5);
+	t_destroy(rt);
+}
+
+/* ---- a stopped handler's DOWN counts the message it held for a RETRY
+ * among the undelivered, as its drop was given it ---- */
+
+struct held {
+	cbcmn_actor_ref h;
+	struct watch w;
+	_Atomic long calls, dropped;
+};
+
+static void held_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct held *s = state;
+	(void)m;
+	atomic_fetch_add(&s->dropped, 1);
+}
+
+static int64_t held_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct held *s = arg;
+	(void)m;
+	atomic_fetch_add(&s->calls, 1);
+	cbcmn_sleep(cx, 100000); /* not a busy RETRY loop */
+	return CBCMN_ACTOR_RETRY;
+}
+
+static int64_t held_main(cbcmn_cx *cx, void *arg)
+{
+	struct held *s = arg;
+	cbcmn_nursery *n, *wn;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .drop = held_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, held_handler, s, &o, &s->h) == 0);
+	s->w.target = s->h;
+	cbcmn_actor_ref wref;
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &s->w, NULL, &wref) == 0);
+	while (!atomic_load(&s->w.armed))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->h, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->h, &m) == 0);
+	while (!atomic_load(&s->calls)) /* the first is held */
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->h, -42) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == -42);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_down_undelivered_counts_the_message_held_for_a_retry(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct held s = {0};
+	t_run(rt, held_main, &s, 0);
+	assert_int_equal(atomic_load(&s.w.got), 1);
+	assert_int_equal(s.w.down.body.down.reason, -42);
+	assert_int_equal(atomic_load(&s.dropped), 2);
+	assert_int_equal(s.w.down.body.down.undelivered, 2);
+	t_destroy(rt);
+}
+
+/* ---- a handler's spawn onto its own host that its host's budget ends:
+ * nothing is left alive (the new actor halts with the host) ---- */
+
+struct jb {
+	cbcmn_nursery *n;
+	_Atomic int spawned;
+};
+
+static int64_t jb_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct jb *j = arg;
+	if (m->type != CBCMN_ACTOR_START)
+		return CBCMN_ACTOR_CONTINUE;
+	/* The host may spawn once: the second join waits for budget until
+	 * the opener's await_all gives up on it. */
+	for (int i = 0; i < 2; i++) {
+		cbcmn_actor_ref r;
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, j->n, jb_handler, j, NULL, &r) == 0);
+		atomic_fetch_add(&j->spawned, 1);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t jb_main(cbcmn_cx *cx, void *arg)
+{
+	struct jb *j = arg;
+	TASK_CHECK(open_n(cx, &j->n) == 0);
+	cbcmn_budget bg = {.ops = CBCMN_UNLIMITED, .memory = CBCMN_UNLIMITED, .spawn_count = 1,
+			   .channel_ops = CBCMN_UNLIMITED, .syscalls = CBCMN_UNLIMITED};
+	cbcmn_caps caps = {.flags = CBCMN_CAP_SPAWN};
+	cbcmn_actor_opts o = {.budget = &bg, .caps = &caps, .start = true};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, j->n, jb_handler, j, &o, &r) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, j->n) == CBCMN_EBUDGET);
+	cbcmn_stats st;
+	cbcmn_executor_stats per[1];
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 1) == 0);
+	TASK_CHECK(per[0].actors == 0);
+	return 0;
+}
+
+static void test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct jb j = {0};
+	t_run(rt, jb_main, &j, 0);
+	assert_int_equal(atomic_load(&j.spawned), 1);
+	t_destroy(rt);
+}
+
+/* ---- a DOWN held for a RETRY when its handler is stopped is the
+ * runtime's: never given to drop (whose message body it is not) ---- */
+
+struct hd {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref target, h;
+	struct watch w;
+	_Atomic int got_down, dropped, dropped_sys;
+};
+
+static void hd_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct hd *s = state;
+	atomic_fetch_add(m->type >= CBCMN_ACTOR_SYS ? &s->dropped_sys : &s->dropped, 1);
+}
+
+static int64_t hd_target(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t hd_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct hd *s = arg;
+	if (m->type == CBCMN_ACTOR_START) {
+		uint64_t id;
+		TASK_CHECK(cbcmn_actor_monitor(cx, s->target, &id) == 0);
+		cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->target, &q) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == CBCMN_ACTOR_DOWN)
+		atomic_store(&s->got_down, 1);
+	cbcmn_sleep(cx, 100000);
+	return CBCMN_ACTOR_RETRY;
+}
+
+static int64_t hd_main(cbcmn_cx *cx, void *arg)
+{
+	struct hd *s = arg;
+	cbcmn_nursery *wn;
+	TASK_CHECK(open_n(cx, &s->n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, hd_target, s, NULL, &s->target) == 0);
+	cbcmn_actor_opts o = {.drop = hd_drop, .start = true};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, hd_handler, s, &o, &s->h) == 0);
+	s->w.target = s->h;
+	cbcmn_actor_ref wref;
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &s->w, NULL, &wref) == 0);
+	while (!atomic_load(&s->got_down) || !atomic_load(&s->w.armed))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->h, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, s->n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_down_held_for_a_retry_is_not_given_to_drop(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hd s = {0};
+	t_run(rt, hd_main, &s, 0);
+	assert_int_equal(atomic_load(&s.dropped_sys), 0);
+	assert_int_equal(atomic_load(&s.w.got), 1);
+	assert_int_equal(s.w.down.body.down.undelivered, 0);
+	t_destroy(rt);
+}
+
+/* ---- a handler that overflows its host's stack: every handler actor
+ * of that host halts with CBCMN_EPANIC, what they held is dropped ---- */
+
+enum { M_PANIC = M_CRASH + 1 };
+
+struct ov {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref p, s;
+	struct watch w;
+	_Atomic int s_ready, s_called, dropped;
+};
+
+static void ov_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct ov *o = state;
+	(void)m;
+	atomic_fetch_add(&o->dropped, 1);
+}
+
+static int64_t ov_sibling(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct ov *o = arg;
+	(void)cx;
+	(void)m;
+	atomic_store(&o->s_called, 1);
+	return CBCMN_ACTOR_RETRY; /* holds its first message */
+}
+
+static int64_t ov_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct ov *o = arg;
+	if (m->type == CBCMN_ACTOR_START) {
+		cbcmn_actor_opts so = {.drop = ov_drop};
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, o->n, ov_sibling, o, &so, &o->s) == 0);
+		atomic_store(&o->s_ready, 1); /* publishes o->s */
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == M_PANIC)
+		return t_recurse(NULL, 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t ov_main(cbcmn_cx *cx, void *arg)
+{
+	struct ov *o = arg;
+	cbcmn_nursery *wn;
+	TASK_CHECK(open_n(cx, &o->n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	cbcmn_actor_opts po = {.start = true};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, o->n, ov_handler, o, &po, &o->p) == 0);
+	while (!atomic_load(&o->s_ready))
+		cbcmn_sleep(cx, 100000);
+	o->w.target = o->s;
+	cbcmn_actor_ref wref;
+	TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &o->w, NULL, &wref) == 0);
+	while (!atomic_load(&o->w.armed))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->s, &d) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->s, &d) == 0);
+	while (!atomic_load(&o->s_called))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg p = msg(M_PANIC, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p, &p) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, o->n) == CBCMN_EPANIC);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+static void test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct ov o = {0};
+	t_run(rt, ov_main, &o, 0);
+	assert_int_equal(atomic_load(&o.w.got), 1);
+	assert_int_equal(o.w.down.body.down.reason, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&o.dropped), 2);
+	assert_int_equal(o.w.down.body.down.undelivered, 2);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.p, &m), -ESRCH);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.s, &m), -ESRCH);
+	t_destroy(rt);
+}
+
+/* ---- fairness: a flood between two handlers does not starve a fiber
+ * actor's receives on the same executor ---- */
+
+static int64_t fair_actor(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	for (int i = 0; i < 100; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, 0), r;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, me, &m) == 0);
+		TASK_CHECK(cbcmn_actor_receive(cx, &r, CBCMN_ACTOR_FOREVER) == 0);
+		cbcmn_yield(cx);
+	}
+	atomic_store(&f->stop, 1);
+	return 0;
+}
+
+static int64_t fair_actor_main(cbcmn_cx *cx, void *arg)
+{
+	struct fair *f = arg;
+	TASK_CHECK(open_n(cx, &f->n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, f->n, fair_handler, f, NULL, &f->a) == 0);
+	cbcmn_actor_msg m = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, f->a, &m) == 0);
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, f->n, fair_actor, f, NULL, &r) == 0);
+	return cbcmn_nursery_await_all(cx, f->n);
+}
+
+static void test_handler_flood_does_not_starve_a_fiber_actor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct fair f = {0};
+	t_run(rt, fair_actor_main, &f, 0);
+	assert_true(atomic_load(&f.msgs) > 100);
+	t_destroy(rt);
+}
+
+/* ---- a supervised handler whose host runs out of budget is ended and
+ * restarted; each message sent is handled once or reported undelivered ---- */
+
+struct spend {
+	_Atomic long handled;
+};
+
+static int64_t spend_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct spend *s = arg;
+	(void)cx;
+	(void)m;
+	atomic_fetch_add(&s->handled, 1);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t spend_main(cbcmn_cx *cx, void *arg)
+{
+	struct spend *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	static cbcmn_sup_report rep;
+	memset(&rep, 0, sizeof(rep));
+	static const cbcmn_budget b = {.channel_ops = 4};
+	static const cbcmn_caps none = {0}; /* no recharging itself */
+	cbcmn_sup_child ch = {.handler = spend_handler, .state = s, .budget = &b, .caps = &none,
+			      .mailbox_cap = 16};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .max_restarts = CBCMN_SUP_UNLIMITED,
+			       .children = &ch, .nchildren = 1, .report = &rep};
+	cbcmn_actor_ref sup, first, child;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	int rc;
+	while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &first)) == -EAGAIN)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(rc == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < 10; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, first, &m) == 0);
+	while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &child)) == -EAGAIN || child == first)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(rc == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(rep.restarts >= 1);
+	TASK_CHECK(rep.exhausted >= 1);
+	TASK_CHECK((uint64_t)atomic_load(&s->handled) + rep.undelivered == 10);
+	return 0;
+}
+
+static void test_supervised_handler_out_of_budget_is_restarted_nothing_lost(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct spend s = {0};
+	t_run(rt, spend_main, &s, 0);
+	t_destroy(rt);
+}
+
+/* ---- a handler sending to its own full mailbox: -EDEADLK, as an actor's
+ * send would (a RETRY on -EAGAIN there would poll for ever) ---- */
+
+struct selfsend {
+	_Atomic int rc_full, rc_room;
+};
+
+static int64_t self_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct selfsend *s = arg;
+	(void)m;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+	/* Fill it: the first fits (its slot was freed by this call's take). */
+	atomic_store(&s->rc_room, cbcmn_actor_send(NULL, cx, me, &d));
+	atomic_store(&s->rc_full, cbcmn_actor_send(NULL, cx, me, &d));
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, me, &d) == -EAGAIN);
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t self_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 1};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, self_handler, arg, &o, &r) == 0);
+	cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r, &d) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_handler_send_to_its_own_full_mailbox_is_edeadlk(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct selfsend s = {0};
+	t_run(rt, self_main, &s, 0);
+	assert_int_equal(atomic_load(&s.rc_room), 0);
+	assert_int_equal(atomic_load(&s.rc_full), -EDEADLK);
+	t_destroy(rt);
+}
+
+/* ---- two hosts on two executors ended together: one's handler actors
+ * watch the other's, whose DOWNs reach watchers that are halting ---- */
+
+#define DW_N 8
+
+struct dw {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref t[DW_N], w[DW_N];
+	_Atomic int armed, spinning;
+};
+
+static int64_t dw_target(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct dw *d = arg;
+	if (m->type == M_GO) {
+		atomic_store(&d->spinning, 1);
+		for (;;) /* until the cancellation ends this host here */
+			CBCMN_CHECKPOINT(cx);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t dw_watcher(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct dw *d = arg;
+	if (m->type == M_DATA) {
+		uint64_t id;
+		TASK_CHECK(cbcmn_actor_monitor(cx, (cbcmn_actor_ref)m->body.u64[0], &id) == 0);
+		atomic_fetch_add(&d->armed, 1);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t dw_main(cbcmn_cx *cx, void *arg)
+{
+	struct dw *d = arg;
+	for (int round = 0; round < 10; round++) {
+		atomic_store(&d->armed, 0);
+		atomic_store(&d->spinning, 0);
+		TASK_CHECK(open_n(cx, &d->n) == 0);
+		cbcmn_actor_opts p0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+		cbcmn_actor_opts p1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+		/* One host each: every spawn from a task makes one. */
+		for (int i = 0; i < DW_N; i++) {
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, d->n, dw_target, d, &p0, &d->t[i]) == 0);
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, d->n, dw_watcher, d, &p1, &d->w[i]) == 0);
+			cbcmn_actor_msg m = msg(M_DATA, (uint64_t)d->t[i], 0);
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, d->w[i], &m) == 0);
+		}
+		while (atomic_load(&d->armed) < DW_N)
+			cbcmn_sleep(cx, 100000);
+		cbcmn_actor_msg go = msg(M_GO, 0, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, d->t[round % DW_N], &go) == 0);
+		while (!atomic_load(&d->spinning))
+			cbcmn_sleep(cx, 100000);
+		TASK_CHECK(cbcmn_nursery_cancel(d->n) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, d->n) == CBCMN_ECANCELED);
+		cbcmn_actor_msg x = msg(M_DATA, 0, 0);
+		for (int i = 0; i < DW_N; i++) {
+			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, d->t[i], &x) == -ESRCH);
+			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, d->w[i], &x) == -ESRCH);
+		}
+	}
+	return 0;
+}
+
+static void test_downs_to_watchers_on_a_host_ended_at_the_same_time(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct dw d = {0};
+	t_run(rt, dw_main, &d, 0);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -971,6 +1514,15 @@ int main(int argc, char **argv)
 		T(test_ping_pong_on_a_host_starves_neither_older_nor_outside_work),
 		T(test_idle_handler_actors_count_as_waiting_not_runnable),
 		T(test_handler_bad_input),
+		T(test_message_taken_when_the_host_budget_ends_is_dropped_not_lost),
+		T(test_down_undelivered_counts_the_message_held_for_a_retry),
+		T(test_join_spawn_ended_by_the_host_budget_leaves_no_live_actor),
+		T(test_down_held_for_a_retry_is_not_given_to_drop),
+		T(test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic),
+		T(test_handler_flood_does_not_starve_a_fiber_actor),
+		T(test_supervised_handler_out_of_budget_is_restarted_nothing_lost),
+		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
+		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
 	};
 #undef T
 	if (argc > 1)

@@ -129,7 +129,10 @@ typedef struct cbcmn_actor_msg {
 		struct {
 			uint64_t monitor;   /* what cbcmn_actor_monitor() returned */
 			int64_t reason;     /* its halt reason; -ESRCH: it was dead already */
-			uint64_t undelivered; /* messages left in its mailbox at halt */
+			/* messages left in its mailbox at halt (a handler
+			 * actor's: with the one it held for a RETRY), each
+			 * given to its opts.drop */
+			uint64_t undelivered;
 		} down;
 		/* CBCMN_ACTOR_EXIT: a linked actor (also in from) halted, and
 		 * the receiver traps exits (cbcmn_actor_trap_exit()). */
@@ -331,7 +334,8 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * DOWN or EXIT first, as cbcmn_actor_receive() would), after a
  * CBCMN_ACTOR_START one if opts.start asks for it.  It must not
  * block: cbcmn_actor_send() and cbcmn_actor_send_timeout() from a handler
- * never wait (they are cbcmn_actor_try_send(): -EAGAIN when full), and
+ * never wait (they are cbcmn_actor_try_send(): -EAGAIN when full; to
+ * the handler actor's own full mailbox -EDEADLK, as an actor's), and
  * cbcmn_actor_receive() is -EPERM.  cbcmn_actor_self(cx), monitor,
  * demonitor, link, unlink and trap_exit work on the handler actor.
  * Any other blocking call (a sleep, a channel) blocks its whole host.
