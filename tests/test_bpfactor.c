@@ -14,6 +14,8 @@
 #include "bpf/bpfmon.h"
 #include "bpf_open.h"
 #include "toolrun.h"
+#include "top/top_model.h"
+#include "top/top_out.h"
 #include "cbcmn_actor.h"
 
 static struct bpfmon *mon;
@@ -404,6 +406,53 @@ static void test_stat_mbox_p99_without_receives_is_null(void **state)
 	free(json);
 }
 
+static int64_t asleep(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_sleep(cx, 1000ull * T_STALL_NS); /* until its nursery is cancelled */
+	return 0;
+}
+
+/* cbcmn-top showed back-pressure per shard only: sends from threads
+ * outside the runtime (cbcmn_stats.ext_actor_backpressure, cbcmn-stat's
+ * "outside" row) were in no figure of its rows or JSON. */
+static void test_top_json_shows_back_pressure_of_outside_threads(void **state)
+{
+	(void)state; /* no BPF: the runtime's own figures */
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	cbcmn_actor_opts one = {.mailbox_cap = 1};
+	cbcmn_actor_ref a;
+	assert_int_equal(cbcmn_actor_spawn(NULL, n, asleep, NULL, &one, &a), 0);
+	struct top_model *m;
+	char err[256];
+	struct top_model_opts o = {.no_bpf = true};
+	assert_int_equal(top_model_open(&m, getpid(), &o, err, sizeof(err)), 0);
+	cbcmn_actor_msg msg = {.type = 1};
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a, &msg), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(cbcmn_actor_try_send(rt, NULL, a, &msg), -EAGAIN);
+	usleep(2000); /* an interval */
+	assert_int_equal(top_model_sample(m), 0);
+	char *json = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&json, &len);
+	assert_non_null(f);
+	assert_int_equal(top_print_json(f, m), 0);
+	fclose(f);
+	const char *at = strstr(json, "\"external_actor_backpressure_per_s\":");
+	if (!at)
+		fail_msg("no outside back-pressure in cbcmn-top's JSON: %.300s", json);
+	/* 3 in a few ms: well above 0 */
+	assert_true(strtod(at + strlen("\"external_actor_backpressure_per_s\":"), NULL) > 0);
+	free(json);
+	top_model_close(m);
+	cbcmn_nursery_cancel(n);
+	cbcmn_nursery_await_all(NULL, n);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -411,6 +460,7 @@ int main(void)
 		T_WATCHED_TEST(test_stat_shows_the_mailbox_depth_p99),
 		T_WATCHED_TEST(test_stat_mbox_p99_of_a_runtime_made_after_it_started),
 		T_WATCHED_TEST(test_stat_mbox_p99_without_receives_is_null),
+		T_WATCHED_TEST(test_top_json_shows_back_pressure_of_outside_threads),
 	};
 	return cmocka_run_group_tests_name("bpfactor", tests, setup, teardown);
 }
