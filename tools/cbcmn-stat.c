@@ -185,7 +185,8 @@ static void mbox_read(bool first)
 			uint64_t a = mbox_now[i].mailbox_depth_hist[k];
 			uint64_t b = zero ? 0 : first || fresh ? a : mbox_prev[i].mailbox_depth_hist[k];
 			h[k] = a > b ? a - b : 0;
-			tot[k] += h[k];
+			/* saturating: a hostile segment's slots must not wrap */
+			tot[k] = tot[k] > UINT64_MAX - h[k] ? UINT64_MAX : tot[k] + h[k];
 		}
 		mbox_p99[i] = cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99);
 	}
