@@ -179,6 +179,9 @@ static void mbox_read(bool first)
 	bool zero = fresh && !first && st.uptime_ns <= since;
 	bool have = first || !fresh || zero;
 	uint64_t tot[CBCMN_MAILBOX_HIST_SLOTS] = {0};
+	/* A shard past this runtime's executors (another runtime's, in the
+	 * BPF maps) has none: null, not an older runtime's figure. */
+	memset(mbox_p99, 0, sizeof(mbox_p99));
 	for (uint32_t i = 0; i < st.executors && i < CBCMN_BPF_MAX_SHARDS; i++) {
 		uint64_t h[CBCMN_MAILBOX_HIST_SLOTS];
 		for (int k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++) {
