@@ -343,10 +343,11 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	}
 	struct cbcmn__wakes wl = {0};
 	int rc = 0;
-	bool waited = false;
+	bool waited = false, full = false;
 	if (a->stopping) {
 		rc = -ESRCH; /* its mailbox is closed */
 	} else if (!put_msg(a, &copy, &wl)) {
+		full = true;
 		if (a == me && mode != SEND_TRY) {
 			rc = -EDEADLK; /* only we could make room */
 		} else if (mode != SEND_WAIT) {
@@ -366,9 +367,9 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, waker_of(self));
 out:
-	/* The refusals only a full mailbox gives (-ETIMEDOUT without a wait:
-	 * a zero timeout). */
-	if (waited || rc == -EAGAIN || rc == -ETIMEDOUT)
+	/* Every send a full mailbox held or refused: -EAGAIN, -ETIMEDOUT
+	 * without a wait (a zero timeout), -EDEADLK (our own), or a wait. */
+	if (full)
 		backpressure(rt, to, rc, waited);
 	/* After the unlock: a halt may have moved a on; to names it still. */
 	CBCMN_PROBE5(actor_send, to, copy.from, rc, waited, rt->seg.rt_id);

@@ -292,8 +292,10 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->actor_migrations += e.actor_migrations;
 		tot->actor_restarts += e.actor_restarts;
 		tot->actor_backpressure += e.actor_backpressure;
+		/* Saturating, as the quantile's own sums: a hostile segment's
+		 * slots must not wrap into a small total. */
 		for (uint32_t k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++)
-			tot->mailbox_depth_hist[k] += e.mailbox_depth_hist[k];
+			tot->mailbox_depth_hist[k] = sat_add(tot->mailbox_depth_hist[k], e.mailbox_depth_hist[k]);
 		if (e.actor_load_milli > tot->actor_load_milli)
 			tot->actor_load_milli = e.actor_load_milli; /* the largest */
 		if (e.avg_task_ns > tot->avg_task_ns)

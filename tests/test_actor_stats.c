@@ -256,6 +256,54 @@ static void test_cancelled_waiting_sender_is_counted_once(void **state)
 	t_destroy(rt);
 }
 
+/* Sends itself messages until its mailbox of one is full. */
+static int64_t self_sender(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	b->rcs[0] = cbcmn_actor_try_send(NULL, cx, me, &m);              /* room */
+	b->rcs[1] = cbcmn_actor_send(NULL, cx, me, &m);                  /* -EDEADLK */
+	b->rcs[2] = cbcmn_actor_send_timeout(NULL, cx, me, &m, 0);       /* -EDEADLK */
+	b->rcs[3] = cbcmn_actor_try_send(NULL, cx, me, &m);              /* -EAGAIN */
+	return 0;
+}
+
+static int64_t self_root(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, self_sender, b, &o, &b->ref) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+/* An actor's send to its own full mailbox is refused for the full mailbox
+ * (-EDEADLK: only it could make room) as a try_send is (-EAGAIN): each
+ * is back-pressure.  Only the try_send was counted, so a zero-timeout
+ * send to itself (-EDEADLK: that check comes first) was not, while the
+ * same send to another actor (-ETIMEDOUT) was. */
+static void test_send_to_own_full_mailbox_is_backpressure(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct box b = {.rt = rt};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, self_root, &b, &res), 0);
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.rcs[0], 0);
+	assert_int_equal(b.rcs[1], -EDEADLK);
+	assert_int_equal(b.rcs[2], -EDEADLK);
+	assert_int_equal(b.rcs[3], -EAGAIN);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_int_equal(st.total.actor_backpressure, 3);
+	t_destroy(rt);
+}
+
 static void test_hist_quantile_bounds(void **state)
 {
 	(void)state;
@@ -300,6 +348,7 @@ int main(void)
 		T_WATCHED_TEST(test_mailbox_depth_hist_counts_a_known_depth),
 		T_WATCHED_TEST(test_backpressure_is_counted_where_the_sender_runs),
 		T_WATCHED_TEST(test_cancelled_waiting_sender_is_counted_once),
+		T_WATCHED_TEST(test_send_to_own_full_mailbox_is_backpressure),
 		cmocka_unit_test(test_hist_quantile_bounds),
 		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};

@@ -4,6 +4,7 @@
  * actor_backpressure), per executor, after a workload that migrates,
  * restarts and meets full mailboxes.  Needs root (or CAP_BPF +
  * CAP_PERFMON) and a kernel with BTF: otherwise a skip that says why. */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,6 +14,8 @@
 #include "bpf/bpfmon.h"
 #include "bpf_open.h"
 #include "toolrun.h"
+#include "top/top_model.h"
+#include "top/top_out.h"
 #include "cbcmn_actor.h"
 
 static struct bpfmon *mon;
@@ -236,6 +239,7 @@ static void test_actor_counts_match_runtime(void **state)
 struct cycles {
 	pid_t stat;          /* cbcmn-stat, until it has exited */
 	int stat_status;
+	bool idle;           /* no messages: no receive at all */
 	_Atomic int go;
 	long rounds;
 };
@@ -255,7 +259,8 @@ static int64_t drainer(cbcmn_cx *cx, void *arg)
 	}
 }
 
-/* Rounds of DEPTH messages into an idle mailbox until cbcmn-stat ends. */
+/* Rounds of DEPTH messages into an idle mailbox until cbcmn-stat ends
+ * (idle: none, only the wait). */
 static int64_t cycle_root(cbcmn_cx *cx, void *arg)
 {
 	struct cycles *c = arg;
@@ -268,6 +273,10 @@ static int64_t cycle_root(cbcmn_cx *cx, void *arg)
 	for (uint64_t end = t_now_ns() + T_STALL_NS; t_now_ns() < end; c->rounds++) {
 		if (waitpid(c->stat, &c->stat_status, WNOHANG) == c->stat)
 			break;
+		if (c->idle) {
+			TASK_CHECK(cbcmn_sleep(cx, 10000000) == 0);
+			continue;
+		}
 		for (int i = 0; i < DEPTH; i++)
 			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
 		atomic_store(&c->go, 1);
@@ -282,6 +291,74 @@ static int64_t cycle_root(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
+/* True once process pid holds a BPF link: cbcmn-stat has attached, past
+ * the point where it looks for the runtimes it watches. */
+static bool has_bpf_link(pid_t pid)
+{
+	char dir[64], path[PATH_MAX], target[128];
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(dir);
+	bool found = false;
+	for (struct dirent *de; d && !found && (de = readdir(d));) {
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		ssize_t n = readlink(path, target, sizeof(target) - 1);
+		found = n > 0 && (target[n] = 0, strstr(target, "bpf_link"));
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* cbcmn-stat --json at 0.5 s intervals, count of them, over this process
+ * while a runtime does c's rounds.  late: the runtime is made only after
+ * cbcmn-stat has attached.  Returns the last interval's "total" object
+ * (free *json); NULL: the test skips. */
+static const char *stat_over(struct cycles *c, const char *count, bool late, char **json)
+{
+	char path[PATH_MAX], out[] = "/tmp/cbcmn-bpfactor-XXXXXX", pid[16];
+	if (!tool_path("cbcmn-stat", path, sizeof(path))) {
+		T_SKIP("cbcmn-stat is not built beside this suite (make tools)");
+		return NULL;
+	}
+	int fd = mkstemp(out);
+	assert_true(fd >= 0);
+	unlink(out);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, fd, 1);
+	char *argv[] = {path, "-p", pid, "-i", "0.5", "-c", (char *)count, "--json", NULL};
+	c->stat_status = -1;
+	assert_int_equal(posix_spawn(&c->stat, path, &fa, NULL, argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	for (uint64_t end = t_now_ns() + T_STALL_NS; late && !has_bpf_link(c->stat);) {
+		if (t_now_ns() > end || waitpid(c->stat, &c->stat_status, WNOHANG) == c->stat)
+			fail_msg("cbcmn-stat never attached (status %d)", c->stat_status);
+		usleep(10000);
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, cycle_root, c, &res), 0);
+	t_destroy(rt);
+	if (c->stat_status == -1) { /* the deadline came first */
+		kill(c->stat, SIGKILL);
+		waitpid(c->stat, NULL, 0);
+		fail_msg("cbcmn-stat did not end in time");
+	}
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	size_t len;
+	*json = slurp_fd(fd, &len);
+	close(fd);
+	printf("%ld rounds; cbcmn-stat status %d\n", c->rounds, c->stat_status);
+	assert_true(WIFEXITED(c->stat_status) && WEXITSTATUS(c->stat_status) == 0);
+	const char *tot = NULL;
+	for (const char *at = *json; (at = strstr(at, "\"total\":{")); at++)
+		tot = at;
+	assert_non_null(tot);
+	return tot;
+}
+
 /* cbcmn-stat watching this process while one actor's receives find depths
  * DEPTH ... 1 over and over: its mbox_p99 total is the slot of 99 of 100,
  * [64, 128) (BPF's shards, the runtime's histogram). */
@@ -290,41 +367,90 @@ static void test_stat_shows_the_mailbox_depth_p99(void **state)
 	(void)state;
 	if (!mon)
 		T_SKIP("%s", why);
-	char path[PATH_MAX], out[] = "/tmp/cbcmn-bpfactor-XXXXXX", pid[16];
-	if (!tool_path("cbcmn-stat", path, sizeof(path)))
-		T_SKIP("cbcmn-stat is not built beside this suite (make tools)");
-	int fd = mkstemp(out);
-	assert_true(fd >= 0);
-	unlink(out);
-	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, fd, 1);
-	char *argv[] = {path, "-p", pid, "-i", "0.5", "-c", "1", "--json", NULL};
-	struct cycles c = {.stat_status = -1};
-	assert_int_equal(posix_spawn(&c.stat, path, &fa, NULL, argv, environ), 0);
-	posix_spawn_file_actions_destroy(&fa);
-	cbcmn_runtime *rt = t_runtime(2);
-	int64_t res = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, cycle_root, &c, &res), 0);
-	t_destroy(rt);
-	if (c.stat_status == -1) { /* the deadline came first */
-		kill(c.stat, SIGKILL);
-		waitpid(c.stat, NULL, 0);
-		fail_msg("cbcmn-stat did not end in time");
-	}
-	assert_int_equal(res, 0);
-	ASSERT_TASK_CHECKS();
-	size_t len;
-	char *json = slurp_fd(fd, &len);
-	close(fd);
-	printf("%ld rounds; cbcmn-stat status %d\n", c.rounds, c.stat_status);
-	assert_true(WIFEXITED(c.stat_status) && WEXITSTATUS(c.stat_status) == 0);
-	const char *tot = strstr(json, "\"total\":{");
-	assert_non_null(tot);
-	if (!strstr(tot, "\"mbox_p99\":127"))
+	struct cycles c = {0};
+	char *json = NULL;
+	const char *tot = stat_over(&c, "1", false, &json);
+	if (tot && !strstr(tot, "\"mbox_p99\":127"))
 		fail_msg("total's mbox_p99 is not 127: %.200s", strstr(tot, "mbox_p99"));
 	free(json);
+}
+
+/* cbcmn-stat started before the process made its runtime looked for the
+ * runtime's segment once, at start: every interval after showed mbox_p99
+ * null, while the BPF columns counted the new runtime. */
+static void test_stat_mbox_p99_of_a_runtime_made_after_it_started(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	struct cycles c = {0};
+	char *json = NULL;
+	const char *tot = stat_over(&c, "3", true, &json);
+	if (tot && !strstr(tot, "\"mbox_p99\":127"))
+		fail_msg("the last total's mbox_p99 is not 127: %.200s", strstr(tot, "mbox_p99"));
+	free(json);
+}
+
+/* An interval without a single receive has no depth p99: null, as
+ * cbcmn-top's MBp99, not a 0 no receive found. */
+static void test_stat_mbox_p99_without_receives_is_null(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	struct cycles c = {.idle = true};
+	char *json = NULL;
+	const char *tot = stat_over(&c, "1", false, &json);
+	if (tot && !strstr(tot, "\"mbox_p99\":null"))
+		fail_msg("total's mbox_p99 is not null: %.200s", strstr(tot, "mbox_p99"));
+	free(json);
+}
+
+static int64_t asleep(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_sleep(cx, 1000ull * T_STALL_NS); /* until its nursery is cancelled */
+	return 0;
+}
+
+/* cbcmn-top showed back-pressure per shard only: sends from threads
+ * outside the runtime (cbcmn_stats.ext_actor_backpressure, cbcmn-stat's
+ * "outside" row) were in no figure of its rows or JSON. */
+static void test_top_json_shows_back_pressure_of_outside_threads(void **state)
+{
+	(void)state; /* no BPF: the runtime's own figures */
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	cbcmn_actor_opts one = {.mailbox_cap = 1};
+	cbcmn_actor_ref a;
+	assert_int_equal(cbcmn_actor_spawn(NULL, n, asleep, NULL, &one, &a), 0);
+	struct top_model *m;
+	char err[256];
+	struct top_model_opts o = {.no_bpf = true};
+	assert_int_equal(top_model_open(&m, getpid(), &o, err, sizeof(err)), 0);
+	cbcmn_actor_msg msg = {.type = 1};
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a, &msg), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(cbcmn_actor_try_send(rt, NULL, a, &msg), -EAGAIN);
+	usleep(2000); /* an interval */
+	assert_int_equal(top_model_sample(m), 0);
+	char *json = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&json, &len);
+	assert_non_null(f);
+	assert_int_equal(top_print_json(f, m), 0);
+	fclose(f);
+	const char *at = strstr(json, "\"external_actor_backpressure_per_s\":");
+	if (!at)
+		fail_msg("no outside back-pressure in cbcmn-top's JSON: %.300s", json);
+	/* 3 in a few ms: well above 0 */
+	assert_true(strtod(at + strlen("\"external_actor_backpressure_per_s\":"), NULL) > 0);
+	free(json);
+	top_model_close(m);
+	cbcmn_nursery_cancel(n);
+	cbcmn_nursery_await_all(NULL, n);
+	t_destroy(rt);
 }
 
 int main(void)
@@ -332,6 +458,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_actor_counts_match_runtime),
 		T_WATCHED_TEST(test_stat_shows_the_mailbox_depth_p99),
+		T_WATCHED_TEST(test_stat_mbox_p99_of_a_runtime_made_after_it_started),
+		T_WATCHED_TEST(test_stat_mbox_p99_without_receives_is_null),
+		T_WATCHED_TEST(test_top_json_shows_back_pressure_of_outside_threads),
 	};
 	return cmocka_run_group_tests_name("bpfactor", tests, setup, teardown);
 }

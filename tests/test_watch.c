@@ -404,6 +404,33 @@ static void test_shrunk_segment_no_sigbus(void **state)
 	fake_stop(&f);
 }
 
+/* A hostile target's mailbox histograms: per executor the quantile
+ * saturates its sums (cbcmn_stats_hist_quantile()), but the total's
+ * histogram was summed over executors with a plain add, so 2^64 - 1 and 2
+ * samples in slot 1 wrapped to 1, and the total's p99 climbed to slot 5
+ * (63) while every executor's was 3. */
+static void test_forged_mailbox_hist_total_does_not_wrap(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_start(&f, true, 2);
+	atomic_store(&fake_slot(&f, 0)->mbox.depth_hist[1], UINT64_MAX);
+	atomic_store(&fake_slot(&f, 1)->mbox.depth_hist[1], 2);
+	atomic_store(&fake_slot(&f, 1)->mbox.depth_hist[5], 1);
+	cbcmn_watch *w;
+	assert_int_equal(cbcmn_watch_open(f.kid, 0, &w), 0);
+	cbcmn_stats s;
+	cbcmn_executor_stats per[2];
+	int rc = cbcmn_watch_read(w, &s, per, 2);
+	cbcmn_watch_close(w);
+	fake_stop(&f); /* first: a failure must leave no forged segment behind */
+	assert_int_equal(rc, 0);
+	assert_int_equal(per[0].mailbox_depth_p99, 3);
+	assert_int_equal(per[1].mailbox_depth_p99, 63); /* 1 of 3 samples in slot 5 */
+	assert_true(s.total.mailbox_depth_hist[1] == UINT64_MAX);
+	assert_int_equal(s.total.mailbox_depth_p99, 3);
+}
+
 /* The header's geometry changes after the watch was opened: the reader
  * keeps using what it checked at open, never reading outside its map. */
 static void test_header_rewritten_after_open(void **state)
@@ -666,6 +693,7 @@ int main(void)
 		T_WATCHED_TEST(test_not_permitted),
 		T_WATCHED_TEST(test_shrunk_segment_no_sigbus),
 		T_WATCHED_TEST(test_header_rewritten_after_open),
+		T_WATCHED_TEST(test_forged_mailbox_hist_total_does_not_wrap),
 		T_WATCHED_TEST(test_corrupt_headers_refused),
 		T_WATCHED_TEST(test_runtime_segment_sealed),
 		T_WATCHED_TEST(test_retired_then_restarted),

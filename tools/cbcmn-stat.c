@@ -127,36 +127,77 @@ static uint64_t pget(const struct bpfmon_shard *s, const struct pcol *p)
 /* The mailbox depth p99 of each shard's receives in the interval, from the
  * runtime's own histogram (its statistics segment: BPF sees no depth),
  * index CBCMN_BPF_NSLOTS the total's; shown only when one runtime is
- * watched (mbox_w), else "-" and null. */
+ * watched (mbox_w), else "-" and null.  Without -r, the process's only
+ * live runtime, looked for again at each read while there is none: a
+ * runtime made after cbcmn-stat started, or after the last one ended,
+ * still gets its column (the BPF columns count every runtime anyway). */
 static cbcmn_watch *mbox_w;
+static pid_t mbox_pid;  /* > 0: (re)open the only runtime of this process */
+static uint64_t mbox_t; /* when the last read was, mono_ns */
 static bool mbox_ok; /* the last read worked */
 static uint64_t mbox_p99[CBCMN_BPF_NSLOTS + 1];
 static cbcmn_executor_stats *mbox_prev, *mbox_now;
+
+/* The process's runtime if it has exactly one live, else NULL. */
+static cbcmn_watch *mbox_only(pid_t pid)
+{
+	cbcmn_watch *w;
+	if (!cbcmn_watch_open((int32_t)pid, 1, &w)) {
+		cbcmn_watch_close(w);
+		return NULL; /* more than one: their shards are merged */
+	}
+	return cbcmn_watch_open((int32_t)pid, 0, &w) ? NULL : w;
+}
 
 /* Read the segment, and the interval's p99s against the last read. */
 static void mbox_read(bool first)
 {
 	cbcmn_stats st;
-	if (!mbox_w || cbcmn_watch_read(mbox_w, &st, mbox_now, CBCMN_MAX_EXECUTORS) != 0) {
+	uint64_t t = mono_ns(), since = t - mbox_t;
+	mbox_t = t;
+	bool fresh = false; /* watched from this read on */
+	int rc = -ESRCH;
+	for (int tries = 0; tries < 2; tries++) {
+		if (!mbox_w && mbox_pid > 0 && mbox_prev && (mbox_w = mbox_only(mbox_pid)))
+			fresh = true;
+		if (!mbox_w)
+			break;
+		rc = cbcmn_watch_read(mbox_w, &st, mbox_now, CBCMN_MAX_EXECUTORS);
+		if (rc != -ESRCH || mbox_pid <= 0)
+			break;
+		/* That runtime ended: another may have taken its place. */
+		cbcmn_watch_close(mbox_w);
+		mbox_w = NULL;
+	}
+	if (rc) {
 		mbox_ok = false;
 		return;
 	}
+	/* A runtime first seen now: its histogram since start is the
+	 * interval's only if it started after the last read; else there is
+	 * no interval yet ("-" once, the baseline taken). */
+	bool zero = fresh && !first && st.uptime_ns <= since;
+	bool have = first || !fresh || zero;
 	uint64_t tot[CBCMN_MAILBOX_HIST_SLOTS] = {0};
+	/* A shard past this runtime's executors (another runtime's, in the
+	 * BPF maps) has none: null, not an older runtime's figure. */
+	memset(mbox_p99, 0, sizeof(mbox_p99));
 	for (uint32_t i = 0; i < st.executors && i < CBCMN_BPF_MAX_SHARDS; i++) {
 		uint64_t h[CBCMN_MAILBOX_HIST_SLOTS];
 		for (int k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++) {
 			uint64_t a = mbox_now[i].mailbox_depth_hist[k];
-			uint64_t b = first ? a : mbox_prev[i].mailbox_depth_hist[k];
+			uint64_t b = zero ? 0 : first || fresh ? a : mbox_prev[i].mailbox_depth_hist[k];
 			h[k] = a > b ? a - b : 0;
-			tot[k] += h[k];
+			/* saturating: a hostile segment's slots must not wrap */
+			tot[k] = tot[k] > UINT64_MAX - h[k] ? UINT64_MAX : tot[k] + h[k];
 		}
 		mbox_p99[i] = cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99);
 	}
 	mbox_p99[CBCMN_BPF_NSLOTS] = cbcmn_stats_hist_quantile(tot, CBCMN_MAILBOX_HIST_SLOTS, 99);
-	cbcmn_executor_stats *t = mbox_prev;
+	cbcmn_executor_stats *x = mbox_prev;
 	mbox_prev = mbox_now;
-	mbox_now = t;
-	mbox_ok = true;
+	mbox_now = x;
+	mbox_ok = have;
 }
 
 /* t = the sum of shards [0, n): counters and histograms. */
@@ -253,8 +294,8 @@ static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_
 			else
 				printf(" %*llu", (int)strlen(pcols[k].name),
 				       (unsigned long long)pget(s, &pcols[k]));
-		/* outside: no receives there */
-		if (mbox_ok && i <= n)
+		/* outside: no receives there; 0: none in the interval */
+		if (mbox_ok && i <= n && mbox_p99[i < n ? i : CBCMN_BPF_NSLOTS])
 			printf(" %8llu", (unsigned long long)mbox_p99[i < n ? i : CBCMN_BPF_NSLOTS]);
 		else
 			printf(" %8s", "-");
@@ -267,7 +308,9 @@ static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_
 static void json_fields(const struct bpfmon_shard *s, int mbox)
 {
 	char ops[2048];
-	if (mbox_ok && mbox >= 0)
+	/* null without a receive in the interval (the quantile's 0): there
+	 * is no depth to show, as cbcmn-top's MBp99 */
+	if (mbox_ok && mbox >= 0 && mbox_p99[mbox])
 		printf(",\"mbox_p99\":%llu", (unsigned long long)mbox_p99[mbox]);
 	else
 		printf(",\"mbox_p99\":null");
@@ -518,8 +561,8 @@ int main(int argc, char **argv)
 			cbcmn_watch_close(w);
 			fprintf(stderr, "cbcmn-stat: process %ld has more than one runtime: their shards are "
 				"counted together (-r N for one)\n", pid);
-		} else if (cbcmn_watch_open((int32_t)pid, 0, &mbox_w)) {
-			mbox_w = NULL; /* mbox_p99 "-" */
+		} else {
+			mbox_pid = (pid_t)pid; /* its only runtime, once there is one */
 		}
 	}
 	if (o.runtime >= 0 && cbcmn_watch_open((int32_t)pid, (uint32_t)o.runtime, &mbox_w))

@@ -943,7 +943,7 @@ typedef struct cbcmn_executor_stats {
 	uint64_t actor_restarts;
 	/* Mailbox back-pressure (cbcmn_actor.h): sends from this executor
 	 * that waited for room in a full mailbox, or were refused for it
-	 * (-EAGAIN, -ETIMEDOUT).  Threads outside the runtime count in
+	 * (-EAGAIN, -ETIMEDOUT, -EDEADLK).  Threads outside the runtime count in
 	 * cbcmn_stats.ext_actor_backpressure. */
 	uint64_t actor_backpressure;
 	/* The depth of the mailbox each receive on this executor found

@@ -496,6 +496,7 @@ static void update_rows(struct top_model *m)
 	struct snap *s = &p->s[p->cur], *ps = &p->s[!p->cur];
 	double dt = m->dt;
 	m->nwarn = 0;
+	m->ext_bp_per_s = rate(s->st.ext_actor_backpressure, ps->st.ext_actor_backpressure, dt);
 	m->tasks_per_s = m->steals_per_s = m->stolen_per_s = 0;
 	m->db_per_s = m->sqes_per_s = m->cqes_per_s = 0;
 	uint64_t att = 0, ok = 0;

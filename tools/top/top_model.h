@@ -164,6 +164,9 @@ struct top_model {
 	uint64_t samples;        /* taken so far, the one at open included */
 	/* Totals over shards, of the last interval. */
 	double tasks_per_s, steals_per_s, stolen_per_s, db_per_s, sqes_per_s, cqes_per_s;
+	/* Mailbox back-pressure of threads outside the runtime, /s (no
+	 * shard's BP/s counts them); NAN until two samples. */
+	double ext_bp_per_s;
 	double steal_ok_pct;     /* runtime's view, the interval: NAN without attempts */
 	bool kernel;             /* kernel figures on */
 	char kernel_why[256];    /* off: why (bpfmon's reason) */

@@ -238,6 +238,7 @@ int top_print_json(FILE *f, const struct top_model *m)
 	jw_double(&j, "doorbells_per_s", m->db_per_s);
 	jw_double(&j, "sqes_per_s", m->sqes_per_s);
 	jw_double(&j, "cqes_per_s", m->cqes_per_s);
+	jw_double(&j, "external_actor_backpressure_per_s", m->ext_bp_per_s);
 	if (m->kernel) {
 		jw_obj(&j, "bpf");
 		jw_u64(&j, "programs_attached", m->progs_attached);
