@@ -1,16 +1,26 @@
 /* test_toprecord.c: cbcmn-top --record: the trace a viewer opens (every
  * slice whole and apart on its executor's track, every arrow with both
- * ends), whose counts are the counters' growth from the first sample to
- * the last, executor by executor, the last being the run's final figures;
- * and bad input as one line and a non-zero status, nothing started. */
+ * ends).  From the target's shared trace rings: its single events, which
+ * are its counters one for one, each taken once when the target drains
+ * its rings too; from the samples (a target without rings): counts that
+ * are the counters' growth from the first sample to the last, executor by
+ * executor, the last being the run's final figures.  A target whose rings
+ * are corrupt: one line, no crash, a whole file.  Bad input as one line
+ * and a non-zero status, nothing started. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
 #include "toolrun.h"
+#include "../lib/statseg.h"
+#include "../lib/trace_seg.h"
+#include "workloads/fib.h"
 
 /* argv: trace, cbcmn-run's --json output, "runtime" or "kernel".  Prints
  * one line; exit 0 when every check passed.  The events' counts per
@@ -22,7 +32,7 @@
  * runtime counts). */
 static const char check_py[] =
 	PY_TRACE_OPEN
-	"if not od['ended'] or not od['complete'] or od['samples'] < 2: fail('otherData %r' % (od,))\n"
+	"if not od['ended'] or not od['complete'] or od['samples'] < 2 or od['source_events'] != 'none': fail('otherData %r' % (od,))\n"
 	"first = od['counters_first']['per_executor']; last = od['counters_last']['per_executor']\n"
 	"if len(first) != nx or len(last) != nx: fail('per_executor %r' % (od,))\n"
 	"slices = {}; flows = {}\n"
@@ -109,8 +119,11 @@ static void record_skew(bool kernel)
 			     kernel ? "2.5" : "0.6", "--json", NULL};
 	for (size_t i = 0; cmd[i]; i++)
 		argv[n++] = cmd[i];
+	/* No rings: the samples' counts (the events' test is below). */
+	setenv("CBCMN_TRACE_EVENTS", "0", 1);
 	struct toolrun r;
 	toolrun(&r, argv, 120);
+	unsetenv("CBCMN_TRACE_EVENTS");
 	if (r.status != 0)
 		fail_msg("status %d: %s", r.status, r.err);
 	const char *args[] = {trace, out, kernel ? "kernel" : "runtime", NULL};
@@ -130,6 +143,341 @@ static void test_record_with_kernel_steal_arrows(void **state)
 {
 	(void)state;
 	record_skew(true);
+}
+
+/* ---- single events, from the target's trace rings -------------------------------------- */
+
+/* argv: trace, cbcmn-run's --json output ("-": none), "exact" or
+ * "whole", and a second trace ("-": none) that the target's own drain
+ * wrote (cbcmn-run --trace) at the same time.  "whole": a file a viewer
+ * takes: tids of executor tracks, slices apart per track, arrows and
+ * spans with both ends.  "exact": nothing lost, and the events of both
+ * files together are the run's final counters: steal arrows = steals per
+ * thief, their tasks = tasks stolen, tasks whose first slice is on an
+ * executor within [tasks_run - inline_runs, tasks_run] of it, park
+ * slices = parks, I/O spans = io_ops; and no event in both files. */
+static const char events_py[] =
+	PY_TRACE_OPEN
+	"def events(tr, nx):\n"
+	"    slices = {}; flows = {}; spans = {}; inst = {}\n"
+	"    for e in tr['traceEvents']:\n"
+	"        ph = e['ph']\n"
+	"        if ph in 'MC': continue\n"
+	"        tid = e['tid']\n"
+	"        if not (isinstance(tid, int) and 1 <= tid <= nx + 1): fail('tid %r' % (e,))\n"
+	"        if e['ts'] < 0: fail('ts %r' % (e,))\n"
+	"        if ph == 'X':\n"
+	"            if e['dur'] < 0 or e['name'] not in ('task', 'park'): fail('slice %r' % (e,))\n"
+	"            slices.setdefault(tid, []).append(e)\n"
+	"        elif ph in 'sf': flows.setdefault(e['id'], []).append(e)\n"
+	"        elif ph in 'be': spans.setdefault(e['id'], []).append(e)\n"
+	"        elif ph == 'i': inst.setdefault(e['name'], []).append(e)\n"
+	"        else: fail('phase %r' % (e,))\n"
+	"    for tid, ss in slices.items():\n"
+	"        ss.sort(key=lambda e: e['ts'])\n"
+	"        for a, b in zip(ss, ss[1:]):\n"
+	"            if b['ts'] < a['ts'] + a['dur'] - 1e-6: fail('overlap on %d: %r %r' % (tid, a, b))\n"
+	"    arrows = []\n"
+	"    for i, fl in flows.items():\n"
+	"        if sorted(x['ph'] for x in fl) != ['f', 's']: fail('flow %r' % (fl,))\n"
+	"        s = [x for x in fl if x['ph'] == 's'][0]; f = [x for x in fl if x['ph'] == 'f'][0]\n"
+	"        a = s['args']\n"
+	"        if s['tid'] != a['victim'] + 1 or f['tid'] != a['thief'] + 1 or a['thief'] == a['victim']: fail('flow %r' % (fl,))\n"
+	"        arrows.append((a['thief'], a['victim'], a['tasks'], s['ts']))\n"
+	"    for i, sp in spans.items():\n"
+	"        if sorted(x['ph'] for x in sp) != ['b', 'e']: fail('span %r' % (sp,))\n"
+	"    return slices, arrows, spans, inst\n"
+	"if od['source_events'] != \"the target's trace rings\": fail('no events: %r' % (od,))\n"
+	"slices, arrows, spans, inst = events(tr, nx)\n"
+	"mine = set((tid, e['name'], e['ts']) for tid, ss in slices.items() for e in ss)\n"
+	"if sys.argv[4] != '-':\n"
+	"    other = json.load(open(sys.argv[4]))\n"
+	"    o_slices, o_arrows, o_spans, o_inst = events(other, other['otherData']['executors'])\n"
+	"    both = mine & set((tid, e['name'], e['ts']) for tid, ss in o_slices.items() for e in ss)\n"
+	"    if both: fail('%d slices taken by both consumers, e.g. %r' % (len(both), sorted(both)[:3]))\n"
+	"    if not o_slices or not slices: fail('a consumer took nothing: %d and %d tracks' % (len(slices), len(o_slices)))\n"
+	"    for tid, ss in o_slices.items(): slices.setdefault(tid, []).extend(ss)\n"
+	"    arrows += o_arrows; spans.update({('o', k): v for k, v in o_spans.items()})\n"
+	"    if other['otherData']['dropped'] or other['otherData']['not_written']: fail('the target lost events %r' % (other['otherData'],))\n"
+	"if sys.argv[3] == 'exact':\n"
+	"    if not od['complete'] or od['dropped'] or od['invalid'] or od['corrupt_rings'] or od['not_written']: fail('lost events %r' % (od,))\n"
+	"    st = json.load(open(sys.argv[2])); s = st['stats']; per = st['per_executor']\n"
+	"    first = {}\n"
+	"    for tid, ss in slices.items():\n"
+	"        for e in ss:\n"
+	"            if e['name'] == 'task':\n"
+	"                t = e['args']['task']\n"
+	"                if t not in first or e['ts'] < first[t][0]: first[t] = (e['ts'], tid - 1)\n"
+	"    for i, p in enumerate(per):\n"
+	"        thief = [a for a in arrows if a[0] == i]\n"
+	"        if len(thief) != p['steal_successes']: fail('thief %d: %d arrows, %d steals' % (i, len(thief), p['steal_successes']))\n"
+	"        if sum(a[2] for a in thief) != p['tasks_stolen']: fail('thief %d: %d tasks in arrows, %d stolen' % (i, sum(a[2] for a in thief), p['tasks_stolen']))\n"
+	"        began = sum(1 for t in first.values() if t[1] == i)\n"
+	"        if not (p['tasks_run'] - p['inline_runs'] <= began <= p['tasks_run']): fail('executor %d: %d tasks began, counters %r' % (i, began, p))\n"
+	"        parks = sum(1 for e in slices.get(i + 1, []) if e['name'] == 'park')\n"
+	"        if parks != p['parks']: fail('executor %d: %d park slices, %d parks' % (i, parks, p['parks']))\n"
+	"    if len(spans) != s['io_ops']: fail('%d I/O spans, %d io_ops' % (len(spans), s['io_ops']))\n"
+	"print('ok', len(mine), 'slices', len(arrows), 'steal arrows', od['events'], 'events', 'dropped', od['dropped'])\n";
+
+/* A scratch file name in name (a template), the file made empty. */
+static void scratch(char *name)
+{
+	int fd = mkstemp(name);
+	assert_true(fd >= 0);
+	close(fd);
+}
+
+/* cbcmn-top --record over cbcmn-run WORKLOAD from its start to its end
+ * (rings of ring_events, which cbcmn-top passes on), the run's --json in
+ * out; with own, the run also drains its own rings into that trace. */
+static void record_events(const char *workload, const char *ring_events, const char *trace,
+			  const char *out, const char *own, struct toolrun *r)
+{
+	const char *argv[] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "--record", trace, "-o", out,
+			      "--", runner, workload, "--workers", "2", "--duration", "0.3", "--json",
+			      own ? "--trace" : NULL, own, NULL};
+	setenv("CBCMN_TRACE_EVENTS", ring_events, 1);
+	toolrun(r, argv, 120);
+	unsetenv("CBCMN_TRACE_EVENTS");
+	printf("    %s: status %d %s", workload, r->status, r->err);
+}
+
+static void test_record_events_match_the_runtimes_counters(void **state)
+{
+	(void)state;
+	if (!runner[0]) {
+		T_SKIP("cbcmn-run is not built beside this suite (make tools)");
+		return;
+	}
+	const char *workloads[] = {"skew", "mixed"};
+	for (size_t w = 0; w < 2; w++) {
+		char trace[] = "/tmp/cbcmn-toprec-ev-XXXXXX", out[] = "/tmp/cbcmn-toprec-evrun-XXXXXX";
+		scratch(trace);
+		scratch(out);
+		struct toolrun r;
+		record_events(workloads[w], "1048576", trace, out, NULL, &r); /* nothing lost */
+		if (r.status != 0)
+			fail_msg("status %d: %s", r.status, r.err);
+		const char *args[] = {trace, out, "exact", "-", NULL};
+		pycheck(events_py, args, workloads[w]);
+		free(r.out);
+		unlink(trace);
+		unlink(out);
+	}
+}
+
+/* Two consumers: the target drains its own rings (cbcmn-run --trace)
+ * while cbcmn-top takes them too.  Each event is in one file, never both,
+ * and the two together are the run's counters. */
+static void test_record_and_the_targets_own_drain_take_each_event_once(void **state)
+{
+	(void)state;
+	if (!runner[0]) {
+		T_SKIP("cbcmn-run is not built beside this suite (make tools)");
+		return;
+	}
+	char trace[] = "/tmp/cbcmn-toprec-two-XXXXXX", out[] = "/tmp/cbcmn-toprec-tworun-XXXXXX";
+	char own[] = "/tmp/cbcmn-toprec-own-XXXXXX";
+	scratch(trace);
+	scratch(out);
+	scratch(own);
+	struct toolrun r;
+	record_events("skew", "1048576", trace, out, own, &r);
+	if (r.status != 0)
+		fail_msg("status %d: %s", r.status, r.err);
+	const char *args[] = {trace, out, "exact", own, NULL};
+	pycheck(events_py, args, "two consumers");
+	free(r.out);
+	unlink(trace);
+	unlink(out);
+	unlink(own);
+}
+
+/* Rings of 16 records: most events are lost, and said: the file's
+ * otherData counts them, one line on stderr, status 0, a whole trace. */
+static void test_record_events_lost_to_full_rings_are_counted(void **state)
+{
+	(void)state;
+	if (!runner[0]) {
+		T_SKIP("cbcmn-run is not built beside this suite (make tools)");
+		return;
+	}
+	char trace[] = "/tmp/cbcmn-toprec-lost-XXXXXX", out[] = "/tmp/cbcmn-toprec-lostrun-XXXXXX";
+	scratch(trace);
+	scratch(out);
+	struct toolrun r;
+	record_events("skew", "16", trace, out, NULL, &r);
+	assert_int_equal(r.status, 0);
+	if (!strstr(r.err, "events lost, the target's rings full (16 records each"))
+		fail_msg("stderr: %s", r.err);
+	static const char lost_py[] =
+		PY_TRACE_OPEN
+		"if od['dropped'] == 0 or od['complete'] or od['ring_events'] != 16: fail('%r' % (od,))\n"
+		"print('ok', od['events'], 'events', od['dropped'], 'dropped')\n";
+	const char *args[] = {trace, NULL};
+	pycheck(lost_py, args, "lost");
+	free(r.out);
+	unlink(trace);
+	unlink(out);
+}
+
+/* ---- cbcmn-top -p: a target started with CBCMN_TRACE_EVENTS ---------------------------- */
+
+struct target {
+	pid_t pid;
+	int fd;                          /* its rings' memfd, ours through /proc */
+	struct cbcmn__tseg_hdr *h;
+	size_t size;
+};
+
+/* A target of our own: a child that makes a runtime of 2 executors with
+ * rings of ring_events in the shared memfd, runs fib tasks for as long as
+ * it lives (or once, then idles, with busy false), and our mapping of its
+ * rings (read-write, as a watcher's). */
+static void target_start(struct target *t, const char *ring_events, bool busy)
+{
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	fflush(NULL);
+	t->pid = fork();
+	assert_true(t->pid >= 0);
+	if (t->pid == 0) {
+		close(p[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves none behind */
+		setenv("CBCMN_TRACE_EVENTS", ring_events, 1);
+		cbcmn_config c;
+		cbcmn_config_init(&c);
+		c.workers = 2;
+		c.min_workers = 2;
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&c, &rt))
+			_exit(1);
+		for (int round = 0;; round++) {
+			struct fib f = {.n = 12};
+			int64_t res;
+			if (cbcmn_runtime_run(rt, fib_task, &f, &res))
+				_exit(2);
+			if (round == 0 && write(p[1], "r", 1) != 1)
+				_exit(3);
+			if (!busy)
+				pause();
+			usleep(2000);
+		}
+	}
+	close(p[1]);
+	char c;
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	int *fds = NULL;
+	uint32_t n = 0;
+	assert_int_equal(cbcmn__memfd_fds(t->pid, CBCMN__TSEG_NAME, &fds, &n), 0);
+	assert_int_equal(n, 1);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)t->pid, fds[0]);
+	free(fds);
+	t->fd = open(path, O_RDWR | O_CLOEXEC);
+	assert_true(t->fd >= 0);
+	struct stat st;
+	assert_int_equal(fstat(t->fd, &st), 0);
+	t->size = (size_t)st.st_size;
+	t->h = mmap(NULL, t->size, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
+	assert_true(t->h != MAP_FAILED);
+}
+
+static struct cbcmn__trace_ring *target_ring(struct target *t, uint32_t i)
+{
+	return (struct cbcmn__trace_ring *)((char *)t->h + t->h->rings_off + t->h->ring_stride * i);
+}
+
+static void target_stop(struct target *t)
+{
+	kill(t->pid, SIGKILL);
+	waitpid(t->pid, NULL, 0);
+	munmap(t->h, t->size);
+	close(t->fd);
+}
+
+/* cbcmn-top -p of the target for 3 samples, recording into trace. */
+static void record_pid(struct target *t, const char *trace, struct toolrun *r)
+{
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)t->pid);
+	const char *argv[] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "-n", "3",
+			      "--record", trace, "-p", pid, NULL};
+	toolrun(r, argv, 60);
+	printf("    -p: status %d %s", r->status, r->err);
+}
+
+/* A running target, recorded with -p: its events as they come, whole
+ * (its earlier ones too: what its rings held when we came). */
+static void test_record_pid_of_a_target_with_rings(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "65536", true);
+	char trace[] = "/tmp/cbcmn-toprec-pid-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid(&t, trace, &r);
+	target_stop(&t);
+	assert_int_equal(r.status, 0);
+	const char *args[] = {trace, "-", "whole", "-", NULL};
+	pycheck(events_py, args, "-p");
+	free(r.out);
+	unlink(trace);
+}
+
+/* A hostile or broken target: the head of a ring beyond its tail (tail -
+ * head, unsigned, past the capacity), a record of no known kind, a steal
+ * from an executor that does not exist, and then a header whose geometry
+ * would send reads outside the segment.  Each time one line, status 1, a
+ * whole file; never a crash, a hang, or the bogus records in the file. */
+static void test_record_of_a_corrupt_ring_is_one_line(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "64", false); /* fib(12) fills a ring of 64; then idle */
+	struct cbcmn__trace_ring *r0 = target_ring(&t, 0), *r1 = target_ring(&t, 1);
+	uint64_t tail1 = atomic_load(&r1->tail);
+	atomic_store(&r1->head, tail1 + 1000);
+	/* Ring 0 (fib began there): its first records made bogus. */
+	uint64_t head0 = atomic_load(&r0->head), tail0 = atomic_load(&r0->tail);
+	assert_true(tail0 - head0 >= 2);
+	r0->rec[head0 & 63].kind = 99;
+	r0->rec[(head0 + 1) & 63].kind = CBCMN_TRACE_STEAL;
+	r0->rec[(head0 + 1) & 63].peer = 1u << 30;
+	char trace[] = "/tmp/cbcmn-toprec-bad-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid(&t, trace, &r);
+	assert_int_equal(r.status, 1);
+	assert_one_line(r.err);
+	if (!strstr(r.err, "trace ring of executor 1 is corrupt"))
+		fail_msg("stderr: %s", r.err);
+	static const char bad_py[] =
+		PY_TRACE_OPEN
+		"if od['corrupt_rings'] != 1 or od['invalid'] != 2 or od['complete']: fail('%r' % (od,))\n"
+		"if any(e.get('tid') == 2 and e['ph'] in 'Xi' for e in ev): fail('events of the corrupt ring')\n"
+		"print('ok', od['events'], 'events')\n";
+	const char *args[] = {trace, NULL};
+	pycheck(bad_py, args, "corrupt ring");
+	free(r.out);
+
+	/* The header: rings past the end of the segment. */
+	t.h->ring_stride = 1ull << 39;
+	record_pid(&t, trace, &r);
+	target_stop(&t);
+	assert_int_equal(r.status, 1);
+	assert_one_line(r.err);
+	if (!strstr(r.err, "header is corrupt"))
+		fail_msg("stderr: %s", r.err);
+	static const char hdr_py[] =
+		PY_TRACE_OPEN
+		"if od['source_events'] != 'none' or 'corrupt' not in od['events_off']: fail('%r' % (od,))\n"
+		"print('ok, samples only:', od['samples'])\n";
+	pycheck(hdr_py, args, "corrupt header");
+	free(r.out);
+	unlink(trace);
 }
 
 /* Bad input: one line, status st, and the command (which would create
@@ -279,6 +627,11 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_record_matches_the_runtimes_counters),
 		cmocka_unit_test(test_record_with_kernel_steal_arrows),
+		cmocka_unit_test(test_record_events_match_the_runtimes_counters),
+		cmocka_unit_test(test_record_and_the_targets_own_drain_take_each_event_once),
+		cmocka_unit_test(test_record_events_lost_to_full_rings_are_counted),
+		cmocka_unit_test(test_record_pid_of_a_target_with_rings),
+		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_record_bad_input),
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
