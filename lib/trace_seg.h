@@ -111,6 +111,9 @@ struct cbcmn__tsw_stat {
  * watcher. */
 uint32_t cbcmn__tsw_drain(struct cbcmn__tsw *w, cbcmn_trace_event *out, uint32_t n,
 			  struct cbcmn__tsw_stat *st);
+/* The sum of the heads of the rings not found corrupt: how far the
+ * consumers, this one and any other, have taken them. */
+uint64_t cbcmn__tsw_heads(const struct cbcmn__tsw *w);
 void cbcmn__tsw_close(struct cbcmn__tsw *w);
 
 #endif

@@ -195,6 +195,18 @@ uint32_t cbcmn__tsw_drain(struct cbcmn__tsw *w, cbcmn_trace_event *out, uint32_t
 	return got;
 }
 
+uint64_t cbcmn__tsw_heads(const struct cbcmn__tsw *w)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < w->nexec; i++) {
+		const struct cbcmn__trace_ring *r =
+			(const struct cbcmn__trace_ring *)((const char *)w->map + w->rings_off + w->stride * i);
+		if (!w->corrupt[i])
+			sum += atomic_load_explicit(&r->head, memory_order_relaxed); /* a figure */
+	}
+	return sum;
+}
+
 void cbcmn__tsw_close(struct cbcmn__tsw *w)
 {
 	if (!w)

@@ -1061,6 +1061,11 @@ CBCMN_API int cbcmn_runtime_is_quiescent(const cbcmn_runtime *rt);
  * ring of its own (lock-free, one writer: the executor); a full ring drops
  * the new event and counts it, and never waits.  cbcmn_trace_drain() takes
  * them out; cbcmn-run --trace writes them as a Chrome JSON trace.
+ * CBCMN_TRACE_EVENTS=N in the environment at cbcmn_runtime_create() puts
+ * rings of N records (or trace_events, if larger) in a shared memfd
+ * ("cbcmn-trace") that cbcmn-top --record drains from another process;
+ * each event is then taken by one consumer only.  A value that is not a
+ * number up to 1 << 24 fails the create with -EINVAL (one line on stderr).
  */
 typedef enum cbcmn_trace_kind {
 	CBCMN_TRACE_TASK = 1,        /* a task ran from ts_ns for dur_ns; arg: its id */

@@ -57,7 +57,9 @@ struct top_rec {
 	struct cbcmn__tsw *tsw;
 	struct cbcmn__tsw_stat tst; /* the drain thread's, read after it is joined */
 	uint64_t dropped_at_attach;
-	uint64_t taken;             /* events taken from the rings */
+	uint64_t taken;             /* events taken from the rings (the invalid ones too) */
+	uint64_t heads_at_attach;   /* the rings' heads then, summed */
+	uint64_t by_others;         /* events another consumer took meanwhile */
 	uint32_t ring_nexec, ring_cap;
 	cbcmn_trace_event *buf;
 	pthread_t thread;
@@ -97,11 +99,12 @@ int top_rec_open(struct top_rec **out, const char *path, char *err, size_t errle
  * the closer's). */
 static bool drain_once(struct top_rec *r)
 {
+	uint64_t invalid = r->tst.invalid;
 	uint32_t n = cbcmn__tsw_drain(r->tsw, r->buf, REC_BATCH, &r->tst);
 	pthread_mutex_lock(&r->mu);
 	ct_events(&r->w, r->buf, n);
 	pthread_mutex_unlock(&r->mu);
-	r->taken += n;
+	r->taken += n + (r->tst.invalid - invalid);
 	return n < REC_BATCH;
 }
 
@@ -146,6 +149,7 @@ void top_rec_attach(struct top_rec *r, pid_t pid, uint32_t rt_id)
 	 * nobody draining): said apart from what is lost while recording. */
 	(void)cbcmn__tsw_drain(r->tsw, r->buf, 0, &r->tst);
 	r->dropped_at_attach = r->tst.dropped;
+	r->heads_at_attach = cbcmn__tsw_heads(r->tsw);
 	/* The events are the target's, on its tracks (tid executor + 1). */
 	r->w.pid = (int)pid;
 	/* Time 0 the runtime's creation, as cbcmn-run --trace: a started
@@ -394,8 +398,12 @@ static void counters_json(struct jw *j, const char *key, const struct rec_counts
 	jw_close(j);
 }
 
+/* How long the last drain may take: a live target (a hostile one)
+ * may write on as fast as we drain. */
+#define REC_LAST_DRAIN_NS 2000000000ull
+
 /* Stop the drain thread and take what is left: all of it once the
- * target has ended.  Bounded: a live target may write on as we drain. */
+ * target has ended. */
 static void drain_end(struct top_rec *r)
 {
 	if (!r->tsw)
@@ -407,8 +415,15 @@ static void drain_end(struct top_rec *r)
 		r->thread_on = false;
 	}
 	uint64_t rounds = (uint64_t)r->ring_nexec * r->ring_cap / REC_BATCH + 2;
-	while (rounds-- && !drain_once(r))
+	uint64_t end = mono_ns() + REC_LAST_DRAIN_NS;
+	while (rounds-- && !drain_once(r) && mono_ns() < end)
 		;
+	/* Head moves we did not make: another consumer's (the target's own
+	 * drain, another recorder), whose events are not in this file.  The
+	 * rings found corrupt are out of both sums. */
+	uint64_t heads = cbcmn__tsw_heads(r->tsw), at = r->heads_at_attach;
+	if (!r->tst.corrupt && heads > at + r->taken)
+		r->by_others = heads - at - r->taken;
 }
 
 /* otherData's "events": where they came from and what was lost. */
@@ -427,6 +442,7 @@ static void events_json(struct jw *j, const struct top_rec *r)
 								 : t->dropped);
 	jw_u64(j, "dropped_before_attach", r->dropped_at_attach);
 	jw_u64(j, "invalid", t->invalid);
+	jw_u64(j, "taken_by_others", r->by_others);
 	jw_u64(j, "corrupt_rings", t->corrupt);
 }
 
@@ -453,11 +469,12 @@ static bool events_lost(const struct top_rec *r, char *err, size_t errlen)
 		return true;
 	}
 	uint64_t lost = t->dropped - (t->dropped >= r->dropped_at_attach ? r->dropped_at_attach : 0);
-	if (lost || t->invalid)
+	if (lost || t->invalid || r->by_others)
 		snprintf(err, errlen,
 			 "%s: %llu events lost, the target's rings full (%u records each: "
-			 "CBCMN_TRACE_EVENTS), %llu invalid left out",
-			 r->path, (unsigned long long)lost, r->ring_cap, (unsigned long long)t->invalid);
+			 "CBCMN_TRACE_EVENTS), %llu invalid left out, %llu taken by another consumer",
+			 r->path, (unsigned long long)lost, r->ring_cap, (unsigned long long)t->invalid,
+			 (unsigned long long)r->by_others);
 	return false;
 }
 
@@ -487,6 +504,7 @@ int top_rec_close(struct top_rec *r, const struct top_model *m, char *err, size_
 		jw_bool(&j, "ended", m && m->ended);
 		jw_bool(&j, "complete", !r->failed && !r->w.over &&
 					     (!r->tsw || (!r->tst.corrupt && !r->tst.invalid &&
+							  !r->by_others &&
 							  r->tst.dropped == r->dropped_at_attach)));
 		jw_u64(&j, "not_written", r->w.over);
 		if (r->started) {
