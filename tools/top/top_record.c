@@ -469,12 +469,19 @@ static bool events_lost(const struct top_rec *r, char *err, size_t errlen)
 		return true;
 	}
 	uint64_t lost = t->dropped - (t->dropped >= r->dropped_at_attach ? r->dropped_at_attach : 0);
-	if (lost || t->invalid || r->by_others)
-		snprintf(err, errlen,
-			 "%s: %llu events lost, the target's rings full (%u records each: "
-			 "CBCMN_TRACE_EVENTS), %llu invalid left out, %llu taken by another consumer",
-			 r->path, (unsigned long long)lost, r->ring_cap, (unsigned long long)t->invalid,
+	if (!lost && !t->invalid && !r->by_others)
+		return false;
+	char a[96] = "", b[48] = "", c[80] = "";
+	if (lost)
+		snprintf(a, sizeof(a), ", %llu dropped by the target's full rings (%u records each)",
+			 (unsigned long long)lost, r->ring_cap);
+	if (t->invalid)
+		snprintf(b, sizeof(b), ", %llu invalid", (unsigned long long)t->invalid);
+	if (r->by_others)
+		snprintf(c, sizeof(c), ", %llu taken by another consumer (the target's own drain?)",
 			 (unsigned long long)r->by_others);
+	snprintf(err, errlen, "%s: %llu events not in the trace%s%s%s", r->path,
+		 (unsigned long long)(lost + t->invalid + r->by_others), a, b, c);
 	return false;
 }
 
