@@ -141,6 +141,7 @@ void top_rec_attach(struct top_rec *r, pid_t pid, uint32_t rt_id)
 	r->ring_cap = cbcmn__tsw_cap(r->tsw);
 	if (!(r->buf = malloc(REC_BATCH * sizeof(*r->buf)))) {
 		r->events_off = "out of memory";
+		r->events_rc = -ENOMEM;
 		cbcmn__tsw_close(r->tsw);
 		r->tsw = NULL;
 		return;
