@@ -54,12 +54,10 @@ static int tsw_map(pid_t pid, pid_t own, int nr, uint32_t rt_id, struct cbcmn__t
 	struct stat st;
 	struct cbcmn__tseg_hdr h;
 	/* Read-write: taking events moves the rings' heads. */
-	int fd = cbcmn__memfd_open(pid, nr, O_RDWR, &st);
+	int fd = cbcmn__memfd_open(pid, nr, O_RDWR, &st, &h, sizeof(h));
 	if (fd < 0)
 		return fd;
-	int rc = -ENOENT;
-	if (st.st_size >= (off_t)sizeof(h) && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h))
-		rc = tseg_check(&h, (uint64_t)st.st_size, own, rt_id);
+	int rc = tseg_check(&h, (uint64_t)st.st_size, own, rt_id);
 	if (rc) {
 		close(fd);
 		return rc;

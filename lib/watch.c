@@ -385,7 +385,7 @@ pid_t cbcmn__own_pid(pid_t pid)
  * mapping can fault with SIGBUS), its header is checked on a copy read
  * with pread (no mapping needed to look), and only the part the checked
  * geometry covers is mapped. */
-int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st)
+int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st, void *hdr, size_t hlen)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, nr);
@@ -399,7 +399,8 @@ int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st)
 	 * removed: once seen, the size is final. */
 	int seals;
 	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || fstatfs(fd, &sfs) != 0 ||
-	    sfs.f_type != TMPFS_MAGIC || (seals = fcntl(fd, F_GET_SEALS)) < 0) {
+	    sfs.f_type != TMPFS_MAGIC || (seals = fcntl(fd, F_GET_SEALS)) < 0 ||
+	    st->st_size < (off_t)hlen || pread(fd, hdr, hlen, 0) != (ssize_t)hlen) {
 		close(fd);
 		return -ENOENT;
 	}
@@ -414,14 +415,10 @@ static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
 {
 	struct stat st;
 	struct cbcmn__seg_hdr h;
-	int fd = cbcmn__memfd_open(pid, nr, O_RDONLY, &st);
+	int fd = cbcmn__memfd_open(pid, nr, O_RDONLY, &st, &h, sizeof(h));
 	if (fd < 0)
 		return fd;
-	int rc = -ENOENT;
-	if (st.st_size < (off_t)sizeof(h))
-		goto fail;
-	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
-		goto fail;
+	int rc;
 	if ((rc = seg_check(&h, (uint64_t)st.st_size, cbcmn__own_pid(pid))) != 0)
 		goto fail;
 	size_t len = (size_t)h.slots_off + (size_t)h.stride * h.nexec;
