@@ -332,7 +332,8 @@ static void target_map(struct target *t);
  * rings of ring_events in the shared memfd, runs fib tasks for as long as
  * it lives (or once, then idles, with busy false), and our mapping of its
  * rings (read-write, as a watcher's). */
-static void target_start(struct target *t, const char *ring_events, bool busy)
+static void target_start(struct target *t, const char *ring_events, bool busy,
+			 unsigned die_after_s)
 {
 	int p[2];
 	assert_int_equal(pipe(p), 0);
@@ -343,6 +344,7 @@ static void target_start(struct target *t, const char *ring_events, bool busy)
 		close(p[0]);
 		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves none behind */
 		setenv("CBCMN_TRACE_EVENTS", ring_events, 1);
+		alarm(die_after_s); /* SIGALRM: killed mid-run, its rings as they are */
 		cbcmn_config c;
 		cbcmn_config_init(&c);
 		c.workers = 2;
@@ -411,15 +413,50 @@ static void target_stop(struct target *t)
 	close(t->fd);
 }
 
-/* cbcmn-top -p of the target for 3 samples, recording into trace. */
-static void record_pid(struct target *t, const char *trace, struct toolrun *r)
+/* cbcmn-top -p of the target for n samples (0: until it ends),
+ * recording into trace. */
+static void record_pid_n(struct target *t, const char *n, const char *trace, struct toolrun *r)
 {
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", (int)t->pid);
-	const char *argv[] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "-n", "3",
+	const char *argv[] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "-n", n,
 			      "--record", trace, "-p", pid, NULL};
 	toolrun(r, argv, 60);
 	printf("    -p: status %d %s", r->status, r->err);
+}
+
+static void record_pid(struct target *t, const char *trace, struct toolrun *r)
+{
+	record_pid_n(t, "3", trace, r);
+}
+
+/* A target killed while recorded (SIGALRM, 1 s in): the recording ends
+ * with it, status 0, the file whole, with what its rings held then (our
+ * mapping keeps them). */
+static void test_record_pid_of_a_target_killed_meanwhile_is_whole(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "65536", true, 1);
+	char trace[] = "/tmp/cbcmn-toprec-die-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid_n(&t, "0", trace, &r);
+	int st;
+	assert_int_equal(waitpid(t.pid, &st, 0), t.pid);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM);
+	munmap(t.h, t.size);
+	close(t.fd);
+	assert_int_equal(r.status, 0);
+	static const char die_py[] =
+		PY_TRACE_OPEN
+		"if not od['ended'] or od['events'] == 0 or od['corrupt_rings']: fail('%r' % (od,))\n"
+		"print('ok', od['events'], 'events')\n";
+	const char *args[] = {trace, NULL};
+	pycheck(die_py, args, "killed");
+	pycheck(events_py, (const char *[]){trace, "-", "whole", "-", NULL}, "killed, whole");
+	free(r.out);
+	unlink(trace);
 }
 
 /* A running target, recorded with -p: its events as they come, whole
@@ -428,7 +465,7 @@ static void test_record_pid_of_a_target_with_rings(void **state)
 {
 	(void)state;
 	struct target t;
-	target_start(&t, "65536", true);
+	target_start(&t, "65536", true, 0);
 	char trace[] = "/tmp/cbcmn-toprec-pid-XXXXXX";
 	scratch(trace);
 	struct toolrun r;
@@ -450,7 +487,7 @@ static void test_record_of_a_corrupt_ring_is_one_line(void **state)
 {
 	(void)state;
 	struct target t;
-	target_start(&t, "64", false); /* fib(12) fills a ring of 64; then idle */
+	target_start(&t, "64", false, 0); /* fib(12) fills a ring of 64; then idle */
 	struct cbcmn__trace_ring *r0 = target_ring(&t, 0), *r1 = target_ring(&t, 1);
 	uint64_t tail1 = atomic_load(&r1->tail);
 	atomic_store(&r1->head, tail1 + 1000);
@@ -687,6 +724,7 @@ int main(void)
 		cmocka_unit_test(test_record_and_the_targets_own_drain_take_each_event_once),
 		cmocka_unit_test(test_record_events_lost_to_full_rings_are_counted),
 		cmocka_unit_test(test_record_pid_of_a_target_with_rings),
+		cmocka_unit_test(test_record_pid_of_a_target_killed_meanwhile_is_whole),
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
 		cmocka_unit_test(test_record_bad_input),
