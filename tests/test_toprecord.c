@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -333,7 +334,7 @@ static void target_map(struct target *t);
  * it lives (or once, then idles, with busy false), and our mapping of its
  * rings (read-write, as a watcher's). */
 static void target_start(struct target *t, const char *ring_events, bool busy,
-			 unsigned die_after_s)
+			 unsigned die_after_ms)
 {
 	int p[2];
 	assert_int_equal(pipe(p), 0);
@@ -344,7 +345,11 @@ static void target_start(struct target *t, const char *ring_events, bool busy,
 		close(p[0]);
 		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves none behind */
 		setenv("CBCMN_TRACE_EVENTS", ring_events, 1);
-		alarm(die_after_s); /* SIGALRM: killed mid-run, its rings as they are */
+		if (die_after_ms) /* SIGALRM: killed mid-run, its rings as they are */
+			setitimer(ITIMER_REAL,
+				  &(struct itimerval){.it_value = {.tv_sec = die_after_ms / 1000,
+								   .tv_usec = die_after_ms % 1000 * 1000}},
+				  NULL);
 		cbcmn_config c;
 		cbcmn_config_init(&c);
 		c.workers = 2;
@@ -430,14 +435,14 @@ static void record_pid(struct target *t, const char *trace, struct toolrun *r)
 	record_pid_n(t, "3", trace, r);
 }
 
-/* A target killed while recorded (SIGALRM, 1 s in): the recording ends
+/* A target killed while recorded (SIGALRM, 0.6 s in): the recording ends
  * with it, status 0, the file whole, with what its rings held then (our
  * mapping keeps them). */
 static void test_record_pid_of_a_target_killed_meanwhile_is_whole(void **state)
 {
 	(void)state;
 	struct target t;
-	target_start(&t, "65536", true, 1);
+	target_start(&t, "65536", true, 600);
 	char trace[] = "/tmp/cbcmn-toprec-die-XXXXXX";
 	scratch(trace);
 	struct toolrun r;
