@@ -30,18 +30,25 @@ static void on_node(void *p, size_t len, int node)
 	(void)mbind(p, len, MPOL_PREFERRED, mask, 1024, 0);
 }
 
-/* CBCMN_TRACE_EVENTS: records per ring, 0 when unset or 0; -EINVAL when
- * it is not a count up to CBCMN__TRACE_MAX. */
-static int64_t env_events(void)
+/* CBCMN_TRACE_EVENTS: records per ring, 0 when unset or 0, *lazy for
+ * ":lazy"; -EINVAL when it is not a count up to CBCMN__TRACE_MAX. */
+static int64_t env_events(bool *lazy)
 {
 	const char *v = getenv(CBCMN__TSEG_ENV);
+	*lazy = false;
 	if (!v || !*v)
 		return 0;
 	char *end;
 	errno = 0;
 	unsigned long long n = strtoull(v, &end, 10);
-	if (errno || *end || *v == '-' || n > CBCMN__TRACE_MAX) {
-		fprintf(stderr, "cbcmn: " CBCMN__TSEG_ENV "=%.40s: not a number of events up to %u\n",
+	if (*end == ':' && strcmp(end, ":lazy") == 0) {
+		*lazy = true;
+		end += 5;
+	}
+	if (errno || *end || end == v || *v == '-' || n > CBCMN__TRACE_MAX) {
+		fprintf(stderr,
+			"cbcmn: " CBCMN__TSEG_ENV "=%.40s: not a number of events up to %u, "
+			"or one followed by :lazy\n",
 			v, CBCMN__TRACE_MAX);
 		return -EINVAL;
 	}
@@ -50,7 +57,8 @@ static int64_t env_events(void)
 
 int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 {
-	int64_t want = env_events();
+	bool lazy;
+	int64_t want = env_events(&lazy);
 	if (want <= 0 || nexec == 0)
 		return (int)want;
 	uint32_t cap = (uint32_t)want;
@@ -95,6 +103,11 @@ int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 	h->ring_stride = stride;
 	h->pid = rt->seg.pid;
 	h->start_ns = rt->seg.start_ns;
+	/* The runtime's own holds: from creation unless lazy, and for ever
+	 * if the program asked for rings (its own drain wants them all).
+	 * Relaxed: published with the magic below. */
+	atomic_store_explicit(&h->holds, (lazy ? 0u : 1u) + (rt->cfg.trace_events ? 1u : 0u),
+			      memory_order_relaxed);
 	/* The magic last, release: pairs with the watcher's acquire load
 	 * (trace_watch.c): it sees the whole header, which never changes. */
 	atomic_store_explicit(&h->magic, CBCMN__TSEG_MAGIC, memory_order_release);
@@ -124,6 +137,7 @@ struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int 
 		const struct cbcmn__tseg_hdr *h = ts->hdr;
 		tr->ring = (struct cbcmn__trace_ring *)((char *)h + h->rings_off + h->ring_stride * i);
 		tr->mask = ts->cap - 1;
+		tr->on = &ts->hdr->holds;
 		on_node(tr->ring, h->ring_stride, node);
 		return tr;
 	}
@@ -141,6 +155,8 @@ struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int 
 	tr->ring = p;
 	tr->mask = n - 1;
 	tr->size = size;
+	atomic_init(&tr->on_self, 1);
+	tr->on = &tr->on_self;
 	return tr;
 }
 

@@ -13,6 +13,7 @@
 #define CBCMN_TRACE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -26,6 +27,10 @@ struct cbcmn__trace {
 	struct cbcmn__trace_ring *ring;
 	uint64_t mask;             /* capacity - 1, fixed */
 	size_t size;               /* mapped bytes (0: in the runtime's segment) */
+	/* Record while not 0: the segment's holds, or on_self (1) for a
+	 * private ring, which only cbcmn_config.trace_events makes. */
+	const _Atomic uint32_t *on;
+	_Atomic uint32_t on_self;
 };
 
 /* The shared segment of a runtime's rings (trace_seg.h), NULL: private. */
@@ -72,11 +77,28 @@ static inline void cbcmn__trace_put(struct cbcmn__trace *tr, uint32_t kind, uint
 	atomic_store_explicit(&q->tail, tail + 1, memory_order_release);
 }
 
-/* A record at a trace site of executor e (its own thread). */
+/* Does executor e record now?  Off (no rings) one load and a branch, as
+ * ever; with rings nobody holds on (CBCMN_TRACE_EVENTS=N:lazy, no
+ * recorder attached) one load more: no clock is read.  Relaxed: a hint,
+ * a recorder coming or going may miss or get one event more. */
+static inline bool cbcmn__trace_on(const struct cbcmn__exec *e)
+{
+	const struct cbcmn__trace *tr = e->trace;
+	return __builtin_expect(tr != NULL, 0) &&
+	       atomic_load_explicit(tr->on, memory_order_relaxed) != 0;
+}
+
+/* A record at a trace site of executor e (its own thread).  A slice
+ * whose start was not read (recording came on during it) has ts 0: not
+ * recorded. */
 #define CBCMN__TRACE(e, kind, ts, dur, arg, peer)                                      \
 	do {                                                                            \
-		if (__builtin_expect((e)->trace != NULL, 0))                            \
-			cbcmn__trace_put((e)->trace, (kind), (ts), (dur), (arg), (peer)); \
+		if (cbcmn__trace_on(e)) {                                               \
+			uint64_t trace_ts_ = (ts);                                      \
+			if (trace_ts_)                                                  \
+				cbcmn__trace_put((e)->trace, (kind), trace_ts_, (dur),  \
+						 (arg), (peer));                        \
+		}                                                                       \
 	} while (0)
 
 /* With CBCMN_TRACE_EVENTS in the environment: the shared segment of nexec

@@ -39,7 +39,9 @@
 #define CBCMN__TSEG_MAGIC 0x3163617274636263ull /* "cbctrac1" */
 #define CBCMN__TSEG_VERSION 1u
 /* The environment variable that puts a runtime's rings in the memfd, and
- * its size in records per executor (as cbcmn_config.trace_events). */
+ * its size in records per executor (as cbcmn_config.trace_events):
+ * "N", recording from the runtime's creation, or "N:lazy", recording only
+ * while a recorder is attached. */
 #define CBCMN__TSEG_ENV "CBCMN_TRACE_EVENTS"
 /* At most this many records per executor (32 bytes each: 512 MiB). */
 #define CBCMN__TRACE_MAX (1u << 24)
@@ -71,7 +73,13 @@ struct cbcmn__tseg_hdr {
 	uint64_t rings_off;            /* where ring 0 begins */
 	uint64_t ring_stride;          /* bytes from one ring to the next */
 	int32_t pid;                   /* the process that made it (its own pid namespace) */
-	uint32_t pad;
+	/* Who wants events now: the runtime itself (1 unless the variable
+	 * says ":lazy"; 1 more with cbcmn_config.trace_events), plus one per
+	 * recorder attached (cbcmn__tsw_open .. cbcmn__tsw_disarm).  0: the
+	 * executors record nothing, each site a load and a branch.  Anyone
+	 * may write it (a recorder that died leaves its hold): it can only
+	 * turn recording on or off, never make anything unsafe. */
+	_Atomic uint32_t holds;
 	uint64_t start_ns;             /* CLOCK_MONOTONIC at creation */
 };
 
@@ -88,7 +96,7 @@ int cbcmn__trace_take(struct cbcmn__trace_ring *r, uint64_t mask, uint32_t exec,
 struct cbcmn__tsw;
 
 /* Map the trace rings of runtime rt_id of process pid (as /proc numbers
- * it), read-write.  Returns 0, -ENOENT (it has none: not started with
+ * it), read-write, and hold them on (the header's holds).  Returns 0, -ENOENT (it has none: not started with
  * CBCMN_TRACE_EVENTS), -EACCES (not allowed), -EPROTO (a layout this
  * reader does not know), -ENOMEM. */
 int cbcmn__tsw_open(pid_t pid, uint32_t rt_id, struct cbcmn__tsw **out);
@@ -111,6 +119,10 @@ struct cbcmn__tsw_stat {
  * watcher. */
 uint32_t cbcmn__tsw_drain(struct cbcmn__tsw *w, cbcmn_trace_event *out, uint32_t n,
 			  struct cbcmn__tsw_stat *st);
+/* Let go of the hold cbcmn__tsw_open took (the target stops recording
+ * unless someone else holds it); once, also from cbcmn__tsw_close. */
+void cbcmn__tsw_disarm(struct cbcmn__tsw *w);
+
 /* The sum of the heads of the rings not found corrupt: how far the
  * consumers, this one and any other, have taken them. */
 uint64_t cbcmn__tsw_heads(const struct cbcmn__tsw *w);

@@ -23,6 +23,7 @@ struct cbcmn__tsw {
 	uint64_t rings_off, stride;
 	uint64_t start_ns;
 	uint32_t next;          /* the ring the next drain starts at */
+	bool armed;             /* our hold on the header's holds */
 	bool *corrupt;          /* per ring: left alone */
 };
 
@@ -114,6 +115,10 @@ int cbcmn__tsw_open(pid_t pid, uint32_t rt_id, struct cbcmn__tsw **out)
 	}
 	*p = w;
 	p->corrupt = bad;
+	/* Our hold: the executors record from now on (a lazy target), and
+	 * until cbcmn__tsw_disarm.  Relaxed: a hint to them (trace.h). */
+	atomic_fetch_add_explicit(&((struct cbcmn__tseg_hdr *)p->map)->holds, 1, memory_order_relaxed);
+	p->armed = true;
 	*out = p;
 	return 0;
 }
@@ -205,10 +210,19 @@ uint64_t cbcmn__tsw_heads(const struct cbcmn__tsw *w)
 	return sum;
 }
 
+void cbcmn__tsw_disarm(struct cbcmn__tsw *w)
+{
+	if (!w->armed)
+		return;
+	w->armed = false;
+	atomic_fetch_sub_explicit(&((struct cbcmn__tseg_hdr *)w->map)->holds, 1, memory_order_relaxed);
+}
+
 void cbcmn__tsw_close(struct cbcmn__tsw *w)
 {
 	if (!w)
 		return;
+	cbcmn__tsw_disarm(w);
 	munmap(w->map, w->size);
 	free(w->corrupt);
 	free(w);

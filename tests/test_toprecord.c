@@ -435,6 +435,46 @@ static void record_pid(struct target *t, const char *trace, struct toolrun *r)
 	record_pid_n(t, "3", trace, r);
 }
 
+/* The rings' tails, summed: how many events the target recorded. */
+static uint64_t target_tails(struct target *t)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < t->h->nexec; i++)
+		sum += atomic_load(&target_ring(t, i)->tail) + atomic_load(&target_ring(t, i)->dropped);
+	return sum;
+}
+
+/* CBCMN_TRACE_EVENTS=N:lazy: a busy target records nothing (no clock
+ * read, the sites one flag test) until a recorder attaches, then its
+ * events come, and when the recorder leaves it stops again. */
+static void test_lazy_rings_record_only_while_a_recorder_is_attached(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "65536:lazy", true, 0);
+	usleep(100000);
+	assert_int_equal(atomic_load(&t.h->holds), 0);
+	assert_int_equal(target_tails(&t), 0);
+	char trace[] = "/tmp/cbcmn-toprec-lazy-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid(&t, trace, &r);
+	assert_int_equal(r.status, 0);
+	uint64_t after = target_tails(&t);
+	assert_int_equal(atomic_load(&t.h->holds), 0); /* let go */
+	usleep(100000);
+	uint64_t later = target_tails(&t);
+	target_stop(&t);
+	printf("    recorded %llu events while attached, %llu after\n", (unsigned long long)after,
+	       (unsigned long long)(later - after));
+	assert_true(after > 0);
+	assert_true(later - after <= 2 * 3); /* a slice or two under way per executor as it left */
+	const char *args[] = {trace, "-", "whole", "-", NULL};
+	pycheck(events_py, args, "lazy");
+	free(r.out);
+	unlink(trace);
+}
+
 /* A target killed while recorded (SIGALRM, 0.6 s in): the recording ends
  * with it, status 0, the file whole, with what its rings held then (our
  * mapping keeps them). */
@@ -730,6 +770,7 @@ int main(void)
 		cmocka_unit_test(test_record_events_lost_to_full_rings_are_counted),
 		cmocka_unit_test(test_record_pid_of_a_target_with_rings),
 		cmocka_unit_test(test_record_pid_of_a_target_killed_meanwhile_is_whole),
+		cmocka_unit_test(test_lazy_rings_record_only_while_a_recorder_is_attached),
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
 		cmocka_unit_test(test_record_bad_input),

@@ -415,6 +415,8 @@ static void drain_end(struct top_rec *r)
 		pthread_join(r->thread, NULL);
 		r->thread_on = false;
 	}
+	/* Nothing more is wanted: a lazy target stops recording now. */
+	cbcmn__tsw_disarm(r->tsw);
 	uint64_t rounds = (uint64_t)r->ring_nexec * r->ring_cap / REC_BATCH + 2;
 	uint64_t end = mono_ns() + REC_LAST_DRAIN_NS;
 	while (rounds-- && !drain_once(r) && mono_ns() < end)
