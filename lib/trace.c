@@ -41,11 +41,12 @@ static int64_t env_events(bool *lazy)
 	char *end;
 	errno = 0;
 	unsigned long long n = strtoull(v, &end, 10);
+	bool digits = end != v; /* before ":lazy" is passed over */
 	if (*end == ':' && strcmp(end, ":lazy") == 0) {
 		*lazy = true;
 		end += 5;
 	}
-	if (errno || *end || end == v || *v == '-' || n > CBCMN__TRACE_MAX) {
+	if (errno || *end || !digits || *v == '-' || n > CBCMN__TRACE_MAX) {
 		fprintf(stderr,
 			"cbcmn: " CBCMN__TSEG_ENV "=%.40s: not a number of events up to %u, "
 			"or one followed by :lazy\n",

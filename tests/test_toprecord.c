@@ -618,6 +618,41 @@ static void test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail(v
 	cbcmn_runtime_destroy(rt);
 }
 
+/* CBCMN_TRACE_EVENTS that is not a count (up to 2^24, optionally
+ * ":lazy"): the create fails with -EINVAL and one line, as a bad
+ * CBCMN_BACKEND does; empty or 0: no rings, a runtime as without it. */
+static void test_bad_trace_events_variable_fails_the_create(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"12x", "-1", "16777217", "64:lazyx", ":lazy", "64:"};
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("CBCMN_TRACE_EVENTS", bad[i], 1);
+		int saved;
+		int fd = t_stderr_capture(&saved);
+		cbcmn_runtime *rt = NULL;
+		int rc = cbcmn_runtime_create(&c, &rt);
+		char err[512];
+		t_stderr_restore(fd, saved, err, sizeof(err));
+		printf("    %s: %d %s", bad[i], rc, err);
+		assert_int_equal(rc, -EINVAL);
+		assert_null(rt);
+		assert_one_line(err);
+		assert_non_null(strstr(err, "CBCMN_TRACE_EVENTS"));
+	}
+	static const char *const none[] = {"", "0", "0:lazy"};
+	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+		setenv("CBCMN_TRACE_EVENTS", none[i], 1);
+		cbcmn_runtime *rt = t_runtime_cfg(&c);
+		cbcmn_trace_event ev[1];
+		assert_int_equal(cbcmn_trace_drain(rt, ev, 1, NULL), -EOPNOTSUPP); /* no rings */
+		cbcmn_runtime_destroy(rt);
+	}
+	unsetenv("CBCMN_TRACE_EVENTS");
+}
+
 /* Bad input: one line, status st, and the command (which would create
  * its marker file) never started. */
 static void refused(const char *record, const char *output, int st, const char *says)
@@ -773,6 +808,7 @@ int main(void)
 		cmocka_unit_test(test_lazy_rings_record_only_while_a_recorder_is_attached),
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
+		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),
 		cmocka_unit_test(test_record_bad_input),
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),

@@ -1064,8 +1064,10 @@ CBCMN_API int cbcmn_runtime_is_quiescent(const cbcmn_runtime *rt);
  * CBCMN_TRACE_EVENTS=N in the environment at cbcmn_runtime_create() puts
  * rings of N records (or trace_events, if larger) in a shared memfd
  * ("cbcmn-trace") that cbcmn-top --record drains from another process;
- * each event is then taken by one consumer only.  A value that is not a
- * number up to 1 << 24 fails the create with -EINVAL (one line on stderr).
+ * each event is then taken by one consumer only.  "N:lazy" records only
+ * while such a recorder is attached.  A value that is not a number up to
+ * 1 << 24 (optionally with ":lazy") fails the create with -EINVAL (one
+ * line on stderr).
  */
 typedef enum cbcmn_trace_kind {
 	CBCMN_TRACE_TASK = 1,        /* a task ran from ts_ns for dur_ns; arg: its id */
