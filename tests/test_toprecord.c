@@ -435,6 +435,16 @@ static void record_pid(struct target *t, const char *trace, struct toolrun *r)
 	record_pid_n(t, "3", trace, r);
 }
 
+/* The trace a -p recording wrote is whole (events_py "whole"); then the
+ * run's output and the file go. */
+static void whole_and_done(char *trace, struct toolrun *r, const char *label)
+{
+	const char *args[] = {trace, "-", "whole", "-", NULL};
+	pycheck(events_py, args, label);
+	free(r->out);
+	unlink(trace);
+}
+
 /* The rings' tails, summed: how many events the target recorded. */
 static uint64_t target_tails(struct target *t)
 {
@@ -469,10 +479,7 @@ static void test_lazy_rings_record_only_while_a_recorder_is_attached(void **stat
 	       (unsigned long long)(later - after));
 	assert_true(after > 0);
 	assert_true(later - after <= 2 * 3); /* a slice or two under way per executor as it left */
-	const char *args[] = {trace, "-", "whole", "-", NULL};
-	pycheck(events_py, args, "lazy");
-	free(r.out);
-	unlink(trace);
+	whole_and_done(trace, &r, "lazy");
 }
 
 /* A target killed while recorded (SIGALRM, 0.6 s in): the recording ends
@@ -499,9 +506,7 @@ static void test_record_pid_of_a_target_killed_meanwhile_is_whole(void **state)
 		"print('ok', od['events'], 'events')\n";
 	const char *args[] = {trace, NULL};
 	pycheck(die_py, args, "killed");
-	pycheck(events_py, (const char *[]){trace, "-", "whole", "-", NULL}, "killed, whole");
-	free(r.out);
-	unlink(trace);
+	whole_and_done(trace, &r, "killed, whole");
 }
 
 /* A running target, recorded with -p: its events as they come, whole
@@ -517,10 +522,7 @@ static void test_record_pid_of_a_target_with_rings(void **state)
 	record_pid(&t, trace, &r);
 	target_stop(&t);
 	assert_int_equal(r.status, 0);
-	const char *args[] = {trace, "-", "whole", "-", NULL};
-	pycheck(events_py, args, "-p");
-	free(r.out);
-	unlink(trace);
+	whole_and_done(trace, &r, "-p");
 }
 
 /* A hostile or broken target: the head of a ring beyond its tail (tail -
