@@ -153,7 +153,8 @@ static void test_record_with_kernel_steal_arrows(void **state)
  * wrote (cbcmn-run --trace) at the same time.  "whole": a file a viewer
  * takes: tids of executor tracks, slices apart per track, arrows and
  * spans with both ends.  "exact": nothing lost, and the events of both
- * files together are the run's final counters: steal arrows = steals per
+ * files together are the run's final counters (otherData's last read,
+ * after the runtime ended; inline runs from the run's own figures): steal arrows = steals per
  * thief, their tasks = tasks stolen, tasks whose first slice is on an
  * executor within [tasks_run - inline_runs, tasks_run] of it, park
  * slices = parks, I/O spans = io_ops; and no event in both files. */
@@ -205,7 +206,11 @@ static const char events_py[] =
 	"if sys.argv[3] == 'exact':\n"
 	"    if od['dropped'] or od['invalid'] or od['corrupt_rings'] or od['not_written']: fail('lost events %r' % (od,))\n"
 	"    if (sys.argv[4] == '-') != (od['complete'] and not od['taken_by_others']): fail('another consumer %r' % (od,))\n"
-	"    st = json.load(open(sys.argv[2])); s = st['stats']; per = st['per_executor']\n"
+	"    st = json.load(open(sys.argv[2])); runper = st['per_executor']\n"
+	"    if not od['ended']: fail('the runtime did not end while recorded %r' % (od,))\n"
+	"    # The final counts: the last read, after the runtime ended (cbcmn-run's\n"
+	"    # own figures come before its runtime's end, when executors still park).\n"
+	"    s = od['counters_last']; per = s['per_executor']\n"
 	"    first = {}\n"
 	"    for tid, ss in slices.items():\n"
 	"        for e in ss:\n"
@@ -217,7 +222,8 @@ static const char events_py[] =
 	"        if len(thief) != p['steal_successes']: fail('thief %d: %d arrows, %d steals' % (i, len(thief), p['steal_successes']))\n"
 	"        if sum(a[2] for a in thief) != p['tasks_stolen']: fail('thief %d: %d tasks in arrows, %d stolen' % (i, sum(a[2] for a in thief), p['tasks_stolen']))\n"
 	"        began = sum(1 for t in first.values() if t[1] == i)\n"
-	"        if not (p['tasks_run'] - p['inline_runs'] <= began <= p['tasks_run']): fail('executor %d: %d tasks began, counters %r' % (i, began, p))\n"
+	"        inl = runper[i]['inline_runs']\n"
+	"        if not (p['tasks_run'] - inl <= began <= p['tasks_run']): fail('executor %d: %d tasks began, counters %r, inline %d' % (i, began, p, inl))\n"
 	"        parks = sum(1 for e in slices.get(i + 1, []) if e['name'] == 'park')\n"
 	"        if parks != p['parks']: fail('executor %d: %d park slices, %d parks' % (i, parks, p['parks']))\n"
 	"    if len(spans) != s['io_ops']: fail('%d I/O spans, %d io_ops' % (len(spans), s['io_ops']))\n"
