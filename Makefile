@@ -107,7 +107,7 @@ CPPFLAGS    += -I$(BPF_OUT)/gen -Ibpf
 BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbcmn-run \
                $(BUILD)/bin/cbcmn-top $(BUILD)/tests/test_bpf $(BUILD)/tests/test_run \
                $(BUILD)/tests/test_top $(BUILD)/tests/test_bpfns $(BUILD)/tests/test_bpfscale \
-               $(BUILD)/tests/test_bpfsched
+               $(BUILD)/tests/test_bpfsched $(BUILD)/tests/test_bpfactor
 # Suites that exercise threads racing each other: these also run under TSan.
 TSAN_TESTS := test_deque test_wake test_sched test_nursery test_cancel test_lockorder test_budget test_budget_defaults test_budget_refund test_janus test_janus_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_grow test_watch test_run test_faults test_errtail test_backend test_bpfscale test_snapshot test_obligation test_poll test_trace test_actor test_actor_sup test_stall test_cancelscope test_actor_sched test_metrics test_actor_stats
 
@@ -194,8 +194,9 @@ $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
 # test_backend denies io_uring with a seccomp filter, as a container does.
 $(BUILD)/tests/test_backend: EXTRA_LDLIBS := -lseccomp
-# test_bpf runs cbcmn-stat (the one from its own build) against a child.
-$(BUILD)/tests/test_bpf: | $(BUILD)/bin/cbcmn-stat
+# test_bpf runs cbcmn-stat (the one from its own build) against a child,
+# test_bpfactor against itself.
+$(BUILD)/tests/test_bpf $(BUILD)/tests/test_bpfactor: | $(BUILD)/bin/cbcmn-stat
 $(BUILD)/tests/test_bpfns: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-bench
 # test_bpfscale runs cbcmn-top and cbcmn-stat against a child, and cbcmn-run --bpf.
 $(BUILD)/tests/test_bpfscale: | $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
@@ -261,7 +262,13 @@ UNPRIV_TESTS := $(filter-out $(UNPRIV_SKIP),$(patsubst tests/%.c,%,$(wildcard te
 # The builds use every CPU (TEST_JOBS): `make test` is typed, and CI runs
 # it, without -j, and a one-job build of three flavours was a third of the
 # 20 minutes.  Each phase prints its wall time (make test's budget).
+#
+# The suites run in two lanes at once (TEST_LANES, scripts/run-tests.sh's
+# T_LANES) where there are 2 CPUs or more: the tool suites, which wait on
+# the kernel's verifier and on the tools' intervals, beside the others.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+TEST_LANES ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 1)
+test: export T_LANES = $(TEST_LANES)
 test_make = $(MAKE) -j$(TEST_JOBS) --no-print-directory
 test: deps
 	@scripts/phase-time.sh build $(test_make) SAN= all tests

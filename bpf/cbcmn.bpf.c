@@ -476,12 +476,42 @@ int BPF_USDT(cbcmn_xmsg, __u32 sender, __u32 receiver, __u32 kind, __u32 rt)
 	return 0;
 }
 
+/* One more event of a probe that names its executor (-1: outside) and
+ * runtime, in counter field of that executor's shard. */
+#define COUNT_AT(executor, rt, field)                                          \
+	do {                                                                   \
+		struct cbcmn_bpf_shard *s_;                                    \
+		if (in_target() && rt_ok(rt) && (s_ = shard(slot_of(executor)))) \
+			ADD(s_, field, 1);                                     \
+	} while (0)
+
 SEC("usdt")
 int BPF_USDT(cbcmn_park, __u32 executor, __u32 rt)
 {
-	struct cbcmn_bpf_shard *s;
-	if (in_target() && rt_ok(rt) && (s = shard(slot_of(executor))))
-		ADD(s, parks, 1);
+	COUNT_AT(executor, rt, parks);
+	return 0;
+}
+
+/* The actors' counts: each probe fires where the runtime counts, with the
+ * executor it counts on (docs/PROBES.md). */
+SEC("usdt")
+int BPF_USDT(cbcmn_actor_migrate, __u64 ref, __u32 from, __u32 to, __u32 why, __u32 rt)
+{
+	COUNT_AT(from, rt, actor_migrations);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_sup_restart, __u64 sup, __u32 child, __s64 reason, __u32 executor, __u32 rt)
+{
+	COUNT_AT(executor, rt, actor_restarts);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(cbcmn_actor_backpressure, __u64 to, int executor, int result, int waited, __u32 rt)
+{
+	COUNT_AT(executor, rt, actor_backpressure);
 	return 0;
 }
 

@@ -70,10 +70,15 @@ struct cbcmn_bpf_shard {
 	/* steal latency, by thief: start of its search for work -> the steal */
 	__u64 steal_lat;           /* samples in hists[CBCMN_BPF_HIST_STEAL] (= steals) */
 	__u64 steal_lat_ns;        /* their sum (cbcmn:steal's 4th argument) */
+	/* actors, by the executor the probe names (the runtime's own
+	 * counters count the same events on the same executor) */
+	__u64 actor_migrations;    /* cbcmn:actor_migrate, by sender */
+	__u64 actor_restarts;      /* cbcmn:sup_restart, by the supervisor's executor */
+	__u64 actor_backpressure;  /* cbcmn:actor_backpressure, by the sender's (outside: CBCMN_BPF_OUTSIDE) */
 	/* identity */
 	__u32 tid;                 /* the executor's thread (the kernel's id: task_struct::pid), 0 if unseen */
 	__s32 cpu;                 /* its pinned CPU from cbcmn:exec_start, -1 none */
-	__u64 line_pad[13];        /* to 384 bytes: 3 * CBCMN_BPF_LINE */
+	__u64 line_pad[10];        /* to 384 bytes: 3 * CBCMN_BPF_LINE */
 };
 
 /* Per executor thread state for sched_switch, and the thread -> shard

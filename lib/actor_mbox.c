@@ -281,6 +281,37 @@ static uint64_t deadline_in(const struct cbcmn_runtime *rt, uint64_t timeout_ns)
 
 enum { SEND_TRY, SEND_WAIT };
 
+/* Adds to a mailbox figure of executor e (statseg.h), from e's thread,
+ * its only writer: a plain load and store, relaxed (a counter). */
+#define MCOUNT(e, field)                                                                  \
+	atomic_store_explicit(&(e)->ss->mbox.field,                                       \
+			      atomic_load_explicit(&(e)->ss->mbox.field, memory_order_relaxed) + 1, \
+			      memory_order_relaxed)
+
+/* A send met a full mailbox (waited, or refused with rc): count it where
+ * the sender runs (cbcmn_executor_stats.actor_backpressure), or as the
+ * runtime's for a thread outside it, and fire the probe that the BPF
+ * programs count the same way (docs/PROBES.md). */
+static void backpressure(struct cbcmn_runtime *rt, cbcmn_actor_ref to, int rc, bool waited)
+{
+	struct cbcmn__exec *e = cbcmn__on_executor(rt) ? cbcmn__tls_exec : NULL;
+	if (e)
+		MCOUNT(e, backpressure);
+	else /* any thread: relaxed, a counter */
+		atomic_fetch_add_explicit(&rt->seg.hdr->ext_backpressure, 1, memory_order_relaxed);
+	CBCMN_PROBE5(actor_backpressure, to, e ? (int)e->id : -1, rc, waited, rt->seg.rt_id);
+}
+
+/* A receive on this thread's executor took a message from a mailbox of
+ * depth d (cbcmn_executor_stats.mailbox_depth_hist). */
+static void depth_sample(uint32_t d)
+{
+	uint32_t k = d > 1 ? 31u - (uint32_t)__builtin_clz(d) : 0;
+	if (k >= CBCMN_MAILBOX_HIST_SLOTS)
+		k = CBCMN_MAILBOX_HIST_SLOTS - 1;
+	MCOUNT(cbcmn__tls_exec, depth_hist[k]);
+}
+
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
@@ -324,6 +355,10 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, waker_of(self));
 out:
+	/* The refusals only a full mailbox gives (-ETIMEDOUT without a wait:
+	 * a zero timeout). */
+	if (waited || rc == -EAGAIN || rc == -ETIMEDOUT)
+		backpressure(rt, to, rc, waited);
 	/* After the unlock: a halt may have moved a on; to names it still. */
 	CBCMN_PROBE5(actor_send, to, copy.from, rc, waited, rt->seg.rt_id);
 	return rc;
@@ -425,6 +460,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		if (!(a->sys_head = down->next))
 			a->sys_tail = NULL;
 	} else if (a->count) {
+		depth_sample(a->count);
 		ring_take(a, m);
 		slot_freed(a, &wl);
 	} else if (timeout_ns == 0) {
@@ -440,6 +476,8 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		rc = mb_block(self, a, &w, deadline);
 		if (rc == CBCMN_ECANCELED)
 			rc = stopped_or(a, rc);
+		else if (rc == 0 && m->type < CBCMN_ACTOR_SYS)
+			depth_sample(1); /* handed to us: it was alone */
 		probe_receive(a, m, rc);
 		return rc;
 	}

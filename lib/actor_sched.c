@@ -360,6 +360,8 @@ bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t)
 		a->park_exec = 0;
 		a->migrated = true;
 		atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
+		/* Case 4, to no executor yet (-1): every count has its probe. */
+		CBCMN_PROBE5(actor_migrate, a->ref, e->id, -1, 4, e->rt->seg.rt_id);
 		return false;
 	}
 	entering(e, aw, now);

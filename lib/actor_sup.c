@@ -542,6 +542,8 @@ static int64_t recover(cbcmn_cx *cx, struct sup *s, bool *in)
 		/* the stats (cbcmn_executor_stats.actor_restarts): a supervisor
 		 * is an actor, so on an executor; relaxed, a counter */
 		atomic_fetch_add_explicit(&cbcmn__tls_exec->ss->act.restarts, 1, memory_order_relaxed);
+		CBCMN_PROBE5(sup_restart, s->self, c, why, cbcmn__tls_exec->id,
+			     ((struct cbcmn_task *)cx)->rt->seg.rt_id);
 		restart_set(t, c, in);
 		for (uint32_t k = n; k-- > 0;)
 			if (in[t->order[k]])

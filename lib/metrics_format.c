@@ -93,6 +93,9 @@ static const struct exec_metric {
 	{"actors", F_GAUGE, U64(actors), AS_IS, "Live actors homed on the executor"},
 	{"actors_receiving", F_GAUGE, U64(actors_receiving), AS_IS, "Waiting actors blocked in a receive"},
 	{"actor_mailbox_messages", F_GAUGE, U64(mailbox_depth), AS_IS, "Messages waiting in its actors' mailboxes"},
+	{"actor_restarts", F_COUNTER, U64(actor_restarts), AS_IS, "Restarts by the supervisors that ran on the executor, one per crash"},
+	{"actor_backpressure", F_COUNTER, U64(actor_backpressure), AS_IS, "Sends from the executor a full mailbox held or refused"},
+	{"actor_mailbox_depth_p99", F_GAUGE, U64(mailbox_depth_p99), AS_IS, "99th percentile of the mailbox depth its receives found since start, as a power of two minus one"},
 };
 #undef U64
 #undef U32
@@ -164,6 +167,7 @@ int64_t cbcmn_metrics_format(const cbcmn_metrics_source *src, size_t n, uint32_t
 	RT("external_doorbells", F_COUNTER, ext_doorbells, "Doorbells rung by threads outside the runtime");
 	RT("executor_starts", F_COUNTER, executor_starts, "Executors started after the runtime");
 	RT("executor_retires", F_COUNTER, executor_retires, "Executors that ended for being idle");
+	RT("external_actor_backpressure", F_COUNTER, ext_actor_backpressure, "Sends from threads outside the runtime a full mailbox held or refused");
 #undef RT
 	family(&o, "uptime_seconds", F_GAUGE, "Time since the runtime was created");
 	for (size_t r = 0; r < n; r++)

@@ -38,6 +38,8 @@
 	XX(actor_halt, 4)     /* actor ref, halt reason, messages dropped, rt */ \
 	XX(actor_restart, 5)  /* supervisor ref, child index, crash reason (0: restarted with it), new ref, rt */ \
 	XX(actor_migrate, 5)  /* actor ref, from executor, to executor, case (1 yield, 3 wake), rt */ \
+	XX(actor_backpressure, 5) /* to ref, sender's executor (-1: outside), result, 1 = it waited, rt */ \
+	XX(sup_restart, 5)    /* supervisor ref, crashed child index, crash reason, executor, rt */ \
 	XX(exec_stall, 4)     /* executor, task_id, ns the run has lasted, rt */ \
 	XX(exec_spare, 3)     /* spare executor, stalled executor asleep in a call, rt */
 

@@ -30,13 +30,17 @@
 #include <fcntl.h>
 #include <sys/types.h>
 
+#include "cbcmn.h"
+
 #define CBCMN__SEG_NAME "cbcmn-stats"
 #define CBCMN__SEG_MAGIC 0x3174617473636263ull /* "cbcstat1" */
 /* 2: sealed; the load figures and the state on lines of their own.
  * 3: the actor gauges (struct cbcmn__seg_actors) at the end of a slot;
  * the stall count and stall_task, in what was padding (zero in a
- * segment from before them). */
-#define CBCMN__SEG_VERSION 3u
+ * segment from before them).
+ * 4: the mailbox figures (struct cbcmn__seg_mbox) at the end of a slot,
+ * ext_backpressure at the end of the header. */
+#define CBCMN__SEG_VERSION 4u
 /* What the runtime seals, and what a reader requires before it maps. */
 #define CBCMN__SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* Apart enough that the adjacent-line prefetcher does not pair a line the
@@ -93,6 +97,19 @@ struct cbcmn__seg_actors {
 	_Atomic uint64_t restarts;
 };
 
+/* Mailbox figures an executor keeps (actor_mbox.c), written by the
+ * executor's own thread only (CBCMN__MCOUNT): a sender's back-pressure
+ * where the sender runs, a receive's depth where the receiver runs.  On
+ * lines of their own: written at every receive. */
+struct cbcmn__seg_mbox {
+	/* Sends that waited for room in a full mailbox, or were refused for
+	 * it (-EAGAIN, or -ETIMEDOUT without waiting). */
+	_Atomic uint64_t backpressure;
+	/* log2 histogram of the depth a receive found: slot i counts depths
+	 * in [2^i, 2^(i+1)), slot 0 also 0 (cbcmn_executor_stats). */
+	_Atomic uint64_t depth_hist[CBCMN_MAILBOX_HIST_SLOTS];
+};
+
 /* An executor's wheel load as a reader sees it at now (CLOCK_MONOTONIC
  * ns): as published, decayed by 7/8 per nominal turn the wheel has stood
  * empty (what the wheel itself does when it is next used: an executor
@@ -132,6 +149,8 @@ struct cbcmn__seg_exec {
 	_Atomic uint64_t stall_task;
 	/* Actors (version 3). */
 	_Alignas(CBCMN__SEG_LINE) struct cbcmn__seg_actors act;
+	/* Mailboxes (version 4). */
+	_Alignas(CBCMN__SEG_LINE) struct cbcmn__seg_mbox mbox;
 };
 
 struct cbcmn__seg_hdr {
@@ -167,6 +186,9 @@ struct cbcmn__seg_hdr {
 	/* Work and doorbells of threads outside the executors. */
 	_Atomic uint64_t ext_spawns, ext_completions, ext_doorbells;
 	_Atomic uint64_t exec_starts, exec_retires;
+	/* Mailbox back-pressure of threads outside the executors (version
+	 * 4): added to by any such thread, atomically. */
+	_Atomic uint64_t ext_backpressure;
 };
 
 /* A mapped segment: ours (writable) or another process's (read only).

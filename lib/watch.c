@@ -33,7 +33,7 @@ _Static_assert(offsetof(struct cbcmn__seg_hdr, start_ns) == 40 &&
 	       "the segment header's layout moved");
 /* The stall fields went in what was padding: a slot keeps its size, and
  * readers of version 3 from before them read the segment as before. */
-_Static_assert(sizeof(struct cbcmn__seg_exec) == 640, "the segment slot's size moved");
+_Static_assert(offsetof(struct cbcmn__seg_exec, mbox) == 640, "the segment slot's size moved");
 
 static size_t round_up(size_t n, size_t to)
 {
@@ -148,8 +148,41 @@ static uint64_t gauge(const _Atomic int64_t *g)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
-/* The actor gauges of a slot; runnable is what no other state holds. */
-static void actor_fill(const struct cbcmn__seg_actors *a, cbcmn_executor_stats *e)
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+uint64_t cbcmn_stats_hist_quantile(const uint64_t *hist, uint32_t nslots, uint32_t pct)
+{
+	if (!hist || !nslots)
+		return 0;
+	/* Sums saturate: a histogram from another process's segment may hold
+	 * anything, and a wrapped total would move the percentile. */
+	uint64_t total = 0;
+	for (uint32_t k = 0; k < nslots; k++)
+		total = sat_add(total, hist[k]);
+	if (!total)
+		return 0;
+	if (pct > 100)
+		pct = 100;
+	/* The rank of the sample wanted, ceil(total * pct / 100) and at
+	 * least 1, without the product (which may overflow). */
+	uint64_t rank = total / 100 * pct + ((total % 100) * pct + 99) / 100;
+	if (!rank)
+		rank = 1;
+	uint64_t seen = 0;
+	uint32_t k = 0;
+	for (; k < nslots - 1; k++)
+		if ((seen = sat_add(seen, hist[k])) >= rank)
+			break;
+	return k >= 63 ? UINT64_MAX : (2ull << k) - 1;
+}
+
+/* The actor gauges and mailbox figures of a slot; runnable is what no
+ * other state holds. */
+static void actor_fill(const struct cbcmn__seg_actors *a, const struct cbcmn__seg_mbox *mb,
+		       cbcmn_executor_stats *e)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -163,6 +196,10 @@ static void actor_fill(const struct cbcmn__seg_actors *a, cbcmn_executor_stats *
 	e->actors_receiving = gauge(&a->receiving);
 	e->actors_halting = gauge(&a->halting);
 	e->mailbox_depth = gauge(&a->mailbox);
+	e->actor_backpressure = atomic_load_explicit(&mb->backpressure, memory_order_relaxed);
+	for (uint32_t k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++)
+		e->mailbox_depth_hist[k] = atomic_load_explicit(&mb->depth_hist[k], memory_order_relaxed);
+	e->mailbox_depth_p99 = cbcmn_stats_hist_quantile(e->mailbox_depth_hist, CBCMN_MAILBOX_HIST_SLOTS, 99);
 	uint64_t busy = e->actors_running + e->actors_waiting + e->actors_halting;
 	e->actors_runnable = e->actors > busy ? e->actors - busy : 0;
 }
@@ -213,7 +250,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			.node = x->node,
 			.stalled_task = atomic_load_explicit(&x->stall_task, memory_order_relaxed),
 		};
-		actor_fill(&x->act, &e);
+		actor_fill(&x->act, &x->mbox, &e);
 		spawned += e.spawns;
 		if (per && i < nper && i < out->executors)
 			per[i] = e;
@@ -254,6 +291,9 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 		tot->mailbox_depth += e.mailbox_depth;
 		tot->actor_migrations += e.actor_migrations;
 		tot->actor_restarts += e.actor_restarts;
+		tot->actor_backpressure += e.actor_backpressure;
+		for (uint32_t k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++)
+			tot->mailbox_depth_hist[k] += e.mailbox_depth_hist[k];
 		if (e.actor_load_milli > tot->actor_load_milli)
 			tot->actor_load_milli = e.actor_load_milli; /* the largest */
 		if (e.avg_task_ns > tot->avg_task_ns)
@@ -264,6 +304,9 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			tot->state = CBCMN_EXEC_RUNNING;
 	}
 	tot->cpu = tot->node = -1;
+	tot->mailbox_depth_p99 =
+		cbcmn_stats_hist_quantile(tot->mailbox_depth_hist, CBCMN_MAILBOX_HIST_SLOTS, 99);
+	out->ext_actor_backpressure = atomic_load_explicit(&h->ext_backpressure, memory_order_relaxed);
 	out->ext_doorbells = atomic_load_explicit(&h->ext_doorbells, memory_order_relaxed);
 	out->ring_setup_flags = h->ring_setup_flags;
 	out->msg_ring = h->msg_ring;

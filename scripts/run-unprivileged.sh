@@ -99,7 +99,7 @@ cd "$dir" || exit 1
 # to end), and the trap ends run-tests.sh (it becomes its pid: the execs)
 # and the timeout it waits on, which passes the signal on to the suite.
 bash -c "$limits && exec setpriv --reuid=\"$user\" --regid=\"$group\" --clear-groups --reset-env \
-	env T_SUITE_TIMEOUT=\"${T_SUITE_TIMEOUT:-600}\" scripts/run-tests.sh $rel/tests $*" &
+	env T_SUITE_TIMEOUT=\"${T_SUITE_TIMEOUT:-600}\" T_LANES=\"${T_LANES:-1}\" scripts/run-tests.sh $rel/tests $*" &
 inner=$!
 stop_suites() {
 	kill -STOP "$inner" 2>/dev/null # no next suite meanwhile

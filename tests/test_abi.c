@@ -55,6 +55,7 @@ static const char *const exported[] = {
 	"cbcmn_actor_stop",      "cbcmn_actor_monitor",    "cbcmn_actor_demonitor",
 	"cbcmn_actor_link",      "cbcmn_actor_unlink",     "cbcmn_actor_trap_exit",
 	"cbcmn_sup_start",       "cbcmn_sup_child_ref",
+	"cbcmn_stats_hist_quantile",
 	"cbcmn_blocking",
 	"cbcmn_acceptor_close",
 	"cbcmn_acceptor_next",

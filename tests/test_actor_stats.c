@@ -1,7 +1,11 @@
 /* test_actor_stats: the per-executor actor statistics the tools show
- * (cbcmn-top's actor columns): supervisor restarts counted per executor. */
+ * (cbcmn-top's actor columns): supervisor restarts counted per executor,
+ * mailbox back-pressure where the sender runs, the mailbox depth histogram
+ * of the receives. */
 #include "helpers.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "cbcmn_actor.h"
@@ -67,10 +71,237 @@ static void test_restarts_are_counted_per_executor(void **state)
 	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
 }
 
+/* ---- mailbox depth and back-pressure -------------------------------- */
+
+#define DEPTH 100
+
+struct box {
+	_Atomic int go;
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref ref;
+	int got;
+	int rcs[6];
+};
+
+/* Receives nothing until told, then what its mailbox holds. */
+static int64_t held(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	while (!atomic_load(&b->go))
+		cbcmn_yield(cx);
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, 0) == 0)
+		b->got += m.type == 1;
+	return 0;
+}
+
+/* A held actor with a mailbox of cap in a new nursery *n. */
+static void spawn_held(cbcmn_cx *cx, struct box *b, uint32_t cap, cbcmn_nursery **n)
+{
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = cap};
+	TASK_CHECK(cbcmn_actor_spawn(cx, *n, held, b, &o, &b->ref) == 0);
+}
+
+/* DEPTH messages before the actor receives: its receives find depths
+ * DEPTH, DEPTH - 1, ... 1. */
+static int64_t fill_root(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_nursery *n;
+	spawn_held(cx, b, 128, &n);
+	cbcmn_actor_msg m = {.type = 1};
+	for (int i = 0; i < DEPTH; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->ref, &m) == 0);
+	atomic_store(&b->go, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void sum_hist(const cbcmn_executor_stats *per, uint32_t n, uint64_t *h)
+{
+	for (uint32_t k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++) {
+		h[k] = 0;
+		for (uint32_t i = 0; i < n; i++)
+			h[k] += per[i].mailbox_depth_hist[k];
+	}
+}
+
+/* A mailbox filled to DEPTH before its actor receives: each receive is one
+ * sample of the depth it found, in its log2 slot, none lost, none other. */
+static void test_mailbox_depth_hist_counts_a_known_depth(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct box b = {0};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, fill_root, &b, &res), 0);
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.got, DEPTH);
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
+	uint64_t h[CBCMN_MAILBOX_HIST_SLOTS];
+	sum_hist(per, 2, h);
+	/* depths 1 | 2-3 | 4-7 | 8-15 | 16-31 | 32-63 | 64-100 */
+	static const uint64_t want[] = {1, 2, 4, 8, 16, 32, DEPTH - 63};
+	for (uint32_t k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++) {
+		assert_int_equal(h[k], k < 7 ? want[k] : 0);
+		assert_int_equal(st.total.mailbox_depth_hist[k], h[k]);
+	}
+	/* The 99th of 100 samples is in [64, 128). */
+	assert_int_equal(st.total.mailbox_depth_p99, 127);
+	assert_int_equal(st.total.actor_backpressure, 0);
+	t_destroy(rt);
+}
+
+static void *outside_sender(void *arg)
+{
+	struct box *b = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	b->rcs[4] = cbcmn_actor_try_send(b->rt, NULL, b->ref, &m);
+	b->rcs[5] = cbcmn_actor_send_timeout(b->rt, NULL, b->ref, &m, 1000000); /* its own sleep */
+	return NULL;
+}
+
+static int64_t full_root(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_nursery *n;
+	spawn_held(cx, b, 1, &n);
+	cbcmn_actor_msg m = {.type = 1};
+	b->rcs[0] = cbcmn_actor_try_send(NULL, cx, b->ref, &m);        /* room: not counted */
+	b->rcs[1] = cbcmn_actor_try_send(NULL, cx, b->ref, &m);        /* -EAGAIN */
+	b->rcs[2] = cbcmn_actor_send_timeout(NULL, cx, b->ref, &m, 0); /* -ETIMEDOUT, no wait */
+	b->rcs[3] = cbcmn_actor_send_timeout(NULL, cx, b->ref, &m, 1000000); /* waits, -ETIMEDOUT */
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, outside_sender, b) == 0);
+	TASK_CHECK(pthread_join(th, NULL) == 0);
+	atomic_store(&b->go, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+/* Every send a full mailbox refused or held is counted once: on the
+ * executor of a task, in the runtime's outside count for a thread. */
+static void test_backpressure_is_counted_where_the_sender_runs(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct box b = {.rt = rt};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, full_root, &b, &res), 0);
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.rcs[0], 0);
+	assert_int_equal(b.rcs[1], -EAGAIN);
+	assert_int_equal(b.rcs[2], -ETIMEDOUT);
+	assert_int_equal(b.rcs[3], -ETIMEDOUT);
+	assert_int_equal(b.rcs[4], -EAGAIN);
+	assert_int_equal(b.rcs[5], -ETIMEDOUT);
+	assert_int_equal(b.got, 1);
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 2), 0);
+	assert_int_equal(per[0].actor_backpressure + per[1].actor_backpressure, 3);
+	assert_int_equal(st.total.actor_backpressure, 3);
+	assert_int_equal(st.ext_actor_backpressure, 2);
+	t_destroy(rt);
+}
+
+/* Waits for room in the held actor's full mailbox until cancelled. */
+static int64_t blocked_sender(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	b->rcs[1] = cbcmn_actor_send(NULL, cx, b->ref, &m);
+	return 0;
+}
+
+static int64_t cancel_root(cbcmn_cx *cx, void *arg)
+{
+	struct box *b = arg;
+	cbcmn_nursery *n, *senders;
+	spawn_held(cx, b, 1, &n);
+	cbcmn_actor_msg m = {.type = 1};
+	b->rcs[0] = cbcmn_actor_try_send(NULL, cx, b->ref, &m);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &senders) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, senders, blocked_sender, b, NULL) == 0);
+	/* One executor: the sender runs to its wait while we sleep. */
+	TASK_CHECK(cbcmn_sleep(cx, 2000000) == 0);
+	cbcmn_nursery_cancel(senders);
+	cbcmn_nursery_await_all(cx, senders);
+	atomic_store(&b->go, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+/* A send cancelled while it waited for room is counted once, as it ends. */
+static void test_cancelled_waiting_sender_is_counted_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct box b = {.rt = rt};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, cancel_root, &b, &res), 0);
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.rcs[0], 0);
+	assert_int_equal(b.rcs[1], CBCMN_ECANCELED);
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_int_equal(st.total.actor_backpressure, 1);
+	assert_int_equal(b.got, 1);
+	t_destroy(rt);
+}
+
+static void test_hist_quantile_bounds(void **state)
+{
+	(void)state;
+	uint64_t h[CBCMN_MAILBOX_HIST_SLOTS] = {0};
+	assert_int_equal(cbcmn_stats_hist_quantile(NULL, 4, 99), 0);
+	assert_int_equal(cbcmn_stats_hist_quantile(h, 0, 99), 0);
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99), 0);
+	h[0] = 1;
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99), 1);
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 0), 1);
+	/* 99 samples at depth 1, one at 2^20: p99 is 1, p100 the top slot. */
+	h[0] = 99;
+	h[20] = 1;
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99), 1);
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 1000),
+			 (2ull << 20) - 1);
+	/* Totals near 2^64 do not overflow the rank. */
+	h[0] = UINT64_MAX / 4;
+	h[3] = UINT64_MAX / 4;
+	h[20] = 0;
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 50), 1);
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 51), 15);
+}
+
+/* A histogram read from another process's segment may hold anything
+ * (statseg.h: the reader trusts nothing): sums that pass 2^64 must not wrap
+ * into a small total that moves the percentile up the slots. */
+static void test_hist_quantile_of_a_corrupt_histogram_does_not_wrap(void **state)
+{
+	(void)state;
+	uint64_t h[CBCMN_MAILBOX_HIST_SLOTS] = {0};
+	h[0] = 1;
+	h[1] = UINT64_MAX;
+	h[5] = 5;
+	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99), 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_restarts_are_counted_per_executor),
+		T_WATCHED_TEST(test_mailbox_depth_hist_counts_a_known_depth),
+		T_WATCHED_TEST(test_backpressure_is_counted_where_the_sender_runs),
+		T_WATCHED_TEST(test_cancelled_waiting_sender_is_counted_once),
+		cmocka_unit_test(test_hist_quantile_bounds),
+		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};
 	return cmocka_run_group_tests_name("actor_stats", tests, NULL, NULL);
 }

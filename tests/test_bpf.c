@@ -22,6 +22,7 @@
 #include "bpf/bpfmon.h"
 #include "workloads/fib.h"
 #include "bpf_roles.h"
+#include "bpf_open.h"
 
 static struct bpfmon *mon;
 static char why[256];
@@ -29,27 +30,11 @@ static char why[256];
 static int setup(void **state)
 {
 	(void)state;
-	/* BPFMON_FUTEX_TP: the futex tests also run where fentry cannot. */
-	int rc = bpfmon_open(&mon, getpid(), BPFMON_FUTEX_TP, why, sizeof(why));
-	if (rc) {
-		mon = NULL;
-		return 0; /* each test skips with why */
-	}
-	/* The probes the checks rest on must have attached. */
-	const struct bpfmon_prog *p;
-	unsigned n = bpfmon_progs(mon, &p);
-	for (unsigned i = 0; i < n; i++) {
-		bool needed = !strcmp(p[i].name, "cbcmn_steal") || !strcmp(p[i].name, "cbcmn_doorbell") ||
-			      !strcmp(p[i].name, "cbcmn_exec_start");
-		if (needed && p[i].state != BPFMON_ATTACHED) {
-			snprintf(why, sizeof(why), "%s did not attach (%s)", p[i].target,
-				 strerror(-p[i].err));
-			bpfmon_close(mon);
-			mon = NULL;
-			return 0;
-		}
-	}
-	return 0;
+	/* BPFMON_FUTEX_TP: the futex tests also run where fentry cannot.
+	 * The probes the checks rest on must have attached. */
+	static const char *const needed[] = {"cbcmn_steal", "cbcmn_doorbell", "cbcmn_exec_start"};
+	mon = t_bpfmon_self(BPFMON_FUTEX_TP, needed, 3, why, sizeof(why));
+	return 0; /* without it, each test skips with why */
 }
 
 static int teardown(void **state)

@@ -8,6 +8,7 @@
  * uid of its own rather than nobody's: the kernel counts locked memory per
  * user, across processes, and gives a closed ring's share back some ms
  * later, so one test's rings would still count against the next. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -402,15 +403,43 @@ static void fake_suite(const char *dir, const char *name, const char *body)
 	close(fd);
 }
 
+/* The pid of a process whose command line is exactly "sleep ARG", or 0. */
+static pid_t find_sleep(const char *arg)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	char want[64];
+	int wn = snprintf(want, sizeof(want), "sleep%c%s", 0, arg) + 1;
+	pid_t found = 0;
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		char path[300], buf[64];
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t k = read(fd, buf, sizeof(buf));
+		close(fd);
+		if (k == wn && memcmp(buf, want, (size_t)wn) == 0)
+			found = (pid_t)atoi(e->d_name);
+	}
+	closedir(d);
+	return found;
+}
+
 /* The bug: a ^C (SIGINT to the terminal's foreground process group) did
  * not stop scripts/run-unprivileged.sh: run-tests.sh runs each suite
  * under timeout, in a process group of its own that the terminal does not
  * signal, and the script's trap waited for its foreground job; the suite
  * ran to its end, and so did every suite after it, before the copy was
- * removed.  Now the script ends the suites and removes the copy at once. */
-static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
+ * removed.  Now the script ends the suites and removes the copy at once,
+ * with the suites in one lane (T_LANES=1) or two (make test's T_LANES=2,
+ * where a suite's output is printed only when it ends: the suite is
+ * found by its command line). */
+static void unpriv_ctrl_c(const char *lanes)
 {
-	(void)state;
 	char script[PATH_MAX];
 	if (geteuid() != 0)
 		T_SKIP("not root: the script runs the suites as the current user, without a copy");
@@ -419,7 +448,10 @@ static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
 	char dir[] = "/tmp/test_limits-ctrlc-XXXXXX";
 	assert_non_null(mkdtemp(dir));
 	chmod(dir, 0755);
-	fake_suite(dir, "test_a_slow", "#!/bin/sh\necho \"suite pid $$\"\nexec sleep 20\n");
+	char arg[32], body[128];
+	snprintf(arg, sizeof(arg), "20.%06d", (int)(getpid() % 1000000));
+	snprintf(body, sizeof(body), "#!/bin/sh\necho \"suite pid $$\"\nexec sleep %s\n", arg);
+	fake_suite(dir, "test_a_slow", body);
 	fake_suite(dir, "test_b_after", "#!/bin/sh\necho 'the next suite ran'\n");
 	int p[2];
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
@@ -430,6 +462,7 @@ static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
 		setsid(); /* a process group of its own, as a terminal's job */
 		dup2(p[1], 1);
 		dup2(p[1], 2);
+		setenv("T_LANES", lanes, 1);
 		execl(script, script, dir, "test_a_slow", "test_b_after", (char *)NULL);
 		_exit(127);
 	}
@@ -439,12 +472,12 @@ static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
 	size_t n = 0;
 	int st = 0;
 	uint64_t deadline = t_now_ns() + T_STALL_NS, sent = 0;
-	pid_t r = 0;
+	pid_t r = 0, suite = 0;
 	while ((r = waitpid(pid, &st, WNOHANG)) == 0 && t_now_ns() < deadline) {
 		ssize_t k = read(p[0], out + n, sizeof(out) - 1 - n);
 		if (k > 0)
 			out[n += (size_t)k] = 0;
-		if (!sent && strstr(out, "suite pid ")) {
+		if (!sent && (suite = find_sleep(arg)) > 0) {
 			usleep(200000);
 			kill(-pid, SIGINT);
 			sent = t_now_ns();
@@ -473,7 +506,7 @@ static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
 	assert_true(sent != 0);
 	assert_int_equal(r, pid);
 	double took = (double)(r ? t_now_ns() - sent : 0) / 1e9;
-	printf("ended %.2f s after the ^C\n", took);
+	printf("T_LANES=%s: ended %.2f s after the ^C\n", lanes, took);
 	assert_true(took < 10.0); /* not the suite's 20 s */
 	assert_null(strstr(out, "the next suite ran"));
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 130);
@@ -483,8 +516,6 @@ static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
 	char copy[PATH_MAX];
 	assert_int_equal(sscanf(from + 7, "%4095s", copy), 1);
 	assert_int_equal(access(copy, F_OK), -1);
-	const char *sp = strstr(out, "suite pid ");
-	pid_t suite = (pid_t)atoi(sp + 10);
 	assert_true(suite > 0);
 	for (int i = 0; i < 100 && kill(suite, 0) == 0; i++)
 		usleep(20000);
@@ -492,6 +523,18 @@ static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
 		kill(suite, SIGKILL);
 		fail_msg("the suite (pid %d) outlived the script", (int)suite);
 	}
+}
+
+static void test_regression_unprivileged_script_stops_on_ctrl_c(void **state)
+{
+	(void)state;
+	unpriv_ctrl_c("1");
+}
+
+static void test_unprivileged_script_in_two_lanes_stops_on_ctrl_c(void **state)
+{
+	(void)state;
+	unpriv_ctrl_c("2");
 }
 
 /* ---- a shard that cannot start ---------------------------------------------- */
@@ -649,6 +692,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_second_runtime_rings_fit_beside_the_first),
 		T_WATCHED_TEST(test_regression_unprivileged_script_under_low_hard_memlock),
 		T_WATCHED_TEST(test_regression_unprivileged_script_stops_on_ctrl_c),
+		T_WATCHED_TEST(test_unprivileged_script_in_two_lanes_stops_on_ctrl_c),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
 		T_WATCHED_TEST(test_takeover_fits_in_the_dead_rings_locked_memory),
 	};

@@ -1044,8 +1044,10 @@ static int64_t sleeper(cbcmn_cx *cx, void *arg)
 }
 
 /* Three actors blocked in a receive and one asleep with two messages in
- * its mailbox: a scrape (OpenMetrics) shows them per executor by state,
- * the receiving ones, the mailbox's depth, and the executor's thread id. */
+ * its mailbox of two: a scrape (OpenMetrics) shows them per executor by
+ * state, the receiving ones, the mailbox's depth, and the executor's
+ * thread id; a third message refused (back-pressure of a thread outside)
+ * and one received (the depth p99) show too. */
 static void test_scrape_shows_actors_and_thread_ids(void **state)
 {
 	cbcmn_runtime *rt = t_runtime(1);
@@ -1055,17 +1057,20 @@ static void test_scrape_shows_actors_and_thread_ids(void **state)
 	cbcmn_actor_ref a[4];
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(cbcmn_actor_spawn(NULL, n, receiver, NULL, NULL, &a[i]), 0);
-	assert_int_equal(cbcmn_actor_spawn(NULL, n, sleeper, NULL, NULL, &a[3]), 0);
+	cbcmn_actor_opts two = {.mailbox_cap = 2};
+	assert_int_equal(cbcmn_actor_spawn(NULL, n, sleeper, NULL, &two, &a[3]), 0);
 	cbcmn_actor_msg m = {.type = 1};
 	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a[3], &m), 0);
 	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a[3], &m), 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a[3], &m), -EAGAIN);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, a[0], &m), 0);
 	/* Until all four have blocked (nothing moves after that). */
 	cbcmn_stats st;
 	cbcmn_executor_stats per;
 	uint64_t t0 = t_now_ns();
 	for (;;) {
 		assert_int_equal(cbcmn_stats_snapshot(rt, &st, &per, 1), 0);
-		if (per.actors_waiting == 4 && per.actors_receiving == 3)
+		if (per.actors_waiting == 4 && per.actors_receiving == 3 && per.mailbox_depth_hist[0] == 1)
 			break;
 		assert_true(t_now_ns() - t0 < T_STALL_NS);
 		usleep(1000);
@@ -1088,6 +1093,10 @@ static void test_scrape_shows_actors_and_thread_ids(void **state)
 	assert_true(value(&p, "cbcmn_actors_receiving{runtime=\"%u\",executor=\"0\"}", id) == 3);
 	assert_true(value(&p, "cbcmn_actor_mailbox_messages{runtime=\"%u\",executor=\"0\"}", id) == 2);
 	assert_true(value(&p, "cbcmn_actor_migrations_total{runtime=\"%u\",executor=\"0\"}", id) == 0);
+	assert_true(value(&p, "cbcmn_actor_restarts_total{runtime=\"%u\",executor=\"0\"}", id) == 0);
+	assert_true(value(&p, "cbcmn_actor_backpressure_total{runtime=\"%u\",executor=\"0\"}", id) == 0);
+	assert_true(value(&p, "cbcmn_external_actor_backpressure_total{runtime=\"%u\"}", id) == 1);
+	assert_true(value(&p, "cbcmn_actor_mailbox_depth_p99{runtime=\"%u\",executor=\"0\"}", id) == 1);
 	assert_true(per.tid > 0);
 	assert_true(value(&p, "cbcmn_executor_info{runtime=\"%u\",executor=\"0\",cpu=\"%d\","
 			      "node=\"%d\",tid=\"%d\"}",

@@ -50,7 +50,8 @@ static void test_every_documented_probe_is_present(void **state)
 					     "doorbell_coalesced", "xmsg", "exec_start", "exec_stop",
 					     "accept_error", "actor_spawn", "actor_send",
 					     "actor_receive", "actor_halt", "actor_restart",
-					     "actor_migrate", "exec_stall", "exec_spare"};
+					     "actor_migrate", "exec_stall", "exec_spare",
+					     "actor_backpressure", "sup_restart"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!has_probe(names[i]))
 			fail_msg("probe cbcmn:%s (with a semaphore) is not in libcbcmn.so", names[i]);
@@ -73,6 +74,7 @@ static void test_probes_carry_the_runtime_id(void **state)
 		{"accept_error", 4}, {"actor_spawn", 4}, {"actor_send", 5},
 		{"actor_receive", 4}, {"actor_halt", 4}, {"actor_restart", 5},
 		{"actor_migrate", 5}, {"exec_stall", 4}, {"exec_spare", 3},
+		{"actor_backpressure", 5}, {"sup_restart", 5},
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		char key[64];

@@ -56,6 +56,8 @@ static const struct col {
 	F("db_lat", doorbell_lat, 0),    F("db_lat_ms", doorbell_lat_ns, 1),
 	F("db_running", doorbells_running, 0), F("db_pending", doorbells_pending, 0),
 	F("steal_lat", steal_lat, 0),    F("steal_lat_ms", steal_lat_ns, 1),
+	F("act_migr", actor_migrations, 0), F("act_restart", actor_restarts, 0),
+	F("mbox_bp", actor_backpressure, 0),
 };
 #define NCOLS (sizeof(cols) / sizeof(cols[0]))
 
@@ -122,6 +124,41 @@ static uint64_t pget(const struct bpfmon_shard *s, const struct pcol *p)
 	return bpfmon_hist_pct(p->hist < 0 ? s->lock_hist : s->hist[p->hist], p->pct);
 }
 
+/* The mailbox depth p99 of each shard's receives in the interval, from the
+ * runtime's own histogram (its statistics segment: BPF sees no depth),
+ * index CBCMN_BPF_NSLOTS the total's; shown only when one runtime is
+ * watched (mbox_w), else "-" and null. */
+static cbcmn_watch *mbox_w;
+static bool mbox_ok; /* the last read worked */
+static uint64_t mbox_p99[CBCMN_BPF_NSLOTS + 1];
+static cbcmn_executor_stats *mbox_prev, *mbox_now;
+
+/* Read the segment, and the interval's p99s against the last read. */
+static void mbox_read(bool first)
+{
+	cbcmn_stats st;
+	if (!mbox_w || cbcmn_watch_read(mbox_w, &st, mbox_now, CBCMN_MAX_EXECUTORS) != 0) {
+		mbox_ok = false;
+		return;
+	}
+	uint64_t tot[CBCMN_MAILBOX_HIST_SLOTS] = {0};
+	for (uint32_t i = 0; i < st.executors && i < CBCMN_BPF_MAX_SHARDS; i++) {
+		uint64_t h[CBCMN_MAILBOX_HIST_SLOTS];
+		for (int k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++) {
+			uint64_t a = mbox_now[i].mailbox_depth_hist[k];
+			uint64_t b = first ? a : mbox_prev[i].mailbox_depth_hist[k];
+			h[k] = a > b ? a - b : 0;
+			tot[k] += h[k];
+		}
+		mbox_p99[i] = cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99);
+	}
+	mbox_p99[CBCMN_BPF_NSLOTS] = cbcmn_stats_hist_quantile(tot, CBCMN_MAILBOX_HIST_SLOTS, 99);
+	cbcmn_executor_stats *t = mbox_prev;
+	mbox_prev = mbox_now;
+	mbox_now = t;
+	mbox_ok = true;
+}
+
 /* t = the sum of shards [0, n): counters and histograms. */
 static void total(struct bpfmon_shard *t, const struct bpfmon_shard *d, int n)
 {
@@ -184,7 +221,7 @@ static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_
 			printf(" %*s", (int)strlen(cols[k].name) > 8 ? (int)strlen(cols[k].name) : 8, cols[k].name);
 		for (size_t k = 0; k < NPCOLS; k++)
 			printf(" %*s", (int)strlen(pcols[k].name), pcols[k].name);
-		printf(" sqe_ops\n");
+		printf(" mbox_p99 sqe_ops\n");
 	}
 	for (int i = 0; i <= n + 1; i++) {
 		const struct bpfmon_shard *s = i < n ? &d[i] : i == n ? tot : outside;
@@ -216,15 +253,24 @@ static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_
 			else
 				printf(" %*llu", (int)strlen(pcols[k].name),
 				       (unsigned long long)pget(s, &pcols[k]));
+		/* outside: no receives there */
+		if (mbox_ok && i <= n)
+			printf(" %8llu", (unsigned long long)mbox_p99[i < n ? i : CBCMN_BPF_NSLOTS]);
+		else
+			printf(" %8s", "-");
 		ops_summary(s, ops, sizeof(ops), 0);
 		printf(" %s\n", ops);
 	}
 	fflush(stdout);
 }
 
-static void json_fields(const struct bpfmon_shard *s)
+static void json_fields(const struct bpfmon_shard *s, int mbox)
 {
 	char ops[2048];
+	if (mbox_ok && mbox >= 0)
+		printf(",\"mbox_p99\":%llu", (unsigned long long)mbox_p99[mbox]);
+	else
+		printf(",\"mbox_p99\":null");
 	for (size_t k = 0; k < NCOLS; k++)
 		if (col_off[k])
 			printf(",\"%s\":null", cols[k].key);
@@ -252,10 +298,10 @@ static void print_json(pid_t pid, double secs, bool exited, int n, const struct 
 			printf("{\"shard\":%d,\"tid\":%u,\"cpu\":%d", i, s->c.tid, s->c.tid ? s->c.cpu : -1);
 		else
 			printf("{\"shard\":\"outside\"");
-		json_fields(s);
+		json_fields(s, i < n ? i : -1);
 	}
 	printf("],\"total\":{\"shards\":%d", n);
-	json_fields(tot);
+	json_fields(tot, CBCMN_BPF_NSLOTS);
 	printf("}\n");
 	fflush(stdout);
 }
@@ -472,8 +518,12 @@ int main(int argc, char **argv)
 			cbcmn_watch_close(w);
 			fprintf(stderr, "cbcmn-stat: process %ld has more than one runtime: their shards are "
 				"counted together (-r N for one)\n", pid);
+		} else if (cbcmn_watch_open((int32_t)pid, 0, &mbox_w)) {
+			mbox_w = NULL; /* mbox_p99 "-" */
 		}
 	}
+	if (o.runtime >= 0 && cbcmn_watch_open((int32_t)pid, (uint32_t)o.runtime, &mbox_w))
+		mbox_w = NULL;
 	int rc = bpfmon_open_runtime(&m, (pid_t)pid, rt_id, flags | (verbose ? BPFMON_VERBOSE : 0), err,
 				     sizeof(err));
 	if (rc) {
@@ -503,6 +553,12 @@ int main(int argc, char **argv)
 			at += (size_t)snprintf(off_line + at, sizeof(off_line) - at, " %s", pcols[k].name);
 	if (off_line[0])
 		fprintf(stderr, "cbcmn-stat: not measured (\"-\", JSON null):%s\n", off_line);
+	mbox_prev = calloc(CBCMN_MAX_EXECUTORS, sizeof(*mbox_prev));
+	mbox_now = calloc(CBCMN_MAX_EXECUTORS, sizeof(*mbox_now));
+	if (!mbox_prev || !mbox_now) {
+		cbcmn_watch_close(mbox_w);
+		mbox_w = NULL;
+	}
 	prev = calloc(CBCMN_BPF_NSLOTS, sizeof(*prev));
 	now = calloc(CBCMN_BPF_NSLOTS, sizeof(*now));
 	d = calloc(CBCMN_BPF_NSLOTS, sizeof(*d));
@@ -519,6 +575,7 @@ int main(int argc, char **argv)
 	double secs = 0;
 	if ((rc = read_now(m, prev)) < 0)
 		goto read_failed;
+	mbox_read(true);
 	for (long r = 0; (!count || r < count) && !stop && !exited; r++) {
 		uint64_t t0 = mono_ns();
 		exited = wait_interval(pidfd, (pid_t)pid, interval);
@@ -526,6 +583,7 @@ int main(int argc, char **argv)
 		int n = read_now(m, now);
 		if ((rc = n) < 0)
 			goto read_failed;
+		mbox_read(false);
 		for (int i = 0; i < CBCMN_BPF_NSLOTS; i++)
 			delta(&d[i], &now[i], &prev[i]);
 		total(&tot, d, n);
@@ -550,6 +608,9 @@ int main(int argc, char **argv)
 read_failed:
 	fprintf(stderr, "cbcmn-stat: reading the maps: %s\n", strerror(-rc));
 cleanup:
+	cbcmn_watch_close(mbox_w);
+	free(mbox_prev);
+	free(mbox_now);
 	free(prev);
 	free(now);
 	free(d);

@@ -850,6 +850,15 @@ CBCMN_API uint64_t cbcmn_task_id(const cbcmn_task *t);
  * locks: a snapshot taken while tasks run is consistent per counter, not
  * across counters.
  */
+/* Slots of cbcmn_executor_stats.mailbox_depth_hist: depths up to
+ * CBCMN_ACTOR_MAILBOX_MAX (2^20) each have their own. */
+#define CBCMN_MAILBOX_HIST_SLOTS 21
+
+/* The upper bound of the slot of a mailbox depth histogram (hist[nslots])
+ * under which share pct/100 of its samples fall (cbcmn_executor_stats,
+ * mailbox_depth_p99 with pct 99): 0 for an empty histogram. */
+CBCMN_API uint64_t cbcmn_stats_hist_quantile(const uint64_t *hist, uint32_t nslots, uint32_t pct);
+
 typedef struct cbcmn_executor_stats {
 	uint64_t tasks_run;       /* tasks started, inline runs included (not resumes) */
 	uint64_t local_hits;      /* picks (starts and resumes) from its own slot/deque/yield list */
@@ -919,6 +928,22 @@ typedef struct cbcmn_executor_stats {
 	/* Restarts (cbcmn_actor.h, supervisors) done by the supervisors that
 	 * ran on it: one per crash, however many children it restarts. */
 	uint64_t actor_restarts;
+	/* Mailbox back-pressure (cbcmn_actor.h): sends from this executor
+	 * that waited for room in a full mailbox, or were refused for it
+	 * (-EAGAIN, -ETIMEDOUT).  Threads outside the runtime count in
+	 * cbcmn_stats.ext_actor_backpressure. */
+	uint64_t actor_backpressure;
+	/* The depth of the mailbox each receive on this executor found
+	 * (messages in it, the one taken included; a message handed to a
+	 * waiting receiver counts 1; DOWN and EXIT messages not sampled), as
+	 * a log2 histogram since the runtime started: slot i counts depths
+	 * in [2^i, 2^(i+1)), slot 0 also 0, the last slot everything above.
+	 * Readers take differences of two snapshots for an interval. */
+	uint64_t mailbox_depth_hist[CBCMN_MAILBOX_HIST_SLOTS];
+	/* The 99th percentile of that histogram, as the upper bound of the
+	 * slot it falls in (2^(i+1) - 1: "at most"), 0 when there was no
+	 * receive.  In cbcmn_stats.total: of the summed histogram. */
+	uint64_t mailbox_depth_p99;
 } cbcmn_executor_stats;
 
 /* What an executor is doing (cbcmn_executor_stats.state). */
@@ -956,6 +981,9 @@ typedef struct cbcmn_stats {
 	 * (docs/PROBES.md), how cbcmn-top and cbcmn-stat keep two runtimes
 	 * of one process apart. */
 	uint32_t runtime_id;
+	/* Mailbox back-pressure of threads outside the runtime
+	 * (cbcmn_executor_stats.actor_backpressure); not in total. */
+	uint64_t ext_actor_backpressure;
 } cbcmn_stats;
 
 /* Take a snapshot.  per may be NULL only with nper 0; otherwise it

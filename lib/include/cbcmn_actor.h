@@ -83,9 +83,12 @@
  * Visibility.  cbcmn_stats_snapshot() counts, per executor, the actors
  * homed there by state (cbcmn_executor_stats.actors, actors_runnable,
  * actors_running, actors_waiting, actors_receiving, actors_halting) and
- * the messages in their mailboxes (mailbox_depth); USDT probes actor_spawn,
- * actor_send, actor_receive, actor_halt, actor_restart and actor_migrate
- * (docs/PROBES.md).
+ * the messages in their mailboxes (mailbox_depth); the sends a full
+ * mailbox held or refused (actor_backpressure, where the sender runs;
+ * cbcmn_stats.ext_actor_backpressure for threads outside), and the depth
+ * each receive found (mailbox_depth_hist, mailbox_depth_p99).  USDT probes
+ * actor_spawn, actor_send, actor_backpressure, actor_receive, actor_halt,
+ * actor_restart, sup_restart and actor_migrate (docs/PROBES.md).
  *
  * Migration.  An actor runs on the executor that picked it; when that
  * executor's load is well above another's, an actor that used its whole

@@ -84,6 +84,9 @@ static const struct spec {
 	{"cbcmn_lock_contended", USDT, "cbcmn", "lock_contended", 0},
 	{"cbcmn_exec_start", USDT, "cbcmn", "exec_start", 0},
 	{"cbcmn_exec_stop", USDT, "cbcmn", "exec_stop", 0},
+	{"cbcmn_actor_migrate", USDT, "cbcmn", "actor_migrate", 0},
+	{"cbcmn_sup_restart", USDT, "cbcmn", "sup_restart", 0},
+	{"cbcmn_actor_backpressure", USDT, "cbcmn", "actor_backpressure", 0},
 	{"cbcmn_sched_switch", TP_BTF, "sched", "sched_switch", BPFMON_NO_SCHED},
 	{"cbcmn_sched_switch_raw", RAW_TP, "sched", "sched_switch", BPFMON_NO_SCHED},
 	{"cbcmn_sched_exit", TP_BTF, "sched", "sched_process_exit", BPFMON_NO_SCHED},
@@ -1530,7 +1533,7 @@ unsigned bpfmon_progs(const struct bpfmon *m, const struct bpfmon_prog **progs)
 enum src {
 	SRC_STEAL, SRC_STEAL_FAIL, SRC_DOORBELL, SRC_DB_COAL, SRC_XMSG, SRC_PARK, SRC_LOCK,
 	SRC_SWITCH, SRC_SUBMIT, SRC_COMPLETE, SRC_CQWAIT, SRC_ASYNC,
-	SRC_OVERFLOW, SRC_FUTEX_IN, SRC_FUTEX_OUT, NSRC
+	SRC_OVERFLOW, SRC_FUTEX_IN, SRC_FUTEX_OUT, SRC_MIGRATE, SRC_RESTART, SRC_BACKPRESSURE, NSRC
 };
 
 /* A program's source, by what it attaches to (names the specs table may
@@ -1548,6 +1551,8 @@ static int src_of(const struct spec *sp)
 		{"io_uring_complete", SRC_COMPLETE}, {"io_uring_cqring_wait", SRC_CQWAIT},
 		{"io_uring_queue_async_work", SRC_ASYNC}, {"io_uring_cqe_overflow", SRC_OVERFLOW},
 		{"sys_enter_futex", SRC_FUTEX_IN}, {"sys_exit_futex", SRC_FUTEX_OUT},
+		{"actor_migrate", SRC_MIGRATE}, {"sup_restart", SRC_RESTART},
+		{"actor_backpressure", SRC_BACKPRESSURE},
 	};
 	if (sp->kind == FENTRY)
 		return SRC_FUTEX_IN;
@@ -1589,6 +1594,8 @@ static const struct {
 	NEED(doorbells_running, B(SRC_DOORBELL) | B(SRC_SWITCH)),
 	NEED(doorbells_pending, B(SRC_DOORBELL) | B(SRC_SWITCH)),
 	NEED(steal_lat, B(SRC_STEAL)), NEED(steal_lat_ns, B(SRC_STEAL)),
+	NEED(actor_migrations, B(SRC_MIGRATE)), NEED(actor_restarts, B(SRC_RESTART)),
+	NEED(actor_backpressure, B(SRC_BACKPRESSURE)),
 };
 
 bool bpfmon_measured(const struct bpfmon *m, size_t field, char *why, size_t whylen)

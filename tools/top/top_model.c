@@ -44,6 +44,8 @@ const struct top_col_desc top_cols[TOP_NCOLS] = {
 	[TOP_COL_MAILBOX] = {"MBOX", "mailbox_depth", 5, 2, false, false},
 	[TOP_COL_ACT_MIGR] = {"AMG/s", "actor_migrations_per_s", 5, 1, false, false},
 	[TOP_COL_RESTARTS] = {"RST/s", "actor_restarts_per_s", 5, 2, false, false},
+	[TOP_COL_MBOX_P99] = {"MBp99", "mailbox_depth_p99", 5, 2, false, false},
+	[TOP_COL_BACKPR] = {"BP/s", "actor_backpressure_per_s", 5, 1, false, false},
 };
 
 /* Steals of a node or LLC group, cumulative since attach. */
@@ -475,6 +477,19 @@ static void row_kernel(struct top_model *m, struct top_row *r, const struct bpfm
 		row_kernel_warn(m, r, k, kp, dt, h);
 }
 
+/* The p99 of the mailbox depths e's receives found since pe (the slot's
+ * upper bound); NAN: no receive.  A slot that stepped back (another
+ * runtime's segment in the same place) counts nothing. */
+static double mbox_p99(const cbcmn_executor_stats *e, const cbcmn_executor_stats *pe)
+{
+	uint64_t h[CBCMN_MAILBOX_HIST_SLOTS];
+	for (int k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++)
+		h[k] = e->mailbox_depth_hist[k] > pe->mailbox_depth_hist[k]
+			       ? e->mailbox_depth_hist[k] - pe->mailbox_depth_hist[k] : 0;
+	uint64_t q = cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99);
+	return q ? (double)q : NAN;
+}
+
 static void update_rows(struct top_model *m)
 {
 	struct top_model_priv *p = m->priv;
@@ -519,6 +534,8 @@ static void update_rows(struct top_model *m)
 		r->v[TOP_COL_MAILBOX] = (double)e->mailbox_depth;
 		r->v[TOP_COL_ACT_MIGR] = rate(e->actor_migrations, pe->actor_migrations, dt);
 		r->v[TOP_COL_RESTARTS] = rate(e->actor_restarts, pe->actor_restarts, dt);
+		r->v[TOP_COL_BACKPR] = rate(e->actor_backpressure, pe->actor_backpressure, dt);
+		r->v[TOP_COL_MBOX_P99] = mbox_p99(e, pe);
 		for (int c = 0; c < TOP_NCOLS; c++)
 			if (top_cols[c].kernel)
 				r->v[c] = NAN;

@@ -59,6 +59,8 @@ enum top_col {
 	TOP_COL_MAILBOX,    /* messages in their mailboxes, now */
 	TOP_COL_ACT_MIGR,   /* actors it handed to another executor, /s */
 	TOP_COL_RESTARTS,   /* restarts by the supervisors that ran on it, /s */
+	TOP_COL_MBOX_P99,   /* mailbox depth its receives found, p99 of the interval */
+	TOP_COL_BACKPR,     /* sends from it a full mailbox held or refused, /s */
 	TOP_NCOLS,
 };
 

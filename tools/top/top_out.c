@@ -169,6 +169,9 @@ static void json_kernel(struct jw *j, const struct top_model *m, const struct to
 	JK("cqes", cqes, c->cqes);
 	JK("runq_p99_us", runq_waits, bpfmon_hist_pct(r->k->hist[CBCMN_BPF_HIST_RUNQ], 99));
 	JK("steal_p99_us", steal_lat, bpfmon_hist_pct(r->k->hist[CBCMN_BPF_HIST_STEAL], 99));
+	JK("actor_migrations", actor_migrations, c->actor_migrations);
+	JK("actor_restarts", actor_restarts, c->actor_restarts);
+	JK("actor_backpressure", actor_backpressure, c->actor_backpressure);
 	jw_close(j);
 }
 #undef JK
@@ -196,6 +199,9 @@ static void json_shard(struct jw *j, const struct top_model *m, const struct top
 	jw_u64(j, "sqes_submitted", e->sqes_submitted);
 	jw_u64(j, "cqes_reaped", e->cqes_reaped);
 	jw_u64(j, "ring_msgs_backpressure", e->ring_msgs_backpressure);
+	jw_u64(j, "actor_migrations", e->actor_migrations);
+	jw_u64(j, "actor_restarts", e->actor_restarts);
+	jw_u64(j, "actor_backpressure", e->actor_backpressure);
 	if (r->k)
 		json_kernel(j, m, r);
 	else

@@ -614,6 +614,10 @@ static void build_detail(struct ui *u)
 		 (unsigned long long)e->sqes_submitted, (unsigned long long)e->cqes_reaped,
 		 (unsigned long long)e->ring_enters, (unsigned long long)e->ring_msgs_backpressure,
 		 (unsigned long long)e->io_ops);
+	add_line(u, "  actors: migrations %llu, restarts %llu, mailbox back-pressure %llu, "
+		 "depth p99 <= %llu",
+		 (unsigned long long)e->actor_migrations, (unsigned long long)e->actor_restarts,
+		 (unsigned long long)e->actor_backpressure, (unsigned long long)e->mailbox_depth_p99);
 	add_line(u, "%s", "");
 	if (!r->k) {
 		add_line(u, "kernel figures off: %s", m->kernel_why);
@@ -640,6 +644,10 @@ static void build_detail(struct ui *u)
 		 kcount(m, F(doorbell_lat), k->doorbell_lat, false, b[1]),
 		 kcount(m, F(doorbells_running), k->doorbells_running, false, b[2]),
 		 kcount(m, F(doorbells_pending), k->doorbells_pending, false, b[3]));
+	add_line(u, "  actors: migrations %s, restarts %s, mailbox back-pressure %s",
+		 kcount(m, F(actor_migrations), k->actor_migrations, false, b[0]),
+		 kcount(m, F(actor_restarts), k->actor_restarts, false, b[1]),
+		 kcount(m, F(actor_backpressure), k->actor_backpressure, false, b[2]));
 #undef F
 }
 
