@@ -37,7 +37,12 @@
 
 #define CBCMN__TSEG_NAME "cbcmn-trace"
 #define CBCMN__TSEG_MAGIC 0x3163617274636263ull /* "cbctrac1" */
-#define CBCMN__TSEG_VERSION 1u
+/* 2: the actor kinds (CBCMN_TRACE_ACTOR_*), same layout.  A reader takes
+ * the versions whose kinds it knows (1 is 2's subset); an older reader
+ * refuses a newer segment (-EPROTO) rather than count its new kinds as
+ * invalid records. */
+#define CBCMN__TSEG_VERSION 2u
+#define CBCMN__TSEG_VERSION_MIN 1u
 /* The environment variable that puts a runtime's rings in the memfd, and
  * its size in records per executor (as cbcmn_config.trace_events):
  * "N", recording from the runtime's creation, or "N:lazy", recording only

@@ -34,8 +34,8 @@ static int tseg_check(const struct cbcmn__tseg_hdr *h, uint64_t size, pid_t pid,
 {
 	if (atomic_load_explicit(&h->magic, memory_order_relaxed) != CBCMN__TSEG_MAGIC)
 		return -ENOENT;
-	if (h->version != CBCMN__TSEG_VERSION || h->hdr_size != sizeof(*h) ||
-	    h->rec_size != sizeof(struct cbcmn__trace_rec))
+	if (h->version < CBCMN__TSEG_VERSION_MIN || h->version > CBCMN__TSEG_VERSION ||
+	    h->hdr_size != sizeof(*h) || h->rec_size != sizeof(struct cbcmn__trace_rec))
 		return -EPROTO;
 	uint64_t ring = sizeof(struct cbcmn__trace_ring) + (uint64_t)h->cap * sizeof(struct cbcmn__trace_rec);
 	if (h->nexec == 0 || h->nexec > CBCMN_MAX_EXECUTORS || h->cap == 0 ||
@@ -149,6 +149,8 @@ static bool valid(const cbcmn_trace_event *e, uint32_t nexec)
 	case CBCMN_TRACE_IO_SUBMIT:
 	case CBCMN_TRACE_IO_COMPLETE:
 	case CBCMN_TRACE_IO:
+	case CBCMN_TRACE_ACTOR_SEND:
+	case CBCMN_TRACE_ACTOR_RECEIVE:
 		return true;
 	default:
 		return false;

@@ -1110,14 +1110,23 @@ typedef enum cbcmn_trace_kind {
 				      * submission at ts_ns for dur_ns until its result, on
 				      * the executor it ended on; arg: the io_uring opcode
 				      * (IORING_OP_*, also on the epoll backend) */
+	CBCMN_TRACE_ACTOR_SEND = 8,  /* a message entered actor arg's mailbox (cbcmn_actor.h),
+				      * sent from a task on this executor; dur_ns: the
+				      * sender's reference (0: not an actor), not a time;
+				      * peer: the message's number in that mailbox (its
+				      * low 32 bits), which its receive repeats */
+	CBCMN_TRACE_ACTOR_RECEIVE = 9, /* actor arg took its message number peer (as
+				      * above) on this executor; dur_ns: the message's
+				      * type, not a time */
 } cbcmn_trace_kind;
 
 typedef struct cbcmn_trace_event {
 	uint64_t ts_ns;    /* CLOCK_MONOTONIC: the start of a slice, else when */
-	uint64_t dur_ns;   /* TASK, PARK and IO; 0 for the others */
+	uint64_t dur_ns;   /* TASK, PARK and IO; ACTOR_*: see there; 0 for the others */
 	uint64_t arg;      /* see cbcmn_trace_kind */
 	uint32_t executor; /* whose event */
-	uint32_t peer;     /* STEAL: the victim; DOORBELL: the target; else 0 */
+	uint32_t peer;     /* STEAL: the victim; DOORBELL: the target; ACTOR_*: the
+			    * message's number; else 0 */
 	uint32_t kind;     /* cbcmn_trace_kind */
 	uint32_t reserved;
 } cbcmn_trace_event;
