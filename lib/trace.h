@@ -2,7 +2,7 @@
  *
  * With cbcmn_config.trace_events set, each executor records what it does
  * (task run slices, parks, steals, doorbells it rings, SQEs submitted and
- * CQEs reaped) as fixed-size records in a ring of its own: single
+ * CQEs reaped, actor messages sent and received) as fixed-size records in a ring of its own: single
  * producer (the executor's thread), single consumer (cbcmn_trace_drain(),
  * one caller at a time, or a watcher in another process: trace_seg.h).
  * A full ring drops the new record and counts it;
