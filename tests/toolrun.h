@@ -104,7 +104,8 @@ static inline void toolrun(struct toolrun *r, const char *const *argv, unsigned 
 	"def fail(m):\n"                                                         \
 	"    print('FAIL', m); sys.exit(1)\n"
 
-/* After PY_TRACE_OPEN: messages(ev) checks the actor messages of a trace
+/* After PY_TRACE_OPEN: is_steal(e) of an arrow's end (else an actor
+ * message's); messages(ev) checks the actor messages of a trace
  * (docs/TRACE.md) and returns (sends, receives), dicts keyed by (the
  * receiver, the message's number) of (ts, tid, flow id): each end an
  * instant (send, receive) followed by its arrow's end (s, f "bp":"e") on
@@ -112,6 +113,9 @@ static inline void toolrun(struct toolrun *r, const char *const *argv, unsigned 
  * every receive after its send, on the same arrow.  A message cannot
  * be received before it was sent, nor by another actor. */
 #define PY_ACTOR_MSGS                                                                        \
+	"def is_steal(e):\n"                                                                   \
+	"    if e['name'] not in ('steal', 'message'): fail('flow %r' % (e,))\n"                \
+	"    return e['name'] == 'steal'\n"                                                    \
 	"def messages(ev):\n"                                                                   \
 	"    ends = ({}, {})\n"                                                                 \
 	"    for i, e in enumerate(ev):\n"                                                      \
