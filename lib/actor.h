@@ -30,6 +30,10 @@ struct cbcmn__mb_wait {
 	const cbcmn_actor_msg *src;         /* a sender: its message */
 	cbcmn_actor_msg *dst;               /* the receiver: where the message goes */
 	uint32_t home;                      /* the receiver: the executor counting it */
+	/* Set by whoever hands the message over (under the lock), for the
+	 * trace (docs/TRACE.md): its number in the mailbox, and for a
+	 * sender when it entered the ring, if that thread traces (else 0). */
+	uint64_t seq, put_ns;
 };
 
 /* A monitor: on the watched actor's list until it halts, then (as the DOWN

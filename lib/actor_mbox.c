@@ -29,6 +29,7 @@
 #include "futex.h"
 #include "probes.h"
 #include "timer.h"
+#include "trace.h"
 
 /* ---- waits (waitq.h) ------------------------------------------------- */
 
@@ -82,6 +83,25 @@ static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), mailbox, -1);
 }
 
+/* The trace (docs/TRACE.md): a message entered a's mailbox as its number
+ * seq (count == put_total - taken_total, so the receive that takes it
+ * sees the same number), sent from executor e's thread (NULL: a thread
+ * outside the runtime, which has no ring).  Under a's lock: the clock is
+ * read before the receive can take it, so the receive comes after.  Off,
+ * a load and a branch. */
+static void trace_send(struct cbcmn__exec *e, const struct cbcmn__actor *a, cbcmn_actor_ref from)
+{
+	if (e)
+		CBCMN__TRACE(e, CBCMN_TRACE_ACTOR_SEND, cbcmn__trace_now(), from, a->ref,
+			     (uint32_t)(a->put_total - 1));
+}
+
+/* This thread's executor, if it is one of rt's; else NULL. */
+static struct cbcmn__exec *exec_here(const struct cbcmn_runtime *rt)
+{
+	return cbcmn__on_executor(rt) ? cbcmn__tls_exec : NULL;
+}
+
 /* A new message: to the waiting receiver (it waits only when nothing is
  * deliverable), else into the ring.  False: full. */
 static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__wakes *wl)
@@ -89,6 +109,7 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 	struct cbcmn__mb_wait *r;
 	if (a->count == 0 && (r = recv_claim(a))) {
 		*r->dst = *m;
+		r->seq = a->taken_total; /* == put_total: the ring is empty */
 		a->put_total++;
 		a->taken_total++;
 		cbcmn__wakes_add(wl, &r->qw, 0);
@@ -103,11 +124,15 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 	return false;
 }
 
-/* Room may have freed up: hand it to waiting senders, in order. */
-static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
+/* Room may have freed up: hand it to waiting senders, in order.  e: this
+ * thread's executor (the receiver's), whose clock times their sends for
+ * the trace, which each sender records when it resumes (mb_send()). */
+static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e)
 {
 	struct cbcmn__mb_wait *w;
 	while (a->count < a->cap && (w = send_claim(a))) {
+		w->seq = a->put_total;
+		w->put_ns = cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
 		ring_put(a, w->src);
 		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
@@ -269,6 +294,8 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 	w->src = NULL;
 	w->dst = NULL; /* set by the receiver only: how mb_block() tells them apart */
 	w->home = 0;
+	w->seq = 0;
+	w->put_ns = 0;
 }
 
 /* ---- operations ----------------------------------------------------------- */
@@ -344,9 +371,13 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	struct cbcmn__wakes wl = {0};
 	int rc = 0;
 	bool waited = false, full = false;
+	/* A task runs on its executor; else a thread, maybe an executor's. */
+	struct cbcmn__exec *e = self ? self->exec : exec_here(rt);
 	if (a->stopping) {
 		rc = -ESRCH; /* its mailbox is closed */
-	} else if (!put_msg(a, &copy, &wl)) {
+	} else if (put_msg(a, &copy, &wl)) {
+		trace_send(e, a, copy.from);
+	} else {
 		full = true;
 		if (a == me && mode != SEND_TRY) {
 			rc = -EDEADLK; /* only we could make room */
@@ -361,6 +392,12 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			cbcmn__waitq_push(&a->sendq, &w.qw);
 			rc = mb_block(self, a, &w, deadline);
 			waited = true;
+			/* In the ring (slot_freed()), timed then by the receiver's
+			 * clock if it traced: recorded here, on the executor
+			 * this task resumed on (its ring is only its thread's). */
+			if (rc == 0 && self && w.put_ns)
+				CBCMN__TRACE(self->exec, CBCMN_TRACE_ACTOR_SEND, w.put_ns, copy.from,
+					     to, (uint32_t)w.seq);
 			goto out;
 		}
 	}
@@ -479,8 +516,11 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 			a->sys_tail = NULL;
 	} else if (a->count) {
 		depth_sample(a->count);
+		uint64_t seq = a->taken_total;
 		ring_take(a, m);
-		slot_freed(a, &wl);
+		CBCMN__TRACE(self->exec, CBCMN_TRACE_ACTOR_RECEIVE, cbcmn__trace_now(), m->type,
+			     a->ref, (uint32_t)seq);
+		slot_freed(a, &wl, self->exec);
 	} else if (timeout_ns == 0) {
 		rc = -ETIMEDOUT;
 	} else {
@@ -494,8 +534,13 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		rc = mb_block(self, a, &w, deadline);
 		if (rc == CBCMN_ECANCELED)
 			rc = stopped_or(a, rc);
-		else if (rc == 0 && m->type < CBCMN_ACTOR_SYS)
+		else if (rc == 0 && m->type < CBCMN_ACTOR_SYS) {
 			depth_sample(1); /* handed to us: it was alone */
+			/* After the wake, on the executor we resumed on: after
+			 * the send, which was timed under the lock. */
+			CBCMN__TRACE(self->exec, CBCMN_TRACE_ACTOR_RECEIVE, cbcmn__trace_now(),
+				     m->type, a->ref, (uint32_t)w.seq);
+		}
 		probe_receive(a, m, rc);
 		return rc;
 	}
@@ -517,6 +562,8 @@ int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_
 		return -ESRCH;
 	struct cbcmn__wakes wl = {0};
 	int rc = a->stopping ? -ESRCH : put_msg(a, m, &wl) ? 0 : -EAGAIN;
+	if (rc == 0)
+		trace_send(exec_here(rt), a, m->from);
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, e);
 	return rc;

@@ -373,7 +373,7 @@ static int64_t io_finish(struct io_op *op)
 	/* Read now: the SQE is the ring's again once submitted. */
 	uint64_t trace_t0 = 0;
 	uint32_t trace_op = 0;
-	if (__builtin_expect(e->trace != NULL, 0)) {
+	if (cbcmn__trace_on(e)) {
 		trace_t0 = cbcmn__trace_now();
 		trace_op = op->sqe->opcode;
 	}

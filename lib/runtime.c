@@ -357,6 +357,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	for (uint32_t i = 0; i < rt->nexec; i++)
 		exec_free(rt->exec[i]);
 	free(rt->exec);
+	cbcmn__tseg_destroy(rt); /* after the executors' rings in it */
 	cbcmn__scope_rt_fini(rt);
 	cbcmn__blocking_fini(rt); /* no-op after destroy's own call */
 	cbcmn__stack_pool_fini(&rt->stacks);
@@ -485,7 +486,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	}
 	if (rt->spare)
 		cpu[c.workers] = node[c.workers] = kind[c.workers] = -1; /* unpinned: it stands in for any */
-	if ((rc = cbcmn__seg_create(rt, nx, node)) != 0) {
+	if ((rc = cbcmn__seg_create(rt, nx, node)) != 0 || (rc = cbcmn__tseg_create(rt, nx)) != 0) {
 		free(cpu);
 		free(node);
 		free(kind);
@@ -529,7 +530,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			runtime_free(rt);
 			return rc;
 		}
-		if (c.trace_events && !(e->trace = cbcmn__trace_new(c.trace_events, node[i]))) {
+		if (rt->cfg.trace_events && !(e->trace = cbcmn__trace_new(rt, i, node[i]))) {
 			free(cpu);
 			free(node);
 			free(kind);

@@ -40,6 +40,7 @@ struct cbcmn__scope;
 struct cbcmn__wcell;
 struct cbcmn__ep;
 struct cbcmn__trace;
+struct cbcmn__tseg;
 
 /* Someone waiting for an event: a suspended task, or a thread outside the
  * runtime sleeping on the futex.  Lives on the waiter's own stack; the
@@ -417,6 +418,7 @@ struct cbcmn_runtime {
 	/* cbcmn_trace_drain(): one caller at a time, and where it goes on. */
 	_Atomic bool trace_draining;
 	uint32_t trace_next;
+	struct cbcmn__tseg *tseg;         /* the rings' shared segment, NULL: none (trace.h) */
 
 	/* Inject queue: work from outside the executors, FIFO. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__mutex inject_lock;

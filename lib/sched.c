@@ -571,7 +571,7 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	/* The slice's start and the task's id, read now: t may be gone by
 	 * the time it comes back. */
 	uint64_t trace_t0 = 0, trace_id = 0;
-	if (__builtin_expect(e->trace != NULL, 0)) {
+	if (cbcmn__trace_on(e)) {
 		trace_id = t->id;
 		trace_t0 = cbcmn__trace_now();
 	}

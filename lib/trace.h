@@ -2,9 +2,10 @@
  *
  * With cbcmn_config.trace_events set, each executor records what it does
  * (task run slices, parks, steals, doorbells it rings, SQEs submitted and
- * CQEs reaped) as fixed-size records in a ring of its own: single
+ * CQEs reaped, actor messages sent and received) as fixed-size records in a ring of its own: single
  * producer (the executor's thread), single consumer (cbcmn_trace_drain(),
- * one caller at a time).  A full ring drops the new record and counts it;
+ * one caller at a time, or a watcher in another process: trace_seg.h).
+ * A full ring drops the new record and counts it;
  * nothing waits.  Off (the default), e->trace is NULL and each site costs
  * one load and a predicted-not-taken branch.
  */
@@ -12,28 +13,32 @@
 #define CBCMN_TRACE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "runtime.h"
+#include "trace_seg.h"
 
-/* At most this many records per executor (32 bytes each: 512 MiB). */
-#define CBCMN__TRACE_MAX (1u << 24)
-
-struct cbcmn__trace_rec {
-	uint64_t ts, dur, arg;
-	uint32_t peer, kind;
+/* An executor's ring as it sees it: the ring (in private memory, or in
+ * the shared segment) and its capacity, a private copy that no consumer
+ * can change. */
+struct cbcmn__trace {
+	struct cbcmn__trace_ring *ring;
+	uint64_t mask;             /* capacity - 1, fixed */
+	size_t size;               /* mapped bytes (0: in the runtime's segment) */
+	/* Record while not 0: the segment's holds, or on_self (1) for a
+	 * private ring, which only cbcmn_config.trace_events makes. */
+	const _Atomic uint32_t *on;
+	_Atomic uint32_t on_self;
 };
 
-struct cbcmn__trace {
-	/* The executor's: where its next record goes, and what it dropped. */
-	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t tail;
-	_Atomic uint64_t dropped;
-	uint64_t mask;             /* capacity - 1, fixed */
-	/* The drain's: the first record not yet taken. */
-	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t head;
-	size_t size;               /* mapped bytes, fixed */
-	_Alignas(CBCMN__CACHELINE) struct cbcmn__trace_rec rec[];
+/* The shared segment of a runtime's rings (trace_seg.h), NULL: private. */
+struct cbcmn__tseg {
+	struct cbcmn__tseg_hdr *hdr;
+	size_t size;
+	int fd;
+	uint32_t cap;
 };
 
 static inline uint64_t cbcmn__trace_now(void)
@@ -47,38 +52,64 @@ static inline uint64_t cbcmn__trace_now(void)
 static inline void cbcmn__trace_put(struct cbcmn__trace *tr, uint32_t kind, uint64_t ts,
 				    uint64_t dur, uint64_t arg, uint32_t peer)
 {
+	struct cbcmn__trace_ring *q = tr->ring;
 	/* Relaxed: only this thread writes tail. */
-	uint64_t tail = atomic_load_explicit(&tr->tail, memory_order_relaxed);
-	/* acquire: pairs with the release store of head in
-	 * cbcmn_trace_drain(): the drain has copied the records below head
-	 * before this thread writes over them. */
-	uint64_t head = atomic_load_explicit(&tr->head, memory_order_acquire);
+	uint64_t tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
+	/* acquire: pairs with the release CAS of head in cbcmn__trace_take():
+	 * the consumer has copied the records below head before this thread
+	 * writes over them.  A head a hostile consumer wrote (anything) can
+	 * only make this drop: the slot's index is masked with our mask. */
+	uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
 	if (tail - head > tr->mask) {
-		atomic_store_explicit(&tr->dropped,
-				      atomic_load_explicit(&tr->dropped, memory_order_relaxed) + 1,
+		atomic_store_explicit(&q->dropped,
+				      atomic_load_explicit(&q->dropped, memory_order_relaxed) + 1,
 				      memory_order_relaxed);
 		return;
 	}
-	struct cbcmn__trace_rec *r = &tr->rec[tail & tr->mask];
+	struct cbcmn__trace_rec *r = &q->rec[tail & tr->mask];
 	r->ts = ts;
 	r->dur = dur;
 	r->arg = arg;
 	r->peer = peer;
 	r->kind = kind;
-	/* release: pairs with the acquire load of tail in cbcmn_trace_drain():
-	 * the record is whole before the drain can see it. */
-	atomic_store_explicit(&tr->tail, tail + 1, memory_order_release);
+	/* release: pairs with the acquire load of tail in cbcmn__trace_take():
+	 * the record is whole before a consumer can see it. */
+	atomic_store_explicit(&q->tail, tail + 1, memory_order_release);
 }
 
-/* A record at a trace site of executor e (its own thread). */
+/* Does executor e record now?  Off (no rings) one load and a branch, as
+ * ever; with rings nobody holds on (CBCMN_TRACE_EVENTS=N:lazy, no
+ * recorder attached) one load more: no clock is read.  Relaxed: a hint,
+ * a recorder coming or going may miss or get one event more. */
+static inline bool cbcmn__trace_on(const struct cbcmn__exec *e)
+{
+	const struct cbcmn__trace *tr = e->trace;
+	return __builtin_expect(tr != NULL, 0) &&
+	       atomic_load_explicit(tr->on, memory_order_relaxed) != 0;
+}
+
+/* A record at a trace site of executor e (its own thread).  A slice
+ * whose start was not read (recording came on during it) has ts 0: not
+ * recorded. */
 #define CBCMN__TRACE(e, kind, ts, dur, arg, peer)                                      \
 	do {                                                                            \
-		if (__builtin_expect((e)->trace != NULL, 0))                            \
-			cbcmn__trace_put((e)->trace, (kind), (ts), (dur), (arg), (peer)); \
+		if (cbcmn__trace_on(e)) {                                               \
+			uint64_t trace_ts_ = (ts);                                      \
+			if (trace_ts_)                                                  \
+				cbcmn__trace_put((e)->trace, (kind), trace_ts_, (dur),  \
+						 (arg), (peer));                        \
+		}                                                                       \
 	} while (0)
 
-/* A ring of n records (a power of two) on node, or NULL. */
-struct cbcmn__trace *cbcmn__trace_new(uint32_t n, int node);
+/* With CBCMN_TRACE_EVENTS in the environment: the shared segment of nexec
+ * rings (rt->tseg), and rt->cfg.trace_events at least its size.  Returns
+ * 0 (also when the variable is unset or 0), -EINVAL (not a number of
+ * events up to CBCMN__TRACE_MAX: one line on stderr), -ENOMEM. */
+int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec);
+void cbcmn__tseg_destroy(struct cbcmn_runtime *rt);
+/* Executor i's ring of rt->cfg.trace_events records: in the segment if
+ * there is one, else private on node.  NULL: out of memory. */
+struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int node);
 void cbcmn__trace_free(struct cbcmn__trace *tr);
 
 #endif

@@ -268,7 +268,7 @@ bool cbcmn__park(struct cbcmn__exec *e, uint64_t timeout_ns)
 		}
 		CBCMN__COUNT(e, parks, 1);
 		CBCMN_PROBE2(park, e->id, e->rt->seg.rt_id);
-		uint64_t trace_t0 = e->trace ? cbcmn__trace_now() : 0;
+		uint64_t trace_t0 = cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
 		notified = wait_permit(e, timeout_ns);
 		if (!notified && !idle_try_clear(e)) {
 			/* Woken otherwise, but claimed meanwhile: the permit,

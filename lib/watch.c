@@ -403,7 +403,7 @@ static int seg_check(const struct cbcmn__seg_hdr *h, uint64_t size, pid_t pid)
  * its getpid() returned when it wrote the segment's pid.  In a container
  * the two differ.  The last number of the NSpid line of its status; pid
  * itself when there is none (kernels before 4.1, or unreadable). */
-static pid_t own_pid(pid_t pid)
+pid_t cbcmn__own_pid(pid_t pid)
 {
 	char path[64], line[256];
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
@@ -430,35 +430,42 @@ static pid_t own_pid(pid_t pid)
  * mapping can fault with SIGBUS), its header is checked on a copy read
  * with pread (no mapping needed to look), and only the part the checked
  * geometry covers is mapped. */
-static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
+int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st, void *hdr, size_t hlen)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, nr);
 	/* O_NONBLOCK: a FIFO under a memfd's name must not hang us. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	int fd = open(path, flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return errno == EPERM ? -EACCES : -errno;
-	struct stat st;
 	struct statfs sfs;
-	struct cbcmn__seg_hdr h;
-	int rc = -ENOENT;
 	/* tmpfs: not hugetlbfs, whose faults can fail with SIGBUS when its
-	 * pool is empty, nor a file with a look-alike name. */
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &sfs) != 0 ||
-	    sfs.f_type != TMPFS_MAGIC || st.st_size < (off_t)sizeof(h))
-		goto fail;
-	/* Seals are never removed: once seen, the size below is final. */
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0)
-		goto fail;
-	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
-		goto fail;
-	if ((rc = seg_check(&h, (uint64_t)st.st_size, own_pid(pid))) != 0)
-		goto fail;
-	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-		rc = -EPROTO; /* an unsealed segment: version 1, or not a runtime's */
-		goto fail;
+	 * pool is empty, nor a file with a look-alike name.  Seals are never
+	 * removed: once seen, the size is final. */
+	int seals;
+	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || fstatfs(fd, &sfs) != 0 ||
+	    sfs.f_type != TMPFS_MAGIC || (seals = fcntl(fd, F_GET_SEALS)) < 0 ||
+	    st->st_size < (off_t)hlen || pread(fd, hdr, hlen, 0) != (ssize_t)hlen) {
+		close(fd);
+		return -ENOENT;
 	}
+	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+		close(fd);
+		return -EPROTO; /* unsealed: version 1, or not a runtime's */
+	}
+	return fd;
+}
+
+static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
+{
+	struct stat st;
+	struct cbcmn__seg_hdr h;
+	int fd = cbcmn__memfd_open(pid, nr, O_RDONLY, &st, &h, sizeof(h));
+	if (fd < 0)
+		return fd;
+	int rc;
+	if ((rc = seg_check(&h, (uint64_t)st.st_size, cbcmn__own_pid(pid))) != 0)
+		goto fail;
 	size_t len = (size_t)h.slots_off + (size_t)h.stride * h.nexec;
 	void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
@@ -508,9 +515,10 @@ static int found_cmp(const void *a, const void *b)
 	return (x->ino > y->ino) - (x->ino < y->ino);
 }
 
-/* The descriptors of pid that are memfds with our name. */
-static int seg_fds(pid_t pid, int **fds, uint32_t *n)
+int cbcmn__memfd_fds(pid_t pid, const char *name, int **fds, uint32_t *n)
 {
+	char want[64];
+	int wlen = snprintf(want, sizeof(want), "/memfd:%s ", name);
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
 	DIR *d = opendir(path);
@@ -529,7 +537,7 @@ static int seg_fds(pid_t pid, int **fds, uint32_t *n)
 		if (len < 0)
 			continue; /* closed meanwhile */
 		target[len] = '\0';
-		if (strncmp(target, "/memfd:" CBCMN__SEG_NAME " ", sizeof("/memfd:" CBCMN__SEG_NAME)) != 0)
+		if (strncmp(target, want, (size_t)wlen) != 0)
 			continue;
 		if (cnt == cap) {
 			int *nv = realloc(v, (cap = cap ? 2 * cap : 4) * sizeof(*v));
@@ -562,7 +570,7 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 		return errno == ESRCH ? -ESRCH : -errno;
 	int *fds = NULL;
 	uint32_t n = 0;
-	int rc = seg_fds(pid, &fds, &n);
+	int rc = cbcmn__memfd_fds(pid, CBCMN__SEG_NAME, &fds, &n);
 	if (rc) {
 		close(pidfd);
 		return rc == -EPERM ? -EACCES : rc;

@@ -1,16 +1,27 @@
 /* test_toprecord.c: cbcmn-top --record: the trace a viewer opens (every
  * slice whole and apart on its executor's track, every arrow with both
- * ends), whose counts are the counters' growth from the first sample to
- * the last, executor by executor, the last being the run's final figures;
- * and bad input as one line and a non-zero status, nothing started. */
+ * ends).  From the target's shared trace rings: its single events, which
+ * are its counters one for one, each taken once when the target drains
+ * its rings too; from the samples (a target without rings): counts that
+ * are the counters' growth from the first sample to the last, executor by
+ * executor, the last being the run's final figures.  A target whose rings
+ * are corrupt: one line, no crash, a whole file.  Bad input as one line
+ * and a non-zero status, nothing started. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
 #include "toolrun.h"
+#include "../lib/statseg.h"
+#include "../lib/trace_seg.h"
+#include "workloads/fib.h"
 
 /* argv: trace, cbcmn-run's --json output, "runtime" or "kernel".  Prints
  * one line; exit 0 when every check passed.  The events' counts per
@@ -22,7 +33,7 @@
  * runtime counts). */
 static const char check_py[] =
 	PY_TRACE_OPEN
-	"if not od['ended'] or not od['complete'] or od['samples'] < 2: fail('otherData %r' % (od,))\n"
+	"if not od['ended'] or not od['complete'] or od['samples'] < 2 or od['source_events'] != 'none': fail('otherData %r' % (od,))\n"
 	"first = od['counters_first']['per_executor']; last = od['counters_last']['per_executor']\n"
 	"if len(first) != nx or len(last) != nx: fail('per_executor %r' % (od,))\n"
 	"slices = {}; flows = {}\n"
@@ -109,8 +120,11 @@ static void record_skew(bool kernel)
 			     kernel ? "2.5" : "0.6", "--json", NULL};
 	for (size_t i = 0; cmd[i]; i++)
 		argv[n++] = cmd[i];
+	/* No rings: the samples' counts (the events' test is below). */
+	setenv("CBCMN_TRACE_EVENTS", "0", 1);
 	struct toolrun r;
 	toolrun(&r, argv, 120);
+	unsetenv("CBCMN_TRACE_EVENTS");
 	if (r.status != 0)
 		fail_msg("status %d: %s", r.status, r.err);
 	const char *args[] = {trace, out, kernel ? "kernel" : "runtime", NULL};
@@ -130,6 +144,552 @@ static void test_record_with_kernel_steal_arrows(void **state)
 {
 	(void)state;
 	record_skew(true);
+}
+
+/* ---- single events, from the target's trace rings -------------------------------------- */
+
+/* argv: trace, cbcmn-run's --json output ("-": none), "exact" or
+ * "whole", and a second trace ("-": none) that the target's own drain
+ * wrote (cbcmn-run --trace) at the same time.  "whole": a file a viewer
+ * takes: tids of executor tracks, slices apart per track, arrows and
+ * spans with both ends.  "exact": nothing lost, and the events of both
+ * files together are the run's final counters (otherData's last read,
+ * after the runtime ended; inline runs from the run's own figures): steal arrows = steals per
+ * thief, their tasks = tasks stolen, tasks whose first slice is on an
+ * executor within [tasks_run - inline_runs, tasks_run] of it, park
+ * slices = parks, I/O spans = io_ops; and no event in both files. */
+static const char events_py[] =
+	PY_TRACE_OPEN
+	PY_ACTOR_MSGS
+	"def events(tr, nx):\n"
+	"    slices = {}; flows = {}; spans = {}; inst = {}\n"
+	"    for e in tr['traceEvents']:\n"
+	"        ph = e['ph']\n"
+	"        if ph in 'MC': continue\n"
+	"        tid = e['tid']\n"
+	"        if not (isinstance(tid, int) and 1 <= tid <= nx + 1): fail('tid %r' % (e,))\n"
+	"        if e['ts'] < 0: fail('ts %r' % (e,))\n"
+	"        if ph == 'X':\n"
+	"            if e['dur'] < 0 or e['name'] not in ('task', 'park'): fail('slice %r' % (e,))\n"
+	"            slices.setdefault(tid, []).append(e)\n"
+	"        elif ph in 'sf':\n"
+	"            if is_steal(e): flows.setdefault(e['id'], []).append(e)\n"
+	"        elif ph in 'be': spans.setdefault(e['id'], []).append(e)\n"
+	"        elif ph == 'i': inst.setdefault(e['name'], []).append(e)\n"
+	"        else: fail('phase %r' % (e,))\n"
+	"    for tid, ss in slices.items():\n"
+	"        ss.sort(key=lambda e: e['ts'])\n"
+	"        for a, b in zip(ss, ss[1:]):\n"
+	"            if b['ts'] < a['ts'] + a['dur'] - 1e-6: fail('overlap on %d: %r %r' % (tid, a, b))\n"
+	"    arrows = []\n"
+	"    for i, fl in flows.items():\n"
+	"        if sorted(x['ph'] for x in fl) != ['f', 's']: fail('flow %r' % (fl,))\n"
+	"        s = [x for x in fl if x['ph'] == 's'][0]; f = [x for x in fl if x['ph'] == 'f'][0]\n"
+	"        a = s['args']\n"
+	"        if s['tid'] != a['victim'] + 1 or f['tid'] != a['thief'] + 1 or a['thief'] == a['victim']: fail('flow %r' % (fl,))\n"
+	"        arrows.append((a['thief'], a['victim'], a['tasks'], s['ts']))\n"
+	"    for i, sp in spans.items():\n"
+	"        if sorted(x['ph'] for x in sp) != ['b', 'e']: fail('span %r' % (sp,))\n"
+	"    return slices, arrows, spans, inst\n"
+	"if od['source_events'] != \"the target's trace rings\": fail('no events: %r' % (od,))\n"
+	"slices, arrows, spans, inst = events(tr, nx)\n"
+	"sends, recvs = messages(ev)\n"
+	"mine = set((tid, e['name'], e['ts']) for tid, ss in slices.items() for e in ss)\n"
+	"if sys.argv[4] != '-':\n"
+	"    other = json.load(open(sys.argv[4]))\n"
+	"    o_slices, o_arrows, o_spans, o_inst = events(other, other['otherData']['executors'])\n"
+	"    both = mine & set((tid, e['name'], e['ts']) for tid, ss in o_slices.items() for e in ss)\n"
+	"    if both: fail('%d slices taken by both consumers, e.g. %r' % (len(both), sorted(both)[:3]))\n"
+	"    if not o_slices or not slices: fail('a consumer took nothing: %d and %d tracks' % (len(slices), len(o_slices)))\n"
+	"    for tid, ss in o_slices.items(): slices.setdefault(tid, []).extend(ss)\n"
+	"    o_sends, o_recvs = messages(other['traceEvents'])\n"
+	"    if set(sends) & set(o_sends) or set(recvs) & set(o_recvs): fail('a message in both files')\n"
+	"    sends.update(o_sends); recvs.update(o_recvs)\n"
+	"    # the same arrow across the files (their times have different bases:\n"
+	"    # messages() compared those within each)\n"
+	"    for k, r in recvs.items():\n"
+	"        x = sends.get(k)\n"
+	"        if x and x[2] != r[2]: fail('message %r: sent %r, received %r' % (k, x, r))\n"
+	"    arrows += o_arrows; spans.update({('o', k): v for k, v in o_spans.items()})\n"
+	"    if other['otherData']['dropped'] or other['otherData']['not_written']: fail('the target lost events %r' % (other['otherData'],))\n"
+	"    o_n = sum(1 for e in other['traceEvents'] if e['ph'] in 'Xisb')\n"
+	"    if not (0 < od['taken_by_others'] <= o_n): fail('taken by others %d, the other file holds %d' % (od['taken_by_others'], o_n))\n"
+	"if sys.argv[3] == 'exact':\n"
+	"    if od['dropped'] or od['invalid'] or od['corrupt_rings'] or od['not_written']: fail('lost events %r' % (od,))\n"
+	"    if (sys.argv[4] == '-') != (od['complete'] and not od['taken_by_others']): fail('another consumer %r' % (od,))\n"
+	"    st = json.load(open(sys.argv[2])); runper = st['per_executor']\n"
+	"    if not od['ended']: fail('the runtime did not end while recorded %r' % (od,))\n"
+	"    # The final counts: the last read, after the runtime ended (cbcmn-run's\n"
+	"    # own figures come before its runtime's end, when executors still park).\n"
+	"    s = od['counters_last']; per = s['per_executor']\n"
+	"    first = {}\n"
+	"    for tid, ss in slices.items():\n"
+	"        for e in ss:\n"
+	"            if e['name'] == 'task':\n"
+	"                t = e['args']['task']\n"
+	"                if t not in first or e['ts'] < first[t][0]: first[t] = (e['ts'], tid - 1)\n"
+	"    for i, p in enumerate(per):\n"
+	"        thief = [a for a in arrows if a[0] == i]\n"
+	"        if len(thief) != p['steal_successes']: fail('thief %d: %d arrows, %d steals' % (i, len(thief), p['steal_successes']))\n"
+	"        if sum(a[2] for a in thief) != p['tasks_stolen']: fail('thief %d: %d tasks in arrows, %d stolen' % (i, sum(a[2] for a in thief), p['tasks_stolen']))\n"
+	"        began = sum(1 for t in first.values() if t[1] == i)\n"
+	"        inl = runper[i]['inline_runs']\n"
+	"        # (not on ring: its actors start inline in the awaiting root, counted\n"
+	"        # where it runs but with no slice of their own, block in a receive and\n"
+	"        # resume, first sliced, on the other executor, above its tasks_run)\n"
+	"        if st['workload'] != 'ring' and not (p['tasks_run'] - inl <= began <= p['tasks_run']): fail('executor %d: %d tasks began, counters %r, inline %d' % (i, began, p, inl))\n"
+	"        parks = sum(1 for e in slices.get(i + 1, []) if e['name'] == 'park')\n"
+	"        if parks != p['parks']: fail('executor %d: %d park slices, %d parks' % (i, parks, p['parks']))\n"
+	"    if len(spans) != s['io_ops']: fail('%d I/O spans, %d io_ops' % (len(spans), s['io_ops']))\n"
+	"    # ring of N (4 here): 10 N + 4 token sends and N QUITs a round, all taken\n"
+	"    if st['workload'] == 'ring':\n"
+	"        want = st['rounds'] * (11 * 4 + 4)\n"
+	"        if len(sends) != want or len(recvs) != want or set(sends) != set(recvs): fail('%d sends, %d receives, %d messages' % (len(sends), len(recvs), want))\n"
+	"print('ok', len(mine), 'slices', len(arrows), 'steal arrows', len(sends), 'sends', len(recvs), 'receives', od['events'], 'events', 'dropped', od['dropped'])\n";
+
+/* A scratch file name in name (a template), the file made empty. */
+static void scratch(char *name)
+{
+	int fd = mkstemp(name);
+	assert_true(fd >= 0);
+	close(fd);
+}
+
+/* cbcmn-top --record over cbcmn-run WORKLOAD from its start to its end
+ * (rings of ring_events, which cbcmn-top passes on), the run's --json in
+ * out; with own, the run also drains its own rings into that trace. */
+static void record_events(const char *workload, const char *ring_events, const char *trace,
+			  const char *out, const char *own, struct toolrun *r)
+{
+	/* ring: of 4 actors (the checks count its messages so) */
+	bool ring = !strcmp(workload, "ring");
+	const char *argv[24] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "--record", trace, "-o", out,
+				"--", runner, workload, "--workers", "2", "--duration", "0.3", "--json"};
+	size_t k = 17;
+	if (ring) {
+		argv[k++] = "--size";
+		argv[k++] = "4";
+	}
+	if (own) {
+		argv[k++] = "--trace";
+		argv[k++] = own;
+	}
+	argv[k] = NULL;
+	setenv("CBCMN_TRACE_EVENTS", ring_events, 1);
+	toolrun(r, argv, 120);
+	unsetenv("CBCMN_TRACE_EVENTS");
+	printf("    %s: status %d %s", workload, r->status, r->err);
+}
+
+/* record_events() of workload, nothing lost (rings of 2^20), checked
+ * exact against the run's counters; with two, the target drains its own
+ * rings into a second trace too. */
+static void events_case(const char *workload, bool two)
+{
+	if (!runner[0]) {
+		T_SKIP("cbcmn-run is not built beside this suite (make tools)");
+		return;
+	}
+	char trace[] = "/tmp/cbcmn-toprec-ev-XXXXXX", out[] = "/tmp/cbcmn-toprec-evrun-XXXXXX";
+	char own[] = "/tmp/cbcmn-toprec-own-XXXXXX";
+	scratch(trace);
+	scratch(out);
+	scratch(own);
+	struct toolrun r;
+	record_events(workload, "1048576", trace, out, two ? own : NULL, &r);
+	if (r.status != 0)
+		fail_msg("status %d: %s", r.status, r.err);
+	const char *args[] = {trace, out, "exact", two ? own : "-", NULL};
+	pycheck(events_py, args, two ? "two consumers" : workload);
+	free(r.out);
+	unlink(trace);
+	unlink(out);
+	unlink(own);
+}
+
+/* Steals on skew, I/O on mixed, actor messages on ring. */
+static void test_record_events_match_the_runtimes_counters(void **state)
+{
+	(void)state;
+	events_case("skew", false);
+	events_case("mixed", false);
+	events_case("ring", false);
+}
+
+/* Two consumers: the target drains its own rings (cbcmn-run --trace)
+ * while cbcmn-top takes them too.  Each event is in one file, never both,
+ * and the two together are the run's counters. */
+static void test_record_and_the_targets_own_drain_take_each_event_once(void **state)
+{
+	(void)state;
+	events_case("skew", true);
+	events_case("ring", true);
+}
+
+/* Rings of 16 records: most events are lost, and said: the file's
+ * otherData counts them, one line on stderr, status 0, a whole trace. */
+static void test_record_events_lost_to_full_rings_are_counted(void **state)
+{
+	(void)state;
+	if (!runner[0]) {
+		T_SKIP("cbcmn-run is not built beside this suite (make tools)");
+		return;
+	}
+	char trace[] = "/tmp/cbcmn-toprec-lost-XXXXXX", out[] = "/tmp/cbcmn-toprec-lostrun-XXXXXX";
+	scratch(trace);
+	scratch(out);
+	struct toolrun r;
+	record_events("skew", "16", trace, out, NULL, &r);
+	assert_int_equal(r.status, 0);
+	if (!strstr(r.err, "events not in the trace, ") ||
+	    !strstr(r.err, "dropped by the target's full rings (16 records each)"))
+		fail_msg("stderr: %s", r.err);
+	static const char lost_py[] =
+		PY_TRACE_OPEN
+		"if od['dropped'] == 0 or od['complete'] or od['ring_events'] != 16: fail('%r' % (od,))\n"
+		"print('ok', od['events'], 'events', od['dropped'], 'dropped')\n";
+	const char *args[] = {trace, NULL};
+	pycheck(lost_py, args, "lost");
+	free(r.out);
+	unlink(trace);
+	unlink(out);
+}
+
+/* ---- cbcmn-top -p: a target started with CBCMN_TRACE_EVENTS ---------------------------- */
+
+struct target {
+	pid_t pid;
+	int fd;                          /* its rings' memfd, ours through /proc */
+	struct cbcmn__tseg_hdr *h;
+	size_t size;
+};
+
+static void target_map(struct target *t);
+
+/* A target of our own: a child that makes a runtime of 2 executors with
+ * rings of ring_events in the shared memfd, runs fib tasks for as long as
+ * it lives (or once, then idles, with busy false), and our mapping of its
+ * rings (read-write, as a watcher's). */
+static void target_start(struct target *t, const char *ring_events, bool busy,
+			 unsigned die_after_ms)
+{
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	fflush(NULL);
+	t->pid = fork();
+	assert_true(t->pid >= 0);
+	if (t->pid == 0) {
+		close(p[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves none behind */
+		setenv("CBCMN_TRACE_EVENTS", ring_events, 1);
+		if (die_after_ms) /* SIGALRM: killed mid-run, its rings as they are */
+			setitimer(ITIMER_REAL,
+				  &(struct itimerval){.it_value = {.tv_sec = die_after_ms / 1000,
+								   .tv_usec = die_after_ms % 1000 * 1000}},
+				  NULL);
+		cbcmn_config c;
+		cbcmn_config_init(&c);
+		c.workers = 2;
+		c.min_workers = 2;
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&c, &rt))
+			_exit(1);
+		for (int round = 0;; round++) {
+			struct fib f = {.n = 12};
+			int64_t res;
+			if (cbcmn_runtime_run(rt, fib_task, &f, &res))
+				_exit(2);
+			if (round == 0 && write(p[1], "r", 1) != 1)
+				_exit(3);
+			if (!busy)
+				pause();
+			usleep(2000);
+		}
+	}
+	close(p[1]);
+	char c;
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	target_map(t);
+}
+
+/* Our mapping of t->pid's rings, read-write (as a watcher's): the memfd
+ * of that name the process made (it may hold others' open, as this suite
+ * does while it watches a child). */
+static void target_map(struct target *t)
+{
+	int *fds = NULL;
+	uint32_t n = 0;
+	assert_int_equal(cbcmn__memfd_fds(t->pid, CBCMN__TSEG_NAME, &fds, &n), 0);
+	t->h = NULL;
+	for (uint32_t i = 0; i < n && !t->h; i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)t->pid, fds[i]);
+		t->fd = open(path, O_RDWR | O_CLOEXEC);
+		assert_true(t->fd >= 0);
+		struct stat st;
+		assert_int_equal(fstat(t->fd, &st), 0);
+		t->size = (size_t)st.st_size;
+		t->h = mmap(NULL, t->size, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
+		assert_true(t->h != MAP_FAILED);
+		if (t->h->pid != t->pid) {
+			munmap(t->h, t->size);
+			close(t->fd);
+			t->h = NULL;
+		}
+	}
+	free(fds);
+	assert_non_null(t->h);
+}
+
+static struct cbcmn__trace_ring *target_ring(struct target *t, uint32_t i)
+{
+	return (struct cbcmn__trace_ring *)((char *)t->h + t->h->rings_off + t->h->ring_stride * i);
+}
+
+static void target_stop(struct target *t)
+{
+	kill(t->pid, SIGKILL);
+	waitpid(t->pid, NULL, 0);
+	munmap(t->h, t->size);
+	close(t->fd);
+}
+
+/* cbcmn-top -p of the target for n samples (0: until it ends),
+ * recording into trace. */
+static void record_pid_n(struct target *t, const char *n, const char *trace, struct toolrun *r)
+{
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)t->pid);
+	const char *argv[] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "-n", n,
+			      "--record", trace, "-p", pid, NULL};
+	toolrun(r, argv, 60);
+	printf("    -p: status %d %s", r->status, r->err);
+}
+
+static void record_pid(struct target *t, const char *trace, struct toolrun *r)
+{
+	record_pid_n(t, "3", trace, r);
+}
+
+/* The trace a -p recording wrote is whole (events_py "whole"); then the
+ * run's output and the file go. */
+static void whole_and_done(char *trace, struct toolrun *r, const char *label)
+{
+	const char *args[] = {trace, "-", "whole", "-", NULL};
+	pycheck(events_py, args, label);
+	free(r->out);
+	unlink(trace);
+}
+
+/* The rings' tails, summed: how many events the target recorded. */
+static uint64_t target_tails(struct target *t)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < t->h->nexec; i++)
+		sum += atomic_load(&target_ring(t, i)->tail) + atomic_load(&target_ring(t, i)->dropped);
+	return sum;
+}
+
+/* CBCMN_TRACE_EVENTS=N:lazy: a busy target records nothing (no clock
+ * read, the sites one flag test) until a recorder attaches, then its
+ * events come, and when the recorder leaves it stops again. */
+static void test_lazy_rings_record_only_while_a_recorder_is_attached(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "65536:lazy", true, 0);
+	usleep(100000);
+	assert_int_equal(atomic_load(&t.h->holds), 0);
+	assert_int_equal(target_tails(&t), 0);
+	char trace[] = "/tmp/cbcmn-toprec-lazy-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid(&t, trace, &r);
+	assert_int_equal(r.status, 0);
+	uint64_t after = target_tails(&t);
+	assert_int_equal(atomic_load(&t.h->holds), 0); /* let go */
+	usleep(100000);
+	uint64_t later = target_tails(&t);
+	target_stop(&t);
+	printf("    recorded %llu events while attached, %llu after\n", (unsigned long long)after,
+	       (unsigned long long)(later - after));
+	assert_true(after > 0);
+	assert_true(later - after <= 2 * 3); /* a slice or two under way per executor as it left */
+	whole_and_done(trace, &r, "lazy");
+}
+
+/* A target killed while recorded (SIGALRM, 0.6 s in): the recording ends
+ * with it, status 0, the file whole, with what its rings held then (our
+ * mapping keeps them). */
+static void test_record_pid_of_a_target_killed_meanwhile_is_whole(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "65536", true, 600);
+	char trace[] = "/tmp/cbcmn-toprec-die-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid_n(&t, "0", trace, &r);
+	int st;
+	assert_int_equal(waitpid(t.pid, &st, 0), t.pid);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM);
+	munmap(t.h, t.size);
+	close(t.fd);
+	assert_int_equal(r.status, 0);
+	static const char die_py[] =
+		PY_TRACE_OPEN
+		"if not od['ended'] or od['events'] == 0 or od['corrupt_rings']: fail('%r' % (od,))\n"
+		"print('ok', od['events'], 'events')\n";
+	const char *args[] = {trace, NULL};
+	pycheck(die_py, args, "killed");
+	whole_and_done(trace, &r, "killed, whole");
+}
+
+/* A running target, recorded with -p: its events as they come, whole
+ * (its earlier ones too: what its rings held when we came). */
+static void test_record_pid_of_a_target_with_rings(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "65536", true, 0);
+	char trace[] = "/tmp/cbcmn-toprec-pid-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid(&t, trace, &r);
+	target_stop(&t);
+	assert_int_equal(r.status, 0);
+	whole_and_done(trace, &r, "-p");
+}
+
+/* A hostile or broken target: the head of a ring beyond its tail (tail -
+ * head, unsigned, past the capacity), a record of no known kind, a steal
+ * from an executor that does not exist, and then a header whose geometry
+ * would send reads outside the segment.  Each time one line, status 1, a
+ * whole file; never a crash, a hang, or the bogus records in the file. */
+static void test_record_of_a_corrupt_ring_is_one_line(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "64", false, 0); /* fib(12) fills a ring of 64; then idle */
+	struct cbcmn__trace_ring *r0 = target_ring(&t, 0), *r1 = target_ring(&t, 1);
+	uint64_t tail1 = atomic_load(&r1->tail);
+	atomic_store(&r1->head, tail1 + 1000);
+	/* Ring 0 (fib began there): its first records made bogus. */
+	uint64_t head0 = atomic_load(&r0->head), tail0 = atomic_load(&r0->tail);
+	assert_true(tail0 - head0 >= 2);
+	r0->rec[head0 & 63].kind = 99;
+	r0->rec[(head0 + 1) & 63].kind = CBCMN_TRACE_STEAL;
+	r0->rec[(head0 + 1) & 63].peer = 1u << 30;
+	char trace[] = "/tmp/cbcmn-toprec-bad-XXXXXX";
+	scratch(trace);
+	struct toolrun r;
+	record_pid(&t, trace, &r);
+	assert_int_equal(r.status, 1);
+	assert_one_line(r.err);
+	if (!strstr(r.err, "trace ring of executor 1 is corrupt"))
+		fail_msg("stderr: %s", r.err);
+	static const char bad_py[] =
+		PY_TRACE_OPEN
+		"if od['corrupt_rings'] != 1 or od['invalid'] != 2 or od['complete']: fail('%r' % (od,))\n"
+		"if any(e.get('tid') == 2 and e['ph'] in 'Xi' for e in ev): fail('events of the corrupt ring')\n"
+		"print('ok', od['events'], 'events')\n";
+	const char *args[] = {trace, NULL};
+	pycheck(bad_py, args, "corrupt ring");
+	free(r.out);
+
+	/* The header: rings past the end of the segment. */
+	t.h->ring_stride = 1ull << 39;
+	record_pid(&t, trace, &r);
+	target_stop(&t);
+	assert_int_equal(r.status, 1);
+	assert_one_line(r.err);
+	if (!strstr(r.err, "header is corrupt"))
+		fail_msg("stderr: %s", r.err);
+	static const char hdr_py[] =
+		PY_TRACE_OPEN
+		"if od['source_events'] != 'none' or 'corrupt' not in od['events_off']: fail('%r' % (od,))\n"
+		"print('ok, samples only:', od['samples'])\n";
+	pycheck(hdr_py, args, "corrupt header");
+	free(r.out);
+	unlink(trace);
+}
+
+/* The target's own drain (cbcmn_trace_drain) of a ring whose head a
+ * watcher with write access made impossible (beyond the tail): it took
+ * as many stale records as it was asked for, again and again (head ran
+ * on from its bogus value, and the executor, seeing the ring full,
+ * dropped every new event).  Now the ring is skipped to its tail, and
+ * records again. */
+static void test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail(void **state)
+{
+	(void)state;
+	setenv("CBCMN_TRACE_EVENTS", "64", 1);
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	c.flags = CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&c);
+	unsetenv("CBCMN_TRACE_EVENTS");
+	struct fib f = {.n = 4};
+	t_run(rt, fib_task, &f, 0);
+	struct target t = {.pid = getpid()};
+	target_map(&t);
+	struct cbcmn__trace_ring *r0 = target_ring(&t, 0);
+	uint64_t tail = atomic_load(&r0->tail);
+	assert_true(tail > 0);
+	atomic_store(&r0->head, tail + 1000);
+	static cbcmn_trace_event ev[4096];
+	int n = cbcmn_trace_drain(rt, ev, 4096, NULL);
+	printf("    the drain of the corrupt ring: %d events\n", n);
+	assert_int_equal(n, 0);
+	assert_int_equal(atomic_load(&r0->head), atomic_load(&r0->tail));
+	f.n = 4; /* 9 tasks */
+	t_run(rt, fib_task, &f, 0);
+	n = cbcmn_trace_drain(rt, ev, 4096, NULL);
+	assert_true(n >= 9 && n <= 64);
+	uint64_t tasks = 0;
+	for (int i = 0; i < n; i++)
+		tasks += ev[i].kind == CBCMN_TRACE_TASK;
+	assert_true(tasks >= 9);
+	munmap(t.h, t.size);
+	close(t.fd);
+	cbcmn_runtime_destroy(rt);
+}
+
+/* CBCMN_TRACE_EVENTS that is not a count (up to 2^24, optionally
+ * ":lazy"): the create fails with -EINVAL and one line, as a bad
+ * CBCMN_BACKEND does; empty or 0: no rings, a runtime as without it. */
+static void test_bad_trace_events_variable_fails_the_create(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"12x", "-1", "16777217", "64:lazyx", ":lazy", "64:"};
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("CBCMN_TRACE_EVENTS", bad[i], 1);
+		int saved;
+		int fd = t_stderr_capture(&saved);
+		cbcmn_runtime *rt = NULL;
+		int rc = cbcmn_runtime_create(&c, &rt);
+		char err[512];
+		t_stderr_restore(fd, saved, err, sizeof(err));
+		printf("    %s: %d %s", bad[i], rc, err);
+		assert_int_equal(rc, -EINVAL);
+		assert_null(rt);
+		assert_one_line(err);
+		assert_non_null(strstr(err, "CBCMN_TRACE_EVENTS"));
+	}
+	static const char *const none[] = {"", "0", "0:lazy"};
+	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+		setenv("CBCMN_TRACE_EVENTS", none[i], 1);
+		cbcmn_runtime *rt = t_runtime_cfg(&c);
+		cbcmn_trace_event ev[1];
+		assert_int_equal(cbcmn_trace_drain(rt, ev, 1, NULL), -EOPNOTSUPP); /* no rings */
+		cbcmn_runtime_destroy(rt);
+	}
+	unsetenv("CBCMN_TRACE_EVENTS");
 }
 
 /* Bad input: one line, status st, and the command (which would create
@@ -279,6 +839,15 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_record_matches_the_runtimes_counters),
 		cmocka_unit_test(test_record_with_kernel_steal_arrows),
+		cmocka_unit_test(test_record_events_match_the_runtimes_counters),
+		cmocka_unit_test(test_record_and_the_targets_own_drain_take_each_event_once),
+		cmocka_unit_test(test_record_events_lost_to_full_rings_are_counted),
+		cmocka_unit_test(test_record_pid_of_a_target_with_rings),
+		cmocka_unit_test(test_record_pid_of_a_target_killed_meanwhile_is_whole),
+		cmocka_unit_test(test_lazy_rings_record_only_while_a_recorder_is_attached),
+		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
+		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
+		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),
 		cmocka_unit_test(test_record_bad_input),
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),

@@ -188,6 +188,7 @@ static void test_drain_while_executors_record(void **state)
  * having at most one event counted and not yet recorded). */
 static const char check_py[] =
 	PY_TRACE_OPEN
+	PY_ACTOR_MSGS
 	"slices = {}; flows = {}; inst = {}; spans = {}\n"
 	"for e in ev:\n"
 	"    ph = e['ph']\n"
@@ -199,10 +200,12 @@ static const char check_py[] =
 	"        if e['dur'] < 0: fail('dur %r' % (e,))\n"
 	"        slices.setdefault(tid, []).append(e)\n"
 	"    elif ph in 'BE': fail('B/E unmatched by design %r' % (e,))\n"
-	"    elif ph in 'sf': flows.setdefault(e['id'], []).append(e)\n"
+	"    elif ph in 'sf':\n"
+	"        if is_steal(e): flows.setdefault(e['id'], []).append(e)\n"
 	"    elif ph in 'be': spans.setdefault(e['id'], []).append(e)\n"
 	"    elif ph == 'i': inst.setdefault(e['name'], []).append(e)\n"
 	"    else: fail('phase %r' % (e,))\n"
+	"sends, recvs = messages(ev)\n"
 	"for tid, ss in slices.items():\n"
 	"    ss.sort(key=lambda e: e['ts'])\n"
 	"    for a, b in zip(ss, ss[1:]):\n"
@@ -241,7 +244,11 @@ static const char check_py[] =
 	"    if len(spans) != s['io_ops']: fail('%d I/O spans, %d io_ops' % (len(spans), s['io_ops']))\n"
 	"    for name, n in (('sqes_submitted', sqes), ('cqes_reaped', cqes)):\n"
 	"        if n > hi[name] or (n == 0 and lo[name] > 0): fail('%s: %d in events, %r' % (name, n, hi))\n"
-	"print('ok', len(tasks), 'tasks', len(flows), 'steals', len(spans), 'io calls', parks, 'parks', bells, 'doorbells', sqes, 'sqes', cqes, 'cqes', 'dropped', od['dropped'], 'not_written', od['not_written'])\n";
+	"    # ring of N: each round sends the token 10 N + 4 times and QUIT N times; all taken\n"
+	"    if st['workload'] == 'ring':\n"
+	"        size = int(sys.argv[4]); want = st['rounds'] * (11 * size + 4)\n"
+	"        if len(sends) != want or len(recvs) != want or set(sends) != set(recvs): fail('%d sends, %d receives, %d messages' % (len(sends), len(recvs), want))\n"
+	"print('ok', len(tasks), 'tasks', len(flows), 'steals', len(sends), 'sends', len(recvs), 'receives', len(spans), 'io calls', parks, 'parks', bells, 'doorbells', sqes, 'sqes', cqes, 'cqes', 'dropped', od['dropped'], 'not_written', od['not_written'])\n";
 
 struct traced {
 	struct toolrun run;
@@ -280,7 +287,7 @@ static void traced_free(struct traced *t)
 /* python3 check_py on t, in mode; fails the test with its line. */
 static void check(struct traced *t, const char *mode)
 {
-	const char *args[] = {t->trace, t->stats, mode, NULL};
+	const char *args[] = {t->trace, t->stats, mode, "4", NULL};
 	pycheck(check_py, args, mode);
 }
 
@@ -302,6 +309,21 @@ static void test_trace_of_mixed_matches_its_counters(void **state)
 	(void)state;
 	struct traced t;
 	run_traced(&t, "mixed", NULL);
+	if (t.run.status != 0)
+		fail_msg("status %d: %s", t.run.status, t.run.err);
+	check(&t, "exact");
+	traced_free(&t);
+}
+
+/* Actor messages: ring passes a token round 4 actors (messages from task
+ * to actor, actor to actor, across executors): one send and one receive
+ * per message, paired, each receive after its send. */
+static void test_trace_of_ring_holds_each_message_sent_and_received(void **state)
+{
+	(void)state;
+	struct traced t;
+	const char *extra[] = {"--size", "4", NULL};
+	run_traced(&t, "ring", extra);
 	if (t.run.status != 0)
 		fail_msg("status %d: %s", t.run.status, t.run.err);
 	check(&t, "exact");
@@ -395,6 +417,7 @@ int main(void)
 		cmocka_unit_test(test_drain_while_executors_record),
 		cmocka_unit_test(test_trace_of_skew_matches_its_counters),
 		cmocka_unit_test(test_trace_of_mixed_matches_its_counters),
+		cmocka_unit_test(test_trace_of_ring_holds_each_message_sent_and_received),
 		cmocka_unit_test(test_trace_full_rings_leave_a_whole_trace),
 		cmocka_unit_test(test_trace_limit_keeps_the_file_whole),
 		cmocka_unit_test(test_trace_bad_input_is_one_line),

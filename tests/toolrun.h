@@ -104,6 +104,34 @@ static inline void toolrun(struct toolrun *r, const char *const *argv, unsigned 
 	"def fail(m):\n"                                                         \
 	"    print('FAIL', m); sys.exit(1)\n"
 
+/* After PY_TRACE_OPEN: is_steal(e) of an arrow's end (else an actor
+ * message's); messages(ev) checks the actor messages of a trace
+ * (docs/TRACE.md) and returns (sends, receives), dicts keyed by (the
+ * receiver, the message's number) of (ts, tid, flow id): each end an
+ * instant (send, receive) followed by its arrow's end (s, f "bp":"e") on
+ * the same track at the same time; no message sent or received twice;
+ * every receive after its send, on the same arrow.  A message cannot
+ * be received before it was sent, nor by another actor. */
+#define PY_ACTOR_MSGS                                                                        \
+	"def is_steal(e):\n"                                                                   \
+	"    if e['name'] not in ('steal', 'message'): fail('flow %r' % (e,))\n"                \
+	"    return e['name'] == 'steal'\n"                                                    \
+	"def messages(ev):\n"                                                                   \
+	"    ends = ({}, {})\n"                                                                 \
+	"    for i, e in enumerate(ev):\n"                                                      \
+	"        if e.get('cat') != 'actor' or e['ph'] != 'i': continue\n"                      \
+	"        rx = e['name'] == 'receive'\n"                                                 \
+	"        if e['name'] not in ('send', 'receive') or i + 1 >= len(ev): fail('actor %r' % (e,))\n" \
+	"        f = ev[i + 1]\n"                                                               \
+	"        if f['ph'] != 'sf'[rx] or f['name'] != 'message' or f['tid'] != e['tid'] or f['ts'] != e['ts'] or rx != (f.get('bp') == 'e'): fail('arrow %r %r' % (e, f))\n" \
+	"        a = e['args']; k = (int(a['to'], 16), a['seq'])\n"                              \
+	"        if k in ends[rx]: fail('%s twice: %r' % (e['name'], e))\n"                     \
+	"        ends[rx][k] = (e['ts'], e['tid'], f['id'])\n"                                  \
+	"    for k, r in ends[1].items():\n"                                                    \
+	"        s = ends[0].get(k)\n"                                                          \
+	"        if s and (s[2] != r[2] or s[0] > r[0]): fail('message %r: sent %r, received %r' % (k, s, r))\n" \
+	"    return ends\n"
+
 /* python3 -c script args... (its json module parses the tools' JSON
  * files), its output printed after label; fails the test with that output
  * unless it exits 0.  Skips without /usr/bin/python3. */

@@ -76,12 +76,14 @@ static void usage(FILE *f)
 		"  -w, --wait SEC       with COMMAND: how long its runtime may take to appear\n"
 		"                       (default %.0f)\n"
 		"  -o, --output FILE    with COMMAND: its stdout and stderr (default /dev/null)\n"
-		"      --record FILE    also write what each sample read as a Chrome JSON\n"
-		"                       trace (ui.perfetto.dev, chrome://tracing): per executor\n"
-		"                       and interval its tasks, steals (arrows victim -> thief\n"
-		"                       with kernel figures), parks, doorbells, SQEs, CQEs;\n"
-		"                       counts between samples, not single events (those:\n"
-		"                       cbcmn-run --trace).  FILE is replaced if it exists\n"
+		"      --record FILE    also write a Chrome JSON trace (ui.perfetto.dev,\n"
+		"                       chrome://tracing) of the target's events, per executor:\n"
+		"                       task runs, steals (arrows victim -> thief), parks,\n"
+		"                       doorbells, SQEs, CQEs, I/O calls, as cbcmn-run --trace,\n"
+		"                       from its trace rings (a COMMAND gets\n"
+		"                       CBCMN_TRACE_EVENTS=%u unless set; with -p the target\n"
+		"                       must have been started with it), else per interval\n"
+		"                       the counts between samples.  FILE is replaced\n"
 		"  -v, --verbose        libbpf's messages\n"
 		"  -h, --help\n\n"
 		"Keys: q quit, ? help, space pause, s or < > sort, i invert, / filter,\n"
@@ -94,7 +96,7 @@ static void usage(FILE *f)
 		"  cbcmn-top --json -n 10 -p 1234 | jq .shards[0].tasks_per_s\n"
 		"  cbcmn-top -b -d 0.1 --record skew.json -- build/bin/cbcmn-run skew --duration 2\n"
 		"Screen, columns, warnings, JSON keys and --record's trace: docs/TOP.md.\n",
-		DEFAULT_WAIT_S);
+		DEFAULT_WAIT_S, TOP_REC_RING_EVENTS);
 }
 
 /* The command we started: its pid, its name for messages, its stderr. */
@@ -380,10 +382,12 @@ static bool same_file(const char *a, const char *b)
  * once.  Returns ret, or 1 with a line when writing it failed. */
 static int record_end(struct top_rec **rec, const struct top_model *m, int ret)
 {
-	char err[PATH_MAX + 64];
+	char err[PATH_MAX + 256];
 	if (*rec && top_rec_close(*rec, m, err, sizeof(err))) {
 		fprintf(stderr, "cbcmn-top: --record %s\n", err);
 		ret = 1;
+	} else if (*rec && err[0]) {
+		fprintf(stderr, "cbcmn-top: --record %s\n", err); /* events lost: a note */
 	}
 	*rec = NULL;
 	return ret;
@@ -437,6 +441,13 @@ int main(int argc, char **argv)
 		}
 		mo.on_read = top_rec_read;
 		mo.on_read_arg = rec;
+		/* A started command keeps its events in rings we can drain
+		 * (docs/TOP.md, "Recording"), unless the user chose otherwise
+		 * (0: none, the samples only). */
+		char ev[16];
+		snprintf(ev, sizeof(ev), "%u", TOP_REC_RING_EVENTS);
+		if (cmd && !getenv("CBCMN_TRACE_EVENTS"))
+			setenv("CBCMN_TRACE_EVENTS", ev, 0);
 	}
 
 	struct sigaction sa = {.sa_handler = on_stop};
@@ -468,6 +479,11 @@ int main(int argc, char **argv)
 			goto record;
 		}
 		pid = child.pid;
+		/* Its first events wait in its rings until we drain them:
+		 * from now on, not after the BPF programs have loaded. */
+		cbcmn_stats st;
+		if (rec && !mo.runtime && mo.watch && cbcmn_watch_read(mo.watch, &st, NULL, 0) == 0)
+			top_rec_attach(rec, child.pid, st.runtime_id);
 		if (mo.runtime) { /* -r N: the model opens that one */
 			cbcmn_watch_close(mo.watch);
 			mo.watch = NULL;

@@ -1102,6 +1102,13 @@ CBCMN_API int cbcmn_runtime_is_quiescent(const cbcmn_runtime *rt);
  * ring of its own (lock-free, one writer: the executor); a full ring drops
  * the new event and counts it, and never waits.  cbcmn_trace_drain() takes
  * them out; cbcmn-run --trace writes them as a Chrome JSON trace.
+ * CBCMN_TRACE_EVENTS=N in the environment at cbcmn_runtime_create() puts
+ * rings of N records (or trace_events, if larger) in a shared memfd
+ * ("cbcmn-trace") that cbcmn-top --record drains from another process;
+ * each event is then taken by one consumer only.  "N:lazy" records only
+ * while such a recorder is attached.  A value that is not a number up to
+ * 1 << 24 (optionally with ":lazy") fails the create with -EINVAL (one
+ * line on stderr).
  */
 typedef enum cbcmn_trace_kind {
 	CBCMN_TRACE_TASK = 1,        /* a task ran from ts_ns for dur_ns; arg: its id */
@@ -1116,14 +1123,23 @@ typedef enum cbcmn_trace_kind {
 				      * submission at ts_ns for dur_ns until its result, on
 				      * the executor it ended on; arg: the io_uring opcode
 				      * (IORING_OP_*, also on the epoll backend) */
+	CBCMN_TRACE_ACTOR_SEND = 8,  /* a message entered actor arg's mailbox (cbcmn_actor.h),
+				      * sent from a task on this executor; dur_ns: the
+				      * sender's reference (0: not an actor), not a time;
+				      * peer: the message's number in that mailbox (its
+				      * low 32 bits), which its receive repeats */
+	CBCMN_TRACE_ACTOR_RECEIVE = 9, /* actor arg took its message number peer (as
+				      * above) on this executor; dur_ns: the message's
+				      * type, not a time */
 } cbcmn_trace_kind;
 
 typedef struct cbcmn_trace_event {
 	uint64_t ts_ns;    /* CLOCK_MONOTONIC: the start of a slice, else when */
-	uint64_t dur_ns;   /* TASK, PARK and IO; 0 for the others */
+	uint64_t dur_ns;   /* TASK, PARK and IO; ACTOR_*: see there; 0 for the others */
 	uint64_t arg;      /* see cbcmn_trace_kind */
 	uint32_t executor; /* whose event */
-	uint32_t peer;     /* STEAL: the victim; DOORBELL: the target; else 0 */
+	uint32_t peer;     /* STEAL: the victim; DOORBELL: the target; ACTOR_*: the
+			    * message's number; else 0 */
 	uint32_t kind;     /* cbcmn_trace_kind */
 	uint32_t reserved;
 } cbcmn_trace_event;

@@ -120,9 +120,35 @@ static void steal_flow(struct ct_writer *w, uint32_t thief, uint32_t victim, uin
 		(unsigned long long)id, w->pid, tid(thief), t.i, t.f);
 }
 
+/* An actor message's arrow (the flow's id: its receiver and number in
+ * that mailbox, mixed to 53 bits, which a viewer in JavaScript holds
+ * exactly): the start, at the send, binds to the sender's slice; the end,
+ * at the receive, to the receiver's slice under way ("bp":"e"), in which
+ * the receive returned.  Each end is written from its own record, which
+ * may come first or alone (the other lost, or the message never taken). */
+static void msg_flow(struct ct_writer *w, bool send, uint32_t exec, uint64_t to,
+		     uint32_t seq, uint64_t ts_ns, const char *args)
+{
+	/* splitmix64's finaliser: any change of to or seq changes the id */
+	uint64_t z = to ^ ((uint64_t)seq * 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	unsigned long long id = (z & ((1ull << 53) - 1)) | 1;
+	struct us t = us(rel(w, ts_ns));
+	sep(w);
+	fprintf(w->f, "{\"ph\":\"i\",\"s\":\"t\",\"name\":\"%s\",\"cat\":\"actor\",\"pid\":%d,"
+		      "\"tid\":%u,\"ts\":%llu.%03llu,\"args\":{%s}}",
+		send ? "send" : "receive", w->pid, tid(exec), t.i, t.f, args);
+	sep(w);
+	fprintf(w->f, "{\"ph\":\"%s,\"name\":\"message\",\"cat\":\"actor\",\"id\":%llu,"
+		      "\"pid\":%d,\"tid\":%u,\"ts\":%llu.%03llu}",
+		send ? "s\"" : "f\",\"bp\":\"e\"", id, w->pid, tid(exec), t.i, t.f);
+}
+
 static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 {
-	char a[96];
+	char a[128];
 	switch (e->kind) {
 	case CBCMN_TRACE_TASK:
 	case CBCMN_TRACE_PARK: {
@@ -168,6 +194,19 @@ static void one(struct ct_writer *w, const cbcmn_trace_event *e)
 		fprintf(f, "{\"ph\":\"e\",\"name\":\"%s\",\"cat\":\"io\",\"id\":%llu,\"pid\":%d,"
 			   "\"tid\":%u,\"ts\":%llu.%03llu}",
 			op, (unsigned long long)id, pid, tid(e->executor), x.i, x.f);
+		break;
+	}
+	case CBCMN_TRACE_ACTOR_SEND:
+	case CBCMN_TRACE_ACTOR_RECEIVE: {
+		bool send = e->kind == CBCMN_TRACE_ACTOR_SEND;
+		/* References as hex strings: exact in any viewer. */
+		if (send)
+			snprintf(a, sizeof(a), "\"to\":\"0x%llx\",\"from\":\"0x%llx\",\"seq\":%u",
+				 (unsigned long long)e->arg, (unsigned long long)e->dur_ns, e->peer);
+		else
+			snprintf(a, sizeof(a), "\"to\":\"0x%llx\",\"type\":%llu,\"seq\":%u",
+				 (unsigned long long)e->arg, (unsigned long long)e->dur_ns, e->peer);
+		msg_flow(w, send, e->executor, e->arg, e->peer, e->ts_ns, a);
 		break;
 	}
 	default:

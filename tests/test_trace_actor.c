@@ -1,0 +1,274 @@
+/* test_trace_actor: actor messages in the trace rings (docs/TRACE.md):
+ * one CBCMN_TRACE_ACTOR_SEND per message that entered a mailbox, one
+ * CBCMN_TRACE_ACTOR_RECEIVE per message taken, paired by the receiver and
+ * the message's number, the receive after the send; nothing for a send
+ * that was refused, timed out or met a stop. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "cbcmn_actor.h"
+
+#define SENDERS 3
+#define PER_SENDER 150
+#define MSGS (SENDERS * PER_SENDER)
+
+struct load {
+	cbcmn_actor_ref rx, tx[SENDERS];
+	_Atomic int ready;
+	int received;
+	int sent[SENDERS];
+};
+
+struct sender {
+	struct load *l;
+	int i;
+};
+
+/* Takes every message, now and then after a yield: its mailbox of one
+ * is full most of the time (senders wait and are put in by its receive)
+ * and empty some of it (a message handed to it while it waits). */
+static int64_t receiver(cbcmn_cx *cx, void *arg)
+{
+	struct load *l = arg;
+	cbcmn_actor_msg m;
+	while (l->received < MSGS) {
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		l->received++;
+		if (l->received % 7 == 0)
+			cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t sender(cbcmn_cx *cx, void *arg)
+{
+	struct sender *s = arg;
+	while (atomic_load(&s->l->ready) == 0)
+		cbcmn_yield(cx);
+	/* The type says who sent it: the receive's type must match the
+	 * sender of the send it is paired with. */
+	cbcmn_actor_msg m = {.type = 100 + (uint32_t)s->i};
+	for (int k = 0; k < PER_SENDER; k++) {
+		int rc = cbcmn_actor_send(NULL, cx, s->l->rx, &m);
+		if (rc)
+			return rc;
+		s->l->sent[s->i]++;
+	}
+	return 0;
+}
+
+static int64_t load_root(cbcmn_cx *cx, void *arg)
+{
+	struct load *l = arg;
+	struct sender s[SENDERS];
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_opts one = {.mailbox_cap = 1, .placement = CBCMN_PLACE_STEALABLE};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, receiver, l, &one, &l->rx) == 0);
+	for (int i = 0; i < SENDERS; i++) {
+		s[i] = (struct sender){l, i};
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, sender, &s[i], &one, &l->tx[i]) == 0);
+	}
+	atomic_store(&l->ready, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+/* Every event of rt (its ring large enough: nothing dropped). */
+static cbcmn_trace_event *drain_all(cbcmn_runtime *rt, size_t *count)
+{
+	size_t cap = 1u << 16, n = 0;
+	cbcmn_trace_event *ev = malloc(cap * sizeof(*ev));
+	assert_non_null(ev);
+	uint64_t dropped = 0;
+	int got;
+	while ((got = cbcmn_trace_drain(rt, ev + n, (uint32_t)(cap - n), &dropped)) > 0)
+		n += (size_t)got;
+	assert_int_equal(got, 0);
+	assert_int_equal(dropped, 0);
+	*count = n;
+	return ev;
+}
+
+static cbcmn_runtime *traced_runtime(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.trace_events = 1u << 14;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	return rt;
+}
+
+/* The index of the send of (to, seq) among ev's sends, or -1. */
+static long find(const cbcmn_trace_event *ev, size_t n, uint32_t kind, uint64_t to, uint32_t seq)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ev[i].kind == kind && ev[i].arg == to && ev[i].peer == seq)
+			return (long)i;
+	return -1;
+}
+
+/* Three senders through a mailbox of one: back-pressure, hand-overs to a
+ * waiting receiver, executors apart.  Sends = receives = messages, each
+ * (receiver, number) once on each side, numbers 0 .. MSGS - 1, the
+ * receive at or after its send with the type its sender sent. */
+static void test_each_message_is_one_send_and_one_receive_paired(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = traced_runtime();
+	struct load l = {0};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, load_root, &l, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(l.received, MSGS);
+	/* Senders waited, and were put in by the receive (slot_freed()). */
+	cbcmn_stats st;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	assert_true(st.total.actor_backpressure > 0);
+	size_t n;
+	cbcmn_trace_event *ev = drain_all(rt, &n);
+	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	int sends = 0, recvs = 0, per[SENDERS] = {0};
+	bool seen[MSGS] = {false};
+	for (size_t i = 0; i < n; i++) {
+		const cbcmn_trace_event *e = &ev[i];
+		if (e->kind == CBCMN_TRACE_ACTOR_SEND) {
+			sends++;
+			assert_int_equal(e->arg, l.rx);
+			assert_true(e->peer < MSGS);
+			assert_false(seen[e->peer]); /* once */
+			seen[e->peer] = true;
+			int who = -1;
+			for (int k = 0; k < SENDERS; k++)
+				if (e->dur_ns == l.tx[k])
+					who = k;
+			if (who < 0)
+				fail_msg("send %u from %llx: no sender", e->peer, (unsigned long long)e->dur_ns);
+			per[who]++;
+			long r = find(ev, n, CBCMN_TRACE_ACTOR_RECEIVE, e->arg, e->peer);
+			if (r < 0)
+				fail_msg("message %u sent, never received", e->peer);
+			assert_int_equal(ev[r].dur_ns, 100 + who); /* the type that sender sent */
+			if (ev[r].ts_ns < e->ts_ns)
+				fail_msg("message %u received at %llu before its send at %llu", e->peer,
+					 (unsigned long long)ev[r].ts_ns, (unsigned long long)e->ts_ns);
+		} else if (e->kind == CBCMN_TRACE_ACTOR_RECEIVE) {
+			recvs++;
+			assert_true(find(ev, n, CBCMN_TRACE_ACTOR_RECEIVE, e->arg, e->peer) == (long)i);
+		}
+	}
+	assert_int_equal(sends, MSGS);
+	assert_int_equal(recvs, MSGS);
+	for (int k = 0; k < SENDERS; k++)
+		assert_int_equal(per[k], PER_SENDER);
+	free(ev);
+}
+
+/* ---- sends that put nothing ------------------------------------------- */
+
+struct refuse {
+	cbcmn_actor_ref rx;
+	_Atomic int stop_rc, blocked_rc, blocked_started;
+	int rcs[4];
+	int drops;
+};
+
+/* Never receives: waits to be stopped, its mailbox of one full. */
+static int64_t deaf(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (!cbcmn_cx_cancelled(cx))
+		cbcmn_sleep(cx, 1000000);
+	return 0;
+}
+
+static void dropped(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	((struct refuse *)state)->drops++;
+}
+
+/* Waits for room that never comes; the stop ends it. */
+static int64_t blocked_sender(cbcmn_cx *cx, void *arg)
+{
+	struct refuse *f = arg;
+	cbcmn_actor_msg m = {.type = 2};
+	atomic_store(&f->blocked_started, 1);
+	atomic_store(&f->blocked_rc, cbcmn_actor_send(NULL, cx, f->rx, &m));
+	return 0;
+}
+
+static int64_t refuse_root(cbcmn_cx *cx, void *arg)
+{
+	struct refuse *f = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_opts one = {.mailbox_cap = 1, .drop = dropped};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, deaf, f, &one, &f->rx) == 0);
+	cbcmn_actor_msg m = {.type = 1};
+	f->rcs[0] = cbcmn_actor_try_send(NULL, cx, f->rx, &m);           /* in */
+	f->rcs[1] = cbcmn_actor_try_send(NULL, cx, f->rx, &m);           /* full */
+	f->rcs[2] = cbcmn_actor_send_timeout(NULL, cx, f->rx, &m, 1000000); /* full, 1 ms */
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, blocked_sender, f, NULL) == 0);
+	while (!atomic_load(&f->blocked_started))
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_sleep(cx, 20000000); /* into its wait, most likely */
+	atomic_store(&f->stop_rc, cbcmn_actor_stop(NULL, cx, f->rx, 0));
+	f->rcs[3] = cbcmn_actor_send(NULL, cx, f->rx, &m);               /* stopped */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+/* One message in, never taken: one send, no receive.  A try_send to a
+ * full mailbox, a send that timed out, one waiting when the actor was
+ * stopped and one after: nothing. */
+static void test_refused_sends_and_untaken_messages_record_no_receive(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = traced_runtime();
+	struct refuse f = {0};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, refuse_root, &f, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(f.rcs[0], 0);
+	assert_int_equal(f.rcs[1], -EAGAIN);
+	assert_int_equal(f.rcs[2], -ETIMEDOUT);
+	assert_int_equal(atomic_load(&f.stop_rc), 0);
+	assert_int_equal(atomic_load(&f.blocked_rc), -ESRCH);
+	assert_int_equal(f.rcs[3], -ESRCH);
+	assert_int_equal(f.drops, 1);
+	size_t n;
+	cbcmn_trace_event *ev = drain_all(rt, &n);
+	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	int sends = 0, recvs = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ev[i].kind == CBCMN_TRACE_ACTOR_SEND) {
+			sends++;
+			assert_int_equal(ev[i].arg, f.rx);
+			assert_int_equal(ev[i].peer, 0);
+			assert_int_equal(ev[i].dur_ns, CBCMN_ACTOR_NONE); /* a task, not an actor */
+		}
+		recvs += ev[i].kind == CBCMN_TRACE_ACTOR_RECEIVE;
+	}
+	assert_int_equal(sends, 1);
+	assert_int_equal(recvs, 0);
+	free(ev);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_each_message_is_one_send_and_one_receive_paired),
+		cmocka_unit_test(test_refused_sends_and_untaken_messages_record_no_receive),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
