@@ -178,15 +178,26 @@ int cbcmn__trace_take(struct cbcmn__trace_ring *r, uint64_t mask, uint32_t exec,
 		      cbcmn_trace_event *out, uint32_t n, uint64_t *head_out, uint64_t *tail_out)
 {
 	for (int tries = 0; tries < TAKE_TRIES; tries++) {
-		/* Relaxed: the CAS below checks it is still the head. */
-		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+		/* acquire: pairs with the release CAS below of the consumer
+		 * that moved head here, so the tail read next is at least the
+		 * one it read (no tail below head). */
+		uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
 		/* acquire: pairs with the release store of tail in
 		 * cbcmn__trace_put(): the records below it are whole. */
 		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
 		*head_out = head;
 		*tail_out = tail;
-		if (tail - head > mask + 1)
+		if (tail - head > mask + 1) {
+			/* Another consumer may have taken the ring and the
+			 * executor refilled it between our two loads: head is
+			 * stale, not the ring corrupt.  Head only grows, and
+			 * the executor never writes past head + capacity, so
+			 * with head unchanged since (this load after the
+			 * acquire of tail) the pair is impossible. */
+			if (atomic_load_explicit(&r->head, memory_order_relaxed) != head)
+				continue;
 			return -EBADMSG; /* nothing a writer and a claim can make */
+		}
 		uint64_t k = tail - head < n ? tail - head : n;
 		for (uint64_t j = 0; j < k; j++) {
 			/* A copy field by field, volatile: the slot may be

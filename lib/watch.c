@@ -396,10 +396,12 @@ int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st, void *hdr, 
 	struct statfs sfs;
 	/* tmpfs: not hugetlbfs, whose faults can fail with SIGBUS when its
 	 * pool is empty, nor a file with a look-alike name.  Seals are never
-	 * removed: once seen, the size is final. */
+	 * removed: once seen, the size is final; so the size is read after
+	 * them (before, the owner could shrink the file, then seal it, and
+	 * we would map the old size: SIGBUS). */
 	int seals;
-	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || fstatfs(fd, &sfs) != 0 ||
-	    sfs.f_type != TMPFS_MAGIC || (seals = fcntl(fd, F_GET_SEALS)) < 0 ||
+	if (fstatfs(fd, &sfs) != 0 || sfs.f_type != TMPFS_MAGIC ||
+	    (seals = fcntl(fd, F_GET_SEALS)) < 0 || fstat(fd, st) != 0 || !S_ISREG(st->st_mode) ||
 	    st->st_size < (off_t)hlen || pread(fd, hdr, hlen, 0) != (ssize_t)hlen) {
 		close(fd);
 		return -ENOENT;

@@ -8,11 +8,14 @@
  * are corrupt: one line, no crash, a whole file.  Bad input as one line
  * and a non-zero status, nothing started. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -803,6 +806,129 @@ static void test_record_of_a_target_whose_name_the_kernel_cut_is_utf8(void **sta
 	unlink(trace);
 }
 
+/* ---- the claim and the segment's opening, interleaved by hand ------------------------ */
+
+/* A consumer read head, then (a page fault later) tail: meanwhile another
+ * consumer took the ring's records and the executor wrote it full again.
+ * tail - head (the stale head) is then above the capacity, which the
+ * claim took for a corrupt ring: cbcmn-top left that executor's events
+ * out for the rest of the recording and exited 1 saying the target's ring
+ * was corrupt.  The interleaving: the ring laid across two pages, tail on
+ * the first, which faults; the handler plays the other consumer and the
+ * executor. */
+static struct cbcmn__trace_ring *race_ring;
+static char *race_page;
+static size_t race_pg;
+
+static void race_segv(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	char *a = si->si_addr;
+	if (a < race_page || a >= race_page + race_pg) {
+		signal(sig, SIG_DFL); /* not ours: crash as it would */
+		return;
+	}
+	(void)mprotect(race_page, race_pg, PROT_READ | PROT_WRITE);
+	/* The other consumer took records 0 and 1; the executor wrote 2, 3. */
+	atomic_store(&race_ring->head, 2);
+	for (uint64_t i = 2; i < 4; i++)
+		race_ring->rec[i & 1] = (struct cbcmn__trace_rec){.ts = 100 + i, .arg = 10 + i,
+								   .kind = CBCMN_TRACE_TASK};
+	atomic_store(&race_ring->tail, 4);
+}
+
+static void test_take_of_a_ring_emptied_and_refilled_meanwhile_is_not_corrupt(void **state)
+{
+	(void)state;
+	race_pg = (size_t)sysconf(_SC_PAGESIZE);
+	char *base = mmap(NULL, 2 * race_pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			  -1, 0);
+	assert_true(base != MAP_FAILED);
+	/* tail on the first page's last line, head and the records on the second. */
+	race_page = base;
+	race_ring = (struct cbcmn__trace_ring *)(base + race_pg - 64);
+	assert_true((char *)&race_ring->head >= base + race_pg);
+	for (uint64_t i = 0; i < 2; i++)
+		race_ring->rec[i] = (struct cbcmn__trace_rec){.ts = 100 + i, .arg = 10 + i,
+							      .kind = CBCMN_TRACE_TASK};
+	atomic_store(&race_ring->head, 0);
+	atomic_store(&race_ring->tail, 2); /* full: a capacity of 2 */
+	struct sigaction sa = {.sa_sigaction = race_segv, .sa_flags = SA_SIGINFO}, old;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGSEGV, &sa, &old), 0);
+	assert_int_equal(mprotect(race_page, race_pg, PROT_NONE), 0);
+	cbcmn_trace_event ev[4];
+	uint64_t head = 0, tail = 0;
+	int n = cbcmn__trace_take(race_ring, 1, 0, ev, 4, &head, &tail);
+	sigaction(SIGSEGV, &old, NULL);
+	printf("    take: %d (head %llu, tail %llu)\n", n, (unsigned long long)head,
+	       (unsigned long long)tail);
+	assert_int_equal(n, 2);
+	assert_int_equal(ev[0].arg, 12);
+	assert_int_equal(ev[1].arg, 13);
+	assert_int_equal(atomic_load(&race_ring->head), 4);
+	munmap(base, 2 * race_pg);
+}
+
+/* A hostile target shrinks its memfd and only then seals it, between the
+ * watcher's look at the size and its look at the seals: the watcher
+ * believed the old size, mapped the rings it described, and its first read
+ * past the new end was a SIGBUS.  Played here by fstatfs (called between
+ * the two), ours in this program: on the armed file it shrinks and seals. */
+static int shrink_ino_fd = -1;
+
+int fstatfs(int fd, struct statfs *buf)
+{
+	struct stat a, b;
+	if (shrink_ino_fd >= 0 && fstat(fd, &a) == 0 && fstat(shrink_ino_fd, &b) == 0 &&
+	    a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+		int f = shrink_ino_fd;
+		shrink_ino_fd = -1;
+		if (ftruncate(f, 4096) != 0 ||
+		    fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+			return -1;
+	}
+	return (int)syscall(SYS_fstatfs, fd, buf);
+}
+
+static void test_rings_of_a_memfd_shrunk_before_its_seals_are_not_mapped(void **state)
+{
+	(void)state;
+	int fd = memfd_create(CBCMN__TSEG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(fd >= 0);
+	size_t size = 1 << 20;
+	assert_int_equal(ftruncate(fd, (off_t)size), 0);
+	struct cbcmn__tseg_hdr *h = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(h != MAP_FAILED);
+	/* A header whose one ring fills the megabyte. */
+	const uint32_t rt_id = 0x5eed1e55u;
+	h->version = CBCMN__TSEG_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->rec_size = sizeof(struct cbcmn__trace_rec);
+	h->nexec = 1;
+	h->cap = 16384;
+	h->rt_id = rt_id;
+	h->rings_off = 4096;
+	h->ring_stride = size - 4096;
+	h->pid = cbcmn__own_pid(getpid());
+	atomic_store(&h->magic, CBCMN__TSEG_MAGIC);
+	munmap(h, 4096);
+	shrink_ino_fd = fd;
+	struct cbcmn__tsw *w = NULL;
+	int rc = cbcmn__tsw_open(getpid(), rt_id, &w);
+	shrink_ino_fd = -1;
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	printf("    open: %d, the file now %lld bytes\n", rc, (long long)st.st_size);
+	assert_int_equal(st.st_size, 4096); /* the hook ran */
+	if (rc == 0) {
+		cbcmn__tsw_close(w);
+		fail_msg("1 MiB of rings mapped over a file of 4 KiB: the drain would SIGBUS");
+	}
+	assert_int_equal(rc, -EBADMSG);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -821,6 +947,8 @@ int main(void)
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
 		cmocka_unit_test(test_record_of_a_target_whose_name_the_kernel_cut_is_utf8),
+		cmocka_unit_test(test_take_of_a_ring_emptied_and_refilled_meanwhile_is_not_corrupt),
+		cmocka_unit_test(test_rings_of_a_memfd_shrunk_before_its_seals_are_not_mapped),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
