@@ -75,6 +75,9 @@ int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 		return -ENOMEM;
 	ts->size = off + stride * nexec;
 	ts->cap = cap;
+	ts->nexec = nexec;
+	ts->rings_off = off;
+	ts->stride = stride;
 	/* Sealed at its size before it is mapped, as the statistics segment
 	 * (statseg.h): a watcher maps only what nobody can shrink.  Untouched
 	 * pages cost nothing until an executor writes them. */
@@ -134,12 +137,11 @@ struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int 
 	if (!tr)
 		return NULL;
 	struct cbcmn__tseg *ts = rt->tseg;
-	if (ts && i < ts->hdr->nexec) {
-		const struct cbcmn__tseg_hdr *h = ts->hdr;
-		tr->ring = (struct cbcmn__trace_ring *)((char *)h + h->rings_off + h->ring_stride * i);
+	if (ts && i < ts->nexec) {
+		tr->ring = (struct cbcmn__trace_ring *)((char *)ts->hdr + ts->rings_off + ts->stride * i);
 		tr->mask = ts->cap - 1;
 		tr->on = &ts->hdr->holds;
-		on_node(tr->ring, h->ring_stride, node);
+		on_node(tr->ring, ts->stride, node);
 		return tr;
 	}
 	uint32_t n = rt->cfg.trace_events;

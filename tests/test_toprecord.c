@@ -22,7 +22,9 @@
 
 #include "helpers.h"
 #include "toolrun.h"
+#include "../lib/runtime.h"
 #include "../lib/statseg.h"
+#include "../lib/trace.h"
 #include "../lib/trace_seg.h"
 #include "workloads/fib.h"
 
@@ -929,6 +931,38 @@ static void test_rings_of_a_memfd_shrunk_before_its_seals_are_not_mapped(void **
 	close(fd);
 }
 
+/* The segment is published (its magic stored) before the executors are
+ * made: a watcher may rewrite its header meanwhile.  An executor's ring
+ * was placed by the header's rings_off and ring_stride, so a rewritten
+ * one sent the executor's writes anywhere in the target's memory. */
+static void test_ring_of_an_executor_is_where_the_runtime_put_it_not_the_header(void **state)
+{
+	(void)state;
+	struct cbcmn_runtime *rt = calloc(1, sizeof(*rt));
+	assert_non_null(rt);
+	rt->page = (size_t)sysconf(_SC_PAGESIZE);
+	rt->seg.pid = getpid();
+	setenv("CBCMN_TRACE_EVENTS", "64", 1);
+	int rc = cbcmn__tseg_create(rt, 2);
+	unsetenv("CBCMN_TRACE_EVENTS");
+	assert_int_equal(rc, 0);
+	assert_non_null(rt->tseg);
+	struct cbcmn__tseg_hdr *h = rt->tseg->hdr;
+	char *lo = (char *)h, *hi = lo + rt->tseg->size;
+	/* The watcher's rewrite, after the magic, before the executors. */
+	h->rings_off = 1ull << 40;
+	h->ring_stride = 1ull << 30;
+	struct cbcmn__trace *tr = cbcmn__trace_new(rt, 1, -1);
+	assert_non_null(tr);
+	char *ring = (char *)tr->ring;
+	printf("    ring 1 at segment + %lld of %zu bytes\n", (long long)(ring - lo), rt->tseg->size);
+	bool inside = ring >= lo && ring + sizeof(*tr->ring) + 64 * sizeof(tr->ring->rec[0]) <= hi;
+	cbcmn__trace_free(tr);
+	cbcmn__tseg_destroy(rt);
+	free(rt);
+	assert_true(inside);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -949,6 +983,7 @@ int main(void)
 		cmocka_unit_test(test_record_of_a_target_whose_name_the_kernel_cut_is_utf8),
 		cmocka_unit_test(test_take_of_a_ring_emptied_and_refilled_meanwhile_is_not_corrupt),
 		cmocka_unit_test(test_rings_of_a_memfd_shrunk_before_its_seals_are_not_mapped),
+		cmocka_unit_test(test_ring_of_an_executor_is_where_the_runtime_put_it_not_the_header),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
