@@ -41,12 +41,14 @@ static int64_t env_events(bool *lazy)
 	char *end;
 	errno = 0;
 	unsigned long long n = strtoull(v, &end, 10);
-	bool digits = end != v; /* before ":lazy" is passed over */
+	/* strtoull takes leading blanks and a sign: " 64" and "+64" would
+	 * pass while "64 " fails.  A count is digits, and only that. */
+	bool digits = end != v && *v >= '0' && *v <= '9'; /* before ":lazy" is passed over */
 	if (*end == ':' && strcmp(end, ":lazy") == 0) {
 		*lazy = true;
 		end += 5;
 	}
-	if (errno || *end || !digits || *v == '-' || n > CBCMN__TRACE_MAX) {
+	if (errno || *end || !digits || n > CBCMN__TRACE_MAX) {
 		fprintf(stderr,
 			"cbcmn: " CBCMN__TSEG_ENV "=%.40s: not a number of events up to %u, "
 			"or one followed by :lazy\n",

@@ -634,27 +634,38 @@ static void test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail(v
 /* CBCMN_TRACE_EVENTS that is not a count (up to 2^24, optionally
  * ":lazy"): the create fails with -EINVAL and one line, as a bad
  * CBCMN_BACKEND does; empty or 0: no rings, a runtime as without it. */
+/* The create with CBCMN_TRACE_EVENTS=v fails with -EINVAL and one line. */
+static void refused_variable(const char *v)
+{
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	setenv("CBCMN_TRACE_EVENTS", v, 1);
+	int saved;
+	int fd = t_stderr_capture(&saved);
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(&c, &rt);
+	char err[512];
+	t_stderr_restore(fd, saved, err, sizeof(err));
+	unsetenv("CBCMN_TRACE_EVENTS");
+	printf("    \"%s\": %d %s", v, rc, err);
+	if (rt)
+		cbcmn_runtime_destroy(rt);
+	assert_int_equal(rc, -EINVAL);
+	assert_null(rt);
+	assert_one_line(err);
+	assert_non_null(strstr(err, "CBCMN_TRACE_EVENTS"));
+}
+
 static void test_bad_trace_events_variable_fails_the_create(void **state)
 {
 	(void)state;
 	static const char *const bad[] = {"12x", "-1", "16777217", "64:lazyx", ":lazy", "64:"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		refused_variable(bad[i]);
 	cbcmn_config c;
 	cbcmn_config_init(&c);
 	c.workers = 1;
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		setenv("CBCMN_TRACE_EVENTS", bad[i], 1);
-		int saved;
-		int fd = t_stderr_capture(&saved);
-		cbcmn_runtime *rt = NULL;
-		int rc = cbcmn_runtime_create(&c, &rt);
-		char err[512];
-		t_stderr_restore(fd, saved, err, sizeof(err));
-		printf("    %s: %d %s", bad[i], rc, err);
-		assert_int_equal(rc, -EINVAL);
-		assert_null(rt);
-		assert_one_line(err);
-		assert_non_null(strstr(err, "CBCMN_TRACE_EVENTS"));
-	}
 	static const char *const none[] = {"", "0", "0:lazy"};
 	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
 		setenv("CBCMN_TRACE_EVENTS", none[i], 1);
@@ -664,6 +675,16 @@ static void test_bad_trace_events_variable_fails_the_create(void **state)
 		cbcmn_runtime_destroy(rt);
 	}
 	unsetenv("CBCMN_TRACE_EVENTS");
+}
+
+/* strtoull passes leading blanks and a sign over: " 64" and "+64" made
+ * rings (" -0" none) while "64 " was refused. */
+static void test_trace_events_variable_with_blanks_or_a_sign_fails_the_create(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {" 64", "+64", "\t64:lazy", " -0"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		refused_variable(bad[i]);
 }
 
 /* Bad input: one line, status st, and the command (which would create
@@ -977,6 +998,7 @@ int main(void)
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
 		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),
+		cmocka_unit_test(test_trace_events_variable_with_blanks_or_a_sign_fails_the_create),
 		cmocka_unit_test(test_record_bad_input),
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
