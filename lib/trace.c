@@ -83,10 +83,14 @@ int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 	/* Sealed at its size before it is mapped, as the statistics segment
 	 * (statseg.h): a watcher maps only what nobody can shrink.  Untouched
 	 * pages cost nothing until an executor writes them. */
-	ts->fd = memfd_create(CBCMN__TSEG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ts->fd = cbcmn__memfd_sealed(CBCMN__TSEG_NAME, ts->size);
+	if (ts->fd == -EFBIG) /* else a recorder would say "start it with the variable" */
+		fprintf(stderr,
+			"cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes are over the file size limit "
+			"(ulimit -f): not shared\n",
+			ts->size);
 	void *p = MAP_FAILED;
-	if (ts->fd >= 0 && ftruncate(ts->fd, (off_t)ts->size) == 0 &&
-	    fcntl(ts->fd, F_ADD_SEALS, CBCMN__SEG_SEALS) == 0)
+	if (ts->fd >= 0)
 		p = cbcmn__mmap(NULL, ts->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
 				ts->fd, 0);
 	if (p == MAP_FAILED) {

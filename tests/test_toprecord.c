@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -687,6 +688,41 @@ static void test_trace_events_variable_with_blanks_or_a_sign_fails_the_create(vo
 		refused_variable(bad[i]);
 }
 
+/* A runtime made under a file size limit (ulimit -f) smaller than its
+ * rings' memfd: ftruncate past RLIMIT_FSIZE raises SIGXFSZ, whose default
+ * action killed the program in cbcmn_runtime_create (cbcmn-top --record
+ * gives a command 2 MiB per executor).  Now the create goes on without
+ * shared rings, as where memfds are refused, and says so in one line. */
+static void test_trace_rings_over_the_file_size_limit_do_not_kill_the_program(void **state)
+{
+	(void)state;
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = {1 << 20, 1 << 20}; /* the rings: 2 MiB */
+		if (setrlimit(RLIMIT_FSIZE, &rl))
+			_exit(20);
+		setenv("CBCMN_TRACE_EVENTS", "65536", 1);
+		cbcmn_config c;
+		cbcmn_config_init(&c);
+		c.workers = 1;
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&c, &rt))
+			_exit(21);
+		cbcmn_trace_event ev[1];
+		int rc = cbcmn_trace_drain(rt, ev, 1, NULL); /* no rings */
+		cbcmn_runtime_destroy(rt);
+		_exit(rc == -EOPNOTSUPP ? 0 : 22);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		fail_msg("the program was killed by signal %d (SIGXFSZ %d)", WTERMSIG(st), SIGXFSZ);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* Bad input: one line, status st, and the command (which would create
  * its marker file) never started. */
 static void refused(const char *record, const char *output, int st, const char *says)
@@ -999,6 +1035,7 @@ int main(void)
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
 		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),
 		cmocka_unit_test(test_trace_events_variable_with_blanks_or_a_sign_fails_the_create),
+		cmocka_unit_test(test_trace_rings_over_the_file_size_limit_do_not_kill_the_program),
 		cmocka_unit_test(test_record_bad_input),
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
