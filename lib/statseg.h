@@ -204,6 +204,12 @@ struct cbcmn__seg {
 	uint32_t rt_id;                /* the header's, copied at creation / map */
 };
 
+/* A memfd named name of size bytes, sealed (CBCMN__SEG_SEALS), to map
+ * shared; or -errno: -EFBIG when size is over the file size limit
+ * (RLIMIT_FSIZE), checked first, since ftruncate past it raises SIGXFSZ,
+ * whose default action kills the process. */
+int cbcmn__memfd_sealed(const char *name, size_t size);
+
 /* For watchers of another process's segments (watch.c, trace_watch.c). */
 struct stat;
 /* Process pid (as /proc here numbers it) in its own pid namespace. */

@@ -41,12 +41,14 @@ static int64_t env_events(bool *lazy)
 	char *end;
 	errno = 0;
 	unsigned long long n = strtoull(v, &end, 10);
-	bool digits = end != v; /* before ":lazy" is passed over */
+	/* strtoull takes leading blanks and a sign: " 64" and "+64" would
+	 * pass while "64 " fails.  A count is digits, and only that. */
+	bool digits = end != v && *v >= '0' && *v <= '9'; /* before ":lazy" is passed over */
 	if (*end == ':' && strcmp(end, ":lazy") == 0) {
 		*lazy = true;
 		end += 5;
 	}
-	if (errno || *end || !digits || *v == '-' || n > CBCMN__TRACE_MAX) {
+	if (errno || *end || !digits || n > CBCMN__TRACE_MAX) {
 		fprintf(stderr,
 			"cbcmn: " CBCMN__TSEG_ENV "=%.40s: not a number of events up to %u, "
 			"or one followed by :lazy\n",
@@ -75,13 +77,20 @@ int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 		return -ENOMEM;
 	ts->size = off + stride * nexec;
 	ts->cap = cap;
+	ts->nexec = nexec;
+	ts->rings_off = off;
+	ts->stride = stride;
 	/* Sealed at its size before it is mapped, as the statistics segment
 	 * (statseg.h): a watcher maps only what nobody can shrink.  Untouched
 	 * pages cost nothing until an executor writes them. */
-	ts->fd = memfd_create(CBCMN__TSEG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ts->fd = cbcmn__memfd_sealed(CBCMN__TSEG_NAME, ts->size);
+	if (ts->fd == -EFBIG) /* else a recorder would say "start it with the variable" */
+		fprintf(stderr,
+			"cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes are over the file size limit "
+			"(ulimit -f): not shared\n",
+			ts->size);
 	void *p = MAP_FAILED;
-	if (ts->fd >= 0 && ftruncate(ts->fd, (off_t)ts->size) == 0 &&
-	    fcntl(ts->fd, F_ADD_SEALS, CBCMN__SEG_SEALS) == 0)
+	if (ts->fd >= 0)
 		p = cbcmn__mmap(NULL, ts->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
 				ts->fd, 0);
 	if (p == MAP_FAILED) {
@@ -134,12 +143,11 @@ struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int 
 	if (!tr)
 		return NULL;
 	struct cbcmn__tseg *ts = rt->tseg;
-	if (ts && i < ts->hdr->nexec) {
-		const struct cbcmn__tseg_hdr *h = ts->hdr;
-		tr->ring = (struct cbcmn__trace_ring *)((char *)h + h->rings_off + h->ring_stride * i);
+	if (ts && i < ts->nexec) {
+		tr->ring = (struct cbcmn__trace_ring *)((char *)ts->hdr + ts->rings_off + ts->stride * i);
 		tr->mask = ts->cap - 1;
 		tr->on = &ts->hdr->holds;
-		on_node(tr->ring, h->ring_stride, node);
+		on_node(tr->ring, ts->stride, node);
 		return tr;
 	}
 	uint32_t n = rt->cfg.trace_events;
@@ -178,15 +186,26 @@ int cbcmn__trace_take(struct cbcmn__trace_ring *r, uint64_t mask, uint32_t exec,
 		      cbcmn_trace_event *out, uint32_t n, uint64_t *head_out, uint64_t *tail_out)
 {
 	for (int tries = 0; tries < TAKE_TRIES; tries++) {
-		/* Relaxed: the CAS below checks it is still the head. */
-		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+		/* acquire: pairs with the release CAS below of the consumer
+		 * that moved head here, so the tail read next is at least the
+		 * one it read (no tail below head). */
+		uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
 		/* acquire: pairs with the release store of tail in
 		 * cbcmn__trace_put(): the records below it are whole. */
 		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
 		*head_out = head;
 		*tail_out = tail;
-		if (tail - head > mask + 1)
+		if (tail - head > mask + 1) {
+			/* Another consumer may have taken the ring and the
+			 * executor refilled it between our two loads: head is
+			 * stale, not the ring corrupt.  Head only grows, and
+			 * the executor never writes past head + capacity, so
+			 * with head unchanged since (this load after the
+			 * acquire of tail) the pair is impossible. */
+			if (atomic_load_explicit(&r->head, memory_order_relaxed) != head)
+				continue;
 			return -EBADMSG; /* nothing a writer and a claim can make */
+		}
 		uint64_t k = tail - head < n ? tail - head : n;
 		for (uint64_t j = 0; j < k; j++) {
 			/* A copy field by field, volatile: the slot may be

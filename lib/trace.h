@@ -38,7 +38,10 @@ struct cbcmn__tseg {
 	struct cbcmn__tseg_hdr *hdr;
 	size_t size;
 	int fd;
-	uint32_t cap;
+	uint32_t cap, nexec;
+	/* The rings' place: our copy, never the header's, which a watcher
+	 * may rewrite before an executor's ring is set up. */
+	size_t rings_off, stride;
 };
 
 static inline uint64_t cbcmn__trace_now(void)

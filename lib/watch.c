@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -40,6 +41,22 @@ static size_t round_up(size_t n, size_t to)
 	return (n + to - 1) / to * to;
 }
 
+int cbcmn__memfd_sealed(const char *name, size_t size)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && size > rl.rlim_cur)
+		return -EFBIG;
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, CBCMN__SEG_SEALS) != 0) {
+		int rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *node)
 {
 	struct cbcmn__seg *s = &rt->seg;
@@ -53,10 +70,9 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 	 * it is mapped, so no one (a bug here included) can shrink it under
 	 * a watcher's mapping, whose reads past the end would be SIGBUS:
 	 * watchers refuse unsealed segments. */
-	s->fd = memfd_create(CBCMN__SEG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	s->fd = cbcmn__memfd_sealed(CBCMN__SEG_NAME, s->size);
 	void *p = MAP_FAILED;
-	if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->size) == 0 &&
-	    fcntl(s->fd, F_ADD_SEALS, CBCMN__SEG_SEALS) == 0)
+	if (s->fd >= 0)
 		p = cbcmn__mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 	if (p == MAP_FAILED) {
 		if (s->fd >= 0)
@@ -441,10 +457,12 @@ int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st, void *hdr, 
 	struct statfs sfs;
 	/* tmpfs: not hugetlbfs, whose faults can fail with SIGBUS when its
 	 * pool is empty, nor a file with a look-alike name.  Seals are never
-	 * removed: once seen, the size is final. */
+	 * removed: once seen, the size is final; so the size is read after
+	 * them (before, the owner could shrink the file, then seal it, and
+	 * we would map the old size: SIGBUS). */
 	int seals;
-	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || fstatfs(fd, &sfs) != 0 ||
-	    sfs.f_type != TMPFS_MAGIC || (seals = fcntl(fd, F_GET_SEALS)) < 0 ||
+	if (fstatfs(fd, &sfs) != 0 || sfs.f_type != TMPFS_MAGIC ||
+	    (seals = fcntl(fd, F_GET_SEALS)) < 0 || fstat(fd, st) != 0 || !S_ISREG(st->st_mode) ||
 	    st->st_size < (off_t)hlen || pread(fd, hdr, hlen, 0) != (ssize_t)hlen) {
 		close(fd);
 		return -ENOENT;

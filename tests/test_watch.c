@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -682,6 +683,38 @@ static void test_no_memfd_falls_back(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Under a file size limit (ulimit -f) smaller than the segment: its
+ * ftruncate raised SIGXFSZ, whose default action killed the program in
+ * cbcmn_runtime_create.  Now it is anonymous memory, as without memfds. */
+static void test_segment_over_the_file_size_limit_does_not_kill_the_program(void **state)
+{
+	(void)state;
+	fflush(NULL);
+	pid_t kid = fork();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		struct rlimit rl = {0, 0};
+		if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+			_exit(10);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&cfg, &rt) != 0)
+			_exit(11);
+		cbcmn_watch *w;
+		int rc = cbcmn_watch_open(getpid(), 0, &w);
+		cbcmn_runtime_destroy(rt);
+		_exit(rc == -ENOENT ? 0 : 12);
+	}
+	int st;
+	assert_int_equal(waitpid(kid, &st, 0), kid);
+	if (WIFSIGNALED(st))
+		fail_msg("the program was killed by signal %d (SIGXFSZ %d)", WTERMSIG(st), SIGXFSZ);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -699,6 +732,7 @@ int main(void)
 		T_WATCHED_TEST(test_retired_then_restarted),
 		T_WATCHED_TEST(test_replaced_thread_published),
 		T_WATCHED_TEST(test_no_memfd_falls_back),
+		T_WATCHED_TEST(test_segment_over_the_file_size_limit_does_not_kill_the_program),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
