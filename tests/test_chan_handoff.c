@@ -113,7 +113,18 @@ struct two {
 	cbcmn_chan *c;
 	cbcmn_runtime *rt;
 	_Atomic uint32_t exec_of[2];   /* executor + 1 of the receiver of message i */
+	uint64_t sent_home;            /* our executor's handoffs over the two sends */
 };
+
+/* Executor 0's handoffs (wakes it sent home), or UINT64_MAX. */
+static uint64_t two_handoffs(cbcmn_runtime *rt)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	if (cbcmn_stats_snapshot(rt, &st, per, 2))
+		return UINT64_MAX;
+	return per[0].handoffs;
+}
 
 static int64_t two_recv(cbcmn_cx *cx, void *arg)
 {
@@ -147,9 +158,11 @@ static int64_t two_main(cbcmn_cx *cx, void *arg)
 		if (s.total.blocked_chan == 2)
 			break;
 	}
+	uint64_t before = two_handoffs(w->rt);
 	for (long i = 0; i < 2; i++)
 		if ((rc = cbcmn_chan_send(cx, w->c, &i)))
 			return rc;
+	w->sent_home = two_handoffs(w->rt) - before;
 	/* Block at once: our executor runs its slot next. */
 	return cbcmn_nursery_await_all(cx, n);
 }
@@ -171,8 +184,12 @@ static void test_regression_second_wake_goes_home_while_the_slot_is_taken(void *
 	struct two w = {.rt = rt};
 	assert_int_equal(cbcmn_chan_create(rt, 2, sizeof(long), &w.c), 0);
 	assert_int_equal(t_run_pinned(rt, 0, two_main, &w), 0);
+	/* Counted where the decision is made: where the receivers then ran
+	 * says less, an idle executor may steal either of them (under TSan,
+	 * executor 0 took the second from executor 1 one run in four). */
 	assert_int_not_equal(atomic_load(&w.exec_of[0]), 0);
-	assert_int_equal(atomic_load(&w.exec_of[1]), 2);
+	assert_int_not_equal(atomic_load(&w.exec_of[1]), 0);
+	assert_int_equal(w.sent_home, 1);
 	assert_int_equal(cbcmn_chan_destroy(w.c), 0);
 	cbcmn_runtime_destroy(rt);
 }
