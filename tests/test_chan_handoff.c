@@ -186,10 +186,14 @@ static void test_regression_second_wake_goes_home_while_the_slot_is_taken(void *
 	assert_int_equal(t_run_pinned(rt, 0, two_main, &w), 0);
 	/* Counted where the decision is made: where the receivers then ran
 	 * says less, an idle executor may steal either of them (under TSan,
-	 * executor 0 took the second from executor 1 one run in four). */
+	 * executor 0 took the second from executor 1 one run in four).  Under
+	 * TSan a send takes longer than the slot's steal delay, and our run
+	 * is older still: executor 1 may take the first from our slot before
+	 * the second send, which then finds the slot free (one run in six). */
 	assert_int_not_equal(atomic_load(&w.exec_of[0]), 0);
 	assert_int_not_equal(atomic_load(&w.exec_of[1]), 0);
-	assert_int_equal(w.sent_home, 1);
+	if (!(T_TSAN && atomic_load(&w.exec_of[0]) == 2))
+		assert_int_equal(w.sent_home, 1);
 	assert_int_equal(cbcmn_chan_destroy(w.c), 0);
 	cbcmn_runtime_destroy(rt);
 }
