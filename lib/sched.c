@@ -213,8 +213,13 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
  * (it moves only by the wheels' migration, docs/ACTORS.md).  Only into a
  * free slot: a second wake while the first waits there goes home, where
  * an executor looks for work (four producers waking four consumers would
- * otherwise all end on one executor).  Relaxed: a stale state only sends
- * the task the other way, once; a thief only empties our slot. */
+ * otherwise all end on one executor).  Nor once our slot has had its runs
+ * in a row (SLOT_RUNS_MAX, find_local()): the task would go behind our
+ * yield list, which no thief sees, and wait there behind whatever we run
+ * next, a blocking call included, while its home searched for work
+ * (test_regression_woken_task_past_the_slot_cap_goes_home).  Relaxed: a
+ * stale state only sends the task the other way, once; a thief only
+ * empties our slot. */
 static inline bool home_searching(const struct cbcmn__exec *o)
 {
 	return atomic_load_explicit(&o->ss->state, memory_order_relaxed) == CBCMN_EXEC_SEARCHING;
@@ -255,6 +260,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	}
 	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
 	    !(e->wake_here && home_searching(owner) && !cbcmn__is_actor_task(t) &&
+	      e->slot_runs < SLOT_RUNS_MAX &&
 	      !atomic_load_explicit(&e->slot, memory_order_relaxed)) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
