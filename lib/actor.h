@@ -228,8 +228,10 @@ int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t 
 			       struct cbcmn__exec *e);
 /* actor_mbox.c, for actor_handler.c: take a's next deliverable message
  * (a due DOWN/EXIT first) into *m under its lock, handing freed room to
- * waiting senders (wl).  False: none. */
-bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wakes *wl);
+ * waiting senders (wl); e: the host's executor, whose trace ring records
+ * the receive (as cbcmn_actor_receive()'s does).  False: none. */
+bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wakes *wl,
+		    struct cbcmn__exec *e);
 
 /* actor_handler.c */
 /* Start handler actor a (locked by nobody, LIVE, not yet published) with

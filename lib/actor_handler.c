@@ -366,7 +366,7 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 			hnd_halt(host, h, CBCMN_ECANCELED, e);
 			return calls;
 		}
-		if (!h->held && !cbcmn__mb_take(a, &h->msg, &wl)) {
+		if (!h->held && !cbcmn__mb_take(a, &h->msg, &wl, e)) {
 			h->queued = false; /* the next message queues it again */
 			cbcmn__mutex_unlock(&a->lock);
 			return calls;

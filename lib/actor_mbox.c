@@ -583,7 +583,8 @@ bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 	return true;
 }
 
-bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wakes *wl)
+bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wakes *wl,
+		    struct cbcmn__exec *e)
 {
 	if (down_due(a)) {
 		struct cbcmn__monitor *down = a->sys_head;
@@ -595,7 +596,11 @@ bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wa
 	}
 	if (!a->count)
 		return false;
+	/* As cbcmn_actor_receive() takes one: the depth sample, the trace. */
+	depth_sample(a->count);
+	uint64_t seq = a->taken_total;
 	ring_take(a, m);
-	slot_freed(a, wl);
+	CBCMN__TRACE(e, CBCMN_TRACE_ACTOR_RECEIVE, cbcmn__trace_now(), m->type, a->ref, (uint32_t)seq);
+	slot_freed(a, wl, e);
 	return true;
 }
