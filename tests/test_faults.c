@@ -292,6 +292,12 @@ static int64_t xfer_main(cbcmn_cx *cx, void *p)
 	if (rc != 0)
 		return rc;
 	uint32_t w = cbcmn_runtime_workers(x->rt);
+	/* A doorbell first, as fork-join's root rings one: the transfer's own
+	 * wakes need none when the other executor is still searching as they
+	 * come (seen under ASan with at most half the CPUs spinning: msg_ring
+	 * had 0 hits, "the sweep did not reach it"). */
+	if (w == 2)
+		ring_a_sleeper(cx, x->rt);
 	/* Pinned on two executors when there are two: bytes cross shards and
 	 * wake-ups go through doorbells. */
 	while ((rc = cbcmn_nursery_spawn_pinned(cx, n, 0, xfer_reader, x, NULL)) != 0) {
