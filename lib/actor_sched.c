@@ -268,7 +268,10 @@ static bool hand_over(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cb
 		return false;
 	}
 	aw->moved_turn = aw->w.turns + 1;
-	aw->over_turn = 0;
+	/* The 8 turns start over, the wall time does not: a lasting
+	 * overload sheds one actor per MIGRATE_GAP_TURNS, as before the
+	 * 50 ms (32 actors to an idle executor: 16 moves). */
+	aw->over_turn = aw->w.turns + 1;
 	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
 	CBCMN_PROBE5(actor_migrate, a->ref, e->id, o->id, why, e->rt->seg.rt_id);
 	return true;
