@@ -847,27 +847,19 @@ static void test_balanced_runtime_migrates_nothing(void **state)
 #define BUSY_HEAVY 40
 
 struct busy2 {
-	_Atomic int stop, started, on1;
+	struct wake3 w; /* stop, started: the pinned ones are wake3_hog */
+	_Atomic int on1;
 };
 
 static int64_t busy2_hog(cbcmn_cx *cx, void *arg)
 {
 	struct busy2 *b = arg;
-	atomic_fetch_add(&b->started, 1);
-	while (!atomic_load_explicit(&b->stop, memory_order_relaxed)) {
+	atomic_fetch_add(&b->w.started, 1);
+	while (!atomic_load_explicit(&b->w.stop, memory_order_relaxed)) {
 		CBCMN_CHECKPOINT(cx);
 		if (cbcmn_cx_executor(cx) == 1)
 			atomic_store_explicit(&b->on1, 1, memory_order_relaxed);
 	}
-	return 0;
-}
-
-static int64_t busy2_pinned(cbcmn_cx *cx, void *arg)
-{
-	struct busy2 *b = arg;
-	atomic_fetch_add(&b->started, 1);
-	while (!atomic_load_explicit(&b->stop, memory_order_relaxed))
-		CBCMN_CHECKPOINT(cx);
 	return 0;
 }
 
@@ -880,8 +872,8 @@ static int64_t busy2_boss(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_ref r;
 	cbcmn_actor_opts pin1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
 	for (int i = 0; i < BUSY_LIGHT; i++)
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, busy2_pinned, b, &pin1, &r) == 0);
-	while (atomic_load(&b->started) < BUSY_LIGHT)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, wake3_hog, &b->w, &pin1, &r) == 0);
+	while (atomic_load(&b->w.started) < BUSY_LIGHT)
 		cbcmn_sleep(cx, 1000000);
 	/* Spawned here, on executor 0, while executor 1's wheel is busy
 	 * (an executor steals only when idle): only migration moves them. */
@@ -892,7 +884,7 @@ static int64_t busy2_boss(cbcmn_cx *cx, void *arg)
 		cbcmn_sleep(cx, 1000000);
 	TASK_CHECK(atomic_load(&b->on1));
 	TASK_CHECK(migrations(rt, 0) > 0);
-	atomic_store(&b->stop, 1);
+	atomic_store(&b->w.stop, 1);
 	return cbcmn_nursery_await_all(cx, n);
 }
 
