@@ -45,6 +45,18 @@
  * (about half the time under TSan), but 2 balanced windows in 16 saw a
  * move, against none in 26 with 16. */
 #define MIGRATE_WARM_TURNS 16u
+/* Wall time an overload must have lasted, at every look, before a move,
+ * besides MIGRATE_GAP_TURNS turns: 8 turns of a busy wheel are a few ms
+ * (24 actors: about 0.4 ms a turn on this machine), shorter than the
+ * scheduling noise of a loaded machine, where the thread loses a CFS
+ * slice's worth (ms) at a time; a loss between runs lifts the load (up
+ * to 4x for a few turns) and its EWMA needs some 10 turns to settle, so
+ * two equally loaded executors each look overloaded against the other
+ * for longer than 8 turns, now and then (measured: 2 windows in 24 of a
+ * balanced runtime moved an actor, beside load, each move a single
+ * executor's spike: 6263 against 1777).  50 ms spans several slices of
+ * that noise; a real imbalance lasts (docs/ACTORS.md "Migration"). */
+#define MIGRATE_PERSIST_NS 50000000ull
 
 struct cbcmn__awheel {
 	struct cbcmn__wheel w;
@@ -59,6 +71,7 @@ struct cbcmn__awheel {
 	uint64_t busy_turn;       /* turns when the wheel last became non-empty */
 	uint64_t over_turn;       /* turns + 1 at the first of the looks since that
 				   * found us overloaded; 0: the last look did not */
+	uint64_t over_ns;         /* the clock at that first look */
 };
 
 static uint64_t clock_ns(void)
@@ -117,6 +130,7 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 	aw->moved_turn = 0;
 	aw->busy_turn = 0;
 	aw->over_turn = 0;
+	aw->over_ns = 0;
 	e->wheel = aw;
 	return aw;
 }
@@ -220,15 +234,16 @@ static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *
 		return NULL; /* within a half: no move (hysteresis) */
 	}
 	/* Overloaded against o: a move only if we were at our first such
-	 * look at least MIGRATE_GAP_TURNS turns ago and at every look since
-	 * (a lasting load, not a few odd turns: measured, the residue of
-	 * noise that still moved one actor in some 1.5 s runs of a balanced
-	 * runtime). */
+	 * look at least MIGRATE_GAP_TURNS turns and MIGRATE_PERSIST_NS ago
+	 * and at every look since (a lasting load, not a few odd turns:
+	 * measured, the residue of noise that still moved one actor in some
+	 * 1.5 s runs of a balanced runtime). */
 	if (!aw->over_turn) {
 		aw->over_turn = aw->w.turns + 1;
+		aw->over_ns = now;
 		return NULL;
 	}
-	if (aw->w.turns + 1 < aw->over_turn + MIGRATE_GAP_TURNS)
+	if (aw->w.turns + 1 < aw->over_turn + MIGRATE_GAP_TURNS || now - aw->over_ns < MIGRATE_PERSIST_NS)
 		return NULL;
 	return o;
 }
@@ -253,7 +268,10 @@ static bool hand_over(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cb
 		return false;
 	}
 	aw->moved_turn = aw->w.turns + 1;
-	aw->over_turn = 0;
+	/* The 8 turns start over, the wall time does not: a lasting
+	 * overload sheds one actor per MIGRATE_GAP_TURNS, as before the
+	 * 50 ms (32 actors to an idle executor: 16 moves). */
+	aw->over_turn = aw->w.turns + 1;
 	atomic_fetch_add_explicit(&e->ss->act.migrations, 1, memory_order_relaxed);
 	CBCMN_PROBE5(actor_migrate, a->ref, e->id, o->id, why, e->rt->seg.rt_id);
 	return true;

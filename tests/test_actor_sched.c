@@ -834,6 +834,70 @@ static void test_balanced_runtime_migrates_nothing(void **state)
 	t_destroy(rt);
 }
 
+/* ---- an overloaded executor sheds to a busy but less loaded one ---- */
+
+/* The load rule itself (case 1): the shedding tests above move actors to
+ * an idle executor, which the spreading to idle executors (or a wake
+ * there) does as well.  Here executor 1 is never idle: 8 pinned hogs keep
+ * its wheel busy below nominal, while 40 on executor 0 hold it at about
+ * 2.5 nominal turns: some of those must move, after the overload has
+ * lasted (50 ms, docs/ACTORS.md "Migration"). */
+
+#define BUSY_LIGHT 8
+#define BUSY_HEAVY 40
+
+struct busy2 {
+	struct wake3 w; /* stop, started: the pinned ones are wake3_hog */
+	_Atomic int on1;
+};
+
+static int64_t busy2_hog(cbcmn_cx *cx, void *arg)
+{
+	struct busy2 *b = arg;
+	atomic_fetch_add(&b->w.started, 1);
+	while (!atomic_load_explicit(&b->w.stop, memory_order_relaxed)) {
+		CBCMN_CHECKPOINT(cx);
+		if (cbcmn_cx_executor(cx) == 1)
+			atomic_store_explicit(&b->on1, 1, memory_order_relaxed);
+	}
+	return 0;
+}
+
+static int64_t busy2_boss(cbcmn_cx *cx, void *arg)
+{
+	struct busy2 *b = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref r;
+	cbcmn_actor_opts pin1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	for (int i = 0; i < BUSY_LIGHT; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, wake3_hog, &b->w, &pin1, &r) == 0);
+	while (atomic_load(&b->w.started) < BUSY_LIGHT)
+		cbcmn_sleep(cx, 1000000);
+	/* Spawned here, on executor 0, while executor 1's wheel is busy
+	 * (an executor steals only when idle): only migration moves them. */
+	for (int i = 0; i < BUSY_HEAVY; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, busy2_hog, b, NULL, &r) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&b->on1) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(atomic_load(&b->on1));
+	TASK_CHECK(migrations(rt, 0) > 0);
+	atomic_store(&b->w.stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_overloaded_executor_sheds_actors_to_a_busy_less_loaded_one(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct busy2 b = {0};
+	assert_int_equal(t_run_pinned(rt, 0, busy2_boss, &b), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 /* ---- two computing actors on one executor spread to an idle one ---- */
 
 struct spread {
@@ -1154,6 +1218,7 @@ int main(int argc, char **argv)
 		T(test_woken_actor_leaves_an_overloaded_executor),
 		T(test_messages_to_a_migrating_receiver_arrive_once_in_order),
 		T(test_balanced_runtime_migrates_nothing),
+		T(test_overloaded_executor_sheds_actors_to_a_busy_less_loaded_one),
 		T(test_posse_members_stay_and_stops_end_migrating_actors),
 		T(test_regression_computing_actors_on_one_executor_spread_to_an_idle_one),
 		T(test_actor_on_a_stalled_executors_wheel_runs_elsewhere),
