@@ -513,8 +513,21 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			 * record keeps it until POST_EXIT (task.c). */
 			s = cbcmn__task_own_stack(t);
 			atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+			s->holds_task = CBCMN__HOLDS_STARTED;
+			atomic_fetch_sub_explicit(&e->rt->stacks.held_unstarted, 1,
+						  memory_order_relaxed);
 		} else {
 			s = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
+		}
+		if (!s && atomic_load_explicit(&e->rt->stacks.held_unstarted, memory_order_relaxed)) {
+			/* Records in stacks: the free stacks may all be held by
+			 * spawned tasks not started yet, each giving its stack
+			 * back (or using it) once it runs.  Wait behind them, on
+			 * the yield list, rather than fail where a runtime
+			 * without the flag would have run this task in turn. */
+			t->exec = e;
+			yq_push(e, t);
+			return;
 		}
 		if (!s) {
 			/* No memory for a stack: the task fails, nothing else does. */
