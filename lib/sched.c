@@ -519,12 +519,17 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		} else {
 			s = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
 		}
-		if (!s && atomic_load_explicit(&e->rt->stacks.held_unstarted, memory_order_relaxed)) {
+		if (!s && atomic_load_explicit(&e->rt->stacks.held_unstarted, memory_order_relaxed) &&
+		    cbcmn__deque_len(&e->dq) > 0) {
 			/* Records in stacks: the free stacks may all be held by
 			 * spawned tasks not started yet, each giving its stack
-			 * back (or using it) once it runs.  Wait behind them, on
-			 * the yield list, rather than fail where a runtime
-			 * without the flag would have run this task in turn. */
+			 * back (or using it) once it runs: a burst's earlier
+			 * children, below this one on our deque (LIFO).  Wait
+			 * behind our queued work, on the yield list, rather than
+			 * fail where a runtime without the flag would have run
+			 * this task in turn.  Only while the deque has work: each
+			 * wait lets one of those run, so the waits end (no spin
+			 * on work another executor holds; that fails as before). */
 			t->exec = e;
 			yq_push(e, t);
 			return;
