@@ -1495,6 +1495,11 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 	uint64_t start = now_ns(), pause = SPIN_PAUSE_MIN_NS;
 	const uint64_t start0 = start;
 	load_update(e, start);
+	/* Out of local work: the records we freed for another executor go
+	 * home now, not when a batch fills, which an idle executor never
+	 * does (its home mallocs meanwhile; test_taskcache). */
+	if (e->out_n)
+		cbcmn__task_outbox_flush(e);
 	cbcmn__searching_begin(e);
 	exec_state(e, CBCMN_EXEC_SEARCHING);
 	for (uint32_t turn = 0;; turn++) {

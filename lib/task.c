@@ -202,6 +202,11 @@ static void outbox_flush(struct cbcmn__exec *e)
 
 #define OUTBOX_MAX 32u
 
+void cbcmn__task_outbox_flush(struct cbcmn__exec *e)
+{
+	outbox_flush(e);
+}
+
 static void task_send_home(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	if (!e) { /* a thread outside the runtime: no batch of its own */
