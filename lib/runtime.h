@@ -635,6 +635,8 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result);
 bool cbcmn__task_cancelled(const struct cbcmn_task *t);
 bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n);
 void cbcmn__task_free_cache(struct cbcmn__exec *e);
+/* Send e's part-filled batch of freed records home now (e's thread). */
+void cbcmn__task_outbox_flush(struct cbcmn__exec *e);
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
 		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle);
 

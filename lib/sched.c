@@ -539,8 +539,26 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			 * record keeps it until POST_EXIT (task.c). */
 			s = cbcmn__task_own_stack(t);
 			atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+			s->holds_task = CBCMN__HOLDS_STARTED;
+			atomic_fetch_sub_explicit(&e->rt->stacks.held_unstarted, 1,
+						  memory_order_relaxed);
 		} else {
 			s = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
+		}
+		if (!s && atomic_load_explicit(&e->rt->stacks.held_unstarted, memory_order_relaxed) &&
+		    cbcmn__deque_len(&e->dq) > 0) {
+			/* Records in stacks: the free stacks may all be held by
+			 * spawned tasks not started yet, each giving its stack
+			 * back (or using it) once it runs: a burst's earlier
+			 * children, below this one on our deque (LIFO).  Wait
+			 * behind our queued work, on the yield list, rather than
+			 * fail where a runtime without the flag would have run
+			 * this task in turn.  Only while the deque has work: each
+			 * wait lets one of those run, so the waits end (no spin
+			 * on work another executor holds; that fails as before). */
+			t->exec = e;
+			yq_push(e, t);
+			return;
 		}
 		if (!s) {
 			/* No memory for a stack: the task fails, nothing else does. */
@@ -1572,6 +1590,11 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 	uint64_t start = now_ns(), pause = SPIN_PAUSE_MIN_NS;
 	const uint64_t start0 = start;
 	load_update(e, start);
+	/* Out of local work: the records we freed for another executor go
+	 * home now, not when a batch fills, which an idle executor never
+	 * does (its home mallocs meanwhile; test_taskcache). */
+	if (e->out_n)
+		cbcmn__task_outbox_flush(e);
 	cbcmn__searching_begin(e);
 	exec_state(e, CBCMN_EXEC_SEARCHING);
 	for (uint32_t turn = 0;; turn++) {

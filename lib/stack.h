@@ -71,11 +71,16 @@ struct cbcmn__stack {
 	/* A task record lives right below this descriptor (task.c, records
 	 * in stacks): fibers on this stack start below it, and the stack
 	 * goes back to the pool when the record is freed, not when the
-	 * fiber ends.  Set and cleared by the record's owner. */
+	 * fiber ends.  Set and cleared by the record's owner:
+	 * CBCMN__HOLDS_UNSTARTED until a fiber first runs on it, then
+	 * CBCMN__HOLDS_STARTED. */
 	uint8_t holds_task;
 };
 
 _Static_assert(sizeof(struct cbcmn__stack) == 64, "one cache line");
+
+#define CBCMN__HOLDS_UNSTARTED 1u
+#define CBCMN__HOLDS_STARTED 2u
 
 /* Where the yellow zone starts. */
 static inline char *cbcmn__stack_yellow_lo(const struct cbcmn__stack *s)
@@ -112,6 +117,10 @@ struct cbcmn__stack_pool {
 	uint8_t guard_kind;             /* how new slabs are guarded, CBCMN__GUARD_* */
 	bool said_refused;              /* the one line about the map budget */
 	uint64_t stacks_total, stacks_guarded; /* for stats and tests */
+	/* Stacks held by task records whose fiber has not started
+	 * (CBCMN__HOLDS_UNSTARTED): each comes back, or is the one its task
+	 * needs, once that task runs (sched.c, run_task()). */
+	_Atomic uint64_t held_unstarted;
 };
 
 /* Per-executor cache, owned by one thread. */

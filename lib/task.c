@@ -81,7 +81,10 @@ static struct cbcmn_task *task_in_stack(struct cbcmn_runtime *rt, struct cbcmn__
 	 * poisoned where the record goes. */
 	__asan_unpoison_memory_region(t, CBCMN__STACK_RECORD_SPAN);
 #endif
-	s->holds_task = 1;
+	s->holds_task = CBCMN__HOLDS_UNSTARTED;
+	/* Relaxed: a count run_task() only uses to choose between waiting
+	 * for a stack and failing. */
+	atomic_fetch_add_explicit(&rt->stacks.held_unstarted, 1, memory_order_relaxed);
 	t->mem_off = CBCMN__MEM_IN_STACK;
 	return t;
 }
@@ -89,6 +92,8 @@ static struct cbcmn_task *task_in_stack(struct cbcmn_runtime *rt, struct cbcmn__
 static void task_in_stack_free(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	struct cbcmn__stack *s = cbcmn__task_own_stack(t);
+	if (s->holds_task == CBCMN__HOLDS_UNSTARTED) /* never ran on it (inline, cancelled) */
+		atomic_fetch_sub_explicit(&t->rt->stacks.held_unstarted, 1, memory_order_relaxed);
 	s->holds_task = 0;
 	/* e is the calling executor (its cache is owner-only) or NULL: the
 	 * shared pool, under its lock. */
@@ -196,6 +201,11 @@ static void outbox_flush(struct cbcmn__exec *e)
 }
 
 #define OUTBOX_MAX 32u
+
+void cbcmn__task_outbox_flush(struct cbcmn__exec *e)
+{
+	outbox_flush(e);
+}
 
 static void task_send_home(struct cbcmn_task *t, struct cbcmn__exec *e)
 {

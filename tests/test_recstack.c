@@ -304,6 +304,54 @@ static void test_spawn_without_a_stack_to_take_keeps_a_plain_record(void **state
 	t_destroy(rt);
 }
 
+/* A burst of short children, without handles, past the stacks the pool
+ * can still hand out: the first ones take the free stacks for their
+ * records at the spawn, the later ones get plain records; those run
+ * first (LIFO) and found no stack to run on, every one held by an
+ * unstarted sibling that would give it back as soon as it ran.  Without
+ * the flag each child borrows a stack in turn and all of them succeed:
+ * the flag must not turn the burst into -ENOMEM failures (it did, and the
+ * first one cancelled the nursery). */
+#define BURST 256
+
+static _Atomic long burst_ran;
+
+static int64_t short_child(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	atomic_fetch_add(&burst_ran, 1);
+	return 0;
+}
+
+static int64_t burst_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *nu;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
+	uint64_t out0 = stacks_out(cx);
+	atomic_store(&burst_ran, 0);
+	cbcmn__stack_test_fail_map_over = 1; /* no new slab */
+	for (long i = 0; i < BURST; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, nu, short_child, NULL, NULL) == 0);
+	/* Some records took stacks, and the pool ran dry. */
+	TASK_CHECK(stacks_out(cx) > out0);
+	int rc = cbcmn_nursery_await_all(cx, nu);
+	cbcmn__stack_test_fail_map_over = 0;
+	TASK_CHECK(rc == 0);
+	TASK_CHECK(atomic_load(&burst_ran) == BURST);
+	TASK_CHECK(stacks_out(cx) == out0);
+	return 0;
+}
+
+static void test_burst_past_the_free_stacks_is_not_enomem(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_flags(1, RS_FLAGS);
+	t_run(rt, burst_root, NULL, 0);
+	t_destroy(rt);
+}
+
 /* The executor's thread ends under an in-stack task (pthread_exit): the
  * reaper restarts that stack below the record, ends the task with
  * CBCMN_EPANIC, and the record then frees the stack. */
@@ -344,6 +392,7 @@ int main(void)
 		T_WATCHED_TEST(test_inline_children_free_the_stacks_their_records_hold),
 		T_WATCHED_TEST(test_spawn_without_a_stack_to_take_keeps_a_plain_record),
 		T_WATCHED_TEST(test_thread_death_under_a_record_in_its_stack_is_a_panic),
+		T_WATCHED_TEST(test_burst_past_the_free_stacks_is_not_enomem),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

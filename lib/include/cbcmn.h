@@ -488,9 +488,10 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * record (the runtime's bookkeeping, 368 B) in that stack's top page,
  * instead of a separate allocation: a parked fiber costs its one touched
  * page and nothing more (cbcmn-bench parked).  The price: a spawned task
- * that has not started holds a stack (its top page of memory, and a map
- * entry where guards need one) until it ends, where a plain record costs
- * 432 B; so for many long-lived fibers (connections, actors), not for
+ * holds a stack (its top page of memory, and a map entry where guards
+ * need one) from the spawn until its record goes, where a plain record
+ * costs 432 B: until it ends and its handle, if any, is joined; an ended
+ * task not joined yet keeps the pages its fiber touched; so for many long-lived fibers (connections, actors), not for
  * fork-join bursts.  Tasks spawned from outside the runtime, and any
  * spawn that finds no stack, keep a plain record. */
 #define CBCMN_CONFIG_RECORD_IN_STACK 0x8u
