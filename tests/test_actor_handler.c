@@ -1356,8 +1356,15 @@ static int64_t spend_main(cbcmn_cx *cx, void *arg)
 		cbcmn_sleep(cx, 100000);
 	TASK_CHECK(rc == 0);
 	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
-	for (int i = 0; i < 10; i++)
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, first, &m) == 0);
+	/* The child may take and spend its budget while we send (a loaded
+	 * machine, the other executor): once it has halted a send is -ESRCH,
+	 * not taken (seen in CI with the suites in two lanes). */
+	uint64_t sent = 0;
+	for (int i = 0; i < 10; i++) {
+		rc = cbcmn_actor_send(NULL, cx, first, &m);
+		TASK_CHECK(rc == 0 || rc == -ESRCH);
+		sent += rc == 0;
+	}
 	while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &child)) == -EAGAIN || child == first)
 		cbcmn_sleep(cx, 100000);
 	TASK_CHECK(rc == 0);
@@ -1365,7 +1372,7 @@ static int64_t spend_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	TASK_CHECK(rep.restarts >= 1);
 	TASK_CHECK(rep.exhausted >= 1);
-	TASK_CHECK((uint64_t)atomic_load(&s->handled) + rep.undelivered == 10);
+	TASK_CHECK((uint64_t)atomic_load(&s->handled) + rep.undelivered == sent);
 	return 0;
 }
 
