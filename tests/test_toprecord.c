@@ -163,7 +163,8 @@ static void test_record_with_kernel_steal_arrows(void **state)
  * after the runtime ended; inline runs from the run's own figures): steal arrows = steals per
  * thief, their tasks = tasks stolen, tasks whose first slice is on an
  * executor within [tasks_run - inline_runs, tasks_run] of it, park
- * slices = parks, I/O spans = io_ops; and no event in both files. */
+ * slices = parks, I/O spans = io_ops; and no event in both files (the
+ * same track, time on the monotonic clock, length and args). */
 static const char events_py[] =
 	PY_TRACE_OPEN
 	PY_ACTOR_MSGS
@@ -200,11 +201,19 @@ static const char events_py[] =
 	"if od['source_events'] != \"the target's trace rings\": fail('no events: %r' % (od,))\n"
 	"slices, arrows, spans, inst = events(tr, nx)\n"
 	"sends, recvs = messages(ev)\n"
-	"mine = set((tid, e['name'], e['ts']) for tid, ss in slices.items() for e in ss)\n"
+	"# A slice's identity: its track, name, start and length in ns on the\n"
+	"# monotonic clock (each file's ts counts from its own time 0, t0_ns, and\n"
+	"# the two files' differ: a ts alone matched distinct slices of the two\n"
+	"# files by chance), and its args (the task); exact within one file too.\n"
+	"def ident(slices, t0):\n"
+	"    ids = set((tid, e['name'], t0 + round(e['ts'] * 1000), round(e['dur'] * 1000), json.dumps(e['args'], sort_keys=True)) for tid, ss in slices.items() for e in ss)\n"
+	"    if len(ids) != sum(len(ss) for ss in slices.values()): fail('two slices of one file alike')\n"
+	"    return ids\n"
+	"mine = ident(slices, od['t0_ns'])\n"
 	"if sys.argv[4] != '-':\n"
 	"    other = json.load(open(sys.argv[4]))\n"
 	"    o_slices, o_arrows, o_spans, o_inst = events(other, other['otherData']['executors'])\n"
-	"    both = mine & set((tid, e['name'], e['ts']) for tid, ss in o_slices.items() for e in ss)\n"
+	"    both = mine & ident(o_slices, other['otherData']['t0_ns'])\n"
 	"    if both: fail('%d slices taken by both consumers, e.g. %r' % (len(both), sorted(both)[:3]))\n"
 	"    if not o_slices or not slices: fail('a consumer took nothing: %d and %d tracks' % (len(slices), len(o_slices)))\n"
 	"    for tid, ss in o_slices.items(): slices.setdefault(tid, []).extend(ss)\n"
