@@ -279,7 +279,11 @@ int ct_close(struct ct_writer *w, const char *otherdata)
 {
 	if (!w->f)
 		return 0;
-	fprintf(w->f, "\n],\"otherData\":{%s}}\n", otherdata ? otherdata : "");
+	/* Time 0 first, for every writer: two traces of one run (the
+	 * target's own drain and cbcmn-top --record's) have different time
+	 * 0s, and an event is the same in both only at the same ts + t0_ns. */
+	fprintf(w->f, "\n],\"otherData\":{\"t0_ns\":%llu%s%s}}\n", (unsigned long long)w->t0_ns,
+		otherdata && *otherdata ? "," : "", otherdata ? otherdata : "");
 	int bad = ferror(w->f);
 	bad |= fclose(w->f) != 0;
 	w->f = NULL;

@@ -57,8 +57,9 @@ void ct_steal(struct ct_writer *w, uint32_t thief, uint32_t victim, uint64_t ts_
 	      const char *args);
 void ct_counter(struct ct_writer *w, const char *name, uint64_t ts_ns, const char *args);
 
-/* End the trace: otherdata (a JSON object's members, without braces, or
- * NULL) goes under "otherData".  Closes the file in every case.  Returns
+/* End the trace: "t0_ns" (the trace's time 0, CLOCK_MONOTONIC ns) and
+ * otherdata (a JSON object's members, without braces, or NULL) go under
+ * "otherData".  Closes the file in every case.  Returns
  * 0, or -EIO when some write failed (a full disk). */
 int ct_close(struct ct_writer *w, const char *otherdata);
 
