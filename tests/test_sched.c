@@ -703,7 +703,7 @@ static void test_regression_queue_behind_one_long_run_is_stolen_and_the_thief_sl
  * even while a queue the gate had refused it stood elsewhere: but the
  * gate's answer turns with time (one long run opens it), and nobody was
  * left to look; the owner's later pushes to its non-empty deque notify
- * nobody.  Here the cost (100 ms) outlasts the idle allowance (1 ms): the
+ * nobody.  Here the cost (100 ms) outlasts the idle allowance (10 ms): the
  * executor started for the child is refused, and must still be there when
  * the parent's run has lasted long enough to open the gate.  (Before the
  * fix: it had retired, and the child waited for the whole run, a
@@ -748,7 +748,10 @@ static void test_regression_thief_does_not_retire_beside_gated_work(void **state
 	cbcmn_config_init(&cfg);
 	cfg.workers = 2;
 	cfg.min_workers = 1;
-	cfg.idle_retire_ms = 1;
+	/* 10 ms, still a tenth of the cost: at 1 ms executor 1 retired and
+	 * restarted so often under TSan beside another suite that its
+	 * threads passed ThreadSanitizer's limit (CHECK tid < kMaxTid). */
+	cfg.idle_retire_ms = 10;
 	cfg.steal_cost_ns = RETIRE_COST_NS;
 	cfg.flags |= CBCMN_CONFIG_NO_INLINE; /* the await must not run the child */
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
