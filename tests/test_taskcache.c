@@ -50,6 +50,32 @@ static uint32_t list_len(const struct cbcmn_task *t)
 	return n;
 }
 
+/* From executor 0: n children pinned to executor 1 (each waits until all
+ * are spawned), awaited; then wait (up to T_STALL_NS) until every record
+ * is home (remote_n) or in the opener's own cache: a record whose last
+ * reference the opener dropped (it looked after the child ended: a
+ * loaded machine) is freed here.  Returns the records home. */
+static uint32_t send_away(cbcmn_cx *cx, struct cbcmn__exec *e, uint32_t n)
+{
+	cbcmn_nursery *nu;
+	TASK_CHECK(e->id == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
+	atomic_store(&all_spawned, 0);
+	for (uint32_t i = 0; i < n; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, after_all_spawned, NULL, NULL) == 0);
+	atomic_store(&all_spawned, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == 0);
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while (atomic_load_explicit(&e->remote_n, memory_order_relaxed) + e->nfree_tasks < n &&
+	       t_now_ns() < until)
+		cbcmn_yield(cx);
+	uint32_t home = (uint32_t)atomic_load_explicit(&e->remote_n, memory_order_relaxed);
+	if (home + e->nfree_tasks != n)
+		printf("remote_n %u + local %u of %u\n", home, e->nfree_tasks, n);
+	TASK_CHECK(home + e->nfree_tasks == n);
+	return home;
+}
+
 /* Runs pinned on executor 0: its children run (and end, dropping their
  * records' last reference) on executor 1, which sends the records home. */
 static int64_t grab_root(cbcmn_cx *cx, void *arg)
@@ -57,22 +83,8 @@ static int64_t grab_root(cbcmn_cx *cx, void *arg)
 	(void)arg;
 	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
 	cbcmn_nursery *nu;
-	TASK_CHECK(e->id == 0);
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
-	atomic_store(&all_spawned, 0);
-	for (int i = 0; i < AWAY; i++)
-		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, after_all_spawned, NULL, NULL) == 0);
-	atomic_store(&all_spawned, 1);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == 0);
-	/* The last batch reaches home just after the opener hears the end.
-	 * A record whose last reference the opener dropped (it looked after
-	 * the child ended: a loaded machine) is freed here, into the local
-	 * list: every record is in one of the two. */
-	uint64_t until = t_now_ns() + T_STALL_NS;
-	while (atomic_load_explicit(&e->remote_n, memory_order_relaxed) + e->nfree_tasks < AWAY &&
-	       t_now_ns() < until)
-		cbcmn_yield(cx);
-	TASK_CHECK(atomic_load_explicit(&e->remote_n, memory_order_relaxed) + e->nfree_tasks == AWAY);
+	/* The last batch reaches home just after the opener hears the end. */
+	send_away(cx, e, AWAY);
 	TASK_CHECK(e->nfree_tasks == list_len(e->free_tasks));
 	if (e->free_tasks) {
 		printf("the opener freed %u of the records itself: no grab to check this run\n",
@@ -111,23 +123,7 @@ static int64_t part_root(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
-	cbcmn_nursery *nu;
-	TASK_CHECK(e->id == 0);
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
-	atomic_store(&all_spawned, 0);
-	for (int i = 0; i < PART; i++)
-		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, after_all_spawned, NULL, NULL) == 0);
-	atomic_store(&all_spawned, 1);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == 0);
-	/* Home, or freed here by the opener itself (above). */
-	uint64_t until = t_now_ns() + 10ull * 1000000000u;
-	while (atomic_load_explicit(&e->remote_n, memory_order_relaxed) + e->nfree_tasks < PART &&
-	       t_now_ns() < until)
-		cbcmn_yield(cx);
-	uint32_t got = (uint32_t)atomic_load_explicit(&e->remote_n, memory_order_relaxed);
-	if (got + e->nfree_tasks != PART)
-		printf("remote_n %u + local %u of %u\n", got, e->nfree_tasks, PART);
-	TASK_CHECK(got + e->nfree_tasks == PART);
+	send_away(cx, e, PART);
 	return 0;
 }
 
