@@ -450,6 +450,19 @@ static void test_regression_runtime_of_max_executors_keeps_no_spare(void **state
 	cfg.policy = CBCMN_PIN_NONE;
 	cfg.ring_entries = 8;
 	cfg.spin_ns = CBCMN_SPIN_NONE;
+	/* 1024 of the smallest rings take 8 MiB of locked memory where the
+	 * kernel counts rings (6.13 on), the whole of a login's default
+	 * limit, which is per user: a ring another process of the user holds
+	 * (make test's other lane) left this test one short.  What it checks
+	 * is the spare, not the rings: under a limit that cannot hold them
+	 * twice over it runs on epoll. */
+	struct rlimit ml;
+	if (geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &ml) == 0 && ml.rlim_cur != RLIM_INFINITY &&
+	    ml.rlim_cur < 2ull * CBCMN_MAX_EXECUTORS * 8192) {
+		printf("    RLIMIT_MEMLOCK %llu KiB cannot hold %u rings twice over: epoll backend\n",
+		       (unsigned long long)ml.rlim_cur / 1024, CBCMN_MAX_EXECUTORS);
+		cfg.backend = CBCMN_BACKEND_EPOLL;
+	}
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	assert_int_equal(rt->spare, 0);
 	assert_int_equal(rt->nexec, CBCMN_MAX_EXECUTORS);
