@@ -881,6 +881,47 @@ static void test_record_full_disk(void **state)
 	free(r.out);
 }
 
+/* A trace past the file size limit (ulimit -f): a write that fails, as
+ * on a full disk, one line and status 1.  SIGXFSZ's default action killed
+ * cbcmn-top in the middle of a write (status 128 + SIGXFSZ, no line, a
+ * trace cut short, the started command left to its parent-death signal).
+ * Small rings (CBCMN_TRACE_EVENTS=64: 12 KiB, under the limit the command
+ * inherits) give events faster than a few samples' output grows. */
+static void test_record_over_the_file_size_limit_is_one_line(void **state)
+{
+	(void)state;
+	if (!runner[0]) {
+		T_SKIP("cbcmn-run is not built beside this suite (make tools)");
+		return;
+	}
+	char trace[] = "/tmp/cbcmn-toprec-fsize-XXXXXX";
+	int fd = mkstemp(trace);
+	assert_true(fd >= 0);
+	close(fd);
+	const char *argv[] = {"cbcmn-top", "-b", "--no-bpf", "-d", "0.1", "--record", trace,
+			      "--", runner, "skew", "--workers", "2", "--duration", "0.5", NULL};
+	const rlim_t limit = 16 << 10;
+	setenv("CBCMN_TRACE_EVENTS", "64", 1);
+	struct toolrun r;
+	bool ran = toolrun_fsize(&r, argv, 60, limit);
+	unsetenv("CBCMN_TRACE_EVENTS");
+	if (!ran) {
+		unlink(trace);
+		return;
+	}
+	struct stat st;
+	assert_int_equal(stat(trace, &st), 0);
+	unlink(trace);
+	printf("    status %d, trace %lld bytes, %s", r.status, (long long)st.st_size, r.err);
+	if (r.status == 128 + SIGXFSZ)
+		fail_msg("killed by SIGXFSZ, the trace cut at %lld bytes", (long long)st.st_size);
+	assert_int_equal(r.status, 1);
+	assert_true(st.st_size <= (off_t)limit);
+	if (!strstr(r.err, "writing the trace failed"))
+		fail_msg("stderr: %s", r.err);
+	free(r.out);
+}
+
 /* The kernel keeps 15 bytes of a program's name (/proc/PID/comm), cutting
  * a UTF-8 character in two: the trace named the target's process with
  * that half character as it was, a file that is not JSON to a strict
@@ -1194,6 +1235,7 @@ int main(void)
 		cmocka_unit_test(test_record_bad_input),
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
+		cmocka_unit_test(test_record_over_the_file_size_limit_is_one_line),
 		cmocka_unit_test(test_record_of_a_target_whose_name_the_kernel_cut_is_utf8),
 		cmocka_unit_test(test_take_of_a_ring_emptied_and_refilled_meanwhile_is_not_corrupt),
 		cmocka_unit_test(test_rings_of_a_memfd_shrunk_before_its_seals_are_not_mapped),

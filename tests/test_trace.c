@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -412,6 +414,37 @@ static void test_trace_write_failure_is_one_line(void **state)
 	free(r.out);
 }
 
+/* A trace past the file size limit (ulimit -f): as a full disk, one line
+ * and status 1.  SIGXFSZ's default action killed cbcmn-run in the middle
+ * of a write (status 128 + SIGXFSZ, no line, a trace cut short). */
+static void test_trace_over_the_file_size_limit_is_one_line(void **state)
+{
+	(void)state;
+	char trace[] = "/tmp/cbcmn-trace-fsize-XXXXXX";
+	int fd = mkstemp(trace);
+	assert_true(fd >= 0);
+	close(fd);
+	const rlim_t limit = 8 << 10; /* its output is some 600 bytes */
+	struct toolrun r;
+	if (!toolrun_fsize(&r, (const char *const[]){"cbcmn-run", "fib", "--size", "12", "--workers",
+						     "2", "--duration", "0.2", "--trace", trace, NULL},
+			   60, limit)) {
+		unlink(trace);
+		return;
+	}
+	struct stat st;
+	assert_int_equal(stat(trace, &st), 0);
+	unlink(trace);
+	if (r.status == 128 + SIGXFSZ)
+		fail_msg("killed by SIGXFSZ, the trace cut at %lld bytes", (long long)st.st_size);
+	if (r.status != 1)
+		fail_msg("status %d, stderr '%s'", r.status, r.err);
+	assert_one_line(r.err);
+	assert_non_null(strstr(r.err, "failed"));
+	assert_true(st.st_size <= (off_t)limit);
+	free(r.out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +459,7 @@ int main(void)
 		cmocka_unit_test(test_trace_limit_keeps_the_file_whole),
 		cmocka_unit_test(test_trace_bad_input_is_one_line),
 		cmocka_unit_test(test_trace_write_failure_is_one_line),
+		cmocka_unit_test(test_trace_over_the_file_size_limit_is_one_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
