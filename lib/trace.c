@@ -84,18 +84,27 @@ int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 	 * (statseg.h): a watcher maps only what nobody can shrink.  Untouched
 	 * pages cost nothing until an executor writes them. */
 	ts->fd = cbcmn__memfd_sealed(CBCMN__TSEG_NAME, ts->size);
-	if (ts->fd == -EFBIG) /* else a recorder would say "start it with the variable" */
-		fprintf(stderr,
-			"cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes are over the file size limit "
-			"(ulimit -f): not shared\n",
-			ts->size);
 	void *p = MAP_FAILED;
-	if (ts->fd >= 0)
+	int err = ts->fd;
+	if (ts->fd >= 0) {
 		p = cbcmn__mmap(NULL, ts->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
 				ts->fd, 0);
+		err = p == MAP_FAILED ? -errno : 0;
+	}
 	if (p == MAP_FAILED) {
 		/* No memfd: the rings stay private (nobody else can drain
-		 * them), the runtime works as without the variable. */
+		 * them), the runtime works as without the variable.  Said,
+		 * whatever refused them (the file size limit, the address
+		 * space's: ulimit -v, the descriptors'): else a recorder
+		 * tells a program started with the variable to start with it. */
+		if (err == -EFBIG)
+			fprintf(stderr,
+				"cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes are over the file size "
+				"limit (ulimit -f): not shared\n",
+				ts->size);
+		else
+			fprintf(stderr, "cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes: %s: not shared\n",
+				ts->size, strerror(-err));
 		if (ts->fd >= 0)
 			close(ts->fd);
 		free(ts);

@@ -746,6 +746,24 @@ static void test_trace_events_variable_with_blanks_or_a_sign_fails_the_create(vo
 		refused_variable(bad[i]);
 }
 
+/* In a child under a limit the rings are over: a runtime of one executor
+ * made with CBCMN_TRACE_EVENTS=events goes on without shared rings (its
+ * own drain: -EOPNOTSUPP).  The child's exit status: 0 if so. */
+static int create_without_rings(const char *events)
+{
+	setenv("CBCMN_TRACE_EVENTS", events, 1);
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 1;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(&c, &rt))
+		return 21;
+	cbcmn_trace_event ev[1];
+	int rc = cbcmn_trace_drain(rt, ev, 1, NULL); /* no rings */
+	cbcmn_runtime_destroy(rt);
+	return rc == -EOPNOTSUPP ? 0 : 22;
+}
+
 /* A runtime made under a file size limit (ulimit -f) smaller than its
  * rings' memfd: ftruncate past RLIMIT_FSIZE raises SIGXFSZ, whose default
  * action killed the program in cbcmn_runtime_create (cbcmn-top --record
@@ -761,17 +779,7 @@ static void test_trace_rings_over_the_file_size_limit_do_not_kill_the_program(vo
 		struct rlimit rl = {1 << 20, 1 << 20}; /* the rings: 2 MiB */
 		if (setrlimit(RLIMIT_FSIZE, &rl))
 			_exit(20);
-		setenv("CBCMN_TRACE_EVENTS", "65536", 1);
-		cbcmn_config c;
-		cbcmn_config_init(&c);
-		c.workers = 1;
-		cbcmn_runtime *rt;
-		if (cbcmn_runtime_create(&c, &rt))
-			_exit(21);
-		cbcmn_trace_event ev[1];
-		int rc = cbcmn_trace_drain(rt, ev, 1, NULL); /* no rings */
-		cbcmn_runtime_destroy(rt);
-		_exit(rc == -EOPNOTSUPP ? 0 : 22);
+		_exit(create_without_rings("65536"));
 	}
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
@@ -779,6 +787,62 @@ static void test_trace_rings_over_the_file_size_limit_do_not_kill_the_program(vo
 		fail_msg("the program was killed by signal %d (SIGXFSZ %d)", WTERMSIG(st), SIGXFSZ);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* Rings the address space limit (ulimit -v) cannot map: the runtime goes
+ * on without them, as over the file size limit, and says so in one line.
+ * It said nothing, and cbcmn-top --record, finding no rings, told the user
+ * to start the target with CBCMN_TRACE_EVENTS, which it had been.  Not
+ * under a sanitizer, whose shadow memory wants the address space. */
+static long vm_size(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	long kib = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, "VmSize:", 7) == 0)
+			kib = atol(line + 7);
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+static void test_trace_rings_over_the_address_space_limit_are_one_line(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("a sanitizer's shadow memory wants more address space than the limit");
+		return;
+	}
+	char errf[] = "/tmp/cbcmn-toprec-as-XXXXXX";
+	int efd = mkstemp(errf);
+	assert_true(efd >= 0);
+	unlink(errf);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* Room for a runtime of one executor (its thread's stack and
+		 * malloc arena), not for its 512 MiB ring. */
+		long kib = vm_size();
+		struct rlimit rl = {(rlim_t)(kib + (384l << 10)) << 10, (rlim_t)(kib + (384l << 10)) << 10};
+		if (kib < 0 || dup2(efd, 2) < 0 || setrlimit(RLIMIT_AS, &rl))
+			_exit(20);
+		_exit(create_without_rings("16777216"));
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	char err[512] = "";
+	ssize_t n = pread(efd, err, sizeof(err) - 1, 0);
+	close(efd);
+	err[n > 0 ? n : 0] = 0;
+	printf("    status %d, stderr: %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	if (!strstr(err, "CBCMN_TRACE_EVENTS") || !strstr(err, "not shared"))
+		fail_msg("the rings were dropped without a word: stderr '%s'", err);
+	assert_non_null(strchr(err, '\n'));
+	assert_null(strchr(strchr(err, '\n') + 1, '\n'));
 }
 
 /* Bad input: one line, status st, and the command (which would create
@@ -1232,6 +1296,7 @@ int main(void)
 		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),
 		cmocka_unit_test(test_trace_events_variable_with_blanks_or_a_sign_fails_the_create),
 		cmocka_unit_test(test_trace_rings_over_the_file_size_limit_do_not_kill_the_program),
+		cmocka_unit_test(test_trace_rings_over_the_address_space_limit_are_one_line),
 		cmocka_unit_test(test_record_bad_input),
 		cmocka_unit_test(test_record_refused_as_the_same_file_as_o_leaves_it_intact),
 		cmocka_unit_test(test_record_full_disk),
