@@ -217,12 +217,18 @@ int cbcmn__trace_take(struct cbcmn__trace_ring *r, uint64_t mask, uint32_t exec,
 		}
 		uint64_t k = tail - head < n ? tail - head : n;
 		for (uint64_t j = 0; j < k; j++) {
-			/* A copy field by field, volatile: the slot may be
-			 * rewritten under it if another consumer claimed it
-			 * meanwhile, and then the CAS below fails. */
-			const volatile struct cbcmn__trace_rec *x = &r->rec[(head + j) & mask];
-			out[j] = (cbcmn_trace_event){.ts_ns = x->ts, .dur_ns = x->dur, .arg = x->arg,
-						     .executor = exec, .peer = x->peer, .kind = x->kind};
+			/* Relaxed, field by field: the slot may be rewritten
+			 * under the copy if another consumer claimed it
+			 * meanwhile, and then the CAS below fails (the acquire
+			 * of tail above orders the fields of a claim that wins). */
+			const struct cbcmn__trace_rec *x = &r->rec[(head + j) & mask];
+			out[j] = (cbcmn_trace_event){
+				.ts_ns = atomic_load_explicit(&x->ts, memory_order_relaxed),
+				.dur_ns = atomic_load_explicit(&x->dur, memory_order_relaxed),
+				.arg = atomic_load_explicit(&x->arg, memory_order_relaxed),
+				.executor = exec,
+				.peer = atomic_load_explicit(&x->peer, memory_order_relaxed),
+				.kind = atomic_load_explicit(&x->kind, memory_order_relaxed)};
 		}
 		/* release: pairs with the acquire load of head in
 		 * cbcmn__trace_put(): the copies above are done before the
