@@ -84,18 +84,27 @@ int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 	 * (statseg.h): a watcher maps only what nobody can shrink.  Untouched
 	 * pages cost nothing until an executor writes them. */
 	ts->fd = cbcmn__memfd_sealed(CBCMN__TSEG_NAME, ts->size);
-	if (ts->fd == -EFBIG) /* else a recorder would say "start it with the variable" */
-		fprintf(stderr,
-			"cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes are over the file size limit "
-			"(ulimit -f): not shared\n",
-			ts->size);
 	void *p = MAP_FAILED;
-	if (ts->fd >= 0)
+	int err = ts->fd;
+	if (ts->fd >= 0) {
 		p = cbcmn__mmap(NULL, ts->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
 				ts->fd, 0);
+		err = p == MAP_FAILED ? -errno : 0;
+	}
 	if (p == MAP_FAILED) {
 		/* No memfd: the rings stay private (nobody else can drain
-		 * them), the runtime works as without the variable. */
+		 * them), the runtime works as without the variable.  Said,
+		 * whatever refused them (the file size limit, the address
+		 * space's: ulimit -v, the descriptors'): else a recorder
+		 * tells a program started with the variable to start with it. */
+		if (err == -EFBIG)
+			fprintf(stderr,
+				"cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes are over the file size "
+				"limit (ulimit -f): not shared\n",
+				ts->size);
+		else
+			fprintf(stderr, "cbcmn: " CBCMN__TSEG_ENV ": rings of %zu bytes: %s: not shared\n",
+				ts->size, strerror(-err));
 		if (ts->fd >= 0)
 			close(ts->fd);
 		free(ts);
@@ -208,12 +217,18 @@ int cbcmn__trace_take(struct cbcmn__trace_ring *r, uint64_t mask, uint32_t exec,
 		}
 		uint64_t k = tail - head < n ? tail - head : n;
 		for (uint64_t j = 0; j < k; j++) {
-			/* A copy field by field, volatile: the slot may be
-			 * rewritten under it if another consumer claimed it
-			 * meanwhile, and then the CAS below fails. */
-			const volatile struct cbcmn__trace_rec *x = &r->rec[(head + j) & mask];
-			out[j] = (cbcmn_trace_event){.ts_ns = x->ts, .dur_ns = x->dur, .arg = x->arg,
-						     .executor = exec, .peer = x->peer, .kind = x->kind};
+			/* Relaxed, field by field: the slot may be rewritten
+			 * under the copy if another consumer claimed it
+			 * meanwhile, and then the CAS below fails (the acquire
+			 * of tail above orders the fields of a claim that wins). */
+			const struct cbcmn__trace_rec *x = &r->rec[(head + j) & mask];
+			out[j] = (cbcmn_trace_event){
+				.ts_ns = atomic_load_explicit(&x->ts, memory_order_relaxed),
+				.dur_ns = atomic_load_explicit(&x->dur, memory_order_relaxed),
+				.arg = atomic_load_explicit(&x->arg, memory_order_relaxed),
+				.executor = exec,
+				.peer = atomic_load_explicit(&x->peer, memory_order_relaxed),
+				.kind = atomic_load_explicit(&x->kind, memory_order_relaxed)};
 		}
 		/* release: pairs with the acquire load of head in
 		 * cbcmn__trace_put(): the copies above are done before the

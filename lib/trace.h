@@ -70,11 +70,12 @@ static inline void cbcmn__trace_put(struct cbcmn__trace *tr, uint32_t kind, uint
 		return;
 	}
 	struct cbcmn__trace_rec *r = &q->rec[tail & tr->mask];
-	r->ts = ts;
-	r->dur = dur;
-	r->arg = arg;
-	r->peer = peer;
-	r->kind = kind;
+	/* Relaxed: ordered by the release store of tail below (trace_seg.h). */
+	atomic_store_explicit(&r->ts, ts, memory_order_relaxed);
+	atomic_store_explicit(&r->dur, dur, memory_order_relaxed);
+	atomic_store_explicit(&r->arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&r->peer, peer, memory_order_relaxed);
+	atomic_store_explicit(&r->kind, kind, memory_order_relaxed);
 	/* release: pairs with the acquire load of tail in cbcmn__trace_take():
 	 * the record is whole before a consumer can see it. */
 	atomic_store_explicit(&q->tail, tail + 1, memory_order_release);

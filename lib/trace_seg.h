@@ -51,9 +51,13 @@
 /* At most this many records per executor (32 bytes each: 512 MiB). */
 #define CBCMN__TRACE_MAX (1u << 24)
 
+/* Atomic, relaxed both ways: a consumer may copy a slot the executor is
+ * rewriting (the claim below then fails and the copy is thrown away),
+ * and that read must be no data race (plain or volatile, it was one:
+ * TSan said so).  Same layout; on x86-64 the same loads and stores. */
 struct cbcmn__trace_rec {
-	uint64_t ts, dur, arg;
-	uint32_t peer, kind;
+	_Atomic uint64_t ts, dur, arg;
+	_Atomic uint32_t peer, kind;
 };
 
 struct cbcmn__trace_ring {

@@ -7,12 +7,15 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
 #include "toolrun.h"
 #include "workloads/fib.h"
+#include "../lib/trace.h"
 
 /* ---- the API ------------------------------------------------------------------------ */
 
@@ -412,6 +415,135 @@ static void test_trace_write_failure_is_one_line(void **state)
 	free(r.out);
 }
 
+/* A trace past the file size limit (ulimit -f): as a full disk, one line
+ * and status 1.  SIGXFSZ's default action killed cbcmn-run in the middle
+ * of a write (status 128 + SIGXFSZ, no line, a trace cut short). */
+static void test_trace_over_the_file_size_limit_is_one_line(void **state)
+{
+	(void)state;
+	char trace[] = "/tmp/cbcmn-trace-fsize-XXXXXX";
+	int fd = mkstemp(trace);
+	assert_true(fd >= 0);
+	close(fd);
+	const rlim_t limit = 8 << 10; /* its output is some 600 bytes */
+	struct toolrun r;
+	if (!toolrun_fsize(&r, (const char *const[]){"cbcmn-run", "fib", "--size", "12", "--workers",
+						     "2", "--duration", "0.2", "--trace", trace, NULL},
+			   60, limit)) {
+		unlink(trace);
+		return;
+	}
+	struct stat st;
+	assert_int_equal(stat(trace, &st), 0);
+	unlink(trace);
+	if (r.status == 128 + SIGXFSZ)
+		fail_msg("killed by SIGXFSZ, the trace cut at %lld bytes", (long long)st.st_size);
+	if (r.status != 1)
+		fail_msg("status %d, stderr '%s'", r.status, r.err);
+	assert_one_line(r.err);
+	assert_non_null(strstr(r.err, "failed"));
+	assert_true(st.st_size <= (off_t)limit);
+	free(r.out);
+}
+
+/* The claim under load (trace_seg.h; in this suite, which TSan runs): an
+ * executor writing a small ring as fast as it can, two consumers taking
+ * from it at once.  Each record is taken once,
+ * whole (its fields agree with each other), none lost, and no claim ever
+ * says "corrupt" (a head gone stale between a claim's loads did). */
+#define CLAIM_N 100000u
+
+struct claim_run {
+	struct cbcmn__trace tr;
+	_Atomic bool done;
+	_Atomic uint32_t *seen; /* per sequence number: times taken */
+	_Atomic uint64_t torn, corrupt;
+};
+
+static void *claim_consumer(void *arg)
+{
+	struct claim_run *c = arg;
+	cbcmn_trace_event ev[8];
+	for (;;) {
+		bool last = atomic_load(&c->done); /* read first: then one more take sees all */
+		uint64_t h, t;
+		int n = cbcmn__trace_take(c->tr.ring, c->tr.mask, 0, ev, 8, &h, &t);
+		if (n < 0) {
+			atomic_fetch_add(&c->corrupt, 1);
+			n = 0;
+		}
+		for (int i = 0; i < n; i++) {
+			if (ev[i].arg >= CLAIM_N || ev[i].ts_ns != 3 * ev[i].arg + 1 ||
+			    ev[i].dur_ns != 5 * ev[i].arg || ev[i].peer != (uint32_t)ev[i].arg * 7)
+				atomic_fetch_add(&c->torn, 1);
+			else
+				atomic_fetch_add(&c->seen[ev[i].arg], 1);
+		}
+		if (last && n == 0)
+			return NULL;
+		if (n == 0)
+			sched_yield(); /* a CPU quota spent spinning stalls the writer */
+	}
+}
+
+static void test_two_consumers_take_each_record_once_and_whole(void **state)
+{
+	(void)state;
+	struct claim_run c = {0};
+	size_t size = sizeof(struct cbcmn__trace_ring) + 4 * sizeof(struct cbcmn__trace_rec);
+	c.tr.ring = aligned_alloc(64, (size + 63) / 64 * 64);
+	assert_non_null(c.tr.ring);
+	memset(c.tr.ring, 0, size);
+	c.tr.mask = 3;
+	atomic_init(&c.tr.on_self, 1);
+	c.tr.on = &c.tr.on_self;
+	c.seen = calloc(CLAIM_N, sizeof(*c.seen));
+	assert_non_null(c.seen);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, claim_consumer, &c), 0);
+	/* This thread is the executor; a record the full ring drops is
+	 * written again, so that every number is there to be taken. */
+	uint64_t put = 0;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint32_t seq = 0; seq < CLAIM_N;) {
+		/* Bounded in time on a loaded machine: what was written by then. */
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000000000l + (now.tv_nsec - t0.tv_nsec) > 500000000l)
+			break;
+		cbcmn__trace_put(&c.tr, CBCMN_TRACE_TASK, 3ull * seq + 1, 5ull * seq, seq, seq * 7);
+		uint64_t tail = atomic_load(&c.tr.ring->tail);
+		if (tail != put)
+			seq++;
+		else
+			sched_yield();
+		put = tail;
+	}
+	atomic_store(&c.done, true);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	uint64_t once = 0, twice = 0;
+	for (uint32_t i = 0; i < put; i++) {
+		once += c.seen[i] == 1;
+		twice += c.seen[i] > 1;
+	}
+	uint64_t dropped = atomic_load(&c.tr.ring->dropped); /* tries again, each */
+	printf("    %llu written, %llu dropped; taken once %llu, more %llu, torn %llu, "
+	       "\"corrupt\" %llu\n",
+	       (unsigned long long)put, (unsigned long long)dropped, (unsigned long long)once,
+	       (unsigned long long)twice, (unsigned long long)atomic_load(&c.torn),
+	       (unsigned long long)atomic_load(&c.corrupt));
+	free(c.seen);
+	free(c.tr.ring);
+	assert_true(put > 0);
+	assert_int_equal(twice, 0);
+	assert_int_equal(atomic_load(&c.torn), 0);
+	assert_int_equal(atomic_load(&c.corrupt), 0);
+	assert_int_equal(once, put);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +558,8 @@ int main(void)
 		cmocka_unit_test(test_trace_limit_keeps_the_file_whole),
 		cmocka_unit_test(test_trace_bad_input_is_one_line),
 		cmocka_unit_test(test_trace_write_failure_is_one_line),
+		cmocka_unit_test(test_trace_over_the_file_size_limit_is_one_line),
+		cmocka_unit_test(test_two_consumers_take_each_record_once_and_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

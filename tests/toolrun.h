@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,6 +93,28 @@ static inline void toolrun(struct toolrun *r, const char *const *argv, unsigned 
 	r->out = slurp_fd(ofd, &r->out_len);
 	close(efd);
 	close(ofd);
+}
+
+/* toolrun() with a file size limit (ulimit -f) of limit bytes, which the
+ * tool and what it starts inherit; ours is back after.  False, nothing
+ * run (a skip said), where the hard limit is below. */
+static inline bool toolrun_fsize(struct toolrun *r, const char *const *argv, unsigned secs,
+				 rlim_t limit)
+{
+	struct rlimit old, rl;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	if (old.rlim_max != RLIM_INFINITY && old.rlim_max < limit) {
+		T_SKIP("the hard file size limit is below %llu bytes", (unsigned long long)limit);
+		return false;
+	}
+	rl = old;
+	rl.rlim_cur = limit;
+	/* Nothing of ours is written while the limit is ours too. */
+	fflush(NULL);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	toolrun(r, argv, secs);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	return true;
 }
 
 /* The start of a pycheck() script on a Chrome JSON trace (argv[1]): tr the

@@ -158,6 +158,7 @@ static pid_t start_command(char **argv, const char *out)
 		/* Ours is ignored, and an ignored signal stays so across exec:
 		 * the command gets the default a shell would give it. */
 		signal(SIGPIPE, SIG_DFL);
+		signal(SIGXFSZ, SIG_DFL);
 		execvp(argv[0], argv);
 failed:;
 		int e = errno;
@@ -455,10 +456,14 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error, reported */
+	/* So is a write past ulimit -f, --record's trace's (ct_open() ignores
+	 * it too) or stdout's: SIGXFSZ's default ended us mid-write. */
+	signal(SIGXFSZ, SIG_IGN);
 	/* Those whose default action ends the process (with a core or not)
-	 * but a user may send, SIGQUIT (Ctrl-backslash) among them, restore too. */
+	 * but a user may send, SIGQUIT (Ctrl-backslash) among them, restore too.
+	 * Not SIGXFSZ, ignored above. */
 	static const int fatal[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL,
-				    SIGQUIT, SIGTRAP, SIGSYS, SIGXCPU, SIGXFSZ};
+				    SIGQUIT, SIGTRAP, SIGSYS, SIGXCPU};
 	for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
 		signal(fatal[i], on_crash);
 

@@ -1,5 +1,6 @@
 /* chrome_trace.c: trace events as Chrome JSON (chrome_trace.h). */
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -16,6 +17,9 @@ int ct_open(struct ct_writer *w, const char *path, uint64_t t0_ns, uint64_t limi
 		snprintf(err, errlen, "%s: %s", path, strerror(e));
 		return -e;
 	}
+	/* SIGXFSZ's default action would end us at the first write past
+	 * ulimit -f, the trace cut and nothing said (chrome_trace.h). */
+	signal(SIGXFSZ, SIG_IGN);
 	w->pid = (int)getpid();
 	w->t0_ns = t0_ns;
 	w->limit = limit;

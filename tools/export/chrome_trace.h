@@ -31,7 +31,10 @@ struct ct_writer {
 
 /* Create path and begin the trace; t0_ns is its time 0, limit the most
  * events it will hold.  Returns 0, or a negative errno with err saying
- * what, in one line. */
+ * what, in one line.  Ignores SIGXFSZ, for the whole process: a write
+ * past the file size limit (ulimit -f) then fails with EFBIG, reported at
+ * ct_close() as a full disk's is, instead of killing the tool in the
+ * middle of the trace (a program the tool starts wants SIG_DFL back). */
 int ct_open(struct ct_writer *w, const char *path, uint64_t t0_ns, uint64_t limit, char *err,
 	    size_t errlen);
 

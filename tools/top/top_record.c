@@ -537,7 +537,7 @@ int top_rec_close(struct top_rec *r, const struct top_model *m, char *err, size_
 	bool lost = !members;
 	bool corrupt = events_lost(r, err, errlen);
 	if (rc)
-		snprintf(err, errlen, "%s: writing the trace failed (a full disk?)", r->path);
+		snprintf(err, errlen, "%s: writing the trace failed (a full disk, or the file size limit?)", r->path);
 	else if (lost)
 		snprintf(err, errlen, "%s: out of memory for the trace's summary", r->path);
 	free(od);
