@@ -431,9 +431,11 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 {
 	struct cbcmn_task *parent = e->current;
 	child->exec = e;
+	/* Before the cancel check: a child ending either way ends inline
+	 * (its nursery counts it so, cbcmn__nursery_child_done()). */
+	child->inline_parent = parent;
 	if (cancel_unstarted(child))
 		return;
-	child->inline_parent = parent;
 	child->stack = parent->stack; /* borrowed: parent's fiber owns it */
 	child->sp = (void *)1;        /* started: never taken inline again */
 	atomic_store_explicit(&child->state, CBCMN__T_RUNNING, memory_order_relaxed);
@@ -2009,12 +2011,17 @@ void *cbcmn__exec_main(void *arg)
 		if (cbcmn__has_mail(e) || e->nbacklog)
 			mail_poll(e);
 		if (__builtin_expect(e->rt->spare, 0) && spare_off_duty(e)) {
+			cbcmn__nursery_live_flush(e);
 			if (atomic_load_explicit(&e->rt->shutdown, memory_order_acquire) ||
 			    spare_off_turn(e))
 				break;
 			continue;
 		}
 		struct cbcmn_task *t = pick(e);
+		/* Children that ended here wait to be counted off their
+		 * nursery only while another of them is what runs next. */
+		if (__builtin_expect(e->live_n != NULL, 0) && !cbcmn__nursery_batch_holds(e, t))
+			cbcmn__nursery_live_flush(e);
 		if (!t) {
 			t = search(e);
 			/* An actor found there goes to the wheel first (pick()). */
@@ -2037,6 +2044,7 @@ void *cbcmn__exec_main(void *arg)
 	 * ended the thread half-way, the executor RETIRING for good. */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	pthread_setspecific(exec_key, NULL);
+	cbcmn__nursery_live_flush(e); /* none left by a break from the loop */
 	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);

@@ -340,7 +340,8 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 			cbcmn__waiter_wake(w, e);
 	}
 	/* Last: after this the nursery, and its opener, may be gone. */
-	cbcmn__nursery_child_done(n, (t->flags & CBCMN__TF_RUNTIME) ? 0 : result, e);
+	cbcmn__nursery_child_done(n, (t->flags & CBCMN__TF_RUNTIME) ? 0 : result, e,
+				  t->inline_parent);
 	cbcmn__task_unref(t, e);
 }
 
