@@ -100,7 +100,13 @@ struct cbcmn_task {
 	void *arg;
 	struct cbcmn_nursery *nursery;    /* the nursery it belongs to */
 	/* Line 1. */
-	struct cbcmn_task *opener;        /* that nursery's opener (NULL: a thread) */
+	union {
+		struct cbcmn_task *opener; /* that nursery's opener (NULL: a thread) */
+		/* Free, sent home by another executor: the record
+		 * FREE_SKIP places further down its batch, fetched ahead
+		 * of its reuse (task.c). */
+		struct cbcmn_task *free_skip;
+	};
 	struct cbcmn_nursery *open;       /* innermost nursery it has open */
 	struct cbcmn_task *inline_parent; /* runs on this task's stack, if set */
 	struct cbcmn_task *next;          /* intrusive: inject, yield list, free list */
@@ -381,6 +387,9 @@ struct cbcmn__exec {
 	 * one push per batch (task.c). */
 	struct cbcmn_task *out_head, *out_tail;
 	uint32_t out_n, out_home;
+	/* The last records pushed on out_head, for their free_skip links
+	 * (task.c). */
+	struct cbcmn_task *out_recent[4];
 	/* Children of live_n that ended here, not yet taken off its live
 	 * count: one step for a run of them (nursery.c). */
 	struct cbcmn_nursery *live_n;
