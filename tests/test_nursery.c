@@ -1055,6 +1055,48 @@ static void test_inline_join_by_another_counted_at_once(void **state)
 	}
 }
 
+/* Children that end every way at once, most of them on the executor that
+ * stole them (their ends batched there): a panic (stack overflow), a
+ * failure (fail-fast cancels the rest, queued ones end unstarted), and a
+ * yield into the cancellation.  The await must come back with the first
+ * failure, and nothing be left alive. */
+#define MIXED_KIDS 300
+
+static int64_t mixed_kid(cbcmn_cx *cx, void *arg)
+{
+	uintptr_t i = (uintptr_t)arg;
+	if (i == MIXED_KIDS / 2)
+		return -EIO;
+	if (i % 7 == 3 && !T_ASAN && !T_TSAN)
+		return t_recurse(NULL, 0); /* lands: CBCMN_EPANIC */
+	if (i % 5 == 1)
+		return cbcmn_yield(cx) == CBCMN_ECANCELED ? CBCMN_ECANCELED : 0;
+	return 0;
+}
+
+static int64_t mixed_opener(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (uintptr_t i = 0; i < MIXED_KIDS; i++)
+		if (cbcmn_nursery_spawn(cx, n, mixed_kid, (void *)i, NULL) != 0)
+			break; /* cancelled meanwhile: the rest is refused */
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(r == -EIO || r == CBCMN_EPANIC);
+	return 0;
+}
+
+static void test_batched_ends_of_every_kind(void **state)
+{
+	uint32_t fl = flags_of(state);
+	for (int round = 0; round < 5; round++) {
+		cbcmn_runtime *rt = mk_rt(2, fl);
+		t_run(rt, mixed_opener, NULL, 0);
+		finish(rt, fl);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1092,6 +1134,8 @@ int main(void)
 		NTEST(test_ended_children_counted_before_other_work, NO_INLINE),
 		NTEST(test_inline_join_by_another_counted_at_once, INLINE),
 		NTEST(test_inline_join_by_another_counted_at_once, NO_INLINE),
+		NTEST(test_batched_ends_of_every_kind, INLINE),
+		NTEST(test_batched_ends_of_every_kind, NO_INLINE),
 	};
 	return cmocka_run_group_tests_name("nursery", tests, NULL, NULL);
 }
