@@ -977,6 +977,27 @@ static int64_t spin_until_past(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Await n, tell the spinner, then await the spinner's nursery m. */
+static int64_t await_then_past(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_nursery *m, struct behind *b)
+{
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	atomic_store(&b->past, 1);
+	int64_t rm = cbcmn_nursery_await_all(cx, m);
+	return r ? r : rm;
+}
+
+/* Three rounds of opener pinned to executor 0, on two executors. */
+static void run_behind(uint32_t fl, cbcmn_task_fn opener)
+{
+	for (int i = 0; i < 3; i++) {
+		cbcmn_runtime *rt = mk_rt(2, fl);
+		struct behind b = {0};
+		assert_int_equal(t_run_pinned(rt, 0, opener, &b), 0);
+		ASSERT_TASK_CHECKS();
+		finish(rt, fl);
+	}
+}
+
 static int64_t behind_opener(cbcmn_cx *cx, void *arg)
 {
 	struct behind *b = arg;
@@ -987,22 +1008,12 @@ static int64_t behind_opener(cbcmn_cx *cx, void *arg)
 	/* In this order on executor 1's pinned queue. */
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, behind_child, NULL, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, m, 1, spin_until_past, b, NULL) == 0);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	atomic_store(&b->past, 1);
-	int64_t rm = cbcmn_nursery_await_all(cx, m);
-	return r ? r : rm;
+	return await_then_past(cx, n, m, b);
 }
 
 static void test_ended_children_counted_before_other_work(void **state)
 {
-	uint32_t fl = flags_of(state);
-	for (int i = 0; i < 3; i++) {
-		cbcmn_runtime *rt = mk_rt(2, fl);
-		struct behind b = {0};
-		assert_int_equal(t_run_pinned(rt, 0, behind_opener, &b), 0);
-		ASSERT_TASK_CHECKS();
-		finish(rt, fl);
-	}
+	run_behind(flags_of(state), behind_opener);
 }
 
 /* A child joined inline by a task that is not its nursery's opener counts
@@ -1037,22 +1048,12 @@ static int64_t joiner_opener(cbcmn_cx *cx, void *arg)
 	uint64_t deadline = t_now_ns() + STALL_NS;
 	while (!atomic_load(&j.spawned) && t_now_ns() < deadline)
 		cbcmn_yield(cx);
-	int64_t r = cbcmn_nursery_await_all(cx, n);
-	atomic_store(&b->past, 1);
-	int64_t rm = cbcmn_nursery_await_all(cx, m);
-	return r ? r : rm;
+	return await_then_past(cx, n, m, b);
 }
 
 static void test_inline_join_by_another_counted_at_once(void **state)
 {
-	uint32_t fl = flags_of(state);
-	for (int i = 0; i < 3; i++) {
-		cbcmn_runtime *rt = mk_rt(2, fl);
-		struct behind b = {0};
-		assert_int_equal(t_run_pinned(rt, 0, joiner_opener, &b), 0);
-		ASSERT_TASK_CHECKS();
-		finish(rt, fl);
-	}
+	run_behind(flags_of(state), joiner_opener);
 }
 
 /* Children that end every way at once, most of them on the executor that

@@ -78,21 +78,31 @@ static uint32_t send_away(cbcmn_cx *cx, struct cbcmn__exec *e, uint32_t n)
 
 /* Runs pinned on executor 0: its children run (and end, dropping their
  * records' last reference) on executor 1, which sends the records home. */
-static int64_t grab_root(cbcmn_cx *cx, void *arg)
+/* Sends AWAY records away and home, then opens *nu and spawns one child
+ * into it, whose record is the home's grab of the remote list.  False
+ * (nothing opened) when the opener freed some records itself. */
+static bool grab_home(cbcmn_cx *cx, struct cbcmn__exec *e, cbcmn_nursery **nu)
 {
-	(void)arg;
-	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
-	cbcmn_nursery *nu;
 	/* The last batch reaches home just after the opener hears the end. */
 	send_away(cx, e, AWAY);
 	TASK_CHECK(e->nfree_tasks == list_len(e->free_tasks));
 	if (e->free_tasks) {
 		printf("the opener freed %u of the records itself: no grab to check this run\n",
 		       e->nfree_tasks);
-		return 0;
+		return false;
 	}
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, nothing, NULL, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, nu) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, *nu, 1, nothing, NULL, NULL) == 0);
+	return true;
+}
+
+static int64_t grab_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
+	cbcmn_nursery *nu;
+	if (!grab_home(cx, e, &nu))
+		return 0;
 	TASK_CHECK(list_len(e->free_tasks) == AWAY - 1);
 	/* What the cache counts is what it holds. */
 	TASK_CHECK(e->nfree_tasks == list_len(e->free_tasks));
@@ -144,16 +154,9 @@ static int64_t skip_root(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
-	send_away(cx, e, AWAY);
-	if (e->free_tasks) {
-		printf("the opener freed %u of the records itself: no grab to check this run\n",
-		       e->nfree_tasks);
-		return 0;
-	}
 	cbcmn_nursery *nu;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
-	/* Takes the batches home (a grab), and the first record. */
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, nothing, NULL, NULL) == 0);
+	if (!grab_home(cx, e, &nu))
+		return 0;
 	struct cbcmn_task *list[AWAY];
 	uint32_t n = 0, links = 0;
 	for (struct cbcmn_task *t = e->free_tasks; t && n < AWAY; t = t->next)
