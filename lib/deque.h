@@ -47,6 +47,17 @@ void *cbcmn__deque_pop(struct cbcmn__deque *d);
 /* Any thread.  The oldest item, CBCMN__DEQUE_EMPTY or CBCMN__DEQUE_ABORT. */
 void *cbcmn__deque_steal(struct cbcmn__deque *d);
 
+/* Owner only: the item the next pop would return, as a hint for a
+ * prefetch and nothing else: a thief may have taken it, or it may be a
+ * stale slot (then what it points at may be gone; a prefetch of it does
+ * no harm). */
+static inline void *cbcmn__deque_peek_hint(struct cbcmn__deque *d)
+{
+	int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed) - 1;
+	struct cbcmn__deque_buf *a = atomic_load_explicit(&d->buf, memory_order_relaxed);
+	return atomic_load_explicit(&a->slot[b & a->mask], memory_order_relaxed);
+}
+
 /* Any thread: approximate number of items (exact when nobody races). */
 static inline int64_t cbcmn__deque_len(struct cbcmn__deque *d)
 {

@@ -226,12 +226,52 @@ static void record_result(struct cbcmn_nursery *n, int64_t result)
 	}
 }
 
-void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e)
+/* A child of n ended on executor e (NULL: a thread), inline under
+ * inline_parent if that is set.  Three ways to count it:
+ * - inline under n's opener: the opener's own count.  The opener is frozen
+ *   under the child (on this thread, wherever the child moved), and reads
+ *   owner_spawns only after its inline runs (cbcmn__nursery_await()): no
+ *   locked step on the path every fork-join child takes.
+ * - on a fiber of its own, from e's loop: into e's batch for n.  The
+ *   scheduler flushes it before e runs anything but a fresh child of n
+ *   (cbcmn__nursery_batch_holds()) and before e looks elsewhere or parks,
+ *   so the batch is late only while a child of n runs here, which keeps n
+ *   from ending (and from being settled: a running child waits for no
+ *   budget).  A thief running a stolen burst takes one step on the
+ *   opener's line per run of children, not per child.
+ * - anything else (a thread, an inline child of someone else, which may
+ *   then compute for long): a step of its own, now. */
+void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e,
+			       const struct cbcmn_task *inline_parent)
 {
 	if (result < 0)
 		record_result(n, result);
+	if (inline_parent && inline_parent == n->owner) {
+		n->owner_spawns--;
+		return;
+	}
+	if (e && !inline_parent) {
+		if (e->live_n != n) {
+			cbcmn__nursery_live_flush(e);
+			e->live_n = n;
+		}
+		e->live_pending++;
+		return;
+	}
 	/* Our last touch of n: it may be freed as soon as this returns. */
 	cbcmn__nursery_live_add(n, -CBCMN__LIVE_ONE, e);
+}
+
+void cbcmn__nursery_live_flush(struct cbcmn__exec *e)
+{
+	struct cbcmn_nursery *n = e->live_n;
+	if (!n)
+		return;
+	int64_t k = e->live_pending;
+	e->live_n = NULL;
+	e->live_pending = 0;
+	/* Our last touch of n: it may be freed as soon as this returns. */
+	cbcmn__nursery_live_add(n, -k * CBCMN__LIVE_ONE, e);
 }
 
 /* Add delta to live.  If that leaves the waiting (ARMED) opener nothing to
@@ -276,7 +316,7 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	}
 
 	/* Add our own count, drop the bias: live is now exact. */
-	int64_t adjust = ((int64_t)n->owner_spawns - CBCMN__LIVE_BIAS) * CBCMN__LIVE_ONE;
+	int64_t adjust = (n->owner_spawns - CBCMN__LIVE_BIAS) * CBCMN__LIVE_ONE;
 	int64_t v = atomic_fetch_add_explicit(&n->live, adjust, memory_order_acq_rel) + adjust;
 	while (CBCMN__LIVE_COUNT(v)) {
 		if (CBCMN__LIVE_SETTLED(v)) {

@@ -100,7 +100,13 @@ struct cbcmn_task {
 	void *arg;
 	struct cbcmn_nursery *nursery;    /* the nursery it belongs to */
 	/* Line 1. */
-	struct cbcmn_task *opener;        /* that nursery's opener (NULL: a thread) */
+	union {
+		struct cbcmn_task *opener; /* that nursery's opener (NULL: a thread) */
+		/* Free, sent home by another executor: the record
+		 * FREE_SKIP places further down its batch, fetched ahead
+		 * of its reuse (task.c). */
+		struct cbcmn_task *free_skip;
+	};
 	struct cbcmn_nursery *open;       /* innermost nursery it has open */
 	struct cbcmn_task *inline_parent; /* runs on this task's stack, if set */
 	struct cbcmn_task *next;          /* intrusive: inject, yield list, free list */
@@ -202,7 +208,10 @@ struct cbcmn_nursery {
 	struct cbcmn__mutex lock;         /* CBCMN__LOCK_NURSERY: the list below,
 					   * and a holder's cancel vs awaited */
 	struct cbcmn__iwait *exhausted;   /* children waiting for budget */
-	uint64_t owner_spawns;            /* opener-only: children it spawned */
+	/* Opener-only: children it spawned, less those that ended inline under
+	 * it (nursery.c): a signed count, as a child someone else spawned
+	 * may end there. */
+	int64_t owner_spawns;
 	_Alignas(CBCMN__CACHELINE) _Atomic int64_t live; /* see nursery.c */
 	_Atomic int64_t first_error;
 	_Atomic uint32_t cancelled;       /* 1: cancelled by request; 2: by failure */
@@ -378,6 +387,13 @@ struct cbcmn__exec {
 	 * one push per batch (task.c). */
 	struct cbcmn_task *out_head, *out_tail;
 	uint32_t out_n, out_home;
+	/* The last records pushed on out_head, for their free_skip links
+	 * (task.c). */
+	struct cbcmn_task *out_recent[4];
+	/* Children of live_n that ended here, not yet taken off its live
+	 * count: one step for a run of them (nursery.c). */
+	struct cbcmn_nursery *live_n;
+	int64_t live_pending;
 	struct cbcmn_nursery *free_nurseries;
 	uint32_t nfree_nurseries;
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */
@@ -649,7 +665,17 @@ int64_t cbcmn__obligations_settle(struct cbcmn_task *t, int64_t result);
 void cbcmn__obligations_drop(struct cbcmn_task *t);
 
 /* nursery.c */
-void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e);
+void cbcmn__nursery_child_done(struct cbcmn_nursery *n, int64_t result, struct cbcmn__exec *e,
+			       const struct cbcmn_task *inline_parent);
+/* Take e's batch of ended children off their nursery's live count.  The
+ * scheduler calls it before e runs anything but a fresh child of that
+ * nursery, and before it looks for work elsewhere or parks. */
+void cbcmn__nursery_live_flush(struct cbcmn__exec *e);
+static inline bool cbcmn__nursery_batch_holds(const struct cbcmn__exec *e,
+					      const struct cbcmn_task *next)
+{
+	return next && next->sp == NULL && next->nursery == e->live_n;
+}
 void cbcmn__nursery_free_cache(struct cbcmn__exec *e);
 int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 			struct cbcmn_nursery **out);

@@ -179,6 +179,31 @@ bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
 	       (e->wheel && cbcmn__actor_wheel_busy(e));
 }
 
+/* The record's lines that running a task reads and writes (runtime.h's
+ * lines 0-2), fetched for writing ahead of its run: a queued record is
+ * cold (a burst's million of them is far larger than the cache) or in
+ * its spawner's cache, and its first touch was the largest cost of a
+ * stolen or popped task (docs/BENCHMARKS.md, spawn's profile). */
+static inline void prefetch_run(const struct cbcmn_task *t)
+{
+	__builtin_prefetch(t, 1);
+	__builtin_prefetch((const char *)t + CBCMN__CACHELINE, 1);
+	__builtin_prefetch((const char *)t + 2 * CBCMN__CACHELINE, 1);
+}
+
+/* Owner: pop our newest task and fetch the one under it, which the next
+ * pop takes, while this one runs. */
+static inline struct cbcmn_task *deque_pop_ahead(struct cbcmn__exec *e)
+{
+	struct cbcmn_task *t = cbcmn__deque_pop(&e->dq);
+	if (t) {
+		struct cbcmn_task *next = cbcmn__deque_peek_hint(&e->dq);
+		if (next)
+			prefetch_run(next);
+	}
+	return t;
+}
+
 /* Owner: push on the deque; if it cannot grow, the task goes global. */
 static void deque_push_or_inject(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
@@ -333,7 +358,7 @@ void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct c
 static struct cbcmn_task *take_local(struct cbcmn__exec *e, struct cbcmn_nursery *n,
 				     struct cbcmn_task *want)
 {
-	struct cbcmn_task *t = cbcmn__deque_pop(&e->dq);
+	struct cbcmn_task *t = deque_pop_ahead(e);
 	if (!t)
 		return NULL;
 	/* A limited child may wait for a recharge only its parent can give:
@@ -431,9 +456,11 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 {
 	struct cbcmn_task *parent = e->current;
 	child->exec = e;
+	/* Before the cancel check: a child ending either way ends inline
+	 * (its nursery counts it so, cbcmn__nursery_child_done()). */
+	child->inline_parent = parent;
 	if (cancel_unstarted(child))
 		return;
-	child->inline_parent = parent;
 	child->stack = parent->stack; /* borrowed: parent's fiber owns it */
 	child->sp = (void *)1;        /* started: never taken inline again */
 	atomic_store_explicit(&child->state, CBCMN__T_RUNNING, memory_order_relaxed);
@@ -809,7 +836,7 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 	}
 	if (__builtin_expect(rt->lab, 0) && (t = lab_pick(e)))
 		goto local;
-	if ((t = cbcmn__deque_pop(&e->dq)))
+	if ((t = deque_pop_ahead(e)))
 		goto local;
 	if ((t = yq_pop(e)))
 		goto local;
@@ -996,6 +1023,8 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 		}
 		if (x == CBCMN__DEQUE_EMPTY)
 			break;
+		/* Each to be run here soon: its lines on their way meanwhile. */
+		prefetch_run(x);
 		if (!first)
 			first = x;
 		else
@@ -2009,12 +2038,17 @@ void *cbcmn__exec_main(void *arg)
 		if (cbcmn__has_mail(e) || e->nbacklog)
 			mail_poll(e);
 		if (__builtin_expect(e->rt->spare, 0) && spare_off_duty(e)) {
+			cbcmn__nursery_live_flush(e);
 			if (atomic_load_explicit(&e->rt->shutdown, memory_order_acquire) ||
 			    spare_off_turn(e))
 				break;
 			continue;
 		}
 		struct cbcmn_task *t = pick(e);
+		/* Children that ended here wait to be counted off their
+		 * nursery only while another of them is what runs next. */
+		if (__builtin_expect(e->live_n != NULL, 0) && !cbcmn__nursery_batch_holds(e, t))
+			cbcmn__nursery_live_flush(e);
 		if (!t) {
 			t = search(e);
 			/* An actor found there goes to the wheel first (pick()). */
@@ -2037,6 +2071,7 @@ void *cbcmn__exec_main(void *arg)
 	 * ended the thread half-way, the executor RETIRING for good. */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	pthread_setspecific(exec_key, NULL);
+	cbcmn__nursery_live_flush(e); /* none left by a break from the loop */
 	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);

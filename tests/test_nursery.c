@@ -892,6 +892,212 @@ static void test_fork_join_inline_runs(void **state)
 		}
 }
 
+/* ---- counting ended children (nursery.c, cbcmn__nursery_child_done()) ------ */
+
+/* A child ending inline under the opener counts on the opener's side, and
+ * one ending on a fiber into its executor's batch: a child someone else
+ * spawned into the nursery may end either way.  One executor: the opener
+ * joins the first child (inline), which leaves a child of its own in n on
+ * top of the queue, and the opener's await runs that one inline too. */
+struct relay {
+	cbcmn_nursery *n;
+	int64_t second; /* what the relayed child returns */
+	_Atomic uint32_t ran;
+};
+
+static int64_t relayed(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct relay *r = arg;
+	atomic_fetch_add(&r->ran, 1);
+	return r->second;
+}
+
+static int64_t relayer(cbcmn_cx *cx, void *arg)
+{
+	struct relay *r = arg;
+	atomic_fetch_add(&r->ran, 1);
+	/* Into the opener's nursery, not one of its own. */
+	return cbcmn_nursery_spawn(cx, r->n, relayed, r, NULL);
+}
+
+static int64_t relay_opener(cbcmn_cx *cx, void *arg)
+{
+	struct relay *r = arg;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &r->n) == 0);
+	cbcmn_task *h;
+	int64_t rr = -1;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, r->n, relayer, r, &h) == 0);
+	/* The relayer spawns before the await closes n. */
+	TASK_CHECK(cbcmn_task_join(cx, h, &rr) == 0 && rr == 0);
+	return cbcmn_nursery_await_all(cx, r->n);
+}
+
+static void test_child_spawned_by_a_child_counts_wherever_it_ends(void **state)
+{
+	uint32_t fl = flags_of(state);
+	static const int64_t second[] = {0, -EIO};
+	for (uint32_t w = 1; w <= 2; w++)
+		for (int i = 0; i < 2; i++) {
+			cbcmn_runtime *rt = mk_rt(w, fl);
+			struct relay r = {.second = second[i]};
+			t_run(rt, relay_opener, &r, second[i]);
+			assert_int_equal(atomic_load(&r.ran), 2);
+			cbcmn_stats st;
+			assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+			if (w == 1 && !(fl & CBCMN_CONFIG_NO_INLINE))
+				assert_int_equal(st.total.inline_runs, 2);
+			finish(rt, fl);
+		}
+}
+
+/* A batch of ended children must not wait behind other work: executor 1
+ * ends a child of n, then runs a task of another nursery that spins until
+ * n's opener is past its await.  Counted late, the opener would never
+ * wake, and the spinner would give up (-ETIMEDOUT). */
+struct behind {
+	_Atomic uint32_t past; /* the opener got past await_all(n) */
+};
+
+static int64_t behind_child(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t spin_until_past(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct behind *b = arg;
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (!atomic_load(&b->past))
+		if (t_now_ns() > deadline)
+			return -ETIMEDOUT;
+	return 0;
+}
+
+/* Await n, tell the spinner, then await the spinner's nursery m. */
+static int64_t await_then_past(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_nursery *m, struct behind *b)
+{
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	atomic_store(&b->past, 1);
+	int64_t rm = cbcmn_nursery_await_all(cx, m);
+	return r ? r : rm;
+}
+
+/* Three rounds of opener pinned to executor 0, on two executors. */
+static void run_behind(uint32_t fl, cbcmn_task_fn opener)
+{
+	for (int i = 0; i < 3; i++) {
+		cbcmn_runtime *rt = mk_rt(2, fl);
+		struct behind b = {0};
+		assert_int_equal(t_run_pinned(rt, 0, opener, &b), 0);
+		ASSERT_TASK_CHECKS();
+		finish(rt, fl);
+	}
+}
+
+static int64_t behind_opener(cbcmn_cx *cx, void *arg)
+{
+	struct behind *b = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n, *m;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	/* In this order on executor 1's pinned queue. */
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, behind_child, NULL, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, m, 1, spin_until_past, b, NULL) == 0);
+	return await_then_past(cx, n, m, b);
+}
+
+static void test_ended_children_counted_before_other_work(void **state)
+{
+	run_behind(flags_of(state), behind_opener);
+}
+
+/* A child joined inline by a task that is not its nursery's opener counts
+ * at once: the joiner then spins until the opener is past its await. */
+struct joiner_arg {
+	cbcmn_nursery *n;
+	struct behind *b;
+	_Atomic uint32_t spawned;
+};
+
+static int64_t join_then_spin(cbcmn_cx *cx, void *arg)
+{
+	struct joiner_arg *j = arg;
+	cbcmn_task *h;
+	int64_t r = -1;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, j->n, behind_child, NULL, &h) == 0);
+	atomic_store(&j->spawned, 1);
+	TASK_CHECK(cbcmn_task_join(cx, h, &r) == 0 && r == 0);
+	return spin_until_past(cx, j->b);
+}
+
+static int64_t joiner_opener(cbcmn_cx *cx, void *arg)
+{
+	struct behind *b = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n, *m;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	struct joiner_arg j = {n, b, 0};
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, m, 1, join_then_spin, &j, NULL) == 0);
+	/* Not before the joiner's child is in n: until then n has none. */
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (!atomic_load(&j.spawned) && t_now_ns() < deadline)
+		cbcmn_yield(cx);
+	return await_then_past(cx, n, m, b);
+}
+
+static void test_inline_join_by_another_counted_at_once(void **state)
+{
+	run_behind(flags_of(state), joiner_opener);
+}
+
+/* Children that end every way at once, most of them on the executor that
+ * stole them (their ends batched there): a panic (stack overflow), a
+ * failure (fail-fast cancels the rest, queued ones end unstarted), and a
+ * yield into the cancellation.  The await must come back with the first
+ * failure, and nothing be left alive. */
+#define MIXED_KIDS 300
+
+static int64_t mixed_kid(cbcmn_cx *cx, void *arg)
+{
+	uintptr_t i = (uintptr_t)arg;
+	if (i == MIXED_KIDS / 2)
+		return -EIO;
+	if (i % 7 == 3 && !T_ASAN && !T_TSAN)
+		return t_recurse(NULL, 0); /* lands: CBCMN_EPANIC */
+	if (i % 5 == 1)
+		return cbcmn_yield(cx) == CBCMN_ECANCELED ? CBCMN_ECANCELED : 0;
+	return 0;
+}
+
+static int64_t mixed_opener(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (uintptr_t i = 0; i < MIXED_KIDS; i++)
+		if (cbcmn_nursery_spawn(cx, n, mixed_kid, (void *)i, NULL) != 0)
+			break; /* cancelled meanwhile: the rest is refused */
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(r == -EIO || r == CBCMN_EPANIC);
+	return 0;
+}
+
+static void test_batched_ends_of_every_kind(void **state)
+{
+	uint32_t fl = flags_of(state);
+	for (int round = 0; round < 5; round++) {
+		cbcmn_runtime *rt = mk_rt(2, fl);
+		t_run(rt, mixed_opener, NULL, 0);
+		finish(rt, fl);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -923,6 +1129,14 @@ int main(void)
 		NTEST(test_await_by_non_opener_is_eperm, NO_INLINE),
 		NTEST(test_fork_join_inline_runs, INLINE),
 		NTEST(test_fork_join_inline_runs, NO_INLINE),
+		NTEST(test_child_spawned_by_a_child_counts_wherever_it_ends, INLINE),
+		NTEST(test_child_spawned_by_a_child_counts_wherever_it_ends, NO_INLINE),
+		NTEST(test_ended_children_counted_before_other_work, INLINE),
+		NTEST(test_ended_children_counted_before_other_work, NO_INLINE),
+		NTEST(test_inline_join_by_another_counted_at_once, INLINE),
+		NTEST(test_inline_join_by_another_counted_at_once, NO_INLINE),
+		NTEST(test_batched_ends_of_every_kind, INLINE),
+		NTEST(test_batched_ends_of_every_kind, NO_INLINE),
 	};
 	return cmocka_run_group_tests_name("nursery", tests, NULL, NULL);
 }

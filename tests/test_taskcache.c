@@ -78,21 +78,31 @@ static uint32_t send_away(cbcmn_cx *cx, struct cbcmn__exec *e, uint32_t n)
 
 /* Runs pinned on executor 0: its children run (and end, dropping their
  * records' last reference) on executor 1, which sends the records home. */
-static int64_t grab_root(cbcmn_cx *cx, void *arg)
+/* Sends AWAY records away and home, then opens *nu and spawns one child
+ * into it, whose record is the home's grab of the remote list.  False
+ * (nothing opened) when the opener freed some records itself. */
+static bool grab_home(cbcmn_cx *cx, struct cbcmn__exec *e, cbcmn_nursery **nu)
 {
-	(void)arg;
-	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
-	cbcmn_nursery *nu;
 	/* The last batch reaches home just after the opener hears the end. */
 	send_away(cx, e, AWAY);
 	TASK_CHECK(e->nfree_tasks == list_len(e->free_tasks));
 	if (e->free_tasks) {
 		printf("the opener freed %u of the records itself: no grab to check this run\n",
 		       e->nfree_tasks);
-		return 0;
+		return false;
 	}
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nu) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nu, 1, nothing, NULL, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, nu) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, *nu, 1, nothing, NULL, NULL) == 0);
+	return true;
+}
+
+static int64_t grab_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
+	cbcmn_nursery *nu;
+	if (!grab_home(cx, e, &nu))
+		return 0;
 	TASK_CHECK(list_len(e->free_tasks) == AWAY - 1);
 	/* What the cache counts is what it holds. */
 	TASK_CHECK(e->nfree_tasks == list_len(e->free_tasks));
@@ -136,11 +146,48 @@ static void test_part_batch_reaches_home_when_the_thief_idles(void **state)
 	t_destroy(rt);
 }
 
+/* Records a thief sends home link the one four below them in their batch
+ * (free_skip, task.c), which the spawn reusing them fetches ahead: every
+ * link must name a record still free, four further down the home's list,
+ * or nothing; and most of two batches' records have one. */
+static int64_t skip_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
+	cbcmn_nursery *nu;
+	if (!grab_home(cx, e, &nu))
+		return 0;
+	struct cbcmn_task *list[AWAY];
+	uint32_t n = 0, links = 0;
+	for (struct cbcmn_task *t = e->free_tasks; t && n < AWAY; t = t->next)
+		list[n++] = t;
+	TASK_CHECK(n == AWAY - 1);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!list[i]->free_skip)
+			continue;
+		links++;
+		TASK_CHECK(i + 4 < n && list[i]->free_skip == list[i + 4]);
+	}
+	TASK_CHECK(links >= AWAY / 2);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nu) == 0);
+	return 0;
+}
+
+static void test_records_home_link_four_below(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = away_runtime();
+	assert_int_equal(t_run_pinned(rt, 0, skip_root, NULL), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_cached_record_count_matches_the_list_after_a_remote_grab),
 		T_WATCHED_TEST(test_part_batch_reaches_home_when_the_thief_idles),
+		T_WATCHED_TEST(test_records_home_link_four_below),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
