@@ -99,7 +99,16 @@ struct cbcmn__actor {
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
 	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
-	struct cbcmn__actor *free_next;           /* the table's free list */
+	/* Free (state FREE): the next free slot of its batch, and on a
+	 * batch's first slot, the next batch and its own count (the table's
+	 * list, or an executor's cache: actor.c). */
+	struct cbcmn__actor *free_next, *batch_next;
+	uint32_t batch_n;
+	/* The mailbox ring of its last actor, kept while the slot is free in
+	 * an executor's cache (its next spawn there likely asks the same
+	 * capacity); freed when the slot goes to the table. */
+	cbcmn_actor_msg *spare;
+	uint32_t spare_cap;
 	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
 	 * actor with a task of its own.  Read under the lock while LIVE. */
 	struct cbcmn__hnd *hnd;
@@ -151,9 +160,9 @@ static inline cbcmn_actor_ref cbcmn__ref_make(uint32_t gen, uint32_t tag, uint32
 }
 
 struct cbcmn__actors {
-	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR_TABLE: free list, growth */
+	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR_TABLE: free batches, growth */
 	uint32_t tag;             /* fixed: this runtime's tag in its references */
-	struct cbcmn__actor *free;
+	struct cbcmn__actor *batches; /* free slots, a batch at a time (batch_next) */
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
@@ -234,11 +243,18 @@ bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wa
 		    struct cbcmn__exec *e);
 
 /* actor_handler.c */
+/* A handler actor spawned by self into n with opts joins self's host:
+ * self is a host task of n and opts ask nothing a host of its own would
+ * give (a placement, a budget, capabilities). */
+bool cbcmn__hnd_joins(const struct cbcmn_task *self, const cbcmn_nursery *n,
+		      const cbcmn_actor_opts *opts);
 /* Start handler actor a (locked by nobody, LIVE, not yet published) with
- * handler h: on the calling handler's host if cx is one of n, else on a
- * new host task spawned into n with opts.  0 or the spawn's error. */
+ * handler h: on the calling handler's host (so NULL: it joins), else on
+ * a new host task spawned into n with so, paid for already (paid: its
+ * charge is given back on an error).  0 or the spawn's error. */
 int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbcmn_actor_handler h,
-		     const cbcmn_actor_opts *opts);
+		     const cbcmn_actor_opts *opts, const cbcmn_spawn_opts *so,
+		     const struct cbcmn__spawn_paid *paid);
 /* a (locked, a handler actor) has something for its handler: have its
  * host run it once the lock is dropped (cbcmn__wakes_run()). */
 void cbcmn__hnd_note(struct cbcmn__actor *a, struct cbcmn__wakes *wl);

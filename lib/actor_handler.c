@@ -466,19 +466,29 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 	return result;
 }
 
+bool cbcmn__hnd_joins(const struct cbcmn_task *self, const cbcmn_nursery *n,
+		      const cbcmn_actor_opts *opts)
+{
+	const struct host *host = host_of(self);
+	return host && host->n == n &&
+	       (!opts || (opts->placement == CBCMN_PLACE_LOCAL && !opts->budget && !opts->caps));
+}
+
 int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbcmn_actor_handler fn,
-		     const cbcmn_actor_opts *opts)
+		     const cbcmn_actor_opts *opts, const cbcmn_spawn_opts *so,
+		     const struct cbcmn__spawn_paid *paid)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	struct cbcmn__hnd *h = cbcmn__calloc(1, sizeof(*h));
-	if (!h)
+	if (!h) {
+		cbcmn__spawn_unpay(self, paid);
 		return -ENOMEM;
+	}
 	h->a = a;
 	h->fn = fn;
 	h->state = a->user;
-	struct host *host = host_of(self);
-	bool join = host && host->n == n &&
-		    (!opts || (opts->placement == CBCMN_PLACE_LOCAL && !opts->budget && !opts->caps));
+	bool join = !so;
+	struct host *host = join ? host_of(self) : NULL;
 	if (join) {
 		if (host->cancelled || cbcmn__nursery_chain_cancelled(n)) {
 			free(h);
@@ -487,6 +497,7 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	} else {
 		if (!(host = cbcmn__calloc(1, sizeof(*host)))) {
 			free(h);
+			cbcmn__spawn_unpay(self, paid);
 			return -ENOMEM;
 		}
 		cbcmn__mutex_init(&host->lock, "actor host", CBCMN__LOCK_ACTOR_TABLE);
@@ -530,13 +541,8 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 		cbcmn__charge(self, CBCMN__B_SPAWN, 1);
 		return 0;
 	}
-	cbcmn_spawn_opts so = {
-		.budget = opts ? opts->budget : NULL,
-		.caps = opts ? opts->caps : NULL,
-		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
-		.shard = opts ? opts->shard : 0,
-	};
-	int rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__hnd_host_main, host, &so, NULL);
+	/* Paid already (cbcmn__spawn_pay(), before a's slot): never waits. */
+	int rc = cbcmn__spawn_made(self, n, cbcmn__hnd_host_main, host, so, paid);
 	if (rc) {
 		/* Never ran: the caller halts a, which must not look for h. */
 		cbcmn__mutex_lock(&a->lock);
