@@ -73,21 +73,24 @@ struct cbcmn__actor {
 	_Atomic uint32_t home;
 	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
 	bool trap_exit;           /* a linked peer's halt is an EXIT message */
+	/* Set at spawn (cbcmn__actor_spawn_x()), read by its halt. */
+	bool contained;           /* its halt reason is not its nursery's */
+	bool migrated;            /* actor_sched.c (below): handed over, enters N forward */
 	int64_t stop_reason;
 	/* Set (under the lock) by a stop: its task counts as cancelled from
 	 * then on (cbcmn__actor_stopped(), read without the lock by the task
 	 * and by cancellation's scans), so that a stop ends any wait. */
 	_Atomic uint32_t interrupted;
+	uint32_t spare_cap;            /* spare's (below) */
 	struct cbcmn_nursery *nursery; /* its task's: alive while it is LIVE */
 	struct cbcmn_nursery *joining; /* the nursery its task awaits, or NULL */
 	uint32_t posse;                /* cbcmn_actor_opts.posse: 0 none (never migrates else) */
+	uint32_t batch_n;              /* free_next's (below) */
 	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
 	struct cbcmn_runtime *rt;
 	cbcmn_actor_fn fn;
 	void *user;               /* the behaviour's state */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
-	/* Set at spawn (cbcmn__actor_spawn_x()), read by its halt. */
-	bool contained;                   /* its halt reason is not its nursery's */
 	void (*fini)(void *state);        /* run at halt, after drop */
 	/* The mailbox: a ring of cap messages. */
 	cbcmn_actor_msg *ring;
@@ -100,15 +103,14 @@ struct cbcmn__actor {
 	struct cbcmn__link *links;                /* actors linked with it */
 	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
 	/* Free (state FREE): the next free slot of its batch, and on a
-	 * batch's first slot, the next batch and its own count (the table's
-	 * list, or an executor's cache: actor.c). */
+	 * batch's first slot, the next batch and its own count (batch_n,
+	 * above: the table's list, or an executor's cache: actor.c). */
 	struct cbcmn__actor *free_next, *batch_next;
-	uint32_t batch_n;
-	/* The mailbox ring of its last actor, kept while the slot is free in
-	 * an executor's cache (its next spawn there likely asks the same
-	 * capacity); freed when the slot goes to the table. */
+	/* The mailbox ring of its last actor (spare_cap messages), kept
+	 * while the slot is free in an executor's cache (its next spawn
+	 * there likely asks the same capacity); freed when the slot goes to
+	 * the table.  Only the thread that holds the free slot touches it. */
 	cbcmn_actor_msg *spare;
-	uint32_t spare_cap;
 	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
 	 * actor with a task of its own.  Read under the lock while LIVE. */
 	struct cbcmn__hnd *hnd;
@@ -123,7 +125,6 @@ struct cbcmn__actor {
 	uint64_t park_due;             /* that wheel's position it is due at */
 	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
 	uint64_t run_t0;               /* the clock then */
-	bool migrated;                 /* handed over: enters its new wheel N forward */
 	uint64_t moved_ns;             /* when it was last handed over (cooldown) */
 };
 
