@@ -72,15 +72,27 @@ static uint32_t table_free(cbcmn_runtime *rt, bool *spare)
 /* ---- a spawn whose spawner's budget ends inside it leaves nothing ----
  *
  * The spawner may spawn once; its second spawn waits for budget until the
- * opener's await_all gives up on it and ends it there.  The slot used to
+ * opener's await_all gives up on it and ends it there (or a cancellation
+ * of its nursery ends the wait, and the spawner with it).  The slot used to
  * be taken (and the actor made LIVE) before that wait: it stayed live for
  * good, counted in the stats, its ring never freed. */
 
 struct sb {
 	cbcmn_nursery *n;
-	bool handler;
+	bool handler, cancel;
 	_Atomic int spawned;
 };
+
+/* Cancels the spawner's nursery while its second spawn waits for budget
+ * (a waiting sibling keeps await_all from giving up on it first). */
+static int64_t sb_canceller(cbcmn_cx *cx, void *arg)
+{
+	struct sb *s = arg;
+	while (atomic_load(&s->spawned) < 1)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_sleep(cx, 10000000);
+	return cbcmn_nursery_cancel(s->n);
+}
 
 static int64_t sb_spawner(cbcmn_cx *cx, void *arg)
 {
@@ -108,7 +120,9 @@ static int64_t sb_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_opts o = {.budget = &bg, .caps = &caps};
 	cbcmn_actor_ref r;
 	TASK_CHECK(cbcmn_actor_spawn(cx, s->n, sb_spawner, s, &o, &r) == 0);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, s->n) == CBCMN_EBUDGET);
+	if (s->cancel)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, s->n, sb_canceller, s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, s->n) == (s->cancel ? CBCMN_ECANCELED : CBCMN_EBUDGET));
 	TASK_CHECK(atomic_load(&s->spawned) == 1);
 	TASK_CHECK(live_actors(cbcmn_cx_runtime(cx), 1) == 0);
 	return 0;
@@ -117,9 +131,11 @@ static int64_t sb_main(cbcmn_cx *cx, void *arg)
 static void test_spawn_ended_by_the_spawners_budget_leaves_no_live_actor(void **state)
 {
 	(void)state;
-	for (int kind = 0; kind < 2; kind++) {
+	/* Ended by the await_all (fiber, handler), or by a cancellation of
+	 * the wait (fiber, handler). */
+	for (int kind = 0; kind < 4; kind++) {
 		cbcmn_runtime *rt = t_runtime(1);
-		struct sb s = {.handler = kind == 1};
+		struct sb s = {.handler = kind % 2 == 1, .cancel = kind >= 2};
 		t_run(rt, sb_main, &s, 0);
 		t_destroy(rt);
 	}
