@@ -293,6 +293,94 @@ static void test_retiring_executor_drains_its_cache(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a host's records of halted handler actors serve its next joins ----
+ *
+ * A handler spawns rounds of children on its own host and sends each a
+ * message; each answers its own number and halts (half of them after a
+ * RETRY).  Every round's sum must be that round's: a record reused with
+ * anything of its last actor's breaks it (still marked queued, its next
+ * actor's messages never reach the host; its state, a wrong sum). */
+
+#define JR_ROUNDS 8
+#define JR_KIDS 20
+
+struct jr_kid {
+	cbcmn_actor_ref parent;
+	uint64_t value;
+	bool retried;
+};
+
+struct jr {
+	cbcmn_nursery *n;
+	struct jr_kid kids[JR_KIDS];
+	int round, got;
+	uint64_t sum;
+	_Atomic int rounds_ok, bad;
+};
+
+static int64_t jr_kid(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct jr_kid *k = arg;
+	(void)m;
+	if (k->value % 2 && !k->retried) {
+		k->retried = true;
+		return CBCMN_ACTOR_RETRY;
+	}
+	cbcmn_actor_msg a = msg(M_DATA, k->value, 0);
+	return cbcmn_actor_send(NULL, cx, k->parent, &a) ? -1 : CBCMN_ACTOR_HALT;
+}
+
+static int64_t jr_spawn_round(cbcmn_cx *cx, struct jr *j)
+{
+	cbcmn_actor_ref self = cbcmn_actor_self(cx), r;
+	cbcmn_actor_msg go = msg(M_DATA, 0, 0);
+	j->got = 0;
+	j->sum = 0;
+	for (int i = 0; i < JR_KIDS; i++) {
+		j->kids[i] = (struct jr_kid){self, (uint64_t)j->round * 1000 + (uint64_t)i, false};
+		if (cbcmn_actor_spawn_handler(cx, j->n, jr_kid, &j->kids[i], NULL, &r) ||
+		    cbcmn_actor_try_send(NULL, cx, r, &go))
+			return -1;
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t jr_parent(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct jr *j = arg;
+	if (m->type == CBCMN_ACTOR_START)
+		return jr_spawn_round(cx, j);
+	j->sum += m->body.u64[0];
+	if (++j->got < JR_KIDS)
+		return CBCMN_ACTOR_CONTINUE;
+	uint64_t want = (uint64_t)j->round * 1000 * JR_KIDS + JR_KIDS * (JR_KIDS - 1) / 2;
+	atomic_fetch_add(j->sum == want ? &j->rounds_ok : &j->bad, 1);
+	return ++j->round < JR_ROUNDS ? jr_spawn_round(cx, j) : CBCMN_ACTOR_HALT;
+}
+
+static int64_t jr_main(cbcmn_cx *cx, void *arg)
+{
+	struct jr *j = arg;
+	TASK_CHECK(open_n(cx, &j->n) == 0);
+	cbcmn_actor_opts start = {.start = true, .mailbox_cap = JR_KIDS};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, j->n, jr_parent, j, &start, &r) == 0);
+	return cbcmn_nursery_await_all(cx, j->n);
+}
+
+static void test_host_reuses_halted_handler_records(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct jr *j = calloc(1, sizeof(*j));
+	assert_non_null(j);
+	t_run(rt, jr_main, j, 0);
+	assert_int_equal(atomic_load(&j->rounds_ok), JR_ROUNDS);
+	assert_int_equal(atomic_load(&j->bad), 0);
+	free(j);
+	t_destroy(rt);
+}
+
 /* ---- storms: spawns and halts from both executors and plain threads at
  * once; each round's references are stale after it, and slots are
  * recycled rather than made anew ---- */
@@ -420,6 +508,7 @@ int main(int argc, char **argv)
 		T(test_references_stale_after_recycle),
 		T(test_generation_reuse_across_executors),
 		T(test_retiring_executor_drains_its_cache),
+		T(test_host_reuses_halted_handler_records),
 		T(test_spawn_halt_storm_from_executors_and_threads),
 	};
 #undef T
