@@ -381,10 +381,11 @@ static void test_host_reuses_halted_handler_records(void **state)
 	t_destroy(rt);
 }
 
-/* ---- storms: spawns and halts from both executors and plain threads at
+/* ---- storms: spawns and halts from four executors and plain threads at
  * once; each round's references are stale after it, and slots are
  * recycled rather than made anew ---- */
 
+#define STORM_EXECS 4
 #define STORM_THREADS 3
 #define STORM_TASKS 4
 
@@ -461,7 +462,7 @@ static int64_t storm_main(cbcmn_cx *cx, void *arg)
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
 	for (uint32_t i = 0; i < STORM_TASKS; i++) {
-		cbcmn_spawn_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = i % 2};
+		cbcmn_spawn_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = i % STORM_EXECS};
 		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, storm_task, s, &o, NULL) == 0);
 	}
 	return cbcmn_nursery_await_all(cx, n);
@@ -479,7 +480,7 @@ static void *storm_runner(void *arg)
 static void test_spawn_halt_storm_from_executors_and_threads(void **state)
 {
 	(void)state;
-	struct storm s = {.rt = t_runtime(2), .rounds = STRESS(40), .per_round = 60};
+	struct storm s = {.rt = t_runtime(STORM_EXECS), .rounds = STRESS(40), .per_round = 60};
 	pthread_t th[STORM_THREADS + 1];
 	assert_int_equal(pthread_create(&th[0], NULL, storm_runner, &s), 0);
 	for (int i = 1; i <= STORM_THREADS; i++)
@@ -491,11 +492,12 @@ static void test_spawn_halt_storm_from_executors_and_threads(void **state)
 	assert_int_equal(atomic_load(&s.bad), 0);
 	assert_int_equal(atomic_load(&s.spawned), total);
 	assert_int_equal(atomic_load(&s.stale_ok), total);
-	assert_int_equal(live_actors(s.rt, 2), 0);
+	assert_int_equal(live_actors(s.rt, STORM_EXECS), 0);
 	/* Recycled: at most every round alive at once, and the caches' and
 	 * half-used batches' slack, were ever made. */
 	struct cbcmn__actors *t = atomic_load(&s.rt->actors);
-	uint32_t bound = (STORM_TASKS + STORM_THREADS) * (uint32_t)s.per_round + 4 * 64 + 64;
+	uint32_t bound = (STORM_TASKS + STORM_THREADS) * (uint32_t)s.per_round +
+			 STORM_EXECS * 2 * 32 + 64;
 	assert_true(atomic_load(&t->nslots) <= bound);
 	t_destroy(s.rt);
 }
