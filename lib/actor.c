@@ -58,23 +58,35 @@ static struct cbcmn__actor *slot_at(struct cbcmn__actors *t, uint32_t idx)
 	return &c[idx & (CBCMN__ACTOR_CHUNK - 1)];
 }
 
-static struct cbcmn__actor *slot_alloc(struct cbcmn_runtime *rt, struct cbcmn__actors *t)
+/* Slots move between the table and an executor's cache a batch at a
+ * time: one table lock per SLOT_BATCH spawns or halts on an executor,
+ * where each took it (8 % of skynet's samples, contended by the two
+ * executors' hosts: docs/BENCHMARKS.md).  An executor holds at most two
+ * batches, the one it takes from and gives to and a full one, so a spawn
+ * and halt storm at a batch's edge does not go to the table each time.
+ * A cached slot is FREE with its generation moved on, like one on the
+ * table's list: references to its last actor fail the same way. */
+#define SLOT_BATCH 32u
+
+/* The calling thread's executor, if it is one of rt's (it has a cache). */
+static struct cbcmn__exec *cache_of(const struct cbcmn_runtime *rt)
 {
-	struct cbcmn__actor *a = NULL;
-	cbcmn__mutex_lock(&t->lock);
-	if ((a = t->free)) {
-		t->free = a->free_next;
-		goto out;
-	}
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	return e && e->rt == rt ? e : NULL;
+}
+
+/* A slot never used (t locked), or NULL: 4 Mi made, or no memory. */
+static struct cbcmn__actor *slot_new_locked(struct cbcmn_runtime *rt, struct cbcmn__actors *t)
+{
 	uint32_t n = atomic_load_explicit(&t->nslots, memory_order_relaxed);
 	uint32_t ci = n >> CBCMN__ACTOR_CHUNK_SHIFT;
 	if (ci >= CBCMN__ACTOR_CHUNKS)
-		goto out; /* 4 Mi actors alive: -ENOMEM */
+		return NULL; /* 4 Mi actors alive: -ENOMEM */
 	struct cbcmn__actor *c = atomic_load_explicit(&t->chunk[ci], memory_order_relaxed);
 	if (!c) {
 		/* calloc: a fresh chunk costs only the pages its slots touch. */
 		if (!(c = cbcmn__calloc(CBCMN__ACTOR_CHUNK, sizeof(*c))))
-			goto out;
+			return NULL;
 		for (uint32_t i = 0; i < CBCMN__ACTOR_CHUNK; i++) {
 			cbcmn__mutex_init(&c[i].lock, "actor", CBCMN__LOCK_ACTOR);
 			c[i].index = (ci << CBCMN__ACTOR_CHUNK_SHIFT) | i;
@@ -83,25 +95,122 @@ static struct cbcmn__actor *slot_alloc(struct cbcmn_runtime *rt, struct cbcmn__a
 		}
 		atomic_store_explicit(&t->chunk[ci], c, memory_order_relaxed);
 	}
-	a = &c[n & (CBCMN__ACTOR_CHUNK - 1)];
 	/* release: the chunk and its slots before the count that admits
 	 * them (slot_at()). */
 	atomic_store_explicit(&t->nslots, n + 1, memory_order_release);
-out:
+	return &c[n & (CBCMN__ACTOR_CHUNK - 1)];
+}
+
+/* Give the chain head (n free slots linked by free_next) to the table as
+ * one batch.  Their spare rings go first: any thread may take them next,
+ * and only an executor's cache keeps memory for its own next spawns. */
+static void batch_put(struct cbcmn__actors *t, struct cbcmn__actor *head, uint32_t n)
+{
+	for (struct cbcmn__actor *a = head; a; a = a->free_next) {
+		free(a->spare);
+		a->spare = NULL;
+		a->spare_cap = 0;
+	}
+	head->batch_n = n;
+	cbcmn__mutex_lock(&t->lock);
+	head->batch_next = t->batches;
+	t->batches = head;
 	cbcmn__mutex_unlock(&t->lock);
+}
+
+/* A batch of free slots from the table into *n: at most want slots (the
+ * rest of a bigger batch stays there), fresh ones if it has none.  NULL:
+ * none could be made. */
+static struct cbcmn__actor *batch_get(struct cbcmn_runtime *rt, struct cbcmn__actors *t,
+				     uint32_t want, uint32_t *n)
+{
+	struct cbcmn__actor *head = NULL, *a;
+	*n = 0;
+	cbcmn__mutex_lock(&t->lock);
+	if ((head = t->batches)) {
+		t->batches = head->batch_next;
+		*n = head->batch_n;
+		if (*n > want) { /* a thread's one slot: the rest stays a batch */
+			struct cbcmn__actor *rest = head->free_next;
+			rest->batch_n = *n - 1;
+			rest->batch_next = t->batches;
+			t->batches = rest;
+			head->free_next = NULL;
+			*n = 1;
+		}
+	} else {
+		/* In index order: neighbours spawned together sit together. */
+		struct cbcmn__actor **tail = &head;
+		while (*n < want && (a = slot_new_locked(rt, t))) {
+			*tail = a;
+			tail = &a->free_next;
+			(*n)++;
+		}
+		*tail = NULL;
+	}
+	cbcmn__mutex_unlock(&t->lock);
+	return head;
+}
+
+static struct cbcmn__actor *slot_alloc(struct cbcmn_runtime *rt, struct cbcmn__actors *t)
+{
+	struct cbcmn__exec *e = cache_of(rt);
+	uint32_t n;
+	if (!e)
+		return batch_get(rt, t, 1, &n);
+	if (!e->free_slots) {
+		if (e->full_slots) {
+			e->free_slots = e->full_slots;
+			e->full_slots = NULL;
+			e->nfree_slots = SLOT_BATCH;
+		} else if (!(e->free_slots = batch_get(rt, t, SLOT_BATCH, &e->nfree_slots))) {
+			return NULL;
+		}
+	}
+	struct cbcmn__actor *a = e->free_slots;
+	e->free_slots = a->free_next;
+	e->nfree_slots--;
 	return a;
 }
 
+/* a, halted (FREE), back to the calling executor's cache, or the table. */
 static void slot_free(struct cbcmn__actors *t, struct cbcmn__actor *a)
 {
+	a->free_next = NULL;
 	/* A generation that wrapped to 0 would make old references valid
 	 * again: that slot is retired for good. */
-	if (a->gen == 0)
+	if (a->gen == 0) {
+		free(a->spare);
+		a->spare = NULL;
 		return;
-	cbcmn__mutex_lock(&t->lock);
-	a->free_next = t->free;
-	t->free = a;
-	cbcmn__mutex_unlock(&t->lock);
+	}
+	struct cbcmn__exec *e = cache_of(a->rt);
+	if (!e) {
+		batch_put(t, a, 1);
+		return;
+	}
+	if (e->nfree_slots >= SLOT_BATCH) {
+		if (e->full_slots)
+			batch_put(t, e->full_slots, SLOT_BATCH);
+		e->full_slots = e->free_slots;
+		e->free_slots = NULL;
+		e->nfree_slots = 0;
+	}
+	a->free_next = e->free_slots;
+	e->free_slots = a;
+	e->nfree_slots++;
+}
+
+void cbcmn__actor_free_cache(struct cbcmn__exec *e)
+{
+	/* acquire: pairs with table_get()'s CAS (NULL: nothing cached). */
+	struct cbcmn__actors *t = atomic_load_explicit(&e->rt->actors, memory_order_acquire);
+	if (e->free_slots)
+		batch_put(t, e->free_slots, e->nfree_slots);
+	if (e->full_slots)
+		batch_put(t, e->full_slots, SLOT_BATCH);
+	e->free_slots = e->full_slots = NULL;
+	e->nfree_slots = 0;
 }
 
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
@@ -179,6 +288,7 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 						free(m);
 					}
 			}
+			free(a->spare); /* a cache never drained (its executor never ran) */
 			cbcmn__mutex_destroy(&a->lock);
 		}
 		free(c);
@@ -290,11 +400,18 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		reason = a->stop_reason;
 	cbcmn_actor_ref old = a->ref;
 	uint32_t home = cbcmn__actor_home(a);
-	CBCMN__AGAUGE(a->rt, home, halting, 1);
 	CBCMN__AGAUGE(a->rt, home, mailbox, -(int64_t)a->count);
 	struct cbcmn__link *links = a->links, *watching = a->watching;
+	/* Nobody to tell (no monitor, no link, none of its own monitors): no
+	 * HALTING spell for a demonitor to wait out, so FREE at once and no
+	 * second lock at the end (most actors: skynet's million). */
+	bool quiet = !links && !watching && !a->watched_by;
+	if (quiet)
+		CBCMN__AGAUGE(a->rt, home, live, -1);
+	else
+		CBCMN__AGAUGE(a->rt, home, halting, 1);
 	a->links = a->watching = NULL;
-	a->state = CBCMN__A_HALTING;
+	a->state = quiet ? CBCMN__A_FREE : CBCMN__A_HALTING;
 	a->gen++; /* every reference to it dies here */
 	a->ref = CBCMN_ACTOR_NONE;
 	a->stopping = false;
@@ -315,7 +432,10 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	/* Out of the lock, nobody else can reach these any more. */
 	for (uint32_t i = 0; drop && i < count; i++)
 		drop(user, &ring[(head + i) % cap]);
-	free(ring);
+	/* Kept for the slot's next actor while it stays in this executor's
+	 * cache (slot_free()); the halt alone holds the slot until then. */
+	a->spare = ring;
+	a->spare_cap = cap;
 	if (fini)
 		fini(user);
 	while (sys) {
@@ -386,11 +506,13 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		link_free(l);
 	}
 	CBCMN_PROBE4(actor_halt, old, reason, count, a->rt->seg.rt_id);
-	cbcmn__mutex_lock(&a->lock);
-	a->state = CBCMN__A_FREE;
-	CBCMN__AGAUGE(a->rt, home, halting, -1);
-	CBCMN__AGAUGE(a->rt, home, live, -1);
-	cbcmn__mutex_unlock(&a->lock);
+	if (!quiet) {
+		cbcmn__mutex_lock(&a->lock);
+		a->state = CBCMN__A_FREE;
+		CBCMN__AGAUGE(a->rt, home, halting, -1);
+		CBCMN__AGAUGE(a->rt, home, live, -1);
+		cbcmn__mutex_unlock(&a->lock);
+	}
 	slot_free(atomic_load_explicit(&a->rt->actors, memory_order_relaxed), a);
 	return reason;
 }
@@ -499,6 +621,22 @@ static const cbcmn_budget *default_share(struct cbcmn_task *self, const cbcmn_bu
 	return buf;
 }
 
+/* A mailbox ring of cap messages: the slot's spare (its last actor's,
+ * kept while the slot was in this executor's cache) if it is that size. */
+static cbcmn_actor_msg *ring_get(struct cbcmn__actor *a, uint32_t cap)
+{
+	cbcmn_actor_msg *r = a->spare;
+	if (r && a->spare_cap != cap) {
+		free(r);
+		r = NULL;
+	}
+	a->spare = NULL;
+	a->spare_cap = 0;
+	return r ? r : cbcmn__malloc((size_t)cap * sizeof(*r));
+}
+
+static int monitor_x(struct cbcmn_task *self, cbcmn_actor_ref target, uint64_t *mon, bool check);
+
 /* halted: set once the new actor's halt ran (then its fini did too). */
 static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 		 const cbcmn_actor_opts *opts, const struct cbcmn__spawn_x *x, cbcmn_actor_ref *out,
@@ -519,13 +657,34 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
 	cbcmn__stack_check(self);
+	/* A handler actor joins its spawner's host, or gets a host task of
+	 * its own, whose budget is the one asked (the default share is for
+	 * an actor's own task). */
+	bool join = handler && cbcmn__hnd_joins(self, n, opts);
+	cbcmn_budget share;
+	const cbcmn_budget *ask = opts ? opts->budget : NULL;
+	cbcmn_spawn_opts so = {
+		.budget = handler ? ask : default_share(self, ask, &share),
+		.caps = opts ? opts->caps : NULL,
+		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
+		.shard = opts ? opts->shard : 0,
+	};
+	/* Paid before there is an actor: the spawner may wait for budget
+	 * there, or be ended, and an actor made before would stay live for
+	 * good, its slot and ring with it
+	 * (test_spawn_ended_by_the_spawners_budget_leaves_no_live_actor).  A
+	 * join pays at its end, once its host's end would halt it. */
+	struct cbcmn__spawn_paid paid = {0};
+	int rc = join ? 0 : cbcmn__spawn_pay(self, n, &so, &paid);
+	if (rc)
+		return rc;
 	struct cbcmn__actors *t = table_get(rt);
 	struct cbcmn__actor *a = t ? slot_alloc(rt, t) : NULL;
-	if (!a)
-		return -ENOMEM;
-	cbcmn_actor_msg *ring = cbcmn__malloc((size_t)cap * sizeof(*ring));
+	cbcmn_actor_msg *ring = a ? ring_get(a, cap) : NULL;
 	if (!ring) {
-		slot_free(t, a);
+		if (a)
+			slot_free(t, a);
+		cbcmn__spawn_unpay(self, &paid);
 		return -ENOMEM;
 	}
 	/* Counted from now on, where it will most likely first run. */
@@ -561,22 +720,16 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;
 	cbcmn__mutex_unlock(&a->lock);
-	/* The monitor before the task exists: a halt reason is never missed. */
-	int rc = x && x->mon ? cbcmn_actor_monitor(cx, ref, x->mon) : 0;
-	if (rc) {
-		*halted = true;
-		halt(a, rc, self ? self->exec : NULL);
-		return rc;
-	}
-	cbcmn_budget share;
-	cbcmn_spawn_opts so = {
-		.budget = default_share(self, opts ? opts->budget : NULL, &share),
-		.caps = opts ? opts->caps : NULL,
-		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
-		.shard = opts ? opts->shard : 0,
-	};
-	rc = handler ? cbcmn__hnd_start(cx, n, a, handler, opts)
-		     : cbcmn_nursery_spawn_ex(cx, n, cbcmn__actor_main, a, &so, NULL);
+	/* The monitor before the task exists: a halt reason is never missed.
+	 * Unchecked: the stack was checked above, and an end here (deeper)
+	 * would leave the actor live. */
+	rc = x && x->mon ? monitor_x(self, ref, x->mon, false) : 0;
+	if (rc)
+		cbcmn__spawn_unpay(self, &paid);
+	else
+		/* Each gives the charge back on its error. */
+		rc = handler ? cbcmn__hnd_start(cx, n, a, handler, opts, join ? NULL : &so, &paid)
+			     : cbcmn__spawn_made(self, n, cbcmn__actor_main, a, &so, &paid);
 	if (rc) {
 		/* Nothing ran: only a forged reference could have reached it. */
 		*halted = true;
@@ -654,14 +807,20 @@ int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on)
 
 int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 {
-	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	return monitor_x((struct cbcmn_task *)cx, target, mon, true);
+}
+
+/* check: the stack's room (a spawn's own monitor checked it already). */
+static int monitor_x(struct cbcmn_task *self, cbcmn_actor_ref target, uint64_t *mon, bool check)
+{
 	if (!mon)
 		return -EINVAL;
 	int err;
 	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
 	if (!me)
 		return err;
-	cbcmn__stack_check(self);
+	if (check)
+		cbcmn__stack_check(self);
 	struct cbcmn__monitor *m = cbcmn__calloc(1, sizeof(*m));
 	struct cbcmn__link *note = cbcmn__calloc(1, sizeof(*note)); /* exit NULL: a note */
 	if (!m || !note) {

@@ -73,21 +73,24 @@ struct cbcmn__actor {
 	_Atomic uint32_t home;
 	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
 	bool trap_exit;           /* a linked peer's halt is an EXIT message */
+	/* Set at spawn (cbcmn__actor_spawn_x()), read by its halt. */
+	bool contained;           /* its halt reason is not its nursery's */
+	bool migrated;            /* actor_sched.c (below): handed over, enters N forward */
 	int64_t stop_reason;
 	/* Set (under the lock) by a stop: its task counts as cancelled from
 	 * then on (cbcmn__actor_stopped(), read without the lock by the task
 	 * and by cancellation's scans), so that a stop ends any wait. */
 	_Atomic uint32_t interrupted;
+	uint32_t spare_cap;            /* spare's (below) */
 	struct cbcmn_nursery *nursery; /* its task's: alive while it is LIVE */
 	struct cbcmn_nursery *joining; /* the nursery its task awaits, or NULL */
 	uint32_t posse;                /* cbcmn_actor_opts.posse: 0 none (never migrates else) */
+	uint32_t batch_n;              /* free_next's (below) */
 	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
 	struct cbcmn_runtime *rt;
 	cbcmn_actor_fn fn;
 	void *user;               /* the behaviour's state */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
-	/* Set at spawn (cbcmn__actor_spawn_x()), read by its halt. */
-	bool contained;                   /* its halt reason is not its nursery's */
 	void (*fini)(void *state);        /* run at halt, after drop */
 	/* The mailbox: a ring of cap messages. */
 	cbcmn_actor_msg *ring;
@@ -99,7 +102,15 @@ struct cbcmn__actor {
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
 	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
-	struct cbcmn__actor *free_next;           /* the table's free list */
+	/* Free (state FREE): the next free slot of its batch, and on a
+	 * batch's first slot, the next batch and its own count (batch_n,
+	 * above: the table's list, or an executor's cache: actor.c). */
+	struct cbcmn__actor *free_next, *batch_next;
+	/* The mailbox ring of its last actor (spare_cap messages), kept
+	 * while the slot is free in an executor's cache (its next spawn
+	 * there likely asks the same capacity); freed when the slot goes to
+	 * the table.  Only the thread that holds the free slot touches it. */
+	cbcmn_actor_msg *spare;
 	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
 	 * actor with a task of its own.  Read under the lock while LIVE. */
 	struct cbcmn__hnd *hnd;
@@ -114,7 +125,6 @@ struct cbcmn__actor {
 	uint64_t park_due;             /* that wheel's position it is due at */
 	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
 	uint64_t run_t0;               /* the clock then */
-	bool migrated;                 /* handed over: enters its new wheel N forward */
 	uint64_t moved_ns;             /* when it was last handed over (cooldown) */
 };
 
@@ -151,9 +161,9 @@ static inline cbcmn_actor_ref cbcmn__ref_make(uint32_t gen, uint32_t tag, uint32
 }
 
 struct cbcmn__actors {
-	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR_TABLE: free list, growth */
+	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR_TABLE: free batches, growth */
 	uint32_t tag;             /* fixed: this runtime's tag in its references */
-	struct cbcmn__actor *free;
+	struct cbcmn__actor *batches; /* free slots, a batch at a time (batch_next) */
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
@@ -234,11 +244,18 @@ bool cbcmn__mb_take(struct cbcmn__actor *a, cbcmn_actor_msg *m, struct cbcmn__wa
 		    struct cbcmn__exec *e);
 
 /* actor_handler.c */
+/* A handler actor spawned by self into n with opts joins self's host:
+ * self is a host task of n and opts ask nothing a host of its own would
+ * give (a placement, a budget, capabilities). */
+bool cbcmn__hnd_joins(const struct cbcmn_task *self, const cbcmn_nursery *n,
+		      const cbcmn_actor_opts *opts);
 /* Start handler actor a (locked by nobody, LIVE, not yet published) with
- * handler h: on the calling handler's host if cx is one of n, else on a
- * new host task spawned into n with opts.  0 or the spawn's error. */
+ * handler h: on the calling handler's host (so NULL: it joins), else on
+ * a new host task spawned into n with so, paid for already (paid: its
+ * charge is given back on an error).  0 or the spawn's error. */
 int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbcmn_actor_handler h,
-		     const cbcmn_actor_opts *opts);
+		     const cbcmn_actor_opts *opts, const cbcmn_spawn_opts *so,
+		     const struct cbcmn__spawn_paid *paid);
 /* a (locked, a handler actor) has something for its handler: have its
  * host run it once the lock is dropped (cbcmn__wakes_run()). */
 void cbcmn__hnd_note(struct cbcmn__actor *a, struct cbcmn__wakes *wl);

@@ -35,6 +35,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "actor.h"
 #include "iwait.h"
@@ -73,6 +74,10 @@ struct host {
 	uint64_t count;                       /* how many */
 	struct cbcmn_nursery *n;
 	struct cbcmn__actor *cur;             /* the handler actor being called */
+	/* Records of its halted handler actors, for its next joins (a tree of
+	 * spawns on one host made and freed one per actor). */
+	struct cbcmn__hnd *spare;
+	uint32_t nspare;
 	int64_t first_error;                  /* its result: a crash of a non-contained one */
 	bool cancelled;
 };
@@ -88,12 +93,13 @@ static void host_unref(struct host *host)
 	 * the handler actors it frees) before it frees them. */
 	if (atomic_fetch_sub_explicit(&host->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	struct cbcmn__hnd *h = host->all;
-	while (h) {
-		struct cbcmn__hnd *next = h->next;
-		free(h);
-		h = next;
-	}
+	struct cbcmn__hnd *lists[2] = {host->all, host->spare};
+	for (int i = 0; i < 2; i++)
+		while (lists[i]) {
+			struct cbcmn__hnd *next = lists[i]->next;
+			free(lists[i]);
+			lists[i] = next;
+		}
 	cbcmn__mutex_destroy(&host->lock);
 	free(host);
 }
@@ -314,6 +320,10 @@ static uint32_t held_undelivered(const struct cbcmn__hnd *h)
 	return h->held && h->msg.type < CBCMN_ACTOR_SYS;
 }
 
+/* Records a host keeps for its next joins: a subtree's worth of a tree of
+ * spawns (skynet's ten children a node). */
+#define SPARE_MAX 64u
+
 /* Halt handler actor h (held by the host) with reason; free it. */
 static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 		     struct cbcmn__exec *e)
@@ -345,7 +355,13 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	if (h->next)
 		h->next->prev = h->prev;
 	host->count--;
-	free(h);
+	if (host->nspare < SPARE_MAX) {
+		h->next = host->spare;
+		host->spare = h;
+		host->nspare++;
+	} else {
+		free(h);
+	}
 }
 
 /* Call h's handler for what it has, at most batch messages.  Returns the
@@ -466,19 +482,33 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 	return result;
 }
 
+bool cbcmn__hnd_joins(const struct cbcmn_task *self, const cbcmn_nursery *n,
+		      const cbcmn_actor_opts *opts)
+{
+	const struct host *host = host_of(self);
+	return host && host->n == n &&
+	       (!opts || (opts->placement == CBCMN_PLACE_LOCAL && !opts->budget && !opts->caps));
+}
+
 int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbcmn_actor_handler fn,
-		     const cbcmn_actor_opts *opts)
+		     const cbcmn_actor_opts *opts, const cbcmn_spawn_opts *so,
+		     const struct cbcmn__spawn_paid *paid)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
-	struct cbcmn__hnd *h = cbcmn__calloc(1, sizeof(*h));
-	if (!h)
+	bool join = !so;
+	struct host *host = join ? host_of(self) : NULL;
+	struct cbcmn__hnd *h = join ? host->spare : NULL;
+	if (h) { /* the host task's own list: no lock */
+		host->spare = h->next;
+		host->nspare--;
+		memset(h, 0, sizeof(*h));
+	} else if (!(h = cbcmn__calloc(1, sizeof(*h)))) {
+		cbcmn__spawn_unpay(self, paid);
 		return -ENOMEM;
+	}
 	h->a = a;
 	h->fn = fn;
 	h->state = a->user;
-	struct host *host = host_of(self);
-	bool join = host && host->n == n &&
-		    (!opts || (opts->placement == CBCMN_PLACE_LOCAL && !opts->budget && !opts->caps));
 	if (join) {
 		if (host->cancelled || cbcmn__nursery_chain_cancelled(n)) {
 			free(h);
@@ -487,6 +517,7 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	} else {
 		if (!(host = cbcmn__calloc(1, sizeof(*host)))) {
 			free(h);
+			cbcmn__spawn_unpay(self, paid);
 			return -ENOMEM;
 		}
 		cbcmn__mutex_init(&host->lock, "actor host", CBCMN__LOCK_ACTOR_TABLE);
@@ -530,13 +561,8 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 		cbcmn__charge(self, CBCMN__B_SPAWN, 1);
 		return 0;
 	}
-	cbcmn_spawn_opts so = {
-		.budget = opts ? opts->budget : NULL,
-		.caps = opts ? opts->caps : NULL,
-		.placement = opts ? opts->placement : CBCMN_PLACE_LOCAL,
-		.shard = opts ? opts->shard : 0,
-	};
-	int rc = cbcmn_nursery_spawn_ex(cx, n, cbcmn__hnd_host_main, host, &so, NULL);
+	/* Paid already (cbcmn__spawn_pay(), before a's slot): never waits. */
+	int rc = cbcmn__spawn_made(self, n, cbcmn__hnd_host_main, host, so, paid);
 	if (rc) {
 		/* Never ran: the caller halts a, which must not look for h. */
 		cbcmn__mutex_lock(&a->lock);

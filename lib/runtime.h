@@ -396,6 +396,10 @@ struct cbcmn__exec {
 	int64_t live_pending;
 	struct cbcmn_nursery *free_nurseries;
 	uint32_t nfree_nurseries;
+	/* Free actor slots, this executor's alone (actor.c): spawns take and
+	 * halts give here, the table's lock only once a batch. */
+	struct cbcmn__actor *free_slots, *full_slots;
+	uint32_t nfree_slots;
 	uint64_t id_next, id_end;         /* task ids, taken in blocks */
 	pthread_t thread;
 	pthread_t dead_thread;            /* a thread that died: its successor joins it */
@@ -655,6 +659,23 @@ void cbcmn__task_free_cache(struct cbcmn__exec *e);
 void cbcmn__task_outbox_flush(struct cbcmn__exec *e);
 int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
 		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle);
+/* A spawn in two halves, for a caller with something to set up once the
+ * spawn is paid for and before the task exists (an actor's slot, which a
+ * spawner ended while it waits for budget would otherwise leave live).
+ * cbcmn__spawn_pay(): the checks and the charge, where self may wait for
+ * budget or be ended; 0 and *paid, or the error (nothing charged).  Then
+ * either cbcmn__spawn_made() (never waits; on an error the charge is given
+ * back) or cbcmn__spawn_unpay(). */
+struct cbcmn__spawn_paid {
+	uint32_t flags;        /* CBCMN__TF_* the options ask for */
+	bool paid;             /* self was charged */
+	uint64_t stack_charge; /* the memory charged for the stack */
+};
+int cbcmn__spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_opts *opts,
+		     struct cbcmn__spawn_paid *paid);
+int cbcmn__spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, void *fn, void *arg,
+		      const cbcmn_spawn_opts *opts, const struct cbcmn__spawn_paid *paid);
+void cbcmn__spawn_unpay(struct cbcmn_task *self, const struct cbcmn__spawn_paid *paid);
 
 /* obligation.c: t ends holding obligations: abort them, report the leak
  * (cbcmn_config.obligation_leak); returns t's result, CBCMN_ELEAKED if it
@@ -677,6 +698,8 @@ static inline bool cbcmn__nursery_batch_holds(const struct cbcmn__exec *e,
 	return next && next->sp == NULL && next->nursery == e->live_n;
 }
 void cbcmn__nursery_free_cache(struct cbcmn__exec *e);
+/* actor.c: e's free actor slots back to the table (its thread leaves). */
+void cbcmn__actor_free_cache(struct cbcmn__exec *e);
 int cbcmn__nursery_open(struct cbcmn_runtime *rt, struct cbcmn_task *owner,
 			struct cbcmn_nursery **out);
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n);

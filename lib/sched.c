@@ -2077,6 +2077,7 @@ void *cbcmn__exec_main(void *arg)
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
 	cbcmn__task_free_cache(e);
 	cbcmn__nursery_free_cache(e);
+	cbcmn__actor_free_cache(e);
 	cbcmn__altstack_teardown(e);
 	cbcmn__tls_exec = NULL;
 	bool retired = atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RETIRING;

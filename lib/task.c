@@ -377,16 +377,19 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	cbcmn__task_unref(t, e);
 }
 
-int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
-		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle)
+/* Spawn's two halves, inline in cbcmn__spawn() (fork-join's path) and
+ * apart for actor spawns (cbcmn__spawn_pay()). */
+static inline __attribute__((always_inline)) int
+spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_opts *opts,
+	  struct cbcmn__spawn_paid *paid)
 {
 	struct cbcmn_runtime *rt = n->rt;
+	uint32_t flags = 0;
+	*paid = (struct cbcmn__spawn_paid){0};
 	if (cbcmn__forked(rt))
 		return CBCMN_EFORKED;
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
-	const cbcmn_budget *ask = opts ? opts->budget : NULL;
-	const cbcmn_caps *caps = opts ? opts->caps : NULL;
 	uint32_t place = opts ? opts->placement : CBCMN_PLACE_LOCAL;
 	uint32_t shard = opts ? opts->shard : 0;
 	if (place > CBCMN_PLACE_STEALABLE ||
@@ -428,11 +431,34 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 			return late;
 		}
 	}
+	paid->flags = flags;
+	paid->paid = self && budgets;
+	paid->stack_charge = stack_charge;
+	return 0;
+}
+
+void cbcmn__spawn_unpay(struct cbcmn_task *self, const struct cbcmn__spawn_paid *paid)
+{
+	if (paid->paid)
+		cbcmn__budget_uncharge_spawn(self, paid->stack_charge);
+}
+
+static inline __attribute__((always_inline)) int
+spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn, void *arg,
+	   const cbcmn_spawn_opts *opts, const struct cbcmn__spawn_paid *paid, cbcmn_task **handle)
+{
+	struct cbcmn_runtime *rt = n->rt;
+	const cbcmn_budget *ask = opts ? opts->budget : NULL;
+	const cbcmn_caps *caps = opts ? opts->caps : NULL;
+	uint32_t place = opts ? opts->placement : CBCMN_PLACE_LOCAL;
+	uint32_t shard = opts ? opts->shard : 0;
+	bool budgets = !(rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS);
+	uint64_t stack_charge = paid->stack_charge;
+	flags |= paid->flags;
 	struct cbcmn__exec *e = self ? self->exec : NULL;
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);
 	if (!t) {
-		if (self && budgets)
-			cbcmn__budget_uncharge_spawn(self, stack_charge);
+		cbcmn__spawn_unpay(self, paid);
 		return -ENOMEM;
 	}
 	t->stack_charge = stack_charge;
@@ -505,6 +531,26 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		break;
 	}
 	return 0;
+}
+
+int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, void *fn,
+		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle)
+{
+	struct cbcmn__spawn_paid paid;
+	int rc = spawn_pay(self, n, opts, &paid);
+	return rc ? rc : spawn_made(self, n, flags, fn, arg, opts, &paid, handle);
+}
+
+int cbcmn__spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_opts *opts,
+		     struct cbcmn__spawn_paid *paid)
+{
+	return spawn_pay(self, n, opts, paid);
+}
+
+int cbcmn__spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, void *fn, void *arg,
+		      const cbcmn_spawn_opts *opts, const struct cbcmn__spawn_paid *paid)
+{
+	return spawn_made(self, n, 0, fn, arg, opts, paid, NULL);
 }
 
 int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn, void *arg,

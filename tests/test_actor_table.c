@@ -1,0 +1,520 @@
+/* test_actor_table.c: the actor table: slots, their executors' caches,
+ * generations, and what a spawn leaves behind when it cannot finish.
+ *
+ * Slots go from the table to an executor's cache and back a batch at a
+ * time (actor.c): these tests look at where slots are (internals) and at
+ * what references to recycled slots do (the public calls). */
+#include "helpers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "actor.h" /* internals: the table, the executors' caches */
+#include "actor_test.h"
+
+static int64_t returns_at_once(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t halts_at_start(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t quits_on_message(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 ? 0 : -1;
+}
+
+static uint64_t live_actors(cbcmn_runtime *rt, uint32_t nexec)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per[4];
+	TASK_CHECK(nexec <= 4 && cbcmn_stats_snapshot(rt, &st, per, nexec) == 0);
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < nexec; i++)
+		n += per[i].actors;
+	return n;
+}
+
+/* Slots in the table's free batches (the caller makes sure nothing else
+ * moves slots meanwhile), and whether one of them still has a ring. */
+static uint32_t table_free(cbcmn_runtime *rt, bool *spare)
+{
+	struct cbcmn__actors *t = atomic_load(&rt->actors);
+	uint32_t n = 0;
+	*spare = false;
+	cbcmn__mutex_lock(&t->lock);
+	for (struct cbcmn__actor *b = t->batches; b; b = b->batch_next) {
+		uint32_t in = 0;
+		for (struct cbcmn__actor *a = b; a; a = a->free_next, in++) {
+			*spare |= a->spare != NULL;
+			TASK_CHECK(a->state == CBCMN__A_FREE);
+		}
+		TASK_CHECK(in == b->batch_n);
+		n += in;
+	}
+	cbcmn__mutex_unlock(&t->lock);
+	return n;
+}
+
+/* ---- a spawn whose spawner's budget ends inside it leaves nothing ----
+ *
+ * The spawner may spawn once; its second spawn waits for budget until the
+ * opener's await_all gives up on it and ends it there (or a cancellation
+ * of its nursery ends the wait, and the spawner with it).  The slot used to
+ * be taken (and the actor made LIVE) before that wait: it stayed live for
+ * good, counted in the stats, its ring never freed. */
+
+struct sb {
+	cbcmn_nursery *n;
+	bool handler, cancel;
+	_Atomic int spawned;
+};
+
+/* Cancels the spawner's nursery while its second spawn waits for budget
+ * (a waiting sibling keeps await_all from giving up on it first). */
+static int64_t sb_canceller(cbcmn_cx *cx, void *arg)
+{
+	struct sb *s = arg;
+	while (atomic_load(&s->spawned) < 1)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_sleep(cx, 10000000);
+	return cbcmn_nursery_cancel(s->n);
+}
+
+static int64_t sb_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct sb *s = arg;
+	cbcmn_actor_opts start = {.start = true};
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < 2; i++) {
+		cbcmn_actor_ref r;
+		int rc = s->handler ? cbcmn_actor_spawn_handler(cx, n, halts_at_start, NULL, &start, &r)
+				    : cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &r);
+		TASK_CHECK(rc == 0);
+		atomic_fetch_add(&s->spawned, 1);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t sb_main(cbcmn_cx *cx, void *arg)
+{
+	struct sb *s = arg;
+	TASK_CHECK(open_n(cx, &s->n) == 0);
+	cbcmn_budget bg = {.ops = CBCMN_UNLIMITED, .memory = CBCMN_UNLIMITED, .spawn_count = 1,
+			   .channel_ops = CBCMN_UNLIMITED, .syscalls = CBCMN_UNLIMITED};
+	cbcmn_caps caps = {.flags = CBCMN_CAP_SPAWN};
+	cbcmn_actor_opts o = {.budget = &bg, .caps = &caps};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, s->n, sb_spawner, s, &o, &r) == 0);
+	if (s->cancel)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, s->n, sb_canceller, s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, s->n) == (s->cancel ? CBCMN_ECANCELED : CBCMN_EBUDGET));
+	TASK_CHECK(atomic_load(&s->spawned) == 1);
+	TASK_CHECK(live_actors(cbcmn_cx_runtime(cx), 1) == 0);
+	return 0;
+}
+
+static void test_spawn_ended_by_the_spawners_budget_leaves_no_live_actor(void **state)
+{
+	(void)state;
+	/* Ended by the await_all (fiber, handler), or by a cancellation of
+	 * the wait (fiber, handler). */
+	for (int kind = 0; kind < 4; kind++) {
+		cbcmn_runtime *rt = t_runtime(1);
+		struct sb s = {.handler = kind % 2 == 1, .cancel = kind >= 2};
+		t_run(rt, sb_main, &s, 0);
+		t_destroy(rt);
+	}
+}
+
+/* ---- a recycled slot: its old references fail, its new one works ---- */
+
+static int64_t recycle_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	cbcmn_actor_ref old, cur;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &old) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* One executor, its cache last in first out: the same slot. */
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &cur) == 0);
+	TASK_CHECK(cbcmn__ref_index(cur) == cbcmn__ref_index(old));
+	TASK_CHECK(cbcmn__ref_gen(cur) == cbcmn__ref_gen(old) + 1);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, old, &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, old, &m) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_send_timeout(NULL, cx, old, &m, 1000000) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_stop(rt, cx, old, -1) == -ESRCH);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cur, &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_references_stale_after_recycle(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, recycle_main, NULL, 0);
+	t_destroy(rt);
+}
+
+/* ---- slots halted on one executor are reused by another's spawns ----
+ *
+ * Executor 1 spawns and halts more than its cache keeps: the rest goes
+ * to the table in batches, where executor 0's spawns find them. */
+
+#define XN 200
+
+struct cross {
+	cbcmn_actor_ref first[XN], second[XN];
+};
+
+static int64_t cross_spawns(cbcmn_cx *cx, cbcmn_actor_ref *refs, uint32_t shard,
+			    cbcmn_actor_fn fn, bool await)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = shard};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < XN; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, fn, NULL, &o, &refs[i]) == 0);
+	if (await)
+		return cbcmn_nursery_await_all(cx, n);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	for (int i = 0; i < XN; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, refs[i], &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t cross_on_1(cbcmn_cx *cx, void *arg)
+{
+	struct cross *c = arg;
+	TASK_CHECK(cbcmn_cx_executor(cx) == 1);
+	return cross_spawns(cx, c->first, 1, returns_at_once, true);
+}
+
+static int64_t cross_on_0(cbcmn_cx *cx, void *arg)
+{
+	struct cross *c = arg;
+	TASK_CHECK(cbcmn_cx_executor(cx) == 0);
+	/* Still alive while the old references are tried. */
+	cbcmn_nursery *n;
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < XN; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &o, &c->second[i]) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < XN; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, c->first[i], &m) == -ESRCH);
+	for (int i = 0; i < XN; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, c->second[i], &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_generation_reuse_across_executors(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct cross *c = calloc(1, sizeof(*c));
+	assert_non_null(c);
+	assert_int_equal(t_run_pinned(rt, 1, cross_on_1, c), 0);
+	assert_int_equal(t_run_pinned(rt, 0, cross_on_0, c), 0);
+	ASSERT_TASK_CHECKS();
+	/* Executor 0 took executor 1's batches: slots named by both rounds,
+	 * each with a later generation the second time. */
+	int reused = 0;
+	for (int i = 0; i < XN; i++)
+		for (int j = 0; j < XN; j++)
+			if (cbcmn__ref_index(c->second[i]) == cbcmn__ref_index(c->first[j])) {
+				assert_true(cbcmn__ref_gen(c->second[i]) > cbcmn__ref_gen(c->first[j]));
+				reused++;
+			}
+	assert_true(reused >= XN / 2);
+	free(c);
+	t_destroy(rt);
+}
+
+/* ---- a retiring executor gives its cache back to the table ---- */
+
+static int64_t churn_on_1(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_ref refs[XN];
+	TASK_CHECK(cbcmn_cx_executor(cx) == 1);
+	return cross_spawns(cx, refs, 1, returns_at_once, true);
+}
+
+static void test_retiring_executor_drains_its_cache(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1;
+	cfg.idle_retire_ms = 20;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_stats st;
+	assert_int_equal(t_run_pinned(rt, 1, churn_on_1, NULL), 0);
+	ASSERT_TASK_CHECKS();
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	do {
+		usleep(1000);
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+	} while (st.executor_retires < 1 && t_now_ns() < deadline);
+	assert_true(st.executor_retires >= 1);
+	/* Every slot made is free, on the table (executor 0 spawned none):
+	 * none kept in the retired executor's cache, none with a ring.  (Its
+	 * cache fields are its thread's: the table's lock is what orders
+	 * the drain before this look.) */
+	struct cbcmn__actors *t = atomic_load(&rt->actors);
+	bool spare;
+	assert_int_equal(table_free(rt, &spare), atomic_load(&t->nslots));
+	assert_false(spare);
+	/* And they serve the next spawns: none made anew. */
+	uint32_t made = atomic_load(&t->nslots);
+	assert_int_equal(t_run_pinned(rt, 1, churn_on_1, NULL), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&t->nslots), made);
+	t_destroy(rt);
+}
+
+/* ---- a host's records of halted handler actors serve its next joins ----
+ *
+ * A handler spawns rounds of children on its own host and sends each a
+ * message; each answers its own number and halts (half of them after a
+ * RETRY).  Every round's sum must be that round's: a record reused with
+ * anything of its last actor's breaks it (still marked queued, its next
+ * actor's messages never reach the host; its state, a wrong sum). */
+
+#define JR_ROUNDS 8
+#define JR_KIDS 20
+
+struct jr_kid {
+	cbcmn_actor_ref parent;
+	uint64_t value;
+	bool retried;
+};
+
+struct jr {
+	cbcmn_nursery *n;
+	struct jr_kid kids[JR_KIDS];
+	int round, got;
+	uint64_t sum;
+	_Atomic int rounds_ok, bad;
+};
+
+static int64_t jr_kid(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct jr_kid *k = arg;
+	(void)m;
+	if (k->value % 2 && !k->retried) {
+		k->retried = true;
+		return CBCMN_ACTOR_RETRY;
+	}
+	cbcmn_actor_msg a = msg(M_DATA, k->value, 0);
+	return cbcmn_actor_send(NULL, cx, k->parent, &a) ? -1 : CBCMN_ACTOR_HALT;
+}
+
+static int64_t jr_spawn_round(cbcmn_cx *cx, struct jr *j)
+{
+	cbcmn_actor_ref self = cbcmn_actor_self(cx), r;
+	cbcmn_actor_msg go = msg(M_DATA, 0, 0);
+	j->got = 0;
+	j->sum = 0;
+	for (int i = 0; i < JR_KIDS; i++) {
+		j->kids[i] = (struct jr_kid){self, (uint64_t)j->round * 1000 + (uint64_t)i, false};
+		if (cbcmn_actor_spawn_handler(cx, j->n, jr_kid, &j->kids[i], NULL, &r) ||
+		    cbcmn_actor_try_send(NULL, cx, r, &go))
+			return -1;
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t jr_parent(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct jr *j = arg;
+	if (m->type == CBCMN_ACTOR_START)
+		return jr_spawn_round(cx, j);
+	j->sum += m->body.u64[0];
+	if (++j->got < JR_KIDS)
+		return CBCMN_ACTOR_CONTINUE;
+	uint64_t want = (uint64_t)j->round * 1000 * JR_KIDS + JR_KIDS * (JR_KIDS - 1) / 2;
+	atomic_fetch_add(j->sum == want ? &j->rounds_ok : &j->bad, 1);
+	return ++j->round < JR_ROUNDS ? jr_spawn_round(cx, j) : CBCMN_ACTOR_HALT;
+}
+
+static int64_t jr_main(cbcmn_cx *cx, void *arg)
+{
+	struct jr *j = arg;
+	TASK_CHECK(open_n(cx, &j->n) == 0);
+	cbcmn_actor_opts start = {.start = true, .mailbox_cap = JR_KIDS};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, j->n, jr_parent, j, &start, &r) == 0);
+	return cbcmn_nursery_await_all(cx, j->n);
+}
+
+static void test_host_reuses_halted_handler_records(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct jr *j = calloc(1, sizeof(*j));
+	assert_non_null(j);
+	t_run(rt, jr_main, j, 0);
+	assert_int_equal(atomic_load(&j->rounds_ok), JR_ROUNDS);
+	assert_int_equal(atomic_load(&j->bad), 0);
+	free(j);
+	t_destroy(rt);
+}
+
+/* ---- storms: spawns and halts from four executors and plain threads at
+ * once; each round's references are stale after it, and slots are
+ * recycled rather than made anew ---- */
+
+#define STORM_EXECS 4
+#define STORM_THREADS 3
+#define STORM_TASKS 4
+
+struct storm {
+	cbcmn_runtime *rt;
+	int rounds, per_round;
+	_Atomic long spawned, stale_ok, bad;
+};
+
+/* One round: per_round actors spawned (fiber and handler alternately,
+ * stealable or not), half told to quit, the rest returning at once. */
+static void storm_round(struct storm *s, cbcmn_cx *cx, cbcmn_actor_ref *refs)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(s->rt, cx, &n)) {
+		atomic_fetch_add(&s->bad, 1);
+		return;
+	}
+	cbcmn_actor_opts steal = {.placement = CBCMN_PLACE_STEALABLE};
+	cbcmn_actor_opts start = {.start = true};
+	for (int i = 0; i < s->per_round; i++) {
+		int rc;
+		if (i % 3 == 2)
+			rc = cbcmn_actor_spawn_handler(cx, n, halts_at_start, NULL, &start, &refs[i]);
+		else
+			rc = cbcmn_actor_spawn(cx, n, i % 2 ? quits_on_message : returns_at_once, NULL,
+					       i % 4 == 0 ? &steal : NULL, &refs[i]);
+		if (rc)
+			atomic_fetch_add(&s->bad, 1);
+		else
+			atomic_fetch_add(&s->spawned, 1);
+	}
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	for (int i = 1; i < s->per_round; i += 2)
+		if (i % 3 != 2)
+			(void)cbcmn_actor_send(s->rt, cx, refs[i], &q); /* -ESRCH: gone already */
+	if (cbcmn_nursery_await_all(cx, n))
+		atomic_fetch_add(&s->bad, 1);
+	/* All halted: every reference of the round is stale, whoever has
+	 * its slot now. */
+	for (int i = 0; i < s->per_round; i++) {
+		int rc = cbcmn_actor_try_send(s->rt, cx, refs[i], &q);
+		atomic_fetch_add(rc == -ESRCH ? &s->stale_ok : &s->bad, 1);
+	}
+}
+
+static void storm_rounds(struct storm *s, cbcmn_cx *cx)
+{
+	cbcmn_actor_ref *refs = calloc((size_t)s->per_round, sizeof(*refs));
+	if (!refs) {
+		atomic_fetch_add(&s->bad, 1);
+		return;
+	}
+	for (int r = 0; r < s->rounds; r++)
+		storm_round(s, cx, refs);
+	free(refs);
+}
+
+static int64_t storm_task(cbcmn_cx *cx, void *arg)
+{
+	storm_rounds(arg, cx);
+	return 0;
+}
+
+static void *storm_thread(void *arg)
+{
+	storm_rounds(arg, NULL);
+	return NULL;
+}
+
+static int64_t storm_main(cbcmn_cx *cx, void *arg)
+{
+	struct storm *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (uint32_t i = 0; i < STORM_TASKS; i++) {
+		cbcmn_spawn_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = i % STORM_EXECS};
+		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, storm_task, s, &o, NULL) == 0);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void *storm_runner(void *arg)
+{
+	struct storm *s = arg;
+	int64_t r = -1;
+	if (cbcmn_runtime_run(s->rt, storm_main, s, &r) || r)
+		atomic_fetch_add(&s->bad, 1);
+	return NULL;
+}
+
+static void test_spawn_halt_storm_from_executors_and_threads(void **state)
+{
+	(void)state;
+	struct storm s = {.rt = t_runtime(STORM_EXECS), .rounds = STRESS(40), .per_round = 60};
+	pthread_t th[STORM_THREADS + 1];
+	assert_int_equal(pthread_create(&th[0], NULL, storm_runner, &s), 0);
+	for (int i = 1; i <= STORM_THREADS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, storm_thread, &s), 0);
+	for (int i = 0; i <= STORM_THREADS; i++)
+		pthread_join(th[i], NULL);
+	ASSERT_TASK_CHECKS();
+	long total = (long)(STORM_TASKS + STORM_THREADS) * s.rounds * s.per_round;
+	assert_int_equal(atomic_load(&s.bad), 0);
+	assert_int_equal(atomic_load(&s.spawned), total);
+	assert_int_equal(atomic_load(&s.stale_ok), total);
+	assert_int_equal(live_actors(s.rt, STORM_EXECS), 0);
+	/* Recycled: at most every round alive at once, and the caches' and
+	 * half-used batches' slack, were ever made. */
+	struct cbcmn__actors *t = atomic_load(&s.rt->actors);
+	uint32_t bound = (STORM_TASKS + STORM_THREADS) * (uint32_t)s.per_round +
+			 STORM_EXECS * 2 * 32 + 64;
+	assert_true(atomic_load(&t->nslots) <= bound);
+	t_destroy(s.rt);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test(f)
+		T(test_spawn_ended_by_the_spawners_budget_leaves_no_live_actor),
+		T(test_references_stale_after_recycle),
+		T(test_generation_reuse_across_executors),
+		T(test_retiring_executor_drains_its_cache),
+		T(test_host_reuses_halted_handler_records),
+		T(test_spawn_halt_storm_from_executors_and_threads),
+	};
+#undef T
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
+	return cmocka_run_group_tests_name("actor_table", tests, NULL, NULL);
+}
