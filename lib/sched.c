@@ -1436,6 +1436,15 @@ static bool retire_locked(struct cbcmn__exec *e)
 	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_RETIRING,
 						     memory_order_seq_cst, memory_order_relaxed))
 		return false;
+	/* Destroy joins every executor it reads RUNNING (stop_executors()):
+	 * one that retired after that look detached a thread being joined.
+	 * seq_cst, the store-buffering pair with its shutdown store and
+	 * state loads: either it sees RETIRING and waits, or we see the
+	 * shutdown and stay to be joined. */
+	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_seq_cst);
+		return false;
+	}
 	uint32_t n = e->id + 1;
 	if (!atomic_compare_exchange_strong_explicit(&rt->nlive, &n, e->id, memory_order_seq_cst,
 						     memory_order_relaxed)) {
