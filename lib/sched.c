@@ -158,25 +158,52 @@ static struct cbcmn_task *yq_pop(struct cbcmn__exec *e)
 	return t;
 }
 
+/* Other local work e would take turns with: its yield list, pinned
+ * queue, deque, slot, or actors on its wheel (they are as much its alone:
+ * actor_sched.c asks the same for a yielding actor). */
+static bool local_company(struct cbcmn__exec *e)
+{
+	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 ||
+	       atomic_load_explicit(&e->slot, memory_order_relaxed) ||
+	       (e->wheel && cbcmn__actor_wheel_busy(e));
+}
+
 /* The yield list is the owner's alone (no locks, nothing for a thief to
  * see), so two tasks that yield and compute, once on one executor, would
  * share it for good while another executor sleeps.  A yielder that has
- * company here (other local work it would take turns with) goes to the
- * inject queue instead while some executor idles, and one is woken for
- * it.  Never a pinned task, nor in lab mode (one executor, its order
- * seeded).  num_idle relaxed: a stale count costs one trip through the
- * inject queue, or one more yield on the list until the next look. */
+ * company here goes to the inject queue instead while some executor
+ * idles, and one is woken for it.  Never a pinned task, nor in lab mode
+ * (one executor, its order seeded).  num_idle relaxed: a stale count
+ * costs one trip through the inject queue, or one more yield on the list
+ * until the next look. */
 bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	if ((t->flags & CBCMN__TF_PINNED) || rt->lab ||
 	    !atomic_load_explicit(&rt->num_idle, memory_order_relaxed))
 		return false;
-	/* Company on the actor wheel counts too (actor_sched.c asks the
-	 * same for a yielding actor): it is as much ours alone. */
-	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 ||
-	       atomic_load_explicit(&e->slot, memory_order_relaxed) ||
-	       (e->wheel && cbcmn__actor_wheel_busy(e));
+	return local_company(e);
+}
+
+/* A woken task past the slot's cap (find_local()) waits behind our other
+ * work.  Not on the yield list: no thief sees it there and the stall
+ * monitor leaves it alone, so it waited behind whatever we ran next (a
+ * long run, a blocking call) while other executors idled (issue 15;
+ * test_liveness).  The inject queue instead, whether or not some
+ * executor idles now (one that idles later looks there): FIFO as the
+ * list is, we take it once our own work is done, anyone idle before
+ * that (notified).  Alone here it runs next anyway: the list, as for a
+ * pinned task (only we may run it) and in lab mode (one executor, its
+ * order seeded). */
+static void slot_capped(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (rt->lab || (t->flags & CBCMN__TF_PINNED) || !local_company(e)) {
+		yq_push(e, t);
+		return;
+	}
+	inject_push(rt, t);
+	cbcmn__notify_one(rt);
 }
 
 /* Owner: push on the deque; if it cannot grow, the task goes global. */
@@ -798,7 +825,7 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 				goto local_slot;
 			}
 			/* Capped: behind the work that has been waiting. */
-			yq_push(e, t);
+			slot_capped(e, t);
 		}
 	}
 	if (e->pq_head) {

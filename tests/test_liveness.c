@@ -9,6 +9,7 @@
 
 #include "../lib/runtime.h"
 
+#include <cbcmn_chan.h>
 #include <stdatomic.h>
 
 /* Until cond() or T_STALL_NS; cond()'s last answer. */
@@ -148,10 +149,127 @@ static void test_regression_unclaimed_notify_strands_no_work(void **state)
 	t_destroy(u.rt);
 }
 
+/* ---- a woken task past the next-task slot's cap (sched.c) ---------------
+ * Executor 0 runs a ping-pong pair A and B: each wakes the other into the
+ * slot, and the fourth run in a row from the slot is capped: the task
+ * waits behind the executor's other work.  That work here is C (pinned to
+ * executor 0, queued by A before the cap), which computes until a task of
+ * the pair has run on executor 1, or T_STALL_NS.  Executor 1 is busy with
+ * W until C starts, and idle after.  Before the fix the capped task went
+ * to the yield list, which no thief sees and the stall monitor leaves
+ * alone: it waited for C's whole run beside the idle executor 1. */
+#define PP_HOPS 16
+
+struct capped {
+	cbcmn_chan *ping, *pong;
+	_Atomic int c_started, ran_on_1, ran_in_time;
+};
+
+static int64_t cap_c(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	(void)cx;
+	atomic_store(&k->c_started, 1);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&k->ran_on_1) && t_now_ns() < deadline)
+		;
+	atomic_store(&k->ran_in_time, atomic_load(&k->ran_on_1));
+	return 0;
+}
+
+static void cap_hop(cbcmn_cx *cx, struct capped *k)
+{
+	if (cbcmn_cx_executor(cx) == 1 && atomic_load(&k->c_started))
+		atomic_store(&k->ran_on_1, 1);
+}
+
+static int64_t cap_a(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (long i = 0; i < PP_HOPS; i++) {
+		/* After the first round trip: C queues behind the pair. */
+		if (i == 1)
+			TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, cap_c, k, NULL) == 0);
+		long v;
+		TASK_CHECK(cbcmn_chan_send(cx, k->ping, &i) == 0);
+		TASK_CHECK(cbcmn_chan_recv(cx, k->pong, &v) == 0);
+		cap_hop(cx, k);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t cap_b(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	for (long i = 0; i < PP_HOPS; i++) {
+		long v;
+		TASK_CHECK(cbcmn_chan_recv(cx, k->ping, &v) == 0);
+		cap_hop(cx, k);
+		TASK_CHECK(cbcmn_chan_send(cx, k->pong, &v) == 0);
+	}
+	return 0;
+}
+
+/* On executor 1 until C starts (it steals nothing meanwhile). */
+static int64_t cap_w(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	(void)cx;
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&k->c_started) && t_now_ns() < deadline)
+		;
+	return 0;
+}
+
+/* On executor 0: the pair, unpinned, on its deque. */
+static int64_t cap_s(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, cap_b, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, cap_a, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t cap_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, cap_w, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, cap_s, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_capped_slot_task_runs_beside_an_idle_executor(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE; /* awaits run no child */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct capped k = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &k.ping), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &k.pong), 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, cap_root, &k, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&k.c_started), 1);
+	/* A task of the pair ran on executor 1 while C ran on executor 0. */
+	assert_int_equal(atomic_load(&k.ran_in_time), 1);
+	cbcmn_chan_destroy(k.ping);
+	cbcmn_chan_destroy(k.pong);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_regression_unclaimed_notify_strands_no_work),
+		T_WATCHED_TEST(test_regression_capped_slot_task_runs_beside_an_idle_executor),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
