@@ -1567,8 +1567,8 @@ static bool spare_off_turn(struct cbcmn__exec *e)
 	return false;
 }
 
-/* How many searchers may spin at once: half the CPUs the runtime can use
- * (its affinity mask, under the cgroup's limit, no more than its
+/* How many searchers may spin at once: half the CPUs the executors can
+ * use (exec_cpus(), under the cgroup's limit, no more than its
  * executors), at least one, as Go (spinning Ms at most half the busy Ps)
  * and Tokio (searchers at most half the workers) do.  The others park as
  * soon as one look finds nothing: 64 executors on 2 CPUs spinning 50 us
@@ -1582,6 +1582,45 @@ uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit)
 	return n / 2 ? n / 2 : 1;
 }
 
+/* The CPUs the executors may run on: each one's thread's affinity (a
+ * pinned one's CPU, unless taskset moved it since); before its thread
+ * starts, its CPU if pinned, else ours (which a thread started from here
+ * inherits; the monitor's is the creator's).  Not the creating thread's
+ * mask alone: executors pinned to 4 CPUs of 64 let 32 spin on those 4. */
+static uint32_t exec_cpus(struct cbcmn_runtime *rt)
+{
+	cpu_set_t all, set;
+	CPU_ZERO(&all);
+	bool ours = false;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__exec *x = rt->exec[i];
+		int32_t tid = atomic_load_explicit(&x->ss->tid, memory_order_relaxed);
+		if (tid > 0 && sched_getaffinity(tid, sizeof(set), &set) == 0)
+			CPU_OR(&all, &all, &set);
+		else if (x->cpu >= 0 && x->cpu < CPU_SETSIZE)
+			CPU_SET(x->cpu, &all);
+		else
+			ours = true;
+	}
+	if (ours && sched_getaffinity(0, sizeof(set), &set) == 0)
+		CPU_OR(&all, &all, &set);
+	int n = CPU_COUNT(&all);
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+/* Compute rt->spin_max again: at create, when an executor starts, and on
+ * the monitor's tick once a second (monitor.c), so that a cgroup quota or
+ * an affinity changed later is seen.  Costs a sched_getaffinity per
+ * executor and a few cgroup files.  relaxed: two updaters racing store
+ * answers a moment apart, either good. */
+void cbcmn__spin_max_update(struct cbcmn_runtime *rt)
+{
+	uint32_t cpus = cbcmn__cpus_for_limit(exec_cpus(rt), cbcmn__cgroup_cpu_limit(NULL));
+	atomic_store_explicit(&rt->spin_cpus, cpus, memory_order_relaxed);
+	atomic_store_explicit(&rt->spin_max, cbcmn__spin_max(rt->nexec, cpus, 0),
+			      memory_order_relaxed);
+}
+
 /* Take one of the rt->spin_max spinning places.  relaxed: the count only
  * bounds how many burn a CPU; no work is published through it, and a
  * searcher that does not spin parks through cbcmn__park()'s re-check. */
@@ -1589,7 +1628,7 @@ static bool spin_claim(struct cbcmn_runtime *rt)
 {
 	uint32_t n = atomic_load_explicit(&rt->num_spinning, memory_order_relaxed);
 	do {
-		if (n >= rt->spin_max)
+		if (n >= atomic_load_explicit(&rt->spin_max, memory_order_relaxed))
 			return false;
 	} while (!atomic_compare_exchange_weak_explicit(&rt->num_spinning, &n, n + 1,
 							memory_order_relaxed, memory_order_relaxed));
@@ -2000,6 +2039,7 @@ void *cbcmn__exec_main(void *arg)
 			nlive_published(rt);
 			atomic_fetch_add_explicit(&rt->seg.hdr->exec_starts, 1, memory_order_relaxed);
 			resize_end(rt);
+			cbcmn__spin_max_update(rt); /* our CPUs may be new */
 			if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id + 1)
 				cbcmn__exec_grow(rt);
 		}
