@@ -1605,7 +1605,11 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 	if (ours && sched_getaffinity(0, sizeof(set), &set) == 0)
 		CPU_OR(&all, &all, &set);
 	int n = CPU_COUNT(&all);
-	return n > 0 ? (uint32_t)n : 1;
+	if (n > 0)
+		return (uint32_t)n;
+	/* No mask read (more CPUs than a cpu_set_t holds): all online. */
+	long on = sysconf(_SC_NPROCESSORS_ONLN);
+	return on > 0 ? (uint32_t)on : 1;
 }
 
 /* Compute rt->spin_max again: at create, when an executor starts, and on
