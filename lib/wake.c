@@ -130,62 +130,68 @@ void cbcmn__notify_one(struct cbcmn_runtime *rt)
 	cbcmn__notify_one_sc(rt);
 }
 
-/* A notifier's tries at claiming a parked executor before it yields the
- * CPU between tries (notify_one_sc()). */
+/* A notifier that took the searching count found no bit to claim: an
+ * executor is between its idle count and its bit (parking: it re-checks
+ * every queue after the bit), or between clearing its bit and its count
+ * (waking: it searches).  But other notifiers saw our count meanwhile and
+ * left their wake-up to "the searcher": us.  So the count goes back as a
+ * searcher stops (Tokio's and Go's rule, cbcmn__searching_end()): the
+ * last one re-checks every queue.  True if work is left, to try again.
+ * Handed back blind, such work was stranded beside a parker whose
+ * re-check came before it, for as long as the other executors ran
+ * (test_liveness).  Out of line: rare, and off the notifier's fast path. */
+static __attribute__((cold, noinline)) bool notify_unclaimed(struct cbcmn_runtime *rt)
+{
+	CBCMN__PAUSE(CBCMN__P_NOTIFY_UNCLAIMED, NULL);
+	if (atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst) != 1)
+		return false; /* a searcher came: its own stop re-checks */
+	/* Pairs with the fence in cbcmn__notify_one() and cbcmn__park(), as
+	 * in cbcmn__searching_end(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	return cbcmn__any_work(rt);
+}
+
+/* One try at waking a searcher.  True if it must be tried again: it
+ * found no parked executor to claim, and work is left. */
+static bool notify_try(struct cbcmn_runtime *rt)
+{
+	/* seq_cst loads: after the caller's seq_cst publication (a fence, or
+	 * the seq_cst exchange that filled a slot) they take part in the
+	 * store-buffering pair with the parker; on x86 they are plain loads. */
+	if (atomic_load_explicit(&rt->num_searching, memory_order_seq_cst) != 0)
+		return false;
+	if (atomic_load_explicit(&rt->num_idle, memory_order_seq_cst) == 0) {
+		/* Every live executor is busy and work waits: one more (seed
+		 * 003's lookup array grows while there is parallel work). */
+		if (rt->dynamic && cbcmn__nlive(rt) < cbcmn__nworkers(rt))
+			cbcmn__exec_grow(rt); /* never the spare: the monitor's */
+		return false;
+	}
+	/* Become "the one waking a searcher": a second notifier racing us sees
+	 * num_searching != 0 and stays out. */
+	uint32_t zero = 0;
+	if (!atomic_compare_exchange_strong_explicit(&rt->num_searching, &zero, 1,
+						     memory_order_seq_cst, memory_order_relaxed))
+		return false;
+	struct cbcmn__exec *e = idle_claim(rt);
+	if (e) {
+		/* The searching count we took is e's now: it wakes as a
+		 * searcher (it sees its bit cleared, cbcmn__park()). */
+		unpark(e);
+		return false;
+	}
+	return notify_unclaimed(rt);
+}
+
+/* A notifier's tries before it gives the CPU away between tries. */
 #define NOTIFY_SPIN_TRIES 16
 
 void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
 {
-	for (unsigned tries = 0;; tries++) {
-		/* seq_cst loads: after the caller's seq_cst publication (a
-		 * fence, or the seq_cst exchange that filled a slot) they take
-		 * part in the store-buffering pair with the parker; on x86 they
-		 * are plain loads. */
-		if (atomic_load_explicit(&rt->num_searching, memory_order_seq_cst) != 0)
-			return;
-		if (atomic_load_explicit(&rt->num_idle, memory_order_seq_cst) == 0) {
-			/* Every live executor is busy and work waits: one more
-			 * (seed 003's lookup array grows while there is parallel
-			 * work). */
-			if (rt->dynamic && cbcmn__nlive(rt) < cbcmn__nworkers(rt))
-				cbcmn__exec_grow(rt); /* never the spare: the monitor's */
-			return;
-		}
-		/* Become "the one waking a searcher": a second notifier racing
-		 * us sees num_searching != 0 and stays out. */
-		uint32_t zero = 0;
-		if (!atomic_compare_exchange_strong_explicit(&rt->num_searching, &zero, 1,
-							     memory_order_seq_cst,
-							     memory_order_relaxed))
-			return;
-		struct cbcmn__exec *e = idle_claim(rt);
-		if (e) {
-			/* The searching count we took is e's now: it wakes as a
-			 * searcher (it sees its bit cleared, cbcmn__park()). */
-			unpark(e);
-			return;
-		}
-		CBCMN__PAUSE(CBCMN__P_NOTIFY_UNCLAIMED, NULL);
-		/* No bit to claim: an executor is between its idle count and
-		 * its bit (parking: it re-checks every queue after the bit), or
-		 * between clearing its bit and its count (waking: it searches).
-		 * But other notifiers saw our count meanwhile and left their
-		 * work to "the searcher": us.  So we hand the count back as a
-		 * searcher stops (Tokio's and Go's rule, cbcmn__searching_end()):
-		 * the last one re-checks every queue and wakes another if work
-		 * is left.  Handing it back blind stranded such work: a parker
-		 * that had re-checked before that work came slept, beside
-		 * executors busy with long runs (test_liveness).  Another try
-		 * fails again only while an executor is still between its two
-		 * steps, a few instructions unless it is preempted: after a
-		 * few, give it the CPU. */
-		if (atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst) != 1)
-			return; /* a searcher came: its own stop re-checks */
-		/* Pairs with the fence in cbcmn__notify_one() and
-		 * cbcmn__park(), as in cbcmn__searching_end(). */
-		atomic_thread_fence(memory_order_seq_cst);
-		if (!cbcmn__any_work(rt))
-			return;
+	/* A try fails again only while an executor is still between its two
+	 * steps: a few instructions, unless it was preempted there, and then
+	 * it needs the CPU. */
+	for (unsigned tries = 0; notify_try(rt); tries++) {
 		if (tries < NOTIFY_SPIN_TRIES)
 			cbcmn__cpu_relax();
 		else
