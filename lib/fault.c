@@ -84,7 +84,30 @@ uint64_t cbcmn__fault_fails(enum cbcmn__fault_site site)
 	return atomic_load_explicit(&sites[site].fails, memory_order_relaxed);
 }
 
+/* acquire/release: the hook's own state, set up before it is installed,
+ * is seen by the threads that call it. */
+static _Atomic(cbcmn__pause_fn) pause_fn;
+
+void cbcmn__pause_hit(enum cbcmn__pause_point p, void *exec)
+{
+	cbcmn__pause_fn fn = atomic_load_explicit(&pause_fn, memory_order_acquire);
+	if (fn)
+		fn(p, exec);
+}
+
+bool cbcmn__pause_set(cbcmn__pause_fn fn)
+{
+	atomic_store_explicit(&pause_fn, fn, memory_order_release);
+	return true;
+}
+
 #else /* !CBCMN_FAULTS */
+
+bool cbcmn__pause_set(cbcmn__pause_fn fn)
+{
+	(void)fn;
+	return false;
+}
 
 bool cbcmn__fault_arm(enum cbcmn__fault_site site, const struct cbcmn__fault_plan *plan)
 {

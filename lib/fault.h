@@ -62,6 +62,31 @@ uint64_t cbcmn__fault_hits(enum cbcmn__fault_site site);
 uint64_t cbcmn__fault_fails(enum cbcmn__fault_site site);
 const char *cbcmn__fault_name(enum cbcmn__fault_site site);
 
+/* Pause points: places inside a lock-free protocol where a test holds the
+ * thread that reaches them, to open a race window that is a few
+ * instructions wide otherwise (test_liveness).  The hook gets the point
+ * and the executor concerned (NULL if none); it runs on the runtime's
+ * threads, so it must not call the runtime.  Compiled in only with
+ * CBCMN_FAULTS, as the fault sites are. */
+enum cbcmn__pause_point {
+	CBCMN__P_IDLE_SET,         /* a parker between its idle count and its bit (wake.c) */
+	CBCMN__P_NOTIFY_UNCLAIMED, /* a notifier that found no bit to claim (wake.c) */
+	CBCMN__P_NPOINTS
+};
+
+typedef void (*cbcmn__pause_fn)(enum cbcmn__pause_point p, void *exec);
+
+#ifdef CBCMN_FAULTS
+void cbcmn__pause_hit(enum cbcmn__pause_point p, void *exec);
+#define CBCMN__PAUSE(p, exec) cbcmn__pause_hit(p, exec)
+#else
+#define CBCMN__PAUSE(p, exec) ((void)0)
+#endif
+
+/* Test side: install (NULL: remove) the hook.  False in builds without
+ * CBCMN_FAULTS. */
+bool cbcmn__pause_set(cbcmn__pause_fn fn);
+
 /* malloc and calloc through CBCMN__F_MALLOC: NULL with errno ENOMEM when
  * an injected failure says so.  For the allocations whose failure the
  * runtime must survive (creating a runtime, a stream, a channel...). */

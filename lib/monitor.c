@@ -77,6 +77,9 @@
  * doubling stays far from overflow, and a stall_ns of hours is still
  * seen about when it is due. */
 #define MON_SLEEP_MAX_NS 1000000000ull
+/* How often, while tasks run, the spinning bound is computed again
+ * (cbcmn__spin_max_update(): a cgroup quota or an affinity changed). */
+#define MON_SPIN_MAX_NS 1000000000ull
 
 /* rt->mon_word: what the monitor does (a futex word). */
 enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2 };
@@ -95,6 +98,7 @@ struct cbcmn__monitor {
 	/* Per executor, likewise, for the rescue of its wheel (the second
 	 * half of asleep_seq's allocation). */
 	uint64_t *wheel_seq;
+	uint64_t spin_max_at; /* when cbcmn__spin_max_update() ran last */
 };
 
 static uint64_t mon_now(void)
@@ -358,6 +362,10 @@ static void *mon_main(void *arg)
 	for (;;) {
 		uint64_t now = mon_now();
 		struct mon_seen r = mon_look(m, now);
+		if (now - m->spin_max_at >= MON_SPIN_MAX_NS) {
+			cbcmn__spin_max_update(rt);
+			m->spin_max_at = now;
+		}
 		if (r.quiet) {
 			/* Every executor parked: sleep until one leaves its
 			 * park.  A store-buffering pair with

@@ -449,9 +449,12 @@ struct cbcmn_runtime {
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t num_searching;
 	_Atomic uint32_t num_idle;
 	/* Searchers that spin before parking, at most spin_max (about half
-	 * the CPUs, at least one: sched.c, search()); the rest park at once. */
+	 * the CPUs, at least one: sched.c, search()); the rest park at once.
+	 * spin_cpus: the executors' CPUs it was computed from, under the
+	 * cgroup's limit; both re-read while the runtime runs
+	 * (cbcmn__spin_max_update()). */
 	_Atomic uint32_t num_spinning;
-	uint32_t spin_max;
+	_Atomic uint32_t spin_max, spin_cpus;
 	_Atomic uint64_t idle_bits[CBCMN_MAX_EXECUTORS / 64];
 
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;
@@ -620,6 +623,7 @@ __attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct c
 /* Searchers allowed to spin at once for workers executors on cpus CPUs
  * under a cgroup limit (0: none): half the usable CPUs, at least 1. */
 uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit);
+void cbcmn__spin_max_update(struct cbcmn_runtime *rt);
 
 /* wake.c */
 void cbcmn__notify_one(struct cbcmn_runtime *rt);

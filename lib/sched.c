@@ -158,25 +158,52 @@ static struct cbcmn_task *yq_pop(struct cbcmn__exec *e)
 	return t;
 }
 
+/* Other local work e would take turns with: its yield list, pinned
+ * queue, deque, slot, or actors on its wheel (they are as much its alone:
+ * actor_sched.c asks the same for a yielding actor). */
+static bool local_company(struct cbcmn__exec *e)
+{
+	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 ||
+	       atomic_load_explicit(&e->slot, memory_order_relaxed) ||
+	       (e->wheel && cbcmn__actor_wheel_busy(e));
+}
+
 /* The yield list is the owner's alone (no locks, nothing for a thief to
  * see), so two tasks that yield and compute, once on one executor, would
  * share it for good while another executor sleeps.  A yielder that has
- * company here (other local work it would take turns with) goes to the
- * inject queue instead while some executor idles, and one is woken for
- * it.  Never a pinned task, nor in lab mode (one executor, its order
- * seeded).  num_idle relaxed: a stale count costs one trip through the
- * inject queue, or one more yield on the list until the next look. */
+ * company here goes to the inject queue instead while some executor
+ * idles, and one is woken for it.  Never a pinned task, nor in lab mode
+ * (one executor, its order seeded).  num_idle relaxed: a stale count
+ * costs one trip through the inject queue, or one more yield on the list
+ * until the next look. */
 bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	if ((t->flags & CBCMN__TF_PINNED) || rt->lab ||
 	    !atomic_load_explicit(&rt->num_idle, memory_order_relaxed))
 		return false;
-	/* Company on the actor wheel counts too (actor_sched.c asks the
-	 * same for a yielding actor): it is as much ours alone. */
-	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 ||
-	       atomic_load_explicit(&e->slot, memory_order_relaxed) ||
-	       (e->wheel && cbcmn__actor_wheel_busy(e));
+	return local_company(e);
+}
+
+/* A woken task past the slot's cap (find_local()) waits behind our other
+ * work.  Not on the yield list: no thief sees it there and the stall
+ * monitor leaves it alone, so it waited behind whatever we ran next (a
+ * long run, a blocking call) while other executors idled (issue 15;
+ * test_liveness).  The inject queue instead, whether or not some
+ * executor idles now (one that idles later looks there): FIFO as the
+ * list is, we take it once our own work is done, anyone idle before
+ * that (notified).  Alone here it runs next anyway: the list, as for a
+ * pinned task (only we may run it) and in lab mode (one executor, its
+ * order seeded). */
+static void slot_capped(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (rt->lab || (t->flags & CBCMN__TF_PINNED) || !local_company(e)) {
+		yq_push(e, t);
+		return;
+	}
+	inject_push(rt, t);
+	cbcmn__notify_one(rt);
 }
 
 /* The record's lines that running a task reads and writes (runtime.h's
@@ -825,7 +852,7 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 				goto local_slot;
 			}
 			/* Capped: behind the work that has been waiting. */
-			yq_push(e, t);
+			slot_capped(e, t);
 		}
 	}
 	if (e->pq_head) {
@@ -1465,6 +1492,15 @@ static bool retire_locked(struct cbcmn__exec *e)
 	if (!atomic_compare_exchange_strong_explicit(&e->lstate, &s, CBCMN__EX_RETIRING,
 						     memory_order_seq_cst, memory_order_relaxed))
 		return false;
+	/* Destroy joins every executor it reads RUNNING (stop_executors()):
+	 * one that retired after that look detached a thread being joined.
+	 * seq_cst, the store-buffering pair with its shutdown store and
+	 * state loads: either it sees RETIRING and waits, or we see the
+	 * shutdown and stay to be joined. */
+	if (atomic_load_explicit(&rt->shutdown, memory_order_seq_cst)) {
+		atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_seq_cst);
+		return false;
+	}
 	uint32_t n = e->id + 1;
 	if (!atomic_compare_exchange_strong_explicit(&rt->nlive, &n, e->id, memory_order_seq_cst,
 						     memory_order_relaxed)) {
@@ -1560,8 +1596,8 @@ static bool spare_off_turn(struct cbcmn__exec *e)
 	return false;
 }
 
-/* How many searchers may spin at once: half the CPUs the runtime can use
- * (its affinity mask, under the cgroup's limit, no more than its
+/* How many searchers may spin at once: half the CPUs the executors can
+ * use (exec_cpus(), under the cgroup's limit, no more than its
  * executors), at least one, as Go (spinning Ms at most half the busy Ps)
  * and Tokio (searchers at most half the workers) do.  The others park as
  * soon as one look finds nothing: 64 executors on 2 CPUs spinning 50 us
@@ -1575,6 +1611,49 @@ uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit)
 	return n / 2 ? n / 2 : 1;
 }
 
+/* The CPUs the executors may run on: each one's thread's affinity (a
+ * pinned one's CPU, unless taskset moved it since); before its thread
+ * starts, its CPU if pinned, else ours (which a thread started from here
+ * inherits; the monitor's is the creator's).  Not the creating thread's
+ * mask alone: executors pinned to 4 CPUs of 64 let 32 spin on those 4. */
+static uint32_t exec_cpus(struct cbcmn_runtime *rt)
+{
+	cpu_set_t all, set;
+	CPU_ZERO(&all);
+	bool ours = false;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__exec *x = rt->exec[i];
+		int32_t tid = atomic_load_explicit(&x->ss->tid, memory_order_relaxed);
+		if (tid > 0 && sched_getaffinity(tid, sizeof(set), &set) == 0)
+			CPU_OR(&all, &all, &set);
+		else if (x->cpu >= 0 && x->cpu < CPU_SETSIZE)
+			CPU_SET(x->cpu, &all);
+		else
+			ours = true;
+	}
+	if (ours && sched_getaffinity(0, sizeof(set), &set) == 0)
+		CPU_OR(&all, &all, &set);
+	int n = CPU_COUNT(&all);
+	if (n > 0)
+		return (uint32_t)n;
+	/* No mask read (more CPUs than a cpu_set_t holds): all online. */
+	long on = sysconf(_SC_NPROCESSORS_ONLN);
+	return on > 0 ? (uint32_t)on : 1;
+}
+
+/* Compute rt->spin_max again: at create, when an executor starts, and on
+ * the monitor's tick once a second (monitor.c), so that a cgroup quota or
+ * an affinity changed later is seen.  Costs a sched_getaffinity per
+ * executor and a few cgroup files.  relaxed: two updaters racing store
+ * answers a moment apart, either good. */
+void cbcmn__spin_max_update(struct cbcmn_runtime *rt)
+{
+	uint32_t cpus = cbcmn__cpus_for_limit(exec_cpus(rt), cbcmn__cgroup_cpu_limit(NULL));
+	atomic_store_explicit(&rt->spin_cpus, cpus, memory_order_relaxed);
+	atomic_store_explicit(&rt->spin_max, cbcmn__spin_max(rt->nexec, cpus, 0),
+			      memory_order_relaxed);
+}
+
 /* Take one of the rt->spin_max spinning places.  relaxed: the count only
  * bounds how many burn a CPU; no work is published through it, and a
  * searcher that does not spin parks through cbcmn__park()'s re-check. */
@@ -1582,7 +1661,7 @@ static bool spin_claim(struct cbcmn_runtime *rt)
 {
 	uint32_t n = atomic_load_explicit(&rt->num_spinning, memory_order_relaxed);
 	do {
-		if (n >= rt->spin_max)
+		if (n >= atomic_load_explicit(&rt->spin_max, memory_order_relaxed))
 			return false;
 	} while (!atomic_compare_exchange_weak_explicit(&rt->num_spinning, &n, n + 1,
 							memory_order_relaxed, memory_order_relaxed));
@@ -1993,6 +2072,7 @@ void *cbcmn__exec_main(void *arg)
 			nlive_published(rt);
 			atomic_fetch_add_explicit(&rt->seg.hdr->exec_starts, 1, memory_order_relaxed);
 			resize_end(rt);
+			cbcmn__spin_max_update(rt); /* our CPUs may be new */
 			if (atomic_load_explicit(&rt->want_live, memory_order_seq_cst) > e->id + 1)
 				cbcmn__exec_grow(rt);
 		}

@@ -20,7 +20,9 @@
  * shape: decrement (seq_cst RMW), fence, re-check.
  */
 #include <errno.h>
+#include <sched.h>
 
+#include "arch.h"
 #include "backend.h"
 #include "futex.h"
 #include "probes.h"
@@ -56,6 +58,7 @@ static void idle_set(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	atomic_fetch_add_explicit(&rt->num_idle, 1, memory_order_seq_cst);
+	CBCMN__PAUSE(CBCMN__P_IDLE_SET, e);
 	atomic_fetch_or_explicit(&rt->idle_bits[e->id / 64], 1ull << (e->id % 64),
 				 memory_order_seq_cst);
 }
@@ -127,42 +130,73 @@ void cbcmn__notify_one(struct cbcmn_runtime *rt)
 	cbcmn__notify_one_sc(rt);
 }
 
-void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
+/* A notifier that took the searching count found no bit to claim: an
+ * executor is between its idle count and its bit (parking: it re-checks
+ * every queue after the bit), or between clearing its bit and its count
+ * (waking: it searches).  But other notifiers saw our count meanwhile and
+ * left their wake-up to "the searcher": us.  So the count goes back as a
+ * searcher stops (Tokio's and Go's rule, cbcmn__searching_end()): the
+ * last one re-checks every queue.  True if work is left, to try again.
+ * Handed back blind, such work was stranded beside a parker whose
+ * re-check came before it, for as long as the other executors ran
+ * (test_liveness).  Out of line: rare, and off the notifier's fast path. */
+static __attribute__((cold, noinline)) bool notify_unclaimed(struct cbcmn_runtime *rt)
+{
+	CBCMN__PAUSE(CBCMN__P_NOTIFY_UNCLAIMED, NULL);
+	if (atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst) != 1)
+		return false; /* a searcher came: its own stop re-checks */
+	/* Pairs with the fence in cbcmn__notify_one() and cbcmn__park(), as
+	 * in cbcmn__searching_end(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	return cbcmn__any_work(rt);
+}
+
+/* One try at waking a searcher.  True if it must be tried again: it
+ * found no parked executor to claim, and work is left. */
+static bool notify_try(struct cbcmn_runtime *rt)
 {
 	/* seq_cst loads: after the caller's seq_cst publication (a fence, or
 	 * the seq_cst exchange that filled a slot) they take part in the
 	 * store-buffering pair with the parker; on x86 they are plain loads. */
 	if (atomic_load_explicit(&rt->num_searching, memory_order_seq_cst) != 0)
-		return;
+		return false;
 	if (atomic_load_explicit(&rt->num_idle, memory_order_seq_cst) == 0) {
 		/* Every live executor is busy and work waits: one more (seed
 		 * 003's lookup array grows while there is parallel work). */
 		if (rt->dynamic && cbcmn__nlive(rt) < cbcmn__nworkers(rt))
 			cbcmn__exec_grow(rt); /* never the spare: the monitor's */
-		return;
+		return false;
 	}
 	/* Become "the one waking a searcher": a second notifier racing us sees
 	 * num_searching != 0 and stays out. */
 	uint32_t zero = 0;
 	if (!atomic_compare_exchange_strong_explicit(&rt->num_searching, &zero, 1,
 						     memory_order_seq_cst, memory_order_relaxed))
-		return;
+		return false;
 	struct cbcmn__exec *e = idle_claim(rt);
-	if (!e) {
-		/* No bit to claim: everyone is awake, or one is between its
-		 * count and its bit (it re-checks every queue after setting the
-		 * bit, before it sleeps), or between clearing its bit and its
-		 * count (it is awake and searches).  Notifiers that left the
-		 * wake-up to "the searcher" while we held the count are covered
-		 * by the same re-checks: hand the count back and stop.  (Trying
-		 * again here would spin for as long as such an executor is
-		 * preempted between its two steps.) */
-		atomic_fetch_sub_explicit(&rt->num_searching, 1, memory_order_seq_cst);
-		return;
+	if (e) {
+		/* The searching count we took is e's now: it wakes as a
+		 * searcher (it sees its bit cleared, cbcmn__park()). */
+		unpark(e);
+		return false;
 	}
-	/* The searching count we took is e's now: it wakes as a searcher
-	 * (it sees its bit cleared, cbcmn__park()). */
-	unpark(e);
+	return notify_unclaimed(rt);
+}
+
+/* A notifier's tries before it gives the CPU away between tries. */
+#define NOTIFY_SPIN_TRIES 16
+
+void cbcmn__notify_one_sc(struct cbcmn_runtime *rt)
+{
+	/* A try fails again only while an executor is still between its two
+	 * steps: a few instructions, unless it was preempted there, and then
+	 * it needs the CPU. */
+	for (unsigned tries = 0; notify_try(rt); tries++) {
+		if (tries < NOTIFY_SPIN_TRIES)
+			cbcmn__cpu_relax();
+		else
+			sched_yield();
+	}
 }
 
 void cbcmn__unpark_all(struct cbcmn_runtime *rt)

@@ -231,6 +231,7 @@ static void test_bad_config(void **state)
  * second round's two tasks ran one after the other on executor 0, the
  * first after a T_STALL_NS wait for its sibling. */
 static _Atomic int detach_slow; /* 1: the next executor-1 detach sleeps */
+static void note_detach(pthread_t th);
 
 int pthread_detach(pthread_t th)
 {
@@ -242,6 +243,7 @@ int pthread_detach(pthread_t th)
 	    pthread_getname_np(th, name, sizeof(name)) == 0 && strcmp(name, "cbcmn-exec-1") == 0 &&
 	    atomic_exchange(&detach_slow, 0))
 		usleep(300000);
+	note_detach(th);
 	return real ? real(th) : ENOSYS;
 }
 
@@ -268,6 +270,116 @@ static void test_regression_start_asked_while_retiring_is_not_lost(void **state)
 	t_destroy(rt);
 }
 
+/* ---- an executor that retires while destroy joins it --------------------
+ * Destroy stores the shutdown flag, waits out executors that are starting
+ * or retiring, and joins those whose thread is joinable.  An idle executor
+ * whose idle allowance ran out meanwhile retired all the same (retiring
+ * never looked at the shutdown flag): destroy had read it RUNNING and
+ * joinable and joined it while its thread detached itself, a thread
+ * joined and detached.  ThreadSanitizer died of it in CI (CHECK tid <
+ * kMaxTid in ThreadDetach: the join had taken the thread's id).  Here the
+ * window is held open: executor 1's first clock reading after 0.9 ms idle
+ * (its retirement check, or a search turn before its park) waits until
+ * destroy joins it; the test's pthread_join() and pthread_detach() see
+ * the overlap in any build.  (Before the fix: it retired while joined.) */
+static pthread_mutex_t joins_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t joining[4];
+static unsigned njoining;
+static _Atomic unsigned detached_while_joined;
+
+static __thread bool on_exec1;        /* set by a task on executor 1 */
+static pthread_t exec1_thread;
+static _Atomic uint64_t hold_after_ns; /* 0: nothing to hold */
+static _Atomic int hold_state;        /* 1 held, 2 let go */
+
+static uint64_t ts_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	static int (*real)(clockid_t, struct timespec *);
+	if (!real)
+		real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+	int rc = real(id, ts);
+	uint64_t after = atomic_load(&hold_after_ns);
+	if (on_exec1 && after && rc == 0 && ts_ns(ts) >= after &&
+	    atomic_exchange(&hold_after_ns, 0)) {
+		atomic_store(&hold_state, 1);
+		for (int i = 0; i < 5000 && atomic_load(&hold_state) != 2; i++)
+			usleep(1000);
+		rc = real(id, ts);
+	}
+	return rc;
+}
+
+int pthread_join(pthread_t th, void **ret)
+{
+	static int (*real)(pthread_t, void **);
+	if (!real)
+		real = (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
+	pthread_mutex_lock(&joins_mu);
+	unsigned slot = njoining < 4 ? njoining++ : 4;
+	if (slot < 4)
+		joining[slot] = th;
+	pthread_mutex_unlock(&joins_mu);
+	if (atomic_load(&hold_state) == 1 && pthread_equal(th, exec1_thread)) {
+		atomic_store(&hold_state, 2);
+		usleep(20000); /* the executor's last steps, if it retires */
+	}
+	int rc = real ? real(th, ret) : ENOSYS;
+	pthread_mutex_lock(&joins_mu);
+	if (slot < 4)
+		joining[slot] = joining[--njoining];
+	pthread_mutex_unlock(&joins_mu);
+	return rc;
+}
+
+static void note_detach(pthread_t th)
+{
+	pthread_mutex_lock(&joins_mu);
+	for (unsigned i = 0; i < njoining; i++)
+		if (pthread_equal(joining[i], th))
+			atomic_fetch_add(&detached_while_joined, 1);
+	pthread_mutex_unlock(&joins_mu);
+}
+
+static int64_t arm_hold(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	on_exec1 = true;
+	exec1_thread = pthread_self();
+	atomic_store(&hold_after_ns, t_now_ns() + 900000);
+	return 0;
+}
+
+static int64_t arm_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	cbcmn_nursery_spawn_pinned(cx, n, 1, arm_hold, arg, NULL);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_executor_retiring_at_destroy_is_not_joined(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = grow_rt(2, 1, 1);
+	atomic_store(&hold_state, 0);
+	atomic_store(&detached_while_joined, 0);
+	t_run(rt, arm_main, NULL, 0);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&hold_state) != 1 && t_now_ns() < deadline)
+		usleep(100);
+	assert_int_equal(atomic_load(&hold_state), 1); /* executor 1 idle, held */
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&hold_state), 2); /* let go by the join */
+	assert_int_equal(atomic_load(&detached_while_joined), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -277,6 +389,7 @@ int main(void)
 		T_WATCHED_TEST(test_churn),
 		T_WATCHED_TEST(test_regression_start_asked_while_retiring_is_not_lost),
 		T_WATCHED_TEST(test_bad_config),
+		T_WATCHED_TEST(test_regression_executor_retiring_at_destroy_is_not_joined),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

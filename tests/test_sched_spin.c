@@ -4,6 +4,7 @@
  * oversubscribed runtime fire, none early. */
 #include "helpers.h"
 
+#include "../lib/cpuquota.h"
 #include "../lib/runtime.h"
 
 #include <sched.h>
@@ -229,6 +230,78 @@ static void test_timers_fire_on_an_oversubscribed_runtime(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the bound counts the executors' CPUs, and sees them change ---------
+ * spin_max came from the creating thread's affinity, once: executors
+ * pinned to fewer CPUs than the creator may use (cfg.cpus), or moved
+ * later (taskset, a cgroup quota changed), kept the creator's figure (on
+ * 64 CPUs, 32 spinners for executors pinned to 4).  On a 2-CPU machine
+ * half of 1 or 2 CPUs is one spinner either way: the test checks the CPU
+ * count the bound is computed from (rt->spin_cpus).  Before the fix: 2
+ * here in both cases (the creator's mask), never read again.  (No stall
+ * monitor: its spare executor is unpinned, and counts the whole mask.) */
+static int64_t on_exec1(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(cbcmn_cx_executor(cx) == 1);
+	return 0;
+}
+
+static int64_t start_exec1(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, on_exec1, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static struct cbcmn_runtime *pinned_rt(uint32_t workers, uint32_t min, const int *cpus)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.min_workers = min;
+	cfg.policy = CBCMN_POLICY_CPUS;
+	cfg.cpus = cpus;
+	cfg.ncpus = workers;
+	cfg.stall_ns = CBCMN_STALL_OFF;
+	return (struct cbcmn_runtime *)t_runtime_cfg(&cfg);
+}
+
+static void test_regression_spin_bound_counts_the_executors_cpus(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	int c[2], k = 0;
+	for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
+		if (CPU_ISSET(i, &set))
+			c[k++] = i;
+	if (k < 2)
+		T_SKIP("one CPU in this thread's mask");
+	/* One executor on one CPU: one, whatever the creator's mask says. */
+	struct cbcmn_runtime *r = pinned_rt(1, 1, c);
+	assert_int_equal(atomic_load(&r->spin_cpus), 1);
+	t_destroy((cbcmn_runtime *)r);
+
+	/* Two CPUs planned, under the cgroup's limit; then executor 0 is
+	 * moved to the second (as taskset -p would), and executor 1, pinned
+	 * there, starts: the count is read again, one CPU. */
+	r = pinned_rt(2, 1, c);
+	assert_int_equal(atomic_load(&r->spin_cpus),
+			 cbcmn__cpus_for_limit(2, cbcmn__cgroup_cpu_limit(NULL)));
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	int32_t tid;
+	while (!(tid = atomic_load(&r->exec[0]->ss->tid)) && t_now_ns() < deadline)
+		usleep(1000);
+	assert_int_not_equal(tid, 0);
+	CPU_ZERO(&set);
+	CPU_SET(c[1], &set);
+	assert_int_equal(sched_setaffinity(tid, sizeof(set), &set), 0);
+	t_run((cbcmn_runtime *)r, start_exec1, NULL, 0);
+	assert_int_equal(atomic_load(&r->spin_cpus), 1);
+	t_destroy((cbcmn_runtime *)r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -237,6 +310,7 @@ int main(void)
 		SPIN_TEST(test_work_submitted_while_no_executor_spins_runs),
 		SPIN_TEST(test_bursts_with_short_spins_lose_nothing),
 		SPIN_TEST(test_timers_fire_on_an_oversubscribed_runtime),
+		SPIN_TEST(test_regression_spin_bound_counts_the_executors_cpus),
 	};
 	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
 }

@@ -1,0 +1,275 @@
+/* test_liveness.c: work is never stranded beside an idle executor (issue
+ * 15, "never strand work"): a wake-up handed back by a notifier that found
+ * nobody to claim, a woken task past the next-task slot's cap.
+ *
+ * White-box where a race window is a few instructions wide: the pause
+ * points of lib/fault.h hold one thread there (sanitizer builds only; a
+ * release build skips those tests, saying why). */
+#include "helpers.h"
+
+#include "../lib/runtime.h"
+
+#include <cbcmn_chan.h>
+#include <stdatomic.h>
+
+/* Until cond() or T_STALL_NS; cond()'s last answer. */
+static bool wait_for(bool (*cond)(void *), void *arg)
+{
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	bool ok;
+	while (!(ok = cond(arg)) && t_now_ns() < deadline)
+		usleep(100);
+	return ok;
+}
+
+/* ---- a notifier that finds no bit to claim (wake.c) ----------------------
+ * Notifier A takes num_searching 0 -> 1 to wake a parked executor, but
+ * executor P is between its idle count and its bit: no bit to claim.
+ * Meanwhile P sets its bit, re-checks every queue (empty) and sleeps;
+ * then B queues work and, seeing A's count, leaves the wake-up to "the
+ * searcher".  A handed the count back without looking again: B's work
+ * waited beside the sleeping P for as long as the other executor ran
+ * (here a task that computes until that work has run, or T_STALL_NS).
+ * The pause points hold P before its bit and A after its failed claim. */
+struct unclaimed {
+	cbcmn_runtime *rt;
+	_Atomic int hog_started, late_ran, ran_in_time;
+	_Atomic uint32_t hog_exec;
+	_Atomic int p_held, a_held; /* the pause points reached */
+	_Atomic int b_go;           /* B: queue the work now */
+	uint32_t p;                 /* the executor that parks */
+};
+
+static struct unclaimed *uc; /* for the pause hook */
+
+static int64_t uc_hog(cbcmn_cx *cx, void *arg)
+{
+	struct unclaimed *u = arg;
+	atomic_store(&u->hog_exec, cbcmn_cx_executor(cx));
+	atomic_store(&u->hog_started, 1);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&u->late_ran) && t_now_ns() < deadline)
+		;
+	atomic_store(&u->ran_in_time, atomic_load(&u->late_ran));
+	return 0;
+}
+
+static int64_t uc_late(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	atomic_store(&((struct unclaimed *)arg)->late_ran, 1);
+	return 0;
+}
+
+static void *uc_hog_thread(void *arg)
+{
+	struct unclaimed *u = arg;
+	int64_t r;
+	cbcmn_runtime_run(u->rt, uc_hog, u, &r);
+	return NULL;
+}
+
+/* B: queues its work from outside the runtime (the inject queue). */
+static void *uc_b_thread(void *arg)
+{
+	struct unclaimed *u = arg;
+	while (!atomic_load(&u->b_go))
+		usleep(100);
+	int64_t r;
+	cbcmn_runtime_run(u->rt, uc_late, u, &r);
+	return NULL;
+}
+
+static bool p_sleeping(void *arg)
+{
+	struct unclaimed *u = arg;
+	return atomic_load(&u->rt->exec[u->p]->park) == CBCMN__PARK_SLEEPING;
+}
+
+static bool p_held(void *arg) { return atomic_load(&((struct unclaimed *)arg)->p_held); }
+static bool a_held(void *arg) { return atomic_load(&((struct unclaimed *)arg)->a_held); }
+static bool hog_started(void *arg) { return atomic_load(&((struct unclaimed *)arg)->hog_started); }
+
+static bool b_queued(void *arg)
+{
+	return atomic_load(&((struct unclaimed *)arg)->rt->inj_len) > 0;
+}
+
+static void uc_pause(enum cbcmn__pause_point pt, void *exec)
+{
+	struct unclaimed *u = uc;
+	if (pt == CBCMN__P_IDLE_SET && exec == u->rt->exec[u->p] &&
+	    !atomic_exchange(&u->p_held, 1)) {
+		/* P, counted idle, its bit not set: until A has failed. */
+		wait_for(a_held, u);
+	} else if (pt == CBCMN__P_NOTIFY_UNCLAIMED && !atomic_exchange(&u->a_held, 1)) {
+		/* A, holding the count: P parks, then B queues and sees the
+		 * count (its notify returns before its queue_len is read
+		 * again: a few ms are plenty for a call that does not block). */
+		wait_for(p_sleeping, u);
+		atomic_store(&u->b_go, 1);
+		wait_for(b_queued, u);
+		usleep(20000);
+	}
+}
+
+static void test_regression_unclaimed_notify_strands_no_work(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* the monitor would mask it */
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	struct unclaimed u = {.rt = t_runtime_cfg(&cfg)};
+	if (!cbcmn__pause_set(NULL)) {
+		t_destroy(u.rt);
+		T_SKIP("pause points need a CBCMN_FAULTS build (make SAN=asan or tsan)");
+	}
+	uc = &u;
+	pthread_t hog, b;
+	assert_int_equal(pthread_create(&hog, NULL, uc_hog_thread, &u), 0);
+	assert_true(wait_for(hog_started, &u));
+	u.p = 1 - atomic_load(&u.hog_exec);
+	assert_true(wait_for(p_sleeping, &u));
+	assert_int_equal(pthread_create(&b, NULL, uc_b_thread, &u), 0);
+	cbcmn__pause_set(uc_pause);
+	/* P wakes, finds nothing, parks again: held before its bit. */
+	cbcmn__kick(u.rt->exec[u.p]);
+	assert_true(wait_for(p_held, &u));
+	/* A: nothing queued of its own (its work was taken meanwhile). */
+	cbcmn__notify_one(u.rt);
+	cbcmn__pause_set(NULL);
+	assert_int_equal(atomic_load(&u.a_held), 1);
+	pthread_join(b, NULL);
+	pthread_join(hog, NULL);
+	/* B's work ran while the other executor was still busy: P took it. */
+	assert_int_equal(atomic_load(&u.ran_in_time), 1);
+	t_destroy(u.rt);
+}
+
+/* ---- a woken task past the next-task slot's cap (sched.c) ---------------
+ * Executor 0 runs a ping-pong pair A and B: each wakes the other into the
+ * slot, and the fourth run in a row from the slot is capped: the task
+ * waits behind the executor's other work.  That work here is C (pinned to
+ * executor 0, queued by A before the cap), which computes until a task of
+ * the pair has run on executor 1, or T_STALL_NS.  Executor 1 is busy with
+ * W until C starts, and idle after.  Before the fix the capped task went
+ * to the yield list, which no thief sees and the stall monitor leaves
+ * alone: it waited for C's whole run beside the idle executor 1. */
+#define PP_HOPS 16
+
+struct capped {
+	cbcmn_chan *ping, *pong;
+	_Atomic int c_started, ran_on_1, ran_in_time;
+};
+
+static int64_t cap_c(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	(void)cx;
+	atomic_store(&k->c_started, 1);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&k->ran_on_1) && t_now_ns() < deadline)
+		;
+	atomic_store(&k->ran_in_time, atomic_load(&k->ran_on_1));
+	return 0;
+}
+
+static void cap_hop(cbcmn_cx *cx, struct capped *k)
+{
+	if (cbcmn_cx_executor(cx) == 1 && atomic_load(&k->c_started))
+		atomic_store(&k->ran_on_1, 1);
+}
+
+static int64_t cap_a(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (long i = 0; i < PP_HOPS; i++) {
+		/* After the first round trip: C queues behind the pair. */
+		if (i == 1)
+			TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, cap_c, k, NULL) == 0);
+		long v;
+		TASK_CHECK(cbcmn_chan_send(cx, k->ping, &i) == 0);
+		TASK_CHECK(cbcmn_chan_recv(cx, k->pong, &v) == 0);
+		cap_hop(cx, k);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t cap_b(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	for (long i = 0; i < PP_HOPS; i++) {
+		long v;
+		TASK_CHECK(cbcmn_chan_recv(cx, k->ping, &v) == 0);
+		cap_hop(cx, k);
+		TASK_CHECK(cbcmn_chan_send(cx, k->pong, &v) == 0);
+	}
+	return 0;
+}
+
+/* On executor 1 until C starts (it steals nothing meanwhile). */
+static int64_t cap_w(cbcmn_cx *cx, void *arg)
+{
+	struct capped *k = arg;
+	(void)cx;
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&k->c_started) && t_now_ns() < deadline)
+		;
+	return 0;
+}
+
+/* On executor 0: the pair, unpinned, on its deque. */
+static int64_t cap_s(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, cap_b, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, cap_a, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t cap_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, cap_w, arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, cap_s, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_capped_slot_task_runs_beside_an_idle_executor(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE; /* awaits run no child */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct capped k = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &k.ping), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &k.pong), 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, cap_root, &k, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&k.c_started), 1);
+	/* A task of the pair ran on executor 1 while C ran on executor 0. */
+	assert_int_equal(atomic_load(&k.ran_in_time), 1);
+	cbcmn_chan_destroy(k.ping);
+	cbcmn_chan_destroy(k.pong);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_regression_unclaimed_notify_strands_no_work),
+		T_WATCHED_TEST(test_regression_capped_slot_task_runs_beside_an_idle_executor),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
