@@ -280,6 +280,27 @@ static void drop_run(void *arg)
 	x->rc = cbcmn_runtime_run(x->rt, read_into_a_drop, &x->d, &x->r);
 }
 
+/* Skip, saying why, unless the executors run io_uring and this build
+ * injects faults (site: one of them, to ask). */
+#define SKIP_UNLESS_RING_FAULTS(site)                                              \
+	do {                                                                       \
+		T_SKIP_UNLESS_IO_URING("the executors' rings");                    \
+		struct cbcmn__fault_plan off_ = {0};                               \
+		if (!cbcmn__fault_arm(site, &off_))                                \
+			T_SKIP("no fault injection in this build (the ASan and "   \
+			       "TSan builds have it)");                            \
+		cbcmn__fault_disarm_all();                                         \
+	} while (0)
+
+/* run_bounded(), with what fn(arg) wrote on stderr meanwhile in said. */
+static bool run_bounded_said(void (*fn)(void *), void *arg, char *said, size_t size)
+{
+	int saved, fd = t_stderr_capture(&saved);
+	bool done = run_bounded(fn, arg, 20);
+	t_stderr_restore(fd, saved, said, size);
+	return done;
+}
+
 /* The bug: the kernel may drop a CQE (IORING_FEAT_NODROP keeps an
  * overflowing one on a list of its own, unless that allocation fails: it
  * says -EBADR and counts it in the CQ ring).  Nothing looked, and the
@@ -287,11 +308,7 @@ static void drop_run(void *arg)
 static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
 {
 	(void)state;
-	T_SKIP_UNLESS_IO_URING("the executors' rings");
-	struct cbcmn__fault_plan off = {0};
-	if (!cbcmn__fault_arm(CBCMN__F_CQE_DROP, &off))
-		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");
-	cbcmn__fault_disarm_all();
+	SKIP_UNLESS_RING_FAULTS(CBCMN__F_CQE_DROP);
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
@@ -299,10 +316,8 @@ static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
 	x.rt = t_runtime_cfg(&cfg);
 	x.r = -1;
 	assert_int_equal(pipe2(x.d.p, O_CLOEXEC), 0);
-	int saved, fd = t_stderr_capture(&saved);
-	bool done = run_bounded(drop_run, &x, 20);
 	char said[512];
-	t_stderr_restore(fd, saved, said, sizeof(said));
+	bool done = run_bounded_said(drop_run, &x, said, sizeof(said));
 	if (!done)
 		fail_msg("the reader whose CQE was dropped never woke");
 	assert_int_equal(cbcmn__fault_fails(CBCMN__F_CQE_DROP), 1);
@@ -366,22 +381,13 @@ static void lost_run(void *arg)
 static void test_ended_children_counted_before_a_replacement(void **state)
 {
 	(void)state;
-	T_SKIP_UNLESS_IO_URING("the executors' rings");
-	struct cbcmn__fault_plan off = {0};
-	if (!cbcmn__fault_arm(CBCMN__F_RING, &off))
-		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");
-	cbcmn__fault_disarm_all();
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
+	SKIP_UNLESS_RING_FAULTS(CBCMN__F_RING);
 	static struct lost_run x; /* left behind on a time-out */
-	x.rt = t_runtime_cfg(&cfg);
+	x.rt = t_runtime(2);
 	x.r = -1;
 	x.ring_fails = 0;
-	int saved, fd = t_stderr_capture(&saved);
-	bool done = run_bounded(lost_run, &x, 20);
 	char said[512];
-	t_stderr_restore(fd, saved, said, sizeof(said));
+	bool done = run_bounded_said(lost_run, &x, said, sizeof(said));
 	if (!done) {
 		cbcmn__fault_disarm_all(); /* the other tests make rings */
 		fail_msg("the nursery whose child ended before the replacement was never done");
