@@ -1920,6 +1920,10 @@ static bool exec_replace(struct cbcmn__exec *e)
 	 * way out): STARTING for good would hold destroy forever. */
 	int cancel_state;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+	/* Children that ended here are counted now, by this thread: a
+	 * successor that cannot take over (no ring) never runs the loop that
+	 * would, and their nurseries would wait forever. */
+	cbcmn__nursery_live_flush(e);
 	/* What the CQ still holds keeps its result.  (A drop counted meanwhile
 	 * is answered by this same replacement.) */
 	cbcmn__ring_reap(e);

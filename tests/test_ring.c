@@ -280,6 +280,27 @@ static void drop_run(void *arg)
 	x->rc = cbcmn_runtime_run(x->rt, read_into_a_drop, &x->d, &x->r);
 }
 
+/* Skip, saying why, unless the executors run io_uring and this build
+ * injects faults (site: one of them, to ask). */
+#define SKIP_UNLESS_RING_FAULTS(site)                                              \
+	do {                                                                       \
+		T_SKIP_UNLESS_IO_URING("the executors' rings");                    \
+		struct cbcmn__fault_plan off_ = {0};                               \
+		if (!cbcmn__fault_arm(site, &off_))                                \
+			T_SKIP("no fault injection in this build (the ASan and "   \
+			       "TSan builds have it)");                            \
+		cbcmn__fault_disarm_all();                                         \
+	} while (0)
+
+/* run_bounded(), with what fn(arg) wrote on stderr meanwhile in said. */
+static bool run_bounded_said(void (*fn)(void *), void *arg, char *said, size_t size)
+{
+	int saved, fd = t_stderr_capture(&saved);
+	bool done = run_bounded(fn, arg, 20);
+	t_stderr_restore(fd, saved, said, size);
+	return done;
+}
+
 /* The bug: the kernel may drop a CQE (IORING_FEAT_NODROP keeps an
  * overflowing one on a list of its own, unless that allocation fails: it
  * says -EBADR and counts it in the CQ ring).  Nothing looked, and the
@@ -287,11 +308,7 @@ static void drop_run(void *arg)
 static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
 {
 	(void)state;
-	T_SKIP_UNLESS_IO_URING("the executors' rings");
-	struct cbcmn__fault_plan off = {0};
-	if (!cbcmn__fault_arm(CBCMN__F_CQE_DROP, &off))
-		T_SKIP("no fault injection in this build (the ASan and TSan builds have it)");
-	cbcmn__fault_disarm_all();
+	SKIP_UNLESS_RING_FAULTS(CBCMN__F_CQE_DROP);
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
@@ -299,10 +316,8 @@ static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
 	x.rt = t_runtime_cfg(&cfg);
 	x.r = -1;
 	assert_int_equal(pipe2(x.d.p, O_CLOEXEC), 0);
-	int saved, fd = t_stderr_capture(&saved);
-	bool done = run_bounded(drop_run, &x, 20);
 	char said[512];
-	t_stderr_restore(fd, saved, said, sizeof(said));
+	bool done = run_bounded_said(drop_run, &x, said, sizeof(said));
 	if (!done)
 		fail_msg("the reader whose CQE was dropped never woke");
 	assert_int_equal(cbcmn__fault_fails(CBCMN__F_CQE_DROP), 1);
@@ -317,6 +332,70 @@ static void test_dropped_cqe_does_not_strand_its_fiber(void **state)
 	close(x.d.p[0]);
 	close(x.d.p[1]);
 	t_destroy(x.rt);
+}
+
+/* ---- a replacement that cannot take over ---------------------------------- */
+
+/* Executor 1 ends a child of n (its end waits in executor 1's batch,
+ * nursery.c), then finds its ring dropped completions: a new thread is to
+ * take over, and can make no ring.  The bug: the batch stayed with the old
+ * thread, which left, and no loop ever counted it: n's await never came
+ * back, though its only child had ended. */
+static int64_t drop_after_ending(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn__fault_plan plan = {.nth = 1, .every = 1, .err = -ENOMEM};
+	cbcmn__fault_arm(CBCMN__F_RING, &plan); /* every ring the successor tries */
+	((struct cbcmn_task *)cx)->exec->ring.dropped = true; /* as ring.c does */
+	return 0;
+}
+
+static int64_t await_the_dropper(cbcmn_cx *cx, void *arg)
+{
+	uint64_t *ring_fails = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0 ||
+	    cbcmn_nursery_spawn_pinned(cx, n, 1, drop_after_ending, NULL, NULL) != 0)
+		return -1;
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	/* The successor's ring fails before the fault goes (bounded). */
+	for (int i = 0; i < 2000 && cbcmn__fault_fails(CBCMN__F_RING) == 0; i++)
+		cbcmn_sleep(cx, 1000000);
+	*ring_fails = cbcmn__fault_fails(CBCMN__F_RING);
+	cbcmn__fault_disarm_all();
+	return r;
+}
+
+struct lost_run {
+	cbcmn_runtime *rt;
+	int64_t r;
+	uint64_t ring_fails; /* the successor's tries */
+};
+
+static void lost_run(void *arg)
+{
+	struct lost_run *x = arg;
+	x->r = t_run_pinned(x->rt, 0, await_the_dropper, &x->ring_fails);
+}
+
+static void test_ended_children_counted_before_a_replacement(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_RING_FAULTS(CBCMN__F_RING);
+	static struct lost_run x; /* left behind on a time-out */
+	x.rt = t_runtime(2);
+	x.r = -1;
+	x.ring_fails = 0;
+	char said[512];
+	bool done = run_bounded_said(lost_run, &x, said, sizeof(said));
+	if (!done) {
+		cbcmn__fault_disarm_all(); /* the other tests make rings */
+		fail_msg("the nursery whose child ended before the replacement was never done");
+	}
+	t_destroy(x.rt); /* with executor 1 lost */
+	assert_int_equal(x.r, 0);
+	assert_true(x.ring_fails > 0); /* the successor had no ring */
+	assert_non_null(strstr(said, "dropped completions"));
 }
 
 /* ---- I/O between long picks (issue 15, liveness 4) ----------------------- */
@@ -415,6 +494,7 @@ int main(void)
 		T_WATCHED_TEST(test_reap_is_bounded_per_turn),
 		T_WATCHED_TEST(test_failed_doorbell_submit_is_retried),
 		T_WATCHED_TEST(test_dropped_cqe_does_not_strand_its_fiber),
+		T_WATCHED_TEST(test_ended_children_counted_before_a_replacement),
 		T_WATCHED_TEST(test_regression_io_is_submitted_between_long_picks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
