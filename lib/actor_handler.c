@@ -30,14 +30,27 @@
  * Cancellation.  The host waits for its inbox as an interruptible wait
  * (iwait.h), so a cancellation of its nursery ends the wait; the host
  * then queues every handler actor it has and halts each as it comes
- * (CBCMN_ECANCELED, or its stop's reason).  docs/ACTORS.md has the
- * decisions (hosts, RETRY, no receive timeouts).
+ * (CBCMN_ECANCELED, or its stop's reason).
+ *
+ * Receive timeouts (cbcmn_actor_set_receive_timeout()).  A deadline is
+ * the host's, like everything else about its handler actors: a min-heap
+ * of the armed ones (host task only, no lock), looked at between calls
+ * when it is not empty, and the host's wait for its inbox is a timed wait
+ * for the earliest (the executor's timer, armed on the executor the host
+ * blocks on and disarmed as it wakes, timer.h).  So a deadline moves with
+ * its host from executor to executor, and ends with its handler actor
+ * (halt, stop, cancellation, the host's end) with nothing left anywhere.
+ * A due deadline queues its handler actor, under the slot lock, only if
+ * nothing queued it first: the TIMEOUT call and a message are ordered by
+ * that lock, and the message that lost is called after it.
+ * docs/ACTORS.md has the decisions (hosts, RETRY, receive timeouts).
  */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "actor.h"
 #include "iwait.h"
+#include "timer.h"
 
 struct host;
 
@@ -51,6 +64,8 @@ struct cbcmn__hnd {
 	struct cbcmn__hnd *kick_next; /* a wakes list (cbcmn__hnd_note()) */
 	bool queued;                  /* slot lock: see the top of the file */
 	bool held;                    /* host only: msg is to be called again (RETRY) */
+	uint32_t tix;                 /* host only: index + 1 in its deadline heap; 0: none */
+	uint64_t deadline;            /* host only: while tix: when its TIMEOUT is due */
 	cbcmn_actor_msg msg;
 };
 
@@ -75,6 +90,8 @@ struct host {
 	struct cbcmn__actor *cur;             /* the handler actor being called */
 	int64_t first_error;                  /* its result: a crash of a non-contained one */
 	bool cancelled;
+	struct cbcmn__hnd **tmo;              /* receive deadlines: a min-heap */
+	uint32_t ntmo, tmo_cap;
 };
 
 static struct host *host_of(const struct cbcmn_task *t)
@@ -94,6 +111,7 @@ static void host_unref(struct host *host)
 		free(h);
 		h = next;
 	}
+	free(host->tmo);
 	cbcmn__mutex_destroy(&host->lock);
 	free(host);
 }
@@ -186,6 +204,134 @@ static struct cbcmn__hnd *q_pop(struct host *host)
 	return (h = q_pop_front(host)) ? h : f_pop(host);
 }
 
+/* ---- receive deadlines (host task only) -------------------------------------
+ *
+ * A min-heap of the handler actors with a deadline armed, each knowing its
+ * place (tix), so that the call that ends a deadline takes it out in
+ * O(log n) rather than leaving it to be skipped (a handler that arms one
+ * in every call would otherwise grow the heap by one per message).
+ * An armed one counts in actors_receiving: waiting for a message with a
+ * deadline, the seed's idle/timed-out. */
+
+static void tmo_place(struct host *host, uint32_t i, struct cbcmn__hnd *h)
+{
+	host->tmo[i] = h;
+	h->tix = i + 1;
+}
+
+static void tmo_up(struct host *host, uint32_t i)
+{
+	struct cbcmn__hnd *h = host->tmo[i];
+	while (i && host->tmo[(i - 1) / 2]->deadline > h->deadline) {
+		tmo_place(host, i, host->tmo[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	tmo_place(host, i, h);
+}
+
+static void tmo_down(struct host *host, uint32_t i)
+{
+	struct cbcmn__hnd *h = host->tmo[i];
+	for (uint32_t c; (c = 2 * i + 1) < host->ntmo; i = c) {
+		if (c + 1 < host->ntmo && host->tmo[c + 1]->deadline < host->tmo[c]->deadline)
+			c++;
+		if (host->tmo[c]->deadline >= h->deadline)
+			break;
+		tmo_place(host, i, host->tmo[c]);
+	}
+	tmo_place(host, i, h);
+}
+
+/* h's place changed its deadline, or holds another: restore the order. */
+static void tmo_fix(struct host *host, struct cbcmn__hnd *h)
+{
+	tmo_up(host, h->tix - 1);
+	tmo_down(host, h->tix - 1);
+}
+
+/* h has no deadline any more (a call began, it halts, its TIMEOUT is
+ * queued); nothing if it had none. */
+static void tmo_disarm(struct host *host, struct cbcmn__hnd *h)
+{
+	if (!h->tix)
+		return;
+	uint32_t i = h->tix - 1;
+	h->tix = 0;
+	CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), receiving, -1);
+	struct cbcmn__hnd *last = host->tmo[--host->ntmo];
+	if (last != h) {
+		tmo_place(host, i, last);
+		tmo_fix(host, last);
+	}
+}
+
+/* Arm (or move) h's deadline.  0 or -ENOMEM (nothing changed). */
+static int tmo_arm(struct host *host, struct cbcmn__hnd *h, uint64_t deadline)
+{
+	if (h->tix) {
+		h->deadline = deadline;
+		tmo_fix(host, h);
+		return 0;
+	}
+	if (host->ntmo == host->tmo_cap) {
+		uint32_t cap = host->tmo_cap ? host->tmo_cap * 2 : 16;
+		struct cbcmn__hnd **v = realloc(host->tmo, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		host->tmo = v;
+		host->tmo_cap = cap;
+	}
+	h->deadline = deadline;
+	tmo_place(host, host->ntmo, h);
+	tmo_up(host, host->ntmo++);
+	CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), receiving, 1);
+	return 0;
+}
+
+/* Queue a TIMEOUT call, held as a RETRY's message is, for each handler
+ * actor whose deadline has passed, unless something queued it first (a
+ * message, a stop: that call comes first and ends the deadline).  The
+ * slot lock orders the two: a message put after this is called after
+ * the TIMEOUT, never lost.  (test_message_and_deadline_racing_one_first_nothing_lost) */
+static void tmo_fire(struct host *host, const struct cbcmn_runtime *rt)
+{
+	uint64_t now = cbcmn__now(rt);
+	while (host->ntmo && host->tmo[0]->deadline <= now) {
+		struct cbcmn__hnd *h = host->tmo[0];
+		uint64_t due = h->deadline;
+		tmo_disarm(host, h);
+		cbcmn__mutex_lock(&h->a->lock);
+		bool mine = !h->queued;
+		h->queued = true;
+		cbcmn__mutex_unlock(&h->a->lock);
+		if (!mine)
+			continue;
+		h->held = true;
+		h->msg = (cbcmn_actor_msg){.type = CBCMN_ACTOR_TIMEOUT};
+		h->msg.body.u64[0] = due;
+		f_push(host, h);
+	}
+}
+
+int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *a = cbcmn__actor_caller(self, &err);
+	if (!a)
+		return err;
+	struct host *host = host_of(self);
+	if (!host || host->cur != a)
+		return -EPERM; /* a fiber actor: cbcmn_actor_receive() has its timeout */
+	if (timeout_ns == CBCMN_ACTOR_FOREVER) {
+		tmo_disarm(host, a->hnd);
+		return 0;
+	}
+	uint64_t now = cbcmn__now(self->rt);
+	return tmo_arm(host, a->hnd,
+		       timeout_ns > UINT64_MAX - 1 - now ? UINT64_MAX - 1 : now + timeout_ns);
+}
+
 /* The caller is host itself (its thread's current task), which hands
  * its kicks over without the inbox and keeps itself alive meanwhile.
  * The same answer in cbcmn__hnd_note() and the cbcmn__hnd_kick() after
@@ -267,10 +413,14 @@ static bool take_inbox(struct host *host)
 	return true;
 }
 
-/* Wait until the inbox has something or the host is cancelled. */
+/* Wait until the inbox has something, the host is cancelled, or the
+ * earliest receive deadline comes.  The timer is the executor's the host
+ * blocks on, and lives only as long as this wait: the deadline itself is
+ * the host's, and goes wherever the host goes. */
 static void wait_inbox(struct host *host, struct cbcmn_task *self)
 {
 	struct cbcmn__iwait iw;
+	struct cbcmn__timer *tm = NULL;
 	cbcmn__mutex_lock(&host->lock);
 	if (host->in_head) {
 		cbcmn__mutex_unlock(&host->lock);
@@ -278,10 +428,22 @@ static void wait_inbox(struct host *host, struct cbcmn_task *self)
 	}
 	cbcmn__iwait_init(&iw, self);
 	iw.kind = CBCMN__G_CHAN; /* waiting for messages, for the snapshot */
+	if (host->ntmo && !(tm = cbcmn__timer_arm(self->exec, host->tmo[0]->deadline, &iw))) {
+		/* Out of memory for the timer: poll for the deadline instead
+		 * (the loop looks at it each time round). */
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		cbcmn__mutex_unlock(&host->lock);
+		cbcmn_yield((cbcmn_cx *)self);
+		return;
+	}
 	host->waiter = &iw;
 	cbcmn__mutex_unlock(&host->lock);
-	if (cbcmn__iwait_block(&iw) != CBCMN__IW_WOKEN) {
-		/* Cancelled: a kicker that comes now must not claim it. */
+	uint32_t how = cbcmn__iwait_block(&iw);
+	if (tm)
+		cbcmn__timer_disarm(tm);
+	if (how != CBCMN__IW_WOKEN) {
+		/* Cancelled or timed out: a kicker that comes now must not
+		 * claim it. */
 		cbcmn__mutex_lock(&host->lock);
 		if (host->waiter == &iw)
 			host->waiter = NULL;
@@ -324,6 +486,7 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	if (held && a->drop)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
+	tmo_disarm(host, h); /* no TIMEOUT after the halt */
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 	/* Its DOWNs count it undelivered too (the mailbox's alone before:
 	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
@@ -382,6 +545,7 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 		h->held = false;
 		calls++;
+		tmo_disarm(host, h); /* any call ends the wait a deadline was for */
 		host->cur = a;
 		int64_t r = h->fn((cbcmn_cx *)self, h->state, &h->msg);
 		host->cur = NULL;
@@ -390,6 +554,7 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 		if (r == CBCMN_ACTOR_CONTINUE)
 			continue;
 		if (r == CBCMN_ACTOR_RETRY) {
+			tmo_disarm(host, h); /* the same message comes next */
 			h->held = true;
 			break; /* the others first */
 		}
@@ -414,6 +579,8 @@ int64_t cbcmn__hnd_host_main(cbcmn_cx *cx, void *arg)
 	while (host->count) {
 		if (!host->cancelled && cbcmn__task_cancelled(self))
 			host_cancel(host);
+		if (host->ntmo)
+			tmo_fire(host, self->rt);
 		struct cbcmn__hnd *h = q_pop(host);
 		if (!h) {
 			if (take_inbox(host))
@@ -453,6 +620,7 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 			if (held && h->a->drop)
 				h->a->drop(h->state, &h->msg);
 			h->held = false;
+			tmo_disarm(host, h);
 			bool contained = h->a->contained;
 			CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
 			int64_t r = cbcmn__actor_halt_slot(h->a, result, held, t->exec);
