@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cbcmn_actor.h"
 
@@ -52,12 +53,13 @@ struct tick {
 static int64_t tick_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 {
 	struct tick *t = arg;
-	atomic_fetch_add(&t->calls, 1);
 	if (m->type == CBCMN_ACTOR_START) {
 		t->armed_at = now_of(cx);
 		TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 20 * MS) == 0);
+		atomic_fetch_add(&t->calls, 1); /* armed: counted receiving */
 		return CBCMN_ACTOR_CONTINUE;
 	}
+	atomic_fetch_add(&t->calls, 1);
 	uint64_t want = atomic_load(&t->timeouts) ? 5 * MS : 20 * MS;
 	TASK_CHECK(timeout_ok(cx, m, t->armed_at, want));
 	if (atomic_load(&t->timeouts) == 0)
@@ -264,7 +266,7 @@ struct mig {
 	uint32_t e0;        /* the host's executor when it armed */
 	_Atomic int moved;  /* b saw the host on another executor */
 	_Atomic int hog_stop;
-	_Atomic long timeouts, spins;
+	_Atomic long ready, timeouts, spins;
 };
 
 static int64_t mig_b(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
@@ -289,6 +291,7 @@ static int64_t mig_a(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 		g->e0 = cbcmn_cx_executor(cx);
 		g->armed_at = now_of(cx);
 		TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 100 * MS) == 0);
+		atomic_store(&g->ready, 1); /* b and e0 set */
 		return CBCMN_ACTOR_CONTINUE;
 	}
 	TASK_CHECK(timeout_ok(cx, m, g->armed_at, 100 * MS));
@@ -310,8 +313,7 @@ static int64_t mig_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(open_n(cx, &g->n) == 0);
 	cbcmn_actor_opts o = {.start = true, .placement = CBCMN_PLACE_STEALABLE_ON, .shard = 0};
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, g->n, mig_a, g, &o, &g->a) == 0);
-	for (int i = 0; i < 10000 && !g->b; i++)
-		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(wait_for(cx, &g->ready, 1));
 	/* Keep the host's executor busy, then have b block the host there
 	 * until the other executor takes it. */
 	cbcmn_spawn_opts hog = {.placement = CBCMN_PLACE_PINNED, .shard = g->e0};
@@ -352,9 +354,9 @@ static int64_t armed_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 		atomic_fetch_add(&s->timeouts, 1);
 		return CBCMN_ACTOR_CONTINUE;
 	}
-	atomic_fetch_add(&s->started, 1);
 	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, m->type == M_DATA ? 10000 * MS : 20 * MS) ==
 		   0);
+	atomic_fetch_add(&s->started, 1); /* armed: counted receiving */
 	return CBCMN_ACTOR_CONTINUE;
 }
 
@@ -568,6 +570,10 @@ static int64_t many_main(cbcmn_cx *cx, void *arg)
 	}
 	for (int h = 0; h < 2; h++)
 		TASK_CHECK(wait_for(cx, &s[h].timeouts, per * MANY_TICKS));
+	/* A message that came after its actor's last deadline was due is
+	 * called after that TIMEOUT: wait for those too. */
+	for (int i = 0; i < 20000 && atomic_load(&s[0].msgs) + atomic_load(&s[1].msgs) < sent; i++)
+		cbcmn_sleep(cx, MS);
 	cbcmn_sleep(cx, 20 * MS); /* nothing more is armed: nothing more comes */
 	for (int h = 0; h < 2; h++) {
 		TASK_CHECK(atomic_load(&s[h].timeouts) == per * MANY_TICKS);
@@ -602,6 +608,71 @@ static void test_many_handler_actors_with_deadlines(void **state)
 		free(s[h].tmo);
 		free(s[h].ticks);
 	}
+	t_destroy(rt);
+}
+
+/* ---- lab mode: the deadline is on the virtual clock, and one a
+ * message ended does not move the idle clock ---- */
+
+#define HOUR (3600 * 1000000000ull)
+
+struct labt {
+	_Atomic long timeouts, msgs;
+	uint64_t fired_at;
+};
+
+static int64_t lab_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct labt *l = arg;
+	if (m->type == CBCMN_ACTOR_TIMEOUT) {
+		TASK_CHECK(timeout_ok(cx, m, 0, HOUR));
+		l->fired_at = now_of(cx);
+		atomic_fetch_add(&l->timeouts, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == M_DATA)
+		atomic_fetch_add(&l->msgs, 1);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, HOUR) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t lab_main(cbcmn_cx *cx, void *arg)
+{
+	struct labt *l = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.start = true};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, lab_handler, l, &o, &r) == 0);
+	cbcmn_sleep(cx, 2 * HOUR); /* the idle clock goes to the TIMEOUT's hour first */
+	TASK_CHECK(atomic_load(&l->timeouts) == 1);
+	/* Two messages in before the host runs (one executor): the first
+	 * arms an hour, the second's call ends it. */
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r, &m) == 0);
+	while (atomic_load(&l->msgs) < 2)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 0) == -EPERM); /* a task */
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, r, 0) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_lab_deadline_is_virtual(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	cfg.seed = 7;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct labt l = {0};
+	t_run(rt, lab_main, &l, 0);
+	assert_int_equal(atomic_load(&l.timeouts), 1);
+	assert_true(l.fired_at >= HOUR && l.fired_at < 2 * HOUR);
+	usleep(20000); /* idle: a dead deadline must not move the clock */
+	assert_true(cbcmn_now(rt) < 3 * HOUR);
 	t_destroy(rt);
 }
 
@@ -652,6 +723,7 @@ int main(void)
 		cmocka_unit_test(test_stop_or_cancel_while_armed_fires_nothing_leaks_nothing),
 		cmocka_unit_test(test_supervisor_restart_while_armed),
 		cmocka_unit_test(test_many_handler_actors_with_deadlines),
+		cmocka_unit_test(test_lab_deadline_is_virtual),
 		cmocka_unit_test(test_only_a_handler_may_set_a_receive_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
