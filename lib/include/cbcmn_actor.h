@@ -404,10 +404,11 @@ CBCMN_API int cbcmn_actor_spawn_handler(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_ac
  * the deadline, never before, and once.  The deadline is for the wait
  * after this call, and only if the call returns CBCMN_ACTOR_CONTINUE:
  * the next call, whatever it is (a message, a DOWN or EXIT, the TIMEOUT),
- * ends it, as does a RETRY (the same message comes next) or a halt.  A
- * message that is there by the deadline is called first (the TIMEOUT is
- * then never made); one that comes after the TIMEOUT was due is called
- * after it.  Nothing is lost either way.  Set again in the same call, the
+ * ends it, as does a RETRY (the same message comes next) or a halt.  The
+ * TIMEOUT is made when the host finds the deadline passed and nothing
+ * for the handler actor: a message that is there by then (in time, or
+ * a little late) is called instead, and no TIMEOUT is made; one that
+ * comes after is called after the TIMEOUT.  Nothing is lost either way.  Set again in the same call, the
  * last deadline wins; CBCMN_ACTOR_FOREVER takes it back; 0 is due at
  * once (a TIMEOUT unless a message is there).  To time out every wait,
  * set it in every call (the TIMEOUT's included).  A stopped, halted or
