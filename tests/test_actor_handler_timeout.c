@@ -275,7 +275,8 @@ static int64_t mig_b(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 	(void)m;
 	/* Blocks the whole host (allowed, documented) until it is stolen
 	 * from its busy executor, the deadline armed all the while. */
-	for (int i = 0; i < 200000 && cbcmn_cx_executor(cx) == g->e0; i++)
+	uint64_t give_up = now_of(cx) + 10000 * MS; /* a loaded machine steals late */
+	while (cbcmn_cx_executor(cx) == g->e0 && now_of(cx) < give_up)
 		cbcmn_yield(cx);
 	atomic_store(&g->moved, cbcmn_cx_executor(cx) != g->e0);
 	atomic_fetch_add(&g->spins, 1);
@@ -448,6 +449,88 @@ static void test_cancel_of_many_armed_leaks_nothing(void **state)
 	t_run(rt, cancel_armed_main, &s, 0);
 	assert_int_equal(atomic_load(&s.timeouts), 0);
 	t_destroy(rt); /* the timers of the cancelled hosts' waits: gone (ASan) */
+}
+
+/* ---- handler actors of one host halting with deadlines left on its
+ * heap (ended early, so stale) while another's is armed: their records
+ * go when those entries do (ASan), no TIMEOUT reaches anyone ---- */
+
+struct shared {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a, kids[8];
+	_Atomic long ready, timeouts, halted;
+};
+
+static int64_t shared_kid(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct shared *s = arg;
+	if (m->type == CBCMN_ACTOR_TIMEOUT) {
+		atomic_fetch_add(&s->timeouts, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 5 * MS) == 0);
+	if (m->type == M_QUIT) {
+		atomic_fetch_add(&s->halted, 1);
+		return CBCMN_ACTOR_HALT; /* ends the one just set */
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t shared_root(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct shared *s = arg;
+	if (m->type == CBCMN_ACTOR_START) {
+		cbcmn_actor_opts o = {.start = true};
+		for (int i = 0; i < 8; i++)
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, shared_kid, s, &o,
+							     &s->kids[i]) == 0);
+		TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 10000 * MS) == 0);
+		atomic_store(&s->ready, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	atomic_fetch_add(&s->timeouts, 1);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t shared_main(cbcmn_cx *cx, void *arg)
+{
+	struct shared *s = arg;
+	TASK_CHECK(open_n(cx, &s->n) == 0);
+	cbcmn_actor_opts o = {.start = true};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, s->n, shared_root, s, &o, &s->a) == 0);
+	TASK_CHECK(wait_for(cx, &s->ready, 1));
+	/* Half quit (a call that sets a deadline, then halts), half are
+	 * stopped while armed; each leaves a stale entry behind. */
+	for (int i = 0; i < 8; i++) {
+		cbcmn_actor_msg q = msg(M_QUIT, 0, 0), d = msg(M_DATA, 0, 0);
+		if (i % 2)
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, s->kids[i], &q) == 0);
+		else
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, s->kids[i], &d) == 0 &&
+				   cbcmn_actor_stop(NULL, cx, s->kids[i], 0) == 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		cbcmn_actor_msg d = msg(M_DATA, 0, 0);
+		while (cbcmn_actor_try_send(NULL, cx, s->kids[i], &d) != -ESRCH)
+			cbcmn_sleep(cx, 100000);
+	}
+	cbcmn_sleep(cx, 30 * MS); /* their 5 ms deadlines long past */
+	cbcmn_stats st;
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, NULL, 0) == 0);
+	TASK_CHECK(st.total.actors_receiving == 1); /* the root's 10 s */
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, s->a, 0) == 0);
+	return cbcmn_nursery_await_all(cx, s->n);
+}
+
+static void test_halted_with_stale_deadlines_on_a_shared_host(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct shared s = {0};
+	t_run(rt, shared_main, &s, 0);
+	assert_int_equal(atomic_load(&s.timeouts), 0);
+	assert_int_equal(atomic_load(&s.halted), 4);
+	t_destroy(rt);
 }
 
 /* ---- a supervisor restarting a child while its deadline is armed ---- */
@@ -749,6 +832,7 @@ int main(void)
 		cmocka_unit_test(test_deadline_survives_its_host_moving),
 		cmocka_unit_test(test_stop_while_armed_fires_nothing),
 		cmocka_unit_test(test_cancel_of_many_armed_leaks_nothing),
+		cmocka_unit_test(test_halted_with_stale_deadlines_on_a_shared_host),
 		cmocka_unit_test(test_supervisor_restart_while_armed),
 		cmocka_unit_test(test_many_handler_actors_with_deadlines),
 		cmocka_unit_test(test_lab_deadline_is_virtual),
