@@ -34,8 +34,8 @@
  *
  * Receive timeouts (cbcmn_actor_set_receive_timeout()).  A deadline is
  * the host's, like everything else about its handler actors: a min-heap
- * of the armed ones (host task only, no lock), looked at between calls
- * when it is not empty, and the host's wait for its inbox is a timed wait
+ * of them (host task only, no lock), looked at between batches of calls
+ * while one is armed, and the host's wait for its inbox is a timed wait
  * for the earliest (the executor's timer, armed on the executor the host
  * blocks on and disarmed as it wakes, timer.h).  So a deadline moves with
  * its host from executor to executor, and ends with its handler actor
