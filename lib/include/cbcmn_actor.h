@@ -408,17 +408,18 @@ CBCMN_API int cbcmn_actor_spawn_handler(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_ac
  * TIMEOUT is made when the host finds the deadline passed and nothing
  * for the handler actor: a message that is there by then (in time, or
  * a little late) is called instead, and no TIMEOUT is made; one that
- * comes after is called after the TIMEOUT.  Nothing is lost either way.  Set again in the same call, the
- * last deadline wins; CBCMN_ACTOR_FOREVER takes it back; 0 is due at
- * once (a TIMEOUT unless a message is there).  To time out every wait,
- * set it in every call (the TIMEOUT's included).  A stopped, halted or
- * cancelled handler actor gets no TIMEOUT.  The deadline belongs to the
- * handler actor's host, and moves with it between executors.  It is late
- * by what the host does meanwhile (other handlers' calls, other tasks of
- * its executor): a host looks at its deadlines between batches of calls.
+ * comes after is called after the TIMEOUT.  Nothing is lost either way.
+ * Set again in the same call, the last deadline wins;
+ * CBCMN_ACTOR_FOREVER takes it back; 0 is due at once (a TIMEOUT unless
+ * a message is there).  To time out every wait, set it in every call
+ * (the TIMEOUT's included).  A stopped, halted or cancelled handler
+ * actor gets no TIMEOUT.  The deadline belongs to the handler actor's
+ * host, and moves with it between executors.  It is late by what the
+ * host does meanwhile (other handlers' calls, other tasks of its
+ * executor): a host looks at its deadlines between batches of calls.
  * Returns 0, -EPERM (cx is not a handler's: a task, a fiber actor, whose
- * cbcmn_actor_receive() takes a timeout, NULL, or a drop callback),
- * -ENOMEM (no deadline set). */
+ * cbcmn_actor_receive() takes a timeout, NULL), CBCMN_EFORKED, -ENOMEM
+ * (nothing changed: a deadline set before in this call stays). */
 CBCMN_API int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns);
 
 /* ------------------------------------------------------------------------
