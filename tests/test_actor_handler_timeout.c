@@ -537,6 +537,80 @@ static void test_halted_with_stale_deadlines_on_a_shared_host(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a host ended under a handler (a checkpoint of its cancelled
+ * nursery) with deadlines armed, and a halted record kept by a stale
+ * one: all of it goes, the gauges come back to 0 (ASan) ---- */
+
+enum { M_GO = M_SPIN + 1 };
+
+struct ended {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref root, kids[4];
+	_Atomic long armed, quit, spinning, timeouts;
+};
+
+static int64_t ended_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct ended *e = arg;
+	if (m->type == CBCMN_ACTOR_TIMEOUT) {
+		atomic_fetch_add(&e->timeouts, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == CBCMN_ACTOR_START && cbcmn_actor_self(cx) == e->root) {
+		cbcmn_actor_opts o = {.start = true};
+		for (int i = 0; i < 4; i++)
+			TASK_CHECK(cbcmn_actor_spawn_handler(cx, e->n, ended_handler, e, &o,
+							     &e->kids[i]) == 0);
+	}
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 10000 * MS) == 0);
+	if (m->type == CBCMN_ACTOR_START) {
+		atomic_fetch_add(&e->armed, 1);
+	} else if (m->type == M_QUIT) {
+		atomic_fetch_add(&e->quit, 1);
+		return CBCMN_ACTOR_HALT; /* a stale entry keeps its record */
+	} else if (m->type == M_GO) {
+		atomic_store(&e->spinning, 1);
+		for (;;) /* until the cancellation ends the host here */
+			CBCMN_CHECKPOINT(cx);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t ended_main(cbcmn_cx *cx, void *arg)
+{
+	struct ended *e = arg;
+	TASK_CHECK(open_n(cx, &e->n) == 0);
+	cbcmn_actor_opts o = {.start = true};
+	/* The root's START needs its reference: with one executor it runs
+	 * only once this task sleeps, after the store. */
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, e->n, ended_handler, e, &o, &r) == 0);
+	e->root = r;
+	TASK_CHECK(wait_for(cx, &e->armed, 5));
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0), go = msg(M_GO, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, e->kids[0], &q) == 0);
+	TASK_CHECK(wait_for(cx, &e->quit, 1));
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, e->root, &go) == 0);
+	TASK_CHECK(wait_for(cx, &e->spinning, 1));
+	TASK_CHECK(cbcmn_nursery_cancel(e->n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, e->n) == CBCMN_ECANCELED);
+	cbcmn_stats st;
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, NULL, 0) == 0);
+	TASK_CHECK(st.total.actors == 0 && st.total.actors_receiving == 0 &&
+		   st.total.actors_waiting == 0);
+	return 0;
+}
+
+static void test_host_ended_with_deadlines_armed_leaves_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1); /* the root's START after e->root is set */
+	struct ended e = {0};
+	t_run(rt, ended_main, &e, 0);
+	assert_int_equal(atomic_load(&e.timeouts), 0);
+	t_destroy(rt);
+}
+
 /* ---- a supervisor restarting a child while its deadline is armed ---- */
 
 #define RESTARTS 20
@@ -837,6 +911,7 @@ int main(void)
 		cmocka_unit_test(test_stop_while_armed_fires_nothing),
 		cmocka_unit_test(test_cancel_of_many_armed_leaks_nothing),
 		cmocka_unit_test(test_halted_with_stale_deadlines_on_a_shared_host),
+		cmocka_unit_test(test_host_ended_with_deadlines_armed_leaves_nothing),
 		cmocka_unit_test(test_supervisor_restart_while_armed),
 		cmocka_unit_test(test_many_handler_actors_with_deadlines),
 		cmocka_unit_test(test_lab_deadline_is_virtual),
