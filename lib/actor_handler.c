@@ -30,8 +30,20 @@
  * Cancellation.  The host waits for its inbox as an interruptible wait
  * (iwait.h), so a cancellation of its nursery ends the wait; the host
  * then queues every handler actor it has and halts each as it comes
- * (CBCMN_ECANCELED, or its stop's reason).  docs/ACTORS.md has the
- * decisions (hosts, RETRY, no receive timeouts).
+ * (CBCMN_ECANCELED, or its stop's reason).
+ *
+ * Receive timeouts (cbcmn_actor_set_receive_timeout()).  A deadline is
+ * the host's, like everything else about its handler actors: a min-heap
+ * of them (host task only, no lock), looked at between batches of calls
+ * while one is armed, and the host's wait for its inbox is a timed wait
+ * for the earliest (the executor's timer, armed on the executor the host
+ * blocks on and disarmed as it wakes, timer.h).  So a deadline moves with
+ * its host from executor to executor, and ends with its handler actor
+ * (halt, stop, cancellation, the host's end) with nothing left anywhere.
+ * A due deadline queues its handler actor, under the slot lock, only if
+ * nothing queued it first: the TIMEOUT call and a message are ordered by
+ * that lock, and the message that lost is called after it.
+ * docs/ACTORS.md has the decisions (hosts, RETRY, receive timeouts).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -39,8 +51,17 @@
 
 #include "actor.h"
 #include "iwait.h"
+#include "timer.h"
 
 struct host;
+
+/* A receive deadline on its host's heap (below): live while h is armed
+ * with seq, else stale. */
+struct tmo {
+	uint64_t deadline;
+	struct cbcmn__hnd *h;
+	uint32_t seq;
+};
 
 struct cbcmn__hnd {
 	struct cbcmn__actor *a;
@@ -52,6 +73,12 @@ struct cbcmn__hnd {
 	struct cbcmn__hnd *kick_next; /* a wakes list (cbcmn__hnd_note()) */
 	bool queued;                  /* slot lock: see the top of the file */
 	bool held;                    /* host only: msg is to be called again (RETRY) */
+	/* Its receive deadline (host only; the heap below). */
+	uint32_t tmo_seq;             /* names its live heap entry while armed */
+	uint32_t tmo_refs;            /* heap entries naming it, live or stale */
+	bool armed;                   /* a deadline is set */
+	bool counted;                 /* counted in actors_receiving */
+	bool zombie;                  /* halted, kept until its last entry goes */
 	cbcmn_actor_msg msg;
 };
 
@@ -80,6 +107,10 @@ struct host {
 	uint32_t nspare;
 	int64_t first_error;                  /* its result: a crash of a non-contained one */
 	bool cancelled;
+	struct tmo *tmo;                      /* receive deadlines: a min-heap */
+	uint32_t ntmo, tmo_cap;
+	uint32_t narmed, nstale;              /* its live and stale entries */
+	uint64_t now_hint;                    /* a set's clock read since the last look, or 0 */
 };
 
 static struct host *host_of(const struct cbcmn_task *t)
@@ -87,12 +118,15 @@ static struct host *host_of(const struct cbcmn_task *t)
 	return t && !(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__hnd_host_main ? t->arg : NULL;
 }
 
+static void tmo_clear(struct host *host);
+
 static void host_unref(struct host *host)
 {
 	/* acq_rel: the last one sees every other's use of the host (and of
 	 * the handler actors it frees) before it frees them. */
 	if (atomic_fetch_sub_explicit(&host->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	tmo_clear(host); /* frees the halted ones its stale entries kept */
 	struct cbcmn__hnd *lists[2] = {host->all, host->spare};
 	for (int i = 0; i < 2; i++)
 		while (lists[i]) {
@@ -100,6 +134,7 @@ static void host_unref(struct host *host)
 			free(lists[i]);
 			lists[i] = next;
 		}
+	free(host->tmo);
 	cbcmn__mutex_destroy(&host->lock);
 	free(host);
 }
@@ -192,6 +227,210 @@ static struct cbcmn__hnd *q_pop(struct host *host)
 	return (h = q_pop_front(host)) ? h : f_pop(host);
 }
 
+/* ---- receive deadlines (host task only) -------------------------------------
+ *
+ * A 4-ary min-heap of deadlines, in the array itself: a sift touches
+ * neither the handler actors' records nor anything but the array, and
+ * an entry ended early (a call came: the usual case) is not taken out but
+ * left stale (its seq no longer the actor's, or the actor disarmed), to be
+ * dropped when it reaches the top, when nothing is armed any more, or by
+ * a compaction once the stale are more than half.  A handler that arms
+ * one in every call of a ring of 10 000 paid 160 ns a hop with entries
+ * taken out at once (each sift's moves wrote the cold records' places,
+ * 43 % of the samples); docs/ACTORS.md has the figures.  An entry keeps
+ * its handler actor's record alive (tmo_refs): a halted one whose stale
+ * entries remain is a zombie, freed by the last of them.
+ *
+ * An armed one counts in actors_receiving (waiting for a message with a
+ * deadline: the seed's idle/timed-out), settled after each call
+ * (tmo_count()), so that a handler that ends and sets one in every call
+ * changes nothing there. */
+#define TMO_ARITY 4u
+
+static bool tmo_live(const struct tmo *t)
+{
+	return t->h->armed && t->h->tmo_seq == t->seq;
+}
+
+/* An entry naming h is gone. */
+static void tmo_unref(struct cbcmn__hnd *h)
+{
+	if (--h->tmo_refs == 0 && h->zombie)
+		free(h);
+}
+
+static void tmo_up(struct host *host, uint32_t i, struct tmo t)
+{
+	while (i && host->tmo[(i - 1) / TMO_ARITY].deadline > t.deadline) {
+		host->tmo[i] = host->tmo[(i - 1) / TMO_ARITY];
+		i = (i - 1) / TMO_ARITY;
+	}
+	host->tmo[i] = t;
+}
+
+static void tmo_down(struct host *host, uint32_t i, struct tmo t)
+{
+	for (;;) {
+		uint32_t c = TMO_ARITY * i + 1, end = c + TMO_ARITY, m = c;
+		if (c >= host->ntmo)
+			break;
+		if (end > host->ntmo)
+			end = host->ntmo;
+		for (uint32_t k = c + 1; k < end; k++)
+			if (host->tmo[k].deadline < host->tmo[m].deadline)
+				m = k;
+		if (host->tmo[m].deadline >= t.deadline)
+			break;
+		host->tmo[i] = host->tmo[m];
+		i = m;
+	}
+	host->tmo[i] = t;
+}
+
+static struct tmo tmo_pop(struct host *host)
+{
+	struct tmo top = host->tmo[0];
+	if (--host->ntmo)
+		tmo_down(host, 0, host->tmo[host->ntmo]);
+	return top;
+}
+
+/* Drop every entry (nothing is armed, or the host goes). */
+static void tmo_clear(struct host *host)
+{
+	uint32_t n = host->ntmo;
+	host->ntmo = host->nstale = 0;
+	for (uint32_t i = 0; i < n; i++)
+		tmo_unref(host->tmo[i].h);
+}
+
+/* Drop the stale entries once they are more than half: O(entries),
+ * paid for by the arms that left them. */
+static void tmo_compact(struct host *host)
+{
+	if (host->ntmo < 64 || host->nstale <= host->ntmo / 2)
+		return;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < host->ntmo; i++) {
+		if (tmo_live(&host->tmo[i]))
+			host->tmo[n++] = host->tmo[i];
+		else
+			tmo_unref(host->tmo[i].h);
+	}
+	host->ntmo = n;
+	host->nstale = 0;
+	for (uint32_t i = n / TMO_ARITY + 1; i-- > 0;)
+		if (i < n)
+			tmo_down(host, i, host->tmo[i]);
+}
+
+/* Settle h's count in actors_receiving with whether it is armed. */
+static void tmo_count(struct cbcmn__hnd *h)
+{
+	if (h->armed == h->counted)
+		return;
+	h->counted = h->armed;
+	CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), receiving, h->armed ? 1 : -1);
+}
+
+/* h has no deadline any more (a call began, it halts, its TIMEOUT is
+ * queued); nothing if it had none.  Its entry is left stale. */
+static void tmo_disarm(struct host *host, struct cbcmn__hnd *h)
+{
+	if (!h->armed)
+		return;
+	h->armed = false;
+	host->nstale++;
+	if (!--host->narmed)
+		tmo_clear(host);
+}
+
+/* Arm (or move) h's deadline.  0 or -ENOMEM (nothing changed). */
+static int tmo_arm(struct host *host, struct cbcmn__hnd *h, uint64_t deadline)
+{
+	tmo_compact(host);
+	if (host->ntmo == host->tmo_cap) {
+		uint32_t cap = host->tmo_cap ? host->tmo_cap * 2 : 16;
+		struct tmo *v = realloc(host->tmo, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		host->tmo = v;
+		host->tmo_cap = cap;
+	}
+	if (h->armed)
+		host->nstale++; /* the entry it had */
+	else
+		host->narmed++;
+	h->armed = true;
+	h->tmo_refs++;
+	tmo_up(host, host->ntmo++, (struct tmo){deadline, h, ++h->tmo_seq});
+	return 0;
+}
+
+/* The earliest live entry's deadline, the stale ones above it dropped;
+ * something must be armed. */
+static uint64_t tmo_next(struct host *host)
+{
+	while (!tmo_live(&host->tmo[0])) {
+		host->nstale--;
+		tmo_unref(tmo_pop(host).h);
+	}
+	return host->tmo[0].deadline;
+}
+
+/* Queue a TIMEOUT call, held as a RETRY's message is, for each handler
+ * actor whose deadline has passed, unless something queued it first (a
+ * message, a stop: that call comes first and ends the deadline).  The
+ * slot lock orders the two: a message put after this is called after
+ * the TIMEOUT, never lost.  (test_message_and_deadline_racing_one_first_nothing_lost) */
+static void tmo_fire(struct host *host, const struct cbcmn_runtime *rt)
+{
+	/* A set's clock read since the last look is at most a batch old:
+	 * a deadline due by then is due now (never early), and a handler
+	 * that sets one in every call pays one clock read, not two. */
+	uint64_t now = host->now_hint ? host->now_hint : cbcmn__now(rt);
+	host->now_hint = 0;
+	while (host->narmed && tmo_next(host) <= now) {
+		struct tmo t = tmo_pop(host);
+		struct cbcmn__hnd *h = t.h;
+		h->armed = false; /* live: not a zombie, still referenced by a */
+		host->narmed--;
+		tmo_unref(h);
+		tmo_count(h);
+		cbcmn__mutex_lock(&h->a->lock);
+		bool mine = !h->queued;
+		h->queued = true;
+		cbcmn__mutex_unlock(&h->a->lock);
+		if (!mine)
+			continue;
+		h->held = true;
+		h->msg = (cbcmn_actor_msg){.type = CBCMN_ACTOR_TIMEOUT};
+		h->msg.body.timeout.deadline = t.deadline;
+		f_push(host, h);
+	}
+	if (!host->narmed)
+		tmo_clear(host);
+}
+
+int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns)
+{
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	int err;
+	struct cbcmn__actor *a = cbcmn__actor_caller(self, &err);
+	if (!a)
+		return err;
+	struct host *host = host_of(self);
+	if (!host || host->cur != a)
+		return -EPERM; /* a fiber actor: cbcmn_actor_receive() has its timeout */
+	if (timeout_ns == CBCMN_ACTOR_FOREVER) {
+		tmo_disarm(host, a->hnd);
+		return 0;
+	}
+	uint64_t now = host->now_hint = cbcmn__now(self->rt);
+	return tmo_arm(host, a->hnd,
+		       timeout_ns > UINT64_MAX - 1 - now ? UINT64_MAX - 1 : now + timeout_ns);
+}
+
 /* The caller is host itself (its thread's current task), which hands
  * its kicks over without the inbox and keeps itself alive meanwhile.
  * The same answer in cbcmn__hnd_note() and the cbcmn__hnd_kick() after
@@ -273,10 +512,14 @@ static bool take_inbox(struct host *host)
 	return true;
 }
 
-/* Wait until the inbox has something or the host is cancelled. */
+/* Wait until the inbox has something, the host is cancelled, or the
+ * earliest receive deadline comes.  The timer is the executor's the host
+ * blocks on, and lives only as long as this wait: the deadline itself is
+ * the host's, and goes wherever the host goes. */
 static void wait_inbox(struct host *host, struct cbcmn_task *self)
 {
 	struct cbcmn__iwait iw;
+	struct cbcmn__timer *tm = NULL;
 	cbcmn__mutex_lock(&host->lock);
 	if (host->in_head) {
 		cbcmn__mutex_unlock(&host->lock);
@@ -284,10 +527,22 @@ static void wait_inbox(struct host *host, struct cbcmn_task *self)
 	}
 	cbcmn__iwait_init(&iw, self);
 	iw.kind = CBCMN__G_CHAN; /* waiting for messages, for the snapshot */
+	if (host->narmed && !(tm = cbcmn__timer_arm(self->exec, tmo_next(host), &iw))) {
+		/* Out of memory for the timer: poll for the deadline instead
+		 * (the loop looks at it each time round). */
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		cbcmn__mutex_unlock(&host->lock);
+		cbcmn_yield((cbcmn_cx *)self);
+		return;
+	}
 	host->waiter = &iw;
 	cbcmn__mutex_unlock(&host->lock);
-	if (cbcmn__iwait_block(&iw) != CBCMN__IW_WOKEN) {
-		/* Cancelled: a kicker that comes now must not claim it. */
+	uint32_t how = cbcmn__iwait_block(&iw);
+	if (tm)
+		cbcmn__timer_disarm(tm);
+	if (how != CBCMN__IW_WOKEN) {
+		/* Cancelled or timed out: a kicker that comes now must not
+		 * claim it. */
 		cbcmn__mutex_lock(&host->lock);
 		if (host->waiter == &iw)
 			host->waiter = NULL;
@@ -334,6 +589,8 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	if (held && a->drop)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
+	tmo_disarm(host, h); /* no TIMEOUT after the halt */
+	tmo_count(h);
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 	/* Its DOWNs count it undelivered too (the mailbox's alone before:
 	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
@@ -355,7 +612,9 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	if (h->next)
 		h->next->prev = h->prev;
 	host->count--;
-	if (host->nspare < SPARE_MAX) {
+	if (h->tmo_refs) {
+		h->zombie = true; /* its stale deadlines free it: never a spare */
+	} else if (host->nspare < SPARE_MAX) {
 		h->next = host->spare;
 		host->spare = h;
 		host->nspare++;
@@ -398,9 +657,13 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 		h->held = false;
 		calls++;
+		tmo_disarm(host, h); /* any call ends the wait a deadline was for */
 		host->cur = a;
 		int64_t r = h->fn((cbcmn_cx *)self, h->state, &h->msg);
 		host->cur = NULL;
+		if (r == CBCMN_ACTOR_RETRY)
+			tmo_disarm(host, h); /* the same message comes next */
+		tmo_count(h);
 		/* A blocking call in the handler may have moved the host. */
 		e = self->exec;
 		if (r == CBCMN_ACTOR_CONTINUE)
@@ -430,6 +693,8 @@ int64_t cbcmn__hnd_host_main(cbcmn_cx *cx, void *arg)
 	while (host->count) {
 		if (!host->cancelled && cbcmn__task_cancelled(self))
 			host_cancel(host);
+		if (host->narmed)
+			tmo_fire(host, self->rt);
 		struct cbcmn__hnd *h = q_pop(host);
 		if (!h) {
 			if (take_inbox(host))
@@ -469,6 +734,8 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 			if (held && h->a->drop)
 				h->a->drop(h->state, &h->msg);
 			h->held = false;
+			tmo_disarm(host, h);
+			tmo_count(h);
 			bool contained = h->a->contained;
 			CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
 			int64_t r = cbcmn__actor_halt_slot(h->a, result, held, t->exec);

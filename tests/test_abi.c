@@ -51,7 +51,7 @@ static const char *const exported[] = {
 	"cbcmn_chan_close",      "cbcmn_chan_reserve",     "cbcmn_chan_try_reserve",
 	"cbcmn_chan_commit",     "cbcmn_chan_abort",
 	"cbcmn_actor_spawn",     "cbcmn_actor_send",       "cbcmn_actor_try_send",
-	"cbcmn_actor_spawn_handler",
+	"cbcmn_actor_spawn_handler", "cbcmn_actor_set_receive_timeout",
 	"cbcmn_actor_send_timeout", "cbcmn_actor_receive", "cbcmn_actor_self",
 	"cbcmn_actor_stop",      "cbcmn_actor_monitor",    "cbcmn_actor_demonitor",
 	"cbcmn_actor_link",      "cbcmn_actor_unlink",     "cbcmn_actor_trap_exit",

@@ -2033,15 +2033,19 @@ static void bench_actors(void)
 		die("ring", -ENOMEM);
 	/* The default placement (the actors spread by stealing: hops cross
 	 * executors), then all on one executor (the cost of a hop itself),
-	 * then handler actors (one host: every hop a call); the three
-	 * alternate, round by round, so that they share the machine's
-	 * moods. */
-	static const char *const ring_name[3] = {"", "_one_exec", "_handler"};
-	double rv[3][16], rc_[3][16];
+	 * then handler actors (one host: every hop a call), then handler
+	 * actors that set a receive timeout (1 s, an idle limit) in every
+	 * call; the four alternate, round by round, so that they share the
+	 * machine's moods. */
+	enum { RING_MODES = 4 };
+	static const char *const ring_name[RING_MODES] = {"", "_one_exec", "_handler",
+							  "_handler_idle"};
+	double rv[RING_MODES][16], rc_[RING_MODES][16];
 	for (int i = 0; i < reps; i++)
-		for (int mode = 0; mode < 3; mode++) {
+		for (int mode = 0; mode < RING_MODES; mode++) {
 			struct wl_ring r = {.refs = refs, .n = ring_n, .hops = act_hops,
-					    .one_exec = mode == 1, .handler = mode == 2};
+					    .one_exec = mode == 1, .handler = mode >= 2,
+					    .idle_ns = mode == 3 ? 1000000000ull : 0};
 			run(rt, wl_ring_root, &r);
 			if (r.count != act_hops || r.last_at != act_hops % ring_n) {
 				fprintf(stderr, "cbcmn-bench: actors ring%s: the token made %llu hops and "
@@ -2053,7 +2057,7 @@ static void bench_actors(void)
 			rv[mode][i] = (double)(r.t_end - r.t0) / (double)act_hops;
 			rc_[mode][i] = (double)(r.c_end - r.c0) / (double)act_hops;
 		}
-	for (int mode = 0; mode < 3; mode++) {
+	for (int mode = 0; mode < RING_MODES; mode++) {
 		printf("actors ring%s_ns_per_hop %.0f\n", ring_name[mode], median(rv[mode], reps));
 		printf("actors ring%s_cpu_ns_per_hop %.0f\n", ring_name[mode], median(rc_[mode], reps));
 	}

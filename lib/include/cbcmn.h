@@ -918,7 +918,8 @@ typedef struct cbcmn_executor_stats {
 	uint64_t actors_runnable; /* of those, ready to run (queued) */
 	uint64_t actors_running;  /* ... running now (0 or 1 per executor) */
 	uint64_t actors_waiting;  /* ... blocked: on their mailbox, a sleep, a channel, I/O */
-	uint64_t actors_receiving; /* ... of the waiting, blocked in cbcmn_actor_receive() */
+	uint64_t actors_receiving; /* ... of the waiting, blocked in cbcmn_actor_receive(), or
+				    * a handler actor with a receive deadline armed */
 	uint64_t actors_halting;  /* ... halting (their halt runs) */
 	uint64_t mailbox_depth;   /* messages waiting in their mailboxes (DOWN excluded) */
 	/* Times one run of a task held the executor longer than

@@ -140,6 +140,11 @@ typedef struct cbcmn_actor_msg {
 			uint64_t _zero;     /* 0 */
 			int64_t reason;     /* its halt reason, 0 included */
 		} exit;
+		/* CBCMN_ACTOR_TIMEOUT: nothing came for the handler actor
+		 * by the deadline cbcmn_actor_set_receive_timeout() set. */
+		struct {
+			uint64_t deadline;  /* that deadline, on cbcmn_now()'s clock */
+		} timeout;
 	} body;
 } cbcmn_actor_msg;
 
@@ -148,6 +153,9 @@ typedef struct cbcmn_actor_msg {
 #define CBCMN_ACTOR_EXIT (CBCMN_ACTOR_SYS + 2)
 /* A handler actor's first call when spawned with cbcmn_actor_opts.start. */
 #define CBCMN_ACTOR_START (CBCMN_ACTOR_SYS + 3)
+/* A handler actor's call when its receive deadline passed with nothing
+ * for it (cbcmn_actor_set_receive_timeout()). */
+#define CBCMN_ACTOR_TIMEOUT (CBCMN_ACTOR_SYS + 4)
 
 /* An actor's behaviour: runs as its task, receives with
  * cbcmn_actor_receive(), returns its halt reason (0 normal, negative an
@@ -359,9 +367,16 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  * and the host yields to other tasks and actors every yield interval
  * (cbcmn_config.yield_interval) calls, however many messages wait.
  *
+ * Receive timeouts.  A handler waits at most a time for its next message
+ * by calling cbcmn_actor_set_receive_timeout() before it returns
+ * CBCMN_ACTOR_CONTINUE: if no call comes by then, the next one is a
+ * CBCMN_ACTOR_TIMEOUT message (below).
+ *
  * Statistics.  A handler actor counts in cbcmn_executor_stats.actors and,
- * while it lives, actors_waiting (of the executor that spawned it); its
- * host is a task. */
+ * while it lives, actors_waiting (of the executor that spawned it), and
+ * while a receive deadline of its is armed, actors_receiving (the seed's
+ * idle/timed-out: waiting for a message, with a deadline); its host is a
+ * task. */
 #define CBCMN_ACTOR_CONTINUE 0
 #define CBCMN_ACTOR_HALT 1
 #define CBCMN_ACTOR_RETRY 2
@@ -380,6 +395,32 @@ typedef int64_t (*cbcmn_actor_handler)(cbcmn_cx *cx, void *state, const cbcmn_ac
 CBCMN_API int cbcmn_actor_spawn_handler(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_handler h,
 					void *state, const cbcmn_actor_opts *opts,
 					cbcmn_actor_ref *out);
+
+/* From a handler (cx the context it was called with): wait at most
+ * timeout_ns of the runtime's clock (cbcmn_now(); virtual in lab mode),
+ * from this call, for the handler actor's next call.  If none has come by
+ * then, the next call is a CBCMN_ACTOR_TIMEOUT message (from
+ * CBCMN_ACTOR_NONE, body.timeout.deadline the deadline), made at or after
+ * the deadline, never before, and once.  The deadline is for the wait
+ * after this call, and only if the call returns CBCMN_ACTOR_CONTINUE:
+ * the next call, whatever it is (a message, a DOWN or EXIT, the TIMEOUT),
+ * ends it, as does a RETRY (the same message comes next) or a halt.  The
+ * TIMEOUT is made when the host finds the deadline passed and nothing
+ * for the handler actor: a message that is there by then (in time, or
+ * a little late) is called instead, and no TIMEOUT is made; one that
+ * comes after is called after the TIMEOUT.  Nothing is lost either way.
+ * Set again in the same call, the last deadline wins;
+ * CBCMN_ACTOR_FOREVER takes it back; 0 is due at once (a TIMEOUT unless
+ * a message is there).  To time out every wait, set it in every call
+ * (the TIMEOUT's included).  A stopped, halted or cancelled handler
+ * actor gets no TIMEOUT.  The deadline belongs to the handler actor's
+ * host, and moves with it between executors.  It is late by what the
+ * host does meanwhile (other handlers' calls, other tasks of its
+ * executor): a host looks at its deadlines between batches of calls.
+ * Returns 0, -EPERM (cx is not a handler's: a task, a fiber actor, whose
+ * cbcmn_actor_receive() takes a timeout, NULL), CBCMN_EFORKED, -ENOMEM
+ * (nothing changed: a deadline set before in this call stays). */
+CBCMN_API int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns);
 
 /* ------------------------------------------------------------------------
  * Supervisors (seed 003 "Supervisors", SPEC-021 §10 :cluster;

@@ -62,13 +62,18 @@ static int64_t wring_actor(cbcmn_cx *cx, void *arg)
 /* The ring of handler actors: the same hops; actor 0 is spawned from the
  * root task and spawns the others on its host (WA_BUILD), so that every
  * hop is a call on that host.  A send that finds a full mailbox is
- * retried (CBCMN_ACTOR_RETRY), before anything is counted. */
-static int64_t wring_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *mp)
+ * retried (CBCMN_ACTOR_RETRY), before anything is counted.  With idle_ns,
+ * each call that continues sets a receive timeout (an idle limit, as a
+ * server's connection actors would), and a TIMEOUT is no hop. */
+static int64_t wring_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *mp);
+
+static int64_t wring_hop(cbcmn_cx *cx, struct wring_member *me, const cbcmn_actor_msg *mp)
 {
-	struct wring_member *me = arg;
 	struct wl_ring *r = me->r;
 	cbcmn_actor_msg m = *mp;
 	int rc;
+	if (m.type == CBCMN_ACTOR_TIMEOUT)
+		return CBCMN_ACTOR_CONTINUE;
 	if (m.type == WA_BUILD) {
 		cbcmn_nursery *n = (cbcmn_nursery *)(uintptr_t)m.body.u64[0];
 		struct wring_member *mem = (struct wring_member *)(uintptr_t)m.body.u64[1];
@@ -112,6 +117,16 @@ static int64_t wring_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *mp)
 	if (r->visits)
 		r->visits[me->i]++;
 	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t wring_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *mp)
+{
+	struct wring_member *me = arg;
+	struct wl_ring *r = me->r;
+	int64_t rc = wring_hop(cx, me, mp);
+	if (rc == CBCMN_ACTOR_CONTINUE && r->idle_ns)
+		rc = cbcmn_actor_set_receive_timeout(cx, r->idle_ns);
+	return rc;
 }
 
 int64_t wl_ring_root(cbcmn_cx *cx, void *arg)

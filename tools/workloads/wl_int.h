@@ -74,6 +74,7 @@ struct wl_ring {
 	bool one_exec;           /* every actor pinned on executor 0 */
 	bool sabotage;           /* actor 1 skips its neighbour: a lost visit */
 	bool handler;            /* handler actors: actor 0 spawns the rest on its host */
+	uint64_t idle_ns;        /* handler actors: a receive timeout set in every call (0: none) */
 	uint64_t t0, c0;         /* wall and CPU time as the token is sent */
 	uint64_t t_end, c_end;   /* ... as the last hop is taken */
 	uint64_t last_at, count; /* where the token ended and the hops it counted */
