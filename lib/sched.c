@@ -391,11 +391,13 @@ static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
 int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 {
 	void *jb[5];
+	struct cbcmn__iwnode iwn; /* its registry waits' (iwait.h), for this run */
 	struct cbcmn_task *volatile vt = t;
 	/* An inline child runs in its parent's FP control state, which the
 	 * parent must get back if the child lands (overflow.c). */
 	volatile uint64_t fpcw = t->inline_parent ? cbcmn__fpcw_read() : CBCMN__FPCW_DEFAULT;
 	t->landing = jb;
+	cbcmn__iwait_node_begin(t, &iwn);
 	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
 		/* Landed: a stack overflow (CBCMN_EPANIC) or a budget the
 		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
@@ -404,6 +406,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		cbcmn__mshot_unwound(t); /* what it opened and could not close */
 		if (t->obligations)
 			cbcmn__obligations_drop(t);
+		cbcmn__iwait_node_end(t);
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);
@@ -415,6 +418,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 	}
 	if (__builtin_expect(t->open != NULL, 0))
 		r = close_leaked_nurseries(t, r);
+	cbcmn__iwait_node_end(t);
 	return r;
 }
 
