@@ -140,6 +140,20 @@ static void test_fork_handler_order_is_accepted(void **state)
 	assert_string_equal(msg, "");
 }
 
+/* fn, in a child, aborts with a lock order violation naming a (and b). */
+static __attribute__((unused)) void expect_violation(void (*fn)(void), const char *a,
+						     const char *b)
+{
+	char msg[512];
+	int st = in_child(fn, msg, sizeof(msg));
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGABRT);
+	assert_non_null(strstr(msg, "lock order violation"));
+	assert_non_null(strstr(msg, a));
+	if (b)
+		assert_non_null(strstr(msg, b));
+}
+
 /* Both used to be raw pthread mutexes the checker never saw. */
 static void test_checker_covers_stack_budget_lock(void **state)
 {
@@ -147,12 +161,7 @@ static void test_checker_covers_stack_budget_lock(void **state)
 #ifndef CBCMN_DEBUG
 	T_SKIP("the lock-order checker is built into debug builds only");
 #else
-	char msg[512];
-	int st = in_child(stacks_under_stack_budget, msg, sizeof(msg));
-	assert_true(WIFSIGNALED(st));
-	assert_int_equal(WTERMSIG(st), SIGABRT);
-	assert_non_null(strstr(msg, "lock order violation"));
-	assert_non_null(strstr(msg, "\"stack_budget\""));
+	expect_violation(stacks_under_stack_budget, "\"stack_budget\"", NULL);
 #endif
 }
 
@@ -162,12 +171,7 @@ static void test_checker_covers_signal_lock(void **state)
 #ifndef CBCMN_DEBUG
 	T_SKIP("the lock-order checker is built into debug builds only");
 #else
-	char msg[512];
-	int st = in_child(signal_under_stacks, msg, sizeof(msg));
-	assert_true(WIFSIGNALED(st));
-	assert_int_equal(WTERMSIG(st), SIGABRT);
-	assert_non_null(strstr(msg, "lock order violation"));
-	assert_non_null(strstr(msg, "\"signal\""));
+	expect_violation(signal_under_stacks, "\"signal\"", NULL);
 #endif
 }
 
@@ -190,12 +194,7 @@ static void test_checker_covers_the_channel_lock(void **state)
 	T_SKIP("the lock-order checker is built into debug builds only");
 #else
 	cbcmn__flock_init(&chanlock, "chan", CBCMN__LOCK_CHAN);
-	char msg[512];
-	int st = in_child(inject_under_chan, msg, sizeof(msg));
-	assert_true(WIFSIGNALED(st));
-	assert_int_equal(WTERMSIG(st), SIGABRT);
-	assert_non_null(strstr(msg, "\"inject\""));
-	assert_non_null(strstr(msg, "\"chan\""));
+	expect_violation(inject_under_chan, "\"inject\"", "\"chan\"");
 #endif
 }
 
