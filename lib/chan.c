@@ -1,7 +1,7 @@
 /* chan.c: bounded MPMC channels between tasks, with two-phase reservations.
  *
- * One mutex per channel (CBCMN__LOCK_CHAN) guards its ring of messages, its
- * two wait queues and its reservation records.  Waiters are handed what
+ * One lock per channel (CBCMN__LOCK_CHAN, lock.h's inline flock) guards its
+ * ring of messages, its two wait queues and its reservation records.  Waiters are handed what
  * they wait for under that lock, before they run again: a receiver woken by
  * a sender finds the message already in its buffer, a sender woken by a
  * receiver finds its message already in the ring, a reserver finds its slot
@@ -83,7 +83,7 @@ struct chan_rec {
 };
 
 struct cbcmn_chan {
-	struct cbcmn__mutex lock; /* CBCMN__LOCK_CHAN: everything below */
+	struct cbcmn__flock lock; /* CBCMN__LOCK_CHAN: everything below */
 	struct cbcmn_runtime *rt; /* immutable */
 	unsigned char *buf;       /* cap * esize bytes, a ring */
 	size_t cap, esize;        /* immutable */
@@ -222,23 +222,23 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 	struct cbcmn__timer *tm = NULL;
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
-		cbcmn__mutex_unlock(&c->lock);
+		cbcmn__flock_unlock(&c->lock);
 		return -ENOMEM;
 	}
 	cbcmn__waitq_push(q, &w->qw);
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
 	if (how == CBCMN__IW_WOKEN)
 		return w->qw.result;
 	/* The registry lock is dropped by now: the two never nest. */
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	if (w->qw.queued)
 		cbcmn__waitq_del(q, &w->qw);
 	if (w->rec)
 		rec_put(c, w->rec); /* never granted: claimed by cancellation or time */
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
 
@@ -274,7 +274,7 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 {
 	struct cbcmn__wakes wl = {0};
 	int rc = 0;
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	if (c->closed) {
 		rc = -EPIPE;
 	} else if (!put_msg(c, elem, &wl)) {
@@ -285,7 +285,7 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 		}
 		rc = -EAGAIN;
 	}
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
 }
@@ -295,7 +295,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 {
 	struct cbcmn__wakes wl = {0};
 	int rc = 0;
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	if (c->count) {
 		ring_take(c, elem);
 		slot_freed(c, &wl);
@@ -308,7 +308,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 	} else {
 		rc = -EAGAIN;
 	}
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
 }
@@ -318,7 +318,7 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 {
 	struct chan_rec *r;
 	int rc = 0;
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	if (c->closed) {
 		rc = -EPIPE;
 	} else if (!(r = rec_get(c, self))) {
@@ -338,7 +338,7 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 		rec_put(c, r);
 		rc = -EAGAIN;
 	}
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	if (rc == 0)
 		rec_hold(self, r, p);
 	return rc;
@@ -353,13 +353,13 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 	int rc = 0;
 	if (cbcmn__forked(c->rt))
 		return CBCMN_EFORKED;
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	if (!r->held || r->gen != p->_gen) {
-		cbcmn__mutex_unlock(&c->lock);
+		cbcmn__flock_unlock(&c->lock);
 		return -EINVAL;
 	}
 	if (atomic_load_explicit(&r->ob.owner, memory_order_relaxed) != self) {
-		cbcmn__mutex_unlock(&c->lock);
+		cbcmn__flock_unlock(&c->lock);
 		return -EPERM;
 	}
 	rec_release(c, r, waker_of(self));
@@ -370,7 +370,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 			put_msg(c, elem, &wl); /* the slot we just released */
 	}
 	slot_freed(c, &wl);
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	p->_rec = NULL;
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
@@ -384,10 +384,10 @@ static void rec_leak(struct cbcmn__oblig *ob)
 	struct cbcmn_chan *c = r->chan;
 	struct cbcmn__exec *e = atomic_load_explicit(&ob->owner, memory_order_relaxed)->exec;
 	struct cbcmn__wakes wl = {0};
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	rec_release(c, r, e);
 	slot_freed(c, &wl);
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	cbcmn__wakes_run(&wl, e);
 }
 
@@ -423,7 +423,7 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 	}
 	c->payer = charged ? self->id : 0;
 	c->charged = charged;
-	cbcmn__mutex_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
+	cbcmn__flock_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
 	c->rt = rt;
 	c->cap = capacity;
 	c->esize = elem_size;
@@ -438,9 +438,9 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 	if (cbcmn__forked(c->rt))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	bool busy = c->recvq.head || c->spaceq.head || c->reserved;
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	if (busy)
 		return -EBUSY;
 	while (c->free_recs) {
@@ -448,7 +448,6 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 		c->free_recs = r->free_next;
 		free(r);
 	}
-	cbcmn__mutex_destroy(&c->lock);
 	/* Given back to its payer if the payer destroys it; destroyed by
 	 * anyone else, it stays spent (the payer may be gone). */
 	struct cbcmn_task *self = running_task(c->rt);
@@ -598,7 +597,7 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 	if (self && self->rt != c->rt)
 		return CBCMN_EWRONGRT;
 	cbcmn__stack_check(self);
-	cbcmn__mutex_lock(&c->lock);
+	cbcmn__flock_lock(&c->lock);
 	if (!c->closed) {
 		c->closed = true;
 		while ((w = q_claim(&c->spaceq))) {
@@ -613,7 +612,7 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 		while ((w = q_claim(&c->recvq)))
 			cbcmn__wakes_add(&wl, &w->qw, -EPIPE);
 	}
-	cbcmn__mutex_unlock(&c->lock);
+	cbcmn__flock_unlock(&c->lock);
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return 0;
 }

@@ -1,7 +1,10 @@
 /* iwait.c: interruptible waits and the cancel scopes that find them; see
  * iwait.h for the protocol. */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "iwait.h"
 
@@ -27,6 +30,7 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
 	iw->qnext = NULL;
 	iw->on_cancel = NULL;
 	iw->local = false;
+	iw->noded = false;
 	iw->local_end = NULL;
 	iw->on_timeout = NULL;
 	iw->kind = CBCMN__G_OTHER;
@@ -52,6 +56,7 @@ static struct cbcmn__scope *scope_new(struct cbcmn_nursery *n, uint32_t ncell)
 	for (uint32_t i = 0; i < ncell; i++) {
 		struct cbcmn__wcell *c = &s->cell[i];
 		c->reg = c->local = NULL;
+		c->nodes = NULL;
 		c->qnext = NULL;
 		c->scope = s;
 		atomic_init(&c->queued, 0);
@@ -68,8 +73,49 @@ static void scope_unref(struct cbcmn__scope *s)
 		free(s);
 }
 
+/* ---- the two sides' fences (iwait.h, "without the registry lock") ------- */
+
+/* The expedited command needs the process registered; it stays so (the
+ * kernel has no unregister), but a child of fork(2) is not: each runtime
+ * registers as it is made (idempotent, one system call). */
+static bool membarrier_register(void)
+{
+	return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+/* The task's side: a compiler barrier where the canceller's membarrier
+ * fences this thread for it.  Out of line: GCC's -Wtsan refuses the
+ * fence once it is inlined. */
+static __attribute__((noinline)) void light_fence_slow(void)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+static inline void light_fence(const struct cbcmn_runtime *rt)
+{
+	if (__builtin_expect(rt->iw_asym, 1))
+		atomic_signal_fence(memory_order_seq_cst);
+	else
+		light_fence_slow();
+}
+
+/* The canceller's side: every thread of the process passes a full
+ * barrier before this returns (a running one by an IPI, any other by its
+ * switch into the kernel), so each task's store before its light fence
+ * is seen after it, or the task sees what we stored before it. */
+static __attribute__((noinline)) void heavy_fence(const struct cbcmn_runtime *rt)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	/* It cannot fail once this process registered (the kernel checks
+	 * only that), which it did as it made rt. */
+	if (rt->iw_asym)
+		(void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+}
+
 int cbcmn__scope_rt_init(struct cbcmn_runtime *rt, uint32_t nexec)
 {
+	rt->iw_asym = membarrier_register();
+	atomic_init(&rt->iw_scanning, 0);
 	cbcmn__mutex_init(&rt->scope_lock, "scope", CBCMN__LOCK_SCOPE);
 	rt->scope_fallback = scope_new(NULL, nexec);
 	return rt->scope_fallback ? 0 : -ENOMEM;
@@ -248,6 +294,83 @@ static void reg_del(struct cbcmn__iwait *iw)
 	iw->reg = NULL;
 }
 
+/* The node leaves its cell: the task blocks elsewhere now, or ends. */
+static void node_unlink(struct cbcmn__iwnode *nd)
+{
+	struct cbcmn__iwait_reg *r = nd->reg;
+	cbcmn__mutex_lock(&r->lock);
+	if (nd->prev)
+		nd->prev->next = nd->next;
+	else
+		nd->cell->nodes = nd->next;
+	if (nd->next)
+		nd->next->prev = nd->prev;
+	nd->cell = NULL;
+	cbcmn__mutex_unlock(&r->lock);
+	nd->reg = NULL;
+}
+
+static void node_link(struct cbcmn__exec *e, struct cbcmn__wcell *c, struct cbcmn__iwnode *nd)
+{
+	struct cbcmn__iwait_reg *r = &e->iwaits;
+	cell_use(c, CBCMN__CELL_REG);
+	cbcmn__mutex_lock(&r->lock);
+	nd->prev = NULL;
+	nd->next = c->nodes;
+	if (c->nodes)
+		c->nodes->prev = nd;
+	c->nodes = nd;
+	nd->cell = c;
+	cbcmn__mutex_unlock(&r->lock);
+	nd->reg = r;
+}
+
+/* Publish iw in its task's node, listed in cell c first if it is not. */
+static void node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
+{
+	struct cbcmn__iwnode *nd = self->iwn;
+	if (__builtin_expect(nd->cell != c, 0)) {
+		if (nd->cell)
+			node_unlink(nd);
+		node_link(self->exec, c, nd);
+	}
+	iw->noded = true;
+	/* release: a canceller that reads iw here reads it set up. */
+	atomic_store_explicit(&nd->cur, iw, memory_order_release);
+	light_fence(self->rt); /* then the caller reads the cancellation */
+}
+
+/* Take the wait back from the node: once this returns, no canceller
+ * touches it. */
+static void node_withdraw(struct cbcmn_task *self)
+{
+	struct cbcmn__iwnode *nd = self->iwn;
+	atomic_store_explicit(&nd->cur, NULL, memory_order_relaxed);
+	light_fence(self->rt);
+	if (__builtin_expect(atomic_load_explicit(&self->rt->iw_scanning, memory_order_acquire) != 0,
+			     0)) {
+		/* A canceller may hold our wait: it does so under this lock. */
+		cbcmn__mutex_lock(&nd->reg->lock);
+		cbcmn__mutex_unlock(&nd->reg->lock);
+	}
+}
+
+void cbcmn__iwait_node_end(struct cbcmn_task *t)
+{
+	if (t->iwn->cell)
+		node_unlink(t->iwn);
+	t->iwn = NULL;
+}
+
+/* Out of the registry (or the node) once the task runs again. */
+static void reg_leave(struct cbcmn_task *self, struct cbcmn__iwait *iw)
+{
+	if (iw->noded)
+		node_withdraw(self);
+	else if (iw->reg)
+		reg_del(iw);
+}
+
 static void local_add(struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
 {
 	cell_use(c, CBCMN__CELL_LOCAL);
@@ -268,9 +391,13 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 	}
 	struct cbcmn__exec *e = self->exec;
 	self->wait_kind = iw->local ? CBCMN__G_IO : iw->kind;
-	if (!iw->local)
-		reg_add(e, &scope_of(self)->cell[e->id], iw);
-	else if (iw->local_end)
+	if (!iw->local) {
+		struct cbcmn__wcell *c = &scope_of(self)->cell[e->id];
+		if (__builtin_expect(self->iwn != NULL, 1))
+			node_publish(self, c, iw);
+		else
+			reg_add(e, c, iw);
+	} else if (iw->local_end)
 		local_add(&scope_of(self)->cell[e->id], iw);
 	/* A cancellation whose scan ran before we were registered set its
 	 * flag before the scan took the scope or registry lock we have since
@@ -288,8 +415,8 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 				goto suspend;
 			}
 			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
-			if (iw->reg)
-				reg_del(iw);
+			if (!iw->local)
+				reg_leave(self, iw);
 			else if (iw->cell)
 				cbcmn__iwait_local_unlink(iw); /* still on e's thread */
 			return CBCMN__IW_CANCELLED;
@@ -298,8 +425,7 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 	}
 suspend:
 	cbcmn__suspend(self);
-	if (iw->reg)
-		reg_del(iw);
+	reg_leave(self, iw);
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 
@@ -379,6 +505,27 @@ static struct cbcmn__scope *scope_next(struct cbcmn__scope *s, struct cbcmn__sco
 	return NULL;
 }
 
+/* A registry wait, under its registry lock: interrupt it if its task is
+ * cancelled and nothing claimed it first. */
+static void reg_cancel(struct cbcmn__iwait *iw)
+{
+	if (!cbcmn__task_cancelled(iw->w.task))
+		return; /* the fallback's: another nursery's */
+	uint32_t st = CBCMN__IW_WAITING;
+	if (!atomic_compare_exchange_strong_explicit(&iw->state, &st, CBCMN__IW_CANCELLED,
+						     memory_order_acq_rel, memory_order_acquire))
+		return;
+	/* The task leaves the registry (or its node) only as it runs again,
+	 * through this lock if we may hold its wait, so iw stays valid
+	 * meanwhile. */
+	if (iw->on_cancel)
+		iw->on_cancel(iw);
+	else
+		/* Through the inject queue: cancellation has no executor of
+		 * its own. */
+		cbcmn__waiter_wake(&iw->w, NULL);
+}
+
 /* Interrupt s's registry waits whose task is cancelled, push its cells
  * with local waits, and mark their executors in flag. */
 static uint64_t scope_cancel(struct cbcmn_runtime *rt, struct cbcmn__scope *s, uint64_t *flag)
@@ -392,22 +539,16 @@ static uint64_t scope_cancel(struct cbcmn_runtime *rt, struct cbcmn__scope *s, u
 			cbcmn__mutex_lock(&r->lock);
 			for (struct cbcmn__iwait *iw = c->reg; iw; iw = iw->next) {
 				visits++;
-				if (!cbcmn__task_cancelled(iw->w.task))
-					continue; /* the fallback's: another nursery's */
-				uint32_t st = CBCMN__IW_WAITING;
-				if (!atomic_compare_exchange_strong_explicit(&iw->state, &st,
-									     CBCMN__IW_CANCELLED,
-									     memory_order_acq_rel,
-									     memory_order_acquire))
-					continue;
-				/* The task stays registered until it runs and
-				 * removes itself, so iw stays valid meanwhile. */
-				if (iw->on_cancel)
-					iw->on_cancel(iw);
-				else
-					/* Through the inject queue: cancellation
-					 * has no executor of its own. */
-					cbcmn__waiter_wake(&iw->w, NULL);
+				reg_cancel(iw);
+			}
+			for (struct cbcmn__iwnode *nd = c->nodes; nd; nd = nd->next) {
+				/* acquire: pairs with node_publish()'s release. */
+				struct cbcmn__iwait *iw =
+					atomic_load_explicit(&nd->cur, memory_order_acquire);
+				if (iw) { /* else its task runs, or blocks in no registry wait */
+					visits++;
+					reg_cancel(iw);
+				}
 			}
 			cbcmn__mutex_unlock(&r->lock);
 		}
@@ -435,9 +576,14 @@ static void cancel_scan(struct cbcmn_nursery *n, bool subtree)
 {
 	struct cbcmn_runtime *rt = n->rt;
 	uint64_t flag[CBCMN_MAX_EXECUTORS / 64] = {0}, visits = 0;
-	/* Pairs with the fence in cell_use(): our flag (the CAS before) or
-	 * the cell's first use is seen by the other side. */
-	atomic_thread_fence(memory_order_seq_cst);
+	/* Counted before any node is read: a task taking its wait back
+	 * after this passes through the registry lock (node_withdraw()). */
+	atomic_fetch_add_explicit(&rt->iw_scanning, 1, memory_order_relaxed);
+	/* Pairs with the fence in cell_use(), and with the light fences of
+	 * node_publish() and node_withdraw(): our flag (the CAS before) and
+	 * our count are seen by the other side, or we see its first use of
+	 * a cell, its published wait, or its wait taken back. */
+	heavy_fence(rt);
 	cbcmn__mutex_lock(&rt->scope_lock);
 	/* Under the lock: n's scope and its subtree stay linked meanwhile
 	 * (cbcmn__scope_drop() takes it), and a scope made after we let go
@@ -447,6 +593,9 @@ static void cancel_scan(struct cbcmn_nursery *n, bool subtree)
 		visits += scope_cancel(rt, s, flag);
 	visits += scope_cancel(rt, rt->scope_fallback, flag);
 	cbcmn__mutex_unlock(&rt->scope_lock);
+	/* release: a task that reads the count back at zero (acquire) comes
+	 * after our last touch of its wait. */
+	atomic_fetch_sub_explicit(&rt->iw_scanning, 1, memory_order_release);
 	/* Local waits: each executor holding some looks at those. */
 	for (uint32_t i = 0; i < rt->nexec; i++)
 		if (flag[i / 64] & (UINT64_C(1) << (i % 64)))

@@ -61,6 +61,27 @@
  * registers (cbcmn__iwait_block()); a canceller skips cells never used.
  * Scopes no allocation could make: their waits go to rt->scope_fallback,
  * which every cancellation visits, checking each wait's task.
+ *
+ * Registry waits without the registry lock (issue 15: the lock, taken as
+ * a task blocked and again as it left, was 15 % of a blocking channel
+ * round trip).  A task run by cbcmn__task_call_guarded() has a node
+ * (struct cbcmn__iwnode) in that frame, alive as long as the task runs.
+ * The node, not the wait, is listed in a cell (under the registry lock),
+ * and stays listed from one wait to the next while the task blocks in the
+ * same scope on the same executor: each wait then only publishes itself
+ * in the node's `cur` and takes it back, without the lock.  The node
+ * leaves its cell when the task blocks elsewhere or ends.  Two
+ * store-then-load pairs make that safe, each the task's light side
+ * against the canceller's heavy side (membarrier(2), or two fences where
+ * the kernel refuses it: rt->iw_asym):
+ *   - publish: the task stores cur, then reads its cancellation; the
+ *     canceller sets the flag, then reads cur under the registry lock.
+ *     One of them sees the other (as with cell_use()).
+ *   - take back: the task stores NULL in cur, then reads
+ *     rt->iw_scanning; a canceller counts itself there before it reads
+ *     any cur.  A task that sees a canceller passes through the registry
+ *     lock the canceller holds while it touches the wait, so the wait
+ *     (on the task's stack) outlives the canceller's use of it.
  */
 #ifndef CBCMN_IWAIT_H
 #define CBCMN_IWAIT_H
@@ -91,6 +112,8 @@ struct cbcmn__iwait {
 	/* An I/O wait: listed by its executor, not in the registry (above).
 	 * Set after cbcmn__iwait_init(), with on_cancel. */
 	bool local;
+	/* Published in its task's node (see above) instead of the registry. */
+	bool noded;
 	/* Set when a timer (timer.h) claims the wait: called instead of the
 	 * wake, on the timer's executor, which must be the wait's (the epoll
 	 * backend's I/O waits: it unlinks the wait, then wakes it). */
@@ -107,9 +130,19 @@ struct cbcmn__iwait {
 	uint8_t kind;
 };
 
+/* A task's registry waits, published one at a time (see above): in
+ * cbcmn__task_call_guarded()'s frame, the task's for its run. */
+struct cbcmn__iwnode {
+	_Atomic(struct cbcmn__iwait *) cur; /* the wait it blocks in, or NULL */
+	struct cbcmn__iwnode *prev, *next;  /* its cell's nodes: the cell's registry lock */
+	struct cbcmn__wcell *cell;          /* listed there (its task writes it, under that lock) */
+	struct cbcmn__iwait_reg *reg;       /* ... whose lock is this */
+};
+
 /* One scope's waits on one executor (see above). */
 struct cbcmn__wcell {
 	struct cbcmn__iwait *reg;         /* registry waits: the executor's registry lock */
+	struct cbcmn__iwnode *nodes;      /* nodes of tasks that blocked here: the same lock */
 	struct cbcmn__iwait *local;       /* local waits: the executor's thread only */
 	struct cbcmn__wcell *qnext;       /* on the executor's cancel_cells */
 	struct cbcmn__scope *scope;
@@ -135,6 +168,17 @@ void cbcmn__scope_rt_fini(struct cbcmn_runtime *rt);
 /* nursery.c: n's await_all is over, nothing of it blocks any more: its
  * scope leaves the tree, and goes once no executor holds a cell of it. */
 void cbcmn__scope_drop(struct cbcmn_nursery *n);
+
+/* cbcmn__task_call_guarded(): task t's node is nd from now on, until
+ * cbcmn__iwait_node_end(t), before the frame that holds it returns. */
+static inline void cbcmn__iwait_node_begin(struct cbcmn_task *t, struct cbcmn__iwnode *nd)
+{
+	atomic_init(&nd->cur, NULL);
+	nd->cell = NULL;
+	nd->reg = NULL;
+	t->iwn = nd;
+}
+void cbcmn__iwait_node_end(struct cbcmn_task *t);
 
 /* Unlink a local wait from its cell: its executor's thread, as it wakes it. */
 void cbcmn__iwait_local_unlink(struct cbcmn__iwait *iw);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "futex.h"
 #include "lock.h"
 #include "probes.h"
 
@@ -10,16 +11,43 @@
 /* Locks held by this thread, in acquisition order.  Thread-local because a
  * lock belongs to the thread holding it (and never to a fiber). */
 #define HELD_MAX 16
-static __thread struct cbcmn__mutex *held[HELD_MAX];
+static __thread struct held {
+	const void *lock;
+	const char *name;
+	int rank;
+} held[HELD_MAX];
 static __thread int nheld;
 
-static void order_violation(const struct cbcmn__mutex *want, const struct cbcmn__mutex *have)
+static void order_violation(const char *name, int rank, const struct held *have)
 {
 	fprintf(stderr,
 		"cbcmn: lock order violation: acquiring \"%s\" (rank %d) while holding "
 		"\"%s\" (rank %d); see docs/LOCKING.md\n",
-		want->name, want->rank, have->name, have->rank);
+		name, rank, have->name, have->rank);
 	abort();
+}
+
+void cbcmn__lock_held_add(const void *lock, const char *name, int rank)
+{
+	for (int i = 0; i < nheld && i < HELD_MAX; i++)
+		if (held[i].rank >= rank)
+			order_violation(name, rank, &held[i]);
+	if (nheld < HELD_MAX)
+		held[nheld] = (struct held){lock, name, rank};
+	nheld++;
+}
+
+void cbcmn__lock_held_del(const void *lock)
+{
+	/* Locks may be released in any order. */
+	for (int i = nheld - 1; i >= 0; i--) {
+		if (i < HELD_MAX && held[i].lock == lock) {
+			for (int j = i; j + 1 < nheld && j + 1 < HELD_MAX; j++)
+				held[j] = held[j + 1];
+			break;
+		}
+	}
+	nheld--;
 }
 #endif
 
@@ -37,44 +65,57 @@ void cbcmn__mutex_destroy(struct cbcmn__mutex *mu)
 	pthread_mutex_destroy(&mu->m);
 }
 
+/* The time a contended acquisition waited, for the probe. */
+static uint64_t ns_since(const struct timespec *a)
+{
+	struct timespec b;
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	return (uint64_t)(b.tv_sec - a->tv_sec) * 1000000000ull + (uint64_t)(b.tv_nsec - a->tv_nsec);
+}
+
 void cbcmn__mutex_lock(struct cbcmn__mutex *mu)
 {
 #ifdef CBCMN_DEBUG
-	for (int i = 0; i < nheld; i++)
-		if (held[i]->rank >= mu->rank)
-			order_violation(mu, held[i]);
+	cbcmn__lock_held_add(mu, mu->name, mu->rank);
 #endif
 	if (pthread_mutex_trylock(&mu->m) != 0) {
 		/* Contended: time the wait only on this slow path. */
-		struct timespec a, b;
+		struct timespec a;
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		pthread_mutex_lock(&mu->m);
-		clock_gettime(CLOCK_MONOTONIC, &b);
-		CBCMN_PROBE2(lock_contended, mu->name,
-			     (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull +
-				     (uint64_t)(b.tv_nsec - a.tv_nsec));
+		CBCMN_PROBE2(lock_contended, mu->name, ns_since(&a));
 	}
-#ifdef CBCMN_DEBUG
-	if (nheld < HELD_MAX)
-		held[nheld] = mu;
-	nheld++;
-#endif
 }
 
 void cbcmn__mutex_unlock(struct cbcmn__mutex *mu)
 {
 #ifdef CBCMN_DEBUG
-	/* Locks may be released in any order. */
-	for (int i = nheld - 1; i >= 0; i--) {
-		if (i < HELD_MAX && held[i] == mu) {
-			for (int j = i; j + 1 < nheld && j + 1 < HELD_MAX; j++)
-				held[j] = held[j + 1];
-			break;
-		}
-	}
-	nheld--;
+	cbcmn__lock_held_del(mu);
 #endif
 	pthread_mutex_unlock(&mu->m);
+}
+
+void cbcmn__flock_init(struct cbcmn__flock *l, const char *name, int rank)
+{
+	atomic_init(&l->w, 0);
+	l->name = name;
+	l->rank = rank;
+}
+
+void cbcmn__flock_wait(struct cbcmn__flock *l)
+{
+	struct timespec a;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	/* 2 from here on: whoever gives it back must wake a sleeper.
+	 * acquire: pairs with the release exchange in cbcmn__flock_unlock(). */
+	while (atomic_exchange_explicit(&l->w, 2, memory_order_acquire) != 0)
+		cbcmn__futex_wait(&l->w, 2, NULL);
+	CBCMN_PROBE2(lock_contended, l->name, ns_since(&a));
+}
+
+void cbcmn__flock_wake(struct cbcmn__flock *l)
+{
+	cbcmn__futex_wake(&l->w, 1);
 }
 
 void cbcmn__lock_assert_none_held(const char *where)
@@ -82,7 +123,7 @@ void cbcmn__lock_assert_none_held(const char *where)
 #ifdef CBCMN_DEBUG
 	if (nheld > 0) {
 		fprintf(stderr, "cbcmn: lock \"%s\" held across a fiber switch in %s\n",
-			held[0]->name, where);
+			held[0].name, where);
 		abort();
 	}
 #else

@@ -36,6 +36,7 @@
 /* ---- waiting ---------------------------------------------------------- */
 
 struct cbcmn__iwait;
+struct cbcmn__iwnode;
 struct cbcmn__scope;
 struct cbcmn__wcell;
 struct cbcmn__ep;
@@ -170,6 +171,8 @@ struct cbcmn_task {
 	/* Line 5. */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
+	/* Its registry waits' node (iwait.h) while it runs guarded, or NULL. */
+	struct cbcmn__iwnode *iwn;
 };
 /* The lines above: task.c aligns records to a cache line. */
 _Static_assert(offsetof(struct cbcmn_task, opener) == 1 * CBCMN__CACHELINE &&
@@ -467,6 +470,11 @@ struct cbcmn_runtime {
 	 * wait of each nursery's tasks takes this lock. */
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__mutex scope_lock;
 	struct cbcmn__scope *scope_fallback;
+	/* Registry waits without the lock (iwait.h): cancellations walking
+	 * the scopes now; membarrier(2) serves as the canceller's fence
+	 * (false: both sides fence).  Fixed once executors run. */
+	_Atomic uint32_t iw_scanning;
+	bool iw_asym;
 	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned

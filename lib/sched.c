@@ -83,6 +83,22 @@ static inline void switch_to_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 #endif
 }
 
+static void run_post(struct cbcmn__exec *e);
+
+/* A task on stack s resumes; me is the task, as its resumer passed it.  A
+ * task that switched straight to it (switch_direct()) left its run's end
+ * to do here, on me's stack, now that it is off its own. */
+static inline void resumed(struct cbcmn_task *me, struct cbcmn__stack *s)
+{
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(s->asan_fake, NULL, NULL);
+#endif
+	(void)s;
+	struct cbcmn__exec *e = me->exec;
+	if (__builtin_expect(e->post != CBCMN__POST_NONE, 0))
+		run_post(e);
+}
+
 /* Task t -> its executor's scheduler.  save is where t's context goes (NULL
  * when the fiber is finished and never resumes).  Returns when t is resumed,
  * possibly on another executor: callers re-read t->exec. */
@@ -97,11 +113,7 @@ static inline void switch_to_sched(struct cbcmn__exec *e, struct cbcmn__stack *s
 #ifdef __SANITIZE_THREAD__
 	__tsan_switch_to_fiber(e->san_sched_fiber, 0);
 #endif
-	(void)s;
-	cbcmn__ctx_jump(save ? save : &dead, e->sched_sp, NULL);
-#ifdef __SANITIZE_ADDRESS__
-	__sanitizer_finish_switch_fiber(s->asan_fake, NULL, NULL);
-#endif
+	resumed(cbcmn__ctx_jump(save ? save : &dead, e->sched_sp, NULL), s);
 }
 
 /* ---- queues -------------------------------------------------------------- */
@@ -443,11 +455,13 @@ static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
 int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 {
 	void *jb[5];
+	struct cbcmn__iwnode iwn; /* its registry waits' (iwait.h), for this run */
 	struct cbcmn_task *volatile vt = t;
 	/* An inline child runs in its parent's FP control state, which the
 	 * parent must get back if the child lands (overflow.c). */
 	volatile uint64_t fpcw = t->inline_parent ? cbcmn__fpcw_read() : CBCMN__FPCW_DEFAULT;
 	t->landing = jb;
+	cbcmn__iwait_node_begin(t, &iwn);
 	if (__builtin_expect(__builtin_setjmp(jb) != 0, 0)) {
 		/* Landed: a stack overflow (CBCMN_EPANIC) or a budget the
 		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
@@ -456,6 +470,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		cbcmn__mshot_unwound(t); /* what it opened and could not close */
 		if (t->obligations)
 			cbcmn__obligations_drop(t);
+		cbcmn__iwait_node_end(t);
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);
@@ -467,6 +482,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 	}
 	if (__builtin_expect(t->open != NULL, 0))
 		r = close_leaked_nurseries(t, r);
+	cbcmn__iwait_node_end(t);
 	return r;
 }
 
@@ -667,6 +683,13 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		cbcmn__actor_ran(e);
 	e->current = NULL;
 
+	run_post(e);
+}
+
+/* The end of a run, once the task is off its stack: what it asked for
+ * as it left (e->post). */
+static void run_post(struct cbcmn__exec *e)
+{
 	struct cbcmn_task *p = e->post_task;
 	switch (e->post) {
 	case CBCMN__POST_SUSPEND: {
@@ -718,6 +741,62 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	e->post = CBCMN__POST_NONE;
 }
 
+/* Task t, which blocks, -> task n, taken from e's slot (slot_direct()):
+ * n's run begins here and t's ends in n (resumed()), without the trip
+ * through the scheduler's loop, as the loop would have run n next. */
+static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n)
+{
+	struct cbcmn__stack *s = t->stack, *ns = n->stack;
+	cbcmn__lock_assert_none_held("switch_direct");
+	run_seq_end(e);
+	n->exec = e;
+	atomic_store_explicit(&n->state, CBCMN__T_RUNNING, memory_order_relaxed);
+	e->current = n;
+	run_seq_begin(e, n);
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_start_switch_fiber(&s->asan_fake, ns->lo, ns->size);
+#endif
+#ifdef __SANITIZE_THREAD__
+	__tsan_switch_to_fiber(ns->san_fiber, 0);
+#endif
+	(void)ns;
+	resumed(cbcmn__ctx_jump(&t->sp, n->sp, n), s);
+}
+
+/* The task woken into e's slot, taken to run straight after t, which
+ * blocks (Go's runnext, without the scheduler's loop between: a blocking
+ * ping-pong on one executor is two such switches a round trip).  Only
+ * where the loop would pick it next with nothing of its own to do first
+ * (timers, completions, mail, a load sample, actors, tracing, the slot's
+ * cap), and a plain task that ran before; else NULL. */
+static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (!atomic_load_explicit(&e->slot, memory_order_relaxed) || e->slot_runs >= SLOT_RUNS_MAX ||
+	    e->busy_tasks + 1 >= LOAD_WINDOW_PICKS || e->wheel || e->ntimers || cbcmn__is_spare(e) ||
+	    rt->lab || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e) ||
+	    cbcmn__trace_on(e) || cbcmn__is_actor_task(t))
+		return NULL;
+	/* acquire: pairs with the exchange in cbcmn__schedule(). */
+	struct cbcmn_task *n = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
+	if (!n)
+		return NULL; /* a thief took it */
+	if (__builtin_expect(!n->sp || cbcmn__is_actor_task(n) ||
+				     ((n->flags & CBCMN__TF_PINNED) && n->shard != e->id),
+			     0)) {
+		/* Back for the loop: only we store into our slot (seq_cst as
+		 * in cbcmn__schedule(); we run, no notification needed). */
+		atomic_store_explicit(&e->slot, n, memory_order_seq_cst);
+		return NULL;
+	}
+	/* Counted as find_local() and cbcmn__exec_main() count a pick. */
+	e->slot_runs++;
+	e->tick++;
+	e->busy_tasks++;
+	CBCMN__COUNT(e, local_hits, 1);
+	return n;
+}
+
 /* Task side: suspend t, which the caller has set PARKING and registered as
  * a waiter.  Returns once it was woken and resumed. */
 void cbcmn__suspend(struct cbcmn_task *t)
@@ -725,7 +804,11 @@ void cbcmn__suspend(struct cbcmn_task *t)
 	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_SUSPEND;
 	e->post_task = t;
-	switch_to_sched(e, t->stack, &t->sp);
+	struct cbcmn_task *n = slot_direct(e, t);
+	if (n)
+		switch_direct(e, t, n);
+	else
+		switch_to_sched(e, t->stack, &t->sp);
 }
 
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)

@@ -175,6 +175,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	t->id = next_id(rt, e);
 	t->abi_slot = NULL;
 	t->landing = NULL;
+	t->iwn = NULL;
 	t->flags = 0;
 	t->home = e ? e->id : HOME_NONE;
 	t->shard = 0;

@@ -5,6 +5,8 @@
  * stream of every executor).  docs/SCHEDULER.md, "Cancellation". */
 #include "helpers.h"
 #include "../lib/fault.h"
+#include "../lib/arch.h"
+#include "../lib/iwait.h"
 #include "../lib/runtime.h"
 
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -578,6 +581,251 @@ static void test_waits_without_a_scope_are_still_cancelled(void **state)
 	t_destroy(rt);
 }
 
+/* ---- registry waits published in the task's node (iwait.h) -------------------- */
+
+/* A blocking ping-pong: two tasks, capacity-1 channels both ways, until an
+ * operation fails (ECANCELED) or, with a round limit, that many rounds. */
+struct pp {
+	cbcmn_chan *ab, *ba;
+	long limit;                 /* 0: until cancelled */
+	_Atomic long rounds;
+	_Atomic uint32_t ended;
+	_Atomic int64_t rc[2];
+};
+
+struct pp_side {
+	struct pp *p;
+	int side;
+};
+
+static int64_t pp_side(cbcmn_cx *cx, void *arg)
+{
+	struct pp_side *a = arg;
+	struct pp *p = a->p;
+	cbcmn_chan *out = a->side ? p->ba : p->ab, *in = a->side ? p->ab : p->ba;
+	int rc = 0;
+	for (long i = 0; !p->limit || i < p->limit; i++) {
+		long v = i;
+		if (a->side == 0 && (rc = cbcmn_chan_send(cx, out, &v)) != 0)
+			break;
+		if ((rc = cbcmn_chan_recv(cx, in, &v)) != 0)
+			break;
+		if (a->side == 1 && (rc = cbcmn_chan_send(cx, out, &v)) != 0)
+			break;
+		atomic_fetch_add_explicit(&p->rounds, 1, memory_order_relaxed);
+	}
+	atomic_store(&p->rc[a->side], rc);
+	atomic_fetch_add(&p->ended, 1);
+	return 0;
+}
+
+static void pp_init(cbcmn_runtime *rt, struct pp *p, struct pp_side s[2], long limit)
+{
+	memset(p, 0, sizeof(*p));
+	p->limit = limit;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &p->ab), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &p->ba), 0);
+	for (int i = 0; i < 2; i++)
+		s[i] = (struct pp_side){p, i};
+}
+
+static void pp_start(cbcmn_nursery *n, struct pp_side s[2])
+{
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, pp_side, &s[1], NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, pp_side, &s[0], NULL), 0);
+}
+
+static void pp_wait_rounds(struct pp *p, long want)
+{
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&p->rounds) < want) {
+		if (t_now_ns() > deadline)
+			fail_msg("the ping-pong made %ld of %ld rounds", atomic_load(&p->rounds), want);
+		sched_yield();
+	}
+}
+
+static void pp_fini(struct pp *p)
+{
+	assert_int_equal(cbcmn_chan_destroy(p->ab), 0);
+	assert_int_equal(cbcmn_chan_destroy(p->ba), 0);
+}
+
+/* A cancel that lands anywhere in a blocking ping-pong (a side publishing
+ * its wait, blocked, woken, taking its wait back, between two operations)
+ * ends both sides with CBCMN_ECANCELED, and a ping-pong in another nursery
+ * goes on.  The windows are those of the waits published without the
+ * registry lock; asym false: with fences instead of membarrier(2). */
+static void cancel_ping_pong_anywhere(bool asym)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	if (!asym)
+		rt->iw_asym = false; /* before any task blocks */
+	struct pp other, p;
+	struct pp_side os[2], ps[2];
+	cbcmn_nursery *on;
+	pp_init(rt, &other, os, 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &on), 0);
+	pp_start(on, os);
+	uint64_t end = t_now_ns() + 300 * 1000 * 1000ull;
+	for (int round = 0; round < 200 && t_now_ns() < end; round++) {
+		cbcmn_nursery *n;
+		pp_init(rt, &p, ps, 0);
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+		pp_start(n, ps);
+		pp_wait_rounds(&p, 1 + round % 7);
+		for (int spin = round * 37 % 500; spin > 0; spin--)
+			cbcmn__cpu_relax();
+		assert_int_equal(cbcmn_nursery_cancel(n), 0);
+		assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_ECANCELED);
+		assert_int_equal(atomic_load(&p.ended), 2);
+		for (int i = 0; i < 2; i++)
+			assert_int_equal(atomic_load(&p.rc[i]), CBCMN_ECANCELED);
+		pp_fini(&p);
+	}
+	long before = atomic_load(&other.rounds);
+	pp_wait_rounds(&other, before + 100); /* the other nursery's goes on */
+	assert_int_equal(atomic_load(&other.ended), 0);
+	assert_int_equal(cbcmn_nursery_cancel(on), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, on), CBCMN_ECANCELED);
+	pp_fini(&other);
+	t_destroy(rt);
+}
+
+static void test_cancel_lands_anywhere_in_a_ping_pong(void **state)
+{
+	(void)state;
+	cancel_ping_pong_anywhere(true);
+}
+
+static void test_cancel_lands_anywhere_in_a_ping_pong_fenced(void **state)
+{
+	(void)state;
+	cancel_ping_pong_anywhere(false);
+}
+
+/* No node of scope s listed on any executor (iwait.h). */
+static void assert_no_nodes(cbcmn_runtime *rt, struct cbcmn__scope *s)
+{
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		struct cbcmn__iwait_reg *reg = &rt->exec[i]->iwaits;
+		cbcmn__mutex_lock(&reg->lock);
+		struct cbcmn__iwnode *left = s->cell[i].nodes;
+		cbcmn__mutex_unlock(&reg->lock);
+		assert_null(left);
+	}
+}
+
+/* A task's node stays listed between its waits, in the frame that runs
+ * the task: it must leave its scope as the task ends, before its nursery
+ * can end (which frees the scope) and before the stack is reused. */
+static void test_ended_tasks_leave_no_node_in_their_scope(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct pp p;
+	struct pp_side s[2];
+	pp_init(rt, &p, s, 1000);
+	cbcmn_nursery *n;
+	cbcmn_task *t[2];
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(cbcmn_nursery_spawn(NULL, n, pp_side, &s[i], &t[i]), 0);
+	for (int i = 0; i < 2; i++) {
+		int64_t r = -1;
+		assert_int_equal(cbcmn_task_join(NULL, t[i], &r), 0);
+		assert_int_equal(atomic_load(&p.rc[i]), 0);
+	}
+	/* Both ended, the nursery not yet: its scope is still there. */
+	struct cbcmn__scope *sc = atomic_load(&n->scope);
+	assert_non_null(sc);
+	assert_no_nodes(rt, sc);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	pp_fini(&p);
+	t_destroy(rt);
+}
+
+/* Waits of a nursery without a scope (no memory) go to the fallback,
+ * which every cancellation walks under its registry locks while those
+ * tasks publish and take back their waits: the walk must neither meet a
+ * wait its task has left (on a stack since reused) nor cancel them. */
+static int64_t blocked_recv(cbcmn_cx *cx, void *arg)
+{
+	long v;
+	return cbcmn_chan_recv(cx, arg, &v) == CBCMN_ECANCELED ? 0 : -EPROTO;
+}
+
+static _Atomic int gate, gated_started;
+
+static int64_t gated_pp_side(cbcmn_cx *cx, void *arg)
+{
+	atomic_fetch_add(&gated_started, 1);
+	while (!atomic_load(&gate))
+		cbcmn_yield(cx);
+	return pp_side(cx, arg);
+}
+
+static void test_cancels_walk_the_fallback_while_its_waits_come_and_go(void **state)
+{
+	(void)state;
+	enum { ROUNDS = 20000 };
+	struct cbcmn__fault_plan all = {.nth = 1, .every = 1, .err = -ENOMEM};
+	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &all))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	cbcmn__fault_disarm_all();
+	cbcmn_runtime *rt = t_runtime(2);
+	struct pp p;
+	struct pp_side s[2];
+	pp_init(rt, &p, s, ROUNDS);
+	cbcmn_chan *ch;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &ch), 0);
+	cbcmn_nursery *pn;
+	cbcmn_task *t[2];
+	atomic_store(&gate, 0);
+	atomic_store(&gated_started, 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &pn), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(cbcmn_nursery_spawn(NULL, pn, gated_pp_side, &s[i], &t[i]), 0);
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&gated_started) < 2) { /* their stacks taken */
+		if (t_now_ns() > deadline)
+			fail_msg("the ping-pong did not start");
+		usleep(200);
+	}
+	/* No memory as they first block: their nursery gets no scope. */
+	cbcmn__fault_arm(CBCMN__F_MALLOC, &all);
+	atomic_store(&gate, 1);
+	pp_wait_rounds(&p, 1);
+	cbcmn__fault_disarm_all();
+	assert_null(atomic_load(&pn->scope));
+	uint32_t cancels = 0;
+	deadline = t_now_ns() + STALL_NS;
+	while (atomic_load(&p.ended) < 2) {
+		if (t_now_ns() > deadline)
+			fail_msg("the ping-pong made %ld of %d rounds", atomic_load(&p.rounds), ROUNDS);
+		cbcmn_nursery *n;
+		assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+		assert_int_equal(cbcmn_nursery_spawn(NULL, n, blocked_recv, ch, NULL), 0);
+		assert_int_equal(cbcmn_nursery_cancel(n), 0);
+		int64_t rc = cbcmn_nursery_await_all(NULL, n);
+		/* 0: ended by the cancel; ECANCELED: cancelled before it ran. */
+		assert_true(rc == 0 || rc == CBCMN_ECANCELED);
+		cancels++;
+	}
+	for (int i = 0; i < 2; i++) {
+		int64_t r = -1;
+		assert_int_equal(cbcmn_task_join(NULL, t[i], &r), 0);
+		assert_int_equal(atomic_load(&p.rc[i]), 0); /* never cancelled */
+	}
+	assert_int_equal(atomic_load(&p.rounds), 2 * ROUNDS);
+	assert_true(cancels > 0);
+	assert_no_nodes(rt, rt->scope_fallback);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, pn), 0);
+	assert_int_equal(cbcmn_chan_destroy(ch), 0);
+	pp_fini(&p);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -586,6 +834,10 @@ int main(void)
 		cmocka_unit_test(test_cancel_reaches_the_innermost_of_deep_nesting),
 		cmocka_unit_test(test_cancel_from_thread_racing_events_loses_nothing),
 		cmocka_unit_test(test_waits_without_a_scope_are_still_cancelled),
+		cmocka_unit_test(test_cancel_lands_anywhere_in_a_ping_pong),
+		cmocka_unit_test(test_cancel_lands_anywhere_in_a_ping_pong_fenced),
+		cmocka_unit_test(test_ended_tasks_leave_no_node_in_their_scope),
+		cmocka_unit_test(test_cancels_walk_the_fallback_while_its_waits_come_and_go),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

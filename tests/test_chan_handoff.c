@@ -5,6 +5,7 @@
  * executor, and a cancellation, timeout or close that comes after the
  * hand-off never takes the message back. */
 #include "helpers.h"
+#include "../lib/runtime.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -602,6 +603,81 @@ static void test_regression_woken_task_past_the_slot_cap_goes_home(void **state)
 	assert_true(tested > 0);
 }
 
+/* ---- the direct switch (docs/SCHEDULER.md, "The next-task slot") -------- */
+
+struct direct {
+	cbcmn_runtime *rt;
+	cbcmn_chan *ab, *ba;
+	_Atomic uint32_t bad;   /* hops where the executor named another task */
+	_Atomic uint32_t blocked_bad; /* snapshots without the partner blocked */
+};
+
+/* After every hop: the executor we run on says we run (the stall
+ * monitor's and the snapshot's view, sched.c run_seq_begin()), and, now
+ * and then, the partner we switched from is counted blocked on the
+ * channel (its run's end, done on our stack after a direct switch). */
+static void direct_check(cbcmn_cx *cx, struct direct *d, int i)
+{
+	struct cbcmn__exec *e = d->rt->exec[cbcmn_cx_executor(cx)];
+	if (atomic_load(&e->diag.run_task) != cbcmn_cx_task_id(cx) ||
+	    e->current != (struct cbcmn_task *)cx)
+		atomic_fetch_add(&d->bad, 1);
+	if (i % 64 == 0) {
+		cbcmn_snapshot s = {.size = sizeof(s), .version = CBCMN_SNAPSHOT_VERSION};
+		if (cbcmn_runtime_snapshot(d->rt, &s, NULL, 0) != 0 || s.total.blocked_chan < 1)
+			atomic_fetch_add(&d->blocked_bad, 1);
+	}
+}
+
+static int64_t direct_side(cbcmn_cx *cx, void *arg, int side)
+{
+	struct direct *d = arg;
+	cbcmn_chan *out = side ? d->ba : d->ab, *in = side ? d->ab : d->ba;
+	for (int i = 0; i < ROUNDS; i++) {
+		int v = i, got = -1;
+		if (side == 0)
+			TASK_CHECK(cbcmn_chan_send(cx, out, &v) == 0);
+		TASK_CHECK(cbcmn_chan_recv(cx, in, &got) == 0 && got == i);
+		direct_check(cx, d, i);
+		if (side == 1)
+			TASK_CHECK(cbcmn_chan_send(cx, out, &v) == 0);
+	}
+	return 0;
+}
+
+static int64_t direct_ping(cbcmn_cx *cx, void *arg)
+{
+	return direct_side(cx, arg, 0);
+}
+
+static int64_t direct_pong(cbcmn_cx *cx, void *arg)
+{
+	return direct_side(cx, arg, 1);
+}
+
+/* A blocking ping-pong on one executor switches from the side that blocks
+ * straight to the side it woke (three hops in four; the fourth goes
+ * through the scheduler, the slot's cap): at every hop the executor names
+ * the task that runs, and the one that blocked is counted blocked. */
+static void test_direct_switch_keeps_the_executors_books(void **state)
+{
+	(void)state;
+	struct direct d = {.rt = t_runtime(1)};
+	assert_int_equal(cbcmn_chan_create(d.rt, 1, sizeof(int), &d.ab), 0);
+	assert_int_equal(cbcmn_chan_create(d.rt, 1, sizeof(int), &d.ba), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(d.rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, direct_pong, &d, NULL), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, direct_ping, &d, NULL), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&d.bad), 0);
+	assert_int_equal(atomic_load(&d.blocked_bad), 0);
+	assert_int_equal(cbcmn_chan_destroy(d.ab), 0);
+	assert_int_equal(cbcmn_chan_destroy(d.ba), 0);
+	t_destroy(d.rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -613,6 +689,7 @@ int main(void)
 		T_WATCHED_TEST(test_timeout_after_handoff_keeps_the_message),
 		T_WATCHED_TEST(test_close_after_handoff_keeps_the_message),
 		T_WATCHED_TEST(test_regression_woken_task_past_the_slot_cap_goes_home),
+		T_WATCHED_TEST(test_direct_switch_keeps_the_executors_books),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
