@@ -68,6 +68,10 @@ static struct cbcmn__actor *slot_at(struct cbcmn__actors *t, uint32_t idx)
  * table's list: references to its last actor fail the same way. */
 #define SLOT_BATCH 32u
 
+/* The largest mailbox ring a free slot keeps for its next actor (16 KiB
+ * of messages): an executor's cache then holds at most 1 MiB of rings. */
+#define SPARE_CAP_MAX 256u
+
 /* The calling thread's executor, if it is one of rt's (it has a cache). */
 static struct cbcmn__exec *cache_of(const struct cbcmn_runtime *rt)
 {
@@ -433,9 +437,16 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	for (uint32_t i = 0; drop && i < count; i++)
 		drop(user, &ring[(head + i) % cap]);
 	/* Kept for the slot's next actor while it stays in this executor's
-	 * cache (slot_free()); the halt alone holds the slot until then. */
-	a->spare = ring;
-	a->spare_cap = cap;
+	 * cache (slot_free()); the halt alone holds the slot until then.
+	 * Only a small one: a cache holds 64 slots, and rings of the largest
+	 * capacity (64 MiB, charged to nobody) would stay there for good
+	 * (test_big_mailbox_rings_are_not_kept). */
+	if (cap <= SPARE_CAP_MAX) {
+		a->spare = ring;
+		a->spare_cap = cap;
+	} else {
+		free(ring);
+	}
 	if (fini)
 		fini(user);
 	while (sys) {
