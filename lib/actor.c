@@ -410,10 +410,7 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	 * HALTING spell for a demonitor to wait out, so FREE at once and no
 	 * second lock at the end (most actors: skynet's million). */
 	bool quiet = !links && !watching && !a->watched_by;
-	if (quiet)
-		CBCMN__AGAUGE(a->rt, home, live, -1);
-	else
-		CBCMN__AGAUGE(a->rt, home, halting, 1);
+	CBCMN__AGAUGE(a->rt, home, halting, 1);
 	a->links = a->watching = NULL;
 	a->state = quiet ? CBCMN__A_FREE : CBCMN__A_HALTING;
 	a->gen++; /* every reference to it dies here */
@@ -520,10 +517,14 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	if (!quiet) {
 		cbcmn__mutex_lock(&a->lock);
 		a->state = CBCMN__A_FREE;
-		CBCMN__AGAUGE(a->rt, home, halting, -1);
-		CBCMN__AGAUGE(a->rt, home, live, -1);
 		cbcmn__mutex_unlock(&a->lock);
 	}
+	/* Live and halting until here, quiet or not: the statistics count a
+	 * halt while it runs, its drop and fini included (cbcmn.h;
+	 * test_quiet_halt_counts_halting_while_it_runs).  The gauges are
+	 * atomic: no lock for them. */
+	CBCMN__AGAUGE(a->rt, home, halting, -1);
+	CBCMN__AGAUGE(a->rt, home, live, -1);
 	slot_free(atomic_load_explicit(&a->rt->actors, memory_order_relaxed), a);
 	return reason;
 }

@@ -548,6 +548,60 @@ static void test_big_mailbox_rings_are_not_kept(void **state)
 	t_destroy(rt);
 }
 
+/* ---- an actor nobody watches counts live and halting while its halt runs ----
+ *
+ * Its halt is one lock section (FREE at once), but the statistics say
+ * what cbcmn.h says: halting while the halt runs, its drop included.  It
+ * left both gauges as the halt began: a slow drop showed no actor at all. */
+
+static _Atomic int qh_in_drop, qh_looked;
+
+static void qh_drop(void *st, const cbcmn_actor_msg *m)
+{
+	(void)st;
+	(void)m;
+	atomic_store(&qh_in_drop, 1);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&qh_looked) && t_now_ns() < deadline)
+		usleep(1000);
+}
+
+static int64_t qh_body(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r;
+	cbcmn_actor_opts o = {.drop = qh_drop};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, &o, &r) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0); /* dropped at its halt */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_quiet_halt_counts_halting_while_it_runs(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, qh_body, NULL, NULL), 0);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&qh_in_drop) && t_now_ns() < deadline)
+		usleep(1000);
+	assert_true(atomic_load(&qh_in_drop));
+	cbcmn_stats st;
+	cbcmn_executor_stats per;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, &per, 1), 0);
+	atomic_store(&qh_looked, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(per.actors, 1);
+	assert_int_equal(per.actors_halting, 1);
+	assert_int_equal(live_actors(rt, 1), 0);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -559,6 +613,7 @@ int main(int argc, char **argv)
 		T(test_host_reuses_halted_handler_records),
 		T(test_spawn_halt_storm_from_executors_and_threads),
 		T(test_big_mailbox_rings_are_not_kept),
+		T(test_quiet_halt_counts_halting_while_it_runs),
 	};
 #undef T
 	if (argc > 1)
