@@ -68,6 +68,10 @@ static struct cbcmn__actor *slot_at(struct cbcmn__actors *t, uint32_t idx)
  * table's list: references to its last actor fail the same way. */
 #define SLOT_BATCH 32u
 
+/* The largest mailbox ring a free slot keeps for its next actor (16 KiB
+ * of messages): an executor's cache then holds at most 1 MiB of rings. */
+#define SPARE_CAP_MAX 256u
+
 /* The calling thread's executor, if it is one of rt's (it has a cache). */
 static struct cbcmn__exec *cache_of(const struct cbcmn_runtime *rt)
 {
@@ -406,10 +410,7 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	 * HALTING spell for a demonitor to wait out, so FREE at once and no
 	 * second lock at the end (most actors: skynet's million). */
 	bool quiet = !links && !watching && !a->watched_by;
-	if (quiet)
-		CBCMN__AGAUGE(a->rt, home, live, -1);
-	else
-		CBCMN__AGAUGE(a->rt, home, halting, 1);
+	CBCMN__AGAUGE(a->rt, home, halting, 1);
 	a->links = a->watching = NULL;
 	a->state = quiet ? CBCMN__A_FREE : CBCMN__A_HALTING;
 	a->gen++; /* every reference to it dies here */
@@ -433,9 +434,16 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	for (uint32_t i = 0; drop && i < count; i++)
 		drop(user, &ring[(head + i) % cap]);
 	/* Kept for the slot's next actor while it stays in this executor's
-	 * cache (slot_free()); the halt alone holds the slot until then. */
-	a->spare = ring;
-	a->spare_cap = cap;
+	 * cache (slot_free()); the halt alone holds the slot until then.
+	 * Only a small one: a cache holds 64 slots, and rings of the largest
+	 * capacity (64 MiB, charged to nobody) would stay there for good
+	 * (test_big_mailbox_rings_are_not_kept). */
+	if (cap <= SPARE_CAP_MAX) {
+		a->spare = ring;
+		a->spare_cap = cap;
+	} else {
+		free(ring);
+	}
 	if (fini)
 		fini(user);
 	while (sys) {
@@ -509,10 +517,14 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	if (!quiet) {
 		cbcmn__mutex_lock(&a->lock);
 		a->state = CBCMN__A_FREE;
-		CBCMN__AGAUGE(a->rt, home, halting, -1);
-		CBCMN__AGAUGE(a->rt, home, live, -1);
 		cbcmn__mutex_unlock(&a->lock);
 	}
+	/* Live and halting until here, quiet or not: the statistics count a
+	 * halt while it runs, its drop and fini included (cbcmn.h;
+	 * test_quiet_halt_counts_halting_while_it_runs).  The gauges are
+	 * atomic: no lock for them. */
+	CBCMN__AGAUGE(a->rt, home, halting, -1);
+	CBCMN__AGAUGE(a->rt, home, live, -1);
 	slot_free(atomic_load_explicit(&a->rt->actors, memory_order_relaxed), a);
 	return reason;
 }

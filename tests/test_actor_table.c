@@ -502,6 +502,106 @@ static void test_spawn_halt_storm_from_executors_and_threads(void **state)
 	t_destroy(s.rt);
 }
 
+/* ---- a big mailbox ring is not kept for the slot's next actor ----
+ *
+ * A halted actor's ring stays with its slot in the executor's cache for
+ * the next spawn there: a ring of the largest capacity is 64 MiB, charged
+ * to nobody, and an executor that never retires kept 64 of them (4 GiB)
+ * for good once that many such actors had lived at once. */
+
+#define BR_N 8
+
+static int64_t big_rings_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r[BR_N + 1];
+	cbcmn_actor_opts big = {.mailbox_cap = CBCMN_ACTOR_MAILBOX_MAX};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	for (int i = 0; i < BR_N; i++) /* alive at once: a ring each */
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &big, &r[i]) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, NULL, &r[BR_N]) == 0);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	for (int i = 0; i <= BR_N; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r[i], &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	/* One executor: the halts ran on this thread, whose cache holds
+	 * every slot now; the default ring is kept, no big one. */
+	struct cbcmn__actors *t = atomic_load(&rt->actors);
+	struct cbcmn__actor *c = atomic_load(&t->chunk[0]);
+	uint32_t kept = 0, big_kept = 0;
+	for (uint32_t i = 0; i < atomic_load(&t->nslots); i++) {
+		kept += c[i].spare != NULL;
+		big_kept += c[i].spare && c[i].spare_cap == CBCMN_ACTOR_MAILBOX_MAX;
+	}
+	TASK_CHECK(kept >= 1);
+	TASK_CHECK(big_kept == 0);
+	return 0;
+}
+
+static void test_big_mailbox_rings_are_not_kept(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, big_rings_main, NULL, 0);
+	t_destroy(rt);
+}
+
+/* ---- an actor nobody watches counts live and halting while its halt runs ----
+ *
+ * Its halt is one lock section (FREE at once), but the statistics say
+ * what cbcmn.h says: halting while the halt runs, its drop included.  It
+ * left both gauges as the halt began: a slow drop showed no actor at all. */
+
+static _Atomic int qh_in_drop, qh_looked;
+
+static void qh_drop(void *st, const cbcmn_actor_msg *m)
+{
+	(void)st;
+	(void)m;
+	atomic_store(&qh_in_drop, 1);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&qh_looked) && t_now_ns() < deadline)
+		usleep(1000);
+}
+
+static int64_t qh_body(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r;
+	cbcmn_actor_opts o = {.drop = qh_drop};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, &o, &r) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0); /* dropped at its halt */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_quiet_halt_counts_halting_while_it_runs(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, qh_body, NULL, NULL), 0);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&qh_in_drop) && t_now_ns() < deadline)
+		usleep(1000);
+	assert_true(atomic_load(&qh_in_drop));
+	cbcmn_stats st;
+	cbcmn_executor_stats per;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, &per, 1), 0);
+	atomic_store(&qh_looked, 1);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(per.actors, 1);
+	assert_int_equal(per.actors_halting, 1);
+	assert_int_equal(live_actors(rt, 1), 0);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -512,6 +612,8 @@ int main(int argc, char **argv)
 		T(test_retiring_executor_drains_its_cache),
 		T(test_host_reuses_halted_handler_records),
 		T(test_spawn_halt_storm_from_executors_and_threads),
+		T(test_big_mailbox_rings_are_not_kept),
+		T(test_quiet_halt_counts_halting_while_it_runs),
 	};
 #undef T
 	if (argc > 1)
