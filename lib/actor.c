@@ -104,13 +104,26 @@ static void slot_free(struct cbcmn__actors *t, struct cbcmn__actor *a)
 	cbcmn__mutex_unlock(&t->lock);
 }
 
-struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+/* The slot ref names (alive or not: slots outlive their actors), or NULL. */
+static struct cbcmn__actor *slot_of_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 {
 	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	if (!t || cbcmn__ref_gen(ref) == 0 || cbcmn__ref_tag(ref) != t->tag)
+		return NULL;
+	return slot_at(t, cbcmn__ref_index(ref));
+}
+
+int cbcmn__actor_home_hint(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
+	struct cbcmn__actor *a = slot_of_ref(rt, ref);
+	return a ? (int)cbcmn__actor_home(a) : -1;
+}
+
+struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
 	uint32_t gen = cbcmn__ref_gen(ref);
-	struct cbcmn__actor *a;
-	if (!t || gen == 0 || cbcmn__ref_tag(ref) != t->tag ||
-	    !(a = slot_at(t, cbcmn__ref_index(ref))))
+	struct cbcmn__actor *a = slot_of_ref(rt, ref);
+	if (!a)
 		return NULL;
 	cbcmn__mutex_lock(&a->lock);
 	if (a->state == CBCMN__A_LIVE && a->gen == gen)

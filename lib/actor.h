@@ -195,6 +195,11 @@ static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, 
 }
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
+/* The executor whose lanes take messages for a (its home, where it last
+ * ran), read without the lock: a hint, stale once a halts or moves; -1 if
+ * a names no slot.  A slot outlives its actors, so this never reads freed
+ * memory. */
+int cbcmn__actor_home_hint(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
 
 /* A spawn with what supervisors need (actor_sup.c).  contained: the halt
  * reason reaches the monitors only (the nursery sees 0, so a crash cancels

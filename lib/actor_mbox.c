@@ -27,6 +27,7 @@
 
 #include "actor.h"
 #include "futex.h"
+#include "monitor.h"
 #include "probes.h"
 #include "timer.h"
 #include "trace.h"
@@ -350,6 +351,61 @@ static void depth_sample(uint32_t d)
 	MCOUNT(cbcmn__tls_exec, depth_hist[k]);
 }
 
+/* ---- sends across executors: over the lanes ------------------------------ */
+
+/* A send handed to the receiver's home executor: the lane message (its
+ * pointer comes back as the acknowledgement), on the sender's stack. */
+struct lane_send {
+	struct cbcmn__xmsg x;
+	struct cbcmn_runtime *rt;
+	cbcmn_actor_ref to;
+	const cbcmn_actor_msg *m;
+	bool blocking; /* a send (not a try_send): cancellation ends it */
+	int rc;        /* set there, read here after the acknowledgement woke us */
+};
+
+/* On the home executor e's thread, at its mail drain: put the message as a
+ * try_send would (the slot lock is e's own cache line when the receiver
+ * runs there), unless a blocking sender was cancelled meanwhile (a blocking
+ * call is where cancellation is noticed; a try_send never notices it).
+ * Whatever the outcome, the message is then in the mailbox or not, for
+ * good: a cancellation after this point leaves it delivered. */
+static void lane_put(struct cbcmn__exec *e, void *arg)
+{
+	struct lane_send *ls = arg;
+	ls->rc = ls->blocking && cbcmn__task_cancelled(ls->x.task)
+			 ? CBCMN_ECANCELED
+			 : cbcmn__mb_try_put(ls->rt, ls->to, ls->m, e);
+}
+
+/* The executor a send from task self should go through: the receiver's
+ * home if it is another executor than self's, which is not stalled (the
+ * sender would wait out the stall), else -1 (the lock path).  A handler
+ * never parks, so its sends take the lock path. */
+static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
+		      int mode)
+{
+	if (!self || mode == SEND_HND)
+		return -1;
+	int h = cbcmn__actor_home_hint(rt, to);
+	if (h < 0 || (uint32_t)h == self->exec->id || cbcmn__exec_stalled(rt->exec[h]) ||
+	    cbcmn__hnd_current(self))
+		return -1;
+	return h;
+}
+
+/* Send m to `to` through executor h's lanes, and wait for the outcome
+ * (the acknowledgement): 0, -ESRCH, -EAGAIN (full: nothing of ours is in
+ * flight any more, so the caller may wait for room through the lock in
+ * order), CBCMN_ECANCELED (cancelled before the home executor put it). */
+static int lane_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, uint32_t h,
+		     cbcmn_actor_ref to, const cbcmn_actor_msg *m, bool blocking)
+{
+	struct lane_send ls = {.rt = rt, .to = to, .m = m, .blocking = blocking};
+	cbcmn__xmsg_call_wait(self->exec, h, self, &ls.x, lane_put, &ls);
+	return ls.rc;
+}
+
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
@@ -363,6 +419,17 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	/* Before the lock: the timer is armed under it. */
 	uint64_t deadline = mode == SEND_WAIT ? deadline_in(rt, timeout_ns) : UINT64_MAX;
+	int h = lane_route(self, rt, to, mode);
+	if (h >= 0) {
+		int rc = lane_send(self, rt, (uint32_t)h, to, &copy, mode == SEND_WAIT);
+		if (rc != -EAGAIN || mode != SEND_WAIT) {
+			if (rc == -EAGAIN)
+				backpressure(rt, to, rc, false);
+			CBCMN_PROBE5(actor_send, to, copy.from, rc, 0, rt->seg.rt_id);
+			return rc;
+		}
+		/* Full at the drain: wait for room as any sender does. */
+	}
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
 	if (!a) {
 		CBCMN_PROBE5(actor_send, to, copy.from, -ESRCH, 0, rt->seg.rt_id);

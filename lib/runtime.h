@@ -252,7 +252,9 @@ enum cbcmn__post {
  * to the receiver through the (sender, receiver) lane, and sent back
  * through the reverse lane as the acknowledgement, after which the sender
  * reuses it.  Exactly once: a lane entry is consumed by one receiver. */
-enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL };
+/* XM_REPLY: a call (fn, arg) whose message is on its sending task's stack,
+ * parked until the acknowledgement wakes it (cbcmn__xmsg_call_wait()). */
+enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL, CBCMN__XM_REPLY };
 
 struct cbcmn__xmsg {
 	uint32_t kind;
@@ -784,6 +786,12 @@ int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec);
 void cbcmn__xmsg_fini(struct cbcmn__exec *e);
 int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
 		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
+/* Task t, running on e, has fn(dst, arg) run on executor dst's thread and
+ * parks until the acknowledgement (m, its own, on its stack) comes back,
+ * which wakes it.  It never fails (no memory: a full lane backlogs m). */
+void cbcmn__xmsg_call_wait(struct cbcmn__exec *e, uint32_t dst, struct cbcmn_task *t,
+			   struct cbcmn__xmsg *m, void (*fn)(struct cbcmn__exec *, void *),
+			   void *arg);
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
 void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq);
 bool cbcmn__mail_drain(struct cbcmn__exec *e);

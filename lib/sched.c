@@ -1569,6 +1569,16 @@ static void spin_release(struct cbcmn_runtime *rt, bool *spinning)
 
 static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning);
 
+/* Tasks of e wait for acknowledgements of their lane calls (an actor send
+ * to another executor, actor_mbox.c): they come at that executor's next
+ * drain, sooner than a doorbell would wake us, so e spins for them
+ * (within cfg.spin_ns) even without a spinning place. */
+static bool replies_due(const struct cbcmn__exec *e)
+{
+	return atomic_load_explicit(&e->ss->ctr.xmsgs_sent, memory_order_relaxed) !=
+	       atomic_load_explicit(&e->ss->ctr.xmsgs_acked, memory_order_relaxed);
+}
+
 /* Nothing local: look at the ring, the mail, other executors' queues and
  * the inject queue; spin like that for cfg.spin_ns (a parked CPU takes
  * tens of us to wake here) if a spinning place is free (spin_claim()),
@@ -1658,7 +1668,8 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		 * us) on the next hand-over of a ping-pong. */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
 		    (wait == 0 || pause < wait) &&
-		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
+		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS ||
+		     replies_due(e))) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)
 				pause *= 2;

@@ -224,6 +224,26 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 }
 
 /* Outside threads: work for dst (a task to start or resume). */
+void cbcmn__xmsg_call_wait(struct cbcmn__exec *e, uint32_t dst, struct cbcmn_task *t,
+			   struct cbcmn__xmsg *m, void (*fn)(struct cbcmn__exec *, void *),
+			   void *arg)
+{
+	m->kind = CBCMN__XM_REPLY;
+	m->src = e->id;
+	m->task = t;
+	m->fn = fn;
+	m->arg = arg;
+	CBCMN__COUNT(e, xmsgs_sent, 1);
+	CBCMN_PROBE4(xmsg, e->id, dst, CBCMN__XM_REPLY, e->rt->seg.rt_id);
+	/* PARKING before the post: the wake (only our own thread can drain
+	 * the acknowledgement, but after we switch away) finds us at least
+	 * on our way out, and requeues us (cbcmn__wake_task()). */
+	t->wait_kind = CBCMN__G_CHAN;
+	atomic_store_explicit(&t->state, CBCMN__T_PARKING, memory_order_relaxed);
+	post(e, e->rt->exec[dst], m, (uintptr_t)m, true);
+	cbcmn__suspend(t);
+}
+
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 {
 	struct cbcmn_task *head = atomic_load_explicit(&dst->remote, memory_order_relaxed);
@@ -288,7 +308,8 @@ static struct cbcmn_task *lanes_take(struct cbcmn__exec *x)
 			uintptr_t ent = atomic_load_explicit(&l->slot[head % CBCMN__LANE_CAP],
 							     memory_order_relaxed);
 			struct cbcmn__xmsg *m = (struct cbcmn__xmsg *)ent;
-			if ((ent & 1) || m->kind == CBCMN__XM_CALL || !m->task ||
+			/* Calls stay, and a REPLY's task is its parked sender. */
+			if ((ent & 1) || m->kind >= CBCMN__XM_CALL || !m->task ||
 			    (m->task->flags & CBCMN__TF_PINNED))
 				continue;
 			*tail = m->task;
@@ -369,11 +390,13 @@ static void deliver(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
 			take_task(e, m->task, false);
 		break;
 	case CBCMN__XM_CALL:
+	case CBCMN__XM_REPLY:
 		m->fn(e, m->arg);
 		break;
 	}
-	/* The acknowledgement: the same pointer, back to its sender. */
-	post(e, e->rt->exec[m->src], m, (uintptr_t)m | 1, false);
+	/* The acknowledgement: the same pointer, back to its sender; a REPLY's
+	 * wakes its parked task, so it rings the sender's doorbell. */
+	post(e, e->rt->exec[m->src], m, (uintptr_t)m | 1, m->kind == CBCMN__XM_REPLY);
 }
 
 static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
@@ -389,9 +412,15 @@ static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
 		atomic_store_explicit(&l->head, head, memory_order_release);
 		struct cbcmn__xmsg *m = (struct cbcmn__xmsg *)(ent & ~(uintptr_t)1);
 		if (ent & 1) {
+			CBCMN__COUNT(e, xmsgs_acked, 1);
+			if (m->kind == CBCMN__XM_REPLY) {
+				/* m is its task's, on its stack: the wake is
+				 * the last we touch of it. */
+				cbcmn__wake_task(m->task, e);
+				continue;
+			}
 			m->next = e->xm_free; /* acknowledged: ours again */
 			e->xm_free = m;
-			CBCMN__COUNT(e, xmsgs_acked, 1);
 		} else {
 			deliver(e, m);
 		}
