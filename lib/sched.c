@@ -1572,7 +1572,8 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning);
 /* Tasks of e wait for acknowledgements of their lane calls (an actor send
  * to another executor, actor_mbox.c): they come at that executor's next
  * drain, sooner than a doorbell would wake us, so e spins for them
- * (within cfg.spin_ns) even without a spinning place. */
+ * (within cfg.spin_ns) without taking a spinning place: that goes to the
+ * executor that drains them. */
 static bool replies_due(const struct cbcmn__exec *e)
 {
 	return atomic_load_explicit(&e->ss->ctr.xmsgs_sent, memory_order_relaxed) !=
@@ -1668,8 +1669,8 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		 * us) on the next hand-over of a ping-pong. */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
 		    (wait == 0 || pause < wait) &&
-		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS ||
-		     replies_due(e))) {
+		    (replies_due(e) || *spinning || (*spinning = spin_claim(rt)) ||
+		     pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)
 				pause *= 2;
