@@ -596,6 +596,59 @@ static void test_dead_receiver_esrch_and_nothing_lost(void **state)
 	}
 }
 
+/* A recycled slot: the old reference's send crosses to the slot's
+ * executor and finds the new generation there: -ESRCH, and the new actor
+ * gets nothing of it. */
+struct rc_ {
+	struct rx old, fresh;
+	int rc_old, rc_new;
+};
+
+static int64_t quick_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t rc_sender(cbcmn_cx *cx, void *arg)
+{
+	struct rc_ *r = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	r->rc_old = cbcmn_actor_send(NULL, cx, r->old.a, &m);
+	r->rc_new = cbcmn_actor_send(NULL, cx, r->fresh.a, &m);
+	return quit(cx, r->fresh.a);
+}
+
+static int64_t rc_main(cbcmn_cx *cx, void *arg)
+{
+	struct rc_ *r = arg;
+	cbcmn_nursery *n0, *n;
+	TASK_CHECK(open_n(cx, &n0) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n0, quick_actor, NULL, &o, &r->old.a) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n0) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	atomic_store(&r->fresh.go, 1);
+	TASK_CHECK(rx_spawn(cx, n, &r->fresh, CBCMN_PLACE_PINNED, 1, 4) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, rc_sender, r, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_recycled_reference_is_esrch_over_the_lane(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct rc_ r = {0};
+	t_run_pinned(rt, 1, rc_main, &r);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r.rc_old, -ESRCH);
+	assert_int_equal(r.rc_new, 0);
+	assert_int_equal(atomic_load(&r.fresh.got), 1);
+	assert_int_equal(atomic_load(&r.fresh.bad), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -607,6 +660,7 @@ int main(void)
 		cmocka_unit_test(test_sender_cancelled_at_any_point_delivered_iff_zero),
 		cmocka_unit_test(test_full_lane_backlogs_in_order),
 		cmocka_unit_test(test_dead_receiver_esrch_and_nothing_lost),
+		cmocka_unit_test(test_recycled_reference_is_esrch_over_the_lane),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
