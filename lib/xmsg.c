@@ -9,6 +9,12 @@
  * consumer, so a message is delivered exactly once, and the sender knows
  * when (it counts what is out).
  *
+ * A call that waits for its answer (XM_REPLY: an actor's send to another
+ * executor, actor_mbox.c) needs no allocation: its message is on the
+ * parked sending task's stack, and its acknowledgement, instead of going
+ * back on a free list, wakes that task, so it rings the sender's doorbell
+ * where other acknowledgements wake nobody.
+ *
  * Wake-ups are coalesced: dst has a bit per source lane with entries and a
  * summary word; only the send that sets the bit (the lane's transition to
  * non-empty, as far as dst knows) unparks dst, and unparking rings a
@@ -206,12 +212,10 @@ void cbcmn__backlog_flush(struct cbcmn__exec *e)
 	}
 }
 
-int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
-		     void (*fn)(struct cbcmn__exec *, void *), void *arg)
+/* Fill message m in and send it to dst (a wake: dst must look). */
+static void xm_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m, uint32_t kind,
+		    struct cbcmn_task *t, void (*fn)(struct cbcmn__exec *, void *), void *arg)
 {
-	struct cbcmn__xmsg *m = xm_alloc(e);
-	if (!m)
-		return -ENOMEM;
 	m->kind = kind;
 	m->src = e->id;
 	m->task = t;
@@ -220,30 +224,32 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 	CBCMN__COUNT(e, xmsgs_sent, 1);
 	CBCMN_PROBE4(xmsg, e->id, dst, kind, e->rt->seg.rt_id);
 	post(e, e->rt->exec[dst], m, (uintptr_t)m, true);
+}
+
+int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
+		     void (*fn)(struct cbcmn__exec *, void *), void *arg)
+{
+	struct cbcmn__xmsg *m = xm_alloc(e);
+	if (!m)
+		return -ENOMEM;
+	xm_post(e, dst, m, kind, t, fn, arg);
 	return 0;
 }
 
-/* Outside threads: work for dst (a task to start or resume). */
 void cbcmn__xmsg_call_wait(struct cbcmn__exec *e, uint32_t dst, struct cbcmn_task *t,
 			   struct cbcmn__xmsg *m, void (*fn)(struct cbcmn__exec *, void *),
 			   void *arg)
 {
-	m->kind = CBCMN__XM_REPLY;
-	m->src = e->id;
-	m->task = t;
-	m->fn = fn;
-	m->arg = arg;
-	CBCMN__COUNT(e, xmsgs_sent, 1);
-	CBCMN_PROBE4(xmsg, e->id, dst, CBCMN__XM_REPLY, e->rt->seg.rt_id);
-	/* PARKING before the post: the wake (only our own thread can drain
-	 * the acknowledgement, but after we switch away) finds us at least
-	 * on our way out, and requeues us (cbcmn__wake_task()). */
+	/* PARKING before the post: the wake (only our own thread drains
+	 * the acknowledgement, after we switch away) finds us at least on
+	 * our way out, and requeues us (cbcmn__wake_task()). */
 	t->wait_kind = CBCMN__G_CHAN;
 	atomic_store_explicit(&t->state, CBCMN__T_PARKING, memory_order_relaxed);
-	post(e, e->rt->exec[dst], m, (uintptr_t)m, true);
+	xm_post(e, dst, m, CBCMN__XM_REPLY, t, fn, arg);
 	cbcmn__suspend(t);
 }
 
+/* Outside threads: work for dst (a task to start or resume). */
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 {
 	struct cbcmn_task *head = atomic_load_explicit(&dst->remote, memory_order_relaxed);
