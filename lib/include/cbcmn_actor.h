@@ -67,6 +67,16 @@
  * one enclosing it) is cancelled returns CBCMN_ECANCELED, and leaves no
  * trace: its message was not taken, its buffer not written.
  *
+ * Across executors.  A task's send to an actor whose home is another
+ * executor goes over the executors' lanes: that executor puts the message
+ * in the mailbox at its next look at its mail and answers; the send
+ * returns with that answer (every guarantee above holds).  Its wait for
+ * the answer is short and not interrupted: a cancellation the receiving
+ * executor sees before it puts the message makes the send CBCMN_ECANCELED
+ * (not taken); one after it leaves the send delivered (0), noticed at the
+ * next blocking call.  Threads and handler actors send through the
+ * mailbox lock.
+ *
  * Contexts.  cx is the calling task (an actor is a task), or NULL from a
  * thread outside the runtime, which then blocks as a thread and must not be
  * one of the runtime's executors (-EDEADLK).  Such a thread's calls must
@@ -221,8 +231,9 @@ CBCMN_API int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn f
 CBCMN_API int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 			       const cbcmn_actor_msg *m);
 
-/* cbcmn_actor_send() that never waits: -EAGAIN when the mailbox is full.
- * Works in a cancelled task and with a NULL cx on an executor thread. */
+/* cbcmn_actor_send() that never waits for room: -EAGAIN when the mailbox
+ * is full (across executors, it waits for the answer, above).  Works in a
+ * cancelled task and with a NULL cx on an executor thread. */
 CBCMN_API int cbcmn_actor_try_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 				   const cbcmn_actor_msg *m);
 
