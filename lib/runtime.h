@@ -361,6 +361,7 @@ struct cbcmn__exec {
 	struct cbcmn__xmsg **backlog;     /* per receiver: entries its full lane refused */
 	struct cbcmn__xmsg **backlog_tail;
 	uint32_t nbacklog;
+	uint32_t replies_out;             /* XM_REPLY calls of its tasks not yet acknowledged */
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
 	bool gated;                       /* the gate refused work since the last look (sched.c) */
 	uint64_t gate_wait_ns;            /* how long to park while only gated work is left */

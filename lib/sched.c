@@ -1576,8 +1576,7 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning);
  * executor that drains them. */
 static bool replies_due(const struct cbcmn__exec *e)
 {
-	return atomic_load_explicit(&e->ss->ctr.xmsgs_sent, memory_order_relaxed) !=
-	       atomic_load_explicit(&e->ss->ctr.xmsgs_acked, memory_order_relaxed);
+	return e->replies_out != 0;
 }
 
 /* Nothing local: look at the ring, the mail, other executors' queues and

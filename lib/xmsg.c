@@ -245,6 +245,7 @@ void cbcmn__xmsg_call_wait(struct cbcmn__exec *e, uint32_t dst, struct cbcmn_tas
 	 * our way out, and requeues us (cbcmn__wake_task()). */
 	t->wait_kind = CBCMN__G_CHAN;
 	atomic_store_explicit(&t->state, CBCMN__T_PARKING, memory_order_relaxed);
+	e->replies_out++;
 	xm_post(e, dst, m, CBCMN__XM_REPLY, t, fn, arg);
 	cbcmn__suspend(t);
 }
@@ -422,6 +423,7 @@ static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
 			if (m->kind == CBCMN__XM_REPLY) {
 				/* m is its task's, on its stack: the wake is
 				 * the last we touch of it. */
+				e->replies_out--;
 				cbcmn__wake_task(m->task, e);
 				continue;
 			}
