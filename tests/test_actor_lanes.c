@@ -44,6 +44,19 @@ static bool wait_for(cbcmn_cx *cx, _Atomic long *v, long want)
 	return true;
 }
 
+/* Waits (bounded) until executor id has sent want lane messages in all. */
+static bool wait_xmsgs(cbcmn_cx *cx, uint32_t id, uint64_t want)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (xmsgs_sent(rt, id) < want) {
+		if (t_now_ns() > end)
+			return false;
+		cbcmn_sleep(cx, 100000);
+	}
+	return true;
+}
+
 /* A busy executor: spins without a checkpoint until released, so that its
  * mail is not drained meanwhile (the runtimes here have no stall monitor,
  * which would move work off it). */
@@ -258,7 +271,7 @@ struct bp {
 	struct rx r;
 	cbcmn_runtime *rt;
 	int rc_try, rc_timed, rc_zero;
-	_Atomic long blocked_sent;
+	_Atomic long probed, blocked_sent;
 	uint64_t x0, x1;
 };
 
@@ -276,6 +289,7 @@ static int64_t bp_sender(cbcmn_cx *cx, void *arg)
 	b->rc_zero = cbcmn_actor_send_timeout(NULL, cx, b->r.a, &lost, 0);
 	b->rc_timed = cbcmn_actor_send_timeout(NULL, cx, b->r.a, &lost, 2000000);
 	b->x1 = xmsgs_sent(b->rt, 0);
+	atomic_store(&b->probed, 1);
 	/* A blocking send waits for room, then lands after the first two. */
 	cbcmn_actor_msg m = msg(M_DATA, 0, 2);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, b->r.a, &m) == 0);
@@ -290,8 +304,10 @@ static int64_t bp_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(open_n(cx, &n) == 0);
 	TASK_CHECK(rx_spawn(cx, n, &b->r, CBCMN_PLACE_PINNED, 1, 2) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, bp_sender, b, NULL) == 0);
-	/* Let the blocking send wait a while before the receiver makes room. */
-	cbcmn_sleep(cx, 20000000);
+	/* The receiver makes room only once the sender has met the full
+	 * mailbox, and its blocking send has waited a while. */
+	TASK_CHECK(wait_for(cx, &b->probed, 1));
+	cbcmn_sleep(cx, 5000000);
 	TASK_CHECK(atomic_load(&b->blocked_sent) == 0);
 	atomic_store(&b->r.go, 1);
 	return cbcmn_nursery_await_all(cx, n);
@@ -322,7 +338,7 @@ struct cs {
 	struct rx r;
 	struct hog hog;
 	cbcmn_nursery *ns;
-	_Atomic long posted, done;
+	_Atomic long done;
 	int rc;
 	bool hog_sender_side; /* hold the sender's executor (ack) or the receiver's (drain) */
 };
@@ -331,7 +347,6 @@ static int64_t cs_sender(cbcmn_cx *cx, void *arg)
 {
 	struct cs *c = arg;
 	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
-	atomic_store(&c->posted, 1);
 	c->rc = cbcmn_actor_send(NULL, cx, c->r.a, &m);
 	atomic_store(&c->done, 1);
 	return 0;
@@ -362,9 +377,11 @@ static int64_t cs_main(cbcmn_cx *cx, void *arg)
 		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &c->hog, NULL) == 0);
 		while (!atomic_load(&c->hog.running))
 			cbcmn_sleep(cx, 100000);
+		uint64_t x0 = xmsgs_sent(cbcmn_cx_runtime(cx), 0);
 		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, c->ns, 0, cs_sender, c, NULL) == 0);
-		TASK_CHECK(wait_for(cx, &c->posted, 1));
-		cbcmn_sleep(cx, 2000000); /* past the post, into the wait */
+		/* Its lane message posted (nothing else of executor 0's
+		 * crosses now): it waits for the acknowledgement. */
+		TASK_CHECK(wait_xmsgs(cx, 0, x0 + 1));
 	}
 	TASK_CHECK(atomic_load(&c->done) == 0); /* it waits for its acknowledgement */
 	TASK_CHECK(cbcmn_nursery_cancel(c->ns) == 0);
@@ -472,7 +489,6 @@ struct fl {
 	struct rx r;
 	struct hog hog;
 	_Atomic int ids;
-	_Atomic long posted;
 };
 
 static int64_t fl_sender(cbcmn_cx *cx, void *arg)
@@ -481,7 +497,6 @@ static int64_t fl_sender(cbcmn_cx *cx, void *arg)
 	uint64_t id = (uint64_t)atomic_fetch_add(&f->ids, 1);
 	for (uint64_t i = 0; i < 2; i++) {
 		cbcmn_actor_msg m = msg(M_DATA, id, i);
-		atomic_fetch_add(&f->posted, 1);
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, f->r.a, &m) == 0);
 	}
 	return 0;
@@ -499,11 +514,11 @@ static int64_t fl_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &f->hog, NULL) == 0);
 	while (!atomic_load(&f->hog.running))
 		cbcmn_sleep(cx, 100000);
+	uint64_t x0 = xmsgs_sent(cbcmn_cx_runtime(cx), 0);
 	for (int i = 0; i < LANE_SENDERS; i++)
 		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, fl_sender, f, NULL) == 0);
 	/* Every sender posted its first message: 300 in a lane of 256. */
-	TASK_CHECK(wait_for(cx, &f->posted, LANE_SENDERS));
-	cbcmn_sleep(cx, 2000000);
+	TASK_CHECK(wait_xmsgs(cx, 0, x0 + LANE_SENDERS));
 	atomic_store(&f->hog.release, 1);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
