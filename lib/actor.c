@@ -113,10 +113,9 @@ static struct cbcmn__actor *slot_of_ref(struct cbcmn_runtime *rt, cbcmn_actor_re
 	return slot_at(t, cbcmn__ref_index(ref));
 }
 
-int cbcmn__actor_home_hint(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 {
-	struct cbcmn__actor *a = slot_of_ref(rt, ref);
-	return a ? (int)cbcmn__actor_home(a) : -1;
+	return slot_of_ref(rt, ref);
 }
 
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
@@ -312,6 +311,9 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	a->ref = CBCMN_ACTOR_NONE;
 	a->stopping = false;
 	cbcmn__mb_fail_senders(a, &wl, -ESRCH);
+	/* Sent over the lanes and not yet put (only if its task never got to
+	 * wait for them: cbcmn__actor_main()): undelivered too. */
+	uint32_t in_lanes = cbcmn__mb_lanes_halt(a);
 	cbcmn_actor_msg *ring = a->ring;
 	uint32_t head = a->head, count = a->count, cap = a->cap;
 	struct cbcmn__monitor *sys = a->sys_head, *mons = a->watched_by;
@@ -340,7 +342,7 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		struct cbcmn__monitor *m = mons;
 		mons = m->next;
 		m->reason = reason;
-		m->undelivered = (uint64_t)count + held;
+		m->undelivered = (uint64_t)count + in_lanes + held;
 		struct cbcmn__actor *w = cbcmn__actor_lock_ref(a->rt, m->watcher);
 		if (!w) {
 			free(m); /* the watcher is gone too */
@@ -411,8 +413,14 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
 {
 	struct cbcmn__actor *a = arg;
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	/* Sends from other executors may reserve room from now on; whatever
+	 * they reserved is in the mailbox before the halt looks at it. */
+	cbcmn__mb_lanes_open(a);
 	/* fn and user were written before the spawn published the task. */
-	return a->fn(cx, a->user);
+	int64_t r = a->fn(cx, a->user);
+	cbcmn__mb_lanes_settle(self, a);
+	return r;
 }
 
 int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
@@ -571,6 +579,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->moved_ns = 0;
 	a->hnd = NULL; /* a handler's: set by cbcmn__hnd_start() */
 	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);
+	cbcmn__mb_lanes_init(a);
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;
 	cbcmn__mutex_unlock(&a->lock);

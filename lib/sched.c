@@ -1569,16 +1569,6 @@ static void spin_release(struct cbcmn_runtime *rt, bool *spinning)
 
 static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning);
 
-/* Tasks of e wait for acknowledgements of their lane calls (an actor send
- * to another executor, actor_mbox.c): they come at that executor's next
- * drain, sooner than a doorbell would wake us, so e spins for them
- * (within cfg.spin_ns) without taking a spinning place: that goes to the
- * executor that drains them. */
-static bool replies_due(const struct cbcmn__exec *e)
-{
-	return e->replies_out != 0;
-}
-
 /* Nothing local: look at the ring, the mail, other executors' queues and
  * the inject queue; spin like that for cfg.spin_ns (a parked CPU takes
  * tens of us to wake here) if a spinning place is free (spin_claim()),
@@ -1668,8 +1658,7 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		 * us) on the next hand-over of a ping-pong. */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
 		    (wait == 0 || pause < wait) &&
-		    (replies_due(e) || *spinning || (*spinning = spin_claim(rt)) ||
-		     pause < SPIN_PAUSE_MAX_NS)) {
+		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)
 				pause *= 2;

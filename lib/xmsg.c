@@ -9,11 +9,11 @@
  * consumer, so a message is delivered exactly once, and the sender knows
  * when (it counts what is out).
  *
- * A call that waits for its answer (XM_REPLY: an actor's send to another
- * executor, actor_mbox.c) needs no allocation: its message is on the
- * parked sending task's stack, and its acknowledgement, instead of going
- * back on a free list, wakes that task, so it rings the sender's doorbell
- * where other acknowledgements wake nobody.
+ * A call may carry its argument by value in the message (m->data): an
+ * actor's send to another executor carries the actor message itself
+ * (actor_mbox.c), so the body lives in the sender's pool while in flight
+ * and goes back there with the acknowledgement, with nothing to free on
+ * the receiving side and no wait on the sending one.
  *
  * Wake-ups are coalesced: dst has a bit per source lane with entries and a
  * summary word; only the send that sets the bit (the lane's transition to
@@ -42,7 +42,9 @@ int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec)
 	e->in = cbcmn__calloc(nexec, sizeof(*e->in));
 	e->backlog = cbcmn__calloc(nexec, sizeof(*e->backlog));
 	e->backlog_tail = cbcmn__calloc(nexec, sizeof(*e->backlog_tail));
-	if (!e->in || !e->backlog || !e->backlog_tail)
+	e->lane_posted = cbcmn__calloc(nexec, sizeof(*e->lane_posted));
+	e->lane_done = cbcmn__calloc(nexec, sizeof(*e->lane_done));
+	if (!e->in || !e->backlog || !e->backlog_tail || !e->lane_posted || !e->lane_done)
 		return -ENOMEM;
 	return 0;
 }
@@ -55,6 +57,10 @@ void cbcmn__xmsg_fini(struct cbcmn__exec *e)
 	free(e->in);
 	free(e->backlog);
 	free(e->backlog_tail);
+	free(e->lane_posted);
+	free((void *)e->lane_done);
+	e->lane_posted = NULL;
+	e->lane_done = NULL;
 	for (uint32_t i = 0; i < e->xm_nslabs; i++)
 		free(e->xm_slabs[i]);
 	free(e->xm_slabs);
@@ -236,18 +242,21 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 	return 0;
 }
 
-void cbcmn__xmsg_call_wait(struct cbcmn__exec *e, uint32_t dst, struct cbcmn_task *t,
-			   struct cbcmn__xmsg *m, void (*fn)(struct cbcmn__exec *, void *),
-			   void *arg)
+struct cbcmn__xmsg *cbcmn__xmsg_get(struct cbcmn__exec *e)
 {
-	/* PARKING before the post: the wake (only our own thread drains
-	 * the acknowledgement, after we switch away) finds us at least on
-	 * our way out, and requeues us (cbcmn__wake_task()). */
-	t->wait_kind = CBCMN__G_CHAN;
-	atomic_store_explicit(&t->state, CBCMN__T_PARKING, memory_order_relaxed);
-	e->replies_out++;
-	xm_post(e, dst, m, CBCMN__XM_REPLY, t, fn, arg);
-	cbcmn__suspend(t);
+	return xm_alloc(e);
+}
+
+void cbcmn__xmsg_unget(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
+{
+	m->next = e->xm_free;
+	e->xm_free = m;
+}
+
+void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
+			   void (*fn)(struct cbcmn__exec *, void *))
+{
+	xm_post(e, dst, m, CBCMN__XM_CALL, NULL, fn, m->data);
 }
 
 /* Outside threads: work for dst (a task to start or resume). */
@@ -315,8 +324,7 @@ static struct cbcmn_task *lanes_take(struct cbcmn__exec *x)
 			uintptr_t ent = atomic_load_explicit(&l->slot[head % CBCMN__LANE_CAP],
 							     memory_order_relaxed);
 			struct cbcmn__xmsg *m = (struct cbcmn__xmsg *)ent;
-			/* Calls stay, and a REPLY's task is its parked sender. */
-			if ((ent & 1) || m->kind >= CBCMN__XM_CALL || !m->task ||
+			if ((ent & 1) || m->kind == CBCMN__XM_CALL || !m->task ||
 			    (m->task->flags & CBCMN__TF_PINNED))
 				continue;
 			*tail = m->task;
@@ -397,17 +405,30 @@ static void deliver(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
 			take_task(e, m->task, false);
 		break;
 	case CBCMN__XM_CALL:
-	case CBCMN__XM_REPLY:
 		m->fn(e, m->arg);
 		break;
 	}
-	/* The acknowledgement: the same pointer, back to its sender; a REPLY's
-	 * wakes its parked task, so it rings the sender's doorbell. */
-	post(e, e->rt->exec[m->src], m, (uintptr_t)m | 1, m->kind == CBCMN__XM_REPLY);
 }
 
-static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
+/* The acknowledgement of m: the same pointer, back to its sender dst, in
+ * the lane without its flag (one flag for a drain's acknowledgements,
+ * lane_drain(): a flag is a locked write to a line dst reads, the lane
+ * entries share lines).  True if it needs that flag, false if the lane
+ * was full and it went on the backlog, which flagged it (post()). */
+static bool ack_put(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__xmsg *m)
 {
+	uintptr_t ent = (uintptr_t)m | 1;
+	struct cbcmn__lane *l = lane_get(e, dst);
+	if (l && !e->backlog[dst->id] && lane_put(l, ent))
+		return true;
+	post(e, dst, m, ent, false);
+	return false;
+}
+
+static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l, uint32_t src)
+{
+	struct cbcmn__exec *back = e->rt->exec[src];
+	bool acks = false;
 	uint32_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
 	/* acquire: pairs with lane_put()'s release of the tail. */
 	uint32_t tail = atomic_load_explicit(&l->tail, memory_order_acquire);
@@ -419,20 +440,16 @@ static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
 		atomic_store_explicit(&l->head, head, memory_order_release);
 		struct cbcmn__xmsg *m = (struct cbcmn__xmsg *)(ent & ~(uintptr_t)1);
 		if (ent & 1) {
-			CBCMN__COUNT(e, xmsgs_acked, 1);
-			if (m->kind == CBCMN__XM_REPLY) {
-				/* m is its task's, on its stack: the wake is
-				 * the last we touch of it. */
-				e->replies_out--;
-				cbcmn__wake_task(m->task, e);
-				continue;
-			}
 			m->next = e->xm_free; /* acknowledged: ours again */
 			e->xm_free = m;
+			CBCMN__COUNT(e, xmsgs_acked, 1);
 		} else {
 			deliver(e, m);
+			acks |= ack_put(e, back, m);
 		}
 	}
+	if (acks)
+		mail_flag(back, e->id, true);
 }
 
 /* Take everything sent to e.  True if anything came. */
@@ -466,7 +483,7 @@ bool cbcmn__mail_drain(struct cbcmn__exec *e)
 			bits &= bits - 1;
 			struct cbcmn__lane *l = atomic_load_explicit(&e->in[src], memory_order_acquire);
 			if (l) {
-				lane_drain(e, l);
+				lane_drain(e, l, src);
 				got = true;
 			}
 		}
