@@ -524,6 +524,11 @@ static bool lane_order(struct cbcmn_task *self, int h)
 	return waited;
 }
 
+void cbcmn__actor_lanes_flush(struct cbcmn_task *t)
+{
+	lane_order(t, -1);
+}
+
 /* The receiver's slot and home if a send from task self may go over the
  * lanes: another executor than self's, not stalled (the message would
  * wait out the stall).  Else -1.  A handler's sends take the lock path:

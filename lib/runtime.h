@@ -809,6 +809,9 @@ void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xm
 			   void (*fn)(struct cbcmn__exec *, void *));
 void cbcmn__xmsg_unget(struct cbcmn__exec *e, struct cbcmn__xmsg *m);
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
+/* actor_mbox.c: task t (running, at its end) waits until its actor sends
+ * still in lanes are in their mailboxes (t->lane_e1 != 0). */
+void cbcmn__actor_lanes_flush(struct cbcmn_task *t);
 void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq);
 bool cbcmn__mail_drain(struct cbcmn__exec *e);
 void cbcmn__backlog_flush(struct cbcmn__exec *e);

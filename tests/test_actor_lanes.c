@@ -238,10 +238,9 @@ static int64_t mv_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(rx_spawn(cx, nr, &v->r, CBCMN_PLACE_STEALABLE, 0, 4) == 0);
 	for (int i = 0; i < MOVERS; i++)
 		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, ns, mv_sender, v, NULL) == 0);
+	/* Joined: their messages are in the mailbox (a task's end waits for
+	 * its sends in lanes), so the QUIT comes after them all. */
 	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
-	/* The senders' last messages may still be in lanes (a send returns
-	 * at its post), and order holds per sender only. */
-	TASK_CHECK(wait_for(cx, &v->r.got, MOVERS * v->per));
 	TASK_CHECK(quit(cx, v->r.a) == 0);
 	return cbcmn_nursery_await_all(cx, nr);
 }
@@ -476,7 +475,6 @@ static int64_t cr_main(cbcmn_cx *cx, void *arg)
 		cbcmn_nursery_cancel(c->ns);
 		cbcmn_nursery_await_all(cx, c->ns);
 	}
-	TASK_CHECK(wait_for(cx, &c->r.got, atomic_load(&c->ok))); /* in lanes still */
 	TASK_CHECK(quit(cx, c->r.a) == 0);
 	return cbcmn_nursery_await_all(cx, nr);
 }
@@ -537,7 +535,6 @@ static int64_t fl_main(cbcmn_cx *cx, void *arg)
 	atomic_store(&f->hog.release, 1);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
-	TASK_CHECK(wait_for(cx, &f->r.got, 2 * LANE_SENDERS)); /* in lanes still */
 	TASK_CHECK(quit(cx, f->r.a) == 0);
 	return cbcmn_nursery_await_all(cx, nr);
 }
@@ -799,6 +796,82 @@ static void test_acks_after_halt_and_destroy_with_lane_messages_out(void **state
 	}
 }
 
+/* ---- a sender's end comes after its messages in lanes ---- */
+
+#define EO_MSGS 5
+
+struct eo {
+	cbcmn_actor_ref p;
+	uint32_t types[EO_MSGS + 1];
+	int n;
+};
+
+/* On executor 0: waits for GO, sends its messages to GO's sender over
+ * the lanes (executor 1 is held), ends. */
+static int64_t eo_peer(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg go;
+	TASK_CHECK(cbcmn_actor_receive(cx, &go, CBCMN_ACTOR_FOREVER) == 0);
+	for (uint64_t i = 0; i < EO_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, go.from, &m) == 0);
+	}
+	return 0;
+}
+
+/* On executor 1: monitors the peer, holds its own executor (no
+ * checkpoint) while the peer sends and ends, then takes everything. */
+static int64_t eo_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct eo *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts po = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, eo_peer, NULL, &po, &o->p) == 0);
+	uint64_t mon;
+	TASK_CHECK(cbcmn_actor_monitor(cx, o->p, &mon) == 0);
+	cbcmn_actor_msg go = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p, &go) == 0);
+	uint64_t end = t_now_ns() + 20000000;
+	while (t_now_ns() < end)
+		;
+	while (o->n < EO_MSGS + 1) {
+		cbcmn_actor_msg m;
+		if (cbcmn_actor_receive(cx, &m, T_STALL_NS))
+			break;
+		o->types[o->n++] = m.type;
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t eo_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, eo_watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The peer's DOWN comes after its messages, though they were still in a
+ * lane when its task returned: a task's end waits for its sends in lanes
+ * to be put (else the DOWN, put at the halt, would overtake them). */
+static void test_end_of_sender_after_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct eo o = {0};
+	t_run_pinned(rt, 0, eo_main, &o);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(o.n, EO_MSGS + 1);
+	for (int i = 0; i < EO_MSGS; i++)
+		assert_int_equal(o.types[i], M_DATA);
+	assert_int_equal(o.types[EO_MSGS], CBCMN_ACTOR_DOWN);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -813,6 +886,7 @@ int main(void)
 		cmocka_unit_test(test_recycled_reference_is_esrch_over_the_lane),
 		cmocka_unit_test(test_no_room_waits_for_own_messages_in_lanes),
 		cmocka_unit_test(test_acks_after_halt_and_destroy_with_lane_messages_out),
+		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
