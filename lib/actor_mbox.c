@@ -63,8 +63,25 @@ void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__wakes *wl, int
 
 /* ---- the lanes word (struct cbcmn__actor's lanes) ------------------------ */
 
+/* The bits below the generation.  READY: its task has started and it is
+ * not stopped (lanes may open).  COUNTED: the free places are kept in the
+ * word, from the first send that wanted the lanes on (an actor only ever
+ * sent to from its own executor pays nothing for them).  OPEN: senders
+ * may reserve.  A stop or the end of its task clears READY and OPEN;
+ * COUNTED stays until the slot is reused.  Set and cleared under the lock;
+ * the free places also change by reservations, without it. */
 #define LN_OPEN (1ull << 31)
-#define LN_ROOM (LN_OPEN - 1)
+#define LN_COUNTED (1ull << 30)
+#define LN_READY (1ull << 29)
+#define LN_ROOM (LN_READY - 1)
+_Static_assert(CBCMN_ACTOR_MAILBOX_MAX <= LN_ROOM, "a mailbox's places fit the word");
+
+static uint64_t ln_load(struct cbcmn__actor *a)
+{
+	/* Relaxed: the word orders nothing but itself; the lock and the
+	 * lanes order the rest. */
+	return atomic_load_explicit(&a->lanes, memory_order_relaxed);
+}
 
 static uint32_t ln_room(uint64_t w)
 {
@@ -72,11 +89,12 @@ static uint32_t ln_room(uint64_t w)
 }
 
 /* A place for a message put under the lock: false if none is free (the
- * mailbox is full, counting the messages in lanes).  Relaxed: the word
- * orders nothing but itself, the lock and the lanes order the rest. */
+ * mailbox is full, counting the messages in lanes). */
 static bool room_take(struct cbcmn__actor *a)
 {
-	uint64_t w = atomic_load_explicit(&a->lanes, memory_order_relaxed);
+	uint64_t w = ln_load(a);
+	if (!(w & LN_COUNTED))
+		return a->count < a->cap;
 	do {
 		if (!ln_room(w))
 			return false;
@@ -85,15 +103,17 @@ static bool room_take(struct cbcmn__actor *a)
 	return true;
 }
 
+/* A place freed (under the lock). */
 static void room_give(struct cbcmn__actor *a)
 {
-	atomic_fetch_add_explicit(&a->lanes, 1, memory_order_relaxed);
+	if (ln_load(a) & LN_COUNTED)
+		atomic_fetch_add_explicit(&a->lanes, 1, memory_order_relaxed);
 }
 
-/* No more reservations: the actor stops or halts. */
+/* No more reservations: the actor stops or halts (locked). */
 static void lanes_close(struct cbcmn__actor *a)
 {
-	atomic_fetch_and_explicit(&a->lanes, ~LN_OPEN, memory_order_relaxed);
+	atomic_fetch_and_explicit(&a->lanes, ~(LN_OPEN | LN_READY), memory_order_relaxed);
 }
 
 /* ---- the ring (under the lock) ----------------------------------------- */
@@ -180,7 +200,7 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 		 * sender's round trip, and the receiver with it.  (The head
 		 * may be a wait already ended: then only a delay.) */
 		if (!((struct cbcmn__mb_wait *)a->sendq.head)->src &&
-		    ln_room(atomic_load_explicit(&a->lanes, memory_order_relaxed)) < (a->cap + 1) / 2)
+		    ln_room(ln_load(a)) < (a->cap + 1) / 2)
 			break;
 		/* The place first: a claimed sender with a message must get it. */
 		if (!room_take(a))
@@ -428,28 +448,43 @@ _Static_assert(sizeof(struct lane_msg) <= CBCMN__XM_DATA, "a lane message's data
 
 void cbcmn__mb_lanes_init(struct cbcmn__actor *a)
 {
-	atomic_store_explicit(&a->lanes, (uint64_t)a->gen << 32 | a->cap, memory_order_relaxed);
+	atomic_store_explicit(&a->lanes, (uint64_t)a->gen << 32, memory_order_relaxed);
 }
 
 void cbcmn__mb_lanes_open(struct cbcmn__actor *a)
 {
 	cbcmn__mutex_lock(&a->lock);
 	if (a->state == CBCMN__A_LIVE && !a->stopping) /* a stop closed them for good */
-		atomic_fetch_or_explicit(&a->lanes, LN_OPEN, memory_order_relaxed);
+		atomic_fetch_or_explicit(&a->lanes, LN_READY, memory_order_relaxed);
 	cbcmn__mutex_unlock(&a->lock);
+}
+
+/* The first send that wants the lanes: count the free places in the word
+ * from now on, and let senders reserve.  Locked; a ready (so live, not
+ * stopped) actor of generation gen. */
+static void lanes_count(struct cbcmn__actor *a)
+{
+	uint64_t w = ln_load(a);
+	if (!(w & LN_COUNTED))
+		w = (w & ~LN_ROOM) | LN_COUNTED | (a->cap - a->count);
+	/* Nothing else changes the word meanwhile: reservations need OPEN. */
+	atomic_store_explicit(&a->lanes, w | LN_OPEN, memory_order_relaxed);
 }
 
 /* Places reserved by messages still in a lane (locked). */
 static uint32_t in_lanes(struct cbcmn__actor *a)
 {
-	return a->cap - a->count - ln_room(atomic_load_explicit(&a->lanes, memory_order_relaxed));
+	uint64_t w = ln_load(a);
+	return w & LN_COUNTED ? a->cap - a->count - ln_room(w) : 0;
 }
 
 void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a)
 {
-	lanes_close(a);
-	for (;;) {
+	for (bool closed = false;;) {
 		cbcmn__mutex_lock(&a->lock);
+		if (!closed)
+			lanes_close(a);
+		closed = true;
 		uint32_t n = in_lanes(a);
 		cbcmn__mutex_unlock(&a->lock);
 		if (!n)
@@ -469,16 +504,32 @@ uint32_t cbcmn__mb_lanes_halt(struct cbcmn__actor *a)
 /* Reserve a place in a's mailbox for a message over the lanes, without
  * the lock: 1 if reserved; 0 if the lock path must decide (full, stopped,
  * halted, recycled, a handler actor, or a task that has not started:
- * their lanes are not open, or the generation is not gen's). */
+ * their lanes are not ready, or the generation is not gen's).  Ready but
+ * not open yet: opened here, under the lock, once. */
 static int room_reserve(struct cbcmn__actor *a, uint32_t gen)
 {
-	uint64_t w = atomic_load_explicit(&a->lanes, memory_order_relaxed);
-	do {
-		if ((uint32_t)(w >> 32) != gen || !(w & LN_OPEN) || !ln_room(w))
+	uint64_t w = ln_load(a);
+	for (;;) {
+		if ((uint32_t)(w >> 32) != gen || !(w & (LN_OPEN | LN_READY)))
 			return 0;
-	} while (!atomic_compare_exchange_weak_explicit(&a->lanes, &w, w - 1, memory_order_relaxed,
-							memory_order_relaxed));
-	return 1;
+		if (!(w & LN_OPEN)) {
+			cbcmn__mutex_lock(&a->lock);
+			w = ln_load(a);
+			bool ready = (uint32_t)(w >> 32) == gen && (w & LN_READY);
+			if (ready)
+				lanes_count(a);
+			cbcmn__mutex_unlock(&a->lock);
+			if (!ready)
+				return 0;
+			w = ln_load(a);
+			continue;
+		}
+		if (!ln_room(w))
+			return 0;
+		if (atomic_compare_exchange_weak_explicit(&a->lanes, &w, w - 1, memory_order_relaxed,
+							  memory_order_relaxed))
+			return 1;
+	}
 }
 
 /* On executor h's drain (e: h, or whoever drains a stopped h's lanes):
@@ -539,8 +590,8 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 	if (!self || mode == SEND_HND || cbcmn__hnd_current(self))
 		return -1;
 	struct cbcmn__actor *a = cbcmn__actor_slot(rt, to);
-	if (!a)
-		return -1;
+	if (!a || a == cbcmn__actor_or_handler(self))
+		return -1; /* to itself: its own full mailbox is -EDEADLK */
 	uint32_t h = cbcmn__actor_home(a);
 	if (h == self->exec->id || cbcmn__exec_stalled(rt->exec[h]))
 		return -1;
@@ -587,7 +638,7 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
 	if (!a)
 		return 1;
-	uint64_t w = atomic_load_explicit(&a->lanes, memory_order_relaxed);
+	uint64_t w = ln_load(a);
 	int rc = a->stopping || !(w & LN_OPEN) ? 1 : ln_room(w) ? 0 : -1;
 	if (rc >= 0) {
 		cbcmn__mutex_unlock(&a->lock);
