@@ -96,9 +96,10 @@ struct cbcmn__actor {
 	/* Room for sends over the lanes (actor_mbox.c, "Delivery" in
 	 * docs/ACTORS.md), one word so that a sender on another executor
 	 * reserves a place without the lock: the generation (bits 32-63),
-	 * CBCMN__LN_OPEN (lanes accepted), and the free places (bits 0-30):
-	 * cap - count - places reserved by messages still in a lane.  Changed
-	 * under the lock, except by those reservations. */
+	 * three state bits (LN_OPEN, LN_COUNTED, LN_READY) and, once
+	 * counted, the free places (bits 0-28): cap - count - places
+	 * reserved by messages still in a lane.  Changed under the lock,
+	 * except by those reservations. */
 	_Atomic uint64_t lanes;
 	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */

@@ -124,7 +124,7 @@ static int64_t rx_actor(cbcmn_cx *cx, void *arg)
 		else
 			r->next[s]++;
 		atomic_fetch_add(&r->got, 1);
-		if (r->naps && r->next[s] % 64 == 0)
+		if (r->naps && r->next[s] % 16 == 0)
 			cbcmn_sleep(cx, 50000);
 	}
 }
@@ -206,6 +206,7 @@ struct mv {
 	long per;
 	_Atomic int ids;
 	_Atomic long sender_moves;
+	_Atomic int senders_done;
 };
 
 static int64_t mv_sender(cbcmn_cx *cx, void *arg)
@@ -228,35 +229,55 @@ static int64_t mv_sender(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Holds executor 1 (no checkpoint) for 300 us at a time, 300 us apart,
+ * until the senders are done: what is runnable there meanwhile (the
+ * receiver, woken) may be taken by executor 0, idle once its senders
+ * wait for room; so the receiver moves with messages in flight. */
+static int64_t mv_shaker(cbcmn_cx *cx, void *arg)
+{
+	struct mv *v = arg;
+	while (!atomic_load(&v->senders_done)) {
+		uint64_t end = t_now_ns() + 300000;
+		while (t_now_ns() < end)
+			;
+		cbcmn_sleep(cx, 300000);
+	}
+	return 0;
+}
+
 static int64_t mv_main(cbcmn_cx *cx, void *arg)
 {
 	struct mv *v = arg;
-	cbcmn_nursery *nr, *ns;
+	cbcmn_nursery *nr, *ns, *nk;
 	TASK_CHECK(open_n(cx, &nr) == 0);
 	TASK_CHECK(open_n(cx, &ns) == 0);
+	TASK_CHECK(open_n(cx, &nk) == 0);
 	atomic_store(&v->r.go, 1);
 	TASK_CHECK(rx_spawn(cx, nr, &v->r, CBCMN_PLACE_STEALABLE, 0, 4) == 0);
 	for (int i = 0; i < MOVERS; i++)
 		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, ns, mv_sender, v, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nk, 1, mv_shaker, v, NULL) == 0);
 	/* Joined: their messages are in the mailbox (a task's end waits for
 	 * its sends in lanes), so the QUIT comes after them all. */
 	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	atomic_store(&v->senders_done, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nk) == 0);
 	TASK_CHECK(quit(cx, v->r.a) == 0);
 	return cbcmn_nursery_await_all(cx, nr);
 }
 
 /* Senders that move between executors between two sends and a receiver
  * that moves while messages are in flight: each sender's numbers arrive
- * 0, 1, 2... (a send ends with its acknowledgement, so a sender never has
- * two messages in flight, on one lane or two).  Rounds until both kinds of
- * move were seen, so that the check covered them. */
+ * 0, 1, 2... (a lane is FIFO, and a sender changes lanes only once its
+ * messages in the last one are put).  Rounds until both kinds of move
+ * were seen, so that the check covered them. */
 static void test_order_per_pair_with_moving_senders_and_receiver(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = lanes_runtime();
 	long sender_moves = 0, receiver_moves = 0;
 	uint64_t lane_msgs = 0;
-	for (int round = 0; round < 20 && (!sender_moves || !receiver_moves); round++) {
+	for (int round = 0; round < 40 && (!sender_moves || !receiver_moves); round++) {
 		struct mv v = {.per = STRESS(1500), .r.naps = true};
 		uint64_t x = xmsgs_sent(rt, 0) + xmsgs_sent(rt, 1);
 		t_run(rt, mv_main, &v, 0);
