@@ -217,13 +217,25 @@ void cbcmn__actor_free_cache(struct cbcmn__exec *e)
 	e->nfree_slots = 0;
 }
 
-struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+/* The slot ref names (alive or not: slots outlive their actors), or NULL. */
+static struct cbcmn__actor *slot_of_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 {
 	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	if (!t || cbcmn__ref_gen(ref) == 0 || cbcmn__ref_tag(ref) != t->tag)
+		return NULL;
+	return slot_at(t, cbcmn__ref_index(ref));
+}
+
+struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
+	return slot_of_ref(rt, ref);
+}
+
+struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
+{
 	uint32_t gen = cbcmn__ref_gen(ref);
-	struct cbcmn__actor *a;
-	if (!t || gen == 0 || cbcmn__ref_tag(ref) != t->tag ||
-	    !(a = slot_at(t, cbcmn__ref_index(ref))))
+	struct cbcmn__actor *a = slot_of_ref(rt, ref);
+	if (!a)
 		return NULL;
 	cbcmn__mutex_lock(&a->lock);
 	if (a->state == CBCMN__A_LIVE && a->gen == gen)
@@ -417,6 +429,9 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	a->ref = CBCMN_ACTOR_NONE;
 	a->stopping = false;
 	cbcmn__mb_fail_senders(a, &wl, -ESRCH);
+	/* Sent over the lanes and not yet put (only if its task never got to
+	 * wait for them: cbcmn__actor_main()): undelivered too. */
+	uint32_t in_lanes = cbcmn__mb_lanes_halt(a);
 	cbcmn_actor_msg *ring = a->ring;
 	uint32_t head = a->head, count = a->count, cap = a->cap;
 	struct cbcmn__monitor *sys = a->sys_head, *mons = a->watched_by;
@@ -455,7 +470,7 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		struct cbcmn__monitor *m = mons;
 		mons = m->next;
 		m->reason = reason;
-		m->undelivered = (uint64_t)count + held;
+		m->undelivered = (uint64_t)count + in_lanes + held;
 		struct cbcmn__actor *w = cbcmn__actor_lock_ref(a->rt, m->watcher);
 		if (!w) {
 			free(m); /* the watcher is gone too */
@@ -532,8 +547,14 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
 {
 	struct cbcmn__actor *a = arg;
+	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	/* Sends from other executors may reserve room from now on; whatever
+	 * they reserved is in the mailbox before the halt looks at it. */
+	cbcmn__mb_lanes_open(a);
 	/* fn and user were written before the spawn published the task. */
-	return a->fn(cx, a->user);
+	int64_t r = a->fn(cx, a->user);
+	cbcmn__mb_lanes_settle(self, a);
+	return r;
 }
 
 int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
@@ -729,6 +750,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->moved_ns = 0;
 	a->hnd = NULL; /* a handler's: set by cbcmn__hnd_start() */
 	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);
+	cbcmn__mb_lanes_init(a);
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;
 	cbcmn__mutex_unlock(&a->lock);

@@ -96,6 +96,14 @@ struct cbcmn__actor {
 	cbcmn_actor_msg *ring;
 	uint32_t cap, head, count;
 	uint64_t put_total, taken_total; /* messages in, messages out, ever */
+	/* Room for sends over the lanes (actor_mbox.c, "Delivery" in
+	 * docs/ACTORS.md), one word so that a sender on another executor
+	 * reserves a place without the lock: the generation (bits 32-63),
+	 * three state bits (LN_OPEN, LN_COUNTED, LN_READY) and, once
+	 * counted, the free places (bits 0-28): cap - count - places
+	 * reserved by messages still in a lane.  Changed under the lock,
+	 * except by those reservations. */
+	_Atomic uint64_t lanes;
 	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
@@ -205,6 +213,9 @@ static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, 
 }
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
+/* The slot a names, alive or not (unlocked), or NULL: a slot outlives its
+ * actors, so its atomic fields may be read through a stale reference. */
+struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
 
 /* A spawn with what supervisors need (actor_sup.c).  contained: the halt
  * reason reaches the monitors only (the nursery sees 0, so a crash cancels
@@ -263,6 +274,17 @@ void cbcmn__hnd_note(struct cbcmn__actor *a, struct cbcmn__wakes *wl);
 /* actor_sched.c: actor task t begins a run (its quantum left, the clock). */
 void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
 			    const struct cbcmn_task *t);
+
+/* actor_mbox.c: sends over the lanes.  Set a's lanes word at spawn (its
+ * generation and ring set; locked); open it as its task starts (not
+ * locked); close it and wait, as its task ends, for the messages that
+ * reserved places to be put (not locked; self: its task, which may yield);
+ * at the halt (locked), close it and return how many are still in lanes
+ * (counted undelivered; their puts will find the actor gone). */
+void cbcmn__mb_lanes_init(struct cbcmn__actor *a);
+void cbcmn__mb_lanes_open(struct cbcmn__actor *a);
+void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a);
+uint32_t cbcmn__mb_lanes_halt(struct cbcmn__actor *a);
 
 /* actor_mbox.c (all under the slot lock unless said) */
 /* Claim every waiting sender with result (they return it, message not

@@ -27,6 +27,7 @@
 
 #include "actor.h"
 #include "futex.h"
+#include "monitor.h"
 #include "probes.h"
 #include "timer.h"
 #include "trace.h"
@@ -60,8 +61,64 @@ void cbcmn__mb_fail_senders(struct cbcmn__actor *a, struct cbcmn__wakes *wl, int
 		cbcmn__wakes_add(wl, &w->qw, result);
 }
 
+/* ---- the lanes word (struct cbcmn__actor's lanes) ------------------------ */
+
+/* The bits below the generation.  READY: its task has started and it is
+ * not stopped (lanes may open).  COUNTED: the free places are kept in the
+ * word, from the first send that wanted the lanes on (an actor only ever
+ * sent to from its own executor pays nothing for them).  OPEN: senders
+ * may reserve.  A stop or the end of its task clears READY and OPEN;
+ * COUNTED stays until the slot is reused.  Set and cleared under the lock;
+ * the free places also change by reservations, without it. */
+#define LN_OPEN (1ull << 31)
+#define LN_COUNTED (1ull << 30)
+#define LN_READY (1ull << 29)
+#define LN_ROOM (LN_READY - 1)
+_Static_assert(CBCMN_ACTOR_MAILBOX_MAX <= LN_ROOM, "a mailbox's places fit the word");
+
+static uint64_t ln_load(struct cbcmn__actor *a)
+{
+	/* Relaxed: the word orders nothing but itself; the lock and the
+	 * lanes order the rest. */
+	return atomic_load_explicit(&a->lanes, memory_order_relaxed);
+}
+
+static uint32_t ln_room(uint64_t w)
+{
+	return (uint32_t)(w & LN_ROOM);
+}
+
+/* A place for a message put under the lock: false if none is free (the
+ * mailbox is full, counting the messages in lanes). */
+static bool room_take(struct cbcmn__actor *a)
+{
+	uint64_t w = ln_load(a);
+	if (!(w & LN_COUNTED))
+		return a->count < a->cap;
+	do {
+		if (!ln_room(w))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&a->lanes, &w, w - 1, memory_order_relaxed,
+							memory_order_relaxed));
+	return true;
+}
+
+/* A place freed (under the lock). */
+static void room_give(struct cbcmn__actor *a)
+{
+	if (ln_load(a) & LN_COUNTED)
+		atomic_fetch_add_explicit(&a->lanes, 1, memory_order_relaxed);
+}
+
+/* No more reservations: the actor stops or halts (locked). */
+static void lanes_close(struct cbcmn__actor *a)
+{
+	atomic_fetch_and_explicit(&a->lanes, ~(LN_OPEN | LN_READY), memory_order_relaxed);
+}
+
 /* ---- the ring (under the lock) ----------------------------------------- */
 
+/* Into the ring, its place already taken (room_take() or a lane's). */
 static void ring_put(struct cbcmn__actor *a, const cbcmn_actor_msg *m)
 {
 	uint32_t i = a->head + a->count;
@@ -80,6 +137,7 @@ static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 		a->head = 0;
 	a->count--;
 	a->taken_total++;
+	room_give(a);
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), mailbox, -1);
 }
 
@@ -103,8 +161,10 @@ static struct cbcmn__exec *exec_here(const struct cbcmn_runtime *rt)
 }
 
 /* A new message: to the waiting receiver (it waits only when nothing is
- * deliverable), else into the ring.  False: full. */
-static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__wakes *wl)
+ * deliverable), else into the ring.  False: full.  reserved: a message
+ * from a lane, whose place was reserved as it was sent. */
+static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__wakes *wl,
+		    bool reserved)
 {
 	struct cbcmn__mb_wait *r;
 	if (a->count == 0 && (r = recv_claim(a))) {
@@ -112,10 +172,12 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 		r->seq = a->taken_total; /* == put_total: the ring is empty */
 		a->put_total++;
 		a->taken_total++;
+		if (reserved)
+			room_give(a); /* never in the ring */
 		cbcmn__wakes_add(wl, &r->qw, 0);
 		return true;
 	}
-	if (a->count < a->cap) {
+	if (reserved || room_take(a)) {
 		ring_put(a, m);
 		if (__builtin_expect(a->hnd != NULL, 0))
 			cbcmn__hnd_note(a, wl);
@@ -130,7 +192,28 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e)
 {
 	struct cbcmn__mb_wait *w;
-	while (a->count < a->cap && (w = send_claim(a))) {
+	while (a->sendq.head) {
+		/* Senders over the lanes wait for room to reserve (no message,
+		 * room_wait()): woken together once half the mailbox is free,
+		 * so that they post in batches while the receiver takes the
+		 * other half; one at a time, every place would wait for a
+		 * sender's round trip, and the receiver with it.  (The head
+		 * may be a wait already ended: then only a delay.) */
+		if (!((struct cbcmn__mb_wait *)a->sendq.head)->src &&
+		    ln_room(ln_load(a)) < (a->cap + 1) / 2)
+			break;
+		/* The place first: a claimed sender with a message must get it. */
+		if (!room_take(a))
+			break;
+		if (!(w = send_claim(a))) {
+			room_give(a);
+			break;
+		}
+		if (!w->src) { /* it reserves its place itself */
+			room_give(a);
+			cbcmn__wakes_add(wl, &w->qw, 0);
+			continue;
+		}
 		w->seq = a->put_total;
 		w->put_ns = cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
 		ring_put(a, w->src);
@@ -141,6 +224,7 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 /* cbcmn_actor_stop(): senders get -ESRCH, the receiver -ESHUTDOWN. */
 bool cbcmn__mb_stop(struct cbcmn__actor *a, struct cbcmn__wakes *wl)
 {
+	lanes_close(a); /* later sends are -ESRCH, through the lock */
 	cbcmn__mb_fail_senders(a, wl, -ESRCH);
 	if (a->hnd) { /* no receive to end: its host halts it */
 		cbcmn__hnd_note(a, wl);
@@ -350,6 +434,223 @@ static void depth_sample(uint32_t d)
 	MCOUNT(cbcmn__tls_exec, depth_hist[k]);
 }
 
+/* ---- sends across executors: over the lanes ------------------------------ */
+
+/* A send over the lanes: the message, by value in the lane message from
+ * the sending executor's pool (cbcmn__xmsg_get()), which the
+ * acknowledgement returns there.  src, h: the lane (src, h). */
+struct lane_msg {
+	cbcmn_actor_ref to;
+	uint32_t src, h;
+	cbcmn_actor_msg m;
+};
+_Static_assert(sizeof(struct lane_msg) <= CBCMN__XM_DATA, "a lane message's data holds it");
+
+void cbcmn__mb_lanes_init(struct cbcmn__actor *a)
+{
+	atomic_store_explicit(&a->lanes, (uint64_t)a->gen << 32, memory_order_relaxed);
+}
+
+void cbcmn__mb_lanes_open(struct cbcmn__actor *a)
+{
+	cbcmn__mutex_lock(&a->lock);
+	if (a->state == CBCMN__A_LIVE && !a->stopping) /* a stop closed them for good */
+		atomic_fetch_or_explicit(&a->lanes, LN_READY, memory_order_relaxed);
+	cbcmn__mutex_unlock(&a->lock);
+}
+
+/* The first send that wants the lanes: count the free places in the word
+ * from now on, and let senders reserve.  Locked; a ready (so live, not
+ * stopped) actor of generation gen. */
+static void lanes_count(struct cbcmn__actor *a)
+{
+	uint64_t w = ln_load(a);
+	if (!(w & LN_COUNTED))
+		w = (w & ~LN_ROOM) | LN_COUNTED | (a->cap - a->count);
+	/* Nothing else changes the word meanwhile: reservations need OPEN. */
+	atomic_store_explicit(&a->lanes, w | LN_OPEN, memory_order_relaxed);
+}
+
+/* Places reserved by messages still in a lane (locked). */
+static uint32_t in_lanes(struct cbcmn__actor *a)
+{
+	uint64_t w = ln_load(a);
+	return w & LN_COUNTED ? a->cap - a->count - ln_room(w) : 0;
+}
+
+void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a)
+{
+	for (bool closed = false;;) {
+		cbcmn__mutex_lock(&a->lock);
+		if (!closed)
+			lanes_close(a);
+		closed = true;
+		uint32_t n = in_lanes(a);
+		cbcmn__mutex_unlock(&a->lock);
+		if (!n)
+			return;
+		/* One drain of their executor away, which its doorbell has
+		 * rung: let this executor drain too, it may be that one. */
+		cbcmn_yield((cbcmn_cx *)self);
+	}
+}
+
+uint32_t cbcmn__mb_lanes_halt(struct cbcmn__actor *a)
+{
+	lanes_close(a);
+	return a->cap ? in_lanes(a) : 0;
+}
+
+/* Reserve a place in a's mailbox for a message over the lanes, without
+ * the lock: 1 if reserved; 0 if the lock path must decide (full, stopped,
+ * halted, recycled, a handler actor, or a task that has not started:
+ * their lanes are not ready, or the generation is not gen's).  Ready but
+ * not open yet: opened here, under the lock, once. */
+static int room_reserve(struct cbcmn__actor *a, uint32_t gen)
+{
+	uint64_t w = ln_load(a);
+	for (;;) {
+		if ((uint32_t)(w >> 32) != gen || !(w & (LN_OPEN | LN_READY)))
+			return 0;
+		if (!(w & LN_OPEN)) {
+			cbcmn__mutex_lock(&a->lock);
+			w = ln_load(a);
+			bool ready = (uint32_t)(w >> 32) == gen && (w & LN_READY);
+			if (ready)
+				lanes_count(a);
+			cbcmn__mutex_unlock(&a->lock);
+			if (!ready)
+				return 0;
+			w = ln_load(a);
+			continue;
+		}
+		if (!ln_room(w))
+			return 0;
+		if (atomic_compare_exchange_weak_explicit(&a->lanes, &w, w - 1, memory_order_relaxed,
+							  memory_order_relaxed))
+			return 1;
+	}
+}
+
+/* On executor h's drain (e: h, or whoever drains a stopped h's lanes):
+ * put the message in the place it reserved.  The actor cannot have halted
+ * meanwhile unless its task ended without waiting for it (a crash), in
+ * which case its halt counted it undelivered (cbcmn__mb_lanes_halt()). */
+static void lane_land(struct cbcmn__exec *e, void *arg)
+{
+	struct lane_msg *lm = arg;
+	struct cbcmn_runtime *rt = e->rt;
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, lm->to);
+	if (a) {
+		struct cbcmn__wakes wl = {0};
+		put_msg(a, &lm->m, &wl, true);
+		trace_send(e, a, lm->m.from);
+		slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
+		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__wakes_run(&wl, e);
+	}
+	/* release: the put before a moved sender's look (lane_order()). */
+	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_release);
+}
+
+/* Per-pair order for a task whose next send does not go on the lane its
+ * last one did (it moved, the receiver moved, or the lock path): wait
+ * until that one, and so all before it, is in its mailbox.  Only ever a
+ * drain of that executor away; its doorbell was rung by the post.  True
+ * if it yielded meanwhile (it may have moved). */
+static bool lane_order(struct cbcmn_task *self, int h)
+{
+	if (!self || !self->lane_e1)
+		return false;
+	uint32_t src = self->lane_e1 - 1;
+	if (h >= 0 && src == self->exec->id && self->lane_h == (uint32_t)h)
+		return false; /* the same lane: in order */
+	_Atomic uint64_t *done = &self->rt->exec[self->lane_h]->lane_done[src];
+	bool waited = false;
+	while (atomic_load_explicit(done, memory_order_acquire) < self->lane_seq) {
+		cbcmn_yield((cbcmn_cx *)self);
+		waited = true;
+	}
+	self->lane_e1 = 0;
+	return waited;
+}
+
+void cbcmn__actor_lanes_flush(struct cbcmn_task *t)
+{
+	lane_order(t, -1);
+}
+
+/* The receiver's slot and home if a send from task self may go over the
+ * lanes: another executor than self's, not stalled (the message would
+ * wait out the stall).  Else -1.  A handler's sends take the lock path:
+ * it runs on its host's stack and must not yield in lane_order(). */
+static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
+		      int mode, struct cbcmn__actor **ap)
+{
+	if (!self || mode == SEND_HND || cbcmn__hnd_current(self))
+		return -1;
+	struct cbcmn__actor *a = cbcmn__actor_slot(rt, to);
+	if (!a || a == cbcmn__actor_or_handler(self))
+		return -1; /* to itself: its own full mailbox is -EDEADLK */
+	uint32_t h = cbcmn__actor_home(a);
+	if (h == self->exec->id || cbcmn__exec_stalled(rt->exec[h]))
+		return -1;
+	*ap = a;
+	return (int)h;
+}
+
+/* Send m over lane (self's executor, h) with a place reserved in a's
+ * mailbox: 0, sent (it will be put there, or counted undelivered by a
+ * halt, as a message in the ring would be), or 1: the lock path decides. */
+static int lane_send(struct cbcmn_task *self, struct cbcmn__actor *a, uint32_t h,
+		     cbcmn_actor_ref to, const cbcmn_actor_msg *m)
+{
+	struct cbcmn__exec *e = self->exec;
+	struct cbcmn__xmsg *x = cbcmn__xmsg_get(e);
+	if (!x)
+		return 1; /* no memory for the lane message: the lock needs none */
+	if (!room_reserve(a, cbcmn__ref_gen(to))) {
+		cbcmn__xmsg_unget(e, x);
+		return 1;
+	}
+	struct lane_msg *lm = (struct lane_msg *)x->data;
+	lm->to = to;
+	lm->src = e->id;
+	lm->h = h;
+	lm->m = *m;
+	self->lane_e1 = e->id + 1;
+	self->lane_h = h;
+	self->lane_seq = ++e->lane_posted[h];
+	cbcmn__xmsg_call_post(e, h, x, lane_land);
+	return 0;
+}
+
+/* A send over the lanes found no place to reserve: wait for one as a
+ * sender waiting for room does, but without a message (slot_freed() wakes
+ * it when a place frees), rather than put through the lock, which would
+ * have to wait for our own messages still in lanes first.  0: a place is
+ * free now, 2: woken for one (try the lanes again); 1: the lock path
+ * decides (dead, stopped, lanes not open); else the wait's end (-ESRCH,
+ * -ETIMEDOUT, CBCMN_ECANCELED, -ENOMEM). */
+static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
+		     uint64_t deadline)
+{
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
+	if (!a)
+		return 1;
+	uint64_t w = ln_load(a);
+	int rc = a->stopping || !(w & LN_OPEN) ? 1 : ln_room(w) ? 0 : -1;
+	if (rc >= 0) {
+		cbcmn__mutex_unlock(&a->lock);
+		return rc;
+	}
+	struct cbcmn__mb_wait wt;
+	wait_init(&wt, self); /* src NULL: a wait for room only */
+	cbcmn__waitq_push(&a->sendq, &wt.qw);
+	rc = mb_block(self, a, &wt, deadline);
+	return rc == 0 ? 2 : rc;
+}
+
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
@@ -363,6 +664,34 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	/* Before the lock: the timer is armed under it. */
 	uint64_t deadline = mode == SEND_WAIT ? deadline_in(rt, timeout_ns) : UINT64_MAX;
+	bool lane_waited = false;
+	for (;;) {
+		struct cbcmn__actor *la = NULL;
+		int h = lane_route(self, rt, to, mode, &la);
+		if (lane_order(self, h)) /* it may run elsewhere now */
+			h = lane_route(self, rt, to, mode, &la);
+		if (h < 0)
+			break;
+		if (lane_send(self, la, (uint32_t)h, to, &copy) == 0) {
+			if (lane_waited)
+				backpressure(rt, to, 0, true);
+			CBCMN_PROBE5(actor_send, to, copy.from, 0, lane_waited, rt->seg.rt_id);
+			return 0;
+		}
+		if (mode != SEND_WAIT || timeout_ns == 0)
+			break; /* the lock path's answer: -EAGAIN, -ETIMEDOUT... */
+		/* No place: wait for one, then over the lanes again. */
+		int rc = room_wait(self, rt, to, deadline);
+		if (rc == 1)
+			break;
+		lane_waited |= rc == 2;
+		if (rc < 0) {
+			backpressure(rt, to, rc, true);
+			CBCMN_PROBE5(actor_send, to, copy.from, rc, 1, rt->seg.rt_id);
+			return rc;
+		}
+	}
+	lane_order(self, -1); /* the lock path then, behind our lane's */
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
 	if (!a) {
 		CBCMN_PROBE5(actor_send, to, copy.from, -ESRCH, 0, rt->seg.rt_id);
@@ -375,7 +704,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	struct cbcmn__exec *e = self ? self->exec : exec_here(rt);
 	if (a->stopping) {
 		rc = -ESRCH; /* its mailbox is closed */
-	} else if (put_msg(a, &copy, &wl)) {
+	} else if (put_msg(a, &copy, &wl, false)) {
 		trace_send(e, a, copy.from);
 	} else {
 		full = true;
@@ -561,7 +890,7 @@ int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_
 	if (!a)
 		return -ESRCH;
 	struct cbcmn__wakes wl = {0};
-	int rc = a->stopping ? -ESRCH : put_msg(a, m, &wl) ? 0 : -EAGAIN;
+	int rc = a->stopping ? -ESRCH : put_msg(a, m, &wl, false) ? 0 : -EAGAIN;
 	if (rc == 0)
 		trace_send(exec_here(rt), a, m->from);
 	cbcmn__mutex_unlock(&a->lock);

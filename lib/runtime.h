@@ -173,6 +173,10 @@ struct cbcmn_task {
 	int64_t unwind_result;            /* what the landing pad returns */
 	/* Its registry waits' node (iwait.h) while it runs guarded, or NULL. */
 	struct cbcmn__iwnode *iwn;
+	/* Its last actor send over the lanes (actor_mbox.c): posted from
+	 * executor lane_e1 - 1 (0: none) to lane_h, the lane_seq-th there. */
+	uint64_t lane_seq;
+	uint32_t lane_e1, lane_h;
 };
 /* The lines above: task.c aligns records to a cache line. */
 _Static_assert(offsetof(struct cbcmn_task, opener) == 1 * CBCMN__CACHELINE &&
@@ -266,6 +270,11 @@ enum cbcmn__post {
  * reuses it.  Exactly once: a lane entry is consumed by one receiver. */
 enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL };
 
+/* Room in a message for what a call carries by value (cbcmn__xmsg_get()):
+ * an actor message and its address, the message body travelling over the
+ * lane in the sender's pool (actor_mbox.c). */
+#define CBCMN__XM_DATA 80u
+
 struct cbcmn__xmsg {
 	uint32_t kind;
 	uint32_t src;                     /* the sender's executor */
@@ -274,6 +283,7 @@ struct cbcmn__xmsg {
 	void *arg;
 	struct cbcmn__xmsg *next;         /* free list / backlog */
 	uintptr_t backlog_ent;            /* the lane entry, while backlogged */
+	_Alignas(8) unsigned char data[CBCMN__XM_DATA]; /* a call's by-value argument */
 };
 
 /* One single-producer single-consumer ring of tagged message pointers
@@ -371,6 +381,12 @@ struct cbcmn__exec {
 	struct cbcmn__xmsg **backlog;     /* per receiver: entries its full lane refused */
 	struct cbcmn__xmsg **backlog_tail;
 	uint32_t nbacklog;
+	/* Actor sends over the lanes (actor_mbox.c), per other executor x:
+	 * lane_posted[x], how many this one's tasks posted on (this, x) (its
+	 * thread only); lane_done[x], how many of those x put in mailboxes
+	 * (x's drain; read by a sender that must wait for its own). */
+	uint64_t *lane_posted;
+	_Atomic uint64_t *lane_done;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
 	bool gated;                       /* the gate refused work since the last look (sched.c) */
 	uint64_t gate_wait_ns;            /* how long to park while only gated work is left */
@@ -845,7 +861,18 @@ int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec);
 void cbcmn__xmsg_fini(struct cbcmn__exec *e);
 int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
 		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
+/* A call carrying its argument by value: take a message from e's pool
+ * (NULL: no memory), write up to CBCMN__XM_DATA bytes in m->data, then
+ * post it (fn(dst, m->data) runs on dst's thread; the acknowledgement
+ * returns m to e's pool) or give it back unposted.  e's thread only. */
+struct cbcmn__xmsg *cbcmn__xmsg_get(struct cbcmn__exec *e);
+void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
+			   void (*fn)(struct cbcmn__exec *, void *));
+void cbcmn__xmsg_unget(struct cbcmn__exec *e, struct cbcmn__xmsg *m);
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
+/* actor_mbox.c: task t (running, at its end) waits until its actor sends
+ * still in lanes are in their mailboxes (t->lane_e1 != 0). */
+void cbcmn__actor_lanes_flush(struct cbcmn_task *t);
 void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq);
 bool cbcmn__mail_drain(struct cbcmn__exec *e);
 void cbcmn__backlog_flush(struct cbcmn__exec *e);

@@ -482,6 +482,10 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 	}
 	if (__builtin_expect(t->open != NULL, 0))
 		r = close_leaked_nurseries(t, r);
+	/* Its actor sends still in lanes are put before it is seen to end
+	 * (a join, a DOWN or EXIT): order holds through its end too. */
+	if (__builtin_expect(t->lane_e1 != 0, 0))
+		cbcmn__actor_lanes_flush(t);
 	cbcmn__iwait_node_end(t);
 	return r;
 }

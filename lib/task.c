@@ -195,6 +195,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	t->gives_spawns = false;
 	atomic_init(&t->budget_iw, NULL);
 	t->unwind_result = 0;
+	t->lane_e1 = 0;
 	t->obligations = NULL;
 	t->wait_kind = CBCMN__G_OTHER; /* every wait site sets its own (diag.h) */
 	return t;

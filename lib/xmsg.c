@@ -9,6 +9,12 @@
  * consumer, so a message is delivered exactly once, and the sender knows
  * when (it counts what is out).
  *
+ * A call may carry its argument by value in the message (m->data): an
+ * actor's send to another executor carries the actor message itself
+ * (actor_mbox.c), so the body lives in the sender's pool while in flight
+ * and goes back there with the acknowledgement, with nothing to free on
+ * the receiving side and no wait on the sending one.
+ *
  * Wake-ups are coalesced: dst has a bit per source lane with entries and a
  * summary word; only the send that sets the bit (the lane's transition to
  * non-empty, as far as dst knows) unparks dst, and unparking rings a
@@ -36,7 +42,9 @@ int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec)
 	e->in = cbcmn__calloc(nexec, sizeof(*e->in));
 	e->backlog = cbcmn__calloc(nexec, sizeof(*e->backlog));
 	e->backlog_tail = cbcmn__calloc(nexec, sizeof(*e->backlog_tail));
-	if (!e->in || !e->backlog || !e->backlog_tail)
+	e->lane_posted = cbcmn__calloc(nexec, sizeof(*e->lane_posted));
+	e->lane_done = cbcmn__calloc(nexec, sizeof(*e->lane_done));
+	if (!e->in || !e->backlog || !e->backlog_tail || !e->lane_posted || !e->lane_done)
 		return -ENOMEM;
 	return 0;
 }
@@ -49,6 +57,10 @@ void cbcmn__xmsg_fini(struct cbcmn__exec *e)
 	free(e->in);
 	free(e->backlog);
 	free(e->backlog_tail);
+	free(e->lane_posted);
+	free((void *)e->lane_done);
+	e->lane_posted = NULL;
+	e->lane_done = NULL;
 	for (uint32_t i = 0; i < e->xm_nslabs; i++)
 		free(e->xm_slabs[i]);
 	free(e->xm_slabs);
@@ -206,12 +218,10 @@ void cbcmn__backlog_flush(struct cbcmn__exec *e)
 	}
 }
 
-int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
-		     void (*fn)(struct cbcmn__exec *, void *), void *arg)
+/* Fill message m in and send it to dst (a wake: dst must look). */
+static void xm_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m, uint32_t kind,
+		    struct cbcmn_task *t, void (*fn)(struct cbcmn__exec *, void *), void *arg)
 {
-	struct cbcmn__xmsg *m = xm_alloc(e);
-	if (!m)
-		return -ENOMEM;
 	m->kind = kind;
 	m->src = e->id;
 	m->task = t;
@@ -220,7 +230,33 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 	CBCMN__COUNT(e, xmsgs_sent, 1);
 	CBCMN_PROBE4(xmsg, e->id, dst, kind, e->rt->seg.rt_id);
 	post(e, e->rt->exec[dst], m, (uintptr_t)m, true);
+}
+
+int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct cbcmn_task *t,
+		     void (*fn)(struct cbcmn__exec *, void *), void *arg)
+{
+	struct cbcmn__xmsg *m = xm_alloc(e);
+	if (!m)
+		return -ENOMEM;
+	xm_post(e, dst, m, kind, t, fn, arg);
 	return 0;
+}
+
+struct cbcmn__xmsg *cbcmn__xmsg_get(struct cbcmn__exec *e)
+{
+	return xm_alloc(e);
+}
+
+void cbcmn__xmsg_unget(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
+{
+	m->next = e->xm_free;
+	e->xm_free = m;
+}
+
+void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
+			   void (*fn)(struct cbcmn__exec *, void *))
+{
+	xm_post(e, dst, m, CBCMN__XM_CALL, NULL, fn, m->data);
 }
 
 /* Outside threads: work for dst (a task to start or resume). */
@@ -372,12 +408,27 @@ static void deliver(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
 		m->fn(e, m->arg);
 		break;
 	}
-	/* The acknowledgement: the same pointer, back to its sender. */
-	post(e, e->rt->exec[m->src], m, (uintptr_t)m | 1, false);
 }
 
-static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
+/* The acknowledgement of m: the same pointer, back to its sender dst, in
+ * the lane without its flag (one flag for a drain's acknowledgements,
+ * lane_drain(): a flag is a locked write to a line dst reads, the lane
+ * entries share lines).  True if it needs that flag, false if the lane
+ * was full and it went on the backlog, which flagged it (post()). */
+static bool ack_put(struct cbcmn__exec *e, struct cbcmn__exec *dst, struct cbcmn__xmsg *m)
 {
+	uintptr_t ent = (uintptr_t)m | 1;
+	struct cbcmn__lane *l = lane_get(e, dst);
+	if (l && !e->backlog[dst->id] && lane_put(l, ent))
+		return true;
+	post(e, dst, m, ent, false);
+	return false;
+}
+
+static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l, uint32_t src)
+{
+	struct cbcmn__exec *back = e->rt->exec[src];
+	bool acks = false;
 	uint32_t head = atomic_load_explicit(&l->head, memory_order_relaxed);
 	/* acquire: pairs with lane_put()'s release of the tail. */
 	uint32_t tail = atomic_load_explicit(&l->tail, memory_order_acquire);
@@ -394,8 +445,11 @@ static void lane_drain(struct cbcmn__exec *e, struct cbcmn__lane *l)
 			CBCMN__COUNT(e, xmsgs_acked, 1);
 		} else {
 			deliver(e, m);
+			acks |= ack_put(e, back, m);
 		}
 	}
+	if (acks)
+		mail_flag(back, e->id, true);
 }
 
 /* Take everything sent to e.  True if anything came. */
@@ -429,7 +483,7 @@ bool cbcmn__mail_drain(struct cbcmn__exec *e)
 			bits &= bits - 1;
 			struct cbcmn__lane *l = atomic_load_explicit(&e->in[src], memory_order_acquire);
 			if (l) {
-				lane_drain(e, l);
+				lane_drain(e, l, src);
 				got = true;
 			}
 		}

@@ -41,19 +41,22 @@
  * the two (then their tags may be equal).
  *
  * Delivery.  A send that returns 0 has put the message in the mailbox (or
- * in the waiting receiver's buffer): it is received exactly once, unless
- * the actor halts first (then it is dropped as above, never received).
+ * in the waiting receiver's buffer), or, across executors (below), holds
+ * a place reserved there for it: it is received exactly once, unless the
+ * actor halts first (then it is dropped as above, never received).
  * Messages from one sender (a task, actor or thread that waits for each
  * send to return) are received in the order they were sent, whatever
  * executors the two run on and however often either moves between them.
  * Messages of different senders interleave in the order their sends took
- * effect.
+ * effect (across executors: as the receiver's executor put them).
  *
  * Back-pressure.  A mailbox holds at most its capacity of messages;
  * cbcmn_actor_send() waits while it is full (a task's fiber is suspended,
  * a thread sleeps), cbcmn_actor_try_send() returns -EAGAIN instead, and
  * cbcmn_actor_send_timeout() gives up with -ETIMEDOUT.  Waiting senders
- * get the freed slots in the order they began to wait.  An actor sending to
+ * get the freed slots in the order they began to wait (a task sending
+ * across executors waits for room to reserve instead, and is woken with
+ * the others waiting so once half the mailbox is free).  An actor sending to
  * its own full mailbox would wait for ever: -EDEADLK.  DOWN messages are
  * not counted against the capacity (their room is taken when the monitor
  * is set up), so a halt never waits for a full mailbox.
@@ -66,6 +69,19 @@
  * Cancellation.  A task blocked in a send or a receive whose nursery (or
  * one enclosing it) is cancelled returns CBCMN_ECANCELED, and leaves no
  * trace: its message was not taken, its buffer not written.
+ *
+ * Across executors.  A task's send to an actor whose home is another
+ * executor, once that actor's task has started, reserves a place in the
+ * mailbox and posts the message on the executors' lanes: that executor
+ * puts it in the reserved place at its next look at its mail.  The send
+ * returns 0 at the post (nothing can refuse it after that: a cancellation
+ * later leaves it delivered; a halt before the put counts and drops it as
+ * a message in the mailbox).  No place to reserve: try_send and a zero
+ * timeout answer as above, a send waits for room.  A sender's next send
+ * by another way (it moved to another executor, the receiver moved, the
+ * lock) first waits for its messages still in lanes to be put: order per
+ * sender holds.  Threads and handler actors send through the mailbox
+ * lock.
  *
  * Contexts.  cx is the calling task (an actor is a task), or NULL from a
  * thread outside the runtime, which then blocks as a thread and must not be
@@ -229,7 +245,9 @@ CBCMN_API int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn f
 CBCMN_API int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 			       const cbcmn_actor_msg *m);
 
-/* cbcmn_actor_send() that never waits: -EAGAIN when the mailbox is full.
+/* cbcmn_actor_send() that never waits: -EAGAIN when the mailbox is full
+ * (across executors, counting places reserved by messages in lanes; it
+ * may wait for its own earlier messages in lanes to be put, above).
  * Works in a cancelled task and with a NULL cx on an executor thread. */
 CBCMN_API int cbcmn_actor_try_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 				   const cbcmn_actor_msg *m);

@@ -1,0 +1,913 @@
+/* test_actor_lanes: actor sends across executors go over the lanes (seed
+ * 003 "Inter-executor communication"): a place reserved in the mailbox,
+ * the message in a lane message of the sender's pool, put in the mailbox
+ * by the receiver's home executor at its drain, the pointer back as the
+ * acknowledgement that returns it to the pool; the send returns at the
+ * post.  Order per pair with moving senders and a moving receiver, no
+ * room left (the lock path, behind the sender's own messages in lanes),
+ * cancellation after the post, a full lane, acknowledgements after the
+ * receiver's halt and at destroy, a dead or stopped receiver. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "actor_test.h"
+
+/* Executor id's statistics (from a task too: no cmocka assertion). */
+static cbcmn_executor_stats exec_stats(cbcmn_runtime *rt, uint32_t id)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	memset(per, 0, sizeof(per));
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &st, per, 2) == 0);
+	return per[id];
+}
+
+/* Executor id's lane messages sent so far (its counter). */
+static uint64_t xmsgs_sent(cbcmn_runtime *rt, uint32_t id)
+{
+	return exec_stats(rt, id).xmsgs_sent;
+}
+
+/* Waits (bounded) until *v reaches want. */
+static bool wait_for(cbcmn_cx *cx, _Atomic long *v, long want)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(v) < want) {
+		if (t_now_ns() > end)
+			return false;
+		if (cx)
+			cbcmn_sleep(cx, 100000);
+		else
+			usleep(100);
+	}
+	return true;
+}
+
+/* Waits (bounded) until executor id has sent want lane messages in all. */
+static bool wait_xmsgs(cbcmn_cx *cx, uint32_t id, uint64_t want)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (xmsgs_sent(rt, id) < want) {
+		if (t_now_ns() > end)
+			return false;
+		cbcmn_sleep(cx, 100000);
+	}
+	return true;
+}
+
+/* A busy executor: spins without a checkpoint until released, so that its
+ * mail is not drained meanwhile (the runtimes here have no stall monitor,
+ * which would move work off it). */
+struct hog {
+	_Atomic int running, release;
+};
+
+static int64_t hog_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct hog *h = arg;
+	atomic_store(&h->running, 1);
+	while (!atomic_load(&h->release))
+		;
+	return 0;
+}
+
+static cbcmn_runtime *lanes_runtime(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* the hogs above hold an executor on purpose */
+	return t_runtime_cfg(&cfg);
+}
+
+/* ---- a receiver that counts, checks order per sender, ends at QUIT ---- */
+
+#define MAXS 320
+
+struct rx {
+	cbcmn_actor_ref a;
+	_Atomic long got, bad, dropped;
+	_Atomic int go; /* 0: the receiver waits before its first receive */
+	bool naps;      /* it sleeps now and then: woken wherever there is room */
+	_Atomic long started; /* its task runs: its lanes are open */
+	uint64_t next[MAXS];
+	_Atomic uint32_t exec_moves;
+};
+
+static int64_t rx_actor(cbcmn_cx *cx, void *arg)
+{
+	struct rx *r = arg;
+	atomic_store(&r->started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&r->go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	uint32_t at = cbcmn_cx_executor(cx);
+	for (;;) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		if (m.type == M_QUIT)
+			return 0;
+		uint32_t now = cbcmn_cx_executor(cx);
+		if (now != at)
+			atomic_fetch_add(&r->exec_moves, 1);
+		at = now;
+		uint64_t s = m.body.u64[0], seq = m.body.u64[1];
+		if (s >= MAXS || seq != r->next[s])
+			atomic_fetch_add(&r->bad, 1);
+		else
+			r->next[s]++;
+		atomic_fetch_add(&r->got, 1);
+		if (r->naps && r->next[s] % 16 == 0)
+			cbcmn_sleep(cx, 50000);
+	}
+}
+
+static void rx_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct rx *r = state;
+	if (m->type == M_DATA)
+		atomic_fetch_add(&r->dropped, 1);
+}
+
+static int rx_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct rx *r, uint32_t placement,
+		    uint32_t shard, uint32_t cap)
+{
+	cbcmn_actor_opts o = {.mailbox_cap = cap, .placement = placement, .shard = shard,
+			      .drop = rx_drop};
+	return cbcmn_actor_spawn(cx, n, rx_actor, r, &o, &r->a);
+}
+
+static int quit(cbcmn_cx *cx, cbcmn_actor_ref a)
+{
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	return cbcmn_actor_send(NULL, cx, a, &q);
+}
+
+/* ---- the messages go over the lanes ---- */
+
+struct over {
+	struct rx r;
+	cbcmn_runtime *rt;
+	uint64_t x0, x1;
+};
+
+static int64_t over_sender(cbcmn_cx *cx, void *arg)
+{
+	struct over *o = arg;
+	TASK_CHECK(wait_for(cx, &o->r.started, 1)); /* before, sends take the lock */
+	o->x0 = xmsgs_sent(o->rt, 0);
+	for (uint64_t i = 0; i < 32; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->r.a, &m) == 0);
+	}
+	o->x1 = xmsgs_sent(o->rt, 0);
+	atomic_store(&o->r.go, 1);
+	return quit(cx, o->r.a);
+}
+
+static int64_t over_main(cbcmn_cx *cx, void *arg)
+{
+	struct over *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(rx_spawn(cx, n, &o->r, CBCMN_PLACE_PINNED, 1, 64) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, over_sender, o, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The receiver does not receive while the 32 messages are sent (no wake
+ * is needed): each still made a lane message, its own. */
+static void test_cross_executor_sends_go_over_the_lanes(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct over o = {.rt = rt};
+	t_run(rt, over_main, &o, 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(o.x1 - o.x0 >= 32);
+	assert_int_equal(atomic_load(&o.r.got), 32);
+	assert_int_equal(atomic_load(&o.r.bad), 0);
+	t_destroy(rt);
+}
+
+/* ---- order per pair: moving senders, a moving receiver ---- */
+
+#define MOVERS 4
+
+struct mv {
+	struct rx r;
+	long per;
+	_Atomic int ids;
+	_Atomic long sender_moves;
+	_Atomic int senders_done;
+};
+
+static int64_t mv_sender(cbcmn_cx *cx, void *arg)
+{
+	struct mv *v = arg;
+	uint64_t id = (uint64_t)atomic_fetch_add(&v->ids, 1);
+	uint32_t at = cbcmn_cx_executor(cx);
+	for (long i = 0; i < v->per; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, id, (uint64_t)i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, v->r.a, &m) == 0);
+		if (i % 5 == 0)
+			cbcmn_yield(cx); /* stealable on two executors: moves */
+		if (i % 64 == 0)
+			cbcmn_sleep(cx, 50000); /* woken wherever there is room */
+		uint32_t now = cbcmn_cx_executor(cx);
+		if (now != at)
+			atomic_fetch_add(&v->sender_moves, 1);
+		at = now;
+	}
+	return 0;
+}
+
+/* Holds executor 1 (no checkpoint) for 300 us at a time, 300 us apart,
+ * until the senders are done: what is runnable there meanwhile (the
+ * receiver, woken) may be taken by executor 0, idle once its senders
+ * wait for room; so the receiver moves with messages in flight. */
+static int64_t mv_shaker(cbcmn_cx *cx, void *arg)
+{
+	struct mv *v = arg;
+	while (!atomic_load(&v->senders_done)) {
+		uint64_t end = t_now_ns() + 300000;
+		while (t_now_ns() < end)
+			;
+		cbcmn_sleep(cx, 300000);
+	}
+	return 0;
+}
+
+static int64_t mv_main(cbcmn_cx *cx, void *arg)
+{
+	struct mv *v = arg;
+	cbcmn_nursery *nr, *ns, *nk;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	TASK_CHECK(open_n(cx, &nk) == 0);
+	atomic_store(&v->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &v->r, CBCMN_PLACE_STEALABLE, 0, 4) == 0);
+	for (int i = 0; i < MOVERS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_stealable(cx, ns, mv_sender, v, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nk, 1, mv_shaker, v, NULL) == 0);
+	/* Joined: their messages are in the mailbox (a task's end waits for
+	 * its sends in lanes), so the QUIT comes after them all. */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	atomic_store(&v->senders_done, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nk) == 0);
+	TASK_CHECK(quit(cx, v->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+/* Senders that move between executors between two sends and a receiver
+ * that moves while messages are in flight: each sender's numbers arrive
+ * 0, 1, 2... (a lane is FIFO, and a sender changes lanes only once its
+ * messages in the last one are put).  Rounds until both kinds of move
+ * were seen, so that the check covered them. */
+static void test_order_per_pair_with_moving_senders_and_receiver(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	long sender_moves = 0, receiver_moves = 0;
+	uint64_t lane_msgs = 0;
+	for (int round = 0; round < 40 && (!sender_moves || !receiver_moves); round++) {
+		struct mv v = {.per = STRESS(1500), .r.naps = true};
+		uint64_t x = xmsgs_sent(rt, 0) + xmsgs_sent(rt, 1);
+		t_run(rt, mv_main, &v, 0);
+		ASSERT_TASK_CHECKS();
+		lane_msgs += xmsgs_sent(rt, 0) + xmsgs_sent(rt, 1) - x;
+		assert_int_equal(atomic_load(&v.r.bad), 0);
+		assert_int_equal(atomic_load(&v.r.got), MOVERS * v.per);
+		for (int s = 0; s < MOVERS; s++)
+			assert_int_equal(v.r.next[s], (uint64_t)v.per);
+		sender_moves += atomic_load(&v.sender_moves);
+		receiver_moves += atomic_load(&v.r.exec_moves);
+	}
+	assert_true(sender_moves > 0);
+	assert_true(receiver_moves > 0);
+	assert_true(lane_msgs > 0);
+	t_destroy(rt);
+}
+
+/* ---- back-pressure met at the drain ---- */
+
+struct bp {
+	struct rx r;
+	cbcmn_runtime *rt;
+	int rc_try, rc_timed, rc_zero;
+	_Atomic long probed, blocked_sent;
+	uint64_t x0, x1;
+};
+
+static int64_t bp_sender(cbcmn_cx *cx, void *arg)
+{
+	struct bp *b = arg;
+	TASK_CHECK(wait_for(cx, &b->r.started, 1));
+	b->x0 = xmsgs_sent(b->rt, 0);
+	for (uint64_t i = 0; i < 2; i++) { /* fill the 2-slot mailbox */
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->r.a, &m) == 0);
+	}
+	/* No place left to reserve (in lanes or in the ring, whichever):
+	 * the lock path says full, nothing is kept. */
+	cbcmn_actor_msg lost = msg(M_DATA, 0, 100);
+	b->rc_try = cbcmn_actor_try_send(NULL, cx, b->r.a, &lost);
+	b->rc_zero = cbcmn_actor_send_timeout(NULL, cx, b->r.a, &lost, 0);
+	b->rc_timed = cbcmn_actor_send_timeout(NULL, cx, b->r.a, &lost, 2000000);
+	b->x1 = xmsgs_sent(b->rt, 0);
+	atomic_store(&b->probed, 1);
+	/* A blocking send waits for room, then lands after the first two. */
+	cbcmn_actor_msg m = msg(M_DATA, 0, 2);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, b->r.a, &m) == 0);
+	atomic_store(&b->blocked_sent, 1);
+	return quit(cx, b->r.a);
+}
+
+static int64_t bp_main(cbcmn_cx *cx, void *arg)
+{
+	struct bp *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(rx_spawn(cx, n, &b->r, CBCMN_PLACE_PINNED, 1, 2) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, bp_sender, b, NULL) == 0);
+	/* The receiver makes room only once the sender has met the full
+	 * mailbox, and its blocking send has waited a while. */
+	TASK_CHECK(wait_for(cx, &b->probed, 1));
+	cbcmn_sleep(cx, 5000000);
+	TASK_CHECK(atomic_load(&b->blocked_sent) == 0);
+	atomic_store(&b->r.go, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_no_room_to_reserve_is_back_pressure(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct bp b = {.rt = rt};
+	uint64_t bp0 = exec_stats(rt, 0).actor_backpressure;
+	t_run_pinned(rt, 1, bp_main, &b);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(b.rc_try, -EAGAIN);
+	assert_int_equal(b.rc_zero, -ETIMEDOUT);
+	assert_int_equal(b.rc_timed, -ETIMEDOUT);
+	assert_true(b.x1 - b.x0 >= 2); /* the two that had room went over the lane */
+	/* 0, 1, 2 in order; the refused message never came. */
+	assert_int_equal(atomic_load(&b.r.got), 3);
+	assert_int_equal(atomic_load(&b.r.bad), 0);
+	assert_true(exec_stats(rt, 0).actor_backpressure - bp0 >= 4);
+	t_destroy(rt);
+}
+
+/* ---- a send returns at its post; cancellation after it ---- */
+
+struct cs {
+	struct rx r;
+	struct hog hog;
+	cbcmn_nursery *ns;
+	_Atomic long done;
+	int rc;
+	bool hog_sender_side; /* hold the sender's executor (ack) or the receiver's (drain) */
+};
+
+static int64_t cs_sender(cbcmn_cx *cx, void *arg)
+{
+	struct cs *c = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	c->rc = cbcmn_actor_send(NULL, cx, c->r.a, &m);
+	atomic_store(&c->done, 1);
+	/* Cancelled now, with its message in the lane or its
+	 * acknowledgement on the way back: it notices here. */
+	while (cbcmn_sleep(cx, 100000) == 0)
+		;
+	return 0;
+}
+
+/* On the executor that is not held. */
+static int64_t cs_main(cbcmn_cx *cx, void *arg)
+{
+	struct cs *c = arg;
+	cbcmn_nursery *nr, *nh;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &c->ns) == 0);
+	atomic_store(&c->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &c->r, CBCMN_PLACE_PINNED, 1, 8) == 0);
+	TASK_CHECK(wait_for(cx, &c->r.started, 1));
+	if (c->hog_sender_side) {
+		/* The hog holds executor 0 once the sender posted: the
+		 * drain (executor 1) puts the message, and its
+		 * acknowledgement waits on executor 0. */
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, c->ns, 0, cs_sender, c, NULL) == 0);
+		TASK_CHECK(wait_for(cx, &c->done, 1));
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 0, hog_task, &c->hog, NULL) == 0);
+		TASK_CHECK(wait_for(cx, &c->r.got, 1));
+	} else {
+		/* The hog holds executor 1 (the receiver's home): the
+		 * message waits in the lane, undrained, and the send has
+		 * returned all the same. */
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &c->hog, NULL) == 0);
+		while (!atomic_load(&c->hog.running))
+			cbcmn_sleep(cx, 100000);
+		uint64_t x0 = xmsgs_sent(cbcmn_cx_runtime(cx), 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, c->ns, 0, cs_sender, c, NULL) == 0);
+		TASK_CHECK(wait_for(cx, &c->done, 1));
+		TASK_CHECK(xmsgs_sent(cbcmn_cx_runtime(cx), 0) > x0); /* posted */
+		TASK_CHECK(atomic_load(&c->r.got) == 0);              /* not put yet */
+	}
+	TASK_CHECK(cbcmn_nursery_cancel(c->ns) == 0);
+	atomic_store(&c->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, c->ns) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	TASK_CHECK(wait_for(cx, &c->r.got, 1));
+	TASK_CHECK(quit(cx, c->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+/* Posted, then cancelled before the drain: delivered, the send said 0. */
+static void test_send_cancelled_after_its_post_is_delivered(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct cs c = {.hog_sender_side = false};
+	t_run_pinned(rt, 0, cs_main, &c);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(c.rc, 0);
+	assert_int_equal(atomic_load(&c.r.got), 1);
+	assert_int_equal(atomic_load(&c.r.bad), 0);
+	t_destroy(rt);
+}
+
+/* Put, then cancelled before the acknowledgement came back: the same. */
+static void test_send_cancelled_before_its_ack_is_delivered(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct cs c = {.hog_sender_side = true};
+	t_run_pinned(rt, 1, cs_main, &c);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(c.rc, 0);
+	assert_int_equal(atomic_load(&c.r.got), 1);
+	t_destroy(rt);
+}
+
+/* Cancelled at any moment: each send's result says whether its message
+ * was delivered, never both, never neither. */
+struct cr {
+	struct rx r;
+	_Atomic long ok;
+	cbcmn_nursery *ns;
+};
+
+/* One sender at a time, numbering on from the last one's delivered
+ * messages: the receiver sees one sequence. */
+static int64_t cr_sender(cbcmn_cx *cx, void *arg)
+{
+	struct cr *c = arg;
+	for (;;) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, (uint64_t)atomic_load(&c->ok));
+		int rc = cbcmn_actor_send(NULL, cx, c->r.a, &m);
+		if (rc == 0) {
+			atomic_fetch_add(&c->ok, 1);
+			continue;
+		}
+		TASK_CHECK(rc == CBCMN_ECANCELED);
+		return rc;
+	}
+}
+
+static int64_t cr_main(cbcmn_cx *cx, void *arg)
+{
+	struct cr *c = arg;
+	cbcmn_nursery *nr;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	atomic_store(&c->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &c->r, CBCMN_PLACE_PINNED, 1, 4) == 0);
+	for (int round = 0; round < STRESS(40); round++) {
+		TASK_CHECK(open_n(cx, &c->ns) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, c->ns, 0, cr_sender, c, NULL) == 0);
+		cbcmn_sleep(cx, (uint64_t)(round % 7) * 37000);
+		cbcmn_nursery_cancel(c->ns);
+		cbcmn_nursery_await_all(cx, c->ns);
+	}
+	TASK_CHECK(quit(cx, c->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+static void test_sender_cancelled_at_any_point_delivered_iff_zero(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct cr c = {0};
+	t_run_pinned(rt, 0, cr_main, &c);
+	ASSERT_TASK_CHECKS();
+	/* One sequence (sender 0, numbers counting on across rounds): no
+	 * gap, no duplicate, and exactly the sends that returned 0. */
+	assert_int_equal(atomic_load(&c.r.bad), 0);
+	assert_int_equal(atomic_load(&c.r.got), atomic_load(&c.ok));
+	t_destroy(rt);
+}
+
+/* ---- a full lane: the rest waits on the sender's backlog, in order ---- */
+
+#define LANE_SENDERS 300 /* more than a lane's 256 entries */
+
+struct fl {
+	struct rx r;
+	struct hog hog;
+	_Atomic int ids;
+};
+
+static int64_t fl_sender(cbcmn_cx *cx, void *arg)
+{
+	struct fl *f = arg;
+	uint64_t id = (uint64_t)atomic_fetch_add(&f->ids, 1);
+	for (uint64_t i = 0; i < 2; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, id, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, f->r.a, &m) == 0);
+	}
+	return 0;
+}
+
+static int64_t fl_main(cbcmn_cx *cx, void *arg)
+{
+	struct fl *f = arg;
+	cbcmn_nursery *nr, *nh, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	atomic_store(&f->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &f->r, CBCMN_PLACE_PINNED, 1, 2 * LANE_SENDERS) == 0);
+	TASK_CHECK(wait_for(cx, &f->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &f->hog, NULL) == 0);
+	while (!atomic_load(&f->hog.running))
+		cbcmn_sleep(cx, 100000);
+	uint64_t x0 = xmsgs_sent(cbcmn_cx_runtime(cx), 0);
+	for (int i = 0; i < LANE_SENDERS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, fl_sender, f, NULL) == 0);
+	/* Every sender posted its first message: 300 in a lane of 256. */
+	TASK_CHECK(wait_xmsgs(cx, 0, x0 + LANE_SENDERS));
+	atomic_store(&f->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	TASK_CHECK(quit(cx, f->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+static void test_full_lane_backlogs_in_order(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct fl f = {0};
+	uint64_t bp0 = exec_stats(rt, 0).ring_msgs_backpressure;
+	t_run_pinned(rt, 0, fl_main, &f);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&f.r.bad), 0);
+	assert_int_equal(atomic_load(&f.r.got), 2 * LANE_SENDERS);
+	/* The lane overflowed onto executor 0's backlog. */
+	assert_true(exec_stats(rt, 0).ring_msgs_backpressure - bp0 > 0);
+	t_destroy(rt);
+}
+
+/* ---- a dead receiver; one that halts with sends in flight; destroy ---- */
+
+struct dr {
+	struct rx r;
+	cbcmn_runtime *rt;
+	_Atomic long ok;
+	int rc_dead;
+	uint64_t x0, x1;
+	long stop_after;
+};
+
+static int64_t dr_sender(cbcmn_cx *cx, void *arg)
+{
+	struct dr *d = arg;
+	for (uint64_t i = 0;; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 1, i);
+		int rc = cbcmn_actor_send(NULL, cx, d->r.a, &m);
+		if (rc) {
+			TASK_CHECK(rc == -ESRCH);
+			break;
+		}
+		atomic_fetch_add(&d->ok, 1);
+		if (i == (uint64_t)d->stop_after)
+			TASK_CHECK(cbcmn_actor_stop(NULL, cx, d->r.a, 0) == 0);
+	}
+	/* Dead: a send to it fails, through the lock (its lanes word says
+	 * closed), without touching its freed mailbox. */
+	d->x0 = xmsgs_sent(d->rt, 0);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	d->rc_dead = cbcmn_actor_send(NULL, cx, d->r.a, &m);
+	d->x1 = xmsgs_sent(d->rt, 0);
+	return 0;
+}
+
+static int64_t dr_main(cbcmn_cx *cx, void *arg)
+{
+	struct dr *d = arg;
+	cbcmn_nursery *nr, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	TASK_CHECK(rx_spawn(cx, nr, &d->r, CBCMN_PLACE_PINNED, 1, 16) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, dr_sender, d, NULL) == 0);
+	cbcmn_sleep(cx, 1000000);
+	atomic_store(&d->r.go, 1); /* receives while the sends go on */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	cbcmn_nursery_await_all(cx, nr); /* -ESHUTDOWN: stopped */
+	return 0;
+}
+
+/* Stopped while sends are in flight: every send that returned 0 was
+ * received or dropped at the halt (counted by the drop callback: its
+ * task waited for its places reserved in lanes before halting); after
+ * it, -ESRCH.  Then the runtime is destroyed at once (ASan: no leak of
+ * lane messages, wherever their acknowledgements are). */
+static void test_dead_receiver_esrch_and_nothing_lost(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 4; round++) {
+		cbcmn_runtime *rt = lanes_runtime();
+		struct dr d = {.rt = rt, .stop_after = 20 + round * 7};
+		t_run_pinned(rt, 0, dr_main, &d);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(d.rc_dead, -ESRCH);
+		assert_int_equal(atomic_load(&d.r.bad), 0);
+		assert_int_equal(atomic_load(&d.r.got) + atomic_load(&d.r.dropped),
+				 atomic_load(&d.ok));
+		t_destroy(rt);
+	}
+}
+
+/* A recycled slot: the old reference's send crosses to the slot's
+ * executor and finds the new generation there: -ESRCH, and the new actor
+ * gets nothing of it. */
+struct rc_ {
+	struct rx old, fresh;
+	int rc_old, rc_new;
+};
+
+static int64_t quick_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+static int64_t rc_sender(cbcmn_cx *cx, void *arg)
+{
+	struct rc_ *r = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	r->rc_old = cbcmn_actor_send(NULL, cx, r->old.a, &m);
+	r->rc_new = cbcmn_actor_send(NULL, cx, r->fresh.a, &m);
+	return quit(cx, r->fresh.a);
+}
+
+static int64_t rc_main(cbcmn_cx *cx, void *arg)
+{
+	struct rc_ *r = arg;
+	cbcmn_nursery *n0, *n;
+	TASK_CHECK(open_n(cx, &n0) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n0, quick_actor, NULL, &o, &r->old.a) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n0) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	atomic_store(&r->fresh.go, 1);
+	TASK_CHECK(rx_spawn(cx, n, &r->fresh, CBCMN_PLACE_PINNED, 1, 4) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, rc_sender, r, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_recycled_reference_is_esrch_over_the_lane(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct rc_ r = {0};
+	t_run_pinned(rt, 1, rc_main, &r);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r.rc_old, -ESRCH);
+	assert_int_equal(r.rc_new, 0);
+	assert_int_equal(atomic_load(&r.fresh.got), 1);
+	assert_int_equal(atomic_load(&r.fresh.bad), 0);
+	t_destroy(rt);
+}
+
+/* ---- no room: the lock path waits for the sender's messages in lanes ---- */
+
+struct lw {
+	struct rx r;
+	struct hog hog;
+	_Atomic long posted, third;
+};
+
+static int64_t lw_sender(cbcmn_cx *cx, void *arg)
+{
+	struct lw *w = arg;
+	for (uint64_t i = 0; i < 2; i++) { /* both places, reserved in lanes */
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->r.a, &m) == 0);
+	}
+	atomic_store(&w->posted, 1);
+	/* No place: the lock path, which must not overtake 0 and 1, still
+	 * in the lane of the held executor. */
+	cbcmn_actor_msg m = msg(M_DATA, 0, 2);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, w->r.a, &m) == 0);
+	atomic_store(&w->third, 1);
+	return quit(cx, w->r.a);
+}
+
+static int64_t lw_main(cbcmn_cx *cx, void *arg)
+{
+	struct lw *w = arg;
+	cbcmn_nursery *nr, *nh, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	atomic_store(&w->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &w->r, CBCMN_PLACE_PINNED, 1, 2) == 0);
+	TASK_CHECK(wait_for(cx, &w->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &w->hog, NULL) == 0);
+	while (!atomic_load(&w->hog.running))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, lw_sender, w, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &w->posted, 1));
+	cbcmn_sleep(cx, 3000000);
+	TASK_CHECK(atomic_load(&w->third) == 0); /* waits for its own two */
+	TASK_CHECK(atomic_load(&w->r.got) == 0);
+	atomic_store(&w->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+static void test_no_room_waits_for_own_messages_in_lanes(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct lw w = {0};
+	t_run_pinned(rt, 0, lw_main, &w);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.r.got), 3);
+	assert_int_equal(atomic_load(&w.r.bad), 0); /* 0, 1, 2 */
+	t_destroy(rt);
+}
+
+/* ---- acknowledgements after the receiver's halt, and at destroy ---- */
+
+#define AH_MSGS 40
+
+struct ah {
+	struct rx r;
+	_Atomic long halted;
+};
+
+/* Posts, then holds its executor (no checkpoint) until the receiver has
+ * halted: the acknowledgements wait in executor 0's lanes meanwhile. */
+static int64_t ah_sender(cbcmn_cx *cx, void *arg)
+{
+	struct ah *h = arg;
+	for (uint64_t i = 0; i < AH_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, h->r.a, &m) == 0);
+	}
+	TASK_CHECK(quit(cx, h->r.a) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&h->halted) && t_now_ns() < end)
+		;
+	return 0;
+}
+
+static int64_t ah_main(cbcmn_cx *cx, void *arg)
+{
+	struct ah *h = arg;
+	cbcmn_nursery *nr, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	atomic_store(&h->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &h->r, CBCMN_PLACE_PINNED, 1, AH_MSGS + 1) == 0);
+	TASK_CHECK(wait_for(cx, &h->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, ah_sender, h, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nr) == 0);
+	atomic_store(&h->halted, 1);
+	return cbcmn_nursery_await_all(cx, ns);
+}
+
+/* The receiver takes everything and halts while the lane messages'
+ * acknowledgements are still on their way back (their bodies in executor
+ * 0's pool): nothing of the halted actor is touched by them.  Then the
+ * runtime is destroyed at once, whatever acknowledgements are left in the
+ * lanes (ASan: the pool goes with its executor, nothing leaks). */
+static void test_acks_after_halt_and_destroy_with_lane_messages_out(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 4; round++) {
+		cbcmn_runtime *rt = lanes_runtime();
+		struct ah h = {0};
+		t_run_pinned(rt, 1, ah_main, &h);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&h.r.got), AH_MSGS);
+		assert_int_equal(atomic_load(&h.r.bad), 0);
+		t_destroy(rt);
+	}
+}
+
+/* ---- a sender's end comes after its messages in lanes ---- */
+
+#define EO_MSGS 5
+
+struct eo {
+	cbcmn_actor_ref p;
+	uint32_t types[EO_MSGS + 1];
+	int n;
+};
+
+/* On executor 0: waits for GO, sends its messages to GO's sender over
+ * the lanes (executor 1 is held), ends. */
+static int64_t eo_peer(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg go;
+	TASK_CHECK(cbcmn_actor_receive(cx, &go, CBCMN_ACTOR_FOREVER) == 0);
+	for (uint64_t i = 0; i < EO_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, go.from, &m) == 0);
+	}
+	return 0;
+}
+
+/* On executor 1: monitors the peer, holds its own executor (no
+ * checkpoint) while the peer sends and ends, then takes everything. */
+static int64_t eo_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct eo *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts po = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, eo_peer, NULL, &po, &o->p) == 0);
+	uint64_t mon;
+	TASK_CHECK(cbcmn_actor_monitor(cx, o->p, &mon) == 0);
+	cbcmn_actor_msg go = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p, &go) == 0);
+	uint64_t end = t_now_ns() + 20000000;
+	while (t_now_ns() < end)
+		;
+	while (o->n < EO_MSGS + 1) {
+		cbcmn_actor_msg m;
+		if (cbcmn_actor_receive(cx, &m, T_STALL_NS))
+			break;
+		o->types[o->n++] = m.type;
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t eo_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, eo_watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The peer's DOWN comes after its messages, though they were still in a
+ * lane when its task returned: a task's end waits for its sends in lanes
+ * to be put (else the DOWN, put at the halt, would overtake them). */
+static void test_end_of_sender_after_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct eo o = {0};
+	t_run_pinned(rt, 0, eo_main, &o);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(o.n, EO_MSGS + 1);
+	for (int i = 0; i < EO_MSGS; i++)
+		assert_int_equal(o.types[i], M_DATA);
+	assert_int_equal(o.types[EO_MSGS], CBCMN_ACTOR_DOWN);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cross_executor_sends_go_over_the_lanes),
+		cmocka_unit_test(test_order_per_pair_with_moving_senders_and_receiver),
+		cmocka_unit_test(test_no_room_to_reserve_is_back_pressure),
+		cmocka_unit_test(test_send_cancelled_after_its_post_is_delivered),
+		cmocka_unit_test(test_send_cancelled_before_its_ack_is_delivered),
+		cmocka_unit_test(test_sender_cancelled_at_any_point_delivered_iff_zero),
+		cmocka_unit_test(test_full_lane_backlogs_in_order),
+		cmocka_unit_test(test_dead_receiver_esrch_and_nothing_lost),
+		cmocka_unit_test(test_recycled_reference_is_esrch_over_the_lane),
+		cmocka_unit_test(test_no_room_waits_for_own_messages_in_lanes),
+		cmocka_unit_test(test_acks_after_halt_and_destroy_with_lane_messages_out),
+		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
