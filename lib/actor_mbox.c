@@ -558,6 +558,8 @@ static void lane_land(struct cbcmn__exec *e, void *arg)
  * until that one, and so all before it, is in its mailbox.  Only ever a
  * drain of that executor away; its doorbell was rung by the post.  True
  * if it yielded meanwhile (it may have moved). */
+_Static_assert(CBCMN_MAX_EXECUTORS < UINT16_MAX, "lane_e1, lane_h: an executor id + 1 in 16 bits");
+
 static bool lane_order(struct cbcmn_task *self, int h)
 {
 	if (!self || !self->lane_e1)
@@ -567,7 +569,8 @@ static bool lane_order(struct cbcmn_task *self, int h)
 		return false; /* the same lane: in order */
 	_Atomic uint64_t *done = &self->rt->exec[self->lane_h]->lane_done[src];
 	bool waited = false;
-	while (atomic_load_explicit(done, memory_order_acquire) < self->lane_seq) {
+	/* 32-bit sequence arithmetic: far fewer than 2^31 sends in flight. */
+	while ((int32_t)(self->lane_seq - (uint32_t)atomic_load_explicit(done, memory_order_acquire)) > 0) {
 		cbcmn_yield((cbcmn_cx *)self);
 		waited = true;
 	}
@@ -618,9 +621,9 @@ static int lane_send(struct cbcmn_task *self, struct cbcmn__actor *a, uint32_t h
 	lm->src = e->id;
 	lm->h = h;
 	lm->m = *m;
-	self->lane_e1 = e->id + 1;
-	self->lane_h = h;
-	self->lane_seq = ++e->lane_posted[h];
+	self->lane_e1 = (uint16_t)(e->id + 1);
+	self->lane_h = (uint16_t)h;
+	self->lane_seq = (uint32_t)++e->lane_posted[h];
 	cbcmn__xmsg_call_post(e, h, x, lane_land);
 	return 0;
 }

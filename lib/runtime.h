@@ -174,9 +174,10 @@ struct cbcmn_task {
 	/* Its registry waits' node (iwait.h) while it runs guarded, or NULL. */
 	struct cbcmn__iwnode *iwn;
 	/* Its last actor send over the lanes (actor_mbox.c): posted from
-	 * executor lane_e1 - 1 (0: none) to lane_h, the lane_seq-th there. */
-	uint64_t lane_seq;
-	uint32_t lane_e1, lane_h;
+	 * executor lane_e1 - 1 (0: none) to lane_h, the lane_seq-th there
+	 * (the low 32 bits: the record ends at CBCMN__STACK_RECORD_SPAN). */
+	uint32_t lane_seq;
+	uint16_t lane_e1, lane_h;
 };
 /* The lines above: task.c aligns records to a cache line. */
 _Static_assert(offsetof(struct cbcmn_task, opener) == 1 * CBCMN__CACHELINE &&
