@@ -1864,10 +1864,13 @@ static void exec_thread_died(void *arg)
 	e->dead_thread = pthread_self();
 	int rc = cbcmn__exec_thread_start(e);
 	if (rc != 0) {
+		/* Its successor would have joined it: nobody does now, nor may
+		 * destroy (stop_executors() joins a joinable executor it reads
+		 * RUNNING, which this one stays), as for a retired thread. */
+		atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 		pthread_detach(pthread_self());
 		/* Its deque and slot can still be stolen from; its yield list
-		 * and timers, and the lost task, are stranded (docs/ERRORS.md).
-		 * (Its successor would have joined it: nobody does now.) */
+		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
 		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
 			strerror(rc));
 		atomic_store_explicit(&e->rt->lost_exec, 1, memory_order_relaxed);
