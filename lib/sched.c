@@ -1586,7 +1586,9 @@ uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit)
  * pinned one's CPU, unless taskset moved it since); before its thread
  * starts, its CPU if pinned, else ours (which a thread started from here
  * inherits; the monitor's is the creator's).  Not the creating thread's
- * mask alone: executors pinned to 4 CPUs of 64 let 32 spin on those 4. */
+ * mask alone: executors pinned to 4 CPUs of 64 let 32 spin on those 4.
+ * Not the spare's: unpinned, it would count the creator's whole mask
+ * again, and it only stands in for a stalled executor (monitor.c). */
 static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 {
 	cpu_set_t all, set;
@@ -1594,6 +1596,8 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 	bool ours = false;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		struct cbcmn__exec *x = rt->exec[i];
+		if (cbcmn__is_spare(x))
+			continue;
 		int32_t tid = atomic_load_explicit(&x->ss->tid, memory_order_relaxed);
 		if (tid > 0 && sched_getaffinity(tid, sizeof(set), &set) == 0)
 			CPU_OR(&all, &all, &set);
