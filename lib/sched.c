@@ -190,15 +190,18 @@ bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
  * monitor leaves it alone, so it waited behind whatever we ran next (a
  * long run, a blocking call) while other executors idled (issue 15;
  * test_liveness).  The inject queue instead, whether or not some
- * executor idles now (one that idles later looks there): FIFO as the
- * list is, we take it once our own work is done, anyone idle before
- * that (notified).  Alone here it runs next anyway: the list, as for a
- * pinned task (only we may run it) and in lab mode (one executor, its
- * order seeded). */
+ * executor idles now (one that idles later looks there): we take it once
+ * our own work is done, anyone idle before that (notified).  Alone here
+ * it runs next anyway: the list, as for a pinned task (only we may run
+ * it) and in lab mode (one executor, its order seeded).  Behind yielders
+ * the list too, FIFO with them: we look at the inject queue only after
+ * the list (or every 61st pick), so a yielder back on the list at each
+ * turn ran some 57 times before it (test_liveness); they go elsewhere
+ * themselves while an executor idles (cbcmn__yield_elsewhere()). */
 static void slot_capped(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	if (rt->lab || (t->flags & CBCMN__TF_PINNED) || !local_company(e)) {
+	if (rt->lab || (t->flags & CBCMN__TF_PINNED) || e->yq_head || !local_company(e)) {
 		yq_push(e, t);
 		return;
 	}
