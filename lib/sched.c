@@ -202,15 +202,18 @@ bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t)
  * monitor leaves it alone, so it waited behind whatever we ran next (a
  * long run, a blocking call) while other executors idled (issue 15;
  * test_liveness).  The inject queue instead, whether or not some
- * executor idles now (one that idles later looks there): FIFO as the
- * list is, we take it once our own work is done, anyone idle before
- * that (notified).  Alone here it runs next anyway: the list, as for a
- * pinned task (only we may run it) and in lab mode (one executor, its
- * order seeded). */
+ * executor idles now (one that idles later looks there): we take it once
+ * our own work is done, anyone idle before that (notified).  Alone here
+ * it runs next anyway: the list, as for a pinned task (only we may run
+ * it) and in lab mode (one executor, its order seeded).  Behind yielders
+ * the list too, FIFO with them: we look at the inject queue only after
+ * the list (or every 61st pick), so a yielder back on the list at each
+ * turn ran some 57 times before it (test_liveness); they go elsewhere
+ * themselves while an executor idles (cbcmn__yield_elsewhere()). */
 static void slot_capped(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	if (rt->lab || (t->flags & CBCMN__TF_PINNED) || !local_company(e)) {
+	if (rt->lab || (t->flags & CBCMN__TF_PINNED) || e->yq_head || !local_company(e)) {
 		yq_push(e, t);
 		return;
 	}
@@ -1702,7 +1705,9 @@ uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit)
  * pinned one's CPU, unless taskset moved it since); before its thread
  * starts, its CPU if pinned, else ours (which a thread started from here
  * inherits; the monitor's is the creator's).  Not the creating thread's
- * mask alone: executors pinned to 4 CPUs of 64 let 32 spin on those 4. */
+ * mask alone: executors pinned to 4 CPUs of 64 let 32 spin on those 4.
+ * Not the spare's: unpinned, it would count the creator's whole mask
+ * again, and it only stands in for a stalled executor (monitor.c). */
 static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 {
 	cpu_set_t all, set;
@@ -1710,6 +1715,8 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 	bool ours = false;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		struct cbcmn__exec *x = rt->exec[i];
+		if (cbcmn__is_spare(x))
+			continue;
 		int32_t tid = atomic_load_explicit(&x->ss->tid, memory_order_relaxed);
 		if (tid > 0 && sched_getaffinity(tid, sizeof(set), &set) == 0)
 			CPU_OR(&all, &all, &set);
@@ -1980,10 +1987,13 @@ static void exec_thread_died(void *arg)
 	e->dead_thread = pthread_self();
 	int rc = cbcmn__exec_thread_start(e);
 	if (rc != 0) {
+		/* Its successor would have joined it: nobody does now, nor may
+		 * destroy (stop_executors() joins a joinable executor it reads
+		 * RUNNING, which this one stays), as for a retired thread. */
+		atomic_store_explicit(&e->joinable, false, memory_order_relaxed);
 		pthread_detach(pthread_self());
 		/* Its deque and slot can still be stolen from; its yield list
-		 * and timers, and the lost task, are stranded (docs/ERRORS.md).
-		 * (Its successor would have joined it: nobody does now.) */
+		 * and timers, and the lost task, are stranded (docs/ERRORS.md). */
 		fprintf(stderr, "cbcmn: executor %u cannot be replaced (%s)\n", e->id,
 			strerror(rc));
 		atomic_store_explicit(&e->rt->lost_exec, 1, memory_order_relaxed);

@@ -238,7 +238,14 @@ static void test_timers_fire_on_an_oversubscribed_runtime(void **state)
  * half of 1 or 2 CPUs is one spinner either way: the test checks the CPU
  * count the bound is computed from (rt->spin_cpus).  Before the fix: 2
  * here in both cases (the creator's mask), never read again.  (No stall
- * monitor: its spare executor is unpinned, and counts the whole mask.) */
+ * monitor: the spare, test_regression_spin_bound_leaves_the_spare_out.) */
+static int64_t on_exec0(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(cbcmn_cx_executor(cx) == 0);
+	return 0;
+}
+
 static int64_t on_exec1(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
@@ -302,6 +309,42 @@ static void test_regression_spin_bound_counts_the_executors_cpus(void **state)
 	t_destroy((cbcmn_runtime *)r);
 }
 
+/* ---- the spare does not count ---------------------------------------------
+ * A static runtime watched by the stall monitor (the default) keeps a
+ * spare executor, unpinned: before its thread starts it counted the
+ * creating thread's whole mask, so executors pinned to 4 CPUs of 64 were
+ * allowed 32 spinners again, as before the bound counted the executors'
+ * CPUs.  The spare stands in for a stalled executor and adds no CPU of
+ * its own to the bound.  Before the fix: 2 here (the mask), not 1. */
+static void test_regression_spin_bound_leaves_the_spare_out(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	int c = -1;
+	for (int i = 0; i < CPU_SETSIZE && c < 0; i++)
+		if (CPU_ISSET(i, &set))
+			c = i;
+	if (CPU_COUNT(&set) < 2)
+		T_SKIP("one CPU in this thread's mask");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = cfg.min_workers = 1;
+	cfg.policy = CBCMN_POLICY_CPUS;
+	cfg.cpus = &c;
+	cfg.ncpus = 1;
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)t_runtime_cfg(&cfg);
+	assert_true(r->spare);
+	assert_int_equal(atomic_load(&r->spin_cpus), 1);
+	/* And on the monitor's tick (once a second), the spare's thread
+	 * started or not. */
+	t_run((cbcmn_runtime *)r, on_exec0, NULL, 0);
+	usleep(1200000);
+	t_run((cbcmn_runtime *)r, on_exec0, NULL, 0);
+	assert_int_equal(atomic_load(&r->spin_cpus), 1);
+	t_destroy((cbcmn_runtime *)r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -311,6 +354,7 @@ int main(void)
 		SPIN_TEST(test_bursts_with_short_spins_lose_nothing),
 		SPIN_TEST(test_timers_fire_on_an_oversubscribed_runtime),
 		SPIN_TEST(test_regression_spin_bound_counts_the_executors_cpus),
+		SPIN_TEST(test_regression_spin_bound_leaves_the_spare_out),
 	};
 	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
 }

@@ -1,11 +1,15 @@
 /* test_worker: an executor thread that dies under a task (SPEC-021 §14
  * WorkerPanic): the runtime reports it, ends that task with CBCMN_EPANIC,
  * and keeps all its executors running. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "helpers.h"
+
+#include "../lib/runtime.h"
 
 static int64_t quitter(cbcmn_cx *cx, void *arg)
 {
@@ -216,11 +220,111 @@ static void test_dead_executor_ends_its_streams(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a dead executor whose successor cannot start -------------------------
+ * The dying thread starts its successor from its key destructor; when
+ * pthread_create fails it detaches itself.  Its executor stayed RUNNING
+ * and joinable, so destroy (stop_executors()) would join a thread that
+ * detached itself and is gone (glibc then joins whatever thread reused
+ * its descriptor, or fails; TSan dies of a joined detached thread, as in
+ * the retirement race of docs/SCHEDULER.md).  The lost task keeps destroy
+ * at -EBUSY here, so the test checks the state destroy relies on:
+ * joinable is cleared with the detach.  Release build only: the test's
+ * pthread_create stands in for libc's (a sanitizer's would be bypassed),
+ * and sanitizers do not follow a thread unwinding off a fiber anyway.
+ * In a child: the lost task's run never returns.  Before the fix:
+ * joinable 1. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+static _Atomic int fail_exec1_start; /* 1: executor 1's next thread start fails */
+
+int pthread_create(pthread_t *th, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+	static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+	if (!real)
+		real = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
+				void *))dlsym(RTLD_NEXT, "pthread_create");
+	char name[16] = "";
+	if (atomic_load(&fail_exec1_start) &&
+	    pthread_getname_np(pthread_self(), name, sizeof(name)) == 0 &&
+	    strcmp(name, "cbcmn-exec-1") == 0 && atomic_exchange(&fail_exec1_start, 0))
+		return EAGAIN;
+	return real ? real(th, a, fn, arg) : ENOSYS;
+}
+#endif
+
+static int64_t quitter_unreplaced(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+	atomic_store(&fail_exec1_start, 1);
+#endif
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t quit_on_exec1(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, quitter_unreplaced, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void *run_quit_on_exec1(void *arg)
+{
+	int64_t r;
+	cbcmn_runtime_run(arg, quit_on_exec1, NULL, &r); /* never returns: the task is lost */
+	return NULL;
+}
+
+/* Exit status: 0 good, 1 not reported, 2 still joinable, 3 destroy not -EBUSY. */
+static int unreplaced_child(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* no spare, no monitor */
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(&cfg, &rt) != 0)
+		return 4;
+	struct cbcmn_runtime *in = (struct cbcmn_runtime *)rt;
+	pthread_t th;
+	if (pthread_create(&th, NULL, run_quit_on_exec1, rt) != 0)
+		return 4;
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&in->lost_exec) && t_now_ns() < deadline)
+		usleep(1000);
+	if (!atomic_load(&in->lost_exec))
+		return 1;
+	usleep(50000); /* the dead thread's last steps */
+	if (atomic_load(&in->exec[1]->joinable))
+		return 2;
+	return cbcmn_runtime_destroy(rt) == -EBUSY ? 0 : 3;
+}
+
+static void test_regression_unreplaced_dead_executor_is_not_joinable(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	pid_t pid = t_fork_coreless();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY); /* the two reports */
+		dup2(null, STDERR_FILENO);
+		_exit(unreplaced_child());
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_dead_executor_is_replaced),
 		T_WATCHED_TEST(test_dead_executor_ends_its_streams),
+		T_WATCHED_TEST(test_regression_unreplaced_dead_executor_is_not_joinable),
 	};
 	return cmocka_run_group_tests_name("worker", tests, NULL, NULL);
 }
