@@ -864,6 +864,62 @@ static void test_lab_deadline_is_virtual(void **state)
 	t_destroy(rt);
 }
 
+/* ---- armed in the last call of a batch (the host's batch of calls in a
+ * row: whatever its size, one of the rounds ends on it), the mailbox
+ * empty after: the TIMEOUT comes, once a round (it was lost: the actor
+ * stayed queued for a batch that found nothing, and a due deadline of a
+ * queued actor makes no TIMEOUT) ---- */
+
+#define ROUNDS 40
+
+struct rounds {
+	_Atomic long calls, timeouts;
+};
+
+static int64_t rounds_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct rounds *r = arg;
+	if (m->type == CBCMN_ACTOR_TIMEOUT) {
+		atomic_fetch_add(&r->timeouts, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	atomic_fetch_add(&r->calls, 1);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 0) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t rounds_main(cbcmn_cx *cx, void *arg)
+{
+	struct rounds *r = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, rounds_handler, r, NULL, &a) == 0);
+	for (long k = 1; k <= ROUNDS; k++) {
+		/* All k in before the host runs (one executor): one run. */
+		for (long i = 0; i < k; i++) {
+			cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, a, &m) == 0);
+		}
+		if (!wait_for(cx, &r->timeouts, k))
+			break; /* lost: the counts below say so */
+		TASK_CHECK(atomic_load(&r->timeouts) == k);
+	}
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, a, 0) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_deadline_armed_in_the_last_call_of_a_batch_fires(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct rounds r = {0};
+	t_run(rt, rounds_main, &r, 0);
+	assert_int_equal(atomic_load(&r.calls), ROUNDS * (ROUNDS + 1) / 2);
+	assert_int_equal(atomic_load(&r.timeouts), ROUNDS);
+	t_destroy(rt);
+}
+
 /* ---- who may call it ---- */
 
 struct who {
@@ -915,6 +971,7 @@ int main(void)
 		cmocka_unit_test(test_supervisor_restart_while_armed),
 		cmocka_unit_test(test_many_handler_actors_with_deadlines),
 		cmocka_unit_test(test_lab_deadline_is_virtual),
+		cmocka_unit_test(test_deadline_armed_in_the_last_call_of_a_batch_fires),
 		cmocka_unit_test(test_only_a_handler_may_set_a_receive_timeout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
