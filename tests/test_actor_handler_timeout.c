@@ -1048,6 +1048,64 @@ static void test_only_a_handler_may_set_a_receive_timeout(void **state)
 	t_destroy(rt);
 }
 
+/* A plain thread with a handler's cx (handed to it): -EPERM, and the
+ * host's current handler, which the host writes in every call, is not
+ * read from that thread (a data race under TSan). */
+
+struct handed {
+	_Atomic(cbcmn_cx *) cx;
+	_Atomic int done, calls, not_eperm;
+};
+
+static int64_t handed_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct handed *h = arg;
+	(void)m;
+	atomic_store(&h->cx, cx);
+	atomic_fetch_add(&h->calls, 1);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 1000) == 0); /* ticks */
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static void *handed_thread(void *arg)
+{
+	struct handed *h = arg;
+	while (!atomic_load(&h->done)) {
+		cbcmn_cx *cx = atomic_load(&h->cx);
+		if (cx && cbcmn_actor_set_receive_timeout(cx, 1000) != -EPERM)
+			atomic_fetch_add(&h->not_eperm, 1);
+	}
+	return NULL;
+}
+
+static int64_t handed_main(cbcmn_cx *cx, void *arg)
+{
+	struct handed *h = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.start = true};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, handed_handler, h, &o, &r) == 0);
+	pthread_t t;
+	TASK_CHECK(pthread_create(&t, NULL, handed_thread, h) == 0);
+	cbcmn_sleep(cx, 100 * MS);
+	atomic_store(&h->done, 1);
+	TASK_CHECK(pthread_join(t, NULL) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, r, 0) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_a_plain_thread_with_a_handler_s_cx_gets_eperm(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct handed h = {0};
+	t_run(rt, handed_main, &h, 0);
+	assert_true(atomic_load(&h.calls) > 1);
+	assert_int_equal(atomic_load(&h.not_eperm), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1065,6 +1123,7 @@ int main(void)
 		cmocka_unit_test(test_deadline_armed_in_the_last_call_of_a_batch_fires),
 		cmocka_unit_test(test_record_kept_by_a_stale_deadline_is_not_reused),
 		cmocka_unit_test(test_only_a_handler_may_set_a_receive_timeout),
+		cmocka_unit_test(test_a_plain_thread_with_a_handler_s_cx_gets_eperm),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
