@@ -205,10 +205,13 @@ static inline struct cbcmn__actor *cbcmn__actor_or_handler(const struct cbcmn_ta
  * else NULL and *err is -EPERM, or CBCMN_EFORKED in a forked child. */
 static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)
 {
-	struct cbcmn__actor *a = cbcmn__actor_or_handler(self);
-	*err = !a || !cbcmn__is_running(self) ? -EPERM
-	       : cbcmn__forked(self->rt)      ? CBCMN_EFORKED
-					      : 0;
+	/* Running first: another thread's task (a cx handed to a plain
+	 * thread) is not looked into, its host's current handler least of
+	 * all, which its host writes meanwhile.
+	 * (test_a_plain_thread_with_a_handler_s_cx_gets_eperm, TSan) */
+	struct cbcmn__actor *a =
+		self && cbcmn__is_running(self) ? cbcmn__actor_or_handler(self) : NULL;
+	*err = !a ? -EPERM : cbcmn__forked(self->rt) ? CBCMN_EFORKED : 0;
 	return *err ? NULL : a;
 }
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */

@@ -623,6 +623,22 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	}
 }
 
+/* At the end of a full batch: whether h has more to be called for (a
+ * stop or a cancellation halts it), else it is idle (not queued).  Queued
+ * must mean that a call or a halt comes: a due deadline takes it so and
+ * makes no TIMEOUT (tmo_fire()), and one armed in the batch's last call
+ * was lost when the pop after found nothing.
+ * (test_deadline_armed_in_the_last_call_of_a_batch_fires) */
+static bool hnd_more(struct host *host, struct cbcmn__hnd *h)
+{
+	struct cbcmn__actor *a = h->a;
+	cbcmn__mutex_lock(&a->lock);
+	bool more = a->count || a->sys_head || a->stopping || host->cancelled;
+	h->queued = more;
+	cbcmn__mutex_unlock(&a->lock);
+	return more;
+}
+
 /* Call h's handler for what it has, at most batch messages.  Returns the
  * calls made; h is queued again at the back if it has more (or a
  * RETRY), else left idle, or halted. */
@@ -675,6 +691,8 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 		hnd_halt(host, h, r == CBCMN_ACTOR_HALT ? 0 : r < 0 ? r : -EINVAL, e);
 		return calls;
 	}
+	if (!h->held && !hnd_more(host, h))
+		return calls; /* the batch took the last: idle */
 	f_push(host, h); /* still queued: more, or the RETRY */
 	return calls;
 }

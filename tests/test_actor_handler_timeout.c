@@ -864,6 +864,153 @@ static void test_lab_deadline_is_virtual(void **state)
 	t_destroy(rt);
 }
 
+/* ---- armed in the last call of a batch (the host's batch of calls in a
+ * row: whatever its size, one of the rounds ends on it), the mailbox
+ * empty after: the TIMEOUT comes, once a round (it was lost: the actor
+ * stayed queued for a batch that found nothing, and a due deadline of a
+ * queued actor makes no TIMEOUT) ---- */
+
+#define ROUNDS 40
+
+struct rounds {
+	_Atomic long calls, timeouts;
+};
+
+static int64_t rounds_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct rounds *r = arg;
+	if (m->type == CBCMN_ACTOR_TIMEOUT) {
+		atomic_fetch_add(&r->timeouts, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	atomic_fetch_add(&r->calls, 1);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 0) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t rounds_main(cbcmn_cx *cx, void *arg)
+{
+	struct rounds *r = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, rounds_handler, r, NULL, &a) == 0);
+	for (long k = 1; k <= ROUNDS; k++) {
+		/* All k in before the host runs (one executor): one run. */
+		for (long i = 0; i < k; i++) {
+			cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, a, &m) == 0);
+		}
+		if (!wait_for(cx, &r->timeouts, k))
+			break; /* lost: the counts below say so */
+		TASK_CHECK(atomic_load(&r->timeouts) == k);
+	}
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, a, 0) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_deadline_armed_in_the_last_call_of_a_batch_fires(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct rounds r = {0};
+	t_run(rt, rounds_main, &r, 0);
+	assert_int_equal(atomic_load(&r.calls), ROUNDS * (ROUNDS + 1) / 2);
+	assert_int_equal(atomic_load(&r.timeouts), ROUNDS);
+	t_destroy(rt);
+}
+
+/* ---- a halted handler actor's record kept by a stale deadline below a
+ * live one (lab clock): a handler actor spawned on the host after it
+ * must not get its record while that entry names it (a record reused
+ * from the host's spares, zeroed, would count its arms from 0 again and
+ * take the stale entry for its own: a TIMEOUT 20 s after it, for a 1 h
+ * deadline, and a reference count off by one) ---- */
+
+#define SEC 1000000000ull
+
+enum { M_SPAWN = M_GO + 1 };
+
+struct reuse {
+	cbcmn_nursery *n;
+	cbcmn_actor_ref first;
+	_Atomic long halted, spawned, first_timeouts, late_timeouts;
+	uint64_t late_armed_at;
+};
+
+static int64_t reuse_late(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct reuse *u = arg;
+	if (m->type == CBCMN_ACTOR_START) {
+		u->late_armed_at = now_of(cx);
+		TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, HOUR) == 0);
+		atomic_fetch_add(&u->spawned, 1);
+	} else if (m->type == CBCMN_ACTOR_TIMEOUT) {
+		TASK_CHECK(timeout_ok(cx, m, u->late_armed_at, HOUR));
+		atomic_fetch_add(&u->late_timeouts, 1);
+	}
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t reuse_halted(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct reuse *u = arg;
+	TASK_CHECK(m->type == CBCMN_ACTOR_START);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 20 * SEC) == 0);
+	atomic_fetch_add(&u->halted, 1);
+	return CBCMN_ACTOR_HALT; /* the 20 s entry goes stale, below the 10 s */
+}
+
+static int64_t reuse_first(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct reuse *u = arg;
+	cbcmn_actor_opts o = {.start = true};
+	cbcmn_actor_ref r;
+	if (m->type == CBCMN_ACTOR_TIMEOUT) {
+		atomic_fetch_add(&u->first_timeouts, 1);
+		return CBCMN_ACTOR_CONTINUE; /* no more: the stale entry comes up */
+	}
+	if (m->type == CBCMN_ACTOR_START) { /* on its host: joins */
+		/* One armed for the hour: the first's calls never end the
+		 * host's last deadline, which would drop every entry. */
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, reuse_late, u, &o, &r) == 0);
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, reuse_halted, u, &o, &r) == 0);
+	}
+	else if (m->type == M_SPAWN)
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, reuse_late, u, &o, &r) == 0);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 10 * SEC) == 0);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t reuse_main(cbcmn_cx *cx, void *arg)
+{
+	struct reuse *u = arg;
+	TASK_CHECK(open_n(cx, &u->n) == 0);
+	cbcmn_actor_opts o = {.start = true};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, u->n, reuse_first, u, &o, &u->first) == 0);
+	TASK_CHECK(wait_for(cx, &u->halted, 1));
+	cbcmn_actor_msg m = msg(M_SPAWN, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, u->first, &m) == 0);
+	TASK_CHECK(wait_for(cx, &u->spawned, 2));
+	cbcmn_sleep(cx, 30 * SEC); /* the 10 s TIMEOUT, then the stale 20 s comes up */
+	TASK_CHECK(atomic_load(&u->first_timeouts) == 1);
+	TASK_CHECK(cbcmn_nursery_cancel(u->n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, u->n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+static void test_record_kept_by_a_stale_deadline_is_not_reused(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lab_runtime();
+	struct reuse u = {0};
+	t_run(rt, reuse_main, &u, 0);
+	assert_int_equal(atomic_load(&u.halted), 1);
+	assert_int_equal(atomic_load(&u.spawned), 2);
+	assert_int_equal(atomic_load(&u.late_timeouts), 0);
+	t_destroy(rt);
+}
+
 /* ---- who may call it ---- */
 
 struct who {
@@ -901,6 +1048,64 @@ static void test_only_a_handler_may_set_a_receive_timeout(void **state)
 	t_destroy(rt);
 }
 
+/* A plain thread with a handler's cx (handed to it): -EPERM, and the
+ * host's current handler, which the host writes in every call, is not
+ * read from that thread (a data race under TSan). */
+
+struct handed {
+	_Atomic(cbcmn_cx *) cx;
+	_Atomic int done, calls, not_eperm;
+};
+
+static int64_t handed_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct handed *h = arg;
+	(void)m;
+	atomic_store(&h->cx, cx);
+	atomic_fetch_add(&h->calls, 1);
+	TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 1000) == 0); /* ticks */
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static void *handed_thread(void *arg)
+{
+	struct handed *h = arg;
+	while (!atomic_load(&h->done)) {
+		cbcmn_cx *cx = atomic_load(&h->cx);
+		if (cx && cbcmn_actor_set_receive_timeout(cx, 1000) != -EPERM)
+			atomic_fetch_add(&h->not_eperm, 1);
+	}
+	return NULL;
+}
+
+static int64_t handed_main(cbcmn_cx *cx, void *arg)
+{
+	struct handed *h = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.start = true};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, handed_handler, h, &o, &r) == 0);
+	pthread_t t;
+	TASK_CHECK(pthread_create(&t, NULL, handed_thread, h) == 0);
+	cbcmn_sleep(cx, 100 * MS);
+	atomic_store(&h->done, 1);
+	TASK_CHECK(pthread_join(t, NULL) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, r, 0) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_a_plain_thread_with_a_handler_s_cx_gets_eperm(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct handed h = {0};
+	t_run(rt, handed_main, &h, 0);
+	assert_true(atomic_load(&h.calls) > 1);
+	assert_int_equal(atomic_load(&h.not_eperm), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -915,7 +1120,10 @@ int main(void)
 		cmocka_unit_test(test_supervisor_restart_while_armed),
 		cmocka_unit_test(test_many_handler_actors_with_deadlines),
 		cmocka_unit_test(test_lab_deadline_is_virtual),
+		cmocka_unit_test(test_deadline_armed_in_the_last_call_of_a_batch_fires),
+		cmocka_unit_test(test_record_kept_by_a_stale_deadline_is_not_reused),
 		cmocka_unit_test(test_only_a_handler_may_set_a_receive_timeout),
+		cmocka_unit_test(test_a_plain_thread_with_a_handler_s_cx_gets_eperm),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
