@@ -745,6 +745,54 @@ static void test_ended_tasks_leave_no_node_in_their_scope(void **state)
 	t_destroy(rt);
 }
 
+/* A task that blocked once (its node listed) and then ends its executor's
+ * thread (pthread_exit) never returns through the frame that holds its
+ * node: the thread's death must take the node out of its cell, before the
+ * reaper's frames and the stack's next tasks write over it. */
+static int64_t blocks_then_ends_its_thread(cbcmn_cx *cx, void *arg)
+{
+	long v;
+	if (cbcmn_chan_recv(cx, arg, &v) != 0)
+		return -EPROTO;
+	pthread_exit(NULL);
+}
+
+static void test_a_task_that_ends_its_thread_leaves_no_node(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *ch;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &ch), 0);
+	cbcmn_nursery *n;
+	cbcmn_task *t;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, blocks_then_ends_its_thread, ch, &t), 0);
+	uint64_t deadline = t_now_ns() + STALL_NS;
+	for (;;) { /* blocked in the receive: its node is listed */
+		struct cbcmn__scope *sc = atomic_load(&n->scope);
+		struct cbcmn__iwait_reg *reg = &rt->exec[0]->iwaits;
+		cbcmn__mutex_lock(&reg->lock);
+		bool listed = sc && sc->cell[0].nodes;
+		cbcmn__mutex_unlock(&reg->lock);
+		if (listed)
+			break;
+		if (t_now_ns() > deadline)
+			fail_msg("the task never blocked");
+		usleep(200);
+	}
+	long v = 1;
+	assert_int_equal(cbcmn_chan_send(NULL, ch, &v), 0);
+	int64_t r = 0;
+	assert_int_equal(cbcmn_task_join(NULL, t, &r), 0);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_no_nodes(rt, atomic_load(&n->scope));
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_EPANIC);
+	assert_int_equal(cbcmn_chan_destroy(ch), 0);
+	t_destroy(rt);
+}
+
 /* Waits of a nursery without a scope (no memory) go to the fallback,
  * which every cancellation walks under its registry locks while those
  * tasks publish and take back their waits: the walk must neither meet a
@@ -837,6 +885,7 @@ int main(void)
 		cmocka_unit_test(test_cancel_lands_anywhere_in_a_ping_pong),
 		cmocka_unit_test(test_cancel_lands_anywhere_in_a_ping_pong_fenced),
 		cmocka_unit_test(test_ended_tasks_leave_no_node_in_their_scope),
+		cmocka_unit_test(test_a_task_that_ends_its_thread_leaves_no_node),
 		cmocka_unit_test(test_cancels_walk_the_fallback_while_its_waits_come_and_go),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
