@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -112,9 +113,21 @@ static __attribute__((noinline)) void heavy_fence(const struct cbcmn_runtime *rt
 		(void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
 }
 
+/* Which canceller's fence this runtime uses.  CBCMN_MEMBARRIER=0 or 1
+ * (cbcmn-bench, tests) overrides the default, as CBCMN_BACKEND does the
+ * backend's: the fences-only side is otherwise reached only where the
+ * kernel refuses the call. */
+static bool iw_asym_choose(void)
+{
+	const char *env = getenv("CBCMN_MEMBARRIER");
+	if (env && strcmp(env, "0") == 0)
+		return false;
+	return membarrier_register();
+}
+
 int cbcmn__scope_rt_init(struct cbcmn_runtime *rt, uint32_t nexec)
 {
-	rt->iw_asym = membarrier_register();
+	rt->iw_asym = iw_asym_choose();
 	atomic_init(&rt->iw_scanning, 0);
 	cbcmn__mutex_init(&rt->scope_lock, "scope", CBCMN__LOCK_SCOPE);
 	rt->scope_fallback = scope_new(NULL, nexec);
