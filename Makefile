@@ -201,6 +201,8 @@ $(BUILD)/bin/cbcmn-top: EXTRA_LDLIBS := $(BPF_LDLIBS) -lncursesw
 $(BPF_USERS): $(BPF_SKELS)
 # test_backend denies io_uring with a seccomp filter, as a container does.
 $(BUILD)/tests/test_backend: EXTRA_LDLIBS := -lseccomp
+# test_cancelscope: a cancellation under a filter that kills membarrier(2).
+$(BUILD)/tests/test_cancelscope: EXTRA_LDLIBS := -lseccomp
 # test_bpf runs cbcmn-stat (the one from its own build) against a child,
 # test_bpfactor against itself.
 $(BUILD)/tests/test_bpf $(BUILD)/tests/test_bpfactor: | $(BUILD)/bin/cbcmn-stat

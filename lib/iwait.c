@@ -1,10 +1,7 @@
 /* iwait.c: interruptible waits and the cancel scopes that find them; see
  * iwait.h for the protocol. */
 #include <errno.h>
-#include <linux/membarrier.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "iwait.h"
 
@@ -75,46 +72,21 @@ static void scope_unref(struct cbcmn__scope *s)
 
 /* ---- the two sides' fences (iwait.h, "without the registry lock") ------- */
 
-/* The expedited command needs the process registered; it stays so (the
- * kernel has no unregister), but a child of fork(2) is not: each runtime
- * registers as it is made (idempotent, one system call). */
-static bool membarrier_register(void)
-{
-	return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-}
-
-/* The task's side: a compiler barrier where the canceller's membarrier
- * fences this thread for it.  Out of line: GCC's -Wtsan refuses the
- * fence once it is inlined. */
-static __attribute__((noinline)) void light_fence_slow(void)
+/* Either side of the two store-then-load pairs: a full fence (a locked
+ * instruction, tens of cycles).  Not membarrier(2) on the canceller's
+ * side with a compiler barrier on the task's: that interrupts every CPU
+ * running one of the process's threads at each cancel, is refused where
+ * seccomp filters it (silently, once installed after the runtime was
+ * made), and bought nothing measurable (docs/BENCHMARKS.md, fourteenth
+ * session).  Out of line: GCC's -Wtsan refuses the fence once it is
+ * inlined. */
+static __attribute__((noinline)) void iw_fence(void)
 {
 	atomic_thread_fence(memory_order_seq_cst);
-}
-
-static inline void light_fence(const struct cbcmn_runtime *rt)
-{
-	if (__builtin_expect(rt->iw_asym, 1))
-		atomic_signal_fence(memory_order_seq_cst);
-	else
-		light_fence_slow();
-}
-
-/* The canceller's side: every thread of the process passes a full
- * barrier before this returns (a running one by an IPI, any other by its
- * switch into the kernel), so each task's store before its light fence
- * is seen after it, or the task sees what we stored before it. */
-static __attribute__((noinline)) void heavy_fence(const struct cbcmn_runtime *rt)
-{
-	atomic_thread_fence(memory_order_seq_cst);
-	/* It cannot fail once this process registered (the kernel checks
-	 * only that), which it did as it made rt. */
-	if (rt->iw_asym)
-		(void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
 }
 
 int cbcmn__scope_rt_init(struct cbcmn_runtime *rt, uint32_t nexec)
 {
-	rt->iw_asym = membarrier_register();
 	atomic_init(&rt->iw_scanning, 0);
 	cbcmn__mutex_init(&rt->scope_lock, "scope", CBCMN__LOCK_SCOPE);
 	rt->scope_fallback = scope_new(NULL, nexec);
@@ -337,7 +309,7 @@ static void node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct
 	iw->noded = true;
 	/* release: a canceller that reads iw here reads it set up. */
 	atomic_store_explicit(&nd->cur, iw, memory_order_release);
-	light_fence(self->rt); /* then the caller reads the cancellation */
+	iw_fence(); /* then the caller reads the cancellation */
 }
 
 /* Take the wait back from the node: once this returns, no canceller
@@ -346,7 +318,7 @@ static void node_withdraw(struct cbcmn_task *self)
 {
 	struct cbcmn__iwnode *nd = self->iwn;
 	atomic_store_explicit(&nd->cur, NULL, memory_order_relaxed);
-	light_fence(self->rt);
+	iw_fence();
 	if (__builtin_expect(atomic_load_explicit(&self->rt->iw_scanning, memory_order_acquire) != 0,
 			     0)) {
 		/* A canceller may hold our wait: it does so under this lock. */
@@ -579,11 +551,11 @@ static void cancel_scan(struct cbcmn_nursery *n, bool subtree)
 	/* Counted before any node is read: a task taking its wait back
 	 * after this passes through the registry lock (node_withdraw()). */
 	atomic_fetch_add_explicit(&rt->iw_scanning, 1, memory_order_relaxed);
-	/* Pairs with the fence in cell_use(), and with the light fences of
+	/* Pairs with the fence in cell_use(), and with the fences of
 	 * node_publish() and node_withdraw(): our flag (the CAS before) and
 	 * our count are seen by the other side, or we see its first use of
 	 * a cell, its published wait, or its wait taken back. */
-	heavy_fence(rt);
+	iw_fence();
 	cbcmn__mutex_lock(&rt->scope_lock);
 	/* Under the lock: n's scope and its subtree stay linked meanwhile
 	 * (cbcmn__scope_drop() takes it), and a scope made after we let go

@@ -71,9 +71,7 @@
  * same scope on the same executor: each wait then only publishes itself
  * in the node's `cur` and takes it back, without the lock.  The node
  * leaves its cell when the task blocks elsewhere or ends.  Two
- * store-then-load pairs make that safe, each the task's light side
- * against the canceller's heavy side (membarrier(2), or two fences where
- * the kernel refuses it: rt->iw_asym):
+ * store-then-load pairs make that safe, a full fence on each side:
  *   - publish: the task stores cur, then reads its cancellation; the
  *     canceller sets the flag, then reads cur under the registry lock.
  *     One of them sees the other (as with cell_use()).

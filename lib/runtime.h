@@ -488,10 +488,8 @@ struct cbcmn_runtime {
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__mutex scope_lock;
 	struct cbcmn__scope *scope_fallback;
 	/* Registry waits without the lock (iwait.h): cancellations walking
-	 * the scopes now; membarrier(2) serves as the canceller's fence
-	 * (false: both sides fence).  Fixed once executors run. */
+	 * the scopes now. */
 	_Atomic uint32_t iw_scanning;
-	bool iw_asym;
 	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned

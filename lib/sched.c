@@ -1971,6 +1971,12 @@ static void exec_thread_died(void *arg)
 	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
 		(void)0;
 	e->reap = t;
+	/* Its run (and its inline parents') never returns through the frames
+	 * that hold their nodes: out of their cells now, while those frames
+	 * are intact, before the reaper runs over them (iwait.h). */
+	for (struct cbcmn_task *x = t; x; x = x->inline_parent)
+		if (x->iwn)
+			cbcmn__iwait_node_end(x);
 	e->current = NULL;
 	cbcmn__io_settle(e); /* its requests end here, while it can reap them */
 	/* No executor's thread any more, before the successor starts: a
