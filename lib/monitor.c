@@ -78,7 +78,7 @@
  * seen about when it is due. */
 #define MON_SLEEP_MAX_NS 1000000000ull
 /* How often, while tasks run, the spinning bound is computed again
- * (cbcmn__spin_max_update(): a cgroup quota or an affinity changed). */
+ * (cbcmn__spin_max_update(): an affinity changed). */
 #define MON_SPIN_MAX_NS 1000000000ull
 
 /* rt->mon_word: what the monitor does (a futex word). */

@@ -542,6 +542,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	free(node);
 	free(kind);
 	rt->min_live = c.min_workers;
+	rt->cg_limit = cbcmn__cgroup_cpu_limit(NULL); /* once: it opens files */
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
 	/* The spare starts and retires like an executor above min_workers,
 	 * but only the monitor starts it (wake.c, monitor.c). */

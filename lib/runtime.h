@@ -472,9 +472,14 @@ struct cbcmn_runtime {
 	 * the CPUs, at least one: sched.c, search()); the rest park at once.
 	 * spin_cpus: the executors' CPUs it was computed from, under the
 	 * cgroup's limit; both re-read while the runtime runs
-	 * (cbcmn__spin_max_update()). */
+	 * (cbcmn__spin_max_update()).  cg_limit: that limit in CPUs (0:
+	 * none), read once at create: reading it opens a dozen cgroup and
+	 * /proc files, which a running runtime's threads must not do behind
+	 * the program's back (a descriptor count taken meanwhile is off by
+	 * one: test_io's leak checks saw it). */
 	_Atomic uint32_t num_spinning;
 	_Atomic uint32_t spin_max, spin_cpus;
+	double cg_limit;
 	_Atomic uint64_t idle_bits[CBCMN_MAX_EXECUTORS / 64];
 
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;

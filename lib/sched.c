@@ -1736,13 +1736,13 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 }
 
 /* Compute rt->spin_max again: at create, when an executor starts, and on
- * the monitor's tick once a second (monitor.c), so that a cgroup quota or
- * an affinity changed later is seen.  Costs a sched_getaffinity per
- * executor and a few cgroup files.  relaxed: two updaters racing store
- * answers a moment apart, either good. */
+ * the monitor's tick once a second (monitor.c), so that an affinity
+ * changed later is seen; the cgroup's limit is the one read at create
+ * (rt->cg_limit).  Costs a sched_getaffinity per executor, no file.
+ * relaxed: two updaters racing store answers a moment apart, either good. */
 void cbcmn__spin_max_update(struct cbcmn_runtime *rt)
 {
-	uint32_t cpus = cbcmn__cpus_for_limit(exec_cpus(rt), cbcmn__cgroup_cpu_limit(NULL));
+	uint32_t cpus = cbcmn__cpus_for_limit(exec_cpus(rt), rt->cg_limit);
 	atomic_store_explicit(&rt->spin_cpus, cpus, memory_order_relaxed);
 	atomic_store_explicit(&rt->spin_max, cbcmn__spin_max(rt->nexec, cpus, 0),
 			      memory_order_relaxed);
