@@ -580,6 +580,16 @@ void cbcmn__actor_lanes_flush(struct cbcmn_task *t)
 	lane_order(t, -1);
 }
 
+void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
+{
+	/* What cbcmn__actor_main() and the end of a task that returned do:
+	 * a landing jumped past both. */
+	if (cbcmn__is_actor_task(t))
+		cbcmn__mb_lanes_settle(t, t->arg);
+	if (t->lane_e1)
+		lane_order(t, -1);
+}
+
 /* The receiver's slot and home if a send from task self may go over the
  * lanes: another executor than self's, not stalled (the message would
  * wait out the stall).  Else -1.  A handler's sends take the lock path:

@@ -404,6 +404,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		cbcmn__mshot_unwound(t); /* what it opened and could not close */
 		if (t->obligations)
 			cbcmn__obligations_drop(t);
+		cbcmn__actor_lanes_landed(t);
 		return t->unwind_result;
 	}
 	int64_t r = cbcmn__task_call(t);

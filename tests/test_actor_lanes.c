@@ -893,6 +893,73 @@ static void test_end_of_sender_after_its_messages_in_lanes(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a receiver ended by the runtime with messages in lanes ---- */
+
+#define LR_MSGS 8
+
+struct lr {
+	struct rx r;
+	cbcmn_runtime *rt;
+	_Atomic int sent;
+	int64_t rc;
+};
+
+/* Holds its executor (no checkpoint: the lane messages stay in the lane)
+ * until the sender has posted, then overflows its stack. */
+static int64_t lr_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct lr *l = arg;
+	atomic_store(&l->r.started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&l->sent) && t_now_ns() < end)
+		;
+	return t_recurse(NULL, 0);
+}
+
+static int64_t lr_sender(cbcmn_cx *cx, void *arg)
+{
+	struct lr *l = arg;
+	TASK_CHECK(wait_for(cx, &l->r.started, 1));
+	uint64_t x0 = xmsgs_sent(l->rt, 0);
+	for (uint64_t i = 0; i < LR_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, l->r.a, &m) == 0);
+	}
+	TASK_CHECK(xmsgs_sent(l->rt, 0) - x0 >= LR_MSGS); /* over the lanes */
+	atomic_store(&l->sent, 1);
+	return 0;
+}
+
+static int64_t lr_main(cbcmn_cx *cx, void *arg)
+{
+	struct lr *l = arg;
+	cbcmn_nursery *nr, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 64, .placement = CBCMN_PLACE_PINNED, .shard = 1,
+			      .drop = rx_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nr, lr_actor, l, &o, &l->r.a) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, lr_sender, l, NULL) == 0);
+	l->rc = cbcmn_nursery_await_all(cx, nr);
+	return cbcmn_nursery_await_all(cx, ns);
+}
+
+/* Its task lands (a stack overflow) before its executor drained the
+ * lanes: the messages sent to it (each send returned 0) are dropped, as
+ * messages in its mailbox are, each through its drop callback. */
+static void test_receiver_landed_drops_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct lr l = {.rt = rt};
+	t_run(rt, lr_main, &l, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(l.rc, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&l.r.dropped), LR_MSGS);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -908,6 +975,7 @@ int main(void)
 		cmocka_unit_test(test_no_room_waits_for_own_messages_in_lanes),
 		cmocka_unit_test(test_acks_after_halt_and_destroy_with_lane_messages_out),
 		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
+		cmocka_unit_test(test_receiver_landed_drops_its_messages_in_lanes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
