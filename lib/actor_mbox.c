@@ -465,6 +465,10 @@ void cbcmn__mb_lanes_open(struct cbcmn__actor *a)
 static void lanes_count(struct cbcmn__actor *a)
 {
 	uint64_t w = ln_load(a);
+	/* Opened by another sender while this one waited for the lock:
+	 * reservations are under way, which a store would undo. */
+	if (w & LN_OPEN)
+		return;
 	if (!(w & LN_COUNTED))
 		w = (w & ~LN_ROOM) | LN_COUNTED | (a->cap - a->count);
 	/* Nothing else changes the word meanwhile: reservations need OPEN. */
