@@ -215,7 +215,7 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 			continue;
 		}
 		w->seq = a->put_total;
-		w->put_ns = cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
+		w->put_ns = e && cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
 		ring_put(a, w->src);
 		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
@@ -536,14 +536,17 @@ static int room_reserve(struct cbcmn__actor *a, uint32_t gen)
 	}
 }
 
-/* On executor h's drain (e: h, or whoever drains a stopped h's lanes):
- * put the message in the place it reserved.  The actor cannot have halted
+/* On executor h's drain (or whoever drains a stopped h's lanes, or the
+ * stall monitor for a stalled h: xmsg.c's lanes_take()): put the message in the place it reserved.  The actor cannot have halted
  * meanwhile unless its task ended without waiting for it (a crash), in
  * which case its halt counted it undelivered (cbcmn__mb_lanes_halt()). */
-static void lane_land(struct cbcmn__exec *e, void *arg)
+static void lane_land(struct cbcmn__exec *h, void *arg)
 {
 	struct lane_msg *lm = arg;
-	struct cbcmn_runtime *rt = e->rt;
+	struct cbcmn_runtime *rt = h->rt;
+	/* The stall monitor may run it for a stalled h (cbcmn__xmsg_get()):
+	 * then no executor's owner-only state (trace ring, run queue). */
+	struct cbcmn__exec *e = cbcmn__tls_exec == h ? h : NULL;
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, lm->to);
 	if (a) {
 		struct cbcmn__wakes wl = {0};

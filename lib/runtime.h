@@ -256,7 +256,7 @@ enum cbcmn__post {
  * to the receiver through the (sender, receiver) lane, and sent back
  * through the reverse lane as the acknowledgement, after which the sender
  * reuses it.  Exactly once: a lane entry is consumed by one receiver. */
-enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL };
+enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL, CBCMN__XM_VCALL };
 
 /* Room in a message for what a call carries by value (cbcmn__xmsg_get()):
  * an actor message and its address, the message body travelling over the
@@ -802,8 +802,11 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
 /* A call carrying its argument by value: take a message from e's pool
  * (NULL: no memory), write up to CBCMN__XM_DATA bytes in m->data, then
- * post it (fn(dst, m->data) runs on dst's thread; the acknowledgement
- * returns m to e's pool) or give it back unposted.  e's thread only. */
+ * post it (fn(dst, m->data) runs on dst's thread, or, if dst stalls with
+ * it in a lane, on the stall monitor's, still in the lane's order: fn
+ * must not take dst for the calling thread's executor; the
+ * acknowledgement returns m to e's pool) or give it back unposted.  e's
+ * thread only. */
 struct cbcmn__xmsg *cbcmn__xmsg_get(struct cbcmn__exec *e);
 void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
 			   void (*fn)(struct cbcmn__exec *, void *));

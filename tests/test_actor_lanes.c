@@ -960,6 +960,76 @@ static void test_receiver_landed_drops_its_messages_in_lanes(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a receiver's executor stalls with a message for it in a lane ---- */
+
+struct st {
+	cbcmn_actor_ref r;
+	_Atomic long started, hog_running;
+	_Atomic int released, hog_timed_out;
+};
+
+/* Frees the stalled executor once it receives. */
+static int64_t st_actor(cbcmn_cx *cx, void *arg)
+{
+	struct st *s = arg;
+	atomic_store(&s->started, 1);
+	cbcmn_actor_msg m;
+	int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	atomic_store(&s->released, 1);
+	return rc;
+}
+
+/* Holds executor 1 as a blocking call would, until the actor frees it. */
+static int64_t st_hog(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct st *s = arg;
+	atomic_store(&s->hog_running, 1);
+	uint64_t end = t_now_ns() + 2000000000ull;
+	while (!atomic_load(&s->released))
+		if (t_now_ns() > end) {
+			atomic_store(&s->hog_timed_out, 1);
+			break;
+		}
+	return 0;
+}
+
+static int64_t st_main(cbcmn_cx *cx, void *arg)
+{
+	struct st *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, st_actor, s, &o, &s->r) == 0);
+	TASK_CHECK(wait_for(cx, &s->started, 1));
+	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, st_hog, s, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &s->hog_running, 1));
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->r, &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Issue 15's liveness 2 for actor sends: the stall monitor moves the
+ * receiver woken by a message sent just before its executor stalled, so
+ * it runs and ends the stall; the message must not wait out the stall in
+ * the stalled executor's lane. */
+static void test_message_in_a_stalled_executors_lane_is_rescued(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = 2000000ull;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct st s = {0};
+	t_run_pinned(rt, 0, st_main, &s);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&s.released), 1);
+	assert_int_equal(atomic_load(&s.hog_timed_out), 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -976,6 +1046,7 @@ int main(void)
 		cmocka_unit_test(test_acks_after_halt_and_destroy_with_lane_messages_out),
 		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
 		cmocka_unit_test(test_receiver_landed_drops_its_messages_in_lanes),
+		cmocka_unit_test(test_message_in_a_stalled_executors_lane_is_rescued),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
