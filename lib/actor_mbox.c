@@ -618,14 +618,15 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 
 /* Send m over lane (self's executor, h) with a place reserved in a's
  * mailbox: 0, sent (it will be put there, or counted undelivered by a
- * halt, as a message in the ring would be), or 1: the lock path decides. */
+ * halt, as a message in the ring would be), 1: no place, or -ENOMEM: no
+ * lane message; the lock path decides. */
 static int lane_send(struct cbcmn_task *self, struct cbcmn__actor *a, uint32_t h,
 		     cbcmn_actor_ref to, const cbcmn_actor_msg *m)
 {
 	struct cbcmn__exec *e = self->exec;
 	struct cbcmn__xmsg *x = cbcmn__xmsg_get(e);
 	if (!x)
-		return 1; /* no memory for the lane message: the lock needs none */
+		return -ENOMEM; /* no memory for the lane message: the lock needs none */
 	if (!room_reserve(a, cbcmn__ref_gen(to))) {
 		cbcmn__xmsg_unget(e, x);
 		return 1;
@@ -689,13 +690,16 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			h = lane_route(self, rt, to, mode, &la);
 		if (h < 0)
 			break;
-		if (lane_send(self, la, (uint32_t)h, to, &copy) == 0) {
+		int sent = lane_send(self, la, (uint32_t)h, to, &copy);
+		if (sent == 0) {
 			if (lane_waited)
 				backpressure(rt, to, 0, true);
 			CBCMN_PROBE5(actor_send, to, copy.from, 0, lane_waited, rt->seg.rt_id);
 			return 0;
 		}
-		if (mode != SEND_WAIT || timeout_ns == 0)
+		/* No memory: waiting for room would not get it (room_wait()
+		 * returns at once if there is room: a spin). */
+		if (sent < 0 || mode != SEND_WAIT || timeout_ns == 0)
 			break; /* the lock path's answer: -EAGAIN, -ETIMEDOUT... */
 		/* No place: wait for one, then over the lanes again. */
 		int rc = room_wait(self, rt, to, deadline);

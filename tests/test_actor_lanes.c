@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "actor_test.h"
+#include "../lib/fault.h"
 
 /* Executor id's statistics (from a task too: no cmocka assertion). */
 static cbcmn_executor_stats exec_stats(cbcmn_runtime *rt, uint32_t id)
@@ -1030,6 +1031,101 @@ static void test_message_in_a_stalled_executors_lane_is_rescued(void **state)
 	t_destroy(rt);
 }
 
+/* ---- no memory for a lane message ---- */
+
+#define NM_MSGS 100 /* more than a slab of lane messages (xmsg.c) */
+
+struct nm {
+	struct rx r;
+	_Atomic int sent, stuck;
+};
+
+/* Receives once the sender is through, then everything in order. */
+static int64_t nm_actor(cbcmn_cx *cx, void *arg)
+{
+	struct nm *n = arg;
+	atomic_store(&n->r.started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&n->sent) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	for (long i = 0; i < NM_MSGS; i++) {
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+		TASK_CHECK(m.body.u64[1] == (uint64_t)i);
+		atomic_fetch_add(&n->r.got, 1);
+	}
+	return 0;
+}
+
+/* Every allocation fails while it sends without a yield, its
+ * acknowledgements not drained meanwhile: past its pool's messages, the
+ * sends take the lock, which needs none, and there is room. */
+static int64_t nm_sender(cbcmn_cx *cx, void *arg)
+{
+	struct nm *n = arg;
+	TASK_CHECK(wait_for(cx, &n->r.started, 1));
+	struct cbcmn__fault_plan fail = {.nth = 1, .every = 1, .err = -ENOMEM};
+	TASK_CHECK(cbcmn__fault_arm(CBCMN__F_MALLOC, &fail));
+	for (uint64_t i = 0; i < NM_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, n->r.a, &m) == 0);
+	}
+	cbcmn__fault_disarm_all();
+	atomic_store(&n->sent, 1);
+	return 0;
+}
+
+/* Ends a send spinning on no memory: disarms the faults, says it did. */
+static void *nm_watchdog(void *arg)
+{
+	struct nm *n = arg;
+	uint64_t end = t_now_ns() + 3000000000ull;
+	while (!atomic_load(&n->sent) && t_now_ns() < end)
+		usleep(1000);
+	if (!atomic_load(&n->sent)) {
+		atomic_store(&n->stuck, 1);
+		cbcmn__fault_disarm_all();
+	}
+	return NULL;
+}
+
+static int64_t nm_main(cbcmn_cx *cx, void *arg)
+{
+	struct nm *n = arg;
+	cbcmn_nursery *nr, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 2 * NM_MSGS, .placement = CBCMN_PLACE_PINNED,
+			      .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nr, nm_actor, n, &o, &n->r.a) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, nm_sender, n, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+/* A blocking send that finds room but no memory for its lane message
+ * goes to the lock path; it spun between the two for as long as memory
+ * was short (for ever: its executor's acknowledgements, which would
+ * refill the pool, are drained only by that executor). */
+static void test_no_memory_for_a_lane_message_takes_the_lock(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan probe = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &probe))
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+	cbcmn__fault_disarm_all();
+	cbcmn_runtime *rt = lanes_runtime();
+	struct nm n = {0};
+	pthread_t wd;
+	assert_int_equal(pthread_create(&wd, NULL, nm_watchdog, &n), 0);
+	t_run(rt, nm_main, &n, 0);
+	pthread_join(wd, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&n.stuck), 0);
+	assert_int_equal(atomic_load(&n.r.got), NM_MSGS);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1047,6 +1143,7 @@ int main(void)
 		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
 		cmocka_unit_test(test_receiver_landed_drops_its_messages_in_lanes),
 		cmocka_unit_test(test_message_in_a_stalled_executors_lane_is_rescued),
+		cmocka_unit_test(test_no_memory_for_a_lane_message_takes_the_lock),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
