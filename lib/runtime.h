@@ -815,8 +815,8 @@ void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
 /* actor_mbox.c: task t (running, at its end) waits until its actor sends
  * still in lanes are in their mailboxes (t->lane_e1 != 0). */
 void cbcmn__actor_lanes_flush(struct cbcmn_task *t);
-/* The same for a task that landed (a stack overflow, a budget given up:
- * sched.c), and, if it is an actor's, the sends to it that hold places in
+/* The same for a task that landed (a stack overflow, a budget given up,
+ * its thread's end under it: sched.c), and, if it is an actor's, the sends to it that hold places in
  * its mailbox: put before its halt, so that the halt drops them. */
 void cbcmn__actor_lanes_landed(struct cbcmn_task *t);
 void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq);

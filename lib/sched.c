@@ -1749,6 +1749,7 @@ static void reap_entry(void *xfer)
 		struct cbcmn__exec *e = t->exec;
 		e->current = t;
 		cbcmn__nursery_close_all(t);
+		cbcmn__actor_lanes_landed(t);
 		e = t->exec;
 		if (t->obligations)
 			cbcmn__obligations_drop(t); /* the runtime ended it: no leak */

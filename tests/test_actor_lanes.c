@@ -902,11 +902,13 @@ struct lr {
 	struct rx r;
 	cbcmn_runtime *rt;
 	_Atomic int sent;
+	bool exits; /* its thread's end rather than a stack overflow */
 	int64_t rc;
 };
 
 /* Holds its executor (no checkpoint: the lane messages stay in the lane)
- * until the sender has posted, then overflows its stack. */
+ * until the sender has posted, then overflows its stack or ends its
+ * executor's thread. */
 static int64_t lr_actor(cbcmn_cx *cx, void *arg)
 {
 	(void)cx;
@@ -915,6 +917,8 @@ static int64_t lr_actor(cbcmn_cx *cx, void *arg)
 	uint64_t end = t_now_ns() + T_STALL_NS;
 	while (!atomic_load(&l->sent) && t_now_ns() < end)
 		;
+	if (l->exits)
+		pthread_exit(NULL);
 	return t_recurse(NULL, 0);
 }
 
@@ -949,6 +953,17 @@ static int64_t lr_main(cbcmn_cx *cx, void *arg)
 /* Its task lands (a stack overflow) before its executor drained the
  * lanes: the messages sent to it (each send returned 0) are dropped, as
  * messages in its mailbox are, each through its drop callback. */
+static void landed_case(bool exits)
+{
+	cbcmn_runtime *rt = lanes_runtime();
+	struct lr l = {.rt = rt, .exits = exits};
+	t_run(rt, lr_main, &l, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(l.rc, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&l.r.dropped), LR_MSGS);
+	t_destroy(rt);
+}
+
 static void test_receiver_landed_drops_its_messages_in_lanes(void **state)
 {
 	(void)state;
@@ -956,13 +971,14 @@ static void test_receiver_landed_drops_its_messages_in_lanes(void **state)
 		T_SKIP("TSan cannot follow a jump out of a signal handler");
 		return;
 	}
-	cbcmn_runtime *rt = lanes_runtime();
-	struct lr l = {.rt = rt};
-	t_run(rt, lr_main, &l, 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(l.rc, CBCMN_EPANIC);
-	assert_int_equal(atomic_load(&l.r.dropped), LR_MSGS);
-	t_destroy(rt);
+	landed_case(false);
+}
+
+/* The same when its executor's thread ends under it (the reaper). */
+static void test_receiver_reaped_drops_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	landed_case(true);
 }
 
 /* ---- a receiver's executor stalls with a message for it in a lane ---- */
@@ -1151,6 +1167,7 @@ int main(void)
 		cmocka_unit_test(test_acks_after_halt_and_destroy_with_lane_messages_out),
 		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
 		cmocka_unit_test(test_receiver_landed_drops_its_messages_in_lanes),
+		cmocka_unit_test(test_receiver_reaped_drops_its_messages_in_lanes),
 		cmocka_unit_test(test_message_in_a_stalled_executors_lane_is_rescued),
 		cmocka_unit_test(test_no_memory_for_a_lane_message_takes_the_lock),
 	};
