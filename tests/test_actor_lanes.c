@@ -997,6 +997,10 @@ static void test_receiver_landed_drops_its_messages_in_lanes(void **state)
 static void test_receiver_reaped_drops_its_messages_in_lanes(void **state)
 {
 	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
 	landed_case(true);
 }
 
