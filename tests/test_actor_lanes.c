@@ -1029,7 +1029,7 @@ static int64_t st_hog(cbcmn_cx *cx, void *arg)
 	(void)cx;
 	struct st *s = arg;
 	atomic_store(&s->hog_running, 1);
-	uint64_t end = t_now_ns() + 2000000000ull;
+	uint64_t end = t_now_ns() + T_STALL_NS; /* reached only if it is lost */
 	while (!atomic_load(&s->released))
 		if (t_now_ns() > end) {
 			atomic_store(&s->hog_timed_out, 1);
