@@ -215,7 +215,7 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 			continue;
 		}
 		w->seq = a->put_total;
-		w->put_ns = cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
+		w->put_ns = e && cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
 		ring_put(a, w->src);
 		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
@@ -465,6 +465,10 @@ void cbcmn__mb_lanes_open(struct cbcmn__actor *a)
 static void lanes_count(struct cbcmn__actor *a)
 {
 	uint64_t w = ln_load(a);
+	/* Opened by another sender while this one waited for the lock:
+	 * reservations are under way, which a store would undo. */
+	if (w & LN_OPEN)
+		return;
 	if (!(w & LN_COUNTED))
 		w = (w & ~LN_ROOM) | LN_COUNTED | (a->cap - a->count);
 	/* Nothing else changes the word meanwhile: reservations need OPEN. */
@@ -532,14 +536,17 @@ static int room_reserve(struct cbcmn__actor *a, uint32_t gen)
 	}
 }
 
-/* On executor h's drain (e: h, or whoever drains a stopped h's lanes):
- * put the message in the place it reserved.  The actor cannot have halted
+/* On executor h's drain (or whoever drains a stopped h's lanes, or the
+ * stall monitor for a stalled h: xmsg.c's lanes_take()): put the message in the place it reserved.  The actor cannot have halted
  * meanwhile unless its task ended without waiting for it (a crash), in
  * which case its halt counted it undelivered (cbcmn__mb_lanes_halt()). */
-static void lane_land(struct cbcmn__exec *e, void *arg)
+static void lane_land(struct cbcmn__exec *h, void *arg)
 {
 	struct lane_msg *lm = arg;
-	struct cbcmn_runtime *rt = e->rt;
+	struct cbcmn_runtime *rt = h->rt;
+	/* The stall monitor may run it for a stalled h (cbcmn__xmsg_get()):
+	 * then no executor's owner-only state (trace ring, run queue). */
+	struct cbcmn__exec *e = cbcmn__tls_exec == h ? h : NULL;
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, lm->to);
 	if (a) {
 		struct cbcmn__wakes wl = {0};
@@ -583,6 +590,16 @@ void cbcmn__actor_lanes_flush(struct cbcmn_task *t)
 	lane_order(t, -1);
 }
 
+void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
+{
+	/* What cbcmn__actor_main() and the end of a task that returned do:
+	 * a landing jumped past both. */
+	if (cbcmn__is_actor_task(t))
+		cbcmn__mb_lanes_settle(t, t->arg);
+	if (t->lane_e1)
+		lane_order(t, -1);
+}
+
 /* The receiver's slot and home if a send from task self may go over the
  * lanes: another executor than self's, not stalled (the message would
  * wait out the stall).  Else -1.  A handler's sends take the lock path:
@@ -604,14 +621,15 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 
 /* Send m over lane (self's executor, h) with a place reserved in a's
  * mailbox: 0, sent (it will be put there, or counted undelivered by a
- * halt, as a message in the ring would be), or 1: the lock path decides. */
+ * halt, as a message in the ring would be), 1: no place, or -ENOMEM: no
+ * lane message; the lock path decides. */
 static int lane_send(struct cbcmn_task *self, struct cbcmn__actor *a, uint32_t h,
 		     cbcmn_actor_ref to, const cbcmn_actor_msg *m)
 {
 	struct cbcmn__exec *e = self->exec;
 	struct cbcmn__xmsg *x = cbcmn__xmsg_get(e);
 	if (!x)
-		return 1; /* no memory for the lane message: the lock needs none */
+		return -ENOMEM; /* no memory for the lane message: the lock needs none */
 	if (!room_reserve(a, cbcmn__ref_gen(to))) {
 		cbcmn__xmsg_unget(e, x);
 		return 1;
@@ -675,13 +693,16 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			h = lane_route(self, rt, to, mode, &la);
 		if (h < 0)
 			break;
-		if (lane_send(self, la, (uint32_t)h, to, &copy) == 0) {
+		int sent = lane_send(self, la, (uint32_t)h, to, &copy);
+		if (sent == 0) {
 			if (lane_waited)
 				backpressure(rt, to, 0, true);
 			CBCMN_PROBE5(actor_send, to, copy.from, 0, lane_waited, rt->seg.rt_id);
 			return 0;
 		}
-		if (mode != SEND_WAIT || timeout_ns == 0)
+		/* No memory: waiting for room would not get it (room_wait()
+		 * returns at once if there is room: a spin). */
+		if (sent < 0 || mode != SEND_WAIT || timeout_ns == 0)
 			break; /* the lock path's answer: -EAGAIN, -ETIMEDOUT... */
 		/* No place: wait for one, then over the lanes again. */
 		int rc = room_wait(self, rt, to, deadline);

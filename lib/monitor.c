@@ -38,8 +38,8 @@
  *     too: the owner lets go of the wheel for each run, and the monitor
  *     takes them meanwhile (cbcmn__actor_wheel_rescue()).
  * What only the stalled executor can do stays with it: the messages of
- * its lanes (emptied of their tasks: it acknowledges them), calls sent to
- * it, its yield list, pinned tasks (and pinned actors and posse members
+ * its lanes (emptied of their tasks and actor messages: it acknowledges
+ * them), calls sent to it, its yield list, pinned tasks (and pinned actors and posse members
  * on its wheel), timers and ring, and what senders
  * still hold on their backlogs for it (its lanes were full):
  * docs/SCHEDULER.md, "Stalls".

@@ -269,7 +269,7 @@ enum cbcmn__post {
  * to the receiver through the (sender, receiver) lane, and sent back
  * through the reverse lane as the acknowledgement, after which the sender
  * reuses it.  Exactly once: a lane entry is consumed by one receiver. */
-enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL };
+enum { CBCMN__XM_WAKE = 1, CBCMN__XM_SPAWN, CBCMN__XM_CALL, CBCMN__XM_VCALL };
 
 /* Room in a message for what a call carries by value (cbcmn__xmsg_get()):
  * an actor message and its address, the message body travelling over the
@@ -867,8 +867,11 @@ int cbcmn__xmsg_send(struct cbcmn__exec *e, uint32_t dst, uint32_t kind, struct 
 		     void (*fn)(struct cbcmn__exec *, void *), void *arg);
 /* A call carrying its argument by value: take a message from e's pool
  * (NULL: no memory), write up to CBCMN__XM_DATA bytes in m->data, then
- * post it (fn(dst, m->data) runs on dst's thread; the acknowledgement
- * returns m to e's pool) or give it back unposted.  e's thread only. */
+ * post it (fn(dst, m->data) runs on dst's thread, or, if dst stalls with
+ * it in a lane, on the stall monitor's, still in the lane's order: fn
+ * must not take dst for the calling thread's executor; the
+ * acknowledgement returns m to e's pool) or give it back unposted.  e's
+ * thread only. */
 struct cbcmn__xmsg *cbcmn__xmsg_get(struct cbcmn__exec *e);
 void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
 			   void (*fn)(struct cbcmn__exec *, void *));
@@ -877,6 +880,10 @@ void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
 /* actor_mbox.c: task t (running, at its end) waits until its actor sends
  * still in lanes are in their mailboxes (t->lane_e1 != 0). */
 void cbcmn__actor_lanes_flush(struct cbcmn_task *t);
+/* The same for a task that landed (a stack overflow, a budget given up,
+ * its thread's end under it: sched.c), and, if it is an actor's, the sends to it that hold places in
+ * its mailbox: put before its halt, so that the halt drops them. */
+void cbcmn__actor_lanes_landed(struct cbcmn_task *t);
 void cbcmn__stall_rescue(struct cbcmn__exec *x, uint64_t seq);
 bool cbcmn__mail_drain(struct cbcmn__exec *e);
 void cbcmn__backlog_flush(struct cbcmn__exec *e);

@@ -473,6 +473,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		cbcmn__mshot_unwound(t); /* what it opened and could not close */
 		if (t->obligations)
 			cbcmn__obligations_drop(t);
+		cbcmn__actor_lanes_landed(t);
 		cbcmn__iwait_node_end(t);
 		return t->unwind_result;
 	}
@@ -1946,6 +1947,7 @@ static void reap_entry(void *xfer)
 		struct cbcmn__exec *e = t->exec;
 		e->current = t;
 		cbcmn__nursery_close_all(t);
+		cbcmn__actor_lanes_landed(t);
 		e = t->exec;
 		if (t->obligations)
 			cbcmn__obligations_drop(t); /* the runtime ended it: no leak */

@@ -256,7 +256,7 @@ void cbcmn__xmsg_unget(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
 void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
 			   void (*fn)(struct cbcmn__exec *, void *))
 {
-	xm_post(e, dst, m, CBCMN__XM_CALL, NULL, fn, m->data);
+	xm_post(e, dst, m, CBCMN__XM_VCALL, NULL, fn, m->data);
 }
 
 /* Outside threads: work for dst (a task to start or resume). */
@@ -324,7 +324,15 @@ static struct cbcmn_task *lanes_take(struct cbcmn__exec *x)
 			uintptr_t ent = atomic_load_explicit(&l->slot[head % CBCMN__LANE_CAP],
 							     memory_order_relaxed);
 			struct cbcmn__xmsg *m = (struct cbcmn__xmsg *)ent;
-			if ((ent & 1) || m->kind == CBCMN__XM_CALL || !m->task ||
+			if (!(ent & 1) && m->kind == CBCMN__XM_VCALL && m->fn) {
+				/* An actor's message: run here, in the lane's
+				 * order (x is kept out), as x would; x then
+				 * only acknowledges it. */
+				m->fn(x, m->arg);
+				m->fn = NULL;
+				continue;
+			}
+			if ((ent & 1) || m->kind >= CBCMN__XM_CALL || !m->task ||
 			    (m->task->flags & CBCMN__TF_PINNED))
 				continue;
 			*tail = m->task;
@@ -406,6 +414,10 @@ static void deliver(struct cbcmn__exec *e, struct cbcmn__xmsg *m)
 		break;
 	case CBCMN__XM_CALL:
 		m->fn(e, m->arg);
+		break;
+	case CBCMN__XM_VCALL: /* fn NULL: the stall monitor ran it (lanes_take()) */
+		if (m->fn)
+			m->fn(e, m->arg);
 		break;
 	}
 }

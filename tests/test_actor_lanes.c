@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "actor_test.h"
+#include "../lib/fault.h"
 
 /* Executor id's statistics (from a task too: no cmocka assertion). */
 static cbcmn_executor_stats exec_stats(cbcmn_runtime *rt, uint32_t id)
@@ -822,6 +823,7 @@ static void test_acks_after_halt_and_destroy_with_lane_messages_out(void **state
 #define EO_MSGS 5
 
 struct eo {
+	bool crash; /* the peer overflows its stack after its sends */
 	cbcmn_actor_ref p;
 	uint32_t types[EO_MSGS + 1];
 	int n;
@@ -831,14 +833,14 @@ struct eo {
  * the lanes (executor 1 is held), ends. */
 static int64_t eo_peer(cbcmn_cx *cx, void *arg)
 {
-	(void)arg;
+	struct eo *o = arg;
 	cbcmn_actor_msg go;
 	TASK_CHECK(cbcmn_actor_receive(cx, &go, CBCMN_ACTOR_FOREVER) == 0);
 	for (uint64_t i = 0; i < EO_MSGS; i++) {
 		cbcmn_actor_msg m = msg(M_DATA, 0, i);
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, go.from, &m) == 0);
 	}
-	return 0;
+	return o->crash ? t_recurse(NULL, 0) : 0;
 }
 
 /* On executor 1: monitors the peer, holds its own executor (no
@@ -849,7 +851,7 @@ static int64_t eo_watcher(cbcmn_cx *cx, void *arg)
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
 	cbcmn_actor_opts po = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, eo_peer, NULL, &po, &o->p) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, eo_peer, o, &po, &o->p) == 0);
 	uint64_t mon;
 	TASK_CHECK(cbcmn_actor_monitor(cx, o->p, &mon) == 0);
 	cbcmn_actor_msg go = msg(M_DATA, 0, 0);
@@ -863,7 +865,8 @@ static int64_t eo_watcher(cbcmn_cx *cx, void *arg)
 			break;
 		o->types[o->n++] = m.type;
 	}
-	return cbcmn_nursery_await_all(cx, n);
+	int64_t r = cbcmn_nursery_await_all(cx, n);
+	return o->crash && r == CBCMN_EPANIC ? 0 : r;
 }
 
 static int64_t eo_main(cbcmn_cx *cx, void *arg)
@@ -879,17 +882,295 @@ static int64_t eo_main(cbcmn_cx *cx, void *arg)
 /* The peer's DOWN comes after its messages, though they were still in a
  * lane when its task returned: a task's end waits for its sends in lanes
  * to be put (else the DOWN, put at the halt, would overtake them). */
-static void test_end_of_sender_after_its_messages_in_lanes(void **state)
+static void end_of_sender_case(bool crash)
 {
-	(void)state;
 	cbcmn_runtime *rt = lanes_runtime();
-	struct eo o = {0};
+	struct eo o = {.crash = crash};
 	t_run_pinned(rt, 0, eo_main, &o);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(o.n, EO_MSGS + 1);
 	for (int i = 0; i < EO_MSGS; i++)
 		assert_int_equal(o.types[i], M_DATA);
 	assert_int_equal(o.types[EO_MSGS], CBCMN_ACTOR_DOWN);
+	t_destroy(rt);
+}
+
+static void test_end_of_sender_after_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	end_of_sender_case(false);
+}
+
+/* The same for a peer whose task lands (a stack overflow) after its
+ * sends: the landing jumps past the end that waits for them. */
+static void test_landed_sender_after_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	end_of_sender_case(true);
+}
+
+/* ---- a receiver ended by the runtime with messages in lanes ---- */
+
+#define LR_MSGS 8
+
+struct lr {
+	struct rx r;
+	cbcmn_runtime *rt;
+	_Atomic int sent;
+	bool exits; /* its thread's end rather than a stack overflow */
+	int64_t rc;
+};
+
+/* Holds its executor (no checkpoint: the lane messages stay in the lane)
+ * until the sender has posted, then overflows its stack or ends its
+ * executor's thread. */
+static int64_t lr_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct lr *l = arg;
+	atomic_store(&l->r.started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&l->sent) && t_now_ns() < end)
+		;
+	if (l->exits)
+		pthread_exit(NULL);
+	return t_recurse(NULL, 0);
+}
+
+static int64_t lr_sender(cbcmn_cx *cx, void *arg)
+{
+	struct lr *l = arg;
+	TASK_CHECK(wait_for(cx, &l->r.started, 1));
+	uint64_t x0 = xmsgs_sent(l->rt, 0);
+	for (uint64_t i = 0; i < LR_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, l->r.a, &m) == 0);
+	}
+	TASK_CHECK(xmsgs_sent(l->rt, 0) - x0 >= LR_MSGS); /* over the lanes */
+	atomic_store(&l->sent, 1);
+	return 0;
+}
+
+static int64_t lr_main(cbcmn_cx *cx, void *arg)
+{
+	struct lr *l = arg;
+	cbcmn_nursery *nr, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 64, .placement = CBCMN_PLACE_PINNED, .shard = 1,
+			      .drop = rx_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nr, lr_actor, l, &o, &l->r.a) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, lr_sender, l, NULL) == 0);
+	l->rc = cbcmn_nursery_await_all(cx, nr);
+	return cbcmn_nursery_await_all(cx, ns);
+}
+
+/* Its task lands (a stack overflow) before its executor drained the
+ * lanes: the messages sent to it (each send returned 0) are dropped, as
+ * messages in its mailbox are, each through its drop callback. */
+static void landed_case(bool exits)
+{
+	cbcmn_runtime *rt = lanes_runtime();
+	struct lr l = {.rt = rt, .exits = exits};
+	t_run(rt, lr_main, &l, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(l.rc, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&l.r.dropped), LR_MSGS);
+	t_destroy(rt);
+}
+
+static void test_receiver_landed_drops_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	landed_case(false);
+}
+
+/* The same when its executor's thread ends under it (the reaper). */
+static void test_receiver_reaped_drops_its_messages_in_lanes(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	landed_case(true);
+}
+
+/* ---- a receiver's executor stalls with a message for it in a lane ---- */
+
+struct st {
+	cbcmn_actor_ref r;
+	_Atomic long started, hog_running;
+	_Atomic int released, hog_timed_out;
+};
+
+/* Frees the stalled executor once it receives. */
+static int64_t st_actor(cbcmn_cx *cx, void *arg)
+{
+	struct st *s = arg;
+	atomic_store(&s->started, 1);
+	cbcmn_actor_msg m;
+	int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	atomic_store(&s->released, 1);
+	return rc;
+}
+
+/* Holds executor 1 as a blocking call would, until the actor frees it. */
+static int64_t st_hog(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct st *s = arg;
+	atomic_store(&s->hog_running, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS; /* reached only if it is lost */
+	while (!atomic_load(&s->released))
+		if (t_now_ns() > end) {
+			atomic_store(&s->hog_timed_out, 1);
+			break;
+		}
+	return 0;
+}
+
+static int64_t st_main(cbcmn_cx *cx, void *arg)
+{
+	struct st *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, st_actor, s, &o, &s->r) == 0);
+	TASK_CHECK(wait_for(cx, &s->started, 1));
+	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, st_hog, s, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &s->hog_running, 1));
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->r, &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Issue 15's liveness 2 for actor sends: the stall monitor moves the
+ * receiver woken by a message sent just before its executor stalled, so
+ * it runs and ends the stall; the message must not wait out the stall in
+ * the stalled executor's lane. */
+static void test_message_in_a_stalled_executors_lane_is_rescued(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = 2000000ull;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct st s = {0};
+	t_run_pinned(rt, 0, st_main, &s);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&s.released), 1);
+	assert_int_equal(atomic_load(&s.hog_timed_out), 0);
+	t_destroy(rt);
+}
+
+/* ---- no memory for a lane message ---- */
+
+#define NM_MSGS 100 /* more than a slab of lane messages (xmsg.c) */
+
+struct nm {
+	struct rx r;
+	_Atomic int sent, stuck;
+};
+
+/* Receives once the sender is through, then everything in order. */
+static int64_t nm_actor(cbcmn_cx *cx, void *arg)
+{
+	struct nm *n = arg;
+	atomic_store(&n->r.started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&n->sent) && t_now_ns() < end)
+		cbcmn_yield(cx); /* a sleep's timer would find no memory */
+	for (long i = 0; i < NM_MSGS; i++) {
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+		TASK_CHECK(m.body.u64[1] == (uint64_t)i);
+		atomic_fetch_add(&n->r.got, 1);
+	}
+	return 0;
+}
+
+/* Every allocation fails while it sends without a yield, its
+ * acknowledgements not drained meanwhile: past its pool's messages, the
+ * sends take the lock, which needs none, and there is room. */
+static int64_t nm_sender(cbcmn_cx *cx, void *arg)
+{
+	struct nm *n = arg;
+	TASK_CHECK(wait_for(cx, &n->r.started, 1));
+	/* The first with memory: the lanes open, the pool has a slab. */
+	uint64_t x0 = xmsgs_sent(cbcmn_cx_runtime(cx), 0);
+	cbcmn_actor_msg first = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, n->r.a, &first) == 0);
+	TASK_CHECK(xmsgs_sent(cbcmn_cx_runtime(cx), 0) > x0);
+	struct cbcmn__fault_plan fail = {.nth = 1, .every = 1, .err = -ENOMEM};
+	TASK_CHECK(cbcmn__fault_arm(CBCMN__F_MALLOC, &fail));
+	for (uint64_t i = 1; i < NM_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, n->r.a, &m) == 0);
+	}
+	cbcmn__fault_disarm_all();
+	atomic_store(&n->sent, 1);
+	return 0;
+}
+
+/* Ends a send spinning on no memory: disarms the faults, says it did. */
+static void *nm_watchdog(void *arg)
+{
+	struct nm *n = arg;
+	uint64_t end = t_now_ns() + 3000000000ull;
+	while (!atomic_load(&n->sent) && t_now_ns() < end)
+		usleep(1000);
+	if (!atomic_load(&n->sent)) {
+		atomic_store(&n->stuck, 1);
+		cbcmn__fault_disarm_all();
+	}
+	return NULL;
+}
+
+static int64_t nm_main(cbcmn_cx *cx, void *arg)
+{
+	struct nm *n = arg;
+	cbcmn_nursery *nr, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 2 * NM_MSGS, .placement = CBCMN_PLACE_PINNED,
+			      .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nr, nm_actor, n, &o, &n->r.a) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, nm_sender, n, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+/* A blocking send that finds room but no memory for its lane message
+ * goes to the lock path; it spun between the two for as long as memory
+ * was short (for ever: its executor's acknowledgements, which would
+ * refill the pool, are drained only by that executor). */
+static void test_no_memory_for_a_lane_message_takes_the_lock(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan probe = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &probe))
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+	cbcmn__fault_disarm_all();
+	cbcmn_runtime *rt = lanes_runtime();
+	struct nm n = {0};
+	pthread_t wd;
+	assert_int_equal(pthread_create(&wd, NULL, nm_watchdog, &n), 0);
+	t_run(rt, nm_main, &n, 0);
+	pthread_join(wd, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&n.stuck), 0);
+	assert_int_equal(atomic_load(&n.r.got), NM_MSGS);
 	t_destroy(rt);
 }
 
@@ -908,6 +1189,11 @@ int main(void)
 		cmocka_unit_test(test_no_room_waits_for_own_messages_in_lanes),
 		cmocka_unit_test(test_acks_after_halt_and_destroy_with_lane_messages_out),
 		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
+		cmocka_unit_test(test_landed_sender_after_its_messages_in_lanes),
+		cmocka_unit_test(test_receiver_landed_drops_its_messages_in_lanes),
+		cmocka_unit_test(test_receiver_reaped_drops_its_messages_in_lanes),
+		cmocka_unit_test(test_message_in_a_stalled_executors_lane_is_rescued),
+		cmocka_unit_test(test_no_memory_for_a_lane_message_takes_the_lock),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
