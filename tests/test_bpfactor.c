@@ -241,6 +241,7 @@ struct cycles {
 	int stat_status;
 	bool idle;           /* no messages: no receive at all */
 	_Atomic int go;
+	_Atomic long taken;  /* messages the drainer has received */
 	long rounds;
 };
 
@@ -256,6 +257,8 @@ static int64_t drainer(cbcmn_cx *cx, void *arg)
 		for (int i = 0; i < DEPTH; i++)
 			if (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) || m.type == 2)
 				return 0;
+			else
+				atomic_fetch_add(&c->taken, 1);
 	}
 }
 
@@ -280,9 +283,10 @@ static int64_t cycle_root(cbcmn_cx *cx, void *arg)
 		for (int i = 0; i < DEPTH; i++)
 			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
 		atomic_store(&c->go, 1);
-		/* until it took them all */
-		for (cbcmn_stats st; cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, NULL, 0) == 0 &&
-				     st.total.mailbox_depth;)
+		/* until it took them all (its own count: a mailbox_depth of 0
+		 * can still have the round's messages on their way over the
+		 * lanes, and the next round's would overfill it) */
+		while (atomic_load(&c->taken) < (c->rounds + 1) * DEPTH)
 			cbcmn_yield(cx);
 	}
 	m.type = 2;

@@ -921,7 +921,8 @@ typedef struct cbcmn_executor_stats {
 	uint64_t actors_receiving; /* ... of the waiting, blocked in cbcmn_actor_receive(), or
 				    * a handler actor with a receive deadline armed */
 	uint64_t actors_halting;  /* ... halting (their halt runs) */
-	uint64_t mailbox_depth;   /* messages waiting in their mailboxes (DOWN excluded) */
+	uint64_t mailbox_depth;   /* messages waiting in their mailboxes (DOWN excluded; not
+				   * those still on their way over the lanes) */
 	/* Times one run of a task held the executor longer than
 	 * cbcmn_config.stall_ns (docs/SCHEDULER.md, "Stalls"). */
 	uint64_t stalls;
