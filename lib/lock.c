@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "futex.h"
+#include "arch.h"
 #include "lock.h"
 #include "probes.h"
 
@@ -102,14 +103,31 @@ void cbcmn__flock_init(struct cbcmn__flock *l, const char *name, int rank)
 	l->rank = rank;
 }
 
+/* Looks at a held flock before sleeping on it.  Its sections are a few
+ * dozen instructions, and a sleeper costs its holder a futex wake and
+ * itself a wake-up: without the spin a blocking round trip between two
+ * executors took 13 us against 2.5 with glibc's lock (same run). */
+#define FLOCK_SPIN 200
+
 void cbcmn__flock_wait(struct cbcmn__flock *l)
 {
 	struct timespec a;
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	/* 2 from here on: whoever gives it back must wake a sleeper.
-	 * acquire: pairs with the release exchange in cbcmn__flock_unlock(). */
+	for (int i = 0; i < FLOCK_SPIN; i++) {
+		uint32_t z = 0;
+		if (atomic_load_explicit(&l->w, memory_order_relaxed) == 0 &&
+		    atomic_compare_exchange_weak_explicit(&l->w, &z, 1, memory_order_acquire,
+							  memory_order_relaxed))
+			goto held;
+		cbcmn__cpu_relax();
+	}
+	/* 2 from here on: whoever gives it back must wake a sleeper (a
+	 * spinner that took it 0 -> 1 meanwhile leaves the woken one to set
+	 * 2 again).  acquire: pairs with the release exchange in
+	 * cbcmn__flock_unlock(). */
 	while (atomic_exchange_explicit(&l->w, 2, memory_order_acquire) != 0)
 		cbcmn__futex_wait(&l->w, 2, NULL);
+held:
 	CBCMN_PROBE2(lock_contended, l->name, ns_since(&a));
 }
 
