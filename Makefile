@@ -334,10 +334,22 @@ endif
 # $(call shq,path): path as one shell word, whatever it holds.
 shq = '$(subst ','\'',$(1))'
 
+# The directories make install writes in, each as one shell word.
+INST_DIRS = $(foreach d,$(INCLUDEDIR) $(LIBDIR) $(BINDIR) $(PKGCONFIGDIR) \
+		$(sort $(dir $(filter $(MANDIR)/%,$(INST_FILES)))),$(call shq,$(DESTDIR)$(d)))
+
+# Before a file is written: each directory, or the nearest part of its
+# path that exists, is a directory we may write in.  A user's make install
+# without root (or a DESTDIR under a file) said it in a line per place,
+# install's "cannot change permissions ... No such file or directory".
 install: cbcmn.pc.in $(if $(NOBUILD),,all)
 	$(call msg,INSTALL,$(call shq,$(DESTDIR)$(PREFIX)))
-	$(Q)install -d -m 755 $(foreach d,$(INCLUDEDIR) $(LIBDIR) $(BINDIR) $(PKGCONFIGDIR) \
-		$(sort $(dir $(filter $(MANDIR)/%,$(INST_FILES)))),$(call shq,$(DESTDIR)$(d)))
+	$(Q)for d in $(INST_DIRS); do p=$$d; \
+		while [ ! -e "$$p" ] && [ ! -L "$$p" ]; do p=$$(dirname -- "$$p"); done; \
+		[ -d "$$p" ] && [ -w "$$p" ] || { echo "cbcmn: make install cannot write in $$d" \
+		"($$p is not a directory this user may write): run it as root, or give DESTDIR" \
+		"or PREFIX (docs/INSTALL.md)" >&2; exit 1; }; done
+	$(Q)install -d -m 755 $(INST_DIRS)
 	$(Q)install -m 644 $(INST_HEADERS) $(call shq,$(DESTDIR)$(INCLUDEDIR))/
 	$(Q)install -m 644 $(STATIC) $(call shq,$(DESTDIR)$(LIBDIR)/libcbcmn.a)
 	$(Q)install -m 644 $(SHARED) $(call shq,$(DESTDIR)$(LIBDIR)/libcbcmn.so.$(VERSION))

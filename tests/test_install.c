@@ -425,7 +425,8 @@ static void test_relative_prefix_is_refused(void **state)
 	make_in(in, "uninstall");
 	char out[4096];
 	for (const char *const *v = (const char *const[]){"PREFIX=usr/local", "LIBDIR=lib",
-							  "PKGCONFIGDIR=./pc", NULL};
+							  "PKGCONFIGDIR=./pc", "'PREFIX=/opt/my stuff'",
+							  NULL};
 	     *v; v++) {
 		int rc = sh(out, sizeof(out),
 			    "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C '%s' SAN= BUILD='%s' "
@@ -436,6 +437,49 @@ static void test_relative_prefix_is_refused(void **state)
 		char left[4096];
 		files_under(in, left, sizeof(left));
 		assert_string_equal(left, "");
+	}
+	inst_free(in);
+}
+
+/* A place make install may not write (a user's install without root into
+ * /usr/local, a DESTDIR under a file): one line that says where and what
+ * to do, before anything is written.  It was install(1)'s line per
+ * directory ("cannot change permissions of '/usr/local/lib/pkgconfig': No
+ * such file or directory") and make's. */
+static void refused_in(struct inst *in, const char *destdir)
+{
+	char out[4096];
+	int rc = sh(out, sizeof(out),
+		    "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C '%s' SAN= BUILD='%s' NOBUILD=1 "
+		    "DESTDIR='%s' install",
+		    srcdir, builddir, destdir);
+	const char *line = strstr(out, "cbcmn: make install cannot write in ");
+	if (rc == 0 || !line || strstr(line + 1, "cbcmn:") || strstr(out, "install: "))
+		fail_msg("make install DESTDIR='%s': exit %d, %s", destdir, rc, out);
+	assert_non_null(strstr(line, "DESTDIR"));
+	char left[4096];
+	files_under(in, left, sizeof(left));
+	assert_string_equal(left, "./file\n");
+}
+
+static void test_install_where_it_may_not_write_is_one_line(void **state)
+{
+	(void)state;
+	struct inst *in = install_at("/usr/local", NULL);
+	if (!in)
+		return;
+	make_in(in, "uninstall");
+	sh_ok(NULL, 0, "cd '%s' && rm -rf usr && touch file", in->dest);
+	char dest[PATH_MAX + 32];
+	snprintf(dest, sizeof(dest), "%s/file/stage", in->dest);
+	refused_in(in, dest);
+	/* A directory this user may not write in (root may write anywhere:
+	 * the unprivileged pass runs this). */
+	if (geteuid() != 0) {
+		snprintf(dest, sizeof(dest), "%s/ro", in->dest);
+		assert_int_equal(mkdir(dest, 0555), 0);
+		refused_in(in, dest);
+		chmod(dest, 0755);
 	}
 	inst_free(in);
 }
@@ -836,6 +880,7 @@ int main(void)
 		INSTALL_TEST(test_uninstall_removes_what_install_put_and_nothing_else),
 		INSTALL_TEST(test_destdir_with_a_space_stays_inside_it),
 		INSTALL_TEST(test_relative_prefix_is_refused),
+		INSTALL_TEST(test_install_where_it_may_not_write_is_one_line),
 		INSTALL_TEST(test_multiarch_libdir_is_where_the_pc_file_points),
 		INSTALL_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
 		cmocka_unit_test(test_dlclose_then_a_janus_thread_ends_does_not_crash),
