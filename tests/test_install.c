@@ -654,6 +654,32 @@ static void test_shared_library_has_the_soname_and_exports_the_map_alone(void **
 			fail_msg("%s is in lib/libcbcmn.map but not exported", map[i].name);
 	printf("%zu symbols exported, as the map lists\n", defined);
 
+	/* The other way: what the objects make visible (CBCMN_API, JANUS_API
+	 * in a public header) is in the map.  A call declared in a header but
+	 * left out of the map is hidden by its "local: *": programs linked
+	 * with libcbcmn.a find it, programs linked with -lcbcmn do not.
+	 * (Names from "__" on are a sanitizer's.) */
+	char *objs = malloc(1 << 22);
+	assert_non_null(objs);
+	sh_ok(objs, 1 << 22, "readelf -sW '%s/lib/libcbcmn.a'", builddir);
+	size_t visible = 0;
+	for (char *l = strtok(objs, "\n"); l; l = strtok(NULL, "\n")) {
+		char bind[16], vis[16], ndx[16], name[256];
+		if (sscanf(l, " %*d: %*s %*s %*s %15s %15s %15s %255s", bind, vis, ndx, name) != 4 ||
+		    !strcmp(ndx, "UND") || !strcmp(bind, "LOCAL") || strcmp(vis, "DEFAULT") ||
+		    !strncmp(name, "__", 2))
+			continue;
+		size_t i = 0;
+		while (i < nmap && strcmp(map[i].name, name))
+			i++;
+		if (i == nmap)
+			fail_msg("%s has default visibility in libcbcmn.a but is not in lib/libcbcmn.map: "
+				 "libcbcmn.so hides it", name);
+		visible++;
+	}
+	free(objs);
+	assert_int_equal(visible, nmap);
+
 	/* The installed library says its version, through the soname's link,
 	 * as the loader finds it. */
 	void *h = dlopen(link, RTLD_NOW | RTLD_LOCAL);
