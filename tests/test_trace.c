@@ -192,6 +192,7 @@ static void test_drain_while_executors_record(void **state)
 static const char check_py[] =
 	PY_TRACE_OPEN
 	PY_ACTOR_MSGS
+	"if len(tracks) != nx: fail('%d tracks, %d executors' % (len(tracks), nx))\n"
 	"slices = {}; flows = {}; inst = {}; spans = {}\n"
 	"for e in ev:\n"
 	"    ph = e['ph']\n"

@@ -117,6 +117,16 @@ static inline bool toolrun_fsize(struct toolrun *r, const char *const *argv, uns
 	return true;
 }
 
+/* Part of PY_TRACE_OPEN: the process's name, and one track per executor
+ * (at least nx: cbcmn-top's has the spare executor's too), tid N + 1 named
+ * "executor N", each once, none other; tracks: {tid: [its names]}. */
+#define PY_TRACE_TRACKS                                                                      \
+	"tracks = {}\n"                                                                       \
+	"for e in ev:\n"                                                                      \
+	"    if e['ph'] == 'M' and e['name'] == 'thread_name': tracks.setdefault(e['tid'], []).append(e['args']['name'])\n" \
+	"procs = [e['args']['name'] for e in ev if e['ph'] == 'M' and e['name'] == 'process_name']\n" \
+	"if len(procs) != 1 or len(tracks) < nx or sorted(tracks) != list(range(1, len(tracks) + 1)) or any(n != ['executor %d' % (t - 1)] for t, n in tracks.items()): fail('tracks %r, process %r: want one named track per executor (%d)' % (tracks, procs, nx))\n"
+
 /* The start of a pycheck() script on a Chrome JSON trace (argv[1]): tr the
  * whole, od its otherData, ev its events, nx its executors; fail(m)
  * prints m and exits 1. */
@@ -125,7 +135,8 @@ static inline bool toolrun_fsize(struct toolrun *r, const char *const *argv, uns
 	"tr = json.load(open(sys.argv[1]))\n"                                    \
 	"od = tr['otherData']; ev = tr['traceEvents']; nx = od['executors']\n"  \
 	"def fail(m):\n"                                                         \
-	"    print('FAIL', m); sys.exit(1)\n"
+	"    print('FAIL', m); sys.exit(1)\n"                                      \
+	PY_TRACE_TRACKS
 
 /* After PY_TRACE_OPEN: is_steal(e) of an arrow's end (else an actor
  * message's); messages(ev) checks the actor messages of a trace
