@@ -24,6 +24,7 @@ PKGS=(
 	jq
 	tmux
 	python3
+	python3-prometheus-client  # a second parse of the OpenMetrics text (tests/toolrun.h)
 	util-linux
 )
 [ "${1:-}" = "--bench" ] && PKGS+=(libtbb-dev golang-go)

@@ -448,6 +448,7 @@ static void test_prometheus_scrapes_parse_and_counters_grow(void **state)
 	*second = save;
 	assert_parses(second, &p2);
 	assert_int_equal(p1.n, p2.n);
+	om_refcheck(second, strlen(second), true);
 	size_t counters = 0;
 	for (size_t i = 0; i < p1.n; i++) {
 		const struct om_sample *b = om_find(&p2, p1.s[i].key);

@@ -205,6 +205,44 @@ static inline void pycheck(const char *script, const char *const *args, const ch
 	free(out);
 }
 
+/* A second opinion on an exposition: the parser of the Prometheus Python
+ * client (Debian's python3-prometheus-client, the reference
+ * implementation's text parsers), OpenMetrics 1.0 or Prometheus text
+ * 0.0.4, must take text (len bytes) whole and find the steal counter per
+ * executor as Prometheus names it: family cbcmn_steals, a counter, its
+ * samples cbcmn_steals_total{executor="0"...}.  Skips, saying why,
+ * without that package. */
+#define PROM_CLIENT "/usr/lib/python3/dist-packages/prometheus_client"
+#define OM_REFCHECK_PY \
+	"import sys\n" \
+	"text = open(sys.argv[1]).read()\n" \
+	"if sys.argv[2] == 'openmetrics':\n" \
+	"    from prometheus_client.openmetrics.parser import text_string_to_metric_families\n" \
+	"else:\n" \
+	"    from prometheus_client.parser import text_string_to_metric_families\n" \
+	"fams = {f.name: f for f in text_string_to_metric_families(text)}\n" \
+	"st = fams.get('cbcmn_steals')\n" \
+	"ex = st and [s.labels.get('executor') for s in st.samples if s.name == 'cbcmn_steals_total']\n" \
+	"if not st or st.type != 'counter' or '0' not in ex: print('FAIL no counter cbcmn_steals_total{executor=\"0\"}:', st); sys.exit(1)\n" \
+	"print('ok', len(fams), 'families,', sum(len(f.samples) for f in fams.values()), 'samples')\n"
+
+static inline void om_refcheck(const char *text, size_t len, bool openmetrics)
+{
+	if (access(PROM_CLIENT "/openmetrics/parser.py", R_OK) != 0) {
+		T_SKIP("no " PROM_CLIENT " (Debian package python3-prometheus-client; "
+		       "scripts/install-deps.sh) for a second parse");
+		return;
+	}
+	char path[] = "/tmp/cbcmn-scrape-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, len), (ssize_t)len);
+	close(fd);
+	const char *args[] = {path, openmetrics ? "openmetrics" : "0.0.4", NULL};
+	pycheck(OM_REFCHECK_PY, args, openmetrics ? "prometheus_client, OpenMetrics" : "prometheus_client, 0.0.4");
+	unlink(path);
+}
+
 /* One line on stderr, ending in a newline, nothing before it. */
 static inline void assert_one_line(const char *err)
 {
