@@ -861,6 +861,37 @@ static void test_readme_example_builds_with_pkg_config_and_runs(void **state)
 	inst_free(in);
 }
 
+/* Each installed header compiles on its own, the first and only one a
+ * file includes, as C (-std=c99 -pedantic: no GNU extension needed) and,
+ * where g++ is, as C++: the man pages offer "#include <cbcmn_io.h>"
+ * alone.  cbcmn_io.h and cbcmn_metrics.h did not compile without cbcmn.h
+ * before them (CBCMN_API, cbcmn_cx, cbcmn_stats unknown). */
+static void header_compiles_alone(const char *name, void *arg)
+{
+	struct inst *in = arg;
+	char out[8192];
+	const char *cc[] = {"cc -std=c99 -pedantic -x c", "c++ -std=c++17 -x c++"};
+	for (int k = 0; k < 2; k++) {
+		if (k == 1 && sh(NULL, 0, "command -v c++"))
+			continue;
+		if (sh(out, sizeof(out),
+		       "printf '#include <%s>\\nint main(void) { return 0; }\\n' | %s -Wall -Wextra -Werror "
+		       "-fsyntax-only -I'%s/usr/local/include' -",
+		       name, cc[k], in->dest))
+			fail_msg("#include <%s> alone (%s): %s", name, cc[k], out);
+	}
+}
+
+static void test_each_header_compiles_alone(void **state)
+{
+	(void)state;
+	struct inst *in = install_at("/usr/local", NULL);
+	if (!in)
+		return;
+	assert_true(each_source("lib/include", "", ".h", header_compiles_alone, in) >= 5);
+	inst_free(in);
+}
+
 /* The README's example with its fifth spawn failing (-ENOMEM, as a spawn
  * may): it must say so and exit non-zero.  It printed a wrong sum and
  * exited 0 (the spawns' errors were dropped, and the nursery has no
@@ -911,6 +942,7 @@ int main(void)
 		INSTALL_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
 		cmocka_unit_test(test_dlclose_then_a_janus_thread_ends_does_not_crash),
 		INSTALL_TEST(test_readme_example_builds_with_pkg_config_and_runs),
+		INSTALL_TEST(test_each_header_compiles_alone),
 		cmocka_unit_test(test_readme_example_reports_a_failed_spawn),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);

@@ -35,6 +35,10 @@
 #ifndef CBCMN_IO_H
 #define CBCMN_IO_H
 
+/* Its types and CBCMN_API: a program may include this header alone (its
+ * man pages say so).  cbcmn.h includes this one at its end; the guards
+ * make either order one copy of each. */
+#include "cbcmn.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>

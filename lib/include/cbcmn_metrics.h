@@ -13,6 +13,10 @@
 #ifndef CBCMN_METRICS_H
 #define CBCMN_METRICS_H
 
+/* Its types and CBCMN_API: a program may include this header alone (its
+ * man pages say so).  cbcmn.h includes this one at its end; the guards
+ * make either order one copy of each. */
+#include "cbcmn.h"
 #include <stddef.h>
 #include <stdint.h>
 
