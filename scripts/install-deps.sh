@@ -25,6 +25,7 @@ PKGS=(
 	tmux
 	python3
 	python3-prometheus-client  # a second parse of the OpenMetrics text (tests/toolrun.h)
+	groff-base        # test_man formats every page and wants no warning
 	util-linux
 )
 [ "${1:-}" = "--bench" ] && PKGS+=(libtbb-dev golang-go)
