@@ -127,12 +127,15 @@ static inline bool toolrun_fsize(struct toolrun *r, const char *const *argv, uns
 	"procs = [e['args']['name'] for e in ev if e['ph'] == 'M' and e['name'] == 'process_name']\n" \
 	"if len(procs) != 1 or len(tracks) < nx or sorted(tracks) != list(range(1, len(tracks) + 1)) or any(n != ['executor %d' % (t - 1)] for t, n in tracks.items()): fail('tracks %r, process %r: want one named track per executor (%d)' % (tracks, procs, nx))\n"
 
-/* The start of a pycheck() script on a Chrome JSON trace (argv[1]): tr the
- * whole, od its otherData, ev its events, nx its executors; fail(m)
- * prints m and exits 1. */
+/* The start of a pycheck() script on a Chrome JSON trace (argv[1]), parsed
+ * as strictly as a browser's JSON.parse (Python's json takes NaN and
+ * Infinity, which Perfetto and chrome://tracing refuse): tr the whole,
+ * od its otherData, ev its events, nx its executors; fail(m) prints m and
+ * exits 1. */
 #define PY_TRACE_OPEN                                                            \
 	"import json, sys\n"                                                     \
-	"tr = json.load(open(sys.argv[1]))\n"                                    \
+	"def strict(c): raise ValueError('%s is not JSON (a viewer refuses it)' % c)\n" \
+	"tr = json.load(open(sys.argv[1]), parse_constant=strict)\n"           \
 	"od = tr['otherData']; ev = tr['traceEvents']; nx = od['executors']\n"  \
 	"def fail(m):\n"                                                         \
 	"    print('FAIL', m); sys.exit(1)\n"                                      \
