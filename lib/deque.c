@@ -59,15 +59,17 @@ static struct cbcmn__deque_buf *grow(struct cbcmn__deque *d, struct cbcmn__deque
 }
 
 /* push() overwrites slot b - capacity, which a thief may be reading while
- * it races for index b - capacity.  That thief read the slot before its
- * CAS moved top past it; the owner's acquire load of a top past it
- * synchronizes with that CAS (a failed racer's read is before the winner's
- * CAS in top's order too), so the read happens before the overwrite.  Any
- * top loaded so with acquire or seq_cst will do, however old, as long as it
- * is past b - capacity: top only grows.  So push() looks at top only when
- * the last value seen says the array is full, and a thief's CAS on top no
- * longer pulls top's line to the owner on every push (spawn's profile:
- * 65 % of the steal on that CAS while the spawner pushed). */
+ * it races for index b - capacity.  The thief that took it read the slot
+ * before its CAS moved top past it; the owner's acquire load of a top past
+ * it synchronizes with that CAS (or a later one in its release sequence),
+ * so that read happens before the overwrite.  A racer that lost may read
+ * either value: its CAS from b - capacity fails, since top only grows, and
+ * it drops what it read.  Any top loaded with acquire or seq_cst will do,
+ * however old, as long as it is past b - capacity.  So push() looks at
+ * top only when the last value seen says the array is full, and a thief's
+ * CAS on top no longer pulls top's line to the owner on every push
+ * (spawn's profile: 65 % of the steal on that CAS while the spawner
+ * pushed). */
 int cbcmn__deque_push(struct cbcmn__deque *d, void *x)
 {
 	int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
