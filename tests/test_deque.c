@@ -396,7 +396,8 @@ static void run_stress(enum stress_mode mode, uint32_t n, uint32_t cap0)
 	uint64_t stolen = atomic_load(&st.stolen);
 	printf("  %-6s n=%u cap0=%u: popped %llu, stolen %llu, steal aborts %llu, "
 	       "pops lost to a thief %llu, final capacity %lld, %.1f ms\n",
-	       mode == MIXED ? "mixed" : mode == DRAIN ? "drain" : mode == WRAP ? "wrap" : "growth", n, cap0,
+	       mode == MIXED ? "mixed" : mode == DRAIN ? "drain" : mode == WRAP ? "wrap" : "growth",
+	       n, cap0,
 	       (unsigned long long)st.popped, (unsigned long long)stolen,
 	       (unsigned long long)atomic_load(&st.aborts),
 	       (unsigned long long)st.pop_lost, (long long)capacity(&st.d), ns / 1e6);
