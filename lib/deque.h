@@ -29,7 +29,13 @@ struct cbcmn__deque {
 	_Alignas(64) _Atomic int64_t top;
 	_Alignas(64) _Atomic int64_t bottom;
 	_Atomic(struct cbcmn__deque_buf *) buf;
-	char pad_[64 - sizeof(_Atomic int64_t) - sizeof(void *)];
+	/* Owner only (whoever works the bottom: a stopped executor's stand-in
+	 * too, sched.c's forward_runnable(), handed over as bottom is): top
+	 * as the owner last loaded it (acquire or seq_cst).  top only grows,
+	 * so this is a lower bound, and push() needs no look at the thieves'
+	 * line while the array has room by it (deque.c). */
+	int64_t top_seen;
+	char pad_[64 - 2 * sizeof(_Atomic int64_t) - sizeof(void *)];
 };
 
 /* Result of a steal: the item, or one of these two markers. */

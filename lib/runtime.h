@@ -122,12 +122,10 @@ struct cbcmn_task {
 	uint64_t id;
 	void *abi_slot;                   /* one pointer for the janus adapter */
 	struct cbcmn__oblig *obligations; /* obligations it holds (obligation.h); owner only */
-	/* Its spawner, which paid its draw and its stack and gets back what is
-	 * left when it ends (budget.c).  NULL: nothing to give back (a root,
-	 * or nothing limited).  payer_ref: a reference to it is held until
-	 * this record is freed (a late refund to this task, once it has
-	 * ended, is passed on to its payer). */
-	struct cbcmn_task *payer;
+	/* Its registry waits' node (iwait.h) while it runs guarded, or NULL:
+	 * written as every run begins and ends, so here, not in line 5 (a
+	 * thief running a stolen task missed on line 5 for it). */
+	struct cbcmn__iwnode *iwn;
 	uint32_t shard;                   /* CBCMN__TF_PINNED: its executor */
 	_Atomic uint32_t joined;          /* the handle was joined */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
@@ -136,7 +134,11 @@ struct cbcmn_task {
 	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
 	uint8_t mem_off;                  /* where its malloc block begins, below it;
 					   * CBCMN__MEM_IN_STACK: in its stack (task.c) */
-	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout() */
+	/* Its last actor send over the lanes (actor_mbox.c): posted from
+	 * executor lane_e1 - 1 (0: none) to lane_h, the lane_seq-th there
+	 * (the low 32 bits: the line is full).  Read as every run ends. */
+	uint32_t lane_seq;
+	uint16_t lane_e1, lane_h;
 
 	/* Line 3.  Budget (owner-only), see budget.c.  ops and yield_left
 	 * exclude the countdown window. */
@@ -171,21 +173,24 @@ struct cbcmn_task {
 	/* Line 5. */
 	cbcmn_budget cap_limit;           /* CapBudget: self-recharge left */
 	int64_t unwind_result;            /* what the landing pad returns */
-	/* Its registry waits' node (iwait.h) while it runs guarded, or NULL. */
-	struct cbcmn__iwnode *iwn;
-	/* Its last actor send over the lanes (actor_mbox.c): posted from
-	 * executor lane_e1 - 1 (0: none) to lane_h, the lane_seq-th there
-	 * (the low 32 bits: the record ends at CBCMN__STACK_RECORD_SPAN). */
-	uint32_t lane_seq;
-	uint16_t lane_e1, lane_h;
+	/* Its spawner, which paid its draw and its stack and gets back what is
+	 * left when it ends (budget.c).  NULL: nothing to give back (a root,
+	 * or nothing limited).  payer_ref (line 2): a reference to it is held
+	 * until this record is freed (a late refund to this task, once it has
+	 * ended, is passed on to its payer); read only then. */
+	struct cbcmn_task *payer;
+	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout(); read by I/O calls */
 };
 /* The lines above: task.c aligns records to a cache line. */
 _Static_assert(offsetof(struct cbcmn_task, opener) == 1 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, result) == 2 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, ops) == 3 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, refund) == 4 * CBCMN__CACHELINE &&
-		       offsetof(struct cbcmn_task, cap_limit) == 5 * CBCMN__CACHELINE,
-	       "struct cbcmn_task: hot fields in lines 0-2, budget in 3-5");
+		       offsetof(struct cbcmn_task, cap_limit) == 5 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn_task, iwn) < 3 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn_task, lane_h) < 3 * CBCMN__CACHELINE,
+	       "struct cbcmn_task: hot fields (what every run touches) in lines 0-2, "
+	       "budget in 3-5");
 
 /* ---- nurseries -------------------------------------------------------- */
 

@@ -129,6 +129,41 @@ static void test_both_ends(void **state)
 	cbcmn__deque_destroy(&d);
 }
 
+/* push() looks at top only when the top it saw last says the array is
+ * full (deque.c): room that thieves made since must be found then, not
+ * taken for a full array (a needless grow), and the slots they emptied
+ * are reused in order. */
+static void test_push_finds_room_thieves_made(void **state)
+{
+	(void)state;
+	struct cbcmn__deque d;
+	assert_int_equal(cbcmn__deque_init(&d, 2), 0);
+	int next = 0, oldest = 0;
+	for (int round = 0; round < 100; round++) {
+		/* Fill by pushes only, empty by steals only: the owner never
+		 * pops, so only push() can learn that top moved. */
+		for (int i = 0; i < 2; i++)
+			assert_int_equal(cbcmn__deque_push(&d, ITEM(next++)), 0);
+		assert_int_equal(capacity(&d), 2);
+		for (int i = 0; i < 2; i++)
+			assert_ptr_equal(cbcmn__deque_steal(&d), ITEM(oldest++));
+	}
+	/* Half emptied by a thief: one push fits, the next must grow and
+	 * keep both ends right. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(cbcmn__deque_push(&d, ITEM(next++)), 0);
+	assert_ptr_equal(cbcmn__deque_steal(&d), ITEM(oldest++));
+	assert_int_equal(cbcmn__deque_push(&d, ITEM(next++)), 0);
+	assert_int_equal(capacity(&d), 2);
+	assert_int_equal(cbcmn__deque_push(&d, ITEM(next++)), 0);
+	assert_int_equal(capacity(&d), 4);
+	assert_ptr_equal(cbcmn__deque_steal(&d), ITEM(oldest++));
+	for (int newest = next - 1; newest >= oldest; newest--)
+		assert_ptr_equal(cbcmn__deque_pop(&d), ITEM(newest));
+	assert_null(cbcmn__deque_pop(&d));
+	cbcmn__deque_destroy(&d);
+}
+
 static void test_growth_keeps_order(void **state)
 {
 	(void)state;
@@ -192,6 +227,7 @@ enum stress_mode {
 	MIXED,  /* push all, pop about a third, thieves drain the rest */
 	DRAIN,  /* push 1-2, pop to empty: the last-item race, over and over */
 	GROWTH, /* capacity 2, bursts that grow the array under the thieves */
+	WRAP,   /* capacity 4, at most 4 queued, only thieves take: slots reused */
 };
 
 struct stress {
@@ -298,6 +334,20 @@ static void owner(struct stress *st)
 			owner_pop(st, false);
 		}
 		break;
+	case WRAP:
+		/* Push only while the array has room: by the owner's look at
+		 * top, which can only be older than push()'s own, so push()
+		 * must find that room too and never grow.  Every push then
+		 * overwrites a slot that thieves are racing to read. */
+		for (uint32_t full = 0; i < st->n;) {
+			if (cbcmn__deque_len(&st->d) < 4)
+				owner_push(st, i++);
+			else if ((++full & 63) == 0)
+				sched_yield(); /* the thieves need the CPU */
+			else
+				cbcmn__cpu_relax();
+		}
+		break;
 	case GROWTH:
 		while (i < st->n) {
 			uint32_t burst = 1 + (uint32_t)(xorshift(&rng) % 4096);
@@ -346,7 +396,8 @@ static void run_stress(enum stress_mode mode, uint32_t n, uint32_t cap0)
 	uint64_t stolen = atomic_load(&st.stolen);
 	printf("  %-6s n=%u cap0=%u: popped %llu, stolen %llu, steal aborts %llu, "
 	       "pops lost to a thief %llu, final capacity %lld, %.1f ms\n",
-	       mode == MIXED ? "mixed" : mode == DRAIN ? "drain" : "growth", n, cap0,
+	       mode == MIXED ? "mixed" : mode == DRAIN ? "drain" : mode == WRAP ? "wrap" : "growth",
+	       n, cap0,
 	       (unsigned long long)st.popped, (unsigned long long)stolen,
 	       (unsigned long long)atomic_load(&st.aborts),
 	       (unsigned long long)st.pop_lost, (long long)capacity(&st.d), ns / 1e6);
@@ -371,6 +422,8 @@ static void run_stress(enum stress_mode mode, uint32_t n, uint32_t cap0)
 		assert_true(stolen > 0);
 	if (mode == GROWTH)
 		assert_true(capacity(&st.d) >= 1024);
+	if (mode == WRAP)
+		assert_int_equal(capacity(&st.d), cap0);
 	/* Nothing left for either end. */
 	assert_null(cbcmn__deque_pop(&st.d));
 	assert_ptr_equal(cbcmn__deque_steal(&st.d), CBCMN__DEQUE_EMPTY);
@@ -397,6 +450,12 @@ static void test_stress_growth(void **state)
 	run_stress(GROWTH, T_SCALE(1000000), 2);
 }
 
+static void test_stress_wrap(void **state)
+{
+	(void)state;
+	run_stress(WRAP, T_SCALE(100000), 4);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -405,11 +464,13 @@ int main(void)
 		cmocka_unit_test(test_pop_lifo),
 		cmocka_unit_test(test_steal_fifo),
 		cmocka_unit_test(test_both_ends),
+		cmocka_unit_test(test_push_finds_room_thieves_made),
 		cmocka_unit_test(test_growth_keeps_order),
 		cmocka_unit_test(test_growth_wrapped),
 		cmocka_unit_test(test_stress_mixed),
 		cmocka_unit_test(test_stress_last_item_race),
 		cmocka_unit_test(test_stress_growth),
+		cmocka_unit_test(test_stress_wrap),
 	};
 	return cmocka_run_group_tests_name("deque", tests, NULL, NULL);
 }
