@@ -318,6 +318,93 @@ static void test_cancel_and_close_with_a_send_stuck(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the executor's thread dies with a send in flight ---------------------------- */
+
+struct gone {
+	int sv[2];
+	_Atomic int stuck;
+	int64_t send, flush, close;
+	size_t filled;
+};
+
+static int64_t gone_sender(cbcmn_cx *cx, void *arg)
+{
+	struct gone *g = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, g->sv[0], &s);
+	if (rc)
+		return rc;
+	const void *data;
+	if (cbcmn_stream_recv(cx, s, &data) != 1) {
+		cbcmn_stream_close(cx, s);
+		return 100;
+	}
+	char junk[4096] = {0};
+	while (send(g->sv[0], junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		g->filled += sizeof(junk);
+	g->send = cbcmn_stream_send(cx, s, data, 1, MSG_NOSIGNAL);
+	atomic_store(&g->stuck, 1);
+	g->flush = cbcmn_stream_send(cx, s, NULL, 0, 0); /* across the thread's death */
+	g->close = cbcmn_stream_close(cx, s);
+	return 0;
+}
+
+static int64_t gone_quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t gone_main(cbcmn_cx *cx, void *arg)
+{
+	struct gone *g = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *senders, *quitters;
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &senders) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, senders, gone_sender, g, NULL) == 0);
+	while (!atomic_load(&g->stuck))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 2000000); /* the send is in the kernel, waiting for room */
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &quitters) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, quitters, gone_quitter, g, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, quitters) == CBCMN_EPANIC);
+	return cbcmn_nursery_await_all(cx, senders);
+}
+
+/* The send ends with the ring (-ECANCELED, from the flush waiting for it),
+ * its buffer goes back, and the stream closes. */
+static void test_thread_death_ends_a_send_in_flight(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("a send in flight in the dead thread's ring");
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct gone g = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g.sv), 0);
+	assert_int_equal(write(g.sv[1], "x", 1), 1);
+	int saved, efd = t_stderr_capture(&saved);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, gone_main, &g, &r);
+	char msg[4096];
+	t_stderr_restore(efd, saved, msg, sizeof(msg));
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(g.send, 0);
+	assert_int_equal(g.flush, -ECANCELED);
+	assert_int_equal(g.close, 0);
+	close(g.sv[0]);
+	close(g.sv[1]);
+	t_destroy(rt);
+}
+
 /* ---- more sends in one turn than the SQ holds ---------------------------------- */
 
 #define MANY 600
@@ -402,6 +489,7 @@ int main(void)
 		T_WATCHED_TEST(test_send_takes_only_the_chunk_held),
 		T_WATCHED_TEST(test_send_to_a_gone_peer_fails_once),
 		T_WATCHED_TEST(test_cancel_and_close_with_a_send_stuck),
+		T_WATCHED_TEST(test_thread_death_ends_a_send_in_flight),
 		T_WATCHED_TEST(test_more_sends_than_the_sq_holds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
