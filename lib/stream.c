@@ -418,15 +418,22 @@ static uint32_t ms_bufs(const struct cbcmn__mshot *m)
 	return m->qlen + (m->held >= 0) + (m->send_bid >= 0);
 }
 
+/* Have the kernel cancel m's request marked ud: no CQE of the cancel's own
+ * (the request's last one says what happened). */
+static void ms_cancel_ud(struct cbcmn__mshot *m, uint64_t ud)
+{
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_cancel64(sqe, ud, 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+}
+
 /* Have m's SQE cancelled (its last CQE then ends it). */
 static void ms_cancel(struct cbcmn__mshot *m)
 {
 	if (m->cancel_sent)
 		return;
-	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT, 0);
-	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	ms_cancel_ud(m, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT);
 	m->cancel_sent = true;
 }
 
@@ -462,10 +469,7 @@ static void ms_watch_cancel(struct cbcmn__mshot *m)
 {
 	if (!m->watch_armed || m->watch_cancel_sent)
 		return;
-	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-	io_uring_prep_cancel64(sqe, ms_watch_ud(m), 0);
-	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	ms_cancel_ud(m, ms_watch_ud(m));
 	m->watch_cancel_sent = true;
 }
 
@@ -493,10 +497,7 @@ static void send_cancel(struct cbcmn__mshot *m)
 {
 	if (!m->send_armed || m->send_cancel_sent)
 		return;
-	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-	io_uring_prep_cancel64(sqe, ms_send_ud(m), 0);
-	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	ms_cancel_ud(m, ms_send_ud(m));
 	m->send_cancel_sent = true;
 }
 
