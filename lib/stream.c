@@ -1272,8 +1272,13 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 	if (m->e->ep) {
 		/* No ring to leave it on: sent now. */
 		int64_t rc = 0;
-		for (size_t off = 0; off < a->len && rc >= 0; off += (size_t)rc)
+		for (size_t off = 0; off < a->len; off += (size_t)rc) {
 			rc = cbcmn_send((cbcmn_cx *)t, m->fd, a->p + off, a->len - off, a->flags);
+			if (rc <= 0) {
+				rc = rc ? rc : -EIO; /* as send_cqe() */
+				break;
+			}
+		}
 		/* A wait above may have moved the task (unpinned): the buffer
 		 * is m's to give back, on m's executor (read there after the
 		 * release message ms_call() sends). */
