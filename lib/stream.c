@@ -73,9 +73,12 @@
 #define BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept or growth */
 #define BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
 #define ACCEPT_QUEUE_MAX 64u /* connections an acceptor holds before it stops accepting */
-/* In the user_data of an object's watch SQE, beside the tag: the objects
- * are aligned to 16 (ms_alloc()), so the bit is free in their address. */
+/* In the user_data of an object's watch SQE, and of a stream's send,
+ * beside the tag: the objects are aligned to MS_ALIGN (ms_alloc()), so the
+ * bits are free in their address. */
 #define MS_WATCH 8u
+#define MS_SEND 16u
+#define MS_ALIGN 32u
 
 /* An acceptor's pause after a failed accept. */
 enum { PAUSE_NONE, PAUSE_DUE, PAUSE_TIMING };
@@ -113,6 +116,17 @@ struct cbcmn__mshot {
 	struct cbcmn__mshot *sprev, *snext; /* its pool's starved list */
 	struct cbcmn__bufpool *pool; /* stream: where its buffers come from */
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
+	uint32_t held_len;     /* ... and the length of the chunk in it */
+	/* A stream's send (cbcmn_stream_send()): one at a time, so that bytes
+	 * go out in order.  Its buffer is the stream's until the kernel has
+	 * taken [send_off, send_end) of it. */
+	int32_t send_bid;      /* its buffer, -1: no send */
+	uint32_t send_off, send_end;
+	int send_flags;
+	int32_t send_err;      /* a send that failed, for the stream's next call */
+	bool send_armed;       /* its SQE is yet to post its CQE */
+	bool send_cancel_sent; /* ... and is being cancelled (close) */
+	bool send_waiting;     /* the task waits for it to end (the next send) */
 	uint32_t accept_flags;
 	uint64_t backoff_ns;   /* its last pause (acceptor: after a failed accept; stream:
 				* starved, after a failed growth), 0 after a success */
@@ -401,7 +415,17 @@ static void ms_event(struct cbcmn__exec *e, struct cbcmn__mshot *m)
 /* Buffers m holds: queued, and the one its task reads. */
 static uint32_t ms_bufs(const struct cbcmn__mshot *m)
 {
-	return m->qlen + (m->held >= 0);
+	return m->qlen + (m->held >= 0) + (m->send_bid >= 0);
+}
+
+/* Have the kernel cancel m's request marked ud: no CQE of the cancel's own
+ * (the request's last one says what happened). */
+static void ms_cancel_ud(struct cbcmn__mshot *m, uint64_t ud)
+{
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_cancel64(sqe, ud, 0);
+	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
+	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 }
 
 /* Have m's SQE cancelled (its last CQE then ends it). */
@@ -409,10 +433,7 @@ static void ms_cancel(struct cbcmn__mshot *m)
 {
 	if (m->cancel_sent)
 		return;
-	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT, 0);
-	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	ms_cancel_ud(m, (uint64_t)(uintptr_t)m | CBCMN__UD_MSHOT);
 	m->cancel_sent = true;
 }
 
@@ -448,11 +469,59 @@ static void ms_watch_cancel(struct cbcmn__mshot *m)
 {
 	if (!m->watch_armed || m->watch_cancel_sent)
 		return;
-	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
-	io_uring_prep_cancel64(sqe, ms_watch_ud(m), 0);
-	io_uring_sqe_set_data64(sqe, CBCMN__UD_IGNORE);
-	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	ms_cancel_ud(m, ms_watch_ud(m));
 	m->watch_cancel_sent = true;
+}
+
+/* ---- a stream's send ------------------------------------------------------------ */
+
+static uint64_t ms_send_ud(const struct cbcmn__mshot *m)
+{
+	return (uint64_t)(uintptr_t)m | MS_SEND | CBCMN__UD_MSHOT;
+}
+
+/* Send what is left of stream m's send: one SQE, then send_cqe(). */
+static void send_arm(struct cbcmn__mshot *m)
+{
+	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	io_uring_prep_send(sqe, m->fd, buf_addr(m->pool, (uint32_t)m->send_bid) + m->send_off,
+			   m->send_end - m->send_off, m->send_flags);
+	io_uring_sqe_set_data64(sqe, ms_send_ud(m));
+	m->send_armed = true;
+	m->send_cancel_sent = false;
+}
+
+/* Have m's send cancelled, if it is in flight (a peer that reads nothing
+ * would keep it, and the close waiting for it, for ever). */
+static void send_cancel(struct cbcmn__mshot *m)
+{
+	if (!m->send_armed || m->send_cancel_sent)
+		return;
+	ms_cancel_ud(m, ms_send_ud(m));
+	m->send_cancel_sent = true;
+}
+
+/* The CQE of m's send (res), or its loss with a dead ring (!alive): a
+ * short send goes on from where it stopped, as send_all loops do; at its
+ * end the buffer goes back, and a failure waits in send_err for the
+ * stream's next call.  True if the task must look: an error to report, a
+ * send waiting for this one, or a close. */
+static bool send_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, bool alive)
+{
+	m->send_armed = false;
+	if (res > 0)
+		m->send_off += (uint32_t)res;
+	bool rest = m->send_off < m->send_end;
+	if (rest && res > 0 && alive && !m->send_cancel_sent && !m->closing) {
+		send_arm(m);
+		return false;
+	}
+	/* 0 bytes for a non-empty send: not a stream socket's answer. */
+	if (rest && !m->send_err)
+		m->send_err = !alive ? -ECANCELED : res < 0 ? res : -EIO;
+	buf_return(e, m->pool, (uint32_t)m->send_bid);
+	m->send_bid = -1;
+	return m->send_err || m->send_waiting || m->send_cancel_sent; /* (a closer) */
 }
 
 /* A stream's CQE: a chunk in a buffer, the end, or why it stopped. */
@@ -548,10 +617,16 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
  * MS_WATCH). */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
-	if ((uintptr_t)m & MS_WATCH) {
+	uintptr_t bits = (uintptr_t)m & (MS_WATCH | MS_SEND);
+	m = (struct cbcmn__mshot *)((uintptr_t)m & ~bits);
+	if (bits & MS_SEND) {
+		/* A send done: no wake for the task (which went on after it
+		 * was queued) unless it has something to see. */
+		if (!send_cqe(e, m, res, true) && !m->closing)
+			return;
+	} else if (bits & MS_WATCH) {
 		/* Its socket is ready, its time has come, or the watch was
 		 * cancelled: its one CQE.  The task looks again. */
-		m = (struct cbcmn__mshot *)((uintptr_t)m & ~(uintptr_t)MS_WATCH);
 		m->watch_armed = m->watch_cancel_sent = false;
 	} else {
 		if (!(flags & IORING_CQE_F_MORE))
@@ -624,22 +699,27 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *c
 	/* Nothing of theirs is in the kernel any more: no cancel is sent
 	 * (to the new ring, which would find nothing) for what comes below. */
 	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next)
-		m->armed = m->cancel_sent = m->watch_armed = m->watch_cancel_sent = false;
+		m->armed = m->cancel_sent = m->watch_armed = m->watch_cancel_sent = m->send_armed =
+			m->send_cancel_sent = false;
 	for (unsigned i = 0; i < n; i++) {
 		const struct io_uring_cqe *c = &cqes[i];
 		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT || (c->user_data & MS_WATCH))
 			continue; /* io.c's, nobody's, or a watch's: nothing to hand out */
 		/* Alive: closing waits for a request's last CQE, which comes
 		 * after all its others, and this one was never reaped. */
-		struct cbcmn__mshot *m =
-			(struct cbcmn__mshot *)(uintptr_t)(c->user_data & ~(uint64_t)CBCMN__UD_MASK);
-		if (m->kind == MS_STREAM)
+		struct cbcmn__mshot *m = (struct cbcmn__mshot *)(uintptr_t)(
+			c->user_data & ~(uint64_t)(CBCMN__UD_MASK | MS_SEND));
+		if (c->user_data & MS_SEND)
+			send_cqe(e, m, c->res, false); /* what it sent, and no more */
+		else if (m->kind == MS_STREAM)
 			stream_cqe(e, m, c->res, c->flags);
 		else
 			accept_cqe(e, m, c->res);
 	}
 	for (struct cbcmn__mshot *m = e->mshots, *next; m; m = next) {
 		next = m->next;
+		if (m->kind == MS_STREAM && m->send_bid >= 0)
+			send_cqe(e, m, -ECANCELED, false); /* no CQE: it did not happen */
 		if (ms_closed(m))
 			continue; /* its closer had moved away */
 		if (m->kind == MS_STREAM) {
@@ -723,10 +803,19 @@ static int stream_peek(struct cbcmn__mshot *m)
 	return 0;
 }
 
+/* The error a send of m's ended with, reported once. */
+static int64_t send_err_take(struct cbcmn__mshot *m)
+{
+	int64_t err = m->send_err;
+	m->send_err = 0;
+	return err;
+}
+
 /* ms_next() inside: m is busy.  After each wait the task may have been
  * moved: then -EXDEV, m untouched. */
-static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg)
 {
+	struct ms_item *it = arg;
 	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
 	for (;;) {
@@ -738,6 +827,8 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 		 * queued stays for the close to drop, as unread socket bytes. */
 		if (cbcmn__task_cancelled(t))
 			return CBCMN_ECANCELED;
+		if (m->send_err)
+			return send_err_take(m);
 		if (m->qlen) {
 			*it = ms_pop(m);
 			return 1;
@@ -816,6 +907,7 @@ static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, struct
 static void ms_release(struct cbcmn__mshot *m)
 {
 	m->waiter = NULL; /* (of the call, unwound in a wait) */
+	m->send_waiting = false;
 	ms_watch_cancel(m);
 	if (m->starved)
 		starved_remove(m->pool, m);
@@ -848,17 +940,19 @@ static void ms_there(struct cbcmn_task *t, struct cbcmn__mshot *m,
 		fn(m->e, m);
 }
 
-/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
- * m->err), or CBCMN_ECANCELED / -EXDEV / -EBUSY.  m is busy for the whole
- * call, not only while a CQE is awaited: the task may also wait for budget
- * or for buffers with no waiter on m, and m must not be closed under it.
+/* A call on m: fn(t, m, arg), with m busy for the whole call, not only
+ * while a CQE is awaited: the task may also wait for budget or for buffers
+ * with no waiter on m, and m must not be closed under it.  -EBUSY if a
+ * call is under way.
  *
  * Some of those waits do not return: a task cancelled (or given up on by
  * its nursery) while it waits for budget, or about to overflow its stack,
  * is unwound to its landing pad (budget.c, sched.c).  Our own pad catches
  * the unwind on the way, releases m, and passes it on: else m would stay
  * busy for good, and every later call and its close answer -EBUSY. */
-static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+typedef int64_t (*ms_busy_fn)(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg);
+
+static int64_t ms_call(struct cbcmn_task *t, struct cbcmn__mshot *m, ms_busy_fn fn, void *arg)
 {
 	if (m->busy)
 		return -EBUSY; /* one task at a time */
@@ -877,18 +971,26 @@ static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_i
 		__builtin_longjmp(outer, 1); /* t->unwind_result is already set */
 	}
 	t->landing = jb;
-	int64_t rc = ms_next_busy(t, m, it);
+	int64_t rc = fn(t, m, arg);
 	t->landing = outer;
 	ms_there(t, m, ms_release_there);
 	return rc;
 }
 
-/* A zeroed object of size bytes, aligned for MS_WATCH (malloc's alignment
- * is 16 in glibc, but 8 under ASan). */
+/* Wait for the next item, arming as needed.  1 with *it, 0 at the end (then
+ * m->err), a send's error (cbcmn_stream_send()), or CBCMN_ECANCELED /
+ * -EXDEV / -EBUSY. */
+static int64_t ms_next(struct cbcmn_task *t, struct cbcmn__mshot *m, struct ms_item *it)
+{
+	return ms_call(t, m, ms_next_busy, it);
+}
+
+/* A zeroed object of size bytes, aligned for MS_WATCH and MS_SEND
+ * (malloc's alignment is 16 in glibc, but 8 under ASan). */
 static void *ms_alloc(size_t size)
 {
 	void *p;
-	if (CBCMN__FAULT(CBCMN__F_MALLOC) || posix_memalign(&p, 2 * MS_WATCH, size) != 0)
+	if (CBCMN__FAULT(CBCMN__F_MALLOC) || posix_memalign(&p, MS_ALIGN, size) != 0)
 		return NULL;
 	return memset(p, 0, size);
 }
@@ -924,6 +1026,7 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 	m->fd = fd;
 	m->kind = kind;
 	m->held = -1;
+	m->send_bid = -1;
 	m->pool = p;
 	m->owner = t->id;
 	if (p) {
@@ -971,7 +1074,7 @@ static void ms_free(struct cbcmn__mshot *m)
 /* A closing m whose last CQE has come is freed.  True if it was. */
 static bool ms_closed(struct cbcmn__mshot *m)
 {
-	if (!m->closing || m->armed || m->watch_armed)
+	if (!m->closing || m->armed || m->watch_armed || m->send_armed)
 		return false;
 	ms_free(m);
 	return true;
@@ -987,6 +1090,7 @@ static void ms_close_there(struct cbcmn__exec *e, void *arg)
 	if (m->armed)
 		ms_cancel(m);
 	ms_watch_cancel(m);
+	send_cancel(m);
 	ms_closed(m);
 }
 
@@ -1001,12 +1105,15 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	if (m->busy)
 		return -EBUSY;
 	m->busy = true; /* for good: no call may start on it while it closes */
-	/* Cancel its SQE and its watch, and wait for their last CQEs; then
-	 * nothing refers to m. */
-	while (m->armed || m->watch_armed) {
+	/* Cancel its SQE, its watch and its send, and wait for their last
+	 * CQEs; then nothing refers to m.  (A send's bytes the kernel has not
+	 * taken yet are dropped: cbcmn_stream_send() of 0 bytes waits for them
+	 * first.) */
+	while (m->armed || m->watch_armed || m->send_armed) {
 		if (m->armed)
 			ms_cancel(m);
 		ms_watch_cancel(m);
+		send_cancel(m);
 		struct cbcmn__iwait iw;
 		cbcmn__iwait_init(&iw, t);
 		iw.on_cancel = cbcmn__iwait_ignore_cancel; /* must see the last CQE */
@@ -1119,8 +1226,89 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	if (rc < 0)
 		return rc;
 	m->held = (int32_t)it.val;
+	m->held_len = it.len;
 	*data = buf_addr(m->pool, it.val);
 	return it.len;
+}
+
+struct send_args {
+	const char *p;
+	size_t len;
+	int flags;
+};
+
+/* cbcmn_stream_send() inside: m is busy. */
+static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg)
+{
+	const struct send_args *a = arg;
+	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS)) {
+		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1); /* may move the task */
+		if (t->exec != m->e)
+			return -EXDEV;
+	}
+	/* One send at a time: in order, and back-pressure for a sender
+	 * faster than its peer. */
+	while (m->send_bid >= 0) {
+		if (cbcmn__task_cancelled(t))
+			return CBCMN_ECANCELED;
+		m->send_waiting = true;
+		uint32_t how = ms_wait(t, m);
+		if (t->exec != m->e)
+			return -EXDEV;
+		m->send_waiting = false;
+		if (how == CBCMN__IW_CANCELLED)
+			return CBCMN_ECANCELED;
+	}
+	if (m->send_err)
+		return send_err_take(m);
+	if (!a->len)
+		return 0;
+	const char *base = m->held >= 0 ? buf_addr(m->pool, (uint32_t)m->held) : NULL;
+	if (!base || a->p < base || a->p > base + m->held_len ||
+	    a->len > (size_t)(base + m->held_len - a->p))
+		return -EINVAL;
+	int32_t bid = m->held;
+	m->held = -1; /* the send's now */
+	if (m->e->ep) {
+		/* No ring to leave it on: sent now. */
+		int64_t rc = 0;
+		for (size_t off = 0; off < a->len; off += (size_t)rc) {
+			rc = cbcmn_send((cbcmn_cx *)t, m->fd, a->p + off, a->len - off, a->flags);
+			if (rc <= 0) {
+				rc = rc ? rc : -EIO; /* as send_cqe() */
+				break;
+			}
+		}
+		/* A wait above may have moved the task (unpinned): the buffer
+		 * is m's to give back, on m's executor (read there after the
+		 * release message ms_call() sends). */
+		if (t->exec != m->e) {
+			m->held = bid;
+			rc = -EXDEV;
+		} else {
+			buf_return(m->e, m->pool, (uint32_t)bid);
+		}
+		return rc < 0 ? rc : 0;
+	}
+	m->send_bid = bid;
+	m->send_off = (uint32_t)(a->p - base);
+	m->send_end = m->send_off + (uint32_t)a->len;
+	m->send_flags = a->flags;
+	send_arm(m);
+	return 0;
+}
+
+int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *data, size_t len, int flags)
+{
+	int64_t err;
+	if (!s || (len && !data))
+		return -EINVAL;
+	struct cbcmn__mshot *m = &s->ms;
+	struct cbcmn_task *t = ms_self(cx, m, &err);
+	if (!t)
+		return err;
+	struct send_args a = {data, len, flags};
+	return ms_call(t, m, send_busy, &a);
 }
 
 int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s)

@@ -60,13 +60,13 @@ static void print_ring_stats(const char *who, const cbcmn_stats *s, uint64_t req
 	double q = requests ? (double)requests : 1.0;
 	fprintf(stderr,
 		"%s: rings %#x (%s%s%s), doorbells %s; per request: %.2f SQEs, %.2f CQEs, "
-		"%.3f enters, %.3f parks\n",
+		"%.3f enters, %.3f parks, %.2f picks\n",
 		who, s->ring_setup_flags,
 		s->ring_setup_flags & (1u << 13) ? "DEFER_TASKRUN" : "",
 		s->ring_setup_flags & (1u << 8) ? "COOP_TASKRUN" : "",
 		s->ring_setup_flags & (1u << 1) ? "SQPOLL" : "", s->msg_ring ? "MSG_RING" : "eventfd",
 		(double)t->sqes_submitted / q, (double)t->cqes_reaped / q, (double)t->ring_enters / q,
-		(double)t->parks / q);
+		(double)t->parks / q, (double)(t->local_hits + t->inject_hits) / q);
 }
 
 /* -v: the I/O backend a default runtime gets here (CBCMN_BACKEND, or epoll

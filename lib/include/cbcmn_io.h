@@ -141,7 +141,8 @@ CBCMN_API int64_t cbcmn_poll(cbcmn_cx *cx, int fd, uint32_t events, int64_t time
  * belongs to the executor of the task that opened it and
  * may only be used by tasks running there (-EXDEV elsewhere): open and use
  * it from a pinned task (cbcmn_nursery_spawn_pinned()).  One task at a time
- * may be inside a call on it: while a task is in cbcmn_stream_recv() or
+ * may be inside a call on it: while a task is in cbcmn_stream_recv(),
+ * cbcmn_stream_send() or
  * cbcmn_acceptor_next() (waiting for data, for buffers, for budget, or
  * backing off), another call on the object, its close included, returns
  * -EBUSY and changes nothing.  Ownership (docs/IO.md, "Who closes a
@@ -169,6 +170,23 @@ CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
  * to come back; buffers go to the streams waiting for one in the order they
  * began to wait.  Costs one unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
+/* Send len bytes at data, which lie in the chunk the last
+ * cbcmn_stream_recv() on s returned, to s's socket, without waiting for
+ * them to go: the chunk stays the stream's (valid, not reused) until the
+ * kernel has taken all of them, a short send is continued, and the next
+ * call on s (cbcmn_stream_recv() or cbcmn_stream_send()) returns a send's
+ * failure (once, as a negative errno).  One send at a time per stream: a
+ * send waits for the one before, so bytes go out in order.  len 0 only
+ * waits for the send before and returns its failure, or 0: what
+ * cbcmn_stream_close() does not do (it cancels a send in flight, whose
+ * untaken bytes are dropped).  flags as send(2) (MSG_NOSIGNAL...).  The
+ * echo path of a server: one SQE and no wake-up per send (docs/IO.md,
+ * "Sends on a stream").  Costs one unit of the syscalls budget.  On the epoll
+ * backend the bytes are sent before it returns.  Returns 0, -EINVAL (data
+ * not in the chunk held), -EXDEV, -EBUSY, CBCMN_ECANCELED, or a send's
+ * error. */
+CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *data, size_t len,
+				    int flags);
 /* Stop receiving, give the buffers back and free s; waits until the kernel
  * has let go of it (an unpinned task moved to another executor meanwhile:
  * returns 0, and s's executor finishes, docs/IO.md).  Returns 0, -EINVAL,

@@ -91,7 +91,8 @@ static int64_t echo_stream(cbcmn_cx *cx, struct conn *c, cbcmn_stream *st)
 			break;
 		}
 		atomic_fetch_add_explicit(&c->s->requests, 1, memory_order_relaxed);
-		rc = send_all(cx, c->fd, data, (size_t)n);
+		/* Sent from the stream's own buffer, without waiting. */
+		rc = cbcmn_stream_send(cx, st, data, (size_t)n, MSG_NOSIGNAL);
 	}
 	cbcmn_stream_close(cx, st);
 	return rc;
