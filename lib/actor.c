@@ -34,6 +34,7 @@ static struct cbcmn__actors *table_get(struct cbcmn_runtime *rt)
 	if (!(t = cbcmn__calloc(1, sizeof(*t))))
 		return NULL;
 	cbcmn__mutex_init(&t->lock, "actor table", CBCMN__LOCK_ACTOR_TABLE);
+	cbcmn__mutex_init(&t->lw_lock, "lane waits", CBCMN__LOCK_LANE_WAIT);
 	/* relaxed: only uniqueness matters; published by the CAS below. */
 	static _Atomic uint32_t next_tag;
 	t->tag = atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) % CBCMN__REF_TAGS + 1;
@@ -41,6 +42,7 @@ static struct cbcmn__actors *table_get(struct cbcmn_runtime *rt)
 	if (!atomic_compare_exchange_strong_explicit(&rt->actors, &old, t, memory_order_acq_rel,
 						     memory_order_acquire)) {
 		cbcmn__mutex_destroy(&t->lock);
+		cbcmn__mutex_destroy(&t->lw_lock);
 		free(t);
 		return old;
 	}
@@ -310,6 +312,7 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 		free(c);
 	}
 	cbcmn__mutex_destroy(&t->lock);
+	cbcmn__mutex_destroy(&t->lw_lock);
 	free(t);
 	atomic_store_explicit(&rt->actors, NULL, memory_order_relaxed);
 }

@@ -175,6 +175,12 @@ struct cbcmn__actors {
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
+	/* Tasks parked until messages in lanes land (actor_mbox.c,
+	 * lane_wait()): the list, under lw_lock, and its length, which
+	 * every landing reads (after the read-mostly chunk array). */
+	struct cbcmn__mutex lw_lock; /* CBCMN__LOCK_LANE_WAIT */
+	struct cbcmn__lane_wait *lw_head;
+	_Atomic uint32_t lw_n;
 };
 
 /* Add n to gauge field of executor id's actor gauges (relaxed: statistics,
