@@ -95,6 +95,13 @@ struct cbcmn__actor {
 	/* The mailbox: a ring of cap messages. */
 	cbcmn_actor_msg *ring;
 	uint32_t cap, head, count;
+	/* A halt under way (actor.c, halt_begin() to halt_finish()): the
+	 * messages still for drop, from head (count is 0 then), how many it
+	 * had for drop, and what its DOWNs say was undelivered.  halt_begun:
+	 * the slot was taken, so that a task ended inside drop or fini
+	 * finishes that halt, not a second. */
+	uint32_t halt_left, halt_dropped, halt_undelivered;
+	bool halt_begun;
 	uint64_t put_total, taken_total; /* messages in, messages out, ever */
 	/* Room for sends over the lanes (actor_mbox.c, "Delivery" in
 	 * docs/ACTORS.md), one word so that a sender on another executor

@@ -523,8 +523,9 @@ static bool lane_unlist(struct cbcmn__actors *as, struct cbcmn__lane_wait *w)
 
 /* Park self until a landing wakes it (or until done(arg), seen after it
  * was listed).  Cancellation does not end the wait: the messages land
- * whatever happens to the waiter, which must see them land. */
-static void lane_park(struct cbcmn_task *self, bool (*done)(void *), void *arg)
+ * whatever happens to the waiter, which must see them land.  Out of
+ * line: GCC's -Wtsan refuses the fence once it is inlined. */
+static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*done)(void *), void *arg)
 {
 	struct cbcmn__actors *as = atomic_load_explicit(&self->rt->actors, memory_order_acquire);
 	struct cbcmn__lane_wait w;
@@ -707,8 +708,8 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 {
 	/* What cbcmn__actor_main() and the end of a task that returned do:
 	 * a landing jumped past both. */
-	if (cbcmn__is_actor_task(t))
-		cbcmn__mb_lanes_settle(t, t->arg);
+	if (cbcmn__is_actor_task(t) && !((struct cbcmn__actor *)t->arg)->halt_begun)
+		cbcmn__mb_lanes_settle(t, t->arg); /* begun: ended in its halt's drop or fini */
 	if (t->lane_e1)
 		lane_order(t, -1);
 }
