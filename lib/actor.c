@@ -412,10 +412,9 @@ static struct cbcmn__monitor *monitor_take(struct cbcmn__actor *target, cbcmn_ac
  * stack overflow, its budget: cbcmn__actor_halt()); the halt then goes
  * on from where it was, in the same slot, instead of halting it a second
  * time, which lost the first half's DOWN messages (issue 16).  The
- * message or fini that task was in counts as given to it. */
-static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e);
-
-/* held: messages dropped before the halt that its monitors count as
+ * message or fini that task was in counts as given to it.
+ *
+ * held: messages dropped before the halt that its monitors count as
  * undelivered with the mailbox's (a handler actor's RETRY). */
 static void halt_begin(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		       struct cbcmn__exec *e)
@@ -582,10 +581,13 @@ static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
 	return reason;
 }
 
+/* Begun already: its task ended inside drop or fini, and this is that
+ * task's end again (or its handler host's): go on with it. */
 static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		      struct cbcmn__exec *e)
 {
-	halt_begin(a, reason, held, e);
+	if (!a->halt_begun)
+		halt_begin(a, reason, held, e);
 	return halt_finish(a, e);
 }
 
@@ -634,10 +636,7 @@ static int64_t halt_guarded(struct cbcmn_task *t, int64_t result)
 			cbcmn__overflow_landed(t, jb, fpcw);
 		}
 	}
-	struct cbcmn__actor *a = t->arg;
-	if (!a->halt_begun)
-		halt_begin(a, result, 0, t->exec);
-	int64_t reason = halt_finish(a, t->exec);
+	int64_t reason = halt(t->arg, result, t->exec);
 	if (own)
 		t->landing = NULL;
 	return reason;
