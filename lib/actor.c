@@ -629,6 +629,7 @@ static int64_t halt_guarded(struct cbcmn_task *t, int64_t result)
 	volatile uint64_t fpcw = cbcmn__fpcw_read();
 	/* Only the task this thread runs has its stack here to land on. */
 	bool own = cbcmn__tls_exec && cbcmn__tls_exec->current == t;
+	void **was = t->landing; /* as it was: what comes after the halt sees no change */
 	if (own) {
 		t->landing = jb;
 		if (__builtin_setjmp(jb) != 0) {
@@ -638,7 +639,7 @@ static int64_t halt_guarded(struct cbcmn_task *t, int64_t result)
 	}
 	int64_t reason = halt(t->arg, result, t->exec);
 	if (own)
-		t->landing = NULL;
+		t->landing = was;
 	return reason;
 }
 
