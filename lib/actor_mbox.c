@@ -525,7 +525,8 @@ static bool lane_unlist(struct cbcmn__actors *as, struct cbcmn__lane_wait *w)
  * was listed).  Cancellation does not end the wait: the messages land
  * whatever happens to the waiter, which must see them land.  Out of
  * line: GCC's -Wtsan refuses the fence once it is inlined. */
-static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*done)(void *), void *arg)
+static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*done)(void *),
+						 void *arg)
 {
 	struct cbcmn__actors *as = atomic_load_explicit(&self->rt->actors, memory_order_acquire);
 	struct cbcmn__lane_wait w;
