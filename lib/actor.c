@@ -20,7 +20,9 @@
 #include <string.h>
 
 #include "actor.h"
+#include "arch.h"
 #include "iwait.h"
+#include "overflow.h"
 #include "probes.h"
 
 /* ---- the table ------------------------------------------------------------ */
@@ -34,6 +36,7 @@ static struct cbcmn__actors *table_get(struct cbcmn_runtime *rt)
 	if (!(t = cbcmn__calloc(1, sizeof(*t))))
 		return NULL;
 	cbcmn__mutex_init(&t->lock, "actor table", CBCMN__LOCK_ACTOR_TABLE);
+	cbcmn__mutex_init(&t->lw_lock, "lane waits", CBCMN__LOCK_LANE_WAIT);
 	/* relaxed: only uniqueness matters; published by the CAS below. */
 	static _Atomic uint32_t next_tag;
 	t->tag = atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) % CBCMN__REF_TAGS + 1;
@@ -41,6 +44,7 @@ static struct cbcmn__actors *table_get(struct cbcmn_runtime *rt)
 	if (!atomic_compare_exchange_strong_explicit(&rt->actors, &old, t, memory_order_acq_rel,
 						     memory_order_acquire)) {
 		cbcmn__mutex_destroy(&t->lock);
+		cbcmn__mutex_destroy(&t->lw_lock);
 		free(t);
 		return old;
 	}
@@ -310,6 +314,7 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 		free(c);
 	}
 	cbcmn__mutex_destroy(&t->lock);
+	cbcmn__mutex_destroy(&t->lw_lock);
 	free(t);
 	atomic_store_explicit(&rt->actors, NULL, memory_order_relaxed);
 }
@@ -397,34 +402,35 @@ static struct cbcmn__monitor *monitor_take(struct cbcmn__actor *target, cbcmn_ac
 
 /* End the actor in a with reason: close the mailbox, fail the senders,
  * drop what is left, tell the monitors, recycle the slot.  e: the calling
- * executor, or NULL.  Returns the halt reason (a stop's wins). */
-static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
-		      struct cbcmn__exec *e);
-static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
-{
-	return halt_x(a, reason, 0, e);
-}
-
-/* held: messages dropped before the halt that its monitors count as
+ * executor, or NULL.  Returns the halt reason (a stop's wins).
+ *
+ * Two halves: halt_begin() takes the slot under its lock (the generation
+ * moves on: nobody reaches it by reference any more), halt_finish() does
+ * the rest from what the slot still holds, taking each thing off it
+ * before it deals with it.  The program's callbacks (drop, fini) run in
+ * the second half, and a task may end inside one (its thread's end, a
+ * stack overflow, its budget: cbcmn__actor_halt()); the halt then goes
+ * on from where it was, in the same slot, instead of halting it a second
+ * time, which lost the first half's DOWN messages (issue 16).  The
+ * message or fini that task was in counts as given to it.
+ *
+ * held: messages dropped before the halt that its monitors count as
  * undelivered with the mailbox's (a handler actor's RETRY). */
-static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
-		      struct cbcmn__exec *e)
+static void halt_begin(struct cbcmn__actor *a, int64_t reason, uint32_t held,
+		       struct cbcmn__exec *e)
 {
 	struct cbcmn__wakes wl = {0};
 	cbcmn__mutex_lock(&a->lock);
-	if (a->stopping)
-		reason = a->stop_reason;
-	cbcmn_actor_ref old = a->ref;
+	a->stop_reason = a->stopping ? a->stop_reason : reason; /* the halt reason from here */
 	uint32_t home = cbcmn__actor_home(a);
 	CBCMN__AGAUGE(a->rt, home, mailbox, -(int64_t)a->count);
-	struct cbcmn__link *links = a->links, *watching = a->watching;
 	/* Nobody to tell (no monitor, no link, none of its own monitors): no
 	 * HALTING spell for a demonitor to wait out, so FREE at once and no
 	 * second lock at the end (most actors: skynet's million). */
-	bool quiet = !links && !watching && !a->watched_by;
+	bool quiet = !a->links && !a->watching && !a->watched_by;
 	CBCMN__AGAUGE(a->rt, home, halting, 1);
-	a->links = a->watching = NULL;
 	a->state = quiet ? CBCMN__A_FREE : CBCMN__A_HALTING;
+	a->halt_begun = true;
 	a->gen++; /* every reference to it dies here */
 	a->ref = CBCMN_ACTOR_NONE;
 	a->stopping = false;
@@ -432,45 +438,32 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	/* Sent over the lanes and not yet put (only if its task never got to
 	 * wait for them: cbcmn__actor_main()): undelivered too. */
 	uint32_t in_lanes = cbcmn__mb_lanes_halt(a);
-	cbcmn_actor_msg *ring = a->ring;
-	uint32_t head = a->head, count = a->count, cap = a->cap;
-	struct cbcmn__monitor *sys = a->sys_head, *mons = a->watched_by;
-	a->ring = NULL;
-	a->head = a->count = a->cap = 0;
-	a->sys_head = a->sys_tail = a->watched_by = NULL;
+	/* The messages left go to drop from the slot's ring (halt_left of
+	 * them from head), out of the mailbox's count: nothing is in the
+	 * mailbox any more. */
+	a->halt_left = a->halt_dropped = a->count;
+	a->halt_undelivered = a->count + in_lanes + held;
+	a->count = 0;
+	struct cbcmn__monitor *sys = a->sys_head;
+	a->sys_head = a->sys_tail = NULL;
 	a->receiver = NULL; /* it was the halting task itself: not waiting */
-	void (*drop)(void *, const cbcmn_actor_msg *) = a->drop;
-	void (*fini)(void *) = a->fini;
-	void *user = a->user;
 	cbcmn__mutex_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, e);
-
-	/* Out of the lock, nobody else can reach these any more. */
-	for (uint32_t i = 0; drop && i < count; i++)
-		drop(user, &ring[(head + i) % cap]);
-	/* Kept for the slot's next actor while it stays in this executor's
-	 * cache (slot_free()); the halt alone holds the slot until then.
-	 * Only a small one: a cache holds 64 slots, and rings of the largest
-	 * capacity (64 MiB, charged to nobody) would stay there for good
-	 * (test_big_mailbox_rings_are_not_kept). */
-	if (cap <= SPARE_CAP_MAX) {
-		a->spare = ring;
-		a->spare_cap = cap;
-	} else {
-		free(ring);
-	}
-	if (fini)
-		fini(user);
-	while (sys) {
+	while (sys) { /* DOWNs it will never receive */
 		struct cbcmn__monitor *m = sys;
 		sys = m->next;
 		free(m);
 	}
-	while (mons) {
-		struct cbcmn__monitor *m = mons;
-		mons = m->next;
+}
+
+/* Its monitors get their DOWN, off the slot one at a time. */
+static void halt_downs(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
+{
+	struct cbcmn__monitor *m;
+	while ((m = a->watched_by)) {
+		a->watched_by = m->next;
 		m->reason = reason;
-		m->undelivered = (uint64_t)count + in_lanes + held;
+		m->undelivered = a->halt_undelivered;
 		struct cbcmn__actor *w = cbcmn__actor_lock_ref(a->rt, m->watcher);
 		if (!w) {
 			free(m); /* the watcher is gone too */
@@ -482,11 +475,16 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		cbcmn__mutex_unlock(&w->lock);
 		cbcmn__wakes_run(&dl, e);
 	}
-	/* Links: take our record off each peer (so long-lived actors do not
-	 * collect dead links) and pass an abnormal reason on. */
-	while (links) {
-		struct cbcmn__link *l = links;
-		links = l->next;
+}
+
+/* Links: take our record off each peer (so long-lived actors do not
+ * collect dead links) and pass an abnormal reason on. */
+static void halt_links(struct cbcmn__actor *a, cbcmn_actor_ref old, int64_t reason,
+		       struct cbcmn__exec *e)
+{
+	struct cbcmn__link *l;
+	while ((l = a->links)) {
+		a->links = l->next;
 		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
 		if (p) {
 			struct cbcmn__wakes pl = {0};
@@ -518,9 +516,8 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	/* Our own monitors: off their targets, or a long-lived target would
 	 * collect the monitors of every watcher that ever halted.  A target
 	 * halting meanwhile finds us dead and frees the record itself. */
-	while (watching) {
-		struct cbcmn__link *l = watching;
-		watching = l->next;
+	while ((l = a->watching)) {
+		a->watching = l->next;
 		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
 		if (p) {
 			free(monitor_take(p, old, l->id));
@@ -528,8 +525,48 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		}
 		link_free(l);
 	}
-	CBCMN_PROBE4(actor_halt, old, reason, count, a->rt->seg.rt_id);
-	if (!quiet) {
+}
+
+/* The second half (above): out of the lock, nobody else can reach what
+ * the slot holds any more but the halting task itself, whose calls see
+ * a slot that is not LIVE. */
+static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
+{
+	int64_t reason = a->stop_reason;
+	uint32_t home = cbcmn__actor_home(a);
+	struct cbcmn__actors *t = atomic_load_explicit(&a->rt->actors, memory_order_relaxed);
+	cbcmn_actor_ref old = cbcmn__ref_make(a->gen - 1, t->tag, a->index);
+	while (a->halt_left) {
+		cbcmn_actor_msg m = a->ring[a->head];
+		a->head = a->head + 1 == a->cap ? 0 : a->head + 1;
+		a->halt_left--; /* given to drop, even if its task ends in there */
+		if (a->drop)
+			a->drop(a->user, &m);
+	}
+	/* Kept for the slot's next actor while it stays in this executor's
+	 * cache (slot_free()); the halt alone holds the slot until then.
+	 * Only a small one: a cache holds 64 slots, and rings of the largest
+	 * capacity (64 MiB, charged to nobody) would stay there for good
+	 * (test_big_mailbox_rings_are_not_kept). */
+	if (a->ring) {
+		if (a->cap <= SPARE_CAP_MAX) {
+			a->spare = a->ring;
+			a->spare_cap = a->cap;
+		} else {
+			free(a->ring);
+		}
+		a->ring = NULL;
+		a->head = a->cap = 0;
+	}
+	void (*fini)(void *) = a->fini;
+	a->fini = NULL;
+	if (fini)
+		fini(a->user);
+	halt_downs(a, reason, e);
+	halt_links(a, old, reason, e);
+	CBCMN_PROBE4(actor_halt, old, reason, a->halt_dropped, a->rt->seg.rt_id);
+	a->halt_begun = false;
+	if (a->state != CBCMN__A_FREE) {
 		cbcmn__mutex_lock(&a->lock);
 		a->state = CBCMN__A_FREE;
 		cbcmn__mutex_unlock(&a->lock);
@@ -540,8 +577,23 @@ static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	 * atomic: no lock for them. */
 	CBCMN__AGAUGE(a->rt, home, halting, -1);
 	CBCMN__AGAUGE(a->rt, home, live, -1);
-	slot_free(atomic_load_explicit(&a->rt->actors, memory_order_relaxed), a);
+	slot_free(t, a);
 	return reason;
+}
+
+/* Begun already: its task ended inside drop or fini, and this is that
+ * task's end again (or its handler host's): go on with it. */
+static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
+		      struct cbcmn__exec *e)
+{
+	if (!a->halt_begun)
+		halt_begin(a, reason, held, e);
+	return halt_finish(a, e);
+}
+
+static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
+{
+	return halt_x(a, reason, 0, e);
 }
 
 int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
@@ -563,11 +615,39 @@ int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t 
 	return halt_x(a, reason, held, e);
 }
 
+/* The halt of task t's actor runs on t's stack (or its inline parent's)
+ * after t's function returned, below no landing pad: one here, so that a
+ * stack overflow or a budget's unwind inside drop or fini ends that
+ * callback and the halt goes on (halt_finish()).  Else the landing went
+ * to the returned function's pad, a frame that was no more.  A task ended
+ * under its thread (the reaper, sched.c) comes back here with the halt
+ * begun: it goes on likewise. */
+static int64_t halt_guarded(struct cbcmn_task *t, int64_t result)
+{
+	void *jb[5];
+	struct cbcmn_task *volatile vt = t;
+	volatile uint64_t fpcw = cbcmn__fpcw_read();
+	/* Only the task this thread runs has its stack here to land on. */
+	bool own = cbcmn__tls_exec && cbcmn__tls_exec->current == t;
+	void **was = t->landing; /* as it was: what comes after the halt sees no change */
+	if (own) {
+		t->landing = jb;
+		if (__builtin_setjmp(jb) != 0) {
+			t = vt;
+			cbcmn__overflow_landed(t, jb, fpcw);
+		}
+	}
+	int64_t reason = halt(t->arg, result, t->exec);
+	if (own)
+		t->landing = was;
+	return reason;
+}
+
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)
 {
 	struct cbcmn__actor *a = t->arg;
 	bool contained = a->contained; /* set before the spawn published t */
-	int64_t reason = halt(a, result, t->exec);
+	int64_t reason = halt_guarded(t, result);
 	return contained ? 0 : reason;
 }
 

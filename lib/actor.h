@@ -95,6 +95,13 @@ struct cbcmn__actor {
 	/* The mailbox: a ring of cap messages. */
 	cbcmn_actor_msg *ring;
 	uint32_t cap, head, count;
+	/* A halt under way (actor.c, halt_begin() to halt_finish()): the
+	 * messages still for drop, from head (count is 0 then), how many it
+	 * had for drop, and what its DOWNs say was undelivered.  halt_begun:
+	 * the slot was taken, so that a task ended inside drop or fini
+	 * finishes that halt, not a second. */
+	uint32_t halt_left, halt_dropped, halt_undelivered;
+	bool halt_begun;
 	uint64_t put_total, taken_total; /* messages in, messages out, ever */
 	/* Room for sends over the lanes (actor_mbox.c, "Delivery" in
 	 * docs/ACTORS.md), one word so that a sender on another executor
@@ -175,6 +182,12 @@ struct cbcmn__actors {
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
+	/* Tasks parked until messages in lanes land (actor_mbox.c,
+	 * lane_wait()): the list, under lw_lock, and its length, which
+	 * every landing reads (after the read-mostly chunk array). */
+	struct cbcmn__mutex lw_lock; /* CBCMN__LOCK_LANE_WAIT */
+	struct cbcmn__lane_wait *lw_head;
+	_Atomic uint32_t lw_n;
 };
 
 /* Add n to gauge field of executor id's actor gauges (relaxed: statistics,

@@ -586,6 +586,7 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	struct cbcmn__actor *a = h->a;
 	/* A message taken for a RETRY is still undelivered: the oldest. */
 	uint32_t held = held_undelivered(h);
+	h->held = false; /* given to drop: once, even if the host ends in there */
 	if (held && a->drop)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
@@ -748,14 +749,19 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 		host->cur = NULL;
 		host->cancelled = true; /* no more joins: the task is gone */
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
+			/* Its halt under way (hnd_halt()), and the task ended
+			 * in its drop or fini: that halt goes on (actor.c,
+			 * halt_x()), its held message and gauge done already. */
+			bool begun = h->a->halt_begun;
 			uint32_t held = held_undelivered(h);
+			h->held = false;
 			if (held && h->a->drop)
 				h->a->drop(h->state, &h->msg);
-			h->held = false;
 			tmo_disarm(host, h);
 			tmo_count(h);
 			bool contained = h->a->contained;
-			CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
+			if (!begun)
+				CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
 			int64_t r = cbcmn__actor_halt_slot(h->a, result, held, t->exec);
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))

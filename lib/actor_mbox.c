@@ -27,6 +27,7 @@
 
 #include "actor.h"
 #include "futex.h"
+#include "iwait.h"
 #include "monitor.h"
 #include "probes.h"
 #include "timer.h"
@@ -482,21 +483,126 @@ static uint32_t in_lanes(struct cbcmn__actor *a)
 	return w & LN_COUNTED ? a->cap - a->count - ln_room(w) : 0;
 }
 
+/* ---- waiting for messages in lanes to land -------------------------------- */
+
+/* A task waits for messages in lanes to be put (its own sends, before it
+ * sends another way or ends: lane_order(); an actor's, before its halt:
+ * cbcmn__mb_lanes_settle()).  Usually one drain of their executor away,
+ * and a few yields see them land; but that executor may be held by one
+ * long run (a blocking call, a loop: a stall), and yielding until it
+ * ends burnt a CPU for its whole length (issue 16).  So after LANE_SPINS
+ * yields the task parks on the table's list, and every landing while
+ * the list holds anyone (its executor's drain, the stall monitor's
+ * rescue of the messages, whoever drains a stopped executor: lane_land())
+ * wakes the whole list to look again: parked waits are rare, and a
+ * landing reads one counter otherwise. */
+enum { LANE_SPINS = 8 };
+
+struct cbcmn__lane_wait {
+	struct cbcmn__iwait iw;
+	struct cbcmn__lane_wait *next;
+	bool listed; /* on the list: as->lw_lock */
+};
+
+/* Takes w off the list if it is still there (then nobody will wake it). */
+static bool lane_unlist(struct cbcmn__actors *as, struct cbcmn__lane_wait *w)
+{
+	cbcmn__mutex_lock(&as->lw_lock);
+	bool was = w->listed;
+	if (was) {
+		struct cbcmn__lane_wait **pp = &as->lw_head;
+		while (*pp != w)
+			pp = &(*pp)->next;
+		*pp = w->next;
+		w->listed = false;
+		atomic_fetch_sub_explicit(&as->lw_n, 1, memory_order_relaxed);
+	}
+	cbcmn__mutex_unlock(&as->lw_lock);
+	return was;
+}
+
+/* Park self until a landing wakes it (or until done(arg), seen after it
+ * was listed).  Cancellation does not end the wait: the messages land
+ * whatever happens to the waiter, which must see them land.  Out of
+ * line: GCC's -Wtsan refuses the fence once it is inlined. */
+static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*done)(void *),
+						 void *arg)
+{
+	struct cbcmn__actors *as = atomic_load_explicit(&self->rt->actors, memory_order_acquire);
+	struct cbcmn__lane_wait w;
+	cbcmn__iwait_init(&w.iw, self);
+	w.iw.on_cancel = cbcmn__iwait_ignore_cancel;
+	cbcmn__mutex_lock(&as->lw_lock);
+	w.next = as->lw_head;
+	as->lw_head = &w;
+	w.listed = true;
+	/* seq_cst, and the fence: our count before our look, against a
+	 * landing's count of its message before its look at ours
+	 * (lane_wake()).  One of the two sees the other. */
+	atomic_fetch_add_explicit(&as->lw_n, 1, memory_order_seq_cst);
+	cbcmn__mutex_unlock(&as->lw_lock);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (done(arg) && lane_unlist(as, &w)) {
+		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+		return; /* landed meanwhile, and nobody will wake us */
+	}
+	cbcmn__iwait_block(&w.iw);
+}
+
+/* A message in a lane landed: wake the parked waiters to look again.  e:
+ * the calling executor, or NULL (the stall monitor's thread). */
+static void lane_wake(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
+{
+	struct cbcmn__actors *as = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	if (!atomic_load_explicit(&as->lw_n, memory_order_seq_cst))
+		return;
+	cbcmn__mutex_lock(&as->lw_lock);
+	struct cbcmn__lane_wait *w = as->lw_head;
+	as->lw_head = NULL;
+	atomic_store_explicit(&as->lw_n, 0, memory_order_relaxed);
+	for (struct cbcmn__lane_wait *x = w; x; x = x->next)
+		x->listed = false;
+	cbcmn__mutex_unlock(&as->lw_lock);
+	while (w) {
+		struct cbcmn__lane_wait *next = w->next; /* before it can go */
+		/* Claimed for a cancellation, which left it to us. */
+		(void)cbcmn__iwait_claim(&w->iw);
+		cbcmn__iwait_wake(&w->iw, e);
+		w = next;
+	}
+}
+
+/* Wait until done(arg), which only a landing makes true. */
+static void lane_wait(struct cbcmn_task *self, bool (*done)(void *), void *arg)
+{
+	for (int i = 0; !done(arg); i++) {
+		if (i < LANE_SPINS)
+			cbcmn_yield((cbcmn_cx *)self);
+		else
+			lane_park(self, done, arg);
+	}
+}
+
+/* No place of a's is reserved by a message in a lane any more. */
+static bool lanes_settled(void *arg)
+{
+	struct cbcmn__actor *a = arg;
+	cbcmn__mutex_lock(&a->lock);
+	uint32_t n = in_lanes(a);
+	cbcmn__mutex_unlock(&a->lock);
+	return n == 0;
+}
+
 void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a)
 {
-	for (bool closed = false;;) {
-		cbcmn__mutex_lock(&a->lock);
-		if (!closed)
-			lanes_close(a);
-		closed = true;
-		uint32_t n = in_lanes(a);
-		cbcmn__mutex_unlock(&a->lock);
-		if (!n)
-			return;
-		/* One drain of their executor away, which its doorbell has
-		 * rung: let this executor drain too, it may be that one. */
-		cbcmn_yield((cbcmn_cx *)self);
-	}
+	cbcmn__mutex_lock(&a->lock);
+	lanes_close(a);
+	uint32_t n = in_lanes(a);
+	cbcmn__mutex_unlock(&a->lock);
+	/* One drain of their executor away, which its doorbell has rung;
+	 * a yield lets this executor drain too, it may be that one. */
+	if (n)
+		lane_wait(self, lanes_settled, a);
 }
 
 uint32_t cbcmn__mb_lanes_halt(struct cbcmn__actor *a)
@@ -556,8 +662,10 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 		cbcmn__mutex_unlock(&a->lock);
 		cbcmn__wakes_run(&wl, e);
 	}
-	/* release: the put before a moved sender's look (lane_order()). */
-	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_release);
+	/* release: the put before a moved sender's look (lane_order());
+	 * seq_cst: before our look at the parked waiters (lane_park()). */
+	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_seq_cst);
+	lane_wake(rt, e);
 }
 
 /* Per-pair order for a task whose next send does not go on the lane its
@@ -567,6 +675,17 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
  * if it yielded meanwhile (it may have moved). */
 _Static_assert(CBCMN_MAX_EXECUTORS < UINT16_MAX, "lane_e1, lane_h: an executor id + 1 in 16 bits");
 
+/* Task self's last post has been put (lane_done of its lane has reached
+ * its number there). */
+static bool lane_put_yet(void *arg)
+{
+	struct cbcmn_task *self = arg;
+	_Atomic uint64_t *done = &self->rt->exec[self->lane_h]->lane_done[self->lane_e1 - 1];
+	/* 32-bit sequence arithmetic: far fewer than 2^31 sends in flight. */
+	return (int32_t)(self->lane_seq -
+			 (uint32_t)atomic_load_explicit(done, memory_order_acquire)) <= 0;
+}
+
 static bool lane_order(struct cbcmn_task *self, int h)
 {
 	if (!self || !self->lane_e1)
@@ -574,13 +693,9 @@ static bool lane_order(struct cbcmn_task *self, int h)
 	uint32_t src = self->lane_e1 - 1;
 	if (h >= 0 && src == self->exec->id && self->lane_h == (uint32_t)h)
 		return false; /* the same lane: in order */
-	_Atomic uint64_t *done = &self->rt->exec[self->lane_h]->lane_done[src];
-	bool waited = false;
-	/* 32-bit sequence arithmetic: far fewer than 2^31 sends in flight. */
-	while ((int32_t)(self->lane_seq - (uint32_t)atomic_load_explicit(done, memory_order_acquire)) > 0) {
-		cbcmn_yield((cbcmn_cx *)self);
-		waited = true;
-	}
+	bool waited = !lane_put_yet(self);
+	if (waited)
+		lane_wait(self, lane_put_yet, self);
 	self->lane_e1 = 0;
 	return waited;
 }
@@ -594,8 +709,8 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 {
 	/* What cbcmn__actor_main() and the end of a task that returned do:
 	 * a landing jumped past both. */
-	if (cbcmn__is_actor_task(t))
-		cbcmn__mb_lanes_settle(t, t->arg);
+	if (cbcmn__is_actor_task(t) && !((struct cbcmn__actor *)t->arg)->halt_begun)
+		cbcmn__mb_lanes_settle(t, t->arg); /* begun: ended in its halt's drop or fini */
 	if (t->lane_e1)
 		lane_order(t, -1);
 }

@@ -32,6 +32,7 @@ enum cbcmn__lock_rank {
 	CBCMN__LOCK_STACK_BUDGET = 65,  /* the process's guard-page budget, a leaf */
 	CBCMN__LOCK_OBLIG = 70,         /* a runtime's pool of obligation records, a leaf */
 	CBCMN__LOCK_ACTOR_TABLE = 72,   /* a runtime's actor slots: free list, growth, a leaf */
+	CBCMN__LOCK_LANE_WAIT = 73,     /* tasks parked for messages in lanes (actor_mbox.c), a leaf */
 	CBCMN__LOCK_METRICS = 74,       /* the runtimes' lists of metrics servers, a leaf */
 };
 

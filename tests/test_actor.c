@@ -1849,6 +1849,117 @@ static void test_link_from_a_drop_callback_is_refused_not_inherited(void **state
 	t_destroy(rt);
 }
 
+/* ---- a task ended inside its halt's drop callback ---- */
+
+#define DE_MSGS 3
+
+struct dend {
+	bool die;                 /* the thread exits in drop; else a stack overflow */
+	_Atomic int go;
+	_Atomic long drops;
+	long downs;
+	int64_t reason;
+	uint64_t undelivered;
+};
+
+/* The first drop ends the task: a stack overflow, or its thread's end. */
+static void dend_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct dend *d = state;
+	(void)m;
+	if (atomic_fetch_add(&d->drops, 1) != 0)
+		return;
+	if (d->die)
+		pthread_exit(NULL);
+	(void)t_recurse(NULL, 0);
+}
+
+static int64_t dend_victim(cbcmn_cx *cx, void *arg)
+{
+	struct dend *d = arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&d->go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return 7; /* its messages left: to drop */
+}
+
+/* Monitors the victim, fills its mailbox, lets it end; counts the DOWNs
+ * until none came for a while. */
+static int64_t dend_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct dend *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = dend_drop, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_ref v;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_victim, d, &o, &v) == 0);
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, v, &id) == 0);
+	for (uint64_t i = 0; i < DE_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, v, &m) == 0);
+	}
+	atomic_store(&d->go, 1);
+	for (uint64_t wait = T_STALL_NS;; wait = 200000000ull) {
+		cbcmn_actor_msg m;
+		if (cbcmn_actor_receive(cx, &m, wait) != 0)
+			break;
+		TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.body.down.monitor == id);
+		d->downs++;
+		d->reason = m.body.down.reason;
+		d->undelivered = m.body.down.undelivered;
+	}
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static int64_t dend_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Issue 16: the halt runs drop after the task's function returned, below
+ * no landing pad, and a task ended there (a stack overflow landed in a
+ * frame that was gone; its thread's end had the reaper halt the slot a
+ * second time, the first halt's DOWN and drops lost).  The halt goes on:
+ * one DOWN, its reason the first, every message given to drop once. */
+static void dend_case(bool die)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	struct dend d = {.die = die};
+	t_run(rt, dend_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.downs, 1);
+	assert_int_equal(d.reason, 7);
+	assert_int_equal(d.undelivered, DE_MSGS);
+	t_destroy(rt);
+}
+
+static void test_stack_overflow_in_drop_finishes_the_halt_once(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	dend_case(false);
+}
+
+static void test_thread_exit_in_drop_finishes_the_halt_once(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	dend_case(true);
+}
+
 /* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
 
 struct unl {
@@ -2520,6 +2631,8 @@ int main(int argc, char **argv)
 		T(test_stats_count_actors_by_state_per_executor),
 		T(test_timed_out_sends_leave_the_receiving_count_alone),
 		T(test_link_from_a_drop_callback_is_refused_not_inherited),
+		T(test_stack_overflow_in_drop_finishes_the_halt_once),
+		T(test_thread_exit_in_drop_finishes_the_halt_once),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),

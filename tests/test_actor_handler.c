@@ -1428,6 +1428,120 @@ static void test_handler_send_to_its_own_full_mailbox_is_edeadlk(void **state)
 	t_destroy(rt);
 }
 
+/* ---- its host ended inside the halt's drop ---- */
+
+#define HD_MSGS 3
+
+struct hdrop {
+	bool held;               /* it halts on a stop holding a RETRY */
+	_Atomic int go, retrying;
+	_Atomic long drops;
+	long downs;
+	uint64_t undelivered;
+};
+
+/* The first drop overflows the host's stack. */
+static void hdrop_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct hdrop *d = state;
+	(void)m;
+	if (atomic_fetch_add(&d->drops, 1) == 0)
+		(void)t_recurse(NULL, 0);
+}
+
+/* Halts at its first call, or keeps it for a RETRY until stopped. */
+static int64_t hdrop_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	struct hdrop *d = state;
+	(void)cx;
+	(void)m;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&d->go) && t_now_ns() < end)
+		; /* the others in its mailbox first */
+	if (!d->held)
+		return CBCMN_ACTOR_HALT;
+	atomic_store(&d->retrying, 1);
+	return CBCMN_ACTOR_RETRY;
+}
+
+static int64_t hdrop_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct hdrop *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = hdrop_drop, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_ref h;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hdrop_handler, d, &o, &h) == 0);
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, h, &id) == 0);
+	for (uint64_t i = 0; i <= HD_MSGS; i++) { /* the first one is called */
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, h, &m) == 0);
+	}
+	atomic_store(&d->go, 1);
+	if (d->held) {
+		uint64_t end = t_now_ns() + T_STALL_NS;
+		while (!atomic_load(&d->retrying) && t_now_ns() < end)
+			cbcmn_sleep(cx, 100000);
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, h, 5) == 0);
+	}
+	for (uint64_t wait = T_STALL_NS;; wait = 200000000ull) {
+		cbcmn_actor_msg m;
+		if (cbcmn_actor_receive(cx, &m, wait) != 0)
+			break;
+		TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.body.down.monitor == id);
+		d->downs++;
+		d->undelivered = m.body.down.undelivered;
+	}
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static int64_t hdrop_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, hdrop_watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Issue 16: a host ended inside a handler actor's drop (here a stack
+ * overflow) ends its handler actors, and that one's halt was run a second
+ * time, its DOWN lost, its other messages never dropped; or, in the drop
+ * of the message it held for a RETRY, that one was dropped twice.  Each
+ * message reaches drop once, and the monitor gets one DOWN. */
+static void hdrop_case(bool held)
+{
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hdrop d = {.held = held};
+	t_run(rt, hdrop_main, &d, 0);
+	/* Halting at its call, the called one is delivered; on a stop, the
+	 * held one is dropped too (and, its drop being where the host
+	 * ended, not counted in the DOWN: the halt had not begun). */
+	assert_int_equal(atomic_load(&d.drops), HD_MSGS + held);
+	assert_int_equal(d.downs, 1);
+	assert_int_equal(d.undelivered, HD_MSGS);
+	t_destroy(rt);
+}
+
+static void test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt(void **state)
+{
+	(void)state;
+	hdrop_case(false);
+}
+
+static void test_host_ended_in_the_held_message_s_drop_drops_it_once(void **state)
+{
+	(void)state;
+	hdrop_case(true);
+}
+
 /* ---- two hosts on two executors ended together: one's handler actors
  * watch the other's, whose DOWNs reach watchers that are halting ---- */
 
@@ -1529,6 +1643,8 @@ int main(int argc, char **argv)
 		T(test_handler_flood_does_not_starve_a_fiber_actor),
 		T(test_supervised_handler_out_of_budget_is_restarted_nothing_lost),
 		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
+		T(test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt),
+		T(test_host_ended_in_the_held_message_s_drop_drops_it_once),
 		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
 	};
 #undef T

@@ -759,6 +759,78 @@ static void test_no_room_waits_for_own_messages_in_lanes(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a wait for messages in a held executor's lane parks ---- */
+
+/* Picks (starts and resumes) executor 0 may make while its one task waits
+ * for its messages in a held lane: the waiter's few yields before it
+ * parks, the watcher's sleeps.  A waiter that yields until the lane moves
+ * makes one per yield, thousands in the window below. */
+#define PK_PICKS 64
+
+struct pk {
+	struct rx r;
+	struct hog hog;
+	_Atomic long ended;
+	uint64_t picks;
+};
+
+/* Two sends into the held executor's lane, then its end, which waits
+ * for them to be put (so that a DOWN would not overtake them). */
+static int64_t pk_sender(cbcmn_cx *cx, void *arg)
+{
+	struct pk *p = arg;
+	for (uint64_t i = 0; i < 2; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, p->r.a, &m) == 0);
+	}
+	atomic_store(&p->ended, 1);
+	return 0;
+}
+
+static int64_t pk_main(cbcmn_cx *cx, void *arg)
+{
+	struct pk *p = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *nr, *nh, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	atomic_store(&p->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &p->r, CBCMN_PLACE_PINNED, 1, 8) == 0);
+	TASK_CHECK(wait_for(cx, &p->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &p->hog, NULL) == 0);
+	while (!atomic_load(&p->hog.running))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, pk_sender, p, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &p->ended, 1));
+	uint64_t h0 = exec_stats(rt, 0).local_hits;
+	cbcmn_sleep(cx, 20000000); /* the sender's end waits out the hog */
+	p->picks = exec_stats(rt, 0).local_hits - h0;
+	TASK_CHECK(atomic_load(&p->r.got) == 0);
+	atomic_store(&p->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	TASK_CHECK(quit(cx, p->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+/* Issue 16: a task waiting for its own messages in the lane of an
+ * executor held by one run (a blocking call, a loop) yielded in a loop
+ * until the run ended, a CPU burnt for its length; it parks, and the
+ * landing wakes it. */
+static void test_wait_for_own_messages_in_a_held_lane_parks(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct pk p = {0};
+	t_run_pinned(rt, 0, pk_main, &p);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&p.r.got), 2);
+	assert_int_equal(atomic_load(&p.r.bad), 0);
+	assert_true(p.picks < PK_PICKS);
+	t_destroy(rt);
+}
+
 /* ---- acknowledgements after the receiver's halt, and at destroy ---- */
 
 #define AH_MSGS 40
@@ -1187,6 +1259,7 @@ int main(void)
 		cmocka_unit_test(test_dead_receiver_esrch_and_nothing_lost),
 		cmocka_unit_test(test_recycled_reference_is_esrch_over_the_lane),
 		cmocka_unit_test(test_no_room_waits_for_own_messages_in_lanes),
+		cmocka_unit_test(test_wait_for_own_messages_in_a_held_lane_parks),
 		cmocka_unit_test(test_acks_after_halt_and_destroy_with_lane_messages_out),
 		cmocka_unit_test(test_end_of_sender_after_its_messages_in_lanes),
 		cmocka_unit_test(test_landed_sender_after_its_messages_in_lanes),

@@ -5,6 +5,8 @@
 
 #include "helpers.h"
 
+#include <cbcmn_actor.h>
+
 #define S 1000000000ull
 
 static cbcmn_runtime *lab(uint64_t seed)
@@ -92,19 +94,29 @@ static int64_t program(cbcmn_cx *cx, void *arg)
 	return r;
 }
 
-static int record(uint64_t seed, uint64_t *out)
+/* Runs prog in a lab runtime of seed; the trace it marked into out. */
+static int record_prog(uint64_t seed, cbcmn_task_fn prog, uint64_t *out)
 {
 	cbcmn_runtime *rt = lab(seed);
 	atomic_store(&ntrace, 0);
 	int64_t r = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, program, NULL, &r), 0);
+	assert_int_equal(cbcmn_runtime_run(rt, prog, NULL, &r), 0);
 	assert_int_equal(r, 0);
 	ASSERT_TASK_CHECKS();
+	cbcmn_stats st;
+	cbcmn_executor_stats per[1];
+	assert_int_equal(cbcmn_stats_snapshot(rt, &st, per, 1), 0);
+	assert_int_equal(per[0].xmsgs_sent, 0); /* one executor: no lane */
 	t_destroy(rt);
 	int n = atomic_load(&ntrace);
 	assert_true(n > 100 && n <= 4096);
 	memcpy(out, trace, (size_t)n * sizeof(*out));
 	return n;
+}
+
+static int record(uint64_t seed, uint64_t *out)
+{
+	return record_prog(seed, program, out);
 }
 
 static uint64_t run_a[4096], run_b[4096], run_c[4096];
@@ -253,6 +265,66 @@ static void test_replay_line_and_seed_override(void **state)
 	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
 }
 
+/* ---- actors: sends between them, the same order ---- */
+
+#define NACT 4
+#define AMSGS 8 /* to each other actor: 24 in each mailbox, room for all */
+
+static cbcmn_actor_ref acts[NACT];
+static _Atomic int acts_ready;
+
+/* Sends AMSGS to each other actor, with yields, then receives as many;
+ * marks each step, and each message's sender. */
+static int64_t lab_actor(cbcmn_cx *cx, void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	while (!atomic_load(&acts_ready))
+		cbcmn_yield(cx);
+	for (int i = 0; i < AMSGS * (NACT - 1); i++) {
+		cbcmn_actor_msg m = {.type = 1};
+		m.body.u64[0] = (uint64_t)me;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, acts[(me + 1 + i % (NACT - 1)) % NACT], &m) == 0);
+		mark(cx);
+		if (i % 3 == 0)
+			cbcmn_yield(cx);
+	}
+	for (int i = 0; i < AMSGS * (NACT - 1); i++) {
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+		mark(cx);
+		int j = atomic_fetch_add(&ntrace, 1);
+		if (j < 4096)
+			trace[j] = m.body.u64[0];
+	}
+	return 0;
+}
+
+static int64_t actor_program(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	atomic_store(&acts_ready, 0);
+	for (int i = 0; i < NACT; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, lab_actor, (void *)(intptr_t)i, NULL, &acts[i]) == 0);
+	atomic_store(&acts_ready, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Issue 16: actor sends keep lab mode's order.  A lab runtime has one
+ * executor, so every send is to its own executor and takes the mailbox
+ * lock, never a lane (lanes join two executors): the order of sends,
+ * receives and senders is the seed's. */
+static void test_actor_sends_same_seed_same_order(void **state)
+{
+	(void)state;
+	int a = record_prog(42, actor_program, run_a);
+	int b = record_prog(42, actor_program, run_b);
+	assert_int_equal(a, 3 * NACT * AMSGS * (NACT - 1)); /* sends, receives, senders */
+	assert_int_equal(a, b);
+	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
+}
+
 static void test_lab_needs_one_executor(void **state)
 {
 	(void)state;
@@ -272,6 +344,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_dead_timers_do_not_move_the_clock),
 		T_WATCHED_TEST(test_replay_line_and_seed_override),
 		T_WATCHED_TEST(test_lab_needs_one_executor),
+		T_WATCHED_TEST(test_actor_sends_same_seed_same_order),
 	};
 	return cmocka_run_group_tests_name("lab", tests, NULL, NULL);
 }
