@@ -233,6 +233,20 @@ static inline void prefetch_run(const struct cbcmn_task *t)
 	__builtin_prefetch((const char *)t + 2 * CBCMN__CACHELINE, 1);
 }
 
+/* The frames a parked task resumes into, above its saved stack pointer:
+ * cold when many tasks take turns (a ring of 10 000 actors spent a third
+ * of its samples in the misses as each receiver returned through its
+ * frames: docs/BENCHMARKS.md, "Fifteenth session"), so fetched as it is
+ * woken to run next here, while its waker goes on to block. */
+#define RESUME_LINES 10
+
+static inline void prefetch_resume(const struct cbcmn_task *t)
+{
+	const char *sp = t->sp;
+	for (int i = 0; i < RESUME_LINES; i++)
+		__builtin_prefetch(sp + i * CBCMN__CACHELINE, 1);
+}
+
 /* Owner: pop our newest task and fetch the one under it, which the next
  * pop takes, while this one runs. */
 static inline struct cbcmn_task *deque_pop_ahead(struct cbcmn__exec *e)
@@ -305,6 +319,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	if (t->flags & CBCMN__TF_PINNED) {
 		owner = rt->exec[t->shard];
 		if (e == owner) {
+			prefetch_resume(t);
 			cbcmn__pq_push(e, t);
 			return;
 		}
@@ -341,6 +356,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	 * releases t to a thief's exchange, acquires prev, and is the
 	 * publication a parker's re-check pairs with, so the notification
 	 * below needs no fence of its own (on x86 it is one xchg). */
+	prefetch_resume(t);
 	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
 	if (prev)
 		deque_push_or_inject(e, prev);
@@ -761,6 +777,8 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
 	atomic_store_explicit(&n->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = n;
 	run_seq_begin(e, n);
+	if (__builtin_expect(cbcmn__is_actor_task(n), 0))
+		cbcmn__actor_run(e, n); /* actor_direct(): t was one too */
 #ifdef __SANITIZE_ADDRESS__
 	__sanitizer_start_switch_fiber(&s->asan_fake, ns->lo, ns->size);
 #endif
@@ -777,19 +795,25 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
  * where the loop would pick it next with nothing of its own to do first
  * (timers, completions, mail, a load sample, actors, tracing, the slot's
  * cap), and a plain task that ran before; else NULL. */
-static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+/* Nothing for e's loop to do before its next pick (timers, completions,
+ * mail, a load sample, tracing), and its pick is the plain one. */
+static bool loop_idle(struct cbcmn__exec *e)
 {
-	struct cbcmn_runtime *rt = e->rt;
-	if (!atomic_load_explicit(&e->slot, memory_order_relaxed) || e->slot_runs >= SLOT_RUNS_MAX ||
-	    e->busy_tasks + 1 >= LOAD_WINDOW_PICKS || e->wheel || e->ntimers || cbcmn__is_spare(e) ||
-	    rt->lab || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e) ||
-	    cbcmn__trace_on(e) || cbcmn__is_actor_task(t))
-		return NULL;
+	return e->busy_tasks + 1 < LOAD_WINDOW_PICKS && !e->ntimers && !cbcmn__is_spare(e) &&
+	       !e->rt->lab && !cbcmn__has_mail(e) && !e->nbacklog && !cbcmn__ring_busy(e) &&
+	       !cbcmn__trace_on(e);
+}
+
+/* The started task in e's slot, to run next without the loop, if it is
+ * an actor task or not as actor says; else NULL.  Counted as find_local()
+ * and cbcmn__exec_main() count a pick. */
+static struct cbcmn_task *slot_take(struct cbcmn__exec *e, bool actor)
+{
 	/* acquire: pairs with the exchange in cbcmn__schedule(). */
 	struct cbcmn_task *n = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
 	if (!n)
 		return NULL; /* a thief took it */
-	if (__builtin_expect(!n->sp || cbcmn__is_actor_task(n) ||
+	if (__builtin_expect(!n->sp || cbcmn__is_actor_task(n) != actor ||
 				     ((n->flags & CBCMN__TF_PINNED) && n->shard != e->id),
 			     0)) {
 		/* Back for the loop: only we store into our slot (seq_cst as
@@ -797,12 +821,51 @@ static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *
 		atomic_store_explicit(&e->slot, n, memory_order_seq_cst);
 		return NULL;
 	}
-	/* Counted as find_local() and cbcmn__exec_main() count a pick. */
 	e->slot_runs++;
 	e->tick++;
 	e->busy_tasks++;
 	CBCMN__COUNT(e, local_hits, 1);
 	return n;
+}
+
+static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	if (!atomic_load_explicit(&e->slot, memory_order_relaxed) || e->slot_runs >= SLOT_RUNS_MAX ||
+	    e->wheel || cbcmn__is_actor_task(t) || !loop_idle(e))
+		return NULL;
+	return slot_take(e, false);
+}
+
+/* Actor task t blocks: the actor task the loop would run next, switched
+ * to straight as slot_direct() does for plain tasks (a token passed round
+ * actors on one executor is one such switch a hop).  That is one woken
+ * into e's slot (a message handed to it by t, typically), or, the slot
+ * empty, the head of e's pinned queue (where a pinned one is woken), with
+ * nothing on e's wheel: the loop's pick then admits it to the wheel and
+ * takes it straight back, which cbcmn__actor_direct() does with one clock
+ * read.  Else NULL. */
+static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn_task *n = atomic_load_explicit(&e->slot, memory_order_relaxed);
+	if (!e->wheel || cbcmn__actor_wheel_busy(e) || !loop_idle(e))
+		return NULL;
+	if (n) {
+		/* Capped: the loop puts it behind the rest (slot_capped()). */
+		if (e->slot_runs >= SLOT_RUNS_MAX || !(n = slot_take(e, true)))
+			return NULL;
+	} else {
+		/* find_local()'s every-61st look elsewhere comes first. */
+		if (!(n = e->pq_head) || e->tick >= FAIRNESS_INTERVAL - 1 || !n->sp ||
+		    !cbcmn__is_actor_task(n))
+			return NULL;
+		if (!(e->pq_head = n->next))
+			e->pq_tail = NULL;
+		e->slot_runs = 0;
+		e->tick++;
+		e->busy_tasks++;
+		CBCMN__COUNT(e, local_hits, 1);
+	}
+	return cbcmn__actor_direct(e, t, n) ? n : NULL;
 }
 
 /* Task side: suspend t, which the caller has set PARKING and registered as
@@ -812,7 +875,8 @@ void cbcmn__suspend(struct cbcmn_task *t)
 	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_SUSPEND;
 	e->post_task = t;
-	struct cbcmn_task *n = slot_direct(e, t);
+	struct cbcmn_task *n = __builtin_expect(cbcmn__is_actor_task(t), 0) ? actor_direct(e, t)
+									     : slot_direct(e, t);
 	if (n)
 		switch_direct(e, t, n);
 	else
