@@ -991,6 +991,11 @@ void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t);
  * the wheel's part of both (t parks, n enters and is picked).  False: n
  * went elsewhere (a migration), t goes to the loop. */
 bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n);
+/* actor.c: actor task t may be pulled to the executor of a task that
+ * wakes it (not pinned, no posse, no handler actor). */
+bool cbcmn__actor_follows(const struct cbcmn_task *t);
+/* sched.c: executor o is out of work (parked, or searching for some). */
+bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o);
 /* actor_sched.c: e's wheel holds a ready actor (e->wheel set). */
 bool cbcmn__actor_wheel_busy(const struct cbcmn__exec *e);
 /* sched.c: yielding task t, with company on e (its queues, its wheel)

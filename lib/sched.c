@@ -290,8 +290,10 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
  * two tasks talk, and two that ping-pong stay together as in Go's runnext
  * (after a steal split them, each hop crossed executors and they stayed
  * apart until an executor parked: 2 % of the hops of `cbcmn-bench chan`).  A
- * home that runs tasks keeps its own (its caches), and an actor its home
- * (it moves only by the wheels' migration, docs/ACTORS.md).  Only into a
+ * home that runs tasks keeps its own (its caches).  An actor follows
+ * its messages likewise, unless it stays (pinned, a posse member: docs/
+ * ACTORS.md, "Fifteenth session"): a token passed round a ring of actors
+ * spread by stealing crossed executors at every other hop.  Only into a
  * free slot: a second wake while the first waits there goes home, where
  * an executor looks for work (four producers waking four consumers would
  * otherwise all end on one executor).  Nor once our slot has had its runs
@@ -306,6 +308,11 @@ static inline bool home_searching(const struct cbcmn__exec *o)
 	return atomic_load_explicit(&o->ss->state, memory_order_relaxed) == CBCMN_EXEC_SEARCHING;
 }
 
+bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o)
+{
+	return exec_idle(o) || home_searching(o);
+}
+
 /* t was woken by e (or by a thread outside, e NULL); make it runnable.
  * A task woken from another shard goes home (seed 001/003): its owner is
  * the executor that ran it last, where its data is, and the one whose ring
@@ -313,6 +320,17 @@ static inline bool home_searching(const struct cbcmn__exec *o)
  * owner is parked runs here instead: waking a parked CPU costs tens of us,
  * more than the cache misses saved (docs/SCHEDULER.md); so does one whose
  * owner is stalled (home_takes()). */
+/* May t, woken by e for a home that searches, come to e (the rest of
+ * home_searching()'s conditions)?  An actor past the slot's cap still
+ * comes: slot_capped() puts it on our yield list when we have nothing
+ * else, which actor_direct() runs next, or on the inject queue, where an
+ * idle executor takes it; sent home, every fourth hop of a token passed
+ * round actors crossed executors, and the ring never gathered on one. */
+static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *t)
+{
+	return cbcmn__is_actor_task(t) ? cbcmn__actor_follows(t) : e->slot_runs < SLOT_RUNS_MAX;
+}
+
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	struct cbcmn__exec *owner = t->exec;
@@ -341,8 +359,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
-	    !(e->wake_here && home_searching(owner) && !cbcmn__is_actor_task(t) &&
-	      e->slot_runs < SLOT_RUNS_MAX &&
+	    !(e->wake_here && home_searching(owner) && pulled(e, t) &&
 	      !atomic_load_explicit(&e->slot, memory_order_relaxed)) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
@@ -836,36 +853,66 @@ static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *
 	return slot_take(e, false);
 }
 
+/* Counted as find_local() counts a pick from a queue. */
+static struct cbcmn_task *queued(struct cbcmn__exec *e, struct cbcmn_task *n)
+{
+	e->slot_runs = 0;
+	e->tick++;
+	e->busy_tasks++;
+	CBCMN__COUNT(e, local_hits, 1);
+	return n;
+}
+
+/* The started actor task find_local() would take next without the slot:
+ * the head of e's pinned queue, else e's newest (popped as find_local()
+ * pops it: an actor that followed its message past the slot's cap,
+ * cbcmn__schedule()).  Else NULL.  Counted as find_local() counts it. */
+static struct cbcmn_task *queued_actor(struct cbcmn__exec *e)
+{
+	struct cbcmn_task *n;
+	if (e->tick >= FAIRNESS_INTERVAL - 1)
+		return NULL; /* find_local()'s every-61st look elsewhere first */
+	if ((n = e->pq_head)) {
+		if (!n->sp || !cbcmn__is_actor_task(n))
+			return NULL;
+		if (!(e->pq_head = n->next))
+			e->pq_tail = NULL;
+	} else {
+		if (!(n = cbcmn__deque_pop(&e->dq)))
+			return NULL;
+		if (!n->sp || !cbcmn__is_actor_task(n)) {
+			deque_push_or_inject(e, n); /* back on top, for the loop */
+			return NULL;
+		}
+	}
+	return queued(e, n);
+}
+
+
 /* Actor task t blocks: the actor task the loop would run next, switched
  * to straight as slot_direct() does for plain tasks (a token passed round
  * actors on one executor is one such switch a hop).  That is one woken
  * into e's slot (a message handed to it by t, typically), or, the slot
- * empty, the head of e's pinned queue (where a pinned one is woken), with
- * nothing on e's wheel: the loop's pick then admits it to the wheel and
+ * empty, queued_actor(), with nothing on e's wheel: the loop's pick then admits it to the wheel and
  * takes it straight back, which cbcmn__actor_direct() does with one clock
  * read.  Else NULL. */
 static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
-	struct cbcmn_task *n = atomic_load_explicit(&e->slot, memory_order_relaxed);
 	if (!e->wheel || cbcmn__actor_wheel_busy(e) || !loop_idle(e))
 		return NULL;
-	if (n) {
-		/* Capped: the loop puts it behind the rest (slot_capped()). */
-		if (e->slot_runs >= SLOT_RUNS_MAX || !(n = slot_take(e, true)))
-			return NULL;
-	} else {
-		/* find_local()'s every-61st look elsewhere comes first. */
-		if (!(n = e->pq_head) || e->tick >= FAIRNESS_INTERVAL - 1 || !n->sp ||
-		    !cbcmn__is_actor_task(n))
-			return NULL;
-		if (!(e->pq_head = n->next))
-			e->pq_tail = NULL;
-		e->slot_runs = 0;
-		e->tick++;
-		e->busy_tasks++;
-		CBCMN__COUNT(e, local_hits, 1);
-	}
-	return cbcmn__actor_direct(e, t, n) ? n : NULL;
+	struct cbcmn_task *n;
+	if (!atomic_load_explicit(&e->slot, memory_order_relaxed))
+		n = queued_actor(e);
+	else if (e->slot_runs < SLOT_RUNS_MAX)
+		n = slot_take(e, true);
+	else if (!e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) == 0 &&
+		 (n = slot_take(e, true)))
+		/* Capped, with nothing else here: the loop would put it on
+		 * the yield list (slot_capped()) and pop it straight back. */
+		n = queued(e, n);
+	else
+		n = NULL;
+	return n && cbcmn__actor_direct(e, t, n) ? n : NULL;
 }
 
 /* Task side: suspend t, which the caller has set PARKING and registered as
