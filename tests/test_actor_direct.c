@@ -3,9 +3,9 @@
  * straight to it (sched.c, actor_direct()), and an unpinned actor whose
  * home is out of work follows its messages to the sender's executor
  * (actor_mbox.c, lane_route()).  Attacked here: a receiver stopped while
- * the token is handed to it, receive timeouts racing the sends, a budget
- * running out mid-hop, a pinned receiver that must stay, and tokens
- * passed round rings of pinned and unpinned actors, every hop counted. */
+ * the token is handed to it, receive timeouts racing the sends, a pinned
+ * receiver that must stay, and tokens passed round rings of pinned and
+ * unpinned actors, every hop counted. */
 #include "helpers.h"
 
 #include <errno.h>
@@ -237,74 +237,6 @@ static void test_receive_timeouts_racing_sends_lose_nothing(void **state)
 	t_destroy(rt);
 }
 
-/* ---- a budget running out mid-hop ---- */
-
-struct broke {
-	cbcmn_actor_ref a, b;
-	_Atomic long hops;
-	_Atomic int64_t a_end, b_end;
-};
-
-static int64_t broke_pong(cbcmn_cx *cx, void *arg)
-{
-	struct broke *k = arg;
-	cbcmn_actor_msg m;
-	int rc;
-	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
-		atomic_fetch_add(&k->hops, 1);
-		cbcmn_actor_ref to = cbcmn_actor_self(cx) == k->a ? k->b : k->a;
-		if ((rc = cbcmn_actor_send(NULL, cx, to, &m)))
-			break;
-	}
-	atomic_store(cbcmn_actor_self(cx) == k->a ? &k->a_end : &k->b_end, rc ? rc : 1);
-	return rc == -ESRCH || rc == -ESHUTDOWN ? 0 : rc;
-}
-
-static int64_t broke_root(cbcmn_cx *cx, void *arg)
-{
-	struct broke *k = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	/* a's budget ends it a few hundred hops in, in a send or a receive:
-	 * b, which it may just have switched to, then finds it gone. */
-	cbcmn_budget small = {.channel_ops = 301};
-	cbcmn_actor_opts pa = {.placement = CBCMN_PLACE_PINNED, .shard = 1, .budget = &small};
-	cbcmn_actor_opts pb = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, broke_pong, k, &pa, &k->a) == 0);
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, broke_pong, k, &pb, &k->b) == 0);
-	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, k->a, &m) == 0);
-	/* a waits, exhausted, where its budget ran out; b waits in receive:
-	 * once the hops stand still, the cancellation ends both. */
-	long last = -1;
-	for (;;) {
-		cbcmn_sleep(cx, 20000000);
-		long h = atomic_load(&k->hops);
-		if (h > 0 && h == last)
-			break;
-		last = h;
-	}
-	TASK_CHECK(!atomic_load(&k->a_end) && !atomic_load(&k->b_end));
-	cbcmn_nursery_cancel(n);
-	(void)cbcmn_nursery_await_all(cx, n);
-	return 0;
-}
-
-static void test_budget_running_out_mid_hop_stops_only_its_actor(void **state)
-{
-	(void)state;
-	static struct broke k;
-	memset(&k, 0, sizeof(k));
-	cbcmn_runtime *rt = t_runtime(2);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, broke_root, &k, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(res, 0);
-	/* 301 operations: a receive and a send a hop of a's, give or take. */
-	assert_true(atomic_load(&k.hops) >= 298 && atomic_load(&k.hops) <= 304);
-	t_destroy(rt);
-}
-
 /* ---- following messages: unpinned come, pinned stay ---- */
 
 struct follow {
@@ -387,7 +319,6 @@ int main(void)
 		cmocka_unit_test(test_receiver_stopped_as_the_token_comes_pinned),
 		cmocka_unit_test(test_receiver_stopped_as_the_token_comes_unpinned),
 		cmocka_unit_test(test_receive_timeouts_racing_sends_lose_nothing),
-		cmocka_unit_test(test_budget_running_out_mid_hop_stops_only_its_actor),
 		cmocka_unit_test(test_unpinned_receiver_follows_its_messages_pinned_stays),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
