@@ -864,27 +864,16 @@ static struct cbcmn_task *queued(struct cbcmn__exec *e, struct cbcmn_task *n)
 }
 
 /* The started actor task find_local() would take next without the slot:
- * the head of e's pinned queue, else e's newest (popped as find_local()
- * pops it: an actor that followed its message past the slot's cap,
- * cbcmn__schedule()).  Else NULL.  Counted as find_local() counts it. */
+ * the head of e's pinned queue (where a pinned one is woken).  Else NULL.
+ * Counted as find_local() counts it. */
 static struct cbcmn_task *queued_actor(struct cbcmn__exec *e)
 {
-	struct cbcmn_task *n;
-	if (e->tick >= FAIRNESS_INTERVAL - 1)
-		return NULL; /* find_local()'s every-61st look elsewhere first */
-	if ((n = e->pq_head)) {
-		if (!n->sp || !cbcmn__is_actor_task(n))
-			return NULL;
-		if (!(e->pq_head = n->next))
-			e->pq_tail = NULL;
-	} else {
-		if (!(n = cbcmn__deque_pop(&e->dq)))
-			return NULL;
-		if (!n->sp || !cbcmn__is_actor_task(n)) {
-			deque_push_or_inject(e, n); /* back on top, for the loop */
-			return NULL;
-		}
-	}
+	struct cbcmn_task *n = e->pq_head;
+	/* find_local()'s every-61st look elsewhere comes first. */
+	if (!n || e->tick >= FAIRNESS_INTERVAL - 1 || !n->sp || !cbcmn__is_actor_task(n))
+		return NULL;
+	if (!(e->pq_head = n->next))
+		e->pq_tail = NULL;
 	return queued(e, n);
 }
 
@@ -893,9 +882,9 @@ static struct cbcmn_task *queued_actor(struct cbcmn__exec *e)
  * to straight as slot_direct() does for plain tasks (a token passed round
  * actors on one executor is one such switch a hop).  That is one woken
  * into e's slot (a message handed to it by t, typically), or, the slot
- * empty, queued_actor(), with nothing on e's wheel: the loop's pick then admits it to the wheel and
- * takes it straight back, which cbcmn__actor_direct() does with one clock
- * read.  Else NULL. */
+ * empty, queued_actor(), with nothing on e's wheel: the loop's pick then
+ * admits it to the wheel and takes it straight back, which
+ * cbcmn__actor_direct() does with one clock read.  Else NULL. */
 static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	if (!e->wheel || cbcmn__actor_wheel_busy(e) || !loop_idle(e))
