@@ -619,7 +619,8 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 	 * (cbcmn__wakes_run_here()) unless it stays, as a channel's brings a
 	 * task: a token passed round actors spread by stealing crossed
 	 * executors at every other hop, each a doorbell to an executor that
-	 * had just gone looking for work (docs/ACTORS.md, "Cost"). */
+	 * had just gone looking for work (docs/ACTORS.md, "The hop's fast
+	 * path"). */
 	if (!atomic_load_explicit(&a->stays, memory_order_relaxed) &&
 	    cbcmn__exec_out_of_work(rt->exec[h]))
 		return -1;

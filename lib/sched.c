@@ -292,7 +292,7 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
  * apart until an executor parked: 2 % of the hops of `cbcmn-bench chan`).  A
  * home that runs tasks keeps its own (its caches).  An actor follows
  * its messages likewise, unless it stays (pinned, a posse member: docs/
- * ACTORS.md, "Fifteenth session"): a token passed round a ring of actors
+ * ACTORS.md, "The hop's fast path"): a token passed round a ring of actors
  * spread by stealing crossed executors at every other hop.  Only into a
  * free slot: a second wake while the first waits there goes home, where
  * an executor looks for work (four producers waking four consumers would
