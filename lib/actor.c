@@ -824,6 +824,9 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->nursery = n;
 	a->joining = NULL;
 	a->posse = opts ? opts->posse : 0;
+	atomic_store_explicit(&a->stays,
+			      handler || a->posse || (opts && opts->placement == CBCMN_PLACE_PINNED),
+			      memory_order_relaxed);
 	a->wn.where = CBCMN__WN_NONE;
 	a->park_exec = 0; /* a new actor enters a wheel as new */
 	a->migrated = false;
@@ -884,6 +887,12 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
 	stop_finish(&post);
 	return 0;
+}
+
+bool cbcmn__actor_follows(const struct cbcmn_task *t)
+{
+	const struct cbcmn__actor *a = t->arg;
+	return !atomic_load_explicit(&a->stays, memory_order_relaxed);
 }
 
 bool cbcmn__actor_stopped(const struct cbcmn_task *t)

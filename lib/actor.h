@@ -85,6 +85,11 @@ struct cbcmn__actor {
 	struct cbcmn_nursery *nursery; /* its task's: alive while it is LIVE */
 	struct cbcmn_nursery *joining; /* the nursery its task awaits, or NULL */
 	uint32_t posse;                /* cbcmn_actor_opts.posse: 0 none (never migrates else) */
+	/* Pinned, a posse member or a handler actor: its messages never pull
+	 * it to their sender's executor (actor_mbox.c, lane_route()).  Set at
+	 * spawn; read by senders without the lock, hence atomic (relaxed: a
+	 * stale value only routes one send the other way). */
+	_Atomic bool stays;
 	uint32_t batch_n;              /* free_next's (below) */
 	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
 	struct cbcmn_runtime *rt;

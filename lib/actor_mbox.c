@@ -730,6 +730,15 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 	uint32_t h = cbcmn__actor_home(a);
 	if (h == self->exec->id || cbcmn__exec_stalled(rt->exec[h]))
 		return -1;
+	/* Its home is out of work: the lock path, whose wake brings it here
+	 * (cbcmn__wakes_run_here()) unless it stays, as a channel's brings a
+	 * task: a token passed round actors spread by stealing crossed
+	 * executors at every other hop, each a doorbell to an executor that
+	 * had just gone looking for work (docs/ACTORS.md, "The hop's fast
+	 * path"). */
+	if (!atomic_load_explicit(&a->stays, memory_order_relaxed) &&
+	    cbcmn__exec_out_of_work(rt->exec[h]))
+		return -1;
 	*ap = a;
 	return (int)h;
 }
@@ -869,8 +878,14 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			goto out;
 		}
 	}
+	/* One that may follow its messages comes here if its home searches
+	 * (lane_route()); the rest wake as they did. */
+	bool follows = !atomic_load_explicit(&a->stays, memory_order_relaxed);
 	cbcmn__mutex_unlock(&a->lock);
-	cbcmn__wakes_run(&wl, waker_of(self));
+	if (follows)
+		cbcmn__wakes_run_here(&wl, waker_of(self));
+	else
+		cbcmn__wakes_run(&wl, waker_of(self));
 out:
 	/* Every send a full mailbox held or refused: -EAGAIN, -ETIMEDOUT
 	 * without a wait (a zero timeout), -EDEADLK (our own), or a wait. */

@@ -67,6 +67,9 @@ struct cbcmn__awheel {
 	 * start (run_begin() reads the clock only for other runs). */
 	struct cbcmn__actor *picked;
 	uint64_t picked_ns;
+	/* The actor whose park cbcmn__actor_direct() did before its task
+	 * was off its stack: cbcmn__actor_parks() leaves the wheel alone. */
+	struct cbcmn__actor *parked;
 	uint64_t moved_turn;      /* turns + 1 at our last hand-over; 0: none */
 	uint64_t busy_turn;       /* turns when the wheel last became non-empty */
 	uint64_t over_turn;       /* turns + 1 at the first of the looks since that
@@ -127,6 +130,7 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 	aw->idle_published = true;
 	aw->turns_published = 0;
 	aw->picked = NULL;
+	aw->parked = NULL;
 	aw->moved_turn = 0;
 	aw->busy_turn = 0;
 	aw->over_turn = 0;
@@ -146,11 +150,13 @@ static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t n
 	publish(e, aw, false);
 }
 
-/* The wheel's next actor task, or NULL when it is empty. */
-static struct cbcmn_task *take(struct cbcmn__exec *e, struct cbcmn__awheel *aw)
+/* The wheel's next actor task, or NULL when it is empty.  now: the
+ * clock, 0 if not read yet. */
+static struct cbcmn_task *take(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t now)
 {
 	uint32_t q;
-	uint64_t now = clock_ns();
+	if (!now)
+		now = clock_ns();
 	struct cbcmn__wheel_node *n = cbcmn__wheel_pick(&aw->w, now, &q);
 	if (!n) {
 		if (!aw->idle_published)
@@ -170,7 +176,7 @@ struct cbcmn_task *cbcmn__actor_turn(struct cbcmn__exec *e)
 	struct cbcmn__awheel *aw = e->wheel;
 	if (!aw->wheel_next || !cbcmn__wheel_ready(&aw->w))
 		return NULL;
-	return take(e, aw);
+	return take(e, aw, 0);
 }
 
 bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e)
@@ -289,22 +295,22 @@ static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcm
 	return o && hand_over(e, aw, a, t, o, now, 1);
 }
 
-bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
+/* cbcmn__actor_admit() on aw; now: the clock, 0 if not read yet. */
+static void admit(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn_task *t,
+		  uint64_t now)
 {
-	struct cbcmn__awheel *aw = wheel_get(e);
-	if (!aw)
-		return false;
 	struct cbcmn__actor *a = t->arg;
 	/* Woken after a wait (the seed's third case: an idle actor that
 	 * just became runnable, cold anyway): it may go where the load is
 	 * lower instead, looked at as a yield is (look()). */
 	if (a->park_exec && !a->migrated && look(e)) {
-		uint64_t now = clock_ns();
+		if (!now)
+			now = clock_ns();
 		struct cbcmn__exec *o = move_to(e, aw, a, t, now);
 		if (o && hand_over(e, aw, a, t, o, now, 3))
-			return true; /* taken care of: on its way there */
+			return; /* taken care of: on its way there */
 	}
-	entering(e, aw, 0);
+	entering(e, aw, now);
 	a->task = t;
 	if (a->migrated)
 		cbcmn__wheel_ran(&aw->w, &a->wn, aw->w.quantum); /* seed: N forward */
@@ -314,6 +320,14 @@ bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
 		cbcmn__wheel_ran(&aw->w, &a->wn, 0); /* new, or from elsewhere: next segment */
 	a->park_exec = 0;
 	a->migrated = false;
+}
+
+bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__awheel *aw = wheel_get(e);
+	if (!aw)
+		return false;
+	admit(e, aw, t, 0);
 	return true;
 }
 
@@ -324,7 +338,7 @@ struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *
 		aw->wheel_next = true;
 		return t;
 	}
-	return take(e, aw);
+	return take(e, aw, 0);
 }
 
 void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
@@ -399,6 +413,17 @@ bool cbcmn__actor_wheel_busy(const struct cbcmn__exec *e)
 	return cbcmn__wheel_ready(&e->wheel->w);
 }
 
+/* Actor a's task t blocks on e after a run that ends now. */
+static void park(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		 const struct cbcmn_task *t, uint64_t now)
+{
+	uint32_t used = run_end(aw, a, t, now);
+	/* Idle (seed 003): due N x (fraction used) forward, keeping the rest. */
+	a->park_due = cbcmn__wheel_parked(&aw->w, used);
+	a->park_left = aw->w.quantum - used;
+	a->park_exec = e->id + 1;
+}
+
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	cbcmn__actor_waits(e, 1);
@@ -408,11 +433,33 @@ void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)
 		a->park_exec = 0;
 		return;
 	}
-	uint32_t used = run_end(aw, a, t, clock_ns());
-	/* Idle (seed 003): due N x (fraction used) forward, keeping the rest. */
-	a->park_due = cbcmn__wheel_parked(&aw->w, used);
-	a->park_left = aw->w.quantum - used;
-	a->park_exec = e->id + 1;
+	if (aw->parked == a) {
+		aw->parked = NULL; /* parked already: cbcmn__actor_direct() */
+		return;
+	}
+	park(e, aw, a, t, clock_ns());
+}
+
+/* What the loop would do between t's block and n's run, its wheel part:
+ * t parks, n enters the (empty) wheel and is its pick, with one clock
+ * read for the three, where the loop read it for each (the clock was 9 %
+ * of the fiber ring's samples: docs/BENCHMARKS.md).  t's park is done
+ * here, while t is still on its stack: only its own fields, which its
+ * waker reads once run_post() has published it blocked.  The gate is ours
+ * meanwhile, as in the loop (a stall's rescue waits). */
+bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n)
+{
+	struct cbcmn__awheel *aw = e->wheel;
+	struct cbcmn__actor *a = t->arg;
+	cbcmn__wheel_gate_close(e);
+	uint64_t now = clock_ns();
+	park(e, aw, a, t, now);
+	aw->parked = a;
+	admit(e, aw, n, now);
+	/* n alone on the wheel, unless a migration handed it over. */
+	bool ok = cbcmn__wheel_ready(&aw->w) && take(e, aw, now) == n;
+	cbcmn__wheel_gate_open(e);
+	return ok;
 }
 
 /* ---- a stalled executor's wheel (monitor.c) ------------------------------------ */

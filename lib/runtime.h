@@ -991,6 +991,16 @@ bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e); /* actors on e's whe
 struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *t);
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t);
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t);
+/* actor_sched.c: actor task t blocks and actor task n, ready on e with
+ * e's wheel empty, runs next without the loop (sched.c, actor_direct()):
+ * the wheel's part of both (t parks, n enters and is picked).  False: n
+ * went elsewhere (a migration), t goes to the loop. */
+bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n);
+/* actor.c: actor task t may be pulled to the executor of a task that
+ * wakes it (not pinned, no posse, no handler actor). */
+bool cbcmn__actor_follows(const struct cbcmn_task *t);
+/* sched.c: executor o is out of work (parked, or searching for some). */
+bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o);
 /* actor_sched.c: e's wheel holds a ready actor (e->wheel set). */
 bool cbcmn__actor_wheel_busy(const struct cbcmn__exec *e);
 /* sched.c: yielding task t, with company on e (its queues, its wheel)

@@ -233,6 +233,20 @@ static inline void prefetch_run(const struct cbcmn_task *t)
 	__builtin_prefetch((const char *)t + 2 * CBCMN__CACHELINE, 1);
 }
 
+/* The frames a parked task resumes into, above its saved stack pointer:
+ * cold when many tasks take turns (a ring of 10 000 actors spent a third
+ * of its samples in the misses as each receiver returned through its
+ * frames: docs/BENCHMARKS.md, "Fifteenth session"), so fetched as it is
+ * woken to run next here, while its waker goes on to block. */
+#define RESUME_LINES 10
+
+static inline void prefetch_resume(const struct cbcmn_task *t)
+{
+	const char *sp = t->sp;
+	for (int i = 0; i < RESUME_LINES; i++)
+		__builtin_prefetch(sp + i * CBCMN__CACHELINE, 1);
+}
+
 /* Owner: pop our newest task and fetch the one under it, which the next
  * pop takes, while this one runs. */
 static inline struct cbcmn_task *deque_pop_ahead(struct cbcmn__exec *e)
@@ -276,8 +290,10 @@ static inline bool home_takes(struct cbcmn_runtime *rt, struct cbcmn__exec *owne
  * two tasks talk, and two that ping-pong stay together as in Go's runnext
  * (after a steal split them, each hop crossed executors and they stayed
  * apart until an executor parked: 2 % of the hops of `cbcmn-bench chan`).  A
- * home that runs tasks keeps its own (its caches), and an actor its home
- * (it moves only by the wheels' migration, docs/ACTORS.md).  Only into a
+ * home that runs tasks keeps its own (its caches).  An actor follows
+ * its messages likewise, unless it stays (pinned, a posse member: docs/
+ * ACTORS.md, "The hop's fast path"): a token passed round a ring of actors
+ * spread by stealing crossed executors at every other hop.  Only into a
  * free slot: a second wake while the first waits there goes home, where
  * an executor looks for work (four producers waking four consumers would
  * otherwise all end on one executor).  Nor once our slot has had its runs
@@ -292,6 +308,11 @@ static inline bool home_searching(const struct cbcmn__exec *o)
 	return atomic_load_explicit(&o->ss->state, memory_order_relaxed) == CBCMN_EXEC_SEARCHING;
 }
 
+bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o)
+{
+	return exec_idle(o) || home_searching(o);
+}
+
 /* t was woken by e (or by a thread outside, e NULL); make it runnable.
  * A task woken from another shard goes home (seed 001/003): its owner is
  * the executor that ran it last, where its data is, and the one whose ring
@@ -299,12 +320,24 @@ static inline bool home_searching(const struct cbcmn__exec *o)
  * owner is parked runs here instead: waking a parked CPU costs tens of us,
  * more than the cache misses saved (docs/SCHEDULER.md); so does one whose
  * owner is stalled (home_takes()). */
+/* May t, woken by e for a home that searches, come to e (the rest of
+ * home_searching()'s conditions)?  An actor past the slot's cap still
+ * comes: slot_capped() puts it on our yield list when we have nothing
+ * else, which actor_direct() runs next, or on the inject queue, where an
+ * idle executor takes it; sent home, every fourth hop of a token passed
+ * round actors crossed executors, and the ring never gathered on one. */
+static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *t)
+{
+	return cbcmn__is_actor_task(t) ? cbcmn__actor_follows(t) : e->slot_runs < SLOT_RUNS_MAX;
+}
+
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	struct cbcmn__exec *owner = t->exec;
 	if (t->flags & CBCMN__TF_PINNED) {
 		owner = rt->exec[t->shard];
 		if (e == owner) {
+			prefetch_resume(t);
 			cbcmn__pq_push(e, t);
 			return;
 		}
@@ -326,8 +359,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
-	    !(e->wake_here && home_searching(owner) && !cbcmn__is_actor_task(t) &&
-	      e->slot_runs < SLOT_RUNS_MAX &&
+	    !(e->wake_here && home_searching(owner) && pulled(e, t) &&
 	      !atomic_load_explicit(&e->slot, memory_order_relaxed)) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
@@ -341,6 +373,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	 * releases t to a thief's exchange, acquires prev, and is the
 	 * publication a parker's re-check pairs with, so the notification
 	 * below needs no fence of its own (on x86 it is one xchg). */
+	prefetch_resume(t);
 	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
 	if (prev)
 		deque_push_or_inject(e, prev);
@@ -761,6 +794,8 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
 	atomic_store_explicit(&n->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = n;
 	run_seq_begin(e, n);
+	if (__builtin_expect(cbcmn__is_actor_task(n), 0))
+		cbcmn__actor_run(e, n); /* actor_direct(): t was one too */
 #ifdef __SANITIZE_ADDRESS__
 	__sanitizer_start_switch_fiber(&s->asan_fake, ns->lo, ns->size);
 #endif
@@ -777,19 +812,25 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
  * where the loop would pick it next with nothing of its own to do first
  * (timers, completions, mail, a load sample, actors, tracing, the slot's
  * cap), and a plain task that ran before; else NULL. */
-static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+/* Nothing for e's loop to do before its next pick (timers, completions,
+ * mail, a load sample, tracing), and its pick is the plain one. */
+static bool loop_idle(struct cbcmn__exec *e)
 {
-	struct cbcmn_runtime *rt = e->rt;
-	if (!atomic_load_explicit(&e->slot, memory_order_relaxed) || e->slot_runs >= SLOT_RUNS_MAX ||
-	    e->busy_tasks + 1 >= LOAD_WINDOW_PICKS || e->wheel || e->ntimers || cbcmn__is_spare(e) ||
-	    rt->lab || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e) ||
-	    cbcmn__trace_on(e) || cbcmn__is_actor_task(t))
-		return NULL;
+	return e->busy_tasks + 1 < LOAD_WINDOW_PICKS && !e->ntimers && !cbcmn__is_spare(e) &&
+	       !e->rt->lab && !cbcmn__has_mail(e) && !e->nbacklog && !cbcmn__ring_busy(e) &&
+	       !cbcmn__trace_on(e);
+}
+
+/* The started task in e's slot, to run next without the loop, if it is
+ * an actor task or not as actor says; else NULL.  Counted as find_local()
+ * and cbcmn__exec_main() count a pick. */
+static struct cbcmn_task *slot_take(struct cbcmn__exec *e, bool actor)
+{
 	/* acquire: pairs with the exchange in cbcmn__schedule(). */
 	struct cbcmn_task *n = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
 	if (!n)
 		return NULL; /* a thief took it */
-	if (__builtin_expect(!n->sp || cbcmn__is_actor_task(n) ||
+	if (__builtin_expect(!n->sp || cbcmn__is_actor_task(n) != actor ||
 				     ((n->flags & CBCMN__TF_PINNED) && n->shard != e->id),
 			     0)) {
 		/* Back for the loop: only we store into our slot (seq_cst as
@@ -797,12 +838,70 @@ static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *
 		atomic_store_explicit(&e->slot, n, memory_order_seq_cst);
 		return NULL;
 	}
-	/* Counted as find_local() and cbcmn__exec_main() count a pick. */
 	e->slot_runs++;
 	e->tick++;
 	e->busy_tasks++;
 	CBCMN__COUNT(e, local_hits, 1);
 	return n;
+}
+
+static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	if (!atomic_load_explicit(&e->slot, memory_order_relaxed) || e->slot_runs >= SLOT_RUNS_MAX ||
+	    e->wheel || cbcmn__is_actor_task(t) || !loop_idle(e))
+		return NULL;
+	return slot_take(e, false);
+}
+
+/* Counted as find_local() counts a pick from a queue. */
+static struct cbcmn_task *queued(struct cbcmn__exec *e, struct cbcmn_task *n)
+{
+	e->slot_runs = 0;
+	e->tick++;
+	e->busy_tasks++;
+	CBCMN__COUNT(e, local_hits, 1);
+	return n;
+}
+
+/* The started actor task find_local() would take next without the slot:
+ * the head of e's pinned queue (where a pinned one is woken).  Else NULL.
+ * Counted as find_local() counts it. */
+static struct cbcmn_task *queued_actor(struct cbcmn__exec *e)
+{
+	struct cbcmn_task *n = e->pq_head;
+	/* find_local()'s every-61st look elsewhere comes first. */
+	if (!n || e->tick >= FAIRNESS_INTERVAL - 1 || !n->sp || !cbcmn__is_actor_task(n))
+		return NULL;
+	if (!(e->pq_head = n->next))
+		e->pq_tail = NULL;
+	return queued(e, n);
+}
+
+
+/* Actor task t blocks: the actor task the loop would run next, switched
+ * to straight as slot_direct() does for plain tasks (a token passed round
+ * actors on one executor is one such switch a hop).  That is one woken
+ * into e's slot (a message handed to it by t, typically), or, the slot
+ * empty, queued_actor(), with nothing on e's wheel: the loop's pick then
+ * admits it to the wheel and takes it straight back, which
+ * cbcmn__actor_direct() does with one clock read.  Else NULL. */
+static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	if (!e->wheel || cbcmn__actor_wheel_busy(e) || !loop_idle(e))
+		return NULL;
+	struct cbcmn_task *n;
+	if (!atomic_load_explicit(&e->slot, memory_order_relaxed))
+		n = queued_actor(e);
+	else if (e->slot_runs < SLOT_RUNS_MAX)
+		n = slot_take(e, true);
+	else if (!e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) == 0 &&
+		 (n = slot_take(e, true)))
+		/* Capped, with nothing else here: the loop would put it on
+		 * the yield list (slot_capped()) and pop it straight back. */
+		n = queued(e, n);
+	else
+		n = NULL;
+	return n && cbcmn__actor_direct(e, t, n) ? n : NULL;
 }
 
 /* Task side: suspend t, which the caller has set PARKING and registered as
@@ -812,7 +911,8 @@ void cbcmn__suspend(struct cbcmn_task *t)
 	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_SUSPEND;
 	e->post_task = t;
-	struct cbcmn_task *n = slot_direct(e, t);
+	struct cbcmn_task *n = __builtin_expect(cbcmn__is_actor_task(t), 0) ? actor_direct(e, t)
+									     : slot_direct(e, t);
 	if (n)
 		switch_direct(e, t, n);
 	else
