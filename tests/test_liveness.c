@@ -22,6 +22,25 @@ static bool wait_for(bool (*cond)(void *), void *arg)
 	return ok;
 }
 
+/* Two executors for a pause-point test, nothing that would mask a
+ * strand (the stall monitor, spinning before a park, inline runs); NULL
+ * in a build without pause points. */
+static cbcmn_runtime *pause_runtime(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* the monitor would mask it */
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!cbcmn__pause_set(NULL)) {
+		t_destroy(rt);
+		return NULL;
+	}
+	return rt;
+}
+
 /* ---- a notifier that finds no bit to claim (wake.c) ----------------------
  * Notifier A takes num_searching 0 -> 1 to wake a parked executor, but
  * executor P is between its idle count and its bit: no bit to claim.
@@ -116,17 +135,9 @@ static void uc_pause(enum cbcmn__pause_point pt, void *exec)
 static void test_regression_unclaimed_notify_strands_no_work(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.stall_ns = CBCMN_STALL_OFF; /* the monitor would mask it */
-	cfg.spin_ns = CBCMN_SPIN_NONE;
-	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
-	struct unclaimed u = {.rt = t_runtime_cfg(&cfg)};
-	if (!cbcmn__pause_set(NULL)) {
-		t_destroy(u.rt);
+	struct unclaimed u = {.rt = pause_runtime()};
+	if (!u.rt)
 		T_SKIP("pause points need a CBCMN_FAULTS build (make SAN=asan or tsan)");
-	}
 	uc = &u;
 	pthread_t hog, b;
 	assert_int_equal(pthread_create(&hog, NULL, uc_hog_thread, &u), 0);
@@ -442,17 +453,9 @@ static int64_t gap_spawner(cbcmn_cx *cx, void *arg)
 static void test_regression_spawn_into_a_deque_emptied_meanwhile_is_announced(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.stall_ns = CBCMN_STALL_OFF; /* the monitor would mask it */
-	cfg.spin_ns = CBCMN_SPIN_NONE;
-	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
-	struct spawn_gap g = {.rt = t_runtime_cfg(&cfg)};
-	if (!cbcmn__pause_set(NULL)) {
-		t_destroy(g.rt);
+	struct spawn_gap g = {.rt = pause_runtime()};
+	if (!g.rt)
 		T_SKIP("pause points need a CBCMN_FAULTS build (make SAN=asan or tsan)");
-	}
 	sg = &g;
 	cbcmn__pause_set(gap_pause);
 	int64_t r = -1;
