@@ -71,6 +71,7 @@ const char *cbcmn__fault_name(enum cbcmn__fault_site site);
 enum cbcmn__pause_point {
 	CBCMN__P_IDLE_SET,         /* a parker between its idle count and its bit (wake.c) */
 	CBCMN__P_NOTIFY_UNCLAIMED, /* a notifier that found no bit to claim (wake.c) */
+	CBCMN__P_SPAWN_PUSH,       /* a spawner just before its push (sched.c) */
 	CBCMN__P_NPOINTS
 };
 

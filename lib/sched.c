@@ -396,12 +396,22 @@ void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct 
 		return;
 	}
 	/* New tasks go to the deque, where thieves take the oldest.  Wake-ups
-	 * are coalesced (seed 001): only the push that makes the deque
-	 * non-empty notifies.  A later push finds an executor already notified
-	 * or one whose pre-park re-check saw the deque non-empty. */
-	int64_t before = cbcmn__deque_len(&e->dq);
+	 * are coalesced (seed 001): a push notifies only if no older task is
+	 * left beside it.  While one is, whoever takes it is awake (notified
+	 * for it, or us), and looks for work again after it.  Counted after
+	 * the push, not before: a thief can take the older tasks, find
+	 * nothing and sleep between a look before and the push (the spawner
+	 * preempted there), and the push announced nothing; its task waited
+	 * beside the sleeper for the spawner's whole run (test_liveness).
+	 * The signal fence keeps the compiler from moving the look above the
+	 * push: what is left is the push's store still in this CPU's store
+	 * buffer, drained long before a thief runs a task and parks (and at
+	 * any preemption), without the fence per spawn that a store-buffering
+	 * pair would cost. */
+	CBCMN__PAUSE(CBCMN__P_SPAWN_PUSH, e);
 	deque_push_or_inject(e, t);
-	if (before == 0)
+	atomic_signal_fence(memory_order_seq_cst);
+	if (cbcmn__deque_len(&e->dq) <= 1)
 		cbcmn__notify_one(rt);
 }
 

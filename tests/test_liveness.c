@@ -22,6 +22,25 @@ static bool wait_for(bool (*cond)(void *), void *arg)
 	return ok;
 }
 
+/* Two executors for a pause-point test, nothing that would mask a
+ * strand (the stall monitor, spinning before a park, inline runs); NULL
+ * in a build without pause points. */
+static cbcmn_runtime *pause_runtime(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* the monitor would mask it */
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!cbcmn__pause_set(NULL)) {
+		t_destroy(rt);
+		return NULL;
+	}
+	return rt;
+}
+
 /* ---- a notifier that finds no bit to claim (wake.c) ----------------------
  * Notifier A takes num_searching 0 -> 1 to wake a parked executor, but
  * executor P is between its idle count and its bit: no bit to claim.
@@ -116,17 +135,9 @@ static void uc_pause(enum cbcmn__pause_point pt, void *exec)
 static void test_regression_unclaimed_notify_strands_no_work(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.stall_ns = CBCMN_STALL_OFF; /* the monitor would mask it */
-	cfg.spin_ns = CBCMN_SPIN_NONE;
-	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
-	struct unclaimed u = {.rt = t_runtime_cfg(&cfg)};
-	if (!cbcmn__pause_set(NULL)) {
-		t_destroy(u.rt);
+	struct unclaimed u = {.rt = pause_runtime()};
+	if (!u.rt)
 		T_SKIP("pause points need a CBCMN_FAULTS build (make SAN=asan or tsan)");
-	}
 	uc = &u;
 	pthread_t hog, b;
 	assert_int_equal(pthread_create(&hog, NULL, uc_hog_thread, &u), 0);
@@ -346,12 +357,125 @@ static void test_regression_capped_slot_task_keeps_its_turn_beside_a_yielder(voi
 	t_destroy(rt);
 }
 
+/* ---- a spawn whose deque a thief emptied before the push (sched.c) -------
+ * cbcmn__schedule_new() notifies only for a push into an empty deque
+ * (coalesced wake-ups, seed 001).  Spawner S, on executor A, spawns C1
+ * (into an empty deque: P, the other executor, is notified) and then C2.
+ * If S is preempted between its look at the deque (C1 still there) and
+ * its push of C2, P steals C1, runs it, finds nothing and sleeps; S's
+ * push then announces nothing, and C2 waits beside the sleeping P for
+ * as long as S runs (here until C2 has run, or T_STALL_NS).  The pause
+ * point holds S before its push, with C1 queued, until P sleeps. */
+#define GAP_ROUNDS 50
+
+struct spawn_gap {
+	cbcmn_runtime *rt;
+	_Atomic uint32_t a;          /* S's executor */
+	uint32_t p;                  /* the other one */
+	_Atomic int armed, held;     /* the pause point: hold once, C1 queued */
+	_Atomic int c1_ran, c2_ran, ran_in_time;
+};
+
+static struct spawn_gap *sg; /* for the pause hook */
+
+static int64_t gap_c1(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	atomic_store(&((struct spawn_gap *)arg)->c1_ran, 1);
+	return 0;
+}
+
+static int64_t gap_c2(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	atomic_store(&((struct spawn_gap *)arg)->c2_ran, 1);
+	return 0;
+}
+
+static bool gap_c1_ran(void *arg) { return atomic_load(&((struct spawn_gap *)arg)->c1_ran); }
+
+static bool gap_both_ran(void *arg)
+{
+	struct spawn_gap *g = arg;
+	return atomic_load(&g->c1_ran) && atomic_load(&g->c2_ran);
+}
+
+static bool gap_p_sleeping(void *arg)
+{
+	struct spawn_gap *g = arg;
+	return atomic_load(&g->rt->exec[g->p]->park) == CBCMN__PARK_SLEEPING;
+}
+
+static void gap_pause(enum cbcmn__pause_point pt, void *exec)
+{
+	struct spawn_gap *g = sg;
+	struct cbcmn__exec *e = exec;
+	if (pt != CBCMN__P_SPAWN_PUSH || !atomic_load(&g->armed) ||
+	    e != g->rt->exec[atomic_load(&g->a)] || cbcmn__deque_len(&e->dq) == 0 ||
+	    atomic_exchange(&g->held, 1))
+		return;
+	/* S, C1 queued: until P has taken and run it, and sleeps (its
+	 * re-check before sleeping saw our deque empty). */
+	wait_for(gap_c1_ran, g);
+	wait_for(gap_p_sleeping, g);
+	usleep(20000);
+}
+
+static int64_t gap_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct spawn_gap *g = arg;
+	atomic_store(&g->a, cbcmn_cx_executor(cx));
+	g->p = 1 - cbcmn_cx_executor(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	/* C1 may be stolen before S looks at its deque for C2: then C2's
+	 * push notifies, the window is not opened, and the round is run
+	 * again. */
+	for (int round = 0; round < GAP_ROUNDS && !atomic_load(&g->held); round++) {
+		atomic_store(&g->c1_ran, 0);
+		atomic_store(&g->c2_ran, 0);
+		TASK_CHECK(wait_for(gap_p_sleeping, g));
+		atomic_store(&g->armed, 1);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, gap_c1, g, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, gap_c2, g, NULL) == 0);
+		atomic_store(&g->armed, 0);
+		if (!atomic_load(&g->held))
+			TASK_CHECK(wait_for(gap_both_ran, g));
+	}
+	/* S runs on until C2 has run: P must take it. */
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&g->c2_ran) && t_now_ns() < deadline)
+		;
+	atomic_store(&g->ran_in_time, atomic_load(&g->c2_ran));
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_spawn_into_a_deque_emptied_meanwhile_is_announced(void **state)
+{
+	(void)state;
+	struct spawn_gap g = {.rt = pause_runtime()};
+	if (!g.rt)
+		T_SKIP("pause points need a CBCMN_FAULTS build (make SAN=asan or tsan)");
+	sg = &g;
+	cbcmn__pause_set(gap_pause);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(g.rt, gap_spawner, &g, &r), 0);
+	cbcmn__pause_set(NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(atomic_load(&g.held), 1);
+	/* C2 ran while S still ran: P was told of it. */
+	assert_int_equal(atomic_load(&g.ran_in_time), 1);
+	t_destroy(g.rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_regression_unclaimed_notify_strands_no_work),
 		T_WATCHED_TEST(test_regression_capped_slot_task_runs_beside_an_idle_executor),
 		T_WATCHED_TEST(test_regression_capped_slot_task_keeps_its_turn_beside_a_yielder),
+		T_WATCHED_TEST(test_regression_spawn_into_a_deque_emptied_meanwhile_is_announced),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
