@@ -21,7 +21,8 @@
  *
  * Blocking goes through iwait (iwait.h), so cancelling a nursery interrupts
  * it.  Cost: one uncontended lock/unlock per operation, plus one wake when
- * somebody was waiting.
+ * somebody was waiting; a try-variant that fails on an empty or full ring
+ * takes no lock (try_would_wait()).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -279,12 +280,13 @@ static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
  * most of `cbcmn-bench chan`'s rtt_ns).  Exact, not a guess: with the ring
  * empty a receive under the lock fails too (senders wait only on a full
  * ring, so none waits then), and with it full no receiver waits.  count is
- * read before closed, which only ever turns true: an open channel read
- * second was open when count was read, the point the answer holds at.
- * Relaxed: -EAGAIN hands over no message. */
+ * read before closed (acquire keeps the second load after the first),
+ * which only ever turns true: an open channel read second was open when
+ * count was read, the point the answer holds at.  -EAGAIN hands over no
+ * message, so nothing else needs ordering (a plain load on x86). */
 static inline bool try_would_wait(const struct cbcmn_chan *c, bool send)
 {
-	size_t n = __atomic_load_n(&c->count, __ATOMIC_RELAXED);
+	size_t n = __atomic_load_n(&c->count, __ATOMIC_ACQUIRE);
 	if (send ? n < c->cap : n != 0)
 		return false;
 	return !__atomic_load_n(&c->closed, __ATOMIC_RELAXED);
