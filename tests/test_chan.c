@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -825,6 +826,82 @@ static void test_drain_after_close(void **state)
 	t_destroy(rt);
 }
 
+/* The try-variants answer an empty or full ring without the lock
+ * (chan.c, try_would_wait()): a closed channel must still say -EPIPE
+ * there, full or empty, never -EAGAIN. */
+static void test_try_on_closed_full_and_empty(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 2, sizeof(int));
+	int v = 7;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), -EAGAIN); /* full, open */
+	assert_int_equal(cbcmn_chan_close(NULL, c), 0);
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), -EPIPE); /* full, closed */
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), -EPIPE); /* empty, closed */
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	t_destroy(rt);
+}
+
+/* Two threads ping-pong with the try-variants only, each polling while
+ * its side is empty: every message arrives once and in order, and a
+ * poller sees the close that ends it (TSan: the unlocked reads). */
+struct trypp {
+	cbcmn_chan *ab, *ba;
+	long rounds;
+};
+
+static void *trypp_pong(void *arg)
+{
+	struct trypp *p = arg;
+	long v, want = 0;
+	int rc;
+	for (;;) {
+		while ((rc = cbcmn_chan_try_recv(NULL, p->ab, &v)) == -EAGAIN)
+			sched_yield();
+		if (rc)
+			break;
+		if (v != want++)
+			return (void *)1;
+		while ((rc = cbcmn_chan_try_send(NULL, p->ba, &v)) == -EAGAIN)
+			sched_yield();
+		if (rc)
+			return (void *)2;
+	}
+	return rc == -EPIPE && want == p->rounds ? NULL : (void *)3;
+}
+
+static void test_try_pingpong_threads(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct trypp p = {mkchan(rt, 1, sizeof(long)), mkchan(rt, 1, sizeof(long)), 20000};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, trypp_pong, &p), 0);
+	for (long i = 0; i < p.rounds; i++) {
+		long v = i;
+		int rc;
+		while ((rc = cbcmn_chan_try_send(NULL, p.ab, &v)) == -EAGAIN)
+			sched_yield();
+		assert_int_equal(rc, 0);
+		while ((rc = cbcmn_chan_try_recv(NULL, p.ba, &v)) == -EAGAIN)
+			sched_yield();
+		assert_int_equal(rc, 0);
+		assert_int_equal(v, i);
+	}
+	assert_int_equal(cbcmn_chan_close(NULL, p.ab), 0);
+	void *res;
+	assert_int_equal(pthread_join(th, &res), 0);
+	assert_null(res);
+	assert_int_equal(cbcmn_chan_destroy(p.ab), 0);
+	assert_int_equal(cbcmn_chan_destroy(p.ba), 0);
+	t_destroy(rt);
+}
+
 /* ---- reservations ---- */
 
 static void test_reserve_commit_abort(void **state)
@@ -1161,6 +1238,8 @@ int main(void)
 		T(test_outside_threads),
 		T(test_try_variants),
 		T(test_drain_after_close),
+		T(test_try_on_closed_full_and_empty),
+		T(test_try_pingpong_threads),
 		T(test_reserve_commit_abort),
 		T(test_reserve_parks_and_owner_only),
 		T(test_leaked_reservation),
