@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "statseg.h"
 #include "trace.h"
 
@@ -34,7 +35,7 @@ static void on_node(void *p, size_t len, int node)
  * ":lazy"; -EINVAL when it is not a count up to CBCMN__TRACE_MAX. */
 static int64_t env_events(bool *lazy)
 {
-	const char *v = getenv(CBCMN__TSEG_ENV);
+	const char *v = cbcmn__env(CBCMN__TSEG_ENV);
 	*lazy = false;
 	if (!v || !*v)
 		return 0;
