@@ -85,7 +85,7 @@ static int tsw_map(pid_t pid, pid_t own, int nr, uint32_t rt_id, struct cbcmn__t
 	struct stat st;
 	struct cbcmn__tseg_hdr h;
 	/* Read-write: taking events moves the rings' heads. */
-	int fd = cbcmn__memfd_open(pid, nr, O_RDWR, &st, &h, sizeof(h));
+	int fd = cbcmn__memfd_open(pid, nr, CBCMN__TSEG_NAME, O_RDWR, &st, &h, sizeof(h));
 	if (fd < 0)
 		return fd;
 	int rc = tseg_check(&h, (uint64_t)st.st_size, own, rt_id);
