@@ -184,11 +184,8 @@ struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int 
 	return tr;
 }
 
-void cbcmn__trace_full(struct cbcmn__trace *tr, uint64_t ts)
+void cbcmn__trace_lease(struct cbcmn__trace *tr, uint64_t ts)
 {
-	struct cbcmn__trace_ring *q = tr->ring;
-	atomic_store_explicit(&q->dropped, atomic_load_explicit(&q->dropped, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
 	struct cbcmn__tseg_hdr *h = tr->seg;
 	if (!h)
 		return;

@@ -56,10 +56,14 @@ static inline uint64_t cbcmn__trace_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A record at ts found tr's ring full: counted as dropped; and with
- * nobody draining, the end of a dead recorder's hold (trace_seg.h, the
- * lease).  Out of line: the rare path.  On the executor's own thread. */
-void cbcmn__trace_full(struct cbcmn__trace *tr, uint64_t ts);
+/* Records dropped, the ring full, between two looks at the recorders'
+ * lease: a full ring's drop stays its two stores and a test. */
+#define CBCMN__TRACE_LEASE_EVERY 256u
+
+/* At ts, tr's ring full for a while: with nobody draining, the end of a
+ * dead recorder's hold (trace_seg.h, the lease).  Out of line and cold:
+ * once per CBCMN__TRACE_LEASE_EVERY drops.  On the executor's thread. */
+__attribute__((cold)) void cbcmn__trace_lease(struct cbcmn__trace *tr, uint64_t ts);
 
 /* On e's own thread only. */
 static inline void cbcmn__trace_put(struct cbcmn__trace *tr, uint32_t kind, uint64_t ts,
@@ -74,7 +78,10 @@ static inline void cbcmn__trace_put(struct cbcmn__trace *tr, uint32_t kind, uint
 	 * only make this drop: the slot's index is masked with our mask. */
 	uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
 	if (tail - head > tr->mask) {
-		cbcmn__trace_full(tr, ts);
+		uint64_t drops = atomic_load_explicit(&q->dropped, memory_order_relaxed) + 1;
+		atomic_store_explicit(&q->dropped, drops, memory_order_relaxed);
+		if (__builtin_expect(drops % CBCMN__TRACE_LEASE_EVERY == 0, 0))
+			cbcmn__trace_lease(tr, ts);
 		return;
 	}
 	struct cbcmn__trace_rec *r = &q->rec[tail & tr->mask];
