@@ -632,6 +632,30 @@ static void test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back(void **
 	assert_int_equal(closed, 0);
 }
 
+/* A recorder whose hold the lease ended (stopped, never drained again)
+ * leaves at its close the hold of a recorder attached since: it is not
+ * its own to let go (and holds never goes below the runtime's part). */
+static void test_lazy_rings_close_of_an_expired_recorder_keeps_anothers_hold(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "64:lazy", true, 0);
+	struct cbcmn__tsw *stale, *live;
+	assert_int_equal(cbcmn__tsw_open(t.pid, t.h->rt_id, &stale), 0);
+	uint32_t expired = holds_become(&t, 0, 15000);
+	assert_int_equal(cbcmn__tsw_open(t.pid, t.h->rt_id, &live), 0);
+	cbcmn__tsw_close(stale);
+	uint32_t kept = atomic_load(&t.h->holds);
+	cbcmn__tsw_close(live);
+	uint32_t closed = atomic_load(&t.h->holds);
+	target_stop(&t);
+	printf("    holds: %u expired, %u after the stale close, %u after the live one\n", expired,
+	       kept, closed);
+	assert_int_equal(expired, 0);
+	assert_int_equal(kept, 1);
+	assert_int_equal(closed, 0);
+}
+
 /* A target killed while recorded (SIGALRM, 0.6 s in): the recording ends
  * with it, status 0, the file whole, with what its rings held then (our
  * mapping keeps them). */
@@ -1286,6 +1310,7 @@ int main(void)
 		cmocka_unit_test(test_lazy_rings_record_only_while_a_recorder_is_attached),
 		cmocka_unit_test(test_lazy_rings_of_a_recorder_killed_stop_recording),
 		cmocka_unit_test(test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back),
+		cmocka_unit_test(test_lazy_rings_close_of_an_expired_recorder_keeps_anothers_hold),
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
 		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),
