@@ -102,6 +102,12 @@ static void test_setuid_program_ignores_cbcmn_variables(void **state)
 	close(in);
 	close(out);
 	size_t nbad = sizeof(bad_env) / sizeof(bad_env[0]);
+	if (run_child(exe, "runtime", "CBCMN_UNUSED", "", false) == 127) {
+		unlink(exe);
+		rmdir(dir);
+		T_SKIP("/tmp is mounted noexec: no copy of the suite runs there");
+		return;
+	}
 	/* The variables are read at all: refused without the bit. */
 	for (size_t i = 0; i < nbad; i++)
 		assert_int_equal(run_child(exe, bad_env[i].what, bad_env[i].name, bad_env[i].value,
