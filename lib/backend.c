@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "backend.h"
 
 /* io_uring_setup's answers that mean "no io_uring here", as opposed to a
@@ -20,7 +21,7 @@ static bool refused(int rc)
 int cbcmn__backend_choose(struct cbcmn_runtime *rt)
 {
 	uint32_t want = rt->cfg.backend;
-	const char *env = getenv("CBCMN_BACKEND");
+	const char *env = cbcmn__env("CBCMN_BACKEND");
 	/* The environment overrides the default only: a program that asked
 	 * for a backend gets it. */
 	if (want == CBCMN_BACKEND_AUTO && env && *env) {

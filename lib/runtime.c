@@ -10,6 +10,7 @@
 
 #include "futex.h"
 #include "backend.h"
+#include "env.h"
 #include "cpuquota.h"
 #include "iwait.h"
 #include "metrics.h"
@@ -160,7 +161,7 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	if (out->flags & CBCMN_CONFIG_LAB) {
 		if (out->workers != 1)
 			return -EINVAL; /* one executor: the order is the seed's alone */
-		const char *env = getenv("CBCMN_LAB_SEED");
+		const char *env = cbcmn__env("CBCMN_LAB_SEED");
 		if (env && *env)
 			out->seed = strtoull(env, NULL, 0);
 	}

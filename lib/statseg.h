@@ -217,12 +217,14 @@ pid_t cbcmn__own_pid(pid_t pid);
 /* The descriptors of pid that are memfds named name, in *fds (malloc'd,
  * *n of them).  0, -ESRCH, -EACCES or -errno. */
 int cbcmn__memfd_fds(pid_t pid, const char *name, int **fds, uint32_t *n);
-/* Open pid's descriptor nr (open(2) flags) if it is a sealed (against
- * shrinking and growing) tmpfs file of at least hlen bytes, with *st its
- * fstat and its first hlen bytes read into hdr (a private copy to check).
- * Returns the descriptor, -EACCES, -ENOENT (not such a file), -EPROTO
- * (unsealed). */
-int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st, void *hdr, size_t hlen);
+/* Open pid's descriptor nr (open(2) flags) if it is a memfd named name,
+ * sealed (against shrinking and growing), of at least hlen bytes, with
+ * *st its fstat and its first hlen bytes read into hdr (a private copy to
+ * check).  Checked before it is opened for I/O (as a path), so whatever
+ * pid puts at nr meanwhile is never opened.  Returns the descriptor,
+ * -EACCES, -ENOENT (not such a file), -EPROTO (unsealed). */
+int cbcmn__memfd_open(pid_t pid, int nr, const char *name, int flags, struct stat *st, void *hdr,
+		      size_t hlen);
 
 static inline struct cbcmn__seg_exec *cbcmn__seg_slot(const struct cbcmn__seg *s, uint32_t i)
 {

@@ -36,6 +36,7 @@
 
 #include "cbcmn.h"
 #include "topo.h"
+#include "env.h"
 
 #define LIVE_ROOT "/sys"
 /* sysfs files are a page or a few; a list file this big is not sysfs. */
@@ -977,7 +978,7 @@ CBCMN_API int cbcmn_topo_load(const char *sysfs_root, cbcmn_topo **out, char *er
 	*out = NULL;
 	const char *root = sysfs_root;
 	if (!root) {
-		root = getenv("CBCMN_SYSFS_ROOT");
+		root = cbcmn__env("CBCMN_SYSFS_ROOT");
 		if (!root || !*root)
 			root = LIVE_ROOT;
 	}

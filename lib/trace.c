@@ -2,6 +2,7 @@
  * the claim that lets two consumers drain them (trace.h, trace_seg.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +11,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "statseg.h"
 #include "trace.h"
+
+_Static_assert(offsetof(struct cbcmn__tseg_hdr, beats) == CBCMN__TSEG_HDR_V2,
+	       "version 3's fields go after version 2's header");
 
 /* Bytes of one ring of cap records, rounded to pages. */
 static size_t ring_bytes(uint32_t cap, size_t page)
@@ -34,7 +39,7 @@ static void on_node(void *p, size_t len, int node)
  * ":lazy"; -EINVAL when it is not a count up to CBCMN__TRACE_MAX. */
 static int64_t env_events(bool *lazy)
 {
-	const char *v = getenv(CBCMN__TSEG_ENV);
+	const char *v = cbcmn__env(CBCMN__TSEG_ENV);
 	*lazy = false;
 	if (!v || !*v)
 		return 0;
@@ -125,8 +130,8 @@ int cbcmn__tseg_create(struct cbcmn_runtime *rt, uint32_t nexec)
 	/* The runtime's own holds: from creation unless lazy, and for ever
 	 * if the program asked for rings (its own drain wants them all).
 	 * Relaxed: published with the magic below. */
-	atomic_store_explicit(&h->holds, (lazy ? 0u : 1u) + (rt->cfg.trace_events ? 1u : 0u),
-			      memory_order_relaxed);
+	h->own_holds = (lazy ? 0u : 1u) + (rt->cfg.trace_events ? 1u : 0u);
+	atomic_store_explicit(&h->holds, h->own_holds, memory_order_relaxed);
 	/* The magic last, release: pairs with the watcher's acquire load
 	 * (trace_watch.c): it sees the whole header, which never changes. */
 	atomic_store_explicit(&h->magic, CBCMN__TSEG_MAGIC, memory_order_release);
@@ -156,6 +161,7 @@ struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int 
 		tr->ring = (struct cbcmn__trace_ring *)((char *)ts->hdr + ts->rings_off + ts->stride * i);
 		tr->mask = ts->cap - 1;
 		tr->on = &ts->hdr->holds;
+		tr->seg = ts->hdr;
 		on_node(tr->ring, ts->stride, node);
 		return tr;
 	}
@@ -176,6 +182,35 @@ struct cbcmn__trace *cbcmn__trace_new(struct cbcmn_runtime *rt, uint32_t i, int 
 	atomic_init(&tr->on_self, 1);
 	tr->on = &tr->on_self;
 	return tr;
+}
+
+void cbcmn__trace_lease(struct cbcmn__trace *tr, uint64_t ts)
+{
+	struct cbcmn__tseg_hdr *h = tr->seg;
+	if (!h)
+		return;
+	/* The lease (trace_seg.h), timed with the records' own clock: a
+	 * slice's ts is its start, maybe before beats_since_ns, which then
+	 * only waits longer.  Relaxed throughout: holds is a hint to the
+	 * executors, beats and expired counters; the header's fields are
+	 * anybody's to write, and a wrong value only turns recording on or
+	 * off. */
+	uint64_t beats = atomic_load_explicit(&h->beats, memory_order_relaxed);
+	if (beats != tr->beats_seen || !tr->beats_since_ns) {
+		tr->beats_seen = beats;
+		tr->beats_since_ns = ts;
+		return;
+	}
+	if (ts <= tr->beats_since_ns || ts - tr->beats_since_ns < CBCMN__TSEG_LEASE_NS)
+		return;
+	tr->beats_since_ns = ts; /* the next look a lease later */
+	uint32_t own = h->own_holds, held = atomic_load_explicit(&h->holds, memory_order_relaxed);
+	while (held > own && !atomic_compare_exchange_weak_explicit(&h->holds, &held, own,
+								    memory_order_relaxed,
+								    memory_order_relaxed))
+		;
+	if (held > own)
+		atomic_fetch_add_explicit(&h->expired, 1, memory_order_relaxed);
 }
 
 void cbcmn__trace_free(struct cbcmn__trace *tr)

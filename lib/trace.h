@@ -31,6 +31,11 @@ struct cbcmn__trace {
 	 * private ring, which only cbcmn_config.trace_events makes. */
 	const _Atomic uint32_t *on;
 	_Atomic uint32_t on_self;
+	/* The shared segment's header (NULL: a private ring), and when this
+	 * executor, its ring full, last saw the recorders' beats move
+	 * (trace_seg.h, the lease): its thread's only. */
+	struct cbcmn__tseg_hdr *seg;
+	uint64_t beats_seen, beats_since_ns;
 };
 
 /* The shared segment of a runtime's rings (trace_seg.h), NULL: private. */
@@ -51,6 +56,15 @@ static inline uint64_t cbcmn__trace_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Records dropped, the ring full, between two looks at the recorders'
+ * lease: a full ring's drop stays its two stores and a test. */
+#define CBCMN__TRACE_LEASE_EVERY 256u
+
+/* At ts, tr's ring full for a while: with nobody draining, the end of a
+ * dead recorder's hold (trace_seg.h, the lease).  Out of line and cold:
+ * once per CBCMN__TRACE_LEASE_EVERY drops.  On the executor's thread. */
+__attribute__((cold)) void cbcmn__trace_lease(struct cbcmn__trace *tr, uint64_t ts);
+
 /* On e's own thread only. */
 static inline void cbcmn__trace_put(struct cbcmn__trace *tr, uint32_t kind, uint64_t ts,
 				    uint64_t dur, uint64_t arg, uint32_t peer)
@@ -64,9 +78,10 @@ static inline void cbcmn__trace_put(struct cbcmn__trace *tr, uint32_t kind, uint
 	 * only make this drop: the slot's index is masked with our mask. */
 	uint64_t head = atomic_load_explicit(&q->head, memory_order_acquire);
 	if (tail - head > tr->mask) {
-		atomic_store_explicit(&q->dropped,
-				      atomic_load_explicit(&q->dropped, memory_order_relaxed) + 1,
-				      memory_order_relaxed);
+		uint64_t drops = atomic_load_explicit(&q->dropped, memory_order_relaxed) + 1;
+		atomic_store_explicit(&q->dropped, drops, memory_order_relaxed);
+		if (__builtin_expect(drops % CBCMN__TRACE_LEASE_EVERY == 0, 0))
+			cbcmn__trace_lease(tr, ts);
 		return;
 	}
 	struct cbcmn__trace_rec *r = &q->rec[tail & tr->mask];

@@ -41,8 +41,17 @@
  * the versions whose kinds it knows (1 is 2's subset); an older reader
  * refuses a newer segment (-EPROTO) rather than count its new kinds as
  * invalid records. */
-#define CBCMN__TSEG_VERSION 2u
+/* 3: the recorders' lease (beats, expired, own_holds), a longer header:
+ * a reader takes 1 and 2 as before, without the lease. */
+#define CBCMN__TSEG_VERSION 3u
 #define CBCMN__TSEG_VERSION_MIN 1u
+/* The header of versions 1 and 2, before the lease's fields. */
+#define CBCMN__TSEG_HDR_V2 64u
+/* How long a target's full ring waits for a recorder's drain (beats)
+ * before it lets go of every recorder's hold: a recorder killed (-9)
+ * while attached would else keep a lazy target recording for ever.  A
+ * live one drains every few milliseconds (cbcmn-top: 5 ms). */
+#define CBCMN__TSEG_LEASE_NS 1000000000ull
 /* The environment variable that puts a runtime's rings in the memfd, and
  * its size in records per executor (as cbcmn_config.trace_events):
  * "N", recording from the runtime's creation, or "N:lazy", recording only
@@ -86,10 +95,22 @@ struct cbcmn__tseg_hdr {
 	 * says ":lazy"; 1 more with cbcmn_config.trace_events), plus one per
 	 * recorder attached (cbcmn__tsw_open .. cbcmn__tsw_disarm).  0: the
 	 * executors record nothing, each site a load and a branch.  Anyone
-	 * may write it (a recorder that died leaves its hold): it can only
-	 * turn recording on or off, never make anything unsafe. */
+	 * may write it: it can only turn recording on or off, never make
+	 * anything unsafe.  A recorder that died leaves its hold, until the
+	 * lease below ends it. */
 	_Atomic uint32_t holds;
 	uint64_t start_ns;             /* CLOCK_MONOTONIC at creation */
+	/* ---- version 3: the recorders' lease ----
+	 * Each recorder adds 1 to beats at every drain.  An executor whose
+	 * ring is full (nobody took its events) and which has seen beats
+	 * stand still for CBCMN__TSEG_LEASE_NS takes holds back to
+	 * own_holds (every recorder's hold: none drained) and adds 1 to
+	 * expired; a recorder alive after all (stopped, ^Z) sees expired
+	 * move at its next drain and takes its hold again.  No clock is
+	 * shared: the target times the lease on its own. */
+	_Atomic uint64_t beats;
+	_Atomic uint32_t expired;
+	uint32_t own_holds;            /* the runtime's own part of holds, fixed */
 };
 
 /* Move up to n events of ring r (capacity mask + 1, executor exec) into

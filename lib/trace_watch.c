@@ -24,6 +24,9 @@ struct cbcmn__tsw {
 	uint64_t start_ns;
 	uint32_t next;          /* the ring the next drain starts at */
 	bool armed;             /* our hold on the header's holds */
+	bool lease;             /* version 3: we beat, and the target may expire our hold */
+	uint32_t own_holds;     /* the runtime's part of holds, never ours to take */
+	uint32_t expired;       /* the header's expired when our hold was last taken */
 	bool *corrupt;          /* per ring: left alone */
 };
 
@@ -35,7 +38,8 @@ static int tseg_check(const struct cbcmn__tseg_hdr *h, uint64_t size, pid_t pid,
 	if (atomic_load_explicit(&h->magic, memory_order_relaxed) != CBCMN__TSEG_MAGIC)
 		return -ENOENT;
 	if (h->version < CBCMN__TSEG_VERSION_MIN || h->version > CBCMN__TSEG_VERSION ||
-	    h->hdr_size != sizeof(*h) || h->rec_size != sizeof(struct cbcmn__trace_rec))
+	    h->hdr_size != (h->version >= 3 ? sizeof(*h) : CBCMN__TSEG_HDR_V2) ||
+	    h->rec_size != sizeof(struct cbcmn__trace_rec))
 		return -EPROTO;
 	uint64_t ring = sizeof(struct cbcmn__trace_ring) + (uint64_t)h->cap * sizeof(struct cbcmn__trace_rec);
 	if (h->nexec == 0 || h->nexec > CBCMN_MAX_EXECUTORS || h->cap == 0 ||
@@ -49,13 +53,39 @@ static int tseg_check(const struct cbcmn__tseg_hdr *h, uint64_t size, pid_t pid,
 	return 0;
 }
 
+/* Take our hold on the target's recording: relaxed, a hint to its
+ * executors (trace.h).  expired first: a lease that ends between the
+ * two is seen at our next beat, and the hold taken again. */
+static void hold(struct cbcmn__tsw *w)
+{
+	struct cbcmn__tseg_hdr *h = w->map;
+	if (w->lease) {
+		w->expired = atomic_load_explicit(&h->expired, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->beats, 1, memory_order_relaxed);
+	}
+	atomic_fetch_add_explicit(&h->holds, 1, memory_order_relaxed);
+}
+
+/* A drain: we are alive (beats), and if the target let our hold go
+ * meanwhile (we were stopped past the lease), we take it again. */
+static void beat(struct cbcmn__tsw *w)
+{
+	struct cbcmn__tseg_hdr *h = w->map;
+	if (!w->armed || !w->lease)
+		return;
+	if (atomic_load_explicit(&h->expired, memory_order_relaxed) != w->expired)
+		hold(w);
+	else
+		atomic_fetch_add_explicit(&h->beats, 1, memory_order_relaxed);
+}
+
 /* Map descriptor nr of pid if it holds rt_id's rings. */
 static int tsw_map(pid_t pid, pid_t own, int nr, uint32_t rt_id, struct cbcmn__tsw *w)
 {
 	struct stat st;
 	struct cbcmn__tseg_hdr h;
 	/* Read-write: taking events moves the rings' heads. */
-	int fd = cbcmn__memfd_open(pid, nr, O_RDWR, &st, &h, sizeof(h));
+	int fd = cbcmn__memfd_open(pid, nr, CBCMN__TSEG_NAME, O_RDWR, &st, &h, sizeof(h));
 	if (fd < 0)
 		return fd;
 	int rc = tseg_check(&h, (uint64_t)st.st_size, own, rt_id);
@@ -78,7 +108,8 @@ static int tsw_map(pid_t pid, pid_t own, int nr, uint32_t rt_id, struct cbcmn__t
 	}
 	*w = (struct cbcmn__tsw){.map = p, .size = len, .nexec = h.nexec, .cap = h.cap,
 				 .rings_off = h.rings_off, .stride = h.ring_stride,
-				 .start_ns = h.start_ns};
+				 .start_ns = h.start_ns, .lease = h.version >= 3,
+				 .own_holds = h.version >= 3 ? h.own_holds : 0};
 	return 0;
 }
 
@@ -116,9 +147,9 @@ int cbcmn__tsw_open(pid_t pid, uint32_t rt_id, struct cbcmn__tsw **out)
 	*p = w;
 	p->corrupt = bad;
 	/* Our hold: the executors record from now on (a lazy target), and
-	 * until cbcmn__tsw_disarm.  Relaxed: a hint to them (trace.h). */
-	atomic_fetch_add_explicit(&((struct cbcmn__tseg_hdr *)p->map)->holds, 1, memory_order_relaxed);
+	 * until cbcmn__tsw_disarm or the lease ends it. */
 	p->armed = true;
+	hold(p);
 	*out = p;
 	return 0;
 }
@@ -162,6 +193,7 @@ uint32_t cbcmn__tsw_drain(struct cbcmn__tsw *w, cbcmn_trace_event *out, uint32_t
 {
 	uint32_t got = 0;
 	uint64_t drop = 0;
+	beat(w);
 	for (uint32_t k = 0; k < w->nexec; k++) {
 		struct cbcmn__trace_ring *r =
 			(struct cbcmn__trace_ring *)((char *)w->map + w->rings_off + w->stride * k);
@@ -217,7 +249,17 @@ void cbcmn__tsw_disarm(struct cbcmn__tsw *w)
 	if (!w->armed)
 		return;
 	w->armed = false;
-	atomic_fetch_sub_explicit(&((struct cbcmn__tseg_hdr *)w->map)->holds, 1, memory_order_relaxed);
+	struct cbcmn__tseg_hdr *h = w->map;
+	/* A hold the lease ended is not ours to let go: holds may be another
+	 * recorder's now.  Never below the runtime's own part either (the
+	 * lease may end between the test and the exchange). */
+	if (w->lease && atomic_load_explicit(&h->expired, memory_order_relaxed) != w->expired)
+		return;
+	uint32_t held = atomic_load_explicit(&h->holds, memory_order_relaxed);
+	while (held > w->own_holds &&
+	       !atomic_compare_exchange_weak_explicit(&h->holds, &held, held - 1, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
 }
 
 void cbcmn__tsw_close(struct cbcmn__tsw *w)

@@ -439,30 +439,73 @@ pid_t cbcmn__own_pid(pid_t pid)
 	return (pid_t)own;
 }
 
+/* Is link (a /proc/.../fd/N's target) a memfd named name? */
+static bool memfd_named(const char *link, const char *name)
+{
+	size_t len = strlen(name);
+	return strncmp(link, "/memfd:", 7) == 0 && strncmp(link + 7, name, len) == 0 &&
+	       link[7 + len] == ' ';
+}
+
+/* Open pid's descriptor nr as a path only (O_PATH): no open(2) of the
+ * file itself happens, whatever it is.  -errno, or the descriptor if it
+ * is a regular tmpfs file, a memfd named name, as this process sees it
+ * now; else -ENOENT. */
+static int memfd_path(pid_t pid, int nr, const char *name)
+{
+	char path[64], link[128];
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, nr);
+	int fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return errno == EPERM ? -EACCES : -errno;
+	/* tmpfs: not hugetlbfs, whose faults can fail with SIGBUS when its
+	 * pool is empty, nor a file with a look-alike name. */
+	struct statfs sfs;
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+	if (n > 0)
+		link[n] = '\0';
+	if (n <= 0 || !memfd_named(link, name) || fstatfs(fd, &sfs) != 0 ||
+	    sfs.f_type != TMPFS_MAGIC || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
+}
+
 /* Map the segment behind /proc/pid/fd/nr if it is a live one; *ino
  * tells which memfd it is (a watcher's view of a segment is one more
- * descriptor for the same one).  The target may be hostile: what we map
+ * descriptor for the same one).  The target may be hostile, and may put
+ * anything at nr between the listing that found the name and here: a
+ * device node or a FIFO, whose open(2) alone acts (a watchdog arms, a
+ * waiting reader wakes), with our credentials.  So nr is opened as a
+ * path first and checked (memfd_path()), then that very file reopened
+ * through our own descriptor, which nobody else can swap.  What we map
  * must be a sealed tmpfs file (nothing can shrink it, so no read of the
  * mapping can fault with SIGBUS), its header is checked on a copy read
  * with pread (no mapping needed to look), and only the part the checked
  * geometry covers is mapped. */
-int cbcmn__memfd_open(pid_t pid, int nr, int flags, struct stat *st, void *hdr, size_t hlen)
+int cbcmn__memfd_open(pid_t pid, int nr, const char *name, int flags, struct stat *st, void *hdr,
+		      size_t hlen)
 {
+	int pfd = memfd_path(pid, nr, name);
+	if (pfd < 0)
+		return pfd;
 	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, nr);
-	/* O_NONBLOCK: a FIFO under a memfd's name must not hang us. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", pfd);
+	/* O_NONBLOCK, O_NOCTTY: nothing but a regular file gets here now;
+	 * kept as a second line. */
 	int fd = open(path, flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	int err = errno;
+	close(pfd);
 	if (fd < 0)
-		return errno == EPERM ? -EACCES : -errno;
-	struct statfs sfs;
-	/* tmpfs: not hugetlbfs, whose faults can fail with SIGBUS when its
-	 * pool is empty, nor a file with a look-alike name.  Seals are never
-	 * removed: once seen, the size is final; so the size is read after
-	 * them (before, the owner could shrink the file, then seal it, and
-	 * we would map the old size: SIGBUS). */
+		return err == EPERM ? -EACCES : -err;
+	/* Seals are never removed: once seen, the size is final; so the size
+	 * is read after them (before, the owner could shrink the file, then
+	 * seal it, and we would map the old size: SIGBUS). */
 	int seals;
-	if (fstatfs(fd, &sfs) != 0 || sfs.f_type != TMPFS_MAGIC ||
-	    (seals = fcntl(fd, F_GET_SEALS)) < 0 || fstat(fd, st) != 0 || !S_ISREG(st->st_mode) ||
+	if ((seals = fcntl(fd, F_GET_SEALS)) < 0 || fstat(fd, st) != 0 || !S_ISREG(st->st_mode) ||
 	    st->st_size < (off_t)hlen || pread(fd, hdr, hlen, 0) != (ssize_t)hlen) {
 		close(fd);
 		return -ENOENT;
@@ -478,7 +521,7 @@ static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
 {
 	struct stat st;
 	struct cbcmn__seg_hdr h;
-	int fd = cbcmn__memfd_open(pid, nr, O_RDONLY, &st, &h, sizeof(h));
+	int fd = cbcmn__memfd_open(pid, nr, CBCMN__SEG_NAME, O_RDONLY, &st, &h, sizeof(h));
 	if (fd < 0)
 		return fd;
 	int rc;
@@ -535,8 +578,6 @@ static int found_cmp(const void *a, const void *b)
 
 int cbcmn__memfd_fds(pid_t pid, const char *name, int **fds, uint32_t *n)
 {
-	char want[64];
-	int wlen = snprintf(want, sizeof(want), "/memfd:%s ", name);
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
 	DIR *d = opendir(path);
@@ -555,8 +596,8 @@ int cbcmn__memfd_fds(pid_t pid, const char *name, int **fds, uint32_t *n)
 		if (len < 0)
 			continue; /* closed meanwhile */
 		target[len] = '\0';
-		if (strncmp(target, want, (size_t)wlen) != 0)
-			continue;
+		if (!memfd_named(target, name))
+			continue; /* a hint only: memfd_path() checks what it opens */
 		if (cnt == cap) {
 			int *nv = realloc(v, (cap = cap ? 2 * cap : 4) * sizeof(*v));
 			if (!nv) {

@@ -546,6 +546,116 @@ static void test_lazy_rings_record_only_while_a_recorder_is_attached(void **stat
 	whole_and_done(trace, &r, "lazy");
 }
 
+/* Wait up to ms for t's holds to be want; the holds then. */
+static uint32_t holds_become(struct target *t, uint32_t want, unsigned ms)
+{
+	uint64_t end = t_now_ns() + ms * 1000000ull;
+	uint32_t h;
+	while ((h = atomic_load(&t->h->holds)) != want && t_now_ns() < end)
+		usleep(10000);
+	return h;
+}
+
+/* A recorder killed (-9) while attached to a lazy target: its hold ends
+ * with the lease (trace_seg.h) once the rings are full, and the target
+ * stops recording.  It kept recording for ever before. */
+static void test_lazy_rings_of_a_recorder_killed_stop_recording(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "64:lazy", true, 0);
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	fflush(NULL);
+	pid_t rec = fork();
+	assert_true(rec >= 0);
+	if (rec == 0) {
+		struct cbcmn__tsw *w;
+		if (cbcmn__tsw_open(t.pid, t.h->rt_id, &w) != 0)
+			_exit(1);
+		cbcmn_trace_event ev[64];
+		struct cbcmn__tsw_stat st = {0};
+		(void)cbcmn__tsw_drain(w, ev, 64, &st);
+		if (write(p[1], "a", 1) != 1)
+			_exit(2);
+		pause(); /* attached until killed */
+	}
+	close(p[1]);
+	char c;
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	assert_int_equal(atomic_load(&t.h->holds), 1);
+	kill(rec, SIGKILL);
+	waitpid(rec, NULL, 0);
+	/* The lease (1 s) from when each ring is full, under load. */
+	uint32_t h = holds_become(&t, 0, 15000);
+	uint64_t before = target_tails(&t);
+	usleep(100000);
+	uint64_t after = target_tails(&t);
+	target_stop(&t);
+	printf("    holds %u after the recorder died; %llu events in 0.1 s after\n", h,
+	       (unsigned long long)(after - before));
+	assert_int_equal(h, 0);
+	assert_true(after - before <= 2 * 3); /* a slice under way per executor */
+}
+
+/* A live recorder keeps its hold past the lease while it drains; one
+ * stopped past it (^Z) loses it, and takes it again at its next drain;
+ * its close lets go of it. */
+static void test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "64:lazy", true, 0);
+	struct cbcmn__tsw *w;
+	assert_int_equal(cbcmn__tsw_open(t.pid, t.h->rt_id, &w), 0);
+	cbcmn_trace_event ev[256];
+	struct cbcmn__tsw_stat st = {0};
+	uint32_t low = 1;
+	for (uint64_t end = t_now_ns() + 2 * CBCMN__TSEG_LEASE_NS; t_now_ns() < end;) {
+		(void)cbcmn__tsw_drain(w, ev, 256, &st);
+		uint32_t h = atomic_load(&t.h->holds);
+		low = h < low ? h : low;
+		usleep(5000);
+	}
+	uint32_t stopped = holds_become(&t, 0, 15000);
+	(void)cbcmn__tsw_drain(w, ev, 256, &st);
+	uint32_t back = atomic_load(&t.h->holds);
+	cbcmn__tsw_close(w);
+	uint32_t closed = atomic_load(&t.h->holds);
+	target_stop(&t);
+	printf("    holds: %u at least while draining, %u stopped, %u back, %u closed\n", low,
+	       stopped, back, closed);
+	assert_int_equal(low, 1);
+	assert_int_equal(stopped, 0);
+	assert_int_equal(back, 1);
+	assert_int_equal(closed, 0);
+}
+
+/* A recorder whose hold the lease ended (stopped, never drained again)
+ * leaves at its close the hold of a recorder attached since: it is not
+ * its own to let go (and holds never goes below the runtime's part). */
+static void test_lazy_rings_close_of_an_expired_recorder_keeps_anothers_hold(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "64:lazy", true, 0);
+	struct cbcmn__tsw *stale, *live;
+	assert_int_equal(cbcmn__tsw_open(t.pid, t.h->rt_id, &stale), 0);
+	uint32_t expired = holds_become(&t, 0, 15000);
+	assert_int_equal(cbcmn__tsw_open(t.pid, t.h->rt_id, &live), 0);
+	cbcmn__tsw_close(stale);
+	uint32_t kept = atomic_load(&t.h->holds);
+	cbcmn__tsw_close(live);
+	uint32_t closed = atomic_load(&t.h->holds);
+	target_stop(&t);
+	printf("    holds: %u expired, %u after the stale close, %u after the live one\n", expired,
+	       kept, closed);
+	assert_int_equal(expired, 0);
+	assert_int_equal(kept, 1);
+	assert_int_equal(closed, 0);
+}
+
 /* A target killed while recorded (SIGALRM, 0.6 s in): the recording ends
  * with it, status 0, the file whole, with what its rings held then (our
  * mapping keeps them). */
@@ -1198,6 +1308,9 @@ int main(void)
 		cmocka_unit_test(test_record_pid_of_a_target_with_rings),
 		cmocka_unit_test(test_record_pid_of_a_target_killed_meanwhile_is_whole),
 		cmocka_unit_test(test_lazy_rings_record_only_while_a_recorder_is_attached),
+		cmocka_unit_test(test_lazy_rings_of_a_recorder_killed_stop_recording),
+		cmocka_unit_test(test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back),
+		cmocka_unit_test(test_lazy_rings_close_of_an_expired_recorder_keeps_anothers_hold),
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
 		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),

@@ -11,9 +11,11 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -405,6 +407,102 @@ static void test_shrunk_segment_no_sigbus(void **state)
 	fake_stop(&f);
 }
 
+/* A FIFO, in a directory of its own, whose opens (not as a path) the
+ * returned inotify descriptor reports. */
+static int fifo_watched(char *dir, char *fifo, size_t len)
+{
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, len, "%s/fifo", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	assert_true(in >= 0);
+	assert_true(inotify_add_watch(in, fifo, IN_OPEN) >= 0);
+	return in;
+}
+
+static int fifo_opens(int in)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int n = 0;
+	for (ssize_t r; (r = read(in, buf, sizeof(buf))) > 0;)
+		for (char *p = buf; p < buf + r; p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len)
+			n++;
+	return n;
+}
+
+/* The descriptor a watcher found by its name is checked before it is
+ * opened: a FIFO (as a device node, whose open alone acts, with the
+ * watcher's credentials) is never opened, nor a memfd of another name;
+ * a runtime's is. */
+static void test_memfd_open_checks_before_it_opens(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/cbcmn-watch-fifo-XXXXXX", fifo[64];
+	int in = fifo_watched(dir, fifo, sizeof(fifo));
+	int path = open(fifo, O_PATH | O_CLOEXEC);
+	assert_true(path >= 0);
+	struct stat st;
+	struct cbcmn__seg_hdr h;
+	assert_int_equal(cbcmn__memfd_open(getpid(), path, CBCMN__SEG_NAME, O_RDWR, &st, &h, sizeof(h)),
+			 -ENOENT);
+	assert_int_equal(fifo_opens(in), 0);
+	int other = cbcmn__memfd_sealed("cbcmn-other", 4096);
+	int ours = cbcmn__memfd_sealed(CBCMN__SEG_NAME, 4096);
+	assert_true(other >= 0 && ours >= 0);
+	assert_int_equal(cbcmn__memfd_open(getpid(), other, CBCMN__SEG_NAME, O_RDONLY, &st, &h,
+					   sizeof(h)),
+			 -ENOENT);
+	int fd = cbcmn__memfd_open(getpid(), ours, CBCMN__SEG_NAME, O_RDONLY, &st, &h, sizeof(h));
+	assert_true(fd >= 0);
+	close(fd);
+	close(other);
+	close(ours);
+	close(path);
+	close(in);
+	unlink(fifo);
+	rmdir(dir);
+}
+
+/* A target that swaps, at the descriptor of its segment, the memfd and a
+ * FIFO (opened as a path: no permission needed, no open) as fast as it
+ * can: a watcher that opened /proc/PID/fd/N after it listed the name
+ * opened the FIFO within a few tries, with its own credentials (a root
+ * cbcmn-top, a device node: a watchdog armed).  Bounded: 1 s. */
+static void test_watch_of_a_target_swapping_its_descriptor_opens_only_memfds(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/cbcmn-watch-swap-XXXXXX", fifo[64];
+	int in = fifo_watched(dir, fifo, sizeof(fifo));
+	fflush(NULL);
+	pid_t kid = fork();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int seg = cbcmn__memfd_sealed(CBCMN__SEG_NAME, 8192);
+		int path = open(fifo, O_PATH);
+		if (seg < 0 || path < 0)
+			_exit(1);
+		for (;;) {
+			dup2(seg, 200);
+			dup2(path, 200);
+		}
+	}
+	int tries = 0, opens = 0;
+	for (uint64_t end = t_now_ns() + 1000000000ull; t_now_ns() < end && !opens; tries++) {
+		cbcmn_watch *w = NULL;
+		if (cbcmn_watch_open(kid, 0, &w) == 0)
+			cbcmn_watch_close(w); /* not a live runtime's: never */
+		opens = fifo_opens(in);
+	}
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	close(in);
+	unlink(fifo);
+	rmdir(dir);
+	printf("    %d watch opens of a swapping target: the FIFO opened %d times\n", tries, opens);
+	assert_int_equal(opens, 0);
+}
+
 /* A hostile target's mailbox histograms: per executor the quantile
  * saturates its sums (cbcmn_stats_hist_quantile()), but the total's
  * histogram was summed over executors with a plain add, so 2^64 - 1 and 2
@@ -725,6 +823,8 @@ int main(void)
 		T_WATCHED_TEST(test_errors),
 		T_WATCHED_TEST(test_not_permitted),
 		T_WATCHED_TEST(test_shrunk_segment_no_sigbus),
+		T_WATCHED_TEST(test_memfd_open_checks_before_it_opens),
+		T_WATCHED_TEST(test_watch_of_a_target_swapping_its_descriptor_opens_only_memfds),
 		T_WATCHED_TEST(test_header_rewritten_after_open),
 		T_WATCHED_TEST(test_forged_mailbox_hist_total_does_not_wrap),
 		T_WATCHED_TEST(test_corrupt_headers_refused),
