@@ -1355,9 +1355,23 @@ static bool ring_may_defer(struct cbcmn__exec *e)
 	return false;
 }
 
+/* Nothing on e to run next, nor about to be (its slot, pinned queue,
+ * deque and yield list empty, no completion to reap, no mail; no actors,
+ * no lab): the pick will come up empty and search() submit whatever SQEs
+ * wait.  Wrong either way only costs an enter sooner or a look at the
+ * clock (ring_may_defer()). */
+static inline bool nothing_queued(struct cbcmn__exec *e)
+{
+	return !atomic_load_explicit(&e->slot, memory_order_relaxed) && !e->pq_head &&
+	       !e->yq_head && cbcmn__deque_len(&e->dq) <= 0 && !io_uring_cq_ready(&e->ring.u) &&
+	       !cbcmn__has_mail(e) && !e->wheel && !e->rt->lab;
+}
+
 /* Between tasks: submit the SQEs the tasks queued once enough have waited
- * (or at once when idle), and turn completions into ready tasks.  Then
- * take what other executors sent.  One io_uring_enter for a whole batch. */
+ * (or at once when idle, or with nothing else to run: without asking the
+ * clock, once a request for an echo server that answers and goes looking,
+ * issue 15), and turn completions into ready tasks.  Then take what other
+ * executors sent.  One io_uring_enter for a whole batch. */
 static void ring_poll(struct cbcmn__exec *e, bool idle)
 {
 	if (e->ep) {
@@ -1367,7 +1381,7 @@ static void ring_poll(struct cbcmn__exec *e, bool idle)
 	struct io_uring *u = &e->ring.u;
 	unsigned sq = cbcmn__sq_unflushed(u);
 	bool kernel = IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
-	if ((sq && (idle || !ring_may_defer(e))) || kernel || e->ring.resubmit)
+	if ((sq && (idle || nothing_queued(e) || !ring_may_defer(e))) || kernel || e->ring.resubmit)
 		cbcmn__ring_submit(e, false, 0);
 	if (io_uring_cq_ready(u))
 		cbcmn__ring_reap(e);
