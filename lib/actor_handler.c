@@ -73,6 +73,9 @@ struct cbcmn__hnd {
 	struct cbcmn__hnd *kick_next; /* a wakes list (cbcmn__hnd_note()) */
 	bool queued;                  /* slot lock: see the top of the file */
 	bool held;                    /* host only: msg is to be called again (RETRY) */
+	/* hnd_halt() gave the held message to drop before the halt began:
+	 * still undelivered if the host ends in there (cbcmn__hnd_host_end()). */
+	uint8_t held_dropped;
 	/* Its receive deadline (host only; the heap below). */
 	uint32_t tmo_seq;             /* names its live heap entry while armed */
 	uint32_t tmo_refs;            /* heap entries naming it, live or stale */
@@ -587,6 +590,7 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	/* A message taken for a RETRY is still undelivered: the oldest. */
 	uint32_t held = held_undelivered(h);
 	h->held = false; /* given to drop: once, even if the host ends in there */
+	h->held_dropped = (uint8_t)held;
 	if (held && a->drop)
 		a->drop(h->state, &h->msg);
 	bool contained = a->contained; /* fixed at spawn */
@@ -762,6 +766,8 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 			bool contained = h->a->contained;
 			if (!begun)
 				CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
+			/* Ended in the held message's drop: undelivered too. */
+			held += h->held_dropped;
 			int64_t r = cbcmn__actor_halt_slot(h->a, result, held, t->exec);
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))
