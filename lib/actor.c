@@ -615,21 +615,24 @@ int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t 
 	return halt_x(a, reason, held, e);
 }
 
-/* The halt of task t's actor runs on t's stack (or its inline parent's)
- * after t's function returned, below no landing pad: one here, so that a
- * stack overflow or a budget's unwind inside drop or fini ends that
- * callback and the halt goes on (halt_finish()).  Else the landing went
- * to the returned function's pad, a frame that was no more.  A task ended
- * under its thread (the reaper, sched.c) comes back here with the halt
- * begun: it goes on likewise. */
-static int64_t halt_guarded(struct cbcmn_task *t, int64_t result)
+/* The end of task t's actor (or of its handler host: its handler actors'
+ * halts) runs on t's stack (or its inline parent's) after t's function
+ * returned, below no landing pad: one here, so that a stack overflow or a
+ * budget's unwind inside a drop or fini ends that callback and the end
+ * goes on, end(t, result) called again (it must carry on from where it
+ * was: halt_finish()).  Else the landing went to the returned function's
+ * pad, a frame that was no more.  A task ended under its thread (the
+ * reaper, sched.c) comes back here with the halt begun: it goes on
+ * likewise. */
+int64_t cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
+				 int64_t (*end)(struct cbcmn_task *t, int64_t result))
 {
 	void *jb[5];
 	struct cbcmn_task *volatile vt = t;
 	volatile uint64_t fpcw = cbcmn__fpcw_read();
 	/* Only the task this thread runs has its stack here to land on. */
 	bool own = cbcmn__tls_exec && cbcmn__tls_exec->current == t;
-	void **was = t->landing; /* as it was: what comes after the halt sees no change */
+	void **was = t->landing; /* as it was: what comes after the end sees no change */
 	if (own) {
 		t->landing = jb;
 		if (__builtin_setjmp(jb) != 0) {
@@ -637,17 +640,22 @@ static int64_t halt_guarded(struct cbcmn_task *t, int64_t result)
 			cbcmn__overflow_landed(t, jb, fpcw);
 		}
 	}
-	int64_t reason = halt(t->arg, result, t->exec);
+	int64_t reason = end(t, result);
 	if (own)
 		t->landing = was;
 	return reason;
+}
+
+static int64_t halt_task(struct cbcmn_task *t, int64_t result)
+{
+	return halt(t->arg, result, t->exec);
 }
 
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)
 {
 	struct cbcmn__actor *a = t->arg;
 	bool contained = a->contained; /* set before the spawn published t */
-	int64_t reason = halt_guarded(t, result);
+	int64_t reason = cbcmn__actor_end_guarded(t, result, halt_task);
 	return contained ? 0 : reason;
 }
 

@@ -1543,6 +1543,79 @@ static void test_host_ended_in_the_held_message_s_drop_drops_it_once(void **stat
 	hdrop_case(true);
 }
 
+/* ---- its host ended in a call, then again in a drop of the halt that
+ * its end runs ---- */
+
+/* Overflows the host's stack at its first call. */
+static int64_t hcrash_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	struct hdrop *d = state;
+	(void)cx;
+	(void)m;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&d->go) && t_now_ns() < end)
+		; /* the others in its mailbox first */
+	(void)t_recurse(NULL, 0);
+	return 0;
+}
+
+static int64_t hcrash_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct hdrop *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = hdrop_drop, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_ref h;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hcrash_handler, d, &o, &h) == 0);
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, h, &id) == 0);
+	for (uint64_t i = 0; i <= HD_MSGS; i++) { /* the first one is called */
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, h, &m) == 0);
+	}
+	atomic_store(&d->go, 1);
+	for (uint64_t wait = T_STALL_NS;; wait = 200000000ull) {
+		cbcmn_actor_msg m;
+		if (cbcmn_actor_receive(cx, &m, wait) != 0)
+			break;
+		TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.body.down.monitor == id);
+		d->downs++;
+		d->undelivered = m.body.down.undelivered;
+	}
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static int64_t hcrash_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, hcrash_watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Review of issue 16's fix: a host ended in a handler halts its handler
+ * actors from its end (cbcmn__hnd_host_end()), after its function's
+ * landing pad is gone; a drop that overflowed there jumped to that pad,
+ * a frame that was no more.  It ends that drop and the halt goes on. */
+static void test_host_ended_then_overflowing_in_a_drop_at_its_end(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hdrop d = {0};
+	t_run(rt, hcrash_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), HD_MSGS);
+	assert_int_equal(d.downs, 1);
+	assert_int_equal(d.undelivered, HD_MSGS);
+	t_destroy(rt);
+}
+
 /* ---- two hosts on two executors ended together: one's handler actors
  * watch the other's, whose DOWNs reach watchers that are halting ---- */
 
@@ -1646,6 +1719,7 @@ int main(int argc, char **argv)
 		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
 		T(test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt),
 		T(test_host_ended_in_the_held_message_s_drop_drops_it_once),
+		T(test_host_ended_then_overflowing_in_a_drop_at_its_end),
 		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
 	};
 #undef T
