@@ -1986,7 +1986,9 @@ static int64_t dinl_main(cbcmn_cx *cx, void *arg)
  * stack of the task whose await ran it inline, and an overflow in its
  * drop landed on that task's pad: the awaiting task ended instead, and
  * the halt never finished (the nursery waited for the actor for ever).
- * The drop ends, the halt goes on, the awaiting task goes on. */
+ * The drop ends, the halt goes on, the awaiting task goes on.  Its
+ * thread's end there likewise hung: the reaper ended the awaiting task
+ * alone; it ends the actor's halt first, then that task. */
 static void test_stack_overflow_in_drop_of_an_actor_halted_inline(void **state)
 {
 	(void)state;
@@ -2000,6 +2002,22 @@ static void test_stack_overflow_in_drop_of_an_actor_halted_inline(void **state)
 	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
 	assert_int_equal(d.downs, 1);
 	assert_int_equal(d.reason, CBCMN_ECANCELED);
+	t_destroy(rt);
+}
+
+static void test_thread_exit_in_drop_of_an_actor_halted_inline(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dend d = {.die = true};
+	/* The awaiting task's frames went with the thread: it ends too. */
+	t_run(rt, dinl_main, &d, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.downs, 0);
 	t_destroy(rt);
 }
 
@@ -2677,6 +2695,7 @@ int main(int argc, char **argv)
 		T(test_stack_overflow_in_drop_finishes_the_halt_once),
 		T(test_thread_exit_in_drop_finishes_the_halt_once),
 		T(test_stack_overflow_in_drop_of_an_actor_halted_inline),
+		T(test_thread_exit_in_drop_of_an_actor_halted_inline),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),
