@@ -615,39 +615,49 @@ int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t 
 	return halt_x(a, reason, held, e);
 }
 
-/* The halt of task t's actor runs on t's stack (or its inline parent's)
- * after t's function returned, below no landing pad: one here, so that a
- * stack overflow or a budget's unwind inside drop or fini ends that
- * callback and the halt goes on (halt_finish()).  Else the landing went
- * to the returned function's pad, a frame that was no more.  A task ended
- * under its thread (the reaper, sched.c) comes back here with the halt
- * begun: it goes on likewise. */
-static int64_t halt_guarded(struct cbcmn_task *t, int64_t result)
+/* The end of task t's actor (or of its handler host: its handler actors'
+ * halts) runs on the stack of the task this thread runs (t's own after
+ * its function returned, or its inline parent's; the task whose await ran
+ * t inline if t never started), below no landing pad of that stack's for
+ * it: one here, so that a stack overflow or a budget's unwind inside a
+ * drop or fini ends that callback and the end goes on, end(t, result)
+ * called again (it must carry on from where it was: halt_finish()), and
+ * that task after it.  Else the landing went to the returned function's
+ * pad, a frame that was no more, or ended the task that ran t inline
+ * instead, t's halt left half done.  A task ended under its thread (the
+ * reaper, sched.c) comes back here with the halt begun: it goes on
+ * likewise.  Not on a task's stack (the scheduler's), no pad. */
+int64_t cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
+				 int64_t (*end)(struct cbcmn_task *t, int64_t result))
 {
 	void *jb[5];
-	struct cbcmn_task *volatile vt = t;
+	struct cbcmn_task *on = cbcmn__tls_exec ? cbcmn__tls_exec->current : NULL;
+	struct cbcmn_task *volatile von = on;
 	volatile uint64_t fpcw = cbcmn__fpcw_read();
-	/* Only the task this thread runs has its stack here to land on. */
-	bool own = cbcmn__tls_exec && cbcmn__tls_exec->current == t;
-	void **was = t->landing; /* as it was: what comes after the halt sees no change */
-	if (own) {
-		t->landing = jb;
+	void **was = on ? on->landing : NULL; /* as it was: what comes after sees no change */
+	if (on) {
+		on->landing = jb;
 		if (__builtin_setjmp(jb) != 0) {
-			t = vt;
-			cbcmn__overflow_landed(t, jb, fpcw);
+			on = von;
+			cbcmn__overflow_landed_frame(on, jb, fpcw);
 		}
 	}
-	int64_t reason = halt(t->arg, result, t->exec);
-	if (own)
-		t->landing = was;
+	int64_t reason = end(t, result);
+	if (on)
+		on->landing = was;
 	return reason;
+}
+
+static int64_t halt_task(struct cbcmn_task *t, int64_t result)
+{
+	return halt(t->arg, result, t->exec);
 }
 
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)
 {
 	struct cbcmn__actor *a = t->arg;
 	bool contained = a->contained; /* set before the spawn published t */
-	int64_t reason = halt_guarded(t, result);
+	int64_t reason = cbcmn__actor_end_guarded(t, result, halt_task);
 	return contained ? 0 : reason;
 }
 

@@ -268,6 +268,11 @@ int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_
  * (a stop's wins). */
 int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 			       struct cbcmn__exec *e);
+/* actor.c, for actor_handler.c: end(t, result) for task t's end under a
+ * landing pad of its own; a landing inside (a drop or fini overflowed)
+ * calls end again, which goes on from where it was. */
+int64_t cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
+				 int64_t (*end)(struct cbcmn_task *t, int64_t result));
 /* actor_mbox.c, for actor_handler.c: take a's next deliverable message
  * (a due DOWN/EXIT first) into *m under its lock, handing freed room to
  * waiting senders (wl); e: the host's executor, whose trace ring records

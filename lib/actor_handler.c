@@ -73,6 +73,8 @@ struct cbcmn__hnd {
 	struct cbcmn__hnd *kick_next; /* a wakes list (cbcmn__hnd_note()) */
 	bool queued;                  /* slot lock: see the top of the file */
 	bool held;                    /* host only: msg is to be called again (RETRY) */
+	uint8_t held_dropped;         /* its held message went to drop (held_drop()) */
+	bool ended;                   /* halted by its host's end (cbcmn__hnd_host_end()) */
 	/* Its receive deadline (host only; the heap below). */
 	uint32_t tmo_seq;             /* names its live heap entry while armed */
 	uint32_t tmo_refs;            /* heap entries naming it, live or stale */
@@ -575,6 +577,21 @@ static uint32_t held_undelivered(const struct cbcmn__hnd *h)
 	return h->held && h->msg.type < CBCMN_ACTOR_SYS;
 }
 
+/* h halts: the message it holds for a RETRY, if the program's, to drop,
+ * once and counted undelivered (held_dropped, for the DOWN), even if the
+ * host ends in there and its end halts h (cbcmn__hnd_host_end()). */
+static void held_drop(struct cbcmn__hnd *h)
+{
+	if (!held_undelivered(h)) {
+		h->held = false;
+		return;
+	}
+	h->held = false;
+	h->held_dropped = 1;
+	if (h->a->drop)
+		h->a->drop(h->state, &h->msg);
+}
+
 /* Records a host keeps for its next joins: a subtree's worth of a tree of
  * spawns (skynet's ten children a node). */
 #define SPARE_MAX 64u
@@ -585,17 +602,14 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 {
 	struct cbcmn__actor *a = h->a;
 	/* A message taken for a RETRY is still undelivered: the oldest. */
-	uint32_t held = held_undelivered(h);
-	h->held = false; /* given to drop: once, even if the host ends in there */
-	if (held && a->drop)
-		a->drop(h->state, &h->msg);
+	held_drop(h);
 	bool contained = a->contained; /* fixed at spawn */
 	tmo_disarm(host, h); /* no TIMEOUT after the halt */
 	tmo_count(h);
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 	/* Its DOWNs count it undelivered too (the mailbox's alone before:
 	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
-	reason = cbcmn__actor_halt_slot(a, reason, held, e);
+	reason = cbcmn__actor_halt_slot(a, reason, h->held_dropped, e);
 	/* As a task's end would tell its nursery (nursery.c): the first
 	 * failure is the host's result, and a real one cancels the siblings
 	 * at once (fail fast). */
@@ -736,7 +750,10 @@ int64_t cbcmn__hnd_host_main(cbcmn_cx *cx, void *arg)
 	return host->first_error;
 }
 
-int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
+/* cbcmn__hnd_host_end(), under a landing pad: a drop or fini it calls
+ * may end the task again (its stack overflows), and it then starts over,
+ * past the handler actors halted already, that one's halt going on. */
+static int64_t host_end(struct cbcmn_task *t, int64_t result)
 {
 	struct host *host = t->arg;
 	/* Ended without returning (a checkpoint or a budget ended the task,
@@ -749,26 +766,33 @@ int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
 		host->cur = NULL;
 		host->cancelled = true; /* no more joins: the task is gone */
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
+			if (h->ended)
+				continue;
 			/* Its halt under way (hnd_halt()), and the task ended
 			 * in its drop or fini: that halt goes on (actor.c,
 			 * halt_x()), its held message and gauge done already. */
 			bool begun = h->a->halt_begun;
-			uint32_t held = held_undelivered(h);
-			h->held = false;
-			if (held && h->a->drop)
-				h->a->drop(h->state, &h->msg);
+			held_drop(h);
 			tmo_disarm(host, h);
 			tmo_count(h);
 			bool contained = h->a->contained;
 			if (!begun)
 				CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
-			int64_t r = cbcmn__actor_halt_slot(h->a, result, held, t->exec);
+			int64_t r = cbcmn__actor_halt_slot(h->a, result, h->held_dropped, t->exec);
+			h->ended = true;
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))
 				host->first_error = r;
 		}
 		result = host->first_error;
 	}
+	return result;
+}
+
+int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result)
+{
+	struct host *host = t->arg;
+	result = cbcmn__actor_end_guarded(t, result, host_end);
 	host_unref(host);
 	return result;
 }

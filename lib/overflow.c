@@ -457,7 +457,7 @@ void cbcmn__stack_exhausted(struct cbcmn_task *t)
 	land(t);
 }
 
-void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw)
+void cbcmn__overflow_landed_frame(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw)
 {
 #ifdef __SANITIZE_ADDRESS__
 	/* The abandoned frames below the landing pad keep their poisoned
@@ -474,6 +474,11 @@ void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t 
 	if (have_base_mask)
 		pthread_sigmask(SIG_SETMASK, &base_mask, NULL);
 	cbcmn__fpcw_write(fpcw);
+}
+
+void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw)
+{
+	cbcmn__overflow_landed_frame(t, landing_frame, fpcw);
 	/* The nurseries it left open are cancelled and awaited here (they
 	 * cannot outlive it; their children that never started do not run).
 	 * The task passed a stack check when it opened them, a few frames

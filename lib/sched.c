@@ -553,12 +553,19 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	/* Before the cancel check: a child ending either way ends inline
 	 * (its nursery counts it so, cbcmn__nursery_child_done()). */
 	child->inline_parent = parent;
-	if (cancel_unstarted(child))
-		return;
 	child->stack = parent->stack; /* borrowed: parent's fiber owns it */
-	child->sp = (void *)1;        /* started: never taken inline again */
-	atomic_store_explicit(&child->state, CBCMN__T_RUNNING, memory_order_relaxed);
+	/* Ended here, never started, as it would end after a run: the task
+	 * this thread runs, on parent's stack.  An actor's halt calls its
+	 * drop and fini, and one that overflows that stack or ends the
+	 * thread ends them, the halt goes on, and parent after it (actor.c,
+	 * the reaper) instead of parent ending in the child's halt. */
 	e->current = child;
+	if (cancel_unstarted(child)) {
+		e->current = parent;
+		return;
+	}
+	child->sp = (void *)1; /* started: never taken inline again */
+	atomic_store_explicit(&child->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	/* The stall monitor names the child while it runs (monitor.c). */
 	atomic_store_explicit(&e->diag.run_task, child->id, memory_order_relaxed);
 	CBCMN__COUNT(e, tasks_run, 1);

@@ -1960,6 +1960,67 @@ static void test_thread_exit_in_drop_finishes_the_halt_once(void **state)
 	dend_case(true);
 }
 
+/* An actor cancelled before it started, run by its nursery's await on
+ * the awaiting task's stack (inline), halts there: its drop overflows
+ * that task's stack. */
+static int64_t dinl_main(cbcmn_cx *cx, void *arg)
+{
+	struct dend *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = dend_drop};
+	cbcmn_actor_ref v;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_victim, d, &o, &v) == 0);
+	for (uint64_t i = 0; i < DE_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, v, &m) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	d->reason = cbcmn_nursery_await_all(cx, n);
+	d->downs++; /* the awaiting task went on */
+	return 0;
+}
+
+/* Review of issue 16's fix: the halt's landing pad was the halting
+ * task's only if that task ran; an actor that never started halts on the
+ * stack of the task whose await ran it inline, and an overflow in its
+ * drop landed on that task's pad: the awaiting task ended instead, and
+ * the halt never finished (the nursery waited for the actor for ever).
+ * The drop ends, the halt goes on, the awaiting task goes on.  Its
+ * thread's end there likewise hung: the reaper ended the awaiting task
+ * alone; it ends the actor's halt first, then that task. */
+static void test_stack_overflow_in_drop_of_an_actor_halted_inline(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dend d = {0};
+	t_run(rt, dinl_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.downs, 1);
+	assert_int_equal(d.reason, CBCMN_ECANCELED);
+	t_destroy(rt);
+}
+
+static void test_thread_exit_in_drop_of_an_actor_halted_inline(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dend d = {.die = true};
+	/* The awaiting task's frames went with the thread: it ends too. */
+	t_run(rt, dinl_main, &d, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.downs, 0);
+	t_destroy(rt);
+}
+
 /* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
 
 struct unl {
@@ -2633,6 +2694,8 @@ int main(int argc, char **argv)
 		T(test_link_from_a_drop_callback_is_refused_not_inherited),
 		T(test_stack_overflow_in_drop_finishes_the_halt_once),
 		T(test_thread_exit_in_drop_finishes_the_halt_once),
+		T(test_stack_overflow_in_drop_of_an_actor_halted_inline),
+		T(test_thread_exit_in_drop_of_an_actor_halted_inline),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),

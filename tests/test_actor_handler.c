@@ -1202,13 +1202,25 @@ struct ov {
 	cbcmn_actor_ref p, s;
 	struct watch w;
 	_Atomic int s_ready, s_called, dropped;
+	/* The first drop of each (p's, s's) at the host's end overflows. */
+	bool p_drops;
+	_Atomic int go, p_dropped;
 };
+
+static void ovp_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct ov *o = state;
+	(void)m;
+	if (atomic_fetch_add(&o->p_dropped, 1) == 0)
+		(void)t_recurse(NULL, 0);
+}
 
 static void ov_drop(void *state, const cbcmn_actor_msg *m)
 {
 	struct ov *o = state;
 	(void)m;
-	atomic_fetch_add(&o->dropped, 1);
+	if (atomic_fetch_add(&o->dropped, 1) == 0 && o->p_drops)
+		(void)t_recurse(NULL, 0);
 }
 
 static int64_t ov_sibling(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
@@ -1229,8 +1241,12 @@ static int64_t ov_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 		atomic_store(&o->s_ready, 1); /* publishes o->s */
 		return CBCMN_ACTOR_CONTINUE;
 	}
-	if (m->type == M_PANIC)
+	if (m->type == M_PANIC) {
+		uint64_t end = t_now_ns() + T_STALL_NS;
+		while (o->p_drops && !atomic_load(&o->go) && t_now_ns() < end)
+			; /* the messages for its drop first */
 		return t_recurse(NULL, 0);
+	}
 	return CBCMN_ACTOR_CONTINUE;
 }
 
@@ -1240,7 +1256,9 @@ static int64_t ov_main(cbcmn_cx *cx, void *arg)
 	cbcmn_nursery *wn;
 	TASK_CHECK(open_n(cx, &o->n) == 0);
 	TASK_CHECK(open_n(cx, &wn) == 0);
-	cbcmn_actor_opts po = {.start = true};
+	cbcmn_actor_opts po = {.start = true, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	if (o->p_drops)
+		po.drop = ovp_drop;
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, o->n, ov_handler, o, &po, &o->p) == 0);
 	while (!atomic_load(&o->s_ready))
 		cbcmn_sleep(cx, 100000);
@@ -1256,9 +1274,58 @@ static int64_t ov_main(cbcmn_cx *cx, void *arg)
 		cbcmn_sleep(cx, 100000);
 	cbcmn_actor_msg p = msg(M_PANIC, 0, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p, &p) == 0);
+	for (int i = 0; o->p_drops && i < 2; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p, &d) == 0);
+	atomic_store(&o->go, 1);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, o->n) == CBCMN_EPANIC);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
 	return 0;
+}
+
+static int64_t ov_sink(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 && m.type != M_QUIT)
+		;
+	return 0;
+}
+
+/* Actors spawned where the host ran get slots of their own (a slot freed
+ * twice was in the executor's cache twice, a loop there). */
+#define OV_RESPAWN 4
+
+static int64_t ov_respawn(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref r[OV_RESPAWN];
+	for (int i = 0; i < OV_RESPAWN; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, ov_sink, NULL, NULL, &r[i]) == 0);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	for (int i = 0; i < OV_RESPAWN; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, r[i], &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void ov_case(bool p_drops)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	struct ov o = {.p_drops = p_drops};
+	assert_int_equal(t_run_pinned(rt, 0, ov_main, &o), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&o.w.got), 1);
+	assert_int_equal(o.w.down.body.down.reason, CBCMN_EPANIC);
+	assert_int_equal(atomic_load(&o.dropped), 2);
+	assert_int_equal(o.w.down.body.down.undelivered, 2);
+	assert_int_equal(atomic_load(&o.p_dropped), p_drops ? 2 : 0);
+	assert_int_equal(t_run_pinned(rt, 1, ov_respawn, NULL), 0);
+	ASSERT_TASK_CHECKS();
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.p, &m), -ESRCH);
+	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.s, &m), -ESRCH);
+	t_destroy(rt);
 }
 
 static void test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic(void **state)
@@ -1268,17 +1335,21 @@ static void test_handler_stack_overflow_halts_its_host_s_handlers_with_epanic(vo
 		T_SKIP("TSan cannot follow a jump out of a signal handler");
 		return;
 	}
-	cbcmn_runtime *rt = t_runtime(2);
-	struct ov o = {0};
-	t_run(rt, ov_main, &o, 0);
-	assert_int_equal(atomic_load(&o.w.got), 1);
-	assert_int_equal(o.w.down.body.down.reason, CBCMN_EPANIC);
-	assert_int_equal(atomic_load(&o.dropped), 2);
-	assert_int_equal(o.w.down.body.down.undelivered, 2);
-	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
-	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.p, &m), -ESRCH);
-	assert_int_equal(cbcmn_actor_try_send(rt, NULL, o.s, &m), -ESRCH);
-	t_destroy(rt);
+	ov_case(false);
+}
+
+/* Review of issue 16's fix: a host's end that a drop ends again starts
+ * over (cbcmn__actor_end_guarded()); the handler actors it had halted
+ * already are not halted a second time (their slots are free, maybe
+ * another actor's). */
+static void test_host_end_overflowing_in_a_later_drop_halts_each_once(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	ov_case(true);
 }
 
 /* ---- fairness: a flood between two handlers does not starve a fiber
@@ -1434,6 +1505,7 @@ static void test_handler_send_to_its_own_full_mailbox_is_edeadlk(void **state)
 
 struct hdrop {
 	bool held;               /* it halts on a stop holding a RETRY */
+	bool crash;              /* its first call overflows the host's stack */
 	_Atomic int go, retrying;
 	_Atomic long drops;
 	long downs;
@@ -1449,7 +1521,8 @@ static void hdrop_drop(void *state, const cbcmn_actor_msg *m)
 		(void)t_recurse(NULL, 0);
 }
 
-/* Halts at its first call, or keeps it for a RETRY until stopped. */
+/* Halts at its first call (or overflows there), or keeps it for a RETRY
+ * until stopped. */
 static int64_t hdrop_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
 {
 	struct hdrop *d = state;
@@ -1458,6 +1531,8 @@ static int64_t hdrop_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m
 	uint64_t end = t_now_ns() + T_STALL_NS;
 	while (!atomic_load(&d->go) && t_now_ns() < end)
 		; /* the others in its mailbox first */
+	if (d->crash)
+		(void)t_recurse(NULL, 0);
 	if (!d->held)
 		return CBCMN_ACTOR_HALT;
 	atomic_store(&d->retrying, 1);
@@ -1522,11 +1597,12 @@ static void hdrop_case(bool held)
 	struct hdrop d = {.held = held};
 	t_run(rt, hdrop_main, &d, 0);
 	/* Halting at its call, the called one is delivered; on a stop, the
-	 * held one is dropped too (and, its drop being where the host
-	 * ended, not counted in the DOWN: the halt had not begun). */
+	 * held one is dropped too, and undelivered as the others are in the
+	 * DOWN's count, though its drop is where the host ended, before the
+	 * halt began (a fiber actor's message counts likewise). */
 	assert_int_equal(atomic_load(&d.drops), HD_MSGS + held);
 	assert_int_equal(d.downs, 1);
-	assert_int_equal(d.undelivered, HD_MSGS);
+	assert_int_equal(d.undelivered, HD_MSGS + held);
 	t_destroy(rt);
 }
 
@@ -1540,6 +1616,29 @@ static void test_host_ended_in_the_held_message_s_drop_drops_it_once(void **stat
 {
 	(void)state;
 	hdrop_case(true);
+}
+
+/* ---- its host ended in a call, then again in a drop of the halt that
+ * its end runs ---- */
+
+/* Review of issue 16's fix: a host ended in a handler halts its handler
+ * actors from its end (cbcmn__hnd_host_end()), after its function's
+ * landing pad is gone; a drop that overflowed there jumped to that pad,
+ * a frame that was no more.  It ends that drop and the halt goes on. */
+static void test_host_ended_then_overflowing_in_a_drop_at_its_end(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hdrop d = {.crash = true};
+	t_run(rt, hdrop_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), HD_MSGS);
+	assert_int_equal(d.downs, 1);
+	assert_int_equal(d.undelivered, HD_MSGS);
+	t_destroy(rt);
 }
 
 /* ---- two hosts on two executors ended together: one's handler actors
@@ -1645,6 +1744,8 @@ int main(int argc, char **argv)
 		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
 		T(test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt),
 		T(test_host_ended_in_the_held_message_s_drop_drops_it_once),
+		T(test_host_ended_then_overflowing_in_a_drop_at_its_end),
+		T(test_host_end_overflowing_in_a_later_drop_halts_each_once),
 		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
 	};
 #undef T
