@@ -742,15 +742,27 @@ out:
 
 /* ---- hooks and public calls ------------------------------------------------------ */
 
-void cbcmn__sup_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e)
+/* n's supervisor, or NULL.  fn and user were set before the supervisor's
+ * task was published, and it cannot end while n has a child (it awaits n
+ * first): called by one. */
+static struct sup *sup_of(const struct cbcmn_nursery *n)
 {
 	struct cbcmn__actor *a = cbcmn__actor_of(n->owner);
-	/* fn and user were set before the supervisor's task was published,
-	 * and it cannot end while n has a child (it awaits n first). */
 	if (!a || a->fn != sup_main)
-		return;
+		return NULL;
 	struct sup *s = a->user;
-	if (s->n != n)
+	return s->n == n ? s : NULL;
+}
+
+bool cbcmn__sup_nursery(const struct cbcmn_nursery *n)
+{
+	return sup_of(n) != NULL;
+}
+
+void cbcmn__sup_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e)
+{
+	struct sup *s = sup_of(n);
+	if (!s)
 		return;
 	/* acq_rel: pairs with settle_exhausted()'s exchange. */
 	if (atomic_exchange_explicit(&s->poke, 1, memory_order_acq_rel))

@@ -118,8 +118,17 @@ void cbcmn__caps_grant(struct cbcmn_task *spawner, struct cbcmn_task *child, con
 	/* Never wider than the spawner's (SPEC-021 §10.2.4). */
 	child->caps = spawner->caps;
 	child->cap_limit = spawner->cap_limit;
-	if (!want)
+	if (!want) {
+		/* The CapBudget native implies while nothing is finite would
+		 * recharge a child given a finite budget at its first
+		 * exhaustion, to unlimited: its budget void (an actor with
+		 * channel_ops = 301 made millions of sends).  Implied, it is
+		 * not inherited where there is something finite to void; one
+		 * the program granted is (docs/BUDGETS.md). */
+		if (child->limited && child->rt->cap_budget_implicit)
+			child->caps &= ~CBCMN_CAP_BUDGET;
 		return;
+	}
 	child->caps &= want->flags;
 	cbcmn_budget w;
 	cbcmn__budget_defaults(&w, &want->budget_limit);
@@ -498,6 +507,21 @@ static bool self_recharge(struct cbcmn_task *t, int comp)
 	return true;
 }
 
+/* Could anything but its own children (uncounted waits) recharge t?  Not
+ * an actor's task nor a handler actors' host: the API names actors by
+ * reference, so nobody holds the handle cbcmn_budget_recharge() needs,
+ * and only a supervisor (n its nursery: poked below) tops them up.  Such
+ * a task waiting counted would wait for its opener's await_all to give up
+ * on it, which never comes while a sibling waits for its messages (a
+ * ring: the opener hung).  It ends at once instead, as the opener would
+ * end it, with CBCMN_EBUDGET (docs/ACTORS.md "Budgets"). */
+static bool nobody_recharges(const struct cbcmn_task *t, const struct cbcmn_nursery *n)
+{
+	bool actor = cbcmn__is_actor_task(t) ||
+		     (!(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__hnd_host_main);
+	return actor && !cbcmn__sup_nursery(n);
+}
+
 /* t cannot pay: wait until budget arrives (a refund, a recharge), or t is
  * ended (its opener gives up on it, or cancellation).  While a child t paid
  * for still runs, t will get something back when it ends: t waits for that
@@ -528,6 +552,11 @@ static void wait_exhausted(struct cbcmn_task *t, int comp)
 	iw.kind = CBCMN__G_PARKED;
 	t->budget_comp = (uint8_t)comp;
 	bool counted = counts_exhausted(t, comp);
+	if (counted && nobody_recharges(t, n)) {
+		cbcmn__mutex_unlock(&n->lock);
+		cbcmn__mutex_unlock(bl);
+		unwind(t, CBCMN_EBUDGET);
+	}
 	iw.user = counted ? &iw : NULL;
 	iw.qnext = n->exhausted;
 	n->exhausted = &iw;

@@ -435,6 +435,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->child_budget_limited = (c.child_budget.ops & c.child_budget.memory &
 				    c.child_budget.spawn_count & c.child_budget.channel_ops &
 				    c.child_budget.syscalls) != CBCMN_UNLIMITED;
+	rt->cap_budget_implicit = (c.caps.flags & CBCMN_CAP_BUDGET) && !(cfg && cfg->caps.flags);
 	if (c.profile == CBCMN_PROFILE_NATIVE) {
 		/* What the program left unset, before resolving made it
 		 * CBCMN_UNLIMITED (docs/BUDGETS.md, "Where budgets come from"). */

@@ -444,6 +444,10 @@ struct cbcmn__exec {
 struct cbcmn_runtime {
 	cbcmn_config cfg;                 /* immutable after create */
 	bool child_budget_limited;        /* cfg.child_budget has a finite part */
+	/* cfg.caps' CapBudget was implied (native, nothing finite), not
+	 * granted: a child given a finite budget does not inherit it
+	 * (cbcmn__caps_grant()). */
+	bool cap_budget_implicit;
 	/* Native profile: components of cfg.child_budget the program left
 	 * unset (1 << CBCMN__B_*), where a child takes a share (budget.c). */
 	uint32_t child_share;
@@ -949,6 +953,8 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt);
 /* actor_sup.c: a child of nursery n began to wait counted as exhausted
  * (budget.c), on executor e: if n is a supervisor's, tell it. */
 void cbcmn__sup_exhausted(struct cbcmn_nursery *n, struct cbcmn__exec *e);
+/* Is n a supervisor's nursery (whose exhausted children it decides on)? */
+bool cbcmn__sup_nursery(const struct cbcmn_nursery *n);
 /* Actor task t was stopped: it counts as cancelled (cbcmn__task_cancelled()).
  * joining: actor task self awaits nursery n (NULL: no more), which a stop
  * cancels (nursery.c). */

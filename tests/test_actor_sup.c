@@ -1035,9 +1035,12 @@ static void test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor(vo
 }
 
 /* Cancelled during its startup: the supervisor waits for budget at its
- * second child's spawn (a spawn count of 1), its nursery is cancelled:
- * the spawn gives up, the first child is ended and waited for, and the
- * supervisor halts with CBCMN_ECANCELED. */
+ * second child's spawn (a spawn count of 2: one paid the first spawn, the
+ * other went to the first child, which gives it back when it ends: a wait
+ * for a refund; an actor that nothing could recharge would end at once,
+ * test_actor_budget), its nursery is cancelled: the spawn gives up, the
+ * first child is ended and waited for, and the supervisor halts with
+ * CBCMN_ECANCELED. */
 static int64_t cancel_in_startup_main(cbcmn_cx *cx, void *arg)
 {
 	struct world *w = arg;
@@ -1059,9 +1062,11 @@ static void test_supervisor_cancelled_in_its_startup_ends_its_started_children(v
 	cbcmn_sup_child c[2];
 	child(&c[0], &w, 0);
 	child(&c[1], &w, 1);
+	cbcmn_budget kb = {.spawn_count = 1};
+	c[0].budget = &kb;
 	w.spec.children = c;
 	w.spec.report = &w.report;
-	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 1,
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 2,
 			   .channel_ops = 1ull << 16};
 	cbcmn_actor_opts so = {.budget = &sb};
 	w.sup_opts = &so;

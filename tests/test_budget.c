@@ -433,6 +433,51 @@ static void test_channel_ops_are_charged(void **state)
 	t_destroy(rt);
 }
 
+/* Under the default native config (an implied unlimited CapBudget), a
+ * child given a finite budget per spawn inherited that CapBudget and
+ * recharged itself to unlimited when it ran out: the loop never stopped. */
+static int64_t bounded_chatter(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_chan *c = arg;
+	long v = 1;
+	for (int i = 0; i < 1000; i++) { /* bounded: a void budget returns 0 */
+		assert_int_equal(cbcmn_chan_try_send(cx, c, &v), 0);
+		atomic_fetch_add(&chan_done, 1);
+		assert_int_equal(cbcmn_chan_try_recv(cx, c, &v), 0);
+		atomic_fetch_add(&chan_done, 1);
+	}
+	return 0;
+}
+
+static int64_t chatter_spawned_with_a_budget(cbcmn_cx *cx, void *arg)
+{
+	struct outcome *o = arg;
+	cbcmn_chan *c;
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_chan_create(cbcmn_cx_runtime(cx), 4, sizeof(long), &c), 0);
+	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
+	cbcmn_budget b = {.channel_ops = 5};
+	cbcmn_spawn_opts so = {.budget = &b}; /* caps NULL: the spawner's */
+	assert_int_equal(cbcmn_nursery_spawn_ex(cx, n, bounded_chatter, c, &so, NULL), 0);
+	o->await_rc = cbcmn_nursery_await_all(cx, n);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	return 0;
+}
+
+static void test_native_implied_cap_budget_does_not_void_a_spawns_budget(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2); /* the defaults: native, caps implied */
+	struct outcome o = {0};
+	atomic_store(&chan_done, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, chatter_spawned_with_a_budget, &o, &r), 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(o.await_rc, CBCMN_EBUDGET);
+	assert_int_equal(atomic_load(&chan_done), 5); /* its 5 operations, no more */
+	t_destroy(rt);
+}
+
 /* ---- capabilities ---- */
 
 static int64_t try_spawn(cbcmn_cx *cx, void *arg)
@@ -742,6 +787,7 @@ int main(void)
 		cmocka_unit_test(test_only_the_parent_recharges),
 		cmocka_unit_test(test_budgets_off),
 		cmocka_unit_test(test_channel_ops_are_charged),
+		cmocka_unit_test(test_native_implied_cap_budget_does_not_void_a_spawns_budget),
 		cmocka_unit_test(test_cap_spawn_is_granted_not_widened),
 		cmocka_unit_test(test_cap_budget_self_recharge_up_to_limit),
 		cmocka_unit_test(test_regression_exhausted_inline_child_does_not_hang),

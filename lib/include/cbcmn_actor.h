@@ -197,9 +197,13 @@ typedef struct cbcmn_actor_opts {
 	 * spawner keeps budget to receive with (docs/ACTORS.md "Budgets"). */
 	const cbcmn_budget *budget;
 	/* Its capabilities, intersected with the spawner's; NULL: all the
-	 * spawner holds (as in cbcmn_spawn_opts: without CBCMN_CAP_BUDGET an
-	 * exhausted actor waits for a recharge, and halts with CBCMN_EBUDGET
-	 * if its nursery gives up on it). */
+	 * spawner holds (as in cbcmn_spawn_opts; the CapBudget the native
+	 * profile implies is not inherited with a finite budget).  Without
+	 * CBCMN_CAP_BUDGET, an actor that cannot pay a cost waits while a
+	 * child it paid for may give back; else it halts with CBCMN_EBUDGET
+	 * at once (nobody holds a handle to recharge an actor), or, a
+	 * supervisor's child, its supervisor ends it or tops it up
+	 * (docs/ACTORS.md "Budgets"). */
 	const cbcmn_caps *caps;
 	/* Called at halt for each message left undelivered in the mailbox,
 	 * oldest first, on the halting actor's executor; it must not block

@@ -1,0 +1,229 @@
+/* test_actor_budget: an actor's channel_ops budget (docs/ACTORS.md
+ * "Budgets", docs/BUDGETS.md).  A token goes round a ring of three actors,
+ * the second of which was spawned with a channel_ops budget of B: each of
+ * its receives (a handler's calls) and sends costs one, so it receives
+ * (B + 1) / 2 times, sends (B - 1) / 2 times, and its next send ends it
+ * with CBCMN_EBUDGET, which its nursery's await_all reports.  Attacked:
+ * the spawn's capabilities left to inherit (native's implied CapBudget
+ * recharged it to unlimited: a ring member with B = 301 made millions of
+ * sends), no CapBudget (it waited exhausted for a recharge nobody can
+ * give an actor, and its opener waited for ever, the ring stalled), fiber
+ * and handler members, one executor (the direct switch) and two (the
+ * lanes), send, try_send and send_timeout, :service's defaults with only
+ * channel_ops asked, and a :cluster supervisor topping the member up
+ * (spec.recharge). */
+#include "helpers.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "actor_test.h"
+
+#define MEMBERS 3
+#define BUDGETED 1
+#define B 301
+#define HOPS 20000 /* far beyond what B pays for: where a void budget ends */
+
+struct ring {
+	cbcmn_actor_ref refs[MEMBERS];
+	_Atomic long recvs[MEMBERS], sends[MEMBERS];
+	_Atomic long hops;
+	bool handler, cross, no_caps;
+	cbcmn_sup_report *report;
+};
+
+/* The budgeted member varies how it sends: all three paths pay once. */
+static int pass_on(cbcmn_cx *cx, struct ring *r, long i, cbcmn_actor_msg *m)
+{
+	cbcmn_actor_ref next = r->refs[(i + 1) % MEMBERS];
+	long k = atomic_load(&r->sends[i]);
+	int rc = i != BUDGETED || k % 3 == 0 ? cbcmn_actor_send(NULL, cx, next, m)
+		 : k % 3 == 1                ? cbcmn_actor_try_send(NULL, cx, next, m)
+					     : cbcmn_actor_send_timeout(NULL, cx, next, m, T_STALL_NS);
+	if (rc == 0)
+		atomic_fetch_add(&r->sends[i], 1);
+	return rc;
+}
+
+/* One hop: 1 to go on, 0 the ring is done, else an error. */
+static int hop(cbcmn_cx *cx, struct ring *r, long i, const cbcmn_actor_msg *in)
+{
+	atomic_fetch_add(&r->recvs[i], 1);
+	cbcmn_actor_msg m = *in;
+	if (atomic_fetch_add(&r->hops, 1) >= HOPS)
+		m.type = M_QUIT;
+	int rc = pass_on(cx, r, i, &m);
+	/* The next member may have ended with the quit already. */
+	return m.type == M_QUIT ? 0 : rc ? rc : 1;
+}
+
+/* Each member's state: its ring and its index. */
+struct member {
+	struct ring *r;
+	long i;
+};
+
+static int64_t fiber_member(cbcmn_cx *cx, void *state)
+{
+	struct member *me = state;
+	cbcmn_actor_msg m;
+	int rc;
+	/* Timed: a stalled ring fails the test instead of hanging it. */
+	while ((rc = cbcmn_actor_receive(cx, &m, T_STALL_NS)) == 0)
+		if ((rc = hop(cx, me->r, me->i, &m)) != 1)
+			return rc;
+	return rc;
+}
+
+static int64_t handler_member(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	struct member *me = state;
+	int rc = hop(cx, me->r, me->i, m);
+	return rc == 1 ? CBCMN_ACTOR_CONTINUE : rc == 0 ? CBCMN_ACTOR_HALT : rc;
+}
+
+static struct member members[MEMBERS];
+
+static int64_t ring_main(cbcmn_cx *cx, void *arg)
+{
+	struct ring *r = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_budget b = {.channel_ops = B};
+	cbcmn_caps none = {0};
+	for (long i = 0; i < MEMBERS; i++) {
+		members[i] = (struct member){.r = r, .i = i};
+		cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED,
+				      .shard = r->cross ? (uint32_t)(i % 2) : 0};
+		if (i == BUDGETED) {
+			o.budget = &b;
+			o.caps = r->no_caps ? &none : NULL;
+		}
+		int rc = i == BUDGETED && r->handler
+				 ? cbcmn_actor_spawn_handler(cx, n, handler_member, &members[i], &o,
+							     &r->refs[i])
+				 : cbcmn_actor_spawn(cx, n, fiber_member, &members[i], &o, &r->refs[i]);
+		TASK_CHECK(rc == 0);
+	}
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void ring_case(cbcmn_profile p, bool handler, bool cross, bool no_caps)
+{
+	cbcmn_runtime *rt = t_runtime_profile(p, 2);
+	struct ring r = {.handler = handler, .cross = cross, .no_caps = no_caps};
+	t_run(rt, ring_main, &r, CBCMN_EBUDGET);
+	/* B operations paid, the next one refused: (B + 1) / 2 receives
+	 * (calls), (B - 1) / 2 sends, and the ring stopped there. */
+	assert_int_equal(atomic_load(&r.recvs[BUDGETED]), (B + 1) / 2);
+	assert_int_equal(atomic_load(&r.sends[BUDGETED]), (B - 1) / 2);
+	assert_true(atomic_load(&r.hops) < HOPS);
+	t_destroy(rt);
+}
+
+/* Native, caps inherited: the implied CapBudget voided the budget (the
+ * ring ran its HOPS, await_all 0). */
+static void test_fiber_member_inheriting_caps_ends_at_its_channel_ops(void **state)
+{
+	(void)state;
+	ring_case(CBCMN_PROFILE_NATIVE, false, false, false);
+	ring_case(CBCMN_PROFILE_NATIVE, false, true, false);
+}
+
+/* No CapBudget: it waited exhausted, the ring stalled, and await_all
+ * waited for ever (here: the others' receives time out). */
+static void test_fiber_member_without_cap_budget_ends_not_waits(void **state)
+{
+	(void)state;
+	ring_case(CBCMN_PROFILE_NATIVE, false, false, true);
+	ring_case(CBCMN_PROFILE_NATIVE, false, true, true);
+}
+
+static void test_handler_member_ends_at_its_channel_ops(void **state)
+{
+	(void)state;
+	ring_case(CBCMN_PROFILE_NATIVE, true, false, false);
+	ring_case(CBCMN_PROFILE_NATIVE, true, true, true);
+}
+
+/* Only channel_ops asked: the rest is the profile's default share. */
+static void test_service_member_asking_only_channel_ops_ends_at_them(void **state)
+{
+	(void)state;
+	ring_case(CBCMN_PROFILE_SERVICE, false, true, false);
+	ring_case(CBCMN_PROFILE_SERVICE, true, false, false);
+}
+
+/* :cluster: the ring's middle member is a supervisor's child with
+ * channel_ops = 31, which spec.recharge tops up by 31 each time it runs
+ * out: the token goes round all its hops, the member never restarted. */
+#define TOP 31
+
+static int64_t cluster_main(cbcmn_cx *cx, void *arg)
+{
+	struct ring *r = arg;
+	cbcmn_nursery *ring_n, *sup_n;
+	TASK_CHECK(open_n(cx, &ring_n) == 0);
+	TASK_CHECK(open_n(cx, &sup_n) == 0);
+	for (long i = 0; i < MEMBERS; i++)
+		members[i] = (struct member){.r = r, .i = i};
+	cbcmn_budget b = {.channel_ops = TOP}, top = {.channel_ops = TOP};
+	cbcmn_sup_child c = {.fn = fiber_member, .state = &members[BUDGETED],
+			     .restart = CBCMN_SUP_TEMPORARY, .node = -1, .budget = &b};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .children = &c, .nchildren = 1,
+			       .recharge = &top, .report = r->report};
+	/* A :cluster actor may not spawn unless asked: the supervisor's
+	 * budget pays the child's and the top-ups. */
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 4,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts so = {.budget = &sb};
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, sup_n, &spec, &so, &sup) == 0);
+	int rc;
+	while ((rc = cbcmn_sup_child_ref(NULL, cx, sup, 0, &r->refs[BUDGETED])) == -EAGAIN)
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(rc == 0);
+	/* The others: more than the child default (4096) for HOPS. */
+	cbcmn_budget plenty = {.channel_ops = 4 * HOPS};
+	cbcmn_actor_opts po = {.budget = &plenty};
+	for (long i = 0; i < MEMBERS; i += 2)
+		TASK_CHECK(cbcmn_actor_spawn(cx, ring_n, fiber_member, &members[i], &po,
+					     &r->refs[i]) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ring_n) == 0);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	return cbcmn_nursery_await_all(cx, sup_n);
+}
+
+static void test_cluster_supervisor_recharges_a_ring_member(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_CLUSTER, 2);
+	cbcmn_sup_report rep = {0};
+	struct ring r = {.report = &rep};
+	t_run(rt, cluster_main, &r, 0);
+	t_destroy(rt);
+	assert_true(atomic_load(&r.hops) > HOPS);
+	/* Every hop of the middle member paid for: about 2 * HOPS / 3 ops,
+	 * TOP at a time. */
+	long ops = atomic_load(&r.recvs[BUDGETED]) + atomic_load(&r.sends[BUDGETED]);
+	assert_true(ops > 2 * (HOPS / 3) - 2);
+	assert_true(rep.exhausted >= (uint64_t)(ops - TOP) / TOP);
+	assert_int_equal(rep.restarts, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fiber_member_inheriting_caps_ends_at_its_channel_ops),
+		cmocka_unit_test(test_fiber_member_without_cap_budget_ends_not_waits),
+		cmocka_unit_test(test_handler_member_ends_at_its_channel_ops),
+		cmocka_unit_test(test_service_member_asking_only_channel_ops_ends_at_them),
+		cmocka_unit_test(test_cluster_supervisor_recharges_a_ring_member),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
