@@ -90,15 +90,26 @@ struct cbcmn_chan {
 	size_t cap, esize;        /* immutable */
 	size_t head, count;       /* oldest message, messages in the ring */
 	size_t reserved;          /* slots held by permits */
-	bool closed;
-	/* count and closed are also read without the lock (try_would_wait()):
-	 * written under it with relaxed atomic stores (plain moves). */
+	bool closed;              /* also read without the lock: atomic stores */
+	size_t count_seen;        /* count at the last unlock (chan_unlock()) */
 	struct cbcmn__waitq recvq;  /* receivers */
 	struct cbcmn__waitq spaceq; /* senders and reservers, in arrival order */
 	struct chan_rec *free_recs;
 	uint64_t payer;           /* id of the task charged for buf (0: none) */
 	uint64_t charged;         /* bytes it was charged */
 };
+
+/* Every unlock publishes count for try_would_wait(), which reads it without
+ * the lock: what it reads is then a count some operation left, never one
+ * from inside an operation.  count itself passes through values nobody
+ * holding the lock ever sees: a receive that takes the only message of a
+ * full ring and refills it from a waiting sender goes through empty, and a
+ * try_recv that read that said -EAGAIN with a message always there. */
+static inline void chan_unlock(struct cbcmn_chan *c)
+{
+	__atomic_store_n(&c->count_seen, c->count, __ATOMIC_RELAXED);
+	cbcmn__flock_unlock(&c->lock);
+}
 
 /* ---- the ring and the slots (under the lock) ----------------------------- */
 
@@ -108,7 +119,7 @@ static void ring_put(struct cbcmn_chan *c, const void *elem)
 	if (i >= c->cap)
 		i -= c->cap;
 	memcpy(c->buf + i * c->esize, elem, c->esize);
-	__atomic_store_n(&c->count, c->count + 1, __ATOMIC_RELAXED);
+	c->count++;
 }
 
 static void ring_take(struct cbcmn_chan *c, void *elem)
@@ -116,7 +127,7 @@ static void ring_take(struct cbcmn_chan *c, void *elem)
 	memcpy(elem, c->buf + c->head * c->esize, c->esize);
 	if (++c->head == c->cap)
 		c->head = 0;
-	__atomic_store_n(&c->count, c->count - 1, __ATOMIC_RELAXED);
+	c->count--;
 }
 
 /* A new message: to the first waiting receiver (there can only be one
@@ -225,11 +236,11 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 	struct cbcmn__timer *tm = NULL;
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
-		cbcmn__flock_unlock(&c->lock);
+		chan_unlock(c);
 		return -ENOMEM;
 	}
 	cbcmn__waitq_push(q, &w->qw);
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
@@ -241,7 +252,7 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 		cbcmn__waitq_del(q, &w->qw);
 	if (w->rec)
 		rec_put(c, w->rec); /* never granted: claimed by cancellation or time */
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
 
@@ -277,16 +288,20 @@ static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
  * from another executor leaves the lock's line shared while it waits: the
  * other side then takes it with one transfer, instead of winning it back
  * from a poll at every hop (with the lock taken at each poll, that was
- * most of `cbcmn-bench chan`'s rtt_ns).  Exact, not a guess: with the ring
- * empty a receive under the lock fails too (senders wait only on a full
- * ring, so none waits then), and with it full no receiver waits.  count is
- * read before closed (acquire keeps the second load after the first),
- * which only ever turns true: an open channel read second was open when
- * count was read, the point the answer holds at.  -EAGAIN hands over no
+ * most of `cbcmn-bench chan`'s rtt_ns).  Exact, not a guess: count_seen
+ * is a count the lock's last holder left (chan_unlock()).  With the ring
+ * empty then, a receive under the lock fails too: it only ever takes from
+ * the ring (a waiting sender's message enters it in the operation that
+ * frees its slot; with reservations holding every slot a sender may wait
+ * beside an empty ring, and the locked receive fails as well).  With it
+ * full, no receiver waits (they wait only on an empty ring) and no slot is
+ * free.  It is read before closed (acquire keeps the second load after the
+ * first), which only ever turns true: an open channel read second was open
+ * when count_seen was read, the point the answer holds at.  -EAGAIN hands over no
  * message, so nothing else needs ordering (a plain load on x86). */
 static inline bool try_would_wait(const struct cbcmn_chan *c, bool send)
 {
-	size_t n = __atomic_load_n(&c->count, __ATOMIC_ACQUIRE);
+	size_t n = __atomic_load_n(&c->count_seen, __ATOMIC_ACQUIRE);
 	if (send ? n < c->cap : n != 0)
 		return false;
 	return !__atomic_load_n(&c->closed, __ATOMIC_RELAXED);
@@ -310,7 +325,7 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 		}
 		rc = -EAGAIN;
 	}
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
 }
@@ -335,7 +350,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 	} else {
 		rc = -EAGAIN;
 	}
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
 }
@@ -365,7 +380,7 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 		rec_put(c, r);
 		rc = -EAGAIN;
 	}
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	if (rc == 0)
 		rec_hold(self, r, p);
 	return rc;
@@ -382,11 +397,11 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 		return CBCMN_EFORKED;
 	cbcmn__flock_lock(&c->lock);
 	if (!r->held || r->gen != p->_gen) {
-		cbcmn__flock_unlock(&c->lock);
+		chan_unlock(c);
 		return -EINVAL;
 	}
 	if (atomic_load_explicit(&r->ob.owner, memory_order_relaxed) != self) {
-		cbcmn__flock_unlock(&c->lock);
+		chan_unlock(c);
 		return -EPERM;
 	}
 	rec_release(c, r, waker_of(self));
@@ -397,7 +412,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 			put_msg(c, elem, &wl); /* the slot we just released */
 	}
 	slot_freed(c, &wl);
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	p->_rec = NULL;
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return rc;
@@ -414,7 +429,7 @@ static void rec_leak(struct cbcmn__oblig *ob)
 	cbcmn__flock_lock(&c->lock);
 	rec_release(c, r, e);
 	slot_freed(c, &wl);
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	cbcmn__wakes_run(&wl, e);
 }
 
@@ -467,7 +482,7 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 	cbcmn__stack_check_current();
 	cbcmn__flock_lock(&c->lock);
 	bool busy = c->recvq.head || c->spaceq.head || c->reserved;
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	if (busy)
 		return -EBUSY;
 	while (c->free_recs) {
@@ -639,7 +654,7 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 		while ((w = q_claim(&c->recvq)))
 			cbcmn__wakes_add(&wl, &w->qw, -EPIPE);
 	}
-	cbcmn__flock_unlock(&c->lock);
+	chan_unlock(c);
 	cbcmn__wakes_run_here(&wl, waker_of(self));
 	return 0;
 }

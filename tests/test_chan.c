@@ -902,6 +902,105 @@ static void test_try_pingpong_threads(void **state)
 	t_destroy(rt);
 }
 
+/* A try_recv never says -EAGAIN while the ring is never empty.  Capacity
+ * one, full, with K senders parked behind it: each receive takes the
+ * message and refills the ring from the first parked sender under one
+ * lock, so with at most K receives the ring is empty before or after none
+ * of them.  A thread receiving with try_recv meanwhile must always get a
+ * message.  (The unlocked check in try_would_wait() once read the count
+ * between the take and the refill, and said -EAGAIN.)  Messages of a
+ * quarter MiB keep the refill's copy, inside that window, long enough to
+ * be met on a loaded host. */
+#define REFILL_SENDERS 32
+#define REFILL_ESIZE (256u << 10)
+
+struct refill {
+	cbcmn_chan *c;
+	const char *msg;       /* every sender's message */
+	char *got[2];          /* where the two receivers put theirs */
+	_Atomic int entered, left, eagain, started;
+	cpu_set_t cpus;        /* the test's: not the executor's it inherits */
+};
+
+static int64_t refill_sender(cbcmn_cx *cx, void *arg)
+{
+	struct refill *r = arg;
+	atomic_fetch_add(&r->entered, 1);
+	TASK_CHECK(cbcmn_chan_send(cx, r->c, r->msg) == 0);
+	return 0;
+}
+
+/* One of the K receives, if any are left to take. */
+static bool refill_claim(struct refill *r)
+{
+	return atomic_fetch_sub(&r->left, 1) > 0;
+}
+
+static void *refill_poller(void *arg)
+{
+	struct refill *r = arg;
+	if (sched_setaffinity(0, sizeof(r->cpus), &r->cpus) != 0)
+		return (void *)1;
+	atomic_store(&r->started, 1);
+	while (atomic_load(&r->started) == 1)
+		; /* until the other receiver is ready too */
+	while (refill_claim(r)) {
+		int rc = cbcmn_chan_try_recv(NULL, r->c, r->got[1]);
+		if (rc == -EAGAIN)
+			atomic_fetch_add(&r->eagain, 1);
+		else if (rc)
+			return (void *)2;
+	}
+	return NULL;
+}
+
+static int64_t refill_main(cbcmn_cx *cx, void *arg)
+{
+	struct refill *r = arg;
+	cbcmn_nursery *n;
+	pthread_t th;
+	void *res;
+	atomic_store(&r->entered, 0);
+	atomic_store(&r->left, 0);
+	atomic_store(&r->started, 0);
+	TASK_CHECK(cbcmn_chan_try_send(cx, r->c, r->msg) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < REFILL_SENDERS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, refill_sender, r, NULL) == 0);
+	settle_others(cx, &r->entered, REFILL_SENDERS); /* all parked */
+	atomic_store(&r->left, REFILL_SENDERS);
+	TASK_CHECK(pthread_create(&th, NULL, refill_poller, r) == 0);
+	while (!atomic_load(&r->started))
+		sched_yield();
+	atomic_store(&r->started, 2);
+	while (refill_claim(r))
+		TASK_CHECK(cbcmn_chan_recv(cx, r->c, r->got[0]) == 0);
+	TASK_CHECK(pthread_join(th, &res) == 0 && res == NULL);
+	while (cbcmn_chan_try_recv(cx, r->c, r->got[0]) == 0)
+		; /* what is left, so that every sender finishes */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_try_recv_sees_refilled_ring(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_flags(1, CBCMN_CONFIG_NO_BUDGETS);
+	struct refill r = {.c = mkchan(rt, 1, REFILL_ESIZE)};
+	char *bufs = calloc(3, REFILL_ESIZE);
+	assert_non_null(bufs);
+	r.msg = bufs;
+	r.got[0] = bufs + REFILL_ESIZE;
+	r.got[1] = bufs + 2 * REFILL_ESIZE;
+	assert_int_equal(sched_getaffinity(0, sizeof(r.cpus), &r.cpus), 0);
+	uint64_t end = t_now_ns() + 3000000000ull; /* bounded: a loaded host */
+	for (int round = 0; round < STRESS(600) && t_now_ns() < end; round++)
+		t_run(rt, refill_main, &r, 0);
+	assert_int_equal(atomic_load(&r.eagain), 0);
+	assert_int_equal(cbcmn_chan_destroy(r.c), 0);
+	free(bufs);
+	t_destroy(rt);
+}
+
 /* ---- reservations ---- */
 
 static void test_reserve_commit_abort(void **state)
@@ -1240,6 +1339,7 @@ int main(void)
 		T(test_drain_after_close),
 		T(test_try_on_closed_full_and_empty),
 		T(test_try_pingpong_threads),
+		T(test_try_recv_sees_refilled_ring),
 		T(test_reserve_commit_abort),
 		T(test_reserve_parks_and_owner_only),
 		T(test_leaked_reservation),
