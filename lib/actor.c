@@ -96,7 +96,7 @@ static struct cbcmn__actor *slot_new_locked(struct cbcmn_runtime *rt, struct cbc
 		if (!(c = cbcmn__calloc(CBCMN__ACTOR_CHUNK, sizeof(*c))))
 			return NULL;
 		for (uint32_t i = 0; i < CBCMN__ACTOR_CHUNK; i++) {
-			cbcmn__mutex_init(&c[i].lock, "actor", CBCMN__LOCK_ACTOR);
+			cbcmn__flock_init(&c[i].lock, "actor", CBCMN__LOCK_ACTOR);
 			c[i].index = (ci << CBCMN__ACTOR_CHUNK_SHIFT) | i;
 			c[i].gen = 1;
 			c[i].rt = rt;
@@ -241,10 +241,10 @@ struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor
 	struct cbcmn__actor *a = slot_of_ref(rt, ref);
 	if (!a)
 		return NULL;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	if (a->state == CBCMN__A_LIVE && a->gen == gen)
 		return a;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return NULL;
 }
 
@@ -309,7 +309,6 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 					}
 			}
 			free(a->spare); /* a cache never drained (its executor never ran) */
-			cbcmn__mutex_destroy(&a->lock);
 		}
 		free(c);
 	}
@@ -420,7 +419,7 @@ static void halt_begin(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 		       struct cbcmn__exec *e)
 {
 	struct cbcmn__wakes wl = {0};
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	a->stop_reason = a->stopping ? a->stop_reason : reason; /* the halt reason from here */
 	uint32_t home = cbcmn__actor_home(a);
 	CBCMN__AGAUGE(a->rt, home, mailbox, -(int64_t)a->count);
@@ -447,7 +446,7 @@ static void halt_begin(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	struct cbcmn__monitor *sys = a->sys_head;
 	a->sys_head = a->sys_tail = NULL;
 	a->receiver = NULL; /* it was the halting task itself: not waiting */
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, e);
 	while (sys) { /* DOWNs it will never receive */
 		struct cbcmn__monitor *m = sys;
@@ -472,7 +471,7 @@ static void halt_downs(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exe
 		struct cbcmn__wakes dl = {0};
 		link_free(rec_take(&w->watching, m->target, m->id)); /* that monitor is over */
 		cbcmn__mb_put_down(w, m, &dl);
-		cbcmn__mutex_unlock(&w->lock);
+		cbcmn__flock_unlock(&w->lock);
 		cbcmn__wakes_run(&dl, e);
 	}
 }
@@ -506,7 +505,7 @@ static void halt_links(struct cbcmn__actor *a, cbcmn_actor_ref old, int64_t reas
 			} else if (theirs && reason != 0) {
 				stop_locked(p, reason, &pl, &post);
 			}
-			cbcmn__mutex_unlock(&p->lock);
+			cbcmn__flock_unlock(&p->lock);
 			link_free(theirs);
 			cbcmn__wakes_run(&pl, e);
 			stop_finish(&post);
@@ -521,7 +520,7 @@ static void halt_links(struct cbcmn__actor *a, cbcmn_actor_ref old, int64_t reas
 		struct cbcmn__actor *p = cbcmn__actor_lock_ref(a->rt, l->peer);
 		if (p) {
 			free(monitor_take(p, old, l->id));
-			cbcmn__mutex_unlock(&p->lock);
+			cbcmn__flock_unlock(&p->lock);
 		}
 		link_free(l);
 	}
@@ -567,9 +566,9 @@ static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
 	CBCMN_PROBE4(actor_halt, old, reason, a->halt_dropped, a->rt->seg.rt_id);
 	a->halt_begun = false;
 	if (a->state != CBCMN__A_FREE) {
-		cbcmn__mutex_lock(&a->lock);
+		cbcmn__flock_lock(&a->lock);
 		a->state = CBCMN__A_FREE;
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 	}
 	/* Live and halting until here, quiet or not: the statistics count a
 	 * halt while it runs, its drop and fini included (cbcmn.h;
@@ -677,9 +676,9 @@ void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
 	struct cbcmn__actor *a = t->arg;
 	/* Only the executor that runs a moves it: no lock unless it moved. */
 	if (cbcmn__actor_home(a) != e->id) {
-		cbcmn__mutex_lock(&a->lock);
+		cbcmn__flock_lock(&a->lock);
 		home_move(a, e->id);
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 	}
 	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
 	cbcmn__actor_run_begin(e, a, t);
@@ -815,7 +814,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 				? opts->shard
 			: self ? self->exec->id
 			       : 0;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	atomic_store_explicit(&a->home, home, memory_order_relaxed);
 	CBCMN__AGAUGE(rt, home, live, 1);
 	a->ring = ring;
@@ -846,7 +845,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	cbcmn__mb_lanes_init(a);
 	a->state = CBCMN__A_LIVE;
 	cbcmn_actor_ref ref = a->ref;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	/* The monitor before the task exists: a halt reason is never missed.
 	 * Unchecked: the stack was checked above, and an end here (deeper)
 	 * would leave the actor live. */
@@ -893,7 +892,7 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	struct cbcmn__wakes wl = {0};
 	struct stop_post post = {0};
 	stop_locked(a, reason, &wl, &post);
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
 	stop_finish(&post);
 	return 0;
@@ -915,12 +914,12 @@ bool cbcmn__actor_stopped(const struct cbcmn_task *t)
 void cbcmn__actor_joining(struct cbcmn_task *self, struct cbcmn_nursery *n)
 {
 	struct cbcmn__actor *a = self->arg;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	a->joining = n;
 	/* Stopped before a stopper could see n: cancel it ourselves (we
 	 * opened it: it is alive). */
 	bool stop = n && a->stopping;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	if (stop)
 		cbcmn__nursery_cancel(n, 1);
 }
@@ -931,10 +930,10 @@ int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on)
 	struct cbcmn__actor *me = cbcmn__actor_caller((struct cbcmn_task *)cx, &err);
 	if (!me)
 		return err;
-	cbcmn__mutex_lock(&me->lock);
+	cbcmn__flock_lock(&me->lock);
 	int prev = me->trap_exit;
 	me->trap_exit = on;
-	cbcmn__mutex_unlock(&me->lock);
+	cbcmn__flock_unlock(&me->lock);
 	return prev;
 }
 
@@ -971,33 +970,33 @@ static int monitor_x(struct cbcmn_task *self, cbcmn_actor_ref target, uint64_t *
 	note->id = m->id;
 	/* Our note first: once the monitor is on the target, its halt may
 	 * take the note back at any time (with the DOWN, under our lock). */
-	cbcmn__mutex_lock(&me->lock);
+	cbcmn__flock_lock(&me->lock);
 	if (me->state != CBCMN__A_LIVE) {
 		/* Halting (a drop callback): the halt took our lists already,
 		 * a note now would stay on the slot for its next actor. */
-		cbcmn__mutex_unlock(&me->lock);
+		cbcmn__flock_unlock(&me->lock);
 		free(m);
 		free(note);
 		return -ESHUTDOWN;
 	}
 	note->next = me->watching;
 	me->watching = note;
-	cbcmn__mutex_unlock(&me->lock);
+	cbcmn__flock_unlock(&me->lock);
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (a) {
 		m->next = a->watched_by;
 		a->watched_by = m;
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		return 0;
 	}
 	/* Dead already (or never was): the DOWN comes at once.  Nobody waits
 	 * on our mailbox but us, so there is nothing to wake. */
 	m->reason = -ESRCH;
 	struct cbcmn__wakes wl = {0};
-	cbcmn__mutex_lock(&me->lock);
+	cbcmn__flock_lock(&me->lock);
 	link_free(rec_take(&me->watching, target, m->id));
 	cbcmn__mb_put_down(me, m, &wl);
-	cbcmn__mutex_unlock(&me->lock);
+	cbcmn__flock_unlock(&me->lock);
 	return 0;
 }
 
@@ -1023,11 +1022,11 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	 * the link); if they are dead by then, we take it off ourselves.
 	 * (Their side first would leave ours naming a dead peer when they
 	 * halt between the two.) */
-	cbcmn__mutex_lock(&me->lock);
+	cbcmn__flock_lock(&me->lock);
 	if (me->state != CBCMN__A_LIVE) {
 		/* Halting (a drop callback): the halt took our links already;
 		 * one now would be the slot's next actor's. */
-		cbcmn__mutex_unlock(&me->lock);
+		cbcmn__flock_unlock(&me->lock);
 		link_free(mine);
 		link_free(theirs);
 		return -ESHUTDOWN;
@@ -1035,13 +1034,13 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	struct cbcmn__link *dup = link_take(&me->links, target);
 	mine->next = me->links;
 	me->links = mine;
-	cbcmn__mutex_unlock(&me->lock);
+	cbcmn__flock_unlock(&me->lock);
 	link_free(dup); /* linked already: one record each side is enough */
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (!a) {
-		cbcmn__mutex_lock(&me->lock);
+		cbcmn__flock_lock(&me->lock);
 		struct cbcmn__link *back = link_take(&me->links, target);
-		cbcmn__mutex_unlock(&me->lock);
+		cbcmn__flock_unlock(&me->lock);
 		link_free(back);
 		link_free(theirs);
 		return -ESRCH;
@@ -1049,7 +1048,7 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	struct cbcmn__link *old = link_take(&a->links, me->ref);
 	theirs->next = a->links;
 	a->links = theirs;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	link_free(old);
 	return 0;
 }
@@ -1064,14 +1063,14 @@ int cbcmn_actor_unlink(cbcmn_cx *cx, cbcmn_actor_ref target)
 	cbcmn__stack_check(self);
 	/* Our side first: from then on a halt of theirs finds nothing of
 	 * theirs on us, and stops us no more (halt()). */
-	cbcmn__mutex_lock(&me->lock);
+	cbcmn__flock_lock(&me->lock);
 	struct cbcmn__link *mine = link_take(&me->links, target);
-	cbcmn__mutex_unlock(&me->lock);
+	cbcmn__flock_unlock(&me->lock);
 	link_free(mine);
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (a) {
 		struct cbcmn__link *theirs = link_take(&a->links, me->ref);
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		link_free(theirs);
 	}
 	return 0;
@@ -1085,10 +1084,10 @@ static bool halting(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 								      : NULL;
 	if (!a)
 		return false;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	/* The halt bumped the generation as it began; FREE once it ends. */
 	bool h = a->state == CBCMN__A_HALTING && a->gen == cbcmn__ref_gen(ref) + 1;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return h;
 }
 
@@ -1104,11 +1103,11 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (a) {
 		found = monitor_take(a, me->ref, id);
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		if (found) {
-			cbcmn__mutex_lock(&me->lock);
+			cbcmn__flock_lock(&me->lock);
 			link_free(rec_take(&me->watching, target, id));
-			cbcmn__mutex_unlock(&me->lock);
+			cbcmn__flock_unlock(&me->lock);
 		}
 	} else {
 		/* A halt took the list and delivers the DOWNs one lock at a
@@ -1117,7 +1116,7 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 			cbcmn_yield(cx);
 	}
 	if (!found) {
-		cbcmn__mutex_lock(&me->lock);
+		cbcmn__flock_lock(&me->lock);
 		struct cbcmn__monitor *prev = NULL;
 		for (struct cbcmn__monitor *m = me->sys_head; m; prev = m, m = m->next)
 			if (m->type == CBCMN_ACTOR_DOWN && m->id == id && m->target == target) {
@@ -1130,7 +1129,7 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 					me->sys_tail = prev;
 				break;
 			}
-		cbcmn__mutex_unlock(&me->lock);
+		cbcmn__flock_unlock(&me->lock);
 	}
 	free(found);
 	return found ? 0 : -ENOENT;

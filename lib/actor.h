@@ -63,7 +63,7 @@ struct cbcmn__link {
 };
 
 struct cbcmn__actor {
-	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR: every field below but index */
+	struct cbcmn__flock lock; /* CBCMN__LOCK_ACTOR: every field below but index */
 	uint32_t index;           /* fixed: the slot's place in the table */
 	uint32_t gen;             /* the live actor's generation; bumped at halt */
 	uint32_t state;           /* CBCMN__A_* */

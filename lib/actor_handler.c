@@ -399,10 +399,10 @@ static void tmo_fire(struct host *host, const struct cbcmn_runtime *rt)
 		host->narmed--;
 		tmo_unref(h);
 		tmo_count(h);
-		cbcmn__mutex_lock(&h->a->lock);
+		cbcmn__flock_lock(&h->a->lock);
 		bool mine = !h->queued;
 		h->queued = true;
-		cbcmn__mutex_unlock(&h->a->lock);
+		cbcmn__flock_unlock(&h->a->lock);
 		if (!mine)
 			continue;
 		h->held = true;
@@ -558,10 +558,10 @@ static void host_cancel(struct host *host)
 {
 	host->cancelled = true;
 	for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
-		cbcmn__mutex_lock(&h->a->lock);
+		cbcmn__flock_lock(&h->a->lock);
 		bool mine = !h->queued;
 		h->queued = true;
-		cbcmn__mutex_unlock(&h->a->lock);
+		cbcmn__flock_unlock(&h->a->lock);
 		if (mine)
 			f_push(host, h);
 	}
@@ -647,10 +647,10 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 static bool hnd_more(struct host *host, struct cbcmn__hnd *h)
 {
 	struct cbcmn__actor *a = h->a;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	bool more = a->count || a->sys_head || a->stopping || host->cancelled;
 	h->queued = more;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return more;
 }
 
@@ -665,19 +665,19 @@ static uint32_t run_one(struct host *host, struct cbcmn__hnd *h, struct cbcmn_ta
 	uint32_t calls = 0;
 	while (calls < batch) {
 		struct cbcmn__wakes wl = {0};
-		cbcmn__mutex_lock(&a->lock);
+		cbcmn__flock_lock(&a->lock);
 		if (a->stopping || host->cancelled) {
-			cbcmn__mutex_unlock(&a->lock);
+			cbcmn__flock_unlock(&a->lock);
 			/* halt() takes a stop's reason over ours. */
 			hnd_halt(host, h, CBCMN_ECANCELED, e);
 			return calls;
 		}
 		if (!h->held && !cbcmn__mb_take(a, &h->msg, &wl, e)) {
 			h->queued = false; /* the next message queues it again */
-			cbcmn__mutex_unlock(&a->lock);
+			cbcmn__flock_unlock(&a->lock);
 			return calls;
 		}
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		/* Held until the call: the charge may end the host (budget,
 		 * cancellation while it waits for one, a stack overflow), and
 		 * cbcmn__hnd_host_end() drops what is held, so a message taken
@@ -855,7 +855,7 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	h->next = host->all;
 	host->all = h;
 	host->count++;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	a->hnd = h;
 	/* Counted waiting (for a call) while it lives: it has no task to be
 	 * running or blocked, and would otherwise count as runnable
@@ -865,7 +865,7 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	 * had a handler, which queued nothing: queue it now. */
 	bool early = !h->queued && (a->count || a->sys_head);
 	h->queued = h->queued || early;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	if (early)
 		f_push(host, h); /* ours, or a new host's before its task exists */
 	if (join) {
@@ -880,10 +880,10 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
 	int rc = cbcmn__spawn_made(self, n, cbcmn__hnd_host_main, host, so, paid);
 	if (rc) {
 		/* Never ran: the caller halts a, which must not look for h. */
-		cbcmn__mutex_lock(&a->lock);
+		cbcmn__flock_lock(&a->lock);
 		a->hnd = NULL;
 		CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		cbcmn__mutex_destroy(&host->lock);
 		free(host);
 		free(h);

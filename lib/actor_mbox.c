@@ -322,15 +322,15 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 {
 	struct cbcmn__timer *tm = NULL;
 	if (!self) {
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		uint32_t how = deadline == UINT64_MAX ? cbcmn__iwait_block(&w->qw.iw)
 						      : thread_block(a->rt, &w->qw.iw, deadline);
 		if (how == CBCMN__IW_WOKEN)
 			return w->qw.result;
-		cbcmn__mutex_lock(&a->lock);
+		cbcmn__flock_lock(&a->lock);
 		if (w->qw.queued)
 			cbcmn__waitq_del(&a->sendq, &w->qw);
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		return -ETIMEDOUT;
 	}
 	if (deadline != UINT64_MAX && !(tm = cbcmn__timer_arm(self->exec, deadline, &w->qw.iw))) {
@@ -341,10 +341,10 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 		}
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		return -ENOMEM;
 	}
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
@@ -353,7 +353,7 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 	/* Claimed by cancellation or the timer: take w back out.  The slot
 	 * outlives every actor in it, so locking it is safe even if the
 	 * actor halted meanwhile (which dequeued w already). */
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	if (w->qw.queued) {
 		if (a->receiver == w)
 			a->receiver = NULL;
@@ -366,7 +366,7 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 	 * moved with it), and the count would drift. */
 	if (w->dst)
 		CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
 
@@ -454,10 +454,10 @@ void cbcmn__mb_lanes_init(struct cbcmn__actor *a)
 
 void cbcmn__mb_lanes_open(struct cbcmn__actor *a)
 {
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	if (a->state == CBCMN__A_LIVE && !a->stopping) /* a stop closed them for good */
 		atomic_fetch_or_explicit(&a->lanes, LN_READY, memory_order_relaxed);
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 }
 
 /* The first send that wants the lanes: count the free places in the word
@@ -587,18 +587,18 @@ static void lane_wait(struct cbcmn_task *self, bool (*done)(void *), void *arg)
 static bool lanes_settled(void *arg)
 {
 	struct cbcmn__actor *a = arg;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	uint32_t n = in_lanes(a);
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return n == 0;
 }
 
 void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a)
 {
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	lanes_close(a);
 	uint32_t n = in_lanes(a);
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	/* One drain of their executor away, which its doorbell has rung;
 	 * a yield lets this executor drain too, it may be that one. */
 	if (n)
@@ -623,12 +623,12 @@ static int room_reserve(struct cbcmn__actor *a, uint32_t gen)
 		if ((uint32_t)(w >> 32) != gen || !(w & (LN_OPEN | LN_READY)))
 			return 0;
 		if (!(w & LN_OPEN)) {
-			cbcmn__mutex_lock(&a->lock);
+			cbcmn__flock_lock(&a->lock);
 			w = ln_load(a);
 			bool ready = (uint32_t)(w >> 32) == gen && (w & LN_READY);
 			if (ready)
 				lanes_count(a);
-			cbcmn__mutex_unlock(&a->lock);
+			cbcmn__flock_unlock(&a->lock);
 			if (!ready)
 				return 0;
 			w = ln_load(a);
@@ -659,7 +659,7 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 		put_msg(a, &lm->m, &wl, true);
 		trace_send(e, a, lm->m.from);
 		slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		cbcmn__wakes_run(&wl, e);
 	}
 	/* release: the put before a moved sender's look (lane_order());
@@ -786,7 +786,7 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 	uint64_t w = ln_load(a);
 	int rc = a->stopping || !(w & LN_OPEN) ? 1 : ln_room(w) ? 0 : -1;
 	if (rc >= 0) {
-		cbcmn__mutex_unlock(&a->lock);
+		cbcmn__flock_unlock(&a->lock);
 		return rc;
 	}
 	struct cbcmn__mb_wait wt;
@@ -881,7 +881,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	/* One that may follow its messages comes here if its home searches
 	 * (lane_route()); the rest wake as they did. */
 	bool follows = !atomic_load_explicit(&a->stays, memory_order_relaxed);
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	if (follows)
 		cbcmn__wakes_run_here(&wl, waker_of(self));
 	else
@@ -964,9 +964,9 @@ int cbcmn_actor_send_timeout(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
  * (test_stop_as_receive_begins_to_wait_is_eshutdown). */
 static int stopped_or(struct cbcmn__actor *a, int rc)
 {
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	bool stopped = a->stopping; /* only our own halt clears it */
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return stopped ? -ESHUTDOWN : rc;
 }
 
@@ -986,7 +986,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	struct cbcmn__wakes wl = {0};
 	struct cbcmn__monitor *down = NULL;
 	int rc = 0;
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	if (a->stopping || a->state != CBCMN__A_LIVE) {
 		/* Stopped, or halting (a drop callback that receives: nothing
 		 * will ever come).  Before a cancellation: the more specific. */
@@ -1027,7 +1027,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		probe_receive(a, m, rc);
 		return rc;
 	}
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, self->exec);
 	if (down) {
 		sys_msg(m, down);
@@ -1047,18 +1047,18 @@ int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_
 	int rc = a->stopping ? -ESRCH : put_msg(a, m, &wl, false) ? 0 : -EAGAIN;
 	if (rc == 0)
 		trace_send(exec_here(rt), a, m->from);
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, e);
 	return rc;
 }
 
 bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 {
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	struct cbcmn__monitor *down = a->sys_head;
 	if (down && !(a->sys_head = down->next))
 		a->sys_tail = NULL;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	if (!down)
 		return false;
 	sys_msg(m, down);

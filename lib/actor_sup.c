@@ -467,11 +467,11 @@ static void settle_exhausted(cbcmn_cx *cx, struct sup *s)
  * and sets the flag no more. */
 static void stop_seen(struct cbcmn__actor *me)
 {
-	cbcmn__mutex_lock(&me->lock);
+	cbcmn__flock_lock(&me->lock);
 	/* relaxed: only our own task reads it from here on (a stopper that
 	 * set it did so under this lock, before). */
 	atomic_store_explicit(&me->interrupted, 0, memory_order_relaxed);
-	cbcmn__mutex_unlock(&me->lock);
+	cbcmn__flock_unlock(&me->lock);
 }
 
 /* Our own task is cancelled (its nursery, not a stop): each of our waits
@@ -620,9 +620,9 @@ static bool wants_restart(uint32_t type, int64_t reason)
 static int64_t own_stop_reason(cbcmn_cx *cx, int64_t otherwise)
 {
 	struct cbcmn__actor *a = cbcmn__actor_of((struct cbcmn_task *)cx);
-	cbcmn__mutex_lock(&a->lock);
+	cbcmn__flock_lock(&a->lock);
 	int64_t r = a->stopping ? a->stop_reason : otherwise;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return r;
 }
 
@@ -825,6 +825,6 @@ int cbcmn_sup_child_ref(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref sup, ui
 			rc = *out == CBCMN_ACTOR_NONE ? -EAGAIN : 0;
 		}
 	}
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return rc;
 }

@@ -2,6 +2,7 @@
 #ifndef CBCMN_ARCH_H
 #define CBCMN_ARCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -10,6 +11,20 @@
 #define CBCMN__ARCH_NAME "x86_64"
 /* A spin-wait hint: lets the sibling hyperthread run and saves power. */
 static inline void cbcmn__cpu_relax(void) { __asm__ __volatile__("pause" ::: "memory"); }
+
+/* The time-stamp counter, for the executors' fast clock (clock.h).  Not
+ * serializing: a few dozen cycles either way do not matter there. */
+static inline uint64_t cbcmn__cycles(void)
+{
+	uint32_t lo, hi;
+	__asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+	return lo | (uint64_t)hi << 32;
+}
+
+/* Whether the counter ticks at a constant rate through frequency changes
+ * and deep sleep states, in step on every CPU: CPUID 0x80000007, EDX bit 8
+ * ("invariant TSC"; /proc/cpuinfo's constant_tsc and nonstop_tsc). */
+bool cbcmn__cycles_invariant(void);
 
 /* The calling thread's FP control state as cbcmn__ctx_jump_fp wants it:
  * MXCSR | x87 control word << 32. */

@@ -1528,7 +1528,7 @@ static uint64_t monitors_on(cbcmn_runtime *rt, cbcmn_actor_ref ref)
 		return UINT64_MAX;
 	for (struct cbcmn__monitor *m = a->watched_by; m; m = m->next)
 		n++;
-	cbcmn__mutex_unlock(&a->lock);
+	cbcmn__flock_unlock(&a->lock);
 	return n;
 }
 
@@ -1574,9 +1574,9 @@ static int64_t wrap_main(cbcmn_cx *cx, void *arg)
 	/* Its slot is free: age it to the last generation (internals). */
 	struct cbcmn__actors *t = atomic_load(&rt->actors);
 	struct cbcmn__actor *slot = &atomic_load(&t->chunk[0])[0];
-	cbcmn__mutex_lock(&slot->lock);
+	cbcmn__flock_lock(&slot->lock);
 	slot->gen = UINT32_MAX;
-	cbcmn__mutex_unlock(&slot->lock);
+	cbcmn__flock_unlock(&slot->lock);
 	TASK_CHECK(open_n(cx, &n) == 0);
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, NULL, &refs[1]) == 0);
 	TASK_CHECK(refs[1] >> 32 == UINT32_MAX);
@@ -1826,7 +1826,7 @@ static int64_t dropcb_main(cbcmn_cx *cx, void *arg)
 			d->heir_links++;
 		for (struct cbcmn__link *l = h->watching; l; l = l->next)
 			d->heir_notes++;
-		cbcmn__mutex_unlock(&h->lock);
+		cbcmn__flock_unlock(&h->lock);
 	}
 	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->heir, &q) == 0);
@@ -2044,7 +2044,7 @@ static int64_t unl_a(cbcmn_cx *cx, void *arg)
 	for (struct cbcmn__link *l = me ? me->links : NULL; l; l = l->next)
 		u->a_links++;
 	if (me)
-		cbcmn__mutex_unlock(&me->lock);
+		cbcmn__flock_unlock(&me->lock);
 	return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include "helpers.h"
 #include "lock.h"
+#include "actor.h"
 #include "../lib/stack.h"
 
 /* The process-wide locks of signal.c and stack.c, through the only calls
@@ -198,6 +199,49 @@ static void test_checker_covers_the_channel_lock(void **state)
 #endif
 }
 
+/* ---- an actor's slot lock (a struct cbcmn__flock since session 15) ------ */
+
+static int64_t waits_for_a_message(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	cbcmn_actor_receive(cx, &m, UINT64_MAX);
+	return 0;
+}
+
+static int64_t inject_under_slot_task(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0 ||
+	    cbcmn_actor_spawn(cx, n, waits_for_a_message, NULL, NULL, &a) != 0)
+		_exit(3);
+	if (!cbcmn__actor_lock_ref(cbcmn_cx_runtime(cx), a))
+		_exit(4);
+	cbcmn__mutex_lock(&inject); /* rank 40 while holding the slot's 52 */
+	_exit(5);
+}
+
+static __attribute__((unused)) void inject_under_slot(void)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_runtime_run(rt, inject_under_slot_task, NULL, NULL);
+	_exit(6);
+}
+
+/* A real slot's lock, as actor.c sets it up, keeps its name and rank in
+ * the checker. */
+static void test_checker_covers_the_actor_slot_lock(void **state)
+{
+	(void)state;
+#ifndef CBCMN_DEBUG
+	T_SKIP("the lock-order checker is built into debug builds only");
+#else
+	expect_violation(inject_under_slot, "\"inject\"", "\"actor\"");
+#endif
+}
+
 #define FL_THREADS 4
 #define FL_ROUNDS 200000
 
@@ -241,6 +285,7 @@ int main(void)
 		cmocka_unit_test_setup(test_checker_covers_signal_lock, setup),
 		cmocka_unit_test_setup(test_checker_covers_the_channel_lock, setup),
 		cmocka_unit_test_setup(test_channel_lock_excludes_under_contention, setup),
+		cmocka_unit_test_setup(test_checker_covers_the_actor_slot_lock, setup),
 	};
 	return cmocka_run_group_tests_name("lockorder", tests, NULL, NULL);
 }

@@ -1,0 +1,103 @@
+/* test_fclock: the executors' fast clock (lib/clock.h): it tells
+ * CLOCK_MONOTONIC's time through its spans and re-anchors, never goes
+ * back, and is clock_gettime() without a usable counter. */
+#include "helpers.h"
+
+#include "clock.h"
+
+/* How far a read may stray from CLOCK_MONOTONIC read around it: the
+ * rate's error over a span is tens of ns; this is a correctness bound
+ * (a wrong rate or anchor is off by milliseconds), not a speed. */
+#define SLACK_NS 200000ull
+
+static void sleep_us(long us)
+{
+	struct timespec ts = {0, us * 1000};
+	nanosleep(&ts, NULL);
+}
+
+/* Reads across about 40 ms (several spans): each within the monotonic
+ * readings around it, none below the one before. */
+static void check_tracks_monotonic(struct cbcmn__fclock *fc)
+{
+	uint64_t prev = 0;
+	for (int i = 0; i < 400; i++) {
+		uint64_t a = cbcmn__mono_ns();
+		uint64_t r = cbcmn__fclock_read(fc);
+		uint64_t b = cbcmn__mono_ns();
+		assert_true(r + SLACK_NS >= a);
+		assert_true(r <= b + SLACK_NS);
+		assert_true(r >= prev);
+		prev = r;
+		if (i % 4 == 0)
+			sleep_us(400);
+	}
+}
+
+static void test_counter_clock_tracks_monotonic(void **state)
+{
+	(void)state;
+	if (!cbcmn__cycles_invariant())
+		T_SKIP("no invariant time-stamp counter: the clock is clock_gettime()");
+	struct cbcmn__fclock fc;
+	cbcmn__fclock_init(&fc, true);
+	check_tracks_monotonic(&fc);
+	/* Past its first span it reads the counter (a preempted pair is only
+	 * retried, and 40 ms hold several spans). */
+	assert_true(fc.cycles);
+	assert_int_not_equal(fc.mult, 0);
+	/* The thread's own clock, as the wheel reads it, likewise. */
+	uint64_t a = cbcmn__mono_ns(), r = cbcmn__now_ns(), b = cbcmn__mono_ns();
+	assert_true(r + SLACK_NS >= a && r <= b + SLACK_NS);
+}
+
+static void test_never_goes_back(void **state)
+{
+	(void)state;
+	if (!cbcmn__cycles_invariant())
+		T_SKIP("no invariant time-stamp counter: nothing to go back");
+	struct cbcmn__fclock fc;
+	cbcmn__fclock_init(&fc, true);
+	for (int i = 0; i < 100 && !fc.mult; i++) {
+		cbcmn__fclock_read(&fc);
+		sleep_us(1000);
+	}
+	assert_int_not_equal(fc.mult, 0);
+	uint64_t r1 = cbcmn__fclock_read(&fc);
+	/* An anchor a millisecond behind (a rate measured a little high, then
+	 * corrected at the next span; another CPU's counter behind). */
+	fc.ns0 -= 1000000;
+	uint64_t r2 = cbcmn__fclock_read(&fc);
+	assert_true(r2 >= r1);
+	/* A counter behind the anchor: the slow path, still forward. */
+	fc.cyc0 += 1ull << 40;
+	uint64_t r3 = cbcmn__fclock_read(&fc);
+	assert_true(r3 >= r2);
+	check_tracks_monotonic(&fc);
+}
+
+static void test_without_counter_is_clock_gettime(void **state)
+{
+	(void)state;
+	struct cbcmn__fclock fc;
+	cbcmn__fclock_init(&fc, false);
+	for (int i = 0; i < 200; i++) {
+		uint64_t a = cbcmn__mono_ns();
+		uint64_t r = cbcmn__fclock_read(&fc);
+		uint64_t b = cbcmn__mono_ns();
+		assert_true(a <= r && r <= b);
+		if (i % 20 == 0)
+			sleep_us(1000);
+	}
+	assert_int_equal(fc.mult, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_counter_clock_tracks_monotonic),
+		cmocka_unit_test(test_never_goes_back),
+		cmocka_unit_test(test_without_counter_is_clock_gettime),
+	};
+	return cmocka_run_group_tests_name("fclock", tests, NULL, NULL);
+}
