@@ -508,6 +508,68 @@ static void test_ping_pong_beside_a_computing_task_lets_it_run_pinned(void **sta
 	pong_run(true);
 }
 
+/* ---- a hop is one pick ---- */
+
+/* Two unpinned actors pass a ball HOPS times on one executor, each hop a
+ * direct switch (past the slot's cap too): the executor's picks from its
+ * own queues (local_hits) count each once, as the loop counts its picks. */
+#define HOPS 20000
+
+struct count {
+	cbcmn_actor_ref a[2];
+};
+
+static int64_t count_actor(cbcmn_cx *cx, void *arg)
+{
+	struct count *c = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type == M_DATA) {
+		uint64_t left = m.body.u64[0], to = m.body.u64[1] ^ 1;
+		cbcmn_actor_msg b = msg(left ? M_DATA : M_QUIT, left ? left - 1 : 0, to);
+		(void)cbcmn_actor_send(NULL, cx, c->a[to], &b);
+		if (!left)
+			return 0;
+	}
+	return rc;
+}
+
+static int64_t count_root(cbcmn_cx *cx, void *arg)
+{
+	uint64_t *hits = arg;
+	static struct count c;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_executor_stats s0, s1;
+	cbcmn_stats tot;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.placement = CBCMN_PLACE_LOCAL};
+	for (int k = 0; k < 2; k++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, count_actor, &c, &ao, &c.a[k]) == 0);
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &tot, &s0, 1) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, HOPS, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, c.a[0], &m) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &tot, &s1, 1) == 0);
+	*hits = s1.local_hits - s0.local_hits;
+	return rc;
+}
+
+static void test_a_direct_hop_is_one_pick(void **state)
+{
+	(void)state;
+	uint64_t hits = 0;
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, count_root, &hits, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	/* HOPS + 2 runs of the actors, a few of the root's and the loop's. */
+	print_message("local_hits %lu for %d hops\n", (unsigned long)hits, HOPS);
+	assert_true(hits >= HOPS && hits <= HOPS + 64);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -520,6 +582,7 @@ int main(void)
 		cmocka_unit_test(test_per_sender_order_holds_across_the_follow_move),
 		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_unpinned),
 		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_pinned),
+		cmocka_unit_test(test_a_direct_hop_is_one_pick),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
