@@ -897,8 +897,11 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 	else if (!e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) == 0 &&
 		 (n = slot_take(e, true)))
 		/* Capped, with nothing else here: the loop would put it on
-		 * the yield list (slot_capped()) and pop it straight back. */
-		n = queued(e, n);
+		 * the yield list (slot_capped()) and pop it straight back, a
+		 * pick from a queue.  slot_take() counted the pick (once:
+		 * counted again, a fifth of a ring's hops showed twice in
+		 * local_hits and the load window): its runs in a row restart. */
+		e->slot_runs = 0;
 	else
 		n = NULL;
 	return n && cbcmn__actor_direct(e, t, n) ? n : NULL;
