@@ -793,6 +793,7 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
 	n->exec = e;
 	atomic_store_explicit(&n->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = n;
+	e->direct_runs++;
 	run_seq_begin(e, n);
 	if (__builtin_expect(cbcmn__is_actor_task(n), 0))
 		cbcmn__actor_run(e, n); /* actor_direct(): t was one too */

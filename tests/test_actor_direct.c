@@ -7,6 +7,7 @@
  * receiver that must stay, and tokens passed round rings of pinned and
  * unpinned actors, every hop counted. */
 #include "helpers.h"
+#include "../lib/runtime.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -510,13 +511,18 @@ static void test_ping_pong_beside_a_computing_task_lets_it_run_pinned(void **sta
 
 /* ---- a hop is one pick ---- */
 
-/* Two unpinned actors pass a ball HOPS times on one executor, each hop a
- * direct switch (past the slot's cap too): the executor's picks from its
- * own queues (local_hits) count each once, as the loop counts its picks. */
+/* Two actors pass a ball HOPS times on one executor, each hop a direct
+ * switch (unpinned: from the slot, past its cap too; pinned: from the
+ * pinned queue, past the loop's every-61st look): the executor's picks
+ * from its own queues (local_hits) count each once, as the loop counts
+ * its picks. */
 #define HOPS 20000
 
 struct count {
 	cbcmn_actor_ref a[2];
+	uint64_t hits;
+	uint32_t direct; /* the executor's direct_runs meanwhile */
+	bool pinned;
 };
 
 static int64_t count_actor(cbcmn_cx *cx, void *arg)
@@ -536,38 +542,57 @@ static int64_t count_actor(cbcmn_cx *cx, void *arg)
 
 static int64_t count_root(cbcmn_cx *cx, void *arg)
 {
-	uint64_t *hits = arg;
-	static struct count c;
+	struct count *cp = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	cbcmn_executor_stats s0, s1;
 	cbcmn_stats tot;
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts ao = {.placement = CBCMN_PLACE_LOCAL};
+	cbcmn_actor_opts ao = {.placement = cp->pinned ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
 	for (int k = 0; k < 2; k++)
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, count_actor, &c, &ao, &c.a[k]) == 0);
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, count_actor, cp, &ao, &cp->a[k]) == 0);
 	TASK_CHECK(cbcmn_stats_snapshot(rt, &tot, &s0, 1) == 0);
+	/* Ours: one executor, and we run on it. */
+	struct cbcmn__exec *e = rt->exec[cbcmn_cx_executor(cx)];
+	uint32_t d0 = e->direct_runs;
 	cbcmn_actor_msg m = msg(M_DATA, HOPS, 0);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, c.a[0], &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, cp->a[0], &m) == 0);
 	int64_t rc = cbcmn_nursery_await_all(cx, n);
 	TASK_CHECK(cbcmn_stats_snapshot(rt, &tot, &s1, 1) == 0);
-	*hits = s1.local_hits - s0.local_hits;
+	cp->hits = s1.local_hits - s0.local_hits;
+	cp->direct = e->direct_runs - d0;
 	return rc;
 }
 
-static void test_a_direct_hop_is_one_pick(void **state)
+static void count_run(bool pinned)
 {
-	(void)state;
-	uint64_t hits = 0;
+	static struct count c;
+	memset(&c, 0, sizeof(c));
+	c.pinned = pinned;
 	cbcmn_runtime *rt = t_runtime(1);
 	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, count_root, &hits, &res), 0);
+	assert_int_equal(cbcmn_runtime_run(rt, count_root, &c, &res), 0);
+	uint64_t hits = c.hits;
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
 	/* HOPS + 2 runs of the actors, a few of the root's and the loop's. */
-	print_message("local_hits %lu for %d hops\n", (unsigned long)hits, HOPS);
 	assert_true(hits >= HOPS && hits <= HOPS + 64);
+	/* Nearly every hop switched straight: the loop comes between only
+	 * for its load sample (every 256 picks) and its every-61st look. */
+	assert_true(c.direct >= HOPS - HOPS / 20);
 	t_destroy(rt);
+}
+
+static void test_a_direct_hop_is_one_pick_unpinned(void **state)
+{
+	(void)state;
+	count_run(false);
+}
+
+static void test_a_direct_hop_is_one_pick_pinned(void **state)
+{
+	(void)state;
+	count_run(true);
 }
 
 int main(void)
@@ -582,7 +607,8 @@ int main(void)
 		cmocka_unit_test(test_per_sender_order_holds_across_the_follow_move),
 		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_unpinned),
 		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_pinned),
-		cmocka_unit_test(test_a_direct_hop_is_one_pick),
+		cmocka_unit_test(test_a_direct_hop_is_one_pick_unpinned),
+		cmocka_unit_test(test_a_direct_hop_is_one_pick_pinned),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
