@@ -8,6 +8,7 @@
  * unpinned actors, every hop counted. */
 #include "helpers.h"
 #include "../lib/runtime.h"
+#include "../lib/actor.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -595,6 +596,34 @@ static void test_a_direct_hop_is_one_pick_pinned(void **state)
 	count_run(true);
 }
 
+/* ---- a handler actor pulled by the lock path: its host's kick ---- */
+
+/* Handler actors stay (`stays`, set at spawn), and so their sends' wakes
+ * went through cbcmn__wakes_run(); one that follows its messages, as a
+ * fiber actor does, has them run by cbcmn__wakes_run_here(), which
+ * returned at an empty waiter list before the host's kick (wakes.hkick):
+ * the host never ran the message, every executor parked.  White box: the
+ * handler clears its own flag. */
+static int64_t follow_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct order *o = arg;
+	struct cbcmn__actor *me = cbcmn__actor_or_handler((struct cbcmn_task *)cx);
+	atomic_store_explicit(&me->stays, false, memory_order_relaxed);
+	return order_take(o, m) ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int follow_handler_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct order *o)
+{
+	cbcmn_actor_opts ao = {.mailbox_cap = 3, .placement = CBCMN_PLACE_STEALABLE};
+	return cbcmn_actor_spawn_handler(cx, n, follow_handler, o, &ao, &o->a);
+}
+
+static void test_a_following_handler_actors_host_is_kicked(void **state)
+{
+	(void)state;
+	order_run(follow_handler_spawn);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -609,6 +638,7 @@ int main(void)
 		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_pinned),
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_unpinned),
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_pinned),
+		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
