@@ -363,6 +363,10 @@ struct cbcmn__exec {
 	uint32_t slot_runs;
 	bool searching;
 	bool wake_here;                   /* channel wakes: pull woken tasks here (waitq.h) */
+	/* Runs begun by a direct switch, without the loop (sched.c,
+	 * switch_direct()), wrapping: how many hops took the fast path
+	 * (tests/test_actor_direct.c). */
+	uint32_t direct_runs;
 	struct cbcmn_task *current;
 	void *sched_sp;                   /* the scheduler loop's context */
 	uint64_t sched_fpcw;              /* its FP control state, fixed (arch.h) */

@@ -810,6 +810,7 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
 	n->exec = e;
 	atomic_store_explicit(&n->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	e->current = n;
+	e->direct_runs++;
 	run_seq_begin(e, n);
 	if (__builtin_expect(cbcmn__is_actor_task(n), 0))
 		cbcmn__actor_run(e, n); /* actor_direct(): t was one too */
@@ -880,14 +881,25 @@ static struct cbcmn_task *queued(struct cbcmn__exec *e, struct cbcmn_task *n)
 	return n;
 }
 
+/* find_local()'s every-61st look elsewhere is due and would find a task
+ * (the inject queue, the yield list, our deque's oldest): the loop's pick
+ * then.  A look that finds nothing leaves tick as it was (find_local()):
+ * an overdue tick alone turned the direct switch off for good, 57 of a
+ * pinned ping-pong's 20 000 hops switched straight. */
+static bool fair_look_finds(struct cbcmn__exec *e)
+{
+	return e->tick >= FAIRNESS_INTERVAL - 1 &&
+	       (atomic_load_explicit(&e->rt->inj_len, memory_order_relaxed) || e->yq_head ||
+		cbcmn__deque_len(&e->dq) != 0);
+}
+
 /* The started actor task find_local() would take next without the slot:
  * the head of e's pinned queue (where a pinned one is woken).  Else NULL.
  * Counted as find_local() counts it. */
 static struct cbcmn_task *queued_actor(struct cbcmn__exec *e)
 {
 	struct cbcmn_task *n = e->pq_head;
-	/* find_local()'s every-61st look elsewhere comes first. */
-	if (!n || e->tick >= FAIRNESS_INTERVAL - 1 || !n->sp || !cbcmn__is_actor_task(n))
+	if (!n || fair_look_finds(e) || !n->sp || !cbcmn__is_actor_task(n))
 		return NULL;
 	if (!(e->pq_head = n->next))
 		e->pq_tail = NULL;
@@ -912,10 +924,13 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 	else if (e->slot_runs < SLOT_RUNS_MAX)
 		n = slot_take(e, true);
 	else if (!e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) == 0 &&
-		 (n = slot_take(e, true)))
+		 !fair_look_finds(e) && (n = slot_take(e, true)))
 		/* Capped, with nothing else here: the loop would put it on
-		 * the yield list (slot_capped()) and pop it straight back. */
-		n = queued(e, n);
+		 * the yield list (slot_capped()) and pop it straight back, a
+		 * pick from a queue.  slot_take() counted the pick (once:
+		 * counted again, a fifth of a ring's hops showed twice in
+		 * local_hits and the load window): its runs in a row restart. */
+		e->slot_runs = 0;
 	else
 		n = NULL;
 	return n && cbcmn__actor_direct(e, t, n) ? n : NULL;

@@ -106,7 +106,10 @@ static inline void cbcmn__wakes_run(struct cbcmn__wakes *wl, struct cbcmn__exec 
  * these wakes. */
 static inline void cbcmn__wakes_run_here(struct cbcmn__wakes *wl, struct cbcmn__exec *e)
 {
-	if (!wl->head)
+	/* A handler actor's host is kicked, not a waiter (hkick): returning
+	 * at an empty list lost its wake when a handler actor followed its
+	 * messages (actor_mbox.c; test_actor_direct's host_is_kicked). */
+	if (!wl->head && !wl->hkick)
 		return;
 	if (!e) {
 		cbcmn__wakes_run(wl, NULL);

@@ -7,8 +7,13 @@
  * receiver that must stay, and tokens passed round rings of pinned and
  * unpinned actors, every hop counted. */
 #include "helpers.h"
+#include "../lib/runtime.h"
+#include "../lib/actor.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -311,6 +316,314 @@ static void test_unpinned_receiver_follows_its_messages_pinned_stays(void **stat
 	assert_int_equal(follow_run(true), 1);
 }
 
+/* ---- per-sender order across the move ---- */
+
+/* Two senders pinned to executors 0 and 1 stream numbered messages to one
+ * unpinned receiver that sometimes computes (its home busy: a sender on
+ * the other executor takes the lanes) and mostly waits (its home out of
+ * work: the lock path, whose wake pulls it to the sender's executor).  A
+ * sender that used the lanes before a move and the lock path after must
+ * still deliver in order. */
+#define MOVE_SENDERS 2
+
+struct move {
+	cbcmn_actor_ref r;
+	uint64_t next[MOVE_SENDERS];
+	long per_sender;
+	_Atomic long got, bad;
+	_Atomic int moves; /* the receiver's changes of executor */
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void spin_ns(uint64_t ns)
+{
+	uint64_t t0 = mono_ns();
+	while (mono_ns() - t0 < ns)
+		;
+}
+
+static int64_t move_rx(cbcmn_cx *cx, void *arg)
+{
+	struct move *mv = arg;
+	cbcmn_actor_msg m;
+	int rc, last = -1;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type == M_DATA) {
+		uint64_t s = m.body.u64[0], seq = m.body.u64[1];
+		if (s >= MOVE_SENDERS || seq != mv->next[s])
+			atomic_fetch_add(&mv->bad, 1);
+		else
+			mv->next[s]++;
+		int on = (int)cbcmn_cx_executor(cx);
+		if (last >= 0 && on != last)
+			atomic_fetch_add(&mv->moves, 1);
+		last = on;
+		if (atomic_fetch_add(&mv->got, 1) % 8 == 0)
+			spin_ns(20000); /* its home busy: the lanes */
+	}
+	return rc;
+}
+
+static int64_t move_tx(cbcmn_cx *cx, void *arg)
+{
+	struct move *mv = arg;
+	uint64_t id = cbcmn_cx_executor(cx);
+	for (long i = 0; i < mv->per_sender; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, id, (uint64_t)i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, mv->r, &m) == 0);
+		if (i % 16 == 0)
+			spin_ns(5000);
+	}
+	return 0;
+}
+
+static int64_t move_root(cbcmn_cx *cx, void *arg)
+{
+	struct move *mv = arg;
+	cbcmn_nursery *n, *tx;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 4, .placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, move_rx, mv, &ao, &mv->r) == 0);
+	TASK_CHECK(open_n(cx, &tx) == 0);
+	for (uint32_t k = 0; k < MOVE_SENDERS; k++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, tx, k, move_tx, mv, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, tx) == 0);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, mv->r, &q) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_per_sender_order_holds_across_the_follow_move(void **state)
+{
+	(void)state;
+	static struct move mv;
+	memset(&mv, 0, sizeof(mv));
+	mv.per_sender = STRESS(20000);
+	cbcmn_runtime *rt = t_runtime(2);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, move_root, &mv, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&mv.bad), 0);
+	assert_int_equal(atomic_load(&mv.got), MOVE_SENDERS * mv.per_sender);
+	t_destroy(rt);
+}
+
+/* ---- a ping-pong beside a computing task: the task runs ---- */
+
+/* Two actors pass a ball on one executor (each hop a direct switch) while
+ * a plain task computes and yields: issue 16 has actors and tasks share
+ * the executor.  A thread outside stops the ping-pong after 10 s if the
+ * task has not finished: starved. */
+struct pong {
+	cbcmn_actor_ref a[2];
+	_Atomic int stop, starved;
+	_Atomic long hops, rounds;
+	bool pinned;
+};
+
+static int64_t pong_actor(cbcmn_cx *cx, void *arg)
+{
+	struct pong *p = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type == M_DATA) {
+		atomic_fetch_add(&p->hops, 1);
+		/* body: the receiver's index; stopping, the other one quits */
+		cbcmn_actor_msg b = msg(atomic_load(&p->stop) ? M_QUIT : M_DATA, m.body.u64[0] ^ 1, 0);
+		(void)cbcmn_actor_send(NULL, cx, p->a[m.body.u64[0] ^ 1], &b);
+		if (b.type == M_QUIT)
+			return 0;
+	}
+	return rc;
+}
+
+static int64_t pong_cpu(cbcmn_cx *cx, void *arg)
+{
+	struct pong *p = arg;
+	for (int i = 0; i < 50 && !atomic_load(&p->stop); i++) {
+		spin_ns(200000);
+		atomic_fetch_add(&p->rounds, 1);
+		TASK_CHECK(cbcmn_yield(cx) == 0);
+	}
+	atomic_store(&p->stop, 1);
+	return 0;
+}
+
+static int64_t pong_root(cbcmn_cx *cx, void *arg)
+{
+	struct pong *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.placement = p->pinned ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
+	for (int k = 0; k < 2; k++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, pong_actor, p, &ao, &p->a[k]) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, pong_cpu, p, NULL) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->a[0], &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void *pong_watch(void *arg)
+{
+	struct pong *p = arg;
+	for (int i = 0; i < 1000 && !atomic_load(&p->stop); i++)
+		usleep(10000);
+	if (!atomic_exchange(&p->stop, 1))
+		atomic_store(&p->starved, 1);
+	return NULL;
+}
+
+static void pong_run(bool pinned)
+{
+	static struct pong p;
+	memset(&p, 0, sizeof(p));
+	p.pinned = pinned;
+	pthread_t w;
+	assert_int_equal(pthread_create(&w, NULL, pong_watch, &p), 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, pong_root, &p, &res), 0);
+	pthread_join(w, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&p.starved), 0);
+	assert_int_equal(atomic_load(&p.rounds), 50);
+	assert_true(atomic_load(&p.hops) > 2);
+	t_destroy(rt);
+}
+
+static void test_ping_pong_beside_a_computing_task_lets_it_run_unpinned(void **state)
+{
+	(void)state;
+	pong_run(false);
+}
+
+static void test_ping_pong_beside_a_computing_task_lets_it_run_pinned(void **state)
+{
+	(void)state;
+	pong_run(true);
+}
+
+/* ---- a hop is one pick ---- */
+
+/* Two actors pass a ball HOPS times on one executor, each hop a direct
+ * switch (unpinned: from the slot, past its cap too; pinned: from the
+ * pinned queue, past the loop's every-61st look): the executor's picks
+ * from its own queues (local_hits) count each once, as the loop counts
+ * its picks. */
+#define HOPS 20000
+
+struct count {
+	cbcmn_actor_ref a[2];
+	uint64_t hits;
+	uint32_t direct; /* the executor's direct_runs meanwhile */
+	bool pinned;
+};
+
+static int64_t count_actor(cbcmn_cx *cx, void *arg)
+{
+	struct count *c = arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type == M_DATA) {
+		uint64_t left = m.body.u64[0], to = m.body.u64[1] ^ 1;
+		cbcmn_actor_msg b = msg(left ? M_DATA : M_QUIT, left ? left - 1 : 0, to);
+		(void)cbcmn_actor_send(NULL, cx, c->a[to], &b);
+		if (!left)
+			return 0;
+	}
+	return rc;
+}
+
+static int64_t count_root(cbcmn_cx *cx, void *arg)
+{
+	struct count *cp = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_executor_stats s0, s1;
+	cbcmn_stats tot;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.placement = cp->pinned ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
+	for (int k = 0; k < 2; k++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, count_actor, cp, &ao, &cp->a[k]) == 0);
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &tot, &s0, 1) == 0);
+	/* Ours: one executor, and we run on it. */
+	struct cbcmn__exec *e = rt->exec[cbcmn_cx_executor(cx)];
+	uint32_t d0 = e->direct_runs;
+	cbcmn_actor_msg m = msg(M_DATA, HOPS, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, cp->a[0], &m) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &tot, &s1, 1) == 0);
+	cp->hits = s1.local_hits - s0.local_hits;
+	cp->direct = e->direct_runs - d0;
+	return rc;
+}
+
+static void count_run(bool pinned)
+{
+	static struct count c;
+	memset(&c, 0, sizeof(c));
+	c.pinned = pinned;
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, count_root, &c, &res), 0);
+	uint64_t hits = c.hits;
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	/* HOPS + 2 runs of the actors, a few of the root's and the loop's. */
+	assert_true(hits >= HOPS && hits <= HOPS + 64);
+	/* Nearly every hop switched straight: the loop comes between only
+	 * for its load sample (every 256 picks) and its every-61st look. */
+	assert_true(c.direct >= HOPS - HOPS / 20);
+	t_destroy(rt);
+}
+
+static void test_a_direct_hop_is_one_pick_unpinned(void **state)
+{
+	(void)state;
+	count_run(false);
+}
+
+static void test_a_direct_hop_is_one_pick_pinned(void **state)
+{
+	(void)state;
+	count_run(true);
+}
+
+/* ---- a handler actor pulled by the lock path: its host's kick ---- */
+
+/* Handler actors stay (`stays`, set at spawn), and so their sends' wakes
+ * went through cbcmn__wakes_run(); one that follows its messages, as a
+ * fiber actor does, has them run by cbcmn__wakes_run_here(), which
+ * returned at an empty waiter list before the host's kick (wakes.hkick):
+ * the host never ran the message, every executor parked.  White box: the
+ * handler clears its own flag. */
+static int64_t follow_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct order *o = arg;
+	struct cbcmn__actor *me = cbcmn__actor_or_handler((struct cbcmn_task *)cx);
+	atomic_store_explicit(&me->stays, false, memory_order_relaxed);
+	return order_take(o, m) ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int follow_handler_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct order *o)
+{
+	cbcmn_actor_opts ao = {.mailbox_cap = 3, .placement = CBCMN_PLACE_STEALABLE};
+	return cbcmn_actor_spawn_handler(cx, n, follow_handler, o, &ao, &o->a);
+}
+
+static void test_a_following_handler_actors_host_is_kicked(void **state)
+{
+	(void)state;
+	order_run(follow_handler_spawn);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -320,6 +633,12 @@ int main(void)
 		cmocka_unit_test(test_receiver_stopped_as_the_token_comes_unpinned),
 		cmocka_unit_test(test_receive_timeouts_racing_sends_lose_nothing),
 		cmocka_unit_test(test_unpinned_receiver_follows_its_messages_pinned_stays),
+		cmocka_unit_test(test_per_sender_order_holds_across_the_follow_move),
+		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_unpinned),
+		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_pinned),
+		cmocka_unit_test(test_a_direct_hop_is_one_pick_unpinned),
+		cmocka_unit_test(test_a_direct_hop_is_one_pick_pinned),
+		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
