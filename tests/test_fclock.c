@@ -3,6 +3,9 @@
  * back, and is clock_gettime() without a usable counter. */
 #include "helpers.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "clock.h"
 
 /* How far a read may stray from CLOCK_MONOTONIC read around it: the
@@ -92,12 +95,54 @@ static void test_without_counter_is_clock_gettime(void **state)
 	assert_int_equal(fc.mult, 0);
 }
 
+/* A stamp one thread's clock gave, handed to another thread, read there
+ * against its own clock (an actor's hand-over time, lib/actor_sched.c's
+ * rest check; a replaced executor's wheel): the threads' clocks disagree
+ * by up to microseconds (measured here: a quarter of the hand-overs, up
+ * to 3.6 us), so the stamp may be ahead, and the time since it is 0, not
+ * 2^64 less a few hundred ns.  No speed asserted: any elapsed time past a
+ * second for a stamp made microseconds ago is wrong arithmetic. */
+static _Atomic uint64_t xt_box[2];
+static _Atomic int xt_stop;
+
+static void *xt_side(void *p)
+{
+	int me = (int)(intptr_t)p;
+	uint64_t seen = 0, worst = 0;
+	for (int n = 0; n < 200000 && !atomic_load(&xt_stop);) {
+		atomic_store_explicit(&xt_box[!me], cbcmn__now_ns(), memory_order_release);
+		uint64_t theirs = atomic_load_explicit(&xt_box[me], memory_order_acquire);
+		if (!theirs || theirs == seen)
+			continue;
+		uint64_t d = cbcmn__ns_since(cbcmn__now_ns(), theirs);
+		worst = d > worst ? d : worst;
+		seen = theirs;
+		n++;
+	}
+	atomic_store(&xt_stop, 1); /* the other side may have no partner left */
+	return (void *)(uintptr_t)worst;
+}
+
+static void test_stamp_from_another_thread(void **state)
+{
+	(void)state;
+	pthread_t th[2];
+	for (intptr_t i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, xt_side, (void *)i), 0);
+	for (int i = 0; i < 2; i++) {
+		void *worst;
+		assert_int_equal(pthread_join(th[i], &worst), 0);
+		assert_true((uintptr_t)worst < 1000000000ull);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_counter_clock_tracks_monotonic),
 		cmocka_unit_test(test_never_goes_back),
 		cmocka_unit_test(test_without_counter_is_clock_gettime),
+		cmocka_unit_test(test_stamp_from_another_thread),
 	};
 	return cmocka_run_group_tests_name("fclock", tests, NULL, NULL);
 }
