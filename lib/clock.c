@@ -41,17 +41,11 @@ static uint64_t given(struct cbcmn__fclock *fc, uint64_t ns)
 	return fc->last;
 }
 
-/* A span has passed (or the rate is not known yet): clock_gettime(), and
- * from it the rate over the span and a new anchor. */
-uint64_t cbcmn__fclock_slow(struct cbcmn__fclock *fc)
+/* A counter reading c0, clock_gettime()'s ns, a counter reading c1, in
+ * that order: the rate over the span since the anchor, and the new anchor,
+ * if the pair is tight enough to tell when ns was read. */
+uint64_t cbcmn__fclock_pair(struct cbcmn__fclock *fc, uint64_t c0, uint64_t ns, uint64_t c1)
 {
-	if (!fc->init)
-		cbcmn__fclock_init(fc, cbcmn__cycles_invariant());
-	if (!fc->cycles)
-		return given(fc, cbcmn__mono_ns());
-	uint64_t c0 = cbcmn__cycles();
-	uint64_t ns = cbcmn__mono_ns();
-	uint64_t c1 = cbcmn__cycles();
 	if (c1 - c0 > PAIR_MAX_CYCLES)
 		return given(fc, ns); /* keep the anchor: try again next read */
 	uint64_t c = c0 + (c1 - c0) / 2;
@@ -70,4 +64,17 @@ uint64_t cbcmn__fclock_slow(struct cbcmn__fclock *fc)
 	fc->cyc0 = c;
 	fc->ns0 = ns;
 	return given(fc, ns);
+}
+
+/* A span has passed (or the rate is not known yet): clock_gettime(), and
+ * from it the rate over the span and a new anchor. */
+uint64_t cbcmn__fclock_slow(struct cbcmn__fclock *fc)
+{
+	if (!fc->init)
+		cbcmn__fclock_init(fc, cbcmn__cycles_invariant());
+	if (!fc->cycles)
+		return given(fc, cbcmn__mono_ns());
+	uint64_t c0 = cbcmn__cycles();
+	uint64_t ns = cbcmn__mono_ns();
+	return cbcmn__fclock_pair(fc, c0, ns, cbcmn__cycles());
 }

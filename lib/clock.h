@@ -35,6 +35,7 @@ extern __thread struct cbcmn__fclock cbcmn__tls_fclock;
 uint64_t cbcmn__mono_ns(void); /* clock_gettime(CLOCK_MONOTONIC), in ns */
 void cbcmn__fclock_init(struct cbcmn__fclock *fc, bool cycles);
 uint64_t cbcmn__fclock_slow(struct cbcmn__fclock *fc);
+uint64_t cbcmn__fclock_pair(struct cbcmn__fclock *fc, uint64_t c0, uint64_t ns, uint64_t c1);
 
 /* CLOCK_MONOTONIC's time in ns, from fc (one thread's). */
 static inline uint64_t cbcmn__fclock_read(struct cbcmn__fclock *fc)
