@@ -27,6 +27,7 @@ struct cbcmn__fclock {
 	uint64_t cyc0, ns0; /* the anchor: a counter reading and its time */
 	uint64_t mult;      /* ns per cycle << 32; 0: clock_gettime() only */
 	uint64_t last;      /* the last time given: never goes back */
+	uint64_t pair_min;  /* the bound on a trusted pair's width (clock.c) */
 	bool init, cycles;  /* set up; the counter is usable */
 };
 
