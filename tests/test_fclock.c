@@ -54,18 +54,24 @@ static void test_counter_clock_tracks_monotonic(void **state)
 	assert_true(r + SLACK_NS >= a && r <= b + SLACK_NS);
 }
 
+/* fc, past its first span: it has measured its rate (within 100 ms). */
+static void measured(struct cbcmn__fclock *fc)
+{
+	cbcmn__fclock_init(fc, true);
+	for (int i = 0; i < 100 && !fc->mult; i++) {
+		cbcmn__fclock_read(fc);
+		sleep_us(1000);
+	}
+	assert_int_not_equal(fc->mult, 0);
+}
+
 static void test_never_goes_back(void **state)
 {
 	(void)state;
 	if (!cbcmn__cycles_invariant())
 		T_SKIP("no invariant time-stamp counter: nothing to go back");
 	struct cbcmn__fclock fc;
-	cbcmn__fclock_init(&fc, true);
-	for (int i = 0; i < 100 && !fc.mult; i++) {
-		cbcmn__fclock_read(&fc);
-		sleep_us(1000);
-	}
-	assert_int_not_equal(fc.mult, 0);
+	measured(&fc);
 	uint64_t r1 = cbcmn__fclock_read(&fc);
 	/* An anchor a millisecond behind (a rate measured a little high, then
 	 * corrected at the next span; another CPU's counter behind). */
@@ -148,12 +154,7 @@ static void test_interrupted_pair_is_no_anchor(void **state)
 	if (!cbcmn__cycles_invariant())
 		T_SKIP("no invariant time-stamp counter: no anchors");
 	struct cbcmn__fclock fc;
-	cbcmn__fclock_init(&fc, true);
-	for (int i = 0; i < 100 && !fc.mult; i++) {
-		cbcmn__fclock_read(&fc);
-		sleep_us(1000);
-	}
-	assert_int_not_equal(fc.mult, 0);
+	measured(&fc);
 	sleep_us(6000); /* a span on: the next pair re-anchors */
 	uint64_t c1 = cbcmn__cycles(), ns = cbcmn__mono_ns();
 	cbcmn__fclock_pair(&fc, c1 - 19000, ns, c1);
