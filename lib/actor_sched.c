@@ -217,7 +217,7 @@ static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *
 	}
 	if (aw->w.turns < aw->busy_turn + MIGRATE_WARM_TURNS ||
 	    (aw->moved_turn && aw->w.turns + 1 < aw->moved_turn + MIGRATE_GAP_TURNS) ||
-	    (a->moved_ns && now - a->moved_ns < MIGRATE_REST * nominal))
+	    (a->moved_ns && cbcmn__ns_since(now, a->moved_ns) < MIGRATE_REST * nominal))
 		return NULL;
 	/* One executor at random (the lookup array, seed 003). */
 	uint32_t id = cbcmn__rng_below(&e->rng, nlive - 1);
@@ -236,7 +236,7 @@ static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *
 	uint64_t at = atomic_load_explicit(&oa->load_at, memory_order_relaxed);
 	uint64_t onom = atomic_load_explicit(&oa->load_nominal_ns, memory_order_relaxed);
 	if (at && onom && !atomic_load_explicit(&oa->load_idle_since, memory_order_relaxed) &&
-	    now > at && now - at > 4 * onom * (other > 1000 ? other : 1000) / 1000)
+	    cbcmn__ns_since(now, at) > 4 * onom * (other > 1000 ? other : 1000) / 1000)
 		return NULL;
 	if (self * 2 <= other * 3) {
 		aw->over_turn = 0;
@@ -252,7 +252,8 @@ static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *
 		aw->over_ns = now;
 		return NULL;
 	}
-	if (aw->w.turns + 1 < aw->over_turn + MIGRATE_GAP_TURNS || now - aw->over_ns < MIGRATE_PERSIST_NS)
+	if (aw->w.turns + 1 < aw->over_turn + MIGRATE_GAP_TURNS ||
+	    cbcmn__ns_since(now, aw->over_ns) < MIGRATE_PERSIST_NS)
 		return NULL;
 	return o;
 }
@@ -372,7 +373,7 @@ static uint32_t run_end(struct cbcmn__awheel *aw, struct cbcmn__actor *a,
 		used = left < a->run_left ? a->run_left - left : 0;
 	if (used > aw->w.quantum)
 		used = aw->w.quantum;
-	cbcmn__wheel_timed(&aw->w, (uint32_t)used, now > a->run_t0 ? now - a->run_t0 : 0);
+	cbcmn__wheel_timed(&aw->w, (uint32_t)used, cbcmn__ns_since(now, a->run_t0));
 	return (uint32_t)used;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "actor_wheel.h"
+#include "clock.h"
 
 #define SEGS CBCMN__WHEEL_SEGS
 
@@ -271,7 +272,7 @@ struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now
 		uint32_t d = (uint32_t)__builtin_ctzll(m) + 1;
 		if (w->cur + d >= SEGS) {
 			/* Past the last segment: a turn is complete. */
-			load_sample(w, now - w->turn_start);
+			load_sample(w, cbcmn__ns_since(now, w->turn_start));
 			w->turn_start = now;
 		}
 		w->pos += d;
