@@ -783,8 +783,8 @@ static void test_regression_thief_does_not_retire_beside_gated_work(void **state
 #define STUCK_COST_NS 50000000ull /* 50 ms: far above a mean of tiny tasks */
 
 struct stuck_run {
-	_Atomic int child_started, drop_done;
-	int drop_done_at_child;
+	_Atomic int child_started, drop_started, drop_done;
+	int drop_started_at_child, drop_done_at_child;
 	uint32_t parent_exec, child_exec;
 	pid_t drop_tid, child_tid;
 };
@@ -794,6 +794,7 @@ static void stuck_drop(void *state, const cbcmn_actor_msg *m)
 	struct stuck_run *g = state;
 	(void)m;
 	g->drop_tid = (pid_t)syscall(SYS_gettid);
+	atomic_store(&g->drop_started, 1);
 	uint64_t deadline = t_now_ns() + T_STALL_NS;
 	while (!atomic_load(&g->child_started) && t_now_ns() < deadline)
 		;
@@ -812,6 +813,7 @@ static int64_t stuck_child(cbcmn_cx *cx, void *arg)
 	struct stuck_run *g = arg;
 	g->child_exec = cbcmn_cx_executor(cx);
 	g->child_tid = (pid_t)syscall(SYS_gettid);
+	g->drop_started_at_child = atomic_load(&g->drop_started);
 	g->drop_done_at_child = atomic_load(&g->drop_done);
 	atomic_store(&g->child_started, 1);
 	return 0;
@@ -862,12 +864,14 @@ static void test_regression_queue_behind_an_executor_held_between_runs_is_stolen
 	 * of the two queued tasks a thief takes is the scheduler's choice
 	 * (the child from the deque, or the actor from the next-task slot
 	 * once it has waited there 3 us, seen under TSan): either way the
-	 * child starts on another thread than the callback's, before the
-	 * callback ends. */
+	 * child starts before the callback ends, on another thread than the
+	 * callback's unless it ran there before the callback began (a thief
+	 * that took the child, then the actor: 1 run in 30 under TSan). */
 	printf("parent on executor %u, child on %u; callback on thread %d, child on %d\n",
 	       g.parent_exec, g.child_exec, (int)g.drop_tid, (int)g.child_tid);
 	assert_int_equal(g.drop_done_at_child, 0);
-	assert_true(g.drop_tid != 0 && g.child_tid != g.drop_tid);
+	assert_true(g.drop_tid != 0);
+	assert_true(g.child_tid != g.drop_tid || !g.drop_started_at_child);
 	t_destroy(rt);
 }
 
