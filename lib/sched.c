@@ -754,9 +754,7 @@ static void run_post(struct cbcmn__exec *e)
 		check_canary(p, p->stack);
 		/* The task is off its stack now: let the waker have it.  If a
 		 * wake came in while it was PARKING, requeue it ourselves.
-		 * acq_rel: the release pairs with cbcmn__wake_task()'s acquire
-		 * load of BLOCKED (then its plain store, blocked_to_ready()),
-		 * the acquire with its CAS to WAKE_PENDING. */
+		 * acq_rel pairs with cbcmn__wake_task()'s CAS. */
 		uint32_t s = CBCMN__T_PARKING;
 		/* Counted blocked before the CAS publishes it to the waker,
 		 * whose uncount (below) the CAS orders after ours (diag.h). */
@@ -938,32 +936,6 @@ void cbcmn__suspend(struct cbcmn_task *t)
 		switch_to_sched(e, t->stack, &t->sp);
 }
 
-/* A BLOCKED task's waker makes it READY with a plain store, not a CAS (one
- * locked instruction less per wake, about 5 % of a one-executor channel
- * hop): nothing else writes the state by then.  The task's own last write
- * was run_post()'s CAS to BLOCKED, which our acquire load read; a block
- * has exactly one waker, as every wake in the library is won first
- * (an iwait's claim, a join's exchange, a nursery's ARMED bit, a blocking
- * job's claim or exchange), so no second waker reads BLOCKED beside us:
- * the same invariant the PARKING case below already needs, where a second
- * wake would be taken for the next block's.  Release: what we handed over
- * stays ordered before the task is READY (its run is published again by
- * the queue it goes on).  Debug builds check the invariant with an
- * exchange. */
-static void blocked_to_ready(struct cbcmn_task *t)
-{
-#ifdef CBCMN_DEBUG
-	uint32_t was = atomic_exchange_explicit(&t->state, CBCMN__T_READY, memory_order_acq_rel);
-	if (was != CBCMN__T_BLOCKED) {
-		fprintf(stderr, "cbcmn: task %llu woken twice (state %u), aborting\n",
-			(unsigned long long)t->id, was);
-		abort();
-	}
-#else
-	atomic_store_explicit(&t->state, CBCMN__T_READY, memory_order_release);
-#endif
-}
-
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 {
 	struct cbcmn_runtime *rt = t->rt;
@@ -977,16 +949,19 @@ void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 								  memory_order_acquire))
 				return;
 		} else if (s == CBCMN__T_BLOCKED) {
-			blocked_to_ready(t);
-			CBCMN_PROBE3(wake, waker ? (int)waker->id : -1,
-				     t->exec ? (int)t->exec->id : -1, rt->seg.rt_id);
-			/* It blocked on t->exec, which counted it
-			 * (run_task); stable until we schedule it. */
-			cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
-			if (__builtin_expect(cbcmn__is_actor_task(t), 0))
-				cbcmn__actor_waits(t->exec, -1);
-			cbcmn__schedule(rt, t, waker);
-			return;
+			if (atomic_compare_exchange_weak_explicit(&t->state, &s, CBCMN__T_READY,
+								  memory_order_acq_rel,
+								  memory_order_acquire)) {
+				CBCMN_PROBE3(wake, waker ? (int)waker->id : -1,
+					     t->exec ? (int)t->exec->id : -1, rt->seg.rt_id);
+				/* It blocked on t->exec, which counted it
+				 * (run_task); stable until we schedule it. */
+				cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
+				if (__builtin_expect(cbcmn__is_actor_task(t), 0))
+					cbcmn__actor_waits(t->exec, -1);
+				cbcmn__schedule(rt, t, waker);
+				return;
+			}
 		} else {
 			return; /* not waiting: a late wake has nothing to do */
 		}
