@@ -72,9 +72,6 @@ static struct cbcmn__actor *slot_at(struct cbcmn__actors *t, uint32_t idx)
  * table's list: references to its last actor fail the same way. */
 #define SLOT_BATCH 32u
 
-/* The largest mailbox ring a free slot keeps for its next actor (16 KiB
- * of messages): an executor's cache then holds at most 1 MiB of rings. */
-#define SPARE_CAP_MAX 256u
 
 /* The calling thread's executor, if it is one of rt's (it has a cache). */
 static struct cbcmn__exec *cache_of(const struct cbcmn_runtime *rt)
@@ -110,17 +107,33 @@ static struct cbcmn__actor *slot_new_locked(struct cbcmn_runtime *rt, struct cbc
 }
 
 /* Give the chain head (n free slots linked by free_next) to the table as
- * one batch.  Their spare rings go first: any thread may take them next,
- * and only an executor's cache keeps memory for its own next spawns. */
+ * one batch, with its spare rings while the table keeps no more than
+ * CBCMN__TABLE_SPARE_MAX messages' room in them: an executor that halts
+ * more actors than it spawns (skynet's thief, whose stolen children end
+ * there) passes its slots to the one that spawns, and freeing their rings
+ * on the way made a malloc and a free per actor, the free in another
+ * thread's arena.  The bound is read before the lock (the rings must be
+ * freed before the batch is anyone's), so racing puts may pass it by a
+ * batch each. */
 static void batch_put(struct cbcmn__actors *t, struct cbcmn__actor *head, uint32_t n)
 {
-	for (struct cbcmn__actor *a = head; a; a = a->free_next) {
-		free(a->spare);
-		a->spare = NULL;
-		a->spare_cap = 0;
+	uint32_t msgs = 0, kept = atomic_load_explicit(&t->spare_msgs, memory_order_relaxed);
+	for (struct cbcmn__actor *a = head; a; a = a->free_next)
+		msgs += a->spare_cap;
+	if (kept > CBCMN__TABLE_SPARE_MAX || msgs > CBCMN__TABLE_SPARE_MAX - kept) {
+		for (struct cbcmn__actor *a = head; a; a = a->free_next) {
+			free(a->spare);
+			a->spare = NULL;
+			a->spare_cap = 0;
+		}
+		msgs = 0;
 	}
 	head->batch_n = n;
+	head->batch_spare = msgs;
 	cbcmn__mutex_lock(&t->lock);
+	atomic_store_explicit(&t->spare_msgs,
+			      atomic_load_explicit(&t->spare_msgs, memory_order_relaxed) + msgs,
+			      memory_order_relaxed);
 	head->batch_next = t->batches;
 	t->batches = head;
 	cbcmn__mutex_unlock(&t->lock);
@@ -138,14 +151,20 @@ static struct cbcmn__actor *batch_get(struct cbcmn_runtime *rt, struct cbcmn__ac
 	if ((head = t->batches)) {
 		t->batches = head->batch_next;
 		*n = head->batch_n;
+		uint32_t taken = head->batch_spare; /* its rings leave with it */
 		if (*n > want) { /* a thread's one slot: the rest stays a batch */
 			struct cbcmn__actor *rest = head->free_next;
 			rest->batch_n = *n - 1;
+			rest->batch_spare = head->batch_spare - head->spare_cap;
 			rest->batch_next = t->batches;
 			t->batches = rest;
 			head->free_next = NULL;
 			*n = 1;
+			taken = head->spare_cap;
 		}
+		atomic_store_explicit(&t->spare_msgs,
+				      atomic_load_explicit(&t->spare_msgs, memory_order_relaxed) - taken,
+				      memory_order_relaxed);
 	} else {
 		/* In index order: neighbours spawned together sit together. */
 		struct cbcmn__actor **tail = &head;
@@ -297,7 +316,8 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 			/* Every actor has halted (their nurseries were awaited):
 			 * what is left are monitors on slots never reused. */
 			if (a->index < n) {
-				free(a->ring);
+				if (a->ring != &a->one_msg)
+					free(a->ring);
 				free_links(a->links);
 				free_links(a->watching);
 				struct cbcmn__monitor *lists[2] = {a->sys_head, a->watched_by};
@@ -546,17 +566,18 @@ static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
 	 * cache (slot_free()); the halt alone holds the slot until then.
 	 * Only a small one: a cache holds 64 slots, and rings of the largest
 	 * capacity (64 MiB, charged to nobody) would stay there for good
-	 * (test_big_mailbox_rings_are_not_kept). */
-	if (a->ring) {
-		if (a->cap <= SPARE_CAP_MAX) {
+	 * (test_big_mailbox_rings_are_not_kept).  The slot's one_msg is
+	 * the slot's: a spare the slot had stays. */
+	if (a->ring && a->ring != &a->one_msg) {
+		if (a->ring_room <= CBCMN__SPARE_CAP_MAX) {
 			a->spare = a->ring;
-			a->spare_cap = a->cap;
+			a->spare_cap = a->ring_room;
 		} else {
 			free(a->ring);
 		}
-		a->ring = NULL;
-		a->head = a->cap = 0;
 	}
+	a->ring = NULL;
+	a->head = a->cap = a->ring_room = 0;
 	void (*fini)(void *) = a->fini;
 	a->fini = NULL;
 	if (fini)
@@ -743,18 +764,33 @@ static const cbcmn_budget *default_share(struct cbcmn_task *self, const cbcmn_bu
 	return buf;
 }
 
-/* A mailbox ring of cap messages: the slot's spare (its last actor's,
- * kept while the slot was in this executor's cache) if it is that size. */
+/* A mailbox ring of cap messages for slot a: the slot's one_msg for one,
+ * else its spare (its last actor's, kept while the slot was free) if that
+ * has room for cap, else a new one.
+ * A bigger spare serves as it is (at most CBCMN__SPARE_CAP_MAX messages):
+ * skynet's leaves (1 message) and inner nodes (10) follow one another in
+ * the same slots, and a spare kept only for its own size made a free and
+ * a malloc at every change. */
 static cbcmn_actor_msg *ring_get(struct cbcmn__actor *a, uint32_t cap)
 {
+	if (cap == 1) { /* the slot's own; a spare stays for the next */
+		a->ring_room = 1;
+		return &a->one_msg;
+	}
 	cbcmn_actor_msg *r = a->spare;
-	if (r && a->spare_cap != cap) {
+	uint32_t room = a->spare_cap;
+	a->spare = NULL;
+	a->spare_cap = 0;
+	if (r && room < cap) {
 		free(r);
 		r = NULL;
 	}
-	a->spare = NULL;
-	a->spare_cap = 0;
-	return r ? r : cbcmn__malloc((size_t)cap * sizeof(*r));
+	if (!r) {
+		r = cbcmn__malloc((size_t)cap * sizeof(*r));
+		room = cap;
+	}
+	a->ring_room = r ? room : 0;
+	return r;
 }
 
 static int monitor_x(struct cbcmn_task *self, cbcmn_actor_ref target, uint64_t *mon, bool check);

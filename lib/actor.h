@@ -81,7 +81,7 @@ struct cbcmn__actor {
 	 * then on (cbcmn__actor_stopped(), read without the lock by the task
 	 * and by cancellation's scans), so that a stop ends any wait. */
 	_Atomic uint32_t interrupted;
-	uint32_t spare_cap;            /* spare's (below) */
+	uint32_t spare_cap;            /* spare's (below): messages it has room for */
 	struct cbcmn_nursery *nursery; /* its task's: alive while it is LIVE */
 	struct cbcmn_nursery *joining; /* the nursery its task awaits, or NULL */
 	uint32_t posse;                /* cbcmn_actor_opts.posse: 0 none (never migrates else) */
@@ -91,15 +91,18 @@ struct cbcmn__actor {
 	 * stale value only routes one send the other way). */
 	_Atomic bool stays;
 	uint32_t batch_n;              /* free_next's (below) */
+	uint32_t batch_spare;          /* on a batch's first slot: its spares' messages */
 	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
 	struct cbcmn_runtime *rt;
 	cbcmn_actor_fn fn;
 	void *user;               /* the behaviour's state */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 	void (*fini)(void *state);        /* run at halt, after drop */
-	/* The mailbox: a ring of cap messages. */
+	/* The mailbox: a ring of cap messages, with room for ring_room (a
+	 * spare ring bigger than asked serves: actor.c, ring_get()); a
+	 * mailbox of one message is the slot's own one_msg (below). */
 	cbcmn_actor_msg *ring;
-	uint32_t cap, head, count;
+	uint32_t cap, head, count, ring_room;
 	/* A halt under way (actor.c, halt_begin() to halt_finish()): the
 	 * messages still for drop, from head (count is 0 then), how many it
 	 * had for drop, and what its DOWNs say was undelivered.  halt_begun:
@@ -126,11 +129,17 @@ struct cbcmn__actor {
 	 * batch's first slot, the next batch and its own count (batch_n,
 	 * above: the table's list, or an executor's cache: actor.c). */
 	struct cbcmn__actor *free_next, *batch_next;
-	/* The mailbox ring of its last actor (spare_cap messages), kept
-	 * while the slot is free in an executor's cache (its next spawn
-	 * there likely asks the same capacity); freed when the slot goes to
-	 * the table.  Only the thread that holds the free slot touches it. */
+	/* The mailbox ring of its last actor (room for spare_cap messages),
+	 * kept while the slot is free (its next spawn likely asks no more),
+	 * and while an actor with a mailbox of one (one_msg) has it;
+	 * freed when its batch would take the table's kept rings past their
+	 * bound (actor.c, batch_put()).  Only the thread that holds the free
+	 * slot (or its batch) touches it. */
 	cbcmn_actor_msg *spare;
+	/* The ring of a mailbox of one message (a request's answer,
+	 * skynet's leaves: most actors of a tree): no malloc at its spawn
+	 * nor free at its halt, and its line is the slot's, not one more. */
+	cbcmn_actor_msg one_msg;
 	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
 	 * actor with a task of its own.  Read under the lock while LIVE. */
 	struct cbcmn__hnd *hnd;
@@ -147,6 +156,14 @@ struct cbcmn__actor {
 	uint64_t run_t0;               /* the clock then */
 	uint64_t moved_ns;             /* when it was last handed over (cooldown) */
 };
+
+/* The largest mailbox ring a free slot keeps for its next actor (16 KiB
+ * of messages): an executor's cache then holds at most 1 MiB of rings. */
+#define CBCMN__SPARE_CAP_MAX 256u
+/* The most messages' room the table's free batches keep in spare rings
+ * (1 MiB, an executor's cache's worth): past it, a batch's rings are
+ * freed as it goes there (actor.c, batch_put()). */
+#define CBCMN__TABLE_SPARE_MAX 16384u
 
 #define CBCMN__ACTOR_CHUNK_SHIFT 10u
 #define CBCMN__ACTOR_CHUNK (1u << CBCMN__ACTOR_CHUNK_SHIFT)
@@ -184,6 +201,9 @@ struct cbcmn__actors {
 	struct cbcmn__mutex lock; /* CBCMN__LOCK_ACTOR_TABLE: free batches, growth */
 	uint32_t tag;             /* fixed: this runtime's tag in its references */
 	struct cbcmn__actor *batches; /* free slots, a batch at a time (batch_next) */
+	/* Messages' room of the spare rings those batches keep (actor.c,
+	 * batch_put()); written under lock, read without it to decide. */
+	_Atomic uint32_t spare_msgs;
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];

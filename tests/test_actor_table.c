@@ -49,22 +49,27 @@ static uint64_t live_actors(cbcmn_runtime *rt, uint32_t nexec)
 }
 
 /* Slots in the table's free batches (the caller makes sure nothing else
- * moves slots meanwhile), and whether one of them still has a ring. */
-static uint32_t table_free(cbcmn_runtime *rt, bool *spare)
+ * moves slots meanwhile), and the messages' room of the spare rings they
+ * keep, checked against each batch's count and the table's. */
+static uint32_t table_free(cbcmn_runtime *rt, uint32_t *spare_msgs)
 {
 	struct cbcmn__actors *t = atomic_load(&rt->actors);
 	uint32_t n = 0;
-	*spare = false;
+	*spare_msgs = 0;
 	cbcmn__mutex_lock(&t->lock);
 	for (struct cbcmn__actor *b = t->batches; b; b = b->batch_next) {
-		uint32_t in = 0;
+		uint32_t in = 0, msgs = 0;
 		for (struct cbcmn__actor *a = b; a; a = a->free_next, in++) {
-			*spare |= a->spare != NULL;
+			TASK_CHECK((a->spare != NULL) == (a->spare_cap != 0));
+			msgs += a->spare_cap;
 			TASK_CHECK(a->state == CBCMN__A_FREE);
 		}
 		TASK_CHECK(in == b->batch_n);
+		TASK_CHECK(msgs == b->batch_spare);
 		n += in;
+		*spare_msgs += msgs;
 	}
+	TASK_CHECK(*spare_msgs == atomic_load(&t->spare_msgs));
 	cbcmn__mutex_unlock(&t->lock);
 	return n;
 }
@@ -286,13 +291,15 @@ static void test_retiring_executor_drains_its_cache(void **state)
 	} while (st.executor_retires < 1 && t_now_ns() < deadline);
 	assert_true(st.executor_retires >= 1);
 	/* Every slot made is free, on the table (executor 0 spawned none):
-	 * none kept in the retired executor's cache, none with a ring.  (Its
-	 * cache fields are its thread's: the table's lock is what orders
-	 * the drain before this look.) */
+	 * none kept in the retired executor's cache, and the rings the
+	 * table keeps counted and within its bound.  (Its cache fields are
+	 * its thread's: the table's lock is what orders the drain before
+	 * this look.) */
 	struct cbcmn__actors *t = atomic_load(&rt->actors);
-	bool spare;
+	uint32_t spare;
 	assert_int_equal(table_free(rt, &spare), atomic_load(&t->nslots));
-	assert_false(spare);
+	ASSERT_TASK_CHECKS();
+	assert_true(spare <= CBCMN__TABLE_SPARE_MAX);
 	/* And they serve the next spawns: none made anew. */
 	uint32_t made = atomic_load(&t->nslots);
 	assert_int_equal(t_run_pinned(rt, 1, churn_on_1, NULL), 0);
@@ -412,15 +419,21 @@ static void storm_round(struct storm *s, cbcmn_cx *cx, cbcmn_actor_ref *refs)
 		atomic_fetch_add(&s->bad, 1);
 		return;
 	}
-	cbcmn_actor_opts steal = {.placement = CBCMN_PLACE_STEALABLE};
 	cbcmn_actor_opts start = {.start = true};
 	for (int i = 0; i < s->per_round; i++) {
 		int rc;
+		/* Mailboxes of 1, 16, 300 (past what a free slot keeps) and
+		 * the default, so that spare rings of every kind meet every
+		 * capacity. */
+		static const uint32_t caps[4] = {1, 16, CBCMN__SPARE_CAP_MAX + 44, 0};
+		cbcmn_actor_opts o = {.placement = i % 4 == 0 ? CBCMN_PLACE_STEALABLE
+							      : CBCMN_PLACE_LOCAL,
+				      .mailbox_cap = caps[(i / 4) % 4]};
 		if (i % 3 == 2)
 			rc = cbcmn_actor_spawn_handler(cx, n, halts_at_start, NULL, &start, &refs[i]);
 		else
 			rc = cbcmn_actor_spawn(cx, n, i % 2 ? quits_on_message : returns_at_once, NULL,
-					       i % 4 == 0 ? &steal : NULL, &refs[i]);
+					       &o, &refs[i]);
 		if (rc)
 			atomic_fetch_add(&s->bad, 1);
 		else
@@ -507,6 +520,13 @@ static void test_spawn_halt_storm_from_executors_and_threads(void **state)
 	uint32_t bound = (STORM_TASKS + STORM_THREADS) * (uint32_t)s.per_round +
 			 STORM_EXECS * 2 * 32 + 64;
 	assert_true(atomic_load(&t->nslots) <= bound);
+	/* The rings the table keeps: counted, and past its bound by at most
+	 * a batch of the largest kept for each thread that may race there. */
+	uint32_t spare;
+	(void)table_free(s.rt, &spare);
+	ASSERT_TASK_CHECKS();
+	assert_true(spare <= CBCMN__TABLE_SPARE_MAX + (STORM_EXECS + STORM_THREADS) * 32 *
+							     CBCMN__SPARE_CAP_MAX);
 	t_destroy(s.rt);
 }
 
@@ -553,6 +573,68 @@ static void test_big_mailbox_rings_are_not_kept(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	t_run(rt, big_rings_main, NULL, 0);
+	t_destroy(rt);
+}
+
+/* ---- a spare ring bigger than asked serves, with the capacity asked ----
+ *
+ * A halted actor's ring stays with its slot for the slot's next spawn on
+ * that executor (a LIFO cache: the next spawn there takes that slot), and
+ * serves any capacity it has room for: a mailbox of 4 in a ring of 10
+ * still holds 4 messages.  A mailbox of one is the slot's own message
+ * (the spare stays for later); one of 16 gets a new ring that holds 16.
+ * Each mailbox is filled to its capacity and one more refused (ASan sees
+ * a ring too small). */
+
+/* Spawn an actor with a mailbox of cap into a slot at want_index (if
+ * not UINT32_MAX) with ring want_ring (if not NULL), fill it, let it
+ * go; its slot's index, and its ring and spare as spawned. */
+static uint32_t sr_fill(cbcmn_cx *cx, uint32_t cap, uint32_t want_index,
+			const cbcmn_actor_msg *want_ring, cbcmn_actor_msg **ring,
+			cbcmn_actor_msg **spare)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = cap};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, quits_on_message, NULL, &o, &r) == 0);
+	struct cbcmn__actors *t = atomic_load(&rt->actors); /* made by the first spawn */
+	struct cbcmn__actor *a = &atomic_load(&t->chunk[0])[cbcmn__ref_index(r)];
+	TASK_CHECK(want_index == UINT32_MAX || cbcmn__ref_index(r) == want_index);
+	TASK_CHECK(!want_ring || a->ring == want_ring);
+	*ring = a->ring;
+	*spare = a->spare;
+	/* It has not run (one executor, this task goes on): its mailbox
+	 * takes cap messages and no more, whatever its ring's room. */
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (uint32_t i = 0; i < cap; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == -EAGAIN);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return cbcmn__ref_index(r);
+}
+
+static int64_t spare_room_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_actor_msg *ten, *ring, *spare;
+	uint32_t idx = sr_fill(cx, 10, UINT32_MAX, NULL, &ten, &spare);
+	TASK_CHECK(sr_fill(cx, 4, idx, ten, &ring, &spare) == idx); /* the same ring */
+	struct cbcmn__actor *a = &atomic_load(&atomic_load(&rt->actors)->chunk[0])[idx];
+	TASK_CHECK(sr_fill(cx, 1, idx, &a->one_msg, &ring, &spare) == idx);
+	TASK_CHECK(spare == ten); /* kept while the one-message actor lived */
+	TASK_CHECK(sr_fill(cx, 16, idx, NULL, &ring, &spare) == idx);
+	TASK_CHECK(ring != NULL && ring != &a->one_msg);
+	return 0;
+}
+
+static void test_a_bigger_spare_ring_serves_a_smaller_mailbox(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, spare_room_main, NULL, 0);
 	t_destroy(rt);
 }
 
@@ -621,6 +703,7 @@ int main(int argc, char **argv)
 		T(test_host_reuses_halted_handler_records),
 		T(test_spawn_halt_storm_from_executors_and_threads),
 		T(test_big_mailbox_rings_are_not_kept),
+		T(test_a_bigger_spare_ring_serves_a_smaller_mailbox),
 		T(test_quiet_halt_counts_halting_while_it_runs),
 	};
 #undef T
