@@ -638,6 +638,133 @@ static void test_a_bigger_spare_ring_serves_a_smaller_mailbox(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a reused ring's mailbox, sent to over the lanes ----
+ *
+ * The receiver lives on executor 1 and is spawned there, so that each
+ * takes the slot (and the spare ring) its predecessor left in that
+ * executor's cache: a ring of 10 then serves a mailbox of 4 or 2, one of
+ * 16 a mailbox of 10, and one-message mailboxes come between.  The
+ * sender, on executor 0, sends over the lanes, whose reservations count
+ * the free places from the mailbox's capacity, not the ring's room: the
+ * mailbox takes exactly its capacity, a waiting send gets in once the
+ * receiver has taken half of it, and at the halt every message left is
+ * dropped once and counted undelivered in the DOWN. */
+
+struct lr {
+	cbcmn_nursery *n;
+	uint32_t cap;
+	_Atomic int go, drops, got;
+	_Atomic cbcmn_actor_ref r;
+};
+
+static void lr_drop(void *st, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	atomic_fetch_add(&((struct lr *)st)->drops, 1);
+}
+
+static bool lr_wait(cbcmn_cx *cx, _Atomic int *v, int want)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(v) < want && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return atomic_load(v) >= want;
+}
+
+/* Takes half its mailbox once told to, then halts once told to. */
+static int64_t lr_actor(cbcmn_cx *cx, void *arg)
+{
+	struct lr *c = arg;
+	TASK_CHECK(lr_wait(cx, &c->go, 1));
+	cbcmn_actor_msg m;
+	for (uint32_t i = 0; i < (c->cap + 1) / 2; i++)
+		if (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+			atomic_fetch_add(&c->got, 1);
+	TASK_CHECK(lr_wait(cx, &c->go, 2));
+	return 0;
+}
+
+static int64_t lr_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct lr *c = arg;
+	cbcmn_actor_opts o = {.mailbox_cap = c->cap, .placement = CBCMN_PLACE_PINNED,
+			      .shard = 1, .drop = lr_drop};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, c->n, lr_actor, c, &o, &r) == 0);
+	atomic_store(&c->r, r);
+	return 0;
+}
+
+/* One round: 1 if the mailbox was served by a bigger ring. */
+static int lr_round(cbcmn_cx *cx, uint32_t cap)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	struct lr c = {.cap = cap, .r = CBCMN_ACTOR_NONE};
+	TASK_CHECK(open_n(cx, &c.n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, c.n, 1, lr_spawner, &c, NULL) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&c.r) == CBCMN_ACTOR_NONE && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_ref r = atomic_load(&c.r);
+	TASK_CHECK(r != CBCMN_ACTOR_NONE);
+	struct cbcmn__actor *a = cbcmn__actor_slot(rt, r);
+	/* It waits for go: its mailbox stays as spawned. */
+	int bigger = a->ring != &a->one_msg && a->ring_room > cap;
+	uint64_t mon;
+	TASK_CHECK(cbcmn_actor_monitor(cx, r, &mon) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	uint32_t ok = 0;
+	while (ok <= cap && cbcmn_actor_try_send(NULL, cx, r, &m) == 0)
+		ok++;
+	TASK_CHECK(ok == cap);
+	TASK_CHECK(cbcmn_actor_send_timeout(NULL, cx, r, &m, 1000000) == -ETIMEDOUT);
+	atomic_store(&c.go, 1);
+	TASK_CHECK(cbcmn_actor_send_timeout(NULL, cx, r, &m, T_STALL_NS) == 0);
+	while (cbcmn_actor_try_send(NULL, cx, r, &m) == 0)
+		ok++;
+	TASK_CHECK(ok + 1 == cap + (cap + 1) / 2); /* full again, not more */
+	atomic_store(&c.go, 2);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, c.n) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, T_STALL_NS) == 0);
+	TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.body.down.undelivered == cap);
+	TASK_CHECK(atomic_load(&c.got) == (int)(cap + 1) / 2);
+	TASK_CHECK(atomic_load(&c.drops) == (int)cap);
+	return bigger;
+}
+
+static int64_t lr_driver(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	static const uint32_t caps[] = {10, 4, 1, 10, 2, 1, 16, 10, 1, 4};
+	int bigger = 0;
+	for (int i = 0; i < STRESS(200); i++)
+		bigger += lr_round(cx, caps[i % 10]);
+	TASK_CHECK(bigger > 0); /* the case this is about was met */
+	return 0;
+}
+
+static int64_t lr_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, lr_driver, arg, &o, &r) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_reused_rings_over_the_lanes_hold_their_capacity(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* a hog beside it must not reroute the sends */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	t_run(rt, lr_main, NULL, 0);
+	t_destroy(rt);
+}
+
 /* ---- an actor nobody watches counts live and halting while its halt runs ----
  *
  * Its halt is one lock section (FREE at once), but the statistics say
@@ -704,6 +831,7 @@ int main(int argc, char **argv)
 		T(test_spawn_halt_storm_from_executors_and_threads),
 		T(test_big_mailbox_rings_are_not_kept),
 		T(test_a_bigger_spare_ring_serves_a_smaller_mailbox),
+		T(test_reused_rings_over_the_lanes_hold_their_capacity),
 		T(test_quiet_halt_counts_halting_while_it_runs),
 	};
 #undef T
