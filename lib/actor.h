@@ -160,6 +160,10 @@ struct cbcmn__actor {
 /* The largest mailbox ring a free slot keeps for its next actor (16 KiB
  * of messages): an executor's cache then holds at most 1 MiB of rings. */
 #define CBCMN__SPARE_CAP_MAX 256u
+/* The largest spare a slot keeps while its actor has a mailbox of one
+ * message (one_msg): skynet's inner nodes (10) and leaves (1) alternate
+ * in the same slots, and a live actor holds at most 1 KiB it does not use. */
+#define CBCMN__SPARE_ONE_MAX 16u
 /* The most messages' room the table's free batches keep in spare rings
  * (1 MiB, an executor's cache's worth): past it, a batch's rings are
  * freed as it goes there (actor.c, batch_put()). */

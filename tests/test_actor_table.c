@@ -638,6 +638,62 @@ static void test_a_bigger_spare_ring_serves_a_smaller_mailbox(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a one-message actor keeps only a small spare ----
+ *
+ * A slot's spare stays while its actor has a mailbox of one (skynet's
+ * leaves and inner nodes alternate in the same slots), and nobody counts
+ * it meanwhile: live one-message actors took up every ring the cache and
+ * the table kept, wave after wave of halts, 16 KiB each for a mailbox of
+ * 64 bytes, without bound.  Only a ring of at most CBCMN__SPARE_ONE_MAX
+ * messages stays now. */
+
+static int64_t one_spare_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_actor_msg *ring, *spare;
+	uint32_t idx = sr_fill(cx, CBCMN__SPARE_CAP_MAX, UINT32_MAX, NULL, &ring, &spare);
+	struct cbcmn__actor *a = &atomic_load(&atomic_load(&rt->actors)->chunk[0])[idx];
+	TASK_CHECK(a->spare == ring); /* kept for the slot's next actor */
+	TASK_CHECK(sr_fill(cx, 1, idx, &a->one_msg, &ring, &spare) == idx);
+	TASK_CHECK(spare == NULL); /* too big to stay with a one-message actor */
+	cbcmn_actor_msg *small;
+	TASK_CHECK(sr_fill(cx, CBCMN__SPARE_ONE_MAX, idx, NULL, &small, &spare) == idx);
+	TASK_CHECK(sr_fill(cx, 1, idx, &a->one_msg, &ring, &spare) == idx);
+	TASK_CHECK(spare == small); /* a small one stays */
+	/* Waves of halts then live one-message actors hold no more spare
+	 * room than the small ones could. */
+	cbcmn_nursery *live, *n;
+	TASK_CHECK(open_n(cx, &live) == 0);
+	for (int w = 0; w < 4; w++) {
+		TASK_CHECK(open_n(cx, &n) == 0);
+		cbcmn_actor_opts big = {.mailbox_cap = CBCMN__SPARE_CAP_MAX}, one = {.mailbox_cap = 1};
+		cbcmn_actor_ref r;
+		for (int i = 0; i < 200; i++)
+			TASK_CHECK(cbcmn_actor_spawn(cx, n, returns_at_once, NULL, &big, &r) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		for (int i = 0; i < 200; i++)
+			TASK_CHECK(cbcmn_actor_spawn(cx, live, quits_on_message, NULL, &one, &r) == 0);
+	}
+	struct cbcmn__actors *t = atomic_load(&rt->actors);
+	for (uint32_t i = 0; i < atomic_load(&t->nslots); i++) {
+		struct cbcmn__actor *s = &atomic_load(&t->chunk[0])[i];
+		TASK_CHECK(s->state != CBCMN__A_LIVE || s->ring != &s->one_msg ||
+			   s->spare_cap <= CBCMN__SPARE_ONE_MAX);
+	}
+	TASK_CHECK(cbcmn_nursery_cancel(live) == 0);
+	(void)cbcmn_nursery_await_all(cx, live);
+	return 0;
+}
+
+static void test_one_message_actors_keep_only_small_spares(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, one_spare_main, NULL, 0);
+	t_destroy(rt);
+}
+
 /* ---- a reused ring's mailbox, sent to over the lanes ----
  *
  * The receiver lives on executor 1 and is spawned there, so that each
@@ -832,6 +888,7 @@ int main(int argc, char **argv)
 		T(test_big_mailbox_rings_are_not_kept),
 		T(test_a_bigger_spare_ring_serves_a_smaller_mailbox),
 		T(test_reused_rings_over_the_lanes_hold_their_capacity),
+		T(test_one_message_actors_keep_only_small_spares),
 		T(test_quiet_halt_counts_halting_while_it_runs),
 	};
 #undef T
