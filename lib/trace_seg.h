@@ -142,6 +142,11 @@ struct cbcmn__tsw_stat {
 	uint32_t first_corrupt;  /* the first of them, and what it said */
 	uint64_t bad_head, bad_tail;
 	uint64_t invalid;        /* records of no known kind, or naming no executor */
+	/* Times our hold was found ended by the lease (we drained less often
+	 * than CBCMN__TSEG_LEASE_NS, stopped): until the drain that took it
+	 * again, a lazy target recorded nothing, so its events then are in
+	 * no count at all, dropped included. */
+	uint32_t lapses;
 };
 
 /* Move up to n events into out[], ring after ring from where the last

@@ -67,15 +67,17 @@ static void hold(struct cbcmn__tsw *w)
 }
 
 /* A drain: we are alive (beats), and if the target let our hold go
- * meanwhile (we were stopped past the lease), we take it again. */
-static void beat(struct cbcmn__tsw *w)
+ * meanwhile (we were stopped past the lease), we take it again, and say
+ * so in *st: what a lazy target did meanwhile was not counted. */
+static void beat(struct cbcmn__tsw *w, struct cbcmn__tsw_stat *st)
 {
 	struct cbcmn__tseg_hdr *h = w->map;
 	if (!w->armed || !w->lease)
 		return;
-	if (atomic_load_explicit(&h->expired, memory_order_relaxed) != w->expired)
+	if (atomic_load_explicit(&h->expired, memory_order_relaxed) != w->expired) {
+		st->lapses++;
 		hold(w);
-	else
+	} else
 		atomic_fetch_add_explicit(&h->beats, 1, memory_order_relaxed);
 }
 
@@ -193,7 +195,7 @@ uint32_t cbcmn__tsw_drain(struct cbcmn__tsw *w, cbcmn_trace_event *out, uint32_t
 {
 	uint32_t got = 0;
 	uint64_t drop = 0;
-	beat(w);
+	beat(w, st);
 	for (uint32_t k = 0; k < w->nexec; k++) {
 		struct cbcmn__trace_ring *r =
 			(struct cbcmn__trace_ring *)((char *)w->map + w->rings_off + w->stride * k);

@@ -7,7 +7,9 @@
  * executor, the last being the run's final figures.  A target whose rings
  * are corrupt: one line, no crash, a whole file.  Bad input as one line
  * and a non-zero status, nothing started. */
+#include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -600,8 +602,8 @@ static void test_lazy_rings_of_a_recorder_killed_stop_recording(void **state)
 }
 
 /* A live recorder keeps its hold past the lease while it drains; one
- * stopped past it (^Z) loses it, and takes it again at its next drain;
- * its close lets go of it. */
+ * stopped past it (^Z) loses it, and takes it again at its next drain,
+ * which counts the lapse; its close lets go of it. */
 static void test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back(void **state)
 {
 	(void)state;
@@ -618,9 +620,15 @@ static void test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back(void **
 		low = h < low ? h : low;
 		usleep(5000);
 	}
+	uint32_t lapses_draining = st.lapses;
 	uint32_t stopped = holds_become(&t, 0, 15000);
 	(void)cbcmn__tsw_drain(w, ev, 256, &st);
 	uint32_t back = atomic_load(&t.h->holds);
+	/* The lapse is said: the events while our hold was ended are in no
+	 * count, the rings' dropped included (a lazy target records none). */
+	uint32_t lapses = st.lapses;
+	(void)cbcmn__tsw_drain(w, ev, 256, &st);
+	uint32_t lapses_later = st.lapses;
 	cbcmn__tsw_close(w);
 	uint32_t closed = atomic_load(&t.h->holds);
 	target_stop(&t);
@@ -630,6 +638,92 @@ static void test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back(void **
 	assert_int_equal(stopped, 0);
 	assert_int_equal(back, 1);
 	assert_int_equal(closed, 0);
+	assert_int_equal(lapses_draining, 0);
+	assert_int_equal(lapses, 1);
+	assert_int_equal(lapses_later, 1);
+}
+
+/* Our child running cbcmn-top, found in /proc (toolrun hides its pid),
+ * within ms; 0 if none. */
+static pid_t top_child(unsigned ms)
+{
+	for (uint64_t end = t_now_ns() + ms * 1000000ull; t_now_ns() < end; usleep(10000)) {
+		DIR *d = opendir("/proc");
+		assert_non_null(d);
+		pid_t found = 0;
+		for (struct dirent *e; !found && (e = readdir(d));) {
+			char path[300], buf[256];
+			snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+			FILE *f = e->d_name[0] >= '1' && e->d_name[0] <= '9' ? fopen(path, "r") : NULL;
+			if (!f)
+				continue;
+			size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+			fclose(f);
+			buf[n] = 0;
+			int ppid;
+			char *rp = strrchr(buf, ')');
+			if (strstr(buf, "(cbcmn-top)") && rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 &&
+			    ppid == getpid())
+				found = atoi(e->d_name);
+		}
+		closedir(d);
+		if (found)
+			return found;
+	}
+	return 0;
+}
+
+struct stopper {
+	struct target *t;
+	uint32_t holds_stopped;
+	pid_t top;
+};
+
+/* Stop the recording cbcmn-top once attached until the target's lease
+ * ended its hold, then let it go on. */
+static void *stop_the_recorder(void *arg)
+{
+	struct stopper *s = arg;
+	if (holds_become(s->t, 1, 15000) != 1 || !(s->top = top_child(5000)))
+		return NULL;
+	kill(s->top, SIGSTOP);
+	s->holds_stopped = holds_become(s->t, 0, 15000);
+	kill(s->top, SIGCONT);
+	return NULL;
+}
+
+/* cbcmn-top --record stopped past the lease of a lazy target: the
+ * target recorded nothing, not even drops, until its next drain; the
+ * trace says it (otherData's hold_lapses, not complete, a line on
+ * stderr).  Before, it only counted the drops before the lease ended,
+ * as if they were all that was lost. */
+static void test_record_stopped_past_the_lease_says_so(void **state)
+{
+	(void)state;
+	struct target t;
+	target_start(&t, "64:lazy", true, 0);
+	char trace[] = "/tmp/cbcmn-toprec-lapse-XXXXXX";
+	scratch(trace);
+	struct stopper s = {.t = &t, .holds_stopped = 99};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, stop_the_recorder, &s), 0);
+	struct toolrun r;
+	record_pid_n(&t, "20", trace, &r);
+	pthread_join(th, NULL);
+	target_stop(&t);
+	assert_int_equal(r.status, 0);
+	assert_true(s.top > 0);
+	assert_int_equal(s.holds_stopped, 0);
+	if (!strstr(r.err, "recording stopped 1 time (we drained too seldom"))
+		fail_msg("stderr: %s", r.err);
+	static const char lapse_py[] =
+		PY_TRACE_OPEN
+		"if od.get('hold_lapses') != 1 or od['complete']: fail('%r' % (od,))\n"
+		"print('ok', od['events'], 'events', od['dropped'], 'dropped, 1 lapse')\n";
+	const char *args[] = {trace, NULL};
+	pycheck(lapse_py, args, "lapse");
+	free(r.out);
+	unlink(trace);
 }
 
 /* A recorder whose hold the lease ended (stopped, never drained again)
@@ -1311,6 +1405,7 @@ int main(void)
 		cmocka_unit_test(test_lazy_rings_of_a_recorder_killed_stop_recording),
 		cmocka_unit_test(test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back),
 		cmocka_unit_test(test_lazy_rings_close_of_an_expired_recorder_keeps_anothers_hold),
+		cmocka_unit_test(test_record_stopped_past_the_lease_says_so),
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
 		cmocka_unit_test(test_bad_trace_events_variable_fails_the_create),

@@ -447,6 +447,7 @@ static void events_json(struct jw *j, const struct top_rec *r)
 	jw_u64(j, "invalid", t->invalid);
 	jw_u64(j, "taken_by_others", r->by_others);
 	jw_u64(j, "corrupt_rings", t->corrupt);
+	jw_u64(j, "hold_lapses", t->lapses);
 }
 
 /* One line on what the trace lacks, in err: corrupt rings (true: an
@@ -472,9 +473,9 @@ static bool events_lost(const struct top_rec *r, char *err, size_t errlen)
 		return true;
 	}
 	uint64_t lost = t->dropped - (t->dropped >= r->dropped_at_attach ? r->dropped_at_attach : 0);
-	if (!lost && !t->invalid && !r->by_others)
+	if (!lost && !t->invalid && !r->by_others && !t->lapses)
 		return false;
-	char a[96] = "", b[48] = "", c[80] = "";
+	char a[96] = "", b[48] = "", c[80] = "", d[160] = "";
 	if (lost)
 		snprintf(a, sizeof(a), ", %llu dropped by the target's full rings (%u records each)",
 			 (unsigned long long)lost, r->ring_cap);
@@ -483,8 +484,14 @@ static bool events_lost(const struct top_rec *r, char *err, size_t errlen)
 	if (r->by_others)
 		snprintf(c, sizeof(c), ", %llu taken by another consumer (the target's own drain?)",
 			 (unsigned long long)r->by_others);
-	snprintf(err, errlen, "%s: %llu events not in the trace%s%s%s", r->path,
-		 (unsigned long long)(lost + t->invalid + r->by_others), a, b, c);
+	/* Not a number of events: a lazy target counted none meanwhile. */
+	if (t->lapses)
+		snprintf(d, sizeof(d),
+			 "; recording stopped %u time%s (we drained too seldom, the target's lease "
+			 "ended our hold): its events meanwhile are in no count",
+			 t->lapses, t->lapses > 1 ? "s" : "");
+	snprintf(err, errlen, "%s: %llu events not in the trace%s%s%s%s", r->path,
+		 (unsigned long long)(lost + t->invalid + r->by_others), a, b, c, d);
 	return false;
 }
 
@@ -514,7 +521,7 @@ int top_rec_close(struct top_rec *r, const struct top_model *m, char *err, size_
 		jw_bool(&j, "ended", m && m->ended);
 		jw_bool(&j, "complete", !r->failed && !r->w.over &&
 					     (!r->tsw || (!r->tst.corrupt && !r->tst.invalid &&
-							  !r->by_others &&
+							  !r->by_others && !r->tst.lapses &&
 							  r->tst.dropped == r->dropped_at_attach)));
 		jw_u64(&j, "not_written", r->w.over);
 		if (r->started) {
