@@ -2919,6 +2919,91 @@ static void test_more_sends_than_the_sq_holds(void **state)
 	t_destroy(rt);
 }
 
+/* A sender unwound inside the epoll backend's send: the budget it waits for
+ * in cbcmn_send() does not return when it is cancelled, its landing pad
+ * does.  The chunk was neither held nor a send's then, and its buffer never
+ * went back to the pool (before: with a pool of one buffer, the stream's
+ * next chunk waited for it for ever). */
+struct sendunwind {
+	int sv[2];
+	cbcmn_stream *s;
+	_Atomic int stage; /* 1: the sender took "a" and sends it */
+	_Atomic int got;   /* 1: the main task's recv returned */
+	int64_t r;
+};
+
+static int64_t unwind_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sendunwind *u = arg;
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, u->s, &d); /* the one syscall it pays */
+	atomic_store(&u->stage, 1);
+	if (n == 1)
+		cbcmn_stream_send(cx, u->s, d, 1, MSG_NOSIGNAL); /* waits for budget */
+	return 0;
+}
+
+static int64_t unwind_reader(cbcmn_cx *cx, void *arg)
+{
+	struct sendunwind *u = arg;
+	const void *d;
+	u->r = cbcmn_stream_recv(cx, u->s, &d);
+	atomic_store(&u->got, 1);
+	return 0;
+}
+
+static int64_t send_unwind_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendunwind *u = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, u->sv[0], &u->s) == 0);
+	TASK_CHECK(write(u->sv[1], "a", 1) == 1);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {.syscalls = 2}; /* the recv and the send's own unit */
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
+			      .shard = cbcmn_cx_executor(cx)};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, unwind_sender, u, &o, NULL) == 0);
+	while (!atomic_load(&u->stage))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx); /* the sender now waits for budget in cbcmn_send() */
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	/* The pool's one buffer must be back: "bc" comes in it. */
+	TASK_CHECK(write(u->sv[1], "bc", 2) == 2);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_spawn_opts po = {.placement = CBCMN_PLACE_PINNED, .shard = cbcmn_cx_executor(cx)};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, unwind_reader, u, &po, NULL) == 0);
+	for (int i = 0; i < 200 && !atomic_load(&u->got); i++)
+		cbcmn_sleep(cx, 5000000); /* 1 s at most */
+	if (!atomic_load(&u->got))
+		cbcmn_nursery_cancel(n);
+	cbcmn_nursery_await_all(cx, n);
+	return cbcmn_stream_close(cx, u->s);
+}
+
+static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.backend = CBCMN_BACKEND_EPOLL;
+	cfg.stream_buf_share = 1;
+	cfg.stream_bufs_max = 1;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	skip_without_streams(rt);
+	struct sendunwind u = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv), 0);
+	assert_int_equal(run_on_0(rt, send_unwind_main, &u), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(u.r, 2);
+	close(u.sv[0]);
+	close(u.sv[1]);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2961,6 +3046,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancel_and_close_with_a_send_stuck),
 		T_WATCHED_TEST(test_thread_death_ends_a_send_in_flight),
 		T_WATCHED_TEST(test_more_sends_than_the_sq_holds),
+		T_WATCHED_TEST(test_epoll_sender_unwound_gives_its_chunk_back),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
 		cmocka_set_test_filter(getenv("T_FILTER"));
