@@ -2959,7 +2959,7 @@ static int64_t send_unwind_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(write(u->sv[1], "a", 1) == 1);
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_budget ask = {.syscalls = 2}; /* the recv and the send's own unit */
+	cbcmn_budget ask = {.syscalls = 1}; /* the recv's: the send waits */
 	cbcmn_caps none = {.flags = 0};
 	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
 			      .shard = cbcmn_cx_executor(cx)};
@@ -3002,6 +3002,68 @@ static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
 	close(u.sv[0]);
 	close(u.sv[1]);
 	t_destroy(rt);
+}
+
+/* cbcmn_stream_send() costs one unit of the syscalls budget, on either
+ * backend (before: the epoll backend's charged its own unit and then
+ * cbcmn_send()'s, two a send). */
+struct sendcost {
+	int sv[2];
+	int64_t n, sent, flush;
+	uint64_t before, after;
+};
+
+static int64_t send_cost_task(cbcmn_cx *cx, void *arg)
+{
+	struct sendcost *c = arg;
+	cbcmn_stream *s;
+	TASK_CHECK(cbcmn_stream_open(cx, c->sv[0], &s) == 0);
+	const void *d;
+	c->n = cbcmn_stream_recv(cx, s, &d);
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	c->before = b.syscalls;
+	c->sent = c->n > 0 ? cbcmn_stream_send(cx, s, d, (size_t)c->n, MSG_NOSIGNAL) : -1;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	c->after = b.syscalls;
+	c->flush = cbcmn_stream_send(cx, s, NULL, 0, 0);
+	return cbcmn_stream_close(cx, s);
+}
+
+static int64_t send_cost_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendcost *c = arg;
+	TASK_CHECK(write(c->sv[1], "abc", 3) == 3);
+	return send_cost_task(cx, c); /* with the service profile's finite budget */
+}
+
+static void test_send_costs_one_syscall_unit(void **state)
+{
+	(void)state;
+	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.profile = CBCMN_PROFILE_SERVICE;
+		cfg.backend = b;
+		cbcmn_runtime *rt = NULL;
+		if (cbcmn_runtime_create(&cfg, &rt) != 0)
+			continue; /* no io_uring here */
+		struct sendcost c = {0};
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
+		assert_int_equal(run_on_0(rt, send_cost_main, &c), 0);
+		ASSERT_TASK_CHECKS();
+		char back[4];
+		assert_int_equal(read(c.sv[1], back, sizeof(back)), 3);
+		assert_int_equal(c.n, 3);
+		assert_int_equal(c.sent, 0);
+		assert_int_equal(c.flush, 0);
+		assert_true(c.before != CBCMN_UNLIMITED);
+		assert_int_equal(c.before - c.after, 1);
+		close(c.sv[0]);
+		close(c.sv[1]);
+		t_destroy(rt);
+	}
 }
 
 int main(void)
@@ -3047,6 +3109,7 @@ int main(void)
 		T_WATCHED_TEST(test_thread_death_ends_a_send_in_flight),
 		T_WATCHED_TEST(test_more_sends_than_the_sq_holds),
 		T_WATCHED_TEST(test_epoll_sender_unwound_gives_its_chunk_back),
+		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
 		cmocka_set_test_filter(getenv("T_FILTER"));
