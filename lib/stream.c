@@ -1241,7 +1241,8 @@ struct send_args {
 static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg)
 {
 	const struct send_args *a = arg;
-	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS)) {
+	/* The epoll backend's cbcmn_send() pays for itself. */
+	if (!m->e->ep && !(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS)) {
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1); /* may move the task */
 		if (t->exec != m->e)
 			return -EXDEV;
@@ -1268,9 +1269,11 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 	    a->len > (size_t)(base + m->held_len - a->p))
 		return -EINVAL;
 	int32_t bid = m->held;
-	m->held = -1; /* the send's now */
 	if (m->e->ep) {
-		/* No ring to leave it on: sent now. */
+		/* No ring to leave it on: sent now.  The chunk stays held
+		 * meanwhile: a wait in cbcmn_send() may unwind the task
+		 * (cancelled in a budget wait, a stack overflow), and a held
+		 * chunk is what the stream's next call or close gives back. */
 		int64_t rc = 0;
 		for (size_t off = 0; off < a->len; off += (size_t)rc) {
 			rc = cbcmn_send((cbcmn_cx *)t, m->fd, a->p + off, a->len - off, a->flags);
@@ -1282,14 +1285,13 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 		/* A wait above may have moved the task (unpinned): the buffer
 		 * is m's to give back, on m's executor (read there after the
 		 * release message ms_call() sends). */
-		if (t->exec != m->e) {
-			m->held = bid;
-			rc = -EXDEV;
-		} else {
-			buf_return(m->e, m->pool, (uint32_t)bid);
-		}
+		if (t->exec != m->e)
+			return -EXDEV;
+		m->held = -1;
+		buf_return(m->e, m->pool, (uint32_t)bid);
 		return rc < 0 ? rc : 0;
 	}
+	m->held = -1; /* the send's now */
 	m->send_bid = bid;
 	m->send_off = (uint32_t)(a->p - base);
 	m->send_end = m->send_off + (uint32_t)a->len;

@@ -2919,6 +2919,138 @@ static void test_more_sends_than_the_sq_holds(void **state)
 	t_destroy(rt);
 }
 
+/* A sender unwound inside the epoll backend's send: the budget it waits for
+ * in cbcmn_send() does not return when it is cancelled, its landing pad
+ * does.  The chunk was neither held nor a send's then, and its buffer never
+ * went back to the pool (before: with a pool of one buffer, the stream's
+ * next chunk waited for it for ever). */
+struct sendunwind {
+	int sv[2];
+	cbcmn_stream *s;
+	_Atomic int stage; /* 1: the sender took "a" and sends it */
+	int64_t r;
+};
+
+static int64_t unwind_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sendunwind *u = arg;
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, u->s, &d); /* the one syscall it pays */
+	atomic_store(&u->stage, 1);
+	if (n == 1)
+		cbcmn_stream_send(cx, u->s, d, 1, MSG_NOSIGNAL); /* waits for budget */
+	return 0;
+}
+
+static int64_t send_unwind_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendunwind *u = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, u->sv[0], &u->s) == 0);
+	TASK_CHECK(write(u->sv[1], "a", 1) == 1);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {.syscalls = 1}; /* the recv's: the send waits */
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
+			      .shard = cbcmn_cx_executor(cx)};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, unwind_sender, u, &o, NULL) == 0);
+	while (!atomic_load(&u->stage))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx); /* the sender now waits for budget in cbcmn_send() */
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	/* The pool's one buffer must be back: "bc" comes in it (before, the
+	 * recv waited for it for ever: the test's watchdog). */
+	TASK_CHECK(write(u->sv[1], "bc", 2) == 2);
+	const void *d;
+	u->r = cbcmn_stream_recv(cx, u->s, &d);
+	return cbcmn_stream_close(cx, u->s);
+}
+
+static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.backend = CBCMN_BACKEND_EPOLL;
+	cfg.stream_buf_share = 1;
+	cfg.stream_bufs_max = 1;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	skip_without_streams(rt);
+	struct sendunwind u = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv), 0);
+	assert_int_equal(run_on_0(rt, send_unwind_main, &u), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(u.r, 2);
+	close(u.sv[0]);
+	close(u.sv[1]);
+	t_destroy(rt);
+}
+
+/* cbcmn_stream_send() costs one unit of the syscalls budget, on either
+ * backend (before: the epoll backend's charged its own unit and then
+ * cbcmn_send()'s, two a send). */
+struct sendcost {
+	int sv[2];
+	int64_t n, sent, flush;
+	uint64_t before, after;
+};
+
+static int64_t send_cost_task(cbcmn_cx *cx, void *arg)
+{
+	struct sendcost *c = arg;
+	cbcmn_stream *s;
+	TASK_CHECK(cbcmn_stream_open(cx, c->sv[0], &s) == 0);
+	const void *d;
+	c->n = cbcmn_stream_recv(cx, s, &d);
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	c->before = b.syscalls;
+	c->sent = c->n > 0 ? cbcmn_stream_send(cx, s, d, (size_t)c->n, MSG_NOSIGNAL) : -1;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	c->after = b.syscalls;
+	c->flush = cbcmn_stream_send(cx, s, NULL, 0, 0);
+	return cbcmn_stream_close(cx, s);
+}
+
+static int64_t send_cost_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendcost *c = arg;
+	TASK_CHECK(write(c->sv[1], "abc", 3) == 3);
+	return send_cost_task(cx, c); /* with the service profile's finite budget */
+}
+
+static void test_send_costs_one_syscall_unit(void **state)
+{
+	(void)state;
+	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.profile = CBCMN_PROFILE_SERVICE;
+		cfg.backend = b;
+		cbcmn_runtime *rt = NULL;
+		if (cbcmn_runtime_create(&cfg, &rt) != 0)
+			continue; /* no io_uring here */
+		struct sendcost c = {0};
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
+		assert_int_equal(run_on_0(rt, send_cost_main, &c), 0);
+		ASSERT_TASK_CHECKS();
+		char back[4];
+		assert_int_equal(read(c.sv[1], back, sizeof(back)), 3);
+		assert_int_equal(c.n, 3);
+		assert_int_equal(c.sent, 0);
+		assert_int_equal(c.flush, 0);
+		assert_true(c.before != CBCMN_UNLIMITED);
+		assert_int_equal(c.before - c.after, 1);
+		close(c.sv[0]);
+		close(c.sv[1]);
+		t_destroy(rt);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2961,6 +3093,8 @@ int main(void)
 		T_WATCHED_TEST(test_cancel_and_close_with_a_send_stuck),
 		T_WATCHED_TEST(test_thread_death_ends_a_send_in_flight),
 		T_WATCHED_TEST(test_more_sends_than_the_sq_holds),
+		T_WATCHED_TEST(test_epoll_sender_unwound_gives_its_chunk_back),
+		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
 		cmocka_set_test_filter(getenv("T_FILTER"));
