@@ -972,6 +972,14 @@ static inline bool cbcmn__is_actor_task(const struct cbcmn_task *t)
  * end, however it came (task.c), halts what it still hosts and frees it. */
 int64_t cbcmn__hnd_host_main(cbcmn_cx *cx, void *arg);
 int64_t cbcmn__hnd_host_end(struct cbcmn_task *t, int64_t result);
+/* Does t's end call the program back (an actor's drop and fini, or those
+ * of the handler actors a host holds)?  Then it ends on a stack of its
+ * own, under a landing pad, never on an executor thread's (sched.c). */
+static inline bool cbcmn__task_end_calls_back(const struct cbcmn_task *t)
+{
+	return !(t->flags & CBCMN__TF_ABI) &&
+	       (t->fn == cbcmn__actor_main || t->fn == cbcmn__hnd_host_main);
+}
 /* The actor gauges (statseg.h), from sched.c: actor task t begins to run
  * on e (its home becomes e); e stops running it; an actor task blocks on
  * or is woken from executor e (n = 1, -1).  Relaxed: statistics, nothing

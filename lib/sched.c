@@ -546,6 +546,24 @@ static bool cancel_unstarted(struct cbcmn_task *t)
 	return true;
 }
 
+/* The scheduler loop ends t, never started, with result r: at once, on
+ * the executor thread's stack, unless its end calls the program back
+ * (cbcmn__task_end_calls_back()): a drop that overflowed that stack, or
+ * ended the thread, took the executor with it (a segfault).  Such a task
+ * starts on a stack of its own only to end there (fiber_end_entry()),
+ * below its halt's landing pad like any task that ran (*ending set).
+ * True if it ended here. */
+static bool end_unstarted(struct cbcmn_task *t, int64_t r, bool *ending)
+{
+	if (cbcmn__task_end_calls_back(t)) {
+		t->result = r; /* unused until it ends: its end's result */
+		*ending = true;
+		return false;
+	}
+	cbcmn__task_complete(t, r);
+	return true;
+}
+
 void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 {
 	struct cbcmn_task *parent = e->current;
@@ -605,6 +623,21 @@ static void fiber_entry(void *xfer)
 	cbcmn__fiber_exit(e, s);
 }
 
+/* A task started only to end (end_unstarted()), its result in t->result:
+ * the end's callbacks run on this stack, whose overflow lands on the pad
+ * the end sets up, and a thread's end there has the reaper finish it. */
+static void fiber_end_entry(void *xfer)
+{
+	struct cbcmn_task *t = xfer;
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+	struct cbcmn__exec *e = t->exec;
+	struct cbcmn__stack *s = t->stack;
+	cbcmn__task_complete(t, t->result); /* t may be gone after this */
+	cbcmn__fiber_exit(e, s);
+}
+
 void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s)
 {
 	e->current = NULL;
@@ -628,7 +661,7 @@ static void check_canary(struct cbcmn_task *t, struct cbcmn__stack *s)
 	abort();
 }
 
-static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t);
+static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t, bool *ending);
 
 /* diag.run_seq: the next odd value as a run begins, the next even one as
  * it ends (a thread that died in a run left it odd: the next run still
@@ -654,12 +687,13 @@ static inline void run_seq_end(struct cbcmn__exec *e)
 /* Scheduler side: run (start or resume) t, then do what it asked for. */
 static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
+	bool ending = false; /* started only to end (end_unstarted()) */
 	if (__builtin_expect((t->flags & CBCMN__TF_PINNED) && t->shard != e->id, 0) &&
-	    pinned_astray(e, t))
+	    pinned_astray(e, t, &ending))
 		return;
 	if (t->sp == NULL) {
 		t->exec = e;
-		if (cancel_unstarted(t))
+		if (!ending && cbcmn__task_cancelled(t) && end_unstarted(t, CBCMN_ECANCELED, &ending))
 			return;
 		struct cbcmn__stack *s;
 		if (cbcmn__task_in_stack(t)) {
@@ -709,8 +743,9 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			s->san_fiber = NULL;
 		}
 #endif
-		t->sp = cbcmn__ctx_make(cbcmn__stack_top(s), fiber_entry);
-		CBCMN__COUNT(e, tasks_run, 1);
+		t->sp = cbcmn__ctx_make(cbcmn__stack_top(s), ending ? fiber_end_entry : fiber_entry);
+		if (!ending)
+			CBCMN__COUNT(e, tasks_run, 1);
 	}
 	t->exec = e;
 	atomic_store_explicit(&t->state, CBCMN__T_RUNNING, memory_order_relaxed);
@@ -1589,7 +1624,7 @@ static bool forward_stopped_all(struct cbcmn_runtime *rt)
  * with the shard's start error if it never ran; one that ran before (woken
  * after its shard retired) runs here rather than not at all, losing its
  * pinning for this turn.  True if it is dealt with. */
-static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t)
+static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t, bool *ending)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	struct cbcmn__exec *home = rt->exec[t->shard];
@@ -1604,8 +1639,7 @@ static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t)
 		return false;
 	t->exec = e;
 	int err = atomic_load_explicit(&home->start_err, memory_order_acquire);
-	cbcmn__task_complete(t, err ? err : -EAGAIN);
-	return true;
+	return end_unstarted(t, err ? err : -EAGAIN, ending);
 }
 
 void cbcmn__exec_grow(struct cbcmn_runtime *rt)

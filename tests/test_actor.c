@@ -2021,6 +2021,71 @@ static void test_thread_exit_in_drop_of_an_actor_halted_inline(void **state)
 	t_destroy(rt);
 }
 
+/* The same actor, cancelled (or stopped) before it started, but taken by
+ * the scheduler loop, not by an await: the awaiting task sleeps first. */
+static int64_t dloop_main(cbcmn_cx *cx, void *arg)
+{
+	struct dend *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = dend_drop};
+	cbcmn_actor_ref v;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_victim, d, &o, &v) == 0);
+	for (uint64_t i = 0; i < DE_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, v, &m) == 0);
+	}
+	if (d->reason)
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, v, d->reason) == 0);
+	else
+		TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	/* One executor: the loop runs the actor while we sleep. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&d->drops) < DE_MSGS && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	d->reason = cbcmn_nursery_await_all(cx, n);
+	d->downs++; /* the awaiting task went on */
+	return 0;
+}
+
+/* Issue 16 (rvarob): an actor cancelled before it started and ended by
+ * the scheduler loop ran its drop on the executor thread's stack, below
+ * no landing pad: an overflow there was a segfault of the process, a
+ * thread's end a hang.  It starts on a stack of its own to end there:
+ * the drop ends, the halt goes on, the executor and the awaiting task
+ * with it. */
+static void dloop_case(bool die, int64_t stop)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dend d = {.die = die, .reason = stop};
+	t_run(rt, dloop_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.downs, 1);
+	assert_int_equal(d.reason, stop ? stop : CBCMN_ECANCELED);
+	t_destroy(rt);
+}
+
+static void test_stack_overflow_in_drop_of_an_actor_ended_by_the_loop(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	dloop_case(false, 0);
+	dloop_case(false, -9); /* stopped, not cancelled: the stop's reason */
+}
+
+static void test_thread_exit_in_drop_of_an_actor_ended_by_the_loop(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	dloop_case(true, 0);
+}
+
 /* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
 
 struct unl {
@@ -2696,6 +2761,8 @@ int main(int argc, char **argv)
 		T(test_thread_exit_in_drop_finishes_the_halt_once),
 		T(test_stack_overflow_in_drop_of_an_actor_halted_inline),
 		T(test_thread_exit_in_drop_of_an_actor_halted_inline),
+		T(test_stack_overflow_in_drop_of_an_actor_ended_by_the_loop),
+		T(test_thread_exit_in_drop_of_an_actor_ended_by_the_loop),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),
