@@ -243,6 +243,19 @@ static inline struct cbcmn__actor *cbcmn__actor_or_handler(const struct cbcmn_ta
 	struct cbcmn__actor *a = cbcmn__actor_of(t);
 	return a || !t ? a : cbcmn__hnd_current(t);
 }
+/* Is host task t calling a handler, or halting a handler actor (its drop
+ * and fini)?  False if t is not a host. */
+bool cbcmn__hnd_calling(const struct cbcmn_task *t);
+/* Do task t's actor sends take the lock path, never the lanes?  A
+ * handler's (it must not yield), and those of a halt's drop and fini:
+ * the halt's DOWN and EXIT messages take the lock path, and a message of
+ * the drop's in a lane would land after them (issue 16: a watcher must
+ * see the actor's last messages before its DOWN). */
+static inline bool cbcmn__sends_locked(const struct cbcmn_task *t)
+{
+	struct cbcmn__actor *a = cbcmn__actor_of(t);
+	return a ? a->halt_begun : cbcmn__hnd_calling(t);
+}
 /* The calling actor (or handler actor): self must be one, and running;
  * else NULL and *err is -EPERM, or CBCMN_EFORKED in a forked child. */
 static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)

@@ -109,6 +109,9 @@ struct host {
 	uint32_t nspare;
 	int64_t first_error;                  /* its result: a crash of a non-contained one */
 	bool cancelled;
+	/* A handler actor's halt runs (its drop, its fini): the host's sends
+	 * take the lock path (cbcmn__sends_locked()). */
+	bool halting;
 	struct tmo *tmo;                      /* receive deadlines: a min-heap */
 	uint32_t ntmo, tmo_cap;
 	uint32_t narmed, nstale;              /* its live and stale entries */
@@ -145,6 +148,12 @@ struct cbcmn__actor *cbcmn__hnd_current(const struct cbcmn_task *t)
 {
 	struct host *h = host_of(t);
 	return h ? h->cur : NULL;
+}
+
+bool cbcmn__hnd_calling(const struct cbcmn_task *t)
+{
+	struct host *h = host_of(t);
+	return h && (h->cur || h->halting);
 }
 
 /* The host's run queues (host task only).  A handler actor that a
@@ -609,7 +618,9 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 	/* Its DOWNs count it undelivered too (the mailbox's alone before:
 	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
+	host->halting = true;
 	reason = cbcmn__actor_halt_slot(a, reason, h->held_dropped, e);
+	host->halting = false;
 	/* As a task's end would tell its nursery (nursery.c): the first
 	 * failure is the host's result, and a real one cancels the siblings
 	 * at once (fail fast). */
@@ -764,6 +775,7 @@ static int64_t host_end(struct cbcmn_task *t, int64_t result)
 		if (result >= 0)
 			result = CBCMN_EPANIC;
 		host->cur = NULL;
+		host->halting = true; /* till its end: it halts them all */
 		host->cancelled = true; /* no more joins: the task is gone */
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
 			if (h->ended)

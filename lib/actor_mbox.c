@@ -718,11 +718,12 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 /* The receiver's slot and home if a send from task self may go over the
  * lanes: another executor than self's, not stalled (the message would
  * wait out the stall).  Else -1.  A handler's sends take the lock path:
- * it runs on its host's stack and must not yield in lane_order(). */
+ * it runs on its host's stack and must not yield in lane_order(); so do
+ * a halt's drop and fini, ahead of the DOWNs (cbcmn__sends_locked()). */
 static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 		      int mode, struct cbcmn__actor **ap)
 {
-	if (!self || mode == SEND_HND || cbcmn__hnd_current(self))
+	if (!self || mode == SEND_HND || cbcmn__sends_locked(self))
 		return -1;
 	struct cbcmn__actor *a = cbcmn__actor_slot(rt, to);
 	if (!a || a == cbcmn__actor_or_handler(self))

@@ -609,18 +609,29 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	parent->exec = e;
 }
 
-/* Every fiber starts here, on a fresh stack, with the task to run. */
-static void fiber_entry(void *xfer)
+/* A fiber's first step on its stack: the task it was made for. */
+static inline struct cbcmn_task *fiber_begin(void *xfer)
 {
-	struct cbcmn_task *t = xfer;
 #ifdef __SANITIZE_ADDRESS__
 	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
-	int64_t r = cbcmn__task_call_guarded(t);
+	return xfer;
+}
+
+/* Task t ends with result r on its own stack, and its fiber with it. */
+static __attribute__((noreturn)) void fiber_end(struct cbcmn_task *t, int64_t r)
+{
 	struct cbcmn__exec *e = t->exec;
 	struct cbcmn__stack *s = t->stack;
 	cbcmn__task_complete(t, r); /* t may be gone after this */
 	cbcmn__fiber_exit(e, s);
+}
+
+/* Every fiber starts here, on a fresh stack, with the task to run. */
+static void fiber_entry(void *xfer)
+{
+	struct cbcmn_task *t = fiber_begin(xfer);
+	fiber_end(t, cbcmn__task_call_guarded(t));
 }
 
 /* A task started only to end (end_unstarted()), its result in t->result:
@@ -628,14 +639,8 @@ static void fiber_entry(void *xfer)
  * the end sets up, and a thread's end there has the reaper finish it. */
 static void fiber_end_entry(void *xfer)
 {
-	struct cbcmn_task *t = xfer;
-#ifdef __SANITIZE_ADDRESS__
-	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
-#endif
-	struct cbcmn__exec *e = t->exec;
-	struct cbcmn__stack *s = t->stack;
-	cbcmn__task_complete(t, t->result); /* t may be gone after this */
-	cbcmn__fiber_exit(e, s);
+	struct cbcmn_task *t = fiber_begin(xfer);
+	fiber_end(t, t->result);
 }
 
 void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s)
@@ -2117,10 +2122,7 @@ static pthread_once_t exec_key_once = PTHREAD_ONCE_INIT;
 
 static void reap_entry(void *xfer)
 {
-	struct cbcmn_task *t = xfer;
-#ifdef __SANITIZE_ADDRESS__
-	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
-#endif
+	struct cbcmn_task *t = fiber_begin(xfer);
 	struct cbcmn__stack *s = t->stack;
 	for (;;) {
 		struct cbcmn_task *parent = t->inline_parent;

@@ -28,6 +28,100 @@ static inline int64_t open_n(cbcmn_cx *cx, cbcmn_nursery **n)
 	return cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n);
 }
 
+/* The calling task sends a the messages (M_DATA, tag, i) for i from 0 to
+ * n - 1, each of which must be taken. */
+static inline void send_n(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t tag, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, tag, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, a, &m) == 0);
+	}
+}
+
+/* ---- a watcher's DOWNs ---- */
+
+/* What a watcher received until nothing came for 200 ms. */
+struct downs {
+	long n;               /* DOWNs of its monitor */
+	int64_t reason;       /* the last one's */
+	uint64_t undelivered; /* the last one's */
+	long before, after;   /* other messages, before the first DOWN and after */
+	long stray;           /* DOWNs of other monitors, and EXITs */
+};
+
+/* The calling actor receives until nothing came for 200 ms (the first
+ * wait: up to T_STALL_NS), sorting what comes in *d: monitor id's DOWNs,
+ * other messages before and after the first one. */
+static inline void downs_collect(cbcmn_cx *cx, uint64_t id, struct downs *d)
+{
+	*d = (struct downs){0};
+	cbcmn_actor_msg m;
+	for (uint64_t wait = T_STALL_NS; cbcmn_actor_receive(cx, &m, wait) == 0;
+	     wait = 200000000ull) {
+		if (m.type == CBCMN_ACTOR_DOWN && m.body.down.monitor == id) {
+			d->n++;
+			d->reason = m.body.down.reason;
+			d->undelivered = m.body.down.undelivered;
+		} else if (m.type >= CBCMN_ACTOR_SYS) {
+			d->stray++;
+		} else if (d->n) {
+			d->after++;
+		} else {
+			d->before++;
+		}
+	}
+}
+
+/* A watcher's end: only monitor id's DOWNs may come (in *got), then n
+ * (if any) is awaited. */
+static inline int64_t downs_only(cbcmn_cx *cx, uint64_t id, struct downs *got, cbcmn_nursery *n)
+{
+	downs_collect(cx, id, got);
+	TASK_CHECK(got->before + got->after + got->stray == 0);
+	if (n)
+		cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+/* A halt's drop that sends on: each message left goes to the watcher
+ * `to`, sent with cx (the halting actor's own, or its host's); and what
+ * the watcher then received. */
+struct fwd {
+	cbcmn_cx *cx;
+	cbcmn_actor_ref to;
+	_Atomic int ready, spinning, go;
+	long sent;
+	struct downs got;
+};
+
+static inline void fwd_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct fwd *d = state;
+	if (cbcmn_actor_try_send(NULL, d->cx, d->to, m) == 0)
+		d->sent++;
+}
+
+/* The watcher's start: it is the drop's receiver, *n open, and the
+ * options of an actor with fwd_drop pinned to executor 1. */
+static inline cbcmn_actor_opts fwd_begin(cbcmn_cx *cx, struct fwd *d, cbcmn_nursery **n)
+{
+	d->to = cbcmn_actor_self(cx);
+	TASK_CHECK(open_n(cx, n) == 0);
+	return (cbcmn_actor_opts){.drop = fwd_drop, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+}
+
+/* Runs watcher (an actor: it may monitor) with arg, pinned to executor
+ * 0, and awaits it: the main task of a test whose watcher sits on 0. */
+static inline int64_t watcher_on_0(cbcmn_cx *cx, cbcmn_actor_fn watcher, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
 /* ---- order per sender, nothing lost, nothing twice ---- */
 
 #define NSEND 4

@@ -1855,11 +1855,13 @@ static void test_link_from_a_drop_callback_is_refused_not_inherited(void **state
 
 struct dend {
 	bool die;                 /* the thread exits in drop; else a stack overflow */
+	bool loop;                /* cancelled before it started: not awaited at once */
+	int64_t stop;             /* that cancellation is a stop with this reason */
 	_Atomic int go;
 	_Atomic long drops;
-	long downs;
-	int64_t reason;
-	uint64_t undelivered;
+	struct downs got;
+	int64_t awaited;          /* the awaiting task's await_all, once it went on */
+	long went_on;
 };
 
 /* The first drop ends the task: a stack overflow, or its thread's end. */
@@ -1883,6 +1885,16 @@ static int64_t dend_victim(cbcmn_cx *cx, void *arg)
 	return 7; /* its messages left: to drop */
 }
 
+/* Spawns the victim (with opts o) into n and fills its mailbox. */
+static cbcmn_actor_ref dend_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct dend *d,
+				  const cbcmn_actor_opts *o)
+{
+	cbcmn_actor_ref v = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_victim, d, o, &v) == 0);
+	send_n(cx, v, 0, DE_MSGS);
+	return v;
+}
+
 /* Monitors the victim, fills its mailbox, lets it end; counts the DOWNs
  * until none came for a while. */
 static int64_t dend_watcher(cbcmn_cx *cx, void *arg)
@@ -1891,36 +1903,16 @@ static int64_t dend_watcher(cbcmn_cx *cx, void *arg)
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
 	cbcmn_actor_opts o = {.drop = dend_drop, .placement = CBCMN_PLACE_PINNED, .shard = 1};
-	cbcmn_actor_ref v;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_victim, d, &o, &v) == 0);
+	cbcmn_actor_ref v = dend_spawn(cx, n, d, &o);
 	uint64_t id;
 	TASK_CHECK(cbcmn_actor_monitor(cx, v, &id) == 0);
-	for (uint64_t i = 0; i < DE_MSGS; i++) {
-		cbcmn_actor_msg m = msg(M_DATA, 0, i);
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, v, &m) == 0);
-	}
 	atomic_store(&d->go, 1);
-	for (uint64_t wait = T_STALL_NS;; wait = 200000000ull) {
-		cbcmn_actor_msg m;
-		if (cbcmn_actor_receive(cx, &m, wait) != 0)
-			break;
-		TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.body.down.monitor == id);
-		d->downs++;
-		d->reason = m.body.down.reason;
-		d->undelivered = m.body.down.undelivered;
-	}
-	cbcmn_nursery_await_all(cx, n);
-	return 0;
+	return downs_only(cx, id, &d->got, n);
 }
 
 static int64_t dend_main(cbcmn_cx *cx, void *arg)
 {
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
-	cbcmn_actor_ref w;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_watcher, arg, &o, &w) == 0);
-	return cbcmn_nursery_await_all(cx, n);
+	return watcher_on_0(cx, dend_watcher, arg);
 }
 
 /* Issue 16: the halt runs drop after the task's function returned, below
@@ -1934,9 +1926,9 @@ static void dend_case(bool die)
 	struct dend d = {.die = die};
 	t_run(rt, dend_main, &d, 0);
 	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
-	assert_int_equal(d.downs, 1);
-	assert_int_equal(d.reason, 7);
-	assert_int_equal(d.undelivered, DE_MSGS);
+	assert_int_equal(d.got.n, 1);
+	assert_int_equal(d.got.reason, 7);
+	assert_int_equal(d.got.undelivered, DE_MSGS);
 	t_destroy(rt);
 }
 
@@ -1960,25 +1952,40 @@ static void test_thread_exit_in_drop_finishes_the_halt_once(void **state)
 	dend_case(true);
 }
 
-/* An actor cancelled before it started, run by its nursery's await on
- * the awaiting task's stack (inline), halts there: its drop overflows
- * that task's stack. */
-static int64_t dinl_main(cbcmn_cx *cx, void *arg)
+/* An actor cancelled (or stopped) before it started, on one executor:
+ * run by its nursery's await on the awaiting task's stack (inline), or,
+ * d->loop, by the scheduler loop while the awaiting task sleeps.  Its drop
+ * overflows the stack it halts on, or ends the thread. */
+static int64_t dunst_main(cbcmn_cx *cx, void *arg)
 {
 	struct dend *d = arg;
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
 	cbcmn_actor_opts o = {.drop = dend_drop};
-	cbcmn_actor_ref v;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_victim, d, &o, &v) == 0);
-	for (uint64_t i = 0; i < DE_MSGS; i++) {
-		cbcmn_actor_msg m = msg(M_DATA, 0, i);
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, v, &m) == 0);
-	}
-	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
-	d->reason = cbcmn_nursery_await_all(cx, n);
-	d->downs++; /* the awaiting task went on */
+	cbcmn_actor_ref v = dend_spawn(cx, n, d, &o);
+	if (d->stop)
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, v, d->stop) == 0);
+	else
+		TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (d->loop && atomic_load(&d->drops) < DE_MSGS && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	d->awaited = cbcmn_nursery_await_all(cx, n);
+	d->went_on++;
 	return 0;
+}
+
+/* want: the awaiting task's result (it ends too when its frames went
+ * with the thread, inline). */
+static void dunst_case(struct dend d, int64_t want)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, dunst_main, &d, want);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.went_on, want ? 0 : 1);
+	if (!want)
+		assert_int_equal(d.awaited, d.stop ? d.stop : CBCMN_ECANCELED);
+	t_destroy(rt);
 }
 
 /* Review of issue 16's fix: the halt's landing pad was the halting
@@ -1996,13 +2003,7 @@ static void test_stack_overflow_in_drop_of_an_actor_halted_inline(void **state)
 		T_SKIP("TSan cannot follow a jump out of a signal handler");
 		return;
 	}
-	cbcmn_runtime *rt = t_runtime(1);
-	struct dend d = {0};
-	t_run(rt, dinl_main, &d, 0);
-	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
-	assert_int_equal(d.downs, 1);
-	assert_int_equal(d.reason, CBCMN_ECANCELED);
-	t_destroy(rt);
+	dunst_case((struct dend){0}, 0);
 }
 
 static void test_thread_exit_in_drop_of_an_actor_halted_inline(void **state)
@@ -2012,40 +2013,8 @@ static void test_thread_exit_in_drop_of_an_actor_halted_inline(void **state)
 		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 		return;
 	}
-	cbcmn_runtime *rt = t_runtime(1);
-	struct dend d = {.die = true};
 	/* The awaiting task's frames went with the thread: it ends too. */
-	t_run(rt, dinl_main, &d, CBCMN_EPANIC);
-	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
-	assert_int_equal(d.downs, 0);
-	t_destroy(rt);
-}
-
-/* The same actor, cancelled (or stopped) before it started, but taken by
- * the scheduler loop, not by an await: the awaiting task sleeps first. */
-static int64_t dloop_main(cbcmn_cx *cx, void *arg)
-{
-	struct dend *d = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts o = {.drop = dend_drop};
-	cbcmn_actor_ref v;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, dend_victim, d, &o, &v) == 0);
-	for (uint64_t i = 0; i < DE_MSGS; i++) {
-		cbcmn_actor_msg m = msg(M_DATA, 0, i);
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, v, &m) == 0);
-	}
-	if (d->reason)
-		TASK_CHECK(cbcmn_actor_stop(NULL, cx, v, d->reason) == 0);
-	else
-		TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
-	/* One executor: the loop runs the actor while we sleep. */
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (atomic_load(&d->drops) < DE_MSGS && t_now_ns() < end)
-		cbcmn_sleep(cx, 1000000);
-	d->reason = cbcmn_nursery_await_all(cx, n);
-	d->downs++; /* the awaiting task went on */
-	return 0;
+	dunst_case((struct dend){.die = true}, CBCMN_EPANIC);
 }
 
 /* Issue 16 (rvarob): an actor cancelled before it started and ended by
@@ -2053,18 +2022,7 @@ static int64_t dloop_main(cbcmn_cx *cx, void *arg)
  * no landing pad: an overflow there was a segfault of the process, a
  * thread's end a hang.  It starts on a stack of its own to end there:
  * the drop ends, the halt goes on, the executor and the awaiting task
- * with it. */
-static void dloop_case(bool die, int64_t stop)
-{
-	cbcmn_runtime *rt = t_runtime(1);
-	struct dend d = {.die = die, .reason = stop};
-	t_run(rt, dloop_main, &d, 0);
-	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
-	assert_int_equal(d.downs, 1);
-	assert_int_equal(d.reason, stop ? stop : CBCMN_ECANCELED);
-	t_destroy(rt);
-}
-
+ * with it; a stop's reason stays the halt's. */
 static void test_stack_overflow_in_drop_of_an_actor_ended_by_the_loop(void **state)
 {
 	(void)state;
@@ -2072,8 +2030,8 @@ static void test_stack_overflow_in_drop_of_an_actor_ended_by_the_loop(void **sta
 		T_SKIP("TSan cannot follow a jump out of a signal handler");
 		return;
 	}
-	dloop_case(false, 0);
-	dloop_case(false, -9); /* stopped, not cancelled: the stop's reason */
+	dunst_case((struct dend){.loop = true}, 0);
+	dunst_case((struct dend){.loop = true, .stop = -9}, 0);
 }
 
 static void test_thread_exit_in_drop_of_an_actor_ended_by_the_loop(void **state)
@@ -2083,7 +2041,62 @@ static void test_thread_exit_in_drop_of_an_actor_ended_by_the_loop(void **state)
 		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 		return;
 	}
-	dloop_case(true, 0);
+	dunst_case((struct dend){.loop = true, .die = true}, 0);
+}
+
+/* ---- what a halt's drop sends comes before its DOWN ---- */
+
+#define DS_MSGS 8
+
+static int64_t dsend_victim(cbcmn_cx *cx, void *arg)
+{
+	struct fwd *d = arg;
+	d->cx = cx;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&d->go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return 0;
+}
+
+static int64_t dsend_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct fwd *d = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_opts o = fwd_begin(cx, d, &n);
+	cbcmn_actor_ref v = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dsend_victim, d, &o, &v) == 0);
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, v, &id) == 0);
+	send_n(cx, v, 0, DS_MSGS);
+	atomic_store(&d->go, 1);
+	downs_collect(cx, id, &d->got);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t dsend_main(cbcmn_cx *cx, void *arg)
+{
+	return watcher_on_0(cx, dsend_watcher, arg);
+}
+
+/* Issue 16 (rvarob): a halt's drop that sends (with its actor's cx) to
+ * an actor on another executor went over the lanes, and the halt's DOWN,
+ * put through the lock at once, came first: every message, all 8 runs
+ * of 8.  Per sender-receiver order holds through the halt: they all come
+ * before the DOWN. */
+static void test_drop_s_sends_come_before_the_down(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		cbcmn_runtime *rt = t_runtime(2);
+		struct fwd d = {0};
+		t_run(rt, dsend_main, &d, 0);
+		assert_int_equal(d.sent, DS_MSGS);
+		assert_int_equal(d.got.n, 1);
+		assert_int_equal(d.got.undelivered, DS_MSGS);
+		assert_int_equal(d.got.before, DS_MSGS);
+		assert_int_equal(d.got.after, 0);
+		t_destroy(rt);
+	}
 }
 
 /* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
@@ -2763,6 +2776,7 @@ int main(int argc, char **argv)
 		T(test_thread_exit_in_drop_of_an_actor_halted_inline),
 		T(test_stack_overflow_in_drop_of_an_actor_ended_by_the_loop),
 		T(test_thread_exit_in_drop_of_an_actor_ended_by_the_loop),
+		T(test_drop_s_sends_come_before_the_down),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),

@@ -1508,8 +1508,7 @@ struct hdrop {
 	bool crash;              /* its first call overflows the host's stack */
 	_Atomic int go, retrying;
 	_Atomic long drops;
-	long downs;
-	uint64_t undelivered;
+	struct downs got;
 };
 
 /* The first drop overflows the host's stack. */
@@ -1549,10 +1548,7 @@ static int64_t hdrop_watcher(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hdrop_handler, d, &o, &h) == 0);
 	uint64_t id;
 	TASK_CHECK(cbcmn_actor_monitor(cx, h, &id) == 0);
-	for (uint64_t i = 0; i <= HD_MSGS; i++) { /* the first one is called */
-		cbcmn_actor_msg m = msg(M_DATA, 0, i);
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, h, &m) == 0);
-	}
+	send_n(cx, h, 0, HD_MSGS + 1); /* the first one is called */
 	atomic_store(&d->go, 1);
 	if (d->held) {
 		uint64_t end = t_now_ns() + T_STALL_NS;
@@ -1560,26 +1556,12 @@ static int64_t hdrop_watcher(cbcmn_cx *cx, void *arg)
 			cbcmn_sleep(cx, 100000);
 		TASK_CHECK(cbcmn_actor_stop(NULL, cx, h, 5) == 0);
 	}
-	for (uint64_t wait = T_STALL_NS;; wait = 200000000ull) {
-		cbcmn_actor_msg m;
-		if (cbcmn_actor_receive(cx, &m, wait) != 0)
-			break;
-		TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.body.down.monitor == id);
-		d->downs++;
-		d->undelivered = m.body.down.undelivered;
-	}
-	cbcmn_nursery_await_all(cx, n);
-	return 0;
+	return downs_only(cx, id, &d->got, n);
 }
 
 static int64_t hdrop_main(cbcmn_cx *cx, void *arg)
 {
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
-	cbcmn_actor_ref w;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, hdrop_watcher, arg, &o, &w) == 0);
-	return cbcmn_nursery_await_all(cx, n);
+	return watcher_on_0(cx, hdrop_watcher, arg);
 }
 
 /* Issue 16: a host ended inside a handler actor's drop (here a stack
@@ -1601,8 +1583,8 @@ static void hdrop_case(bool held)
 	 * DOWN's count, though its drop is where the host ended, before the
 	 * halt began (a fiber actor's message counts likewise). */
 	assert_int_equal(atomic_load(&d.drops), HD_MSGS + held);
-	assert_int_equal(d.downs, 1);
-	assert_int_equal(d.undelivered, HD_MSGS + held);
+	assert_int_equal(d.got.n, 1);
+	assert_int_equal(d.got.undelivered, HD_MSGS + held);
 	t_destroy(rt);
 }
 
@@ -1636,8 +1618,87 @@ static void test_host_ended_then_overflowing_in_a_drop_at_its_end(void **state)
 	struct hdrop d = {.crash = true};
 	t_run(rt, hdrop_main, &d, 0);
 	assert_int_equal(atomic_load(&d.drops), HD_MSGS);
-	assert_int_equal(d.downs, 1);
-	assert_int_equal(d.undelivered, HD_MSGS);
+	assert_int_equal(d.got.n, 1);
+	assert_int_equal(d.got.undelivered, HD_MSGS);
+	t_destroy(rt);
+}
+
+/* ---- what a handler actor's drop sends comes before its DOWN ---- */
+
+#define HS_MSGS 8
+
+static int64_t hsend_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	struct fwd *d = state;
+	(void)m;
+	d->cx = cx;
+	atomic_store(&d->ready, 1);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+/* Holds executor 1 (the host's) without a yield until told. */
+static int64_t hsend_spin(cbcmn_cx *cx, void *arg)
+{
+	struct fwd *d = arg;
+	(void)cx;
+	atomic_store(&d->spinning, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&d->go) && t_now_ns() < end)
+		;
+	return 0;
+}
+
+static bool hsend_wait(cbcmn_cx *cx, _Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return atomic_load(flag);
+}
+
+/* The handler actor's first call tells the drop its host's cx; its
+ * messages then wait behind a task holding its executor, and a stop
+ * halts it with them in its mailbox. */
+static int64_t hsend_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct fwd *d = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_opts o = fwd_begin(cx, d, &n);
+	cbcmn_actor_ref h = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hsend_handler, d, &o, &h) == 0);
+	uint64_t id;
+	TASK_CHECK(cbcmn_actor_monitor(cx, h, &id) == 0);
+	cbcmn_actor_msg hello = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, h, &hello) == 0);
+	TASK_CHECK(hsend_wait(cx, &d->ready));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, hsend_spin, d, NULL) == 0);
+	TASK_CHECK(hsend_wait(cx, &d->spinning));
+	send_n(cx, h, 1, HS_MSGS);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, h, 5) == 0);
+	atomic_store(&d->go, 1);
+	downs_collect(cx, id, &d->got);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static int64_t hsend_main(cbcmn_cx *cx, void *arg)
+{
+	return watcher_on_0(cx, hsend_watcher, arg);
+}
+
+/* Issue 16 (rvarob), for handler actors: a drop's sends with its host's
+ * cx went over the lanes, and the halt's DOWN overtook them. */
+static void test_handler_drop_s_sends_come_before_the_down(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct fwd d = {0};
+	t_run(rt, hsend_main, &d, 0);
+	assert_int_equal(d.sent, HS_MSGS);
+	assert_int_equal(d.got.n, 1);
+	assert_int_equal(d.got.reason, 5);
+	assert_int_equal(d.got.before, HS_MSGS);
+	assert_int_equal(d.got.after, 0);
 	t_destroy(rt);
 }
 
@@ -1745,6 +1806,7 @@ int main(int argc, char **argv)
 		T(test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt),
 		T(test_host_ended_in_the_held_message_s_drop_drops_it_once),
 		T(test_host_ended_then_overflowing_in_a_drop_at_its_end),
+		T(test_handler_drop_s_sends_come_before_the_down),
 		T(test_host_end_overflowing_in_a_later_drop_halts_each_once),
 		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
 	};

@@ -367,9 +367,9 @@ static int64_t down_watcher(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_ref *target = arg;
 	uint64_t id;
 	TASK_CHECK(cbcmn_actor_monitor(cx, *target, &id) == 0);
-	cbcmn_actor_msg m;
-	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
-	TASK_CHECK(m.type == CBCMN_ACTOR_DOWN && m.body.down.reason == -77);
+	struct downs got;
+	downs_only(cx, id, &got, NULL);
+	TASK_CHECK(got.n == 1 && got.reason == -77);
 	return 0;
 }
 
