@@ -1623,6 +1623,44 @@ static void test_host_ended_then_overflowing_in_a_drop_at_its_end(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a host cancelled before it started, ended by the scheduler loop ---- */
+
+static int64_t hunst_main(cbcmn_cx *cx, void *arg)
+{
+	struct hdrop *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = hdrop_drop};
+	cbcmn_actor_ref h = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hdrop_handler, d, &o, &h) == 0);
+	send_n(cx, h, 0, HD_MSGS);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	/* One executor: the loop takes the new host while we sleep. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&d->drops) < HD_MSGS && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	return 0;
+}
+
+/* Issue 16 (rvarob), for handler actors: a host task cancelled before it
+ * started halted its handler actor from the scheduler loop, on the
+ * executor thread's stack, and a drop that overflowed there killed the
+ * process.  The host starts on its own stack to end there. */
+static void test_stack_overflow_in_drop_of_a_host_ended_by_the_loop(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(1);
+	struct hdrop d = {0};
+	t_run(rt, hunst_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), HD_MSGS);
+	t_destroy(rt);
+}
+
 /* ---- what a handler actor's drop sends comes before its DOWN ---- */
 
 #define HS_MSGS 8
@@ -1806,6 +1844,7 @@ int main(int argc, char **argv)
 		T(test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt),
 		T(test_host_ended_in_the_held_message_s_drop_drops_it_once),
 		T(test_host_ended_then_overflowing_in_a_drop_at_its_end),
+		T(test_stack_overflow_in_drop_of_a_host_ended_by_the_loop),
 		T(test_handler_drop_s_sends_come_before_the_down),
 		T(test_host_end_overflowing_in_a_later_drop_halts_each_once),
 		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
