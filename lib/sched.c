@@ -1626,9 +1626,11 @@ static bool forward_stopped_all(struct cbcmn_runtime *rt)
 
 /* A pinned task on an executor not its own: its shard could not start and
  * forwarded it (forward_stopped()).  Home if the shard runs by now; ended
- * with the shard's start error if it never ran; one that ran before (woken
- * after its shard retired) runs here rather than not at all, losing its
- * pinning for this turn.  True if it is dealt with. */
+ * with the shard's start error if it never ran (here, or, its end calling
+ * the program back, on a stack of its own: end_unstarted(), *ending);
+ * one that ran before (woken after its shard retired) runs here rather
+ * than not at all, losing its pinning for this turn.  True if it is
+ * dealt with. */
 static bool pinned_astray(struct cbcmn__exec *e, struct cbcmn_task *t, bool *ending)
 {
 	struct cbcmn_runtime *rt = e->rt;
