@@ -1967,9 +1967,8 @@ static int64_t dunst_main(cbcmn_cx *cx, void *arg)
 		TASK_CHECK(cbcmn_actor_stop(NULL, cx, v, d->stop) == 0);
 	else
 		TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (d->loop && atomic_load(&d->drops) < DE_MSGS && t_now_ns() < end)
-		cbcmn_sleep(cx, 1000000);
+	if (d->loop)
+		sleep_until(cx, &d->drops, DE_MSGS);
 	d->awaited = cbcmn_nursery_await_all(cx, n);
 	d->went_on++;
 	return 0;

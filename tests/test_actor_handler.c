@@ -1635,10 +1635,7 @@ static int64_t hunst_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hdrop_handler, d, &o, &h) == 0);
 	send_n(cx, h, 0, HD_MSGS);
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
-	/* One executor: the loop takes the new host while we sleep. */
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (atomic_load(&d->drops) < HD_MSGS && t_now_ns() < end)
-		cbcmn_sleep(cx, 1000000);
+	sleep_until(cx, &d->drops, HD_MSGS); /* one executor: the loop takes the host */
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
 	return 0;
 }
