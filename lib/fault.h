@@ -72,6 +72,8 @@ enum cbcmn__pause_point {
 	CBCMN__P_IDLE_SET,         /* a parker between its idle count and its bit (wake.c) */
 	CBCMN__P_NOTIFY_UNCLAIMED, /* a notifier that found no bit to claim (wake.c) */
 	CBCMN__P_SPAWN_PUSH,       /* a spawner just before its push (sched.c) */
+	CBCMN__P_TSW_DISARM,       /* a recorder's disarm between its lease test and
+	                            * its exchange (trace_watch.c) */
 	CBCMN__P_NPOINTS
 };
 

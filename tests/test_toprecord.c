@@ -25,6 +25,7 @@
 
 #include "helpers.h"
 #include "toolrun.h"
+#include "../lib/fault.h"
 #include "../lib/runtime.h"
 #include "../lib/statseg.h"
 #include "../lib/trace.h"
@@ -750,6 +751,61 @@ static void test_lazy_rings_close_of_an_expired_recorder_keeps_anothers_hold(voi
 	assert_int_equal(closed, 0);
 }
 
+/* The lease ends while a recorder closes, between its disarm's test of
+ * expired and its exchange, and another recorder takes its hold again
+ * meanwhile (the pause point holds the closing one there): the close
+ * must leave that hold.  Before, it took it, and the live recorder's
+ * target stopped recording for good (its beats saw no expiry). */
+struct disarm_race {
+	struct target *t;
+	struct cbcmn__tsw *live;
+	uint32_t expired;  /* holds once the lease ended, in the pause */
+	uint32_t retaken;  /* holds once the live recorder drained again */
+};
+static struct disarm_race *dr; /* for the pause hook */
+
+static void disarm_pause(enum cbcmn__pause_point pt, void *exec)
+{
+	(void)exec;
+	if (pt != CBCMN__P_TSW_DISARM || !dr)
+		return;
+	cbcmn_trace_event ev[64];
+	struct cbcmn__tsw_stat st = {0};
+	dr->expired = holds_become(dr->t, 0, 15000);
+	(void)cbcmn__tsw_drain(dr->live, ev, 64, &st);
+	dr->retaken = atomic_load(&dr->t->h->holds);
+	dr = NULL; /* once */
+}
+
+static void test_lazy_rings_close_racing_the_lease_keeps_anothers_retaken_hold(void **state)
+{
+	(void)state;
+	if (!cbcmn__pause_set(NULL)) {
+		T_SKIP("pause points need a CBCMN_FAULTS build (make SAN=asan or tsan)");
+		return;
+	}
+	struct target t;
+	target_start(&t, "64:lazy", true, 0);
+	struct cbcmn__tsw *closing, *live;
+	assert_int_equal(cbcmn__tsw_open(t.pid, t.h->rt_id, &closing), 0);
+	assert_int_equal(cbcmn__tsw_open(t.pid, t.h->rt_id, &live), 0);
+	struct disarm_race d = {.t = &t, .live = live, .expired = 99, .retaken = 99};
+	dr = &d;
+	cbcmn__pause_set(disarm_pause);
+	cbcmn__tsw_close(closing);
+	cbcmn__pause_set(NULL);
+	uint32_t kept = atomic_load(&t.h->holds);
+	cbcmn__tsw_close(live);
+	uint32_t closed = atomic_load(&t.h->holds);
+	target_stop(&t);
+	printf("    holds: %u expired, %u retaken, %u after the racing close, %u after the live one\n",
+	       d.expired, d.retaken, kept, closed);
+	assert_int_equal(d.expired, 0);
+	assert_int_equal(d.retaken, 1);
+	assert_int_equal(kept, 1);
+	assert_int_equal(closed, 0);
+}
+
 /* A target killed while recorded (SIGALRM, 0.6 s in): the recording ends
  * with it, status 0, the file whole, with what its rings held then (our
  * mapping keeps them). */
@@ -1405,6 +1461,7 @@ int main(void)
 		cmocka_unit_test(test_lazy_rings_of_a_recorder_killed_stop_recording),
 		cmocka_unit_test(test_lazy_rings_hold_of_a_live_recorder_lasts_and_comes_back),
 		cmocka_unit_test(test_lazy_rings_close_of_an_expired_recorder_keeps_anothers_hold),
+		cmocka_unit_test(test_lazy_rings_close_racing_the_lease_keeps_anothers_retaken_hold),
 		cmocka_unit_test(test_record_stopped_past_the_lease_says_so),
 		cmocka_unit_test(test_record_of_a_corrupt_ring_is_one_line),
 		cmocka_unit_test(test_own_drain_of_a_ring_a_watcher_corrupted_goes_on_from_its_tail),
