@@ -1107,8 +1107,8 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	m->busy = true; /* for good: no call may start on it while it closes */
 	/* Cancel its SQE, its watch and its send, and wait for their last
 	 * CQEs; then nothing refers to m.  (A send's bytes the kernel has not
-	 * taken yet are dropped: cbcmn_stream_send() of 0 bytes waits for them
-	 * first.) */
+	 * taken yet are dropped, and said: cbcmn_stream_send() of 0 bytes
+	 * waits for them first.) */
 	while (m->armed || m->watch_armed || m->send_armed) {
 		if (m->armed)
 			ms_cancel(m);
@@ -1125,8 +1125,12 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 			return 0;
 		}
 	}
+	/* A send that failed and was not reported yet, the one cut short
+	 * above included: the closer is the last to hear of it (as close(2)
+	 * reports a write's failure), and the stream goes anyway. */
+	int rc = m->send_err;
 	ms_free(m);
-	return 0;
+	return rc;
 }
 
 /* ---- ownership: what an unwound task and destroy leave ------------------------ */

@@ -191,7 +191,9 @@ CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *d
  * has let go of it (an unpinned task moved to another executor meanwhile:
  * returns 0, and s's executor finishes, docs/IO.md).  Returns 0, -EINVAL,
  * -EXDEV or -EBUSY (a task is inside cbcmn_stream_recv() on it: s stays
- * open). */
+ * open), or the error of a send not reported yet: s is closed all the
+ * same.  -ECANCELED then means a send in flight that the close cancelled
+ * before the kernel took all its bytes (the rest were not sent). */
 CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 
 /* Accept connections on listening socket fd; flags as accept4(2). */
