@@ -1286,11 +1286,12 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 				break;
 			}
 		}
-		/* A wait above may have moved the task (unpinned): the buffer
-		 * is m's to give back, on m's executor (read there after the
-		 * release message ms_call() sends). */
+		/* A wait above may have moved the task (unpinned): the bytes
+		 * went all the same, so their result, not -EXDEV (a caller
+		 * would send them again).  The chunk stays held: m's to give
+		 * back on m's executor, at its next call or close there. */
 		if (t->exec != m->e)
-			return -EXDEV;
+			return rc < 0 ? rc : 0;
 		m->held = -1;
 		buf_return(m->e, m->pool, (uint32_t)bid);
 		return rc < 0 ? rc : 0;

@@ -3031,6 +3031,95 @@ static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
 	t_destroy(rt);
 }
 
+/* An unpinned epoll sender moved to another executor inside its send
+ * (it waits for budget in cbcmn_send(); its parent recharges it from
+ * executor 1, where the wake puts it) sends there: the call returns 0,
+ * the byte went once.  Before, -EXDEV after the bytes had gone (a caller
+ * sends them again: duplicated data). */
+struct sendmove {
+	int sv[2];
+	cbcmn_stream *s;
+	cbcmn_task *h;
+	_Atomic int stage; /* 1: the sender took "a" and sends it */
+	int64_t r;
+	uint32_t ex_before, ex_after;
+};
+
+static int64_t move_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sendmove *v = arg;
+	const void *d;
+	v->ex_before = cbcmn_cx_executor(cx);
+	int64_t n = cbcmn_stream_recv(cx, v->s, &d); /* the one syscall it pays */
+	atomic_store(&v->stage, 1);
+	v->r = n == 1 ? cbcmn_stream_send(cx, v->s, d, 1, MSG_NOSIGNAL) : -1000;
+	v->ex_after = cbcmn_cx_executor(cx);
+	return 0;
+}
+
+/* Pinned to executor 1: the sender's parent. */
+static int64_t move_parent(cbcmn_cx *cx, void *arg)
+{
+	struct sendmove *v = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {.syscalls = 1}; /* the recv's: the send waits */
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none,
+			      .placement = CBCMN_PLACE_STEALABLE_ON, .shard = 0};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, move_sender, v, &o, &v->h) == 0);
+	while (!atomic_load(&v->stage))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 5000000); /* the sender now waits for budget in cbcmn_send() */
+	cbcmn_budget more = {.syscalls = 16};
+	TASK_CHECK(cbcmn_budget_recharge(cx, v->h, &more) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t send_move_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendmove *v = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, v->sv[0], &v->s) == 0);
+	TASK_CHECK(write(v->sv[1], "a", 1) == 1);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_spawn_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, move_parent, v, &o, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return cbcmn_stream_close(cx, v->s); /* on the stream's executor */
+}
+
+static void test_epoll_sender_moved_mid_send_reports_what_was_sent(void **state)
+{
+	(void)state;
+	int went_over = 0;
+	for (int round = 0; round < 5 && !went_over; round++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		cfg.backend = CBCMN_BACKEND_EPOLL;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		skip_without_streams(rt);
+		struct sendmove v = {0};
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, v.sv), 0);
+		assert_int_equal(run_on_0(rt, send_move_main, &v), 0);
+		ASSERT_TASK_CHECKS();
+		char buf[8];
+		ssize_t got = recv(v.sv[1], buf, sizeof(buf), MSG_DONTWAIT);
+		printf("    round %d: sent on %u then %u: %lld, the peer got %zd bytes\n", round,
+		       v.ex_before, v.ex_after, (long long)v.r, got);
+		went_over = v.ex_before != v.ex_after;
+		assert_int_equal(v.r, 0);
+		assert_int_equal(got, 1);
+		assert_int_equal(buf[0], 'a');
+		close(v.sv[0]);
+		close(v.sv[1]);
+		t_destroy(rt);
+	}
+	if (!went_over)
+		T_SKIP("the sender was never moved (the wake stayed on its executor)");
+}
+
 /* cbcmn_stream_send() costs one unit of the syscalls budget, on either
  * backend (before: the epoll backend's charged its own unit and then
  * cbcmn_send()'s, two a send). */
@@ -3137,6 +3226,7 @@ int main(void)
 		T_WATCHED_TEST(test_thread_death_ends_a_send_in_flight),
 		T_WATCHED_TEST(test_more_sends_than_the_sq_holds),
 		T_WATCHED_TEST(test_epoll_sender_unwound_gives_its_chunk_back),
+		T_WATCHED_TEST(test_epoll_sender_moved_mid_send_reports_what_was_sent),
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
