@@ -233,7 +233,10 @@ typedef int64_t (*cbcmn_blocking_fn)(void *arg);
  * wait their turn, first come first served.  fn runs on a plain thread
  * with all signals blocked, not on an executor: from there it may call
  * cbcmn only as a thread outside the runtime does (cx NULL), and must not
- * destroy the runtime.
+ * destroy the runtime.  (Handed its task's cx anyway, the costs of its
+ * calls only count there: it never waits for budget, yields or unwinds
+ * on the task's behalf; what the budget could not pay is spent to 0, and
+ * the task's own next cost waits.)
  *
  * Costs one unit of the task's `syscalls` budget (and one op).  Returns 0;
  * -EINVAL (NULL cx or fn), -EPERM (not called from a task: cx used on a
