@@ -19,6 +19,41 @@ static int64_t run_on_0(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
 	return t_run_pinned(rt, 0, fn, arg);
 }
 
+/* A connected pair: sv[0] the stream's end, data (NULL: nothing) sent
+ * from sv[1] already. */
+static void pair_open(int sv[2], const char *data)
+{
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	size_t n = data ? strlen(data) : 0;
+	if (n)
+		assert_int_equal(write(sv[1], data, n), (ssize_t)n);
+}
+
+/* The end of a test on a pair: both ends closed (-1: one a task closed),
+ * then rt destroyed. */
+static void pair_done(int sv[2], cbcmn_runtime *rt)
+{
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	t_destroy(rt);
+}
+
+/* A runtime of workers executors on the epoll backend, the buffer pool
+ * share and limit given (0: the defaults). */
+static cbcmn_runtime *epoll_runtime(uint32_t workers, uint32_t share, uint32_t max)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	cfg.backend = CBCMN_BACKEND_EPOLL;
+	if (share)
+		cfg.stream_buf_share = share;
+	if (max)
+		cfg.stream_bufs_max = max;
+	return t_runtime_cfg(&cfg);
+}
+
 /* ---- streams ------------------------------------------------------------------ */
 
 #define BIG (8u << 20) /* 8 MiB: 2048+ buffers of 4 KiB go round the ring */
@@ -98,10 +133,8 @@ static void test_stream_big_transfer(void **state)
 	assert_int_equal(x.bad, 0);
 	assert_int_equal(x.got, BIG);
 	assert_int_equal(x.end, 0); /* EOF */
-	close(x.sv[0]);
-	close(x.sv[1]);
 	free(x.sent);
-	t_destroy(rt);
+	pair_done(x.sv, rt);
 }
 
 static int64_t probe_stream(cbcmn_cx *cx, void *arg)
@@ -208,9 +241,7 @@ static void test_stream_other_executor(void **state)
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	assert_int_equal(run_on_0(rt, xdev_main, sv), 0);
 	ASSERT_TASK_CHECKS();
-	close(sv[0]);
-	close(sv[1]);
-	t_destroy(rt);
+	pair_done(sv, rt);
 }
 
 /* Cancelled while waiting for data: CBCMN_ECANCELED, and closing works. */
@@ -280,9 +311,7 @@ static void stream_cancel_case(bool from_thread)
 	assert_true(t_now_ns() - t0 < T_STALL_NS);
 	assert_int_equal(c.r, CBCMN_ECANCELED);
 	assert_int_equal(c.close_r, 0);
-	close(c.sv[0]);
-	close(c.sv[1]);
-	t_destroy(rt);
+	pair_done(c.sv, rt);
 }
 
 /* A cancelled task's next call on a stream returns CBCMN_ECANCELED even
@@ -339,9 +368,7 @@ static void test_cancelled_reader_with_chunks_queued_is_ecanceled(void **state)
 	assert_true(c.first > 0);
 	assert_int_equal(c.after_cancel, CBCMN_ECANCELED);
 	assert_int_equal(c.close_r, 0);
-	close(c.sv[0]);
-	close(c.sv[1]);
-	t_destroy(rt);
+	pair_done(c.sv, rt);
 }
 
 static void test_stream_cancel(void **state)
@@ -458,9 +485,7 @@ static void budget_case(cbcmn_task_fn main)
 	assert_int_equal(b.r1, 1);
 	assert_int_equal(b.r2, 2);
 	assert_memory_equal(b.got, "bc", 2);
-	close(b.sv[0]);
-	close(b.sv[1]);
-	t_destroy(rt);
+	pair_done(b.sv, rt);
 }
 
 static void test_close_during_budget_wait_is_ebusy(void **state)
@@ -2420,9 +2445,7 @@ static void test_owner_unwound_in_budget_wait_closes_its_stream(void **state)
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(b.r1, 1);
 	assert_true(quiescent_soon(rt));
-	close(b.sv[0]);
-	close(b.sv[1]);
-	t_destroy(rt);
+	pair_done(b.sv, rt);
 }
 
 /* A stream handed to another task on purpose keeps working when its
@@ -2493,9 +2516,7 @@ static void test_handed_stream_outlives_its_unwound_opener(void **state)
 	assert_int_equal(h.r2, 2);
 	assert_memory_equal(h.got, "bc", 2);
 	assert_int_equal(h.closed, 0);
-	close(h.sv[0]);
-	close(h.sv[1]);
-	t_destroy(rt);
+	pair_done(h.sv, rt);
 }
 
 /* ---- sends on a stream (cbcmn_stream_send()) ---------------------------------- */
@@ -2573,10 +2594,8 @@ static void test_send_echoes_through_a_small_send_buffer(void **state)
 	assert_int_equal(x.close, 0);
 	assert_int_equal(x.bad, 0);
 	assert_int_equal(x.back, BIG);
-	close(x.x.sv[0]);
-	close(x.x.sv[1]);
 	free(x.x.sent);
-	t_destroy(rt);
+	pair_done(x.x.sv, rt);
 }
 
 static int64_t bad_args_task(cbcmn_cx *cx, void *arg)
@@ -2616,32 +2635,41 @@ static void test_send_takes_only_the_chunk_held(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	skip_without_streams(rt);
 	int sv[2];
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-	assert_int_equal(write(sv[1], "hello", 5), 5);
+	pair_open(sv, "hello");
 	assert_int_equal(run_on_0(rt, bad_args_task, sv), 0);
 	char buf[8] = {0};
 	assert_int_equal(read(sv[1], buf, sizeof(buf)), 4);
 	assert_string_equal(buf, "ello");
-	close(sv[0]);
+	pair_done(sv, rt);
+}
+
+/* For a task on a pair with "abc" sent: the stream on sv[0], the chunk
+ * taken (*data), then the peer gone (sv[1] closed: -1) before the echo.
+ * 0, or why not. */
+static int64_t take_then_lose_the_peer(cbcmn_cx *cx, int *sv, cbcmn_stream **s,
+				       const void **data)
+{
+	int rc = cbcmn_stream_open(cx, sv[0], s);
+	if (rc)
+		return rc;
+	if (cbcmn_stream_recv(cx, *s, data) != 3) {
+		cbcmn_stream_close(cx, *s);
+		return 100;
+	}
 	close(sv[1]);
-	t_destroy(rt);
+	sv[1] = -1;
+	return 0;
 }
 
 static int64_t dead_peer_task(cbcmn_cx *cx, void *arg)
 {
 	int *sv = arg;
 	cbcmn_stream *s;
-	int rc = cbcmn_stream_open(cx, sv[0], &s);
-	if (rc)
-		return rc;
 	const void *data;
 	int64_t r[5] = {0};
-	if (cbcmn_stream_recv(cx, s, &data) != 3) {
-		cbcmn_stream_close(cx, s);
-		return 100;
-	}
-	close(sv[1]); /* the peer goes before the echo */
-	sv[1] = -1;
+	int64_t rc = take_then_lose_the_peer(cx, sv, &s, &data);
+	if (rc)
+		return rc;
 	r[0] = cbcmn_stream_send(cx, s, data, 3, MSG_NOSIGNAL);
 	r[1] = cbcmn_stream_recv(cx, s, &data);
 	r[2] = cbcmn_stream_recv(cx, s, &data);
@@ -2667,11 +2695,9 @@ static void test_send_to_a_gone_peer_fails_once(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	skip_without_streams(rt);
 	int sv[2];
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-	assert_int_equal(write(sv[1], "abc", 3), 3);
+	pair_open(sv, "abc");
 	assert_int_equal(run_on_0(rt, dead_peer_task, sv), 0);
-	close(sv[0]);
-	t_destroy(rt);
+	pair_done(sv, rt);
 }
 
 /* A send to a gone peer and the close at once: the close is the call
@@ -2681,16 +2707,10 @@ static int64_t close_after_failed_send_task(cbcmn_cx *cx, void *arg)
 {
 	int *sv = arg;
 	cbcmn_stream *s;
-	int rc = cbcmn_stream_open(cx, sv[0], &s);
+	const void *data;
+	int64_t rc = take_then_lose_the_peer(cx, sv, &s, &data);
 	if (rc)
 		return rc;
-	const void *data;
-	if (cbcmn_stream_recv(cx, s, &data) != 3) {
-		cbcmn_stream_close(cx, s);
-		return 100;
-	}
-	close(sv[1]);
-	sv[1] = -1;
 	int64_t sent = cbcmn_stream_send(cx, s, data, 3, MSG_NOSIGNAL);
 	/* Let the send's CQE come before the close (else the close may
 	 * cancel the send first, and say -ECANCELED). */
@@ -2707,11 +2727,9 @@ static void test_close_reports_a_send_failure_not_yet_reported(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	skip_without_streams(rt);
 	int sv[2];
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-	assert_int_equal(write(sv[1], "abc", 3), 3);
+	pair_open(sv, "abc");
 	assert_int_equal(run_on_0(rt, close_after_failed_send_task, sv), 0);
-	close(sv[0]);
-	t_destroy(rt);
+	pair_done(sv, rt);
 }
 
 struct stuck {
@@ -2770,8 +2788,7 @@ static void test_cancel_and_close_with_a_send_stuck(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	skip_without_streams(rt);
 	struct stuck k = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, k.sv), 0);
-	assert_int_equal(write(k.sv[1], "x", 1), 1);
+	pair_open(k.sv, "x");
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, stuck_main, &k, &r), 0);
 	assert_int_equal(r, 0);
@@ -2793,9 +2810,7 @@ static void test_cancel_and_close_with_a_send_stuck(void **state)
 	while ((n = recv(k.sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
 		got += (size_t)n;
 	assert_int_equal(got, k.filled);
-	close(k.sv[0]);
-	close(k.sv[1]);
-	t_destroy(rt);
+	pair_done(k.sv, rt);
 }
 
 struct gone {
@@ -2866,8 +2881,7 @@ static void test_thread_death_ends_a_send_in_flight(void **state)
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	skip_without_streams(rt);
 	struct gone g = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g.sv), 0);
-	assert_int_equal(write(g.sv[1], "x", 1), 1);
+	pair_open(g.sv, "x");
 	int saved, efd = t_stderr_capture(&saved);
 	int64_t r = -1;
 	int rc = cbcmn_runtime_run(rt, gone_main, &g, &r);
@@ -2879,9 +2893,7 @@ static void test_thread_death_ends_a_send_in_flight(void **state)
 	assert_int_equal(g.send, 0);
 	assert_int_equal(g.flush, -ECANCELED);
 	assert_int_equal(g.close, 0);
-	close(g.sv[0]);
-	close(g.sv[1]);
-	t_destroy(rt);
+	pair_done(g.sv, rt);
 }
 
 /* More sends in one turn than the SQ holds. */
@@ -3013,22 +3025,14 @@ static int64_t send_unwind_main(cbcmn_cx *cx, void *arg)
 static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.backend = CBCMN_BACKEND_EPOLL;
-	cfg.stream_buf_share = 1;
-	cfg.stream_bufs_max = 1;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_runtime *rt = epoll_runtime(2, 1, 1);
 	skip_without_streams(rt);
 	struct sendunwind u = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv), 0);
 	assert_int_equal(run_on_0(rt, send_unwind_main, &u), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(u.r, 2);
-	close(u.sv[0]);
-	close(u.sv[1]);
-	t_destroy(rt);
+	pair_done(u.sv, rt);
 }
 
 /* An unpinned epoll sender moved to another executor inside its send
@@ -3094,11 +3098,7 @@ static void test_epoll_sender_moved_mid_send_reports_what_was_sent(void **state)
 	(void)state;
 	int went_over = 0;
 	for (int round = 0; round < 5 && !went_over; round++) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = 2;
-		cfg.backend = CBCMN_BACKEND_EPOLL;
-		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		cbcmn_runtime *rt = epoll_runtime(2, 0, 0);
 		skip_without_streams(rt);
 		struct sendmove v = {0};
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, v.sv), 0);
