@@ -503,6 +503,15 @@ static int memfd_path(pid_t pid, int nr, const char *name)
  * mapping can fault with SIGBUS), its header is checked on a copy read
  * with pread (no mapping needed to look), and only the part the checked
  * geometry covers is mapped. */
+static bool blank(const void *p, size_t len)
+{
+	const unsigned char *c = p;
+	for (size_t i = 0; i < len; i++)
+		if (c[i])
+			return false;
+	return true;
+}
+
 int cbcmn__memfd_open(pid_t pid, int nr, const char *name, int flags, struct stat *st, void *hdr,
 		      size_t hlen)
 {
@@ -529,7 +538,11 @@ int cbcmn__memfd_open(pid_t pid, int nr, const char *name, int flags, struct sta
 	}
 	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
 		close(fd);
-		return -EPROTO; /* unsealed: version 1, or not a runtime's */
+		/* Unsealed: version 1, or not a runtime's; or a runtime's
+		 * between its memfd_create() and its seals
+		 * (cbcmn__memfd_sealed()), its header still zero: not one
+		 * yet, as before the memfd existed. */
+		return blank(hdr, hlen) ? -ENOENT : -EPROTO;
 	}
 	return fd;
 }
