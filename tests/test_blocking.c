@@ -610,11 +610,14 @@ static void test_each_call_costs_a_syscall(void **state)
  * must not wait for budget, yield or unwind as if it were the task's
  * fiber (before: it waited in the task's nursery, or unwound to the
  * task's landing pad, from the pool thread: a crash).  It only counts,
- * as a checkpoint does there; the task's own next cost waits. */
+ * as a checkpoint does there; the task's own next cost waits.  A send
+ * that would wait (the channel full) is -EPERM (before: it parked the
+ * pool thread as the task's fiber). */
 struct misuse_cx {
 	cbcmn_cx *cx;
 	cbcmn_chan *c;
 	int sent[4];
+	int full;      /* a send that would wait: the channel full */
 	int64_t after; /* the task's own send after the call */
 };
 
@@ -625,6 +628,7 @@ static int64_t send_with_cx_fn(void *arg)
 		int v = i;
 		m->sent[i] = cbcmn_chan_send(m->cx, m->c, &v);
 	}
+	m->full = cbcmn_chan_send(m->cx, m->c, &(int){4});
 	return 0;
 }
 
@@ -641,7 +645,7 @@ static int64_t misuse_cx_child(cbcmn_cx *cx, void *arg)
 static int64_t misuse_cx_main(cbcmn_cx *cx, void *arg)
 {
 	struct misuse_cx *m = arg;
-	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 8, sizeof(int), &m->c) == 0);
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 4, sizeof(int), &m->c) == 0);
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	cbcmn_budget ask = {.channel_ops = 2};
@@ -662,10 +666,12 @@ static void test_costs_on_a_pool_thread_with_a_tasks_cx_only_count(void **state)
 	int64_t r = 0;
 	assert_int_equal(cbcmn_runtime_run(rt, misuse_cx_main, &m, &r), 0);
 	ASSERT_TASK_CHECKS();
-	printf("    sends on the pool thread: %d %d %d %d; the task's own: %lld; await_all %lld\n",
-	       m.sent[0], m.sent[1], m.sent[2], m.sent[3], (long long)m.after, (long long)r);
+	printf("    sends on the pool thread: %d %d %d %d, full %d; the task's own: %lld; "
+	       "await_all %lld\n", m.sent[0], m.sent[1], m.sent[2], m.sent[3], m.full,
+	       (long long)m.after, (long long)r);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(m.sent[i], 0);
+	assert_int_equal(m.full, -EPERM); /* it would have parked the pool thread */
 	assert_int_equal(m.after, 1); /* it waited, and was given up on */
 	assert_int_equal(r, CBCMN_EBUDGET);
 	t_destroy(rt);
