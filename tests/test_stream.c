@@ -3077,6 +3077,7 @@ static int64_t move_parent(cbcmn_cx *cx, void *arg)
 	cbcmn_sleep(cx, 5000000); /* the sender now waits for budget in cbcmn_send() */
 	cbcmn_budget more = {.syscalls = 16};
 	TASK_CHECK(cbcmn_budget_recharge(cx, v->h, &more) == 0);
+	TASK_CHECK(cbcmn_task_join(cx, v->h, NULL) == 0);
 	return cbcmn_nursery_await_all(cx, n);
 }
 
