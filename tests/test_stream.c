@@ -2689,15 +2689,22 @@ static int64_t dead_peer_task(cbcmn_cx *cx, void *arg)
 	return epipe == 1 ? 0 : 20 + epipe;
 }
 
-static void test_send_to_a_gone_peer_fails_once(void **state)
+/* fn on executor 0 on a pair with "abc" sent (take_then_lose_the_peer()):
+ * its checks pass. */
+static void gone_peer_case(cbcmn_task_fn fn)
 {
-	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	skip_without_streams(rt);
 	int sv[2];
 	pair_open(sv, "abc");
-	assert_int_equal(run_on_0(rt, dead_peer_task, sv), 0);
+	assert_int_equal(run_on_0(rt, fn, sv), 0);
 	pair_done(sv, rt);
+}
+
+static void test_send_to_a_gone_peer_fails_once(void **state)
+{
+	(void)state;
+	gone_peer_case(dead_peer_task);
 }
 
 /* A send to a gone peer and the close at once: the close is the call
@@ -2724,12 +2731,7 @@ static int64_t close_after_failed_send_task(cbcmn_cx *cx, void *arg)
 static void test_close_reports_a_send_failure_not_yet_reported(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
-	int sv[2];
-	pair_open(sv, "abc");
-	assert_int_equal(run_on_0(rt, close_after_failed_send_task, sv), 0);
-	pair_done(sv, rt);
+	gone_peer_case(close_after_failed_send_task);
 }
 
 struct stuck {
@@ -2996,13 +2998,21 @@ static int64_t unwind_sender(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* A sender's set-up: *s on sv[0], "a" sent from sv[1], and a nursery for
+ * the sender. */
+static cbcmn_nursery *stream_with_an_a(cbcmn_cx *cx, int sv[2], cbcmn_stream **s)
+{
+	TASK_CHECK(cbcmn_stream_open(cx, sv[0], s) == 0);
+	TASK_CHECK(write(sv[1], "a", 1) == 1);
+	cbcmn_nursery *n = NULL;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	return n;
+}
+
 static int64_t send_unwind_main(cbcmn_cx *cx, void *arg)
 {
 	struct sendunwind *u = arg;
-	TASK_CHECK(cbcmn_stream_open(cx, u->sv[0], &u->s) == 0);
-	TASK_CHECK(write(u->sv[1], "a", 1) == 1);
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_nursery *n = stream_with_an_a(cx, u->sv, &u->s);
 	cbcmn_budget ask = {.syscalls = 1}; /* the recv's: the send waits */
 	cbcmn_caps none = {.flags = 0};
 	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
@@ -3028,7 +3038,7 @@ static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
 	cbcmn_runtime *rt = epoll_runtime(2, 1, 1);
 	skip_without_streams(rt);
 	struct sendunwind u = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv), 0);
+	pair_open(u.sv, NULL);
 	assert_int_equal(run_on_0(rt, send_unwind_main, &u), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(u.r, 2);
@@ -3084,10 +3094,7 @@ static int64_t move_parent(cbcmn_cx *cx, void *arg)
 static int64_t send_move_main(cbcmn_cx *cx, void *arg)
 {
 	struct sendmove *v = arg;
-	TASK_CHECK(cbcmn_stream_open(cx, v->sv[0], &v->s) == 0);
-	TASK_CHECK(write(v->sv[1], "a", 1) == 1);
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_nursery *n = stream_with_an_a(cx, v->sv, &v->s);
 	cbcmn_spawn_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
 	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, move_parent, v, &o, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
@@ -3102,7 +3109,7 @@ static void test_epoll_sender_moved_mid_send_reports_what_was_sent(void **state)
 		cbcmn_runtime *rt = epoll_runtime(2, 0, 0);
 		skip_without_streams(rt);
 		struct sendmove v = {0};
-		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, v.sv), 0);
+		pair_open(v.sv, NULL);
 		assert_int_equal(run_on_0(rt, send_move_main, &v), 0);
 		ASSERT_TASK_CHECKS();
 		char buf[8];
