@@ -2666,7 +2666,7 @@ static int64_t dead_peer_task(cbcmn_cx *cx, void *arg)
 	int *sv = arg;
 	cbcmn_stream *s;
 	const void *data;
-	int64_t r[5] = {0};
+	int64_t r[6] = {0};
 	int64_t rc = take_then_lose_the_peer(cx, sv, &s, &data);
 	if (rc)
 		return rc;
@@ -2675,12 +2675,13 @@ static int64_t dead_peer_task(cbcmn_cx *cx, void *arg)
 	r[2] = cbcmn_stream_recv(cx, s, &data);
 	r[3] = cbcmn_stream_send(cx, s, NULL, 0, 0);
 	r[4] = cbcmn_stream_send(cx, s, NULL, 0, 0);
-	cbcmn_stream_close(cx, s);
+	r[5] = cbcmn_stream_close(cx, s);
 	/* On the ring the failure comes with the stream's next call (a recv
 	 * that finds the end first returns 0, then a call returns it); on
-	 * epoll the send fails itself.  Exactly once either way. */
+	 * epoll the send fails itself.  Exactly once either way, the close
+	 * included. */
 	int epipe = 0;
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 6; i++) {
 		if (r[i] == -EPIPE)
 			epipe++;
 		else if (r[i] != 0)
