@@ -651,8 +651,7 @@ static int64_t misuse_cx_main(cbcmn_cx *cx, void *arg)
 	cbcmn_budget ask = {.channel_ops = 2};
 	cbcmn_caps none = {.flags = 0};
 	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none};
-	cbcmn_task *h;
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, misuse_cx_child, m, &o, &h) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, misuse_cx_child, m, &o, NULL) == 0);
 	int64_t rc = cbcmn_nursery_await_all(cx, n); /* gives up on the exhausted child */
 	TASK_CHECK(cbcmn_chan_destroy(m->c) == 0);
 	return rc;
