@@ -2735,6 +2735,56 @@ static void test_close_reports_a_send_failure_not_yet_reported(void **state)
 	gone_peer_case(close_after_failed_send_task);
 }
 
+/* A send cut short by the close: its CQE came short (2 of 4 bytes) as
+ * the close asked for its cancel, so it was not continued.  The close says
+ * so with -ECANCELED, as for a send the cancel stopped (before: -EIO, "not
+ * a stream socket's answer").  The short send is injected (F_IO_SHORT). */
+struct cut {
+	int sv[2];
+	int64_t sent, closed;
+};
+
+static int64_t cut_short_task(cbcmn_cx *cx, void *arg)
+{
+	struct cut *c = arg;
+	cbcmn_stream *s;
+	TASK_CHECK(cbcmn_stream_open(cx, c->sv[0], &s) == 0);
+	const void *data;
+	TASK_CHECK(cbcmn_stream_recv(cx, s, &data) == 4);
+	struct cbcmn__fault_plan half = {.nth = 1, .every = 1};
+	TASK_CHECK(cbcmn__fault_arm(CBCMN__F_IO_SHORT, &half));
+	c->sent = cbcmn_stream_send(cx, s, data, 4, MSG_NOSIGNAL);
+	c->closed = cbcmn_stream_close(cx, s); /* its cancel goes with the send */
+	cbcmn__fault_disarm_all();
+	return 0;
+}
+
+static void test_close_of_a_send_cut_short_says_ecanceled(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("a send in flight in the ring");
+	struct cbcmn__fault_plan probe = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_IO_SHORT, &probe))
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+	cbcmn__fault_disarm_all();
+	cbcmn_runtime *rt = t_runtime(1);
+	skip_without_streams(rt);
+	struct cut c = {0};
+	pair_open(c.sv, "abcd");
+	assert_int_equal(run_on_0(rt, cut_short_task, &c), 0);
+	ASSERT_TASK_CHECKS();
+	char buf[8] = {0};
+	ssize_t got = recv(c.sv[1], buf, sizeof(buf), MSG_DONTWAIT);
+	printf("    send %lld, close %lld, the peer got %zd bytes\n", (long long)c.sent,
+	       (long long)c.closed, got);
+	assert_int_equal(c.sent, 0);
+	if (got == 4)
+		assert_int_equal(c.closed, 0); /* the cancel came after the rest went */
+	else
+		assert_int_equal(c.closed, -ECANCELED);
+	pair_done(c.sv, rt);
+}
+
 struct stuck {
 	int sv[2];
 	cbcmn_nursery *n;
@@ -3231,6 +3281,7 @@ int main(void)
 		T_WATCHED_TEST(test_send_takes_only_the_chunk_held),
 		T_WATCHED_TEST(test_send_to_a_gone_peer_fails_once),
 		T_WATCHED_TEST(test_close_reports_a_send_failure_not_yet_reported),
+		T_WATCHED_TEST(test_close_of_a_send_cut_short_says_ecanceled),
 		T_WATCHED_TEST(test_cancel_and_close_with_a_send_stuck),
 		T_WATCHED_TEST(test_thread_death_ends_a_send_in_flight),
 		T_WATCHED_TEST(test_more_sends_than_the_sq_holds),
