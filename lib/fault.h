@@ -26,7 +26,8 @@ enum cbcmn__fault_site {
 	                     * pool turns to mprotect guards) */
 	CBCMN__F_RING,      /* setting up an executor's io_uring */
 	CBCMN__F_IO,        /* a fiber I/O call: fails before its SQE is queued */
-	CBCMN__F_IO_SHORT,  /* a fiber read/write/recv/send asks for fewer bytes */
+	CBCMN__F_IO_SHORT,  /* a fiber read/write/recv/send, or a stream's send, asks for
+	                     * fewer bytes */
 	CBCMN__F_SUBMIT,    /* io_uring_enter fails (-EBUSY, -EINTR, -EAGAIN...) */
 	CBCMN__F_MSG_RING,  /* a MSG_RING doorbell fails in the kernel */
 	CBCMN__F_CQE_DROP,  /* a CQE is lost, as the kernel drops one (-EBADR) */
