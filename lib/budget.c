@@ -586,9 +586,27 @@ static void wait_exhausted(struct cbcmn_task *t, int comp)
 	fold_refunds(t);
 }
 
+/* Not on t's fiber: a cbcmn_blocking() function given t's context, while
+ * t is parked waiting for it.  Waiting for budget, yielding or unwinding
+ * would suspend or longjmp that thread as if it were t's fiber (a crash):
+ * there a cost only counts, as a checkpoint does (cbcmn.h). */
+static bool off_fiber(const struct cbcmn_task *t)
+{
+	return __builtin_expect(!cbcmn__is_running(t), 0);
+}
+
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 {
 	uint64_t *f = field(t, comp);
+	if (off_fiber(t)) {
+		/* What it cannot pay is spent to 0: t's own next cost of comp
+		 * waits, on its fiber. */
+		if (!fold_refunds(t))
+			(void)self_recharge(t, comp);
+		if (*f != U)
+			*f -= *f < amount ? *f : amount;
+		return;
+	}
 	while (*f != U && *f < amount) {
 		if (!fold_refunds(t) && !self_recharge(t, comp))
 			wait_exhausted(t, comp);
@@ -654,6 +672,10 @@ static void pay_window(struct cbcmn_task *t)
  * for one. */
 void cbcmn__charge_window(struct cbcmn_task *t)
 {
+	/* Off the fiber the countdown goes on below 0: the ops are t's debt,
+	 * paid by its own next window (pay_window()). */
+	if (off_fiber(t))
+		return;
 	fairness_yield(t);
 	pay_window(t);
 }
@@ -668,12 +690,9 @@ void cbcmn__charge_window(struct cbcmn_task *t)
 void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 {
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
-	/* Not on t's fiber: a cbcmn_blocking() function given t's context,
-	 * while t is parked waiting for it.  Yielding, waiting for budget or
-	 * unwinding would suspend or longjmp that thread as if it were t's
-	 * fiber (a crash).  Nothing is due: t's next own checkpoint opens a
-	 * new window, and sees a cancellation then. */
-	if (__builtin_expect(!cbcmn__is_running(t), 0)) {
+	/* Off t's fiber nothing is due: t's next own checkpoint opens a new
+	 * window, and sees a cancellation then. */
+	if (off_fiber(t)) {
 		t->countdown = 0;
 		return;
 	}

@@ -228,6 +228,13 @@ static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_per
 static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan_wait *w,
 		      struct cbcmn__waitq *q, uint64_t deadline)
 {
+	/* A task's context on another thread (a cbcmn_blocking() function
+	 * handed it): that thread would be parked as if it were the task's
+	 * fiber.  Checked here, where the call would wait, not on the way. */
+	if (self && !cbcmn__is_running(self)) {
+		chan_unlock(c);
+		return -EPERM;
+	}
 	cbcmn__iwait_init(&w->qw.iw, self);
 	w->qw.iw.kind = CBCMN__G_CHAN;
 	w->qw.result = 0;

@@ -26,7 +26,8 @@ enum cbcmn__fault_site {
 	                     * pool turns to mprotect guards) */
 	CBCMN__F_RING,      /* setting up an executor's io_uring */
 	CBCMN__F_IO,        /* a fiber I/O call: fails before its SQE is queued */
-	CBCMN__F_IO_SHORT,  /* a fiber read/write/recv/send asks for fewer bytes */
+	CBCMN__F_IO_SHORT,  /* a fiber read/write/recv/send, or a stream's send, asks for
+	                     * fewer bytes */
 	CBCMN__F_SUBMIT,    /* io_uring_enter fails (-EBUSY, -EINTR, -EAGAIN...) */
 	CBCMN__F_MSG_RING,  /* a MSG_RING doorbell fails in the kernel */
 	CBCMN__F_CQE_DROP,  /* a CQE is lost, as the kernel drops one (-EBADR) */
@@ -72,6 +73,8 @@ enum cbcmn__pause_point {
 	CBCMN__P_IDLE_SET,         /* a parker between its idle count and its bit (wake.c) */
 	CBCMN__P_NOTIFY_UNCLAIMED, /* a notifier that found no bit to claim (wake.c) */
 	CBCMN__P_SPAWN_PUSH,       /* a spawner just before its push (sched.c) */
+	CBCMN__P_TSW_DISARM,       /* a recorder's disarm between its lease test and
+	                            * its exchange (trace_watch.c) */
 	CBCMN__P_NPOINTS
 };
 

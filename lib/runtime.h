@@ -796,8 +796,12 @@ static inline void cbcmn__stack_check(struct cbcmn_task *t)
 	if (!t)
 		return;
 	/* check_lo: lo + the reserve, or the top while the yellow zone is
-	 * open (stack.h). */
-	if (__builtin_expect((char *)__builtin_frame_address(0) < t->stack->check_lo, 0))
+	 * open (stack.h).  A frame below the guard is not on t's stack at
+	 * all: another thread handed t's context (a cbcmn_blocking()
+	 * function), whose stack may lie anywhere; the second compare is made
+	 * only when the first fails. */
+	const char *f = __builtin_frame_address(0);
+	if (__builtin_expect(f < t->stack->check_lo, 0) && f >= t->stack->guard_lo)
 		cbcmn__stack_exhausted(t);
 }
 

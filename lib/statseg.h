@@ -222,7 +222,8 @@ int cbcmn__memfd_fds(pid_t pid, const char *name, int **fds, uint32_t *n);
  * *st its fstat and its first hlen bytes read into hdr (a private copy to
  * check).  Checked before it is opened for I/O (as a path), so whatever
  * pid puts at nr meanwhile is never opened.  Returns the descriptor,
- * -EACCES, -ENOENT (not such a file), -EPROTO (unsealed). */
+ * -EACCES, -ENOENT (not such a file, or not one yet: unsealed with its
+ * first hlen bytes zero), -EPROTO (unsealed). */
 int cbcmn__memfd_open(pid_t pid, int nr, const char *name, int flags, struct stat *st, void *hdr,
 		      size_t hlen);
 

@@ -484,8 +484,11 @@ static uint64_t ms_send_ud(const struct cbcmn__mshot *m)
 static void send_arm(struct cbcmn__mshot *m)
 {
 	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
+	uint32_t len = m->send_end - m->send_off;
+	if (len > 1 && CBCMN__FAULT(CBCMN__F_IO_SHORT))
+		len /= 2; /* a short send, as the kernel may make any (fault.h) */
 	io_uring_prep_send(sqe, m->fd, buf_addr(m->pool, (uint32_t)m->send_bid) + m->send_off,
-			   m->send_end - m->send_off, m->send_flags);
+			   len, m->send_flags);
 	io_uring_sqe_set_data64(sqe, ms_send_ud(m));
 	m->send_armed = true;
 	m->send_cancel_sent = false;
@@ -499,6 +502,17 @@ static void send_cancel(struct cbcmn__mshot *m)
 		return;
 	ms_cancel_ud(m, ms_send_ud(m));
 	m->send_cancel_sent = true;
+}
+
+/* Why m's send stopped with bytes left, its CQE res: its ring died, or
+ * its close cancelled it (the kernel's -ECANCELED, or a short send that
+ * came as the cancel was asked for: not continued), or the kernel's
+ * error.  0 bytes for a non-empty send is not a stream socket's answer. */
+static int32_t send_failure(const struct cbcmn__mshot *m, int32_t res, bool alive)
+{
+	if (!alive || (res >= 0 && (m->send_cancel_sent || m->closing)))
+		return -ECANCELED;
+	return res < 0 ? res : -EIO;
 }
 
 /* The CQE of m's send (res), or its loss with a dead ring (!alive): a
@@ -516,9 +530,8 @@ static bool send_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res,
 		send_arm(m);
 		return false;
 	}
-	/* 0 bytes for a non-empty send: not a stream socket's answer. */
 	if (rest && !m->send_err)
-		m->send_err = !alive ? -ECANCELED : res < 0 ? res : -EIO;
+		m->send_err = send_failure(m, res, alive);
 	buf_return(e, m->pool, (uint32_t)m->send_bid);
 	m->send_bid = -1;
 	return m->send_err || m->send_waiting || m->send_cancel_sent; /* (a closer) */
@@ -1107,8 +1120,8 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	m->busy = true; /* for good: no call may start on it while it closes */
 	/* Cancel its SQE, its watch and its send, and wait for their last
 	 * CQEs; then nothing refers to m.  (A send's bytes the kernel has not
-	 * taken yet are dropped: cbcmn_stream_send() of 0 bytes waits for them
-	 * first.) */
+	 * taken yet are dropped, and said: cbcmn_stream_send() of 0 bytes
+	 * waits for them first.) */
 	while (m->armed || m->watch_armed || m->send_armed) {
 		if (m->armed)
 			ms_cancel(m);
@@ -1125,8 +1138,12 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 			return 0;
 		}
 	}
+	/* A send that failed and was not reported yet, the one cut short
+	 * above included: the closer is the last to hear of it (as close(2)
+	 * reports a write's failure), and the stream goes anyway. */
+	int rc = m->send_err;
 	ms_free(m);
-	return 0;
+	return rc;
 }
 
 /* ---- ownership: what an unwound task and destroy leave ------------------------ */
@@ -1282,11 +1299,12 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 				break;
 			}
 		}
-		/* A wait above may have moved the task (unpinned): the buffer
-		 * is m's to give back, on m's executor (read there after the
-		 * release message ms_call() sends). */
+		/* A wait above may have moved the task (unpinned): the bytes
+		 * went all the same, so their result, not -EXDEV (a caller
+		 * would send them again).  The chunk stays held: m's to give
+		 * back on m's executor, at its next call or close there. */
 		if (t->exec != m->e)
-			return -EXDEV;
+			return rc < 0 ? rc : 0;
 		m->held = -1;
 		buf_return(m->e, m->pool, (uint32_t)bid);
 		return rc < 0 ? rc : 0;

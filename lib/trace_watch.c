@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "statseg.h"
 #include "trace_seg.h"
 
@@ -253,15 +254,23 @@ void cbcmn__tsw_disarm(struct cbcmn__tsw *w)
 	w->armed = false;
 	struct cbcmn__tseg_hdr *h = w->map;
 	/* A hold the lease ended is not ours to let go: holds may be another
-	 * recorder's now.  Never below the runtime's own part either (the
-	 * lease may end between the test and the exchange). */
+	 * recorder's now.  Never below the runtime's own part either. */
 	if (w->lease && atomic_load_explicit(&h->expired, memory_order_relaxed) != w->expired)
 		return;
+	CBCMN__PAUSE(CBCMN__P_TSW_DISARM, NULL);
 	uint32_t held = atomic_load_explicit(&h->holds, memory_order_relaxed);
 	while (held > w->own_holds &&
 	       !atomic_compare_exchange_weak_explicit(&h->holds, &held, held - 1, memory_order_relaxed,
 						      memory_order_relaxed))
 		;
+	/* The lease may have ended between the test above and the exchange,
+	 * and another recorder taken its hold again since: then the 1 we took
+	 * was its.  We cannot tell which came first, so we give 1 back: a
+	 * hold too many is ended by the next lease once nobody beats, a hold
+	 * too few stops a live recorder's recording for good. */
+	if (held > w->own_holds && w->lease &&
+	    atomic_load_explicit(&h->expired, memory_order_relaxed) != w->expired)
+		atomic_fetch_add_explicit(&h->holds, 1, memory_order_relaxed);
 }
 
 void cbcmn__tsw_close(struct cbcmn__tsw *w)

@@ -377,14 +377,31 @@ int cbcmn_stats_snapshot(const cbcmn_runtime *rt, cbcmn_stats *out, cbcmn_execut
 
 /* ---- watching another process ------------------------------------------ */
 
+/* A file, as stat(2) names it: an inode number is unique on its device
+ * only (a descriptor reused for a file elsewhere may share it). */
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+};
+
+static struct file_id file_id_of(const struct stat *st)
+{
+	return (struct file_id){st->st_dev, st->st_ino};
+}
+
+static bool same_file(struct file_id a, struct file_id b)
+{
+	return a.dev == b.dev && a.ino == b.ino;
+}
+
 struct cbcmn_watch {
 	struct cbcmn__seg seg;         /* mapped read only */
 	int pidfd;                     /* readable once the process has exited */
 	/* The segment as the process holds it: its descriptor nr refers to
-	 * memfd inode ino while the runtime is the process's (seg_still_open). */
+	 * memfd file id while the runtime is the process's (seg_still_open). */
 	pid_t pid;
 	int nr;
-	ino_t ino;
+	struct file_id id;
 	bool gone;                     /* the runtime or its process has ended */
 	uint64_t end_uptime_ns;        /* the uptime when that was seen */
 };
@@ -486,6 +503,15 @@ static int memfd_path(pid_t pid, int nr, const char *name)
  * mapping can fault with SIGBUS), its header is checked on a copy read
  * with pread (no mapping needed to look), and only the part the checked
  * geometry covers is mapped. */
+static bool blank(const void *p, size_t len)
+{
+	const unsigned char *c = p;
+	for (size_t i = 0; i < len; i++)
+		if (c[i])
+			return false;
+	return true;
+}
+
 int cbcmn__memfd_open(pid_t pid, int nr, const char *name, int flags, struct stat *st, void *hdr,
 		      size_t hlen)
 {
@@ -512,12 +538,16 @@ int cbcmn__memfd_open(pid_t pid, int nr, const char *name, int flags, struct sta
 	}
 	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
 		close(fd);
-		return -EPROTO; /* unsealed: version 1, or not a runtime's */
+		/* Unsealed: version 1, or not a runtime's; or a runtime's
+		 * between its memfd_create() and its seals
+		 * (cbcmn__memfd_sealed()), its header still zero: not one
+		 * yet, as before the memfd existed. */
+		return blank(hdr, hlen) ? -ENOENT : -EPROTO;
 	}
 	return fd;
 }
 
-static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
+static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, struct file_id *id)
 {
 	struct stat st;
 	struct cbcmn__seg_hdr h;
@@ -555,7 +585,7 @@ static int seg_map(pid_t pid, int nr, struct cbcmn__seg *out, ino_t *ino)
 		.start_ns = h.start_ns,
 		.rt_id = mh->rt_id, /* after the acquire above: published with the magic */
 	};
-	*ino = st.st_ino;
+	*id = file_id_of(&st);
 	return 0;
 fail:
 	close(fd);
@@ -564,7 +594,7 @@ fail:
 
 struct seg_found {
 	int nr;            /* the descriptor in the target */
-	ino_t ino;
+	struct file_id id;
 	uint64_t start_ns; /* when its runtime was made */
 };
 
@@ -573,7 +603,9 @@ static int found_cmp(const void *a, const void *b)
 	const struct seg_found *x = a, *y = b;
 	if (x->start_ns != y->start_ns)
 		return x->start_ns < y->start_ns ? -1 : 1;
-	return (x->ino > y->ino) - (x->ino < y->ino);
+	if (x->id.dev != y->id.dev)
+		return x->id.dev < y->id.dev ? -1 : 1;
+	return (x->id.ino > y->id.ino) - (x->id.ino < y->id.ino);
 }
 
 int cbcmn__memfd_fds(pid_t pid, const char *name, int **fds, uint32_t *n)
@@ -640,10 +672,10 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 	uint32_t nfound = 0;
 	rc = found ? -ENOENT : -ENOMEM; /* when no runtime matches: why */
 	for (uint32_t i = 0; found && i < n; i++) {
-		ino_t ino;
-		int r = seg_map(pid, fds[i], &seg, &ino);
+		struct file_id id;
+		int r = seg_map(pid, fds[i], &seg, &id);
 		if (r == 0) {
-			found[nfound++] = (struct seg_found){fds[i], ino, seg.start_ns};
+			found[nfound++] = (struct seg_found){fds[i], id, seg.start_ns};
 			seg_unmap(&seg);
 		} else if (r == -EACCES) {
 			rc = -EACCES;
@@ -656,15 +688,15 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 		qsort(found, nfound, sizeof(*found), found_cmp);
 	uint32_t k = 0;
 	int nr = -1;
-	ino_t ino = 0;
+	struct file_id id = {0};
 	for (uint32_t i = 0; i < nfound; i++) {
-		if (i > 0 && found[i].ino == found[i - 1].ino)
+		if (i > 0 && same_file(found[i].id, found[i - 1].id))
 			continue;
 		if (k++ < index)
 			continue;
 		nr = found[i].nr;
-		int r = seg_map(pid, found[i].nr, &seg, &ino);
-		if (r == 0 && ino != found[i].ino)
+		int r = seg_map(pid, found[i].nr, &seg, &id);
+		if (r == 0 && !same_file(id, found[i].id))
 			seg_unmap(&seg); /* the descriptor was reused meanwhile */
 		if (r != 0 || !seg.hdr)
 			rc = r ? r : -ENOENT;
@@ -688,7 +720,7 @@ int cbcmn_watch_open(int32_t pid, uint32_t index, cbcmn_watch **out)
 	w->pidfd = pidfd;
 	w->pid = pid;
 	w->nr = nr;
-	w->ino = ino;
+	w->id = id;
 	*out = w;
 	return 0;
 }
@@ -701,7 +733,7 @@ static bool seg_still_open(const cbcmn_watch *w)
 	char p[64];
 	struct stat st;
 	snprintf(p, sizeof(p), "/proc/%d/fd/%d", (int)w->pid, w->nr);
-	return stat(p, &st) == 0 && st.st_ino == w->ino;
+	return stat(p, &st) == 0 && same_file(file_id_of(&st), w->id);
 }
 
 int cbcmn_watch_read(cbcmn_watch *w, cbcmn_stats *out, cbcmn_executor_stats *per, uint32_t nper)

@@ -603,6 +603,79 @@ static void test_each_call_costs_a_syscall(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a task's context used on a pool thread ----------------------------------- */
+
+/* A blocking function handed its task's cx (against cbcmn_blocking()'s
+ * contract) costs the task budget it cannot pay there: the pool thread
+ * must not wait for budget, yield or unwind as if it were the task's
+ * fiber (before: it waited in the task's nursery, or unwound to the
+ * task's landing pad, from the pool thread: a crash).  It only counts,
+ * as a checkpoint does there; the task's own next cost waits.  A send
+ * that would wait (the channel full) is -EPERM (before: it parked the
+ * pool thread as the task's fiber). */
+struct misuse_cx {
+	cbcmn_cx *cx;
+	cbcmn_chan *c;
+	int sent[4];
+	int full;      /* a send that would wait: the channel full */
+	int64_t after; /* the task's own send after the call */
+};
+
+static int64_t send_with_cx_fn(void *arg)
+{
+	struct misuse_cx *m = arg;
+	for (int i = 0; i < 4; i++) {
+		int v = i;
+		m->sent[i] = cbcmn_chan_send(m->cx, m->c, &v);
+	}
+	m->full = cbcmn_chan_send(m->cx, m->c, &(int){4});
+	return 0;
+}
+
+static int64_t misuse_cx_child(cbcmn_cx *cx, void *arg)
+{
+	struct misuse_cx *m = arg;
+	m->cx = cx;
+	TASK_CHECK(cbcmn_blocking(cx, send_with_cx_fn, m, NULL) == 0);
+	int v = 9;
+	m->after = cbcmn_chan_send(cx, m->c, &v); /* exhausted: never returns */
+	return 0;
+}
+
+static int64_t misuse_cx_main(cbcmn_cx *cx, void *arg)
+{
+	struct misuse_cx *m = arg;
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 4, sizeof(int), &m->c) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {.channel_ops = 2};
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, misuse_cx_child, m, &o, NULL) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n); /* gives up on the exhausted child */
+	TASK_CHECK(cbcmn_chan_destroy(m->c) == 0);
+	return rc;
+}
+
+static void test_costs_on_a_pool_thread_with_a_tasks_cx_only_count(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_pool(1, 1);
+	struct misuse_cx m = {.after = 1};
+	int64_t r = 0;
+	assert_int_equal(cbcmn_runtime_run(rt, misuse_cx_main, &m, &r), 0);
+	ASSERT_TASK_CHECKS();
+	printf("    sends on the pool thread: %d %d %d %d, full %d; the task's own: %lld; "
+	       "await_all %lld\n", m.sent[0], m.sent[1], m.sent[2], m.sent[3], m.full,
+	       (long long)m.after, (long long)r);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(m.sent[i], 0);
+	assert_int_equal(m.full, -EPERM); /* it would have parked the pool thread */
+	assert_int_equal(m.after, 1); /* it waited, and was given up on */
+	assert_int_equal(r, CBCMN_EBUDGET);
+	t_destroy(rt);
+}
+
 /* ---- thread life: idle threads end, destroy joins the rest ------------------ */
 
 struct burst {
@@ -684,6 +757,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancel_race),
 		T_WATCHED_TEST(test_misuse),
 		T_WATCHED_TEST(test_each_call_costs_a_syscall),
+		T_WATCHED_TEST(test_costs_on_a_pool_thread_with_a_tasks_cx_only_count),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};

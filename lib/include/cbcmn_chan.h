@@ -49,7 +49,9 @@
  * Contexts.  cx is the calling task, or NULL from a thread outside the
  * runtime (which then blocks as a thread, uninterruptibly, and must not be
  * one of the runtime's executors: -EDEADLK).  Any task or thread may use any
- * channel of the same runtime.
+ * channel of the same runtime.  A task's cx used on another thread (a
+ * cbcmn_blocking() function handed it) cannot wait: a call that would
+ * returns -EPERM, the channel unchanged.
  *
  * Errors.  Negative errno or CBCMN_E*: -EINVAL for NULL or bad arguments,
  * CBCMN_EWRONGRT when cx belongs to another runtime than the channel,

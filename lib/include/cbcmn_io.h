@@ -182,7 +182,9 @@ CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **
  * untaken bytes are dropped).  flags as send(2) (MSG_NOSIGNAL...).  The
  * echo path of a server: one SQE and no wake-up per send (docs/IO.md,
  * "Sends on a stream").  Costs one unit of the syscalls budget.  On the epoll
- * backend the bytes are sent before it returns (a unit per send(2) made).
+ * backend the bytes are sent before it returns (a unit per send(2) made),
+ * and a sender moved to another executor meanwhile (unpinned, woken
+ * elsewhere after a wait) gets the send's result, not -EXDEV: they went.
  * Returns 0, -EINVAL (data not in the chunk held), -EXDEV, -EBUSY,
  * CBCMN_ECANCELED, or a send's error. */
 CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *data, size_t len,
@@ -191,7 +193,9 @@ CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *d
  * has let go of it (an unpinned task moved to another executor meanwhile:
  * returns 0, and s's executor finishes, docs/IO.md).  Returns 0, -EINVAL,
  * -EXDEV or -EBUSY (a task is inside cbcmn_stream_recv() on it: s stays
- * open). */
+ * open), or the error of a send not reported yet: s is closed all the
+ * same.  -ECANCELED then means a send in flight that the close cancelled
+ * before the kernel took all its bytes (the rest were not sent). */
 CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 
 /* Accept connections on listening socket fd; flags as accept4(2). */
@@ -229,7 +233,10 @@ typedef int64_t (*cbcmn_blocking_fn)(void *arg);
  * wait their turn, first come first served.  fn runs on a plain thread
  * with all signals blocked, not on an executor: from there it may call
  * cbcmn only as a thread outside the runtime does (cx NULL), and must not
- * destroy the runtime.
+ * destroy the runtime.  (Handed its task's cx anyway, the costs of its
+ * calls only count there: it never waits for budget, yields or unwinds
+ * on the task's behalf; what the budget could not pay is spent to 0, and
+ * the task's own next cost waits.)
  *
  * Costs one unit of the task's `syscalls` budget (and one op).  Returns 0;
  * -EINVAL (NULL cx or fn), -EPERM (not called from a task: cx used on a

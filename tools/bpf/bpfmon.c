@@ -154,6 +154,7 @@ struct bpfmon {
 	bool pinned_dir;          /* pin_dir is ours to remove */
 	bool switch_on;           /* a sched_switch program is attached: the records move */
 	bool no_sched_info;       /* task_struct has no sched_info: no run-queue figures */
+	bool by_fd;               /* bpf cookies: binaries attached through /proc/self/fd */
 	/* The tool in a pid namespace of its own (not the kernel's view):
 	 * the programs know the target by the kernel's ids, the tool by its
 	 * namespace's; xl maps one to the other (xlat_load). */
@@ -410,10 +411,40 @@ static bool alt_chosen(size_t i, const bool *chosen)
  * the file mapped (a chrooted target's, which maps names from our root),
  * else, deleted or replaced on disk since, through /proc/PID/map_files.
  * Each file once (by device and inode).  Returns
- * how many were written to bins. */
+ * how many were written to bins.
+ *
+ * With fds (not NULL), each binary is opened here and checked to be the
+ * file found (by device and inode), and its path is /proc/self/fd/N,
+ * which names that file and no other until the caller closes fds[i]:
+ * a path under /proc/PID/root could be renamed over between our check
+ * and the opens that libbpf and the kernel make later.  libbpf matches
+ * such a path with the target's maps only without bpf cookies (usdt.c),
+ * so fds only where the kernel has them. */
 static bool has_cbcmn_probes(const char *path);
 
-static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
+/* Pin bins[i] (fds: see probe_binaries()): false if the file is no longer
+ * the one checked (st). */
+static bool pin_binary(char bin[PATH_MAX], const struct stat *st, int *fd)
+{
+	struct stat now;
+	int f = open(bin, O_RDONLY | O_CLOEXEC);
+	if (f < 0 || fstat(f, &now) || now.st_dev != st->st_dev || now.st_ino != st->st_ino) {
+		if (f >= 0)
+			close(f);
+		return false;
+	}
+	*fd = f;
+	snprintf(bin, PATH_MAX, "/proc/self/fd/%d", f);
+	return true;
+}
+
+static void close_binaries(int *fds, int n)
+{
+	for (int i = 0; fds && i < n; i++)
+		close(fds[i]);
+}
+
+static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX], int *fds)
 {
 	/* path: room for "/proc/PID/root" in front within PATH_MAX */
 	char p[64], line[PATH_MAX + 256], path[PATH_MAX - 24];
@@ -427,7 +458,7 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 		if (path[0] != '/' || stat(bins[0], &st) || st.st_dev != seen[0].st_dev ||
 		    st.st_ino != seen[0].st_ino)
 			snprintf(bins[0], PATH_MAX, "%s", p);
-		n = 1;
+		n = !fds || pin_binary(bins[0], &seen[0], &fds[0]);
 	}
 	snprintf(p, sizeof(p), "/proc/%d/maps", pid);
 	FILE *f = fopen(p, "r");
@@ -472,7 +503,8 @@ static int probe_binaries(pid_t pid, char bins[MAX_BINS][PATH_MAX])
 			dup |= st.st_dev == seen[i].st_dev && st.st_ino == seen[i].st_ino;
 		if (!dup && (named || has_cbcmn_probes(full))) {
 			seen[n] = st;
-			memcpy(bins[n++], full, sizeof(full));
+			memcpy(bins[n], full, sizeof(full));
+			n += !fds || pin_binary(bins[n], &st, &fds[n]);
 		}
 	}
 	fclose(f);
@@ -970,7 +1002,8 @@ static void unpin_maps(struct bpfmon *m)
 static void attach_all(struct bpfmon *m)
 {
 	char bins[MAX_BINS][PATH_MAX];
-	int nbins = probe_binaries(m->pid, bins);
+	int fds[MAX_BINS];
+	int nbins = probe_binaries(m->pid, bins, m->by_fd ? fds : NULL);
 	for (size_t i = 0; i < NSPECS; i++) {
 		struct bpfmon_prog *pr = &m->progs[i];
 		struct bpf_program *prog = bpf_object__find_program_by_name(m->skel->obj, specs[i].name);
@@ -1005,6 +1038,8 @@ static void attach_all(struct bpfmon *m)
 		m->links[i][0] = l;
 		pr->links = 1;
 	}
+	/* The uprobes hold their inodes now. */
+	close_binaries(m->by_fd ? fds : NULL, nbins);
 }
 
 /* CBCMN_BPF_REJECT=NAME[,NAME...], a debugging aid (docs/OBSERVABILITY.md):
@@ -1367,7 +1402,7 @@ int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsign
 	if (exe_errno == ENOENT)
 		return fail(err, errlen, -ENOENT,
 			    "process %d has no executable (a kernel thread, or exiting)", (int)pid);
-	int nbins = probe_binaries(pid, bins);
+	int nbins = probe_binaries(pid, bins, NULL); /* read only: no attach follows */
 	bool cbcmn = false;
 	for (int b = 0; b < nbins && !cbcmn; b++)
 		cbcmn = has_cbcmn_probes(bins[b]);
@@ -1446,6 +1481,8 @@ int bpfmon_open_runtime(struct bpfmon **out, pid_t pid, uint32_t runtime, unsign
 	/* Run-queue waits come from task_struct::sched_info (cbcmn.bpf.c,
 	 * account_sched_counts), which CONFIG_SCHED_INFO adds. */
 	m->no_sched_info = vmlinux && !btf_has_member(vmlinux, "task_struct", "sched_info");
+	/* bpf_get_attach_cookie() (5.15) reads it from here. */
+	m->by_fd = vmlinux && btf_has_member(vmlinux, "bpf_trace_run_ctx", "bpf_cookie");
 	/* Load; when the kernel refuses one program (the verifier rejects it,
 	 * or fentry is not permitted), open the object again without it (its
 	 * fallback, if it has one, takes its place) and report it FAILED: one
