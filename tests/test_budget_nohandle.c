@@ -14,7 +14,6 @@
 struct ring {
 	cbcmn_chan *c[MEMBERS]; /* member i receives on c[i], sends on c[i + 1] */
 	_Atomic int hops;
-	int64_t rc[MEMBERS];
 };
 
 struct member {
@@ -41,25 +40,36 @@ static int64_t member(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t ring_opener(cbcmn_cx *cx, void *arg)
+/* Open r's channels and a nursery with its members in it, member 1 given
+ * 5 channel operations (2 rounds and a receive); h NULL: no handles. */
+static cbcmn_nursery *ring_start(cbcmn_cx *cx, struct ring *r, struct member *m, cbcmn_task **h)
 {
-	struct ring *r = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	struct member m[MEMBERS];
-	cbcmn_nursery *n;
+	cbcmn_nursery *n = NULL;
 	for (int i = 0; i < MEMBERS; i++)
 		TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &r->c[i]) == 0);
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
-	/* Member 1 may make 5 channel operations: 2 rounds and a receive. */
 	cbcmn_budget short_b = {.channel_ops = 5};
 	for (int i = 0; i < MEMBERS; i++) {
 		m[i] = (struct member){r, i};
 		cbcmn_spawn_opts so = {.budget = i == 1 ? &short_b : NULL};
-		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, member, &m[i], &so, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, member, &m[i], &so, h ? &h[i] : NULL) == 0);
 	}
-	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	return n;
+}
+
+static void ring_free(struct ring *r)
+{
 	for (int i = 0; i < MEMBERS; i++)
 		TASK_CHECK(cbcmn_chan_destroy(r->c[i]) == 0);
+}
+
+static int64_t ring_opener(cbcmn_cx *cx, void *arg)
+{
+	struct member m[MEMBERS];
+	cbcmn_nursery *n = ring_start(cx, arg, m, NULL);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	ring_free(arg);
 	return rc;
 }
 
@@ -95,19 +105,9 @@ static void test_ring_with_an_exhausted_member_without_handle_ends(void **state)
 static int64_t ring_recharged(cbcmn_cx *cx, void *arg)
 {
 	struct ring *r = arg;
-	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	struct member m[MEMBERS];
 	cbcmn_task *h[MEMBERS];
-	cbcmn_nursery *n;
-	for (int i = 0; i < MEMBERS; i++)
-		TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &r->c[i]) == 0);
-	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
-	cbcmn_budget short_b = {.channel_ops = 5};
-	for (int i = 0; i < MEMBERS; i++) {
-		m[i] = (struct member){r, i};
-		cbcmn_spawn_opts so = {.budget = i == 1 ? &short_b : NULL};
-		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, member, &m[i], &so, &h[i]) == 0);
-	}
+	cbcmn_nursery *n = ring_start(cx, r, m, h);
 	/* Member 1 has made its 5 operations at the 8th hop (a yield loop:
 	 * bounded by the watchdog). */
 	while (atomic_load(&r->hops) < 8)
@@ -116,11 +116,11 @@ static int64_t ring_recharged(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_budget_recharge(cx, h[1], &more) == 0);
 	int64_t rc = cbcmn_nursery_await_all(cx, n);
 	for (int i = 0; i < MEMBERS; i++) {
-		TASK_CHECK(cbcmn_task_join(cx, h[i], &r->rc[i]) == 0);
-		TASK_CHECK(r->rc[i] == 0);
+		int64_t res = -1;
+		TASK_CHECK(cbcmn_task_join(cx, h[i], &res) == 0);
+		TASK_CHECK(res == 0);
 	}
-	for (int i = 0; i < MEMBERS; i++)
-		TASK_CHECK(cbcmn_chan_destroy(r->c[i]) == 0);
+	ring_free(r);
 	return rc;
 }
 
