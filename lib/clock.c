@@ -215,7 +215,7 @@ static void reanchor(struct cbcmn__clock *k)
 		publish(k, rate, rate, (uint64_t)err);
 		return;
 	}
-	int64_t bend = (int64_t)(((__int128)err << 32) / (int64_t)CBCMN__CLOCK_SPAN);
+	int64_t bend = (int64_t)((__int128)err * ((__int128)1 << 32) / (int64_t)CBCMN__CLOCK_SPAN);
 	int64_t lim = (int64_t)(rate >> STEER_SHIFT);
 	bend = bend > lim ? lim : bend < -lim ? -lim : bend;
 	publish(k, (uint64_t)((int64_t)rate + bend), rate, 0);
@@ -253,20 +253,19 @@ uint64_t cbcmn__clock_slow(struct cbcmn__clock *k)
 	for (int spins = 0;; spins++) {
 		/* As cbcmn__clock_read(). */
 		uint64_t s = atomic_load_explicit(&k->seq, memory_order_acquire);
-		uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
-		uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
-		uint64_t mult = atomic_load_explicit(&k->mult, memory_order_relaxed);
-		uint64_t rate = atomic_load_explicit(&k->rate, memory_order_relaxed);
+		uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_acquire);
+		uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_acquire);
+		uint64_t mult = atomic_load_explicit(&k->mult, memory_order_acquire);
+		uint64_t rate = atomic_load_explicit(&k->rate, memory_order_acquire);
 		uint64_t c = cbcmn__clock_cycles();
 		/* No rate yet: the time is clock_gettime(), read inside the
 		 * seqlock too (publish() starts after it). */
 		uint64_t ns = mult ? at(c, cyc0, ns0, mult, rate) : cbcmn__mono_ns();
-		atomic_thread_fence(memory_order_acquire);
-		/* The time given is clock_gettime()'s (no rate yet): read
-		 * before the second look like the counter (a call, its result
-		 * is a dependency of ns: an lfence orders it plainly). */
+		/* The time given is clock_gettime()'s (no rate yet): a
+		 * counter read after it (its lfence waits for the call) puts
+		 * the second look at seq after it too. */
 		if (!mult)
-			__asm__ __volatile__("lfence" ::: "memory");
+			c = cbcmn__cycles_ordered();
 		if (!(s & 1) && cbcmn__clock_seq_after(k, c) == s) {
 			if (!mult || c - cyc0 >= CBCMN__CLOCK_SPAN)
 				try_reanchor(k);

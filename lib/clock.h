@@ -44,8 +44,8 @@ struct cbcmn__clock {
 	/* The time at counter c >= cyc0: ns0 + (c - cyc0) * mult >> 32 over
 	 * the first span, then on at `rate` (the measured ns per cycle << 32;
 	 * mult is rate steered towards CLOCK_MONOTONIC).  mult 0: no rate yet
-	 * (or never): clock_gettime().  Relaxed atomics: the seqlock orders
-	 * them, and TSan sees no race. */
+	 * (or never): clock_gettime().  Atomics, so that TSan sees the
+	 * seqlock's reads as the races they are meant to be. */
 	_Atomic uint64_t cyc0, ns0, mult, rate;
 	_Atomic int mode;
 	/* The writer's own, under `busy` (clock.c). */
@@ -62,13 +62,11 @@ uint64_t cbcmn__mono_ns(void); /* clock_gettime(CLOCK_MONOTONIC), in ns */
 void cbcmn__clock_init(struct cbcmn__clock *k, enum cbcmn__clock_mode mode);
 uint64_t cbcmn__clock_slow(struct cbcmn__clock *k);
 
-/* The counter, read after every earlier load (a stamp another thread
- * handed us was loaded before our own count is read: its lfence, as the
- * vDSO's rdtsc_ordered()). */
+/* The counter, read after every earlier load: a stamp another thread
+ * handed us was loaded before our own count is read. */
 static inline uint64_t cbcmn__clock_cycles(void)
 {
-	__asm__ __volatile__("lfence" ::: "memory");
-	return cbcmn__cycles();
+	return cbcmn__cycles_ordered();
 }
 
 /* k's seq, loaded after counter c was read: the load's address depends
@@ -93,12 +91,12 @@ static inline uint64_t cbcmn__clock_read_as(struct cbcmn__clock *k, bool ordered
 	/* Acquire: pairs with the writer's release store of an even seq, so
 	 * the record read below is the one that seq published. */
 	uint64_t s = atomic_load_explicit(&k->seq, memory_order_acquire);
-	uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
-	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
-	uint64_t mult = atomic_load_explicit(&k->mult, memory_order_relaxed);
+	/* Acquire: each orders the second look at seq after it (a fence
+	 * would too; TSan has none; on x86 these are plain loads). */
+	uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_acquire);
+	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_acquire);
+	uint64_t mult = atomic_load_explicit(&k->mult, memory_order_acquire);
 	uint64_t c = ordered ? cbcmn__clock_cycles() : cbcmn__cycles(), d = c - cyc0;
-	/* Orders the record's loads before the second look at seq. */
-	atomic_thread_fence(memory_order_acquire);
 	/* Unchanged: the record is whole, and the counter was read before
 	 * any re-anchor's first store, so before its new anchor (clock.c).
 	 * d >= SPAN: the span is over, or a counter behind cyc0. */
