@@ -593,6 +593,16 @@ static void wait_exhausted(struct cbcmn_task *t, int comp)
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 {
 	uint64_t *f = field(t, comp);
+	/* Not on t's fiber: a cbcmn_blocking() function sending with t's
+	 * context while t is parked waiting for it.  Waiting for budget, or
+	 * ending t (nobody_recharges()), would park or longjmp that thread
+	 * as if it were t's fiber (a crash).  As CBCMN_CHECKPOINT() there, it
+	 * only counts, down to zero: t's next cost on its own fiber stops it. */
+	if (__builtin_expect(!cbcmn__is_running(t), 0)) {
+		if (*f != U)
+			*f = *f > amount ? *f - amount : 0;
+		return;
+	}
 	while (*f != U && *f < amount) {
 		if (!fold_refunds(t) && !self_recharge(t, comp))
 			wait_exhausted(t, comp);

@@ -796,8 +796,12 @@ static inline void cbcmn__stack_check(struct cbcmn_task *t)
 	if (!t)
 		return;
 	/* check_lo: lo + the reserve, or the top while the yellow zone is
-	 * open (stack.h). */
-	if (__builtin_expect((char *)__builtin_frame_address(0) < t->stack->check_lo, 0))
+	 * open (stack.h).  Only on t's own thread: a cbcmn_blocking()
+	 * function making a call with t's context runs on a pool thread's
+	 * stack, anywhere against t's (ending t from there would longjmp
+	 * that thread onto t's landing pad). */
+	if (__builtin_expect((char *)__builtin_frame_address(0) < t->stack->check_lo, 0) &&
+	    cbcmn__is_running(t))
 		cbcmn__stack_exhausted(t);
 }
 

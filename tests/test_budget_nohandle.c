@@ -6,6 +6,8 @@
  * never saw every child exhausted and never gave up on it. */
 #include <stdatomic.h>
 
+#include "cbcmn_io.h"
+
 #include "helpers.h"
 
 #define MEMBERS 3
@@ -138,11 +140,75 @@ static void test_member_with_handle_waits_for_its_recharge(void **state)
 	t_watchdog_stop();
 }
 
+/* ---- off its fiber ---- */
+
+/* A cbcmn_blocking() function handed its task's context, sending on a
+ * channel with it (its task parked meanwhile, on another thread): the
+ * costs it runs out of cannot make that thread wait as if it were the
+ * task's fiber, nor end the task from it (a longjmp to the task's landing
+ * pad from a blocking-pool thread: a crash).  They count down to zero;
+ * the task's next cost on its own fiber is the one that stops it. */
+struct off_fiber {
+	cbcmn_cx *cx;
+	cbcmn_chan *c;
+	int sent;
+};
+
+static int64_t send_off_fiber(void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 7;
+	for (int i = 0; i < 3; i++)
+		if (cbcmn_chan_try_send(o->cx, o->c, &v) == 0)
+			o->sent++;
+	return 0;
+}
+
+static int64_t blocking_sender(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	int64_t r = -1;
+	o->cx = cx;
+	TASK_CHECK(cbcmn_blocking(cx, send_off_fiber, o, &r) == 0);
+	TASK_CHECK(r == 0);
+	long v;
+	cbcmn_chan_try_recv(cx, o->c, &v); /* out of channel_ops: ends here */
+	return 1;
+}
+
+static int64_t spawn_blocking_sender(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_chan_create(rt, 4, sizeof(long), &o->c) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	cbcmn_budget b = {.channel_ops = 1};
+	cbcmn_spawn_opts so = {.budget = &b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, blocking_sender, o, &so, NULL) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
+	return rc;
+}
+
+static void test_costs_off_its_fiber_only_count(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_costs_off_its_fiber_only_count", T_WATCHDOG_S);
+	cbcmn_runtime *rt = runtime(2);
+	struct off_fiber o = {0};
+	t_run(rt, spawn_blocking_sender, &o, CBCMN_EBUDGET);
+	assert_int_equal(o.sent, 3); /* counted, not stopped, off its fiber */
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ring_with_an_exhausted_member_without_handle_ends),
 		cmocka_unit_test(test_member_with_handle_waits_for_its_recharge),
+		cmocka_unit_test(test_costs_off_its_fiber_only_count),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
 }
