@@ -78,13 +78,14 @@ struct cbcmn__awheel {
 	uint64_t over_ns;         /* the clock at that first look */
 };
 
-/* The wheel's clock: the executor's fast clock (clock.h), a third of
- * clock_gettime()'s cost, read once a hop.  Its runs are hundreds of ns,
- * timed one by one (cbcmn__wheel_timed()): docs/ACTORS.md "The wheel's
- * clock". */
+/* The wheel's clock: the process's fast clock (clock.h), unordered (no
+ * lfence: read once a hop, it cost the ring 6-9 % of its CPU), so its
+ * stamps are compared through cbcmn__ns_since().  Its runs are hundreds
+ * of ns, timed one by one (cbcmn__wheel_timed()): docs/ACTORS.md "The
+ * wheel's clock". */
 static uint64_t clock_ns(void)
 {
-	return cbcmn__now_ns();
+	return cbcmn__now_ns_unordered();
 }
 
 static struct cbcmn__actor *node_actor(struct cbcmn__wheel_node *n)

@@ -21,6 +21,14 @@ static inline uint64_t cbcmn__cycles(void)
 	return lo | (uint64_t)hi << 32;
 }
 
+/* The counter, read only once every earlier instruction (every load)
+ * has completed: lfence first, as the vDSO's rdtsc_ordered(). */
+static inline uint64_t cbcmn__cycles_ordered(void)
+{
+	__asm__ __volatile__("lfence" ::: "memory");
+	return cbcmn__cycles();
+}
+
 /* Whether the counter ticks at a constant rate through frequency changes
  * and deep sleep states, in step on every CPU: CPUID 0x80000007, EDX bit 8
  * ("invariant TSC"; /proc/cpuinfo's constant_tsc and nonstop_tsc). */

@@ -507,19 +507,23 @@ static bool self_recharge(struct cbcmn_task *t, int comp)
 	return true;
 }
 
-/* Could anything but its own children (uncounted waits) recharge t?  Not
- * an actor's task nor a handler actors' host: the API names actors by
- * reference, so nobody holds the handle cbcmn_budget_recharge() needs,
- * and only a supervisor (n its nursery: poked below) tops them up.  Such
- * a task waiting counted would wait for its opener's await_all to give up
- * on it, which never comes while a sibling waits for its messages (a
- * ring: the opener hung).  It ends at once instead, as the opener would
- * end it, with CBCMN_EBUDGET (docs/ACTORS.md "Budgets"). */
+/* Could anything but its own children (uncounted waits) recharge t?
+ * cbcmn_budget_recharge() needs a handle to t, and none exists for an
+ * actor's task, a handler actors' host (the API names actors by
+ * reference) or a plain task spawned without one (handle NULL; every
+ * janus ABI spawn): only a supervisor (n its nursery: poked below) tops
+ * those up.  Such a task waiting counted would wait for its opener's
+ * await_all to give up on it, which never comes while a sibling waits
+ * for it (a message, a channel send: a ring hung its opener).  It ends
+ * at once instead, as the opener would end it, with CBCMN_EBUDGET: SPEC-021
+ * §14.1's "recharge or fail" where no recharge can come; its nursery then
+ * cancels the siblings (fail fast).  docs/BUDGETS.md, "Exhaustion and
+ * recharge". */
 static bool nobody_recharges(const struct cbcmn_task *t, const struct cbcmn_nursery *n)
 {
 	bool actor = cbcmn__is_actor_task(t) ||
 		     (!(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__hnd_host_main);
-	return actor && !cbcmn__sup_nursery(n);
+	return (actor || !(t->flags & CBCMN__TF_HANDLE)) && !cbcmn__sup_nursery(n);
 }
 
 /* t cannot pay: wait until budget arrives (a refund, a recharge), or t is

@@ -1,19 +1,23 @@
 /* clock.c: the executors' fast monotonic clock (clock.h). */
 #include <cpuid.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "clock.h"
+#include "env.h"
 
-__thread struct cbcmn__fclock cbcmn__tls_fclock;
+struct cbcmn__clock cbcmn__clock;
 
-/* A pair's middle is taken as the moment clock_gettime() read its time,
- * so a pair is trusted only as tight as the thread's tightest (an
- * uninterrupted call, about 60 cycles here) doubled, plus a little: a
- * pair an interrupt split is off by up to half its width (a 20 000-cycle
- * bound put a third of the reads 0.3-0.8 us off CLOCK_MONOTONIC here).
- * Each refused pair widens the bound by a sixteenth, so a call that
- * became slower for good (a VM moved to another host) is trusted again
- * within a few dozen re-anchors; never past PAIR_MAX_CYCLES. */
+/* A pair (a counter reading, clock_gettime(), a counter reading) tells
+ * when its time was read only as well as it is narrow: its middle is
+ * taken as that moment, so a pair an interrupt split is off by up to half
+ * its width (a 20 000-cycle bound put a third of the reads 0.3-0.8 us off
+ * CLOCK_MONOTONIC here).  Trusted: at most twice the tightest seen, plus a
+ * little; each refused pair widens the bound by a sixteenth, so a call
+ * that became slower for good (a VM moved to another host) is trusted
+ * again within a few dozen re-anchors; never past PAIR_MAX_CYCLES. */
 #define PAIR_MAX_CYCLES 20000
 #define PAIR_SLACK_CYCLES 64
 #define PAIR_TRIES 3
@@ -21,6 +25,19 @@ __thread struct cbcmn__fclock cbcmn__tls_fclock;
 /* The rate's sane range: a 100 MHz to a 20 GHz counter. */
 #define MULT_MIN ((1ull << 32) / 20)
 #define MULT_MAX ((1ull << 32) * 10)
+
+/* An error past this is not steered away over a span but stepped over
+ * (forward only: a clock behind CLOCK_MONOTONIC by a millisecond was
+ * stopped, a VM paused); one ahead is only slowed down, never stepped
+ * back. */
+#define STEP_NS 1000000ll
+
+/* How far a re-anchor may bend the slope: a sixteenth of the rate. */
+#define STEER_SHIFT 4
+
+/* Spins on a writer's odd seq before giving the CPU away: a writer holds
+ * it for a few instructions, unless it was preempted there. */
+#define SPINS 64
 
 bool cbcmn__cycles_invariant(void)
 {
@@ -37,75 +54,226 @@ uint64_t cbcmn__mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void cbcmn__fclock_init(struct cbcmn__fclock *fc, bool cycles)
+/* Are the CPUs' counters in step?  The invariant bit says each ticks at a
+ * constant rate, not that they agree: the kernel checks that (at boot, at
+ * hotplug, and its clocksource watchdog after) and uses the counter as its
+ * own clock only if they do.  A kernel that switched away from it later
+ * is not seen (it is read once): docs/ACTORS.md "The wheel's clock". */
+static bool counters_in_step(void)
 {
-	*fc = (struct cbcmn__fclock){.init = true, .cycles = cycles};
+	FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
+	char buf[32] = "";
+	if (!f)
+		return false;
+	bool ok = fgets(buf, sizeof buf, f) && strcmp(buf, "tsc\n") == 0;
+	fclose(f);
+	return ok;
 }
 
-static uint64_t given(struct cbcmn__fclock *fc, uint64_t ns)
+static enum cbcmn__clock_mode choose_mode(void)
 {
-	if (ns > fc->last)
-		fc->last = ns;
-	return fc->last;
+	const char *e = cbcmn__env("CBCMN_CLOCK");
+	if (e && strcmp(e, "monotonic") == 0)
+		return CBCMN__CLOCK_MONOTONIC;
+	if (!cbcmn__cycles_invariant() || !counters_in_step())
+		return CBCMN__CLOCK_MONOTONIC;
+	return CBCMN__CLOCK_COUNTER;
 }
 
-/* Whether a pair w cycles wide is tight enough to tell when its time was
- * read; the bound learns the thread's tightest (PAIR_MAX_CYCLES above). */
-static bool tight(struct cbcmn__fclock *fc, uint64_t w)
+void cbcmn__clock_init(struct cbcmn__clock *k, enum cbcmn__clock_mode mode)
 {
-	if (w < fc->pair_min || !fc->pair_min)
-		fc->pair_min = w ? w : 1;
-	if (w <= PAIR_MAX_CYCLES && w <= 2 * fc->pair_min + PAIR_SLACK_CYCLES)
+	memset(k, 0, sizeof *k);
+	atomic_store_explicit(&k->mode, mode, memory_order_relaxed);
+}
+
+/* The time at counter c by the record (cyc0, ns0, mult, rate): mult over
+ * the first span, rate after it (a steered slope kept past its span
+ * would overshoot).  A counter behind cyc0 (one that is not in step) is
+ * cyc0: the clock holds rather than wraps. */
+static uint64_t at(uint64_t c, uint64_t cyc0, uint64_t ns0, uint64_t mult, uint64_t rate)
+{
+	if ((int64_t)(c - cyc0) <= 0)
+		return ns0;
+	uint64_t d = c - cyc0, head = d < CBCMN__CLOCK_SPAN ? d : CBCMN__CLOCK_SPAN;
+	unsigned __int128 ns = (unsigned __int128)head * mult + (unsigned __int128)(d - head) * rate;
+	return ns0 + (uint64_t)(ns >> 32);
+}
+
+/* Under busy: whether a pair w cycles wide is tight enough to trust. */
+static bool tight(struct cbcmn__clock *k, uint64_t w)
+{
+	if (w < k->pair_min || !k->pair_min)
+		k->pair_min = w ? w : 1;
+	if (w <= PAIR_MAX_CYCLES && w <= 2 * k->pair_min + PAIR_SLACK_CYCLES)
 		return true;
-	fc->pair_min += fc->pair_min / 16 + 1;
+	k->pair_min += k->pair_min / 16 + 1;
 	return false;
 }
 
-/* A tight pair's time ns, read at cycle c: the rate over the span since
- * the anchor, and the new anchor. */
-static uint64_t anchor(struct cbcmn__fclock *fc, uint64_t c, uint64_t ns)
+/* Under busy: a trusted pair, its middle in *c and its time in *ns. */
+static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns)
 {
-	if (fc->ns0 && c > fc->cyc0 && ns > fc->ns0) {
-		uint64_t dc = c - fc->cyc0;
-		if (dc < CBCMN__FCLOCK_SPAN && !fc->mult)
-			return given(fc, ns); /* too short to measure the rate by */
-		unsigned __int128 m = ((unsigned __int128)(ns - fc->ns0) << 32) / dc;
-		if (m < MULT_MIN || m > MULT_MAX) {
-			fc->cycles = false; /* not a clock: clock_gettime() from now on */
-			fc->mult = 0;
-			return given(fc, ns);
-		}
-		fc->mult = (uint64_t)m;
-	}
-	fc->cyc0 = c;
-	fc->ns0 = ns;
-	return given(fc, ns);
-}
-
-/* A counter reading c0, clock_gettime()'s ns, a counter reading c1, in
- * that order: a new anchor if the pair is tight, else the old one kept
- * (the next read tries again). */
-uint64_t cbcmn__fclock_pair(struct cbcmn__fclock *fc, uint64_t c0, uint64_t ns, uint64_t c1)
-{
-	return tight(fc, c1 - c0) ? anchor(fc, c0 + (c1 - c0) / 2, ns) : given(fc, ns);
-}
-
-/* A span has passed (or the rate is not known yet): clock_gettime(), and
- * from it the rate over the span and a new anchor.  A few tries: an
- * interrupt or a preemption splits one pair, seldom the next. */
-uint64_t cbcmn__fclock_slow(struct cbcmn__fclock *fc)
-{
-	if (!fc->init)
-		cbcmn__fclock_init(fc, cbcmn__cycles_invariant());
-	if (!fc->cycles)
-		return given(fc, cbcmn__mono_ns());
-	uint64_t ns = 0;
 	for (int i = 0; i < PAIR_TRIES; i++) {
-		uint64_t c0 = cbcmn__cycles();
-		ns = cbcmn__mono_ns();
-		uint64_t c1 = cbcmn__cycles();
-		if (tight(fc, c1 - c0))
-			return anchor(fc, c0 + (c1 - c0) / 2, ns);
+		uint64_t c0 = cbcmn__clock_cycles();
+		*ns = cbcmn__mono_ns();
+		uint64_t c1 = cbcmn__clock_cycles();
+		if (tight(k, c1 - c0)) {
+			*c = c0 + (c1 - c0) / 2;
+			return true;
+		}
 	}
-	return given(fc, ns);
+	return false;
+}
+
+/* Under busy: the rate from the last trusted pair to (c, ns), which
+ * becomes the next one's start: > 0; 0 for the first pair; a rate no
+ * counter has (outside 0.1-20 GHz, time standing): UINT64_MAX. */
+static uint64_t measure(struct cbcmn__clock *k, uint64_t c, uint64_t ns)
+{
+	uint64_t pc = k->pair_c, pns = k->pair_ns, m = 0;
+	k->pair_c = c;
+	k->pair_ns = ns;
+	if (!pc)
+		return 0;
+	if ((int64_t)(c - pc) <= 0 || ns <= pns)
+		return UINT64_MAX;
+	unsigned __int128 r = ((unsigned __int128)(ns - pns) << 32) / (c - pc);
+	m = r >= MULT_MIN && r <= MULT_MAX ? (uint64_t)r : UINT64_MAX;
+	return m;
+}
+
+/* Under busy: publish a record anchored at a counter read after seq
+ * turned odd.  Every reader that kept the old record read its counter
+ * before that store was seen (its second look at seq found it even), so
+ * before the anchor: the old record's time there, which the new one
+ * starts from, is past all of theirs.  step: ns added to it (forward). */
+static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, uint64_t step)
+{
+	uint64_t s = atomic_load_explicit(&k->seq, memory_order_relaxed);
+	uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
+	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
+	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
+	uint64_t orate = atomic_load_explicit(&k->rate, memory_order_relaxed);
+	atomic_store_explicit(&k->seq, s + 1, memory_order_relaxed);
+	/* A full fence (mfence): the odd seq is visible to every reader
+	 * before the anchor is read (pairs with the readers' second look). */
+	atomic_thread_fence(memory_order_seq_cst);
+	uint64_t c = cbcmn__clock_cycles(), ns;
+	if (omult) {
+		ns = at(c, cyc0, ns0, omult, orate) + step;
+	} else {
+		/* No rate before: the clock was clock_gettime(), read by
+		 * every reader that kept the old record before this point;
+		 * anchored at the pair's middle, behind it. */
+		ns = cbcmn__mono_ns();
+		c += (cbcmn__clock_cycles() - c) / 2;
+	}
+	atomic_store_explicit(&k->cyc0, c, memory_order_relaxed);
+	atomic_store_explicit(&k->ns0, ns, memory_order_relaxed);
+	atomic_store_explicit(&k->mult, mult, memory_order_relaxed);
+	atomic_store_explicit(&k->rate, rate, memory_order_relaxed);
+	/* Release: pairs with the readers' acquire load of seq. */
+	atomic_store_explicit(&k->seq, s + 2, memory_order_release);
+}
+
+/* Under busy: re-anchor.  The slope for the next span is the rate
+ * measured over the last one, bent so that the clock meets
+ * CLOCK_MONOTONIC at the span's end (by at most a sixteenth: an error
+ * from a long stall is steered away over a few spans; past STEP_NS
+ * forward it is stepped). */
+static void reanchor(struct cbcmn__clock *k)
+{
+	uint64_t c, ns;
+	/* Before the first span is over (or a span after a refused rate),
+	 * no pair: every read comes here meanwhile. */
+	if (k->pair_c && cbcmn__clock_cycles() - k->pair_c < CBCMN__CLOCK_SPAN)
+		return;
+	if (!take_pair(k, &c, &ns))
+		return; /* interrupted thrice: the next slow read tries again */
+	uint64_t rate = measure(k, c, ns);
+	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
+	if (!rate)
+		return; /* the first pair: the next span measures the rate */
+	if (rate == UINT64_MAX) {
+		/* Not a clock's rate (a counter that stops, or races): with no
+		 * rate yet every time given was clock_gettime()'s, so it stays
+		 * that for good.  With one, the old record runs on: the clock
+		 * must not go back to clock_gettime()'s time. */
+		if (!omult)
+			atomic_store_explicit(&k->mode, CBCMN__CLOCK_MONOTONIC, memory_order_relaxed);
+		return;
+	}
+	if (!omult) {
+		publish(k, rate, rate, 0);
+		return;
+	}
+	uint64_t now = at(c, atomic_load_explicit(&k->cyc0, memory_order_relaxed),
+			  atomic_load_explicit(&k->ns0, memory_order_relaxed), omult,
+			  atomic_load_explicit(&k->rate, memory_order_relaxed));
+	int64_t err = (int64_t)(ns - now); /* > 0: the clock is behind */
+	if (err > STEP_NS) {
+		publish(k, rate, rate, (uint64_t)err);
+		return;
+	}
+	int64_t bend = (int64_t)((__int128)err * ((__int128)1 << 32) / (int64_t)CBCMN__CLOCK_SPAN);
+	int64_t lim = (int64_t)(rate >> STEER_SHIFT);
+	bend = bend > lim ? lim : bend < -lim ? -lim : bend;
+	publish(k, (uint64_t)((int64_t)rate + bend), rate, 0);
+}
+
+/* Whoever finds the span over re-anchors; the others go on with the
+ * record they have (its time runs on at `rate`). */
+static void try_reanchor(struct cbcmn__clock *k)
+{
+	/* Acquire: pairs with the release below, so the last writer's
+	 * pair_* and pair_min are ours. */
+	if (atomic_exchange_explicit(&k->busy, 1, memory_order_acquire))
+		return;
+	reanchor(k);
+	atomic_store_explicit(&k->busy, 0, memory_order_release);
+}
+
+static enum cbcmn__clock_mode mode_of(struct cbcmn__clock *k)
+{
+	int m = atomic_load_explicit(&k->mode, memory_order_relaxed);
+	if (m == CBCMN__CLOCK_UNSET) {
+		/* Any thread may decide: they all decide the same. */
+		m = choose_mode();
+		atomic_store_explicit(&k->mode, m, memory_order_relaxed);
+	}
+	return (enum cbcmn__clock_mode)m;
+}
+
+/* The fast read's other cases: a writer at work, no rate yet, the span
+ * over, no counter. */
+uint64_t cbcmn__clock_slow(struct cbcmn__clock *k)
+{
+	if (mode_of(k) == CBCMN__CLOCK_MONOTONIC)
+		return cbcmn__mono_ns();
+	for (int spins = 0;; spins++) {
+		/* As cbcmn__clock_read(). */
+		uint64_t s = atomic_load_explicit(&k->seq, memory_order_acquire);
+		uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_acquire);
+		uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_acquire);
+		uint64_t mult = atomic_load_explicit(&k->mult, memory_order_acquire);
+		uint64_t rate = atomic_load_explicit(&k->rate, memory_order_acquire);
+		uint64_t c = cbcmn__clock_cycles();
+		/* No rate yet: the time is clock_gettime(), read inside the
+		 * seqlock too (publish() starts after it). */
+		uint64_t ns = mult ? at(c, cyc0, ns0, mult, rate) : cbcmn__mono_ns();
+		/* The time given is clock_gettime()'s (no rate yet): a
+		 * counter read after it (its lfence waits for the call) puts
+		 * the second look at seq after it too. */
+		if (!mult)
+			c = cbcmn__cycles_ordered();
+		if (!(s & 1) && cbcmn__clock_seq_after(k, c) == s) {
+			if (!mult || c - cyc0 >= CBCMN__CLOCK_SPAN)
+				try_reanchor(k);
+			return ns;
+		}
+		if (spins < SPINS)
+			cbcmn__cpu_relax();
+		else
+			sched_yield(); /* the writer was preempted mid-record */
+	}
 }

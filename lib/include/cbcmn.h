@@ -672,7 +672,10 @@ CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery 
  * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn).
  * The spawn is a cost (see Budgets): a task whose spawn_count is spent
  * (under the service profile a child starts with none, SPEC-021 §8.2)
- * waits, BudgetExhausted, until it is recharged or its nursery ends it. */
+ * waits, BudgetExhausted, until it is recharged or its nursery ends it.
+ * A child spawned without a handle cannot be recharged (outside a
+ * supervisor's nursery): when it runs out of a budget component it ends
+ * at once with CBCMN_EBUDGET instead of waiting (docs/BUDGETS.md). */
 CBCMN_API int cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,
 				  void *arg, cbcmn_task **handle);
 

@@ -1,0 +1,214 @@
+/* test_budget_nohandle: a task nobody can recharge (spawned without a
+ * handle) ends with CBCMN_EBUDGET when its budget runs out, instead of
+ * waiting for a recharge that cannot come (docs/BUDGETS.md, "Exhaustion
+ * and recharge").  A ring of channel tasks with one exhausted member hung
+ * its opener: the siblings waited for the member's sends, so await_all
+ * never saw every child exhausted and never gave up on it. */
+#include <stdatomic.h>
+
+#include "cbcmn_io.h"
+
+#include "helpers.h"
+
+#define MEMBERS 3
+#define ROUNDS 100 /* per member: far more than the short member can pay */
+
+struct ring {
+	cbcmn_chan *c[MEMBERS]; /* member i receives on c[i], sends on c[i + 1] */
+	_Atomic int hops;
+};
+
+struct member {
+	struct ring *r;
+	int i;
+};
+
+static int64_t member(cbcmn_cx *cx, void *arg)
+{
+	struct member *m = arg;
+	struct ring *r = m->r;
+	long tok = 0;
+	for (int k = 0; k < ROUNDS; k++) {
+		if (m->i != 0 || k != 0) {
+			int rc = cbcmn_chan_recv(cx, r->c[m->i], &tok);
+			if (rc)
+				return rc;
+		}
+		atomic_fetch_add(&r->hops, 1);
+		int rc = cbcmn_chan_send(cx, r->c[(m->i + 1) % MEMBERS], &tok);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Open r's channels and a nursery with its members in it, member 1 given
+ * 5 channel operations (2 rounds and a receive); h NULL: no handles. */
+static cbcmn_nursery *ring_start(cbcmn_cx *cx, struct ring *r, struct member *m, cbcmn_task **h)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n = NULL;
+	for (int i = 0; i < MEMBERS; i++)
+		TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &r->c[i]) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	cbcmn_budget short_b = {.channel_ops = 5};
+	for (int i = 0; i < MEMBERS; i++) {
+		m[i] = (struct member){r, i};
+		cbcmn_spawn_opts so = {.budget = i == 1 ? &short_b : NULL};
+		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, member, &m[i], &so, h ? &h[i] : NULL) == 0);
+	}
+	return n;
+}
+
+static void ring_free(struct ring *r)
+{
+	for (int i = 0; i < MEMBERS; i++)
+		TASK_CHECK(cbcmn_chan_destroy(r->c[i]) == 0);
+}
+
+static int64_t ring_opener(cbcmn_cx *cx, void *arg)
+{
+	struct member m[MEMBERS];
+	cbcmn_nursery *n = ring_start(cx, arg, m, NULL);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	ring_free(arg);
+	return rc;
+}
+
+static cbcmn_runtime *runtime(uint32_t workers)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = workers;
+	/* No CapBudget: a task lives within what it is given. */
+	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT;
+	return t_runtime_cfg(&cfg);
+}
+
+/* The hang: before, this waited for ever (the watchdog names it). */
+static void test_ring_with_an_exhausted_member_without_handle_ends(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_ring_with_an_exhausted_member_without_handle_ends", T_WATCHDOG_S);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		struct ring r = {0};
+		t_run(rt, ring_opener, &r, CBCMN_EBUDGET);
+		/* Member 1 passed the token twice and took it a third time:
+		 * 0 1 2 0 1 2 0 1, then no further. */
+		assert_int_equal(atomic_load(&r.hops), 8);
+		t_destroy(rt);
+	}
+	t_watchdog_stop();
+}
+
+/* With a handle its parent can recharge it, so it is not ended: it waits
+ * exhausted (the rule before, kept), and the recharge lets the ring finish. */
+static int64_t ring_recharged(cbcmn_cx *cx, void *arg)
+{
+	struct ring *r = arg;
+	struct member m[MEMBERS];
+	cbcmn_task *h[MEMBERS];
+	cbcmn_nursery *n = ring_start(cx, r, m, h);
+	/* Member 1 has made its 5 operations at the 8th hop (a yield loop:
+	 * bounded by the watchdog). */
+	while (atomic_load(&r->hops) < 8)
+		cbcmn_yield(cx);
+	cbcmn_budget more = {.channel_ops = CBCMN_UNLIMITED};
+	TASK_CHECK(cbcmn_budget_recharge(cx, h[1], &more) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	for (int i = 0; i < MEMBERS; i++) {
+		int64_t res = -1;
+		TASK_CHECK(cbcmn_task_join(cx, h[i], &res) == 0);
+		TASK_CHECK(res == 0);
+	}
+	ring_free(r);
+	return rc;
+}
+
+static void test_member_with_handle_waits_for_its_recharge(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_member_with_handle_waits_for_its_recharge", T_WATCHDOG_S);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		struct ring r = {0};
+		t_run(rt, ring_recharged, &r, 0);
+		assert_int_equal(atomic_load(&r.hops), MEMBERS * ROUNDS);
+		t_destroy(rt);
+	}
+	t_watchdog_stop();
+}
+
+/* ---- off its fiber ---- */
+
+/* A cbcmn_blocking() function handed its task's context, sending on a
+ * channel with it (its task parked meanwhile, on another thread): the
+ * costs it runs out of cannot make that thread wait as if it were the
+ * task's fiber, nor end the task from it (a longjmp to the task's landing
+ * pad from a blocking-pool thread: a crash).  They count down to zero;
+ * the task's next cost on its own fiber is the one that stops it. */
+struct off_fiber {
+	cbcmn_cx *cx;
+	cbcmn_chan *c;
+	int sent;
+};
+
+static int64_t send_off_fiber(void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 7;
+	for (int i = 0; i < 3; i++)
+		if (cbcmn_chan_try_send(o->cx, o->c, &v) == 0)
+			o->sent++;
+	return 0;
+}
+
+static int64_t blocking_sender(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	int64_t r = -1;
+	o->cx = cx;
+	TASK_CHECK(cbcmn_blocking(cx, send_off_fiber, o, &r) == 0);
+	TASK_CHECK(r == 0);
+	long v;
+	cbcmn_chan_try_recv(cx, o->c, &v); /* out of channel_ops: ends here */
+	return 1;
+}
+
+static int64_t spawn_blocking_sender(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_chan_create(rt, 4, sizeof(long), &o->c) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	cbcmn_budget b = {.channel_ops = 1};
+	cbcmn_spawn_opts so = {.budget = &b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, blocking_sender, o, &so, NULL) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
+	return rc;
+}
+
+static void test_costs_off_its_fiber_only_count(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_costs_off_its_fiber_only_count", T_WATCHDOG_S);
+	cbcmn_runtime *rt = runtime(2);
+	struct off_fiber o = {0};
+	t_run(rt, spawn_blocking_sender, &o, CBCMN_EBUDGET);
+	assert_int_equal(o.sent, 3); /* counted, not stopped, off its fiber */
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ring_with_an_exhausted_member_without_handle_ends),
+		cmocka_unit_test(test_member_with_handle_waits_for_its_recharge),
+		cmocka_unit_test(test_costs_off_its_fiber_only_count),
+	};
+	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
+}

@@ -1,0 +1,338 @@
+/* test_clock: the executors' fast clock (lib/clock.h), one record the
+ * process shares: it tells CLOCK_MONOTONIC's time through its re-anchors,
+ * stamps from any threads are ordered as the events that took them, and
+ * it is clock_gettime() when forced to (CBCMN_CLOCK=monotonic) or without
+ * a usable counter. */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "../lib/clock.h"
+
+/* How far a read may stray from CLOCK_MONOTONIC read around it: the
+ * steering keeps it within tens of ns; this is a correctness bound (a
+ * wrong rate or anchor is off by milliseconds), not a speed. */
+#define SLACK_NS 200000ull
+
+static void sleep_us(long us)
+{
+	struct timespec ts = {us / 1000000, us % 1000000 * 1000};
+	nanosleep(&ts, NULL);
+}
+
+static void skip_without_counter(void)
+{
+	if (!cbcmn__cycles_invariant())
+		T_SKIP("no invariant time-stamp counter: the clock is clock_gettime()");
+}
+
+/* n reads, a sleep of us every 4: each within the monotonic readings
+ * around it, none below the one before. */
+static void check_tracks(struct cbcmn__clock *k, int n, long us)
+{
+	uint64_t prev = 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t a = cbcmn__mono_ns();
+		uint64_t r = cbcmn__clock_read(k);
+		uint64_t b = cbcmn__mono_ns();
+		assert_true(r + SLACK_NS >= a);
+		assert_true(r <= b + SLACK_NS);
+		assert_true(r >= prev);
+		prev = r;
+		if (i % 4 == 0)
+			sleep_us(us);
+	}
+}
+
+static void test_counter_clock_tracks_monotonic(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	cbcmn__clock_init(&k, CBCMN__CLOCK_COUNTER);
+	check_tracks(&k, 400, 400); /* about 40 ms: several spans */
+	/* Past its first span it reads the counter. */
+	assert_int_not_equal(atomic_load(&k.mult), 0);
+	assert_int_equal(atomic_load(&k.mode), CBCMN__CLOCK_COUNTER);
+}
+
+/* Over seconds, with idle spells longer than a span (the steered slope
+ * must not run on past its span), the clock stays with CLOCK_MONOTONIC. */
+static void test_tracks_monotonic_over_seconds(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	cbcmn__clock_init(&k, CBCMN__CLOCK_COUNTER);
+	check_tracks(&k, 40, 60000); /* 10 spells of 60 ms */
+	check_tracks(&k, 4000, 300); /* a span every few dozen reads */
+}
+
+/* The process's clock, as the wheel reads it. */
+static void test_process_clock_tracks_monotonic(void **state)
+{
+	(void)state;
+	check_tracks(&cbcmn__clock, 400, 400);
+}
+
+static void check_is_clock_gettime(struct cbcmn__clock *k)
+{
+	for (int i = 0; i < 200; i++) {
+		uint64_t a = cbcmn__mono_ns();
+		uint64_t r = cbcmn__clock_read(k);
+		uint64_t b = cbcmn__mono_ns();
+		assert_true(a <= r && r <= b);
+		if (i % 20 == 0)
+			sleep_us(1000); /* past a span: no rate is ever measured */
+	}
+	assert_int_equal(atomic_load(&k->mult), 0);
+	assert_int_equal(atomic_load(&k->mode), CBCMN__CLOCK_MONOTONIC);
+}
+
+static void test_without_counter_is_clock_gettime(void **state)
+{
+	(void)state;
+	struct cbcmn__clock k;
+	cbcmn__clock_init(&k, CBCMN__CLOCK_MONOTONIC);
+	check_is_clock_gettime(&k);
+}
+
+/* The knob: a clock that decides for itself (as the process's does)
+ * takes CBCMN_CLOCK=monotonic. */
+static void test_forced_fallback(void **state)
+{
+	(void)state;
+	struct cbcmn__clock k;
+	cbcmn__clock_init(&k, CBCMN__CLOCK_UNSET);
+	assert_int_equal(setenv("CBCMN_CLOCK", "monotonic", 1), 0);
+	check_is_clock_gettime(&k);
+	unsetenv("CBCMN_CLOCK");
+}
+
+/* A private clock past its first span (within 100 ms). */
+static void measured(struct cbcmn__clock *k)
+{
+	cbcmn__clock_init(k, CBCMN__CLOCK_COUNTER);
+	for (int i = 0; i < 100 && !atomic_load(&k->mult); i++) {
+		cbcmn__clock_read(k);
+		sleep_us(1000);
+	}
+	assert_int_not_equal(atomic_load(&k->mult), 0);
+}
+
+/* A counter behind the anchor (one not in step with the CPU that
+ * anchored): the anchor's time, not a wrapped one 2^64 ns on. */
+static void test_counter_behind_the_anchor_holds(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	measured(&k);
+	atomic_fetch_add(&k.cyc0, 1ull << 40);
+	uint64_t a = cbcmn__mono_ns(), r = cbcmn__clock_read(&k);
+	assert_true(r <= a + SLACK_NS);
+	assert_int_equal(r, atomic_load(&k.ns0));
+}
+
+/* Reads for about ms milliseconds, never below the one before; the last
+ * within SLACK_NS of CLOCK_MONOTONIC. */
+static void check_recovers(struct cbcmn__clock *k, int ms)
+{
+	uint64_t prev = 0, r = 0, a = 0, b = 0;
+	for (int i = 0; i < ms * 4; i++) {
+		a = cbcmn__mono_ns();
+		r = cbcmn__clock_read(k);
+		b = cbcmn__mono_ns();
+		assert_true(r >= prev);
+		prev = r;
+		sleep_us(250);
+	}
+	assert_true(r + SLACK_NS >= a && r <= b + SLACK_NS);
+}
+
+/* A record made with a rate 5 % high (a VM moved to a host whose counter
+ * ticks slower), then one 10 ms behind (a stall past STEP_NS): the next
+ * re-anchors bend and step it back to CLOCK_MONOTONIC, never backwards. */
+static void test_bad_record_is_steered_back_without_going_back(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	measured(&k);
+	uint64_t m = atomic_load(&k.mult);
+	atomic_store(&k.mult, m + m / 20);
+	atomic_store(&k.rate, m + m / 20);
+	check_recovers(&k, 100);
+	atomic_fetch_sub(&k.ns0, 10000000);
+	check_recovers(&k, 100);
+}
+
+/* A writer stopped with its seq odd (preempted mid-record): a reader
+ * waits for the record (spinning, then yielding), and never takes a torn
+ * one. */
+static void *read_once(void *p)
+{
+	return (void *)(uintptr_t)cbcmn__clock_read(p);
+}
+
+static void test_reader_waits_for_a_stopped_writer(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	measured(&k);
+	uint64_t s = atomic_load(&k.seq);
+	atomic_store(&k.seq, s + 1);
+	uint64_t before = cbcmn__mono_ns();
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, read_once, &k), 0);
+	sleep_us(20000);
+	atomic_store(&k.seq, s + 2);
+	void *r;
+	assert_int_equal(pthread_join(th, &r), 0);
+	uint64_t after = cbcmn__mono_ns();
+	/* Read after the writer finished (it waited 20 ms for it). */
+	assert_true((uintptr_t)r + SLACK_NS >= before + 20000000ull);
+	assert_true((uintptr_t)r <= after + SLACK_NS);
+}
+
+/* ---- stamps across threads ---- */
+
+/* A chain of happens-before: each reader acquires the latest stamp any
+ * thread published, reads the clock, and publishes the larger.  A stamp
+ * a thread reads after it has seen another's is never below that one,
+ * through every re-anchor in between (per-thread clocks: a quarter of
+ * the hand-overs were behind, by up to 3.6 us). */
+#define CHAIN_THREADS 3
+#define CHAIN_READS 300000
+
+struct chain {
+	struct cbcmn__clock *k;
+	_Atomic uint64_t latest;
+	_Atomic uint64_t back; /* reads found below a stamp they had seen */
+	_Atomic uint64_t worst;
+};
+
+static void chain_step(struct chain *ch)
+{
+	/* Acquire: pairs with the release in the CAS below (another
+	 * thread's stamp, taken before it published it). */
+	uint64_t seen = atomic_load_explicit(&ch->latest, memory_order_acquire);
+	uint64_t now = cbcmn__clock_read(ch->k);
+	if (now < seen) {
+		atomic_fetch_add(&ch->back, 1);
+		uint64_t w = atomic_load(&ch->worst);
+		while (seen - now > w && !atomic_compare_exchange_weak(&ch->worst, &w, seen - now))
+			;
+		return;
+	}
+	while (seen < now && !atomic_compare_exchange_weak_explicit(&ch->latest, &seen, now,
+								     memory_order_release,
+								     memory_order_acquire))
+		;
+}
+
+static void *chain_thread(void *p)
+{
+	for (int i = 0; i < CHAIN_READS; i++)
+		chain_step(p);
+	return NULL;
+}
+
+static void run_chain(struct cbcmn__clock *k)
+{
+	struct chain ch = {.k = k};
+	pthread_t th[CHAIN_THREADS];
+	for (int i = 0; i < CHAIN_THREADS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, chain_thread, &ch), 0);
+	for (int i = 0; i < CHAIN_THREADS; i++)
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+	if (atomic_load(&ch.back))
+		fail_msg("%llu reads behind a stamp seen before them, by up to %llu ns",
+			 (unsigned long long)atomic_load(&ch.back),
+			 (unsigned long long)atomic_load(&ch.worst));
+}
+
+static void test_stamps_across_threads_never_go_back(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	cbcmn__clock_init(&k, CBCMN__CLOCK_COUNTER);
+	run_chain(&k);
+	assert_int_not_equal(atomic_load(&k.mult), 0); /* it read the counter */
+	run_chain(&cbcmn__clock);
+	cbcmn__clock_init(&k, CBCMN__CLOCK_MONOTONIC);
+	run_chain(&k);
+}
+
+/* The same between two executors: a task pinned to each passes a stamp
+ * back and forth (release/acquire through one word), each checking that
+ * its own read is not below the stamp it received. */
+#define PINGS 20000
+
+struct pingpong {
+	_Atomic uint64_t box; /* the stamp, its low bit: whose turn (0: side 0) */
+	_Atomic int back;
+};
+
+static int64_t side(cbcmn_cx *cx, void *arg)
+{
+	struct pingpong *pp = (struct pingpong *)((uintptr_t)arg & ~(uintptr_t)1);
+	uint64_t me = (uintptr_t)arg & 1;
+	for (int i = 0; i < PINGS; i++) {
+		uint64_t b;
+		/* Acquire: pairs with the other side's release store. */
+		while (((b = atomic_load_explicit(&pp->box, memory_order_acquire)) & 1) != me)
+			cbcmn_yield(cx);
+		uint64_t now = cbcmn__now_ns();
+		if ((now | 1) < (b | 1)) /* the low bit is the turn's */
+			atomic_fetch_add(&pp->back, 1);
+		atomic_store_explicit(&pp->box, (now & ~1ull) | (me ^ 1), memory_order_release);
+	}
+	return 0;
+}
+
+static int64_t pingpong_main(cbcmn_cx *cx, void *arg)
+{
+	struct pingpong *pp = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (uintptr_t s = 0; s < 2; s++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, (uint32_t)s, side,
+						      (void *)((uintptr_t)pp | s), NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_stamps_between_executors_never_go_back(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_stamps_between_executors_never_go_back", T_WATCHDOG_S);
+	cbcmn_runtime *rt = t_runtime(2);
+	static struct pingpong pp; /* aligned: its low bit is free */
+	atomic_store(&pp.box, 0);
+	atomic_store(&pp.back, 0);
+	t_run(rt, pingpong_main, &pp, 0);
+	assert_int_equal(atomic_load(&pp.back), 0);
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_counter_clock_tracks_monotonic),
+		cmocka_unit_test(test_tracks_monotonic_over_seconds),
+		cmocka_unit_test(test_process_clock_tracks_monotonic),
+		cmocka_unit_test(test_without_counter_is_clock_gettime),
+		cmocka_unit_test(test_forced_fallback),
+		cmocka_unit_test(test_counter_behind_the_anchor_holds),
+		cmocka_unit_test(test_bad_record_is_steered_back_without_going_back),
+		cmocka_unit_test(test_reader_waits_for_a_stopped_writer),
+		cmocka_unit_test(test_stamps_across_threads_never_go_back),
+		cmocka_unit_test(test_stamps_between_executors_never_go_back),
+	};
+	return cmocka_run_group_tests_name("clock", tests, NULL, NULL);
+}
