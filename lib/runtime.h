@@ -398,10 +398,6 @@ struct cbcmn__exec {
 	uint64_t *lane_posted;
 	_Atomic uint64_t *lane_done;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
-	/* The idle spin held off after it was preempted (sched.c, spin_for()):
-	 * no spin before spin_off_until; spin_off_ns, the last such pause. */
-	uint64_t spin_off_until, spin_off_ns;
-	uint64_t spin_preempted;          /* spins cut short that way (tests) */
 	bool gated;                       /* the gate refused work since the last look (sched.c) */
 	uint64_t gate_wait_ns;            /* how long to park while only gated work is left */
 	uint32_t nmshots;                 /* streams and acceptors open here (stream.c) */

@@ -45,9 +45,6 @@ __thread struct cbcmn__exec *cbcmn__tls_exec;
 #define STEAL_BATCH_MAX 32   /* tasks taken per successful steal */
 #define SPIN_PAUSE_MIN_NS 250u   /* pause between search turns while spinning */
 #define SPIN_PAUSE_MAX_NS 4000u
-#define SPIN_PREEMPT_NS 20000u   /* a gap this long in a spin: the thread did not run */
-#define SPIN_OFF_MIN_NS 1000000u /* no spin for this long after a preempted one, */
-#define SPIN_OFF_MAX_NS 64000000u /* doubling while it goes on, up to this */
 #define STEAL_COOLDOWN_AFTER 8u  /* failed steal rounds before the cooldown */
 #define STEAL_COOLDOWN_EVERY 4u  /* then steal every 4th turn only */
 #define RING_BATCH_TURNS 16u     /* picks SQEs may wait while tasks are ready */
@@ -1325,30 +1322,6 @@ static struct cbcmn_task *steal_round(struct cbcmn__exec *e, uint64_t search_sta
 	return NULL;
 }
 
-/* Spinning pays only while the executor has its CPU to itself: a parked
- * vCPU takes tens of us to wake here, a spinner answers in one.  Where
- * other threads want that CPU, the spin takes it from them (the clients
- * of a server, on a loaded host) and a park costs little (the CPU does
- * not halt; the wake-up is a context switch).  The spin notices that
- * from its own clock: eight pauses take about 0.4 us, so a gap of
- * SPIN_PREEMPT_NS between two looks means the thread was taken off its
- * CPU (or its vCPU off the host's).  Then the executor does not spin for
- * a while: 1 ms, doubled (up to 64 ms) when it is preempted again within
- * four times its last pause after that pause ended, else 1 ms again.  No
- * system call, nothing read from /proc: the figure is the thread's own. */
-static void spin_preempted(struct cbcmn__exec *e, uint64_t now)
-{
-	uint64_t off = e->spin_off_ns;
-	/* Preempted again soon after the last pause: a longer one. */
-	if (off && now - e->spin_off_until < 4 * off)
-		off = off * 2 < SPIN_OFF_MAX_NS ? off * 2 : SPIN_OFF_MAX_NS;
-	else
-		off = SPIN_OFF_MIN_NS;
-	e->spin_off_ns = off;
-	e->spin_off_until = now + off;
-	e->spin_preempted++;
-}
-
 /* Spin for ns between search turns, watching e's own queues and the inject
  * queue meanwhile: a completion, a doorbell or mail ends the spin at once.
  * (A pause is about 50 ns here and reading the clock about 45: a blind
@@ -1357,20 +1330,14 @@ static void spin_preempted(struct cbcmn__exec *e, uint64_t now)
 static void spin_for(struct cbcmn__exec *e, uint64_t ns)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	uint64_t now = now_ns(), end = now + ns;
+	uint64_t end = now_ns() + ns;
 	do {
 		for (int i = 0; i < 8; i++) {
 			if (cbcmn__own_work(e) || atomic_load_explicit(&rt->inj_len, memory_order_relaxed))
 				return;
 			cbcmn__cpu_relax();
 		}
-		uint64_t before = now;
-		now = now_ns();
-		if (now - before > SPIN_PREEMPT_NS) {
-			spin_preempted(e, now);
-			return;
-		}
-	} while (now < end);
+	} while (now_ns() < end);
 }
 
 /* May the SQEs queued wait for one more pick?  A batch waits at most
@@ -2039,7 +2006,7 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		 * meanwhile, would park at once and pay a doorbell (tens of
 		 * us) on the next hand-over of a ping-pong. */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
-		    (wait == 0 || pause < wait) && now >= e->spin_off_until &&
+		    (wait == 0 || pause < wait) &&
 		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)

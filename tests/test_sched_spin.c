@@ -345,62 +345,6 @@ static void test_regression_spin_bound_leaves_the_spare_out(void **state)
 	t_destroy((cbcmn_runtime *)r);
 }
 
-/* ---- the spin steps aside for other threads on its CPU ------------------------ */
-
-struct hog {
-	_Atomic bool stop;
-};
-
-static void *hog_loop(void *arg)
-{
-	struct hog *h = arg;
-	while (!atomic_load_explicit(&h->stop, memory_order_relaxed))
-		;
-	return NULL;
-}
-
-/* Sleeps of 100 us, the executor spinning through each, until a spin
- * notices it lost its CPU (at most T_STALL_S): how many did. */
-static int64_t sleep_until_preempted(cbcmn_cx *cx, void *arg)
-{
-	(void)arg;
-	struct cbcmn__exec *e = ((struct cbcmn_task *)cx)->exec;
-	uint64_t end = t_now_ns() + T_STALL_NS / 2;
-	while (!e->spin_preempted && t_now_ns() < end)
-		cbcmn_sleep(cx, 100000);
-	/* Held off then: the searches park at once for at least 1 ms. */
-	return e->spin_preempted && e->spin_off_ns >= 1000000 ? (int64_t)e->spin_preempted : -1;
-}
-
-/* An executor sharing its CPU with a busy thread is taken off it in the
- * middle of its spins (the scheduler's time slices): the spin sees the
- * gap in its clock and holds off (sched.c, spin_preempted()), as it must
- * not take a CPU other threads want (the clients of a server on a loaded
- * host).  Before, nothing noticed: it spun its 50 us after every wake. */
-static void test_spin_held_off_when_its_cpu_is_shared(void **state)
-{
-	(void)state;
-	cpu_set_t old, one;
-	assert_int_equal(sched_getaffinity(0, sizeof(old), &old), 0);
-	int cpu = 0;
-	while (!CPU_ISSET(cpu, &old))
-		cpu++;
-	CPU_ZERO(&one);
-	CPU_SET(cpu, &one);
-	/* The executor and the hog inherit the one CPU. */
-	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
-	cbcmn_runtime *rt = mk_rt(1, 50000);
-	struct hog h = {.stop = false};
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, hog_loop, &h), 0);
-	assert_int_equal(sched_setaffinity(0, sizeof(old), &old), 0);
-	int64_t r = t_run_pinned(rt, 0, sleep_until_preempted, NULL);
-	atomic_store(&h.stop, true);
-	pthread_join(th, NULL);
-	t_destroy(rt);
-	assert_true(r > 0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -411,7 +355,6 @@ int main(void)
 		SPIN_TEST(test_timers_fire_on_an_oversubscribed_runtime),
 		SPIN_TEST(test_regression_spin_bound_counts_the_executors_cpus),
 		SPIN_TEST(test_regression_spin_bound_leaves_the_spare_out),
-		SPIN_TEST(test_spin_held_off_when_its_cpu_is_shared),
 	};
 	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
 }
