@@ -69,23 +69,11 @@ static int64_t stream_reader(cbcmn_cx *cx, void *arg)
 	return cbcmn_stream_close(cx, s);
 }
 
-static bool have_streams(cbcmn_runtime *rt);
-
-/* Ends the test as a skip (cmocka's skip() does not return), the runtime
- * destroyed, where the kernel has no streams. */
-static void skip_without_streams(cbcmn_runtime *rt)
-{
-	if (have_streams(rt))
-		return;
-	t_destroy(rt);
-	T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-}
-
 static void test_stream_big_transfer(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct xfer x = {.sent = malloc(BIG)};
 	assert_non_null(x.sent);
 	for (size_t i = 0; i < BIG; i++)
@@ -102,28 +90,6 @@ static void test_stream_big_transfer(void **state)
 	close(x.sv[1]);
 	free(x.sent);
 	t_destroy(rt);
-}
-
-static int64_t probe_stream(cbcmn_cx *cx, void *arg)
-{
-	int *sv = arg;
-	cbcmn_stream *s;
-	int rc = cbcmn_stream_open(cx, sv[0], &s);
-	if (rc)
-		return rc;
-	return cbcmn_stream_close(cx, s);
-}
-
-static bool have_streams(cbcmn_runtime *rt)
-{
-	int sv[2];
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-	int64_t r = run_on_0(rt, probe_stream, sv);
-	close(sv[0]);
-	close(sv[1]);
-	if (r != 0 && r != -EOPNOTSUPP)
-		fail_msg("cbcmn_stream_open: %s", cbcmn_strerror(r));
-	return r == 0;
 }
 
 /* Streams closed with data still queued give every buffer back: more
@@ -161,7 +127,7 @@ static void test_stream_buffers_come_back(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int fds = t_count_fds();
 	assert_int_equal(run_on_0(rt, many_streams, NULL), 0);
 	assert_int_equal(t_count_fds(), fds);
@@ -203,7 +169,7 @@ static void test_stream_other_executor(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	assert_int_equal(run_on_0(rt, xdev_main, sv), 0);
@@ -257,7 +223,7 @@ static int64_t cancel_main(cbcmn_cx *cx, void *arg)
 static void stream_cancel_case(bool from_thread)
 {
 	cbcmn_runtime *rt = t_runtime(from_thread ? 1 : 2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct cw c = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
 	uint64_t t0 = t_now_ns();
@@ -332,7 +298,7 @@ static void test_cancelled_reader_with_chunks_queued_is_ecanceled(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct cq c = {.first = -1, .after_cancel = -1, .close_r = -1};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
 	assert_int_equal(run_on_0(rt, queued_main, &c), 0);
@@ -450,7 +416,7 @@ static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
 static void budget_case(cbcmn_task_fn main)
 {
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct bw b = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
 	assert_int_equal(run_on_0(rt, main, &b), 0);
@@ -604,7 +570,7 @@ static void test_hog_stream_does_not_stall_others(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct hog h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
@@ -659,7 +625,7 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 	cfg.stream_buf_share = 16;
 	cfg.stream_bufs_max = 64;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct hog h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
@@ -787,7 +753,7 @@ static void test_streams_past_the_sq_size_keep_their_order(void **state)
 	cfg.stream_buf_size = 64;
 	cfg.stream_buf_share = 1;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct sq_many *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	for (int i = 0; i < SQ_STREAMS; i++)
@@ -882,7 +848,7 @@ static void test_many_hog_streams_do_not_stall_others(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct many *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	static char blob[MANY_HOG_BYTES];
@@ -1047,7 +1013,7 @@ static cbcmn_runtime *starve_setup(struct starve *s, cbcmn_nursery **n, cbcmn_nu
 	cfg.stream_bufs_max = STARVE_BUFS;
 	cfg.stream_buf_share = STARVE_BUFS;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	if (!have_streams(rt))
+	if (!t_have_streams(rt))
 		return rt;
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->hsv), 0);
 	for (int i = 0; i < 2; i++) {
@@ -1116,7 +1082,7 @@ static void test_starved_stream_waits_for_a_buffer(void **state)
 	cbcmn_nursery *n;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_send(rt, &s.v[1], "b");
 	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_closer, &s, NULL), 0);
 	wait_flag(&s.closed);
@@ -1138,7 +1104,7 @@ static void test_cancelled_starved_stream_leaves_the_line(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_send(rt, &s.v[0], "a");
 	starve_send(rt, &s.v[1], "b");
 	assert_int_equal(cbcmn_nursery_cancel(n0), 0);
@@ -1157,7 +1123,7 @@ static void test_stream_end_needs_no_buffer(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
 	wait_flag(&s.v[0].got);
 	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), 0);
@@ -1190,7 +1156,7 @@ static void test_idle_starved_stream_takes_no_turn(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_idle_victim(rt, &s, &n0);
 	starve_send(rt, &s.v[1], "b");
 	starve_finish(rt, &s, n, th, n0);
@@ -1207,7 +1173,7 @@ static void test_idle_starved_stream_sees_its_end(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_idle_victim(rt, &s, &n0);
 	usleep(20000); /* it waits */
 	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
@@ -1892,7 +1858,7 @@ static void test_moved_reader_leaves_its_stream_to_its_executor(void **state)
 		cfg.stream_bufs_max = 16; /* starved streams, buffer turns */
 		cfg.stream_buf_share = 2;
 		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-		if (!have_streams(rt)) {
+		if (!t_have_streams(rt)) {
 			t_destroy(rt);
 			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 		}
@@ -2030,7 +1996,7 @@ static void test_dead_thread_loses_no_completion(void **state)
 		cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
 		cfg.ring_flags = plain ? CBCMN_RING_PLAIN : 0;
 		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-		if (!have_streams(rt)) {
+		if (!t_have_streams(rt)) {
 			t_destroy(rt);
 			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 		}
@@ -2248,7 +2214,7 @@ static void test_destroy_frees_streams_and_acceptors_left_open(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt) || !have_accept(rt)) {
+	if (!t_have_streams(rt) || !have_accept(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv (6.0) or accept (5.19)");
 	}
@@ -2293,7 +2259,7 @@ static void test_unwound_opener_closes_its_stream_and_acceptor(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt) || !have_accept(rt)) {
+	if (!t_have_streams(rt) || !have_accept(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv (6.0) or accept (5.19)");
 	}
@@ -2349,7 +2315,7 @@ static void test_moved_opener_unwound_closes_its_stream(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
+	if (!t_have_streams(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv (6.0)");
 	}
@@ -2413,7 +2379,7 @@ static void test_owner_unwound_in_budget_wait_closes_its_stream(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct bw b = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
 	assert_int_equal(run_on_0(rt, own_budget_main, &b), 0);
@@ -2484,7 +2450,7 @@ static void test_handed_stream_outlives_its_unwound_opener(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct handed h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.sv), 0);
 	assert_int_equal(run_on_0(rt, handed_main, &h), 0);
@@ -2554,7 +2520,7 @@ static void test_send_echoes_through_a_small_send_buffer(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct echo x = {.x.sent = malloc(BIG)};
 	assert_non_null(x.x.sent);
 	for (size_t i = 0; i < BIG; i++)
@@ -2614,7 +2580,7 @@ static void test_send_takes_only_the_chunk_held(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	assert_int_equal(write(sv[1], "hello", 5), 5);
@@ -2665,7 +2631,7 @@ static void test_send_to_a_gone_peer_fails_once(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	assert_int_equal(write(sv[1], "abc", 3), 3);
@@ -2728,7 +2694,7 @@ static void test_cancel_and_close_with_a_send_stuck(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct stuck k = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, k.sv), 0);
 	assert_int_equal(write(k.sv[1], "x", 1), 1);
@@ -2822,7 +2788,7 @@ static void test_thread_death_ends_a_send_in_flight(void **state)
 	cfg.workers = 1;
 	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct gone g = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g.sv), 0);
 	assert_int_equal(write(g.sv[1], "x", 1), 1);
@@ -2897,7 +2863,7 @@ static void test_more_sends_than_the_sq_holds(void **state)
 			T_SKIP("RLIMIT_NOFILE too low for %d socket pairs", SEND_MANY);
 	}
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct sendmany *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	for (int i = 0; i < SEND_MANY; i++) {
@@ -2978,7 +2944,7 @@ static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
 	cfg.stream_buf_share = 1;
 	cfg.stream_bufs_max = 1;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct sendunwind u = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv), 0);
 	assert_int_equal(run_on_0(rt, send_unwind_main, &u), 0);

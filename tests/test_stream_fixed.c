@@ -36,33 +36,6 @@ static int64_t one_byte(cbcmn_cx *cx, cbcmn_stream *s, int peer, char byte)
 	return *(const char *)d == byte ? 0 : -EPROTO;
 }
 
-static bool have_streams(cbcmn_runtime *rt);
-
-static void skip_without_streams(cbcmn_runtime *rt)
-{
-	if (have_streams(rt))
-		return;
-	t_destroy(rt);
-	T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-}
-
-static int64_t probe_stream(cbcmn_cx *cx, void *arg)
-{
-	cbcmn_stream *s;
-	int rc = cbcmn_stream_open(cx, *(int *)arg, &s);
-	return rc ? rc : cbcmn_stream_close(cx, s);
-}
-
-static bool have_streams(cbcmn_runtime *rt)
-{
-	int sv[2];
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-	int64_t r = t_run_pinned(rt, 0, probe_stream, sv);
-	close(sv[0]);
-	close(sv[1]);
-	return r == 0;
-}
-
 /* ---- a closed stream's socket goes at once, beside an older stream ------------ */
 
 struct two {
@@ -107,7 +80,7 @@ static void test_closed_stream_lets_its_socket_go_beside_an_older_one(void **sta
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct two w;
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w.a), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w.b), 0);
@@ -174,7 +147,7 @@ static void test_socket_closed_while_the_recv_waits(void **state)
 	 * (docs/IO.md, "Backends"): nothing to check there. */
 	T_SKIP_UNLESS_IO_URING("a request's hold on its file");
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct early x = {.waiting = 0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, x.sv), 0);
 	pthread_t th;
@@ -239,7 +212,7 @@ static void test_descriptors_and_slots_reused(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct reuse u = {0};
 	assert_int_equal(t_run_pinned(rt, 0, reuse_rounds, &u), 0);
 	assert_int_equal(u.used_end, 0);
@@ -294,7 +267,7 @@ static void test_more_streams_than_the_table_holds(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt); /* its probe opened no table: the stream was closed */
+	t_skip_without_streams(rt); /* its probe opened no table: the stream was closed */
 	struct many m;
 	assert_int_equal(getrlimit(RLIMIT_NOFILE, &m.rl), 0);
 	for (int i = 0; i < MANY; i++)
