@@ -285,6 +285,88 @@ static void test_more_streams_than_the_table_holds(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the executor's thread dies with a stream in its table ---------------------- */
+
+struct death {
+	int a[2], b[2];
+	int64_t a_after;
+	uint32_t used_end;
+};
+
+static int64_t quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t death_main(cbcmn_cx *cx, void *arg)
+{
+	struct death *d = arg;
+	cbcmn_stream *sa, *sb;
+	cbcmn_nursery *n;
+	int64_t rc = cbcmn_stream_open(cx, d->a[0], &sa);
+	if (rc || (rc = one_byte(cx, sa, d->a[1], 'a')) != 0)
+		return rc;
+	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n)) != 0 ||
+	    (rc = cbcmn_nursery_spawn_pinned(cx, n, 0, quitter, NULL, NULL)) != 0 ||
+	    cbcmn_nursery_await_all(cx, n) != CBCMN_EPANIC)
+		return -EPROTO;
+	/* The old ring and its table are gone: a's slot must not be emptied
+	 * in the new one's, where b's socket may sit. */
+	if ((rc = cbcmn_stream_open(cx, d->b[0], &sb)) != 0)
+		return rc;
+	const void *data;
+	d->a_after = cbcmn_stream_recv(cx, sa, &data);
+	if ((rc = cbcmn_stream_close(cx, sa)) != 0 || (rc = one_byte(cx, sb, d->b[1], 'b')) != 0)
+		return rc;
+	rc = cbcmn_stream_close(cx, sb);
+	d->used_end = slots_used(cx);
+	return rc;
+}
+
+/* After its thread died the executor's new ring has a table of its own:
+ * the old streams end (-ECANCELED) and close without touching it, a new
+ * stream works, and every socket is let go when closed. */
+static void test_thread_death_with_a_stream_in_the_table(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("a dead thread's ring and its table");
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	t_skip_without_streams(rt);
+	struct death d = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.a), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.b), 0);
+	int saved, efd = t_stderr_capture(&saved);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, death_main, &d, &r);
+	char msg[4096];
+	t_stderr_restore(efd, saved, msg, sizeof(msg));
+	assert_int_equal(rc, 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(d.a_after, CBCMN_ECANCELED);
+	assert_int_equal(d.used_end, 0);
+	close(d.a[0]);
+	close(d.b[0]);
+	/* Both sockets go: b's at once, a's once the old ring's exit has
+	 * put its table (the kernel's, asynchronous). */
+	char c;
+	assert_int_equal(recv(d.b[1], &c, 1, MSG_DONTWAIT), 0);
+	struct pollfd p = {.fd = d.a[1], .events = POLLIN};
+	assert_int_equal(poll(&p, 1, (int)(T_STALL_S * 1000 / 4)), 1);
+	assert_int_equal(recv(d.a[1], &c, 1, MSG_DONTWAIT), 0);
+	close(d.a[1]);
+	close(d.b[1]);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +374,7 @@ int main(void)
 		T_WATCHED_TEST(test_socket_closed_while_the_recv_waits),
 		T_WATCHED_TEST(test_descriptors_and_slots_reused),
 		T_WATCHED_TEST(test_more_streams_than_the_table_holds),
+		T_WATCHED_TEST(test_thread_death_with_a_stream_in_the_table),
 	};
 	if (getenv("T_FILTER"))
 		cmocka_set_test_filter(getenv("T_FILTER"));
