@@ -35,6 +35,10 @@ static inline bool cbcmn__exec_stalled(const struct cbcmn__exec *x)
 	return s && s == atomic_load_explicit(&x->diag.run_seq, memory_order_relaxed);
 }
 
+/* The runnable threads /proc/loadavg's text s counts (its fourth field,
+ * "R/T"), or -1 if s is not such a text.  (monitor.c; tests.) */
+int cbcmn__loadavg_runnable(const char *s);
+
 /* Wake-ups of rt's monitor so far (tests: a quiet runtime's monitor
  * sleeps).  0 without a monitor. */
 uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt);

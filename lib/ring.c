@@ -22,10 +22,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -198,6 +200,51 @@ static int ring_init_fit(struct io_uring *u, uint32_t entries, uint32_t flags,
 	return cbcmn__ring_error(rc);
 }
 
+/* Does a fixed file the table drops go at once, while a request on
+ * another fixed file lives?  Before 6.13 the files a table dropped were
+ * put in the order of its resource nodes, each held by every fixed-file
+ * request submitted while it was current (io_rsrc_node_ref_zero()
+ * "recycles ref nodes in order"): a stream's multishot recv holds its node
+ * for its connection's life, so a stream closed beside an older one would
+ * keep its socket open, no FIN to the peer, until that one ended.  6.13
+ * gave each slot a node of its own.  No flag or opcode says which, so the
+ * behaviour itself is probed on u: a poll armed on slot 0, slot 1 dropped
+ * and our other descriptor of its socket closed; its AF_UNIX peer learns
+ * of the last close in that close(2) (unix_release_sock()), so a read
+ * without waiting says EOF (let go) or EAGAIN (still held).  Not with
+ * SQPOLL, whose thread may issue the poll after the drop. */
+static bool fixed_drop_is_prompt(struct io_uring *u)
+{
+	int a[2], b[2];
+	bool prompt = false;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a))
+		return false;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b))
+		goto out_a;
+	int fds[2] = {a[0], b[0]}, none = -1;
+	if (io_uring_register_files(u, fds, 2))
+		goto out_b;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(u);
+	if (!sqe)
+		goto out_b;
+	io_uring_prep_poll_add(sqe, 0, POLLIN);
+	sqe->flags |= IOSQE_FIXED_FILE;
+	if (io_uring_submit(u) != 1 || io_uring_register_files_update(u, 1, &none, 1) != 1)
+		goto out_b;
+	close(b[0]);
+	b[0] = -1;
+	char c;
+	prompt = recv(b[1], &c, 1, MSG_DONTWAIT) == 0;
+out_b:
+	if (b[0] >= 0)
+		close(b[0]);
+	close(b[1]);
+out_a:
+	close(a[0]);
+	close(a[1]);
+	return prompt; /* the poll and the table go with the ring */
+}
+
 /* What the kernel supports, once per runtime, on the creating thread: the
  * best setup flags it accepts, then the opcodes, on one small throwaway
  * ring (its locked memory is given back only some ms after it is closed:
@@ -239,6 +286,9 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 		c->multishot_recv = io_uring_opcode_supported(pr, IORING_OP_SEND_ZC);
 		io_uring_free_probe(pr);
 	}
+	/* Last: it leaves a poll and a file table on the throwaway ring. */
+	c->fixed_files = c->multishot_recv && !(c->setup_flags & IORING_SETUP_SQPOLL) &&
+			 fixed_drop_is_prompt(&u);
 	io_uring_queue_exit(&u);
 	if (!c->ext_arg)
 		return -EOPNOTSUPP; /* timed waits need IORING_FEAT_EXT_ARG (5.11) */

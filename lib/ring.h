@@ -36,6 +36,7 @@ struct cbcmn__ring_caps {
 	bool multishot_accept; /* 5.19 (with IORING_OP_SOCKET) */
 	bool multishot_recv;  /* 6.0 (with IORING_OP_SEND_ZC), and buffer rings */
 	bool nodrop;          /* IORING_FEAT_NODROP */
+	bool fixed_files;     /* a fixed file the table drops is let go at once (stream.c) */
 	uint32_t plan_entries; /* each ring's SQEs, sized for RLIMIT_MEMLOCK (ring.c) */
 };
 
@@ -67,6 +68,11 @@ struct cbcmn__ring {
 	struct cbcmn__ioreq *reqs; /* in flight, for cancellation (io.c) */
 	struct cbcmn__bufpool *pool; /* provided buffers for streams (stream.c) */
 	struct cbcmn__bufpool *dead_pools; /* those of dead threads' rings, kept (stream.c) */
+	/* The streams' fixed-file table, registered when the first stream
+	 * opens (stream.c): free slots, a stack. */
+	uint32_t *fslots;
+	uint32_t fslots_free, fslots_cap;
+	bool fslots_tried;    /* registered, or failed to: not asked again */
 };
 
 /* A task's I/O request: lives on the task's stack until its last CQE. */

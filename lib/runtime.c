@@ -546,6 +546,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->min_live = c.min_workers;
 	rt->cg_limit = cbcmn__cgroup_cpu_limit(NULL); /* once: it opens files */
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
+	/* The default spin steps aside on a busy host (monitor.c,
+	 * host_load()); a spin_ns the program chose is kept as given. */
+	rt->spin_host_gate = !cfg || cfg->spin_ns == 0;
 	/* The spare starts and retires like an executor above min_workers,
 	 * but only the monitor starts it (wake.c, monitor.c). */
 	rt->dynamic = c.min_workers < nx;

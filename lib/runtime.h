@@ -493,6 +493,11 @@ struct cbcmn_runtime {
 	_Atomic uint32_t num_spinning;
 	_Atomic uint32_t spin_max, spin_cpus;
 	double cg_limit;
+	/* The host has more runnable threads than CPUs (the monitor's
+	 * reading of /proc/loadavg, monitor.c): no searcher spins.  Only
+	 * with the default spin_ns (spin_host_gate). */
+	_Atomic bool host_busy;
+	bool spin_host_gate;
 	_Atomic uint64_t idle_bits[CBCMN_MAX_EXECUTORS / 64];
 
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;

@@ -2048,6 +2048,7 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		 * us) on the next hand-over of a ping-pong. */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
 		    (wait == 0 || pause < wait) &&
+		    !atomic_load_explicit(&rt->host_busy, memory_order_relaxed) &&
 		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)

@@ -59,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -93,6 +94,7 @@ struct ms_item {
 struct cbcmn__mshot {
 	struct cbcmn__exec *e;
 	int fd;
+	int32_t slot;          /* stream: fd's slot in e's fixed-file table, -1 none */
 	uint32_t kind;
 	bool armed;            /* its SQE may still post CQEs */
 	bool done;             /* ended for good: err says why (0: EOF) */
@@ -258,6 +260,96 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 	return 0;
 }
 
+/* ---- fixed files ---------------------------------------------------------------- *
+ *
+ * A stream's socket is registered in its executor's fixed-file table while
+ * it is open, and its recv and sends name the slot (IOSQE_FIXED_FILE): the
+ * kernel then takes no file reference per request (io_file_get_normal()
+ * and fput(), about 1 % of an echo server's CPU).  Two io_uring_register
+ * calls a stream (its open and its free) pay for that.  Only where a slot
+ * dropped lets its file go at once (ring.c, fixed_drop_is_prompt(): 6.13
+ * on), else a closed stream's socket could stay open beside an older
+ * stream's recv; never on the epoll backend.  The watch and the peek use
+ * the descriptor: rare, and a table full (FIXED_SLOTS, or RLIMIT_NOFILE
+ * when lower) leaves further streams on their descriptors.  The slot holds
+ * the file as a request would: the program's close(2) of a stream's socket
+ * while the stream is open closes nothing until the stream does, as
+ * before (its recv held the file). */
+
+#define FIXED_SLOTS 1024u /* 8 bytes of kernel memory each (its node pointer) */
+
+/* e's table, registered sparse on first use: 0, or why not. */
+static int fixed_table(struct cbcmn__exec *e)
+{
+	struct cbcmn__ring *r = &e->ring;
+	if (r->fslots_tried)
+		return r->fslots_cap ? 0 : -ENFILE;
+	r->fslots_tried = true;
+	struct rlimit rl;
+	uint32_t cap = FIXED_SLOTS;
+	/* The kernel refuses a table above RLIMIT_NOFILE (-EMFILE). */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < cap)
+		cap = (uint32_t)rl.rlim_cur;
+	uint32_t *slots = cap ? cbcmn__calloc(cap, sizeof(*slots)) : NULL;
+	if (!slots || io_uring_register_files_sparse(&r->u, cap) != 0) {
+		free(slots);
+		return -ENFILE;
+	}
+	for (uint32_t i = 0; i < cap; i++)
+		slots[i] = cap - 1 - i; /* the lowest slot on top */
+	r->fslots = slots;
+	r->fslots_free = r->fslots_cap = cap;
+	return 0;
+}
+
+/* A slot of e's table holding fd, or -1: m then uses fd itself. */
+static int32_t fixed_get(struct cbcmn__exec *e, int fd)
+{
+	if (!e->rt->ring_caps.fixed_files || fixed_table(e) != 0 || !e->ring.fslots_free)
+		return -1;
+	struct cbcmn__ring *r = &e->ring;
+	uint32_t slot = r->fslots[r->fslots_free - 1];
+	if (io_uring_register_files_update(&r->u, slot, &fd, 1) != 1)
+		return -1; /* fd is no descriptor (-EBADF): the recv will say so */
+	r->fslots_free--;
+	return (int32_t)slot;
+}
+
+/* m's slot given back, its file let go, once no request of m's is in the
+ * kernel (ms_free()): none queued either, so no SQE submitted later names
+ * the slot when the next stream's io_uring_register has filled it. */
+static void fixed_put(struct cbcmn__exec *e, struct cbcmn__mshot *m)
+{
+	if (m->slot < 0)
+		return;
+	struct cbcmn__ring *r = &e->ring;
+	int none = -1;
+	/* A slot that cannot be emptied (never seen: removal allocates
+	 * nothing) is not reused; its file goes with the ring. */
+	if (io_uring_register_files_update(&r->u, (unsigned)m->slot, &none, 1) == 1)
+		r->fslots[r->fslots_free++] = (uint32_t)m->slot;
+	m->slot = -1;
+}
+
+/* The table went with its ring (closed, or its thread died): the next
+ * stream registers a new one. */
+static void fixed_forget(struct cbcmn__ring *r)
+{
+	free(r->fslots);
+	r->fslots = NULL;
+	r->fslots_free = r->fslots_cap = 0;
+	r->fslots_tried = false;
+}
+
+/* The descriptor of m's requests on the ring: its slot, if it has one. */
+static void ms_sqe_file(struct io_uring_sqe *sqe, const struct cbcmn__mshot *m)
+{
+	if (m->slot >= 0) {
+		sqe->fd = m->slot;
+		sqe->flags |= IOSQE_FIXED_FILE;
+	}
+}
+
 /* e's pool, made (and registered with its ring) on first use. */
 static int pool_get(struct cbcmn__exec *e)
 {
@@ -351,6 +443,7 @@ void cbcmn__bufring_fini(struct cbcmn__exec *e)
 	if (r->pool)
 		pool_free_mem(r->pool);
 	r->pool = NULL;
+	fixed_forget(r);
 }
 
 /* The ring the buffers were registered with died with its thread: the next
@@ -361,6 +454,7 @@ void cbcmn__bufring_retire(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	struct cbcmn__bufpool *p = r->pool;
+	fixed_forget(r); /* its streams' slots too: cbcmn__mshot_orphan_all() */
 	if (!p)
 		return;
 	p->starved = p->starved_tail = NULL;
@@ -489,6 +583,7 @@ static void send_arm(struct cbcmn__mshot *m)
 		len /= 2; /* a short send, as the kernel may make any (fault.h) */
 	io_uring_prep_send(sqe, m->fd, buf_addr(m->pool, (uint32_t)m->send_bid) + m->send_off,
 			   len, m->send_flags);
+	ms_sqe_file(sqe, m);
 	io_uring_sqe_set_data64(sqe, ms_send_ud(m));
 	m->send_armed = true;
 	m->send_cancel_sent = false;
@@ -658,6 +753,7 @@ static void ms_arm(struct cbcmn__mshot *m)
 	struct io_uring_sqe *sqe = cbcmn__ring_sqe(m->e);
 	if (m->kind == MS_STREAM) {
 		io_uring_prep_recv_multishot(sqe, m->fd, NULL, 0, 0);
+		ms_sqe_file(sqe, m);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
 		sqe->buf_group = BUFPOOL_BGID;
 		m->nobufs = false;
@@ -711,9 +807,11 @@ void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *c
 {
 	/* Nothing of theirs is in the kernel any more: no cancel is sent
 	 * (to the new ring, which would find nothing) for what comes below. */
-	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next)
+	for (struct cbcmn__mshot *m = e->mshots; m; m = m->next) {
 		m->armed = m->cancel_sent = m->watch_armed = m->watch_cancel_sent = m->send_armed =
 			m->send_cancel_sent = false;
+		m->slot = -1; /* the old ring's table (cbcmn__bufring_retire()) */
+	}
 	for (unsigned i = 0; i < n; i++) {
 		const struct io_uring_cqe *c = &cqes[i];
 		if ((c->user_data & CBCMN__UD_MASK) != CBCMN__UD_MSHOT || (c->user_data & MS_WATCH))
@@ -1037,6 +1135,7 @@ static int ms_open(cbcmn_cx *cx, int fd, uint32_t kind, size_t size, struct cbcm
 		return -ENOMEM;
 	m->e = e;
 	m->fd = fd;
+	m->slot = kind == MS_STREAM ? fixed_get(e, fd) : -1;
 	m->kind = kind;
 	m->held = -1;
 	m->send_bid = -1;
@@ -1072,6 +1171,7 @@ static void ms_free(struct cbcmn__mshot *m)
 	}
 	if (m->pool)
 		m->pool->streams--;
+	fixed_put(e, m);
 	e->nmshots--;
 	atomic_store_explicit(&e->diag.mshots, e->nmshots, memory_order_relaxed);
 	if (m->prev)

@@ -708,4 +708,45 @@ static inline bool t_dir_above_exe(const char *rel, char *dir, size_t len)
 	return false;
 }
 
+
+/* ---- streams (cbcmn_io.h): does this kernel have them? --------------------- */
+
+#include <errno.h>
+#include <sys/socket.h>
+
+static inline int64_t t_probe_stream(cbcmn_cx *cx, void *arg)
+{
+	int *sv = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, sv[0], &s);
+	if (rc)
+		return rc;
+	return cbcmn_stream_close(cx, s);
+}
+
+/* A stream opened and closed on rt's executor 0: true if the kernel has
+ * multishot recv with buffer rings (6.0); any error but -EOPNOTSUPP fails
+ * the test. */
+static inline bool t_have_streams(cbcmn_runtime *rt)
+{
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	int64_t r = t_run_pinned(rt, 0, t_probe_stream, sv);
+	close(sv[0]);
+	close(sv[1]);
+	if (r != 0 && r != -EOPNOTSUPP)
+		fail_msg("cbcmn_stream_open: %s", cbcmn_strerror(r));
+	return r == 0;
+}
+
+/* Ends the test as a skip (cmocka's skip() does not return), the runtime
+ * destroyed, where the kernel has no streams. */
+static inline void t_skip_without_streams(cbcmn_runtime *rt)
+{
+	if (t_have_streams(rt))
+		return;
+	t_destroy(rt);
+	T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
+}
+
 #endif

@@ -5,6 +5,7 @@
 #include "helpers.h"
 
 #include "../lib/cpuquota.h"
+#include "../lib/monitor.h"
 #include "../lib/runtime.h"
 
 #include <sched.h>
@@ -345,6 +346,84 @@ static void test_regression_spin_bound_leaves_the_spare_out(void **state)
 	t_destroy((cbcmn_runtime *)r);
 }
 
+/* ---- the default spin steps aside on a busy host ------------------------------- */
+
+static void test_loadavg_runnable_is_parsed(void **state)
+{
+	(void)state;
+	assert_int_equal(cbcmn__loadavg_runnable("0.52 0.58 0.59 3/741 12345\n"), 3);
+	assert_int_equal(cbcmn__loadavg_runnable("12.00 9.10 6.20 17/230 99"), 17);
+	assert_int_equal(cbcmn__loadavg_runnable("0.52 0.58 0.59 x/741 1"), -1);
+	assert_int_equal(cbcmn__loadavg_runnable("0.52 0.58 0.59 3"), -1);
+	assert_int_equal(cbcmn__loadavg_runnable("0.52 0.58"), -1);
+	assert_int_equal(cbcmn__loadavg_runnable(""), -1);
+}
+
+struct busy {
+	_Atomic bool stop;
+};
+
+static void *busy_loop(void *arg)
+{
+	struct busy *b = arg;
+	while (!atomic_load_explicit(&b->stop, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+/* On the one executor's own thread (no race with its searches): a spin
+ * of 30 s, the gate kept (the runtime was made with the default). */
+static int64_t long_spin(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	((struct cbcmn_task *)cx)->rt->cfg.spin_ns = 30ull * 1000000000ull;
+	return 0;
+}
+
+/* With more runnable threads than CPUs on the host, the default spin
+ * stops (monitor.c, host_load()): an idle executor that would spin 30 s
+ * parks as soon as the monitor has counted the hogs.  Before, it spun
+ * whatever the host's load, taking a CPU the other threads wanted. */
+static void test_default_spin_stops_on_a_busy_host(void **state)
+{
+	(void)state;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int nhogs = (int)(cpus > 0 ? cpus : 1) + 3;
+	if (nhogs > 64)
+		nhogs = 64;
+	cbcmn_runtime *rt = mk_rt(1, 0);
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	assert_int_equal(t_run_pinned(rt, 0, long_spin, NULL), 0);
+	struct busy b = {.stop = false};
+	pthread_t hog[64];
+	for (int i = 0; i < nhogs; i++)
+		assert_int_equal(pthread_create(&hog[i], NULL, busy_loop, &b), 0);
+	uint64_t end = t_now_ns() + T_STALL_NS / 2;
+	while (!atomic_load(&r->host_busy) && t_now_ns() < end)
+		usleep(10000);
+	bool busy = atomic_load(&r->host_busy);
+	uint32_t searching = wait_state_at_most(rt, CBCMN_EXEC_SEARCHING, 0, T_STALL_NS / 4);
+	atomic_store(&b.stop, true);
+	for (int i = 0; i < nhogs; i++)
+		pthread_join(hog[i], NULL);
+	t_destroy(rt);
+	assert_true(busy); /* the monitor counted the hogs */
+	assert_int_equal(searching, 0);
+}
+
+/* A spin_ns the program chose is kept whatever the host's load: the gate
+ * is never set (the monitor does not read the load). */
+static void test_chosen_spin_ignores_the_host(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = mk_rt(1, 50000);
+	assert_false(((struct cbcmn_runtime *)rt)->spin_host_gate);
+	t_destroy(rt);
+	rt = mk_rt(1, 0);
+	assert_true(((struct cbcmn_runtime *)rt)->spin_host_gate);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -355,6 +434,9 @@ int main(void)
 		SPIN_TEST(test_timers_fire_on_an_oversubscribed_runtime),
 		SPIN_TEST(test_regression_spin_bound_counts_the_executors_cpus),
 		SPIN_TEST(test_regression_spin_bound_leaves_the_spare_out),
+		cmocka_unit_test(test_loadavg_runnable_is_parsed),
+		SPIN_TEST(test_default_spin_stops_on_a_busy_host),
+		cmocka_unit_test(test_chosen_spin_ignores_the_host),
 	};
 	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
 }

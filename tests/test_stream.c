@@ -104,23 +104,11 @@ static int64_t stream_reader(cbcmn_cx *cx, void *arg)
 	return cbcmn_stream_close(cx, s);
 }
 
-static bool have_streams(cbcmn_runtime *rt);
-
-/* Ends the test as a skip (cmocka's skip() does not return), the runtime
- * destroyed, where the kernel has no streams. */
-static void skip_without_streams(cbcmn_runtime *rt)
-{
-	if (have_streams(rt))
-		return;
-	t_destroy(rt);
-	T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
-}
-
 static void test_stream_big_transfer(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct xfer x = {.sent = malloc(BIG)};
 	assert_non_null(x.sent);
 	for (size_t i = 0; i < BIG; i++)
@@ -135,28 +123,6 @@ static void test_stream_big_transfer(void **state)
 	assert_int_equal(x.end, 0); /* EOF */
 	free(x.sent);
 	pair_done(x.sv, rt);
-}
-
-static int64_t probe_stream(cbcmn_cx *cx, void *arg)
-{
-	int *sv = arg;
-	cbcmn_stream *s;
-	int rc = cbcmn_stream_open(cx, sv[0], &s);
-	if (rc)
-		return rc;
-	return cbcmn_stream_close(cx, s);
-}
-
-static bool have_streams(cbcmn_runtime *rt)
-{
-	int sv[2];
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-	int64_t r = run_on_0(rt, probe_stream, sv);
-	close(sv[0]);
-	close(sv[1]);
-	if (r != 0 && r != -EOPNOTSUPP)
-		fail_msg("cbcmn_stream_open: %s", cbcmn_strerror(r));
-	return r == 0;
 }
 
 /* Streams closed with data still queued give every buffer back: more
@@ -194,7 +160,7 @@ static void test_stream_buffers_come_back(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int fds = t_count_fds();
 	assert_int_equal(run_on_0(rt, many_streams, NULL), 0);
 	assert_int_equal(t_count_fds(), fds);
@@ -236,7 +202,7 @@ static void test_stream_other_executor(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	assert_int_equal(run_on_0(rt, xdev_main, sv), 0);
@@ -288,7 +254,7 @@ static int64_t cancel_main(cbcmn_cx *cx, void *arg)
 static void stream_cancel_case(bool from_thread)
 {
 	cbcmn_runtime *rt = t_runtime(from_thread ? 1 : 2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct cw c = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
 	uint64_t t0 = t_now_ns();
@@ -361,7 +327,7 @@ static void test_cancelled_reader_with_chunks_queued_is_ecanceled(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct cq c = {.first = -1, .after_cancel = -1, .close_r = -1};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
 	assert_int_equal(run_on_0(rt, queued_main, &c), 0);
@@ -477,7 +443,7 @@ static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
 static void budget_case(cbcmn_task_fn main)
 {
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct bw b = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
 	assert_int_equal(run_on_0(rt, main, &b), 0);
@@ -629,7 +595,7 @@ static void test_hog_stream_does_not_stall_others(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct hog h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
@@ -684,7 +650,7 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 	cfg.stream_buf_share = 16;
 	cfg.stream_bufs_max = 64;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct hog h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.vsv), 0);
@@ -812,7 +778,7 @@ static void test_streams_past_the_sq_size_keep_their_order(void **state)
 	cfg.stream_buf_size = 64;
 	cfg.stream_buf_share = 1;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct sq_many *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	for (int i = 0; i < SQ_STREAMS; i++)
@@ -907,7 +873,7 @@ static void test_many_hog_streams_do_not_stall_others(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct many *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	static char blob[MANY_HOG_BYTES];
@@ -1072,7 +1038,7 @@ static cbcmn_runtime *starve_setup(struct starve *s, cbcmn_nursery **n, cbcmn_nu
 	cfg.stream_bufs_max = STARVE_BUFS;
 	cfg.stream_buf_share = STARVE_BUFS;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	if (!have_streams(rt))
+	if (!t_have_streams(rt))
 		return rt;
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->hsv), 0);
 	for (int i = 0; i < 2; i++) {
@@ -1141,7 +1107,7 @@ static void test_starved_stream_waits_for_a_buffer(void **state)
 	cbcmn_nursery *n;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_send(rt, &s.v[1], "b");
 	assert_int_equal(cbcmn_nursery_spawn_pinned(NULL, n, 0, starve_closer, &s, NULL), 0);
 	wait_flag(&s.closed);
@@ -1163,7 +1129,7 @@ static void test_cancelled_starved_stream_leaves_the_line(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_send(rt, &s.v[0], "a");
 	starve_send(rt, &s.v[1], "b");
 	assert_int_equal(cbcmn_nursery_cancel(n0), 0);
@@ -1182,7 +1148,7 @@ static void test_stream_end_needs_no_buffer(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, &n0, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
 	wait_flag(&s.v[0].got);
 	assert_int_equal(cbcmn_nursery_await_all(NULL, n0), 0);
@@ -1215,7 +1181,7 @@ static void test_idle_starved_stream_takes_no_turn(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_idle_victim(rt, &s, &n0);
 	starve_send(rt, &s.v[1], "b");
 	starve_finish(rt, &s, n, th, n0);
@@ -1232,7 +1198,7 @@ static void test_idle_starved_stream_sees_its_end(void **state)
 	cbcmn_nursery *n, *n0;
 	pthread_t th;
 	cbcmn_runtime *rt = starve_setup(&s, &n, NULL, &th);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	starve_idle_victim(rt, &s, &n0);
 	usleep(20000); /* it waits */
 	assert_int_equal(shutdown(s.v[0].sv[1], SHUT_WR), 0);
@@ -1917,7 +1883,7 @@ static void test_moved_reader_leaves_its_stream_to_its_executor(void **state)
 		cfg.stream_bufs_max = 16; /* starved streams, buffer turns */
 		cfg.stream_buf_share = 2;
 		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-		if (!have_streams(rt)) {
+		if (!t_have_streams(rt)) {
 			t_destroy(rt);
 			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 		}
@@ -2055,7 +2021,7 @@ static void test_dead_thread_loses_no_completion(void **state)
 		cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
 		cfg.ring_flags = plain ? CBCMN_RING_PLAIN : 0;
 		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-		if (!have_streams(rt)) {
+		if (!t_have_streams(rt)) {
 			t_destroy(rt);
 			T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 		}
@@ -2273,7 +2239,7 @@ static void test_destroy_frees_streams_and_acceptors_left_open(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt) || !have_accept(rt)) {
+	if (!t_have_streams(rt) || !have_accept(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv (6.0) or accept (5.19)");
 	}
@@ -2318,7 +2284,7 @@ static void test_unwound_opener_closes_its_stream_and_acceptor(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt) || !have_accept(rt)) {
+	if (!t_have_streams(rt) || !have_accept(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv (6.0) or accept (5.19)");
 	}
@@ -2374,7 +2340,7 @@ static void test_moved_opener_unwound_closes_its_stream(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	if (!have_streams(rt)) {
+	if (!t_have_streams(rt)) {
 		t_destroy(rt);
 		T_SKIP("this kernel has no multishot recv (6.0)");
 	}
@@ -2438,7 +2404,7 @@ static void test_owner_unwound_in_budget_wait_closes_its_stream(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct bw b = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b.sv), 0);
 	assert_int_equal(run_on_0(rt, own_budget_main, &b), 0);
@@ -2507,7 +2473,7 @@ static void test_handed_stream_outlives_its_unwound_opener(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct handed h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.sv), 0);
 	assert_int_equal(run_on_0(rt, handed_main, &h), 0);
@@ -2575,7 +2541,7 @@ static void test_send_echoes_through_a_small_send_buffer(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct echo x = {.x.sent = malloc(BIG)};
 	assert_non_null(x.x.sent);
 	for (size_t i = 0; i < BIG; i++)
@@ -2633,7 +2599,7 @@ static void test_send_takes_only_the_chunk_held(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int sv[2];
 	pair_open(sv, "hello");
 	assert_int_equal(run_on_0(rt, bad_args_task, sv), 0);
@@ -2695,7 +2661,7 @@ static int64_t dead_peer_task(cbcmn_cx *cx, void *arg)
 static void gone_peer_case(cbcmn_task_fn fn)
 {
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	int sv[2];
 	pair_open(sv, "abc");
 	assert_int_equal(run_on_0(rt, fn, sv), 0);
@@ -2768,7 +2734,7 @@ static void test_close_of_a_send_cut_short_says_ecanceled(void **state)
 		T_SKIP("no fault injection in this build (make SAN=asan)");
 	cbcmn__fault_disarm_all();
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct cut c = {0};
 	pair_open(c.sv, "abcd");
 	assert_int_equal(run_on_0(rt, cut_short_task, &c), 0);
@@ -2839,7 +2805,7 @@ static void test_cancel_and_close_with_a_send_stuck(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct stuck k = {0};
 	pair_open(k.sv, "x");
 	int64_t r = -1;
@@ -2932,7 +2898,7 @@ static void test_thread_death_ends_a_send_in_flight(void **state)
 	cfg.workers = 1;
 	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct gone g = {0};
 	pair_open(g.sv, "x");
 	int saved, efd = t_stderr_capture(&saved);
@@ -3004,7 +2970,7 @@ static void test_more_sends_than_the_sq_holds(void **state)
 			T_SKIP("RLIMIT_NOFILE too low for %d socket pairs", SEND_MANY);
 	}
 	cbcmn_runtime *rt = t_runtime(1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct sendmany *m = calloc(1, sizeof(*m));
 	assert_non_null(m);
 	for (int i = 0; i < SEND_MANY; i++) {
@@ -3087,7 +3053,7 @@ static void test_epoll_sender_unwound_gives_its_chunk_back(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = epoll_runtime(2, 1, 1);
-	skip_without_streams(rt);
+	t_skip_without_streams(rt);
 	struct sendunwind u = {0};
 	pair_open(u.sv, NULL);
 	assert_int_equal(run_on_0(rt, send_unwind_main, &u), 0);
@@ -3158,7 +3124,7 @@ static void test_epoll_sender_moved_mid_send_reports_what_was_sent(void **state)
 	int went_over = 0;
 	for (int round = 0; round < 5 && !went_over; round++) {
 		cbcmn_runtime *rt = epoll_runtime(2, 0, 0);
-		skip_without_streams(rt);
+		t_skip_without_streams(rt);
 		struct sendmove v = {0};
 		pair_open(v.sv, NULL);
 		assert_int_equal(run_on_0(rt, send_move_main, &v), 0);

@@ -1,0 +1,382 @@
+/* test_stream_fixed.c: a stream's socket in its executor's fixed-file table
+ * (lib/stream.c, "fixed files"): the table lets a closed stream's socket go
+ * at once, slots are reused, and streams beyond the table run on their
+ * descriptors.  On the epoll backend, or a kernel whose table keeps dropped
+ * files (before 6.13), no table is used and the same behaviour is checked. */
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "helpers.h"
+#include "../lib/runtime.h"
+
+/* Slots of the calling task's executor's table holding a socket. */
+static uint32_t slots_used(cbcmn_cx *cx)
+{
+	const struct cbcmn__ring *r = &((struct cbcmn_task *)cx)->exec->ring;
+	return r->fslots_cap - r->fslots_free;
+}
+
+static bool fixed(cbcmn_cx *cx)
+{
+	return ((struct cbcmn_task *)cx)->rt->ring_caps.fixed_files;
+}
+
+/* One byte sent by the peer comes back from the stream, and is byte. */
+static int64_t one_byte(cbcmn_cx *cx, cbcmn_stream *s, int peer, char byte)
+{
+	if (send(peer, &byte, 1, MSG_NOSIGNAL) != 1)
+		return -errno;
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, s, &d);
+	if (n != 1)
+		return n < 0 ? n : -EPROTO;
+	return *(const char *)d == byte ? 0 : -EPROTO;
+}
+
+/* ---- a closed stream's socket goes at once, beside an older stream ------------ */
+
+struct two {
+	int a[2], b[2];
+	uint32_t used_open, used_after;
+	bool fixed;
+};
+
+static int64_t close_younger(cbcmn_cx *cx, void *arg)
+{
+	struct two *w = arg;
+	cbcmn_stream *sa, *sb;
+	int rc = cbcmn_stream_open(cx, w->a[0], &sa);
+	if (rc)
+		return rc;
+	/* a's recv stays armed (its peer sends nothing): it holds whatever
+	 * the kernel makes a fixed-file request hold. */
+	if ((rc = cbcmn_stream_open(cx, w->b[0], &sb)) != 0)
+		return rc;
+	int64_t r = one_byte(cx, sb, w->b[1], 'b');
+	if (r)
+		return r;
+	w->fixed = fixed(cx);
+	w->used_open = slots_used(cx);
+	if ((rc = cbcmn_stream_close(cx, sb)) != 0)
+		return rc;
+	w->used_after = slots_used(cx);
+	close(w->b[0]);
+	/* b's socket has no descriptor and no stream: its peer reads EOF
+	 * now, while a's recv is still in the kernel. */
+	char c;
+	r = recv(w->b[1], &c, 1, MSG_DONTWAIT) == 0 ? 0 : -EBUSY;
+	rc = cbcmn_stream_close(cx, sa);
+	return r ? r : rc;
+}
+
+/* Before 6.13 a fixed file the table dropped was put only once every
+ * request submitted before the drop had ended: a's multishot recv would
+ * have held b's socket open (no EOF, no FIN) until a ended.  The probe
+ * (ring.c, fixed_drop_is_prompt()) keeps such kernels off the table. */
+static void test_closed_stream_lets_its_socket_go_beside_an_older_one(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	struct two w;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w.a), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w.b), 0);
+	assert_int_equal(t_run_pinned(rt, 0, close_younger, &w), 0);
+	printf("  streams in a fixed-file table: %s\n", w.fixed ? "yes" : "no (the kernel's table keeps "
+				 "dropped files, or epoll)");
+	if (w.fixed) {
+		assert_int_equal(w.used_open, 2);
+		assert_int_equal(w.used_after, 1);
+	} else {
+		assert_int_equal(w.used_open, 0);
+	}
+	close(w.a[0]);
+	close(w.a[1]);
+	close(w.b[1]);
+	t_destroy(rt);
+}
+
+/* ---- the program closes the socket while the stream's recv waits -------------- */
+
+struct early {
+	int sv[2];
+	_Atomic int waiting;
+	char got;
+};
+
+static void *close_under_recv(void *arg)
+{
+	struct early *x = arg;
+	while (!atomic_load(&x->waiting))
+		usleep(1000);
+	usleep(20000); /* the task is in cbcmn_stream_recv() by now, most likely */
+	close(x->sv[0]);
+	char c = 'x';
+	(void)!send(x->sv[1], &c, 1, MSG_NOSIGNAL);
+	return NULL;
+}
+
+static int64_t recv_past_close(cbcmn_cx *cx, void *arg)
+{
+	struct early *x = arg;
+	cbcmn_stream *s;
+	int rc = cbcmn_stream_open(cx, x->sv[0], &s);
+	if (rc)
+		return rc;
+	atomic_store(&x->waiting, 1);
+	const void *d;
+	int64_t n = cbcmn_stream_recv(cx, s, &d);
+	if (n == 1)
+		x->got = *(const char *)d;
+	rc = cbcmn_stream_close(cx, s);
+	return n == 1 ? rc : (n < 0 ? n : -EPROTO);
+}
+
+/* close(2) of a stream's socket while its recv waits (a misuse: the
+ * socket is the program's to close after the stream) closes nothing under
+ * the stream: its recv goes on with the socket and gets what comes, as a
+ * request's own file reference did before the table.  Once the stream is
+ * closed nothing holds the socket: the peer's send fails. */
+static void test_socket_closed_while_the_recv_waits(void **state)
+{
+	(void)state;
+	/* The epoll backend does not see a close(2) behind its back at all
+	 * (docs/IO.md, "Backends"): nothing to check there. */
+	T_SKIP_UNLESS_IO_URING("a request's hold on its file");
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	struct early x = {.waiting = 0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, x.sv), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, close_under_recv, &x), 0);
+	assert_int_equal(t_run_pinned(rt, 0, recv_past_close, &x), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(x.got, 'x');
+	char c = 'y';
+	assert_int_equal(send(x.sv[1], &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT), -1);
+	assert_int_equal(errno, EPIPE);
+	close(x.sv[1]);
+	t_destroy(rt);
+}
+
+/* ---- descriptors and slots reused ---------------------------------------------- */
+
+#define ROUNDS 300
+
+struct reuse {
+	uint32_t used_end;
+	bool fixed;
+};
+
+static int64_t reuse_rounds(cbcmn_cx *cx, void *arg)
+{
+	struct reuse *u = arg;
+	int old[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, old))
+		return -errno;
+	cbcmn_stream *so;
+	int64_t rc = cbcmn_stream_open(cx, old[0], &so);
+	for (int i = 0; rc == 0 && i < ROUNDS; i++) {
+		/* Each round's sockets take the numbers the last one freed,
+		 * and its stream the slot: the byte must be this round's. */
+		int sv[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+			return -errno;
+		cbcmn_stream *s;
+		if ((rc = cbcmn_stream_open(cx, sv[0], &s)) == 0) {
+			rc = one_byte(cx, s, sv[1], (char)i);
+			int crc = cbcmn_stream_close(cx, s);
+			rc = rc ? rc : crc;
+		}
+		close(sv[0]);
+		char c;
+		if (rc == 0 && recv(sv[1], &c, 1, MSG_DONTWAIT) != 0)
+			rc = -EBUSY; /* the socket outlived its descriptor and stream */
+		close(sv[1]);
+		if (rc == 0 && i % 50 == 0)
+			rc = one_byte(cx, so, old[1], 'o'); /* the older stream still works */
+	}
+	u->fixed = fixed(cx);
+	if (rc == 0)
+		rc = cbcmn_stream_close(cx, so);
+	u->used_end = slots_used(cx);
+	close(old[0]);
+	close(old[1]);
+	return rc;
+}
+
+static void test_descriptors_and_slots_reused(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	struct reuse u = {0};
+	assert_int_equal(t_run_pinned(rt, 0, reuse_rounds, &u), 0);
+	assert_int_equal(u.used_end, 0);
+	t_destroy(rt);
+}
+
+/* ---- more streams than the table has slots ------------------------------------- */
+
+#define MANY 24
+#define TABLE 6 /* RLIMIT_NOFILE at the first open: the table's size */
+
+struct many {
+	int sv[MANY][2];
+	struct rlimit rl;
+	uint32_t used;
+	bool fixed;
+};
+
+static int64_t many_streams(cbcmn_cx *cx, void *arg)
+{
+	struct many *m = arg;
+	cbcmn_stream *s[MANY];
+	int64_t rc = 0;
+	int n;
+	/* The kernel takes no table larger than RLIMIT_NOFILE: lowered for
+	 * the first open, the table has TABLE slots. */
+	struct rlimit low = {TABLE, m->rl.rlim_max};
+	if (setrlimit(RLIMIT_NOFILE, &low))
+		return -errno;
+	rc = cbcmn_stream_open(cx, m->sv[0][0], &s[0]);
+	if (setrlimit(RLIMIT_NOFILE, &m->rl))
+		return -errno;
+	for (n = rc == 0; rc == 0 && n < MANY; n++)
+		rc = cbcmn_stream_open(cx, m->sv[n][0], &s[n]);
+	if (rc)
+		n--;
+	m->fixed = fixed(cx);
+	m->used = slots_used(cx);
+	/* Twice round: in the table and beyond it, every stream gets its own
+	 * peer's byte. */
+	for (int r = 0; rc == 0 && r < 2; r++)
+		for (int i = 0; rc == 0 && i < n; i++)
+			rc = one_byte(cx, s[i], m->sv[i][1], (char)(i + r * MANY));
+	for (int i = 0; i < n; i++) {
+		int crc = cbcmn_stream_close(cx, s[i]);
+		rc = rc ? rc : crc;
+	}
+	return rc ? rc : (int64_t)slots_used(cx);
+}
+
+static void test_more_streams_than_the_table_holds(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt); /* its probe opened no table: the stream was closed */
+	struct many m;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &m.rl), 0);
+	for (int i = 0; i < MANY; i++)
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, m.sv[i]), 0);
+	/* The probe's open made the table already: a new runtime's comes
+	 * with the first open of many_streams(). */
+	t_destroy(rt);
+	rt = t_runtime(1);
+	assert_int_equal(t_run_pinned(rt, 0, many_streams, &m), 0);
+	assert_int_equal(m.used, m.fixed ? TABLE : 0);
+	for (int i = 0; i < MANY; i++) {
+		close(m.sv[i][0]);
+		close(m.sv[i][1]);
+	}
+	t_destroy(rt);
+}
+
+/* ---- the executor's thread dies with a stream in its table ---------------------- */
+
+struct death {
+	int a[2], b[2];
+	int64_t a_after;
+	uint32_t used_end;
+};
+
+static int64_t quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL);
+	return 0;
+}
+
+static int64_t death_main(cbcmn_cx *cx, void *arg)
+{
+	struct death *d = arg;
+	cbcmn_stream *sa, *sb;
+	cbcmn_nursery *n;
+	int64_t rc = cbcmn_stream_open(cx, d->a[0], &sa);
+	if (rc || (rc = one_byte(cx, sa, d->a[1], 'a')) != 0)
+		return rc;
+	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n)) != 0 ||
+	    (rc = cbcmn_nursery_spawn_pinned(cx, n, 0, quitter, NULL, NULL)) != 0 ||
+	    cbcmn_nursery_await_all(cx, n) != CBCMN_EPANIC)
+		return -EPROTO;
+	/* The old ring and its table are gone: a's slot must not be emptied
+	 * in the new one's, where b's socket may sit. */
+	if ((rc = cbcmn_stream_open(cx, d->b[0], &sb)) != 0)
+		return rc;
+	const void *data;
+	d->a_after = cbcmn_stream_recv(cx, sa, &data);
+	if ((rc = cbcmn_stream_close(cx, sa)) != 0 || (rc = one_byte(cx, sb, d->b[1], 'b')) != 0)
+		return rc;
+	rc = cbcmn_stream_close(cx, sb);
+	d->used_end = slots_used(cx);
+	return rc;
+}
+
+/* After its thread died the executor's new ring has a table of its own:
+ * the old streams end (-ECANCELED) and close without touching it, a new
+ * stream works, and every socket is let go when closed. */
+static void test_thread_death_with_a_stream_in_the_table(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("a dead thread's ring and its table");
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	t_skip_without_streams(rt);
+	struct death d = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.a), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.b), 0);
+	int saved, efd = t_stderr_capture(&saved);
+	int64_t r = -1;
+	int rc = cbcmn_runtime_run(rt, death_main, &d, &r);
+	char msg[4096];
+	t_stderr_restore(efd, saved, msg, sizeof(msg));
+	assert_int_equal(rc, 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(d.a_after, CBCMN_ECANCELED);
+	assert_int_equal(d.used_end, 0);
+	close(d.a[0]);
+	close(d.b[0]);
+	/* Both sockets go: b's at once, a's once the old ring's exit has
+	 * put its table (the kernel's, asynchronous). */
+	char c;
+	assert_int_equal(recv(d.b[1], &c, 1, MSG_DONTWAIT), 0);
+	struct pollfd p = {.fd = d.a[1], .events = POLLIN};
+	assert_int_equal(poll(&p, 1, (int)(T_STALL_S * 1000 / 4)), 1);
+	assert_int_equal(recv(d.a[1], &c, 1, MSG_DONTWAIT), 0);
+	close(d.a[1]);
+	close(d.b[1]);
+	t_destroy(rt);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T_WATCHED_TEST(test_closed_stream_lets_its_socket_go_beside_an_older_one),
+		T_WATCHED_TEST(test_socket_closed_while_the_recv_waits),
+		T_WATCHED_TEST(test_descriptors_and_slots_reused),
+		T_WATCHED_TEST(test_more_streams_than_the_table_holds),
+		T_WATCHED_TEST(test_thread_death_with_a_stream_in_the_table),
+	};
+	if (getenv("T_FILTER"))
+		cmocka_set_test_filter(getenv("T_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
