@@ -424,11 +424,13 @@ static int64_t budget_cancel_main(cbcmn_cx *cx, void *arg)
 {
 	struct bw *b = arg;
 	cbcmn_nursery *n;
-	int rc = budget_reader_waiting(cx, b, &n, NULL);
+	cbcmn_task *child; /* a handle: the reader waits to be recharged */
+	int rc = budget_reader_waiting(cx, b, &n, &child);
 	if (rc)
 		return rc;
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_task_join(cx, child, NULL) == 0);
 	/* The stream is free again, and lost nothing. */
 	TASK_CHECK(write(b->sv[1], "bc", 2) == 2);
 	const void *d;
@@ -2391,12 +2393,14 @@ static int64_t own_budget_main(cbcmn_cx *cx, void *arg)
 	cbcmn_caps none = {.flags = 0};
 	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
 			      .shard = cbcmn_cx_executor(cx)};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, own_budget_reader, b, &o, NULL) == 0);
+	cbcmn_task *child; /* a handle: the reader waits to be recharged */
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, own_budget_reader, b, &o, &child) == 0);
 	task_wait_set(cx, &b->stage);
 	for (int i = 0; i < 20; i++)
 		cbcmn_yield(cx); /* the reader is now waiting for budget */
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_task_join(cx, child, NULL) == 0);
 	return 0;
 }
 
@@ -3034,13 +3038,15 @@ static int64_t send_unwind_main(cbcmn_cx *cx, void *arg)
 	cbcmn_caps none = {.flags = 0};
 	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
 			      .shard = cbcmn_cx_executor(cx)};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, unwind_sender, u, &o, NULL) == 0);
+	cbcmn_task *child; /* a handle: the sender waits to be recharged */
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, unwind_sender, u, &o, &child) == 0);
 	while (!atomic_load(&u->stage))
 		cbcmn_yield(cx);
 	for (int i = 0; i < 20; i++)
 		cbcmn_yield(cx); /* the sender now waits for budget in cbcmn_send() */
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_task_join(cx, child, NULL) == 0);
 	/* The pool's one buffer must be back: "bc" comes in it (before, the
 	 * recv waited for it for ever: the test's watchdog). */
 	TASK_CHECK(write(u->sv[1], "bc", 2) == 2);
