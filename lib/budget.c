@@ -694,12 +694,11 @@ void cbcmn__charge_window(struct cbcmn_task *t)
 void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 {
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
-	/* Off t's fiber nothing is due: t's next own checkpoint opens a new
-	 * window, and sees a cancellation then. */
-	if (off_fiber(t)) {
-		t->countdown = 0;
+	/* Off t's fiber nothing is due: the countdown goes on below 0, a debt
+	 * t's own next window pays, as a charge's there (setting it back to
+	 * 0 wiped that debt out); t sees a cancellation then. */
+	if (off_fiber(t))
 		return;
-	}
 	fairness_yield(t);
 	if (cbcmn__task_cancelled(t))
 		unwind(t, CBCMN_ECANCELED);

@@ -801,12 +801,14 @@ static inline void cbcmn__stack_check(struct cbcmn_task *t)
 	if (!t)
 		return;
 	/* check_lo: lo + the reserve, or the top while the yellow zone is
-	 * open (stack.h).  A frame below the guard is not on t's stack at
-	 * all: another thread handed t's context (a cbcmn_blocking()
-	 * function), whose stack may lie anywhere; the second compare is made
-	 * only when the first fails. */
+	 * open (stack.h).  A frame below it on another thread is not on t's
+	 * stack at all: a cbcmn_blocking() function handed t's context, whose
+	 * stack may lie anywhere.  On t's fiber a frame below the guard is
+	 * still t's: one big frame (an array not touched yet) can step over
+	 * the guard.  The other tests are made only when the first fails. */
 	const char *f = __builtin_frame_address(0);
-	if (__builtin_expect(f < t->stack->check_lo, 0) && f >= t->stack->guard_lo)
+	if (__builtin_expect(f < t->stack->check_lo, 0) &&
+	    (f >= t->stack->guard_lo || cbcmn__is_running(t)))
 		cbcmn__stack_exhausted(t);
 }
 

@@ -676,6 +676,72 @@ static void test_costs_on_a_pool_thread_with_a_tasks_cx_only_count(void **state)
 	t_destroy(rt);
 }
 
+/* Regression (s16-misc16): ops spent on the pool thread are the task's debt,
+ * paid by its own next window, but a CBCMN_CHECKPOINT() there set the
+ * countdown back to 0 and wiped it out: a blocking function that
+ * checkpointed its loop (as cbcmn.h tells it to) spent a window at most.
+ * The debt stays: the task's own checkpoints after it are fewer by as
+ * many. */
+#define DEBT_OPS 10000
+#define DEBT_OFF 2000
+
+static _Atomic int64_t debt_own; /* the child's own checkpoints */
+
+static int64_t checkpoint_off_fiber_fn(void *arg)
+{
+	cbcmn_cx *cx = arg;
+	for (int i = 0; i < DEBT_OFF; i++)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t debt_child(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(cbcmn_blocking(cx, checkpoint_off_fiber_fn, cx, NULL) == 0);
+	for (;;) { /* until its ops run out and its opener gives up on it */
+		CBCMN_CHECKPOINT(cx);
+		atomic_fetch_add(&debt_own, 1);
+	}
+	return 0;
+}
+
+static int64_t debt_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {.ops = DEBT_OPS, .memory = CBCMN_UNLIMITED,
+			    .spawn_count = CBCMN_UNLIMITED, .channel_ops = CBCMN_UNLIMITED,
+			    .syscalls = CBCMN_UNLIMITED};
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, debt_child, NULL, &o, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_checkpoints_on_a_pool_thread_stay_the_tasks_debt(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.blocking_threads = 1;
+	cfg.yield_interval = 100; /* windows much shorter than the debt */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	atomic_store(&debt_own, 0);
+	int64_t r = 0;
+	assert_int_equal(cbcmn_runtime_run(rt, debt_main, NULL, &r), 0);
+	ASSERT_TASK_CHECKS();
+	int64_t own = atomic_load(&debt_own);
+	printf("    %d ops, %d checkpoints on the pool thread, %lld of its own\n", DEBT_OPS,
+	       DEBT_OFF, (long long)own);
+	assert_int_equal(r, CBCMN_EBUDGET);
+	/* Every checkpoint costs an op, wherever it runs (and the call one). */
+	assert_true(own + DEBT_OFF + 1 <= DEBT_OPS);
+	t_destroy(rt);
+}
+
 /* ---- thread life: idle threads end, destroy joins the rest ------------------ */
 
 struct burst {
@@ -758,6 +824,7 @@ int main(void)
 		T_WATCHED_TEST(test_misuse),
 		T_WATCHED_TEST(test_each_call_costs_a_syscall),
 		T_WATCHED_TEST(test_costs_on_a_pool_thread_with_a_tasks_cx_only_count),
+		T_WATCHED_TEST(test_checkpoints_on_a_pool_thread_stay_the_tasks_debt),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};

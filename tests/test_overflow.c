@@ -537,6 +537,78 @@ static void test_locking_calls_check_the_stack_first(void **state)
 	t_destroy(rt);
 }
 
+/* Regression (s16-misc16): the check ignored a frame below the guard region,
+ * taking it for another thread's (a cbcmn_blocking() function handed the
+ * task's cx).  A task's own frame gets there in one step too: a big array
+ * the function does not touch yet (char buf[64 KiB] for a read, with no
+ * stack-clash probes: gcc's default here).  Such a runtime call ran on the
+ * memory below the guard, the next stack's, as if nothing were wrong.  On
+ * the task's fiber it ends the task, as before. */
+static int64_t past_guard_rc = 12345;
+
+__attribute__((noinline)) static int64_t yield_far_below(cbcmn_cx *cx, size_t drop)
+{
+	char *big = __builtin_alloca(drop); /* nothing in it is touched */
+	__asm__ __volatile__("" : : "r"(big) : "memory");
+	past_guard_rc = cbcmn_yield(cx); /* must not return */
+	return 0;
+}
+
+static int64_t past_guard_task(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn__stack *s = stack_of(cx);
+	char *target = s->guard_lo - 16 * 1024; /* the next stack's, not its top */
+	char perms[5];
+	uintptr_t end;
+	if (!t_maps_perms(target, perms, &end) || strcmp(perms, "rw-p") != 0)
+		return 77; /* no stack below ours here */
+	size_t drop = (size_t)((char *)__builtin_frame_address(0) - target);
+	return yield_far_below(cx, drop);
+}
+
+static int past_guard_child(void)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t r = 0;
+	int saved, fd = t_stderr_capture(&saved);
+	char msg[4096];
+	int rc = cbcmn_runtime_run(rt, past_guard_task, NULL, &r);
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	if (rc != 0)
+		return 2;
+	if (r == 77)
+		return 77;
+	if (r != CBCMN_EPANIC || past_guard_rc != 12345 || !strstr(msg, "about to overflow"))
+		return 3;
+	return 0;
+}
+
+static void test_a_frame_past_the_guard_still_ends_the_task(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	if (T_ASAN) {
+		T_SKIP("ASan's alloca redzones would be written into the next stack's shadow");
+		return;
+	}
+	pid_t pid = t_fork_coreless();
+	if (pid == 0) {
+		alarm(60);
+		_exit(past_guard_child());
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+		T_SKIP("no stack mapped below the task's");
+		return;
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("child: %s %d (3: the call ran below the guard)",
+			 WIFSIGNALED(st) ? "killed by signal" : "exit status",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
 /* ---- the landing pad restores the signal mask and the FP state ----------- */
 
 static void on_signal_overflow(int sig)
@@ -1220,6 +1292,7 @@ int main(void)
 		T_WATCHED_TEST(test_altstack_has_a_guard_page),
 		T_WATCHED_TEST(test_no_task_runs_on_an_unguarded_stack),
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
+		T_WATCHED_TEST(test_a_frame_past_the_guard_still_ends_the_task),
 		T_WATCHED_TEST(test_a_call_on_another_stack_is_not_an_overflow),
 		T_WATCHED_TEST(test_landing_restores_the_signal_mask),
 		T_WATCHED_TEST(test_regression_overflow_with_every_signal_blocked_by_the_creator_is_a_panic),
