@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "actor.h" /* internals: a slot's monitors, its generation */
+#include "stack.h" /* cbcmn__stack_test_no_lightweight_guards */
 #include "actor_test.h"
 
 /* Receives until every sender's last message came (actor_test.h). */
@@ -2043,6 +2044,89 @@ static void test_thread_exit_in_drop_of_an_actor_ended_by_the_loop(void **state)
 	dunst_case((struct dend){.loop = true, .die = true}, 0);
 }
 
+/* ---- no stack left for an unstarted actor's end ---- */
+
+struct nostk {
+	_Atomic long held, drops;
+	int64_t awaited;
+};
+
+static int64_t nostk_hold(cbcmn_cx *cx, void *arg)
+{
+	struct nostk *d = arg;
+	atomic_fetch_add(&d->held, 1);
+	cbcmn_sleep(cx, 60ull * 1000000000ull); /* till cancelled */
+	return 0;
+}
+
+static int64_t nostk_victim(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0; /* never runs: cancelled first */
+}
+
+static void nostk_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct nostk *d = state;
+	(void)m;
+	atomic_fetch_add(&d->drops, 1);
+}
+
+/* Holds every stack there is (one holder a nursery: the one that finds
+ * none fails its own only), then has the loop end a cancelled actor. */
+static int64_t nostk_main(cbcmn_cx *cx, void *arg)
+{
+	struct nostk *d = arg;
+	cbcmn_nursery *hold[8], *n;
+	int k = 0;
+	for (; k < 8; k++) {
+		TASK_CHECK(open_n(cx, &hold[k]) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, hold[k], nostk_hold, d, NULL) == 0);
+		cbcmn_yield(cx);
+		cbcmn_yield(cx);
+		if (atomic_load(&d->held) <= k)
+			break; /* it found no stack */
+	}
+	TASK_CHECK(k < 8);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = nostk_drop};
+	cbcmn_actor_ref v = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, nostk_victim, d, &o, &v) == 0);
+	send_n(cx, v, 0, DE_MSGS);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	sleep_until(cx, &d->drops, DE_MSGS);
+	d->awaited = cbcmn_nursery_await_all(cx, n);
+	for (int i = 0; i <= k; i++) {
+		cbcmn_nursery_cancel(hold[i]);
+		cbcmn_nursery_await_all(cx, hold[i]);
+	}
+	return 0;
+}
+
+/* Review of 66bda2f: an actor cancelled before it started, ended by the
+ * scheduler loop, now takes a stack to end on; with none left (here 4
+ * guarded stacks at most, all held) it ended with -ENOMEM, where it had
+ * needed no stack and ended cancelled.  It ends cancelled, on the
+ * executor's stack, its messages dropped. */
+static void test_cancelled_actor_with_no_stack_left_ends_cancelled(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cfg.guard_stacks_max = 4;
+	cbcmn__stack_test_no_lightweight_guards = true; /* mprotect guards: counted */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn__stack_test_no_lightweight_guards = false;
+	struct nostk d = {0};
+	t_run(rt, nostk_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.awaited, CBCMN_ECANCELED);
+	t_destroy(rt);
+}
+
 /* ---- what a halt's drop sends comes before its DOWN ---- */
 
 #define DS_MSGS 8
@@ -2775,6 +2859,7 @@ int main(int argc, char **argv)
 		T(test_thread_exit_in_drop_of_an_actor_halted_inline),
 		T(test_stack_overflow_in_drop_of_an_actor_ended_by_the_loop),
 		T(test_thread_exit_in_drop_of_an_actor_ended_by_the_loop),
+		T(test_cancelled_actor_with_no_stack_left_ends_cancelled),
 		T(test_drop_s_sends_come_before_the_down),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
