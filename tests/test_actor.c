@@ -2182,6 +2182,100 @@ static void test_drop_s_sends_come_before_the_down(void **state)
 	}
 }
 
+/* ---- a halt's drop never waits for room ---- */
+
+#define BK_ACTORS 4
+
+struct bk;
+struct bkv { /* one victim's: its state, and its drop's */
+	struct bk *d;
+	cbcmn_cx *cx;
+};
+
+struct bk {
+	struct bkv v[BK_ACTORS];
+	_Atomic int started, go;
+	cbcmn_actor_ref to;
+	_Atomic long sent, full, bad;
+	long got;
+};
+
+/* Forwards each message left to the watcher, whose one-slot mailbox is
+ * full most of the time, with a blocking send (the halting actor's cx). */
+static void bk_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct bkv *v = state;
+	int rc = cbcmn_actor_send(NULL, v->cx, v->d->to, m);
+	atomic_fetch_add(rc == 0 ? &v->d->sent : rc == -EAGAIN ? &v->d->full : &v->d->bad, 1);
+}
+
+static int64_t bk_victim(cbcmn_cx *cx, void *arg)
+{
+	struct bkv *v = arg;
+	v->cx = cx;
+	atomic_fetch_add(&v->d->started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&v->d->go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return 0;
+}
+
+static int64_t bk_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct bk *d = arg;
+	d->to = cbcmn_actor_self(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = bk_drop, .placement = CBCMN_PLACE_STEALABLE};
+	for (int k = 0; k < BK_ACTORS; k++) {
+		d->v[k].d = d;
+		cbcmn_actor_ref v = CBCMN_ACTOR_NONE;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, bk_victim, &d->v[k], &o, &v) == 0);
+		send_n(cx, v, 0, DS_MSGS);
+	}
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&d->started) < BK_ACTORS && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	atomic_store(&d->go, 1);
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, 300000000ull) == 0) {
+		d->got++;
+		cbcmn_sleep(cx, 1000000); /* slow: the senders find it full */
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t bk_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0, .mailbox_cap = 1};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, bk_watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Review of 47e903f (the halt's sends through the lock): a drop's
+ * blocking send to a full mailbox parked the halting task inside its end;
+ * the receiver's wake resumed it on another executor, whose thread then
+ * went on with the first executor's end of the task: a segfault or a
+ * hang, most runs (the lanes' wait for room did the same before).  A
+ * drop must not block (cbcmn_actor_opts.drop): its waiting sends are
+ * tries, as a handler's are: sent, or -EAGAIN. */
+static void test_blocking_send_in_a_drop_does_not_wait(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		cbcmn_runtime *rt = t_runtime(2);
+		struct bk d = {0};
+		t_run(rt, bk_main, &d, 0);
+		assert_int_equal(atomic_load(&d.bad), 0);
+		assert_int_equal(atomic_load(&d.sent) + atomic_load(&d.full), BK_ACTORS * DS_MSGS);
+		assert_int_equal(d.got, atomic_load(&d.sent));
+		t_destroy(rt);
+	}
+}
+
 /* ---- unlink: the peer's abnormal halt stops nobody any more ---- */
 
 struct unl {
@@ -2861,6 +2955,7 @@ int main(int argc, char **argv)
 		T(test_thread_exit_in_drop_of_an_actor_ended_by_the_loop),
 		T(test_cancelled_actor_with_no_stack_left_ends_cancelled),
 		T(test_drop_s_sends_come_before_the_down),
+		T(test_blocking_send_in_a_drop_does_not_wait),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),
