@@ -2093,10 +2093,7 @@ static int64_t nostk_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_opts o = {.drop = nostk_drop};
 	cbcmn_actor_ref v = CBCMN_ACTOR_NONE;
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, nostk_victim, d, &o, &v) == 0);
-	send_n(cx, v, 0, DE_MSGS);
-	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
-	sleep_until(cx, &d->drops, DE_MSGS);
-	d->awaited = cbcmn_nursery_await_all(cx, n);
+	d->awaited = cancel_for_the_loop(cx, n, v, DE_MSGS, &d->drops);
 	for (int i = 0; i <= k; i++) {
 		cbcmn_nursery_cancel(hold[i]);
 		cbcmn_nursery_await_all(cx, hold[i]);

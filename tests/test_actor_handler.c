@@ -1637,10 +1637,8 @@ static int64_t hunst_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_opts o = {.drop = hdrop_drop};
 	cbcmn_actor_ref h = CBCMN_ACTOR_NONE;
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, hdrop_handler, d, &o, &h) == 0);
-	send_n(cx, h, 0, HD_MSGS);
-	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
-	sleep_until(cx, &d->drops, HD_MSGS); /* one executor: the loop takes the host */
-	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
+	/* One executor: the loop takes the host. */
+	TASK_CHECK(cancel_for_the_loop(cx, n, h, HD_MSGS, &d->drops) == CBCMN_ECANCELED);
 	return 0;
 }
 
