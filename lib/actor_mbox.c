@@ -930,8 +930,11 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	/* A handler never waits: its sends are try_sends (docs/ACTORS.md,
-	 * "Handler actors"). */
-	if (self && mode == SEND_WAIT && __builtin_expect(cbcmn__hnd_current(self) != NULL, 0))
+	 * "Handler actors").  Nor does a halt's drop or fini: a wait there
+	 * parked the halting task inside its end, whose callers hold the
+	 * executor it ran on, and a wake elsewhere resumed it on another
+	 * thread (a crash: test_blocking_send_in_a_drop_does_not_wait). */
+	if (self && mode == SEND_WAIT && __builtin_expect(cbcmn__sends_locked(self), 0))
 		mode = SEND_HND;
 	int rc = send_check(&rt, self, to, m, mode == SEND_WAIT,
 			    timeout_ns != CBCMN_ACTOR_FOREVER);

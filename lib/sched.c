@@ -728,8 +728,10 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			return;
 		}
 		if (!s) {
-			/* No memory for a stack: the task fails, nothing else does. */
-			cbcmn__task_complete(t, -ENOMEM);
+			/* No memory for a stack: the task fails, nothing else
+			 * does.  One started only to end ends here as before,
+			 * with its own result (a cancellation stays one). */
+			cbcmn__task_complete(t, ending ? t->result : -ENOMEM);
 			return;
 		}
 		t->stack = s;

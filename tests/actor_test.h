@@ -47,6 +47,18 @@ static inline void sleep_until(cbcmn_cx *cx, _Atomic long *count, long want)
 		cbcmn_sleep(cx, 1000000);
 }
 
+/* Fills actor v (of nursery n, on one executor) with msgs messages,
+ * cancels n before v starts, and sleeps while the scheduler loop ends v
+ * (until *drops reaches msgs); then n's await_all. */
+static inline int64_t cancel_for_the_loop(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_ref v,
+					  uint64_t msgs, _Atomic long *drops)
+{
+	send_n(cx, v, 0, msgs);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	sleep_until(cx, drops, (long)msgs);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
 /* ---- a watcher's DOWNs ---- */
 
 /* What a watcher received until nothing came for 200 ms. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "actor.h" /* internals: a slot's monitors, its generation */
+#include "stack.h" /* cbcmn__stack_test_no_lightweight_guards */
 #include "actor_test.h"
 
 /* Receives until every sender's last message came (actor_test.h). */
@@ -2043,6 +2044,86 @@ static void test_thread_exit_in_drop_of_an_actor_ended_by_the_loop(void **state)
 	dunst_case((struct dend){.loop = true, .die = true}, 0);
 }
 
+/* ---- no stack left for an unstarted actor's end ---- */
+
+struct nostk {
+	_Atomic long held, drops;
+	int64_t awaited;
+};
+
+static int64_t nostk_hold(cbcmn_cx *cx, void *arg)
+{
+	struct nostk *d = arg;
+	atomic_fetch_add(&d->held, 1);
+	cbcmn_sleep(cx, 60ull * 1000000000ull); /* till cancelled */
+	return 0;
+}
+
+static int64_t nostk_victim(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0; /* never runs: cancelled first */
+}
+
+static void nostk_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct nostk *d = state;
+	(void)m;
+	atomic_fetch_add(&d->drops, 1);
+}
+
+/* Holds every stack there is (one holder a nursery: the one that finds
+ * none fails its own only), then has the loop end a cancelled actor. */
+static int64_t nostk_main(cbcmn_cx *cx, void *arg)
+{
+	struct nostk *d = arg;
+	cbcmn_nursery *hold[8], *n;
+	int k = 0;
+	for (; k < 8; k++) {
+		TASK_CHECK(open_n(cx, &hold[k]) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, hold[k], nostk_hold, d, NULL) == 0);
+		cbcmn_yield(cx);
+		cbcmn_yield(cx);
+		if (atomic_load(&d->held) <= k)
+			break; /* it found no stack */
+	}
+	TASK_CHECK(k < 8);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = nostk_drop};
+	cbcmn_actor_ref v = CBCMN_ACTOR_NONE;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, nostk_victim, d, &o, &v) == 0);
+	d->awaited = cancel_for_the_loop(cx, n, v, DE_MSGS, &d->drops);
+	for (int i = 0; i <= k; i++) {
+		cbcmn_nursery_cancel(hold[i]);
+		cbcmn_nursery_await_all(cx, hold[i]);
+	}
+	return 0;
+}
+
+/* Review of 66bda2f: an actor cancelled before it started, ended by the
+ * scheduler loop, now takes a stack to end on; with none left (here 4
+ * guarded stacks at most, all held) it ended with -ENOMEM, where it had
+ * needed no stack and ended cancelled.  It ends cancelled, on the
+ * executor's stack, its messages dropped. */
+static void test_cancelled_actor_with_no_stack_left_ends_cancelled(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	cfg.guard_stacks_max = 4;
+	cbcmn__stack_test_no_lightweight_guards = true; /* mprotect guards: counted */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn__stack_test_no_lightweight_guards = false;
+	struct nostk d = {0};
+	t_run(rt, nostk_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), DE_MSGS);
+	assert_int_equal(d.awaited, CBCMN_ECANCELED);
+	t_destroy(rt);
+}
+
 /* ---- what a halt's drop sends comes before its DOWN ---- */
 
 #define DS_MSGS 8
@@ -2094,6 +2175,100 @@ static void test_drop_s_sends_come_before_the_down(void **state)
 		assert_int_equal(d.got.undelivered, DS_MSGS);
 		assert_int_equal(d.got.before, DS_MSGS);
 		assert_int_equal(d.got.after, 0);
+		t_destroy(rt);
+	}
+}
+
+/* ---- a halt's drop never waits for room ---- */
+
+#define BK_ACTORS 4
+
+struct bk;
+struct bkv { /* one victim's: its state, and its drop's */
+	struct bk *d;
+	cbcmn_cx *cx;
+};
+
+struct bk {
+	struct bkv v[BK_ACTORS];
+	_Atomic int started, go;
+	cbcmn_actor_ref to;
+	_Atomic long sent, full, bad;
+	long got;
+};
+
+/* Forwards each message left to the watcher, whose one-slot mailbox is
+ * full most of the time, with a blocking send (the halting actor's cx). */
+static void bk_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct bkv *v = state;
+	int rc = cbcmn_actor_send(NULL, v->cx, v->d->to, m);
+	atomic_fetch_add(rc == 0 ? &v->d->sent : rc == -EAGAIN ? &v->d->full : &v->d->bad, 1);
+}
+
+static int64_t bk_victim(cbcmn_cx *cx, void *arg)
+{
+	struct bkv *v = arg;
+	v->cx = cx;
+	atomic_fetch_add(&v->d->started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&v->d->go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return 0;
+}
+
+static int64_t bk_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct bk *d = arg;
+	d->to = cbcmn_actor_self(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = bk_drop, .placement = CBCMN_PLACE_STEALABLE};
+	for (int k = 0; k < BK_ACTORS; k++) {
+		d->v[k].d = d;
+		cbcmn_actor_ref v = CBCMN_ACTOR_NONE;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, bk_victim, &d->v[k], &o, &v) == 0);
+		send_n(cx, v, 0, DS_MSGS);
+	}
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&d->started) < BK_ACTORS && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	atomic_store(&d->go, 1);
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, 300000000ull) == 0) {
+		d->got++;
+		cbcmn_sleep(cx, 1000000); /* slow: the senders find it full */
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t bk_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0, .mailbox_cap = 1};
+	cbcmn_actor_ref w;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, bk_watcher, arg, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Review of 47e903f (the halt's sends through the lock): a drop's
+ * blocking send to a full mailbox parked the halting task inside its end;
+ * the receiver's wake resumed it on another executor, whose thread then
+ * went on with the first executor's end of the task: a segfault or a
+ * hang, most runs (the lanes' wait for room did the same before).  A
+ * drop must not block (cbcmn_actor_opts.drop): its waiting sends are
+ * tries, as a handler's are: sent, or -EAGAIN. */
+static void test_blocking_send_in_a_drop_does_not_wait(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		cbcmn_runtime *rt = t_runtime(2);
+		struct bk d = {0};
+		t_run(rt, bk_main, &d, 0);
+		assert_int_equal(atomic_load(&d.bad), 0);
+		assert_int_equal(atomic_load(&d.sent) + atomic_load(&d.full), BK_ACTORS * DS_MSGS);
+		assert_int_equal(d.got, atomic_load(&d.sent));
 		t_destroy(rt);
 	}
 }
@@ -2775,7 +2950,9 @@ int main(int argc, char **argv)
 		T(test_thread_exit_in_drop_of_an_actor_halted_inline),
 		T(test_stack_overflow_in_drop_of_an_actor_ended_by_the_loop),
 		T(test_thread_exit_in_drop_of_an_actor_ended_by_the_loop),
+		T(test_cancelled_actor_with_no_stack_left_ends_cancelled),
 		T(test_drop_s_sends_come_before_the_down),
+		T(test_blocking_send_in_a_drop_does_not_wait),
 		T(test_unlinked_peer_halting_stops_nobody),
 		T(test_thread_timed_send_gives_up_or_gets_room),
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),

@@ -207,8 +207,9 @@ typedef struct cbcmn_actor_opts {
 	const cbcmn_caps *caps;
 	/* Called at halt for each message left undelivered in the mailbox,
 	 * oldest first, on the halting actor's executor; it must not block
-	 * (a receive of the halting actor there returns -ESHUTDOWN).  NULL:
-	 * they are discarded. */
+	 * (a receive of the halting actor there returns -ESHUTDOWN; a
+	 * blocking send with its cx is a try_send, -EAGAIN on a full
+	 * mailbox).  NULL: they are discarded. */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 	/* Trap exits from the start (as cbcmn_actor_trap_exit(cx, true) in
 	 * its first line, but before anyone can link with it). */
