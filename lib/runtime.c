@@ -547,8 +547,14 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->cg_limit = cbcmn__cgroup_cpu_limit(NULL); /* once: it opens files */
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
 	/* The default spin steps aside on a busy host (monitor.c,
-	 * host_load()); a spin_ns the program chose is kept as given. */
-	rt->spin_host_gate = !cfg || cfg->spin_ns == 0;
+	 * host_load()); a spin_ns the program chose is kept as given.  Only
+	 * where the process may run on every CPU: the host's runnable count
+	 * says whether the host's CPUs are wanted, not those of a program
+	 * confined to some of them (taskset, a cpuset), whose spin the load
+	 * of CPUs it cannot use would stop (a server on CPUs set apart from a
+	 * busy host's other work: test_regression_spin_gate_ignores_other_cpus). */
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	rt->spin_host_gate = (!cfg || cfg->spin_ns == 0) && (long)affinity_cpus() >= online;
 	/* The spare starts and retires like an executor above min_workers,
 	 * but only the monitor starts it (wake.c, monitor.c). */
 	rt->dynamic = c.min_workers < nx;

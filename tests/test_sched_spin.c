@@ -411,6 +411,66 @@ static void test_default_spin_stops_on_a_busy_host(void **state)
 	assert_int_equal(searching, 0);
 }
 
+struct pinned_busy {
+	struct busy *b;
+	int cpu;
+};
+
+static void *busy_pinned(void *arg)
+{
+	const struct pinned_busy *p = arg;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(p->cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		return NULL;
+	return busy_loop(p->b);
+}
+
+/* The host's count says whether the host's CPUs are wanted, not those of
+ * a program confined to some of them (taskset, a cpuset: a server on CPUs
+ * set apart from a busy host's other work).  The runtime made under a
+ * mask of one CPU, three hogs pinned to another: nothing else can take
+ * the executor's CPU, so its default spin goes on.  Before the fix the
+ * monitor counted the hogs against the host's CPUs and stopped it. */
+static void test_regression_spin_gate_ignores_other_cpus(void **state)
+{
+	(void)state;
+	cpu_set_t set, one;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	int c[2], k = 0;
+	for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
+		if (CPU_ISSET(i, &set))
+			c[k++] = i;
+	if (k < 2)
+		T_SKIP("one CPU in this thread's mask");
+	CPU_ZERO(&one);
+	CPU_SET(c[0], &one);
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	cbcmn_runtime *rt = mk_rt(1, 0); /* its threads inherit the mask */
+	assert_int_equal(sched_setaffinity(0, sizeof(set), &set), 0);
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	assert_int_equal(t_run_pinned(rt, 0, long_spin, NULL), 0);
+	struct busy b = {.stop = false};
+	struct pinned_busy pb = {&b, c[1]};
+	pthread_t hog[3];
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&hog[i], NULL, busy_pinned, &pb), 0);
+	/* Ample for the monitor's average (8 reads, 10 ms apart) to pass
+	 * CPUs + 0.5 with three hogs and the spinner runnable. */
+	uint64_t end = t_now_ns() + 500000000ull;
+	while (!atomic_load(&r->host_busy) && t_now_ns() < end)
+		usleep(10000);
+	bool busy = atomic_load(&r->host_busy);
+	uint32_t searching = in_state(rt, CBCMN_EXEC_SEARCHING);
+	atomic_store(&b.stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(hog[i], NULL);
+	t_destroy(rt);
+	assert_false(busy);
+	assert_int_equal(searching, 1); /* still spinning: its 30 s are not over */
+}
+
 /* A spin_ns the program chose is kept whatever the host's load: the gate
  * is never set (the monitor does not read the load). */
 static void test_chosen_spin_ignores_the_host(void **state)
@@ -437,6 +497,7 @@ int main(void)
 		cmocka_unit_test(test_loadavg_runnable_is_parsed),
 		SPIN_TEST(test_default_spin_stops_on_a_busy_host),
 		cmocka_unit_test(test_chosen_spin_ignores_the_host),
+		SPIN_TEST(test_regression_spin_gate_ignores_other_cpus),
 	};
 	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
 }
