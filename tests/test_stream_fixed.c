@@ -51,11 +51,17 @@ static int64_t close_younger(cbcmn_cx *cx, void *arg)
 	int rc = cbcmn_stream_open(cx, w->a[0], &sa);
 	if (rc)
 		return rc;
-	/* a's recv stays armed (its peer sends nothing): it holds whatever
-	 * the kernel makes a fixed-file request hold. */
+	/* a's multishot recv armed by a first recv, and left armed (its
+	 * peer sends nothing more): it holds whatever the kernel makes a
+	 * fixed-file request hold.  (A stream's recv is armed by its first
+	 * cbcmn_stream_recv(), not by its open: without this one nothing of
+	 * a's was in the kernel, and the test checked no older request.) */
+	int64_t r = one_byte(cx, sa, w->a[1], 'a');
+	if (r)
+		return r;
 	if ((rc = cbcmn_stream_open(cx, w->b[0], &sb)) != 0)
 		return rc;
-	int64_t r = one_byte(cx, sb, w->b[1], 'b');
+	r = one_byte(cx, sb, w->b[1], 'b');
 	if (r)
 		return r;
 	w->fixed = fixed(cx);
