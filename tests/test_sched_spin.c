@@ -359,6 +359,25 @@ static void test_loadavg_runnable_is_parsed(void **state)
 	assert_int_equal(cbcmn__loadavg_runnable(""), -1);
 }
 
+/* The host's average is over time, not over readings: the monitor reads
+ * only while tasks run, so a runtime woken once a second by a request
+ * read once a burst, and the eight readings of a busy moment long past
+ * (the old average, an eighth a reading) kept the spin off for the next
+ * dozen bursts on a host long quiet.  A reading after a quiet second
+ * stands alone; readings 10 ms apart still weigh an eighth each. */
+static void test_regression_host_load_forgets_a_busy_moment(void **state)
+{
+	(void)state;
+	double avg = 0;
+	for (int i = 0; i < 16; i++)
+		avg = cbcmn__host_run_avg(avg, 9, 10000000ull);
+	assert_true(avg > 7.5); /* 9 less 9 (7/8)^16 */
+	avg = cbcmn__host_run_avg(avg, 1, 1000000000ull);
+	assert_true(avg > 0.99 && avg < 1.01);
+	avg = cbcmn__host_run_avg(0, 8, 10000000ull);
+	assert_true(avg > 0.99 && avg < 1.01);
+}
+
 struct busy {
 	_Atomic bool stop;
 };
@@ -495,6 +514,7 @@ int main(void)
 		SPIN_TEST(test_regression_spin_bound_counts_the_executors_cpus),
 		SPIN_TEST(test_regression_spin_bound_leaves_the_spare_out),
 		cmocka_unit_test(test_loadavg_runnable_is_parsed),
+		cmocka_unit_test(test_regression_host_load_forgets_a_busy_moment),
 		SPIN_TEST(test_default_spin_stops_on_a_busy_host),
 		cmocka_unit_test(test_chosen_spin_ignores_the_host),
 		SPIN_TEST(test_regression_spin_gate_ignores_other_cpus),
