@@ -394,9 +394,10 @@ double cbcmn__host_run_avg(double avg, int run, uint64_t dt_ns)
  * a runtime with the default spin_ns.)  Then an idle
  * executor's spin takes a CPU that other threads want (a server's
  * clients on a loaded host: the fifteenth session measured 1.5 % of the
- * echo server's CPU and 6 % of its requests), while a park costs little
- * there (the CPU does not halt: the wake-up is a context switch, not the
- * tens of us a halted vCPU takes).  So no searcher spins while the count
+ * echo server's CPU and 6 % of its requests), while a park costs less
+ * there (the CPU does not halt, though the woken thread waits for a CPU
+ * behind the others: the short turns stay, sched.c).  So no searcher
+ * spins long while the count
  * (the kernel's instant figure, less the monitor reading it, averaged
  * over the last 80 ms: cbcmn__host_run_avg()) exceeds the host's CPUs by half a
  * thread, until it is back to the CPUs or below.  Our own executors count
