@@ -262,6 +262,17 @@ static int64_t start_exec1(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
+/* The first two CPUs of set in c; the test is skipped with fewer. */
+static void first_two_cpus(const cpu_set_t *set, int c[2])
+{
+	int k = 0;
+	for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
+		if (CPU_ISSET(i, set))
+			c[k++] = i;
+	if (k < 2)
+		T_SKIP("one CPU in this thread's mask");
+}
+
 static struct cbcmn_runtime *pinned_rt(uint32_t workers, uint32_t min, const int *cpus)
 {
 	cbcmn_config cfg;
@@ -280,12 +291,8 @@ static void test_regression_spin_bound_counts_the_executors_cpus(void **state)
 	(void)state;
 	cpu_set_t set;
 	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
-	int c[2], k = 0;
-	for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
-		if (CPU_ISSET(i, &set))
-			c[k++] = i;
-	if (k < 2)
-		T_SKIP("one CPU in this thread's mask");
+	int c[2];
+	first_two_cpus(&set, c);
 	/* One executor on one CPU: one, whatever the creator's mask says. */
 	struct cbcmn_runtime *r = pinned_rt(1, 1, c);
 	assert_int_equal(atomic_load(&r->spin_cpus), 1);
@@ -457,12 +464,8 @@ static void test_regression_spin_gate_ignores_other_cpus(void **state)
 	(void)state;
 	cpu_set_t set, one;
 	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
-	int c[2], k = 0;
-	for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
-		if (CPU_ISSET(i, &set))
-			c[k++] = i;
-	if (k < 2)
-		T_SKIP("one CPU in this thread's mask");
+	int c[2];
+	first_two_cpus(&set, c);
 	CPU_ZERO(&one);
 	CPU_SET(c[0], &one);
 	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
