@@ -315,8 +315,9 @@ typedef struct cbcmn_config {
 	 * before it parks in its ring (a wake-up of a parked CPU costs tens of
 	 * us here).  0: 50 us, and none while the host has more runnable
 	 * threads than CPUs (a park is cheap there, and the spin takes a CPU
-	 * others want: docs/SCHEDULER.md), unless the process may use only
-	 * some of the host's CPUs; CBCMN_SPIN_NONE: park at once;
+	 * others want: docs/SCHEDULER.md), unless the runtime is confined
+	 * to some of the host's CPUs (an affinity, cpus); CBCMN_SPIN_NONE:
+	 * park at once;
 	 * another value is kept whatever the host's load.  At most half
 	 * the CPUs the runtime can use (its affinity mask under the cgroup's
 	 * CPU limit; at least one) spin at a time: the other executors park
