@@ -7,7 +7,13 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include "helpers.h"
 #include "../lib/runtime.h"
@@ -21,7 +27,7 @@ static uint32_t slots_used(cbcmn_cx *cx)
 
 static bool fixed(cbcmn_cx *cx)
 {
-	return ((struct cbcmn_task *)cx)->rt->ring_caps.fixed_files;
+	return cbcmn__fixed_files(((struct cbcmn_task *)cx)->rt);
 }
 
 /* One byte sent by the peer comes back from the stream, and is byte. */
@@ -373,6 +379,51 @@ static void test_thread_death_with_a_stream_in_the_table(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the probe at the first stream, not at create ------------------------------ */
+
+static int64_t seven(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 7;
+}
+
+/* A program whose seccomp filter kills socketpair(2) (systemd's
+ * SystemCallFilter=~@network-io: a service that uses no socket) creates a
+ * runtime and runs a task.  The probe of fixed files (two socketpairs)
+ * ran in cbcmn_runtime_create(), and the filter killed the program there
+ * (SIGSYS); it now runs at the first stream.  In a child: the filter is
+ * for good. */
+static void test_regression_create_without_socketpair(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sock_filter f[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+			_exit(2);
+		cbcmn_runtime *rt;
+		int64_t r = 0;
+		if (cbcmn_runtime_create(NULL, &rt) || cbcmn_runtime_run(rt, seven, NULL, &r))
+			_exit(3);
+		cbcmn_runtime_destroy(rt);
+		_exit(r == 7 ? 0 : 4);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		fail_msg("the runtime's creator was killed by signal %d", WTERMSIG(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -380,6 +431,7 @@ int main(void)
 		T_WATCHED_TEST(test_socket_closed_while_the_recv_waits),
 		T_WATCHED_TEST(test_descriptors_and_slots_reused),
 		T_WATCHED_TEST(test_more_streams_than_the_table_holds),
+		T_WATCHED_TEST(test_regression_create_without_socketpair),
 		T_WATCHED_TEST(test_thread_death_with_a_stream_in_the_table),
 	};
 	if (getenv("T_FILTER"))
