@@ -855,6 +855,7 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt);
 /* Does the kernel let a fixed file the table drops go at once?  Asked
  * once a process, at the first stream (stream.c). */
 bool cbcmn__fixed_drop_is_prompt(void);
+extern _Atomic int cbcmn__fixed_prompt; /* its answer: 0 not asked, 1 yes, 2 no */
 int cbcmn__ring_efd(struct cbcmn__exec *e);
 int cbcmn__ring_create(struct cbcmn__exec *e);
 int cbcmn__ring_error(int rc);

@@ -379,6 +379,73 @@ static void test_thread_death_with_a_stream_in_the_table(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a probe that could not ask is asked again ------------------------------------ */
+
+struct unasked {
+	int sv[2][2];
+	uint32_t used_starved, used_later;
+};
+
+static int64_t open_at_the_fd_limit(cbcmn_cx *cx, void *arg)
+{
+	struct unasked *u = arg;
+	struct rlimit rl, low;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return -errno;
+	int lowest = dup(0); /* the number the next descriptor would take */
+	if (lowest < 0)
+		return -errno;
+	close(lowest);
+	low = (struct rlimit){(rlim_t)lowest, rl.rlim_max};
+	atomic_store(&cbcmn__fixed_prompt, 0); /* not asked yet */
+	cbcmn_stream *s0, *s1;
+	if (setrlimit(RLIMIT_NOFILE, &low))
+		return -errno;
+	int rc = cbcmn_stream_open(cx, u->sv[0][0], &s0); /* the probe finds no descriptor */
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		return -errno;
+	if (rc)
+		return rc;
+	u->used_starved = slots_used(cx);
+	if ((rc = cbcmn_stream_open(cx, u->sv[1][0], &s1)) != 0)
+		return rc;
+	u->used_later = slots_used(cx);
+	int64_t r = one_byte(cx, s0, u->sv[0][1], '0');
+	if (!r)
+		r = one_byte(cx, s1, u->sv[1][1], '1');
+	rc = cbcmn_stream_close(cx, s0);
+	int rc1 = cbcmn_stream_close(cx, s1);
+	return r ? r : rc ? rc : rc1;
+}
+
+/* The first stream of a server at its descriptor limit: the probe cannot
+ * open its sockets, so that stream goes without a slot; the next stream,
+ * with descriptors to spare, asks again and gets one.  Before, the failed
+ * probe counted as "no", and fixed files were off for the process's
+ * life. */
+static void test_regression_probe_out_of_descriptors_asks_again(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("the fixed-file probe");
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	if (!cbcmn__fixed_files((struct cbcmn_runtime *)rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel's table keeps dropped files: no fixed files");
+	}
+	struct unasked u = {0};
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv[i]), 0);
+	assert_int_equal(t_run_pinned(rt, 0, open_at_the_fd_limit, &u), 0);
+	for (int i = 0; i < 2; i++) {
+		close(u.sv[i][0]);
+		close(u.sv[i][1]);
+	}
+	t_destroy(rt);
+	assert_int_equal(u.used_starved, 0);
+	assert_int_equal(u.used_later, 1);
+}
+
 /* ---- the probe at the first stream, not at create ------------------------------ */
 
 static int64_t seven(cbcmn_cx *cx, void *arg)
@@ -432,6 +499,7 @@ int main(void)
 		T_WATCHED_TEST(test_descriptors_and_slots_reused),
 		T_WATCHED_TEST(test_more_streams_than_the_table_holds),
 		T_WATCHED_TEST(test_regression_create_without_socketpair),
+		T_WATCHED_TEST(test_regression_probe_out_of_descriptors_asks_again),
 		T_WATCHED_TEST(test_thread_death_with_a_stream_in_the_table),
 	};
 	if (getenv("T_FILTER"))
