@@ -255,9 +255,10 @@ _Atomic int cbcmn__fixed_prompt;
  * program that uses no socket may forbid them (a seccomp filter that
  * kills on socketpair, as systemd's SystemCallFilter=~@network-io: create
  * killed such a program: test_regression_create_without_socketpair).  On
- * a small plain ring of its own (since 5.12 a ring's memory is charged to
- * the memory cgroup, not RLIMIT_MEMLOCK: no executor's ring is crowded
- * out).  Two first streams at once may both ask: same answer. */
+ * a small plain ring of its own, 2 entries (its memory comes back some ms
+ * after it is closed, as the create's throwaway ring's: an executor's
+ * ring made meanwhile retries, ring_init_fit()).  Two first streams at
+ * once may both ask: same answer. */
 bool cbcmn__fixed_drop_is_prompt(void)
 {
 	int known = atomic_load_explicit(&cbcmn__fixed_prompt, memory_order_relaxed);

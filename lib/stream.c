@@ -268,8 +268,9 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
  * and fput(), about 1 % of an echo server's CPU).  Two io_uring_register
  * calls a stream (its open and its free) pay for that.  Only where a slot
  * dropped lets its file go at once (ring.c, cbcmn__fixed_drop_is_prompt():
- * 6.13 on, asked at the first stream), else a closed stream's socket could stay open beside an older
- * stream's recv; never on the epoll backend.  The watch and the peek use
+ * 6.13 on, asked at the first stream), else a closed stream's socket
+ * could stay open beside an older stream's recv; never on the epoll
+ * backend.  The watch and the peek use
  * the descriptor: rare, and a table full (FIXED_SLOTS, or RLIMIT_NOFILE
  * when lower) leaves further streams on their descriptors.  The slot holds
  * the file as a request would: the program's close(2) of a stream's socket
