@@ -83,6 +83,8 @@
 /* How often, while tasks run, the host's runnable threads are counted
  * (host_load()). */
 #define MON_LOAD_NS 10000000ull
+/* ... and averaged over this span (cbcmn__host_run_avg()). */
+#define MON_LOAD_SPAN_NS 80000000ull
 
 /* rt->mon_word: what the monitor does (a futex word). */
 enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2 };
@@ -382,21 +384,28 @@ int cbcmn__loadavg_runnable(const char *s)
 	return end != s && *end == '/' && r >= 0 && r < (1L << 30) ? (int)r : -1;
 }
 
+double cbcmn__host_run_avg(double avg, int run, uint64_t dt_ns)
+{
+	double w = dt_ns >= MON_LOAD_SPAN_NS ? 1.0 : (double)dt_ns / MON_LOAD_SPAN_NS;
+	return avg + ((double)run - avg) * w;
+}
+
 /* Does the host have more runnable threads than CPUs?  (Asked only for
  * a runtime with the default spin_ns.)  Then an idle
  * executor's spin takes a CPU that other threads want (a server's
  * clients on a loaded host: the fifteenth session measured 1.5 % of the
- * echo server's CPU and 6 % of its requests), while a park costs little
- * there (the CPU does not halt: the wake-up is a context switch, not the
- * tens of us a halted vCPU takes).  So no searcher spins while the count
+ * echo server's CPU and 6 % of its requests), while a park costs less
+ * there (the CPU does not halt, though the woken thread waits for a CPU
+ * behind the others: the short turns stay, sched.c).  So no searcher
+ * spins long while the count
  * (the kernel's instant figure, less the monitor reading it, averaged
- * over the last eight reads, 80 ms) exceeds the host's CPUs by half a
+ * over the last 80 ms: cbcmn__host_run_avg()) exceeds the host's CPUs by half a
  * thread, until it is back to the CPUs or below.  Our own executors count
  * too: busy or spinning they are runnable, as the host sees them; an echo
  * server and its client on 2 CPUs read 2, a spinning pair 2.  Where
  * /proc/loadavg cannot be read, spinning stays as it was (cfg.spin_ns,
  * spin_max).  A pread a 10 ms, no descriptor opened while running. */
-static void host_load(struct cbcmn__monitor *m)
+static void host_load(struct cbcmn__monitor *m, uint64_t dt_ns)
 {
 	char buf[128];
 	ssize_t n = pread(m->loadavg_fd, buf, sizeof(buf) - 1, 0);
@@ -406,7 +415,7 @@ static void host_load(struct cbcmn__monitor *m)
 	int r = cbcmn__loadavg_runnable(buf);
 	if (r < 1)
 		return;
-	m->host_run += ((double)(r - 1) - m->host_run) / 8;
+	m->host_run = cbcmn__host_run_avg(m->host_run, r - 1, dt_ns);
 	struct cbcmn_runtime *rt = m->rt;
 	bool busy = atomic_load_explicit(&rt->host_busy, memory_order_relaxed);
 	if (!busy && m->host_run > m->host_cpus + 0.5)
@@ -431,7 +440,7 @@ static void *mon_main(void *arg)
 			m->spin_max_at = now;
 		}
 		if (m->loadavg_fd >= 0 && now - m->load_at >= MON_LOAD_NS) {
-			host_load(m);
+			host_load(m, now - m->load_at);
 			m->load_at = now;
 		}
 		if (r.quiet) {

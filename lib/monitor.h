@@ -39,6 +39,14 @@ static inline bool cbcmn__exec_stalled(const struct cbcmn__exec *x)
  * "R/T"), or -1 if s is not such a text.  (monitor.c; tests.) */
 int cbcmn__loadavg_runnable(const char *s);
 
+/* The host's runnable threads averaged over the last 80 ms, from the
+ * average avg before and a reading of run taken dt_ns after the one
+ * before it.  Weighed by time, not by reading: the monitor reads only
+ * while tasks run, and after a quiet spell one reading stands for the
+ * whole span, where the readings of a busy moment long past would keep
+ * the default spin off over the next bursts of work.  (monitor.c; tests.) */
+double cbcmn__host_run_avg(double avg, int run, uint64_t dt_ns);
+
 /* Wake-ups of rt's monitor so far (tests: a quiet runtime's monitor
  * sleeps).  0 without a monitor. */
 uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt);

@@ -213,12 +213,12 @@ static int ring_init_fit(struct io_uring *u, uint32_t entries, uint32_t flags,
  * of the last close in that close(2) (unix_release_sock()), so a read
  * without waiting says EOF (let go) or EAGAIN (still held).  Not with
  * SQPOLL, whose thread may issue the poll after the drop. */
-static bool fixed_drop_is_prompt(struct io_uring *u)
+static int fixed_drop_is_prompt_on(struct io_uring *u)
 {
 	int a[2], b[2];
-	bool prompt = false;
+	int prompt = -1; /* 1 let go, 0 held, -1 not asked (out of descriptors ...) */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a))
-		return false;
+		return -1;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b))
 		goto out_a;
 	int fds[2] = {a[0], b[0]}, none = -1;
@@ -234,7 +234,8 @@ static bool fixed_drop_is_prompt(struct io_uring *u)
 	close(b[0]);
 	b[0] = -1;
 	char c;
-	prompt = recv(b[1], &c, 1, MSG_DONTWAIT) == 0;
+	ssize_t n = recv(b[1], &c, 1, MSG_DONTWAIT);
+	prompt = n == 0 ? 1 : n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
 out_b:
 	if (b[0] >= 0)
 		close(b[0]);
@@ -243,6 +244,38 @@ out_a:
 	close(a[0]);
 	close(a[1]);
 	return prompt; /* the poll and the table go with the ring */
+}
+
+/* The kernel's answer, once a process: 0 not asked yet, 1 yes, 2 no.
+ * (Tests set it back to 0.) */
+_Atomic int cbcmn__fixed_prompt;
+
+/* Asked when a runtime's first stream opens (stream.c), not at create:
+ * the probe's socketpair(2) and ring are a stream's business, and a
+ * program that uses no socket may forbid them (a seccomp filter that
+ * kills on socketpair, as systemd's SystemCallFilter=~@network-io: create
+ * killed such a program: test_regression_create_without_socketpair).  On
+ * a small plain ring of its own, 2 entries (its memory comes back some ms
+ * after it is closed, as the create's throwaway ring's: an executor's
+ * ring made meanwhile retries, ring_init_fit()).  Two first streams at
+ * once may both ask: same answer. */
+bool cbcmn__fixed_drop_is_prompt(void)
+{
+	int known = atomic_load_explicit(&cbcmn__fixed_prompt, memory_order_relaxed);
+	if (known)
+		return known == 1;
+	struct io_uring u;
+	int prompt = -1;
+	if (io_uring_queue_init(2, &u, 0) == 0) {
+		prompt = fixed_drop_is_prompt_on(&u);
+		io_uring_queue_exit(&u);
+	}
+	/* Not asked (out of descriptors: a server at its limit, or memory):
+	 * no table this time, and asked again at the next stream, rather
+	 * than fixed files off for the process's life. */
+	if (prompt >= 0)
+		atomic_store_explicit(&cbcmn__fixed_prompt, prompt ? 1 : 2, memory_order_relaxed);
+	return prompt == 1;
 }
 
 /* What the kernel supports, once per runtime, on the creating thread: the
@@ -286,9 +319,9 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 		c->multishot_recv = io_uring_opcode_supported(pr, IORING_OP_SEND_ZC);
 		io_uring_free_probe(pr);
 	}
-	/* Last: it leaves a poll and a file table on the throwaway ring. */
-	c->fixed_files = c->multishot_recv && !(c->setup_flags & IORING_SETUP_SQPOLL) &&
-			 fixed_drop_is_prompt(&u);
+	/* Whether a dropped slot lets its file go at once is asked at the
+	 * first stream (cbcmn__fixed_drop_is_prompt()). */
+	c->fixed_files = c->multishot_recv && !(c->setup_flags & IORING_SETUP_SQPOLL);
 	io_uring_queue_exit(&u);
 	if (!c->ext_arg)
 		return -EOPNOTSUPP; /* timed waits need IORING_FEAT_EXT_ARG (5.11) */

@@ -36,7 +36,8 @@ struct cbcmn__ring_caps {
 	bool multishot_accept; /* 5.19 (with IORING_OP_SOCKET) */
 	bool multishot_recv;  /* 6.0 (with IORING_OP_SEND_ZC), and buffer rings */
 	bool nodrop;          /* IORING_FEAT_NODROP */
-	bool fixed_files;     /* a fixed file the table drops is let go at once (stream.c) */
+	bool fixed_files;     /* streams may use fixed files: multishot recv, no SQPOLL; and
+			       * cbcmn__fixed_drop_is_prompt() (stream.c) */
 	uint32_t plan_entries; /* each ring's SQEs, sized for RLIMIT_MEMLOCK (ring.c) */
 };
 

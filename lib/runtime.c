@@ -101,6 +101,26 @@ static uint32_t affinity_cpus(void)
 	return n > 0 ? (uint32_t)n : 1;
 }
 
+/* May the executors of a runtime configured as c run on every online
+ * CPU?  Not under a mask of some (taskset, a cpuset), nor on CPUs the
+ * program listed (CBCMN_POLICY_CPUS) that leave some out.  The automatic
+ * placement pins each executor to a CPU of the whole mask: that is no
+ * confinement (other threads share those CPUs as the host's others). */
+static bool runs_on_every_cpu(const cbcmn_config *c)
+{
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	if ((long)affinity_cpus() < online)
+		return false;
+	if (c->policy != CBCMN_POLICY_CPUS)
+		return true;
+	cpu_set_t listed;
+	CPU_ZERO(&listed);
+	for (uint32_t i = 0; i < c->ncpus && i < c->workers; i++)
+		if (c->cpus[i] >= 0 && c->cpus[i] < CPU_SETSIZE)
+			CPU_SET(c->cpus[i], &listed);
+	return CPU_COUNT(&listed) >= online;
+}
+
 /* The defaults of SPEC-021's profiles (cbcmn.h, docs/BUDGETS.md). */
 static const cbcmn_budget service_root = {
 	CBCMN_SERVICE_ROOT_OPS, CBCMN_SERVICE_ROOT_MEMORY, CBCMN_SERVICE_ROOT_SPAWN,
@@ -547,8 +567,14 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->cg_limit = cbcmn__cgroup_cpu_limit(NULL); /* once: it opens files */
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
 	/* The default spin steps aside on a busy host (monitor.c,
-	 * host_load()); a spin_ns the program chose is kept as given. */
-	rt->spin_host_gate = !cfg || cfg->spin_ns == 0;
+	 * host_load()); a spin_ns the program chose is kept as given.  Only
+	 * where the process may run on every CPU: the host's runnable count
+	 * says whether the host's CPUs are wanted, not those of a program
+	 * confined to some of them (taskset, a cpuset), whose spin the load
+	 * of CPUs it cannot use would stop (a server on CPUs set apart from a
+	 * busy host's other work, by an affinity or by cfg.cpus:
+	 * test_regression_spin_gate_ignores_other_cpus). */
+	rt->spin_host_gate = (!cfg || cfg->spin_ns == 0) && runs_on_every_cpu(&c);
 	/* The spare starts and retires like an executor above min_workers,
 	 * but only the monitor starts it (wake.c, monitor.c). */
 	rt->dynamic = c.min_workers < nx;

@@ -858,6 +858,10 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 
 /* ring.c */
 int cbcmn__ring_probe(struct cbcmn_runtime *rt);
+/* Does the kernel let a fixed file the table drops go at once?  Asked
+ * once a process, at the first stream (stream.c). */
+bool cbcmn__fixed_drop_is_prompt(void);
+extern _Atomic int cbcmn__fixed_prompt; /* its answer: 0 not asked, 1 yes, 2 no */
 int cbcmn__ring_efd(struct cbcmn__exec *e);
 int cbcmn__ring_create(struct cbcmn__exec *e);
 int cbcmn__ring_error(int rc);
@@ -938,6 +942,9 @@ void cbcmn__io_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes
 /* stream.c */
 void cbcmn__mshot_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags);
 void cbcmn__bufring_fini(struct cbcmn__exec *e);
+/* Do rt's streams put their sockets in fixed-file tables?  (The first
+ * call may probe the kernel: cbcmn__fixed_drop_is_prompt().) */
+bool cbcmn__fixed_files(const struct cbcmn_runtime *rt);
 void cbcmn__bufring_retire(struct cbcmn__exec *e);
 void cbcmn__mshot_orphan_all(struct cbcmn__exec *e, const struct io_uring_cqe *cqes, unsigned n);
 /* stream.c: an accept(2) error (negative) that passes (out of descriptors

@@ -2047,11 +2047,16 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		 * just found work gives its place back only after it leaves
 		 * search(), and the executor whose task it woke, searching
 		 * meanwhile, would park at once and pay a doorbell (tens of
-		 * us) on the next hand-over of a ping-pong. */
+		 * us) on the next hand-over of a ping-pong.  On a busy host
+		 * (rt->host_busy) only those turns: the spin the gate saves is
+		 * the long one that ends in a park anyway, while without the
+		 * turns every hand-over waits for a parked thread to get a CPU
+		 * behind the host's others (cbcmn-bench steal, docs/BENCHMARKS.md). */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
 		    (wait == 0 || pause < wait) &&
-		    !atomic_load_explicit(&rt->host_busy, memory_order_relaxed) &&
-		    (*spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
+		    (atomic_load_explicit(&rt->host_busy, memory_order_relaxed)
+			     ? pause < SPIN_PAUSE_MAX_NS
+			     : *spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)
 				pause *= 2;

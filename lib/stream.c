@@ -267,9 +267,10 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
  * kernel then takes no file reference per request (io_file_get_normal()
  * and fput(), about 1 % of an echo server's CPU).  Two io_uring_register
  * calls a stream (its open and its free) pay for that.  Only where a slot
- * dropped lets its file go at once (ring.c, fixed_drop_is_prompt(): 6.13
- * on), else a closed stream's socket could stay open beside an older
- * stream's recv; never on the epoll backend.  The watch and the peek use
+ * dropped lets its file go at once (ring.c, cbcmn__fixed_drop_is_prompt():
+ * 6.13 on, asked at the first stream), else a closed stream's socket
+ * could stay open beside an older stream's recv; never on the epoll
+ * backend.  The watch and the peek use
  * the descriptor: rare, and a table full (FIXED_SLOTS, or RLIMIT_NOFILE
  * when lower) leaves further streams on their descriptors.  The slot holds
  * the file as a request would: the program's close(2) of a stream's socket
@@ -277,6 +278,11 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
  * before (its recv held the file). */
 
 #define FIXED_SLOTS 1024u /* 8 bytes of kernel memory each (its node pointer) */
+
+bool cbcmn__fixed_files(const struct cbcmn_runtime *rt)
+{
+	return rt->ring_caps.fixed_files && cbcmn__fixed_drop_is_prompt();
+}
 
 /* e's table, registered sparse on first use: 0, or why not. */
 static int fixed_table(struct cbcmn__exec *e)
@@ -305,7 +311,7 @@ static int fixed_table(struct cbcmn__exec *e)
 /* A slot of e's table holding fd, or -1: m then uses fd itself. */
 static int32_t fixed_get(struct cbcmn__exec *e, int fd)
 {
-	if (!e->rt->ring_caps.fixed_files || fixed_table(e) != 0 || !e->ring.fslots_free)
+	if (!cbcmn__fixed_files(e->rt) || fixed_table(e) != 0 || !e->ring.fslots_free)
 		return -1;
 	struct cbcmn__ring *r = &e->ring;
 	uint32_t slot = r->fslots[r->fslots_free - 1];

@@ -262,6 +262,17 @@ static int64_t start_exec1(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
+/* The first two CPUs of set in c; the test is skipped with fewer. */
+static void first_two_cpus(const cpu_set_t *set, int c[2])
+{
+	int k = 0;
+	for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
+		if (CPU_ISSET(i, set))
+			c[k++] = i;
+	if (k < 2)
+		T_SKIP("one CPU in this thread's mask");
+}
+
 static struct cbcmn_runtime *pinned_rt(uint32_t workers, uint32_t min, const int *cpus)
 {
 	cbcmn_config cfg;
@@ -280,12 +291,8 @@ static void test_regression_spin_bound_counts_the_executors_cpus(void **state)
 	(void)state;
 	cpu_set_t set;
 	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
-	int c[2], k = 0;
-	for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
-		if (CPU_ISSET(i, &set))
-			c[k++] = i;
-	if (k < 2)
-		T_SKIP("one CPU in this thread's mask");
+	int c[2];
+	first_two_cpus(&set, c);
 	/* One executor on one CPU: one, whatever the creator's mask says. */
 	struct cbcmn_runtime *r = pinned_rt(1, 1, c);
 	assert_int_equal(atomic_load(&r->spin_cpus), 1);
@@ -359,6 +366,25 @@ static void test_loadavg_runnable_is_parsed(void **state)
 	assert_int_equal(cbcmn__loadavg_runnable(""), -1);
 }
 
+/* The host's average is over time, not over readings: the monitor reads
+ * only while tasks run, so a runtime woken once a second by a request
+ * read once a burst, and the eight readings of a busy moment long past
+ * (the old average, an eighth a reading) kept the spin off for the next
+ * dozen bursts on a host long quiet.  A reading after a quiet second
+ * stands alone; readings 10 ms apart still weigh an eighth each. */
+static void test_regression_host_load_forgets_a_busy_moment(void **state)
+{
+	(void)state;
+	double avg = 0;
+	for (int i = 0; i < 16; i++)
+		avg = cbcmn__host_run_avg(avg, 9, 10000000ull);
+	assert_true(avg > 7.5); /* 9 less 9 (7/8)^16 */
+	avg = cbcmn__host_run_avg(avg, 1, 1000000000ull);
+	assert_true(avg > 0.99 && avg < 1.01);
+	avg = cbcmn__host_run_avg(0, 8, 10000000ull);
+	assert_true(avg > 0.99 && avg < 1.01);
+}
+
 struct busy {
 	_Atomic bool stop;
 };
@@ -380,6 +406,15 @@ static int64_t long_spin(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* May this process run on every online CPU?  Else (taskset, a cpuset)
+ * the gate is off (runtime.c, runs_on_every_cpu()). */
+static bool mask_is_the_hosts(void)
+{
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	return CPU_COUNT(&set) >= sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 /* With more runnable threads than CPUs on the host, the default spin
  * stops (monitor.c, host_load()): an idle executor that would spin 30 s
  * parks as soon as the monitor has counted the hogs.  Before, it spun
@@ -387,6 +422,8 @@ static int64_t long_spin(cbcmn_cx *cx, void *arg)
 static void test_default_spin_stops_on_a_busy_host(void **state)
 {
 	(void)state;
+	if (!mask_is_the_hosts())
+		T_SKIP("confined to some CPUs: no spin gate");
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int nhogs = (int)(cpus > 0 ? cpus : 1) + 3;
 	if (nhogs > 64)
@@ -411,6 +448,81 @@ static void test_default_spin_stops_on_a_busy_host(void **state)
 	assert_int_equal(searching, 0);
 }
 
+struct pinned_busy {
+	struct busy *b;
+	int cpu;
+};
+
+static void *busy_pinned(void *arg)
+{
+	const struct pinned_busy *p = arg;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(p->cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		return NULL;
+	return busy_loop(p->b);
+}
+
+/* Does a runtime with the default spin and one executor on CPU c[0]
+ * (under a mask of that CPU, or placed there by cfg.cpus) stop spinning
+ * while three hogs pinned to CPU c[1] keep the host busy?  Its executor
+ * was made to spin 30 s; the answer is read after ample time for the
+ * monitor's average (80 ms) to pass CPUs + 0.5. */
+static bool gated_by_other_cpus(const int c[2], bool by_mask)
+{
+	cpu_set_t set, one;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	CPU_ZERO(&one);
+	CPU_SET(c[0], &one);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = cfg.min_workers = 1;
+	if (by_mask) {
+		assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	} else {
+		cfg.policy = CBCMN_POLICY_CPUS;
+		cfg.cpus = c;
+		cfg.ncpus = 1;
+	}
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg); /* its threads inherit the mask */
+	assert_int_equal(sched_setaffinity(0, sizeof(set), &set), 0);
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	assert_int_equal(t_run_pinned(rt, 0, long_spin, NULL), 0);
+	struct busy b = {.stop = false};
+	struct pinned_busy pb = {&b, c[1]};
+	pthread_t hog[3];
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&hog[i], NULL, busy_pinned, &pb), 0);
+	uint64_t end = t_now_ns() + 500000000ull;
+	while (!atomic_load(&r->host_busy) && t_now_ns() < end)
+		usleep(10000);
+	bool busy = atomic_load(&r->host_busy);
+	uint32_t searching = in_state(rt, CBCMN_EXEC_SEARCHING);
+	atomic_store(&b.stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(hog[i], NULL);
+	t_destroy(rt);
+	return busy || searching != 1;
+}
+
+/* The host's count says whether the host's CPUs are wanted, not those of
+ * a runtime confined to some of them (a server on CPUs set apart from a
+ * busy host's other work): nothing else can take its executor's CPU, so
+ * its default spin goes on, whether an affinity (taskset, a cpuset) or
+ * cfg.cpus put it there.  Before the fix the monitor counted the hogs on
+ * the other CPU against the host's CPUs and stopped the spin. */
+static void test_regression_spin_gate_ignores_other_cpus(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	int c[2];
+	first_two_cpus(&set, c);
+	assert_false(gated_by_other_cpus(c, true));
+	assert_false(gated_by_other_cpus(c, false));
+}
+
 /* A spin_ns the program chose is kept whatever the host's load: the gate
  * is never set (the monitor does not read the load). */
 static void test_chosen_spin_ignores_the_host(void **state)
@@ -420,7 +532,7 @@ static void test_chosen_spin_ignores_the_host(void **state)
 	assert_false(((struct cbcmn_runtime *)rt)->spin_host_gate);
 	t_destroy(rt);
 	rt = mk_rt(1, 0);
-	assert_true(((struct cbcmn_runtime *)rt)->spin_host_gate);
+	assert_int_equal(((struct cbcmn_runtime *)rt)->spin_host_gate, mask_is_the_hosts());
 	t_destroy(rt);
 }
 
@@ -435,8 +547,10 @@ int main(void)
 		SPIN_TEST(test_regression_spin_bound_counts_the_executors_cpus),
 		SPIN_TEST(test_regression_spin_bound_leaves_the_spare_out),
 		cmocka_unit_test(test_loadavg_runnable_is_parsed),
+		cmocka_unit_test(test_regression_host_load_forgets_a_busy_moment),
 		SPIN_TEST(test_default_spin_stops_on_a_busy_host),
 		cmocka_unit_test(test_chosen_spin_ignores_the_host),
+		SPIN_TEST(test_regression_spin_gate_ignores_other_cpus),
 	};
 	return cmocka_run_group_tests_name("sched_spin", tests, NULL, NULL);
 }

@@ -7,7 +7,13 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include "helpers.h"
 #include "../lib/runtime.h"
@@ -21,7 +27,7 @@ static uint32_t slots_used(cbcmn_cx *cx)
 
 static bool fixed(cbcmn_cx *cx)
 {
-	return ((struct cbcmn_task *)cx)->rt->ring_caps.fixed_files;
+	return cbcmn__fixed_files(((struct cbcmn_task *)cx)->rt);
 }
 
 /* One byte sent by the peer comes back from the stream, and is byte. */
@@ -51,11 +57,17 @@ static int64_t close_younger(cbcmn_cx *cx, void *arg)
 	int rc = cbcmn_stream_open(cx, w->a[0], &sa);
 	if (rc)
 		return rc;
-	/* a's recv stays armed (its peer sends nothing): it holds whatever
-	 * the kernel makes a fixed-file request hold. */
+	/* a's multishot recv armed by a first recv, and left armed (its
+	 * peer sends nothing more): it holds whatever the kernel makes a
+	 * fixed-file request hold.  (A stream's recv is armed by its first
+	 * cbcmn_stream_recv(), not by its open: without this one nothing of
+	 * a's was in the kernel, and the test checked no older request.) */
+	int64_t r = one_byte(cx, sa, w->a[1], 'a');
+	if (r)
+		return r;
 	if ((rc = cbcmn_stream_open(cx, w->b[0], &sb)) != 0)
 		return rc;
-	int64_t r = one_byte(cx, sb, w->b[1], 'b');
+	r = one_byte(cx, sb, w->b[1], 'b');
 	if (r)
 		return r;
 	w->fixed = fixed(cx);
@@ -367,6 +379,118 @@ static void test_thread_death_with_a_stream_in_the_table(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a probe that could not ask is asked again ------------------------------------ */
+
+struct unasked {
+	int sv[2][2];
+	uint32_t used_starved, used_later;
+};
+
+static int64_t open_at_the_fd_limit(cbcmn_cx *cx, void *arg)
+{
+	struct unasked *u = arg;
+	struct rlimit rl, low;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return -errno;
+	int lowest = dup(0); /* the number the next descriptor would take */
+	if (lowest < 0)
+		return -errno;
+	close(lowest);
+	low = (struct rlimit){(rlim_t)lowest, rl.rlim_max};
+	atomic_store(&cbcmn__fixed_prompt, 0); /* not asked yet */
+	cbcmn_stream *s0, *s1;
+	if (setrlimit(RLIMIT_NOFILE, &low))
+		return -errno;
+	int rc = cbcmn_stream_open(cx, u->sv[0][0], &s0); /* the probe finds no descriptor */
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		return -errno;
+	if (rc)
+		return rc;
+	u->used_starved = slots_used(cx);
+	if ((rc = cbcmn_stream_open(cx, u->sv[1][0], &s1)) != 0)
+		return rc;
+	u->used_later = slots_used(cx);
+	int64_t r = one_byte(cx, s0, u->sv[0][1], '0');
+	if (!r)
+		r = one_byte(cx, s1, u->sv[1][1], '1');
+	rc = cbcmn_stream_close(cx, s0);
+	int rc1 = cbcmn_stream_close(cx, s1);
+	return r ? r : rc ? rc : rc1;
+}
+
+/* The first stream of a server at its descriptor limit: the probe cannot
+ * open its sockets, so that stream goes without a slot; the next stream,
+ * with descriptors to spare, asks again and gets one.  Before, the failed
+ * probe counted as "no", and fixed files were off for the process's
+ * life. */
+static void test_regression_probe_out_of_descriptors_asks_again(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("the fixed-file probe");
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	if (!cbcmn__fixed_files((struct cbcmn_runtime *)rt)) {
+		t_destroy(rt);
+		T_SKIP("this kernel's table keeps dropped files: no fixed files");
+	}
+	struct unasked u = {0};
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv[i]), 0);
+	assert_int_equal(t_run_pinned(rt, 0, open_at_the_fd_limit, &u), 0);
+	for (int i = 0; i < 2; i++) {
+		close(u.sv[i][0]);
+		close(u.sv[i][1]);
+	}
+	t_destroy(rt);
+	assert_int_equal(u.used_starved, 0);
+	assert_int_equal(u.used_later, 1);
+}
+
+/* ---- the probe at the first stream, not at create ------------------------------ */
+
+static int64_t seven(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 7;
+}
+
+/* A program whose seccomp filter kills socketpair(2) (systemd's
+ * SystemCallFilter=~@network-io: a service that uses no socket) creates a
+ * runtime and runs a task.  The probe of fixed files (two socketpairs)
+ * ran in cbcmn_runtime_create(), and the filter killed the program there
+ * (SIGSYS); it now runs at the first stream.  In a child: the filter is
+ * for good. */
+static void test_regression_create_without_socketpair(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sock_filter f[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+			_exit(2);
+		cbcmn_runtime *rt;
+		int64_t r = 0;
+		if (cbcmn_runtime_create(NULL, &rt) || cbcmn_runtime_run(rt, seven, NULL, &r))
+			_exit(3);
+		cbcmn_runtime_destroy(rt);
+		_exit(r == 7 ? 0 : 4);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		fail_msg("the runtime's creator was killed by signal %d", WTERMSIG(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -374,6 +498,8 @@ int main(void)
 		T_WATCHED_TEST(test_socket_closed_while_the_recv_waits),
 		T_WATCHED_TEST(test_descriptors_and_slots_reused),
 		T_WATCHED_TEST(test_more_streams_than_the_table_holds),
+		T_WATCHED_TEST(test_regression_create_without_socketpair),
+		T_WATCHED_TEST(test_regression_probe_out_of_descriptors_asks_again),
 		T_WATCHED_TEST(test_thread_death_with_a_stream_in_the_table),
 	};
 	if (getenv("T_FILTER"))

@@ -313,9 +313,10 @@ typedef struct cbcmn_config {
 	uint32_t sqpoll_idle_ms;
 	/* How long an executor that found nothing spins, looking for work,
 	 * before it parks in its ring (a wake-up of a parked CPU costs tens of
-	 * us here).  0: 50 us, and none while the host has more runnable
-	 * threads than CPUs (a park is cheap there, and the spin takes a CPU
-	 * others want: docs/SCHEDULER.md); CBCMN_SPIN_NONE: park at once;
+	 * us here).  0: 50 us, and only its first few us while the host has
+	 * more runnable threads than CPUs (the spin takes a CPU others want:
+	 * docs/SCHEDULER.md), unless the runtime is confined to some of the
+	 * host's CPUs (an affinity, cpus); CBCMN_SPIN_NONE: park at once;
 	 * another value is kept whatever the host's load.  At most half
 	 * the CPUs the runtime can use (its affinity mask under the cgroup's
 	 * CPU limit; at least one) spin at a time: the other executors park
