@@ -1,7 +1,7 @@
 /* test_actor_stats: the per-executor actor statistics the tools show
  * (cbcmn-top's actor columns): supervisor restarts counted per executor,
  * mailbox back-pressure where the sender runs, the mailbox depth histogram
- * of the receives. */
+ * of the receives, and the gauges' two shares adding up. */
 #include "helpers.h"
 
 #include <errno.h>
@@ -341,6 +341,133 @@ static void test_hist_quantile_of_a_corrupt_histogram_does_not_wrap(void **state
 	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99), 3);
 }
 
+/* ---- the gauges' two shares (statseg.h): counted in by one thread, out by
+ * another ---- */
+
+#define G_RECV 3
+#define G_MSGS 3000 /* per sender and receiver */
+#define G_QUIT 2
+
+struct gshare {
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref recv[G_RECV];
+	_Atomic int taken;
+	cbcmn_executor_stats at[2], after[2];
+	bool settled;
+};
+
+/* Takes messages until told to quit. */
+static int64_t takes_messages(cbcmn_cx *cx, void *arg)
+{
+	struct gshare *g = arg;
+	for (;;) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		if (m.type == G_QUIT)
+			return 0;
+		atomic_fetch_add(&g->taken, 1);
+	}
+}
+
+static void g_send_all(struct gshare *g, cbcmn_runtime *rt, cbcmn_cx *cx)
+{
+	for (uint64_t i = 0; i < G_MSGS; i++)
+		for (int r = 0; r < G_RECV; r++) {
+			cbcmn_actor_msg m = {.type = 1, .body.u64 = {i}};
+			TASK_CHECK(cbcmn_actor_send(rt, cx, g->recv[r], &m) == 0);
+		}
+}
+
+static void *g_thread(void *arg)
+{
+	struct gshare *g = arg;
+	g_send_all(g, g->rt, NULL);
+	return NULL;
+}
+
+static int64_t g_task(cbcmn_cx *cx, void *arg)
+{
+	g_send_all(arg, NULL, cx);
+	return 0;
+}
+
+static bool g_match(const cbcmn_executor_stats *e)
+{
+	return e[1].actors == G_RECV && e[1].actors_receiving == G_RECV &&
+	       e[1].actors_waiting == G_RECV && e[1].mailbox_depth == 0 &&
+	       e[1].actors_running == 0 && e[0].actors_receiving == 0 && e[0].mailbox_depth == 0;
+}
+
+static int64_t gshare_root(cbcmn_cx *cx, void *arg)
+{
+	struct gshare *g = arg;
+	cbcmn_nursery *n, *s;
+	TASK_CHECK(cbcmn_nursery_open(g->rt, cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_open(g->rt, cx, &s) == 0);
+	/* Mailboxes of one: the senders wait, and both sides hand over. */
+	cbcmn_actor_opts on1 = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_opts on0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	for (int r = 0; r < G_RECV; r++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, takes_messages, g, &on1, &g->recv[r]) == 0);
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, g_thread, g) == 0);
+	cbcmn_actor_ref sender;
+	TASK_CHECK(cbcmn_actor_spawn(cx, s, g_task, g, &on0, &sender) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, s) == 0);
+	TASK_CHECK(pthread_join(th, NULL) == 0);
+	/* Every message taken, every receiver back in its receive: no
+	 * deadline on speed, the watchdog ends a hang. */
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(cbcmn_stats_snapshot(g->rt, &(cbcmn_stats){0}, g->at, 2) == 0);
+		g->settled = atomic_load(&g->taken) == 2 * G_RECV * G_MSGS && g_match(g->at);
+	} while (!g->settled && t_now_ns() - t0 < T_STALL_NS);
+	for (int r = 0; r < G_RECV; r++) {
+		cbcmn_actor_msg q = {.type = G_QUIT};
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, g->recv[r], &q) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(cbcmn_stats_snapshot(g->rt, &(cbcmn_stats){0}, g->after, 2) == 0);
+	} while (g->after[1].actors && t_now_ns() - t0 < T_STALL_NS);
+	return 0;
+}
+
+/* Receivers on executor 1 count themselves into its own share as they wait
+ * (and back out when they take a queued message); a plain thread and a task
+ * on executor 0 claim their waits and wake them, counting them out of its
+ * shared share, thousands of times: the gauges are the sum, exact once
+ * everything is still, and nothing is lost between the two writers. */
+static void test_gauges_counted_in_and_out_by_other_threads_add_up(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct gshare g = {.rt = rt};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, gshare_root, &g, &res), 0);
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	print_message("executor 1: actors %llu waiting %llu receiving %llu mailbox %llu\n",
+		      (unsigned long long)g.at[1].actors,
+		      (unsigned long long)g.at[1].actors_waiting,
+		      (unsigned long long)g.at[1].actors_receiving,
+		      (unsigned long long)g.at[1].mailbox_depth);
+	assert_int_equal(atomic_load(&g.taken), 2 * G_RECV * G_MSGS);
+	assert_true(g.settled);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(g.after[i].actors, 0);
+		assert_int_equal(g.after[i].actors_waiting, 0);
+		assert_int_equal(g.after[i].actors_receiving, 0);
+		assert_int_equal(g.after[i].mailbox_depth, 0);
+	}
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -349,6 +476,7 @@ int main(void)
 		T_WATCHED_TEST(test_backpressure_is_counted_where_the_sender_runs),
 		T_WATCHED_TEST(test_cancelled_waiting_sender_is_counted_once),
 		T_WATCHED_TEST(test_send_to_own_full_mailbox_is_backpressure),
+		T_WATCHED_TEST(test_gauges_counted_in_and_out_by_other_threads_add_up),
 		cmocka_unit_test(test_hist_quantile_bounds),
 		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};
