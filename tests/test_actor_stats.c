@@ -113,6 +113,19 @@ static int64_t fill_root(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_msg m = {.type = 1};
 	for (int i = 0; i < DEPTH; i++)
 		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->ref, &m) == 0);
+	/* Sent from another executor than the actor's, they went over the
+	 * lanes: all in the mailbox before its first receive, which would
+	 * find none still in a lane (timeout 0) and stop (seen once under
+	 * TSan: got 0).  No deadline on speed: the watchdog ends a hang. */
+	cbcmn_executor_stats per[2];
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_stats st;
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 2) == 0);
+		if (per[0].mailbox_depth + per[1].mailbox_depth == DEPTH)
+			break;
+		cbcmn_yield(cx);
+	} while (t_now_ns() - t0 < T_STALL_NS);
 	atomic_store(&b->go, 1);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	return 0;
