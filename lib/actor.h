@@ -120,7 +120,10 @@ struct cbcmn__actor {
 	 * except by those reservations. */
 	_Atomic uint64_t lanes;
 	struct cbcmn__waitq sendq;                /* senders waiting for room */
-	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
+	/* The actor, waiting for a message.  Written under the lock; atomic
+	 * (relaxed) only so that a sender may read it without the lock to
+	 * prefetch the wait it will claim (actor_mbox.c, lane_route()). */
+	_Atomic(struct cbcmn__mb_wait *) receiver;
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
