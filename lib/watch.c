@@ -165,13 +165,24 @@ static uint64_t gauge(const _Atomic int64_t *g)
 }
 
 /* An actor gauge: its shared share plus the executor's own (statseg.h).
- * Two loads, not one instant: a reader may see one side of a move and not
- * the other, as it could see an actor leave one gauge before it enters
- * the next. */
+ * The own share is read between two reads of the shared one that agree,
+ * so the sum is the gauge at one instant (short of a move out and back in
+ * on the shared share between them): read far apart (a reader
+ * preempted between them), the two shares counted the moves of that while
+ * once in and not out, and one actor showed as two receiving.  A few
+ * tries (the shares may move at every hop), then the last sum.  Acquire:
+ * the three loads in their order. */
 static uint64_t agauge(const _Atomic int64_t *shared, const _Atomic int64_t *own)
 {
-	int64_t v = atomic_load_explicit(shared, memory_order_relaxed) +
-		    atomic_load_explicit(own, memory_order_relaxed);
+	int64_t s = atomic_load_explicit(shared, memory_order_acquire), o;
+	for (int tries = 0;; tries++) {
+		o = atomic_load_explicit(own, memory_order_acquire);
+		int64_t again = atomic_load_explicit(shared, memory_order_acquire);
+		if (again == s || tries == 3)
+			break;
+		s = again;
+	}
+	int64_t v = s + o;
 	return v > 0 ? (uint64_t)v : 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "cbcmn_actor.h"
@@ -483,6 +484,126 @@ static void test_gauges_counted_in_and_out_by_other_threads_add_up(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a gauge is one instant: read while its two shares move ---- */
+
+#define I_READ_NS 2000000000ull /* the readers' time (stress, bounded) */
+#define I_READERS 4
+#define I_QUIT 2
+
+struct instant {
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref ref;
+	_Atomic int ready, stop;
+	int64_t res;
+	uint64_t most[I_READERS][3]; /* receiving, waiting, actors: the most seen */
+	uint64_t reads[I_READERS];
+};
+
+static int64_t i_receiver(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type != I_QUIT)
+		;
+	return rc;
+}
+
+static int64_t instant_root(cbcmn_cx *cx, void *arg)
+{
+	struct instant *g = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(g->rt, cx, &n) == 0);
+	cbcmn_actor_opts on1 = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, i_receiver, g, &on1, &g->ref) == 0);
+	atomic_store(&g->ready, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void *i_run(void *arg)
+{
+	struct instant *g = arg;
+	if (cbcmn_runtime_run(g->rt, instant_root, g, &g->res) != 0)
+		g->res = -1;
+	atomic_store(&g->ready, 1); /* a failed run: nobody waits for it */
+	return NULL;
+}
+
+/* A plain thread: its claims of the receiver's wait and its wakes count out
+ * on executor 1's shared share what the receiver counted in on its own. */
+static void *i_sender(void *arg)
+{
+	struct instant *g = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	while (!atomic_load(&g->stop))
+		if (cbcmn_actor_send(g->rt, NULL, g->ref, &m) != 0)
+			return NULL;
+	m.type = I_QUIT;
+	cbcmn_actor_send(g->rt, NULL, g->ref, &m);
+	return NULL;
+}
+
+struct i_reader {
+	struct instant *g;
+	int k;
+};
+
+static void *i_read(void *arg)
+{
+	struct i_reader *r = arg;
+	uint64_t *most = r->g->most[r->k], t0 = t_now_ns();
+	while (t_now_ns() - t0 < I_READ_NS) {
+		cbcmn_stats st;
+		cbcmn_executor_stats per[2];
+		if (cbcmn_stats_snapshot(r->g->rt, &st, per, 2) != 0)
+			continue;
+		r->g->reads[r->k]++;
+		uint64_t v[3] = {per[1].actors_receiving, per[1].actors_waiting, per[1].actors};
+		for (int i = 0; i < 3; i++)
+			if (v[i] > most[i])
+				most[i] = v[i];
+	}
+	return NULL;
+}
+
+/* One actor on executor 1 counts itself in on its own share each receive;
+ * a plain thread counts it out on the shared one each send.  Readers,
+ * preempted between the two shares, summed a share from before a hop with
+ * one from after it: 2 receiving or waiting of 1 actor.  Each read is one
+ * instant: never more than 1. */
+static void test_gauge_read_while_its_shares_move_is_one_instant(void **state)
+{
+	(void)state;
+	struct instant g = {.rt = t_runtime(2)};
+	pthread_t run, snd, rd[I_READERS];
+	struct i_reader r[I_READERS];
+	assert_int_equal(pthread_create(&run, NULL, i_run, &g), 0);
+	while (!atomic_load(&g.ready))
+		sched_yield();
+	assert_int_equal(pthread_create(&snd, NULL, i_sender, &g), 0);
+	for (int k = 0; k < I_READERS; k++) {
+		r[k] = (struct i_reader){&g, k};
+		assert_int_equal(pthread_create(&rd[k], NULL, i_read, &r[k]), 0);
+	}
+	for (int k = 0; k < I_READERS; k++)
+		assert_int_equal(pthread_join(rd[k], NULL), 0);
+	atomic_store(&g.stop, 1);
+	assert_int_equal(pthread_join(snd, NULL), 0);
+	assert_int_equal(pthread_join(run, NULL), 0);
+	assert_int_equal(g.res, 0);
+	ASSERT_TASK_CHECKS();
+	for (int k = 0; k < I_READERS; k++) {
+		print_message("reader %d: %llu reads, the most receiving %llu waiting %llu actors %llu\n",
+			      k, (unsigned long long)g.reads[k], (unsigned long long)g.most[k][0],
+			      (unsigned long long)g.most[k][1], (unsigned long long)g.most[k][2]);
+		assert_true(g.reads[k] > 0);
+		for (int i = 0; i < 3; i++)
+			assert_true(g.most[k][i] <= 1);
+	}
+	t_destroy(g.rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -492,6 +613,7 @@ int main(void)
 		T_WATCHED_TEST(test_cancelled_waiting_sender_is_counted_once),
 		T_WATCHED_TEST(test_send_to_own_full_mailbox_is_backpressure),
 		T_WATCHED_TEST(test_gauges_counted_in_and_out_by_other_threads_add_up),
+		T_WATCHED_TEST(test_gauge_read_while_its_shares_move_is_one_instant),
 		cmocka_unit_test(test_hist_quantile_bounds),
 		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};
