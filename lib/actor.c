@@ -465,7 +465,7 @@ static void halt_begin(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 	a->count = 0;
 	struct cbcmn__monitor *sys = a->sys_head;
 	a->sys_head = a->sys_tail = NULL;
-	a->receiver = NULL; /* it was the halting task itself: not waiting */
+	atomic_store_explicit(&a->receiver, NULL, memory_order_relaxed); /* it was the halting task itself: not waiting */
 	cbcmn__flock_unlock(&a->lock);
 	cbcmn__wakes_run(&wl, e);
 	while (sys) { /* DOWNs it will never receive */

@@ -120,7 +120,10 @@ struct cbcmn__actor {
 	 * except by those reservations. */
 	_Atomic uint64_t lanes;
 	struct cbcmn__waitq sendq;                /* senders waiting for room */
-	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
+	/* The actor, waiting for a message.  Written under the lock; atomic
+	 * (relaxed) only so that a sender may read it without the lock to
+	 * prefetch the wait it will claim (actor_mbox.c, lane_route()). */
+	_Atomic(struct cbcmn__mb_wait *) receiver;
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
@@ -219,10 +222,13 @@ struct cbcmn__actors {
 	_Atomic uint32_t lw_n;
 };
 
-/* Add n to gauge field of executor id's actor gauges (relaxed: statistics,
- * nothing is published through them). */
+/* Add n to gauge field of executor id's actor gauges: to its own share on
+ * its own thread, else to the shared one (cbcmn__agauge_add()). */
 #define CBCMN__AGAUGE(rt, id, field, n)                                                  \
-	atomic_fetch_add_explicit(&(rt)->exec[id]->ss->act.field, (n), memory_order_relaxed)
+	do {                                                                              \
+		struct cbcmn__exec *ag_e_ = (rt)->exec[id];                               \
+		cbcmn__agauge_add(ag_e_, &ag_e_->ss->act.field, &ag_e_->ss->act_own.field, (n)); \
+	} while (0)
 static inline uint32_t cbcmn__actor_home(const struct cbcmn__actor *a)
 {
 	return atomic_load_explicit(&a->home, memory_order_relaxed);

@@ -1007,9 +1007,21 @@ static inline void cbcmn__actor_ran(struct cbcmn__exec *e)
 {
 	atomic_store_explicit(&e->ss->act.running, 0, memory_order_relaxed);
 }
+/* Add n to an actor gauge of executor e (statseg.h): its own share, a load
+ * and a store, when e's own thread counts (its only writer), else the
+ * shared one with an atomic add.  Relaxed either way. */
+static inline void cbcmn__agauge_add(const struct cbcmn__exec *e, _Atomic int64_t *shared,
+				     _Atomic int64_t *own, int64_t n)
+{
+	if (e == cbcmn__tls_exec)
+		atomic_store_explicit(own, atomic_load_explicit(own, memory_order_relaxed) + n,
+				      memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(shared, n, memory_order_relaxed);
+}
 static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
 {
-	atomic_fetch_add_explicit(&e->ss->act.waiting, n, memory_order_relaxed);
+	cbcmn__agauge_add(e, &e->ss->act.waiting, &e->ss->act_own.waiting, n);
 }
 /* actor_sched.c: the actor wheel in sched.c's pick (docs/ACTORS.md
  * "Scheduling").  turn: e->wheel set; the wheel's next actor if it is the

@@ -39,8 +39,10 @@
  * the stall count and stall_task, in what was padding (zero in a
  * segment from before them).
  * 4: the mailbox figures (struct cbcmn__seg_mbox) at the end of a slot,
- * ext_backpressure at the end of the header. */
-#define CBCMN__SEG_VERSION 4u
+ * ext_backpressure at the end of the header.
+ * 5: the executor's own share of the actor gauges (struct
+ * cbcmn__seg_actors_own) at the end of a slot. */
+#define CBCMN__SEG_VERSION 5u
 /* What the runtime seals, and what a reader requires before it maps. */
 #define CBCMN__SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* Apart enough that the adjacent-line prefetcher does not pair a line the
@@ -63,11 +65,12 @@ struct cbcmn__counters {
 	_Atomic uint64_t stalls;
 };
 
-/* The actors homed on an executor (actor.c): gauges, each the current value,
- * changed with atomic adds by whichever thread moves an actor in or out of
- * a state (the executor itself, a sender, a waker), so on a line of their
- * own.  An actor's home is the executor it last began to run on (before it
- * first runs: where it was spawned from, or its shard if pinned). */
+/* The actors homed on an executor (actor.c): gauges, each the current value
+ * (the sum of its two shares here and in struct cbcmn__seg_actors_own),
+ * changed with atomic adds by any thread but the executor's own (a sender,
+ * a waker on another executor), so on a line of their own.  An actor's
+ * home is the executor it last began to run on (before it first runs:
+ * where it was spawned from, or its shard if pinned). */
 struct cbcmn__seg_actors {
 	_Atomic int64_t live;      /* live actors homed here */
 	_Atomic int64_t running;   /* 0 or 1: the executor runs an actor now */
@@ -95,6 +98,17 @@ struct cbcmn__seg_actors {
 	 * (actor_sup.c), written by the executor only; zero in a segment from
 	 * before it (the slot's padding). */
 	_Atomic uint64_t restarts;
+};
+
+/* The executor's own share of the actor gauges above (version 5), written
+ * by its own thread only (CBCMN__AGAUGE: a load and a store), so that the
+ * hop between two actors on one executor (a park, a receive's wait, its
+ * claim, a wake) takes no locked add: four of them a hop drained the
+ * store buffer each, the receiver's cold lines in it (docs/ACTORS.md,
+ * "The hop's fast path").  A share alone may be negative (one thread
+ * counts in what another counts out); the sum is the gauge. */
+struct cbcmn__seg_actors_own {
+	_Atomic int64_t live, waiting, receiving, halting, mailbox;
 };
 
 /* Mailbox figures an executor keeps (actor_mbox.c), written by the
@@ -151,6 +165,8 @@ struct cbcmn__seg_exec {
 	_Alignas(CBCMN__SEG_LINE) struct cbcmn__seg_actors act;
 	/* Mailboxes (version 4). */
 	_Alignas(CBCMN__SEG_LINE) struct cbcmn__seg_mbox mbox;
+	/* The actor gauges' own share (version 5). */
+	_Alignas(CBCMN__SEG_LINE) struct cbcmn__seg_actors_own act_own;
 };
 
 struct cbcmn__seg_hdr {

@@ -164,6 +164,28 @@ static uint64_t gauge(const _Atomic int64_t *g)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
+/* An actor gauge: its shared share plus the executor's own (statseg.h).
+ * The own share is read between two reads of the shared one that agree,
+ * so the sum is the gauge at one instant (short of a move out and back in
+ * on the shared share between them): read far apart (a reader
+ * preempted between them), the two shares counted the moves of that while
+ * once in and not out, and one actor showed as two receiving.  A few
+ * tries (the shares may move at every hop), then the last sum.  Acquire:
+ * the three loads in their order. */
+static uint64_t agauge(const _Atomic int64_t *shared, const _Atomic int64_t *own)
+{
+	int64_t s = atomic_load_explicit(shared, memory_order_acquire), o;
+	for (int tries = 0;; tries++) {
+		o = atomic_load_explicit(own, memory_order_acquire);
+		int64_t again = atomic_load_explicit(shared, memory_order_acquire);
+		if (again == s || tries == 3)
+			break;
+		s = again;
+	}
+	int64_t v = s + o;
+	return v > 0 ? (uint64_t)v : 0;
+}
+
 static uint64_t sat_add(uint64_t a, uint64_t b)
 {
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
@@ -197,8 +219,8 @@ uint64_t cbcmn_stats_hist_quantile(const uint64_t *hist, uint32_t nslots, uint32
 
 /* The actor gauges and mailbox figures of a slot; runnable is what no
  * other state holds. */
-static void actor_fill(const struct cbcmn__seg_actors *a, const struct cbcmn__seg_mbox *mb,
-		       cbcmn_executor_stats *e)
+static void actor_fill(const struct cbcmn__seg_actors *a, const struct cbcmn__seg_actors_own *o,
+		       const struct cbcmn__seg_mbox *mb, cbcmn_executor_stats *e)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -206,12 +228,12 @@ static void actor_fill(const struct cbcmn__seg_actors *a, const struct cbcmn__se
 		cbcmn__seg_actor_load(a, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
 	e->actor_migrations = atomic_load_explicit(&a->migrations, memory_order_relaxed);
 	e->actor_restarts = atomic_load_explicit(&a->restarts, memory_order_relaxed);
-	e->actors = gauge(&a->live);
+	e->actors = agauge(&a->live, &o->live);
 	e->actors_running = gauge(&a->running);
-	e->actors_waiting = gauge(&a->waiting);
-	e->actors_receiving = gauge(&a->receiving);
-	e->actors_halting = gauge(&a->halting);
-	e->mailbox_depth = gauge(&a->mailbox);
+	e->actors_waiting = agauge(&a->waiting, &o->waiting);
+	e->actors_receiving = agauge(&a->receiving, &o->receiving);
+	e->actors_halting = agauge(&a->halting, &o->halting);
+	e->mailbox_depth = agauge(&a->mailbox, &o->mailbox);
 	e->actor_backpressure = atomic_load_explicit(&mb->backpressure, memory_order_relaxed);
 	for (uint32_t k = 0; k < CBCMN_MAILBOX_HIST_SLOTS; k++)
 		e->mailbox_depth_hist[k] = atomic_load_explicit(&mb->depth_hist[k], memory_order_relaxed);
@@ -266,7 +288,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 			.node = x->node,
 			.stalled_task = atomic_load_explicit(&x->stall_task, memory_order_relaxed),
 		};
-		actor_fill(&x->act, &x->mbox, &e);
+		actor_fill(&x->act, &x->act_own, &x->mbox, &e);
 		spawned += e.spawns;
 		if (per && i < nper && i < out->executors)
 			per[i] = e;

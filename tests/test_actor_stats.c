@@ -1,11 +1,12 @@
 /* test_actor_stats: the per-executor actor statistics the tools show
  * (cbcmn-top's actor columns): supervisor restarts counted per executor,
  * mailbox back-pressure where the sender runs, the mailbox depth histogram
- * of the receives. */
+ * of the receives, and the gauges' two shares adding up. */
 #include "helpers.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "cbcmn_actor.h"
@@ -113,6 +114,19 @@ static int64_t fill_root(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_msg m = {.type = 1};
 	for (int i = 0; i < DEPTH; i++)
 		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->ref, &m) == 0);
+	/* Sent from another executor than the actor's, they went over the
+	 * lanes: all in the mailbox before its first receive, which would
+	 * find none still in a lane (timeout 0) and stop (seen once under
+	 * TSan: got 0).  No deadline on speed: the watchdog ends a hang. */
+	cbcmn_executor_stats per[2];
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_stats st;
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 2) == 0);
+		if (per[0].mailbox_depth + per[1].mailbox_depth == DEPTH)
+			break;
+		cbcmn_yield(cx);
+	} while (t_now_ns() - t0 < T_STALL_NS);
 	atomic_store(&b->go, 1);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	return 0;
@@ -341,6 +355,255 @@ static void test_hist_quantile_of_a_corrupt_histogram_does_not_wrap(void **state
 	assert_int_equal(cbcmn_stats_hist_quantile(h, CBCMN_MAILBOX_HIST_SLOTS, 99), 3);
 }
 
+/* ---- the gauges' two shares (statseg.h): counted in by one thread, out by
+ * another ---- */
+
+#define G_RECV 3
+#define G_MSGS 3000 /* per sender and receiver */
+#define G_QUIT 2
+
+struct gshare {
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref recv[G_RECV];
+	_Atomic int taken;
+	cbcmn_executor_stats at[2], after[2];
+	bool settled;
+	pthread_t th;
+};
+
+/* Takes messages until told to quit. */
+static int64_t takes_messages(cbcmn_cx *cx, void *arg)
+{
+	struct gshare *g = arg;
+	for (;;) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		if (m.type == G_QUIT)
+			return 0;
+		atomic_fetch_add(&g->taken, 1);
+	}
+}
+
+static void g_send_all(struct gshare *g, cbcmn_runtime *rt, cbcmn_cx *cx)
+{
+	for (uint64_t i = 0; i < G_MSGS; i++)
+		for (int r = 0; r < G_RECV; r++) {
+			cbcmn_actor_msg m = {.type = 1, .body.u64 = {i}};
+			TASK_CHECK(cbcmn_actor_send(rt, cx, g->recv[r], &m) == 0);
+		}
+}
+
+static void *g_thread(void *arg)
+{
+	struct gshare *g = arg;
+	g_send_all(g, g->rt, NULL);
+	return NULL;
+}
+
+static int64_t g_task(cbcmn_cx *cx, void *arg)
+{
+	g_send_all(arg, NULL, cx);
+	return 0;
+}
+
+static bool g_match(const cbcmn_executor_stats *e)
+{
+	return e[1].actors == G_RECV && e[1].actors_receiving == G_RECV &&
+	       e[1].actors_waiting == G_RECV && e[1].mailbox_depth == 0 &&
+	       e[1].actors_running == 0 && e[0].actors_receiving == 0 && e[0].mailbox_depth == 0;
+}
+
+static int64_t gshare_root(cbcmn_cx *cx, void *arg)
+{
+	struct gshare *g = arg;
+	cbcmn_nursery *n, *s;
+	TASK_CHECK(cbcmn_nursery_open(g->rt, cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_open(g->rt, cx, &s) == 0);
+	/* Mailboxes of one: the senders wait, and both sides hand over. */
+	cbcmn_actor_opts on1 = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_opts on0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	for (int r = 0; r < G_RECV; r++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, takes_messages, g, &on1, &g->recv[r]) == 0);
+	TASK_CHECK(pthread_create(&g->th, NULL, g_thread, g) == 0);
+	cbcmn_actor_ref sender;
+	TASK_CHECK(cbcmn_actor_spawn(cx, s, g_task, g, &on0, &sender) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, s) == 0);
+	/* Every message taken (the thread's too: it is joined after the run,
+	 * not here, where this task's executor may be the receivers' and
+	 * would wait for a thread that waits for them), every receiver back
+	 * in its receive: no deadline on speed, the watchdog ends a hang. */
+	uint64_t t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(cbcmn_stats_snapshot(g->rt, &(cbcmn_stats){0}, g->at, 2) == 0);
+		g->settled = atomic_load(&g->taken) == 2 * G_RECV * G_MSGS && g_match(g->at);
+	} while (!g->settled && t_now_ns() - t0 < T_STALL_NS);
+	for (int r = 0; r < G_RECV; r++) {
+		cbcmn_actor_msg q = {.type = G_QUIT};
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, g->recv[r], &q) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	t0 = t_now_ns();
+	do {
+		cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(cbcmn_stats_snapshot(g->rt, &(cbcmn_stats){0}, g->after, 2) == 0);
+	} while (g->after[1].actors && t_now_ns() - t0 < T_STALL_NS);
+	return 0;
+}
+
+/* Receivers on executor 1 count themselves into its own share as they wait
+ * (and back out when they take a queued message); a plain thread and a task
+ * on executor 0 claim their waits and wake them, counting them out of its
+ * shared share, thousands of times: the gauges are the sum, exact once
+ * everything is still, and nothing is lost between the two writers. */
+static void test_gauges_counted_in_and_out_by_other_threads_add_up(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct gshare g = {.rt = rt};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, gshare_root, &g, &res), 0);
+	assert_int_equal(pthread_join(g.th, NULL), 0);
+	assert_int_equal(res, 0);
+	ASSERT_TASK_CHECKS();
+	print_message("executor 1: actors %llu waiting %llu receiving %llu mailbox %llu\n",
+		      (unsigned long long)g.at[1].actors,
+		      (unsigned long long)g.at[1].actors_waiting,
+		      (unsigned long long)g.at[1].actors_receiving,
+		      (unsigned long long)g.at[1].mailbox_depth);
+	assert_int_equal(atomic_load(&g.taken), 2 * G_RECV * G_MSGS);
+	assert_true(g.settled);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(g.after[i].actors, 0);
+		assert_int_equal(g.after[i].actors_waiting, 0);
+		assert_int_equal(g.after[i].actors_receiving, 0);
+		assert_int_equal(g.after[i].mailbox_depth, 0);
+	}
+	t_destroy(rt);
+}
+
+/* ---- a gauge is one instant: read while its two shares move ---- */
+
+#define I_READ_NS 2000000000ull /* the readers' time (stress, bounded) */
+#define I_READERS 4
+#define I_QUIT 2
+
+struct instant {
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref ref;
+	_Atomic int ready, stop;
+	int64_t res;
+	uint64_t most[I_READERS][3]; /* receiving, waiting, actors: the most seen */
+	uint64_t reads[I_READERS];
+};
+
+static int64_t i_receiver(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type != I_QUIT)
+		;
+	return rc;
+}
+
+static int64_t instant_root(cbcmn_cx *cx, void *arg)
+{
+	struct instant *g = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(g->rt, cx, &n) == 0);
+	cbcmn_actor_opts on1 = {.mailbox_cap = 1, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, i_receiver, g, &on1, &g->ref) == 0);
+	atomic_store(&g->ready, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void *i_run(void *arg)
+{
+	struct instant *g = arg;
+	if (cbcmn_runtime_run(g->rt, instant_root, g, &g->res) != 0)
+		g->res = -1;
+	atomic_store(&g->ready, 1); /* a failed run: nobody waits for it */
+	return NULL;
+}
+
+/* A plain thread: its claims of the receiver's wait and its wakes count out
+ * on executor 1's shared share what the receiver counted in on its own. */
+static void *i_sender(void *arg)
+{
+	struct instant *g = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	while (!atomic_load(&g->stop))
+		if (cbcmn_actor_send(g->rt, NULL, g->ref, &m) != 0)
+			return NULL;
+	m.type = I_QUIT;
+	cbcmn_actor_send(g->rt, NULL, g->ref, &m);
+	return NULL;
+}
+
+struct i_reader {
+	struct instant *g;
+	int k;
+};
+
+static void *i_read(void *arg)
+{
+	struct i_reader *r = arg;
+	uint64_t *most = r->g->most[r->k], t0 = t_now_ns();
+	while (t_now_ns() - t0 < I_READ_NS) {
+		cbcmn_stats st;
+		cbcmn_executor_stats per[2];
+		if (cbcmn_stats_snapshot(r->g->rt, &st, per, 2) != 0)
+			continue;
+		r->g->reads[r->k]++;
+		uint64_t v[3] = {per[1].actors_receiving, per[1].actors_waiting, per[1].actors};
+		for (int i = 0; i < 3; i++)
+			if (v[i] > most[i])
+				most[i] = v[i];
+	}
+	return NULL;
+}
+
+/* One actor on executor 1 counts itself in on its own share each receive;
+ * a plain thread counts it out on the shared one each send.  Readers,
+ * preempted between the two shares, summed a share from before a hop with
+ * one from after it: 2 receiving or waiting of 1 actor.  Each read is one
+ * instant: never more than 1. */
+static void test_gauge_read_while_its_shares_move_is_one_instant(void **state)
+{
+	(void)state;
+	struct instant g = {.rt = t_runtime(2)};
+	pthread_t run, snd, rd[I_READERS];
+	struct i_reader r[I_READERS];
+	assert_int_equal(pthread_create(&run, NULL, i_run, &g), 0);
+	while (!atomic_load(&g.ready))
+		sched_yield();
+	assert_int_equal(pthread_create(&snd, NULL, i_sender, &g), 0);
+	for (int k = 0; k < I_READERS; k++) {
+		r[k] = (struct i_reader){&g, k};
+		assert_int_equal(pthread_create(&rd[k], NULL, i_read, &r[k]), 0);
+	}
+	for (int k = 0; k < I_READERS; k++)
+		assert_int_equal(pthread_join(rd[k], NULL), 0);
+	atomic_store(&g.stop, 1);
+	assert_int_equal(pthread_join(snd, NULL), 0);
+	assert_int_equal(pthread_join(run, NULL), 0);
+	assert_int_equal(g.res, 0);
+	ASSERT_TASK_CHECKS();
+	for (int k = 0; k < I_READERS; k++) {
+		print_message("reader %d: %llu reads, the most receiving %llu waiting %llu actors %llu\n",
+			      k, (unsigned long long)g.reads[k], (unsigned long long)g.most[k][0],
+			      (unsigned long long)g.most[k][1], (unsigned long long)g.most[k][2]);
+		assert_true(g.reads[k] > 0);
+		for (int i = 0; i < 3; i++)
+			assert_true(g.most[k][i] <= 1);
+	}
+	t_destroy(g.rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -349,6 +612,8 @@ int main(void)
 		T_WATCHED_TEST(test_backpressure_is_counted_where_the_sender_runs),
 		T_WATCHED_TEST(test_cancelled_waiting_sender_is_counted_once),
 		T_WATCHED_TEST(test_send_to_own_full_mailbox_is_backpressure),
+		T_WATCHED_TEST(test_gauges_counted_in_and_out_by_other_threads_add_up),
+		T_WATCHED_TEST(test_gauge_read_while_its_shares_move_is_one_instant),
 		cmocka_unit_test(test_hist_quantile_bounds),
 		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};

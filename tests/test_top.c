@@ -21,12 +21,14 @@
 #include <signal.h>
 #include <grp.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
+#include "statseg.h"
 #include "workloads/fib.h"
 
 static char root[PATH_MAX], self[PATH_MAX];
@@ -1808,6 +1810,30 @@ static void expect_error(char *const argv[], int status, const char *says)
 		fail_msg("%s %s: not one line: \"%s\"", argv[1], argv[2] ? argv[2] : "", err);
 }
 
+/* This process, holding a statistics segment as a libcbcmn of the version
+ * before this one left it (a segment reader refuses it: -EPROTO), is
+ * watched: cbcmn-top says what to do, not "Protocol error". */
+static void test_segment_of_another_version_is_named(void **state)
+{
+	(void)state;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	int fd = memfd_create(CBCMN__SEG_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)page), 0);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, CBCMN__SEG_SEALS), 0);
+	struct cbcmn__seg_hdr *h = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(h != MAP_FAILED);
+	h->version = CBCMN__SEG_VERSION - 1;
+	h->pid = getpid();
+	h->magic = CBCMN__SEG_MAGIC;
+	char me[16];
+	snprintf(me, sizeof(me), "%d", (int)getpid());
+	expect_error((char *[]){top, "-b", "--no-bpf", "-p", me, NULL}, 1,
+		     "statistics are of another layout (another libcbcmn version)");
+	munmap(h, page);
+	close(fd);
+}
+
 static void test_errors(void **state)
 {
 	(void)state;
@@ -1975,6 +2001,7 @@ int main(int argc, char **argv)
 		cmocka_set_test_filter(getenv("T_FILTER"));
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_errors),
+		T_WATCHED_TEST(test_segment_of_another_version_is_named),
 		T_WATCHED_TEST(test_batch_text),
 		T_WATCHED_TEST(test_batch_warns_stalled_by_task),
 		T_WATCHED_TEST(test_batch_names_the_spare_standing_in_for_a_blocked_executor),

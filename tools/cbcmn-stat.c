@@ -430,7 +430,10 @@ static int prom_open(long pid, long runtime, cbcmn_watch **w)
 		for (int i = 0; i < n; i++)
 			cbcmn_watch_close(w[i]);
 		fprintf(stderr, "cbcmn-stat: process %ld: %s\n", pid,
-			rc == -ESRCH ? "no such process" : cbcmn_strerror(rc));
+			rc == -ESRCH    ? "no such process"
+			: rc == -EPROTO ? "its runtime's statistics are of another layout (another "
+					  "libcbcmn version): use the cbcmn-stat of its libcbcmn"
+					: cbcmn_strerror(rc));
 		return -1;
 	}
 	if (!n) {

@@ -787,6 +787,11 @@ int top_model_open(struct top_model **out, pid_t pid, const struct top_model_opt
 	else if (rc == -EACCES)
 		rc = fail(err, errlen, rc,
 			  "process %d: not allowed to watch it (its user, or root, may)", (int)pid);
+	else if (rc == -EPROTO) /* "Protocol error" told nobody what to do */
+		rc = fail(err, errlen, rc,
+			  "process %d: its runtime's statistics are of another layout (another "
+			  "libcbcmn version): watch it with the cbcmn-top of its libcbcmn",
+			  (int)pid);
 	else if (rc)
 		rc = fail(err, errlen, rc, "watching process %d: %s", (int)pid, cbcmn_strerror(rc));
 	if (rc)
