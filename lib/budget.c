@@ -668,6 +668,12 @@ static void pay_window(struct cbcmn_task *t)
  * for one. */
 void cbcmn__charge_window(struct cbcmn_task *t)
 {
+	/* Not on t's fiber (cbcmn__charge_slow()): the yield, and waiting or
+	 * ending t for the next window's ops, would suspend or longjmp that
+	 * thread as if it were t's fiber.  The ops run on below zero, a debt
+	 * t's next cost on its own fiber pays (pay_window()). */
+	if (__builtin_expect(!cbcmn__is_running(t), 0))
+		return;
 	fairness_yield(t);
 	pay_window(t);
 }

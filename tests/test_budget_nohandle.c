@@ -203,12 +203,76 @@ static void test_costs_off_its_fiber_only_count(void **state)
 	t_watchdog_stop();
 }
 
+/* A long run of costs off its fiber: more than a countdown window
+ * (yield_interval ops) of channel operations.  The window's end used to
+ * yield, and pay for the next window (waiting, or ending the task),
+ * on the pool thread as if it were the task's fiber: a crash. */
+#define OFF_FIBER_OPS (4 * (int)CBCMN_YIELD_INTERVAL_DEFAULT)
+
+static int64_t churn_off_fiber(void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 7;
+	for (int i = 0; i < OFF_FIBER_OPS; i++) {
+		if (cbcmn_chan_try_send(o->cx, o->c, &v) == 0)
+			o->sent++;
+		cbcmn_chan_try_recv(o->cx, o->c, &v);
+	}
+	return 0;
+}
+
+static int64_t blocking_churner(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	int64_t r = -1;
+	o->cx = cx;
+	TASK_CHECK(cbcmn_blocking(cx, churn_off_fiber, o, &r) == 0);
+	TASK_CHECK(r == 0);
+	for (int i = 0; i < 4; i++)
+		CBCMN_CHECKPOINT(cx); /* its own fiber: ends here if out of ops */
+	return 1;
+}
+
+static int64_t spawn_churner(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_chan_create(rt, 4, sizeof(long), &o->c) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
+	cbcmn_budget b = {.ops = o->sent ? 100 : CBCMN_UNLIMITED};
+	cbcmn_spawn_opts so = {.budget = &b};
+	o->sent = 0;
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, blocking_churner, o, &so, NULL) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
+	return rc;
+}
+
+static void test_a_window_of_costs_off_its_fiber_only_counts(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_a_window_of_costs_off_its_fiber_only_counts", T_WATCHDOG_S);
+	cbcmn_runtime *rt = runtime(2);
+	/* Unlimited ops: the window's end is a fairness yield. */
+	struct off_fiber o = {0};
+	t_run(rt, spawn_churner, &o, 0);
+	assert_int_equal(o.sent, OFF_FIBER_OPS);
+	/* 100 ops: the window's end finds none left (nobody recharges it). */
+	o = (struct off_fiber){.sent = 1};
+	t_run(rt, spawn_churner, &o, CBCMN_EBUDGET);
+	assert_int_equal(o.sent, OFF_FIBER_OPS);
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ring_with_an_exhausted_member_without_handle_ends),
 		cmocka_unit_test(test_member_with_handle_waits_for_its_recharge),
 		cmocka_unit_test(test_costs_off_its_fiber_only_count),
+		cmocka_unit_test(test_a_window_of_costs_off_its_fiber_only_counts),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
 }
