@@ -559,7 +559,9 @@ static void wait_exhausted(struct cbcmn_task *t, int comp)
 	if (counted && nobody_recharges(t, n)) {
 		cbcmn__mutex_unlock(&n->lock);
 		cbcmn__mutex_unlock(bl);
-		unwind(t, CBCMN_EBUDGET);
+		/* A cancelled t ends as its wait would have, at once
+		 * (cbcmn__iwait_block()): cancelled, not failed by itself. */
+		unwind(t, cbcmn__task_cancelled(t) ? CBCMN_ECANCELED : CBCMN_EBUDGET);
 	}
 	iw.user = counted ? &iw : NULL;
 	iw.qnext = n->exhausted;

@@ -266,6 +266,71 @@ static void test_a_window_of_costs_off_its_fiber_only_counts(void **state)
 	t_watchdog_stop();
 }
 
+/* ---- cancelled, then out of budget ---- */
+
+/* A cancelled task that runs out of budget in its clean-up (a
+ * non-blocking send, which does not look at cancellation) ends with
+ * CBCMN_ECANCELED, handle or not, as its wait for budget would end at
+ * once: its cancellation is not turned into a failure of its own, and
+ * the cancelled nursery's await_all says CBCMN_ECANCELED. */
+struct cleanup {
+	cbcmn_chan *c;
+	cbcmn_nursery *n;
+	_Atomic int waiting;
+	int64_t result; /* the child's, through its handle */
+};
+
+static int64_t send_after_cancel(cbcmn_cx *cx, void *arg)
+{
+	struct cleanup *cl = arg;
+	long v = 0;
+	atomic_store(&cl->waiting, 1);
+	int rc = cbcmn_chan_recv(cx, cl->c, &v); /* its 1st channel op */
+	if (rc != CBCMN_ECANCELED)
+		return 1;
+	for (int i = 0; i < 4; i++) /* the 2nd is its last, the 3rd cannot pay */
+		cbcmn_chan_try_send(cx, cl->c, &v);
+	return 2;
+}
+
+static int64_t cancel_in_cleanup(cbcmn_cx *cx, void *arg)
+{
+	struct cleanup *cl = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	bool handle = cl->result != 0;
+	cbcmn_task *h = NULL;
+	TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &cl->c) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &cl->n) == 0);
+	cbcmn_budget b = {.channel_ops = 2};
+	cbcmn_spawn_opts so = {.budget = &b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, cl->n, send_after_cancel, cl, &so,
+					  handle ? &h : NULL) == 0);
+	while (!atomic_load(&cl->waiting))
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_cancel(cl->n) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, cl->n);
+	if (h)
+		TASK_CHECK(cbcmn_task_join(cx, h, &cl->result) == 0);
+	TASK_CHECK(cbcmn_chan_destroy(cl->c) == 0);
+	return rc;
+}
+
+static void test_cancelled_task_out_of_budget_is_cancelled(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_cancelled_task_out_of_budget_is_cancelled", T_WATCHDOG_S);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		struct cleanup cl = {0};
+		t_run(rt, cancel_in_cleanup, &cl, CBCMN_ECANCELED);
+		cl = (struct cleanup){.result = -1}; /* with a handle */
+		t_run(rt, cancel_in_cleanup, &cl, CBCMN_ECANCELED);
+		assert_int_equal(cl.result, CBCMN_ECANCELED);
+		t_destroy(rt);
+	}
+	t_watchdog_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -273,6 +338,7 @@ int main(void)
 		cmocka_unit_test(test_member_with_handle_waits_for_its_recharge),
 		cmocka_unit_test(test_costs_off_its_fiber_only_count),
 		cmocka_unit_test(test_a_window_of_costs_off_its_fiber_only_counts),
+		cmocka_unit_test(test_cancelled_task_out_of_budget_is_cancelled),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
 }
