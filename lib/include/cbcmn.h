@@ -583,7 +583,9 @@ CBCMN_API uint64_t cbcmn_now(const cbcmn_runtime *rt);
  * nothing.  What a task gets when nothing is configured depends on the
  * profile (cbcmn_profile, docs/BUDGETS.md).  When a cost cannot be
  * paid the task waits, BudgetExhausted, until its nursery's opener recharges
- * it or a child it paid for ends and gives back; if every child a nursery
+ * it or a child it paid for ends and gives back (a task spawned without a
+ * handle, which nobody can recharge, ends at once with CBCMN_EBUDGET
+ * unless such a child still runs: cbcmn_nursery_spawn); if every child a nursery
  * still waits for is exhausted (a waiting task whose own paid children
  * still run is not), the nursery ends them (each with CBCMN_EBUDGET)
  * instead of waiting forever.  A spawn that waited looks at its nursery
