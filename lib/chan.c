@@ -270,6 +270,12 @@ static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const v
 		return 0;
 	if (!self)
 		return cbcmn__on_executor(c->rt) ? -EDEADLK : 0;
+	/* A task's context used from another thread (a cbcmn_blocking()
+	 * function's): waiting would suspend that thread as if it were the
+	 * task's fiber (a crash).  Its try-variants work (their costs only
+	 * count, budget.c). */
+	if (!cbcmn__is_running(self))
+		return -EPERM;
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */
 	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
 }

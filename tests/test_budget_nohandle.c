@@ -4,6 +4,7 @@
  * and recharge").  A ring of channel tasks with one exhausted member hung
  * its opener: the siblings waited for the member's sends, so await_all
  * never saw every child exhausted and never gave up on it. */
+#include <errno.h>
 #include <stdatomic.h>
 
 #include "cbcmn_io.h"
@@ -266,6 +267,43 @@ static void test_a_window_of_costs_off_its_fiber_only_counts(void **state)
 	t_watchdog_stop();
 }
 
+/* A blocking channel call with its task's context, off its fiber: it
+ * would wait as if that thread were the task's fiber (a crash); it is
+ * refused instead, as cbcmn_blocking() itself is there. */
+static int64_t send_blocking_off_fiber(void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 7;
+	o->sent = cbcmn_chan_send(o->cx, o->c, &v); /* c is full */
+	return 0;
+}
+
+static int64_t full_then_blocking_send(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 0;
+	int64_t r = -1;
+	o->cx = cx;
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 1, sizeof(long), &o->c) == 0);
+	TASK_CHECK(cbcmn_chan_try_send(cx, o->c, &v) == 0);
+	TASK_CHECK(cbcmn_blocking(cx, send_blocking_off_fiber, o, &r) == 0);
+	TASK_CHECK(cbcmn_chan_try_recv(cx, o->c, &v) == 0);
+	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
+	return 0;
+}
+
+static void test_blocking_channel_call_off_its_fiber_is_refused(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_blocking_channel_call_off_its_fiber_is_refused", T_WATCHDOG_S);
+	cbcmn_runtime *rt = runtime(2);
+	struct off_fiber o = {0};
+	t_run(rt, full_then_blocking_send, &o, 0);
+	assert_int_equal(o.sent, -EPERM);
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
 /* ---- cancelled, then out of budget ---- */
 
 /* A cancelled task that runs out of budget in its clean-up (a
@@ -338,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_member_with_handle_waits_for_its_recharge),
 		cmocka_unit_test(test_costs_off_its_fiber_only_count),
 		cmocka_unit_test(test_a_window_of_costs_off_its_fiber_only_counts),
+		cmocka_unit_test(test_blocking_channel_call_off_its_fiber_is_refused),
 		cmocka_unit_test(test_cancelled_task_out_of_budget_is_cancelled),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
