@@ -153,6 +153,7 @@ struct off_fiber {
 	cbcmn_cx *cx;
 	cbcmn_chan *c;
 	int sent;
+	uint64_t ops; /* the task's ops budget */
 };
 
 static int64_t send_off_fiber(void *arg)
@@ -177,19 +178,26 @@ static int64_t blocking_sender(cbcmn_cx *cx, void *arg)
 	return 1;
 }
 
-static int64_t spawn_blocking_sender(cbcmn_cx *cx, void *arg)
+/* fn(o) spawned without a handle, with budget b, beside o's channel of
+ * 4 longs; await_all's result. */
+static int64_t run_off_fiber(cbcmn_cx *cx, struct off_fiber *o, cbcmn_task_fn fn,
+			     const cbcmn_budget *b)
 {
-	struct off_fiber *o = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_chan_create(rt, 4, sizeof(long), &o->c) == 0);
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
-	cbcmn_budget b = {.channel_ops = 1};
-	cbcmn_spawn_opts so = {.budget = &b};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, blocking_sender, o, &so, NULL) == 0);
+	cbcmn_spawn_opts so = {.budget = b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, fn, o, &so, NULL) == 0);
 	int64_t rc = cbcmn_nursery_await_all(cx, n);
 	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
 	return rc;
+}
+
+static int64_t spawn_blocking_sender(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_budget b = {.channel_ops = 1};
+	return run_off_fiber(cx, arg, blocking_sender, &b);
 }
 
 static void test_costs_off_its_fiber_only_count(void **state)
@@ -237,17 +245,8 @@ static int64_t blocking_churner(cbcmn_cx *cx, void *arg)
 static int64_t spawn_churner(cbcmn_cx *cx, void *arg)
 {
 	struct off_fiber *o = arg;
-	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_chan_create(rt, 4, sizeof(long), &o->c) == 0);
-	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
-	cbcmn_budget b = {.ops = o->sent ? 100 : CBCMN_UNLIMITED};
-	cbcmn_spawn_opts so = {.budget = &b};
-	o->sent = 0;
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, blocking_churner, o, &so, NULL) == 0);
-	int64_t rc = cbcmn_nursery_await_all(cx, n);
-	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
-	return rc;
+	cbcmn_budget b = {.ops = o->ops};
+	return run_off_fiber(cx, o, blocking_churner, &b);
 }
 
 static void test_a_window_of_costs_off_its_fiber_only_counts(void **state)
@@ -256,11 +255,11 @@ static void test_a_window_of_costs_off_its_fiber_only_counts(void **state)
 	t_watchdog_start("test_a_window_of_costs_off_its_fiber_only_counts", T_WATCHDOG_S);
 	cbcmn_runtime *rt = runtime(2);
 	/* Unlimited ops: the window's end is a fairness yield. */
-	struct off_fiber o = {0};
+	struct off_fiber o = {.ops = CBCMN_UNLIMITED};
 	t_run(rt, spawn_churner, &o, 0);
 	assert_int_equal(o.sent, OFF_FIBER_OPS);
 	/* 100 ops: the window's end finds none left (nobody recharges it). */
-	o = (struct off_fiber){.sent = 1};
+	o = (struct off_fiber){.ops = 100};
 	t_run(rt, spawn_churner, &o, CBCMN_EBUDGET);
 	assert_int_equal(o.sent, OFF_FIBER_OPS);
 	t_destroy(rt);
