@@ -530,14 +530,26 @@ static void test_cancel_race(void **state)
 struct misuse {
 	_Atomic(cbcmn_cx *) cx;
 	_Atomic int checked;
-	_Atomic int pool_rc;
+	_Atomic int pool_rc, spawn_rc;
+	cbcmn_nursery *n; /* opened by the task */
 };
 
-/* On a pool thread: a plain thread, no executor. */
+static int64_t nop_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+/* On a pool thread: a plain thread, no executor.  A spawn with the
+ * task's context there made the child from, and queued it on, its
+ * executor's own cache and deque (TSan: a data race). */
 static int64_t misuse_fn(void *arg)
 {
 	struct misuse *m = arg;
-	atomic_store(&m->pool_rc, cbcmn_blocking(atomic_load(&m->cx), inc_fn, NULL, NULL));
+	cbcmn_cx *cx = atomic_load(&m->cx);
+	atomic_store(&m->pool_rc, cbcmn_blocking(cx, inc_fn, NULL, NULL));
+	atomic_store(&m->spawn_rc, cbcmn_nursery_spawn(cx, m->n, nop_task, NULL, NULL));
 	return 0;
 }
 
@@ -546,8 +558,11 @@ static int64_t misuse_task(cbcmn_cx *cx, void *arg)
 	struct misuse *m = arg;
 	TASK_CHECK(cbcmn_blocking(cx, NULL, NULL, NULL) == -EINVAL);
 	atomic_store(&m->cx, cx);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &m->n) == 0);
 	TASK_CHECK(cbcmn_blocking(cx, misuse_fn, m, NULL) == 0);
 	TASK_CHECK(atomic_load(&m->pool_rc) == -EPERM);
+	TASK_CHECK(atomic_load(&m->spawn_rc) == -EPERM);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, m->n) == 0);
 	uint64_t end = t_now_ns() + 20000000000ull;
 	while (!atomic_load(&m->checked) && t_now_ns() < end)
 		cbcmn_sleep(cx, 100000);

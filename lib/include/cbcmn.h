@@ -671,7 +671,9 @@ CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery 
  * joined with cbcmn_task_join(), which must then be called exactly once
  * (before or after the nursery is awaited).  Returns 0, -EINVAL, -ENOMEM,
  * CBCMN_ECLOSED (await_all has begun), CBCMN_ECANCELED (n was cancelled;
- * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn).
+ * nothing was spawned), CBCMN_ESPAWNDENIED (cx holds no CapSpawn) or
+ * -EPERM (cx is a task's context used on another thread: a
+ * cbcmn_blocking() function's).
  * The spawn is a cost (see Budgets): a task whose spawn_count is spent
  * (under the service profile a child starts with none, SPEC-021 §8.2)
  * waits, BudgetExhausted, until it is recharged or its nursery ends it.
