@@ -693,12 +693,12 @@ void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 	/* Not on t's fiber: a cbcmn_blocking() function given t's context,
 	 * while t is parked waiting for it.  Yielding, waiting for budget or
 	 * unwinding would suspend or longjmp that thread as if it were t's
-	 * fiber (a crash).  Nothing is due: t's next own checkpoint opens a
-	 * new window, and sees a cancellation then. */
-	if (__builtin_expect(!cbcmn__is_running(t), 0)) {
-		t->countdown = 0;
+	 * fiber (a crash).  The op runs on below zero with the others
+	 * (cbcmn__charge_window()): t's next own checkpoint pays the debt,
+	 * and sees a cancellation then.  Zeroing it wrote off every op paid
+	 * there since the window ran out. */
+	if (__builtin_expect(!cbcmn__is_running(t), 0))
 		return;
-	}
 	fairness_yield(t);
 	if (cbcmn__task_cancelled(t))
 		unwind(t, CBCMN_ECANCELED);
