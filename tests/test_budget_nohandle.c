@@ -166,13 +166,19 @@ static int64_t send_off_fiber(void *arg)
 	return 0;
 }
 
+/* fn(o) on a blocking-pool thread, handed cx (o->cx). */
+static void call_off_fiber(cbcmn_cx *cx, struct off_fiber *o, cbcmn_blocking_fn fn)
+{
+	int64_t r = -1;
+	o->cx = cx;
+	TASK_CHECK(cbcmn_blocking(cx, fn, o, &r) == 0);
+	TASK_CHECK(r == 0);
+}
+
 static int64_t blocking_sender(cbcmn_cx *cx, void *arg)
 {
 	struct off_fiber *o = arg;
-	int64_t r = -1;
-	o->cx = cx;
-	TASK_CHECK(cbcmn_blocking(cx, send_off_fiber, o, &r) == 0);
-	TASK_CHECK(r == 0);
+	call_off_fiber(cx, o, send_off_fiber);
 	long v;
 	cbcmn_chan_try_recv(cx, o->c, &v); /* out of channel_ops: ends here */
 	return 1;
@@ -234,11 +240,7 @@ static int64_t churn_off_fiber(void *arg)
 
 static int64_t blocking_churner(cbcmn_cx *cx, void *arg)
 {
-	struct off_fiber *o = arg;
-	int64_t r = -1;
-	o->cx = cx;
-	TASK_CHECK(cbcmn_blocking(cx, churn_off_fiber, o, &r) == 0);
-	TASK_CHECK(r == 0);
+	call_off_fiber(cx, arg, churn_off_fiber);
 	for (int i = 0; i < 4; i++)
 		CBCMN_CHECKPOINT(cx); /* its own fiber: ends here if out of ops */
 	return 1;
@@ -285,11 +287,9 @@ static int64_t full_then_blocking_send(cbcmn_cx *cx, void *arg)
 {
 	struct off_fiber *o = arg;
 	long v = 0;
-	int64_t r = -1;
-	o->cx = cx;
 	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 1, sizeof(long), &o->c) == 0);
 	TASK_CHECK(cbcmn_chan_try_send(cx, o->c, &v) == 0);
-	TASK_CHECK(cbcmn_blocking(cx, send_blocking_off_fiber, o, &r) == 0);
+	call_off_fiber(cx, o, send_blocking_off_fiber);
 	TASK_CHECK(cbcmn_chan_try_recv(cx, o->c, &v) == 0);
 	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
 	return 0;
