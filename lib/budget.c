@@ -556,10 +556,14 @@ static void wait_exhausted(struct cbcmn_task *t, int comp)
 	iw.kind = CBCMN__G_PARKED;
 	t->budget_comp = (uint8_t)comp;
 	bool counted = counts_exhausted(t, comp);
-	if (counted && nobody_recharges(t, n)) {
+	/* Cancelled already: its wait would end at once (cbcmn__iwait_block()),
+	 * cancelled, not failed by itself.  Ended here, before its wait is
+	 * listed: a counted one could be claimed first by the opener giving
+	 * up on it (cbcmn__budget_kill_exhausted()), CBCMN_EBUDGET by a race. */
+	if (cbcmn__task_cancelled(t) || (counted && nobody_recharges(t, n))) {
 		cbcmn__mutex_unlock(&n->lock);
 		cbcmn__mutex_unlock(bl);
-		unwind(t, CBCMN_EBUDGET);
+		unwind(t, cbcmn__task_cancelled(t) ? CBCMN_ECANCELED : CBCMN_EBUDGET);
 	}
 	iw.user = counted ? &iw : NULL;
 	iw.qnext = n->exhausted;

@@ -228,13 +228,6 @@ static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_per
 static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan_wait *w,
 		      struct cbcmn__waitq *q, uint64_t deadline)
 {
-	/* A task's context on another thread (a cbcmn_blocking() function
-	 * handed it): that thread would be parked as if it were the task's
-	 * fiber.  Checked here, where the call would wait, not on the way. */
-	if (self && !cbcmn__is_running(self)) {
-		chan_unlock(c);
-		return -EPERM;
-	}
 	cbcmn__iwait_init(&w->qw.iw, self);
 	w->qw.iw.kind = CBCMN__G_CHAN;
 	w->qw.result = 0;
@@ -277,6 +270,12 @@ static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const v
 		return 0;
 	if (!self)
 		return cbcmn__on_executor(c->rt) ? -EDEADLK : 0;
+	/* A task's context used from another thread (a cbcmn_blocking()
+	 * function's): waiting would suspend that thread as if it were the
+	 * task's fiber (a crash).  Its try-variants work (their costs only
+	 * count, budget.c). */
+	if (!cbcmn__is_running(self))
+		return -EPERM;
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */
 	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
 }

@@ -233,6 +233,29 @@ static void try_reanchor(struct cbcmn__clock *k)
 	atomic_store_explicit(&k->busy, 0, memory_order_release);
 }
 
+/* Held across a fork (runtime.c), so that the child never inherits a
+ * record its writer was rewriting: with that writer left in the parent,
+ * a seq left odd would make every read of the child spin for ever, and a
+ * busy left taken keep its clock from re-anchoring again.  A writer holds
+ * busy for a pair of clock reads and a record: waited for as it is. */
+void cbcmn__clock_fork_lock(bool lock)
+{
+	struct cbcmn__clock *k = &cbcmn__clock;
+	if (!lock) {
+		/* Release: pairs with the next writer's acquire exchange. */
+		atomic_store_explicit(&k->busy, 0, memory_order_release);
+		return;
+	}
+	/* Acquire: pairs with the writer's release of busy, so its record,
+	 * seq even, is the one the child copies. */
+	for (int spins = 0; atomic_exchange_explicit(&k->busy, 1, memory_order_acquire); spins++) {
+		if (spins < SPINS)
+			cbcmn__cpu_relax();
+		else
+			sched_yield(); /* the writer was preempted */
+	}
+}
+
 static enum cbcmn__clock_mode mode_of(struct cbcmn__clock *k)
 {
 	int m = atomic_load_explicit(&k->mode, memory_order_relaxed);

@@ -61,6 +61,9 @@ uint64_t cbcmn__mono_ns(void); /* clock_gettime(CLOCK_MONOTONIC), in ns */
 /* A private clock (tests): mode UNSET decides as the process's clock does. */
 void cbcmn__clock_init(struct cbcmn__clock *k, enum cbcmn__clock_mode mode);
 uint64_t cbcmn__clock_slow(struct cbcmn__clock *k);
+/* Hold (lock) or let go of the process's clock's writer across a fork
+ * (runtime.c's atfork handlers). */
+void cbcmn__clock_fork_lock(bool lock);
 
 /* The counter, read after every earlier load: a stamp another thread
  * handed us was loaded before our own count is read. */

@@ -10,6 +10,7 @@
 
 #include "futex.h"
 #include "backend.h"
+#include "clock.h"
 #include "env.h"
 #include "cpuquota.h"
 #include "iwait.h"
@@ -39,15 +40,18 @@ _Atomic uint32_t cbcmn__fork_gen;
  * cbcmn_runtime_create() would wait for it forever.  (A runtime's own
  * locks are the parent's business: the child never takes them, every call
  * on that runtime stops at CBCMN_EFORKED first.)  Taken in the order a
- * create takes them: the signal handler's, then the guard-page budget's. */
+ * create takes them: the signal handler's, then the guard-page budget's;
+ * last the fast clock's writer (clock.c), which takes no lock. */
 static void fork_prepare(void)
 {
 	cbcmn__signal_fork_lock(true);
 	cbcmn__stack_fork_lock(true);
+	cbcmn__clock_fork_lock(true);
 }
 
 static void fork_parent(void)
 {
+	cbcmn__clock_fork_lock(false);
 	cbcmn__stack_fork_lock(false);
 	cbcmn__signal_fork_lock(false);
 }

@@ -392,6 +392,12 @@ spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_op
 		return CBCMN_EFORKED;
 	if (self && self->rt != rt)
 		return CBCMN_EWRONGRT;
+	/* A task's context used from another thread (a cbcmn_blocking()
+	 * function's): the child would be made from, and queued on, the
+	 * task's executor's own cache and deque, which only that executor's
+	 * thread may touch. */
+	if (self && !cbcmn__is_running(self))
+		return -EPERM;
 	uint32_t place = opts ? opts->placement : CBCMN_PLACE_LOCAL;
 	uint32_t shard = opts ? opts->shard : 0;
 	if (place > CBCMN_PLACE_STEALABLE ||

@@ -530,14 +530,26 @@ static void test_cancel_race(void **state)
 struct misuse {
 	_Atomic(cbcmn_cx *) cx;
 	_Atomic int checked;
-	_Atomic int pool_rc;
+	_Atomic int pool_rc, spawn_rc;
+	cbcmn_nursery *n; /* opened by the task */
 };
 
-/* On a pool thread: a plain thread, no executor. */
+static int64_t nop_task(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+/* On a pool thread: a plain thread, no executor.  A spawn with the
+ * task's context there made the child from, and queued it on, its
+ * executor's own cache and deque (TSan: a data race). */
 static int64_t misuse_fn(void *arg)
 {
 	struct misuse *m = arg;
-	atomic_store(&m->pool_rc, cbcmn_blocking(atomic_load(&m->cx), inc_fn, NULL, NULL));
+	cbcmn_cx *cx = atomic_load(&m->cx);
+	atomic_store(&m->pool_rc, cbcmn_blocking(cx, inc_fn, NULL, NULL));
+	atomic_store(&m->spawn_rc, cbcmn_nursery_spawn(cx, m->n, nop_task, NULL, NULL));
 	return 0;
 }
 
@@ -546,8 +558,11 @@ static int64_t misuse_task(cbcmn_cx *cx, void *arg)
 	struct misuse *m = arg;
 	TASK_CHECK(cbcmn_blocking(cx, NULL, NULL, NULL) == -EINVAL);
 	atomic_store(&m->cx, cx);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &m->n) == 0);
 	TASK_CHECK(cbcmn_blocking(cx, misuse_fn, m, NULL) == 0);
 	TASK_CHECK(atomic_load(&m->pool_rc) == -EPERM);
+	TASK_CHECK(atomic_load(&m->spawn_rc) == -EPERM);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, m->n) == 0);
 	uint64_t end = t_now_ns() + 20000000000ull;
 	while (!atomic_load(&m->checked) && t_now_ns() < end)
 		cbcmn_sleep(cx, 100000);
@@ -610,14 +625,14 @@ static void test_each_call_costs_a_syscall(void **state)
  * must not wait for budget, yield or unwind as if it were the task's
  * fiber (before: it waited in the task's nursery, or unwound to the
  * task's landing pad, from the pool thread: a crash).  It only counts,
- * as a checkpoint does there; the task's own next cost waits.  A send
- * that would wait (the channel full) is -EPERM (before: it parked the
- * pool thread as the task's fiber). */
+ * as a checkpoint does there; the task's own next cost waits.  A
+ * blocking send is -EPERM there (before: on a full channel it parked the
+ * pool thread as the task's fiber); the try-variants work. */
 struct misuse_cx {
 	cbcmn_cx *cx;
 	cbcmn_chan *c;
 	int sent[4];
-	int full;      /* a send that would wait: the channel full */
+	int full;      /* a blocking send (the channel full too) */
 	int64_t after; /* the task's own send after the call */
 };
 
@@ -626,7 +641,7 @@ static int64_t send_with_cx_fn(void *arg)
 	struct misuse_cx *m = arg;
 	for (int i = 0; i < 4; i++) {
 		int v = i;
-		m->sent[i] = cbcmn_chan_send(m->cx, m->c, &v);
+		m->sent[i] = cbcmn_chan_try_send(m->cx, m->c, &v);
 	}
 	m->full = cbcmn_chan_send(m->cx, m->c, &(int){4});
 	return 0;
@@ -670,7 +685,7 @@ static void test_costs_on_a_pool_thread_with_a_tasks_cx_only_count(void **state)
 	       (long long)m.after, (long long)r);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(m.sent[i], 0);
-	assert_int_equal(m.full, -EPERM); /* it would have parked the pool thread */
+	assert_int_equal(m.full, -EPERM); /* a blocking call there: refused */
 	assert_int_equal(m.after, 1); /* it waited, and was given up on */
 	assert_int_equal(r, CBCMN_EBUDGET);
 	t_destroy(rt);

@@ -4,6 +4,7 @@
  * and recharge").  A ring of channel tasks with one exhausted member hung
  * its opener: the siblings waited for the member's sends, so await_all
  * never saw every child exhausted and never gave up on it. */
+#include <errno.h>
 #include <stdatomic.h>
 
 #include "cbcmn_io.h"
@@ -152,6 +153,7 @@ struct off_fiber {
 	cbcmn_cx *cx;
 	cbcmn_chan *c;
 	int sent;
+	uint64_t ops; /* the task's ops budget */
 };
 
 static int64_t send_off_fiber(void *arg)
@@ -164,31 +166,44 @@ static int64_t send_off_fiber(void *arg)
 	return 0;
 }
 
+/* fn(o) on a blocking-pool thread, handed cx (o->cx). */
+static void call_off_fiber(cbcmn_cx *cx, struct off_fiber *o, cbcmn_blocking_fn fn)
+{
+	int64_t r = -1;
+	o->cx = cx;
+	TASK_CHECK(cbcmn_blocking(cx, fn, o, &r) == 0);
+	TASK_CHECK(r == 0);
+}
+
 static int64_t blocking_sender(cbcmn_cx *cx, void *arg)
 {
 	struct off_fiber *o = arg;
-	int64_t r = -1;
-	o->cx = cx;
-	TASK_CHECK(cbcmn_blocking(cx, send_off_fiber, o, &r) == 0);
-	TASK_CHECK(r == 0);
+	call_off_fiber(cx, o, send_off_fiber);
 	long v;
 	cbcmn_chan_try_recv(cx, o->c, &v); /* out of channel_ops: ends here */
 	return 1;
 }
 
-static int64_t spawn_blocking_sender(cbcmn_cx *cx, void *arg)
+/* fn(o) spawned without a handle, with budget b, beside o's channel of
+ * 4 longs; await_all's result. */
+static int64_t run_off_fiber(cbcmn_cx *cx, struct off_fiber *o, cbcmn_task_fn fn,
+			     const cbcmn_budget *b)
 {
-	struct off_fiber *o = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_chan_create(rt, 4, sizeof(long), &o->c) == 0);
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &n) == 0);
-	cbcmn_budget b = {.channel_ops = 1};
-	cbcmn_spawn_opts so = {.budget = &b};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, blocking_sender, o, &so, NULL) == 0);
+	cbcmn_spawn_opts so = {.budget = b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, fn, o, &so, NULL) == 0);
 	int64_t rc = cbcmn_nursery_await_all(cx, n);
 	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
 	return rc;
+}
+
+static int64_t spawn_blocking_sender(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_budget b = {.channel_ops = 1};
+	return run_off_fiber(cx, arg, blocking_sender, &b);
 }
 
 static void test_costs_off_its_fiber_only_count(void **state)
@@ -203,12 +218,176 @@ static void test_costs_off_its_fiber_only_count(void **state)
 	t_watchdog_stop();
 }
 
+/* A long run of costs off its fiber: more than a countdown window
+ * (yield_interval ops) of channel operations.  The window's end used to
+ * yield, and pay for the next window (waiting, or ending the task),
+ * on the pool thread as if it were the task's fiber: a crash. */
+#define OFF_FIBER_OPS (4 * (int)CBCMN_YIELD_INTERVAL_DEFAULT)
+
+static int64_t churn_off_fiber(void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 7;
+	for (int i = 0; i < OFF_FIBER_OPS; i++) {
+		if (cbcmn_chan_try_send(o->cx, o->c, &v) == 0)
+			o->sent++;
+		cbcmn_chan_try_recv(o->cx, o->c, &v);
+	}
+	/* Off its fiber too: it must not write the debt off. */
+	CBCMN_CHECKPOINT(o->cx);
+	return 0;
+}
+
+static int64_t blocking_churner(cbcmn_cx *cx, void *arg)
+{
+	call_off_fiber(cx, arg, churn_off_fiber);
+	for (int i = 0; i < 4; i++)
+		CBCMN_CHECKPOINT(cx); /* its own fiber: ends here if out of ops */
+	return 1;
+}
+
+static int64_t spawn_churner(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	cbcmn_budget b = {.ops = o->ops};
+	return run_off_fiber(cx, o, blocking_churner, &b);
+}
+
+static void test_a_window_of_costs_off_its_fiber_only_counts(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_a_window_of_costs_off_its_fiber_only_counts", T_WATCHDOG_S);
+	cbcmn_runtime *rt = runtime(2);
+	/* Unlimited ops: the window's end is a fairness yield. */
+	struct off_fiber o = {.ops = CBCMN_UNLIMITED};
+	t_run(rt, spawn_churner, &o, 0);
+	assert_int_equal(o.sent, OFF_FIBER_OPS);
+	/* Fewer ops than it spends off its fiber (more than a window): the
+	 * debt, not written off there, ends it on its own fiber (nobody
+	 * recharges it). */
+	o = (struct off_fiber){.ops = OFF_FIBER_OPS / 2};
+	t_run(rt, spawn_churner, &o, CBCMN_EBUDGET);
+	assert_int_equal(o.sent, OFF_FIBER_OPS);
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
+/* A blocking channel call with its task's context, off its fiber: it
+ * would wait as if that thread were the task's fiber (a crash); it is
+ * refused instead, as cbcmn_blocking() itself is there. */
+static int64_t send_blocking_off_fiber(void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 7;
+	o->sent = cbcmn_chan_send(o->cx, o->c, &v); /* c is full */
+	return 0;
+}
+
+static int64_t full_then_blocking_send(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	long v = 0;
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 1, sizeof(long), &o->c) == 0);
+	TASK_CHECK(cbcmn_chan_try_send(cx, o->c, &v) == 0);
+	call_off_fiber(cx, o, send_blocking_off_fiber);
+	TASK_CHECK(cbcmn_chan_try_recv(cx, o->c, &v) == 0);
+	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
+	return 0;
+}
+
+static void test_blocking_channel_call_off_its_fiber_is_refused(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_blocking_channel_call_off_its_fiber_is_refused", T_WATCHDOG_S);
+	cbcmn_runtime *rt = runtime(2);
+	struct off_fiber o = {0};
+	t_run(rt, full_then_blocking_send, &o, 0);
+	assert_int_equal(o.sent, -EPERM);
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
+/* ---- cancelled, then out of budget ---- */
+
+/* A cancelled task that runs out of budget in its clean-up (a
+ * non-blocking send, which does not look at cancellation) ends with
+ * CBCMN_ECANCELED, handle or not, as its wait for budget would end at
+ * once: its cancellation is not turned into a failure of its own, and
+ * the cancelled nursery's await_all says CBCMN_ECANCELED. */
+#define CLEANUP_ROUNDS 200
+
+struct cleanup {
+	cbcmn_chan *c;
+	cbcmn_nursery *n;
+	_Atomic int waiting;
+	int64_t result; /* the child's, through its handle */
+};
+
+static int64_t send_after_cancel(cbcmn_cx *cx, void *arg)
+{
+	struct cleanup *cl = arg;
+	long v = 0;
+	atomic_store(&cl->waiting, 1);
+	int rc = cbcmn_chan_recv(cx, cl->c, &v); /* its 1st channel op */
+	if (rc != CBCMN_ECANCELED)
+		return 1;
+	for (int i = 0; i < 4; i++) /* the 2nd is its last, the 3rd cannot pay */
+		cbcmn_chan_try_send(cx, cl->c, &v);
+	return 2;
+}
+
+static int64_t cancel_in_cleanup(cbcmn_cx *cx, void *arg)
+{
+	struct cleanup *cl = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	bool handle = cl->result != 0;
+	cbcmn_task *h = NULL;
+	TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &cl->c) == 0);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &cl->n) == 0);
+	cbcmn_budget b = {.channel_ops = 2};
+	cbcmn_spawn_opts so = {.budget = &b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, cl->n, send_after_cancel, cl, &so,
+					  handle ? &h : NULL) == 0);
+	while (!atomic_load(&cl->waiting))
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_cancel(cl->n) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, cl->n);
+	if (h)
+		TASK_CHECK(cbcmn_task_join(cx, h, &cl->result) == 0);
+	TASK_CHECK(cbcmn_chan_destroy(cl->c) == 0);
+	return rc;
+}
+
+static void test_cancelled_task_out_of_budget_is_cancelled(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_cancelled_task_out_of_budget_is_cancelled", T_WATCHDOG_S);
+	/* Rounds: with a handle, its wait counted as exhausted raced with
+	 * its own look at the cancellation (the opener could claim it
+	 * first, and end it with CBCMN_EBUDGET). */
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		for (int round = 0; round < CLEANUP_ROUNDS; round++) {
+			struct cleanup cl = {0};
+			t_run(rt, cancel_in_cleanup, &cl, CBCMN_ECANCELED);
+			cl = (struct cleanup){.result = -1}; /* with a handle */
+			t_run(rt, cancel_in_cleanup, &cl, CBCMN_ECANCELED);
+			assert_int_equal(cl.result, CBCMN_ECANCELED);
+		}
+		t_destroy(rt);
+	}
+	t_watchdog_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ring_with_an_exhausted_member_without_handle_ends),
 		cmocka_unit_test(test_member_with_handle_waits_for_its_recharge),
 		cmocka_unit_test(test_costs_off_its_fiber_only_count),
+		cmocka_unit_test(test_a_window_of_costs_off_its_fiber_only_counts),
+		cmocka_unit_test(test_blocking_channel_call_off_its_fiber_is_refused),
+		cmocka_unit_test(test_cancelled_task_out_of_budget_is_cancelled),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
 }

@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../lib/clock.h"
 
@@ -120,6 +122,20 @@ static void measured(struct cbcmn__clock *k)
 		sleep_us(1000);
 	}
 	assert_int_not_equal(atomic_load(&k->mult), 0);
+}
+
+/* The process's clock past its first span; a skip where it is
+ * clock_gettime() (no tsc clock source, CBCMN_CLOCK=monotonic). */
+static void measured_process_clock(void)
+{
+	cbcmn__now_ns(); /* decides its mode */
+	if (atomic_load(&cbcmn__clock.mode) == CBCMN__CLOCK_MONOTONIC)
+		T_SKIP("the process's clock is clock_gettime() here");
+	for (int i = 0; i < 100 && !atomic_load(&cbcmn__clock.mult); i++) {
+		cbcmn__now_ns();
+		sleep_us(1000);
+	}
+	assert_int_not_equal(atomic_load(&cbcmn__clock.mult), 0);
 }
 
 /* A counter behind the anchor (one not in step with the CPU that
@@ -320,6 +336,68 @@ static void test_stamps_between_executors_never_go_back(void **state)
 	t_watchdog_stop();
 }
 
+/* ---- fork ---- */
+
+/* A thread forks while another re-anchors the process's clock (its busy
+ * taken, its seq odd: a writer preempted mid-record).  The child has no
+ * such writer: a seq left odd made its every read spin for ever, a busy
+ * left taken kept its clock from ever re-anchoring.  The fork waits for
+ * the writer (runtime.c's atfork handlers), so the child reads, and
+ * re-anchors, as the parent does. */
+struct held_writer {
+	_Atomic int holding, done;
+};
+
+static void *hold_writer(void *p)
+{
+	struct held_writer *hw = p;
+	struct cbcmn__clock *k = &cbcmn__clock;
+	while (atomic_exchange(&k->busy, 1)) /* as try_reanchor() */
+		sched_yield();
+	atomic_fetch_add(&k->seq, 1); /* as publish(): the record is ours */
+	atomic_store(&hw->holding, 1);
+	sleep_us(50000); /* preempted mid-record */
+	atomic_fetch_add(&k->seq, 1);
+	atomic_store(&k->busy, 0);
+	atomic_store(&hw->done, 1);
+	return NULL;
+}
+
+static void test_fork_while_the_clock_is_rewritten(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	t_destroy(t_runtime(1)); /* the atfork handlers are registered */
+	measured_process_clock();
+	struct held_writer hw = {0};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, hold_writer, &hw), 0);
+	/* Detached: the child, which has a copy of it but not the thread,
+	 * does not join it (TSan would call it a leak). */
+	assert_int_equal(pthread_detach(th), 0);
+	while (!atomic_load(&hw.holding))
+		sleep_us(100);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(5); /* a read spinning for ever: the child dies of it */
+		uint64_t c0 = atomic_load(&cbcmn__clock.cyc0);
+		for (int i = 0; i < 100; i++) {
+			cbcmn__now_ns();
+			sleep_us(1000);
+		}
+		/* Re-anchored: its busy was not left taken. */
+		_exit(atomic_load(&cbcmn__clock.cyc0) != c0 ? 0 : 3);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	while (!atomic_load(&hw.done))
+		sleep_us(1000);
+	assert_false(WIFSIGNALED(st)); /* SIGALRM: a read spun for ever */
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -333,6 +411,7 @@ int main(void)
 		cmocka_unit_test(test_reader_waits_for_a_stopped_writer),
 		cmocka_unit_test(test_stamps_across_threads_never_go_back),
 		cmocka_unit_test(test_stamps_between_executors_never_go_back),
+		cmocka_unit_test(test_fork_while_the_clock_is_rewritten),
 	};
 	return cmocka_run_group_tests_name("clock", tests, NULL, NULL);
 }

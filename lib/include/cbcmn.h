@@ -587,7 +587,9 @@ CBCMN_API uint64_t cbcmn_now(const cbcmn_runtime *rt);
  * nothing.  What a task gets when nothing is configured depends on the
  * profile (cbcmn_profile, docs/BUDGETS.md).  When a cost cannot be
  * paid the task waits, BudgetExhausted, until its nursery's opener recharges
- * it or a child it paid for ends and gives back; if every child a nursery
+ * it or a child it paid for ends and gives back (a task spawned without a
+ * handle, which nobody can recharge, ends at once with CBCMN_EBUDGET
+ * unless such a child still runs: cbcmn_nursery_spawn); if every child a nursery
  * still waits for is exhausted (a waiting task whose own paid children
  * still run is not), the nursery ends them (each with CBCMN_EBUDGET)
  * instead of waiting forever.  A spawn that waited looks at its nursery
@@ -673,7 +675,9 @@ CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery 
  * joined with cbcmn_task_join(), which must then be called exactly once
  * (before or after the nursery is awaited).  Returns 0, -EINVAL, -ENOMEM,
  * CBCMN_ECLOSED (await_all has begun), CBCMN_ECANCELED (n was cancelled;
- * nothing was spawned) or CBCMN_ESPAWNDENIED (cx holds no CapSpawn).
+ * nothing was spawned), CBCMN_ESPAWNDENIED (cx holds no CapSpawn) or
+ * -EPERM (cx is a task's context used on another thread: a
+ * cbcmn_blocking() function's).
  * The spawn is a cost (see Budgets): a task whose spawn_count is spent
  * (under the service profile a child starts with none, SPEC-021 §8.2)
  * waits, BudgetExhausted, until it is recharged or its nursery ends it.

@@ -48,10 +48,10 @@
  *
  * Contexts.  cx is the calling task, or NULL from a thread outside the
  * runtime (which then blocks as a thread, uninterruptibly, and must not be
- * one of the runtime's executors: -EDEADLK).  Any task or thread may use any
- * channel of the same runtime.  A task's cx used on another thread (a
- * cbcmn_blocking() function handed it) cannot wait: a call that would
- * returns -EPERM, the channel unchanged.
+ * one of the runtime's executors: -EDEADLK).  A task's cx used on another
+ * thread (a cbcmn_blocking() function's) makes the blocking calls fail with
+ * -EPERM, the channel unchanged; the try-variants work there.  Any task or
+ * thread may use any channel of the same runtime.
  *
  * Errors.  Negative errno or CBCMN_E*: -EINVAL for NULL or bad arguments,
  * CBCMN_EWRONGRT when cx belongs to another runtime than the channel,
@@ -96,13 +96,13 @@ CBCMN_API int cbcmn_chan_destroy(cbcmn_chan *c);
  * receiver already waiting gets the message directly.  Returns 0, -EPIPE
  * (c is closed, or was closed while we waited: the message was not taken),
  * CBCMN_ECANCELED (the calling task is cancelled; the message was not taken),
- * -EINVAL, CBCMN_EWRONGRT or -EDEADLK. */
+ * -EINVAL, CBCMN_EWRONGRT, -EDEADLK or -EPERM (Contexts, above). */
 CBCMN_API int cbcmn_chan_send(cbcmn_cx *cx, cbcmn_chan *c, const void *elem);
 
 /* Take the oldest message of c into elem (elem_size bytes), waiting while c
  * is empty.  Returns 0, -EPIPE (c is closed and empty: nothing more will
- * come), CBCMN_ECANCELED (elem untouched), -EINVAL, CBCMN_EWRONGRT or
- * -EDEADLK. */
+ * come), CBCMN_ECANCELED (elem untouched), -EINVAL, CBCMN_EWRONGRT,
+ * -EDEADLK or -EPERM. */
 CBCMN_API int cbcmn_chan_recv(cbcmn_cx *cx, cbcmn_chan *c, void *elem);
 
 /* cbcmn_chan_send() / cbcmn_chan_recv() that give up after timeout_ns (of
@@ -127,8 +127,8 @@ CBCMN_API int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c);
 /* Reserve one slot of c, waiting while c is full, and fill *p.  The calling
  * task (or thread) must later resolve *p exactly once with
  * cbcmn_chan_commit() or cbcmn_chan_abort().  Returns 0, -EPIPE (closed),
- * CBCMN_ECANCELED (nothing reserved), -ENOMEM, -EINVAL, CBCMN_EWRONGRT or
- * -EDEADLK.  cbcmn_chan_try_reserve() never waits: -EAGAIN when full.  On
+ * CBCMN_ECANCELED (nothing reserved), -ENOMEM, -EINVAL, CBCMN_EWRONGRT,
+ * -EDEADLK or -EPERM.  cbcmn_chan_try_reserve() never waits: -EAGAIN when full.  On
  * failure *p is zeroed, so that resolving it on an error path is -EINVAL. */
 CBCMN_API int cbcmn_chan_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p);
 CBCMN_API int cbcmn_chan_try_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p);

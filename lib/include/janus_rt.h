@@ -241,9 +241,10 @@ JANUS_API int janus_scheduler_yield(void);
  * janus_budget_check(): the yield point.  Costs one op (§3.3.1 "loop
  * iteration"); when yield_interval ops have been spent since the last
  * fairness yield the task yields (free, §4.2.2); when its ops are exhausted
- * it waits, BudgetExhausted (§5.2.2), until it is recharged (its own
- * CapBudget first); if its nursery's opener waits only for exhausted
- * children, it is ended there and the nursery's await reports -3.  A task
+ * and its own CapBudget cannot refill them, it is ended there at once
+ * (nobody holds a handle to recharge a task of this ABI) and the
+ * nursery's await reports -3; only while a child it paid for still runs
+ * (and may give some back) does it wait, BudgetExhausted (§5.2.2).  A task
  * whose nursery (or an enclosing one) is cancelled ends here: -1.  Such an
  * end unwinds the task's frames as longjmp does (docs/ERRORS.md).
  *
