@@ -119,6 +119,11 @@ struct cbcmn__actor {
 	 * reserved by messages still in a lane.  Changed under the lock,
 	 * except by those reservations. */
 	_Atomic uint64_t lanes;
+	/* A wake owed to lane senders waiting for room (actor_mbox.c,
+	 * room_hand()): places are free, fewer than half.  Set under the
+	 * lock; read without it where the receiver's run ends
+	 * (cbcmn__mb_room_pay()). */
+	_Atomic bool room_owed;
 	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */

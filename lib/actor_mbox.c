@@ -189,8 +189,11 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 
 /* Room may have freed up: hand it to waiting senders, in order.  e: this
  * thread's executor (the receiver's), whose clock times their sends for
- * the trace, which each sender records when it resumes (mb_send()). */
-static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e)
+ * the trace, which each sender records when it resumes (mb_send()).
+ * pay: the receiver's run has ended (cbcmn__mb_room_pay()): any free
+ * place goes, as the lock path's always do. */
+static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e,
+		      bool pay)
 {
 	struct cbcmn__mb_wait *w;
 	while (a->sendq.head) {
@@ -198,11 +201,20 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 		 * room_wait()): woken together once half the mailbox is free,
 		 * so that they post in batches while the receiver takes the
 		 * other half; one at a time, every place would wait for a
-		 * sender's round trip, and the receiver with it.  (The head
-		 * may be a wait already ended: then only a delay.) */
-		if (!((struct cbcmn__mb_wait *)a->sendq.head)->src &&
-		    ln_room(ln_load(a)) < (a->cap + 1) / 2)
-			break;
+		 * sender's round trip, and the receiver with it.  A receiver
+		 * that stops taking short of half would leave them beside
+		 * free places (issue 16): the wake is owed then, and the end
+		 * of its run pays it.  (The head may be a wait already ended:
+		 * then only a delay.) */
+		if (!pay && !((struct cbcmn__mb_wait *)a->sendq.head)->src) {
+			uint32_t room = ln_room(ln_load(a));
+			if (room < (a->cap + 1) / 2) {
+				if (room)
+					atomic_store_explicit(&a->room_owed, true,
+							      memory_order_relaxed);
+				break;
+			}
+		}
 		/* The place first: a claimed sender with a message must get it. */
 		if (!room_take(a))
 			break;
@@ -217,9 +229,30 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 		}
 		w->seq = a->put_total;
 		w->put_ns = e && cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
-		ring_put(a, w->src);
+		/* To the receiver if it waits: a pay finds it parked in its
+		 * receive with places still reserved in lanes. */
+		put_msg(a, w->src, wl, true);
 		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
+}
+
+static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e)
+{
+	room_hand(a, wl, e, false);
+}
+
+void cbcmn__mb_room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e)
+{
+	/* Relaxed: set by this thread's own takes in the run that ended, or
+	 * before the wake that began it (a landing's hand-over). */
+	if (!atomic_load_explicit(&a->room_owed, memory_order_relaxed))
+		return;
+	struct cbcmn__wakes wl = {0};
+	cbcmn__flock_lock(&a->lock);
+	atomic_store_explicit(&a->room_owed, false, memory_order_relaxed);
+	room_hand(a, &wl, e, true);
+	cbcmn__flock_unlock(&a->lock);
+	cbcmn__wakes_run(&wl, e);
 }
 
 /* cbcmn_actor_stop(): senders get -ESRCH, the receiver -ESHUTDOWN. */
@@ -450,6 +483,7 @@ _Static_assert(sizeof(struct lane_msg) <= CBCMN__XM_DATA, "a lane message's data
 void cbcmn__mb_lanes_init(struct cbcmn__actor *a)
 {
 	atomic_store_explicit(&a->lanes, (uint64_t)a->gen << 32, memory_order_relaxed);
+	atomic_store_explicit(&a->room_owed, false, memory_order_relaxed);
 }
 
 void cbcmn__mb_lanes_open(struct cbcmn__actor *a)

@@ -1001,6 +1001,13 @@ bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e); /* actors on e's whe
 struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *t);
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t);
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t);
+/* actor_mbox.c: a run of actor a's task on e has ended (run_post(): it
+ * is published parked, or requeued): pay the room wake its takes owe to
+ * waiting lane senders (docs/ACTORS.md, "Delivery"); one relaxed load
+ * when none is owed.  a: t->arg, read before the park was published
+ * (the slot outlives its actors: a later one's pay is only early). */
+struct cbcmn__actor;
+void cbcmn__mb_room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e);
 /* actor_sched.c: actor task t blocks and actor task n, ready on e with
  * e's wheel empty, runs next without the loop (sched.c, actor_direct()):
  * the wheel's part of both (t parks, n enters and is picked).  False: n
