@@ -525,18 +525,46 @@ static uint32_t in_lanes(struct cbcmn__actor *a)
  * and a few yields see them land; but that executor may be held by one
  * long run (a blocking call, a loop: a stall), and yielding until it
  * ends burnt a CPU for its whole length (issue 16).  So after LANE_SPINS
- * yields the task parks on the table's list, and every landing while
- * the list holds anyone (its executor's drain, the stall monitor's
- * rescue of the messages, whoever drains a stopped executor: lane_land())
- * wakes the whole list to look again: parked waits are rare, and a
- * landing reads one counter otherwise. */
+ * yields the task parks on the table's list, saying what it waits for;
+ * a landing while the list holds anyone (its executor's drain, the stall
+ * monitor's rescue of the messages, whoever drains a stopped executor:
+ * lane_land()) wakes those it may have let go on, and no other: parked
+ * waits are rare, and a landing reads one counter otherwise. */
 enum { LANE_SPINS = 8 };
+
+/* What a task waits for: an actor's places in lanes all put (a, its
+ * settle), or its own post number seq on lane (src, h) put (a NULL). */
+struct lane_key {
+	const struct cbcmn__actor *a;
+	uint32_t src, h, seq;
+};
 
 struct cbcmn__lane_wait {
 	struct cbcmn__iwait iw;
 	struct cbcmn__lane_wait *next;
+	struct lane_key k;
 	bool listed; /* on the list: as->lw_lock */
 };
+
+/* Lane (src, h) has put its post number seq. */
+static bool lane_reached(struct cbcmn_runtime *rt, uint32_t src, uint32_t h, uint32_t seq)
+{
+	_Atomic uint64_t *done = &rt->exec[h]->lane_done[src];
+	/* 32-bit sequence arithmetic: far fewer than 2^31 sends in flight.
+	 * acquire: the put before a moved sender's look (lane_order()). */
+	return (int32_t)(seq - (uint32_t)atomic_load_explicit(done, memory_order_acquire)) <= 0;
+}
+
+/* Whether the landing of lm, in actor slot a (whatever its state), may
+ * end w's wait: its lane reached w's number, or its actor's settle (a
+ * look under the lock, done by the waiter). */
+static bool lane_lets_go(struct cbcmn_runtime *rt, const struct cbcmn__lane_wait *w,
+			 const struct cbcmn__actor *a, uint32_t src, uint32_t h)
+{
+	if (w->k.a)
+		return w->k.a == a;
+	return w->k.src == src && w->k.h == h && lane_reached(rt, src, h, w->k.seq);
+}
 
 /* Takes w off the list if it is still there (then nobody will wake it). */
 static bool lane_unlist(struct cbcmn__actors *as, struct cbcmn__lane_wait *w)
@@ -555,17 +583,19 @@ static bool lane_unlist(struct cbcmn__actors *as, struct cbcmn__lane_wait *w)
 	return was;
 }
 
-/* Park self until a landing wakes it (or until done(arg), seen after it
- * was listed).  Cancellation does not end the wait: the messages land
- * whatever happens to the waiter, which must see them land.  Out of
- * line: GCC's -Wtsan refuses the fence once it is inlined. */
+/* Park self until a landing that may end its wait (key k) wakes it (or
+ * until done(arg), seen after it was listed).  Cancellation does not end
+ * the wait: the messages land whatever happens to the waiter, which must
+ * see them land.  Out of line: GCC's -Wtsan refuses the fence once it is
+ * inlined. */
 static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*done)(void *),
-						 void *arg)
+						 void *arg, const struct lane_key *k)
 {
 	struct cbcmn__actors *as = atomic_load_explicit(&self->rt->actors, memory_order_acquire);
 	struct cbcmn__lane_wait w;
 	cbcmn__iwait_init(&w.iw, self);
 	w.iw.on_cancel = cbcmn__iwait_ignore_cancel;
+	w.k = *k;
 	cbcmn__mutex_lock(&as->lw_lock);
 	w.next = as->lw_head;
 	as->lw_head = &w;
@@ -583,37 +613,53 @@ static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*
 	cbcmn__iwait_block(&w.iw);
 }
 
-/* A message in a lane landed: wake the parked waiters to look again.  e:
- * the calling executor, or NULL (the stall monitor's thread). */
-static void lane_wake(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
+/* A message of lane (src, h) for actor slot a landed (counted in
+ * lane_done): wake the parked waiters it may let go on.  e: the calling
+ * executor, or NULL (the stall monitor's thread).  A waiter whose
+ * condition becomes true after our look is one this landing did not
+ * make true: the landing that does looks after it. */
+static void lane_wake(struct cbcmn_runtime *rt, struct cbcmn__exec *e,
+		      const struct cbcmn__actor *a, uint32_t src, uint32_t h)
 {
 	struct cbcmn__actors *as = atomic_load_explicit(&rt->actors, memory_order_acquire);
 	if (!atomic_load_explicit(&as->lw_n, memory_order_seq_cst))
 		return;
+	struct cbcmn__lane_wait *go = NULL, **pp;
+	uint32_t n = 0;
 	cbcmn__mutex_lock(&as->lw_lock);
-	struct cbcmn__lane_wait *w = as->lw_head;
-	as->lw_head = NULL;
-	atomic_store_explicit(&as->lw_n, 0, memory_order_relaxed);
-	for (struct cbcmn__lane_wait *x = w; x; x = x->next)
+	for (pp = &as->lw_head; *pp;) {
+		struct cbcmn__lane_wait *x = *pp;
+		if (!lane_lets_go(rt, x, a, src, h)) {
+			pp = &x->next;
+			continue;
+		}
+		*pp = x->next;
 		x->listed = false;
+		x->next = go;
+		go = x;
+		n++;
+	}
+	if (n)
+		atomic_fetch_sub_explicit(&as->lw_n, n, memory_order_relaxed);
 	cbcmn__mutex_unlock(&as->lw_lock);
-	while (w) {
-		struct cbcmn__lane_wait *next = w->next; /* before it can go */
+	while (go) {
+		struct cbcmn__lane_wait *next = go->next; /* before it can go */
 		/* Claimed for a cancellation, which left it to us. */
-		(void)cbcmn__iwait_claim(&w->iw);
-		cbcmn__iwait_wake(&w->iw, e);
-		w = next;
+		(void)cbcmn__iwait_claim(&go->iw);
+		cbcmn__iwait_wake(&go->iw, e);
+		go = next;
 	}
 }
 
-/* Wait until done(arg), which only a landing makes true. */
-static void lane_wait(struct cbcmn_task *self, bool (*done)(void *), void *arg)
+/* Wait until done(arg), which only a landing k names makes true. */
+static void lane_wait(struct cbcmn_task *self, bool (*done)(void *), void *arg,
+		      const struct lane_key *k)
 {
 	for (int i = 0; !done(arg); i++) {
 		if (i < LANE_SPINS)
 			cbcmn_yield((cbcmn_cx *)self);
 		else
-			lane_park(self, done, arg);
+			lane_park(self, done, arg, k);
 	}
 }
 
@@ -635,8 +681,9 @@ void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a)
 	cbcmn__flock_unlock(&a->lock);
 	/* One drain of their executor away, which its doorbell has rung;
 	 * a yield lets this executor drain too, it may be that one. */
+	struct lane_key k = {.a = a};
 	if (n)
-		lane_wait(self, lanes_settled, a);
+		lane_wait(self, lanes_settled, a, &k);
 }
 
 uint32_t cbcmn__mb_lanes_halt(struct cbcmn__actor *a)
@@ -699,7 +746,7 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 	/* release: the put before a moved sender's look (lane_order());
 	 * seq_cst: before our look at the parked waiters (lane_park()). */
 	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_seq_cst);
-	lane_wake(rt, e);
+	lane_wake(rt, e, cbcmn__actor_slot(rt, lm->to), lm->src, lm->h);
 }
 
 /* Per-pair order for a task whose next send does not go on the lane its
@@ -714,10 +761,7 @@ _Static_assert(CBCMN_MAX_EXECUTORS < UINT16_MAX, "lane_e1, lane_h: an executor i
 static bool lane_put_yet(void *arg)
 {
 	struct cbcmn_task *self = arg;
-	_Atomic uint64_t *done = &self->rt->exec[self->lane_h]->lane_done[self->lane_e1 - 1];
-	/* 32-bit sequence arithmetic: far fewer than 2^31 sends in flight. */
-	return (int32_t)(self->lane_seq -
-			 (uint32_t)atomic_load_explicit(done, memory_order_acquire)) <= 0;
+	return lane_reached(self->rt, self->lane_e1 - 1u, self->lane_h, self->lane_seq);
 }
 
 static bool lane_order(struct cbcmn_task *self, int h)
@@ -728,8 +772,9 @@ static bool lane_order(struct cbcmn_task *self, int h)
 	if (h >= 0 && src == self->exec->id && self->lane_h == (uint32_t)h)
 		return false; /* the same lane: in order */
 	bool waited = !lane_put_yet(self);
+	struct lane_key k = {.src = src, .h = self->lane_h, .seq = self->lane_seq};
 	if (waited)
-		lane_wait(self, lane_put_yet, self);
+		lane_wait(self, lane_put_yet, self, &k);
 	self->lane_e1 = 0;
 	return waited;
 }
