@@ -11,9 +11,12 @@
  *   - count <= cap;
  *   - the receiver waits only while nothing is deliverable (ring empty, no
  *     DOWN due): a new message goes to it directly;
- *   - senders wait only while count == cap; every slot the receiver frees
- *     goes to the first of them at once (slot_freed()), so a blocked sender
- *     is never overtaken, and a sender's messages stay in order;
+ *   - senders wait only while no place is free (count == cap, counting
+ *     places reserved in lanes); every place the receiver frees goes to
+ *     the first of them at once (slot_freed()), so a blocked sender is
+ *     never overtaken, and a sender's messages stay in order; senders
+ *     over the lanes (room_wait()) get them once half are free, or when
+ *     the receiver's run ends (room_hand(), cbcmn__mb_room_pay());
  *   - a DOWN message is due once the receiver has taken every message that
  *     was in the mailbox when it was queued (seq <= taken_total): the
  *     watched actor's own messages come first.

@@ -42,12 +42,15 @@ static void run_on_shard0(int64_t (*fn)(cbcmn_cx *, void *))
 
 /* ---- one free place ---- */
 
-/* How the receiver stops receiving after its one take. */
-enum { STOP_SLEEPS, STOP_YIELDS, STOP_HALTS };
+/* How the receiver stops receiving after its one take: it sleeps,
+ * yields (where it may migrate: only its preferred executor is 1), halts
+ * or is stopped (by one_go, as the sender waits). */
+enum { STOP_SLEEPS, STOP_YIELDS, STOP_HALTS, STOP_STOPPED };
 
 struct one {
 	int how;
-	_Atomic long started, go, done; /* go 1: take one */
+	cbcmn_actor_ref r;
+	_Atomic long started, go, took, done; /* go 1: take one */
 };
 
 static int64_t one_actor(cbcmn_cx *cx, void *arg)
@@ -59,13 +62,14 @@ static int64_t one_actor(cbcmn_cx *cx, void *arg)
 		cbcmn_sleep(cx, 100000);
 	cbcmn_actor_msg m;
 	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	atomic_store(&h->took, 1);
 	if (h->how == STOP_HALTS)
 		return 0;
 	while (!atomic_load(&h->done) && t_now_ns() < end) {
-		if (h->how == STOP_SLEEPS)
-			cbcmn_sleep(cx, 100000); /* parked: it takes no more */
-		else
+		if (h->how == STOP_YIELDS)
 			cbcmn_yield(cx);
+		else if (cbcmn_sleep(cx, 100000)) /* parked: it takes no more */
+			return 0; /* stopped */
 	}
 	return 0;
 }
@@ -84,6 +88,10 @@ static int64_t one_go(cbcmn_cx *cx, void *arg)
 	struct one *h = arg;
 	cbcmn_sleep(cx, 20000000);
 	atomic_store(&h->go, 1);
+	if (h->how == STOP_STOPPED && wait_long(cx, &h->took)) {
+		int rc = cbcmn_actor_stop(NULL, cx, h->r, 0);
+		TASK_CHECK(rc == 0 || rc == -ESRCH); /* the send got its place: it ended */
+	}
 	return 0;
 }
 
@@ -93,8 +101,10 @@ static void one_case(cbcmn_cx *cx, int how, uint32_t cap)
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
 	cbcmn_actor_opts o = {.mailbox_cap = cap, .placement = CBCMN_PLACE_PINNED, .shard = 1};
-	cbcmn_actor_ref r;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, one_actor, &h, &o, &r) == 0);
+	if (how == STOP_YIELDS)
+		o.placement = CBCMN_PLACE_STEALABLE_ON;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, one_actor, &h, &o, &h.r) == 0);
+	cbcmn_actor_ref r = h.r;
 	TASK_CHECK(wait_long(cx, &h.started));
 	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
 	for (uint32_t k = 0; k < cap; k++)
@@ -103,8 +113,8 @@ static void one_case(cbcmn_cx *cx, int how, uint32_t cap)
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, one_go, &h, NULL) == 0);
 	/* Waits from before the take (one_go's sleep) beside its place. */
 	int rc = cbcmn_actor_send_timeout(NULL, cx, r, &m, 2000000000);
-	if (how == STOP_HALTS)
-		TASK_CHECK(rc == 0 || rc == -ESRCH); /* put then dropped, or after the halt */
+	if (how >= STOP_HALTS)
+		TASK_CHECK(rc == 0 || rc == -ESRCH); /* put then dropped, or after the end */
 	else
 		TASK_CHECK(rc == 0);
 	atomic_store(&h.done, 1);
@@ -115,7 +125,7 @@ static int64_t one_main(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	static const uint32_t caps[] = {4, 10, 16};
-	for (int how = STOP_SLEEPS; how <= STOP_HALTS; how++)
+	for (int how = STOP_SLEEPS; how <= STOP_STOPPED; how++)
 		for (int i = 0; i < 3; i++)
 			one_case(cx, how, caps[i]);
 	return 0;
