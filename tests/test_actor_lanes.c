@@ -787,31 +787,44 @@ static int64_t pk_sender(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Into n[0..2]: a receiver on executor held, a hog holding it, then a
+ * sender on executor 0 whose end waits for its two messages in held's
+ * lane (parked, once its yields are over). */
+static void pk_hold(cbcmn_cx *cx, struct pk *p, uint32_t held, cbcmn_nursery *n[3])
+{
+	for (int i = 0; i < 3; i++)
+		TASK_CHECK(open_n(cx, &n[i]) == 0);
+	atomic_store(&p->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, n[0], &p->r, CBCMN_PLACE_PINNED, held, 8) == 0);
+	TASK_CHECK(wait_for(cx, &p->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n[1], held, hog_task, &p->hog, NULL) == 0);
+	while (!atomic_load(&p->hog.running))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n[2], 0, pk_sender, p, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &p->ended, 1));
+}
+
+/* pk_hold()'s end: nothing landed yet; the hog released, all ended. */
+static int64_t pk_release(cbcmn_cx *cx, struct pk *p, cbcmn_nursery *n[3])
+{
+	TASK_CHECK(atomic_load(&p->r.got) == 0);
+	atomic_store(&p->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[2]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[1]) == 0);
+	TASK_CHECK(quit(cx, p->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, n[0]);
+}
+
 static int64_t pk_main(cbcmn_cx *cx, void *arg)
 {
 	struct pk *p = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	cbcmn_nursery *nr, *nh, *ns;
-	TASK_CHECK(open_n(cx, &nr) == 0);
-	TASK_CHECK(open_n(cx, &nh) == 0);
-	TASK_CHECK(open_n(cx, &ns) == 0);
-	atomic_store(&p->r.go, 1);
-	TASK_CHECK(rx_spawn(cx, nr, &p->r, CBCMN_PLACE_PINNED, 1, 8) == 0);
-	TASK_CHECK(wait_for(cx, &p->r.started, 1));
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &p->hog, NULL) == 0);
-	while (!atomic_load(&p->hog.running))
-		cbcmn_sleep(cx, 100000);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, pk_sender, p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &p->ended, 1));
+	cbcmn_nursery *n[3];
+	pk_hold(cx, p, 1, n);
 	uint64_t h0 = exec_stats(rt, 0).local_hits;
 	cbcmn_sleep(cx, 20000000); /* the sender's end waits out the hog */
 	p->picks = exec_stats(rt, 0).local_hits - h0;
-	TASK_CHECK(atomic_load(&p->r.got) == 0);
-	atomic_store(&p->hog.release, 1);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
-	TASK_CHECK(quit(cx, p->r.a) == 0);
-	return cbcmn_nursery_await_all(cx, nr);
+	return pk_release(cx, p, n);
 }
 
 /* Issue 16: a task waiting for its own messages in the lane of an
@@ -859,35 +872,19 @@ static int64_t pw_traffic(cbcmn_cx *cx, void *arg)
 static int64_t pw_main(cbcmn_cx *cx, void *arg)
 {
 	struct pw *w = arg;
-	struct pk *p = &w->p;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	cbcmn_nursery *nr, *nh, *ns;
-	TASK_CHECK(open_n(cx, &nr) == 0);
-	TASK_CHECK(open_n(cx, &nh) == 0);
-	TASK_CHECK(open_n(cx, &ns) == 0);
-	atomic_store(&p->r.go, 1);
+	cbcmn_nursery *n[3];
+	pk_hold(cx, &w->p, 2, n);
 	atomic_store(&w->t.go, 1);
-	TASK_CHECK(rx_spawn(cx, nr, &p->r, CBCMN_PLACE_PINNED, 2, 8) == 0);
-	TASK_CHECK(rx_spawn(cx, nr, &w->t, CBCMN_PLACE_PINNED, 3, 64) == 0);
-	TASK_CHECK(wait_for(cx, &p->r.started, 1));
+	TASK_CHECK(rx_spawn(cx, n[0], &w->t, CBCMN_PLACE_PINNED, 3, 64) == 0);
 	TASK_CHECK(wait_for(cx, &w->t.started, 1));
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 2, hog_task, &p->hog, NULL) == 0);
-	while (!atomic_load(&p->hog.running))
-		cbcmn_sleep(cx, 100000);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, pk_sender, p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &p->ended, 1));
-	cbcmn_sleep(cx, 2000000); /* its end's yields are over: parked */
+	cbcmn_sleep(cx, 2000000); /* the sender's end is over its yields: parked */
 	uint64_t h0 = exec_stats(rt, 0).local_hits;
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 1, pw_traffic, w, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n[2], 1, pw_traffic, w, NULL) == 0);
 	TASK_CHECK(wait_for(cx, &w->t.got, PW_MSGS));
-	p->picks = exec_stats(rt, 0).local_hits - h0;
-	TASK_CHECK(atomic_load(&p->r.got) == 0);
-	atomic_store(&p->hog.release, 1);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
-	TASK_CHECK(quit(cx, p->r.a) == 0);
+	w->p.picks = exec_stats(rt, 0).local_hits - h0;
 	TASK_CHECK(quit(cx, w->t.a) == 0);
-	return cbcmn_nursery_await_all(cx, nr);
+	return pk_release(cx, &w->p, n);
 }
 
 static void test_landings_of_other_lanes_leave_a_parked_wait_alone(void **state)
