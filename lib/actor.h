@@ -124,6 +124,9 @@ struct cbcmn__actor {
 	 * lock; read without it where the receiver's run ends
 	 * (cbcmn__mb_room_pay()). */
 	_Atomic bool room_owed;
+	/* Its own task, parked until its places in lanes are all put
+	 * (actor_mbox.c, cbcmn__mb_lanes_settle()); under the lock. */
+	struct cbcmn__lane_wait *settle_wait;
 	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	struct cbcmn__mb_wait *receiver;          /* the actor, waiting for a message */
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
@@ -216,11 +219,11 @@ struct cbcmn__actors {
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
-	/* Tasks parked until messages in lanes land (actor_mbox.c,
-	 * lane_wait()): the list, under lw_lock, and its length, which
-	 * every landing reads (after the read-mostly chunk array). */
+	/* Tasks parked until their posts land (actor_mbox.c, lane_park()):
+	 * the per-lane lists (struct cbcmn__exec's lw_head) under lw_lock,
+	 * and how many, which every landing reads (after the read-mostly
+	 * chunk array). */
 	struct cbcmn__mutex lw_lock; /* CBCMN__LOCK_LANE_WAIT */
-	struct cbcmn__lane_wait *lw_head;
 	_Atomic uint32_t lw_n;
 };
 

@@ -487,6 +487,7 @@ void cbcmn__mb_lanes_init(struct cbcmn__actor *a)
 {
 	atomic_store_explicit(&a->lanes, (uint64_t)a->gen << 32, memory_order_relaxed);
 	atomic_store_explicit(&a->room_owed, false, memory_order_relaxed);
+	a->settle_wait = NULL;
 }
 
 void cbcmn__mb_lanes_open(struct cbcmn__actor *a)
@@ -528,25 +529,19 @@ static uint32_t in_lanes(struct cbcmn__actor *a)
  * and a few yields see them land; but that executor may be held by one
  * long run (a blocking call, a loop: a stall), and yielding until it
  * ends burnt a CPU for its whole length (issue 16).  So after LANE_SPINS
- * yields the task parks on the table's list, saying what it waits for;
- * a landing while the list holds anyone (its executor's drain, the stall
- * monitor's rescue of the messages, whoever drains a stopped executor:
- * lane_land()) wakes those it may have let go on, and no other: parked
- * waits are rare, and a landing reads one counter otherwise. */
+ * yields the task parks where the landing that ends its wait looks
+ * (its executor's drain, the stall monitor's rescue of the messages,
+ * whoever drains a stopped executor: lane_land()), and only that one
+ * wakes it: a wait for its own post number seq on lane (src, h), on that
+ * lane's list, in seq order (lane_park()); an actor's settle, in its slot
+ * (settle_wait).  A landing reads one counter when nobody is parked. */
 enum { LANE_SPINS = 8 };
-
-/* What a task waits for: an actor's places in lanes all put (a, its
- * settle), or its own post number seq on lane (src, h) put (a NULL). */
-struct lane_key {
-	const struct cbcmn__actor *a;
-	uint32_t src, h, seq;
-};
 
 struct cbcmn__lane_wait {
 	struct cbcmn__iwait iw;
-	struct cbcmn__lane_wait *next;
-	struct lane_key k;
-	bool listed; /* on the list: as->lw_lock */
+	struct cbcmn__lane_wait *next, *prev;
+	uint32_t src, h, seq; /* a lane wait's */
+	bool listed;          /* on its lane's list: as->lw_lock */
 };
 
 /* Lane (src, h) has put its post number seq. */
@@ -558,135 +553,146 @@ static bool lane_reached(struct cbcmn_runtime *rt, uint32_t src, uint32_t h, uin
 	return (int32_t)(seq - (uint32_t)atomic_load_explicit(done, memory_order_acquire)) <= 0;
 }
 
-/* Whether the landing of lm, in actor slot a (whatever its state), may
- * end w's wait: its lane reached w's number, or its actor's settle (a
- * look under the lock, done by the waiter). */
-static bool lane_lets_go(struct cbcmn_runtime *rt, const struct cbcmn__lane_wait *w,
-			 const struct cbcmn__actor *a, uint32_t src, uint32_t h)
+/* Takes w off its lane's list (locked). */
+static void lane_del(struct cbcmn_runtime *rt, struct cbcmn__lane_wait *w)
 {
-	if (w->k.a)
-		return w->k.a == a;
-	return w->k.src == src && w->k.h == h && lane_reached(rt, src, h, w->k.seq);
+	struct cbcmn__exec *x = rt->exec[w->h];
+	*(w->prev ? &w->prev->next : &x->lw_head[w->src]) = w->next;
+	*(w->next ? &w->next->prev : &x->lw_tail[w->src]) = w->prev;
+	w->listed = false;
 }
 
-/* Takes w off the list if it is still there (then nobody will wake it). */
-static bool lane_unlist(struct cbcmn__actors *as, struct cbcmn__lane_wait *w)
+/* Onto its lane's list, in seq order: from the tail, where a new post
+ * number usually goes (locked). */
+static void lane_add(struct cbcmn_runtime *rt, struct cbcmn__lane_wait *w)
 {
-	cbcmn__mutex_lock(&as->lw_lock);
-	bool was = w->listed;
-	if (was) {
-		struct cbcmn__lane_wait **pp = &as->lw_head;
-		while (*pp != w)
-			pp = &(*pp)->next;
-		*pp = w->next;
-		w->listed = false;
-		atomic_fetch_sub_explicit(&as->lw_n, 1, memory_order_relaxed);
-	}
-	cbcmn__mutex_unlock(&as->lw_lock);
-	return was;
+	struct cbcmn__exec *x = rt->exec[w->h];
+	struct cbcmn__lane_wait *p = x->lw_tail[w->src];
+	while (p && (int32_t)(w->seq - p->seq) < 0)
+		p = p->prev;
+	w->prev = p;
+	w->next = p ? p->next : x->lw_head[w->src];
+	*(p ? &p->next : &x->lw_head[w->src]) = w;
+	*(w->next ? &w->next->prev : &x->lw_tail[w->src]) = w;
+	w->listed = true;
 }
 
-/* Park self until a landing that may end its wait (key k) wakes it (or
- * until done(arg), seen after it was listed).  Cancellation does not end
- * the wait: the messages land whatever happens to the waiter, which must
- * see them land.  Out of line: GCC's -Wtsan refuses the fence once it is
- * inlined. */
-static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*done)(void *),
-						 void *arg, const struct lane_key *k)
+static void lane_wait_init(struct cbcmn__lane_wait *w, struct cbcmn_task *self)
 {
-	struct cbcmn__actors *as = atomic_load_explicit(&self->rt->actors, memory_order_acquire);
-	struct cbcmn__lane_wait w;
-	cbcmn__iwait_init(&w.iw, self);
-	w.iw.on_cancel = cbcmn__iwait_ignore_cancel;
-	w.k = *k;
+	cbcmn__iwait_init(&w->iw, self);
+	/* Cancellation does not end the wait: the messages land whatever
+	 * happens to the waiter, which must see them land. */
+	w->iw.on_cancel = cbcmn__iwait_ignore_cancel;
+}
+
+/* Park self until lane (src, h) has put its post number seq.  Out of
+ * line: GCC's -Wtsan refuses the fence once it is inlined. */
+static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, uint32_t src,
+						 uint32_t h, uint32_t seq)
+{
+	struct cbcmn_runtime *rt = self->rt;
+	struct cbcmn__actors *as = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	struct cbcmn__lane_wait w = {.src = src, .h = h, .seq = seq};
+	lane_wait_init(&w, self);
 	cbcmn__mutex_lock(&as->lw_lock);
-	w.next = as->lw_head;
-	as->lw_head = &w;
-	w.listed = true;
+	lane_add(rt, &w);
 	/* seq_cst, and the fence: our count before our look, against a
 	 * landing's count of its message before its look at ours
 	 * (lane_wake()).  One of the two sees the other. */
 	atomic_fetch_add_explicit(&as->lw_n, 1, memory_order_seq_cst);
 	cbcmn__mutex_unlock(&as->lw_lock);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (done(arg) && lane_unlist(as, &w)) {
-		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
-		return; /* landed meanwhile, and nobody will wake us */
+	if (lane_reached(rt, src, h, seq)) {
+		cbcmn__mutex_lock(&as->lw_lock);
+		bool mine = w.listed; /* else a landing took it: its wake comes */
+		if (mine) {
+			lane_del(rt, &w);
+			atomic_fetch_sub_explicit(&as->lw_n, 1, memory_order_relaxed);
+		}
+		cbcmn__mutex_unlock(&as->lw_lock);
+		if (mine) {
+			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+			return; /* landed meanwhile, and nobody will wake us */
+		}
 	}
 	cbcmn__iwait_block(&w.iw);
 }
 
-/* A message of lane (src, h) for actor slot a landed (counted in
- * lane_done): wake the parked waiters it may let go on.  e: the calling
- * executor, or NULL (the stall monitor's thread).  A waiter whose
- * condition becomes true after our look is one this landing did not
- * make true: the landing that does looks after it. */
-static void lane_wake(struct cbcmn_runtime *rt, struct cbcmn__exec *e,
-		      const struct cbcmn__actor *a, uint32_t src, uint32_t h)
+static void lane_wake_one(struct cbcmn__lane_wait *w, struct cbcmn__exec *e)
+{
+	/* Claimed for a cancellation, which left it to us. */
+	(void)cbcmn__iwait_claim(&w->iw);
+	cbcmn__iwait_wake(&w->iw, e);
+}
+
+/* A message of lane (src, h) landed (counted in lane_done): wake the
+ * tasks parked for a post number it has reached, the head of the lane's
+ * list, and no other.  e: the calling executor, or NULL (the stall
+ * monitor's thread).  lane_done is read after our count: of two
+ * landings of one lane (h's drain, the monitor's rescue), the later
+ * sees both. */
+static void lane_wake(struct cbcmn_runtime *rt, struct cbcmn__exec *e, uint32_t src, uint32_t h)
 {
 	struct cbcmn__actors *as = atomic_load_explicit(&rt->actors, memory_order_acquire);
 	if (!atomic_load_explicit(&as->lw_n, memory_order_seq_cst))
 		return;
-	struct cbcmn__lane_wait *go = NULL, **pp;
+	struct cbcmn__exec *x = rt->exec[h];
+	struct cbcmn__lane_wait *go = NULL, *w;
 	uint32_t n = 0;
 	cbcmn__mutex_lock(&as->lw_lock);
-	for (pp = &as->lw_head; *pp;) {
-		struct cbcmn__lane_wait *x = *pp;
-		if (!lane_lets_go(rt, x, a, src, h)) {
-			pp = &x->next;
-			continue;
-		}
-		*pp = x->next;
-		x->listed = false;
-		x->next = go;
-		go = x;
+	while ((w = x->lw_head[src]) && lane_reached(rt, src, h, w->seq)) {
+		lane_del(rt, w);
+		w->next = go;
+		go = w;
 		n++;
 	}
 	if (n)
 		atomic_fetch_sub_explicit(&as->lw_n, n, memory_order_relaxed);
 	cbcmn__mutex_unlock(&as->lw_lock);
 	while (go) {
-		struct cbcmn__lane_wait *next = go->next; /* before it can go */
-		/* Claimed for a cancellation, which left it to us. */
-		(void)cbcmn__iwait_claim(&go->iw);
-		cbcmn__iwait_wake(&go->iw, e);
-		go = next;
+		w = go;
+		go = w->next; /* before it can go */
+		lane_wake_one(w, e);
 	}
 }
 
-/* Wait until done(arg), which only a landing k names makes true. */
-static void lane_wait(struct cbcmn_task *self, bool (*done)(void *), void *arg,
-		      const struct lane_key *k)
+/* Wait until lane (src, h) has put post number seq, which only its
+ * landings do. */
+static void lane_wait(struct cbcmn_task *self, uint32_t src, uint32_t h, uint32_t seq)
 {
-	for (int i = 0; !done(arg); i++) {
+	for (int i = 0; !lane_reached(self->rt, src, h, seq); i++) {
 		if (i < LANE_SPINS)
 			cbcmn_yield((cbcmn_cx *)self);
 		else
-			lane_park(self, done, arg, k);
+			lane_park(self, src, h, seq);
 	}
 }
 
-/* No place of a's is reserved by a message in a lane any more. */
-static bool lanes_settled(void *arg)
-{
-	struct cbcmn__actor *a = arg;
-	cbcmn__flock_lock(&a->lock);
-	uint32_t n = in_lanes(a);
-	cbcmn__flock_unlock(&a->lock);
-	return n == 0;
-}
-
+/* The actor's own task waits until no place of a's is reserved by a
+ * message in a lane: yields, then parks in a's slot, where the landing
+ * that puts the last one looks, under the lock (lane_land()). */
 void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a)
 {
-	cbcmn__flock_lock(&a->lock);
-	lanes_close(a);
-	uint32_t n = in_lanes(a);
+	for (int i = 0;; i++) {
+		cbcmn__flock_lock(&a->lock);
+		lanes_close(a);
+		if (!in_lanes(a))
+			break;
+		if (i < LANE_SPINS) {
+			/* One drain of their executor away, which its doorbell
+			 * has rung; a yield lets this executor drain too, it
+			 * may be that one. */
+			cbcmn__flock_unlock(&a->lock);
+			cbcmn_yield((cbcmn_cx *)self);
+			continue;
+		}
+		struct cbcmn__lane_wait w;
+		lane_wait_init(&w, self);
+		a->settle_wait = &w;
+		cbcmn__flock_unlock(&a->lock);
+		cbcmn__iwait_block(&w.iw);
+	}
 	cbcmn__flock_unlock(&a->lock);
-	/* One drain of their executor away, which its doorbell has rung;
-	 * a yield lets this executor drain too, it may be that one. */
-	struct lane_key k = {.a = a};
-	if (n)
-		lane_wait(self, lanes_settled, a, &k);
 }
 
 uint32_t cbcmn__mb_lanes_halt(struct cbcmn__actor *a)
@@ -743,13 +749,20 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 		put_msg(a, &lm->m, &wl, true);
 		trace_send(e, a, lm->m.from);
 		slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
+		struct cbcmn__lane_wait *settled = NULL;
+		if (a->settle_wait && !in_lanes(a)) {
+			settled = a->settle_wait;
+			a->settle_wait = NULL;
+		}
 		cbcmn__flock_unlock(&a->lock);
 		cbcmn__wakes_run(&wl, e);
+		if (settled)
+			lane_wake_one(settled, e);
 	}
 	/* release: the put before a moved sender's look (lane_order());
 	 * seq_cst: before our look at the parked waiters (lane_park()). */
 	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_seq_cst);
-	lane_wake(rt, e, cbcmn__actor_slot(rt, lm->to), lm->src, lm->h);
+	lane_wake(rt, e, lm->src, lm->h);
 }
 
 /* Per-pair order for a task whose next send does not go on the lane its
@@ -759,14 +772,6 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
  * if it yielded meanwhile (it may have moved). */
 _Static_assert(CBCMN_MAX_EXECUTORS < UINT16_MAX, "lane_e1, lane_h: an executor id + 1 in 16 bits");
 
-/* Task self's last post has been put (lane_done of its lane has reached
- * its number there). */
-static bool lane_put_yet(void *arg)
-{
-	struct cbcmn_task *self = arg;
-	return lane_reached(self->rt, self->lane_e1 - 1u, self->lane_h, self->lane_seq);
-}
-
 static bool lane_order(struct cbcmn_task *self, int h)
 {
 	if (!self || !self->lane_e1)
@@ -774,10 +779,9 @@ static bool lane_order(struct cbcmn_task *self, int h)
 	uint32_t src = self->lane_e1 - 1;
 	if (h >= 0 && src == self->exec->id && self->lane_h == (uint32_t)h)
 		return false; /* the same lane: in order */
-	bool waited = !lane_put_yet(self);
-	struct lane_key k = {.src = src, .h = self->lane_h, .seq = self->lane_seq};
+	bool waited = !lane_reached(self->rt, src, self->lane_h, self->lane_seq);
 	if (waited)
-		lane_wait(self, lane_put_yet, self, &k);
+		lane_wait(self, src, self->lane_h, self->lane_seq);
 	self->lane_e1 = 0;
 	return waited;
 }

@@ -397,6 +397,10 @@ struct cbcmn__exec {
 	 * (x's drain; read by a sender that must wait for its own). */
 	uint64_t *lane_posted;
 	_Atomic uint64_t *lane_done;
+	/* Tasks parked until lane (x, this) has put their post number
+	 * (actor_mbox.c, lane_park()): per x, a list in that order, under
+	 * the actor table's lw_lock. */
+	struct cbcmn__lane_wait **lw_head, **lw_tail;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
 	bool gated;                       /* the gate refused work since the last look (sched.c) */
 	uint64_t gate_wait_ns;            /* how long to park while only gated work is left */
