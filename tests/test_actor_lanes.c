@@ -907,6 +907,68 @@ static void test_landings_of_other_lanes_leave_a_parked_wait_alone(void **state)
 	t_destroy(rt);
 }
 
+/* ---- parked waits of one lane, parked out of their post order ---- */
+
+/* Senders on executor 0 post one message each into the lane of a held
+ * executor, in order, then end in the reverse order (each waits for its
+ * post: parked, the later posts first on the lane's list): the landings
+ * wake each once its own message is put, none left behind. */
+#define PO_SENDERS 24
+
+struct po {
+	struct rx r;
+	struct hog hog;
+	_Atomic long posted, ended;
+};
+
+static int64_t po_sender(cbcmn_cx *cx, void *arg)
+{
+	struct po *p = arg;
+	long k = atomic_fetch_add(&p->posted, 1); /* one at a time: pinned on executor 0 */
+	cbcmn_actor_msg m = msg(M_DATA, 0, (uint64_t)k);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->r.a, &m) == 0);
+	cbcmn_sleep(cx, (uint64_t)(PO_SENDERS - k) * 300000); /* the last to post ends first */
+	atomic_fetch_add(&p->ended, 1);
+	return 0;
+}
+
+static int64_t po_main(cbcmn_cx *cx, void *arg)
+{
+	struct po *p = arg;
+	cbcmn_nursery *nr, *nh, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	atomic_store(&p->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &p->r, CBCMN_PLACE_PINNED, 1, PO_SENDERS) == 0);
+	TASK_CHECK(wait_for(cx, &p->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &p->hog, NULL) == 0);
+	while (!atomic_load(&p->hog.running))
+		cbcmn_sleep(cx, 100000);
+	for (int i = 0; i < PO_SENDERS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, po_sender, p, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &p->ended, PO_SENDERS));
+	cbcmn_sleep(cx, 5000000); /* their ends' yields are over: parked */
+	TASK_CHECK(atomic_load(&p->r.got) == 0);
+	atomic_store(&p->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	TASK_CHECK(quit(cx, p->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+static void test_parked_waits_of_one_lane_out_of_order_all_end(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct po p = {0};
+	t_run_pinned(rt, 0, po_main, &p);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&p.r.got), PO_SENDERS);
+	assert_int_equal(atomic_load(&p.r.bad), 0);
+	t_destroy(rt);
+}
+
 /* ---- acknowledgements after the receiver's halt, and at destroy ---- */
 
 #define AH_MSGS 40
@@ -1344,6 +1406,7 @@ int main(void)
 		cmocka_unit_test(test_message_in_a_stalled_executors_lane_is_rescued),
 		cmocka_unit_test(test_no_memory_for_a_lane_message_takes_the_lock),
 		cmocka_unit_test(test_landings_of_other_lanes_leave_a_parked_wait_alone),
+		cmocka_unit_test(test_parked_waits_of_one_lane_out_of_order_all_end),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
