@@ -7,7 +7,9 @@
 #include "helpers.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "actor_test.h"
 
@@ -261,12 +263,87 @@ static void test_send_timeouts_racing_the_room_wake(void **state)
 	run_on_shard0(rt_main);
 }
 
+/* ---- a receiver whose run never ends: blocked outside the runtime ---- */
+
+/* The receiver takes one message (one place free of 4: the wake owed),
+ * then blocks in poll() on a pipe that the waiting lane sender writes
+ * once its send returns: its run does not end, so run_post() never pays.
+ * The lock path would have handed the place at once; so must the stall
+ * monitor, which sees its thread asleep in a blocking call (the wheel's
+ * rescue, docs/ACTORS.md "Stalls").  Before: the poll timed out (3 s)
+ * and the send waited for it. */
+struct blk {
+	int fd[2];
+	cbcmn_actor_ref r;
+	_Atomic long started, go, got;
+};
+
+static int64_t blk_actor(cbcmn_cx *cx, void *arg)
+{
+	struct blk *b = arg;
+	atomic_store(&b->started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&b->go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	struct pollfd p = {.fd = b->fd[0], .events = POLLIN};
+	if (poll(&p, 1, 3000) == 1) { /* blocking, outside the runtime: a stall */
+		char c;
+		atomic_store(&b->got, read(b->fd[0], &c, 1) == 1);
+	}
+	for (int k = 0; k < 4; k++) /* the three left and the waiter's */
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, 1000000000) == 0);
+	return 0;
+}
+
+static int64_t blk_go(cbcmn_cx *cx, void *arg)
+{
+	struct blk *b = arg;
+	cbcmn_sleep(cx, 20000000); /* the sender waits by then */
+	atomic_store(&b->go, 1);
+	return 0;
+}
+
+static int64_t blk_main(cbcmn_cx *cx, void *arg)
+{
+	struct blk *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, blk_actor, b, &o, &b->r) == 0);
+	TASK_CHECK(wait_long(cx, &b->started));
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int k = 0; k < 4; k++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->r, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, blk_go, b, NULL) == 0);
+	TASK_CHECK(cbcmn_actor_send_timeout(NULL, cx, b->r, &m, 5000000000ull) == 0);
+	char c = 'x';
+	TASK_CHECK(write(b->fd[1], &c, 1) == 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_receiver_blocked_outside_the_runtime_pays_the_wake(void **state)
+{
+	(void)state;
+	struct blk b = {0};
+	assert_int_equal(pipe(b.fd), 0);
+	cbcmn_runtime *rt = t_runtime(2); /* static: the stall monitor */
+	assert_int_equal(t_run_pinned(rt, 0, blk_main, &b), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	close(b.fd[0]);
+	close(b.fd[1]);
+	assert_true(atomic_load(&b.got));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_one_free_place_wakes_a_waiting_lane_sender),
 		cmocka_unit_test(test_senders_on_both_executors_against_a_pausing_receiver),
 		cmocka_unit_test(test_send_timeouts_racing_the_room_wake),
+		cmocka_unit_test(test_receiver_blocked_outside_the_runtime_pays_the_wake),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
