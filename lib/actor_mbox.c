@@ -190,6 +190,17 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 	return false;
 }
 
+/* A wake owed to a's lane senders, by a take on e (NULL: the stall
+ * monitor's landing, which hands the receiver a message: its run's end
+ * pays).  e records a for the stall monitor: a receiver blocked outside
+ * the runtime in that run never ends it (cbcmn__mb_room_rescue()). */
+static void room_owe(struct cbcmn__actor *a, struct cbcmn__exec *e)
+{
+	atomic_store_explicit(&a->room_owed, true, memory_order_relaxed);
+	if (e)
+		atomic_store_explicit(&e->room_debtor, a, memory_order_relaxed);
+}
+
 /* Room may have freed up: hand it to waiting senders, in order.  e: this
  * thread's executor (the receiver's), whose clock times their sends for
  * the trace, which each sender records when it resumes (mb_send()).
@@ -213,8 +224,7 @@ static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cb
 			uint32_t room = ln_room(ln_load(a));
 			if (room < (a->cap + 1) / 2) {
 				if (room)
-					atomic_store_explicit(&a->room_owed, true,
-							      memory_order_relaxed);
+					room_owe(a, e);
 				break;
 			}
 		}
@@ -244,18 +254,37 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 	room_hand(a, wl, e, false);
 }
 
+/* Pay a's owed wake, if it is still owed (under the lock, where it is
+ * set and paid). */
+static void room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e)
+{
+	struct cbcmn__wakes wl = {0};
+	cbcmn__flock_lock(&a->lock);
+	if (atomic_load_explicit(&a->room_owed, memory_order_relaxed)) {
+		atomic_store_explicit(&a->room_owed, false, memory_order_relaxed);
+		room_hand(a, &wl, e, true);
+	}
+	cbcmn__flock_unlock(&a->lock);
+	cbcmn__wakes_run(&wl, e);
+}
+
 void cbcmn__mb_room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e)
 {
 	/* Relaxed: set by this thread's own takes in the run that ended, or
 	 * before the wake that began it (a landing's hand-over). */
-	if (!atomic_load_explicit(&a->room_owed, memory_order_relaxed))
-		return;
-	struct cbcmn__wakes wl = {0};
-	cbcmn__flock_lock(&a->lock);
-	atomic_store_explicit(&a->room_owed, false, memory_order_relaxed);
-	room_hand(a, &wl, e, true);
-	cbcmn__flock_unlock(&a->lock);
-	cbcmn__wakes_run(&wl, e);
+	if (atomic_load_explicit(&a->room_owed, memory_order_relaxed))
+		room_pay(a, e);
+}
+
+/* Another thread's: x's run may have owed it since, the lock tells.  As
+ * early as a landing's hand-over: any free place goes, as on the lock
+ * path. */
+void cbcmn__mb_room_rescue(struct cbcmn__exec *x)
+{
+	struct cbcmn__actor *a = atomic_exchange_explicit(&x->room_debtor, NULL,
+							  memory_order_relaxed);
+	if (a)
+		room_pay(a, NULL);
 }
 
 /* cbcmn_actor_stop(): senders get -ESRCH, the receiver -ESHUTDOWN. */
