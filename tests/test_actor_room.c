@@ -263,6 +263,74 @@ static void test_send_timeouts_racing_the_room_wake(void **state)
 	run_on_shard0(rt_main);
 }
 
+/* ---- a lane sender and a lock sender behind it ---- */
+
+/* Two senders against a receiver that takes one message a run (cap 4):
+ * one over the lanes (executor 0), one on the receiver's executor (the
+ * lock path, a message in its wait).  Each pay frees one place; the lane
+ * sender woken for it reserves it itself, and the lock sender queued
+ * behind took it first, every time: the lane sender, woken to find none,
+ * queued again behind it, starved (5 of 400 messages; main: as many, the
+ * half wake had the same hole).  Now a woken lane sender's place is kept
+ * for it: both get in.  Not a ratio: 20 of 2 000. */
+#define SV_LANE 20
+#define SV_LOCK 2000
+
+struct sv {
+	cbcmn_actor_ref r;
+	_Atomic long stop, from[2];
+};
+
+static int64_t sv_actor(cbcmn_cx *cx, void *arg)
+{
+	struct sv *s = arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&s->from[0]) < SV_LANE && atomic_load(&s->from[1]) < SV_LOCK &&
+	       t_now_ns() < end) {
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+		atomic_fetch_add(&s->from[m.body.u64[0] & 1], 1);
+		cbcmn_sleep(cx, 100000); /* the run ends: the pay */
+	}
+	atomic_store(&s->stop, 1);
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, 50000000) == 0)
+		;
+	return 0;
+}
+
+static int64_t sv_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sv *s = arg;
+	cbcmn_actor_msg m = msg(M_DATA, (uint64_t)cbcmn_cx_executor(cx), 0);
+	while (!atomic_load(&s->stop)) {
+		int rc = cbcmn_actor_send_timeout(NULL, cx, s->r, &m, 20000000);
+		TASK_CHECK(rc == 0 || rc == -ETIMEDOUT);
+	}
+	return 0;
+}
+
+static int64_t sv_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct sv s = {0};
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, sv_actor, &s, &o, &s.r) == 0);
+	for (uint32_t k = 0; k < 2; k++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, k, sv_sender, &s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(atomic_load(&s.from[0]) >= SV_LANE);
+	return 0;
+}
+
+static void test_a_lock_sender_behind_a_lane_sender_does_not_starve_it(void **state)
+{
+	(void)state;
+	run_on_shard0(sv_main);
+}
+
 /* ---- a receiver whose run never ends: blocked outside the runtime ---- */
 
 /* The receiver takes one message (one place free of 4: the wake owed),
@@ -344,6 +412,7 @@ int main(void)
 		cmocka_unit_test(test_senders_on_both_executors_against_a_pausing_receiver),
 		cmocka_unit_test(test_send_timeouts_racing_the_room_wake),
 		cmocka_unit_test(test_receiver_blocked_outside_the_runtime_pays_the_wake),
+		cmocka_unit_test(test_a_lock_sender_behind_a_lane_sender_does_not_starve_it),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
