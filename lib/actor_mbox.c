@@ -210,7 +210,18 @@ static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cb
 		      bool pay)
 {
 	struct cbcmn__mb_wait *w;
+	uint32_t promised = 0; /* free places the lane senders woken will reserve */
 	while (a->sendq.head) {
+		/* Each woken lane sender's place stays free for it: a sender
+		 * with a message behind it took the one place a pay frees,
+		 * every time, and the lane sender, woken to find none, went
+		 * back behind it: starved (rvalane).  The rest wait their
+		 * turn, owed: a woken one whose message goes to the receiver
+		 * waiting (the lock path's hand-over) leaves its place free. */
+		if (promised && ln_room(ln_load(a)) <= promised) {
+			room_owe(a, e);
+			break;
+		}
 		/* Senders over the lanes wait for room to reserve (no message,
 		 * room_wait()): woken together once half the mailbox is free,
 		 * so that they post in batches while the receiver takes the
@@ -237,6 +248,7 @@ static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cb
 		}
 		if (!w->src) { /* it reserves its place itself */
 			room_give(a);
+			promised++;
 			cbcmn__wakes_add(wl, &w->qw, 0);
 			continue;
 		}
