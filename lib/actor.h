@@ -119,6 +119,14 @@ struct cbcmn__actor {
 	 * reserved by messages still in a lane.  Changed under the lock,
 	 * except by those reservations. */
 	_Atomic uint64_t lanes;
+	/* A wake owed to lane senders waiting for room (actor_mbox.c,
+	 * room_hand()): places are free, fewer than half.  Set under the
+	 * lock; read without it where the receiver's run ends
+	 * (cbcmn__mb_room_pay()). */
+	_Atomic bool room_owed;
+	/* Its own task, parked until its places in lanes are all put
+	 * (actor_mbox.c, cbcmn__mb_lanes_settle()); under the lock. */
+	struct cbcmn__lane_wait *settle_wait;
 	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	/* The actor, waiting for a message.  Written under the lock; atomic
 	 * (relaxed) only so that a sender may read it without the lock to
@@ -214,11 +222,11 @@ struct cbcmn__actors {
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
-	/* Tasks parked until messages in lanes land (actor_mbox.c,
-	 * lane_wait()): the list, under lw_lock, and its length, which
-	 * every landing reads (after the read-mostly chunk array). */
+	/* Tasks parked until their posts land (actor_mbox.c, lane_park()):
+	 * the per-lane lists (struct cbcmn__exec's lw_head) under lw_lock,
+	 * and how many, which every landing reads (after the read-mostly
+	 * chunk array). */
 	struct cbcmn__mutex lw_lock; /* CBCMN__LOCK_LANE_WAIT */
-	struct cbcmn__lane_wait *lw_head;
 	_Atomic uint32_t lw_n;
 };
 

@@ -11,9 +11,12 @@
  *   - count <= cap;
  *   - the receiver waits only while nothing is deliverable (ring empty, no
  *     DOWN due): a new message goes to it directly;
- *   - senders wait only while count == cap; every slot the receiver frees
- *     goes to the first of them at once (slot_freed()), so a blocked sender
- *     is never overtaken, and a sender's messages stay in order;
+ *   - senders wait only while no place is free (count == cap, counting
+ *     places reserved in lanes); every place the receiver frees goes to
+ *     the first of them at once (slot_freed()), so a blocked sender is
+ *     never overtaken, and a sender's messages stay in order; senders
+ *     over the lanes (room_wait()) get them once half are free, or when
+ *     the receiver's run ends (room_hand(), cbcmn__mb_room_pay());
  *   - a DOWN message is due once the receiver has taken every message that
  *     was in the mailbox when it was queued (seq <= taken_total): the
  *     watched actor's own messages come first.
@@ -190,22 +193,55 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 	return false;
 }
 
+/* A wake owed to a's lane senders, by a take on e (NULL: the stall
+ * monitor's landing, which hands the receiver a message: its run's end
+ * pays).  e records a for the stall monitor: a receiver blocked outside
+ * the runtime in that run never ends it (cbcmn__mb_room_rescue()). */
+static void room_owe(struct cbcmn__actor *a, struct cbcmn__exec *e)
+{
+	atomic_store_explicit(&a->room_owed, true, memory_order_relaxed);
+	if (e)
+		atomic_store_explicit(&e->room_debtor, a, memory_order_relaxed);
+}
+
 /* Room may have freed up: hand it to waiting senders, in order.  e: this
  * thread's executor (the receiver's), whose clock times their sends for
- * the trace, which each sender records when it resumes (mb_send()). */
-static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e)
+ * the trace, which each sender records when it resumes (mb_send()).
+ * pay: the receiver's run has ended (cbcmn__mb_room_pay()): any free
+ * place goes, as the lock path's always do. */
+static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e,
+		      bool pay)
 {
 	struct cbcmn__mb_wait *w;
+	uint32_t promised = 0; /* free places the lane senders woken will reserve */
 	while (a->sendq.head) {
+		/* Each woken lane sender's place stays free for it: a sender
+		 * with a message behind it took the one place a pay frees,
+		 * every time, and the lane sender, woken to find none, went
+		 * back behind it: starved (rvalane).  The rest wait their
+		 * turn, owed: a woken one whose message goes to the receiver
+		 * waiting (the lock path's hand-over) leaves its place free. */
+		if (promised && ln_room(ln_load(a)) <= promised) {
+			room_owe(a, e);
+			break;
+		}
 		/* Senders over the lanes wait for room to reserve (no message,
 		 * room_wait()): woken together once half the mailbox is free,
 		 * so that they post in batches while the receiver takes the
 		 * other half; one at a time, every place would wait for a
-		 * sender's round trip, and the receiver with it.  (The head
-		 * may be a wait already ended: then only a delay.) */
-		if (!((struct cbcmn__mb_wait *)a->sendq.head)->src &&
-		    ln_room(ln_load(a)) < (a->cap + 1) / 2)
-			break;
+		 * sender's round trip, and the receiver with it.  A receiver
+		 * that stops taking short of half would leave them beside
+		 * free places (issue 16): the wake is owed then, and the end
+		 * of its run pays it.  (The head may be a wait already ended:
+		 * then only a delay.) */
+		if (!pay && !((struct cbcmn__mb_wait *)a->sendq.head)->src) {
+			uint32_t room = ln_room(ln_load(a));
+			if (room < (a->cap + 1) / 2) {
+				if (room)
+					room_owe(a, e);
+				break;
+			}
+		}
 		/* The place first: a claimed sender with a message must get it. */
 		if (!room_take(a))
 			break;
@@ -215,14 +251,55 @@ static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct c
 		}
 		if (!w->src) { /* it reserves its place itself */
 			room_give(a);
+			promised++;
 			cbcmn__wakes_add(wl, &w->qw, 0);
 			continue;
 		}
 		w->seq = a->put_total;
 		w->put_ns = e && cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
-		ring_put(a, w->src);
+		/* To the receiver if it waits: a pay finds it parked in its
+		 * receive with places still reserved in lanes. */
+		put_msg(a, w->src, wl, true);
 		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
+}
+
+static void slot_freed(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cbcmn__exec *e)
+{
+	room_hand(a, wl, e, false);
+}
+
+/* Pay a's owed wake, if it is still owed (under the lock, where it is
+ * set and paid). */
+static void room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e)
+{
+	struct cbcmn__wakes wl = {0};
+	cbcmn__flock_lock(&a->lock);
+	if (atomic_load_explicit(&a->room_owed, memory_order_relaxed)) {
+		atomic_store_explicit(&a->room_owed, false, memory_order_relaxed);
+		room_hand(a, &wl, e, true);
+	}
+	cbcmn__flock_unlock(&a->lock);
+	cbcmn__wakes_run(&wl, e);
+}
+
+void cbcmn__mb_room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e)
+{
+	/* Relaxed: set by this thread's own takes in the run that ended, or
+	 * before the wake that began it (a landing's hand-over). */
+	if (atomic_load_explicit(&a->room_owed, memory_order_relaxed))
+		room_pay(a, e);
+}
+
+/* Another thread's: x's run may have owed it since, the lock tells.  As
+ * early as a landing's hand-over: any free place goes, as on the lock
+ * path. */
+void cbcmn__mb_room_rescue(struct cbcmn__exec *x)
+{
+	struct cbcmn__actor *a = atomic_exchange_explicit(&x->room_debtor, NULL,
+							  memory_order_relaxed);
+	if (a)
+		room_pay(a, NULL);
 }
 
 /* cbcmn_actor_stop(): senders get -ESRCH, the receiver -ESHUTDOWN. */
@@ -453,6 +530,8 @@ _Static_assert(sizeof(struct lane_msg) <= CBCMN__XM_DATA, "a lane message's data
 void cbcmn__mb_lanes_init(struct cbcmn__actor *a)
 {
 	atomic_store_explicit(&a->lanes, (uint64_t)a->gen << 32, memory_order_relaxed);
+	atomic_store_explicit(&a->room_owed, false, memory_order_relaxed);
+	a->settle_wait = NULL;
 }
 
 void cbcmn__mb_lanes_open(struct cbcmn__actor *a)
@@ -494,118 +573,170 @@ static uint32_t in_lanes(struct cbcmn__actor *a)
  * and a few yields see them land; but that executor may be held by one
  * long run (a blocking call, a loop: a stall), and yielding until it
  * ends burnt a CPU for its whole length (issue 16).  So after LANE_SPINS
- * yields the task parks on the table's list, and every landing while
- * the list holds anyone (its executor's drain, the stall monitor's
- * rescue of the messages, whoever drains a stopped executor: lane_land())
- * wakes the whole list to look again: parked waits are rare, and a
- * landing reads one counter otherwise. */
+ * yields the task parks where the landing that ends its wait looks
+ * (its executor's drain, the stall monitor's rescue of the messages,
+ * whoever drains a stopped executor: lane_land()), and only that one
+ * wakes it: a wait for its own post number seq on lane (src, h), on that
+ * lane's list, in seq order (lane_park()); an actor's settle, in its slot
+ * (settle_wait).  A landing reads one counter when nobody is parked. */
 enum { LANE_SPINS = 8 };
 
 struct cbcmn__lane_wait {
 	struct cbcmn__iwait iw;
-	struct cbcmn__lane_wait *next;
-	bool listed; /* on the list: as->lw_lock */
+	struct cbcmn__lane_wait *next, *prev;
+	uint32_t src, h, seq; /* a lane wait's */
+	bool listed;          /* on its lane's list: as->lw_lock */
 };
 
-/* Takes w off the list if it is still there (then nobody will wake it). */
-static bool lane_unlist(struct cbcmn__actors *as, struct cbcmn__lane_wait *w)
+/* Lane (src, h) has put its post number seq. */
+static bool lane_reached(struct cbcmn_runtime *rt, uint32_t src, uint32_t h, uint32_t seq)
 {
-	cbcmn__mutex_lock(&as->lw_lock);
-	bool was = w->listed;
-	if (was) {
-		struct cbcmn__lane_wait **pp = &as->lw_head;
-		while (*pp != w)
-			pp = &(*pp)->next;
-		*pp = w->next;
-		w->listed = false;
-		atomic_fetch_sub_explicit(&as->lw_n, 1, memory_order_relaxed);
-	}
-	cbcmn__mutex_unlock(&as->lw_lock);
-	return was;
+	_Atomic uint64_t *done = &rt->exec[h]->lane_done[src];
+	/* 32-bit sequence arithmetic: far fewer than 2^31 sends in flight.
+	 * acquire: the put before a moved sender's look (lane_order()). */
+	return (int32_t)(seq - (uint32_t)atomic_load_explicit(done, memory_order_acquire)) <= 0;
 }
 
-/* Park self until a landing wakes it (or until done(arg), seen after it
- * was listed).  Cancellation does not end the wait: the messages land
- * whatever happens to the waiter, which must see them land.  Out of
- * line: GCC's -Wtsan refuses the fence once it is inlined. */
-static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, bool (*done)(void *),
-						 void *arg)
+/* Takes w off its lane's list (locked). */
+static void lane_del(struct cbcmn_runtime *rt, struct cbcmn__lane_wait *w)
 {
-	struct cbcmn__actors *as = atomic_load_explicit(&self->rt->actors, memory_order_acquire);
-	struct cbcmn__lane_wait w;
-	cbcmn__iwait_init(&w.iw, self);
-	w.iw.on_cancel = cbcmn__iwait_ignore_cancel;
+	struct cbcmn__exec *x = rt->exec[w->h];
+	*(w->prev ? &w->prev->next : &x->lw_head[w->src]) = w->next;
+	*(w->next ? &w->next->prev : &x->lw_tail[w->src]) = w->prev;
+	w->listed = false;
+}
+
+/* Onto its lane's list, in seq order: from the tail, where a new post
+ * number usually goes (locked). */
+static void lane_add(struct cbcmn_runtime *rt, struct cbcmn__lane_wait *w)
+{
+	struct cbcmn__exec *x = rt->exec[w->h];
+	struct cbcmn__lane_wait *p = x->lw_tail[w->src];
+	while (p && (int32_t)(w->seq - p->seq) < 0)
+		p = p->prev;
+	w->prev = p;
+	w->next = p ? p->next : x->lw_head[w->src];
+	*(p ? &p->next : &x->lw_head[w->src]) = w;
+	*(w->next ? &w->next->prev : &x->lw_tail[w->src]) = w;
+	w->listed = true;
+}
+
+static void lane_wait_init(struct cbcmn__lane_wait *w, struct cbcmn_task *self)
+{
+	cbcmn__iwait_init(&w->iw, self);
+	/* Cancellation does not end the wait: the messages land whatever
+	 * happens to the waiter, which must see them land. */
+	w->iw.on_cancel = cbcmn__iwait_ignore_cancel;
+}
+
+/* Park self until lane (src, h) has put its post number seq.  Out of
+ * line: GCC's -Wtsan refuses the fence once it is inlined. */
+static __attribute__((noinline)) void lane_park(struct cbcmn_task *self, uint32_t src,
+						 uint32_t h, uint32_t seq)
+{
+	struct cbcmn_runtime *rt = self->rt;
+	struct cbcmn__actors *as = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	struct cbcmn__lane_wait w = {.src = src, .h = h, .seq = seq};
+	lane_wait_init(&w, self);
 	cbcmn__mutex_lock(&as->lw_lock);
-	w.next = as->lw_head;
-	as->lw_head = &w;
-	w.listed = true;
+	lane_add(rt, &w);
 	/* seq_cst, and the fence: our count before our look, against a
 	 * landing's count of its message before its look at ours
 	 * (lane_wake()).  One of the two sees the other. */
 	atomic_fetch_add_explicit(&as->lw_n, 1, memory_order_seq_cst);
 	cbcmn__mutex_unlock(&as->lw_lock);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (done(arg) && lane_unlist(as, &w)) {
-		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
-		return; /* landed meanwhile, and nobody will wake us */
+	if (lane_reached(rt, src, h, seq)) {
+		cbcmn__mutex_lock(&as->lw_lock);
+		bool mine = w.listed; /* else a landing took it: its wake comes */
+		if (mine) {
+			lane_del(rt, &w);
+			atomic_fetch_sub_explicit(&as->lw_n, 1, memory_order_relaxed);
+		}
+		cbcmn__mutex_unlock(&as->lw_lock);
+		if (mine) {
+			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
+			return; /* landed meanwhile, and nobody will wake us */
+		}
 	}
 	cbcmn__iwait_block(&w.iw);
 }
 
-/* A message in a lane landed: wake the parked waiters to look again.  e:
- * the calling executor, or NULL (the stall monitor's thread). */
-static void lane_wake(struct cbcmn_runtime *rt, struct cbcmn__exec *e)
+static void lane_wake_one(struct cbcmn__lane_wait *w, struct cbcmn__exec *e)
+{
+	/* Claimed for a cancellation, which left it to us. */
+	(void)cbcmn__iwait_claim(&w->iw);
+	cbcmn__iwait_wake(&w->iw, e);
+}
+
+/* A message of lane (src, h) landed (counted in lane_done): wake the
+ * tasks parked for a post number it has reached, the head of the lane's
+ * list, and no other.  e: the calling executor, or NULL (the stall
+ * monitor's thread).  lane_done is read after our count: of two
+ * landings of one lane (h's drain, the monitor's rescue), the later
+ * sees both. */
+static void lane_wake(struct cbcmn_runtime *rt, struct cbcmn__exec *e, uint32_t src, uint32_t h)
 {
 	struct cbcmn__actors *as = atomic_load_explicit(&rt->actors, memory_order_acquire);
 	if (!atomic_load_explicit(&as->lw_n, memory_order_seq_cst))
 		return;
+	struct cbcmn__exec *x = rt->exec[h];
+	struct cbcmn__lane_wait *go = NULL, *w;
+	uint32_t n = 0;
 	cbcmn__mutex_lock(&as->lw_lock);
-	struct cbcmn__lane_wait *w = as->lw_head;
-	as->lw_head = NULL;
-	atomic_store_explicit(&as->lw_n, 0, memory_order_relaxed);
-	for (struct cbcmn__lane_wait *x = w; x; x = x->next)
-		x->listed = false;
+	while ((w = x->lw_head[src]) && lane_reached(rt, src, h, w->seq)) {
+		lane_del(rt, w);
+		w->next = go;
+		go = w;
+		n++;
+	}
+	if (n)
+		atomic_fetch_sub_explicit(&as->lw_n, n, memory_order_relaxed);
 	cbcmn__mutex_unlock(&as->lw_lock);
-	while (w) {
-		struct cbcmn__lane_wait *next = w->next; /* before it can go */
-		/* Claimed for a cancellation, which left it to us. */
-		(void)cbcmn__iwait_claim(&w->iw);
-		cbcmn__iwait_wake(&w->iw, e);
-		w = next;
+	while (go) {
+		w = go;
+		go = w->next; /* before it can go */
+		lane_wake_one(w, e);
 	}
 }
 
-/* Wait until done(arg), which only a landing makes true. */
-static void lane_wait(struct cbcmn_task *self, bool (*done)(void *), void *arg)
+/* Wait until lane (src, h) has put post number seq, which only its
+ * landings do. */
+static void lane_wait(struct cbcmn_task *self, uint32_t src, uint32_t h, uint32_t seq)
 {
-	for (int i = 0; !done(arg); i++) {
+	for (int i = 0; !lane_reached(self->rt, src, h, seq); i++) {
 		if (i < LANE_SPINS)
 			cbcmn_yield((cbcmn_cx *)self);
 		else
-			lane_park(self, done, arg);
+			lane_park(self, src, h, seq);
 	}
 }
 
-/* No place of a's is reserved by a message in a lane any more. */
-static bool lanes_settled(void *arg)
-{
-	struct cbcmn__actor *a = arg;
-	cbcmn__flock_lock(&a->lock);
-	uint32_t n = in_lanes(a);
-	cbcmn__flock_unlock(&a->lock);
-	return n == 0;
-}
-
+/* The actor's own task waits until no place of a's is reserved by a
+ * message in a lane: yields, then parks in a's slot, where the landing
+ * that puts the last one looks, under the lock (lane_land()). */
 void cbcmn__mb_lanes_settle(struct cbcmn_task *self, struct cbcmn__actor *a)
 {
-	cbcmn__flock_lock(&a->lock);
-	lanes_close(a);
-	uint32_t n = in_lanes(a);
+	for (int i = 0;; i++) {
+		cbcmn__flock_lock(&a->lock);
+		lanes_close(a);
+		if (!in_lanes(a))
+			break;
+		if (i < LANE_SPINS) {
+			/* One drain of their executor away, which its doorbell
+			 * has rung; a yield lets this executor drain too, it
+			 * may be that one. */
+			cbcmn__flock_unlock(&a->lock);
+			cbcmn_yield((cbcmn_cx *)self);
+			continue;
+		}
+		struct cbcmn__lane_wait w;
+		lane_wait_init(&w, self);
+		a->settle_wait = &w;
+		cbcmn__flock_unlock(&a->lock);
+		cbcmn__iwait_block(&w.iw);
+	}
 	cbcmn__flock_unlock(&a->lock);
-	/* One drain of their executor away, which its doorbell has rung;
-	 * a yield lets this executor drain too, it may be that one. */
-	if (n)
-		lane_wait(self, lanes_settled, a);
 }
 
 uint32_t cbcmn__mb_lanes_halt(struct cbcmn__actor *a)
@@ -662,13 +793,20 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 		put_msg(a, &lm->m, &wl, true);
 		trace_send(e, a, lm->m.from);
 		slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
+		struct cbcmn__lane_wait *settled = NULL;
+		if (a->settle_wait && !in_lanes(a)) {
+			settled = a->settle_wait;
+			a->settle_wait = NULL;
+		}
 		cbcmn__flock_unlock(&a->lock);
 		cbcmn__wakes_run(&wl, e);
+		if (settled)
+			lane_wake_one(settled, e);
 	}
 	/* release: the put before a moved sender's look (lane_order());
 	 * seq_cst: before our look at the parked waiters (lane_park()). */
 	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_seq_cst);
-	lane_wake(rt, e);
+	lane_wake(rt, e, lm->src, lm->h);
 }
 
 /* Per-pair order for a task whose next send does not go on the lane its
@@ -678,17 +816,6 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
  * if it yielded meanwhile (it may have moved). */
 _Static_assert(CBCMN_MAX_EXECUTORS < UINT16_MAX, "lane_e1, lane_h: an executor id + 1 in 16 bits");
 
-/* Task self's last post has been put (lane_done of its lane has reached
- * its number there). */
-static bool lane_put_yet(void *arg)
-{
-	struct cbcmn_task *self = arg;
-	_Atomic uint64_t *done = &self->rt->exec[self->lane_h]->lane_done[self->lane_e1 - 1];
-	/* 32-bit sequence arithmetic: far fewer than 2^31 sends in flight. */
-	return (int32_t)(self->lane_seq -
-			 (uint32_t)atomic_load_explicit(done, memory_order_acquire)) <= 0;
-}
-
 static bool lane_order(struct cbcmn_task *self, int h)
 {
 	if (!self || !self->lane_e1)
@@ -696,9 +823,9 @@ static bool lane_order(struct cbcmn_task *self, int h)
 	uint32_t src = self->lane_e1 - 1;
 	if (h >= 0 && src == self->exec->id && self->lane_h == (uint32_t)h)
 		return false; /* the same lane: in order */
-	bool waited = !lane_put_yet(self);
+	bool waited = !lane_reached(self->rt, src, self->lane_h, self->lane_seq);
 	if (waited)
-		lane_wait(self, lane_put_yet, self);
+		lane_wait(self, src, self->lane_h, self->lane_seq);
 	self->lane_e1 = 0;
 	return waited;
 }

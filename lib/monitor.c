@@ -324,8 +324,14 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 		 * What is left on it (pinned, posse) stays. */
 		if (atomic_load_explicit(&x->stall_seq, memory_order_relaxed) == seq &&
 		    atomic_load_explicit(&x->ss->act.load_at, memory_order_relaxed) &&
-		    asleep_twice(&m->wheel_seq[i], x, seq) && cbcmn__actor_wheel_rescue(x))
-			wanted = true;
+		    asleep_twice(&m->wheel_seq[i], x, seq)) {
+			/* The run may be a receiver's that owes waiting lane
+			 * senders their wake, which only its end pays: it
+			 * may be waiting for one of them (actor_mbox.c). */
+			cbcmn__mb_room_rescue(x);
+			if (cbcmn__actor_wheel_rescue(x))
+				wanted = true;
+		}
 		wanted |= cbcmn__exec_queue_depth(x) != 0;
 		continue;
 	candidate:;

@@ -397,6 +397,16 @@ struct cbcmn__exec {
 	 * (x's drain; read by a sender that must wait for its own). */
 	uint64_t *lane_posted;
 	_Atomic uint64_t *lane_done;
+	/* Tasks parked until lane (x, this) has put their post number
+	 * (actor_mbox.c, lane_park()): per x, a list in that order, under
+	 * the actor table's lw_lock. */
+	struct cbcmn__lane_wait **lw_head, **lw_tail;
+	/* The last actor whose take here left a room wake owed (actor_mbox.c,
+	 * room_hand()), for the stall monitor to pay if this executor's run
+	 * blocks outside the runtime (cbcmn__mb_room_rescue()).  May be
+	 * stale: slots outlive their actors, and a pay with nothing owed does
+	 * nothing. */
+	_Atomic(struct cbcmn__actor *) room_debtor;
 	uint32_t steal_fails;             /* failed steal rounds in a row (cooldown) */
 	bool gated;                       /* the gate refused work since the last look (sched.c) */
 	uint64_t gate_wait_ns;            /* how long to park while only gated work is left */
@@ -1039,6 +1049,17 @@ bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e); /* actors on e's whe
 struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *t);
 bool cbcmn__actor_yielded(struct cbcmn__exec *e, struct cbcmn_task *t);
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t);
+/* actor_mbox.c: a run of actor a's task on e has ended (run_post(): it
+ * is published parked, or requeued): pay the room wake its takes owe to
+ * waiting lane senders (docs/ACTORS.md, "Delivery"); one relaxed load
+ * when none is owed.  a: t->arg, read before the park was published
+ * (the slot outlives its actors: a later one's pay is only early). */
+struct cbcmn__actor;
+void cbcmn__mb_room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e);
+/* The stall monitor (monitor.c): x's thread is asleep in a blocking call
+ * in one run, which may be the receiver's that owes the wake (it waits,
+ * say, for what a waiting sender does next): pay it now. */
+void cbcmn__mb_room_rescue(struct cbcmn__exec *x);
 /* actor_sched.c: actor task t blocks and actor task n, ready on e with
  * e's wheel empty, runs next without the loop (sched.c, actor_direct()):
  * the wheel's part of both (t parks, n enters and is picked).  False: n

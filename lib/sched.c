@@ -802,8 +802,11 @@ static void run_post(struct cbcmn__exec *e)
 		 * whose uncount (below) the CAS orders after ours (diag.h). */
 		cbcmn__gauge_up(e->rt, e, p->wait_kind);
 		bool actor_p = cbcmn__is_actor_task(p);
-		if (__builtin_expect(actor_p, 0))
+		struct cbcmn__actor *a = NULL;
+		if (__builtin_expect(actor_p, 0)) {
 			cbcmn__actor_parks(e, p);
+			a = p->arg; /* p may be gone once published */
+		}
 		if (!atomic_compare_exchange_strong_explicit(&p->state, &s, CBCMN__T_BLOCKED,
 							     memory_order_acq_rel,
 							     memory_order_acquire)) {
@@ -813,13 +816,20 @@ static void run_post(struct cbcmn__exec *e)
 			atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
 			cbcmn__schedule(e->rt, p, e);
 		}
+		/* After the CAS: a pay may hand a message to p, waiting in
+		 * its receive, and its wake must find it parked (or pending). */
+		if (__builtin_expect(actor_p, 0))
+			cbcmn__mb_room_pay(a, e);
 		break;
 	}
 	case CBCMN__POST_YIELD:
 		check_canary(p, p->stack);
 		atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
-		if (__builtin_expect(cbcmn__is_actor_task(p), 0) && cbcmn__actor_yielded(e, p))
-			break; /* an actor: its executor's wheel took it */
+		if (__builtin_expect(cbcmn__is_actor_task(p), 0)) {
+			cbcmn__mb_room_pay(p->arg, e); /* p is not queued yet: ours */
+			if (cbcmn__actor_yielded(e, p))
+				break; /* an actor: its executor's wheel took it */
+		}
 		if (cbcmn__yield_elsewhere(e, p)) {
 			/* FIFO like the yield list, and any executor takes it. */
 			inject_push(e->rt, p);

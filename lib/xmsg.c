@@ -44,7 +44,10 @@ int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec)
 	e->backlog_tail = cbcmn__calloc(nexec, sizeof(*e->backlog_tail));
 	e->lane_posted = cbcmn__calloc(nexec, sizeof(*e->lane_posted));
 	e->lane_done = cbcmn__calloc(nexec, sizeof(*e->lane_done));
-	if (!e->in || !e->backlog || !e->backlog_tail || !e->lane_posted || !e->lane_done)
+	e->lw_head = cbcmn__calloc(nexec, sizeof(*e->lw_head));
+	e->lw_tail = cbcmn__calloc(nexec, sizeof(*e->lw_tail));
+	if (!e->in || !e->backlog || !e->backlog_tail || !e->lane_posted || !e->lane_done ||
+	    !e->lw_head || !e->lw_tail)
 		return -ENOMEM;
 	return 0;
 }
@@ -59,8 +62,11 @@ void cbcmn__xmsg_fini(struct cbcmn__exec *e)
 	free(e->backlog_tail);
 	free(e->lane_posted);
 	free((void *)e->lane_done);
+	free(e->lw_head);
+	free(e->lw_tail);
 	e->lane_posted = NULL;
 	e->lane_done = NULL;
+	e->lw_head = e->lw_tail = NULL;
 	for (uint32_t i = 0; i < e->xm_nslabs; i++)
 		free(e->xm_slabs[i]);
 	free(e->xm_slabs);

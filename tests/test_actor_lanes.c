@@ -787,31 +787,44 @@ static int64_t pk_sender(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Into n[0..2]: a receiver on executor held, a hog holding it, then a
+ * sender on executor 0 whose end waits for its two messages in held's
+ * lane (parked, once its yields are over). */
+static void pk_hold(cbcmn_cx *cx, struct pk *p, uint32_t held, cbcmn_nursery *n[3])
+{
+	for (int i = 0; i < 3; i++)
+		TASK_CHECK(open_n(cx, &n[i]) == 0);
+	atomic_store(&p->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, n[0], &p->r, CBCMN_PLACE_PINNED, held, 8) == 0);
+	TASK_CHECK(wait_for(cx, &p->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n[1], held, hog_task, &p->hog, NULL) == 0);
+	while (!atomic_load(&p->hog.running))
+		cbcmn_sleep(cx, 100000);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n[2], 0, pk_sender, p, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &p->ended, 1));
+}
+
+/* pk_hold()'s end: nothing landed yet; the hog released, all ended. */
+static int64_t pk_release(cbcmn_cx *cx, struct pk *p, cbcmn_nursery *n[3])
+{
+	TASK_CHECK(atomic_load(&p->r.got) == 0);
+	atomic_store(&p->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[2]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n[1]) == 0);
+	TASK_CHECK(quit(cx, p->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, n[0]);
+}
+
 static int64_t pk_main(cbcmn_cx *cx, void *arg)
 {
 	struct pk *p = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	cbcmn_nursery *nr, *nh, *ns;
-	TASK_CHECK(open_n(cx, &nr) == 0);
-	TASK_CHECK(open_n(cx, &nh) == 0);
-	TASK_CHECK(open_n(cx, &ns) == 0);
-	atomic_store(&p->r.go, 1);
-	TASK_CHECK(rx_spawn(cx, nr, &p->r, CBCMN_PLACE_PINNED, 1, 8) == 0);
-	TASK_CHECK(wait_for(cx, &p->r.started, 1));
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &p->hog, NULL) == 0);
-	while (!atomic_load(&p->hog.running))
-		cbcmn_sleep(cx, 100000);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, pk_sender, p, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &p->ended, 1));
+	cbcmn_nursery *n[3];
+	pk_hold(cx, p, 1, n);
 	uint64_t h0 = exec_stats(rt, 0).local_hits;
 	cbcmn_sleep(cx, 20000000); /* the sender's end waits out the hog */
 	p->picks = exec_stats(rt, 0).local_hits - h0;
-	TASK_CHECK(atomic_load(&p->r.got) == 0);
-	atomic_store(&p->hog.release, 1);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
-	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
-	TASK_CHECK(quit(cx, p->r.a) == 0);
-	return cbcmn_nursery_await_all(cx, nr);
+	return pk_release(cx, p, n);
 }
 
 /* Issue 16: a task waiting for its own messages in the lane of an
@@ -828,6 +841,131 @@ static void test_wait_for_own_messages_in_a_held_lane_parks(void **state)
 	assert_int_equal(atomic_load(&p.r.got), 2);
 	assert_int_equal(atomic_load(&p.r.bad), 0);
 	assert_true(p.picks < PK_PICKS);
+	t_destroy(rt);
+}
+
+/* ---- a landing wakes only the parked waits it may end ---- */
+
+/* Landings of other lanes while a task waits parked for its own messages
+ * in a held executor's lane: they woke every parked waiter of the
+ * runtime to look again (rvarob), a pick of its executor each. */
+#define PW_MSGS 10000
+#define PW_PICKS 4 /* it runs nothing else: none (before: 91 to 200) */
+
+struct pw {
+	struct pk p;      /* the parked wait: lane 0 -> 2, executor 2 held */
+	struct rx t;      /* the traffic's receiver, on executor 3 */
+	_Atomic long sent; /* the traffic's sender, on executor 1 */
+};
+
+static int64_t pw_traffic(cbcmn_cx *cx, void *arg)
+{
+	struct pw *w = arg;
+	for (uint64_t i = 0; i < PW_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, w->t.a, &m) == 0);
+		atomic_fetch_add(&w->sent, 1);
+	}
+	return 0;
+}
+
+static int64_t pw_main(cbcmn_cx *cx, void *arg)
+{
+	struct pw *w = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n[3];
+	pk_hold(cx, &w->p, 2, n);
+	atomic_store(&w->t.go, 1);
+	TASK_CHECK(rx_spawn(cx, n[0], &w->t, CBCMN_PLACE_PINNED, 3, 64) == 0);
+	TASK_CHECK(wait_for(cx, &w->t.started, 1));
+	cbcmn_sleep(cx, 2000000); /* the sender's end is over its yields: parked */
+	uint64_t h0 = exec_stats(rt, 0).local_hits;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n[2], 1, pw_traffic, w, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &w->t.got, PW_MSGS));
+	w->p.picks = exec_stats(rt, 0).local_hits - h0;
+	TASK_CHECK(quit(cx, w->t.a) == 0);
+	return pk_release(cx, &w->p, n);
+}
+
+static void test_landings_of_other_lanes_leave_a_parked_wait_alone(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 4;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* the hog holds executor 2 on purpose */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct pw w = {0};
+	t_run_pinned(rt, 1, pw_main, &w); /* executor 0 runs the wait alone */
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.p.r.got), 2);
+	assert_int_equal(atomic_load(&w.t.got), PW_MSGS);
+	assert_int_equal(atomic_load(&w.p.r.bad) + atomic_load(&w.t.bad), 0);
+	print_message("executor 0's picks during %d landings of other lanes: %llu\n", PW_MSGS,
+		      (unsigned long long)w.p.picks);
+	assert_true(w.p.picks < PW_PICKS);
+	t_destroy(rt);
+}
+
+/* ---- parked waits of one lane, parked out of their post order ---- */
+
+/* Senders on executor 0 post one message each into the lane of a held
+ * executor, in order, then end in the reverse order (each waits for its
+ * post: parked, the later posts first on the lane's list): the landings
+ * wake each once its own message is put, none left behind. */
+#define PO_SENDERS 24
+
+struct po {
+	struct rx r;
+	struct hog hog;
+	_Atomic long posted, ended;
+};
+
+static int64_t po_sender(cbcmn_cx *cx, void *arg)
+{
+	struct po *p = arg;
+	long k = atomic_fetch_add(&p->posted, 1); /* one at a time: pinned on executor 0 */
+	cbcmn_actor_msg m = msg(M_DATA, 0, (uint64_t)k);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->r.a, &m) == 0);
+	cbcmn_sleep(cx, (uint64_t)(PO_SENDERS - k) * 300000); /* the last to post ends first */
+	atomic_fetch_add(&p->ended, 1);
+	return 0;
+}
+
+static int64_t po_main(cbcmn_cx *cx, void *arg)
+{
+	struct po *p = arg;
+	cbcmn_nursery *nr, *nh, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	atomic_store(&p->r.go, 1);
+	TASK_CHECK(rx_spawn(cx, nr, &p->r, CBCMN_PLACE_PINNED, 1, PO_SENDERS) == 0);
+	TASK_CHECK(wait_for(cx, &p->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, nh, 1, hog_task, &p->hog, NULL) == 0);
+	while (!atomic_load(&p->hog.running))
+		cbcmn_sleep(cx, 100000);
+	for (int i = 0; i < PO_SENDERS; i++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, po_sender, p, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &p->ended, PO_SENDERS));
+	cbcmn_sleep(cx, 5000000); /* their ends' yields are over: parked */
+	TASK_CHECK(atomic_load(&p->r.got) == 0);
+	atomic_store(&p->hog.release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	TASK_CHECK(quit(cx, p->r.a) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+static void test_parked_waits_of_one_lane_out_of_order_all_end(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct po p = {0};
+	t_run_pinned(rt, 0, po_main, &p);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&p.r.got), PO_SENDERS);
+	assert_int_equal(atomic_load(&p.r.bad), 0);
 	t_destroy(rt);
 }
 
@@ -1267,6 +1405,8 @@ int main(void)
 		cmocka_unit_test(test_receiver_reaped_drops_its_messages_in_lanes),
 		cmocka_unit_test(test_message_in_a_stalled_executors_lane_is_rescued),
 		cmocka_unit_test(test_no_memory_for_a_lane_message_takes_the_lock),
+		cmocka_unit_test(test_landings_of_other_lanes_leave_a_parked_wait_alone),
+		cmocka_unit_test(test_parked_waits_of_one_lane_out_of_order_all_end),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,418 @@
+/* test_actor_room: senders over the lanes waiting for room in a full
+ * mailbox are woken while there is room for them (issue 16).  They are
+ * woken together once half the mailbox is free; a receiver that takes
+ * fewer and stops receiving (sleeps, yields, blocks on anything) owes
+ * them the wake, paid as its run ends.  Before, they waited beside free
+ * places until their deadline, or for ever. */
+#include "helpers.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "actor_test.h"
+
+static cbcmn_runtime *two_runtime(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	return t_runtime_cfg(&cfg);
+}
+
+/* Spawns fn(arg) into a nursery of its own as an actor pinned on shard 0,
+ * on a runtime of two executors, and awaits it. */
+static int64_t pin0_top(cbcmn_cx *cx, void *arg)
+{
+	int64_t (**fn)(cbcmn_cx *, void *) = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref r;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, *fn, NULL, &o, &r) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void run_on_shard0(int64_t (*fn)(cbcmn_cx *, void *))
+{
+	cbcmn_runtime *rt = two_runtime();
+	t_run(rt, pin0_top, &fn, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
+/* ---- one free place ---- */
+
+/* How the receiver stops receiving after its one take: it sleeps,
+ * yields (where it may migrate: only its preferred executor is 1), halts
+ * or is stopped (by one_go, as the sender waits). */
+enum { STOP_SLEEPS, STOP_YIELDS, STOP_HALTS, STOP_STOPPED };
+
+struct one {
+	int how;
+	cbcmn_actor_ref r;
+	_Atomic long started, go, took, done; /* go 1: take one */
+};
+
+static int64_t one_actor(cbcmn_cx *cx, void *arg)
+{
+	struct one *h = arg;
+	atomic_store(&h->started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&h->go) < 1 && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	atomic_store(&h->took, 1);
+	if (h->how == STOP_HALTS)
+		return 0;
+	while (!atomic_load(&h->done) && t_now_ns() < end) {
+		if (h->how == STOP_YIELDS)
+			cbcmn_yield(cx);
+		else if (cbcmn_sleep(cx, 100000)) /* parked: it takes no more */
+			return 0; /* stopped */
+	}
+	return 0;
+}
+
+static bool wait_long(cbcmn_cx *cx, _Atomic long *v)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(v) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	return atomic_load(v) != 0;
+}
+
+/* Lets the receiver take its one message once the sender waits. */
+static int64_t one_go(cbcmn_cx *cx, void *arg)
+{
+	struct one *h = arg;
+	cbcmn_sleep(cx, 20000000);
+	atomic_store(&h->go, 1);
+	if (h->how == STOP_STOPPED && wait_long(cx, &h->took)) {
+		int rc = cbcmn_actor_stop(NULL, cx, h->r, 0);
+		TASK_CHECK(rc == 0 || rc == -ESRCH); /* the send got its place: it ended */
+	}
+	return 0;
+}
+
+static void one_case(cbcmn_cx *cx, int how, uint32_t cap)
+{
+	struct one h = {.how = how};
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = cap, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	if (how == STOP_YIELDS)
+		o.placement = CBCMN_PLACE_STEALABLE_ON;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, one_actor, &h, &o, &h.r) == 0);
+	cbcmn_actor_ref r = h.r;
+	TASK_CHECK(wait_long(cx, &h.started));
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (uint32_t k = 0; k < cap; k++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send_timeout(NULL, cx, r, &m, 1000000) == -ETIMEDOUT);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, one_go, &h, NULL) == 0);
+	/* Waits from before the take (one_go's sleep) beside its place. */
+	int rc = cbcmn_actor_send_timeout(NULL, cx, r, &m, 2000000000);
+	if (how >= STOP_HALTS)
+		TASK_CHECK(rc == 0 || rc == -ESRCH); /* put then dropped, or after the end */
+	else
+		TASK_CHECK(rc == 0);
+	atomic_store(&h.done, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+}
+
+static int64_t one_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	static const uint32_t caps[] = {4, 10, 16};
+	for (int how = STOP_SLEEPS; how <= STOP_STOPPED; how++)
+		for (int i = 0; i < 3; i++)
+			one_case(cx, how, caps[i]);
+	return 0;
+}
+
+static void test_one_free_place_wakes_a_waiting_lane_sender(void **state)
+{
+	(void)state;
+	run_on_shard0(one_main);
+}
+
+/* ---- senders on both executors, a receiver that takes one and pauses ---- */
+
+#define RS 5 /* senders: two pinned on each executor, one stealable */
+
+struct rs {
+	cbcmn_actor_ref a;
+	long per;                     /* messages per sender */
+	_Atomic long sent, timedout;  /* sends returned 0; -ETIMEDOUT */
+	_Atomic long got, bad, stuck; /* received; out of order; pauses ended by time */
+	_Atomic int ids;
+	uint64_t next[RS];
+	uint64_t timeout_ns; /* each send's */
+	uint32_t cap;
+};
+
+static int64_t rs_sender(cbcmn_cx *cx, void *arg)
+{
+	struct rs *s = arg;
+	uint64_t id = (uint64_t)atomic_fetch_add(&s->ids, 1);
+	uint64_t seq = 0;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	/* A timed-out send is not taken: the same number goes again, so a
+	 * timed-out message that arrived anyway shows as a duplicate. */
+	while ((long)seq < s->per && t_now_ns() < end) {
+		cbcmn_actor_msg m = msg(M_DATA, id, seq);
+		int rc = cbcmn_actor_send_timeout(NULL, cx, s->a, &m, s->timeout_ns);
+		if (rc == 0) {
+			seq++;
+			atomic_fetch_add(&s->sent, 1);
+		} else {
+			TASK_CHECK(rc == -ETIMEDOUT);
+			atomic_fetch_add(&s->timedout, 1);
+		}
+	}
+	TASK_CHECK((long)seq == s->per);
+	return 0;
+}
+
+/* Takes one message, then (every other take) pauses until the senders
+ * have filled the mailbox again (every place taken, counting sends that
+ * returned), which senders waiting for room must do at once: a pause
+ * that ends by time (1 s) with sends still to come is a sender left
+ * waiting beside room. */
+static int64_t rs_actor(cbcmn_cx *cx, void *arg)
+{
+	struct rs *s = arg;
+	long total = RS * s->per;
+	for (long i = 0; i < total; i++) {
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+		uint64_t id = m.body.u64[0], seq = m.body.u64[1];
+		if (id >= RS || seq != s->next[id])
+			atomic_fetch_add(&s->bad, 1);
+		else
+			s->next[id]++;
+		long got = atomic_fetch_add(&s->got, 1) + 1;
+		if (i % 2 || s->timeout_ns < 1000000000)
+			continue;
+		long full = got + (long)s->cap < total ? got + (long)s->cap : total;
+		uint64_t end = t_now_ns() + 1000000000;
+		while (atomic_load(&s->sent) < full && t_now_ns() < end)
+			cbcmn_sleep(cx, 50000);
+		if (atomic_load(&s->sent) < full) {
+			atomic_fetch_add(&s->stuck, 1);
+			s->timeout_ns = 0; /* found: no more pauses */
+		}
+	}
+	return 0;
+}
+
+static void rs_case(cbcmn_cx *cx, uint32_t cap, long per, uint64_t timeout_ns)
+{
+	struct rs s = {.per = per, .timeout_ns = timeout_ns, .cap = cap};
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = cap, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, rs_actor, &s, &o, &s.a) == 0);
+	for (uint32_t k = 0; k < RS; k++) {
+		cbcmn_spawn_opts so = {.placement = k < 4 ? CBCMN_PLACE_PINNED
+							  : CBCMN_PLACE_STEALABLE,
+				       .shard = k % 2};
+		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, rs_sender, &s, &so, NULL) == 0);
+	}
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(atomic_load(&s.got) == RS * per);
+	TASK_CHECK(atomic_load(&s.bad) == 0);
+	TASK_CHECK(atomic_load(&s.stuck) == 0);
+	if (timeout_ns >= 1000000000)
+		TASK_CHECK(atomic_load(&s.timedout) == 0);
+}
+
+static int64_t rs_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	static const uint32_t caps[] = {4, 7, 16};
+	for (int i = 0; i < 3; i++)
+		rs_case(cx, caps[i], STRESS(200), 5000000000ull);
+	return 0;
+}
+
+static void test_senders_on_both_executors_against_a_pausing_receiver(void **state)
+{
+	(void)state;
+	run_on_shard0(rs_main);
+}
+
+/* Timeouts racing the wake: sends of 20 us to 2 ms against a receiver
+ * that takes one at a time: every send that returned 0 arrives once, in
+ * order; none that timed out arrives. */
+static int64_t rt_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	static const uint64_t tmo[] = {20000, 200000, 2000000};
+	for (int i = 0; i < 3; i++)
+		rs_case(cx, 4 + 4 * (uint32_t)i, STRESS(300), tmo[i]);
+	return 0;
+}
+
+static void test_send_timeouts_racing_the_room_wake(void **state)
+{
+	(void)state;
+	run_on_shard0(rt_main);
+}
+
+/* ---- a lane sender and a lock sender behind it ---- */
+
+/* Two senders against a receiver that takes one message a run (cap 4):
+ * one over the lanes (executor 0), one on the receiver's executor (the
+ * lock path, a message in its wait).  Each pay frees one place; the lane
+ * sender woken for it reserves it itself, and the lock sender queued
+ * behind took it first, every time: the lane sender, woken to find none,
+ * queued again behind it, starved (5 of 400 messages; main: as many, the
+ * half wake had the same hole).  Now a woken lane sender's place is kept
+ * for it: both get in.  Not a ratio: 20 of 2 000. */
+#define SV_LANE 20
+#define SV_LOCK 2000
+
+struct sv {
+	cbcmn_actor_ref r;
+	_Atomic long stop, from[2];
+};
+
+static int64_t sv_actor(cbcmn_cx *cx, void *arg)
+{
+	struct sv *s = arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&s->from[0]) < SV_LANE && atomic_load(&s->from[1]) < SV_LOCK &&
+	       t_now_ns() < end) {
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+		atomic_fetch_add(&s->from[m.body.u64[0] & 1], 1);
+		cbcmn_sleep(cx, 100000); /* the run ends: the pay */
+	}
+	atomic_store(&s->stop, 1);
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, 50000000) == 0)
+		;
+	return 0;
+}
+
+static int64_t sv_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sv *s = arg;
+	cbcmn_actor_msg m = msg(M_DATA, (uint64_t)cbcmn_cx_executor(cx), 0);
+	while (!atomic_load(&s->stop)) {
+		int rc = cbcmn_actor_send_timeout(NULL, cx, s->r, &m, 20000000);
+		TASK_CHECK(rc == 0 || rc == -ETIMEDOUT);
+	}
+	return 0;
+}
+
+static int64_t sv_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct sv s = {0};
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, sv_actor, &s, &o, &s.r) == 0);
+	for (uint32_t k = 0; k < 2; k++)
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, k, sv_sender, &s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(atomic_load(&s.from[0]) >= SV_LANE);
+	return 0;
+}
+
+static void test_a_lock_sender_behind_a_lane_sender_does_not_starve_it(void **state)
+{
+	(void)state;
+	run_on_shard0(sv_main);
+}
+
+/* ---- a receiver whose run never ends: blocked outside the runtime ---- */
+
+/* The receiver takes one message (one place free of 4: the wake owed),
+ * then blocks in poll() on a pipe that the waiting lane sender writes
+ * once its send returns: its run does not end, so run_post() never pays.
+ * The lock path would have handed the place at once; so must the stall
+ * monitor, which sees its thread asleep in a blocking call (the wheel's
+ * rescue, docs/ACTORS.md "Stalls").  Before: the poll timed out (3 s)
+ * and the send waited for it. */
+struct blk {
+	int fd[2];
+	cbcmn_actor_ref r;
+	_Atomic long started, go, got;
+};
+
+static int64_t blk_actor(cbcmn_cx *cx, void *arg)
+{
+	struct blk *b = arg;
+	atomic_store(&b->started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&b->go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	struct pollfd p = {.fd = b->fd[0], .events = POLLIN};
+	if (poll(&p, 1, 3000) == 1) { /* blocking, outside the runtime: a stall */
+		char c;
+		atomic_store(&b->got, read(b->fd[0], &c, 1) == 1);
+	}
+	for (int k = 0; k < 4; k++) /* the three left and the waiter's */
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, 1000000000) == 0);
+	return 0;
+}
+
+static int64_t blk_go(cbcmn_cx *cx, void *arg)
+{
+	struct blk *b = arg;
+	cbcmn_sleep(cx, 20000000); /* the sender waits by then */
+	atomic_store(&b->go, 1);
+	return 0;
+}
+
+static int64_t blk_main(cbcmn_cx *cx, void *arg)
+{
+	struct blk *b = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 4, .placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, blk_actor, b, &o, &b->r) == 0);
+	TASK_CHECK(wait_long(cx, &b->started));
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int k = 0; k < 4; k++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, b->r, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, blk_go, b, NULL) == 0);
+	TASK_CHECK(cbcmn_actor_send_timeout(NULL, cx, b->r, &m, 5000000000ull) == 0);
+	char c = 'x';
+	TASK_CHECK(write(b->fd[1], &c, 1) == 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_receiver_blocked_outside_the_runtime_pays_the_wake(void **state)
+{
+	(void)state;
+	struct blk b = {0};
+	assert_int_equal(pipe(b.fd), 0);
+	cbcmn_runtime *rt = t_runtime(2); /* static: the stall monitor */
+	assert_int_equal(t_run_pinned(rt, 0, blk_main, &b), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	close(b.fd[0]);
+	close(b.fd[1]);
+	assert_true(atomic_load(&b.got));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_one_free_place_wakes_a_waiting_lane_sender),
+		cmocka_unit_test(test_senders_on_both_executors_against_a_pausing_receiver),
+		cmocka_unit_test(test_send_timeouts_racing_the_room_wake),
+		cmocka_unit_test(test_receiver_blocked_outside_the_runtime_pays_the_wake),
+		cmocka_unit_test(test_a_lock_sender_behind_a_lane_sender_does_not_starve_it),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
