@@ -196,14 +196,17 @@ static int64_t dv_main(cbcmn_cx *cx, void *arg)
 		TASK_CHECK((r->handler ? cbcmn_actor_spawn_handler(cx, n, go ? dv_handler : dv_quiet,
 								   &d->v[k], &o, &a[k])
 				       : cbcmn_actor_spawn(cx, n, dv_fiber, &d->v[k], &o, &a[k])) == 0);
-		/* A handler's first message: its call (and halt, if go). */
+		/* A handler's first message is its call; one that halts
+		 * there (go) gets its drop's messages with it (later ones
+		 * could find it halted). */
 		if (r->handler)
-			send_n(cx, a[k], 0, 1);
+			send_n(cx, a[k], 0, go ? 1 + DV_MSGS : 1);
 	}
-	if (!go || !r->handler)
+	if (!go || !r->handler) {
 		sleep_until(cx, (_Atomic long *)&d->started, DV_ACTORS);
-	for (int k = 0; k < DV_ACTORS; k++)
-		send_n(cx, a[k], 0, DV_MSGS);
+		for (int k = 0; k < DV_ACTORS; k++)
+			send_n(cx, a[k], 0, DV_MSGS);
+	}
 	for (int k = 0; k < DV_ACTORS && r->how == END_STOP; k++)
 		TASK_CHECK(cbcmn_actor_stop(NULL, cx, a[k], -5) == 0);
 	if (r->how == END_CANCEL)
