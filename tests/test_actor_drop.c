@@ -123,7 +123,11 @@ static void joinee_end(cbcmn_cx *cx, struct dv *d, cbcmn_nursery *nj)
 
 static void dv_call(struct dv *d, cbcmn_cx *cx)
 {
+	/* Counts as cancelled, before the call and after it. */
+	bool cancelled = cbcmn_cx_cancelled(cx);
 	int64_t rc = the_call(d, cx);
+	if (!cancelled || !cbcmn_cx_cancelled(cx))
+		rc = -EINVAL; /* bad */
 	long prev = -1;
 	atomic_compare_exchange_strong(&d->rc_first, &prev, (long)rc);
 	atomic_fetch_add(halted_rc(d->kind, rc) ? &d->calls : &d->bad, 1);

@@ -215,7 +215,7 @@ typedef struct cbcmn_actor_opts {
 	 * yield, a spawn (so any await), a join of a running task
 	 * CBCMN_ECANCELED; a budget run out there ends the task, as anywhere
 	 * nobody can recharge it (CBCMN_EBUDGET; the halt goes on); a close
-	 * closes.
+	 * closes; cbcmn_cx_cancelled() is true.
 	 * Only an actor stopped, or its nursery cancelled, also ends a
 	 * CBCMN_CHECKPOINT() there (docs/ACTORS.md, "A halt never waits").
 	 * Blocking calls without a cx (a plain mutex, read(2)) block its
