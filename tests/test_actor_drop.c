@@ -2,10 +2,11 @@
  *
  * Each waiting call a program can make with the halting actor's cx
  * (sleep, channel send and receive, a read on an empty pipe, an actor
- * receive, a yield, a nursery's spawn and await, a close, a join), made from
- * the drop of stealable fiber actors and of handler actors: each returns
- * at once, as if cancelled (a close closes), where it parked the halting task inside its
- * end, and a wake resumed it on another executor (the process died). */
+ * receive, a yield, a nursery's spawn and await, a close, a join, a
+ * cbcmn_blocking()), made from the drop of stealable fiber actors and of
+ * handler actors: each returns at once, as if cancelled (a close
+ * closes), where it parked the halting task inside its end, and a wake
+ * resumed it on another executor (the process died). */
 #include "helpers.h"
 
 #include <errno.h>
@@ -17,7 +18,7 @@
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 
-enum kind { K_SLEEP, K_CHAN_SEND, K_CHAN_RECV, K_READ, K_RECEIVE, K_YIELD, K_NURSERY, K_CLOSE, K_JOIN, K_N };
+enum kind { K_SLEEP, K_CHAN_SEND, K_CHAN_RECV, K_READ, K_RECEIVE, K_YIELD, K_NURSERY, K_CLOSE, K_JOIN, K_BLOCKING, K_N };
 
 #define DV_ACTORS 8
 #define DV_MSGS 2
@@ -58,6 +59,14 @@ static bool halted_rc(enum kind kind, int64_t rc)
 	return rc == CBCMN_ECANCELED || rc == -ESHUTDOWN || rc == -EPERM;
 }
 
+/* K_BLOCKING's job: it would hold a pool thread a while. */
+static int64_t naps_on_a_thread(void *arg)
+{
+	atomic_fetch_add(&((struct dv *)arg)->spawned, 1);
+	usleep(1000);
+	return 0;
+}
+
 static int64_t the_call(struct dv *d, cbcmn_cx *cx)
 {
 	char b = 0;
@@ -84,6 +93,10 @@ static int64_t the_call(struct dv *d, cbcmn_cx *cx)
 	}
 	case K_JOIN:
 		return cbcmn_task_join(cx, d->joinee, NULL);
+	case K_BLOCKING: {
+		int64_t res;
+		return cbcmn_blocking(cx, naps_on_a_thread, d, &res);
+	}
 	case K_CLOSE: {
 		int fd = dup(d->pipe[1]);
 		TASK_CHECK(fd >= 0);
@@ -233,7 +246,7 @@ static void dv_case_run(enum kind kind, bool handler, enum how_end how)
 	struct dv_case r = {&d, handler, how};
 	t_run(rt, dv_main, &r, 0);
 	/* Every drop made its call, which came back as in a halt; a
-	 * nursery's child never ran. */
+	 * nursery's child (or a blocking job) never ran. */
 	if (atomic_load(&d.bad))
 		print_message("kind %d handler %d how %d: first rc %ld\n", kind, handler, how,
 			      atomic_load(&d.rc_first));
@@ -477,6 +490,18 @@ static void test_join_in_a_handler_actor_s_drop_does_not_wait(void **state)
 	dv_run(K_JOIN, true);
 }
 
+static void test_blocking_call_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_BLOCKING, false);
+}
+
+static void test_blocking_call_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_BLOCKING, true);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -498,6 +523,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_close_in_a_handler_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_join_in_a_fiber_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_join_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_blocking_call_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_blocking_call_in_a_handler_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait),
 		cmocka_unit_test(test_waits_in_drops_of_a_restarted_child_do_not_wait),
 		cmocka_unit_test(test_thread_exit_in_a_drop_then_waits_in_the_next),
