@@ -382,6 +382,92 @@ static void test_thread_exit_in_a_drop_then_waits_in_the_next(void **state)
 	t_destroy(rt);
 }
 
+
+/* A :cluster supervisor's child whose drop runs its channel_ops out: it
+ * would wait exhausted, inside its halt, for the supervisor's top-up;
+ * its task ends there instead (CBCMN_EBUDGET), and the halt goes on: every
+ * message still reaches drop, and what drop sent is what the budget paid
+ * for. */
+#define DB_OPS 8
+
+struct dbud {
+	cbcmn_cx *cx;
+	cbcmn_actor_ref sink;
+	_Atomic long drops, sent, got;
+	_Atomic int started;
+};
+
+static void dbud_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct dbud *s = state;
+	atomic_fetch_add(&s->drops, 1);
+	for (int i = 0; i < 4 * DB_OPS; i++)
+		if (cbcmn_actor_try_send(NULL, s->cx, s->sink, m) == 0)
+			atomic_fetch_add(&s->sent, 1);
+}
+
+static int64_t dbud_child(cbcmn_cx *cx, void *arg)
+{
+	struct dbud *s = arg;
+	s->cx = cx;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < DV_MSGS; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	atomic_store(&s->started, 1);
+	return -1; /* a crash, its messages left for drop */
+}
+
+/* Takes what the drops send until told to quit. */
+static int64_t dbud_sink(cbcmn_cx *cx, void *arg)
+{
+	struct dbud *s = arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, T_STALL_NS) == 0 && m.type != M_QUIT)
+		atomic_fetch_add(&s->got, 1);
+	return 0;
+}
+
+static int64_t dbud_main(cbcmn_cx *cx, void *arg)
+{
+	struct dbud *s = arg;
+	cbcmn_nursery *n, *sink_n;
+	TASK_CHECK(open_n(cx, &sink_n) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_budget plenty = {.channel_ops = 1u << 16};
+	cbcmn_actor_opts so = {.budget = &plenty, .mailbox_cap = 1024};
+	TASK_CHECK(cbcmn_actor_spawn(cx, sink_n, dbud_sink, s, &so, &s->sink) == 0);
+	cbcmn_budget b = {.channel_ops = DB_OPS}, top = {.channel_ops = DB_OPS};
+	cbcmn_sup_child c = {.fn = dbud_child, .state = s, .drop = dbud_drop,
+			     .restart = CBCMN_SUP_TEMPORARY, .node = -1, .budget = &b,
+			     .placement = CBCMN_PLACE_STEALABLE};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .children = &c, .nchildren = 1,
+			       .recharge = &top};
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 4,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts sup_o = {.budget = &sb};
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, &sup_o, &sup) == 0);
+	sleep_until(cx, &s->drops, DV_MSGS);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	cbcmn_nursery_await_all(cx, n);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->sink, &q) == 0);
+	return cbcmn_nursery_await_all(cx, sink_n);
+}
+
+static void test_budget_run_out_in_a_drop_ends_it_not_waits(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_CLUSTER, 2);
+	struct dbud s = {0};
+	t_run(rt, dbud_main, &s, 0);
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&s.drops), DV_MSGS);
+	/* The child paid its own sends first; no top-up came in the halt. */
+	assert_true(atomic_load(&s.sent) <= DB_OPS - DV_MSGS);
+	assert_int_equal(atomic_load(&s.got), atomic_load(&s.sent));
+}
+
 static void test_sleep_in_a_fiber_actor_s_drop_does_not_wait(void **state)
 {
 	(void)state;
@@ -528,6 +614,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait),
 		cmocka_unit_test(test_waits_in_drops_of_a_restarted_child_do_not_wait),
 		cmocka_unit_test(test_thread_exit_in_a_drop_then_waits_in_the_next),
+		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
