@@ -156,6 +156,15 @@ bool cbcmn__hnd_calling(const struct cbcmn_task *t)
 	return h && (h->cur || h->halting);
 }
 
+bool cbcmn__task_halting(const struct cbcmn_task *t)
+{
+	struct cbcmn__actor *a = cbcmn__actor_of(t);
+	if (a)
+		return a->halt_begun;
+	struct host *h = host_of(t);
+	return h && h->halting;
+}
+
 /* The host's run queues (host task only).  A handler actor that a
  * handler of the host made runnable goes to the front of q (it runs
  * next: the newest first, so a tree of spawns is walked depth first and
@@ -610,6 +619,11 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 		     struct cbcmn__exec *e)
 {
 	struct cbcmn__actor *a = h->a;
+	/* Halting from the held message's drop on: a wait there must not
+	 * park either (cbcmn__task_halting(); it slept, and e below was
+	 * another executor's after the wake:
+	 * test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait). */
+	host->halting = true;
 	/* A message taken for a RETRY is still undelivered: the oldest. */
 	held_drop(h);
 	bool contained = a->contained; /* fixed at spawn */
@@ -618,7 +632,6 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 	/* Its DOWNs count it undelivered too (the mailbox's alone before:
 	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
-	host->halting = true;
 	reason = cbcmn__actor_halt_slot(a, reason, h->held_dropped, e);
 	host->halting = false;
 	/* As a task's end would tell its nursery (nursery.c): the first

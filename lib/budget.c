@@ -540,6 +540,10 @@ static void wait_exhausted(struct cbcmn_task *t, int comp)
 	struct cbcmn_nursery *n = t->nursery;
 	if (!t->landing)
 		abort(); /* every task runs below a landing pad (sched.c) */
+	/* A halt never waits (cbcmn__task_halting()): nobody can recharge it
+	 * there, and the halt goes on past the callback it ends. */
+	if (cbcmn__task_in_halt(t))
+		unwind(t, CBCMN_EBUDGET);
 	struct cbcmn__iwait iw;
 	struct cbcmn__mutex *bl = budget_lock(t);
 	/* Under t's budget lock: a refund comes either before (folded here)
@@ -704,7 +708,7 @@ void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 	if (off_fiber(t))
 		return;
 	fairness_yield(t);
-	if (cbcmn__task_cancelled(t))
+	if (cbcmn__task_interrupted(t))
 		unwind(t, CBCMN_ECANCELED);
 	pay_window(t);
 }

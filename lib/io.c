@@ -585,6 +585,12 @@ int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol)
 
 int64_t cbcmn_close(cbcmn_cx *cx, int fd)
 {
+	/* A halt's drop never waits, and a close is never undone: close(2)
+	 * here, which does not wait for a reader (issue 16). */
+	if (cx && cbcmn__task_in_halt((struct cbcmn_task *)cx)) {
+		int64_t rc = io_check((struct cbcmn_task *)cx, IO_NOCANCEL);
+		return rc ? rc : close(fd) < 0 ? -errno : 0;
+	}
 	IO_CALL(cx, IO_NOCANCEL, io_uring_prep_close(sqe, fd));
 }
 

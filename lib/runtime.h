@@ -712,7 +712,13 @@ static inline struct cbcmn__stack *cbcmn__task_own_stack(struct cbcmn_task *t)
 }
 void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__task_complete(struct cbcmn_task *t, int64_t result);
+/* Does t count as cancelled?  Its nursery chain is, it is a stopped actor,
+ * or it is in a halt (cbcmn__task_halting()): every wait of a cancelled
+ * task returns at once, never parks. */
 bool cbcmn__task_cancelled(const struct cbcmn_task *t);
+/* The same, but for the halt: what CBCMN_CHECKPOINT() ends a task for (a
+ * checkpoint in a hosted handler actor's drop would end its whole host). */
+bool cbcmn__task_interrupted(const struct cbcmn_task *t);
 bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n);
 void cbcmn__task_free_cache(struct cbcmn__exec *e);
 /* Send e's part-filled batch of freed records home now (e's thread). */
@@ -1007,6 +1013,16 @@ static inline bool cbcmn__task_end_calls_back(const struct cbcmn_task *t)
 {
 	return !(t->flags & CBCMN__TF_ABI) &&
 	       (t->fn == cbcmn__actor_main || t->fn == cbcmn__hnd_host_main);
+}
+/* Is task t, the caller's own (or one not running), in an actor's halt,
+ * its drop and fini (its own, or of a handler actor its host halts)?
+ * Then it must not park: the code its end runs under holds the executor
+ * it began on, and a wake would resume it on another (issue 16;
+ * docs/ACTORS.md, "A halt never waits"). */
+bool cbcmn__task_halting(const struct cbcmn_task *t);
+static inline bool cbcmn__task_in_halt(const struct cbcmn_task *t)
+{
+	return __builtin_expect(cbcmn__task_end_calls_back(t), 0) && cbcmn__task_halting(t);
 }
 /* The actor gauges (statseg.h), from sched.c: actor task t begins to run
  * on e (its home becomes e); e stops running it; an actor task blocks on

@@ -1063,6 +1063,11 @@ int cbcmn_yield(cbcmn_cx *cx)
 		return -EINVAL;
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
 	cbcmn__stack_check(t);
+	/* Not from a halt (a budget's fairness yield neither): the yield list
+	 * is stealable (cbcmn__yield_elsewhere()), and a halt must end on the
+	 * executor it began on (cbcmn__task_halting()). */
+	if (cbcmn__task_in_halt(t))
+		return CBCMN_ECANCELED;
 	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_YIELD;
 	e->post_task = t;

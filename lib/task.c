@@ -337,11 +337,21 @@ bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
 	return false;
 }
 
-bool cbcmn__task_cancelled(const struct cbcmn_task *t)
+bool cbcmn__task_interrupted(const struct cbcmn_task *t)
 {
 	/* A stopped actor counts as cancelled: its private flag (actor.c). */
 	return cbcmn__nursery_chain_cancelled(t->nursery) ||
 	       (__builtin_expect(cbcmn__is_actor_task(t), 0) && cbcmn__actor_stopped(t));
+}
+
+bool cbcmn__task_cancelled(const struct cbcmn_task *t)
+{
+	/* A task in a halt too: every wait checks for a cancellation before
+	 * it parks, and returns at once for one (issue 16).  Read by a
+	 * cancellation's scan only for a task with a wait listed, which a
+	 * task in a halt lists only to claim it at once, under the lock the
+	 * scan takes (iwait.c). */
+	return cbcmn__task_interrupted(t) || cbcmn__task_in_halt(t);
 }
 
 void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
@@ -415,6 +425,10 @@ spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_op
 		return CBCMN_ECLOSED;
 	/* Spawning into a cancelled scope would start work nobody wants. */
 	if (cbcmn__nursery_chain_cancelled(n))
+		return CBCMN_ECANCELED;
+	/* Nor from a halt's drop: the child's await would park the halt
+	 * (cbcmn__task_halting()), and a child nobody awaits outlives it. */
+	if (self && cbcmn__task_in_halt(self))
 		return CBCMN_ECANCELED;
 
 	bool budgets = !(rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS);
@@ -617,6 +631,12 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 	/* A thread join from an executor thread would block it: refuse. */
 	if (!self && cbcmn__on_executor(t->rt))
 		return -EDEADLK;
+	/* A halt never waits (cbcmn__task_halting()), nor runs t inline,
+	 * where t could park it: only an ended t is joined from there, and
+	 * the handle stays joinable otherwise.  acquire: as below. */
+	if (self && cbcmn__task_in_halt(self) &&
+	    atomic_load_explicit(&t->joiner, memory_order_acquire) != CBCMN__JOIN_DONE)
+		return CBCMN_ECANCELED;
 	if (!(t->flags & CBCMN__TF_HANDLE) ||
 	    atomic_exchange_explicit(&t->joined, 1, memory_order_relaxed))
 		return CBCMN_EJOINED;

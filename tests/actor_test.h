@@ -47,6 +47,15 @@ static inline void sleep_until(cbcmn_cx *cx, _Atomic long *count, long want)
 		cbcmn_sleep(cx, 1000000);
 }
 
+/* Sleeps until *go is set, at most T_STALL_NS: a victim's wait for the
+ * test to let it end. */
+static inline void wait_for_go(cbcmn_cx *cx, _Atomic int *go)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(go) && t_now_ns() < end)
+		cbcmn_sleep(cx, 100000);
+}
+
 /* Fills actor v (of nursery n, on one executor) with msgs messages,
  * cancels n before v starts, and sleeps while the scheduler loop ends v
  * (until *drops reaches msgs); then n's await_all. */

@@ -1880,9 +1880,7 @@ static void dend_drop(void *state, const cbcmn_actor_msg *m)
 static int64_t dend_victim(cbcmn_cx *cx, void *arg)
 {
 	struct dend *d = arg;
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (!atomic_load(&d->go) && t_now_ns() < end)
-		cbcmn_sleep(cx, 100000);
+	wait_for_go(cx, &d->go);
 	return 7; /* its messages left: to drop */
 }
 
@@ -2211,9 +2209,7 @@ static int64_t bk_victim(cbcmn_cx *cx, void *arg)
 	struct bkv *v = arg;
 	v->cx = cx;
 	atomic_fetch_add(&v->d->started, 1);
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (!atomic_load(&v->d->go) && t_now_ns() < end)
-		cbcmn_sleep(cx, 100000);
+	wait_for_go(cx, &v->d->go);
 	return 0;
 }
 

@@ -861,8 +861,10 @@ CBCMN_API int cbcmn_obligation_abort(cbcmn_cx *cx, cbcmn_obligation *o);
 /* Wait for the task and store its result in *result (may be NULL), then
  * release the handle.  cx is the calling task, or NULL from a thread
  * outside the runtime.  Returns 0, -EINVAL, CBCMN_EJOINED when the handle
- * was already joined (detected while the runtime still holds it), or
- * -EDEADLK for a NULL cx on one of the runtime's executor threads. */
+ * was already joined (detected while the runtime still holds it),
+ * -EDEADLK for a NULL cx on one of the runtime's executor threads, or
+ * CBCMN_ECANCELED from an actor's drop (a halt never waits:
+ * cbcmn_actor_opts.drop) while the task runs: the handle stays joinable. */
 CBCMN_API int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result);
 
 /* The task's id (the same as cbcmn_cx_task_id() inside it); 0 for NULL. */

@@ -206,10 +206,20 @@ typedef struct cbcmn_actor_opts {
 	 * (docs/ACTORS.md "Budgets"). */
 	const cbcmn_caps *caps;
 	/* Called at halt for each message left undelivered in the mailbox,
-	 * oldest first, on the halting actor's executor; it must not block
-	 * (a receive of the halting actor there returns -ESHUTDOWN; a
-	 * blocking send with its cx is a try_send, -EAGAIN on a full
-	 * mailbox).  NULL: they are discarded. */
+	 * oldest first, on the halting actor's executor.  It never waits:
+	 * with the halting actor's cx (a fiber actor's, or the one its
+	 * handler was called with), every call that would wait returns at
+	 * once, as in a cancelled task: a receive of the halting actor is
+	 * -ESHUTDOWN (a handler's -EPERM), a blocking send a try_send
+	 * (-EAGAIN on a full mailbox), a sleep, a channel wait, I/O, a
+	 * yield, a spawn (so any await), a join of a running task
+	 * CBCMN_ECANCELED; a budget run out there ends the task, as anywhere
+	 * nobody can recharge it (CBCMN_EBUDGET; the halt goes on); a close
+	 * closes; cbcmn_cx_cancelled() is true.
+	 * Only an actor stopped, or its nursery cancelled, also ends a
+	 * CBCMN_CHECKPOINT() there (docs/ACTORS.md, "A halt never waits").
+	 * Blocking calls without a cx (a plain mutex, read(2)) block its
+	 * executor's thread.  NULL: they are discarded. */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 	/* Trap exits from the start (as cbcmn_actor_trap_exit(cx, true) in
 	 * its first line, but before anyone can link with it). */

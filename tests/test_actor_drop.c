@@ -1,0 +1,622 @@
+/* test_actor_drop.c: a halt's drop never waits (issue 16).
+ *
+ * Each waiting call a program can make with the halting actor's cx
+ * (sleep, channel send and receive, a read on an empty pipe, an actor
+ * receive, a yield, a nursery's spawn and await, a close, a join, a
+ * cbcmn_blocking()), made from the drop of stealable fiber actors and of
+ * handler actors: each returns at once, as if cancelled (a close
+ * closes), where it parked the halting task inside its end, and a wake
+ * resumed it on another executor (the process died). */
+#include "helpers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "actor_test.h"
+#include "cbcmn_chan.h"
+#include "cbcmn_io.h"
+
+enum kind { K_SLEEP, K_CHAN_SEND, K_CHAN_RECV, K_READ, K_RECEIVE, K_YIELD, K_NURSERY, K_CLOSE, K_JOIN, K_BLOCKING, K_N };
+
+#define DV_ACTORS 8
+#define DV_MSGS 2
+
+struct dv;
+struct dvv { /* one victim's state */
+	struct dv *d;
+	cbcmn_cx *cx;
+};
+
+struct dv {
+	enum kind kind;
+	struct dvv v[DV_ACTORS];
+	cbcmn_chan *full, *empty;
+	int pipe[2];
+	_Atomic int started, go;
+	_Atomic long calls, bad, spawned;
+	_Atomic long exits; /* drops that ended their thread (dexit_drop()) */
+	cbcmn_task *joinee; /* K_JOIN: a task that lives until release */
+	_Atomic int release;
+	_Atomic long rc_first;
+};
+
+static int64_t naps(cbcmn_cx *cx, void *arg)
+{
+	atomic_fetch_add(&((struct dv *)arg)->spawned, 1);
+	cbcmn_sleep(cx, 1000000);
+	return 0;
+}
+
+/* What the call may return from a halt: cancelled, or what a halted
+ * actor's receive says (-ESHUTDOWN; a handler's: -EPERM); a close, which
+ * is never undone, closes. */
+static bool halted_rc(enum kind kind, int64_t rc)
+{
+	if (kind == K_CLOSE)
+		return rc == 0;
+	return rc == CBCMN_ECANCELED || rc == -ESHUTDOWN || rc == -EPERM;
+}
+
+/* K_BLOCKING's job: it would hold a pool thread a while. */
+static int64_t naps_on_a_thread(void *arg)
+{
+	atomic_fetch_add(&((struct dv *)arg)->spawned, 1);
+	usleep(1000);
+	return 0;
+}
+
+static int64_t the_call(struct dv *d, cbcmn_cx *cx)
+{
+	char b = 0;
+	cbcmn_actor_msg m;
+	cbcmn_nursery *n;
+	switch (d->kind) {
+	case K_SLEEP:
+		return cbcmn_sleep(cx, 200000);
+	case K_CHAN_SEND:
+		return cbcmn_chan_send(cx, d->full, &b);
+	case K_CHAN_RECV:
+		return cbcmn_chan_recv(cx, d->empty, &b);
+	case K_READ:
+		return cbcmn_read(cx, d->pipe[0], &b, 1);
+	case K_RECEIVE:
+		return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	case K_YIELD:
+		return cbcmn_yield(cx);
+	case K_NURSERY: {
+		TASK_CHECK(open_n(cx, &n) == 0);
+		int64_t rc = cbcmn_nursery_spawn(cx, n, naps, d, NULL);
+		int64_t rc2 = cbcmn_nursery_await_all(cx, n);
+		return rc ? rc : rc2;
+	}
+	case K_JOIN:
+		return cbcmn_task_join(cx, d->joinee, NULL);
+	case K_BLOCKING: {
+		int64_t res;
+		return cbcmn_blocking(cx, naps_on_a_thread, d, &res);
+	}
+	case K_CLOSE: {
+		int fd = dup(d->pipe[1]);
+		TASK_CHECK(fd >= 0);
+		return cbcmn_close(cx, fd);
+	}
+	default:
+		return -EINVAL;
+	}
+}
+
+static int64_t joinee(cbcmn_cx *cx, void *arg)
+{
+	struct dv *d = arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&d->release) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	return 3;
+}
+
+/* K_JOIN: the task the drops try to join, in a nursery of its own. */
+static void joinee_start(cbcmn_cx *cx, struct dv *d, cbcmn_nursery **nj)
+{
+	TASK_CHECK(open_n(cx, nj) == 0);
+	if (d->kind == K_JOIN)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, *nj, joinee, d, &d->joinee) == 0);
+}
+
+/* The drops' joins left the handle joinable. */
+static void joinee_end(cbcmn_cx *cx, struct dv *d, cbcmn_nursery *nj)
+{
+	int64_t res = 0;
+	atomic_store(&d->release, 1);
+	if (d->kind == K_JOIN)
+		TASK_CHECK(cbcmn_task_join(cx, d->joinee, &res) == 0 && res == 3);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nj) == 0);
+}
+
+static void dv_call(struct dv *d, cbcmn_cx *cx)
+{
+	/* Counts as cancelled, before the call and after it. */
+	bool cancelled = cbcmn_cx_cancelled(cx);
+	int64_t rc = the_call(d, cx);
+	if (!cancelled || !cbcmn_cx_cancelled(cx))
+		rc = -EINVAL; /* bad */
+	long prev = -1;
+	atomic_compare_exchange_strong(&d->rc_first, &prev, (long)rc);
+	atomic_fetch_add(halted_rc(d->kind, rc) ? &d->calls : &d->bad, 1);
+}
+
+static void dv_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct dvv *v = state;
+	dv_call(v->d, v->cx);
+}
+
+/* A fiber victim: waits for go, then returns, its messages left. */
+static int64_t dv_fiber(cbcmn_cx *cx, void *arg)
+{
+	struct dvv *v = arg;
+	v->cx = cx;
+	atomic_fetch_add(&v->d->started, 1);
+	wait_for_go(cx, &v->d->go);
+	return 0;
+}
+
+/* A handler victim that takes its messages and keeps them: ended from
+ * outside (a stop, a cancellation), the rest left. */
+static int64_t dv_quiet(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct dvv *v = state;
+	if (!v->cx)
+		atomic_fetch_add(&v->d->started, 1);
+	v->cx = cx;
+	return CBCMN_ACTOR_RETRY;
+}
+
+/* A handler victim: halts at its first message, the rest left. */
+static int64_t dv_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct dvv *v = state;
+	v->cx = cx;
+	return CBCMN_ACTOR_HALT;
+}
+
+/* How the victims end: they return (a handler: halts at its first
+ * message), a stop (their drops cancelled twice over), or their
+ * nursery's cancellation (a handler host then halts them at its end, all
+ * of them in its halting spell). */
+enum how_end { END_GO, END_STOP, END_CANCEL };
+
+struct dv_case {
+	struct dv *d;
+	bool handler;
+	enum how_end how;
+};
+
+/* Spawns the victims; each is left with DV_MSGS messages for its drop
+ * (a handler ended from outside: and the one it holds for a RETRY). */
+static int64_t dv_main(cbcmn_cx *cx, void *arg)
+{
+	struct dv_case *r = arg;
+	struct dv *d = r->d;
+	bool go = r->how == END_GO;
+	cbcmn_nursery *n, *nj;
+	joinee_start(cx, d, &nj);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = dv_drop, .placement = CBCMN_PLACE_STEALABLE};
+	cbcmn_actor_ref a[DV_ACTORS];
+	for (int k = 0; k < DV_ACTORS; k++) {
+		d->v[k].d = d;
+		TASK_CHECK((r->handler ? cbcmn_actor_spawn_handler(cx, n, go ? dv_handler : dv_quiet,
+								   &d->v[k], &o, &a[k])
+				       : cbcmn_actor_spawn(cx, n, dv_fiber, &d->v[k], &o, &a[k])) == 0);
+		/* A handler's first message is its call; one that halts
+		 * there (go) gets its drop's messages with it (later ones
+		 * could find it halted). */
+		if (r->handler)
+			send_n(cx, a[k], 0, go ? 1 + DV_MSGS : 1);
+	}
+	if (!go || !r->handler) {
+		sleep_until(cx, (_Atomic long *)&d->started, DV_ACTORS);
+		for (int k = 0; k < DV_ACTORS; k++)
+			send_n(cx, a[k], 0, DV_MSGS);
+	}
+	for (int k = 0; k < DV_ACTORS && r->how == END_STOP; k++)
+		TASK_CHECK(cbcmn_actor_stop(NULL, cx, a[k], -5) == 0);
+	if (r->how == END_CANCEL)
+		TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	atomic_store(&d->go, 1);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	joinee_end(cx, d, nj);
+	return go ? rc : 0;
+}
+
+static void dv_case_run(enum kind kind, bool handler, enum how_end how)
+{
+	cbcmn_runtime *rt = t_runtime(2);
+	struct dv d = {.kind = kind, .rc_first = -1};
+	char b = 0;
+	assert_int_equal(cbcmn_chan_create(rt, 1, 1, &d.full), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, 1, &d.empty), 0);
+	assert_int_equal(cbcmn_chan_try_send(NULL, d.full, &b), 0);
+	assert_int_equal(pipe(d.pipe), 0);
+	struct dv_case r = {&d, handler, how};
+	t_run(rt, dv_main, &r, 0);
+	/* Every drop made its call, which came back as in a halt; a
+	 * nursery's child (or a blocking job) never ran. */
+	if (atomic_load(&d.bad))
+		print_message("kind %d handler %d how %d: first rc %ld\n", kind, handler, how,
+			      atomic_load(&d.rc_first));
+	assert_int_equal(atomic_load(&d.bad), 0);
+	assert_int_equal(atomic_load(&d.calls), DV_ACTORS * (DV_MSGS + (handler && how != END_GO)));
+	assert_int_equal(atomic_load(&d.spawned), 0);
+	assert_true(halted_rc(kind, atomic_load(&d.rc_first)));
+	cbcmn_chan_destroy(d.full);
+	cbcmn_chan_destroy(d.empty);
+	close(d.pipe[0]);
+	close(d.pipe[1]);
+	t_destroy(rt);
+}
+
+/* Three runs: the crash came in most, not all. */
+static void dv_run(enum kind kind, bool handler)
+{
+	for (int round = 0; round < 3; round++)
+		dv_case_run(kind, handler, END_GO);
+}
+
+/* ---- attacks: a stop, a cancellation, restarts, a thread's end ---- */
+
+static void test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait(void **state)
+{
+	(void)state;
+	for (enum kind k = 0; k < K_N; k++)
+		for (int h = 0; h < 2; h++) {
+			dv_case_run(k, h, END_STOP);
+			dv_case_run(k, h, END_CANCEL);
+		}
+}
+
+/* A supervised child that crashes with messages left, its drop sleeping
+ * and yielding, restarted DS_RESTARTS times: each restart's halt made
+ * its calls, none waited. */
+#define DS_RESTARTS 20
+
+struct dsup {
+	struct dv d;
+	_Atomic long incarnations;
+	cbcmn_cx *cx;
+};
+
+static void dsup_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct dsup *s = state;
+	dv_call(&s->d, s->cx);
+	s->d.kind = s->d.kind == K_SLEEP ? K_YIELD : K_SLEEP;
+}
+
+static int64_t dsup_child(cbcmn_cx *cx, void *arg)
+{
+	struct dsup *s = arg;
+	s->cx = cx;
+	atomic_fetch_add(&s->incarnations, 1);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < DV_MSGS; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	return -1; /* a crash, its messages left */
+}
+
+static int64_t dsup_main(cbcmn_cx *cx, void *arg)
+{
+	struct dsup *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = dsup_child, .state = s, .drop = dsup_drop,
+			     .restart = CBCMN_SUP_PERMANENT, .placement = CBCMN_PLACE_STEALABLE};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .max_restarts = CBCMN_SUP_UNLIMITED,
+			       .children = &c, .nchildren = 1};
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	sleep_until(cx, &s->incarnations, DS_RESTARTS);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_waits_in_drops_of_a_restarted_child_do_not_wait(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct dsup s = {.d = {.kind = K_SLEEP, .rc_first = -1}};
+	t_run(rt, dsup_main, &s, 0);
+	assert_true(atomic_load(&s.incarnations) >= DS_RESTARTS);
+	assert_int_equal(atomic_load(&s.d.bad), 0);
+	/* Every halt but maybe the last (its stop) dropped its messages. */
+	assert_true(atomic_load(&s.d.calls) >= (DS_RESTARTS - 1) * DV_MSGS);
+	t_destroy(rt);
+}
+
+/* The first drop ends its thread; the halt goes on (the reaper's), and
+ * the next drops' sleeps still return at once. */
+static void dexit_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct dvv *v = state;
+	if (atomic_fetch_add(&v->d->exits, 1) == 0)
+		pthread_exit(NULL);
+	dv_call(v->d, v->cx);
+}
+
+static int64_t dexit_main(cbcmn_cx *cx, void *arg)
+{
+	struct dv *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = dexit_drop, .placement = CBCMN_PLACE_STEALABLE};
+	cbcmn_actor_ref a;
+	d->v[0].d = d;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dv_fiber, &d->v[0], &o, &a) == 0);
+	send_n(cx, a, 0, DV_MSGS + 2);
+	sleep_until(cx, (_Atomic long *)&d->started, 1);
+	atomic_store(&d->go, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_thread_exit_in_a_drop_then_waits_in_the_next(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct dv d = {.kind = K_SLEEP, .rc_first = -1};
+	t_run(rt, dexit_main, &d, 0);
+	assert_int_equal(atomic_load(&d.bad), 0);
+	assert_int_equal(atomic_load(&d.calls), DV_MSGS + 1);
+	t_destroy(rt);
+}
+
+
+/* A :cluster supervisor's child whose drop runs its channel_ops out: it
+ * would wait exhausted, inside its halt, for the supervisor's top-up;
+ * its task ends there instead (CBCMN_EBUDGET), and the halt goes on: every
+ * message still reaches drop, and what drop sent is what the budget paid
+ * for. */
+#define DB_OPS 8
+
+struct dbud {
+	cbcmn_cx *cx;
+	cbcmn_actor_ref sink;
+	_Atomic long drops, sent, got;
+	_Atomic int started;
+};
+
+static void dbud_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct dbud *s = state;
+	atomic_fetch_add(&s->drops, 1);
+	for (int i = 0; i < 4 * DB_OPS; i++)
+		if (cbcmn_actor_try_send(NULL, s->cx, s->sink, m) == 0)
+			atomic_fetch_add(&s->sent, 1);
+}
+
+static int64_t dbud_child(cbcmn_cx *cx, void *arg)
+{
+	struct dbud *s = arg;
+	s->cx = cx;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (int i = 0; i < DV_MSGS; i++)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	atomic_store(&s->started, 1);
+	return -1; /* a crash, its messages left for drop */
+}
+
+/* Takes what the drops send until told to quit. */
+static int64_t dbud_sink(cbcmn_cx *cx, void *arg)
+{
+	struct dbud *s = arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, T_STALL_NS) == 0 && m.type != M_QUIT)
+		atomic_fetch_add(&s->got, 1);
+	return 0;
+}
+
+static int64_t dbud_main(cbcmn_cx *cx, void *arg)
+{
+	struct dbud *s = arg;
+	cbcmn_nursery *n, *sink_n;
+	TASK_CHECK(open_n(cx, &sink_n) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_budget plenty = {.channel_ops = 1u << 16};
+	cbcmn_actor_opts so = {.budget = &plenty, .mailbox_cap = 1024};
+	TASK_CHECK(cbcmn_actor_spawn(cx, sink_n, dbud_sink, s, &so, &s->sink) == 0);
+	cbcmn_budget b = {.channel_ops = DB_OPS}, top = {.channel_ops = DB_OPS};
+	cbcmn_sup_child c = {.fn = dbud_child, .state = s, .drop = dbud_drop,
+			     .restart = CBCMN_SUP_TEMPORARY, .node = -1, .budget = &b,
+			     .placement = CBCMN_PLACE_STEALABLE};
+	cbcmn_sup_spec spec = {.strategy = CBCMN_SUP_ONE, .children = &c, .nchildren = 1,
+			       .recharge = &top};
+	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 4,
+			   .channel_ops = 1ull << 16};
+	cbcmn_actor_opts sup_o = {.budget = &sb};
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, &sup_o, &sup) == 0);
+	sleep_until(cx, &s->drops, DV_MSGS);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
+	cbcmn_nursery_await_all(cx, n);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, s->sink, &q) == 0);
+	return cbcmn_nursery_await_all(cx, sink_n);
+}
+
+static void test_budget_run_out_in_a_drop_ends_it_not_waits(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_profile(CBCMN_PROFILE_CLUSTER, 2);
+	struct dbud s = {0};
+	t_run(rt, dbud_main, &s, 0);
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&s.drops), DV_MSGS);
+	/* The child paid its own sends first; no top-up came in the halt. */
+	assert_true(atomic_load(&s.sent) <= DB_OPS - DV_MSGS);
+	assert_int_equal(atomic_load(&s.got), atomic_load(&s.sent));
+}
+
+static void test_sleep_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_SLEEP, false);
+}
+
+static void test_sleep_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_SLEEP, true);
+}
+
+static void test_chan_send_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_CHAN_SEND, false);
+}
+
+static void test_chan_send_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_CHAN_SEND, true);
+}
+
+static void test_chan_recv_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_CHAN_RECV, false);
+}
+
+static void test_chan_recv_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_CHAN_RECV, true);
+}
+
+static void test_read_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_READ, false);
+}
+
+static void test_read_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_READ, true);
+}
+
+static void test_receive_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_RECEIVE, false);
+}
+
+static void test_receive_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_RECEIVE, true);
+}
+
+static void test_yield_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_YIELD, false);
+}
+
+static void test_yield_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_YIELD, true);
+}
+
+static void test_nursery_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_NURSERY, false);
+}
+
+static void test_nursery_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_NURSERY, true);
+}
+
+static void test_close_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_CLOSE, false);
+}
+
+static void test_close_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_CLOSE, true);
+}
+
+static void test_join_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_JOIN, false);
+}
+
+static void test_join_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_JOIN, true);
+}
+
+static void test_blocking_call_in_a_fiber_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_BLOCKING, false);
+}
+
+static void test_blocking_call_in_a_handler_actor_s_drop_does_not_wait(void **state)
+{
+	(void)state;
+	dv_run(K_BLOCKING, true);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sleep_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_sleep_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_chan_send_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_chan_send_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_chan_recv_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_chan_recv_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_read_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_read_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_receive_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_receive_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_yield_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_yield_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_nursery_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_nursery_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_close_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_close_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_join_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_join_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_blocking_call_in_a_fiber_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_blocking_call_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait),
+		cmocka_unit_test(test_waits_in_drops_of_a_restarted_child_do_not_wait),
+		cmocka_unit_test(test_thread_exit_in_a_drop_then_waits_in_the_next),
+		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
+	};
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
+	return cmocka_run_group_tests_name("actor_drop", tests, NULL, NULL);
+}
