@@ -594,6 +594,91 @@ static void test_blocking_call_in_a_handler_actor_s_drop_does_not_wait(void **st
 	dv_run(K_BLOCKING, true);
 }
 
+/* ---- an await, in a drop, of a nursery opened before the halt ---- */
+
+/* A handler opens a nursery on its host and spawns a child there that
+ * its cancellation does not end (it spins until released); the handler
+ * actor then halts, and its drop awaits that nursery.  The await waited
+ * for the child inside the halt (and the host came back on the other
+ * executor): it must return at once, as in a cancelled task, and leave
+ * the nursery to the host's end. */
+struct aw {
+	cbcmn_nursery *n;
+	cbcmn_cx *cx;
+	_Atomic int child_on, release, child_done, done_at_return;
+	_Atomic long awaits;
+	int64_t rc;
+	uint32_t exec_before, exec_after;
+};
+
+static int64_t aw_deaf(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct aw *w = arg;
+	atomic_store(&w->child_on, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&w->release) && t_now_ns() < end)
+		; /* no checkpoint, no wait: deaf to its cancellation */
+	atomic_store(&w->child_done, 1);
+	return 0;
+}
+
+static int64_t aw_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct aw *w = state;
+	w->cx = cx;
+	TASK_CHECK(open_n(cx, &w->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, w->n, aw_deaf, w, NULL) == 0);
+	/* Until the other executor took it (an await runs a child still
+	 * queued here inline: ended unstarted, cancelled). */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&w->child_on) && t_now_ns() < end)
+		;
+	return CBCMN_ACTOR_HALT;
+}
+
+static void aw_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct aw *w = state;
+	if (atomic_fetch_add(&w->awaits, 1))
+		return;
+	w->exec_before = cbcmn_cx_executor(w->cx);
+	w->rc = cbcmn_nursery_await_all(w->cx, w->n);
+	w->exec_after = cbcmn_cx_executor(w->cx);
+	atomic_store(&w->done_at_return, atomic_load(&w->child_done));
+	atomic_store(&w->release, 1);
+}
+
+static int64_t aw_main(cbcmn_cx *cx, void *arg)
+{
+	struct aw *w = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = aw_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, aw_handler, w, &o, &a) == 0);
+	send_n(cx, a, 0, 2); /* the first halts it, the second is dropped */
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_await_of_a_nursery_opened_before_the_halt_does_not_wait(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct aw w = {0};
+	t_run(rt, aw_main, &w, 0);
+	assert_int_equal(atomic_load(&w.awaits), 1);
+	assert_int_equal(w.rc, CBCMN_ECANCELED);
+	assert_true(atomic_load(&w.child_on));
+	/* Returned while the child still ran, on the executor it began on. */
+	assert_int_equal(atomic_load(&w.done_at_return), 0);
+	assert_int_equal(w.exec_before, w.exec_after);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -621,6 +706,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_waits_in_drops_of_a_restarted_child_do_not_wait),
 		cmocka_unit_test(test_thread_exit_in_a_drop_then_waits_in_the_next),
 		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
+		cmocka_unit_test(test_await_of_a_nursery_opened_before_the_halt_does_not_wait),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
