@@ -679,6 +679,82 @@ static void test_await_of_a_nursery_opened_before_the_halt_does_not_wait(void **
 	t_destroy(rt);
 }
 
+/* ---- a close in a drop, on the epoll backend ---- */
+
+/* A task waits to read a pipe; a handler actor's drop closes its read
+ * end.  On epoll a cbcmn_close() ends the waits on its descriptor
+ * (-EBADF, docs/IO.md "Backends"), a close(2) behind the backend's back
+ * does not: the drop's close was close(2), and the reader waited on
+ * (here until its I/O timeout).  The backend's close there never waits. */
+struct cw {
+	int pipe[2];
+	cbcmn_cx *cx;
+	_Atomic int reading;
+	_Atomic long drops;
+	int64_t close_rc, read_rc;
+};
+
+static int64_t cw_reader(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	char b;
+	TASK_CHECK(cbcmn_io_set_timeout(cx, T_STALL_NS) == 0);
+	atomic_store(&w->reading, 1);
+	w->read_rc = cbcmn_read(cx, w->pipe[0], &b, 1);
+	return 0;
+}
+
+static int64_t cw_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	((struct cw *)state)->cx = cx;
+	return CBCMN_ACTOR_HALT;
+}
+
+static void cw_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct cw *w = state;
+	if (atomic_fetch_add(&w->drops, 1) == 0)
+		w->close_rc = cbcmn_close(w->cx, w->pipe[0]);
+}
+
+static int64_t cw_main(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, cw_reader, w, NULL) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&w->reading) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_sleep(cx, 10000000); /* parked in its read, most likely (either way: -EBADF) */
+	cbcmn_actor_opts o = {.drop = cw_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, cw_handler, w, &o, &a) == 0);
+	send_n(cx, a, 0, 2); /* the first halts it, the second is dropped */
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_close_in_a_drop_ends_the_waits_on_it_on_epoll(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.backend = CBCMN_BACKEND_EPOLL;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct cw w = {0};
+	assert_int_equal(pipe(w.pipe), 0);
+	t_run(rt, cw_main, &w, 0);
+	assert_int_equal(atomic_load(&w.drops), 1);
+	assert_int_equal(w.close_rc, 0);
+	assert_int_equal(w.read_rc, -EBADF);
+	close(w.pipe[1]);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -707,6 +783,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_thread_exit_in_a_drop_then_waits_in_the_next),
 		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
 		cmocka_unit_test(test_await_of_a_nursery_opened_before_the_halt_does_not_wait),
+		cmocka_unit_test(test_close_in_a_drop_ends_the_waits_on_it_on_epoll),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
