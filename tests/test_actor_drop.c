@@ -35,6 +35,7 @@ struct dv {
 	cbcmn_chan *full, *empty;
 	int pipe[2];
 	_Atomic int started, go;
+	_Atomic int sent; /* a halting handler's messages are all sent */
 	_Atomic long calls, bad, spawned;
 	_Atomic long exits; /* drops that ended their thread (dexit_drop()) */
 	cbcmn_task *joinee; /* K_JOIN: a task that lives until release */
@@ -181,6 +182,7 @@ static int64_t dv_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
 	(void)m;
 	struct dvv *v = state;
 	v->cx = cx;
+	spin_until_set(&v->d->sent);
 	return CBCMN_ACTOR_HALT;
 }
 
@@ -214,11 +216,12 @@ static int64_t dv_main(cbcmn_cx *cx, void *arg)
 								   &d->v[k], &o, &a[k])
 				       : cbcmn_actor_spawn(cx, n, dv_fiber, &d->v[k], &o, &a[k])) == 0);
 		/* A handler's first message is its call; one that halts
-		 * there (go) gets its drop's messages with it (later ones
-		 * could find it halted). */
+		 * there (go) gets its drop's messages with it, and halts
+		 * once they are all sent (later ones would find it halted). */
 		if (r->handler)
 			send_n(cx, a[k], 0, go ? 1 + DV_MSGS : 1);
 	}
+	atomic_store(&d->sent, 1);
 	if (!go || !r->handler) {
 		sleep_until(cx, (_Atomic long *)&d->started, DV_ACTORS);
 		for (int k = 0; k < DV_ACTORS; k++)
@@ -605,7 +608,7 @@ static void test_blocking_call_in_a_handler_actor_s_drop_does_not_wait(void **st
 struct aw {
 	cbcmn_nursery *n;
 	cbcmn_cx *cx;
-	_Atomic int child_on, release, child_done, done_at_return;
+	_Atomic int child_on, release, child_done, done_at_return, sent;
 	_Atomic long awaits;
 	int64_t rc;
 	uint32_t exec_before, exec_after;
@@ -632,9 +635,8 @@ static int64_t aw_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
 	TASK_CHECK(cbcmn_nursery_spawn(cx, w->n, aw_deaf, w, NULL) == 0);
 	/* Until the other executor took it (an await runs a child still
 	 * queued here inline: ended unstarted, cancelled). */
-	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (!atomic_load(&w->child_on) && t_now_ns() < end)
-		;
+	spin_until_set(&w->child_on);
+	spin_until_set(&w->sent);
 	return CBCMN_ACTOR_HALT;
 }
 
@@ -660,6 +662,7 @@ static int64_t aw_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_opts o = {.drop = aw_drop};
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, aw_handler, w, &o, &a) == 0);
 	send_n(cx, a, 0, 2); /* the first halts it, the second is dropped */
+	atomic_store(&w->sent, 1);
 	cbcmn_nursery_await_all(cx, n);
 	return 0;
 }
@@ -689,7 +692,7 @@ static void test_await_of_a_nursery_opened_before_the_halt_does_not_wait(void **
 struct cw {
 	int pipe[2];
 	cbcmn_cx *cx;
-	_Atomic int reading;
+	_Atomic int reading, sent;
 	_Atomic long drops;
 	int64_t close_rc, read_rc;
 };
@@ -707,7 +710,9 @@ static int64_t cw_reader(cbcmn_cx *cx, void *arg)
 static int64_t cw_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
 {
 	(void)m;
-	((struct cw *)state)->cx = cx;
+	struct cw *w = state;
+	w->cx = cx;
+	spin_until_set(&w->sent);
 	return CBCMN_ACTOR_HALT;
 }
 
@@ -733,6 +738,7 @@ static int64_t cw_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_opts o = {.drop = cw_drop};
 	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, cw_handler, w, &o, &a) == 0);
 	send_n(cx, a, 0, 2); /* the first halts it, the second is dropped */
+	atomic_store(&w->sent, 1);
 	cbcmn_nursery_await_all(cx, n);
 	return 0;
 }
