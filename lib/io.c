@@ -586,8 +586,12 @@ int64_t cbcmn_socket(cbcmn_cx *cx, int domain, int type, int protocol)
 int64_t cbcmn_close(cbcmn_cx *cx, int fd)
 {
 	/* A halt's drop never waits, and a close is never undone: close(2)
-	 * here, which does not wait for a reader (issue 16). */
-	if (cx && cbcmn__task_in_halt((struct cbcmn_task *)cx)) {
+	 * here, which does not wait for a reader (issue 16).  Not on epoll:
+	 * its close does not wait, and it ends the waits on fd, which a
+	 * close(2) behind its back left waiting (docs/IO.md, "Backends";
+	 * test_close_in_a_drop_ends_the_waits_on_it_on_epoll). */
+	if (cx && cbcmn__task_in_halt((struct cbcmn_task *)cx) &&
+	    !((struct cbcmn_task *)cx)->exec->ep) {
 		int64_t rc = io_check((struct cbcmn_task *)cx, IO_NOCANCEL);
 		return rc ? rc : close(fd) < 0 ? -errno : 0;
 	}

@@ -294,6 +294,15 @@ void cbcmn__nursery_live_add(struct cbcmn_nursery *n, int64_t delta, struct cbcm
 		cbcmn__waiter_wake(&n->await_w, e);
 }
 
+/* n's children not ended yet, as its owner sees them: live counts them
+ * from the bias, less the owner's own spawns (cbcmn__nursery_await()). */
+static bool children_left(const struct cbcmn_nursery *n)
+{
+	int64_t v = atomic_load_explicit(&n->live, memory_order_acquire) +
+		    (n->owner_spawns - CBCMN__LIVE_BIAS) * CBCMN__LIVE_ONE;
+	return CBCMN__LIVE_COUNT(v) != 0;
+}
+
 int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 {
 	struct cbcmn_runtime *rt = n->rt;
@@ -399,6 +408,13 @@ int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n)
 		return -EDEADLK;
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return -EINVAL; /* already being awaited */
+	/* A halt never waits (cbcmn__task_halting()): a nursery opened
+	 * before it (a handler's, on its host) with a child still running
+	 * is cancelled, and stays open for its owner's end to await. */
+	if (self && cbcmn__task_in_halt(self) && children_left(n)) {
+		cbcmn__nursery_cancel(n, 1);
+		return CBCMN_ECANCELED;
+	}
 	return cbcmn__nursery_await(self, n);
 }
 

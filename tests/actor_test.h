@@ -47,6 +47,16 @@ static inline void sleep_until(cbcmn_cx *cx, _Atomic long *count, long want)
 		cbcmn_sleep(cx, 1000000);
 }
 
+/* Spins until *flag is set, at most T_STALL_NS: a handler's wait (it
+ * must not park) for its sender to have sent all a halt leaves to drop,
+ * which a send after the halt would find gone (-ESRCH). */
+static inline void spin_until_set(_Atomic int *flag)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(flag) && t_now_ns() < end)
+		;
+}
+
 /* Sleeps until *go is set, at most T_STALL_NS: a victim's wait for the
  * test to let it end. */
 static inline void wait_for_go(cbcmn_cx *cx, _Atomic int *go)

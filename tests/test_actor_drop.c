@@ -35,6 +35,7 @@ struct dv {
 	cbcmn_chan *full, *empty;
 	int pipe[2];
 	_Atomic int started, go;
+	_Atomic int sent; /* a halting handler's messages are all sent */
 	_Atomic long calls, bad, spawned;
 	_Atomic long exits; /* drops that ended their thread (dexit_drop()) */
 	cbcmn_task *joinee; /* K_JOIN: a task that lives until release */
@@ -181,6 +182,7 @@ static int64_t dv_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
 	(void)m;
 	struct dvv *v = state;
 	v->cx = cx;
+	spin_until_set(&v->d->sent);
 	return CBCMN_ACTOR_HALT;
 }
 
@@ -214,11 +216,12 @@ static int64_t dv_main(cbcmn_cx *cx, void *arg)
 								   &d->v[k], &o, &a[k])
 				       : cbcmn_actor_spawn(cx, n, dv_fiber, &d->v[k], &o, &a[k])) == 0);
 		/* A handler's first message is its call; one that halts
-		 * there (go) gets its drop's messages with it (later ones
-		 * could find it halted). */
+		 * there (go) gets its drop's messages with it, and halts
+		 * once they are all sent (later ones would find it halted). */
 		if (r->handler)
 			send_n(cx, a[k], 0, go ? 1 + DV_MSGS : 1);
 	}
+	atomic_store(&d->sent, 1);
 	if (!go || !r->handler) {
 		sleep_until(cx, (_Atomic long *)&d->started, DV_ACTORS);
 		for (int k = 0; k < DV_ACTORS; k++)
@@ -288,6 +291,7 @@ static void test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait(void
 struct dsup {
 	struct dv d;
 	_Atomic long incarnations;
+	_Atomic int stopping; /* the supervisor's stop is on its way */
 	cbcmn_cx *cx;
 };
 
@@ -305,8 +309,12 @@ static int64_t dsup_child(cbcmn_cx *cx, void *arg)
 	s->cx = cx;
 	atomic_fetch_add(&s->incarnations, 1);
 	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
-	for (int i = 0; i < DV_MSGS; i++)
-		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m) == 0);
+	for (int i = 0; i < DV_MSGS; i++) {
+		/* The last one may be stopped with the supervisor first: its
+		 * mailbox closed (-ESRCH). */
+		int rc = cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &m);
+		TASK_CHECK(rc == 0 || (rc == -ESRCH && atomic_load(&s->stopping)));
+	}
 	return -1; /* a crash, its messages left */
 }
 
@@ -322,6 +330,7 @@ static int64_t dsup_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_ref sup;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
 	sleep_until(cx, &s->incarnations, DS_RESTARTS);
+	atomic_store(&s->stopping, 1);
 	TASK_CHECK(cbcmn_actor_stop(NULL, cx, sup, 0) == 0);
 	cbcmn_nursery_await_all(cx, n);
 	return 0;
@@ -588,6 +597,170 @@ static void test_blocking_call_in_a_handler_actor_s_drop_does_not_wait(void **st
 	dv_run(K_BLOCKING, true);
 }
 
+/* ---- an await, in a drop, of a nursery opened before the halt ---- */
+
+/* A handler opens a nursery on its host and spawns a child there that
+ * its cancellation does not end (it spins until released); the handler
+ * actor then halts, and its drop awaits that nursery.  The await waited
+ * for the child inside the halt (and the host came back on the other
+ * executor): it must return at once, as in a cancelled task, and leave
+ * the nursery to the host's end. */
+struct aw {
+	cbcmn_nursery *n;
+	cbcmn_cx *cx;
+	_Atomic int child_on, release, child_done, done_at_return, sent;
+	_Atomic long awaits;
+	int64_t rc;
+	uint32_t exec_before, exec_after;
+};
+
+static int64_t aw_deaf(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct aw *w = arg;
+	atomic_store(&w->child_on, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&w->release) && t_now_ns() < end)
+		; /* no checkpoint, no wait: deaf to its cancellation */
+	atomic_store(&w->child_done, 1);
+	return 0;
+}
+
+static int64_t aw_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct aw *w = state;
+	w->cx = cx;
+	TASK_CHECK(open_n(cx, &w->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, w->n, aw_deaf, w, NULL) == 0);
+	/* Until the other executor took it (an await runs a child still
+	 * queued here inline: ended unstarted, cancelled). */
+	spin_until_set(&w->child_on);
+	spin_until_set(&w->sent);
+	return CBCMN_ACTOR_HALT;
+}
+
+static void aw_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct aw *w = state;
+	if (atomic_fetch_add(&w->awaits, 1))
+		return;
+	w->exec_before = cbcmn_cx_executor(w->cx);
+	w->rc = cbcmn_nursery_await_all(w->cx, w->n);
+	w->exec_after = cbcmn_cx_executor(w->cx);
+	atomic_store(&w->done_at_return, atomic_load(&w->child_done));
+	atomic_store(&w->release, 1);
+}
+
+static int64_t aw_main(cbcmn_cx *cx, void *arg)
+{
+	struct aw *w = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = aw_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, aw_handler, w, &o, &a) == 0);
+	send_n(cx, a, 0, 2); /* the first halts it, the second is dropped */
+	atomic_store(&w->sent, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_await_of_a_nursery_opened_before_the_halt_does_not_wait(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct aw w = {0};
+	t_run(rt, aw_main, &w, 0);
+	assert_int_equal(atomic_load(&w.awaits), 1);
+	assert_int_equal(w.rc, CBCMN_ECANCELED);
+	assert_true(atomic_load(&w.child_on));
+	/* Returned while the child still ran, on the executor it began on. */
+	assert_int_equal(atomic_load(&w.done_at_return), 0);
+	assert_int_equal(w.exec_before, w.exec_after);
+	t_destroy(rt);
+}
+
+/* ---- a close in a drop, on the epoll backend ---- */
+
+/* A task waits to read a pipe; a handler actor's drop closes its read
+ * end.  On epoll a cbcmn_close() ends the waits on its descriptor
+ * (-EBADF, docs/IO.md "Backends"), a close(2) behind the backend's back
+ * does not: the drop's close was close(2), and the reader waited on
+ * (here until its I/O timeout).  The backend's close there never waits. */
+struct cw {
+	int pipe[2];
+	cbcmn_cx *cx;
+	_Atomic int reading, sent;
+	_Atomic long drops;
+	int64_t close_rc, read_rc;
+};
+
+static int64_t cw_reader(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	char b;
+	TASK_CHECK(cbcmn_io_set_timeout(cx, T_STALL_NS) == 0);
+	atomic_store(&w->reading, 1);
+	w->read_rc = cbcmn_read(cx, w->pipe[0], &b, 1);
+	return 0;
+}
+
+static int64_t cw_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct cw *w = state;
+	w->cx = cx;
+	spin_until_set(&w->sent);
+	return CBCMN_ACTOR_HALT;
+}
+
+static void cw_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct cw *w = state;
+	if (atomic_fetch_add(&w->drops, 1) == 0)
+		w->close_rc = cbcmn_close(w->cx, w->pipe[0]);
+}
+
+static int64_t cw_main(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, cw_reader, w, NULL) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&w->reading) && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_sleep(cx, 10000000); /* parked in its read, most likely (either way: -EBADF) */
+	cbcmn_actor_opts o = {.drop = cw_drop};
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, n, cw_handler, w, &o, &a) == 0);
+	send_n(cx, a, 0, 2); /* the first halts it, the second is dropped */
+	atomic_store(&w->sent, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_close_in_a_drop_ends_the_waits_on_it_on_epoll(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.backend = CBCMN_BACKEND_EPOLL;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct cw w = {0};
+	assert_int_equal(pipe(w.pipe), 0);
+	t_run(rt, cw_main, &w, 0);
+	assert_int_equal(atomic_load(&w.drops), 1);
+	assert_int_equal(w.close_rc, 0);
+	assert_int_equal(w.read_rc, -EBADF);
+	close(w.pipe[1]);
+	t_destroy(rt);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -615,6 +788,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_waits_in_drops_of_a_restarted_child_do_not_wait),
 		cmocka_unit_test(test_thread_exit_in_a_drop_then_waits_in_the_next),
 		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
+		cmocka_unit_test(test_await_of_a_nursery_opened_before_the_halt_does_not_wait),
+		cmocka_unit_test(test_close_in_a_drop_ends_the_waits_on_it_on_epoll),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);

@@ -750,7 +750,10 @@ CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_
  *      the child returned it).
  * The first failure cancels the siblings (fail fast); a child's
  * CBCMN_ECANCELED does not.  If the opener is itself cancelled, n is
- * cancelled too before waiting.  Returns -EINVAL for NULL, -EPERM when cx
+ * cancelled too before waiting.  From an actor's drop (a halt never
+ * waits: cbcmn_actor_opts.drop) with children still running, n is
+ * cancelled and CBCMN_ECANCELED returned without waiting: n stays open,
+ * awaited at its opener's end.  Returns -EINVAL for NULL, -EPERM when cx
  * is not n's opener (n is left untouched). */
 CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
 

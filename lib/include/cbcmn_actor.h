@@ -212,8 +212,9 @@ typedef struct cbcmn_actor_opts {
 	 * once, as in a cancelled task: a receive of the halting actor is
 	 * -ESHUTDOWN (a handler's -EPERM), a blocking send a try_send
 	 * (-EAGAIN on a full mailbox), a sleep, a channel wait, I/O, a
-	 * yield, a spawn (so any await), a join of a running task
-	 * CBCMN_ECANCELED; a budget run out there ends the task, as anywhere
+	 * yield, a spawn, a join of a running task, an await of a nursery
+	 * opened before the halt whose children still run (they are
+	 * cancelled; it stays open for its owner's end) CBCMN_ECANCELED; a budget run out there ends the task, as anywhere
 	 * nobody can recharge it (CBCMN_EBUDGET; the halt goes on); a close
 	 * closes; cbcmn_cx_cancelled() is true.
 	 * Only an actor stopped, or its nursery cancelled, also ends a
