@@ -2894,15 +2894,7 @@ static int64_t gone_main(cbcmn_cx *cx, void *arg)
 static void test_thread_death_ends_a_send_in_flight(void **state)
 {
 	(void)state;
-	T_SKIP_UNLESS_IO_URING("a send in flight in the dead thread's ring");
-	if (T_ASAN || T_TSAN)
-		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	t_skip_without_streams(rt);
+	cbcmn_runtime *rt = t_runtime_for_thread_death("a send in flight in the dead thread's ring");
 	struct gone g = {0};
 	pair_open(g.sv, "x");
 	int saved, efd = t_stderr_capture(&saved);

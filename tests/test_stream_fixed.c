@@ -344,15 +344,7 @@ static int64_t death_main(cbcmn_cx *cx, void *arg)
 static void test_thread_death_with_a_stream_in_the_table(void **state)
 {
 	(void)state;
-	T_SKIP_UNLESS_IO_URING("a dead thread's ring and its table");
-	if (T_ASAN || T_TSAN)
-		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the quitter on a fiber of its own */
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	t_skip_without_streams(rt);
+	cbcmn_runtime *rt = t_runtime_for_thread_death("a dead thread's ring and its table");
 	struct death d = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.a), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.b), 0);
