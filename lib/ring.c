@@ -257,24 +257,39 @@ _Atomic int cbcmn__fixed_prompt;
  * killed such a program: test_regression_create_without_socketpair).  On
  * a small plain ring of its own, 2 entries (its memory comes back some ms
  * after it is closed, as the create's throwaway ring's: an executor's
- * ring made meanwhile retries, ring_init_fit()).  Two first streams at
- * once may both ask: same answer. */
+ * ring made meanwhile retries, ring_init_fit()).  Of two first streams
+ * at once, one asks and the other goes without the table. */
 bool cbcmn__fixed_drop_is_prompt(void)
 {
-	int known = atomic_load_explicit(&cbcmn__fixed_prompt, memory_order_relaxed);
+	static pthread_mutex_t asking = PTHREAD_MUTEX_INITIALIZER;
+	int known = atomic_load_explicit(&cbcmn__fixed_prompt, memory_order_acquire);
 	if (known)
 		return known == 1;
-	struct io_uring u;
+	/* One asks at a time; a stream opening meanwhile goes without the
+	 * table rather than wait on an executor (or, forked meanwhile, for
+	 * ever).  One at a time also orders the probes' rings, which the
+	 * kernel may map at the same address one after the other (TSan saw
+	 * two threads' SQE writes there as a race). */
+	if (pthread_mutex_trylock(&asking) != 0)
+		return false;
 	int prompt = -1;
-	if (io_uring_queue_init(2, &u, 0) == 0) {
-		prompt = fixed_drop_is_prompt_on(&u);
-		io_uring_queue_exit(&u);
+	known = atomic_load_explicit(&cbcmn__fixed_prompt, memory_order_acquire);
+	if (known) {
+		prompt = known == 1;
+	} else {
+		struct io_uring u;
+		if (io_uring_queue_init(2, &u, 0) == 0) {
+			prompt = fixed_drop_is_prompt_on(&u);
+			io_uring_queue_exit(&u);
+		}
+		/* Not asked (out of descriptors: a server at its limit, or
+		 * memory): no table this time, and asked again at the next
+		 * stream, rather than fixed files off for the process's life. */
+		if (prompt >= 0)
+			atomic_store_explicit(&cbcmn__fixed_prompt, prompt ? 1 : 2,
+					      memory_order_release);
 	}
-	/* Not asked (out of descriptors: a server at its limit, or memory):
-	 * no table this time, and asked again at the next stream, rather
-	 * than fixed files off for the process's life. */
-	if (prompt >= 0)
-		atomic_store_explicit(&cbcmn__fixed_prompt, prompt ? 1 : 2, memory_order_relaxed);
+	pthread_mutex_unlock(&asking);
 	return prompt == 1;
 }
 
