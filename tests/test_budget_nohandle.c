@@ -398,6 +398,17 @@ struct joined {
 	_Atomic int joined;
 };
 
+/* Open a nursery (*n) with fn(arg) in it, given ops operations; *h: its
+ * handle, or NULL. */
+static void open_with_ops(cbcmn_cx *cx, cbcmn_nursery **n, cbcmn_task_fn fn, void *arg,
+			  uint64_t ops, cbcmn_task **h)
+{
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n) == 0);
+	cbcmn_budget b = {.ops = ops};
+	cbcmn_spawn_opts so = {.budget = &b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, *n, fn, arg, &so, h) == 0);
+}
+
 static int64_t run_out(cbcmn_cx *cx, void *arg)
 {
 	struct joined *j = arg;
@@ -424,10 +435,7 @@ static int64_t join_run_out(cbcmn_cx *cx, void *arg)
 {
 	struct joined *j = arg;
 	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_budget b = {.ops = JOIN_OPS};
-	cbcmn_spawn_opts so = {.budget = &b};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, run_out, j, &so, &j->h) == 0);
+	open_with_ops(cx, &n, run_out, j, JOIN_OPS, &j->h);
 	/* Early: the child has waited (or is about to wait) when we join. */
 	while (!j->late && !atomic_load(&j->spent))
 		cbcmn_yield(cx);
@@ -483,10 +491,7 @@ static int64_t refunded(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_budget b = {.ops = 40};
-	cbcmn_spawn_opts so = {.budget = &b};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, paid_child, NULL, &so, NULL) == 0);
+	open_with_ops(cx, &n, paid_child, NULL, 40, NULL);
 	/* 100 ops, 41 of them spent on the spawn: 70 more need the refund. */
 	for (int i = 0; i < 70; i++)
 		CBCMN_CHECKPOINT(cx);
@@ -499,10 +504,7 @@ static int64_t join_refunded(cbcmn_cx *cx, void *arg)
 	int64_t *result = arg;
 	cbcmn_nursery *n;
 	cbcmn_task *h;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_budget b = {.ops = 100};
-	cbcmn_spawn_opts so = {.budget = &b};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, refunded, NULL, &so, &h) == 0);
+	open_with_ops(cx, &n, refunded, NULL, 100, &h);
 	TASK_CHECK(cbcmn_task_join(cx, h, result) == 0);
 	return cbcmn_nursery_await_all(cx, n);
 }
@@ -553,10 +555,7 @@ static int64_t race_recharge(cbcmn_cx *cx, void *arg)
 {
 	struct race *r = arg;
 	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_budget b = {.ops = RACE_OPS};
-	cbcmn_spawn_opts so = {.budget = &b};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, race_child, r, &so, &r->h) == 0);
+	open_with_ops(cx, &n, race_child, r, RACE_OPS, &r->h);
 	TASK_CHECK(cbcmn_nursery_spawn(cx, n, race_joiner, r, NULL) == 0);
 	for (uint32_t i = 0; i < r->spin; i++)
 		cbcmn_yield(cx);
