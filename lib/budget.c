@@ -507,6 +507,18 @@ static bool self_recharge(struct cbcmn_task *t, int comp)
 	return true;
 }
 
+/* Under t's budget lock: is a task or a thread blocked joining t?  Its
+ * handle's holder is the one that would recharge it, and it waits for t
+ * to end: t waiting counted would wait for ever (nobody_recharges()).
+ * The joiner registers before it takes this lock (cbcmn__budget_joined()),
+ * so either t sees it here or the joiner sees t's listed wait there.
+ * Acquire: pairs with the joiner's CAS in cbcmn_task_join(). */
+static bool join_waits(const struct cbcmn_task *t)
+{
+	return (t->flags & CBCMN__TF_HANDLE) &&
+	       atomic_load_explicit(&t->joiner, memory_order_acquire) != NULL;
+}
+
 /* Could anything but its own children (uncounted waits) recharge t?
  * cbcmn_budget_recharge() needs a handle to t, and none exists for an
  * actor's task, a handler actors' host (the API names actors by
@@ -523,7 +535,8 @@ static bool nobody_recharges(const struct cbcmn_task *t, const struct cbcmn_nurs
 {
 	bool actor = cbcmn__is_actor_task(t) ||
 		     (!(t->flags & CBCMN__TF_ABI) && t->fn == cbcmn__hnd_host_main);
-	return (actor || !(t->flags & CBCMN__TF_HANDLE)) && !cbcmn__sup_nursery(n);
+	return (actor || !(t->flags & CBCMN__TF_HANDLE) || join_waits(t)) &&
+	       !cbcmn__sup_nursery(n);
 }
 
 /* t cannot pay: wait until budget arrives (a refund, a recharge), or t is
@@ -893,6 +906,41 @@ int cbcmn__budget_recharge_exhausted(struct cbcmn_task *self, struct cbcmn_nurse
 	return rc;
 }
 
+/* Under n->lock, iw claimed: its task ends with CBCMN_EBUDGET as it
+ * wakes (wait_exhausted()). */
+static void end_exhausted(struct cbcmn_nursery *n, struct cbcmn__iwait *iw, struct cbcmn__exec *e)
+{
+	exhausted_unlink(n, iw);
+	/* Relaxed: the wake below publishes it (release). */
+	atomic_store_explicit(&iw->w.task->killed, 1, memory_order_relaxed);
+	cbcmn__iwait_wake(iw, e);
+}
+
+void cbcmn__budget_joined(struct cbcmn_task *t, struct cbcmn__exec *e)
+{
+	/* Unlimited: it never waits for budget, and no lock on a plain join. */
+	if (!t->limited)
+		return;
+	struct cbcmn__mutex *bl = budget_lock(t);
+	cbcmn__mutex_lock(bl);
+	/* Listed (set under this lock): t is blocked in wait_exhausted(), so
+	 * its nursery is alive.  Not listed: t runs, or has ended, and sees
+	 * the joiner at its next wait (join_waits()). */
+	if (atomic_load_explicit(&t->budget_iw, memory_order_relaxed)) {
+		struct cbcmn_nursery *n = t->nursery;
+		cbcmn__mutex_lock(&n->lock);
+		struct cbcmn__iwait *iw = atomic_load_explicit(&t->budget_iw, memory_order_relaxed);
+		/* Counted only: an uncounted wait is owed a refund by its own
+		 * children (it counts, and comes here again through
+		 * wait_exhausted(), once they cannot give).  The claim decides
+		 * against a recharge or a cancellation: one of them wins. */
+		if (iw && iw->user && !cbcmn__sup_nursery(n) && cbcmn__iwait_claim(iw))
+			end_exhausted(n, iw, e);
+		cbcmn__mutex_unlock(&n->lock);
+	}
+	cbcmn__mutex_unlock(bl);
+}
+
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n)
 {
 	cbcmn__mutex_lock(&n->lock);
@@ -903,13 +951,8 @@ void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n)
 		 * cancellation claimed first goes its own way. */
 		/* An uncounted wait is owed a refund: not the opener's to end
 		 * (and the opener cannot be settled while one is listed). */
-		if (iw->user && cbcmn__iwait_claim(iw)) {
-			struct cbcmn_task *t = iw->w.task;
-			exhausted_unlink(n, iw);
-			/* Relaxed: the wake below publishes it (release). */
-			atomic_store_explicit(&t->killed, 1, memory_order_relaxed);
-			cbcmn__iwait_wake(iw, NULL);
-		}
+		if (iw->user && cbcmn__iwait_claim(iw))
+			end_exhausted(n, iw, NULL);
 		iw = next;
 	}
 	cbcmn__mutex_unlock(&n->lock);

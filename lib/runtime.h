@@ -791,6 +791,11 @@ void cbcmn__charge_window(struct cbcmn_task *t);
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
+/* A joiner of t has registered (cbcmn_task_join()): if t waits counted as
+ * exhausted, end it with CBCMN_EBUDGET, as its nursery's opener would;
+ * nobody else can recharge it while its handle's holder waits for it
+ * (unless a supervisor holds it).  docs/BUDGETS.md. */
+void cbcmn__budget_joined(struct cbcmn_task *t, struct cbcmn__exec *e);
 /* The opener self recharges by amount each child of n that waits counted
  * as exhausted (a supervisor, actor_sup.c); one it cannot pay for is ended
  * as by cbcmn__budget_kill_exhausted().  *count: those recharged.  Returns

@@ -660,6 +660,8 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 		if (atomic_compare_exchange_strong_explicit(&t->joiner, &expect, &w,
 							    memory_order_acq_rel,
 							    memory_order_acquire)) {
+			/* t exhausted: we are the one that would recharge it. */
+			cbcmn__budget_joined(t, self ? self->exec : NULL);
 			cbcmn__waiter_wait(&w);
 		} else if (self) {
 			/* Completed meanwhile (expect == JOIN_DONE). */

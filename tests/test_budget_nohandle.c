@@ -5,6 +5,7 @@
  * its opener: the siblings waited for the member's sends, so await_all
  * never saw every child exhausted and never gave up on it. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "cbcmn_io.h"
@@ -379,6 +380,220 @@ static void test_cancelled_task_out_of_budget_is_cancelled(void **state)
 	t_watchdog_stop();
 }
 
+/* ---- joined by its handle's holder ---- */
+
+/* A child spawned with a handle, out of ops while the handle's holder is
+ * blocked joining it: the holder is the one that would recharge it, so
+ * it is ended with CBCMN_EBUDGET (the join returns 0 with that result),
+ * whether it ran out before the join began or after.  Both hung. */
+#define JOIN_OPS 50
+
+struct joined {
+	uint32_t late;     /* the child runs out after the join began */
+	bool thread;       /* joined by a thread outside the runtime */
+	cbcmn_task *h;
+	int64_t result;    /* the join's */
+	int rc;            /* the join's */
+	_Atomic int spent; /* the child's ops are gone (all but its last) */
+	_Atomic int joined;
+};
+
+/* Open a nursery (*n) with fn(arg) in it, given ops operations; *h: its
+ * handle, or NULL. */
+static void open_with_ops(cbcmn_cx *cx, cbcmn_nursery **n, cbcmn_task_fn fn, void *arg,
+			  uint64_t ops, cbcmn_task **h)
+{
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, n) == 0);
+	cbcmn_budget b = {.ops = ops};
+	cbcmn_spawn_opts so = {.budget = &b};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, *n, fn, arg, &so, h) == 0);
+}
+
+static int64_t run_out(cbcmn_cx *cx, void *arg)
+{
+	struct joined *j = arg;
+	/* Late: after the join is registered (bounded by the watchdog). */
+	while (j->late && !atomic_load(&j->joined))
+		cbcmn_yield(cx);
+	for (int i = 0; i < JOIN_OPS - 1; i++)
+		CBCMN_CHECKPOINT(cx);
+	atomic_store(&j->spent, 1);
+	for (int i = 0; i < JOIN_OPS; i++)
+		CBCMN_CHECKPOINT(cx); /* far more than it has left */
+	return 1;
+}
+
+static void *join_thread(void *arg)
+{
+	struct joined *j = arg;
+	atomic_store(&j->joined, 1); /* about to: the child yields meanwhile */
+	j->rc = cbcmn_task_join(NULL, j->h, &j->result);
+	return NULL;
+}
+
+static int64_t join_run_out(cbcmn_cx *cx, void *arg)
+{
+	struct joined *j = arg;
+	cbcmn_nursery *n;
+	open_with_ops(cx, &n, run_out, j, JOIN_OPS, &j->h);
+	/* Early: the child has waited (or is about to wait) when we join. */
+	while (!j->late && !atomic_load(&j->spent))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 10 && !j->late; i++)
+		cbcmn_yield(cx);
+	if (j->thread) {
+		pthread_t th;
+		TASK_CHECK(pthread_create(&th, NULL, join_thread, j) == 0);
+		/* The executor must stay free for the child: no pthread_join
+		 * until the join has returned (the await below waits). */
+		int64_t rc = cbcmn_nursery_await_all(cx, n);
+		TASK_CHECK(pthread_join(th, NULL) == 0);
+		return rc;
+	}
+	atomic_store(&j->joined, 1);
+	j->rc = cbcmn_task_join(cx, j->h, &j->result);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_join_of_an_exhausted_child_ends_it(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_join_of_an_exhausted_child_ends_it", T_WATCHDOG_S);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		for (uint32_t late = 0; late <= 1; late++) {
+			for (int thread = 0; thread <= 1; thread++) {
+				struct joined j = {.late = late, .thread = thread, .result = -1};
+				t_run(rt, join_run_out, &j, CBCMN_EBUDGET);
+				assert_int_equal(j.rc, 0);
+				assert_int_equal(j.result, CBCMN_EBUDGET);
+			}
+		}
+		t_destroy(rt);
+	}
+	t_watchdog_stop();
+}
+
+/* Out of ops while a child it paid for still runs: that child gives back
+ * what it did not use as it ends, so the joined parent waits for it (not
+ * counted as exhausted) and is not ended: it goes on with the refund. */
+#define PAID_YIELDS 2000
+
+static int64_t paid_child(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < PAID_YIELDS; i++)
+		cbcmn_yield(cx); /* free: its 40 ops go back to its parent */
+	return 0;
+}
+
+static int64_t refunded(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	open_with_ops(cx, &n, paid_child, NULL, 40, NULL);
+	/* 100 ops, 41 of them spent on the spawn: 70 more need the refund. */
+	for (int i = 0; i < 70; i++)
+		CBCMN_CHECKPOINT(cx);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 7;
+}
+
+static int64_t join_refunded(cbcmn_cx *cx, void *arg)
+{
+	int64_t *result = arg;
+	cbcmn_nursery *n;
+	cbcmn_task *h;
+	open_with_ops(cx, &n, refunded, NULL, 100, &h);
+	TASK_CHECK(cbcmn_task_join(cx, h, result) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_joined_child_refunded_by_its_own_child_goes_on(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_joined_child_refunded_by_its_own_child_goes_on", T_WATCHDOG_S);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		int64_t result = -1;
+		t_run(rt, join_refunded, &result, 0);
+		assert_int_equal(result, 7);
+		t_destroy(rt);
+	}
+	t_watchdog_stop();
+}
+
+/* The opener recharges the child while another task's join gives up on
+ * it: exactly one wins.  Recharged, it runs all its checkpoints and
+ * returns 7; ended, it returns CBCMN_EBUDGET short of them; never hangs. */
+#define RACE_ROUNDS 300
+#define RACE_OPS 20
+
+struct race {
+	cbcmn_task *h;
+	int64_t result;
+	int done; /* the child's checkpoints */
+	uint32_t spin;
+};
+
+static int64_t race_child(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	for (r->done = 0; r->done < 2 * RACE_OPS; r->done++)
+		CBCMN_CHECKPOINT(cx);
+	return 7;
+}
+
+static int64_t race_joiner(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	TASK_CHECK(cbcmn_task_join(cx, r->h, &r->result) == 0);
+	return 0;
+}
+
+static int64_t race_recharge(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	cbcmn_nursery *n;
+	open_with_ops(cx, &n, race_child, r, RACE_OPS, &r->h);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, race_joiner, r, NULL) == 0);
+	for (uint32_t i = 0; i < r->spin; i++)
+		cbcmn_yield(cx);
+	cbcmn_budget more = {.ops = 4 * RACE_OPS};
+	int rc = cbcmn_budget_recharge(cx, r->h, &more);
+	TASK_CHECK(rc == 0 || rc == -EPERM); /* -EPERM: it had ended */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_recharge_racing_the_joins_give_up(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_recharge_racing_the_joins_give_up", T_WATCHDOG_S);
+	int won[2] = {0, 0};
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		for (int round = 0; round < T_SCALE(RACE_ROUNDS); round++) {
+			struct race r = {.result = -1, .spin = (uint32_t)round % 8};
+			int64_t res = -1;
+			assert_int_equal(cbcmn_runtime_run(rt, race_recharge, &r, &res), 0);
+			ASSERT_TASK_CHECKS();
+			if (r.result == 7) {
+				assert_int_equal(res, 0);
+				assert_int_equal(r.done, 2 * RACE_OPS);
+				won[0]++;
+			} else {
+				assert_int_equal(r.result, CBCMN_EBUDGET);
+				assert_int_equal(res, CBCMN_EBUDGET);
+				assert_true(r.done < 2 * RACE_OPS);
+				won[1]++;
+			}
+		}
+		t_destroy(rt);
+	}
+	print_message("recharged %d, ended %d\n", won[0], won[1]);
+	t_watchdog_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -388,6 +603,9 @@ int main(void)
 		cmocka_unit_test(test_a_window_of_costs_off_its_fiber_only_counts),
 		cmocka_unit_test(test_blocking_channel_call_off_its_fiber_is_refused),
 		cmocka_unit_test(test_cancelled_task_out_of_budget_is_cancelled),
+		cmocka_unit_test(test_join_of_an_exhausted_child_ends_it),
+		cmocka_unit_test(test_joined_child_refunded_by_its_own_child_goes_on),
+		cmocka_unit_test(test_recharge_racing_the_joins_give_up),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
 }
