@@ -594,6 +594,52 @@ static void test_recharge_racing_the_joins_give_up(void **state)
 	t_watchdog_stop();
 }
 
+/* Only the opener (t's nursery's) can recharge t: a sibling joining t is
+ * not the one that would, so its join must not end t meanwhile.  The
+ * opener recharges once the child is out and the sibling has joined. */
+struct sibling {
+	struct race r;
+	atomic_int joining;
+};
+
+static int64_t sibling_joiner(cbcmn_cx *cx, void *arg)
+{
+	struct sibling *s = arg;
+	atomic_store(&s->joining, 1);
+	TASK_CHECK(cbcmn_task_join(cx, s->r.h, &s->r.result) == 0);
+	return 0;
+}
+
+static int64_t recharge_after_sibling_join(cbcmn_cx *cx, void *arg)
+{
+	struct sibling *s = arg;
+	cbcmn_nursery *n;
+	open_with_ops(cx, &n, race_child, &s->r, RACE_OPS, &s->r.h);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, sibling_joiner, s, NULL) == 0);
+	while (!atomic_load(&s->joining) || s->r.done < RACE_OPS - 1)
+		cbcmn_yield(cx);
+	for (int i = 0; i < 50; i++)
+		cbcmn_yield(cx); /* the join registered, the child waits */
+	cbcmn_budget more = {.ops = 4 * RACE_OPS};
+	TASK_CHECK(cbcmn_budget_recharge(cx, s->r.h, &more) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_sibling_join_leaves_the_recharge_to_the_opener(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_sibling_join_leaves_the_recharge_to_the_opener", T_WATCHDOG_S);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		struct sibling s = {.r = {.result = -1}};
+		t_run(rt, recharge_after_sibling_join, &s, 0);
+		assert_int_equal(s.r.result, 7);
+		assert_int_equal(s.r.done, 2 * RACE_OPS);
+		t_destroy(rt);
+	}
+	t_watchdog_stop();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -606,6 +652,7 @@ int main(void)
 		cmocka_unit_test(test_join_of_an_exhausted_child_ends_it),
 		cmocka_unit_test(test_joined_child_refunded_by_its_own_child_goes_on),
 		cmocka_unit_test(test_recharge_racing_the_joins_give_up),
+		cmocka_unit_test(test_sibling_join_leaves_the_recharge_to_the_opener),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
 }
