@@ -534,7 +534,7 @@ struct race {
 	cbcmn_task *h;
 	cbcmn_nursery *n;
 	int64_t result;
-	int done; /* the child's checkpoints */
+	atomic_int done; /* the child's checkpoints (the opener watches them) */
 	uint32_t spin;
 };
 
