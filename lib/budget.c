@@ -507,16 +507,21 @@ static bool self_recharge(struct cbcmn_task *t, int comp)
 	return true;
 }
 
-/* Under t's budget lock: is a task or a thread blocked joining t?  Its
- * handle's holder is the one that would recharge it, and it waits for t
- * to end: t waiting counted would wait for ever (nobody_recharges()).
+/* Under t's budget lock: is t's opener (a task, or NULL: a thread)
+ * blocked joining t?  Only the opener may recharge t (recharge_locked()),
+ * and it waits for t to end: t waiting counted would wait for ever
+ * (nobody_recharges()).  Another joiner (a sibling, a thread of a task's
+ * nursery) is not: the opener may still recharge t, or end it at its
+ * await.  The waiter is alive: t has not ended, so its joiner waits.
  * The joiner registers before it takes this lock (cbcmn__budget_joined()),
  * so either t sees it here or the joiner sees t's listed wait there.
  * Acquire: pairs with the joiner's CAS in cbcmn_task_join(). */
 static bool join_waits(const struct cbcmn_task *t)
 {
-	return (t->flags & CBCMN__TF_HANDLE) &&
-	       atomic_load_explicit(&t->joiner, memory_order_acquire) != NULL;
+	if (!(t->flags & CBCMN__TF_HANDLE))
+		return false;
+	struct cbcmn__waiter *w = atomic_load_explicit(&t->joiner, memory_order_acquire);
+	return w && w != CBCMN__JOIN_DONE && w->task == t->opener;
 }
 
 /* Could anything but its own children (uncounted waits) recharge t?
@@ -918,8 +923,9 @@ static void end_exhausted(struct cbcmn_nursery *n, struct cbcmn__iwait *iw, stru
 
 void cbcmn__budget_joined(struct cbcmn_task *t, struct cbcmn__exec *e)
 {
-	/* Unlimited: it never waits for budget, and no lock on a plain join. */
-	if (!t->limited)
+	/* Unlimited: it never waits for budget, and no lock on a plain join.
+	 * Not its opener: the opener may still recharge it. */
+	if (!t->limited || !join_waits(t))
 		return;
 	struct cbcmn__mutex *bl = budget_lock(t);
 	cbcmn__mutex_lock(bl);

@@ -523,16 +523,18 @@ static void test_joined_child_refunded_by_its_own_child_goes_on(void **state)
 	t_watchdog_stop();
 }
 
-/* The opener recharges the child while another task's join gives up on
- * it: exactly one wins.  Recharged, it runs all its checkpoints and
- * returns 7; ended, it returns CBCMN_EBUDGET short of them; never hangs. */
+/* The opener joins its exhausted child while a sibling cancels the
+ * nursery: the join's give-up and the cancellation claim the child's wait,
+ * exactly one wins.  It ends short of its checkpoints, CBCMN_EBUDGET or
+ * CBCMN_ECANCELED; never hangs. */
 #define RACE_ROUNDS 300
 #define RACE_OPS 20
 
 struct race {
 	cbcmn_task *h;
+	cbcmn_nursery *n;
 	int64_t result;
-	int done; /* the child's checkpoints */
+	atomic_int done; /* the child's checkpoints (the opener watches them) */
 	uint32_t spin;
 };
 
@@ -544,53 +546,118 @@ static int64_t race_child(cbcmn_cx *cx, void *arg)
 	return 7;
 }
 
-static int64_t race_joiner(cbcmn_cx *cx, void *arg)
+static int64_t race_cancel(cbcmn_cx *cx, void *arg)
 {
 	struct race *r = arg;
-	TASK_CHECK(cbcmn_task_join(cx, r->h, &r->result) == 0);
+	for (uint32_t i = 0; i < r->spin; i++)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_cancel(r->n) == 0);
 	return 0;
 }
 
-static int64_t race_recharge(cbcmn_cx *cx, void *arg)
+static int64_t race_join(cbcmn_cx *cx, void *arg)
 {
 	struct race *r = arg;
-	cbcmn_nursery *n;
-	open_with_ops(cx, &n, race_child, r, RACE_OPS, &r->h);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, n, race_joiner, r, NULL) == 0);
-	for (uint32_t i = 0; i < r->spin; i++)
+	open_with_ops(cx, &r->n, race_child, r, RACE_OPS, &r->h);
+	(void)cbcmn_nursery_spawn(cx, r->n, race_cancel, r, NULL);
+	for (uint32_t i = 0; i < r->spin / 2; i++)
 		cbcmn_yield(cx);
-	cbcmn_budget more = {.ops = 4 * RACE_OPS};
-	int rc = cbcmn_budget_recharge(cx, r->h, &more);
-	TASK_CHECK(rc == 0 || rc == -EPERM); /* -EPERM: it had ended */
-	return cbcmn_nursery_await_all(cx, n);
+	TASK_CHECK(cbcmn_task_join(cx, r->h, &r->result) == 0);
+	(void)cbcmn_nursery_await_all(cx, r->n);
+	return 0;
 }
 
-static void test_recharge_racing_the_joins_give_up(void **state)
+static void test_cancel_racing_the_joins_give_up(void **state)
 {
 	(void)state;
-	t_watchdog_start("test_recharge_racing_the_joins_give_up", T_WATCHDOG_S);
+	t_watchdog_start("test_cancel_racing_the_joins_give_up", T_WATCHDOG_S);
 	int won[2] = {0, 0};
 	for (uint32_t workers = 1; workers <= 2; workers++) {
 		cbcmn_runtime *rt = runtime(workers);
 		for (int round = 0; round < T_SCALE(RACE_ROUNDS); round++) {
-			struct race r = {.result = -1, .spin = (uint32_t)round % 8};
-			int64_t res = -1;
-			assert_int_equal(cbcmn_runtime_run(rt, race_recharge, &r, &res), 0);
-			ASSERT_TASK_CHECKS();
-			if (r.result == 7) {
-				assert_int_equal(res, 0);
-				assert_int_equal(r.done, 2 * RACE_OPS);
+			struct race r = {.result = -1, .spin = (uint32_t)round % 16};
+			t_run(rt, race_join, &r, 0);
+			assert_true(r.done < 2 * RACE_OPS);
+			if (r.result == CBCMN_EBUDGET)
 				won[0]++;
-			} else {
-				assert_int_equal(r.result, CBCMN_EBUDGET);
-				assert_int_equal(res, CBCMN_EBUDGET);
-				assert_true(r.done < 2 * RACE_OPS);
+			else if (r.result == CBCMN_ECANCELED)
 				won[1]++;
-			}
+			else
+				fail_msg("result %lld", (long long)r.result);
 		}
 		t_destroy(rt);
 	}
-	print_message("recharged %d, ended %d\n", won[0], won[1]);
+	print_message("ended %d, cancelled %d\n", won[0], won[1]);
+	t_watchdog_stop();
+}
+
+/* A nursery a thread opened: nobody can recharge its child (a thread has
+ * no budget), so a thread's join ends it once exhausted, before any
+ * await. */
+static void test_thread_opener_join_ends_it(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_thread_opener_join_ends_it", T_WATCHDOG_S);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT;
+	cfg.budget.ops = RACE_OPS; /* a thread's spawn: a root's budget */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct race r = {.result = -1};
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, race_child, &r, &r.h), 0);
+	assert_int_equal(cbcmn_task_join(NULL, r.h, &r.result), 0);
+	assert_int_equal(r.result, CBCMN_EBUDGET);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), CBCMN_EBUDGET);
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
+/* Only the opener (t's nursery's) can recharge t: a sibling joining t is
+ * not the one that would, so its join must not end t meanwhile.  The
+ * opener recharges once the child is out and the sibling has joined. */
+struct sibling {
+	struct race r;
+	atomic_int joining;
+};
+
+static int64_t sibling_joiner(cbcmn_cx *cx, void *arg)
+{
+	struct sibling *s = arg;
+	atomic_store(&s->joining, 1);
+	TASK_CHECK(cbcmn_task_join(cx, s->r.h, &s->r.result) == 0);
+	return 0;
+}
+
+static int64_t recharge_after_sibling_join(cbcmn_cx *cx, void *arg)
+{
+	struct sibling *s = arg;
+	cbcmn_nursery *n;
+	open_with_ops(cx, &n, race_child, &s->r, RACE_OPS, &s->r.h);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, sibling_joiner, s, NULL) == 0);
+	while (!atomic_load(&s->joining) || s->r.done < RACE_OPS - 1)
+		cbcmn_yield(cx);
+	for (int i = 0; i < 50; i++)
+		cbcmn_yield(cx); /* the join registered, the child waits */
+	cbcmn_budget more = {.ops = 4 * RACE_OPS};
+	TASK_CHECK(cbcmn_budget_recharge(cx, s->r.h, &more) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_sibling_join_leaves_the_recharge_to_the_opener(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_sibling_join_leaves_the_recharge_to_the_opener", T_WATCHDOG_S);
+	for (uint32_t workers = 1; workers <= 2; workers++) {
+		cbcmn_runtime *rt = runtime(workers);
+		struct sibling s = {.r = {.result = -1}};
+		t_run(rt, recharge_after_sibling_join, &s, 0);
+		assert_int_equal(s.r.result, 7);
+		assert_int_equal(s.r.done, 2 * RACE_OPS);
+		t_destroy(rt);
+	}
 	t_watchdog_stop();
 }
 
@@ -605,7 +672,9 @@ int main(void)
 		cmocka_unit_test(test_cancelled_task_out_of_budget_is_cancelled),
 		cmocka_unit_test(test_join_of_an_exhausted_child_ends_it),
 		cmocka_unit_test(test_joined_child_refunded_by_its_own_child_goes_on),
-		cmocka_unit_test(test_recharge_racing_the_joins_give_up),
+		cmocka_unit_test(test_cancel_racing_the_joins_give_up),
+		cmocka_unit_test(test_thread_opener_join_ends_it),
+		cmocka_unit_test(test_sibling_join_leaves_the_recharge_to_the_opener),
 	};
 	return cmocka_run_group_tests_name("budget_nohandle", tests, NULL, NULL);
 }

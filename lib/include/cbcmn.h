@@ -868,13 +868,14 @@ CBCMN_API int cbcmn_obligation_abort(cbcmn_cx *cx, cbcmn_obligation *o);
  * -EDEADLK for a NULL cx on one of the runtime's executor threads, or
  * CBCMN_ECANCELED from an actor's drop (a halt never waits:
  * cbcmn_actor_opts.drop) while the task runs: the handle stays joinable.
- * A join never waits for a recharge it blocks: while it waits, a t out of
- * budget (BudgetExhausted, and no child it paid for left to refund it)
- * ends with CBCMN_EBUDGET, whether it ran out before the join or after;
- * the join then returns 0 with *result CBCMN_EBUDGET.  Not if a
- * supervisor's nursery holds t (the supervisor decides).  Recharge t
- * before joining it, from a task that does not join it, to keep it
- * going (docs/BUDGETS.md, "Exhaustion and recharge"). */
+ * A join never waits for a recharge it blocks: while t's opener (the task
+ * or thread that opened its nursery, the only one that may recharge it)
+ * joins it, a t out of budget (BudgetExhausted, and no child it paid for
+ * left to refund it) ends with CBCMN_EBUDGET, whether it ran out before
+ * the join or after; the join then returns 0 with *result CBCMN_EBUDGET.
+ * Not if a supervisor's nursery holds t (the supervisor decides).  Any
+ * other joiner leaves t to its opener.  Recharge t before joining it to
+ * keep it going (docs/BUDGETS.md, "Exhaustion and recharge"). */
 CBCMN_API int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result);
 
 /* The task's id (the same as cbcmn_cx_task_id() inside it); 0 for NULL. */
