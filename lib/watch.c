@@ -182,7 +182,11 @@ static uint64_t agauge(const _Atomic int64_t *shared, const _Atomic int64_t *own
 			break;
 		s = again;
 	}
-	int64_t v = s + o;
+	/* A forged segment's shares may be anything: their sum saturates
+	 * (fuzz_watch: INT64_MIN + -1 was signed overflow). */
+	int64_t v;
+	if (__builtin_add_overflow(s, o, &v))
+		return s > 0 ? (uint64_t)INT64_MAX : 0;
 	return v > 0 ? (uint64_t)v : 0;
 }
 

@@ -590,6 +590,32 @@ static void test_forged_mailbox_hist_total_does_not_wrap(void **state)
 	assert_int_equal(s.total.mailbox_depth_p99, 3);
 }
 
+/* A gauge's two shares (statseg.h, version 5) forged to the ends of
+ * their range: the sum saturates, 0 below and INT64_MAX above (before:
+ * INT64_MIN + -1, signed overflow, read as 2^63 - 1 actors receiving;
+ * found by fuzz_watch). */
+static void test_forged_gauge_shares_saturate(void **state)
+{
+	(void)state;
+	struct fake f;
+	fake_start(&f, true, 1);
+	struct cbcmn__seg_exec *x = fake_slot(&f, 0);
+	atomic_store(&x->act.receiving, INT64_MIN);
+	atomic_store(&x->act_own.receiving, -1);
+	atomic_store(&x->act.waiting, INT64_MAX);
+	atomic_store(&x->act_own.waiting, 1);
+	cbcmn_watch *w;
+	assert_int_equal(cbcmn_watch_open(f.kid, 0, &w), 0);
+	cbcmn_stats s;
+	cbcmn_executor_stats per[1];
+	int rc = cbcmn_watch_read(w, &s, per, 1);
+	cbcmn_watch_close(w);
+	fake_stop(&f); /* first: a failure must leave no forged segment behind */
+	assert_int_equal(rc, 0);
+	assert_true(per[0].actors_receiving == 0);
+	assert_true(per[0].actors_waiting == (uint64_t)INT64_MAX);
+}
+
 /* The header's geometry changes after the watch was opened: the reader
  * keeps using what it checked at open, never reading outside its map. */
 static void test_header_rewritten_after_open(void **state)
@@ -887,6 +913,7 @@ int main(void)
 		T_WATCHED_TEST(test_watch_of_a_target_swapping_its_descriptor_opens_only_memfds),
 		T_WATCHED_TEST(test_header_rewritten_after_open),
 		T_WATCHED_TEST(test_forged_mailbox_hist_total_does_not_wrap),
+		T_WATCHED_TEST(test_forged_gauge_shares_saturate),
 		T_WATCHED_TEST(test_corrupt_headers_refused),
 		T_WATCHED_TEST(test_runtime_segment_sealed),
 		T_WATCHED_TEST(test_retired_then_restarted),
