@@ -198,7 +198,10 @@ static int64_t rs_actor(cbcmn_cx *cx, void *arg)
 		if (i % 2 || s->timeout_ns < 1000000000)
 			continue;
 		long full = got + (long)s->cap < total ? got + (long)s->cap : total;
-		uint64_t end = t_now_ns() + 1000000000;
+		/* A hang bound, not a rate: reached only if a sender stays
+		 * beside room (3 s, under the senders' 5 s send timeout,
+		 * and long enough for a loaded machine). */
+		uint64_t end = t_now_ns() + 3000000000ull;
 		while (atomic_load(&s->sent) < full && t_now_ns() < end)
 			cbcmn_sleep(cx, 50000);
 		if (atomic_load(&s->sent) < full) {
