@@ -769,4 +769,13 @@ static inline cbcmn_runtime *t_runtime_for_thread_death(const char *what)
 	return rt;
 }
 
+/* A task that ends its executor's thread (the runtime starts another). */
+static inline int64_t t_thread_quitter(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	pthread_exit(NULL);
+	return 0;
+}
+
 #endif

@@ -2865,14 +2865,6 @@ static int64_t gone_sender(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t gone_quitter(cbcmn_cx *cx, void *arg)
-{
-	(void)cx;
-	(void)arg;
-	pthread_exit(NULL);
-	return 0;
-}
-
 static int64_t gone_main(cbcmn_cx *cx, void *arg)
 {
 	struct gone *g = arg;
@@ -2884,7 +2876,7 @@ static int64_t gone_main(cbcmn_cx *cx, void *arg)
 		cbcmn_yield(cx);
 	cbcmn_sleep(cx, 2000000); /* the send is in the kernel, waiting for room */
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &quitters) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, quitters, gone_quitter, g, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, quitters, t_thread_quitter, g, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, quitters) == CBCMN_EPANIC);
 	return cbcmn_nursery_await_all(cx, senders);
 }

@@ -305,14 +305,6 @@ struct death {
 	uint32_t used_end;
 };
 
-static int64_t quitter(cbcmn_cx *cx, void *arg)
-{
-	(void)cx;
-	(void)arg;
-	pthread_exit(NULL);
-	return 0;
-}
-
 static int64_t death_main(cbcmn_cx *cx, void *arg)
 {
 	struct death *d = arg;
@@ -322,7 +314,7 @@ static int64_t death_main(cbcmn_cx *cx, void *arg)
 	if (rc || (rc = one_byte(cx, sa, d->a[1], 'a')) != 0)
 		return rc;
 	if ((rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n)) != 0 ||
-	    (rc = cbcmn_nursery_spawn_pinned(cx, n, 0, quitter, NULL, NULL)) != 0 ||
+	    (rc = cbcmn_nursery_spawn_pinned(cx, n, 0, t_thread_quitter, NULL, NULL)) != 0 ||
 	    cbcmn_nursery_await_all(cx, n) != CBCMN_EPANIC)
 		return -EPROTO;
 	/* The old ring and its table are gone: a's slot must not be emptied
