@@ -15,6 +15,7 @@ set -e
 bench=${1:-build/bin/cbcmn-bench}
 dur=${2:-3}
 dir=$(mktemp -d /tmp/echo-profile.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
 perf record -q -e cpu-clock -F 8000 -g -o "$dir/perf.data" -- \
 	"$bench" echo --reps 1 --duration "$dur" -v > "$dir/bench.txt" 2>&1
 grep -E 'per request|req_per_s|server_cpu|ratio' "$dir/bench.txt"
@@ -85,4 +86,3 @@ for label, comm, key in (('cbcmn', 'cbcmn-exec-0', 'echo'), ('epoll', 'epoll-ser
             print('  top symbols outside tcp_*msg: ' +
                   ', '.join(f'{s} {v * per:.0f}' for s, v in leaf.most_common(8)))
 EOF
-rm -rf "$dir"
