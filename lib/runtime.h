@@ -504,10 +504,15 @@ struct cbcmn_runtime {
 	_Atomic uint32_t spin_max, spin_cpus;
 	double cg_limit;
 	/* The host has more runnable threads than CPUs (the monitor's
-	 * reading of /proc/loadavg, monitor.c): no searcher spins.  Only
-	 * with the default spin_ns (spin_host_gate). */
+	 * reading of /proc/loadavg, monitor.c): no searcher spins long.
+	 * Only with the default spin_ns, where the process may use every CPU
+	 * (spin_host_gate). */
 	_Atomic bool host_busy;
-	bool spin_host_gate;
+	bool spin_host_gate, spin_quota_gate;
+	/* Under a cgroup CPU limit, with the default spin_ns: no searcher
+	 * spins long while more executors than this are awake (sched.c,
+	 * spin_room()); 0: no such bound. */
+	_Atomic uint32_t spin_awake_max;
 	_Atomic uint64_t idle_bits[CBCMN_MAX_EXECUTORS / 64];
 
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;
@@ -679,6 +684,7 @@ __attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct c
 /* Searchers allowed to spin at once for workers executors on cpus CPUs
  * under a cgroup limit (0: none): half the usable CPUs, at least 1. */
 uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit);
+uint32_t cbcmn__spin_awake_max(uint32_t cpus, double limit);
 void cbcmn__spin_max_update(struct cbcmn_runtime *rt);
 
 /* wake.c */
