@@ -1046,7 +1046,9 @@ static inline void cbcmn__actor_ran(struct cbcmn__exec *e)
 }
 /* Add n to an actor gauge of executor e (statseg.h): its own share, a load
  * and a store, when e's own thread counts (its only writer), else the
- * shared one with an atomic add.  Relaxed either way. */
+ * shared one with an atomic add, its move count (the high half) with it
+ * in the same add (CBCMN__SEG_AGAUGE_MOVE).  Relaxed either way.  (Atomic
+ * adds on a signed type wrap, C11 7.17.7.5.) */
 static inline void cbcmn__agauge_add(const struct cbcmn__exec *e, _Atomic int64_t *shared,
 				     _Atomic int64_t *own, int64_t n)
 {
@@ -1054,7 +1056,7 @@ static inline void cbcmn__agauge_add(const struct cbcmn__exec *e, _Atomic int64_
 		atomic_store_explicit(own, atomic_load_explicit(own, memory_order_relaxed) + n,
 				      memory_order_relaxed);
 	else
-		atomic_fetch_add_explicit(shared, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(shared, CBCMN__SEG_AGAUGE_MOVE + n, memory_order_relaxed);
 }
 static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
 {
