@@ -257,6 +257,26 @@ static bool make_limited_cgroup(char *dir, size_t len, char *why, size_t wlen)
 	return ok;
 }
 
+/* A child in a new cgroup limited to one CPU (its path in dir): 0 in the
+ * child, its pid in the parent; a skip where no such cgroup can be made.
+ * Only the child moves: the other tests keep their CPUs. */
+static pid_t fork_limited(char *dir, size_t len)
+{
+	char why[PATH_MAX + 128];
+	if (!make_limited_cgroup(dir, len, why, sizeof(why)))
+		T_SKIP("%s", why);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char procs[PATH_MAX + 32];
+		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+		FILE *p = fopen(procs, "w");
+		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
+			_exit(10);
+	}
+	return pid;
+}
+
 /* A process in a cgroup limited to one CPU gets one executor by default,
  * and an explicit count still wins; outside it, one per CPU. */
 static void test_live_limit_sets_default_workers(void **state)
@@ -266,18 +286,9 @@ static void test_live_limit_sets_default_workers(void **state)
 	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
 	if (CPU_COUNT(&set) < 2)
 		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
-	char dir[PATH_MAX], why[PATH_MAX + 128];
-	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
-		T_SKIP("%s", why);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
 	if (pid == 0) {
-		/* Only the child moves: the other tests keep their CPUs. */
-		char procs[PATH_MAX + 32];
-		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-		FILE *p = fopen(procs, "w");
-		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
-			_exit(10);
 		cbcmn_config cfg;
 		cbcmn_config_init(&cfg);
 		cbcmn_runtime *rt;
@@ -317,17 +328,9 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
 	if (CPU_COUNT(&set) < 2)
 		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
-	char dir[PATH_MAX], why[PATH_MAX + 128];
-	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
-		T_SKIP("%s", why);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
 	if (pid == 0) {
-		char procs[PATH_MAX + 32];
-		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-		FILE *p = fopen(procs, "w");
-		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
-			_exit(10);
 		cbcmn_config cfg;
 		cbcmn_config_init(&cfg);
 		cfg.min_workers = 2;
@@ -412,17 +415,9 @@ static int64_t quota_busy_until_parked(cbcmn_cx *cx, void *arg)
 static void test_regression_spin_gate_counts_the_quota(void **state)
 {
 	(void)state;
-	char dir[PATH_MAX], why[PATH_MAX + 128];
-	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
-		T_SKIP("%s", why);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
 	if (pid == 0) {
-		char procs[PATH_MAX + 32];
-		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-		FILE *p = fopen(procs, "w");
-		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
-			_exit(10);
 		cpu_set_t one;
 		if (sched_getaffinity(0, sizeof(one), &one))
 			_exit(11);

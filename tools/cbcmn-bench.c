@@ -113,17 +113,24 @@ static void die(const char *what, int64_t rc)
 	exit(1);
 }
 
-static cbcmn_runtime *runtime(uint32_t n, uint32_t flags)
+/* A runtime of n executors with flags and spin_ns (0: the default). */
+static cbcmn_runtime *runtime_spin(uint32_t n, uint32_t flags, uint64_t spin_ns)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = n;
 	cfg.flags = flags;
+	cfg.spin_ns = spin_ns;
 	cbcmn_runtime *rt;
 	int rc = cbcmn_runtime_create(&cfg, &rt);
 	if (rc)
 		die("runtime_create", rc);
 	return rt;
+}
+
+static cbcmn_runtime *runtime(uint32_t n, uint32_t flags)
+{
+	return runtime_spin(n, flags, 0);
 }
 
 static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
@@ -558,14 +565,7 @@ static int64_t steal_producer(cbcmn_cx *cx, void *arg)
  * which the host's load gates: lib/monitor.c); its p50 and p99. */
 static void steal_once(uint64_t spin_ns, double *p50, double *p99)
 {
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = workers;
-	cfg.spin_ns = spin_ns;
-	cbcmn_runtime *rt;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc)
-		die("runtime_create", rc);
+	cbcmn_runtime *rt = runtime_spin(workers, 0, spin_ns);
 	struct steal_run s = {.samples = 20000};
 	s.lat = calloc((size_t)s.samples, sizeof(double));
 	run(rt, steal_producer, &s);
