@@ -1947,32 +1947,30 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
  * relaxed: two updaters racing store answers a moment apart, either good. */
 void cbcmn__spin_max_update(struct cbcmn_runtime *rt)
 {
-	uint32_t cpus = cbcmn__cpus_for_limit(exec_cpus(rt), rt->cg_limit);
+	uint32_t mask = exec_cpus(rt), cpus = cbcmn__cpus_for_limit(mask, rt->cg_limit);
 	atomic_store_explicit(&rt->spin_cpus, cpus, memory_order_relaxed);
 	atomic_store_explicit(&rt->spin_max, cbcmn__spin_max(rt->nexec, cpus, 0),
 			      memory_order_relaxed);
 	if (rt->spin_quota_gate)
-		atomic_store_explicit(&rt->spin_awake_max,
-				      cbcmn__spin_awake_max(exec_cpus(rt), rt->cg_limit),
+		atomic_store_explicit(&rt->spin_awake_max, cbcmn__spin_awake_max(mask, rt->cg_limit),
 				      memory_order_relaxed);
 }
 
 uint32_t cbcmn__spin_awake_max(uint32_t cpus, double limit)
 {
-	if (limit <= 0)
-		return 0;
-	/* Whole CPUs of the limit, at least one (a lone spinner on a limit
-	 * of half a CPU: as spin_max, never none). */
-	double c = limit < (double)cpus ? limit : (double)cpus;
-	return c >= 1 ? (uint32_t)c : 1;
+	/* The effective CPUs: the limit rounded up as for the default
+	 * executor count (cpuquota.c: 1.5 CPUs pay for two executors part
+	 * of the time), no more than the executors' CPUs, at least one. */
+	return limit > 0 ? cbcmn__cpus_for_limit(cpus, limit) : 0;
 }
 
 /* Is there room in the cgroup's CPU limit for a spinner?  A spinner
  * burns the quota the busy executors need, and the kernel stops the
  * whole process once a period's quota is spent: so no searcher spins
  * long while the awake executors (busy, searching, itself among them)
- * exceed the limit's whole CPUs (rt->spin_awake_max; a limit of 1.8:
- * one, a busy executor and a spinner would take 2).  Asked at each turn,
+ * exceed the effective CPUs (rt->spin_awake_max: the limit rounded up,
+ * under the executors' mask; a limit of 1: one busy executor and a
+ * spinner would take 2).  Asked at each turn,
  * not only at the claim: a spinner whose neighbour wakes with work steps
  * aside.  Counts the runtime's executors only (the program's threads
  * and the blocking pool are not seen).  relaxed: a hint, as host_busy. */

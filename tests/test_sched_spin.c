@@ -414,13 +414,15 @@ static void test_regression_gate_leaves_our_spinners_out(void **state)
 }
 
 /* Under a cgroup CPU limit, the awake executors at which one may still
- * spin: the limit's whole CPUs, no more than the executors' CPUs, at
- * least one; none without a limit (sched.c, spin_room()). */
-static void test_spin_awake_max_is_the_limits_whole_cpus(void **state)
+ * spin: the limit rounded up (as the default executor count), no more
+ * than the executors' CPUs, at least one; none without a limit (sched.c,
+ * spin_room()). */
+static void test_spin_awake_max_is_the_limits_cpus(void **state)
 {
 	(void)state;
 	assert_int_equal(cbcmn__spin_awake_max(64, 0), 0);
-	assert_int_equal(cbcmn__spin_awake_max(64, 1.8), 1);
+	assert_int_equal(cbcmn__spin_awake_max(64, 1.0), 1);
+	assert_int_equal(cbcmn__spin_awake_max(64, 1.8), 2);
 	assert_int_equal(cbcmn__spin_awake_max(64, 4.0), 4);
 	assert_int_equal(cbcmn__spin_awake_max(64, 0.5), 1);
 	assert_int_equal(cbcmn__spin_awake_max(2, 8.0), 2);
@@ -591,7 +593,7 @@ int main(void)
 		cmocka_unit_test(test_regression_host_load_forgets_a_busy_moment),
 		cmocka_unit_test(test_spin_gate_has_hysteresis),
 		cmocka_unit_test(test_regression_gate_leaves_our_spinners_out),
-		cmocka_unit_test(test_spin_awake_max_is_the_limits_whole_cpus),
+		cmocka_unit_test(test_spin_awake_max_is_the_limits_cpus),
 		SPIN_TEST(test_default_spin_stops_on_a_busy_host),
 		cmocka_unit_test(test_chosen_spin_ignores_the_host),
 		SPIN_TEST(test_regression_spin_gate_ignores_other_cpus),
