@@ -26,11 +26,18 @@ struct cbcmn__clock cbcmn__clock;
 #define MULT_MIN ((1ull << 32) / 20)
 #define MULT_MAX ((1ull << 32) * 10)
 
-/* An error past this is not steered away over a span but stepped over
- * (forward only: a clock behind CLOCK_MONOTONIC by a millisecond was
- * stopped, a VM paused); one ahead is only slowed down, never stepped
- * back. */
+/* An error past this is not steered away over a span but stepped over:
+ * forward (a clock behind CLOCK_MONOTONIC by a millisecond was stopped,
+ * a VM paused), or back (a suspend the counter ran through while
+ * CLOCK_MONOTONIC, which leaves suspended time out, stood: only to what
+ * the old record can have given, WAIT_SPAN; reanchor()). */
 #define STEP_NS 1000000ll
+
+/* Past this, a reader does not run the old record on past its span: it
+ * re-anchors first, or waits for the reader that does (clock_slow()).
+ * So no time the old record gave is above its time at cyc0 + WAIT_SPAN,
+ * the floor of a step back. */
+#define WAIT_SPAN (CBCMN__CLOCK_SPAN + CBCMN__CLOCK_SPAN / 8)
 
 /* How far a re-anchor may bend the slope: a sixteenth of the rate. */
 #define STEER_SHIFT 4
@@ -146,8 +153,10 @@ static uint64_t measure(struct cbcmn__clock *k, uint64_t c, uint64_t ns)
  * turned odd.  Every reader that kept the old record read its counter
  * before that store was seen (its second look at seq found it even), so
  * before the anchor: the old record's time there, which the new one
- * starts from, is past all of theirs.  step: ns added to it (forward). */
-static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, uint64_t step)
+ * starts from, is past all of theirs.  step: ns added to it; a step back
+ * (< 0) stops at floor, past every time the old record gave. */
+static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_t step,
+		    uint64_t floor)
 {
 	uint64_t s = atomic_load_explicit(&k->seq, memory_order_relaxed);
 	uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
@@ -160,7 +169,12 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, uint64
 	atomic_thread_fence(memory_order_seq_cst);
 	uint64_t c = cbcmn__clock_cycles(), ns;
 	if (omult) {
-		ns = at(c, cyc0, ns0, omult, orate) + step;
+		ns = at(c, cyc0, ns0, omult, orate);
+		uint64_t back = step < 0 ? (uint64_t)-step : 0;
+		if (step >= 0)
+			ns += (uint64_t)step;
+		else if (ns > floor)
+			ns = ns - floor > back ? ns - back : floor;
 	} else {
 		/* No rate before: the clock was clock_gettime(), read by
 		 * every reader that kept the old record before this point;
@@ -176,24 +190,50 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, uint64
 	atomic_store_explicit(&k->seq, s + 2, memory_order_release);
 }
 
-/* Under busy: re-anchor.  The slope for the next span is the rate
- * measured over the last one, bent so that the clock meets
- * CLOCK_MONOTONIC at the span's end (by at most a sixteenth: an error
- * from a long stall is steered away over a few spans; past STEP_NS
- * forward it is stepped). */
-static void reanchor(struct cbcmn__clock *k)
+/* Under busy: ahead of CLOCK_MONOTONIC by more than STEP_NS at the pair
+ * (c, ns), past WAIT_SPAN: a suspend the counter ran through (s2idle on
+ * a nonstop TSC), which CLOCK_MONOTONIC leaves out.  Slowed by a
+ * sixteenth, a lead of an hour took 16 hours to shrink, and every stamp
+ * a reader compares with its own CLOCK_MONOTONIC (the wheel's load_at,
+ * load_idle_since) was that far off.  Stepped back, to no less than the
+ * old record's time at cyc0 + WAIT_SPAN: no reader was given more
+ * (clock_slow()), so the time still never goes back.  The old rate is
+ * kept: the span just measured holds the suspend. */
+static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns)
+{
+	uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
+	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
+	uint64_t mult = atomic_load_explicit(&k->mult, memory_order_relaxed);
+	uint64_t rate = atomic_load_explicit(&k->rate, memory_order_relaxed);
+	if (!mult || (int64_t)(c - cyc0) < (int64_t)WAIT_SPAN)
+		return false;
+	int64_t err = (int64_t)(ns - at(c, cyc0, ns0, mult, rate)); /* < 0: ahead */
+	if (err >= -STEP_NS)
+		return false;
+	publish(k, rate, rate, err, at(cyc0 + WAIT_SPAN, cyc0, ns0, mult, rate));
+	return true;
+}
+
+/* Under busy: re-anchor; whether a record was published.  The slope for
+ * the next span is the rate measured over the last one, bent so that the
+ * clock meets CLOCK_MONOTONIC at the span's end (by at most a sixteenth:
+ * an error from a long stall is steered away over a few spans; past
+ * STEP_NS forward it is stepped, and back after a suspend: step_back()). */
+static bool reanchor(struct cbcmn__clock *k)
 {
 	uint64_t c, ns;
 	/* Before the first span is over (or a span after a refused rate),
 	 * no pair: every read comes here meanwhile. */
 	if (k->pair_c && cbcmn__clock_cycles() - k->pair_c < CBCMN__CLOCK_SPAN)
-		return;
+		return false;
 	if (!take_pair(k, &c, &ns))
-		return; /* interrupted thrice: the next slow read tries again */
+		return false; /* interrupted thrice: the next slow read tries again */
 	uint64_t rate = measure(k, c, ns);
 	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
 	if (!rate)
-		return; /* the first pair: the next span measures the rate */
+		return false; /* the first pair: the next span measures the rate */
+	if (step_back(k, c, ns))
+		return true;
 	if (rate == UINT64_MAX) {
 		/* Not a clock's rate (a counter that stops, or races): with no
 		 * rate yet every time given was clock_gettime()'s, so it stays
@@ -201,36 +241,39 @@ static void reanchor(struct cbcmn__clock *k)
 		 * must not go back to clock_gettime()'s time. */
 		if (!omult)
 			atomic_store_explicit(&k->mode, CBCMN__CLOCK_MONOTONIC, memory_order_relaxed);
-		return;
+		return false;
 	}
 	if (!omult) {
-		publish(k, rate, rate, 0);
-		return;
+		publish(k, rate, rate, 0, 0);
+		return true;
 	}
 	uint64_t now = at(c, atomic_load_explicit(&k->cyc0, memory_order_relaxed),
 			  atomic_load_explicit(&k->ns0, memory_order_relaxed), omult,
 			  atomic_load_explicit(&k->rate, memory_order_relaxed));
 	int64_t err = (int64_t)(ns - now); /* > 0: the clock is behind */
 	if (err > STEP_NS) {
-		publish(k, rate, rate, (uint64_t)err);
-		return;
+		publish(k, rate, rate, err, 0);
+		return true;
 	}
 	int64_t bend = (int64_t)((__int128)err * ((__int128)1 << 32) / (int64_t)CBCMN__CLOCK_SPAN);
 	int64_t lim = (int64_t)(rate >> STEER_SHIFT);
 	bend = bend > lim ? lim : bend < -lim ? -lim : bend;
-	publish(k, (uint64_t)((int64_t)rate + bend), rate, 0);
+	publish(k, (uint64_t)((int64_t)rate + bend), rate, 0, 0);
+	return true;
 }
 
 /* Whoever finds the span over re-anchors; the others go on with the
- * record they have (its time runs on at `rate`). */
-static void try_reanchor(struct cbcmn__clock *k)
+ * record they have (its time runs on at `rate`, up to WAIT_SPAN).  1: a
+ * record published; 0: tried, none; -1: another reader holds the pen. */
+static int try_reanchor(struct cbcmn__clock *k)
 {
 	/* Acquire: pairs with the release below, so the last writer's
 	 * pair_* and pair_min are ours. */
 	if (atomic_exchange_explicit(&k->busy, 1, memory_order_acquire))
-		return;
-	reanchor(k);
+		return -1;
+	bool done = reanchor(k);
 	atomic_store_explicit(&k->busy, 0, memory_order_release);
+	return done;
 }
 
 /* Held across a fork (runtime.c), so that the child never inherits a
@@ -289,7 +332,19 @@ uint64_t cbcmn__clock_slow(struct cbcmn__clock *k)
 		 * the second look at seq after it too. */
 		if (!mult)
 			c = cbcmn__cycles_ordered();
-		if (!(s & 1) && cbcmn__clock_seq_after(k, c) == s) {
+		bool whole = !(s & 1) && cbcmn__clock_seq_after(k, c) == s;
+		if (whole && mult && (int64_t)(c - cyc0) >= (int64_t)WAIT_SPAN) {
+			/* Long past the span (an idle spell, a suspend): the
+			 * old record's time here may be far ahead of
+			 * CLOCK_MONOTONIC, so not given: a new record first
+			 * (reread), or, none made, the old one's time at
+			 * WAIT_SPAN (held: never ahead, never back). */
+			int r = try_reanchor(k);
+			if (r > 0)
+				continue;
+			if (r == 0)
+				return at(cyc0 + WAIT_SPAN, cyc0, ns0, mult, rate);
+		} else if (whole) {
 			if (!mult || c - cyc0 >= CBCMN__CLOCK_SPAN)
 				try_reanchor(k);
 			return ns;

@@ -12,7 +12,9 @@
  * as the events that took them: a stamp handed to another thread is never
  * ahead of that thread's next read.  A re-anchor steers the slope so that
  * the clock meets CLOCK_MONOTONIC by the next span (it follows NTP's
- * slewing) instead of stepping back to it.
+ * slewing) instead of stepping back to it; past a millisecond it steps,
+ * forward, or back after a suspend to no less than any time given
+ * (clock.c, step_back()).
  *
  * Without an invariant counter, when the kernel does not use the counter
  * as its own clock source (it checks the CPUs' counters agree: ours are

@@ -111,6 +111,7 @@ struct cbcmn__monitor {
 	double host_run;
 	uint32_t host_cpus;
 	uint64_t load_at;
+	bool host_full; /* the gate's state */
 };
 
 static uint64_t mon_now(void)
@@ -390,29 +391,42 @@ int cbcmn__loadavg_runnable(const char *s)
 	return end != s && *end == '/' && r >= 0 && r < (1L << 30) ? (int)r : -1;
 }
 
-double cbcmn__host_run_avg(double avg, int run, uint64_t dt_ns)
+double cbcmn__host_run_avg(double avg, double run, uint64_t dt_ns)
 {
 	double w = dt_ns >= MON_LOAD_SPAN_NS ? 1.0 : (double)dt_ns / MON_LOAD_SPAN_NS;
-	return avg + ((double)run - avg) * w;
+	return avg + (run - avg) * w;
 }
 
-/* Does the host have more runnable threads than CPUs?  (Asked only for
- * a runtime with the default spin_ns.)  Then an idle
- * executor's spin takes a CPU that other threads want (a server's
- * clients on a loaded host: the fifteenth session measured 1.5 % of the
- * echo server's CPU and 6 % of its requests), while a park costs less
- * there (the CPU does not halt, though the woken thread waits for a CPU
- * behind the others: the short turns stay, sched.c).  So no searcher
- * spins long while the count
- * (the kernel's instant figure, less the monitor reading it, averaged
- * over the last 80 ms: cbcmn__host_run_avg()) exceeds the host's CPUs by half a
- * thread, until it is back to the CPUs or below.  Our own executors count
- * too: busy or spinning they are runnable, as the host sees them; an echo
- * server and its client on 2 CPUs read 2, a spinning pair 2.  Where
- * /proc/loadavg cannot be read, spinning stays as it was (cfg.spin_ns,
- * spin_max).  A pread a 10 ms, no descriptor opened while running. */
+bool cbcmn__spin_gate_next(bool busy, double run, double enter, double leave)
+{
+	return busy ? run > leave : run > enter;
+}
+
+double cbcmn__host_others(int runnable, uint32_t spinning)
+{
+	double r = (double)runnable - 1.0 - (double)spinning;
+	return r > 0 ? r : 0;
+}
+
+/* Does the host have more runnable threads
+ * than CPUs?  Then an idle executor's spin takes a CPU that other threads
+ * want (a server's clients on a loaded host: the fifteenth session
+ * measured 1.5 % of the echo server's CPU and 6 % of its requests),
+ * while a park costs less there (the CPU does not halt, though the woken
+ * thread waits for a CPU behind the others: the short turns stay,
+ * sched.c).  So no searcher spins long while the count (the kernel's
+ * instant figure, less the monitor reading it and our spinners, averaged
+ * over the last 80 ms: cbcmn__host_run_avg()) exceeds the host's CPUs by
+ * half a thread, until it is back to the CPUs or below.  Our busy
+ * executors count, as the host sees them; our spinners do not: they are
+ * what the gate would stop (an echo server and its client on 2 CPUs read
+ * about 2 with or without the server's spinner).  Where /proc/loadavg
+ * cannot be read, the gate stays open.  A pread a 10 ms, no descriptor
+ * opened while running.  (A cgroup's CPU limit is spin_claim()'s, sched.c:
+ * our own count, exact, where the host's says nothing of the quota.) */
 static void host_load(struct cbcmn__monitor *m, uint64_t dt_ns)
 {
+	struct cbcmn_runtime *rt = m->rt;
 	char buf[128];
 	ssize_t n = pread(m->loadavg_fd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
@@ -421,16 +435,13 @@ static void host_load(struct cbcmn__monitor *m, uint64_t dt_ns)
 	int r = cbcmn__loadavg_runnable(buf);
 	if (r < 1)
 		return;
-	m->host_run = cbcmn__host_run_avg(m->host_run, r - 1, dt_ns);
-	struct cbcmn_runtime *rt = m->rt;
-	bool busy = atomic_load_explicit(&rt->host_busy, memory_order_relaxed);
-	if (!busy && m->host_run > m->host_cpus + 0.5)
-		busy = true;
-	else if (busy && m->host_run <= m->host_cpus)
-		busy = false;
+	uint32_t spinning = atomic_load_explicit(&rt->num_spinning, memory_order_relaxed);
+	m->host_run = cbcmn__host_run_avg(m->host_run, cbcmn__host_others(r, spinning), dt_ns);
+	m->host_full = cbcmn__spin_gate_next(m->host_full, m->host_run, m->host_cpus + 0.5,
+					     m->host_cpus);
 	/* relaxed: a hint for the searchers' spin, which a stale value
 	 * only makes one search longer or shorter. */
-	atomic_store_explicit(&rt->host_busy, busy, memory_order_relaxed);
+	atomic_store_explicit(&rt->host_busy, m->host_full, memory_order_relaxed);
 }
 
 static void *mon_main(void *arg)

@@ -45,7 +45,21 @@ int cbcmn__loadavg_runnable(const char *s);
  * while tasks run, and after a quiet spell one reading stands for the
  * whole span, where the readings of a busy moment long past would keep
  * the default spin off over the next bursts of work.  (monitor.c; tests.) */
-double cbcmn__host_run_avg(double avg, int run, uint64_t dt_ns);
+double cbcmn__host_run_avg(double avg, double run, uint64_t dt_ns);
+
+/* The spin gate's next state (monitor.c, host_load()): from busy, whether
+ * run threads want more CPUs than there are: set above enter, cleared at
+ * leave or below (leave <= enter: no flapping on a count that hovers).
+ * (monitor.c; tests.) */
+bool cbcmn__spin_gate_next(bool busy, double run, double enter, double leave);
+
+/* The threads that want the host's CPUs, from /proc/loadavg's runnable
+ * count: less the monitor reading it and the runtime's spinners (the
+ * load the gate takes away, not load that should close it: counted, a
+ * spinning pair on a quiet 2-CPU host read 2 and one more thread closed
+ * the gate).  Never below zero: the two are read a moment apart.
+ * (monitor.c; tests.) */
+double cbcmn__host_others(int runnable, uint32_t spinning);
 
 /* Wake-ups of rt's monitor so far (tests: a quiet runtime's monitor
  * sleeps).  0 without a monitor. */

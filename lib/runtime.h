@@ -504,10 +504,15 @@ struct cbcmn_runtime {
 	_Atomic uint32_t spin_max, spin_cpus;
 	double cg_limit;
 	/* The host has more runnable threads than CPUs (the monitor's
-	 * reading of /proc/loadavg, monitor.c): no searcher spins.  Only
-	 * with the default spin_ns (spin_host_gate). */
+	 * reading of /proc/loadavg, monitor.c): no searcher spins long.
+	 * Only with the default spin_ns, where the process may use every CPU
+	 * (spin_host_gate). */
 	_Atomic bool host_busy;
-	bool spin_host_gate;
+	bool spin_host_gate, spin_quota_gate;
+	/* Under a cgroup CPU limit, with the default spin_ns: no searcher
+	 * spins long while more executors than this are awake (sched.c,
+	 * spin_room()); 0: no such bound. */
+	_Atomic uint32_t spin_awake_max;
 	_Atomic uint64_t idle_bits[CBCMN_MAX_EXECUTORS / 64];
 
 	_Alignas(CBCMN__CACHELINE) _Atomic uint32_t shutdown;
@@ -679,6 +684,7 @@ __attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct c
 /* Searchers allowed to spin at once for workers executors on cpus CPUs
  * under a cgroup limit (0: none): half the usable CPUs, at least 1. */
 uint32_t cbcmn__spin_max(uint32_t workers, uint32_t cpus, double limit);
+uint32_t cbcmn__spin_awake_max(uint32_t cpus, double limit);
 void cbcmn__spin_max_update(struct cbcmn_runtime *rt);
 
 /* wake.c */
@@ -1040,7 +1046,9 @@ static inline void cbcmn__actor_ran(struct cbcmn__exec *e)
 }
 /* Add n to an actor gauge of executor e (statseg.h): its own share, a load
  * and a store, when e's own thread counts (its only writer), else the
- * shared one with an atomic add.  Relaxed either way. */
+ * shared one with an atomic add, its move count (the high half) with it
+ * in the same add (CBCMN__SEG_AGAUGE_MOVE).  Relaxed either way.  (Atomic
+ * adds on a signed type wrap, C11 7.17.7.5.) */
 static inline void cbcmn__agauge_add(const struct cbcmn__exec *e, _Atomic int64_t *shared,
 				     _Atomic int64_t *own, int64_t n)
 {
@@ -1048,7 +1056,7 @@ static inline void cbcmn__agauge_add(const struct cbcmn__exec *e, _Atomic int64_
 		atomic_store_explicit(own, atomic_load_explicit(own, memory_order_relaxed) + n,
 				      memory_order_relaxed);
 	else
-		atomic_fetch_add_explicit(shared, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(shared, CBCMN__SEG_AGAUGE_MOVE + n, memory_order_relaxed);
 }
 static inline void cbcmn__actor_waits(struct cbcmn__exec *e, int64_t n)
 {

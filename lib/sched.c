@@ -1947,10 +1947,41 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
  * relaxed: two updaters racing store answers a moment apart, either good. */
 void cbcmn__spin_max_update(struct cbcmn_runtime *rt)
 {
-	uint32_t cpus = cbcmn__cpus_for_limit(exec_cpus(rt), rt->cg_limit);
+	uint32_t mask = exec_cpus(rt), cpus = cbcmn__cpus_for_limit(mask, rt->cg_limit);
 	atomic_store_explicit(&rt->spin_cpus, cpus, memory_order_relaxed);
 	atomic_store_explicit(&rt->spin_max, cbcmn__spin_max(rt->nexec, cpus, 0),
 			      memory_order_relaxed);
+	if (rt->spin_quota_gate)
+		atomic_store_explicit(&rt->spin_awake_max, cbcmn__spin_awake_max(mask, rt->cg_limit),
+				      memory_order_relaxed);
+}
+
+uint32_t cbcmn__spin_awake_max(uint32_t cpus, double limit)
+{
+	/* The effective CPUs: the limit rounded up as for the default
+	 * executor count (cpuquota.c: 1.5 CPUs pay for two executors part
+	 * of the time), no more than the executors' CPUs, at least one. */
+	return limit > 0 ? cbcmn__cpus_for_limit(cpus, limit) : 0;
+}
+
+/* Is there room in the cgroup's CPU limit for a spinner?  A spinner
+ * burns the quota the busy executors need, and the kernel stops the
+ * whole process once a period's quota is spent: so no searcher spins
+ * long while the awake executors (busy, searching, itself among them)
+ * exceed the effective CPUs (rt->spin_awake_max: the limit rounded up,
+ * under the executors' mask; a limit of 1: one busy executor and a
+ * spinner would take 2).  Asked at each turn,
+ * not only at the claim: a spinner whose neighbour wakes with work steps
+ * aside.  Counts the runtime's executors only (the program's threads
+ * and the blocking pool are not seen).  relaxed: a hint, as host_busy. */
+static bool spin_room(struct cbcmn_runtime *rt)
+{
+	uint32_t max = atomic_load_explicit(&rt->spin_awake_max, memory_order_relaxed);
+	if (!max)
+		return true;
+	int64_t awake = (int64_t)cbcmn__nlive(rt) -
+			(int64_t)atomic_load_explicit(&rt->num_idle, memory_order_relaxed);
+	return awake <= (int64_t)max;
 }
 
 /* Take one of the rt->spin_max spinning places.  relaxed: the count only
@@ -2071,7 +2102,8 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		    (wait == 0 || pause < wait) &&
 		    (atomic_load_explicit(&rt->host_busy, memory_order_relaxed)
 			     ? pause < SPIN_PAUSE_MAX_NS
-			     : *spinning || (*spinning = spin_claim(rt)) || pause < SPIN_PAUSE_MAX_NS)) {
+			     : (spin_room(rt) && (*spinning || (*spinning = spin_claim(rt)))) ||
+				       pause < SPIN_PAUSE_MAX_NS)) {
 			spin_for(e, pause);
 			if (pause < SPIN_PAUSE_MAX_NS)
 				pause *= 2;

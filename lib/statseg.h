@@ -41,8 +41,10 @@
  * 4: the mailbox figures (struct cbcmn__seg_mbox) at the end of a slot,
  * ext_backpressure at the end of the header.
  * 5: the executor's own share of the actor gauges (struct
- * cbcmn__seg_actors_own) at the end of a slot. */
-#define CBCMN__SEG_VERSION 5u
+ * cbcmn__seg_actors_own) at the end of a slot.
+ * 6: a shared share's high half counts the moves on it
+ * (CBCMN__SEG_AGAUGE_MOVE). */
+#define CBCMN__SEG_VERSION 6u
 /* What the runtime seals, and what a reader requires before it maps. */
 #define CBCMN__SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* Apart enough that the adjacent-line prefetcher does not pair a line the
@@ -110,6 +112,23 @@ struct cbcmn__seg_actors {
 struct cbcmn__seg_actors_own {
 	_Atomic int64_t live, waiting, receiving, halting, mailbox;
 };
+
+/* A shared share (version 6): its value in the low 32 bits, the moves on
+ * it in the high 32, both changed by one atomic add of MOVE + n, so a
+ * reader's two reads of it that agree saw no move between them, not even
+ * one out and back in (watch.c, agauge()): a sequence count at no cost
+ * to the writers.  MOVE is 2 << 32, not 1 << 32: the low half's carry or
+ * borrow then moves the count by 1 to 3, never 0 (n -1 on a low half of
+ * 0 adds 0xffffffff: no carry into the high half).  The gauge is the
+ * two shares summed modulo 2^32 (cbcmn__seg_agauge()): right while it
+ * fits in 31 bits, however far each share ran (a mailbox's shared share
+ * counts every remote send, the own one every receive). */
+#define CBCMN__SEG_AGAUGE_MOVE ((int64_t)2 << 32)
+
+static inline int64_t cbcmn__seg_agauge(int64_t shared, int64_t own)
+{
+	return (int32_t)((uint32_t)(uint64_t)shared + (uint32_t)(uint64_t)own);
+}
 
 /* Mailbox figures an executor keeps (actor_mbox.c), written by the
  * executor's own thread only (CBCMN__MCOUNT): a sender's back-pressure

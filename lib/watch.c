@@ -166,12 +166,13 @@ static uint64_t gauge(const _Atomic int64_t *g)
 
 /* An actor gauge: its shared share plus the executor's own (statseg.h).
  * The own share is read between two reads of the shared one that agree,
- * so the sum is the gauge at one instant (short of a move out and back in
- * on the shared share between them): read far apart (a reader
+ * so the sum is the gauge at one instant: read far apart (a reader
  * preempted between them), the two shares counted the moves of that while
- * once in and not out, and one actor showed as two receiving.  A few
- * tries (the shares may move at every hop), then the last sum.  Acquire:
- * the three loads in their order. */
+ * once in and not out, and one actor showed as two receiving.  Agreeing
+ * reads saw no move at all, not even one out and back in: the shared
+ * share counts its moves (CBCMN__SEG_AGAUGE_MOVE).  A few tries (the
+ * shares may move at every hop), then the last sum.  Acquire: the three
+ * loads in their order. */
 static uint64_t agauge(const _Atomic int64_t *shared, const _Atomic int64_t *own)
 {
 	int64_t s = atomic_load_explicit(shared, memory_order_acquire), o;
@@ -182,11 +183,9 @@ static uint64_t agauge(const _Atomic int64_t *shared, const _Atomic int64_t *own
 			break;
 		s = again;
 	}
-	/* A forged segment's shares may be anything: their sum saturates
-	 * (fuzz_watch: INT64_MIN + -1 was signed overflow). */
-	int64_t v;
-	if (__builtin_add_overflow(s, o, &v))
-		return s > 0 ? (uint64_t)INT64_MAX : 0;
+	/* Summed modulo 2^32: no overflow, whatever a forged segment holds
+	 * (fuzz_watch found INT64_MIN + -1 when the sum was 64 bits). */
+	int64_t v = cbcmn__seg_agauge(s, o);
 	return v > 0 ? (uint64_t)v : 0;
 }
 

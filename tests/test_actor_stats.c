@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "cbcmn_actor.h"
+#include "../lib/runtime.h"
 
 #define CRASHES 5
 
@@ -604,6 +605,39 @@ static void test_gauge_read_while_its_shares_move_is_one_instant(void **state)
 	t_destroy(g.rt);
 }
 
+/* The bug: a reader reads a gauge's own share between two reads of its
+ * shared one that agree (watch.c, agauge()), but agreeing reads could
+ * still hide a move out and back in between them (a sender's -1 and
+ * another's +1: the reader then summed an own share from after a hop
+ * with a shared one from before it).  Now a move on the shared share
+ * also moves its count: the word after -1 and +1 is not the word before,
+ * and the gauge is the same.  On a plain thread: the shared share, as a
+ * sender or a waker on another executor counts. */
+static void test_regression_shared_share_counts_a_move_out_and_back(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct cbcmn__exec *e = ((struct cbcmn_runtime *)rt)->exec[0];
+	_Atomic int64_t shared = 0, own = 0;
+	for (int64_t start = -2; start <= 2; start++) {
+		cbcmn__agauge_add(e, &shared, &own, start);
+		int64_t before = atomic_load(&shared);
+		cbcmn__agauge_add(e, &shared, &own, -1);
+		cbcmn__agauge_add(e, &shared, &own, 1);
+		int64_t after = atomic_load(&shared);
+		assert_true(after != before);
+		assert_int_equal(cbcmn__seg_agauge(after, own), cbcmn__seg_agauge(before, own));
+		cbcmn__agauge_add(e, &shared, &own, -start);
+		assert_int_equal(cbcmn__seg_agauge(atomic_load(&shared), own), 0);
+	}
+	assert_int_equal(atomic_load(&own), 0); /* a plain thread: the shared share */
+	t_destroy(rt);
+	/* Each share far past 32 bits (2^32 - 2 remote sends, as many
+	 * receives less 4): the gauge is their sum all the same. */
+	assert_int_equal(cbcmn__seg_agauge((int64_t)0x7fffffffeLL, -(int64_t)4294967290LL), 4);
+	assert_int_equal(cbcmn__seg_agauge(CBCMN__SEG_AGAUGE_MOVE + 3, -1), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -614,6 +648,7 @@ int main(void)
 		T_WATCHED_TEST(test_send_to_own_full_mailbox_is_backpressure),
 		T_WATCHED_TEST(test_gauges_counted_in_and_out_by_other_threads_add_up),
 		T_WATCHED_TEST(test_gauge_read_while_its_shares_move_is_one_instant),
+		T_WATCHED_TEST(test_regression_shared_share_counts_a_move_out_and_back),
 		cmocka_unit_test(test_hist_quantile_bounds),
 		cmocka_unit_test(test_hist_quantile_of_a_corrupt_histogram_does_not_wrap),
 	};

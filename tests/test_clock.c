@@ -185,6 +185,34 @@ static void test_bad_record_is_steered_back_without_going_back(void **state)
 	check_recovers(&k, 100);
 }
 
+/* The bug: a suspend the counter ran through (s2idle on a nonstop TSC)
+ * left the clock ahead of CLOCK_MONOTONIC, which leaves suspended time
+ * out, by the suspend's length, and a re-anchor only slowed it by a
+ * sixteenth: 50 ms ahead here were still 40 ms ahead after 100 ms of
+ * reads.  Simulated on a private clock: the record and the writer's last
+ * pair moved 50 ms of counter back (the counter ran 50 ms more than
+ * CLOCK_MONOTONIC since), after 20 ms without a read.  Now the first
+ * read re-anchors and steps back; the time never went back. */
+static void test_regression_clock_ahead_after_a_suspend_steps_back(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	measured(&k);
+	uint64_t prev = cbcmn__clock_read(&k);
+	sleep_us(20000);
+	/* 50 ms of cycles at the measured rate (ns per cycle << 32). */
+	uint64_t cycles = (uint64_t)(((unsigned __int128)50000000 << 32) / atomic_load(&k.rate));
+	atomic_fetch_sub(&k.cyc0, cycles);
+	k.pair_c -= cycles;
+	uint64_t a = cbcmn__mono_ns(), r = cbcmn__clock_read(&k), b = cbcmn__mono_ns();
+	assert_true(r >= prev);
+	assert_true(r + SLACK_NS >= a);
+	if (r > b + SLACK_NS)
+		fail_msg("%.3f ms ahead of CLOCK_MONOTONIC after the suspend", (double)(r - b) / 1e6);
+	check_recovers(&k, 20);
+}
+
 /* A writer stopped with its seq odd (preempted mid-record): a reader
  * waits for the record (spinning, then yielding), and never takes a torn
  * one. */
@@ -282,6 +310,55 @@ static void test_stamps_across_threads_never_go_back(void **state)
 	run_chain(&cbcmn__clock);
 	cbcmn__clock_init(&k, CBCMN__CLOCK_MONOTONIC);
 	run_chain(&k);
+}
+
+/* A suspend of ns simulated on k under the writer's pen: the record and
+ * the writer's last pair moved back by ns of counter, as if the counter
+ * ran that much more than CLOCK_MONOTONIC since they were taken. */
+static void simulate_suspend(struct cbcmn__clock *k, uint64_t ns)
+{
+	while (atomic_exchange(&k->busy, 1))
+		sched_yield();
+	uint64_t s = atomic_load(&k->seq);
+	atomic_store(&k->seq, s + 1);
+	uint64_t cycles = (uint64_t)(((unsigned __int128)ns << 32) / atomic_load(&k->rate));
+	atomic_fetch_sub(&k->cyc0, cycles);
+	k->pair_c -= cycles;
+	atomic_store_explicit(&k->seq, s + 2, memory_order_release);
+	atomic_store_explicit(&k->busy, 0, memory_order_release);
+}
+
+struct suspender {
+	struct cbcmn__clock *k;
+	_Atomic bool stop;
+};
+
+static void *suspend_often(void *p)
+{
+	struct suspender *sp = p;
+	for (int i = 0; i < 20 && !atomic_load(&sp->stop); i++) {
+		sleep_us(5000);
+		simulate_suspend(sp->k, 30000000);
+	}
+	return NULL;
+}
+
+/* Steps back under readers: three threads chain stamps (never below one
+ * seen before) while suspends of 30 ms land every 5 ms; after them the
+ * clock is CLOCK_MONOTONIC's again (ahead by 600 ms before the fix). */
+static void test_steps_back_never_go_back_across_threads(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	measured(&k);
+	struct suspender sp = {.k = &k, .stop = false};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, suspend_often, &sp), 0);
+	run_chain(&k);
+	atomic_store(&sp.stop, true);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	check_recovers(&k, 20);
 }
 
 /* The same between two executors: a task pinned to each passes a stamp
@@ -408,8 +485,10 @@ int main(void)
 		cmocka_unit_test(test_forced_fallback),
 		cmocka_unit_test(test_counter_behind_the_anchor_holds),
 		cmocka_unit_test(test_bad_record_is_steered_back_without_going_back),
+		cmocka_unit_test(test_regression_clock_ahead_after_a_suspend_steps_back),
 		cmocka_unit_test(test_reader_waits_for_a_stopped_writer),
 		cmocka_unit_test(test_stamps_across_threads_never_go_back),
+		cmocka_unit_test(test_steps_back_never_go_back_across_threads),
 		cmocka_unit_test(test_stamps_between_executors_never_go_back),
 		cmocka_unit_test(test_fork_while_the_clock_is_rewritten),
 	};

@@ -13,6 +13,7 @@
 
 #include "helpers.h"
 #include "cpuquota.h"
+#include "runtime.h"
 
 static char tree[PATH_MAX]; /* this test's fixture root */
 
@@ -256,6 +257,26 @@ static bool make_limited_cgroup(char *dir, size_t len, char *why, size_t wlen)
 	return ok;
 }
 
+/* A child in a new cgroup limited to one CPU (its path in dir): 0 in the
+ * child, its pid in the parent; a skip where no such cgroup can be made.
+ * Only the child moves: the other tests keep their CPUs. */
+static pid_t fork_limited(char *dir, size_t len)
+{
+	char why[PATH_MAX + 128];
+	if (!make_limited_cgroup(dir, len, why, sizeof(why)))
+		T_SKIP("%s", why);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char procs[PATH_MAX + 32];
+		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+		FILE *p = fopen(procs, "w");
+		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
+			_exit(10);
+	}
+	return pid;
+}
+
 /* A process in a cgroup limited to one CPU gets one executor by default,
  * and an explicit count still wins; outside it, one per CPU. */
 static void test_live_limit_sets_default_workers(void **state)
@@ -265,18 +286,9 @@ static void test_live_limit_sets_default_workers(void **state)
 	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
 	if (CPU_COUNT(&set) < 2)
 		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
-	char dir[PATH_MAX], why[PATH_MAX + 128];
-	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
-		T_SKIP("%s", why);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
 	if (pid == 0) {
-		/* Only the child moves: the other tests keep their CPUs. */
-		char procs[PATH_MAX + 32];
-		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-		FILE *p = fopen(procs, "w");
-		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
-			_exit(10);
 		cbcmn_config cfg;
 		cbcmn_config_init(&cfg);
 		cbcmn_runtime *rt;
@@ -316,17 +328,9 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
 	if (CPU_COUNT(&set) < 2)
 		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
-	char dir[PATH_MAX], why[PATH_MAX + 128];
-	if (!make_limited_cgroup(dir, sizeof(dir), why, sizeof(why)))
-		T_SKIP("%s", why);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
 	if (pid == 0) {
-		char procs[PATH_MAX + 32];
-		snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
-		FILE *p = fopen(procs, "w");
-		if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
-			_exit(10);
 		cbcmn_config cfg;
 		cbcmn_config_init(&cfg);
 		cfg.min_workers = 2;
@@ -349,6 +353,105 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 	assert_int_equal(WEXITSTATUS(st), 0); /* 11: -EINVAL from create */
 }
 
+/* On executor 1's own thread: a spin of 30 s, the gates kept (the
+ * runtime was made with the default spin_ns). */
+static int64_t quota_long_spin(cbcmn_cx *cx, void *arg)
+{
+	((struct cbcmn_task *)cx)->rt->cfg.spin_ns = 30ull * 1000000000ull;
+	atomic_store((_Atomic bool *)arg, true);
+	return 0;
+}
+
+/* Executors of rt in state st now, or -1. */
+static int quota_in_state(cbcmn_runtime *rt, cbcmn_exec_state st)
+{
+	cbcmn_executor_stats per[CBCMN_MAX_EXECUTORS];
+	cbcmn_stats s;
+	if (cbcmn_stats_snapshot(rt, &s, per, CBCMN_MAX_EXECUTORS))
+		return -1;
+	int n = 0;
+	for (uint32_t i = 0; i < s.executors; i++)
+		n += per[i].state == (uint32_t)st;
+	return n;
+}
+
+/* On executor 0: wakes executor 1 with a task that makes its spin 30 s,
+ * then stays busy (yielding, never a stall, never searching: no join)
+ * until executor 1 has stopped searching, at most 2 s; 0 if it did. */
+static int64_t quota_busy_until_parked(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn_runtime *rt = ((struct cbcmn_task *)cx)->rt;
+	_Atomic bool set = false;
+	cbcmn_nursery *n;
+	cbcmn_task *t;
+	if (cbcmn_nursery_open((cbcmn_runtime *)rt, cx, &n))
+		return 40;
+	int64_t r = 30;
+	if (cbcmn_nursery_spawn_pinned(cx, n, 1, quota_long_spin, &set, &t))
+		r = 41;
+	uint64_t end = t_now_ns() + 2000000000ull;
+	while (r == 30 && !atomic_load(&set) && t_now_ns() < end)
+		cbcmn_yield(cx);
+	/* Its task done, executor 1 searches: it spins, or it parks. */
+	usleep(1000);
+	while (r == 30 && t_now_ns() < end) {
+		if (quota_in_state((cbcmn_runtime *)rt, CBCMN_EXEC_SEARCHING) == 0)
+			r = 0;
+		else
+			cbcmn_yield(cx);
+	}
+	cbcmn_nursery_await_all(cx, n);
+	return r;
+}
+
+/* In a cgroup limited to one CPU, a runtime of two executors whose one
+ * runs work stops the other's default spin: a spinner there burns the
+ * quota the busy one needs, and the kernel stops the whole process once
+ * a period's quota is spent (sched.c, spin_room()).  The child is
+ * confined to one CPU, so the host's gate is off (monitor.c): only the
+ * quota can stop the spin.  Before, nothing did: the idle executor spun on
+ * (here 30 s) whatever the limit. */
+static void test_regression_spin_gate_counts_the_quota(void **state)
+{
+	(void)state;
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
+	if (pid == 0) {
+		cpu_set_t one;
+		if (sched_getaffinity(0, sizeof(one), &one))
+			_exit(11);
+		int cpu = 0;
+		while (!CPU_ISSET(cpu, &one))
+			cpu++;
+		CPU_ZERO(&one);
+		CPU_SET(cpu, &one);
+		if (sched_setaffinity(0, sizeof(one), &one))
+			_exit(11);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = cfg.min_workers = 2;
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&cfg, &rt))
+			_exit(12);
+		struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+		if (r->spin_host_gate || r->spin_awake_max != 1)
+			_exit(13);
+		int64_t res = -1;
+		if (cbcmn_runtime_run(rt, t_pinned_main,
+				      &(struct t_pinned_call){quota_busy_until_parked, NULL, 0},
+				      &res))
+			_exit(15);
+		cbcmn_runtime_destroy(rt);
+		_exit((int)res);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(rmdir(dir), 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0); /* 30: still searching */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -365,6 +468,7 @@ int main(void)
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
 		cmocka_unit_test(test_regression_auto_workers_under_a_limit_clamp_min_workers),
+		cmocka_unit_test(test_regression_spin_gate_counts_the_quota),
 	};
 	return cmocka_run_group_tests_name("cpuquota", tests, NULL, NULL);
 }

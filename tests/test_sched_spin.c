@@ -385,6 +385,49 @@ static void test_regression_host_load_forgets_a_busy_moment(void **state)
 	assert_true(avg > 0.99 && avg < 1.01);
 }
 
+/* The gate closes above enter and opens again only at leave or below:
+ * a count hovering between the two does not flap. */
+static void test_spin_gate_has_hysteresis(void **state)
+{
+	(void)state;
+	assert_false(cbcmn__spin_gate_next(false, 2.5, 2.5, 2.0));
+	assert_true(cbcmn__spin_gate_next(false, 2.6, 2.5, 2.0));
+	assert_true(cbcmn__spin_gate_next(true, 2.1, 2.5, 2.0));
+	assert_false(cbcmn__spin_gate_next(true, 2.0, 2.5, 2.0));
+	assert_false(cbcmn__spin_gate_next(false, 2.3, 2.5, 2.0));
+}
+
+/* The bug: the host's count included the runtime's own spinners, the
+ * load the gate takes away.  On 2 CPUs, a reading of 4 runnable (the
+ * monitor, one spinner of ours, one busy executor, one other thread)
+ * counted 3 and closed the gate, though without the spinner the host
+ * had a CPU free for it; the closed gate then read 2 and opened it
+ * again.  Now the spinner is left out: 2, open. */
+static void test_regression_gate_leaves_our_spinners_out(void **state)
+{
+	(void)state;
+	double others = cbcmn__host_others(4, 1);
+	assert_true(others > 1.99 && others < 2.01);
+	assert_false(cbcmn__spin_gate_next(false, others, 2.5, 2.0));
+	assert_true(cbcmn__host_others(1, 3) == 0); /* read a moment apart */
+	assert_true(cbcmn__host_others(6, 0) > 4.99);
+}
+
+/* Under a cgroup CPU limit, the awake executors at which one may still
+ * spin: the limit rounded up (as the default executor count), no more
+ * than the executors' CPUs, at least one; none without a limit (sched.c,
+ * spin_room()). */
+static void test_spin_awake_max_is_the_limits_cpus(void **state)
+{
+	(void)state;
+	assert_int_equal(cbcmn__spin_awake_max(64, 0), 0);
+	assert_int_equal(cbcmn__spin_awake_max(64, 1.0), 1);
+	assert_int_equal(cbcmn__spin_awake_max(64, 1.8), 2);
+	assert_int_equal(cbcmn__spin_awake_max(64, 4.0), 4);
+	assert_int_equal(cbcmn__spin_awake_max(64, 0.5), 1);
+	assert_int_equal(cbcmn__spin_awake_max(2, 8.0), 2);
+}
+
 struct busy {
 	_Atomic bool stop;
 };
@@ -548,6 +591,9 @@ int main(void)
 		SPIN_TEST(test_regression_spin_bound_leaves_the_spare_out),
 		cmocka_unit_test(test_loadavg_runnable_is_parsed),
 		cmocka_unit_test(test_regression_host_load_forgets_a_busy_moment),
+		cmocka_unit_test(test_spin_gate_has_hysteresis),
+		cmocka_unit_test(test_regression_gate_leaves_our_spinners_out),
+		cmocka_unit_test(test_spin_awake_max_is_the_limits_cpus),
 		SPIN_TEST(test_default_spin_stops_on_a_busy_host),
 		cmocka_unit_test(test_chosen_spin_ignores_the_host),
 		SPIN_TEST(test_regression_spin_gate_ignores_other_cpus),

@@ -113,17 +113,24 @@ static void die(const char *what, int64_t rc)
 	exit(1);
 }
 
-static cbcmn_runtime *runtime(uint32_t n, uint32_t flags)
+/* A runtime of n executors with flags and spin_ns (0: the default). */
+static cbcmn_runtime *runtime_spin(uint32_t n, uint32_t flags, uint64_t spin_ns)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = n;
 	cfg.flags = flags;
+	cfg.spin_ns = spin_ns;
 	cbcmn_runtime *rt;
 	int rc = cbcmn_runtime_create(&cfg, &rt);
 	if (rc)
 		die("runtime_create", rc);
 	return rt;
+}
+
+static cbcmn_runtime *runtime(uint32_t n, uint32_t flags)
+{
+	return runtime_spin(n, flags, 0);
 }
 
 static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
@@ -554,22 +561,41 @@ static int64_t steal_producer(cbcmn_cx *cx, void *arg)
 	return rc ? rc : r;
 }
 
+/* One run of the steal probe on a runtime with spin_ns (0: the default,
+ * which the host's load gates: lib/monitor.c); its p50 and p99. */
+static void steal_once(uint64_t spin_ns, double *p50, double *p99)
+{
+	cbcmn_runtime *rt = runtime_spin(workers, 0, spin_ns);
+	struct steal_run s = {.samples = 20000};
+	s.lat = calloc((size_t)s.samples, sizeof(double));
+	run(rt, steal_producer, &s);
+	if (s.got < 100)
+		die("too few steals observed", -EAGAIN);
+	*p50 = percentile(s.lat, s.got, 0.50);
+	*p99 = percentile(s.lat, s.got, 0.99);
+	free(s.lat);
+	cbcmn_runtime_destroy(rt);
+}
+
+/* Two thieves, one run each: the default spin (what a program gets: on
+ * a busy host the spin gate stops the long spin, and the thief is then
+ * mostly a parked executor woken by a doorbell), and a spin the program
+ * chose (1 ms: the gate never applies, a spinning thief whatever the
+ * host's load).  Their ratio, one run, says what the gate costs here. */
 static void bench_steal(void)
 {
 	if (workers < 2) {
 		fprintf(stderr, "cbcmn-bench: steal needs --workers >= 2\n");
 		exit(2);
 	}
-	cbcmn_runtime *rt = runtime(workers, 0);
-	struct steal_run s = {.samples = 20000};
-	s.lat = calloc((size_t)s.samples, sizeof(double));
-	run(rt, steal_producer, &s);
-	if (s.got < 100)
-		die("too few steals observed", -EAGAIN);
-	printf("steal p50_ns %.0f\n", percentile(s.lat, s.got, 0.50));
-	printf("steal p99_ns %.0f\n", percentile(s.lat, s.got, 0.99));
-	free(s.lat);
-	cbcmn_runtime_destroy(rt);
+	double d50, d99, s50, s99;
+	steal_once(0, &d50, &d99);
+	steal_once(1000000, &s50, &s99);
+	printf("steal p50_ns %.0f\n", d50); /* the default spin, gated */
+	printf("steal p99_ns %.0f\n", d99);
+	printf("steal spinning_p50_ns %.0f\n", s50); /* spin_ns 1 ms: never gated */
+	printf("steal spinning_p99_ns %.0f\n", s99);
+	printf("steal p99_default_over_spinning %.2f\n", s99 > 0 ? d99 / s99 : 0);
 }
 
 /* ---- chan: ping-pong round trip and MPMC throughput ---------------------- */
@@ -2173,7 +2199,8 @@ static const struct bench {
 	{"spawn", bench_spawn, "1 000 000 trivial tasks spawned and joined, tasks/s"},
 	{"fib", bench_fib, "fork-join fib(30) with a task per call, ms"},
 	{"parked", bench_parked, "RSS per fiber with 1 000 000 parked fibers"},
-	{"steal", bench_steal, "push on one executor -> start on a spinning thief, p50/p99 ns"},
+	{"steal", bench_steal,
+	 "push on one executor -> start on a thief, p50/p99 ns: default spin (gated on a busy host), then spin_ns 1 ms"},
 	{"checkpoint", bench_checkpoint, "CBCMN_CHECKPOINT() that does not yield, ns"},
 	{"budget", bench_budget, "fib(30) and 1M spawns with budgets on vs off, same run, %"},
 	{"chan", bench_chan, "channel ping-pong round trip ns; 4x4 MPMC msgs/s"},
