@@ -1400,10 +1400,9 @@ static void test_message_in_a_stalled_executors_lane_is_rescued(void **state)
 #define RL_MSGS 3
 
 struct rl {
-	cbcmn_actor_ref a;
+	struct st s; /* the actor (s.r), and st_hog's: it holds executor 1 */
 	cbcmn_runtime *rt;
-	_Atomic long started, hog_running, got, bad;
-	_Atomic int released, hog_timed_out;
+	_Atomic long got, bad;
 	uint64_t x0, x1; /* executor 0's lane messages before and after the posts */
 };
 
@@ -1412,7 +1411,7 @@ struct rl {
 static int64_t rl_actor(cbcmn_cx *cx, void *arg)
 {
 	struct rl *r = arg;
-	atomic_store(&r->started, 1);
+	atomic_store(&r->s.started, 1);
 	for (uint64_t i = 0; i <= RL_MSGS; i++) {
 		cbcmn_actor_msg m;
 		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
@@ -1422,22 +1421,7 @@ static int64_t rl_actor(cbcmn_cx *cx, void *arg)
 			atomic_fetch_add(&r->bad, 1);
 		atomic_fetch_add(&r->got, 1);
 	}
-	atomic_store(&r->released, 1);
-	return 0;
-}
-
-/* Holds executor 1 as a blocking call would, until the actor frees it. */
-static int64_t rl_hog(cbcmn_cx *cx, void *arg)
-{
-	(void)cx;
-	struct rl *r = arg;
-	atomic_store(&r->hog_running, 1);
-	uint64_t end = t_now_ns() + T_STALL_NS; /* reached only if it is lost */
-	while (!atomic_load(&r->released))
-		if (t_now_ns() > end) {
-			atomic_store(&r->hog_timed_out, 1);
-			break;
-		}
+	atomic_store(&r->s.released, 1);
 	return 0;
 }
 
@@ -1449,7 +1433,7 @@ static int64_t rl_sender(cbcmn_cx *cx, void *arg)
 	r->x0 = xmsgs_sent(r->rt, 0);
 	for (uint64_t i = 0; i < RL_MSGS; i++) {
 		cbcmn_actor_msg m = msg(M_DATA, 0, i);
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->a, &m) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->s.r, &m) == 0);
 	}
 	r->x1 = xmsgs_sent(r->rt, 0);
 	return 0;
@@ -1462,15 +1446,15 @@ static int64_t rl_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(open_n(cx, &n) == 0);
 	TASK_CHECK(open_n(cx, &ns) == 0);
 	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1, .mailbox_cap = 8};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, rl_actor, r, &o, &r->a) == 0);
-	TASK_CHECK(wait_for(cx, &r->started, 1));
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, rl_actor, r, &o, &r->s.r) == 0);
+	TASK_CHECK(wait_for(cx, &r->s.started, 1));
 	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, rl_hog, r, NULL) == 0);
-	TASK_CHECK(wait_for(cx, &r->hog_running, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, st_hog, &r->s, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &r->s.hog_running, 1));
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, rl_sender, r, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0); /* its end: after the landings */
 	cbcmn_actor_msg m = msg(M_DATA, 0, RL_MSGS);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->a, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->s.r, &m) == 0);
 	return cbcmn_nursery_await_all(cx, n);
 }
 
@@ -1492,7 +1476,7 @@ static void test_rescue_landings_end_a_parked_wait_after_its_messages(void **sta
 		ASSERT_TASK_CHECKS();
 		assert_int_equal(atomic_load(&r.got), RL_MSGS + 1);
 		assert_int_equal(atomic_load(&r.bad), 0);
-		assert_int_equal(atomic_load(&r.hog_timed_out), 0);
+		assert_int_equal(atomic_load(&r.s.hog_timed_out), 0);
 		over_lanes += r.x1 - r.x0 >= RL_MSGS;
 		t_destroy(rt);
 	}
