@@ -354,7 +354,7 @@ static void test_a_lock_sender_behind_a_lane_sender_does_not_starve_it(void **st
  * woken lane sender (another executor's) could reserve the place it was
  * woken for: it took it every time, and the lane sender starved (9 of
  * 1 303 messages in a second).  The place is now reserved for the lane
- * sender as it is woken (it then gets some half of them).  Not a ratio:
+ * sender as it is woken (it then gets a fifth to a half).  Not a ratio:
  * 100 of 2 000. */
 #define SVT_LANE 100
 
