@@ -204,6 +204,10 @@ static void room_owe(struct cbcmn__actor *a, struct cbcmn__exec *e)
 		atomic_store_explicit(&e->room_debtor, a, memory_order_relaxed);
 }
 
+/* A woken lane sender's wait result: the place it waited for is reserved
+ * for it (room_hand()), and it posts with it (mb_send()). */
+enum { ROOM_HELD = 1 };
+
 /* Room may have freed up: hand it to waiting senders, in order.  e: this
  * thread's executor (the receiver's), whose clock times their sends for
  * the trace, which each sender records when it resumes (mb_send()).
@@ -213,18 +217,7 @@ static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cb
 		      bool pay)
 {
 	struct cbcmn__mb_wait *w;
-	uint32_t promised = 0; /* free places the lane senders woken will reserve */
 	while (a->sendq.head) {
-		/* Each woken lane sender's place stays free for it: a sender
-		 * with a message behind it took the one place a pay frees,
-		 * every time, and the lane sender, woken to find none, went
-		 * back behind it: starved (rvalane).  The rest wait their
-		 * turn, owed: a woken one whose message goes to the receiver
-		 * waiting (the lock path's hand-over) leaves its place free. */
-		if (promised && ln_room(ln_load(a)) <= promised) {
-			room_owe(a, e);
-			break;
-		}
 		/* Senders over the lanes wait for room to reserve (no message,
 		 * room_wait()): woken together once half the mailbox is free,
 		 * so that they post in batches while the receiver takes the
@@ -242,17 +235,21 @@ static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cb
 				break;
 			}
 		}
-		/* The place first: a claimed sender with a message must get it. */
+		/* The place first: a claimed sender must get it. */
 		if (!room_take(a))
 			break;
 		if (!(w = send_claim(a))) {
 			room_give(a);
 			break;
 		}
-		if (!w->src) { /* it reserves its place itself */
-			room_give(a);
-			promised++;
-			cbcmn__wakes_add(wl, &w->qw, 0);
+		if (!w->src) {
+			/* Reserved for it, as it would reserve: left free for
+			 * it to reserve, the place went to whoever came first
+			 * while its wake crossed executors (a try_send on the
+			 * receiver's executor, every time: rvalane, lanes2),
+			 * and the lane sender, woken to find none, queued
+			 * again: starved. */
+			cbcmn__wakes_add(wl, &w->qw, ROOM_HELD);
 			continue;
 		}
 		w->seq = a->put_total;
@@ -780,6 +777,32 @@ static int room_reserve(struct cbcmn__actor *a, uint32_t gen)
  * stall monitor for a stalled h: xmsg.c's lanes_take()): put the message in the place it reserved.  The actor cannot have halted
  * meanwhile unless its task ended without waiting for it (a crash), in
  * which case its halt counted it undelivered (cbcmn__mb_lanes_halt()). */
+/* Put m in the place reserved for it in to's mailbox (by a send over the
+ * lanes, or for a lane sender by room_hand()), and wake the actor's
+ * settle if that was the last.  Gone (a crash ended its task without the
+ * settle): its halt counted the place undelivered.  e: this thread's
+ * executor, or NULL (the stall monitor's thread). */
+static void put_reserved(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_actor_msg *m,
+			 struct cbcmn__exec *e)
+{
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
+	if (!a)
+		return;
+	struct cbcmn__wakes wl = {0};
+	put_msg(a, m, &wl, true);
+	trace_send(e, a, m->from);
+	slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
+	struct cbcmn__lane_wait *settled = NULL;
+	if (a->settle_wait && !in_lanes(a)) {
+		settled = a->settle_wait;
+		a->settle_wait = NULL;
+	}
+	cbcmn__flock_unlock(&a->lock);
+	cbcmn__wakes_run(&wl, e);
+	if (settled)
+		lane_wake_one(settled, e);
+}
+
 static void lane_land(struct cbcmn__exec *h, void *arg)
 {
 	struct lane_msg *lm = arg;
@@ -787,22 +810,7 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 	/* The stall monitor may run it for a stalled h (cbcmn__xmsg_get()):
 	 * then no executor's owner-only state (trace ring, run queue). */
 	struct cbcmn__exec *e = cbcmn__tls_exec == h ? h : NULL;
-	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, lm->to);
-	if (a) {
-		struct cbcmn__wakes wl = {0};
-		put_msg(a, &lm->m, &wl, true);
-		trace_send(e, a, lm->m.from);
-		slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
-		struct cbcmn__lane_wait *settled = NULL;
-		if (a->settle_wait && !in_lanes(a)) {
-			settled = a->settle_wait;
-			a->settle_wait = NULL;
-		}
-		cbcmn__flock_unlock(&a->lock);
-		cbcmn__wakes_run(&wl, e);
-		if (settled)
-			lane_wake_one(settled, e);
-	}
+	put_reserved(rt, lm->to, &lm->m, e);
 	/* release: the put before a moved sender's look (lane_order());
 	 * seq_cst: before our look at the parked waiters (lane_park()). */
 	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_seq_cst);
@@ -889,17 +897,18 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 }
 
 /* Send m over lane (self's executor, h) with a place reserved in a's
- * mailbox: 0, sent (it will be put there, or counted undelivered by a
- * halt, as a message in the ring would be), 1: no place, or -ENOMEM: no
- * lane message; the lock path decides. */
+ * mailbox (held: one already, handed by room_hand()): 0, sent (it will be
+ * put there, or counted undelivered by a halt, as a message in the ring
+ * would be), 1: no place, or -ENOMEM: no lane message; the lock path
+ * decides. */
 static int lane_send(struct cbcmn_task *self, struct cbcmn__actor *a, uint32_t h,
-		     cbcmn_actor_ref to, const cbcmn_actor_msg *m)
+		     cbcmn_actor_ref to, const cbcmn_actor_msg *m, bool held)
 {
 	struct cbcmn__exec *e = self->exec;
 	struct cbcmn__xmsg *x = cbcmn__xmsg_get(e);
 	if (!x)
 		return -ENOMEM; /* no memory for the lane message: the lock needs none */
-	if (!room_reserve(a, cbcmn__ref_gen(to))) {
+	if (!held && !room_reserve(a, cbcmn__ref_gen(to))) {
 		cbcmn__xmsg_unget(e, x);
 		return 1;
 	}
@@ -919,7 +928,8 @@ static int lane_send(struct cbcmn_task *self, struct cbcmn__actor *a, uint32_t h
  * sender waiting for room does, but without a message (slot_freed() wakes
  * it when a place frees), rather than put through the lock, which would
  * have to wait for our own messages still in lanes first.  0: a place is
- * free now, 2: woken for one (try the lanes again); 1: the lock path
+ * free now (try the lanes again), 2: woken with one reserved for us
+ * (ROOM_HELD: post with it, or put it through the lock); 1: the lock path
  * decides (dead, stopped, lanes not open); else the wait's end (-ESRCH,
  * -ETIMEDOUT, CBCMN_ECANCELED, -ENOMEM). */
 static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
@@ -938,7 +948,7 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 	wait_init(&wt, self); /* src NULL: a wait for room only */
 	cbcmn__waitq_push(&a->sendq, &wt.qw);
 	rc = mb_block(self, a, &wt, deadline);
-	return rc == 0 ? 2 : rc;
+	return rc == ROOM_HELD ? 2 : rc;
 }
 
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
@@ -955,6 +965,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	/* Before the lock: the timer is armed under it. */
 	uint64_t deadline = mode == SEND_WAIT ? deadline_in(rt, timeout_ns) : UINT64_MAX;
 	bool lane_waited = false;
+	bool held = false; /* a place reserved for us (room_wait()) */
 	for (;;) {
 		struct cbcmn__actor *la = NULL;
 		int h = lane_route(self, rt, to, mode, &la);
@@ -962,7 +973,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			h = lane_route(self, rt, to, mode, &la);
 		if (h < 0)
 			break;
-		int sent = lane_send(self, la, (uint32_t)h, to, &copy);
+		int sent = lane_send(self, la, (uint32_t)h, to, &copy, held);
 		if (sent == 0) {
 			if (lane_waited)
 				backpressure(rt, to, 0, true);
@@ -978,6 +989,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 		if (rc == 1)
 			break;
 		lane_waited |= rc == 2;
+		held = rc == 2;
 		if (rc < 0) {
 			backpressure(rt, to, rc, true);
 			CBCMN_PROBE5(actor_send, to, copy.from, rc, 1, rt->seg.rt_id);
@@ -985,6 +997,15 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 		}
 	}
 	lane_order(self, -1); /* the lock path then, behind our lane's */
+	if (held) {
+		/* Not over the lanes after all (the receiver moved here, its
+		 * executor stalled, no memory): put it in its place
+		 * ourselves, as its landing would have. */
+		put_reserved(rt, to, &copy, self->exec);
+		backpressure(rt, to, 0, true);
+		CBCMN_PROBE5(actor_send, to, copy.from, 0, 1, rt->seg.rt_id);
+		return 0;
+	}
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
 	if (!a) {
 		CBCMN_PROBE5(actor_send, to, copy.from, -ESRCH, 0, rt->seg.rt_id);

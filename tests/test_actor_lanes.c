@@ -969,6 +969,108 @@ static void test_parked_waits_of_one_lane_out_of_order_all_end(void **state)
 	t_destroy(rt);
 }
 
+/* ---- an actor's end waits parked for its places reserved in lanes ---- */
+
+/* More messages than a lane holds: the rest wait on the sender's
+ * executor's backlog, flushed only when that executor's run ends. */
+#define SP_MSGS 300 /* more than a lane's 256 entries */
+#define SP_LOOKS 1000 /* looks at executor 1's state, 20 us apart */
+
+struct sp {
+	struct rx r;
+	_Atomic int posted, ending;
+	long running; /* looks that found executor 1 running, its actor's end waiting */
+};
+
+/* Holds executor 1 (no checkpoint: nothing lands meanwhile) until every
+ * message is posted, then ends without receiving: its end waits for the
+ * places reserved by the messages still in the lane and the backlog. */
+static int64_t sp_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct sp *s = arg;
+	atomic_store(&s->r.started, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s->posted) && t_now_ns() < end)
+		;
+	atomic_store(&s->ending, 1);
+	return 0;
+}
+
+/* Busy for ns, without a checkpoint. */
+static void sp_spin(uint64_t ns)
+{
+	uint64_t end = t_now_ns() + ns;
+	while (t_now_ns() < end)
+		;
+}
+
+/* Posts every message, then holds executor 0 (its backlog unflushed)
+ * while the actor's end yields its turns out and parks: executor 1 then
+ * runs nothing, its state says so.  Its end flushes the backlog, whose
+ * landings wake the actor's end. */
+static int64_t sp_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sp *s = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint64_t x0 = xmsgs_sent(rt, 0);
+	for (uint64_t i = 0; i < SP_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, s->r.a, &m) == 0);
+	}
+	TASK_CHECK(xmsgs_sent(rt, 0) - x0 >= SP_MSGS); /* over the lanes */
+	atomic_store(&s->posted, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&s->ending) && t_now_ns() < end)
+		;
+	/* Its LANE_SPINS yields over (bounded: a settle that only yields
+	 * keeps executor 1 running throughout, and the looks say so). */
+	end = t_now_ns() + T_STALL_NS;
+	while (exec_stats(rt, 1).state == CBCMN_EXEC_RUNNING && t_now_ns() < end)
+		sp_spin(100000);
+	for (int i = 0; i < SP_LOOKS; i++) {
+		s->running += exec_stats(rt, 1).state == CBCMN_EXEC_RUNNING;
+		sp_spin(20000);
+	}
+	return 0;
+}
+
+static int64_t sp_main(cbcmn_cx *cx, void *arg)
+{
+	struct sp *s = arg;
+	cbcmn_nursery *nr, *ns;
+	TASK_CHECK(open_n(cx, &nr) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts o = {.mailbox_cap = 2 * SP_MSGS, .placement = CBCMN_PLACE_PINNED,
+			      .shard = 1, .drop = rx_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, nr, sp_actor, s, &o, &s->r.a) == 0);
+	TASK_CHECK(wait_for(cx, &s->r.started, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, sp_sender, s, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0);
+	return cbcmn_nursery_await_all(cx, nr);
+}
+
+/* The settle in the actor's slot (cbcmn__mb_lanes_settle()): an actor
+ * whose task ends with places reserved by messages that its own
+ * executor's drains cannot land (on the sender's backlog, its executor
+ * held) parks after its yields, rather than yield for as long as the
+ * hold lasts (its executor, with nothing else to run, then sleeps); the
+ * last landing wakes it, and its halt drops every message (none lost,
+ * none left in a lane). */
+static void test_end_of_actor_with_places_in_a_held_backlog_parks(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lanes_runtime();
+	struct sp s = {0};
+	t_run_pinned(rt, 0, sp_main, &s);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&s.r.dropped), SP_MSGS);
+	print_message("executor 1 running at %ld of %d looks while its actor's end waited\n",
+		      s.running, SP_LOOKS);
+	assert_true(s.running < SP_LOOKS / 10);
+	t_destroy(rt);
+}
+
 /* ---- acknowledgements after the receiver's halt, and at destroy ---- */
 
 #define AH_MSGS 40
@@ -1284,6 +1386,103 @@ static void test_message_in_a_stalled_executors_lane_is_rescued(void **state)
 	t_destroy(rt);
 }
 
+/* ---- rescue landings and a parked wait for them ---- */
+
+/* lane_done counts landings, and a wait for post number k ends once k
+ * are counted: right only if a lane's messages land one at a time, in
+ * their post order, whoever lands them.  The stall monitor's rescue
+ * lands a stalled executor's lane messages (lanes_take()) while that
+ * executor is kept out, from the lane's head, in order; its drain later
+ * skips them.  A sender's end waits parked for its messages in a stalled
+ * executor's lane; the rescue's landings end that wait, and a message
+ * sent after it (through the lock: its executor is stalled) comes after
+ * them in the mailbox. */
+#define RL_MSGS 3
+
+struct rl {
+	struct st s; /* the actor (s.r), and st_hog's: it holds executor 1 */
+	cbcmn_runtime *rt;
+	_Atomic long got, bad;
+	uint64_t x0, x1; /* executor 0's lane messages before and after the posts */
+};
+
+/* Takes the RL_MSGS messages and the one after them in order, then frees
+ * the stalled executor. */
+static int64_t rl_actor(cbcmn_cx *cx, void *arg)
+{
+	struct rl *r = arg;
+	atomic_store(&r->s.started, 1);
+	for (uint64_t i = 0; i <= RL_MSGS; i++) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			break;
+		if (m.body.u64[1] != i)
+			atomic_fetch_add(&r->bad, 1);
+		atomic_fetch_add(&r->got, 1);
+	}
+	atomic_store(&r->s.released, 1);
+	return 0;
+}
+
+/* Posts into the held executor's lane (before the monitor calls it
+ * stalled), then ends: its end waits for them, parked. */
+static int64_t rl_sender(cbcmn_cx *cx, void *arg)
+{
+	struct rl *r = arg;
+	r->x0 = xmsgs_sent(r->rt, 0);
+	for (uint64_t i = 0; i < RL_MSGS; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->s.r, &m) == 0);
+	}
+	r->x1 = xmsgs_sent(r->rt, 0);
+	return 0;
+}
+
+static int64_t rl_main(cbcmn_cx *cx, void *arg)
+{
+	struct rl *r = arg;
+	cbcmn_nursery *n, *ns;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &ns) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1, .mailbox_cap = 8};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, rl_actor, r, &o, &r->s.r) == 0);
+	TASK_CHECK(wait_for(cx, &r->s.started, 1));
+	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, st_hog, &r->s, NULL) == 0);
+	TASK_CHECK(wait_for(cx, &r->s.hog_running, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, rl_sender, r, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0); /* its end: after the landings */
+	cbcmn_actor_msg m = msg(M_DATA, 0, RL_MSGS);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->s.r, &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_rescue_landings_end_a_parked_wait_after_its_messages(void **state)
+{
+	(void)state;
+	int over_lanes = 0;
+	for (int round = 0; round < 4; round++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		/* Long enough for the posts to go over the lane before the
+		 * monitor calls executor 1 stalled (after, they take the
+		 * lock: a round that proves nothing, counted out below). */
+		cfg.stall_ns = 30000000ull;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		struct rl r = {.rt = rt};
+		t_run_pinned(rt, 0, rl_main, &r);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&r.got), RL_MSGS + 1);
+		assert_int_equal(atomic_load(&r.bad), 0);
+		assert_int_equal(atomic_load(&r.s.hog_timed_out), 0);
+		over_lanes += r.x1 - r.x0 >= RL_MSGS;
+		t_destroy(rt);
+	}
+	assert_true(over_lanes > 0);
+}
+
 /* ---- no memory for a lane message ---- */
 
 #define NM_MSGS 100 /* more than a slab of lane messages (xmsg.c) */
@@ -1404,9 +1603,11 @@ int main(void)
 		cmocka_unit_test(test_receiver_landed_drops_its_messages_in_lanes),
 		cmocka_unit_test(test_receiver_reaped_drops_its_messages_in_lanes),
 		cmocka_unit_test(test_message_in_a_stalled_executors_lane_is_rescued),
+		cmocka_unit_test(test_rescue_landings_end_a_parked_wait_after_its_messages),
 		cmocka_unit_test(test_no_memory_for_a_lane_message_takes_the_lock),
 		cmocka_unit_test(test_landings_of_other_lanes_leave_a_parked_wait_alone),
 		cmocka_unit_test(test_parked_waits_of_one_lane_out_of_order_all_end),
+		cmocka_unit_test(test_end_of_actor_with_places_in_a_held_backlog_parks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
