@@ -1155,6 +1155,19 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 			link_free(rec_take(&me->watching, target, id));
 			cbcmn__flock_unlock(&me->lock);
 		}
+	} else if (me->halt_begun) {
+		/* Our own halt (a drop or fini): our reference is dead, so
+		 * the target's halt frees our DOWN instead of queueing it
+		 * (halt_downs()), and our queue is gone (halt_begin()).  No
+		 * wait, which could not park here anyway (its yield returns
+		 * at once) and spun for ever on a target halting beside us,
+		 * ourselves included: our note says whether it was ours. */
+		cbcmn__flock_lock(&me->lock);
+		struct cbcmn__link *note = rec_take(&me->watching, target, id);
+		cbcmn__flock_unlock(&me->lock);
+		int rc = note ? 0 : -ENOENT;
+		link_free(note);
+		return rc;
 	} else {
 		/* A halt took the list and delivers the DOWNs one lock at a
 		 * time: wait for it to end, then look in our own queue. */
