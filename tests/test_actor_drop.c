@@ -771,14 +771,17 @@ static void test_close_in_a_drop_ends_the_waits_on_it_on_epoll(void **state)
  * never come (the halting caller's reference is dead, its queue gone):
  * the wait spun, for ever when the target was the caller itself (a
  * monitor of its own), or another actor whose drop demonitors the caller
- * in turn.  In a halt it must return at once: 0 for a monitor the caller
- * had (no DOWN will be received), -ENOENT for one it had not. */
+ * in turn.  Of a live target it said -ENOENT (the target's record names
+ * the caller's old reference), and left the record there.  In a halt it
+ * returns at once: 0 for a monitor the caller had (no DOWN will be
+ * received), -ENOENT for one it had not. */
 struct dm {
 	cbcmn_cx *cx;
 	cbcmn_actor_ref me; /* cbcmn_actor_self() is none in the halt */
-	uint64_t mon;
+	cbcmn_actor_ref peer; /* alive until the victim's halt is over */
+	uint64_t mon, mon_peer;
 	_Atomic long drops;
-	int rc_mine, rc_unknown, rc_again;
+	int rc_mine, rc_unknown, rc_again, rc_peer, rc_peer_again;
 };
 
 static void dm_drop(void *state, const cbcmn_actor_msg *m)
@@ -791,6 +794,8 @@ static void dm_drop(void *state, const cbcmn_actor_msg *m)
 	d->rc_mine = cbcmn_actor_demonitor(d->cx, me, d->mon);
 	d->rc_again = cbcmn_actor_demonitor(d->cx, me, d->mon);
 	d->rc_unknown = cbcmn_actor_demonitor(d->cx, me, d->mon + 1000);
+	d->rc_peer = cbcmn_actor_demonitor(d->cx, d->peer, d->mon_peer);
+	d->rc_peer_again = cbcmn_actor_demonitor(d->cx, d->peer, d->mon_peer);
 }
 
 static int64_t dm_actor(cbcmn_cx *cx, void *state)
@@ -799,21 +804,35 @@ static int64_t dm_actor(cbcmn_cx *cx, void *state)
 	d->cx = cx;
 	d->me = cbcmn_actor_self(cx);
 	TASK_CHECK(cbcmn_actor_monitor(cx, d->me, &d->mon) == 0);
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->peer, &d->mon_peer) == 0);
 	send_n(cx, d->me, 0, 1); /* left for drop */
 	return 0;
 }
 
-static int64_t dm_main(cbcmn_cx *cx, void *arg)
+static int64_t dm_peer(cbcmn_cx *cx, void *state)
 {
-	cbcmn_nursery *n;
-	cbcmn_actor_ref a;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts o = {.drop = dm_drop};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, dm_actor, arg, &o, &a) == 0);
-	return cbcmn_nursery_await_all(cx, n);
+	(void)state;
+	cbcmn_actor_msg m;
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER); /* one: the end */
 }
 
-static void test_demonitor_of_itself_in_a_drop_does_not_wait(void **state)
+static int64_t dm_main(cbcmn_cx *cx, void *arg)
+{
+	struct dm *d = arg;
+	cbcmn_nursery *n, *pn;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &pn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, pn, dm_peer, d, NULL, &d->peer) == 0);
+	cbcmn_actor_opts o = {.drop = dm_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dm_actor, d, &o, &a) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	send_n(cx, d->peer, 0, 1);
+	cbcmn_nursery_await_all(cx, pn);
+	return rc;
+}
+
+static void test_demonitor_in_a_drop_does_not_wait(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
@@ -823,6 +842,8 @@ static void test_demonitor_of_itself_in_a_drop_does_not_wait(void **state)
 	assert_int_equal(d.rc_mine, 0);
 	assert_int_equal(d.rc_again, -ENOENT);
 	assert_int_equal(d.rc_unknown, -ENOENT);
+	assert_int_equal(d.rc_peer, 0);
+	assert_int_equal(d.rc_peer_again, -ENOENT);
 	t_destroy(rt);
 }
 
@@ -990,7 +1011,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
 		cmocka_unit_test(test_await_of_a_nursery_opened_before_the_halt_does_not_wait),
 		cmocka_unit_test(test_close_in_a_drop_ends_the_waits_on_it_on_epoll),
-		T_WATCHED_TEST(test_demonitor_of_itself_in_a_drop_does_not_wait),
+		T_WATCHED_TEST(test_demonitor_in_a_drop_does_not_wait),
 		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait),
 		T_WATCHED_TEST(test_acceptor_close_in_a_drop_does_not_wait),
 		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait_on_epoll),
