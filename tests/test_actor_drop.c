@@ -6,7 +6,8 @@
  * cbcmn_blocking()), made from the drop of stealable fiber actors and of
  * handler actors: each returns at once, as if cancelled (a close
  * closes), where it parked the halting task inside its end, and a wake
- * resumed it on another executor (the process died). */
+ * resumed it on another executor (the process died).  Session 17: a
+ * demonitor, and a stream's or an acceptor's close, on one executor. */
 #include "helpers.h"
 
 #include <errno.h>
@@ -850,11 +851,12 @@ static void test_demonitor_in_a_drop_does_not_wait(void **state)
 /* ---- a stream's or an acceptor's close in a drop ---- */
 
 /* The close cancels the multishot SQE (and watch, send) and waited for
- * their last CQEs: parked inside the halt, where the executor ran other
- * tasks meanwhile (the ticker below ticked: one executor, so the halt's
- * task came back where it was, but on two a thief may take it: see the
- * header).  In a halt it must not wait: the executor frees the object
- * when the last CQE comes, as for a task unwound with one open. */
+ * their last CQEs: parked inside the halt, on both backends (the
+ * executor's picks counted one more, its resume: on one executor the
+ * halting task comes back where it was, but on two a thief may take it:
+ * see the header).  In a halt it must not wait: the executor frees the
+ * object when the last CQE comes, as for a task unwound with one open.
+ * The multishot SQE is armed by the first call, not by the open. */
 struct sc {
 	bool acceptor;
 	int sv[2], lfd, client;
