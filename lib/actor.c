@@ -1137,6 +1137,35 @@ static bool halting(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 	return h;
 }
 
+/* A demonitor from me's own halt (a drop or fini).  Our reference is
+ * dead: the target's halt frees our DOWN instead of queueing it
+ * (halt_downs()), and our queue is gone (halt_begin()), so no DOWN can
+ * come, and there is nothing to wait for: the wait below could not park
+ * here anyway (its yield returns at once) and spun for ever on a target
+ * halting beside us, ourselves included.  Our note says whether the
+ * monitor was ours.  A live target's record names our old reference (the
+ * look-up by me->ref found nothing there: -ENOENT): off it too, or it
+ * stayed there until the target's own halt (halt_links() finds no note
+ * for it any more). */
+static int demonitor_in_halt(struct cbcmn_runtime *rt, struct cbcmn__actor *me,
+			     cbcmn_actor_ref target, uint64_t id)
+{
+	cbcmn__flock_lock(&me->lock);
+	struct cbcmn__link *note = rec_take(&me->watching, target, id);
+	cbcmn__flock_unlock(&me->lock);
+	if (!note)
+		return -ENOENT;
+	link_free(note);
+	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, target);
+	if (a) {
+		struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_relaxed);
+		cbcmn_actor_ref old = cbcmn__ref_make(me->gen - 1, t->tag, me->index);
+		free(monitor_take(a, old, id));
+		cbcmn__flock_unlock(&a->lock);
+	}
+	return 0;
+}
+
 int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
@@ -1145,6 +1174,8 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 	if (!me)
 		return err;
 	cbcmn__stack_check(self);
+	if (me->halt_begun)
+		return demonitor_in_halt(self->rt, me, target, id);
 	struct cbcmn__monitor *found = NULL;
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(self->rt, target);
 	if (a) {

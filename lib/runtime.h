@@ -417,6 +417,11 @@ struct cbcmn__exec {
 	struct cbcmn__rng rng;
 	uint32_t rr_next;
 	struct cbcmn__stack_cache stacks;
+	/* A stack kept for a task started only to end (its end calls the
+	 * program back) when no other is left, or NULL; busy while one ends
+	 * on it (sched.c, end_stack_take()). */
+	struct cbcmn__stack *end_stack;
+	bool end_stack_busy;
 	struct cbcmn__timer **timers;     /* min-heap by deadline (timer.c) */
 	uint32_t ntimers, timers_cap;
 	_Atomic uint32_t timers_dead;     /* disarmed, still in the heap */

@@ -689,6 +689,36 @@ static inline void run_seq_end(struct cbcmn__exec *e)
 	atomic_store_explicit(&e->diag.run_seq, s + (s & 1), memory_order_relaxed);
 }
 
+/* The executor's end stack, for a task started only to end when no
+ * stack is left (a full map budget, no memory): its end runs the
+ * program's drop and fini, which on the executor thread's own stack had
+ * no landing pad (an overflow there was a segfault, a thread's end a
+ * hang).  One is enough: a halt never waits, so that end is over (the
+ * stack back, POST_EXIT) before the executor starts anything else, its
+ * reaper's included.  NULL if there is none or it is busy. */
+static struct cbcmn__stack *end_stack_take(struct cbcmn__exec *e)
+{
+	if (!e->end_stack || e->end_stack_busy)
+		return NULL;
+	e->end_stack_busy = true;
+	return e->end_stack;
+}
+
+/* Kept for the executor's life, its successor threads' included; made
+ * when its first thread starts, while stacks are to be had. */
+static void end_stack_reserve(struct cbcmn__exec *e)
+{
+	if (!e->end_stack)
+		e->end_stack = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
+}
+
+static void end_stack_release(struct cbcmn__exec *e)
+{
+	if (e->end_stack)
+		cbcmn__stack_put(&e->rt->stacks, &e->stacks, e->end_stack);
+	e->end_stack = NULL;
+}
+
 /* Scheduler side: run (start or resume) t, then do what it asked for. */
 static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
@@ -727,10 +757,13 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			yq_push(e, t);
 			return;
 		}
+		if (!s && ending)
+			s = end_stack_take(e);
 		if (!s) {
 			/* No memory for a stack: the task fails, nothing else
-			 * does.  One started only to end ends here as before,
-			 * with its own result (a cancellation stays one). */
+			 * does.  One started only to end ends here, with its
+			 * own result (a cancellation stays one), if the
+			 * executor's end stack is gone too (never made). */
 			cbcmn__task_complete(t, ending ? t->result : -ENOMEM);
 			return;
 		}
@@ -842,6 +875,8 @@ static void run_post(struct cbcmn__exec *e)
 		check_canary(NULL, e->post_stack);
 		if (e->post_stack->holds_task) /* the record frees the stack */
 			cbcmn__task_unref((struct cbcmn_task *)cbcmn__stack_top(e->post_stack), e);
+		else if (e->post_stack == e->end_stack)
+			e->end_stack_busy = false; /* kept (end_stack_take()) */
 		else
 			cbcmn__stack_put(&e->rt->stacks, &e->stacks, e->post_stack);
 		break;
@@ -2404,6 +2439,7 @@ void *cbcmn__exec_main(void *arg)
 		 * and never retire; the others start on demand. */
 		bool initial = e->id < rt->min_live;
 		if (rc == 0) {
+			end_stack_reserve(e);
 			exec_thread_published(e);
 			atomic_store_explicit(&e->lstate, CBCMN__EX_RUNNING, memory_order_release);
 		}
@@ -2502,6 +2538,7 @@ void *cbcmn__exec_main(void *arg)
 	cbcmn__nursery_live_flush(e); /* none left by a break from the loop */
 	cbcmn__ring_leave(e); /* on this thread, whose table it is in */
 	cbcmn__timers_fini(e);
+	end_stack_release(e);
 	cbcmn__stack_cache_drain(&rt->stacks, &e->stacks);
 	cbcmn__task_free_cache(e);
 	cbcmn__nursery_free_cache(e);

@@ -1224,6 +1224,15 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 	if (m->busy)
 		return -EBUSY;
 	m->busy = true; /* for good: no call may start on it while it closes */
+	if (cbcmn__task_in_halt(t)) {
+		/* A drop or fini: a halt never waits (docs/ACTORS.md), and
+		 * the wait below parked it (resumed from the slot, or by a
+		 * thief elsewhere).  Cancelled as for an unwound owner, the
+		 * last CQE frees m; a send it cuts short goes unreported. */
+		int rc = m->send_err;
+		ms_close_there(m->e, m);
+		return rc;
+	}
 	/* Cancel its SQE, its watch and its send, and wait for their last
 	 * CQEs; then nothing refers to m.  (A send's bytes the kernel has not
 	 * taken yet are dropped, and said: cbcmn_stream_send() of 0 bytes

@@ -6,12 +6,15 @@
  * cbcmn_blocking()), made from the drop of stealable fiber actors and of
  * handler actors: each returns at once, as if cancelled (a close
  * closes), where it parked the halting task inside its end, and a wake
- * resumed it on another executor (the process died). */
+ * resumed it on another executor (the process died).  Session 17: a
+ * demonitor, and a stream's or an acceptor's close, on one executor. */
 #include "helpers.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "actor_test.h"
@@ -761,6 +764,226 @@ static void test_close_in_a_drop_ends_the_waits_on_it_on_epoll(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a demonitor in a drop ---- */
+
+/* A demonitor of an actor that is halting waited (yielding) for that
+ * halt to end, then looked in the caller's queue for its DOWN.  From a
+ * drop the yield returns at once (a halt never waits), and the DOWN can
+ * never come (the halting caller's reference is dead, its queue gone):
+ * the wait spun, for ever when the target was the caller itself (a
+ * monitor of its own), or another actor whose drop demonitors the caller
+ * in turn.  Of a live target it said -ENOENT (the target's record names
+ * the caller's old reference), and left the record there.  In a halt it
+ * returns at once: 0 for a monitor the caller had (no DOWN will be
+ * received), -ENOENT for one it had not. */
+struct dm {
+	cbcmn_cx *cx;
+	cbcmn_actor_ref me; /* cbcmn_actor_self() is none in the halt */
+	cbcmn_actor_ref peer; /* alive until the victim's halt is over */
+	uint64_t mon, mon_peer;
+	_Atomic long drops;
+	int rc_mine, rc_unknown, rc_again, rc_peer, rc_peer_again;
+};
+
+static void dm_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct dm *d = state;
+	if (atomic_fetch_add(&d->drops, 1))
+		return;
+	cbcmn_actor_ref me = d->me;
+	d->rc_mine = cbcmn_actor_demonitor(d->cx, me, d->mon);
+	d->rc_again = cbcmn_actor_demonitor(d->cx, me, d->mon);
+	d->rc_unknown = cbcmn_actor_demonitor(d->cx, me, d->mon + 1000);
+	d->rc_peer = cbcmn_actor_demonitor(d->cx, d->peer, d->mon_peer);
+	d->rc_peer_again = cbcmn_actor_demonitor(d->cx, d->peer, d->mon_peer);
+}
+
+static int64_t dm_actor(cbcmn_cx *cx, void *state)
+{
+	struct dm *d = state;
+	d->cx = cx;
+	d->me = cbcmn_actor_self(cx);
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->me, &d->mon) == 0);
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->peer, &d->mon_peer) == 0);
+	send_n(cx, d->me, 0, 1); /* left for drop */
+	return 0;
+}
+
+static int64_t dm_peer(cbcmn_cx *cx, void *state)
+{
+	(void)state;
+	cbcmn_actor_msg m;
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER); /* one: the end */
+}
+
+static int64_t dm_main(cbcmn_cx *cx, void *arg)
+{
+	struct dm *d = arg;
+	cbcmn_nursery *n, *pn;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(open_n(cx, &pn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, pn, dm_peer, d, NULL, &d->peer) == 0);
+	cbcmn_actor_opts o = {.drop = dm_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dm_actor, d, &o, &a) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	send_n(cx, d->peer, 0, 1);
+	cbcmn_nursery_await_all(cx, pn);
+	return rc;
+}
+
+static void test_demonitor_in_a_drop_does_not_wait(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct dm d = {0};
+	t_run(rt, dm_main, &d, 0);
+	assert_int_equal(atomic_load(&d.drops), 1);
+	assert_int_equal(d.rc_mine, 0);
+	assert_int_equal(d.rc_again, -ENOENT);
+	assert_int_equal(d.rc_unknown, -ENOENT);
+	assert_int_equal(d.rc_peer, 0);
+	assert_int_equal(d.rc_peer_again, -ENOENT);
+	t_destroy(rt);
+}
+
+/* ---- a stream's or an acceptor's close in a drop ---- */
+
+/* The close cancels the multishot SQE (and watch, send) and waited for
+ * their last CQEs: parked inside the halt, on both backends (the
+ * executor's picks counted one more, its resume: on one executor the
+ * halting task comes back where it was, but on two a thief may take it:
+ * see the header).  In a halt it must not wait: the executor frees the
+ * object when the last CQE comes, as for a task unwound with one open.
+ * The multishot SQE is armed by the first call, not by the open. */
+struct sc {
+	bool acceptor;
+	int sv[2], lfd, client;
+	cbcmn_stream *s;
+	cbcmn_acceptor *acc;
+	cbcmn_cx *cx;
+	_Atomic long drops;
+	uint64_t picks; /* during the close */
+	int open_rc, close_rc;
+};
+
+/* Picks of tasks (starts and resumes) on the one executor. */
+static uint64_t sc_picks(cbcmn_cx *cx)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per;
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, &per, 1) == 0);
+	return per.local_hits + per.inject_hits;
+}
+
+static void sc_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct sc *c = state;
+	if (atomic_fetch_add(&c->drops, 1))
+		return;
+	uint64_t before = sc_picks(c->cx);
+	c->close_rc = c->acceptor ? cbcmn_acceptor_close(c->cx, c->acc)
+				  : cbcmn_stream_close(c->cx, c->s);
+	c->picks = sc_picks(c->cx) - before; /* a park's resume is one */
+}
+
+static int64_t sc_actor(cbcmn_cx *cx, void *state)
+{
+	struct sc *c = state;
+	c->cx = cx;
+	c->open_rc = c->acceptor ? cbcmn_acceptor_open(cx, c->lfd, SOCK_CLOEXEC, &c->acc)
+				 : cbcmn_stream_open(cx, c->sv[0], &c->s);
+	if (c->open_rc != 0)
+		return 0;
+	/* One chunk or connection (made before the spawn) arms the
+	 * multishot SQE, which stays armed for the next. */
+	const void *data;
+	int64_t rc = c->acceptor ? cbcmn_acceptor_next(cx, c->acc) : cbcmn_stream_recv(cx, c->s, &data);
+	TASK_CHECK(rc > 0);
+	if (c->acceptor)
+		close((int)rc);
+	send_n(cx, cbcmn_actor_self(cx), 0, 1); /* left for drop */
+	return 0;
+}
+
+static int64_t sc_main(cbcmn_cx *cx, void *arg)
+{
+	struct sc *c = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = sc_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, sc_actor, c, &o, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void sc_run(cbcmn_backend backend, bool acceptor)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.backend = backend;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct sc c = {.acceptor = acceptor, .lfd = -1, .client = -1};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c.sv), 0);
+	if (acceptor) {
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		c.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(c.lfd >= 0);
+		assert_int_equal(bind(c.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+		assert_int_equal(listen(c.lfd, 8), 0);
+		socklen_t sl = sizeof(sa);
+		assert_int_equal(getsockname(c.lfd, (struct sockaddr *)&sa, &sl), 0);
+		c.client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_int_equal(connect(c.client, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	} else {
+		assert_int_equal(write(c.sv[1], "x", 1), 1);
+	}
+	t_run(rt, sc_main, &c, 0);
+	t_destroy(rt);
+	close(c.sv[0]);
+	close(c.sv[1]);
+	if (c.lfd >= 0) {
+		close(c.lfd);
+		close(c.client);
+	}
+	if (c.open_rc == -EOPNOTSUPP) {
+		T_SKIP("no multishot %s on this kernel", acceptor ? "accept" : "recv");
+		return;
+	}
+	assert_int_equal(c.open_rc, 0);
+	assert_int_equal(atomic_load(&c.drops), 1);
+	assert_int_equal(c.close_rc, 0);
+	assert_int_equal(c.picks, 0); /* not parked, not resumed */
+}
+
+static void test_stream_close_in_a_drop_does_not_wait(void **state)
+{
+	(void)state;
+	sc_run(CBCMN_BACKEND_IO_URING, false);
+}
+
+static void test_acceptor_close_in_a_drop_does_not_wait(void **state)
+{
+	(void)state;
+	sc_run(CBCMN_BACKEND_IO_URING, true);
+}
+
+static void test_stream_close_in_a_drop_does_not_wait_on_epoll(void **state)
+{
+	(void)state;
+	sc_run(CBCMN_BACKEND_EPOLL, false);
+}
+
+static void test_acceptor_close_in_a_drop_does_not_wait_on_epoll(void **state)
+{
+	(void)state;
+	sc_run(CBCMN_BACKEND_EPOLL, true);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -790,6 +1013,11 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
 		cmocka_unit_test(test_await_of_a_nursery_opened_before_the_halt_does_not_wait),
 		cmocka_unit_test(test_close_in_a_drop_ends_the_waits_on_it_on_epoll),
+		T_WATCHED_TEST(test_demonitor_in_a_drop_does_not_wait),
+		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait),
+		T_WATCHED_TEST(test_acceptor_close_in_a_drop_does_not_wait),
+		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait_on_epoll),
+		T_WATCHED_TEST(test_acceptor_close_in_a_drop_does_not_wait_on_epoll),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);

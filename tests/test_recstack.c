@@ -20,7 +20,8 @@ static uint64_t stacks_out(cbcmn_cx *cx)
 	cbcmn__mutex_lock(&p->lock);
 	uint64_t out = p->stacks_total - p->nfree;
 	cbcmn__mutex_unlock(&p->lock);
-	return out - self->exec->stacks.n;
+	/* The executor's end stack (sched.c) is out for good: not counted. */
+	return out - self->exec->stacks.n - (self->exec->end_stack != NULL);
 }
 
 static _Atomic int release;

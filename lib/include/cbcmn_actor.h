@@ -323,7 +323,9 @@ CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon
  * DOWN already in the caller's mailbox is removed).  Returns 0, -ENOENT (no
  * such monitor: its DOWN was received already, or mon is not the caller's
  * or not on a: another monitor's DOWN is left alone),
- * -EPERM (cx is not an actor).  May yield while a is halting. */
+ * -EPERM (cx is not an actor).  May yield while a is halting; never from
+ * the caller's own halt (its drop callback), where no DOWN can reach it
+ * any more: it returns at once. */
 CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mon);
 
 /* Link the calling actor with actor a, both ways: when either halts with a

@@ -195,7 +195,9 @@ CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *d
  * -EXDEV or -EBUSY (a task is inside cbcmn_stream_recv() on it: s stays
  * open), or the error of a send not reported yet: s is closed all the
  * same.  -ECANCELED then means a send in flight that the close cancelled
- * before the kernel took all its bytes (the rest were not sent). */
+ * before the kernel took all its bytes (the rest were not sent).  From an
+ * actor's halt (a drop callback) it does not wait: s's executor frees it
+ * when the kernel lets go, and a send it cuts short is not reported. */
 CBCMN_API int cbcmn_stream_close(cbcmn_cx *cx, cbcmn_stream *s);
 
 /* Accept connections on listening socket fd; flags as accept4(2). */
@@ -214,7 +216,8 @@ CBCMN_API int cbcmn_acceptor_open(cbcmn_cx *cx, int fd, int flags, cbcmn_accepto
  * unit of the syscalls budget. */
 CBCMN_API int64_t cbcmn_acceptor_next(cbcmn_cx *cx, cbcmn_acceptor *a);
 /* Stop accepting and free a; connections accepted but not taken are
- * closed.  Returns 0, -EINVAL, -EXDEV or -EBUSY. */
+ * closed.  From an actor's halt (a drop callback) it does not wait, as
+ * cbcmn_stream_close().  Returns 0, -EINVAL, -EXDEV or -EBUSY. */
 CBCMN_API int cbcmn_acceptor_close(cbcmn_cx *cx, cbcmn_acceptor *a);
 
 /* ------------------------------------------------------------------------
