@@ -14,11 +14,19 @@
  * and timeouts simple: a wait that ends without readiness ended before the
  * call did anything (CBCMN_ECANCELED, -ETIMEDOUT).
  *
- * Registrations are EPOLLONESHOT and kept (EPOLL_CTL_MOD re-arms them: one
- * epoll_ctl per wait).  A descriptor closed and its number reused is found
- * by the kernel's ENOENT and registered anew; a stale registration of a file
- * still open elsewhere may wake a waiter of the new one, which tries again
- * and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
+ * Registrations are edge-triggered and kept armed across waits (as the
+ * baseline server's): a stream's multishot recv or an acceptor costs no
+ * epoll_ctl per readiness, only when it stops before EAGAIN (its batch
+ * done: a MOD has the set report it again) and once per request.  A
+ * task's wait still sets its registration with one EPOLL_CTL_MOD, which
+ * both looks at the file at once (an edge that came before the wait is
+ * not lost) and tells whether the number still names the file registered
+ * (a plain close(2) and the number reused: the kernel's ENOENT, and it is
+ * registered anew).  An event nobody watches disarms the registration
+ * down to what is still watched (fd_ready()), so a descriptor nobody
+ * waits on any more costs one wake-up at most.  A stale registration of a
+ * file still open elsewhere may wake a waiter of the new one, which tries
+ * again and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
  * ends the waits on its descriptor that began before it, on every
  * executor (-EBADF: the runtime's close log, close_apply()), so that no
  * wait outlives its file or goes on with the number's next one.
@@ -160,20 +168,30 @@ static int fd_slot(struct cbcmn__ep *ep, int fd)
 	return 0;
 }
 
-/* (Re-)arm fd's one-shot registration for `want`.  A MOD that finds nothing
- * (the number names another file now, or the file was closed) adds; an ADD
- * that finds one (a file we knew under this number is back) modifies.
+/* The registration's events for `want`: edge-triggered, kept armed; with
+ * nothing wanted, one-shot with no events (EPOLLERR and EPOLLHUP, which
+ * epoll always adds, fire once at most). */
+static uint32_t arm_events(uint32_t want)
+{
+	return want ? want | EPOLLET : EPOLLONESHOT;
+}
+
+/* Set fd's registration to `want`.  A MOD that finds nothing (the number
+ * names another file now, or the file was closed) adds; an ADD that finds
+ * one (a file we knew under this number is back) modifies.  Either looks
+ * at the file: what is ready already is reported at the next look.
  * -EPERM: epoll cannot watch this file (a regular file).  *moved (if not
  * NULL): the registration we had under this number was gone (its file
  * closed or the number reused) and is now the number's present file's. */
 static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
 {
 	struct ep_fd *f = &ep->fds[fd];
-	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+	struct epoll_event ev = {.events = arm_events(want), .data.u64 = (uint64_t)fd};
 	int op = f->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 	for (int tries = 0; tries < 2; tries++) {
 		if (epoll_ctl(ep->epfd, op, fd, &ev) == 0) {
 			f->added = true;
+			f->mask = want;
 			return 0;
 		}
 		if (errno == ENOENT && op == EPOLL_CTL_MOD) {
@@ -187,7 +205,17 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
 			break;
 	}
 	f->added = false;
+	f->mask = 0;
 	return -errno;
+}
+
+/* The events fd's waits watch. */
+static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd)
+{
+	uint32_t want = 0;
+	for (const struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+		want |= w->events;
+	return want;
 }
 
 void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
@@ -229,9 +257,7 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	int rc = fd_slot(ep, fd);
 	if (rc)
 		return rc;
-	uint32_t want = w->events;
-	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
-		want |= o->events;
+	uint32_t want = w->events | fd_wanted(ep, fd);
 	/* seq_cst, both, before the registration: pairs with do_close()'s
 	 * close count and its read of watched.  Either the closer sees this
 	 * wait counted (and rings our doorbell), or we see its close in
@@ -284,19 +310,25 @@ static void wait_end(struct cbcmn__iwait *iw)
 
 /* Readiness on fd: wake the waits it concerns (an error or a hang-up
  * concerns them all: they try again and see it) and run the emulated
- * requests it concerns; re-arm for what still watches. */
+ * requests it concerns.  The registration stays armed (edge-triggered)
+ * for what still watches, untouched in the usual case; a MOD only when a
+ * request stopped before EAGAIN (the set reports it again) or the event
+ * carried what nobody watched (the registration narrowed to what is still
+ * watched, disarmed if nothing is: an idle descriptor wakes nobody). */
 static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 {
 	struct cbcmn__ep *ep = e->ep;
 	if ((uint32_t)fd >= ep->nfds)
 		return;
+	uint32_t watched = fd_wanted(ep, fd);
+	bool again = false;
 	struct ep_wait *next;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 		next = w->fnext;
 		if (!(revents & (w->events | EPOLLERR | EPOLLHUP)))
 			continue;
 		if (w->ready) {
-			w->ready(e, w, revents); /* queues completions only */
+			again |= w->ready(e, w, revents); /* queues completions only */
 			continue;
 		}
 		/* Always won: cancellation and timers claim on this thread
@@ -306,24 +338,26 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 			cbcmn__iwait_wake(&w->iw, e);
 		}
 	}
-	uint32_t rest = 0;
-	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
-		rest |= w->events;
+	struct ep_fd *f = &ep->fds[fd];
+	uint32_t rest = fd_wanted(ep, fd);
+	bool unwanted = revents & f->mask & ~watched;
+	if (!f->added || !(again || unwanted))
+		return; /* the usual case: no system call */
 	bool moved = false;
-	int err = rest ? fd_arm(ep, fd, rest, &moved) : 0;
+	int err = fd_arm(ep, fd, rest, &moved);
 	/* Re-armed for the number's next file: those left watched the old
 	 * one (a plain close(2) behind our back; docs/IO.md). */
 	if (moved)
-		for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+		for (struct ep_wait *w = f->head; w; w = w->fnext)
 			w->stale = true;
-	if (err) {
+	if (err && rest) {
 		/* Cannot re-arm (out of memory in the kernel, the watch limit,
 		 * the descriptor closed): nothing would wake them.  A task's
 		 * wait tries again and registers anew (or fails with the
 		 * error); an emulated request ends with the error, which its
 		 * stream or acceptor reports (an acceptor takes -ENOMEM as a
 		 * failure that passes and arms again after a pause). */
-		for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
+		for (struct ep_wait *w = f->head; w; w = next) {
 			next = w->fnext;
 			if (w->ready) {
 				cbcmn__ep_sq_fail(e, w, err);
@@ -388,10 +422,7 @@ static void close_end(struct cbcmn__exec *e, struct ep_wait *w)
  * yes (the waits are left to their timeouts rather than ended wrongly). */
 static bool reg_current(struct cbcmn__ep *ep, int fd)
 {
-	uint32_t want = 0;
-	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
-		want |= o->events;
-	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+	struct epoll_event ev = {.events = arm_events(ep->fds[fd].mask), .data.u64 = (uint64_t)fd};
 	return epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, &ev) == 0 || (errno != ENOENT && errno != EBADF);
 }
 
