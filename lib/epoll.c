@@ -14,18 +14,19 @@
  * and timeouts simple: a wait that ends without readiness ended before the
  * call did anything (CBCMN_ECANCELED, -ETIMEDOUT).
  *
- * Registrations are edge-triggered and kept armed across waits (as the
- * baseline server's): a stream's multishot recv or an acceptor costs no
- * epoll_ctl per readiness, only when it stops before EAGAIN (its batch
- * done: a MOD has the set report it again) and once per request.  A
- * task's wait still sets its registration with one EPOLL_CTL_MOD, which
- * both looks at the file at once (an edge that came before the wait is
- * not lost) and tells whether the number still names the file registered
- * (a plain close(2) and the number reused: the kernel's ENOENT, and it is
- * registered anew).  An event nobody watches disarms the registration
- * down to what is still watched (fd_ready()), so a descriptor nobody
- * waits on any more costs one wake-up at most.  A stale registration of a
- * file still open elsewhere may wake a waiter of the new one, which tries
+ * Registrations are kept, one per descriptor.  While an emulated request
+ * (a stream's multishot recv, an acceptor) watches it, the registration is
+ * edge-triggered and stays armed across readinesses, as the baseline
+ * server's: no epoll_ctl per chunk, only once per request and when it
+ * stops before EAGAIN (its batch done: a MOD has the set report it
+ * again).  For tasks' waits alone it is EPOLLONESHOT: each wait sets it
+ * with one EPOLL_CTL_MOD, which both looks at the file at once and tells
+ * whether the number still names the file registered (a plain close(2)
+ * and the number reused: the kernel's ENOENT, and it is registered anew),
+ * and a task that moves to another executor leaves nothing armed behind.
+ * An event nobody watches narrows a kept registration to what is still
+ * watched (fd_ready()).  A stale registration of a file still open
+ * elsewhere may wake a waiter of the new one, which tries
  * again and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
  * ends the waits on its descriptor that began before it, on every
  * executor (-EBADF: the runtime's close log, close_apply()), so that no
@@ -168,12 +169,14 @@ static int fd_slot(struct cbcmn__ep *ep, int fd)
 	return 0;
 }
 
-/* The registration's events for `want`: edge-triggered, kept armed; with
- * nothing wanted, one-shot with no events (EPOLLERR and EPOLLHUP, which
- * epoll always adds, fire once at most). */
-static uint32_t arm_events(uint32_t want)
+/* The registration's events for `want`: edge-triggered and kept armed
+ * while an emulated request watches (`kept`); one-shot for tasks' waits
+ * alone (each sets it anyway, and a task that moves to another executor
+ * leaves nothing armed behind); with nothing wanted, one-shot with no
+ * events (EPOLLERR and EPOLLHUP, which epoll always adds, fire once). */
+static uint32_t arm_events(uint32_t want, bool kept)
 {
-	return want ? want | EPOLLET : EPOLLONESHOT;
+	return want && kept ? want | EPOLLET : want | EPOLLONESHOT;
 }
 
 /* Set fd's registration to `want`.  A MOD that finds nothing (the number
@@ -183,15 +186,16 @@ static uint32_t arm_events(uint32_t want)
  * -EPERM: epoll cannot watch this file (a regular file).  *moved (if not
  * NULL): the registration we had under this number was gone (its file
  * closed or the number reused) and is now the number's present file's. */
-static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
+static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool kept, bool *moved)
 {
 	struct ep_fd *f = &ep->fds[fd];
-	struct epoll_event ev = {.events = arm_events(want), .data.u64 = (uint64_t)fd};
+	struct epoll_event ev = {.events = arm_events(want, kept), .data.u64 = (uint64_t)fd};
 	int op = f->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 	for (int tries = 0; tries < 2; tries++) {
 		if (epoll_ctl(ep->epfd, op, fd, &ev) == 0) {
 			f->added = true;
 			f->mask = want;
+			f->kept = want && kept;
 			return 0;
 		}
 		if (errno == ENOENT && op == EPOLL_CTL_MOD) {
@@ -209,12 +213,15 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
 	return -errno;
 }
 
-/* The events fd's waits watch. */
-static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd)
+/* The events fd's waits watch; *kept: an emulated request is among them. */
+static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd, bool *kept)
 {
 	uint32_t want = 0;
-	for (const struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+	*kept = false;
+	for (const struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext) {
 		want |= w->events;
+		*kept |= w->ready != NULL;
+	}
 	return want;
 }
 
@@ -257,7 +264,8 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	int rc = fd_slot(ep, fd);
 	if (rc)
 		return rc;
-	uint32_t want = w->events | fd_wanted(ep, fd);
+	bool kept;
+	uint32_t want = w->events | fd_wanted(ep, fd, &kept);
 	/* seq_cst, both, before the registration: pairs with do_close()'s
 	 * close count and its read of watched.  Either the closer sees this
 	 * wait counted (and rings our doorbell), or we see its close in
@@ -269,7 +277,7 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	w->closed = false;
 	w->stale = false;
 	bool moved = false;
-	if ((rc = fd_arm(ep, fd, want, &moved)) != 0) {
+	if ((rc = fd_arm(ep, fd, want, kept || w->ready, &moved)) != 0) {
 		atomic_fetch_sub_explicit(slot, 1, memory_order_relaxed);
 		return rc;
 	}
@@ -310,17 +318,19 @@ static void wait_end(struct cbcmn__iwait *iw)
 
 /* Readiness on fd: wake the waits it concerns (an error or a hang-up
  * concerns them all: they try again and see it) and run the emulated
- * requests it concerns.  The registration stays armed (edge-triggered)
- * for what still watches, untouched in the usual case; a MOD only when a
- * request stopped before EAGAIN (the set reports it again) or the event
- * carried what nobody watched (the registration narrowed to what is still
- * watched, disarmed if nothing is: an idle descriptor wakes nobody). */
+ * requests it concerns.  A one-shot registration is re-armed for the
+ * waits left.  A kept one (edge-triggered) stays armed, untouched in the
+ * usual case; a MOD only when a request stopped before EAGAIN (the set
+ * reports it again) or the event carried what nobody watched (narrowed to
+ * what is still watched, disarmed if nothing is: an idle descriptor wakes
+ * nobody twice). */
 static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 {
 	struct cbcmn__ep *ep = e->ep;
 	if ((uint32_t)fd >= ep->nfds)
 		return;
-	uint32_t watched = fd_wanted(ep, fd);
+	bool kept;
+	uint32_t watched = fd_wanted(ep, fd, &kept);
 	bool again = false;
 	struct ep_wait *next;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
@@ -339,12 +349,17 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 		}
 	}
 	struct ep_fd *f = &ep->fds[fd];
-	uint32_t rest = fd_wanted(ep, fd);
-	bool unwanted = revents & f->mask & ~watched;
-	if (!f->added || !(again || unwanted))
-		return; /* the usual case: no system call */
+	uint32_t rest = fd_wanted(ep, fd, &kept);
+	if (!f->kept) {
+		if (!rest) {
+			f->mask = 0; /* fired: disarmed */
+			return;
+		}
+	} else if (!f->added || !(again || (revents & f->mask & ~watched))) {
+		return; /* the usual case for a stream: no system call */
+	}
 	bool moved = false;
-	int err = fd_arm(ep, fd, rest, &moved);
+	int err = fd_arm(ep, fd, rest, kept, &moved);
 	/* Re-armed for the number's next file: those left watched the old
 	 * one (a plain close(2) behind our back; docs/IO.md). */
 	if (moved)
@@ -422,7 +437,8 @@ static void close_end(struct cbcmn__exec *e, struct ep_wait *w)
  * yes (the waits are left to their timeouts rather than ended wrongly). */
 static bool reg_current(struct cbcmn__ep *ep, int fd)
 {
-	struct epoll_event ev = {.events = arm_events(ep->fds[fd].mask), .data.u64 = (uint64_t)fd};
+	const struct ep_fd *f = &ep->fds[fd];
+	struct epoll_event ev = {.events = arm_events(f->mask, f->kept), .data.u64 = (uint64_t)fd};
 	return epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, &ev) == 0 || (errno != ENOENT && errno != EBADF);
 }
 

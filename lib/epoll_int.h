@@ -63,6 +63,7 @@ struct ep_fd {
 	struct ep_wait *head;
 	bool added;                      /* registered in the set, as far as we know */
 	uint32_t mask;                   /* the events it is armed for (0: disarmed) */
+	bool kept;                       /* edge-triggered, kept armed (else one-shot) */
 };
 
 /* A completion of an emulated SQE, waiting to be handed out. */
@@ -100,8 +101,9 @@ struct cbcmn__ep {
 };
 
 /* epoll.c: start watching w->fd for w->events (linked to e's lists, the
- * registration armed, edge-triggered: the caller saw EAGAIN, or the MOD's
- * own look at the file reports what is there already); 0, -ENOMEM, -EPERM (a file epoll cannot watch),
+ * registration set with a MOD, whose look at the file reports what is
+ * there already: kept armed, edge-triggered, while an emulated request
+ * watches, else one-shot); 0, -ENOMEM, -EPERM (a file epoll cannot watch),
  * -EBADF.  Stop watching (unlinked; the registration is left armed: a
  * late event finds nobody). */
 int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w);
