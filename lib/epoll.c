@@ -253,6 +253,16 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 		if (w->tnext)
 			w->tnext->tprev = w->tprev;
 	}
+	/* The last emulated request on fd ended: back to one-shot (one MOD a
+	 * request), so that no registration stays armed for good behind a
+	 * close(2) we are not told of while a copy of the file lives on
+	 * elsewhere (a dup, a child): one-shot, it fires once at most. */
+	if (w->ready && f->kept) {
+		bool kept;
+		uint32_t rest = fd_wanted(ep, w->fd, &kept);
+		if (!kept)
+			(void)fd_arm(ep, w->fd, rest, false, NULL);
+	}
 }
 
 int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)

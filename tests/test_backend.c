@@ -1480,6 +1480,86 @@ static void test_epoll_recv_and_send_waits_on_one_socket_both_end(void **state)
 	t_destroy(rt);
 }
 
+/* A stream's registration is kept armed (edge-triggered) only while a
+ * request of it watches.  A stream closed, then its descriptor closed with
+ * close(2) while a copy of the file lives on (a dup, a child's): the
+ * registration cannot be removed by number any more.  Left edge-triggered,
+ * it woke the executor's park at every byte the copy's file then got; back
+ * to one-shot when the request ended, it fires once at most. */
+#define ORPHAN_WRITES 40
+
+struct orphan {
+	int sv[2];
+	_Atomic int writing, written;
+	uint64_t enters;
+};
+
+static uint64_t ep_enters(cbcmn_runtime *rt)
+{
+	cbcmn_stats s;
+	return cbcmn_stats_snapshot(rt, &s, NULL, 0) == 0 ? s.total.ring_enters : 0;
+}
+
+static void *orphan_writer(void *arg)
+{
+	struct orphan *o = arg;
+	while (!atomic_load(&o->writing))
+		usleep(1000);
+	for (int i = 0; i < ORPHAN_WRITES; i++) {
+		if (send(o->sv[1], "w", 1, 0) == 1)
+			atomic_fetch_add(&o->written, 1);
+		usleep(3000);
+	}
+	return NULL;
+}
+
+static int64_t orphan_main(cbcmn_cx *cx, void *arg)
+{
+	struct orphan *o = arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, o->sv[0], &st) == 0);
+	TASK_CHECK(send(o->sv[1], "a", 1, 0) == 1);
+	const void *d;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	TASK_CHECK(cbcmn_stream_recv(cx, st, &d) == 1);
+	cbcmn_io_set_timeout(cx, 0);
+	cbcmn_stream_close(cx, st);
+	cbcmn_sleep(cx, 10 * MS); /* its request ended */
+	int copy = dup(o->sv[0]);
+	TASK_CHECK(copy >= 0);
+	close(o->sv[0]); /* behind the runtime's back; the file lives on */
+	uint64_t before = ep_enters(cbcmn_cx_runtime(cx));
+	atomic_store(&o->writing, 1);
+	for (int i = 0; i < 100 && atomic_load(&o->written) < ORPHAN_WRITES; i++)
+		cbcmn_sleep(cx, 50 * MS); /* parked: only its timer wakes it */
+	o->enters = ep_enters(cbcmn_cx_runtime(cx)) - before;
+	TASK_CHECK(atomic_load(&o->written) == ORPHAN_WRITES);
+	close(copy);
+	return 0;
+}
+
+static void test_epoll_closed_stream_leaves_no_registration_armed(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct orphan o = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, o.sv), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, orphan_writer, &o), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, orphan_main, &o, &r), 0);
+	atomic_store(&o.writing, 1);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	/* The sleeps' timers wake it a few times; the orphan, once a byte. */
+	if (o.enters >= ORPHAN_WRITES / 2)
+		fail_msg("the executor looked at its set %llu times while %d bytes came "
+			 "to a file it no longer watches", (unsigned long long)o.enters,
+			 ORPHAN_WRITES);
+	close(o.sv[1]);
+	t_destroy(rt);
+}
+
 /* A task waits to read a pipe; another task (on the same executor, or
  * the other one) closes the descriptor with cbcmn_close() and puts a new
  * pipe, with a byte in it, under the same number.  The registration went
@@ -2031,6 +2111,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_failed_rearm_ends_the_stream_with_the_error),
 		T_WATCHED_TEST(test_epoll_stream_burst_longer_than_a_batch_all_arrives),
 		T_WATCHED_TEST(test_epoll_recv_and_send_waits_on_one_socket_both_end),
+		T_WATCHED_TEST(test_epoll_closed_stream_leaves_no_registration_armed),
 		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
 		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
 		T_WATCHED_TEST(test_epoll_close_log_wrapped_wait_not_moved_to_next_file),
