@@ -25,9 +25,10 @@
  * and the number reused: the kernel's ENOENT, and it is registered anew),
  * and a task that moves to another executor leaves nothing armed behind.
  * An event nobody watches narrows a kept registration to what is still
- * watched (fd_ready()).  A stale registration of a file still open
- * elsewhere may wake a waiter of the new one, which tries
- * again and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
+ * watched (fd_ready()), and the end of its last request makes it one-shot
+ * again.  A stale registration of a file still open elsewhere may wake a
+ * waiter of the new one, which tries again and waits again: a spurious
+ * wake-up, never a lost one.  A cbcmn_close()
  * ends the waits on its descriptor that began before it, on every
  * executor (-EBADF: the runtime's close log, close_apply()), so that no
  * wait outlives its file or goes on with the number's next one.
@@ -210,6 +211,7 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool kept, bool *
 	}
 	f->added = false;
 	f->mask = 0;
+	f->kept = false;
 	return -errno;
 }
 
