@@ -14,11 +14,21 @@
  * and timeouts simple: a wait that ends without readiness ended before the
  * call did anything (CBCMN_ECANCELED, -ETIMEDOUT).
  *
- * Registrations are EPOLLONESHOT and kept (EPOLL_CTL_MOD re-arms them: one
- * epoll_ctl per wait).  A descriptor closed and its number reused is found
- * by the kernel's ENOENT and registered anew; a stale registration of a file
- * still open elsewhere may wake a waiter of the new one, which tries again
- * and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
+ * Registrations are kept, one per descriptor.  While an emulated request
+ * (a stream's multishot recv, an acceptor) watches it, the registration is
+ * edge-triggered and stays armed across readinesses, as the baseline
+ * server's: no epoll_ctl per chunk, only once per request and when it
+ * stops before EAGAIN (its batch done: a MOD has the set report it
+ * again).  For tasks' waits alone it is EPOLLONESHOT: each wait sets it
+ * with one EPOLL_CTL_MOD, which both looks at the file at once and tells
+ * whether the number still names the file registered (a plain close(2)
+ * and the number reused: the kernel's ENOENT, and it is registered anew),
+ * and a task that moves to another executor leaves nothing armed behind.
+ * An event nobody watches narrows a kept registration to what is still
+ * watched (fd_ready()), and the end of its last request makes it one-shot
+ * again.  A stale registration of a file still open elsewhere may wake a
+ * waiter of the new one, which tries again and waits again: a spurious
+ * wake-up, never a lost one.  A cbcmn_close()
  * ends the waits on its descriptor that began before it, on every
  * executor (-EBADF: the runtime's close log, close_apply()), so that no
  * wait outlives its file or goes on with the number's next one.
@@ -160,20 +170,33 @@ static int fd_slot(struct cbcmn__ep *ep, int fd)
 	return 0;
 }
 
-/* (Re-)arm fd's one-shot registration for `want`.  A MOD that finds nothing
- * (the number names another file now, or the file was closed) adds; an ADD
- * that finds one (a file we knew under this number is back) modifies.
+/* The registration's events for `want`: edge-triggered and kept armed
+ * while an emulated request watches (`kept`); one-shot for tasks' waits
+ * alone (each sets it anyway, and a task that moves to another executor
+ * leaves nothing armed behind); with nothing wanted, one-shot with no
+ * events (EPOLLERR and EPOLLHUP, which epoll always adds, fire once). */
+static uint32_t arm_events(uint32_t want, bool kept)
+{
+	return want && kept ? want | EPOLLET : want | EPOLLONESHOT;
+}
+
+/* Set fd's registration to `want`.  A MOD that finds nothing (the number
+ * names another file now, or the file was closed) adds; an ADD that finds
+ * one (a file we knew under this number is back) modifies.  Either looks
+ * at the file: what is ready already is reported at the next look.
  * -EPERM: epoll cannot watch this file (a regular file).  *moved (if not
  * NULL): the registration we had under this number was gone (its file
  * closed or the number reused) and is now the number's present file's. */
-static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
+static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool kept, bool *moved)
 {
 	struct ep_fd *f = &ep->fds[fd];
-	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+	struct epoll_event ev = {.events = arm_events(want, kept), .data.u64 = (uint64_t)fd};
 	int op = f->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 	for (int tries = 0; tries < 2; tries++) {
 		if (epoll_ctl(ep->epfd, op, fd, &ev) == 0) {
 			f->added = true;
+			f->mask = want;
+			f->kept = want && kept;
 			return 0;
 		}
 		if (errno == ENOENT && op == EPOLL_CTL_MOD) {
@@ -187,7 +210,21 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool *moved)
 			break;
 	}
 	f->added = false;
+	f->mask = 0;
+	f->kept = false;
 	return -errno;
+}
+
+/* The events fd's waits watch; *kept: an emulated request is among them. */
+static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd, bool *kept)
+{
+	uint32_t want = 0;
+	*kept = false;
+	for (const struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext) {
+		want |= w->events;
+		*kept |= w->ready != NULL;
+	}
+	return want;
 }
 
 void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
@@ -218,6 +255,16 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 		if (w->tnext)
 			w->tnext->tprev = w->tprev;
 	}
+	/* The last emulated request on fd ended: back to one-shot (one MOD a
+	 * request), so that no registration stays armed for good behind a
+	 * close(2) we are not told of while a copy of the file lives on
+	 * elsewhere (a dup, a child): one-shot, it fires once at most. */
+	if (w->ready && f->kept) {
+		bool kept;
+		uint32_t rest = fd_wanted(ep, w->fd, &kept);
+		if (!kept)
+			(void)fd_arm(ep, w->fd, rest, false, NULL);
+	}
 }
 
 int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
@@ -229,9 +276,8 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	int rc = fd_slot(ep, fd);
 	if (rc)
 		return rc;
-	uint32_t want = w->events;
-	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
-		want |= o->events;
+	bool kept;
+	uint32_t want = w->events | fd_wanted(ep, fd, &kept);
 	/* seq_cst, both, before the registration: pairs with do_close()'s
 	 * close count and its read of watched.  Either the closer sees this
 	 * wait counted (and rings our doorbell), or we see its close in
@@ -243,7 +289,7 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	w->closed = false;
 	w->stale = false;
 	bool moved = false;
-	if ((rc = fd_arm(ep, fd, want, &moved)) != 0) {
+	if ((rc = fd_arm(ep, fd, want, kept || w->ready, &moved)) != 0) {
 		atomic_fetch_sub_explicit(slot, 1, memory_order_relaxed);
 		return rc;
 	}
@@ -284,19 +330,27 @@ static void wait_end(struct cbcmn__iwait *iw)
 
 /* Readiness on fd: wake the waits it concerns (an error or a hang-up
  * concerns them all: they try again and see it) and run the emulated
- * requests it concerns; re-arm for what still watches. */
+ * requests it concerns.  A one-shot registration is re-armed for the
+ * waits left.  A kept one (edge-triggered) stays armed, untouched in the
+ * usual case; a MOD only when a request stopped before EAGAIN (the set
+ * reports it again) or the event carried what nobody watched (narrowed to
+ * what is still watched, disarmed if nothing is: an idle descriptor wakes
+ * nobody twice). */
 static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 {
 	struct cbcmn__ep *ep = e->ep;
 	if ((uint32_t)fd >= ep->nfds)
 		return;
+	bool kept;
+	uint32_t watched = fd_wanted(ep, fd, &kept);
+	bool again = false;
 	struct ep_wait *next;
 	for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
 		next = w->fnext;
 		if (!(revents & (w->events | EPOLLERR | EPOLLHUP)))
 			continue;
 		if (w->ready) {
-			w->ready(e, w, revents); /* queues completions only */
+			again |= w->ready(e, w, revents); /* queues completions only */
 			continue;
 		}
 		/* Always won: cancellation and timers claim on this thread
@@ -306,24 +360,31 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 			cbcmn__iwait_wake(&w->iw, e);
 		}
 	}
-	uint32_t rest = 0;
-	for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
-		rest |= w->events;
+	struct ep_fd *f = &ep->fds[fd];
+	uint32_t rest = fd_wanted(ep, fd, &kept);
+	if (!f->kept) {
+		if (!rest) {
+			f->mask = 0; /* fired: disarmed */
+			return;
+		}
+	} else if (!f->added || !(again || (revents & f->mask & ~watched))) {
+		return; /* the usual case for a stream: no system call */
+	}
 	bool moved = false;
-	int err = rest ? fd_arm(ep, fd, rest, &moved) : 0;
+	int err = fd_arm(ep, fd, rest, kept, &moved);
 	/* Re-armed for the number's next file: those left watched the old
 	 * one (a plain close(2) behind our back; docs/IO.md). */
 	if (moved)
-		for (struct ep_wait *w = ep->fds[fd].head; w; w = w->fnext)
+		for (struct ep_wait *w = f->head; w; w = w->fnext)
 			w->stale = true;
-	if (err) {
+	if (err && rest) {
 		/* Cannot re-arm (out of memory in the kernel, the watch limit,
 		 * the descriptor closed): nothing would wake them.  A task's
 		 * wait tries again and registers anew (or fails with the
 		 * error); an emulated request ends with the error, which its
 		 * stream or acceptor reports (an acceptor takes -ENOMEM as a
 		 * failure that passes and arms again after a pause). */
-		for (struct ep_wait *w = ep->fds[fd].head; w; w = next) {
+		for (struct ep_wait *w = f->head; w; w = next) {
 			next = w->fnext;
 			if (w->ready) {
 				cbcmn__ep_sq_fail(e, w, err);
@@ -388,10 +449,8 @@ static void close_end(struct cbcmn__exec *e, struct ep_wait *w)
  * yes (the waits are left to their timeouts rather than ended wrongly). */
 static bool reg_current(struct cbcmn__ep *ep, int fd)
 {
-	uint32_t want = 0;
-	for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
-		want |= o->events;
-	struct epoll_event ev = {.events = want | EPOLLONESHOT, .data.u64 = (uint64_t)fd};
+	const struct ep_fd *f = &ep->fds[fd];
+	struct epoll_event ev = {.events = arm_events(f->mask, f->kept), .data.u64 = (uint64_t)fd};
 	return epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, &ev) == 0 || (errno != ENOENT && errno != EBADF);
 }
 

@@ -19,10 +19,12 @@
 
 /* Something watching a descriptor of e's set: a task's wait (ready NULL:
  * claimed and woken) or an emulated request of epoll_sq.c (ready called;
- * it unlinks itself when it is done). */
+ * it unlinks itself when it is done; it returns true when it stopped
+ * before the descriptor said EAGAIN, so that the set must be asked to
+ * report it again: an edge-triggered registration would not). */
 struct ep_wait {
 	struct cbcmn__iwait iw;          /* a task's */
-	void (*ready)(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents);
+	bool (*ready)(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents);
 	struct cbcmn__exec *e;           /* whose set and lists it is on */
 	int fd;
 	uint32_t events;                 /* EPOLLIN, EPOLLOUT (| EPOLLRDHUP) */
@@ -60,6 +62,8 @@ struct cbcmn__ep_closes {
 struct ep_fd {
 	struct ep_wait *head;
 	bool added;                      /* registered in the set, as far as we know */
+	uint32_t mask;                   /* the events it is armed for (0: disarmed) */
+	bool kept;                       /* edge-triggered, kept armed (else one-shot) */
 };
 
 /* A completion of an emulated SQE, waiting to be handed out. */
@@ -97,7 +101,9 @@ struct cbcmn__ep {
 };
 
 /* epoll.c: start watching w->fd for w->events (linked to e's lists, the
- * registration armed); 0, -ENOMEM, -EPERM (a file epoll cannot watch),
+ * registration set with a MOD, whose look at the file reports what is
+ * there already: kept armed, edge-triggered, while an emulated request
+ * watches, else one-shot); 0, -ENOMEM, -EPERM (a file epoll cannot watch),
  * -EBADF.  Stop watching (unlinked; the registration is left armed: a
  * late event finds nobody). */
 int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w);

@@ -141,7 +141,9 @@ static struct io_uring_buf *buf_peek(struct cbcmn__ep *ep)
 	return &ep->br->bufs[ep->br_head & ep->br_mask];
 }
 
-static void recv_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents)
+/* At most MSHOT_BATCH chunks a readiness; true if it stopped there (or
+ * found no room for a completion) with the socket maybe still readable. */
+static bool recv_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents)
 {
 	(void)revents;
 	struct cbcmn__ep *ep = e->ep;
@@ -150,7 +152,7 @@ static void recv_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revent
 		struct io_uring_buf *b = buf_peek(ep);
 		if (!b) {
 			op_finish(ep, op, -ENOBUFS);
-			return;
+			return false;
 		}
 		ssize_t n = recv(w->fd, (void *)(uintptr_t)b->addr, b->len, MSG_DONTWAIT);
 		if (n > 0) {
@@ -162,15 +164,19 @@ static void recv_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revent
 		}
 		if (n == 0) {
 			op_finish(ep, op, 0); /* EOF: no buffer taken */
-			return;
+			return false;
 		}
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		/* EINTR: nothing read, nothing known: ask again. */
+		if (errno == EINTR)
+			return true;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			op_finish(ep, op, -errno);
-		return;
+		return false;
 	}
+	return true;
 }
 
-static void accept_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents)
+static bool accept_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents)
 {
 	(void)revents;
 	struct cbcmn__ep *ep = e->ep;
@@ -181,16 +187,20 @@ static void accept_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t reve
 			cq_push(ep, op->ud, fd, IORING_CQE_F_MORE);
 			continue;
 		}
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		if (errno == EINTR)
+			return true;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			op_finish(ep, op, -errno);
-		return;
+		return false;
 	}
+	return true;
 }
 
-static void poll_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents)
+static bool poll_ready(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents)
 {
 	op_finish(e->ep, of(w), (int32_t)(revents & (POLLIN | POLLOUT | POLLPRI | POLLERR | POLLHUP |
 						     POLLRDHUP)));
+	return false;
 }
 
 static struct ep_op *find(struct ep_op *list, uint64_t ud)

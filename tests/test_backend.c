@@ -1243,11 +1243,14 @@ static void test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe(void **state)
 	in_child(nosig_body, NULL, 0);
 }
 
-/* A stream whose registration cannot be re-armed after its first chunk
+/* A stream whose registration cannot be re-armed after a readiness
  * (epoll_ctl MOD fails with ENOMEM for its socket, from a seccomp filter):
  * the request ended unwatched and the stream never got anything again, its
  * task waiting for ever; now the request ends with the error and the
- * stream reports it. */
+ * stream reports it.  The registration is edge-triggered and kept armed:
+ * it is re-armed only when a readiness had more than a batch (8 messages
+ * of a SOCK_SEQPACKET socket, one chunk each), so the burst is 12. */
+#define REARM_BURST 12
 struct rearm {
 	int sv[2];
 	_Atomic int done;
@@ -1283,9 +1286,8 @@ static int64_t rearm_main(cbcmn_cx *cx, void *arg)
 	CHILD_CHECK(cbcmn_nursery_spawn_pinned(cx, n, cbcmn_cx_executor(cx), rearm_reader, r,
 					       NULL) == 0);
 	cbcmn_sleep(cx, 20 * MS); /* the stream is watched (EPOLL_CTL_ADD) */
-	CHILD_CHECK(write(r->sv[1], "one", 3) == 3);
-	cbcmn_sleep(cx, 50 * MS); /* taken; the re-arm failed */
-	CHILD_CHECK(write(r->sv[1], "two", 3) == 3);
+	for (int i = 0; i < REARM_BURST; i++)
+		CHILD_CHECK(send(r->sv[1], &"abcdefghijkl"[i], 1, 0) == 1);
 	for (int i = 0; i < 300 && !atomic_load(&r->done); i++)
 		cbcmn_sleep(cx, 10 * MS);
 	if (!atomic_load(&r->done))
@@ -1297,7 +1299,7 @@ static int64_t rearm_main(cbcmn_cx *cx, void *arg)
 static void rearm_body(void)
 {
 	struct rearm r = {0};
-	CHILD_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r.sv) == 0);
+	CHILD_CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, r.sv) == 0);
 	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
 	CHILD_CHECK(f != NULL);
 	CHILD_CHECK(seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOMEM), SCMP_SYS(epoll_ctl), 2,
@@ -1309,10 +1311,10 @@ static void rearm_body(void)
 	int64_t res;
 	CHILD_CHECK(cbcmn_runtime_run(rt, rearm_main, &r, &res) == 0);
 	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
-	if (r.last != -ENOMEM || r.ngot != 3 || memcmp(r.got, "one", 3))
+	if (r.last != -ENOMEM || r.ngot != 8 || memcmp(r.got, "abcdefgh", 8))
 		fprintf(stderr, "child: stream got %zu bytes, then %lld (%s)\n", r.ngot,
 			(long long)r.last, cbcmn_strerror(r.last));
-	CHILD_CHECK(r.ngot == 3 && memcmp(r.got, "one", 3) == 0);
+	CHILD_CHECK(r.ngot == 8 && memcmp(r.got, "abcdefgh", 8) == 0);
 	CHILD_CHECK(r.last == -ENOMEM);
 }
 
@@ -1320,6 +1322,242 @@ static void test_epoll_failed_rearm_ends_the_stream_with_the_error(void **state)
 {
 	(void)state;
 	in_child(rearm_body, NULL, 0);
+}
+
+/* A stream's registration is edge-triggered and stays armed across
+ * readinesses; a readiness with more than a batch (8 chunks) in it must be
+ * reported again, or the rest would wait for the next message's edge.  A
+ * burst of 40 SOCK_SEQPACKET messages (a chunk each), written before the
+ * stream looks, all arrive, in order, with no later message to wake it. */
+#define BURST 40
+
+struct burst {
+	int sv[2];
+	unsigned char got[BURST + 1];
+	size_t ngot;
+	int64_t last;
+};
+
+static int64_t burst_reader(cbcmn_cx *cx, void *arg)
+{
+	struct burst *b = arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, b->sv[0], &st) == 0);
+	const void *d;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	while (b->ngot < BURST && (b->last = cbcmn_stream_recv(cx, st, &d)) == 1)
+		b->got[b->ngot++] = *(const unsigned char *)d;
+	cbcmn_io_set_timeout(cx, 0);
+	cbcmn_stream_close(cx, st);
+	return 0;
+}
+
+static int64_t burst_main(cbcmn_cx *cx, void *arg)
+{
+	struct burst *b = arg;
+	for (int i = 0; i < BURST; i++) {
+		unsigned char c = (unsigned char)i;
+		TASK_CHECK(send(b->sv[1], &c, 1, 0) == 1);
+	}
+	cbcmn_nursery *n = spawn_one(cx, burst_reader, b);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_epoll_stream_burst_longer_than_a_batch_all_arrives(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct burst b = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, b.sv), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, burst_main, &b, &r), 0);
+	ASSERT_TASK_CHECKS();
+	if (b.ngot != BURST)
+		fail_msg("the stream got %zu of %d messages, then %lld (%s)", b.ngot, BURST,
+			 (long long)b.last, cbcmn_strerror(b.last));
+	for (int i = 0; i < BURST; i++)
+		assert_int_equal(b.got[i], i);
+	close(b.sv[0]);
+	close(b.sv[1]);
+	t_destroy(rt);
+}
+
+/* Two waits on one socket, a receive (EPOLLIN) and a send (EPOLLOUT, its
+ * buffer full): the send's readiness ends the send's wait, and the
+ * registration, kept armed without a MOD, must still report the receive's
+ * data.  Then a readiness nobody waits for (the receive timed out)
+ * disarms the registration: the next wait must arm it again. */
+struct duo {
+	int sv[2];
+	int64_t rrc, src, late;
+	char got;
+	_Atomic int sent;
+};
+
+static int64_t duo_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct duo *d = arg;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	d->rrc = cbcmn_recv(cx, d->sv[0], &d->got, 1, 0);
+	return 0;
+}
+
+static int64_t duo_sender(cbcmn_cx *cx, void *arg)
+{
+	struct duo *d = arg;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	d->src = cbcmn_send(cx, d->sv[0], "s", 1, 0);
+	atomic_store(&d->sent, 1);
+	return 0;
+}
+
+static int64_t duo_writer(cbcmn_cx *cx, void *arg)
+{
+	struct duo *d = arg;
+	cbcmn_sleep(cx, 20 * MS); /* the receiver waits by then */
+	return send(d->sv[1], "y", 1, 0) == 1 ? 0 : -1;
+}
+
+/* Empty the peer's side, so that the send has room again. */
+static void duo_drain(int fd)
+{
+	char buf[4096];
+	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
+}
+
+static int64_t duo_main(cbcmn_cx *cx, void *arg)
+{
+	struct duo *d = arg;
+	char fill[4096] = {0};
+	while (send(d->sv[0], fill, sizeof(fill), MSG_DONTWAIT) > 0)
+		;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, duo_receiver, d, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, duo_sender, d, NULL) == 0);
+	cbcmn_sleep(cx, 20 * MS); /* both wait */
+	duo_drain(d->sv[1]);
+	for (int i = 0; i < 300 && !atomic_load(&d->sent); i++)
+		cbcmn_sleep(cx, 10 * MS);
+	TASK_CHECK(d->src == 1);
+	duo_drain(d->sv[1]);
+	cbcmn_sleep(cx, 20 * MS); /* the set looked with the receiver alone */
+	TASK_CHECK(send(d->sv[1], "x", 1, 0) == 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(d->rrc == 1 && d->got == 'x');
+	/* A wait that ends unready leaves its registration armed: the next
+	 * readiness finds nobody, and disarms it. */
+	char c;
+	cbcmn_io_set_timeout(cx, 10 * MS);
+	TASK_CHECK(cbcmn_recv(cx, d->sv[0], &c, 1, 0) == -ETIMEDOUT);
+	TASK_CHECK(send(d->sv[1], "a", 1, 0) == 1);
+	cbcmn_sleep(cx, 20 * MS); /* seen by nobody */
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	TASK_CHECK(cbcmn_recv(cx, d->sv[0], &c, 1, 0) == 1 && c == 'a');
+	n = spawn_one(cx, duo_writer, d);
+	d->late = cbcmn_recv(cx, d->sv[0], &c, 1, 0);
+	cbcmn_io_set_timeout(cx, 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(d->late == 1 && c == 'y');
+	return 0;
+}
+
+static void test_epoll_recv_and_send_waits_on_one_socket_both_end(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct duo d = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, d.sv), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, duo_main, &d, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(d.rrc, 1);
+	assert_int_equal(d.late, 1);
+	close(d.sv[0]);
+	close(d.sv[1]);
+	t_destroy(rt);
+}
+
+/* A stream's registration is kept armed (edge-triggered) only while a
+ * request of it watches.  A stream closed, then its descriptor closed with
+ * close(2) while a copy of the file lives on (a dup, a child's): the
+ * registration cannot be removed by number any more.  Left edge-triggered,
+ * it woke the executor's park at every byte the copy's file then got; back
+ * to one-shot when the request ended, it fires once at most. */
+#define ORPHAN_WRITES 40
+
+struct orphan {
+	int sv[2];
+	_Atomic int writing, written;
+	uint64_t enters;
+};
+
+static uint64_t ep_enters(cbcmn_runtime *rt)
+{
+	cbcmn_stats s;
+	return cbcmn_stats_snapshot(rt, &s, NULL, 0) == 0 ? s.total.ring_enters : 0;
+}
+
+static void *orphan_writer(void *arg)
+{
+	struct orphan *o = arg;
+	while (!atomic_load(&o->writing))
+		usleep(1000);
+	for (int i = 0; i < ORPHAN_WRITES; i++) {
+		if (send(o->sv[1], "w", 1, 0) == 1)
+			atomic_fetch_add(&o->written, 1);
+		usleep(3000);
+	}
+	return NULL;
+}
+
+static int64_t orphan_main(cbcmn_cx *cx, void *arg)
+{
+	struct orphan *o = arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, o->sv[0], &st) == 0);
+	TASK_CHECK(send(o->sv[1], "a", 1, 0) == 1);
+	const void *d;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	TASK_CHECK(cbcmn_stream_recv(cx, st, &d) == 1);
+	cbcmn_io_set_timeout(cx, 0);
+	cbcmn_stream_close(cx, st);
+	cbcmn_sleep(cx, 10 * MS); /* its request ended */
+	int copy = dup(o->sv[0]);
+	TASK_CHECK(copy >= 0);
+	close(o->sv[0]); /* behind the runtime's back; the file lives on */
+	uint64_t before = ep_enters(cbcmn_cx_runtime(cx));
+	atomic_store(&o->writing, 1);
+	for (int i = 0; i < 100 && atomic_load(&o->written) < ORPHAN_WRITES; i++)
+		cbcmn_sleep(cx, 50 * MS); /* parked: only its timer wakes it */
+	o->enters = ep_enters(cbcmn_cx_runtime(cx)) - before;
+	TASK_CHECK(atomic_load(&o->written) == ORPHAN_WRITES);
+	close(copy);
+	return 0;
+}
+
+static void test_epoll_closed_stream_leaves_no_registration_armed(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(1);
+	struct orphan o = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, o.sv), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, orphan_writer, &o), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, orphan_main, &o, &r), 0);
+	atomic_store(&o.writing, 1);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	/* The sleeps' timers wake it a few times; the orphan, once a byte. */
+	if (o.enters >= ORPHAN_WRITES / 2)
+		fail_msg("the executor looked at its set %llu times while %d bytes came "
+			 "to a file it no longer watches", (unsigned long long)o.enters,
+			 ORPHAN_WRITES);
+	close(o.sv[1]);
+	t_destroy(rt);
 }
 
 /* A task waits to read a pipe; another task (on the same executor, or
@@ -1871,6 +2109,9 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_waitall_sendmsg_recvmsg_move_all_and_a_datagram_is_one),
 		T_WATCHED_TEST(test_epoll_send_to_a_gone_peer_is_epipe_not_sigpipe),
 		T_WATCHED_TEST(test_epoll_failed_rearm_ends_the_stream_with_the_error),
+		T_WATCHED_TEST(test_epoll_stream_burst_longer_than_a_batch_all_arrives),
+		T_WATCHED_TEST(test_epoll_recv_and_send_waits_on_one_socket_both_end),
+		T_WATCHED_TEST(test_epoll_closed_stream_leaves_no_registration_armed),
 		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
 		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
 		T_WATCHED_TEST(test_epoll_close_log_wrapped_wait_not_moved_to_next_file),
