@@ -873,7 +873,9 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
 	__tsan_switch_to_fiber(ns->san_fiber, 0);
 #endif
 	(void)ns;
-	resumed(cbcmn__ctx_jump(&t->sp, n->sp, n), s);
+	/* n suspended here too, typically (it blocked straight into another
+	 * task as t does now): the RET's prediction is right. */
+	resumed(cbcmn__ctx_jump_ret(&t->sp, n->sp, n), s);
 }
 
 /* The task woken into e's slot, taken to run straight after t, which
