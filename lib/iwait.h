@@ -226,7 +226,10 @@ static inline void cbcmn__iwait_wake(struct cbcmn__iwait *iw, struct cbcmn__exec
 	 * thread, the only one that touches that list. */
 	if (iw->local && iw->cell)
 		cbcmn__iwait_local_unlink(iw);
-	cbcmn__waiter_wake(&iw->w, waker);
+	if (iw->w.task)
+		cbcmn__wake_claimed(iw->w.task, waker); /* ours alone: the claim */
+	else
+		cbcmn__waiter_wake(&iw->w, waker);
 }
 
 /* An on_cancel for waits that must not end before their event (it still

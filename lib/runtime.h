@@ -679,6 +679,9 @@ void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct c
 void cbcmn__suspend(struct cbcmn_task *t);
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker);
 void cbcmn__waiter_wake(struct cbcmn__waiter *w, struct cbcmn__exec *waker);
+/* cbcmn__wake_task() by the holder of t's wait's claim (iwait.h), its only
+ * waker: a store, not a compare-and-swap, once t is BLOCKED. */
+void cbcmn__wake_claimed(struct cbcmn_task *t, struct cbcmn__exec *waker);
 void cbcmn__waiter_wait(struct cbcmn__waiter *w);
 struct cbcmn_task *cbcmn__take_local_child(struct cbcmn__exec *e, struct cbcmn_nursery *n);
 struct cbcmn_task *cbcmn__take_local_task(struct cbcmn__exec *e, struct cbcmn_task *want);

@@ -908,7 +908,9 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
 	__tsan_switch_to_fiber(ns->san_fiber, 0);
 #endif
 	(void)ns;
-	resumed(cbcmn__ctx_jump(&t->sp, n->sp, n), s);
+	/* n suspended here too, typically (it blocked straight into another
+	 * task as t does now): the RET's prediction is right. */
+	resumed(cbcmn__ctx_jump_ret(&t->sp, n->sp, n), s);
 }
 
 /* The task woken into e's slot, taken to run straight after t, which
@@ -1038,9 +1040,23 @@ void cbcmn__suspend(struct cbcmn_task *t)
 		switch_to_sched(e, t->stack, &t->sp);
 }
 
-void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
+/* t, just made READY by waker (e, or NULL outside the runtime), to its
+ * queue: counted out of the blocked and, for an actor, out of waiting. */
+static void wake_ready(struct cbcmn_task *t, struct cbcmn__exec *waker)
 {
 	struct cbcmn_runtime *rt = t->rt;
+	CBCMN_PROBE3(wake, waker ? (int)waker->id : -1, t->exec ? (int)t->exec->id : -1,
+		     rt->seg.rt_id);
+	/* It blocked on t->exec, which counted it (run_task); stable until
+	 * we schedule it. */
+	cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
+	if (__builtin_expect(cbcmn__is_actor_task(t), 0))
+		cbcmn__actor_waits(t->exec, -1);
+	cbcmn__schedule(rt, t, waker);
+}
+
+void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
+{
 	uint32_t s = atomic_load_explicit(&t->state, memory_order_acquire);
 	for (;;) {
 		if (s == CBCMN__T_PARKING) {
@@ -1054,20 +1070,33 @@ void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker)
 			if (atomic_compare_exchange_weak_explicit(&t->state, &s, CBCMN__T_READY,
 								  memory_order_acq_rel,
 								  memory_order_acquire)) {
-				CBCMN_PROBE3(wake, waker ? (int)waker->id : -1,
-					     t->exec ? (int)t->exec->id : -1, rt->seg.rt_id);
-				/* It blocked on t->exec, which counted it
-				 * (run_task); stable until we schedule it. */
-				cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
-				if (__builtin_expect(cbcmn__is_actor_task(t), 0))
-					cbcmn__actor_waits(t->exec, -1);
-				cbcmn__schedule(rt, t, waker);
+				wake_ready(t, waker);
 				return;
 			}
 		} else {
 			return; /* not waiting: a late wake has nothing to do */
 		}
 	}
+}
+
+/* The compare-and-swaps above settle two races: a waker against the
+ * executor's run_post() while t is PARKING, and wakers against each other.
+ * A claimed wait has one waker (iwait.h: one claim succeeds, and its
+ * claimer alone wakes the task; the task resumes only from that wake), so
+ * once t is BLOCKED, which run_post() alone made it, nobody else writes its
+ * state before we queue it: a store makes it READY.  A locked instruction
+ * less per wake (a fiber actor's hop: docs/ACTORS.md, "The hop's fast
+ * path"); the release the waiter's resume pairs with is the queue's, as
+ * after the CAS. */
+void cbcmn__wake_claimed(struct cbcmn_task *t, struct cbcmn__exec *waker)
+{
+	/* acquire: pairs with run_post()'s CAS (t is off its stack). */
+	if (atomic_load_explicit(&t->state, memory_order_acquire) != CBCMN__T_BLOCKED) {
+		cbcmn__wake_task(t, waker); /* PARKING: run_post() may still race us */
+		return;
+	}
+	atomic_store_explicit(&t->state, CBCMN__T_READY, memory_order_relaxed);
+	wake_ready(t, waker);
 }
 
 void cbcmn__waiter_wake(struct cbcmn__waiter *w, struct cbcmn__exec *waker)

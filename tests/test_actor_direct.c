@@ -624,6 +624,146 @@ static void test_a_following_handler_actors_host_is_kicked(void **state)
 	order_run(follow_handler_spawn);
 }
 
+/* ---- wakes racing cancellation (sched.c, cbcmn__wake_claimed()) ---- */
+
+/* A receiver's wake by the sender that claimed its wait is a store, not a
+ * CAS, once the receiver is BLOCKED: nobody else may wake it then.  So
+ * three claimers race here for each blocked receive: a sender on an
+ * executor, a plain thread (its wake from outside the runtime), the
+ * nursery's cancellation, and half the receives' timers.  Each message
+ * comes once and in order per sender (a second wake would run a receiver
+ * twice: lost or repeated messages, a crash, or TSan's report), and every
+ * receiver ends once, cancelled. */
+#define WR_RX 4
+#define WR_ROUNDS 120
+
+struct wrace {
+	cbcmn_runtime *rt;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref rx[WR_RX];
+	_Atomic int go, stop;
+	_Atomic long started, got, sent, bad, ended;
+};
+
+struct wr_member {
+	struct wrace *w;
+	uint32_t i;
+};
+
+static int64_t wr_rx(cbcmn_cx *cx, void *arg)
+{
+	struct wr_member *me = arg;
+	struct wrace *w = me->w;
+	uint64_t next[2] = {0, 0}; /* per sender (0: the task, 1: the thread) */
+	cbcmn_actor_msg m;
+	atomic_fetch_add(&w->started, 1);
+	for (uint64_t k = 0;; k++) {
+		int rc = cbcmn_actor_receive(cx, &m, me->i % 2 ? k % 3 * 1000 : CBCMN_ACTOR_FOREVER);
+		if (rc == -ETIMEDOUT)
+			continue;
+		if (rc) {
+			if (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN)
+				atomic_fetch_add(&w->bad, 1);
+			atomic_fetch_add(&w->ended, 1);
+			return 0;
+		}
+		uint64_t from = m.body.u64[0], seq = m.body.u64[1];
+		if (from > 1 || seq != next[from])
+			atomic_fetch_add(&w->bad, 1); /* lost, twice or out of order */
+		else
+			next[from]++;
+		atomic_fetch_add(&w->got, 1);
+	}
+}
+
+/* Sends (from, seq) round the receivers until stopped; seq counts the
+ * sends that succeeded, per receiver. */
+static void wr_send_all(struct wrace *w, cbcmn_cx *cx, uint64_t from)
+{
+	uint64_t seq[WR_RX] = {0};
+	for (uint32_t k = 0; !atomic_load(&w->stop); k++) {
+		uint32_t i = k % WR_RX;
+		cbcmn_actor_msg m = msg(M_DATA, from, seq[i]);
+		int rc = cx ? cbcmn_actor_send_timeout(NULL, cx, w->rx[i], &m, 1000000)
+			    : cbcmn_actor_try_send(w->rt, NULL, w->rx[i], &m);
+		if (rc == 0) {
+			seq[i]++;
+			atomic_fetch_add(&w->sent, 1);
+		} else if (rc == CBCMN_ECANCELED) {
+			return;
+		}
+	}
+}
+
+static int64_t wr_tx(cbcmn_cx *cx, void *arg)
+{
+	wr_send_all(arg, cx, 0);
+	return 0;
+}
+
+static void *wr_thread(void *arg)
+{
+	struct wrace *w = arg;
+	while (!atomic_load(&w->go))
+		;
+	wr_send_all(w, NULL, 1);
+	return NULL;
+}
+
+static int64_t wr_root(cbcmn_cx *cx, void *arg)
+{
+	struct wrace *w = arg;
+	static struct wr_member mem[WR_RX];
+	TASK_CHECK(open_n(cx, &w->n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2};
+	for (uint32_t i = 0; i < WR_RX; i++) {
+		mem[i] = (struct wr_member){w, i};
+		TASK_CHECK(cbcmn_actor_spawn(cx, w->n, wr_rx, &mem[i], &ao, &w->rx[i]) == 0);
+	}
+	/* Each in its receive first: one cancelled before it ran would end
+	 * unstarted, no receive to race. */
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&w->started) < WR_RX && t_now_ns() < until)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, w->n, 1, wr_tx, w, NULL) == 0);
+	atomic_store(&w->go, 1);
+	/* 0-200 us of sends, then the cancellation among them. */
+	uint64_t end = t_now_ns() + (uint64_t)(t_now_ns() % 200) * 1000;
+	while (t_now_ns() < end)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_cancel(w->n) == 0);
+	(void)cbcmn_nursery_await_all(cx, w->n);
+	return 0;
+}
+
+static void test_wakes_racing_cancellation_run_each_receiver_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	static struct wrace w;
+	long got = 0, sent = 0;
+	for (int r = 0; r < STRESS(WR_ROUNDS); r++) {
+		memset(&w, 0, sizeof(w));
+		w.rt = rt;
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, wr_thread, &w), 0);
+		int64_t res;
+		int rc = cbcmn_runtime_run(rt, wr_root, &w, &res);
+		atomic_store(&w.go, 1); /* in case the root failed early */
+		atomic_store(&w.stop, 1);
+		pthread_join(th, NULL);
+		assert_int_equal(rc, 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&w.bad), 0);
+		assert_int_equal(atomic_load(&w.ended), WR_RX);
+		assert_true(atomic_load(&w.got) <= atomic_load(&w.sent));
+		got += atomic_load(&w.got);
+		sent += atomic_load(&w.sent);
+	}
+	assert_true(got > 0); /* the race was run: messages came */
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -638,6 +778,7 @@ int main(void)
 		cmocka_unit_test(test_ping_pong_beside_a_computing_task_lets_it_run_pinned),
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_unpinned),
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_pinned),
+		cmocka_unit_test(test_wakes_racing_cancellation_run_each_receiver_once),
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

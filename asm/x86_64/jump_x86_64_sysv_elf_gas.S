@@ -36,9 +36,17 @@
  * compare reads MXCSR and CW back in two loads that each match one store
  * (one 8-byte load over both would defeat store-to-load forwarding).
  *
- * The switch ends in an indirect jump, not a RET: a RET would always miss
- * the return stack buffer (it predicts the caller of *this* jump), which
- * costs about as much as the rest of the switch.
+ * The switch ends in an indirect jump, not a RET: a RET would miss the
+ * return stack buffer whenever the target was suspended elsewhere than
+ * this jump's caller (it predicts the caller of *this* jump), which costs
+ * about as much as the rest of the switch: the scheduler's loop and its
+ * tasks.  cbcmn__ctx_jump_ret ends in a RET, for a switch between two
+ * contexts that each suspended through the same call (a task blocking
+ * straight into another, sched.c's switch_direct()): there the RET's
+ * prediction is right, and so are all the returns the target makes after
+ * it, where the indirect jump left this caller's return address on the
+ * buffer and every one of them, a frame apart, missed (4 or 5 a fiber
+ * actor's hop: docs/ACTORS.md, "The hop's fast path").
  *
  * Everything else the ABI lets a callee clobber (rax, rcx, rdx, rsi, rdi,
  * r8-r11, vector registers, flags) is not saved: the compiler already
@@ -51,6 +59,8 @@
 	.align	16
 cbcmn__ctx_jump:
 	.cfi_startproc
+	xorl	%r10d, %r10d		/* r10d = 0: continue with the indirect jump */
+.Lsave_all:
 	leaq	-0x38(%rsp), %rsp	/* room for the frame below the return address */
 	.cfi_adjust_cfa_offset 0x38
 	stmxcsr	0x00(%rsp)		/* save MXCSR (control + sticky status bits) */
@@ -61,12 +71,24 @@ cbcmn__ctx_jump:
 	.cfi_endproc
 	.size	cbcmn__ctx_jump,.-cbcmn__ctx_jump
 
+	.globl	cbcmn__ctx_jump_ret
+	.hidden	cbcmn__ctx_jump_ret
+	.type	cbcmn__ctx_jump_ret,@function
+	.align	16
+cbcmn__ctx_jump_ret:
+	.cfi_startproc
+	movl	$1, %r10d		/* r10d = 1: continue with a RET */
+	jmp	.Lsave_all
+	.cfi_endproc
+	.size	cbcmn__ctx_jump_ret,.-cbcmn__ctx_jump_ret
+
 	.globl	cbcmn__ctx_jump_fp
 	.hidden	cbcmn__ctx_jump_fp
 	.type	cbcmn__ctx_jump_fp,@function
 	.align	16
 cbcmn__ctx_jump_fp:
 	.cfi_startproc
+	xorl	%r10d, %r10d		/* the indirect jump */
 	leaq	-0x38(%rsp), %rsp	/* room for the frame below the return address */
 	.cfi_adjust_cfa_offset 0x38
 	movq	%rcx, 0x00(%rsp)	/* the known MXCSR and CW, as one word */
@@ -95,14 +117,21 @@ cbcmn__ctx_jump_fp:
 	movq	0x20(%rsp), %r15
 	movq	0x28(%rsp), %rbx
 	movq	0x30(%rsp), %rbp
+	movq	%rdx, %rax		/* xfer: return value of the resumed jump */
+	movq	%rdx, %rdi		/* xfer: first argument of a fresh entry */
+	testl	%r10d, %r10d
+	jnz	3f
 	movq	0x38(%rsp), %r8		/* where the target continues */
 	leaq	0x40(%rsp), %rsp	/* pop the frame and the return address */
 	.cfi_adjust_cfa_offset -0x40
-	movq	%rdx, %rax		/* xfer: return value of the resumed jump */
-	movq	%rdx, %rdi		/* xfer: first argument of a fresh entry */
 	jmp	*%r8			/* into the target context */
-1:
+3:
 	.cfi_adjust_cfa_offset 0x40
+	leaq	0x38(%rsp), %rsp	/* pop the frame: the return address is next */
+	.cfi_adjust_cfa_offset -0x38
+	ret				/* into the target context, as predicted */
+1:
+	.cfi_adjust_cfa_offset 0x38
 	ldmxcsr	0x00(%rsp)		/* restore MXCSR */
 	fldcw	0x04(%rsp)		/* restore x87 control word */
 	jmp	2b
