@@ -629,12 +629,21 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 {
 	uint64_t *f = field(t, comp);
 	if (off_fiber(t)) {
-		/* What it cannot pay is spent to 0: t's own next cost of comp
-		 * waits, on its fiber. */
+		/* What it cannot pay is spent to 0, and the rest is t's debt,
+		 * which its cbcmn_blocking() call pays back on t's fiber
+		 * (waiting, or ending t, there).  On a thread that runs no
+		 * call of t's (a cx handed to a plain thread) it is lost. */
 		if (!fold_refunds(t))
 			(void)self_recharge(t, comp);
-		if (*f != U)
-			*f -= *f < amount ? *f : amount;
+		if (*f == U || *f >= amount) {
+			if (*f != U)
+				*f -= amount;
+			return;
+		}
+		uint64_t *debt = cbcmn__blocking_debt(t, comp);
+		if (debt)
+			*debt = sat_add(*debt, amount - *f);
+		*f = 0;
 		return;
 	}
 	while (*f != U && *f < amount) {

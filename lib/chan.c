@@ -283,8 +283,10 @@ static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const v
 static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
 {
 	/* Our own executor: a woken task lands in its next-task slot and
-	 * runs as soon as we block or yield.  Outside: the inject queue. */
-	return self ? self->exec : NULL;
+	 * runs as soon as we block or yield.  Outside, and from a
+	 * cbcmn_blocking() function's thread with our cx (that slot is the
+	 * executor's own): the inject queue. */
+	return self && cbcmn__is_running(self) ? self->exec : NULL;
 }
 
 /* ---- operations ------------------------------------------------------------ */

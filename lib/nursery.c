@@ -406,6 +406,10 @@ int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n)
 		return -EPERM;
 	if (!self && cbcmn__on_executor(n->rt))
 		return -EDEADLK;
+	/* Its opener's context on another thread (a cbcmn_blocking()
+	 * function's): the wait would park that thread as its fiber. */
+	if (self && !cbcmn__is_running(self))
+		return -EPERM;
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return -EINVAL; /* already being awaited */
 	/* A halt never waits (cbcmn__task_halting()): a nursery opened

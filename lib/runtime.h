@@ -1103,6 +1103,10 @@ bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t);
  * threads; call it once no task is alive, before the executors stop. */
 int cbcmn__blocking_init(struct cbcmn_runtime *rt);
 void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
+/* Where a cost of comp that t could not pay off its fiber is kept as t's
+ * debt: the job this pool thread runs for t (its cbcmn_blocking() call
+ * pays it as it returns to t's fiber), or NULL on any other thread. */
+uint64_t *cbcmn__blocking_debt(const struct cbcmn_task *t, int comp);
 
 /* signal.c */
 int cbcmn__signal_init(void);
