@@ -112,6 +112,12 @@ int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 		return CBCMN_EWRONGRT;
 	if (!self && cbcmn__on_executor(rt))
 		return -EDEADLK;
+	/* Its opener's context on another thread (a cbcmn_blocking()
+	 * function's): nothing could be spawned into it there, nor awaited,
+	 * and it would be listed and counted as if that thread were the
+	 * task's executor. */
+	if (self && !cbcmn__is_running(self))
+		return -EPERM;
 	cbcmn__stack_check(self);
 	return cbcmn__nursery_open(rt, self, out);
 }

@@ -616,6 +616,15 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 {
 	return cbcmn__on_executor(t->rt) && cbcmn__tls_exec->current == t;
 }
+/* t's executor when t is the task running on the calling thread, else
+ * NULL: a thread outside the runtime, or a cbcmn_blocking() function's
+ * given t's context, must not touch what is that executor's own (its
+ * next-task slot, its single-writer gauges): it counts and wakes as a
+ * thread outside does. */
+static inline struct cbcmn__exec *cbcmn__exec_if_running(const struct cbcmn_task *t)
+{
+	return t && cbcmn__is_running(t) ? t->exec : NULL;
+}
 /* cbcmn_runtime_destroy(); open_ok: even while a thread's nursery is open
  * (janus_rt_shutdown(), void, cannot say busy: that nursery is lost). */
 int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok);

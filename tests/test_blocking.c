@@ -2,6 +2,7 @@
  * blocks the executors, lazy threads, cancellation before and during fn,
  * the claim-versus-cancel race, misuse, and threads joined at destroy. */
 #include "cbcmn_actor.h"
+#include "cbcmn_chan.h"
 #include "helpers.h"
 
 #include <errno.h>
@@ -845,7 +846,9 @@ enum off_call {
 	OFF_ACTOR_MONITOR,
 	OFF_ACTOR_DEMONITOR,
 	OFF_ACTOR_LINK,
-	OFF_ACTOR_TRY_SEND, /* a try-call: works */
+	OFF_NURSERY_OPEN,
+	OFF_ACTOR_TRY_SEND, /* the try-calls: work */
+	OFF_CHAN_TRY_RESERVE,
 	OFF_N
 };
 
@@ -855,6 +858,8 @@ struct off_cx {
 	cbcmn_task *child;    /* OFF_JOIN's */
 	cbcmn_nursery *n;     /* OFF_AWAIT's, OFF_ACTOR_SPAWN's */
 	cbcmn_actor_ref peer; /* the actor calls' */
+	cbcmn_chan *c;        /* OFF_CHAN_TRY_RESERVE's */
+	cbcmn_chan_permit permit;
 	int64_t rc;
 };
 
@@ -886,7 +891,12 @@ static int64_t off_call_fn(void *arg)
 	case OFF_ACTOR_MONITOR: return cbcmn_actor_monitor(o->cx, o->peer, &mon);
 	case OFF_ACTOR_DEMONITOR: return cbcmn_actor_demonitor(o->cx, o->peer, 1);
 	case OFF_ACTOR_LINK: return cbcmn_actor_link(o->cx, o->peer);
+	case OFF_NURSERY_OPEN: {
+		cbcmn_nursery *n;
+		return cbcmn_nursery_open(cbcmn_cx_runtime(o->cx), o->cx, &n);
+	}
 	case OFF_ACTOR_TRY_SEND: return cbcmn_actor_try_send(NULL, o->cx, o->peer, &m);
+	case OFF_CHAN_TRY_RESERVE: return cbcmn_chan_try_reserve(o->cx, o->c, &o->permit);
 	case OFF_N: break;
 	}
 	return -EINVAL;
@@ -906,7 +916,11 @@ static int64_t off_caller(cbcmn_cx *cx, void *arg)
 	if (o->call == OFF_ACTOR_SEND || o->call == OFF_ACTOR_SEND_TIMEOUT)
 		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, o->peer, &m) == 0); /* now full */
 	o->cx = cx;
+	TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &o->c) == 0);
 	TASK_CHECK(cbcmn_blocking(cx, off_call_fn, o, &o->rc) == 0);
+	if (o->call == OFF_CHAN_TRY_RESERVE && o->rc == 0) /* its owner, on its fiber */
+		TASK_CHECK(cbcmn_chan_abort(cx, &o->permit) == 0);
+	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
 	int64_t r;
 	TASK_CHECK(cbcmn_task_join(cx, o->child, &r) == 0);
 	cbcmn_nursery_cancel(o->n);
@@ -932,7 +946,7 @@ static void test_blocking_calls_off_its_fiber_are_refused(void **state)
 	for (int c = 0; c < OFF_N; c++) {
 		struct off_cx o = {.call = c, .rc = 12345};
 		t_run(rt, off_opener, &o, 0);
-		if (c == OFF_ACTOR_TRY_SEND)
+		if (c >= OFF_ACTOR_TRY_SEND)
 			assert_int_equal(o.rc, 0);
 		else if (o.rc != -EPERM)
 			fail_msg("call %d off its fiber returned %lld, not -EPERM", c, (long long)o.rc);

@@ -668,7 +668,9 @@ CBCMN_API void cbcmn_free(void *p);
  * the runtime opens it (that thread then awaits it).  CBCMN_ENOSCHED in the
  * core profile.  A nursery cannot
  * outlive its opener: a task must await every nursery it opened before it
- * returns.  Returns 0, -EINVAL, -ENOMEM or CBCMN_EWRONGRT. */
+ * returns.  Returns 0, -EINVAL, -ENOMEM, CBCMN_EWRONGRT, or -EPERM (cx is
+ * a task's context used on another thread: a cbcmn_blocking()
+ * function's). */
 CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out);
 
 /* Spawn fn(cx, arg) as a child of n.  cx is the calling task, or NULL from
