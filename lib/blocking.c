@@ -53,8 +53,8 @@ struct job {
 	void *arg;
 	int64_t result;                /* written by the pool thread before its release */
 	struct cbcmn_task *task;       /* whose call it is */
-	/* What fn's costs with the task's cx could not pay, by component
-	 * (not ops: their debt is the countdown's); like result. */
+	/* What fn's costs with the task's cx came to, by component, for
+	 * the task to pay on its fiber (cbcmn__charge_off()); like result. */
 	uint64_t debt[CBCMN__B_N];
 	struct job *prev, *next;       /* the queue, under the pool lock */
 	_Atomic uint32_t state;        /* J_* */
@@ -364,6 +364,8 @@ static void pay_debt(struct cbcmn_task *t, const struct job *j)
 	for (int c = CBCMN__B_OPS + 1; c < CBCMN__B_N; c++)
 		if (__builtin_expect(j->debt[c] != 0, 0))
 			cbcmn__charge_slow(t, c, j->debt[c]);
+	if (__builtin_expect(j->debt[CBCMN__B_OPS] != 0, 0))
+		cbcmn__charge_ops(t, j->debt[CBCMN__B_OPS]);
 }
 
 int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *result)

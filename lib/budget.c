@@ -654,6 +654,32 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 		*f -= amount;
 }
 
+void cbcmn__charge_off(struct cbcmn_task *t, int comp, uint64_t amount)
+{
+	/* The job this thread runs for t keeps the whole cost, its op
+	 * included, for t to pay on its fiber (blocking.c's pay_debt()). */
+	uint64_t *ops = cbcmn__blocking_debt(t, CBCMN__B_OPS);
+	if (ops) {
+		*ops = sat_add(*ops, 1);
+		if (comp != CBCMN__B_OPS)
+			*cbcmn__blocking_debt(t, comp) = sat_add(*cbcmn__blocking_debt(t, comp), amount);
+		return;
+	}
+	/* A cx handed to a plain thread (misuse: t may be running): only
+	 * count, the ops as a debt t's next window pays. */
+	t->countdown--;
+	if (comp != CBCMN__B_OPS)
+		cbcmn__charge_slow(t, comp, amount);
+}
+
+void cbcmn__charge_ops(struct cbcmn_task *t, uint64_t n)
+{
+	/* Below 0: pay_window() pays it as a window's debt. */
+	t->countdown -= n > INT64_MAX ? INT64_MAX : (int64_t)n;
+	if (t->countdown <= 0)
+		cbcmn__charge_window(t);
+}
+
 /* Memory the runtime allocates for t (a child's stack, a channel's
  * buffer): no op, only bytes.  Returns what was charged (0 when t's memory
  * is unlimited: nothing to give back later). */

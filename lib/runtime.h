@@ -796,6 +796,11 @@ uint64_t cbcmn__charge_memory(struct cbcmn_task *t, uint64_t amount);
 void cbcmn__refund_memory(struct cbcmn_task *t, uint64_t amount);
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__charge_window(struct cbcmn_task *t);
+/* cbcmn__charge() on a thread that is no executor: a cbcmn_blocking()
+ * function's, given t's context (budget.c). */
+void cbcmn__charge_off(struct cbcmn_task *t, int comp, uint64_t amount);
+/* t, back on its fiber, pays n ops spent off it (blocking.c). */
+void cbcmn__charge_ops(struct cbcmn_task *t, uint64_t n);
 /* For the janus ABI: pay-or-fail and subtract-only (budget.c). */
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
@@ -868,6 +873,14 @@ static inline void cbcmn__budget_set_unlimited(struct cbcmn_task *t)
  * path is inline: a countdown and a compare; the rest is budget.c's. */
 static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
 {
+	/* Not on an executor: a cbcmn_blocking() function's cost with t's
+	 * context, made while t parks, which its executor may still be
+	 * finishing (an actor's park reads its countdown): touch nothing
+	 * of t's there. */
+	if (__builtin_expect(!cbcmn__tls_exec, 0)) {
+		cbcmn__charge_off(t, comp, amount);
+		return;
+	}
 	cbcmn__stack_check(t);
 	if (__builtin_expect(--t->countdown <= 0, 0))
 		cbcmn__charge_window(t);
