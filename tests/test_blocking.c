@@ -863,10 +863,13 @@ struct off_cx {
 	int64_t rc;
 };
 
+/* Alive (the peer of the actor calls, the child joined) until the
+ * nursery is cancelled at the end: a peer that had halted made the
+ * try_send -ESRCH on a slow host. */
 static int64_t off_nothing(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
-	(void)cbcmn_sleep(cx, 1000000); /* cancelled at the end */
+	(void)cbcmn_sleep(cx, T_STALL_NS);
 	return 0;
 }
 
@@ -921,9 +924,9 @@ static int64_t off_caller(cbcmn_cx *cx, void *arg)
 	if (o->call == OFF_CHAN_TRY_RESERVE && o->rc == 0) /* its owner, on its fiber */
 		TASK_CHECK(cbcmn_chan_abort(cx, &o->permit) == 0);
 	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
+	cbcmn_nursery_cancel(o->n);
 	int64_t r;
 	TASK_CHECK(cbcmn_task_join(cx, o->child, &r) == 0);
-	cbcmn_nursery_cancel(o->n);
 	cbcmn_nursery_await_all(cx, o->n);
 	return 0;
 }
