@@ -31,6 +31,7 @@
  * that lock, and are handed work LIFO so that surplus threads time out.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
@@ -151,6 +152,15 @@ uint64_t *cbcmn__blocking_debt(const struct cbcmn_task *t, int comp)
 
 static void run_job(struct cbcmn__blocking_pool *p, struct job *j)
 {
+	/* Not before the task has left its fiber: its executor, finishing
+	 * the park, still reads its fields (an actor's countdown,
+	 * actor_sched.c), which fn may write through its cx (a
+	 * CBCMN_CHECKPOINT(), a macro: TSan,
+	 * test_checkpoints_of_an_actor_s_blocking_function).  A switch
+	 * away: far less than this thread's own wake-up.  acquire: pairs
+	 * with run_post()'s CAS to BLOCKED (sched.c). */
+	while (atomic_load_explicit(&j->task->state, memory_order_acquire) == CBCMN__T_PARKING)
+		sched_yield();
 	tls_job = j;
 	j->result = j->fn(j->arg);
 	tls_job = NULL;

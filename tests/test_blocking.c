@@ -958,6 +958,45 @@ static void test_blocking_calls_off_its_fiber_are_refused(void **state)
 	t_watchdog_stop();
 }
 
+/* An actor's cbcmn_blocking() function that checkpoints with its cx (as
+ * cbcmn.h tells it to): the pool thread took the job at once and wrote the
+ * countdown (the macro's decrement) while the executor, finishing the
+ * actor's park, read it (actor_sched.c quantum_left()): a data race
+ * (TSan).  The job now starts once the task has left its fiber. */
+static int64_t ck_fn(void *arg)
+{
+	cbcmn_cx *cx = arg;
+	for (int i = 0; i < 3000; i++)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t ck_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 200; i++)
+		TASK_CHECK(cbcmn_blocking(cx, ck_fn, cx, NULL) == 0);
+	return 0;
+}
+
+static int64_t ck_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 4; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, ck_actor, arg, NULL, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_checkpoints_of_an_actor_s_blocking_function(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run(rt, ck_main, NULL, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -975,6 +1014,7 @@ int main(void)
 		T_WATCHED_TEST(test_costs_on_a_pool_thread_with_a_tasks_cx_only_count),
 		T_WATCHED_TEST(test_checkpoints_on_a_pool_thread_stay_the_tasks_debt),
 		T_WATCHED_TEST(test_blocking_calls_off_its_fiber_are_refused),
+		T_WATCHED_TEST(test_checkpoints_of_an_actor_s_blocking_function),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};
