@@ -112,6 +112,7 @@ struct host {
 	/* A handler actor's halt runs (its drop, its fini): the host's sends
 	 * take the lock path (cbcmn__sends_locked()). */
 	bool halting;
+	struct cbcmn__hnd *halt_one;          /* the one hnd_halt() halts */
 	struct tmo *tmo;                      /* receive deadlines: a min-heap */
 	uint32_t ntmo, tmo_cap;
 	uint32_t narmed, nstale;              /* its live and stale entries */
@@ -615,6 +616,21 @@ static void held_drop(struct cbcmn__hnd *h)
 #define SPARE_MAX 64u
 
 /* Halt handler actor h (held by the host) with reason; free it. */
+/* hnd_halt()'s halt of host->halt_one by host task t, under a landing pad
+ * of its own: a drop or fini that runs the host's budget out (or
+ * overflows) ends that callback, as a fiber actor's does, and this is
+ * called again, the halt going on from where it was (actor.c,
+ * halt_finish()).  It landed on the host task's pad and ended the whole
+ * host, every handler actor on it halted
+ * (test_handler_drop_out_of_budget_ends_the_drop_not_the_host).  The halt
+ * never waits nor moves (cbcmn__task_halting()): t->exec is e still. */
+static int64_t halt_one(struct cbcmn_task *t, int64_t reason)
+{
+	struct host *host = t->arg;
+	struct cbcmn__hnd *h = host->halt_one;
+	return cbcmn__actor_halt_slot(h->a, reason, h->held_dropped, t->exec);
+}
+
 static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 		     struct cbcmn__exec *e)
 {
@@ -632,7 +648,10 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), waiting, -1);
 	/* Its DOWNs count it undelivered too (the mailbox's alone before:
 	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
-	reason = cbcmn__actor_halt_slot(a, reason, h->held_dropped, e);
+	struct cbcmn_task *self = e->current; /* the host task */
+	host->halt_one = h;
+	reason = cbcmn__actor_end_guarded(self, reason, halt_one);
+	host->halt_one = NULL;
 	host->halting = false;
 	/* As a task's end would tell its nursery (nursery.c): the first
 	 * failure is the host's result, and a real one cancels the siblings

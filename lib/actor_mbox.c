@@ -952,7 +952,7 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 }
 
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
-		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
+		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns, bool off)
 {
 	struct cbcmn__actor *me = cbcmn__actor_or_handler(self);
 	cbcmn_actor_msg copy = *m;
@@ -962,6 +962,13 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	 * or is ended there, leaves no trace (docs/BUDGETS.md). */
 	if (self)
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+	/* Off its fiber (a cbcmn_blocking() function's try_send with the
+	 * task's cx; send_entry() refused the waits): from me, but sent as a
+	 * thread outside the runtime sends.  The lanes, the trace ring and
+	 * the next-task slot are the task's executor's, which only that
+	 * executor's thread may touch. */
+	if (__builtin_expect(off, 0))
+		self = NULL;
 	/* Before the lock: the timer is armed under it. */
 	uint64_t deadline = mode == SEND_WAIT ? deadline_in(rt, timeout_ns) : UINT64_MAX;
 	bool lane_waited = false;
@@ -1094,6 +1101,12 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		      const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
+	/* A task's context used from another thread (a cbcmn_blocking()
+	 * function's): waiting would park that thread as the task's fiber.
+	 * Its try_send works (mb_send()). */
+	bool off = self && __builtin_expect(!cbcmn__is_running(self), 0);
+	if (off && mode == SEND_WAIT)
+		return -EPERM;
 	/* A handler never waits: its sends are try_sends (docs/ACTORS.md,
 	 * "Handler actors").  Nor does a halt's drop or fini: a wait there
 	 * parked the halting task inside its end, whose callers hold the
@@ -1105,7 +1118,7 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 			    timeout_ns != CBCMN_ACTOR_FOREVER);
 	if (rc)
 		return rc;
-	return mb_send(self, rt, to, m, mode, timeout_ns);
+	return mb_send(self, rt, to, m, mode, timeout_ns, off);
 }
 
 int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a, const cbcmn_actor_msg *m)

@@ -31,6 +31,7 @@
  * that lock, and are handed work LIFO so that surplus threads time out.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
@@ -52,6 +53,10 @@ struct job {
 	cbcmn_blocking_fn fn;
 	void *arg;
 	int64_t result;                /* written by the pool thread before its release */
+	struct cbcmn_task *task;       /* whose call it is */
+	/* What fn's costs with the task's cx came to, by component, for
+	 * the task to pay on its fiber (cbcmn__charge_off()); like result. */
+	uint64_t debt[CBCMN__B_N];
 	struct job *prev, *next;       /* the queue, under the pool lock */
 	_Atomic uint32_t state;        /* J_* */
 };
@@ -136,9 +141,29 @@ static struct worker *idle_pop(struct cbcmn__blocking_pool *p)
 
 /* ---- pool threads ---------------------------------------------------------- */
 
+/* The job this pool thread runs (NULL between jobs): its debts. */
+static __thread struct job *tls_job;
+
+uint64_t *cbcmn__blocking_debt(const struct cbcmn_task *t, int comp)
+{
+	struct job *j = tls_job;
+	return j && j->task == t ? &j->debt[comp] : NULL;
+}
+
 static void run_job(struct cbcmn__blocking_pool *p, struct job *j)
 {
+	/* Not before the task has left its fiber: its executor, finishing
+	 * the park, still reads its fields (an actor's countdown,
+	 * actor_sched.c), which fn may write through its cx (a
+	 * CBCMN_CHECKPOINT(), a macro: TSan,
+	 * test_checkpoints_of_an_actor_s_blocking_function).  A switch
+	 * away: far less than this thread's own wake-up.  acquire: pairs
+	 * with run_post()'s CAS to BLOCKED (sched.c). */
+	while (atomic_load_explicit(&j->task->state, memory_order_acquire) == CBCMN__T_PARKING)
+		sched_yield();
+	tls_job = j;
 	j->result = j->fn(j->arg);
+	tls_job = NULL;
 	/* Before the wake: the task's next call (which the wake lets happen)
 	 * then sees this thread as free and does not start another. */
 	atomic_fetch_sub_explicit(&p->nbusy, 1, memory_order_relaxed);
@@ -341,6 +366,18 @@ static int submit(struct cbcmn__blocking_pool *p, struct job *j)
 	return 0; /* a busy thread takes it when its turn comes */
 }
 
+/* Back on t's fiber: pay what fn's costs with t's cx left owing, as the
+ * costs themselves would have on it (waiting for a recharge, or ending t
+ * there): a function's try-sends cannot overspend t's budget. */
+static void pay_debt(struct cbcmn_task *t, const struct job *j)
+{
+	for (int c = CBCMN__B_OPS + 1; c < CBCMN__B_N; c++)
+		if (__builtin_expect(j->debt[c] != 0, 0))
+			cbcmn__charge_slow(t, c, j->debt[c]);
+	if (__builtin_expect(j->debt[CBCMN__B_OPS] != 0, 0))
+		cbcmn__charge_ops(t, j->debt[CBCMN__B_OPS]);
+}
+
 int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *result)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
@@ -364,7 +401,7 @@ int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *ar
 			 int64_t *result, uint64_t deadline, void (*interrupt)(void *arg))
 {
 	struct cbcmn__blocking_pool *p = self->rt->blocking;
-	struct job j = {.fn = fn, .arg = arg};
+	struct job j = {.fn = fn, .arg = arg, .task = self};
 	atomic_init(&j.state, J_QUEUED);
 	cbcmn__iwait_init(&j.iw, self); /* PARKING: no fiber switch until we block */
 	j.iw.kind = CBCMN__G_BLOCKING;
@@ -392,6 +429,7 @@ int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *ar
 		/* The acquire in iwait_block pairs with the pool thread's claim. */
 		if (result)
 			*result = j.result;
+		pay_debt(self, &j);
 		return 0;
 	}
 	rc = how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
@@ -428,5 +466,6 @@ int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *ar
 	(void)s; /* J_DONE here, always */
 	if (result)
 		*result = j.result;
+	pay_debt(self, &j);
 	return rc;
 }

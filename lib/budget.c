@@ -629,12 +629,21 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 {
 	uint64_t *f = field(t, comp);
 	if (off_fiber(t)) {
-		/* What it cannot pay is spent to 0: t's own next cost of comp
-		 * waits, on its fiber. */
+		/* What it cannot pay is spent to 0, and the rest is t's debt,
+		 * which its cbcmn_blocking() call pays back on t's fiber
+		 * (waiting, or ending t, there).  On a thread that runs no
+		 * call of t's (a cx handed to a plain thread) it is lost. */
 		if (!fold_refunds(t))
 			(void)self_recharge(t, comp);
-		if (*f != U)
-			*f -= *f < amount ? *f : amount;
+		if (*f == U || *f >= amount) {
+			if (*f != U)
+				*f -= amount;
+			return;
+		}
+		uint64_t *debt = cbcmn__blocking_debt(t, comp);
+		if (debt)
+			*debt = sat_add(*debt, amount - *f);
+		*f = 0;
 		return;
 	}
 	while (*f != U && *f < amount) {
@@ -643,6 +652,32 @@ void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount)
 	}
 	if (*f != U)
 		*f -= amount;
+}
+
+void cbcmn__charge_off(struct cbcmn_task *t, int comp, uint64_t amount)
+{
+	/* The job this thread runs for t keeps the whole cost, its op
+	 * included, for t to pay on its fiber (blocking.c's pay_debt()). */
+	uint64_t *ops = cbcmn__blocking_debt(t, CBCMN__B_OPS);
+	if (ops) {
+		*ops = sat_add(*ops, 1);
+		if (comp != CBCMN__B_OPS)
+			*cbcmn__blocking_debt(t, comp) = sat_add(*cbcmn__blocking_debt(t, comp), amount);
+		return;
+	}
+	/* A cx handed to a plain thread (misuse: t may be running): only
+	 * count, the ops as a debt t's next window pays. */
+	t->countdown--;
+	if (comp != CBCMN__B_OPS)
+		cbcmn__charge_slow(t, comp, amount);
+}
+
+void cbcmn__charge_ops(struct cbcmn_task *t, uint64_t n)
+{
+	/* Below 0: pay_window() pays it as a window's debt. */
+	t->countdown -= n > INT64_MAX ? INT64_MAX : (int64_t)n;
+	if (t->countdown <= 0)
+		cbcmn__charge_window(t);
 }
 
 /* Memory the runtime allocates for t (a child's stack, a channel's

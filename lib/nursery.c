@@ -112,6 +112,12 @@ int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out)
 		return CBCMN_EWRONGRT;
 	if (!self && cbcmn__on_executor(rt))
 		return -EDEADLK;
+	/* Its opener's context on another thread (a cbcmn_blocking()
+	 * function's): nothing could be spawned into it there, nor awaited,
+	 * and it would be listed and counted as if that thread were the
+	 * task's executor. */
+	if (self && !cbcmn__is_running(self))
+		return -EPERM;
 	cbcmn__stack_check(self);
 	return cbcmn__nursery_open(rt, self, out);
 }
@@ -406,6 +412,10 @@ int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n)
 		return -EPERM;
 	if (!self && cbcmn__on_executor(n->rt))
 		return -EDEADLK;
+	/* Its opener's context on another thread (a cbcmn_blocking()
+	 * function's): the wait would park that thread as its fiber. */
+	if (self && !cbcmn__is_running(self))
+		return -EPERM;
 	if (atomic_load_explicit(&n->closing, memory_order_relaxed))
 		return -EINVAL; /* already being awaited */
 	/* A halt never waits (cbcmn__task_halting()): a nursery opened

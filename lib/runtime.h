@@ -626,6 +626,15 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 {
 	return cbcmn__on_executor(t->rt) && cbcmn__tls_exec->current == t;
 }
+/* t's executor when t is the task running on the calling thread, else
+ * NULL: a thread outside the runtime, or a cbcmn_blocking() function's
+ * given t's context, must not touch what is that executor's own (its
+ * next-task slot, its single-writer gauges): it counts and wakes as a
+ * thread outside does. */
+static inline struct cbcmn__exec *cbcmn__exec_if_running(const struct cbcmn_task *t)
+{
+	return t && cbcmn__is_running(t) ? t->exec : NULL;
+}
 /* cbcmn_runtime_destroy(); open_ok: even while a thread's nursery is open
  * (janus_rt_shutdown(), void, cannot say busy: that nursery is lost). */
 int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok);
@@ -801,6 +810,11 @@ uint64_t cbcmn__charge_memory(struct cbcmn_task *t, uint64_t amount);
 void cbcmn__refund_memory(struct cbcmn_task *t, uint64_t amount);
 void cbcmn__charge_slow(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__charge_window(struct cbcmn_task *t);
+/* cbcmn__charge() on a thread that is no executor: a cbcmn_blocking()
+ * function's, given t's context (budget.c). */
+void cbcmn__charge_off(struct cbcmn_task *t, int comp, uint64_t amount);
+/* t, back on its fiber, pays n ops spent off it (blocking.c). */
+void cbcmn__charge_ops(struct cbcmn_task *t, uint64_t n);
 /* For the janus ABI: pay-or-fail and subtract-only (budget.c). */
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
@@ -873,6 +887,14 @@ static inline void cbcmn__budget_set_unlimited(struct cbcmn_task *t)
  * path is inline: a countdown and a compare; the rest is budget.c's. */
 static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
 {
+	/* Not on an executor: a cbcmn_blocking() function's cost with t's
+	 * context, made while t parks, which its executor may still be
+	 * finishing (an actor's park reads its countdown): touch nothing
+	 * of t's there. */
+	if (__builtin_expect(!cbcmn__tls_exec, 0)) {
+		cbcmn__charge_off(t, comp, amount);
+		return;
+	}
 	cbcmn__stack_check(t);
 	if (__builtin_expect(--t->countdown <= 0, 0))
 		cbcmn__charge_window(t);
@@ -1119,6 +1141,10 @@ bool cbcmn__yield_elsewhere(struct cbcmn__exec *e, const struct cbcmn_task *t);
  * threads; call it once no task is alive, before the executors stop. */
 int cbcmn__blocking_init(struct cbcmn_runtime *rt);
 void cbcmn__blocking_fini(struct cbcmn_runtime *rt);
+/* Where a cost of comp that t could not pay off its fiber is kept as t's
+ * debt: the job this pool thread runs for t (its cbcmn_blocking() call
+ * pays it as it returns to t's fiber), or NULL on any other thread. */
+uint64_t *cbcmn__blocking_debt(const struct cbcmn_task *t, int comp);
 
 /* signal.c */
 int cbcmn__signal_init(void);

@@ -1126,6 +1126,11 @@ int cbcmn_yield(cbcmn_cx *cx)
 	if (!cx)
 		return -EINVAL;
 	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	/* A task's context used from another thread (a cbcmn_blocking()
+	 * function's): the switch would suspend that thread as if it were
+	 * the task's fiber (a crash). */
+	if (__builtin_expect(!cbcmn__is_running(t), 0))
+		return -EPERM;
 	cbcmn__stack_check(t);
 	/* Not from a halt (a budget's fairness yield neither): the yield list
 	 * is stealable (cbcmn__yield_elsewhere()), and a halt must end on the

@@ -631,6 +631,10 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 	/* A thread join from an executor thread would block it: refuse. */
 	if (!self && cbcmn__on_executor(t->rt))
 		return -EDEADLK;
+	/* A task's join from another thread (a cbcmn_blocking() function's)
+	 * would park that thread as if it were the task's fiber. */
+	if (self && !cbcmn__is_running(self))
+		return -EPERM;
 	/* A halt never waits (cbcmn__task_halting()), nor runs t inline,
 	 * where t could park it: only an ended t is joined from there, and
 	 * the handle stays joinable otherwise.  acquire: as below. */

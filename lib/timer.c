@@ -216,6 +216,8 @@ int cbcmn_sleep(cbcmn_cx *cx, uint64_t ns)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	if (!self)
 		return -EINVAL;
+	if (!cbcmn__is_running(self))
+		return -EPERM; /* another thread with its cx: cbcmn_yield() */
 	cbcmn__stack_check(self);
 	if (cbcmn__task_cancelled(self))
 		return CBCMN_ECANCELED;

@@ -216,6 +216,94 @@ static void test_cluster_supervisor_recharges_a_ring_member(void **state)
 	assert_int_equal(rep.restarts, 0);
 }
 
+/* ---- a handler actor's drop that runs its host's budget out ---- */
+
+/* The host's budget pays its handler actors' drops.  One that runs it out
+ * ends that drop, as a fiber actor's does, and the halt goes on: the other
+ * handler actors of the host go on too (those whose calls the budget
+ * left can still pay).  It used to land on the host's own pad and end the
+ * whole host, every handler actor on it halted with CBCMN_EBUDGET. */
+#define HD_CALLS 3
+
+struct hdrop {
+	cbcmn_nursery *n;
+	cbcmn_cx *cx; /* the host's, as A's handler saw it */
+	cbcmn_actor_ref b;
+	_Atomic int b_ready, drops, alloc_returned, b_calls;
+};
+
+static int64_t hd_b(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	struct hdrop *hd = state;
+	if (m->type == M_QUIT)
+		return CBCMN_ACTOR_HALT;
+	atomic_fetch_add(&hd->b_calls, 1);
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t hd_a(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	struct hdrop *hd = state;
+	hd->cx = cx;
+	if (m->type == CBCMN_ACTOR_START) {
+		/* Into its own nursery, no options: on its own host. */
+		TASK_CHECK(cbcmn_actor_spawn_handler(cx, hd->n, hd_b, hd, NULL, &hd->b) == 0);
+		atomic_store(&hd->b_ready, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	/* One left in its mailbox for its drop, then halt. */
+	cbcmn_actor_msg left = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, cbcmn_actor_self(cx), &left) == 0);
+	return CBCMN_ACTOR_HALT;
+}
+
+static void hd_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct hdrop *hd = state;
+	atomic_fetch_add(&hd->drops, 1);
+	void *p = cbcmn_alloc(hd->cx, 1u << 20); /* past the host's memory: ends here */
+	atomic_store(&hd->alloc_returned, 1);
+	cbcmn_free(p);
+}
+
+static int64_t hd_main(cbcmn_cx *cx, void *arg)
+{
+	struct hdrop *hd = arg;
+	TASK_CHECK(open_n(cx, &hd->n) == 0);
+	cbcmn_budget b = {.memory = 1u << 16};
+	cbcmn_actor_opts o = {.budget = &b, .start = true, .drop = hd_drop};
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, hd->n, hd_a, hd, &o, &a) == 0);
+	while (!atomic_load(&hd->b_ready))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg go = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, a, &go) == 0);
+	while (!atomic_load(&hd->drops))
+		cbcmn_sleep(cx, 100000);
+	int rc = 0;
+	for (int i = 0; i < HD_CALLS && rc == 0; i++)
+		rc = cbcmn_actor_send(NULL, cx, hd->b, &go);
+	cbcmn_actor_msg quit = msg(M_QUIT, 0, 0);
+	if (rc == 0)
+		rc = cbcmn_actor_send(NULL, cx, hd->b, &quit);
+	int64_t r = cbcmn_nursery_await_all(cx, hd->n);
+	return rc ? rc : r;
+}
+
+static void test_handler_drop_out_of_budget_ends_the_drop_not_the_host(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hdrop hd = {0};
+	t_run(rt, hd_main, &hd, 0);
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&hd.drops), 1);
+	assert_int_equal(atomic_load(&hd.alloc_returned), 0);
+	assert_int_equal(atomic_load(&hd.b_calls), HD_CALLS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +312,7 @@ int main(void)
 		cmocka_unit_test(test_handler_member_ends_at_its_channel_ops),
 		cmocka_unit_test(test_service_member_asking_only_channel_ops_ends_at_them),
 		cmocka_unit_test(test_cluster_supervisor_recharges_a_ring_member),
+		cmocka_unit_test(test_handler_drop_out_of_budget_ends_the_drop_not_the_host),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 /* test_blocking: the blocking pool: results, a bounded pool that never
  * blocks the executors, lazy threads, cancellation before and during fn,
  * the claim-versus-cancel race, misuse, and threads joined at destroy. */
+#include "cbcmn_actor.h"
+#include "cbcmn_chan.h"
 #include "helpers.h"
 
 #include <errno.h>
@@ -824,6 +826,177 @@ static void test_idle_threads_end(void **state)
 	t_destroy(rt);
 }
 
+/* ---- blocking calls with the task's cx off its fiber ---- */
+
+/* Every call that may wait, given the task's context on a pool thread (a
+ * cbcmn_blocking() function's), would suspend that thread as if it were
+ * the task's fiber: it is refused with -EPERM, at once, and the try-calls
+ * work.  Before, only channels, spawn, I/O and cbcmn_blocking() refused:
+ * a yield or a sleep switched the pool thread onto the scheduler (a
+ * crash), a join or an await waited on it. */
+enum off_call {
+	OFF_YIELD,
+	OFF_SLEEP,
+	OFF_JOIN,
+	OFF_AWAIT,
+	OFF_ACTOR_SEND,
+	OFF_ACTOR_SEND_TIMEOUT,
+	OFF_ACTOR_RECEIVE,
+	OFF_ACTOR_SPAWN,
+	OFF_ACTOR_MONITOR,
+	OFF_ACTOR_DEMONITOR,
+	OFF_ACTOR_LINK,
+	OFF_NURSERY_OPEN,
+	OFF_ACTOR_TRY_SEND, /* the try-calls: work */
+	OFF_CHAN_TRY_RESERVE,
+	OFF_N
+};
+
+struct off_cx {
+	cbcmn_cx *cx;
+	enum off_call call;
+	cbcmn_task *child;    /* OFF_JOIN's */
+	cbcmn_nursery *n;     /* OFF_AWAIT's, OFF_ACTOR_SPAWN's */
+	cbcmn_actor_ref peer; /* the actor calls' */
+	cbcmn_chan *c;        /* OFF_CHAN_TRY_RESERVE's */
+	cbcmn_chan_permit permit;
+	int64_t rc;
+};
+
+/* Alive (the peer of the actor calls, the child joined) until the
+ * nursery is cancelled at the end: a peer that had halted made the
+ * try_send -ESRCH on a slow host. */
+static int64_t off_nothing(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	(void)cbcmn_sleep(cx, T_STALL_NS);
+	return 0;
+}
+
+static int64_t off_call_fn(void *arg)
+{
+	struct off_cx *o = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	uint64_t mon = 0;
+	int64_t r = 0;
+	switch (o->call) {
+	case OFF_YIELD: return cbcmn_yield(o->cx);
+	case OFF_SLEEP: return cbcmn_sleep(o->cx, 1000);
+	case OFF_JOIN: return cbcmn_task_join(o->cx, o->child, &r);
+	case OFF_AWAIT: return cbcmn_nursery_await_all(o->cx, o->n);
+	case OFF_ACTOR_SEND: return cbcmn_actor_send(NULL, o->cx, o->peer, &m);
+	case OFF_ACTOR_SEND_TIMEOUT: return cbcmn_actor_send_timeout(NULL, o->cx, o->peer, &m, 1000);
+	case OFF_ACTOR_RECEIVE: return cbcmn_actor_receive(o->cx, &m, 1000);
+	case OFF_ACTOR_SPAWN: {
+		cbcmn_actor_ref a;
+		return cbcmn_actor_spawn(o->cx, o->n, off_nothing, NULL, NULL, &a);
+	}
+	case OFF_ACTOR_MONITOR: return cbcmn_actor_monitor(o->cx, o->peer, &mon);
+	case OFF_ACTOR_DEMONITOR: return cbcmn_actor_demonitor(o->cx, o->peer, 1);
+	case OFF_ACTOR_LINK: return cbcmn_actor_link(o->cx, o->peer);
+	case OFF_NURSERY_OPEN: {
+		cbcmn_nursery *n;
+		return cbcmn_nursery_open(cbcmn_cx_runtime(o->cx), o->cx, &n);
+	}
+	case OFF_ACTOR_TRY_SEND: return cbcmn_actor_try_send(NULL, o->cx, o->peer, &m);
+	case OFF_CHAN_TRY_RESERVE: return cbcmn_chan_try_reserve(o->cx, o->c, &o->permit);
+	case OFF_N: break;
+	}
+	return -EINVAL;
+}
+
+/* An actor (so that the actor calls have a caller) that makes o->call
+ * off its fiber, then winds down on it. */
+static int64_t off_caller(cbcmn_cx *cx, void *arg)
+{
+	struct off_cx *o = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	TASK_CHECK(cbcmn_nursery_open(rt, cx, &o->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, o->n, off_nothing, NULL, &o->child) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, o->n, off_nothing, NULL, &ao, &o->peer) == 0);
+	cbcmn_actor_msg m = {.type = 1};
+	if (o->call == OFF_ACTOR_SEND || o->call == OFF_ACTOR_SEND_TIMEOUT)
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, o->peer, &m) == 0); /* now full */
+	o->cx = cx;
+	TASK_CHECK(cbcmn_chan_create(rt, 1, sizeof(long), &o->c) == 0);
+	TASK_CHECK(cbcmn_blocking(cx, off_call_fn, o, &o->rc) == 0);
+	if (o->call == OFF_CHAN_TRY_RESERVE && o->rc == 0) /* its owner, on its fiber */
+		TASK_CHECK(cbcmn_chan_abort(cx, &o->permit) == 0);
+	TASK_CHECK(cbcmn_chan_destroy(o->c) == 0);
+	cbcmn_nursery_cancel(o->n);
+	int64_t r;
+	TASK_CHECK(cbcmn_task_join(cx, o->child, &r) == 0);
+	cbcmn_nursery_await_all(cx, o->n);
+	return 0;
+}
+
+static int64_t off_opener(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, off_caller, arg, NULL, &a) == 0);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_blocking_calls_off_its_fiber_are_refused(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_blocking_calls_off_its_fiber_are_refused", T_WATCHDOG_S);
+	cbcmn_runtime *rt = t_runtime(2);
+	for (int c = 0; c < OFF_N; c++) {
+		struct off_cx o = {.call = c, .rc = 12345};
+		t_run(rt, off_opener, &o, 0);
+		if (c >= OFF_ACTOR_TRY_SEND)
+			assert_int_equal(o.rc, 0);
+		else if (o.rc != -EPERM)
+			fail_msg("call %d off its fiber returned %lld, not -EPERM", c, (long long)o.rc);
+	}
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
+/* An actor's cbcmn_blocking() function that checkpoints with its cx (as
+ * cbcmn.h tells it to): the pool thread took the job at once and wrote the
+ * countdown (the macro's decrement) while the executor, finishing the
+ * actor's park, read it (actor_sched.c quantum_left()): a data race
+ * (TSan).  The job now starts once the task has left its fiber. */
+static int64_t ck_fn(void *arg)
+{
+	cbcmn_cx *cx = arg;
+	for (int i = 0; i < 3000; i++)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t ck_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 200; i++)
+		TASK_CHECK(cbcmn_blocking(cx, ck_fn, cx, NULL) == 0);
+	return 0;
+}
+
+static int64_t ck_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < 4; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, ck_actor, arg, NULL, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_checkpoints_of_an_actor_s_blocking_function(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	t_run(rt, ck_main, NULL, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -840,6 +1013,8 @@ int main(void)
 		T_WATCHED_TEST(test_each_call_costs_a_syscall),
 		T_WATCHED_TEST(test_costs_on_a_pool_thread_with_a_tasks_cx_only_count),
 		T_WATCHED_TEST(test_checkpoints_on_a_pool_thread_stay_the_tasks_debt),
+		T_WATCHED_TEST(test_blocking_calls_off_its_fiber_are_refused),
+		T_WATCHED_TEST(test_checkpoints_of_an_actor_s_blocking_function),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};

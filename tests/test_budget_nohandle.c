@@ -219,6 +219,36 @@ static void test_costs_off_its_fiber_only_count(void **state)
 	t_watchdog_stop();
 }
 
+/* What it could not pay off its fiber is its debt, not spent to zero: its
+ * cbcmn_blocking() call pays it as it returns to its fiber, where nobody
+ * recharges it: it ends there.  Before, its channel_ops were clamped to 0
+ * and the two sends past its budget were free (s16 candidate issue). */
+static int64_t blocking_sender_goes_on(cbcmn_cx *cx, void *arg)
+{
+	struct off_fiber *o = arg;
+	call_off_fiber(cx, o, send_off_fiber);
+	o->sent += 100; /* not reached: it owes 2 channel_ops */
+	return 1;
+}
+
+static int64_t spawn_blocking_sender_goes_on(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_budget b = {.channel_ops = 1};
+	return run_off_fiber(cx, arg, blocking_sender_goes_on, &b);
+}
+
+static void test_costs_off_its_fiber_are_its_debt(void **state)
+{
+	(void)state;
+	t_watchdog_start("test_costs_off_its_fiber_are_its_debt", T_WATCHDOG_S);
+	cbcmn_runtime *rt = runtime(2);
+	struct off_fiber o = {0};
+	t_run(rt, spawn_blocking_sender_goes_on, &o, CBCMN_EBUDGET);
+	assert_int_equal(o.sent, 3);
+	t_destroy(rt);
+	t_watchdog_stop();
+}
+
 /* A long run of costs off its fiber: more than a countdown window
  * (yield_interval ops) of channel operations.  The window's end used to
  * yield, and pay for the next window (waiting, or ending the task),
@@ -667,6 +697,7 @@ int main(void)
 		cmocka_unit_test(test_ring_with_an_exhausted_member_without_handle_ends),
 		cmocka_unit_test(test_member_with_handle_waits_for_its_recharge),
 		cmocka_unit_test(test_costs_off_its_fiber_only_count),
+		cmocka_unit_test(test_costs_off_its_fiber_are_its_debt),
 		cmocka_unit_test(test_a_window_of_costs_off_its_fiber_only_counts),
 		cmocka_unit_test(test_blocking_channel_call_off_its_fiber_is_refused),
 		cmocka_unit_test(test_cancelled_task_out_of_budget_is_cancelled),

@@ -217,6 +217,57 @@ static void test_cluster_supervisor_recharges(void **state)
 	atomic_store(&task_bad_line, 0);    /* its join check saw the failure: expected */
 }
 
+/* Under cluster too, the opener's join ends an exhausted child, though a
+ * supervising ancestor could still recharge it: the join is the opener's
+ * word on that child, as its await_all's give-up is (docs/BUDGETS.md,
+ * "A task its opener is joining").  An ancestor that would keep it going
+ * recharges it before the opener waits. */
+static int64_t joining_middle(cbcmn_cx *cx, void *arg)
+{
+	struct sup *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {.ops = 1000};
+	cbcmn_spawn_opts o = {.budget = &ask};
+	cbcmn_task *h;
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, spinner, NULL, &o, &h) == 0);
+	int64_t gr = 0;
+	TASK_CHECK(cbcmn_task_join(cx, h, &gr) == 0);
+	s->recharge_rc = gr;
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t joining_supervisor(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget one = {.spawn_count = 1};
+	cbcmn_spawn_opts o = {.budget = &one};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, joining_middle, arg, &o, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_cluster_opener_join_ends_an_exhausted_child(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.profile = CBCMN_PROFILE_CLUSTER;
+	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT;
+	cbcmn_runtime *rt;
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+	struct sup s = {0};
+	int64_t r = -1;
+	atomic_store(&progress, 0);
+	assert_int_equal(cbcmn_runtime_run(rt, joining_supervisor, &s, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(s.recharge_rc, CBCMN_EBUDGET); /* the join's *result */
+	assert_int_equal(r, CBCMN_EBUDGET); /* its failure, through both await_alls */
+	assert_true(atomic_load(&progress) < 3000);
+	t_destroy(rt);
+}
+
 static void test_sovereign_is_explicit(void **state)
 {
 	(void)state;
@@ -257,6 +308,7 @@ int main(void)
 		T_WATCHED_TEST(test_service_is_implicit),
 		T_WATCHED_TEST(test_cluster_yields_every_512),
 		T_WATCHED_TEST(test_cluster_supervisor_recharges),
+		T_WATCHED_TEST(test_cluster_opener_join_ends_an_exhausted_child),
 		T_WATCHED_TEST(test_sovereign_is_explicit),
 		T_WATCHED_TEST(test_bad_profile),
 	};

@@ -563,12 +563,14 @@ CBCMN_API bool cbcmn_cx_cancelled(const cbcmn_cx *cx);
 
 /* Let other tasks run; the task is rescheduled behind them.  Costs no
  * budget.  Returns 0, CBCMN_ECANCELED if the task has been cancelled (it
- * should wind down and return), or -EINVAL for a NULL cx. */
+ * should wind down and return), -EINVAL for a NULL cx, or -EPERM (cx is
+ * a task's context used on another thread: a cbcmn_blocking()
+ * function's; the same for every call that may wait, docs/BLOCKING.md). */
 CBCMN_API int cbcmn_yield(cbcmn_cx *cx);
 
 /* Sleep for ns nanoseconds (of the virtual clock in lab mode).  Returns 0,
  * CBCMN_ECANCELED when the task is or gets cancelled (it wakes at once),
- * -EINVAL or -ENOMEM. */
+ * -EINVAL, -ENOMEM or -EPERM (cx used on another thread: cbcmn_yield()). */
 CBCMN_API int cbcmn_sleep(cbcmn_cx *cx, uint64_t ns);
 
 /* The runtime's clock in ns: CLOCK_MONOTONIC, or the virtual clock (from 0)
@@ -666,7 +668,9 @@ CBCMN_API void cbcmn_free(void *p);
  * the runtime opens it (that thread then awaits it).  CBCMN_ENOSCHED in the
  * core profile.  A nursery cannot
  * outlive its opener: a task must await every nursery it opened before it
- * returns.  Returns 0, -EINVAL, -ENOMEM or CBCMN_EWRONGRT. */
+ * returns.  Returns 0, -EINVAL, -ENOMEM, CBCMN_EWRONGRT, or -EPERM (cx is
+ * a task's context used on another thread: a cbcmn_blocking()
+ * function's). */
 CBCMN_API int cbcmn_nursery_open(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_nursery **out);
 
 /* Spawn fn(cx, arg) as a child of n.  cx is the calling task, or NULL from
@@ -754,7 +758,8 @@ CBCMN_API int cbcmn_nursery_spawn_ex(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_
  * waits: cbcmn_actor_opts.drop) with children still running, n is
  * cancelled and CBCMN_ECANCELED returned without waiting: n stays open,
  * awaited at its opener's end.  Returns -EINVAL for NULL, -EPERM when cx
- * is not n's opener (n is left untouched). */
+ * is not n's opener, or is its context used on another thread (a
+ * cbcmn_blocking() function's): n is left untouched. */
 CBCMN_API int64_t cbcmn_nursery_await_all(cbcmn_cx *cx, cbcmn_nursery *n);
 
 /* Cancel n: children that have not started never run (they end with
@@ -865,7 +870,9 @@ CBCMN_API int cbcmn_obligation_abort(cbcmn_cx *cx, cbcmn_obligation *o);
  * release the handle.  cx is the calling task, or NULL from a thread
  * outside the runtime.  Returns 0, -EINVAL, CBCMN_EJOINED when the handle
  * was already joined (detected while the runtime still holds it),
- * -EDEADLK for a NULL cx on one of the runtime's executor threads, or
+ * -EDEADLK for a NULL cx on one of the runtime's executor threads, -EPERM
+ * for a task's cx used on another thread (a cbcmn_blocking() function's),
+ * or
  * CBCMN_ECANCELED from an actor's drop (a halt never waits:
  * cbcmn_actor_opts.drop) while the task runs: the handle stays joinable.
  * A join never waits for a recharge it blocks: while t's opener (the task

@@ -257,7 +257,9 @@ CBCMN_API int cbcmn_actor_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn f
  * (cx's runtime); a thread outside the runtime passes rt and a NULL cx.  Returns 0 (delivered to the mailbox),
  * -ESRCH (a is dead, or halted while we waited: not taken),
  * CBCMN_ECANCELED (not taken), -EDEADLK (an actor to its own full mailbox,
- * or a NULL cx on an executor thread), -EINVAL, CBCMN_EWRONGRT. */
+ * or a NULL cx on an executor thread), -EPERM (a task's cx used on
+ * another thread: a cbcmn_blocking() function's, whose try_send works),
+ * -EINVAL, CBCMN_EWRONGRT. */
 CBCMN_API int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a,
 			       const cbcmn_actor_msg *m);
 
