@@ -166,14 +166,13 @@ struct cbcmn__actor {
 	 * they order the task's own fields). */
 	struct cbcmn__wheel_node wn;   /* on that executor's wheel, or NONE */
 	/* The prediction (docs/ACTORS.md "Prefetch: the next actor, one hop
-	 * early"): the actor its last send went to, that actor's receive
-	 * record then, and its resume hints then (hint_task, hint_sp, above).
-	 * Written by its own task's sends (actor_mbox.c, sending()), read by
-	 * the sends to it and by its pick, on any executor: relaxed.  Hints
-	 * only: prefetched, never read through. */
-	_Atomic(struct cbcmn__actor *) pf_to;
-	_Atomic(struct cbcmn__mb_wait *) pf_wait;
-	_Atomic(void *) pf_task, pf_sp;
+	 * early"): the actor its last send went to, and that actor's receive
+	 * record then.  Written by its own task's sends, read when it is
+	 * picked (the two are ordered as the fields here are), beside wn,
+	 * which the pick reads anyway.  Hints only: prefetched, never read
+	 * through. */
+	struct cbcmn__actor *pf_to;
+	struct cbcmn__mb_wait *pf_wait;
 	struct cbcmn_task *task;       /* its task, while wn is on a wheel */
 	uint32_t park_exec;            /* id + 1 of the wheel it blocked on; 0: none */
 	uint32_t park_left;            /* the quantum it kept then */
@@ -193,39 +192,20 @@ struct cbcmn__actor {
 			__builtin_prefetch((const void *)pf_, rw);                \
 	} while (0)
 
-/* The lines a run of actor y touches when it is woken by a message and
- * resumed: its slot, the receive record it waits in, its task's first
- * lines and the frames its resume returns through (from its saved stack
- * pointer up to that record, on its stack), from hints: each may be
- * stale (a prefetch of it does nothing wrong), none is read through. */
-static inline void cbcmn__actor_prefetch_run(const struct cbcmn__actor *y,
-					     const struct cbcmn__mb_wait *w, const char *t,
-					     const char *sp)
-{
-	CBCMN__PREFETCH_RANGE(y, y + 1, 1);
-	if (t) /* lines 0-2: what running a task touches (runtime.h) */
-		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
-	if (w && sp && (const char *)w > sp && (const char *)(w + 1) - sp <= 1024) {
-		CBCMN__PREFETCH_RANGE(sp, w + 1, 1);
-		return;
-	}
-	if (w)
-		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
-	if (sp)
-		CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
-}
-
-/* Actor x's next receiver, predicted (its last send's), prefetched: at
- * x's pick, to arrive during x's run, and at a send to x, to arrive during
- * the rest of that send and x's whole run.  A wrong guess costs the
- * prefetches. */
+/* Actor x was picked to run: the lines of the actor it will likely send
+ * to (its last send's) and of the receive record that actor waited in
+ * then, to arrive during x's run, where its send would wait for them (and
+ * then read, there, the hints that prefetch the rest: actor_mbox.c,
+ * sending()).  A wrong guess costs the prefetches. */
 static inline void cbcmn__actor_predict(const struct cbcmn__actor *x)
 {
-	const struct cbcmn__actor *y = atomic_load_explicit(&x->pf_to, memory_order_relaxed);
-	if (y)
-		cbcmn__actor_prefetch_run(y, atomic_load_explicit(&x->pf_wait, memory_order_relaxed),
-					  atomic_load_explicit(&x->pf_task, memory_order_relaxed),
-					  atomic_load_explicit(&x->pf_sp, memory_order_relaxed));
+	const struct cbcmn__actor *y = x->pf_to;
+	if (!y)
+		return;
+	CBCMN__PREFETCH_RANGE(y, y + 1, 1);
+	const struct cbcmn__mb_wait *w = x->pf_wait;
+	if (w)
+		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
 }
 
 /* The largest mailbox ring a free slot keeps for its next actor (16 KiB

@@ -846,30 +846,35 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 }
 
 /* A send from me (NULL: not an actor) to a, before its first locked
- * instruction (the slot lock's), which would wait for what it prefetches
- * (docs/ACTORS.md "Prefetch: the next actor, one hop early"):
- *   - a's run: the wait the send will likely claim (a hop's costliest
- *     miss in a ring of 10 000 actors was the claim's CAS on the
- *     receiver's cold wait record, found only once the lock was held), a's
- *     task and the frames it resumes through, from the hints its park left
- *     beside receiver;
- *   - the run of a's own next receiver, predicted (its last send's), a
- *     hop ahead: from a's slot, which the last send to me prefetched;
- *   - and me's prediction for the next send to me: a, as found now.
- * All read without the lock: the wait may be gone by then, the task run
- * elsewhere; a prefetch of either does nothing wrong. */
+ * instruction (the slot lock's), which would wait for what it prefetches:
+ * the wait the send will likely claim, for writing (a hop's costliest miss
+ * in a ring of 10 000 actors was the claim's CAS on the receiver's cold
+ * wait record, on its stack, found only once the lock was held), the
+ * receiver's task and the frame it resumes in (its hints: park() in
+ * actor_sched.c), which the wake and the switch to it touch.  And the
+ * prediction for me's next pick (cbcmn__actor_predict()): a, and that
+ * wait.  All hints read without the lock: the wait may be gone by then,
+ * the task run elsewhere; a prefetch of either does nothing wrong. */
 static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 {
 	struct cbcmn__mb_wait *w = atomic_load_explicit(&a->receiver, memory_order_relaxed);
-	void *t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
-	void *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
-	cbcmn__actor_prefetch_run(a, w, t, sp);
-	cbcmn__actor_predict(a);
+	const char *t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
+	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
 	if (me) {
-		atomic_store_explicit(&me->pf_to, a, memory_order_relaxed);
-		atomic_store_explicit(&me->pf_wait, w, memory_order_relaxed);
-		atomic_store_explicit(&me->pf_task, t, memory_order_relaxed);
-		atomic_store_explicit(&me->pf_sp, sp, memory_order_relaxed);
+		me->pf_to = a;
+		me->pf_wait = w;
+	}
+	if (t) /* lines 0-2: what running a task touches (runtime.h) */
+		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
+	/* The wait is in its receive's frame, above the registers saved at
+	 * sp: the frames between are those its resume returns through. */
+	if (w && sp && (const char *)w > sp && (const char *)(w + 1) - sp <= 1024) {
+		CBCMN__PREFETCH_RANGE(sp, w + 1, 1);
+	} else {
+		if (w)
+			CBCMN__PREFETCH_RANGE(w, w + 1, 1);
+		if (sp)
+			CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
 	}
 }
 
