@@ -858,21 +858,25 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 {
 	struct cbcmn__mb_wait *w = atomic_load_explicit(&a->receiver, memory_order_relaxed);
-	const char *t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
-	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
 	if (me) {
 		me->pf_to = a;
 		me->pf_wait = w;
 	}
+	/* No receive waiting: a is running, or has messages queued, or is
+	 * about to block: its task and stack are its executor's, in use,
+	 * and a prefetch for writing would pull them away from it. */
+	if (!w)
+		return;
+	const char *t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
+	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
 	if (t) /* lines 0-2: what running a task touches (runtime.h) */
 		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
 	/* The wait is in its receive's frame, above the registers saved at
 	 * sp: the frames between are those its resume returns through. */
-	if (w && sp && (const char *)w > sp && (const char *)(w + 1) - sp <= 1024) {
+	if (sp && (const char *)w > sp && (const char *)(w + 1) - sp <= 1024) {
 		CBCMN__PREFETCH_RANGE(sp, w + 1, 1);
 	} else {
-		if (w)
-			CBCMN__PREFETCH_RANGE(w, w + 1, 1);
+		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
 		if (sp)
 			CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
 	}
