@@ -132,6 +132,12 @@ struct cbcmn__actor {
 	 * (relaxed) only so that a sender may read it without the lock to
 	 * prefetch the wait it will claim (actor_mbox.c, lane_route()). */
 	_Atomic(struct cbcmn__mb_wait *) receiver;
+	/* Where its task resumes, as of its last block (actor_sched.c,
+	 * park()): the task and its saved stack pointer, for a sender to
+	 * prefetch (cbcmn__actor_sending()).  Beside receiver, whose line the
+	 * sender reads anyway.  Hints: relaxed, possibly stale (a stale
+	 * pointer only costs a useless prefetch, never a read). */
+	_Atomic(void *) hint_task, hint_sp;
 	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
@@ -159,6 +165,14 @@ struct cbcmn__actor {
 	 * with its task (the queues, the lanes and the wake CAS order them as
 	 * they order the task's own fields). */
 	struct cbcmn__wheel_node wn;   /* on that executor's wheel, or NONE */
+	/* The prediction (docs/ACTORS.md "Prefetch: the next actor, one hop
+	 * early"): the actor its last send went to, and that actor's receive
+	 * record then.  Written by its own task's sends, read when it is
+	 * picked (the two are ordered as the fields here are), beside wn,
+	 * which the pick reads anyway.  Hints only: prefetched, never read
+	 * through. */
+	struct cbcmn__actor *pf_to;
+	struct cbcmn__mb_wait *pf_wait;
 	struct cbcmn_task *task;       /* its task, while wn is on a wheel */
 	uint32_t park_exec;            /* id + 1 of the wheel it blocked on; 0: none */
 	uint32_t park_left;            /* the quantum it kept then */
@@ -167,6 +181,32 @@ struct cbcmn__actor {
 	uint64_t run_t0;               /* the clock then */
 	uint64_t moved_ns;             /* when it was last handed over (cooldown) */
 };
+
+/* Prefetch the lines of [p, end), at most 16, for writing (rw 1) or
+ * reading (0): docs/ACTORS.md "Prefetch: the next actor, one hop early". */
+#define CBCMN__PREFETCH_RANGE(p, end, rw)                                         \
+	do {                                                                      \
+		uintptr_t pf_ = (uintptr_t)(p) & ~(uintptr_t)63;                  \
+		uintptr_t pe_ = (uintptr_t)(end);                                 \
+		for (int pk_ = 0; pf_ < pe_ && pk_ < 16; pf_ += 64, pk_++)        \
+			__builtin_prefetch((const void *)pf_, rw);                \
+	} while (0)
+
+/* Actor x was picked to run: the lines of the actor it will likely send
+ * to (its last send's) and of the receive record that actor waited in
+ * then, to arrive during x's run, where its send would wait for them (and
+ * then read, there, the hints that prefetch the rest: actor_mbox.c,
+ * sending()).  A wrong guess costs the prefetches. */
+static inline void cbcmn__actor_predict(const struct cbcmn__actor *x)
+{
+	const struct cbcmn__actor *y = x->pf_to;
+	if (!y)
+		return;
+	CBCMN__PREFETCH_RANGE(y, y + 1, 1);
+	const struct cbcmn__mb_wait *w = x->pf_wait;
+	if (w)
+		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
+}
 
 /* The largest mailbox ring a free slot keeps for its next actor (16 KiB
  * of messages): an executor's cache then holds at most 1 MiB of rings. */

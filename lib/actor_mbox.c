@@ -853,17 +853,41 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 		lane_order(t, -1);
 }
 
-/* The wait a send will likely claim, for writing, before the send's first
- * locked instruction (the slot lock's), which would wait for it: a hop's
- * costliest miss in a ring of 10 000 actors was the claim's CAS on the
- * receiver's cold wait record, on its stack, found only once the lock was
- * held.  A hint: read without the lock, the wait may be gone by then (a
- * prefetch of it does nothing wrong). */
-static inline void prefetch_receiver(struct cbcmn__actor *a)
+/* A send from me (NULL: not an actor) to a, before its first locked
+ * instruction (the slot lock's), which would wait for what it prefetches:
+ * the wait the send will likely claim, for writing (a hop's costliest miss
+ * in a ring of 10 000 actors was the claim's CAS on the receiver's cold
+ * wait record, on its stack, found only once the lock was held), the
+ * receiver's task and the frame it resumes in (its hints: park() in
+ * actor_sched.c), which the wake and the switch to it touch.  And the
+ * prediction for me's next pick (cbcmn__actor_predict()): a, and that
+ * wait.  All hints read without the lock: the wait may be gone by then,
+ * the task run elsewhere; a prefetch of either does nothing wrong. */
+static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 {
 	struct cbcmn__mb_wait *w = atomic_load_explicit(&a->receiver, memory_order_relaxed);
-	if (w)
-		__builtin_prefetch(&w->qw.iw.state, 1);
+	if (me) {
+		me->pf_to = a;
+		me->pf_wait = w;
+	}
+	/* No receive waiting: a is running, or has messages queued, or is
+	 * about to block: its task and stack are its executor's, in use,
+	 * and a prefetch for writing would pull them away from it. */
+	if (!w)
+		return;
+	const char *t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
+	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
+	if (t) /* lines 0-2: what running a task touches (runtime.h) */
+		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
+	/* The wait is in its receive's frame, above the registers saved at
+	 * sp: the frames between are those its resume returns through. */
+	if (sp && (const char *)w > sp && (const char *)(w + 1) - sp <= 1024) {
+		CBCMN__PREFETCH_RANGE(sp, w + 1, 1);
+	} else {
+		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
+		if (sp)
+			CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
+	}
 }
 
 /* The receiver's slot and home if a send from task self may go over the
@@ -876,10 +900,10 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 {
 	if (!self || mode == SEND_HND || cbcmn__sends_locked(self))
 		return -1;
-	struct cbcmn__actor *a = cbcmn__actor_slot(rt, to);
-	if (!a || a == cbcmn__actor_or_handler(self))
+	struct cbcmn__actor *a = cbcmn__actor_slot(rt, to), *me = cbcmn__actor_or_handler(self);
+	if (!a || a == me)
 		return -1; /* to itself: its own full mailbox is -EDEADLK */
-	prefetch_receiver(a);
+	sending(me, a);
 	uint32_t h = cbcmn__actor_home(a);
 	if (h == self->exec->id || cbcmn__exec_stalled(rt->exec[h]))
 		return -1;

@@ -172,6 +172,7 @@ static struct cbcmn_task *take(struct cbcmn__exec *e, struct cbcmn__awheel *aw, 
 	aw->wheel_next = false;
 	aw->picked = node_actor(n);
 	aw->picked_ns = now;
+	cbcmn__actor_predict(aw->picked);
 	return aw->picked->task;
 }
 
@@ -427,6 +428,12 @@ static void park(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__
 	a->park_due = cbcmn__wheel_parked(&aw->w, used);
 	a->park_left = aw->w.quantum - used;
 	a->park_exec = e->id + 1;
+	/* Where it resumes, for its next sender to prefetch (actor_mbox.c,
+	 * sending()): its saved stack pointer is its last block's until the
+	 * switch (cbcmn__actor_direct() parks it before), the same frame
+	 * when it blocks where it blocked before (a receive loop). */
+	atomic_store_explicit(&a->hint_task, (void *)t, memory_order_relaxed);
+	atomic_store_explicit(&a->hint_sp, t->sp, memory_order_relaxed);
 }
 
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)

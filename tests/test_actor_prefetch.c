@@ -1,0 +1,125 @@
+/* test_actor_prefetch: the hop's prefetch hints (docs/ACTORS.md "Prefetch:
+ * the next actor, one hop early").  A sender records where it sent
+ * (pf_to, pf_wait) and reads the receiver's resume hints (hint_task,
+ * hint_sp); the pick prefetches them.  They are hints only: never read
+ * through, so a wrong or stale one must change nothing.  Attacked here:
+ * a token sent to a random member every hop (the prediction mostly
+ * wrong), and rings that halt and are spawned again into the same slots,
+ * whose hints then name halted actors' freed tasks, stacks and receive
+ * records (ASan sees a read through one), on one executor and two. */
+#include "helpers.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "actor_test.h"
+
+#define MEMBERS 32
+#define ROUNDS 4
+
+struct game {
+	cbcmn_actor_ref refs[MEMBERS];
+	uint64_t visits[MEMBERS];
+	uint64_t hops;         /* the token's hops a round */
+	_Atomic uint64_t done; /* hops made when the token ended */
+	bool pinned;
+};
+
+struct player {
+	struct game *g;
+	uint32_t i;
+};
+
+/* Passes the token to a member drawn from its body (an LCG: the next
+ * member is never the last one's guess for long), M_QUIT ends it. */
+static int64_t player(cbcmn_cx *cx, void *arg)
+{
+	struct player *me = arg;
+	struct game *g = me->g;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
+		if (m.type == M_QUIT)
+			return 0;
+		g->visits[me->i]++;
+		if (m.body.u64[0] == 0) {
+			atomic_store(&g->done, m.body.u64[1]);
+			continue;
+		}
+		m.body.u64[0]--;
+		m.body.u64[1]++;
+		m.body.u64[2] = m.body.u64[2] * 6364136223846793005ull + 1442695040888963407ull;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, g->refs[(m.body.u64[2] >> 33) % MEMBERS], &m) == 0);
+	}
+	return rc;
+}
+
+static int64_t game_root(cbcmn_cx *cx, void *arg)
+{
+	struct game *g = arg;
+	static struct player pl[MEMBERS];
+	cbcmn_actor_opts ao = {.mailbox_cap = 2,
+			       .placement = g->pinned ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
+	for (int round = 0; round < ROUNDS; round++) {
+		cbcmn_nursery *n;
+		TASK_CHECK(open_n(cx, &n) == 0);
+		memset(g->visits, 0, sizeof(g->visits));
+		atomic_store(&g->done, 0);
+		for (uint32_t k = 0; k < MEMBERS; k++) {
+			pl[k] = (struct player){g, k};
+			TASK_CHECK(cbcmn_actor_spawn(cx, n, player, &pl[k], &ao, &g->refs[k]) == 0);
+		}
+		cbcmn_actor_msg m = msg(M_DATA, g->hops, 0);
+		m.body.u64[2] = (uint64_t)round + 1;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, g->refs[round % MEMBERS], &m) == 0);
+		uint64_t end = t_now_ns() + T_STALL_NS;
+		while (!atomic_load(&g->done) && t_now_ns() < end)
+			cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(atomic_load(&g->done) == g->hops);
+		uint64_t sum = 0;
+		for (uint32_t k = 0; k < MEMBERS; k++)
+			sum += g->visits[k];
+		TASK_CHECK(sum == g->hops + 1); /* every hop once: none lost, none twice */
+		cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+		for (uint32_t k = 0; k < MEMBERS; k++)
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, g->refs[k], &q) == 0);
+		/* All halted: the next round's actors take their slots. */
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	}
+	return 0;
+}
+
+static void game_run(bool pinned)
+{
+	static struct game g;
+	memset(&g, 0, sizeof(g));
+	g.pinned = pinned;
+	g.hops = STRESS(50000);
+	cbcmn_runtime *rt = t_runtime(2);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, game_root, &g, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	t_destroy(rt);
+}
+
+static void test_random_destinations_in_recycled_slots_pinned(void **state)
+{
+	(void)state;
+	game_run(true);
+}
+
+static void test_random_destinations_in_recycled_slots_unpinned(void **state)
+{
+	(void)state;
+	game_run(false);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_random_destinations_in_recycled_slots_pinned),
+		cmocka_unit_test(test_random_destinations_in_recycled_slots_unpinned),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
