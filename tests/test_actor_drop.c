@@ -21,7 +21,8 @@
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 
-enum kind { K_SLEEP, K_CHAN_SEND, K_CHAN_RECV, K_READ, K_RECEIVE, K_YIELD, K_NURSERY, K_CLOSE, K_JOIN, K_BLOCKING, K_N };
+enum kind { K_SLEEP, K_CHAN_SEND, K_CHAN_RECV, K_READ, K_RECEIVE, K_YIELD, K_NURSERY, K_CLOSE, K_JOIN, K_BLOCKING,
+	    K_MONITOR, K_LINK, K_N };
 
 #define DV_ACTORS 8
 #define DV_MSGS 2
@@ -44,6 +45,7 @@ struct dv {
 	cbcmn_task *joinee; /* K_JOIN: a task that lives until release */
 	_Atomic int release;
 	_Atomic long rc_first;
+	cbcmn_actor_ref peer; /* K_MONITOR, K_LINK: the root's (never an actor) */
 };
 
 static int64_t naps(cbcmn_cx *cx, void *arg)
@@ -60,6 +62,10 @@ static bool halted_rc(enum kind kind, int64_t rc)
 {
 	if (kind == K_CLOSE)
 		return rc == 0;
+	/* The header's word for a halting caller, a handler's too (it was
+	 * -EPERM there: review of session 17). */
+	if (kind == K_MONITOR || kind == K_LINK)
+		return rc == -ESHUTDOWN;
 	return rc == CBCMN_ECANCELED || rc == -ESHUTDOWN || rc == -EPERM;
 }
 
@@ -106,6 +112,12 @@ static int64_t the_call(struct dv *d, cbcmn_cx *cx)
 		TASK_CHECK(fd >= 0);
 		return cbcmn_close(cx, fd);
 	}
+	case K_MONITOR: {
+		uint64_t mon;
+		return cbcmn_actor_monitor(cx, d->peer, &mon);
+	}
+	case K_LINK:
+		return cbcmn_actor_link(cx, d->peer);
 	default:
 		return -EINVAL;
 	}
@@ -243,7 +255,9 @@ static int64_t dv_main(cbcmn_cx *cx, void *arg)
 static void dv_case_run(enum kind kind, bool handler, enum how_end how)
 {
 	cbcmn_runtime *rt = t_runtime(2);
-	struct dv d = {.kind = kind, .rc_first = -1};
+	/* A reference that names no actor: the halting caller must not
+	 * get as far as looking it up. */
+	struct dv d = {.kind = kind, .rc_first = -1, .peer = (cbcmn_actor_ref)0x12345};
 	char b = 0;
 	assert_int_equal(cbcmn_chan_create(rt, 1, 1, &d.full), 0);
 	assert_int_equal(cbcmn_chan_create(rt, 1, 1, &d.empty), 0);
@@ -574,6 +588,30 @@ static void test_close_in_a_handler_actor_s_drop_does_not_wait(void **state)
 {
 	(void)state;
 	dv_run(K_CLOSE, true);
+}
+
+static void test_monitor_in_a_fiber_actor_s_drop_is_eshutdown(void **state)
+{
+	(void)state;
+	dv_run(K_MONITOR, false);
+}
+
+static void test_monitor_in_a_handler_actor_s_drop_is_eshutdown(void **state)
+{
+	(void)state;
+	dv_run(K_MONITOR, true);
+}
+
+static void test_link_in_a_fiber_actor_s_drop_is_eshutdown(void **state)
+{
+	(void)state;
+	dv_run(K_LINK, false);
+}
+
+static void test_link_in_a_handler_actor_s_drop_is_eshutdown(void **state)
+{
+	(void)state;
+	dv_run(K_LINK, true);
 }
 
 static void test_join_in_a_fiber_actor_s_drop_does_not_wait(void **state)
@@ -1003,6 +1041,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_nursery_in_a_handler_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_close_in_a_fiber_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_close_in_a_handler_actor_s_drop_does_not_wait),
+		cmocka_unit_test(test_monitor_in_a_fiber_actor_s_drop_is_eshutdown),
+		cmocka_unit_test(test_monitor_in_a_handler_actor_s_drop_is_eshutdown),
+		cmocka_unit_test(test_link_in_a_fiber_actor_s_drop_is_eshutdown),
+		cmocka_unit_test(test_link_in_a_handler_actor_s_drop_is_eshutdown),
 		cmocka_unit_test(test_join_in_a_fiber_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_join_in_a_handler_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_blocking_call_in_a_fiber_actor_s_drop_does_not_wait),
