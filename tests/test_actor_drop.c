@@ -20,6 +20,7 @@
 #include "actor_test.h"
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
+#include "../lib/runtime.h" /* cbcmn__fixed_prompt */
 
 enum kind { K_SLEEP, K_CHAN_SEND, K_CHAN_RECV, K_READ, K_RECEIVE, K_YIELD, K_NURSERY, K_CLOSE, K_JOIN, K_BLOCKING,
 	    K_MONITOR, K_LINK, K_N };
@@ -1022,6 +1023,85 @@ static void test_acceptor_close_in_a_drop_does_not_wait_on_epoll(void **state)
 	sc_run(CBCMN_BACKEND_EPOLL, true);
 }
 
+/* A stream's send queues its SQE and returns; the close waited for its
+ * CQE, so the kernel had its descriptor before close(2) gave the number
+ * back.  In a halt the close returns at once (session 17) and the SQE may
+ * still wait in the SQ: without a fixed-file slot (a kernel that holds a
+ * slot's file, or a full table) it names the descriptor by number, and a
+ * socket made right after the close(2) got the closed stream's bytes. */
+struct sr {
+	int sv[2], nv[2];
+	cbcmn_stream *s;
+	cbcmn_cx *cx;
+	const void *chunk; /* received: a stream sends from its chunk */
+	int64_t len;
+	_Atomic long drops;
+	int64_t send_rc;
+};
+
+static void sr_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct sr *r = state;
+	if (atomic_fetch_add(&r->drops, 1))
+		return;
+	r->send_rc = cbcmn_stream_send(r->cx, r->s, r->chunk, (size_t)r->len, 0);
+	cbcmn_stream_close(r->cx, r->s);
+	int old = r->sv[0];
+	close(old);
+	r->sv[0] = -1;
+	/* The lowest free number: the one just closed. */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r->nv) == 0 && r->nv[0] != old)
+		r->send_rc = -1000; /* not reused: nothing shown */
+}
+
+static int64_t sr_actor(cbcmn_cx *cx, void *state)
+{
+	struct sr *r = state;
+	r->cx = cx;
+	TASK_CHECK(cbcmn_stream_open(cx, r->sv[0], &r->s) == 0);
+	r->len = cbcmn_stream_recv(cx, r->s, &r->chunk);
+	TASK_CHECK(r->len > 0);
+	send_n(cx, cbcmn_actor_self(cx), 0, 1); /* left for drop */
+	return 0;
+}
+
+static int64_t sr_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.drop = sr_drop};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, sr_actor, arg, &o, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_stream_send_then_close_in_a_drop_keeps_to_its_socket(void **state)
+{
+	(void)state;
+	int prompt = atomic_load(&cbcmn__fixed_prompt);
+	atomic_store(&cbcmn__fixed_prompt, 2); /* no fixed-file slots */
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.backend = CBCMN_BACKEND_IO_URING; /* epoll's send is done at once */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct sr r = {.nv = {-1, -1}};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r.sv), 0);
+	assert_int_equal(write(r.sv[1], "secret", 6), 6);
+	t_run(rt, sr_main, &r, 0);
+	t_destroy(rt);
+	atomic_store(&cbcmn__fixed_prompt, prompt);
+	assert_int_equal(atomic_load(&r.drops), 1);
+	assert_int_equal(r.send_rc, 0);
+	char b[16];
+	ssize_t stray = recv(r.nv[1], b, sizeof(b), MSG_DONTWAIT);
+	close(r.sv[1]);
+	close(r.nv[0]);
+	close(r.nv[1]);
+	assert_int_equal(stray, -1); /* nothing came to the new socket */
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1060,6 +1140,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_acceptor_close_in_a_drop_does_not_wait),
 		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait_on_epoll),
 		T_WATCHED_TEST(test_acceptor_close_in_a_drop_does_not_wait_on_epoll),
+		T_WATCHED_TEST(test_stream_send_then_close_in_a_drop_keeps_to_its_socket),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
