@@ -887,6 +887,77 @@ static void test_demonitor_in_a_drop_does_not_wait(void **state)
 	t_destroy(rt);
 }
 
+/* A demonitor in a drop against the target's own halt on the other
+ * executor: the record on the target is taken by one of them (the
+ * demonitor under its lock, or the halt, which finds the watcher dead
+ * and frees it), never by both or neither (ASan: a double free or a
+ * leak; TSan: a race), and the note makes it 0 either way. */
+#define DR_ROUNDS 200
+
+struct dr {
+	cbcmn_actor_ref target;
+	uint64_t mon;
+	cbcmn_cx *cx;
+	_Atomic int go;
+	_Atomic long drops, bad;
+};
+
+static void dr_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct dr *d = state;
+	if (atomic_fetch_add(&d->drops, 1))
+		return;
+	atomic_store(&d->go, 1); /* the target halts meanwhile */
+	if (cbcmn_actor_demonitor(d->cx, d->target, d->mon) != 0)
+		atomic_fetch_add(&d->bad, 1);
+}
+
+static int64_t dr_target(cbcmn_cx *cx, void *state)
+{
+	struct dr *d = state;
+	while (!atomic_load(&d->go))
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t dr_watcher(cbcmn_cx *cx, void *state)
+{
+	struct dr *d = state;
+	d->cx = cx;
+	TASK_CHECK(cbcmn_actor_monitor(cx, d->target, &d->mon) == 0);
+	send_n(cx, cbcmn_actor_self(cx), 0, 1); /* left for drop */
+	return 0;
+}
+
+static int64_t dr_main(cbcmn_cx *cx, void *arg)
+{
+	struct dr *d = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref w;
+	cbcmn_actor_opts o = {.drop = dr_drop, .placement = CBCMN_PLACE_STEALABLE};
+	cbcmn_actor_opts to = {.placement = CBCMN_PLACE_STEALABLE};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dr_target, d, &to, &d->target) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dr_watcher, d, &o, &w) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_demonitor_in_a_drop_races_the_target_s_halt(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	long bad = 0;
+	for (int i = 0; i < STRESS(DR_ROUNDS); i++) {
+		struct dr d = {0};
+		t_run(rt, dr_main, &d, 0);
+		assert_int_equal(atomic_load(&d.drops), 1);
+		bad += atomic_load(&d.bad);
+	}
+	assert_int_equal(bad, 0);
+	t_destroy(rt);
+}
+
 /* ---- a stream's or an acceptor's close in a drop ---- */
 
 /* The close cancels the multishot SQE (and watch, send) and waited for
@@ -1136,6 +1207,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_await_of_a_nursery_opened_before_the_halt_does_not_wait),
 		cmocka_unit_test(test_close_in_a_drop_ends_the_waits_on_it_on_epoll),
 		T_WATCHED_TEST(test_demonitor_in_a_drop_does_not_wait),
+		T_WATCHED_TEST(test_demonitor_in_a_drop_races_the_target_s_halt),
 		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait),
 		T_WATCHED_TEST(test_acceptor_close_in_a_drop_does_not_wait),
 		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait_on_epoll),
