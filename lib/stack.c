@@ -451,14 +451,14 @@ static void quota_adjust(struct cbcmn__stack_pool *p, bool more)
 {
 	/* Whatever the guards' kind: lightweight ones may turn to mprotect
 	 * between the get and the put (guard_region()). */
-	cbcmn__mutex_lock(&budget_lock);
+	cbcmn__mutex_lock(&p->lock); /* as slab_new(), which spends it */
 	if (p->guard_quota != UINT64_MAX) {
 		if (more)
 			p->guard_quota++;
 		else if (p->guard_quota)
 			p->guard_quota--; /* else one made for it stays: one more */
 	}
-	cbcmn__mutex_unlock(&budget_lock);
+	cbcmn__mutex_unlock(&p->lock);
 }
 
 /* One stack, none more for the cache (batch 1): an executor that runs
