@@ -983,6 +983,18 @@ int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on)
 	return prev;
 }
 
+/* The calling actor, for a call that would add a monitor or a link.  A
+ * handler's halt (its drop or fini) runs on its host, which is no actor:
+ * -EPERM there, where the header promises a halting caller -ESHUTDOWN
+ * (review of session 17). */
+static struct cbcmn__actor *binder(struct cbcmn_task *self, int *err)
+{
+	struct cbcmn__actor *me = cbcmn__actor_caller(self, err);
+	if (!me && *err == -EPERM && self && cbcmn__is_running(self) && cbcmn__hnd_calling(self))
+		*err = -ESHUTDOWN;
+	return me;
+}
+
 int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t *mon)
 {
 	return monitor_x((struct cbcmn_task *)cx, target, mon, true);
@@ -994,7 +1006,7 @@ static int monitor_x(struct cbcmn_task *self, cbcmn_actor_ref target, uint64_t *
 	if (!mon)
 		return -EINVAL;
 	int err;
-	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	struct cbcmn__actor *me = binder(self, &err);
 	if (!me)
 		return err;
 	if (check)
@@ -1050,7 +1062,7 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	int err;
-	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	struct cbcmn__actor *me = binder(self, &err);
 	if (!me)
 		return err;
 	if (target == me->ref)

@@ -709,13 +709,13 @@ static struct cbcmn__stack *end_stack_take(struct cbcmn__exec *e)
 static void end_stack_reserve(struct cbcmn__exec *e)
 {
 	if (!e->end_stack)
-		e->end_stack = cbcmn__stack_get(&e->rt->stacks, &e->stacks);
+		e->end_stack = cbcmn__stack_get_kept(&e->rt->stacks, &e->stacks);
 }
 
 static void end_stack_release(struct cbcmn__exec *e)
 {
 	if (e->end_stack)
-		cbcmn__stack_put(&e->rt->stacks, &e->stacks, e->end_stack);
+		cbcmn__stack_put_kept(&e->rt->stacks, &e->stacks, e->end_stack);
 	e->end_stack = NULL;
 }
 

@@ -411,7 +411,9 @@ void cbcmn__stack_yellow_close(struct cbcmn__stack *s)
 		s->yellow_open = 0;
 }
 
-struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
+/* A stack from c, else from the pool with up to batch-1 more for c. */
+static struct cbcmn__stack *stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
+				      uint32_t batch)
 {
 	struct cbcmn__stack *s = c->free;
 	if (__builtin_expect(s != NULL, 1)) {
@@ -428,7 +430,7 @@ struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 	s = p->free;
 	p->free = s->next;
 	p->nfree--;
-	for (uint32_t i = 1; i < BATCH && p->free; i++) {
+	for (uint32_t i = 1; i < batch && p->free; i++) {
 		struct cbcmn__stack *x = p->free;
 		p->free = x->next;
 		p->nfree--;
@@ -438,6 +440,48 @@ struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 	}
 	cbcmn__mutex_unlock(&p->lock);
 	return s;
+}
+
+/* The pool may make one mprotect guard more (or one fewer) than the
+ * program's guard_max: a stack kept for the runtime is not the tasks'.
+ * Taken from their number, an executor's end stack left none to a
+ * runtime with as many executors as guards (review of session 17: its
+ * root task failed with -ENOMEM). */
+static void quota_adjust(struct cbcmn__stack_pool *p, bool more)
+{
+	/* Whatever the guards' kind: lightweight ones may turn to mprotect
+	 * between the get and the put (guard_region()). */
+	cbcmn__mutex_lock(&p->lock); /* as slab_new(), which spends it */
+	if (p->guard_quota != UINT64_MAX) {
+		if (more)
+			p->guard_quota++;
+		else if (p->guard_quota)
+			p->guard_quota--; /* else one made for it stays: one more */
+	}
+	cbcmn__mutex_unlock(&p->lock);
+}
+
+/* One stack, none more for the cache (batch 1): an executor that runs
+ * no task would hold them out of the others' reach. */
+struct cbcmn__stack *cbcmn__stack_get_kept(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
+{
+	quota_adjust(p, true);
+	struct cbcmn__stack *s = stack_get(p, c, 1);
+	if (!s)
+		quota_adjust(p, false);
+	return s;
+}
+
+void cbcmn__stack_put_kept(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
+			   struct cbcmn__stack *s)
+{
+	cbcmn__stack_put(p, c, s);
+	quota_adjust(p, false);
+}
+
+struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
+{
+	return stack_get(p, c, BATCH);
 }
 
 /* Release a stack's memory except its top page (descriptor and the next

@@ -150,6 +150,12 @@ void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p);
 struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c);
 void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		      struct cbcmn__stack *s);
+/* A stack kept out of the program's reach for long (an executor's end
+ * stack, sched.c): beyond guard_max, which counts the tasks' stacks.
+ * Put back with cbcmn__stack_put_kept(). */
+struct cbcmn__stack *cbcmn__stack_get_kept(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c);
+void cbcmn__stack_put_kept(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
+			   struct cbcmn__stack *s);
 /* Give a cache's stacks back to the pool (executor exit). */
 void cbcmn__stack_cache_drain(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c);
 

@@ -1230,7 +1230,17 @@ static int ms_close(cbcmn_cx *cx, struct cbcmn__mshot *m)
 		 * thief elsewhere).  Cancelled as for an unwound owner, the
 		 * last CQE frees m; a send it cuts short goes unreported. */
 		int rc = m->send_err;
-		ms_close_there(m->e, m);
+		struct cbcmn__exec *e = m->e;
+		bool by_number = m->slot < 0;
+		ms_close_there(e, m); /* m may be gone */
+		/* A send queued and not submitted names the descriptor by its
+		 * number without a fixed-file slot: submitted only after
+		 * the program's close(2), it went to the next socket given
+		 * that number (review of session 17).  Submitted now, the
+		 * kernel holds the file (the wait below had it submitted
+		 * before returning).  The epoll backend sends at once. */
+		if (by_number && !e->ep && cbcmn__sq_unflushed(&e->ring.u))
+			cbcmn__ring_submit(e, false, 0);
 		return rc;
 	}
 	/* Cancel its SQE, its watch and its send, and wait for their last

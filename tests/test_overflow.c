@@ -384,6 +384,40 @@ static void test_no_task_runs_on_an_unguarded_stack(void **state)
 	}
 }
 
+/* Review of session 17 (s17-halt2): each executor keeps a stack for an
+ * unstarted actor's end, taken from the tasks' guards when its thread
+ * started: with as many executors as guarded stacks (here one, mprotect
+ * guards) they took them all, and the root task failed with -ENOMEM.
+ * The kept stacks are beyond guard_stacks_max (stack.c, quota_adjust()). */
+static int64_t returns_seven(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&started, 1);
+	if (!stack_of(cx)->guarded)
+		atomic_fetch_add(&unguarded, 1);
+	return 7;
+}
+
+static void test_kept_end_stacks_leave_the_budget_to_tasks(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.guard_stacks_max = 1;
+	cbcmn__stack_test_no_lightweight_guards = true;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn__stack_test_no_lightweight_guards = false;
+	atomic_store(&started, 0);
+	atomic_store(&unguarded, 0);
+	char msg[4096];
+	assert_int_equal(run_quiet(rt, returns_seven, NULL, msg, sizeof(msg)), 7);
+	assert_int_equal(atomic_load(&started), 1);
+	assert_int_equal(atomic_load(&unguarded), 0);
+	assert_int_equal(rt->stacks.guard_kind, CBCMN__GUARD_PROT);
+	t_destroy(rt);
+}
+
 /* A child that opened a nursery and then overflowed lands in its own
  * frame, run inline just above where its parent passed a stack check: the
  * landing pad's await of that nursery must not fail the check and land
@@ -1312,6 +1346,7 @@ int main(void)
 		T_WATCHED_TEST(test_a_chained_handler_that_faults_dies_of_it),
 		T_WATCHED_TEST(test_altstack_has_a_guard_page),
 		T_WATCHED_TEST(test_no_task_runs_on_an_unguarded_stack),
+		T_WATCHED_TEST(test_kept_end_stacks_leave_the_budget_to_tasks),
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
 		T_WATCHED_TEST(test_a_frame_past_the_guard_still_ends_the_task),
 		T_WATCHED_TEST(test_a_call_on_another_stack_is_not_an_overflow),

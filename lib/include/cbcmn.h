@@ -255,7 +255,8 @@ typedef struct cbcmn_config {
 	 * vm.max_map_count: this caps how many (0: automatic, from the map
 	 * budget at start-up), and a task that needs a new stack beyond it
 	 * ends with -ENOMEM (one line on stderr says why) rather than run
-	 * unguarded.  UINT32_MAX: no guards at all, a canary checked at every
+	 * unguarded.  Each running executor keeps one guarded stack more,
+	 * beyond this number, for the end of an actor that never started.  UINT32_MAX: no guards at all, a canary checked at every
 	 * switch instead; an overflow then corrupts a neighbouring stack and
 	 * aborts the process (docs/FIBERS.md). */
 	uint32_t guard_stacks_max;
