@@ -956,6 +956,29 @@ static int64_t do_connect(struct cbcmn_task *t, const struct io_uring_sqe *sqe, 
  * every wait on fd that began before ends with -EBADF: ours at once,
  * other executors' at their next look at their sets, which this rings
  * when any waits on fd (docs/IO.md, "Backends"). */
+/* fd is about to be closed and something waits on its slot (slot != 0),
+ * maybe in another executor's set: remove fd's registration from the other
+ * sets too, while the number still names the file.  Once it is closed, a
+ * registration of a file that lives on elsewhere (a dup, a child's) can no
+ * longer be removed by number, and a stream's, edge-triggered and kept
+ * armed, would wake that executor at every edge of the file for as long as
+ * it lives.  The other executor learns of it from the close (close_apply():
+ * its MOD no longer finds the registration, and its waits end); a set
+ * without one says ENOENT.  epoll_ctl() on another thread's set is safe:
+ * the kernel locks it.  A watch that races the close (its count after our
+ * look) may still register the file: a program that closes a descriptor
+ * in use elsewhere has its waits end with -EBADF, no more. */
+static void unregister_elsewhere(struct cbcmn__exec *e, int fd, _Atomic uint32_t *slot)
+{
+	/* seq_cst: pairs with cbcmn__ep_watch()'s count. */
+	if (atomic_load(slot) == 0)
+		return; /* the usual case: nobody waits on it (nor on its slot) */
+	struct cbcmn_runtime *rt = e->rt;
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		if (rt->exec[i] != e && rt->exec[i]->ep)
+			(void)epoll_ctl(rt->exec[i]->ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
 static int64_t do_close(struct cbcmn__exec *e, int fd)
 {
 	struct cbcmn__ep *ep = e->ep;
@@ -963,10 +986,12 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 		(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
 		ep->fds[fd].added = false;
 	}
+	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
+	if (fd >= 0)
+		unregister_elsewhere(e, fd, &cl->watched[(uint32_t)fd % CLOSE_SLOTS]);
 	int64_t rc = sys(close(fd));
 	if (rc == -EBADF || fd < 0)
 		return rc; /* nothing was closed (any other error closed it) */
-	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */
 	uint64_t s = atomic_fetch_add(&cl->seq, 1) + 1;
 	/* One word (the close's number's low half, fd): close_apply() reads
