@@ -215,6 +215,17 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool kept, bool *
 	return -errno;
 }
 
+/* Remove fd's registration, which nothing here watches.  A DEL finds none
+ * if the number names another file now, and registers nothing. */
+static void fd_remove(struct cbcmn__ep *ep, int fd)
+{
+	struct ep_fd *f = &ep->fds[fd];
+	(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+	f->added = false;
+	f->mask = 0;
+	f->kept = false;
+}
+
 /* The events fd's waits watch; *kept: an emulated request is among them. */
 static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd, bool *kept)
 {
@@ -255,15 +266,21 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 		if (w->tnext)
 			w->tnext->tprev = w->tprev;
 	}
-	/* The last emulated request on fd ended: back to one-shot (one MOD a
-	 * request), so that no registration stays armed for good behind a
-	 * close(2) we are not told of while a copy of the file lives on
-	 * elsewhere (a dup, a child): one-shot, it fires once at most. */
+	/* The last emulated request on fd ended: back to one-shot for the
+	 * tasks' waits left, or removed if none is (one epoll_ctl a request),
+	 * so that no registration stays armed for good behind a close(2) we
+	 * are not told of while a copy of the file lives on elsewhere (a dup,
+	 * a child): one-shot, it fires once at most.  Removed, not disarmed:
+	 * a MOD that finds nothing adds, and the number may name another file
+	 * by now (closed elsewhere and reused), which nobody asked us to
+	 * watch. */
 	if (w->ready && f->kept) {
 		bool kept;
 		uint32_t rest = fd_wanted(ep, w->fd, &kept);
-		if (!kept)
+		if (!kept && rest)
 			(void)fd_arm(ep, w->fd, rest, false, NULL);
+		else if (!kept)
+			fd_remove(ep, w->fd);
 	}
 }
 
