@@ -1587,15 +1587,22 @@ static int64_t xclose_reader(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t xclose_main(cbcmn_cx *cx, void *arg)
+/* A nursery of cx's with x's reader in it, on executor 1, receiving. */
+static cbcmn_nursery *xclose_start(cbcmn_cx *cx, struct xclose *x)
 {
-	struct xclose *x = arg;
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, xclose_reader, x, NULL) == 0);
 	for (int i = 0; i < 300 && !atomic_load(&x->watching); i++)
 		cbcmn_sleep(cx, MS);
 	cbcmn_sleep(cx, 20 * MS); /* its request watches */
+	return n;
+}
+
+static int64_t xclose_main(cbcmn_cx *cx, void *arg)
+{
+	struct xclose *x = arg;
+	cbcmn_nursery *n = xclose_start(cx, x);
 	int copy = dup(x->o.sv[0]);
 	TASK_CHECK(copy >= 0);
 	TASK_CHECK(cbcmn_close(cx, x->o.sv[0]) == 0);
@@ -1683,24 +1690,10 @@ static bool t_fd_registered(int fd)
  * found none under the number (ENOENT) and added one, for the other
  * socket, which nobody had asked it to watch. */
 struct reuse2 {
-	int sv[2], other[2];
-	_Atomic int watching, spinning;
-	int64_t last;
+	struct xclose x; /* its stream */
+	int other[2];
+	_Atomic int spinning;
 };
-
-static int64_t reuse2_reader(cbcmn_cx *cx, void *arg)
-{
-	struct reuse2 *u = arg;
-	cbcmn_stream *st;
-	TASK_CHECK(cbcmn_stream_open(cx, u->sv[0], &st) == 0);
-	const void *d;
-	cbcmn_io_set_timeout(cx, T_STALL_NS);
-	atomic_store(&u->watching, 1);
-	u->last = cbcmn_stream_recv(cx, st, &d);
-	cbcmn_io_set_timeout(cx, 0);
-	cbcmn_stream_close(cx, st);
-	return 0;
-}
 
 /* Holds executor 1 while the number changes hands. */
 static int64_t reuse2_spinner(cbcmn_cx *cx, void *arg)
@@ -1716,21 +1709,17 @@ static int64_t reuse2_spinner(cbcmn_cx *cx, void *arg)
 static int64_t reuse2_main(cbcmn_cx *cx, void *arg)
 {
 	struct reuse2 *u = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, reuse2_reader, u, NULL) == 0);
-	for (int i = 0; i < 300 && !atomic_load(&u->watching); i++)
-		cbcmn_sleep(cx, MS);
-	cbcmn_sleep(cx, 20 * MS); /* its request watches */
+	int fd = u->x.o.sv[0];
+	cbcmn_nursery *n = xclose_start(cx, &u->x);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, reuse2_spinner, u, NULL) == 0);
 	for (int i = 0; i < 3000 && !atomic_load(&u->spinning); i++)
 		cbcmn_sleep(cx, MS);
-	TASK_CHECK(cbcmn_close(cx, u->sv[0]) == 0);
-	TASK_CHECK(dup2(u->other[0], u->sv[0]) == u->sv[0]);
+	TASK_CHECK(cbcmn_close(cx, fd) == 0);
+	TASK_CHECK(dup2(u->other[0], fd) == fd);
 	atomic_store(&u->spinning, 2);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
-	TASK_CHECK(!t_fd_registered(u->sv[0]));
-	close(u->sv[0]);
+	TASK_CHECK(!t_fd_registered(fd));
+	close(fd);
 	return 0;
 }
 
@@ -1739,13 +1728,13 @@ static void test_epoll_close_elsewhere_then_reuse_registers_nothing(void **state
 	(void)state;
 	cbcmn_runtime *rt = rt_epoll(2);
 	struct reuse2 u = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.x.o.sv), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.other), 0);
 	int64_t r;
 	assert_int_equal(cbcmn_runtime_run(rt, xclose_root_for, &(struct xroot){reuse2_main, &u}, &r), 0);
 	ASSERT_TASK_CHECKS();
-	assert_int_equal(u.last, -EBADF);
-	close(u.sv[1]);
+	assert_int_equal(u.x.last, -EBADF);
+	close(u.x.o.sv[1]);
 	close(u.other[0]);
 	close(u.other[1]);
 	t_destroy(rt);
