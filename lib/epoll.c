@@ -26,12 +26,15 @@
  * and a task that moves to another executor leaves nothing armed behind.
  * An event nobody watches narrows a kept registration to what is still
  * watched (fd_ready()), and the end of its last request makes it one-shot
- * again.  A stale registration of a file still open elsewhere may wake a
- * waiter of the new one, which tries again and waits again: a spurious
- * wake-up, never a lost one.  A cbcmn_close()
- * ends the waits on its descriptor that began before it, on every
- * executor (-EBADF: the runtime's close log, close_apply()), so that no
- * wait outlives its file or goes on with the number's next one.
+ * again (tasks' waits left) or removes it.  A stale registration of a file
+ * still open elsewhere may wake a waiter of the new one, which tries again
+ * and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
+ * removes the descriptor from every set where something may watch it
+ * (before the close: after, a copy of the file alive elsewhere would keep
+ * a registration nothing could remove by number) and ends the waits on it
+ * that began before it, on every executor (-EBADF: the runtime's close
+ * log, close_apply()), so that no wait outlives its file or goes on with
+ * the number's next one.
  *
  * A wait is the task's (on its stack) and listed by its executor; it is
  * claimed once (iwait.h) by readiness, cancellation or its timer, all on
