@@ -26,12 +26,15 @@
  * and a task that moves to another executor leaves nothing armed behind.
  * An event nobody watches narrows a kept registration to what is still
  * watched (fd_ready()), and the end of its last request makes it one-shot
- * again.  A stale registration of a file still open elsewhere may wake a
- * waiter of the new one, which tries again and waits again: a spurious
- * wake-up, never a lost one.  A cbcmn_close()
- * ends the waits on its descriptor that began before it, on every
- * executor (-EBADF: the runtime's close log, close_apply()), so that no
- * wait outlives its file or goes on with the number's next one.
+ * again (tasks' waits left) or removes it.  A stale registration of a file
+ * still open elsewhere may wake a waiter of the new one, which tries again
+ * and waits again: a spurious wake-up, never a lost one.  A cbcmn_close()
+ * removes the descriptor from every set where something may watch it
+ * (before the close: after, a copy of the file alive elsewhere would keep
+ * a registration nothing could remove by number) and ends the waits on it
+ * that began before it, on every executor (-EBADF: the runtime's close
+ * log, close_apply()), so that no wait outlives its file or goes on with
+ * the number's next one.
  *
  * A wait is the task's (on its stack) and listed by its executor; it is
  * claimed once (iwait.h) by readiness, cancellation or its timer, all on
@@ -215,6 +218,17 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool kept, bool *
 	return -errno;
 }
 
+/* Remove fd's registration, which nothing here watches.  A DEL finds none
+ * if the number names another file now, and registers nothing. */
+static void fd_remove(struct cbcmn__ep *ep, int fd)
+{
+	struct ep_fd *f = &ep->fds[fd];
+	(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+	f->added = false;
+	f->mask = 0;
+	f->kept = false;
+}
+
 /* The events fd's waits watch; *kept: an emulated request is among them. */
 static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd, bool *kept)
 {
@@ -255,15 +269,21 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 		if (w->tnext)
 			w->tnext->tprev = w->tprev;
 	}
-	/* The last emulated request on fd ended: back to one-shot (one MOD a
-	 * request), so that no registration stays armed for good behind a
-	 * close(2) we are not told of while a copy of the file lives on
-	 * elsewhere (a dup, a child): one-shot, it fires once at most. */
+	/* The last emulated request on fd ended: back to one-shot for the
+	 * tasks' waits left, or removed if none is (one epoll_ctl a request),
+	 * so that no registration stays armed for good behind a close(2) we
+	 * are not told of while a copy of the file lives on elsewhere (a dup,
+	 * a child): one-shot, it fires once at most.  Removed, not disarmed:
+	 * a MOD that finds nothing adds, and the number may name another file
+	 * by now (closed elsewhere and reused), which nobody asked us to
+	 * watch. */
 	if (w->ready && f->kept) {
 		bool kept;
 		uint32_t rest = fd_wanted(ep, w->fd, &kept);
-		if (!kept)
+		if (!kept && rest)
 			(void)fd_arm(ep, w->fd, rest, false, NULL);
+		else if (!kept)
+			fd_remove(ep, w->fd);
 	}
 }
 
@@ -956,6 +976,29 @@ static int64_t do_connect(struct cbcmn_task *t, const struct io_uring_sqe *sqe, 
  * every wait on fd that began before ends with -EBADF: ours at once,
  * other executors' at their next look at their sets, which this rings
  * when any waits on fd (docs/IO.md, "Backends"). */
+/* fd is about to be closed and something waits on its slot (slot != 0),
+ * maybe in another executor's set: remove fd's registration from the other
+ * sets too, while the number still names the file.  Once it is closed, a
+ * registration of a file that lives on elsewhere (a dup, a child's) can no
+ * longer be removed by number, and a stream's, edge-triggered and kept
+ * armed, would wake that executor at every edge of the file for as long as
+ * it lives.  The other executor learns of it from the close (close_apply():
+ * its MOD no longer finds the registration, and its waits end); a set
+ * without one says ENOENT.  epoll_ctl() on another thread's set is safe:
+ * the kernel locks it.  A watch that races the close (its count after our
+ * look) may still register the file: a program that closes a descriptor
+ * in use elsewhere has its waits end with -EBADF, no more. */
+static void unregister_elsewhere(struct cbcmn__exec *e, int fd, _Atomic uint32_t *slot)
+{
+	/* seq_cst: pairs with cbcmn__ep_watch()'s count. */
+	if (atomic_load(slot) == 0)
+		return; /* the usual case: nobody waits on it (nor on its slot) */
+	struct cbcmn_runtime *rt = e->rt;
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		if (rt->exec[i] != e && rt->exec[i]->ep)
+			(void)epoll_ctl(rt->exec[i]->ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
 static int64_t do_close(struct cbcmn__exec *e, int fd)
 {
 	struct cbcmn__ep *ep = e->ep;
@@ -963,10 +1006,12 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 		(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
 		ep->fds[fd].added = false;
 	}
+	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
+	if (fd >= 0)
+		unregister_elsewhere(e, fd, &cl->watched[(uint32_t)fd % CLOSE_SLOTS]);
 	int64_t rc = sys(close(fd));
 	if (rc == -EBADF || fd < 0)
 		return rc; /* nothing was closed (any other error closed it) */
-	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */
 	uint64_t s = atomic_fetch_add(&cl->seq, 1) + 1;
 	/* One word (the close's number's low half, fd): close_apply() reads

@@ -104,8 +104,9 @@ struct cbcmn__ep {
  * registration set with a MOD, whose look at the file reports what is
  * there already: kept armed, edge-triggered, while an emulated request
  * watches, else one-shot); 0, -ENOMEM, -EPERM (a file epoll cannot watch),
- * -EBADF.  Stop watching (unlinked; the registration is left armed: a
- * late event finds nobody). */
+ * -EBADF.  Stop watching (unlinked; a task's registration is left armed:
+ * a late event finds nobody; the last emulated request's goes back to
+ * one-shot for the tasks' waits left, or is removed). */
 int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w);
 void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w);
 

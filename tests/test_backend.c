@@ -1484,8 +1484,8 @@ static void test_epoll_recv_and_send_waits_on_one_socket_both_end(void **state)
  * request of it watches.  A stream closed, then its descriptor closed with
  * close(2) while a copy of the file lives on (a dup, a child's): the
  * registration cannot be removed by number any more.  Left edge-triggered,
- * it woke the executor's park at every byte the copy's file then got; back
- * to one-shot when the request ended, it fires once at most. */
+ * it woke the executor's park at every byte the copy's file then got;
+ * removed when the request ended, it fires no more. */
 #define ORPHAN_WRITES 40
 
 struct orphan {
@@ -1557,6 +1557,186 @@ static void test_epoll_closed_stream_leaves_no_registration_armed(void **state)
 			 "to a file it no longer watches", (unsigned long long)o.enters,
 			 ORPHAN_WRITES);
 	close(o.sv[1]);
+	t_destroy(rt);
+}
+
+/* The same, with the stream still receiving on executor 1 when a task on
+ * executor 0 closes its descriptor with cbcmn_close() (as after an
+ * unpinned task's cbcmn_stream_close() returned while the stream's
+ * executor still finishes, docs/IO.md), a copy of the file living on.
+ * The close removed the closer's set's registration only; executor 1's,
+ * edge-triggered, could not be removed by number once the request ended
+ * (-EBADF) and woke that executor's park at every byte the copy got. */
+struct xclose {
+	struct orphan o;
+	_Atomic int watching;
+	int64_t last;
+};
+
+static int64_t xclose_reader(cbcmn_cx *cx, void *arg)
+{
+	struct xclose *x = arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, x->o.sv[0], &st) == 0);
+	const void *d;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	atomic_store(&x->watching, 1);
+	x->last = cbcmn_stream_recv(cx, st, &d); /* ended by the close */
+	cbcmn_io_set_timeout(cx, 0);
+	cbcmn_stream_close(cx, st);
+	return 0;
+}
+
+/* A nursery of cx's with x's reader in it, on executor 1, receiving. */
+static cbcmn_nursery *xclose_start(cbcmn_cx *cx, struct xclose *x)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, xclose_reader, x, NULL) == 0);
+	for (int i = 0; i < 300 && !atomic_load(&x->watching); i++)
+		cbcmn_sleep(cx, MS);
+	cbcmn_sleep(cx, 20 * MS); /* its request watches */
+	return n;
+}
+
+static int64_t xclose_main(cbcmn_cx *cx, void *arg)
+{
+	struct xclose *x = arg;
+	cbcmn_nursery *n = xclose_start(cx, x);
+	int copy = dup(x->o.sv[0]);
+	TASK_CHECK(copy >= 0);
+	TASK_CHECK(cbcmn_close(cx, x->o.sv[0]) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	cbcmn_sleep(cx, 10 * MS);
+	uint64_t before = ep_enters(cbcmn_cx_runtime(cx));
+	atomic_store(&x->o.writing, 1);
+	for (int i = 0; i < 100 && atomic_load(&x->o.written) < ORPHAN_WRITES; i++)
+		cbcmn_sleep(cx, 50 * MS);
+	x->o.enters = ep_enters(cbcmn_cx_runtime(cx)) - before;
+	TASK_CHECK(atomic_load(&x->o.written) == ORPHAN_WRITES);
+	close(copy);
+	return 0;
+}
+
+/* Runs fn(arg) pinned to executor 0. */
+struct xroot {
+	cbcmn_task_fn fn;
+	void *arg;
+};
+
+static int64_t xclose_root_for(cbcmn_cx *cx, void *arg)
+{
+	struct xroot *x = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, x->fn, x->arg, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_epoll_close_elsewhere_leaves_no_stream_registration_armed(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct xclose x = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, x.o.sv), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, orphan_writer, &x.o), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, xclose_root_for, &(struct xroot){xclose_main, &x}, &r), 0);
+	atomic_store(&x.o.writing, 1);
+	pthread_join(th, NULL);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(x.last, -EBADF);
+	if (x.o.enters >= ORPHAN_WRITES / 2)
+		fail_msg("the sets were looked at %llu times while %d bytes came to a file "
+			 "closed with cbcmn_close()", (unsigned long long)x.o.enters, ORPHAN_WRITES);
+	close(x.o.sv[1]);
+	t_destroy(rt);
+}
+
+/* Does any epoll set of this process register descriptor number fd?  (The
+ * runtime's sets, read from /proc: fdinfo lists each registration.) */
+static bool t_fd_registered(int fd)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return false;
+	bool found = false;
+	struct dirent *de;
+	while (!found && (de = readdir(d))) {
+		char path[300], link[64], line[256];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		ssize_t k = readlink(path, link, sizeof(link) - 1);
+		if (k < 0 || (link[k] = 0, !strstr(link, "eventpoll")))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%s", de->d_name);
+		FILE *f = fopen(path, "r");
+		while (f && !found && fgets(line, sizeof(line), f)) {
+			int tfd;
+			found = sscanf(line, "tfd: %d", &tfd) == 1 && tfd == fd;
+		}
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+/* A stream receiving on executor 1, its descriptor closed with cbcmn_close()
+ * by a task on executor 0 and the number given at once to another socket
+ * (dup2), while executor 1 is busy.  When executor 1 then ended the
+ * stream's request (-EBADF), putting its registration back to one-shot
+ * found none under the number (ENOENT) and added one, for the other
+ * socket, which nobody had asked it to watch. */
+struct reuse2 {
+	struct xclose x; /* its stream */
+	int other[2];
+	_Atomic int spinning;
+};
+
+/* Holds executor 1 while the number changes hands. */
+static int64_t reuse2_spinner(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct reuse2 *u = arg;
+	atomic_store(&u->spinning, 1);
+	while (atomic_load(&u->spinning) == 1)
+		;
+	return 0;
+}
+
+static int64_t reuse2_main(cbcmn_cx *cx, void *arg)
+{
+	struct reuse2 *u = arg;
+	int fd = u->x.o.sv[0];
+	cbcmn_nursery *n = xclose_start(cx, &u->x);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, reuse2_spinner, u, NULL) == 0);
+	for (int i = 0; i < 3000 && !atomic_load(&u->spinning); i++)
+		cbcmn_sleep(cx, MS);
+	TASK_CHECK(cbcmn_close(cx, fd) == 0);
+	TASK_CHECK(dup2(u->other[0], fd) == fd);
+	atomic_store(&u->spinning, 2);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(!t_fd_registered(fd));
+	close(fd);
+	return 0;
+}
+
+static void test_epoll_close_elsewhere_then_reuse_registers_nothing(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct reuse2 u = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.x.o.sv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.other), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, xclose_root_for, &(struct xroot){reuse2_main, &u}, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(u.x.last, -EBADF);
+	close(u.x.o.sv[1]);
+	close(u.other[0]);
+	close(u.other[1]);
 	t_destroy(rt);
 }
 
@@ -2112,6 +2292,8 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_stream_burst_longer_than_a_batch_all_arrives),
 		T_WATCHED_TEST(test_epoll_recv_and_send_waits_on_one_socket_both_end),
 		T_WATCHED_TEST(test_epoll_closed_stream_leaves_no_registration_armed),
+		T_WATCHED_TEST(test_epoll_close_elsewhere_leaves_no_stream_registration_armed),
+		T_WATCHED_TEST(test_epoll_close_elsewhere_then_reuse_registers_nothing),
 		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
 		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
 		T_WATCHED_TEST(test_epoll_close_log_wrapped_wait_not_moved_to_next_file),
