@@ -67,8 +67,9 @@ static inline void cbcmn__fpcw_write(uint64_t fpcw)
 /* Switch contexts: save ours in *save_sp, resume to_sp, hand it xfer.
  * Returns the xfer of whoever later resumes us. */
 void *cbcmn__ctx_jump(void **save_sp, void *to_sp, void *xfer);
-/* The same, ending in a RET rather than an indirect jump: for a switch
- * to a context that suspended through the same call as ours (see the .S). */
+/* The same, ending in a RET rather than an indirect jump: predicted for a
+ * switch to a context that suspended through the same call as ours; it
+ * continues any saved context (see the .S). */
 void *cbcmn__ctx_jump_ret(void **save_sp, void *to_sp, void *xfer);
 /* The same, for a caller whose FP control state is fpcw (see the .S). */
 void *cbcmn__ctx_jump_fp(void **save_sp, void *to_sp, void *xfer, uint64_t fpcw);

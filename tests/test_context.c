@@ -1,4 +1,10 @@
-/* test_context: the x86_64 context switch (cbcmn__ctx_jump / _make). */
+/* test_context: the x86_64 context switch (cbcmn__ctx_jump / _make).
+ *
+ * The switch tests run three times: with cbcmn__ctx_jump, with
+ * cbcmn__ctx_jump_ret (the same switch ending in a RET, sched.c's
+ * switch_direct()), and with the two alternating, so that a context saved
+ * by one is resumed by the other (a task that blocked through the loop,
+ * resumed by a direct switch, and the other way round). */
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
@@ -30,7 +36,8 @@
  *   void *t_jump_regs(void **save_sp, void *to_sp, void *xfer,
  *                     const uint64_t in[6], uint64_t out[6]);
  *
- * loads in[] into rbx, rbp, r12-r15, calls cbcmn__ctx_jump, and stores what
+ * loads in[] into rbx, rbp, r12-r15, calls the switch under test (t_jump),
+ * and stores what
  * those registers hold when the jump returns into out[].  The caller's own
  * values are pushed first and popped last, so C sees an ordinary call.
  *
@@ -73,7 +80,7 @@ __asm__(
 	"	movq	0x18(%rcx), %r13\n"
 	"	movq	0x20(%rcx), %r14\n"
 	"	movq	0x28(%rcx), %r15\n"
-	"	call	cbcmn__ctx_jump\n"
+	"	call	*t_jump(%rip)\n"
 	"	popq	%r8\n"
 	"	.cfi_adjust_cfa_offset -8\n"
 	"	movq	%rbx, 0x00(%r8)\n"
@@ -122,6 +129,43 @@ void t_probe_entry(void *xfer);
 void t_probe_c(void *xfer);
 /* rsp, then rbx, rbp, r12-r15, at the first instruction of a fresh context. */
 uint64_t t_probe[1 + NREGS];
+
+/* ---- the switch under test ------------------------------------------------ */
+
+typedef void *jump_fn(void **save_sp, void *to_sp, void *xfer);
+
+/* Called by every switch below (and by t_jump_regs). */
+jump_fn *t_jump = cbcmn__ctx_jump;
+static unsigned t_mixed_n;
+
+/* Each switch the other way from the one before. */
+static void *jump_mixed(void **save_sp, void *to_sp, void *xfer)
+{
+	jump_fn *f = t_mixed_n++ % 2 ? cbcmn__ctx_jump_ret : cbcmn__ctx_jump;
+	return f(save_sp, to_sp, xfer);
+}
+
+static int use_jump(void **state)
+{
+	(void)state;
+	t_jump = cbcmn__ctx_jump;
+	return 0;
+}
+
+static int use_jump_ret(void **state)
+{
+	(void)state;
+	t_jump = cbcmn__ctx_jump_ret;
+	return 0;
+}
+
+static int use_jump_mixed(void **state)
+{
+	(void)state;
+	t_mixed_n = 0;
+	t_jump = jump_mixed;
+	return 0;
+}
 
 /* ---- contexts with the sanitizer bookkeeping ------------------------------ */
 
@@ -201,7 +245,7 @@ static void fiber_begin(struct ctx *from)
 static void *ctx_switch(struct ctx *from, struct ctx *to, void *xfer)
 {
 	san_start(&from->asan_fake, to);
-	void *r = cbcmn__ctx_jump(&from->sp, to->sp, xfer);
+	void *r = t_jump(&from->sp, to->sp, xfer);
 	san_finish(from->asan_fake, NULL, NULL);
 	return r;
 }
@@ -210,7 +254,7 @@ static void *ctx_switch(struct ctx *from, struct ctx *to, void *xfer)
 static _Noreturn void ctx_exit(struct ctx *from, struct ctx *to, void *xfer)
 {
 	san_start(NULL, to);
-	cbcmn__ctx_jump(&from->sp, to->sp, xfer);
+	t_jump(&from->sp, to->sp, xfer);
 	abort();
 }
 
@@ -803,13 +847,16 @@ int main(int argc, char **argv)
 	if (argc == 2 && strcmp(argv[1], "--gdb-target") == 0)
 		return gdb_target();
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_callee_saved_registers),
-		cmocka_unit_test(test_fp_control_state),
-		cmocka_unit_test(test_xfer_both_ways),
-		cmocka_unit_test(test_fresh_context_abi),
-		cmocka_unit_test(test_entry_return_aborts),
-		cmocka_unit_test(test_ping_pong),
-		cmocka_unit_test(test_unwind_stops_at_fiber_entry),
+#define EACH_JUMP(f)                                                                     \
+	cmocka_unit_test_setup(f, use_jump), cmocka_unit_test_setup(f, use_jump_ret),     \
+		cmocka_unit_test_setup(f, use_jump_mixed)
+		EACH_JUMP(test_callee_saved_registers),
+		EACH_JUMP(test_fp_control_state),
+		EACH_JUMP(test_xfer_both_ways),
+		EACH_JUMP(test_fresh_context_abi),
+		EACH_JUMP(test_entry_return_aborts),
+		EACH_JUMP(test_ping_pong),
+		EACH_JUMP(test_unwind_stops_at_fiber_entry),
 		cmocka_unit_test(test_gdb_backtrace_stops_at_fiber_entry),
 	};
 	return cmocka_run_group_tests_name("context", tests, NULL, NULL);

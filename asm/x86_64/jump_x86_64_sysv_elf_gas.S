@@ -46,7 +46,14 @@
  * prediction is right, and so are all the returns the target makes after
  * it, where the indirect jump left this caller's return address on the
  * buffer and every one of them, a frame apart, missed (4 or 5 a fiber
- * actor's hop: docs/ACTORS.md, "The hop's fast path").
+ * actor's hop: docs/ACTORS.md, "The hop's fast path").  The target
+ * need not have suspended there: both endings continue at the address in
+ * its frame's 0x38 slot, whichever switch saved it (a fresh context's
+ * entry, a task that last left through the loop, for which the RET misses
+ * once as the jump would; test_context runs its switch tests with each
+ * ending and with the two alternating).  Neither ending works with a CPU
+ * shadow stack on, which a RET into another fiber would fault on and a
+ * fiber's later returns too (docs/FIBERS.md, "Shadow stacks").
  *
  * Everything else the ABI lets a callee clobber (rax, rcx, rdx, rsi, rdi,
  * r8-r11, vector registers, flags) is not saved: the compiler already
