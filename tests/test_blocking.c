@@ -997,6 +997,66 @@ static void test_checkpoints_of_an_actor_s_blocking_function(void **state)
 	t_destroy(rt);
 }
 
+
+/* An actor's function that checkpoints with its cx until told to stop,
+ * cancelled while it runs: the cancellation woke the actor at once, whose
+ * executor read its countdown (its run's quantum, then its park's) while
+ * the pool thread's checkpoints wrote it (TSan).  The task now stays parked
+ * until fn returned, and still returns CBCMN_ECANCELED, with fn's result. */
+struct cw {
+	cbcmn_cx *cx; /* the actor's, for its function's checkpoints */
+	atomic_int started, stop;
+	int rc;
+	int64_t result;
+};
+
+static int64_t cw_fn(void *arg)
+{
+	struct cw *w = arg;
+	atomic_store(&w->started, 1);
+	while (!atomic_load(&w->stop))
+		CBCMN_CHECKPOINT(w->cx);
+	return 7;
+}
+
+static int64_t cw_actor(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	w->cx = cx;
+	w->rc = cbcmn_blocking(cx, cw_fn, w, &w->result);
+	return 0;
+}
+
+static int64_t cw_main(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, cw_actor, w, NULL, &a) == 0);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&w->started) && t_now_ns() < deadline)
+		(void)cbcmn_sleep(cx, 100000);
+	TASK_CHECK(atomic_load(&w->started));
+	cbcmn_nursery_cancel(n);
+	/* Long enough for the woken actor to run and park again (before). */
+	(void)cbcmn_sleep(cx, 20000000);
+	atomic_store(&w->stop, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_cancelled_while_fn_runs_stays_parked(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct cw w = {.rc = 12345};
+	t_run(rt, cw_main, &w, 0);
+	assert_int_equal(w.rc, CBCMN_ECANCELED);
+	assert_int_equal(w.result, 7);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1015,6 +1075,7 @@ int main(void)
 		T_WATCHED_TEST(test_checkpoints_on_a_pool_thread_stay_the_tasks_debt),
 		T_WATCHED_TEST(test_blocking_calls_off_its_fiber_are_refused),
 		T_WATCHED_TEST(test_checkpoints_of_an_actor_s_blocking_function),
+		T_WATCHED_TEST(test_cancelled_while_fn_runs_stays_parked),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};
