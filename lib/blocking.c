@@ -381,7 +381,8 @@ static int submit(struct cbcmn__blocking_pool *p, struct job *j)
 
 /* Back on t's fiber: pay what fn's costs with t's cx left owing, as the
  * costs themselves would have on it (waiting for a recharge, or ending t
- * there): a function's try-sends cannot overspend t's budget. */
+ * there).  fn's calls were not stopped: past t's budget they went
+ * through all the same: t, owing more than it has, waits or ends here. */
 static void pay_debt(struct cbcmn_task *t, const struct job *j)
 {
 	for (int c = CBCMN__B_OPS + 1; c < CBCMN__B_N; c++)
