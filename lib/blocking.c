@@ -419,12 +419,16 @@ static void job_end(struct cbcmn__iwait *iw)
 {
 	struct job *j = (struct job *)iw;
 	uint32_t s = atomic_load_explicit(&j->state, memory_order_acquire);
-	/* fn under way: asked to stop before the CAS, while j is surely
-	 * alive (after it, the pool thread may wake the task, whose frame
-	 * j is, as soon as fn returns). */
-	if (j->interrupt && s == J_RUNNING)
-		j->interrupt(j->arg);
+	bool asked = !j->interrupt;
 	for (;;) {
+		/* fn under way (popped even after our first look): asked to
+		 * stop before the CAS, while j is surely alive (after it, the
+		 * pool thread may wake the task, whose frame j is, as soon as
+		 * fn returns). */
+		if (s == J_RUNNING && !asked) {
+			j->interrupt(j->arg);
+			asked = true;
+		}
 		uint32_t to = s == J_QUEUED ? J_DROPPED : s == J_RUNNING ? J_CANCELLED : s;
 		if (to == s)
 			break; /* DONE: fn returned, the pool thread left the wake to us */
