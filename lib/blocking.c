@@ -7,24 +7,31 @@
  * whose event is "fn returned"; the pool thread that ran fn claims the wait
  * and wakes it from outside the runtime (waker NULL: the inject queue).
  *
- * A job's state word decides who owns what when cancellation meets it:
+ * A job's state word decides who owns what when cancellation (or the
+ * call's deadline) meets it:
  *
- *   QUEUED --(pool thread pops it, under the lock)--> RUNNING
- *   RUNNING --(fn returned, the wait was claimed by cancellation)--> DONE
- *   RUNNING --(cancelled task waits for fn's end, CAS)--> WAITING --> DONE
+ *   QUEUED --(a pool thread pops it, under the lock)--> RUNNING --> DONE
+ *   QUEUED --(cancelled, job_end())--> DROPPED      (fn never runs)
+ *   RUNNING --(cancelled, job_end())--> CANCELLED --(fn returned)--> DONE
  *
- *   - Cancelled while QUEUED: the task takes the lock, finds the job still
- *     queued and unlinks it; fn never runs.  Popping and this check are
- *     both under the pool lock, so exactly one of them happens.
- *   - Cancelled while RUNNING: fn's arguments may live on the task's stack,
- *     so the task must not return before fn did.  The task CASes RUNNING
- *     -> WAITING (publishing its waiter), the pool thread exchanges in DONE
- *     once fn returned: whoever comes second knows the other is there —
- *     the pool thread wakes the waiter, or the task sees DONE and goes on.
+ *   - The task is woken once, when fn has returned or will never run: not
+ *     while fn runs.  fn may use the task's cx (a CBCMN_CHECKPOINT(), a
+ *     macro, writes its countdown), and a woken task's executor reads it
+ *     (an actor's run and park, actor_sched.c): woken by cancellation
+ *     while fn ran, they raced (TSan,
+ *     test_cancelled_while_fn_runs_stays_parked).
+ *   - Cancelled while QUEUED: job_end() marks it DROPPED and wakes the
+ *     task, which unlinks it under the lock unless a pool thread, which
+ *     skips a DROPPED job, did.  One CAS decides between the pop and the
+ *     drop.
+ *   - Cancelled while RUNNING: job_end() asks fn to stop (the caller's
+ *     interrupt) and marks it CANCELLED; the pool thread, whose claim of
+ *     the wait then fails, wakes the task once fn returned.  Whoever of
+ *     the two comes second (the exchange to DONE, job_end()'s CAS) wakes.
  *   - Not cancelled: the pool thread wins the iwait claim and the job's
  *     state no longer matters.
  * The pool thread touches the job for the last time in the step that
- * lets the task go (the wake, or the exchange when nobody waits).
+ * lets the task go (the wake, or the exchange when job_end() wakes).
  *
  * Lock: CBCMN__LOCK_BLOCKING, a leaf: the wakes it causes are issued after
  * it is dropped.  Idle threads sleep on a condition variable each, under
@@ -44,14 +51,14 @@
 /* How long a pool thread waits for work before it ends. */
 #define IDLE_NS (3 * 1000000000ll)
 
-enum { J_QUEUED, J_RUNNING, J_WAITING, J_DONE };
+enum { J_QUEUED, J_RUNNING, J_CANCELLED, J_DROPPED, J_DONE };
 
 /* One call, on the calling task's stack. */
 struct job {
 	struct cbcmn__iwait iw;        /* the task's wait for fn's return */
-	struct cbcmn__waiter done_w;   /* after cancellation: waits for J_DONE */
 	cbcmn_blocking_fn fn;
 	void *arg;
+	void (*interrupt)(void *arg);  /* asks a cancelled fn to return, or NULL */
 	int64_t result;                /* written by the pool thread before its release */
 	struct cbcmn_task *task;       /* whose call it is */
 	/* What fn's costs with the task's cx came to, by component, for
@@ -157,8 +164,10 @@ static void run_job(struct cbcmn__blocking_pool *p, struct job *j)
 	 * actor_sched.c), which fn may write through its cx (a
 	 * CBCMN_CHECKPOINT(), a macro: TSan,
 	 * test_checkpoints_of_an_actor_s_blocking_function).  A switch
-	 * away: far less than this thread's own wake-up.  acquire: pairs
-	 * with run_post()'s CAS to BLOCKED (sched.c). */
+	 * away: far less than this thread's own wake-up.  Nothing but fn's
+	 * end wakes the task once the job is RUNNING (job_end()), so it
+	 * reaches BLOCKED, never WAKE_PENDING, and stays there while fn
+	 * runs.  acquire: pairs with run_post()'s CAS to BLOCKED (sched.c). */
 	while (atomic_load_explicit(&j->task->state, memory_order_acquire) == CBCMN__T_PARKING)
 		sched_yield();
 	tls_job = j;
@@ -173,15 +182,15 @@ static void run_job(struct cbcmn__blocking_pool *p, struct job *j)
 		cbcmn__iwait_wake(&j->iw, NULL); /* j is gone after this */
 		return;
 	}
-	/* Cancellation claimed the wait: the task is on its way to (or in)
-	 * the RUNNING -> WAITING CAS.  acq_rel: release pairs with the task's
-	 * acquire of DONE (result); acquire pairs with its release of
-	 * WAITING (done_w filled in). */
+	/* Cancellation (or the deadline) claimed the wait: job_end() has
+	 * marked the job CANCELLED, or is about to.  acq_rel: release hands
+	 * result and the debt to the task; acquire pairs with job_end()'s
+	 * CAS (its interrupt's writes). */
 	uint32_t old = atomic_exchange_explicit(&j->state, J_DONE, memory_order_acq_rel);
-	if (old == J_WAITING)
-		cbcmn__waiter_wake(&j->done_w, NULL); /* j is gone after this */
-	/* old == J_RUNNING: the task's CAS fails on DONE and it returns
-	 * without waiting; j may be gone already. */
+	if (old == J_CANCELLED)
+		cbcmn__waiter_wake(&j->iw.w, NULL); /* j is gone after this */
+	/* old == J_RUNNING: job_end()'s CAS fails on DONE and it wakes the
+	 * task; j may be gone already. */
 }
 
 /* Join the threads that ended on idle time-out.  Not under the lock: each
@@ -222,10 +231,14 @@ static void *worker_main(void *arg)
 		struct job *j = p->head;
 		if (j) {
 			q_del(p, j);
+			/* Against job_end()'s drop.  acquire: nothing to see;
+			 * the lock orders the unlink with the task's. */
+			uint32_t s = J_QUEUED;
+			if (!atomic_compare_exchange_strong_explicit(&j->state, &s, J_RUNNING,
+								     memory_order_acquire,
+								     memory_order_relaxed))
+				continue; /* DROPPED: its task, woken, sees it unlinked */
 			atomic_fetch_add_explicit(&p->nbusy, 1, memory_order_relaxed);
-			/* Under the lock: the cancelled task checks QUEUED under
-			 * it too.  Relaxed: the lock orders the two. */
-			atomic_store_explicit(&j->state, J_RUNNING, memory_order_relaxed);
 			cbcmn__mutex_unlock(&p->lock);
 			run_job(p, j);
 			cbcmn__mutex_lock(&p->lock);
@@ -368,7 +381,8 @@ static int submit(struct cbcmn__blocking_pool *p, struct job *j)
 
 /* Back on t's fiber: pay what fn's costs with t's cx left owing, as the
  * costs themselves would have on it (waiting for a recharge, or ending t
- * there): a function's try-sends cannot overspend t's budget. */
+ * there).  fn's calls were not stopped: past t's budget they went
+ * through all the same: t, owing more than it has, waits or ends here. */
 static void pay_debt(struct cbcmn_task *t, const struct job *j)
 {
 	for (int c = CBCMN__B_OPS + 1; c < CBCMN__B_N; c++)
@@ -397,14 +411,49 @@ int cbcmn_blocking(cbcmn_cx *cx, cbcmn_blocking_fn fn, void *arg, int64_t *resul
 	return cbcmn__blocking_call(self, fn, arg, result, UINT64_MAX, NULL);
 }
 
+/* The wait's end by cancellation or by the deadline (iwait.h's
+ * on_cancel and on_timeout: the canceller under the registry lock, the
+ * timer's executor, or the task itself as it registers), once the wait is
+ * claimed: wake the task only when fn will not run, or has returned. */
+static void job_end(struct cbcmn__iwait *iw)
+{
+	struct job *j = (struct job *)iw;
+	uint32_t s = atomic_load_explicit(&j->state, memory_order_acquire);
+	bool asked = !j->interrupt;
+	for (;;) {
+		/* fn under way (popped even after our first look): asked to
+		 * stop before the CAS, while j is surely alive (after it, the
+		 * pool thread may wake the task, whose frame j is, as soon as
+		 * fn returns). */
+		if (s == J_RUNNING && !asked) {
+			j->interrupt(j->arg);
+			asked = true;
+		}
+		uint32_t to = s == J_QUEUED ? J_DROPPED : s == J_RUNNING ? J_CANCELLED : s;
+		if (to == s)
+			break; /* DONE: fn returned, the pool thread left the wake to us */
+		/* acq_rel: release publishes the interrupt's writes to the
+		 * pool thread; acquire pairs with its exchange (result). */
+		if (atomic_compare_exchange_weak_explicit(&j->state, &s, to, memory_order_acq_rel,
+							  memory_order_acquire)) {
+			if (to == J_CANCELLED)
+				return; /* the pool thread wakes the task */
+			break;
+		}
+	}
+	cbcmn__waiter_wake(&iw->w, NULL);
+}
+
 int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *arg,
 			 int64_t *result, uint64_t deadline, void (*interrupt)(void *arg))
 {
 	struct cbcmn__blocking_pool *p = self->rt->blocking;
-	struct job j = {.fn = fn, .arg = arg, .task = self};
+	struct job j = {.fn = fn, .arg = arg, .interrupt = interrupt, .task = self};
 	atomic_init(&j.state, J_QUEUED);
 	cbcmn__iwait_init(&j.iw, self); /* PARKING: no fiber switch until we block */
 	j.iw.kind = CBCMN__G_BLOCKING;
+	j.iw.on_cancel = job_end;
+	j.iw.on_timeout = job_end;
 	/* Armed before the job is queued: it fires on our executor, which is
 	 * busy running us until we block. */
 	struct cbcmn__timer *tm = NULL;
@@ -425,45 +474,18 @@ int cbcmn__blocking_call(struct cbcmn_task *self, cbcmn_blocking_fn fn, void *ar
 	uint32_t how = cbcmn__iwait_block(&j.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
-	if (how == CBCMN__IW_WOKEN) {
-		/* The acquire in iwait_block pairs with the pool thread's claim. */
-		if (result)
-			*result = j.result;
-		pay_debt(self, &j);
-		return 0;
-	}
-	rc = how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
-
-	/* Cancelled (or timed out).  Still queued: take it back, fn never runs. */
-	cbcmn__mutex_lock(&p->lock);
-	bool queued = atomic_load_explicit(&j.state, memory_order_relaxed) == J_QUEUED;
-	if (queued)
-		q_del(p, &j);
-	cbcmn__mutex_unlock(&p->lock);
-	if (queued)
+	rc = how == CBCMN__IW_WOKEN ? 0 : how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
+	/* acquire: pairs with the exchange to DONE (or iwait_block's with
+	 * the claim): result and the debt. */
+	if (rc && atomic_load_explicit(&j.state, memory_order_acquire) == J_DROPPED) {
+		/* fn never ran: still queued, unless a pool thread skipped it
+		 * (popped, it was the head: no prev, and head no more). */
+		cbcmn__mutex_lock(&p->lock);
+		if (j.prev || p->head == &j)
+			q_del(p, &j);
+		cbcmn__mutex_unlock(&p->lock);
 		return rc;
-
-	/* fn has started: wait for it to return (arg may be on our stack),
-	 * after asking it to stop if the caller can. */
-	if (interrupt)
-		interrupt(arg);
-	j.done_w.task = self;
-	self->wait_kind = CBCMN__G_BLOCKING;
-	atomic_init(&j.done_w.futex, 0);
-	atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
-	uint32_t s = J_RUNNING;
-	/* acq_rel: release publishes done_w to the pool thread's exchange;
-	 * acquire (also on failure, s == J_DONE) pairs with its release of
-	 * result. */
-	if (atomic_compare_exchange_strong_explicit(&j.state, &s, J_WAITING, memory_order_acq_rel,
-						    memory_order_acquire)) {
-		cbcmn__waiter_wait(&j.done_w);
-		/* acquire: pairs with the exchange that set DONE before the wake. */
-		s = atomic_load_explicit(&j.state, memory_order_acquire);
-	} else {
-		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 	}
-	(void)s; /* J_DONE here, always */
 	if (result)
 		*result = j.result;
 	pay_debt(self, &j);

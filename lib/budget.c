@@ -878,7 +878,9 @@ static int recharge_locked(struct cbcmn_task *self, struct cbcmn_task *t, const 
 	}
 	/* Wake it if it waits for budget (an unlimited task never does). */
 	if (t->limited)
-		wake_budget_wait(t, false, self->exec);
+		/* Off self's fiber (a cbcmn_blocking() function's): the
+		 * inject queue, as in cbcmn_actor_stop(). */
+		wake_budget_wait(t, false, cbcmn__exec_if_running(self));
 	return 0;
 }
 

@@ -997,6 +997,154 @@ static void test_checkpoints_of_an_actor_s_blocking_function(void **state)
 	t_destroy(rt);
 }
 
+
+/* An actor's function that checkpoints with its cx until told to stop,
+ * cancelled while it runs: the cancellation woke the actor at once, whose
+ * executor read its countdown (its run's quantum, then its park's) while
+ * the pool thread's checkpoints wrote it (TSan).  The task now stays parked
+ * until fn returned, and still returns CBCMN_ECANCELED, with fn's result. */
+struct cw {
+	cbcmn_cx *cx; /* the actor's, for its function's checkpoints */
+	atomic_int started, stop;
+	int rc;
+	int64_t result;
+};
+
+static int64_t cw_fn(void *arg)
+{
+	struct cw *w = arg;
+	atomic_store(&w->started, 1);
+	while (!atomic_load(&w->stop))
+		CBCMN_CHECKPOINT(w->cx);
+	return 7;
+}
+
+static int64_t cw_actor(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	w->cx = cx;
+	w->rc = cbcmn_blocking(cx, cw_fn, w, &w->result);
+	return 0;
+}
+
+static int64_t cw_main(cbcmn_cx *cx, void *arg)
+{
+	struct cw *w = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, cw_actor, w, NULL, &a) == 0);
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&w->started) && t_now_ns() < deadline)
+		(void)cbcmn_sleep(cx, 100000);
+	TASK_CHECK(atomic_load(&w->started));
+	cbcmn_nursery_cancel(n);
+	/* Long enough for the woken actor to run and park again (before). */
+	(void)cbcmn_sleep(cx, 20000000);
+	atomic_store(&w->stop, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_cancelled_while_fn_runs_stays_parked(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct cw w = {.rc = 12345};
+	t_run(rt, cw_main, &w, 0);
+	assert_int_equal(w.rc, CBCMN_ECANCELED);
+	assert_int_equal(w.result, 7);
+	t_destroy(rt);
+}
+
+
+/* With its task's cx, a cbcmn_blocking() function stops actors blocked
+ * in a receive and recharges an exhausted child: both wakes named the
+ * task's executor as the waker and pushed onto that executor's own run
+ * queue from the pool thread, which its thread pops meanwhile (TSan: a
+ * race in the deque).  They now wake as a thread outside does. */
+#define SR_PEERS 64
+#define SR_ROUNDS 4
+
+struct sr {
+	cbcmn_cx *cx;
+	cbcmn_actor_ref peer[SR_PEERS];
+	cbcmn_task *child;
+	int stop_rc[SR_PEERS], recharge_rc;
+};
+
+static int64_t sr_fn(void *arg)
+{
+	struct sr *s = arg;
+	for (int i = 0; i < SR_PEERS; i++)
+		s->stop_rc[i] = cbcmn_actor_stop(NULL, s->cx, s->peer[i], 0);
+	cbcmn_budget more = {.ops = 1000};
+	if (s->child)
+		s->recharge_rc = cbcmn_budget_recharge(s->cx, s->child, &more);
+	return 0;
+}
+
+static int64_t sr_peer(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+		;
+	return 0;
+}
+
+static int64_t sr_spin(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 500; i++)
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+/* One round: peers parked in their receive (and, the first time, the
+ * child waiting for ops) when sr_fn runs. */
+static int64_t sr_round(cbcmn_cx *cx, struct sr *s, bool child)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; i < SR_PEERS; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, sr_peer, NULL, NULL, &s->peer[i]) == 0);
+	cbcmn_budget b = {.ops = 100};
+	cbcmn_spawn_opts o = {.budget = &b};
+	if (child)
+		TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, sr_spin, NULL, &o, &s->child) == 0);
+	(void)cbcmn_sleep(cx, 20000000);
+	TASK_CHECK(cbcmn_blocking(cx, sr_fn, s, NULL) == 0);
+	for (int i = 0; i < SR_PEERS; i++)
+		TASK_CHECK(s->stop_rc[i] == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	int64_t r = 0;
+	if (child)
+		TASK_CHECK(cbcmn_task_join(cx, s->child, &r) == 0);
+	s->child = NULL;
+	return r;
+}
+
+static int64_t sr_main(cbcmn_cx *cx, void *arg)
+{
+	struct sr *s = arg;
+	s->cx = cx;
+	int64_t r = 0;
+	for (int k = 0; k < SR_ROUNDS && r == 0; k++)
+		r = sr_round(cx, s, k == 0);
+	return r;
+}
+
+static void test_stop_and_recharge_off_its_fiber(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct sr s = {0};
+	t_run(rt, sr_main, &s, 0);
+	assert_int_equal(s.recharge_rc, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1015,6 +1163,8 @@ int main(void)
 		T_WATCHED_TEST(test_checkpoints_on_a_pool_thread_stay_the_tasks_debt),
 		T_WATCHED_TEST(test_blocking_calls_off_its_fiber_are_refused),
 		T_WATCHED_TEST(test_checkpoints_of_an_actor_s_blocking_function),
+		T_WATCHED_TEST(test_cancelled_while_fn_runs_stays_parked),
+		T_WATCHED_TEST(test_stop_and_recharge_off_its_fiber),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};
