@@ -965,17 +965,14 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 	return rc == 0 ? 2 : rc;
 }
 
-static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
-		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
+/* A send from self (the task running here, or NULL: a thread) for me (the
+ * actor sending, or NULL). */
+static int mb_send(struct cbcmn_task *self, struct cbcmn__actor *me, struct cbcmn_runtime *rt,
+		   cbcmn_actor_ref to, const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
-	struct cbcmn__actor *me = cbcmn__actor_or_handler(self);
 	cbcmn_actor_msg copy = *m;
 	copy._reserved = 0;
 	copy.from = me ? me->ref : CBCMN_ACTOR_NONE;
-	/* Paid before the mailbox is touched: a task that waits for budget,
-	 * or is ended there, leaves no trace (docs/BUDGETS.md). */
-	if (self)
-		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	/* Before the lock: the timer is armed under it. */
 	uint64_t deadline = mode == SEND_WAIT ? deadline_in(rt, timeout_ns) : UINT64_MAX;
 	bool lane_waited = false;
@@ -1108,7 +1105,29 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 			    timeout_ns != CBCMN_ACTOR_FOREVER);
 	if (rc)
 		return rc;
-	return mb_send(self, rt, to, m, mode, timeout_ns);
+	/* A task's cx on another thread (a cbcmn_blocking() function's):
+	 * the lanes, the wakes to its executor's slot and the trace ring it
+	 * would use are that executor's owner's alone (the lanes' counters
+	 * and message cache raced, test_actor_lanes).  It sends as a thread
+	 * outside the runtime does, from its actor still; waiting there
+	 * would suspend that thread as the task's fiber: -EPERM, as a
+	 * channel's blocking calls there. */
+	struct cbcmn_task *run = self;
+	struct cbcmn__actor *me;
+	if (self && !cbcmn__is_running(self)) {
+		if (mode == SEND_WAIT)
+			return -EPERM;
+		run = NULL;
+		me = cbcmn__actor_of(self); /* a host's handler is its host's to read */
+	} else {
+		me = cbcmn__actor_or_handler(self);
+	}
+	/* Paid before the mailbox is touched: a task that waits for budget,
+	 * or is ended there, leaves no trace (docs/BUDGETS.md).  On another
+	 * thread it only counts (budget.c). */
+	if (self)
+		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+	return mb_send(run, me, rt, to, m, mode, timeout_ns);
 }
 
 int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a, const cbcmn_actor_msg *m)
