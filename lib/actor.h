@@ -134,7 +134,7 @@ struct cbcmn__actor {
 	_Atomic(struct cbcmn__mb_wait *) receiver;
 	/* Where its task resumes, as of its last block (actor_sched.c,
 	 * park()): the task and its saved stack pointer, for a sender to
-	 * prefetch (cbcmn__actor_sending()).  Beside receiver, whose line the
+	 * prefetch (actor_mbox.c, sending()).  Beside receiver, whose line the
 	 * sender reads anyway.  Hints: relaxed, possibly stale (a stale
 	 * pointer only costs a useless prefetch, never a read). */
 	_Atomic(void *) hint_task, hint_sp;

@@ -978,7 +978,8 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns, bool off)
 {
-	struct cbcmn__actor *me = cbcmn__actor_or_handler(self);
+	/* Off its fiber, a host's current handler is its host's to read. */
+	struct cbcmn__actor *me = off ? cbcmn__actor_of(self) : cbcmn__actor_or_handler(self);
 	cbcmn_actor_msg copy = *m;
 	copy._reserved = 0;
 	copy.from = me ? me->ref : CBCMN_ACTOR_NONE;

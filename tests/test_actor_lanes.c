@@ -10,10 +10,12 @@
 #include "helpers.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "actor_test.h"
+#include "cbcmn_io.h"
 #include "../lib/fault.h"
 
 /* Executor id's statistics (from a task too: no cmocka assertion). */
@@ -1583,6 +1585,119 @@ static void test_no_memory_for_a_lane_message_takes_the_lock(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a task's cx handed to its cbcmn_blocking() function ---------------- */
+
+#define HANDED_N 3000
+
+struct handed {
+	cbcmn_actor_ref r, s;
+	_Atomic uint64_t got, from_s, sent;
+	_Atomic int started, go;
+	cbcmn_cx *cx;
+};
+static struct handed hd;
+
+static int64_t handed_receiver(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0 && m.type != M_QUIT) {
+		atomic_fetch_add(&hd.got, 1);
+		if (m.from == hd.s)
+			atomic_fetch_add(&hd.from_s, 1);
+	}
+	return rc;
+}
+
+/* On a pool thread with the actor's cx: its try_sends from there, a send
+ * that would wait is -EPERM. */
+static int64_t handed_thread(void *arg)
+{
+	cbcmn_cx *cx = arg;
+	atomic_store(&hd.started, 1);
+	/* Until the actor's executor has parked it (its park reads the
+	 * countdown this thread's charges write; the other actor's run
+	 * after it orders the two for TSan). */
+	while (!atomic_load(&hd.go))
+		sched_yield();
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	if (cbcmn_actor_send(NULL, cx, hd.r, &m) != -EPERM)
+		return -1;
+	for (int i = 0; i < HANDED_N; i++) {
+		int rc = cbcmn_actor_try_send(NULL, cx, hd.r, &m);
+		if (rc == 0)
+			atomic_fetch_add(&hd.sent, 1);
+		else if (rc != -EAGAIN)
+			return rc;
+	}
+	return 0;
+}
+
+static int64_t handed_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int64_t res = -1;
+	TASK_CHECK(cbcmn_blocking(cx, handed_thread, cx, &res) == 0);
+	return res;
+}
+
+/* Beside it on its executor: sends of its own over the same lanes. */
+static int64_t handed_neighbour(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&hd.started))
+		cbcmn_yield(cx);
+	atomic_store(&hd.go, 1);
+	for (int i = 0; i < HANDED_N; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, 2, (uint64_t)i);
+		if (cbcmn_actor_try_send(NULL, cx, hd.r, &m) == 0)
+			atomic_fetch_add(&hd.sent, 1);
+		if (i % 64 == 0)
+			cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t handed_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *rn, *sn;
+	TASK_CHECK(open_n(cx, &rn) == 0);
+	TASK_CHECK(open_n(cx, &sn) == 0);
+	cbcmn_actor_opts ro = {.placement = CBCMN_PLACE_PINNED, .shard = 1, .mailbox_cap = 64};
+	cbcmn_actor_opts so = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref nb;
+	TASK_CHECK(cbcmn_actor_spawn(cx, rn, handed_receiver, NULL, &ro, &hd.r) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, sn, handed_actor, NULL, &so, &hd.s) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, sn, handed_neighbour, NULL, &so, &nb) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, sn) == 0);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, hd.r, &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, rn) == 0);
+	return 0;
+}
+
+/* A cbcmn_blocking() function handed its actor's cx sends from a pool
+ * thread: it must not use that actor's executor's lanes (their counters
+ * and message cache are the owner thread's: they raced with the
+ * executor's own sends, and the run hung or crashed), but send as a
+ * thread outside does, from its actor still; a send that would wait is
+ * -EPERM there. */
+static void test_a_blocking_functions_sends_with_its_actors_cx_leave_the_lanes_alone(void **state)
+{
+	(void)state;
+	memset(&hd, 0, sizeof(hd));
+	cbcmn_runtime *rt = t_runtime(2);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, handed_root, NULL, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&hd.got), atomic_load(&hd.sent)); /* none lost, none twice */
+	assert_true(atomic_load(&hd.from_s) > 0); /* from the actor, not from a thread */
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1608,6 +1723,7 @@ int main(void)
 		cmocka_unit_test(test_landings_of_other_lanes_leave_a_parked_wait_alone),
 		cmocka_unit_test(test_parked_waits_of_one_lane_out_of_order_all_end),
 		cmocka_unit_test(test_end_of_actor_with_places_in_a_held_backlog_parks),
+		cmocka_unit_test(test_a_blocking_functions_sends_with_its_actors_cx_leave_the_lanes_alone),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,8 +5,14 @@
  * through, so a wrong or stale one must change nothing.  Attacked here:
  * a token sent to a random member every hop (the prediction mostly
  * wrong), and rings that halt and are spawned again into the same slots,
- * whose hints then name halted actors' freed tasks, stacks and receive
- * records (ASan sees a read through one), on one executor and two. */
+ * whose predictions then name halted actors' receive records, on one
+ * executor and two (in TSAN_TESTS: the prediction is handed between
+ * executors with its task).  What ASan sees: a read through pf_wait (a
+ * halted actor's stack, poisoned).  Not a read through hint_task or
+ * hint_sp: a receiver rewrites them at every park, so a sender finds a
+ * halted actor's only between its successor's first receive and park,
+ * and those tasks and stacks sit in the executors' caches, mapped
+ * (checked by mutation, s17-rvaring6). */
 #include "helpers.h"
 
 #include <stdatomic.h>

@@ -218,6 +218,7 @@ static void test_parsers_refuse_bad_input(void **state)
 		{T_BENCH, L("b", "fib", "--bpf-no", "net"), "--bpf-no wants"},
 		{T_BENCH, L("b", "actors", "--hops", "0"), "--hops wants"},
 		{T_BENCH, L("b", "actors", "--actors", "9"), "--actors wants 10.."},
+		{T_BENCH, L("b", "actors", "--ring", "1"), "--ring wants 2.."},
 		{T_BENCH, L("b"), "which benchmark?"},
 		{T_BENCH, L("b", "fib", "spawn"), "unexpected argument 'spawn'"},
 		{T_DEMO, L("d", "-n", "41"), "-n wants 0..40"},
@@ -300,6 +301,9 @@ static void test_parsers_take_good_input(void **state)
 	args_of(&a, L("b", "actors", "--hops", "1000", "--actors", "100"));
 	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), 0);
 	assert_true(b.hops == 1000 && b.actors == 100);
+	args_of(&a, L("b", "actors", "--ring", "3000"));
+	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), 0);
+	assert_true(b.ring == 3000); /* any size: not skynet's power of 10 */
 
 	struct loadtest_opts l = {.http = true};
 	args_of(&a, L("l", "-S", "-1", "-C", "3", "--no-http", "--proto", "http", "-P", "8080"));

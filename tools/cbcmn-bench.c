@@ -1982,6 +1982,7 @@ static void reset_hwm(void)
 
 static uint64_t act_hops = 1000000;  /* --hops: ring hops; messages of msgs_per_s */
 static uint64_t act_actors;          /* --actors: ring size and skynet leaves; 0: defaults */
+static uint64_t act_ring;            /* --ring: the ring's size alone (over --actors); 0: not given */
 
 #define RING_ACTORS 10000u
 #define SKYNET_LEAVES 1000000u
@@ -2051,7 +2052,7 @@ static void bench_actors(void)
 		die("actors: wants --workers 2 or more", -EINVAL);
 	cbcmn_runtime *rt = runtime(workers, 0);
 	double v[16], c[16];
-	uint64_t ring_n = act_actors ? act_actors : RING_ACTORS;
+	uint64_t ring_n = act_ring ? act_ring : act_actors ? act_actors : RING_ACTORS;
 	uint64_t leaves = act_actors ? act_actors : SKYNET_LEAVES;
 	uint64_t p10 = 1;
 	while (p10 < leaves)
@@ -2208,7 +2209,7 @@ static const struct bench {
 	{"echo", bench_echo, "loopback echo server (fiber I/O) vs an epoll server, same client"},
 	{"http", bench_http, "HTTP/1.1 keep-alive hello server vs an epoll one, same client"},
 	{"actors", bench_actors,
-	 "ring ns/hop (10 000 actors, --hops 1 000 000), skynet ms (--actors 1 000 000 leaves), "
+	 "ring ns/hop (10 000 actors or --ring N, --hops 1 000 000), skynet ms (--actors 1 000 000 leaves), "
 	 "4x4 cross-executor msgs/s, us per supervised restart"},
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
 	{"scaling", bench_scaling, "fib(27), spawn-join chains and 64 1-ms tickers on 1, 2 and 64 executors: speed-up 1 -> 2, CPU ms, timer lateness p99"},
@@ -2223,7 +2224,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R] [--conns N] "
 		   "[--duration SEC] [--msg-size BYTES] [--no-multishot] [--server-spin-ns NS|none] "
-		   "[--bpf-no sched|io_uring|futex] [--hops N] [--actors N] [-v]\n\nbenchmarks:\n");
+		   "[--bpf-no sched|io_uring|futex] [--hops N] [--actors N] [--ring N] [-v]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-12s %s\n", benches[i].name, benches[i].help);
 	fprintf(f, "\nPrints one line per figure: NAME METRIC VALUE (medians of R runs).\n"
@@ -2261,6 +2262,7 @@ int main(int argc, char **argv)
 	if (o.hops)
 		act_hops = o.hops;
 	act_actors = o.actors;
+	act_ring = o.ring;
 	const char *name = o.name;
 	int found = 0;
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++) {

@@ -90,7 +90,11 @@
  * refuses to go while an actor lives (-EBUSY), and a thread blocked on a
  * mailbox is woken (-ESRCH) when its actor halts, but a call still under
  * way while the runtime is freed touches freed memory.  Calls that only an actor may
- * make (receive, self, monitor) return -EPERM from anything else.
+ * make (receive, self, monitor) return -EPERM from anything else.  A
+ * task's cx used on another thread (a cbcmn_blocking() function's) sends
+ * as such a thread does, from its actor still: the sends that may wait
+ * (cbcmn_actor_send(), cbcmn_actor_send_timeout()) return -EPERM there,
+ * cbcmn_actor_try_send() works.
  *
  * Errors.  Negative errno or CBCMN_E*: -EINVAL for NULL or bad arguments,
  * -ESRCH for a dead or unknown reference, CBCMN_EWRONGRT for a context of

@@ -225,6 +225,7 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 		{"bpf-no", required_argument, NULL, 'B'},
 		{"hops", required_argument, NULL, 'H'},
 		{"actors", required_argument, NULL, 'A'},
+		{"ring", required_argument, NULL, 'G'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -300,6 +301,11 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 		case 'A':
 			/* skynet's leaves are the tree's: a power of 10 (bench_actors checks) */
 			if (want_u64("--actors", optarg, 10, 100000000, NULL, &o->actors, err, errlen))
+				return -1;
+			break;
+		case 'G':
+			/* the ring alone, any size: skynet keeps its leaves */
+			if (want_u64("--ring", optarg, 2, 100000000, NULL, &o->ring, err, errlen))
 				return -1;
 			break;
 		case 'h':

@@ -61,6 +61,7 @@ struct bench_opts {
 	uint64_t server_spin_ns; /* CBCMN_SPIN_NONE for "none" */
 	unsigned bpf_flags;      /* BPFMON_* */
 	uint64_t hops, actors;   /* actors: --hops, --actors; 0: not given */
+	uint64_t ring;           /* actors: --ring (the ring's size alone); 0: not given */
 	bool help;
 	const char *name;        /* the one operand: a benchmark or "all" */
 };
