@@ -117,19 +117,30 @@ static bool tight(struct cbcmn__clock *k, uint64_t w)
 	return false;
 }
 
-/* Under busy: a trusted pair, its middle in *c and its time in *ns. */
-static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns)
+/* Under busy: a trusted pair, its middle in *c and its time in *ns; or,
+ * none trusted and any, the narrowest of the tries.  any: the readers
+ * hold past WAIT_SPAN until a record is made, and a clock_gettime()
+ * slower than PAIR_MAX_CYCLES for good (a clock source that traps: the
+ * TSC marked unstable, hpet in a VM) would hold them for ever (review:
+ * the clock stood still, and every timer with it); such a pair is off by
+ * microseconds, where a step is a millisecond. */
+static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns, bool any)
 {
+	uint64_t best = UINT64_MAX;
 	for (int i = 0; i < PAIR_TRIES; i++) {
 		uint64_t c0 = cbcmn__clock_cycles();
-		*ns = cbcmn__mono_ns();
-		uint64_t c1 = cbcmn__clock_cycles();
-		if (tight(k, c1 - c0)) {
-			*c = c0 + (c1 - c0) / 2;
-			return true;
+		uint64_t t = cbcmn__mono_ns();
+		uint64_t w = cbcmn__clock_cycles() - c0;
+		bool ok = tight(k, w);
+		if (ok || (any && w < best)) {
+			best = w;
+			*c = c0 + w / 2;
+			*ns = t;
+			if (ok)
+				return true;
 		}
 	}
-	return false;
+	return best != UINT64_MAX;
 }
 
 /* Under busy: the rate from the last trusted pair to (c, ns), which
@@ -221,12 +232,16 @@ static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns)
  * STEP_NS forward it is stepped, and back after a suspend: step_back()). */
 static bool reanchor(struct cbcmn__clock *k)
 {
-	uint64_t c, ns;
+	uint64_t c = cbcmn__clock_cycles(), ns;
 	/* Before the first span is over (or a span after a refused rate),
 	 * no pair: every read comes here meanwhile. */
-	if (k->pair_c && cbcmn__clock_cycles() - k->pair_c < CBCMN__CLOCK_SPAN)
+	if (k->pair_c && c - k->pair_c < CBCMN__CLOCK_SPAN)
 		return false;
-	if (!take_pair(k, &c, &ns))
+	/* Past WAIT_SPAN the readers hold: any pair rather than none. */
+	bool late = atomic_load_explicit(&k->mult, memory_order_relaxed) &&
+		    (int64_t)(c - atomic_load_explicit(&k->cyc0, memory_order_relaxed)) >=
+			    (int64_t)WAIT_SPAN;
+	if (!take_pair(k, &c, &ns, late))
 		return false; /* interrupted thrice: the next slow read tries again */
 	uint64_t rate = measure(k, c, ns);
 	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
