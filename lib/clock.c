@@ -39,6 +39,13 @@ struct cbcmn__clock cbcmn__clock;
  * the floor of a step back. */
 #define WAIT_SPAN (CBCMN__CLOCK_SPAN + CBCMN__CLOCK_SPAN / 8)
 
+/* What a record's lead on CLOCK_MONOTONIC, measured at its anchor, may
+ * grow by up to WAIT_SPAN: the pairs' halves (the anchor's, the one that
+ * finds it ahead), the rate's error (two pairs' widths over at least a
+ * span) over WAIT_SPAN, the slope a steer aims from a pair, NTP's slew
+ * (500 ppm) over WAIT_SPAN: under 6 PAIR_MAX_CYCLES (step_back()). */
+#define LEAD_SLACK_CYCLES (8ull * PAIR_MAX_CYCLES)
+
 /* How far a re-anchor may bend the slope: a sixteenth of the rate. */
 #define STEER_SHIFT 4
 
@@ -124,7 +131,7 @@ static bool tight(struct cbcmn__clock *k, uint64_t w)
  * TSC marked unstable, hpet in a VM) would hold them for ever (review:
  * the clock stood still, and every timer with it); such a pair is off by
  * microseconds, where a step is a millisecond. */
-static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns, bool any)
+static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns, bool any, bool *tight_out)
 {
 	uint64_t best = UINT64_MAX;
 	for (int i = 0; i < PAIR_TRIES; i++) {
@@ -136,6 +143,7 @@ static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns, bool an
 			best = w;
 			*c = c0 + w / 2;
 			*ns = t;
+			*tight_out = ok;
 			if (ok)
 				return true;
 		}
@@ -193,6 +201,9 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
 		ns = cbcmn__mono_ns();
 		c += (cbcmn__clock_cycles() - c) / 2;
 	}
+	/* The lead at the anchor, by the pair just taken (step_back()). */
+	k->lead = (int64_t)(ns - k->pair_ns -
+			    (uint64_t)(((unsigned __int128)(c - k->pair_c) * rate) >> 32));
 	atomic_store_explicit(&k->cyc0, c, memory_order_relaxed);
 	atomic_store_explicit(&k->ns0, ns, memory_order_relaxed);
 	atomic_store_explicit(&k->mult, mult, memory_order_relaxed);
@@ -209,8 +220,20 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
  * load_idle_since) was that far off.  Stepped back, to no less than the
  * old record's time at cyc0 + WAIT_SPAN: no reader was given more
  * (clock_slow()), so the time still never goes back.  The old rate is
- * kept: the span just measured holds the suspend. */
-static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns)
+ * kept: the span just measured holds the suspend.
+ *
+ * That floor alone left the clock up to WAIT_SPAN ahead after a suspend
+ * soon after an anchor, as a busy process's always is, and the step
+ * back is an anchor: suspends with short spells awake between them piled
+ * it up (review: 10 suspends, 71 ms ahead).  A tighter one: before the
+ * suspend the record gave no more than CLOCK_MONOTONIC then (at most
+ * ns) plus its lead, known at its anchor, plus what it may grow by
+ * (LEAD_SLACK_CYCLES); after it nothing below WAIT_SPAN if the counter
+ * ran past WAIT_SPAN meanwhile (a lead past the record's WAIT_SPAN
+ * worth, its own lead and a steer's sixteenth of a span), and nothing at
+ * WAIT_SPAN if no reader held there.  Else, or with a pair not tight,
+ * the first floor. */
+static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns, bool tight)
 {
 	uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
 	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
@@ -221,7 +244,16 @@ static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns)
 	int64_t err = (int64_t)(ns - at(c, cyc0, ns0, mult, rate)); /* < 0: ahead */
 	if (err >= -STEP_NS)
 		return false;
-	publish(k, rate, rate, err, at(cyc0 + WAIT_SPAN, cyc0, ns0, mult, rate));
+	uint64_t floor = at(cyc0 + WAIT_SPAN, cyc0, ns0, mult, rate);
+	uint64_t lead = k->lead > 0 ? (uint64_t)k->lead : 0;
+	uint64_t slack = (uint64_t)(((unsigned __int128)LEAD_SLACK_CYCLES * rate) >> 32);
+	uint64_t steer = (uint64_t)(((unsigned __int128)CBCMN__CLOCK_SPAN * rate) >> 32) >>
+			 (STEER_SHIFT - 1);
+	if (tight && k->lead_known && k->held_cyc0 != cyc0 &&
+	    (uint64_t)-err > lead + slack + steer + (floor - ns0) && ns + lead + slack < floor)
+		floor = ns + lead + slack;
+	publish(k, rate, rate, err, floor);
+	k->lead_known = tight && k->rate_tight;
 	return true;
 }
 
@@ -241,13 +273,16 @@ static bool reanchor(struct cbcmn__clock *k)
 	bool late = atomic_load_explicit(&k->mult, memory_order_relaxed) &&
 		    (int64_t)(c - atomic_load_explicit(&k->cyc0, memory_order_relaxed)) >=
 			    (int64_t)WAIT_SPAN;
-	if (!take_pair(k, &c, &ns, late))
+	bool tight;
+	if (!take_pair(k, &c, &ns, late, &tight))
 		return false; /* interrupted thrice: the next slow read tries again */
+	bool rate_tight = tight && k->pair_tight;
+	k->pair_tight = tight;
 	uint64_t rate = measure(k, c, ns);
 	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
 	if (!rate)
 		return false; /* the first pair: the next span measures the rate */
-	if (step_back(k, c, ns))
+	if (step_back(k, c, ns, tight))
 		return true;
 	if (rate == UINT64_MAX) {
 		/* Not a clock's rate (a counter that stops, or races): with no
@@ -258,6 +293,10 @@ static bool reanchor(struct cbcmn__clock *k)
 			atomic_store_explicit(&k->mode, CBCMN__CLOCK_MONOTONIC, memory_order_relaxed);
 		return false;
 	}
+	/* Every record below has the rate just measured, and a lead known
+	 * if the pairs it came from were tight (step_back()). */
+	k->rate_tight = rate_tight;
+	k->lead_known = rate_tight;
 	if (!omult) {
 		publish(k, rate, rate, 0, 0);
 		return true;
@@ -279,16 +318,22 @@ static bool reanchor(struct cbcmn__clock *k)
 
 /* Whoever finds the span over re-anchors; the others go on with the
  * record they have (its time runs on at `rate`, up to WAIT_SPAN).  1: a
- * record published; 0: tried, none; -1: another reader holds the pen. */
-static int try_reanchor(struct cbcmn__clock *k)
+ * record published; 0: tried, none; -1: another reader holds the pen.
+ * hold: the reader will hold at the time WAIT_SPAN past the record of
+ * seq s if none is made: said under the pen (held_cyc0, so that no step
+ * back goes below it), or 1 if the record is no longer s's. */
+static int try_reanchor(struct cbcmn__clock *k, bool hold, uint64_t s)
 {
 	/* Acquire: pairs with the release below, so the last writer's
 	 * pair_* and pair_min are ours. */
 	if (atomic_exchange_explicit(&k->busy, 1, memory_order_acquire))
 		return -1;
-	bool done = reanchor(k);
+	/* (Relaxed: seq changes only under the pen.) */
+	int r = hold && atomic_load_explicit(&k->seq, memory_order_relaxed) != s ? 1 : reanchor(k);
+	if (!r && hold)
+		k->held_cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
 	atomic_store_explicit(&k->busy, 0, memory_order_release);
-	return done;
+	return r;
 }
 
 /* Held across a fork (runtime.c), so that the child never inherits a
@@ -354,14 +399,14 @@ uint64_t cbcmn__clock_slow(struct cbcmn__clock *k)
 			 * CLOCK_MONOTONIC, so not given: a new record first
 			 * (reread), or, none made, the old one's time at
 			 * WAIT_SPAN (held: never ahead, never back). */
-			int r = try_reanchor(k);
+			int r = try_reanchor(k, true, s);
 			if (r > 0)
 				continue;
 			if (r == 0)
 				return at(cyc0 + WAIT_SPAN, cyc0, ns0, mult, rate);
 		} else if (whole) {
 			if (!mult || c - cyc0 >= CBCMN__CLOCK_SPAN)
-				try_reanchor(k);
+				try_reanchor(k, false, s);
 			return ns;
 		}
 		if (spins < SPINS)
