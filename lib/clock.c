@@ -39,11 +39,11 @@ struct cbcmn__clock cbcmn__clock;
  * the floor of a step back. */
 #define WAIT_SPAN (CBCMN__CLOCK_SPAN + CBCMN__CLOCK_SPAN / 8)
 
-/* What a record's lead on CLOCK_MONOTONIC, measured at its anchor, may
- * grow by up to WAIT_SPAN: the pairs' halves (the anchor's, the one that
- * finds it ahead), the rate's error (two pairs' widths over at least a
- * span) over WAIT_SPAN, the slope a steer aims from a pair, NTP's slew
- * (500 ppm) over WAIT_SPAN: under 6 PAIR_MAX_CYCLES (step_back()). */
+/* What a record's lead on CLOCK_MONOTONIC, known at its anchor, may
+ * grow by up to WAIT_SPAN: the rate's error (two tight pairs' widths
+ * over at least a span) over WAIT_SPAN, the slope a steer aimed from a
+ * pair (half its width), NTP's slew (500 ppm) over WAIT_SPAN: under 4
+ * PAIR_MAX_CYCLES; twice that (step_back()). */
 #define LEAD_SLACK_CYCLES (8ull * PAIR_MAX_CYCLES)
 
 /* How far a re-anchor may bend the slope: a sixteenth of the rate. */
@@ -182,6 +182,12 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
 	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
 	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
 	uint64_t orate = atomic_load_explicit(&k->rate, memory_order_relaxed);
+	/* CLOCK_MONOTONIC before the anchor is read, so at most its time
+	 * there (lead, below: step_back()): were it read after, or taken from
+	 * the pair, a suspend between the pair and the anchor (the old record
+	 * ran through it, CLOCK_MONOTONIC stood) or a preemption there would
+	 * make the lead too small. */
+	uint64_t m = cbcmn__mono_ns();
 	atomic_store_explicit(&k->seq, s + 1, memory_order_relaxed);
 	/* A full fence (mfence): the odd seq is visible to every reader
 	 * before the anchor is read (pairs with the readers' second look). */
@@ -201,9 +207,7 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
 		ns = cbcmn__mono_ns();
 		c += (cbcmn__clock_cycles() - c) / 2;
 	}
-	/* The lead at the anchor, by the pair just taken (step_back()). */
-	k->lead = (int64_t)(ns - k->pair_ns -
-			    (uint64_t)(((unsigned __int128)(c - k->pair_c) * rate) >> 32));
+	k->lead = (int64_t)(ns - m); /* at least the lead at the anchor */
 	atomic_store_explicit(&k->cyc0, c, memory_order_relaxed);
 	atomic_store_explicit(&k->ns0, ns, memory_order_relaxed);
 	atomic_store_explicit(&k->mult, mult, memory_order_relaxed);
@@ -230,7 +234,7 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
  * ns) plus its lead, known at its anchor, plus what it may grow by
  * (LEAD_SLACK_CYCLES); after it nothing below WAIT_SPAN if the counter
  * ran past WAIT_SPAN meanwhile (a lead past the record's WAIT_SPAN
- * worth, its own lead and a steer's sixteenth of a span), and nothing at
+ * worth, its own lead and twice a steer's sixteenth of a span), and nothing at
  * WAIT_SPAN if no reader held there.  Else, or with a pair not tight,
  * the first floor. */
 static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns, bool tight)
@@ -253,7 +257,7 @@ static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns, bool tigh
 	    (uint64_t)-err > lead + slack + steer + (floor - ns0) && ns + lead + slack < floor)
 		floor = ns + lead + slack;
 	publish(k, rate, rate, err, floor);
-	k->lead_known = tight && k->rate_tight;
+	k->lead_known = k->rate_tight; /* the old rate */
 	return true;
 }
 
