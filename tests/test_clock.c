@@ -5,6 +5,7 @@
  * a usable counter. */
 #include "helpers.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,6 +13,28 @@
 #include <unistd.h>
 
 #include "../lib/clock.h"
+
+/* clock_gettime() made slow on demand, as a clock source that traps is
+ * (the TSC marked unstable, hpet or acpi_pm in a VM): each call takes
+ * 40 000 cycles more, past the widest pair the clock trusts
+ * (PAIR_MAX_CYCLES).  Else the next definition's (libc's, or a
+ * sanitizer's wrapper of it). */
+static _Atomic bool slow_gettime;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	static void *_Atomic next;
+	void *f = atomic_load_explicit(&next, memory_order_relaxed);
+	if (!f) {
+		f = dlsym(RTLD_NEXT, "clock_gettime");
+		atomic_store_explicit(&next, f, memory_order_relaxed);
+	}
+	int r = ((int (*)(clockid_t, struct timespec *))f)(id, ts);
+	if (atomic_load_explicit(&slow_gettime, memory_order_relaxed))
+		for (uint64_t c = cbcmn__cycles(); cbcmn__cycles() - c < 40000;)
+			cbcmn__cpu_relax();
+	return r;
+}
 
 /* How far a read may stray from CLOCK_MONOTONIC read around it: the
  * steering keeps it within tens of ns; this is a correctness bound (a
@@ -343,6 +366,35 @@ static void *suspend_often(void *p)
 	return NULL;
 }
 
+/* The bug (review): a step back stopped at the old record's time
+ * WAIT_SPAN past its anchor, so a suspend soon after an anchor (as a
+ * busy process's is) left the clock up to that far ahead, and the step
+ * back being an anchor, suspends with a moment awake between them piled
+ * it up: 10 suspends of a second, 71 ms ahead (6.45 ms spans), which the
+ * re-anchors then slow away by a sixteenth.  Now the floor is what the
+ * record can have given: CLOCK_MONOTONIC plus its lead, known at its
+ * anchor.  (A pair not tight keeps the old floor: a few allowed.) */
+static void test_regression_suspends_soon_after_an_anchor_do_not_pile_up(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	measured(&k);
+	uint64_t span_ns =
+		(uint64_t)(((unsigned __int128)CBCMN__CLOCK_SPAN * atomic_load(&k.rate)) >> 32);
+	uint64_t prev = cbcmn__clock_read(&k), a = 0, r = 0;
+	for (int i = 0; i < 10; i++) {
+		simulate_suspend(&k, 1000000000);
+		a = cbcmn__mono_ns();
+		r = cbcmn__clock_read(&k);
+		assert_true(r >= prev);
+		prev = r;
+	}
+	if (r > a + 4 * span_ns)
+		fail_msg("%.3f ms ahead of CLOCK_MONOTONIC after 10 suspends", (double)(r - a) / 1e6);
+	check_recovers(&k, 20);
+}
+
 /* Steps back under readers: three threads chain stamps (never below one
  * seen before) while suspends of 30 ms land every 5 ms; after them the
  * clock is CLOCK_MONOTONIC's again (ahead by 600 ms before the fix). */
@@ -358,6 +410,35 @@ static void test_steps_back_never_go_back_across_threads(void **state)
 	run_chain(&k);
 	atomic_store(&sp.stop, true);
 	assert_int_equal(pthread_join(th, NULL), 0);
+	check_recovers(&k, 20);
+}
+
+/* The bug (review): past WAIT_SPAN a reader holds at the old record's
+ * time until a re-anchor makes a new record, and none was made while no
+ * pair was tight: with clock_gettime() slower than PAIR_MAX_CYCLES for
+ * good, the clock stood still for good (6 ms in 110 ms of reads), and
+ * every timer and sleep read from it with it.  Now a late re-anchor takes
+ * the narrowest of its pairs. */
+static void test_regression_clock_runs_on_with_a_slow_clock_gettime(void **state)
+{
+	(void)state;
+	skip_without_counter();
+	struct cbcmn__clock k;
+	measured(&k);
+	atomic_store(&slow_gettime, true);
+	uint64_t prev = cbcmn__clock_read(&k), a = 0, r = 0;
+	bool back = false;
+	for (int i = 0; i < 60; i++) {
+		sleep_us(1000);
+		a = cbcmn__mono_ns();
+		r = cbcmn__clock_read(&k);
+		back |= r < prev;
+		prev = r;
+	}
+	atomic_store(&slow_gettime, false);
+	assert_false(back);
+	if (r + SLACK_NS < a)
+		fail_msg("%.3f ms behind CLOCK_MONOTONIC", (double)(a - r) / 1e6);
 	check_recovers(&k, 20);
 }
 
@@ -489,6 +570,8 @@ int main(void)
 		cmocka_unit_test(test_reader_waits_for_a_stopped_writer),
 		cmocka_unit_test(test_stamps_across_threads_never_go_back),
 		cmocka_unit_test(test_steps_back_never_go_back_across_threads),
+		cmocka_unit_test(test_regression_suspends_soon_after_an_anchor_do_not_pile_up),
+		cmocka_unit_test(test_regression_clock_runs_on_with_a_slow_clock_gettime),
 		cmocka_unit_test(test_stamps_between_executors_never_go_back),
 		cmocka_unit_test(test_fork_while_the_clock_is_rewritten),
 	};
