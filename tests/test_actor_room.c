@@ -613,12 +613,12 @@ static void test_held_places_under_timeouts_cancels_halts_and_stops(void **state
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_one_free_place_wakes_a_waiting_lane_sender),
-		cmocka_unit_test(test_senders_on_both_executors_against_a_pausing_receiver),
-		cmocka_unit_test(test_send_timeouts_racing_the_room_wake),
-		cmocka_unit_test(test_receiver_blocked_outside_the_runtime_pays_the_wake),
-		cmocka_unit_test(test_a_lock_sender_behind_a_lane_sender_does_not_starve_it),
-		cmocka_unit_test(test_a_lock_sender_that_never_queues_does_not_starve_a_lane_sender),
+		T_WATCHED_TEST(test_one_free_place_wakes_a_waiting_lane_sender),
+		T_WATCHED_TEST(test_senders_on_both_executors_against_a_pausing_receiver),
+		T_WATCHED_TEST(test_send_timeouts_racing_the_room_wake),
+		T_WATCHED_TEST(test_receiver_blocked_outside_the_runtime_pays_the_wake),
+		T_WATCHED_TEST(test_a_lock_sender_behind_a_lane_sender_does_not_starve_it),
+		T_WATCHED_TEST(test_a_lock_sender_that_never_queues_does_not_starve_a_lane_sender),
 		T_WATCHED_TEST(test_held_places_under_timeouts_cancels_halts_and_stops),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
