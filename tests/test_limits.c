@@ -358,6 +358,34 @@ static void unpriv_script_under_low_hard_memlock(void)
 	CHILD_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* The copies of the scripts the test below makes, where any user may read
+ * them: removed by its teardown, whatever ends the test.  A skip or a
+ * failed check jumps out of it (cmocka's longjmp): removed at its end, a
+ * copy stayed in /tmp at every run as a user that cannot drop root (make
+ * test's unprivileged pass, as nobody).  scripts_made: the last one made,
+ * for the check that it is gone. */
+static const char *const script_names[] = {"run-unprivileged.sh", "run-tests.sh"};
+static char scripts_dir[64], scripts_made[64];
+
+static void scripts_remove(void)
+{
+	char to[PATH_MAX + 64];
+	if (!scripts_dir[0])
+		return;
+	for (size_t i = 0; i < sizeof(script_names) / sizeof(*script_names); i++) {
+		snprintf(to, sizeof(to), "%s/%s", scripts_dir, script_names[i]);
+		unlink(to);
+	}
+	rmdir(scripts_dir);
+	scripts_dir[0] = 0;
+}
+
+static int scripts_teardown(void **state)
+{
+	scripts_remove();
+	return t_watchdog_teardown(state);
+}
+
 /* The bug: make test runs scripts/run-unprivileged.sh, which for a user
  * that is not root set RLIMIT_MEMLOCK to 8 MiB soft and hard; where the
  * user's hard limit is lower (64 KiB: older distributions, containers)
@@ -371,23 +399,31 @@ static void test_regression_unprivileged_script_under_low_hard_memlock(void **st
 	if (!find_unpriv_script(script, sizeof(script)))
 		T_SKIP("scripts/run-unprivileged.sh not found above this binary");
 	/* It runs run-tests.sh from its own directory: copy both. */
-	char dir[] = "/tmp/test_limits-scripts-XXXXXX", from[PATH_MAX], to[PATH_MAX + 64];
-	assert_non_null(mkdtemp(dir));
-	assert_int_equal(chmod(dir, 0755), 0);
-	static const char *const names[] = {"run-unprivileged.sh", "run-tests.sh"};
+	char from[PATH_MAX], to[PATH_MAX + 64];
+	snprintf(scripts_dir, sizeof(scripts_dir), "/tmp/test_limits-scripts-XXXXXX");
+	assert_non_null(mkdtemp(scripts_dir));
+	snprintf(scripts_made, sizeof(scripts_made), "%s", scripts_dir);
+	assert_int_equal(chmod(scripts_dir, 0755), 0);
 	char *slash = strrchr(script, '/');
-	for (int i = 0; i < 2; i++) {
-		snprintf(from, sizeof(from), "%.*s/%s", (int)(slash - script), script, names[i]);
-		snprintf(to, sizeof(to), "%s/%s", dir, names[i]);
+	for (size_t i = 0; i < sizeof(script_names) / sizeof(*script_names); i++) {
+		snprintf(from, sizeof(from), "%.*s/%s", (int)(slash - script), script, script_names[i]);
+		snprintf(to, sizeof(to), "%s/%s", scripts_dir, script_names[i]);
 		assert_true(copy_file(from, to, 0755));
 	}
-	snprintf(unpriv_script, sizeof(unpriv_script), "%s/%s", dir, names[0]);
+	snprintf(unpriv_script, sizeof(unpriv_script), "%s/%s", scripts_dir, script_names[0]);
 	run_unprivileged(unpriv_script_under_low_hard_memlock, 64 * 1024, T_STALL_S);
-	for (int i = 0; i < 2; i++) {
-		snprintf(to, sizeof(to), "%s/%s", dir, names[i]);
-		unlink(to);
-	}
-	rmdir(dir);
+}
+
+/* The test above leaves nothing in /tmp, skipped or not. */
+static void test_script_copies_are_removed(void **state)
+{
+	(void)state;
+	if (!scripts_made[0])
+		T_SKIP("the test above made no copy");
+	struct stat st;
+	if (stat(scripts_made, &st) == 0)
+		fail_msg("%s is still there", scripts_made);
+	assert_int_equal(errno, ENOENT);
 }
 
 /* A fake build for the script: tests/NAME, a shell script of body. */
@@ -737,7 +773,10 @@ int main(void)
 		T_WATCHED_TEST(test_small_memlock_rings_shrink_to_fit),
 		T_WATCHED_TEST(test_regression_many_executors_fit_in_login_memlock),
 		T_WATCHED_TEST(test_regression_second_runtime_rings_fit_beside_the_first),
-		T_WATCHED_TEST(test_regression_unprivileged_script_under_low_hard_memlock),
+		cmocka_unit_test_prestate_setup_teardown(
+			test_regression_unprivileged_script_under_low_hard_memlock, t_watchdog_setup,
+			scripts_teardown, (void *)"test_regression_unprivileged_script_under_low_hard_memlock"),
+		cmocka_unit_test(test_script_copies_are_removed),
 		T_WATCHED_TEST_LONG(test_regression_unprivileged_script_stops_on_ctrl_c),
 		T_WATCHED_TEST_LONG(test_unprivileged_script_in_two_lanes_stops_on_ctrl_c),
 		T_WATCHED_TEST(test_pinned_spawn_to_unstartable_shard_fails),
