@@ -39,13 +39,6 @@ struct cbcmn__clock cbcmn__clock;
  * the floor of a step back. */
 #define WAIT_SPAN (CBCMN__CLOCK_SPAN + CBCMN__CLOCK_SPAN / 8)
 
-/* What a record's lead on CLOCK_MONOTONIC, known at its anchor, may
- * grow by up to WAIT_SPAN: the rate's error (two tight pairs' widths
- * over at least a span) over WAIT_SPAN, the slope a steer aimed from a
- * pair (half its width), NTP's slew (500 ppm) over WAIT_SPAN: under 4
- * PAIR_MAX_CYCLES; twice that (step_back()). */
-#define LEAD_SLACK_CYCLES (8ull * PAIR_MAX_CYCLES)
-
 /* How far a re-anchor may bend the slope: a sixteenth of the rate. */
 #define STEER_SHIFT 4
 
@@ -131,7 +124,7 @@ static bool tight(struct cbcmn__clock *k, uint64_t w)
  * TSC marked unstable, hpet in a VM) would hold them for ever (review:
  * the clock stood still, and every timer with it); such a pair is off by
  * microseconds, where a step is a millisecond. */
-static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns, bool any, bool *tight_out)
+static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns, bool any)
 {
 	uint64_t best = UINT64_MAX;
 	for (int i = 0; i < PAIR_TRIES; i++) {
@@ -143,7 +136,6 @@ static bool take_pair(struct cbcmn__clock *k, uint64_t *c, uint64_t *ns, bool an
 			best = w;
 			*c = c0 + w / 2;
 			*ns = t;
-			*tight_out = ok;
 			if (ok)
 				return true;
 		}
@@ -182,12 +174,6 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
 	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
 	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
 	uint64_t orate = atomic_load_explicit(&k->rate, memory_order_relaxed);
-	/* CLOCK_MONOTONIC before the anchor is read, so at most its time
-	 * there (lead, below: step_back()): were it read after, or taken from
-	 * the pair, a suspend between the pair and the anchor (the old record
-	 * ran through it, CLOCK_MONOTONIC stood) or a preemption there would
-	 * make the lead too small. */
-	uint64_t m = cbcmn__mono_ns();
 	atomic_store_explicit(&k->seq, s + 1, memory_order_relaxed);
 	/* A full fence (mfence): the odd seq is visible to every reader
 	 * before the anchor is read (pairs with the readers' second look). */
@@ -207,7 +193,6 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
 		ns = cbcmn__mono_ns();
 		c += (cbcmn__clock_cycles() - c) / 2;
 	}
-	k->lead = (int64_t)(ns - m); /* at least the lead at the anchor */
 	atomic_store_explicit(&k->cyc0, c, memory_order_relaxed);
 	atomic_store_explicit(&k->ns0, ns, memory_order_relaxed);
 	atomic_store_explicit(&k->mult, mult, memory_order_relaxed);
@@ -226,18 +211,16 @@ static void publish(struct cbcmn__clock *k, uint64_t mult, uint64_t rate, int64_
  * (clock_slow()), so the time still never goes back.  The old rate is
  * kept: the span just measured holds the suspend.
  *
- * That floor alone left the clock up to WAIT_SPAN ahead after a suspend
- * soon after an anchor, as a busy process's always is, and the step
- * back is an anchor: suspends with short spells awake between them piled
- * it up (review: 10 suspends, 71 ms ahead).  A tighter one: before the
- * suspend the record gave no more than CLOCK_MONOTONIC then (at most
- * ns) plus its lead, known at its anchor, plus what it may grow by
- * (LEAD_SLACK_CYCLES); after it nothing below WAIT_SPAN if the counter
- * ran past WAIT_SPAN meanwhile (a lead past the record's WAIT_SPAN
- * worth, its own lead and twice a steer's sixteenth of a span), and nothing at
- * WAIT_SPAN if no reader held there.  Else, or with a pair not tight,
- * the first floor. */
-static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns, bool tight)
+ * No tighter floor: CLOCK_MONOTONIC at the pair plus the record's lead
+ * bounds only the times given before the suspend, and a shorter suspend
+ * earlier in the span (the counter still short of the span's end) let a
+ * fast read, which leaves no trace, give its length on top (review:
+ * 1.55 ms back, test_regression_two_suspends_in_a_span_never_go_back).
+ * The writer cannot tell one suspend from two with a read between, so
+ * suspends with short spells awake between them leave the clock up to
+ * WAIT_SPAN ahead each; an idle spell longer than that lead, or the
+ * steering, takes it back. */
+static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns)
 {
 	uint64_t cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
 	uint64_t ns0 = atomic_load_explicit(&k->ns0, memory_order_relaxed);
@@ -248,16 +231,7 @@ static bool step_back(struct cbcmn__clock *k, uint64_t c, uint64_t ns, bool tigh
 	int64_t err = (int64_t)(ns - at(c, cyc0, ns0, mult, rate)); /* < 0: ahead */
 	if (err >= -STEP_NS)
 		return false;
-	uint64_t floor = at(cyc0 + WAIT_SPAN, cyc0, ns0, mult, rate);
-	uint64_t lead = k->lead > 0 ? (uint64_t)k->lead : 0;
-	uint64_t slack = (uint64_t)(((unsigned __int128)LEAD_SLACK_CYCLES * rate) >> 32);
-	uint64_t steer = (uint64_t)(((unsigned __int128)CBCMN__CLOCK_SPAN * rate) >> 32) >>
-			 (STEER_SHIFT - 1);
-	if (tight && k->lead_known && k->held_cyc0 != cyc0 &&
-	    (uint64_t)-err > lead + slack + steer + (floor - ns0) && ns + lead + slack < floor)
-		floor = ns + lead + slack;
-	publish(k, rate, rate, err, floor);
-	k->lead_known = k->rate_tight; /* the old rate */
+	publish(k, rate, rate, err, at(cyc0 + WAIT_SPAN, cyc0, ns0, mult, rate));
 	return true;
 }
 
@@ -277,16 +251,13 @@ static bool reanchor(struct cbcmn__clock *k)
 	bool late = atomic_load_explicit(&k->mult, memory_order_relaxed) &&
 		    (int64_t)(c - atomic_load_explicit(&k->cyc0, memory_order_relaxed)) >=
 			    (int64_t)WAIT_SPAN;
-	bool tight;
-	if (!take_pair(k, &c, &ns, late, &tight))
+	if (!take_pair(k, &c, &ns, late))
 		return false; /* interrupted thrice: the next slow read tries again */
-	bool rate_tight = tight && k->pair_tight;
-	k->pair_tight = tight;
 	uint64_t rate = measure(k, c, ns);
 	uint64_t omult = atomic_load_explicit(&k->mult, memory_order_relaxed);
 	if (!rate)
 		return false; /* the first pair: the next span measures the rate */
-	if (step_back(k, c, ns, tight))
+	if (step_back(k, c, ns))
 		return true;
 	if (rate == UINT64_MAX) {
 		/* Not a clock's rate (a counter that stops, or races): with no
@@ -297,10 +268,6 @@ static bool reanchor(struct cbcmn__clock *k)
 			atomic_store_explicit(&k->mode, CBCMN__CLOCK_MONOTONIC, memory_order_relaxed);
 		return false;
 	}
-	/* Every record below has the rate just measured, and a lead known
-	 * if the pairs it came from were tight (step_back()). */
-	k->rate_tight = rate_tight;
-	k->lead_known = rate_tight;
 	if (!omult) {
 		publish(k, rate, rate, 0, 0);
 		return true;
@@ -324,8 +291,7 @@ static bool reanchor(struct cbcmn__clock *k)
  * record they have (its time runs on at `rate`, up to WAIT_SPAN).  1: a
  * record published; 0: tried, none; -1: another reader holds the pen.
  * hold: the reader will hold at the time WAIT_SPAN past the record of
- * seq s if none is made: said under the pen (held_cyc0, so that no step
- * back goes below it), or 1 if the record is no longer s's. */
+ * seq s if none is made: 1 if the record is no longer s's (reread). */
 static int try_reanchor(struct cbcmn__clock *k, bool hold, uint64_t s)
 {
 	/* Acquire: pairs with the release below, so the last writer's
@@ -334,8 +300,6 @@ static int try_reanchor(struct cbcmn__clock *k, bool hold, uint64_t s)
 		return -1;
 	/* (Relaxed: seq changes only under the pen.) */
 	int r = hold && atomic_load_explicit(&k->seq, memory_order_relaxed) != s ? 1 : reanchor(k);
-	if (!r && hold)
-		k->held_cyc0 = atomic_load_explicit(&k->cyc0, memory_order_relaxed);
 	atomic_store_explicit(&k->busy, 0, memory_order_release);
 	return r;
 }

@@ -54,14 +54,6 @@ struct cbcmn__clock {
 	_Atomic int busy;
 	uint64_t pair_c, pair_ns; /* the last trusted pair: the next rate's start */
 	uint64_t pair_min;        /* the bound on a trusted pair's width */
-	bool pair_tight;          /* that pair was tight (not a late one: take_pair()) */
-	bool rate_tight;          /* the record's rate was measured between tight pairs */
-	/* The record's time less CLOCK_MONOTONIC at its anchor (from a
-	 * tight pair, with a tight rate: lead_known), and the record a
-	 * reader held at (clock_slow()): step_back()'s floor. */
-	bool lead_known;
-	int64_t lead;
-	uint64_t held_cyc0;
 };
 
 /* The process's clock, read by cbcmn__now_ns(). */
