@@ -257,6 +257,15 @@ static bool make_limited_cgroup(char *dir, size_t len, char *why, size_t wlen)
 	return ok;
 }
 
+/* Our CPU mask in set; a skip when it has one CPU, where a limit of one
+ * changes nothing to see. */
+static void skip_on_one_cpu(cpu_set_t *set)
+{
+	assert_int_equal(sched_getaffinity(0, sizeof(*set), set), 0);
+	if (CPU_COUNT(set) < 2)
+		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
+}
+
 /* A child in a new cgroup limited to one CPU (its path in dir): 0 in the
  * child, its pid in the parent; a skip where no such cgroup can be made.
  * Only the child moves: the other tests keep their CPUs. */
@@ -283,9 +292,7 @@ static void test_live_limit_sets_default_workers(void **state)
 {
 	(void)state;
 	cpu_set_t set;
-	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
-	if (CPU_COUNT(&set) < 2)
-		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
+	skip_on_one_cpu(&set);
 	char dir[PATH_MAX];
 	pid_t pid = fork_limited(dir, sizeof(dir));
 	if (pid == 0) {
@@ -325,9 +332,7 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 {
 	(void)state;
 	cpu_set_t set;
-	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
-	if (CPU_COUNT(&set) < 2)
-		T_SKIP("one CPU in the mask: a one-CPU limit changes nothing to see");
+	skip_on_one_cpu(&set);
 	char dir[PATH_MAX];
 	pid_t pid = fork_limited(dir, sizeof(dir));
 	if (pid == 0) {
