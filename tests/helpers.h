@@ -749,6 +749,18 @@ static inline void t_skip_without_streams(cbcmn_runtime *rt)
 	T_SKIP("this kernel has no multishot recv with buffer rings (6.0)");
 }
 
+/* A config of one executor, no inline runs, for a test that ends that
+ * executor's thread under a task; a skip under the sanitizers, whose
+ * runtimes do not follow a thread unwinding off a fiber stack. */
+static inline void t_config_for_thread_death(cbcmn_config *cfg)
+{
+	if (T_ASAN || T_TSAN)
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+	cbcmn_config_init(cfg);
+	cfg->workers = 1;
+	cfg->flags = CBCMN_CONFIG_NO_INLINE;
+}
+
 /* A runtime for a test whose task ends its executor's thread under a
  * stream: one executor, the quitter on a fiber of its own (no inline
  * runs).  Skips (does not return) on epoll, under a sanitizer (its
@@ -758,12 +770,8 @@ static inline cbcmn_runtime *t_runtime_for_thread_death(const char *what)
 {
 	if (t_backend() == CBCMN_BACKEND_EPOLL)
 		T_SKIP("%s: io_uring only, the runtime runs on epoll", what);
-	if (T_ASAN || T_TSAN)
-		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	t_config_for_thread_death(&cfg);
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	t_skip_without_streams(rt);
 	return rt;

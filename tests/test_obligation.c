@@ -514,12 +514,8 @@ static int64_t reserve_then_quit(cbcmn_cx *cx, void *arg)
 static void test_task_of_dead_executor_obligation_is_aborted_not_leaked(void **state)
 {
 	(void)state;
-	if (T_ASAN || T_TSAN)
-		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	t_config_for_thread_death(&cfg);
 	cfg.obligation_leak = CBCMN_LEAK_COUNT;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	cbcmn_nursery *n;

@@ -189,12 +189,8 @@ static void test_dead_executor_ends_its_streams(void **state)
 		       "(nothing of theirs is in the kernel), they do not end -ECANCELED");
 		return;
 	}
-	if (T_ASAN || T_TSAN)
-		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
 	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_NO_INLINE;
+	t_config_for_thread_death(&cfg);
 	cbcmn_runtime *rt;
 	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
 	struct orphan o = {0};
