@@ -741,6 +741,9 @@ void cbcmn__charge_window(struct cbcmn_task *t)
 	 * paid by its own next window (pay_window()). */
 	if (off_fiber(t))
 		return;
+	/* A sender that runs on: the actor it woke into the slot is an
+	 * idle executor's to take (sched.c, owe_notify()). */
+	cbcmn__notify_owed_check(cbcmn__tls_exec);
 	fairness_yield(t);
 	pay_window(t);
 }
@@ -760,6 +763,7 @@ void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 	 * 0 wiped that debt out); t sees a cancellation then. */
 	if (off_fiber(t))
 		return;
+	cbcmn__notify_owed_check(cbcmn__tls_exec); /* as in cbcmn__charge_window() */
 	fairness_yield(t);
 	if (cbcmn__task_interrupted(t))
 		unwind(t, CBCMN_ECANCELED);

@@ -363,6 +363,10 @@ struct cbcmn__exec {
 	uint32_t slot_runs;
 	bool searching;
 	bool wake_here;                   /* channel wakes: pull woken tasks here (waitq.h) */
+	/* An actor woken into our empty slot by the actor running here,
+	 * whose notification of an idle executor waits for our next switch
+	 * (sched.c, owe_notify()): the sender's block runs it here next. */
+	bool notify_owed;
 	/* Runs begun by a direct switch, without the loop (sched.c,
 	 * switch_direct()), wrapping: how many hops took the fast path
 	 * (tests/test_actor_direct.c). */
@@ -1129,6 +1133,14 @@ bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbc
 bool cbcmn__actor_follows(const struct cbcmn_task *t);
 /* sched.c: executor o is out of work (parked, or searching for some). */
 bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o);
+/* Pay e's owed notification (sched.c, owe_notify()): an idle executor
+ * is notified if the actor it was owed for still waits in e's slot. */
+void cbcmn__notify_owed_pay(struct cbcmn__exec *e);
+static inline void cbcmn__notify_owed_check(struct cbcmn__exec *e)
+{
+	if (__builtin_expect(e && e->notify_owed, 0))
+		cbcmn__notify_owed_pay(e);
+}
 /* actor_sched.c: e's wheel holds a ready actor (e->wheel set). */
 bool cbcmn__actor_wheel_busy(const struct cbcmn__exec *e);
 /* sched.c: yielding task t, with company on e (its queues, its wheel)

@@ -331,6 +331,29 @@ static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *
 	return cbcmn__is_actor_task(t) ? cbcmn__actor_follows(t) : e->slot_runs < SLOT_RUNS_MAX;
 }
 
+/* May the wake of t into e's empty slot owe its notification instead of
+ * ringing an idle executor now?  When an actor running on e sends to an
+ * actor that follows its messages (a mailbox or channel wake pulled
+ * here): the sender typically blocks next, in its receive, and switches
+ * straight to t (actor_direct()); a searcher woken for t meanwhile finds
+ * nothing, or takes t from the slot and the chain crosses executors (a
+ * token passed round 10 000 actors: a doorbell every 30 hops, a
+ * crossing every 500: docs/ACTORS.md, "One chain, one executor").  The
+ * debt is paid, if t is still in the slot, at e's next switch that is
+ * not to t (the loop's next turn), at the sender's next wake or spawn,
+ * and at its countdown window (budget.c): a sender that keeps running
+ * hands t over within a window of its runtime calls, one that never
+ * calls the runtime at its stall (monitor.c notifies for a stalled
+ * executor's slot).  Tokio's LIFO slot notifies nobody either. */
+static inline bool owe_notify(struct cbcmn__exec *e, const struct cbcmn_task *t)
+{
+	if (!e->wake_here || !e->current || !cbcmn__is_actor_task(e->current) ||
+	    !cbcmn__is_actor_task(t))
+		return false;
+	e->notify_owed = true;
+	return true;
+}
+
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
 {
 	struct cbcmn__exec *owner = t->exec;
@@ -377,7 +400,20 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
 	if (prev)
 		deque_push_or_inject(e, prev);
+	else if (owe_notify(e, t))
+		return;
+	e->notify_owed = false; /* paid by this one */
 	cbcmn__notify_one_sc(rt);
+}
+
+void cbcmn__notify_owed_pay(struct cbcmn__exec *e)
+{
+	e->notify_owed = false;
+	/* Still there (not run, not stolen): an idle executor may take it.
+	 * The fence pairs with cbcmn__park()'s, as cbcmn__notify_one()'s:
+	 * the slot's exchange is long past. */
+	if (atomic_load_explicit(&e->slot, memory_order_relaxed))
+		cbcmn__notify_one(e->rt);
 }
 
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
@@ -413,6 +449,7 @@ void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct 
 	atomic_signal_fence(memory_order_seq_cst);
 	if (cbcmn__deque_len(&e->dq) <= 1)
 		cbcmn__notify_one(rt);
+	cbcmn__notify_owed_check(e); /* the spawner runs on */
 }
 
 /* Spawn t with executor `shard` preferred (stealable): its deque, through
@@ -1022,7 +1059,12 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 		e->slot_runs = 0;
 	else
 		n = NULL;
-	return n && cbcmn__actor_direct(e, t, n) ? n : NULL;
+	if (!n || !cbcmn__actor_direct(e, t, n))
+		return NULL;
+	/* The slot's actor runs next here, or the slot was empty (a thief
+	 * took it, and ran it): nobody is owed a notification for it. */
+	e->notify_owed = false;
+	return n;
 }
 
 /* Task side: suspend t, which the caller has set PARKING and registered as
@@ -2543,6 +2585,10 @@ void *cbcmn__exec_main(void *arg)
 			continue;
 		}
 		struct cbcmn_task *t = pick(e);
+		/* The last run did not switch straight to the actor it woke
+		 * into our slot (owe_notify()): paid unless that is our pick
+		 * (the slot empty now), as it is when nothing came first. */
+		cbcmn__notify_owed_check(e);
 		/* Children that ended here wait to be counted off their
 		 * nursery only while another of them is what runs next. */
 		if (__builtin_expect(e->live_n != NULL, 0) && !cbcmn__nursery_batch_holds(e, t))

@@ -106,6 +106,11 @@ static inline void cbcmn__wakes_run(struct cbcmn__wakes *wl, struct cbcmn__exec 
  * these wakes. */
 static inline void cbcmn__wakes_run_here(struct cbcmn__wakes *wl, struct cbcmn__exec *e)
 {
+	/* A second send (or a channel op) by the task that woke an actor
+	 * into our slot: it runs on, the actor is an idle executor's to
+	 * take (sched.c, owe_notify()).  Before this wake, which may owe
+	 * again. */
+	cbcmn__notify_owed_check(e);
 	/* A handler actor's host is kicked, not a waiter (hkick): returning
 	 * at an empty list lost its wake when a handler actor followed its
 	 * messages (actor_mbox.c; test_actor_direct's host_is_kicked). */

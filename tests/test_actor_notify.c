@@ -1,0 +1,220 @@
+/* test_actor_notify: an actor woken into its sender's slot owes the
+ * idle executors its notification (sched.c, owe_notify(); docs/ACTORS.md
+ * "One chain, one executor").  A chain that passes one token does not
+ * wake an idle executor at every hop; a sender that runs on instead of
+ * blocking still hands the woken actor to an idle executor: at its next
+ * send, or at its countdown window.  The executors park at once
+ * (CBCMN_SPIN_NONE) and the stall monitor is off, so that neither a
+ * spinner nor the monitor stands in for the rule. */
+#include "helpers.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "actor_test.h"
+
+static cbcmn_runtime *quiet_runtime(void)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cfg.stall_ns = CBCMN_STALL_OFF;
+	return t_runtime_cfg(&cfg);
+}
+
+static uint64_t wakes(cbcmn_cx *cx)
+{
+	cbcmn_stats s;
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &s, NULL, 0) == 0);
+	return s.total.wakes;
+}
+
+/* ---- a token round a ring of unpinned actors ---- */
+
+#define RING 64
+
+struct ring {
+	cbcmn_actor_ref refs[RING];
+	uint64_t hops;
+	_Atomic uint64_t done;
+	_Atomic uint32_t on[2]; /* hops taken on each executor */
+	uint64_t w0;            /* executors' wakes as the token starts */
+	uint64_t wakes;         /* ... made during the hops */
+};
+
+struct member {
+	struct ring *r;
+	uint32_t i;
+};
+
+static int64_t ring_member(cbcmn_cx *cx, void *arg)
+{
+	struct member *me = arg;
+	struct ring *r = me->r;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
+		if (m.type == M_QUIT)
+			return 0;
+		atomic_fetch_add_explicit(&r->on[cbcmn_cx_executor(cx) & 1], 1, memory_order_relaxed);
+		if (m.body.u64[0] == 0) {
+			/* The last hop: counted here, then everyone ends (no
+			 * root polling with timers meanwhile: under TSan its
+			 * 1 ms sleeps woke an executor by the hundred). */
+			r->wakes = wakes(cx) - r->w0;
+			atomic_store(&r->done, m.body.u64[1]);
+			cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+			for (uint32_t k = 0; k < RING; k++)
+				if (k != me->i)
+					TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[k], &q) == 0);
+			return 0;
+		}
+		m.body.u64[0]--;
+		m.body.u64[1]++;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[(me->i + 1) % RING], &m) == 0);
+	}
+	return rc;
+}
+
+static int64_t ring_root(cbcmn_cx *cx, void *arg)
+{
+	struct ring *r = arg;
+	static struct member mem[RING];
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
+	for (uint32_t k = 0; k < RING; k++) {
+		mem[k] = (struct member){r, k};
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, ring_member, &mem[k], &ao, &r->refs[k]) == 0);
+	}
+	/* Every member started and waiting in its receive (spread by
+	 * stealing over both executors), before the count starts. */
+	cbcmn_sleep(cx, 50000000);
+	r->w0 = wakes(cx);
+	cbcmn_actor_msg m = msg(M_DATA, r->hops, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Before the rule, every hop's wake into the sender's slot rang the
+ * parked executor, which woke, found nothing (or took the receiver, and
+ * the chain crossed) and parked again: one wake in every 30 to 5 000 hops,
+ * as fast as the woken executor got a CPU (it searched meanwhile, and the
+ * notifications skipped it: 1 413 to 5 141 wakes in 100 000 hops, in
+ * four runs here).  Now the sender blocks and switches straight to the receiver,
+ * and the other executor sleeps: a few wakes, far below one in a
+ * thousand hops. */
+static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
+{
+	(void)state;
+	static struct ring r;
+	memset(&r, 0, sizeof(r));
+	r.hops = STRESS(100000);
+	cbcmn_runtime *rt = quiet_runtime();
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&r.done), r.hops);
+	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
+	assert_true(r.wakes < r.hops / 1000);
+	t_destroy(rt);
+}
+
+/* ---- a sender that runs on ---- */
+
+struct runs_on {
+	cbcmn_actor_ref b;
+	_Atomic int b_ran;       /* B took its message */
+	_Atomic int a_running;   /* A still runs (it has not blocked since its send) */
+	_Atomic int b_beside_a;  /* B ran while A was running: on the other executor */
+	bool send_again;         /* A sends a second message, then spins without calls */
+};
+
+static int64_t runs_on_b(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	if (atomic_load(&o->a_running))
+		atomic_store(&o->b_beside_a, 1);
+	atomic_store(&o->b_ran, 1);
+	if (o->send_again) /* the second message */
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	return 0;
+}
+
+static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	atomic_store(&o->a_running, 1);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
+	if (o->send_again)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
+	/* Bounded: 10 s of wall time, then the test fails (B never ran
+	 * beside us: the notification was never paid). */
+	uint64_t t0 = t_now_ns();
+	while (!atomic_load(&o->b_ran) && t_now_ns() - t0 < 10000000000ull) {
+		if (!o->send_again)
+			CBCMN_CHECKPOINT(cx);
+	}
+	atomic_store(&o->a_running, 0);
+	return 0;
+}
+
+static int64_t runs_on_root(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, runs_on_b, o, &ao, &o->b) == 0);
+	/* B waits in its receive (its home parks) before A sends. */
+	cbcmn_sleep(cx, 20000000);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, runs_on_a, o, &ao, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void runs_on(bool send_again)
+{
+	static struct runs_on o;
+	memset(&o, 0, sizeof(o));
+	o.send_again = send_again;
+	cbcmn_runtime *rt = quiet_runtime();
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, runs_on_root, &o, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&o.b_ran), 1);
+	assert_int_equal(atomic_load(&o.b_beside_a), 1);
+	t_destroy(rt);
+}
+
+/* A checkpoints after its send, never blocking: the countdown window
+ * pays the notification, the parked executor takes B. */
+static void test_a_sender_that_checkpoints_on_hands_the_woken_actor_over(void **state)
+{
+	(void)state;
+	runs_on(false);
+}
+
+/* A sends again, then spins without a runtime call: the second send pays
+ * (a sender that sends again is not about to block). */
+static void test_a_sender_that_sends_again_hands_the_woken_actor_over(void **state)
+{
+	(void)state;
+	runs_on(true);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_a_chain_passing_one_token_wakes_no_idle_executor),
+		cmocka_unit_test(test_a_sender_that_checkpoints_on_hands_the_woken_actor_over),
+		cmocka_unit_test(test_a_sender_that_sends_again_hands_the_woken_actor_over),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
