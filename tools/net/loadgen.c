@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <liburing.h>
+
 #include "util/clock.h"
 #include "util/hist.h"
 #include "net/httpmsg.h"
@@ -348,6 +350,10 @@ struct lg_conn {
 	char *in;		/* http: a response split across reads */
 	size_t in_len;
 	uint64_t *t_issue;	/* issue time of request seq, at seq % pipeline */
+	/* lg_config.ring: */
+	uint8_t *rbuf;		/* the armed recv's room, LG_RING_BUF bytes */
+	int32_t rpend;		/* bytes received there, not yet taken */
+	bool sending;		/* a send of out[out_off..] is in flight */
 };
 
 /* The start signal: every thread connects its epoll set first, so the
@@ -467,37 +473,44 @@ static ssize_t conn_recv(struct lg_worker *w, struct lg_conn *c, void *buf, size
 	}
 }
 
-static int conn_read_echo(struct lg_worker *w, struct lg_conn *c)
+/* Checks the echo bytes buf[0..n) that came on c, completing (and issuing
+ * again) each request they end.  0, or < 0 after conn_fail(). */
+static int take_echo(struct lg_worker *w, struct lg_conn *c, const uint8_t *buf, size_t n,
+		     uint64_t now)
 {
 	uint32_t msg = w->cfg->msg_size;
 
+	for (size_t off = 0; off < n;) {
+		if (c->recv_seq == c->sent_seq)
+			return conn_fail(w, c, -EBADMSG, "%zu bytes more than were sent", n - off);
+		size_t take = n - off;
+		if (take > msg - c->recv_off)
+			take = msg - c->recv_off;
+		ssize_t bad = pattern_check(buf + off, w->want, pattern_key(c->id, c->recv_seq),
+					    c->recv_off, take);
+		if (bad >= 0)
+			return conn_fail(w, c, -EBADMSG, "request %llu byte %zu: got 0x%02x, want 0x%02x",
+					 (unsigned long long)c->recv_seq, c->recv_off + (size_t)bad,
+					 buf[off + bad], w->want[bad]);
+		off += take;
+		c->recv_off += (uint32_t)take;
+		if (c->recv_off == msg) {
+			c->recv_off = 0;
+			complete(w, c, now, msg);
+		}
+	}
+	return 0;
+}
+
+static int conn_read_echo(struct lg_worker *w, struct lg_conn *c)
+{
 	for (;;) {
 		ssize_t n = conn_recv(w, c, w->scratch, LG_SCRATCH);
 		if (n <= 0)
 			return (int)n;
-		uint64_t now = mono_ns();
-		for (size_t off = 0; off < (size_t)n;) {
-			if (c->recv_seq == c->sent_seq)
-				return conn_fail(w, c, -EBADMSG, "%zu bytes more than were sent",
-						 (size_t)n - off);
-			size_t take = (size_t)n - off;
-			if (take > msg - c->recv_off)
-				take = msg - c->recv_off;
-			ssize_t bad = pattern_check(w->scratch + off, w->want,
-						    pattern_key(c->id, c->recv_seq), c->recv_off, take);
-			if (bad >= 0)
-				return conn_fail(w, c, -EBADMSG,
-						 "request %llu byte %zu: got 0x%02x, want 0x%02x",
-						 (unsigned long long)c->recv_seq,
-						 c->recv_off + (size_t)bad, w->scratch[off + bad],
-						 w->want[bad]);
-			off += take;
-			c->recv_off += (uint32_t)take;
-			if (c->recv_off == msg) {
-				c->recv_off = 0;
-				complete(w, c, now, msg);
-			}
-		}
+		int rc = take_echo(w, c, w->scratch, (size_t)n, mono_ns());
+		if (rc < 0)
+			return rc;
 	}
 }
 
@@ -569,20 +582,206 @@ static int pin_self(int cpu)
 	return -pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+/* Is w's run over at now?  At the end of the window; with answer_all, once
+ * every connection has had a response as well (failing LG_STALL_NS after
+ * the window).  *wait_ns: how long the loop may wait for events. */
+static bool run_over(struct lg_worker *w, uint64_t now, uint64_t *wait_ns)
+{
+	if (now < w->end) {
+		*wait_ns = w->end - now;
+		return false;
+	}
+	if (!w->cfg->answer_all || w->answered >= w->nconns)
+		return true;
+	if (now - w->end > LG_STALL_NS) {
+		lg_fail(&w->err, -ETIMEDOUT, "%u of %u connections had no response in %.1f s",
+			w->nconns - w->answered, w->nconns, (double)(now - w->start) / 1e9);
+		return true;
+	}
+	/* Past the window, wake often to see whether all have answered. */
+	*wait_ns = 10000000;
+	return false;
+}
+
+/* ---- the io_uring client (lg_config.ring) -------------------------------- */
+
+#define LG_RING_BUF 4096	/* a connection's recv room */
+#define LG_UD_SEND 1u		/* a send's user_data: the connection | 1 */
+
+/* One ring per client thread, made on that thread (a single issuer):
+ * DEFER_TASKRUN where the kernel has it (6.1+), so completions are run in
+ * the enter that waits for them, else COOP_TASKRUN (5.19+), else plain. */
+static int ring_open(struct lg_worker *w, struct io_uring *u)
+{
+	/* A recv and a send per connection at most, in one turn. */
+	unsigned entries = 2 * w->nconns < 32768 ? 2 * w->nconns : 32768;
+	static const unsigned tries[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+		IORING_SETUP_COOP_TASKRUN,
+		0,
+	};
+	int rc = -ENOSYS;
+	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+		rc = io_uring_queue_init(entries, u, tries[i]);
+		if (rc != -EINVAL)
+			break;
+	}
+	if (rc)
+		return lg_fail(&w->err, rc, "io_uring_queue_init: %s", strerror(-rc));
+	return 0;
+}
+
+/* An SQE, submitting what is queued first if the SQ is full. */
+static struct io_uring_sqe *ring_sqe(struct io_uring *u)
+{
+	struct io_uring_sqe *sqe;
+	while (!(sqe = io_uring_get_sqe(u)))
+		io_uring_submit(u);
+	return sqe;
+}
+
+static void ring_recv(struct io_uring *u, struct lg_conn *c)
+{
+	struct io_uring_sqe *sqe = ring_sqe(u);
+	io_uring_prep_recv(sqe, c->fd, c->rbuf, LG_RING_BUF, 0);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c);
+}
+
+/* Send c's unsent bytes, unless a send is in flight (its completion sends
+ * the rest). */
+static void ring_flush(struct io_uring *u, struct lg_conn *c)
+{
+	if (c->sending || c->out_off == c->out_len || c->fd < 0)
+		return;
+	struct io_uring_sqe *sqe = ring_sqe(u);
+	io_uring_prep_send(sqe, c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | LG_UD_SEND);
+	c->sending = true;
+}
+
+/* Bytes received on c: taken, unless c's send is in flight (issuing the
+ * next request moves the bytes out[] that send reads: they wait in rbuf,
+ * the recv not armed again, until its completion); then the recv is armed
+ * again and the new requests go out. */
+static void ring_take(struct lg_worker *w, struct io_uring *u, struct lg_conn *c)
+{
+	if (c->sending || c->fd < 0 || !c->rpend)
+		return;
+	int32_t n = c->rpend;
+	c->rpend = 0;
+	if (take_echo(w, c, c->rbuf, (size_t)n, mono_ns()) < 0)
+		return;
+	ring_recv(u, c);
+	ring_flush(u, c);
+}
+
+static void ring_cqe(struct lg_worker *w, struct io_uring *u, const struct io_uring_cqe *cqe)
+{
+	struct lg_conn *c = (struct lg_conn *)(uintptr_t)(cqe->user_data & ~(uint64_t)LG_UD_SEND);
+	int32_t res = cqe->res;
+	if (cqe->user_data & LG_UD_SEND) {
+		c->sending = false;
+		if (c->fd < 0)
+			return; /* failed meanwhile */
+		if (res < 0) {
+			conn_fail(w, c, res, "send: %s", strerror(-res));
+			return;
+		}
+		c->out_off += (size_t)res;
+		ring_take(w, u, c);
+		ring_flush(u, c);
+		return;
+	}
+	if (c->fd < 0)
+		return;
+	if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
+		ring_recv(u, c);
+	} else if (res == 0) {
+		conn_fail(w, c, -ECONNRESET, "server closed the connection after %llu responses",
+			  (unsigned long long)c->recv_seq);
+	} else if (res < 0) {
+		conn_fail(w, c, res, "recv: %s", strerror(-res));
+	} else {
+		c->rpend = res;
+		ring_take(w, u, c);
+	}
+}
+
+/* The timed loop: each turn submits what the last completions asked for
+ * and waits for the next ones in one io_uring_enter. */
+static void ring_loop(struct lg_worker *w, struct io_uring *u)
+{
+	for (uint32_t i = 0; i < w->nconns; i++) {
+		ring_recv(u, &w->conns[i]);
+		ring_flush(u, &w->conns[i]);
+	}
+	uint64_t left;
+	while (w->live && !run_over(w, mono_ns(), &left)) {
+		struct __kernel_timespec ts = {.tv_sec = (long long)(left / 1000000000u),
+					       .tv_nsec = (long long)(left % 1000000000u)};
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_submit_and_wait_timeout(u, &cqe, 1, &ts, NULL);
+		if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+			lg_fail(&w->err, rc, "io_uring_enter: %s", strerror(-rc));
+			break;
+		}
+		unsigned head, seen = 0;
+		io_uring_for_each_cqe(u, head, cqe) {
+			ring_cqe(w, u, cqe);
+			seen++;
+		}
+		io_uring_cq_advance(u, seen);
+	}
+}
+
+static void epoll_loop(struct lg_worker *w, int ep)
+{
+	const struct lg_config *cfg = w->cfg;
+	struct epoll_event evs[LG_EVENTS];
+
+	for (uint32_t i = 0; i < w->nconns; i++)
+		conn_flush(w, &w->conns[i]);
+	uint64_t left;
+	while (w->live && !run_over(w, mono_ns(), &left)) {
+		int nev = epoll_wait(ep, evs, LG_EVENTS, (int)((left + 999999) / 1000000));
+		if (nev < 0) {
+			if (errno == EINTR)
+				continue;
+			lg_fail(&w->err, -errno, "epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int k = 0; k < nev; k++) {
+			struct lg_conn *c = evs[k].data.ptr;
+			if (c->fd < 0)
+				continue;
+			if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
+				int rc = cfg->proto == LG_ECHO ? conn_read_echo(w, c)
+							       : conn_read_http(w, c);
+				if (rc < 0)
+					continue;
+			}
+			conn_flush(w, c);
+		}
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct lg_worker *w = arg;
 	const struct lg_config *cfg = w->cfg;
-	struct epoll_event evs[LG_EVENTS];
+	struct io_uring u;
 	int ep = -1, rc;
-	bool go;
+	bool go, ring = false;
 
 	if (cfg->cpu >= 0 && (rc = pin_self(cfg->cpu)))
 		lg_fail(&w->err, rc, "cannot pin a client thread to CPU %d: %s", cfg->cpu,
 			strerror(-rc));
-	if (!w->err.code && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+	if (cfg->ring) {
+		ring = !w->err.code && ring_open(w, &u) == 0;
+	} else if (!w->err.code && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
 		lg_fail(&w->err, -errno, "epoll_create1: %s", strerror(errno));
-	for (uint32_t i = 0; !w->err.code && i < w->nconns; i++) {
+	}
+	for (uint32_t i = 0; ep >= 0 && !w->err.code && i < w->nconns; i++) {
 		struct epoll_event ev = {
 			.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
 			.data.ptr = &w->conns[i],
@@ -602,48 +801,19 @@ static void *worker_main(void *arg)
 	uint64_t start = mono_ns();
 	w->start = start;
 	w->end = start + (uint64_t)(cfg->duration_s * 1e9);
-	for (uint32_t i = 0; i < w->nconns; i++) {
-		struct lg_conn *c = &w->conns[i];
+	for (uint32_t i = 0; i < w->nconns; i++)
 		for (uint32_t p = 0; p < cfg->pipeline; p++)
-			issue(w, c, start);
-		conn_flush(w, c);
-	}
-	while (w->live) {
-		uint64_t now = mono_ns();
-		if (now >= w->end) {
-			if (!cfg->answer_all || w->answered >= w->nconns)
-				break;
-			if (now - w->end > LG_STALL_NS) {
-				lg_fail(&w->err, -ETIMEDOUT, "%u of %u connections had no response in %.1f s",
-					w->nconns - w->answered, w->nconns, (double)(now - start) / 1e9);
-				break;
-			}
-		}
-		/* Past the window (answer_all), wake often to see whether all
-		 * have answered. */
-		int timeout = now < w->end ? (int)((w->end - now + 999999) / 1000000) : 10;
-		int nev = epoll_wait(ep, evs, LG_EVENTS, timeout);
-		if (nev < 0) {
-			if (errno == EINTR)
-				continue;
-			lg_fail(&w->err, -errno, "epoll_wait: %s", strerror(errno));
-			break;
-		}
-		for (int k = 0; k < nev; k++) {
-			struct lg_conn *c = evs[k].data.ptr;
-			if (c->fd < 0)
-				continue;
-			if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
-				rc = cfg->proto == LG_ECHO ? conn_read_echo(w, c)
-							   : conn_read_http(w, c);
-				if (rc < 0)
-					continue;
-			}
-			conn_flush(w, c);
-		}
-	}
+			issue(w, &w->conns[i], start);
+	if (ring)
+		ring_loop(w, &u);
+	else
+		epoll_loop(w, ep);
 	w->stop = mono_ns();
 out:
+	/* The ring's exit cancels what is still in flight before rbuf and
+	 * out[] are freed. */
+	if (ring)
+		io_uring_queue_exit(&u);
 	if (ep >= 0)
 		close(ep);
 	return NULL;
@@ -674,6 +844,8 @@ static int check_config(const struct lg_config *cfg, struct lg_err *e)
 		return lg_fail(e, -EINVAL, "pipeline must be 1..%u", LG_PIPELINE_MAX);
 	if (!(cfg->duration_s > 0 && cfg->duration_s < 1e6))
 		return lg_fail(e, -EINVAL, "duration_s must be > 0 (and < 1e6)");
+	if (cfg->ring && cfg->proto != LG_ECHO)
+		return lg_fail(e, -EINVAL, "the io_uring client speaks echo only");
 	if (cfg->cpu < -1 || cfg->cpu >= CPU_SETSIZE)
 		return lg_fail(e, -EINVAL, "cpu %d out of range", cfg->cpu);
 	return 0;
@@ -757,7 +929,8 @@ int lg_run(const struct lg_config *ucfg, struct lg_result *res)
 			fds[first + i] = -1;
 			c->out = malloc((size_t)cfg.pipeline * req_len);
 			c->t_issue = calloc(cfg.pipeline, sizeof(*c->t_issue));
-			if (!c->out || !c->t_issue) {
+			c->rbuf = cfg.ring ? malloc(LG_RING_BUF) : NULL;
+			if (!c->out || !c->t_issue || (cfg.ring && !c->rbuf)) {
 				rc = lg_fail(&e, -ENOMEM, "out of memory");
 				goto done;
 			}
@@ -807,6 +980,7 @@ done:
 			free(c->out);
 			free(c->in);
 			free(c->t_issue);
+			free(c->rbuf);
 		}
 		free(w[t].conns);
 		free(w[t].scratch);

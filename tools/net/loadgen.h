@@ -40,6 +40,15 @@ struct lg_config {
 	 * loaded machine, where a server may accept nothing in a short window.
 	 * A benchmark leaves it false: a fixed window. */
 	bool answer_all;
+	/* Drive the connections through one io_uring per client thread
+	 * instead of epoll: a recv always armed per connection, and every
+	 * send and recv a turn's completions ask for submitted in the one
+	 * io_uring_enter that waits for the next completions.  A cheaper
+	 * client, for a server whose cost is to be seen apart from the
+	 * client's (docs/BENCHMARKS.md, "Eighteenth session").  Echo only:
+	 * -EINVAL with LG_HTTP; -ENOSYS (or the error io_uring_setup gave)
+	 * where io_uring is missing or refused. */
+	bool ring;
 };
 
 #define LG_MSG_MAX (1u << 20)
