@@ -351,9 +351,8 @@ struct lg_conn {
 	size_t in_len;
 	uint64_t *t_issue;	/* issue time of request seq, at seq % pipeline */
 	/* lg_config.ring: */
-	uint8_t *rbuf;		/* the armed recv's room, LG_RING_BUF bytes */
-	int32_t rpend;		/* bytes received there, not yet taken */
 	bool sending;		/* a send of out[out_off..] is in flight */
+	uint32_t owed;		/* requests answered meanwhile, to issue after it */
 };
 
 /* The start signal: every thread connects its epoll set first, so the
@@ -434,7 +433,12 @@ static void complete(struct lg_worker *w, struct lg_conn *c, uint64_t now, size_
 	lat_hist_add(w->hist, now - t);
 	w->requests++;
 	w->bytes += bytes;
-	issue(w, c, now);
+	/* The io_uring client's send in flight reads out[], which issue()
+	 * may move: the next request waits for its completion. */
+	if (c->sending)
+		c->owed++;
+	else
+		issue(w, c, now);
 }
 
 static int conn_flush(struct lg_worker *w, struct lg_conn *c)
@@ -605,16 +609,34 @@ static bool run_over(struct lg_worker *w, uint64_t now, uint64_t *wait_ns)
 
 /* ---- the io_uring client (lg_config.ring) -------------------------------- */
 
-#define LG_RING_BUF 4096	/* a connection's recv room */
+#define LG_RING_BUF 4096	/* a provided buffer */
+#define LG_RING_BUFS 256u	/* buffers: a turn's chunks (each goes back at once) */
+#define LG_RING_BGID 0
 #define LG_UD_SEND 1u		/* a send's user_data: the connection | 1 */
+
+struct lg_ring {
+	struct io_uring u;
+	struct io_uring_buf_ring *br;
+	uint8_t *bufs;		/* LG_RING_BUFS x LG_RING_BUF */
+};
+
+static void ring_buf_put(struct lg_ring *r, unsigned bid)
+{
+	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * LG_RING_BUF, LG_RING_BUF,
+			      (unsigned short)bid, io_uring_buf_ring_mask(LG_RING_BUFS), 0);
+	io_uring_buf_ring_advance(r->br, 1);
+}
 
 /* One ring per client thread, made on that thread (a single issuer):
  * DEFER_TASKRUN where the kernel has it (6.1+), so completions are run in
- * the enter that waits for them, else COOP_TASKRUN (5.19+), else plain. */
-static int ring_open(struct lg_worker *w, struct io_uring *u)
+ * the enter that waits for them, else COOP_TASKRUN (5.19+), else plain;
+ * and a ring of provided buffers for the connections' multishot recvs
+ * (6.0: -EINVAL or -ENOENT before, failing the run). */
+static int ring_open(struct lg_worker *w, struct lg_ring *r)
 {
-	/* A recv and a send per connection at most, in one turn. */
-	unsigned entries = 2 * w->nconns < 32768 ? 2 * w->nconns : 32768;
+	/* A send per connection at most, in one turn, and its recv's
+	 * re-arm: a full SQ is submitted early (ring_sqe()). */
+	unsigned entries = 2 * w->nconns < 4096 ? 2 * w->nconns : 4096;
 	static const unsigned tries[] = {
 		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
 		IORING_SETUP_COOP_TASKRUN,
@@ -622,13 +644,42 @@ static int ring_open(struct lg_worker *w, struct io_uring *u)
 	};
 	int rc = -ENOSYS;
 	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
-		rc = io_uring_queue_init(entries, u, tries[i]);
+		rc = io_uring_queue_init(entries, &r->u, tries[i]);
 		if (rc != -EINVAL)
 			break;
 	}
 	if (rc)
 		return lg_fail(&w->err, rc, "io_uring_queue_init: %s", strerror(-rc));
+	/* Page-aligned, as the kernel wants the ring (a page here). */
+	r->br = NULL;
+	r->bufs = malloc((size_t)LG_RING_BUFS * LG_RING_BUF);
+	rc = r->bufs ? posix_memalign((void **)&r->br, 4096, LG_RING_BUFS * sizeof(struct io_uring_buf))
+		     : ENOMEM;
+	if (rc == 0) {
+		io_uring_buf_ring_init(r->br);
+		struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)r->br,
+					       .ring_entries = LG_RING_BUFS,
+					       .bgid = LG_RING_BGID};
+		rc = -io_uring_register_buf_ring(&r->u, &reg, 0);
+	}
+	if (rc) {
+		io_uring_queue_exit(&r->u);
+		free(r->br);
+		free(r->bufs);
+		return lg_fail(&w->err, -rc, "io_uring buffer ring: %s", strerror(rc));
+	}
+	for (unsigned bid = 0; bid < LG_RING_BUFS; bid++)
+		ring_buf_put(r, bid);
 	return 0;
+}
+
+static void ring_close(struct lg_ring *r)
+{
+	/* The exit cancels what is still in flight before the buffers and
+	 * out[] are freed. */
+	io_uring_queue_exit(&r->u);
+	free(r->br);
+	free(r->bufs);
 }
 
 /* An SQE, submitting what is queued first if the SQ is full. */
@@ -640,18 +691,29 @@ static struct io_uring_sqe *ring_sqe(struct io_uring *u)
 	return sqe;
 }
 
+/* c's chunks from now on, each in a provided buffer, until the recv ends
+ * (no IORING_CQE_F_MORE: then armed again). */
 static void ring_recv(struct io_uring *u, struct lg_conn *c)
 {
 	struct io_uring_sqe *sqe = ring_sqe(u);
-	io_uring_prep_recv(sqe, c->fd, c->rbuf, LG_RING_BUF, 0);
+	io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = LG_RING_BGID;
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c);
 }
 
-/* Send c's unsent bytes, unless a send is in flight (its completion sends
- * the rest). */
-static void ring_flush(struct io_uring *u, struct lg_conn *c)
+/* Issue the requests answered while c's send was in flight, and send c's
+ * unsent bytes (unless a send is in flight: its completion comes here). */
+static void ring_flush(struct lg_worker *w, struct io_uring *u, struct lg_conn *c)
 {
-	if (c->sending || c->out_off == c->out_len || c->fd < 0)
+	if (c->sending || c->fd < 0)
+		return;
+	if (c->owed) {
+		uint64_t now = mono_ns();
+		for (; c->owed; c->owed--)
+			issue(w, c, now);
+	}
+	if (c->out_off == c->out_len)
 		return;
 	struct io_uring_sqe *sqe = ring_sqe(u);
 	io_uring_prep_send(sqe, c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
@@ -659,23 +721,7 @@ static void ring_flush(struct io_uring *u, struct lg_conn *c)
 	c->sending = true;
 }
 
-/* Bytes received on c: taken, unless c's send is in flight (issuing the
- * next request moves the bytes out[] that send reads: they wait in rbuf,
- * the recv not armed again, until its completion); then the recv is armed
- * again and the new requests go out. */
-static void ring_take(struct lg_worker *w, struct io_uring *u, struct lg_conn *c)
-{
-	if (c->sending || c->fd < 0 || !c->rpend)
-		return;
-	int32_t n = c->rpend;
-	c->rpend = 0;
-	if (take_echo(w, c, c->rbuf, (size_t)n, mono_ns()) < 0)
-		return;
-	ring_recv(u, c);
-	ring_flush(u, c);
-}
-
-static void ring_cqe(struct lg_worker *w, struct io_uring *u, const struct io_uring_cqe *cqe)
+static void ring_cqe(struct lg_worker *w, struct lg_ring *r, const struct io_uring_cqe *cqe)
 {
 	struct lg_conn *c = (struct lg_conn *)(uintptr_t)(cqe->user_data & ~(uint64_t)LG_UD_SEND);
 	int32_t res = cqe->res;
@@ -683,54 +729,55 @@ static void ring_cqe(struct lg_worker *w, struct io_uring *u, const struct io_ur
 		c->sending = false;
 		if (c->fd < 0)
 			return; /* failed meanwhile */
-		if (res < 0) {
+		if (res < 0)
 			conn_fail(w, c, res, "send: %s", strerror(-res));
-			return;
-		}
-		c->out_off += (size_t)res;
-		ring_take(w, u, c);
-		ring_flush(u, c);
+		else
+			c->out_off += (size_t)res;
+		ring_flush(w, &r->u, c);
 		return;
+	}
+	if (cqe->flags & IORING_CQE_F_BUFFER) {
+		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+		if (res > 0 && c->fd >= 0)
+			take_echo(w, c, r->bufs + (size_t)bid * LG_RING_BUF, (size_t)res, mono_ns());
+		ring_buf_put(r, bid);
 	}
 	if (c->fd < 0)
 		return;
-	if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) {
-		ring_recv(u, c);
-	} else if (res == 0) {
+	if (res == 0)
 		conn_fail(w, c, -ECONNRESET, "server closed the connection after %llu responses",
 			  (unsigned long long)c->recv_seq);
-	} else if (res < 0) {
+	else if (res < 0 && res != -ENOBUFS && res != -EINTR && res != -EAGAIN)
 		conn_fail(w, c, res, "recv: %s", strerror(-res));
-	} else {
-		c->rpend = res;
-		ring_take(w, u, c);
-	}
+	else if (!(cqe->flags & IORING_CQE_F_MORE))
+		ring_recv(&r->u, c); /* ended (out of buffers: they are back by the submit) */
+	ring_flush(w, &r->u, c);
 }
 
 /* The timed loop: each turn submits what the last completions asked for
  * and waits for the next ones in one io_uring_enter. */
-static void ring_loop(struct lg_worker *w, struct io_uring *u)
+static void ring_loop(struct lg_worker *w, struct lg_ring *r)
 {
 	for (uint32_t i = 0; i < w->nconns; i++) {
-		ring_recv(u, &w->conns[i]);
-		ring_flush(u, &w->conns[i]);
+		ring_recv(&r->u, &w->conns[i]);
+		ring_flush(w, &r->u, &w->conns[i]);
 	}
 	uint64_t left;
 	while (w->live && !run_over(w, mono_ns(), &left)) {
 		struct __kernel_timespec ts = {.tv_sec = (long long)(left / 1000000000u),
 					       .tv_nsec = (long long)(left % 1000000000u)};
 		struct io_uring_cqe *cqe;
-		int rc = io_uring_submit_and_wait_timeout(u, &cqe, 1, &ts, NULL);
+		int rc = io_uring_submit_and_wait_timeout(&r->u, &cqe, 1, &ts, NULL);
 		if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
 			lg_fail(&w->err, rc, "io_uring_enter: %s", strerror(-rc));
 			break;
 		}
 		unsigned head, seen = 0;
-		io_uring_for_each_cqe(u, head, cqe) {
-			ring_cqe(w, u, cqe);
+		io_uring_for_each_cqe(&r->u, head, cqe) {
+			ring_cqe(w, r, cqe);
 			seen++;
 		}
-		io_uring_cq_advance(u, seen);
+		io_uring_cq_advance(&r->u, seen);
 	}
 }
 
@@ -769,7 +816,7 @@ static void *worker_main(void *arg)
 {
 	struct lg_worker *w = arg;
 	const struct lg_config *cfg = w->cfg;
-	struct io_uring u;
+	struct lg_ring r;
 	int ep = -1, rc;
 	bool go, ring = false;
 
@@ -777,7 +824,7 @@ static void *worker_main(void *arg)
 		lg_fail(&w->err, rc, "cannot pin a client thread to CPU %d: %s", cfg->cpu,
 			strerror(-rc));
 	if (cfg->ring) {
-		ring = !w->err.code && ring_open(w, &u) == 0;
+		ring = !w->err.code && ring_open(w, &r) == 0;
 	} else if (!w->err.code && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
 		lg_fail(&w->err, -errno, "epoll_create1: %s", strerror(errno));
 	}
@@ -805,15 +852,13 @@ static void *worker_main(void *arg)
 		for (uint32_t p = 0; p < cfg->pipeline; p++)
 			issue(w, &w->conns[i], start);
 	if (ring)
-		ring_loop(w, &u);
+		ring_loop(w, &r);
 	else
 		epoll_loop(w, ep);
 	w->stop = mono_ns();
 out:
-	/* The ring's exit cancels what is still in flight before rbuf and
-	 * out[] are freed. */
 	if (ring)
-		io_uring_queue_exit(&u);
+		ring_close(&r);
 	if (ep >= 0)
 		close(ep);
 	return NULL;
@@ -929,8 +974,7 @@ int lg_run(const struct lg_config *ucfg, struct lg_result *res)
 			fds[first + i] = -1;
 			c->out = malloc((size_t)cfg.pipeline * req_len);
 			c->t_issue = calloc(cfg.pipeline, sizeof(*c->t_issue));
-			c->rbuf = cfg.ring ? malloc(LG_RING_BUF) : NULL;
-			if (!c->out || !c->t_issue || (cfg.ring && !c->rbuf)) {
+			if (!c->out || !c->t_issue) {
 				rc = lg_fail(&e, -ENOMEM, "out of memory");
 				goto done;
 			}
@@ -980,7 +1024,6 @@ done:
 			free(c->out);
 			free(c->in);
 			free(c->t_issue);
-			free(c->rbuf);
 		}
 		free(w[t].conns);
 		free(w[t].scratch);
