@@ -1,5 +1,5 @@
 #!/bin/sh
-# echo-profile.sh [BENCH] [DURATION]: where each echo server spends its CPU
+# echo-profile.sh [BENCH] [DURATION] [BENCH ARGS...]: where each echo server spends its CPU
 # a request.  Runs one `cbcmn-bench echo --reps 1` under
 # `perf record -e cpu-clock -g` (the VM has no hardware counters), splits
 # the samples by thread (cbcmn's executor, the epoll server, the load
@@ -10,14 +10,16 @@
 # server_cpu_us_per_req times each part's share of the thread's samples;
 # client figures divide by req_per_s x DURATION.  Needs perf and python3;
 # run it through the CPU cgroup like any bench (docs/BENCHMARKS.md,
-# "Seventeenth session").
+# "Seventeenth session").  Arguments after DURATION go to the bench
+# (`--client ring`: the io_uring load client, "Eighteenth session").
 set -e
 bench=${1:-build/bin/cbcmn-bench}
 dur=${2:-3}
+[ $# -ge 2 ] && shift 2 || shift $#
 dir=$(mktemp -d /tmp/echo-profile.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 perf record -q -e cpu-clock -F 8000 -g -o "$dir/perf.data" -- \
-	"$bench" echo --reps 1 --duration "$dur" -v > "$dir/bench.txt" 2>&1
+	"$bench" echo --reps 1 --duration "$dur" -v "$@" > "$dir/bench.txt" 2>&1
 grep -E 'per request|req_per_s|server_cpu|ratio' "$dir/bench.txt"
 perf script -i "$dir/perf.data" -F comm,tid,time,ip,sym,dso 2> /dev/null > "$dir/script.txt"
 python3 - "$dir" "$dur" << 'EOF'

@@ -304,6 +304,15 @@ static void test_parsers_take_good_input(void **state)
 	args_of(&a, L("b", "actors", "--ring", "3000"));
 	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), 0);
 	assert_true(b.ring == 3000); /* any size: not skynet's power of 10 */
+	args_of(&a, L("b", "echo", "--client", "ring"));
+	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), 0);
+	assert_true(b.client_ring);
+	args_of(&a, L("b", "echo", "--client", "epoll"));
+	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), 0);
+	assert_false(b.client_ring);
+	args_of(&a, L("b", "echo", "--client", "uring"));
+	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "--client wants epoll or ring"));
 
 	struct loadtest_opts l = {.http = true};
 	args_of(&a, L("l", "-S", "-1", "-C", "3", "--no-http", "--proto", "http", "-P", "8080"));

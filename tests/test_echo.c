@@ -1,9 +1,14 @@
 /* test_echo.c: the fiber servers (tools/net/fserv.c) under the load
  * client: 10 000 concurrent echo connections with every byte checked (as
  * many as RLIMIT_NOFILE allows, where that is fewer), the multishot and the
- * plain paths, HTTP keep-alive, and the epoll baseline. */
+ * plain paths, HTTP keep-alive, and the epoll baseline; and the io_uring
+ * load client (lg_config.ring), which checks every byte as the epoll one
+ * does. */
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "helpers.h"
@@ -189,6 +194,133 @@ static void test_epoll_baseline_echoes(void **state)
 	assert_int_equal(st.conns, 10);
 }
 
+/* The io_uring client under load: requests answered, every byte right,
+ * against the fiber server and the epoll one; with responses larger than
+ * its recv room and several requests in flight (a response may then come
+ * while the send of the next is in flight: its bytes wait for that send). */
+static int ring_load(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipeline,
+		     struct lg_result *res)
+{
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = port;
+	lc.conns = conns;
+	lc.msg_size = msg;
+	lc.pipeline = pipeline;
+	lc.duration_s = 0.3;
+	lc.ring = true;
+	return lg_run(&lc, res);
+}
+
+/* The kernel (or a seccomp filter) refuses io_uring to the client. */
+static bool ring_refused(int rc)
+{
+	return rc == -ENOSYS || rc == -EPERM || rc == -EACCES;
+}
+
+static void test_ring_client_echoes(void **state)
+{
+	(void)state;
+	static const struct {
+		uint32_t conns, msg, pipeline;
+	} shapes[] = {{20, 100, 1}, {4, 50000, 3}, {2, 262144, 4}};
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+		struct fs_config cfg;
+		fs_config_init(&cfg);
+		cfg.multishot = true;
+		struct fs_server *s;
+		assert_int_equal(fs_start(&s, &cfg), 0);
+		struct lg_result res;
+		int rc = ring_load(fs_port(s), shapes[i].conns, shapes[i].msg, shapes[i].pipeline,
+				   &res);
+		struct fs_stats st;
+		assert_int_equal(fs_stop(s, &st), 0);
+		if (ring_refused(rc)) {
+			T_SKIP("no io_uring for the client: %s", res.error);
+			return;
+		}
+		if (rc != 0 || res.errors)
+			fail_msg("ring client, fiber server: %s", res.error);
+		assert_true(res.requests > 0);
+		assert_true(st.requests >= res.requests);
+		assert_int_equal(st.errors, 0);
+
+		struct ee_server *es;
+		assert_int_equal(ee_start(&es, 0, -1), 0);
+		rc = ring_load(ee_port(es), shapes[i].conns, shapes[i].msg, shapes[i].pipeline, &res);
+		struct ee_stats est;
+		assert_int_equal(ee_stop(es, &est), 0);
+		if (rc != 0 || res.errors)
+			fail_msg("ring client, epoll server: %s", res.error);
+		assert_true(res.requests > 0);
+		assert_int_equal(est.conns, shapes[i].conns);
+	}
+}
+
+/* An echo server that gets one byte wrong: the 3rd byte of every chunk. */
+struct liar {
+	int lfd;
+	uint16_t port;
+};
+
+static void *liar_main(void *arg)
+{
+	struct liar *l = arg;
+	int fd = accept(l->lfd, NULL, NULL);
+	char buf[4096];
+	ssize_t n;
+	while (fd >= 0 && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+		if (n > 2)
+			buf[2] ^= 0x5a;
+		if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+			break;
+	}
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+static void test_ring_client_catches_a_wrong_byte(void **state)
+{
+	(void)state;
+	struct liar l;
+	l.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(l.lfd >= 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(l.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l.lfd, 4), 0);
+	assert_int_equal(getsockname(l.lfd, (struct sockaddr *)&a, &al), 0);
+	l.port = ntohs(a.sin_port);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, liar_main, &l), 0);
+	struct lg_result res;
+	int rc = ring_load(l.port, 1, 64, 1, &res);
+	pthread_join(th, NULL);
+	close(l.lfd);
+	if (ring_refused(rc)) {
+		T_SKIP("no io_uring for the client: %s", res.error);
+		return;
+	}
+	printf("    %s\n", res.error);
+	assert_int_equal(rc, -EBADMSG);
+	assert_int_equal(res.errors, 1);
+	assert_non_null(strstr(res.error, "byte 2"));
+}
+
+static void test_ring_client_refuses_http(void **state)
+{
+	(void)state;
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = 1;
+	lc.proto = LG_HTTP;
+	lc.ring = true;
+	struct lg_result res;
+	assert_int_equal(lg_run(&lc, &res), -EINVAL);
+	assert_non_null(strstr(res.error, "echo only"));
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -196,6 +328,9 @@ int main(void)
 		T_WATCHED_TEST(test_echo_load),
 		T_WATCHED_TEST(test_http_load),
 		T_WATCHED_TEST(test_epoll_baseline_echoes),
+		T_WATCHED_TEST(test_ring_client_echoes),
+		T_WATCHED_TEST(test_ring_client_catches_a_wrong_byte),
+		T_WATCHED_TEST(test_ring_client_refuses_http),
 		T_WATCHED_TEST(test_10k_connections_multishot),
 		T_WATCHED_TEST(test_10k_connections_plain),
 	};

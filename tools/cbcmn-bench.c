@@ -43,6 +43,8 @@ static uint32_t workers = 2;
 static int reps = 7;
 static bool reps_set;
 static uint32_t conns = 50;
+/* --client ring: the io_uring load client, for echo (loadgen.h) */
+static bool client_ring;
 static double duration_s = 5.0;
 static uint32_t msg_size = 64;
 static bool verbose;
@@ -930,6 +932,7 @@ static void load(enum lg_proto proto, uint16_t port, struct lg_result *res)
 	lc.duration_s = duration_s;
 	lc.cpu = mask_cpu(1);
 	lc.proto = proto;
+	lc.ring = client_ring;
 	char err[200];
 	if (wl_load(&lc, res, err, sizeof(err))) {
 		fprintf(stderr, "cbcmn-bench: %s\n", err);
@@ -2224,6 +2227,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: cbcmn-bench NAME|all [--workers N] [--reps R] [--conns N] "
 		   "[--duration SEC] [--msg-size BYTES] [--no-multishot] [--server-spin-ns NS|none] "
+		   "[--client epoll|ring] "
 		   "[--bpf-no sched|io_uring|futex] [--hops N] [--actors N] [--ring N] [-v]\n\nbenchmarks:\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  %-12s %s\n", benches[i].name, benches[i].help);
@@ -2257,6 +2261,7 @@ int main(int argc, char **argv)
 	if (verbose)
 		print_backend();
 	multishot = o.multishot;
+	client_ring = o.client_ring;
 	server_spin_ns = o.server_spin_ns;
 	bpf_flags = o.bpf_flags;
 	if (o.hops)

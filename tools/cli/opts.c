@@ -226,6 +226,7 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 		{"hops", required_argument, NULL, 'H'},
 		{"actors", required_argument, NULL, 'A'},
 		{"ring", required_argument, NULL, 'G'},
+		{"client", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -267,6 +268,12 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 			break;
 		case 'M':
 			o->multishot = false;
+			break;
+		case 'C':
+			if (strcmp(optarg, "epoll") && strcmp(optarg, "ring"))
+				return cli_err(err, errlen, "--client wants epoll or ring, got '%s'",
+					       optarg);
+			o->client_ring = !strcmp(optarg, "ring");
 			break;
 		case 'S':
 			if (!strcmp(optarg, "none")) {

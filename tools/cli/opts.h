@@ -58,6 +58,7 @@ struct bench_opts {
 	bool reps_set;
 	double duration_s;
 	bool duration_set, verbose, multishot;
+	bool client_ring; /* --client ring: the io_uring load client (loadgen.h) */
 	uint64_t server_spin_ns; /* CBCMN_SPIN_NONE for "none" */
 	unsigned bpf_flags;      /* BPFMON_* */
 	uint64_t hops, actors;   /* actors: --hops, --actors; 0: not given */

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <liburing.h>
+
 #include "util/clock.h"
 #include "util/hist.h"
 #include "net/httpmsg.h"
@@ -348,6 +350,9 @@ struct lg_conn {
 	char *in;		/* http: a response split across reads */
 	size_t in_len;
 	uint64_t *t_issue;	/* issue time of request seq, at seq % pipeline */
+	/* lg_config.ring: */
+	bool sending;		/* a send of out[out_off..] is in flight */
+	uint32_t owed;		/* requests answered meanwhile, to issue after it */
 };
 
 /* The start signal: every thread connects its epoll set first, so the
@@ -428,7 +433,12 @@ static void complete(struct lg_worker *w, struct lg_conn *c, uint64_t now, size_
 	lat_hist_add(w->hist, now - t);
 	w->requests++;
 	w->bytes += bytes;
-	issue(w, c, now);
+	/* The io_uring client's send in flight reads out[], which issue()
+	 * may move: the next request waits for its completion. */
+	if (c->sending)
+		c->owed++;
+	else
+		issue(w, c, now);
 }
 
 static int conn_flush(struct lg_worker *w, struct lg_conn *c)
@@ -467,37 +477,44 @@ static ssize_t conn_recv(struct lg_worker *w, struct lg_conn *c, void *buf, size
 	}
 }
 
-static int conn_read_echo(struct lg_worker *w, struct lg_conn *c)
+/* Checks the echo bytes buf[0..n) that came on c, completing (and issuing
+ * again) each request they end.  0, or < 0 after conn_fail(). */
+static int take_echo(struct lg_worker *w, struct lg_conn *c, const uint8_t *buf, size_t n,
+		     uint64_t now)
 {
 	uint32_t msg = w->cfg->msg_size;
 
+	for (size_t off = 0; off < n;) {
+		if (c->recv_seq == c->sent_seq)
+			return conn_fail(w, c, -EBADMSG, "%zu bytes more than were sent", n - off);
+		size_t take = n - off;
+		if (take > msg - c->recv_off)
+			take = msg - c->recv_off;
+		ssize_t bad = pattern_check(buf + off, w->want, pattern_key(c->id, c->recv_seq),
+					    c->recv_off, take);
+		if (bad >= 0)
+			return conn_fail(w, c, -EBADMSG, "request %llu byte %zu: got 0x%02x, want 0x%02x",
+					 (unsigned long long)c->recv_seq, c->recv_off + (size_t)bad,
+					 buf[off + bad], w->want[bad]);
+		off += take;
+		c->recv_off += (uint32_t)take;
+		if (c->recv_off == msg) {
+			c->recv_off = 0;
+			complete(w, c, now, msg);
+		}
+	}
+	return 0;
+}
+
+static int conn_read_echo(struct lg_worker *w, struct lg_conn *c)
+{
 	for (;;) {
 		ssize_t n = conn_recv(w, c, w->scratch, LG_SCRATCH);
 		if (n <= 0)
 			return (int)n;
-		uint64_t now = mono_ns();
-		for (size_t off = 0; off < (size_t)n;) {
-			if (c->recv_seq == c->sent_seq)
-				return conn_fail(w, c, -EBADMSG, "%zu bytes more than were sent",
-						 (size_t)n - off);
-			size_t take = (size_t)n - off;
-			if (take > msg - c->recv_off)
-				take = msg - c->recv_off;
-			ssize_t bad = pattern_check(w->scratch + off, w->want,
-						    pattern_key(c->id, c->recv_seq), c->recv_off, take);
-			if (bad >= 0)
-				return conn_fail(w, c, -EBADMSG,
-						 "request %llu byte %zu: got 0x%02x, want 0x%02x",
-						 (unsigned long long)c->recv_seq,
-						 c->recv_off + (size_t)bad, w->scratch[off + bad],
-						 w->want[bad]);
-			off += take;
-			c->recv_off += (uint32_t)take;
-			if (c->recv_off == msg) {
-				c->recv_off = 0;
-				complete(w, c, now, msg);
-			}
-		}
+		int rc = take_echo(w, c, w->scratch, (size_t)n, mono_ns());
+		if (rc < 0)
+			return rc;
 	}
 }
 
@@ -569,20 +586,249 @@ static int pin_self(int cpu)
 	return -pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+/* Is w's run over at now?  At the end of the window; with answer_all, once
+ * every connection has had a response as well (failing LG_STALL_NS after
+ * the window).  *wait_ns: how long the loop may wait for events. */
+static bool run_over(struct lg_worker *w, uint64_t now, uint64_t *wait_ns)
+{
+	if (now < w->end) {
+		*wait_ns = w->end - now;
+		return false;
+	}
+	if (!w->cfg->answer_all || w->answered >= w->nconns)
+		return true;
+	if (now - w->end > LG_STALL_NS) {
+		lg_fail(&w->err, -ETIMEDOUT, "%u of %u connections had no response in %.1f s",
+			w->nconns - w->answered, w->nconns, (double)(now - w->start) / 1e9);
+		return true;
+	}
+	/* Past the window, wake often to see whether all have answered. */
+	*wait_ns = 10000000;
+	return false;
+}
+
+/* ---- the io_uring client (lg_config.ring) -------------------------------- */
+
+#define LG_RING_BUF 4096	/* a provided buffer */
+#define LG_RING_BUFS 256u	/* buffers: a turn's chunks (each goes back at once) */
+#define LG_RING_BGID 0
+#define LG_UD_SEND 1u		/* a send's user_data: the connection | 1 */
+
+struct lg_ring {
+	struct io_uring u;
+	struct io_uring_buf_ring *br;
+	uint8_t *bufs;		/* LG_RING_BUFS x LG_RING_BUF */
+};
+
+static void ring_buf_put(struct lg_ring *r, unsigned bid)
+{
+	io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * LG_RING_BUF, LG_RING_BUF,
+			      (unsigned short)bid, io_uring_buf_ring_mask(LG_RING_BUFS), 0);
+	io_uring_buf_ring_advance(r->br, 1);
+}
+
+/* One ring per client thread, made on that thread (a single issuer):
+ * DEFER_TASKRUN where the kernel has it (6.1+), so completions are run in
+ * the enter that waits for them, else COOP_TASKRUN (5.19+), else plain;
+ * and a ring of provided buffers for the connections' multishot recvs
+ * (6.0: -EINVAL or -ENOENT before, failing the run). */
+static int ring_open(struct lg_worker *w, struct lg_ring *r)
+{
+	/* A send per connection at most, in one turn, and its recv's
+	 * re-arm: a full SQ is submitted early (ring_sqe()). */
+	unsigned entries = 2 * w->nconns < 4096 ? 2 * w->nconns : 4096;
+	static const unsigned tries[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+		IORING_SETUP_COOP_TASKRUN,
+		0,
+	};
+	int rc = -ENOSYS;
+	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+		rc = io_uring_queue_init(entries, &r->u, tries[i]);
+		if (rc != -EINVAL)
+			break;
+	}
+	if (rc)
+		return lg_fail(&w->err, rc, "io_uring_queue_init: %s", strerror(-rc));
+	/* Page-aligned, as the kernel wants the ring (a page here). */
+	r->br = NULL;
+	r->bufs = malloc((size_t)LG_RING_BUFS * LG_RING_BUF);
+	rc = r->bufs ? posix_memalign((void **)&r->br, 4096, LG_RING_BUFS * sizeof(struct io_uring_buf))
+		     : ENOMEM;
+	if (rc == 0) {
+		io_uring_buf_ring_init(r->br);
+		struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)r->br,
+					       .ring_entries = LG_RING_BUFS,
+					       .bgid = LG_RING_BGID};
+		rc = -io_uring_register_buf_ring(&r->u, &reg, 0);
+	}
+	if (rc) {
+		io_uring_queue_exit(&r->u);
+		free(r->br);
+		free(r->bufs);
+		return lg_fail(&w->err, -rc, "io_uring buffer ring: %s", strerror(rc));
+	}
+	for (unsigned bid = 0; bid < LG_RING_BUFS; bid++)
+		ring_buf_put(r, bid);
+	return 0;
+}
+
+static void ring_close(struct lg_ring *r)
+{
+	/* The exit cancels what is still in flight before the buffers and
+	 * out[] are freed. */
+	io_uring_queue_exit(&r->u);
+	free(r->br);
+	free(r->bufs);
+}
+
+/* An SQE, submitting what is queued first if the SQ is full. */
+static struct io_uring_sqe *ring_sqe(struct io_uring *u)
+{
+	struct io_uring_sqe *sqe;
+	while (!(sqe = io_uring_get_sqe(u)))
+		io_uring_submit(u);
+	return sqe;
+}
+
+/* c's chunks from now on, each in a provided buffer, until the recv ends
+ * (no IORING_CQE_F_MORE: then armed again). */
+static void ring_recv(struct io_uring *u, struct lg_conn *c)
+{
+	struct io_uring_sqe *sqe = ring_sqe(u);
+	io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = LG_RING_BGID;
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c);
+}
+
+/* Issue the requests answered while c's send was in flight, and send c's
+ * unsent bytes (unless a send is in flight: its completion comes here). */
+static void ring_flush(struct lg_worker *w, struct io_uring *u, struct lg_conn *c)
+{
+	if (c->sending || c->fd < 0)
+		return;
+	if (c->owed) {
+		uint64_t now = mono_ns();
+		for (; c->owed; c->owed--)
+			issue(w, c, now);
+	}
+	if (c->out_off == c->out_len)
+		return;
+	struct io_uring_sqe *sqe = ring_sqe(u);
+	io_uring_prep_send(sqe, c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | LG_UD_SEND);
+	c->sending = true;
+}
+
+static void ring_cqe(struct lg_worker *w, struct lg_ring *r, const struct io_uring_cqe *cqe)
+{
+	struct lg_conn *c = (struct lg_conn *)(uintptr_t)(cqe->user_data & ~(uint64_t)LG_UD_SEND);
+	int32_t res = cqe->res;
+	if (cqe->user_data & LG_UD_SEND) {
+		c->sending = false;
+		if (c->fd < 0)
+			return; /* failed meanwhile */
+		if (res < 0)
+			conn_fail(w, c, res, "send: %s", strerror(-res));
+		else
+			c->out_off += (size_t)res;
+		ring_flush(w, &r->u, c);
+		return;
+	}
+	if (cqe->flags & IORING_CQE_F_BUFFER) {
+		unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+		if (res > 0 && c->fd >= 0)
+			take_echo(w, c, r->bufs + (size_t)bid * LG_RING_BUF, (size_t)res, mono_ns());
+		ring_buf_put(r, bid);
+	}
+	if (c->fd < 0)
+		return;
+	if (res == 0)
+		conn_fail(w, c, -ECONNRESET, "server closed the connection after %llu responses",
+			  (unsigned long long)c->recv_seq);
+	else if (res < 0 && res != -ENOBUFS && res != -EINTR && res != -EAGAIN)
+		conn_fail(w, c, res, "recv: %s", strerror(-res));
+	else if (!(cqe->flags & IORING_CQE_F_MORE))
+		ring_recv(&r->u, c); /* ended (out of buffers: they are back by the submit) */
+	ring_flush(w, &r->u, c);
+}
+
+/* The timed loop: each turn submits what the last completions asked for
+ * and waits for the next ones in one io_uring_enter. */
+static void ring_loop(struct lg_worker *w, struct lg_ring *r)
+{
+	for (uint32_t i = 0; i < w->nconns; i++) {
+		ring_recv(&r->u, &w->conns[i]);
+		ring_flush(w, &r->u, &w->conns[i]);
+	}
+	uint64_t left;
+	while (w->live && !run_over(w, mono_ns(), &left)) {
+		struct __kernel_timespec ts = {.tv_sec = (long long)(left / 1000000000u),
+					       .tv_nsec = (long long)(left % 1000000000u)};
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_submit_and_wait_timeout(&r->u, &cqe, 1, &ts, NULL);
+		if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+			lg_fail(&w->err, rc, "io_uring_enter: %s", strerror(-rc));
+			break;
+		}
+		unsigned head, seen = 0;
+		io_uring_for_each_cqe(&r->u, head, cqe) {
+			ring_cqe(w, r, cqe);
+			seen++;
+		}
+		io_uring_cq_advance(&r->u, seen);
+	}
+}
+
+static void epoll_loop(struct lg_worker *w, int ep)
+{
+	const struct lg_config *cfg = w->cfg;
+	struct epoll_event evs[LG_EVENTS];
+
+	for (uint32_t i = 0; i < w->nconns; i++)
+		conn_flush(w, &w->conns[i]);
+	uint64_t left;
+	while (w->live && !run_over(w, mono_ns(), &left)) {
+		int nev = epoll_wait(ep, evs, LG_EVENTS, (int)((left + 999999) / 1000000));
+		if (nev < 0) {
+			if (errno == EINTR)
+				continue;
+			lg_fail(&w->err, -errno, "epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int k = 0; k < nev; k++) {
+			struct lg_conn *c = evs[k].data.ptr;
+			if (c->fd < 0)
+				continue;
+			if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
+				int rc = cfg->proto == LG_ECHO ? conn_read_echo(w, c)
+							       : conn_read_http(w, c);
+				if (rc < 0)
+					continue;
+			}
+			conn_flush(w, c);
+		}
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct lg_worker *w = arg;
 	const struct lg_config *cfg = w->cfg;
-	struct epoll_event evs[LG_EVENTS];
+	struct lg_ring r;
 	int ep = -1, rc;
-	bool go;
+	bool go, ring = false;
 
 	if (cfg->cpu >= 0 && (rc = pin_self(cfg->cpu)))
 		lg_fail(&w->err, rc, "cannot pin a client thread to CPU %d: %s", cfg->cpu,
 			strerror(-rc));
-	if (!w->err.code && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+	if (cfg->ring) {
+		ring = !w->err.code && ring_open(w, &r) == 0;
+	} else if (!w->err.code && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
 		lg_fail(&w->err, -errno, "epoll_create1: %s", strerror(errno));
-	for (uint32_t i = 0; !w->err.code && i < w->nconns; i++) {
+	}
+	for (uint32_t i = 0; ep >= 0 && !w->err.code && i < w->nconns; i++) {
 		struct epoll_event ev = {
 			.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
 			.data.ptr = &w->conns[i],
@@ -602,48 +848,17 @@ static void *worker_main(void *arg)
 	uint64_t start = mono_ns();
 	w->start = start;
 	w->end = start + (uint64_t)(cfg->duration_s * 1e9);
-	for (uint32_t i = 0; i < w->nconns; i++) {
-		struct lg_conn *c = &w->conns[i];
+	for (uint32_t i = 0; i < w->nconns; i++)
 		for (uint32_t p = 0; p < cfg->pipeline; p++)
-			issue(w, c, start);
-		conn_flush(w, c);
-	}
-	while (w->live) {
-		uint64_t now = mono_ns();
-		if (now >= w->end) {
-			if (!cfg->answer_all || w->answered >= w->nconns)
-				break;
-			if (now - w->end > LG_STALL_NS) {
-				lg_fail(&w->err, -ETIMEDOUT, "%u of %u connections had no response in %.1f s",
-					w->nconns - w->answered, w->nconns, (double)(now - start) / 1e9);
-				break;
-			}
-		}
-		/* Past the window (answer_all), wake often to see whether all
-		 * have answered. */
-		int timeout = now < w->end ? (int)((w->end - now + 999999) / 1000000) : 10;
-		int nev = epoll_wait(ep, evs, LG_EVENTS, timeout);
-		if (nev < 0) {
-			if (errno == EINTR)
-				continue;
-			lg_fail(&w->err, -errno, "epoll_wait: %s", strerror(errno));
-			break;
-		}
-		for (int k = 0; k < nev; k++) {
-			struct lg_conn *c = evs[k].data.ptr;
-			if (c->fd < 0)
-				continue;
-			if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
-				rc = cfg->proto == LG_ECHO ? conn_read_echo(w, c)
-							   : conn_read_http(w, c);
-				if (rc < 0)
-					continue;
-			}
-			conn_flush(w, c);
-		}
-	}
+			issue(w, &w->conns[i], start);
+	if (ring)
+		ring_loop(w, &r);
+	else
+		epoll_loop(w, ep);
 	w->stop = mono_ns();
 out:
+	if (ring)
+		ring_close(&r);
 	if (ep >= 0)
 		close(ep);
 	return NULL;
@@ -674,6 +889,8 @@ static int check_config(const struct lg_config *cfg, struct lg_err *e)
 		return lg_fail(e, -EINVAL, "pipeline must be 1..%u", LG_PIPELINE_MAX);
 	if (!(cfg->duration_s > 0 && cfg->duration_s < 1e6))
 		return lg_fail(e, -EINVAL, "duration_s must be > 0 (and < 1e6)");
+	if (cfg->ring && cfg->proto != LG_ECHO)
+		return lg_fail(e, -EINVAL, "the io_uring client speaks echo only");
 	if (cfg->cpu < -1 || cfg->cpu >= CPU_SETSIZE)
 		return lg_fail(e, -EINVAL, "cpu %d out of range", cfg->cpu);
 	return 0;

@@ -40,6 +40,18 @@ struct lg_config {
 	 * loaded machine, where a server may accept nothing in a short window.
 	 * A benchmark leaves it false: a fixed window. */
 	bool answer_all;
+	/* Drive the connections through one io_uring per client thread
+	 * instead of epoll: a multishot recv per connection into a ring of
+	 * provided buffers, and the sends a turn's completions ask for
+	 * submitted in the one io_uring_enter that waits for the next
+	 * completions.  A cheaper client, for a server whose cost is to be
+	 * seen apart from the client's (docs/BENCHMARKS.md, "Eighteenth
+	 * session").  Echo only: -EINVAL with LG_HTTP.  Needs io_uring with
+	 * buffer rings and multishot recv (Linux 6.0): the error
+	 * io_uring_setup or the buffer ring's registration gave (-ENOSYS,
+	 * -EPERM under a seccomp filter, -EINVAL), or the recv's, fails the
+	 * run. */
+	bool ring;
 };
 
 #define LG_MSG_MAX (1u << 20)
