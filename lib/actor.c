@@ -939,10 +939,10 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	struct stop_post post = {0};
 	stop_locked(a, reason, &wl, &post);
 	cbcmn__flock_unlock(&a->lock);
-	/* From a cbcmn_blocking() function's thread with our cx: through the
-	 * inject queue, as a thread outside wakes (our executor's queue is
-	 * its own thread's: test_stop_and_recharge_off_its_fiber, TSan). */
-	cbcmn__wakes_run(&wl, cbcmn__exec_if_running(self));
+	/* From a cbcmn_blocking() function's thread with our cx the wakes
+	 * go through the inject queue (cbcmn__waker_here(): our executor's
+	 * queue is its own thread's, test_stop_and_recharge_off_its_fiber). */
+	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
 	stop_finish(&post);
 	return 0;
 }

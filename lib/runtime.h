@@ -626,14 +626,17 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 {
 	return cbcmn__on_executor(t->rt) && cbcmn__tls_exec->current == t;
 }
-/* t's executor when t is the task running on the calling thread, else
- * NULL: a thread outside the runtime, or a cbcmn_blocking() function's
- * given t's context, must not touch what is that executor's own (its
- * next-task slot, its single-writer gauges): it counts and wakes as a
- * thread outside does. */
-static inline struct cbcmn__exec *cbcmn__exec_if_running(const struct cbcmn_task *t)
+/* The waker a wake may use: e if it is the calling thread's executor,
+ * else NULL.  Callers name their task's executor as the waker; a thread
+ * outside the runtime, or a cbcmn_blocking() function given its task's
+ * context, must not touch what is that executor's own (its next-task
+ * slot, its deque, its mail, its single-writer gauges): it counts and
+ * wakes as a thread outside does.  Decided here, where wakes are queued
+ * (sched.c's wake_ready(), cbcmn__wakes_run_here(), cbcmn__gauge_up()),
+ * not by each call: one load from %fs and a compare. */
+static inline struct cbcmn__exec *cbcmn__waker_here(struct cbcmn__exec *e)
 {
-	return t && cbcmn__is_running(t) ? t->exec : NULL;
+	return e == cbcmn__tls_exec ? e : NULL;
 }
 /* cbcmn_runtime_destroy(); open_ok: even while a thread's nursery is open
  * (janus_rt_shutdown(), void, cannot say busy: that nursery is lost). */

@@ -1045,6 +1045,10 @@ void cbcmn__suspend(struct cbcmn_task *t)
 static void wake_ready(struct cbcmn_task *t, struct cbcmn__exec *waker)
 {
 	struct cbcmn_runtime *rt = t->rt;
+	/* Every wake of a task comes here: the one check that its waker is
+	 * this thread's executor (a call with a task's cx off its fiber
+	 * names the task's executor: runtime.h). */
+	waker = cbcmn__waker_here(waker);
 	CBCMN_PROBE3(wake, waker ? (int)waker->id : -1, t->exec ? (int)t->exec->id : -1,
 		     rt->seg.rt_id);
 	/* It blocked on t->exec, which counted it (run_task); stable until
