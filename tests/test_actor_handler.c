@@ -1604,6 +1604,29 @@ static void test_host_ended_in_the_held_message_s_drop_drops_it_once(void **stat
 	hdrop_case(true);
 }
 
+/* The line a drop's overflow writes names the drop (or fini), which alone
+ * ends: it said "task N overflowed ...; it ends with CBCMN_EPANIC", N the
+ * host's task, which went on and halted its handler actor to the end. */
+static void test_overflow_in_a_handler_actor_s_drop_says_the_drop_ends(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hdrop d = {0};
+	int saved, fd = t_stderr_capture(&saved);
+	t_run(rt, hdrop_main, &d, 0);
+	char line[4096];
+	t_stderr_restore(fd, saved, line, sizeof(line));
+	assert_non_null(strstr(line, "cbcmn: an actor's drop or fini on task "));
+	assert_null(strstr(line, "cbcmn: task "));
+	assert_int_equal(atomic_load(&d.drops), HD_MSGS);
+	assert_int_equal(d.got.n, 1);
+	t_destroy(rt);
+}
+
 /* ---- its host ended in a call, then again in a drop of the halt that
  * its end runs ---- */
 
@@ -1859,6 +1882,7 @@ int main(int argc, char **argv)
 		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
 		T(test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt),
 		T(test_host_ended_in_the_held_message_s_drop_drops_it_once),
+		T(test_overflow_in_a_handler_actor_s_drop_says_the_drop_ends),
 		T(test_host_ended_then_overflowing_in_a_drop_at_its_end),
 		T(test_stack_overflow_in_drop_of_a_host_ended_by_the_loop),
 		T(test_thread_exit_in_drop_of_a_host_ended_by_the_loop),
