@@ -359,10 +359,13 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 }
 
 /* On executor 1's own thread: a spin of 30 s, the gates kept (the
- * runtime was made with the default spin_ns). */
+ * runtime was made with the default spin_ns).  An atomic store, as the
+ * searchers load it (sched.c, search_turns()): a plain one raced their
+ * reads (TSan). */
 static int64_t quota_long_spin(cbcmn_cx *cx, void *arg)
 {
-	((struct cbcmn_task *)cx)->rt->cfg.spin_ns = 30ull * 1000000000ull;
+	__atomic_store_n(&((struct cbcmn_task *)cx)->rt->cfg.spin_ns, 30ull * 1000000000ull,
+			 __ATOMIC_RELAXED);
 	atomic_store((_Atomic bool *)arg, true);
 	return 0;
 }
