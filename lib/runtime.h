@@ -501,20 +501,23 @@ struct cbcmn_runtime {
 	 * spin_cpus: the executors' CPUs it was computed from, under the
 	 * cgroup's limit; both re-read while the runtime runs
 	 * (cbcmn__spin_max_update()).  cg_limit: that limit in CPUs (0:
-	 * none), read once at create: reading it opens a dozen cgroup and
-	 * /proc files, which a running runtime's threads must not do behind
-	 * the program's back (a descriptor count taken meanwhile is off by
-	 * one: test_io's leak checks saw it). */
+	 * none), found at create: finding it opens a dozen cgroup and /proc
+	 * files, which a running runtime's threads must not do behind the
+	 * program's back (a descriptor count taken meanwhile is off by one:
+	 * test_io's leak checks saw it).  With the default spin_ns the
+	 * monitor holds the limit's files open from create and reads them
+	 * again on its tick (monitor.c: a pod resized in place). */
 	_Atomic uint32_t num_spinning;
 	_Atomic uint32_t spin_max, spin_cpus;
-	double cg_limit;
+	_Atomic double cg_limit;
 	/* The host has more runnable threads than CPUs (the monitor's
 	 * reading of /proc/loadavg, monitor.c): no searcher spins long.
 	 * Only with the default spin_ns, where the process may use every CPU
 	 * (spin_host_gate). */
 	_Atomic bool host_busy;
 	bool spin_host_gate, spin_quota_gate;
-	/* Under a cgroup CPU limit, with the default spin_ns: no searcher
+	/* Under a cgroup CPU limit (spin_quota_gate: with the default
+	 * spin_ns, whatever the limit at create), no searcher
 	 * spins long while more executors than this are awake (sched.c,
 	 * spin_room()); 0: no such bound. */
 	_Atomic uint32_t spin_awake_max;

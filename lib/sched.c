@@ -2015,17 +2015,18 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 
 /* Compute rt->spin_max again: at create, when an executor starts, and on
  * the monitor's tick once a second (monitor.c), so that an affinity
- * changed later is seen; the cgroup's limit is the one read at create
+ * changed later is seen, and a cgroup limit the monitor read again
  * (rt->cg_limit).  Costs a sched_getaffinity per executor, no file.
  * relaxed: two updaters racing store answers a moment apart, either good. */
 void cbcmn__spin_max_update(struct cbcmn_runtime *rt)
 {
-	uint32_t mask = exec_cpus(rt), cpus = cbcmn__cpus_for_limit(mask, rt->cg_limit);
+	double limit = atomic_load_explicit(&rt->cg_limit, memory_order_relaxed);
+	uint32_t mask = exec_cpus(rt), cpus = cbcmn__cpus_for_limit(mask, limit);
 	atomic_store_explicit(&rt->spin_cpus, cpus, memory_order_relaxed);
 	atomic_store_explicit(&rt->spin_max, cbcmn__spin_max(rt->nexec, cpus, 0),
 			      memory_order_relaxed);
 	if (rt->spin_quota_gate)
-		atomic_store_explicit(&rt->spin_awake_max, cbcmn__spin_awake_max(mask, rt->cg_limit),
+		atomic_store_explicit(&rt->spin_awake_max, cbcmn__spin_awake_max(mask, limit),
 				      memory_order_relaxed);
 }
 
