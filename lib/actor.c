@@ -655,16 +655,20 @@ int64_t cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
 	struct cbcmn_task *volatile von = on;
 	volatile uint64_t fpcw = cbcmn__fpcw_read();
 	void **was = on ? on->landing : NULL; /* as it was: what comes after sees no change */
+	void **was_pad = cbcmn__halt_pad;
 	if (on) {
 		on->landing = jb;
+		cbcmn__halt_pad = jb;
 		if (__builtin_setjmp(jb) != 0) {
 			on = von;
 			cbcmn__overflow_landed_frame(on, jb, fpcw);
 		}
 	}
 	int64_t reason = end(t, result);
-	if (on)
+	if (on) {
 		on->landing = was;
+		cbcmn__halt_pad = was_pad;
+	}
 	return reason;
 }
 
@@ -939,10 +943,10 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	struct stop_post post = {0};
 	stop_locked(a, reason, &wl, &post);
 	cbcmn__flock_unlock(&a->lock);
-	/* From a cbcmn_blocking() function's thread with our cx: through the
-	 * inject queue, as a thread outside wakes (our executor's queue is
-	 * its own thread's: test_stop_and_recharge_off_its_fiber, TSan). */
-	cbcmn__wakes_run(&wl, cbcmn__exec_if_running(self));
+	/* From a cbcmn_blocking() function's thread with our cx the wakes
+	 * go through the inject queue (cbcmn__waker_here(): our executor's
+	 * queue is its own thread's, test_stop_and_recharge_off_its_fiber). */
+	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
 	stop_finish(&post);
 	return 0;
 }
@@ -1068,6 +1072,11 @@ int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref target)
 	struct cbcmn__actor *me = binder(self, &err);
 	if (!me)
 		return err;
+	/* In a drop our reference is NONE already: a link to NONE is a link
+	 * from a halting actor, not to ourselves (its own halt wrote
+	 * halt_begun, on this thread). */
+	if (me->halt_begun)
+		return -ESHUTDOWN;
 	if (target == me->ref)
 		return -EINVAL;
 	cbcmn__stack_check(self);
@@ -1186,6 +1195,11 @@ int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref target, uint64_t id)
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
 	int err;
 	struct cbcmn__actor *me = cbcmn__actor_caller(self, &err);
+	/* A handler's drop or fini runs on its host, which is no actor: the
+	 * halting handler actor's monitors, as a fiber actor's drop finds
+	 * its own (-EPERM before). */
+	if (!me && err == -EPERM && self && cbcmn__is_running(self))
+		me = cbcmn__hnd_halting(self);
 	if (!me)
 		return err;
 	cbcmn__stack_check(self);

@@ -297,6 +297,9 @@ static inline struct cbcmn__actor *cbcmn__actor_or_handler(const struct cbcmn_ta
 	struct cbcmn__actor *a = cbcmn__actor_of(t);
 	return a || !t ? a : cbcmn__hnd_current(t);
 }
+/* The handler actor host task t is halting now (its drop or fini runs),
+ * or NULL. */
+struct cbcmn__actor *cbcmn__hnd_halting(const struct cbcmn_task *t);
 /* Is host task t calling a handler, or halting a handler actor (its drop
  * and fini)?  False if t is not a host. */
 bool cbcmn__hnd_calling(const struct cbcmn_task *t);

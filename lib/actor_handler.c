@@ -112,7 +112,7 @@ struct host {
 	/* A handler actor's halt runs (its drop, its fini): the host's sends
 	 * take the lock path (cbcmn__sends_locked()). */
 	bool halting;
-	struct cbcmn__hnd *halt_one;          /* the one hnd_halt() halts */
+	struct cbcmn__hnd *halt_one;          /* the one hnd_halt() halts, from its held drop on */
 	struct tmo *tmo;                      /* receive deadlines: a min-heap */
 	uint32_t ntmo, tmo_cap;
 	uint32_t narmed, nstale;              /* its live and stale entries */
@@ -149,6 +149,12 @@ struct cbcmn__actor *cbcmn__hnd_current(const struct cbcmn_task *t)
 {
 	struct host *h = host_of(t);
 	return h ? h->cur : NULL;
+}
+
+struct cbcmn__actor *cbcmn__hnd_halting(const struct cbcmn_task *t)
+{
+	struct host *h = host_of(t);
+	return h && h->halt_one ? h->halt_one->a : NULL;
 }
 
 bool cbcmn__hnd_calling(const struct cbcmn_task *t)
@@ -640,6 +646,7 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	 * another executor's after the wake:
 	 * test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait). */
 	host->halting = true;
+	host->halt_one = h; /* its drops' calls are its (cbcmn__hnd_halting()) */
 	/* A message taken for a RETRY is still undelivered: the oldest. */
 	held_drop(h);
 	bool contained = a->contained; /* fixed at spawn */
@@ -649,7 +656,6 @@ static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
 	/* Its DOWNs count it undelivered too (the mailbox's alone before:
 	 * test_down_undelivered_counts_the_message_held_for_a_retry). */
 	struct cbcmn_task *self = e->current; /* the host task */
-	host->halt_one = h;
 	reason = cbcmn__actor_end_guarded(self, reason, halt_one);
 	host->halt_one = NULL;
 	host->halting = false;

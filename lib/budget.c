@@ -883,8 +883,8 @@ static int recharge_locked(struct cbcmn_task *self, struct cbcmn_task *t, const 
 	/* Wake it if it waits for budget (an unlimited task never does). */
 	if (t->limited)
 		/* Off self's fiber (a cbcmn_blocking() function's): the
-		 * inject queue, as in cbcmn_actor_stop(). */
-		wake_budget_wait(t, false, cbcmn__exec_if_running(self));
+		 * inject queue (cbcmn__waker_here()). */
+		wake_budget_wait(t, false, self->exec);
 	return 0;
 }
 

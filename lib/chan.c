@@ -213,7 +213,7 @@ static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_per
 	r->ob.leak = rec_leak;
 	r->ob.what = "reservation on channel";
 	r->ob.obj = r->chan;
-	cbcmn__oblig_track(r->chan->rt, self, &r->ob, cbcmn__exec_if_running(self));
+	cbcmn__oblig_track(r->chan->rt, self, &r->ob, self ? self->exec : NULL);
 	/* Read without the lock: gen only changes when the record is
 	 * resolved, which only we (its owner) can do now. */
 	p->_rec = r;
@@ -284,8 +284,9 @@ static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
 {
 	/* Our own executor: a woken task lands in its next-task slot and
 	 * runs as soon as we block or yield.  Outside, and from a
-	 * cbcmn_blocking() function's thread with our cx: the inject queue. */
-	return cbcmn__exec_if_running(self);
+	 * cbcmn_blocking() function's thread with our cx: the inject queue
+	 * (decided where the wake is queued, cbcmn__waker_here()). */
+	return self ? self->exec : NULL;
 }
 
 /* ---- operations ------------------------------------------------------------ */

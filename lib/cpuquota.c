@@ -24,11 +24,13 @@
  * Anything missing or unreadable is no limit: the default stays one
  * executor per CPU of the affinity mask, as before.
  */
+#include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpuquota.h"
 
@@ -150,39 +152,56 @@ static bool find_mount(const char *root, bool v2, const char *cg, char *point, c
 	return found;
 }
 
-/* The limit one cgroup directory sets, in CPUs; 0: none. */
-static double dir_limit(const char *root, const char *dir, bool v2)
+/* A limit file's text in CPUs (0: none): v2's cpu.max ("QUOTA PERIOD" or
+ * "max PERIOD"), or v1's cpu.cfs_quota_us (-1: none) over period. */
+static double limit_of(const char *text, bool v2, long long period)
 {
-	long long quota = -1, period = 0;
-	FILE *f;
+	long long quota = -1;
 	if (v2) {
 		char q[32];
-		if ((f = open_in(root, dir, "cpu.max"))) {
-			if (fscanf(f, "%31s %lld", q, &period) == 2 && strcmp(q, "max"))
-				quota = strtoll(q, NULL, 10);
-			fclose(f);
-		}
-	} else {
-		if ((f = open_in(root, dir, "cpu.cfs_quota_us"))) {
-			if (fscanf(f, "%lld", &quota) != 1)
-				quota = -1;
-			fclose(f);
-		}
-		if (quota > 0 && (f = open_in(root, dir, "cpu.cfs_period_us"))) {
-			if (fscanf(f, "%lld", &period) != 1)
-				period = 0;
-			fclose(f);
-		}
+		if (sscanf(text, "%31s %lld", q, &period) == 2 && strcmp(q, "max"))
+			quota = strtoll(q, NULL, 10);
+	} else if (sscanf(text, "%lld", &quota) != 1) {
+		quota = -1;
 	}
 	return quota > 0 && period > 0 ? (double)quota / (double)period : 0;
 }
 
-static double hierarchy_limit(const char *root, bool v2)
+/* The file of dir that says its quota: opened, or -1. */
+static int open_quota(const char *root, const char *dir, bool v2)
+{
+	char full[PATH_MAX];
+	int n = snprintf(full, sizeof(full), "%s%s/%s", root, dir,
+			 v2 ? "cpu.max" : "cpu.cfs_quota_us");
+	if (n < 0 || (size_t)n >= sizeof(full))
+		return -1;
+	return open(full, O_RDONLY | O_CLOEXEC);
+}
+
+/* v1's period of dir (0: unreadable).  Read once: a resize changes the
+ * quota (Kubernetes keeps the period at 100 ms). */
+static long long v1_period(const char *root, const char *dir)
+{
+	long long period = 0;
+	FILE *f = open_in(root, dir, "cpu.cfs_period_us");
+	if (f) {
+		if (fscanf(f, "%lld", &period) != 1)
+			period = 0;
+		fclose(f);
+	}
+	return period;
+}
+
+/* Open q's files on one hierarchy, the process's cgroup first, then each
+ * ancestor up to the mount's root (at most CBCMN__CGQ_LEVELS).  False if
+ * there is no such hierarchy. */
+static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 {
 	char cg[PATH_MAX], point[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
 	if (!own_cgroup(root, v2, cg, sizeof(cg)) ||
 	    !find_mount(root, v2, cg, point, mroot, sizeof(mroot)))
-		return -1; /* no such hierarchy */
+		return false; /* no such hierarchy */
+	q->v2 = v2;
 	/* The part of our path below what the mount shows: all of it when the
 	 * mount shows the hierarchy's root, nothing when our cgroup is not
 	 * below it (the limit we can see is then the mount's own). */
@@ -193,29 +212,61 @@ static double hierarchy_limit(const char *root, bool v2)
 		rel = ""; /* never above the mount, whatever the file says */
 	int n = snprintf(dir, sizeof(dir), "%s%s", point, strcmp(rel, "/") ? rel : "");
 	if (n < 0 || (size_t)n >= sizeof(dir))
-		return 0;
+		return true;
 	size_t floor = strlen(point);
-	double low = 0;
-	for (;;) {
-		double l = dir_limit(root, dir, v2);
-		if (l > 0 && (low == 0 || l < low))
-			low = l;
+	while (q->n < CBCMN__CGQ_LEVELS) {
+		int fd = open_quota(root, dir, v2);
+		if (fd >= 0) {
+			q->period[q->n] = v2 ? 0 : v1_period(root, dir);
+			q->fd[q->n++] = fd;
+		}
 		char *slash = strrchr(dir, '/');
 		if (strlen(dir) <= floor || !slash || (size_t)(slash - dir) < floor)
 			break;
 		*slash = '\0';
 	}
+	return true;
+}
+
+void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
+{
+	q->n = 0;
+	if (!root)
+		root = "";
+	if (!hierarchy_open(q, root, false))
+		hierarchy_open(q, root, true);
+}
+
+double cbcmn__cgq_read(const struct cbcmn__cgq *q)
+{
+	double low = 0;
+	for (uint32_t i = 0; i < q->n; i++) {
+		char text[64];
+		ssize_t k = pread(q->fd[i], text, sizeof(text) - 1, 0);
+		if (k <= 0)
+			continue;
+		text[k] = '\0';
+		double l = limit_of(text, q->v2, q->period[i]);
+		if (l > 0 && (low == 0 || l < low))
+			low = l; /* the kernel enforces every level: the lowest wins */
+	}
 	return low;
+}
+
+void cbcmn__cgq_close(struct cbcmn__cgq *q)
+{
+	for (uint32_t i = 0; i < q->n; i++)
+		close(q->fd[i]);
+	q->n = 0;
 }
 
 double cbcmn__cgroup_cpu_limit(const char *root)
 {
-	if (!root)
-		root = "";
-	double l = hierarchy_limit(root, false);
-	if (l < 0)
-		l = hierarchy_limit(root, true);
-	return l > 0 ? l : 0;
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, root);
+	double l = cbcmn__cgq_read(&q);
+	cbcmn__cgq_close(&q);
+	return l;
 }
 
 uint32_t cbcmn__cpus_for_limit(uint32_t cpus, double limit)

@@ -2,6 +2,7 @@
 #ifndef CBCMN_CPUQUOTA_H
 #define CBCMN_CPUQUOTA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The lowest CPU limit on this process's cgroup and its ancestors, in CPUs
@@ -9,6 +10,23 @@
  * root prefixes every path read (/proc/self/..., the cgroup mounts): NULL
  * or "" for the live system, a directory of recorded files for a test. */
 double cbcmn__cgroup_cpu_limit(const char *root);
+
+/* The files that say that limit, held open so that it can be read again
+ * while the runtime runs (a pod resized in place) with a pread each and
+ * no open(2): the process's cgroup first, then its ancestors.  A process
+ * moved to another cgroup afterwards still reads the old one's. */
+#define CBCMN__CGQ_LEVELS 16
+struct cbcmn__cgq {
+	int fd[CBCMN__CGQ_LEVELS];              /* cpu.max (v2), cpu.cfs_quota_us (v1) */
+	long long period[CBCMN__CGQ_LEVELS];    /* v1's cpu.cfs_period_us, read at open */
+	uint32_t n;
+	bool v2;
+};
+/* Open them (root as above); none (n 0) where nothing can be read. */
+void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root);
+/* The lowest limit they say now, in CPUs (0: none). */
+double cbcmn__cgq_read(const struct cbcmn__cgq *q);
+void cbcmn__cgq_close(struct cbcmn__cgq *q);
 
 /* Executors for cpus CPUs under a limit (0: none): the limit rounded up,
  * at least 1, at most cpus. */

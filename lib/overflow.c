@@ -47,6 +47,7 @@
 /* The executor thread's own signal mask, given back at the landing pad. */
 static __thread sigset_t base_mask;
 static __thread bool have_base_mask;
+__thread void **cbcmn__halt_pad;
 
 void cbcmn__overflow_thread_start(void)
 {
@@ -89,7 +90,12 @@ static void say(const struct cbcmn_task *t, const char *what, const char *where,
 		const char *then)
 {
 	struct line l = {.n = 0};
-	put_s(&l, "cbcmn: task ");
+	/* Landing in an actor's halt ends the drop or fini that ran there,
+	 * and the halt goes on: "it" below is that callback, not the task
+	 * (a handler's host, or the task that ran the halt), which said it
+	 * ended when it did not. */
+	put_s(&l, t->landing && t->landing == cbcmn__halt_pad ? "cbcmn: an actor's drop or fini on task "
+							      : "cbcmn: task ");
 	put_u(&l, t->id);
 	put_s(&l, what);
 	/* The size the user configured, which is what they can change. */
@@ -374,7 +380,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 		if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) &&
 		    cbcmn__stack_yellow_open(s) == 0) {
 			say(t, OVERFLOWED, "under ", "libgcc_s (the unwinder)",
-			    "; it goes on in the stack's reserve, and the task ends with "
+			    "; it goes on in the stack's reserve and ends with "
 			    "CBCMN_EPANIC at its next runtime call or when its function returns");
 			return;
 		}
@@ -426,7 +432,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	    cbcmn__stack_yellow_open(s) == 0) {
 		*w.slot = (uintptr_t)cbcmn__ctx_overflow_return;
 		say(t, OVERFLOWED, "inside ", w.outer_lib,
-		    "; the call finishes in the stack's reserve, then the task ends with "
+		    "; the call finishes in the stack's reserve, then it ends with "
 		    "CBCMN_EPANIC");
 		return;
 	}

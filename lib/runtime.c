@@ -568,10 +568,12 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	free(node);
 	free(kind);
 	rt->min_live = c.min_workers;
-	rt->cg_limit = cbcmn__cgroup_cpu_limit(NULL); /* once: it opens files */
+	/* Here it opens files; later the monitor reads them again. */
+	atomic_init(&rt->cg_limit, cbcmn__cgroup_cpu_limit(NULL));
 	/* The default spin leaves a cgroup's quota to the busy executors
-	 * (sched.c, spin_room()); a spin_ns the program chose is its own. */
-	rt->spin_quota_gate = (!cfg || cfg->spin_ns == 0) && rt->cg_limit > 0;
+	 * (sched.c, spin_room()), a limit set later too (a pod resized in
+	 * place: monitor.c); a spin_ns the program chose is its own. */
+	rt->spin_quota_gate = !cfg || cfg->spin_ns == 0;
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
 	/* The default spin steps aside on a busy host (monitor.c,
 	 * host_load()); a spin_ns the program chose is kept as given.  Only

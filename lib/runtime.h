@@ -505,20 +505,23 @@ struct cbcmn_runtime {
 	 * spin_cpus: the executors' CPUs it was computed from, under the
 	 * cgroup's limit; both re-read while the runtime runs
 	 * (cbcmn__spin_max_update()).  cg_limit: that limit in CPUs (0:
-	 * none), read once at create: reading it opens a dozen cgroup and
-	 * /proc files, which a running runtime's threads must not do behind
-	 * the program's back (a descriptor count taken meanwhile is off by
-	 * one: test_io's leak checks saw it). */
+	 * none), found at create: finding it opens a dozen cgroup and /proc
+	 * files, which a running runtime's threads must not do behind the
+	 * program's back (a descriptor count taken meanwhile is off by one:
+	 * test_io's leak checks saw it).  With the default spin_ns the
+	 * monitor holds the limit's files open from create and reads them
+	 * again on its tick (monitor.c: a pod resized in place). */
 	_Atomic uint32_t num_spinning;
 	_Atomic uint32_t spin_max, spin_cpus;
-	double cg_limit;
+	_Atomic double cg_limit;
 	/* The host has more runnable threads than CPUs (the monitor's
 	 * reading of /proc/loadavg, monitor.c): no searcher spins long.
 	 * Only with the default spin_ns, where the process may use every CPU
 	 * (spin_host_gate). */
 	_Atomic bool host_busy;
 	bool spin_host_gate, spin_quota_gate;
-	/* Under a cgroup CPU limit, with the default spin_ns: no searcher
+	/* Under a cgroup CPU limit (spin_quota_gate: with the default
+	 * spin_ns, whatever the limit at create), no searcher
 	 * spins long while more executors than this are awake (sched.c,
 	 * spin_room()); 0: no such bound. */
 	_Atomic uint32_t spin_awake_max;
@@ -630,14 +633,17 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 {
 	return cbcmn__on_executor(t->rt) && cbcmn__tls_exec->current == t;
 }
-/* t's executor when t is the task running on the calling thread, else
- * NULL: a thread outside the runtime, or a cbcmn_blocking() function's
- * given t's context, must not touch what is that executor's own (its
- * next-task slot, its single-writer gauges): it counts and wakes as a
- * thread outside does. */
-static inline struct cbcmn__exec *cbcmn__exec_if_running(const struct cbcmn_task *t)
+/* The waker a wake may use: e if it is the calling thread's executor,
+ * else NULL.  Callers name their task's executor as the waker; a thread
+ * outside the runtime, or a cbcmn_blocking() function given its task's
+ * context, must not touch what is that executor's own (its next-task
+ * slot, its deque, its mail, its single-writer gauges): it counts and
+ * wakes as a thread outside does.  Decided here, where wakes are queued
+ * (sched.c's wake_ready(), cbcmn__wakes_run_here(), cbcmn__gauge_up()),
+ * not by each call: one load from %fs and a compare. */
+static inline struct cbcmn__exec *cbcmn__waker_here(struct cbcmn__exec *e)
 {
-	return t && cbcmn__is_running(t) ? t->exec : NULL;
+	return e == cbcmn__tls_exec ? e : NULL;
 }
 /* cbcmn_runtime_destroy(); open_ok: even while a thread's nursery is open
  * (janus_rt_shutdown(), void, cannot say busy: that nursery is lost). */

@@ -1088,6 +1088,10 @@ void cbcmn__suspend(struct cbcmn_task *t)
 static void wake_ready(struct cbcmn_task *t, struct cbcmn__exec *waker)
 {
 	struct cbcmn_runtime *rt = t->rt;
+	/* Every wake of a task comes here: the one check that its waker is
+	 * this thread's executor (a call with a task's cx off its fiber
+	 * names the task's executor: runtime.h). */
+	waker = cbcmn__waker_here(waker);
 	CBCMN_PROBE3(wake, waker ? (int)waker->id : -1, t->exec ? (int)t->exec->id : -1,
 		     rt->seg.rt_id);
 	/* It blocked on t->exec, which counted it (run_task); stable until
@@ -2057,17 +2061,18 @@ static uint32_t exec_cpus(struct cbcmn_runtime *rt)
 
 /* Compute rt->spin_max again: at create, when an executor starts, and on
  * the monitor's tick once a second (monitor.c), so that an affinity
- * changed later is seen; the cgroup's limit is the one read at create
+ * changed later is seen, and a cgroup limit the monitor read again
  * (rt->cg_limit).  Costs a sched_getaffinity per executor, no file.
  * relaxed: two updaters racing store answers a moment apart, either good. */
 void cbcmn__spin_max_update(struct cbcmn_runtime *rt)
 {
-	uint32_t mask = exec_cpus(rt), cpus = cbcmn__cpus_for_limit(mask, rt->cg_limit);
+	double limit = atomic_load_explicit(&rt->cg_limit, memory_order_relaxed);
+	uint32_t mask = exec_cpus(rt), cpus = cbcmn__cpus_for_limit(mask, limit);
 	atomic_store_explicit(&rt->spin_cpus, cpus, memory_order_relaxed);
 	atomic_store_explicit(&rt->spin_max, cbcmn__spin_max(rt->nexec, cpus, 0),
 			      memory_order_relaxed);
 	if (rt->spin_quota_gate)
-		atomic_store_explicit(&rt->spin_awake_max, cbcmn__spin_awake_max(mask, rt->cg_limit),
+		atomic_store_explicit(&rt->spin_awake_max, cbcmn__spin_awake_max(mask, limit),
 				      memory_order_relaxed);
 }
 
@@ -2139,7 +2144,10 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	uint64_t spin_ns = rt->cfg.spin_ns;
+	/* Relaxed atomic: the one field of the config a running runtime's
+	 * owner may change (test_cpuquota makes a default-gated spin 30 s
+	 * long from a task while the executors search). */
+	uint64_t spin_ns = __atomic_load_n(&rt->cfg.spin_ns, __ATOMIC_RELAXED);
 	uint64_t start = now_ns(), pause = SPIN_PAUSE_MIN_NS;
 	const uint64_t start0 = start;
 	load_update(e, start);

@@ -13,7 +13,10 @@
 
 uint32_t cbcmn__gauge_up(struct cbcmn_runtime *rt, struct cbcmn__exec *e, int g)
 {
-	if (e) {
+	/* Its single-writer share only on its own thread: e is the
+	 * caller's task's executor, checked, not trusted (runtime.h,
+	 * cbcmn__waker_here()). */
+	if (e && e == cbcmn__tls_exec) {
 		/* Relaxed: the end this begin pairs with is ordered after it
 		 * by whatever hands the thing over (the task state CAS, the
 		 * nursery's await, the owner's own program order). */

@@ -43,8 +43,9 @@
  * 5: the executor's own share of the actor gauges (struct
  * cbcmn__seg_actors_own) at the end of a slot.
  * 6: a shared share's high half counts the moves on it
- * (CBCMN__SEG_AGAUGE_MOVE). */
-#define CBCMN__SEG_VERSION 6u
+ * (CBCMN__SEG_AGAUGE_MOVE).
+ * 7: a shared share's value takes its low 40 bits, the moves the high 24. */
+#define CBCMN__SEG_VERSION 7u
 /* What the runtime seals, and what a reader requires before it maps. */
 #define CBCMN__SEG_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 /* Apart enough that the adjacent-line prefetcher does not pair a line the
@@ -113,21 +114,30 @@ struct cbcmn__seg_actors_own {
 	_Atomic int64_t live, waiting, receiving, halting, mailbox;
 };
 
-/* A shared share (version 6): its value in the low 32 bits, the moves on
- * it in the high 32, both changed by one atomic add of MOVE + n, so a
+/* A shared share (version 7): its value in the low 40 bits, the moves on
+ * it in the high 24, both changed by one atomic add of MOVE + n, so a
  * reader's two reads of it that agree saw no move between them, not even
  * one out and back in (watch.c, agauge()): a sequence count at no cost
- * to the writers.  MOVE is 2 << 32, not 1 << 32: the low half's carry or
- * borrow then moves the count by 1 to 3, never 0 (n -1 on a low half of
- * 0 adds 0xffffffff: no carry into the high half).  The gauge is the
- * two shares summed modulo 2^32 (cbcmn__seg_agauge()): right while it
- * fits in 31 bits, however far each share ran (a mailbox's shared share
- * counts every remote send, the own one every receive). */
-#define CBCMN__SEG_AGAUGE_MOVE ((int64_t)2 << 32)
+ * to the writers.  MOVE is 2 << 40, not 1 << 40: the low part's carry or
+ * borrow then moves the count by 1 to 3, never 0 (n -1 on a low part of
+ * 0 adds 2^40 - 1: no carry into the count).  The gauge is the two
+ * shares summed modulo 2^40 (cbcmn__seg_agauge()): right while it fits
+ * in 39 bits (5.5e11), however far each share ran (a mailbox's shared
+ * share counts every remote send, the own one every receive).  The count
+ * comes round after 2^23 moves: two reads that far apart (a reader
+ * preempted for some 100 ms beside a flood of remote sends) could agree
+ * falsely, and sum an own share from between them.  Version 6 gave the
+ * value 32 bits: a gauge past 2^31 - 1 on one executor read 0 (seventeenth
+ * session). */
+#define CBCMN__SEG_AGAUGE_BITS 40
+#define CBCMN__SEG_AGAUGE_MOVE ((int64_t)2 << CBCMN__SEG_AGAUGE_BITS)
 
 static inline int64_t cbcmn__seg_agauge(int64_t shared, int64_t own)
 {
-	return (int32_t)((uint32_t)(uint64_t)shared + (uint32_t)(uint64_t)own);
+	/* The sum's low 40 bits, sign-extended (unsigned: no overflow,
+	 * whatever a forged segment holds). */
+	uint64_t v = ((uint64_t)shared + (uint64_t)own) << (64 - CBCMN__SEG_AGAUGE_BITS);
+	return (int64_t)v >> (64 - CBCMN__SEG_AGAUGE_BITS);
 }
 
 /* Mailbox figures an executor keeps (actor_mbox.c), written by the

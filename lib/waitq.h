@@ -87,7 +87,9 @@ static inline void cbcmn__wakes_add(struct cbcmn__wakes *wl, struct cbcmn__qwait
 /* After the unlock.  The hand-over (message, result) was written after the
  * claim, so it is the wake that publishes it: waiter_wake()'s release (the
  * task state CAS and the run-queue push, or the futex word) pairs with the
- * acquire by which the waiter resumes.  e: the calling executor, or NULL. */
+ * acquire by which the waiter resumes.  e: the calling task's executor, or
+ * NULL; used only if it is this thread's (cbcmn__waker_here(), where each
+ * wake is queued). */
 static inline void cbcmn__wakes_run(struct cbcmn__wakes *wl, struct cbcmn__exec *e)
 {
 	struct cbcmn__qwait *w = wl->head;
@@ -116,6 +118,7 @@ static inline void cbcmn__wakes_run_here(struct cbcmn__wakes *wl, struct cbcmn__
 	 * messages (actor_mbox.c; test_actor_direct's host_is_kicked). */
 	if (!wl->head && !wl->hkick)
 		return;
+	e = cbcmn__waker_here(e); /* the flag is its own thread's */
 	if (!e) {
 		cbcmn__wakes_run(wl, NULL);
 		return;

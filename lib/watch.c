@@ -183,7 +183,7 @@ static uint64_t agauge(const _Atomic int64_t *shared, const _Atomic int64_t *own
 			break;
 		s = again;
 	}
-	/* Summed modulo 2^32: no overflow, whatever a forged segment holds
+	/* Summed modulo 2^40: no overflow, whatever a forged segment holds
 	 * (fuzz_watch found INT64_MIN + -1 when the sum was 64 bits). */
 	int64_t v = cbcmn__seg_agauge(s, o);
 	return v > 0 ? (uint64_t)v : 0;

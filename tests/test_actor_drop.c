@@ -23,7 +23,7 @@
 #include "../lib/runtime.h" /* cbcmn__fixed_prompt */
 
 enum kind { K_SLEEP, K_CHAN_SEND, K_CHAN_RECV, K_READ, K_RECEIVE, K_YIELD, K_NURSERY, K_CLOSE, K_JOIN, K_BLOCKING,
-	    K_MONITOR, K_LINK, K_N };
+	    K_MONITOR, K_LINK, K_LINK_NONE, K_DEMONITOR, K_N };
 
 #define DV_ACTORS 8
 #define DV_MSGS 2
@@ -65,8 +65,12 @@ static bool halted_rc(enum kind kind, int64_t rc)
 		return rc == 0;
 	/* The header's word for a halting caller, a handler's too (it was
 	 * -EPERM there: review of session 17). */
-	if (kind == K_MONITOR || kind == K_LINK)
+	if (kind == K_MONITOR || kind == K_LINK || kind == K_LINK_NONE)
 		return rc == -ESHUTDOWN;
+	/* A fiber drop's demonitor returns at once, a handler's too (it was
+	 * -EPERM there): no such monitor. */
+	if (kind == K_DEMONITOR)
+		return rc == -ENOENT;
 	return rc == CBCMN_ECANCELED || rc == -ESHUTDOWN || rc == -EPERM;
 }
 
@@ -119,6 +123,10 @@ static int64_t the_call(struct dv *d, cbcmn_cx *cx)
 	}
 	case K_LINK:
 		return cbcmn_actor_link(cx, d->peer);
+	case K_LINK_NONE: /* NONE is the halting caller's own reference now */
+		return cbcmn_actor_link(cx, CBCMN_ACTOR_NONE);
+	case K_DEMONITOR:
+		return cbcmn_actor_demonitor(cx, d->peer, 12345);
 	default:
 		return -EINVAL;
 	}
@@ -618,6 +626,35 @@ static void test_link_in_a_handler_actor_s_drop_is_eshutdown(void **state)
 {
 	(void)state;
 	dv_run(K_LINK, true);
+}
+
+/* A link to NONE from a fiber actor's drop said -EINVAL (a link to
+ * itself: the halt had made its reference NONE), where a halting caller
+ * gets -ESHUTDOWN whatever it links to. */
+static void test_link_none_in_a_fiber_actor_s_drop_is_eshutdown(void **state)
+{
+	(void)state;
+	dv_run(K_LINK_NONE, false);
+}
+
+static void test_link_none_in_a_handler_actor_s_drop_is_eshutdown(void **state)
+{
+	(void)state;
+	dv_run(K_LINK_NONE, true);
+}
+
+static void test_demonitor_in_a_fiber_actor_s_drop_returns_at_once(void **state)
+{
+	(void)state;
+	dv_run(K_DEMONITOR, false);
+}
+
+/* It said -EPERM: the host is no actor.  Now the halting handler actor's
+ * monitors, as a fiber drop's own. */
+static void test_demonitor_in_a_handler_actor_s_drop_returns_at_once(void **state)
+{
+	(void)state;
+	dv_run(K_DEMONITOR, true);
 }
 
 static void test_join_in_a_fiber_actor_s_drop_does_not_wait(void **state)
@@ -1201,6 +1238,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_monitor_in_a_handler_actor_s_drop_is_eshutdown),
 		cmocka_unit_test(test_link_in_a_fiber_actor_s_drop_is_eshutdown),
 		cmocka_unit_test(test_link_in_a_handler_actor_s_drop_is_eshutdown),
+		cmocka_unit_test(test_link_none_in_a_fiber_actor_s_drop_is_eshutdown),
+		cmocka_unit_test(test_link_none_in_a_handler_actor_s_drop_is_eshutdown),
+		cmocka_unit_test(test_demonitor_in_a_fiber_actor_s_drop_returns_at_once),
+		cmocka_unit_test(test_demonitor_in_a_handler_actor_s_drop_returns_at_once),
 		cmocka_unit_test(test_join_in_a_fiber_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_join_in_a_handler_actor_s_drop_does_not_wait),
 		cmocka_unit_test(test_blocking_call_in_a_fiber_actor_s_drop_does_not_wait),

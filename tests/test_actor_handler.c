@@ -1604,6 +1604,96 @@ static void test_host_ended_in_the_held_message_s_drop_drops_it_once(void **stat
 	hdrop_case(true);
 }
 
+/* A handler actor that monitors a live actor takes that monitor back from
+ * its drop: 0, as a fiber actor's drop gets (it said -EPERM: the host is
+ * no actor), and the target's later halt finds nothing of it. */
+struct hdm {
+	cbcmn_actor_ref target;
+	uint64_t mon;
+	cbcmn_cx *cx;
+	_Atomic int armed, go;
+	_Atomic long rc;
+};
+
+static void hdm_drop(void *state, const cbcmn_actor_msg *m)
+{
+	struct hdm *d = state;
+	(void)m;
+	atomic_store(&d->rc, cbcmn_actor_demonitor(d->cx, d->target, d->mon));
+}
+
+static int64_t hdm_handler(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	struct hdm *d = state;
+	d->cx = cx;
+	if (m->type == CBCMN_ACTOR_START) {
+		TASK_CHECK(cbcmn_actor_monitor(cx, d->target, &d->mon) == 0);
+		atomic_store(&d->armed, 1);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&d->go) && t_now_ns() < end)
+		; /* the message for its drop first */
+	return CBCMN_ACTOR_HALT;
+}
+
+static int64_t hdm_main(cbcmn_cx *cx, void *arg)
+{
+	struct hdm *d = arg;
+	cbcmn_nursery *nt, *nh;
+	TASK_CHECK(open_n(cx, &nt) == 0);
+	TASK_CHECK(open_n(cx, &nh) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nt, ov_sink, NULL, NULL, &d->target) == 0);
+	cbcmn_actor_opts o = {.start = true, .drop = hdm_drop};
+	cbcmn_actor_ref h;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, nh, hdm_handler, d, &o, &h) == 0);
+	while (!atomic_load(&d->armed))
+		cbcmn_sleep(cx, 100000);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, h, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, h, &m) == 0);
+	atomic_store(&d->go, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nh) == 0);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, d->target, &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nt) == 0);
+	return 0;
+}
+
+static void test_demonitor_of_a_live_target_from_a_handler_s_drop(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hdm d = {.rc = 1};
+	t_run(rt, hdm_main, &d, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&d.rc), 0);
+	t_destroy(rt);
+}
+
+/* The line a drop's overflow writes names the drop (or fini), which alone
+ * ends: it said "task N overflowed ...; it ends with CBCMN_EPANIC", N the
+ * host's task, which went on and halted its handler actor to the end. */
+static void test_overflow_in_a_handler_actor_s_drop_says_the_drop_ends(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	cbcmn_runtime *rt = t_runtime(2);
+	struct hdrop d = {0};
+	int saved, fd = t_stderr_capture(&saved);
+	t_run(rt, hdrop_main, &d, 0);
+	char line[4096];
+	t_stderr_restore(fd, saved, line, sizeof(line));
+	assert_non_null(strstr(line, "cbcmn: an actor's drop or fini on task "));
+	assert_null(strstr(line, "cbcmn: task "));
+	assert_int_equal(atomic_load(&d.drops), HD_MSGS);
+	assert_int_equal(d.got.n, 1);
+	t_destroy(rt);
+}
+
 /* ---- its host ended in a call, then again in a drop of the halt that
  * its end runs ---- */
 
@@ -1859,6 +1949,8 @@ int main(int argc, char **argv)
 		T(test_handler_send_to_its_own_full_mailbox_is_edeadlk),
 		T(test_host_ended_in_a_handler_actor_s_drop_finishes_its_halt),
 		T(test_host_ended_in_the_held_message_s_drop_drops_it_once),
+		T(test_overflow_in_a_handler_actor_s_drop_says_the_drop_ends),
+		T(test_demonitor_of_a_live_target_from_a_handler_s_drop),
 		T(test_host_ended_then_overflowing_in_a_drop_at_its_end),
 		T(test_stack_overflow_in_drop_of_a_host_ended_by_the_loop),
 		T(test_thread_exit_in_drop_of_a_host_ended_by_the_loop),

@@ -634,14 +634,37 @@ static void test_regression_shared_share_counts_a_move_out_and_back(void **state
 	t_destroy(rt);
 	/* Each share far past 32 bits (2^32 - 2 remote sends, as many
 	 * receives less 4): the gauge is their sum all the same. */
-	assert_int_equal(cbcmn__seg_agauge((int64_t)0x7fffffffeLL, -(int64_t)4294967290LL), 4);
+	uint64_t sends = 4294967294ull;
+	assert_int_equal(cbcmn__seg_agauge((int64_t)(sends * (uint64_t)(CBCMN__SEG_AGAUGE_MOVE + 1)),
+					   -(int64_t)4294967290LL),
+			 4);
 	assert_int_equal(cbcmn__seg_agauge(CBCMN__SEG_AGAUGE_MOVE + 3, -1), 2);
+}
+
+/* The bug: a gauge past 2^31 - 1 on one executor read 0 (the shares were
+ * summed modulo 2^32 and read as signed).  Now modulo 2^40: a gauge of
+ * 2^31 + 5, from either share or both, reads 2^31 + 5; a sum a moment
+ * below 0 (a count out before its count in) still reads below 0, which
+ * the reader shows as 0 (watch.c). */
+static void test_regression_a_gauge_past_2_31_reads_its_value(void **state)
+{
+	(void)state;
+	const int64_t big = ((int64_t)1 << 31) + 5;
+	/* Two remote adds (2^31, then 5) on the shared share. */
+	const int64_t shared = 2 * CBCMN__SEG_AGAUGE_MOVE + big;
+	assert_int_equal(cbcmn__seg_agauge(shared, 0), big);
+	assert_int_equal(cbcmn__seg_agauge(0, big), big);
+	/* 10 counted in remotely, 5 of them out on the executor itself. */
+	assert_int_equal(cbcmn__seg_agauge(shared + 10 * (CBCMN__SEG_AGAUGE_MOVE + 1), -5), big + 5);
+	assert_int_equal(cbcmn__seg_agauge(CBCMN__SEG_AGAUGE_MOVE - 1, 0), -1);
+	assert_int_equal(cbcmn__seg_agauge(((int64_t)1 << 39) - 1, 0), ((int64_t)1 << 39) - 1);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_restarts_are_counted_per_executor),
+		T_WATCHED_TEST(test_regression_a_gauge_past_2_31_reads_its_value),
 		T_WATCHED_TEST(test_mailbox_depth_hist_counts_a_known_depth),
 		T_WATCHED_TEST(test_backpressure_is_counted_where_the_sender_runs),
 		T_WATCHED_TEST(test_cancelled_waiting_sender_is_counted_once),

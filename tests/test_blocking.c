@@ -1145,6 +1145,60 @@ static void test_stop_and_recharge_off_its_fiber(void **state)
 	t_destroy(rt);
 }
 
+/* An obligation taken by a cbcmn_blocking() function with its task's cx
+ * names the task's executor, whose share of the obligations gauge only
+ * its own thread writes (a load and a store, lost beside the executor's
+ * own).  The choice is made where the gauge is counted
+ * (cbcmn__waker_here(), not at the call): it counts in the outside share,
+ * as a thread outside the runtime's does. */
+struct og {
+	cbcmn_cx *cx;
+	int rc;
+	uint64_t total, mine;
+};
+
+static int64_t og_fn(void *arg)
+{
+	struct og *o = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(o->cx);
+	cbcmn_obligation ob;
+	o->rc = cbcmn_obligation_reserve(rt, o->cx, "og", &ob);
+	if (o->rc)
+		return 0;
+	cbcmn_snapshot s = {.size = sizeof(s), .version = CBCMN_SNAPSHOT_VERSION};
+	cbcmn_exec_snapshot per[1] = {{0}};
+	o->rc = cbcmn_runtime_snapshot(rt, &s, per, 1);
+	o->total = s.total.obligations;
+	o->mine = per[0].obligations;
+	int rc = cbcmn_obligation_commit(o->cx, &ob);
+	if (!o->rc)
+		o->rc = rc;
+	return 0;
+}
+
+static int64_t og_main(cbcmn_cx *cx, void *arg)
+{
+	struct og *o = arg;
+	o->cx = cx;
+	TASK_CHECK(cbcmn_blocking(cx, og_fn, o, NULL) == 0);
+	return 0;
+}
+
+static void test_an_obligation_off_its_fiber_counts_outside(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct og o = {0};
+	t_run(rt, og_main, &o, 0);
+	assert_int_equal(o.rc, 0);
+	assert_int_equal(o.total, 1);
+	assert_int_equal(o.mine, 0); /* the executor's own share: untouched */
+	cbcmn_snapshot s = {.size = sizeof(s), .version = CBCMN_SNAPSHOT_VERSION};
+	assert_int_equal(cbcmn_runtime_snapshot(rt, &s, NULL, 0), 0);
+	assert_int_equal(s.total.obligations, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1165,6 +1219,7 @@ int main(void)
 		T_WATCHED_TEST(test_checkpoints_of_an_actor_s_blocking_function),
 		T_WATCHED_TEST(test_cancelled_while_fn_runs_stays_parked),
 		T_WATCHED_TEST(test_stop_and_recharge_off_its_fiber),
+		T_WATCHED_TEST(test_an_obligation_off_its_fiber_counts_outside),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};

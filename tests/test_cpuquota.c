@@ -79,6 +79,41 @@ static void test_v2_lowest_level_wins(void **state)
 	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0); /* "max" all the way */
 }
 
+/* A pod resized in place: the limit files held open (cbcmn__cgq_open(),
+ * the monitor's) say the new limit at the next read, with no open, on
+ * both hierarchies; a level whose limit appears later counts too. */
+static void test_held_files_read_a_resize(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "0::/kubepods/pod1/c1\n");
+	put("proc/self/mountinfo", V2_MOUNT);
+	put("sys/fs/cgroup/kubepods/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/kubepods/pod1/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "100000 100000\n");
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, tree);
+	assert_true(cbcmn__cgq_read(&q) == 1.0);
+	put("sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "250000 100000\n"); /* resized up */
+	assert_true(cbcmn__cgq_read(&q) == 2.5);
+	put("sys/fs/cgroup/kubepods/pod1/cpu.max", "50000 100000\n"); /* the pod's, later */
+	assert_true(cbcmn__cgq_read(&q) == 0.5);
+	put("sys/fs/cgroup/kubepods/pod1/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "max 100000\n");
+	assert_true(cbcmn__cgq_read(&q) == 0); /* no limit left */
+	cbcmn__cgq_close(&q);
+	assert_int_equal(q.n, 0);
+
+	put("proc/self/cgroup", "4:cpu,cpuacct:/a\n");
+	put("proc/self/mountinfo", "35 24 0:30 / /cg/cpu rw - cgroup cgroup rw,cpu,cpuacct\n");
+	put("cg/cpu/a/cpu.cfs_quota_us", "-1\n");
+	put("cg/cpu/a/cpu.cfs_period_us", "100000\n");
+	cbcmn__cgq_open(&q, tree);
+	assert_true(cbcmn__cgq_read(&q) == 0);
+	put("cg/cpu/a/cpu.cfs_quota_us", "150000\n");
+	assert_true(cbcmn__cgq_read(&q) == 1.5);
+	cbcmn__cgq_close(&q);
+}
+
 /* Docker on a v1 host without a cgroup namespace: the process's path is
  * /docker/ID and the bind mount shows that cgroup as its root; the cpu
  * controller shares its hierarchy with cpuacct; the mount point's comma
@@ -286,6 +321,17 @@ static pid_t fork_limited(char *dir, size_t len)
 	return pid;
 }
 
+/* The exit status of fork_limited()'s child, once it has exited and its
+ * cgroup (empty then) is gone. */
+static int reap_limited(pid_t pid, const char *dir)
+{
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(rmdir(dir), 0);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
 /* A process in a cgroup limited to one CPU gets one executor by default,
  * and an explicit count still wins; outside it, one per CPU. */
 static void test_live_limit_sets_default_workers(void **state)
@@ -310,12 +356,7 @@ static void test_live_limit_sets_default_workers(void **state)
 		cbcmn_runtime_destroy(rt);
 		_exit(auto_n == 1 && two == 2 ? 0 : 20 + (int)auto_n);
 	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	/* The child has exited: the cgroup is empty and goes. */
-	assert_int_equal(rmdir(dir), 0);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(reap_limited(pid, dir), 0);
 	cbcmn_runtime *rt = t_runtime(CBCMN_WORKERS_AUTO);
 	assert_int_equal(cbcmn_runtime_workers(rt), cbcmn__cpus_for_limit(
 							    (uint32_t)CPU_COUNT(&set),
@@ -351,18 +392,17 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 			_exit(13);
 		_exit(n == 1 ? 0 : 20 + (int)n);
 	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_int_equal(rmdir(dir), 0);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0); /* 11: -EINVAL from create */
+	assert_int_equal(reap_limited(pid, dir), 0); /* 11: -EINVAL from create */
 }
 
 /* On executor 1's own thread: a spin of 30 s, the gates kept (the
- * runtime was made with the default spin_ns). */
+ * runtime was made with the default spin_ns).  An atomic store, as the
+ * searchers load it (sched.c, search_turns()): a plain one raced their
+ * reads (TSan). */
 static int64_t quota_long_spin(cbcmn_cx *cx, void *arg)
 {
-	((struct cbcmn_task *)cx)->rt->cfg.spin_ns = 30ull * 1000000000ull;
+	__atomic_store_n(&((struct cbcmn_task *)cx)->rt->cfg.spin_ns, 30ull * 1000000000ull,
+			 __ATOMIC_RELAXED);
 	atomic_store((_Atomic bool *)arg, true);
 	return 0;
 }
@@ -452,11 +492,81 @@ static void test_regression_spin_gate_counts_the_quota(void **state)
 		cbcmn_runtime_destroy(rt);
 		_exit((int)res);
 	}
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_int_equal(rmdir(dir), 0);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0); /* 30: still searching */
+	assert_int_equal(reap_limited(pid, dir), 0); /* 30: still searching */
+}
+
+/* Writes text to dir/file; false if it cannot. */
+static bool cg_write(const char *dir, const char *file, const char *text)
+{
+	char f[PATH_MAX + 64];
+	snprintf(f, sizeof(f), "%s/%s", dir, file);
+	FILE *q = fopen(f, "w");
+	bool ok = q && fputs(text, q) >= 0;
+	if (q && fclose(q))
+		ok = false;
+	return ok;
+}
+
+struct resize {
+	const char *dir;
+	int rc;
+};
+
+/* rt's quota gate once it says want: at most 5 s of the monitor's
+ * once-a-second reads, the task yielding meanwhile so that it ticks. */
+static bool gate_becomes(cbcmn_cx *cx, uint32_t want)
+{
+	struct cbcmn_runtime *rt = ((struct cbcmn_task *)cx)->rt;
+	uint64_t end = t_now_ns() + 5000000000ull;
+	while (atomic_load(&rt->spin_awake_max) != want && t_now_ns() < end) {
+		usleep(2000);
+		cbcmn_yield(cx);
+	}
+	return atomic_load(&rt->spin_awake_max) == want;
+}
+
+/* In the child: the limit of one CPU at create, two after a resize, none
+ * after the next; 0 if the gate followed each. */
+static int64_t resize_main(cbcmn_cx *cx, void *arg)
+{
+	struct resize *r = arg;
+	bool v1 = strstr(r->dir, "/cpu/") != NULL;
+	if (!gate_becomes(cx, 1))
+		return 31;
+	if (!cg_write(r->dir, v1 ? "cpu.cfs_quota_us" : "cpu.max", v1 ? "200000" : "200000 100000"))
+		return 32;
+	if (!gate_becomes(cx, 2))
+		return 33;
+	if (!cg_write(r->dir, v1 ? "cpu.cfs_quota_us" : "cpu.max", v1 ? "-1" : "max 100000"))
+		return 34;
+	return gate_becomes(cx, 0) ? 0 : 35;
+}
+
+/* A pod resized in place: the spin gate of a runtime made under a limit
+ * of one CPU follows the limit as it is raised to two, then lifted.  It
+ * kept its gate of one (the limit was read once, at create). */
+static void test_regression_spin_gate_follows_a_resize(void **state)
+{
+	(void)state;
+	cpu_set_t set;
+	skip_on_one_cpu(&set);
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
+	if (pid == 0) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = cfg.min_workers = 2;
+		cbcmn_runtime *rt;
+		if (cbcmn_runtime_create(&cfg, &rt))
+			_exit(12);
+		struct resize r = {.dir = dir};
+		int64_t res = -1;
+		if (cbcmn_runtime_run(rt, resize_main, &r, &res))
+			_exit(15);
+		cbcmn_runtime_destroy(rt);
+		_exit((int)res);
+	}
+	assert_int_equal(reap_limited(pid, dir), 0); /* 33: the gate stayed at one */
 }
 
 int main(void)
@@ -472,10 +582,12 @@ int main(void)
 						fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_broken_files_are_no_limit, fresh_tree,
 						drop_tree),
+		cmocka_unit_test_setup_teardown(test_held_files_read_a_resize, fresh_tree, drop_tree),
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
 		cmocka_unit_test(test_regression_auto_workers_under_a_limit_clamp_min_workers),
 		cmocka_unit_test(test_regression_spin_gate_counts_the_quota),
+		cmocka_unit_test(test_regression_spin_gate_follows_a_resize),
 	};
 	return cmocka_run_group_tests_name("cpuquota", tests, NULL, NULL);
 }

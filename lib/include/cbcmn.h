@@ -946,9 +946,10 @@ typedef struct cbcmn_executor_stats {
 	 * to run each on (before an actor first runs: the spawner's, or its
 	 * shard if pinned).  Gauges, read one by one: a snapshot taken while
 	 * actors change state may be off by the changes under way.  Each is
-	 * kept modulo 2^32 (docs/ACTORS.md): exact up to 2^31 - 1 per
-	 * executor (mailbox_depth past that, 2048 full mailboxes of
-	 * CBCMN_ACTOR_MAILBOX_MAX on one executor, reads 0 or less than it is). */
+	 * kept modulo 2^40 (docs/ACTORS.md): exact up to 2^39 - 1 per
+	 * executor (mailbox_depth past that, half a million full mailboxes
+	 * of CBCMN_ACTOR_MAILBOX_MAX on one executor, reads 0 or less than
+	 * it is). */
 	uint64_t actors;          /* live actors */
 	uint64_t actors_runnable; /* of those, ready to run (queued) */
 	uint64_t actors_running;  /* ... running now (0 or 1 per executor) */

@@ -330,8 +330,9 @@ CBCMN_API int cbcmn_actor_monitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t *mon
  * such monitor: its DOWN was received already, or mon is not the caller's
  * or not on a: another monitor's DOWN is left alone),
  * -EPERM (cx is not an actor).  May yield while a is halting; never from
- * the caller's own halt (its drop callback), where no DOWN can reach it
- * any more: it returns at once. */
+ * the caller's own halt (its drop callback, a handler actor's too: the
+ * halting handler actor's monitors), where no DOWN can reach it any more:
+ * it returns at once. */
 CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mon);
 
 /* Link the calling actor with actor a, both ways: when either halts with a
@@ -344,7 +345,7 @@ CBCMN_API int cbcmn_actor_demonitor(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t mo
  * is gone either way.  Linking twice is the same as once.  Returns 0, -ESRCH (a is
  * dead: nothing linked), -EINVAL (a is the caller itself), -EPERM (cx is
  * not an actor), -ESHUTDOWN (the caller is halting: from its drop
- * callback), -ENOMEM. */
+ * callback, whatever a is, CBCMN_ACTOR_NONE included), -ENOMEM. */
 CBCMN_API int cbcmn_actor_link(cbcmn_cx *cx, cbcmn_actor_ref a);
 
 /* Undo cbcmn_actor_link() between the calling actor and a, both ways: once
