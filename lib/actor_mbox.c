@@ -460,6 +460,32 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 	w->put_ns = 0;
 }
 
+_Static_assert(sizeof(struct cbcmn__mb_wait) <= CBCMN__IWAIT_KEEP &&
+		       _Alignof(struct cbcmn__mb_wait) <= 16,
+	       "the receive's record fits in the node's room (iwait.h)");
+
+/* The receiver's wait: the lasting record in its task's node (iwait.h),
+ * which its receives share, so that taking it back from the node after
+ * each needs no fence (docs/ACTORS.md, "The receive's lasting record");
+ * on the stack (ws) for a task with no node. */
+static struct cbcmn__mb_wait *recv_wait(struct cbcmn_task *self, struct cbcmn__mb_wait *ws)
+{
+	bool fresh;
+	struct cbcmn__mb_wait *w = cbcmn__iwait_keep(self, &fresh);
+	if (!w || fresh) {
+		w = w ? w : ws;
+		wait_init(w, self);
+		w->qw.iw.lasting = w != ws;
+		return w;
+	}
+	cbcmn__iwait_rearm(&w->qw.iw);
+	w->qw.result = 0;
+	w->qw.queued = false;
+	w->seq = 0;
+	w->put_ns = 0;
+	return w;
+}
+
 /* ---- operations ----------------------------------------------------------- */
 
 /* The actor_receive probe (docs/PROBES.md); a is the caller, alive. */
@@ -879,14 +905,19 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
 	if (t) /* lines 0-2: what running a task touches (runtime.h) */
 		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
-	/* The wait is in its receive's frame, above the registers saved at
-	 * sp: the frames between are those its resume returns through. */
-	if (sp && (const char *)w > sp && (const char *)(w + 1) - sp <= 1024) {
+	/* The wait is in its task's node (iwait.h), at the top of its
+	 * stack, above the registers saved at sp: the frames between are
+	 * those its resume returns through, and hold the receive's buffer.
+	 * At most 16 lines (CBCMN__PREFETCH_RANGE()'s cap), counted in
+	 * lines, not bytes: the wait's last line, which the claim writes,
+	 * is never the one dropped. */
+	uintptr_t wl = (uintptr_t)w >> 6, we = ((uintptr_t)(w + 1) - 1) >> 6;
+	if (sp && (const char *)w > sp && we - ((uintptr_t)sp >> 6) < 16) {
 		CBCMN__PREFETCH_RANGE(sp, w + 1, 1);
 	} else {
 		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
 		if (sp)
-			CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
+			CBCMN__PREFETCH_RANGE(sp, sp + (15 - (we - wl)) * 64, 1);
 	}
 }
 
@@ -1214,14 +1245,13 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	} else if (timeout_ns == 0) {
 		rc = -ETIMEDOUT;
 	} else {
-		struct cbcmn__mb_wait w;
-		wait_init(&w, self);
-		w.dst = m;
-		w.qw.queued = true;
-		atomic_store_explicit(&a->receiver, &w, memory_order_relaxed);
-		w.home = cbcmn__actor_home(a);
-		CBCMN__AGAUGE(a->rt, w.home, receiving, 1);
-		rc = mb_block(self, a, &w, deadline);
+		struct cbcmn__mb_wait ws, *w = recv_wait(self, &ws);
+		w->dst = m;
+		w->qw.queued = true;
+		atomic_store_explicit(&a->receiver, w, memory_order_relaxed);
+		w->home = cbcmn__actor_home(a);
+		CBCMN__AGAUGE(a->rt, w->home, receiving, 1);
+		rc = mb_block(self, a, w, deadline);
 		if (rc == CBCMN_ECANCELED)
 			rc = stopped_or(a, rc);
 		else if (rc == 0 && m->type < CBCMN_ACTOR_SYS) {
@@ -1229,7 +1259,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 			/* After the wake, on the executor we resumed on: after
 			 * the send, which was timed under the lock. */
 			CBCMN__TRACE(self->exec, CBCMN_TRACE_ACTOR_RECEIVE, cbcmn__trace_now(),
-				     m->type, a->ref, (uint32_t)w.seq);
+				     m->type, a->ref, (uint32_t)w->seq);
 		}
 		probe_receive(a, m, rc);
 		return rc;

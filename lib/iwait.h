@@ -88,6 +88,10 @@
 
 enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED, CBCMN__IW_TIMEDOUT };
 
+/* Room for a lasting wait record in a task's node (a struct cbcmn__mb_wait,
+ * actor_mbox.c, which checks that it fits). */
+#define CBCMN__IWAIT_KEEP 192
+
 struct cbcmn__iwait {
 	struct cbcmn__waiter w;
 	_Atomic uint32_t state;
@@ -112,6 +116,9 @@ struct cbcmn__iwait {
 	bool local;
 	/* Published in its task's node (see above) instead of the registry. */
 	bool noded;
+	/* Kept in its task's node (cbcmn__iwait_keep()) across its waits:
+	 * taken back from the node without the fence (see above). */
+	bool lasting;
 	/* Set when a timer (timer.h) claims the wait: called instead of the
 	 * wake, on the timer's executor, which must be the wait's (the epoll
 	 * backend's I/O waits: it unlinks the wait, then wakes it). */
@@ -135,6 +142,9 @@ struct cbcmn__iwnode {
 	struct cbcmn__iwnode *prev, *next;  /* its cell's nodes: the cell's registry lock */
 	struct cbcmn__wcell *cell;          /* listed there (its task writes it, under that lock) */
 	struct cbcmn__iwait_reg *reg;       /* ... whose lock is this */
+	/* One lasting wait record (cbcmn__iwait_keep()): the actor receive's. */
+	bool keep_used;
+	_Alignas(16) unsigned char keep[CBCMN__IWAIT_KEEP];
 };
 
 /* One scope's waits on one executor (see above). */
@@ -174,9 +184,31 @@ static inline void cbcmn__iwait_node_begin(struct cbcmn_task *t, struct cbcmn__i
 	atomic_init(&nd->cur, NULL);
 	nd->cell = NULL;
 	nd->reg = NULL;
+	nd->keep_used = false;
 	t->iwn = nd;
 }
 void cbcmn__iwait_node_end(struct cbcmn_task *t);
+
+/* The lasting wait record of task t's run (CBCMN__IWAIT_KEEP bytes, one
+ * user: the actor receive), or NULL if t has no node (the caller then
+ * waits on its stack).  *fresh: its first use in this run, which sets it
+ * up with cbcmn__iwait_init() and marks it lasting; each later wait
+ * re-arms it with cbcmn__iwait_rearm().  Its w.task and on_cancel never
+ * change in the run: a canceller may still read them (see above). */
+static inline void *cbcmn__iwait_keep(struct cbcmn_task *t, bool *fresh)
+{
+	struct cbcmn__iwnode *nd = t->iwn;
+	if (!nd)
+		return NULL;
+	*fresh = !nd->keep_used;
+	nd->keep_used = true;
+	return nd->keep;
+}
+
+/* cbcmn__iwait_init() for a lasting record's next wait: the same task, the
+ * same on_cancel (NULL), kind and local; nothing a canceller reads is
+ * written but the state. */
+void cbcmn__iwait_rearm(struct cbcmn__iwait *iw);
 
 /* Unlink a local wait from its cell: its executor's thread, as it wakes it. */
 void cbcmn__iwait_local_unlink(struct cbcmn__iwait *iw);

@@ -764,6 +764,188 @@ static void test_wakes_racing_cancellation_run_each_receiver_once(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the receive's lasting record: stale cancellers (iwait.h) ---- */
+
+/* An actor's receives all wait in one record, in its task's node, taken
+ * back from the node after each without a fence: a canceller may read it
+ * a receive late (docs/ACTORS.md, "The receive's lasting record").
+ * Survivors receive round after round (from a task on the other
+ * executor and from a thread; half of them with timers), unpinned (the
+ * thief and the follow move them), beside victims of the same nursery
+ * stopped one after another: each stop scans the nursery's scope, every
+ * survivor's node with it.  A survivor must see no cancellation and lose
+ * or repeat no message; each victim must end cancelled (a late canceller
+ * claims a later receive of its own task only, which is cancelled). */
+
+#define LR_RX 4
+#define LR_MS 20
+
+struct lrace {
+	cbcmn_runtime *rt;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref rx[LR_RX];
+	_Atomic int go, stop;
+	_Atomic long started, got, sent, bad, victims, victims_ended, victims_started;
+};
+
+struct lr_member {
+	struct lrace *w;
+	uint32_t i;
+};
+
+static int64_t lr_survivor(cbcmn_cx *cx, void *arg)
+{
+	struct lr_member *me = arg;
+	struct lrace *w = me->w;
+	uint64_t next[2] = {0, 0};
+	cbcmn_actor_msg m;
+	atomic_fetch_add(&w->started, 1);
+	for (uint64_t k = 0;; k++) {
+		int rc = cbcmn_actor_receive(cx, &m, me->i % 2 ? k % 3 * 1000 : CBCMN_ACTOR_FOREVER);
+		if (rc == -ETIMEDOUT)
+			continue;
+		if (rc) {
+			/* Only the end's cancellation, after stop. */
+			if (!atomic_load(&w->stop) || (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN))
+				atomic_fetch_add(&w->bad, 1);
+			return 0;
+		}
+		uint64_t from = m.body.u64[0], seq = m.body.u64[1];
+		if (from > 1 || seq != next[from])
+			atomic_fetch_add(&w->bad, 1);
+		else
+			next[from]++;
+		atomic_fetch_add(&w->got, 1);
+	}
+}
+
+static int64_t lr_victim(cbcmn_cx *cx, void *arg)
+{
+	struct lrace *w = arg;
+	cbcmn_actor_msg m;
+	atomic_fetch_add(&w->victims_started, 1);
+	for (uint64_t k = 0;; k++) {
+		int rc = cbcmn_actor_receive(cx, &m, k % 2 ? 1000 : CBCMN_ACTOR_FOREVER);
+		if (rc == 0 || rc == -ETIMEDOUT)
+			continue;
+		if (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN)
+			atomic_fetch_add(&w->bad, 1);
+		atomic_fetch_add(&w->victims_ended, 1);
+		return 0;
+	}
+}
+
+/* Spawns a victim, sends it a little, and stops it, until stopped. */
+static int64_t lr_stopper(cbcmn_cx *cx, void *arg)
+{
+	struct lrace *w = arg;
+	cbcmn_actor_opts ao = {.mailbox_cap = 2};
+	while (!atomic_load(&w->stop)) {
+		cbcmn_actor_ref v;
+		long before = atomic_load(&w->victims_started);
+		TASK_CHECK(cbcmn_actor_spawn(cx, w->n, lr_victim, w, &ao, &v) == 0);
+		atomic_fetch_add(&w->victims, 1);
+		uint64_t until = t_now_ns() + T_STALL_NS;
+		while (atomic_load(&w->victims_started) == before && t_now_ns() < until)
+			cbcmn_yield(cx);
+		for (uint64_t k = t_now_ns() % 4; k > 0; k--) {
+			cbcmn_actor_msg m = msg(M_DATA, 0, k);
+			(void)cbcmn_actor_try_send(NULL, cx, v, &m);
+			cbcmn_yield(cx);
+		}
+		int rc = cbcmn_actor_stop(NULL, cx, v, 7);
+		/* -ESRCH: the end's cancellation halted it first. */
+		TASK_CHECK(rc == 0 || (rc == -ESRCH && atomic_load(&w->stop)));
+	}
+	return 0;
+}
+
+static void lr_send_all(struct lrace *w, cbcmn_cx *cx, uint64_t from)
+{
+	uint64_t seq[LR_RX] = {0};
+	for (uint32_t k = 0; !atomic_load(&w->stop); k++) {
+		uint32_t i = k % LR_RX;
+		cbcmn_actor_msg m = msg(M_DATA, from, seq[i]);
+		int rc = cx ? cbcmn_actor_send_timeout(NULL, cx, w->rx[i], &m, 1000000)
+			    : cbcmn_actor_try_send(w->rt, NULL, w->rx[i], &m);
+		if (rc == 0) {
+			seq[i]++;
+			atomic_fetch_add(&w->sent, 1);
+		} else if (rc == CBCMN_ECANCELED) {
+			return;
+		}
+	}
+}
+
+static int64_t lr_tx(cbcmn_cx *cx, void *arg)
+{
+	lr_send_all(arg, cx, 0);
+	return 0;
+}
+
+static void *lr_thread(void *arg)
+{
+	struct lrace *w = arg;
+	while (!atomic_load(&w->go))
+		;
+	lr_send_all(w, NULL, 1);
+	return NULL;
+}
+
+static int64_t lr_root(cbcmn_cx *cx, void *arg)
+{
+	struct lrace *w = arg;
+	static struct lr_member mem[LR_RX];
+	TASK_CHECK(open_n(cx, &w->n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2};
+	for (uint32_t i = 0; i < LR_RX; i++) {
+		mem[i] = (struct lr_member){w, i};
+		TASK_CHECK(cbcmn_actor_spawn(cx, w->n, lr_survivor, &mem[i], &ao, &w->rx[i]) == 0);
+	}
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&w->started) < LR_RX && t_now_ns() < until)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, w->n, 1, lr_tx, w, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, w->n, lr_stopper, w, NULL) == 0);
+	atomic_store(&w->go, 1);
+	uint64_t end = t_now_ns() + LR_MS * 1000000ull;
+	while (t_now_ns() < end)
+		cbcmn_yield(cx);
+	atomic_store(&w->stop, 1);
+	TASK_CHECK(cbcmn_nursery_cancel(w->n) == 0);
+	(void)cbcmn_nursery_await_all(cx, w->n);
+	return 0;
+}
+
+static void test_late_cancellers_claim_only_a_cancelled_receivers_record(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	static struct lrace w;
+	long got = 0, victims = 0;
+	for (int r = 0; r < STRESS(10); r++) {
+		memset(&w, 0, sizeof(w));
+		w.rt = rt;
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, lr_thread, &w), 0);
+		int64_t res;
+		int rc = cbcmn_runtime_run(rt, lr_root, &w, &res);
+		atomic_store(&w.go, 1);
+		atomic_store(&w.stop, 1);
+		pthread_join(th, NULL);
+		assert_int_equal(rc, 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&w.bad), 0);
+		assert_int_equal(atomic_load(&w.victims_ended), atomic_load(&w.victims_started));
+		assert_true(atomic_load(&w.got) <= atomic_load(&w.sent));
+		got += atomic_load(&w.got);
+		victims += atomic_load(&w.victims);
+	}
+	assert_true(got > 0);     /* the survivors received */
+	assert_true(victims > 0); /* and stops scanned beside them */
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -779,6 +961,7 @@ int main(void)
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_unpinned),
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_pinned),
 		cmocka_unit_test(test_wakes_racing_cancellation_run_each_receiver_once),
+		cmocka_unit_test(test_late_cancellers_claim_only_a_cancelled_receivers_record),
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
