@@ -80,6 +80,20 @@
  *     any cur.  A task that sees a canceller passes through the registry
  *     lock the canceller holds while it touches the wait, so the wait
  *     (on the task's stack) outlives the canceller's use of it.
+ * A lasting wait (cbcmn__iwait_keep(): the actor receive's, in the node
+ * itself) is taken back without the fence: a canceller that read it in
+ * cur may still hold it once the task runs on, and that is harmless:
+ *   - it is there: the canceller holds the registry lock of the node's
+ *     cell, and the node leaves that cell (node_unlink(), a relink or the
+ *     task's end, before the frame holding both goes) only through it;
+ *   - it reads nothing the task rewrites: w.task and on_cancel (NULL) are
+ *     set once per run, the state is atomic;
+ *   - it claims only a wait of a cancelled task (reg_cancel() checks,
+ *     and a task's cancellation is never withdrawn), and only one in
+ *     WAITING, which the task sets (cbcmn__iwait_rearm()) once committed
+ *     to block, under the object's lock: so its claim is what any
+ *     canceller would do to that later wait, which the event's side
+ *     then finds claimed (it claims with a CAS too).
  */
 #ifndef CBCMN_IWAIT_H
 #define CBCMN_IWAIT_H
