@@ -5,7 +5,8 @@
  * (actor_mbox.c, lane_route()).  Attacked here: a receiver stopped while
  * the token is handed to it, receive timeouts racing the sends, a pinned
  * receiver that must stay, and tokens passed round rings of pinned and
- * unpinned actors, every hop counted. */
+ * unpinned actors, every hop counted; and cancellers that hold an actor's
+ * lasting receive record (iwait.h) past its wait. */
 #include "helpers.h"
 #include "../lib/runtime.h"
 #include "../lib/actor.h"
@@ -643,6 +644,7 @@ struct wrace {
 	cbcmn_actor_ref rx[WR_RX];
 	_Atomic int go, stop;
 	_Atomic long started, got, sent, bad, ended;
+	bool strict; /* a receiver ended before stop is wrong */
 };
 
 struct wr_member {
@@ -662,7 +664,8 @@ static int64_t wr_rx(cbcmn_cx *cx, void *arg)
 		if (rc == -ETIMEDOUT)
 			continue;
 		if (rc) {
-			if (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN)
+			if ((rc != CBCMN_ECANCELED && rc != -ESHUTDOWN) ||
+			    (w->strict && !atomic_load(&w->stop)))
 				atomic_fetch_add(&w->bad, 1);
 			atomic_fetch_add(&w->ended, 1);
 			return 0;
@@ -710,9 +713,9 @@ static void *wr_thread(void *arg)
 	return NULL;
 }
 
-static int64_t wr_root(cbcmn_cx *cx, void *arg)
+/* The receivers in their receives, the task sender on executor 1. */
+static void wr_start(cbcmn_cx *cx, struct wrace *w)
 {
-	struct wrace *w = arg;
 	static struct wr_member mem[WR_RX];
 	TASK_CHECK(open_n(cx, &w->n) == 0);
 	cbcmn_actor_opts ao = {.mailbox_cap = 2};
@@ -726,6 +729,12 @@ static int64_t wr_root(cbcmn_cx *cx, void *arg)
 	while (atomic_load(&w->started) < WR_RX && t_now_ns() < until)
 		cbcmn_yield(cx);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, w->n, 1, wr_tx, w, NULL) == 0);
+}
+
+static int64_t wr_root(cbcmn_cx *cx, void *arg)
+{
+	struct wrace *w = arg;
+	wr_start(cx, w);
 	atomic_store(&w->go, 1);
 	/* 0-200 us of sends, then the cancellation among them. */
 	uint64_t end = t_now_ns() + (uint64_t)(t_now_ns() % 200) * 1000;
@@ -777,60 +786,27 @@ static void test_wakes_racing_cancellation_run_each_receiver_once(void **state)
  * or repeat no message; each victim must end cancelled (a late canceller
  * claims a later receive of its own task only, which is cancelled). */
 
-#define LR_RX 4
 #define LR_MS 20
 
+/* Survivors are a strict wrace's receivers (its senders too); victims
+ * besides. */
 struct lrace {
-	cbcmn_runtime *rt;
-	cbcmn_nursery *n;
-	cbcmn_actor_ref rx[LR_RX];
-	_Atomic int go, stop;
-	_Atomic long started, got, sent, bad, victims, victims_ended, victims_started;
+	struct wrace w;
+	_Atomic long victims, victims_started, victims_ended;
 };
-
-struct lr_member {
-	struct lrace *w;
-	uint32_t i;
-};
-
-static int64_t lr_survivor(cbcmn_cx *cx, void *arg)
-{
-	struct lr_member *me = arg;
-	struct lrace *w = me->w;
-	uint64_t next[2] = {0, 0};
-	cbcmn_actor_msg m;
-	atomic_fetch_add(&w->started, 1);
-	for (uint64_t k = 0;; k++) {
-		int rc = cbcmn_actor_receive(cx, &m, me->i % 2 ? k % 3 * 1000 : CBCMN_ACTOR_FOREVER);
-		if (rc == -ETIMEDOUT)
-			continue;
-		if (rc) {
-			/* Only the end's cancellation, after stop. */
-			if (!atomic_load(&w->stop) || (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN))
-				atomic_fetch_add(&w->bad, 1);
-			return 0;
-		}
-		uint64_t from = m.body.u64[0], seq = m.body.u64[1];
-		if (from > 1 || seq != next[from])
-			atomic_fetch_add(&w->bad, 1);
-		else
-			next[from]++;
-		atomic_fetch_add(&w->got, 1);
-	}
-}
 
 static int64_t lr_victim(cbcmn_cx *cx, void *arg)
 {
-	struct lrace *w = arg;
+	struct lrace *l = arg;
 	cbcmn_actor_msg m;
-	atomic_fetch_add(&w->victims_started, 1);
+	atomic_fetch_add(&l->victims_started, 1);
 	for (uint64_t k = 0;; k++) {
 		int rc = cbcmn_actor_receive(cx, &m, k % 2 ? 1000 : CBCMN_ACTOR_FOREVER);
 		if (rc == 0 || rc == -ETIMEDOUT)
 			continue;
 		if (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN)
-			atomic_fetch_add(&w->bad, 1);
-		atomic_fetch_add(&w->victims_ended, 1);
+			atomic_fetch_add(&l->w.bad, 1);
+		atomic_fetch_add(&l->victims_ended, 1);
 		return 0;
 	}
 }
@@ -838,15 +814,15 @@ static int64_t lr_victim(cbcmn_cx *cx, void *arg)
 /* Spawns a victim, sends it a little, and stops it, until stopped. */
 static int64_t lr_stopper(cbcmn_cx *cx, void *arg)
 {
-	struct lrace *w = arg;
+	struct lrace *l = arg;
 	cbcmn_actor_opts ao = {.mailbox_cap = 2};
-	while (!atomic_load(&w->stop)) {
+	while (!atomic_load(&l->w.stop)) {
 		cbcmn_actor_ref v;
-		long before = atomic_load(&w->victims_started);
-		TASK_CHECK(cbcmn_actor_spawn(cx, w->n, lr_victim, w, &ao, &v) == 0);
-		atomic_fetch_add(&w->victims, 1);
+		long before = atomic_load(&l->victims_started);
+		TASK_CHECK(cbcmn_actor_spawn(cx, l->w.n, lr_victim, l, &ao, &v) == 0);
+		atomic_fetch_add(&l->victims, 1);
 		uint64_t until = t_now_ns() + T_STALL_NS;
-		while (atomic_load(&w->victims_started) == before && t_now_ns() < until)
+		while (atomic_load(&l->victims_started) == before && t_now_ns() < until)
 			cbcmn_yield(cx);
 		for (uint64_t k = t_now_ns() % 4; k > 0; k--) {
 			cbcmn_actor_msg m = msg(M_DATA, 0, k);
@@ -855,58 +831,17 @@ static int64_t lr_stopper(cbcmn_cx *cx, void *arg)
 		}
 		int rc = cbcmn_actor_stop(NULL, cx, v, 7);
 		/* -ESRCH: the end's cancellation halted it first. */
-		TASK_CHECK(rc == 0 || (rc == -ESRCH && atomic_load(&w->stop)));
+		TASK_CHECK(rc == 0 || (rc == -ESRCH && atomic_load(&l->w.stop)));
 	}
 	return 0;
-}
-
-static void lr_send_all(struct lrace *w, cbcmn_cx *cx, uint64_t from)
-{
-	uint64_t seq[LR_RX] = {0};
-	for (uint32_t k = 0; !atomic_load(&w->stop); k++) {
-		uint32_t i = k % LR_RX;
-		cbcmn_actor_msg m = msg(M_DATA, from, seq[i]);
-		int rc = cx ? cbcmn_actor_send_timeout(NULL, cx, w->rx[i], &m, 1000000)
-			    : cbcmn_actor_try_send(w->rt, NULL, w->rx[i], &m);
-		if (rc == 0) {
-			seq[i]++;
-			atomic_fetch_add(&w->sent, 1);
-		} else if (rc == CBCMN_ECANCELED) {
-			return;
-		}
-	}
-}
-
-static int64_t lr_tx(cbcmn_cx *cx, void *arg)
-{
-	lr_send_all(arg, cx, 0);
-	return 0;
-}
-
-static void *lr_thread(void *arg)
-{
-	struct lrace *w = arg;
-	while (!atomic_load(&w->go))
-		;
-	lr_send_all(w, NULL, 1);
-	return NULL;
 }
 
 static int64_t lr_root(cbcmn_cx *cx, void *arg)
 {
-	struct lrace *w = arg;
-	static struct lr_member mem[LR_RX];
-	TASK_CHECK(open_n(cx, &w->n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2};
-	for (uint32_t i = 0; i < LR_RX; i++) {
-		mem[i] = (struct lr_member){w, i};
-		TASK_CHECK(cbcmn_actor_spawn(cx, w->n, lr_survivor, &mem[i], &ao, &w->rx[i]) == 0);
-	}
-	uint64_t until = t_now_ns() + T_STALL_NS;
-	while (atomic_load(&w->started) < LR_RX && t_now_ns() < until)
-		cbcmn_yield(cx);
-	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, w->n, 1, lr_tx, w, NULL) == 0);
-	TASK_CHECK(cbcmn_nursery_spawn(cx, w->n, lr_stopper, w, NULL) == 0);
+	struct lrace *l = arg;
+	struct wrace *w = &l->w;
+	wr_start(cx, w);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, w->n, lr_stopper, l, NULL) == 0);
 	atomic_store(&w->go, 1);
 	uint64_t end = t_now_ns() + LR_MS * 1000000ull;
 	while (t_now_ns() < end)
@@ -921,25 +856,27 @@ static void test_late_cancellers_claim_only_a_cancelled_receivers_record(void **
 {
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(2);
-	static struct lrace w;
+	static struct lrace l;
 	long got = 0, victims = 0;
 	for (int r = 0; r < STRESS(10); r++) {
-		memset(&w, 0, sizeof(w));
-		w.rt = rt;
+		memset(&l, 0, sizeof(l));
+		l.w.rt = rt;
+		l.w.strict = true;
 		pthread_t th;
-		assert_int_equal(pthread_create(&th, NULL, lr_thread, &w), 0);
+		assert_int_equal(pthread_create(&th, NULL, wr_thread, &l.w), 0);
 		int64_t res;
-		int rc = cbcmn_runtime_run(rt, lr_root, &w, &res);
-		atomic_store(&w.go, 1);
-		atomic_store(&w.stop, 1);
+		int rc = cbcmn_runtime_run(rt, lr_root, &l, &res);
+		atomic_store(&l.w.go, 1);
+		atomic_store(&l.w.stop, 1);
 		pthread_join(th, NULL);
 		assert_int_equal(rc, 0);
 		ASSERT_TASK_CHECKS();
-		assert_int_equal(atomic_load(&w.bad), 0);
-		assert_int_equal(atomic_load(&w.victims_ended), atomic_load(&w.victims_started));
-		assert_true(atomic_load(&w.got) <= atomic_load(&w.sent));
-		got += atomic_load(&w.got);
-		victims += atomic_load(&w.victims);
+		assert_int_equal(atomic_load(&l.w.bad), 0);
+		assert_int_equal(atomic_load(&l.w.ended), WR_RX);
+		assert_int_equal(atomic_load(&l.victims_ended), atomic_load(&l.victims_started));
+		assert_true(atomic_load(&l.w.got) <= atomic_load(&l.w.sent));
+		got += atomic_load(&l.w.got);
+		victims += atomic_load(&l.victims);
 	}
 	assert_true(got > 0);     /* the survivors received */
 	assert_true(victims > 0); /* and stops scanned beside them */
