@@ -417,6 +417,14 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 		} else {
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 		}
+		/* Ended unpublished, but a lasting record (the receive's) may be
+		 * held by a late canceller (iwait.h), which claims it if we are
+		 * cancelled now: claim it first, or take its wake. */
+		if (!cbcmn__iwait_claim_as(&w->qw.iw, CBCMN__IW_CANCELLED)) {
+			cbcmn__flock_unlock(&a->lock);
+			cbcmn__suspend(self);
+			return CBCMN_ECANCELED;
+		}
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		cbcmn__flock_unlock(&a->lock);
 		return -ENOMEM;
