@@ -49,6 +49,18 @@ void cbcmn__iwait_rearm(struct cbcmn__iwait *iw)
 	atomic_store_explicit(&iw->w.task->state, CBCMN__T_PARKING, memory_order_relaxed);
 }
 
+__thread unsigned char *cbcmn__iw_keep_next;
+
+int64_t cbcmn__iwait_call_keeping(struct cbcmn_task *t)
+{
+	_Alignas(16) unsigned char keep[CBCMN__IWAIT_KEEP];
+	cbcmn__iw_keep_next = keep;
+	int64_t r = cbcmn__task_call_guarded(t);
+	/* keep lives until here: no tail call. */
+	__asm__ volatile("" : : "r"(keep) : "memory");
+	return r;
+}
+
 /* ---- scopes ------------------------------------------------------------ */
 
 static struct cbcmn__scope *scope_new(struct cbcmn_nursery *n, uint32_t ncell)
