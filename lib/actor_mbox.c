@@ -417,6 +417,14 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 		} else {
 			cbcmn__waitq_del(&a->sendq, &w->qw);
 		}
+		/* Ended unpublished, but a lasting record (the receive's) may be
+		 * held by a late canceller (iwait.h), which claims it if we are
+		 * cancelled now: claim it first, or take its wake. */
+		if (!cbcmn__iwait_claim_as(&w->qw.iw, CBCMN__IW_CANCELLED)) {
+			cbcmn__flock_unlock(&a->lock);
+			cbcmn__suspend(self);
+			return CBCMN_ECANCELED;
+		}
 		atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 		cbcmn__flock_unlock(&a->lock);
 		return -ENOMEM;
@@ -458,6 +466,32 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 	w->home = 0;
 	w->seq = 0;
 	w->put_ns = 0;
+}
+
+_Static_assert(sizeof(struct cbcmn__mb_wait) <= CBCMN__IWAIT_KEEP &&
+		       _Alignof(struct cbcmn__mb_wait) <= 16,
+	       "the receive's record fits in the node's room (iwait.h)");
+
+/* The receiver's wait: the lasting record in its task's node (iwait.h),
+ * which its receives share, so that taking it back from the node after
+ * each needs no fence (docs/ACTORS.md, "The receive's lasting record");
+ * NULL for a task with no node (recv_block_stack()). */
+static struct cbcmn__mb_wait *recv_wait(struct cbcmn_task *self)
+{
+	bool fresh;
+	struct cbcmn__mb_wait *w = cbcmn__iwait_keep(self, &fresh);
+	if (!w)
+		return NULL;
+	if (fresh) {
+		wait_init(w, self);
+		w->qw.iw.lasting = true;
+		return w;
+	}
+	cbcmn__iwait_rearm(&w->qw.iw);
+	w->qw.result = 0;
+	w->seq = 0;
+	w->put_ns = 0;
+	return w;
 }
 
 /* ---- operations ----------------------------------------------------------- */
@@ -879,12 +913,19 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
 	if (t) /* lines 0-2: what running a task touches (runtime.h) */
 		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
-	/* The wait is in its receive's frame, above the registers saved at
-	 * sp: the frames between are those its resume returns through. */
-	if (sp && (const char *)w > sp && (const char *)(w + 1) - sp <= 1024) {
-		CBCMN__PREFETCH_RANGE(sp, w + 1, 1);
+	/* The wait is in its task's node (iwait.h), at the top of its
+	 * stack, above the registers saved at sp: the frames between are
+	 * those its resume returns through, and hold the receive's buffer
+	 * (20 lines in the ring's actors).  Counted in lines, in two ranges
+	 * (CBCMN__PREFETCH_RANGE() stops at 16): the wait's last line, which
+	 * the claim writes, is never the one dropped. */
+	const char *end = (const char *)(w + 1);
+	uintptr_t s0 = (uintptr_t)sp & ~(uintptr_t)63;
+	if (sp && (const char *)w > sp && (((uintptr_t)end - 1) >> 6) - (s0 >> 6) < 32) {
+		CBCMN__PREFETCH_RANGE(s0, end, 1);
+		CBCMN__PREFETCH_RANGE(s0 + 16 * 64, end, 1);
 	} else {
-		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
+		CBCMN__PREFETCH_RANGE(w, end, 1);
 		if (sp)
 			CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
 	}
@@ -1177,6 +1218,41 @@ static int stopped_or(struct cbcmn__actor *a, int rc)
 	return stopped ? -ESHUTDOWN : rc;
 }
 
+/* Called with a->lock held, which it drops: receive into m as w, queued
+ * here as a's receiver, until a sender hands it a message. */
+static inline int recv_block(struct cbcmn_task *self, struct cbcmn__actor *a,
+			     struct cbcmn__mb_wait *w, cbcmn_actor_msg *m, uint64_t deadline)
+{
+	w->dst = m;
+	w->qw.queued = true;
+	atomic_store_explicit(&a->receiver, w, memory_order_relaxed);
+	w->home = cbcmn__actor_home(a);
+	CBCMN__AGAUGE(a->rt, w->home, receiving, 1);
+	int rc = mb_block(self, a, w, deadline);
+	if (rc == CBCMN_ECANCELED)
+		rc = stopped_or(a, rc);
+	else if (rc == 0 && m->type < CBCMN_ACTOR_SYS) {
+		depth_sample(1); /* handed to us: it was alone */
+		/* After the wake, on the executor we resumed on: after
+		 * the send, which was timed under the lock. */
+		CBCMN__TRACE(self->exec, CBCMN_TRACE_ACTOR_RECEIVE, cbcmn__trace_now(),
+			     m->type, a->ref, (uint32_t)w->seq);
+	}
+	return rc;
+}
+
+/* The same, on the stack: a task with no node (ending, past its guarded
+ * call).  Out of line: the hot path's frame stays small, so that the
+ * sender's prefetch reaches the node above it (sending()). */
+static __attribute__((noinline)) int recv_block_stack(struct cbcmn_task *self,
+						      struct cbcmn__actor *a, cbcmn_actor_msg *m,
+						      uint64_t deadline)
+{
+	struct cbcmn__mb_wait ws;
+	wait_init(&ws, self);
+	return recv_block(self, a, &ws, m, deadline);
+}
+
 int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
@@ -1214,23 +1290,8 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	} else if (timeout_ns == 0) {
 		rc = -ETIMEDOUT;
 	} else {
-		struct cbcmn__mb_wait w;
-		wait_init(&w, self);
-		w.dst = m;
-		w.qw.queued = true;
-		atomic_store_explicit(&a->receiver, &w, memory_order_relaxed);
-		w.home = cbcmn__actor_home(a);
-		CBCMN__AGAUGE(a->rt, w.home, receiving, 1);
-		rc = mb_block(self, a, &w, deadline);
-		if (rc == CBCMN_ECANCELED)
-			rc = stopped_or(a, rc);
-		else if (rc == 0 && m->type < CBCMN_ACTOR_SYS) {
-			depth_sample(1); /* handed to us: it was alone */
-			/* After the wake, on the executor we resumed on: after
-			 * the send, which was timed under the lock. */
-			CBCMN__TRACE(self->exec, CBCMN_TRACE_ACTOR_RECEIVE, cbcmn__trace_now(),
-				     m->type, a->ref, (uint32_t)w.seq);
-		}
+		struct cbcmn__mb_wait *w = recv_wait(self);
+		rc = w ? recv_block(self, a, w, m, deadline) : recv_block_stack(self, a, m, deadline);
 		probe_receive(a, m, rc);
 		return rc;
 	}

@@ -28,11 +28,37 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
 	iw->on_cancel = NULL;
 	iw->local = false;
 	iw->noded = false;
+	iw->lasting = false;
 	iw->local_end = NULL;
 	iw->on_timeout = NULL;
 	iw->kind = CBCMN__G_OTHER;
 	if (self)
 		atomic_store_explicit(&self->state, CBCMN__T_PARKING, memory_order_relaxed);
+}
+
+void cbcmn__iwait_rearm(struct cbcmn__iwait *iw)
+{
+	/* Relaxed: a stale canceller's CAS (iwait.h) reads it, and needs
+	 * nothing else of ours: it wakes w.task, set once. */
+	atomic_store_explicit(&iw->state, CBCMN__IW_WAITING, memory_order_relaxed);
+	iw->prev = iw->next = NULL;
+	iw->reg = NULL;
+	iw->cell = NULL;
+	iw->user = NULL;
+	iw->qnext = NULL;
+	atomic_store_explicit(&iw->w.task->state, CBCMN__T_PARKING, memory_order_relaxed);
+}
+
+__thread unsigned char *cbcmn__iw_keep_next;
+
+int64_t cbcmn__iwait_call_keeping(struct cbcmn_task *t)
+{
+	_Alignas(16) unsigned char keep[CBCMN__IWAIT_KEEP];
+	cbcmn__iw_keep_next = keep;
+	int64_t r = cbcmn__task_call_guarded(t);
+	/* keep lives until here: no tail call. */
+	__asm__ volatile("" : : "r"(keep) : "memory");
+	return r;
 }
 
 /* ---- scopes ------------------------------------------------------------ */
@@ -313,11 +339,13 @@ static void node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct
 }
 
 /* Take the wait back from the node: once this returns, no canceller
- * touches it. */
-static void node_withdraw(struct cbcmn_task *self)
+ * touches it; or, a lasting one, none that it harms (iwait.h). */
+static void node_withdraw(struct cbcmn_task *self, const struct cbcmn__iwait *iw)
 {
 	struct cbcmn__iwnode *nd = self->iwn;
 	atomic_store_explicit(&nd->cur, NULL, memory_order_relaxed);
+	if (iw->lasting)
+		return;
 	iw_fence();
 	if (__builtin_expect(atomic_load_explicit(&self->rt->iw_scanning, memory_order_acquire) != 0,
 			     0)) {
@@ -338,7 +366,7 @@ void cbcmn__iwait_node_end(struct cbcmn_task *t)
 static void reg_leave(struct cbcmn_task *self, struct cbcmn__iwait *iw)
 {
 	if (iw->noded)
-		node_withdraw(self);
+		node_withdraw(self, iw);
 	else if (iw->reg)
 		reg_del(iw);
 }

@@ -80,6 +80,21 @@
  *     any cur.  A task that sees a canceller passes through the registry
  *     lock the canceller holds while it touches the wait, so the wait
  *     (on the task's stack) outlives the canceller's use of it.
+ * A lasting wait (cbcmn__iwait_keep(): the actor receive's, in the frame
+ * above the node's) is taken back without the fence: a canceller that read it in
+ * cur may still hold it once the task runs on, and that is harmless:
+ *   - it is there: the canceller holds the registry lock of the node's
+ *     cell, and the node leaves that cell (node_unlink(), a relink or the
+ *     task's end, before the frames holding node and record go) only
+ *     through it;
+ *   - it reads nothing the task rewrites: w.task and on_cancel (NULL) are
+ *     set once per run, the state is atomic;
+ *   - it claims only a wait of a cancelled task (reg_cancel() checks,
+ *     and a task's cancellation is never withdrawn), and only one in
+ *     WAITING, which the task sets (cbcmn__iwait_rearm()) once committed
+ *     to block, under the object's lock: so its claim is what any
+ *     canceller would do to that later wait, which the event's side
+ *     then finds claimed (it claims with a CAS too).
  */
 #ifndef CBCMN_IWAIT_H
 #define CBCMN_IWAIT_H
@@ -87,6 +102,10 @@
 #include "runtime.h"
 
 enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED, CBCMN__IW_TIMEDOUT };
+
+/* Room for a lasting wait record (a struct cbcmn__mb_wait, actor_mbox.c,
+ * which checks that it fits). */
+#define CBCMN__IWAIT_KEEP 192
 
 struct cbcmn__iwait {
 	struct cbcmn__waiter w;
@@ -112,6 +131,9 @@ struct cbcmn__iwait {
 	bool local;
 	/* Published in its task's node (see above) instead of the registry. */
 	bool noded;
+	/* Kept in its task's node (cbcmn__iwait_keep()) across its waits:
+	 * taken back from the node without the fence (see above). */
+	bool lasting;
 	/* Set when a timer (timer.h) claims the wait: called instead of the
 	 * wake, on the timer's executor, which must be the wait's (the epoll
 	 * backend's I/O waits: it unlinks the wait, then wakes it). */
@@ -135,6 +157,10 @@ struct cbcmn__iwnode {
 	struct cbcmn__iwnode *prev, *next;  /* its cell's nodes: the cell's registry lock */
 	struct cbcmn__wcell *cell;          /* listed there (its task writes it, under that lock) */
 	struct cbcmn__iwait_reg *reg;       /* ... whose lock is this */
+	/* Room for one lasting wait record (cbcmn__iwait_keep(): the actor
+	 * receive's), in cbcmn__iwait_call_keeping()'s frame; or NULL. */
+	unsigned char *keep;
+	bool keep_used;
 };
 
 /* One scope's waits on one executor (see above). */
@@ -167,6 +193,14 @@ void cbcmn__scope_rt_fini(struct cbcmn_runtime *rt);
  * scope leaves the tree, and goes once no executor holds a cell of it. */
 void cbcmn__scope_drop(struct cbcmn_nursery *n);
 
+/* Run actor task t guarded (cbcmn__task_call_guarded()) with room for a
+ * lasting wait record in this frame, above the guarded call's: intact
+ * when an overflow lands there, and alive until the node has left its
+ * cell (cbcmn__iwait_node_end()), so past any canceller that holds it. */
+int64_t cbcmn__iwait_call_keeping(struct cbcmn_task *t);
+/* That room, from cbcmn__iwait_call_keeping() to the node it begins. */
+extern __thread unsigned char *cbcmn__iw_keep_next;
+
 /* cbcmn__task_call_guarded(): task t's node is nd from now on, until
  * cbcmn__iwait_node_end(t), before the frame that holds it returns. */
 static inline void cbcmn__iwait_node_begin(struct cbcmn_task *t, struct cbcmn__iwnode *nd)
@@ -174,9 +208,33 @@ static inline void cbcmn__iwait_node_begin(struct cbcmn_task *t, struct cbcmn__i
 	atomic_init(&nd->cur, NULL);
 	nd->cell = NULL;
 	nd->reg = NULL;
+	nd->keep = cbcmn__iw_keep_next; /* the frame above ours, if any */
+	cbcmn__iw_keep_next = NULL;     /* not an inline child's */
+	nd->keep_used = false;
 	t->iwn = nd;
 }
 void cbcmn__iwait_node_end(struct cbcmn_task *t);
+
+/* The lasting wait record of task t's run (CBCMN__IWAIT_KEEP bytes, one
+ * user: the actor receive), or NULL if t has no node or no room (not run
+ * by cbcmn__iwait_call_keeping(): the caller then waits on its stack).  *fresh: its first use in this run, which sets it
+ * up with cbcmn__iwait_init() and marks it lasting; each later wait
+ * re-arms it with cbcmn__iwait_rearm().  Its w.task and on_cancel never
+ * change in the run: a canceller may still read them (see above). */
+static inline void *cbcmn__iwait_keep(struct cbcmn_task *t, bool *fresh)
+{
+	struct cbcmn__iwnode *nd = t->iwn;
+	if (!nd || !nd->keep)
+		return NULL;
+	*fresh = !nd->keep_used;
+	nd->keep_used = true;
+	return nd->keep;
+}
+
+/* cbcmn__iwait_init() for a lasting record's next wait: the same task, the
+ * same on_cancel (NULL), kind and local; nothing a canceller reads is
+ * written but the state. */
+void cbcmn__iwait_rearm(struct cbcmn__iwait *iw);
 
 /* Unlink a local wait from its cell: its executor's thread, as it wakes it. */
 void cbcmn__iwait_local_unlink(struct cbcmn__iwait *iw);

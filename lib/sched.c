@@ -669,7 +669,9 @@ static __attribute__((noreturn)) void fiber_end(struct cbcmn_task *t, int64_t r)
 static void fiber_entry(void *xfer)
 {
 	struct cbcmn_task *t = fiber_begin(xfer);
-	fiber_end(t, cbcmn__task_call_guarded(t));
+	/* An actor's receives wait in a record kept across them (iwait.h). */
+	fiber_end(t, cbcmn__is_actor_task(t) ? cbcmn__iwait_call_keeping(t)
+					     : cbcmn__task_call_guarded(t));
 }
 
 /* A task started only to end (end_unstarted()), its result in t->result:

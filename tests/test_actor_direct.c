@@ -5,7 +5,8 @@
  * (actor_mbox.c, lane_route()).  Attacked here: a receiver stopped while
  * the token is handed to it, receive timeouts racing the sends, a pinned
  * receiver that must stay, and tokens passed round rings of pinned and
- * unpinned actors, every hop counted. */
+ * unpinned actors, every hop counted; and cancellers that hold an actor's
+ * lasting receive record (iwait.h) past its wait. */
 #include "helpers.h"
 #include "../lib/runtime.h"
 #include "../lib/actor.h"
@@ -643,6 +644,7 @@ struct wrace {
 	cbcmn_actor_ref rx[WR_RX];
 	_Atomic int go, stop;
 	_Atomic long started, got, sent, bad, ended;
+	bool strict; /* a receiver ended before stop is wrong */
 };
 
 struct wr_member {
@@ -662,7 +664,8 @@ static int64_t wr_rx(cbcmn_cx *cx, void *arg)
 		if (rc == -ETIMEDOUT)
 			continue;
 		if (rc) {
-			if (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN)
+			if ((rc != CBCMN_ECANCELED && rc != -ESHUTDOWN) ||
+			    (w->strict && !atomic_load(&w->stop)))
 				atomic_fetch_add(&w->bad, 1);
 			atomic_fetch_add(&w->ended, 1);
 			return 0;
@@ -710,9 +713,9 @@ static void *wr_thread(void *arg)
 	return NULL;
 }
 
-static int64_t wr_root(cbcmn_cx *cx, void *arg)
+/* The receivers in their receives, the task sender on executor 1. */
+static void wr_start(cbcmn_cx *cx, struct wrace *w)
 {
-	struct wrace *w = arg;
 	static struct wr_member mem[WR_RX];
 	TASK_CHECK(open_n(cx, &w->n) == 0);
 	cbcmn_actor_opts ao = {.mailbox_cap = 2};
@@ -726,6 +729,12 @@ static int64_t wr_root(cbcmn_cx *cx, void *arg)
 	while (atomic_load(&w->started) < WR_RX && t_now_ns() < until)
 		cbcmn_yield(cx);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, w->n, 1, wr_tx, w, NULL) == 0);
+}
+
+static int64_t wr_root(cbcmn_cx *cx, void *arg)
+{
+	struct wrace *w = arg;
+	wr_start(cx, w);
 	atomic_store(&w->go, 1);
 	/* 0-200 us of sends, then the cancellation among them. */
 	uint64_t end = t_now_ns() + (uint64_t)(t_now_ns() % 200) * 1000;
@@ -764,6 +773,116 @@ static void test_wakes_racing_cancellation_run_each_receiver_once(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the receive's lasting record: stale cancellers (iwait.h) ---- */
+
+/* An actor's receives all wait in one record, in its task's node, taken
+ * back from the node after each without a fence: a canceller may read it
+ * a receive late (docs/ACTORS.md, "The receive's lasting record").
+ * Survivors receive round after round (from a task on the other
+ * executor and from a thread; half of them with timers), unpinned (the
+ * thief and the follow move them), beside victims of the same nursery
+ * stopped one after another: each stop scans the nursery's scope, every
+ * survivor's node with it.  A survivor must see no cancellation and lose
+ * or repeat no message; each victim must end cancelled (a late canceller
+ * claims a later receive of its own task only, which is cancelled). */
+
+#define LR_MS 20
+
+/* Survivors are a strict wrace's receivers (its senders too); victims
+ * besides. */
+struct lrace {
+	struct wrace w;
+	_Atomic long victims, victims_started, victims_ended;
+};
+
+static int64_t lr_victim(cbcmn_cx *cx, void *arg)
+{
+	struct lrace *l = arg;
+	cbcmn_actor_msg m;
+	atomic_fetch_add(&l->victims_started, 1);
+	for (uint64_t k = 0;; k++) {
+		int rc = cbcmn_actor_receive(cx, &m, k % 2 ? 1000 : CBCMN_ACTOR_FOREVER);
+		if (rc == 0 || rc == -ETIMEDOUT)
+			continue;
+		if (rc != CBCMN_ECANCELED && rc != -ESHUTDOWN)
+			atomic_fetch_add(&l->w.bad, 1);
+		atomic_fetch_add(&l->victims_ended, 1);
+		return 0;
+	}
+}
+
+/* Spawns a victim, sends it a little, and stops it, until stopped. */
+static int64_t lr_stopper(cbcmn_cx *cx, void *arg)
+{
+	struct lrace *l = arg;
+	cbcmn_actor_opts ao = {.mailbox_cap = 2};
+	while (!atomic_load(&l->w.stop)) {
+		cbcmn_actor_ref v;
+		long before = atomic_load(&l->victims_started);
+		TASK_CHECK(cbcmn_actor_spawn(cx, l->w.n, lr_victim, l, &ao, &v) == 0);
+		atomic_fetch_add(&l->victims, 1);
+		uint64_t until = t_now_ns() + T_STALL_NS;
+		while (atomic_load(&l->victims_started) == before && t_now_ns() < until)
+			cbcmn_yield(cx);
+		for (uint64_t k = t_now_ns() % 4; k > 0; k--) {
+			cbcmn_actor_msg m = msg(M_DATA, 0, k);
+			(void)cbcmn_actor_try_send(NULL, cx, v, &m);
+			cbcmn_yield(cx);
+		}
+		int rc = cbcmn_actor_stop(NULL, cx, v, 7);
+		/* -ESRCH: the end's cancellation halted it first. */
+		TASK_CHECK(rc == 0 || (rc == -ESRCH && atomic_load(&l->w.stop)));
+	}
+	return 0;
+}
+
+static int64_t lr_root(cbcmn_cx *cx, void *arg)
+{
+	struct lrace *l = arg;
+	struct wrace *w = &l->w;
+	wr_start(cx, w);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, w->n, lr_stopper, l, NULL) == 0);
+	atomic_store(&w->go, 1);
+	uint64_t end = t_now_ns() + LR_MS * 1000000ull;
+	while (t_now_ns() < end)
+		cbcmn_yield(cx);
+	atomic_store(&w->stop, 1);
+	TASK_CHECK(cbcmn_nursery_cancel(w->n) == 0);
+	(void)cbcmn_nursery_await_all(cx, w->n);
+	return 0;
+}
+
+static void test_late_cancellers_claim_only_a_cancelled_receivers_record(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	static struct lrace l;
+	long got = 0, victims = 0;
+	for (int r = 0; r < STRESS(10); r++) {
+		memset(&l, 0, sizeof(l));
+		l.w.rt = rt;
+		l.w.strict = true;
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, wr_thread, &l.w), 0);
+		int64_t res;
+		int rc = cbcmn_runtime_run(rt, lr_root, &l, &res);
+		atomic_store(&l.w.go, 1);
+		atomic_store(&l.w.stop, 1);
+		pthread_join(th, NULL);
+		assert_int_equal(rc, 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&l.w.bad), 0);
+		assert_int_equal(atomic_load(&l.w.ended), WR_RX);
+		assert_int_equal(atomic_load(&l.victims_ended), atomic_load(&l.victims_started));
+		assert_true(atomic_load(&l.w.got) <= atomic_load(&l.w.sent));
+		got += atomic_load(&l.w.got);
+		victims += atomic_load(&l.victims);
+	}
+	assert_true(got > 0);     /* the survivors received */
+	assert_true(victims > 0); /* and stops scanned beside them */
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -779,6 +898,7 @@ int main(void)
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_unpinned),
 		cmocka_unit_test(test_a_direct_hop_is_one_pick_pinned),
 		cmocka_unit_test(test_wakes_racing_cancellation_run_each_receiver_once),
+		cmocka_unit_test(test_late_cancellers_claim_only_a_cancelled_receivers_record),
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
