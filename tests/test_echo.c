@@ -196,8 +196,9 @@ static void test_epoll_baseline_echoes(void **state)
 
 /* The io_uring client under load: requests answered, every byte right,
  * against the fiber server and the epoll one; with responses larger than
- * its recv room and several requests in flight (a response may then come
- * while the send of the next is in flight: its bytes wait for that send). */
+ * its recv room and several requests in flight.  (The sockets take these
+ * requests whole: a response that comes while a send is in flight is
+ * test_ring_client_send_in_flight_keeps_its_bytes's.) */
 static int ring_load(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipeline,
 		     struct lg_result *res)
 {
