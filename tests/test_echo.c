@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -390,6 +391,60 @@ static void test_ring_client_send_in_flight_keeps_its_bytes(void **state)
 		       (unsigned long long)res.requests, lc.duration_s);
 }
 
+/* Two servers of one listener: the first to accept lies in every byte
+ * 0, and notes when its connection ends; the other echoes, counting the
+ * echoes after that end. */
+struct two_servers {
+	struct liar l;
+	atomic_int accepted, liar_ended, echoes_after;
+};
+
+static void *two_servers_main(void *arg)
+{
+	struct two_servers *t = arg;
+	int fd = accept(t->l.lfd, NULL, NULL);
+	bool lie = atomic_fetch_add(&t->accepted, 1) == 0;
+	char buf[4096];
+	ssize_t n;
+	while (fd >= 0 && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+		buf[0] ^= lie;
+		if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+			break;
+		if (!lie && atomic_load(&t->liar_ended))
+			atomic_fetch_add(&t->echoes_after, 1);
+	}
+	if (lie)
+		atomic_store(&t->liar_ended, 1);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* A connection the client fails is closed then, as the epoll client's
+ * is, while the others run on: its recv in flight held the socket past
+ * close(), and the server saw its end only with the run's (review). */
+static void test_ring_client_ends_a_failed_connection_at_once(void **state)
+{
+	(void)state;
+	struct two_servers t = {0};
+	liar_listen(&t.l, 0);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, two_servers_main, &t), 0);
+	struct lg_result res;
+	int rc = ring_load(t.l.port, 2, 64, 1, &res);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	close(t.l.lfd);
+	if (ring_refused(rc)) {
+		T_SKIP("no io_uring for the client: %s", res.error);
+		return;
+	}
+	assert_int_equal(rc, -EBADMSG);
+	assert_int_equal(res.errors, 1);
+	assert_true(atomic_load(&t.echoes_after) > 0);
+}
+
 /* The ring client does drive its connections through io_uring: where a
  * seccomp filter refuses io_uring_setup(2) (EPERM), it fails the run with
  * that error and says so, while the epoll client under the same filter
@@ -454,6 +509,7 @@ int main(void)
 		T_WATCHED_TEST(test_ring_client_echoes),
 		T_WATCHED_TEST(test_ring_client_catches_a_wrong_byte),
 		T_WATCHED_TEST(test_ring_client_send_in_flight_keeps_its_bytes),
+		T_WATCHED_TEST(test_ring_client_ends_a_failed_connection_at_once),
 		T_WATCHED_TEST(test_ring_client_says_io_uring_was_refused),
 		T_WATCHED_TEST(test_ring_client_refuses_http),
 		T_WATCHED_TEST(test_10k_connections_multishot),
