@@ -1336,10 +1336,6 @@ static uint32_t pick_victim(struct cbcmn__exec *e, uint32_t attempt)
 	return v >= e->id ? v + 1 : v; /* skip ourselves */
 }
 
-/* Take up to half of v's queue.  Chase-Lev's owner pops the last items
- * without a CAS, so a thief cannot claim several items with one CAS on top
- * (docs/SCHEDULER.md): the batch is a run of single steals, stopped at the
- * first miss.  The first task is returned, the rest go on our deque. */
 /* The executors' fast clock (clock.h: the counter, turned into
  * CLOCK_MONOTONIC's nanoseconds): the loop reads it once a pick while
  * SQEs wait for their batch (ring_may_defer()) and a few times a search,
@@ -1430,6 +1426,10 @@ bool cbcmn__stealable_work(struct cbcmn__exec *e)
 	return false;
 }
 
+/* Take up to half of v's queue.  Chase-Lev's owner pops the last items
+ * without a CAS, so a thief cannot claim several items with one CAS on top
+ * (docs/SCHEDULER.md): the batch is a run of single steals, stopped at the
+ * first miss.  The first task is returned, the rest go on our deque. */
 static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *v,
 				     uint32_t *taken)
 {

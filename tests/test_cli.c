@@ -313,6 +313,18 @@ static void test_parsers_take_good_input(void **state)
 	args_of(&a, L("b", "echo", "--client", "uring"));
 	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "--client wants epoll or ring"));
+	/* The io_uring client speaks echo only: refused before any bench
+	 * runs, not after every bench of "all" up to http (review). */
+	args_of(&a, L("b", "bpf-overhead", "--client", "ring"));
+	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), 0);
+	static const char *const not_echo[] = {"http", "all", "spawn"};
+	for (size_t i = 0; i < sizeof(not_echo) / sizeof(not_echo[0]); i++) {
+		args_of(&a, L("b", not_echo[i], "--client", "ring"));
+		assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), -1);
+		assert_non_null(strstr(err, "--client ring goes with echo"));
+	}
+	args_of(&a, L("b", "http", "--client", "epoll"));
+	assert_int_equal(bench_opts_parse(a.argc, a.argv, &b, err, sizeof(err)), 0);
 
 	struct loadtest_opts l = {.http = true};
 	args_of(&a, L("l", "-S", "-1", "-C", "3", "--no-http", "--proto", "http", "-P", "8080"));

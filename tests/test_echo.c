@@ -5,10 +5,16 @@
  * load client (lg_config.ring), which checks every byte as the epoll one
  * does. */
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "helpers.h"
@@ -196,8 +202,9 @@ static void test_epoll_baseline_echoes(void **state)
 
 /* The io_uring client under load: requests answered, every byte right,
  * against the fiber server and the epoll one; with responses larger than
- * its recv room and several requests in flight (a response may then come
- * while the send of the next is in flight: its bytes wait for that send). */
+ * its recv room and several requests in flight.  (The sockets take these
+ * requests whole: a response that comes while a send is in flight is
+ * test_ring_client_send_in_flight_keeps_its_bytes's.) */
 static int ring_load(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipeline,
 		     struct lg_result *res)
 {
@@ -257,11 +264,28 @@ static void test_ring_client_echoes(void **state)
 	}
 }
 
-/* An echo server that gets one byte wrong: the 3rd byte of every chunk. */
+/* A listener on an ephemeral loopback port, for a test's own server
+ * thread; rcvbuf > 0: its connections' receive buffer (SO_RCVBUF). */
 struct liar {
 	int lfd;
 	uint16_t port;
 };
+
+static void liar_listen(struct liar *l, int rcvbuf)
+{
+	l->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(l->lfd >= 0);
+	if (rcvbuf > 0)
+		assert_int_equal(setsockopt(l->lfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(l->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l->lfd, 4), 0);
+	assert_int_equal(getsockname(l->lfd, (struct sockaddr *)&a, &al), 0);
+	l->port = ntohs(a.sin_port);
+}
+
+/* An echo server that gets one byte wrong: the 3rd byte of every chunk. */
 
 static void *liar_main(void *arg)
 {
@@ -284,14 +308,7 @@ static void test_ring_client_catches_a_wrong_byte(void **state)
 {
 	(void)state;
 	struct liar l;
-	l.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(l.lfd >= 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(l.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(l.lfd, 4), 0);
-	assert_int_equal(getsockname(l.lfd, (struct sockaddr *)&a, &al), 0);
-	l.port = ntohs(a.sin_port);
+	liar_listen(&l, 0);
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, liar_main, &l), 0);
 	struct lg_result res;
@@ -306,6 +323,167 @@ static void test_ring_client_catches_a_wrong_byte(void **state)
 	assert_int_equal(rc, -EBADMSG);
 	assert_int_equal(res.errors, 1);
 	assert_non_null(strstr(res.error, "byte 2"));
+}
+
+/* An echo server that holds the client's send in flight while it answers
+ * a request: it reads request 0 alone (1 MB), echoes it, then reads
+ * nothing for 100 ms, its receive buffer small: the client's sockets hold
+ * a few MB of the 8 MB it has to send, so its send of the rest waits for
+ * room while response 0 comes in.  Then a plain echo. */
+#define SLOW_MSG (1u << 20)
+
+static void *slow_reader_main(void *arg)
+{
+	struct liar *l = arg;
+	int fd = accept(l->lfd, NULL, NULL);
+	static char buf[65536];
+	ssize_t n;
+	for (size_t got = 0; fd >= 0 && got < SLOW_MSG; got += (size_t)n) {
+		size_t want = SLOW_MSG - got < sizeof(buf) ? SLOW_MSG - got : sizeof(buf);
+		if ((n = recv(fd, buf, want, 0)) <= 0 || send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+			goto out;
+	}
+	usleep(100000);
+	while (fd >= 0 && (n = recv(fd, buf, sizeof(buf), 0)) > 0)
+		if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+			break;
+out:
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* The next request waits for the send in flight: issued at once, it moved
+ * out[] under that send (issue() compacts it), which then sent a later
+ * request's bytes from the wrong place, and the client took its own echo
+ * for a wrong byte (review: the guard had no test; without it this fails
+ * every run). */
+static void test_ring_client_send_in_flight_keeps_its_bytes(void **state)
+{
+	(void)state;
+	struct liar l;
+	liar_listen(&l, 16384);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, slow_reader_main, &l), 0);
+	struct lg_config lc;
+	lg_config_init(&lc);
+	lc.port = l.port;
+	lc.msg_size = SLOW_MSG;
+	lc.pipeline = 8;
+	lc.duration_s = 2.0;
+	lc.ring = true;
+	struct lg_result res;
+	int rc = lg_run(&lc, &res);
+	pthread_join(th, NULL);
+	close(l.lfd);
+	if (ring_refused(rc)) {
+		T_SKIP("no io_uring for the client: %s", res.error);
+		return;
+	}
+	if (rc != 0 || res.errors)
+		fail_msg("%s", res.error);
+	/* Seen only once the bytes sent after response 0 (past the few MB
+	 * the sockets held then) came back: the 8 first.  A host too slow
+	 * for that in the window proves nothing either way (no speed is
+	 * asserted). */
+	if (res.requests < 8)
+		T_SKIP("%llu responses of 1 MB in %.1f s: too few to tell",
+		       (unsigned long long)res.requests, lc.duration_s);
+}
+
+/* Two servers of one listener: the first to accept lies in every byte
+ * 0, and notes when its connection ends; the other echoes, counting the
+ * echoes after that end. */
+struct two_servers {
+	struct liar l;
+	atomic_int accepted, liar_ended, echoes_after;
+};
+
+static void *two_servers_main(void *arg)
+{
+	struct two_servers *t = arg;
+	int fd = accept(t->l.lfd, NULL, NULL);
+	bool lie = atomic_fetch_add(&t->accepted, 1) == 0;
+	char buf[4096];
+	ssize_t n;
+	while (fd >= 0 && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+		buf[0] ^= lie;
+		if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+			break;
+		if (!lie && atomic_load(&t->liar_ended))
+			atomic_fetch_add(&t->echoes_after, 1);
+	}
+	if (lie)
+		atomic_store(&t->liar_ended, 1);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* A connection the client fails is closed then, as the epoll client's
+ * is, while the others run on: its recv in flight held the socket past
+ * close(), and the server saw its end only with the run's (review). */
+static void test_ring_client_ends_a_failed_connection_at_once(void **state)
+{
+	(void)state;
+	struct two_servers t = {0};
+	liar_listen(&t.l, 0);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, two_servers_main, &t), 0);
+	struct lg_result res;
+	int rc = ring_load(t.l.port, 2, 64, 1, &res);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	close(t.l.lfd);
+	if (ring_refused(rc)) {
+		T_SKIP("no io_uring for the client: %s", res.error);
+		return;
+	}
+	assert_int_equal(rc, -EBADMSG);
+	assert_int_equal(res.errors, 1);
+	assert_true(atomic_load(&t.echoes_after) > 0);
+}
+
+/* The ring client does drive its connections through io_uring: where a
+ * seccomp filter refuses io_uring_setup(2) (EPERM), it fails the run with
+ * that error and says so, while the epoll client under the same filter
+ * echoes.  (Every other ring test passes as well with the flag ignored.)
+ * In a child: the filter is for good; the server runs in the parent. */
+static void test_ring_client_says_io_uring_was_refused(void **state)
+{
+	(void)state;
+	struct ee_server *es;
+	assert_int_equal(ee_start(&es, 0, -1), 0);
+	uint16_t port = ee_port(es);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sock_filter f[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+			_exit(2);
+		struct lg_result res;
+		if (ring_load(port, 2, 64, 1, &res) != -EPERM || !strstr(res.error, "io_uring"))
+			_exit(3);
+		struct lg_config lc;
+		lg_config_init(&lc);
+		lc.port = port;
+		lc.duration_s = 0.1;
+		lc.answer_all = true;
+		_exit(lg_run(&lc, &res) == 0 && res.requests > 0 ? 0 : 4);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(ee_stop(es, NULL), 0);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 static void test_ring_client_refuses_http(void **state)
@@ -330,9 +508,14 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_baseline_echoes),
 		T_WATCHED_TEST(test_ring_client_echoes),
 		T_WATCHED_TEST(test_ring_client_catches_a_wrong_byte),
+		T_WATCHED_TEST(test_ring_client_send_in_flight_keeps_its_bytes),
+		T_WATCHED_TEST(test_ring_client_ends_a_failed_connection_at_once),
+		T_WATCHED_TEST(test_ring_client_says_io_uring_was_refused),
 		T_WATCHED_TEST(test_ring_client_refuses_http),
 		T_WATCHED_TEST(test_10k_connections_multishot),
 		T_WATCHED_TEST(test_10k_connections_plain),
 	};
+	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*ring*' */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

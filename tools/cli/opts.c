@@ -327,6 +327,11 @@ int bench_opts_parse(int argc, char **argv, struct bench_opts *o, char *err, siz
 	if (optind + 1 < argc)
 		return cli_err(err, errlen, "unexpected argument '%s'", argv[optind + 1]);
 	o->name = argv[optind];
+	/* The io_uring client speaks echo only (loadgen.h): refused here,
+	 * not by the http bench after "all" has run every one before it. */
+	if (o->client_ring && strcmp(o->name, "echo") && strcmp(o->name, "bpf-overhead"))
+		return cli_err(err, errlen, "--client ring goes with echo or bpf-overhead, not '%s'",
+			       o->name);
 	return 0;
 }
 

@@ -391,7 +391,12 @@ conn_fail(struct lg_worker *w, struct lg_conn *c, int code, const char *fmt, ...
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	lg_fail(&w->err, code, "conn %u: %s", c->id, msg);
-	/* close() also takes the socket out of the epoll set. */
+	/* The io_uring client's recv (and send) in flight hold the socket
+	 * past close(): the server saw no end until the run's, the ring's
+	 * exit.  shutdown() ends it now, and ends those requests (the recv
+	 * sees the end, the send EPIPE).  close() also takes the socket out
+	 * of the epoll set. */
+	shutdown(c->fd, SHUT_RDWR);
 	close(c->fd);
 	c->fd = -1;
 	w->live--;
