@@ -192,9 +192,26 @@ static long long v1_period(const char *root, const char *dir)
 	return period;
 }
 
+/* Hold fd (and period) as q's next level; false (fd closed) without
+ * memory for it. */
+static bool cgq_push(struct cbcmn__cgq *q, int fd, long long period)
+{
+	if (q->n == q->cap) {
+		uint32_t cap = q->cap ? 2 * q->cap : 8;
+		struct cbcmn__cgq_level *lv = realloc(q->lv, cap * sizeof(*lv));
+		if (!lv) {
+			close(fd);
+			return false;
+		}
+		q->lv = lv;
+		q->cap = cap;
+	}
+	q->lv[q->n++] = (struct cbcmn__cgq_level){.fd = fd, .period = period};
+	return true;
+}
+
 /* Open q's files on one hierarchy, the process's cgroup first, then each
- * ancestor up to the mount's root (at most CBCMN__CGQ_LEVELS).  False if
- * there is no such hierarchy. */
+ * ancestor up to the mount's root.  False if there is no such hierarchy. */
 static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 {
 	char cg[PATH_MAX], point[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
@@ -214,12 +231,10 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 	if (n < 0 || (size_t)n >= sizeof(dir))
 		return true;
 	size_t floor = strlen(point);
-	while (q->n < CBCMN__CGQ_LEVELS) {
+	for (;;) {
 		int fd = open_quota(root, dir, v2);
-		if (fd >= 0) {
-			q->period[q->n] = v2 ? 0 : v1_period(root, dir);
-			q->fd[q->n++] = fd;
-		}
+		if (fd >= 0 && !cgq_push(q, fd, v2 ? 0 : v1_period(root, dir)))
+			break; /* no memory: the levels held so far */
 		char *slash = strrchr(dir, '/');
 		if (strlen(dir) <= floor || !slash || (size_t)(slash - dir) < floor)
 			break;
@@ -230,7 +245,7 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 
 void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
 {
-	q->n = 0;
+	*q = (struct cbcmn__cgq){.lv = NULL};
 	if (!root)
 		root = "";
 	if (!hierarchy_open(q, root, false))
@@ -242,11 +257,11 @@ double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 	double low = 0;
 	for (uint32_t i = 0; i < q->n; i++) {
 		char text[64];
-		ssize_t k = pread(q->fd[i], text, sizeof(text) - 1, 0);
+		ssize_t k = pread(q->lv[i].fd, text, sizeof(text) - 1, 0);
 		if (k <= 0)
 			continue;
 		text[k] = '\0';
-		double l = limit_of(text, q->v2, q->period[i]);
+		double l = limit_of(text, q->v2, q->lv[i].period);
 		if (l > 0 && (low == 0 || l < low))
 			low = l; /* the kernel enforces every level: the lowest wins */
 	}
@@ -256,8 +271,9 @@ double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 void cbcmn__cgq_close(struct cbcmn__cgq *q)
 {
 	for (uint32_t i = 0; i < q->n; i++)
-		close(q->fd[i]);
-	q->n = 0;
+		close(q->lv[i].fd);
+	free(q->lv);
+	*q = (struct cbcmn__cgq){.lv = NULL};
 }
 
 double cbcmn__cgroup_cpu_limit(const char *root)

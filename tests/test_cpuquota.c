@@ -114,6 +114,32 @@ static void test_held_files_read_a_resize(void **state)
 	cbcmn__cgq_close(&q);
 }
 
+/* A limit far up a deep path counts, however deep: the held files were
+ * capped at 16 levels from the process's cgroup up, and the limit of a
+ * level above those (here the top one of 20, nested runtimes of systemd
+ * units in containers) was lost, where the walk before them read every
+ * level (review of session 18). */
+static void test_regression_a_limit_above_16_levels_counts(void **state)
+{
+	(void)state;
+	char cg[PATH_MAX] = "", file[PATH_MAX * 2];
+	for (int i = 1; i <= 20; i++) {
+		size_t n = strlen(cg);
+		snprintf(cg + n, sizeof(cg) - n, "/l%d", i);
+		snprintf(file, sizeof(file), "sys/fs/cgroup%s/cpu.max", cg);
+		put(file, i == 1 ? "50000 100000\n" : "max 100000\n");
+	}
+	snprintf(file, sizeof(file), "0::%s\n", cg);
+	put("proc/self/cgroup", file);
+	put("proc/self/mountinfo", V2_MOUNT);
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.5);
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, tree);
+	put("sys/fs/cgroup/l1/cpu.max", "150000 100000\n"); /* resized */
+	assert_true(cbcmn__cgq_read(&q) == 1.5);
+	cbcmn__cgq_close(&q);
+}
+
 /* Docker on a v1 host without a cgroup namespace: the process's path is
  * /docker/ID and the bind mount shows that cgroup as its root; the cpu
  * controller shares its hierarchy with cpuacct; the mount point's comma
@@ -583,6 +609,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_broken_files_are_no_limit, fresh_tree,
 						drop_tree),
 		cmocka_unit_test_setup_teardown(test_held_files_read_a_resize, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_regression_a_limit_above_16_levels_counts,
+						fresh_tree, drop_tree),
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
 		cmocka_unit_test(test_regression_auto_workers_under_a_limit_clamp_min_workers),
