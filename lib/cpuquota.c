@@ -167,46 +167,33 @@ static double limit_of(const char *text, bool v2, long long period)
 	return quota > 0 && period > 0 ? (double)quota / (double)period : 0;
 }
 
-/* The file of dir that says its quota: opened, or -1. */
-static int open_quota(const char *root, const char *dir, bool v2)
+/* root/dir/file opened for a pread on each tick, or -1. */
+static int open_held(const char *root, const char *dir, const char *file)
 {
 	char full[PATH_MAX];
-	int n = snprintf(full, sizeof(full), "%s%s/%s", root, dir,
-			 v2 ? "cpu.max" : "cpu.cfs_quota_us");
+	int n = snprintf(full, sizeof(full), "%s%s/%s", root, dir, file);
 	if (n < 0 || (size_t)n >= sizeof(full))
 		return -1;
 	return open(full, O_RDONLY | O_CLOEXEC);
 }
 
-/* v1's period of dir (0: unreadable).  Read once: a resize changes the
- * quota (Kubernetes keeps the period at 100 ms). */
-static long long v1_period(const char *root, const char *dir)
-{
-	long long period = 0;
-	FILE *f = open_in(root, dir, "cpu.cfs_period_us");
-	if (f) {
-		if (fscanf(f, "%lld", &period) != 1)
-			period = 0;
-		fclose(f);
-	}
-	return period;
-}
-
-/* Hold fd (and period) as q's next level; false (fd closed) without
- * memory for it. */
-static bool cgq_push(struct cbcmn__cgq *q, int fd, long long period)
+/* Hold a level's files (v1's period beside its quota: a resize may change
+ * both, docker update --cpu-period); false (closed) without memory. */
+static bool cgq_push(struct cbcmn__cgq *q, int fd, int pfd)
 {
 	if (q->n == q->cap) {
 		uint32_t cap = q->cap ? 2 * q->cap : 8;
 		struct cbcmn__cgq_level *lv = realloc(q->lv, cap * sizeof(*lv));
 		if (!lv) {
 			close(fd);
+			if (pfd >= 0)
+				close(pfd);
 			return false;
 		}
 		q->lv = lv;
 		q->cap = cap;
 	}
-	q->lv[q->n++] = (struct cbcmn__cgq_level){.fd = fd, .period = period};
+	q->lv[q->n++] = (struct cbcmn__cgq_level){.fd = fd, .pfd = pfd};
 	return true;
 }
 
@@ -232,8 +219,8 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 		return true;
 	size_t floor = strlen(point);
 	for (;;) {
-		int fd = open_quota(root, dir, v2);
-		if (fd >= 0 && !cgq_push(q, fd, v2 ? 0 : v1_period(root, dir)))
+		int fd = open_held(root, dir, v2 ? "cpu.max" : "cpu.cfs_quota_us");
+		if (fd >= 0 && !cgq_push(q, fd, v2 ? -1 : open_held(root, dir, "cpu.cfs_period_us")))
 			break; /* no memory: the levels held so far */
 		char *slash = strrchr(dir, '/');
 		if (strlen(dir) <= floor || !slash || (size_t)(slash - dir) < floor)
@@ -252,16 +239,28 @@ void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
 		hierarchy_open(q, root, true);
 }
 
+/* fd's text from its start into text (size len), or false. */
+static bool pread_text(int fd, char *text, size_t len)
+{
+	ssize_t k = fd >= 0 ? pread(fd, text, len - 1, 0) : -1;
+	if (k <= 0)
+		return false;
+	text[k] = '\0';
+	return true;
+}
+
 double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 {
 	double low = 0;
 	for (uint32_t i = 0; i < q->n; i++) {
-		char text[64];
-		ssize_t k = pread(q->lv[i].fd, text, sizeof(text) - 1, 0);
-		if (k <= 0)
+		char text[64], ptext[32];
+		long long period = 0;
+		if (!pread_text(q->lv[i].fd, text, sizeof(text)))
 			continue;
-		text[k] = '\0';
-		double l = limit_of(text, q->v2, q->lv[i].period);
+		if (!q->v2 && (!pread_text(q->lv[i].pfd, ptext, sizeof(ptext)) ||
+			       sscanf(ptext, "%lld", &period) != 1))
+			continue; /* v1 without a period: no limit there */
+		double l = limit_of(text, q->v2, period);
 		if (l > 0 && (low == 0 || l < low))
 			low = l; /* the kernel enforces every level: the lowest wins */
 	}
@@ -270,8 +269,11 @@ double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 
 void cbcmn__cgq_close(struct cbcmn__cgq *q)
 {
-	for (uint32_t i = 0; i < q->n; i++)
+	for (uint32_t i = 0; i < q->n; i++) {
 		close(q->lv[i].fd);
+		if (q->lv[i].pfd >= 0)
+			close(q->lv[i].pfd);
+	}
 	free(q->lv);
 	*q = (struct cbcmn__cgq){.lv = NULL};
 }

@@ -17,8 +17,8 @@ double cbcmn__cgroup_cpu_limit(const char *root);
  * a limit far up a deep path counts as at create).  A process moved to
  * another cgroup afterwards still reads the old one's. */
 struct cbcmn__cgq_level {
-	int fd;           /* cpu.max (v2), cpu.cfs_quota_us (v1) */
-	long long period; /* v1's cpu.cfs_period_us, read at open */
+	int fd;  /* cpu.max (v2), cpu.cfs_quota_us (v1) */
+	int pfd; /* v1's cpu.cfs_period_us (a resize may change it), v2's -1 */
 };
 struct cbcmn__cgq {
 	struct cbcmn__cgq_level *lv; /* n of them, room for cap */

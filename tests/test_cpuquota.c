@@ -140,6 +140,27 @@ static void test_regression_a_limit_above_16_levels_counts(void **state)
 	cbcmn__cgq_close(&q);
 }
 
+/* v1: a resize may change the period with the quota (docker update
+ * --cpu-period 50000 --cpu-quota 100000 is 2 CPUs): the period held open
+ * too, read with the quota.  It was read once at open, and the held
+ * files said 1 CPU (review of session 18). */
+static void test_regression_v1_period_changed_by_a_resize_counts(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "4:cpu,cpuacct:/a\n");
+	put("proc/self/mountinfo", "35 24 0:30 / /cg/cpu rw - cgroup cgroup rw,cpu,cpuacct\n");
+	put("cg/cpu/a/cpu.cfs_quota_us", "100000\n");
+	put("cg/cpu/a/cpu.cfs_period_us", "100000\n");
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, tree);
+	assert_true(cbcmn__cgq_read(&q) == 1.0);
+	put("cg/cpu/a/cpu.cfs_period_us", "50000\n");
+	assert_true(cbcmn__cgq_read(&q) == 2.0);
+	put("cg/cpu/a/cpu.cfs_period_us", "garbage\n"); /* unreadable: no limit there */
+	assert_true(cbcmn__cgq_read(&q) == 0);
+	cbcmn__cgq_close(&q);
+}
+
 /* Docker on a v1 host without a cgroup namespace: the process's path is
  * /docker/ID and the bind mount shows that cgroup as its root; the cpu
  * controller shares its hierarchy with cpuacct; the mount point's comma
@@ -610,6 +631,8 @@ int main(void)
 						drop_tree),
 		cmocka_unit_test_setup_teardown(test_held_files_read_a_resize, fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_regression_a_limit_above_16_levels_counts,
+						fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_regression_v1_period_changed_by_a_resize_counts,
 						fresh_tree, drop_tree),
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
