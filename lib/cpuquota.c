@@ -24,6 +24,7 @@
  * Anything missing or unreadable is no limit: the default stays one
  * executor per CPU of the affinity mask, as before.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -177,19 +178,59 @@ static int open_held(const char *root, const char *dir, const char *file)
 	return open(full, O_RDONLY | O_CLOEXEC);
 }
 
+/* fd's text from its start into text (size len), or false. */
+static bool pread_text(int fd, char *text, size_t len)
+{
+	ssize_t k = fd >= 0 ? pread(fd, text, len - 1, 0) : -1;
+	if (k <= 0)
+		return false;
+	text[k] = '\0';
+	return true;
+}
+
+/* The limit one level's files say now, in CPUs (0: none); pfd: v1's
+ * period. */
+static double level_limit(int fd, int pfd, bool v2)
+{
+	char text[64], ptext[32];
+	long long period = 0;
+	if (!pread_text(fd, text, sizeof(text)))
+		return 0;
+	if (!v2 && (!pread_text(pfd, ptext, sizeof(ptext)) || sscanf(ptext, "%lld", &period) != 1))
+		return 0; /* v1 without a period: no limit there */
+	return limit_of(text, v2, period);
+}
+
+/* The kernel enforces every level: the lowest limit wins (0: none). */
+static double lower(double low, double l)
+{
+	return l > 0 && (low == 0 || l < low) ? l : low;
+}
+
+/* An open failed for want of descriptors or memory, not for a file that
+ * is not there: a level missed so may hold the limit. */
+static bool short_of_fds(void)
+{
+	return errno == EMFILE || errno == ENFILE || errno == ENOMEM;
+}
+
+static void close_level(int fd, int pfd)
+{
+	if (fd >= 0)
+		close(fd);
+	if (pfd >= 0)
+		close(pfd);
+}
+
 /* Hold a level's files (v1's period beside its quota: a resize may change
- * both, docker update --cpu-period); false (closed) without memory. */
+ * both, docker update --cpu-period); false without memory. */
 static bool cgq_push(struct cbcmn__cgq *q, int fd, int pfd)
 {
 	if (q->n == q->cap) {
 		uint32_t cap = q->cap ? 2 * q->cap : 8;
 		struct cbcmn__cgq_level *lv = realloc(q->lv, cap * sizeof(*lv));
-		if (!lv) {
-			close(fd);
-			if (pfd >= 0)
-				close(pfd);
+		if (!lv)
 			return false;
-		}
 		q->lv = lv;
 		q->cap = cap;
 	}
@@ -198,8 +239,13 @@ static bool cgq_push(struct cbcmn__cgq *q, int fd, int pfd)
 }
 
 /* Open q's files on one hierarchy, the process's cgroup first, then each
- * ancestor up to the mount's root.  False if there is no such hierarchy. */
-static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
+ * ancestor up to the mount's root; or, with once, read each level as it
+ * is opened into *once (the lowest) and hold nothing: a one-off read
+ * needs two descriptors at a time, not two per level.  Short of
+ * descriptors, q holds nothing: a level missed may be the limiting one,
+ * and the limit found at create stays (monitor.c reads only a q with
+ * files).  False if there is no such hierarchy. */
+static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, double *once)
 {
 	char cg[PATH_MAX], point[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
 	if (!own_cgroup(root, v2, cg, sizeof(cg)) ||
@@ -220,8 +266,17 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 	size_t floor = strlen(point);
 	for (;;) {
 		int fd = open_held(root, dir, v2 ? "cpu.max" : "cpu.cfs_quota_us");
-		if (fd >= 0 && !cgq_push(q, fd, v2 ? -1 : open_held(root, dir, "cpu.cfs_period_us")))
-			break; /* no memory: the levels held so far */
+		int pfd = fd >= 0 && !v2 ? open_held(root, dir, "cpu.cfs_period_us") : -1;
+		bool short_of = (fd < 0 || (!v2 && pfd < 0)) && short_of_fds(); /* the last open's errno */
+		if (once) {
+			*once = lower(*once, level_limit(fd, pfd, v2));
+			close_level(fd, pfd);
+		} else if (short_of || (fd >= 0 && !cgq_push(q, fd, pfd))) {
+			close_level(fd, pfd);
+			cbcmn__cgq_close(q);
+			q->v2 = v2;
+			return true;
+		}
 		char *slash = strrchr(dir, '/');
 		if (strlen(dir) <= floor || !slash || (size_t)(slash - dir) < floor)
 			break;
@@ -230,50 +285,33 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 	return true;
 }
 
-void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
+/* v1's cpu hierarchy if there is one, else v2's (hybrid hosts). */
+static void cgq_walk(struct cbcmn__cgq *q, const char *root, double *once)
 {
 	*q = (struct cbcmn__cgq){.lv = NULL};
 	if (!root)
 		root = "";
-	if (!hierarchy_open(q, root, false))
-		hierarchy_open(q, root, true);
+	if (!hierarchy_open(q, root, false, once))
+		hierarchy_open(q, root, true, once);
 }
 
-/* fd's text from its start into text (size len), or false. */
-static bool pread_text(int fd, char *text, size_t len)
+void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
 {
-	ssize_t k = fd >= 0 ? pread(fd, text, len - 1, 0) : -1;
-	if (k <= 0)
-		return false;
-	text[k] = '\0';
-	return true;
+	cgq_walk(q, root, NULL);
 }
 
 double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 {
 	double low = 0;
-	for (uint32_t i = 0; i < q->n; i++) {
-		char text[64], ptext[32];
-		long long period = 0;
-		if (!pread_text(q->lv[i].fd, text, sizeof(text)))
-			continue;
-		if (!q->v2 && (!pread_text(q->lv[i].pfd, ptext, sizeof(ptext)) ||
-			       sscanf(ptext, "%lld", &period) != 1))
-			continue; /* v1 without a period: no limit there */
-		double l = limit_of(text, q->v2, period);
-		if (l > 0 && (low == 0 || l < low))
-			low = l; /* the kernel enforces every level: the lowest wins */
-	}
+	for (uint32_t i = 0; i < q->n; i++)
+		low = lower(low, level_limit(q->lv[i].fd, q->lv[i].pfd, q->v2));
 	return low;
 }
 
 void cbcmn__cgq_close(struct cbcmn__cgq *q)
 {
-	for (uint32_t i = 0; i < q->n; i++) {
-		close(q->lv[i].fd);
-		if (q->lv[i].pfd >= 0)
-			close(q->lv[i].pfd);
-	}
+	for (uint32_t i = 0; i < q->n; i++)
+		close_level(q->lv[i].fd, q->lv[i].pfd);
 	free(q->lv);
 	*q = (struct cbcmn__cgq){.lv = NULL};
 }
@@ -281,10 +319,9 @@ void cbcmn__cgq_close(struct cbcmn__cgq *q)
 double cbcmn__cgroup_cpu_limit(const char *root)
 {
 	struct cbcmn__cgq q;
-	cbcmn__cgq_open(&q, root);
-	double l = cbcmn__cgq_read(&q);
-	cbcmn__cgq_close(&q);
-	return l;
+	double low = 0;
+	cgq_walk(&q, root, &low);
+	return low;
 }
 
 uint32_t cbcmn__cpus_for_limit(uint32_t cpus, double limit)

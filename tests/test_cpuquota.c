@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -158,6 +159,40 @@ static void test_regression_v1_period_changed_by_a_resize_counts(void **state)
 	assert_true(cbcmn__cgq_read(&q) == 2.0);
 	put("cg/cpu/a/cpu.cfs_period_us", "garbage\n"); /* unreadable: no limit there */
 	assert_true(cbcmn__cgq_read(&q) == 0);
+	cbcmn__cgq_close(&q);
+}
+
+/* Short of descriptors (RLIMIT_NOFILE), the held files were the levels
+ * that could be opened: the limit on the one that could not was lost,
+ * and the monitor's first read overwrote the limit found at create with
+ * none.  Now nothing is held then (n 0: the create's figure stays), and
+ * the create's one-off read opens a level at a time again, as before the
+ * files were held.
+ * (review of session 18) */
+static void test_regression_held_files_short_of_descriptors_hold_none(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "0::/a/b\n");
+	put("proc/self/mountinfo", V2_MOUNT);
+	put("sys/fs/cgroup/a/cpu.max", "50000 100000\n");
+	put("sys/fs/cgroup/a/b/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/cpu.max", "max 100000\n");
+	struct rlimit was;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+	int next = open("/dev/null", O_RDONLY | O_CLOEXEC); /* the lowest free */
+	assert_true(next >= 0);
+	close(next);
+	struct rlimit tight = {.rlim_cur = (rlim_t)next + 1, .rlim_max = was.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0); /* one level's file */
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, tree);
+	double once = cbcmn__cgroup_cpu_limit(tree); /* a file at a time: all of them */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+	assert_int_equal(q.n, 0); /* 1 before: a/b's alone, read as no limit */
+	assert_true(once == 0.5);   /* 0 before: the same held walk */
+	cbcmn__cgq_close(&q);
+	cbcmn__cgq_open(&q, tree);
+	assert_true(cbcmn__cgq_read(&q) == 0.5);
 	cbcmn__cgq_close(&q);
 }
 
@@ -633,6 +668,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_regression_a_limit_above_16_levels_counts,
 						fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_regression_v1_period_changed_by_a_resize_counts,
+						fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_regression_held_files_short_of_descriptors_hold_none,
 						fresh_tree, drop_tree),
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
