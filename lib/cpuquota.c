@@ -24,6 +24,7 @@
  * Anything missing or unreadable is no limit: the default stays one
  * executor per CPU of the affinity mask, as before.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -167,35 +168,84 @@ static double limit_of(const char *text, bool v2, long long period)
 	return quota > 0 && period > 0 ? (double)quota / (double)period : 0;
 }
 
-/* The file of dir that says its quota: opened, or -1. */
-static int open_quota(const char *root, const char *dir, bool v2)
+/* root/dir/file opened for a pread on each tick, or -1. */
+static int open_held(const char *root, const char *dir, const char *file)
 {
 	char full[PATH_MAX];
-	int n = snprintf(full, sizeof(full), "%s%s/%s", root, dir,
-			 v2 ? "cpu.max" : "cpu.cfs_quota_us");
+	int n = snprintf(full, sizeof(full), "%s%s/%s", root, dir, file);
 	if (n < 0 || (size_t)n >= sizeof(full))
 		return -1;
 	return open(full, O_RDONLY | O_CLOEXEC);
 }
 
-/* v1's period of dir (0: unreadable).  Read once: a resize changes the
- * quota (Kubernetes keeps the period at 100 ms). */
-static long long v1_period(const char *root, const char *dir)
+/* fd's text from its start into text (size len), or false. */
+static bool pread_text(int fd, char *text, size_t len)
 {
+	ssize_t k = fd >= 0 ? pread(fd, text, len - 1, 0) : -1;
+	if (k <= 0)
+		return false;
+	text[k] = '\0';
+	return true;
+}
+
+/* The limit one level's files say now, in CPUs (0: none); pfd: v1's
+ * period. */
+static double level_limit(int fd, int pfd, bool v2)
+{
+	char text[64], ptext[32];
 	long long period = 0;
-	FILE *f = open_in(root, dir, "cpu.cfs_period_us");
-	if (f) {
-		if (fscanf(f, "%lld", &period) != 1)
-			period = 0;
-		fclose(f);
+	if (!pread_text(fd, text, sizeof(text)))
+		return 0;
+	if (!v2 && (!pread_text(pfd, ptext, sizeof(ptext)) || sscanf(ptext, "%lld", &period) != 1))
+		return 0; /* v1 without a period: no limit there */
+	return limit_of(text, v2, period);
+}
+
+/* The kernel enforces every level: the lowest limit wins (0: none). */
+static double lower(double low, double l)
+{
+	return l > 0 && (low == 0 || l < low) ? l : low;
+}
+
+/* An open failed for want of descriptors or memory, not for a file that
+ * is not there: a level missed so may hold the limit. */
+static bool short_of_fds(void)
+{
+	return errno == EMFILE || errno == ENFILE || errno == ENOMEM;
+}
+
+static void close_level(int fd, int pfd)
+{
+	if (fd >= 0)
+		close(fd);
+	if (pfd >= 0)
+		close(pfd);
+}
+
+/* Hold a level's files (v1's period beside its quota: a resize may change
+ * both, docker update --cpu-period); false without memory. */
+static bool cgq_push(struct cbcmn__cgq *q, int fd, int pfd)
+{
+	if (q->n == q->cap) {
+		uint32_t cap = q->cap ? 2 * q->cap : 8;
+		struct cbcmn__cgq_level *lv = realloc(q->lv, cap * sizeof(*lv));
+		if (!lv)
+			return false;
+		q->lv = lv;
+		q->cap = cap;
 	}
-	return period;
+	q->lv[q->n++] = (struct cbcmn__cgq_level){.fd = fd, .pfd = pfd};
+	return true;
 }
 
 /* Open q's files on one hierarchy, the process's cgroup first, then each
- * ancestor up to the mount's root (at most CBCMN__CGQ_LEVELS).  False if
- * there is no such hierarchy. */
-static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
+ * ancestor up to the mount's root; or, with once, read each level as it
+ * is opened into *once (the lowest) and hold nothing: a one-off read
+ * needs two descriptors at a time, not two per level.  Short of
+ * descriptors, q holds nothing: a level missed may be the limiting one,
+ * and the limit found at create stays (monitor.c reads only a q with
+ * files).  False if there is no such hierarchy. */
+static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, double *once)
 {
 	char cg[PATH_MAX], point[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
 	if (!own_cgroup(root, v2, cg, sizeof(cg)) ||
@@ -214,11 +264,18 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 	if (n < 0 || (size_t)n >= sizeof(dir))
 		return true;
 	size_t floor = strlen(point);
-	while (q->n < CBCMN__CGQ_LEVELS) {
-		int fd = open_quota(root, dir, v2);
-		if (fd >= 0) {
-			q->period[q->n] = v2 ? 0 : v1_period(root, dir);
-			q->fd[q->n++] = fd;
+	for (;;) {
+		int fd = open_held(root, dir, v2 ? "cpu.max" : "cpu.cfs_quota_us");
+		int pfd = fd >= 0 && !v2 ? open_held(root, dir, "cpu.cfs_period_us") : -1;
+		bool short_of = (fd < 0 || (!v2 && pfd < 0)) && short_of_fds(); /* the last open's errno */
+		if (once) {
+			*once = lower(*once, level_limit(fd, pfd, v2));
+			close_level(fd, pfd);
+		} else if (short_of || (fd >= 0 && !cgq_push(q, fd, pfd))) {
+			close_level(fd, pfd);
+			cbcmn__cgq_close(q);
+			q->v2 = v2;
+			return true;
 		}
 		char *slash = strrchr(dir, '/');
 		if (strlen(dir) <= floor || !slash || (size_t)(slash - dir) < floor)
@@ -228,45 +285,43 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2)
 	return true;
 }
 
-void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
+/* v1's cpu hierarchy if there is one, else v2's (hybrid hosts). */
+static void cgq_walk(struct cbcmn__cgq *q, const char *root, double *once)
 {
-	q->n = 0;
+	*q = (struct cbcmn__cgq){.lv = NULL};
 	if (!root)
 		root = "";
-	if (!hierarchy_open(q, root, false))
-		hierarchy_open(q, root, true);
+	if (!hierarchy_open(q, root, false, once))
+		hierarchy_open(q, root, true, once);
+}
+
+void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
+{
+	cgq_walk(q, root, NULL);
 }
 
 double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 {
 	double low = 0;
-	for (uint32_t i = 0; i < q->n; i++) {
-		char text[64];
-		ssize_t k = pread(q->fd[i], text, sizeof(text) - 1, 0);
-		if (k <= 0)
-			continue;
-		text[k] = '\0';
-		double l = limit_of(text, q->v2, q->period[i]);
-		if (l > 0 && (low == 0 || l < low))
-			low = l; /* the kernel enforces every level: the lowest wins */
-	}
+	for (uint32_t i = 0; i < q->n; i++)
+		low = lower(low, level_limit(q->lv[i].fd, q->lv[i].pfd, q->v2));
 	return low;
 }
 
 void cbcmn__cgq_close(struct cbcmn__cgq *q)
 {
 	for (uint32_t i = 0; i < q->n; i++)
-		close(q->fd[i]);
-	q->n = 0;
+		close_level(q->lv[i].fd, q->lv[i].pfd);
+	free(q->lv);
+	*q = (struct cbcmn__cgq){.lv = NULL};
 }
 
 double cbcmn__cgroup_cpu_limit(const char *root)
 {
 	struct cbcmn__cgq q;
-	cbcmn__cgq_open(&q, root);
-	double l = cbcmn__cgq_read(&q);
-	cbcmn__cgq_close(&q);
-	return l;
+	double low = 0;
+	cgq_walk(&q, root, &low);
+	return low;
 }
 
 uint32_t cbcmn__cpus_for_limit(uint32_t cpus, double limit)

@@ -13,13 +13,16 @@ double cbcmn__cgroup_cpu_limit(const char *root);
 
 /* The files that say that limit, held open so that it can be read again
  * while the runtime runs (a pod resized in place) with a pread each and
- * no open(2): the process's cgroup first, then its ancestors.  A process
- * moved to another cgroup afterwards still reads the old one's. */
-#define CBCMN__CGQ_LEVELS 16
+ * no open(2): the process's cgroup first, then every ancestor (no cap:
+ * a limit far up a deep path counts as at create).  A process moved to
+ * another cgroup afterwards still reads the old one's. */
+struct cbcmn__cgq_level {
+	int fd;  /* cpu.max (v2), cpu.cfs_quota_us (v1) */
+	int pfd; /* v1's cpu.cfs_period_us (a resize may change it), v2's -1 */
+};
 struct cbcmn__cgq {
-	int fd[CBCMN__CGQ_LEVELS];              /* cpu.max (v2), cpu.cfs_quota_us (v1) */
-	long long period[CBCMN__CGQ_LEVELS];    /* v1's cpu.cfs_period_us, read at open */
-	uint32_t n;
+	struct cbcmn__cgq_level *lv; /* n of them, room for cap */
+	uint32_t n, cap;
 	bool v2;
 };
 /* Open them (root as above); none (n 0) where nothing can be read. */

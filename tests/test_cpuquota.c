@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -111,6 +112,87 @@ static void test_held_files_read_a_resize(void **state)
 	assert_true(cbcmn__cgq_read(&q) == 0);
 	put("cg/cpu/a/cpu.cfs_quota_us", "150000\n");
 	assert_true(cbcmn__cgq_read(&q) == 1.5);
+	cbcmn__cgq_close(&q);
+}
+
+/* A limit far up a deep path counts, however deep: the held files were
+ * capped at 16 levels from the process's cgroup up, and the limit of a
+ * level above those (here the top one of 20, nested runtimes of systemd
+ * units in containers) was lost, where the walk before them read every
+ * level (review of session 18). */
+static void test_regression_a_limit_above_16_levels_counts(void **state)
+{
+	(void)state;
+	char cg[PATH_MAX] = "", file[PATH_MAX * 2];
+	for (int i = 1; i <= 20; i++) {
+		size_t n = strlen(cg);
+		snprintf(cg + n, sizeof(cg) - n, "/l%d", i);
+		snprintf(file, sizeof(file), "sys/fs/cgroup%s/cpu.max", cg);
+		put(file, i == 1 ? "50000 100000\n" : "max 100000\n");
+	}
+	snprintf(file, sizeof(file), "0::%s\n", cg);
+	put("proc/self/cgroup", file);
+	put("proc/self/mountinfo", V2_MOUNT);
+	assert_true(cbcmn__cgroup_cpu_limit(tree) == 0.5);
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, tree);
+	put("sys/fs/cgroup/l1/cpu.max", "150000 100000\n"); /* resized */
+	assert_true(cbcmn__cgq_read(&q) == 1.5);
+	cbcmn__cgq_close(&q);
+}
+
+/* v1: a resize may change the period with the quota (docker update
+ * --cpu-period 50000 --cpu-quota 100000 is 2 CPUs): the period held open
+ * too, read with the quota.  It was read once at open, and the held
+ * files said 1 CPU (review of session 18). */
+static void test_regression_v1_period_changed_by_a_resize_counts(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "4:cpu,cpuacct:/a\n");
+	put("proc/self/mountinfo", "35 24 0:30 / /cg/cpu rw - cgroup cgroup rw,cpu,cpuacct\n");
+	put("cg/cpu/a/cpu.cfs_quota_us", "100000\n");
+	put("cg/cpu/a/cpu.cfs_period_us", "100000\n");
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, tree);
+	assert_true(cbcmn__cgq_read(&q) == 1.0);
+	put("cg/cpu/a/cpu.cfs_period_us", "50000\n");
+	assert_true(cbcmn__cgq_read(&q) == 2.0);
+	put("cg/cpu/a/cpu.cfs_period_us", "garbage\n"); /* unreadable: no limit there */
+	assert_true(cbcmn__cgq_read(&q) == 0);
+	cbcmn__cgq_close(&q);
+}
+
+/* Short of descriptors (RLIMIT_NOFILE), the held files were the levels
+ * that could be opened: the limit on the one that could not was lost,
+ * and the monitor's first read overwrote the limit found at create with
+ * none.  Now nothing is held then (n 0: the create's figure stays), and
+ * the create's one-off read opens a level at a time again, as before the
+ * files were held.
+ * (review of session 18) */
+static void test_regression_held_files_short_of_descriptors_hold_none(void **state)
+{
+	(void)state;
+	put("proc/self/cgroup", "0::/a/b\n");
+	put("proc/self/mountinfo", V2_MOUNT);
+	put("sys/fs/cgroup/a/cpu.max", "50000 100000\n");
+	put("sys/fs/cgroup/a/b/cpu.max", "max 100000\n");
+	put("sys/fs/cgroup/cpu.max", "max 100000\n");
+	struct rlimit was;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+	int next = open("/dev/null", O_RDONLY | O_CLOEXEC); /* the lowest free */
+	assert_true(next >= 0);
+	close(next);
+	struct rlimit tight = {.rlim_cur = (rlim_t)next + 1, .rlim_max = was.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0); /* one level's file */
+	struct cbcmn__cgq q;
+	cbcmn__cgq_open(&q, tree);
+	double once = cbcmn__cgroup_cpu_limit(tree); /* a file at a time: all of them */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+	assert_int_equal(q.n, 0); /* 1 before: a/b's alone, read as no limit */
+	assert_true(once == 0.5);   /* 0 before: the same held walk */
+	cbcmn__cgq_close(&q);
+	cbcmn__cgq_open(&q, tree);
+	assert_true(cbcmn__cgq_read(&q) == 0.5);
 	cbcmn__cgq_close(&q);
 }
 
@@ -583,6 +665,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_broken_files_are_no_limit, fresh_tree,
 						drop_tree),
 		cmocka_unit_test_setup_teardown(test_held_files_read_a_resize, fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_regression_a_limit_above_16_levels_counts,
+						fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_regression_v1_period_changed_by_a_resize_counts,
+						fresh_tree, drop_tree),
+		cmocka_unit_test_setup_teardown(test_regression_held_files_short_of_descriptors_hold_none,
+						fresh_tree, drop_tree),
 		cmocka_unit_test(test_cpus_for_limit),
 		cmocka_unit_test(test_live_limit_sets_default_workers),
 		cmocka_unit_test(test_regression_auto_workers_under_a_limit_clamp_min_workers),
