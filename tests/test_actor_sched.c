@@ -749,9 +749,9 @@ static void test_messages_to_a_migrating_receiver_arrive_once_in_order(void **st
  * overloaded, and shedding to the other is right: seen in CI, one move in
  * a window (twice).  What the hysteresis and damping forbid is the
  * thrash: moves both ways in one window, or more than a few (the rules
- * they replaced moved 2-10 to 1159 times in a window, both ways:
- * docs/ACTORS.md "Migration").  Without load, the window moves nothing
- * (printed, for the record). */
+ * they replaced moved 2-10 to 1159 times in a window: docs/ACTORS.md
+ * "Migration"; without the 3/2 and the 50 ms, 55-82, both ways).
+ * Without load, the window moves nothing (printed, for the record). */
 
 #define BAL_PER_SIDE 24
 #define BAL_SETTLE_MS 300
