@@ -676,15 +676,26 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 	return total;
 }
 
+/* Are doorbells MSG_RINGs?  Not with SQPOLL: the kernel's poller sends
+ * the SQE when it gets to it, and a ring closed before that drops it: the
+ * spare, retiring right after it handed its tasks on and rang an
+ * executor, left that executor asleep beside them (tens of seconds,
+ * until something else woke it; test_io, beside the hog).  An eventfd
+ * write is done when it returns. */
+bool cbcmn__doorbell_msg_ring(const struct cbcmn_runtime *rt)
+{
+	return rt->ring_caps.msg_ring &&
+	       !(rt->cfg.ring_flags & (CBCMN_RING_NO_MSG_RING | CBCMN_RING_SQPOLL));
+}
+
 /* Ring target's doorbell: a MSG_RING CQE on its ring from the calling
  * executor's ring, or a write to its eventfd from any other thread (or
- * when MSG_RING is missing or turned off). */
+ * when MSG_RING is missing, turned off or sent late: above). */
 void cbcmn__doorbell(struct cbcmn__exec *target)
 {
 	struct cbcmn_runtime *rt = target->rt;
 	struct cbcmn__exec *me = cbcmn__tls_exec;
-	if (me && me->rt == rt && me->ring.enabled && rt->ring_caps.msg_ring &&
-	    !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING)) {
+	if (me && me->rt == rt && me->ring.enabled && cbcmn__doorbell_msg_ring(rt)) {
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(me);
 		/* An injected failure sends to no ring: the kernel fails the
 		 * MSG_RING (-EBADF) and the fallback below runs as for a full

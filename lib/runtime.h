@@ -940,6 +940,8 @@ struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e);
 bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);
 void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns);
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e);
+/* Doorbells go as MSG_RING SQEs (else eventfd writes): ring.c. */
+bool cbcmn__doorbell_msg_ring(const struct cbcmn_runtime *rt);
 void cbcmn__doorbell(struct cbcmn__exec *target);
 void cbcmn__efd_ring(struct cbcmn__exec *x);
 

@@ -57,12 +57,15 @@ static inline void spin_until_set(_Atomic int *flag)
 		;
 }
 
-/* Sleeps until *go is set, at most T_STALL_NS: a victim's wait for the
- * test to let it end. */
+/* Sleeps until *go is set, at most T_STALL_NS, or until the victim is
+ * stopped or cancelled: a victim's wait for the test to let it end.  A
+ * cancelled task's sleep returns at once, so looping on it would spin,
+ * never parking, and hold its executor from whatever else is queued
+ * there (the stopping test's own task, 20 s: test_actor_drop). */
 static inline void wait_for_go(cbcmn_cx *cx, _Atomic int *go)
 {
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (!atomic_load(go) && t_now_ns() < end)
+	while (!atomic_load(go) && t_now_ns() < end && !cbcmn_cx_cancelled(cx))
 		cbcmn_sleep(cx, 100000);
 }
 

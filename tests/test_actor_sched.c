@@ -742,13 +742,24 @@ static void test_messages_to_a_migrating_receiver_arrive_once_in_order(void **st
 }
 
 /* A balanced runtime: the same number of always-runnable actors on each
- * executor, above the nominal load; once settled, nothing moves over
- * BAL_WINDOW_MS.  (docs/ACTORS.md "Migration" on timing turns in wall
- * time on a loaded machine.) */
+ * executor, above the nominal load; once settled, nothing goes back and
+ * forth over BAL_WINDOW_MS.  The load is wall time a turn, so an
+ * executor whose thread gets less CPU than the other's (beside a CPU hog,
+ * which the scheduler shares unevenly for tens of ms at a time) is
+ * overloaded, and shedding to the other is right: seen in CI, one move in
+ * a window (twice).  What the hysteresis and damping forbid is the
+ * thrash: moves both ways in one window, or more than a few (the rules
+ * they replaced moved 2-10 to 1159 times in a window: docs/ACTORS.md
+ * "Migration"; without the 3/2 and the 50 ms, 55-82, both ways).
+ * Without load, the window moves nothing (printed, for the record). */
 
 #define BAL_PER_SIDE 24
 #define BAL_SETTLE_MS 300
 #define BAL_WINDOW_MS 1500
+/* Moves one way a window may make: a lasting CPU imbalance sheds an
+ * actor per MIGRATE_GAP_TURNS once it has lasted 50 ms, and a sixth of
+ * a side is far more than the one seen beside the hog. */
+#define BAL_MOVES_MAX (BAL_PER_SIDE / 6)
 
 struct bal {
 	_Atomic int stop, started, release;
@@ -781,7 +792,7 @@ static int64_t bal_hog(cbcmn_cx *cx, void *arg)
 }
 
 struct bal_out {
-	uint64_t settle_moves, window_moves;
+	uint64_t settle_moves, window_moves[2]; /* by the executor that shed */
 	int64_t homed[2];
 };
 
@@ -805,15 +816,16 @@ static int64_t bal_boss(cbcmn_cx *cx, void *arg)
 		cbcmn_sleep(cx, 1000000);
 	atomic_store(&b->release, 1);
 	cbcmn_sleep(cx, BAL_SETTLE_MS * 1000000ull);
-	uint64_t m0 = migrations(rt, 0) + migrations(rt, 1);
+	uint64_t m0[2] = {migrations(rt, 0), migrations(rt, 1)};
 	cbcmn_stats st;
 	cbcmn_executor_stats per[2];
 	TASK_CHECK(cbcmn_stats_snapshot(rt, &st, per, 2) == 0);
 	o->homed[0] = (int64_t)per[0].actors;
 	o->homed[1] = (int64_t)per[1].actors;
 	cbcmn_sleep(cx, BAL_WINDOW_MS * 1000000ull);
-	o->settle_moves = m0;
-	o->window_moves = migrations(rt, 0) + migrations(rt, 1) - m0;
+	o->settle_moves = m0[0] + m0[1];
+	for (int e = 0; e < 2; e++)
+		o->window_moves[e] = migrations(rt, (uint32_t)e) - m0[e];
 	atomic_store(&b->stop, 1);
 	return cbcmn_nursery_await_all(cx, n);
 }
@@ -827,10 +839,13 @@ static void test_balanced_runtime_migrates_nothing(void **state)
 	void *arg[2] = {&b, &o};
 	assert_int_equal(t_run_pinned(rt, 0, bal_boss, arg), 0);
 	ASSERT_TASK_CHECKS();
-	printf("balanced: homed %lld/%lld after settling (%llu moves), %llu moves in %d ms\n",
+	printf("balanced: homed %lld/%lld after settling (%llu moves), %llu+%llu moves in %d ms\n",
 	       (long long)o.homed[0], (long long)o.homed[1], (unsigned long long)o.settle_moves,
-	       (unsigned long long)o.window_moves, BAL_WINDOW_MS);
-	assert_int_equal(o.window_moves, 0);
+	       (unsigned long long)o.window_moves[0], (unsigned long long)o.window_moves[1],
+	       BAL_WINDOW_MS);
+	/* One way only, and a few: no back and forth. */
+	assert_true(o.window_moves[0] == 0 || o.window_moves[1] == 0);
+	assert_true(o.window_moves[0] + o.window_moves[1] <= BAL_MOVES_MAX);
 	t_destroy(rt);
 }
 

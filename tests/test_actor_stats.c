@@ -79,6 +79,7 @@ static void test_restarts_are_counted_per_executor(void **state)
 
 struct box {
 	_Atomic int go;
+	_Atomic int sending; /* blocked_sender() is at its send */
 	cbcmn_runtime *rt;
 	cbcmn_actor_ref ref;
 	int got;
@@ -230,6 +231,7 @@ static int64_t blocked_sender(cbcmn_cx *cx, void *arg)
 {
 	struct box *b = arg;
 	cbcmn_actor_msg m = {.type = 1};
+	atomic_store(&b->sending, 1);
 	b->rcs[1] = cbcmn_actor_send(NULL, cx, b->ref, &m);
 	return 0;
 }
@@ -243,8 +245,13 @@ static int64_t cancel_root(cbcmn_cx *cx, void *arg)
 	b->rcs[0] = cbcmn_actor_try_send(NULL, cx, b->ref, &m);
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &senders) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn(cx, senders, blocked_sender, b, NULL) == 0);
-	/* One executor: the sender runs to its wait while we sleep. */
-	TASK_CHECK(cbcmn_sleep(cx, 2000000) == 0);
+	/* One executor: once the sender is at its send, it has run on to
+	 * its wait before we run again.  A fixed 2 ms was not enough beside
+	 * the hog (TSan): our timer's wake ran us first, the sender was
+	 * cancelled before it started (its rc never set). */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&b->sending) && t_now_ns() < end)
+		TASK_CHECK(cbcmn_sleep(cx, 1000000) == 0);
 	cbcmn_nursery_cancel(senders);
 	cbcmn_nursery_await_all(cx, senders);
 	atomic_store(&b->go, 1);
