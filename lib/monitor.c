@@ -532,7 +532,7 @@ void cbcmn__monitor_poke_slow(struct cbcmn_runtime *rt)
 
 int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 {
-	if (rt->lab || rt->cfg.stall_ns == CBCMN_STALL_OFF || rt->nexec == 0)
+	if (!rt->watched || rt->nexec == 0)
 		return 0;
 	struct cbcmn__monitor *m = calloc(1, sizeof(*m));
 	if (!m)

@@ -478,7 +478,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	 * monitor (its runs repeat), a dynamic one has room of its own, one
 	 * of CBCMN_MAX_EXECUTORS no room for a slot more (idle and mail
 	 * bitmaps, a watcher's check of the segment). */
-	rt->spare = c.workers && !rt->lab && c.stall_ns != CBCMN_STALL_OFF &&
+	rt->watched = !rt->lab && c.stall_ns != CBCMN_STALL_OFF;
+	rt->spare = c.workers && rt->watched &&
 		    c.min_workers == c.workers &&
 		    c.workers < CBCMN_MAX_EXECUTORS; /* the bitmaps' and watchers' limit */
 	const uint32_t nx = c.workers + rt->spare;

@@ -479,6 +479,9 @@ struct cbcmn_runtime {
 	struct cbcmn__mutex budget_locks[CBCMN__BUDGET_LOCKS];
 	uint32_t fork_gen;                /* cbcmn__fork_gen at create (runtime.c) */
 	bool lab;                         /* lab mode: virtual clock, seeded picks */
+	/* A stall monitor watches the executors (monitor.c): not in lab mode,
+	 * nor with cfg.stall_ns CBCMN_STALL_OFF. */
+	bool watched;
 	_Atomic uint64_t vclock;          /* lab mode's clock, ns */
 	uint32_t nexec;
 	struct cbcmn__exec **exec;

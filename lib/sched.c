@@ -345,11 +345,15 @@ static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *
  * and at its countdown window (budget.c): a sender that keeps running
  * hands t over within a window of its runtime calls, one that never
  * calls the runtime at its stall (monitor.c notifies for a stalled
- * executor's slot).  Tokio's LIFO slot notifies nobody either. */
+ * executor's slot).  Tokio's LIFO slot notifies nobody either.  Without
+ * a monitor (cfg.stall_ns CBCMN_STALL_OFF, lab mode) nothing would pay
+ * for a sender that waits for t by other means than the runtime's (a
+ * spin on a flag t sets): t would never run, so the notification is not
+ * owed there (test_actor_notify's unwatched spinner). */
 static inline bool owe_notify(struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
-	if (!e->wake_here || !e->current || !cbcmn__is_actor_task(e->current) ||
-	    !cbcmn__is_actor_task(t))
+	if (!e->rt->watched || !e->wake_here || !e->current ||
+	    !cbcmn__is_actor_task(e->current) || !cbcmn__is_actor_task(t))
 		return false;
 	e->notify_owed = true;
 	return true;

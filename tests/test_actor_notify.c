@@ -4,8 +4,10 @@
  * wake an idle executor at every hop; a sender that runs on instead of
  * blocking still hands the woken actor to an idle executor: at its next
  * send, or at its countdown window.  The executors park at once
- * (CBCMN_SPIN_NONE) and the stall monitor is off, so that neither a
- * spinner nor the monitor stands in for the rule. */
+ * (CBCMN_SPIN_NONE) and the stall monitor sees no stall within a test
+ * (a minute), so that neither a spinner nor the monitor stands in for the
+ * rule.  Without a monitor nothing is owed: nothing would pay for a
+ * sender that never calls the runtime. */
 #include "helpers.h"
 
 #include <stdatomic.h>
@@ -13,13 +15,13 @@
 
 #include "actor_test.h"
 
-static cbcmn_runtime *quiet_runtime(void)
+static cbcmn_runtime *quiet_runtime(bool watched)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 2;
 	cfg.spin_ns = CBCMN_SPIN_NONE;
-	cfg.stall_ns = CBCMN_STALL_OFF;
+	cfg.stall_ns = watched ? 60000000000ull : CBCMN_STALL_OFF;
 	return t_runtime_cfg(&cfg);
 }
 
@@ -111,7 +113,7 @@ static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
 	static struct ring r;
 	memset(&r, 0, sizeof(r));
 	r.hops = STRESS(100000);
-	cbcmn_runtime *rt = quiet_runtime();
+	cbcmn_runtime *rt = quiet_runtime(true);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
 	ASSERT_TASK_CHECKS();
@@ -129,7 +131,7 @@ struct runs_on {
 	_Atomic int b_ran;       /* B took its message */
 	_Atomic int a_running;   /* A still runs (it has not blocked since its send) */
 	_Atomic int b_beside_a;  /* B ran while A was running: on the other executor */
-	bool send_again;         /* A sends a second message, then spins without calls */
+	enum { A_CHECKPOINTS, A_SENDS_AGAIN, A_SPINS } after; /* A's run after its send */
 };
 
 static int64_t runs_on_b(cbcmn_cx *cx, void *arg)
@@ -140,7 +142,7 @@ static int64_t runs_on_b(cbcmn_cx *cx, void *arg)
 	if (atomic_load(&o->a_running))
 		atomic_store(&o->b_beside_a, 1);
 	atomic_store(&o->b_ran, 1);
-	if (o->send_again) /* the second message */
+	if (o->after == A_SENDS_AGAIN) /* the second message */
 		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
 	return 0;
 }
@@ -149,15 +151,21 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 {
 	struct runs_on *o = arg;
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	/* The timer's wake (or our spawn) notified the other executor:
+	 * it parks again, with nothing to take, before we send (else it
+	 * could take B while searching, whatever the rule does). */
+	cbcmn_sleep(cx, 20000000);
+	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
+		;
 	atomic_store(&o->a_running, 1);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
-	if (o->send_again)
+	if (o->after == A_SENDS_AGAIN)
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
 	/* Bounded: 10 s of wall time, then the test fails (B never ran
 	 * beside us: the notification was never paid). */
 	uint64_t t0 = t_now_ns();
 	while (!atomic_load(&o->b_ran) && t_now_ns() - t0 < 10000000000ull) {
-		if (!o->send_again)
+		if (o->after == A_CHECKPOINTS)
 			CBCMN_CHECKPOINT(cx);
 	}
 	atomic_store(&o->a_running, 0);
@@ -178,12 +186,12 @@ static int64_t runs_on_root(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
-static void runs_on(bool send_again)
+static void runs_on(int after, bool watched)
 {
 	static struct runs_on o;
 	memset(&o, 0, sizeof(o));
-	o.send_again = send_again;
-	cbcmn_runtime *rt = quiet_runtime();
+	o.after = after;
+	cbcmn_runtime *rt = quiet_runtime(watched);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, runs_on_root, &o, &res), 0);
 	ASSERT_TASK_CHECKS();
@@ -198,7 +206,7 @@ static void runs_on(bool send_again)
 static void test_a_sender_that_checkpoints_on_hands_the_woken_actor_over(void **state)
 {
 	(void)state;
-	runs_on(false);
+	runs_on(A_CHECKPOINTS, true);
 }
 
 /* A sends again, then spins without a runtime call: the second send pays
@@ -206,7 +214,17 @@ static void test_a_sender_that_checkpoints_on_hands_the_woken_actor_over(void **
 static void test_a_sender_that_sends_again_hands_the_woken_actor_over(void **state)
 {
 	(void)state;
-	runs_on(true);
+	runs_on(A_SENDS_AGAIN, true);
+}
+
+/* Without a stall monitor, A sends once, then waits for B by a spin on
+ * a flag, with no runtime call: B must run beside it.  Owed, nothing paid
+ * that notification (no window, no monitor): B sat in A's slot while the
+ * other executor slept, and A spun to its bound. */
+static void test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over(void **state)
+{
+	(void)state;
+	runs_on(A_SPINS, false);
 }
 
 int main(void)
@@ -215,6 +233,7 @@ int main(void)
 		cmocka_unit_test(test_a_chain_passing_one_token_wakes_no_idle_executor),
 		cmocka_unit_test(test_a_sender_that_checkpoints_on_hands_the_woken_actor_over),
 		cmocka_unit_test(test_a_sender_that_sends_again_hands_the_woken_actor_over),
+		cmocka_unit_test(test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
