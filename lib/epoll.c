@@ -66,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "epoll_int.h"
 #include "timer.h"
 
@@ -128,6 +129,15 @@ int cbcmn__ep_takeover(struct cbcmn__exec *e)
 
 static uint64_t mono_ns(void);
 
+/* The time of the set's looks, for cbcmn__ep_busy()'s bound: the runtime's
+ * counter clock, unordered (this thread's own durations, read at every
+ * turn while waits are registered: clock_gettime() cost 25-50 ns a read
+ * on a VM's kvm-clock, two reads an echo request). */
+static inline uint64_t look_clock(void)
+{
+	return cbcmn__now_ns_unordered();
+}
+
 /* Asked between tasks (and while spinning idle, and before parking): each
  * ask counts as a turn, and a look at the set is due every BATCH_TURNS,
  * or sooner once cfg.io_batch_ns has passed since the last look: beside
@@ -151,7 +161,7 @@ bool cbcmn__ep_busy(const struct cbcmn__exec *e)
 		return true;
 	if (e->rt->lab)
 		return false;
-	if (mono_ns() - ep->look_ns < e->rt->cfg.io_batch_ns)
+	if (cbcmn__ns_since(look_clock(), ep->look_ns) < e->rt->cfg.io_batch_ns)
 		return false;
 	ep->turns = BATCH_TURNS; /* cbcmn__ep_poll() looks */
 	return true;
@@ -589,7 +599,7 @@ static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
 		}
 	}
 	ep->turns = 0;
-	ep->look_ns = e->rt->lab ? 0 : mono_ns();
+	ep->look_ns = e->rt->lab ? 0 : look_clock();
 	if (ep->timed)
 		timed_expire(e);
 	cbcmn__ep_sq_run(e);
