@@ -53,6 +53,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,7 @@ int cbcmn__ep_init(struct cbcmn__exec *e)
 		memset(cl, 0, sizeof(*e->rt->ep_closes));
 		e->rt->ep_closes = cl;
 	}
+	ep->closes = e->rt->ep_closes;
 	return rc ? rc : cbcmn__ep_sq_init(ep);
 }
 
@@ -193,6 +195,53 @@ static uint32_t arm_events(uint32_t want, bool kept)
 	return want && kept ? want | EPOLLET : want | EPOLLONESHOT;
 }
 
+/* Take fd's slot of the runtime's `adding` (what: fd + 1, | ADD_CLOSING
+ * for a close), waiting for its holder: an add of fd waits for a close of
+ * fd in progress, and a close for an add.  Between a close's removal of fd
+ * from every set and its close(2), an add (a stream's request re-armed on
+ * another executor, its MOD finding the registration gone) registered the
+ * file again, which after the close(2), a copy of the file alive elsewhere,
+ * nothing could remove by number: edge-triggered, it woke that executor at
+ * every edge of the copy's file
+ * (test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration).
+ * After the close the add finds the number closed, or its next file (the
+ * close log then tells the waits of the old one from the new one's).  The
+ * holder makes one system call (an add; a close's DELs and close(2)):
+ * spin, then yield the CPU to it.  Slots are shared by numbers
+ * CLOSE_SLOTS apart: such an add or close waits for the other one. */
+static void slot_take(_Atomic uint32_t *slot, uint32_t what)
+{
+	for (unsigned spins = 0;; spins++) {
+		uint32_t v = 0;
+		/* acquire: after the holder's system calls. */
+		if (atomic_compare_exchange_weak_explicit(slot, &v, what, memory_order_acquire,
+							  memory_order_relaxed))
+			return;
+		if (spins < 64)
+			cbcmn__cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+static void slot_give(_Atomic uint32_t *slot)
+{
+	atomic_store_explicit(slot, 0, memory_order_release);
+}
+
+/* EPOLL_CTL_ADD of fd under fd's slot, so that a cbcmn_close()'s removal
+ * and close(2) never fall either side of it. */
+static int fd_add(struct cbcmn__ep *ep, int fd, struct epoll_event *ev)
+{
+	_Atomic uint32_t *slot = &ep->closes->adding[(uint32_t)fd % CLOSE_SLOTS];
+	slot_take(slot, (uint32_t)fd + 1);
+	int rc = epoll_ctl(ep->epfd, EPOLL_CTL_ADD, fd, ev);
+	int err = errno;
+	slot_give(slot);
+	errno = err;
+	return rc;
+}
+
 /* Set fd's registration to `want`.  A MOD that finds nothing (the number
  * names another file now, or the file was closed) adds; an ADD that finds
  * one (a file we knew under this number is back) modifies.  Either looks
@@ -206,7 +255,7 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool kept, bool *
 	struct epoll_event ev = {.events = arm_events(want, kept), .data.u64 = (uint64_t)fd};
 	int op = f->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 	for (int tries = 0; tries < 2; tries++) {
-		if (epoll_ctl(ep->epfd, op, fd, &ev) == 0) {
+		if ((op == EPOLL_CTL_ADD ? fd_add(ep, fd, &ev) : epoll_ctl(ep->epfd, op, fd, &ev)) == 0) {
 			f->added = true;
 			f->mask = want;
 			f->kept = want && kept;
@@ -1012,14 +1061,20 @@ static void unregister_elsewhere(struct cbcmn__exec *e, int fd, _Atomic uint32_t
 static int64_t do_close(struct cbcmn__exec *e, int fd)
 {
 	struct cbcmn__ep *ep = e->ep;
+	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
+	/* No set adds fd from its removal to its close (slot_take()). */
+	_Atomic uint32_t *adding = fd >= 0 ? &cl->adding[(uint32_t)fd % CLOSE_SLOTS] : NULL;
+	if (adding)
+		slot_take(adding, ((uint32_t)fd + 1) | ADD_CLOSING);
 	if (fd >= 0 && (uint32_t)fd < ep->nfds && ep->fds[fd].added) {
 		(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
 		ep->fds[fd].added = false;
 	}
-	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
 	if (fd >= 0)
 		unregister_elsewhere(e, fd, &cl->watched[(uint32_t)fd % CLOSE_SLOTS]);
 	int64_t rc = sys(close(fd));
+	if (adding)
+		slot_give(adding);
 	if (rc == -EBADF || fd < 0)
 		return rc; /* nothing was closed (any other error closed it) */
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */

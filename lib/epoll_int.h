@@ -57,7 +57,12 @@ struct cbcmn__ep_closes {
 	 * entry is s's only if they match: 0 is nobody's, s starts at 1). */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t log[CLOSE_LOG];
 	_Atomic uint32_t watched[CLOSE_SLOTS];
+	/* By fd % CLOSE_SLOTS: 0, or fd + 1 of the descriptor being added to
+	 * a set (EPOLL_CTL_ADD), | ADD_CLOSING while cbcmn_close() removes
+	 * it from the sets and closes it (epoll.c, fd_add()). */
+	_Atomic uint32_t adding[CLOSE_SLOTS];
 };
+#define ADD_CLOSING (1u << 31)
 
 struct ep_fd {
 	struct ep_wait *head;
@@ -86,6 +91,7 @@ struct cbcmn__ep {
 	uint32_t turns;                  /* loop turns since the last look */
 	uint64_t look_ns;                /* ... and when it was (cfg.io_batch_ns) */
 	uint64_t close_seen;             /* the runtime's closes this set has applied */
+	struct cbcmn__ep_closes *closes; /* the runtime's (made with executor 0's set) */
 	/* epoll_sq.c: SQEs queued, completions to hand out, requests in
 	 * flight, the buffer ring of stream.c's pool. */
 	struct io_uring_sqe *sq;

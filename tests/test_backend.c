@@ -1740,6 +1740,98 @@ static void test_epoll_close_elsewhere_then_reuse_registers_nothing(void **state
 	t_destroy(rt);
 }
 
+/* A stream receiving a flood on executor 1, its descriptor closed with
+ * cbcmn_close() by a task on executor 0, a copy of the file living on.
+ * The close removes executor 1's registration, then closes; a flooded
+ * stream's request stops at its batch and has its set report it again (a
+ * MOD), and a MOD in between found nothing and added the registration
+ * anew: after the close(2), edge-triggered, for the copy's file, under a
+ * number no longer open (nothing could remove it; about one close in 150
+ * here).  Bounded: RACE_TRIALS closes, each after a different delay, or
+ * RACE_NS. */
+#define RACE_TRIALS 400
+#define RACE_NS (5000 * MS)
+
+struct race {
+	int sv[2];
+	_Atomic int stop;
+	int64_t last;
+	int orphans, trial;
+};
+
+static void *race_flood(void *arg)
+{
+	struct race *r = arg;
+	static char big[65536];
+	while (!atomic_load(&r->stop))
+		if (send(r->sv[1], big, sizeof(big), MSG_DONTWAIT) < 0)
+			usleep(20);
+	return NULL;
+}
+
+static int64_t race_reader(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, r->sv[0], &st) == 0);
+	const void *d;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	int64_t n;
+	while ((n = cbcmn_stream_recv(cx, st, &d)) > 0)
+		;
+	r->last = n;
+	cbcmn_io_set_timeout(cx, 0);
+	cbcmn_stream_close(cx, st);
+	return 0;
+}
+
+static int64_t race_main(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	uint64_t end = t_now_ns() + RACE_NS;
+	for (r->trial = 0; r->trial < RACE_TRIALS && t_now_ns() < end; r->trial++) {
+		TASK_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r->sv) == 0);
+		atomic_store(&r->stop, 0);
+		pthread_t th;
+		TASK_CHECK(pthread_create(&th, NULL, race_flood, r) == 0);
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, race_reader, r, NULL) == 0);
+		cbcmn_sleep(cx, (uint64_t)(1 + r->trial % 5) * MS);
+		int fd = r->sv[0], copy = dup(fd);
+		TASK_CHECK(copy >= 0);
+		TASK_CHECK(cbcmn_close(cx, fd) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		TASK_CHECK(r->last == -EBADF);
+		/* Nothing has the number since: a registration under it is
+		 * the closed one's. */
+		if (t_fd_registered(fd))
+			r->orphans++;
+		atomic_store(&r->stop, 1);
+		pthread_join(th, NULL);
+		close(copy);
+		close(r->sv[1]);
+		if (r->orphans)
+			break;
+	}
+	return 0;
+}
+
+static void test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration(void **state)
+{
+	(void)state;
+	if (T_TSAN)
+		skip(); /* the close races the other executor's epoll_ctl by design */
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct race r = {0};
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, xclose_root_for, &(struct xroot){race_main, &r}, &res), 0);
+	ASSERT_TASK_CHECKS();
+	if (r.orphans)
+		fail_msg("trial %d: a registration outlived cbcmn_close() of its number", r.trial);
+	t_destroy(rt);
+}
+
 /* A task waits to read a pipe; another task (on the same executor, or
  * the other one) closes the descriptor with cbcmn_close() and puts a new
  * pipe, with a byte in it, under the same number.  The registration went
@@ -2294,6 +2386,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_closed_stream_leaves_no_registration_armed),
 		T_WATCHED_TEST(test_epoll_close_elsewhere_leaves_no_stream_registration_armed),
 		T_WATCHED_TEST(test_epoll_close_elsewhere_then_reuse_registers_nothing),
+		T_WATCHED_TEST(test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration),
 		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
 		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
 		T_WATCHED_TEST(test_epoll_close_log_wrapped_wait_not_moved_to_next_file),
