@@ -300,6 +300,14 @@ static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd, bool *kept)
 	return want;
 }
 
+/* The waits on f watched a file gone from its number (our registration
+ * was made anew for the number's next file): a close of it ends them. */
+static void fd_stale(struct ep_fd *f)
+{
+	for (struct ep_wait *w = f->head; w; w = w->fnext)
+		w->stale = true;
+}
+
 void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 {
 	struct ep_fd *f = &ep->fds[w->fd];
@@ -335,14 +343,21 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 	 * a child): one-shot, it fires once at most.  Removed, not disarmed:
 	 * a MOD that finds nothing adds, and the number may name another file
 	 * by now (closed elsewhere and reused), which nobody asked us to
-	 * watch. */
+	 * watch.  A MOD that finds nothing for the tasks' waits left adds
+	 * the number's present file: they watched the one gone, and are
+	 * marked so, as fd_ready() marks them, so that its close ends them
+	 * (before, the close log took them for waits on the new file, and a
+	 * send went on into another socket:
+	 * test_epoll_stream_end_after_close_elsewhere_leaves_its_send_ending). */
 	if (w->ready && f->kept) {
-		bool kept;
+		bool kept, moved = false;
 		uint32_t rest = fd_wanted(ep, w->fd, &kept);
 		if (!kept && rest)
-			(void)fd_arm(ep, w->fd, rest, false, NULL);
+			(void)fd_arm(ep, w->fd, rest, false, &moved);
 		else if (!kept)
 			fd_remove(ep, w->fd);
+		if (moved)
+			fd_stale(f);
 	}
 }
 
@@ -376,8 +391,7 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	 * number: a close ends them (the log's entry for it, or, if the log
 	 * wrapped, close_sweep(), whose MOD now finds this file). */
 	if (moved)
-		for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
-			o->stale = true;
+		fd_stale(&ep->fds[fd]);
 	/* The first wait: the closes before it concern nobody here. */
 	if (!ep->all)
 		ep->close_seen = w->epoch;
@@ -454,8 +468,7 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 	/* Re-armed for the number's next file: those left watched the old
 	 * one (a plain close(2) behind our back; docs/IO.md). */
 	if (moved)
-		for (struct ep_wait *w = f->head; w; w = w->fnext)
-			w->stale = true;
+		fd_stale(f);
 	if (err && rest) {
 		/* Cannot re-arm (out of memory in the kernel, the watch limit,
 		 * the descriptor closed): nothing would wake them.  A task's
