@@ -23,13 +23,17 @@
  * before the descriptor said EAGAIN, so that the set must be asked to
  * report it again: an edge-triggered registration would not). */
 struct ep_wait {
-	struct cbcmn__iwait iw;          /* a task's */
+	/* What a readiness reads first, in one line with an emulated
+	 * request's own (struct ep_op puts its ud before): behind the task's
+	 * iwait they were a line of their own, a cache miss a chunk on the
+	 * echo server's recv (docs/BENCHMARKS.md, "Eighteenth session"). */
 	bool (*ready)(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents);
 	struct cbcmn__exec *e;           /* whose set and lists it is on */
 	int fd;
 	uint32_t events;                 /* EPOLLIN, EPOLLOUT (| EPOLLRDHUP) */
 	struct ep_wait *fprev, *fnext;   /* watching fd */
 	struct ep_wait *aprev, *anext;   /* all of e's */
+	struct cbcmn__iwait iw;          /* a task's */
 	/* Lab mode: a task's timeout in real time (the runtime's clock jumps
 	 * over waits for the world outside, a ring's linked timeout does
 	 * not), on e's list of such waits. */
