@@ -1058,8 +1058,10 @@ static int64_t do_connect(struct cbcmn_task *t, const struct io_uring_sqe *sqe, 
  * its MOD no longer finds the registration, and its waits end); a set
  * without one says ENOENT.  epoll_ctl() on another thread's set is safe:
  * the kernel locks it.  A watch that races the close (its count after our
- * look) may still register the file: a program that closes a descriptor
- * in use elsewhere has its waits end with -EBADF, no more. */
+ * look) adds only after the close(2) (slot_take()); a one-shot
+ * registration its set kept from an earlier wait fires once at most: a
+ * program that closes a descriptor in use elsewhere has its waits end with
+ * -EBADF, no more. */
 static void unregister_elsewhere(struct cbcmn__exec *e, int fd, _Atomic uint32_t *slot)
 {
 	/* seq_cst: pairs with cbcmn__ep_watch()'s count. */
