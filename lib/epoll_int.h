@@ -61,9 +61,9 @@ struct cbcmn__ep_closes {
 	 * entry is s's only if they match: 0 is nobody's, s starts at 1). */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t log[CLOSE_LOG];
 	_Atomic uint32_t watched[CLOSE_SLOTS];
-	/* By fd % CLOSE_SLOTS: 0, or fd + 1 of the descriptor being added to
-	 * a set (EPOLL_CTL_ADD), | ADD_CLOSING while cbcmn_close() removes
-	 * it from the sets and closes it (epoll.c, fd_add()). */
+	/* By fd % CLOSE_SLOTS: 0, or fd + 1 of the descriptor being armed in
+	 * a set (EPOLL_CTL_ADD or MOD), | ADD_CLOSING while cbcmn_close()
+	 * removes it from the sets and closes it (epoll.c, fd_ctl()). */
 	_Atomic uint32_t adding[CLOSE_SLOTS];
 };
 #define ADD_CLOSING (1u << 31)
