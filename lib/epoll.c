@@ -53,6 +53,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "epoll_int.h"
 #include "timer.h"
 
@@ -96,6 +98,7 @@ int cbcmn__ep_init(struct cbcmn__exec *e)
 		memset(cl, 0, sizeof(*e->rt->ep_closes));
 		e->rt->ep_closes = cl;
 	}
+	ep->closes = e->rt->ep_closes;
 	return rc ? rc : cbcmn__ep_sq_init(ep);
 }
 
@@ -128,6 +131,15 @@ int cbcmn__ep_takeover(struct cbcmn__exec *e)
 
 static uint64_t mono_ns(void);
 
+/* The time of the set's looks, for cbcmn__ep_busy()'s bound: the runtime's
+ * counter clock, unordered (this thread's own durations, read at every
+ * turn while waits are registered: clock_gettime() cost 25-50 ns a read
+ * on a VM's kvm-clock, two reads an echo request). */
+static inline uint64_t look_clock(void)
+{
+	return cbcmn__now_ns_unordered();
+}
+
 /* Asked between tasks (and while spinning idle, and before parking): each
  * ask counts as a turn, and a look at the set is due every BATCH_TURNS,
  * or sooner once cfg.io_batch_ns has passed since the last look: beside
@@ -151,7 +163,7 @@ bool cbcmn__ep_busy(const struct cbcmn__exec *e)
 		return true;
 	if (e->rt->lab)
 		return false;
-	if (mono_ns() - ep->look_ns < e->rt->cfg.io_batch_ns)
+	if (cbcmn__ns_since(look_clock(), ep->look_ns) < e->rt->cfg.io_batch_ns)
 		return false;
 	ep->turns = BATCH_TURNS; /* cbcmn__ep_poll() looks */
 	return true;
@@ -183,6 +195,57 @@ static uint32_t arm_events(uint32_t want, bool kept)
 	return want && kept ? want | EPOLLET : want | EPOLLONESHOT;
 }
 
+/* Take fd's slot of the runtime's `adding` (what: fd + 1, | ADD_CLOSING
+ * for a close), waiting for its holder: an add (or MOD) of fd waits for a
+ * close of fd in progress, and a close for an add.  Between a close's removal of fd
+ * from every set and its close(2), an add (a stream's request re-armed on
+ * another executor, its MOD finding the registration gone) registered the
+ * file again, which after the close(2), a copy of the file alive elsewhere,
+ * nothing could remove by number: edge-triggered, it woke that executor at
+ * every edge of the copy's file
+ * (test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration).
+ * After the close the add finds the number closed, or its next file (the
+ * close log then tells the waits of the old one from the new one's).  The
+ * holder makes one system call (an add; a close's DELs and close(2)):
+ * spin, then yield the CPU to it.  Slots are shared by numbers
+ * CLOSE_SLOTS apart: such an add or close waits for the other one. */
+static void slot_take(_Atomic uint32_t *slot, uint32_t what)
+{
+	for (unsigned spins = 0;; spins++) {
+		uint32_t v = 0;
+		/* acquire: after the holder's system calls. */
+		if (atomic_compare_exchange_weak_explicit(slot, &v, what, memory_order_acquire,
+							  memory_order_relaxed))
+			return;
+		if (spins < 64)
+			cbcmn__cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+static void slot_give(_Atomic uint32_t *slot)
+{
+	atomic_store_explicit(slot, 0, memory_order_release);
+}
+
+/* An EPOLL_CTL_ADD or MOD of fd under fd's slot, so that a cbcmn_close()'s
+ * look at who watches fd, its removals and its close(2) never fall either
+ * side of it: an ADD in between registered the file again; a MOD arming a
+ * stream's registration that the close's look had not counted (the watch
+ * counted after it, so not removed) kept it armed past the close(2).  A
+ * CAS and a store beside a system call of about a microsecond. */
+static int fd_ctl(struct cbcmn__ep *ep, int op, int fd, struct epoll_event *ev)
+{
+	_Atomic uint32_t *slot = &ep->closes->adding[(uint32_t)fd % CLOSE_SLOTS];
+	slot_take(slot, (uint32_t)fd + 1);
+	int rc = epoll_ctl(ep->epfd, op, fd, ev);
+	int err = errno;
+	slot_give(slot);
+	errno = err;
+	return rc;
+}
+
 /* Set fd's registration to `want`.  A MOD that finds nothing (the number
  * names another file now, or the file was closed) adds; an ADD that finds
  * one (a file we knew under this number is back) modifies.  Either looks
@@ -196,7 +259,7 @@ static int fd_arm(struct cbcmn__ep *ep, int fd, uint32_t want, bool kept, bool *
 	struct epoll_event ev = {.events = arm_events(want, kept), .data.u64 = (uint64_t)fd};
 	int op = f->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 	for (int tries = 0; tries < 2; tries++) {
-		if (epoll_ctl(ep->epfd, op, fd, &ev) == 0) {
+		if (fd_ctl(ep, op, fd, &ev) == 0) {
 			f->added = true;
 			f->mask = want;
 			f->kept = want && kept;
@@ -241,6 +304,14 @@ static uint32_t fd_wanted(const struct cbcmn__ep *ep, int fd, bool *kept)
 	return want;
 }
 
+/* The waits on f watched a file gone from its number (our registration
+ * was made anew for the number's next file): a close of it ends them. */
+static void fd_stale(struct ep_fd *f)
+{
+	for (struct ep_wait *w = f->head; w; w = w->fnext)
+		w->stale = true;
+}
+
 void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 {
 	struct ep_fd *f = &ep->fds[w->fd];
@@ -276,14 +347,21 @@ void cbcmn__ep_unwatch(struct cbcmn__ep *ep, struct ep_wait *w)
 	 * a child): one-shot, it fires once at most.  Removed, not disarmed:
 	 * a MOD that finds nothing adds, and the number may name another file
 	 * by now (closed elsewhere and reused), which nobody asked us to
-	 * watch. */
+	 * watch.  A MOD that finds nothing for the tasks' waits left adds
+	 * the number's present file: they watched the one gone, and are
+	 * marked so, as fd_ready() marks them, so that its close ends them
+	 * (before, the close log took them for waits on the new file, and a
+	 * send went on into another socket:
+	 * test_epoll_stream_end_after_close_elsewhere_leaves_its_send_ending). */
 	if (w->ready && f->kept) {
-		bool kept;
+		bool kept, moved = false;
 		uint32_t rest = fd_wanted(ep, w->fd, &kept);
 		if (!kept && rest)
-			(void)fd_arm(ep, w->fd, rest, false, NULL);
+			(void)fd_arm(ep, w->fd, rest, false, &moved);
 		else if (!kept)
 			fd_remove(ep, w->fd);
+		if (moved)
+			fd_stale(f);
 	}
 }
 
@@ -317,8 +395,7 @@ int cbcmn__ep_watch(struct cbcmn__exec *e, struct ep_wait *w)
 	 * number: a close ends them (the log's entry for it, or, if the log
 	 * wrapped, close_sweep(), whose MOD now finds this file). */
 	if (moved)
-		for (struct ep_wait *o = ep->fds[fd].head; o; o = o->fnext)
-			o->stale = true;
+		fd_stale(&ep->fds[fd]);
 	/* The first wait: the closes before it concern nobody here. */
 	if (!ep->all)
 		ep->close_seen = w->epoch;
@@ -395,8 +472,7 @@ static void fd_ready(struct cbcmn__exec *e, int fd, uint32_t revents)
 	/* Re-armed for the number's next file: those left watched the old
 	 * one (a plain close(2) behind our back; docs/IO.md). */
 	if (moved)
-		for (struct ep_wait *w = f->head; w; w = w->fnext)
-			w->stale = true;
+		fd_stale(f);
 	if (err && rest) {
 		/* Cannot re-arm (out of memory in the kernel, the watch limit,
 		 * the descriptor closed): nothing would wake them.  A task's
@@ -589,7 +665,7 @@ static void dispatch(struct cbcmn__exec *e, const struct epoll_event *ev, int n)
 		}
 	}
 	ep->turns = 0;
-	ep->look_ns = e->rt->lab ? 0 : mono_ns();
+	ep->look_ns = e->rt->lab ? 0 : look_clock();
 	if (ep->timed)
 		timed_expire(e);
 	cbcmn__ep_sq_run(e);
@@ -986,8 +1062,8 @@ static int64_t do_connect(struct cbcmn_task *t, const struct io_uring_sqe *sqe, 
  * its MOD no longer finds the registration, and its waits end); a set
  * without one says ENOENT.  epoll_ctl() on another thread's set is safe:
  * the kernel locks it.  A watch that races the close (its count after our
- * look) may still register the file: a program that closes a descriptor
- * in use elsewhere has its waits end with -EBADF, no more. */
+ * look) arms only after the close(2) (fd_ctl()): a program that closes a
+ * descriptor in use elsewhere has its waits end with -EBADF, no more. */
 static void unregister_elsewhere(struct cbcmn__exec *e, int fd, _Atomic uint32_t *slot)
 {
 	/* seq_cst: pairs with cbcmn__ep_watch()'s count. */
@@ -1002,14 +1078,20 @@ static void unregister_elsewhere(struct cbcmn__exec *e, int fd, _Atomic uint32_t
 static int64_t do_close(struct cbcmn__exec *e, int fd)
 {
 	struct cbcmn__ep *ep = e->ep;
+	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
+	/* No set arms fd from our look at its watchers to its close (fd_ctl()). */
+	_Atomic uint32_t *adding = fd >= 0 ? &cl->adding[(uint32_t)fd % CLOSE_SLOTS] : NULL;
+	if (adding)
+		slot_take(adding, ((uint32_t)fd + 1) | ADD_CLOSING);
 	if (fd >= 0 && (uint32_t)fd < ep->nfds && ep->fds[fd].added) {
 		(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
 		ep->fds[fd].added = false;
 	}
-	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
 	if (fd >= 0)
 		unregister_elsewhere(e, fd, &cl->watched[(uint32_t)fd % CLOSE_SLOTS]);
 	int64_t rc = sys(close(fd));
+	if (adding)
+		slot_give(adding);
 	if (rc == -EBADF || fd < 0)
 		return rc; /* nothing was closed (any other error closed it) */
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */

@@ -23,13 +23,17 @@
  * before the descriptor said EAGAIN, so that the set must be asked to
  * report it again: an edge-triggered registration would not). */
 struct ep_wait {
-	struct cbcmn__iwait iw;          /* a task's */
+	/* What a readiness reads first, in one line with an emulated
+	 * request's own (struct ep_op puts its ud before): behind the task's
+	 * iwait they were a line of their own, a cache miss a chunk on the
+	 * echo server's recv (docs/BENCHMARKS.md, "Eighteenth session"). */
 	bool (*ready)(struct cbcmn__exec *e, struct ep_wait *w, uint32_t revents);
 	struct cbcmn__exec *e;           /* whose set and lists it is on */
 	int fd;
 	uint32_t events;                 /* EPOLLIN, EPOLLOUT (| EPOLLRDHUP) */
 	struct ep_wait *fprev, *fnext;   /* watching fd */
 	struct ep_wait *aprev, *anext;   /* all of e's */
+	struct cbcmn__iwait iw;          /* a task's */
 	/* Lab mode: a task's timeout in real time (the runtime's clock jumps
 	 * over waits for the world outside, a ring's linked timeout does
 	 * not), on e's list of such waits. */
@@ -57,7 +61,12 @@ struct cbcmn__ep_closes {
 	 * entry is s's only if they match: 0 is nobody's, s starts at 1). */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t log[CLOSE_LOG];
 	_Atomic uint32_t watched[CLOSE_SLOTS];
+	/* By fd % CLOSE_SLOTS: 0, or fd + 1 of the descriptor being armed in
+	 * a set (EPOLL_CTL_ADD or MOD), | ADD_CLOSING while cbcmn_close()
+	 * removes it from the sets and closes it (epoll.c, fd_ctl()). */
+	_Atomic uint32_t adding[CLOSE_SLOTS];
 };
+#define ADD_CLOSING (1u << 31)
 
 struct ep_fd {
 	struct ep_wait *head;
@@ -86,6 +95,7 @@ struct cbcmn__ep {
 	uint32_t turns;                  /* loop turns since the last look */
 	uint64_t look_ns;                /* ... and when it was (cfg.io_batch_ns) */
 	uint64_t close_seen;             /* the runtime's closes this set has applied */
+	struct cbcmn__ep_closes *closes; /* the runtime's (made with executor 0's set) */
 	/* epoll_sq.c: SQEs queued, completions to hand out, requests in
 	 * flight, the buffer ring of stream.c's pool. */
 	struct io_uring_sqe *sq;

@@ -59,11 +59,11 @@
 enum { OP_RECV, OP_ACCEPT, OP_POLL, OP_TIMEOUT };
 
 struct ep_op {
-	struct ep_wait w;       /* on its descriptor (not a timeout's) */
-	struct ep_op *prev, *next; /* ep->ops or ep->timeouts in flight; then the done list */
-	uint64_t ud;
+	uint64_t ud;            /* read with w's first fields at each chunk */
 	uint8_t kind;
 	bool watching;          /* w is linked */
+	struct ep_wait w;       /* on its descriptor (not a timeout's) */
+	struct ep_op *prev, *next; /* ep->ops or ep->timeouts in flight; then the done list */
 	uint64_t deadline;      /* OP_TIMEOUT: CLOCK_MONOTONIC ns */
 	uint32_t accept_flags;  /* OP_ACCEPT: accept4()'s */
 	int32_t res;            /* its last completion, once done */

@@ -185,8 +185,12 @@ static int pool_grow(struct cbcmn__bufpool *p, uint32_t want)
 	while (p->n < want) {
 		uint32_t per = 1u << p->chunk_shift;
 		uint32_t k = p->max - p->n < per ? p->max - p->n : per;
+		/* Populated now: the ring hands the buffers out in turn, so
+		 * a busy pool touches every one of them soon, and a page the
+		 * receive's copy faults in costs several times as much
+		 * (docs/BENCHMARKS.md, "Eighteenth session"). */
 		char *mem = cbcmn__mmap(NULL, (size_t)k * p->size, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 		if (mem == MAP_FAILED)
 			return -ENOMEM;
 		p->chunk[p->n >> p->chunk_shift] = mem;

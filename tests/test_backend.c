@@ -1740,6 +1740,192 @@ static void test_epoll_close_elsewhere_then_reuse_registers_nothing(void **state
 	t_destroy(rt);
 }
 
+/* A stream and a send waiting for room on one socket, on executor 1; a
+ * task on executor 0 closes the descriptor with cbcmn_close() and gives
+ * the number to another socket (dup2) while executor 1 is busy, then the
+ * stream is closed on executor 1 before that executor reads the close.
+ * The stream's request ended first: putting the registration back to
+ * one-shot for the send's wait found none (ENOENT) and added the other
+ * socket's, and the close then took the send's wait for one on the new
+ * file: it went on, and sent into the other socket. */
+struct reuse3 {
+	int sv[2], other[2];
+	_Atomic int armed, sending, closed;
+	int64_t sent;
+};
+
+static int64_t reuse3_stream(cbcmn_cx *cx, void *arg)
+{
+	struct reuse3 *u = arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, u->sv[0], &st) == 0);
+	const void *d;
+	TASK_CHECK(send(u->sv[1], "a", 1, 0) == 1);
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	TASK_CHECK(cbcmn_stream_recv(cx, st, &d) == 1); /* its request watches on */
+	cbcmn_io_set_timeout(cx, 0);
+	atomic_store(&u->armed, 1);
+	while (!atomic_load(&u->sending))
+		cbcmn_yield(cx);
+	while (!atomic_load(&u->closed))
+		; /* holds executor 1 while the number changes hands */
+	cbcmn_stream_close(cx, st);
+	return 0;
+}
+
+static int64_t reuse3_sender(cbcmn_cx *cx, void *arg)
+{
+	struct reuse3 *u = arg;
+	static char fill[4096];
+	while (!atomic_load(&u->armed))
+		cbcmn_yield(cx);
+	while (send(u->sv[0], fill, sizeof(fill), MSG_DONTWAIT) > 0)
+		;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	atomic_store(&u->sending, 1);
+	u->sent = cbcmn_send(cx, u->sv[0], "X", 1, 0);
+	cbcmn_io_set_timeout(cx, 0);
+	return 0;
+}
+
+static int64_t reuse3_main(cbcmn_cx *cx, void *arg)
+{
+	struct reuse3 *u = arg;
+	int fd = u->sv[0];
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, reuse3_sender, u, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, reuse3_stream, u, NULL) == 0);
+	for (int i = 0; i < 3000 && !atomic_load(&u->sending); i++)
+		cbcmn_sleep(cx, MS);
+	cbcmn_sleep(cx, 20 * MS); /* the send waits; the stream task spins */
+	TASK_CHECK(cbcmn_close(cx, fd) == 0);
+	TASK_CHECK(dup2(u->other[0], fd) == fd);
+	atomic_store(&u->closed, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	close(fd);
+	return 0;
+}
+
+static void test_epoll_stream_end_after_close_elsewhere_leaves_its_send_ending(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan: a close under another thread's use of the number, on purpose");
+		return;
+	}
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct reuse3 u = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.sv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u.other), 0);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, xclose_root_for, &(struct xroot){reuse3_main, &u}, &r), 0);
+	ASSERT_TASK_CHECKS();
+	char b;
+	ssize_t stray = recv(u.other[1], &b, 1, MSG_DONTWAIT);
+	if (u.sent != -EBADF || stray == 1)
+		fail_msg("the send returned %lld, the other socket %s", (long long)u.sent,
+			 stray == 1 ? "got its byte" : "got nothing");
+	close(u.sv[1]);
+	close(u.other[0]);
+	close(u.other[1]);
+	t_destroy(rt);
+}
+
+/* A stream receiving a flood on executor 1, its descriptor closed with
+ * cbcmn_close() by a task on executor 0, a copy of the file living on.
+ * The close removes executor 1's registration, then closes; a flooded
+ * stream's request stops at its batch and has its set report it again (a
+ * MOD), and a MOD in between found nothing and added the registration
+ * anew: after the close(2), edge-triggered, for the copy's file, under a
+ * number no longer open (nothing could remove it; about one close in 150
+ * here).  Bounded: RACE_TRIALS closes, each after a different delay, or
+ * RACE_NS. */
+#define RACE_TRIALS 400
+#define RACE_NS (5000 * MS)
+
+struct race {
+	int sv[2];
+	_Atomic int stop;
+	int64_t last;
+	int orphans, trial;
+};
+
+static void *race_flood(void *arg)
+{
+	struct race *r = arg;
+	static char big[65536];
+	while (!atomic_load(&r->stop))
+		if (send(r->sv[1], big, sizeof(big), MSG_DONTWAIT) < 0)
+			usleep(20);
+	return NULL;
+}
+
+static int64_t race_reader(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, r->sv[0], &st) == 0);
+	const void *d;
+	cbcmn_io_set_timeout(cx, T_STALL_NS);
+	int64_t n;
+	while ((n = cbcmn_stream_recv(cx, st, &d)) > 0)
+		;
+	r->last = n;
+	cbcmn_io_set_timeout(cx, 0);
+	cbcmn_stream_close(cx, st);
+	return 0;
+}
+
+static int64_t race_main(cbcmn_cx *cx, void *arg)
+{
+	struct race *r = arg;
+	uint64_t end = t_now_ns() + RACE_NS;
+	for (r->trial = 0; r->trial < RACE_TRIALS && t_now_ns() < end; r->trial++) {
+		TASK_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r->sv) == 0);
+		atomic_store(&r->stop, 0);
+		pthread_t th;
+		TASK_CHECK(pthread_create(&th, NULL, race_flood, r) == 0);
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, race_reader, r, NULL) == 0);
+		cbcmn_sleep(cx, (uint64_t)(1 + r->trial % 5) * MS);
+		int fd = r->sv[0], copy = dup(fd);
+		TASK_CHECK(copy >= 0);
+		TASK_CHECK(cbcmn_close(cx, fd) == 0);
+		TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+		TASK_CHECK(r->last == -EBADF);
+		/* Nothing has the number since: a registration under it is
+		 * the closed one's. */
+		if (t_fd_registered(fd))
+			r->orphans++;
+		atomic_store(&r->stop, 1);
+		pthread_join(th, NULL);
+		close(copy);
+		close(r->sv[1]);
+		if (r->orphans)
+			break;
+	}
+	return 0;
+}
+
+static void test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan: a close under another thread's use of the number, on purpose");
+		return;
+	}
+	cbcmn_runtime *rt = rt_epoll(2);
+	struct race r = {0};
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, xclose_root_for, &(struct xroot){race_main, &r}, &res), 0);
+	ASSERT_TASK_CHECKS();
+	if (r.orphans)
+		fail_msg("trial %d: a registration outlived cbcmn_close() of its number", r.trial);
+	t_destroy(rt);
+}
+
 /* A task waits to read a pipe; another task (on the same executor, or
  * the other one) closes the descriptor with cbcmn_close() and puts a new
  * pipe, with a byte in it, under the same number.  The registration went
@@ -2294,6 +2480,8 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_closed_stream_leaves_no_registration_armed),
 		T_WATCHED_TEST(test_epoll_close_elsewhere_leaves_no_stream_registration_armed),
 		T_WATCHED_TEST(test_epoll_close_elsewhere_then_reuse_registers_nothing),
+		T_WATCHED_TEST(test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration),
+		T_WATCHED_TEST(test_epoll_stream_end_after_close_elsewhere_leaves_its_send_ending),
 		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
 		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
 		T_WATCHED_TEST(test_epoll_close_log_wrapped_wait_not_moved_to_next_file),
