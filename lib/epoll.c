@@ -195,53 +195,77 @@ static uint32_t arm_events(uint32_t want, bool kept)
 	return want && kept ? want | EPOLLET : want | EPOLLONESHOT;
 }
 
-/* Take fd's slot of the runtime's `adding` (what: fd + 1, | ADD_CLOSING
- * for a close), waiting for its holder: an add (or MOD) of fd waits for a
- * close of fd in progress, and a close for an add.  Between a close's removal of fd
- * from every set and its close(2), an add (a stream's request re-armed on
- * another executor, its MOD finding the registration gone) registered the
- * file again, which after the close(2), a copy of the file alive elsewhere,
- * nothing could remove by number: edge-triggered, it woke that executor at
- * every edge of the copy's file
- * (test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration).
- * After the close the add finds the number closed, or its next file (the
- * close log then tells the waits of the old one from the new one's).  The
- * holder makes one system call (an add; a close's DELs and close(2)):
- * spin, then yield the CPU to it.  Slots are shared by numbers
- * CLOSE_SLOTS apart: such an add or close waits for the other one. */
-static void slot_take(_Atomic uint32_t *slot, uint32_t what)
+/* Between a cbcmn_close()'s removal of fd from every set and its
+ * close(2), an add (a stream's request re-armed on another executor, its
+ * MOD finding the registration gone) registered the file again, which
+ * after the close(2), a copy of the file alive elsewhere, nothing could
+ * remove by number: edge-triggered, it woke that executor at every edge
+ * of the copy's file
+ * (test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration); and
+ * a MOD arming a stream's registration that the close's look had not
+ * counted kept it armed past the close(2).  So an arming of fd waits for
+ * a close of fd under way, and a close for the armings of its slot's
+ * numbers under way (one system call each): the close's look, removals
+ * and close(2) fall on one side of each arming.  An arming of another
+ * number of the slot goes on: a close(2) may block for long (SO_LINGER
+ * with data unsent, a flush to a network file), and held that executor,
+ * spinning, however much the close needed it
+ * (test_epoll_lingering_close_leaves_a_number_4096_above_armable).  After
+ * the close an arming finds the number closed, or its next file (the
+ * close log then tells the waits of the old one from the new one's). */
+static void slot_pause(unsigned *spins)
 {
-	for (unsigned spins = 0;; spins++) {
-		uint32_t v = 0;
-		/* acquire: after the holder's system calls. */
-		if (atomic_compare_exchange_weak_explicit(slot, &v, what, memory_order_acquire,
-							  memory_order_relaxed))
+	if ((*spins)++ < 64)
+		cbcmn__cpu_relax();
+	else
+		sched_yield();
+}
+
+static void arm_enter(struct cbcmn__ep_closes *cl, uint32_t s, uint32_t what)
+{
+	for (unsigned spins = 0;;) {
+		/* seq_cst, both: with close_enter()'s store and load, either
+		 * the closer sees this count or we see its number. */
+		atomic_fetch_add(&cl->arming[s], 1);
+		if (atomic_load(&cl->closing[s]) != what)
 			return;
-		if (spins < 64)
-			cbcmn__cpu_relax();
-		else
-			sched_yield();
+		atomic_fetch_sub_explicit(&cl->arming[s], 1, memory_order_relaxed);
+		while (atomic_load_explicit(&cl->closing[s], memory_order_relaxed) == what)
+			slot_pause(&spins);
 	}
 }
 
-static void slot_give(_Atomic uint32_t *slot)
+static void arm_leave(struct cbcmn__ep_closes *cl, uint32_t s)
 {
-	atomic_store_explicit(slot, 0, memory_order_release);
+	/* release: a closer that sees the count drop sees our registration. */
+	atomic_fetch_sub_explicit(&cl->arming[s], 1, memory_order_release);
 }
 
-/* An EPOLL_CTL_ADD or MOD of fd under fd's slot, so that a cbcmn_close()'s
- * look at who watches fd, its removals and its close(2) never fall either
- * side of it: an ADD in between registered the file again; a MOD arming a
- * stream's registration that the close's look had not counted (the watch
- * counted after it, so not removed) kept it armed past the close(2).  A
- * CAS and a store beside a system call of about a microsecond. */
+/* Closes of two numbers of one slot take turns (rare: CLOSE_SLOTS apart). */
+static void close_enter(struct cbcmn__ep_closes *cl, uint32_t s, uint32_t what)
+{
+	unsigned spins = 0;
+	for (uint32_t v = 0; !atomic_compare_exchange_weak(&cl->closing[s], &v, what); v = 0)
+		slot_pause(&spins);
+	while (atomic_load(&cl->arming[s]) != 0)
+		slot_pause(&spins);
+}
+
+static void close_leave(struct cbcmn__ep_closes *cl, uint32_t s)
+{
+	atomic_store_explicit(&cl->closing[s], 0, memory_order_release);
+}
+
+/* An EPOLL_CTL_ADD or MOD of fd, on one side of any cbcmn_close() of fd
+ * (above): a fetch-add, a load and a fetch-sub beside a system call of
+ * about a microsecond. */
 static int fd_ctl(struct cbcmn__ep *ep, int op, int fd, struct epoll_event *ev)
 {
-	_Atomic uint32_t *slot = &ep->closes->adding[(uint32_t)fd % CLOSE_SLOTS];
-	slot_take(slot, (uint32_t)fd + 1);
+	uint32_t s = (uint32_t)fd % CLOSE_SLOTS;
+	arm_enter(ep->closes, s, (uint32_t)fd + 1);
 	int rc = epoll_ctl(ep->epfd, op, fd, ev);
 	int err = errno;
-	slot_give(slot);
+	arm_leave(ep->closes, s);
 	errno = err;
 	return rc;
 }
@@ -1080,9 +1104,8 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	struct cbcmn__ep *ep = e->ep;
 	struct cbcmn__ep_closes *cl = e->rt->ep_closes;
 	/* No set arms fd from our look at its watchers to its close (fd_ctl()). */
-	_Atomic uint32_t *adding = fd >= 0 ? &cl->adding[(uint32_t)fd % CLOSE_SLOTS] : NULL;
-	if (adding)
-		slot_take(adding, ((uint32_t)fd + 1) | ADD_CLOSING);
+	if (fd >= 0)
+		close_enter(cl, (uint32_t)fd % CLOSE_SLOTS, (uint32_t)fd + 1);
 	if (fd >= 0 && (uint32_t)fd < ep->nfds && ep->fds[fd].added) {
 		(void)epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
 		ep->fds[fd].added = false;
@@ -1090,8 +1113,8 @@ static int64_t do_close(struct cbcmn__exec *e, int fd)
 	if (fd >= 0)
 		unregister_elsewhere(e, fd, &cl->watched[(uint32_t)fd % CLOSE_SLOTS]);
 	int64_t rc = sys(close(fd));
-	if (adding)
-		slot_give(adding);
+	if (fd >= 0)
+		close_leave(cl, (uint32_t)fd % CLOSE_SLOTS);
 	if (rc == -EBADF || fd < 0)
 		return rc; /* nothing was closed (any other error closed it) */
 	/* seq_cst: pairs with cbcmn__ep_watch()'s (see there). */

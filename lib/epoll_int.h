@@ -61,12 +61,13 @@ struct cbcmn__ep_closes {
 	 * entry is s's only if they match: 0 is nobody's, s starts at 1). */
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t log[CLOSE_LOG];
 	_Atomic uint32_t watched[CLOSE_SLOTS];
-	/* By fd % CLOSE_SLOTS: 0, or fd + 1 of the descriptor being armed in
-	 * a set (EPOLL_CTL_ADD or MOD), | ADD_CLOSING while cbcmn_close()
-	 * removes it from the sets and closes it (epoll.c, fd_ctl()). */
-	_Atomic uint32_t adding[CLOSE_SLOTS];
+	/* By fd % CLOSE_SLOTS (epoll.c, fd_ctl()): fd + 1 of the descriptor
+	 * a cbcmn_close() is removing from the sets and closing, or 0; and
+	 * how many EPOLL_CTL_ADDs or MODs of the slot's numbers are under
+	 * way. */
+	_Atomic uint32_t closing[CLOSE_SLOTS];
+	_Atomic uint32_t arming[CLOSE_SLOTS];
 };
-#define ADD_CLOSING (1u << 31)
 
 struct ep_fd {
 	struct ep_wait *head;

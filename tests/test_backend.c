@@ -20,6 +20,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -1926,6 +1927,108 @@ static void test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration(voi
 	t_destroy(rt);
 }
 
+/* A close that blocks (SO_LINGER, data unsent) on executor 0, and on
+ * executor 1 the task whose reading lets it finish, which waits a moment
+ * on a pipe under the number 4096 above first: the two numbers share the
+ * close table's slot.  The close held the slot until its close(2)
+ * returned, and executor 1's arming of the pipe waited for it, spinning:
+ * nobody read, and the close ran to its linger's end (the data left to
+ * the orphaned socket).  The close returns once its peer has the data:
+ * the reader has read most of it by then. */
+#define LINGER_S 5
+
+struct lingering {
+	int a, b, q[2]; /* a: closed on executor 0; b: its peer; q[0]: 4096 above a */
+	_Atomic int go;
+	_Atomic int64_t got;
+	int64_t total, at_close;
+};
+
+static int64_t lingering_reader(cbcmn_cx *cx, void *arg)
+{
+	struct lingering *l = arg;
+	static char buf[65536];
+	while (!atomic_load(&l->go))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 50 * MS); /* the close has begun */
+	/* Nothing comes: an arming of q[0], then a timeout. */
+	TASK_CHECK(cbcmn_poll(cx, l->q[0], POLLIN, MS) == -ETIMEDOUT);
+	int64_t n;
+	while ((n = cbcmn_recv(cx, l->b, buf, sizeof(buf), 0)) > 0)
+		atomic_fetch_add(&l->got, n);
+	return 0;
+}
+
+static int64_t lingering_main(cbcmn_cx *cx, void *arg)
+{
+	struct lingering *l = arg;
+	static char fill[65536];
+	ssize_t k;
+	while ((k = send(l->a, fill, sizeof(fill), MSG_DONTWAIT)) > 0)
+		l->total += k;
+	struct linger lg = {.l_onoff = 1, .l_linger = LINGER_S};
+	TASK_CHECK(setsockopt(l->a, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, lingering_reader, l, NULL) == 0);
+	atomic_store(&l->go, 1);
+	TASK_CHECK(cbcmn_close(cx, l->a) == 0);
+	l->at_close = atomic_load(&l->got);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_epoll_lingering_close_leaves_a_number_4096_above_armable(void **state)
+{
+	(void)state;
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	int small = 4096, big = 1 << 20;
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(ls >= 0);
+	assert_int_equal(setsockopt(ls, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(ls, 1), 0);
+	assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+	struct lingering l = {.a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+	assert_true(l.a >= 0);
+	assert_int_equal(setsockopt(l.a, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big)), 0);
+	assert_int_equal(connect(l.a, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	int b = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+	assert_true(b >= 0);
+	close(ls);
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max <= (rlim_t)l.a + 4096) {
+		T_SKIP("RLIMIT_NOFILE's hard limit %llu", (unsigned long long)rl.rlim_max);
+		close(l.a);
+		close(b);
+		return;
+	}
+	struct rlimit up = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &up), 0);
+	l.b = b;
+	int q[2];
+	assert_int_equal(pipe2(q, O_CLOEXEC), 0);
+	l.q[0] = dup2(q[0], l.a + 4096);
+	assert_int_equal(l.q[0], l.a + 4096);
+	l.q[1] = q[1];
+	close(q[0]);
+	cbcmn_runtime *rt = rt_epoll(2);
+	int64_t r;
+	assert_int_equal(cbcmn_runtime_run(rt, xclose_root_for, &(struct xroot){lingering_main, &l}, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&l.got), l.total);
+	if (l.at_close < l.total / 2)
+		fail_msg("the close returned with %lld of %lld bytes read: its peer's reader, "
+			 "arming a number 4096 above, was held", (long long)l.at_close, (long long)l.total);
+	close(l.b);
+	close(l.q[0]);
+	close(l.q[1]);
+	t_destroy(rt);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
 /* A task waits to read a pipe; another task (on the same executor, or
  * the other one) closes the descriptor with cbcmn_close() and puts a new
  * pipe, with a byte in it, under the same number.  The registration went
@@ -2481,6 +2584,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_epoll_close_elsewhere_leaves_no_stream_registration_armed),
 		T_WATCHED_TEST(test_epoll_close_elsewhere_then_reuse_registers_nothing),
 		T_WATCHED_TEST(test_epoll_close_elsewhere_racing_a_rearm_leaves_no_registration),
+		T_WATCHED_TEST(test_epoll_lingering_close_leaves_a_number_4096_above_armable),
 		T_WATCHED_TEST(test_epoll_stream_end_after_close_elsewhere_leaves_its_send_ending),
 		T_WATCHED_TEST(test_epoll_wait_on_a_descriptor_another_task_closes_is_ebadf),
 		T_WATCHED_TEST(test_epoll_many_waits_on_a_closed_descriptor_all_end),
