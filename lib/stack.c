@@ -29,10 +29,14 @@
 bool cbcmn__stack_test_no_lightweight_guards;
 size_t cbcmn__stack_test_fail_map_over;
 
+/* base, len and next first: test_stack.c mirrors them. */
 struct cbcmn__stack_slab {
 	void *base;
 	size_t len;
 	struct cbcmn__stack_slab *next;
+	uint32_t n;      /* stacks in it */
+	uint32_t nfree;  /* of them in the shared pool */
+	uint64_t bits[]; /* bit i: stack i is in the shared pool */
 };
 
 #define SLAB_FIRST 16u
@@ -196,13 +200,132 @@ void cbcmn__unmap_stack_memory(void *p, size_t len)
 	munmap(p, len);
 }
 
+/* ---- the shared pool: free stacks by address --------------------------
+ *
+ * The pool hands out its lowest free stack first.  A free list in the order
+ * stacks came back (LIFO) scattered them: tasks spawned one after another
+ * got stacks further apart round after round, 1 MiB to 43 MiB between ring
+ * neighbours in six rounds of `cbcmn-bench actors` (issue 16), and the hop
+ * slowed down with it.  Lowest first refills a cache with neighbours,
+ * whatever order they were freed in.  A bit per stack in its slab, the slabs
+ * sorted by address: a put finds its slab by binary search, a get scans up
+ * from the lowest slab that has one. */
+
+static bool bit_test(const struct cbcmn__stack_slab *sl, uint32_t i)
+{
+	return sl->bits[i / 64] >> (i % 64) & 1;
+}
+
+static struct cbcmn__stack *stack_at(const struct cbcmn__stack_pool *p,
+				     const struct cbcmn__stack_slab *sl, uint32_t i)
+{
+	char *lo = (char *)sl->base + (size_t)i * p->region + p->guard_bytes;
+	return (struct cbcmn__stack *)(lo + p->size);
+}
+
+/* Index in by_addr of the first slab whose base is above addr. */
+static uint32_t slab_after(const struct cbcmn__stack_pool *p, const void *addr)
+{
+	uint32_t lo = 0, hi = p->nslabs;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if ((const char *)p->by_addr[mid]->base <= (const char *)addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Under the pool lock: room in by_addr for one slab more. */
+static int by_addr_reserve(struct cbcmn__stack_pool *p)
+{
+	if (p->nslabs < p->slabs_cap)
+		return 0;
+	uint32_t cap = p->slabs_cap ? 2 * p->slabs_cap : 16;
+	struct cbcmn__stack_slab **v = realloc(p->by_addr, cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	p->by_addr = v;
+	p->slabs_cap = cap;
+	return 0;
+}
+
+/* Under the pool lock, after by_addr_reserve(). */
+static void by_addr_insert(struct cbcmn__stack_pool *p, struct cbcmn__stack_slab *sl)
+{
+	uint32_t at = slab_after(p, sl->base);
+	memmove(&p->by_addr[at + 1], &p->by_addr[at], (p->nslabs - at) * sizeof(*p->by_addr));
+	p->by_addr[at] = sl;
+	p->nslabs++;
+	if (at <= p->lowest) /* the slabs from at on moved one up */
+		p->lowest = sl->nfree ? at : p->lowest + 1;
+}
+
+/* Under the pool lock: s goes back to the pool. */
+static void pool_free(struct cbcmn__stack_pool *p, struct cbcmn__stack *s)
+{
+	uint32_t at = slab_after(p, s) - 1;
+	struct cbcmn__stack_slab *sl = p->by_addr[at];
+	uint32_t i = (uint32_t)(((char *)s - (char *)sl->base) / p->region);
+	sl->bits[i / 64] |= (uint64_t)1 << (i % 64);
+	sl->nfree++;
+	p->nfree++;
+	if (at < p->lowest)
+		p->lowest = at;
+}
+
+/* Under the pool lock: up to want stacks off the pool, lowest first, chained
+ * through next in ascending order.  The pool has at least one. */
+static struct cbcmn__stack *pool_take(struct cbcmn__stack_pool *p, uint32_t want)
+{
+	struct cbcmn__stack *head = NULL, **link = &head;
+	uint32_t at = p->lowest;
+	for (; want && at < p->nslabs; at++) {
+		struct cbcmn__stack_slab *sl = p->by_addr[at];
+		for (uint32_t w = 0; want && sl->nfree && w < (sl->n + 63) / 64; w++) {
+			while (want && sl->bits[w]) {
+				uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(sl->bits[w]);
+				sl->bits[w] &= sl->bits[w] - 1;
+				sl->nfree--;
+				p->nfree--;
+				want--;
+				*link = stack_at(p, sl, i);
+				link = &(*link)->next;
+			}
+		}
+		if (sl->nfree)
+			break;
+	}
+	*link = NULL;
+	p->lowest = at;
+	return head;
+}
+
+bool cbcmn__stack_pool_holds(struct cbcmn__stack_pool *p, const struct cbcmn__stack *s)
+{
+	cbcmn__mutex_lock(&p->lock);
+	uint32_t at = slab_after(p, s);
+	bool in = false;
+	if (at > 0) {
+		const struct cbcmn__stack_slab *sl = p->by_addr[at - 1];
+		size_t off = (size_t)((const char *)s - (const char *)sl->base);
+		in = off < sl->len && bit_test(sl, (uint32_t)(off / p->region));
+	}
+	cbcmn__mutex_unlock(&p->lock);
+	return in;
+}
+
 void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 {
 	struct cbcmn__stack_slab *sl = p->slabs;
 #ifdef __SANITIZE_THREAD__
-	for (struct cbcmn__stack *s = p->free; s; s = s->next)
-		if (s->san_fiber)
-			__tsan_destroy_fiber(s->san_fiber);
+	for (struct cbcmn__stack_slab *x = sl; x; x = x->next)
+		for (uint32_t i = 0; i < x->n; i++) {
+			struct cbcmn__stack *s = stack_at(p, x, i);
+			if (bit_test(x, i) && s->san_fiber)
+				__tsan_destroy_fiber(s->san_fiber);
+		}
 #endif
 	while (sl) {
 		struct cbcmn__stack_slab *next = sl->next;
@@ -211,7 +334,9 @@ void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 		sl = next;
 	}
 	p->slabs = NULL;
-	p->free = NULL;
+	free(p->by_addr);
+	p->by_addr = NULL;
+	p->nslabs = p->slabs_cap = p->lowest = 0;
 	p->nfree = 0;
 	/* Guards never made go back to the other pools. */
 	unpromise_guards(p);
@@ -307,9 +432,12 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		if (p->guard_left < n)
 			n = (uint32_t)p->guard_left; /* a smaller slab, all guarded */
 	}
-	struct cbcmn__stack_slab *sl = cbcmn__malloc(sizeof(*sl));
-	if (!sl)
+	struct cbcmn__stack_slab *sl = cbcmn__malloc(sizeof(*sl) + (n + 63) / 64 * sizeof(uint64_t));
+	if (!sl || by_addr_reserve(p) != 0) {
+		free(sl);
 		return -ENOMEM;
+	}
+	memset(sl->bits, 0, (n + 63) / 64 * sizeof(uint64_t));
 	/* One big mapping can fail where smaller ones fit: the commit limit
 	 * under vm.overcommit_memory=2 (which ignores MAP_NORESERVE), an
 	 * RLIMIT_AS, a fragmented address space.  Halve down to one stack. */
@@ -344,9 +472,7 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		s->san_fiber = NULL;
 		s->san_uses = 0;
 		s->asan_fake = NULL;
-		s->next = p->free;
-		p->free = s;
-		p->nfree++;
+		sl->bits[made / 64] |= (uint64_t)1 << (made % 64);
 		p->stacks_total++;
 		p->stacks_guarded += guarded;
 	}
@@ -363,8 +489,11 @@ static int slab_new(struct cbcmn__stack_pool *p)
 	}
 	sl->base = base;
 	sl->len = len;
+	sl->n = sl->nfree = made;
+	p->nfree += made;
 	sl->next = p->slabs;
 	p->slabs = sl;
+	by_addr_insert(p, sl);
 	/* Grow from what fitted: after a halving, the next slab tries the
 	 * size that failed once more, then grows again. */
 	p->next_slab_stacks = n < SLAB_MAX / 2 ? 2 * n : SLAB_MAX;
@@ -422,23 +551,17 @@ static struct cbcmn__stack *stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 		return s;
 	}
 	cbcmn__mutex_lock(&p->lock);
-	if (!p->free && slab_new(p) != 0) {
+	if (!p->nfree && slab_new(p) != 0) {
 		cbcmn__mutex_unlock(&p->lock);
 		return NULL;
 	}
-	/* Take one to return and up to BATCH-1 more for the cache. */
-	s = p->free;
-	p->free = s->next;
-	p->nfree--;
-	for (uint32_t i = 1; i < batch && p->free; i++) {
-		struct cbcmn__stack *x = p->free;
-		p->free = x->next;
-		p->nfree--;
-		x->next = c->free;
-		c->free = x;
-		c->n++;
-	}
+	/* One to return and up to batch-1 more for the cache, which hands
+	 * them out in the same ascending order. */
+	s = pool_take(p, batch);
 	cbcmn__mutex_unlock(&p->lock);
+	c->free = s->next;
+	for (struct cbcmn__stack *x = c->free; x; x = x->next)
+		c->n++;
 	return s;
 }
 
@@ -484,6 +607,8 @@ struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 	return stack_get(p, c, BATCH);
 }
 
+static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head);
+
 /* Release a stack's memory except its top page (descriptor and the next
  * fiber's first frames).  Also re-zeroes the canary. */
 static void release_pages(struct cbcmn__stack *s)
@@ -510,8 +635,7 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 	/* Spill: this stack and half the cache go to the shared pool, with
 	 * their memory given back: a burst of fibers must not pin its peak RSS
 	 * forever.  The madvise calls happen outside the lock. */
-	struct cbcmn__stack *head = s, *tail = s;
-	uint32_t n = 1;
+	struct cbcmn__stack *head = s;
 	s->next = NULL;
 	while (c && c->n > CBCMN__STACK_CACHE_MAX / 2) {
 		struct cbcmn__stack *x = c->free;
@@ -519,31 +643,29 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		c->n--;
 		x->next = head;
 		head = x;
-		n++;
 	}
-	for (struct cbcmn__stack *x = head; x; x = x->next) {
+	pool_put(p, head);
+}
+
+/* Give a chain of stacks to the pool, their memory first (outside the lock). */
+static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head)
+{
+	for (struct cbcmn__stack *x = head; x; x = x->next)
 		release_pages(x);
-		tail = x;
-	}
 	cbcmn__mutex_lock(&p->lock);
-	tail->next = p->free;
-	p->free = head;
-	p->nfree += n;
+	while (head) {
+		struct cbcmn__stack *x = head;
+		head = x->next;
+		pool_free(p, x);
+	}
 	cbcmn__mutex_unlock(&p->lock);
 }
 
 void cbcmn__stack_cache_drain(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
 {
 	/* Like a spill: stacks in the shared pool have given their memory back. */
-	while (c->free) {
-		struct cbcmn__stack *s = c->free;
-		c->free = s->next;
-		c->n--;
-		release_pages(s);
-		cbcmn__mutex_lock(&p->lock);
-		s->next = p->free;
-		p->free = s;
-		p->nfree++;
-		cbcmn__mutex_unlock(&p->lock);
-	}
+	struct cbcmn__stack *head = c->free;
+	c->free = NULL;
+	c->n = 0;
+	pool_put(p, head);
 }

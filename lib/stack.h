@@ -24,7 +24,10 @@
  *
  * Stacks are recycled through a per-executor cache (no locks, no munmap);
  * the cache spills to and refills from the shared pool in batches, and
- * stacks in the shared pool give their memory back (MADV_DONTNEED).
+ * stacks in the shared pool give their memory back (MADV_DONTNEED).  The
+ * pool hands out its lowest-addressed stacks first, in ascending order, so
+ * tasks spawned one after another get neighbouring stacks however
+ * scattered the order they were freed in.
  */
 #ifndef CBCMN_STACK_H
 #define CBCMN_STACK_H
@@ -104,9 +107,12 @@ struct cbcmn__stack_slab;
 
 struct cbcmn__stack_pool {
 	struct cbcmn__mutex lock;       /* CBCMN__LOCK_STACKS */
-	struct cbcmn__stack *free;      /* shared free stacks, memory released */
-	uint32_t nfree;
+	uint32_t nfree;                 /* stacks in the shared pool, memory released */
 	struct cbcmn__stack_slab *slabs;
+	/* The slabs by address, and where the lowest free stack may be: no
+	 * slab below by_addr[lowest] has one (stack.c, lowest first). */
+	struct cbcmn__stack_slab **by_addr;
+	uint32_t nslabs, slabs_cap, lowest;
 	size_t size;                    /* usable bytes per stack */
 	size_t region;                  /* bytes per stack in a slab, guard included */
 	uint32_t next_slab_stacks;      /* slabs grow geometrically */
@@ -195,6 +201,9 @@ void cbcmn__stack_yellow_close(struct cbcmn__stack *s);
  * _reset sets the usual line back. */
 void cbcmn__stack_check_relax(struct cbcmn__stack *s);
 void cbcmn__stack_check_reset(struct cbcmn__stack *s);
+
+/* Tests: is s in the shared pool (not handed out, not in a cache)? */
+bool cbcmn__stack_pool_holds(struct cbcmn__stack_pool *p, const struct cbcmn__stack *s);
 
 /* Map budget left for guarded stacks, from vm.max_map_count and the
  * mappings the process already has.  Exposed for tests and docs. */

@@ -2094,6 +2094,11 @@ static void bench_actors(void)
 			}
 			rv[mode][i] = (double)(r.t_end - r.t0) / (double)act_hops;
 			rc_[mode][i] = (double)(r.c_end - r.c0) / (double)act_hops;
+			/* The drift from round to round in one runtime (issue 16):
+			 * the medians hide it. */
+			if (getenv("CBCMN_BENCH_ROUNDS"))
+				fprintf(stderr, "actors ring%s round %d cpu_ns_per_hop %.0f\n",
+					ring_name[mode], i, rc_[mode][i]);
 		}
 	for (int mode = 0; mode < RING_MODES; mode++) {
 		printf("actors ring%s_ns_per_hop %.0f\n", ring_name[mode], median(rv[mode], reps));
