@@ -41,6 +41,7 @@ void cbcmn__iwait_rearm(struct cbcmn__iwait *iw)
 	/* Relaxed: a stale canceller's CAS (iwait.h) reads it, and needs
 	 * nothing else of ours: it wakes w.task, set once. */
 	atomic_store_explicit(&iw->state, CBCMN__IW_WAITING, memory_order_relaxed);
+	CBCMN__PAUSE(CBCMN__P_REARM, iw);
 	iw->prev = iw->next = NULL;
 	iw->reg = NULL;
 	iw->cell = NULL;
@@ -547,6 +548,7 @@ static uint64_t scope_cancel(struct cbcmn_runtime *rt, struct cbcmn__scope *s, u
 					atomic_load_explicit(&nd->cur, memory_order_acquire);
 				if (iw) { /* else its task runs, or blocks in no registry wait */
 					visits++;
+					CBCMN__PAUSE(CBCMN__P_SCAN_WAIT, iw);
 					reg_cancel(iw);
 				}
 			}

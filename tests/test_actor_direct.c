@@ -883,6 +883,142 @@ static void test_late_cancellers_claim_only_a_cancelled_receivers_record(void **
 	t_destroy(rt);
 }
 
+/* ---- a stale canceller's claim as the record is re-armed (iwait.h) ----
+ * A canceller (a stop's scan of the nursery, for another actor) holds the
+ * receiver's lasting record, read in its node's cur, while the receive
+ * ends with a message and the next re-arms it; the nursery is cancelled
+ * meanwhile.  The canceller's claim then takes the re-armed wait and
+ * wakes its task: it must find the task parking, or the wake is lost and
+ * the receive, seeing its claim taken, suspends for ever (the record was
+ * WAITING before its task was PARKING).  The pause points hold the
+ * canceller before its claim and the receiver just after its state
+ * became WAITING; one executor makes the rest happen in order. */
+struct stale {
+	cbcmn_runtime *rt;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref rx, sleeper;
+	_Atomic int started, held, release, stop_done, cancel_go, rearms, cancelled;
+	_Atomic long ended;
+};
+static struct stale st;
+
+static bool st_wait(_Atomic int *flag)
+{
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(flag) && t_now_ns() < until)
+		usleep(100);
+	return atomic_load(flag);
+}
+
+static void st_pause(enum cbcmn__pause_point pt, void *p)
+{
+	const struct cbcmn__iwait *iw = p;
+	if (pt == CBCMN__P_SCAN_WAIT && iw->lasting && !atomic_exchange(&st.held, 1))
+		(void)st_wait(&st.release); /* holding the receiver's record */
+	else if (pt == CBCMN__P_REARM && atomic_load(&st.held) &&
+		 atomic_fetch_add(&st.rearms, 1) == 0) {
+		atomic_store(&st.cancel_go, 1); /* past the receive's own check */
+		const struct cbcmn_nursery *n = (const struct cbcmn_nursery *)st.n;
+		uint64_t until = t_now_ns() + T_STALL_NS;
+		while (!atomic_load(&n->cancelled) && t_now_ns() < until)
+			usleep(100);
+		atomic_store(&st.release, 1);
+		(void)st_wait(&st.stop_done); /* its claim made, its wake sent */
+	}
+}
+
+static int64_t st_rx(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	int rc;
+	atomic_store(&st.started, 1);
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0)
+		;
+	atomic_store(&st.cancelled, rc == CBCMN_ECANCELED);
+	atomic_fetch_add(&st.ended, 1);
+	return 0;
+}
+
+static int64_t st_sleeper(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	(void)cbcmn_sleep(cx, 60ull * 1000000000ull); /* until stopped */
+	atomic_fetch_add(&st.ended, 1);
+	return 0;
+}
+
+static void *st_stopper(void *arg)
+{
+	(void)arg; /* the stop's scan reads the receiver's node */
+	(void)cbcmn_actor_stop(st.rt, NULL, st.sleeper, 7);
+	atomic_store(&st.stop_done, 1);
+	return NULL;
+}
+
+static void *st_canceller(void *arg)
+{
+	(void)arg;
+	if (st_wait(&st.cancel_go))
+		(void)cbcmn_nursery_cancel(st.n);
+	return NULL;
+}
+
+static int64_t st_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(open_n(cx, &st.n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, st.n, st_rx, NULL, NULL, &st.rx) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, st.n, st_sleeper, NULL, NULL, &st.sleeper) == 0);
+	TASK_CHECK(cbcmn_sleep(cx, 2000000) == 0); /* both run and block (one executor) */
+	pthread_t s, c;
+	TASK_CHECK(pthread_create(&s, NULL, st_stopper, NULL) == 0);
+	TASK_CHECK(pthread_create(&c, NULL, st_canceller, NULL) == 0);
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&st.held) && t_now_ns() < until)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&st.held));
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, st.rx, &m) == 0); /* the receive ends */
+	until = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&st.rearms) && t_now_ns() < until)
+		cbcmn_yield(cx); /* the receiver runs, and re-arms */
+	TASK_CHECK(atomic_load(&st.rearms));
+	atomic_store(&st.cancel_go, 1); /* whatever happened: let go */
+	atomic_store(&st.release, 1);
+	(void)cbcmn_nursery_await_all(cx, st.n);
+	pthread_join(s, NULL);
+	pthread_join(c, NULL);
+	return 0;
+}
+
+static void test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stall_ns = CBCMN_STALL_OFF;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!cbcmn__pause_set(NULL)) {
+		t_destroy(rt);
+		skip(); /* no pause points in this build */
+	}
+	memset(&st, 0, sizeof(st));
+	st.rt = rt;
+	cbcmn__pause_set(st_pause);
+	int64_t res;
+	int rc = cbcmn_runtime_run(rt, st_root, NULL, &res);
+	cbcmn__pause_set(NULL);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&st.rearms) > 0, 1); /* the window was held */
+	assert_int_equal(atomic_load(&st.ended), 2);
+	assert_true(atomic_load(&st.cancelled));
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -900,6 +1036,7 @@ int main(void)
 		cmocka_unit_test(test_wakes_racing_cancellation_run_each_receiver_once),
 		cmocka_unit_test(test_late_cancellers_claim_only_a_cancelled_receivers_record),
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
+		T_WATCHED_TEST(test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
