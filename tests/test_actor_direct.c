@@ -899,6 +899,7 @@ struct stale {
 	cbcmn_actor_ref rx, sleeper;
 	_Atomic int started, held, release, stop_done, cancel_go, rearms, cancelled;
 	_Atomic long ended;
+	bool timed; /* receive with a timer, whose arming fails after the claim */
 };
 static struct stale st;
 
@@ -924,6 +925,9 @@ static void st_pause(enum cbcmn__pause_point pt, void *p)
 			usleep(100);
 		atomic_store(&st.release, 1);
 		(void)st_wait(&st.stop_done); /* its claim made, its wake sent */
+		if (st.timed) /* the receive's timer, next */
+			cbcmn__fault_arm(CBCMN__F_MALLOC,
+					 &(struct cbcmn__fault_plan){.nth = 1, .err = -ENOMEM});
 	}
 }
 
@@ -933,7 +937,8 @@ static int64_t st_rx(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_msg m;
 	int rc;
 	atomic_store(&st.started, 1);
-	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0)
+	uint64_t timeout = st.timed ? 60ull * 1000000000ull : CBCMN_ACTOR_FOREVER;
+	while ((rc = cbcmn_actor_receive(cx, &m, timeout)) == 0)
 		;
 	atomic_store(&st.cancelled, rc == CBCMN_ECANCELED);
 	atomic_fetch_add(&st.ended, 1);
@@ -992,9 +997,8 @@ static int64_t st_root(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static void test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it(void **state)
+static void stale_run(bool timed)
 {
-	(void)state;
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
@@ -1007,16 +1011,35 @@ static void test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it(void **s
 	}
 	memset(&st, 0, sizeof(st));
 	st.rt = rt;
+	st.timed = timed;
 	cbcmn__pause_set(st_pause);
 	int64_t res;
 	int rc = cbcmn_runtime_run(rt, st_root, NULL, &res);
 	cbcmn__pause_set(NULL);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MALLOC);
+	cbcmn__fault_disarm_all();
 	assert_int_equal(rc, 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(atomic_load(&st.rearms) > 0, 1); /* the window was held */
+	if (timed)
+		assert_int_equal(fails, 1); /* the timer could not be armed */
 	assert_int_equal(atomic_load(&st.ended), 2);
-	assert_true(atomic_load(&st.cancelled));
+	assert_true(atomic_load(&st.cancelled)); /* not -ENOMEM: the claim was first */
 	t_destroy(rt);
+}
+
+static void test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it(void **state)
+{
+	(void)state;
+	stale_run(false);
+}
+
+/* The same, the receive's timer failing to arm (-ENOMEM) after the claim:
+ * the receive takes the claim's wake and ends cancelled (mb_block()). */
+static void test_a_stale_cancellers_claim_beats_a_receives_failed_timer(void **state)
+{
+	(void)state;
+	stale_run(true);
 }
 
 int main(void)
@@ -1037,6 +1060,7 @@ int main(void)
 		cmocka_unit_test(test_late_cancellers_claim_only_a_cancelled_receivers_record),
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 		T_WATCHED_TEST(test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it),
+		T_WATCHED_TEST(test_a_stale_cancellers_claim_beats_a_receives_failed_timer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
