@@ -897,7 +897,7 @@ struct stale {
 	cbcmn_runtime *rt;
 	cbcmn_nursery *n;
 	cbcmn_actor_ref rx, sleeper;
-	_Atomic int started, held, release, stop_done, cancel_go, rearms, cancelled;
+	_Atomic int sleeping, held, release, stop_done, cancel_go, rearms, cancelled;
 	_Atomic long ended;
 	bool timed; /* receive with a timer, whose arming fails after the claim */
 };
@@ -936,7 +936,6 @@ static int64_t st_rx(cbcmn_cx *cx, void *arg)
 	(void)arg;
 	cbcmn_actor_msg m;
 	int rc;
-	atomic_store(&st.started, 1);
 	uint64_t timeout = st.timed ? 60ull * 1000000000ull : CBCMN_ACTOR_FOREVER;
 	while ((rc = cbcmn_actor_receive(cx, &m, timeout)) == 0)
 		;
@@ -948,6 +947,7 @@ static int64_t st_rx(cbcmn_cx *cx, void *arg)
 static int64_t st_sleeper(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
+	atomic_store(&st.sleeping, 1); /* nothing else runs before it sleeps */
 	(void)cbcmn_sleep(cx, 60ull * 1000000000ull); /* until stopped */
 	atomic_fetch_add(&st.ended, 1);
 	return 0;
@@ -975,11 +975,16 @@ static int64_t st_root(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(open_n(cx, &st.n) == 0);
 	TASK_CHECK(cbcmn_actor_spawn(cx, st.n, st_rx, NULL, NULL, &st.rx) == 0);
 	TASK_CHECK(cbcmn_actor_spawn(cx, st.n, st_sleeper, NULL, NULL, &st.sleeper) == 0);
-	TASK_CHECK(cbcmn_sleep(cx, 2000000) == 0); /* both run and block (one executor) */
+	/* Both run and block (one executor): the receiver in its receive. */
+	struct cbcmn__actor *rx = cbcmn__actor_slot(st.rt, st.rx);
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while ((!atomic_load(&st.sleeping) || !atomic_load(&rx->receiver)) && t_now_ns() < until)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&st.sleeping) && atomic_load(&rx->receiver));
 	pthread_t s, c;
 	TASK_CHECK(pthread_create(&s, NULL, st_stopper, NULL) == 0);
 	TASK_CHECK(pthread_create(&c, NULL, st_canceller, NULL) == 0);
-	uint64_t until = t_now_ns() + T_STALL_NS;
+	until = t_now_ns() + T_STALL_NS;
 	while (!atomic_load(&st.held) && t_now_ns() < until)
 		cbcmn_yield(cx);
 	TASK_CHECK(atomic_load(&st.held));
