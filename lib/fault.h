@@ -75,6 +75,11 @@ enum cbcmn__pause_point {
 	CBCMN__P_SPAWN_PUSH,       /* a spawner just before its push (sched.c) */
 	CBCMN__P_TSW_DISARM,       /* a recorder's disarm between its lease test and
 	                            * its exchange (trace_watch.c) */
+	CBCMN__P_SCAN_WAIT,        /* a canceller holding a node's published wait,
+	                            * before it claims it (iwait.c); the hook
+	                            * gets the wait, not an executor */
+	CBCMN__P_REARM,            /* a lasting wait re-armed, its state WAITING
+	                            * (iwait.c); the hook gets the wait */
 	CBCMN__P_NPOINTS
 };
 

@@ -38,15 +38,19 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self)
 
 void cbcmn__iwait_rearm(struct cbcmn__iwait *iw)
 {
-	/* Relaxed: a stale canceller's CAS (iwait.h) reads it, and needs
-	 * nothing else of ours: it wakes w.task, set once. */
-	atomic_store_explicit(&iw->state, CBCMN__IW_WAITING, memory_order_relaxed);
 	iw->prev = iw->next = NULL;
 	iw->reg = NULL;
 	iw->cell = NULL;
 	iw->user = NULL;
 	iw->qnext = NULL;
+	/* The task PARKING first, then the wait WAITING with release: a
+	 * stale canceller (iwait.h) whose claim reads WAITING (acquire) then
+	 * finds its task parking, and its wake is taken; one that found the
+	 * task RUNNING dropped the wake (cbcmn__wake_task()) while the task,
+	 * its own claim lost, suspended for ever.  A plain store on x86. */
 	atomic_store_explicit(&iw->w.task->state, CBCMN__T_PARKING, memory_order_relaxed);
+	atomic_store_explicit(&iw->state, CBCMN__IW_WAITING, memory_order_release);
+	CBCMN__PAUSE(CBCMN__P_REARM, iw);
 }
 
 __thread unsigned char *cbcmn__iw_keep_next;
@@ -547,6 +551,7 @@ static uint64_t scope_cancel(struct cbcmn_runtime *rt, struct cbcmn__scope *s, u
 					atomic_load_explicit(&nd->cur, memory_order_acquire);
 				if (iw) { /* else its task runs, or blocks in no registry wait */
 					visits++;
+					CBCMN__PAUSE(CBCMN__P_SCAN_WAIT, iw);
 					reg_cancel(iw);
 				}
 			}

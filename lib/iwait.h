@@ -90,11 +90,17 @@
  *   - it reads nothing the task rewrites: w.task and on_cancel (NULL) are
  *     set once per run, the state is atomic;
  *   - it claims only a wait of a cancelled task (reg_cancel() checks,
- *     and a task's cancellation is never withdrawn), and only one in
- *     WAITING, which the task sets (cbcmn__iwait_rearm()) once committed
- *     to block, under the object's lock: so its claim is what any
- *     canceller would do to that later wait, which the event's side
- *     then finds claimed (it claims with a CAS too).
+ *     and a task's cancellation is never withdrawn while it can wait
+ *     there: a stopped supervisor clears its stop flag (actor_sup.c,
+ *     stop_seen()), but its mailbox stays closed and its receives
+ *     re-arm no more), and only one in WAITING, which the task sets
+ *     (cbcmn__iwait_rearm()) once committed to block, under the object's
+ *     lock: so its claim is what any canceller would do to that later
+ *     wait, which the event's side then finds claimed (it claims with a
+ *     CAS too);
+ *   - its wake is taken: the re-arm makes the task PARKING before the
+ *     wait WAITING (release), so a claim that reads WAITING finds the
+ *     task parking, not running (a wake cbcmn__wake_task() drops).
  */
 #ifndef CBCMN_IWAIT_H
 #define CBCMN_IWAIT_H

@@ -883,6 +883,170 @@ static void test_late_cancellers_claim_only_a_cancelled_receivers_record(void **
 	t_destroy(rt);
 }
 
+/* ---- a stale canceller's claim as the record is re-armed (iwait.h) ----
+ * A canceller (a stop's scan of the nursery, for another actor) holds the
+ * receiver's lasting record, read in its node's cur, while the receive
+ * ends with a message and the next re-arms it; the nursery is cancelled
+ * meanwhile.  The canceller's claim then takes the re-armed wait and
+ * wakes its task: it must find the task parking, or the wake is lost and
+ * the receive, seeing its claim taken, suspends for ever (the record was
+ * WAITING before its task was PARKING).  The pause points hold the
+ * canceller before its claim and the receiver just after its state
+ * became WAITING; one executor makes the rest happen in order. */
+struct stale {
+	cbcmn_runtime *rt;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref rx, sleeper;
+	_Atomic int sleeping, held, release, stop_done, cancel_go, rearms, cancelled;
+	_Atomic long ended;
+	bool timed; /* receive with a timer, whose arming fails after the claim */
+};
+static struct stale st;
+
+static bool st_wait(_Atomic int *flag)
+{
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(flag) && t_now_ns() < until)
+		usleep(100);
+	return atomic_load(flag);
+}
+
+static void st_pause(enum cbcmn__pause_point pt, void *p)
+{
+	const struct cbcmn__iwait *iw = p;
+	if (pt == CBCMN__P_SCAN_WAIT && iw->lasting && !atomic_exchange(&st.held, 1))
+		(void)st_wait(&st.release); /* holding the receiver's record */
+	else if (pt == CBCMN__P_REARM && atomic_load(&st.held) &&
+		 atomic_fetch_add(&st.rearms, 1) == 0) {
+		atomic_store(&st.cancel_go, 1); /* past the receive's own check */
+		const struct cbcmn_nursery *n = (const struct cbcmn_nursery *)st.n;
+		uint64_t until = t_now_ns() + T_STALL_NS;
+		while (!atomic_load(&n->cancelled) && t_now_ns() < until)
+			usleep(100);
+		atomic_store(&st.release, 1);
+		(void)st_wait(&st.stop_done); /* its claim made, its wake sent */
+		if (st.timed) /* the receive's timer, next */
+			cbcmn__fault_arm(CBCMN__F_MALLOC,
+					 &(struct cbcmn__fault_plan){.nth = 1, .err = -ENOMEM});
+	}
+}
+
+static int64_t st_rx(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	int rc;
+	uint64_t timeout = st.timed ? 60ull * 1000000000ull : CBCMN_ACTOR_FOREVER;
+	while ((rc = cbcmn_actor_receive(cx, &m, timeout)) == 0)
+		;
+	atomic_store(&st.cancelled, rc == CBCMN_ECANCELED);
+	atomic_fetch_add(&st.ended, 1);
+	return 0;
+}
+
+static int64_t st_sleeper(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	atomic_store(&st.sleeping, 1); /* nothing else runs before it sleeps */
+	(void)cbcmn_sleep(cx, 60ull * 1000000000ull); /* until stopped */
+	atomic_fetch_add(&st.ended, 1);
+	return 0;
+}
+
+static void *st_stopper(void *arg)
+{
+	(void)arg; /* the stop's scan reads the receiver's node */
+	(void)cbcmn_actor_stop(st.rt, NULL, st.sleeper, 7);
+	atomic_store(&st.stop_done, 1);
+	return NULL;
+}
+
+static void *st_canceller(void *arg)
+{
+	(void)arg;
+	if (st_wait(&st.cancel_go))
+		(void)cbcmn_nursery_cancel(st.n);
+	return NULL;
+}
+
+static int64_t st_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(open_n(cx, &st.n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, st.n, st_rx, NULL, NULL, &st.rx) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, st.n, st_sleeper, NULL, NULL, &st.sleeper) == 0);
+	/* Both run and block (one executor): the receiver in its receive. */
+	struct cbcmn__actor *rx = cbcmn__actor_slot(st.rt, st.rx);
+	uint64_t until = t_now_ns() + T_STALL_NS;
+	while ((!atomic_load(&st.sleeping) || !atomic_load(&rx->receiver)) && t_now_ns() < until)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&st.sleeping) && atomic_load(&rx->receiver));
+	pthread_t s, c;
+	TASK_CHECK(pthread_create(&s, NULL, st_stopper, NULL) == 0);
+	TASK_CHECK(pthread_create(&c, NULL, st_canceller, NULL) == 0);
+	until = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&st.held) && t_now_ns() < until)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&st.held));
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, st.rx, &m) == 0); /* the receive ends */
+	until = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&st.rearms) && t_now_ns() < until)
+		cbcmn_yield(cx); /* the receiver runs, and re-arms */
+	TASK_CHECK(atomic_load(&st.rearms));
+	atomic_store(&st.cancel_go, 1); /* whatever happened: let go */
+	atomic_store(&st.release, 1);
+	(void)cbcmn_nursery_await_all(cx, st.n);
+	pthread_join(s, NULL);
+	pthread_join(c, NULL);
+	return 0;
+}
+
+static void stale_run(bool timed)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stall_ns = CBCMN_STALL_OFF;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	if (!cbcmn__pause_set(NULL)) {
+		t_destroy(rt);
+		skip(); /* no pause points in this build */
+	}
+	memset(&st, 0, sizeof(st));
+	st.rt = rt;
+	st.timed = timed;
+	cbcmn__pause_set(st_pause);
+	int64_t res;
+	int rc = cbcmn_runtime_run(rt, st_root, NULL, &res);
+	cbcmn__pause_set(NULL);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MALLOC);
+	cbcmn__fault_disarm_all();
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&st.rearms) > 0, 1); /* the window was held */
+	if (timed)
+		assert_int_equal(fails, 1); /* the timer could not be armed */
+	assert_int_equal(atomic_load(&st.ended), 2);
+	assert_true(atomic_load(&st.cancelled)); /* not -ENOMEM: the claim was first */
+	t_destroy(rt);
+}
+
+static void test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it(void **state)
+{
+	(void)state;
+	stale_run(false);
+}
+
+/* The same, the receive's timer failing to arm (-ENOMEM) after the claim:
+ * the receive takes the claim's wake and ends cancelled (mb_block()). */
+static void test_a_stale_cancellers_claim_beats_a_receives_failed_timer(void **state)
+{
+	(void)state;
+	stale_run(true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -900,6 +1064,8 @@ int main(void)
 		cmocka_unit_test(test_wakes_racing_cancellation_run_each_receiver_once),
 		cmocka_unit_test(test_late_cancellers_claim_only_a_cancelled_receivers_record),
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
+		T_WATCHED_TEST(test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it),
+		T_WATCHED_TEST(test_a_stale_cancellers_claim_beats_a_receives_failed_timer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
