@@ -823,6 +823,23 @@ static void test_destroy_joins_pool_threads(void **state)
 	assert_int_equal(t_count_threads(), base);
 }
 
+/* The same with the stall monitor on (the default): its thread, and the
+ * spare executor it may have started, are joined too.  Only a lower
+ * bound while it runs: the spare comes and goes as the machine's load
+ * has it (rt_pool_counted()). */
+static void test_destroy_joins_the_stall_monitor(void **state)
+{
+	(void)state;
+	int base = t_count_threads();
+	cbcmn_runtime *rt = rt_pool(2, 8);
+	struct burst b = {.want = 8};
+	t_run(rt, burst_main, &b, 0);
+	/* Executors, pool threads, the monitor (docs/SCHEDULER.md). */
+	assert_true(t_count_threads() >= base + 2 + 8 + 1);
+	t_destroy(rt);
+	assert_int_equal(t_count_threads(), base);
+}
+
 static void test_idle_threads_end(void **state)
 {
 	(void)state;
@@ -1238,6 +1255,7 @@ int main(void)
 		T_WATCHED_TEST(test_stop_and_recharge_off_its_fiber),
 		T_WATCHED_TEST(test_an_obligation_off_its_fiber_counts_outside),
 		T_WATCHED_TEST(test_destroy_joins_pool_threads),
+		T_WATCHED_TEST(test_destroy_joins_the_stall_monitor),
 		T_WATCHED_TEST(test_idle_threads_end),
 	};
 	return cmocka_run_group_tests_name("blocking", tests, NULL, NULL);
