@@ -237,15 +237,20 @@ static uint32_t slab_after(const struct cbcmn__stack_pool *p, const void *addr)
 	return lo;
 }
 
-/* Under the pool lock: room in by_addr for one slab more. */
+/* Under the pool lock: room in by_addr for one slab more.  Through
+ * cbcmn__malloc(), so that a test can fail it (there is no faulting
+ * realloc): the old array stays whole if the new one is refused. */
 static int by_addr_reserve(struct cbcmn__stack_pool *p)
 {
 	if (p->nslabs < p->slabs_cap)
 		return 0;
 	uint32_t cap = p->slabs_cap ? 2 * p->slabs_cap : 16;
-	struct cbcmn__stack_slab **v = realloc(p->by_addr, cap * sizeof(*v));
+	struct cbcmn__stack_slab **v = cbcmn__malloc(cap * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
+	if (p->nslabs)
+		memcpy(v, p->by_addr, p->nslabs * sizeof(*v));
+	free(p->by_addr);
 	p->by_addr = v;
 	p->slabs_cap = cap;
 	return 0;

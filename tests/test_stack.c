@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "fault.h"
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
 #endif
@@ -1033,6 +1034,48 @@ static void test_lowest_first_over_small_slabs(void **state)
 	lowest_first(true);
 }
 
+/* The sorted slab array cannot grow (out of memory): the get fails, the
+ * slab it would have added is not kept, no stack is lost or handed out
+ * twice, and the next get grows it.  Slabs of one stack: the array's
+ * first 16 places fill after 16 stacks. */
+static void test_slab_array_growth_fails(void **state)
+{
+	(void)state;
+	enum { N = 16 };
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	struct cbcmn__stack *s[N + 1];
+	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX), 0);
+	cbcmn__stack_test_fail_map_over = p.region;
+	for (int i = 0; i < N; i++)
+		assert_non_null(s[i] = cbcmn__stack_get(&p, &c));
+	assert_int_equal(count_slabs(&p), N);
+	/* The slab's record is the first allocation, the array the second. */
+	struct cbcmn__fault_plan plan = {.nth = 2, .err = -ENOMEM};
+	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &plan)) {
+		cbcmn__stack_test_fail_map_over = 0;
+		for (int i = 0; i < N; i++)
+			cbcmn__stack_put(&p, &c, s[i]);
+		drain_fini(&p, &c);
+		skip(); /* fault injection is built into the sanitizer builds */
+	}
+	assert_null(cbcmn__stack_get(&p, &c));
+	assert_int_equal(cbcmn__fault_fails(CBCMN__F_MALLOC), 1);
+	cbcmn__fault_disarm_all();
+	assert_int_equal(count_slabs(&p), N);
+	assert_int_equal(p.stacks_total, N);
+	assert_int_equal(p.nfree, 0);
+	assert_int_equal(c.n, 0);
+	assert_non_null(s[N] = cbcmn__stack_get(&p, &c));
+	cbcmn__stack_test_fail_map_over = 0;
+	assert_int_equal(count_slabs(&p), N + 1);
+	for (int i = 0; i < N; i++)
+		assert_ptr_not_equal(s[i], s[N]);
+	for (int i = 0; i <= N; i++)
+		cbcmn__stack_put(&p, &c, s[i]);
+	drain_fini(&p, &c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1052,6 +1095,7 @@ int main(void)
 		cmocka_unit_test(test_recycle_without_new_slabs),
 		cmocka_unit_test(test_pool_hands_out_lowest_first),
 		cmocka_unit_test(test_lowest_first_over_small_slabs),
+		cmocka_unit_test(test_slab_array_growth_fails),
 		cmocka_unit_test(test_init_fini),
 		cmocka_unit_test(test_100k_stacks_within_map_count),
 		cmocka_unit_test(test_map_budget_spent_exactly),
