@@ -1034,6 +1034,45 @@ static void test_lowest_first_over_small_slabs(void **state)
 	lowest_first(true);
 }
 
+/* The only free stacks are far apart, hundreds of slabs whose stacks are
+ * all out between them: a take hands out the lower, then the higher, and
+ * nothing else (the take jumps over the slabs in between, several words
+ * of has_free, rather than walking them). */
+static void test_take_over_slabs_all_out(void **state)
+{
+	(void)state;
+	enum { N = 300 };
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	struct cbcmn__stack *s[N];
+	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX), 0);
+	cbcmn__stack_test_fail_map_over = p.region; /* slabs of one stack */
+	for (int i = 0; i < N; i++)
+		assert_non_null(s[i] = cbcmn__stack_get(&p, &c));
+	cbcmn__stack_test_fail_map_over = 0;
+	assert_int_equal(count_slabs(&p), N);
+	qsort(s, N, sizeof(*s), cmp_stack_lo); /* by address */
+	static const int pairs[][2] = {{0, N - 1}, {1, 64}, {63, 64}, {64, 255}, {0, 1},
+				       {130, 299}, {5, 200}, {127, 128}};
+	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
+		int lo = pairs[k][0], hi = pairs[k][1];
+		cbcmn__stack_put(&p, NULL, s[hi]);
+		cbcmn__stack_put(&p, NULL, s[lo]);
+		assert_int_equal(p.nfree, 2);
+		assert_ptr_equal(cbcmn__stack_get(&p, &c), s[lo]);
+		assert_int_equal(c.n, 1);
+		assert_int_equal(p.nfree, 0);
+		assert_ptr_equal(cbcmn__stack_get(&p, &c), s[hi]);
+	}
+	for (int i = 0; i < N; i++)
+		cbcmn__stack_put(&p, NULL, s[i]);
+	for (int i = 0; i < N; i++)
+		assert_ptr_equal(cbcmn__stack_get(&p, &c), s[i]); /* ascending */
+	for (int i = 0; i < N; i++)
+		cbcmn__stack_put(&p, &c, s[i]);
+	drain_fini(&p, &c);
+}
+
 /* The sorted slab array cannot grow (out of memory): the get fails, the
  * slab it would have added is not kept, no stack is lost or handed out
  * twice, and the next get grows it.  Slabs of one stack: the array's
@@ -1050,22 +1089,25 @@ static void test_slab_array_growth_fails(void **state)
 	for (int i = 0; i < N; i++)
 		assert_non_null(s[i] = cbcmn__stack_get(&p, &c));
 	assert_int_equal(count_slabs(&p), N);
-	/* The slab's record is the first allocation, the array the second. */
-	struct cbcmn__fault_plan plan = {.nth = 2, .err = -ENOMEM};
-	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &plan)) {
-		cbcmn__stack_test_fail_map_over = 0;
-		for (int i = 0; i < N; i++)
-			cbcmn__stack_put(&p, &c, s[i]);
-		drain_fini(&p, &c);
-		skip(); /* fault injection is built into the sanitizer builds */
+	/* The slab's record is the first allocation, the arrays the next
+	 * ones (by address, then which slabs have free stacks). */
+	for (uint64_t nth = 2; nth <= 3; nth++) {
+		struct cbcmn__fault_plan plan = {.nth = nth, .err = -ENOMEM};
+		if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &plan)) {
+			cbcmn__stack_test_fail_map_over = 0;
+			for (int i = 0; i < N; i++)
+				cbcmn__stack_put(&p, &c, s[i]);
+			drain_fini(&p, &c);
+			skip(); /* fault injection is built into the sanitizer builds */
+		}
+		assert_null(cbcmn__stack_get(&p, &c));
+		assert_int_equal(cbcmn__fault_fails(CBCMN__F_MALLOC), 1);
+		cbcmn__fault_disarm_all();
+		assert_int_equal(count_slabs(&p), N);
+		assert_int_equal(p.stacks_total, N);
+		assert_int_equal(p.nfree, 0);
+		assert_int_equal(c.n, 0);
 	}
-	assert_null(cbcmn__stack_get(&p, &c));
-	assert_int_equal(cbcmn__fault_fails(CBCMN__F_MALLOC), 1);
-	cbcmn__fault_disarm_all();
-	assert_int_equal(count_slabs(&p), N);
-	assert_int_equal(p.stacks_total, N);
-	assert_int_equal(p.nfree, 0);
-	assert_int_equal(c.n, 0);
 	assert_non_null(s[N] = cbcmn__stack_get(&p, &c));
 	cbcmn__stack_test_fail_map_over = 0;
 	assert_int_equal(count_slabs(&p), N + 1);
@@ -1095,6 +1137,7 @@ int main(void)
 		cmocka_unit_test(test_recycle_without_new_slabs),
 		cmocka_unit_test(test_pool_hands_out_lowest_first),
 		cmocka_unit_test(test_lowest_first_over_small_slabs),
+		cmocka_unit_test(test_take_over_slabs_all_out),
 		cmocka_unit_test(test_slab_array_growth_fails),
 		cmocka_unit_test(test_init_fini),
 		cmocka_unit_test(test_100k_stacks_within_map_count),
