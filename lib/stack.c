@@ -305,12 +305,41 @@ static void by_addr_insert(struct cbcmn__stack_pool *p, struct cbcmn__stack_slab
 	p->lowest = at;
 }
 
+/* The slab s is a stack of, its place in by_addr (*at) and in the slab
+ * (*i); NULL if s is no stack of p's. */
+static struct cbcmn__stack_slab *slab_of(const struct cbcmn__stack_pool *p, const void *s,
+					 uint32_t *at, uint32_t *i)
+{
+	uint32_t after = slab_after(p, s);
+	if (after == 0)
+		return NULL; /* below every slab */
+	*at = after - 1;
+	struct cbcmn__stack_slab *sl = p->by_addr[*at];
+	size_t off = (size_t)((const char *)s - (const char *)sl->base);
+	*i = (uint32_t)(off / p->region);
+	return off < sl->len && (const void *)stack_at(p, sl, *i) == s ? sl : NULL;
+}
+
+/* A put of a stack the pool holds already (put back twice) or never made
+ * would count a stack the pool does not have, and the get that trusts the
+ * count would find none.  Debug builds stop there; the others drop it. */
+static void bad_put(const struct cbcmn__stack *s)
+{
+	fprintf(stderr, "cbcmn: stack %p put back twice, or not the pool's\n", (const void *)s);
+#ifdef CBCMN_DEBUG
+	abort();
+#endif
+}
+
 /* Under the pool lock: s goes back to the pool. */
 static void pool_free(struct cbcmn__stack_pool *p, struct cbcmn__stack *s)
 {
-	uint32_t at = slab_after(p, s) - 1;
-	struct cbcmn__stack_slab *sl = p->by_addr[at];
-	uint32_t i = (uint32_t)(((char *)s - (char *)sl->base) / p->region);
+	uint32_t at, i;
+	struct cbcmn__stack_slab *sl = slab_of(p, s, &at, &i);
+	if (!sl || bit_test(sl, i)) {
+		bad_put(s);
+		return;
+	}
 	sl->bits[i / 64] |= bit_of(i);
 	sl->nfree++;
 	p->nfree++;
@@ -349,14 +378,10 @@ static struct cbcmn__stack *pool_take(struct cbcmn__stack_pool *p, uint32_t want
 
 bool cbcmn__stack_pool_holds(struct cbcmn__stack_pool *p, const struct cbcmn__stack *s)
 {
+	uint32_t at, i;
 	cbcmn__mutex_lock(&p->lock);
-	uint32_t at = slab_after(p, s);
-	bool in = false;
-	if (at > 0) {
-		const struct cbcmn__stack_slab *sl = p->by_addr[at - 1];
-		size_t off = (size_t)((const char *)s - (const char *)sl->base);
-		in = off < sl->len && bit_test(sl, (uint32_t)(off / p->region));
-	}
+	const struct cbcmn__stack_slab *sl = slab_of(p, s, &at, &i);
+	bool in = sl && bit_test(sl, i);
 	cbcmn__mutex_unlock(&p->lock);
 	return in;
 }

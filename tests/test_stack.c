@@ -1073,6 +1073,57 @@ static void test_take_over_slabs_all_out(void **state)
 	drain_fini(&p, &c);
 }
 
+/* In a child: put back a stack twice (bad 0) or a descriptor no slab holds
+ * (bad 1), then take every stack.  Exits 0 if the pool's count stayed
+ * true and each stack came out once. */
+static void bad_put_child(int bad)
+{
+	static struct cbcmn__stack fake;
+	fake.lo = (char *)&fake; /* nothing below it to release */
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	if (cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX) != 0)
+		_exit(10);
+	struct cbcmn__stack *s = cbcmn__stack_get(&p, &c);
+	cbcmn__stack_cache_drain(&p, &c);
+	uint32_t total = (uint32_t)p.stacks_total, seen = 0;
+	cbcmn__stack_put(&p, NULL, s);
+	cbcmn__stack_put(&p, NULL, bad ? &fake : s);
+	if (p.nfree != total)
+		_exit(11);
+	for (uint32_t i = 0; i < total; i++) {
+		struct cbcmn__stack *x = cbcmn__stack_get(&p, &c);
+		if (!x || x == &fake)
+			_exit(12);
+		seen += x == s;
+	}
+	_exit(seen == 1 ? 0 : 13);
+}
+
+/* A bad put used to count a stack the pool did not have (the get that
+ * trusted the count crashed), or to index past the slab array.  Now debug
+ * builds stop at the put, and the others drop it. */
+static void test_bad_put_is_refused(void **state)
+{
+	(void)state;
+	for (int bad = 0; bad < 2; bad++) {
+		fflush(NULL);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			bad_put_child(bad);
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+#ifdef CBCMN_DEBUG
+		assert_true(WIFSIGNALED(st));
+		assert_int_equal(WTERMSIG(st), SIGABRT);
+#else
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+#endif
+	}
+}
+
 /* The sorted slab array cannot grow (out of memory): the get fails, the
  * slab it would have added is not kept, no stack is lost or handed out
  * twice, and the next get grows it.  Slabs of one stack: the array's
@@ -1139,6 +1190,7 @@ int main(void)
 		cmocka_unit_test(test_lowest_first_over_small_slabs),
 		cmocka_unit_test(test_take_over_slabs_all_out),
 		cmocka_unit_test(test_slab_array_growth_fails),
+		cmocka_unit_test(test_bad_put_is_refused),
 		cmocka_unit_test(test_init_fini),
 		cmocka_unit_test(test_100k_stacks_within_map_count),
 		cmocka_unit_test(test_map_budget_spent_exactly),
