@@ -110,8 +110,10 @@ struct cbcmn__stack_pool {
 	uint32_t nfree;                 /* stacks in the shared pool, memory released */
 	struct cbcmn__stack_slab *slabs;
 	/* The slabs by address, and where the lowest free stack may be: no
-	 * slab below by_addr[lowest] has one (stack.c, lowest first). */
+	 * slab below by_addr[lowest] has one (stack.c, lowest first).  Bit i
+	 * of has_free: by_addr[i] has stacks in the pool. */
 	struct cbcmn__stack_slab **by_addr;
+	uint64_t *has_free;
 	uint32_t nslabs, slabs_cap, lowest;
 	size_t size;                    /* usable bytes per stack */
 	size_t region;                  /* bytes per stack in a slab, guard included */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "fault.h"
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
 #endif
@@ -1033,6 +1034,141 @@ static void test_lowest_first_over_small_slabs(void **state)
 	lowest_first(true);
 }
 
+/* The only free stacks are far apart, hundreds of slabs whose stacks are
+ * all out between them: a take hands out the lower, then the higher, and
+ * nothing else (the take jumps over the slabs in between, several words
+ * of has_free, rather than walking them). */
+static void test_take_over_slabs_all_out(void **state)
+{
+	(void)state;
+	enum { N = 300 };
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	struct cbcmn__stack *s[N];
+	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX), 0);
+	cbcmn__stack_test_fail_map_over = p.region; /* slabs of one stack */
+	for (int i = 0; i < N; i++)
+		assert_non_null(s[i] = cbcmn__stack_get(&p, &c));
+	cbcmn__stack_test_fail_map_over = 0;
+	assert_int_equal(count_slabs(&p), N);
+	qsort(s, N, sizeof(*s), cmp_stack_lo); /* by address */
+	static const int pairs[][2] = {{0, N - 1}, {1, 64}, {63, 64}, {64, 255}, {0, 1},
+				       {130, 299}, {5, 200}, {127, 128}};
+	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
+		int lo = pairs[k][0], hi = pairs[k][1];
+		cbcmn__stack_put(&p, NULL, s[hi]);
+		cbcmn__stack_put(&p, NULL, s[lo]);
+		assert_int_equal(p.nfree, 2);
+		assert_ptr_equal(cbcmn__stack_get(&p, &c), s[lo]);
+		assert_int_equal(c.n, 1);
+		assert_int_equal(p.nfree, 0);
+		assert_ptr_equal(cbcmn__stack_get(&p, &c), s[hi]);
+	}
+	for (int i = 0; i < N; i++)
+		cbcmn__stack_put(&p, NULL, s[i]);
+	for (int i = 0; i < N; i++)
+		assert_ptr_equal(cbcmn__stack_get(&p, &c), s[i]); /* ascending */
+	for (int i = 0; i < N; i++)
+		cbcmn__stack_put(&p, &c, s[i]);
+	drain_fini(&p, &c);
+}
+
+/* In a child: put back a stack twice (bad 0) or a descriptor no slab holds
+ * (bad 1), then take every stack.  Exits 0 if the pool's count stayed
+ * true and each stack came out once. */
+static void bad_put_child(int bad)
+{
+	static struct cbcmn__stack fake;
+	fake.lo = (char *)&fake; /* nothing below it to release */
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	if (cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX) != 0)
+		_exit(10);
+	struct cbcmn__stack *s = cbcmn__stack_get(&p, &c);
+	cbcmn__stack_cache_drain(&p, &c);
+	uint32_t total = (uint32_t)p.stacks_total, seen = 0;
+	cbcmn__stack_put(&p, NULL, s);
+	cbcmn__stack_put(&p, NULL, bad ? &fake : s);
+	if (p.nfree != total)
+		_exit(11);
+	for (uint32_t i = 0; i < total; i++) {
+		struct cbcmn__stack *x = cbcmn__stack_get(&p, &c);
+		if (!x || x == &fake)
+			_exit(12);
+		seen += x == s;
+	}
+	_exit(seen == 1 ? 0 : 13);
+}
+
+/* A bad put used to count a stack the pool did not have (the get that
+ * trusted the count crashed), or to index past the slab array.  Now debug
+ * builds stop at the put, and the others drop it. */
+static void test_bad_put_is_refused(void **state)
+{
+	(void)state;
+	for (int bad = 0; bad < 2; bad++) {
+		fflush(NULL);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			bad_put_child(bad);
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+#ifdef CBCMN_DEBUG
+		assert_true(WIFSIGNALED(st));
+		assert_int_equal(WTERMSIG(st), SIGABRT);
+#else
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+#endif
+	}
+}
+
+/* The sorted slab array cannot grow (out of memory): the get fails, the
+ * slab it would have added is not kept, no stack is lost or handed out
+ * twice, and the next get grows it.  Slabs of one stack: the array's
+ * first 16 places fill after 16 stacks. */
+static void test_slab_array_growth_fails(void **state)
+{
+	(void)state;
+	enum { N = 16 };
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	struct cbcmn__stack *s[N + 1];
+	assert_int_equal(cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX), 0);
+	cbcmn__stack_test_fail_map_over = p.region;
+	for (int i = 0; i < N; i++)
+		assert_non_null(s[i] = cbcmn__stack_get(&p, &c));
+	assert_int_equal(count_slabs(&p), N);
+	/* The slab's record is the first allocation, the arrays the next
+	 * ones (by address, then which slabs have free stacks). */
+	for (uint64_t nth = 2; nth <= 3; nth++) {
+		struct cbcmn__fault_plan plan = {.nth = nth, .err = -ENOMEM};
+		if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &plan)) {
+			cbcmn__stack_test_fail_map_over = 0;
+			for (int i = 0; i < N; i++)
+				cbcmn__stack_put(&p, &c, s[i]);
+			drain_fini(&p, &c);
+			skip(); /* fault injection is built into the sanitizer builds */
+		}
+		assert_null(cbcmn__stack_get(&p, &c));
+		assert_int_equal(cbcmn__fault_fails(CBCMN__F_MALLOC), 1);
+		cbcmn__fault_disarm_all();
+		assert_int_equal(count_slabs(&p), N);
+		assert_int_equal(p.stacks_total, N);
+		assert_int_equal(p.nfree, 0);
+		assert_int_equal(c.n, 0);
+	}
+	assert_non_null(s[N] = cbcmn__stack_get(&p, &c));
+	cbcmn__stack_test_fail_map_over = 0;
+	assert_int_equal(count_slabs(&p), N + 1);
+	for (int i = 0; i < N; i++)
+		assert_ptr_not_equal(s[i], s[N]);
+	for (int i = 0; i <= N; i++)
+		cbcmn__stack_put(&p, &c, s[i]);
+	drain_fini(&p, &c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1052,6 +1188,9 @@ int main(void)
 		cmocka_unit_test(test_recycle_without_new_slabs),
 		cmocka_unit_test(test_pool_hands_out_lowest_first),
 		cmocka_unit_test(test_lowest_first_over_small_slabs),
+		cmocka_unit_test(test_take_over_slabs_all_out),
+		cmocka_unit_test(test_slab_array_growth_fails),
+		cmocka_unit_test(test_bad_put_is_refused),
 		cmocka_unit_test(test_init_fini),
 		cmocka_unit_test(test_100k_stacks_within_map_count),
 		cmocka_unit_test(test_map_budget_spent_exactly),
