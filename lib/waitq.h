@@ -111,14 +111,16 @@ static inline void cbcmn__wakes_run_here(struct cbcmn__wakes *wl, struct cbcmn__
 	/* A second send (or a channel op) by the task that woke an actor
 	 * into our slot: it runs on, the actor is an idle executor's to
 	 * take (sched.c, owe_notify()).  Before this wake, which may owe
-	 * again. */
+	 * again.  Both flags are their own thread's: a task's cx used off
+	 * its fiber (a cbcmn_blocking() function) names an executor that is
+	 * not this thread's. */
+	e = cbcmn__waker_here(e);
 	cbcmn__notify_owed_check(e);
 	/* A handler actor's host is kicked, not a waiter (hkick): returning
 	 * at an empty list lost its wake when a handler actor followed its
 	 * messages (actor_mbox.c; test_actor_direct's host_is_kicked). */
 	if (!wl->head && !wl->hkick)
 		return;
-	e = cbcmn__waker_here(e); /* the flag is its own thread's */
 	if (!e) {
 		cbcmn__wakes_run(wl, NULL);
 		return;
