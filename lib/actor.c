@@ -909,7 +909,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	if (rc) {
 		/* Nothing ran: only a forged reference could have reached it. */
 		*halted = true;
-		halt(a, rc, self ? self->exec : NULL);
+		halt(a, rc, cbcmn__waker_of(self));
 		return rc;
 	}
 	CBCMN_PROBE4(actor_spawn, ref, self ? (int)self->exec->id : -1, cap, rt->seg.rt_id);
@@ -946,7 +946,7 @@ int cbcmn_actor_stop(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref ref, int64
 	/* From a cbcmn_blocking() function's thread with our cx the wakes
 	 * go through the inject queue (cbcmn__waker_here(): our executor's
 	 * queue is its own thread's, test_stop_and_recharge_off_its_fiber). */
-	cbcmn__wakes_run(&wl, self ? self->exec : NULL);
+	cbcmn__wakes_run(&wl, cbcmn__waker_of(self));
 	stop_finish(&post);
 	return 0;
 }

@@ -357,13 +357,6 @@ void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 
 /* ---- blocking ------------------------------------------------------------ */
 
-static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
-{
-	/* Our own executor: the woken task lands in its next-task slot.
-	 * Outside the runtime: the inject queue. */
-	return self ? self->exec : NULL;
-}
-
 /* A thread outside the runtime waits for iw until deadline (the runtime's
  * clock, CLOCK_MONOTONIC: never a lab runtime's, send_check()): no timer
  * of an executor, its own futex sleep, and at the deadline it claims its
@@ -1122,9 +1115,9 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	bool follows = !atomic_load_explicit(&a->stays, memory_order_relaxed);
 	cbcmn__flock_unlock(&a->lock);
 	if (follows)
-		cbcmn__wakes_run_here(&wl, waker_of(self));
+		cbcmn__wakes_run_here(&wl, cbcmn__waker_of(self));
 	else
-		cbcmn__wakes_run(&wl, waker_of(self));
+		cbcmn__wakes_run(&wl, cbcmn__waker_of(self));
 out:
 	/* Every send a full mailbox held or refused: -EAGAIN, -ETIMEDOUT
 	 * without a wait (a zero timeout), -EDEADLK (our own), or a wait. */

@@ -213,7 +213,7 @@ static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_per
 	r->ob.leak = rec_leak;
 	r->ob.what = "reservation on channel";
 	r->ob.obj = r->chan;
-	cbcmn__oblig_track(r->chan->rt, self, &r->ob, self ? self->exec : NULL);
+	cbcmn__oblig_track(r->chan->rt, self, &r->ob, cbcmn__waker_of(self));
 	/* Read without the lock: gen only changes when the record is
 	 * resolved, which only we (its owner) can do now. */
 	p->_rec = r;
@@ -280,15 +280,6 @@ static int op_check(struct cbcmn_task *self, const struct cbcmn_chan *c, const v
 	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
 }
 
-static struct cbcmn__exec *waker_of(struct cbcmn_task *self)
-{
-	/* Our own executor: a woken task lands in its next-task slot and
-	 * runs as soon as we block or yield.  Outside, and from a
-	 * cbcmn_blocking() function's thread with our cx: the inject queue
-	 * (decided where the wake is queued, cbcmn__waker_here()). */
-	return self ? self->exec : NULL;
-}
-
 /* ---- operations ------------------------------------------------------------ */
 
 /* Would a try-variant find nothing to do: a receive an empty ring, a send a
@@ -334,7 +325,7 @@ static int chan_send(struct cbcmn_task *self, struct cbcmn_chan *c, const void *
 		rc = -EAGAIN;
 	}
 	chan_unlock(c);
-	cbcmn__wakes_run_here(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, cbcmn__waker_of(self));
 	return rc;
 }
 
@@ -359,7 +350,7 @@ static int chan_recv(struct cbcmn_task *self, struct cbcmn_chan *c, void *elem, 
 		rc = -EAGAIN;
 	}
 	chan_unlock(c);
-	cbcmn__wakes_run_here(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, cbcmn__waker_of(self));
 	return rc;
 }
 
@@ -412,7 +403,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 		chan_unlock(c);
 		return -EPERM;
 	}
-	rec_release(c, r, waker_of(self));
+	rec_release(c, r, cbcmn__waker_of(self));
 	if (elem) {
 		if (c->closed)
 			rc = -EPIPE;
@@ -422,7 +413,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 	slot_freed(c, &wl);
 	chan_unlock(c);
 	p->_rec = NULL;
-	cbcmn__wakes_run_here(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, cbcmn__waker_of(self));
 	return rc;
 }
 
@@ -663,6 +654,6 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 			cbcmn__wakes_add(&wl, &w->qw, -EPIPE);
 	}
 	chan_unlock(c);
-	cbcmn__wakes_run_here(&wl, waker_of(self));
+	cbcmn__wakes_run_here(&wl, cbcmn__waker_of(self));
 	return 0;
 }

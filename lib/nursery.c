@@ -390,14 +390,14 @@ int64_t cbcmn__nursery_await(struct cbcmn_task *self, struct cbcmn_nursery *n)
 	 * that could find n in its chain has ended, so n leaves the count. */
 	if (atomic_load_explicit(&n->cancelled, memory_order_relaxed))
 		atomic_fetch_sub_explicit(&rt->cancels, 1, memory_order_relaxed);
-	cbcmn__gauge_down(rt, self ? self->exec : NULL, n->diag_home, CBCMN__G_NURSERY);
+	cbcmn__gauge_down(rt, cbcmn__waker_of(self), n->diag_home, CBCMN__G_NURSERY);
 	/* Our last touch of rt.  release: pairs with the acquire in
 	 * cbcmn_runtime_destroy(), which may free rt once it sees 0. */
 	if (!self)
 		atomic_fetch_sub_explicit(&rt->thread_nurseries, 1, memory_order_release);
 	/* acq_rel: as in cbcmn_nursery_release(). */
 	if (!held || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
-		nursery_put(n, self ? self->exec : NULL);
+		nursery_put(n, cbcmn__waker_of(self));
 	return r;
 }
 

@@ -176,7 +176,7 @@ int cbcmn_obligation_reserve(cbcmn_runtime *rt, cbcmn_cx *cx, const char *what,
 	r->ob.leak = gen_leak;
 	r->ob.what = what ? what : "obligation";
 	r->ob.obj = r;
-	cbcmn__oblig_track(rt, self, &r->ob, self ? self->exec : NULL);
+	cbcmn__oblig_track(rt, self, &r->ob, cbcmn__waker_of(self));
 	/* Release: a resolver that loads this generation (acquire) sees the
 	 * record filled in. */
 	uint64_t g = atomic_fetch_add_explicit(&r->gen, 1, memory_order_release) + 1;
@@ -206,7 +206,7 @@ static int resolve(cbcmn_cx *cx, cbcmn_obligation *o)
 	if (!atomic_compare_exchange_strong_explicit(&r->gen, &g, g + 1, memory_order_acq_rel,
 						     memory_order_relaxed))
 		return -EINVAL; /* another thread resolved it first */
-	cbcmn__oblig_untrack(r->rt, &r->ob, self ? self->exec : NULL);
+	cbcmn__oblig_untrack(r->rt, &r->ob, cbcmn__waker_of(self));
 	rec_put(r);
 	o->_rec = NULL;
 	return 0;

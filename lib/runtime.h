@@ -648,6 +648,14 @@ static inline struct cbcmn__exec *cbcmn__waker_here(struct cbcmn__exec *e)
 {
 	return e == cbcmn__tls_exec ? e : NULL;
 }
+/* The waker a call by task self names (NULL: a thread outside): its own
+ * executor, where a woken task lands in the next-task slot and runs as
+ * soon as self blocks or yields; cbcmn__waker_here() decides, where the
+ * wake is queued, whether the calling thread may use it. */
+static inline struct cbcmn__exec *cbcmn__waker_of(const struct cbcmn_task *self)
+{
+	return self ? self->exec : NULL;
+}
 /* cbcmn_runtime_destroy(); open_ok: even while a thread's nursery is open
  * (janus_rt_shutdown(), void, cannot say busy: that nursery is lost). */
 int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok);

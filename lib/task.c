@@ -477,7 +477,7 @@ spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, voi
 	bool budgets = !(rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS);
 	uint64_t stack_charge = paid->stack_charge;
 	flags |= paid->flags;
-	struct cbcmn__exec *e = self ? self->exec : NULL;
+	struct cbcmn__exec *e = cbcmn__waker_of(self);
 	struct cbcmn_task *t = cbcmn__task_new(rt, e);
 	if (!t) {
 		cbcmn__spawn_unpay(self, paid);
@@ -665,7 +665,7 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 							    memory_order_acq_rel,
 							    memory_order_acquire)) {
 			/* t exhausted: we are the one that would recharge it. */
-			cbcmn__budget_joined(t, self ? self->exec : NULL);
+			cbcmn__budget_joined(t, cbcmn__waker_of(self));
 			cbcmn__waiter_wait(&w);
 		} else if (self) {
 			/* Completed meanwhile (expect == JOIN_DONE). */
@@ -674,7 +674,7 @@ int cbcmn_task_join(cbcmn_cx *cx, cbcmn_task *t, int64_t *result)
 	}
 	if (result)
 		*result = t->result;
-	cbcmn__task_unref(t, self ? self->exec : NULL);
+	cbcmn__task_unref(t, cbcmn__waker_of(self));
 	return 0;
 }
 
