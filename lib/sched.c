@@ -2150,9 +2150,9 @@ static struct cbcmn_task *search(struct cbcmn__exec *e)
 static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	/* Relaxed atomic: the one field of the config a running runtime's
-	 * owner may change (test_cpuquota makes a default-gated spin 30 s
-	 * long from a task while the executors search). */
+	/* Relaxed atomic: no API changes it, but a test does, from a task
+	 * while the executors search (test_cpuquota makes a default-gated
+	 * spin 30 s long). */
 	uint64_t spin_ns = __atomic_load_n(&rt->cfg.spin_ns, __ATOMIC_RELAXED);
 	uint64_t start = now_ns(), pause = SPIN_PAUSE_MIN_NS;
 	const uint64_t start0 = start;
