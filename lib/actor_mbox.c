@@ -836,7 +836,7 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 	struct cbcmn_runtime *rt = h->rt;
 	/* The stall monitor may run it for a stalled h (cbcmn__xmsg_get()):
 	 * then no executor's owner-only state (trace ring, run queue). */
-	struct cbcmn__exec *e = cbcmn__tls_exec == h ? h : NULL;
+	struct cbcmn__exec *e = cbcmn__waker_here(h);
 	put_reserved(rt, lm->to, &lm->m, e);
 	/* release: the put before a moved sender's look (lane_order());
 	 * seq_cst: before our look at the parked waiters (lane_park()). */

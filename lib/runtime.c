@@ -574,7 +574,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	/* The default spin leaves a cgroup's quota to the busy executors
 	 * (sched.c, spin_room()), a limit set later too (a pod resized in
 	 * place: monitor.c); a spin_ns the program chose is its own. */
-	rt->spin_quota_gate = !cfg || cfg->spin_ns == 0;
+	bool default_spin = !cfg || cfg->spin_ns == 0;
+	rt->spin_quota_gate = default_spin;
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
 	/* The default spin steps aside on a busy host (monitor.c,
 	 * host_load()); a spin_ns the program chose is kept as given.  Only
@@ -584,7 +585,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	 * of CPUs it cannot use would stop (a server on CPUs set apart from a
 	 * busy host's other work, by an affinity or by cfg.cpus:
 	 * test_regression_spin_gate_ignores_other_cpus). */
-	rt->spin_host_gate = (!cfg || cfg->spin_ns == 0) && runs_on_every_cpu(&c);
+	rt->spin_host_gate = default_spin && runs_on_every_cpu(&c);
 	/* The spare starts and retires like an executor above min_workers,
 	 * but only the monitor starts it (wake.c, monitor.c). */
 	rt->dynamic = c.min_workers < nx;

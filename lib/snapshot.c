@@ -16,7 +16,7 @@ uint32_t cbcmn__gauge_up(struct cbcmn_runtime *rt, struct cbcmn__exec *e, int g)
 	/* Its single-writer share only on its own thread: e is the
 	 * caller's task's executor, checked, not trusted (runtime.h,
 	 * cbcmn__waker_here()). */
-	if (e && e == cbcmn__tls_exec) {
+	if (cbcmn__waker_here(e)) {
 		/* Relaxed: the end this begin pairs with is ordered after it
 		 * by whatever hands the thing over (the task state CAS, the
 		 * nursery's await, the owner's own program order). */
@@ -41,7 +41,7 @@ void cbcmn__gauge_down(struct cbcmn_runtime *rt, struct cbcmn__exec *e, uint32_t
 	 * (a waker may be another runtime's executor): the common case (an
 	 * inline child, a nursery closed where it opened) loads nothing from
 	 * rt->exec[]. */
-	if (e && home == e->id && e->rt == rt && e == cbcmn__tls_exec) {
+	if (cbcmn__waker_here(e) && home == e->id && e->rt == rt) {
 		cbcmn__diag_bump(&e->diag.down[g], memory_order_release);
 		return;
 	}
