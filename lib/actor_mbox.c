@@ -448,17 +448,24 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
 
+/* What each wait starts from, a lasting record's every receive too
+ * (recv_wait()); the rest holds from wait_init() on. */
+static void wait_reset(struct cbcmn__mb_wait *w)
+{
+	w->qw.result = 0;
+	w->seq = 0;
+	w->put_ns = 0;
+}
+
 static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 {
 	cbcmn__iwait_init(&w->qw.iw, self);
 	w->qw.iw.kind = CBCMN__G_CHAN; /* a mailbox is a channel, for the snapshot */
-	w->qw.result = 0;
 	w->qw.queued = false;
 	w->src = NULL;
 	w->dst = NULL; /* set by the receiver only: how mb_block() tells them apart */
 	w->home = 0;
-	w->seq = 0;
-	w->put_ns = 0;
+	wait_reset(w);
 }
 
 _Static_assert(sizeof(struct cbcmn__mb_wait) <= CBCMN__IWAIT_KEEP &&
@@ -481,9 +488,7 @@ static struct cbcmn__mb_wait *recv_wait(struct cbcmn_task *self)
 		return w;
 	}
 	cbcmn__iwait_rearm(&w->qw.iw);
-	w->qw.result = 0;
-	w->seq = 0;
-	w->put_ns = 0;
+	wait_reset(w);
 	return w;
 }
 
