@@ -702,9 +702,12 @@ void cbcmn__refund_memory(struct cbcmn_task *t, uint64_t amount)
 		t->memory = sat_add(t->memory, amount);
 }
 
-/* Fairness: a full interval has run.  The yield costs nothing. */
+/* Fairness: a full interval has run.  The yield costs nothing.  At every
+ * window first: a sender that runs on leaves the actor it woke into the
+ * slot to an idle executor (sched.c, owe_notify()). */
 static void fairness_yield(struct cbcmn_task *t)
 {
+	cbcmn__notify_owed_check(cbcmn__tls_exec);
 	if (t->yield_left == 0) {
 		t->yield_left = interval(t);
 		cbcmn_yield((cbcmn_cx *)t);
@@ -741,9 +744,6 @@ void cbcmn__charge_window(struct cbcmn_task *t)
 	 * paid by its own next window (pay_window()). */
 	if (off_fiber(t))
 		return;
-	/* A sender that runs on: the actor it woke into the slot is an
-	 * idle executor's to take (sched.c, owe_notify()). */
-	cbcmn__notify_owed_check(cbcmn__tls_exec);
 	fairness_yield(t);
 	pay_window(t);
 }
@@ -763,7 +763,6 @@ void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 	 * 0 wiped that debt out); t sees a cancellation then. */
 	if (off_fiber(t))
 		return;
-	cbcmn__notify_owed_check(cbcmn__tls_exec); /* as in cbcmn__charge_window() */
 	fairness_yield(t);
 	if (cbcmn__task_interrupted(t))
 		unwind(t, CBCMN_ECANCELED);
