@@ -29,11 +29,11 @@
 bool cbcmn__stack_test_no_lightweight_guards;
 size_t cbcmn__stack_test_fail_map_over;
 
-/* base, len and next first: test_stack.c mirrors them. */
+/* base and len first: test_stack.c mirrors them.  The pool finds its
+ * slabs in by_addr only. */
 struct cbcmn__stack_slab {
 	void *base;
 	size_t len;
-	struct cbcmn__stack_slab *next;
 	uint32_t n;      /* stacks in it */
 	uint32_t nfree;  /* of them in the shared pool */
 	uint64_t bits[]; /* bit i: stack i is in the shared pool */
@@ -322,7 +322,8 @@ static struct cbcmn__stack_slab *slab_of(const struct cbcmn__stack_pool *p, cons
 
 /* A put of a stack the pool holds already (put back twice) or never made
  * would count a stack the pool does not have, and the get that trusts the
- * count would find none.  Debug builds stop there; the others drop it. */
+ * count would find none; a stack put back twice into a cache would be
+ * handed out twice.  Debug builds stop there; the others drop it. */
 static void bad_put(const struct cbcmn__stack *s)
 {
 	fprintf(stderr, "cbcmn: stack %p put back twice, or not the pool's\n", (const void *)s);
@@ -331,12 +332,13 @@ static void bad_put(const struct cbcmn__stack *s)
 #endif
 }
 
-/* Under the pool lock: s goes back to the pool. */
+/* Under the pool lock: s, one of p's stacks (pool_own()), goes back to the
+ * pool.  Its bit is set already if two threads put it back at once. */
 static void pool_free(struct cbcmn__stack_pool *p, struct cbcmn__stack *s)
 {
 	uint32_t at, i;
 	struct cbcmn__stack_slab *sl = slab_of(p, s, &at, &i);
-	if (!sl || bit_test(sl, i)) {
+	if (bit_test(sl, i)) {
 		bad_put(s);
 		return;
 	}
@@ -388,22 +390,18 @@ bool cbcmn__stack_pool_holds(struct cbcmn__stack_pool *p, const struct cbcmn__st
 
 void cbcmn__stack_pool_fini(struct cbcmn__stack_pool *p)
 {
-	struct cbcmn__stack_slab *sl = p->slabs;
+	for (uint32_t at = 0; at < p->nslabs; at++) {
+		struct cbcmn__stack_slab *sl = p->by_addr[at];
 #ifdef __SANITIZE_THREAD__
-	for (struct cbcmn__stack_slab *x = sl; x; x = x->next)
-		for (uint32_t i = 0; i < x->n; i++) {
-			struct cbcmn__stack *s = stack_at(p, x, i);
-			if (bit_test(x, i) && s->san_fiber)
+		for (uint32_t i = 0; i < sl->n; i++) {
+			struct cbcmn__stack *s = stack_at(p, sl, i);
+			if (bit_test(sl, i) && s->san_fiber)
 				__tsan_destroy_fiber(s->san_fiber);
 		}
 #endif
-	while (sl) {
-		struct cbcmn__stack_slab *next = sl->next;
 		cbcmn__unmap_stack_memory(sl->base, sl->len);
 		free(sl);
-		sl = next;
 	}
-	p->slabs = NULL;
 	free(p->by_addr);
 	free(p->has_free);
 	p->by_addr = NULL;
@@ -544,6 +542,7 @@ static int slab_new(struct cbcmn__stack_pool *p)
 		s->san_fiber = NULL;
 		s->san_uses = 0;
 		s->asan_fake = NULL;
+		s->pooled = 1;
 		sl->bits[made / 64] |= bit_of(made);
 		p->stacks_total++;
 		p->stacks_guarded += guarded;
@@ -563,8 +562,6 @@ static int slab_new(struct cbcmn__stack_pool *p)
 	sl->len = len;
 	sl->n = sl->nfree = made;
 	p->nfree += made;
-	sl->next = p->slabs;
-	p->slabs = sl;
 	by_addr_insert(p, sl);
 	/* Grow from what fitted: after a halving, the next slab tries the
 	 * size that failed once more, then grows again. */
@@ -620,6 +617,7 @@ static struct cbcmn__stack *stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 	if (__builtin_expect(s != NULL, 1)) {
 		c->free = s->next;
 		c->n--;
+		s->pooled = 0;
 		return s;
 	}
 	cbcmn__mutex_lock(&p->lock);
@@ -634,6 +632,7 @@ static struct cbcmn__stack *stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 	c->free = s->next;
 	for (struct cbcmn__stack *x = c->free; x; x = x->next)
 		c->n++;
+	s->pooled = 0;
 	return s;
 }
 
@@ -694,6 +693,14 @@ static void release_pages(struct cbcmn__stack *s)
 void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		      struct cbcmn__stack *s)
 {
+	/* Put back before (a put, put; or a put, a get into a cache that
+	 * still holds it, a put).  A put after a get that handed it out
+	 * looks like its holder's: the pool keeps no owner. */
+	if (__builtin_expect(s->pooled, 0)) {
+		bad_put(s);
+		return;
+	}
+	s->pooled = 1;
 	/* The landing pad closed it; a fiber ended otherwise (its thread
 	 * died) may not have. */
 	if (__builtin_expect(s->yellow_open, 0))
@@ -719,9 +726,33 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 	pool_put(p, head);
 }
 
-/* Give a chain of stacks to the pool, their memory first (outside the lock). */
+/* Under the pool lock: head's chain without the stacks that are not p's.
+ * A cache takes a put on trust (no lock, no lookup): a foreign pointer is
+ * caught here, before release_pages() would give back whatever memory
+ * below it its lo names. */
+static struct cbcmn__stack *pool_own(struct cbcmn__stack_pool *p, struct cbcmn__stack *head)
+{
+	struct cbcmn__stack **link = &head;
+	uint32_t at, i;
+	while (*link) {
+		struct cbcmn__stack *x = *link;
+		if (slab_of(p, x, &at, &i)) {
+			link = &x->next;
+			continue;
+		}
+		*link = x->next;
+		bad_put(x);
+	}
+	return head;
+}
+
+/* Give a chain of stacks to the pool: checked to be its own, then their
+ * memory released outside the lock, then counted free. */
 static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head)
 {
+	cbcmn__mutex_lock(&p->lock);
+	head = pool_own(p, head);
+	cbcmn__mutex_unlock(&p->lock);
 	for (struct cbcmn__stack *x = head; x; x = x->next)
 		release_pages(x);
 	cbcmn__mutex_lock(&p->lock);

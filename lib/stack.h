@@ -63,7 +63,7 @@ struct cbcmn__stack {
 	char *guard_lo;
 	void *san_fiber;           /* TSan: the fiber running on this stack */
 	void *asan_fake;           /* ASan: its fake stack while switched away */
-	uint32_t san_uses;         /* TSan: fibers it has run since created */
+	uint16_t san_uses;         /* TSan: fibers it has run, mod 65536 */
 	bool guarded;
 	/* CBCMN__GUARD_*: how the yellow zone is guarded; MADV turns to PROT
 	 * if the kernel refuses to put the guard back (a locked process). */
@@ -78,6 +78,9 @@ struct cbcmn__stack {
 	 * CBCMN__HOLDS_UNSTARTED until a fiber first runs on it, then
 	 * CBCMN__HOLDS_STARTED. */
 	uint8_t holds_task;
+	/* In a cache or the shared pool: a put of it again is refused
+	 * (stack.c, bad_put()).  Cleared by the get that hands it out. */
+	uint8_t pooled;
 };
 
 _Static_assert(sizeof(struct cbcmn__stack) == 64, "one cache line");
@@ -108,7 +111,6 @@ struct cbcmn__stack_slab;
 struct cbcmn__stack_pool {
 	struct cbcmn__mutex lock;       /* CBCMN__LOCK_STACKS */
 	uint32_t nfree;                 /* stacks in the shared pool, memory released */
-	struct cbcmn__stack_slab *slabs;
 	/* The slabs by address, and where the lowest free stack may be: no
 	 * slab below by_addr[lowest] has one (stack.c, lowest first).  Bit i
 	 * of has_free: by_addr[i] has stacks in the pool. */
