@@ -486,6 +486,65 @@ static void test_ring_client_says_io_uring_was_refused(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A server whose first connection answers request 0 right and sends a
+ * wrong chunk after it, in one send: the client's recv takes the right
+ * answer (its next request queued, not submitted) and the wrong chunk in
+ * one turn, and fails the connection with that send queued.  The others
+ * echo.  (Before the fix, strace showed the close before the enter that
+ * submitted the send: it named a closed number.) */
+static void *queued_liar_main(void *arg)
+{
+	struct two_servers *t = arg;
+	int fd = accept(t->l.lfd, NULL, NULL);
+	bool lie = atomic_fetch_add(&t->accepted, 1) == 0;
+	static _Thread_local char buf[2 * 4096];
+	size_t got = 0;
+	ssize_t n;
+	while (fd >= 0 && (n = recv(fd, buf + got, 4096 - got, 0)) > 0) {
+		got += (size_t)n;
+		if (got < 4096)
+			continue;
+		got = 0;
+		size_t len = 4096;
+		if (lie) {
+			memset(buf + 4096, 0x5a, 4096);
+			len *= 2;
+		}
+		if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+			break;
+		if (!lie && atomic_load(&t->liar_ended))
+			atomic_fetch_add(&t->echoes_after, 1);
+	}
+	if (lie)
+		atomic_store(&t->liar_ended, 1);
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+static void test_ring_client_fails_a_connection_with_a_send_queued(void **state)
+{
+	(void)state;
+	struct two_servers t = {0};
+	liar_listen(&t.l, 0);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, queued_liar_main, &t), 0);
+	struct lg_result res;
+	int rc = ring_load(t.l.port, 2, 4096, 1, &res);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	close(t.l.lfd);
+	if (ring_refused(rc)) {
+		T_SKIP("no io_uring for the client: %s", res.error);
+		return;
+	}
+	printf("    %s\n", res.error);
+	assert_int_equal(rc, -EBADMSG);
+	assert_int_equal(res.errors, 1);
+	assert_true(atomic_load(&t.echoes_after) > 0);
+}
+
 static void test_ring_client_refuses_http(void **state)
 {
 	(void)state;
@@ -508,6 +567,7 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_baseline_echoes),
 		T_WATCHED_TEST(test_ring_client_echoes),
 		T_WATCHED_TEST(test_ring_client_catches_a_wrong_byte),
+		T_WATCHED_TEST(test_ring_client_fails_a_connection_with_a_send_queued),
 		T_WATCHED_TEST(test_ring_client_send_in_flight_keeps_its_bytes),
 		T_WATCHED_TEST(test_ring_client_ends_a_failed_connection_at_once),
 		T_WATCHED_TEST(test_ring_client_says_io_uring_was_refused),

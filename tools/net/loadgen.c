@@ -379,6 +379,7 @@ struct lg_worker {
 	uint32_t answered;	/* connections that have had a response */
 	uint64_t requests, bytes;
 	struct lg_err err;
+	struct io_uring *ring;	/* the io_uring client's, NULL for epoll's */
 };
 
 static int __attribute__((format(printf, 4, 5)))
@@ -395,8 +396,13 @@ conn_fail(struct lg_worker *w, struct lg_conn *c, int code, const char *fmt, ...
 	 * past close(): the server saw no end until the run's, the ring's
 	 * exit.  shutdown() ends it now, and ends those requests (the recv
 	 * sees the end, the send EPIPE).  close() also takes the socket out
-	 * of the epoll set. */
+	 * of the epoll set.  A send or recv queued for c and not submitted
+	 * yet names c->fd by number: submitted after the close, it would act
+	 * on whatever file took the number meanwhile (a socket the server's
+	 * thread accepted), so it goes in before. */
 	shutdown(c->fd, SHUT_RDWR);
+	if (w->ring)
+		io_uring_submit(w->ring);
 	close(c->fd);
 	c->fd = -1;
 	w->live--;
@@ -830,6 +836,7 @@ static void *worker_main(void *arg)
 			strerror(-rc));
 	if (cfg->ring) {
 		ring = !w->err.code && ring_open(w, &r) == 0;
+		w->ring = ring ? &r.u : NULL;
 	} else if (!w->err.code && (ep = epoll_create1(EPOLL_CLOEXEC)) < 0) {
 		lg_fail(&w->err, -errno, "epoll_create1: %s", strerror(errno));
 	}
@@ -862,8 +869,10 @@ static void *worker_main(void *arg)
 		epoll_loop(w, ep);
 	w->stop = mono_ns();
 out:
-	if (ring)
+	if (ring) {
+		w->ring = NULL;
 		ring_close(&r);
+	}
 	if (ep >= 0)
 		close(ep);
 	return NULL;
