@@ -264,6 +264,36 @@ static void test_ring_client_echoes(void **state)
 	}
 }
 
+/* close(), interposed for this binary (loadgen's calls too): while
+ * steal_port is set, the close of the TCP socket bound to that local port
+ * hands its number at once to a copy of steal_into, as another thread's
+ * open would: what still names the number lands there. */
+static atomic_int steal_port, stolen_fd = -1;
+static int steal_into = -1;
+
+#if !T_TSAN /* TSan's own close() keeps its account of descriptors */
+static int local_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t al = sizeof(a);
+	if (getsockname(fd, (struct sockaddr *)&a, &al) != 0 || a.sin_family != AF_INET)
+		return 0;
+	return ntohs(a.sin_port);
+}
+
+int close(int fd)
+{
+	int port = atomic_load(&steal_port);
+	bool steal = port && local_port(fd) == port;
+	int rc = (int)syscall(SYS_close, fd);
+	if (steal && rc == 0 && dup2(steal_into, fd) == fd) {
+		atomic_store(&steal_port, 0);
+		atomic_store(&stolen_fd, fd);
+	}
+	return rc;
+}
+#endif
+
 /* A listener on an ephemeral loopback port, for a test's own server
  * thread; rcvbuf > 0: its connections' receive buffer (SO_RCVBUF). */
 struct liar {
@@ -398,6 +428,7 @@ struct two_servers {
 	struct liar l;
 	atomic_int accepted, liar_ended, echoes_after;
 	size_t whole;
+	bool steal; /* the liar's connection's number, once the client closes it */
 };
 
 /* The liar flips byte 0 of each chunk; or, with whole set, answers each
@@ -408,6 +439,12 @@ static void *two_servers_main(void *arg)
 	struct two_servers *t = arg;
 	int fd = accept(t->l.lfd, NULL, NULL);
 	bool lie = atomic_fetch_add(&t->accepted, 1) == 0;
+	if (lie && t->steal && fd >= 0) {
+		struct sockaddr_in a;
+		socklen_t al = sizeof(a);
+		if (getpeername(fd, (struct sockaddr *)&a, &al) == 0)
+			atomic_store(&steal_port, ntohs(a.sin_port)); /* the client's end */
+	}
 	char *buf = malloc(2 * 4096);
 	size_t got = 0, want = t->whole ? t->whole : 1;
 	ssize_t n;
@@ -513,14 +550,30 @@ static void test_ring_client_says_io_uring_was_refused(void **state)
 /* A connection failed while its next request's send was queued, not
  * submitted: the first connection's server answers request 0 right and
  * sends a wrong chunk after it in one send, so the client's recv takes
- * both in one turn.  The queued send named the socket's closed number,
- * submitted after the close (strace: close(6), then an io_uring_enter
- * that submitted 2); now before it. */
+ * both in one turn.  The queued send named the socket's number, and was
+ * submitted after the close: into whatever took the number (here a
+ * socket pair's end, at the close: its other end got request 1).  Now it
+ * goes in before the close. */
 static void test_ring_client_fails_a_connection_with_a_send_queued(void **state)
 {
-	(void)state;
-	struct two_servers t = {.whole = 4096};
+	int sp[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	steal_into = sp[1];
+	struct two_servers t = {.whole = 4096, .steal = true};
 	two_servers_run(&t, state);
+	atomic_store(&steal_port, 0);
+	int stolen = atomic_exchange(&stolen_fd, -1);
+	char buf[64];
+	ssize_t n = recv(sp[0], buf, sizeof(buf), MSG_DONTWAIT);
+	if (stolen >= 0)
+		close(stolen);
+	close(sp[0]);
+	close(sp[1]);
+	if (n > 0)
+		fail_msg("a send queued for the failed connection went to its number's next file");
+	if (stolen < 0)
+		T_SKIP(T_TSAN ? "close() is TSan's here, not interposed"
+			      : "the client's close of the failed connection was not seen");
 }
 
 static void test_ring_client_refuses_http(void **state)
