@@ -1391,6 +1391,20 @@ static void test_destroy_busy_while_cancelled_waiter_returns(void **state)
 	t_destroy(rt);
 }
 
+/* A channel destroyed after its runtime (a program's clean-up in the
+ * order it made things, or a leaked channel freed late): destroy read the
+ * freed runtime (ASan: heap-use-after-free in cbcmn__forked()). */
+static void test_destroy_after_its_runtime(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 4, sizeof(int));
+	int v = 5;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	t_destroy(rt); /* a channel does not keep its runtime */
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+}
+
 int main(void)
 {
 /* A hang (a waiter nobody wakes) fails the test, naming it, instead of
@@ -1407,6 +1421,7 @@ int main(void)
 		T(test_cancel_blocked),
 		T(test_cancel_blocked_many_workers),
 		T(test_destroy_busy_while_cancelled_waiter_returns),
+		T(test_destroy_after_its_runtime),
 		T(test_outside_threads),
 		T(test_try_variants),
 		T(test_drain_after_close),
