@@ -80,6 +80,10 @@ struct chan_rec {
 struct cbcmn_chan {
 	struct cbcmn__flock lock; /* CBCMN__LOCK_CHAN: everything below */
 	struct cbcmn_runtime *rt; /* immutable */
+	/* rt->fork_gen: destroy reads nothing of rt, which may be gone (a
+	 * channel does not keep its runtime alive; cleaning up in the order
+	 * things were made destroys the runtime first). */
+	uint32_t fork_gen;
 	unsigned char *buf;       /* cap * esize bytes, a ring */
 	size_t cap, esize;        /* immutable */
 	size_t head, count;       /* oldest message, messages in the ring */
@@ -479,6 +483,7 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 	c->charged = charged;
 	cbcmn__flock_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
 	c->rt = rt;
+	c->fork_gen = rt->fork_gen;
 	c->cap = capacity;
 	c->esize = elem_size;
 	*out = c;
@@ -489,7 +494,7 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 {
 	if (!c)
 		return -EINVAL;
-	if (cbcmn__forked(c->rt))
+	if (c->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
 	cbcmn__flock_lock(&c->lock);
@@ -503,7 +508,9 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 		free(r);
 	}
 	/* Given back to its payer if the payer destroys it; destroyed by
-	 * anyone else, it stays spent (the payer may be gone). */
+	 * anyone else, it stays spent (the payer may be gone).  A task of
+	 * c's runtime only: running_task() dereferences rt only when this
+	 * thread is one of its executors, so never once rt is gone. */
 	struct cbcmn_task *self = running_task(c->rt);
 	if (self && c->payer == self->id)
 		cbcmn__refund_memory(self, c->charged);
