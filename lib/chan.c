@@ -63,12 +63,6 @@ static inline void chan_wait_init(struct chan_wait *w, enum wait_kind kind, cons
 	w->qw.queued = false;
 }
 
-/* The first waiter of q this side could claim (waitq.h), or NULL. */
-static struct chan_wait *q_claim(struct cbcmn__waitq *q)
-{
-	return (struct chan_wait *)cbcmn__waitq_claim(q);
-}
-
 /* A reservation record.  Records belong to their channel (allocated on
  * demand, recycled, freed with it), not to the permit, which only names
  * one: a task that leaks a permit in a frame that has since returned, or
@@ -86,10 +80,20 @@ struct chan_rec {
 struct cbcmn_chan {
 	struct cbcmn__flock lock; /* CBCMN__LOCK_CHAN: everything below */
 	struct cbcmn_runtime *rt; /* immutable */
+	/* rt->fork_gen: destroy reads nothing of rt, which may be gone (a
+	 * channel does not keep its runtime alive; cleaning up in the order
+	 * things were made destroys the runtime first). */
+	uint32_t fork_gen;
 	unsigned char *buf;       /* cap * esize bytes, a ring */
 	size_t cap, esize;        /* immutable */
 	size_t head, count;       /* oldest message, messages in the ring */
 	size_t reserved;          /* slots held by permits */
+	/* Blocked operations that may still touch c: queued, or claimed by
+	 * a cancellation or a timer and not yet back to take their wait off
+	 * the queue (chan_block()).  The event that meets such a claimed
+	 * wait dequeues it first, so the queues alone do not tell destroy
+	 * that a task is still inside an operation on c. */
+	size_t blocked;
 	bool closed;              /* also read without the lock: atomic stores */
 	size_t count_seen;        /* count at the last unlock (chan_unlock()) */
 	struct cbcmn__waitq recvq;  /* receivers */
@@ -109,6 +113,17 @@ static inline void chan_unlock(struct cbcmn_chan *c)
 {
 	__atomic_store_n(&c->count_seen, c->count, __ATOMIC_RELAXED);
 	cbcmn__flock_unlock(&c->lock);
+}
+
+/* The first waiter of q this side could claim (waitq.h), or NULL.  A
+ * waiter claimed here is done with c (it returns what it was handed):
+ * c->blocked no longer counts it. */
+static struct chan_wait *q_claim(struct cbcmn_chan *c, struct cbcmn__waitq *q)
+{
+	struct chan_wait *w = (struct chan_wait *)cbcmn__waitq_claim(q);
+	if (w)
+		c->blocked--;
+	return w;
 }
 
 /* ---- the ring and the slots (under the lock) ----------------------------- */
@@ -135,7 +150,7 @@ static void ring_take(struct cbcmn_chan *c, void *elem)
 static bool put_msg(struct cbcmn_chan *c, const void *elem, struct cbcmn__wakes *wl)
 {
 	if (c->count == 0) {
-		struct chan_wait *r = q_claim(&c->recvq);
+		struct chan_wait *r = q_claim(c, &c->recvq);
 		if (r) {
 			memcpy(r->dst, elem, c->esize);
 			cbcmn__wakes_add(wl, &r->qw, 0);
@@ -153,7 +168,7 @@ static bool put_msg(struct cbcmn_chan *c, const void *elem, struct cbcmn__wakes 
 static void slot_freed(struct cbcmn_chan *c, struct cbcmn__wakes *wl)
 {
 	while (c->count + c->reserved < c->cap) {
-		struct chan_wait *w = q_claim(&c->spaceq);
+		struct chan_wait *w = q_claim(c, &c->spaceq);
 		if (!w)
 			return;
 		if (w->kind == W_SEND) {
@@ -240,6 +255,7 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 		return -ENOMEM;
 	}
 	cbcmn__waitq_push(q, &w->qw);
+	c->blocked++;
 	chan_unlock(c);
 	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
@@ -252,6 +268,7 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 		cbcmn__waitq_del(q, &w->qw);
 	if (w->rec)
 		rec_put(c, w->rec); /* never granted: claimed by cancellation or time */
+	c->blocked--; /* the last touch of c: destroy may free it now */
 	chan_unlock(c);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }
@@ -466,6 +483,7 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 	c->charged = charged;
 	cbcmn__flock_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
 	c->rt = rt;
+	c->fork_gen = rt->fork_gen;
 	c->cap = capacity;
 	c->esize = elem_size;
 	*out = c;
@@ -476,11 +494,11 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 {
 	if (!c)
 		return -EINVAL;
-	if (cbcmn__forked(c->rt))
+	if (c->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
 	cbcmn__flock_lock(&c->lock);
-	bool busy = c->recvq.head || c->spaceq.head || c->reserved;
+	bool busy = c->blocked || c->reserved;
 	chan_unlock(c);
 	if (busy)
 		return -EBUSY;
@@ -490,7 +508,9 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 		free(r);
 	}
 	/* Given back to its payer if the payer destroys it; destroyed by
-	 * anyone else, it stays spent (the payer may be gone). */
+	 * anyone else, it stays spent (the payer may be gone).  A task of
+	 * c's runtime only: running_task() dereferences rt only when this
+	 * thread is one of its executors, so never once rt is gone. */
 	struct cbcmn_task *self = running_task(c->rt);
 	if (self && c->payer == self->id)
 		cbcmn__refund_memory(self, c->charged);
@@ -641,7 +661,7 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 	cbcmn__flock_lock(&c->lock);
 	if (!c->closed) {
 		__atomic_store_n(&c->closed, true, __ATOMIC_RELAXED);
-		while ((w = q_claim(&c->spaceq))) {
+		while ((w = q_claim(c, &c->spaceq))) {
 			if (w->rec) {
 				rec_put(c, w->rec);
 				w->rec = NULL;
@@ -650,7 +670,7 @@ int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)
 		}
 		/* Receivers only wait on an empty ring, and no message can
 		 * come any more: reservations die with the close. */
-		while ((w = q_claim(&c->recvq)))
+		while ((w = q_claim(c, &c->recvq)))
 			cbcmn__wakes_add(&wl, &w->qw, -EPIPE);
 	}
 	chan_unlock(c);

@@ -211,6 +211,17 @@ out:
 	return buf;
 }
 
+size_t cbcmn__metrics_head_end(const char *buf, size_t len, size_t from)
+{
+	/* The blank line ends it: CRLF CRLF, or bare LFs as clients that cut
+	 * corners send. */
+	for (size_t i = from; i + 1 < len; i++)
+		if (buf[i] == '\n' &&
+		    (buf[i + 1] == '\n' || (i + 2 < len && buf[i + 1] == '\r' && buf[i + 2] == '\n')))
+			return i + (buf[i + 1] == '\n' ? 2 : 3);
+	return 0;
+}
+
 /* Read until buf holds a whole header block.  Its length (the blank line
  * included), 0 when the client closed or ran out of time first, -1 when
  * it does not fit. */
@@ -218,15 +229,13 @@ static int64_t read_head(cbcmn_cx *cx, struct conn *c, uint64_t deadline)
 {
 	size_t max = c->ms->lim.req_max, from = 0;
 	for (;;) {
-		/* The blank line ends it: CRLF CRLF, or bare LFs as clients
-		 * that cut corners send.  The scan resumes where the last one
-		 * could not decide (its last two bytes): a client that sends a
-		 * byte at a time costs a pass over what came, not one per
-		 * byte over everything before. */
-		for (size_t i = from; i + 1 < c->len; i++)
-			if (c->buf[i] == '\n' && (c->buf[i + 1] == '\n' ||
-						  (i + 2 < c->len && c->buf[i + 1] == '\r' && c->buf[i + 2] == '\n')))
-				return (int64_t)(i + (c->buf[i + 1] == '\n' ? 2 : 3));
+		/* The scan resumes where the last one could not decide (its
+		 * last two bytes): a client that sends a byte at a time costs
+		 * a pass over what came, not one per byte over everything
+		 * before. */
+		size_t hl = cbcmn__metrics_head_end(c->buf, c->len, from);
+		if (hl)
+			return (int64_t)hl;
 		if (c->len == max)
 			return -1;
 		from = c->len > 2 ? c->len - 2 : 0;
@@ -237,6 +246,47 @@ static int64_t read_head(cbcmn_cx *cx, struct conn *c, uint64_t deadline)
 			return 0;
 		c->len += (size_t)n;
 	}
+}
+
+void cbcmn__metrics_parse(char *buf, size_t hl, struct cbcmn__metrics_req *r)
+{
+	*r = (struct cbcmn__metrics_req){CBCMN__MR_BAD, false, false};
+	char *end = buf + hl;
+	*end = 0;
+	/* The request line: method SP target SP HTTP/1.x, one space each,
+	 * nothing else on it (RFC 9112 section 3).  Each step stays before
+	 * the line's end: the block ends in a \n, and buf[hl] is a NUL that
+	 * stops every scan (so does a NUL sent inside the line). */
+	const char *eol = memchr(buf, '\n', hl);
+	size_t ml = strspn(buf, "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+	const char *target = buf + ml + 1, *version = NULL;
+	size_t tl = 0;
+	bool ok = eol && ml && ml < 16 && buf[ml] == ' ';
+	if (ok) {
+		tl = strcspn(target, " \r\n");
+		ok = tl && target[tl] == ' ';
+	}
+	if (ok) {
+		version = target + tl + 1;
+		ok = (!strncmp(version, "HTTP/1.1", 8) || !strncmp(version, "HTTP/1.0", 8)) &&
+		     version + 8 == eol - (eol[-1] == '\r');
+	}
+	if (!ok)
+		return;
+	r->head = ml == 4 && !strncmp(buf, "HEAD", 4);
+	if (!r->head && !(ml == 3 && !strncmp(buf, "GET", 3))) {
+		r->route = CBCMN__MR_METHOD;
+		return;
+	}
+	size_t plen = strcspn(target, "? ");
+	if (plen != strlen("/metrics") || strncmp(target, "/metrics", plen)) {
+		r->route = CBCMN__MR_NOT_FOUND;
+		return;
+	}
+	size_t alen = 0;
+	const char *accept = header(eol + 1, end, "Accept", &alen);
+	r->om = accept && wants_openmetrics(accept, alen);
+	r->route = CBCMN__MR_METRICS;
 }
 
 /* Answer the connection's one request. */
@@ -250,59 +300,34 @@ static void serve_request(cbcmn_cx *cx, struct conn *c, uint64_t deadline)
 			     "request too large\n", false, deadline);
 		return;
 	}
-	char *end = c->buf + hl;
-	*end = 0;
-	/* The request line: method SP target SP HTTP/1.x, one space each,
-	 * nothing else on it (RFC 9112 section 3).  Each step stays before
-	 * the line's end: the block ends in a \n, and buf[hl] is a NUL that
-	 * stops every scan (so does a NUL sent inside the line). */
-	const char *eol = memchr(c->buf, '\n', (size_t)hl);
-	size_t ml = strspn(c->buf, "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
-	const char *target = c->buf + ml + 1, *version = NULL;
-	size_t tl = 0;
-	bool ok = eol && ml && ml < 16 && c->buf[ml] == ' ';
-	if (ok) {
-		tl = strcspn(target, " \r\n");
-		ok = tl && target[tl] == ' ';
-	}
-	if (ok) {
-		version = target + tl + 1;
-		ok = (!strncmp(version, "HTTP/1.1", 8) || !strncmp(version, "HTTP/1.0", 8)) &&
-		     version + 8 == eol - (eol[-1] == '\r');
-	}
-	if (!ok) {
+	struct cbcmn__metrics_req r;
+	cbcmn__metrics_parse(c->buf, (size_t)hl, &r);
+	switch (r.route) {
+	case CBCMN__MR_BAD:
 		respond_text(cx, c->fd, "400 Bad Request", "", "bad request\n", false, deadline);
 		return;
-	}
-	char method[16];
-	memcpy(method, c->buf, ml);
-	method[ml] = 0;
-	bool head = !strcmp(method, "HEAD");
-	if (strcmp(method, "GET") && !head) {
+	case CBCMN__MR_METHOD:
 		respond_text(cx, c->fd, "405 Method Not Allowed", "Allow: GET, HEAD\r\n",
 			     "GET or HEAD only\n", false, deadline);
 		return;
-	}
-	size_t plen = strcspn(target, "? ");
-	if (plen != strlen("/metrics") || strncmp(target, "/metrics", plen)) {
+	case CBCMN__MR_NOT_FOUND:
 		respond_text(cx, c->fd, "404 Not Found", "", "not found: the metrics are at /metrics\n",
-			     head, deadline);
+			     r.head, deadline);
 		return;
+	case CBCMN__MR_METRICS:
+		break;
 	}
-	size_t alen = 0;
-	const char *accept = header(eol + 1, end, "Accept", &alen);
-	bool om = accept && wants_openmetrics(accept, alen);
 	size_t len = 0;
-	char *text = exposition(c->ms, om, &len);
+	char *text = exposition(c->ms, r.om, &len);
 	if (!text) {
-		respond_text(cx, c->fd, "503 Service Unavailable", "", "out of memory\n", head,
+		respond_text(cx, c->fd, "503 Service Unavailable", "", "out of memory\n", r.head,
 			     deadline);
 		return;
 	}
 	respond(cx, c->fd, "200 OK", "",
-		om ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
-		   : "text/plain; version=0.0.4; charset=utf-8",
-		text, len, head, deadline);
+		r.om ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
+		     : "text/plain; version=0.0.4; charset=utf-8",
+		text, len, r.head, deadline);
 	free(text);
 }
 

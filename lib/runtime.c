@@ -156,6 +156,45 @@ static bool budget_unlimited(const cbcmn_budget *b)
 	       CBCMN_UNLIMITED;
 }
 
+/* The value of digit c in base (10 or 16), or -1. */
+static int digit_value(char c, unsigned base)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (base == 16 && c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (base == 16 && c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* CBCMN_LAB_SEED (docs/LAB.md): all of it one number, decimal or 0x-hex,
+ * that fits in 64 bits; else -EINVAL, said on stderr (as CBCMN_BACKEND's
+ * is): a replay line mistyped must not replay another order, silently. */
+static int lab_seed_parse(const char *s, uint64_t *out)
+{
+	unsigned base = 10;
+	uint64_t v = 0;
+	const char *p = s;
+	if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+		base = 16;
+		p += 2;
+	}
+	bool ok = *p != 0;
+	for (; ok && *p; p++) {
+		int d = digit_value(*p, base);
+		ok = d >= 0 && v <= (UINT64_MAX - (uint64_t)d) / base;
+		v = v * base + (uint64_t)(d > 0 ? d : 0);
+	}
+	if (!ok) {
+		fprintf(stderr, "cbcmn: CBCMN_LAB_SEED=%.40s: not a decimal or 0x-hex 64-bit number\n",
+			s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
 /* Validate and fill in defaults.  Bad values are errors, not clamped. */
 static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page)
 {
@@ -186,8 +225,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		if (out->workers != 1)
 			return -EINVAL; /* one executor: the order is the seed's alone */
 		const char *env = cbcmn__env("CBCMN_LAB_SEED");
-		if (env && *env)
-			out->seed = strtoull(env, NULL, 0);
+		if (env && *env && lab_seed_parse(env, &out->seed))
+			return -EINVAL;
 	}
 	if (out->stack_size == 0)
 		out->stack_size = CBCMN_STACK_DEFAULT;

@@ -1326,6 +1326,85 @@ static void test_bad_input(void **state)
 	t_destroy(rt2);
 }
 
+/* A receive whose wait a cancellation claimed is still inside
+ * cbcmn_chan_recv() until its task runs again (it comes back to take its
+ * wait off the queue).  A send that meets the claimed wait first dequeues
+ * and skips it; the destroy after it must still say -EBUSY: it returned 0
+ * and freed c, and the receiver then locked the freed channel (ASan:
+ * heap-use-after-free in chan_block()).  One executor, held by a spinning
+ * task, keeps the cancelled receiver from running meanwhile. */
+struct claimed {
+	cbcmn_chan *c;
+	_Atomic int holding, release;
+	int recv_rc;
+};
+
+static int64_t claimed_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct claimed *k = arg;
+	int v;
+	k->recv_rc = cbcmn_chan_recv(cx, k->c, &v);
+	return 0;
+}
+
+static int64_t claimed_holder(cbcmn_cx *cx, void *arg)
+{
+	struct claimed *k = arg;
+	(void)cx;
+	atomic_store(&k->holding, 1);
+	while (!atomic_load(&k->release))
+		sched_yield(); /* the thread, not the task: the executor stays held */
+	return 0;
+}
+
+static void test_destroy_busy_while_cancelled_waiter_returns(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* no spare to run the receiver */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct claimed k = {.c = mkchan(rt, 1, sizeof(int))};
+	cbcmn_nursery *nr, *nh;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &nr), 0);
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &nh), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, nr, claimed_receiver, &k, NULL), 0);
+	cbcmn_snapshot s = {.size = sizeof(s), .version = CBCMN_SNAPSHOT_VERSION};
+	do {
+		usleep(1000);
+		assert_int_equal(cbcmn_runtime_snapshot(rt, &s, NULL, 0), 0);
+	} while (s.total.blocked_chan != 1);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, nh, claimed_holder, &k, NULL), 0);
+	while (!atomic_load(&k.holding))
+		usleep(100);
+	assert_int_equal(cbcmn_nursery_cancel(nr), 0);
+	int v = 7;
+	assert_int_equal(cbcmn_chan_try_send(NULL, k.c, &v), 0); /* skips the claimed wait */
+	int destroy_rc = cbcmn_chan_destroy(k.c);
+	atomic_store(&k.release, 1);
+	(void)cbcmn_nursery_await_all(NULL, nr); /* cancelled */
+	assert_int_equal(cbcmn_nursery_await_all(NULL, nh), 0);
+	assert_int_equal(destroy_rc, -EBUSY);
+	assert_int_equal(k.recv_rc, CBCMN_ECANCELED);
+	assert_int_equal(cbcmn_chan_destroy(k.c), 0);
+	t_destroy(rt);
+}
+
+/* A channel destroyed after its runtime (a program's clean-up in the
+ * order it made things, or a leaked channel freed late): destroy read the
+ * freed runtime (ASan: heap-use-after-free in cbcmn__forked()). */
+static void test_destroy_after_its_runtime(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 4, sizeof(int));
+	int v = 5;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	t_destroy(rt); /* a channel does not keep its runtime */
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+}
+
 int main(void)
 {
 /* A hang (a waiter nobody wakes) fails the test, naming it, instead of
@@ -1341,6 +1420,8 @@ int main(void)
 		T(test_close_wakes_all),
 		T(test_cancel_blocked),
 		T(test_cancel_blocked_many_workers),
+		T(test_destroy_busy_while_cancelled_waiter_returns),
+		T(test_destroy_after_its_runtime),
 		T(test_outside_threads),
 		T(test_try_variants),
 		T(test_drain_after_close),

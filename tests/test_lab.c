@@ -265,6 +265,46 @@ static void test_replay_line_and_seed_override(void **state)
 	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
 }
 
+/* A CBCMN_LAB_SEED that is not one number, decimal or 0x-hex as
+ * docs/LAB.md says, is refused with a line that says so: strtoull() took
+ * "0xabcdeg" (a typo of a replay line) as 0xabcde, "junk" as 0 and "010"
+ * as 8, and the run silently replayed another order than the one asked
+ * for. */
+static void test_bad_seed_variable_refused(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"0xabcdeg", "junk", "-1", " 7", "7 ", "0x",
+					  "18446744073709551616", "1e3"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.flags = CBCMN_CONFIG_LAB;
+		cbcmn_runtime *rt = NULL;
+		setenv("CBCMN_LAB_SEED", bad[i], 1);
+		int saved, fd = t_stderr_capture(&saved);
+		int rc = cbcmn_runtime_create(&cfg, &rt);
+		char msg[512];
+		t_stderr_restore(fd, saved, msg, sizeof(msg));
+		unsetenv("CBCMN_LAB_SEED");
+		if (rt)
+			t_destroy(rt);
+		assert_int_equal(rc, -EINVAL);
+		assert_non_null(strstr(msg, "CBCMN_LAB_SEED"));
+	}
+	/* Decimal, leading zero or not: 010 is ten. */
+	int a = record(10, run_a);
+	setenv("CBCMN_LAB_SEED", "010", 1);
+	int b = record(99, run_b);
+	setenv("CBCMN_LAB_SEED", "0xA", 1);
+	int c = record(98, run_c);
+	unsetenv("CBCMN_LAB_SEED");
+	assert_int_equal(a, b);
+	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
+	assert_int_equal(a, c);
+	assert_memory_equal(run_a, run_c, (size_t)a * sizeof(uint64_t));
+}
+
 /* ---- actors: sends between them, the same order ---- */
 
 #define NACT 4
@@ -343,6 +383,7 @@ int main(void)
 		T_WATCHED_TEST(test_virtual_time),
 		T_WATCHED_TEST(test_regression_dead_timers_do_not_move_the_clock),
 		T_WATCHED_TEST(test_replay_line_and_seed_override),
+		T_WATCHED_TEST(test_bad_seed_variable_refused),
 		T_WATCHED_TEST(test_lab_needs_one_executor),
 		T_WATCHED_TEST(test_actor_sends_same_seed_same_order),
 	};

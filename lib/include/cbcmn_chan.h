@@ -88,8 +88,11 @@ CBCMN_API int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_
 				cbcmn_chan **out);
 
 /* Free c and any messages still in it.  Returns 0, -EINVAL, or -EBUSY (c is
- * left untouched) while a task or thread is blocked on c or a reservation
- * on c is outstanding.  Nobody may use c, or a permit of c, afterwards. */
+ * left untouched) while a task or thread is blocked on c (a task whose wait
+ * was cancelled or timed out included, until its call returns) or a
+ * reservation on c is outstanding.  Nobody may use c, or a permit of c, afterwards.
+ * May come after cbcmn_runtime_destroy() of c's runtime (a channel does not
+ * keep it), the one call on c that may. */
 CBCMN_API int cbcmn_chan_destroy(cbcmn_chan *c);
 
 /* Copy elem_size bytes from elem into c, waiting while c is full.  A

@@ -2,7 +2,7 @@
 """mkcorpus.py: writes the seed corpora of the fuzz targets (docs/FUZZ.md).
 
 usage:
-  tests/fuzz/mkcorpus.py     (re)write tests/fuzz/corpus/{topo,cpulist,cli,http,stealmx,watch}/seed-*
+  tests/fuzz/mkcorpus.py     (re)write tests/fuzz/corpus/{topo,cpulist,cli,http,metrics,stealmx,watch}/seed-*
 
 Seeds are named seed-*; inputs kept because they once crashed a target (the
 regression inputs, named after the bug) sit beside them and are never
@@ -184,6 +184,25 @@ def http():
         write("http", "%02d" % i, bytes([mode]) + text.encode())
 
 
+# ---- metrics: the read size less 1, then what a scrape client sends ----
+
+def metrics():
+    clear("metrics")
+    prom = ("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;"
+            "version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n\r\n")
+    seeds = [
+        (255, prom), (0, prom), (6, prom),
+        (255, "HEAD /metrics?x=1 HTTP/1.0\n\n"),
+        (255, "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;q=0.0\r\n\r\n"),
+        (255, "POST /metrics HTTP/1.1\r\n\r\n"),
+        (255, "GET / HTTP/1.1\r\n\r\n"),
+        (255, "GET  /metrics HTTP/1.1\r\n\r\n"),
+        (1, "GET /metrics HTTP/1.1\r\n"),
+    ]
+    for i, (step, text) in enumerate(seeds):
+        write("metrics", "%02d" % i, bytes([step]) + text.encode())
+
+
 # ---- stealmx: matrix files ----
 
 def stealmx():
@@ -272,6 +291,7 @@ def main():
     cpulist()
     cli()
     http()
+    metrics()
     stealmx()
     watch()
     return 0
