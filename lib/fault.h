@@ -31,6 +31,8 @@ enum cbcmn__fault_site {
 	CBCMN__F_SUBMIT,    /* io_uring_enter fails (-EBUSY, -EINTR, -EAGAIN...) */
 	CBCMN__F_MSG_RING,  /* a MSG_RING doorbell fails in the kernel */
 	CBCMN__F_CQE_DROP,  /* a CQE is lost, as the kernel drops one (-EBADR) */
+	CBCMN__F_FIXED,     /* a stream's fixed-file table: registered sparse, a slot
+	                     * filled or emptied (io_uring_register) */
 	CBCMN__F_NSITES
 };
 

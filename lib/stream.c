@@ -301,7 +301,10 @@ static int fixed_table(struct cbcmn__exec *e)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < cap)
 		cap = (uint32_t)rl.rlim_cur;
 	uint32_t *slots = cap ? cbcmn__calloc(cap, sizeof(*slots)) : NULL;
-	if (!slots || io_uring_register_files_sparse(&r->u, cap) != 0) {
+	/* A kernel without sparse tables (before 5.19: -EINVAL), or one
+	 * whose memory is short: every stream of e on its descriptor. */
+	if (!slots || CBCMN__FAULT(CBCMN__F_FIXED) ||
+	    io_uring_register_files_sparse(&r->u, cap) != 0) {
 		free(slots);
 		return -ENFILE;
 	}
@@ -319,8 +322,10 @@ static int32_t fixed_get(struct cbcmn__exec *e, int fd)
 		return -1;
 	struct cbcmn__ring *r = &e->ring;
 	uint32_t slot = r->fslots[r->fslots_free - 1];
-	if (io_uring_register_files_update(&r->u, slot, &fd, 1) != 1)
-		return -1; /* fd is no descriptor (-EBADF): the recv will say so */
+	/* fd is no descriptor (-EBADF: the recv will say so), or the kernel
+	 * is short of memory for the slot's node: fd serves. */
+	if (CBCMN__FAULT(CBCMN__F_FIXED) || io_uring_register_files_update(&r->u, slot, &fd, 1) != 1)
+		return -1;
 	r->fslots_free--;
 	return (int32_t)slot;
 }
@@ -336,7 +341,8 @@ static void fixed_put(struct cbcmn__exec *e, struct cbcmn__mshot *m)
 	int none = -1;
 	/* A slot that cannot be emptied (never seen: removal allocates
 	 * nothing) is not reused; its file goes with the ring. */
-	if (io_uring_register_files_update(&r->u, (unsigned)m->slot, &none, 1) == 1)
+	if (!CBCMN__FAULT(CBCMN__F_FIXED) &&
+	    io_uring_register_files_update(&r->u, (unsigned)m->slot, &none, 1) == 1)
 		r->fslots[r->fslots_free++] = (uint32_t)m->slot;
 	m->slot = -1;
 }

@@ -12,6 +12,9 @@
 # run it through the CPU cgroup like any bench (docs/BENCHMARKS.md,
 # "Seventeenth session").  Arguments after DURATION go to the bench
 # (`--client ring`: the io_uring load client, "Eighteenth session").
+# Then the servers' kernel self time symbol by symbol, the largest
+# differences first; ECHO_PROFILE_SYMS="fget fput ..." prints those
+# symbols' ns a request for both servers ("Nineteenth session").
 set -e
 bench=${1:-build/bin/cbcmn-bench}
 dur=${2:-3}
@@ -23,7 +26,7 @@ perf record -q -e cpu-clock -F 8000 -g -o "$dir/perf.data" -- \
 grep -E 'per request|req_per_s|server_cpu|ratio' "$dir/bench.txt"
 perf script -i "$dir/perf.data" -F comm,tid,time,ip,sym,dso 2> /dev/null > "$dir/script.txt"
 python3 - "$dir" "$dur" << 'EOF'
-import collections, sys
+import collections, os, sys
 d, dur = sys.argv[1], float(sys.argv[2])
 fig = {}
 for line in open(d + '/bench.txt'):
@@ -67,6 +70,7 @@ def part(st):
             return name
     return 'other kernel (entry, enter, wakes)'
 
+kleaf = {}  # server -> kernel leaf symbol -> ns a request
 for label, comm, key in (('cbcmn', 'cbcmn-exec-0', 'echo'), ('epoll', 'epoll-server', 'echo-epoll')):
     lo, hi = span(comm)
     for role in ('server', 'client'):
@@ -87,4 +91,19 @@ for label, comm, key in (('cbcmn', 'cbcmn-exec-0', 'echo'), ('epoll', 'epoll-ser
                                        if part(st) not in (PARTS[0][0], PARTS[1][0]))
             print('  top symbols outside tcp_*msg: ' +
                   ', '.join(f'{s} {v * per:.0f}' for s, v in leaf.most_common(8)))
+            kl = collections.Counter(st[0][0] for st in sel if st[0][1])
+            kleaf[label] = {s: v * per for s, v in kl.items()}
+
+# The servers' kernel side symbol by symbol (self time): where cbcmn's
+# kernel work a request differs most from epoll's, either way.
+a, b = kleaf.get('cbcmn', {}), kleaf.get('epoll', {})
+diff = sorted(set(a) | set(b), key=lambda s: -abs(a.get(s, 0) - b.get(s, 0)))
+print(f'servers\' kernel, ns a request: cbcmn {sum(a.values()):.0f}, epoll {sum(b.values()):.0f}; '
+      'largest differences (cbcmn - epoll):')
+for s in diff[:12]:
+    print(f'  {a.get(s, 0) - b.get(s, 0):+6.0f}  {s} ({a.get(s, 0):.0f} against {b.get(s, 0):.0f})')
+syms = os.environ.get('ECHO_PROFILE_SYMS', '').split()
+if syms:
+    print('ECHO_PROFILE_SYMS, ns a request (cbcmn, epoll): ' +
+          ', '.join(f'{s} {a.get(s, 0):.0f} {b.get(s, 0):.0f}' for s in syms))
 EOF

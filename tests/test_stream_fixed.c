@@ -297,6 +297,122 @@ static void test_more_streams_than_the_table_holds(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the table or a slot refused (fault site "fixed") --------------------------- */
+
+#define REFUSED 3
+
+struct refused {
+	int sv[REFUSED][2];
+	uint32_t used[REFUSED]; /* slots in use after each open */
+	uint32_t used_end;
+	int64_t eof[REFUSED];   /* each peer's read once its stream and descriptor closed */
+	int64_t eof_late[REFUSED]; /* and once the runtime is destroyed */
+};
+
+/* Streams opened in turn, each checked with its own peer's bytes, then
+ * closed with their descriptors: each peer must read EOF at once (its
+ * socket let go, whether it sat in a slot or not). */
+static int64_t refused_streams(cbcmn_cx *cx, void *arg)
+{
+	struct refused *f = arg;
+	cbcmn_stream *s[REFUSED];
+	int64_t rc;
+	for (int i = 0; i < REFUSED; i++) {
+		if ((rc = cbcmn_stream_open(cx, f->sv[i][0], &s[i])) != 0)
+			return rc;
+		f->used[i] = slots_used(cx);
+	}
+	for (int r = 0; r < 2; r++)
+		for (int i = 0; i < REFUSED; i++)
+			if ((rc = one_byte(cx, s[i], f->sv[i][1], (char)('a' + i + r * REFUSED))) != 0)
+				return rc;
+	for (int i = 0; i < REFUSED; i++) {
+		if ((rc = cbcmn_stream_close(cx, s[i])) != 0)
+			return rc;
+		close(f->sv[i][0]);
+		char c;
+		f->eof[i] = recv(f->sv[i][1], &c, 1, MSG_DONTWAIT);
+	}
+	f->used_end = slots_used(cx);
+	return 0;
+}
+
+/* A fresh runtime, one executor, the fault site armed with plan: its
+ * first stream makes the table.  False: no fault injection (skipped). */
+static bool refused_run(const struct cbcmn__fault_plan *plan, struct refused *f)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	if (!cbcmn__fixed_files((struct cbcmn_runtime *)rt)) {
+		t_destroy(rt);
+		T_SKIP("no fixed files here (kernel before 6.13, or epoll)");
+		return false;
+	}
+	t_destroy(rt); /* the probe's stream made the table: a new runtime */
+	if (!cbcmn__fault_arm(CBCMN__F_FIXED, plan)) {
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+		return false;
+	}
+	for (int i = 0; i < REFUSED; i++)
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, f->sv[i]), 0);
+	rt = t_runtime(1);
+	int64_t rc = t_run_pinned(rt, 0, refused_streams, f);
+	cbcmn__fault_disarm_all();
+	t_destroy(rt);
+	assert_int_equal(rc, 0);
+	/* A socket still held after its close, by a slot that could not be
+	 * emptied, goes with the ring: its peer reads EOF (the ring's files
+	 * are put by the kernel's exit work: not within the close). */
+	for (int i = 0; i < REFUSED; i++) {
+		struct pollfd p = {.fd = f->sv[i][1], .events = POLLIN};
+		char c;
+		f->eof_late[i] = poll(&p, 1, 5000) == 1 ? recv(f->sv[i][1], &c, 1, MSG_DONTWAIT) : -2;
+		close(f->sv[i][1]);
+	}
+	return true;
+}
+
+/* A kernel without sparse tables (before 5.19: -EINVAL): the table's
+ * registration fails once, is not asked again at each stream, and every
+ * stream runs on its descriptor, its socket let go at its close. */
+static void test_table_refused_streams_use_descriptors(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan plan = {.nth = 1, .err = -EINVAL};
+	struct refused f = {0};
+	if (!refused_run(&plan, &f))
+		return;
+	for (int i = 0; i < REFUSED; i++) {
+		assert_int_equal(f.used[i], 0);
+		assert_int_equal(f.eof[i], 0);
+	}
+	assert_int_equal(f.used_end, 0);
+	assert_int_equal(cbcmn__fault_hits(CBCMN__F_FIXED), 1);
+}
+
+/* Hits: the table (1) and stream 0's slot (2) at its open, the slots of
+ * streams 1 and 2 (3, 4), then the emptying of 0's and 2's (5, 6).  Hits
+ * 3 and 6 fail.  Stream 1's slot refused (the kernel short of memory):
+ * it runs on its descriptor beside streams in slots, and its close
+ * touches no slot.  Stream 2's slot cannot be emptied: it is not reused,
+ * its socket goes with the ring, and nothing else breaks. */
+static void test_slot_refused_stream_uses_its_descriptor(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan plan = {.nth = 3, .every = 3, .err = -ENOMEM};
+	struct refused f = {0};
+	if (!refused_run(&plan, &f))
+		return;
+	assert_int_equal(f.used[0], 1);
+	assert_int_equal(f.used[1], 1);
+	assert_int_equal(f.used[2], 2);
+	assert_int_equal(f.used_end, 1);
+	assert_int_equal(f.eof[0], 0);
+	assert_int_equal(f.eof[1], 0);
+	assert_int_equal(f.eof[2], -1); /* held by its slot */
+	assert_int_equal(f.eof_late[2], 0);
+}
+
 /* ---- the executor's thread dies with a stream in its table ---------------------- */
 
 struct death {
@@ -482,6 +598,8 @@ int main(void)
 		T_WATCHED_TEST(test_socket_closed_while_the_recv_waits),
 		T_WATCHED_TEST(test_descriptors_and_slots_reused),
 		T_WATCHED_TEST(test_more_streams_than_the_table_holds),
+		T_WATCHED_TEST(test_table_refused_streams_use_descriptors),
+		T_WATCHED_TEST(test_slot_refused_stream_uses_its_descriptor),
 		T_WATCHED_TEST(test_regression_create_without_socketpair),
 		T_WATCHED_TEST(test_regression_probe_out_of_descriptors_asks_again),
 		T_WATCHED_TEST(test_thread_death_with_a_stream_in_the_table),
