@@ -414,6 +414,46 @@ static int reap_limited(pid_t pid, const char *dir)
 	return WEXITSTATUS(st);
 }
 
+/* Runs child in a fork_limited() child on a fresh config (dir: the child's
+ * cgroup) and returns what it returned, the child's exit status. */
+static int in_limited_child(int (*child)(cbcmn_config *cfg, const char *dir))
+{
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
+	if (pid == 0) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		_exit(child(&cfg, dir));
+	}
+	return reap_limited(pid, dir);
+}
+
+/* In a limited child: the result of fn(arg) run on rt, which it
+ * destroys; 15 if it cannot run. */
+static int run_then_destroy(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
+{
+	int64_t res = -1;
+	int rc = cbcmn_runtime_run(rt, fn, arg, &res) ? 15 : (int)res;
+	cbcmn_runtime_destroy(rt);
+	return rc;
+}
+
+static int default_workers_child(cbcmn_config *cfg, const char *dir)
+{
+	(void)dir;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 11;
+	uint32_t auto_n = cbcmn_runtime_workers(rt);
+	cbcmn_runtime_destroy(rt);
+	cfg->workers = 2;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 12;
+	uint32_t two = cbcmn_runtime_workers(rt);
+	cbcmn_runtime_destroy(rt);
+	return auto_n == 1 && two == 2 ? 0 : 20 + (int)auto_n;
+}
+
 /* A process in a cgroup limited to one CPU gets one executor by default,
  * and an explicit count still wins; outside it, one per CPU. */
 static void test_live_limit_sets_default_workers(void **state)
@@ -421,29 +461,29 @@ static void test_live_limit_sets_default_workers(void **state)
 	(void)state;
 	cpu_set_t set;
 	skip_on_one_cpu(&set);
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cbcmn_runtime *rt;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(11);
-		uint32_t auto_n = cbcmn_runtime_workers(rt);
-		cbcmn_runtime_destroy(rt);
-		cfg.workers = 2;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(12);
-		uint32_t two = cbcmn_runtime_workers(rt);
-		cbcmn_runtime_destroy(rt);
-		_exit(auto_n == 1 && two == 2 ? 0 : 20 + (int)auto_n);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0);
+	assert_int_equal(in_limited_child(default_workers_child), 0);
 	cbcmn_runtime *rt = t_runtime(CBCMN_WORKERS_AUTO);
 	assert_int_equal(cbcmn_runtime_workers(rt), cbcmn__cpus_for_limit(
 							    (uint32_t)CPU_COUNT(&set),
 							    cbcmn__cgroup_cpu_limit(NULL)));
 	t_destroy(rt);
+}
+
+static int clamp_child(cbcmn_config *cfg, const char *dir)
+{
+	(void)dir;
+	cfg->min_workers = 2;
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(cfg, &rt);
+	if (rc)
+		return rc == -EINVAL ? 11 : 12;
+	uint32_t n = cbcmn_runtime_workers(rt);
+	cbcmn_runtime_destroy(rt);
+	/* An explicit count still refuses a min_workers above it. */
+	cfg->workers = 1;
+	if (cbcmn_runtime_create(cfg, &rt) != -EINVAL)
+		return 13;
+	return n == 1 ? 0 : 20 + (int)n;
 }
 
 /* The bug: the executors a limit leaves are fewer than the host's CPUs, and
@@ -456,25 +496,7 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 	(void)state;
 	cpu_set_t set;
 	skip_on_one_cpu(&set);
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.min_workers = 2;
-		cbcmn_runtime *rt;
-		int rc = cbcmn_runtime_create(&cfg, &rt);
-		if (rc)
-			_exit(rc == -EINVAL ? 11 : 12);
-		uint32_t n = cbcmn_runtime_workers(rt);
-		cbcmn_runtime_destroy(rt);
-		/* An explicit count still refuses a min_workers above it. */
-		cfg.workers = 1;
-		if (cbcmn_runtime_create(&cfg, &rt) != -EINVAL)
-			_exit(13);
-		_exit(n == 1 ? 0 : 20 + (int)n);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0); /* 11: -EINVAL from create */
+	assert_int_equal(in_limited_child(clamp_child), 0); /* 11: -EINVAL from create */
 }
 
 /* On executor 1's own thread: a spin of 30 s, the gates kept (the
@@ -534,6 +556,33 @@ static int64_t quota_busy_until_parked(cbcmn_cx *cx, void *arg)
 	return r;
 }
 
+/* Confined to one CPU: the host's gate off, only the quota's left. */
+static int quota_gate_child(cbcmn_config *cfg, const char *dir)
+{
+	(void)dir;
+	cpu_set_t one;
+	if (sched_getaffinity(0, sizeof(one), &one))
+		return 11;
+	int cpu = 0;
+	while (!CPU_ISSET(cpu, &one))
+		cpu++;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one))
+		return 11;
+	cfg->workers = cfg->min_workers = 2;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 12;
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	if (r->spin_host_gate || r->spin_awake_max != 1) {
+		cbcmn_runtime_destroy(rt);
+		return 13;
+	}
+	return run_then_destroy(rt, t_pinned_main,
+				&(struct t_pinned_call){quota_busy_until_parked, NULL, 0});
+}
+
 /* In a cgroup limited to one CPU, a runtime of two executors whose one
  * runs work stops the other's default spin: a spinner there burns the
  * quota the busy one needs, and the kernel stops the whole process once
@@ -544,37 +593,7 @@ static int64_t quota_busy_until_parked(cbcmn_cx *cx, void *arg)
 static void test_regression_spin_gate_counts_the_quota(void **state)
 {
 	(void)state;
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cpu_set_t one;
-		if (sched_getaffinity(0, sizeof(one), &one))
-			_exit(11);
-		int cpu = 0;
-		while (!CPU_ISSET(cpu, &one))
-			cpu++;
-		CPU_ZERO(&one);
-		CPU_SET(cpu, &one);
-		if (sched_setaffinity(0, sizeof(one), &one))
-			_exit(11);
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = cfg.min_workers = 2;
-		cbcmn_runtime *rt;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(12);
-		struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
-		if (r->spin_host_gate || r->spin_awake_max != 1)
-			_exit(13);
-		int64_t res = -1;
-		if (cbcmn_runtime_run(rt, t_pinned_main,
-				      &(struct t_pinned_call){quota_busy_until_parked, NULL, 0},
-				      &res))
-			_exit(15);
-		cbcmn_runtime_destroy(rt);
-		_exit((int)res);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0); /* 30: still searching */
+	assert_int_equal(in_limited_child(quota_gate_child), 0); /* 30: still searching */
 }
 
 /* Writes text to dir/file; false if it cannot. */
@@ -624,6 +643,15 @@ static int64_t resize_main(cbcmn_cx *cx, void *arg)
 	return gate_becomes(cx, 0) ? 0 : 35;
 }
 
+static int resize_child(cbcmn_config *cfg, const char *dir)
+{
+	cfg->workers = cfg->min_workers = 2;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 12;
+	return run_then_destroy(rt, resize_main, &(struct resize){.dir = dir});
+}
+
 /* A pod resized in place: the spin gate of a runtime made under a limit
  * of one CPU follows the limit as it is raised to two, then lifted.  It
  * kept its gate of one (the limit was read once, at create). */
@@ -632,23 +660,7 @@ static void test_regression_spin_gate_follows_a_resize(void **state)
 	(void)state;
 	cpu_set_t set;
 	skip_on_one_cpu(&set);
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = cfg.min_workers = 2;
-		cbcmn_runtime *rt;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(12);
-		struct resize r = {.dir = dir};
-		int64_t res = -1;
-		if (cbcmn_runtime_run(rt, resize_main, &r, &res))
-			_exit(15);
-		cbcmn_runtime_destroy(rt);
-		_exit((int)res);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0); /* 33: the gate stayed at one */
+	assert_int_equal(in_limited_child(resize_child), 0); /* 33: the gate stayed at one */
 }
 
 int main(void)
