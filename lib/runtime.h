@@ -984,6 +984,12 @@ struct cbcmn__xmsg *cbcmn__xmsg_get(struct cbcmn__exec *e);
 void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
 			   void (*fn)(struct cbcmn__exec *, void *));
 void cbcmn__xmsg_unget(struct cbcmn__exec *e, struct cbcmn__xmsg *m);
+/* From the fn of a call_post()ed message that the stall monitor runs for
+ * a stalled executor (lanes_take()): leave it fn, to run with data on its
+ * drain, as a call (what only its thread may do: its trace ring).  On a
+ * drain by its own executor, or by whoever drains a stopped one, the
+ * message is consumed: fn is not run. */
+void cbcmn__xmsg_then(void *data, void (*fn)(struct cbcmn__exec *, void *));
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
 /* actor_mbox.c: task t (running, at its end) waits until its actor sends
  * still in lanes are in their mailboxes (t->lane_e1 != 0). */
