@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "cbcmn.h"
+#include "cpuquota.h"
 #include "deque.h"
 #include "diag.h"
 #include "fault.h"
@@ -511,12 +512,16 @@ struct cbcmn_runtime {
 	 * none), found at create: finding it opens a dozen cgroup and /proc
 	 * files, which a running runtime's threads must not do behind the
 	 * program's back (a descriptor count taken meanwhile is off by one:
-	 * test_io's leak checks saw it).  With the default spin_ns the
-	 * monitor holds the limit's files open from create and reads them
-	 * again on its tick (monitor.c: a pod resized in place). */
+	 * test_io's leak checks saw it).  With the default spin_ns and a
+	 * stall monitor, create opens the limit's files once (cgq: the
+	 * limit is read from them), the runtime holds them for its life,
+	 * and the monitor reads them again on its tick (monitor.c: a pod
+	 * resized in place); else create reads the limit once, holding
+	 * nothing. */
 	_Atomic uint32_t num_spinning;
 	_Atomic uint32_t spin_max, spin_cpus;
 	_Atomic double cg_limit;
+	struct cbcmn__cgq cgq;
 	/* The host has more runnable threads than CPUs (the monitor's
 	 * reading of /proc/loadavg, monitor.c): no searcher spins long.
 	 * Only with the default spin_ns, where the process may use every CPU

@@ -4,8 +4,10 @@
  * limits, v1 Docker without a namespace, hybrid hosts, escaped mount
  * points, broken files), then the live machine: a child process in a
  * cgroup limited to one CPU gets one executor by default. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -17,6 +19,33 @@
 #include "runtime.h"
 
 static char tree[PATH_MAX]; /* this test's fixture root */
+
+/* Opens of /proc/self/cgroup while counting: each walk of the cgroup
+ * tree reads it first (cpuquota.c, own_cgroup()), once per hierarchy it
+ * tries. */
+static _Atomic bool counting;
+static _Atomic int cgroup_reads;
+
+FILE *fopen(const char *path, const char *mode)
+{
+	static FILE *(*real)(const char *, const char *);
+	if (!real)
+		real = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen");
+	size_t n = strlen(path), k = strlen("/proc/self/cgroup");
+	if (atomic_load(&counting) && n >= k && !strcmp(path + n - k, "/proc/self/cgroup"))
+		atomic_fetch_add(&cgroup_reads, 1);
+	return real(path, mode);
+}
+
+/* The cgroup files' opens that f's call makes. */
+#define CGROUP_READS(call)                            \
+	({                                            \
+		atomic_store(&cgroup_reads, 0);       \
+		atomic_store(&counting, true);        \
+		call;                                 \
+		atomic_store(&counting, false);       \
+		atomic_load(&cgroup_reads);           \
+	})
 
 /* Writes text to tree/rel, making its directories. */
 static void put(const char *rel, const char *text)
@@ -187,9 +216,12 @@ static void test_regression_held_files_short_of_descriptors_hold_none(void **sta
 	struct cbcmn__cgq q;
 	cbcmn__cgq_open(&q, tree);
 	double once = cbcmn__cgroup_cpu_limit(tree); /* a file at a time: all of them */
+	double at_create = cbcmn__cgq_limit(&q, tree); /* what create reads */
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
 	assert_int_equal(q.n, 0); /* 1 before: a/b's alone, read as no limit */
+	assert_true(q.short_of);
 	assert_true(once == 0.5);   /* 0 before: the same held walk */
+	assert_true(at_create == 0.5);
 	cbcmn__cgq_close(&q);
 	cbcmn__cgq_open(&q, tree);
 	assert_true(cbcmn__cgq_read(&q) == 0.5);
@@ -663,9 +695,41 @@ static void test_regression_spin_gate_follows_a_resize(void **state)
 	assert_int_equal(in_limited_child(resize_child), 0); /* 33: the gate stayed at one */
 }
 
+/* A runtime's create with the default spin and the stall monitor walks
+ * the cgroup tree once: it opens the limit's files, reads the limit from
+ * them and hands them to the monitor (runtime.c).  It walked twice (a
+ * one-off read, then the monitor's open). */
+static void test_regression_create_walks_the_cgroup_tree_once(void **state)
+{
+	(void)state;
+	int one = CGROUP_READS(cbcmn__cgroup_cpu_limit(NULL));
+	assert_true(one > 0);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2; /* AUTO reads the limit while resolving the config */
+	cbcmn_runtime *rt = NULL;
+	int rc = 0;
+	int walks = CGROUP_READS(rc = cbcmn_runtime_create(&cfg, &rt));
+	assert_int_equal(rc, 0);
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	assert_true(r->spin_quota_gate && r->watched);
+	/* The limit read at create is what the held files say. */
+	assert_true(atomic_load(&r->cg_limit) == cbcmn__cgq_read(&r->cgq) || r->cgq.short_of);
+	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	assert_int_equal(walks, one);
+	/* A chosen spin holds nothing: one read. */
+	cfg.spin_ns = 1000;
+	walks = CGROUP_READS(rc = cbcmn_runtime_create(&cfg, &rt));
+	assert_int_equal(rc, 0);
+	assert_int_equal(((struct cbcmn_runtime *)rt)->cgq.n, 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	assert_int_equal(walks, one);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_regression_create_walks_the_cgroup_tree_once),
 		cmocka_unit_test_setup_teardown(test_v2_namespace_limit, fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_v2_lowest_level_wins, fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_v1_docker_bind_mount, fresh_tree, drop_tree),
