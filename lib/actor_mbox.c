@@ -552,7 +552,15 @@ static void depth_sample(uint32_t d)
 struct lane_msg {
 	cbcmn_actor_ref to;
 	uint32_t src, h;
-	cbcmn_actor_msg m;
+	union {
+		cbcmn_actor_msg m; /* sent */
+		/* Put in by the stall monitor: its send's trace record, for
+		 * h to write when it drains the message (lane_traced()). */
+		struct {
+			uint64_t put_ns, seq;
+			cbcmn_actor_ref from;
+		} landed;
+	};
 };
 _Static_assert(sizeof(struct lane_msg) <= CBCMN__XM_DATA, "a lane message's data holds it");
 
@@ -812,17 +820,22 @@ static int room_reserve(struct cbcmn__actor *a, uint32_t gen)
 /* Put m in the place reserved for it in to's mailbox (by a send over the
  * lanes, or for a lane sender by room_hand()), and wake the actor's
  * settle if that was the last.  Gone (a crash ended its task without the
- * settle): its halt counted the place undelivered.  e: this thread's
- * executor, or NULL (the stall monitor's thread). */
-static void put_reserved(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_actor_msg *m,
-			 struct cbcmn__exec *e)
+ * settle): its halt counted the place undelivered (false).  e: this
+ * thread's executor, or NULL (the stall monitor's thread). */
+static bool put_reserved(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_actor_msg *m,
+			 struct cbcmn__exec *e, struct lane_msg *late)
 {
 	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
 	if (!a)
-		return;
+		return false;
 	struct cbcmn__wakes wl = {0};
 	put_msg(a, m, &wl, true);
-	trace_send(e, a, m->from);
+	/* late: the stall monitor's landing, traced (lane_land()); m is
+	 * late's, copied by now, its place reused for the record. */
+	if (late)
+		late->landed = (__typeof__(late->landed)){cbcmn__trace_now(), a->put_total - 1, m->from};
+	else
+		trace_send(e, a, m->from);
 	slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
 	struct cbcmn__lane_wait *settled = NULL;
 	if (a->settle_wait && !in_lanes(a)) {
@@ -833,6 +846,19 @@ static void put_reserved(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbc
 	cbcmn__wakes_run(&wl, e);
 	if (settled)
 		lane_wake_one(settled, e);
+	return true;
+}
+
+/* The send of a message the stall monitor put in for stalled h, timed
+ * and numbered then (put_reserved()), written by h's drain: h's ring is
+ * its thread's, and h records the sends it lands itself. */
+static void lane_traced(struct cbcmn__exec *h, void *arg)
+{
+	const struct lane_msg *lm = arg;
+	struct cbcmn__exec *e = cbcmn__waker_here(h); /* a stopped h's: another thread */
+	if (e)
+		CBCMN__TRACE(e, CBCMN_TRACE_ACTOR_SEND, lm->landed.put_ns, lm->landed.from, lm->to,
+			     (uint32_t)lm->landed.seq);
 }
 
 static void lane_land(struct cbcmn__exec *h, void *arg)
@@ -840,9 +866,12 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
 	struct lane_msg *lm = arg;
 	struct cbcmn_runtime *rt = h->rt;
 	/* The stall monitor may run it for a stalled h (cbcmn__xmsg_get()):
-	 * then no executor's owner-only state (trace ring, run queue). */
+	 * then no executor's owner-only state (trace ring, run queue); the
+	 * send's record waits for h's drain (lane_traced()). */
 	struct cbcmn__exec *e = cbcmn__waker_here(h);
-	put_reserved(rt, lm->to, &lm->m, e);
+	struct lane_msg *late = !e && cbcmn__trace_on(h) ? lm : NULL;
+	if (put_reserved(rt, lm->to, &lm->m, e, late) && late)
+		cbcmn__xmsg_then(lm, lane_traced);
 	/* release: the put before a moved sender's look (lane_order());
 	 * seq_cst: before our look at the parked waiters (lane_park()). */
 	atomic_fetch_add_explicit(&rt->exec[lm->h]->lane_done[lm->src], 1, memory_order_seq_cst);
@@ -1072,7 +1101,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 		/* Not over the lanes after all (the receiver moved here, its
 		 * executor stalled, no memory): put it in its place
 		 * ourselves, as its landing would have. */
-		put_reserved(rt, to, &copy, self->exec);
+		put_reserved(rt, to, &copy, self->exec, NULL);
 		backpressure(rt, to, 0, true);
 		CBCMN_PROBE5(actor_send, to, copy.from, 0, 1, rt->seg.rt_id);
 		return 0;

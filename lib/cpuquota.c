@@ -275,6 +275,7 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, doub
 			close_level(fd, pfd);
 			cbcmn__cgq_close(q);
 			q->v2 = v2;
+			q->short_of = true;
 			return true;
 		}
 		char *slash = strrchr(dir, '/');
@@ -306,6 +307,11 @@ double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 	for (uint32_t i = 0; i < q->n; i++)
 		low = lower(low, level_limit(q->lv[i].fd, q->lv[i].pfd, q->v2));
 	return low;
+}
+
+double cbcmn__cgq_limit(const struct cbcmn__cgq *q, const char *root)
+{
+	return q->short_of ? cbcmn__cgroup_cpu_limit(root) : cbcmn__cgq_read(q);
 }
 
 void cbcmn__cgq_close(struct cbcmn__cgq *q)

@@ -24,11 +24,17 @@ struct cbcmn__cgq {
 	struct cbcmn__cgq_level *lv; /* n of them, room for cap */
 	uint32_t n, cap;
 	bool v2;
+	/* None held for want of descriptors or memory (a level missed may
+	 * be the limiting one), not for want of files. */
+	bool short_of;
 };
 /* Open them (root as above); none (n 0) where nothing can be read. */
 void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root);
 /* The lowest limit they say now, in CPUs (0: none). */
 double cbcmn__cgq_read(const struct cbcmn__cgq *q);
+/* The same just after cbcmn__cgq_open(q, root), for a runtime's create:
+ * short of descriptors, a one-off read (two at a time) in its stead. */
+double cbcmn__cgq_limit(const struct cbcmn__cgq *q, const char *root);
 void cbcmn__cgq_close(struct cbcmn__cgq *q);
 
 /* Executors for cpus CPUs under a limit (0: none): the limit rounded up,

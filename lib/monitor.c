@@ -109,10 +109,6 @@ struct cbcmn__monitor {
 	 * runtime's life (-1: none), the runnable threads besides us
 	 * averaged over the last reads, and the host's CPUs. */
 	int loadavg_fd;
-	/* The cgroup's CPU limit files, open for the runtime's life with the
-	 * default spin_ns (none otherwise): read again with the affinity
-	 * (MON_SPIN_MAX_NS), so a pod resized in place gets its new gate. */
-	struct cbcmn__cgq cgq;
 	double host_run;
 	uint32_t host_cpus;
 	uint64_t load_at;
@@ -458,8 +454,11 @@ static void *mon_main(void *arg)
 		uint64_t now = mon_now();
 		struct mon_seen r = mon_look(m, now);
 		if (now - m->spin_max_at >= MON_SPIN_MAX_NS) {
-			if (m->cgq.n) /* relaxed: a hint, as the affinity's */
-				atomic_store_explicit(&rt->cg_limit, cbcmn__cgq_read(&m->cgq),
+			/* The cgroup's CPU limit files, opened by create
+			 * (runtime.c; none without the default spin_ns): a
+			 * pod resized in place gets its new gate. */
+			if (rt->cgq.n) /* relaxed: a hint, as the affinity's */
+				atomic_store_explicit(&rt->cg_limit, cbcmn__cgq_read(&rt->cgq),
 						      memory_order_relaxed);
 			cbcmn__spin_max_update(rt);
 			m->spin_max_at = now;
@@ -554,8 +553,6 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	/* Opened here, by the creating thread: the monitor opens nothing
 	 * while the program may count its descriptors. */
 	m->loadavg_fd = rt->spin_host_gate ? open("/proc/loadavg", O_RDONLY | O_CLOEXEC) : -1;
-	if (rt->spin_quota_gate)
-		cbcmn__cgq_open(&m->cgq, NULL);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	m->host_cpus = cpus > 0 ? (uint32_t)cpus : 1;
 	atomic_store_explicit(&rt->mon_word, MON_TICKING, memory_order_relaxed);
@@ -573,7 +570,6 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	if (rc != 0) {
 		if (m->loadavg_fd >= 0)
 			close(m->loadavg_fd);
-		cbcmn__cgq_close(&m->cgq);
 		free(m->seen_seq);
 		free(m->seen_runs);
 		free(m->seen_ns);
@@ -598,7 +594,6 @@ void cbcmn__monitor_stop(struct cbcmn_runtime *rt)
 	rt->mon = NULL;
 	if (m->loadavg_fd >= 0)
 		close(m->loadavg_fd);
-	cbcmn__cgq_close(&m->cgq);
 	atomic_store_explicit(&rt->host_busy, false, memory_order_relaxed);
 	free(m->seen_seq);
 	free(m->seen_runs);

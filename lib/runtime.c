@@ -431,6 +431,7 @@ static void runtime_free(struct cbcmn_runtime *rt)
 	cbcmn__oblig_fini(rt);
 	cbcmn__actors_fini(rt);
 	cbcmn__seg_destroy(&rt->seg);
+	cbcmn__cgq_close(&rt->cgq); /* after the monitor, which reads it */
 	free(rt);
 }
 
@@ -608,13 +609,19 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	free(node);
 	free(kind);
 	rt->min_live = c.min_workers;
-	/* Here it opens files; later the monitor reads them again. */
-	atomic_init(&rt->cg_limit, cbcmn__cgroup_cpu_limit(NULL));
 	/* The default spin leaves a cgroup's quota to the busy executors
 	 * (sched.c, spin_room()), a limit set later too (a pod resized in
-	 * place: monitor.c); a spin_ns the program chose is its own. */
+	 * place: the monitor reads the files opened here again, closed by
+	 * runtime_free()); a spin_ns the program chose is its own.  One walk
+	 * of the cgroup tree: only here does the runtime open files. */
 	bool default_spin = !cfg || cfg->spin_ns == 0;
 	rt->spin_quota_gate = default_spin;
+	if (default_spin && rt->watched && rt->nexec) { /* the monitor's (cbcmn__monitor_start()) */
+		cbcmn__cgq_open(&rt->cgq, NULL);
+		atomic_init(&rt->cg_limit, cbcmn__cgq_limit(&rt->cgq, NULL));
+	} else {
+		atomic_init(&rt->cg_limit, cbcmn__cgroup_cpu_limit(NULL));
+	}
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
 	/* The default spin steps aside on a busy host (monitor.c,
 	 * host_load()); a spin_ns the program chose is kept as given.  Only

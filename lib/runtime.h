@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "cbcmn.h"
+#include "cpuquota.h"
 #include "deque.h"
 #include "diag.h"
 #include "fault.h"
@@ -511,12 +512,16 @@ struct cbcmn_runtime {
 	 * none), found at create: finding it opens a dozen cgroup and /proc
 	 * files, which a running runtime's threads must not do behind the
 	 * program's back (a descriptor count taken meanwhile is off by one:
-	 * test_io's leak checks saw it).  With the default spin_ns the
-	 * monitor holds the limit's files open from create and reads them
-	 * again on its tick (monitor.c: a pod resized in place). */
+	 * test_io's leak checks saw it).  With the default spin_ns and a
+	 * stall monitor, create opens the limit's files once (cgq: the
+	 * limit is read from them), the runtime holds them for its life,
+	 * and the monitor reads them again on its tick (monitor.c: a pod
+	 * resized in place); else create reads the limit once, holding
+	 * nothing. */
 	_Atomic uint32_t num_spinning;
 	_Atomic uint32_t spin_max, spin_cpus;
 	_Atomic double cg_limit;
+	struct cbcmn__cgq cgq;
 	/* The host has more runnable threads than CPUs (the monitor's
 	 * reading of /proc/loadavg, monitor.c): no searcher spins long.
 	 * Only with the default spin_ns, where the process may use every CPU
@@ -984,6 +989,12 @@ struct cbcmn__xmsg *cbcmn__xmsg_get(struct cbcmn__exec *e);
 void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xmsg *m,
 			   void (*fn)(struct cbcmn__exec *, void *));
 void cbcmn__xmsg_unget(struct cbcmn__exec *e, struct cbcmn__xmsg *m);
+/* From the fn of a call_post()ed message that the stall monitor runs for
+ * a stalled executor (lanes_take()): leave it fn, to run with data on its
+ * drain, as a call (what only its thread may do: its trace ring).  On a
+ * drain by its own executor, or by whoever drains a stopped one, the
+ * message is consumed: fn is not run. */
+void cbcmn__xmsg_then(void *data, void (*fn)(struct cbcmn__exec *, void *));
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t);
 /* actor_mbox.c: task t (running, at its end) waits until its actor sends
  * still in lanes are in their mailboxes (t->lane_e1 != 0). */

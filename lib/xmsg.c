@@ -29,6 +29,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,6 +266,16 @@ void cbcmn__xmsg_call_post(struct cbcmn__exec *e, uint32_t dst, struct cbcmn__xm
 	xm_post(e, dst, m, CBCMN__XM_VCALL, NULL, fn, m->data);
 }
 
+void cbcmn__xmsg_then(void *data, void (*fn)(struct cbcmn__exec *, void *))
+{
+	struct cbcmn__xmsg *m =
+		(struct cbcmn__xmsg *)((char *)data - offsetof(struct cbcmn__xmsg, data));
+	/* A call: the monitor passes over calls (lanes_take()), and the
+	 * executor's drain runs it (deliver()). */
+	m->kind = CBCMN__XM_CALL;
+	m->fn = fn;
+}
+
 /* Outside threads: work for dst (a task to start or resume). */
 void cbcmn__remote_push(struct cbcmn__exec *dst, struct cbcmn_task *t)
 {
@@ -333,9 +344,11 @@ static struct cbcmn_task *lanes_take(struct cbcmn__exec *x)
 			if (!(ent & 1) && m->kind == CBCMN__XM_VCALL && m->fn) {
 				/* An actor's message: run here, in the lane's
 				 * order (x is kept out), as x would; x then
-				 * only acknowledges it. */
-				m->fn(x, m->arg);
+				 * only acknowledges it, or runs what fn left
+				 * for its own thread (cbcmn__xmsg_then()). */
+				void (*fn)(struct cbcmn__exec *, void *) = m->fn;
 				m->fn = NULL;
+				fn(x, m->arg);
 				continue;
 			}
 			if ((ent & 1) || m->kind >= CBCMN__XM_CALL || !m->task ||

@@ -39,11 +39,12 @@ static inline void send_n(cbcmn_cx *cx, cbcmn_actor_ref a, uint64_t tag, uint64_
 }
 
 /* Sleeps until *count reaches want, at most T_STALL_NS (the scheduler
- * loop runs what is queued meanwhile). */
+ * loop runs what is queued meanwhile), or until the caller is cancelled:
+ * its sleep would return at once, as in wait_for_go(). */
 static inline void sleep_until(cbcmn_cx *cx, _Atomic long *count, long want)
 {
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (atomic_load(count) < want && t_now_ns() < end)
+	while (atomic_load(count) < want && t_now_ns() < end && !cbcmn_cx_cancelled(cx))
 		cbcmn_sleep(cx, 1000000);
 }
 

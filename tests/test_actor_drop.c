@@ -310,6 +310,53 @@ static void dv_run(enum kind kind, bool handler)
 
 /* ---- attacks: a stop, a cancellation, restarts, a thread's end ---- */
 
+/* sleep_until() of a cancelled caller: its sleep returns at once, so the
+ * helper must end its loop rather than spin to its deadline, holding its
+ * executor (the wait_for_go() flake of session 18, in sleep_until()). */
+struct su {
+	_Atomic long never; /* nobody counts it */
+	_Atomic int started;
+	uint64_t left_ns;   /* of the helper's T_STALL_NS when it returned */
+};
+
+static int64_t su_sleeper(cbcmn_cx *cx, void *arg)
+{
+	struct su *s = arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	atomic_store(&s->started, 1);
+	sleep_until(cx, &s->never, 1);
+	uint64_t now = t_now_ns();
+	s->left_ns = now < end ? end - now : 0;
+	return 0;
+}
+
+static int64_t su_root(cbcmn_cx *cx, void *arg)
+{
+	struct su *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, su_sleeper, s, NULL) == 0);
+	while (!atomic_load(&s->started))
+		cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	cbcmn_nursery_await_all(cx, n); /* cancelled: its result says so */
+	return 0;
+}
+
+static void test_sleep_until_of_a_cancelled_caller_returns(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct su s = {0};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, su_root, &s, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	assert_int_equal(atomic_load(&s.never), 0);
+	/* It returned for the cancellation, not at its deadline. */
+	assert_true(s.left_ns > 0);
+}
+
 static void test_waits_in_drops_of_stopped_and_cancelled_actors_do_not_wait(void **state)
 {
 	(void)state;
@@ -1258,6 +1305,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_budget_run_out_in_a_drop_ends_it_not_waits),
 		cmocka_unit_test(test_await_of_a_nursery_opened_before_the_halt_does_not_wait),
 		cmocka_unit_test(test_close_in_a_drop_ends_the_waits_on_it_on_epoll),
+		cmocka_unit_test(test_sleep_until_of_a_cancelled_caller_returns),
 		T_WATCHED_TEST(test_demonitor_in_a_drop_does_not_wait),
 		T_WATCHED_TEST(test_demonitor_in_a_drop_races_the_target_s_halt),
 		T_WATCHED_TEST(test_stream_close_in_a_drop_does_not_wait),

@@ -4,8 +4,10 @@
  * limits, v1 Docker without a namespace, hybrid hosts, escaped mount
  * points, broken files), then the live machine: a child process in a
  * cgroup limited to one CPU gets one executor by default. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -17,6 +19,33 @@
 #include "runtime.h"
 
 static char tree[PATH_MAX]; /* this test's fixture root */
+
+/* Opens of /proc/self/cgroup while counting: each walk of the cgroup
+ * tree reads it first (cpuquota.c, own_cgroup()), once per hierarchy it
+ * tries. */
+static _Atomic bool counting;
+static _Atomic int cgroup_reads;
+
+FILE *fopen(const char *path, const char *mode)
+{
+	static FILE *(*real)(const char *, const char *);
+	if (!real)
+		real = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen");
+	size_t n = strlen(path), k = strlen("/proc/self/cgroup");
+	if (atomic_load(&counting) && n >= k && !strcmp(path + n - k, "/proc/self/cgroup"))
+		atomic_fetch_add(&cgroup_reads, 1);
+	return real(path, mode);
+}
+
+/* The cgroup files' opens that f's call makes. */
+#define CGROUP_READS(call)                            \
+	({                                            \
+		atomic_store(&cgroup_reads, 0);       \
+		atomic_store(&counting, true);        \
+		call;                                 \
+		atomic_store(&counting, false);       \
+		atomic_load(&cgroup_reads);           \
+	})
 
 /* Writes text to tree/rel, making its directories. */
 static void put(const char *rel, const char *text)
@@ -187,9 +216,12 @@ static void test_regression_held_files_short_of_descriptors_hold_none(void **sta
 	struct cbcmn__cgq q;
 	cbcmn__cgq_open(&q, tree);
 	double once = cbcmn__cgroup_cpu_limit(tree); /* a file at a time: all of them */
+	double at_create = cbcmn__cgq_limit(&q, tree); /* what create reads */
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
 	assert_int_equal(q.n, 0); /* 1 before: a/b's alone, read as no limit */
+	assert_true(q.short_of);
 	assert_true(once == 0.5);   /* 0 before: the same held walk */
+	assert_true(at_create == 0.5);
 	cbcmn__cgq_close(&q);
 	cbcmn__cgq_open(&q, tree);
 	assert_true(cbcmn__cgq_read(&q) == 0.5);
@@ -414,6 +446,46 @@ static int reap_limited(pid_t pid, const char *dir)
 	return WEXITSTATUS(st);
 }
 
+/* Runs child in a fork_limited() child on a fresh config (dir: the child's
+ * cgroup) and returns what it returned, the child's exit status. */
+static int in_limited_child(int (*child)(cbcmn_config *cfg, const char *dir))
+{
+	char dir[PATH_MAX];
+	pid_t pid = fork_limited(dir, sizeof(dir));
+	if (pid == 0) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		_exit(child(&cfg, dir));
+	}
+	return reap_limited(pid, dir);
+}
+
+/* In a limited child: the result of fn(arg) run on rt, which it
+ * destroys; 15 if it cannot run. */
+static int run_then_destroy(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
+{
+	int64_t res = -1;
+	int rc = cbcmn_runtime_run(rt, fn, arg, &res) ? 15 : (int)res;
+	cbcmn_runtime_destroy(rt);
+	return rc;
+}
+
+static int default_workers_child(cbcmn_config *cfg, const char *dir)
+{
+	(void)dir;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 11;
+	uint32_t auto_n = cbcmn_runtime_workers(rt);
+	cbcmn_runtime_destroy(rt);
+	cfg->workers = 2;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 12;
+	uint32_t two = cbcmn_runtime_workers(rt);
+	cbcmn_runtime_destroy(rt);
+	return auto_n == 1 && two == 2 ? 0 : 20 + (int)auto_n;
+}
+
 /* A process in a cgroup limited to one CPU gets one executor by default,
  * and an explicit count still wins; outside it, one per CPU. */
 static void test_live_limit_sets_default_workers(void **state)
@@ -421,29 +493,29 @@ static void test_live_limit_sets_default_workers(void **state)
 	(void)state;
 	cpu_set_t set;
 	skip_on_one_cpu(&set);
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cbcmn_runtime *rt;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(11);
-		uint32_t auto_n = cbcmn_runtime_workers(rt);
-		cbcmn_runtime_destroy(rt);
-		cfg.workers = 2;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(12);
-		uint32_t two = cbcmn_runtime_workers(rt);
-		cbcmn_runtime_destroy(rt);
-		_exit(auto_n == 1 && two == 2 ? 0 : 20 + (int)auto_n);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0);
+	assert_int_equal(in_limited_child(default_workers_child), 0);
 	cbcmn_runtime *rt = t_runtime(CBCMN_WORKERS_AUTO);
 	assert_int_equal(cbcmn_runtime_workers(rt), cbcmn__cpus_for_limit(
 							    (uint32_t)CPU_COUNT(&set),
 							    cbcmn__cgroup_cpu_limit(NULL)));
 	t_destroy(rt);
+}
+
+static int clamp_child(cbcmn_config *cfg, const char *dir)
+{
+	(void)dir;
+	cfg->min_workers = 2;
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(cfg, &rt);
+	if (rc)
+		return rc == -EINVAL ? 11 : 12;
+	uint32_t n = cbcmn_runtime_workers(rt);
+	cbcmn_runtime_destroy(rt);
+	/* An explicit count still refuses a min_workers above it. */
+	cfg->workers = 1;
+	if (cbcmn_runtime_create(cfg, &rt) != -EINVAL)
+		return 13;
+	return n == 1 ? 0 : 20 + (int)n;
 }
 
 /* The bug: the executors a limit leaves are fewer than the host's CPUs, and
@@ -456,25 +528,7 @@ static void test_regression_auto_workers_under_a_limit_clamp_min_workers(void **
 	(void)state;
 	cpu_set_t set;
 	skip_on_one_cpu(&set);
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.min_workers = 2;
-		cbcmn_runtime *rt;
-		int rc = cbcmn_runtime_create(&cfg, &rt);
-		if (rc)
-			_exit(rc == -EINVAL ? 11 : 12);
-		uint32_t n = cbcmn_runtime_workers(rt);
-		cbcmn_runtime_destroy(rt);
-		/* An explicit count still refuses a min_workers above it. */
-		cfg.workers = 1;
-		if (cbcmn_runtime_create(&cfg, &rt) != -EINVAL)
-			_exit(13);
-		_exit(n == 1 ? 0 : 20 + (int)n);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0); /* 11: -EINVAL from create */
+	assert_int_equal(in_limited_child(clamp_child), 0); /* 11: -EINVAL from create */
 }
 
 /* On executor 1's own thread: a spin of 30 s, the gates kept (the
@@ -534,6 +588,33 @@ static int64_t quota_busy_until_parked(cbcmn_cx *cx, void *arg)
 	return r;
 }
 
+/* Confined to one CPU: the host's gate off, only the quota's left. */
+static int quota_gate_child(cbcmn_config *cfg, const char *dir)
+{
+	(void)dir;
+	cpu_set_t one;
+	if (sched_getaffinity(0, sizeof(one), &one))
+		return 11;
+	int cpu = 0;
+	while (!CPU_ISSET(cpu, &one))
+		cpu++;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one))
+		return 11;
+	cfg->workers = cfg->min_workers = 2;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 12;
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	if (r->spin_host_gate || r->spin_awake_max != 1) {
+		cbcmn_runtime_destroy(rt);
+		return 13;
+	}
+	return run_then_destroy(rt, t_pinned_main,
+				&(struct t_pinned_call){quota_busy_until_parked, NULL, 0});
+}
+
 /* In a cgroup limited to one CPU, a runtime of two executors whose one
  * runs work stops the other's default spin: a spinner there burns the
  * quota the busy one needs, and the kernel stops the whole process once
@@ -544,37 +625,7 @@ static int64_t quota_busy_until_parked(cbcmn_cx *cx, void *arg)
 static void test_regression_spin_gate_counts_the_quota(void **state)
 {
 	(void)state;
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cpu_set_t one;
-		if (sched_getaffinity(0, sizeof(one), &one))
-			_exit(11);
-		int cpu = 0;
-		while (!CPU_ISSET(cpu, &one))
-			cpu++;
-		CPU_ZERO(&one);
-		CPU_SET(cpu, &one);
-		if (sched_setaffinity(0, sizeof(one), &one))
-			_exit(11);
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = cfg.min_workers = 2;
-		cbcmn_runtime *rt;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(12);
-		struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
-		if (r->spin_host_gate || r->spin_awake_max != 1)
-			_exit(13);
-		int64_t res = -1;
-		if (cbcmn_runtime_run(rt, t_pinned_main,
-				      &(struct t_pinned_call){quota_busy_until_parked, NULL, 0},
-				      &res))
-			_exit(15);
-		cbcmn_runtime_destroy(rt);
-		_exit((int)res);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0); /* 30: still searching */
+	assert_int_equal(in_limited_child(quota_gate_child), 0); /* 30: still searching */
 }
 
 /* Writes text to dir/file; false if it cannot. */
@@ -624,6 +675,15 @@ static int64_t resize_main(cbcmn_cx *cx, void *arg)
 	return gate_becomes(cx, 0) ? 0 : 35;
 }
 
+static int resize_child(cbcmn_config *cfg, const char *dir)
+{
+	cfg->workers = cfg->min_workers = 2;
+	cbcmn_runtime *rt;
+	if (cbcmn_runtime_create(cfg, &rt))
+		return 12;
+	return run_then_destroy(rt, resize_main, &(struct resize){.dir = dir});
+}
+
 /* A pod resized in place: the spin gate of a runtime made under a limit
  * of one CPU follows the limit as it is raised to two, then lifted.  It
  * kept its gate of one (the limit was read once, at create). */
@@ -632,28 +692,44 @@ static void test_regression_spin_gate_follows_a_resize(void **state)
 	(void)state;
 	cpu_set_t set;
 	skip_on_one_cpu(&set);
-	char dir[PATH_MAX];
-	pid_t pid = fork_limited(dir, sizeof(dir));
-	if (pid == 0) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = cfg.min_workers = 2;
-		cbcmn_runtime *rt;
-		if (cbcmn_runtime_create(&cfg, &rt))
-			_exit(12);
-		struct resize r = {.dir = dir};
-		int64_t res = -1;
-		if (cbcmn_runtime_run(rt, resize_main, &r, &res))
-			_exit(15);
-		cbcmn_runtime_destroy(rt);
-		_exit((int)res);
-	}
-	assert_int_equal(reap_limited(pid, dir), 0); /* 33: the gate stayed at one */
+	assert_int_equal(in_limited_child(resize_child), 0); /* 33: the gate stayed at one */
+}
+
+/* A runtime's create with the default spin and the stall monitor walks
+ * the cgroup tree once: it opens the limit's files, reads the limit from
+ * them and hands them to the monitor (runtime.c).  It walked twice (a
+ * one-off read, then the monitor's open). */
+static void test_regression_create_walks_the_cgroup_tree_once(void **state)
+{
+	(void)state;
+	int one = CGROUP_READS(cbcmn__cgroup_cpu_limit(NULL));
+	assert_true(one > 0);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2; /* AUTO reads the limit while resolving the config */
+	cbcmn_runtime *rt = NULL;
+	int rc = 0;
+	int walks = CGROUP_READS(rc = cbcmn_runtime_create(&cfg, &rt));
+	assert_int_equal(rc, 0);
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	assert_true(r->spin_quota_gate && r->watched);
+	/* The limit read at create is what the held files say. */
+	assert_true(atomic_load(&r->cg_limit) == cbcmn__cgq_read(&r->cgq) || r->cgq.short_of);
+	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	assert_int_equal(walks, one);
+	/* A chosen spin holds nothing: one read. */
+	cfg.spin_ns = 1000;
+	walks = CGROUP_READS(rc = cbcmn_runtime_create(&cfg, &rt));
+	assert_int_equal(rc, 0);
+	assert_int_equal(((struct cbcmn_runtime *)rt)->cgq.n, 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+	assert_int_equal(walks, one);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_regression_create_walks_the_cgroup_tree_once),
 		cmocka_unit_test_setup_teardown(test_v2_namespace_limit, fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_v2_lowest_level_wins, fresh_tree, drop_tree),
 		cmocka_unit_test_setup_teardown(test_v1_docker_bind_mount, fresh_tree, drop_tree),

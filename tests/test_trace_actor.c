@@ -101,36 +101,57 @@ static int64_t load_root_handler(cbcmn_cx *cx, void *arg)
 	return load_root_with(cx, arg, true);
 }
 
-/* Every event of rt (its ring large enough: nothing dropped). */
-static cbcmn_trace_event *drain_all(cbcmn_runtime *rt, size_t *count)
+/* Every event of rt (its ring large enough: nothing dropped), drained
+ * until it holds sends actor sends (bounded: T_STALL_NS).  The send of a
+ * message the stall monitor put in for a stalled executor is written by
+ * that executor's drain, which may come after the run's end. */
+static cbcmn_trace_event *drain_sends(cbcmn_runtime *rt, int sends, size_t *count)
 {
 	size_t cap = 1u << 16, n = 0;
 	cbcmn_trace_event *ev = malloc(cap * sizeof(*ev));
 	assert_non_null(ev);
-	uint64_t dropped = 0;
-	int got;
-	while ((got = cbcmn_trace_drain(rt, ev + n, (uint32_t)(cap - n), &dropped)) > 0)
-		n += (size_t)got;
-	assert_int_equal(got, 0);
+	uint64_t dropped = 0, end = t_now_ns() + T_STALL_NS;
+	for (int seen = 0;;) {
+		int got;
+		while ((got = cbcmn_trace_drain(rt, ev + n, (uint32_t)(cap - n), &dropped)) > 0) {
+			for (int i = 0; i < got; i++)
+				seen += ev[n + (size_t)i].kind == CBCMN_TRACE_ACTOR_SEND;
+			n += (size_t)got;
+		}
+		assert_int_equal(got, 0);
+		if (seen >= sends || t_now_ns() > end)
+			break;
+		usleep(1000);
+	}
 	assert_int_equal(dropped, 0);
 	*count = n;
 	return ev;
 }
 
-static cbcmn_runtime *traced_runtime(void)
+static cbcmn_trace_event *drain_all(cbcmn_runtime *rt, size_t *count)
+{
+	return drain_sends(rt, 0, count);
+}
+
+static cbcmn_runtime *traced_runtime_stall(uint64_t stall_ns)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 2;
 	cfg.trace_events = 1u << 14;
-	/* No stall monitor: a lane message it lands for a stalled executor
-	 * (lane_land() off that executor's thread) has its receive recorded
-	 * but not its send, no ring being the monitor's (docs/TRACE.md;
-	 * 449 sends of 450 in 6 TSan runs of 30 beside the hog). */
-	cfg.stall_ns = CBCMN_STALL_OFF;
+	cfg.stall_ns = stall_ns;
 	cbcmn_runtime *rt;
 	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
 	return rt;
+}
+
+/* With the stall monitor: a lane message it lands for a stalled executor
+ * has its send recorded too, by that executor's drain (session 18 ran
+ * these without the monitor: 449 sends of 450 in 6 TSan runs of 30
+ * beside the hog). */
+static cbcmn_runtime *traced_runtime(void)
+{
+	return traced_runtime_stall(0);
 }
 
 /* The index of the send of (to, seq) among ev's sends, or -1. */
@@ -160,7 +181,7 @@ static void check_paired(cbcmn_task_fn root)
 	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
 	assert_true(st.total.actor_backpressure > 0);
 	size_t n;
-	cbcmn_trace_event *ev = drain_all(rt, &n);
+	cbcmn_trace_event *ev = drain_sends(rt, MSGS, &n);
 	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
 	int sends = 0, recvs = 0, per[SENDERS] = {0};
 	bool seen[MSGS] = {false};
@@ -305,12 +326,126 @@ static void test_refused_sends_and_untaken_messages_record_no_receive(void **sta
 	free(ev);
 }
 
+/* ---- the stall monitor's landings ---------------------------------------- */
+
+/* A sender on executor 0 posts RS_MSGS messages into executor 1's lane
+ * while a pinned task holds executor 1 without a runtime call; the stall
+ * monitor puts them in the actor's mailbox (lane_land() on its thread,
+ * which has no ring).  Their sends were not recorded, their receives
+ * were.  Now executor 1 records each send when its drain comes to the
+ * message, with the landing's time and number. */
+#define RS_MSGS 3
+
+struct rs {
+	cbcmn_runtime *rt;
+	cbcmn_actor_ref r;
+	_Atomic int started, hog_running, released;
+	uint64_t x0, x1; /* executor 0's lane messages before and after the posts */
+};
+
+static uint64_t xmsgs_sent0(cbcmn_runtime *rt)
+{
+	cbcmn_stats st;
+	cbcmn_executor_stats per[2];
+	TASK_CHECK(cbcmn_stats_snapshot(rt, &st, per, 2) == 0);
+	return per[0].xmsgs_sent;
+}
+
+static int64_t rs_actor(cbcmn_cx *cx, void *arg)
+{
+	struct rs *r = arg;
+	atomic_store(&r->started, 1);
+	cbcmn_actor_msg m;
+	for (int i = 0; i < RS_MSGS; i++)
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	atomic_store(&r->released, 1);
+	return 0;
+}
+
+/* Holds executor 1 until the actor has its messages (bounded). */
+static int64_t rs_hog(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct rs *r = arg;
+	atomic_store(&r->hog_running, 1);
+	for (uint64_t end = t_now_ns() + T_STALL_NS; !atomic_load(&r->released) && t_now_ns() < end;)
+		;
+	return 0;
+}
+
+static void rs_wait(cbcmn_cx *cx, _Atomic int *flag)
+{
+	for (uint64_t end = t_now_ns() + T_STALL_NS; !atomic_load(flag) && t_now_ns() < end;)
+		cbcmn_sleep(cx, 100000);
+}
+
+static int64_t rs_main(cbcmn_cx *cx, void *arg)
+{
+	struct rs *r = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(r->rt, cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1, .mailbox_cap = 8};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, rs_actor, r, &o, &r->r) == 0);
+	rs_wait(cx, &r->started);
+	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, rs_hog, r, NULL) == 0);
+	rs_wait(cx, &r->hog_running);
+	r->x0 = xmsgs_sent0(r->rt);
+	cbcmn_actor_msg m = {.type = 7};
+	for (int i = 0; i < RS_MSGS; i++)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->r, &m) == 0);
+	r->x1 = xmsgs_sent0(r->rt);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_sends_the_stall_monitor_lands_are_recorded(void **state)
+{
+	(void)state;
+	bool lane = false;
+	uint64_t stall_ns = 30000000ull;
+	/* Until a round has posted over the lane (before the monitor calls
+	 * executor 1 stalled; after, the sends take the lock, and each
+	 * round waits twice as long): a loaded machine may keep the
+	 * sender off its CPU past the stall time. */
+	for (int round = 0; !lane && round < 10; round++) {
+		cbcmn_runtime *rt = traced_runtime_stall(stall_ns);
+		struct rs r = {.rt = rt};
+		t_run_pinned(rt, 0, rs_main, &r);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&r.released), 1);
+		lane = r.x1 - r.x0 >= RS_MSGS;
+		size_t n;
+		cbcmn_trace_event *ev = drain_sends(rt, RS_MSGS, &n);
+		assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+		for (uint32_t k = 0; k < RS_MSGS; k++) {
+			long s = find(ev, n, CBCMN_TRACE_ACTOR_SEND, r.r, k);
+			long v = find(ev, n, CBCMN_TRACE_ACTOR_RECEIVE, r.r, k);
+			if (s < 0 || v < 0)
+				fail_msg("message %u: send %ld, receive %ld (over the lane: %d)", k, s, v,
+					 lane);
+			assert_int_equal(ev[s].dur_ns, CBCMN_ACTOR_NONE); /* from a task */
+			assert_int_equal(ev[v].dur_ns, 7);
+			assert_true(ev[v].ts_ns >= ev[s].ts_ns);
+			if (lane) /* put in by the monitor for executor 1: its record */
+				assert_int_equal(ev[s].executor, 1);
+		}
+		free(ev);
+		if (!lane && stall_ns < 500000000ull)
+			stall_ns *= 2;
+	}
+	if (!lane)
+		print_message("no round posted over the lane: the stall time reached %llu ms\n",
+			      (unsigned long long)(stall_ns / 1000000));
+	assert_true(lane);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_each_message_is_one_send_and_one_receive_paired),
 		cmocka_unit_test(test_handler_actor_receives_are_paired_with_their_sends),
 		cmocka_unit_test(test_refused_sends_and_untaken_messages_record_no_receive),
+		cmocka_unit_test(test_sends_the_stall_monitor_lands_are_recorded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
