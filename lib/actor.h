@@ -248,17 +248,19 @@ _Static_assert(_Alignof(struct cbcmn__actor) == 64, "a slot begins a line");
 			__builtin_prefetch((const void *)pf_, rw);                \
 	} while (0)
 
-/* Actor x was picked to run: the lines of the actor it will likely send
- * to (its last send's) and of the receive record that actor waited in
- * then, to arrive during x's run, where its send would wait for them (and
- * then read, there, the hints that prefetch the rest: actor_mbox.c,
- * sending()).  A wrong guess costs the prefetches. */
+/* Actor x was picked to run: the hop lines of the actor it will likely
+ * send to (its last send's) and of the receive record that actor waited
+ * in then, to arrive during x's run, where its send would wait for them
+ * (and then read, there, the hints that prefetch the rest: actor_mbox.c,
+ * sending()).  Only the hop's lines: the slot's cold part, fetched too,
+ * would be 5 lines more a hop for the cache to hold.  A wrong guess
+ * costs the prefetches. */
 static inline void cbcmn__actor_predict(const struct cbcmn__actor *x)
 {
 	const struct cbcmn__actor *y = x->pf_to;
 	if (!y)
 		return;
-	CBCMN__PREFETCH_RANGE(y, y + 1, 1);
+	CBCMN__PREFETCH_RANGE(y, (const char *)y + CBCMN__ACTOR_HOP_LINES * 64u, 1);
 	const struct cbcmn__mb_wait *w = x->pf_wait;
 	if (w)
 		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
