@@ -878,7 +878,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->ring = ring;
 	a->cap = cap;
 	a->head = a->count = 0;
-	a->put_total = a->taken_total = 0;
+	a->taken_total = 0;
 	a->fn = fn;
 	a->user = state;
 	a->drop = opts ? opts->drop : NULL;

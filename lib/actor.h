@@ -62,18 +62,19 @@ struct cbcmn__link {
 	struct cbcmn__monitor *exit; /* a link's; NULL for a note */
 };
 
-/* An actor's slot, 64-byte aligned (actor.c, slot_new_locked()), in two
+/* An actor's slot, 64-byte aligned (actor.c, slot_new_locked()), in
  * parts (docs/ACTORS.md, "The slot's hop lines").  Its first three lines
- * hold every field a hop reads or writes in its receiver, and in its
- * sender (a ring's actor is both each lap): the send's (line 0: the
- * hints, the reference, the handed-over message's counts), the receive's
- * and the wheel's (lines 1-2), and the lock's word last, so that its
- * debug-build name and rank fall in the cold part.  A ring of 10 000
- * actors touches each slot once a lap, cold: each line here is a miss a
- * hop.  The rest (halt, monitors, links, the free lists, the spare ring,
- * the mailbox ring's geometry) is read on other paths only.  The static
- * asserts after the struct keep a later field from pushing a hop field
- * out. */
+ * hold every field a hop that hands its message to a waiting receiver
+ * reads or writes, in the receiver and in the sender (a ring's actor is
+ * both each lap); the fourth, what a message put in the ring adds (a
+ * handler actor's hop, a receiver that is busy).  Line 0 is the send's
+ * first: what it reads before the lock, and the lock's word, so that the
+ * lock's CAS finds its line already coming (in a line of its own, the
+ * CAS was a miss of its own: the handler ring paid twice the CPU a hop).
+ * A ring of 10 000 actors touches each slot once a lap, cold: each line
+ * here is a miss a hop.  The rest (halt, monitors, links, the free lists,
+ * the spare ring) is read on other paths only.  The static asserts after
+ * the struct keep a later field from pushing a hop field out. */
 struct cbcmn__actor {
 	/* ---- line 0: what a send reads first, without the lock and under it */
 	/* The actor, waiting for a message.  Written under the lock; atomic
@@ -91,8 +92,13 @@ struct cbcmn__actor {
 	 * below, stays out of the hop's lines). */
 	cbcmn_actor_ref ref;
 	struct cbcmn_runtime *rt;
-	uint64_t put_total, taken_total; /* messages in, messages out, ever */
+	/* Messages taken, ever (those put: actor_mbox.c, put_total()). */
+	uint64_t taken_total;
 	struct cbcmn__monitor *sys_head; /* DOWN messages for it, in order (sys_tail) */
+	/* CBCMN__LOCK_ACTOR: every field but index, the hints and the
+	 * wheel's.  Its word ends line 0; its debug-build name and rank
+	 * begin line 1. */
+	struct cbcmn__flock lock;
 	/* ---- line 1: the receive's, the mailbox's state, the prediction */
 	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
 	 * actor with a task of its own.  Read under the lock while LIVE. */
@@ -110,13 +116,23 @@ struct cbcmn__actor {
 	 * lock, read without it only by the executor about to run it
 	 * (cbcmn__actor_run()), the one thread that moves it. */
 	_Atomic uint32_t home;
-	uint32_t count;           /* messages in the ring (cap, head below) */
+	uint32_t count;           /* messages in the ring (line 3) */
+	uint32_t park_exec;       /* actor_sched.c: id + 1 of the wheel it blocked on; 0: none */
+	uint32_t park_left;       /* the quantum it kept then */
+	/* ---- line 2: the wheel's (actor_sched.c), the state and the flags */
+	/* Scheduling, no lock: written only by the executor that runs it or
+	 * holds it on its wheel, handed from one to the next with its task
+	 * (the queues, the lanes and the wake CAS order them as they order
+	 * the task's own fields); park_exec, park_left, task above and
+	 * migrated below too. */
+	struct cbcmn__wheel_node wn;   /* on that executor's wheel, or NONE */
+	uint64_t park_due;             /* that wheel's position it is due at */
+	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
+	uint64_t run_t0;               /* the clock then */
 	/* Set (under the lock) by a stop: its task counts as cancelled from
 	 * then on (cbcmn__actor_stopped(), read without the lock by the task
 	 * and by cancellation's scans), so that a stop ends any wait. */
-	_Atomic uint32_t interrupted;
-	uint32_t park_exec;       /* actor_sched.c: id + 1 of the wheel it blocked on; 0: none */
-	uint32_t park_left;       /* the quantum it kept then */
+	_Atomic uint8_t interrupted;
 	uint8_t state;            /* CBCMN__A_*, under the lock */
 	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
 	/* Pinned, a posse member or a handler actor: its messages never pull
@@ -124,7 +140,7 @@ struct cbcmn__actor {
 	 * spawn; read by senders without the lock, hence atomic (relaxed: a
 	 * stale value only routes one send the other way). */
 	_Atomic bool stays;
-	bool migrated;            /* actor_sched.c (below): handed over, enters N forward */
+	bool migrated;            /* actor_sched.c: handed over, enters N forward */
 	/* A halt under way (actor.c, halt_begin()): the slot was taken, so
 	 * that a task ended inside drop or fini finishes that halt, not a
 	 * second; read by every send (cbcmn__sends_locked()). */
@@ -134,19 +150,22 @@ struct cbcmn__actor {
 	 * lock; read without it where the receiver's run ends
 	 * (cbcmn__mb_room_pay()). */
 	_Atomic bool room_owed;
-	/* ---- line 2: the wheel's (actor_sched.c), and the lock's word */
-	/* Scheduling, no lock: written only by the executor that runs it or
-	 * holds it on its wheel, handed from one to the next with its task
-	 * (the queues, the lanes and the wake CAS order them as they order
-	 * the task's own fields); park_exec, park_left, task and migrated
-	 * above too. */
-	struct cbcmn__wheel_node wn;   /* on that executor's wheel, or NONE */
-	uint64_t park_due;             /* that wheel's position it is due at */
-	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
-	uint64_t run_t0;               /* the clock then */
-	/* CBCMN__LOCK_ACTOR: every field but index, the hints and the wheel's.
-	 * Last of the hop's lines: only its word is the hop's. */
-	struct cbcmn__flock lock;
+	/* ---- line 3: the ring's, for a message that waits in it */
+	/* The mailbox: a ring of cap messages, with room for ring_room (a
+	 * spare ring bigger than asked serves: actor.c, ring_get()); a
+	 * mailbox of one message is the slot's own one_msg (below).  A
+	 * message handed to a waiting receiver touches none of these. */
+	cbcmn_actor_msg *ring;
+	uint32_t cap, head, ring_room;
+	/* Room for sends over the lanes (actor_mbox.c, "Delivery" in
+	 * docs/ACTORS.md), one word so that a sender on another executor
+	 * reserves a place without the lock: the generation (bits 32-63),
+	 * three state bits (LN_OPEN, LN_COUNTED, LN_READY) and, once
+	 * counted, the free places (bits 0-28): cap - count - places
+	 * reserved by messages still in a lane.  Changed under the lock,
+	 * except by those reservations. */
+	_Atomic uint64_t lanes;
+	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	/* ---- the cold part: never read by a hop that finds its receiver waiting */
 	uint32_t index;           /* fixed: the slot's place in the table */
 	uint32_t gen;             /* the live actor's generation; bumped at halt */
@@ -164,28 +183,13 @@ struct cbcmn__actor {
 	void *user;               /* the behaviour's state */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
 	void (*fini)(void *state);        /* run at halt, after drop */
-	/* The mailbox: a ring of cap messages, with room for ring_room (a
-	 * spare ring bigger than asked serves: actor.c, ring_get()); a
-	 * mailbox of one message is the slot's own one_msg (below).  A
-	 * message handed to a waiting receiver touches none of these. */
-	cbcmn_actor_msg *ring;
-	uint32_t cap, head, ring_room;
 	/* A halt under way (actor.c, halt_begin() to halt_finish()): the
 	 * messages still for drop, from head (count is 0 then), how many it
 	 * had for drop, and what its DOWNs say was undelivered. */
 	uint32_t halt_left, halt_dropped, halt_undelivered;
-	/* Room for sends over the lanes (actor_mbox.c, "Delivery" in
-	 * docs/ACTORS.md), one word so that a sender on another executor
-	 * reserves a place without the lock: the generation (bits 32-63),
-	 * three state bits (LN_OPEN, LN_COUNTED, LN_READY) and, once
-	 * counted, the free places (bits 0-28): cap - count - places
-	 * reserved by messages still in a lane.  Changed under the lock,
-	 * except by those reservations. */
-	_Atomic uint64_t lanes;
 	/* Its own task, parked until its places in lanes are all put
 	 * (actor_mbox.c, cbcmn__mb_lanes_settle()); under the lock. */
 	struct cbcmn__lane_wait *settle_wait;
-	struct cbcmn__waitq sendq;                /* senders waiting for room */
 	struct cbcmn__monitor *sys_tail;          /* sys_head's last */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
@@ -210,32 +214,39 @@ struct cbcmn__actor {
 } __attribute__((aligned(64)));
 
 /* The hop's lines (docs/ACTORS.md, "The slot's hop lines"): every field a
- * hop touches ends within the first CBCMN__ACTOR_HOP_LINES lines of the
- * slot, and the lock's debug fields begin past them. */
+ * hop that hands its message over touches ends within the first
+ * CBCMN__ACTOR_HOP_LINES lines of the slot; one that puts it in the ring
+ * adds line 3 (CBCMN__ACTOR_RING_LINE). */
 #define CBCMN__ACTOR_HOP_LINES 3u
-#define CBCMN__ACTOR_HOP_END(f)                                                          \
-	(offsetof(struct cbcmn__actor, f) + sizeof(((struct cbcmn__actor *)0)->f) <=      \
-	 CBCMN__ACTOR_HOP_LINES * 64u)
-_Static_assert(CBCMN__ACTOR_HOP_END(receiver) && CBCMN__ACTOR_HOP_END(hint_task) &&
-		       CBCMN__ACTOR_HOP_END(hint_sp) && CBCMN__ACTOR_HOP_END(ref) &&
-		       CBCMN__ACTOR_HOP_END(rt) && CBCMN__ACTOR_HOP_END(put_total) &&
-		       CBCMN__ACTOR_HOP_END(taken_total) && CBCMN__ACTOR_HOP_END(sys_head),
-	       "the send's fields are in the slot's hop lines");
-_Static_assert(CBCMN__ACTOR_HOP_END(hnd) && CBCMN__ACTOR_HOP_END(pf_to) &&
-		       CBCMN__ACTOR_HOP_END(pf_wait) && CBCMN__ACTOR_HOP_END(task) &&
-		       CBCMN__ACTOR_HOP_END(home) && CBCMN__ACTOR_HOP_END(count) &&
-		       CBCMN__ACTOR_HOP_END(interrupted) && CBCMN__ACTOR_HOP_END(park_exec) &&
-		       CBCMN__ACTOR_HOP_END(park_left) && CBCMN__ACTOR_HOP_END(state) &&
+#define CBCMN__ACTOR_RING_LINE 3u
+#define CBCMN__ACTOR_ENDS_BY(f, bytes)                                                   \
+	(offsetof(struct cbcmn__actor, f) + sizeof(((struct cbcmn__actor *)0)->f) <= (bytes))
+#define CBCMN__ACTOR_HOP_END(f) CBCMN__ACTOR_ENDS_BY(f, CBCMN__ACTOR_HOP_LINES * 64u)
+_Static_assert(CBCMN__ACTOR_ENDS_BY(receiver, 64) && CBCMN__ACTOR_ENDS_BY(hint_task, 64) &&
+		       CBCMN__ACTOR_ENDS_BY(hint_sp, 64) && CBCMN__ACTOR_ENDS_BY(ref, 64) &&
+		       CBCMN__ACTOR_ENDS_BY(lock.w, 64),
+	       "what a send reads before the lock shares the lock word's line");
+_Static_assert(CBCMN__ACTOR_HOP_END(rt) && CBCMN__ACTOR_HOP_END(taken_total) &&
+		       CBCMN__ACTOR_HOP_END(sys_head) && CBCMN__ACTOR_HOP_END(hnd) &&
+		       CBCMN__ACTOR_HOP_END(pf_to) && CBCMN__ACTOR_HOP_END(pf_wait) &&
+		       CBCMN__ACTOR_HOP_END(task) && CBCMN__ACTOR_HOP_END(home) &&
+		       CBCMN__ACTOR_HOP_END(count) && CBCMN__ACTOR_HOP_END(park_exec) &&
+		       CBCMN__ACTOR_HOP_END(park_left),
+	       "the send's and the receive's fields are in the slot's hop lines");
+_Static_assert(CBCMN__ACTOR_HOP_END(wn) && CBCMN__ACTOR_HOP_END(park_due) &&
+		       CBCMN__ACTOR_HOP_END(run_left) && CBCMN__ACTOR_HOP_END(run_t0) &&
+		       CBCMN__ACTOR_HOP_END(interrupted) && CBCMN__ACTOR_HOP_END(state) &&
 		       CBCMN__ACTOR_HOP_END(stopping) && CBCMN__ACTOR_HOP_END(stays) &&
 		       CBCMN__ACTOR_HOP_END(migrated) && CBCMN__ACTOR_HOP_END(halt_begun) &&
 		       CBCMN__ACTOR_HOP_END(room_owed),
-	       "the receive's fields are in the slot's hop lines");
-_Static_assert(CBCMN__ACTOR_HOP_END(wn) && CBCMN__ACTOR_HOP_END(park_due) &&
-		       CBCMN__ACTOR_HOP_END(run_left) && CBCMN__ACTOR_HOP_END(run_t0) &&
-		       CBCMN__ACTOR_HOP_END(lock.w),
-	       "the wheel's fields and the lock's word are in the slot's hop lines");
-_Static_assert(offsetof(struct cbcmn__actor, lock.name) >= CBCMN__ACTOR_HOP_LINES * 64u,
-	       "the lock's debug fields are out of the hop's lines");
+	       "the wheel's fields and the flags are in the slot's hop lines");
+_Static_assert(offsetof(struct cbcmn__actor, ring) >= CBCMN__ACTOR_RING_LINE * 64u &&
+		       CBCMN__ACTOR_ENDS_BY(ring, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(cap, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(head, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(lanes, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(sendq.head, (CBCMN__ACTOR_RING_LINE + 1) * 64u),
+	       "what a message put in the ring adds is one line, the next");
 _Static_assert(_Alignof(struct cbcmn__actor) == 64, "a slot begins a line");
 
 /* Prefetch the lines of [p, end), at most 16, for writing (rw 1) or
