@@ -89,9 +89,15 @@ static struct cbcmn__actor *slot_new_locked(struct cbcmn_runtime *rt, struct cbc
 		return NULL; /* 4 Mi actors alive: -ENOMEM */
 	struct cbcmn__actor *c = atomic_load_explicit(&t->chunk[ci], memory_order_relaxed);
 	if (!c) {
-		/* calloc: a fresh chunk costs only the pages its slots touch. */
-		if (!(c = cbcmn__calloc(CBCMN__ACTOR_CHUNK, sizeof(*c))))
+		/* One slot more than the chunk's, so that its slots can begin
+		 * a line (struct cbcmn__actor: a hop touches its first lines
+		 * only if they are lines); calloc gives 16 bytes. */
+		char *mem = cbcmn__calloc(CBCMN__ACTOR_CHUNK + 1, sizeof(*c));
+		if (!mem)
 			return NULL;
+		c = (struct cbcmn__actor *)(((uintptr_t)mem + _Alignof(struct cbcmn__actor) - 1) &
+					    ~(uintptr_t)(_Alignof(struct cbcmn__actor) - 1));
+		t->chunk_mem[ci] = mem;
 		for (uint32_t i = 0; i < CBCMN__ACTOR_CHUNK; i++) {
 			cbcmn__flock_init(&c[i].lock, "actor", CBCMN__LOCK_ACTOR);
 			c[i].index = (ci << CBCMN__ACTOR_CHUNK_SHIFT) | i;
@@ -256,12 +262,14 @@ struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref
 
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 {
-	uint32_t gen = cbcmn__ref_gen(ref);
 	struct cbcmn__actor *a = slot_of_ref(rt, ref);
 	if (!a)
 		return NULL;
 	cbcmn__flock_lock(&a->lock);
-	if (a->state == CBCMN__A_LIVE && a->gen == gen)
+	/* ref is the live actor's, whose generation, tag and index it
+	 * holds, and NONE from its halt on (halt_begin(), with gen's bump):
+	 * the generation check from a hop's line, gen's own being cold. */
+	if (a->state == CBCMN__A_LIVE && a->ref == ref)
 		return a;
 	cbcmn__flock_unlock(&a->lock);
 	return NULL;
@@ -330,7 +338,7 @@ void cbcmn__actors_fini(struct cbcmn_runtime *rt)
 			}
 			free(a->spare); /* a cache never drained (its executor never ran) */
 		}
-		free(c);
+		free(t->chunk_mem[ci]);
 	}
 	cbcmn__mutex_destroy(&t->lock);
 	cbcmn__mutex_destroy(&t->lw_lock);
@@ -870,7 +878,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->ring = ring;
 	a->cap = cap;
 	a->head = a->count = 0;
-	a->put_total = a->taken_total = 0;
+	a->taken_total = 0;
 	a->fn = fn;
 	a->user = state;
 	a->drop = opts ? opts->drop : NULL;

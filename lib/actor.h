@@ -62,55 +62,101 @@ struct cbcmn__link {
 	struct cbcmn__monitor *exit; /* a link's; NULL for a note */
 };
 
+/* An actor's slot, 64-byte aligned (actor.c, slot_new_locked()), in
+ * parts (docs/ACTORS.md, "The slot's hop lines").  Its first three lines
+ * hold every field a hop that hands its message to a waiting receiver
+ * reads or writes, in the receiver and in the sender (a ring's actor is
+ * both each lap); the fourth, what a message put in the ring adds (a
+ * handler actor's hop, a receiver that is busy).  Line 0 is the send's
+ * first: what it reads before the lock, and the lock's word, so that the
+ * lock's CAS finds its line already coming (in a line of its own, the
+ * CAS was a miss of its own: the handler ring paid twice the CPU a hop).
+ * A ring of 10 000 actors touches each slot once a lap, cold: each line
+ * here is a miss a hop.  The rest (halt, monitors, links, the free lists,
+ * the spare ring) is read on other paths only.  The static asserts after
+ * the struct keep a later field from pushing a hop field out. */
 struct cbcmn__actor {
-	struct cbcmn__flock lock; /* CBCMN__LOCK_ACTOR: every field below but index */
-	uint32_t index;           /* fixed: the slot's place in the table */
-	uint32_t gen;             /* the live actor's generation; bumped at halt */
-	uint32_t state;           /* CBCMN__A_* */
+	/* ---- line 0: what a send reads first, without the lock and under it */
+	/* The actor, waiting for a message.  Written under the lock; atomic
+	 * (relaxed) only so that a sender may read it without the lock to
+	 * prefetch the wait it will claim (actor_mbox.c, sending()). */
+	_Atomic(struct cbcmn__mb_wait *) receiver;
+	/* Where its task resumes, as of its last block (actor_sched.c,
+	 * park()): the task and its saved stack pointer, for a sender to
+	 * prefetch (actor_mbox.c, sending()).  Beside receiver, whose line the
+	 * sender reads anyway.  Hints: relaxed, possibly stale (a stale
+	 * pointer only costs a useless prefetch, never a read). */
+	_Atomic(void *) hint_task, hint_sp;
+	/* (gen, index) while LIVE, CBCMN_ACTOR_NONE otherwise: the reference
+	 * lookup's check (cbcmn__actor_lock_ref() compares it, so that gen,
+	 * below, stays out of the hop's lines). */
+	cbcmn_actor_ref ref;
+	struct cbcmn_runtime *rt;
+	/* Messages taken, ever (those put: actor_mbox.c, put_total()). */
+	uint64_t taken_total;
+	struct cbcmn__monitor *sys_head; /* DOWN messages for it, in order (sys_tail) */
+	/* CBCMN__LOCK_ACTOR: every field but index, the hints and the
+	 * wheel's.  Its word ends line 0; its debug-build name and rank
+	 * begin line 1. */
+	struct cbcmn__flock lock;
+	/* ---- line 1: the receive's, the mailbox's state, the prediction */
+	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
+	 * actor with a task of its own.  Read under the lock while LIVE. */
+	struct cbcmn__hnd *hnd;
+	/* The prediction (docs/ACTORS.md "Prefetch: the next actor, one hop
+	 * early"): the actor its last send went to, and that actor's receive
+	 * record then.  Written by its own task's sends, read when it is
+	 * picked (the two are ordered as the fields here are), beside wn,
+	 * which the pick reads anyway.  Hints only: prefetched, never read
+	 * through. */
+	struct cbcmn__actor *pf_to;
+	struct cbcmn__mb_wait *pf_wait;
+	struct cbcmn_task *task;  /* its task, while wn is on a wheel (actor_sched.c) */
 	/* The executor whose gauges count it (statseg.h): written under the
 	 * lock, read without it only by the executor about to run it
 	 * (cbcmn__actor_run()), the one thread that moves it. */
 	_Atomic uint32_t home;
-	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
-	bool trap_exit;           /* a linked peer's halt is an EXIT message */
-	/* Set at spawn (cbcmn__actor_spawn_x()), read by its halt. */
-	bool contained;           /* its halt reason is not its nursery's */
-	bool migrated;            /* actor_sched.c (below): handed over, enters N forward */
-	int64_t stop_reason;
+	uint32_t count;           /* messages in the ring (line 3) */
+	uint32_t park_exec;       /* actor_sched.c: id + 1 of the wheel it blocked on; 0: none */
+	uint32_t park_left;       /* the quantum it kept then */
+	/* ---- line 2: the wheel's (actor_sched.c), the state and the flags */
+	/* Scheduling, no lock: written only by the executor that runs it or
+	 * holds it on its wheel, handed from one to the next with its task
+	 * (the queues, the lanes and the wake CAS order them as they order
+	 * the task's own fields); park_exec, park_left, task above and
+	 * migrated below too. */
+	struct cbcmn__wheel_node wn;   /* on that executor's wheel, or NONE */
+	uint64_t park_due;             /* that wheel's position it is due at */
+	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
+	uint64_t run_t0;               /* the clock then */
 	/* Set (under the lock) by a stop: its task counts as cancelled from
 	 * then on (cbcmn__actor_stopped(), read without the lock by the task
 	 * and by cancellation's scans), so that a stop ends any wait. */
-	_Atomic uint32_t interrupted;
-	uint32_t spare_cap;            /* spare's (below): messages it has room for */
-	struct cbcmn_nursery *nursery; /* its task's: alive while it is LIVE */
-	struct cbcmn_nursery *joining; /* the nursery its task awaits, or NULL */
-	uint32_t posse;                /* cbcmn_actor_opts.posse: 0 none (never migrates else) */
+	_Atomic uint8_t interrupted;
+	uint8_t state;            /* CBCMN__A_*, under the lock */
+	bool stopping;            /* cbcmn_actor_stop(): mailbox closed */
 	/* Pinned, a posse member or a handler actor: its messages never pull
 	 * it to their sender's executor (actor_mbox.c, lane_route()).  Set at
 	 * spawn; read by senders without the lock, hence atomic (relaxed: a
 	 * stale value only routes one send the other way). */
 	_Atomic bool stays;
-	uint32_t batch_n;              /* free_next's (below) */
-	uint32_t batch_spare;          /* on a batch's first slot: its spares' messages */
-	cbcmn_actor_ref ref;      /* (gen, index) while LIVE */
-	struct cbcmn_runtime *rt;
-	cbcmn_actor_fn fn;
-	void *user;               /* the behaviour's state */
-	void (*drop)(void *state, const cbcmn_actor_msg *m);
-	void (*fini)(void *state);        /* run at halt, after drop */
+	bool migrated;            /* actor_sched.c: handed over, enters N forward */
+	/* A halt under way (actor.c, halt_begin()): the slot was taken, so
+	 * that a task ended inside drop or fini finishes that halt, not a
+	 * second; read by every send (cbcmn__sends_locked()). */
+	bool halt_begun;
+	/* A wake owed to lane senders waiting for room (actor_mbox.c,
+	 * room_hand()): places are free, fewer than half.  Set under the
+	 * lock; read without it where the receiver's run ends
+	 * (cbcmn__mb_room_pay()). */
+	_Atomic bool room_owed;
+	/* ---- line 3: the ring's, for a message that waits in it */
 	/* The mailbox: a ring of cap messages, with room for ring_room (a
 	 * spare ring bigger than asked serves: actor.c, ring_get()); a
-	 * mailbox of one message is the slot's own one_msg (below). */
+	 * mailbox of one message is the slot's own one_msg (below).  A
+	 * message handed to a waiting receiver touches none of these. */
 	cbcmn_actor_msg *ring;
-	uint32_t cap, head, count, ring_room;
-	/* A halt under way (actor.c, halt_begin() to halt_finish()): the
-	 * messages still for drop, from head (count is 0 then), how many it
-	 * had for drop, and what its DOWNs say was undelivered.  halt_begun:
-	 * the slot was taken, so that a task ended inside drop or fini
-	 * finishes that halt, not a second. */
-	uint32_t halt_left, halt_dropped, halt_undelivered;
-	bool halt_begun;
-	uint64_t put_total, taken_total; /* messages in, messages out, ever */
+	uint32_t cap, head, ring_room;
 	/* Room for sends over the lanes (actor_mbox.c, "Delivery" in
 	 * docs/ACTORS.md), one word so that a sender on another executor
 	 * reserves a place without the lock: the generation (bits 32-63),
@@ -119,26 +165,32 @@ struct cbcmn__actor {
 	 * reserved by messages still in a lane.  Changed under the lock,
 	 * except by those reservations. */
 	_Atomic uint64_t lanes;
-	/* A wake owed to lane senders waiting for room (actor_mbox.c,
-	 * room_hand()): places are free, fewer than half.  Set under the
-	 * lock; read without it where the receiver's run ends
-	 * (cbcmn__mb_room_pay()). */
-	_Atomic bool room_owed;
+	struct cbcmn__waitq sendq;                /* senders waiting for room */
+	/* ---- the cold part: never read by a hop that finds its receiver waiting */
+	uint32_t index;           /* fixed: the slot's place in the table */
+	uint32_t gen;             /* the live actor's generation; bumped at halt */
+	bool trap_exit;           /* a linked peer's halt is an EXIT message */
+	/* Set at spawn (cbcmn__actor_spawn_x()), read by its halt. */
+	bool contained;           /* its halt reason is not its nursery's */
+	int64_t stop_reason;
+	uint32_t spare_cap;            /* spare's (below): messages it has room for */
+	uint32_t posse;                /* cbcmn_actor_opts.posse: 0 none (never migrates else) */
+	struct cbcmn_nursery *nursery; /* its task's: alive while it is LIVE */
+	struct cbcmn_nursery *joining; /* the nursery its task awaits, or NULL */
+	uint32_t batch_n;              /* free_next's (below) */
+	uint32_t batch_spare;          /* on a batch's first slot: its spares' messages */
+	cbcmn_actor_fn fn;
+	void *user;               /* the behaviour's state */
+	void (*drop)(void *state, const cbcmn_actor_msg *m);
+	void (*fini)(void *state);        /* run at halt, after drop */
+	/* A halt under way (actor.c, halt_begin() to halt_finish()): the
+	 * messages still for drop, from head (count is 0 then), how many it
+	 * had for drop, and what its DOWNs say was undelivered. */
+	uint32_t halt_left, halt_dropped, halt_undelivered;
 	/* Its own task, parked until its places in lanes are all put
 	 * (actor_mbox.c, cbcmn__mb_lanes_settle()); under the lock. */
 	struct cbcmn__lane_wait *settle_wait;
-	struct cbcmn__waitq sendq;                /* senders waiting for room */
-	/* The actor, waiting for a message.  Written under the lock; atomic
-	 * (relaxed) only so that a sender may read it without the lock to
-	 * prefetch the wait it will claim (actor_mbox.c, lane_route()). */
-	_Atomic(struct cbcmn__mb_wait *) receiver;
-	/* Where its task resumes, as of its last block (actor_sched.c,
-	 * park()): the task and its saved stack pointer, for a sender to
-	 * prefetch (actor_mbox.c, sending()).  Beside receiver, whose line the
-	 * sender reads anyway.  Hints: relaxed, possibly stale (a stale
-	 * pointer only costs a useless prefetch, never a read). */
-	_Atomic(void *) hint_task, hint_sp;
-	struct cbcmn__monitor *sys_head, *sys_tail; /* DOWN messages for it, in order */
+	struct cbcmn__monitor *sys_tail;          /* sys_head's last */
 	struct cbcmn__monitor *watched_by;        /* monitors on it */
 	struct cbcmn__link *links;                /* actors linked with it */
 	struct cbcmn__link *watching;             /* its monitors not yet DOWN */
@@ -153,34 +205,49 @@ struct cbcmn__actor {
 	 * bound (actor.c, batch_put()).  Only the thread that holds the free
 	 * slot (or its batch) touches it. */
 	cbcmn_actor_msg *spare;
+	uint64_t moved_ns;             /* actor_sched.c: when it was last handed over (cooldown) */
 	/* The ring of a mailbox of one message (a request's answer,
 	 * skynet's leaves: most actors of a tree): no malloc at its spawn
-	 * nor free at its halt, and its line is the slot's, not one more. */
+	 * nor free at its halt.  Cold to a ring's hop (a mailbox of one
+	 * that is handed its message never touches it). */
 	cbcmn_actor_msg one_msg;
-	/* A handler actor's (actor_handler.c), set at spawn; NULL for an
-	 * actor with a task of its own.  Read under the lock while LIVE. */
-	struct cbcmn__hnd *hnd;
-	/* Scheduling (actor_sched.c), no lock: written only by the executor
-	 * that runs it or holds it on its wheel, handed from one to the next
-	 * with its task (the queues, the lanes and the wake CAS order them as
-	 * they order the task's own fields). */
-	struct cbcmn__wheel_node wn;   /* on that executor's wheel, or NONE */
-	/* The prediction (docs/ACTORS.md "Prefetch: the next actor, one hop
-	 * early"): the actor its last send went to, and that actor's receive
-	 * record then.  Written by its own task's sends, read when it is
-	 * picked (the two are ordered as the fields here are), beside wn,
-	 * which the pick reads anyway.  Hints only: prefetched, never read
-	 * through. */
-	struct cbcmn__actor *pf_to;
-	struct cbcmn__mb_wait *pf_wait;
-	struct cbcmn_task *task;       /* its task, while wn is on a wheel */
-	uint32_t park_exec;            /* id + 1 of the wheel it blocked on; 0: none */
-	uint32_t park_left;            /* the quantum it kept then */
-	uint64_t park_due;             /* that wheel's position it is due at */
-	uint64_t run_left;             /* checkpoints of its quantum left as its run began */
-	uint64_t run_t0;               /* the clock then */
-	uint64_t moved_ns;             /* when it was last handed over (cooldown) */
-};
+} __attribute__((aligned(64)));
+
+/* The hop's lines (docs/ACTORS.md, "The slot's hop lines"): every field a
+ * hop that hands its message over touches ends within the first
+ * CBCMN__ACTOR_HOP_LINES lines of the slot; one that puts it in the ring
+ * adds line 3 (CBCMN__ACTOR_RING_LINE). */
+#define CBCMN__ACTOR_HOP_LINES 3u
+#define CBCMN__ACTOR_RING_LINE 3u
+#define CBCMN__ACTOR_ENDS_BY(f, bytes)                                                   \
+	(offsetof(struct cbcmn__actor, f) + sizeof(((struct cbcmn__actor *)0)->f) <= (bytes))
+#define CBCMN__ACTOR_HOP_END(f) CBCMN__ACTOR_ENDS_BY(f, CBCMN__ACTOR_HOP_LINES * 64u)
+_Static_assert(CBCMN__ACTOR_ENDS_BY(receiver, 64) && CBCMN__ACTOR_ENDS_BY(hint_task, 64) &&
+		       CBCMN__ACTOR_ENDS_BY(hint_sp, 64) && CBCMN__ACTOR_ENDS_BY(ref, 64) &&
+		       CBCMN__ACTOR_ENDS_BY(lock.w, 64),
+	       "what a send reads before the lock shares the lock word's line");
+_Static_assert(CBCMN__ACTOR_HOP_END(rt) && CBCMN__ACTOR_HOP_END(taken_total) &&
+		       CBCMN__ACTOR_HOP_END(sys_head) && CBCMN__ACTOR_HOP_END(hnd) &&
+		       CBCMN__ACTOR_HOP_END(pf_to) && CBCMN__ACTOR_HOP_END(pf_wait) &&
+		       CBCMN__ACTOR_HOP_END(task) && CBCMN__ACTOR_HOP_END(home) &&
+		       CBCMN__ACTOR_HOP_END(count) && CBCMN__ACTOR_HOP_END(park_exec) &&
+		       CBCMN__ACTOR_HOP_END(park_left),
+	       "the send's and the receive's fields are in the slot's hop lines");
+_Static_assert(CBCMN__ACTOR_HOP_END(wn) && CBCMN__ACTOR_HOP_END(park_due) &&
+		       CBCMN__ACTOR_HOP_END(run_left) && CBCMN__ACTOR_HOP_END(run_t0) &&
+		       CBCMN__ACTOR_HOP_END(interrupted) && CBCMN__ACTOR_HOP_END(state) &&
+		       CBCMN__ACTOR_HOP_END(stopping) && CBCMN__ACTOR_HOP_END(stays) &&
+		       CBCMN__ACTOR_HOP_END(migrated) && CBCMN__ACTOR_HOP_END(halt_begun) &&
+		       CBCMN__ACTOR_HOP_END(room_owed),
+	       "the wheel's fields and the flags are in the slot's hop lines");
+_Static_assert(offsetof(struct cbcmn__actor, ring) >= CBCMN__ACTOR_RING_LINE * 64u &&
+		       CBCMN__ACTOR_ENDS_BY(ring, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(cap, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(head, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(lanes, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
+		       CBCMN__ACTOR_ENDS_BY(sendq.head, (CBCMN__ACTOR_RING_LINE + 1) * 64u),
+	       "what a message put in the ring adds is one line, the next");
+_Static_assert(_Alignof(struct cbcmn__actor) == 64, "a slot begins a line");
 
 /* Prefetch the lines of [p, end), at most 16, for writing (rw 1) or
  * reading (0): docs/ACTORS.md "Prefetch: the next actor, one hop early". */
@@ -192,17 +259,19 @@ struct cbcmn__actor {
 			__builtin_prefetch((const void *)pf_, rw);                \
 	} while (0)
 
-/* Actor x was picked to run: the lines of the actor it will likely send
- * to (its last send's) and of the receive record that actor waited in
- * then, to arrive during x's run, where its send would wait for them (and
- * then read, there, the hints that prefetch the rest: actor_mbox.c,
- * sending()).  A wrong guess costs the prefetches. */
+/* Actor x was picked to run: the hop lines of the actor it will likely
+ * send to (its last send's) and of the receive record that actor waited
+ * in then, to arrive during x's run, where its send would wait for them
+ * (and then read, there, the hints that prefetch the rest: actor_mbox.c,
+ * sending()).  Only the hop's lines: the slot's cold part, fetched too,
+ * would be 5 lines more a hop for the cache to hold.  A wrong guess
+ * costs the prefetches. */
 static inline void cbcmn__actor_predict(const struct cbcmn__actor *x)
 {
 	const struct cbcmn__actor *y = x->pf_to;
 	if (!y)
 		return;
-	CBCMN__PREFETCH_RANGE(y, y + 1, 1);
+	CBCMN__PREFETCH_RANGE(y, (const char *)y + CBCMN__ACTOR_HOP_LINES * 64u, 1);
 	const struct cbcmn__mb_wait *w = x->pf_wait;
 	if (w)
 		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
@@ -262,6 +331,7 @@ struct cbcmn__actors {
 	_Atomic uint32_t nslots;  /* slots made; released after their chunk */
 	_Atomic uint64_t next_monitor;
 	_Atomic(struct cbcmn__actor *) chunk[CBCMN__ACTOR_CHUNKS];
+	void *chunk_mem[CBCMN__ACTOR_CHUNKS]; /* each chunk's allocation (chunk[] is aligned) */
 	/* Tasks parked until their posts land (actor_mbox.c, lane_park()):
 	 * the per-lane lists (struct cbcmn__exec's lw_head) under lw_lock,
 	 * and how many, which every landing reads (after the read-mostly

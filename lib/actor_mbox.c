@@ -125,6 +125,15 @@ static void lanes_close(struct cbcmn__actor *a)
 
 /* ---- the ring (under the lock) ----------------------------------------- */
 
+/* Messages put in a's mailbox, ever: those taken and those in the ring.
+ * Derived, not counted, so that the count is not one more field in the
+ * slot's hop lines (actor.h); it holds while a is LIVE, the only state in
+ * which its mailbox is put to (a halt empties the ring for drop). */
+static uint64_t put_total(const struct cbcmn__actor *a)
+{
+	return a->taken_total + a->count;
+}
+
 /* Into the ring, its place already taken (room_take() or a lane's). */
 static void ring_put(struct cbcmn__actor *a, const cbcmn_actor_msg *m)
 {
@@ -133,7 +142,6 @@ static void ring_put(struct cbcmn__actor *a, const cbcmn_actor_msg *m)
 		i -= a->cap;
 	a->ring[i] = *m;
 	a->count++;
-	a->put_total++;
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), mailbox, 1);
 }
 
@@ -149,16 +157,16 @@ static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 }
 
 /* The trace (docs/TRACE.md): a message entered a's mailbox as its number
- * seq (count == put_total - taken_total, so the receive that takes it
- * sees the same number), sent from executor e's thread (NULL: a thread
- * outside the runtime, which has no ring).  Under a's lock: the clock is
+ * seq (put_total() - 1: the receive that takes it sees the same number),
+ * sent from executor e's thread (NULL: a thread outside the runtime,
+ * which has no ring).  Under a's lock: the clock is
  * read before the receive can take it, so the receive comes after.  Off,
  * a load and a branch. */
 static void trace_send(struct cbcmn__exec *e, const struct cbcmn__actor *a, cbcmn_actor_ref from)
 {
 	if (e)
 		CBCMN__TRACE(e, CBCMN_TRACE_ACTOR_SEND, cbcmn__trace_now(), from, a->ref,
-			     (uint32_t)(a->put_total - 1));
+			     (uint32_t)(put_total(a) - 1));
 }
 
 /* This thread's executor, if it is one of rt's; else NULL. */
@@ -176,8 +184,7 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 	struct cbcmn__mb_wait *r;
 	if (a->count == 0 && (r = recv_claim(a))) {
 		*r->dst = *m;
-		r->seq = a->taken_total; /* == put_total: the ring is empty */
-		a->put_total++;
+		r->seq = a->taken_total; /* == put_total(): the ring is empty */
 		a->taken_total++;
 		if (reserved)
 			room_give(a); /* never in the ring */
@@ -252,7 +259,7 @@ static void room_hand(struct cbcmn__actor *a, struct cbcmn__wakes *wl, struct cb
 			cbcmn__wakes_add(wl, &w->qw, ROOM_HELD);
 			continue;
 		}
-		w->seq = a->put_total;
+		w->seq = put_total(a);
 		w->put_ns = e && cbcmn__trace_on(e) ? cbcmn__trace_now() : 0;
 		/* To the receiver if it waits: a pay finds it parked in its
 		 * receive with places still reserved in lanes. */
@@ -335,7 +342,7 @@ static bool down_due(const struct cbcmn__actor *a)
 void cbcmn__mb_put_down(struct cbcmn__actor *a, struct cbcmn__monitor *mon,
 			struct cbcmn__wakes *wl)
 {
-	mon->seq = a->put_total;
+	mon->seq = put_total(a);
 	mon->next = NULL;
 	/* Nothing is ahead of it when the receiver waits (an empty ring,
 	 * nothing due): it may take it at once. */

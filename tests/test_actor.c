@@ -459,6 +459,102 @@ static void test_monitor_down_after_messages_with_reason(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a DOWN after every message, handed over or queued ---- */
+
+/* A watcher monitors DM_K targets, each of which sends it DM_B messages
+ * and ends.  The watcher sleeps now and then, so that some messages are
+ * handed to its waiting receive and some wait in its ring of 4, and the
+ * targets block for room: a DOWN must come after every message of its
+ * target, and none after it.  A DOWN is due once the watcher has taken
+ * the messages its mailbox had put when the DOWN was queued; that count
+ * is derived from the ring (actor_mbox.c, put_total()), which a hand-over
+ * bypasses: a hand-over that it missed would let a DOWN overtake. */
+enum { DM_K = 24, DM_B = 7, DM_ROUNDS = 20 };
+
+struct dm {
+	cbcmn_actor_ref watcher, target[DM_K];
+	int got[DM_K], down[DM_K], bad;
+};
+
+static int64_t dm_target(cbcmn_cx *cx, void *arg)
+{
+	struct dm *d = arg;
+	cbcmn_actor_msg go; /* after the watcher's monitor; body: our index */
+	TASK_CHECK(cbcmn_actor_receive(cx, &go, CBCMN_ACTOR_FOREVER) == 0);
+	for (uint64_t i = 0; i < DM_B; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, go.body.u64[0], i);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, d->watcher, &m) == 0);
+	}
+	return 0;
+}
+
+static int dm_index(const struct dm *d, cbcmn_actor_ref a)
+{
+	for (int k = 0; k < DM_K; k++)
+		if (d->target[k] == a)
+			return k;
+	return -1;
+}
+
+static int64_t dm_watcher(cbcmn_cx *cx, void *arg)
+{
+	struct dm *d = arg;
+	uint64_t id;
+	for (int k = 0; k < DM_K; k++) {
+		TASK_CHECK(cbcmn_actor_monitor(cx, d->target[k], &id) == 0);
+		cbcmn_actor_msg go = msg(M_DATA, (uint64_t)k, 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, d->target[k], &go) == 0);
+	}
+	for (int downs = 0, i = 0; downs < DM_K; i++) {
+		if (i % 3 == 0)
+			cbcmn_sleep(cx, 20000); /* the ring fills meanwhile */
+		cbcmn_actor_msg m;
+		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+		int k = m.type == CBCMN_ACTOR_DOWN ? dm_index(d, m.from) : (int)m.body.u64[0];
+		if (k < 0 || k >= DM_K || d->down[k]) {
+			d->bad++; /* a stranger, or anything after a DOWN */
+			continue;
+		}
+		if (m.type == CBCMN_ACTOR_DOWN) {
+			d->bad += d->got[k] != DM_B; /* it overtook its messages */
+			d->down[k] = 1;
+			downs++;
+		} else {
+			d->bad += m.body.u64[1] != (uint64_t)d->got[k]; /* out of order */
+			d->got[k]++;
+		}
+	}
+	return 0;
+}
+
+static int64_t dm_main(cbcmn_cx *cx, void *arg)
+{
+	struct dm *d = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts to = {.mailbox_cap = 1}, wo = {.mailbox_cap = 4};
+	for (int k = 0; k < DM_K; k++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, dm_target, d, &to, &d->target[k]) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, dm_watcher, d, &wo, &d->watcher) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_downs_follow_every_message_handed_over_or_queued(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	for (int r = 0; r < DM_ROUNDS; r++) {
+		struct dm d = {0};
+		t_run(rt, dm_main, &d, 0);
+		assert_int_equal(d.bad, 0);
+		for (int k = 0; k < DM_K; k++) {
+			assert_int_equal(d.got[k], DM_B);
+			assert_int_equal(d.down[k], 1);
+		}
+	}
+	t_destroy(rt);
+}
+
 /* ---- demonitor: no DOWN after it, queued ones flushed ---- */
 
 static int64_t quits_on_message(cbcmn_cx *cx, void *arg)
@@ -2957,6 +3053,7 @@ int main(int argc, char **argv)
 		T(test_receive_timeout_fires_and_not_early),
 		T(test_stop_ends_receive_and_fails_senders),
 		T(test_monitor_down_after_messages_with_reason),
+		T(test_downs_follow_every_message_handed_over_or_queued),
 		T(test_demonitor_stops_and_flushes_down),
 		T(test_halt_drops_undelivered_once_each),
 		T(test_receive_during_halt_is_eshutdown),
