@@ -840,7 +840,7 @@ static bool put_reserved(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbc
 	/* late: the stall monitor's landing, traced (lane_land()); m is
 	 * late's, copied by now, its place reused for the record. */
 	if (late)
-		late->landed = (__typeof__(late->landed)){cbcmn__trace_now(), a->put_total - 1, m->from};
+		late->landed = (__typeof__(late->landed)){cbcmn__trace_now(), put_total(a) - 1, m->from};
 	else
 		trace_send(e, a, m->from);
 	slot_freed(a, &wl, e); /* a hand-over to the receiver freed its place */
