@@ -57,7 +57,9 @@ __thread unsigned char *cbcmn__iw_keep_next;
 
 int64_t cbcmn__iwait_call_keeping(struct cbcmn_task *t)
 {
-	_Alignas(16) unsigned char keep[CBCMN__IWAIT_KEEP];
+	/* A line of its own: the receive's record (176 bytes) then takes
+	 * three lines, not four (docs/ACTORS.md, "The resume's lines"). */
+	_Alignas(CBCMN__CACHELINE) unsigned char keep[CBCMN__IWAIT_KEEP];
 	cbcmn__iw_keep_next = keep;
 	int64_t r = cbcmn__task_call_guarded(t);
 	/* keep lives until here: no tail call. */
