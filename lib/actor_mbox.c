@@ -934,7 +934,7 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	/* The wait is in its task's node (iwait.h), at the top of its
 	 * stack, above the registers saved at sp: the frames between are
 	 * those its resume returns through, and hold the receive's buffer
-	 * (20 lines in the ring's actors).  Counted in lines, in two ranges
+	 * (about 17 lines in the ring's actors).  Counted in lines, in two ranges
 	 * (CBCMN__PREFETCH_RANGE() stops at 16): the wait's last line, which
 	 * the claim writes, is never the one dropped. */
 	const char *end = (const char *)(w + 1);

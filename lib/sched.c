@@ -543,10 +543,7 @@ static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
 int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 {
 	void *jb[5];
-	/* Its registry waits' node (iwait.h), for this run: in one line,
-	 * which an actor's every receive and resume touch (docs/ACTORS.md,
-	 * "The resume's lines"); unaligned it straddled two. */
-	_Alignas(CBCMN__CACHELINE) struct cbcmn__iwnode iwn;
+	struct cbcmn__iwnode iwn; /* its registry waits' (iwait.h), for this run */
 	struct cbcmn_task *volatile vt = t;
 	/* An inline child runs in its parent's FP control state, which the
 	 * parent must get back if the child lands (overflow.c). */
