@@ -390,6 +390,49 @@ static uint32_t thread_block(const struct cbcmn_runtime *rt, struct cbcmn__iwait
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 
+/* A wait w of a ended by how, not by its claimer (a cancellation or the
+ * timer claimed it): take w back out.  The slot outlives every actor in
+ * it, so locking it is safe even if the actor halted meanwhile (which
+ * dequeued w already).  Out of line: the blocking paths' frames stay
+ * small (mb_park()). */
+static __attribute__((noinline)) int mb_unclaimed(struct cbcmn__actor *a, struct cbcmn__mb_wait *w,
+						   uint32_t how)
+{
+	cbcmn__flock_lock(&a->lock);
+	if (w->qw.queued) {
+		if (atomic_load_explicit(&a->receiver, memory_order_relaxed) == w)
+			atomic_store_explicit(&a->receiver, NULL, memory_order_relaxed);
+		else
+			cbcmn__waitq_del(&a->sendq, &w->qw);
+	}
+	/* The receiver (only it has dst) was counted until claimed, and this
+	 * claim was not the event's (recv_claim()).  On the executor that
+	 * counted it: it may have begun to run on another since (its home
+	 * moved with it), and the count would drift. */
+	if (w->dst)
+		CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
+	cbcmn__flock_unlock(&a->lock);
+	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
+}
+
+/* Called with a->lock held, which it drops: a task waits as w until
+ * claimed, its timer tm (or NULL) armed.  Inline always: a receive that
+ * waits for ever parks in its own frame (recv_block()), one frame fewer
+ * for its resume to return through, and for a sender to prefetch
+ * (sending(); docs/ACTORS.md, "The resume's lines"). */
+static inline __attribute__((always_inline)) int mb_park(struct cbcmn__actor *a,
+							 struct cbcmn__mb_wait *w,
+							 struct cbcmn__timer *tm)
+{
+	cbcmn__flock_unlock(&a->lock);
+	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
+	if (tm)
+		cbcmn__timer_disarm(tm);
+	if (how == CBCMN__IW_WOKEN)
+		return w->qw.result;
+	return mb_unclaimed(a, w, how);
+}
+
 /* Called with a->lock held, which it drops: wait as w (already queued by
  * the caller, as a sender or the receiver) until claimed.  Returns the
  * claimer's result, -ETIMEDOUT or CBCMN_ECANCELED (w dequeued again).
@@ -429,30 +472,7 @@ static int mb_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcm
 		cbcmn__flock_unlock(&a->lock);
 		return -ENOMEM;
 	}
-	cbcmn__flock_unlock(&a->lock);
-	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
-	if (tm)
-		cbcmn__timer_disarm(tm);
-	if (how == CBCMN__IW_WOKEN)
-		return w->qw.result;
-	/* Claimed by cancellation or the timer: take w back out.  The slot
-	 * outlives every actor in it, so locking it is safe even if the
-	 * actor halted meanwhile (which dequeued w already). */
-	cbcmn__flock_lock(&a->lock);
-	if (w->qw.queued) {
-		if (atomic_load_explicit(&a->receiver, memory_order_relaxed) == w)
-			atomic_store_explicit(&a->receiver, NULL, memory_order_relaxed);
-		else
-			cbcmn__waitq_del(&a->sendq, &w->qw);
-	}
-	/* The receiver (only it has dst) was counted until claimed, and this
-	 * claim was not the event's (recv_claim()).  On the executor that
-	 * counted it: it may have begun to run on another since (its home
-	 * moved with it), and the count would drift. */
-	if (w->dst)
-		CBCMN__AGAUGE(a->rt, w->home, receiving, -1);
-	cbcmn__flock_unlock(&a->lock);
-	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
+	return mb_park(a, w, tm);
 }
 
 /* What each wait starts from, a lasting record's every receive too
@@ -950,7 +970,7 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	/* The wait is in its task's node (iwait.h), at the top of its
 	 * stack, above the registers saved at sp: the frames between are
 	 * those its resume returns through, and hold the receive's buffer
-	 * (20 lines in the ring's actors).  Counted in lines, in two ranges
+	 * (about 17 lines in the ring's actors).  Counted in lines, in two ranges
 	 * (CBCMN__PREFETCH_RANGE() stops at 16): the wait's last line, which
 	 * the claim writes, is never the one dropped. */
 	const char *end = (const char *)(w + 1);
@@ -1254,15 +1274,16 @@ static int stopped_or(struct cbcmn__actor *a, int rc)
 
 /* Called with a->lock held, which it drops: receive into m as w, queued
  * here as a's receiver, until a sender hands it a message. */
-static inline int recv_block(struct cbcmn_task *self, struct cbcmn__actor *a,
-			     struct cbcmn__mb_wait *w, cbcmn_actor_msg *m, uint64_t deadline)
+static inline __attribute__((always_inline)) int
+recv_block(struct cbcmn_task *self, struct cbcmn__actor *a, struct cbcmn__mb_wait *w,
+	   cbcmn_actor_msg *m, uint64_t deadline)
 {
 	w->dst = m;
 	w->qw.queued = true;
 	atomic_store_explicit(&a->receiver, w, memory_order_relaxed);
 	w->home = cbcmn__actor_home(a);
 	CBCMN__AGAUGE(a->rt, w->home, receiving, 1);
-	int rc = mb_block(self, a, w, deadline);
+	int rc = deadline == UINT64_MAX ? mb_park(a, w, NULL) : mb_block(self, a, w, deadline);
 	if (rc == CBCMN_ECANCELED)
 		rc = stopped_or(a, rc);
 	else if (rc == 0 && m->type < CBCMN_ACTOR_SYS) {

@@ -53,15 +53,15 @@ void cbcmn__iwait_rearm(struct cbcmn__iwait *iw)
 	CBCMN__PAUSE(CBCMN__P_REARM, iw);
 }
 
-__thread unsigned char *cbcmn__iw_keep_next;
+__thread struct cbcmn__iwkeep *cbcmn__iw_keep_next;
 
 int64_t cbcmn__iwait_call_keeping(struct cbcmn_task *t)
 {
-	_Alignas(16) unsigned char keep[CBCMN__IWAIT_KEEP];
-	cbcmn__iw_keep_next = keep;
+	struct cbcmn__iwkeep keep;
+	cbcmn__iw_keep_next = &keep;
 	int64_t r = cbcmn__task_call_guarded(t);
 	/* keep lives until here: no tail call. */
-	__asm__ volatile("" : : "r"(keep) : "memory");
+	__asm__ volatile("" : : "r"(&keep) : "memory");
 	return r;
 }
 

@@ -204,18 +204,33 @@ void cbcmn__scope_drop(struct cbcmn_nursery *n);
  * when an overflow lands there, and alive until the node has left its
  * cell (cbcmn__iwait_node_end()), so past any canceller that holds it. */
 int64_t cbcmn__iwait_call_keeping(struct cbcmn_task *t);
-/* That room, from cbcmn__iwait_call_keeping() to the node it begins. */
-extern __thread unsigned char *cbcmn__iw_keep_next;
+/* What cbcmn__iwait_call_keeping()'s frame holds for the run: the node
+ * itself (in place of the guarded frame's) and the room, in four lines
+ * from a line's start: the node in the first, the receive's record (176
+ * bytes) in the next three, where unaligned and apart they took five or
+ * six (docs/ACTORS.md, "The resume's lines").  Only an actor's fiber
+ * pays the alignment: a node in every guarded frame, inline children's
+ * too, aligned, overflowed 48 nested ones under ASan (test_cancelscope). */
+struct cbcmn__iwkeep {
+	struct cbcmn__iwnode nd;
+	_Alignas(16) unsigned char room[CBCMN__IWAIT_KEEP];
+} __attribute__((aligned(CBCMN__CACHELINE)));
+/* That frame's, from cbcmn__iwait_call_keeping() to the node it begins. */
+extern __thread struct cbcmn__iwkeep *cbcmn__iw_keep_next;
 
-/* cbcmn__task_call_guarded(): task t's node is nd from now on, until
+/* cbcmn__task_call_guarded(): task t's node is nd (that frame's), or the
+ * one cbcmn__iwait_call_keeping() holds for it, from now on, until
  * cbcmn__iwait_node_end(t), before the frame that holds it returns. */
 static inline void cbcmn__iwait_node_begin(struct cbcmn_task *t, struct cbcmn__iwnode *nd)
 {
+	struct cbcmn__iwkeep *k = cbcmn__iw_keep_next; /* the frame above ours, if any */
+	cbcmn__iw_keep_next = NULL;                    /* not an inline child's */
+	if (k)
+		nd = &k->nd;
 	atomic_init(&nd->cur, NULL);
 	nd->cell = NULL;
 	nd->reg = NULL;
-	nd->keep = cbcmn__iw_keep_next; /* the frame above ours, if any */
-	cbcmn__iw_keep_next = NULL;     /* not an inline child's */
+	nd->keep = k ? k->room : NULL;
 	nd->keep_used = false;
 	t->iwn = nd;
 }

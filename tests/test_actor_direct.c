@@ -1047,6 +1047,97 @@ static void test_a_stale_cancellers_claim_beats_a_receives_failed_timer(void **s
 	stale_run(true);
 }
 
+/* ---- a receive that waits for ever, ended by cancellation --------------- */
+
+/* Receivers on executor 1, half waiting for ever (their wait parked in the
+ * receive's own frame, mb_park()), half with a timeout of an hour
+ * (mb_block()): cancelled, each receive returns CBCMN_ECANCELED and takes
+ * its wait back out of its slot, uncounted, while the actor lives on; a
+ * message sent to it then goes into its mailbox (taken, try_send 0), not
+ * into the receive's buffer it has left (docs/ACTORS.md, "The resume's lines"). */
+enum { FC_N = 8 };
+
+struct forever_cancel {
+	cbcmn_actor_ref a[FC_N];
+	_Atomic long waiting, ended, wrong;
+	_Atomic int go;
+	cbcmn_executor_stats mid[2];
+};
+
+struct fc_actor {
+	struct forever_cancel *f;
+	int i;
+};
+
+static int64_t fc_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct fc_actor *me = arg;
+	struct forever_cancel *f = me->f;
+	cbcmn_actor_msg m = msg(0, 7, 7);
+	atomic_fetch_add(&f->waiting, 1);
+	int rc = cbcmn_actor_receive(cx, &m, me->i % 2 ? 3600ull * 1000000000ull
+						   : CBCMN_ACTOR_FOREVER);
+	/* Untouched by anyone after the cancellation: nothing was sent yet. */
+	if (rc != CBCMN_ECANCELED || m.type != 0 || m.body.u64[0] != 7)
+		atomic_fetch_add(&f->wrong, 1);
+	atomic_fetch_add(&f->ended, 1);
+	/* Cancelled: a sleep returns at once, so spin on yields until the
+	 * test has sent to us and read the stats. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&f->go) && t_now_ns() < end)
+		cbcmn_yield(cx);
+	/* The message sent after the cancellation went to the mailbox,
+	 * not into this buffer, which the receive has left. */
+	if (m.type != 0 || m.body.u64[0] != 7)
+		atomic_fetch_add(&f->wrong, 1);
+	return 0;
+}
+
+static int64_t forever_cancel_main(cbcmn_cx *cx, void *arg)
+{
+	struct forever_cancel *f = arg;
+	cbcmn_nursery *n;
+	struct fc_actor mem[FC_N];
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts on1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	for (int i = 0; i < FC_N; i++) {
+		mem[i] = (struct fc_actor){f, i};
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, fc_receiver, &mem[i], &on1, &f->a[i]) == 0);
+	}
+	sleep_until(cx, &f->waiting, FC_N);
+	/* Until all of them are parked in their receive. */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	cbcmn_stats ss;
+	do {
+		cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &ss, f->mid, 2) == 0);
+	} while (f->mid[1].actors_receiving < FC_N && t_now_ns() < end);
+	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
+	sleep_until(cx, &f->ended, FC_N);
+	for (int i = 0; i < FC_N; i++) {
+		cbcmn_actor_msg m = msg(M_DATA, (uint64_t)i, 0);
+		TASK_CHECK(cbcmn_actor_try_send(NULL, cx, f->a[i], &m) == 0);
+	}
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &ss, f->mid, 2) == 0);
+	atomic_store(&f->go, 1);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_a_forever_receive_cancelled_leaves_its_slot(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct forever_cancel f = {0};
+	t_run(rt, forever_cancel_main, &f, 0);
+	print_message("ended %ld wrong %ld receiving %llu\n", atomic_load(&f.ended),
+		      atomic_load(&f.wrong), (unsigned long long)f.mid[1].actors_receiving);
+	assert_int_equal(atomic_load(&f.ended), FC_N);
+	assert_int_equal(atomic_load(&f.wrong), 0);
+	assert_int_equal(f.mid[1].actors_receiving, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1066,6 +1157,7 @@ int main(void)
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 		T_WATCHED_TEST(test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it),
 		T_WATCHED_TEST(test_a_stale_cancellers_claim_beats_a_receives_failed_timer),
+		cmocka_unit_test(test_a_forever_receive_cancelled_leaves_its_slot),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
