@@ -190,8 +190,28 @@ static void test_off_fiber_channel_calls_leave_the_executors_debt_alone(void **s
 
 /* ---- a sender that runs on ---- */
 
+/* Two actors, A the sender and B the receiver, spawned on one executor:
+ * B first, waiting in its receive (its home parks) before A starts.
+ * First in the structs of the tests below (their address is its). */
+struct pair {
+	cbcmn_actor_fn a_fn, b_fn;
+	cbcmn_actor_ref a, b;
+};
+
+static int64_t pair_root(cbcmn_cx *cx, void *arg)
+{
+	struct pair *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->b_fn, p, &ao, &p->b) == 0);
+	cbcmn_sleep(cx, 20000000);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->a_fn, p, &ao, &p->a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
 struct runs_on {
-	cbcmn_actor_ref b;
+	struct pair p;
 	_Atomic int b_ran;       /* B took its message */
 	_Atomic int a_running;   /* A still runs (it has not blocked since its send) */
 	_Atomic int b_beside_a;  /* B ran while A was running: on the other executor */
@@ -227,7 +247,7 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
 		;
 	atomic_store(&o->a_running, 1);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
 	if (o->after == A_COMPUTES) {
 		/* No runtime call: only the monitor can pay the debt.  B ran
 		 * beside us, or did not, when this ends: the root checks. */
@@ -237,7 +257,7 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 		return 0;
 	}
 	if (o->after == A_SENDS_AGAIN)
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
 	/* Bounded: 10 s of wall time, then the test fails (B never ran
 	 * beside us: the notification was never paid). */
 	uint64_t t0 = t_now_ns();
@@ -249,28 +269,15 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t runs_on_root(cbcmn_cx *cx, void *arg)
-{
-	struct runs_on *o = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
-	cbcmn_actor_ref a;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, runs_on_b, o, &ao, &o->b) == 0);
-	/* B waits in its receive (its home parks) before A sends. */
-	cbcmn_sleep(cx, 20000000);
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, runs_on_a, o, &ao, &a) == 0);
-	return cbcmn_nursery_await_all(cx, n);
-}
-
 static struct runs_on *runs_on(int after, bool watched)
 {
 	static struct runs_on o;
 	memset(&o, 0, sizeof(o));
+	o.p = (struct pair){.a_fn = runs_on_a, .b_fn = runs_on_b};
 	o.after = after;
 	cbcmn_runtime *rt = quiet_runtime(watched, 0);
 	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, runs_on_root, &o, &res), 0);
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
 	assert_int_equal(atomic_load(&o.b_ran), 1);
@@ -320,7 +327,7 @@ static void test_a_sender_that_computes_on_has_its_debt_paid_once(void **state)
 /* ---- a debt cleared by the direct switch ---- */
 
 struct cleared {
-	cbcmn_actor_ref a, b;
+	struct pair p;
 	_Atomic int send_on, b_on; /* A's executor at its send, B's at its run */
 };
 
@@ -337,7 +344,7 @@ static int64_t cleared_b(cbcmn_cx *cx, void *arg)
 	atomic_store(&c->b_on, (int)cbcmn_cx_executor(cx));
 	for (uint64_t t = t_now_ns(); t_now_ns() - t < CLEARED_RUN_NS;)
 		;
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, c->a, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, m.from, &m) == 0); /* A */
 	return 0;
 }
 
@@ -349,21 +356,9 @@ static int64_t cleared_a(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
 	cbcmn_sleep(cx, 20000000); /* as runs_on_a(): the other executor parks */
 	atomic_store(&c->send_on, (int)cbcmn_cx_executor(cx));
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, c->b, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, c->p.b, &m) == 0);
 	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
 	return 0;
-}
-
-static int64_t cleared_root(cbcmn_cx *cx, void *arg)
-{
-	struct cleared *c = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, cleared_b, c, &ao, &c->b) == 0);
-	cbcmn_sleep(cx, 20000000); /* B waits in its receive */
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, cleared_a, c, &ao, &c->a) == 0);
-	return cbcmn_nursery_await_all(cx, n);
 }
 
 /* B's run, begun by A's direct switch (on A's executor), lasts five
@@ -374,9 +369,10 @@ static void test_a_debt_cleared_by_the_direct_switch_is_not_paid(void **state)
 	(void)state;
 	static struct cleared c;
 	memset(&c, 0, sizeof(c));
+	c.p = (struct pair){.a_fn = cleared_a, .b_fn = cleared_b};
 	cbcmn_runtime *rt = quiet_runtime(true, CLEARED_OWE_NS);
 	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, cleared_root, &c, &res), 0);
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &c, &res), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
 	assert_int_equal(atomic_load(&c.b_on), atomic_load(&c.send_on)); /* switched to */
