@@ -111,10 +111,12 @@ struct cbcmn__monitor {
 	 * half of asleep_seq's allocation). */
 	uint64_t *wheel_seq;
 	/* Per executor: its owed notification's word at the last look,
-	 * since when it has held it, and the last debt paid (owe_look()). */
+	 * since when it has held it, and whether we paid that debt
+	 * (owe_look()). */
 	struct mon_owe {
 		uint64_t since;
-		uint32_t word, paid;
+		uint32_t word;
+		bool paid;
 	} *owe;
 	uint64_t spin_max_at; /* when cbcmn__spin_max_update() ran last */
 	/* The host's load (host_load()): /proc/loadavg, open for the
@@ -305,18 +307,17 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 	struct mon_owe *o = &m->owe[i];
 	uint32_t w = atomic_load_explicit(&x->owe, memory_order_relaxed);
 	if (w != o->word) {
-		o->word = w;
-		o->since = now;
+		*o = (struct mon_owe){.since = now, .word = w, .paid = false};
 		r->owing = true;
 		return;
 	}
-	if (!(w & 1) || o->paid == w)
+	if (!(w & 1) || o->paid)
 		return;
 	if (now - o->since < m->rt->cfg.owe_ns) {
 		r->owing = true;
 		return;
 	}
-	o->paid = w;
+	o->paid = true;
 	atomic_fetch_add_explicit(&m->owe_paid, 1, memory_order_relaxed);
 	/* Still there (not run, not stolen).  The fence in
 	 * cbcmn__notify_one() pairs with cbcmn__park()'s. */
