@@ -571,8 +571,10 @@ static void *mon_main(void *arg)
 		uint64_t late = mon_now() - now;
 		late = late > sleep ? late - sleep : 0;
 		if (late > m->tick_ns)
-			for (uint32_t i = 0; i < rt->nexec; i++)
+			for (uint32_t i = 0; i < rt->nexec; i++) {
 				m->seen_ns[i] += late;
+				m->owe[i].since += late; /* nor any debt's age */
+			}
 	}
 	return NULL;
 }
