@@ -31,6 +31,9 @@
  *     stands in, if the stalled thread sleeps in the kernel
  *     (spare_steer()); else that work waits for the stall to end, and
  *     stays counted in queue_depth.
+ *   - Apart from stalls: an actor woken into a running actor's slot whose
+ *     notification is still owed after cfg.owe_ns is notified for
+ *     (owe_look()).
  *   - The stall ends when the run does: run_seq moves on, and stall_seq no
  *     longer matches it; the monitor clears both stall_seq and stall_task
  *     at its next look.
@@ -48,7 +51,9 @@
  * m->tick_ns (MON_TICK_NS, 1 ms, or stall_ns / 2 if less) doubling while
  * no stall begins or ends, up to stall_ns / 2 (5 ms by default: about 200
  * looks a second on a busy runtime, a stall seen by 1.5 stall_ns), waking
- * earlier when the oldest run it saw becomes a stall.  While every
+ * earlier when the oldest run it saw becomes a stall, and every
+ * cfg.owe_ns (1 ms by default) while actors' owed notifications come and
+ * go or one waits to be paid (owe_look()).  While every
  * executor is parked it sleeps without a timeout and an executor leaving
  * its park wakes it (cbcmn__monitor_poke()): a quiet process never sees
  * it.  The executors pay one relaxed store per run (diag.run_task) and one
@@ -95,6 +100,7 @@ struct cbcmn__monitor {
 	pthread_t thread;
 	uint64_t tick_ns, max_ns; /* the shortest and the longest sleep while tasks run */
 	_Atomic uint64_t wakeups;
+	_Atomic uint64_t owe_paid; /* debts owe_look() found open past owe_ns */
 	/* Per executor, the monitor's own: the run it saw last, its tasks
 	 * started by then, and since when it saw neither move. */
 	uint64_t *seen_seq, *seen_runs, *seen_ns;
@@ -104,6 +110,14 @@ struct cbcmn__monitor {
 	/* Per executor, likewise, for the rescue of its wheel (the second
 	 * half of asleep_seq's allocation). */
 	uint64_t *wheel_seq;
+	/* Per executor: its owed notification's word at the last look,
+	 * since when it has held it, and whether we paid that debt
+	 * (owe_look()). */
+	struct mon_owe {
+		uint64_t since;
+		uint32_t word;
+		bool paid;
+	} *owe;
 	uint64_t spin_max_at; /* when cbcmn__spin_max_update() ran last */
 	/* The host's load (host_load()): /proc/loadavg, open for the
 	 * runtime's life (-1: none), the runnable threads besides us
@@ -267,14 +281,51 @@ static void spare_steer(struct cbcmn__monitor *m, bool wanted)
 struct mon_seen {
 	bool changed; /* a stall began or ended: look again soon */
 	bool quiet;   /* every live executor is parked: nothing to watch */
+	bool owing;   /* owed notifications come and go, or one waits: look in owe_ns */
 	uint64_t due; /* when the oldest run seen so far becomes a stall (0: none) */
 };
+
+/* Executor i's owed notification (sched.c, owe_notify()): an actor its
+ * running actor woke into its slot, whose idle executor's notification
+ * waits for the sender's next switch.  A sender that computes on without
+ * a runtime call never makes one: the debt is paid here, once, when we
+ * find it open under the same number at two looks cfg.owe_ns apart; an
+ * idle executor woken for it takes the actor by the ordinary slot steal.
+ * A chain whose senders block clears each debt at its hop (the direct
+ * switch), long before, and its debts' numbers move between two looks:
+ * none is paid, no idle executor is woken (test_actor_notify).  While the
+ * numbers move, or a debt waits, we look every owe_ns: the next debt is
+ * then paid owe_ns to 2 owe_ns after it opened.  One load a look; the
+ * executors write nothing for us but the word they keep anyway. */
+static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct mon_seen *r)
+{
+	struct cbcmn__exec *x = m->rt->exec[i];
+	struct mon_owe *o = &m->owe[i];
+	uint32_t w = atomic_load_explicit(&x->owe, memory_order_relaxed);
+	if (w != o->word) {
+		*o = (struct mon_owe){.since = now, .word = w, .paid = false};
+		r->owing = true;
+		return;
+	}
+	if (!(w & 1) || o->paid)
+		return;
+	if (now - o->since < m->rt->cfg.owe_ns) {
+		r->owing = true;
+		return;
+	}
+	o->paid = true;
+	atomic_fetch_add_explicit(&m->owe_paid, 1, memory_order_relaxed);
+	/* Still there (not run, not stolen).  The fence in
+	 * cbcmn__notify_one() pairs with cbcmn__park()'s. */
+	if (atomic_load_explicit(&x->slot, memory_order_relaxed))
+		cbcmn__notify_one(m->rt);
+}
 
 /* One look at every executor. */
 static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 {
 	struct cbcmn_runtime *rt = m->rt;
-	struct mon_seen r = {.changed = false, .quiet = true, .due = 0};
+	struct mon_seen r = {.changed = false, .quiet = true, .owing = false, .due = 0};
 	bool wanted = false;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		struct cbcmn__exec *x = rt->exec[i];
@@ -282,6 +333,8 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 		 * in a run): not a stall, nobody runs there. */
 		uint32_t ls = atomic_load_explicit(&x->lstate, memory_order_relaxed);
 		bool live = ls == CBCMN__EX_RUNNING;
+		if (live)
+			owe_look(m, i, now, &r);
 		if (ls != CBCMN__EX_STOPPED && (!live || !mon_parked(rt, i)))
 			r.quiet = false;
 		uint64_t seq = live ? atomic_load_explicit(&x->diag.run_seq, memory_order_acquire)
@@ -507,6 +560,8 @@ static void *mon_main(void *arg)
 		uint64_t sleep = backoff;
 		if (r.due > now && r.due - now < sleep)
 			sleep = r.due > now + m->tick_ns / 4 ? r.due - now : m->tick_ns / 4;
+		if (r.owing && sleep > rt->cfg.owe_ns)
+			sleep = rt->cfg.owe_ns; /* owe_look() */
 		if (!mon_sleep(m, MON_TICKING, sleep))
 			break;
 		/* Woken far later than asked: the process was frozen (its
@@ -515,8 +570,10 @@ static void *mon_main(void *arg)
 		uint64_t late = mon_now() - now;
 		late = late > sleep ? late - sleep : 0;
 		if (late > m->tick_ns)
-			for (uint32_t i = 0; i < rt->nexec; i++)
+			for (uint32_t i = 0; i < rt->nexec; i++) {
 				m->seen_ns[i] += late;
+				m->owe[i].since += late; /* nor any debt's age */
+			}
 	}
 	return NULL;
 }
@@ -550,6 +607,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	m->seen_ns = calloc(rt->nexec, sizeof(*m->seen_ns));
 	m->asleep_seq = calloc(2 * (size_t)rt->nexec, sizeof(*m->asleep_seq));
 	m->wheel_seq = m->asleep_seq ? m->asleep_seq + rt->nexec : NULL;
+	m->owe = calloc(rt->nexec, sizeof(*m->owe));
 	/* Opened here, by the creating thread: the monitor opens nothing
 	 * while the program may count its descriptors. */
 	m->loadavg_fd = rt->spin_host_gate ? open("/proc/loadavg", O_RDONLY | O_CLOEXEC) : -1;
@@ -563,7 +621,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	sigfillset(&all);
 	pthread_attr_init(&a);
 	pthread_attr_setsigmask_np(&a, &all);
-	int rc = m->seen_seq && m->seen_runs && m->seen_ns && m->asleep_seq
+	int rc = m->seen_seq && m->seen_runs && m->seen_ns && m->asleep_seq && m->owe
 			 ? pthread_create(&m->thread, &a, mon_main, m)
 			 : ENOMEM;
 	pthread_attr_destroy(&a);
@@ -574,6 +632,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 		free(m->seen_runs);
 		free(m->seen_ns);
 		free(m->asleep_seq);
+		free(m->owe);
 		free(m);
 		return -rc;
 	}
@@ -599,10 +658,16 @@ void cbcmn__monitor_stop(struct cbcmn_runtime *rt)
 	free(m->seen_runs);
 	free(m->seen_ns);
 	free(m->asleep_seq);
+	free(m->owe);
 	free(m);
 }
 
 uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt)
 {
 	return rt->mon ? atomic_load_explicit(&rt->mon->wakeups, memory_order_relaxed) : 0;
+}
+
+uint64_t cbcmn__monitor_owe_paid(const struct cbcmn_runtime *rt)
+{
+	return rt->mon ? atomic_load_explicit(&rt->mon->owe_paid, memory_order_relaxed) : 0;
 }

@@ -64,5 +64,8 @@ double cbcmn__host_others(int runnable, uint32_t spinning);
 /* Wake-ups of rt's monitor so far (tests: a quiet runtime's monitor
  * sleeps).  0 without a monitor. */
 uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt);
+/* Owed notifications rt's monitor found open past cfg.owe_ns and paid
+ * (tests).  0 without a monitor. */
+uint64_t cbcmn__monitor_owe_paid(const struct cbcmn_runtime *rt);
 
 #endif

@@ -303,6 +303,10 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 		out->io_batch_ns = 50000;
 	if (out->stall_ns == 0)
 		out->stall_ns = 10000000; /* cbcmn.h */
+	if (out->owe_ns == 0)
+		out->owe_ns = 1000000; /* cbcmn.h */
+	if (out->owe_ns < CBCMN_OWE_MIN_NS || out->owe_ns > CBCMN_OWE_MAX_NS)
+		return -EINVAL;
 	if (out->policy < CBCMN_PIN_NONE || out->policy > CBCMN_POLICY_CPUS)
 		return -EINVAL;
 	if (out->policy == CBCMN_POLICY_CPUS && (!out->cpus || out->ncpus == 0))

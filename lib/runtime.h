@@ -364,10 +364,15 @@ struct cbcmn__exec {
 	uint32_t slot_runs;
 	bool searching;
 	bool wake_here;                   /* channel wakes: pull woken tasks here (waitq.h) */
-	/* An actor woken into our empty slot by the actor running here,
-	 * whose notification of an idle executor waits for our next switch
-	 * (sched.c, owe_notify()): the sender's block runs it here next. */
-	bool notify_owed;
+	/* The owed notification (sched.c, owe_notify()): an actor woken
+	 * into our empty slot by the actor running here, whose notification
+	 * of an idle executor waits for our next switch (the sender's block
+	 * runs it here next).  The debt's number, odd while it is open
+	 * (cbcmn__owe_open()); even, the last one's, once paid or cleared.
+	 * Written by us only, relaxed; the stall monitor reads it and pays a
+	 * debt it finds open, unchanged, at two looks cfg.owe_ns apart
+	 * (monitor.c, owe_look()). */
+	_Atomic uint32_t owe;
 	/* Runs begun by a direct switch, without the loop (sched.c,
 	 * switch_direct()), wrapping: how many hops took the fast path
 	 * (tests/test_actor_direct.c). */
@@ -1166,9 +1171,20 @@ bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o);
 /* Pay e's owed notification (sched.c, owe_notify()): an idle executor
  * is notified if the actor it was owed for still waits in e's slot. */
 void cbcmn__notify_owed_pay(struct cbcmn__exec *e);
+static inline bool cbcmn__owe_open(const struct cbcmn__exec *e)
+{
+	return atomic_load_explicit(&e->owe, memory_order_relaxed) & 1;
+}
+/* e's debt, if open, is closed: paid, or the actor it was for runs. */
+static inline void cbcmn__owe_close(struct cbcmn__exec *e)
+{
+	uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
+	if (w & 1)
+		atomic_store_explicit(&e->owe, w & ~1u, memory_order_relaxed);
+}
 static inline void cbcmn__notify_owed_check(struct cbcmn__exec *e)
 {
-	if (__builtin_expect(e && e->notify_owed, 0))
+	if (__builtin_expect(e && cbcmn__owe_open(e), 0))
 		cbcmn__notify_owed_pay(e);
 }
 /* actor_sched.c: e's wheel holds a ready actor (e->wheel set). */

@@ -343,9 +343,12 @@ static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *
  * debt is paid, if t is still in the slot, at e's next switch that is
  * not to t (the loop's next turn), at the sender's next wake or spawn,
  * and at its countdown window (budget.c): a sender that keeps running
- * hands t over within a window of its runtime calls, one that never
- * calls the runtime at its stall (monitor.c notifies for a stalled
- * executor's slot).  Tokio's LIFO slot notifies nobody either.  Without
+ * hands t over within a window of its runtime calls.  One that never
+ * calls the runtime (a loop, a raw system call) has its debt paid by the
+ * stall monitor, which finds it open, under the same number, at two
+ * looks cfg.owe_ns apart (monitor.c, owe_look()): no idle executor
+ * watches, and a chain whose sender blocks at each hop clears each
+ * debt long before.  Tokio's LIFO slot notifies nobody either.  Without
  * a monitor (cfg.stall_ns CBCMN_STALL_OFF, lab mode) nothing would pay
  * for a sender that waits for t by other means than the runtime's (a
  * spin on a flag t sets): t would never run, so the notification is not
@@ -355,7 +358,10 @@ static inline bool owe_notify(struct cbcmn__exec *e, const struct cbcmn_task *t)
 	if (!e->rt->watched || !e->wake_here || !e->current ||
 	    !cbcmn__is_actor_task(e->current) || !cbcmn__is_actor_task(t))
 		return false;
-	e->notify_owed = true;
+	/* A new odd number: the monitor tells this debt from the one it
+	 * saw open at its last look (odd numbers, wrapping, never 0). */
+	uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
+	atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
 	return true;
 }
 
@@ -407,13 +413,13 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		deque_push_or_inject(e, prev);
 	else if (owe_notify(e, t))
 		return;
-	e->notify_owed = false; /* paid by this one */
+	cbcmn__owe_close(e); /* paid by this one (a store only if it was open) */
 	cbcmn__notify_one_sc(rt);
 }
 
 void cbcmn__notify_owed_pay(struct cbcmn__exec *e)
 {
-	e->notify_owed = false;
+	cbcmn__owe_close(e);
 	/* Still there (not run, not stolen): an idle executor may take it.
 	 * The fence pairs with cbcmn__park()'s, as cbcmn__notify_one()'s:
 	 * the slot's exchange is long past. */
@@ -1070,7 +1076,7 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 		return NULL;
 	/* The slot's actor runs next here, or the slot was empty (a thief
 	 * took it, and ran it): nobody is owed a notification for it. */
-	e->notify_owed = false;
+	cbcmn__owe_close(e);
 	return n;
 }
 

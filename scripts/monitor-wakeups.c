@@ -1,13 +1,17 @@
 /* monitor-wakeups.c: the stall monitor's wake-ups per second (docs/SCHEDULER.md,
  * "Stalls").  idle: a runtime with nothing to do; light: 4 tasks of 500 us
  * runs that take no CPU (usleep), yielding between; busy: 4 tasks yielding
- * in a loop.  2 executors, default stall_ns.  Counts the voluntary
+ * in a loop; chain: two actors passing a token (each hop's owed
+ * notification cleared by the direct switch: the monitor looks every
+ * owe_ns while they run, docs/ACTORS.md).  2 executors, default stall_ns.  Counts the voluntary
  * context switches of the thread named cbcmn-monitor over the window.
  *   gcc -O2 -Ilib/include scripts/monitor-wakeups.c build/lib/libcbcmn.a \
  *       -luring -lnuma -lpthread -o /tmp/monwake && /tmp/monwake busy 3 */
 #include <cbcmn.h>
+#include <cbcmn_actor.h>
 #include <dirent.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,9 +62,30 @@ static int64_t yielder(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+static cbcmn_actor_ref peer[2];
+
+/* Passes the token to the other until stop; the one that sees stop first
+ * passes it on once more, marked, so that both end. */
+static int64_t passer(cbcmn_cx *cx, void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	cbcmn_actor_msg m = {.type = 1};
+	if (me == 0 && cbcmn_actor_send(NULL, cx, peer[1], &m))
+		return 1;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0) {
+		if (m.body.u64[0])
+			return 0;
+		m.body.u64[0] = atomic_load(&stop);
+		if (cbcmn_actor_send(NULL, cx, peer[!me], &m) || m.body.u64[0])
+			return 0;
+	}
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
-	int busy = argc > 1 && strcmp(argv[1], "idle");
+	int chain = argc > 1 && !strcmp(argv[1], "chain");
+	int busy = argc > 1 && strcmp(argv[1], "idle") && !chain;
 	static int nap;
 	nap = argc > 1 && !strcmp(argv[1], "light") ? 500 : 0;
 	double secs = argc > 2 ? atof(argv[2]) : 3;
@@ -76,6 +101,10 @@ int main(int argc, char **argv)
 	if (busy)
 		for (int i = 0; i < 4; i++)
 			cbcmn_nursery_spawn(NULL, n, yielder, &nap, NULL);
+	cbcmn_actor_opts ao = {.placement = CBCMN_PLACE_LOCAL};
+	for (int i = 0; chain && i < 2; i++)
+		if (cbcmn_actor_spawn(NULL, n, passer, (void *)(intptr_t)i, &ao, &peer[i]))
+			return 1;
 	usleep(300000);
 	long a = mon_switches();
 	struct timespec t0, t1;

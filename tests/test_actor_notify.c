@@ -7,7 +7,10 @@
  * (CBCMN_SPIN_NONE) and the stall monitor sees no stall within a test
  * (a minute), so that neither a spinner nor the monitor stands in for the
  * rule.  Without a monitor nothing is owed: nothing would pay for a
- * sender that never calls the runtime. */
+ * sender that never calls the runtime.  With one, a sender that computes
+ * on without a runtime call has its debt paid by the monitor, once, after
+ * cfg.owe_ns (monitor.c, owe_look()), long before it would see a stall;
+ * a chain's debts, each cleared at its hop, are never paid. */
 #include "helpers.h"
 
 #include <stdatomic.h>
@@ -16,14 +19,22 @@
 #include "actor_test.h"
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
+#include "../lib/monitor.h" /* cbcmn__monitor_owe_paid() */
 
-static cbcmn_runtime *quiet_runtime(bool watched)
+static void quiet_config(cbcmn_config *cfg, bool watched)
+{
+	cbcmn_config_init(cfg);
+	cfg->workers = 2;
+	cfg->spin_ns = CBCMN_SPIN_NONE;
+	cfg->stall_ns = watched ? 60000000000ull : CBCMN_STALL_OFF;
+}
+
+/* owe_ns 0: the default. */
+static cbcmn_runtime *quiet_runtime(bool watched, uint64_t owe_ns)
 {
 	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.spin_ns = CBCMN_SPIN_NONE;
-	cfg.stall_ns = watched ? 60000000000ull : CBCMN_STALL_OFF;
+	quiet_config(&cfg, watched);
+	cfg.owe_ns = owe_ns;
 	return t_runtime_cfg(&cfg);
 }
 
@@ -144,7 +155,7 @@ static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
 	static struct ring r;
 	memset(&r, 0, sizeof(r));
 	r.hops = STRESS(100000);
-	cbcmn_runtime *rt = quiet_runtime(true);
+	cbcmn_runtime *rt = quiet_runtime(true, 0);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
 	ASSERT_TASK_CHECKS();
@@ -166,7 +177,7 @@ static void test_off_fiber_channel_calls_leave_the_executors_debt_alone(void **s
 	static struct ring r;
 	memset(&r, 0, sizeof(r));
 	r.hops = STRESS(20000);
-	cbcmn_runtime *rt = quiet_runtime(true);
+	cbcmn_runtime *rt = quiet_runtime(true, 0);
 	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &r.ch), 0);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
@@ -179,13 +190,38 @@ static void test_off_fiber_channel_calls_leave_the_executors_debt_alone(void **s
 
 /* ---- a sender that runs on ---- */
 
+/* Two actors, A the sender and B the receiver, spawned on one executor:
+ * B first, waiting in its receive (its home parks) before A starts.
+ * First in the structs of the tests below (their address is its). */
+struct pair {
+	cbcmn_actor_fn a_fn, b_fn;
+	cbcmn_actor_ref a, b;
+};
+
+static int64_t pair_root(cbcmn_cx *cx, void *arg)
+{
+	struct pair *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->b_fn, p, &ao, &p->b) == 0);
+	cbcmn_sleep(cx, 20000000);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->a_fn, p, &ao, &p->a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
 struct runs_on {
-	cbcmn_actor_ref b;
+	struct pair p;
 	_Atomic int b_ran;       /* B took its message */
 	_Atomic int a_running;   /* A still runs (it has not blocked since its send) */
 	_Atomic int b_beside_a;  /* B ran while A was running: on the other executor */
-	enum { A_CHECKPOINTS, A_SENDS_AGAIN, A_SPINS } after; /* A's run after its send */
+	/* A's run after its send: it checkpoints, sends again, or spins (each
+	 * until B ran), or computes for COMPUTE_NS whatever B does. */
+	enum { A_CHECKPOINTS, A_SENDS_AGAIN, A_SPINS, A_COMPUTES } after;
+	uint64_t paid;  /* the debts the monitor paid */
 };
+
+#define COMPUTE_NS 200000000ull
 
 static int64_t runs_on_b(cbcmn_cx *cx, void *arg)
 {
@@ -211,9 +247,17 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
 		;
 	atomic_store(&o->a_running, 1);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
+	if (o->after == A_COMPUTES) {
+		/* No runtime call: only the monitor can pay the debt.  B ran
+		 * beside us, or did not, when this ends: the root checks. */
+		for (uint64_t t = t_now_ns(); t_now_ns() - t < COMPUTE_NS;)
+			;
+		atomic_store(&o->a_running, 0);
+		return 0;
+	}
 	if (o->after == A_SENDS_AGAIN)
-		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->b, &m) == 0);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
 	/* Bounded: 10 s of wall time, then the test fails (B never ran
 	 * beside us: the notification was never paid). */
 	uint64_t t0 = t_now_ns();
@@ -225,33 +269,22 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t runs_on_root(cbcmn_cx *cx, void *arg)
-{
-	struct runs_on *o = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
-	cbcmn_actor_ref a;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, runs_on_b, o, &ao, &o->b) == 0);
-	/* B waits in its receive (its home parks) before A sends. */
-	cbcmn_sleep(cx, 20000000);
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, runs_on_a, o, &ao, &a) == 0);
-	return cbcmn_nursery_await_all(cx, n);
-}
-
-static void runs_on(int after, bool watched)
+static struct runs_on *runs_on(int after, bool watched)
 {
 	static struct runs_on o;
 	memset(&o, 0, sizeof(o));
+	o.p = (struct pair){.a_fn = runs_on_a, .b_fn = runs_on_b};
 	o.after = after;
-	cbcmn_runtime *rt = quiet_runtime(watched);
+	cbcmn_runtime *rt = quiet_runtime(watched, 0);
 	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, runs_on_root, &o, &res), 0);
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
 	assert_int_equal(atomic_load(&o.b_ran), 1);
 	assert_int_equal(atomic_load(&o.b_beside_a), 1);
+	o.paid = cbcmn__monitor_owe_paid(rt);
 	t_destroy(rt);
+	return &o;
 }
 
 /* A checkpoints after its send, never blocking: the countdown window
@@ -280,14 +313,107 @@ static void test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over(vo
 	runs_on(A_SPINS, false);
 }
 
+/* With the monitor (stall_ns a minute), A sends once, then computes for
+ * 200 ms with no runtime call: B runs on the other executor before that
+ * ends.  Owed, the notification waited for the monitor to see a stall (a
+ * minute here; 1.5 stall_ns, 12-25 ms, by default), and B for A's run to
+ * end.  The debt is paid once, however many looks find it open. */
+static void test_a_sender_that_computes_on_has_its_debt_paid_once(void **state)
+{
+	(void)state;
+	assert_int_equal(runs_on(A_COMPUTES, true)->paid, 1);
+}
+
+/* ---- a debt cleared by the direct switch ---- */
+
+struct cleared {
+	struct pair p;
+	_Atomic int send_on, b_on; /* A's executor at its send, B's at its run */
+};
+
+#define CLEARED_OWE_NS 20000000ull /* a preempted hop of ours owes no longer */
+#define CLEARED_RUN_NS 100000000ull
+
+/* B takes A's message, then computes with no runtime call for five times
+ * owe_ns, and replies. */
+static int64_t cleared_b(cbcmn_cx *cx, void *arg)
+{
+	struct cleared *c = arg;
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	atomic_store(&c->b_on, (int)cbcmn_cx_executor(cx));
+	for (uint64_t t = t_now_ns(); t_now_ns() - t < CLEARED_RUN_NS;)
+		;
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, m.from, &m) == 0); /* A */
+	return 0;
+}
+
+/* A sends to B and blocks in its receive: it switches straight to B,
+ * which clears the debt its send opened. */
+static int64_t cleared_a(cbcmn_cx *cx, void *arg)
+{
+	struct cleared *c = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	cbcmn_sleep(cx, 20000000); /* as runs_on_a(): the other executor parks */
+	atomic_store(&c->send_on, (int)cbcmn_cx_executor(cx));
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, c->p.b, &m) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	return 0;
+}
+
+/* B's run, begun by A's direct switch (on A's executor), lasts five
+ * times owe_ns: had the switch left A's debt open, the monitor would find
+ * it open at looks owe_ns apart and pay it.  It pays nothing. */
+static void test_a_debt_cleared_by_the_direct_switch_is_not_paid(void **state)
+{
+	(void)state;
+	static struct cleared c;
+	memset(&c, 0, sizeof(c));
+	c.p = (struct pair){.a_fn = cleared_a, .b_fn = cleared_b};
+	cbcmn_runtime *rt = quiet_runtime(true, CLEARED_OWE_NS);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &c, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&c.b_on), atomic_load(&c.send_on)); /* switched to */
+	assert_int_equal(cbcmn__monitor_owe_paid(rt), 0);
+	t_destroy(rt);
+}
+
+/* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
+static void test_owe_ns_out_of_bounds_is_refused(void **state)
+{
+	(void)state;
+	static const uint64_t bad[] = {1, CBCMN_OWE_MIN_NS - 1, CBCMN_OWE_MAX_NS + 1, UINT64_MAX};
+	static const uint64_t good[] = {0, CBCMN_OWE_MIN_NS, CBCMN_OWE_MAX_NS};
+	cbcmn_config cfg;
+	cbcmn_runtime *rt = NULL;
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		quiet_config(&cfg, true);
+		cfg.owe_ns = bad[k];
+		assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
+		cfg.stall_ns = CBCMN_STALL_OFF; /* checked without a monitor too */
+		assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
+	}
+	for (size_t k = 0; k < sizeof(good) / sizeof(good[0]); k++) {
+		quiet_config(&cfg, true);
+		cfg.owe_ns = good[k];
+		assert_int_equal(cbcmn_runtime_create(&cfg, &rt), 0);
+		t_destroy(rt);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_chain_passing_one_token_wakes_no_idle_executor),
+		cmocka_unit_test(test_a_debt_cleared_by_the_direct_switch_is_not_paid),
 		cmocka_unit_test(test_off_fiber_channel_calls_leave_the_executors_debt_alone),
 		cmocka_unit_test(test_a_sender_that_checkpoints_on_hands_the_woken_actor_over),
 		cmocka_unit_test(test_a_sender_that_sends_again_hands_the_woken_actor_over),
 		cmocka_unit_test(test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over),
+		cmocka_unit_test(test_a_sender_that_computes_on_has_its_debt_paid_once),
+		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -434,10 +434,30 @@ typedef struct cbcmn_config {
 	 * placement.  0: 10 ms; CBCMN_STALL_OFF: no monitor and no spare.
 	 * Lab mode never runs one (its runs repeat). */
 	uint64_t stall_ns;
+
+	/* ---- owed notifications (docs/ACTORS.md, "One chain, one executor")
+	 * An actor that wakes another into its executor's empty next-task
+	 * slot notifies no idle executor yet: it typically blocks next and
+	 * runs the woken one itself.  A sender that computes on instead,
+	 * without a runtime call, owes that notification; the stall monitor
+	 * pays it once it has found it open, the same debt, at two looks
+	 * owe_ns apart.  It looks every owe_ns while such debts come and go
+	 * (a chain of actors runs), else at its ordinary ticks (1 ms to
+	 * stall_ns / 2).  So a debt is paid after owe_ns to 2 owe_ns while
+	 * chains run, within stall_ns / 2 + owe_ns after a quiet spell.
+	 * 0: 1 ms; else CBCMN_OWE_MIN_NS to CBCMN_OWE_MAX_NS (-EINVAL
+	 * outside).  Without a monitor (stall_ns CBCMN_STALL_OFF, lab mode)
+	 * nothing is owed: every such wake notifies at once. */
+	uint64_t owe_ns;
 } cbcmn_config;
 
 /* cbcmn_config.stall_ns: no stall monitor. */
 #define CBCMN_STALL_OFF UINT64_MAX
+
+/* cbcmn_config.owe_ns's bounds: the monitor's shortest tick (a shorter
+ * one would keep its thread waking while chains run), and a second. */
+#define CBCMN_OWE_MIN_NS 100000ull
+#define CBCMN_OWE_MAX_NS 1000000000ull
 
 /* Leak policies (cbcmn_config.obligation_leak).  Every leak is counted
  * (cbcmn_snapshot.obligations_leaked) under each of them. */
