@@ -267,7 +267,11 @@ static void test_ring_client_echoes(void **state)
 /* close(), interposed for this binary (loadgen's calls too): while
  * steal_port is set, the close of the TCP socket bound to that local port
  * hands its number at once to a copy of steal_into, as another thread's
- * open would: what still names the number lands there. */
+ * open would: what still names the number lands there.  dup2() closes the
+ * socket and reuses its number in one step: a close(2) then a dup2() let
+ * the second server thread's accept() take the number between the two
+ * (a late accept on a loaded host), and the dup2() closed that thread's
+ * socket under it (the test hung). */
 static atomic_int steal_port, stolen_fd = -1;
 static int steal_into = -1;
 
@@ -284,13 +288,13 @@ static int local_port(int fd)
 int close(int fd)
 {
 	int port = atomic_load(&steal_port);
-	bool steal = port && local_port(fd) == port;
-	int rc = (int)syscall(SYS_close, fd);
-	if (steal && rc == 0 && dup2(steal_into, fd) == fd) {
-		atomic_store(&steal_port, 0);
-		atomic_store(&stolen_fd, fd);
-	}
-	return rc;
+	if (!port || local_port(fd) != port)
+		return (int)syscall(SYS_close, fd);
+	if (dup2(steal_into, fd) != fd)
+		return -1;
+	atomic_store(&steal_port, 0);
+	atomic_store(&stolen_fd, fd);
+	return 0;
 }
 #endif
 
