@@ -311,9 +311,16 @@ static void yellow_case(bool prot)
 	/* And it gave the memory back. */
 	assert_int_equal(resident_pages(cbcmn__stack_yellow_lo(s), s->lo), 0);
 
-	/* A stack handed back with its zone open is guarded again. */
+	/* A stack handed back with its zone open is guarded again, into a
+	 * cache or straight to the shared pool. */
 	assert_int_equal(cbcmn__stack_yellow_open(s), 0);
 	cbcmn__stack_put(&p, &c, s);
+	assert_false(s->yellow_open);
+	assert_false(kernel_readable(s->lo - 1));
+	assert_ptr_equal(cbcmn__stack_get(&p, &c), s);
+	assert_int_equal(cbcmn__stack_yellow_open(s), 0);
+	cbcmn__stack_put(&p, NULL, s);
+	assert_true(cbcmn__stack_pool_holds(&p, s));
 	assert_false(s->yellow_open);
 	assert_false(kernel_readable(s->lo - 1));
 	drain_fini(&p, &c);
@@ -1087,9 +1094,12 @@ static void test_take_over_slabs_all_out(void **state)
 }
 
 /* In a child: a descriptor no slab holds, on top of pages written (and
- * its lo naming them), put back to the pool, as a cache's spill does.
- * Exits 0 if the pages kept their bytes and the pool did not count it. */
-static void foreign_put_child(void)
+ * its lo naming them), put back to the pool, as a cache's spill does;
+ * with yellow set, its yellow zone (the page below lo) marked open, as a
+ * stack's is after an overflow its landing pad did not close.  Exits 0
+ * if the pages kept their bytes and access and the pool did not count
+ * it. */
+static void foreign_put_child(int yellow)
 {
 	size_t len = 4 * pg();
 	char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1100,6 +1110,17 @@ static void foreign_put_child(void)
 	memset(fake, 0, sizeof(*fake));
 	fake->lo = m;
 	fake->size = (size_t)((char *)fake - m);
+	if (yellow) {
+		fake->guard_lo = m;
+		fake->lo = m + CBCMN__RED_BYTES + pg();
+		fake->size = (size_t)((char *)fake - fake->lo);
+		fake->guarded = true;
+		fake->guard_kind = CBCMN__GUARD_PROT;
+		fake->yellow_open = 1;
+	}
+	int pipefd[2];
+	if (pipe(pipefd) != 0)
+		_exit(10);
 	struct cbcmn__stack_pool p;
 	struct cbcmn__stack_cache c = {0};
 	if (cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX) != 0)
@@ -1111,6 +1132,9 @@ static void foreign_put_child(void)
 	cbcmn__stack_put(&p, NULL, fake);
 	if (p.nfree != total)
 		_exit(11);
+	for (size_t i = 0; i < 3 * pg(); i += pg())
+		if (write(pipefd[1], m + i, 1) != 1)
+			_exit(15); /* guarded before it was checked */
 	for (size_t i = 0; i < 3 * pg(); i++)
 		if ((unsigned char)m[i] != 0xab)
 			_exit(14); /* given back before it was checked */
@@ -1170,19 +1194,15 @@ static void expect_refused(void (*child)(int), int arg)
 #endif
 }
 
-static void foreign_put_child_arg(int arg)
-{
-	(void)arg;
-	foreign_put_child();
-}
-
-/* A foreign descriptor's pages were released (madvise) before the pool
- * found it was not its own; and a cache took a stack put back twice, or
- * one still held by another cache, and handed it out twice. */
+/* A foreign descriptor's pages were released (madvise), or its yellow
+ * zone guarded again, before the pool found it was not its own; and a
+ * cache took a stack put back twice, or one still held by another cache,
+ * and handed it out twice. */
 static void test_bad_put_through_a_cache_is_refused(void **state)
 {
 	(void)state;
-	expect_refused(foreign_put_child_arg, 0);
+	expect_refused(foreign_put_child, 0);
+	expect_refused(foreign_put_child, 1);
 	expect_refused(cache_double_put_child, 0);
 	expect_refused(cache_double_put_child, 1);
 }
