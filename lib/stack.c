@@ -680,6 +680,16 @@ struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 
 static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head);
 
+/* The landing pad closed s's yellow zone; a fiber ended otherwise (its
+ * thread died) may not have.  Before s is handed out again: in a cache at
+ * the put, in a spill once pool_own() found s is the pool's (the zone is
+ * below lo, and a foreign pointer's would be memory of the program's). */
+static void yellow_shut(struct cbcmn__stack *s)
+{
+	if (__builtin_expect(s->yellow_open, 0))
+		cbcmn__stack_yellow_close(s);
+}
+
 /* Release a stack's memory except its top page (descriptor and the next
  * fiber's first frames).  Also re-zeroes the canary. */
 static void release_pages(struct cbcmn__stack *s)
@@ -701,11 +711,8 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		return;
 	}
 	s->pooled = 1;
-	/* The landing pad closed it; a fiber ended otherwise (its thread
-	 * died) may not have. */
-	if (__builtin_expect(s->yellow_open, 0))
-		cbcmn__stack_yellow_close(s);
 	if (__builtin_expect(c != NULL && c->n < CBCMN__STACK_CACHE_MAX, 1)) {
+		yellow_shut(s);
 		s->next = c->free;
 		c->free = s;
 		c->n++;
@@ -747,14 +754,17 @@ static struct cbcmn__stack *pool_own(struct cbcmn__stack_pool *p, struct cbcmn__
 }
 
 /* Give a chain of stacks to the pool: checked to be its own, then their
- * memory released outside the lock, then counted free. */
+ * yellow zones closed and memory released outside the lock, then counted
+ * free. */
 static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head)
 {
 	cbcmn__mutex_lock(&p->lock);
 	head = pool_own(p, head);
 	cbcmn__mutex_unlock(&p->lock);
-	for (struct cbcmn__stack *x = head; x; x = x->next)
+	for (struct cbcmn__stack *x = head; x; x = x->next) {
+		yellow_shut(x);
 		release_pages(x);
+	}
 	cbcmn__mutex_lock(&p->lock);
 	while (head) {
 		struct cbcmn__stack *x = head;

@@ -267,7 +267,11 @@ static void test_ring_client_echoes(void **state)
 /* close(), interposed for this binary (loadgen's calls too): while
  * steal_port is set, the close of the TCP socket bound to that local port
  * hands its number at once to a copy of steal_into, as another thread's
- * open would: what still names the number lands there. */
+ * open would: what still names the number lands there.  dup2() closes the
+ * socket and reuses its number in one step: a close(2) then a dup2() let
+ * the second server thread's accept() take the number between the two
+ * (a late accept on a loaded host), and the dup2() closed that thread's
+ * socket under it (the test hung). */
 static atomic_int steal_port, stolen_fd = -1;
 static int steal_into = -1;
 
@@ -284,13 +288,11 @@ static int local_port(int fd)
 int close(int fd)
 {
 	int port = atomic_load(&steal_port);
-	bool steal = port && local_port(fd) == port;
-	int rc = (int)syscall(SYS_close, fd);
-	if (steal && rc == 0 && dup2(steal_into, fd) == fd) {
-		atomic_store(&steal_port, 0);
-		atomic_store(&stolen_fd, fd);
-	}
-	return rc;
+	if (!port || local_port(fd) != port || dup2(steal_into, fd) != fd)
+		return (int)syscall(SYS_close, fd);
+	atomic_store(&steal_port, 0);
+	atomic_store(&stolen_fd, fd);
+	return 0;
 }
 #endif
 
@@ -576,6 +578,15 @@ static void test_ring_client_fails_a_connection_with_a_send_queued(void **state)
 			      : "the client's close of the failed connection was not seen");
 }
 
+/* Whatever the test's end (a failed assertion jumps out of it), no later
+ * test's close is taken for the steal. */
+static int steal_teardown(void **state)
+{
+	atomic_store(&steal_port, 0);
+	steal_into = -1;
+	return t_watchdog_teardown(state);
+}
+
 static void test_ring_client_refuses_http(void **state)
 {
 	(void)state;
@@ -598,7 +609,9 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_baseline_echoes),
 		T_WATCHED_TEST(test_ring_client_echoes),
 		T_WATCHED_TEST(test_ring_client_catches_a_wrong_byte),
-		T_WATCHED_TEST(test_ring_client_fails_a_connection_with_a_send_queued),
+		cmocka_unit_test_prestate_setup_teardown(
+			test_ring_client_fails_a_connection_with_a_send_queued, t_watchdog_setup,
+			steal_teardown, "test_ring_client_fails_a_connection_with_a_send_queued"),
 		T_WATCHED_TEST(test_ring_client_send_in_flight_keeps_its_bytes),
 		T_WATCHED_TEST(test_ring_client_ends_a_failed_connection_at_once),
 		T_WATCHED_TEST(test_ring_client_says_io_uring_was_refused),

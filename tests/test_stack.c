@@ -53,6 +53,22 @@ static long maps_lines(void)
 	return n;
 }
 
+/* Bytes of [lo, hi) that /proc/self/maps shows mapped. */
+static size_t mapped_bytes(uintptr_t lo, uintptr_t hi)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	assert_non_null(f);
+	char line[512];
+	size_t n = 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+		if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a < hi && b > lo)
+			n += (b < hi ? b : hi) - (a > lo ? a : lo);
+	}
+	fclose(f);
+	return n;
+}
+
 static long rss_kib(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -311,9 +327,16 @@ static void yellow_case(bool prot)
 	/* And it gave the memory back. */
 	assert_int_equal(resident_pages(cbcmn__stack_yellow_lo(s), s->lo), 0);
 
-	/* A stack handed back with its zone open is guarded again. */
+	/* A stack handed back with its zone open is guarded again, into a
+	 * cache or straight to the shared pool. */
 	assert_int_equal(cbcmn__stack_yellow_open(s), 0);
 	cbcmn__stack_put(&p, &c, s);
+	assert_false(s->yellow_open);
+	assert_false(kernel_readable(s->lo - 1));
+	assert_ptr_equal(cbcmn__stack_get(&p, &c), s);
+	assert_int_equal(cbcmn__stack_yellow_open(s), 0);
+	cbcmn__stack_put(&p, NULL, s);
+	assert_true(cbcmn__stack_pool_holds(&p, s));
 	assert_false(s->yellow_open);
 	assert_false(kernel_readable(s->lo - 1));
 	drain_fini(&p, &c);
@@ -763,7 +786,18 @@ static void test_100k_stacks_within_map_count(void **state)
 		assert_true(s[i]->guarded);
 	assert_true(maps1 - maps0 <= MAPS_PER_SLAB * (long)slabs + 16);
 	put_many(&p, &c, s);
+	/* by_addr is the pool's one record of its slabs: fini() unmaps each
+	 * (a count of map entries misses one slab of many, with its own
+	 * slack and TSan's). */
+	struct slab_mirror *was = malloc(slabs * sizeof(*was));
+	assert_non_null(was);
+	for (uint32_t at = 0; at < slabs; at++)
+		was[at] = *(const struct slab_mirror *)(const void *)p.by_addr[at];
 	cbcmn__stack_pool_fini(&p);
+	for (uint32_t at = 0; at < slabs; at++)
+		assert_int_equal(mapped_bytes((uintptr_t)was[at].base,
+					      (uintptr_t)was[at].base + was[at].len), 0);
+	free(was);
 	/* The slabs are gone.  ASan's allocator maps a region for each size
 	 * class the first time it is used (the slabs' bitmaps, the sorted
 	 * slab array as it grows), and keeps it. */
@@ -1087,9 +1121,12 @@ static void test_take_over_slabs_all_out(void **state)
 }
 
 /* In a child: a descriptor no slab holds, on top of pages written (and
- * its lo naming them), put back to the pool, as a cache's spill does.
- * Exits 0 if the pages kept their bytes and the pool did not count it. */
-static void foreign_put_child(void)
+ * its lo naming them), put back to the pool, as a cache's spill does;
+ * with yellow set, its yellow zone (the page below lo) marked open, as a
+ * stack's is after an overflow its landing pad did not close.  Exits 0
+ * if the pages kept their bytes and access and the pool did not count
+ * it. */
+static void foreign_put_child(int yellow)
 {
 	size_t len = 4 * pg();
 	char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1100,6 +1137,17 @@ static void foreign_put_child(void)
 	memset(fake, 0, sizeof(*fake));
 	fake->lo = m;
 	fake->size = (size_t)((char *)fake - m);
+	if (yellow) {
+		fake->guard_lo = m;
+		fake->lo = m + CBCMN__RED_BYTES + pg();
+		fake->size = (size_t)((char *)fake - fake->lo);
+		fake->guarded = true;
+		fake->guard_kind = CBCMN__GUARD_PROT;
+		fake->yellow_open = 1;
+	}
+	int pipefd[2];
+	if (pipe(pipefd) != 0)
+		_exit(10);
 	struct cbcmn__stack_pool p;
 	struct cbcmn__stack_cache c = {0};
 	if (cbcmn__stack_pool_init(&p, STACK_BYTES, UINT32_MAX) != 0)
@@ -1111,6 +1159,9 @@ static void foreign_put_child(void)
 	cbcmn__stack_put(&p, NULL, fake);
 	if (p.nfree != total)
 		_exit(11);
+	for (size_t i = 0; i < 3 * pg(); i += pg())
+		if (write(pipefd[1], m + i, 1) != 1)
+			_exit(15); /* guarded before it was checked */
 	for (size_t i = 0; i < 3 * pg(); i++)
 		if ((unsigned char)m[i] != 0xab)
 			_exit(14); /* given back before it was checked */
@@ -1170,19 +1221,15 @@ static void expect_refused(void (*child)(int), int arg)
 #endif
 }
 
-static void foreign_put_child_arg(int arg)
-{
-	(void)arg;
-	foreign_put_child();
-}
-
-/* A foreign descriptor's pages were released (madvise) before the pool
- * found it was not its own; and a cache took a stack put back twice, or
- * one still held by another cache, and handed it out twice. */
+/* A foreign descriptor's pages were released (madvise), or its yellow
+ * zone guarded again, before the pool found it was not its own; and a
+ * cache took a stack put back twice, or one still held by another cache,
+ * and handed it out twice. */
 static void test_bad_put_through_a_cache_is_refused(void **state)
 {
 	(void)state;
-	expect_refused(foreign_put_child_arg, 0);
+	expect_refused(foreign_put_child, 0);
+	expect_refused(foreign_put_child, 1);
 	expect_refused(cache_double_put_child, 0);
 	expect_refused(cache_double_put_child, 1);
 }
