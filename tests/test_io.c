@@ -2042,6 +2042,21 @@ static void test_regression_len_4g_is_not_eof(void **state)
 	assert_int_equal(r, 0);
 }
 
+/* A runtime of cfg with SQPOLL rings, or NULL (the test skipped) where
+ * SQPOLL rings cannot be made. */
+static cbcmn_runtime *sqpoll_runtime(cbcmn_config *cfg)
+{
+	cfg->ring_flags = CBCMN_RING_SQPOLL;
+	cbcmn_runtime *rt = NULL;
+	int rc = cbcmn_runtime_create(cfg, &rt);
+	if (rc == -EPERM || rc == -EINVAL || rc == -EOPNOTSUPP) {
+		T_SKIP("no SQPOLL ring here: %s", cbcmn_strerror(rc));
+		return NULL;
+	}
+	assert_int_equal(rc, 0);
+	return rt;
+}
+
 /* Under CBCMN_RING_SQPOLL the SQ stays "ready" (io_uring_sq_ready())
  * until the kernel's poller takes the SQEs, so an executor that submits
  * whenever SQEs are ready enters the ring again and again for the same
@@ -2068,15 +2083,10 @@ static void test_regression_sqpoll_sqes_counted_once(void **state)
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
-	cfg.ring_flags = CBCMN_RING_SQPOLL;
 	cfg.sqpoll_idle_ms = 1;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc == -EPERM || rc == -EINVAL || rc == -EOPNOTSUPP) {
-		T_SKIP("no SQPOLL ring here: %s", cbcmn_strerror(rc));
+	cbcmn_runtime *rt = sqpoll_runtime(&cfg);
+	if (!rt)
 		return;
-	}
-	assert_int_equal(rc, 0);
 	int p[2];
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	cbcmn_stats s0, s1;
@@ -2365,15 +2375,7 @@ static cbcmn_runtime *sqpoll_small_runtime(void)
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
 	cfg.ring_entries = 8;
-	cfg.ring_flags = CBCMN_RING_SQPOLL;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc == -EPERM || rc == -EINVAL || rc == -EOPNOTSUPP) {
-		T_SKIP("no SQPOLL ring here: %s", cbcmn_strerror(rc));
-		return NULL;
-	}
-	assert_int_equal(rc, 0);
-	return rt;
+	return sqpoll_runtime(&cfg);
 }
 
 static void test_regression_sqpoll_full_sq_is_not_ebusy(void **state)
@@ -2487,14 +2489,9 @@ static void test_regression_sqpoll_doorbell_waits_for_no_poller(void **state)
 	cbcmn_config_init(&cfg);
 	cfg.workers = 2;
 	cfg.spin_ns = CBCMN_SPIN_NONE; /* parked: every round needs its doorbell */
-	cfg.ring_flags = CBCMN_RING_SQPOLL;
-	cbcmn_runtime *rt = NULL;
-	int rc = cbcmn_runtime_create(&cfg, &rt);
-	if (rc == -EPERM || rc == -EINVAL || rc == -EOPNOTSUPP) {
-		T_SKIP("no SQPOLL ring here: %s", cbcmn_strerror(rc));
+	cbcmn_runtime *rt = sqpoll_runtime(&cfg);
+	if (!rt)
 		return;
-	}
-	assert_int_equal(rc, 0);
 	bool sync = ((struct cbcmn_runtime *)rt)->ring_caps.sync_msg_ring;
 	struct sqpp p = {0};
 	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &p.ab), 0);
