@@ -372,13 +372,13 @@ static bool refused_run(const struct cbcmn__fault_plan *plan, struct refused *f)
 	return true;
 }
 
-/* A kernel without sparse tables (before 5.19: -EINVAL): the table's
- * registration fails once, is not asked again at each stream, and every
- * stream runs on its descriptor, its socket let go at its close. */
+/* The kernel short of memory for the table: its registration fails once,
+ * is not asked again at each stream, and every stream runs on its
+ * descriptor, its socket let go at its close. */
 static void test_table_refused_streams_use_descriptors(void **state)
 {
 	(void)state;
-	struct cbcmn__fault_plan plan = {.nth = 1, .err = -EINVAL};
+	struct cbcmn__fault_plan plan = {.nth = 1, .err = -ENOMEM};
 	struct refused f = {0};
 	if (!refused_run(&plan, &f))
 		return;
