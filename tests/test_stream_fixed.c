@@ -362,11 +362,14 @@ static bool refused_run(const struct cbcmn__fault_plan *plan, struct refused *f)
 	assert_int_equal(rc, 0);
 	/* A socket still held after its close, by a slot that could not be
 	 * emptied, goes with the ring: its peer reads EOF (the ring's files
-	 * are put by the kernel's exit work: not within the close). */
+	 * are put by the kernel's exit work: not within the close; the
+	 * suite's hang bound, a workqueue beside the hog may take seconds). */
 	for (int i = 0; i < REFUSED; i++) {
 		struct pollfd p = {.fd = f->sv[i][1], .events = POLLIN};
 		char c;
-		f->eof_late[i] = poll(&p, 1, 5000) == 1 ? recv(f->sv[i][1], &c, 1, MSG_DONTWAIT) : -2;
+		f->eof_late[i] = poll(&p, 1, (int)T_STALL_S * 1000) == 1
+					 ? recv(f->sv[i][1], &c, 1, MSG_DONTWAIT)
+					 : -2;
 		close(f->sv[i][1]);
 	}
 	return true;
