@@ -300,8 +300,9 @@ bool cbcmn__fixed_drop_is_prompt(void)
 
 /* Post a CQE (user_data ud, res 0) on the ring numbered fd from the
  * calling thread, through no ring of its own: done when the call returns.
- * -EINVAL before 6.13; -EBADF, -EBADFD: fd is no ring; -EOVERFLOW: its CQ
- * is full.  A raw system call: no cancellation point (cbcmn__efd_ring()). */
+ * Before 6.13 fd -1 names no ring (-EBADF); -EBADF, -EBADFD: fd is no
+ * ring; -EOVERFLOW: its CQ full and no memory to keep the CQE past it.
+ * A raw system call: no cancellation point (cbcmn__efd_ring()). */
 static int sync_msg(int fd, uint64_t ud)
 {
 	struct io_uring_sqe sqe;
@@ -711,19 +712,21 @@ bool cbcmn__doorbell_msg_ring(const struct cbcmn_runtime *rt)
 	       !(rt->cfg.ring_flags & (CBCMN_RING_NO_MSG_RING | CBCMN_RING_SQPOLL));
 }
 
-/* An SQPOLL executor's doorbell to target: a MSG_RING sent by the calling
- * thread itself (sync_msg()), which posts target's CQE and wakes it when
- * the call returns.  The eventfd read armed on an SQPOLL ring completes
- * only once that ring's poller thread runs (the read's poll wake-up is
- * task work for the thread that issued it): a parked round trip waited
- * for two pollers, 20-40 ms on this shared host against about 1 ms
- * (docs/BENCHMARKS.md, "Nineteenth session").  0, or it failed (no such
- * call, the target's ring gone or its CQ full): the eventfd serves. */
+/* Do SQPOLL executors ring with doorbell_sync()? */
 static bool doorbell_sync_on(const struct cbcmn_runtime *rt)
 {
 	return rt->ring_caps.sync_msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
 }
 
+/* An SQPOLL executor's doorbell to target: a MSG_RING sent by the calling
+ * thread itself (sync_msg()), which posts target's CQE and wakes it when
+ * the call returns.  Not the eventfd first: its read, armed on an SQPOLL
+ * ring, completes only once that ring's poller thread runs (the read's
+ * poll wake-up is task work for the thread that issued it), one more
+ * thread to get a CPU each hop: 1.27x a parked round trip on a quiet
+ * host, 40x (5-20 ms) in a throttled cgroup (docs/BENCHMARKS.md,
+ * "Nineteenth session").  0, or it failed (no such call, the target's
+ * ring gone or its CQ full): the eventfd serves. */
 static int doorbell_sync(struct cbcmn__exec *me, struct cbcmn__exec *target)
 {
 	if (!doorbell_sync_on(target->rt))
