@@ -39,6 +39,11 @@
 
 #define RING_ENTRIES_DEFAULT 256u
 
+/* A MSG_RING from no ring (6.13; liburing 2.8's io_uring_register_sync_msg()). */
+#ifndef IORING_REGISTER_SEND_MSG_RING
+#define IORING_REGISTER_SEND_MSG_RING 31
+#endif
+
 static const uint32_t flag_sets[] = {
 	IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
 		IORING_SETUP_TASKRUN_FLAG,
@@ -293,6 +298,21 @@ bool cbcmn__fixed_drop_is_prompt(void)
 	return prompt == 1;
 }
 
+/* Post a CQE (user_data ud, res 0) on the ring numbered fd from the
+ * calling thread, through no ring of its own: done when the call returns.
+ * Before 6.13 fd -1 names no ring (-EBADF); -EBADF, -EBADFD: fd is no
+ * ring; -EOVERFLOW: its CQ full and no memory to keep the CQE past it.
+ * A raw system call: no cancellation point (cbcmn__efd_ring()). */
+static int sync_msg(int fd, uint64_t ud)
+{
+	struct io_uring_sqe sqe;
+	memset(&sqe, 0, sizeof(sqe));
+	io_uring_prep_msg_ring(&sqe, fd, 0, ud, 0);
+	return syscall(__NR_io_uring_register, -1, IORING_REGISTER_SEND_MSG_RING, &sqe, 1) < 0
+		       ? -errno
+		       : 0;
+}
+
 /* What the kernel supports, once per runtime, on the creating thread: the
  * best setup flags it accepts, then the opcodes, on one small throwaway
  * ring (its locked memory is given back only some ms after it is closed:
@@ -334,6 +354,9 @@ int cbcmn__ring_probe(struct cbcmn_runtime *rt)
 		c->multishot_recv = io_uring_opcode_supported(pr, IORING_OP_SEND_ZC);
 		io_uring_free_probe(pr);
 	}
+	/* Asked of SQPOLL rings only, the one place it serves (doorbell_sync()). */
+	c->sync_msg_ring = (c->setup_flags & IORING_SETUP_SQPOLL) &&
+			   sync_msg(u.ring_fd, CBCMN__UD_IGNORE) == 0;
 	/* Whether a dropped slot lets its file go at once is asked at the
 	 * first stream (cbcmn__fixed_drop_is_prompt()). */
 	c->fixed_files = c->multishot_recv && !(c->setup_flags & IORING_SETUP_SQPOLL);
@@ -676,16 +699,50 @@ unsigned cbcmn__ring_reap(struct cbcmn__exec *e)
 	return total;
 }
 
-/* Are doorbells MSG_RINGs?  Not with SQPOLL: the kernel's poller sends
- * the SQE when it gets to it, and a ring closed before that drops it: the
- * spare, retiring right after it handed its tasks on and rang an
- * executor, left that executor asleep beside them (tens of seconds,
- * until something else woke it; test_io, beside the hog).  An eventfd
+/* Are doorbells MSG_RINGs from the sender's ring?  Not with SQPOLL: the
+ * kernel's poller sends the SQE when it gets to it, and a ring closed
+ * before that drops it: the spare, retiring right after it handed its
+ * tasks on and rang an executor, left that executor asleep beside them
+ * (tens of seconds, until something else woke it; test_io, beside the
+ * hog).  A MSG_RING without a ring (doorbell_sync()) or an eventfd
  * write is done when it returns. */
 bool cbcmn__doorbell_msg_ring(const struct cbcmn_runtime *rt)
 {
 	return rt->ring_caps.msg_ring &&
 	       !(rt->cfg.ring_flags & (CBCMN_RING_NO_MSG_RING | CBCMN_RING_SQPOLL));
+}
+
+/* Do SQPOLL executors ring with doorbell_sync()? */
+static bool doorbell_sync_on(const struct cbcmn_runtime *rt)
+{
+	return rt->ring_caps.sync_msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
+}
+
+/* An SQPOLL executor's doorbell to target: a MSG_RING sent by the calling
+ * thread itself (sync_msg()), which posts target's CQE and wakes it when
+ * the call returns.  Not the eventfd first: its read, armed on an SQPOLL
+ * ring, completes only once that ring's poller thread runs (the read's
+ * poll wake-up is task work for the thread that issued it), one more
+ * thread to get a CPU each hop: 1.27x a parked round trip on a quiet
+ * host, 40x (5-20 ms) in a throttled cgroup (docs/BENCHMARKS.md,
+ * "Nineteenth session").  0, or it failed (no such call, the target's
+ * ring gone or its CQ full): the eventfd serves. */
+static int doorbell_sync(struct cbcmn__exec *me, struct cbcmn__exec *target)
+{
+	if (!doorbell_sync_on(target->rt))
+		return -EOPNOTSUPP;
+	/* An injected failure sends to no ring, as the MSG_RING below. */
+	int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
+			 ? -1
+			 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
+	return sync_msg(fd, CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3));
+}
+
+/* Are an executor's doorbells MSG_RINGs, from its ring or without one
+ * (cbcmn_stats.msg_ring)? */
+bool cbcmn__doorbells_are_msg_rings(const struct cbcmn_runtime *rt)
+{
+	return cbcmn__doorbell_msg_ring(rt) || doorbell_sync_on(rt);
 }
 
 /* Ring target's doorbell: a MSG_RING CQE on its ring from the calling
@@ -717,6 +774,12 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		CBCMN__COUNT(me, doorbells_sent, 1);
 		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 0, target->id);
 		CBCMN_PROBE4(doorbell, (int)me->id, target->id, 0, target->rt->seg.rt_id);
+		return;
+	}
+	if (me && me->rt == rt && doorbell_sync(me, target) == 0) {
+		CBCMN__COUNT(me, doorbells_sent, 1);
+		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 0, target->id);
+		CBCMN_PROBE4(doorbell, (int)me->id, target->id, 0, rt->seg.rt_id);
 		return;
 	}
 	cbcmn__efd_ring(target);

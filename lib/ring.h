@@ -31,6 +31,7 @@ enum {
 struct cbcmn__ring_caps {
 	uint32_t setup_flags; /* IORING_SETUP_* the rings were created with */
 	bool msg_ring;        /* IORING_OP_MSG_RING */
+	bool sync_msg_ring;   /* IORING_REGISTER_SEND_MSG_RING (6.13), asked of SQPOLL rings */
 	bool socket;          /* IORING_OP_SOCKET */
 	bool ext_arg;         /* IORING_FEAT_EXT_ARG: waits take a timeout */
 	bool multishot_accept; /* 5.19 (with IORING_OP_SOCKET) */

@@ -963,6 +963,7 @@ void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_n
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e);
 /* Doorbells go as MSG_RING SQEs (else eventfd writes): ring.c. */
 bool cbcmn__doorbell_msg_ring(const struct cbcmn_runtime *rt);
+bool cbcmn__doorbells_are_msg_rings(const struct cbcmn_runtime *rt);
 void cbcmn__doorbell(struct cbcmn__exec *target);
 void cbcmn__efd_ring(struct cbcmn__exec *x);
 

@@ -301,8 +301,10 @@ static int fixed_table(struct cbcmn__exec *e)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < cap)
 		cap = (uint32_t)rl.rlim_cur;
 	uint32_t *slots = cap ? cbcmn__calloc(cap, sizeof(*slots)) : NULL;
-	/* A kernel without sparse tables (before 5.19: -EINVAL), or one
-	 * whose memory is short: every stream of e on its descriptor. */
+	/* The kernel short of memory for the table (-ENOMEM: it is charged
+	 * to the memory cgroup; a kernel without sparse tables, before 5.19,
+	 * never gets here: cbcmn__fixed_files() said no at 6.12 and before):
+	 * every stream of e on its descriptor. */
 	if (!slots || CBCMN__FAULT(CBCMN__F_FIXED) ||
 	    io_uring_register_files_sparse(&r->u, cap) != 0) {
 		free(slots);

@@ -126,7 +126,7 @@ void cbcmn__seg_publish(struct cbcmn_runtime *rt)
 {
 	struct cbcmn__seg_hdr *h = rt->seg.hdr;
 	h->ring_setup_flags = rt->ring_caps.setup_flags;
-	h->msg_ring = cbcmn__doorbell_msg_ring(rt);
+	h->msg_ring = cbcmn__doorbells_are_msg_rings(rt);
 	h->oversubscribed = rt->oversubscribed;
 	h->backend = (uint8_t)(rt->ep_backend ? CBCMN_BACKEND_EPOLL : CBCMN_BACKEND_IO_URING);
 	h->spare = (uint8_t)rt->spare;

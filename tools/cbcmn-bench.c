@@ -877,18 +877,22 @@ static double doorbell_rtt(uint64_t spin_ns, uint32_t ring_flags, long rounds)
 static void bench_doorbell(void)
 {
 	int n = reps_set ? reps : 5;
-	double parked[16], spinning[16], raw[16], efd[16], raw_spin[16], parked_efd[16], sqpoll[16];
+	double parked[16], spinning[16], raw[16], efd[16], raw_spin[16], parked_efd[16], sqpoll[16],
+		sqpoll_efd[16];
 	for (int r = 0; r < n; r++) {
 		/* Alternated in one run: the machine's noise hits all alike. */
 		parked[r] = doorbell_rtt(CBCMN_SPIN_NONE, 0, 2000);
-		/* The runtime's eventfd doorbell, which SQPOLL executors use
-		 * (lib/ring.c, cbcmn__doorbell_msg_ring()): without SQPOLL,
-		 * to price the doorbell alone against MSG_RING; then with
-		 * it, the whole path an SQPOLL runtime pays (fewer rounds:
-		 * on a host with more runnable threads than CPUs each hop
-		 * waits for the kernel's poller thread to get a CPU, ms). */
+		/* The runtime's eventfd doorbell, without SQPOLL, to price
+		 * the doorbell alone against MSG_RING; then the whole path an
+		 * SQPOLL runtime pays, its doorbells MSG_RINGs sent without a
+		 * ring (lib/ring.c, doorbell_sync(); fewer rounds: ms a hop
+		 * on a loaded host). */
 		parked_efd[r] = doorbell_rtt(CBCMN_SPIN_NONE, CBCMN_RING_NO_MSG_RING, 2000);
 		sqpoll[r] = doorbell_rtt(CBCMN_SPIN_NONE, CBCMN_RING_SQPOLL, 200);
+		/* SQPOLL doorbells as eventfd writes (before the nineteenth
+		 * session's MSG_RING without a ring, 6.13): each wake waits
+		 * for the target's poller to complete the eventfd read. */
+		sqpoll_efd[r] = doorbell_rtt(CBCMN_SPIN_NONE, CBCMN_RING_SQPOLL | CBCMN_RING_NO_MSG_RING, 200);
 		spinning[r] = doorbell_rtt(10ull * 1000000000ull, 0, 100000);
 		int rc;
 		if ((rc = pp_msgring_rtt(2000, false, &raw[r])) != 0)
@@ -909,6 +913,9 @@ static void bench_doorbell(void)
 	printf("doorbell parked_eventfd_rtt_ns %.0f\n", pe);
 	printf("doorbell parked_sqpoll_rtt_ns %.0f\n", median(sqpoll, n));
 	printf("doorbell eventfd_vs_msgring_ratio %.2f\n", pe / pk);
+	double sq = median(sqpoll, n), sqe = median(sqpoll_efd, n);
+	printf("doorbell parked_sqpoll_eventfd_rtt_ns %.0f\n", sqe);
+	printf("doorbell sqpoll_eventfd_vs_msgring_ratio %.2f\n", sqe / sq);
 }
 
 /* ---- echo and HTTP over loopback ------------------------------------------ */
