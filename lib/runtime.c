@@ -221,6 +221,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB |
 			   CBCMN_CONFIG_RECORD_IN_STACK))
 		return -EINVAL;
+	if (cbcmn__clock_env_check())
+		return -EINVAL;
 	if (out->flags & CBCMN_CONFIG_LAB) {
 		if (out->workers != 1)
 			return -EINVAL; /* one executor: the order is the seed's alone */
