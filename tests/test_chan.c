@@ -1405,6 +1405,31 @@ static void test_destroy_after_its_runtime(void **state)
 	assert_int_equal(cbcmn_chan_destroy(c), 0);
 }
 
+/* A reservation a thread outside holds is still to be committed or
+ * aborted, each touching the runtime (as a nursery a thread opened is
+ * still to be awaited): destroying the runtime meanwhile returned 0; the
+ * channel's destroy, allowed after it, then said -EBUSY for ever, and the
+ * abort that would end the reservation read the freed runtime (ASan:
+ * heap-use-after-free in chan_resolve()). */
+static void test_runtime_busy_while_thread_holds_permit(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 2, sizeof(int));
+	cbcmn_chan_permit p, q;
+	int v = 3, got = 0;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), 0);
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &q), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_chan_commit(NULL, &q, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &got), 0);
+	assert_int_equal(got, 3);
+	t_destroy(rt);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+}
+
 int main(void)
 {
 /* A hang (a waiter nobody wakes) fails the test, naming it, instead of
@@ -1422,6 +1447,7 @@ int main(void)
 		T(test_cancel_blocked_many_workers),
 		T(test_destroy_busy_while_cancelled_waiter_returns),
 		T(test_destroy_after_its_runtime),
+		T(test_runtime_busy_while_thread_holds_permit),
 		T(test_outside_threads),
 		T(test_try_variants),
 		T(test_drain_after_close),
