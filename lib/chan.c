@@ -213,7 +213,10 @@ static void rec_put(struct cbcmn_chan *c, struct chan_rec *r)
  * thread's executor (NULL outside). */
 static void rec_release(struct cbcmn_chan *c, struct chan_rec *r, struct cbcmn__exec *e)
 {
+	bool thread = !atomic_load_explicit(&r->ob.owner, memory_order_relaxed);
 	cbcmn__oblig_untrack(c->rt, &r->ob, e);
+	if (thread) /* the last touch of rt: cbcmn_runtime_destroy() may free it now */
+		atomic_fetch_sub_explicit(&c->rt->thread_permits, 1, memory_order_release);
 	r->held = false;
 	r->gen++;
 	c->reserved--;
@@ -229,6 +232,8 @@ static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_per
 	r->ob.what = "reservation on channel";
 	r->ob.obj = r->chan;
 	cbcmn__oblig_track(r->chan->rt, self, &r->ob, cbcmn__waker_of(self));
+	if (!self) /* the runtime stays until it is resolved (rec_release()) */
+		atomic_fetch_add_explicit(&r->chan->rt->thread_permits, 1, memory_order_relaxed);
 	/* Read without the lock: gen only changes when the record is
 	 * resolved, which only we (its owner) can do now. */
 	p->_rec = r;

@@ -544,6 +544,7 @@ struct cbcmn_runtime {
 	 * the scopes now. */
 	_Atomic uint32_t iw_scanning;
 	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
+	_Atomic uint32_t thread_permits;   /* channel reservations threads (cx NULL) hold */
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
 	 * and ended and doorbells rung by threads outside the executors,

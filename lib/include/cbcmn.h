@@ -528,9 +528,10 @@ CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 
 /* Stop the executors and free the runtime.  Stops the metrics servers
  * still running on it first (cbcmn_metrics_stop()).  Returns -EBUSY, and leaves the
- * runtime running, while any task is alive or a nursery a thread opened
+ * runtime running, while any task is alive, a nursery a thread opened
  * (cx NULL) has not been awaited (it could still be spawned into, awaited
- * or cancelled).  Must not be called from one of the runtime's own tasks
+ * or cancelled) or a thread holds a reservation on one of its channels
+ * (cbcmn_chan_reserve: still to be committed or aborted).  Must not be called from one of the runtime's own tasks
  * or from a function one of them runs on its blocking pool (cbcmn_blocking):
  * -EDEADLK. */
 CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);
