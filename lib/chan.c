@@ -207,6 +207,21 @@ static void rec_put(struct cbcmn_chan *c, struct chan_rec *r)
 	c->free_recs = r;
 }
 
+/* A thread outside (cx NULL) blocked on c, or holding a reservation on c:
+ * what ends either (the send or close that wakes it, the commit or abort)
+ * touches c's runtime, so cbcmn_runtime_destroy() is -EBUSY until it ends
+ * (rt->thread_chan); a granted reservation stays counted from its wait
+ * until it is resolved.  out: the last touch of rt, which may then go. */
+static inline void thread_in(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_add_explicit(&rt->thread_chan, 1, memory_order_relaxed);
+}
+
+static inline void thread_out(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_sub_explicit(&rt->thread_chan, 1, memory_order_release);
+}
+
 /* End a held reservation: the slot is no longer reserved (the caller fills
  * it or frees it).  The owner list is touched here only by its owner: commit
  * and abort check it, and settling runs as the ending task.  e: the calling
@@ -215,8 +230,8 @@ static void rec_release(struct cbcmn_chan *c, struct chan_rec *r, struct cbcmn__
 {
 	bool thread = !atomic_load_explicit(&r->ob.owner, memory_order_relaxed);
 	cbcmn__oblig_untrack(c->rt, &r->ob, e);
-	if (thread) /* the last touch of rt: cbcmn_runtime_destroy() may free it now */
-		atomic_fetch_sub_explicit(&c->rt->thread_permits, 1, memory_order_release);
+	if (thread)
+		thread_out(c->rt);
 	r->held = false;
 	r->gen++;
 	c->reserved--;
@@ -232,8 +247,6 @@ static void rec_hold(struct cbcmn_task *self, struct chan_rec *r, cbcmn_chan_per
 	r->ob.what = "reservation on channel";
 	r->ob.obj = r->chan;
 	cbcmn__oblig_track(r->chan->rt, self, &r->ob, cbcmn__waker_of(self));
-	if (!self) /* the runtime stays until it is resolved (rec_release()) */
-		atomic_fetch_add_explicit(&r->chan->rt->thread_permits, 1, memory_order_relaxed);
 	/* Read without the lock: gen only changes when the record is
 	 * resolved, which only we (its owner) can do now. */
 	p->_rec = r;
@@ -261,10 +274,15 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 	}
 	cbcmn__waitq_push(q, &w->qw);
 	c->blocked++;
+	struct cbcmn_runtime *rt = c->rt; /* c may be gone once w is claimed */
+	if (!self)
+		thread_in(rt);
 	chan_unlock(c);
 	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
+	if (!self && !(w->kind == W_RESERVE && how == CBCMN__IW_WOKEN && w->qw.result == 0))
+		thread_out(rt);
 	if (how == CBCMN__IW_WOKEN)
 		return w->qw.result;
 	/* The registry lock is dropped by now: the two never nest. */
@@ -389,6 +407,8 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 	} else if (c->count + c->reserved < c->cap) {
 		c->reserved++;
 		r->held = true;
+		if (!self)
+			thread_in(c->rt);
 	} else if (block) {
 		struct chan_wait w;
 		chan_wait_init(&w, W_RESERVE, NULL, NULL, r);

@@ -689,10 +689,11 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 	 * each touching rt.  acquire: pairs with cbcmn__nursery_await(). */
 	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0)
 		return -EBUSY;
-	/* Likewise a reservation a thread holds: its commit or abort touches
-	 * rt (chan.c), and is the only way to end it, without which its
-	 * channel cannot be destroyed.  acquire: pairs with rec_release(). */
-	if (atomic_load_explicit(&rt->thread_permits, memory_order_acquire) != 0)
+	/* Likewise a thread blocked on one of its channels, or holding a
+	 * reservation on one: what ends either (a send or close that wakes
+	 * it; the commit or abort) touches rt, and until it ends the channel
+	 * cannot be destroyed.  acquire: pairs with chan.c's thread_out(). */
+	if (atomic_load_explicit(&rt->thread_chan, memory_order_acquire) != 0)
 		return -EBUSY;
 	/* Before the executors stop: it may start one (monitor.c). */
 	cbcmn__monitor_stop(rt);

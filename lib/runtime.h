@@ -544,7 +544,9 @@ struct cbcmn_runtime {
 	 * the scopes now. */
 	_Atomic uint32_t iw_scanning;
 	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
-	_Atomic uint32_t thread_permits;   /* channel reservations threads (cx NULL) hold */
+	/* Channel operations threads (cx NULL) are blocked in, and channel
+	 * reservations they hold (chan.c, thread_in()). */
+	_Atomic uint32_t thread_chan;
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
 	 * and ended and doorbells rung by threads outside the executors,

@@ -530,8 +530,9 @@ CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
  * still running on it first (cbcmn_metrics_stop()).  Returns -EBUSY, and leaves the
  * runtime running, while any task is alive, a nursery a thread opened
  * (cx NULL) has not been awaited (it could still be spawned into, awaited
- * or cancelled) or a thread holds a reservation on one of its channels
- * (cbcmn_chan_reserve: still to be committed or aborted).  Must not be called from one of the runtime's own tasks
+ * or cancelled), or a thread is blocked on one of its channels or holds
+ * a reservation on one (what ends either, a send or close, a commit or
+ * abort, touches the runtime).  Must not be called from one of the runtime's own tasks
  * or from a function one of them runs on its blocking pool (cbcmn_blocking):
  * -EDEADLK. */
 CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);
