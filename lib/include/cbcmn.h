@@ -486,8 +486,9 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * that jumps to the next timer whenever nothing can run, so sleeps and
  * timeouts take no real time, and scheduling choices drawn from the seed.
  * The same seed gives the same order of execution; the environment variable
- * CBCMN_LAB_SEED overrides the seed, and a failing cbcmn_runtime_run() prints
- * the seed to replay it with. */
+ * CBCMN_LAB_SEED (decimal or 0x-hex, all of it; anything else fails
+ * cbcmn_runtime_create() with -EINVAL) overrides the seed, and a failing
+ * cbcmn_runtime_run() prints the seed to replay it with. */
 #define CBCMN_CONFIG_LAB 0x4u
 /* Each task spawned by a task takes its stack at the spawn and keeps its
  * record (the runtime's bookkeeping, 368 B) in that stack's top page,
