@@ -519,7 +519,7 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 {
 	if (!c)
 		return -EINVAL;
-	if (c->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
+	if (cbcmn__forked_since(c->fork_gen))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
 	cbcmn__flock_lock(&c->lock);

@@ -600,9 +600,15 @@ struct cbcmn_runtime {
  * CBCMN_EFORKED.  One relaxed load: a process forks itself only from a
  * thread of its own, which sees its own handler's store. */
 extern _Atomic uint32_t cbcmn__fork_gen;
+/* The same from a copy of rt->fork_gen, for objects that may outlive their
+ * runtime (a held nursery, a channel's destroy). */
+static inline bool cbcmn__forked_since(uint32_t fork_gen)
+{
+	return fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+}
 static inline bool cbcmn__forked(const struct cbcmn_runtime *rt)
 {
-	return rt->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+	return cbcmn__forked_since(rt->fork_gen);
 }
 
 /* watch.c: the statistics segment */
