@@ -207,13 +207,31 @@ static void rec_put(struct cbcmn_chan *c, struct chan_rec *r)
 	c->free_recs = r;
 }
 
+/* A thread outside (cx NULL) blocked on c, or holding a reservation on c:
+ * what ends either (the send or close that wakes it, the commit or abort)
+ * touches c's runtime, so cbcmn_runtime_destroy() is -EBUSY until it ends
+ * (rt->thread_chan); a granted reservation stays counted from its wait
+ * until it is resolved.  out: the last touch of rt, which may then go. */
+static inline void thread_in(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_add_explicit(&rt->thread_chan, 1, memory_order_relaxed);
+}
+
+static inline void thread_out(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_sub_explicit(&rt->thread_chan, 1, memory_order_release);
+}
+
 /* End a held reservation: the slot is no longer reserved (the caller fills
  * it or frees it).  The owner list is touched here only by its owner: commit
  * and abort check it, and settling runs as the ending task.  e: the calling
  * thread's executor (NULL outside). */
 static void rec_release(struct cbcmn_chan *c, struct chan_rec *r, struct cbcmn__exec *e)
 {
+	bool thread = !atomic_load_explicit(&r->ob.owner, memory_order_relaxed);
 	cbcmn__oblig_untrack(c->rt, &r->ob, e);
+	if (thread)
+		thread_out(c->rt);
 	r->held = false;
 	r->gen++;
 	c->reserved--;
@@ -256,10 +274,15 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 	}
 	cbcmn__waitq_push(q, &w->qw);
 	c->blocked++;
+	struct cbcmn_runtime *rt = c->rt; /* c may be gone once w is claimed */
+	if (!self)
+		thread_in(rt);
 	chan_unlock(c);
 	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
+	if (!self && !(w->kind == W_RESERVE && how == CBCMN__IW_WOKEN && w->qw.result == 0))
+		thread_out(rt);
 	if (how == CBCMN__IW_WOKEN)
 		return w->qw.result;
 	/* The registry lock is dropped by now: the two never nest. */
@@ -384,6 +407,8 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 	} else if (c->count + c->reserved < c->cap) {
 		c->reserved++;
 		r->held = true;
+		if (!self)
+			thread_in(c->rt);
 	} else if (block) {
 		struct chan_wait w;
 		chan_wait_init(&w, W_RESERVE, NULL, NULL, r);
@@ -494,7 +519,7 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 {
 	if (!c)
 		return -EINVAL;
-	if (c->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
+	if (cbcmn__forked_since(c->fork_gen))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
 	cbcmn__flock_lock(&c->lock);

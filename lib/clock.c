@@ -1,5 +1,6 @@
 /* clock.c: the executors' fast monotonic clock (clock.h). */
 #include <cpuid.h>
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +76,15 @@ static bool counters_in_step(void)
 	bool ok = fgets(buf, sizeof buf, f) && strcmp(buf, "tsc\n") == 0;
 	fclose(f);
 	return ok;
+}
+
+int cbcmn__clock_env_check(void)
+{
+	const char *e = cbcmn__env("CBCMN_CLOCK");
+	if (!e || !*e || strcmp(e, "monotonic") == 0)
+		return 0;
+	fprintf(stderr, "cbcmn: CBCMN_CLOCK=%.40s: not monotonic\n", e);
+	return -EINVAL;
 }
 
 static enum cbcmn__clock_mode choose_mode(void)

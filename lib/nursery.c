@@ -187,7 +187,7 @@ int cbcmn_nursery_cancel(cbcmn_nursery *n)
 	/* The cancel scan takes the executors' wait-registry locks, and
 	 * n->lock, which a parent's thread may have held as it forked.  From
 	 * n's own copy: a held nursery may outlive its runtime. */
-	if (n->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed))
+	if (cbcmn__forked_since(n->fork_gen))
 		return CBCMN_EFORKED;
 	cbcmn__stack_check_current();
 	/* The cancel itself may end n: its children stop, and await_all

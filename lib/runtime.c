@@ -221,6 +221,8 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	if (out->flags & ~(CBCMN_CONFIG_NO_INLINE | CBCMN_CONFIG_NO_BUDGETS | CBCMN_CONFIG_LAB |
 			   CBCMN_CONFIG_RECORD_IN_STACK))
 		return -EINVAL;
+	if (cbcmn__clock_env_check())
+		return -EINVAL;
 	if (out->flags & CBCMN_CONFIG_LAB) {
 		if (out->workers != 1)
 			return -EINVAL; /* one executor: the order is the seed's alone */
@@ -697,6 +699,12 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 	 * spawned into, awaited or cancelled (by a holder, cbcmn_nursery_hold),
 	 * each touching rt.  acquire: pairs with cbcmn__nursery_await(). */
 	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0)
+		return -EBUSY;
+	/* Likewise a thread blocked on one of its channels, or holding a
+	 * reservation on one: what ends either (a send or close that wakes
+	 * it; the commit or abort) touches rt, and until it ends the channel
+	 * cannot be destroyed.  acquire: pairs with chan.c's thread_out(). */
+	if (atomic_load_explicit(&rt->thread_chan, memory_order_acquire) != 0)
 		return -EBUSY;
 	/* Before the executors stop: it may start one (monitor.c). */
 	cbcmn__monitor_stop(rt);

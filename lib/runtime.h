@@ -554,6 +554,9 @@ struct cbcmn_runtime {
 	 * the scopes now. */
 	_Atomic uint32_t iw_scanning;
 	_Atomic uint32_t thread_nurseries; /* opened by threads (cx NULL), not yet awaited */
+	/* Channel operations threads (cx NULL) are blocked in, and channel
+	 * reservations they hold (chan.c, thread_in()). */
+	_Atomic uint32_t thread_chan;
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
 	 * and ended and doorbells rung by threads outside the executors,
@@ -607,9 +610,15 @@ struct cbcmn_runtime {
  * CBCMN_EFORKED.  One relaxed load: a process forks itself only from a
  * thread of its own, which sees its own handler's store. */
 extern _Atomic uint32_t cbcmn__fork_gen;
+/* The same from a copy of rt->fork_gen, for objects that may outlive their
+ * runtime (a held nursery, a channel's destroy). */
+static inline bool cbcmn__forked_since(uint32_t fork_gen)
+{
+	return fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+}
 static inline bool cbcmn__forked(const struct cbcmn_runtime *rt)
 {
-	return rt->fork_gen != atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+	return cbcmn__forked_since(rt->fork_gen);
 }
 
 /* watch.c: the statistics segment */

@@ -2,6 +2,7 @@
 #ifndef CBCMN_TEST_HELPERS_H
 #define CBCMN_TEST_HELPERS_H
 
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -518,6 +519,25 @@ static inline void t_stderr_restore(int fd, int saved, char *buf, size_t len)
 	ssize_t n = pread(fd, buf, len - 1, 0);
 	buf[n > 0 ? n : 0] = 0;
 	close(fd);
+}
+
+/* cbcmn_runtime_create(cfg) with var=value in the environment fails with
+ * -EINVAL and a line on stderr that names var (a variable the library
+ * refuses rather than misreads). */
+static inline void t_create_refuses_env(const cbcmn_config *cfg, const char *var,
+					const char *value)
+{
+	cbcmn_runtime *rt = NULL;
+	assert_int_equal(setenv(var, value, 1), 0);
+	int saved, fd = t_stderr_capture(&saved);
+	int rc = cbcmn_runtime_create(cfg, &rt);
+	char msg[512];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	unsetenv(var);
+	if (rt)
+		t_destroy(rt);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(msg, var));
 }
 
 /* ---- descriptors: what a failed test leaves open, and how many there are -- */

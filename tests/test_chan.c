@@ -1405,6 +1405,96 @@ static void test_destroy_after_its_runtime(void **state)
 	assert_int_equal(cbcmn_chan_destroy(c), 0);
 }
 
+/* A reservation a thread outside holds is still to be committed or
+ * aborted, each touching the runtime (as a nursery a thread opened is
+ * still to be awaited): destroying the runtime meanwhile returned 0; the
+ * channel's destroy, allowed after it, then said -EBUSY for ever, and the
+ * abort that would end the reservation read the freed runtime (ASan:
+ * heap-use-after-free in chan_resolve()). */
+static void test_runtime_busy_while_thread_holds_permit(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_chan *c = mkchan(rt, 2, sizeof(int));
+	cbcmn_chan_permit p, q;
+	int v = 3, got = 0;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), 0);
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &q), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_chan_commit(NULL, &q, &v), 0);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, c, &got), 0);
+	assert_int_equal(got, 3);
+	t_destroy(rt);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+}
+
+/* A thread outside blocked on a channel is woken only by a send or a
+ * close, each touching the runtime: destroying the runtime meanwhile
+ * returned 0, and the close that would wake the thread read the freed
+ * runtime (ASan: heap-use-after-free in cbcmn_chan_close()).  A thread
+ * blocked in a reservation that is then granted holds the runtime on, to
+ * its abort. */
+struct outside_waiter {
+	cbcmn_chan *c;
+	bool reserve;
+	_Atomic int tid;
+	int rc;
+	cbcmn_chan_permit p;
+};
+
+static void *outside_wait(void *arg)
+{
+	struct outside_waiter *o = arg;
+	int v;
+	atomic_store(&o->tid, (int)gettid());
+	o->rc = o->reserve ? cbcmn_chan_reserve(NULL, o->c, &o->p) : cbcmn_chan_recv(NULL, o->c, &v);
+	return NULL;
+}
+
+/* Until the thread sleeps (in the channel: it does nothing else). */
+static void outside_wait_start(struct outside_waiter *o, pthread_t *t)
+{
+	assert_int_equal(pthread_create(t, NULL, outside_wait, o), 0);
+	char path[64], st[256], *p = NULL;
+	do {
+		usleep(1000);
+		snprintf(path, sizeof(path), "/proc/self/task/%d/stat", atomic_load(&o->tid));
+		FILE *f = atomic_load(&o->tid) ? fopen(path, "r") : NULL;
+		p = f && fgets(st, sizeof(st), f) ? strrchr(st, ')') : NULL;
+		if (f)
+			fclose(f);
+	} while (!p || p[2] != 'S');
+}
+
+static void test_runtime_busy_while_thread_blocked_on_chan(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct outside_waiter o = {.c = mkchan(rt, 1, sizeof(int))};
+	pthread_t t;
+	outside_wait_start(&o, &t);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_chan_close(NULL, o.c), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(o.rc, -EPIPE);
+	assert_int_equal(cbcmn_chan_destroy(o.c), 0);
+
+	o = (struct outside_waiter){.c = mkchan(rt, 1, sizeof(int)), .reserve = true};
+	int v = 1;
+	assert_int_equal(cbcmn_chan_try_send(NULL, o.c, &v), 0); /* full */
+	outside_wait_start(&o, &t);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_chan_try_recv(NULL, o.c, &v), 0); /* grants the slot */
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(o.rc, 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	assert_int_equal(cbcmn_chan_abort(NULL, &o.p), 0);
+	t_destroy(rt);
+	assert_int_equal(cbcmn_chan_destroy(o.c), 0);
+}
+
 int main(void)
 {
 /* A hang (a waiter nobody wakes) fails the test, naming it, instead of
@@ -1422,6 +1512,8 @@ int main(void)
 		T(test_cancel_blocked_many_workers),
 		T(test_destroy_busy_while_cancelled_waiter_returns),
 		T(test_destroy_after_its_runtime),
+		T(test_runtime_busy_while_thread_holds_permit),
+		T(test_runtime_busy_while_thread_blocked_on_chan),
 		T(test_outside_threads),
 		T(test_try_variants),
 		T(test_drain_after_close),

@@ -136,6 +136,24 @@ static void test_forced_fallback(void **state)
 	unsetenv("CBCMN_CLOCK");
 }
 
+/* A CBCMN_CLOCK that is not "monotonic" (a typo of it, "tsc", "1") is
+ * refused when a runtime is made, with a line that says so: it was
+ * ignored, and the run went on with the counter clock it meant to turn
+ * off.  Unset or empty, it means the default. */
+static void test_regression_unknown_clock_variable_refused(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"monotnic", "MONOTONIC", "tsc", "1", " monotonic"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		t_create_refuses_env(NULL, "CBCMN_CLOCK", bad[i]);
+	static const char *const good[] = {"monotonic", ""};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		assert_int_equal(setenv("CBCMN_CLOCK", good[i], 1), 0);
+		t_destroy(t_runtime(1));
+		unsetenv("CBCMN_CLOCK");
+	}
+}
+
 /* A private clock past its first span (within 100 ms). */
 static void measured(struct cbcmn__clock *k)
 {
@@ -621,6 +639,7 @@ int main(void)
 		cmocka_unit_test(test_process_clock_tracks_monotonic),
 		cmocka_unit_test(test_without_counter_is_clock_gettime),
 		cmocka_unit_test(test_forced_fallback),
+		cmocka_unit_test(test_regression_unknown_clock_variable_refused),
 		cmocka_unit_test(test_counter_behind_the_anchor_holds),
 		cmocka_unit_test(test_bad_record_is_steered_back_without_going_back),
 		cmocka_unit_test(test_regression_clock_ahead_after_a_suspend_steps_back),

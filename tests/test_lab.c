@@ -280,17 +280,7 @@ static void test_bad_seed_variable_refused(void **state)
 		cbcmn_config_init(&cfg);
 		cfg.workers = 1;
 		cfg.flags = CBCMN_CONFIG_LAB;
-		cbcmn_runtime *rt = NULL;
-		setenv("CBCMN_LAB_SEED", bad[i], 1);
-		int saved, fd = t_stderr_capture(&saved);
-		int rc = cbcmn_runtime_create(&cfg, &rt);
-		char msg[512];
-		t_stderr_restore(fd, saved, msg, sizeof(msg));
-		unsetenv("CBCMN_LAB_SEED");
-		if (rt)
-			t_destroy(rt);
-		assert_int_equal(rc, -EINVAL);
-		assert_non_null(strstr(msg, "CBCMN_LAB_SEED"));
+		t_create_refuses_env(&cfg, "CBCMN_LAB_SEED", bad[i]);
 	}
 	/* Decimal, leading zero or not: 010 is ten. */
 	int a = record(10, run_a);

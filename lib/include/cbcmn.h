@@ -506,8 +506,9 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * that jumps to the next timer whenever nothing can run, so sleeps and
  * timeouts take no real time, and scheduling choices drawn from the seed.
  * The same seed gives the same order of execution; the environment variable
- * CBCMN_LAB_SEED overrides the seed, and a failing cbcmn_runtime_run() prints
- * the seed to replay it with. */
+ * CBCMN_LAB_SEED (decimal or 0x-hex, all of it; anything else fails
+ * cbcmn_runtime_create() with -EINVAL) overrides the seed, and a failing
+ * cbcmn_runtime_run() prints the seed to replay it with. */
 #define CBCMN_CONFIG_LAB 0x4u
 /* Each task spawned by a task takes its stack at the spawn and keeps its
  * record (the runtime's bookkeeping, 368 B) in that stack's top page,
@@ -548,9 +549,11 @@ CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 
 /* Stop the executors and free the runtime.  Stops the metrics servers
  * still running on it first (cbcmn_metrics_stop()).  Returns -EBUSY, and leaves the
- * runtime running, while any task is alive or a nursery a thread opened
+ * runtime running, while any task is alive, a nursery a thread opened
  * (cx NULL) has not been awaited (it could still be spawned into, awaited
- * or cancelled).  Must not be called from one of the runtime's own tasks
+ * or cancelled), or a thread is blocked on one of its channels or holds
+ * a reservation on one (what ends either, a send or close, a commit or
+ * abort, touches the runtime).  Must not be called from one of the runtime's own tasks
  * or from a function one of them runs on its blocking pool (cbcmn_blocking):
  * -EDEADLK. */
 CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);

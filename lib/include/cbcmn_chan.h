@@ -92,7 +92,8 @@ CBCMN_API int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_
  * was cancelled or timed out included, until its call returns) or a
  * reservation on c is outstanding.  Nobody may use c, or a permit of c, afterwards.
  * May come after cbcmn_runtime_destroy() of c's runtime (a channel does not
- * keep it), the one call on c that may. */
+ * keep it), the one call on c that may (that destroy is -EBUSY while a
+ * thread is blocked on c or holds a reservation on c). */
 CBCMN_API int cbcmn_chan_destroy(cbcmn_chan *c);
 
 /* Copy elem_size bytes from elem into c, waiting while c is full.  A
