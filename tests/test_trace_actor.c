@@ -163,6 +163,15 @@ static long find(const cbcmn_trace_event *ev, size_t n, uint32_t kind, uint64_t 
 	return -1;
 }
 
+/* How many events of kind ev holds for (to, seq). */
+static int count(const cbcmn_trace_event *ev, size_t n, uint32_t kind, uint64_t to, uint32_t seq)
+{
+	int c = 0;
+	for (size_t i = 0; i < n; i++)
+		c += ev[i].kind == kind && ev[i].arg == to && ev[i].peer == seq;
+	return c;
+}
+
 /* Three senders through a mailbox of one: back-pressure, hand-overs to a
  * waiting receiver, executors apart.  Sends = receives = messages, each
  * (receiver, number) once on each side, numbers 0 .. MSGS - 1, the
@@ -423,6 +432,10 @@ static void test_sends_the_stall_monitor_lands_are_recorded(void **state)
 			if (s < 0 || v < 0)
 				fail_msg("message %u: send %ld, receive %ld (over the lane: %d)", k, s, v,
 					 lane);
+			/* Once each: the monitor's landing leaves one call,
+			 * which the drain runs once. */
+			assert_int_equal(count(ev, n, CBCMN_TRACE_ACTOR_SEND, r.r, k), 1);
+			assert_int_equal(count(ev, n, CBCMN_TRACE_ACTOR_RECEIVE, r.r, k), 1);
 			assert_int_equal(ev[s].dur_ns, CBCMN_ACTOR_NONE); /* from a task */
 			assert_int_equal(ev[v].dur_ns, 7);
 			assert_true(ev[v].ts_ns >= ev[s].ts_ns);
