@@ -163,6 +163,15 @@ static long find(const cbcmn_trace_event *ev, size_t n, uint32_t kind, uint64_t 
 	return -1;
 }
 
+/* How many events of kind ev holds for (to, seq). */
+static int count(const cbcmn_trace_event *ev, size_t n, uint32_t kind, uint64_t to, uint32_t seq)
+{
+	int c = 0;
+	for (size_t i = 0; i < n; i++)
+		c += ev[i].kind == kind && ev[i].arg == to && ev[i].peer == seq;
+	return c;
+}
+
 /* Three senders through a mailbox of one: back-pressure, hand-overs to a
  * waiting receiver, executors apart.  Sends = receives = messages, each
  * (receiver, number) once on each side, numbers 0 .. MSGS - 1, the
@@ -340,6 +349,7 @@ struct rs {
 	cbcmn_runtime *rt;
 	cbcmn_actor_ref r;
 	_Atomic int started, hog_running, released;
+	_Atomic uint32_t started_on; /* the actor's executor, + 1 */
 	uint64_t x0, x1; /* executor 0's lane messages before and after the posts */
 };
 
@@ -354,6 +364,7 @@ static uint64_t xmsgs_sent0(cbcmn_runtime *rt)
 static int64_t rs_actor(cbcmn_cx *cx, void *arg)
 {
 	struct rs *r = arg;
+	atomic_store(&r->started_on, cbcmn_cx_executor(cx) + 1);
 	atomic_store(&r->started, 1);
 	cbcmn_actor_msg m;
 	for (int i = 0; i < RS_MSGS; i++)
@@ -386,7 +397,12 @@ static int64_t rs_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_open(r->rt, cx, &n) == 0);
 	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1, .mailbox_cap = 8};
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, rs_actor, r, &o, &r->r) == 0);
-	rs_wait(cx, &r->started);
+	/* A spin, not a sleep: executor 0, idle, would steal the actor
+	 * before executor 1 runs it (its home would be ours: no lane; every
+	 * round that posted nothing under TSan beside the hog).  A thief
+	 * that is not us (the spare) makes the round void (lane below). */
+	for (uint64_t end = t_now_ns() + T_STALL_NS; !atomic_load(&r->started) && t_now_ns() < end;)
+		;
 	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, rs_hog, r, NULL) == 0);
 	rs_wait(cx, &r->hog_running);
@@ -403,17 +419,17 @@ static void test_sends_the_stall_monitor_lands_are_recorded(void **state)
 	(void)state;
 	bool lane = false;
 	uint64_t stall_ns = 30000000ull;
-	/* Until a round has posted over the lane (before the monitor calls
-	 * executor 1 stalled; after, the sends take the lock, and each
-	 * round waits twice as long): a loaded machine may keep the
-	 * sender off its CPU past the stall time. */
+	/* Until a round has posted over the lane to the actor on executor
+	 * 1 (before the monitor calls executor 1 stalled; after, the sends
+	 * take the lock, and each round waits twice as long): a loaded
+	 * machine may keep the sender off its CPU past the stall time. */
 	for (int round = 0; !lane && round < 10; round++) {
 		cbcmn_runtime *rt = traced_runtime_stall(stall_ns);
 		struct rs r = {.rt = rt};
 		t_run_pinned(rt, 0, rs_main, &r);
 		ASSERT_TASK_CHECKS();
 		assert_int_equal(atomic_load(&r.released), 1);
-		lane = r.x1 - r.x0 >= RS_MSGS;
+		lane = atomic_load(&r.started_on) == 2 && r.x1 - r.x0 >= RS_MSGS;
 		size_t n;
 		cbcmn_trace_event *ev = drain_sends(rt, RS_MSGS, &n);
 		assert_int_equal(cbcmn_runtime_destroy(rt), 0);
@@ -423,6 +439,10 @@ static void test_sends_the_stall_monitor_lands_are_recorded(void **state)
 			if (s < 0 || v < 0)
 				fail_msg("message %u: send %ld, receive %ld (over the lane: %d)", k, s, v,
 					 lane);
+			/* Once each: the monitor's landing leaves one call,
+			 * which the drain runs once. */
+			assert_int_equal(count(ev, n, CBCMN_TRACE_ACTOR_SEND, r.r, k), 1);
+			assert_int_equal(count(ev, n, CBCMN_TRACE_ACTOR_RECEIVE, r.r, k), 1);
 			assert_int_equal(ev[s].dur_ns, CBCMN_ACTOR_NONE); /* from a task */
 			assert_int_equal(ev[v].dur_ns, 7);
 			assert_true(ev[v].ts_ns >= ev[s].ts_ns);
