@@ -106,9 +106,9 @@ struct cbcmn__actor {
 	/* The prediction (docs/ACTORS.md "Prefetch: the next actor, one hop
 	 * early"): the actor its last send went to, and that actor's receive
 	 * record then.  Written by its own task's sends, read when it is
-	 * picked (the two are ordered as the fields here are), beside wn,
-	 * which the pick reads anyway.  Hints only: prefetched, never read
-	 * through. */
+	 * picked (the two are ordered as the fields here are), beside task,
+	 * which the pick returns (actor_sched.c, take()).  Hints only:
+	 * prefetched, never read through. */
 	struct cbcmn__actor *pf_to;
 	struct cbcmn__mb_wait *pf_wait;
 	struct cbcmn_task *task;  /* its task, while wn is on a wheel (actor_sched.c) */
