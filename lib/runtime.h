@@ -879,7 +879,8 @@ void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge);
 /* Runtime calls made by a task check the stack room left before they
  * change anything: an overflow must never land inside the runtime's own
  * frames (a lock held, a wait half-queued).  With less than a quarter of
- * the stack (at most 8 KiB) left, or after an overflow inside the C library,
+ * the stack (under ASan half; at most 8 KiB: stack.c) left,
+ * or after an overflow inside the C library,
  * the task ends with CBCMN_EPANIC as if it had hit the guard page
  * (overflow.c).  Every public call that takes a lock or waits checks
  * first. */

@@ -1138,6 +1138,88 @@ static void test_a_forever_receive_cancelled_leaves_its_slot(void **state)
 	t_destroy(rt);
 }
 
+/* The same receive in an actor run inline on its nursery's awaiter, which
+ * keeps no record for it: its wait is in recv_block_stack()'s frame.
+ * Cancelled, it must take that wait back out of its slot, or a later send
+ * claims the dead frame's wait (zeroed here: WAITING, no buffer) and writes
+ * through it.  The lasting record's test above cannot tell: a stale
+ * pointer to it only meets its own cancelled state. */
+struct fc_inline {
+	cbcmn_runtime *rt;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	_Atomic int spawned, ended, go;
+	int rc, send_rc;
+	uint64_t inline_runs, receiving;
+};
+
+static __attribute__((noinline)) void clobber_below(void)
+{
+	char z[4096];
+	memset(z, 0, sizeof(z)); /* where the receive's frames were */
+	__asm__ volatile("" : : "r"(z) : "memory");
+}
+
+static int64_t fci_actor(cbcmn_cx *cx, void *arg)
+{
+	struct fc_inline *f = arg;
+	cbcmn_actor_msg m = msg(0, 7, 7);
+	f->rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	clobber_below();
+	atomic_store(&f->ended, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&f->go) && t_now_ns() < end)
+		cbcmn_yield(cx);
+	return 0;
+}
+
+static int64_t fci_main(cbcmn_cx *cx, void *arg)
+{
+	struct fc_inline *f = arg;
+	TASK_CHECK(open_n(cx, &f->n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, f->n, fci_actor, f, NULL, &f->a) == 0);
+	atomic_store(&f->spawned, 1);
+	cbcmn_nursery_await_all(cx, f->n); /* runs it here, on this stack */
+	return 0;
+}
+
+static void *fci_thread(void *arg)
+{
+	struct fc_inline *f = arg;
+	cbcmn_stats ss;
+	cbcmn_executor_stats per[1];
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	do {
+		usleep(1000);
+		cbcmn_stats_snapshot(f->rt, &ss, per, 1);
+	} while ((!atomic_load(&f->spawned) || per[0].actors_receiving < 1) && t_now_ns() < end);
+	f->inline_runs = per[0].inline_runs;
+	cbcmn_nursery_cancel(f->n);
+	while (!atomic_load(&f->ended) && t_now_ns() < end)
+		usleep(1000);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	f->send_rc = cbcmn_actor_try_send(f->rt, NULL, f->a, &m);
+	cbcmn_stats_snapshot(f->rt, &ss, per, 1);
+	f->receiving = per[0].actors_receiving;
+	atomic_store(&f->go, 1);
+	return NULL;
+}
+
+static void test_an_inline_forever_receive_cancelled_leaves_its_slot(void **state)
+{
+	(void)state;
+	struct fc_inline f = {.rt = t_runtime(1), .rc = 12345};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, fci_thread, &f), 0);
+	t_run(f.rt, fci_main, &f, 0);
+	pthread_join(th, NULL);
+	assert_true(f.inline_runs >= 1); /* it ran inline: no record of its own */
+	assert_int_equal(f.rc, CBCMN_ECANCELED);
+	assert_int_equal(f.send_rc, 0); /* into the mailbox */
+	assert_int_equal(f.receiving, 0);
+	t_destroy(f.rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1157,7 +1239,8 @@ int main(void)
 		T_WATCHED_TEST(test_a_following_handler_actors_host_is_kicked),
 		T_WATCHED_TEST(test_a_stale_cancellers_claim_of_a_rearmed_receive_wakes_it),
 		T_WATCHED_TEST(test_a_stale_cancellers_claim_beats_a_receives_failed_timer),
-		cmocka_unit_test(test_a_forever_receive_cancelled_leaves_its_slot),
+		T_WATCHED_TEST(test_a_forever_receive_cancelled_leaves_its_slot),
+		T_WATCHED_TEST(test_an_inline_forever_receive_cancelled_leaves_its_slot),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
