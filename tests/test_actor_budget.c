@@ -304,6 +304,101 @@ static void test_handler_drop_out_of_budget_ends_the_drop_not_the_host(void **st
 	assert_int_equal(atomic_load(&hd.b_calls), HD_CALLS);
 }
 
+/* ---- the checkpoint pays the owed notification ----
+ *
+ * A sender that wakes an actor into its own slot owes the idle executors
+ * the notification (sched.c, owe_notify()); a sender that runs on pays
+ * it at its countdown window (budget.c, fairness_yield()).  An unlimited
+ * task yields at every window, and the loop ran the woken actor there
+ * anyway, so nothing showed that payment.  Here A's windows do not yield
+ * (a budget of PAY_OPS ops, recharged by A itself as it runs out, far
+ * below the yield interval): only the payment at the window's end lets
+ * the parked executor take B while A still checkpoints.  The stall
+ * monitor sees no stall within the test (a minute) and the executors
+ * park at once, so neither stands in for the payment. */
+#define PAY_OPS 64
+
+struct pay {
+	cbcmn_actor_ref b;
+	_Atomic int a_running; /* A has sent and checkpoints on */
+	_Atomic int b_ran, b_beside_a;
+};
+
+static int64_t pay_b(cbcmn_cx *cx, void *arg)
+{
+	struct pay *p = arg;
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	if (atomic_load(&p->a_running))
+		atomic_store(&p->b_beside_a, 1); /* A never yields: the other executor */
+	atomic_store(&p->b_ran, 1);
+	return 0;
+}
+
+static int64_t pay_a(cbcmn_cx *cx, void *arg)
+{
+	struct pay *p = arg;
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	/* The timer's wake notified the other executor: it parks again,
+	 * with nothing to take, before we send. */
+	cbcmn_sleep(cx, 20000000);
+	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
+		;
+	atomic_store(&p->a_running, 1);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->b, &m) == 0);
+	/* Bounded: 10 s of wall time, then the test fails (B never ran
+	 * beside us: no window paid the notification). */
+	const cbcmn_budget more = {.ops = PAY_OPS};
+	cbcmn_budget have;
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&p->b_ran) && t_now_ns() - t0 < 10000000000ull;) {
+		CBCMN_CHECKPOINT(cx);
+		TASK_CHECK(cbcmn_budget_get(cx, &have) == 0);
+		if (have.ops == 0) /* the window ended (no yield): open the next */
+			TASK_CHECK(cbcmn_budget_recharge(cx, NULL, &more) == 0);
+	}
+	atomic_store(&p->a_running, 0);
+	return 0;
+}
+
+static int64_t pay_root(cbcmn_cx *cx, void *arg)
+{
+	struct pay *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts bo = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, pay_b, p, &bo, &p->b) == 0);
+	/* B waits in its receive (its home parks) before A sends. */
+	cbcmn_sleep(cx, 20000000);
+	const cbcmn_budget ops = {.ops = PAY_OPS};
+	const cbcmn_caps caps = {.flags = CBCMN_CAP_BUDGET, .budget_limit = {.ops = CBCMN_UNLIMITED}};
+	cbcmn_actor_opts ao = bo;
+	ao.budget = &ops;
+	ao.caps = &caps;
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, pay_a, p, &ao, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_a_budgeted_sender_s_window_pays_the_woken_actor_s_notification(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.spin_ns = CBCMN_SPIN_NONE;
+	cfg.stall_ns = 60000000000ull;
+	cfg.yield_interval = UINT32_MAX; /* no window of A's yields */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct pay p = {0};
+	int64_t res = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, pay_root, &p, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&p.b_ran), 1);
+	assert_int_equal(atomic_load(&p.b_beside_a), 1);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -313,6 +408,7 @@ int main(void)
 		cmocka_unit_test(test_service_member_asking_only_channel_ops_ends_at_them),
 		cmocka_unit_test(test_cluster_supervisor_recharges_a_ring_member),
 		cmocka_unit_test(test_handler_drop_out_of_budget_ends_the_drop_not_the_host),
+		cmocka_unit_test(test_a_budgeted_sender_s_window_pays_the_woken_actor_s_notification),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
