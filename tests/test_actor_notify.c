@@ -383,6 +383,71 @@ static void test_a_debt_cleared_by_the_direct_switch_is_not_paid(void **state)
 	t_destroy(rt);
 }
 
+/* A and B pass a message back and forth, each computing RELAY_RUN_NS
+ * with no runtime call after its send, then blocking in its receive: a
+ * debt is open on A's executor nearly all the time, but each lives one
+ * hop, a tenth of owe_ns. */
+struct relay {
+	struct pair p;
+	_Atomic int ended;
+};
+
+#define RELAY_HOPS 60
+#define RELAY_RUN_NS 2000000ull
+
+/* to: A's first message's receiver; then each replies to the sender. */
+static int64_t relay(cbcmn_cx *cx, struct relay *r, cbcmn_actor_ref to)
+{
+	cbcmn_actor_msg m = msg(M_DATA, RELAY_HOPS, 0);
+	for (;; to = 0) {
+		if (!to) {
+			TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+			to = m.from;
+		}
+		if (m.body.u64[0]-- == 0 || atomic_load(&r->ended))
+			break;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, to, &m) == 0);
+		for (uint64_t t = t_now_ns(); t_now_ns() - t < RELAY_RUN_NS;)
+			;
+	}
+	/* The one that ends first tells the other. */
+	if (!atomic_exchange(&r->ended, 1))
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, to, &m) == 0);
+	return 0;
+}
+
+static int64_t relay_a(cbcmn_cx *cx, void *arg)
+{
+	struct relay *r = arg;
+	cbcmn_sleep(cx, 20000000); /* as runs_on_a(): the other executor parks */
+	return relay(cx, r, r->p.b);
+}
+
+static int64_t relay_b(cbcmn_cx *cx, void *arg)
+{
+	return relay(cx, arg, 0);
+}
+
+/* A debt is paid when it is the same one at two looks owe_ns apart, not
+ * when some debt is open at both: the monitor, looking every owe_ns while
+ * the numbers move, finds one open at nearly every look and pays none
+ * (a rule on the word's parity alone paid one, a wake for a receiver
+ * about to run). */
+static void test_a_new_debt_at_each_look_is_not_paid(void **state)
+{
+	(void)state;
+	static struct relay r;
+	memset(&r, 0, sizeof(r));
+	r.p = (struct pair){.a_fn = relay_a, .b_fn = relay_b};
+	cbcmn_runtime *rt = quiet_runtime(true, CLEARED_OWE_NS);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &r, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(cbcmn__monitor_owe_paid(rt), 0);
+	t_destroy(rt);
+}
+
 /* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
 static void test_owe_ns_out_of_bounds_is_refused(void **state)
 {
@@ -411,6 +476,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_chain_passing_one_token_wakes_no_idle_executor),
 		cmocka_unit_test(test_a_debt_cleared_by_the_direct_switch_is_not_paid),
+		cmocka_unit_test(test_a_new_debt_at_each_look_is_not_paid),
 		cmocka_unit_test(test_off_fiber_channel_calls_leave_the_executors_debt_alone),
 		cmocka_unit_test(test_a_sender_that_checkpoints_on_hands_the_woken_actor_over),
 		cmocka_unit_test(test_a_sender_that_sends_again_hands_the_woken_actor_over),
