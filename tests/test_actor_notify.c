@@ -385,15 +385,18 @@ static void test_a_debt_cleared_by_the_direct_switch_is_not_paid(void **state)
 
 /* A and B pass a message back and forth, each computing RELAY_RUN_NS
  * with no runtime call after its send, then blocking in its receive: a
- * debt is open on A's executor nearly all the time, but each lives one
- * hop, a tenth of owe_ns. */
+ * debt is open on A's executor nearly all the time, for three times
+ * RELAY_OWE_NS, but each lives one hop, a hundredth of it (an executor's
+ * thread kept off the CPU for owe_ns with a debt open has it paid: 20 ms
+ * was seen beside a CPU hog). */
 struct relay {
 	struct pair p;
 	_Atomic int ended;
 };
 
-#define RELAY_HOPS 60
+#define RELAY_OWE_NS 200000000ull
 #define RELAY_RUN_NS 2000000ull
+#define RELAY_HOPS (3 * RELAY_OWE_NS / RELAY_RUN_NS)
 
 /* to: A's first message's receiver; then each replies to the sender. */
 static int64_t relay(cbcmn_cx *cx, struct relay *r, cbcmn_actor_ref to)
@@ -439,7 +442,7 @@ static void test_a_new_debt_at_each_look_is_not_paid(void **state)
 	static struct relay r;
 	memset(&r, 0, sizeof(r));
 	r.p = (struct pair){.a_fn = relay_a, .b_fn = relay_b};
-	cbcmn_runtime *rt = quiet_runtime(true, CLEARED_OWE_NS);
+	cbcmn_runtime *rt = quiet_runtime(true, RELAY_OWE_NS);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &r, &res), 0);
 	ASSERT_TASK_CHECKS();
