@@ -392,6 +392,7 @@ static void test_a_debt_cleared_by_the_direct_switch_is_not_paid(void **state)
 struct relay {
 	struct pair p;
 	_Atomic int ended;
+	_Atomic uint32_t sends; /* the relay's hops */
 };
 
 #define RELAY_OWE_NS 200000000ull
@@ -410,6 +411,7 @@ static int64_t relay(cbcmn_cx *cx, struct relay *r, cbcmn_actor_ref to)
 		if (m.body.u64[0]-- == 0 || atomic_load(&r->ended))
 			break;
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, to, &m) == 0);
+		atomic_fetch_add(&r->sends, 1);
 		for (uint64_t t = t_now_ns(); t_now_ns() - t < RELAY_RUN_NS;)
 			;
 	}
@@ -447,6 +449,7 @@ static void test_a_new_debt_at_each_look_is_not_paid(void **state)
 	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &r, &res), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&r.sends), RELAY_HOPS);
 	assert_int_equal(cbcmn__monitor_owe_paid(rt), 0);
 	t_destroy(rt);
 }
