@@ -386,13 +386,20 @@ static void test_a_debt_cleared_by_the_direct_switch_is_not_paid(void **state)
 /* A and B pass a message back and forth, each computing RELAY_RUN_NS
  * with no runtime call after its send, then blocking in its receive: a
  * debt is open on A's executor nearly all the time, for three times
- * RELAY_OWE_NS, but each lives one hop, a hundredth of it (an executor's
- * thread kept off the CPU for owe_ns with a debt open has it paid: 20 ms
- * was seen beside a CPU hog). */
+ * RELAY_OWE_NS, but each lives one hop, a hundredth of it.  Unless the
+ * host keeps an executor's thread off the CPU with a debt open (a hop's
+ * send to its receiver's start took 20 to 685 ms beside a CPU hog, on
+ * main too): such a debt is old enough to pay, and the hop is counted
+ * slow.  Each debt opens after its sender's clock read before the send
+ * and closes before the receiver's receive returns, or the sender's
+ * next one (a receiver taken by the other executor: the sender's block
+ * closes it). */
 struct relay {
 	struct pair p;
 	_Atomic int ended;
 	_Atomic uint32_t sends; /* the relay's hops */
+	_Atomic uint64_t sent_at; /* before the last send */
+	_Atomic uint32_t slow;    /* hops whose debt may have lived owe_ns */
 };
 
 #define RELAY_OWE_NS 200000000ull
@@ -403,21 +410,29 @@ struct relay {
 static int64_t relay(cbcmn_cx *cx, struct relay *r, cbcmn_actor_ref to)
 {
 	cbcmn_actor_msg m = msg(M_DATA, RELAY_HOPS, 0);
+	uint64_t mine = 0; /* before our last send */
 	for (;; to = 0) {
 		if (!to) {
 			TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
 			to = m.from;
+			uint64_t now = t_now_ns();
+			if (now - atomic_load(&r->sent_at) >= RELAY_OWE_NS ||
+			    (mine && now - mine >= RELAY_OWE_NS))
+				atomic_fetch_add(&r->slow, 1);
 		}
 		if (m.body.u64[0]-- == 0 || atomic_load(&r->ended))
 			break;
+		atomic_store(&r->sent_at, mine = t_now_ns());
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, to, &m) == 0);
 		atomic_fetch_add(&r->sends, 1);
 		for (uint64_t t = t_now_ns(); t_now_ns() - t < RELAY_RUN_NS;)
 			;
 	}
 	/* The one that ends first tells the other. */
-	if (!atomic_exchange(&r->ended, 1))
+	if (!atomic_exchange(&r->ended, 1)) {
+		atomic_store(&r->sent_at, t_now_ns());
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, to, &m) == 0);
+	}
 	return 0;
 }
 
@@ -436,8 +451,8 @@ static int64_t relay_b(cbcmn_cx *cx, void *arg)
 /* A debt is paid when it is the same one at two looks owe_ns apart, not
  * when some debt is open at both: the monitor, looking every owe_ns while
  * the numbers move, finds one open at nearly every look and pays none
- * (a rule on the word's parity alone paid one, a wake for a receiver
- * about to run). */
+ * but a slow hop's (a rule on the word's parity alone paid one, a wake
+ * for a receiver about to run). */
 static void test_a_new_debt_at_each_look_is_not_paid(void **state)
 {
 	(void)state;
@@ -450,7 +465,7 @@ static void test_a_new_debt_at_each_look_is_not_paid(void **state)
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
 	assert_int_equal(atomic_load(&r.sends), RELAY_HOPS);
-	assert_int_equal(cbcmn__monitor_owe_paid(rt), 0);
+	assert_true(cbcmn__monitor_owe_paid(rt) <= atomic_load(&r.slow));
 	t_destroy(rt);
 }
 
