@@ -735,6 +735,7 @@ static int doorbell_sync(struct cbcmn__exec *me, struct cbcmn__exec *target)
 	int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
 			 ? -1
 			 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
+	CBCMN__PAUSE(CBCMN__P_DOORBELL_FD, target);
 	return sync_msg(fd, CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3));
 }
 
@@ -760,6 +761,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
 				 ? -1
 				 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
+		CBCMN__PAUSE(CBCMN__P_DOORBELL_FD, target);
 		io_uring_prep_msg_ring(sqe, fd, 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
