@@ -82,6 +82,9 @@ enum cbcmn__pause_point {
 	                            * gets the wait, not an executor */
 	CBCMN__P_REARM,            /* a lasting wait re-armed, its state WAITING
 	                            * (iwait.c); the hook gets the wait */
+	CBCMN__P_DOORBELL_FD,      /* a doorbell's sender holding the number of its
+	                            * target's ring, before its MSG_RING (ring.c);
+	                            * the hook gets the target */
 	CBCMN__P_NPOINTS
 };
 

@@ -385,6 +385,52 @@ static void efd_arm(struct cbcmn__exec *e)
 	e->ring.efd_armed = true;
 }
 
+/* A ring's number, once published in fd for doorbells, is never closed
+ * while another executor may send to it: a sender reads it, then sends
+ * its MSG_RING, and a number closed in between may name another io_uring
+ * of the process by then (another runtime's, a library's), which would
+ * get our doorbell's CQE.  When the ring goes, dup3() puts the eventfd
+ * under the number in the same step as it drops the ring's file: a
+ * MSG_RING to it fails and its sender rings the eventfd instead.  The
+ * number is held until the executor's next ring takes it (a restart after
+ * a retire, a takeover) or destroy closes it, when no executor sends.
+ * dup3() onto an open number takes no new descriptor, so a full table
+ * does not fail it; an RLIMIT_NOFILE lowered below the number does
+ * (-EBADF): then the number is closed and -1 published, as before. */
+static void ring_fd_drop(struct cbcmn__ring *r)
+{
+	int fd = r->u.ring_fd;
+	if (atomic_load_explicit(&r->fd, memory_order_relaxed) != fd) {
+		close(fd); /* never published (ring_fd_adopt() failed) */
+		return;
+	}
+	if (dup3(r->efd, fd, O_CLOEXEC) < 0) {
+		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
+		close(fd);
+	}
+}
+
+/* Publish the new ring's number: the one held (ring_fd_drop()), the ring
+ * put under it in place of the eventfd, else its own.  Should that dup3()
+ * fail, the held number stays on the eventfd: doorbells take the eventfd,
+ * slower but ours.  After the ring's registration: an unregistered ring
+ * enters through the number. */
+static void ring_fd_adopt(struct cbcmn__ring *r)
+{
+	int held = atomic_load_explicit(&r->fd, memory_order_relaxed);
+	if (held < 0) {
+		atomic_store_explicit(&r->fd, r->u.ring_fd, memory_order_relaxed);
+		return;
+	}
+	if (dup3(r->u.ring_fd, held, O_CLOEXEC) < 0)
+		return;
+	/* Registered, enters name the file, not the number. */
+	close(r->u.ring_fd);
+	r->u.ring_fd = held;
+	if (!r->registered)
+		r->u.enter_ring_fd = held;
+}
+
 /* Make the executor's ring, on its own thread, which becomes its single
  * issuer, with the flags the probe chose. */
 int cbcmn__ring_create(struct cbcmn__exec *e)
@@ -397,10 +443,6 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 		return rc;
 	atomic_fetch_add_explicit(&rings_held, ring_cost(r->u.sq.ring_entries), memory_order_relaxed);
 	r->up = true;
-	/* Its number for doorbells, unless the executor keeps one (a
-	 * takeover puts the new ring under the old number). */
-	if (atomic_load_explicit(&r->fd, memory_order_relaxed) < 0)
-		atomic_store_explicit(&r->fd, r->u.ring_fd, memory_order_relaxed);
 	r->enabled = true;
 	r->dropped = false;
 	r->overflow_seen = IO_URING_READ_ONCE(*r->u.cq.koverflow);
@@ -421,6 +463,7 @@ int cbcmn__ring_create(struct cbcmn__exec *e)
 	/* Enter through a registered ring fd: a cheaper fd lookup per enter.
 	 * Registered in this thread's table: unregistered on it too. */
 	r->registered = io_uring_register_ring_fd(&r->u) == 1;
+	ring_fd_adopt(r);
 	efd_arm(e);
 	io_uring_submit(&r->u);
 	return 0;
@@ -454,26 +497,31 @@ void cbcmn__ring_leave(struct cbcmn__exec *e)
 
 /* The ring goes (a retiring executor, on its thread; destroy, on another
  * once the owner has ended, after its cbcmn__ring_leave()); the eventfd
- * stays, for the thread that may start on the executor later. */
+ * stays, for the thread that may start on the executor later, and under
+ * the ring's number too (ring_fd_drop()). */
 void cbcmn__ring_close(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
-	if (r->up)
-		ring_unmap(&r->u, r->u.ring_fd);
+	if (r->up) {
+		ring_unmap(&r->u, -1);
+		ring_fd_drop(r);
+	}
 	r->registered = false;
 	cbcmn__bufring_fini(e);
 	r->up = r->enabled = r->efd_armed = false;
 	r->inflight = r->defer = 0;
 	r->resubmit = false;
 	r->reqs = NULL;
-	/* A restarted executor gets a new ring and number. */
-	atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 }
 
 void cbcmn__ring_destroy(struct cbcmn__exec *e)
 {
 	struct cbcmn__ring *r = &e->ring;
 	cbcmn__ring_close(e);
+	/* Every executor has ended: nobody sends to the number any more. */
+	int fd = atomic_exchange_explicit(&r->fd, -1, memory_order_relaxed);
+	if (fd >= 0)
+		close(fd);
 	if (r->efd >= 0)
 		close(r->efd);
 	r->efd = -1;
@@ -735,6 +783,7 @@ static int doorbell_sync(struct cbcmn__exec *me, struct cbcmn__exec *target)
 	int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
 			 ? -1
 			 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
+	CBCMN__PAUSE(CBCMN__P_DOORBELL_FD, target);
 	return sync_msg(fd, CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3));
 }
 
@@ -760,6 +809,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
 				 ? -1
 				 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
+		CBCMN__PAUSE(CBCMN__P_DOORBELL_FD, target);
 		io_uring_prep_msg_ring(sqe, fd, 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
@@ -810,8 +860,7 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
  * The old ring goes before the new one is made: both at once would need
  * twice the ring's locked memory, and an executor whose ring just fitted
  * in RLIMIT_MEMLOCK would be lost, its dead task's nursery waiting
- * forever.  Meanwhile its number names our eventfd (dup3 closes the old
- * ring's file in the same step, so no other file can take the number): a
+ * forever.  Meanwhile its number names our eventfd (ring_fd_drop()): a
  * MSG_RING sent to it fails and its sender rings the eventfd instead. */
 int cbcmn__ring_takeover(struct cbcmn__exec *e)
 {
@@ -819,7 +868,6 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 	/* Unbounded: until the old thread is gone the kernel may still write
 	 * into the buffers of the requests it had in flight. */
 	pthread_join(e->dead_thread, NULL);
-	int oldfd = atomic_load_explicit(&r->fd, memory_order_relaxed);
 	bool was_up = r->up;
 	r->up = r->enabled = r->efd_armed = r->registered = false;
 	cbcmn__bufring_retire(e); /* registered with the old ring */
@@ -840,36 +888,13 @@ int cbcmn__ring_takeover(struct cbcmn__exec *e)
 			for (; head != tail; head++)
 				old_cqes[nold++] = cq->cqes[head & cq->ring_mask];
 		ring_unmap(&r->u, -1);
+		ring_fd_drop(r);
 	}
-	if (oldfd >= 0 && dup3(r->efd, oldfd, O_CLOEXEC) < 0) {
-		close(oldfd);
-		oldfd = -1; /* the new ring's number is published as at a restart */
-		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
-	}
+	/* The new ring under the old number (ring_fd_adopt()). */
 	int rc = cbcmn__ring_create(e);
-	if (rc == 0 && oldfd >= 0) {
-		/* The new ring under the old number, in place of the eventfd. */
-		if (dup3(r->u.ring_fd, oldfd, O_CLOEXEC) < 0) {
-			rc = -errno;
-			cbcmn__ring_close(e);
-		} else {
-			close(r->u.ring_fd);
-			/* Enters go through the registered ring fd, which names
-			 * the file, not the number: only the number others use
-			 * changes (and the one enters use, if registering
-			 * failed). */
-			r->u.ring_fd = oldfd;
-			atomic_store_explicit(&r->fd, oldfd, memory_order_relaxed);
-			if (!r->registered)
-				r->u.enter_ring_fd = oldfd;
-		}
-	}
 	if (rc) {
-		/* No ring: doorbells go to the eventfd (MSG_RING to -1 fails
-		 * and falls back). */
-		if (oldfd >= 0)
-			close(oldfd);
-		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
+		/* No ring: doorbells fail on the eventfd under the number,
+		 * held until destroy, and fall back to it. */
 		free(old_cqes);
 		return rc;
 	}

@@ -43,12 +43,14 @@ struct cbcmn__ring_caps {
 };
 
 /* An executor's ring, owner-only but for fd and efd, which other threads
- * read to ring its doorbell: efd is fixed; fd is new each time a retired
- * executor starts again, published to doorbell senders by the release of
+ * read to ring its doorbell: efd is fixed; fd is set by the first ring
+ * and kept by the next ones (ring.c), published to doorbell senders by the release of
  * its park word when it goes to sleep (wake.c).  fd is atomic (relaxed):
  * a sender that read the park word long before may read it while a new
- * thread takes over (ring.c), and any number it reads then is the
- * executor's (its old ring, its eventfd, its new ring) or -1. */
+ * thread takes over or the ring closes (ring.c), and any number it reads
+ * then is the executor's (its old ring, its eventfd put under the number
+ * while it has no ring, its new ring) or -1: a published number is never
+ * closed before destroy (ring_fd_drop()). */
 struct cbcmn__ring {
 	struct io_uring u;
 	_Atomic int fd;       /* for other executors' MSG_RING */

@@ -2,12 +2,15 @@
  * executors, add them while there is parallel work, retire idle ones. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "helpers.h"
+#include "../lib/runtime.h"
 
 static cbcmn_runtime *grow_rt(uint32_t workers, uint32_t min, uint32_t retire_ms)
 {
@@ -380,6 +383,132 @@ static void test_regression_executor_retiring_at_destroy_is_not_joined(void **st
 	assert_int_equal(atomic_load(&detached_while_joined), 0);
 }
 
+/* A doorbell's sender reads its target's ring number, then sends a
+ * MSG_RING to it.  A retiring executor's ring that closed in between left
+ * that number free for another io_uring of the process (another
+ * runtime's, a library's), and the late MSG_RING posted our doorbell's
+ * CQE on it.  The number must stay ours while the executor is retired
+ * (ring.c, cbcmn__ring_close()).  Both senders: MSG_RING from the
+ * sender's ring, and (SQPOLL) through no ring. */
+static struct stray {
+	struct cbcmn__exec *target;
+	_Atomic int armed, fired;
+	int num;               /* the number the sender read */
+	bool retired, took_it; /* a foreign ring took the number */
+	bool made;
+	struct io_uring foreign;
+} stray;
+
+static void stray_pause(enum cbcmn__pause_point p, void *exec)
+{
+	if (p != CBCMN__P_DOORBELL_FD || exec != stray.target || !atomic_exchange(&stray.armed, 0))
+		return;
+	struct cbcmn__exec *e = exec;
+	stray.num = atomic_load(&e->ring.fd);
+	/* The target retires meanwhile (it steals the spawned task, runs it,
+	 * then idles out): its ring closes. */
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&e->lstate) != CBCMN__EX_STOPPED && t_now_ns() < deadline)
+		usleep(1000);
+	stray.retired = atomic_load(&e->lstate) == CBCMN__EX_STOPPED;
+	/* Another io_uring of the process, under the number if it is free. */
+	stray.made = io_uring_queue_init(4, &stray.foreign, 0) == 0;
+	if (stray.made && stray.num >= 0 && stray.foreign.ring_fd != stray.num &&
+	    fcntl(stray.num, F_GETFD) < 0 && errno == EBADF &&
+	    dup3(stray.foreign.ring_fd, stray.num, O_CLOEXEC) == stray.num) {
+		close(stray.foreign.ring_fd);
+		stray.foreign.ring_fd = stray.foreign.enter_ring_fd = stray.num;
+	}
+	stray.took_it = stray.made && stray.foreign.ring_fd == stray.num;
+	atomic_store(&stray.fired, 1);
+}
+
+static int64_t noop(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+/* On executor 0, with executor 1 asleep: a spawn, whose notify rings
+ * executor 1 (the lowest idle one). */
+static int64_t stray_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	if (atomic_load(&stray.target->park) != CBCMN__PARK_SLEEPING)
+		return 0; /* not asleep yet: the caller tries again */
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	atomic_store(&stray.armed, 1);
+	cbcmn_nursery_spawn(cx, n, noop, NULL, NULL);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	atomic_store(&stray.armed, 0);
+	return rc;
+}
+
+static void late_doorbell(uint32_t ring_flags)
+{
+	T_SKIP_UNLESS_IO_URING("ring numbers");
+	if (!cbcmn__pause_set(NULL)) {
+		T_SKIP("pause points are compiled in only with CBCMN_FAULTS (ASan, TSan builds)");
+		return;
+	}
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.min_workers = 1;
+	cfg.idle_retire_ms = 30;
+	cfg.ring_flags = ring_flags;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	memset(&stray, 0, sizeof(stray));
+	stray.num = -1;
+	stray.target = rt->exec[1];
+	cbcmn__pause_set(stray_pause);
+	for (int tries = 0; tries < 50 && !atomic_load(&stray.fired); tries++) {
+		struct par p = {0};
+		t_run(rt, par_main, &p, 0); /* executor 1 runs */
+		uint64_t deadline = t_now_ns() + T_STALL_NS;
+		while (atomic_load(&stray.target->park) != CBCMN__PARK_SLEEPING &&
+		       atomic_load(&stray.target->lstate) == CBCMN__EX_RUNNING &&
+		       t_now_ns() < deadline)
+			usleep(100);
+		t_run_pinned(rt, 0, stray_main, NULL);
+	}
+	cbcmn__pause_set(NULL);
+	assert_int_equal(atomic_load(&stray.fired), 1);
+	assert_true(stray.retired);
+	assert_true(stray.made);
+	/* No CQE of ours landed on another ring: the number stayed ours. */
+	usleep(20000);
+	assert_int_equal(io_uring_cq_ready(&stray.foreign), 0);
+	assert_false(stray.took_it);
+	/* Executor 1 comes back with its ring under the number it kept. */
+	struct par p = {0};
+	t_run(rt, par_main, &p, 0);
+	assert_int_equal(atomic_load(&p.both), 1);
+	assert_int_equal(atomic_load(&stray.target->ring.fd), stray.num);
+	char link[64] = "";
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", stray.num);
+	assert_true(readlink(path, link, sizeof(link) - 1) > 0);
+	assert_string_equal(link, "anon_inode:[io_uring]");
+	t_destroy(rt);
+	io_uring_queue_exit(&stray.foreign);
+}
+
+static void test_regression_late_doorbell_misses_a_foreign_ring(void **state)
+{
+	(void)state;
+	late_doorbell(0);
+}
+
+static void test_regression_late_sqpoll_doorbell_misses_a_foreign_ring(void **state)
+{
+	(void)state;
+	late_doorbell(CBCMN_RING_SQPOLL);
+}
+
 int main(void)
 {
 	/* The retiring-at-destroy test holds executor 1 inside a
@@ -394,6 +523,8 @@ int main(void)
 		T_WATCHED_TEST(test_regression_start_asked_while_retiring_is_not_lost),
 		T_WATCHED_TEST(test_bad_config),
 		T_WATCHED_TEST(test_regression_executor_retiring_at_destroy_is_not_joined),
+		T_WATCHED_TEST(test_regression_late_doorbell_misses_a_foreign_ring),
+		T_WATCHED_TEST(test_regression_late_sqpoll_doorbell_misses_a_foreign_ring),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
