@@ -211,6 +211,12 @@ struct cbcmn__actor {
 	 * nor free at its halt.  Cold to a ring's hop (a mailbox of one
 	 * that is handed its message never touches it). */
 	cbcmn_actor_msg one_msg;
+	/* A stride of an odd number of lines (9), not 512 bytes: a power of
+	 * two put every slot's hop lines in three eighths of the cache's sets
+	 * (address bits 6-8 always zero), and a cache shared with other work
+	 * then slowed the handler rings 1.2x (docs/ACTORS.md, "The 512-byte
+	 * stride and the cache's sets"). */
+	uint8_t stride_pad[64];
 } __attribute__((aligned(64)));
 
 /* The hop's lines (docs/ACTORS.md, "The slot's hop lines"): every field a
@@ -248,6 +254,8 @@ _Static_assert(offsetof(struct cbcmn__actor, ring) >= CBCMN__ACTOR_RING_LINE * 6
 		       CBCMN__ACTOR_ENDS_BY(sendq.head, (CBCMN__ACTOR_RING_LINE + 1) * 64u),
 	       "what a message put in the ring adds is one line, the next");
 _Static_assert(_Alignof(struct cbcmn__actor) == 64, "a slot begins a line");
+_Static_assert(sizeof(struct cbcmn__actor) % 64 == 0 && (sizeof(struct cbcmn__actor) / 64) % 2 == 1,
+	       "a slot is an odd number of lines: its hop lines spread over every set");
 
 /* Prefetch the lines of [p, end), at most 16, for writing (rw 1) or
  * reading (0): docs/ACTORS.md "Prefetch: the next actor, one hop early". */
