@@ -128,11 +128,6 @@ static cbcmn_trace_event *drain_sends(cbcmn_runtime *rt, int sends, size_t *coun
 	return ev;
 }
 
-static cbcmn_trace_event *drain_all(cbcmn_runtime *rt, size_t *count)
-{
-	return drain_sends(rt, 0, count);
-}
-
 static cbcmn_runtime *traced_runtime_stall(uint64_t stall_ns)
 {
 	cbcmn_config cfg;
@@ -318,7 +313,9 @@ static void test_refused_sends_and_untaken_messages_record_no_receive(void **sta
 	assert_int_equal(f.rcs[3], -ESRCH);
 	assert_int_equal(f.drops, 1);
 	size_t n;
-	cbcmn_trace_event *ev = drain_all(rt, &n);
+	/* The one send: a lane send the stall monitor landed is written at
+	 * its executor's next drain, maybe after the run. */
+	cbcmn_trace_event *ev = drain_sends(rt, 1, &n);
 	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
 	int sends = 0, recvs = 0;
 	for (size_t i = 0; i < n; i++) {
