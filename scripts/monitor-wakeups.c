@@ -64,14 +64,13 @@ static int64_t yielder(cbcmn_cx *cx, void *arg)
 
 static cbcmn_actor_ref peer[2];
 
-/* Passes the token to the other until stop; the one that sees stop first
- * passes it on once more, marked, so that both end. */
+/* Passes the token (main's first send, once both refs are known) to the
+ * other until stop; the one that sees stop first passes it on once more,
+ * marked, so that both end. */
 static int64_t passer(cbcmn_cx *cx, void *arg)
 {
 	int me = (int)(intptr_t)arg;
-	cbcmn_actor_msg m = {.type = 1};
-	if (me == 0 && cbcmn_actor_send(NULL, cx, peer[1], &m))
-		return 1;
+	cbcmn_actor_msg m;
 	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0) {
 		if (m.body.u64[0])
 			return 0;
@@ -84,6 +83,11 @@ static int64_t passer(cbcmn_cx *cx, void *arg)
 
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "idle") && strcmp(argv[1], "busy") && strcmp(argv[1], "light") &&
+	    strcmp(argv[1], "chain")) {
+		fprintf(stderr, "monitor-wakeups: unknown mode '%s' (idle, busy, light or chain)\n", argv[1]);
+		return 2;
+	}
 	int chain = argc > 1 && !strcmp(argv[1], "chain");
 	int busy = argc > 1 && strcmp(argv[1], "idle") && !chain;
 	static int nap;
@@ -105,6 +109,9 @@ int main(int argc, char **argv)
 	for (int i = 0; chain && i < 2; i++)
 		if (cbcmn_actor_spawn(NULL, n, passer, (void *)(intptr_t)i, &ao, &peer[i]))
 			return 1;
+	cbcmn_actor_msg first = {.type = 1};
+	if (chain && cbcmn_actor_send(rt, NULL, peer[1], &first))
+		return 1;
 	usleep(300000);
 	long a = mon_switches();
 	struct timespec t0, t1;
@@ -113,7 +120,10 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	long b = mon_switches();
 	atomic_store(&stop, 1);
-	cbcmn_nursery_await_all(NULL, n);
+	if (cbcmn_nursery_await_all(NULL, n)) {
+		fprintf(stderr, "monitor-wakeups: a task or actor failed\n");
+		return 1;
+	}
 	cbcmn_stats st;
 	cbcmn_stats_snapshot(rt, &st, NULL, 0);
 	double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
