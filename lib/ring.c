@@ -766,6 +766,28 @@ static bool doorbell_sync_on(const struct cbcmn_runtime *rt)
 	return rt->ring_caps.sync_msg_ring && !(rt->cfg.ring_flags & CBCMN_RING_NO_MSG_RING);
 }
 
+/* The number a doorbell's MSG_RING names: target's ring's, never closed
+ * while we may send to it (ring_fd_drop()).  An injected failure names
+ * no ring: the kernel fails the MSG_RING (-EBADF) and the eventfd serves,
+ * as for a full CQ. */
+static int doorbell_fd(struct cbcmn__exec *target)
+{
+	int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
+			 ? -1
+			 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
+	CBCMN__PAUSE(CBCMN__P_DOORBELL_FD, target);
+	return fd;
+}
+
+/* A doorbell rung by executor me: counted, traced (how: 0 a MSG_RING,
+ * 1 the eventfd) and probed. */
+static void doorbell_sent(struct cbcmn__exec *me, struct cbcmn__exec *target, int how)
+{
+	CBCMN__COUNT(me, doorbells_sent, 1);
+	CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, how, target->id);
+	CBCMN_PROBE4(doorbell, (int)me->id, target->id, how, target->rt->seg.rt_id);
+}
+
 /* An SQPOLL executor's doorbell to target: a MSG_RING sent by the calling
  * thread itself (sync_msg()), which posts target's CQE and wakes it when
  * the call returns.  Not the eventfd first: its read, armed on an SQPOLL
@@ -779,12 +801,7 @@ static int doorbell_sync(struct cbcmn__exec *me, struct cbcmn__exec *target)
 {
 	if (!doorbell_sync_on(target->rt))
 		return -EOPNOTSUPP;
-	/* An injected failure sends to no ring, as the MSG_RING below. */
-	int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
-			 ? -1
-			 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
-	CBCMN__PAUSE(CBCMN__P_DOORBELL_FD, target);
-	return sync_msg(fd, CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3));
+	return sync_msg(doorbell_fd(target), CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3));
 }
 
 /* Are an executor's doorbells MSG_RINGs, from its ring or without one
@@ -795,22 +812,16 @@ bool cbcmn__doorbells_are_msg_rings(const struct cbcmn_runtime *rt)
 }
 
 /* Ring target's doorbell: a MSG_RING CQE on its ring from the calling
- * executor's ring, or a write to its eventfd from any other thread (or
- * when MSG_RING is missing, turned off or sent late: above). */
+ * executor's ring; from an SQPOLL executor a MSG_RING sent without a ring
+ * (doorbell_sync()); else, or when either fails, a write to its eventfd
+ * (any other thread; MSG_RING missing, turned off or sent late: above). */
 void cbcmn__doorbell(struct cbcmn__exec *target)
 {
 	struct cbcmn_runtime *rt = target->rt;
 	struct cbcmn__exec *me = cbcmn__tls_exec;
 	if (me && me->rt == rt && me->ring.enabled && cbcmn__doorbell_msg_ring(rt)) {
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(me);
-		/* An injected failure sends to no ring: the kernel fails the
-		 * MSG_RING (-EBADF) and the fallback below runs as for a full
-		 * CQ. */
-		int fd = CBCMN__FAULT(CBCMN__F_MSG_RING)
-				 ? -1
-				 : atomic_load_explicit(&target->ring.fd, memory_order_relaxed);
-		CBCMN__PAUSE(CBCMN__P_DOORBELL_FD, target);
-		io_uring_prep_msg_ring(sqe, fd, 0,
+		io_uring_prep_msg_ring(sqe, doorbell_fd(target), 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
 		io_uring_sqe_set_data64(sqe, CBCMN__UD_DBSEND | ((uint64_t)target->id << 3));
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
@@ -821,25 +832,20 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		 * (a busy sender without I/O) and its target sleeps meanwhile. */
 		submitted(me, n, rc ? rc : io_uring_submit(&me->ring.u));
 		CBCMN__COUNT(me, ring_msgs_submitted, 1);
-		CBCMN__COUNT(me, doorbells_sent, 1);
-		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 0, target->id);
-		CBCMN_PROBE4(doorbell, (int)me->id, target->id, 0, target->rt->seg.rt_id);
+		doorbell_sent(me, target, 0);
 		return;
 	}
 	if (me && me->rt == rt && doorbell_sync(me, target) == 0) {
-		CBCMN__COUNT(me, doorbells_sent, 1);
-		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 0, target->id);
-		CBCMN_PROBE4(doorbell, (int)me->id, target->id, 0, rt->seg.rt_id);
+		doorbell_sent(me, target, 0);
 		return;
 	}
 	cbcmn__efd_ring(target);
 	if (me && me->rt == rt) {
-		CBCMN__COUNT(me, doorbells_sent, 1);
-		CBCMN__TRACE(me, CBCMN_TRACE_DOORBELL, cbcmn__trace_now(), 0, 1, target->id);
-	} else
-		atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
-	CBCMN_PROBE4(doorbell, me && me->rt == rt ? (int)me->id : -1, target->id, 1,
-		     rt->seg.rt_id);
+		doorbell_sent(me, target, 1);
+		return;
+	}
+	atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
+	CBCMN_PROBE4(doorbell, -1, target->id, 1, rt->seg.rt_id);
 }
 
 /* The executor's thread died and a new one takes over (sched.c).  The old
