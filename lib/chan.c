@@ -291,7 +291,10 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 		cbcmn__waitq_del(q, &w->qw);
 	if (w->rec)
 		rec_put(c, w->rec); /* never granted: claimed by cancellation or time */
-	c->blocked--; /* the last touch of c: destroy may free it now */
+	/* The last touch of c but the unlock's futex wake, which names the
+	 * lock word's address only (as a pthread mutex's may): destroy may
+	 * free c once the unlock's exchange is done. */
+	c->blocked--;
 	chan_unlock(c);
 	return how == CBCMN__IW_TIMEDOUT ? -ETIMEDOUT : CBCMN_ECANCELED;
 }

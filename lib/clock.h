@@ -60,12 +60,12 @@ struct cbcmn__clock {
 extern struct cbcmn__clock cbcmn__clock;
 
 uint64_t cbcmn__mono_ns(void); /* clock_gettime(CLOCK_MONOTONIC), in ns */
-/* A private clock (tests): mode UNSET decides as the process's clock does. */
 /* CBCMN_CLOCK at cbcmn_runtime_create(): unset, empty or "monotonic"; else
  * -EINVAL, said on stderr (as CBCMN_BACKEND's is).  The clock itself reads
  * it later, once per process, where it cannot fail: a typo would go
  * unnoticed, and the counter clock it meant to turn off would run on. */
 int cbcmn__clock_env_check(void);
+/* A private clock (tests): mode UNSET decides as the process's clock does. */
 void cbcmn__clock_init(struct cbcmn__clock *k, enum cbcmn__clock_mode mode);
 uint64_t cbcmn__clock_slow(struct cbcmn__clock *k);
 /* Hold (lock) or let go of the process's clock's writer across a fork

@@ -288,9 +288,12 @@ struct mon_seen {
 /* Executor i's owed notification (sched.c, owe_notify()): an actor its
  * running actor woke into its slot, whose idle executor's notification
  * waits for the sender's next switch.  A sender that computes on without
- * a runtime call never makes one: the debt is paid here, once, when we
- * find it open under the same number at two looks cfg.owe_ns apart; an
+ * a runtime call never makes one: the debt is paid here, once by us, when
+ * we find it open under the same number at two looks cfg.owe_ns apart; an
  * idle executor woken for it takes the actor by the ordinary slot steal.
+ * We cannot close the word (its executor's alone): the executor's own
+ * payment, should it come while the actor still waits in its slot,
+ * notifies once more (runtime.h, owe).
  * A chain whose senders block clears each debt at its hop (the direct
  * switch), long before, and its debts' numbers move between two looks:
  * none is paid, no idle executor is woken (test_actor_notify).  While the

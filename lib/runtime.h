@@ -368,10 +368,12 @@ struct cbcmn__exec {
 	 * into our empty slot by the actor running here, whose notification
 	 * of an idle executor waits for our next switch (the sender's block
 	 * runs it here next).  The debt's number, odd while it is open
-	 * (cbcmn__owe_open()); even, the last one's, once paid or cleared.
-	 * Written by us only, relaxed; the stall monitor reads it and pays a
-	 * debt it finds open, unchanged, at two looks cfg.owe_ns apart
-	 * (monitor.c, owe_look()). */
+	 * (cbcmn__owe_open()); even, the last one's, once we paid or cleared
+	 * it.  Written by us only, relaxed; the stall monitor reads it and
+	 * pays a debt it finds open, unchanged, at two looks cfg.owe_ns
+	 * apart (monitor.c, owe_look()), and cannot close it: should our own
+	 * payment come while the actor still waits in our slot, it notifies
+	 * again (one more idle executor woken, on a runtime with two idle). */
 	_Atomic uint32_t owe;
 	/* Runs begun by a direct switch, without the loop (sched.c,
 	 * switch_direct()), wrapping: how many hops took the fast path
@@ -971,7 +973,8 @@ struct io_uring_sqe *cbcmn__ring_sqe(struct cbcmn__exec *e);
 bool cbcmn__ring_sq_room(struct cbcmn__exec *e, unsigned n);
 void cbcmn__ring_submit(struct cbcmn__exec *e, bool wait_one, uint64_t timeout_ns);
 unsigned cbcmn__ring_reap(struct cbcmn__exec *e);
-/* Doorbells go as MSG_RING SQEs (else eventfd writes): ring.c. */
+/* Doorbells go as MSG_RING SQEs, from SQPOLL executors as MSG_RINGs
+ * without a ring, else as eventfd writes: ring.c. */
 bool cbcmn__doorbell_msg_ring(const struct cbcmn_runtime *rt);
 bool cbcmn__doorbells_are_msg_rings(const struct cbcmn_runtime *rt);
 void cbcmn__doorbell(struct cbcmn__exec *target);
