@@ -318,10 +318,7 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 	}
 	o->paid = true;
 	atomic_fetch_add_explicit(&m->owe_paid, 1, memory_order_relaxed);
-	/* Still there (not run, not stolen).  The fence in
-	 * cbcmn__notify_one() pairs with cbcmn__park()'s. */
-	if (atomic_load_explicit(&x->slot, memory_order_relaxed))
-		cbcmn__notify_one(m->rt);
+	cbcmn__notify_owed_actor(x);
 }
 
 /* One look at every executor. */
@@ -591,7 +588,7 @@ void cbcmn__monitor_poke_slow(struct cbcmn_runtime *rt)
 
 int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 {
-	if (!rt->watched || rt->nexec == 0)
+	if (!cbcmn__monitor_wanted(rt))
 		return 0;
 	struct cbcmn__monitor *m = calloc(1, sizeof(*m));
 	if (!m)

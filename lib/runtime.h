@@ -1183,8 +1183,11 @@ bool cbcmn__actor_follows(const struct cbcmn_task *t);
 /* sched.c: executor o is out of work (parked, or searching for some). */
 bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o);
 /* Pay e's owed notification (sched.c, owe_notify()): an idle executor
- * is notified if the actor it was owed for still waits in e's slot. */
+ * is notified if the actor it was owed for still waits in e's slot.  The
+ * notification alone (the stall monitor's payment: monitor.c, which
+ * cannot close e's debt): cbcmn__notify_owed_actor(). */
 void cbcmn__notify_owed_pay(struct cbcmn__exec *e);
+void cbcmn__notify_owed_actor(struct cbcmn__exec *e);
 static inline bool cbcmn__owe_open(const struct cbcmn__exec *e)
 {
 	return atomic_load_explicit(&e->owe, memory_order_relaxed) & 1;

@@ -417,14 +417,19 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	cbcmn__notify_one_sc(rt);
 }
 
-void cbcmn__notify_owed_pay(struct cbcmn__exec *e)
+void cbcmn__notify_owed_actor(struct cbcmn__exec *e)
 {
-	cbcmn__owe_close(e);
 	/* Still there (not run, not stolen): an idle executor may take it.
 	 * The fence pairs with cbcmn__park()'s, as cbcmn__notify_one()'s:
 	 * the slot's exchange is long past. */
 	if (atomic_load_explicit(&e->slot, memory_order_relaxed))
 		cbcmn__notify_one(e->rt);
+}
+
+void cbcmn__notify_owed_pay(struct cbcmn__exec *e)
+{
+	cbcmn__owe_close(e);
+	cbcmn__notify_owed_actor(e);
 }
 
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
