@@ -11,6 +11,11 @@
  * CBCMN_STALL_OFF): 0 or a negative errno.  Stop joins it; it is a no-op
  * without one.  Both from the thread creating or destroying rt. */
 int cbcmn__monitor_start(struct cbcmn_runtime *rt);
+/* Will rt have a monitor thread (what cbcmn__monitor_start() asks)? */
+static inline bool cbcmn__monitor_wanted(const struct cbcmn_runtime *rt)
+{
+	return rt->watched && rt->nexec;
+}
 void cbcmn__monitor_stop(struct cbcmn_runtime *rt);
 
 /* An executor left its park (sched.c, after cbcmn__park()): wake the

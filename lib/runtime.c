@@ -622,7 +622,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	 * of the cgroup tree: only here does the runtime open files. */
 	bool default_spin = !cfg || cfg->spin_ns == 0;
 	rt->spin_quota_gate = default_spin;
-	if (default_spin && rt->watched && rt->nexec) { /* the monitor's (cbcmn__monitor_start()) */
+	if (default_spin && cbcmn__monitor_wanted(rt)) {
 		cbcmn__cgq_open(&rt->cgq, NULL);
 		atomic_init(&rt->cg_limit, cbcmn__cgq_limit(&rt->cgq, NULL));
 	} else {
