@@ -78,10 +78,16 @@ static bool counters_in_step(void)
 	return ok;
 }
 
+/* Does CBCMN_CLOCK's value e ask for the monotonic clock? */
+static bool env_monotonic(const char *e)
+{
+	return e && strcmp(e, "monotonic") == 0;
+}
+
 int cbcmn__clock_env_check(void)
 {
 	const char *e = cbcmn__env("CBCMN_CLOCK");
-	if (!e || !*e || strcmp(e, "monotonic") == 0)
+	if (!e || !*e || env_monotonic(e))
 		return 0;
 	fprintf(stderr, "cbcmn: CBCMN_CLOCK=%.40s: not monotonic\n", e);
 	return -EINVAL;
@@ -89,8 +95,7 @@ int cbcmn__clock_env_check(void)
 
 static enum cbcmn__clock_mode choose_mode(void)
 {
-	const char *e = cbcmn__env("CBCMN_CLOCK");
-	if (e && strcmp(e, "monotonic") == 0)
+	if (env_monotonic(cbcmn__env("CBCMN_CLOCK")))
 		return CBCMN__CLOCK_MONOTONIC;
 	if (!cbcmn__cycles_invariant() || !counters_in_step())
 		return CBCMN__CLOCK_MONOTONIC;
