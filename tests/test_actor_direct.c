@@ -1112,6 +1112,9 @@ static int64_t forever_cancel_main(cbcmn_cx *cx, void *arg)
 		cbcmn_sleep(cx, 1000000);
 		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &ss, f->mid, 2) == 0);
 	} while (f->mid[1].actors_receiving < FC_N && t_now_ns() < end);
+	/* The loop's bound is a hang guard: cancelled before they parked,
+	 * the receives would end at their entry, and test nothing. */
+	TASK_CHECK(f->mid[1].actors_receiving >= FC_N);
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	sleep_until(cx, &f->ended, FC_N);
 	for (int i = 0; i < FC_N; i++) {
@@ -1151,6 +1154,7 @@ struct fc_inline {
 	_Atomic int spawned, ended, go;
 	int rc, send_rc;
 	uint64_t inline_runs, receiving;
+	uint64_t receiving_at_cancel; /* the receive was parked when cancelled */
 };
 
 static __attribute__((noinline)) void clobber_below(void)
@@ -1194,6 +1198,7 @@ static void *fci_thread(void *arg)
 		cbcmn_stats_snapshot(f->rt, &ss, per, 1);
 	} while ((!atomic_load(&f->spawned) || per[0].actors_receiving < 1) && t_now_ns() < end);
 	f->inline_runs = per[0].inline_runs;
+	f->receiving_at_cancel = per[0].actors_receiving;
 	cbcmn_nursery_cancel(f->n);
 	while (!atomic_load(&f->ended) && t_now_ns() < end)
 		usleep(1000);
@@ -1214,6 +1219,7 @@ static void test_an_inline_forever_receive_cancelled_leaves_its_slot(void **stat
 	t_run(f.rt, fci_main, &f, 0);
 	pthread_join(th, NULL);
 	assert_true(f.inline_runs >= 1); /* it ran inline: no record of its own */
+	assert_true(f.receiving_at_cancel >= 1); /* cancelled in its receive, not before */
 	assert_int_equal(f.rc, CBCMN_ECANCELED);
 	assert_int_equal(f.send_rc, 0); /* into the mailbox */
 	assert_int_equal(f.receiving, 0);
