@@ -4,9 +4,11 @@
  * plain paths, HTTP keep-alive, and the epoll baseline; and the io_uring
  * load client (lg_config.ring), which checks every byte as the epoll one
  * does. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <liburing.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -274,6 +276,7 @@ static void test_ring_client_echoes(void **state)
  * socket under it (the test hung). */
 static atomic_int steal_port, stolen_fd = -1;
 static int steal_into = -1;
+static atomic_bool fail_submit; /* see io_uring_submit() below */
 
 #if !T_TSAN /* TSan's own close() keeps its account of descriptors */
 static int local_port(int fd)
@@ -293,6 +296,32 @@ int close(int fd)
 	atomic_store(&steal_port, 0);
 	atomic_store(&stolen_fd, fd);
 	return 0;
+}
+
+/* shutdown() and io_uring_submit(), interposed as well: with fail_submit
+ * set, the shutdown of the stolen port's socket makes that thread's next
+ * io_uring_submit() fail as a CQ overflow's backlog fails it (-EBUSY),
+ * entering no kernel: what was queued stays queued, for the next enter. */
+static _Thread_local bool fail_next_submit;
+
+int shutdown(int fd, int how)
+{
+	int port = atomic_load(&steal_port);
+	if (atomic_load(&fail_submit) && port && local_port(fd) == port)
+		fail_next_submit = true;
+	return (int)syscall(SYS_shutdown, fd, how);
+}
+
+int io_uring_submit(struct io_uring *u)
+{
+	static int (*real)(struct io_uring *);
+	if (fail_next_submit) {
+		fail_next_submit = false;
+		return -EBUSY;
+	}
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "io_uring_submit");
+	return real(u);
 }
 #endif
 
@@ -556,14 +585,16 @@ static void test_ring_client_says_io_uring_was_refused(void **state)
  * submitted after the close: into whatever took the number (here a
  * socket pair's end, at the close: its other end got request 1).  Now it
  * goes in before the close. */
-static void test_ring_client_fails_a_connection_with_a_send_queued(void **state)
+static void send_queued_run(void **state, bool fail)
 {
 	int sp[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
 	steal_into = sp[1];
+	atomic_store(&fail_submit, fail);
 	struct two_servers t = {.whole = 4096, .steal = true};
 	two_servers_run(&t, state);
 	atomic_store(&steal_port, 0);
+	atomic_store(&fail_submit, false);
 	int stolen = atomic_exchange(&stolen_fd, -1);
 	char buf[64];
 	ssize_t n = recv(sp[0], buf, sizeof(buf), MSG_DONTWAIT);
@@ -578,11 +609,26 @@ static void test_ring_client_fails_a_connection_with_a_send_queued(void **state)
 			      : "the client's close of the failed connection was not seen");
 }
 
+static void test_ring_client_fails_a_connection_with_a_send_queued(void **state)
+{
+	send_queued_run(state, false);
+}
+
+/* The same, conn_fail()'s submit failing (a CQ overflow's -EBUSY, an
+ * -EINTR): the send stayed queued, named the number, and the loop's next
+ * enter submitted it after the close.  The failed connection's number is
+ * now kept (its socket shut down) until the ring is gone. */
+static void test_ring_client_fails_a_connection_whose_submit_fails(void **state)
+{
+	send_queued_run(state, true);
+}
+
 /* Whatever the test's end (a failed assertion jumps out of it), no later
  * test's close is taken for the steal. */
 static int steal_teardown(void **state)
 {
 	atomic_store(&steal_port, 0);
+	atomic_store(&fail_submit, false);
 	steal_into = -1;
 	return t_watchdog_teardown(state);
 }
@@ -612,6 +658,9 @@ int main(void)
 		cmocka_unit_test_prestate_setup_teardown(
 			test_ring_client_fails_a_connection_with_a_send_queued, t_watchdog_setup,
 			steal_teardown, "test_ring_client_fails_a_connection_with_a_send_queued"),
+		cmocka_unit_test_prestate_setup_teardown(
+			test_ring_client_fails_a_connection_whose_submit_fails, t_watchdog_setup,
+			steal_teardown, "test_ring_client_fails_a_connection_whose_submit_fails"),
 		T_WATCHED_TEST(test_ring_client_send_in_flight_keeps_its_bytes),
 		T_WATCHED_TEST(test_ring_client_ends_a_failed_connection_at_once),
 		T_WATCHED_TEST(test_ring_client_says_io_uring_was_refused),

@@ -341,6 +341,7 @@ out:
 
 struct lg_conn {
 	int fd;			/* -1 once failed and closed */
+	int held_fd;		/* failed, its number kept until the ring is gone, or -1 */
 	uint32_t id;		/* keys the echo pattern */
 	uint64_t sent_seq;	/* requests issued */
 	uint64_t recv_seq;	/* responses completed */
@@ -399,11 +400,15 @@ conn_fail(struct lg_worker *w, struct lg_conn *c, int code, const char *fmt, ...
 	 * of the epoll set.  A send or recv queued for c and not submitted
 	 * yet names c->fd by number: submitted after the close, it would act
 	 * on whatever file took the number meanwhile (a socket the server's
-	 * thread accepted), so it goes in before. */
+	 * thread accepted), so it goes in before.  If the submit fails (a
+	 * CQ overflow's -EBUSY, -EINTR) or leaves some queued, they still
+	 * name the number: it stays c's, its socket shut down, until the
+	 * ring is gone (lg_run() closes it then). */
 	shutdown(c->fd, SHUT_RDWR);
-	if (w->ring)
-		io_uring_submit(w->ring);
-	close(c->fd);
+	if (w->ring && (io_uring_submit(w->ring) < 0 || io_uring_sq_ready(w->ring)))
+		c->held_fd = c->fd;
+	else
+		close(c->fd);
 	c->fd = -1;
 	w->live--;
 	return code;
@@ -972,7 +977,7 @@ int lg_run(const struct lg_config *ucfg, struct lg_result *res)
 		wk->conns = calloc(n, sizeof(*wk->conns));
 		/* Before anything can fail: cleanup closes fds >= 0. */
 		for (uint32_t i = 0; wk->conns && i < n; i++)
-			wk->conns[i].fd = -1;
+			wk->conns[i].fd = wk->conns[i].held_fd = -1;
 		wk->scratch = malloc(LG_SCRATCH);
 		wk->want = malloc(LG_SCRATCH);
 		wk->hist = calloc(1, sizeof(*wk->hist));
@@ -1035,6 +1040,8 @@ done:
 			struct lg_conn *c = &w[t].conns[i];
 			if (c->fd >= 0)
 				close(c->fd);
+			if (c->held_fd >= 0)
+				close(c->held_fd);
 			free(c->out);
 			free(c->in);
 			free(c->t_issue);
