@@ -322,6 +322,16 @@ void cbcmn__cgq_close(struct cbcmn__cgq *q)
 	*q = (struct cbcmn__cgq){.lv = NULL};
 }
 
+double cbcmn__cgq_start(struct cbcmn__cgq *q, bool hold)
+{
+	if (!hold) {
+		*q = (struct cbcmn__cgq){.lv = NULL};
+		return cbcmn__cgroup_cpu_limit(NULL);
+	}
+	cbcmn__cgq_open(q, NULL);
+	return cbcmn__cgq_limit(q, NULL);
+}
+
 double cbcmn__cgroup_cpu_limit(const char *root)
 {
 	struct cbcmn__cgq q;

@@ -36,6 +36,9 @@ double cbcmn__cgq_read(const struct cbcmn__cgq *q);
  * short of descriptors, a one-off read (two at a time) in its stead. */
 double cbcmn__cgq_limit(const struct cbcmn__cgq *q, const char *root);
 void cbcmn__cgq_close(struct cbcmn__cgq *q);
+/* The limit for a runtime's create, in one walk of the live tree: q
+ * holds the files (hold: for the monitor's reads) or nothing. */
+double cbcmn__cgq_start(struct cbcmn__cgq *q, bool hold);
 
 /* Executors for cpus CPUs under a limit (0: none): the limit rounded up,
  * at least 1, at most cpus. */

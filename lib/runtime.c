@@ -195,8 +195,12 @@ static int lab_seed_parse(const char *s, uint64_t *out)
 	return 0;
 }
 
-/* Validate and fill in defaults.  Bad values are errors, not clamped. */
-static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page)
+/* Validate and fill in defaults.  Bad values are errors, not clamped.
+ * CBCMN_WORKERS_AUTO reads the cgroup limit: *limit (-1: not read), from
+ * the files it leaves open in cgq for the runtime's monitor (create's one
+ * walk of the tree: create closes them if no monitor wants them). */
+static int config_check(const cbcmn_config *in, cbcmn_config *out, size_t page,
+			struct cbcmn__cgq *cgq, double *limit)
 {
 	cbcmn_config_init(out);
 	if (in)
@@ -207,10 +211,11 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	} else if (out->workers == CBCMN_WORKERS_AUTO) {
 		/* One per CPU of the mask, fewer under a cgroup CPU limit
 		 * (cpuquota.c: a container's). */
+		if (!(out->flags & CBCMN_CONFIG_LAB))
+			*limit = cbcmn__cgq_start(cgq, true);
 		out->workers = (out->flags & CBCMN_CONFIG_LAB)
 				       ? 1
-				       : cbcmn__cpus_for_limit(affinity_cpus(),
-							       cbcmn__cgroup_cpu_limit(NULL));
+				       : cbcmn__cpus_for_limit(affinity_cpus(), *limit);
 		if (out->workers > CBCMN_MAX_EXECUTORS)
 			out->workers = CBCMN_MAX_EXECUTORS;
 	} else if (out->workers == 0 || out->workers > CBCMN_MAX_EXECUTORS) {
@@ -334,6 +339,17 @@ static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page
 	    out->stream_buf_share > out->stream_bufs_max)
 		return -EINVAL;
 	return 0;
+}
+
+static int config_resolve(const cbcmn_config *in, cbcmn_config *out, size_t page,
+			  struct cbcmn__cgq *cgq, double *limit)
+{
+	*cgq = (struct cbcmn__cgq){.lv = NULL};
+	*limit = -1;
+	int rc = config_check(in, out, page, cgq, limit);
+	if (rc)
+		cbcmn__cgq_close(cgq);
+	return rc;
 }
 
 /* Choose every executor's CPU (docs/TOPOLOGY.md) on the live topology.  With
@@ -474,23 +490,24 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	*out = NULL;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	cbcmn_config c;
-	int rc = config_resolve(cfg, &c, page);
+	struct cbcmn__cgq cgq;
+	double limit;
+	int rc = config_resolve(cfg, &c, page, &cgq, &limit);
 	if (rc)
 		return rc;
 	/* Before the first lock the handlers cover is taken. */
 	pthread_once(&atfork_once, atfork_register);
-	if (atfork_rc)
-		return -atfork_rc;
-	rc = cbcmn__signal_init();
-	if (rc)
-		return rc;
-
-	struct cbcmn_runtime *rt = aligned_alloc(CBCMN__CACHELINE,
-						 (sizeof(*rt) + CBCMN__CACHELINE - 1) &
-							 ~(size_t)(CBCMN__CACHELINE - 1));
-	if (!rt)
-		return -ENOMEM;
+	rc = atfork_rc ? -atfork_rc : cbcmn__signal_init();
+	struct cbcmn_runtime *rt = rc ? NULL
+				      : aligned_alloc(CBCMN__CACHELINE,
+						      (sizeof(*rt) + CBCMN__CACHELINE - 1) &
+							      ~(size_t)(CBCMN__CACHELINE - 1));
+	if (!rt) {
+		cbcmn__cgq_close(&cgq);
+		return rc ? rc : -ENOMEM;
+	}
 	memset(rt, 0, sizeof(*rt));
+	rt->cgq = cgq; /* closed by runtime_free() from here on */
 	rt->seg.fd = -1;
 	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
 	pthread_sigmask(SIG_BLOCK, NULL, &rt->exec_sigmask);
@@ -535,6 +552,7 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	if (rc) {
 		cbcmn__scope_rt_fini(rt);
 		cbcmn__mutex_destroy(&rt->inject_lock);
+		cbcmn__cgq_close(&rt->cgq);
 		free(rt);
 		return rc;
 	}
@@ -619,15 +637,16 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	 * (sched.c, spin_room()), a limit set later too (a pod resized in
 	 * place: the monitor reads the files opened here again, closed by
 	 * runtime_free()); a spin_ns the program chose is its own.  One walk
-	 * of the cgroup tree: only here does the runtime open files. */
+	 * of the cgroup tree: here, or config_resolve()'s for
+	 * CBCMN_WORKERS_AUTO, whose files are kept only for a monitor. */
 	bool default_spin = !cfg || cfg->spin_ns == 0;
+	bool hold = default_spin && cbcmn__monitor_wanted(rt);
 	rt->spin_quota_gate = default_spin;
-	if (default_spin && cbcmn__monitor_wanted(rt)) {
-		cbcmn__cgq_open(&rt->cgq, NULL);
-		atomic_init(&rt->cg_limit, cbcmn__cgq_limit(&rt->cgq, NULL));
-	} else {
-		atomic_init(&rt->cg_limit, cbcmn__cgroup_cpu_limit(NULL));
-	}
+	if (limit < 0)
+		limit = cbcmn__cgq_start(&rt->cgq, hold);
+	else if (!hold)
+		cbcmn__cgq_close(&rt->cgq);
+	atomic_init(&rt->cg_limit, limit);
 	cbcmn__spin_max_update(rt); /* again at each start, and by the monitor */
 	/* The default spin steps aside on a busy host (monitor.c,
 	 * host_load()); a spin_ns the program chose is kept as given.  Only

@@ -698,32 +698,44 @@ static void test_regression_spin_gate_follows_a_resize(void **state)
 /* A runtime's create with the default spin and the stall monitor walks
  * the cgroup tree once: it opens the limit's files, reads the limit from
  * them and hands them to the monitor (runtime.c).  It walked twice (a
- * one-off read, then the monitor's open). */
+ * one-off read, then the monitor's open), and CBCMN_WORKERS_AUTO once
+ * more, resolving the config: its walk is now the one.  A config refused
+ * after that walk keeps none of its files. */
 static void test_regression_create_walks_the_cgroup_tree_once(void **state)
 {
 	(void)state;
 	int one = CGROUP_READS(cbcmn__cgroup_cpu_limit(NULL));
 	assert_true(one > 0);
+	static const uint32_t workers[] = {2, CBCMN_WORKERS_AUTO};
+	for (size_t k = 0; k < 4; k++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = workers[k % 2];
+		cfg.spin_ns = k < 2 ? 0 : 1000; /* a chosen spin holds nothing */
+		cbcmn_runtime *rt = NULL;
+		int rc = 0;
+		int walks = CGROUP_READS(rc = cbcmn_runtime_create(&cfg, &rt));
+		assert_int_equal(rc, 0);
+		struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+		if (k < 2) {
+			assert_true(r->spin_quota_gate && r->watched);
+			/* The limit read at create is what the held files say. */
+			assert_true(atomic_load(&r->cg_limit) == cbcmn__cgq_read(&r->cgq) ||
+				    r->cgq.short_of);
+		} else {
+			assert_int_equal(r->cgq.n, 0);
+		}
+		assert_int_equal(cbcmn_runtime_destroy(rt), 0);
+		if (walks != one)
+			fail_msg("config %zu: %d cgroup walks, want 1", k, walks / one);
+	}
+	int before = t_count_fds();
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
-	cfg.workers = 2; /* AUTO reads the limit while resolving the config */
+	cfg.victim = (cbcmn_victim_policy)99; /* refused after AUTO's walk */
 	cbcmn_runtime *rt = NULL;
-	int rc = 0;
-	int walks = CGROUP_READS(rc = cbcmn_runtime_create(&cfg, &rt));
-	assert_int_equal(rc, 0);
-	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
-	assert_true(r->spin_quota_gate && r->watched);
-	/* The limit read at create is what the held files say. */
-	assert_true(atomic_load(&r->cg_limit) == cbcmn__cgq_read(&r->cgq) || r->cgq.short_of);
-	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
-	assert_int_equal(walks, one);
-	/* A chosen spin holds nothing: one read. */
-	cfg.spin_ns = 1000;
-	walks = CGROUP_READS(rc = cbcmn_runtime_create(&cfg, &rt));
-	assert_int_equal(rc, 0);
-	assert_int_equal(((struct cbcmn_runtime *)rt)->cgq.n, 0);
-	assert_int_equal(cbcmn_runtime_destroy(rt), 0);
-	assert_int_equal(walks, one);
+	assert_int_equal(cbcmn_runtime_create(&cfg, &rt), -EINVAL);
+	assert_int_equal(t_count_fds(), before);
 }
 
 int main(void)
