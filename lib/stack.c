@@ -333,15 +333,14 @@ static void bad_put(const struct cbcmn__stack *s)
 }
 
 /* Under the pool lock: s, one of p's stacks (pool_own()), goes back to the
- * pool.  Its bit is set already if two threads put it back at once. */
+ * pool.  Its bit is clear: a stack whose bit is set has its pooled byte set
+ * too (slab_new(), and pool_take() clears the bit first), and the put
+ * refused it (cbcmn__stack_put(): the one check of a stack put back
+ * twice). */
 static void pool_free(struct cbcmn__stack_pool *p, struct cbcmn__stack *s)
 {
 	uint32_t at, i;
 	struct cbcmn__stack_slab *sl = slab_of(p, s, &at, &i);
-	if (bit_test(sl, i)) {
-		bad_put(s);
-		return;
-	}
 	sl->bits[i / 64] |= bit_of(i);
 	sl->nfree++;
 	p->nfree++;
@@ -677,11 +676,16 @@ struct cbcmn__stack *cbcmn__stack_get_kept(struct cbcmn__stack_pool *p, struct c
 	return s;
 }
 
+static bool stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
+		      struct cbcmn__stack *s);
+
+/* A refused put (put back twice, not the pool's) gives back no guard: the
+ * quota fell one below guard_max at each. */
 void cbcmn__stack_put_kept(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 			   struct cbcmn__stack *s)
 {
-	cbcmn__stack_put(p, c, s);
-	quota_adjust(p, false);
+	if (stack_put(p, c, s))
+		quota_adjust(p, false);
 }
 
 struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
@@ -689,7 +693,8 @@ struct cbcmn__stack *cbcmn__stack_get(struct cbcmn__stack_pool *p, struct cbcmn_
 	return stack_get(p, c, BATCH);
 }
 
-static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head);
+static bool pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head,
+		     const struct cbcmn__stack *s);
 
 /* The landing pad closed s's yellow zone; a fiber ended otherwise (its
  * thread died) may not have.  Before s is handed out again: in a cache at
@@ -711,7 +716,8 @@ static void release_pages(struct cbcmn__stack *s)
 		madvise(s->lo, (size_t)(top_page - s->lo), MADV_DONTNEED);
 }
 
-void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
+/* False if s was refused: put back before, or (at a spill) not p's. */
+static bool stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		      struct cbcmn__stack *s)
 {
 	/* Put back before (a put, put; or a put, a get into a cache that
@@ -719,7 +725,7 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 	 * looks like its holder's: the pool keeps no owner. */
 	if (__builtin_expect(s->pooled, 0)) {
 		bad_put(s);
-		return;
+		return false;
 	}
 	s->pooled = 1;
 	if (__builtin_expect(c != NULL && c->n < CBCMN__STACK_CACHE_MAX, 1)) {
@@ -727,7 +733,7 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		s->next = c->free;
 		c->free = s;
 		c->n++;
-		return;
+		return true;
 	}
 	/* Spill: this stack and half the cache go to the shared pool, with
 	 * their memory given back: a burst of fibers must not pin its peak RSS
@@ -741,14 +747,21 @@ void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
 		x->next = head;
 		head = x;
 	}
-	pool_put(p, head);
+	return pool_put(p, head, s);
+}
+
+void cbcmn__stack_put(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c,
+		      struct cbcmn__stack *s)
+{
+	stack_put(p, c, s);
 }
 
 /* Under the pool lock: head's chain without the stacks that are not p's.
  * A cache takes a put on trust (no lock, no lookup): a foreign pointer is
  * caught here, before release_pages() would give back whatever memory
  * below it its lo names. */
-static struct cbcmn__stack *pool_own(struct cbcmn__stack_pool *p, struct cbcmn__stack *head)
+static struct cbcmn__stack *pool_own(struct cbcmn__stack_pool *p, struct cbcmn__stack *head,
+				     const struct cbcmn__stack *s, bool *s_own)
 {
 	struct cbcmn__stack **link = &head;
 	uint32_t at, i;
@@ -759,6 +772,7 @@ static struct cbcmn__stack *pool_own(struct cbcmn__stack_pool *p, struct cbcmn__
 			continue;
 		}
 		*link = x->next;
+		*s_own = *s_own && x != s;
 		bad_put(x);
 	}
 	return head;
@@ -767,10 +781,12 @@ static struct cbcmn__stack *pool_own(struct cbcmn__stack_pool *p, struct cbcmn__
 /* Give a chain of stacks to the pool: checked to be its own, then their
  * yellow zones closed and memory released outside the lock, then counted
  * free. */
-static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head)
+static bool pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head,
+		     const struct cbcmn__stack *s)
 {
+	bool s_own = true;
 	cbcmn__mutex_lock(&p->lock);
-	head = pool_own(p, head);
+	head = pool_own(p, head, s, &s_own);
 	cbcmn__mutex_unlock(&p->lock);
 	for (struct cbcmn__stack *x = head; x; x = x->next) {
 		yellow_shut(x);
@@ -783,6 +799,7 @@ static void pool_put(struct cbcmn__stack_pool *p, struct cbcmn__stack *head)
 		pool_free(p, x);
 	}
 	cbcmn__mutex_unlock(&p->lock);
+	return s_own;
 }
 
 void cbcmn__stack_cache_drain(struct cbcmn__stack_pool *p, struct cbcmn__stack_cache *c)
@@ -791,5 +808,5 @@ void cbcmn__stack_cache_drain(struct cbcmn__stack_pool *p, struct cbcmn__stack_c
 	struct cbcmn__stack *head = c->free;
 	c->free = NULL;
 	c->n = 0;
-	pool_put(p, head);
+	pool_put(p, head, NULL);
 }

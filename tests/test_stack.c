@@ -1261,6 +1261,38 @@ static void bad_put_child(int bad)
 	_exit(seen == 1 ? 0 : 13);
 }
 
+/* In a child: a kept stack put back twice, then a foreign one.  Exits 0
+ * if the refused puts left the guard quota where the first put had it. */
+static void kept_double_put_child(int unused)
+{
+	(void)unused;
+	struct cbcmn__stack_pool p;
+	struct cbcmn__stack_cache c = {0};
+	if (cbcmn__stack_pool_init(&p, STACK_BYTES, 1000) != 0)
+		_exit(10);
+	struct cbcmn__stack *s = cbcmn__stack_get_kept(&p, &c);
+	if (!s)
+		_exit(10);
+	cbcmn__stack_put_kept(&p, &c, s);
+	uint64_t quota = p.guard_quota;
+	cbcmn__stack_put_kept(&p, &c, s);
+	if (p.guard_quota != quota)
+		_exit(11);
+	static struct cbcmn__stack fake; /* not the pool's: refused at its spill */
+	fake.lo = (char *)&fake;
+	cbcmn__stack_put_kept(&p, NULL, &fake);
+	_exit(p.guard_quota == quota ? 0 : 12);
+}
+
+/* A refused put of a kept stack gave back a guard it never took: the
+ * quota fell one below the program's guard_max at each (review of
+ * session 19). */
+static void test_regression_refused_kept_put_keeps_the_quota(void **state)
+{
+	(void)state;
+	expect_refused(kept_double_put_child, 0);
+}
+
 /* A bad put used to count a stack the pool did not have (the get that
  * trusted the count crashed), or to index past the slab array.  Now debug
  * builds stop at the put, and the others drop it. */
@@ -1339,6 +1371,7 @@ int main(void)
 		cmocka_unit_test(test_slab_array_growth_fails),
 		cmocka_unit_test(test_bad_put_is_refused),
 		cmocka_unit_test(test_bad_put_through_a_cache_is_refused),
+		cmocka_unit_test(test_regression_refused_kept_put_keeps_the_quota),
 		cmocka_unit_test(test_init_fini),
 		cmocka_unit_test(test_100k_stacks_within_map_count),
 		cmocka_unit_test(test_map_budget_spent_exactly),
