@@ -156,6 +156,15 @@ static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
 	CBCMN__AGAUGE(a->rt, cbcmn__actor_home(a), mailbox, -1);
 }
 
+/* An actor send's record in e's ring, on e's thread: every send's is
+ * written here, at its put (trace_send()), or later with the time and
+ * number taken at the put (a blocked send's, one the monitor landed). */
+static void trace_send_rec(struct cbcmn__exec *e, uint64_t ts, cbcmn_actor_ref from,
+			   cbcmn_actor_ref to, uint64_t seq)
+{
+	CBCMN__TRACE(e, CBCMN_TRACE_ACTOR_SEND, ts, from, to, (uint32_t)seq);
+}
+
 /* The trace (docs/TRACE.md): a message entered a's mailbox as its number
  * seq (put_total() - 1: the receive that takes it sees the same number),
  * sent from executor e's thread (NULL: a thread outside the runtime,
@@ -164,9 +173,8 @@ static void ring_take(struct cbcmn__actor *a, cbcmn_actor_msg *m)
  * a load and a branch. */
 static void trace_send(struct cbcmn__exec *e, const struct cbcmn__actor *a, cbcmn_actor_ref from)
 {
-	if (e)
-		CBCMN__TRACE(e, CBCMN_TRACE_ACTOR_SEND, cbcmn__trace_now(), from, a->ref,
-			     (uint32_t)(put_total(a) - 1));
+	if (e && cbcmn__trace_on(e)) /* the clock and the count only then */
+		trace_send_rec(e, cbcmn__trace_now(), from, a->ref, put_total(a) - 1);
 }
 
 /* This thread's executor, if it is one of rt's; else NULL. */
@@ -884,8 +892,7 @@ static void lane_traced(struct cbcmn__exec *h, void *arg)
 	const struct lane_msg *lm = arg;
 	struct cbcmn__exec *e = cbcmn__waker_here(h); /* a stopped h's: another thread */
 	if (e)
-		CBCMN__TRACE(e, CBCMN_TRACE_ACTOR_SEND, lm->landed.put_ns, lm->landed.from, lm->to,
-			     (uint32_t)lm->landed.seq);
+		trace_send_rec(e, lm->landed.put_ns, lm->landed.from, lm->to, lm->landed.seq);
 }
 
 static void lane_land(struct cbcmn__exec *h, void *arg)
@@ -1166,8 +1173,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			 * clock if it traced: recorded here, on the executor
 			 * this task resumed on (its ring is only its thread's). */
 			if (rc == 0 && self && w.put_ns)
-				CBCMN__TRACE(self->exec, CBCMN_TRACE_ACTOR_SEND, w.put_ns, copy.from,
-					     to, (uint32_t)w.seq);
+				trace_send_rec(self->exec, w.put_ns, copy.from, to, w.seq);
 			goto out;
 		}
 	}
