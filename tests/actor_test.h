@@ -254,4 +254,70 @@ static inline void order_run(int (*spawn)(cbcmn_cx *, cbcmn_nursery *, struct or
 	t_destroy(rt);
 }
 
+/* ---- a sender and its receiver on two quiet executors ----
+ *
+ * A quiet runtime's config: two executors that park at once
+ * (CBCMN_SPIN_NONE) and a stall monitor that sees no stall within a test
+ * (a minute), or none: neither a spinner nor the monitor stands in for
+ * the rule a test checks. */
+static inline void quiet_config(cbcmn_config *cfg, bool watched)
+{
+	cbcmn_config_init(cfg);
+	cfg->workers = 2;
+	cfg->spin_ns = CBCMN_SPIN_NONE;
+	cfg->stall_ns = watched ? 60000000000ull : CBCMN_STALL_OFF;
+}
+
+/* The executors in state now (cbcmn_exec_state) but the caller's. */
+static inline uint32_t others_in(cbcmn_cx *cx, uint32_t state)
+{
+	enum { MAX = 8 };
+	cbcmn_stats s;
+	cbcmn_executor_stats per[MAX];
+	TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &s, per, MAX) == 0);
+	uint32_t me = cbcmn_cx_executor(cx), n = 0;
+	for (uint32_t i = 0; i < s.executors && i < MAX; i++)
+		n += i != me && per[i].state == state;
+	return n;
+}
+
+/* Spins until no executor but the caller's is searching or running: the
+ * others parked (or stopped), with nothing to take.  No runtime call
+ * meanwhile (a sleep's wake would notify them again), at most
+ * T_STALL_NS, a hang guard: a loaded host may keep an executor's thread
+ * off the CPU before it parks far longer than any fixed sleep. */
+static inline void others_parked(cbcmn_cx *cx)
+{
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while ((others_in(cx, CBCMN_EXEC_RUNNING) || others_in(cx, CBCMN_EXEC_SEARCHING)) &&
+	       t_now_ns() < end)
+		;
+}
+
+/* Two actors, A the sender and B the receiver, spawned on one executor:
+ * B first, waiting in its receive (its home parks) before A starts; A
+ * with a_opts if set.  First in the structs of the tests that use it
+ * (their address is its). */
+struct pair {
+	cbcmn_actor_fn a_fn, b_fn;
+	cbcmn_actor_ref a, b;
+	const cbcmn_actor_opts *a_opts;
+};
+
+static inline int64_t pair_root(cbcmn_cx *cx, void *arg)
+{
+	struct pair *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->b_fn, p, &ao, &p->b) == 0);
+	cbcmn_stats s = {0};
+	for (uint64_t end = t_now_ns() + T_STALL_NS; !s.total.actors_receiving && t_now_ns() < end;) {
+		cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &s, NULL, 0) == 0);
+	}
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->a_fn, p, p->a_opts ? p->a_opts : &ao, &p->a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
 #endif

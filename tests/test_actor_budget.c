@@ -323,7 +323,7 @@ static void test_handler_drop_out_of_budget_ends_the_drop_not_the_host(void **st
 #define PAY_OPS 64
 
 struct pay {
-	cbcmn_actor_ref b;
+	struct pair p;
 	_Atomic int a_running; /* A has sent and checkpoints on */
 	_Atomic int b_ran, b_beside_a;
 };
@@ -343,13 +343,13 @@ static int64_t pay_a(cbcmn_cx *cx, void *arg)
 {
 	struct pay *p = arg;
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
-	/* The timer's wake notified the other executor: it parks again,
-	 * with nothing to take, before we send. */
-	cbcmn_sleep(cx, 20000000);
+	/* Our spawn notified the other executor: it parks again, with
+	 * nothing to take, before we send. */
+	others_parked(cx);
 	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
 		;
 	atomic_store(&p->a_running, 1);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->b, &m) == 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->p.b, &m) == 0);
 	/* Bounded: 10 s of wall time, then the test fails (B never ran
 	 * beside us: no window paid the notification). */
 	const cbcmn_budget more = {.ops = PAY_OPS};
@@ -364,39 +364,23 @@ static int64_t pay_a(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static int64_t pay_root(cbcmn_cx *cx, void *arg)
-{
-	struct pay *p = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts bo = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, pay_b, p, &bo, &p->b) == 0);
-	/* B waits in its receive (its home parks) before A sends. */
-	cbcmn_sleep(cx, 20000000);
-	const cbcmn_budget ops = {.ops = PAY_OPS};
-	const cbcmn_caps caps = {.flags = CBCMN_CAP_BUDGET, .budget_limit = {.ops = CBCMN_UNLIMITED}};
-	cbcmn_actor_opts ao = bo;
-	ao.budget = &ops;
-	ao.caps = &caps;
-	cbcmn_actor_ref a;
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, pay_a, p, &ao, &a) == 0);
-	return cbcmn_nursery_await_all(cx, n);
-}
-
 static void test_a_budgeted_sender_s_window_pays_the_woken_actor_s_notification(void **state)
 {
 	(void)state;
 	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
-	cfg.spin_ns = CBCMN_SPIN_NONE;
-	cfg.stall_ns = 60000000000ull;
+	quiet_config(&cfg, true);
 	cfg.owe_ns = CBCMN_OWE_MAX_NS; /* the window pays long before the monitor */
 	cfg.yield_interval = UINT32_MAX; /* no window of A's yields */
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	struct pay p = {0};
+	/* A's windows: PAY_OPS ops each, recharged by A itself. */
+	static const cbcmn_budget ops = {.ops = PAY_OPS};
+	static const cbcmn_caps caps = {.flags = CBCMN_CAP_BUDGET,
+					.budget_limit = {.ops = CBCMN_UNLIMITED}};
+	const cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL,
+				     .budget = &ops, .caps = &caps};
+	struct pay p = {.p = {.a_fn = pay_a, .b_fn = pay_b, .a_opts = &ao}};
 	int64_t res = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, pay_root, &p, &res), 0);
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &p, &res), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
 	assert_int_equal(atomic_load(&p.b_ran), 1);

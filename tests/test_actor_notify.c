@@ -21,14 +21,6 @@
 #include "cbcmn_io.h"
 #include "../lib/monitor.h" /* cbcmn__monitor_owe_paid() */
 
-static void quiet_config(cbcmn_config *cfg, bool watched)
-{
-	cbcmn_config_init(cfg);
-	cfg->workers = 2;
-	cfg->spin_ns = CBCMN_SPIN_NONE;
-	cfg->stall_ns = watched ? 60000000000ull : CBCMN_STALL_OFF;
-}
-
 /* owe_ns 0: the default. */
 static cbcmn_runtime *quiet_runtime(bool watched, uint64_t owe_ns)
 {
@@ -190,26 +182,6 @@ static void test_off_fiber_channel_calls_leave_the_executors_debt_alone(void **s
 
 /* ---- a sender that runs on ---- */
 
-/* Two actors, A the sender and B the receiver, spawned on one executor:
- * B first, waiting in its receive (its home parks) before A starts.
- * First in the structs of the tests below (their address is its). */
-struct pair {
-	cbcmn_actor_fn a_fn, b_fn;
-	cbcmn_actor_ref a, b;
-};
-
-static int64_t pair_root(cbcmn_cx *cx, void *arg)
-{
-	struct pair *p = arg;
-	cbcmn_nursery *n;
-	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->b_fn, p, &ao, &p->b) == 0);
-	cbcmn_sleep(cx, 20000000);
-	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->a_fn, p, &ao, &p->a) == 0);
-	return cbcmn_nursery_await_all(cx, n);
-}
-
 struct runs_on {
 	struct pair p;
 	_Atomic int b_ran;       /* B took its message */
@@ -238,10 +210,10 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 {
 	struct runs_on *o = arg;
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
-	/* The timer's wake (or our spawn) notified the other executor:
-	 * it parks again, with nothing to take, before we send (else it
-	 * could take B while searching, whatever the rule does). */
-	cbcmn_sleep(cx, 20000000);
+	/* Our spawn notified the other executor: it parks again, with
+	 * nothing to take, before we send (else it could take B while
+	 * searching, whatever the rule does). */
+	others_parked(cx);
 	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
 		;
 	atomic_store(&o->a_running, 1);
@@ -351,7 +323,7 @@ static int64_t cleared_a(cbcmn_cx *cx, void *arg)
 {
 	struct cleared *c = arg;
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
-	cbcmn_sleep(cx, 20000000); /* as runs_on_a(): the other executor parks */
+	others_parked(cx); /* as runs_on_a() */
 	atomic_store(&c->send_on, (int)cbcmn_cx_executor(cx));
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, c->p.b, &m) == 0);
 	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
@@ -444,7 +416,7 @@ static int64_t relay(cbcmn_cx *cx, struct relay *r, cbcmn_actor_ref to)
 static int64_t relay_a(cbcmn_cx *cx, void *arg)
 {
 	struct relay *r = arg;
-	cbcmn_sleep(cx, 20000000); /* as runs_on_a(): the other executor parks */
+	others_parked(cx); /* as runs_on_a() */
 	return relay(cx, r, r->p.b);
 }
 
