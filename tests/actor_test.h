@@ -302,7 +302,33 @@ struct pair {
 	cbcmn_actor_fn a_fn, b_fn;
 	cbcmn_actor_ref a, b;
 	const cbcmn_actor_opts *a_opts;
+	_Atomic int a_running;  /* A sent, and runs on (set by A's own code) */
+	_Atomic int b_ran;      /* B took its message */
+	_Atomic int b_beside_a; /* ... while A was running: on the other executor */
 };
+
+/* A's send to B, A running on after it: once the other executor parked
+ * again with nothing to take (A's spawn notified it; searching, it could
+ * take B whatever the rule under test does), and 5 ms on. */
+static inline void pair_a_sends(cbcmn_cx *cx, struct pair *p)
+{
+	others_parked(cx);
+	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
+		;
+	atomic_store(&p->a_running, 1);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->b, &m) == 0);
+}
+
+/* B's receive of A's message, noting whether A was running then. */
+static inline void pair_b_receives(cbcmn_cx *cx, struct pair *p)
+{
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	if (atomic_load(&p->a_running))
+		atomic_store(&p->b_beside_a, 1);
+	atomic_store(&p->b_ran, 1);
+}
 
 static inline int64_t pair_root(cbcmn_cx *cx, void *arg)
 {
@@ -318,6 +344,27 @@ static inline int64_t pair_root(cbcmn_cx *cx, void *arg)
 	}
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->a_fn, p, p->a_opts ? p->a_opts : &ao, &p->a) == 0);
 	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* ---- a ring of actors passing a token ---- */
+
+/* One actor of a ring: its test's ring and its place in it. */
+struct ring_place {
+	void *r;
+	uint32_t i;
+};
+
+/* Spawns into n the len actors of ring r, fn(&at[k]) each, with a
+ * mailbox of 2 and placement where (CBCMN_PLACE_*); refs[k]: theirs. */
+static inline void ring_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *r,
+			      struct ring_place *at, cbcmn_actor_ref *refs, uint32_t len,
+			      uint32_t where)
+{
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = where};
+	for (uint32_t k = 0; k < len; k++) {
+		at[k] = (struct ring_place){r, k};
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, fn, &at[k], &ao, &refs[k]) == 0);
+	}
 }
 
 #endif

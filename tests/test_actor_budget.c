@@ -322,34 +322,16 @@ static void test_handler_drop_out_of_budget_ends_the_drop_not_the_host(void **st
  * test's 10 s and the test passed without the window's payment. */
 #define PAY_OPS 64
 
-struct pay {
-	struct pair p;
-	_Atomic int a_running; /* A has sent and checkpoints on */
-	_Atomic int b_ran, b_beside_a;
-};
-
 static int64_t pay_b(cbcmn_cx *cx, void *arg)
 {
-	struct pay *p = arg;
-	cbcmn_actor_msg m;
-	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
-	if (atomic_load(&p->a_running))
-		atomic_store(&p->b_beside_a, 1); /* A never yields: the other executor */
-	atomic_store(&p->b_ran, 1);
+	pair_b_receives(cx, arg); /* A never yields: beside it, the other executor */
 	return 0;
 }
 
 static int64_t pay_a(cbcmn_cx *cx, void *arg)
 {
-	struct pay *p = arg;
-	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
-	/* Our spawn notified the other executor: it parks again, with
-	 * nothing to take, before we send. */
-	others_parked(cx);
-	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
-		;
-	atomic_store(&p->a_running, 1);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, p->p.b, &m) == 0);
+	struct pair *p = arg;
+	pair_a_sends(cx, p);
 	/* Bounded: 10 s of wall time, then the test fails (B never ran
 	 * beside us: no window paid the notification). */
 	const cbcmn_budget more = {.ops = PAY_OPS};
@@ -378,7 +360,7 @@ static void test_a_budgeted_sender_s_window_pays_the_woken_actor_s_notification(
 					.budget_limit = {.ops = CBCMN_UNLIMITED}};
 	const cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL,
 				     .budget = &ops, .caps = &caps};
-	struct pay p = {.p = {.a_fn = pay_a, .b_fn = pay_b, .a_opts = &ao}};
+	struct pair p = {.a_fn = pay_a, .b_fn = pay_b, .a_opts = &ao};
 	int64_t res = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &p, &res), 0);
 	ASSERT_TASK_CHECKS();

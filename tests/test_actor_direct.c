@@ -35,14 +35,9 @@ struct ring {
 	bool pinned;
 };
 
-struct member {
-	struct ring *r;
-	uint32_t i;
-};
-
 static int64_t ring_member(cbcmn_cx *cx, void *arg)
 {
-	struct member *me = arg;
+	struct ring_place *me = arg;
 	struct ring *r = me->r;
 	cbcmn_actor_msg m;
 	int rc;
@@ -80,15 +75,11 @@ static int64_t ring_member(cbcmn_cx *cx, void *arg)
 static int64_t ring_root(cbcmn_cx *cx, void *arg)
 {
 	struct ring *r = arg;
-	static struct member mem[RING];
+	static struct ring_place at[RING];
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2,
-			       .placement = r->pinned ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL};
-	for (uint32_t k = 0; k < RING; k++) {
-		mem[k] = (struct member){r, k};
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, ring_member, &mem[k], &ao, &r->refs[k]) == 0);
-	}
+	ring_spawn(cx, n, ring_member, r, at, r->refs, RING,
+		   r->pinned ? CBCMN_PLACE_PINNED : CBCMN_PLACE_LOCAL);
 	cbcmn_actor_msg m = msg(M_DATA, r->hops, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
 	while (!atomic_load(&r->done))

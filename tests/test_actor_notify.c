@@ -51,14 +51,9 @@ struct ring {
 	cbcmn_chan *ch;         /* set: tasks' cx used off their fibers meanwhile */
 };
 
-struct member {
-	struct ring *r;
-	uint32_t i;
-};
-
 static int64_t ring_member(cbcmn_cx *cx, void *arg)
 {
-	struct member *me = arg;
+	struct ring_place *me = arg;
 	struct ring *r = me->r;
 	cbcmn_actor_msg m;
 	int rc;
@@ -114,14 +109,10 @@ static int64_t off_fiber_task(cbcmn_cx *cx, void *arg)
 static int64_t ring_root(cbcmn_cx *cx, void *arg)
 {
 	struct ring *r = arg;
-	static struct member mem[RING];
+	static struct ring_place at[RING];
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
-	for (uint32_t k = 0; k < RING; k++) {
-		mem[k] = (struct member){r, k};
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, ring_member, &mem[k], &ao, &r->refs[k]) == 0);
-	}
+	ring_spawn(cx, n, ring_member, r, at, r->refs, RING, CBCMN_PLACE_LOCAL);
 	/* Every member started and waiting in its receive (spread by
 	 * stealing over both executors), before the count starts. */
 	cbcmn_sleep(cx, 50000000);
@@ -183,10 +174,7 @@ static void test_off_fiber_channel_calls_leave_the_executors_debt_alone(void **s
 /* ---- a sender that runs on ---- */
 
 struct runs_on {
-	struct pair p;
-	_Atomic int b_ran;       /* B took its message */
-	_Atomic int a_running;   /* A still runs (it has not blocked since its send) */
-	_Atomic int b_beside_a;  /* B ran while A was running: on the other executor */
+	struct pair p; /* its a_running: A has not blocked since its send */
 	/* A's run after its send, each until B ran: it checkpoints, sends
 	 * again, spins unwatched, or computes watched (no runtime call). */
 	enum { A_CHECKPOINTS, A_SENDS_AGAIN, A_SPINS, A_COMPUTES } after;
@@ -196,11 +184,8 @@ struct runs_on {
 static int64_t runs_on_b(cbcmn_cx *cx, void *arg)
 {
 	struct runs_on *o = arg;
+	pair_b_receives(cx, &o->p);
 	cbcmn_actor_msg m;
-	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
-	if (atomic_load(&o->a_running))
-		atomic_store(&o->b_beside_a, 1);
-	atomic_store(&o->b_ran, 1);
 	if (o->after == A_SENDS_AGAIN) /* the second message */
 		TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
 	return 0;
@@ -210,14 +195,7 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 {
 	struct runs_on *o = arg;
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
-	/* Our spawn notified the other executor: it parks again, with
-	 * nothing to take, before we send (else it could take B while
-	 * searching, whatever the rule does). */
-	others_parked(cx);
-	for (uint64_t t = t_now_ns(); t_now_ns() - t < 5000000;)
-		;
-	atomic_store(&o->a_running, 1);
-	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
+	pair_a_sends(cx, &o->p);
 	if (o->after == A_SENDS_AGAIN)
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
 	/* A_COMPUTES and A_SPINS make no runtime call here: only the
@@ -226,11 +204,11 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 	 * the notification was never paid; unpaid, the stall monitor's
 	 * minute would have let B run only after A). */
 	uint64_t t0 = t_now_ns();
-	while (!atomic_load(&o->b_ran) && t_now_ns() - t0 < 10000000000ull) {
+	while (!atomic_load(&o->p.b_ran) && t_now_ns() - t0 < 10000000000ull) {
 		if (o->after == A_CHECKPOINTS)
 			CBCMN_CHECKPOINT(cx);
 	}
-	atomic_store(&o->a_running, 0);
+	atomic_store(&o->p.a_running, 0);
 	return 0;
 }
 
@@ -248,8 +226,8 @@ static struct runs_on *runs_on(int after, bool watched)
 	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(res, 0);
-	assert_int_equal(atomic_load(&o.b_ran), 1);
-	assert_int_equal(atomic_load(&o.b_beside_a), 1);
+	assert_int_equal(atomic_load(&o.p.b_ran), 1);
+	assert_int_equal(atomic_load(&o.p.b_beside_a), 1);
 	o.paid = cbcmn__monitor_owe_paid(rt);
 	t_destroy(rt);
 	return &o;
