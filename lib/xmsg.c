@@ -271,7 +271,11 @@ void cbcmn__xmsg_then(void *data, void (*fn)(struct cbcmn__exec *, void *))
 	struct cbcmn__xmsg *m =
 		(struct cbcmn__xmsg *)((char *)data - offsetof(struct cbcmn__xmsg, data));
 	/* A call: the monitor passes over calls (lanes_take()), and the
-	 * executor's drain runs it (deliver()). */
+	 * executor's drain runs it (deliver()).  Left a VCALL with fn set,
+	 * the monitor's next rescue of a still stalled executor (the message
+	 * stays in the lane until the drain) would run fn on the monitor's
+	 * thread, which has no ring: the kind is the mark lanes_take() reads,
+	 * so the rewrite stays. */
 	m->kind = CBCMN__XM_CALL;
 	m->fn = fn;
 }
