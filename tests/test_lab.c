@@ -233,6 +233,49 @@ static void test_regression_dead_timers_do_not_move_the_clock(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the clock at the end of time ---- */
+
+static int64_t far_receiver(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_actor_msg m;
+	/* Nothing else runs: the clock jumps to the deadline, however far. */
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, UINT64_MAX - 1) == -ETIMEDOUT);
+	TASK_CHECK(cbcmn_now(rt) == UINT64_MAX - 1);
+	/* Deadlines saturate there (UINT64_MAX is none): every later sleep
+	 * and timeout is due at once, and the clock stays. */
+	TASK_CHECK(cbcmn_sleep(cx, S) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, S) == -ETIMEDOUT);
+	TASK_CHECK(cbcmn_now(rt) == UINT64_MAX - 1);
+	return 0;
+}
+
+static int64_t far_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, far_receiver, arg, NULL, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* docs/LAB.md "The virtual clock": a wait of UINT64_MAX - 1 moves the clock
+ * to its saturated deadline for good; pinned so that it stays documented. */
+static void test_far_deadline_moves_the_clock_to_its_end(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = lab(7);
+	int64_t r = -1;
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(cbcmn_runtime_run(rt, far_main, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(cbcmn_now(rt) == UINT64_MAX - 1);
+	assert_true(t_now_ns() - t0 < 20 * S); /* virtual: no real wait */
+	t_destroy(rt);
+}
+
 /* ---- replay ---- */
 
 static int64_t fails(cbcmn_cx *cx, void *arg)
@@ -372,6 +415,7 @@ int main(void)
 		T_WATCHED_TEST(test_same_seed_same_order),
 		T_WATCHED_TEST(test_virtual_time),
 		T_WATCHED_TEST(test_regression_dead_timers_do_not_move_the_clock),
+		T_WATCHED_TEST(test_far_deadline_moves_the_clock_to_its_end),
 		T_WATCHED_TEST(test_replay_line_and_seed_override),
 		T_WATCHED_TEST(test_bad_seed_variable_refused),
 		T_WATCHED_TEST(test_lab_needs_one_executor),
