@@ -896,11 +896,7 @@ static int64_t edge_main(cbcmn_cx *cx, void *arg)
 static void test_intensity_window_allows_a_restart_exactly_a_period_after(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_LAB;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	cbcmn_runtime *rt = t_runtime_lab(1);
 	struct edge e;
 	memset(&e, 0, sizeof(e));
 	int64_t r = -1;
