@@ -452,10 +452,13 @@ static int64_t sstart_main(cbcmn_cx *cx, void *arg)
 			       .children = &ch, .nchildren = 1, .report = &s->rep};
 	cbcmn_actor_ref sup;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
-	/* Without a START the child would wait for ever: give up after 10 s
-	 * (the asserts then say why) rather than hang. */
+	/* Until it gives up (its last crash taken, not just made).  Without
+	 * a START the child would wait for ever: stop it after 10 s (the
+	 * asserts then say why) rather than hang. */
 	uint64_t t0 = t_now_ns();
-	while (atomic_load(&s->timeouts) < SS_STARTS && t_now_ns() - t0 < 10ull * 1000000000ull)
+	cbcmn_actor_ref r;
+	while (cbcmn_sup_child_ref(NULL, cx, sup, 0, &r) != -ESRCH &&
+	       t_now_ns() - t0 < 10ull * 1000000000ull)
 		cbcmn_sleep(cx, 1000000);
 	cbcmn_actor_stop(NULL, cx, sup, 0); /* -ESRCH once it gave up */
 	s->await_rc = cbcmn_nursery_await_all(cx, n);

@@ -29,13 +29,14 @@
  * CBCMN_ECANCELED on and they say that); one cancelled before it first
  * ran, or ended at a CBCMN_CHECKPOINT(), halts with CBCMN_ECANCELED.  A
  * handler actor is never called to see it: its host halts it with
- * CBCMN_ECANCELED (cbcmn_actor_spawn_handler(), below).  Its nursery's await_all waits for it
- * like for any child and sees the halt reason as the child's result.  At
- * halt, the reference dies at once: every later send returns -ESRCH, and
- * senders blocked on the full mailbox return -ESRCH (their message was not
- * taken).  Messages still in the mailbox are undelivered: each is passed
- * to the actor's drop callback (cbcmn_actor_opts.drop) if it has one, then
- * discarded.  Monitors get their DOWN message.
+ * CBCMN_ECANCELED (cbcmn_actor_spawn_handler(), below).  Its nursery's
+ * await_all waits for it like for any child and sees the halt reason as
+ * the child's result.  At halt, the reference dies at once: every later
+ * send returns -ESRCH, and senders blocked on the full mailbox return
+ * -ESRCH (their message was not taken).  Messages still in the mailbox
+ * are undelivered: each is passed to the actor's drop callback
+ * (cbcmn_actor_opts.drop) if it has one, then discarded.  Monitors get
+ * their DOWN message.
  *
  * References.  A reference names one actor for ever: the slot it lives in is
  * recycled for later actors with a new generation, so a reference to a
@@ -507,10 +508,10 @@ CBCMN_API int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns)
  * last max_restarts restarts was period_ns or more before it (a restart
  * exactly period_ns after that one is allowed, one period_ns - 1 after it
  * is not), times read from cbcmn_now() (virtual in lab mode) as the
- * supervisor takes the crash's DOWN.  One more and the supervisor gives up: it stops every child (reverse
- * startup order) and halts with CBCMN_ESUPERVISOR, which its own
- * supervisor sees as a crash of that child (escalation), or its nursery as
- * a failure.
+ * supervisor takes the crash's DOWN.  One more and the supervisor gives
+ * up: it stops every child (reverse startup order) and halts with
+ * CBCMN_ESUPERVISOR, which its own supervisor sees as a crash of that
+ * child (escalation), or its nursery as a failure.
  *
  * Stopping a supervisor (cbcmn_actor_stop()) stops its children in reverse
  * startup order, each waited for (up to shutdown_ns, after which the
