@@ -378,6 +378,7 @@ static int start_child(cbcmn_cx *cx, struct sup *s, uint32_t i)
 		.budget = c->budget,
 		.caps = c->caps,
 		.drop = c->drop,
+		.start = c->start, /* a handler's START, at every start; else ignored */
 	};
 	if (c->placement >= CBCMN_SUP_PLACE_NODE) {
 		/* Pinned to the next executor of its kind or node in turn; no

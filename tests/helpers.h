@@ -135,6 +135,18 @@ static inline cbcmn_runtime *t_runtime(uint32_t workers)
 	return t_runtime_cfg(&cfg);
 }
 
+/* A lab-mode runtime (one executor, the virtual clock) seeded with seed,
+ * otherwise the defaults. */
+static inline cbcmn_runtime *t_runtime_lab(uint64_t seed)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.flags = CBCMN_CONFIG_LAB;
+	cfg.seed = seed;
+	return t_runtime_cfg(&cfg);
+}
+
 /* A runtime of profile p with workers executors and
  * otherwise the defaults. */
 static inline cbcmn_runtime *t_runtime_profile(cbcmn_profile p, uint32_t workers)

@@ -410,6 +410,157 @@ static void test_supervisor_restarts_a_crashing_handler(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a supervisor's handler child gets its START at every start ---- */
+
+#define SS_STARTS 6 /* the first start and max_restarts (5) restarts */
+
+struct sstart {
+	_Atomic int starts;
+	_Atomic int timeouts;
+	_Atomic int not_first; /* an incarnation whose first call was no START */
+	cbcmn_actor_ref last;  /* the incarnation called last (one at a time) */
+	cbcmn_sup_report rep;
+	int64_t await_rc;
+};
+
+/* Arms a receive timeout at its START (nothing is ever sent to it) and
+ * crashes at the TIMEOUT: only a START each time keeps the storm going. */
+static int64_t sstart_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct sstart *s = arg;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	if (me != s->last && m->type != CBCMN_ACTOR_START)
+		atomic_fetch_add(&s->not_first, 1);
+	s->last = me;
+	if (m->type == CBCMN_ACTOR_START) {
+		atomic_fetch_add(&s->starts, 1);
+		TASK_CHECK(cbcmn_actor_set_receive_timeout(cx, 1000000) == 0);
+		return CBCMN_ACTOR_CONTINUE;
+	}
+	if (m->type == CBCMN_ACTOR_TIMEOUT)
+		atomic_fetch_add(&s->timeouts, 1);
+	return -EIO;
+}
+
+static int64_t sstart_main(cbcmn_cx *cx, void *arg)
+{
+	struct sstart *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_sup_child ch = {.handler = sstart_handler, .state = s, .start = true};
+	cbcmn_sup_spec spec = {.max_restarts = SS_STARTS - 1, .period_ns = 3600ull * 1000000000ull,
+			       .children = &ch, .nchildren = 1, .report = &s->rep};
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	/* Until it gives up (its last crash taken, not just made).  Without
+	 * a START the child would wait for ever: stop it after 10 s (the
+	 * asserts then say why) rather than hang. */
+	uint64_t t0 = t_now_ns();
+	cbcmn_actor_ref r;
+	while (cbcmn_sup_child_ref(NULL, cx, sup, 0, &r) != -ESRCH &&
+	       t_now_ns() - t0 < 10ull * 1000000000ull)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_actor_stop(NULL, cx, sup, 0); /* -ESRCH once it gave up */
+	s->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+/* cbcmn_sup_child.start: before it there was no way for a supervised
+ * handler to be called before a first message, so none could arm its
+ * receive timeout by itself. */
+static void test_supervised_handler_gets_a_start_call_at_every_restart(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct sstart s = {0};
+	t_run(rt, sstart_main, &s, 0);
+	assert_int_equal(atomic_load(&s.starts), SS_STARTS);
+	assert_int_equal(atomic_load(&s.timeouts), SS_STARTS);
+	assert_int_equal(atomic_load(&s.not_first), 0);
+	assert_int_equal(s.rep.restarts, SS_STARTS - 1);
+	assert_int_equal(s.await_rc, CBCMN_ESUPERVISOR);
+	t_destroy(rt);
+}
+
+/* ---- a cancellation's halt reason: a fiber actor's own return, a
+ * handler's CBCMN_ECANCELED ---- */
+
+struct cdown {
+	cbcmn_nursery *n;
+	struct watch w[3];
+	_Atomic int ready[2];      /* the fiber actors run */
+	_Atomic int saw_cancel[2]; /* their receives said ECANCELED */
+};
+
+struct cfiber {
+	struct cdown *d;
+	int idx;
+};
+
+/* idx 0 catches the cancellation and returns 0; idx 1 passes it on. */
+static int64_t cdown_fiber(cbcmn_cx *cx, void *arg)
+{
+	struct cfiber *f = arg;
+	cbcmn_actor_msg m;
+	atomic_store(&f->d->ready[f->idx], 1);
+	int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	if (rc == CBCMN_ECANCELED)
+		atomic_store(&f->d->saw_cancel[f->idx], 1);
+	return f->idx == 0 ? 0 : rc;
+}
+
+static int64_t cdown_idle(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)arg;
+	(void)m;
+	return CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t cdown_main(cbcmn_cx *cx, void *arg)
+{
+	struct cdown *d = arg;
+	cbcmn_nursery *wn;
+	TASK_CHECK(open_n(cx, &d->n) == 0);
+	TASK_CHECK(open_n(cx, &wn) == 0);
+	struct cfiber f[2] = {{d, 0}, {d, 1}};
+	TASK_CHECK(cbcmn_actor_spawn(cx, d->n, cdown_fiber, &f[0], NULL, &d->w[0].target) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, d->n, cdown_fiber, &f[1], NULL, &d->w[1].target) == 0);
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, d->n, cdown_idle, NULL, NULL, &d->w[2].target) == 0);
+	cbcmn_actor_ref wref;
+	for (int i = 0; i < 3; i++) {
+		TASK_CHECK(cbcmn_actor_spawn(cx, wn, watcher, &d->w[i], NULL, &wref) == 0);
+		while (!atomic_load(&d->w[i].armed))
+			cbcmn_sleep(cx, 100000);
+	}
+	while (!atomic_load(&d->ready[0]) || !atomic_load(&d->ready[1]))
+		cbcmn_sleep(cx, 100000); /* cancelled before it ran: ECANCELED */
+	TASK_CHECK(cbcmn_nursery_cancel(d->n) == 0);
+	/* The first failure: the handler's, or the fiber's passed on. */
+	TASK_CHECK(cbcmn_nursery_await_all(cx, d->n) == CBCMN_ECANCELED);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, wn) == 0);
+	return 0;
+}
+
+/* The header's Lifetime: a cancelled fiber actor's halt reason is what it
+ * returns (0 here: its DOWN says 0), a handler actor's CBCMN_ECANCELED. */
+static void test_cancellation_down_is_a_fiber_actors_return_a_handlers_ecanceled(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct cdown d;
+	memset(&d, 0, sizeof(d));
+	t_run(rt, cdown_main, &d, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&d.w[i].got), 1);
+	assert_int_equal(atomic_load(&d.saw_cancel[0]), 1);
+	assert_int_equal(atomic_load(&d.saw_cancel[1]), 1);
+	assert_int_equal(d.w[0].down.body.down.reason, 0);
+	assert_int_equal(d.w[1].down.body.down.reason, CBCMN_ECANCELED);
+	assert_int_equal(d.w[2].down.body.down.reason, CBCMN_ECANCELED);
+	t_destroy(rt);
+}
+
 /* ---- a nursery's cancellation halts its handlers, idle ones too ---- */
 
 struct cx_state {
@@ -1931,6 +2082,8 @@ int main(int argc, char **argv)
 		T(test_handler_stop_monitor_down_and_halt_reasons),
 		T(test_handler_gets_down_and_exit_as_calls),
 		T(test_supervisor_restarts_a_crashing_handler),
+		T(test_supervised_handler_gets_a_start_call_at_every_restart),
+		T(test_cancellation_down_is_a_fiber_actors_return_a_handlers_ecanceled),
 		T(test_nursery_cancel_halts_idle_and_busy_handlers),
 		T(test_handler_flood_does_not_starve_a_task),
 		T(test_host_ended_by_a_checkpoint_halts_its_handlers),

@@ -852,6 +852,69 @@ static void test_restart_storm_stops_at_the_intensity(void **state)
 	assert_true(atomic_load(&w.kid[1].starts) <= 301);
 }
 
+/* The window's edge, on the lab's virtual clock (exact times): max 1
+ * restart in P.  Each incarnation k lives edge_life[k] then crashes, so
+ * the restarts come at 1, 1+P (P after the one counted: allowed), 2+2P
+ * (P+1 after: allowed), and the next crash at 1+3P, P-1 after the last
+ * restart: refused, the supervisor gives up (with `<=` for `<` the
+ * second restart was refused; without the window, the fourth allowed). */
+#define EDGE_P 1000000000ull
+static const uint64_t edge_life[] = {1, EDGE_P, EDGE_P + 1, EDGE_P - 1};
+
+struct edge {
+	int starts;
+	uint64_t at[8]; /* when each incarnation started */
+	cbcmn_sup_report rep;
+	int64_t await_rc;
+};
+
+static int64_t edge_child(cbcmn_cx *cx, void *arg)
+{
+	struct edge *e = arg;
+	int k = e->starts++;
+	e->at[k] = cbcmn_now(cbcmn_cx_runtime(cx));
+	if (k >= 4)
+		return 0; /* a fifth start: the assert below says so */
+	TASK_CHECK(cbcmn_sleep(cx, edge_life[k]) == 0);
+	return -EIO;
+}
+
+static int64_t edge_main(cbcmn_cx *cx, void *arg)
+{
+	struct edge *e = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = edge_child, .state = e, .node = -1};
+	cbcmn_sup_spec spec = {.max_restarts = 1, .period_ns = EDGE_P, .children = &c,
+			       .nchildren = 1, .report = &e->rep};
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	e->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0; /* no replay line for the failure we want */
+}
+
+static void test_intensity_window_allows_a_restart_exactly_a_period_after(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_lab(1);
+	struct edge e;
+	memset(&e, 0, sizeof(e));
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, edge_main, &e, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(e.await_rc, CBCMN_ESUPERVISOR);
+	assert_int_equal(e.rep.reason, CBCMN_ESUPERVISOR);
+	assert_int_equal(e.starts, 4);
+	assert_int_equal(e.rep.restarts, 3);
+	assert_int_equal(e.at[0], 0);
+	assert_int_equal(e.at[1], 1);              /* the first restart */
+	assert_int_equal(e.at[2], 1 + EDGE_P);     /* exactly P after it */
+	assert_int_equal(e.at[3], 2 + 2 * EDGE_P); /* P + 1 after that */
+	assert_int_equal(cbcmn_now(rt), 1 + 3 * EDGE_P); /* refused at P - 1 */
+	t_destroy(rt);
+}
+
 /* ---- shutdown ------------------------------------------------------------------- */
 
 /* A child of a nested supervisor holds 5 messages when the tree is stopped:
@@ -1449,6 +1512,7 @@ int main(int argc, char **argv)
 		T(test_sup_shutdown_ns_max_does_not_wrap_into_an_instant_cancel),
 		T(test_intensity_exceeded_escalates_to_the_parent),
 		T(test_restart_storm_stops_at_the_intensity),
+		T(test_intensity_window_allows_a_restart_exactly_a_period_after),
 		T(test_shutdown_reports_undelivered_messages),
 		T(test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns),
 		T(test_stop_during_restarts_ends_the_tree),

@@ -673,6 +673,39 @@ static void test_thread_that_ends_with_nurseries_open_awaits_them(void **state)
 	janus_rt_shutdown();
 }
 
+/* A task, unlike a thread, that returns with a nursery open has leaked
+ * it: the nursery is cancelled (its child here only ends so) and awaited,
+ * and the task fails with CBCMN_ELEAKED unless it had failed already. */
+static int64_t yield_until_cancelled(void *arg)
+{
+	(void)arg;
+	while (janus_scheduler_yield() == 0)
+		;
+	return 0;
+}
+
+static int64_t return_with_nursery_open(void *arg)
+{
+	if (!janus_nursery_create() || janus_nursery_spawn(yield_until_cancelled, NULL) != 0)
+		return -77;
+	return (int64_t)(intptr_t)arg; /* no await */
+}
+
+static void test_task_that_returns_with_a_nursery_open_fails_eleaked(void **state)
+{
+	(void)state;
+	RuntimeConfigEx c = unlimited_config(2);
+	start(&c);
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(return_with_nursery_open, (void *)0), 0);
+	assert_int_equal(janus_nursery_await_all(), CBCMN_ELEAKED);
+	/* A failure of its own wins over the leak. */
+	assert_non_null(janus_nursery_create());
+	assert_int_equal(janus_nursery_spawn(return_with_nursery_open, (void *)(intptr_t)-7), 0);
+	assert_int_equal(janus_nursery_await_all(), -7);
+	janus_rt_shutdown();
+}
+
 static _Atomic int other_state; /* 1: its nursery is open; 2: awaited */
 
 static void *await_late(void *unused)
@@ -893,6 +926,7 @@ int main(void)
 		T_WATCHED_TEST(test_rt_shutdown_from_its_own_task_keeps_the_runtime),
 		T_WATCHED_TEST(test_scheduler_shutdown_of_the_global_runtime_is_rt_shutdown),
 		T_WATCHED_TEST(test_thread_that_ends_with_nurseries_open_awaits_them),
+		T_WATCHED_TEST(test_task_that_returns_with_a_nursery_open_fails_eleaked),
 		T_WATCHED_TEST(test_shutdown_waits_for_another_threads_open_nursery),
 		T_WATCHED_TEST(test_nursery_create_racing_shutdown_never_uses_a_freed_runtime),
 		T_WATCHED_TEST(test_default_janus_rt_init_is_the_service_profile),

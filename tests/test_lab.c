@@ -9,16 +9,6 @@
 
 #define S 1000000000ull
 
-static cbcmn_runtime *lab(uint64_t seed)
-{
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_LAB;
-	cfg.seed = seed;
-	return t_runtime_cfg(&cfg);
-}
-
 /* ---- the order of execution ---- */
 
 static uint64_t trace[4096];
@@ -97,7 +87,7 @@ static int64_t program(cbcmn_cx *cx, void *arg)
 /* Runs prog in a lab runtime of seed; the trace it marked into out. */
 static int record_prog(uint64_t seed, cbcmn_task_fn prog, uint64_t *out)
 {
-	cbcmn_runtime *rt = lab(seed);
+	cbcmn_runtime *rt = t_runtime_lab(seed);
 	atomic_store(&ntrace, 0);
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, prog, NULL, &r), 0);
@@ -173,7 +163,7 @@ static int64_t ten_seconds(cbcmn_cx *cx, void *arg)
 static void test_virtual_time(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = lab(1);
+	cbcmn_runtime *rt = t_runtime_lab(1);
 	assert_int_equal(cbcmn_now(rt), 0);
 	uint64_t t0 = t_now_ns();
 	int64_t r = -1;
@@ -223,13 +213,56 @@ static int64_t quick_receives(cbcmn_cx *cx, void *arg)
 static void test_regression_dead_timers_do_not_move_the_clock(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = lab(5);
+	cbcmn_runtime *rt = t_runtime_lab(5);
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, quick_receives, NULL, &r), 0);
 	assert_int_equal(r, 0);
 	ASSERT_TASK_CHECKS();
 	usleep(20000); /* let the executor go idle */
 	assert_int_equal(cbcmn_now(rt), 0);
+	t_destroy(rt);
+}
+
+/* ---- the clock at the end of time ---- */
+
+static int64_t far_receiver(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_actor_msg m;
+	/* Nothing else runs: the clock jumps to the deadline, however far. */
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, UINT64_MAX - 1) == -ETIMEDOUT);
+	TASK_CHECK(cbcmn_now(rt) == UINT64_MAX - 1);
+	/* Deadlines saturate there (UINT64_MAX is none): every later sleep
+	 * and timeout is due at once, and the clock stays. */
+	TASK_CHECK(cbcmn_sleep(cx, S) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, S) == -ETIMEDOUT);
+	TASK_CHECK(cbcmn_now(rt) == UINT64_MAX - 1);
+	return 0;
+}
+
+static int64_t far_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, far_receiver, arg, NULL, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* docs/LAB.md "The virtual clock": a wait of UINT64_MAX - 1 moves the clock
+ * to its saturated deadline for good; pinned so that it stays documented. */
+static void test_far_deadline_moves_the_clock_to_its_end(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime_lab(7);
+	int64_t r = -1;
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(cbcmn_runtime_run(rt, far_main, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(cbcmn_now(rt) == UINT64_MAX - 1);
+	assert_true(t_now_ns() - t0 < 20 * S); /* virtual: no real wait */
 	t_destroy(rt);
 }
 
@@ -246,7 +279,7 @@ static void test_replay_line_and_seed_override(void **state)
 {
 	(void)state;
 	int saved, fd = t_stderr_capture(&saved);
-	cbcmn_runtime *rt = lab(0xabcdef);
+	cbcmn_runtime *rt = t_runtime_lab(0xabcdef);
 	int64_t r;
 	assert_int_equal(cbcmn_runtime_run(rt, fails, NULL, &r), 0);
 	t_destroy(rt);
@@ -372,6 +405,7 @@ int main(void)
 		T_WATCHED_TEST(test_same_seed_same_order),
 		T_WATCHED_TEST(test_virtual_time),
 		T_WATCHED_TEST(test_regression_dead_timers_do_not_move_the_clock),
+		T_WATCHED_TEST(test_far_deadline_moves_the_clock_to_its_end),
 		T_WATCHED_TEST(test_replay_line_and_seed_override),
 		T_WATCHED_TEST(test_bad_seed_variable_refused),
 		T_WATCHED_TEST(test_lab_needs_one_executor),

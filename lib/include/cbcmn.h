@@ -508,7 +508,11 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * The same seed gives the same order of execution; the environment variable
  * CBCMN_LAB_SEED (decimal or 0x-hex, all of it; anything else fails
  * cbcmn_runtime_create() with -EINVAL) overrides the seed, and a failing
- * cbcmn_runtime_run() prints the seed to replay it with. */
+ * cbcmn_runtime_run() prints the seed to replay it with.  The clock jumps
+ * however far the next deadline is: deadlines saturate at UINT64_MAX - 1
+ * (a sleep or timeout of UINT64_MAX - 1 ns or more from now; FOREVER is
+ * none), and once a wait for that one moved the clock there it stays,
+ * and every later sleep and timeout is due at once (docs/LAB.md). */
 #define CBCMN_CONFIG_LAB 0x4u
 /* Each task spawned by a task takes its stack at the spawn and keeps its
  * record (the runtime's bookkeeping, 368 B) in that stack's top page,
@@ -598,7 +602,8 @@ CBCMN_API int cbcmn_yield(cbcmn_cx *cx);
 CBCMN_API int cbcmn_sleep(cbcmn_cx *cx, uint64_t ns);
 
 /* The runtime's clock in ns: CLOCK_MONOTONIC, or the virtual clock (from 0)
- * in lab mode.  0 for NULL. */
+ * in lab mode, which may be moved as far as UINT64_MAX - 1 and then stays
+ * (CBCMN_CONFIG_LAB).  0 for NULL. */
 CBCMN_API uint64_t cbcmn_now(const cbcmn_runtime *rt);
 
 /* ------------------------------------------------------------------------

@@ -20,15 +20,23 @@
  *
  * Lifetime.  An actor lives until its behaviour function returns (the
  * return value is its halt reason: 0 normal, negative an error), it is
- * stopped (cbcmn_actor_stop()), its nursery is cancelled (reason
- * CBCMN_ECANCELED), or the runtime ends it (stack overflow: CBCMN_EPANIC;
- * budget given up: CBCMN_EBUDGET).  Its nursery's await_all waits for it
- * like for any child and sees the halt reason as the child's result.  At
- * halt, the reference dies at once: every later send returns -ESRCH, and
- * senders blocked on the full mailbox return -ESRCH (their message was not
- * taken).  Messages still in the mailbox are undelivered: each is passed
- * to the actor's drop callback (cbcmn_actor_opts.drop) if it has one, then
- * discarded.  Monitors get their DOWN message.
+ * stopped (cbcmn_actor_stop()), its nursery is cancelled, or the runtime
+ * ends it (stack overflow: CBCMN_EPANIC; budget given up: CBCMN_EBUDGET).
+ * A cancellation ends an actor as it ends a task: a fiber actor's waits
+ * (receive, send, sleep...) return CBCMN_ECANCELED and its behaviour
+ * decides what to return, which stays its halt reason (return 0 after
+ * cleaning up and its DOWN and its nursery say 0; pass the
+ * CBCMN_ECANCELED on and they say that); one cancelled before it first
+ * ran, or ended at a CBCMN_CHECKPOINT(), halts with CBCMN_ECANCELED.  A
+ * handler actor is never called to see it: its host halts it with
+ * CBCMN_ECANCELED (cbcmn_actor_spawn_handler(), below).  Its nursery's
+ * await_all waits for it like for any child and sees the halt reason as
+ * the child's result.  At halt, the reference dies at once: every later
+ * send returns -ESRCH, and senders blocked on the full mailbox return
+ * -ESRCH (their message was not taken).  Messages still in the mailbox
+ * are undelivered: each is passed to the actor's drop callback
+ * (cbcmn_actor_opts.drop) if it has one, then discarded.  Monitors get
+ * their DOWN message.
  *
  * References.  A reference names one actor for ever: the slot it lives in is
  * recycled for later actors with a new generation, so a reference to a
@@ -383,7 +391,8 @@ CBCMN_API int cbcmn_actor_trap_exit(cbcmn_cx *cx, bool on);
  *
  * Calls.  h(cx, state, m) for each message, in mailbox order (a due
  * DOWN or EXIT first, as cbcmn_actor_receive() would), after a
- * CBCMN_ACTOR_START one if opts.start asks for it.  It must not
+ * CBCMN_ACTOR_START one if opts.start (a supervisor's child:
+ * cbcmn_sup_child.start, at each restart too) asks for it.  It must not
  * block: cbcmn_actor_send() and cbcmn_actor_send_timeout() from a handler
  * never wait (they are cbcmn_actor_try_send(): -EAGAIN when full; to
  * the handler actor's own full mailbox -EDEADLK, as an actor's), and
@@ -495,10 +504,14 @@ CBCMN_API int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns)
  * order.  One crash is one restart, however many children it restarts.
  *
  * Intensity: at most max_restarts restarts in any window of period_ns.
- * One more and the supervisor gives up: it stops every child (reverse
- * startup order) and halts with CBCMN_ESUPERVISOR, which its own
- * supervisor sees as a crash of that child (escalation), or its nursery as
- * a failure.
+ * The window is half open: a restart is allowed when the oldest of the
+ * last max_restarts restarts was period_ns or more before it (a restart
+ * exactly period_ns after that one is allowed, one period_ns - 1 after it
+ * is not), times read from cbcmn_now() (virtual in lab mode) as the
+ * supervisor takes the crash's DOWN.  One more and the supervisor gives
+ * up: it stops every child (reverse startup order) and halts with
+ * CBCMN_ESUPERVISOR, which its own supervisor sees as a crash of that
+ * child (escalation), or its nursery as a failure.
  *
  * Stopping a supervisor (cbcmn_actor_stop()) stops its children in reverse
  * startup order, each waited for (up to shutdown_ns, after which the
@@ -587,6 +600,14 @@ typedef struct cbcmn_sup_child {
 	/* A handler actor instead of fn (fn and sup NULL): started with
 	 * cbcmn_actor_spawn_handler() semantics, on a host of its own. */
 	cbcmn_actor_handler handler;
+	/* As cbcmn_actor_opts.start, for a handler child: each start of it
+	 * (the first and every restart) begins with a CBCMN_ACTOR_START
+	 * call, before any message sent to that incarnation, so that it can
+	 * set itself up (arm a receive timeout, spawn, send) without being
+	 * sent anything.  Ignored for fn and sup children (their behaviour
+	 * starts by itself).  Added in 0.2 (before 0.2.0, docs/INSTALL.md):
+	 * a spec zeroed or built with designated initializers gets false. */
+	bool start;
 } cbcmn_sup_child;
 
 /* Written when the supervisor halts (before its nursery's await_all can

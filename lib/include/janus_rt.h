@@ -175,8 +175,14 @@ JANUS_API int janus_rt_init_ex(const RuntimeConfigEx *config);
  * own runtime (global or isolated), outside on the global runtime (created
  * with defaults if needed).  NULL on failure (the core profile: always).
  * A thread that ends (pthread_exit, its start function's return) with
- * nurseries open awaits them as it ends, their results unread; a task
- * that ends with some open likewise (the main thread's exit() does not). */
+ * nurseries open awaits them as it ends, their results unread, and that
+ * is no error (the main thread's exit() does not await them).  A task
+ * that returns with some open has leaked them: they are cancelled, then
+ * awaited, a line naming the task goes to stderr, and the task fails
+ * with CBCMN_ELEAKED (-4104, what its nursery's await_all reports, or an
+ * actor's DOWN) unless it had failed already (its own code wins).  A
+ * task ended by the runtime (a panic, its budget, a cancellation at a
+ * check) has its open nurseries cancelled and awaited without that. */
 JANUS_API void *janus_nursery_create(void);
 /* Spawn fn(arg) into the current nursery: 0, or -1 on any failure: no
  * current nursery (SPEC-021 §14.1 NurseryNotActive), NULL fn, the nursery
