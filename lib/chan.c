@@ -100,6 +100,10 @@ struct cbcmn_chan {
 	struct cbcmn__waitq spaceq; /* senders and reservers, in arrival order */
 	struct chan_rec *free_recs;
 	uint64_t payer;           /* id of the task charged for buf (0: none) */
+	/* rt->serial: payer is a task of that runtime.  A runtime made
+	 * after rt is gone may sit at rt's address, with a task of the
+	 * same id (ids count from 1 in each runtime). */
+	uint64_t payer_rt;
 	uint64_t charged;         /* bytes it was charged */
 };
 
@@ -508,6 +512,7 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 		return -ENOMEM;
 	}
 	c->payer = charged ? self->id : 0;
+	c->payer_rt = rt->serial;
 	c->charged = charged;
 	cbcmn__flock_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
 	c->rt = rt;
@@ -538,9 +543,10 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 	/* Given back to its payer if the payer destroys it; destroyed by
 	 * anyone else, it stays spent (the payer may be gone).  A task of
 	 * c's runtime only: running_task() dereferences rt only when this
-	 * thread is one of its executors, so never once rt is gone. */
+	 * thread is one of its executors, so never once rt is gone; a
+	 * runtime at rt's old address is not rt (its serial differs). */
 	struct cbcmn_task *self = running_task(c->rt);
-	if (self && c->payer == self->id)
+	if (self && self->rt->serial == c->payer_rt && c->payer == self->id)
 		cbcmn__refund_memory(self, c->charged);
 	free(c->buf);
 	free(c);

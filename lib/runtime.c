@@ -493,6 +493,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	memset(rt, 0, sizeof(*rt));
 	rt->seg.fd = -1;
 	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+	static _Atomic uint64_t serials;
+	rt->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
 	pthread_sigmask(SIG_BLOCK, NULL, &rt->exec_sigmask);
 	/* Never SIGSEGV, which a task's stack overflow raises (overflow.c):
 	 * the kernel kills a thread that faults with it blocked, and a

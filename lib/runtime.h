@@ -486,6 +486,9 @@ struct cbcmn_runtime {
 	 * striped by task id (budget.c). */
 	struct cbcmn__mutex budget_locks[CBCMN__BUDGET_LOCKS];
 	uint32_t fork_gen;                /* cbcmn__fork_gen at create (runtime.c) */
+	/* 1, 2, ... in the process, never reused: what a runtime is, where
+	 * its address may be a destroyed one's (chan.c's payer). */
+	uint64_t serial;
 	bool lab;                         /* lab mode: virtual clock, seeded picks */
 	/* A stall monitor watches the executors (monitor.c): not in lab mode,
 	 * nor with cfg.stall_ns CBCMN_STALL_OFF. */
