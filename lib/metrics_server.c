@@ -667,6 +667,16 @@ int cbcmn_metrics_stop(cbcmn_metrics_server *ms)
 	return 0;
 }
 
+uint32_t cbcmn__metrics_servers(struct cbcmn_runtime *rt)
+{
+	uint32_t k = 0;
+	cbcmn__mutex_lock(&metrics_lock);
+	for (struct cbcmn_metrics_server *ms = rt->metrics; ms; ms = ms->next)
+		k++;
+	cbcmn__mutex_unlock(&metrics_lock);
+	return k;
+}
+
 void cbcmn__metrics_stop_all(struct cbcmn_runtime *rt)
 {
 	cbcmn__mutex_lock(&metrics_lock);

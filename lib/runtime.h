@@ -562,6 +562,11 @@ struct cbcmn_runtime {
 	/* Channel operations threads (cx NULL) are blocked in, and channel
 	 * reservations they hold (chan.c, thread_in()). */
 	_Atomic uint32_t thread_chan;
+	/* Live CBCMN__TF_RUNTIME tasks (the metrics servers'): counted in
+	 * before their spawn counts and out after their completion counts,
+	 * so that destroy's look (runtime.c, program_busy()) never takes
+	 * one for a task of the program's. */
+	_Atomic uint32_t runtime_tasks;
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
 	 * and ended and doorbells rung by threads outside the executors,

@@ -18,6 +18,7 @@
 #include "helpers.h"
 #include "toolrun.h"
 #include "cbcmn_actor.h"
+#include "cbcmn_chan.h"
 #include "../lib/fault.h"
 #include "../lib/metrics.h"
 
@@ -686,6 +687,48 @@ static void test_destroy_with_the_server_running(void **state)
 	}
 }
 
+/* Destroy refused (-EBUSY: a task of the program's is live, or a nursery a
+ * thread opened is not awaited) leaves the runtime as it was, its scrape
+ * endpoints too: they were stopped before the refusal, so the runtime
+ * lived on without them. */
+static int64_t waits_on(cbcmn_cx *cx, void *arg)
+{
+	int v;
+	return cbcmn_chan_recv(cx, arg, &v);
+}
+
+static void test_busy_destroy_keeps_the_server(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	cbcmn_chan *c;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, waits_on, c, NULL), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY); /* the nursery */
+	expect(port, "/metrics", "", 200);
+	int v = 1;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	/* A nursery a thread opened, empty; a reservation a thread holds. */
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	expect(port, "/metrics", "", 200);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c), 0);
+	cbcmn_chan_permit p;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	expect(port, "/metrics", "", 200);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	stop_and_destroy(ms, rt);
+}
+
 /* Start and stop at once, over and over: the acceptor may not have run
  * yet (its descriptor is then closed by stop), nothing leaks. */
 static void test_stop_right_after_serve(void **state)
@@ -1160,6 +1203,7 @@ int main(void)
 		T_WATCHED_TEST(test_concurrent_scrapers),
 		T_WATCHED_TEST(test_stop_while_a_client_is_connected),
 		T_WATCHED_TEST(test_destroy_with_the_server_running),
+		T_WATCHED_TEST(test_busy_destroy_keeps_the_server),
 		T_WATCHED_TEST(test_stop_right_after_serve),
 		T_WATCHED_TEST(test_default_address_is_loopback),
 		T_WATCHED_TEST(test_serves_under_every_profile),
