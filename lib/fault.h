@@ -85,6 +85,8 @@ enum cbcmn__pause_point {
 	CBCMN__P_DOORBELL_FD,      /* a doorbell's sender holding the number of its
 	                            * target's ring, before its MSG_RING (ring.c);
 	                            * the hook gets the target */
+	CBCMN__P_SCOPE_NEW,        /* a task about to allocate its nursery's cancel
+	                            * scope (iwait.c); the hook gets the runtime */
 	CBCMN__P_NPOINTS
 };
 
