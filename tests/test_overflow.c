@@ -498,8 +498,9 @@ struct lowcall {
 	int rc;
 };
 
-static int do_call(cbcmn_cx *cx, struct lowcall *l)
+static int do_call(cbcmn_cx *cx, void *arg)
 {
+	struct lowcall *l = arg;
 	int v = 7;
 	cbcmn_budget none = {0};
 	cbcmn_nursery *n2;
@@ -517,14 +518,15 @@ static int do_call(cbcmn_cx *cx, struct lowcall *l)
 	return -1;
 }
 
-/* Down until the next call's frame lies below the check line. */
-static int call_low(cbcmn_cx *cx, struct lowcall *l, int depth)
+/* Down until the next call's frame lies below the check line, then
+ * call(cx, arg). */
+static int call_low(cbcmn_cx *cx, int (*call)(cbcmn_cx *, void *), void *arg, int depth)
 {
 	volatile char pad[64];
 	pad[0] = (char)depth;
 	if ((char *)__builtin_frame_address(0) > stack_of(cx)->check_lo + 32 && depth < 100000)
-		return call_low(cx, l, depth + 1) + pad[0];
-	return do_call(cx, l);
+		return call_low(cx, call, arg, depth + 1) + pad[0];
+	return call(cx, arg);
 }
 
 static int64_t lowcall_task(cbcmn_cx *cx, void *arg)
@@ -535,7 +537,7 @@ static int64_t lowcall_task(cbcmn_cx *cx, void *arg)
 	if (l->which == LC_CHAN_COMMIT || l->which == LC_CHAN_ABORT)
 		if (cbcmn_chan_reserve(cx, l->ch, &l->permit))
 			return -101;
-	l->rc = call_low(cx, l, 0);
+	l->rc = call_low(cx, do_call, l, 0);
 	cbcmn_nursery_await_all(cx, l->n);
 	return 0;
 }
@@ -582,27 +584,19 @@ struct actlow {
 	int rc;
 };
 
-static int act_call(cbcmn_cx *cx, struct actlow *l)
+static int act_call(cbcmn_cx *cx, void *arg)
 {
+	struct actlow *l = arg;
 	cbcmn_actor_msg m = {.type = 1};
 	if (l->send)
 		return cbcmn_actor_send(NULL, cx, l->peer, &m);
 	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
 }
 
-static int act_low(cbcmn_cx *cx, struct actlow *l, int depth)
-{
-	volatile char pad[64];
-	pad[0] = (char)depth;
-	if ((char *)__builtin_frame_address(0) > stack_of(cx)->check_lo + 32 && depth < 100000)
-		return act_low(cx, l, depth + 1) + pad[0];
-	return act_call(cx, l);
-}
-
 static int64_t act_low_main(cbcmn_cx *cx, void *arg)
 {
 	struct actlow *l = arg;
-	l->rc = act_low(cx, l, 0);
+	l->rc = call_low(cx, act_call, l, 0);
 	return 0;
 }
 
