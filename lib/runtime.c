@@ -685,9 +685,11 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 /* Tasks of the program's are live: all live tasks but the runtime's own
  * (the metrics servers').  Those are counted in before their spawn counts
  * and out after their completion counts (task.c): the larger of two reads
- * around the seg's can only overstate them while one starts or ends, so
- * a lone server is never taken for the program's task; a program racing
- * its own spawn with destroy is caught by destroy's second look. */
+ * around the seg's can only overstate them while one starts or ends
+ * (stores in program order: x86's), so a lone server's scrapes are never
+ * taken for a task of the program's (20 destroys beside three scrapers:
+ * no -EBUSY); a program racing its own spawn with destroy is caught by
+ * destroy's second look, after the servers stopped. */
 static bool program_busy(struct cbcmn_runtime *rt)
 {
 	uint32_t own = atomic_load_explicit(&rt->runtime_tasks, memory_order_acquire);
