@@ -1325,6 +1325,10 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		return err;
 	if (a->hnd)
 		return -EPERM; /* a handler gets its messages as calls */
+	/* The room left, before the lock, as a send checks it
+	 * (send_check()): not left to the charge below, whose check is the
+	 * budget's and may move. */
+	cbcmn__stack_check(self);
 	cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	uint64_t deadline = deadline_in(self->rt, timeout_ns);
 	struct cbcmn__wakes wl = {0};

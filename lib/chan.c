@@ -100,6 +100,10 @@ struct cbcmn_chan {
 	struct cbcmn__waitq spaceq; /* senders and reservers, in arrival order */
 	struct chan_rec *free_recs;
 	uint64_t payer;           /* id of the task charged for buf (0: none) */
+	/* rt->serial: payer is a task of that runtime.  A runtime made
+	 * after rt is gone may sit at rt's address, with a task of the
+	 * same id (ids count from 1 in each runtime). */
+	uint64_t payer_rt;
 	uint64_t charged;         /* bytes it was charged */
 };
 
@@ -124,6 +128,46 @@ static struct chan_wait *q_claim(struct cbcmn_chan *c, struct cbcmn__waitq *q)
 	if (w)
 		c->blocked--;
 	return w;
+}
+
+/* ---- the thread accounting ------------------------------------------------ */
+
+/* The thread accounting (rt->thread_chan), here and in chan_block() only.
+ * A thread outside (cx NULL) blocked on c, or holding a reservation on c:
+ * what ends either (the send or close that wakes it, the commit or abort)
+ * touches c's runtime, so cbcmn_runtime_destroy() is -EBUSY until it ends.
+ * Two things count, each in one pair:
+ *   - a thread's blocked operation, from before it queues to after its
+ *     wait ends (chan_block());
+ *   - a thread's held reservation, from its grant to its release
+ *     (rec_grant(), rec_release()).  A waiter's grant is made by whoever
+ *     grants it, under the lock, so before the waiter's own count ends:
+ *     the count never passes through zero between the two.
+ * c->blocked is c's own (destroy's -EBUSY), and counts tasks too.  out:
+ * the last touch of rt, which may then go. */
+static inline void thread_in(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_add_explicit(&rt->thread_chan, 1, memory_order_relaxed);
+}
+
+static inline void thread_out(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_sub_explicit(&rt->thread_chan, 1, memory_order_release);
+}
+
+static inline bool rec_thread(const struct chan_rec *r)
+{
+	return !atomic_load_explicit(&r->ob.owner, memory_order_relaxed);
+}
+
+/* r holds a slot from now on (a reservation granted, at once or to its
+ * waiter). */
+static void rec_grant(struct cbcmn_chan *c, struct chan_rec *r)
+{
+	c->reserved++;
+	r->held = true;
+	if (rec_thread(r))
+		thread_in(c->rt);
 }
 
 /* ---- the ring and the slots (under the lock) ----------------------------- */
@@ -174,8 +218,7 @@ static void slot_freed(struct cbcmn_chan *c, struct cbcmn__wakes *wl)
 		if (w->kind == W_SEND) {
 			put_msg(c, w->src, wl); /* there is room: cannot fail */
 		} else {
-			c->reserved++;
-			w->rec->held = true;
+			rec_grant(c, w->rec);
 		}
 		cbcmn__wakes_add(wl, &w->qw, 0);
 	}
@@ -207,28 +250,13 @@ static void rec_put(struct cbcmn_chan *c, struct chan_rec *r)
 	c->free_recs = r;
 }
 
-/* A thread outside (cx NULL) blocked on c, or holding a reservation on c:
- * what ends either (the send or close that wakes it, the commit or abort)
- * touches c's runtime, so cbcmn_runtime_destroy() is -EBUSY until it ends
- * (rt->thread_chan); a granted reservation stays counted from its wait
- * until it is resolved.  out: the last touch of rt, which may then go. */
-static inline void thread_in(struct cbcmn_runtime *rt)
-{
-	atomic_fetch_add_explicit(&rt->thread_chan, 1, memory_order_relaxed);
-}
-
-static inline void thread_out(struct cbcmn_runtime *rt)
-{
-	atomic_fetch_sub_explicit(&rt->thread_chan, 1, memory_order_release);
-}
-
 /* End a held reservation: the slot is no longer reserved (the caller fills
  * it or frees it).  The owner list is touched here only by its owner: commit
  * and abort check it, and settling runs as the ending task.  e: the calling
  * thread's executor (NULL outside). */
 static void rec_release(struct cbcmn_chan *c, struct chan_rec *r, struct cbcmn__exec *e)
 {
-	bool thread = !atomic_load_explicit(&r->ob.owner, memory_order_relaxed);
+	bool thread = rec_thread(r);
 	cbcmn__oblig_untrack(c->rt, &r->ob, e);
 	if (thread)
 		thread_out(c->rt);
@@ -281,8 +309,8 @@ static int chan_block(struct cbcmn_task *self, struct cbcmn_chan *c, struct chan
 	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
-	if (!self && !(w->kind == W_RESERVE && how == CBCMN__IW_WOKEN && w->qw.result == 0))
-		thread_out(rt);
+	if (!self)
+		thread_out(rt); /* a granted reservation counts on (rec_grant()) */
 	if (how == CBCMN__IW_WOKEN)
 		return w->qw.result;
 	/* The registry lock is dropped by now: the two never nest. */
@@ -408,10 +436,7 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 	} else if (!(r = rec_get(c, self))) {
 		rc = -ENOMEM;
 	} else if (c->count + c->reserved < c->cap) {
-		c->reserved++;
-		r->held = true;
-		if (!self)
-			thread_in(c->rt);
+		rec_grant(c, r);
 	} else if (block) {
 		struct chan_wait w;
 		chan_wait_init(&w, W_RESERVE, NULL, NULL, r);
@@ -508,6 +533,7 @@ int cbcmn_chan_create(cbcmn_runtime *rt, size_t capacity, size_t elem_size, cbcm
 		return -ENOMEM;
 	}
 	c->payer = charged ? self->id : 0;
+	c->payer_rt = rt->serial;
 	c->charged = charged;
 	cbcmn__flock_init(&c->lock, "chan", CBCMN__LOCK_CHAN);
 	c->rt = rt;
@@ -538,9 +564,10 @@ int cbcmn_chan_destroy(cbcmn_chan *c)
 	/* Given back to its payer if the payer destroys it; destroyed by
 	 * anyone else, it stays spent (the payer may be gone).  A task of
 	 * c's runtime only: running_task() dereferences rt only when this
-	 * thread is one of its executors, so never once rt is gone. */
+	 * thread is one of its executors, so never once rt is gone; a
+	 * runtime at rt's old address is not rt (its serial differs). */
 	struct cbcmn_task *self = running_task(c->rt);
-	if (self && c->payer == self->id)
+	if (self && self->rt->serial == c->payer_rt && c->payer == self->id)
 		cbcmn__refund_memory(self, c->charged);
 	free(c->buf);
 	free(c);

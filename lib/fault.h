@@ -33,6 +33,8 @@ enum cbcmn__fault_site {
 	CBCMN__F_CQE_DROP,  /* a CQE is lost, as the kernel drops one (-EBADR) */
 	CBCMN__F_FIXED,     /* a stream's fixed-file table: registered sparse, a slot
 	                     * filled or emptied (io_uring_register) */
+	CBCMN__F_DUP,       /* an executor's held ring number: the dup3() that puts the
+	                     * eventfd under it, or the next ring (ring.c) */
 	CBCMN__F_NSITES
 };
 
@@ -85,6 +87,8 @@ enum cbcmn__pause_point {
 	CBCMN__P_DOORBELL_FD,      /* a doorbell's sender holding the number of its
 	                            * target's ring, before its MSG_RING (ring.c);
 	                            * the hook gets the target */
+	CBCMN__P_SCOPE_NEW,        /* a task about to allocate its nursery's cancel
+	                            * scope (iwait.c); the hook gets the runtime */
 	CBCMN__P_NPOINTS
 };
 

@@ -142,38 +142,62 @@ void cbcmn__scope_rt_fini(struct cbcmn_runtime *rt)
 	cbcmn__mutex_destroy(&rt->scope_lock);
 }
 
-/* n's scope, made (with its ancestors') if it has none; the fallback if
- * no memory.  Under rt->scope_lock.  Iterative: a deep nesting must not
- * recurse on the task's small stack; each round makes the scope of the
- * outermost ancestor still without one (O(depth^2) once per nursery). */
-static struct cbcmn__scope *scope_make_locked(struct cbcmn_runtime *rt, struct cbcmn_nursery *n)
+/* The outermost of n and its enclosing nurseries still without a scope
+ * (its parent has one, or it has no parent), or NULL if n has one.  The
+ * chain is alive while n is (nursery.c): each is awaited after everything
+ * inside it, and keeps its scope until then. */
+static struct cbcmn_nursery *scope_bare(struct cbcmn_nursery *n)
 {
-	for (;;) {
-		struct cbcmn__scope *s = atomic_load_explicit(&n->scope, memory_order_relaxed);
-		if (s)
-			return s;
-		struct cbcmn_nursery *x = n;
-		/* The chain of enclosing nurseries is alive while n is
-		 * (nursery.c): each is awaited after everything inside it. */
-		while (x->parent && !atomic_load_explicit(&x->parent->scope, memory_order_relaxed))
-			x = x->parent;
-		s = scope_new(x, rt->scope_fallback->ncell);
+	if (atomic_load_explicit(&n->scope, memory_order_acquire))
+		return NULL;
+	struct cbcmn_nursery *x = n;
+	while (x->parent && !atomic_load_explicit(&x->parent->scope, memory_order_acquire))
+		x = x->parent;
+	return x;
+}
+
+/* n's scope, made (with its ancestors') if it has none; the fallback if
+ * no memory.  Iterative: a deep nesting must not recurse on the task's
+ * small stack; each round makes the scope of the outermost ancestor still
+ * without one (O(depth^2) once per nursery).  Each scope is allocated
+ * before rt->scope_lock is taken, never under it: a malloc on a task's
+ * small stack may overflow, and the overflow ends the task as the malloc
+ * returns (overflow.c), which must not leave the lock held (s19-rvcold1).
+ * Under the lock it is linked, or freed if another task linked one for
+ * that nursery meanwhile. */
+static struct cbcmn__scope *scope_make(struct cbcmn_runtime *rt, struct cbcmn_nursery *n)
+{
+	struct cbcmn_nursery *x;
+	while ((x = scope_bare(n))) {
+		CBCMN__PAUSE(CBCMN__P_SCOPE_NEW, rt);
+		struct cbcmn__scope *s = scope_new(x, rt->scope_fallback->ncell);
 		if (!s)
 			return rt->scope_fallback;
-		struct cbcmn__scope *p = x->parent ? atomic_load_explicit(&x->parent->scope,
-									 memory_order_relaxed)
-						   : NULL;
-		s->parent = p;
-		if (p) {
-			s->next = p->child;
-			if (p->child)
-				p->child->prev = s;
-			p->child = s;
+		cbcmn__mutex_lock(&rt->scope_lock);
+		bool lost = atomic_load_explicit(&x->scope, memory_order_relaxed) != NULL;
+		if (!lost) {
+			/* x's parent's scope, seen by scope_bare(), is linked
+			 * until the parent ends, after x. */
+			struct cbcmn__scope *p =
+				x->parent ? atomic_load_explicit(&x->parent->scope, memory_order_relaxed)
+					  : NULL;
+			s->parent = p;
+			if (p) {
+				s->next = p->child;
+				if (p->child)
+					p->child->prev = s;
+				p->child = s;
+			}
+			/* release: pairs with the acquire in scope_of(): a
+			 * task that finds the scope there finds it linked in
+			 * the tree. */
+			atomic_store_explicit(&x->scope, s, memory_order_release);
 		}
-		/* release: pairs with the acquire in scope_of(): a task that
-		 * finds the scope there finds it linked in the tree. */
-		atomic_store_explicit(&x->scope, s, memory_order_release);
+		cbcmn__mutex_unlock(&rt->scope_lock);
+		if (lost)
+			free(s); /* never linked nor seen */
 	}
+	return atomic_load_explicit(&n->scope, memory_order_acquire);
 }
 
 /* The scope task t's waits go to. */
@@ -187,10 +211,7 @@ static struct cbcmn__scope *scope_of(struct cbcmn_task *t)
 	if (__builtin_expect(s != NULL, 1))
 		return s;
 	/* The first wait of a task of n: once per nursery that blocks. */
-	cbcmn__mutex_lock(&rt->scope_lock);
-	s = scope_make_locked(rt, n);
-	cbcmn__mutex_unlock(&rt->scope_lock);
-	return s;
+	return scope_make(rt, n);
 }
 
 void cbcmn__scope_drop(struct cbcmn_nursery *n)

@@ -53,5 +53,8 @@ void cbcmn__metrics_parse(char *buf, size_t hl, struct cbcmn__metrics_req *r);
 
 /* cbcmn_runtime_destroy(): stop every server still running on rt. */
 void cbcmn__metrics_stop_all(struct cbcmn_runtime *rt);
+/* The servers on rt's list: each holds a nursery a thread opened (serve's),
+ * on the list from after its open to before its await. */
+uint32_t cbcmn__metrics_servers(struct cbcmn_runtime *rt);
 
 #endif

@@ -3,6 +3,7 @@
  * fresh snapshot, all in a nursery the server owns (docs/METRICS.md). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@ struct cbcmn_metrics_server {
 	cbcmn_task *acceptor;              /* its handle, joined by stop */
 	_Atomic bool started;              /* the acceptor has begun */
 	int lfd;                           /* closed by the acceptor as it ends, then -1 */
+	int reserve;                       /* /dev/null, kept for shed_one(); -1: none */
 	uint16_t port;
 	struct cbcmn__metrics_limits lim;
 	/* The acceptor's alone (then stop's, once the tasks have ended):
@@ -431,6 +433,42 @@ static void start_conn(cbcmn_cx *cx, struct cbcmn_metrics_server *ms, int fd)
 	ms->nconns++;
 }
 
+/* A descriptor kept for the day there is none (libuv's trick). */
+static int reserve_open(void)
+{
+	return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* Out of descriptors (the accept said EMFILE or ENFILE; an io_uring
+ * accept says so at once, a connection waiting or not): a connection
+ * would wait in the backlog, unanswered, and its client with it, until
+ * some descriptor of the process closes.  The reserve makes room for one:
+ * it is accepted, refused (a 503 saying when to come back) unless the
+ * reserve can be taken again, and the reserve taken again.  False if
+ * none came (within SWEEP_NS) or there is no reserve: the caller backs
+ * off, so that an idle server out of descriptors does not spin. */
+static bool shed_one(cbcmn_cx *cx, struct cbcmn_metrics_server *ms)
+{
+	if (ms->reserve < 0 && (ms->reserve = reserve_open()) < 0)
+		return false;
+	close(ms->reserve);
+	ms->reserve = -1;
+	cbcmn_io_set_timeout(cx, SWEEP_NS); /* it is there, or gone */
+	int64_t fd = cbcmn_accept(cx, ms->lfd, NULL, NULL, SOCK_CLOEXEC);
+	/* A reserve taken again says descriptors are free by now (this
+	 * accept may have waited): the connection is served. */
+	ms->reserve = reserve_open();
+	if (fd < 0)
+		return false;
+	if (ms->reserve >= 0) {
+		start_conn(cx, ms, (int)fd);
+	} else {
+		refuse(cx, (int)fd);
+		ms->reserve = reserve_open();
+	}
+	return true;
+}
+
 static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 {
 	struct cbcmn_metrics_server *ms = arg;
@@ -464,8 +502,13 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 		    (fd != CBCMN_ECANCELED || cbcmn_cx_cancelled(cx)))
 			break;
 		sweep(cx, ms);
-		/* Out of descriptors: the connections wait in the backlog
-		 * while some end.  1 ms doubling to 100 ms. */
+		if ((fd == -EMFILE || fd == -ENFILE) && shed_one(cx, ms)) {
+			backoff = 0;
+			continue;
+		}
+		/* Out of descriptors and no reserve, or out of memory: the
+		 * connections wait in the backlog while some end.  1 ms
+		 * doubling to 100 ms. */
 		backoff = backoff ? (backoff * 2 > 100000000 ? 100000000 : backoff * 2) : 1000000;
 		if (cbcmn_sleep(cx, backoff))
 			break;
@@ -553,6 +596,7 @@ int cbcmn__metrics_serve_ex(cbcmn_runtime *rt, const char *addr, uint16_t port,
 	if (!ms)
 		return -ENOMEM;
 	ms->rt = rt;
+	ms->reserve = reserve_open(); /* -1: serves without (shed_one()) */
 	ms->lim = lim ? *lim
 		      : (struct cbcmn__metrics_limits){CBCMN__METRICS_TIMEOUT_NS,
 						       CBCMN__METRICS_MAX_CLIENTS, CBCMN__METRICS_REQ_MAX};
@@ -582,6 +626,8 @@ int cbcmn__metrics_serve_ex(cbcmn_runtime *rt, const char *addr, uint16_t port,
 fail_fd:
 	close(ms->lfd);
 fail:
+	if (ms->reserve >= 0)
+		close(ms->reserve);
 	free(ms);
 	return rc;
 }
@@ -643,6 +689,8 @@ static void server_end(struct cbcmn_metrics_server *ms)
 	}
 	if (ms->lfd >= 0) /* the acceptor never ran */
 		close(ms->lfd);
+	if (ms->reserve >= 0)
+		close(ms->reserve);
 	free(ms);
 }
 
@@ -665,6 +713,16 @@ int cbcmn_metrics_stop(cbcmn_metrics_server *ms)
 	cbcmn__mutex_unlock(&metrics_lock);
 	server_end(ms);
 	return 0;
+}
+
+uint32_t cbcmn__metrics_servers(struct cbcmn_runtime *rt)
+{
+	uint32_t k = 0;
+	cbcmn__mutex_lock(&metrics_lock);
+	for (struct cbcmn_metrics_server *ms = rt->metrics; ms; ms = ms->next)
+		k++;
+	cbcmn__mutex_unlock(&metrics_lock);
+	return k;
 }
 
 void cbcmn__metrics_stop_all(struct cbcmn_runtime *rt)

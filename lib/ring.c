@@ -397,6 +397,16 @@ static void efd_arm(struct cbcmn__exec *e)
  * dup3() onto an open number takes no new descriptor, so a full table
  * does not fail it; an RLIMIT_NOFILE lowered below the number does
  * (-EBADF): then the number is closed and -1 published, as before. */
+static int held_dup(int from, int to)
+{
+	int err = CBCMN__FAULT(CBCMN__F_DUP); /* tests: each path's failure */
+	if (err) {
+		errno = -err;
+		return -1;
+	}
+	return dup3(from, to, O_CLOEXEC);
+}
+
 static void ring_fd_drop(struct cbcmn__ring *r)
 {
 	int fd = r->u.ring_fd;
@@ -404,7 +414,7 @@ static void ring_fd_drop(struct cbcmn__ring *r)
 		close(fd); /* never published (ring_fd_adopt() failed) */
 		return;
 	}
-	if (dup3(r->efd, fd, O_CLOEXEC) < 0) {
+	if (held_dup(r->efd, fd) < 0) {
 		atomic_store_explicit(&r->fd, -1, memory_order_relaxed);
 		close(fd);
 	}
@@ -422,7 +432,7 @@ static void ring_fd_adopt(struct cbcmn__ring *r)
 		atomic_store_explicit(&r->fd, r->u.ring_fd, memory_order_relaxed);
 		return;
 	}
-	if (dup3(r->u.ring_fd, held, O_CLOEXEC) < 0)
+	if (held_dup(r->u.ring_fd, held) < 0)
 		return;
 	/* Registered, enters name the file, not the number. */
 	close(r->u.ring_fd);

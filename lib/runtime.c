@@ -510,6 +510,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->cgq = cgq; /* closed by runtime_free() from here on */
 	rt->seg.fd = -1;
 	rt->fork_gen = atomic_load_explicit(&cbcmn__fork_gen, memory_order_relaxed);
+	static _Atomic uint64_t serials;
+	rt->serial = atomic_fetch_add_explicit(&serials, 1, memory_order_relaxed) + 1;
 	pthread_sigmask(SIG_BLOCK, NULL, &rt->exec_sigmask);
 	/* Never SIGSEGV, which a task's stack overflow raises (overflow.c):
 	 * the kernel kills a thread that faults with it blocked, and a
@@ -699,6 +701,22 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	return 0;
 }
 
+/* Tasks of the program's are live: all live tasks but the runtime's own
+ * (the metrics servers').  Those are counted in before their spawn counts
+ * and out after their completion counts (task.c): the larger of two reads
+ * around the seg's can only overstate them while one starts or ends
+ * (stores in program order: x86's), so a lone server's scrapes are never
+ * taken for a task of the program's (20 destroys beside three scrapers:
+ * no -EBUSY); a program racing its own spawn with destroy is caught by
+ * destroy's second look, after the servers stopped. */
+static bool program_busy(struct cbcmn_runtime *rt)
+{
+	uint32_t own = atomic_load_explicit(&rt->runtime_tasks, memory_order_acquire);
+	uint64_t live = cbcmn__seg_live_tasks(&rt->seg);
+	uint32_t own2 = atomic_load_explicit(&rt->runtime_tasks, memory_order_acquire);
+	return live > (own > own2 ? own : own2);
+}
+
 int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 {
 	if (!rt)
@@ -709,21 +727,30 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 	 * until the function returns: never quiet, a deadlock, not busy. */
 	if (cbcmn__on_runtime_thread(rt))
 		return -EDEADLK;
-	/* The scrape endpoints' tasks would keep it busy for ever: they end
-	 * first (cbcmn_metrics_stop). */
-	cbcmn__metrics_stop_all(rt);
-	if (cbcmn__seg_live_tasks(&rt->seg) != 0)
+	/* Busy with the program's tasks: the scrape endpoints stay, and so
+	 * does everything else (the runtime lives on). */
+	if (program_busy(rt))
 		return -EBUSY;
 	/* A nursery a thread opened and has not awaited: it can still be
 	 * spawned into, awaited or cancelled (by a holder, cbcmn_nursery_hold),
-	 * each touching rt.  acquire: pairs with cbcmn__nursery_await(). */
-	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0)
+	 * each touching rt.  acquire: pairs with cbcmn__nursery_await().
+	 * The scrape endpoints' own (one a server's) are not the program's:
+	 * only a serve or stop racing this one may pass for it (-EBUSY). */
+	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) >
+				cbcmn__metrics_servers(rt))
 		return -EBUSY;
 	/* Likewise a thread blocked on one of its channels, or holding a
 	 * reservation on one: what ends either (a send or close that wakes
 	 * it; the commit or abort) touches rt, and until it ends the channel
 	 * cannot be destroyed.  acquire: pairs with chan.c's thread_out(). */
 	if (atomic_load_explicit(&rt->thread_chan, memory_order_acquire) != 0)
+		return -EBUSY;
+	/* Committed but for a racing spawn: the scrape endpoints' tasks
+	 * would keep it busy for ever, so they end now (cbcmn_metrics_stop),
+	 * and then no task may be left. */
+	cbcmn__metrics_stop_all(rt);
+	if (cbcmn__seg_live_tasks(&rt->seg) != 0 ||
+	    (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0))
 		return -EBUSY;
 	/* Before the executors stop: it may start one (monitor.c). */
 	cbcmn__monitor_stop(rt);

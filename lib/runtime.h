@@ -486,6 +486,9 @@ struct cbcmn_runtime {
 	 * striped by task id (budget.c). */
 	struct cbcmn__mutex budget_locks[CBCMN__BUDGET_LOCKS];
 	uint32_t fork_gen;                /* cbcmn__fork_gen at create (runtime.c) */
+	/* 1, 2, ... in the process, never reused: what a runtime is, where
+	 * its address may be a destroyed one's (chan.c's payer). */
+	uint64_t serial;
 	bool lab;                         /* lab mode: virtual clock, seeded picks */
 	/* A stall monitor watches the executors (monitor.c): not in lab mode,
 	 * nor with cfg.stall_ns CBCMN_STALL_OFF. */
@@ -559,6 +562,11 @@ struct cbcmn_runtime {
 	/* Channel operations threads (cx NULL) are blocked in, and channel
 	 * reservations they hold (chan.c, thread_in()). */
 	_Atomic uint32_t thread_chan;
+	/* Live CBCMN__TF_RUNTIME tasks (the metrics servers'): counted in
+	 * before their spawn counts and out after their completion counts,
+	 * so that destroy's look (runtime.c, program_busy()) never takes
+	 * one for a task of the program's. */
+	_Atomic uint32_t runtime_tasks;
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
 	 * and ended and doorbells rung by threads outside the executors,

@@ -375,6 +375,8 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 		CBCMN__COUNT(e, completions, 1);
 	else
 		atomic_fetch_add_explicit(&t->rt->seg.hdr->ext_completions, 1, memory_order_relaxed);
+	if (t->flags & CBCMN__TF_RUNTIME) /* after: see runtime_tasks */
+		atomic_fetch_sub_explicit(&t->rt->runtime_tasks, 1, memory_order_release);
 	if (t->flags & CBCMN__TF_HANDLE) {
 		/* acq_rel: release publishes result to the joiner, who acquires
 		 * JOIN_DONE; acquire sees a waiter it registered. */
@@ -528,6 +530,8 @@ spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, voi
 		n->owner_spawns++;
 	else
 		atomic_fetch_add_explicit(&n->live, CBCMN__LIVE_ONE, memory_order_relaxed);
+	if (flags & CBCMN__TF_RUNTIME) /* before: see runtime_tasks */
+		atomic_fetch_add_explicit(&rt->runtime_tasks, 1, memory_order_release);
 	if (e)
 		CBCMN__COUNT(e, spawns, 1);
 	else

@@ -517,6 +517,67 @@ static void test_channel_destroyed_by_another_stays_spent(void **state)
 	t_destroy(rt);
 }
 
+/* A channel outliving its runtime, destroyed by a task of a new runtime
+ * made at the old one's address, with the payer's id (ids count from 1 in
+ * each runtime): destroy compared only the runtime's address and the id,
+ * and refunded the stranger (rvattack19).  The address comes back when
+ * the allocator reuses it: bounded tries, skipped if it never does. */
+struct stranger {
+	cbcmn_chan *c;
+	uint64_t id, before, after;
+};
+
+static int64_t strange_make(cbcmn_cx *cx, void *arg)
+{
+	struct stranger *s = arg;
+	TASK_CHECK(cbcmn_chan_create(cbcmn_cx_runtime(cx), 64, 16, &s->c) == 0);
+	s->id = cbcmn_cx_task_id(cx);
+	return 0;
+}
+
+static int64_t strange_destroy(cbcmn_cx *cx, void *arg)
+{
+	struct stranger *s = arg;
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_cx_task_id(cx) == s->id); /* the payer's id, another runtime */
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	s->before = b.memory;
+	TASK_CHECK(cbcmn_chan_destroy(s->c) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	s->after = b.memory;
+	return 0;
+}
+
+static void test_channel_destroyed_in_a_runtime_at_its_runtimes_address_stays_spent(void **state)
+{
+	(void)state;
+	struct stranger s = {0};
+	int64_t r = -1;
+	cbcmn_runtime *rt = rt_service(1);
+	assert_int_equal(cbcmn_runtime_run(rt, strange_make, &s, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	void *old = rt;
+	t_destroy(rt); /* the channel lives on */
+	for (int i = 0; i < 64; i++) {
+		rt = rt_service(1);
+		if ((void *)rt == old)
+			break;
+		t_destroy(rt);
+		rt = NULL;
+	}
+	if (!rt) {
+		assert_int_equal(cbcmn_chan_destroy(s.c), 0);
+		T_SKIP("no runtime came back at the old address in 64 tries");
+		return;
+	}
+	assert_int_equal(cbcmn_runtime_run(rt, strange_destroy, &s, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(s.after, s.before); /* nothing given to a stranger */
+	t_destroy(rt);
+}
+
 /* A channel bigger than the creator's memory budget stops the creator. */
 static int64_t big_chan(cbcmn_cx *cx, void *arg)
 {
@@ -742,6 +803,7 @@ int main(void)
 		T_WATCHED_TEST(test_service_nesting_ends_at_the_memory_budget),
 		T_WATCHED_TEST(test_channel_buffer_and_stacks_count_as_memory),
 		T_WATCHED_TEST(test_channel_destroyed_by_another_stays_spent),
+		T_WATCHED_TEST(test_channel_destroyed_in_a_runtime_at_its_runtimes_address_stays_spent),
 		T_WATCHED_TEST(test_channel_beyond_the_memory_budget_is_stopped),
 		T_WATCHED_TEST(test_native_is_the_default_and_enforces_what_is_set),
 		T_WATCHED_TEST(test_service_greedy_ask_saturates),

@@ -525,6 +525,57 @@ static int64_t nomem_waiter(cbcmn_cx *cx, void *arg)
 	return rc == CBCMN_ECANCELED ? 0 : -EPROTO;
 }
 
+/* A task's first wait in a nursery allocates its scope (and its
+ * ancestors'): with the scope lock held, a malloc on a small stack that
+ * overflowed ended the task there, the lock held (s19-rvcold1).  The
+ * allocations are made outside the lock now: the pause point before each
+ * finds the lock free. */
+static cbcmn_runtime *scope_rt;
+static _Atomic int scope_allocs, scope_locked;
+
+static void scope_pause(enum cbcmn__pause_point p, void *arg)
+{
+	if (p != CBCMN__P_SCOPE_NEW || arg != scope_rt)
+		return;
+	atomic_fetch_add(&scope_allocs, 1);
+	/* The only other taker is a cancel, and none runs here. */
+	if (pthread_mutex_trylock(&scope_rt->scope_lock.m) != 0)
+		atomic_fetch_add(&scope_locked, 1);
+	else
+		pthread_mutex_unlock(&scope_rt->scope_lock.m);
+}
+
+static int64_t nest_then_wait(cbcmn_cx *cx, void *arg)
+{
+	intptr_t depth = (intptr_t)arg;
+	if (depth == 0)
+		return cbcmn_sleep(cx, 1000);
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -1;
+	if (cbcmn_nursery_spawn(cx, n, nest_then_wait, (void *)(depth - 1), NULL))
+		return -2;
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_a_scope_is_allocated_without_the_scope_lock(void **state)
+{
+	(void)state;
+	if (!cbcmn__pause_set(NULL))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	scope_rt = t_runtime(1);
+	atomic_store(&scope_allocs, 0);
+	atomic_store(&scope_locked, 0);
+	cbcmn__pause_set(scope_pause);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(scope_rt, nest_then_wait, (void *)4, &r), 0);
+	cbcmn__pause_set(NULL);
+	assert_int_equal(r, 0);
+	assert_true(atomic_load(&scope_allocs) >= 5); /* the root's nursery and four */
+	assert_int_equal(atomic_load(&scope_locked), 0);
+	t_destroy(scope_rt);
+}
+
 /* A nursery whose scope could not be allocated: its waits go to the
  * runtime's fallback scope, which every cancel visits, checking each
  * wait's task: a cancel of it still ends them, and a cancel of another
@@ -933,6 +984,7 @@ int main(void)
 		cmocka_unit_test(test_a_task_that_ends_its_thread_leaves_no_node),
 		cmocka_unit_test(test_cancels_walk_the_fallback_while_its_waits_come_and_go),
 		cmocka_unit_test(test_cancel_needs_no_membarrier),
+		cmocka_unit_test(test_a_scope_is_allocated_without_the_scope_lock),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

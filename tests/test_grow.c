@@ -530,6 +530,110 @@ static void test_regression_late_sqpoll_doorbell_misses_a_foreign_ring(void **st
 	late_doorbell(CBCMN_RING_SQPOLL);
 }
 
+/* What descriptor fd names ("anon_inode:[io_uring]", "anon_inode:[eventfd]"),
+ * or "" if none. */
+static const char *fd_names(int fd, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ssize_t n = fd >= 0 ? readlink(path, buf, len - 1) : -1;
+	buf[n > 0 ? n : 0] = 0;
+	return buf;
+}
+
+static int open_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 4096; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* Executor 1, asleep (parked, not retired), is rung awake by a spawn on
+ * executor 0: both run at once. */
+static void ring_asleep(cbcmn_runtime *rt)
+{
+	struct cbcmn__exec *x = rt->exec[1];
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&x->park) != CBCMN__PARK_SLEEPING && t_now_ns() < deadline)
+		usleep(100);
+	assert_int_equal(atomic_load(&x->lstate), CBCMN__EX_RUNNING);
+	struct par p = {0};
+	t_run(rt, par_main, &p, 0);
+	assert_int_equal(atomic_load(&p.both), 1);
+}
+
+/* Executor 1 starts (its ring made), is rung asleep, then retires (its
+ * ring goes). */
+static void start_ring_retire(cbcmn_runtime *rt, const struct cbcmn__fault_plan *at_retire)
+{
+	struct par p = {0};
+	t_run(rt, par_main, &p, 0);
+	assert_int_equal(atomic_load(&p.both), 1);
+	ring_asleep(rt);
+	if (at_retire)
+		cbcmn__fault_arm(CBCMN__F_DUP, at_retire);
+	uint64_t retired = stats(rt, NULL, 0).executor_retires;
+	wait_retires(rt, retired + 1);
+	wait_live(rt, 1);
+}
+
+/* The held ring number's dup3() failing on each path (session 19 reasoned
+ * them, nothing tested them).  When the ring goes: the number is closed
+ * and -1 published, and the next ring publishes its own.  When the next
+ * ring comes: the held number stays on the eventfd (doorbells fall back to
+ * it), the ring keeps its own number, unpublished, closed when it goes,
+ * and the ring after it takes the held number.  Every time executor 1 is
+ * still rung awake, and nothing is left open after destroy. */
+static void test_held_ring_number_dup_failures(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("ring numbers");
+	struct cbcmn__fault_plan once = {.nth = 1, .err = -EBADF};
+	if (!cbcmn__fault_arm(CBCMN__F_DUP, &once)) {
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+		return;
+	}
+	cbcmn__fault_disarm_all();
+	int fds = open_fds();
+	char what[64];
+	cbcmn_runtime *rt = grow_rt(2, 1, 500);
+	struct cbcmn__exec *x = rt->exec[1];
+	/* The drop's dup3() fails: the number goes. */
+	start_ring_retire(rt, &once);
+	assert_int_equal(cbcmn__fault_fails(CBCMN__F_DUP), 1);
+	assert_int_equal(atomic_load(&x->ring.fd), -1);
+	cbcmn__fault_disarm_all();
+	/* The next ring publishes its own number, held when it goes. */
+	start_ring_retire(rt, NULL);
+	int held = atomic_load(&x->ring.fd);
+	assert_true(held >= 0);
+	assert_string_equal(fd_names(held, what, sizeof(what)), "anon_inode:[eventfd]");
+	/* The adopt's dup3() fails: rung through the eventfd under the
+	 * number; its own number is closed when it goes. */
+	cbcmn__fault_arm(CBCMN__F_DUP, &once);
+	struct par p = {0};
+	t_run(rt, par_main, &p, 0);
+	assert_int_equal(atomic_load(&p.both), 1);
+	assert_int_equal(cbcmn__fault_fails(CBCMN__F_DUP), 1);
+	cbcmn__fault_disarm_all();
+	assert_int_equal(atomic_load(&x->ring.fd), held);
+	assert_string_equal(fd_names(held, what, sizeof(what)), "anon_inode:[eventfd]");
+	ring_asleep(rt);
+	uint64_t retired = stats(rt, NULL, 0).executor_retires;
+	wait_retires(rt, retired + 1);
+	wait_live(rt, 1);
+	/* The ring after it takes the held number. */
+	memset(&p, 0, sizeof(p));
+	t_run(rt, par_main, &p, 0);
+	assert_int_equal(atomic_load(&p.both), 1);
+	assert_int_equal(atomic_load(&x->ring.fd), held);
+	assert_string_equal(fd_names(held, what, sizeof(what)), "anon_inode:[io_uring]");
+	ring_asleep(rt);
+	t_destroy(rt);
+	assert_int_equal(open_fds(), fds);
+}
+
 int main(void)
 {
 	/* The retiring-at-destroy test holds executor 1 inside a
@@ -546,6 +650,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_executor_retiring_at_destroy_is_not_joined),
 		T_WATCHED_TEST(test_regression_late_doorbell_misses_a_foreign_ring),
 		T_WATCHED_TEST(test_regression_late_sqpoll_doorbell_misses_a_foreign_ring),
+		T_WATCHED_TEST(test_held_ring_number_dup_failures),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

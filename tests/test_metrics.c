@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <regex.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "helpers.h"
 #include "toolrun.h"
 #include "cbcmn_actor.h"
+#include "cbcmn_chan.h"
 #include "../lib/fault.h"
 #include "../lib/metrics.h"
 
@@ -686,6 +688,97 @@ static void test_destroy_with_the_server_running(void **state)
 	}
 }
 
+/* Destroy refused (-EBUSY: a task of the program's is live, or a nursery a
+ * thread opened is not awaited) leaves the runtime as it was, its scrape
+ * endpoints too: they were stopped before the refusal, so the runtime
+ * lived on without them. */
+static int64_t waits_on(cbcmn_cx *cx, void *arg)
+{
+	int v;
+	return cbcmn_chan_recv(cx, arg, &v);
+}
+
+static void test_busy_destroy_keeps_the_server(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	cbcmn_chan *c;
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c), 0);
+	cbcmn_nursery *n;
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_nursery_spawn(NULL, n, waits_on, c, NULL), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY); /* the nursery */
+	expect(port, "/metrics", "", 200);
+	int v = 1;
+	assert_int_equal(cbcmn_chan_try_send(NULL, c, &v), 0);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	/* A nursery a thread opened, empty; a reservation a thread holds. */
+	assert_int_equal(cbcmn_nursery_open(rt, NULL, &n), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	expect(port, "/metrics", "", 200);
+	assert_int_equal(cbcmn_nursery_await_all(NULL, n), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(int), &c), 0);
+	cbcmn_chan_permit p;
+	assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), 0);
+	assert_int_equal(cbcmn_runtime_destroy(rt), -EBUSY);
+	expect(port, "/metrics", "", 200);
+	assert_int_equal(cbcmn_chan_abort(NULL, &p), 0);
+	assert_int_equal(cbcmn_chan_destroy(c), 0);
+	stop_and_destroy(ms, rt);
+}
+
+/* Out of descriptors (EMFILE): the accept cannot take the connection, and
+ * its client waited unanswered, the acceptor backing off, until the
+ * process closed some.  The server's reserve descriptor makes room: the
+ * client gets a 503 at once, and a 200 once descriptors are free. */
+static void test_out_of_descriptors_answers_503_then_serves(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* before the table fills */
+	assert_true(c >= 0);
+	/* The limit first: an io_uring accept takes it as it is queued. */
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)c + 64 < old.rlim_cur ? (rlim_t)c + 64 : old.rlim_cur;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	/* No scrape before: its connection, closed late on the server's
+	 * side, would free a descriptor after the fill. */
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	static int fill[4096];
+	int nfill = 0;
+	/* Once: the server's reserve, let go while it sheds, would be taken
+	 * by a second fill. */
+	while (nfill < 4096 && (fill[nfill] = dup(c)) >= 0)
+		nfill++;
+	assert_int_equal(errno, EMFILE);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	assert_int_equal(send(c, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+	struct pollfd pf = {.fd = c, .events = POLLIN};
+	int ready = poll(&pf, 1, (int)(T_STALL_NS / 1000000));
+	char buf[256] = "";
+	ssize_t n = ready == 1 ? recv(c, buf, sizeof(buf) - 1, 0) : -1;
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	close(c);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	if (n <= 0)
+		fail_msg("no answer while out of descriptors (poll %d, recv %zd)", ready, n);
+	buf[n] = 0;
+	if (!strstr(buf, "HTTP/1.1 503"))
+		fail_msg("not a 503: %.80s", buf);
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
 /* Start and stop at once, over and over: the acceptor may not have run
  * yet (its descriptor is then closed by stop), nothing leaks. */
 static void test_stop_right_after_serve(void **state)
@@ -1160,6 +1253,8 @@ int main(void)
 		T_WATCHED_TEST(test_concurrent_scrapers),
 		T_WATCHED_TEST(test_stop_while_a_client_is_connected),
 		T_WATCHED_TEST(test_destroy_with_the_server_running),
+		T_WATCHED_TEST(test_busy_destroy_keeps_the_server),
+		T_WATCHED_TEST(test_out_of_descriptors_answers_503_then_serves),
 		T_WATCHED_TEST(test_stop_right_after_serve),
 		T_WATCHED_TEST(test_default_address_is_loopback),
 		T_WATCHED_TEST(test_serves_under_every_profile),

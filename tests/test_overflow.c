@@ -498,8 +498,9 @@ struct lowcall {
 	int rc;
 };
 
-static int do_call(cbcmn_cx *cx, struct lowcall *l)
+static int do_call(cbcmn_cx *cx, void *arg)
 {
+	struct lowcall *l = arg;
 	int v = 7;
 	cbcmn_budget none = {0};
 	cbcmn_nursery *n2;
@@ -517,14 +518,15 @@ static int do_call(cbcmn_cx *cx, struct lowcall *l)
 	return -1;
 }
 
-/* Down until the next call's frame lies below the check line. */
-static int call_low(cbcmn_cx *cx, struct lowcall *l, int depth)
+/* Down until the next call's frame lies below the check line, then
+ * call(cx, arg). */
+static int call_low(cbcmn_cx *cx, int (*call)(cbcmn_cx *, void *), void *arg, int depth)
 {
 	volatile char pad[64];
 	pad[0] = (char)depth;
 	if ((char *)__builtin_frame_address(0) > stack_of(cx)->check_lo + 32 && depth < 100000)
-		return call_low(cx, l, depth + 1) + pad[0];
-	return do_call(cx, l);
+		return call_low(cx, call, arg, depth + 1) + pad[0];
+	return call(cx, arg);
 }
 
 static int64_t lowcall_task(cbcmn_cx *cx, void *arg)
@@ -535,7 +537,7 @@ static int64_t lowcall_task(cbcmn_cx *cx, void *arg)
 	if (l->which == LC_CHAN_COMMIT || l->which == LC_CHAN_ABORT)
 		if (cbcmn_chan_reserve(cx, l->ch, &l->permit))
 			return -101;
-	l->rc = call_low(cx, l, 0);
+	l->rc = call_low(cx, do_call, l, 0);
 	cbcmn_nursery_await_all(cx, l->n);
 	return 0;
 }
@@ -569,6 +571,73 @@ static void test_locking_calls_check_the_stack_first(void **state)
 	}
 	close(sv[0]);
 	close(sv[1]);
+	t_destroy(rt);
+}
+
+/* An actor's send and receive, with less than the reserve left: the task
+ * ends before either takes its actor's lock.  The receive checked only
+ * through its budget charge (s19-rvcold1); it checks as send does now
+ * (a guard: the charge's check ended it too). */
+struct actlow {
+	bool send;
+	cbcmn_actor_ref peer;
+	int rc;
+};
+
+static int act_call(cbcmn_cx *cx, void *arg)
+{
+	struct actlow *l = arg;
+	cbcmn_actor_msg m = {.type = 1};
+	if (l->send)
+		return cbcmn_actor_send(NULL, cx, l->peer, &m);
+	return cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+}
+
+static int64_t act_low_main(cbcmn_cx *cx, void *arg)
+{
+	struct actlow *l = arg;
+	l->rc = call_low(cx, act_call, l, 0);
+	return 0;
+}
+
+static int64_t idle_actor(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	(void)cbcmn_actor_receive(cx, &m, 1000000000); /* the sender ends first */
+	return 0;
+}
+
+static int64_t actlow_task(cbcmn_cx *cx, void *arg)
+{
+	struct actlow *l = arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -100;
+	if (l->send && cbcmn_actor_spawn(cx, n, idle_actor, NULL, NULL, &l->peer))
+		return -101;
+	cbcmn_actor_ref a;
+	if (cbcmn_actor_spawn(cx, n, act_low_main, l, NULL, &a))
+		return -102;
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_actor_send_and_receive_check_the_stack_first(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	for (int send = 0; send < 2; send++) {
+		struct actlow l = {.send = send, .rc = 12345};
+		char msg[4096];
+		int64_t r = run_quiet(rt, actlow_task, &l, msg, sizeof(msg));
+		if (r != CBCMN_EPANIC)
+			fail_msg("an actor's %s with too little stack left: %lld (the call %d), "
+				 "want CBCMN_EPANIC",
+				 send ? "send" : "receive", (long long)r, l.rc);
+		assert_int_equal(l.rc, 12345); /* the call never returned */
+		assert_non_null(strstr(msg, "is about to overflow its 65536-byte stack"));
+	}
 	t_destroy(rt);
 }
 
@@ -1422,6 +1491,7 @@ int main(void)
 		T_WATCHED_TEST(test_no_task_runs_on_an_unguarded_stack),
 		T_WATCHED_TEST(test_kept_end_stacks_leave_the_budget_to_tasks),
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
+		T_WATCHED_TEST(test_actor_send_and_receive_check_the_stack_first),
 		T_WATCHED_TEST(test_a_frame_past_the_guard_still_ends_the_task),
 		T_WATCHED_TEST(test_a_call_on_another_stack_is_not_an_overflow),
 		T_WATCHED_TEST(test_landing_restores_the_signal_mask),

@@ -552,8 +552,9 @@ CBCMN_API void cbcmn_config_init(cbcmn_config *cfg);
 CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out);
 
 /* Stop the executors and free the runtime.  Stops the metrics servers
- * still running on it first (cbcmn_metrics_stop()).  Returns -EBUSY, and leaves the
- * runtime running, while any task is alive, a nursery a thread opened
+ * still running on it first (cbcmn_metrics_stop()), once nothing of the
+ * program's holds it.  Returns -EBUSY, and leaves the runtime running,
+ * its metrics servers too, while any task of the program's is alive, a nursery a thread opened
  * (cx NULL) has not been awaited (it could still be spawned into, awaited
  * or cancelled), or a thread is blocked on one of its channels or holds
  * a reservation on one (what ends either, a send or close, a commit or
