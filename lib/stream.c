@@ -69,12 +69,7 @@
 #include "runtime.h"
 
 #define BUFPOOL_BGID 0
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels say EINVAL */
-#endif
-/* A pool grows a mapping of this size at a time, aligned to it: the size
- * of a transparent huge page on x86-64 (chunk_map()). */
-#define BUFPOOL_CHUNK_BYTES (2u << 20)
+#define BUFPOOL_CHUNK_BYTES (1u << 20) /* a pool grows a mapping of this size at a time */
 #define MS_QUEUE_MIN 16u
 #define BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept or growth */
 #define BACKOFF_MAX_NS 100000000ull /* doubled per failure in a row, up to this */
@@ -181,45 +176,6 @@ static uint32_t pool_free(const struct cbcmn__bufpool *p)
 	return p->n - p->out;
 }
 
-/* Memory for len bytes of buffers, aligned to BUFPOOL_CHUNK_BYTES, asked
- * for in transparent huge pages and populated; MAP_FAILED if refused.
- * The ring hands the buffers out in turn, so a busy pool touches every one
- * of them soon: a page the receive's copy faults in costs several times as
- * much (docs/BENCHMARKS.md, "Eighteenth session"), and with 4 KiB pages
- * each small receive lands on a page of its own, a TLB miss (a nested
- * walk in a VM) in the copy that the epoll server's one hot buffer never
- * pays: ~100-250 ns a 64-byte echo request ("Twentieth session, echo").
- * Where the kernel gives no huge page (THP off or "never", memory
- * fragmented) the chunk is 4 KiB pages as before. */
-static char *chunk_map(size_t len)
-{
-	const size_t al = BUFPOOL_CHUNK_BYTES;
-	len = (len + 4095) & ~(size_t)4095;
-	/* Over-map by one alignment and trim both ends: mmap() aligns to the
-	 * page only. */
-	char *raw = cbcmn__mmap(NULL, len + al, PROT_READ | PROT_WRITE,
-				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (raw == MAP_FAILED)
-		return raw;
-	char *mem = (char *)(((uintptr_t)raw + al - 1) & ~(uintptr_t)(al - 1));
-	if (mem > raw)
-		munmap(raw, (size_t)(mem - raw));
-	munmap(mem + len, (size_t)(raw + al - mem));
-	/* Before the first touch, so that the faults below map huge pages;
-	 * EINVAL from a kernel without THP leaves 4 KiB pages. */
-	(void)madvise(mem, len, MADV_HUGEPAGE);
-	if (madvise(mem, len, MADV_POPULATE_WRITE) == 0)
-		return mem;
-	if (errno != EINVAL) { /* ENOMEM, EFAULT, EHWPOISON: not all of it */
-		munmap(mem, len);
-		return MAP_FAILED;
-	}
-	/* Before 5.14 (no MADV_POPULATE_WRITE): one write a page. */
-	for (size_t off = 0; off < len; off += 4096)
-		((volatile char *)mem)[off] = 0;
-	return mem;
-}
-
 /* Map and provide buffers until the pool has want (at most max).  0, or
  * -ENOMEM when it stopped short. */
 static int pool_grow(struct cbcmn__bufpool *p, uint32_t want)
@@ -229,7 +185,12 @@ static int pool_grow(struct cbcmn__bufpool *p, uint32_t want)
 	while (p->n < want) {
 		uint32_t per = 1u << p->chunk_shift;
 		uint32_t k = p->max - p->n < per ? p->max - p->n : per;
-		char *mem = chunk_map((size_t)k * p->size);
+		/* Populated now: the ring hands the buffers out in turn, so
+		 * a busy pool touches every one of them soon, and a page the
+		 * receive's copy faults in costs several times as much
+		 * (docs/BENCHMARKS.md, "Eighteenth session"). */
+		char *mem = cbcmn__mmap(NULL, (size_t)k * p->size, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 		if (mem == MAP_FAILED)
 			return -ENOMEM;
 		p->chunk[p->n >> p->chunk_shift] = mem;

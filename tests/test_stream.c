@@ -167,72 +167,6 @@ static void test_stream_buffers_come_back(void **state)
 	t_destroy(rt);
 }
 
-/* The pool's buffers sit in 2 MiB-aligned chunks advised for transparent
- * huge pages: with 4 KiB pages every small receive copied into a page of
- * its own, a TLB miss a request (docs/BENCHMARKS.md, "Twentieth session,
- * echo").  The first chunk's first buffer takes the first receive. */
-struct huge_probe {
-	uintptr_t addr;
-	bool advised;
-};
-
-/* Whether the mapping of /proc/self/smaps holding addr says "hg". */
-static bool smaps_advised_huge(uintptr_t addr)
-{
-	FILE *f = fopen("/proc/self/smaps", "r");
-	if (!f)
-		return false;
-	char line[512];
-	bool in = false, hg = false;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-			in = addr >= lo && addr < hi;
-		else if (in && strncmp(line, "VmFlags:", 8) == 0) {
-			hg = strstr(line, " hg") != NULL;
-			break;
-		}
-	}
-	fclose(f);
-	return hg;
-}
-
-static int64_t first_buffer(cbcmn_cx *cx, void *arg)
-{
-	struct huge_probe *h = arg;
-	int sv[2];
-	pair_open(sv, "x");
-	cbcmn_stream *s;
-	int rc = cbcmn_stream_open(cx, sv[0], &s);
-	if (rc)
-		return rc;
-	const void *d;
-	if (cbcmn_stream_recv(cx, s, &d) != 1)
-		return -EIO;
-	h->addr = (uintptr_t)d;
-	h->advised = smaps_advised_huge(h->addr);
-	rc = cbcmn_stream_close(cx, s);
-	close(sv[0]);
-	close(sv[1]);
-	return rc;
-}
-
-static void test_pool_buffers_sit_in_aligned_huge_page_chunks(void **state)
-{
-	(void)state;
-	if (t_backend() == CBCMN_BACKEND_EPOLL)
-		T_SKIP("io_uring's provided buffers only, the runtime runs on epoll");
-	cbcmn_runtime *rt = t_runtime(1);
-	t_skip_without_streams(rt);
-	struct huge_probe h = {0};
-	assert_int_equal(run_on_0(rt, first_buffer, &h), 0);
-	t_destroy(rt);
-	assert_int_equal(h.addr % (2u << 20), 0);
-	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
-		T_SKIP("a kernel without transparent huge pages (alignment checked)");
-	assert_true(h.advised);
-}
-
 /* A stream used from another executor: -EXDEV, nothing breaks. */
 struct xdev {
 	cbcmn_stream *s;
@@ -714,7 +648,7 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 2;
-	cfg.stream_buf_size = 128 << 10; /* 16 buffers a 2 MiB chunk: the pool grows by 16 */
+	cfg.stream_buf_size = 64 << 10; /* 16 buffers a 1 MiB chunk: the pool grows by 16 */
 	cfg.stream_buf_share = 16;
 	cfg.stream_bufs_max = 64;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
@@ -3268,7 +3202,6 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_stream_big_transfer),
 		T_WATCHED_TEST(test_stream_buffers_come_back),
-		T_WATCHED_TEST(test_pool_buffers_sit_in_aligned_huge_page_chunks),
 		T_WATCHED_TEST(test_stream_other_executor),
 		T_WATCHED_TEST(test_stream_cancel),
 		T_WATCHED_TEST(test_stream_cancel_from_thread),
