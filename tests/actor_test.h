@@ -285,13 +285,17 @@ static inline uint32_t others_in(cbcmn_cx *cx, uint32_t state)
  * others parked (or stopped), with nothing to take.  No runtime call
  * meanwhile (a sleep's wake would notify them again), at most
  * T_STALL_NS, a hang guard: a loaded host may keep an executor's thread
- * off the CPU before it parks far longer than any fixed sleep. */
+ * off the CPU before it parks far longer than any fixed sleep.  Out of
+ * time, a task check fails: a searching executor could take the receiver
+ * whatever the rule under test does (the test would pass for nothing). */
 static inline void others_parked(cbcmn_cx *cx)
 {
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	while ((others_in(cx, CBCMN_EXEC_RUNNING) || others_in(cx, CBCMN_EXEC_SEARCHING)) &&
+	bool busy;
+	while ((busy = others_in(cx, CBCMN_EXEC_RUNNING) || others_in(cx, CBCMN_EXEC_SEARCHING)) &&
 	       t_now_ns() < end)
 		;
+	TASK_CHECK(!busy);
 }
 
 /* Two actors, A the sender and B the receiver, spawned on one executor:
@@ -342,6 +346,7 @@ static inline int64_t pair_root(cbcmn_cx *cx, void *arg)
 		cbcmn_sleep(cx, 1000000);
 		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &s, NULL, 0) == 0);
 	}
+	TASK_CHECK(s.total.actors_receiving != 0); /* else A could find B not yet waiting */
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, p->a_fn, p, p->a_opts ? p->a_opts : &ao, &p->a) == 0);
 	return cbcmn_nursery_await_all(cx, n);
 }

@@ -277,6 +277,7 @@ static void test_ring_client_echoes(void **state)
 static atomic_int steal_port, stolen_fd = -1;
 static int steal_into = -1;
 static atomic_bool fail_submit; /* see io_uring_submit() below */
+static atomic_bool refuse_submits; /* every io_uring_submit() fails */
 
 #if !T_TSAN /* TSan's own close() keeps its account of descriptors */
 static int local_port(int fd)
@@ -315,7 +316,7 @@ int shutdown(int fd, int how)
 int io_uring_submit(struct io_uring *u)
 {
 	static int (*real)(struct io_uring *);
-	if (fail_next_submit) {
+	if (fail_next_submit || atomic_load(&refuse_submits)) {
 		fail_next_submit = false;
 		return -EBUSY;
 	}
@@ -623,6 +624,38 @@ static void test_ring_client_fails_a_connection_whose_submit_fails(void **state)
 	send_queued_run(state, true);
 }
 
+/* More connections on a thread than its SQ holds (4096 entries: 2 per
+ * connection up to 2048), every io_uring_submit() refused as a CQ
+ * overflow's backlog refuses it (-EBUSY: the completions that would clear
+ * it are reaped only after the turn).  ring_sqe() submitted again and
+ * again for an SQE that never came: lg_run() spun for good.  Now the
+ * connection that gets none fails with the submit's error; the others
+ * run on, and every descriptor is closed (the watchdog's sweep). */
+static void test_ring_client_fails_a_connection_it_cannot_queue(void **state)
+{
+	(void)state;
+#if T_TSAN
+	T_SKIP("io_uring_submit() is interposed only outside TSan");
+#else
+	struct ee_server *es;
+	assert_int_equal(ee_start(&es, 0, -1), 0);
+	struct lg_result res;
+	atomic_store(&refuse_submits, true);
+	int rc = ring_load(ee_port(es), 2100, 64, 1, &res);
+	atomic_store(&refuse_submits, false);
+	struct ee_stats est;
+	assert_int_equal(ee_stop(es, &est), 0);
+	if (ring_refused(rc)) {
+		T_SKIP("no io_uring for the client: %s", res.error);
+		return;
+	}
+	if (rc != -EBUSY)
+		fail_msg("rc %d: %s", rc, res.error);
+	assert_true(res.errors > 0 && res.errors <= 2100 - 2048);
+	assert_true(res.requests > 0); /* the 2048 queued ran */
+#endif
+}
+
 /* Whatever the test's end (a failed assertion jumps out of it), no later
  * test's close is taken for the steal. */
 static int steal_teardown(void **state)
@@ -661,6 +694,7 @@ int main(void)
 		cmocka_unit_test_prestate_setup_teardown(
 			test_ring_client_fails_a_connection_whose_submit_fails, t_watchdog_setup,
 			steal_teardown, "test_ring_client_fails_a_connection_whose_submit_fails"),
+		T_WATCHED_TEST(test_ring_client_fails_a_connection_it_cannot_queue),
 		T_WATCHED_TEST(test_ring_client_send_in_flight_keeps_its_bytes),
 		T_WATCHED_TEST(test_ring_client_ends_a_failed_connection_at_once),
 		T_WATCHED_TEST(test_ring_client_says_io_uring_was_refused),

@@ -698,20 +698,30 @@ static void ring_close(struct lg_ring *r)
 	free(r->bufs);
 }
 
-/* An SQE, submitting what is queued first if the SQ is full. */
-static struct io_uring_sqe *ring_sqe(struct io_uring *u)
+/* An SQE for c, submitting what is queued first if the SQ is full; NULL
+ * after failing c if that submit fails.  Not a loop: a submit refused for
+ * a CQ overflow's backlog (-EBUSY) is refused again until the turn's
+ * completions are reaped, and would be retried for good. */
+static struct io_uring_sqe *ring_sqe(struct lg_worker *w, struct io_uring *u,
+				     struct lg_conn *c)
 {
-	struct io_uring_sqe *sqe;
-	while (!(sqe = io_uring_get_sqe(u)))
-		io_uring_submit(u);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(u);
+	if (sqe)
+		return sqe;
+	int rc = io_uring_submit(u);
+	if ((sqe = io_uring_get_sqe(u)) == NULL)
+		conn_fail(w, c, rc < 0 ? rc : -EAGAIN, "io_uring_submit: %s",
+			  strerror(rc < 0 ? -rc : EAGAIN));
 	return sqe;
 }
 
 /* c's chunks from now on, each in a provided buffer, until the recv ends
  * (no IORING_CQE_F_MORE: then armed again). */
-static void ring_recv(struct io_uring *u, struct lg_conn *c)
+static void ring_recv(struct lg_worker *w, struct io_uring *u, struct lg_conn *c)
 {
-	struct io_uring_sqe *sqe = ring_sqe(u);
+	struct io_uring_sqe *sqe = ring_sqe(w, u, c);
+	if (!sqe)
+		return;
 	io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
 	sqe->buf_group = LG_RING_BGID;
@@ -731,7 +741,9 @@ static void ring_flush(struct lg_worker *w, struct io_uring *u, struct lg_conn *
 	}
 	if (c->out_off == c->out_len)
 		return;
-	struct io_uring_sqe *sqe = ring_sqe(u);
+	struct io_uring_sqe *sqe = ring_sqe(w, u, c);
+	if (!sqe)
+		return;
 	io_uring_prep_send(sqe, c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | LG_UD_SEND);
 	c->sending = true;
@@ -766,7 +778,7 @@ static void ring_cqe(struct lg_worker *w, struct lg_ring *r, const struct io_uri
 	else if (res < 0 && res != -ENOBUFS && res != -EINTR && res != -EAGAIN)
 		conn_fail(w, c, res, "recv: %s", strerror(-res));
 	else if (!(cqe->flags & IORING_CQE_F_MORE))
-		ring_recv(&r->u, c); /* ended (out of buffers: they are back by the submit) */
+		ring_recv(w, &r->u, c); /* ended (out of buffers: they are back by the submit) */
 	ring_flush(w, &r->u, c);
 }
 
@@ -775,7 +787,7 @@ static void ring_cqe(struct lg_worker *w, struct lg_ring *r, const struct io_uri
 static void ring_loop(struct lg_worker *w, struct lg_ring *r)
 {
 	for (uint32_t i = 0; i < w->nconns; i++) {
-		ring_recv(&r->u, &w->conns[i]);
+		ring_recv(w, &r->u, &w->conns[i]);
 		ring_flush(w, &r->u, &w->conns[i]);
 	}
 	uint64_t left;

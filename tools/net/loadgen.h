@@ -50,7 +50,9 @@ struct lg_config {
 	 * buffer rings and multishot recv (Linux 6.0): the error
 	 * io_uring_setup or the buffer ring's registration gave (-ENOSYS,
 	 * -EPERM under a seccomp filter, -EINVAL), or the recv's, fails the
-	 * run. */
+	 * run.  A connection whose send or recv finds the SQ full (more
+	 * than 2048 connections a thread) and its submit refused (-EBUSY,
+	 * -EAGAIN) fails with that error. */
 	bool ring;
 };
 
