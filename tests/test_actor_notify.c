@@ -493,11 +493,6 @@ static void test_a_new_debt_at_each_look_is_not_paid(void **state)
  * kept off the CPU with its debt open while the monitor slept after a
  * look that saw no debt move (send-to-start gaps of 20 to 685 ms with
  * owe_ns 200 ms and stall_ns a minute; docs/ACTORS.md). */
-struct after_quiet {
-	struct pair p;
-	_Atomic int a_running, b_beside_a, b_ran;
-};
-
 #define LONG_NS 900000000ull   /* a sleep of the monitor's this long: its longest */
 #define LOOKED_NS 20000000ull  /* after its wake: it has looked, it sleeps again */
 #define AFTER_NS 600000000ull  /* A's computation after its send: 600 owe_ns */
@@ -509,20 +504,10 @@ static void compute(uint64_t ns)
 		;
 }
 
-static int64_t after_quiet_b(cbcmn_cx *cx, void *arg)
-{
-	struct after_quiet *q = arg;
-	cbcmn_actor_msg m;
-	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
-	if (atomic_load(&q->a_running))
-		atomic_store(&q->b_beside_a, 1);
-	atomic_store(&q->b_ran, 1);
-	return 0;
-}
-
+/* A of struct runs_on (runs_on_b() is B). */
 static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
 {
-	struct after_quiet *q = arg;
+	struct runs_on *q = arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
 	cbcmn_sleep(cx, 20000000); /* as runs_on_a(): the other executor parks */
@@ -548,9 +533,10 @@ static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
 static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off(void **state)
 {
 	(void)state;
-	static struct after_quiet q;
+	static struct runs_on q;
 	memset(&q, 0, sizeof(q));
-	q.p = (struct pair){.a_fn = after_quiet_a, .b_fn = after_quiet_b};
+	q.p = (struct pair){.a_fn = after_quiet_a, .b_fn = runs_on_b};
+	q.after = A_COMPUTES;
 	cbcmn_runtime *rt = quiet_runtime(true, 0);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &q, &res), 0);
