@@ -53,11 +53,13 @@
  * looks a second on a busy runtime, a stall seen by 1.5 stall_ns), waking
  * earlier when the oldest run it saw becomes a stall, and every
  * cfg.owe_ns (1 ms by default) while actors' owed notifications come and
- * go or one waits to be paid (owe_look()).  While every
+ * go or one waits to be paid (owe_look()); a sleep longer than owe_ns is
+ * cut short by the next debt opened (mon_sleep_long()).  While every
  * executor is parked it sleeps without a timeout and an executor leaving
  * its park wakes it (cbcmn__monitor_poke()): a quiet process never sees
  * it.  The executors pay one relaxed store per run (diag.run_task) and one
- * load of the monitor's word per park and per thread start.
+ * load of the monitor's word per park, per thread start and per debt
+ * opened.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -93,7 +95,7 @@
 #define MON_LOAD_SPAN_NS 80000000ull
 
 /* rt->mon_word: what the monitor does (a futex word). */
-enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2 };
+enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2, MON_LONG = CBCMN__MON_LONG };
 
 struct cbcmn__monitor {
 	struct cbcmn_runtime *rt;
@@ -427,6 +429,52 @@ static bool mon_sleep(struct cbcmn__monitor *m, uint32_t expect, uint64_t ns)
 	return atomic_load_explicit(&rt->mon_word, memory_order_relaxed) != MON_STOP;
 }
 
+/* Has a debt opened, or closed, on a live executor since our last look
+ * (owe_look())? */
+static bool owe_moved(const struct cbcmn__monitor *m)
+{
+	const struct cbcmn_runtime *rt = m->rt;
+	for (uint32_t i = 0; i < rt->nexec; i++) {
+		const struct cbcmn__exec *x = rt->exec[i];
+		if (atomic_load_explicit(&x->lstate, memory_order_relaxed) == CBCMN__EX_RUNNING &&
+		    atomic_load_explicit(&x->owe, memory_order_relaxed) != m->owe[i].word)
+			return true;
+	}
+	return false;
+}
+
+/* Sleep *ns, longer than cfg.owe_ns, nothing owed at our last look (the
+ * back-off).  Said MON_LONG, so that the next debt opened wakes us
+ * (monitor.h, cbcmn__monitor_owe_poke()) and is paid owe_ns after it
+ * opened, not after up to stall_ns / 2; then we look at the debts' words
+ * again: one that opened between our look and our MON_LONG store did not
+ * see it, and we sleep owe_ns instead (*ns is what we asked).  A debt's
+ * opener that found MON_LONG put MON_TICKING back; so do we, once awake.
+ * False on MON_STOP. */
+static bool mon_sleep_long(struct cbcmn__monitor *m, uint64_t *ns)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	uint32_t w = MON_TICKING;
+	if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_LONG,
+						     memory_order_seq_cst, memory_order_relaxed))
+		return false; /* MON_STOP: nobody else leaves MON_TICKING */
+	if (owe_moved(m))
+		*ns = rt->cfg.owe_ns;
+	mon_sleep(m, MON_LONG, *ns);
+	w = MON_LONG;
+	atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+						memory_order_relaxed, memory_order_relaxed);
+	return w != MON_STOP;
+}
+
+void cbcmn__monitor_owe_poke_slow(struct cbcmn_runtime *rt)
+{
+	uint32_t w = MON_LONG;
+	if (atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+						    memory_order_relaxed, memory_order_relaxed))
+		cbcmn__futex_wake(&rt->mon_word, 1);
+}
+
 int cbcmn__loadavg_runnable(const char *s)
 {
 	/* "0.52 0.58 0.59 3/741 12345": three averages, then R/T. */
@@ -562,7 +610,8 @@ static void *mon_main(void *arg)
 			sleep = r.due > now + m->tick_ns / 4 ? r.due - now : m->tick_ns / 4;
 		if (r.owing && sleep > rt->cfg.owe_ns)
 			sleep = rt->cfg.owe_ns; /* owe_look() */
-		if (!mon_sleep(m, MON_TICKING, sleep))
+		if (!(sleep > rt->cfg.owe_ns ? mon_sleep_long(m, &sleep)
+					     : mon_sleep(m, MON_TICKING, sleep)))
 			break;
 		/* Woken far later than asked: the process was frozen (its
 		 * cgroup's CPU quota spent) or we were kept off the CPU.  The

@@ -31,6 +31,27 @@ static inline void cbcmn__monitor_poke(struct cbcmn_runtime *rt)
 		cbcmn__monitor_poke_slow(rt);
 }
 
+/* An executor opened a debt (sched.c, owe_notify()): wake the monitor if
+ * it sleeps longer than cfg.owe_ns (MON_LONG, monitor.c: nothing was
+ * owed at its last look, it backs off up to stall_ns / 2), so that the
+ * first debt after a quiet spell is looked at now and paid after owe_ns,
+ * not after the monitor's back-off.  While debts come and go the monitor
+ * looks every owe_ns and does not say MON_LONG: a chain's hops pay one
+ * relaxed load of a word written only when the monitor backs off, and a
+ * wake (a system call) at most once for each sleep longer than owe_ns.
+ * Relaxed: our debt's store and this load may pass the monitor's MON_LONG
+ * store and its look again (monitor.c, mon_sleep_long()); that window of
+ * a few instructions costs only the monitor's back-off, as before. */
+#define CBCMN__MON_LONG 3u
+void cbcmn__monitor_owe_poke_slow(struct cbcmn_runtime *rt);
+static inline void cbcmn__monitor_owe_poke(struct cbcmn_runtime *rt)
+{
+	if (__builtin_expect(atomic_load_explicit(&rt->mon_word, memory_order_relaxed) ==
+				     CBCMN__MON_LONG,
+			     0))
+		cbcmn__monitor_owe_poke_slow(rt);
+}
+
 /* Is x stalled: has the monitor found its current run past cfg.stall_ns?
  * Relaxed: a stale answer either sends one woken task home (as before
  * the monitor) or runs it elsewhere (as for a parked home): both safe. */

@@ -362,6 +362,7 @@ static inline bool owe_notify(struct cbcmn__exec *e, const struct cbcmn_task *t)
 	 * saw open at its last look (odd numbers, wrapping, never 0). */
 	uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
 	atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
+	cbcmn__monitor_owe_poke(e->rt); /* it may sleep past owe_ns */
 	return true;
 }
 

@@ -19,7 +19,7 @@
 #include "actor_test.h"
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
-#include "../lib/monitor.h" /* cbcmn__monitor_owe_paid() */
+#include "../lib/monitor.h" /* cbcmn__monitor_owe_paid(), _wakeups() */
 
 /* owe_ns 0: the default. */
 static cbcmn_runtime *quiet_runtime(bool watched, uint64_t owe_ns)
@@ -131,14 +131,19 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
  * notifications skipped it: 1 413 to 5 141 wakes in 100 000 hops, in
  * four runs here).  Now the sender blocks and switches straight to the receiver,
  * and the other executor sleeps: a few wakes, far below one in a
- * thousand hops. */
+ * thousand hops.  owe_ns at its maximum: the monitor rightly pays a debt
+ * whose executor's thread the host keeps off the CPU for owe_ns, and each
+ * payment may move the chain (more wakes); under TSan at a load average
+ * of 19, once the monitor looked at the first debt after each of its
+ * quiet looks (session 20), those were more than one in a thousand hops
+ * at 1 ms. */
 static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
 {
 	(void)state;
 	static struct ring r;
 	memset(&r, 0, sizeof(r));
 	r.hops = STRESS(100000);
-	cbcmn_runtime *rt = quiet_runtime(true, 0);
+	cbcmn_runtime *rt = quiet_runtime(true, CBCMN_OWE_MAX_NS);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
 	ASSERT_TASK_CHECKS();
@@ -424,6 +429,75 @@ static void test_a_new_debt_at_each_look_is_not_paid(void **state)
 	t_destroy(rt);
 }
 
+/* ---- the first debt after a quiet spell ---- */
+
+/* A computes with no runtime call, no debt open, until the monitor's
+ * back-off has reached its longest sleep (two of its wakes LONG_NS apart:
+ * MON_SLEEP_MAX_NS, 1 s, stall_ns being a minute); just after one of its
+ * wakes (when it has looked and sleeps again) A sends B a message and
+ * computes on for AFTER_NS with no runtime call.  The monitor must look at
+ * that debt within owe_ns (monitor.h, cbcmn__monitor_owe_poke()) and pay
+ * it: B runs beside A, before A's computation ends.  Without the poke the
+ * debt waited for the monitor's sleep to end, a second, and B ran after
+ * A.  So did a receiver beside a CPU hog whose sender's thread the host
+ * kept off the CPU with its debt open while the monitor slept after a
+ * look that saw no debt move (send-to-start gaps of 20 to 685 ms with
+ * owe_ns 200 ms and stall_ns a minute; docs/ACTORS.md). */
+#define LONG_NS 900000000ull   /* a sleep of the monitor's this long: its longest */
+#define LOOKED_NS 20000000ull  /* after its wake: it has looked, it sleeps again */
+#define AFTER_NS 600000000ull  /* A's computation after its send: 600 owe_ns */
+#define GUARD_NS 10000000000ull
+
+static void compute(uint64_t ns)
+{
+	for (uint64_t t = t_now_ns(); t_now_ns() - t < ns;)
+		;
+}
+
+/* A of struct runs_on (runs_on_b() is B). */
+static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *q = arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	cbcmn_sleep(cx, 20000000); /* as runs_on_a(): the other executor parks */
+	/* Wait (a hang guard's while) for a wake of the monitor's that
+	 * ended a sleep of LONG_NS or more. */
+	uint64_t t0 = t_now_ns(), woke = t0, w = cbcmn__monitor_wakeups(rt), gap = 0;
+	while (gap < LONG_NS && t_now_ns() - t0 < GUARD_NS) {
+		uint64_t w2 = cbcmn__monitor_wakeups(rt), t = t_now_ns();
+		if (w2 != w) {
+			gap = t - woke;
+			w = w2;
+			woke = t;
+		}
+	}
+	compute(LOOKED_NS);
+	atomic_store(&q->a_running, 1);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, q->p.b, &m) == 0);
+	compute(AFTER_NS); /* no runtime call: only the monitor can pay */
+	atomic_store(&q->a_running, 0);
+	return 0;
+}
+
+static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off(void **state)
+{
+	(void)state;
+	static struct runs_on q;
+	memset(&q, 0, sizeof(q));
+	q.p = (struct pair){.a_fn = after_quiet_a, .b_fn = runs_on_b};
+	q.after = A_COMPUTES;
+	cbcmn_runtime *rt = quiet_runtime(true, 0);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &q, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&q.b_ran), 1);
+	assert_int_equal(atomic_load(&q.b_beside_a), 1);
+	assert_int_equal(cbcmn__monitor_owe_paid(rt), 1);
+	t_destroy(rt);
+}
+
 /* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
 static void test_owe_ns_out_of_bounds_is_refused(void **state)
 {
@@ -458,7 +532,9 @@ int main(void)
 		cmocka_unit_test(test_a_sender_that_sends_again_hands_the_woken_actor_over),
 		cmocka_unit_test(test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over),
 		cmocka_unit_test(test_a_sender_that_computes_on_has_its_debt_paid_once),
+		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
+
