@@ -386,13 +386,11 @@ void cbcmn__iwait_local_unlink(struct cbcmn__iwait *iw)
 	list_del(&iw->cell->local, iw);
 }
 
-uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
+/* A task's wait iw begins: registered, its own look at its cancellation
+ * taken.  False: it ended so, not to suspend (the state says how). */
+static inline __attribute__((always_inline)) bool block_begin(struct cbcmn_task *self,
+							      struct cbcmn__iwait *iw)
 {
-	struct cbcmn_task *self = iw->w.task;
-	if (!self) {
-		cbcmn__waiter_wait(&iw->w);
-		return atomic_load_explicit(&iw->state, memory_order_acquire);
-	}
 	struct cbcmn__exec *e = self->exec;
 	self->wait_kind = iw->local ? CBCMN__G_IO : iw->kind;
 	if (!iw->local) {
@@ -416,19 +414,45 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 			if (iw->on_cancel) {
 				/* Undo what is in flight; the event wakes us. */
 				iw->on_cancel(iw);
-				goto suspend;
+				return true;
 			}
 			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 			if (!iw->local)
 				reg_leave(self, iw);
 			else if (iw->cell)
 				cbcmn__iwait_local_unlink(iw); /* still on e's thread */
-			return CBCMN__IW_CANCELLED;
+			return false;
 		}
 		/* The event won: its wake is on the way, suspend for it. */
 	}
-suspend:
+	return true;
+}
+
+uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
+{
+	struct cbcmn_task *self = iw->w.task;
+	if (!self) {
+		cbcmn__waiter_wait(&iw->w);
+		return atomic_load_explicit(&iw->state, memory_order_acquire);
+	}
+	if (!block_begin(self, iw))
+		return CBCMN__IW_CANCELLED;
 	cbcmn__suspend(self);
+	reg_leave(self, iw);
+	return atomic_load_explicit(&iw->state, memory_order_acquire);
+}
+
+static bool park_begin(void *arg)
+{
+	struct cbcmn__iwait *iw = arg;
+	return block_begin(iw->w.task, iw);
+}
+
+uint32_t cbcmn__iwait_park(struct cbcmn__iwait *iw)
+{
+	struct cbcmn_task *self = iw->w.task;
+	if (!cbcmn__sys_park(self, park_begin, iw))
+		return CBCMN__IW_CANCELLED;
 	reg_leave(self, iw);
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
