@@ -1290,7 +1290,10 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 			    timeout_ns != CBCMN_ACTOR_FOREVER);
 	if (rc)
 		return rc;
-	if (self && !off && self->exec->sys_top) {
+	/* A fiber actor's send: the system stack's.  Not a handler host's
+	 * or a plain task's, whose stacks a hop does not leave cold: there
+	 * the switch would only cost. */
+	if (self && !off && cbcmn__is_actor_task(self) && self->exec->sys_top) {
 		/* Paid here: a wait for budget is a switch. */
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 		struct sys_send ss = {self, rt, to, m, mode, timeout_ns};
