@@ -11,6 +11,8 @@
 
 #include "helpers.h"
 
+#include "cbcmn_actor.h"
+
 #include "arch.h"
 
 #ifdef __SANITIZE_ADDRESS__
@@ -246,6 +248,80 @@ static void test_unwind_from_the_system_stack_reaches_the_caller(void **state)
 			 (unsigned long)back);
 }
 
+/* ---- (e) cancellation landing at the park -------------------------------
+ *
+ * A fiber actor's wait for ever publishes itself and takes its own look at
+ * its cancellation on the system stack, and continues itself when that
+ * look ends it (cbcmn__sys_switch() returning NULL): a ring of actors on
+ * two executors whose senders also wait on full mailboxes (capacity 1,
+ * three tokens), cancelled after a random while, round after round.
+ * Every actor ends with its receive or send cancelled; none hangs, none
+ * sees a message it was not sent. */
+
+#define RING_K 8
+
+static struct {
+	cbcmn_actor_ref refs[RING_K];
+	_Atomic long hops, bad;
+} rg;
+
+static int64_t ring_actor(cbcmn_cx *cx, void *arg)
+{
+	long i = (long)(intptr_t)arg;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
+		if (m.type != 1)
+			atomic_fetch_add(&rg.bad, 1);
+		atomic_fetch_add(&rg.hops, 1);
+		if ((rc = cbcmn_actor_send(NULL, cx, rg.refs[(i + 1) % RING_K], &m)) != 0)
+			break;
+	}
+	/* Cancelled in a receive or a send; -ESRCH: a send to a neighbour
+	 * that ended first. */
+	if (rc != CBCMN_ECANCELED && rc != -ESRCH)
+		atomic_fetch_add(&rg.bad, 1);
+	return 0;
+}
+
+static int64_t ring_rounds(cbcmn_cx *cx, void *arg)
+{
+	long rounds = (long)(intptr_t)arg;
+	unsigned seed = 1;
+	for (long r = 0; r < rounds; r++) {
+		cbcmn_nursery *n;
+		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+		cbcmn_actor_opts ao = {.mailbox_cap = 1};
+		for (long k = 0; k < RING_K; k++)
+			TASK_CHECK(cbcmn_actor_spawn(cx, n, ring_actor, (void *)(intptr_t)k, &ao,
+						     &rg.refs[k]) == 0);
+		cbcmn_actor_msg m = {.type = 1};
+		cbcmn_actor_try_send(NULL, cx, rg.refs[0], &m);
+		cbcmn_actor_try_send(NULL, cx, rg.refs[1], &m);
+		cbcmn_actor_try_send(NULL, cx, rg.refs[RING_K / 2], &m);
+		unsigned d = (unsigned)rand_r(&seed) % 64;
+		for (unsigned j = 0; j < d; j++)
+			cbcmn_yield(cx);
+		if (d & 1)
+			cbcmn_sleep(cx, d * 200u);
+		cbcmn_nursery_cancel(n);
+		cbcmn_nursery_await_all(cx, n);
+	}
+	return 0;
+}
+
+static void test_cancellation_at_the_park_ends_every_actor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	atomic_store(&rg.hops, 0);
+	atomic_store(&rg.bad, 0);
+	t_run(rt, ring_rounds, (void *)(intptr_t)T_SCALE(1000), 0);
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&rg.bad), 0);
+	assert_true(atomic_load(&rg.hops) > 0);
+}
+
 int main(void)
 {
 #ifdef __SANITIZE_ADDRESS__
@@ -265,6 +341,7 @@ int main(void)
 		cmocka_unit_test(test_sys_switch_to_itself_returns_the_xfer),
 		cmocka_unit_test(test_sys_switch_continues_another_context),
 		cmocka_unit_test(test_unwind_from_the_system_stack_reaches_the_caller),
+		cmocka_unit_test(test_cancellation_at_the_park_ends_every_actor),
 	};
 	return cmocka_run_group_tests_name("sysstack", tests, NULL, NULL);
 }
