@@ -1146,6 +1146,15 @@ static void sys_stack_teardown(struct cbcmn__exec *e)
 	e->sys_top = NULL;
 }
 
+/* TSan: the park stays on the task's stack: park_sys() is entered on one
+ * TSan fiber and returns on the next task's, whose shadow call stacks
+ * would not balance.  Its sends take the system stack (no fiber change). */
+#ifdef __SANITIZE_THREAD__
+#define SYS_PARK 0
+#else
+#define SYS_PARK 1
+#endif
+
 struct sys_park {
 	struct cbcmn_task *t;
 	bool (*begin)(void *);
@@ -1203,10 +1212,7 @@ bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
 {
 	struct cbcmn__exec *e = t->exec;
 	struct cbcmn__stack *s = t->stack;
-	/* TSan: its fibers' shadow call stacks would not balance (park_sys()
-	 * enters on t's and returns on the next task's): the task's stack. */
-#ifndef __SANITIZE_THREAD__
-	if (__builtin_expect(e->sys_top != NULL, 1)) {
+	if (SYS_PARK && __builtin_expect(e->sys_top != NULL, 1)) {
 		struct sys_park sp = {t, begin, arg};
 #ifdef __SANITIZE_ADDRESS__
 		__sanitizer_start_switch_fiber(&s->asan_fake, e->sys_stack + e->sys_stack_size -
@@ -1222,7 +1228,6 @@ bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
 #endif
 		return false;
 	}
-#endif
 	(void)s;
 	if (!begin(arg))
 		return false;

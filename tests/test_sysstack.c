@@ -79,9 +79,11 @@ static struct {
 
 static void *call_fn(void *arg)
 {
+	san_in(NULL);
 	char here;
 	g.seen = &here;
 	__asm__ __volatile__("" : : "r"(&here) : "memory");
+	san_to(NULL, main_lo, main_size);
 	return (char *)arg + 1;
 }
 
@@ -107,6 +109,7 @@ static void **self_save;
 
 static struct cbcmn__sys_to self_fn(void *arg)
 {
+	san_in(NULL);
 	char here;
 	g.seen = &here;
 	__asm__ __volatile__("" : : "r"(&here) : "memory");
@@ -145,6 +148,7 @@ static void test_sys_switch_to_itself_returns_the_xfer(void **state)
 
 static struct cbcmn__sys_to to_fib(void *arg)
 {
+	san_in(NULL);
 	san_to(NULL, g.fib.lo, STACK_BYTES);
 	return (struct cbcmn__sys_to){g.fib_sp, arg};
 }
@@ -210,6 +214,7 @@ static _Unwind_Reason_Code uw_frame(struct _Unwind_Context *c, void *arg)
 
 static struct cbcmn__sys_to unwind_fn(void *arg)
 {
+	san_in(NULL);
 	_Unwind_Backtrace(uw_frame, NULL);
 	san_to(NULL, main_lo, main_size);
 	return (struct cbcmn__sys_to){*self_save, arg};
