@@ -916,7 +916,7 @@ _Static_assert(CBCMN_MAX_EXECUTORS < UINT16_MAX, "lane_e1, lane_h: an executor i
 
 /* Whether self's last send over a lane may still be in it, for a send on
  * lane h (-1: the lock path). */
-static bool lane_pending(struct cbcmn_task *self, int h)
+static inline bool lane_pending(struct cbcmn_task *self, int h)
 {
 	if (!self || !self->lane_e1)
 		return false;
@@ -925,7 +925,7 @@ static bool lane_pending(struct cbcmn_task *self, int h)
 }
 
 /* lane_order() would wait. */
-static bool lane_unordered(struct cbcmn_task *self, int h)
+static inline bool lane_unordered(struct cbcmn_task *self, int h)
 {
 	return lane_pending(self, h) &&
 	       !lane_reached(self->rt, self->lane_e1 - 1u, self->lane_h, self->lane_seq);

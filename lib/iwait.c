@@ -327,8 +327,10 @@ static void node_link(struct cbcmn__exec *e, struct cbcmn__wcell *c, struct cbcm
 	nd->reg = r;
 }
 
-/* Publish iw in its task's node, listed in cell c first if it is not. */
-static void node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
+/* Publish iw in its task's node, listed in cell c first if it is not.
+ * Inline always: each block's (cbcmn__iwait_block(), cbcmn__iwait_park()). */
+static inline __attribute__((always_inline)) void
+node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
 {
 	struct cbcmn__iwnode *nd = self->iwn;
 	if (__builtin_expect(nd->cell != c, 0)) {
@@ -366,8 +368,10 @@ void cbcmn__iwait_node_end(struct cbcmn_task *t)
 	t->iwn = NULL;
 }
 
-/* Out of the registry (or the node) once the task runs again. */
-static void reg_leave(struct cbcmn_task *self, struct cbcmn__iwait *iw)
+/* Out of the registry (or the node) once the task runs again.  Inline
+ * always, as node_publish(). */
+static inline __attribute__((always_inline)) void reg_leave(struct cbcmn_task *self,
+								 struct cbcmn__iwait *iw)
 {
 	if (iw->noded)
 		node_withdraw(self, iw);

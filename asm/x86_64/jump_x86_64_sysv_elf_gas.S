@@ -198,7 +198,9 @@ cbcmn__sys_switch:
 	movzwl	0x04(%rsp), %r13d
 	movq	%rsi, %rsp		/* onto the system stack */
 	/* CFA = *r14 + 0x40; each register saved at *r14 + its offset. */
-	.cfi_escape 0x0f, 0x05, 0x7e, 0x00, 0x06, 0x23, 0x40	/* def_cfa_expression: breg14 0; deref; plus_uconst 0x40 */
+	/* DW_CFA_def_cfa_expression, 5 bytes: DW_OP_breg14 0, DW_OP_deref,
+	 * DW_OP_plus_uconst 0x40. */
+	.cfi_escape 0x0f, 0x05, 0x7e, 0x00, 0x06, 0x23, 0x40
 	.cfi_offset rip, -0x08
 	.cfi_offset r12, -0x38
 	.cfi_offset r13, -0x30
