@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "actor.h"
 #include "futex.h"
 #include "iwait.h"
@@ -433,7 +434,8 @@ static inline __attribute__((always_inline)) int mb_park(struct cbcmn__actor *a,
 							 struct cbcmn__timer *tm)
 {
 	cbcmn__flock_unlock(&a->lock);
-	uint32_t how = cbcmn__iwait_block(&w->qw.iw);
+	/* For ever: on the system stack (cbcmn__sys_park()). */
+	uint32_t how = tm ? cbcmn__iwait_block(&w->qw.iw) : cbcmn__iwait_park(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
 	if (how == CBCMN__IW_WOKEN)
@@ -919,13 +921,28 @@ static void lane_land(struct cbcmn__exec *h, void *arg)
  * if it yielded meanwhile (it may have moved). */
 _Static_assert(CBCMN_MAX_EXECUTORS < UINT16_MAX, "lane_e1, lane_h: an executor id + 1 in 16 bits");
 
-static bool lane_order(struct cbcmn_task *self, int h)
+/* Whether self's last send over a lane may still be in it, for a send on
+ * lane h (-1: the lock path). */
+static inline bool lane_pending(struct cbcmn_task *self, int h)
 {
 	if (!self || !self->lane_e1)
 		return false;
 	uint32_t src = self->lane_e1 - 1;
-	if (h >= 0 && src == self->exec->id && self->lane_h == (uint32_t)h)
-		return false; /* the same lane: in order */
+	return h < 0 || src != self->exec->id || self->lane_h != (uint32_t)h; /* else in order */
+}
+
+/* lane_order() would wait. */
+static inline bool lane_unordered(struct cbcmn_task *self, int h)
+{
+	return lane_pending(self, h) &&
+	       !lane_reached(self->rt, self->lane_e1 - 1u, self->lane_h, self->lane_seq);
+}
+
+static bool lane_order(struct cbcmn_task *self, int h)
+{
+	if (!lane_pending(self, h))
+		return false;
+	uint32_t src = self->lane_e1 - 1;
 	bool waited = !lane_reached(self->rt, src, self->lane_h, self->lane_seq);
 	if (waited)
 		lane_wait(self, src, self->lane_h, self->lane_seq);
@@ -1077,9 +1094,16 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 	return rc == ROOM_HELD ? 2 : rc;
 }
 
+/* mb_send()'s flags: the budget charged already; on the system stack
+ * (send_sys()), where it must not wait: SEND_AGAIN instead, nothing done
+ * that a send again from the task's stack would do twice. */
+enum { MB_CHARGED = 1, MB_NOWAIT = 2 };
+#define SEND_AGAIN 1
+
 static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
-		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns, bool off)
+		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns, bool off, int flags)
 {
+	bool nowait = flags & MB_NOWAIT;
 	/* Off its fiber, a host's current handler is its host's to read. */
 	struct cbcmn__actor *me = off ? cbcmn__actor_of(self) : cbcmn__actor_or_handler(self);
 	cbcmn_actor_msg copy = *m;
@@ -1087,7 +1111,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	copy.from = me ? me->ref : CBCMN_ACTOR_NONE;
 	/* Paid before the mailbox is touched: a task that waits for budget,
 	 * or is ended there, leaves no trace (docs/BUDGETS.md). */
-	if (self)
+	if (self && !(flags & MB_CHARGED))
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 	/* Off its fiber (a cbcmn_blocking() function's try_send with the
 	 * task's cx; send_entry() refused the waits): from me, but sent as a
@@ -1103,6 +1127,8 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	for (;;) {
 		struct cbcmn__actor *la = NULL;
 		int h = lane_route(self, rt, to, mode, &la);
+		if (nowait && lane_unordered(self, h))
+			return SEND_AGAIN;
 		if (lane_order(self, h)) /* it may run elsewhere now */
 			h = lane_route(self, rt, to, mode, &la);
 		if (h < 0)
@@ -1119,6 +1145,8 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 		if (sent < 0 || mode != SEND_WAIT || timeout_ns == 0)
 			break; /* the lock path's answer: -EAGAIN, -ETIMEDOUT... */
 		/* No place: wait for one, then over the lanes again. */
+		if (nowait)
+			return SEND_AGAIN;
 		int rc = room_wait(self, rt, to, deadline);
 		if (rc == 1)
 			break;
@@ -1130,6 +1158,8 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			return rc;
 		}
 	}
+	if (nowait && lane_unordered(self, -1))
+		return SEND_AGAIN;
 	lane_order(self, -1); /* the lock path then, behind our lane's */
 	if (held) {
 		/* Not over the lanes after all (the receiver moved here, its
@@ -1162,6 +1192,9 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			rc = -EAGAIN;
 		} else if (timeout_ns == 0) {
 			rc = -ETIMEDOUT;
+		} else if (nowait) {
+			cbcmn__flock_unlock(&a->lock);
+			return SEND_AGAIN;
 		} else {
 			struct cbcmn__mb_wait w;
 			wait_init(&w, self);
@@ -1223,6 +1256,25 @@ static int send_check(struct cbcmn_runtime **rtp, struct cbcmn_task *self, cbcmn
 	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
 }
 
+struct sys_send {
+	struct cbcmn_task *self;
+	struct cbcmn_runtime *rt;
+	cbcmn_actor_ref to;
+	const cbcmn_actor_msg *m;
+	int mode;
+	uint64_t timeout_ns;
+};
+
+/* A task's send on its executor's system stack (sched.c): the frames of
+ * the send's path (mb_send(), its copy of the message, lane_route(), the
+ * wake) stay off the task's stack, whose lines a cold hop misses. */
+static void *send_sys(void *arg)
+{
+	struct sys_send *ss = arg;
+	return (void *)(intptr_t)mb_send(ss->self, ss->rt, ss->to, ss->m, ss->mode, ss->timeout_ns,
+					 false, MB_CHARGED | MB_NOWAIT);
+}
+
 static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		      const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns)
 {
@@ -1244,7 +1296,20 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 			    timeout_ns != CBCMN_ACTOR_FOREVER);
 	if (rc)
 		return rc;
-	return mb_send(self, rt, to, m, mode, timeout_ns, off);
+	/* A fiber actor's send: the system stack's.  Not a handler host's
+	 * or a plain task's, whose stacks a hop does not leave cold: there
+	 * the switch would only cost. */
+	if (self && !off && cbcmn__is_actor_task(self) && self->exec->sys_top) {
+		/* Paid here: a wait for budget is a switch. */
+		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+		struct sys_send ss = {self, rt, to, m, mode, timeout_ns};
+		rc = (int)(intptr_t)cbcmn__sys_run(self, send_sys, &ss);
+		if (rc != SEND_AGAIN)
+			return rc;
+		/* It would wait: from here, where it may. */
+		return mb_send(self, rt, to, m, mode, timeout_ns, false, MB_CHARGED);
+	}
+	return mb_send(self, rt, to, m, mode, timeout_ns, off, 0);
 }
 
 int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a, const cbcmn_actor_msg *m)

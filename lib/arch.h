@@ -75,6 +75,19 @@ void *cbcmn__ctx_jump_ret(void **save_sp, void *to_sp, void *xfer);
 void *cbcmn__ctx_jump_fp(void **save_sp, void *to_sp, void *xfer, uint64_t fpcw);
 /* A context on a fresh stack that calls entry(xfer) when first jumped to. */
 void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
+/* Where a function run by cbcmn__sys_switch() continues: the saved
+ * stack pointer of a context and what its switch returns. */
+struct cbcmn__sys_to {
+	void *sp;
+	void *xfer;
+};
+/* Suspend ours in *save_sp as cbcmn__ctx_jump() does, run fn(arg) on the
+ * stack below sys_top, continue the context it returns (see the .S). */
+void *cbcmn__sys_switch(void **save_sp, void *sys_top, struct cbcmn__sys_to (*fn)(void *),
+			void *arg);
+/* fn(arg) on the stack below sys_top, then back on ours; fn must not
+ * switch contexts. */
+void *cbcmn__sys_call(void *sys_top, void *(*fn)(void *), void *arg);
 /* Not called: a return address.  A function that returns to it ends the
  * task running on this thread (cbcmn__overflow_unwind, overflow.c). */
 void cbcmn__ctx_overflow_return(void);

@@ -348,8 +348,10 @@ static void node_link(struct cbcmn__exec *e, struct cbcmn__wcell *c, struct cbcm
 	nd->reg = r;
 }
 
-/* Publish iw in its task's node, listed in cell c first if it is not. */
-static void node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
+/* Publish iw in its task's node, listed in cell c first if it is not.
+ * Inline always: each block's (cbcmn__iwait_block(), cbcmn__iwait_park()). */
+static inline __attribute__((always_inline)) void
+node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
 {
 	struct cbcmn__iwnode *nd = self->iwn;
 	if (__builtin_expect(nd->cell != c, 0)) {
@@ -387,8 +389,10 @@ void cbcmn__iwait_node_end(struct cbcmn_task *t)
 	t->iwn = NULL;
 }
 
-/* Out of the registry (or the node) once the task runs again. */
-static void reg_leave(struct cbcmn_task *self, struct cbcmn__iwait *iw)
+/* Out of the registry (or the node) once the task runs again.  Inline
+ * always, as node_publish(). */
+static inline __attribute__((always_inline)) void reg_leave(struct cbcmn_task *self,
+								 struct cbcmn__iwait *iw)
 {
 	if (iw->noded)
 		node_withdraw(self, iw);
@@ -407,13 +411,11 @@ void cbcmn__iwait_local_unlink(struct cbcmn__iwait *iw)
 	list_del(&iw->cell->local, iw);
 }
 
-uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
+/* A task's wait iw begins: registered, its own look at its cancellation
+ * taken.  False: it ended so, not to suspend (the state says how). */
+static inline __attribute__((always_inline)) bool block_begin(struct cbcmn_task *self,
+							      struct cbcmn__iwait *iw)
 {
-	struct cbcmn_task *self = iw->w.task;
-	if (!self) {
-		cbcmn__waiter_wait(&iw->w);
-		return atomic_load_explicit(&iw->state, memory_order_acquire);
-	}
 	struct cbcmn__exec *e = self->exec;
 	self->wait_kind = iw->local ? CBCMN__G_IO : iw->kind;
 	if (!iw->local) {
@@ -437,19 +439,45 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 			if (iw->on_cancel) {
 				/* Undo what is in flight; the event wakes us. */
 				iw->on_cancel(iw);
-				goto suspend;
+				return true;
 			}
 			atomic_store_explicit(&self->state, CBCMN__T_RUNNING, memory_order_relaxed);
 			if (!iw->local)
 				reg_leave(self, iw);
 			else if (iw->cell)
 				cbcmn__iwait_local_unlink(iw); /* still on e's thread */
-			return CBCMN__IW_CANCELLED;
+			return false;
 		}
 		/* The event won: its wake is on the way, suspend for it. */
 	}
-suspend:
+	return true;
+}
+
+uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
+{
+	struct cbcmn_task *self = iw->w.task;
+	if (!self) {
+		cbcmn__waiter_wait(&iw->w);
+		return atomic_load_explicit(&iw->state, memory_order_acquire);
+	}
+	if (!block_begin(self, iw))
+		return CBCMN__IW_CANCELLED;
 	cbcmn__suspend(self);
+	reg_leave(self, iw);
+	return atomic_load_explicit(&iw->state, memory_order_acquire);
+}
+
+static bool park_begin(void *arg)
+{
+	struct cbcmn__iwait *iw = arg;
+	return block_begin(iw->w.task, iw);
+}
+
+uint32_t cbcmn__iwait_park(struct cbcmn__iwait *iw)
+{
+	struct cbcmn_task *self = iw->w.task;
+	if (!cbcmn__sys_park(self, park_begin, iw))
+		return CBCMN__IW_CANCELLED;
 	reg_leave(self, iw);
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }

@@ -428,6 +428,8 @@ static void exec_free(struct cbcmn__exec *e)
 	cbcmn__xmsg_fini(e);
 	cbcmn__trace_free(e->trace);
 	free(e->wheel); /* actor_sched.c: a flat struct, empty by now */
+	if (e->sys_stack) /* a thread that ended without its last teardown (sched.c) */
+		munmap(e->sys_stack, e->sys_stack_size);
 	munmap(e, (sizeof(*e) + e->rt->page - 1) & ~(e->rt->page - 1));
 }
 

@@ -25,6 +25,7 @@
 #include "cpuquota.h"
 #include "deque.h"
 #include "diag.h"
+#include "arch.h"
 #include "fault.h"
 #include "lock.h"
 #include "ring.h"
@@ -466,6 +467,12 @@ struct cbcmn__exec {
 	void *asan_fake;                  /* ASan: the scheduler's fake stack */
 	const void *sched_stack_lo;       /* ASan: the thread's own stack */
 	size_t sched_stack_size;
+	/* The system stack: the runtime's part of an actor's block and send
+	 * runs there, not on the actor's (sched.c, cbcmn__sys_park()); NULL
+	 * top: none (ASan, TSan, or no memory), they run on the task's. */
+	char *sys_stack;
+	size_t sys_stack_size;
+	void *sys_top;
 };
 
 /* ---- the runtime root ----------------------------------------------- */
@@ -736,6 +743,20 @@ void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct 
 void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e,
 			uint32_t shard);
 void cbcmn__suspend(struct cbcmn_task *t);
+/* The same for an actor's task t: its block begun by begin(arg) and its
+ * suspend run on the executor's system stack (sched.c).  False if begin
+ * ended it at once (t did not suspend). */
+bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg);
+/* fn(arg) for running task t on its executor's system stack (e->sys_top
+ * set), back on t's when it returns; fn must not switch (sched.c). */
+#ifdef __SANITIZE_ADDRESS__
+void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg);
+#else
+static inline void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
+{
+	return cbcmn__sys_call(t->exec->sys_top, fn, arg);
+}
+#endif
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker);
 void cbcmn__waiter_wake(struct cbcmn__waiter *w, struct cbcmn__exec *waker);
 /* cbcmn__wake_task() by the holder of t's wait's claim (iwait.h), its only

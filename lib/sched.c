@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "arch.h"
@@ -945,9 +946,8 @@ static void run_post(struct cbcmn__exec *e)
 /* Task t, which blocks, -> task n, taken from e's slot (slot_direct()):
  * n's run begins here and t's ends in n (resumed()), without the trip
  * through the scheduler's loop, as the loop would have run n next. */
-static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n)
+static inline void direct_begin(struct cbcmn__exec *e, struct cbcmn_task *n)
 {
-	struct cbcmn__stack *s = t->stack, *ns = n->stack;
 	cbcmn__lock_assert_none_held("switch_direct");
 	run_seq_end(e);
 	n->exec = e;
@@ -957,6 +957,12 @@ static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cb
 	run_seq_begin(e, n);
 	if (__builtin_expect(cbcmn__is_actor_task(n), 0))
 		cbcmn__actor_run(e, n); /* actor_direct(): t was one too */
+}
+
+static void switch_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n)
+{
+	struct cbcmn__stack *s = t->stack, *ns = n->stack;
+	direct_begin(e, n);
 #ifdef __SANITIZE_ADDRESS__
 	__sanitizer_start_switch_fiber(&s->asan_fake, ns->lo, ns->size);
 #endif
@@ -1100,6 +1106,164 @@ void cbcmn__suspend(struct cbcmn_task *t)
 	else
 		switch_to_sched(e, t->stack, &t->sp);
 }
+
+/* ---- the system stack ---------------------------------------------------
+ *
+ * An actor that blocks runs the runtime's part of its block (the wait's
+ * publication, the pick of what runs next, the wheel's steps, its own
+ * park) on its executor's system stack, as Go runs its scheduler on g0
+ * (mcall), and its sends likewise (cbcmn__sys_call(), actor_mbox.c): an
+ * actor's stack then holds its own frames, the receive's and the saved
+ * registers, the lines a cold hop misses there, while the system stack,
+ * used every hop, stays in cache (docs/ACTORS.md, "The system stack"). */
+
+#define SYS_STACK_SIZE (64u << 10)
+
+static void sys_stack_setup(struct cbcmn__exec *e)
+{
+	if (e->sys_stack)
+		return; /* a replaced thread's: the executor's */
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t len = pg + SYS_STACK_SIZE;
+	char *p = cbcmn__mmap(NULL, len, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (p == MAP_FAILED)
+		return; /* no memory: blocks run on the tasks' stacks */
+	if (mprotect(p, pg, PROT_NONE) != 0) { /* a guard page below */
+		munmap(p, len);
+		return;
+	}
+	e->sys_stack = p;
+	e->sys_stack_size = len;
+	e->sys_top = p + len;
+}
+
+static void sys_stack_teardown(struct cbcmn__exec *e)
+{
+	if (!e->sys_stack)
+		return;
+	munmap(e->sys_stack, e->sys_stack_size);
+	e->sys_stack = NULL;
+	e->sys_top = NULL;
+}
+
+/* TSan: the park stays on the task's stack: park_sys() is entered on one
+ * TSan fiber and returns on the next task's, whose shadow call stacks
+ * would not balance.  Its sends take the system stack (no fiber change). */
+#ifdef __SANITIZE_THREAD__
+#define SYS_PARK 0
+#else
+#define SYS_PARK 1
+#endif
+
+struct sys_park {
+	struct cbcmn_task *t;
+	bool (*begin)(void *);
+	void *arg;
+};
+
+/* On t's executor's system stack, t suspended (its context saved): its
+ * block as begin(arg) begins it (false: it ended at once, t continues),
+ * then what cbcmn__suspend() does, its run's end (run_post()) done here,
+ * now that t is off its stack, not by the task resumed. */
+/* ASan follows the stack the thread runs on (its reports, its fake
+ * frames): told of each change as for a switch between fibers, the
+ * system stack one without fake frames of its own (NULL: none kept). */
+static inline void sys_enter(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+}
+
+static inline void sys_leave(const void *lo, size_t size)
+{
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_start_switch_fiber(NULL, lo, size);
+#endif
+	(void)lo;
+	(void)size;
+}
+
+static struct cbcmn__sys_to park_sys(void *arg)
+{
+	sys_enter();
+	struct sys_park *sp = arg;
+	struct cbcmn_task *t = sp->t;
+	if (!sp->begin(sp->arg)) {
+		sys_leave(t->stack->lo, t->stack->size);
+		return (struct cbcmn__sys_to){t->sp, NULL};
+	}
+	struct cbcmn__exec *e = t->exec;
+	e->post = CBCMN__POST_SUSPEND;
+	e->post_task = t;
+	struct cbcmn_task *n = cbcmn__is_actor_task(t) ? actor_direct(e, t) : slot_direct(e, t);
+	if (!n) {
+		cbcmn__lock_assert_none_held("switch_to_sched");
+		sys_leave(e->sched_stack_lo, e->sched_stack_size);
+		return (struct cbcmn__sys_to){e->sched_sp, NULL}; /* its loop posts */
+	}
+	direct_begin(e, n);
+	run_post(e);
+	sys_leave(n->stack->lo, n->stack->size);
+	return (struct cbcmn__sys_to){n->sp, n};
+}
+
+bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
+{
+	struct cbcmn__exec *e = t->exec;
+	struct cbcmn__stack *s = t->stack;
+	if (SYS_PARK && __builtin_expect(e->sys_top != NULL, 1)) {
+		struct sys_park sp = {t, begin, arg};
+#ifdef __SANITIZE_ADDRESS__
+		__sanitizer_start_switch_fiber(&s->asan_fake, e->sys_stack + e->sys_stack_size -
+								      SYS_STACK_SIZE, SYS_STACK_SIZE);
+#endif
+		struct cbcmn_task *me = cbcmn__sys_switch(&t->sp, e->sys_top, park_sys, &sp);
+		if (me) {
+			resumed(me, s);
+			return true;
+		}
+#ifdef __SANITIZE_ADDRESS__
+		__sanitizer_finish_switch_fiber(s->asan_fake, NULL, NULL);
+#endif
+		return false;
+	}
+	(void)s;
+	if (!begin(arg))
+		return false;
+	cbcmn__suspend(t);
+	return true;
+}
+
+#ifdef __SANITIZE_ADDRESS__
+struct sys_run {
+	void *(*fn)(void *);
+	void *arg;
+	struct cbcmn__stack *s;
+};
+
+static void *run_sys(void *arg)
+{
+	sys_enter();
+	struct sys_run *r = arg;
+	void *rv = r->fn(r->arg);
+	sys_leave(r->s->lo, r->s->size);
+	return rv;
+}
+
+void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
+{
+	struct cbcmn__exec *e = t->exec;
+	struct sys_run r = {fn, arg, t->stack};
+	void *fake;
+	__sanitizer_start_switch_fiber(&fake, e->sys_stack + e->sys_stack_size - SYS_STACK_SIZE,
+				       SYS_STACK_SIZE);
+	void *rv = cbcmn__sys_call(e->sys_top, run_sys, &r);
+	__sanitizer_finish_switch_fiber(fake, NULL, NULL);
+	return rv;
+}
+#endif
 
 /* t, just made READY by waker (e, or NULL outside the runtime), to its
  * queue: counted out of the blocked and, for an actor, out of waiting. */
@@ -2290,6 +2454,7 @@ static int exec_thread_setup(struct cbcmn__exec *e)
 	snprintf(name, sizeof(name), "cbcmn-exec-%u", e->id);
 	pthread_setname_np(pthread_self(), name);
 	e->sched_fpcw = cbcmn__fpcw_read();
+	sys_stack_setup(e);
 #ifdef __SANITIZE_THREAD__
 	e->san_sched_fiber = __tsan_get_current_fiber();
 #endif
@@ -2570,6 +2735,7 @@ void *cbcmn__exec_main(void *arg)
 			cbcmn__tls_exec = NULL;
 			pthread_setspecific(exec_key, NULL);
 			cbcmn__altstack_teardown(e);
+			sys_stack_teardown(e);
 			if (!initial) {
 				/* Its work goes to the running executors, pinned
 				 * tasks end with rc (forward_stopped_all()). */
@@ -2654,6 +2820,7 @@ void *cbcmn__exec_main(void *arg)
 	cbcmn__nursery_free_cache(e);
 	cbcmn__actor_free_cache(e);
 	cbcmn__altstack_teardown(e);
+	sys_stack_teardown(e);
 	cbcmn__tls_exec = NULL;
 	bool retired = atomic_load_explicit(&e->lstate, memory_order_relaxed) == CBCMN__EX_RETIRING;
 	exec_state(e, CBCMN_EXEC_STOPPED);

@@ -145,6 +145,126 @@ cbcmn__ctx_jump_fp:
 	.cfi_endproc
 	.size	cbcmn__ctx_jump_fp,.-cbcmn__ctx_jump_fp
 
+/* void *cbcmn__sys_switch(void **save_sp, void *sys_top,
+ *                         struct cbcmn__sys_to (*fn)(void *arg), void *arg);
+ *
+ * Go's mcall: suspend the caller as cbcmn__ctx_jump would (the same frame,
+ * the same *save_sp), then run fn(arg) on another stack, sys_top (an
+ * executor's system stack, 16-byte aligned), and continue the context
+ * whose saved stack pointer fn returns, handing it the xfer fn returns
+ * beside it (struct cbcmn__sys_to: rax, rdx).  fn may return the caller's
+ * own frame (*save_sp): the call then returns xfer at once.  The runtime's
+ * paths of a block run on the system stack, which stays in cache, so that
+ * an actor's own stack holds its frames and this saved frame only
+ * (docs/ACTORS.md, "The system stack").
+ *
+ * The switch into the target ends in a RET: the return stack buffer's top
+ * is this call's own return address, which the target's frame holds too
+ * when it suspended through this same call (a ring's actors, each parked
+ * in its receive): predicted, and so is every return after it.  Other
+ * targets (the scheduler's loop, a task that left through it) continue
+ * as correctly, the RET missed once.
+ *
+ * While fn runs r14 holds save_sp (callee-saved: fn keeps it), and the
+ * unwind info finds the caller's frame through it: a backtrace from the
+ * system stack goes on into the suspended task's frames.  r12/r13 hold
+ * our MXCSR and x87 CW for the compare with the target's.
+ */
+	.globl	cbcmn__sys_switch
+	.hidden	cbcmn__sys_switch
+	.type	cbcmn__sys_switch,@function
+	.align	16
+cbcmn__sys_switch:
+	.cfi_startproc
+	leaq	-0x38(%rsp), %rsp	/* the frame cbcmn__ctx_jump saves */
+	.cfi_adjust_cfa_offset 0x38
+	stmxcsr	0x00(%rsp)
+	fnstcw	0x04(%rsp)
+	movq	%r12, 0x08(%rsp)
+	.cfi_rel_offset r12, 0x08
+	movq	%r13, 0x10(%rsp)
+	.cfi_rel_offset r13, 0x10
+	movq	%r14, 0x18(%rsp)
+	.cfi_rel_offset r14, 0x18
+	movq	%r15, 0x20(%rsp)
+	.cfi_rel_offset r15, 0x20
+	movq	%rbx, 0x28(%rsp)
+	.cfi_rel_offset rbx, 0x28
+	movq	%rbp, 0x30(%rsp)
+	.cfi_rel_offset rbp, 0x30
+	movq	%rsp, (%rdi)		/* *save_sp = our frame: we are suspended */
+	movq	%rdi, %r14		/* kept across fn: the unwinder's way back */
+	movl	0x00(%rsp), %r12d	/* our MXCSR and CW, to compare */
+	movzwl	0x04(%rsp), %r13d
+	movq	%rsi, %rsp		/* onto the system stack */
+	/* CFA = *r14 + 0x40; each register saved at *r14 + its offset. */
+	/* DW_CFA_def_cfa_expression, 5 bytes: DW_OP_breg14 0, DW_OP_deref,
+	 * DW_OP_plus_uconst 0x40. */
+	.cfi_escape 0x0f, 0x05, 0x7e, 0x00, 0x06, 0x23, 0x40
+	.cfi_offset rip, -0x08
+	.cfi_offset r12, -0x38
+	.cfi_offset r13, -0x30
+	.cfi_offset r14, -0x28
+	.cfi_offset r15, -0x20
+	.cfi_offset rbx, -0x18
+	.cfi_offset rbp, -0x10
+	movq	%rcx, %rdi
+	call	*%rdx			/* rax: the target's frame, rdx: its xfer */
+	movq	%rax, %rsp		/* leave the system stack */
+	.cfi_def_cfa rsp, 0x40
+	cmpl	0x00(%rsp), %r12d	/* same FP control state as the target? */
+	jne	1f
+	cmpw	0x04(%rsp), %r13w
+	jne	1f
+2:
+	movq	0x08(%rsp), %r12
+	movq	0x10(%rsp), %r13
+	movq	0x18(%rsp), %r14
+	movq	0x20(%rsp), %r15
+	movq	0x28(%rsp), %rbx
+	movq	0x30(%rsp), %rbp
+	movq	%rdx, %rax		/* xfer: the resumed call's result */
+	movq	%rdx, %rdi		/* ... or a fresh context's argument */
+	leaq	0x38(%rsp), %rsp
+	.cfi_adjust_cfa_offset -0x38
+	ret
+1:
+	.cfi_adjust_cfa_offset 0x38
+	ldmxcsr	0x00(%rsp)
+	fldcw	0x04(%rsp)
+	jmp	2b
+	.cfi_endproc
+	.size	cbcmn__sys_switch,.-cbcmn__sys_switch
+
+/* void *cbcmn__sys_call(void *sys_top, void *(*fn)(void *arg), void *arg);
+ *
+ * fn(arg) on the system stack, back on ours when it returns, its result
+ * returned (Go's systemstack).  fn must not switch contexts: the system
+ * stack is the executor's, and the next block would run over its frames.
+ */
+	.globl	cbcmn__sys_call
+	.hidden	cbcmn__sys_call
+	.type	cbcmn__sys_call,@function
+	.align	16
+cbcmn__sys_call:
+	.cfi_startproc
+	pushq	%rbp
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset rbp, 0
+	movq	%rsp, %rbp
+	.cfi_def_cfa_register rbp
+	movq	%rdi, %rsp		/* onto the system stack */
+	movq	%rdx, %rdi
+	call	*%rsi
+	movq	%rbp, %rsp		/* back */
+	.cfi_def_cfa_register rsp
+	popq	%rbp
+	.cfi_adjust_cfa_offset -8
+	.cfi_restore rbp
+	ret
+	.cfi_endproc
+	.size	cbcmn__sys_call,.-cbcmn__sys_call
+
 /* void *cbcmn__ctx_make(void *stack_top, void (*entry)(void *xfer));
  *
  * Build a context on a fresh stack that, when jumped to, calls entry(xfer)
