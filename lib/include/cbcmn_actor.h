@@ -604,9 +604,12 @@ typedef struct cbcmn_sup_child {
 	 * (the first and every restart) begins with a CBCMN_ACTOR_START
 	 * call, before any message sent to that incarnation, so that it can
 	 * set itself up (arm a receive timeout, spawn, send) without being
-	 * sent anything.  Ignored for fn and sup children (their behaviour
-	 * starts by itself).  Added in 0.2 (before 0.2.0, docs/INSTALL.md):
-	 * a spec zeroed or built with designated initializers gets false. */
+	 * sent anything.  An incarnation halted before its first call (a
+	 * sibling's restart stopped it, or the supervisor's stop) is never
+	 * called, its START neither.  Ignored for fn and sup children
+	 * (their behaviour starts by itself).  Added in 0.2 (before 0.2.0,
+	 * docs/INSTALL.md): a spec zeroed or built with designated
+	 * initializers gets false. */
 	bool start;
 } cbcmn_sup_child;
 
