@@ -25,18 +25,19 @@
  * A cancellation ends an actor as it ends a task: a fiber actor's waits
  * (receive, send, sleep...) return CBCMN_ECANCELED and its behaviour
  * decides what to return, which stays its halt reason (return 0 after
- * cleaning up and its DOWN and its nursery say 0; pass the
- * CBCMN_ECANCELED on and they say that); one cancelled before it first
- * ran, or ended at a CBCMN_CHECKPOINT(), halts with CBCMN_ECANCELED.  A
- * handler actor is never called to see it: its host halts it with
- * CBCMN_ECANCELED (cbcmn_actor_spawn_handler(), below).  Its nursery's
- * await_all waits for it like for any child and sees the halt reason as
- * the child's result.  At halt, the reference dies at once: every later
- * send returns -ESRCH, and senders blocked on the full mailbox return
- * -ESRCH (their message was not taken).  Messages still in the mailbox
- * are undelivered: each is passed to the actor's drop callback
- * (cbcmn_actor_opts.drop) if it has one, then discarded.  Monitors get
- * their DOWN message.
+ * cleaning up and its DOWN says 0; pass the CBCMN_ECANCELED on and it
+ * says that; the cancelled nursery's await_all returns CBCMN_ECANCELED
+ * either way, as for tasks, unless a child failed); one cancelled before
+ * it first ran, or ended at a CBCMN_CHECKPOINT(), halts with
+ * CBCMN_ECANCELED.  A handler actor is never called to see it: its host
+ * halts it with CBCMN_ECANCELED (cbcmn_actor_spawn_handler(), below).
+ * Its nursery's await_all waits for it like for any child and sees the
+ * halt reason as the child's result.  At halt, the reference dies at
+ * once: every later send returns -ESRCH, and senders blocked on the full
+ * mailbox return -ESRCH (their message was not taken).  Messages still in
+ * the mailbox are undelivered: each is passed to the actor's drop
+ * callback (cbcmn_actor_opts.drop) if it has one, then discarded.
+ * Monitors get their DOWN message.
  *
  * References.  A reference names one actor for ever: the slot it lives in is
  * recycled for later actors with a new generation, so a reference to a
