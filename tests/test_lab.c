@@ -258,12 +258,12 @@ static void test_far_deadline_moves_the_clock_to_its_end(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime_lab(7);
 	int64_t r = -1;
-	uint64_t t0 = t_now_ns();
+	/* No bound on the real time taken: a real wait this long would never
+	 * end, which the watchdog reports (a bound would only assert speed). */
 	assert_int_equal(cbcmn_runtime_run(rt, far_main, NULL, &r), 0);
 	assert_int_equal(r, 0);
 	ASSERT_TASK_CHECKS();
 	assert_true(cbcmn_now(rt) == UINT64_MAX - 1);
-	assert_true(t_now_ns() - t0 < 20 * S); /* virtual: no real wait */
 	t_destroy(rt);
 }
 
