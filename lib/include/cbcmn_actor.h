@@ -508,8 +508,10 @@ CBCMN_API int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns)
  * The window is half open: a restart is allowed when the oldest of the
  * last max_restarts restarts was period_ns or more before it (a restart
  * exactly period_ns after that one is allowed, one period_ns - 1 after it
- * is not), times read from cbcmn_now() (virtual in lab mode) as the
- * supervisor takes the crash's DOWN.  One more and the supervisor gives
+ * is not), times read from cbcmn_now() (virtual in lab mode) when the
+ * supervisor handles the crash (crashed children in startup order, each
+ * after the restart before it: a later one reads a later time, not its
+ * DOWN's).  One more and the supervisor gives
  * up: it stops every child (reverse startup order) and halts with
  * CBCMN_ESUPERVISOR, which its own supervisor sees as a crash of that
  * child (escalation), or its nursery as a failure.
