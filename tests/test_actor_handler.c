@@ -482,6 +482,94 @@ static void test_supervised_handler_gets_a_start_call_at_every_restart(void **st
 	t_destroy(rt);
 }
 
+/* The same under every strategy, with a START that itself crashes or
+ * halts: child 0's START ends it at once (-EIO, or HALT: a permanent
+ * child's normal halt is restarted too), child 1 depends on it, child 2
+ * does not.  Each incarnation called begins with its START; one that a
+ * sibling's restart stopped before its first call is never called (lab
+ * mode, one executor: no call runs beside another). */
+#define ST_MAX 4 /* max_restarts: child 0 starts ST_MAX + 1 times */
+
+struct sstrat;
+struct sstrat_kid {
+	struct sstrat *s;
+	int starts, not_first;
+	cbcmn_actor_ref last;
+};
+
+struct sstrat {
+	struct sstrat_kid kid[3];
+	int64_t start_rc; /* what child 0's START returns */
+	uint32_t strategy;
+	cbcmn_sup_report rep;
+	int64_t await_rc;
+};
+
+static int64_t sstrat_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct sstrat_kid *k = arg;
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	if (me != k->last && m->type != CBCMN_ACTOR_START)
+		k->not_first++;
+	k->last = me;
+	if (m->type != CBCMN_ACTOR_START)
+		return CBCMN_ACTOR_CONTINUE;
+	k->starts++;
+	return k == &k->s->kid[0] ? k->s->start_rc : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t sstrat_main(cbcmn_cx *cx, void *arg)
+{
+	struct sstrat *s = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	static const uint32_t on0[] = {0};
+	cbcmn_sup_child c[3];
+	for (int i = 0; i < 3; i++) {
+		s->kid[i].s = s;
+		c[i] = (cbcmn_sup_child){.handler = sstrat_handler, .state = &s->kid[i],
+					 .start = true, .node = -1};
+	}
+	c[1].deps = on0;
+	c[1].ndeps = 1;
+	cbcmn_sup_spec spec = {.strategy = s->strategy, .max_restarts = ST_MAX,
+			       .period_ns = 3600ull * 1000000000ull, .children = c,
+			       .nchildren = 3, .report = &s->rep};
+	cbcmn_actor_ref sup;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &spec, NULL, &sup) == 0);
+	s->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_supervised_handler_start_under_every_strategy_and_a_failing_start(void **state)
+{
+	(void)state;
+	static const int64_t rcs[] = {-EIO, CBCMN_ACTOR_HALT};
+	for (uint32_t strat = CBCMN_SUP_ONE; strat <= CBCMN_SUP_ALL; strat++) {
+		for (size_t r = 0; r < 2; r++) {
+			cbcmn_runtime *rt = t_runtime_lab(strat * 2 + r + 1);
+			struct sstrat s = {.start_rc = rcs[r], .strategy = strat};
+			int64_t res = -1;
+			assert_int_equal(cbcmn_runtime_run(rt, sstrat_main, &s, &res), 0);
+			ASSERT_TASK_CHECKS();
+			assert_int_equal(s.await_rc, CBCMN_ESUPERVISOR);
+			assert_int_equal(s.rep.restarts, ST_MAX);
+			assert_int_equal(s.kid[0].starts, ST_MAX + 1);
+			for (int i = 0; i < 3; i++) {
+				assert_int_equal(s.kid[i].not_first, 0);
+				assert_true(s.kid[i].starts >= 1);
+			}
+			/* Restarted with child 0 (its dependent, or all): called
+			 * at most once per incarnation; else started once. */
+			bool with1 = strat == CBCMN_SUP_DOWNSTREAM || strat == CBCMN_SUP_ALL;
+			bool with2 = strat == CBCMN_SUP_ALL;
+			assert_true(with1 ? s.kid[1].starts <= ST_MAX + 1 : s.kid[1].starts == 1);
+			assert_true(with2 ? s.kid[2].starts <= ST_MAX + 1 : s.kid[2].starts == 1);
+			t_destroy(rt);
+		}
+	}
+}
+
 /* ---- a cancellation's halt reason: a fiber actor's own return, a
  * handler's CBCMN_ECANCELED ---- */
 
@@ -2083,6 +2171,7 @@ int main(int argc, char **argv)
 		T(test_handler_gets_down_and_exit_as_calls),
 		T(test_supervisor_restarts_a_crashing_handler),
 		T(test_supervised_handler_gets_a_start_call_at_every_restart),
+		T(test_supervised_handler_start_under_every_strategy_and_a_failing_start),
 		T(test_cancellation_down_is_a_fiber_actors_return_a_handlers_ecanceled),
 		T(test_nursery_cancel_halts_idle_and_busy_handlers),
 		T(test_handler_flood_does_not_starve_a_task),

@@ -375,17 +375,9 @@ static int64_t down_watcher(cbcmn_cx *cx, void *arg)
 
 #define ARMED 64
 
-/* One executor, lab mode: the clock moves only while everything waits,
- * so the stop comes before the deadline whatever the machine's load. */
-static cbcmn_runtime *lab_runtime(void)
-{
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_LAB;
-	cfg.seed = 7;
-	return t_runtime_cfg(&cfg);
-}
+/* One executor, lab mode (t_runtime_lab()): the clock moves only while
+ * everything waits, so the stop comes before the deadline whatever the
+ * machine's load. */
 
 static int64_t stop_armed_main(cbcmn_cx *cx, void *arg)
 {
@@ -407,7 +399,7 @@ static int64_t stop_armed_main(cbcmn_cx *cx, void *arg)
 static void test_stop_while_armed_fires_nothing(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = lab_runtime();
+	cbcmn_runtime *rt = t_runtime_lab(7);
 	struct armed s = {0};
 	t_run(rt, stop_armed_main, &s, 0);
 	assert_int_equal(atomic_load(&s.timeouts), 0);
@@ -854,7 +846,7 @@ static int64_t lab_main(cbcmn_cx *cx, void *arg)
 static void test_lab_deadline_is_virtual(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = lab_runtime();
+	cbcmn_runtime *rt = t_runtime_lab(7);
 	struct labt l = {0};
 	t_run(rt, lab_main, &l, 0);
 	assert_int_equal(atomic_load(&l.timeouts), 1);
@@ -1002,7 +994,7 @@ static int64_t reuse_main(cbcmn_cx *cx, void *arg)
 static void test_record_kept_by_a_stale_deadline_is_not_reused(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = lab_runtime();
+	cbcmn_runtime *rt = t_runtime_lab(7);
 	struct reuse u = {0};
 	t_run(rt, reuse_main, &u, 0);
 	assert_int_equal(atomic_load(&u.halted), 1);

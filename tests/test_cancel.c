@@ -144,17 +144,9 @@ static void test_failing_sibling_ends_checkpoint_spinner(void **state)
 
 /* ---- precedence: a real failure wins over cancellations ---------------------- */
 
-/* Lab mode, one executor: whatever order the seed picks among runnable
- * tasks, the flags below fix the order in which the children end. */
-static cbcmn_runtime *lab_rt(uint64_t seed)
-{
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.flags = CBCMN_CONFIG_LAB;
-	cfg.seed = seed;
-	return t_runtime_cfg(&cfg);
-}
+/* Lab mode, one executor (t_runtime_lab()): whatever order the seed picks
+ * among runnable tasks, the flags below fix the order in which the
+ * children end. */
 
 #define SEEDS 8
 
@@ -201,7 +193,7 @@ static void test_eio_after_sibling_ecanceled_is_the_result(void **state)
 {
 	(void)state;
 	for (uint64_t seed = 1; seed <= SEEDS; seed++) {
-		cbcmn_runtime *rt = lab_rt(seed);
+		cbcmn_runtime *rt = t_runtime_lab(seed);
 		struct order o = {0};
 		int64_t r = 0;
 		assert_int_equal(cbcmn_runtime_run(rt, order_canceled_then_eio, &o, &r), 0);
@@ -251,7 +243,7 @@ static void test_eio_before_sibling_ecanceled_is_the_result(void **state)
 {
 	(void)state;
 	for (uint64_t seed = 1; seed <= SEEDS; seed++) {
-		cbcmn_runtime *rt = lab_rt(seed);
+		cbcmn_runtime *rt = t_runtime_lab(seed);
 		struct order o = {0};
 		int64_t r = 0;
 		assert_int_equal(cbcmn_runtime_run(rt, order_eio_then_canceled, &o, &r), 0);
@@ -299,7 +291,7 @@ static void test_eio_after_cancel_wins_over_ecanceled(void **state)
 {
 	(void)state;
 	for (uint64_t seed = 1; seed <= SEEDS; seed++) {
-		cbcmn_runtime *rt = lab_rt(seed);
+		cbcmn_runtime *rt = t_runtime_lab(seed);
 		struct order o = {0};
 		int64_t r = 0;
 		assert_int_equal(cbcmn_runtime_run(rt, cancel_then_eio, &o, &r), 0);

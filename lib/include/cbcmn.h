@@ -510,9 +510,11 @@ static inline const char *cbcmn_backend_name(uint32_t b)
  * cbcmn_runtime_create() with -EINVAL) overrides the seed, and a failing
  * cbcmn_runtime_run() prints the seed to replay it with.  The clock jumps
  * however far the next deadline is: deadlines saturate at UINT64_MAX - 1
- * (a sleep or timeout of UINT64_MAX - 1 ns or more from now; FOREVER is
- * none), and once a wait for that one moved the clock there it stays,
- * and every later sleep and timeout is due at once (docs/LAB.md). */
+ * (a sleep or timeout of UINT64_MAX - 1 ns or more from now; only an
+ * actor's CBCMN_ACTOR_FOREVER is none: a sleep's or a channel timeout's
+ * UINT64_MAX is a duration), and once a wait for that one moved the clock
+ * there it stays, and every later sleep and timeout of the clock (not an
+ * I/O timeout, which is real time) is due at once (docs/LAB.md). */
 #define CBCMN_CONFIG_LAB 0x4u
 /* Each task spawned by a task takes its stack at the spawn and keeps its
  * record (the runtime's bookkeeping, 368 B) in that stack's top page,

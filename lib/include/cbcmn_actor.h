@@ -25,18 +25,19 @@
  * A cancellation ends an actor as it ends a task: a fiber actor's waits
  * (receive, send, sleep...) return CBCMN_ECANCELED and its behaviour
  * decides what to return, which stays its halt reason (return 0 after
- * cleaning up and its DOWN and its nursery say 0; pass the
- * CBCMN_ECANCELED on and they say that); one cancelled before it first
- * ran, or ended at a CBCMN_CHECKPOINT(), halts with CBCMN_ECANCELED.  A
- * handler actor is never called to see it: its host halts it with
- * CBCMN_ECANCELED (cbcmn_actor_spawn_handler(), below).  Its nursery's
- * await_all waits for it like for any child and sees the halt reason as
- * the child's result.  At halt, the reference dies at once: every later
- * send returns -ESRCH, and senders blocked on the full mailbox return
- * -ESRCH (their message was not taken).  Messages still in the mailbox
- * are undelivered: each is passed to the actor's drop callback
- * (cbcmn_actor_opts.drop) if it has one, then discarded.  Monitors get
- * their DOWN message.
+ * cleaning up and its DOWN says 0; pass the CBCMN_ECANCELED on and it
+ * says that; the cancelled nursery's await_all returns CBCMN_ECANCELED
+ * either way, as for tasks, unless a child failed); one cancelled before
+ * it first ran, or ended at a CBCMN_CHECKPOINT(), halts with
+ * CBCMN_ECANCELED.  A handler actor is never called to see it: its host
+ * halts it with CBCMN_ECANCELED (cbcmn_actor_spawn_handler(), below).
+ * Its nursery's await_all waits for it like for any child and sees the
+ * halt reason as the child's result.  At halt, the reference dies at
+ * once: every later send returns -ESRCH, and senders blocked on the full
+ * mailbox return -ESRCH (their message was not taken).  Messages still in
+ * the mailbox are undelivered: each is passed to the actor's drop
+ * callback (cbcmn_actor_opts.drop) if it has one, then discarded.
+ * Monitors get their DOWN message.
  *
  * References.  A reference names one actor for ever: the slot it lives in is
  * recycled for later actors with a new generation, so a reference to a
@@ -507,8 +508,10 @@ CBCMN_API int cbcmn_actor_set_receive_timeout(cbcmn_cx *cx, uint64_t timeout_ns)
  * The window is half open: a restart is allowed when the oldest of the
  * last max_restarts restarts was period_ns or more before it (a restart
  * exactly period_ns after that one is allowed, one period_ns - 1 after it
- * is not), times read from cbcmn_now() (virtual in lab mode) as the
- * supervisor takes the crash's DOWN.  One more and the supervisor gives
+ * is not), times read from cbcmn_now() (virtual in lab mode) when the
+ * supervisor handles the crash (crashed children in startup order, each
+ * after the restart before it: a later one reads a later time, not its
+ * DOWN's).  One more and the supervisor gives
  * up: it stops every child (reverse startup order) and halts with
  * CBCMN_ESUPERVISOR, which its own supervisor sees as a crash of that
  * child (escalation), or its nursery as a failure.
@@ -604,9 +607,12 @@ typedef struct cbcmn_sup_child {
 	 * (the first and every restart) begins with a CBCMN_ACTOR_START
 	 * call, before any message sent to that incarnation, so that it can
 	 * set itself up (arm a receive timeout, spawn, send) without being
-	 * sent anything.  Ignored for fn and sup children (their behaviour
-	 * starts by itself).  Added in 0.2 (before 0.2.0, docs/INSTALL.md):
-	 * a spec zeroed or built with designated initializers gets false. */
+	 * sent anything.  An incarnation halted before its first call (a
+	 * sibling's restart stopped it, or the supervisor's stop) is never
+	 * called, its START neither.  Ignored for fn and sup children
+	 * (their behaviour starts by itself).  Added in 0.2 (before 0.2.0,
+	 * docs/INSTALL.md): a spec zeroed or built with designated
+	 * initializers gets false. */
 	bool start;
 } cbcmn_sup_child;
 
