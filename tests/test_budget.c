@@ -150,11 +150,14 @@ static int64_t spin_checkpoints(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+static _Atomic int sibling_done; /* well_behaved() is about to return */
+
 static int64_t well_behaved(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	for (int i = 0; i < 10; i++)
 		cbcmn_yield(cx);
+	atomic_store(&sibling_done, 1);
 	return 7;
 }
 
@@ -201,10 +204,14 @@ static void test_infinite_loop_is_stopped(void **state)
 	t_destroy(rt);
 }
 
-/* A fork bomb: spawns until its spawn budget is gone. */
+/* A fork bomb: spawns until its spawn budget is gone.  The first (arg
+ * set) waits for its sibling's end: the tree's failure cancels the
+ * nursery, and a sibling preempted on a loaded host would be cancelled
+ * in its yields before it returned. */
 static int64_t bomb(cbcmn_cx *cx, void *arg)
 {
-	(void)arg;
+	while (arg && !atomic_load(&sibling_done))
+		cbcmn_yield(cx);
 	cbcmn_nursery *n;
 	assert_int_equal(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n), 0);
 	for (;;)
@@ -215,7 +222,7 @@ static int64_t bomb(cbcmn_cx *cx, void *arg)
 
 static int64_t bomb_parent(cbcmn_cx *cx, void *arg)
 {
-	return run_offender(cx, arg, bomb, NULL);
+	return run_offender(cx, arg, bomb, &sibling_done);
 }
 
 static void test_fork_bomb_is_stopped(void **state)
@@ -227,6 +234,7 @@ static void test_fork_bomb_is_stopped(void **state)
 	cbcmn_runtime *rt = rt_with(2, NULL, &child, 0, 0);
 	struct outcome o = {0};
 	int64_t r = -1;
+	atomic_store(&sibling_done, 0);
 	assert_int_equal(cbcmn_runtime_run(rt, bomb_parent, &o, &r), 0);
 	assert_int_equal(o.await_rc, CBCMN_EBUDGET);
 	assert_int_equal(o.sibling_rc, 7);
