@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,19 +445,28 @@ static int reserve_open(void)
  * would wait in the backlog, unanswered, and its client with it, until
  * some descriptor of the process closes.  The reserve makes room for one:
  * it is accepted, refused (a 503 saying when to come back) unless the
- * reserve can be taken again, and the reserve taken again.  False if
- * none came (within SWEEP_NS) or there is no reserve: the caller backs
- * off, so that an idle server out of descriptors does not spin. */
+ * reserve can be taken again, and the reserve taken again.  The reserve
+ * is let go only once a connection waits (a poll takes no descriptor),
+ * for the accept alone: let go while idle, any open of the program's
+ * would take it for good.  False if there is no reserve or the wait
+ * failed: the caller backs off, so that a server out of descriptors does
+ * not spin; true if one was answered, or none came within SWEEP_NS. */
 static bool shed_one(cbcmn_cx *cx, struct cbcmn_metrics_server *ms)
 {
 	if (ms->reserve < 0 && (ms->reserve = reserve_open()) < 0)
+		return false;
+	cbcmn_io_set_timeout(cx, 0);
+	int64_t ready = cbcmn_poll(cx, ms->lfd, POLLIN, SWEEP_NS);
+	if (ready == -ETIMEDOUT)
+		return true;
+	if (ready < 0)
 		return false;
 	close(ms->reserve);
 	ms->reserve = -1;
 	cbcmn_io_set_timeout(cx, SWEEP_NS); /* it is there, or gone */
 	int64_t fd = cbcmn_accept(cx, ms->lfd, NULL, NULL, SOCK_CLOEXEC);
-	/* A reserve taken again says descriptors are free by now (this
-	 * accept may have waited): the connection is served. */
+	/* A reserve taken again says descriptors are free by now: the
+	 * connection is served. */
 	ms->reserve = reserve_open();
 	if (fd < 0)
 		return false;

@@ -734,6 +734,22 @@ static void test_busy_destroy_keeps_the_server(void **state)
  * its client waited unanswered, the acceptor backing off, until the
  * process closed some.  The server's reserve descriptor makes room: the
  * client gets a 503 at once, and a 200 once descriptors are free. */
+/* A scrape of /metrics over c, a socket made beforehand (the table may be
+ * full): the first bytes of its answer, NUL-terminated, or <= 0 if none
+ * came within T_STALL_NS. */
+static ssize_t scrape_on(int c, int port, char *buf, size_t size)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	assert_int_equal(send(c, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+	struct pollfd pf = {.fd = c, .events = POLLIN};
+	ssize_t n = poll(&pf, 1, (int)(T_STALL_NS / 1000000)) == 1 ? recv(c, buf, size - 1, 0) : -1;
+	buf[n > 0 ? n : 0] = 0;
+	return n;
+}
+
 static void test_out_of_descriptors_answers_503_then_serves(void **state)
 {
 	(void)state;
@@ -757,24 +773,64 @@ static void test_out_of_descriptors_answers_503_then_serves(void **state)
 	while (nfill < 4096 && (fill[nfill] = dup(c)) >= 0)
 		nfill++;
 	assert_int_equal(errno, EMFILE);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
-	assert_int_equal(send(c, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
-	struct pollfd pf = {.fd = c, .events = POLLIN};
-	int ready = poll(&pf, 1, (int)(T_STALL_NS / 1000000));
-	char buf[256] = "";
-	ssize_t n = ready == 1 ? recv(c, buf, sizeof(buf) - 1, 0) : -1;
+	char buf[256];
+	ssize_t n = scrape_on(c, port, buf, sizeof(buf));
 	for (int i = 0; i < nfill; i++)
 		close(fill[i]);
 	close(c);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
 	if (n <= 0)
-		fail_msg("no answer while out of descriptors (poll %d, recv %zd)", ready, n);
-	buf[n] = 0;
+		fail_msg("no answer while out of descriptors (recv %zd)", n);
 	if (!strstr(buf, "HTTP/1.1 503"))
 		fail_msg("not a 503: %.80s", buf);
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* Out of descriptors, the server keeps its reserve while no connection
+ * waits: a program filling the table again (or any thread's open) must
+ * not find it let go.  It was given up for each 100 ms accept of an idle
+ * server: a second fill took it, and the next scrape waited unanswered
+ * in the backlog. */
+static void test_out_of_descriptors_keeps_the_reserve(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	int c[2];
+	for (int i = 0; i < 2; i++)
+		assert_true((c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)c[1] + 64 < old.rlim_cur ? (rlim_t)c[1] + 64 : old.rlim_cur;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	static int fill[4096];
+	int nfill = 0;
+	while (nfill < 4096 && (fill[nfill] = dup(c[0])) >= 0)
+		nfill++;
+	char buf[256];
+	ssize_t n0 = scrape_on(c[0], port, buf, sizeof(buf)); /* the server now sheds */
+	/* Fill again for 300 ms, while the server waits for connections. */
+	int stolen = 0;
+	for (int i = 0; i < 300 && nfill < 4096; i++) {
+		if ((fill[nfill] = dup(c[0])) >= 0) {
+			nfill++;
+			stolen++;
+		}
+		usleep(1000);
+	}
+	ssize_t n1 = scrape_on(c[1], port, buf, sizeof(buf));
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	close(c[0]);
+	close(c[1]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_true(n0 > 0);
+	assert_int_equal(stolen, 0);
+	if (n1 <= 0)
+		fail_msg("the second scrape was not answered (recv %zd)", n1);
 	expect(port, "/metrics", "", 200);
 	stop_and_destroy(ms, rt);
 }
@@ -1255,6 +1311,7 @@ int main(void)
 		T_WATCHED_TEST(test_destroy_with_the_server_running),
 		T_WATCHED_TEST(test_busy_destroy_keeps_the_server),
 		T_WATCHED_TEST(test_out_of_descriptors_answers_503_then_serves),
+		T_WATCHED_TEST(test_out_of_descriptors_keeps_the_reserve),
 		T_WATCHED_TEST(test_stop_right_after_serve),
 		T_WATCHED_TEST(test_default_address_is_loopback),
 		T_WATCHED_TEST(test_serves_under_every_profile),
