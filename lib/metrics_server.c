@@ -357,11 +357,16 @@ static int64_t conn_main(cbcmn_cx *cx, void *arg)
 
 /* A connection over the limit: a 503 if the socket takes it at once (it
  * is fresh: it does), then closed. */
-static void refuse(cbcmn_cx *cx, int fd)
+static void send_busy(int fd)
 {
 	static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
 				   "Connection: close\r\nRetry-After: 1\r\n\r\n";
 	(void)!send(fd, busy, sizeof(busy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static void refuse(cbcmn_cx *cx, int fd)
+{
+	send_busy(fd);
 	cbcmn_close(cx, fd);
 }
 
@@ -473,8 +478,16 @@ static bool shed_one(cbcmn_cx *cx, struct cbcmn_metrics_server *ms)
 	if (ms->reserve >= 0) {
 		start_conn(cx, ms, (int)fd);
 	} else {
-		refuse(cx, (int)fd);
-		ms->reserve = reserve_open();
+		/* Refused, its number kept as the reserve (a dup of the
+		 * listening socket over it ends the connection): a close,
+		 * then an open, would leave it free meanwhile for any thread. */
+		send_busy((int)fd);
+		if (dup3(ms->lfd, (int)fd, O_CLOEXEC) >= 0) {
+			ms->reserve = (int)fd;
+		} else {
+			cbcmn_close(cx, (int)fd);
+			ms->reserve = reserve_open();
+		}
 	}
 	return true;
 }
