@@ -730,10 +730,51 @@ static void test_busy_destroy_keeps_the_server(void **state)
 	stop_and_destroy(ms, rt);
 }
 
-/* Out of descriptors (EMFILE): the accept cannot take the connection, and
- * its client waited unanswered, the acceptor backing off, until the
- * process closed some.  The server's reserve descriptor makes room: the
- * client gets a 503 at once, and a 200 once descriptors are free. */
+/* Destroy's look at the program's tasks, with a scrape's task started and
+ * ended inside its count of live tasks (between the completions and the
+ * spawns it reads): that task is no task of the program's.  It was taken
+ * for one (-EBUSY with nothing of the program's alive): the look read the
+ * servers' count before and after, and the task was in neither. */
+static _Atomic int look_armed;
+static int look_port;
+static pthread_t look_thread;
+
+static void scrape_inside_the_look(enum cbcmn__pause_point p, void *seg)
+{
+	(void)seg;
+	if (p != CBCMN__P_LIVE_COUNTS || !pthread_equal(pthread_self(), look_thread) ||
+	    !atomic_exchange(&look_armed, 0))
+		return;
+	int fd = dial(look_port);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	(void)!send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL);
+	char buf[4096];
+	while (recv(fd, buf, sizeof(buf), 0) > 0) /* to its close: the task's end */
+		;
+	close(fd);
+	usleep(50000); /* the task's completion, counted after its close */
+}
+
+static void test_destroy_look_ignores_a_scrape_inside_it(void **state)
+{
+	(void)state;
+	if (!cbcmn__pause_set(NULL))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	look_port = cbcmn_metrics_port(ms);
+	look_thread = pthread_self();
+	atomic_store(&look_armed, 1);
+	cbcmn__pause_set(scrape_inside_the_look);
+	int rc = cbcmn_runtime_destroy(rt); /* stops the server too */
+	cbcmn__pause_set(NULL);
+	assert_int_equal(atomic_load(&look_armed), 0);
+	if (rc != 0) {
+		stop_and_destroy(ms, rt);
+		fail_msg("destroy: %d, nothing of the program's alive", rc);
+	}
+}
+
 /* A scrape of /metrics over c, a socket made beforehand (the table may be
  * full): the first bytes of its answer, NUL-terminated, or <= 0 if none
  * came within T_STALL_NS. */
@@ -750,6 +791,10 @@ static ssize_t scrape_on(int c, int port, char *buf, size_t size)
 	return n;
 }
 
+/* Out of descriptors (EMFILE): the accept cannot take the connection, and
+ * its client waited unanswered, the acceptor backing off, until the
+ * process closed some.  The server's reserve descriptor makes room: the
+ * client gets a 503 at once, and a 200 once descriptors are free. */
 static void test_out_of_descriptors_answers_503_then_serves(void **state)
 {
 	(void)state;
@@ -1310,6 +1355,7 @@ int main(void)
 		T_WATCHED_TEST(test_stop_while_a_client_is_connected),
 		T_WATCHED_TEST(test_destroy_with_the_server_running),
 		T_WATCHED_TEST(test_busy_destroy_keeps_the_server),
+		T_WATCHED_TEST(test_destroy_look_ignores_a_scrape_inside_it),
 		T_WATCHED_TEST(test_out_of_descriptors_answers_503_then_serves),
 		T_WATCHED_TEST(test_out_of_descriptors_keeps_the_reserve),
 		T_WATCHED_TEST(test_stop_right_after_serve),
