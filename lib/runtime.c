@@ -682,6 +682,19 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	return 0;
 }
 
+/* Out of line, the fences: GCC's -Wtsan refuses one once it is inlined
+ * (a runtime task's spawn or end only, and destroy). */
+__attribute__((noinline)) void cbcmn__runtime_count_begin(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_add_explicit(&rt->runtime_counts_begun, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static __attribute__((noinline)) void look_fence(void)
+{
+	atomic_thread_fence(memory_order_acquire);
+}
+
 /* Tasks of the program's are live: all live tasks but the runtime's own
  * (the metrics servers').  A look is kept only if no runtime task's
  * count changed while it was made (runtime.h, runtime_tasks): then the
@@ -699,7 +712,7 @@ static bool program_busy(struct cbcmn_runtime *rt)
 						      memory_order_acquire);
 		uint32_t own = atomic_load_explicit(&rt->runtime_tasks, memory_order_relaxed);
 		uint64_t live = cbcmn__seg_live_tasks(&rt->seg);
-		atomic_thread_fence(memory_order_acquire);
+		look_fence();
 		if (atomic_load_explicit(&rt->runtime_counts_begun, memory_order_relaxed) == ended)
 			return live > own;
 		if (tries < 16)

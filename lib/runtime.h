@@ -642,13 +642,9 @@ void cbcmn__seg_destroy(struct cbcmn__seg *s);
 uint64_t cbcmn__seg_live_tasks(const struct cbcmn__seg *s);
 
 /* Around a runtime task's count change (task.c; runtime_tasks above).
- * The release fence keeps the begin before the changes, for a look whose
+ * begin's release fence keeps it before the changes, for a look whose
  * acquire fence follows its loads of them (runtime.c, program_busy()). */
-static inline void cbcmn__runtime_count_begin(struct cbcmn_runtime *rt)
-{
-	atomic_fetch_add_explicit(&rt->runtime_counts_begun, 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-}
+void cbcmn__runtime_count_begin(struct cbcmn_runtime *rt);
 
 static inline void cbcmn__runtime_count_end(struct cbcmn_runtime *rt)
 {
