@@ -89,6 +89,9 @@ enum cbcmn__pause_point {
 	                            * the hook gets the target */
 	CBCMN__P_SCOPE_NEW,        /* a task about to allocate its nursery's cancel
 	                            * scope (iwait.c); the hook gets the runtime */
+	CBCMN__P_LIVE_COUNTS,      /* a count of live tasks between its reads of the
+	                            * completions and of the spawns (watch.c);
+	                            * the hook gets the seg */
 	CBCMN__P_NPOINTS
 };
 

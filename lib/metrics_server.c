@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,11 +357,16 @@ static int64_t conn_main(cbcmn_cx *cx, void *arg)
 
 /* A connection over the limit: a 503 if the socket takes it at once (it
  * is fresh: it does), then closed. */
-static void refuse(cbcmn_cx *cx, int fd)
+static void send_busy(int fd)
 {
 	static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
 				   "Connection: close\r\nRetry-After: 1\r\n\r\n";
 	(void)!send(fd, busy, sizeof(busy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static void refuse(cbcmn_cx *cx, int fd)
+{
+	send_busy(fd);
 	cbcmn_close(cx, fd);
 }
 
@@ -444,27 +450,44 @@ static int reserve_open(void)
  * would wait in the backlog, unanswered, and its client with it, until
  * some descriptor of the process closes.  The reserve makes room for one:
  * it is accepted, refused (a 503 saying when to come back) unless the
- * reserve can be taken again, and the reserve taken again.  False if
- * none came (within SWEEP_NS) or there is no reserve: the caller backs
- * off, so that an idle server out of descriptors does not spin. */
+ * reserve can be taken again, and the reserve taken again.  The reserve
+ * is let go only once a connection waits (a poll takes no descriptor),
+ * for the accept alone: let go while idle, any open of the program's
+ * would take it for good.  False if there is no reserve or the wait
+ * failed: the caller backs off, so that a server out of descriptors does
+ * not spin; true if one was answered, or none came within SWEEP_NS. */
 static bool shed_one(cbcmn_cx *cx, struct cbcmn_metrics_server *ms)
 {
 	if (ms->reserve < 0 && (ms->reserve = reserve_open()) < 0)
+		return false;
+	cbcmn_io_set_timeout(cx, 0);
+	int64_t ready = cbcmn_poll(cx, ms->lfd, POLLIN, SWEEP_NS);
+	if (ready == -ETIMEDOUT)
+		return true;
+	if (ready < 0)
 		return false;
 	close(ms->reserve);
 	ms->reserve = -1;
 	cbcmn_io_set_timeout(cx, SWEEP_NS); /* it is there, or gone */
 	int64_t fd = cbcmn_accept(cx, ms->lfd, NULL, NULL, SOCK_CLOEXEC);
-	/* A reserve taken again says descriptors are free by now (this
-	 * accept may have waited): the connection is served. */
+	/* A reserve taken again says descriptors are free by now: the
+	 * connection is served. */
 	ms->reserve = reserve_open();
 	if (fd < 0)
 		return false;
 	if (ms->reserve >= 0) {
 		start_conn(cx, ms, (int)fd);
 	} else {
-		refuse(cx, (int)fd);
-		ms->reserve = reserve_open();
+		/* Refused, its number kept as the reserve (a dup of the
+		 * listening socket over it ends the connection): a close,
+		 * then an open, would leave it free meanwhile for any thread. */
+		send_busy((int)fd);
+		if (dup3(ms->lfd, (int)fd, O_CLOEXEC) >= 0) {
+			ms->reserve = (int)fd;
+		} else {
+			cbcmn_close(cx, (int)fd);
+			ms->reserve = reserve_open();
+		}
 	}
 	return true;
 }

@@ -703,20 +703,45 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	return 0;
 }
 
+/* Out of line, the fences: GCC's -Wtsan refuses one once it is inlined
+ * (a runtime task's spawn or end only, and destroy). */
+__attribute__((noinline)) void cbcmn__runtime_count_begin(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_add_explicit(&rt->runtime_counts_begun, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static __attribute__((noinline)) void look_fence(void)
+{
+	atomic_thread_fence(memory_order_acquire);
+}
+
 /* Tasks of the program's are live: all live tasks but the runtime's own
- * (the metrics servers').  Those are counted in before their spawn counts
- * and out after their completion counts (task.c): the larger of two reads
- * around the seg's can only overstate them while one starts or ends
- * (stores in program order: x86's), so a lone server's scrapes are never
- * taken for a task of the program's (20 destroys beside three scrapers:
- * no -EBUSY); a program racing its own spawn with destroy is caught by
- * destroy's second look, after the servers stopped. */
+ * (the metrics servers').  A look is kept only if no runtime task's
+ * count changed while it was made (runtime.h, runtime_tasks): then the
+ * seg's live tasks count exactly runtime_tasks of the runtime's own, and
+ * the rest is the program's (overstated only while the program spawns,
+ * which destroy's second look catches).  A change under way is waited
+ * out: a look across one took a scrape's task, started and ended inside
+ * it, for the program's (-EBUSY), or one half counted for none of them
+ * (destroy went on, stopped the servers, and said -EBUSY after all).
+ * Busy if the changes never leave room (about a second). */
 static bool program_busy(struct cbcmn_runtime *rt)
 {
-	uint32_t own = atomic_load_explicit(&rt->runtime_tasks, memory_order_acquire);
-	uint64_t live = cbcmn__seg_live_tasks(&rt->seg);
-	uint32_t own2 = atomic_load_explicit(&rt->runtime_tasks, memory_order_acquire);
-	return live > (own > own2 ? own : own2);
+	for (int tries = 0; tries < 1000; tries++) {
+		uint64_t ended = atomic_load_explicit(&rt->runtime_counts_ended,
+						      memory_order_acquire);
+		uint32_t own = atomic_load_explicit(&rt->runtime_tasks, memory_order_relaxed);
+		uint64_t live = cbcmn__seg_live_tasks(&rt->seg);
+		look_fence();
+		if (atomic_load_explicit(&rt->runtime_counts_begun, memory_order_relaxed) == ended)
+			return live > own;
+		if (tries < 16)
+			sched_yield();
+		else
+			usleep(1000);
+	}
+	return true;
 }
 
 int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)

@@ -569,11 +569,15 @@ struct cbcmn_runtime {
 	/* Channel operations threads (cx NULL) are blocked in, and channel
 	 * reservations they hold (chan.c, thread_in()). */
 	_Atomic uint32_t thread_chan;
-	/* Live CBCMN__TF_RUNTIME tasks (the metrics servers'): counted in
-	 * before their spawn counts and out after their completion counts,
-	 * so that destroy's look (runtime.c, program_busy()) never takes
-	 * one for a task of the program's. */
+	/* Live CBCMN__TF_RUNTIME tasks (the metrics servers'), so that
+	 * destroy's look (runtime.c, program_busy()) never takes one for a
+	 * task of the program's.  Each change, with the spawn or completion
+	 * count it goes with, lies between a begin and an end
+	 * (cbcmn__runtime_count_begin/end): a look that finds as many begun
+	 * after it as ended before it saw every such change whole or not at
+	 * all (a sequence count with several writers). */
 	_Atomic uint32_t runtime_tasks;
+	_Atomic uint64_t runtime_counts_begun, runtime_counts_ended;
 	_Atomic uint32_t lost_exec;       /* an executor thread died unreplaced */
 	/* Statistics (statseg.h), the runtime's own in seg.hdr: tasks spawned
 	 * and ended and doorbells rung by threads outside the executors,
@@ -643,6 +647,16 @@ int cbcmn__seg_create(struct cbcmn_runtime *rt, uint32_t nexec, const int32_t *n
 void cbcmn__seg_publish(struct cbcmn_runtime *rt);
 void cbcmn__seg_destroy(struct cbcmn__seg *s);
 uint64_t cbcmn__seg_live_tasks(const struct cbcmn__seg *s);
+
+/* Around a runtime task's count change (task.c; runtime_tasks above).
+ * begin's release fence keeps it before the changes, for a look whose
+ * acquire fence follows its loads of them (runtime.c, program_busy()). */
+void cbcmn__runtime_count_begin(struct cbcmn_runtime *rt);
+
+static inline void cbcmn__runtime_count_end(struct cbcmn_runtime *rt)
+{
+	atomic_fetch_add_explicit(&rt->runtime_counts_ended, 1, memory_order_release);
+}
 
 /* sched.c */
 extern __thread struct cbcmn__exec *cbcmn__tls_exec;

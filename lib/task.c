@@ -371,12 +371,17 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 		cbcmn__abi_slot_release(t);
 	cbcmn__budget_leftover(t);
 	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
+	bool own = t->flags & CBCMN__TF_RUNTIME;
+	if (own)
+		cbcmn__runtime_count_begin(t->rt);
 	if (e)
 		CBCMN__COUNT(e, completions, 1);
 	else
 		atomic_fetch_add_explicit(&t->rt->seg.hdr->ext_completions, 1, memory_order_relaxed);
-	if (t->flags & CBCMN__TF_RUNTIME) /* after: see runtime_tasks */
-		atomic_fetch_sub_explicit(&t->rt->runtime_tasks, 1, memory_order_release);
+	if (own) {
+		atomic_fetch_sub_explicit(&t->rt->runtime_tasks, 1, memory_order_relaxed);
+		cbcmn__runtime_count_end(t->rt);
+	}
 	if (t->flags & CBCMN__TF_HANDLE) {
 		/* acq_rel: release publishes result to the joiner, who acquires
 		 * JOIN_DONE; acquire sees a waiter it registered. */
@@ -530,12 +535,16 @@ spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flags, voi
 		n->owner_spawns++;
 	else
 		atomic_fetch_add_explicit(&n->live, CBCMN__LIVE_ONE, memory_order_relaxed);
-	if (flags & CBCMN__TF_RUNTIME) /* before: see runtime_tasks */
-		atomic_fetch_add_explicit(&rt->runtime_tasks, 1, memory_order_release);
+	if (flags & CBCMN__TF_RUNTIME) {
+		cbcmn__runtime_count_begin(rt);
+		atomic_fetch_add_explicit(&rt->runtime_tasks, 1, memory_order_relaxed);
+	}
 	if (e)
 		CBCMN__COUNT(e, spawns, 1);
 	else
 		atomic_fetch_add_explicit(&rt->seg.hdr->ext_spawns, 1, memory_order_relaxed);
+	if (flags & CBCMN__TF_RUNTIME)
+		cbcmn__runtime_count_end(rt);
 	CBCMN_PROBE4(spawn, t->id, self ? self->id : 0, e ? (int)e->id : -1, rt->seg.rt_id);
 	if (handle)
 		*handle = t;

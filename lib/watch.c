@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "runtime.h"
 
 static uint64_t mono_ns(void)
@@ -265,6 +266,7 @@ static void seg_fill(const struct cbcmn__seg *s, cbcmn_stats *out, cbcmn_executo
 	for (uint32_t i = 0; i < s->nexec; i++)
 		completed += atomic_load_explicit(&cbcmn__seg_slot(s, i)->ctr.completions,
 						  memory_order_acquire);
+	CBCMN__PAUSE(CBCMN__P_LIVE_COUNTS, (void *)s);
 	spawned += atomic_load_explicit(&h->ext_spawns, memory_order_acquire);
 	for (uint32_t i = 0; i < s->nexec; i++) {
 		const struct cbcmn__seg_exec *x = cbcmn__seg_slot(s, i);

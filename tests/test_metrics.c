@@ -730,6 +730,67 @@ static void test_busy_destroy_keeps_the_server(void **state)
 	stop_and_destroy(ms, rt);
 }
 
+/* Destroy's look at the program's tasks, with a scrape's task started and
+ * ended inside its count of live tasks (between the completions and the
+ * spawns it reads): that task is no task of the program's.  It was taken
+ * for one (-EBUSY with nothing of the program's alive): the look read the
+ * servers' count before and after, and the task was in neither. */
+static _Atomic int look_armed;
+static int look_port;
+static pthread_t look_thread;
+
+static void scrape_inside_the_look(enum cbcmn__pause_point p, void *seg)
+{
+	(void)seg;
+	if (p != CBCMN__P_LIVE_COUNTS || !pthread_equal(pthread_self(), look_thread) ||
+	    !atomic_exchange(&look_armed, 0))
+		return;
+	int fd = dial(look_port);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	(void)!send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL);
+	char buf[4096];
+	while (recv(fd, buf, sizeof(buf), 0) > 0) /* to its close: the task's end */
+		;
+	close(fd);
+	usleep(50000); /* the task's completion, counted after its close */
+}
+
+static void test_destroy_look_ignores_a_scrape_inside_it(void **state)
+{
+	(void)state;
+	if (!cbcmn__pause_set(NULL))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	cbcmn_runtime *rt = t_runtime(2);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	look_port = cbcmn_metrics_port(ms);
+	look_thread = pthread_self();
+	atomic_store(&look_armed, 1);
+	cbcmn__pause_set(scrape_inside_the_look);
+	int rc = cbcmn_runtime_destroy(rt); /* stops the server too */
+	cbcmn__pause_set(NULL);
+	assert_int_equal(atomic_load(&look_armed), 0);
+	if (rc != 0) {
+		stop_and_destroy(ms, rt);
+		fail_msg("destroy: %d, nothing of the program's alive", rc);
+	}
+}
+
+/* A scrape of /metrics over c, a socket made beforehand (the table may be
+ * full): the first bytes of its answer, NUL-terminated, or <= 0 if none
+ * came within T_STALL_NS. */
+static ssize_t scrape_on(int c, int port, char *buf, size_t size)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	assert_int_equal(send(c, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+	struct pollfd pf = {.fd = c, .events = POLLIN};
+	ssize_t n = poll(&pf, 1, (int)(T_STALL_NS / 1000000)) == 1 ? recv(c, buf, size - 1, 0) : -1;
+	buf[n > 0 ? n : 0] = 0;
+	return n;
+}
+
 /* Out of descriptors (EMFILE): the accept cannot take the connection, and
  * its client waited unanswered, the acceptor backing off, until the
  * process closed some.  The server's reserve descriptor makes room: the
@@ -757,24 +818,64 @@ static void test_out_of_descriptors_answers_503_then_serves(void **state)
 	while (nfill < 4096 && (fill[nfill] = dup(c)) >= 0)
 		nfill++;
 	assert_int_equal(errno, EMFILE);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
-	assert_int_equal(send(c, req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
-	struct pollfd pf = {.fd = c, .events = POLLIN};
-	int ready = poll(&pf, 1, (int)(T_STALL_NS / 1000000));
-	char buf[256] = "";
-	ssize_t n = ready == 1 ? recv(c, buf, sizeof(buf) - 1, 0) : -1;
+	char buf[256];
+	ssize_t n = scrape_on(c, port, buf, sizeof(buf));
 	for (int i = 0; i < nfill; i++)
 		close(fill[i]);
 	close(c);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
 	if (n <= 0)
-		fail_msg("no answer while out of descriptors (poll %d, recv %zd)", ready, n);
-	buf[n] = 0;
+		fail_msg("no answer while out of descriptors (recv %zd)", n);
 	if (!strstr(buf, "HTTP/1.1 503"))
 		fail_msg("not a 503: %.80s", buf);
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* Out of descriptors, the server keeps its reserve while no connection
+ * waits: a program filling the table again (or any thread's open) must
+ * not find it let go.  It was given up for each 100 ms accept of an idle
+ * server: a second fill took it, and the next scrape waited unanswered
+ * in the backlog. */
+static void test_out_of_descriptors_keeps_the_reserve(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	int c[2];
+	for (int i = 0; i < 2; i++)
+		assert_true((c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)c[1] + 64 < old.rlim_cur ? (rlim_t)c[1] + 64 : old.rlim_cur;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	static int fill[4096];
+	int nfill = 0;
+	while (nfill < 4096 && (fill[nfill] = dup(c[0])) >= 0)
+		nfill++;
+	char buf[256];
+	ssize_t n0 = scrape_on(c[0], port, buf, sizeof(buf)); /* the server now sheds */
+	/* Fill again for 300 ms, while the server waits for connections. */
+	int stolen = 0;
+	for (int i = 0; i < 300 && nfill < 4096; i++) {
+		if ((fill[nfill] = dup(c[0])) >= 0) {
+			nfill++;
+			stolen++;
+		}
+		usleep(1000);
+	}
+	ssize_t n1 = scrape_on(c[1], port, buf, sizeof(buf));
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	close(c[0]);
+	close(c[1]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_true(n0 > 0);
+	assert_int_equal(stolen, 0);
+	if (n1 <= 0)
+		fail_msg("the second scrape was not answered (recv %zd)", n1);
 	expect(port, "/metrics", "", 200);
 	stop_and_destroy(ms, rt);
 }
@@ -1254,7 +1355,9 @@ int main(void)
 		T_WATCHED_TEST(test_stop_while_a_client_is_connected),
 		T_WATCHED_TEST(test_destroy_with_the_server_running),
 		T_WATCHED_TEST(test_busy_destroy_keeps_the_server),
+		T_WATCHED_TEST(test_destroy_look_ignores_a_scrape_inside_it),
 		T_WATCHED_TEST(test_out_of_descriptors_answers_503_then_serves),
+		T_WATCHED_TEST(test_out_of_descriptors_keeps_the_reserve),
 		T_WATCHED_TEST(test_stop_right_after_serve),
 		T_WATCHED_TEST(test_default_address_is_loopback),
 		T_WATCHED_TEST(test_serves_under_every_profile),
