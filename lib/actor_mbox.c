@@ -496,8 +496,22 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 }
 
 _Static_assert(sizeof(struct cbcmn__mb_wait) <= CBCMN__IWAIT_KEEP &&
-		       _Alignof(struct cbcmn__mb_wait) <= 16,
+		       _Alignof(struct cbcmn__mb_wait) <= 8,
 	       "the receive's record fits in the node's room (iwait.h)");
+/* What a hop reads and writes of the receiver's record (the claim, the
+ * wake, the re-arm's links, the hand-over) in the two lines from the
+ * waiter, which struct cbcmn__iwkeep begins at a line (iwait.h). */
+_Static_assert(offsetof(struct cbcmn__mb_wait, home) + sizeof(uint32_t) -
+			       offsetof(struct cbcmn__mb_wait, qw.iw.w) <=
+		       2 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn__iwait, w) + sizeof(struct cbcmn__waiter) <=
+			       offsetof(struct cbcmn__iwait, state) &&
+		       offsetof(struct cbcmn__qwait, result) > offsetof(struct cbcmn__qwait, iw.w) &&
+		       offsetof(struct cbcmn__qwait, queued) > offsetof(struct cbcmn__qwait, iw.w) &&
+		       offsetof(struct cbcmn__qwait, next) > offsetof(struct cbcmn__qwait, iw.w) &&
+		       offsetof(struct cbcmn__mb_wait, dst) < offsetof(struct cbcmn__mb_wait, home) &&
+		       offsetof(struct cbcmn__mb_wait, seq) < offsetof(struct cbcmn__mb_wait, home),
+	       "struct cbcmn__mb_wait: a hop's fields in two lines from qw.iw.w");
 
 /* The receiver's wait: the lasting record in its task's node (iwait.h),
  * which its receives share, so that taking it back from the node after
