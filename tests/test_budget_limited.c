@@ -35,6 +35,14 @@ static cbcmn_runtime *rt_unlimited(void)
 	return t_runtime_cfg(&cfg);
 }
 
+/* Run fn as the root of such a runtime. */
+static void run_unlimited(cbcmn_task_fn fn)
+{
+	cbcmn_runtime *rt = rt_unlimited();
+	t_run(rt, fn, NULL, 0);
+	t_destroy(rt);
+}
+
 /* n sends and n receives on a channel of its own: 2n channel ops. */
 static void chan_ops(cbcmn_cx *cx, int n)
 {
@@ -109,9 +117,7 @@ static int64_t spawn_each_component(cbcmn_cx *cx, void *arg)
 static void test_a_task_limited_in_one_component_is_limited_and_charged(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_unlimited();
-	t_run(rt, spawn_each_component, NULL, 0);
-	t_destroy(rt);
+	run_unlimited(spawn_each_component);
 }
 
 struct gate {
@@ -177,9 +183,7 @@ static int64_t recharge_both(cbcmn_cx *cx, void *arg)
 static void test_recharges_and_refunds_keep_the_invariant(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_unlimited();
-	t_run(rt, recharge_both, NULL, 0);
-	t_destroy(rt);
+	run_unlimited(recharge_both);
 }
 
 /* Runs out of channel ops and recharges itself from its CapBudget. */
@@ -213,9 +217,7 @@ static int64_t spawn_self_recharging(cbcmn_cx *cx, void *arg)
 static void test_a_self_recharge_keeps_the_invariant(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = rt_unlimited();
-	t_run(rt, spawn_self_recharging, NULL, 0);
-	t_destroy(rt);
+	run_unlimited(spawn_self_recharging);
 }
 
 int main(void)
