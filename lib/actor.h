@@ -40,18 +40,6 @@ struct cbcmn__mb_wait {
 	uint64_t put_ns;
 };
 
-/* What a hop touches of a receive's record, from its waiter, and the node
- * in the line after it when the record is kept (iwait.h, struct
- * cbcmn__iwkeep): the lines to prefetch, not the record's cold head. */
-static inline const char *cbcmn__mb_wait_hop(const struct cbcmn__mb_wait *w)
-{
-	return (const char *)&w->qw.iw.w;
-}
-static inline const char *cbcmn__mb_wait_end(const struct cbcmn__mb_wait *w)
-{
-	return (const char *)(w + 1) + sizeof(struct cbcmn__iwnode);
-}
-
 /* A monitor: on the watched actor's list until it halts, then (as the DOWN
  * message itself) on the watcher's system queue until received.  Allocated
  * when the monitor is set up, so that a halt never needs memory, nor room
@@ -298,7 +286,7 @@ static inline void cbcmn__actor_predict(const struct cbcmn__actor *x)
 	CBCMN__PREFETCH_RANGE(y, (const char *)y + CBCMN__ACTOR_HOP_LINES * 64u, 1);
 	const struct cbcmn__mb_wait *w = x->pf_wait;
 	if (w)
-		CBCMN__PREFETCH_RANGE(cbcmn__mb_wait_hop(w), cbcmn__mb_wait_end(w), 1);
+		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
 }
 
 /* The largest mailbox ring a free slot keeps for its next actor (16 KiB

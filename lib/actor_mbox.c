@@ -985,16 +985,15 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	 * stack, above the registers saved at sp: the frames between are
 	 * those its resume returns through, and hold the receive's buffer
 	 * (about 17 lines in the ring's actors).  Counted in lines, in two ranges
-	 * (CBCMN__PREFETCH_RANGE() stops at 16), up to the node after the
-	 * wait: the wait's lines, which the claim writes, are never the ones
-	 * dropped. */
-	const char *end = cbcmn__mb_wait_end(w);
+	 * (CBCMN__PREFETCH_RANGE() stops at 16): the wait's lines, which
+	 * the claim writes, are never the ones dropped. */
+	const char *end = (const char *)(w + 1);
 	uintptr_t s0 = (uintptr_t)sp & ~(uintptr_t)63;
 	if (sp && (const char *)w > sp && (((uintptr_t)end - 1) >> 6) - (s0 >> 6) < 32) {
 		CBCMN__PREFETCH_RANGE(s0, end, 1);
 		CBCMN__PREFETCH_RANGE(s0 + 16 * 64, end, 1);
 	} else {
-		CBCMN__PREFETCH_RANGE(cbcmn__mb_wait_hop(w), end, 1);
+		CBCMN__PREFETCH_RANGE(w, end, 1);
 		if (sp)
 			CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
 	}
