@@ -26,14 +26,18 @@ enum { CBCMN__A_FREE = 0, CBCMN__A_LIVE, CBCMN__A_HALTING };
  * Touched by others only under the slot lock, and only until it is claimed
  * and dequeued; after that only its waker reads qw.iw, once, to wake it. */
 struct cbcmn__mb_wait {
-	struct cbcmn__qwait qw;             /* first: the queue's */
-	const cbcmn_actor_msg *src;         /* a sender: its message */
+	/* First: the queue's.  What a hop touches, from qw.iw.w to home,
+	 * spans two lines, which the node's room aligns (iwait.h, struct
+	 * cbcmn__iwkeep; actor_mbox.c checks it). */
+	struct cbcmn__qwait qw;
 	cbcmn_actor_msg *dst;               /* the receiver: where the message goes */
-	uint32_t home;                      /* the receiver: the executor counting it */
 	/* Set by whoever hands the message over (under the lock), for the
-	 * trace (docs/TRACE.md): its number in the mailbox, and for a
+	 * trace (docs/TRACE.md): its number in the mailbox; and for a
 	 * sender when it entered the ring, if that thread traces (else 0). */
-	uint64_t seq, put_ns;
+	uint64_t seq;
+	uint32_t home;                      /* the receiver: the executor counting it */
+	const cbcmn_actor_msg *src;         /* a sender: its message */
+	uint64_t put_ns;
 };
 
 /* A monitor: on the watched actor's list until it halts, then (as the DOWN

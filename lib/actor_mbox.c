@@ -506,8 +506,22 @@ static void wait_init(struct cbcmn__mb_wait *w, struct cbcmn_task *self)
 }
 
 _Static_assert(sizeof(struct cbcmn__mb_wait) <= CBCMN__IWAIT_KEEP &&
-		       _Alignof(struct cbcmn__mb_wait) <= 16,
+		       _Alignof(struct cbcmn__mb_wait) <= 8,
 	       "the receive's record fits in the node's room (iwait.h)");
+/* What a hop reads and writes of the receiver's record (the claim, the
+ * wake, the re-arm's links, the hand-over) in the two lines from the
+ * waiter, which struct cbcmn__iwkeep begins at a line (iwait.h). */
+_Static_assert(offsetof(struct cbcmn__mb_wait, home) + sizeof(uint32_t) -
+			       offsetof(struct cbcmn__mb_wait, qw.iw.w) <=
+		       2 * CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn__iwait, w) + sizeof(struct cbcmn__waiter) <=
+			       offsetof(struct cbcmn__iwait, state) &&
+		       offsetof(struct cbcmn__qwait, result) > offsetof(struct cbcmn__qwait, iw.w) &&
+		       offsetof(struct cbcmn__qwait, queued) > offsetof(struct cbcmn__qwait, iw.w) &&
+		       offsetof(struct cbcmn__qwait, next) > offsetof(struct cbcmn__qwait, iw.w) &&
+		       offsetof(struct cbcmn__mb_wait, dst) < offsetof(struct cbcmn__mb_wait, home) &&
+		       offsetof(struct cbcmn__mb_wait, seq) < offsetof(struct cbcmn__mb_wait, home),
+	       "struct cbcmn__mb_wait: a hop's fields in two lines from qw.iw.w");
 
 /* The receiver's wait: the lasting record in its task's node (iwait.h),
  * which its receives share, so that taking it back from the node after
@@ -995,8 +1009,8 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	 * stack, above the registers saved at sp: the frames between are
 	 * those its resume returns through, and hold the receive's buffer
 	 * (about 17 lines in the ring's actors).  Counted in lines, in two ranges
-	 * (CBCMN__PREFETCH_RANGE() stops at 16): the wait's last line, which
-	 * the claim writes, is never the one dropped. */
+	 * (CBCMN__PREFETCH_RANGE() stops at 16): the wait's lines, which
+	 * the claim writes, are never the ones dropped. */
 	const char *end = (const char *)(w + 1);
 	uintptr_t s0 = (uintptr_t)sp & ~(uintptr_t)63;
 	if (sp && (const char *)w > sp && (((uintptr_t)end - 1) >> 6) - (s0 >> 6) < 32) {

@@ -111,17 +111,16 @@ enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED, CBCMN__IW_TI
 
 /* Room for a lasting wait record (a struct cbcmn__mb_wait, actor_mbox.c,
  * which checks that it fits). */
-#define CBCMN__IWAIT_KEEP 192
+#define CBCMN__IWAIT_KEEP 160
 
 struct cbcmn__iwait {
-	struct cbcmn__waiter w;
-	_Atomic uint32_t state;
-	struct cbcmn__iwait *prev, *next; /* its cell's list (registry or local) */
-	struct cbcmn__iwait_reg *reg;     /* registered: whose registry lock */
-	struct cbcmn__wcell *cell;        /* listed: in which cell */
-	void *user;                       /* for the object's queue */
-	struct cbcmn__iwait *qnext;       /* ... likewise */
-	/* Set when the waker must not be woken by cancellation itself (I/O in
+	/* Laid out for the actor's lasting receive record (struct
+	 * cbcmn__iwkeep below): first what neither a wake nor a re-arm
+	 * touches, so that the rest, from w on, and the mailbox's fields
+	 * after it fill two lines there (docs/ACTORS.md, "The receive
+	 * record's lines").
+	 *
+	 * Set when the waker must not be woken by cancellation itself (I/O in
 	 * flight): cancellation claims the wait and calls this instead (the
 	 * canceller under the registry lock, so the wait is still there; or
 	 * the task itself, when it finds itself cancelled as it registers);
@@ -132,14 +131,6 @@ struct cbcmn__iwait {
 	 * executor's thread: it may use that executor's ring (io.c turns the
 	 * request's queued SQE into a NOP there). */
 	void (*on_cancel)(struct cbcmn__iwait *iw);
-	/* An I/O wait: listed by its executor, not in the registry (above).
-	 * Set after cbcmn__iwait_init(), with on_cancel. */
-	bool local;
-	/* Published in its task's node (see above) instead of the registry. */
-	bool noded;
-	/* Kept in its task's node (cbcmn__iwait_keep()) across its waits:
-	 * taken back from the node without the fence (see above). */
-	bool lasting;
 	/* Set when a timer (timer.h) claims the wait: called instead of the
 	 * wake, on the timer's executor, which must be the wait's (the epoll
 	 * backend's I/O waits: it unlinks the wait, then wakes it). */
@@ -151,9 +142,24 @@ struct cbcmn__iwait {
 	 * never ends it (a stream's close waits for its last CQE).  Set after
 	 * cbcmn__iwait_init(), with local. */
 	bool (*local_end)(struct cbcmn__exec *e, struct cbcmn__iwait *iw);
+	struct cbcmn__waiter w;
+	_Atomic uint32_t state;
+	/* An I/O wait: listed by its executor, not in the registry (above).
+	 * Set after cbcmn__iwait_init(), with on_cancel. */
+	bool local;
+	/* Published in its task's node (see above) instead of the registry. */
+	bool noded;
+	/* Kept in its task's node (cbcmn__iwait_keep()) across its waits:
+	 * taken back from the node without the fence (see above). */
+	bool lasting;
 	/* What the task waits for (CBCMN__G_*, diag.h), for the snapshot;
 	 * set after cbcmn__iwait_init().  A local wait counts as I/O. */
 	uint8_t kind;
+	struct cbcmn__iwait *prev, *next; /* its cell's list (registry or local) */
+	struct cbcmn__iwait_reg *reg;     /* registered: whose registry lock */
+	struct cbcmn__wcell *cell;        /* listed: in which cell */
+	void *user;                       /* for the object's queue */
+	struct cbcmn__iwait *qnext;       /* ... likewise */
 };
 
 /* A task's registry waits, published one at a time (see above): in
@@ -204,17 +210,30 @@ void cbcmn__scope_drop(struct cbcmn_nursery *n);
  * when an overflow lands there, and alive until the node has left its
  * cell (cbcmn__iwait_node_end()), so past any canceller that holds it. */
 int64_t cbcmn__iwait_call_keeping(struct cbcmn_task *t);
-/* What cbcmn__iwait_call_keeping()'s frame holds for the run: the node
- * itself (in place of the guarded frame's) and the room, in four lines
- * from a line's start: the node in the first, the receive's record (176
- * bytes) in the next three, where unaligned and apart they took five or
- * six (docs/ACTORS.md, "The resume's lines").  Only an actor's fiber
- * pays the alignment: a node in every guarded frame, inline children's
- * too, aligned, overflowed 48 nested ones under ASan (test_cancelscope). */
+/* What cbcmn__iwait_call_keeping()'s frame holds for the run: the room
+ * for the receive's record and the node itself (in place of the guarded
+ * frame's), in four lines from a line's start.  The room begins where
+ * the record's waiter (w) falls at the second line's start: what a hop
+ * touches of the record, from w to the mailbox's fields after the iwait
+ * (actor_mbox.c checks it), fills the second and third lines, its cold
+ * head (the iwait's callbacks) ends the first, and the node (56 bytes)
+ * is in the fourth: three lines a hop, where the node in the first line
+ * and the record in the next three took four (docs/ACTORS.md, "The
+ * receive record's lines"), and unaligned and apart five or six.  Only
+ * an actor's fiber pays the alignment: a node in every guarded frame,
+ * inline children's too, aligned, overflowed 48 nested ones under ASan
+ * (test_cancelscope). */
+#define CBCMN__IWAIT_KEEP_LEAD (CBCMN__CACHELINE - offsetof(struct cbcmn__iwait, w))
 struct cbcmn__iwkeep {
+	unsigned char lead[CBCMN__IWAIT_KEEP_LEAD];
+	_Alignas(8) unsigned char room[CBCMN__IWAIT_KEEP];
 	struct cbcmn__iwnode nd;
-	_Alignas(16) unsigned char room[CBCMN__IWAIT_KEEP];
 } __attribute__((aligned(CBCMN__CACHELINE)));
+_Static_assert(offsetof(struct cbcmn__iwkeep, room) + offsetof(struct cbcmn__iwait, w) ==
+			       CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn__iwkeep, nd) >= 3 * CBCMN__CACHELINE &&
+		       sizeof(struct cbcmn__iwkeep) == 4 * CBCMN__CACHELINE,
+	       "struct cbcmn__iwkeep: the record's waiter begins line 1, the node is in line 3");
 /* That frame's, from cbcmn__iwait_call_keeping() to the node it begins. */
 extern __thread struct cbcmn__iwkeep *cbcmn__iw_keep_next;
 

@@ -104,7 +104,12 @@ struct cbcmn_task {
 	struct cbcmn_nursery *nursery;    /* the nursery it belongs to */
 	/* Line 1. */
 	union {
-		struct cbcmn_task *opener; /* that nursery's opener (NULL: a thread) */
+		/* Budget (owner-only, budget.c): ops until the next fairness
+		 * yield, excluding the countdown window.  Here, not in line 3
+		 * with the rest of the budget: an actor's wheel reads it at
+		 * every run (actor_sched.c, quantum_left()).  Every spawn
+		 * writes it. */
+		uint64_t yield_left;
 		/* Free, sent home by another executor: the record
 		 * FREE_SKIP places further down its batch, fetched ahead
 		 * of its reuse (task.c). */
@@ -132,7 +137,7 @@ struct cbcmn_task {
 	_Atomic uint32_t joined;          /* the handle was joined */
 	uint32_t caps;                    /* CBCMN_CAP_* it holds */
 	bool payer_ref;
-	bool limited;                     /* some component is not unlimited */
+	bool limited;                     /* set with a finite component (cbcmn__budget_consistent()) */
 	uint8_t wait_kind;                /* CBCMN__G_*: what it blocks on (diag.h) */
 	uint8_t mem_off;                  /* where its malloc block begins, below it;
 					   * CBCMN__MEM_IN_STACK: in its stack (task.c) */
@@ -142,9 +147,13 @@ struct cbcmn_task {
 	uint32_t lane_seq;
 	uint16_t lane_e1, lane_h;
 
-	/* Line 3.  Budget (owner-only), see budget.c.  ops and yield_left
-	 * exclude the countdown window. */
-	uint64_t ops, yield_left, memory, spawn_count, channel_ops, syscalls;
+	/* Line 3.  Budget (owner-only), see budget.c.  ops excludes the
+	 * countdown window.  The components are read by a charge only when
+	 * limited (line 2) is set: a task not limited has every component
+	 * unlimited (cbcmn__budget_consistent()). */
+	uint64_t ops;
+	struct cbcmn_task *opener;        /* its nursery's opener (NULL: a thread); spawn and budget */
+	uint64_t memory, spawn_count, channel_ops, syscalls;
 	uint64_t stack_charge;            /* memory its spawner paid for its stack */
 	_Atomic uint32_t killed;          /* its nursery gave up on it */
 	/* Children it paid for that have not ended (they will refund it), and
@@ -184,7 +193,7 @@ struct cbcmn_task {
 	uint64_t io_timeout_ns;           /* cbcmn_io_set_timeout(); read by I/O calls */
 };
 /* The lines above: task.c aligns records to a cache line. */
-_Static_assert(offsetof(struct cbcmn_task, opener) == 1 * CBCMN__CACHELINE &&
+_Static_assert(offsetof(struct cbcmn_task, yield_left) == 1 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, result) == 2 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, ops) == 3 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn_task, refund) == 4 * CBCMN__CACHELINE &&
@@ -969,6 +978,19 @@ static inline void cbcmn__budget_set_unlimited(struct cbcmn_task *t)
 	t->countdown = (int64_t)t->rt->cfg.yield_interval;
 }
 
+/* The invariant cbcmn__charge() relies on: a task not limited has every
+ * component unlimited.  Only set_budget() (budget.c) makes a component
+ * finite, and it sets limited; every other write subtracts from a finite
+ * component or adds with saturation (unlimited stays unlimited).  limited
+ * may stay set once every component is unlimited again (a recharge to
+ * unlimited): the charge then reads the components, as before.
+ * test_budget_limited checks it after every kind of budget write. */
+static inline bool cbcmn__budget_consistent(const struct cbcmn_task *t)
+{
+	return t->limited ||
+	       (t->ops & t->memory & t->spawn_count & t->channel_ops & t->syscalls) == CBCMN_UNLIMITED;
+}
+
 /* Charge t one op and amount of component comp (CBCMN__B_*).  The fast
  * path is inline: a countdown and a compare; the rest is budget.c's. */
 static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
@@ -984,6 +1006,10 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 	cbcmn__stack_check(t);
 	if (__builtin_expect(--t->countdown <= 0, 0))
 		cbcmn__charge_window(t);
+	/* Not limited: every component unlimited (cbcmn__budget_consistent()),
+	 * so nothing to take, and the budget's line (3) stays where it is. */
+	if (__builtin_expect(!t->limited, 1))
+		return;
 	uint64_t *f = comp == CBCMN__B_SPAWN     ? &t->spawn_count
 		      : comp == CBCMN__B_MEMORY  ? &t->memory
 		      : comp == CBCMN__B_CHANNEL ? &t->channel_ops
