@@ -56,6 +56,8 @@ struct ring {
 	_Atomic uint32_t on[2]; /* hops taken on each executor */
 	uint64_t w0;            /* executors' wakes as the token starts */
 	uint64_t wakes;         /* ... made during the hops */
+	uint64_t m0, t0;        /* the monitor's wakes, and the time, likewise */
+	uint64_t mwakes, ns;    /* ... during the hops */
 	cbcmn_chan *ch;         /* set: tasks' cx used off their fibers meanwhile */
 };
 
@@ -79,6 +81,8 @@ static int64_t ring_member(cbcmn_cx *cx, void *arg)
 			 * root polling with timers meanwhile: under TSan its
 			 * 1 ms sleeps woke an executor by the hundred). */
 			r->wakes = wakes(cx) - r->w0;
+			r->mwakes = cbcmn__monitor_wakeups(cbcmn_cx_runtime(cx)) - r->m0;
+			r->ns = t_now_ns() - r->t0;
 			atomic_store(&r->done, m.body.u64[1]);
 			cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
 			for (uint32_t k = 0; k < RING; k++)
@@ -136,6 +140,8 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 	for (uint32_t k = 0; r->ch && k < 2; k++)
 		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, k, off_fiber_task, r, NULL) == 0);
 	r->w0 = wakes(cx);
+	r->m0 = cbcmn__monitor_wakeups(cbcmn_cx_runtime(cx));
+	r->t0 = t_now_ns();
 	cbcmn_actor_msg m = msg(M_DATA, r->hops, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
 	return cbcmn_nursery_await_all(cx, n);
@@ -168,6 +174,29 @@ static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
 	assert_int_equal(atomic_load(&r.done), r.hops);
 	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
 	assert_true(r.wakes < r.hops / 1000);
+	t_destroy(rt);
+}
+
+/* While a chain's debts come and go the monitor looks every owe_ns and
+ * never says MON_LONG: no hop wakes it (cbcmn__monitor_owe_poke()).  A
+ * poke ends a sleep longer than owe_ns, once, and the look it brings
+ * sees the debts' words moved and sleeps owe_ns: at most two wakes an
+ * owe_ns, however slow the host makes the hops.  Had the monitor said
+ * MON_LONG before its owe_ns sleeps, each was cut short by the next hop,
+ * and it woke about as often as it could look. */
+static void test_a_chain_does_not_wake_the_monitor_at_each_hop(void **state)
+{
+	(void)state;
+	static struct ring r;
+	memset(&r, 0, sizeof(r));
+	r.hops = STRESS(100000);
+	cbcmn_runtime *rt = quiet_runtime(true, CBCMN_OWE_MIN_NS);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&r.done), r.hops);
+	assert_true(r.mwakes <= 2 * (r.ns / CBCMN_OWE_MIN_NS + 1) + 4);
 	t_destroy(rt);
 }
 
@@ -575,6 +604,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_chain_passing_one_token_wakes_no_idle_executor),
+		cmocka_unit_test(test_a_chain_does_not_wake_the_monitor_at_each_hop),
 		cmocka_unit_test(test_a_debt_cleared_by_the_direct_switch_is_not_paid),
 		cmocka_unit_test(test_a_new_debt_at_each_look_is_not_paid),
 		cmocka_unit_test(test_off_fiber_channel_calls_leave_the_executors_debt_alone),
