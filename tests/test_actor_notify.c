@@ -147,6 +147,24 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
+/* The token round the ring, STRESS(100 000) hops, owe_ns as given:
+ * every hop taken, on one executor or the other. */
+static const struct ring *ring_run(uint64_t owe_ns)
+{
+	static struct ring r;
+	memset(&r, 0, sizeof(r));
+	r.hops = STRESS(100000);
+	cbcmn_runtime *rt = quiet_runtime(true, owe_ns);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&r.done), r.hops);
+	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
+	t_destroy(rt);
+	return &r;
+}
+
 /* Before the rule, every hop's wake into the sender's slot rang the
  * parked executor, which woke, found nothing (or took the receiver, and
  * the chain crossed) and parked again: one wake in every 30 to 5 000 hops,
@@ -163,18 +181,8 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
 {
 	(void)state;
-	static struct ring r;
-	memset(&r, 0, sizeof(r));
-	r.hops = STRESS(100000);
-	cbcmn_runtime *rt = quiet_runtime(true, CBCMN_OWE_MAX_NS);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(res, 0);
-	assert_int_equal(atomic_load(&r.done), r.hops);
-	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
-	assert_true(r.wakes < r.hops / 1000);
-	t_destroy(rt);
+	const struct ring *r = ring_run(CBCMN_OWE_MAX_NS);
+	assert_true(r->wakes < r->hops / 1000);
 }
 
 /* While a chain's debts come and go the monitor looks every owe_ns and
@@ -187,17 +195,8 @@ static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
 static void test_a_chain_does_not_wake_the_monitor_at_each_hop(void **state)
 {
 	(void)state;
-	static struct ring r;
-	memset(&r, 0, sizeof(r));
-	r.hops = STRESS(100000);
-	cbcmn_runtime *rt = quiet_runtime(true, CBCMN_OWE_MIN_NS);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(res, 0);
-	assert_int_equal(atomic_load(&r.done), r.hops);
-	assert_true(r.mwakes <= 2 * (r.ns / CBCMN_OWE_MIN_NS + 1) + 4);
-	t_destroy(rt);
+	const struct ring *r = ring_run(CBCMN_OWE_MIN_NS);
+	assert_true(r->mwakes <= 2 * (r->ns / CBCMN_OWE_MIN_NS + 1) + 4);
 }
 
 /* A channel call made with a task's cx off its fiber (a cbcmn_blocking()
@@ -296,11 +295,12 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static struct runs_on *runs_on(int after, bool watched)
+/* A is a_fn (runs_on_a(), or a test's own). */
+static struct runs_on *runs_on_by(cbcmn_actor_fn a_fn, int after, bool watched)
 {
 	static struct runs_on o;
 	memset(&o, 0, sizeof(o));
-	o.p = (struct pair){.a_fn = runs_on_a, .b_fn = runs_on_b};
+	o.p = (struct pair){.a_fn = a_fn, .b_fn = runs_on_b};
 	o.after = after;
 	/* Only a sender that computes on waits for the monitor: the others'
 	 * payments come long before a second, and none may be the
@@ -315,6 +315,11 @@ static struct runs_on *runs_on(int after, bool watched)
 	o.paid = cbcmn__monitor_owe_paid(rt);
 	t_destroy(rt);
 	return &o;
+}
+
+static struct runs_on *runs_on(int after, bool watched)
+{
+	return runs_on_by(runs_on_a, after, watched);
 }
 
 /* A checkpoints after its send, never blocking: the countdown window
@@ -562,19 +567,7 @@ static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
 static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off(void **state)
 {
 	(void)state;
-	static struct runs_on q;
-	memset(&q, 0, sizeof(q));
-	q.p = (struct pair){.a_fn = after_quiet_a, .b_fn = runs_on_b};
-	q.after = A_COMPUTES;
-	cbcmn_runtime *rt = quiet_runtime(true, 0);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &q, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(res, 0);
-	assert_int_equal(atomic_load(&q.b_ran), 1);
-	assert_int_equal(atomic_load(&q.b_beside_a), 1);
-	assert_int_equal(cbcmn__monitor_owe_paid(rt), 1);
-	t_destroy(rt);
+	assert_int_equal(runs_on_by(after_quiet_a, A_COMPUTES, true)->paid, 1);
 }
 
 /* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
