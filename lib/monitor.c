@@ -467,12 +467,19 @@ static bool mon_sleep_long(struct cbcmn__monitor *m, uint64_t *ns)
 	return w != MON_STOP;
 }
 
-void cbcmn__monitor_owe_poke_slow(struct cbcmn_runtime *rt)
+/* Wake the monitor if it sleeps in state (MON_IDLE or MON_LONG): once,
+ * by whoever moves its word back to MON_TICKING; never out of MON_STOP. */
+static void mon_wake_from(struct cbcmn_runtime *rt, uint32_t state)
 {
-	uint32_t w = MON_LONG;
+	uint32_t w = state;
 	if (atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
 						    memory_order_relaxed, memory_order_relaxed))
 		cbcmn__futex_wake(&rt->mon_word, 1);
+}
+
+void cbcmn__monitor_owe_poke_slow(struct cbcmn_runtime *rt)
+{
+	mon_wake_from(rt, MON_LONG);
 }
 
 int cbcmn__loadavg_runnable(const char *s)
@@ -629,10 +636,7 @@ static void *mon_main(void *arg)
 
 void cbcmn__monitor_poke_slow(struct cbcmn_runtime *rt)
 {
-	uint32_t w = MON_IDLE;
-	if (atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
-						    memory_order_relaxed, memory_order_relaxed))
-		cbcmn__futex_wake(&rt->mon_word, 1);
+	mon_wake_from(rt, MON_IDLE);
 }
 
 int cbcmn__monitor_start(struct cbcmn_runtime *rt)

@@ -48,6 +48,8 @@ struct ring {
 	_Atomic uint32_t on[2]; /* hops taken on each executor */
 	uint64_t w0;            /* executors' wakes as the token starts */
 	uint64_t wakes;         /* ... made during the hops */
+	uint64_t m0, t0;        /* the monitor's wakes, and the time, likewise */
+	uint64_t mwakes, ns;    /* ... during the hops */
 	cbcmn_chan *ch;         /* set: tasks' cx used off their fibers meanwhile */
 };
 
@@ -66,6 +68,8 @@ static int64_t ring_member(cbcmn_cx *cx, void *arg)
 			 * root polling with timers meanwhile: under TSan its
 			 * 1 ms sleeps woke an executor by the hundred). */
 			r->wakes = wakes(cx) - r->w0;
+			r->mwakes = cbcmn__monitor_wakeups(cbcmn_cx_runtime(cx)) - r->m0;
+			r->ns = t_now_ns() - r->t0;
 			atomic_store(&r->done, m.body.u64[1]);
 			cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
 			for (uint32_t k = 0; k < RING; k++)
@@ -119,9 +123,29 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 	for (uint32_t k = 0; r->ch && k < 2; k++)
 		TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, k, off_fiber_task, r, NULL) == 0);
 	r->w0 = wakes(cx);
+	r->m0 = cbcmn__monitor_wakeups(cbcmn_cx_runtime(cx));
+	r->t0 = t_now_ns();
 	cbcmn_actor_msg m = msg(M_DATA, r->hops, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[0], &m) == 0);
 	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The token round the ring, STRESS(100 000) hops, owe_ns as given:
+ * every hop taken, on one executor or the other. */
+static const struct ring *ring_run(uint64_t owe_ns)
+{
+	static struct ring r;
+	memset(&r, 0, sizeof(r));
+	r.hops = STRESS(100000);
+	cbcmn_runtime *rt = quiet_runtime(true, owe_ns);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_int_equal(atomic_load(&r.done), r.hops);
+	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
+	t_destroy(rt);
+	return &r;
 }
 
 /* Before the rule, every hop's wake into the sender's slot rang the
@@ -140,18 +164,22 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 static void test_a_chain_passing_one_token_wakes_no_idle_executor(void **state)
 {
 	(void)state;
-	static struct ring r;
-	memset(&r, 0, sizeof(r));
-	r.hops = STRESS(100000);
-	cbcmn_runtime *rt = quiet_runtime(true, CBCMN_OWE_MAX_NS);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(res, 0);
-	assert_int_equal(atomic_load(&r.done), r.hops);
-	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
-	assert_true(r.wakes < r.hops / 1000);
-	t_destroy(rt);
+	const struct ring *r = ring_run(CBCMN_OWE_MAX_NS);
+	assert_true(r->wakes < r->hops / 1000);
+}
+
+/* While a chain's debts come and go the monitor looks every owe_ns and
+ * never says MON_LONG: no hop wakes it (cbcmn__monitor_owe_poke()).  A
+ * poke ends a sleep longer than owe_ns, once, and the look it brings
+ * sees the debts' words moved and sleeps owe_ns: at most two wakes an
+ * owe_ns, however slow the host makes the hops.  Had the monitor said
+ * MON_LONG before its owe_ns sleeps, each was cut short by the next hop,
+ * and it woke about as often as it could look. */
+static void test_a_chain_does_not_wake_the_monitor_at_each_hop(void **state)
+{
+	(void)state;
+	const struct ring *r = ring_run(CBCMN_OWE_MIN_NS);
+	assert_true(r->mwakes <= 2 * (r->ns / CBCMN_OWE_MIN_NS + 1) + 4);
 }
 
 /* A channel call made with a task's cx off its fiber (a cbcmn_blocking()
@@ -217,11 +245,12 @@ static int64_t runs_on_a(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static struct runs_on *runs_on(int after, bool watched)
+/* A is a_fn (runs_on_a(), or a test's own). */
+static struct runs_on *runs_on_by(cbcmn_actor_fn a_fn, int after, bool watched)
 {
 	static struct runs_on o;
 	memset(&o, 0, sizeof(o));
-	o.p = (struct pair){.a_fn = runs_on_a, .b_fn = runs_on_b};
+	o.p = (struct pair){.a_fn = a_fn, .b_fn = runs_on_b};
 	o.after = after;
 	/* Only a sender that computes on waits for the monitor: the others'
 	 * payments come long before a second, and none may be the
@@ -236,6 +265,11 @@ static struct runs_on *runs_on(int after, bool watched)
 	o.paid = cbcmn__monitor_owe_paid(rt);
 	t_destroy(rt);
 	return &o;
+}
+
+static struct runs_on *runs_on(int after, bool watched)
+{
+	return runs_on_by(runs_on_a, after, watched);
 }
 
 /* A checkpoints after its send, never blocking: the countdown window
@@ -483,19 +517,7 @@ static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
 static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off(void **state)
 {
 	(void)state;
-	static struct runs_on q;
-	memset(&q, 0, sizeof(q));
-	q.p = (struct pair){.a_fn = after_quiet_a, .b_fn = runs_on_b};
-	q.after = A_COMPUTES;
-	cbcmn_runtime *rt = quiet_runtime(true, 0);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &q, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(res, 0);
-	assert_int_equal(atomic_load(&q.p.b_ran), 1);
-	assert_int_equal(atomic_load(&q.p.b_beside_a), 1);
-	assert_int_equal(cbcmn__monitor_owe_paid(rt), 1);
-	t_destroy(rt);
+	assert_int_equal(runs_on_by(after_quiet_a, A_COMPUTES, true)->paid, 1);
 }
 
 /* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
@@ -525,6 +547,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_chain_passing_one_token_wakes_no_idle_executor),
+		cmocka_unit_test(test_a_chain_does_not_wake_the_monitor_at_each_hop),
 		cmocka_unit_test(test_a_debt_cleared_by_the_direct_switch_is_not_paid),
 		cmocka_unit_test(test_a_new_debt_at_each_look_is_not_paid),
 		cmocka_unit_test(test_off_fiber_channel_calls_leave_the_executors_debt_alone),

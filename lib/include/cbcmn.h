@@ -443,8 +443,10 @@ typedef struct cbcmn_config {
 	 * pays it once it has found it open, the same debt, at two looks
 	 * owe_ns apart.  It looks every owe_ns while such debts come and go
 	 * (a chain of actors runs), else at its ordinary ticks (1 ms to
-	 * stall_ns / 2).  So a debt is paid after owe_ns to 2 owe_ns while
-	 * chains run, within stall_ns / 2 + owe_ns after a quiet spell.
+	 * stall_ns / 2, 1 s at most), and the first debt opened while it
+	 * sleeps longer than owe_ns wakes it.  So a debt is paid after owe_ns
+	 * to 2 owe_ns, after a quiet spell too (but for one opened as the
+	 * monitor begins such a sleep: up to that sleep, docs/ACTORS.md).
 	 * 0: 1 ms; else CBCMN_OWE_MIN_NS to CBCMN_OWE_MAX_NS (-EINVAL
 	 * outside).  Without a monitor (stall_ns CBCMN_STALL_OFF, lab mode)
 	 * nothing is owed: every such wake notifies at once. */
