@@ -510,8 +510,12 @@ _Static_assert(sizeof(struct cbcmn__mb_wait) <= CBCMN__IWAIT_KEEP &&
 	       "the receive's record fits in the node's room (iwait.h)");
 /* What a hop reads and writes of the receiver's record (the claim, the
  * wake, the re-arm's links, the hand-over) in the two lines from the
- * waiter, which struct cbcmn__iwkeep begins at a line (iwait.h). */
-_Static_assert(offsetof(struct cbcmn__mb_wait, home) + sizeof(uint32_t) -
+ * waiter, which struct cbcmn__iwkeep begins at a line (iwait.h): it
+ * places the record so that an iwait's waiter falls there, so the
+ * record begins with its qwait, and the qwait with its iwait
+ * (send_claim()'s cast relies on it too). */
+_Static_assert(offsetof(struct cbcmn__mb_wait, qw.iw.w) == offsetof(struct cbcmn__iwait, w) &&
+		       offsetof(struct cbcmn__mb_wait, home) + sizeof(uint32_t) -
 			       offsetof(struct cbcmn__mb_wait, qw.iw.w) <=
 		       2 * CBCMN__CACHELINE &&
 		       offsetof(struct cbcmn__iwait, w) + sizeof(struct cbcmn__waiter) <=

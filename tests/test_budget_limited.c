@@ -4,12 +4,15 @@
  * (the task's line 2) and reads no component (line 3) of such a task
  * (docs/SCHEDULER.md, "The task record's layout").  Each test makes one
  * kind of budget write (a draw, the spawner's take, a recharge, a refund,
- * a self-recharge, memory charged and given back, channel operations)
- * and checks the invariant after it; and that a limited task is still
- * charged, component by component. */
+ * a self-recharge, memory charged and given back, channel operations, a
+ * refused spawn's give-back) and checks the invariant after it; and that
+ * a limited task is still charged, component by component. */
 #include "../lib/runtime.h" /* the task record's limited flag and components */
+#include "../lib/fault.h"
 #include "cbcmn_chan.h"
 #include "helpers.h"
+
+#include <errno.h>
 
 #define U CBCMN_UNLIMITED
 
@@ -220,12 +223,67 @@ static void test_a_self_recharge_keeps_the_invariant(void **state)
 	run_unlimited(spawn_self_recharging);
 }
 
+static int64_t nop(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+/* A spawn refused after it was paid (its record's allocation fails): the
+ * spawn and the stack come back (cbcmn__budget_uncharge_spawn()), an
+ * unlimited component staying unlimited, a finite one what it was. */
+static int64_t spawn_refused(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_budget before, after;
+	TASK_CHECK(cbcmn_budget_get(cx, &before) == 0);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	struct cbcmn__fault_plan once = {.nth = 1, .err = -ENOMEM};
+	cbcmn__fault_arm(CBCMN__F_MALLOC, &once);
+	int rc = cbcmn_nursery_spawn(cx, n, nop, NULL, NULL);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MALLOC);
+	cbcmn__fault_disarm_all();
+	TASK_CHECK(rc == -ENOMEM && fails == 1);
+	TASK_CHECK(consistent(cx));
+	TASK_CHECK(cbcmn_budget_get(cx, &after) == 0);
+	TASK_CHECK(after.spawn_count == before.spawn_count && after.memory == before.memory);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static int64_t spawn_refused_both(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(!limited(cx));
+	spawn_refused(cx, NULL);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {U, 1u << 30, 100, U, U};
+	cbcmn_spawn_opts o = {.budget = &ask};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, spawn_refused, NULL, &o, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_a_refused_spawn_gives_back_and_keeps_the_invariant(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan once = {.nth = 1, .err = -ENOMEM};
+	if (!cbcmn__fault_arm(CBCMN__F_MALLOC, &once))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	cbcmn__fault_disarm_all();
+	run_unlimited(spawn_refused_both);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_a_task_limited_in_one_component_is_limited_and_charged),
 		T_WATCHED_TEST(test_recharges_and_refunds_keep_the_invariant),
 		T_WATCHED_TEST(test_a_self_recharge_keeps_the_invariant),
+		T_WATCHED_TEST(test_a_refused_spawn_gives_back_and_keeps_the_invariant),
 	};
 	return cmocka_run_group_tests_name("budget_limited", tests, NULL, NULL);
 }
