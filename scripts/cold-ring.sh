@@ -26,6 +26,7 @@ n=${1:-10000} h1=${2:-50000} h2=${3:-250000}
 case $mode in pinned|default) ;; *) echo "$0: --mode pinned or default" >&2; exit 2 ;; esac
 case $n$h1$h2 in *[!0-9]*) echo "$0: N, H1 and H2 are counts" >&2; exit 2 ;; esac
 [ "$h2" -gt "$h1" ] || { echo "$0: H2 must exceed H1" >&2; exit 2; }
+[ -z "$base" ] || base=$(cd "$base" && pwd) || exit 2
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=${COLD_RING_KEEP:-$(mktemp -d /tmp/cold-ring.XXXXXX)}
 mkdir -p "$dir"
@@ -52,5 +53,5 @@ misses() {
 }
 
 echo "cold-ring: $n actors, $mode, $h1 and $h2 hops"
-[ -z "$base" ] || misses "$(cd "$base" && pwd)" base
+[ -z "$base" ] || misses "$base" base
 misses "$here" this
