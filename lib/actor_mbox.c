@@ -1317,13 +1317,18 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 	/* A fiber actor's send: the system stack's.  Not a handler host's
 	 * or a plain task's, whose stacks a hop does not leave cold: there
 	 * the switch would only cost. */
-	if (self && !off && cbcmn__is_actor_task(self) && self->exec->sys_top) {
-		/* Paid here: a wait for budget is a switch. */
+	if (self && !off && cbcmn__is_actor_task(self)) {
+		/* Paid here: a wait for budget, or the fairness yield, is a
+		 * switch, after which self may run on another executor, one
+		 * whose system stack may be missing (sys_stack_setup()): its
+		 * own looked at after. */
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
-		struct sys_send ss = {self, rt, to, m, mode, timeout_ns};
-		rc = (int)(intptr_t)cbcmn__sys_run(self, send_sys, &ss);
-		if (rc != SEND_AGAIN)
-			return rc;
+		if (__builtin_expect(self->exec->sys_top != NULL, 1)) {
+			struct sys_send ss = {self, rt, to, m, mode, timeout_ns};
+			rc = (int)(intptr_t)cbcmn__sys_run(self, send_sys, &ss);
+			if (rc != SEND_AGAIN)
+				return rc;
+		}
 		/* It would wait: from here, where it may. */
 		return mb_send(self, rt, to, m, mode, timeout_ns, false, MB_CHARGED);
 	}

@@ -478,7 +478,9 @@ struct cbcmn__exec {
 	size_t sched_stack_size;
 	/* The system stack: the runtime's part of an actor's block and send
 	 * runs there, not on the actor's (sched.c, cbcmn__sys_park()); NULL
-	 * top: none (ASan, TSan, or no memory), they run on the task's. */
+	 * top: none (its mapping failed at the thread's start), they run on
+	 * the task's.  Per executor: a task that switched re-reads its own
+	 * executor's (actor_mbox.c, send_entry()). */
 	char *sys_stack;
 	size_t sys_stack_size;
 	void *sys_top;

@@ -371,6 +371,73 @@ static void test_a_budgeted_sender_s_window_pays_the_woken_actor_s_notification(
 	t_destroy(rt);
 }
 
+/* ---- a send that waits for room pays once ----------------------------------
+ *
+ * A fiber actor's send runs first on its executor's system stack, where
+ * it may not wait: a full mailbox sends it back to do the send again on
+ * its own stack (actor_mbox.c, SEND_AGAIN), the budget paid already.  A
+ * sender with channel_ops = FULL_B, which only sends, to a receiver with
+ * a mailbox of 1 that drains it slowly (most sends wait for room): exactly
+ * FULL_B sends, the next one ends it with CBCMN_EBUDGET.  Paid twice, a
+ * send that waited would end it about half-way. */
+
+#define FULL_B 60
+
+static struct {
+	cbcmn_actor_ref rx;
+	_Atomic long sent, got;
+} fb;
+
+static int64_t full_receiver(cbcmn_cx *cx, void *state)
+{
+	(void)state;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, T_STALL_NS)) == 0) {
+		atomic_fetch_add(&fb.got, 1);
+		for (int i = 0; i < 4; i++)
+			cbcmn_yield(cx); /* the sender finds the mailbox full */
+	}
+	return rc == CBCMN_ECANCELED ? 0 : rc;
+}
+
+static int64_t full_sender(cbcmn_cx *cx, void *state)
+{
+	(void)state;
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	for (;;) {
+		int rc = cbcmn_actor_send(NULL, cx, fb.rx, &m);
+		if (rc != 0)
+			return rc;
+		atomic_fetch_add(&fb.sent, 1);
+	}
+}
+
+static int64_t full_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_budget b = {.channel_ops = FULL_B};
+	cbcmn_caps none = {0};
+	cbcmn_actor_opts ro = {.placement = CBCMN_PLACE_PINNED, .mailbox_cap = 1};
+	cbcmn_actor_opts so = {.placement = CBCMN_PLACE_PINNED, .budget = &b, .caps = &none};
+	cbcmn_actor_ref s;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, full_receiver, NULL, &ro, &fb.rx) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, full_sender, NULL, &so, &s) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_a_send_that_waits_for_room_pays_once(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	memset(&fb, 0, sizeof(fb));
+	t_run(rt, full_main, NULL, CBCMN_EBUDGET);
+	assert_int_equal(atomic_load(&fb.sent), FULL_B);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -381,6 +448,7 @@ int main(void)
 		cmocka_unit_test(test_cluster_supervisor_recharges_a_ring_member),
 		cmocka_unit_test(test_handler_drop_out_of_budget_ends_the_drop_not_the_host),
 		cmocka_unit_test(test_a_budgeted_sender_s_window_pays_the_woken_actor_s_notification),
+		cmocka_unit_test(test_a_send_that_waits_for_room_pays_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

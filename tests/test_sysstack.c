@@ -14,6 +14,7 @@
 #include "cbcmn_actor.h"
 
 #include "arch.h"
+#include "runtime.h"
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/common_interface_defs.h>
@@ -327,6 +328,73 @@ static void test_cancellation_at_the_park_ends_every_actor(void **state)
 	assert_true(atomic_load(&rg.hops) > 0);
 }
 
+/* ---- (f) an executor without a system stack ------------------------------
+ *
+ * Its mapping can fail at its thread's start (no memory): then blocks and
+ * sends run on the tasks' stacks there.  A send's budget charge may yield
+ * (the fairness yield) and resume on another executor: the send must look
+ * at the system stack of the executor it continues on, not the one it
+ * began on (a NULL top there: a jump to address 0).  Executor 1 is made
+ * one without (its top cleared before any task runs, as a failed mapping
+ * leaves it), and a ring of actors that yield every few sends hops over
+ * both executors. */
+
+#define MIX_K 16
+
+static struct {
+	cbcmn_actor_ref refs[MIX_K];
+	_Atomic long hops;
+	long limit;
+} mx;
+
+static int64_t mix_actor(cbcmn_cx *cx, void *arg)
+{
+	long i = (long)(intptr_t)arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0) {
+		if (atomic_fetch_add(&mx.hops, 1) >= mx.limit)
+			return 0;
+		if (cbcmn_actor_send(NULL, cx, mx.refs[(i + 1) % MIX_K], &m) != 0)
+			return 0;
+	}
+	return 0;
+}
+
+static int64_t mix_ring(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (long k = 0; k < MIX_K; k++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, mix_actor, (void *)(intptr_t)k, NULL,
+					     &mx.refs[k]) == 0);
+	cbcmn_actor_msg m = {.type = 1};
+	for (long k = 0; k < MIX_K; k += 2)
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, mx.refs[k], &m) == 0);
+	while (atomic_load(&mx.hops) < mx.limit)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_nursery_cancel(n);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_a_send_resumed_where_there_is_no_system_stack(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.yield_interval = 3; /* a fairness yield every few sends */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct cbcmn__exec *e1 = rt->exec[1];
+	e1->sys_top = NULL; /* as a failed mapping leaves it (sys_stack_setup()) */
+	atomic_store(&mx.hops, 0);
+	mx.limit = T_SCALE(200000);
+	t_run(rt, mix_ring, NULL, 0);
+	t_destroy(rt);
+	assert_true(atomic_load(&mx.hops) >= mx.limit);
+}
+
 int main(void)
 {
 #ifdef __SANITIZE_ADDRESS__
@@ -347,6 +415,7 @@ int main(void)
 		cmocka_unit_test(test_sys_switch_continues_another_context),
 		cmocka_unit_test(test_unwind_from_the_system_stack_reaches_the_caller),
 		cmocka_unit_test(test_cancellation_at_the_park_ends_every_actor),
+		cmocka_unit_test(test_a_send_resumed_where_there_is_no_system_stack),
 	};
 	return cmocka_run_group_tests_name("sysstack", tests, NULL, NULL);
 }
