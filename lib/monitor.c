@@ -103,6 +103,9 @@ struct cbcmn__monitor {
 	uint64_t tick_ns, max_ns; /* the shortest and the longest sleep while tasks run */
 	_Atomic uint64_t wakeups;
 	_Atomic uint64_t owe_paid; /* debts owe_look() found open past owe_ns */
+	/* Tests: sleeps of mon_sleep_long()'s begun in MON_LONG, and those
+	 * a debt's poke cut short (the word was moved off MON_LONG). */
+	_Atomic uint64_t long_sleeps, owe_pokes;
 	/* Per executor, the monitor's own: the run it saw last, its tasks
 	 * started by then, and since when it saw neither move. */
 	uint64_t *seen_seq, *seen_runs, *seen_ns;
@@ -460,10 +463,14 @@ static bool mon_sleep_long(struct cbcmn__monitor *m, uint64_t *ns)
 		return false; /* MON_STOP: nobody else leaves MON_TICKING */
 	if (owe_moved(m))
 		*ns = rt->cfg.owe_ns;
+	else
+		atomic_fetch_add_explicit(&m->long_sleeps, 1, memory_order_relaxed);
 	mon_sleep(m, MON_LONG, *ns);
 	w = MON_LONG;
-	atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
-						memory_order_relaxed, memory_order_relaxed);
+	if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+						     memory_order_relaxed, memory_order_relaxed) &&
+	    w == MON_TICKING) /* a debt's opener moved it: poked */
+		atomic_fetch_add_explicit(&m->owe_pokes, 1, memory_order_relaxed);
 	return w != MON_STOP;
 }
 
@@ -723,4 +730,14 @@ uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt)
 uint64_t cbcmn__monitor_owe_paid(const struct cbcmn_runtime *rt)
 {
 	return rt->mon ? atomic_load_explicit(&rt->mon->owe_paid, memory_order_relaxed) : 0;
+}
+
+uint64_t cbcmn__monitor_long_sleeps(const struct cbcmn_runtime *rt)
+{
+	return rt->mon ? atomic_load_explicit(&rt->mon->long_sleeps, memory_order_relaxed) : 0;
+}
+
+uint64_t cbcmn__monitor_owe_pokes(const struct cbcmn_runtime *rt)
+{
+	return rt->mon ? atomic_load_explicit(&rt->mon->owe_pokes, memory_order_relaxed) : 0;
 }

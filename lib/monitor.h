@@ -93,5 +93,10 @@ uint64_t cbcmn__monitor_wakeups(const struct cbcmn_runtime *rt);
 /* Owed notifications rt's monitor found open past cfg.owe_ns and paid
  * (tests).  0 without a monitor. */
 uint64_t cbcmn__monitor_owe_paid(const struct cbcmn_runtime *rt);
+/* Sleeps of the back-off's (longer than cfg.owe_ns, nothing owed) begun
+ * in MON_LONG, and those of them a debt's poke cut short (tests: a debt
+ * opened during one is paid through the poke).  0 without a monitor. */
+uint64_t cbcmn__monitor_long_sleeps(const struct cbcmn_runtime *rt);
+uint64_t cbcmn__monitor_owe_pokes(const struct cbcmn_runtime *rt);
 
 #endif

@@ -212,6 +212,7 @@ struct runs_on {
 	 * again, spins unwatched, or computes watched (no runtime call). */
 	enum { A_CHECKPOINTS, A_SENDS_AGAIN, A_SPINS, A_COMPUTES } after;
 	uint64_t paid;  /* the debts the monitor paid */
+	uint64_t pokes; /* its long sleeps a debt's poke cut short */
 };
 
 static int64_t runs_on_b(cbcmn_cx *cx, void *arg)
@@ -263,6 +264,7 @@ static struct runs_on *runs_on_by(cbcmn_actor_fn a_fn, int after, bool watched)
 	assert_int_equal(atomic_load(&o.p.b_ran), 1);
 	assert_int_equal(atomic_load(&o.p.b_beside_a), 1);
 	o.paid = cbcmn__monitor_owe_paid(rt);
+	o.pokes = cbcmn__monitor_owe_pokes(rt);
 	t_destroy(rt);
 	return &o;
 }
@@ -467,26 +469,19 @@ static void test_a_new_debt_at_each_look_is_not_paid(void **state)
 
 /* A computes with no runtime call, no debt open, until the monitor's
  * back-off has reached its longest sleep (two of its wakes LONG_NS apart:
- * MON_SLEEP_MAX_NS, 1 s, stall_ns being a minute); just after one of its
- * wakes (when it has looked and sleeps again) A sends B a message and
- * computes on for AFTER_NS with no runtime call.  The monitor must look at
- * that debt within owe_ns (monitor.h, cbcmn__monitor_owe_poke()) and pay
- * it: B runs beside A, before A's computation ends.  Without the poke the
- * debt waited for the monitor's sleep to end, a second, and B ran after
- * A.  So did a receiver beside a CPU hog whose sender's thread the host
- * kept off the CPU with its debt open while the monitor slept after a
- * look that saw no debt move (send-to-start gaps of 20 to 685 ms with
- * owe_ns 200 ms and stall_ns a minute; docs/ACTORS.md). */
+ * MON_SLEEP_MAX_NS, 1 s, stall_ns being a minute); once the monitor has
+ * looked after that wake and begun another long sleep, A sends B a message
+ * and computes on, with no runtime call, until B has run.  The monitor
+ * must be woken by that debt (monitor.h, cbcmn__monitor_owe_poke()) and
+ * pay it: B runs beside A, and a long sleep was cut short by the poke.
+ * Without the poke the debt waited for the monitor's sleep to end, a
+ * second, and was paid with no poke counted.  So did a receiver beside a
+ * CPU hog whose sender's thread the host kept off the CPU with its debt
+ * open while the monitor slept after a look that saw no debt move
+ * (send-to-start gaps of 20 to 685 ms with owe_ns 200 ms and stall_ns a
+ * minute; docs/ACTORS.md).  Order only: no step here is timed but the
+ * gap that tells a long sleep, and every wait is a hang guard. */
 #define LONG_NS 900000000ull   /* a sleep of the monitor's this long: its longest */
-#define LOOKED_NS 20000000ull  /* after its wake: it has looked, it sleeps again */
-#define AFTER_NS 600000000ull  /* A's computation after its send: 600 owe_ns */
-#define GUARD_NS 10000000000ull
-
-static void compute(uint64_t ns)
-{
-	for (uint64_t t = t_now_ns(); t_now_ns() - t < ns;)
-		;
-}
 
 /* A of struct runs_on (runs_on_b() is B). */
 static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
@@ -498,7 +493,7 @@ static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
 	/* Wait (a hang guard's while) for a wake of the monitor's that
 	 * ended a sleep of LONG_NS or more. */
 	uint64_t t0 = t_now_ns(), woke = t0, w = cbcmn__monitor_wakeups(rt), gap = 0;
-	while (gap < LONG_NS && t_now_ns() - t0 < GUARD_NS) {
+	while (gap < LONG_NS && t_now_ns() - t0 < T_STALL_NS) {
 		uint64_t w2 = cbcmn__monitor_wakeups(rt), t = t_now_ns();
 		if (w2 != w) {
 			gap = t - woke;
@@ -506,10 +501,20 @@ static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
 			woke = t;
 		}
 	}
-	compute(LOOKED_NS);
+	TASK_CHECK(gap >= LONG_NS);
+	/* Then for it to have looked and begun its next long sleep: a debt
+	 * opened before its MON_LONG store is found by its own look, not
+	 * by a poke. */
+	uint64_t l = cbcmn__monitor_long_sleeps(rt);
+	for (t0 = t_now_ns(); cbcmn__monitor_long_sleeps(rt) == l && t_now_ns() - t0 < T_STALL_NS;)
+		;
+	TASK_CHECK(cbcmn__monitor_long_sleeps(rt) != l);
 	atomic_store(&q->p.a_running, 1);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, q->p.b, &m) == 0);
-	compute(AFTER_NS); /* no runtime call: only the monitor can pay */
+	/* No runtime call: only the monitor can pay. */
+	for (t0 = t_now_ns(); !atomic_load(&q->p.b_ran) && t_now_ns() - t0 < T_STALL_NS;)
+		;
+	TASK_CHECK(atomic_load(&q->p.b_ran));
 	atomic_store(&q->p.a_running, 0);
 	return 0;
 }
@@ -517,7 +522,9 @@ static int64_t after_quiet_a(cbcmn_cx *cx, void *arg)
 static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off(void **state)
 {
 	(void)state;
-	assert_int_equal(runs_on_by(after_quiet_a, A_COMPUTES, true)->paid, 1);
+	struct runs_on *o = runs_on_by(after_quiet_a, A_COMPUTES, true);
+	assert_int_equal(o->paid, 1);
+	assert_true(o->pokes >= 1);
 }
 
 /* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
