@@ -22,6 +22,7 @@
 #include "cbcmn_chan.h"
 #include "../lib/fault.h"
 #include "../lib/metrics.h"
+#include "../lib/statseg.h"
 
 /* ---- a client ---------------------------------------------------------------- */
 
@@ -739,12 +740,21 @@ static _Atomic int look_armed;
 static int look_port;
 static pthread_t look_thread;
 
+/* The completions seg counts, as the look sums them. */
+static uint64_t seg_completions(const struct cbcmn__seg *s)
+{
+	uint64_t n = atomic_load(&s->hdr->ext_completions);
+	for (uint32_t i = 0; i < s->nexec; i++)
+		n += atomic_load(&cbcmn__seg_slot(s, i)->ctr.completions);
+	return n;
+}
+
 static void scrape_inside_the_look(enum cbcmn__pause_point p, void *seg)
 {
-	(void)seg;
 	if (p != CBCMN__P_LIVE_COUNTS || !pthread_equal(pthread_self(), look_thread) ||
 	    !atomic_exchange(&look_armed, 0))
 		return;
+	uint64_t done = seg_completions(seg);
 	int fd = dial(look_port);
 	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
 	(void)!send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL);
@@ -752,7 +762,10 @@ static void scrape_inside_the_look(enum cbcmn__pause_point p, void *seg)
 	while (recv(fd, buf, sizeof(buf), 0) > 0) /* to its close: the task's end */
 		;
 	close(fd);
-	usleep(50000); /* the task's completion, counted after its close */
+	/* The task's completion, counted after its close (a hang guard). */
+	uint64_t deadline = t_now_ns() + T_STALL_NS;
+	while (seg_completions(seg) == done && t_now_ns() < deadline)
+		usleep(100);
 }
 
 static void test_destroy_look_ignores_a_scrape_inside_it(void **state)
