@@ -651,8 +651,9 @@ static void test_ring_client_fails_a_connection_it_cannot_queue(void **state)
 	}
 	if (rc != -EBUSY)
 		fail_msg("rc %d: %s", rc, res.error);
+	/* No count of answers: how many came in ring_load()'s fixed window
+	 * is the host's speed, not the client's behaviour. */
 	assert_true(res.errors > 0 && res.errors <= 2100 - 2048);
-	assert_true(res.requests > 0); /* the 2048 queued ran */
 #endif
 }
 
