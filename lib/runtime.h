@@ -474,6 +474,7 @@ struct cbcmn__exec {
 	size_t altstack_size;
 	void *san_sched_fiber;            /* TSan: the scheduler's own fiber */
 	void *asan_fake;                  /* ASan: the scheduler's fake stack */
+	void *asan_sys_fake;              /* ASan: the system stack's fake stack */
 	const void *sched_stack_lo;       /* ASan: the thread's own stack */
 	size_t sched_stack_size;
 	/* The system stack: the runtime's part of an actor's block and send

@@ -106,7 +106,10 @@ static inline void resumed(struct cbcmn_task *me, struct cbcmn__stack *s)
  * possibly on another executor: callers re-read t->exec. */
 static inline void switch_to_sched(struct cbcmn__exec *e, struct cbcmn__stack *s, void **save)
 {
-	void *dead;
+	/* A finished fiber's context, never resumed, goes here: not into a
+	 * local, which ASan's detect_stack_use_after_return keeps in the fake
+	 * stack that start_switch_fiber(NULL, ...) has just unmapped. */
+	static _Thread_local void *dead;
 	cbcmn__lock_assert_none_held("switch_to_sched");
 #ifdef __SANITIZE_ADDRESS__
 	__sanitizer_start_switch_fiber(save ? &s->asan_fake : NULL, e->sched_stack_lo,
@@ -1168,44 +1171,52 @@ struct sys_park {
  * now that t is off its stack, not by the task resumed. */
 /* ASan follows the stack the thread runs on (its reports, its fake
  * frames): told of each change as for a switch between fibers, the
- * system stack one without fake frames of its own (NULL: none kept). */
-static inline void sys_enter(void)
+ * system stack one whose fake stack (detect_stack_use_after_return) is
+ * kept in e->asan_sys_fake from one park to the next, empty in between
+ * (every frame on it has returned).  Not NULL, "none kept": that made
+ * ASan map a fresh fake stack at every park and unmap it at every leave
+ * (~100 us a park: a ring's 50 ms timed receives expired, the ring died).
+ * The executor's last one is not unmapped: ASan destroys only the current
+ * fake stack, on a switch away for good. */
+static inline void sys_enter(struct cbcmn__exec *e)
 {
 #ifdef __SANITIZE_ADDRESS__
-	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+	__sanitizer_finish_switch_fiber(e->asan_sys_fake, NULL, NULL);
 #endif
+	(void)e;
 }
 
-static inline void sys_leave(const void *lo, size_t size)
+static inline void sys_leave(struct cbcmn__exec *e, const void *lo, size_t size)
 {
 #ifdef __SANITIZE_ADDRESS__
-	__sanitizer_start_switch_fiber(NULL, lo, size);
+	__sanitizer_start_switch_fiber(&e->asan_sys_fake, lo, size);
 #endif
+	(void)e;
 	(void)lo;
 	(void)size;
 }
 
 static struct cbcmn__sys_to park_sys(void *arg)
 {
-	sys_enter();
 	struct sys_park *sp = arg;
 	struct cbcmn_task *t = sp->t;
+	struct cbcmn__exec *e = t->exec;
+	sys_enter(e);
 	if (!sp->begin(sp->arg)) {
-		sys_leave(t->stack->lo, t->stack->size);
+		sys_leave(e, t->stack->lo, t->stack->size);
 		return (struct cbcmn__sys_to){t->sp, NULL};
 	}
-	struct cbcmn__exec *e = t->exec;
 	e->post = CBCMN__POST_SUSPEND;
 	e->post_task = t;
 	struct cbcmn_task *n = cbcmn__is_actor_task(t) ? actor_direct(e, t) : slot_direct(e, t);
 	if (!n) {
 		cbcmn__lock_assert_none_held("switch_to_sched");
-		sys_leave(e->sched_stack_lo, e->sched_stack_size);
+		sys_leave(e, e->sched_stack_lo, e->sched_stack_size);
 		return (struct cbcmn__sys_to){e->sched_sp, NULL}; /* its loop posts */
 	}
 	direct_begin(e, n);
 	run_post(e);
-	sys_leave(n->stack->lo, n->stack->size);
+	sys_leave(e, n->stack->lo, n->stack->size);
 	return (struct cbcmn__sys_to){n->sp, n};
 }
 
@@ -1241,21 +1252,22 @@ struct sys_run {
 	void *(*fn)(void *);
 	void *arg;
 	struct cbcmn__stack *s;
+	struct cbcmn__exec *e;
 };
 
 static void *run_sys(void *arg)
 {
-	sys_enter();
 	struct sys_run *r = arg;
+	sys_enter(r->e);
 	void *rv = r->fn(r->arg);
-	sys_leave(r->s->lo, r->s->size);
+	sys_leave(r->e, r->s->lo, r->s->size);
 	return rv;
 }
 
 void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
 {
 	struct cbcmn__exec *e = t->exec;
-	struct sys_run r = {fn, arg, t->stack};
+	struct sys_run r = {fn, arg, t->stack, e};
 	void *fake;
 	__sanitizer_start_switch_fiber(&fake, e->sys_stack + e->sys_stack_size - SYS_STACK_SIZE,
 				       SYS_STACK_SIZE);
