@@ -42,7 +42,11 @@ struct cbcmn_metrics_server {
 	cbcmn_task *acceptor;              /* its handle, joined by stop */
 	_Atomic bool started;              /* the acceptor has begun */
 	int lfd;                           /* closed by the acceptor as it ends, then -1 */
-	int reserve;                       /* /dev/null, kept for shed_one(); -1: none */
+	/* Kept for shed_one(): /dev/null, or a refused connection's number
+	 * with the listening socket dup'ed over it (a second descriptor of
+	 * that socket: closed with lfd, or the socket would keep listening,
+	 * unanswered).  -1: none. */
+	int reserve;
 	uint16_t port;
 	struct cbcmn__metrics_limits lim;
 	/* The acceptor's alone (then stop's, once the tasks have ended):
@@ -541,6 +545,12 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 	 * the epoll backend would miss a plain close(2). */
 	cbcmn_close(cx, ms->lfd);
 	ms->lfd = -1; /* read by stop after await_all, which orders it */
+	/* The reserve may be a dup of the listening socket (shed_one()):
+	 * left open, the socket would keep taking connections into its
+	 * backlog until stop.  No task waits on it: a plain close. */
+	if (ms->reserve >= 0)
+		close(ms->reserve);
+	ms->reserve = -1;
 	return 0;
 }
 

@@ -804,14 +804,13 @@ static ssize_t scrape_on(int c, int port, char *buf, size_t size)
 	return n;
 }
 
-/* Out of descriptors (EMFILE): the accept cannot take the connection, and
- * its client waited unanswered, the acceptor backing off, until the
- * process closed some.  The server's reserve descriptor makes room: the
- * client gets a 503 at once, and a 200 once descriptors are free. */
-static void test_out_of_descriptors_answers_503_then_serves(void **state)
+/* A server on rt (*ms) serving from a full descriptor table: the limit
+ * lowered to 64 past a socket made beforehand, the table filled once, a
+ * scrape over that socket, then the table freed and the limit restored.
+ * The scrape's answer as scrape_on() gives it. */
+static ssize_t scrape_out_of_descriptors(cbcmn_runtime *rt, cbcmn_metrics_server **ms, char *buf,
+					 size_t size)
 {
-	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
 	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* before the table fills */
 	assert_true(c >= 0);
 	/* The limit first: an io_uring accept takes it as it is queued. */
@@ -822,8 +821,7 @@ static void test_out_of_descriptors_answers_503_then_serves(void **state)
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
 	/* No scrape before: its connection, closed late on the server's
 	 * side, would free a descriptor after the fill. */
-	cbcmn_metrics_server *ms = serve(rt, NULL);
-	int port = cbcmn_metrics_port(ms);
+	*ms = serve(rt, NULL);
 	static int fill[4096];
 	int nfill = 0;
 	/* Once: the server's reserve, let go while it sheds, would be taken
@@ -831,17 +829,30 @@ static void test_out_of_descriptors_answers_503_then_serves(void **state)
 	while (nfill < 4096 && (fill[nfill] = dup(c)) >= 0)
 		nfill++;
 	assert_int_equal(errno, EMFILE);
-	char buf[256];
-	ssize_t n = scrape_on(c, port, buf, sizeof(buf));
+	ssize_t n = scrape_on(c, cbcmn_metrics_port(*ms), buf, size);
 	for (int i = 0; i < nfill; i++)
 		close(fill[i]);
 	close(c);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	return n;
+}
+
+/* Out of descriptors (EMFILE): the accept cannot take the connection, and
+ * its client waited unanswered, the acceptor backing off, until the
+ * process closed some.  The server's reserve descriptor makes room: the
+ * client gets a 503 at once, and a 200 once descriptors are free. */
+static void test_out_of_descriptors_answers_503_then_serves(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms;
+	char buf[256];
+	ssize_t n = scrape_out_of_descriptors(rt, &ms, buf, sizeof(buf));
 	if (n <= 0)
 		fail_msg("no answer while out of descriptors (recv %zd)", n);
 	if (!strstr(buf, "HTTP/1.1 503"))
 		fail_msg("not a 503: %.80s", buf);
-	expect(port, "/metrics", "", 200);
+	expect(cbcmn_metrics_port(ms), "/metrics", "", 200);
 	stop_and_destroy(ms, rt);
 }
 
@@ -1355,6 +1366,40 @@ static void test_format_is_sized_like_snprintf(void **state)
 	assert_int_equal(cbcmn_metrics_format(&src, 1, 0, NULL, 0), -EINVAL);
 }
 
+/* A refused connection's number is kept as the reserve, the listening
+ * socket dup'ed over it: a second descriptor of that socket.  An
+ * acceptor that ended (here on an accept error that is not passing)
+ * closed only the first, and the port went on taking connections into
+ * its backlog, answered by no one, until stop. */
+static void test_ended_acceptor_closes_a_reserve_dup_of_the_socket(void **state)
+{
+	SKIP_WITHOUT_FAULTS();
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn_metrics_server *ms;
+	char buf[256];
+	ssize_t n = scrape_out_of_descriptors(rt, &ms, buf, sizeof(buf));
+	assert_true(n > 0 && strstr(buf, "HTTP/1.1 503")); /* refused: the reserve is the dup */
+	int port = cbcmn_metrics_port(ms);
+	/* Every I/O call fails for good: the next connection's accept ends
+	 * the acceptor. */
+	struct cbcmn__fault_plan plan = {.nth = 1, .every = 1, .err = -EBADF};
+	assert_true(cbcmn__fault_arm(CBCMN__F_IO, &plan));
+	int d = dial(port);
+	close(d);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	bool refused = false;
+	for (uint64_t t0 = t_now_ns(); !refused && t_now_ns() - t0 < T_STALL_NS; usleep(1000)) {
+		int k = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(k >= 0);
+		refused = connect(k, (struct sockaddr *)&a, sizeof(a)) && errno == ECONNREFUSED;
+		close(k);
+	}
+	cbcmn__fault_disarm_all();
+	assert_true(refused);
+	stop_and_destroy(ms, rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1387,6 +1432,7 @@ int main(void)
 		T_WATCHED_TEST(test_serve_ex_refuses_bad_options),
 		T_WATCHED_TEST(test_scrape_shows_actors_and_thread_ids),
 		T_WATCHED_TEST(test_format_is_sized_like_snprintf),
+		T_WATCHED_TEST(test_ended_acceptor_closes_a_reserve_dup_of_the_socket),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
