@@ -333,14 +333,19 @@ static void bad_put(const struct cbcmn__stack *s)
 }
 
 /* Under the pool lock: s, one of p's stacks (pool_own()), goes back to the
- * pool.  Its bit is clear: a stack whose bit is set has its pooled byte set
- * too (slab_new(), and pool_take() clears the bit first), and the put
- * refused it (cbcmn__stack_put(): the one check of a stack put back
- * twice). */
+ * pool.  A put back twice, one after the other, was refused by its pooled
+ * byte (stack_put()); two threads putting s back at once can both read
+ * that byte clear (an unlocked read, then a set) and both spill it here.
+ * The bit, tested under the lock, refuses the second: counted free twice,
+ * s would be handed out twice. */
 static void pool_free(struct cbcmn__stack_pool *p, struct cbcmn__stack *s)
 {
 	uint32_t at, i;
 	struct cbcmn__stack_slab *sl = slab_of(p, s, &at, &i);
+	if (bit_test(sl, i)) {
+		bad_put(s);
+		return;
+	}
 	sl->bits[i / 64] |= bit_of(i);
 	sl->nfree++;
 	p->nfree++;
