@@ -744,6 +744,29 @@ static bool program_busy(struct cbcmn_runtime *rt)
 	return true;
 }
 
+/* The program still holds rt: destroy's look, the same before and after
+ * it stops the scrape endpoints (servers_open: before; their tasks and
+ * nurseries, running, are the runtime's own, not the program's). */
+static bool program_holds(struct cbcmn_runtime *rt, bool open_ok, bool servers_open)
+{
+	/* A task of the program's. */
+	if (servers_open ? program_busy(rt) : cbcmn__seg_live_tasks(&rt->seg) != 0)
+		return true;
+	/* A nursery a thread opened and has not awaited: it can still be
+	 * spawned into, awaited or cancelled (by a holder, cbcmn_nursery_hold),
+	 * each touching rt.  acquire: pairs with cbcmn__nursery_await().
+	 * The scrape endpoints' own (one a server's) are not the program's:
+	 * only a serve or stop racing this one may pass for it (-EBUSY). */
+	uint32_t servers = servers_open ? cbcmn__metrics_servers(rt) : 0;
+	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) > servers)
+		return true;
+	/* A thread blocked on one of its channels, or holding a reservation
+	 * on one: what ends either (a send or close that wakes it; the commit
+	 * or abort) touches rt, and until it ends the channel cannot be
+	 * destroyed.  acquire: pairs with chan.c's thread_out(). */
+	return atomic_load_explicit(&rt->thread_chan, memory_order_acquire) != 0;
+}
+
 int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 {
 	if (!rt)
@@ -754,30 +777,15 @@ int cbcmn__runtime_destroy(cbcmn_runtime *rt, bool open_ok)
 	 * until the function returns: never quiet, a deadlock, not busy. */
 	if (cbcmn__on_runtime_thread(rt))
 		return -EDEADLK;
-	/* Busy with the program's tasks: the scrape endpoints stay, and so
-	 * does everything else (the runtime lives on). */
-	if (program_busy(rt))
-		return -EBUSY;
-	/* A nursery a thread opened and has not awaited: it can still be
-	 * spawned into, awaited or cancelled (by a holder, cbcmn_nursery_hold),
-	 * each touching rt.  acquire: pairs with cbcmn__nursery_await().
-	 * The scrape endpoints' own (one a server's) are not the program's:
-	 * only a serve or stop racing this one may pass for it (-EBUSY). */
-	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) >
-				cbcmn__metrics_servers(rt))
-		return -EBUSY;
-	/* Likewise a thread blocked on one of its channels, or holding a
-	 * reservation on one: what ends either (a send or close that wakes
-	 * it; the commit or abort) touches rt, and until it ends the channel
-	 * cannot be destroyed.  acquire: pairs with chan.c's thread_out(). */
-	if (atomic_load_explicit(&rt->thread_chan, memory_order_acquire) != 0)
+	/* Busy: the scrape endpoints stay, and so does everything else (the
+	 * runtime lives on). */
+	if (program_holds(rt, open_ok, true))
 		return -EBUSY;
 	/* Committed but for a racing spawn: the scrape endpoints' tasks
 	 * would keep it busy for ever, so they end now (cbcmn_metrics_stop),
-	 * and then no task may be left. */
+	 * and then nothing of the program's may be left. */
 	cbcmn__metrics_stop_all(rt);
-	if (cbcmn__seg_live_tasks(&rt->seg) != 0 ||
-	    (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) != 0))
+	if (program_holds(rt, open_ok, false))
 		return -EBUSY;
 	/* Before the executors stop: it may start one (monitor.c). */
 	cbcmn__monitor_stop(rt);

@@ -562,7 +562,9 @@ CBCMN_API int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
  * (cx NULL) has not been awaited (it could still be spawned into, awaited
  * or cancelled), or a thread is blocked on one of its channels or holds
  * a reservation on one (what ends either, a send or close, a commit or
- * abort, touches the runtime).  Must not be called from one of the runtime's own tasks
+ * abort, touches the runtime).  One exception: a spawn (nursery open,
+ * channel wait) racing destroy, after its first look, is refused after
+ * the servers stopped: that -EBUSY leaves the runtime without them.  Must not be called from one of the runtime's own tasks
  * or from a function one of them runs on its blocking pool (cbcmn_blocking):
  * -EDEADLK. */
 CBCMN_API int cbcmn_runtime_destroy(cbcmn_runtime *rt);
