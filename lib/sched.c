@@ -1095,15 +1095,22 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 	return n;
 }
 
+/* t, about to suspend on e (cbcmn__suspend(), park_sys()): its suspension
+ * posted, and what runs next picked (NULL: the scheduler's loop). */
+static inline struct cbcmn_task *suspend_pick(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	e->post = CBCMN__POST_SUSPEND;
+	e->post_task = t;
+	return __builtin_expect(cbcmn__is_actor_task(t), 0) ? actor_direct(e, t)
+							    : slot_direct(e, t);
+}
+
 /* Task side: suspend t, which the caller has set PARKING and registered as
  * a waiter.  Returns once it was woken and resumed. */
 void cbcmn__suspend(struct cbcmn_task *t)
 {
 	struct cbcmn__exec *e = t->exec;
-	e->post = CBCMN__POST_SUSPEND;
-	e->post_task = t;
-	struct cbcmn_task *n = __builtin_expect(cbcmn__is_actor_task(t), 0) ? actor_direct(e, t)
-									     : slot_direct(e, t);
+	struct cbcmn_task *n = suspend_pick(e, t);
 	if (n)
 		switch_direct(e, t, n);
 	else
@@ -1139,6 +1146,13 @@ static void sys_stack_setup(struct cbcmn__exec *e)
 	e->sys_stack = p;
 	e->sys_stack_size = len;
 	e->sys_top = p + len;
+}
+
+/* The system stack's low end, above its guard page (ASan is told of the
+ * switches to it). */
+static inline void *sys_stack_lo(const struct cbcmn__exec *e)
+{
+	return e->sys_stack + e->sys_stack_size - SYS_STACK_SIZE;
 }
 
 static void sys_stack_teardown(struct cbcmn__exec *e)
@@ -1206,9 +1220,7 @@ static struct cbcmn__sys_to park_sys(void *arg)
 		sys_leave(e, t->stack->lo, t->stack->size);
 		return (struct cbcmn__sys_to){t->sp, NULL};
 	}
-	e->post = CBCMN__POST_SUSPEND;
-	e->post_task = t;
-	struct cbcmn_task *n = cbcmn__is_actor_task(t) ? actor_direct(e, t) : slot_direct(e, t);
+	struct cbcmn_task *n = suspend_pick(e, t);
 	if (!n) {
 		cbcmn__lock_assert_none_held("switch_to_sched");
 		sys_leave(e, e->sched_stack_lo, e->sched_stack_size);
@@ -1227,8 +1239,7 @@ bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
 	if (SYS_PARK && __builtin_expect(e->sys_top != NULL, 1)) {
 		struct sys_park sp = {t, begin, arg};
 #ifdef __SANITIZE_ADDRESS__
-		__sanitizer_start_switch_fiber(&s->asan_fake, e->sys_stack + e->sys_stack_size -
-								      SYS_STACK_SIZE, SYS_STACK_SIZE);
+		__sanitizer_start_switch_fiber(&s->asan_fake, sys_stack_lo(e), SYS_STACK_SIZE);
 #endif
 		struct cbcmn_task *me = cbcmn__sys_switch(&t->sp, e->sys_top, park_sys, &sp);
 		if (me) {
@@ -1269,8 +1280,7 @@ void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
 	struct cbcmn__exec *e = t->exec;
 	struct sys_run r = {fn, arg, t->stack, e};
 	void *fake;
-	__sanitizer_start_switch_fiber(&fake, e->sys_stack + e->sys_stack_size - SYS_STACK_SIZE,
-				       SYS_STACK_SIZE);
+	__sanitizer_start_switch_fiber(&fake, sys_stack_lo(e), SYS_STACK_SIZE);
 	void *rv = cbcmn__sys_call(e->sys_top, run_sys, &r);
 	__sanitizer_finish_switch_fiber(fake, NULL, NULL);
 	return rv;
