@@ -1316,7 +1316,8 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		return rc;
 	/* A fiber actor's send: the system stack's.  Not a handler host's
 	 * or a plain task's, whose stacks a hop does not leave cold: there
-	 * the switch would only cost. */
+	 * the switch would only cost.  A plain task's send that waits for
+	 * ever still parks on the system stack (mb_park(): no timer). */
 	if (self && !off && cbcmn__is_actor_task(self)) {
 		/* Paid here: a wait for budget, or the fairness yield, is a
 		 * switch, after which self may run on another executor, one

@@ -297,8 +297,9 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self);
 /* Block until claimed.  Returns CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED or
  * CBCMN__IW_TIMEDOUT (a timer, timer.h). */
 uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw);
-/* The same for an actor's task (iw->w.task set), the runtime's part of
- * it on its executor's system stack (cbcmn__sys_park(), sched.c). */
+/* The same for a task (iw->w.task set), the runtime's part of it on its
+ * executor's system stack (cbcmn__sys_park(), sched.c): an actor's wait
+ * for ever, and a plain task's send that waits for ever (mb_park()). */
 uint32_t cbcmn__iwait_park(struct cbcmn__iwait *iw);
 
 /* Event side: claim the wait.  False if cancellation claimed it first. */
