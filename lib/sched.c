@@ -1101,8 +1101,9 @@ static inline struct cbcmn_task *suspend_pick(struct cbcmn__exec *e, struct cbcm
 {
 	e->post = CBCMN__POST_SUSPEND;
 	e->post_task = t;
-	return __builtin_expect(cbcmn__is_actor_task(t), 0) ? actor_direct(e, t)
-							    : slot_direct(e, t);
+	/* No branch hint: the park on the system stack is an actor's hop, a
+	 * plain suspend mostly a plain task's. */
+	return cbcmn__is_actor_task(t) ? actor_direct(e, t) : slot_direct(e, t);
 }
 
 /* Task side: suspend t, which the caller has set PARKING and registered as
