@@ -13,10 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <unwind.h>
 #include <xmmintrin.h>
 
 #include "helpers.h"
+#include "unwind_test.h"
 
 #include "arch.h"
 
@@ -710,28 +710,17 @@ static void test_ping_pong(void **state)
  * stack top (a fiber stack's descriptor) as frames, "?? ()" after "?? ()".
  */
 
-#define UW_MAX 32
-
 static struct {
 	struct ctx main, fib;
-	uintptr_t ip[UW_MAX];
-	int n, rc;
+	struct t_trace tr;
+	int rc;
 } uw;
-
-static _Unwind_Reason_Code uw_frame(struct _Unwind_Context *c, void *arg)
-{
-	(void)arg;
-	if (uw.n == UW_MAX)
-		return _URC_NORMAL_STOP;
-	uw.ip[uw.n++] = _Unwind_GetIP(c);
-	return _URC_NO_REASON;
-}
 
 /* Somewhere for the debugger to stop: a fiber's frame, not its entry. */
 __attribute__((noinline)) void t_fiber_stop_here(void)
 {
 	__asm__ __volatile__("" ::: "memory");
-	uw.rc = _Unwind_Backtrace(uw_frame, NULL);
+	uw.rc = _Unwind_Backtrace(t_trace_frame, &uw.tr);
 }
 
 static void uw_entry(void *xfer)
@@ -756,21 +745,21 @@ static void test_unwind_stops_at_fiber_entry(void **state)
 	fiber_new(&uw.fib, uw_entry, 0);
 	ctx_switch(&uw.main, &uw.fib, NULL);
 	fiber_free(&uw.fib);
-	for (int i = 0; i < uw.n; i++)
-		printf("  #%d %#lx%s\n", i, (unsigned long)uw.ip[i], in_trap(uw.ip[i]) ? " (trap)" : "");
+	for (int i = 0; i < uw.tr.n; i++)
+		printf("  #%d %#lx%s\n", i, (unsigned long)uw.tr.ip[i], in_trap(uw.tr.ip[i]) ? " (trap)" : "");
 	assert_int_equal(uw.rc, _URC_END_OF_STACK);
 	/* stop_here, the entry, the trap; then libgcc reports the trap's
 	 * undefined return address as one last frame at 0. */
 	int trap_at = -1;
-	for (int i = 0; i < uw.n; i++)
-		if (in_trap(uw.ip[i]))
+	for (int i = 0; i < uw.tr.n; i++)
+		if (in_trap(uw.tr.ip[i]))
 			trap_at = i;
 	if (trap_at < 0)
 		fail_msg("no frame returns into cbcmn__ctx_trap: the unwinder did not find "
 			 "its unwind info");
 	assert_true(trap_at <= 4);
-	for (int i = trap_at + 1; i < uw.n; i++)
-		assert_int_equal(uw.ip[i], 0);
+	for (int i = trap_at + 1; i < uw.tr.n; i++)
+		assert_int_equal(uw.tr.ip[i], 0);
 }
 
 /* The same seen from gdb: the test runs itself under gdb -batch. */

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <unwind.h>
 
 #include "helpers.h"
+#include "unwind_test.h"
 
 #include "cbcmn_actor.h"
 
@@ -197,26 +197,12 @@ static void test_sys_switch_continues_another_context(void **state)
  * runs a block there: the caller's frames, through the unwind info that
  * finds them by the saved stack pointer. */
 
-#define UW_MAX 32
-
-static struct {
-	uintptr_t ip[UW_MAX];
-	int n;
-} uw;
-
-static _Unwind_Reason_Code uw_frame(struct _Unwind_Context *c, void *arg)
-{
-	(void)arg;
-	if (uw.n == UW_MAX)
-		return _URC_NORMAL_STOP;
-	uw.ip[uw.n++] = _Unwind_GetIP(c);
-	return _URC_NO_REASON;
-}
+static struct t_trace uw;
 
 static struct cbcmn__sys_to unwind_fn(void *arg)
 {
 	san_in(NULL);
-	_Unwind_Backtrace(uw_frame, NULL);
+	_Unwind_Backtrace(t_trace_frame, &uw);
 	san_to(NULL, main_lo, main_size);
 	return (struct cbcmn__sys_to){*self_save, arg};
 }
