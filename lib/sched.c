@@ -1149,12 +1149,14 @@ static void sys_stack_setup(struct cbcmn__exec *e)
 	e->sys_top = p + len;
 }
 
+#ifdef __SANITIZE_ADDRESS__
 /* The system stack's low end, above its guard page (ASan is told of the
  * switches to it). */
 static inline void *sys_stack_lo(const struct cbcmn__exec *e)
 {
 	return e->sys_stack + e->sys_stack_size - SYS_STACK_SIZE;
 }
+#endif
 
 static void sys_stack_teardown(struct cbcmn__exec *e)
 {
