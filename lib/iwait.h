@@ -114,11 +114,10 @@ enum { CBCMN__IW_WAITING = 0, CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED, CBCMN__IW_TI
 #define CBCMN__IWAIT_KEEP 160
 
 struct cbcmn__iwait {
-	/* Laid out for the actor's lasting receive record (struct
-	 * cbcmn__iwkeep below): first what neither a wake nor a re-arm
-	 * touches, so that the rest, from w on, and the mailbox's fields
-	 * after it fill two lines there (docs/ACTORS.md, "The receive
-	 * record's lines").
+	/* First the callbacks, set once per wait, which neither its wake
+	 * nor a re-arm touches; from w on, what they do: a record that
+	 * embeds an iwait first can place w at a line's start and keep its
+	 * hot part apart from the cold head (cbcmn__iwkeep, below, does).
 	 *
 	 * Set when the waker must not be woken by cancellation itself (I/O in
 	 * flight): cancellation claims the wait and calls this instead (the

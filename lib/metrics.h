@@ -53,8 +53,9 @@ void cbcmn__metrics_parse(char *buf, size_t hl, struct cbcmn__metrics_req *r);
 
 /* cbcmn_runtime_destroy(): stop every server still running on rt. */
 void cbcmn__metrics_stop_all(struct cbcmn_runtime *rt);
-/* The servers on rt's list: each holds a nursery a thread opened (serve's),
- * on the list from after its open to before its await. */
-uint32_t cbcmn__metrics_servers(struct cbcmn_runtime *rt);
+/* How many of rt's open thread nurseries (rt->thread_nurseries) are the
+ * metrics module's own, not the program's: a lower bound while a serve
+ * or stop runs (cbcmn_runtime_destroy(): -EBUSY then). */
+uint32_t cbcmn__metrics_nurseries(struct cbcmn_runtime *rt);
 
 #endif

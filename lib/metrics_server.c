@@ -748,7 +748,9 @@ int cbcmn_metrics_stop(cbcmn_metrics_server *ms)
 	return 0;
 }
 
-uint32_t cbcmn__metrics_servers(struct cbcmn_runtime *rt)
+/* One a server on rt's list: serve opens the server's nursery before it
+ * lists it, and stop or destroy unlists it before the await. */
+uint32_t cbcmn__metrics_nurseries(struct cbcmn_runtime *rt)
 {
 	uint32_t k = 0;
 	cbcmn__mutex_lock(&metrics_lock);

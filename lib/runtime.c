@@ -755,10 +755,10 @@ static bool program_holds(struct cbcmn_runtime *rt, bool open_ok, bool servers_o
 	/* A nursery a thread opened and has not awaited: it can still be
 	 * spawned into, awaited or cancelled (by a holder, cbcmn_nursery_hold),
 	 * each touching rt.  acquire: pairs with cbcmn__nursery_await().
-	 * The scrape endpoints' own (one a server's) are not the program's:
-	 * only a serve or stop racing this one may pass for it (-EBUSY). */
-	uint32_t servers = servers_open ? cbcmn__metrics_servers(rt) : 0;
-	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) > servers)
+	 * The scrape endpoints' own are not the program's: only a serve or
+	 * stop racing this one may pass for it (-EBUSY). */
+	uint32_t own = servers_open ? cbcmn__metrics_nurseries(rt) : 0;
+	if (!open_ok && atomic_load_explicit(&rt->thread_nurseries, memory_order_acquire) > own)
 		return true;
 	/* A thread blocked on one of its channels, or holding a reservation
 	 * on one: what ends either (a send or close that wakes it; the commit
