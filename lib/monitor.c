@@ -54,7 +54,8 @@
  * earlier when the oldest run it saw becomes a stall, and every
  * cfg.owe_ns (1 ms by default) while actors' owed notifications come and
  * go or one waits to be paid (owe_look()); a sleep longer than owe_ns is
- * cut short by the next debt opened (mon_sleep_long()).  While every
+ * cut short by the next debt opened, and one longer than 8 owe_ns
+ * looks at the debts once more owe_ns into it (mon_sleep_long()).  While every
  * executor is parked it sleeps without a timeout and an executor leaving
  * its park wakes it (cbcmn__monitor_poke()): a quiet process never sees
  * it.  The executors pay one relaxed store per run (diag.run_task) and one
@@ -93,6 +94,9 @@
 #define MON_LOAD_NS 10000000ull
 /* ... and averaged over this span (cbcmn__host_run_avg()). */
 #define MON_LOAD_SPAN_NS 80000000ull
+/* A sleep longer than this many cfg.owe_ns, nothing owed, looks at the
+ * debts again owe_ns in (mon_sleep_long(), the window). */
+#define MON_WINDOW_OWES 8u
 
 /* rt->mon_word: what the monitor does (a futex word). */
 enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2, MON_LONG = CBCMN__MON_LONG };
@@ -106,6 +110,9 @@ struct cbcmn__monitor {
 	/* Tests: sleeps of mon_sleep_long()'s begun in MON_LONG, and those
 	 * a debt's poke cut short (the word was moved off MON_LONG). */
 	_Atomic uint64_t long_sleeps, owe_pokes;
+	/* ... and those cut short by our look after their first owe_ns: a
+	 * debt opened as we said MON_LONG, whose poke missed us. */
+	_Atomic uint64_t owe_late;
 	/* Per executor, the monitor's own: the run it saw last, its tasks
 	 * started by then, and since when it saw neither move. */
 	uint64_t *seen_seq, *seen_runs, *seen_ns;
@@ -446,30 +453,97 @@ static bool owe_moved(const struct cbcmn__monitor *m)
 	return false;
 }
 
+/* Say state (MON_IDLE or MON_LONG) in the monitor's word: the first half
+ * of a store-buffering pair with the executors, whose second half is a
+ * look at what they publish (mon_all_parked(), owe_moved()).  seq_cst,
+ * a locked instruction once a sleep.  False on MON_STOP: nobody else
+ * leaves MON_TICKING. */
+static bool mon_enter(struct cbcmn_runtime *rt, uint32_t state)
+{
+	uint32_t w = MON_TICKING;
+	return atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, state,
+						       memory_order_seq_cst, memory_order_relaxed);
+}
+
+/* Leave state for MON_TICKING, unless a waker (mon_wake_from()) did it
+ * first.  What we found there: state (we left it), MON_TICKING (a waker
+ * moved it: we were poked) or MON_STOP. */
+static uint32_t mon_leave(struct cbcmn_runtime *rt, uint32_t state)
+{
+	uint32_t w = state;
+	atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
+						memory_order_relaxed, memory_order_relaxed);
+	return w;
+}
+
+/* Every executor parked: sleep until one leaves its park.  A
+ * store-buffering pair with cbcmn__monitor_poke() after cbcmn__park(): we
+ * say MON_IDLE, then look at the idle bits again; an executor clears its
+ * bit, then looks at our word.  Either we see it awake, or it sees
+ * MON_IDLE and wakes us.  *parked: whether we slept (else one woke
+ * between the two looks).  False on MON_STOP. */
+static bool mon_sleep_idle(struct cbcmn__monitor *m, bool *parked)
+{
+	struct cbcmn_runtime *rt = m->rt;
+	if (!mon_enter(rt, MON_IDLE))
+		return false;
+	*parked = mon_all_parked(rt);
+	if (*parked)
+		mon_sleep(m, MON_IDLE, 0);
+	return mon_leave(rt, MON_IDLE) != MON_STOP;
+}
+
 /* Sleep *ns, longer than cfg.owe_ns, nothing owed at our last look (the
  * back-off).  Said MON_LONG, so that the next debt opened wakes us
  * (monitor.h, cbcmn__monitor_owe_poke()) and is paid owe_ns after it
- * opened, not after up to stall_ns / 2; then we look at the debts' words
- * again: one that opened between our look and our MON_LONG store did not
- * see it, and we sleep owe_ns instead (*ns is what we asked).  A debt's
- * opener that found MON_LONG put MON_TICKING back; so do we, once awake.
- * False on MON_STOP. */
+ * opened, not after up to stall_ns / 2.  A debt's opener that found
+ * MON_LONG put MON_TICKING back; so do we, once awake.
+ *
+ * The window: the opener stores its debt, then loads our word; we store
+ * MON_LONG, then load the debts' words (owe_moved()).  Our side is
+ * ordered (a seq_cst exchange, then loads); the opener's is not: its
+ * store may still sit in its store buffer as its load reads MON_TICKING,
+ * and then our look misses the debt too.  A fence between the opener's
+ * store and load would close it at every debt opened: one a hop of a
+ * chain of actors (on x86 an mfence, tens of cycles of a hop of 150 ns).
+ * We pay instead, in long sleeps only: owe_ns into one longer than
+ * MON_WINDOW_OWES owe_ns we look at the debts' words again.  By then
+ * (100 us at least) the opener's store, made before its load, has left
+ * its store buffer (the hardware drains one in nanoseconds; C11 says
+ * "within a reasonable amount of time"): a debt opened in the window is
+ * found there and paid within 2 owe_ns, as any other.  The cost: a wake
+ * more a sleep of that length, our own timeout.  A shorter sleep is
+ * waited out (within MON_WINDOW_OWES + 1 owe_ns, then): a look in each
+ * would add a wake to every one of the back-off's, which with the
+ * default stall_ns and owe_ns (5 ms, 1 ms) nearly doubled the monitor's
+ * wakes on a busy runtime (docs/SCHEDULER.md, "The monitor's sleeps").
+ * A debt opened between our last look and our MON_LONG store is found
+ * by the first look below.  *ns is what we asked for, owe_ns if we cut
+ * the sleep there.  False on MON_STOP. */
 static bool mon_sleep_long(struct cbcmn__monitor *m, uint64_t *ns)
 {
 	struct cbcmn_runtime *rt = m->rt;
-	uint32_t w = MON_TICKING;
-	if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_LONG,
-						     memory_order_seq_cst, memory_order_relaxed))
-		return false; /* MON_STOP: nobody else leaves MON_TICKING */
-	if (owe_moved(m))
-		*ns = rt->cfg.owe_ns;
-	else
+	uint64_t owe_ns = rt->cfg.owe_ns;
+	if (!mon_enter(rt, MON_LONG))
+		return false;
+	bool moved = owe_moved(m);
+	if (!moved)
 		atomic_fetch_add_explicit(&m->long_sleeps, 1, memory_order_relaxed);
-	mon_sleep(m, MON_LONG, *ns);
-	w = MON_LONG;
-	if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
-						     memory_order_relaxed, memory_order_relaxed) &&
-	    w == MON_TICKING) /* a debt's opener moved it: poked */
+	uint64_t first = moved || *ns > MON_WINDOW_OWES * owe_ns ? owe_ns : *ns;
+	mon_sleep(m, MON_LONG, first);
+	if (first < *ns && !moved &&
+	    atomic_load_explicit(&rt->mon_word, memory_order_relaxed) == MON_LONG) {
+		/* Nobody woke us: the window's look. */
+		moved = owe_moved(m);
+		if (moved)
+			atomic_fetch_add_explicit(&m->owe_late, 1, memory_order_relaxed);
+		else
+			mon_sleep(m, MON_LONG, *ns - owe_ns);
+	}
+	if (moved)
+		*ns = owe_ns;
+	uint32_t w = mon_leave(rt, MON_LONG);
+	if (w == MON_TICKING) /* a debt's opener moved it: poked */
 		atomic_fetch_add_explicit(&m->owe_pokes, 1, memory_order_relaxed);
 	return w != MON_STOP;
 }
@@ -583,26 +657,8 @@ static void *mon_main(void *arg)
 			m->load_at = now;
 		}
 		if (r.quiet) {
-			/* Every executor parked: sleep until one leaves its
-			 * park.  A store-buffering pair with
-			 * cbcmn__monitor_poke() after cbcmn__park(): we say
-			 * MON_IDLE, then look at the idle bits again; an
-			 * executor clears its bit, then looks at our word.
-			 * Either we see it awake, or it sees MON_IDLE and
-			 * wakes us. */
-			uint32_t w = MON_TICKING;
-			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_IDLE,
-								     memory_order_seq_cst,
-								     memory_order_relaxed))
-				break; /* MON_STOP: nobody else leaves MON_TICKING */
-			bool parked = mon_all_parked(rt);
-			if (parked && !mon_sleep(m, MON_IDLE, 0))
-				break;
-			w = MON_IDLE;
-			if (!atomic_compare_exchange_strong_explicit(&rt->mon_word, &w, MON_TICKING,
-								     memory_order_relaxed,
-								     memory_order_relaxed) &&
-			    w == MON_STOP)
+			bool parked;
+			if (!mon_sleep_idle(m, &parked))
 				break;
 			backoff = m->tick_ns; /* work came: its runs are new */
 			if (parked)
@@ -740,4 +796,9 @@ uint64_t cbcmn__monitor_long_sleeps(const struct cbcmn_runtime *rt)
 uint64_t cbcmn__monitor_owe_pokes(const struct cbcmn_runtime *rt)
 {
 	return rt->mon ? atomic_load_explicit(&rt->mon->owe_pokes, memory_order_relaxed) : 0;
+}
+
+uint64_t cbcmn__monitor_owe_late(const struct cbcmn_runtime *rt)
+{
+	return rt->mon ? atomic_load_explicit(&rt->mon->owe_late, memory_order_relaxed) : 0;
 }

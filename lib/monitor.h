@@ -39,9 +39,10 @@ static inline void cbcmn__monitor_poke(struct cbcmn_runtime *rt)
  * looks every owe_ns and does not say MON_LONG: a chain's hops pay one
  * relaxed load of a word written only when the monitor backs off, and a
  * wake (a system call) at most once for each sleep longer than owe_ns.
- * Relaxed: our debt's store and this load may pass the monitor's MON_LONG
- * store and its look again (monitor.c, mon_sleep_long()); that window of
- * a few instructions costs only the monitor's back-off, as before. */
+ * Relaxed, no fence between our debt's store and this load: both may
+ * pass the monitor's MON_LONG store and its look at the debts; the
+ * monitor looks again owe_ns into its long sleep for such a debt
+ * (monitor.c, mon_sleep_long(): the window). */
 #define CBCMN__MON_LONG 3u
 void cbcmn__monitor_owe_poke_slow(struct cbcmn_runtime *rt);
 static inline void cbcmn__monitor_owe_poke(struct cbcmn_runtime *rt)
@@ -98,5 +99,9 @@ uint64_t cbcmn__monitor_owe_paid(const struct cbcmn_runtime *rt);
  * opened during one is paid through the poke).  0 without a monitor. */
 uint64_t cbcmn__monitor_long_sleeps(const struct cbcmn_runtime *rt);
 uint64_t cbcmn__monitor_owe_pokes(const struct cbcmn_runtime *rt);
+/* Long sleeps cut short after their first owe_ns by a debt that opened
+ * as the monitor said MON_LONG and did not poke it (the window,
+ * mon_sleep_long()).  0 without a monitor. */
+uint64_t cbcmn__monitor_owe_late(const struct cbcmn_runtime *rt);
 
 #endif

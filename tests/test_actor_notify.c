@@ -527,6 +527,59 @@ static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off
 	assert_true(o->pokes >= 1);
 }
 
+/* ---- a debt whose poke missed the monitor ---- */
+
+/* The window (monitor.c, mon_sleep_long()): a debt opened as the
+ * monitor says MON_LONG may have its opener's load of the monitor's word
+ * pass its store (a store buffer), and so neither pokes the monitor nor
+ * is seen by the monitor's look after its MON_LONG store.  The hardware
+ * makes that window a few nanoseconds wide; here a task on executor e
+ * stands for such an opener: once the monitor has begun a long sleep, it
+ * opens a debt on e as owe_notify() does but does not poke.  Once the
+ * back-off's sleeps are longer than 8 owe_ns (1 s: owe_ns is 100 ms),
+ * the monitor must find the debt at its look owe_ns into the sleep
+ * (owe_late counts the sleeps cut there); without that look it waited
+ * for the whole sleep and paid it at the look after.  Order only: every
+ * wait is a hang guard.  The back-off's first long sleeps (128 to 512 ms)
+ * have no such look, and a task kept off its CPU for owe_ns (a loaded
+ * host) may open the debt after it: then the sleep's own end finds the
+ * debt, and we try again, over eight long sleeps. */
+#define UNPOKED_OWE_NS 100000000ull
+
+static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	for (int k = 0; k < 8 && cbcmn__monitor_owe_late(rt) == 0; k++) {
+		uint64_t l = cbcmn__monitor_long_sleeps(rt), paid = cbcmn__monitor_owe_paid(rt);
+		uint64_t t0 = t_now_ns();
+		while (cbcmn__monitor_long_sleeps(rt) == l && t_now_ns() - t0 < T_STALL_NS)
+			;
+		TASK_CHECK(cbcmn__monitor_long_sleeps(rt) != l);
+		uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
+		atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
+		for (t0 = t_now_ns();
+		     cbcmn__monitor_owe_paid(rt) == paid && t_now_ns() - t0 < T_STALL_NS;)
+			;
+		TASK_CHECK(cbcmn__monitor_owe_paid(rt) != paid);
+		cbcmn__owe_close(e);
+	}
+	return (int64_t)cbcmn__monitor_owe_late(rt);
+}
+
+static void test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = quiet_runtime(true, UNPOKED_OWE_NS);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, unpoked_root, NULL, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(res >= 1);
+	assert_int_equal(cbcmn__monitor_owe_pokes(rt), 0);
+	t_destroy(rt);
+}
+
 /* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
 static void test_owe_ns_out_of_bounds_is_refused(void **state)
 {
@@ -563,6 +616,7 @@ int main(void)
 		cmocka_unit_test(test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over),
 		cmocka_unit_test(test_a_sender_that_computes_on_has_its_debt_paid_once),
 		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
+		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -439,14 +439,12 @@ typedef struct cbcmn_config {
 	 * An actor that wakes another into its executor's empty next-task
 	 * slot notifies no idle executor yet: it typically blocks next and
 	 * runs the woken one itself.  A sender that computes on instead,
-	 * without a runtime call, owes that notification; the stall monitor
-	 * pays it once it has found it open, the same debt, at two looks
-	 * owe_ns apart.  It looks every owe_ns while such debts come and go
-	 * (a chain of actors runs), else at its ordinary ticks (1 ms to
-	 * stall_ns / 2, 1 s at most), and the first debt opened while it
-	 * sleeps longer than owe_ns wakes it.  So a debt is paid after owe_ns
-	 * to 2 owe_ns, after a quiet spell too (but for one opened as the
-	 * monitor begins such a sleep: up to that sleep, docs/ACTORS.md).
+	 * without a runtime call, owes that notification, and the stall
+	 * monitor pays it: the woken actor starts on an idle executor owe_ns
+	 * to 2 owe_ns after the wake, rarely up to 9 owe_ns (docs/SCHEDULER.md,
+	 * "The monitor's sleeps"); a sender that blocks first runs it itself.
+	 * A smaller owe_ns hands over sooner; its cost is the monitor's
+	 * looks, every owe_ns while chains of actors run.
 	 * 0: 1 ms; else CBCMN_OWE_MIN_NS to CBCMN_OWE_MAX_NS (-EINVAL
 	 * outside).  Without a monitor (stall_ns CBCMN_STALL_OFF, lab mode)
 	 * nothing is owed: every such wake notifies at once. */
