@@ -308,9 +308,12 @@ static int sync_msg(int fd, uint64_t ud)
 	struct io_uring_sqe sqe;
 	memset(&sqe, 0, sizeof(sqe));
 	io_uring_prep_msg_ring(&sqe, fd, 0, ud, 0);
-	return syscall(__NR_io_uring_register, -1, IORING_REGISTER_SEND_MSG_RING, &sqe, 1) < 0
-		       ? -errno
-		       : 0;
+	int saved = errno; /* a program's thread's (cbcmn__doorbell()) */
+	int rc = syscall(__NR_io_uring_register, -1, IORING_REGISTER_SEND_MSG_RING, &sqe, 1) < 0
+			 ? -errno
+			 : 0;
+	errno = saved;
+	return rc;
 }
 
 /* What the kernel supports, once per runtime, on the creating thread: the
@@ -798,20 +801,34 @@ static void doorbell_sent(struct cbcmn__exec *me, struct cbcmn__exec *target, in
 	CBCMN_PROBE4(doorbell, (int)me->id, target->id, how, target->rt->seg.rt_id);
 }
 
-/* An SQPOLL executor's doorbell to target: a MSG_RING sent by the calling
- * thread itself (sync_msg()), which posts target's CQE and wakes it when
- * the call returns.  Not the eventfd first: its read, armed on an SQPOLL
- * ring, completes only once that ring's poller thread runs (the read's
- * poll wake-up is task work for the thread that issued it), one more
- * thread to get a CPU each hop: 1.27x a parked round trip on a quiet
- * host, 40x (5-20 ms) in a throttled cgroup (docs/BENCHMARKS.md,
- * "Nineteenth session").  0, or it failed (no such call, the target's
- * ring gone or its CQ full): the eventfd serves. */
-static int doorbell_sync(struct cbcmn__exec *me, struct cbcmn__exec *target)
+/* A doorbell to an SQPOLL executor, from src (an executor's id, or
+ * rt->nexec: a thread outside the runtime): a MSG_RING sent by the
+ * calling thread itself (sync_msg()), which posts target's CQE and wakes
+ * it when the call returns.  Not the eventfd first: its read, armed on an
+ * SQPOLL ring, completes only once that ring's poller thread runs (the
+ * read's poll wake-up is task work for the thread that issued it), one
+ * more thread to get a CPU each hop: 1.27x a parked round trip on a
+ * quiet host, 40x (5-20 ms) in a throttled cgroup (docs/BENCHMARKS.md,
+ * "Nineteenth session").  The same for a thread of the program's: a
+ * channel send or a task's wake from it.  Its fd is the eventfd's peer
+ * in lifetime: the number stays ours while anyone may ring it
+ * (ring_fd_drop()).  0, or it failed (no such call, no SQPOLL rings, the
+ * target's ring gone or its CQ full): the eventfd serves. */
+static int doorbell_sync(struct cbcmn__exec *target, uint32_t src)
 {
 	if (!doorbell_sync_on(target->rt))
 		return -EOPNOTSUPP;
-	return sync_msg(doorbell_fd(target), CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3));
+	return sync_msg(doorbell_fd(target), CBCMN__UD_DOORBELL | ((uint64_t)src << 3));
+}
+
+/* A doorbell rung by a thread outside rt: counted (how: 0 a MSG_RING, 1
+ * the eventfd) and probed. */
+static void ext_doorbell_sent(struct cbcmn_runtime *rt, struct cbcmn__exec *target, int how)
+{
+	atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
+	if (how == 0)
+		atomic_fetch_add_explicit(&rt->ext_msg_doorbells, 1, memory_order_relaxed);
+	CBCMN_PROBE4(doorbell, -1, target->id, how, rt->seg.rt_id);
 }
 
 /* Are an executor's doorbells MSG_RINGs, from its ring or without one
@@ -822,14 +839,16 @@ bool cbcmn__doorbells_are_msg_rings(const struct cbcmn_runtime *rt)
 }
 
 /* Ring target's doorbell: a MSG_RING CQE on its ring from the calling
- * executor's ring; from an SQPOLL executor a MSG_RING sent without a ring
- * (doorbell_sync()); else, or when either fails, a write to its eventfd
- * (any other thread; MSG_RING missing, turned off or sent late: above). */
+ * executor's ring; to an SQPOLL executor a MSG_RING sent without a ring
+ * (doorbell_sync(), from any thread); else, or when either fails, a write
+ * to its eventfd (MSG_RING missing, turned off or sent late: above; the
+ * epoll backend). */
 void cbcmn__doorbell(struct cbcmn__exec *target)
 {
 	struct cbcmn_runtime *rt = target->rt;
 	struct cbcmn__exec *me = cbcmn__tls_exec;
-	if (me && me->rt == rt && me->ring.enabled && cbcmn__doorbell_msg_ring(rt)) {
+	bool ours = me && me->rt == rt;
+	if (ours && me->ring.enabled && cbcmn__doorbell_msg_ring(rt)) {
 		struct io_uring_sqe *sqe = cbcmn__ring_sqe(me);
 		io_uring_prep_msg_ring(sqe, doorbell_fd(target), 0,
 				       CBCMN__UD_DOORBELL | ((uint64_t)me->id << 3), 0);
@@ -845,17 +864,13 @@ void cbcmn__doorbell(struct cbcmn__exec *target)
 		doorbell_sent(me, target, 0);
 		return;
 	}
-	if (me && me->rt == rt && doorbell_sync(me, target) == 0) {
-		doorbell_sent(me, target, 0);
-		return;
-	}
-	cbcmn__efd_ring(target);
-	if (me && me->rt == rt) {
-		doorbell_sent(me, target, 1);
-		return;
-	}
-	atomic_fetch_add_explicit(&rt->seg.hdr->ext_doorbells, 1, memory_order_relaxed);
-	CBCMN_PROBE4(doorbell, -1, target->id, 1, rt->seg.rt_id);
+	int how = doorbell_sync(target, ours ? me->id : rt->nexec) == 0 ? 0 : 1;
+	if (how)
+		cbcmn__efd_ring(target);
+	if (ours)
+		doorbell_sent(me, target, how);
+	else
+		ext_doorbell_sent(rt, target, how);
 }
 
 /* The executor's thread died and a new one takes over (sched.c).  The old

@@ -595,6 +595,9 @@ struct cbcmn_runtime {
 	 * and ended and doorbells rung by threads outside the executors,
 	 * executors started and retired. */
 	struct cbcmn__seg seg;
+	/* Of seg's ext_doorbells, those rung by a MSG_RING without a ring
+	 * (SQPOLL rings, ring.c), not the eventfd (tests). */
+	_Atomic uint64_t ext_msg_doorbells;
 	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
 	struct cbcmn__ring_caps ring_caps;
 	bool ep_backend;                  /* executors wait with epoll, not io_uring (epoll.c) */

@@ -2514,6 +2514,133 @@ static void test_regression_sqpoll_doorbell_waits_for_no_poller(void **state)
 	t_destroy(rt);
 }
 
+/* A thread outside the runtime (no executor of its own) wakes a task
+ * parked on an SQPOLL executor, by a channel send, in rounds: each value
+ * arrives, and the doorbells it rang are MSG_RINGs sent without a ring
+ * where the kernel has them (IORING_REGISTER_SEND_MSG_RING, 6.13; counted
+ * in ext_msg_doorbells), eventfd writes otherwise; on a runtime without
+ * SQPOLL rings, and on the epoll backend, eventfd writes.  Before, an
+ * outside thread always wrote the eventfd, whose read on an SQPOLL ring
+ * completes only once the ring's poller thread runs (test above). */
+#define OUTDB_ROUNDS 50
+
+struct outdb {
+	cbcmn_runtime *rt;
+	cbcmn_chan *ch;
+	_Atomic long got; /* the values the task received */
+};
+
+static int64_t outdb_task(cbcmn_cx *cx, void *arg)
+{
+	struct outdb *o = arg;
+	for (long v = 0, k = 0; k < OUTDB_ROUNDS; k++) {
+		if (cbcmn_chan_recv(cx, o->ch, &v) != 0 || v != k)
+			return -1;
+		atomic_store(&o->got, k + 1);
+	}
+	return 0;
+}
+
+/* Send each round once the executor has parked again (a hang guard's
+ * wait): every round's wake needs a doorbell. */
+static void *outdb_thread(void *arg)
+{
+	struct outdb *o = arg;
+	for (long v = 0; v < OUTDB_ROUNDS; v++) {
+		uint64_t t0 = t_now_ns();
+		for (;;) {
+			cbcmn_stats s;
+			cbcmn_executor_stats x;
+			if (cbcmn_stats_snapshot(o->rt, &s, &x, 1) != 0 ||
+			    (x.state == CBCMN_EXEC_PARKED && atomic_load(&o->got) == v) ||
+			    t_now_ns() - t0 > T_STALL_NS)
+				break;
+			sched_yield();
+		}
+		if (cbcmn_chan_send(NULL, o->ch, &v) != 0)
+			break;
+	}
+	return NULL;
+}
+
+/* Outside doorbells rung, and of them MSG_RINGs, while o's rounds ran on rt. */
+static void outdb_run(cbcmn_runtime *rt, uint64_t *ext, uint64_t *msg)
+{
+	struct outdb o = {.rt = rt, .got = 0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &o.ch), 0);
+	cbcmn_stats s0, s1;
+	assert_int_equal(cbcmn_stats_snapshot(rt, &s0, NULL, 0), 0);
+	uint64_t m0 = atomic_load(&((struct cbcmn_runtime *)rt)->ext_msg_doorbells);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, outdb_thread, &o), 0);
+	t_run(rt, outdb_task, &o, 0);
+	pthread_join(th, NULL);
+	assert_int_equal(atomic_load(&o.got), OUTDB_ROUNDS);
+	assert_int_equal(cbcmn_stats_snapshot(rt, &s1, NULL, 0), 0);
+	*ext = s1.ext_doorbells - s0.ext_doorbells;
+	*msg = atomic_load(&((struct cbcmn_runtime *)rt)->ext_msg_doorbells) - m0;
+	cbcmn_chan_destroy(o.ch);
+	t_destroy(rt);
+}
+
+/* A runtime of one parked executor, on backend, with SQPOLL rings if sq;
+ * NULL (skipped) where SQPOLL rings cannot be made. */
+static cbcmn_runtime *outdb_runtime(uint32_t backend, bool sq)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.spin_ns = CBCMN_SPIN_NONE; /* parked: every round needs its doorbell */
+	cfg.backend = backend;
+	return sq ? sqpoll_runtime(&cfg) : t_runtime_cfg(&cfg);
+}
+
+static void test_a_thread_outside_rings_an_sqpoll_executor_by_msg_ring(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("test_a_thread_outside_rings_an_sqpoll_executor_by_msg_ring");
+	static const uint32_t backends[] = {CBCMN_BACKEND_IO_URING, CBCMN_BACKEND_EPOLL};
+	for (size_t k = 0; k < 2; k++)
+		for (int sq = 0; sq < 2; sq++) {
+			cbcmn_runtime *rt = outdb_runtime(backends[k], sq);
+			if (!rt)
+				return;
+			bool sync = ((struct cbcmn_runtime *)rt)->ring_caps.sync_msg_ring;
+			uint64_t ext, msg;
+			outdb_run(rt, &ext, &msg);
+			/* The spawn from this thread may ring one too. */
+			assert_true(ext >= OUTDB_ROUNDS);
+			if (sq && k == 0 && sync)
+				assert_int_equal(msg, ext);
+			else
+				assert_int_equal(msg, 0);
+			if (sq && k == 0 && !sync)
+				printf("  no IORING_REGISTER_SEND_MSG_RING (before 6.13): eventfd doorbells\n");
+		}
+}
+
+/* The same thread's MSG_RINGs refused, one in three (the target's ring
+ * gone, its CQ full): the eventfd rings for each, no wake is lost. */
+static void test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd");
+	cbcmn_runtime *rt = outdb_runtime(CBCMN_BACKEND_IO_URING, true);
+	if (!rt)
+		return;
+	bool sync = ((struct cbcmn_runtime *)rt)->ring_caps.sync_msg_ring;
+	struct cbcmn__fault_plan plan = {.nth = 1, .every = 3, .err = -ENOMEM};
+	bool armed = cbcmn__fault_arm(CBCMN__F_MSG_RING, &plan);
+	uint64_t ext, msg;
+	outdb_run(rt, &ext, &msg); /* every round delivered */
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MSG_RING);
+	cbcmn__fault_disarm_all();
+	if (sync && armed) {
+		assert_true(fails > 0);
+		assert_int_equal(msg + fails, ext);
+	}
+}
+
 /* A send to a full socket waits in the ring until the reader drains it.
  * Every byte arrives, in order. */
 #define FULL_BYTES (4u << 20)
@@ -2632,6 +2759,8 @@ int main(void)
 		T_WATCHED_TEST(test_regression_sqpoll_full_sq_is_not_ebusy),
 		T_WATCHED_TEST(test_regression_sqpoll_doorbell_outlives_its_ring),
 		T_WATCHED_TEST(test_regression_sqpoll_doorbell_waits_for_no_poller),
+		T_WATCHED_TEST(test_a_thread_outside_rings_an_sqpoll_executor_by_msg_ring),
+		T_WATCHED_TEST(test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd),
 		T_WATCHED_TEST(test_regression_sqpoll_sqes_counted_once),
 		T_WATCHED_TEST(test_regression_notify_recursion_with_io_pending),
 		T_WATCHED_TEST(test_regression_iowq_cap_starves_a_ready_blocking_read),

@@ -847,45 +847,96 @@ static int64_t db_main(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
-/* Round trip between two tasks pinned to two executors on two CPUs, over a
- * pair of channels: each hop wakes the other side's task, which goes home
- * through the lanes and, if its executor sleeps, a doorbell. */
 /* Why an SQPOLL runtime could not be made (its figures are skipped). */
 static int sqpoll_refused;
 
-static double doorbell_rtt(uint64_t spin_ns, uint32_t ring_flags, long rounds)
+/* A runtime of nexec parked (spin_ns) or spinning executors with rings
+ * of ring_flags, and p's channels; NULL where SQPOLL rings are refused. */
+static cbcmn_runtime *db_open(uint32_t nexec, uint64_t spin_ns, uint32_t ring_flags,
+			      struct db_pp *p)
 {
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
-	cfg.workers = 2;
+	cfg.workers = nexec;
 	cfg.spin_ns = spin_ns;
 	cfg.ring_flags = ring_flags;
 	cbcmn_runtime *rt;
 	int rc = cbcmn_runtime_create(&cfg, &rt);
 	if (rc && (ring_flags & CBCMN_RING_SQPOLL)) {
 		sqpoll_refused = rc; /* the caller skips SQPOLL's figures */
-		return NAN;
+		return NULL;
 	}
 	if (rc)
 		die("runtime_create", rc);
-	struct db_pp p = {.rounds = rounds};
-	if ((rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ab)) ||
-	    (rc = cbcmn_chan_create(rt, 1, sizeof(long), &p.ba)))
+	if ((rc = cbcmn_chan_create(rt, 1, sizeof(long), &p->ab)) ||
+	    (rc = cbcmn_chan_create(rt, 1, sizeof(long), &p->ba)))
 		die("chan_create", rc);
+	return rt;
+}
+
+/* The ns a round trip of p's, and rt gone. */
+static double db_close(cbcmn_runtime *rt, struct db_pp *p)
+{
+	cbcmn_chan_destroy(p->ab);
+	cbcmn_chan_destroy(p->ba);
+	cbcmn_runtime_destroy(rt);
+	return (double)p->ns / (double)p->rounds;
+}
+
+/* Round trip between two tasks pinned to two executors on two CPUs, over a
+ * pair of channels: each hop wakes the other side's task, which goes home
+ * through the lanes and, if its executor sleeps, a doorbell. */
+static double doorbell_rtt(uint64_t spin_ns, uint32_t ring_flags, long rounds)
+{
+	struct db_pp p = {.rounds = rounds};
+	cbcmn_runtime *rt = db_open(2, spin_ns, ring_flags, &p);
+	if (!rt)
+		return NAN;
 	int64_t r;
+	int rc;
 	if ((rc = cbcmn_runtime_run(rt, db_main, &p, &r)) || r)
 		die("doorbell ping-pong", rc ? rc : r);
-	cbcmn_chan_destroy(p.ab);
-	cbcmn_chan_destroy(p.ba);
-	cbcmn_runtime_destroy(rt);
-	return (double)p.ns / (double)rounds;
+	return db_close(rt, &p);
+}
+
+/* db_side() 0 on a thread of the program's (no cx: the channels' thread
+ * calls). */
+static void *db_thread(void *arg)
+{
+	return (void *)(intptr_t)db_side(NULL, arg);
+}
+
+/* Round trip between a thread outside the runtime (on CPU 0) and a task on
+ * its one parked executor (CPU 1): the thread's send wakes the task with a
+ * doorbell (lib/ring.c, cbcmn__doorbell(): with SQPOLL rings a MSG_RING
+ * sent without a ring, or with CBCMN_RING_NO_MSG_RING the eventfd, as
+ * every outside thread's before the twenty-first session); the task's
+ * wakes the thread's futex. */
+static double doorbell_thread_rtt(uint32_t ring_flags, long rounds)
+{
+	struct db_pp p = {.rounds = rounds};
+	cbcmn_runtime *rt = db_open(1, CBCMN_SPIN_NONE, ring_flags, &p);
+	if (!rt)
+		return NAN;
+	void *a0[2] = {&p, (void *)0}, *a1[2] = {&p, (void *)1};
+	pthread_t th;
+	int rc = pthread_create(&th, NULL, db_thread, a0);
+	if (rc)
+		die("pthread_create", -rc);
+	int64_t r;
+	void *tr;
+	rc = cbcmn_runtime_run(rt, db_side, a1, &r);
+	pthread_join(th, &tr);
+	if (rc || r || tr)
+		die("thread doorbell ping-pong", rc ? rc : r ? r : (int)(intptr_t)tr);
+	return db_close(rt, &p);
 }
 
 static void bench_doorbell(void)
 {
 	int n = reps_set ? reps : 5;
 	double parked[16], spinning[16], raw[16], efd[16], raw_spin[16], parked_efd[16], sqpoll[16],
-		sqpoll_efd[16];
+		sqpoll_efd[16], thread_sq[16], thread_sq_efd[16];
 	for (int r = 0; r < n; r++) {
 		/* Alternated in one run: the machine's noise hits all alike. */
 		parked[r] = doorbell_rtt(CBCMN_SPIN_NONE, 0, 2000);
@@ -902,6 +953,12 @@ static void bench_doorbell(void)
 		sqpoll_efd[r] = isnan(sqpoll[r]) ? NAN
 						  : doorbell_rtt(CBCMN_SPIN_NONE,
 								 CBCMN_RING_SQPOLL | CBCMN_RING_NO_MSG_RING, 200);
+		/* A thread outside the runtime rings an SQPOLL executor. */
+		thread_sq[r] = isnan(sqpoll[r]) ? NAN : doorbell_thread_rtt(CBCMN_RING_SQPOLL, 200);
+		thread_sq_efd[r] = isnan(sqpoll[r]) ? NAN
+						    : doorbell_thread_rtt(CBCMN_RING_SQPOLL |
+									   CBCMN_RING_NO_MSG_RING,
+								   200);
 		spinning[r] = doorbell_rtt(10ull * 1000000000ull, 0, 100000);
 		int rc;
 		if ((rc = pp_msgring_rtt(2000, false, &raw[r])) != 0)
@@ -930,6 +987,10 @@ static void bench_doorbell(void)
 	printf("doorbell parked_sqpoll_rtt_ns %.0f\n", sq);
 	printf("doorbell parked_sqpoll_eventfd_rtt_ns %.0f\n", sqe);
 	printf("doorbell sqpoll_eventfd_vs_msgring_ratio %.2f\n", sqe / sq);
+	double ts = median(thread_sq, n), tse = median(thread_sq_efd, n);
+	printf("doorbell thread_sqpoll_rtt_ns %.0f\n", ts);
+	printf("doorbell thread_sqpoll_eventfd_rtt_ns %.0f\n", tse);
+	printf("doorbell thread_sqpoll_eventfd_vs_msgring_ratio %.2f\n", tse / ts);
 }
 
 /* ---- echo and HTTP over loopback ------------------------------------------ */
