@@ -427,6 +427,35 @@ static void test_stealmx_nul_byte_is_refused(void **state)
 	assert_non_null(strstr(err, "m:1: a NUL byte"));
 }
 
+/* An endless stream without a newline (/dev/zero, a binary), as a cookie
+ * that counts what was read and ends after 64 MiB. */
+static ssize_t zeros_read(void *cookie, char *buf, size_t len)
+{
+	size_t *given = cookie;
+	if (*given >= (64u << 20))
+		return 0;
+	memset(buf, 0, len);
+	*given += len;
+	return (ssize_t)len;
+}
+
+/* getline() grew its line until memory ran out (64 MiB here, all of it on
+ * /dev/zero) before saying anything: a line is at most STEALMX_MAX_LINE. */
+static void test_stealmx_endless_line_is_refused_early(void **state)
+{
+	(void)state;
+	size_t given = 0;
+	FILE *f = fopencookie(&given, "r", (cookie_io_functions_t){.read = zeros_read});
+	assert_non_null(f);
+	struct stealmx m = {0};
+	char err[256];
+	assert_int_equal(stealmx_read(f, "z", &m, err, sizeof(err)), -1);
+	fclose(f);
+	assert_non_null(strstr(err, "z:1: a line longer than 4096 bytes"));
+	assert_true(given <= (1u << 20)); /* a stdio buffer or so, not the stream */
+	assert_null(m.v);
+}
+
 /* ---- the tools themselves ---------------------------------------------------------- */
 
 static char bindir[PATH_MAX];   /* build[/SAN]/bin beside this suite, or $CBCMN_TOOLS_BIN */
@@ -630,6 +659,7 @@ int main(void)
 		T_WATCHED_TEST(test_stealmx),
 		T_WATCHED_TEST(test_stealmx_sum_overflow_is_refused),
 		T_WATCHED_TEST(test_stealmx_nul_byte_is_refused),
+		T_WATCHED_TEST(test_stealmx_endless_line_is_refused_early),
 		T_WATCHED_TEST(test_stat_pid_above_pid_t_is_refused),
 		T_WATCHED_TEST(test_count_overflow_is_refused),
 		T_WATCHED_TEST(test_bench_negative_spin_is_refused),
