@@ -646,6 +646,21 @@ static void test_affinity_steal_sum_overflow_is_refused(void **state)
 	steal_matrix(ok, sizeof(ok) - 1, 0, NULL);
 }
 
+/* A cpus: list's refusal said the policy twice ("cpus: cpus: CPU 5 is not
+ * an online CPU"): cbcmn_place()'s messages for that list name it already. */
+static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
+{
+	(void)state;
+	if (!fixtures[0])
+		T_SKIP("tests/fixtures/sysfs not found");
+	char root[PATH_MAX + 16];
+	snprintf(root, sizeof(root), "%s/vm2", fixtures);
+	expect_refused("cbcmn-affinity", L("cbcmn-affinity", "--sysfs-root", root, "-p", "cpus:5"), 1,
+		       "cbcmn-affinity: cpus: CPU 5 is not an online CPU");
+	expect_refused("cbcmn-affinity", L("cbcmn-affinity", "--sysfs-root", root, "-f", "5"), 1,
+		       "cbcmn-affinity: depth-first: first_cpu 5 is not an allowed online CPU");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -667,6 +682,7 @@ int main(void)
 		T_WATCHED_TEST(test_unknown_option_is_one_line),
 		T_WATCHED_TEST(test_quoted_newline_stays_one_line),
 		T_WATCHED_TEST(test_affinity_steal_sum_overflow_is_refused),
+		T_WATCHED_TEST(test_affinity_cpus_refusal_names_the_policy_once),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }
