@@ -494,6 +494,10 @@ struct outcome {
 	size_t out_len; /* bytes on its stdout */
 };
 
+/* Where run_tool() sends the tool's stdout instead of a file it measures
+ * (a test that fills it: /dev/full), or NULL. */
+static const char *tool_stdout;
+
 /* Runs bindir/tool with argv (argv[0] is the tool's name), stdin from
  * in (NULL: /dev/null), killed after secs. */
 static void run_tool(const char *tool, const char *const *argv, const char *in, size_t in_len,
@@ -512,7 +516,10 @@ static void run_tool(const char *tool, const char *const *argv, const char *in, 
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, ifd, 0);
-	posix_spawn_file_actions_adddup2(&fa, ofd, 1);
+	if (tool_stdout)
+		posix_spawn_file_actions_addopen(&fa, 1, tool_stdout, O_WRONLY, 0);
+	else
+		posix_spawn_file_actions_adddup2(&fa, ofd, 1);
 	posix_spawn_file_actions_adddup2(&fa, efd, 2);
 	pid_t pid;
 	assert_int_equal(posix_spawn(&pid, path, &fa, NULL, (char *const *)argv, environ), 0);
@@ -661,6 +668,35 @@ static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
 		       "cbcmn-affinity: depth-first: first_cpu 5 is not an allowed online CPU");
 }
 
+/* Output that could not be written is a failure: cbcmn-run said so on
+ * stderr and exited 0, cbcmn-bench said nothing and exited 0 (a script
+ * reading their JSON through a full disk took the silence for a run). */
+static void test_unwritable_output_fails(void **state)
+{
+	(void)state;
+	const struct {
+		const char *tool;
+		const char *const *argv;
+	} runs[] = {
+		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05")},
+		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", "--json")},
+		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
+	};
+	tool_stdout = "/dev/full";
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		struct outcome o;
+		run_tool(runs[i].tool, runs[i].argv, NULL, 0, 60, &o);
+		size_t len = strlen(o.err);
+		bool one_line = len && o.err[len - 1] == '\n' && strchr(o.err, '\n') == o.err + len - 1;
+		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed")) {
+			tool_stdout = NULL;
+			fail_msg("%s %s: status %d (want 1), stderr '%s' (want one line saying so)",
+				 runs[i].tool, runs[i].argv[1], o.status, o.err);
+		}
+	}
+	tool_stdout = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -683,6 +719,7 @@ int main(void)
 		T_WATCHED_TEST(test_quoted_newline_stays_one_line),
 		T_WATCHED_TEST(test_affinity_steal_sum_overflow_is_refused),
 		T_WATCHED_TEST(test_affinity_cpus_refusal_names_the_policy_once),
+		T_WATCHED_TEST(test_unwritable_output_fails),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }

@@ -2313,8 +2313,13 @@ int main(int argc, char **argv)
 			   benches[i].fn != bench_bpf_host_switch;
 		if (all || !strcmp(name, benches[i].name)) {
 			benches[i].fn();
-			fflush(stdout);
 			found = 1;
+			/* Figures nobody can read (a full disk, a closed
+			 * pipe): fail now rather than run the rest for nothing. */
+			if (fflush(stdout) || ferror(stdout)) {
+				fprintf(stderr, "cbcmn-bench: writing the output failed\n");
+				return 1;
+			}
 		}
 	}
 	if (!found) {
