@@ -669,8 +669,9 @@ static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
 }
 
 /* Output that could not be written is a failure: cbcmn-run said so on
- * stderr and exited 0, cbcmn-bench said nothing and exited 0 (a script
- * reading their JSON through a full disk took the silence for a run). */
+ * stderr and exited 0; cbcmn-bench, cbcmn-demo (and cbcmn-loadtest, too
+ * slow to run here) said nothing and exited 0 (a script reading their
+ * figures through a full disk took the silence for a run). */
 static void test_unwritable_output_fails(void **state)
 {
 	(void)state;
@@ -681,6 +682,8 @@ static void test_unwritable_output_fails(void **state)
 		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05")},
 		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", "--json")},
 		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
+		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
+		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
 	};
 	tool_stdout = "/dev/full";
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {

@@ -622,7 +622,5 @@ int main(int argc, char **argv)
 	free(list);
 	stealmx_free(&m.mx);
 	cbcmn_topo_free(t);
-	if (fflush(stdout) || ferror(stdout))
-		die("writing the output failed");
-	return 0;
+	return cli_stdout_flushed(PROG) ? 0 : 1;
 }

@@ -2316,10 +2316,8 @@ int main(int argc, char **argv)
 			found = 1;
 			/* Figures nobody can read (a full disk, a closed
 			 * pipe): fail now rather than run the rest for nothing. */
-			if (fflush(stdout) || ferror(stdout)) {
-				fprintf(stderr, "cbcmn-bench: writing the output failed\n");
+			if (!cli_stdout_flushed("cbcmn-bench"))
 				return 1;
-			}
 		}
 	}
 	if (!found) {

@@ -622,11 +622,7 @@ static bool print_text(const struct run *u)
 			       (unsigned long long)b->pairs[i][0], (unsigned long long)b->pairs[i][2],
 			       (unsigned long long)b->pairs[i][3], (unsigned long long)b->pairs[i][1]);
 	}
-	if (fflush(stdout) || ferror(stdout)) {
-		fprintf(stderr, PROG ": writing the output failed\n");
-		return false;
-	}
-	return true;
+	return cli_stdout_flushed(PROG);
 }
 
 int main(int argc, char **argv)
