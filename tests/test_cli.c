@@ -427,6 +427,35 @@ static void test_stealmx_nul_byte_is_refused(void **state)
 	assert_non_null(strstr(err, "m:1: a NUL byte"));
 }
 
+/* An endless stream without a newline (/dev/zero, a binary), as a cookie
+ * that counts what was read and ends after 64 MiB. */
+static ssize_t zeros_read(void *cookie, char *buf, size_t len)
+{
+	size_t *given = cookie;
+	if (*given >= (64u << 20))
+		return 0;
+	memset(buf, 0, len);
+	*given += len;
+	return (ssize_t)len;
+}
+
+/* getline() grew its line until memory ran out (64 MiB here, all of it on
+ * /dev/zero) before saying anything: a line is at most STEALMX_MAX_LINE. */
+static void test_stealmx_endless_line_is_refused_early(void **state)
+{
+	(void)state;
+	size_t given = 0;
+	FILE *f = fopencookie(&given, "r", (cookie_io_functions_t){.read = zeros_read});
+	assert_non_null(f);
+	struct stealmx m = {0};
+	char err[256];
+	assert_int_equal(stealmx_read(f, "z", &m, err, sizeof(err)), -1);
+	fclose(f);
+	assert_non_null(strstr(err, "z:1: a line longer than 4096 bytes"));
+	assert_true(given <= (1u << 20)); /* a stdio buffer or so, not the stream */
+	assert_null(m.v);
+}
+
 /* ---- the tools themselves ---------------------------------------------------------- */
 
 static char bindir[PATH_MAX];   /* build[/SAN]/bin beside this suite, or $CBCMN_TOOLS_BIN */
@@ -465,6 +494,10 @@ struct outcome {
 	size_t out_len; /* bytes on its stdout */
 };
 
+/* Where run_tool() sends the tool's stdout instead of a file it measures
+ * (a test that fills it: /dev/full), or NULL. */
+static const char *tool_stdout;
+
 /* Runs bindir/tool with argv (argv[0] is the tool's name), stdin from
  * in (NULL: /dev/null), killed after secs. */
 static void run_tool(const char *tool, const char *const *argv, const char *in, size_t in_len,
@@ -483,7 +516,10 @@ static void run_tool(const char *tool, const char *const *argv, const char *in, 
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, ifd, 0);
-	posix_spawn_file_actions_adddup2(&fa, ofd, 1);
+	if (tool_stdout)
+		posix_spawn_file_actions_addopen(&fa, 1, tool_stdout, O_WRONLY, 0);
+	else
+		posix_spawn_file_actions_adddup2(&fa, ofd, 1);
 	posix_spawn_file_actions_adddup2(&fa, efd, 2);
 	pid_t pid;
 	assert_int_equal(posix_spawn(&pid, path, &fa, NULL, (char *const *)argv, environ), 0);
@@ -617,6 +653,53 @@ static void test_affinity_steal_sum_overflow_is_refused(void **state)
 	steal_matrix(ok, sizeof(ok) - 1, 0, NULL);
 }
 
+/* A cpus: list's refusal said the policy twice ("cpus: cpus: CPU 5 is not
+ * an online CPU"): cbcmn_place()'s messages for that list name it already. */
+static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
+{
+	(void)state;
+	if (!fixtures[0])
+		T_SKIP("tests/fixtures/sysfs not found");
+	char root[PATH_MAX + 16];
+	snprintf(root, sizeof(root), "%s/vm2", fixtures);
+	expect_refused("cbcmn-affinity", L("cbcmn-affinity", "--sysfs-root", root, "-p", "cpus:5"), 1,
+		       "cbcmn-affinity: cpus: CPU 5 is not an online CPU");
+	expect_refused("cbcmn-affinity", L("cbcmn-affinity", "--sysfs-root", root, "-f", "5"), 1,
+		       "cbcmn-affinity: depth-first: first_cpu 5 is not an allowed online CPU");
+}
+
+/* Output that could not be written is a failure: cbcmn-run said so on
+ * stderr and exited 0; cbcmn-bench, cbcmn-demo (and cbcmn-loadtest, too
+ * slow to run here) said nothing and exited 0 (a script reading their
+ * figures through a full disk took the silence for a run). */
+static void test_unwritable_output_fails(void **state)
+{
+	(void)state;
+	const struct {
+		const char *tool;
+		const char *const *argv;
+	} runs[] = {
+		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05")},
+		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", "--json")},
+		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
+		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
+		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
+	};
+	tool_stdout = "/dev/full";
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		struct outcome o;
+		run_tool(runs[i].tool, runs[i].argv, NULL, 0, 60, &o);
+		size_t len = strlen(o.err);
+		bool one_line = len && o.err[len - 1] == '\n' && strchr(o.err, '\n') == o.err + len - 1;
+		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed")) {
+			tool_stdout = NULL;
+			fail_msg("%s %s: status %d (want 1), stderr '%s' (want one line saying so)",
+				 runs[i].tool, runs[i].argv[1], o.status, o.err);
+		}
+	}
+	tool_stdout = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -630,6 +713,7 @@ int main(void)
 		T_WATCHED_TEST(test_stealmx),
 		T_WATCHED_TEST(test_stealmx_sum_overflow_is_refused),
 		T_WATCHED_TEST(test_stealmx_nul_byte_is_refused),
+		T_WATCHED_TEST(test_stealmx_endless_line_is_refused_early),
 		T_WATCHED_TEST(test_stat_pid_above_pid_t_is_refused),
 		T_WATCHED_TEST(test_count_overflow_is_refused),
 		T_WATCHED_TEST(test_bench_negative_spin_is_refused),
@@ -637,6 +721,8 @@ int main(void)
 		T_WATCHED_TEST(test_unknown_option_is_one_line),
 		T_WATCHED_TEST(test_quoted_newline_stays_one_line),
 		T_WATCHED_TEST(test_affinity_steal_sum_overflow_is_refused),
+		T_WATCHED_TEST(test_affinity_cpus_refusal_names_the_policy_once),
+		T_WATCHED_TEST(test_unwritable_output_fails),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }

@@ -85,6 +85,19 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
+/* cbcmn_place() refused policy: its message, prefixed with the policy's
+ * name unless it begins with it already (those about a cpus: list do). */
+static void die_placing(cbcmn_policy policy, const char *err) __attribute__((noreturn));
+
+static void die_placing(cbcmn_policy policy, const char *err)
+{
+	const char *name = cbcmn_policy_name(policy);
+	size_t len = strlen(name);
+	if (strncmp(err, name, len) == 0 && err[len] == ':')
+		die("%s", err);
+	die("%s: %s", name, err);
+}
+
 /* ---- output helpers ---------------------------------------------------------- */
 
 /* "0-15,32-47" from CPU numbers in increasing order. */
@@ -587,7 +600,7 @@ int main(int argc, char **argv)
 			die("out of memory");
 		if (cbcmn_place(t, pl[p].policy, (uint32_t)n, seed, list, nlist, (int)first_cpu,
 				pl[p].out, &pl[p].oversubscribed, err, sizeof(err)))
-			die("%s: %s", cbcmn_policy_name(pl[p].policy), err);
+			die_placing(pl[p].policy, err);
 	}
 	if (npl && pl[0].oversubscribed)
 		fprintf(stderr, PROG ": warning: %lld executors on %d %s: executors share CPUs\n",
@@ -609,7 +622,5 @@ int main(int argc, char **argv)
 	free(list);
 	stealmx_free(&m.mx);
 	cbcmn_topo_free(t);
-	if (fflush(stdout) || ferror(stdout))
-		die("writing the output failed");
-	return 0;
+	return cli_stdout_flushed(PROG) ? 0 : 1;
 }

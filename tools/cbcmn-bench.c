@@ -2374,8 +2374,11 @@ int main(int argc, char **argv)
 			   benches[i].fn != bench_bpf_host_switch;
 		if (all || !strcmp(name, benches[i].name)) {
 			benches[i].fn();
-			fflush(stdout);
 			found = 1;
+			/* Figures nobody can read (a full disk, a closed
+			 * pipe): fail now rather than run the rest for nothing. */
+			if (!cli_stdout_flushed("cbcmn-bench"))
+				return 1;
 		}
 	}
 	if (!found) {

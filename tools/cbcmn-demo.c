@@ -8,6 +8,7 @@
 
 #include "cbcmn.h"
 #include "workloads/fib.h"
+#include "cli/cli.h"
 #include "cli/opts.h"
 
 static void usage(FILE *f)
@@ -89,5 +90,5 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cbcmn-demo: destroy: %s\n", cbcmn_strerror(rc));
 		return 1;
 	}
-	return f.out == want ? 0 : 1;
+	return f.out == want && cli_stdout_flushed("cbcmn-demo") ? 0 : 1;
 }

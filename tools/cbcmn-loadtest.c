@@ -19,6 +19,7 @@
 #include "baseline/epoll_echo.h"
 #include "net/loadgen.h"
 #include "util/maskcpu.h"
+#include "cli/cli.h"
 #include "cli/opts.h"
 #include "baseline/pingpong.h"
 #include "util/rlim.h"
@@ -359,5 +360,5 @@ int main(int argc, char **argv)
 		doorbells(iters);
 	if (vconns)
 		verify(vconns, vbytes, server_cpu);
-	return failures ? 1 : 0;
+	return failures || !cli_stdout_flushed("cbcmn-loadtest") ? 1 : 0;
 }

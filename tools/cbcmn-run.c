@@ -4,7 +4,8 @@
  * (docs/RUN.md).
  *
  * Exit status: 0 the workload ran and its answer was right; 1 it failed (a
- * wrong answer, a runtime or system error, --bpf unavailable); 2 bad input.
+ * wrong answer, a runtime or system error, --bpf unavailable, the output
+ * not written); 2 bad input.
  * Every failure is one line on stderr.
  */
 #include <errno.h>
@@ -80,7 +81,8 @@ static void usage(FILE *f)
 		fprintf(f, "  %-12s %s\n  %-12s (%s, %u)\n", w->name, w->help, "", w->size_help,
 			w->size_default);
 	}
-	fprintf(f, "\nExit status: 0 ok, 1 the workload failed (one line says what), 2 bad input.\n"
+	fprintf(f, "\nExit status: 0 ok, 1 the workload failed or its output could not be written\n"
+		   "(one line says what), 2 bad input.\n"
 		   "\nEXAMPLES\n"
 		   "  " PROG " fib --workers 2\n"
 		   "  " PROG " skew --policy breadth-first --duration 1 --json\n"
@@ -468,7 +470,10 @@ struct run {
 	const struct bpf_view *bpf; /* NULL without --bpf */
 };
 
-static void print_json(const struct run *u)
+/* print_json(), print_text(): false when the output could not be written
+ * (said on stderr; the run then fails: a full disk or a closed pipe must
+ * not pass for a result). */
+static bool print_json(const struct run *u)
 {
 	const struct wl_result *r = u->r;
 	const cbcmn_stats *s = &r->stats;
@@ -550,11 +555,14 @@ static void print_json(const struct run *u)
 		jw_close(&j);
 	}
 	jw_close(&j);
-	if (jw_end(&j))
+	if (jw_end(&j)) {
 		fprintf(stderr, PROG ": writing the output failed\n");
+		return false;
+	}
+	return true;
 }
 
-static void print_text(const struct run *u)
+static bool print_text(const struct run *u)
 {
 	const struct wl_result *r = u->r;
 	const cbcmn_stats *s = &r->stats;
@@ -614,8 +622,7 @@ static void print_text(const struct run *u)
 			       (unsigned long long)b->pairs[i][0], (unsigned long long)b->pairs[i][2],
 			       (unsigned long long)b->pairs[i][3], (unsigned long long)b->pairs[i][1]);
 	}
-	if (fflush(stdout) || ferror(stdout))
-		fprintf(stderr, PROG ": writing the output failed\n");
+	return cli_stdout_flushed(PROG);
 }
 
 int main(int argc, char **argv)
@@ -720,12 +727,9 @@ int main(int argc, char **argv)
 	struct run u = {w, policy, o.seed, &r, mon && !brc ? &view : NULL};
 	if (rc)
 		fprintf(stderr, PROG ": %s: %s\n", w->name, r.error);
-	if (json)
-		print_json(&u);
-	else if (!rc)
-		print_text(&u);
+	bool written = json ? print_json(&u) : rc || print_text(&u);
 	free(view.pairs);
 	wl_result_free(&r);
 	free(cpus);
-	return rc || brc || trc ? 1 : 0;
+	return rc || brc || trc || !written ? 1 : 0;
 }

@@ -139,6 +139,14 @@ int cli_secs(const char *s, double lo, bool lo_open, double hi, double *out)
 	return 0;
 }
 
+bool cli_stdout_flushed(const char *prog)
+{
+	if (!fflush(stdout) && !ferror(stdout))
+		return true;
+	fprintf(stderr, "%s: writing the output failed\n", prog);
+	return false;
+}
+
 char *cli_one_line(char *s)
 {
 	for (char *p = s; *p; p++)

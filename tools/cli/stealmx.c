@@ -42,23 +42,44 @@ void stealmx_free(struct stealmx *m)
 #define FAIL(...)                                      \
 	do {                                           \
 		cli_err(err, errlen, __VA_ARGS__);     \
-		free(line);                            \
 		stealmx_free(m);                       \
 		return -1;                             \
 	} while (0)
 
+/* One line of f into line (STEALMX_MAX_LINE bytes and a NUL), its newline
+ * kept: its length, 0 at the end of f, -1 when it does not fit.  Not
+ * getline(): a file with no newline (a binary, /dev/zero) grew its buffer
+ * until memory ran out before anything was said about it. */
+static ssize_t read_line(FILE *f, char *line)
+{
+	size_t n = 0;
+	int ch;
+
+	while ((ch = getc(f)) != EOF) {
+		if (n == STEALMX_MAX_LINE)
+			return -1;
+		line[n++] = (char)ch;
+		if (ch == '\n')
+			break;
+	}
+	line[n] = 0;
+	return (ssize_t)n;
+}
+
 int stealmx_read(FILE *f, const char *path, struct stealmx *m, char *err, size_t errlen)
 {
-	char *line = NULL;
-	size_t len = 0;
+	char line[STEALMX_MAX_LINE + 1];
 	ssize_t got;
 	unsigned long lineno = 0;
 
-	while ((got = getline(&line, &len, f)) != -1) {
+	while ((got = read_line(f, line)) != 0) {
 		uint64_t x[4];
 		int k;
 
 		lineno++;
+		if (got < 0)
+			FAIL("%s:%lu: a line longer than %u bytes: not a steal matrix", path, lineno,
+			     STEALMX_MAX_LINE);
 		/* fields() would stop at a NUL and take the rest for the end. */
 		if (memchr(line, 0, (size_t)got))
 			FAIL("%s:%lu: a NUL byte: not a text file", path, lineno);
@@ -97,6 +118,5 @@ int stealmx_read(FILE *f, const char *path, struct stealmx *m, char *err, size_t
 	}
 	if (ferror(f))
 		FAIL("%s: %s", path, strerror(errno));
-	free(line);
 	return 0;
 }

@@ -6,7 +6,8 @@
  *
  * The reader refuses, with one line naming the file and line: junk or a
  * field too many or too few, an index of STEALMX_MAX_EXECUTORS or more, an
- * executor stealing from itself, a NUL byte (not text), and counts whose
+ * executor stealing from itself, a NUL byte (not text), a line longer than
+ * STEALMX_MAX_LINE bytes, and counts whose
  * sum, weighted by a node distance (at most 255), would not fit in 64
  * bits.  Pure apart from the FILE it reads: any thread may call it.
  */
@@ -21,6 +22,9 @@
 /* More executors than this is a typo, not a plan (CBCMN_MAX_EXECUTORS is
  * far lower); the bound keeps the arrays indexed by executor small. */
 #define STEALMX_MAX_EXECUTORS (1u << 20)
+/* The longest line, its newline included: four 20-digit numbers and a
+ * comment fit many times over; a longer one is not a matrix (a binary). */
+#define STEALMX_MAX_LINE 4096u
 /* The largest sum of steals (and of tasks): times a distance of up to 255
  * it still fits in a uint64_t. */
 #define STEALMX_MAX_TOTAL (UINT64_MAX / 256)
