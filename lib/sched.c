@@ -1140,7 +1140,7 @@ static void sys_stack_setup(struct cbcmn__exec *e)
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (p == MAP_FAILED)
 		return; /* no memory: blocks run on the tasks' stacks */
-	if (mprotect(p, pg, PROT_NONE) != 0) { /* a guard page below */
+	if (cbcmn__mprotect(p, pg, PROT_NONE) != 0) { /* a guard page below */
 		munmap(p, len);
 		return;
 	}
@@ -1182,6 +1182,10 @@ struct sys_park {
 	void *arg;
 };
 
+/* The frame a walk from the system stack ends at once its parked task is
+ * published (cbcmn__sys_save()): all zero, the return address too. */
+const uintptr_t cbcmn__sys_end_frame[8];
+
 /* On t's executor's system stack, t suspended (its context saved): its
  * block as begin(arg) begins it (false: it ended at once, t continues),
  * then what cbcmn__suspend() does, its run's end (run_post()) done here,
@@ -1218,12 +1222,15 @@ static struct cbcmn__sys_to park_sys(void *arg)
 	struct sys_park *sp = arg;
 	struct cbcmn_task *t = sp->t;
 	struct cbcmn__exec *e = t->exec;
+	void **save = cbcmn__sys_save(e->sys_top);
 	sys_enter(e);
+	t->sp = *save;
 	if (!sp->begin(sp->arg)) {
 		sys_leave(e, t->stack->lo, t->stack->size);
 		return (struct cbcmn__sys_to){t->sp, NULL};
 	}
 	struct cbcmn_task *n = suspend_pick(e, t);
+	*save = (void *)cbcmn__sys_end_frame; /* t is published below, or by the loop */
 	if (!n) {
 		cbcmn__lock_assert_none_held("switch_to_sched");
 		sys_leave(e, e->sched_stack_lo, e->sched_stack_size);
@@ -1231,6 +1238,7 @@ static struct cbcmn__sys_to park_sys(void *arg)
 	}
 	direct_begin(e, n);
 	run_post(e);
+	CBCMN__PAUSE(CBCMN__P_PARK_POSTED, e);
 	sys_leave(e, n->stack->lo, n->stack->size);
 	return (struct cbcmn__sys_to){n->sp, n};
 }
@@ -1244,7 +1252,8 @@ bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
 #ifdef __SANITIZE_ADDRESS__
 		__sanitizer_start_switch_fiber(&s->asan_fake, sys_stack_lo(e), SYS_STACK_SIZE);
 #endif
-		struct cbcmn_task *me = cbcmn__sys_switch(&t->sp, e->sys_top, park_sys, &sp);
+		struct cbcmn_task *me = cbcmn__sys_switch(cbcmn__sys_save(e->sys_top),
+							  cbcmn__sys_save(e->sys_top), park_sys, &sp);
 		if (me) {
 			resumed(me, s);
 			return true;
