@@ -13,10 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "helpers.h"
+#include "actor_test.h"
 #include "unwind_test.h"
 
-#include "cbcmn_actor.h"
 
 #include "arch.h"
 #include "fault.h"
@@ -258,29 +257,7 @@ static void test_unwind_from_the_system_stack_reaches_the_caller(void **state)
 
 #define RING_K 8
 
-static struct {
-	cbcmn_actor_ref refs[RING_K];
-	_Atomic long hops, bad;
-} rg;
-
-static int64_t ring_actor(cbcmn_cx *cx, void *arg)
-{
-	long i = (long)(intptr_t)arg;
-	cbcmn_actor_msg m;
-	int rc;
-	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
-		if (m.type != 1)
-			atomic_fetch_add(&rg.bad, 1);
-		atomic_fetch_add(&rg.hops, 1);
-		if ((rc = cbcmn_actor_send(NULL, cx, rg.refs[(i + 1) % RING_K], &m)) != 0)
-			break;
-	}
-	/* Cancelled in a receive or a send; -ESRCH: a send to a neighbour
-	 * that ended first. */
-	if (rc != CBCMN_ECANCELED && rc != -ESRCH)
-		atomic_fetch_add(&rg.bad, 1);
-	return 0;
-}
+static struct tok_ring rg;
 
 static int64_t ring_rounds(cbcmn_cx *cx, void *arg)
 {
@@ -289,10 +266,7 @@ static int64_t ring_rounds(cbcmn_cx *cx, void *arg)
 	for (long r = 0; r < rounds; r++) {
 		cbcmn_nursery *n;
 		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-		cbcmn_actor_opts ao = {.mailbox_cap = 1};
-		for (long k = 0; k < RING_K; k++)
-			TASK_CHECK(cbcmn_actor_spawn(cx, n, ring_actor, (void *)(intptr_t)k, &ao,
-						     &rg.refs[k]) == 0);
+		tok_ring_spawn(cx, n, &rg, RING_K, 1);
 		cbcmn_actor_msg m = {.type = 1};
 		cbcmn_actor_try_send(NULL, cx, rg.refs[0], &m);
 		cbcmn_actor_try_send(NULL, cx, rg.refs[1], &m);
