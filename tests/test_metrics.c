@@ -945,7 +945,10 @@ static void test_a_lost_reserve_is_taken_again_once_descriptors_are_free(void **
 {
 	(void)state;
 	if (!cbcmn__pause_set(NULL))
-		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan build");
+	if (T_TSAN)
+		T_SKIP("TSan's account of descriptors sees no order between the hook's dup on "
+		       "the server's thread and ours: ASan runs it");
 	cbcmn_runtime *rt = t_runtime(1);
 	int c[2];
 	for (int i = 0; i < 2; i++)
