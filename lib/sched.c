@@ -879,6 +879,28 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	run_post(e);
 }
 
+/* Lab mode: time passes only when nothing can run (search() jumps the
+ * clock to the next deadline).  A task that yields in a loop while every
+ * other waits for a deadline (a child ignoring its stop, its supervisor
+ * waiting shutdown_ns; a poll of a flag a sleeper sets) kept it still for
+ * ever.  When the yielder just off its stack is all that can run, the
+ * clock jumps to the next deadline, as if its spin had lasted that long
+ * (docs/LAB.md).  Two yielders, or work of another kind (mail, a ring's
+ * I/O, which runs in real time), keep it still. */
+static void lab_yield_alone(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (!e->ntimers || e->yq_head || e->pq_head ||
+	    atomic_load_explicit(&e->slot, memory_order_relaxed) || cbcmn__deque_len(&e->dq) ||
+	    atomic_load_explicit(&rt->inj_len, memory_order_acquire) ||
+	    cbcmn__actor_wheel_ready(e) || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e))
+		return;
+	uint64_t next = cbcmn__timers_next(e);
+	if (next != UINT64_MAX && next > cbcmn__now(rt))
+		/* release: pairs with the acquire in cbcmn__now(). */
+		atomic_store_explicit(&rt->vclock, next, memory_order_release);
+}
+
 /* The end of a run, once the task is off its stack: what it asked for
  * as it left (e->post). */
 static void run_post(struct cbcmn__exec *e)
@@ -918,6 +940,8 @@ static void run_post(struct cbcmn__exec *e)
 	case CBCMN__POST_YIELD:
 		check_canary(p, p->stack);
 		atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
+		if (__builtin_expect(e->rt->lab, 0))
+			lab_yield_alone(e); /* before p is queued again */
 		if (__builtin_expect(cbcmn__is_actor_task(p), 0)) {
 			cbcmn__mb_room_pay(p->arg, e); /* p is not queued yet: ours */
 			if (cbcmn__actor_yielded(e, p))
