@@ -976,21 +976,28 @@ static void test_shutdown_reports_undelivered_messages(void **state)
 	assert_int_equal(w.report.restarts, 0);
 }
 
+/* Two children, the second of which ignores its stop (set by the caller),
+ * a shutdown_ns of 20 ms, the scenario waiting for both to start. */
+static void ignoring_world(struct world *w, cbcmn_sup_child c[2])
+{
+	world_init(w, 2);
+	child(&c[0], w, 0);
+	child(&c[1], w, 1);
+	w->spec.children = c;
+	w->spec.shutdown_ns = 20 * 1000000ull;
+	w->spec.report = &w->report;
+	w->scenario = wait_all_started;
+}
+
 /* A child that checkpoints for ever and never receives: its stop is not
  * enough, shutdown_ns later the rest are cancelled and the tree ends. */
 static void test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns(void **state)
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
+	ignoring_world(&w, c);
 	w.kid[1].never_stops = 1;
-	w.spec.children = c;
-	w.spec.shutdown_ns = 20 * 1000000ull;
-	w.spec.report = &w.report;
-	w.scenario = wait_all_started;
 	run_world(2, CBCMN_PROFILE_NATIVE, &w);
 	assert_int_equal(w.await_rc, 0);
 	assert_int_equal(atomic_load(&w.kid[1].starts), 1);
@@ -1007,15 +1014,9 @@ static void test_lab_child_ignoring_its_stop_is_cancelled_after_shutdown_ns(void
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
+	ignoring_world(&w, c);
 	w.kid[1].yields = 50000;
-	w.spec.children = c;
-	w.spec.shutdown_ns = 20 * 1000000ull;
-	w.spec.report = &w.report;
-	w.scenario = wait_all_started;
 	cbcmn_runtime *rt = t_runtime_lab(7);
 	t_run(rt, tree_main, &w, 0);
 	uint64_t now = cbcmn_now(rt);

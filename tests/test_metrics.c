@@ -856,6 +856,18 @@ static void test_out_of_descriptors_answers_503_then_serves(void **state)
 	stop_and_destroy(ms, rt);
 }
 
+/* Two sockets c made, then the descriptor limit lowered to 64 past them
+ * (*old: what it was, *low: what it is). */
+static void sockets_under_a_low_limit(int c[2], struct rlimit *old, struct rlimit *low)
+{
+	for (int i = 0; i < 2; i++)
+		assert_true((c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, old), 0);
+	*low = *old;
+	low->rlim_cur = (rlim_t)c[1] + 64 < old->rlim_cur ? (rlim_t)c[1] + 64 : old->rlim_cur;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, low), 0);
+}
+
 /* Out of descriptors, the server keeps its reserve while no connection
  * waits: a program filling the table again (or any thread's open) must
  * not find it let go.  It was given up for each 100 ms accept of an idle
@@ -866,13 +878,8 @@ static void test_out_of_descriptors_keeps_the_reserve(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	int c[2];
-	for (int i = 0; i < 2; i++)
-		assert_true((c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
 	struct rlimit old, low;
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-	low = old;
-	low.rlim_cur = (rlim_t)c[1] + 64 < old.rlim_cur ? (rlim_t)c[1] + 64 : old.rlim_cur;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	sockets_under_a_low_limit(c, &old, &low);
 	cbcmn_metrics_server *ms = serve(rt, NULL);
 	int port = cbcmn_metrics_port(ms);
 	static int fill[4096];
@@ -951,13 +958,8 @@ static void test_a_lost_reserve_is_taken_again_once_descriptors_are_free(void **
 		       "the server's thread and ours: ASan runs it");
 	cbcmn_runtime *rt = t_runtime(1);
 	int c[2];
-	for (int i = 0; i < 2; i++)
-		assert_true((c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
 	struct rlimit old, low;
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-	low = old;
-	low.rlim_cur = (rlim_t)c[1] + 64 < old.rlim_cur ? (rlim_t)c[1] + 64 : old.rlim_cur;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	sockets_under_a_low_limit(c, &old, &low);
 	cbcmn_metrics_server *ms = serve(rt, NULL);
 	int port = cbcmn_metrics_port(ms);
 	reserve_thief_fd = c[0];
