@@ -8,6 +8,8 @@
 #                        the epoll backend (EPOLL_TESTS)
 #   make test-unprivileged  every release suite as nobody with Debian's default limits
 #   make bench           build cbcmn-bench (release) and its baselines (oneTBB, Go)
+#   make scripts         the measuring programs scripts/*.c, in build/scripts (make test
+#                        builds them, so that none rots)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
 #   make install         headers, libraries, tools, man pages, cbcmn.pc under PREFIX
@@ -79,6 +81,9 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 # Programs a user copies from (README, "Examples"): one .c file each, built
 # as a user's program would be, against the public headers alone.
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+# The measuring programs under scripts/ (docs/BENCHMARKS.md names their
+# commands), built the same way by make test so that none rots.
+SCRIPTS  := $(patsubst scripts/%.c,$(BUILD)/scripts/%,$(wildcard scripts/*.c))
 # The version is held by lib/include/cbcmn.h alone (docs/INSTALL.md): the
 # soname carries its MAJOR.
 VERSION  := $(shell awk '/^.define CBCMN_VERSION_(MAJOR|MINOR|PATCH) /{v = v s $$3; s = "."} END {print v}' lib/include/cbcmn.h)
@@ -156,6 +161,11 @@ $(BUILD)/examples/%: examples/%.c $(STATIC)
 	@mkdir -p $(@D)
 	$(Q)$(CC) -D_GNU_SOURCE -Ilib/include $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS)
 
+$(BUILD)/scripts/%: scripts/%.c $(STATIC)
+	$(call msg,CCLD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) -D_GNU_SOURCE -Ilib/include $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
+
 # The TLS echo server uses OpenSSL (libssl-dev); test_examples is its client.
 $(BUILD)/examples/tls_echo $(BUILD)/tests/test_examples: EXTRA_LDLIBS := -lssl -lcrypto
 # test_examples runs the examples of its own build.
@@ -227,6 +237,7 @@ bpf: $(BPF_SKELS)
 tests: $(TESTS)
 tools: $(TOOLS)
 examples: $(EXAMPLES)
+scripts: $(SCRIPTS)
 # make bench: cbcmn-bench and the baselines it compares with in one run
 # (tools/baseline/: oneTBB's task_group, Go's channels), after installing
 # libtbb-dev and golang-go (scripts/install-deps.sh --bench; not needed by
@@ -280,7 +291,7 @@ TEST_LANES ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || e
 test: export T_LANES = $(TEST_LANES)
 test_make = $(MAKE) -j$(TEST_JOBS) --no-print-directory
 test: deps
-	@scripts/phase-time.sh build $(test_make) SAN= all tests
+	@scripts/phase-time.sh build $(test_make) SAN= all tests scripts
 	@scripts/phase-time.sh release scripts/run-tests.sh build/tests
 	@CBCMN_BACKEND=epoll scripts/phase-time.sh epoll scripts/run-tests.sh build/tests $(EPOLL_TESTS)
 	@scripts/phase-time.sh unprivileged scripts/run-unprivileged.sh build $(UNPRIV_TESTS)
@@ -456,6 +467,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools examples bench bench-build deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
+.PHONY: all tests tools examples scripts bench bench-build deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
 
--include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(BUILD)/examples $(FUZZ_OUT) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(BUILD)/examples $(BUILD)/scripts $(FUZZ_OUT) -name '*.d' 2>/dev/null)

@@ -92,6 +92,13 @@ enum cbcmn__pause_point {
 	CBCMN__P_LIVE_COUNTS,      /* a count of live tasks between its reads of the
 	                            * completions and of the spawns (watch.c);
 	                            * the hook gets the seg */
+	CBCMN__P_RESERVE_GONE,     /* the metrics server's acceptor between the
+	                            * close of its reserve and its accept
+	                            * (metrics_server.c, shed_one()); the hook
+	                            * gets the runtime */
+	CBCMN__P_PARK_POSTED,      /* a park on the system stack that has just
+	                            * published its task and begun the next
+	                            * (sched.c, park_sys()) */
 	CBCMN__P_NPOINTS
 };
 

@@ -374,6 +374,22 @@ static void refuse(cbcmn_cx *cx, int fd)
 	cbcmn_close(cx, fd);
 }
 
+/* A descriptor kept for the day there is none (libuv's trick). */
+static int reserve_open(void)
+{
+	return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* A reserve lost (another thread took its number in the instant between
+ * shed_one()'s close and its accept, or no /dev/null could be opened) is
+ * taken again as soon as a descriptor is seen free: after an accept that
+ * succeeded, after connections ended.  At the next EMFILE it cannot be had. */
+static void reserve_again(struct cbcmn_metrics_server *ms)
+{
+	if (ms->reserve < 0)
+		ms->reserve = reserve_open();
+}
+
 /* A connection whose task has ended: joined (at once), its descriptor
  * closed if the task never ran, freed.  cx NULL: stop, after the
  * nursery's end. */
@@ -415,6 +431,8 @@ static void sweep(cbcmn_cx *cx, struct cbcmn_metrics_server *ms)
 		next = c->next;
 		conn_retire(cx, c);
 	}
+	if (done) /* their descriptors are closed: one may be the reserve's */
+		reserve_again(ms);
 }
 
 /* Take connection fd on: on the list with its task, or refused. */
@@ -443,12 +461,6 @@ static void start_conn(cbcmn_cx *cx, struct cbcmn_metrics_server *ms, int fd)
 	ms->nconns++;
 }
 
-/* A descriptor kept for the day there is none (libuv's trick). */
-static int reserve_open(void)
-{
-	return open("/dev/null", O_RDONLY | O_CLOEXEC);
-}
-
 /* Out of descriptors (the accept said EMFILE or ENFILE; an io_uring
  * accept says so at once, a connection waiting or not): a connection
  * would wait in the backlog, unanswered, and its client with it, until
@@ -472,6 +484,7 @@ static bool shed_one(cbcmn_cx *cx, struct cbcmn_metrics_server *ms)
 		return false;
 	close(ms->reserve);
 	ms->reserve = -1;
+	CBCMN__PAUSE(CBCMN__P_RESERVE_GONE, ms->rt);
 	cbcmn_io_set_timeout(cx, SWEEP_NS); /* it is there, or gone */
 	int64_t fd = cbcmn_accept(cx, ms->lfd, NULL, NULL, SOCK_CLOEXEC);
 	/* A reserve taken again says descriptors are free by now: the
@@ -514,6 +527,7 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 		int64_t fd = cbcmn_accept(cx, ms->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd >= 0) {
 			backoff = 0;
+			reserve_again(ms);
 			start_conn(cx, ms, (int)fd);
 			continue;
 		}

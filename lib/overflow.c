@@ -442,6 +442,28 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	land(t);
 }
 
+/* The executor's system stack (sched.c) holds runtime code alone, a
+ * block's publication and pick, a send's put: nothing there can end
+ * cleanly, so the fault goes on to kill the process (signal.c), but with
+ * a line that says which stack ran out rather than a bare SIGSEGV. */
+bool cbcmn__overflow_sys(const struct cbcmn__exec *e, const void *addr)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	if (!e->sys_stack || (const char *)addr < e->sys_stack ||
+	    (const char *)addr >= e->sys_stack + pg)
+		return false;
+	struct line l = {.n = 0};
+	put_s(&l, "cbcmn: executor ");
+	put_u(&l, e->id);
+	put_s(&l, OVERFLOWED);
+	put_u(&l, e->sys_stack_size - pg);
+	put_s(&l, "-byte system stack (guard page hit) running the runtime's part of an "
+		  "actor's block or send; the process ends\n");
+	ssize_t rc = write(STDERR_FILENO, l.buf, l.n);
+	(void)rc;
+	return true;
+}
+
 /* cbcmn__ctx_overflow_return comes here once the library call that overflowed
  * has returned, or an unwind has reached where it would return. */
 __attribute__((noreturn)) void cbcmn__overflow_unwind(void)

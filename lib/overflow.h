@@ -4,10 +4,12 @@
 #ifndef CBCMN_OVERFLOW_H
 #define CBCMN_OVERFLOW_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <ucontext.h>
 
 struct cbcmn_task;
+struct cbcmn__exec;
 
 /* Once per runtime start, outside any handler, under signal.c's install
  * lock. */
@@ -21,6 +23,10 @@ void cbcmn__overflow_thread_end(void);
  * stack.  Returns when the faulting code may go on (into the yellow zone);
  * otherwise jumps to t's landing pad. */
 void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc);
+/* A fault at addr in executor e's system stack's guard page: says so on
+ * stderr and returns true (the caller lets the fault kill the process);
+ * false if addr is not there. */
+bool cbcmn__overflow_sys(const struct cbcmn__exec *e, const void *addr);
 /* First thing in the SIGSEGV handler: a fault raised while this thread
  * walks frames for cbcmn__overflow ends the walk (jumps back into it). */
 void cbcmn__overflow_walk_fault(void);

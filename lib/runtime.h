@@ -777,6 +777,18 @@ void cbcmn__suspend(struct cbcmn_task *t);
  * a plain task's send that waits for ever (mb_park(), actor_mbox.c).
  * False if begin ended it at once (t did not suspend). */
 bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg);
+/* The park's switch saves the parked task's frame in the word at the top
+ * of the system stack below sys_top, where the switch's unwind info finds
+ * it (asm/: *r14), and the park copies it to the task.  Once the park
+ * publishes the task (run_post(): it may run elsewhere, its frame
+ * replaced, its stack freed) the word names cbcmn__sys_end_frame, whose
+ * return address 0 ends a walk (a profiler's sample, a backtrace) there,
+ * not in a stale frame. */
+static inline void **cbcmn__sys_save(void *sys_top)
+{
+	return (void **)sys_top - 2; /* a 16-byte slot: the stack stays aligned */
+}
+extern const uintptr_t cbcmn__sys_end_frame[8];
 /* fn(arg) for running task t on its executor's system stack (e->sys_top
  * set), back on t's when it returns; fn must not switch (sched.c). */
 #ifdef __SANITIZE_ADDRESS__

@@ -879,6 +879,28 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	run_post(e);
 }
 
+/* Lab mode: time passes only when nothing can run (search() jumps the
+ * clock to the next deadline).  A task that yields in a loop while every
+ * other waits for a deadline (a child ignoring its stop, its supervisor
+ * waiting shutdown_ns; a poll of a flag a sleeper sets) kept it still for
+ * ever.  When the yielder just off its stack is all that can run, the
+ * clock jumps to the next deadline, as if its spin had lasted that long
+ * (docs/LAB.md).  Two yielders, or work of another kind (mail, a ring's
+ * I/O, which runs in real time), keep it still. */
+static void lab_yield_alone(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (!e->ntimers || e->yq_head || e->pq_head ||
+	    atomic_load_explicit(&e->slot, memory_order_relaxed) || cbcmn__deque_len(&e->dq) ||
+	    atomic_load_explicit(&rt->inj_len, memory_order_acquire) ||
+	    cbcmn__actor_wheel_ready(e) || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e))
+		return;
+	uint64_t next = cbcmn__timers_next(e);
+	if (next != UINT64_MAX && next > cbcmn__now(rt))
+		/* release: pairs with the acquire in cbcmn__now(). */
+		atomic_store_explicit(&rt->vclock, next, memory_order_release);
+}
+
 /* The end of a run, once the task is off its stack: what it asked for
  * as it left (e->post). */
 static void run_post(struct cbcmn__exec *e)
@@ -918,6 +940,8 @@ static void run_post(struct cbcmn__exec *e)
 	case CBCMN__POST_YIELD:
 		check_canary(p, p->stack);
 		atomic_store_explicit(&p->state, CBCMN__T_READY, memory_order_relaxed);
+		if (__builtin_expect(e->rt->lab, 0))
+			lab_yield_alone(e); /* before p is queued again */
 		if (__builtin_expect(cbcmn__is_actor_task(p), 0)) {
 			cbcmn__mb_room_pay(p->arg, e); /* p is not queued yet: ours */
 			if (cbcmn__actor_yielded(e, p))
@@ -1140,7 +1164,7 @@ static void sys_stack_setup(struct cbcmn__exec *e)
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (p == MAP_FAILED)
 		return; /* no memory: blocks run on the tasks' stacks */
-	if (mprotect(p, pg, PROT_NONE) != 0) { /* a guard page below */
+	if (cbcmn__mprotect(p, pg, PROT_NONE) != 0) { /* a guard page below */
 		munmap(p, len);
 		return;
 	}
@@ -1182,6 +1206,10 @@ struct sys_park {
 	void *arg;
 };
 
+/* The frame a walk from the system stack ends at once its parked task is
+ * published (cbcmn__sys_save()): all zero, the return address too. */
+const uintptr_t cbcmn__sys_end_frame[8];
+
 /* On t's executor's system stack, t suspended (its context saved): its
  * block as begin(arg) begins it (false: it ended at once, t continues),
  * then what cbcmn__suspend() does, its run's end (run_post()) done here,
@@ -1218,12 +1246,15 @@ static struct cbcmn__sys_to park_sys(void *arg)
 	struct sys_park *sp = arg;
 	struct cbcmn_task *t = sp->t;
 	struct cbcmn__exec *e = t->exec;
+	void **save = cbcmn__sys_save(e->sys_top);
 	sys_enter(e);
+	t->sp = *save;
 	if (!sp->begin(sp->arg)) {
 		sys_leave(e, t->stack->lo, t->stack->size);
 		return (struct cbcmn__sys_to){t->sp, NULL};
 	}
 	struct cbcmn_task *n = suspend_pick(e, t);
+	*save = (void *)cbcmn__sys_end_frame; /* t is published below, or by the loop */
 	if (!n) {
 		cbcmn__lock_assert_none_held("switch_to_sched");
 		sys_leave(e, e->sched_stack_lo, e->sched_stack_size);
@@ -1231,6 +1262,7 @@ static struct cbcmn__sys_to park_sys(void *arg)
 	}
 	direct_begin(e, n);
 	run_post(e);
+	CBCMN__PAUSE(CBCMN__P_PARK_POSTED, e);
 	sys_leave(e, n->stack->lo, n->stack->size);
 	return (struct cbcmn__sys_to){n->sp, n};
 }
@@ -1244,7 +1276,8 @@ bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
 #ifdef __SANITIZE_ADDRESS__
 		__sanitizer_start_switch_fiber(&s->asan_fake, sys_stack_lo(e), SYS_STACK_SIZE);
 #endif
-		struct cbcmn_task *me = cbcmn__sys_switch(&t->sp, e->sys_top, park_sys, &sp);
+		struct cbcmn_task *me = cbcmn__sys_switch(cbcmn__sys_save(e->sys_top),
+							  cbcmn__sys_save(e->sys_top), park_sys, &sp);
 		if (me) {
 			resumed(me, s);
 			return true;

@@ -104,8 +104,11 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	struct cbcmn_task *t = e ? e->current : NULL;
 	if (t && t->stack && t->stack->guarded && cbcmn__stack_in_guard(t->stack, si->si_addr))
 		cbcmn__overflow(t, si->si_addr, uc); /* returns only to retry the access */
-	else
+	else {
+		if (e)
+			cbcmn__overflow_sys(e, si->si_addr); /* a line, then the fault's course */
 		chain(sig, si, uc);
+	}
 	errno = saved_errno;
 }
 

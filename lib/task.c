@@ -447,7 +447,10 @@ spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_op
 	uint64_t stack_charge = 0;
 	if (self && budgets) {
 		cbcmn__charge(self, CBCMN__B_SPAWN, 1); /* the spawn: an op and a spawn */
-		if (self->memory != CBCMN_UNLIMITED)
+		/* limited first: an unlimited spawner's memory is unlimited
+		 * (cbcmn__budget_consistent()), and the flag is on the line the
+		 * charge just read, the memory on the next. */
+		if (self->limited && self->memory != CBCMN_UNLIMITED)
 			stack_charge = cbcmn__charge_memory(self, rt->cfg.stack_size);
 		/* Paying may have waited for budget, and meanwhile n's await_all
 		 * may have begun (a spawner outside n) or n been cancelled:

@@ -28,7 +28,8 @@ static long mon_switches(void)
 	if (!d)
 		return -1;
 	while ((de = readdir(d))) {
-		char p[256], name[64] = "";
+		/* Room for the longest name a directory entry may have. */
+		char p[sizeof("/proc/self/task//status") + sizeof(de->d_name)], name[64] = "";
 		snprintf(p, sizeof p, "/proc/self/task/%s/comm", de->d_name);
 		FILE *f = fopen(p, "r");
 		if (!f)

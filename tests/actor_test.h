@@ -360,16 +360,67 @@ struct ring_place {
 };
 
 /* Spawns into n the len actors of ring r, fn(&at[k]) each, with a
- * mailbox of 2 and placement where (CBCMN_PLACE_*); refs[k]: theirs. */
-static inline void ring_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *r,
-			      struct ring_place *at, cbcmn_actor_ref *refs, uint32_t len,
-			      uint32_t where)
+ * mailbox of cap and placement where (CBCMN_PLACE_*); refs[k]: theirs. */
+static inline void ring_spawn_cap(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *r,
+				  struct ring_place *at, cbcmn_actor_ref *refs, uint32_t len,
+				  uint32_t where, uint32_t cap)
 {
-	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = where};
+	cbcmn_actor_opts ao = {.mailbox_cap = cap, .placement = where};
 	for (uint32_t k = 0; k < len; k++) {
 		at[k] = (struct ring_place){r, k};
 		TASK_CHECK(cbcmn_actor_spawn(cx, n, fn, &at[k], &ao, &refs[k]) == 0);
 	}
+}
+
+/* The same with a mailbox of 2. */
+static inline void ring_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *r,
+			      struct ring_place *at, cbcmn_actor_ref *refs, uint32_t len,
+			      uint32_t where)
+{
+	ring_spawn_cap(cx, n, fn, r, at, refs, len, where, 2);
+}
+
+/* ---- a ring of actors passing tokens until cancelled ---- */
+
+#define TOK_RING_MAX 64
+
+struct tok_ring {
+	cbcmn_actor_ref refs[TOK_RING_MAX];
+	struct ring_place at[TOK_RING_MAX];
+	uint32_t len;
+	_Atomic long hops, bad;
+};
+
+/* A member of a token ring: passes each message it takes (type 1, else
+ * counted bad) to the next, until its receive or send is cancelled (or
+ * the send finds its neighbour ended first: -ESRCH); any other end is
+ * counted bad. */
+static inline int64_t tok_ring_actor(cbcmn_cx *cx, void *arg)
+{
+	struct ring_place *at = arg;
+	struct tok_ring *r = at->r;
+	cbcmn_actor_msg m;
+	int rc;
+	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
+		if (m.type != 1)
+			atomic_fetch_add(&r->bad, 1);
+		atomic_fetch_add(&r->hops, 1);
+		if ((rc = cbcmn_actor_send(NULL, cx, r->refs[(at->i + 1) % r->len], &m)) != 0)
+			break;
+	}
+	if (rc != CBCMN_ECANCELED && rc != -ESRCH)
+		atomic_fetch_add(&r->bad, 1);
+	return 0;
+}
+
+/* Spawns into n the len members of token ring r (mailboxes of cap, the
+ * default placement). */
+static inline void tok_ring_spawn(cbcmn_cx *cx, cbcmn_nursery *n, struct tok_ring *r, uint32_t len,
+				  uint32_t cap)
+{
+	TASK_CHECK(len <= TOK_RING_MAX);
+	r->len = len;
+	ring_spawn_cap(cx, n, tok_ring_actor, r, r->at, r->refs, len, CBCMN_PLACE_LOCAL, cap);
 }
 
 #endif

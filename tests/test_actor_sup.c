@@ -28,6 +28,7 @@ struct kid {
 	int crash_at_start;  /* return this at once on start (a storm), 0: no */
 	_Atomic int last_crash_starts; /* from this start on, live normally */
 	int never_stops;     /* checkpoint for ever, ignoring stops */
+	int yields;          /* yield this many times, ignoring stops and cancels */
 	const uint32_t *deps; /* checked live when it starts */
 	uint32_t ndeps;
 	_Atomic int checked;  /* starts that got past that check */
@@ -87,6 +88,11 @@ static int64_t worker(cbcmn_cx *cx, void *arg)
 	if (k->never_stops)
 		for (;;)
 			CBCMN_CHECKPOINT(cx);
+	if (k->yields) {
+		for (int i = 0; i < k->yields; i++)
+			cbcmn_yield(cx);
+		return 0;
+	}
 	cbcmn_actor_msg m;
 	for (;;) {
 		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
@@ -970,24 +976,54 @@ static void test_shutdown_reports_undelivered_messages(void **state)
 	assert_int_equal(w.report.restarts, 0);
 }
 
+/* Two children, the second of which ignores its stop (set by the caller),
+ * a shutdown_ns of 20 ms, the scenario waiting for both to start. */
+static void ignoring_world(struct world *w, cbcmn_sup_child c[2])
+{
+	world_init(w, 2);
+	child(&c[0], w, 0);
+	child(&c[1], w, 1);
+	w->spec.children = c;
+	w->spec.shutdown_ns = 20 * 1000000ull;
+	w->spec.report = &w->report;
+	w->scenario = wait_all_started;
+}
+
 /* A child that checkpoints for ever and never receives: its stop is not
  * enough, shutdown_ns later the rest are cancelled and the tree ends. */
 static void test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns(void **state)
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
+	ignoring_world(&w, c);
 	w.kid[1].never_stops = 1;
-	w.spec.children = c;
-	w.spec.shutdown_ns = 20 * 1000000ull;
-	w.spec.report = &w.report;
-	w.scenario = wait_all_started;
 	run_world(2, CBCMN_PROFILE_NATIVE, &w);
 	assert_int_equal(w.await_rc, 0);
 	assert_int_equal(atomic_load(&w.kid[1].starts), 1);
+}
+
+/* The same in lab mode, the child yielding (its stop and its cancel
+ * ignored, a bounded number of times): it is all that runs while the
+ * others sleep or wait for a deadline, and the virtual clock stood still:
+ * the scenario's 100 us sleeps never ended (the test hung in
+ * wait_all_started()), nor did the supervisor's shutdown_ns come due.  A
+ * yielder alone runnable jumps the clock to the next deadline now
+ * (docs/LAB.md): the stop's deadline comes, the child is cancelled. */
+static void test_lab_child_ignoring_its_stop_is_cancelled_after_shutdown_ns(void **state)
+{
+	(void)state;
+	struct world w;
+	cbcmn_sup_child c[2];
+	ignoring_world(&w, c);
+	w.kid[1].yields = 50000;
+	cbcmn_runtime *rt = t_runtime_lab(7);
+	t_run(rt, tree_main, &w, 0);
+	uint64_t now = cbcmn_now(rt);
+	t_destroy(rt);
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(atomic_load(&w.kid[1].starts), 1);
+	assert_true(now >= w.spec.shutdown_ns); /* it came due on the virtual clock */
 }
 
 /* The supervisor stopped while a storm of restarts is under way. */
@@ -1515,6 +1551,7 @@ int main(int argc, char **argv)
 		T(test_intensity_window_allows_a_restart_exactly_a_period_after),
 		T(test_shutdown_reports_undelivered_messages),
 		T(test_child_ignoring_its_stop_is_cancelled_after_shutdown_ns),
+		T(test_lab_child_ignoring_its_stop_is_cancelled_after_shutdown_ns),
 		T(test_stop_during_restarts_ends_the_tree),
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor),

@@ -5,12 +5,16 @@
  * (docs/SCHEDULER.md, "The task record's layout").  Each test makes one
  * kind of budget write (a draw, the spawner's take, a recharge, a refund,
  * a self-recharge, memory charged and given back, channel operations, a
- * refused spawn's give-back) and checks the invariant after it; and that
- * a limited task is still charged, component by component. */
+ * refused spawn's give-back, the janus ABI's decrement, a blocking call's
+ * debts, an actor's default share) and checks the invariant after it; and
+ * that a limited task is still charged, component by component (each
+ * fails if cbcmn__charge() stopped early for it). */
 #include "../lib/runtime.h" /* the task record's limited flag and components */
 #include "../lib/fault.h"
+#include "cbcmn_actor.h"
 #include "cbcmn_chan.h"
 #include "helpers.h"
+#include "janus_rt.h"
 
 #include <errno.h>
 
@@ -277,6 +281,165 @@ static void test_a_refused_spawn_gives_back_and_keeps_the_invariant(void **state
 	run_unlimited(spawn_refused_both);
 }
 
+/* ---- the janus ABI's decrement (cbcmn__budget_take_ops()) ---- */
+
+/* Limited in ops and channel ops: the decrement takes ops, the flag and
+ * the invariant stay, and a channel op after it is still charged. */
+static int64_t janus_limited(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_budget before, after;
+	TASK_CHECK(limited(cx) && consistent(cx));
+	TASK_CHECK(cbcmn_budget_get(cx, &before) == 0);
+	janus_budget_decrement(1000000);
+	TASK_CHECK(limited(cx) && consistent(cx));
+	TASK_CHECK(cbcmn_budget_get(cx, &after) == 0);
+	TASK_CHECK(after.ops != U && after.ops < before.ops);
+	chan_ops(cx, 5);
+	TASK_CHECK(cbcmn_budget_get(cx, &after) == 0);
+	TASK_CHECK(after.channel_ops == 1000 - 10);
+	return 0;
+}
+
+static int64_t janus_decrements(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	janus_budget_decrement(1000000); /* unlimited: stays so */
+	TASK_CHECK(!limited(cx) && consistent(cx));
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0 && b.ops == U);
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {1000000000, U, U, 1000, U};
+	cbcmn_spawn_opts o = {.budget = &ask};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, janus_limited, NULL, &o, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(!limited(cx) && consistent(cx));
+	return 0;
+}
+
+static void test_the_janus_decrement_keeps_the_invariant(void **state)
+{
+	(void)state;
+	run_unlimited(janus_decrements);
+}
+
+/* ---- a blocking call's debts (blocking.c, pay_debt()) ---- */
+
+/* On the pool's thread with the task's context: three charges of 100
+ * bytes, owed until the task pays them on its fiber. */
+static int64_t blocking_costs(void *arg)
+{
+	cbcmn_cx *cx = arg;
+	for (int i = 0; i < 3; i++)
+		cbcmn_free(cbcmn_alloc(cx, 100));
+	return 7;
+}
+
+/* Limited in memory and syscalls: the call's syscall and the debts it
+ * left are taken; the flag and the invariant stay. */
+static int64_t blocking_limited(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(limited(cx) && consistent(cx));
+	int64_t r = 0;
+	TASK_CHECK(cbcmn_blocking(cx, blocking_costs, cx, &r) == 0 && r == 7);
+	TASK_CHECK(limited(cx) && consistent(cx));
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	TASK_CHECK(b.syscalls == 1000 - 1);
+	TASK_CHECK(b.memory == 100000 - 300);
+	TASK_CHECK(b.channel_ops == U && b.spawn_count == U);
+	return 0;
+}
+
+static int64_t blocking_debts(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int64_t r = 0;
+	TASK_CHECK(cbcmn_blocking(cx, blocking_costs, cx, &r) == 0 && r == 7);
+	TASK_CHECK(!limited(cx) && consistent(cx)); /* unlimited debts: none */
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {U, 100000, U, U, 1000};
+	cbcmn_spawn_opts o = {.budget = &ask};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, blocking_limited, NULL, &o, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	TASK_CHECK(!limited(cx) && consistent(cx));
+	return 0;
+}
+
+static void test_a_blocking_calls_debts_keep_the_invariant(void **state)
+{
+	(void)state;
+	run_unlimited(blocking_debts);
+}
+
+/* ---- an actor's default share (actor.c, default_share()) ---- */
+
+/* An actor spawned with no budget: the config's child default (100) in
+ * channel ops, at most half a limited spawner's (100: 50); limited and
+ * charged. */
+static int64_t share_actor(cbcmn_cx *cx, void *arg)
+{
+	uint64_t want = (uint64_t)(uintptr_t)arg;
+	TASK_CHECK(limited(cx) == (want != U) && consistent(cx));
+	chan_ops(cx, 5);
+	TASK_CHECK(consistent(cx));
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	TASK_CHECK(b.channel_ops == (want == U ? U : want - 10));
+	return 0;
+}
+
+static void spawn_share_actor(cbcmn_cx *cx, uint64_t want)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_actor_ref ref;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, share_actor, (void *)(uintptr_t)want, NULL, &ref) ==
+		   0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+}
+
+static int64_t limited_spawner(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(limited(cx) && consistent(cx));
+	spawn_share_actor(cx, 50);
+	TASK_CHECK(limited(cx) && consistent(cx));
+	return 0;
+}
+
+static int64_t share_spawners(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(!limited(cx) && consistent(cx));
+	/* Unlimited: no share taken, the child default applies (limited). */
+	spawn_share_actor(cx, 100);
+	TASK_CHECK(!limited(cx) && consistent(cx));
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget ask = {U, U, U, 100, U};
+	cbcmn_spawn_opts o = {.budget = &ask};
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, limited_spawner, NULL, &o, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_an_actors_default_share_keeps_the_invariant(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.budget = (cbcmn_budget){U, U, U, U, U};
+	cfg.child_budget = (cbcmn_budget){U, U, U, 100, U};
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	t_run(rt, share_spawners, NULL, 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -284,6 +447,9 @@ int main(void)
 		T_WATCHED_TEST(test_recharges_and_refunds_keep_the_invariant),
 		T_WATCHED_TEST(test_a_self_recharge_keeps_the_invariant),
 		T_WATCHED_TEST(test_a_refused_spawn_gives_back_and_keeps_the_invariant),
+		T_WATCHED_TEST(test_the_janus_decrement_keeps_the_invariant),
+		T_WATCHED_TEST(test_a_blocking_calls_debts_keep_the_invariant),
+		T_WATCHED_TEST(test_an_actors_default_share_keeps_the_invariant),
 	};
 	return cmocka_run_group_tests_name("budget_limited", tests, NULL, NULL);
 }

@@ -154,6 +154,7 @@ static void short_load(enum fs_proto fp, bool multishot)
 	lc.conns = 20;
 	lc.msg_size = 100;
 	lc.duration_s = 0.3;
+	lc.answer_all = true; /* on a loaded host the window may see none */
 	lc.proto = fp == FS_HTTP ? LG_HTTP : LG_ECHO;
 	struct lg_result res;
 	int rc = lg_run(&lc, &res);
@@ -161,9 +162,9 @@ static void short_load(enum fs_proto fp, bool multishot)
 	assert_int_equal(fs_stop(s, &st), 0);
 	if (rc != 0 || res.errors)
 		fail_msg("load: %s", res.error);
-	/* Answers came and each was right; how many is the machine's
-	 * business (a benchmark's, not a test's). */
-	assert_true(res.requests > 0);
+	/* Answers came, one a connection at least, and each was right; how
+	 * many is the machine's business (a benchmark's, not a test's). */
+	assert_true(res.requests >= lc.conns);
 	assert_true(st.requests >= res.requests);
 	assert_int_equal(st.errors, 0);
 	assert_true(st.rt.total.io_ops + st.rt.total.cqes_reaped > 0);
@@ -192,13 +193,14 @@ static void test_epoll_baseline_echoes(void **state)
 	lc.port = ee_port(s);
 	lc.conns = 10;
 	lc.duration_s = 0.2;
+	lc.answer_all = true;
 	struct lg_result res;
 	int rc = lg_run(&lc, &res);
 	struct ee_stats st;
 	assert_int_equal(ee_stop(s, &st), 0);
 	if (rc != 0 || res.errors)
 		fail_msg("load: %s", res.error);
-	assert_true(res.requests > 0);
+	assert_true(res.requests >= lc.conns);
 	assert_int_equal(st.conns, 10);
 }
 
@@ -207,8 +209,8 @@ static void test_epoll_baseline_echoes(void **state)
  * its recv room and several requests in flight.  (The sockets take these
  * requests whole: a response that comes while a send is in flight is
  * test_ring_client_send_in_flight_keeps_its_bytes's.) */
-static int ring_load(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipeline,
-		     struct lg_result *res)
+static int ring_load_as(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipeline,
+			bool answer_all, struct lg_result *res)
 {
 	struct lg_config lc;
 	lg_config_init(&lc);
@@ -217,8 +219,24 @@ static int ring_load(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipel
 	lc.msg_size = msg;
 	lc.pipeline = pipeline;
 	lc.duration_s = 0.3;
+	lc.answer_all = answer_all;
 	lc.ring = true;
 	return lg_run(&lc, res);
+}
+
+/* The fixed window: for the runs that fail a connection on purpose. */
+static int ring_load(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipeline,
+		     struct lg_result *res)
+{
+	return ring_load_as(port, conns, msg, pipeline, false, res);
+}
+
+/* Past the window until every connection has had a response (10 s at
+ * most): a count, not a rate, on a loaded host too. */
+static int ring_load_all(uint16_t port, uint32_t conns, uint32_t msg, uint32_t pipeline,
+			 struct lg_result *res)
+{
+	return ring_load_as(port, conns, msg, pipeline, true, res);
 }
 
 /* The kernel (or a seccomp filter) refuses io_uring to the client. */
@@ -240,8 +258,8 @@ static void test_ring_client_echoes(void **state)
 		struct fs_server *s;
 		assert_int_equal(fs_start(&s, &cfg), 0);
 		struct lg_result res;
-		int rc = ring_load(fs_port(s), shapes[i].conns, shapes[i].msg, shapes[i].pipeline,
-				   &res);
+		int rc = ring_load_all(fs_port(s), shapes[i].conns, shapes[i].msg,
+				       shapes[i].pipeline, &res);
 		struct fs_stats st;
 		assert_int_equal(fs_stop(s, &st), 0);
 		if (ring_refused(rc)) {
@@ -250,18 +268,19 @@ static void test_ring_client_echoes(void **state)
 		}
 		if (rc != 0 || res.errors)
 			fail_msg("ring client, fiber server: %s", res.error);
-		assert_true(res.requests > 0);
+		assert_true(res.requests >= shapes[i].conns);
 		assert_true(st.requests >= res.requests);
 		assert_int_equal(st.errors, 0);
 
 		struct ee_server *es;
 		assert_int_equal(ee_start(&es, 0, -1), 0);
-		rc = ring_load(ee_port(es), shapes[i].conns, shapes[i].msg, shapes[i].pipeline, &res);
+		rc = ring_load_all(ee_port(es), shapes[i].conns, shapes[i].msg, shapes[i].pipeline,
+				   &res);
 		struct ee_stats est;
 		assert_int_equal(ee_stop(es, &est), 0);
 		if (rc != 0 || res.errors)
 			fail_msg("ring client, epoll server: %s", res.error);
-		assert_true(res.requests > 0);
+		assert_true(res.requests >= shapes[i].conns);
 		assert_int_equal(est.conns, shapes[i].conns);
 	}
 }

@@ -856,6 +856,18 @@ static void test_out_of_descriptors_answers_503_then_serves(void **state)
 	stop_and_destroy(ms, rt);
 }
 
+/* Two sockets c made, then the descriptor limit lowered to 64 past them
+ * (*old: what it was, *low: what it is). */
+static void sockets_under_a_low_limit(int c[2], struct rlimit *old, struct rlimit *low)
+{
+	for (int i = 0; i < 2; i++)
+		assert_true((c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, old), 0);
+	*low = *old;
+	low->rlim_cur = (rlim_t)c[1] + 64 < old->rlim_cur ? (rlim_t)c[1] + 64 : old->rlim_cur;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, low), 0);
+}
+
 /* Out of descriptors, the server keeps its reserve while no connection
  * waits: a program filling the table again (or any thread's open) must
  * not find it let go.  It was given up for each 100 ms accept of an idle
@@ -866,13 +878,8 @@ static void test_out_of_descriptors_keeps_the_reserve(void **state)
 	(void)state;
 	cbcmn_runtime *rt = t_runtime(1);
 	int c[2];
-	for (int i = 0; i < 2; i++)
-		assert_true((c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0);
 	struct rlimit old, low;
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-	low = old;
-	low.rlim_cur = (rlim_t)c[1] + 64 < old.rlim_cur ? (rlim_t)c[1] + 64 : old.rlim_cur;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	sockets_under_a_low_limit(c, &old, &low);
 	cbcmn_metrics_server *ms = serve(rt, NULL);
 	int port = cbcmn_metrics_port(ms);
 	static int fill[4096];
@@ -902,6 +909,125 @@ static void test_out_of_descriptors_keeps_the_reserve(void **state)
 	assert_int_equal(stolen, 0);
 	if (n1 <= 0)
 		fail_msg("the second scrape was not answered (recv %zd)", n1);
+	expect(port, "/metrics", "", 200);
+	stop_and_destroy(ms, rt);
+}
+
+/* A reserve lost: another thread takes its number in the instant between
+ * shed_one()'s close and its accept (here the pause point's hook, a dup
+ * into it), the accept finds the table full, and no reserve can be had.
+ * It is taken again once descriptors are free (the next accept that
+ * succeeds, a connection's end), so the next time the table is full a
+ * scrape is still answered (503).  It was retried only at that next
+ * EMFILE, when it cannot be had: the scrape waited unanswered. */
+static int reserve_thief_fd = -1;
+static _Atomic int reserve_stolen = -1;
+
+/* The descriptor below lim that holds the other end of connected socket
+ * c (the server's side, in this process), or -1. */
+static int peer_fd(int c, int lim)
+{
+	struct sockaddr_in me, peer;
+	socklen_t l = sizeof(me);
+	if (getsockname(c, (struct sockaddr *)&me, &l) != 0)
+		return false;
+	for (int fd = 0; fd < lim; fd++) {
+		l = sizeof(peer);
+		if (fd != c && getpeername(fd, (struct sockaddr *)&peer, &l) == 0 &&
+		    peer.sin_family == AF_INET && peer.sin_port == me.sin_port &&
+		    peer.sin_addr.s_addr == me.sin_addr.s_addr)
+			return fd;
+	}
+	return -1;
+}
+
+static void steal_the_reserve(enum cbcmn__pause_point p, void *rt)
+{
+	(void)rt;
+	if (p == CBCMN__P_RESERVE_GONE && atomic_load(&reserve_stolen) < 0)
+		atomic_store(&reserve_stolen, dup(reserve_thief_fd));
+}
+
+static void test_a_lost_reserve_is_taken_again_once_descriptors_are_free(void **state)
+{
+	(void)state;
+	if (!cbcmn__pause_set(NULL))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan build");
+	if (T_TSAN)
+		T_SKIP("TSan's account of descriptors sees no order between the hook's dup on "
+		       "the server's thread and ours: ASan runs it");
+	cbcmn_runtime *rt = t_runtime(1);
+	int c[2];
+	struct rlimit old, low;
+	sockets_under_a_low_limit(c, &old, &low);
+	cbcmn_metrics_server *ms = serve(rt, NULL);
+	int port = cbcmn_metrics_port(ms);
+	reserve_thief_fd = c[0];
+	atomic_store(&reserve_stolen, -1);
+	cbcmn__pause_set(steal_the_reserve);
+	static int fill[4096];
+	int nfill = 0;
+	while (nfill < 4096 && (fill[nfill] = dup(c[0])) >= 0)
+		nfill++;
+	/* A scrape while full: the server lets its reserve go, which is
+	 * stolen; its accept fails; it backs off. */
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(c[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	assert_int_equal(send(c[0], req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&reserve_stolen) < 0 && t_now_ns() < end)
+		usleep(1000);
+	cbcmn__pause_set(NULL);
+	int stolen = atomic_load(&reserve_stolen);
+	/* The acceptor backs off to 100 ms rounds (an accept, EMFILE, no
+	 * reserve to be had): free descriptors between rounds, where only the
+	 * next accept, which succeeds, sees them (in a round, the old retry
+	 * at an EMFILE would take the reserve again itself).  Two: the
+	 * accept's and the reserve's. */
+	usleep(300000);
+	if (nfill >= 2) {
+		close(fill[--nfill]);
+		close(fill[--nfill]);
+	}
+	char buf[256];
+	struct pollfd pf = {.fd = c[0], .events = POLLIN};
+	ssize_t n0 = -1;
+	if (poll(&pf, 1, (int)(T_STALL_NS / 1000000)) == 1)
+		n0 = recv(c[0], buf, sizeof(buf) - 1, 0);
+	buf[n0 > 0 ? n0 : 0] = 0;
+	bool served = n0 > 0 && strstr(buf, "HTTP/1.1 200") != NULL;
+	/* Its connection's end: the server's side closed (a descriptor
+	 * free, which an accept would take), then the table filled again. */
+	int side = peer_fd(c[0], (int)low.rlim_cur); /* before the FINs: still connected */
+	while (recv(c[0], buf, sizeof(buf), 0) > 0)
+		;
+	shutdown(c[0], SHUT_WR);
+	end = t_now_ns() + T_STALL_NS;
+	while (side >= 0 && fcntl(side, F_GETFD) >= 0 && t_now_ns() < end)
+		usleep(1000);
+	while (nfill < 4096 && (fill[nfill] = dup(c[0])) >= 0)
+		nfill++;
+	ssize_t n1 = scrape_on(c[1], port, buf, sizeof(buf));
+	bool shed = n1 > 0 && strstr(buf, "HTTP/1.1 503") != NULL;
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	if (stolen >= 0)
+		close(stolen);
+	close(c[0]);
+	close(c[1]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	if (stolen < 0)
+		fail_msg("the reserve was not let go (no shed)");
+	if (side < 0)
+		fail_msg("the server's side of the first scrape was not found");
+	if (!served)
+		fail_msg("the first scrape was not served once descriptors were free (recv %zd)",
+			 n0);
+	if (!shed)
+		fail_msg("full again, the scrape was not refused with a 503 (recv %zd): no reserve",
+			 n1);
 	expect(port, "/metrics", "", 200);
 	stop_and_destroy(ms, rt);
 }
@@ -1418,6 +1544,7 @@ int main(void)
 		T_WATCHED_TEST(test_destroy_look_ignores_a_scrape_inside_it),
 		T_WATCHED_TEST(test_out_of_descriptors_answers_503_then_serves),
 		T_WATCHED_TEST(test_out_of_descriptors_keeps_the_reserve),
+		T_WATCHED_TEST(test_a_lost_reserve_is_taken_again_once_descriptors_are_free),
 		T_WATCHED_TEST(test_stop_right_after_serve),
 		T_WATCHED_TEST(test_default_address_is_loopback),
 		T_WATCHED_TEST(test_serves_under_every_profile),

@@ -2,18 +2,23 @@
  * cbcmn__sys_switch and cbcmn__sys_call): a function run on another stack,
  * the context it names continued, the caller's frames found again by an
  * unwinder from the system stack (docs/ACTORS.md, "The system stack"). */
+#include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-#include "helpers.h"
+#include "actor_test.h"
 #include "unwind_test.h"
 
-#include "cbcmn_actor.h"
 
 #include "arch.h"
+#include "fault.h"
 #include "runtime.h"
 
 #ifdef __SANITIZE_ADDRESS__
@@ -252,29 +257,7 @@ static void test_unwind_from_the_system_stack_reaches_the_caller(void **state)
 
 #define RING_K 8
 
-static struct {
-	cbcmn_actor_ref refs[RING_K];
-	_Atomic long hops, bad;
-} rg;
-
-static int64_t ring_actor(cbcmn_cx *cx, void *arg)
-{
-	long i = (long)(intptr_t)arg;
-	cbcmn_actor_msg m;
-	int rc;
-	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
-		if (m.type != 1)
-			atomic_fetch_add(&rg.bad, 1);
-		atomic_fetch_add(&rg.hops, 1);
-		if ((rc = cbcmn_actor_send(NULL, cx, rg.refs[(i + 1) % RING_K], &m)) != 0)
-			break;
-	}
-	/* Cancelled in a receive or a send; -ESRCH: a send to a neighbour
-	 * that ended first. */
-	if (rc != CBCMN_ECANCELED && rc != -ESRCH)
-		atomic_fetch_add(&rg.bad, 1);
-	return 0;
-}
+static struct tok_ring rg;
 
 static int64_t ring_rounds(cbcmn_cx *cx, void *arg)
 {
@@ -283,10 +266,7 @@ static int64_t ring_rounds(cbcmn_cx *cx, void *arg)
 	for (long r = 0; r < rounds; r++) {
 		cbcmn_nursery *n;
 		TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-		cbcmn_actor_opts ao = {.mailbox_cap = 1};
-		for (long k = 0; k < RING_K; k++)
-			TASK_CHECK(cbcmn_actor_spawn(cx, n, ring_actor, (void *)(intptr_t)k, &ao,
-						     &rg.refs[k]) == 0);
+		tok_ring_spawn(cx, n, &rg, RING_K, 1);
 		cbcmn_actor_msg m = {.type = 1};
 		cbcmn_actor_try_send(NULL, cx, rg.refs[0], &m);
 		cbcmn_actor_try_send(NULL, cx, rg.refs[1], &m);
@@ -381,6 +361,213 @@ static void test_a_send_resumed_where_there_is_no_system_stack(void **state)
 	assert_true(atomic_load(&mx.hops) >= mx.limit);
 }
 
+/* ---- (d') a walk after the park published its task --------------------
+ *
+ * Once the park has published the parked task (run_post()), another
+ * executor may run it: its saved frame is replaced, its stack may be
+ * freed.  A walk from the system stack then (a profiler's sample in the
+ * park's last instructions) must end at the switch, not go on through
+ * the task's saved frame.  The walk is taken at that point (a pause
+ * point, fault builds), in two actors passing a token on one executor,
+ * each park a direct switch to the other; before, it went on into the
+ * parked actor's frames. */
+
+static struct {
+	_Atomic long walks, past;
+	cbcmn_actor_ref a, b;
+	long limit;
+} pw;
+
+static void posted_walk(enum cbcmn__pause_point p, void *exec)
+{
+	(void)exec;
+	if (p != CBCMN__P_PARK_POSTED)
+		return;
+	struct t_trace tr = {.n = 0};
+	_Unwind_Backtrace(t_trace_frame, &tr);
+	/* The switch's return address, then nothing (0 at most). */
+	int at = -1;
+	for (int i = 0; i < tr.n; i++)
+		if (tr.ip[i] > (uintptr_t)cbcmn__sys_switch &&
+		    tr.ip[i] < (uintptr_t)cbcmn__sys_switch + 0x80)
+			at = i;
+	atomic_fetch_add(&pw.walks, 1);
+	if (at < 0 || (at + 1 < tr.n && tr.ip[at + 1] != 0))
+		atomic_fetch_add(&pw.past, 1);
+}
+
+static int64_t token_actor(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_actor_ref *to = arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0) {
+		if ((long)m.body.u64[0] >= pw.limit)
+			return 0;
+		m.body.u64[0]++;
+		if (cbcmn_actor_send(NULL, cx, *to, &m) != 0)
+			return 0;
+	}
+	return 0;
+}
+
+static int64_t token_pair(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, token_actor, &pw.b, NULL, &pw.a) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, token_actor, &pw.a, NULL, &pw.b) == 0);
+	cbcmn_actor_msg m = {.type = 1};
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, pw.a, &m) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&pw.walks) < 100 && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	pw.limit = 0; /* the token's next holder ends; the other is cancelled */
+	cbcmn_nursery_cancel(n);
+	cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_a_walk_after_the_park_published_ends_at_the_switch(void **state)
+{
+	(void)state;
+	if (!cbcmn__pause_set(NULL))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	if (T_TSAN)
+		T_SKIP("under TSan the park stays on the task's stack (sched.c)");
+	memset(&pw, 0, sizeof(pw));
+	pw.limit = LONG_MAX;
+	cbcmn_runtime *rt = t_runtime(1);
+	cbcmn__pause_set(posted_walk);
+	t_run(rt, token_pair, NULL, 0);
+	cbcmn__pause_set(NULL);
+	t_destroy(rt);
+	assert_true(atomic_load(&pw.walks) >= 100);
+	assert_int_equal(atomic_load(&pw.past), 0);
+}
+
+/* ---- (g) the system stack's guard page ------------------------------------
+ *
+ * A runtime call that runs out of the system stack hits its guard page:
+ * nothing there can end cleanly (the runtime's own code, no landing pad),
+ * so the process dies of the SIGSEGV, but with a line that names the
+ * system stack, as a task's overflow names its stack (overflow.c).  In a
+ * child: a task runs a deep recursion on its executor's system stack. */
+
+static void *sys_deep(void *arg)
+{
+	(void)arg;
+	return (void *)(intptr_t)t_recurse(NULL, 0);
+}
+
+static int64_t overflow_sys(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	if (!e->sys_top)
+		return 77; /* no system stack mapped (no memory) */
+	return (int64_t)(intptr_t)cbcmn__sys_run(e->current, sys_deep, NULL);
+}
+
+static void test_an_overflow_of_the_system_stack_names_it(void **state)
+{
+	(void)state;
+	int saved, fd = t_stderr_capture(&saved);
+	pid_t pid = t_fork_coreless();
+	if (pid == 0) {
+		alarm(60);
+		signal(SIGSEGV, SIG_DFL); /* not cmocka's, which would go on */
+		cbcmn_runtime *rt = NULL;
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		if (cbcmn_runtime_create(&cfg, &rt) != 0)
+			_exit(2);
+		int64_t rv = 0;
+		cbcmn_runtime_run(rt, overflow_sys, NULL, &rv);
+		_exit(rv == 77 ? 77 : 3); /* 3: it returned */
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	char msg[1024];
+	t_stderr_restore(fd, saved, msg, sizeof(msg));
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+		T_SKIP("no system stack mapped");
+		return;
+	}
+	if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGSEGV)
+		fail_msg("child: %s %d, want killed by SIGSEGV", WIFSIGNALED(st) ? "signal" : "exit",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	if (!strstr(msg, "cbcmn: executor 0 overflowed its 65536-byte system stack (guard page hit)"))
+		fail_msg("stderr: \"%s\"", msg);
+}
+
+/* ---- (h) the system stack's guard refused -----------------------------------
+ *
+ * Its mprotect is a fault site (CBCMN__F_MPROTECT): an executor whose
+ * guard is refused starts without a system stack (blocks and sends on the
+ * tasks' stacks, as with no memory for it), its mapping given back, and
+ * the actors there run as elsewhere. */
+
+/* munmap() interposed: the unmaps of a system stack's length (its guard
+ * page and 64 KiB), counted, then passed on. */
+static _Atomic long sys_unmaps;
+
+int munmap(void *addr, size_t len)
+{
+	static int (*next)(void *, size_t);
+	if (!next)
+		next = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
+	if (len == (size_t)sysconf(_SC_PAGESIZE) + STACK_BYTES)
+		atomic_fetch_add(&sys_unmaps, 1);
+	return next(addr, len);
+}
+
+static void refused_run(bool armed)
+{
+	struct cbcmn__fault_plan p = {.nth = 1, .every = 1, .err = -ENOMEM};
+	atomic_store(&sys_unmaps, 0);
+	if (armed)
+		cbcmn__fault_arm(CBCMN__F_MPROTECT, &p);
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.guard_stacks_max = UINT32_MAX; /* no task stack guards: their mprotects */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	atomic_store(&mx.hops, 0);
+	mx.limit = T_SCALE(20000);
+	t_run(rt, mix_ring, NULL, 0);
+	uint64_t hits = cbcmn__fault_hits(CBCMN__F_MPROTECT);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MPROTECT);
+	long unmaps = atomic_load(&sys_unmaps); /* before the executors' ends */
+	cbcmn__fault_disarm_all();
+	if (armed) { /* every executor that started (one at least) has none */
+		for (uint32_t i = 0; i < 2; i++) {
+			assert_null(rt->exec[i]->sys_stack);
+			assert_null(rt->exec[i]->sys_top);
+		}
+		assert_true(fails >= 1);
+		assert_int_equal(fails, hits);
+	}
+	t_destroy(rt);
+	assert_true(atomic_load(&mx.hops) >= mx.limit);
+	/* Each refused one unmapped at once, before any executor ended (whose
+	 * signal stack may have the same length); none else unmapped then. */
+	assert_int_equal(unmaps, armed ? (long)fails : 0);
+}
+
+static void test_a_refused_system_stack_guard_leaves_none(void **state)
+{
+	(void)state;
+	struct cbcmn__fault_plan probe = {0};
+	if (!cbcmn__fault_arm(CBCMN__F_MPROTECT, &probe))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan and TSan builds");
+	cbcmn__fault_disarm_all();
+	refused_run(false);
+	refused_run(true);
+}
+
 int main(void)
 {
 #ifdef __SANITIZE_ADDRESS__
@@ -400,8 +587,11 @@ int main(void)
 		cmocka_unit_test(test_sys_switch_to_itself_returns_the_xfer),
 		cmocka_unit_test(test_sys_switch_continues_another_context),
 		cmocka_unit_test(test_unwind_from_the_system_stack_reaches_the_caller),
+		cmocka_unit_test(test_a_walk_after_the_park_published_ends_at_the_switch),
 		cmocka_unit_test(test_cancellation_at_the_park_ends_every_actor),
 		cmocka_unit_test(test_a_send_resumed_where_there_is_no_system_stack),
+		cmocka_unit_test(test_an_overflow_of_the_system_stack_names_it),
+		cmocka_unit_test(test_a_refused_system_stack_guard_leaves_none),
 	};
 	return cmocka_run_group_tests_name("sysstack", tests, NULL, NULL);
 }

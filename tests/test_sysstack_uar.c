@@ -9,9 +9,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "helpers.h"
-
-#include "cbcmn_actor.h"
+#include "actor_test.h"
 
 #ifdef __SANITIZE_ADDRESS__
 /* ASan's switch of detect_stack_use_after_return, read at every
@@ -22,28 +20,8 @@ extern int __asan_option_detect_stack_use_after_return;
 
 #define K 64
 
-static struct {
-	cbcmn_actor_ref refs[K];
-	_Atomic long hops, bad;
-	long want;
-} uar;
-
-static int64_t uar_actor(cbcmn_cx *cx, void *arg)
-{
-	long i = (long)(intptr_t)arg;
-	cbcmn_actor_msg m;
-	int rc;
-	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
-		if (m.type != 1)
-			atomic_fetch_add(&uar.bad, 1);
-		atomic_fetch_add(&uar.hops, 1);
-		if ((rc = cbcmn_actor_send(NULL, cx, uar.refs[(i + 1) % K], &m)) != 0)
-			break;
-	}
-	if (rc != CBCMN_ECANCELED && rc != -ESRCH)
-		atomic_fetch_add(&uar.bad, 1);
-	return 0;
-}
+static struct tok_ring uar;
+static long uar_want;
 
 /* A token per third actor round a ring of K with mailboxes of 2, until
  * want hops or T_STALL_S seconds; then every actor cancelled, each
@@ -53,15 +31,12 @@ static int64_t uar_ring(cbcmn_cx *cx, void *arg)
 	(void)arg;
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
-	cbcmn_actor_opts ao = {.mailbox_cap = 2};
-	for (long k = 0; k < K; k++)
-		TASK_CHECK(cbcmn_actor_spawn(cx, n, uar_actor, (void *)(intptr_t)k, &ao,
-					     &uar.refs[k]) == 0);
+	tok_ring_spawn(cx, n, &uar, K, 2);
 	cbcmn_actor_msg m = {.type = 1};
 	for (long k = 0; k < K; k += 3)
 		cbcmn_actor_try_send(NULL, cx, uar.refs[k], &m);
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (atomic_load(&uar.hops) < uar.want && t_now_ns() < end)
+	while (atomic_load(&uar.hops) < uar_want && t_now_ns() < end)
 		cbcmn_sleep(cx, 5000000);
 	cbcmn_nursery_cancel(n);
 	cbcmn_nursery_await_all(cx, n);
@@ -74,11 +49,11 @@ static void test_a_ring_parks_on_the_system_stack_with_fake_stacks(void **state)
 	cbcmn_runtime *rt = t_runtime(2);
 	atomic_store(&uar.hops, 0);
 	atomic_store(&uar.bad, 0);
-	uar.want = T_SCALE(200000);
+	uar_want = T_SCALE(200000);
 	t_run(rt, uar_ring, NULL, 0);
 	t_destroy(rt);
 	assert_int_equal(atomic_load(&uar.bad), 0);
-	assert_true(atomic_load(&uar.hops) >= uar.want);
+	assert_true(atomic_load(&uar.hops) >= uar_want);
 }
 
 int main(void)
