@@ -1874,8 +1874,8 @@ static bool ring_may_defer(struct cbcmn__exec *e)
  * clock (ring_may_defer()). */
 static inline bool nothing_queued(struct cbcmn__exec *e)
 {
-	return !slot_busy(e) && !e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) <= 0 && !io_uring_cq_ready(&e->ring.u) &&
-	       !cbcmn__has_mail(e) && !e->wheel && !e->rt->lab;
+	return !slot_busy(e) && !e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) <= 0 &&
+	       !io_uring_cq_ready(&e->ring.u) && !cbcmn__has_mail(e) && !e->wheel && !e->rt->lab;
 }
 
 /* Between tasks: submit the SQEs the tasks queued once enough have waited
