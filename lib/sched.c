@@ -367,10 +367,7 @@ static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *
 static inline bool owe_notify(const struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
 	return e->rt->watched && e->wake_here && e->current && cbcmn__is_actor_task(e->current) &&
-	       cbcmn__is_actor_task(t) &&
-	       /* the run holds the wheel's gate open: the monitor can take
-		* what is held (a wheel made during the run: not gated) */
-	       atomic_load_explicit(&e->wheel_gate, memory_order_relaxed) != CBCMN__GATE_OWNER;
+	       cbcmn__is_actor_task(t);
 }
 
 /* t, woken into e's empty slot, runs next here and its notification is
@@ -378,12 +375,20 @@ static inline bool owe_notify(const struct cbcmn__exec *e, const struct cbcmn_ta
  * this put nor the direct switch's take is a locked exchange (each
  * waited for the stores before it: the hop's message, the receiver's
  * cold record; docs/ACTORS.md, "The held actor").  Nobody else stores
- * there, and held is empty: a store.  Then the debt, whose payment
- * publishes t: after the store, which the monitor's acquire of the
- * debt's number orders before its look at held. */
+ * there, and held is empty: a store.  Only while the run holds the
+ * wheel's gate open, under which the monitor may take it: a run begun
+ * without a wheel (an actor run inline by a plain task's await, the
+ * wheel made then) puts t in the slot, as before held.  Then the debt,
+ * whose payment publishes t: after the store, which the monitor's
+ * acquire of the debt's number orders before its look at held. */
 static void owe_hold(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
-	atomic_store_explicit(&e->held, t, memory_order_release);
+	if (__builtin_expect(atomic_load_explicit(&e->wheel_gate, memory_order_relaxed) !=
+				     CBCMN__GATE_OWNER,
+			     1))
+		atomic_store_explicit(&e->held, t, memory_order_release);
+	else /* empty, and thieves only take: prev is NULL */
+		atomic_store_explicit(&e->slot, t, memory_order_seq_cst);
 	/* A new odd number: the monitor tells this debt from the one it
 	 * saw open at its last look (odd numbers, wrapping, never 0). */
 	uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);

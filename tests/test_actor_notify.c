@@ -325,7 +325,9 @@ static void note_held(void)
 	struct cbcmn__exec *e = cbcmn__tls_exec;
 	atomic_store(&held_seen, atomic_load_explicit(&e->held, memory_order_relaxed) != NULL);
 	atomic_store(&slot_seen, atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL);
-	atomic_store(&owe_seen, cbcmn__owe_open(e));
+	/* Open, and A's run gated (begun with a wheel here: A run inline
+	 * by the root's await on an executor that had none holds nothing). */
+	atomic_store(&owe_seen, cbcmn__owe_open(e) && atomic_load(&e->wheel_gate) != CBCMN__GATE_OWNER);
 }
 
 /* A sends, notes where B waits, then checkpoints on until B has run. */
@@ -345,8 +347,9 @@ static int64_t held_checkpoints_a(cbcmn_cx *cx, void *arg)
  * slot and the idle executor, notified, steals it and runs it beside A.
  * Once: a second run of B would receive nothing and hang its nursery.
  * The send's own budget charge may end a countdown window and pay at
- * once (B in the slot, the debt closed): up to five runs, until one
- * whose debt was still open after the send. */
+ * once (B in the slot, the debt closed), and A run inline by the root's
+ * await on an executor with no wheel yet puts B in the slot: up to five
+ * runs, until one whose debt was open after a gated send. */
 static void test_a_held_actor_is_published_and_stolen_when_its_sender_runs_on(void **state)
 {
 	(void)state;
