@@ -458,20 +458,18 @@ void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)
  * of the fiber ring's samples: docs/BENCHMARKS.md).  t's park is done
  * here, while t is still on its stack: only its own fields, which its
  * waker reads once run_post() has published it blocked.  The gate is ours
- * meanwhile, as in the loop (a stall's rescue waits). */
+ * meanwhile, as in the loop (a stall's rescue waits): the caller closed
+ * it (sched.c, actor_direct(), which took n under it) and opens it. */
 bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n)
 {
 	struct cbcmn__awheel *aw = e->wheel;
 	struct cbcmn__actor *a = t->arg;
-	cbcmn__wheel_gate_close(e);
 	uint64_t now = clock_ns();
 	park(e, aw, a, t, now);
 	aw->parked = a;
 	admit(e, aw, n, now);
 	/* n alone on the wheel, unless a migration handed it over. */
-	bool ok = cbcmn__wheel_ready(&aw->w) && take(e, aw, now) == n;
-	cbcmn__wheel_gate_open(e);
-	return ok;
+	return cbcmn__wheel_ready(&aw->w) && take(e, aw, now) == n;
 }
 
 /* ---- a stalled executor's wheel (monitor.c) ------------------------------------ */

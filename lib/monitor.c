@@ -301,8 +301,10 @@ struct mon_seen {
  * running actor woke into its slot, whose idle executor's notification
  * waits for the sender's next switch.  A sender that computes on without
  * a runtime call never makes one: the debt is paid here, once by us, when
- * we find it open under the same number at two looks cfg.owe_ns apart; an
- * idle executor woken for it takes the actor by the ordinary slot steal.
+ * we find it open under the same number at two looks cfg.owe_ns apart: the
+ * actor, which the executor holds off its slot while the debt is open, goes
+ * to the inject queue (the gate taken, as for the wheel's rescue), where
+ * an idle executor notified for it takes it.
  * We cannot close the word (its executor's alone): the executor's own
  * payment, should it come while the actor still waits in its slot,
  * notifies once more (runtime.h, owe).
@@ -316,7 +318,9 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 {
 	struct cbcmn__exec *x = m->rt->exec[i];
 	struct mon_owe *o = &m->owe[i];
-	uint32_t w = atomic_load_explicit(&x->owe, memory_order_relaxed);
+	/* acquire: pairs with owe_hold()'s release: the actor held for
+	 * this debt is there for the rescue's exchange. */
+	uint32_t w = atomic_load_explicit(&x->owe, memory_order_acquire);
 	if (w != o->word) {
 		*o = (struct mon_owe){.since = now, .word = w, .paid = false};
 		r->owing = true;
@@ -330,7 +334,7 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 	}
 	o->paid = true;
 	atomic_fetch_add_explicit(&m->owe_paid, 1, memory_order_relaxed);
-	cbcmn__notify_owed_actor(x);
+	cbcmn__notify_owed_rescue(x);
 }
 
 /* One look at every executor. */
@@ -396,7 +400,7 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 			 * senders their wake, which only its end pays: it
 			 * may be waiting for one of them (actor_mbox.c). */
 			cbcmn__mb_room_rescue(x);
-			if (cbcmn__actor_wheel_rescue(x))
+			if (cbcmn__actor_wheel_rescue(x) | cbcmn__held_rescue(x))
 				wanted = true;
 		}
 		wanted |= cbcmn__exec_queue_depth(x) != 0;

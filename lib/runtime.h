@@ -385,6 +385,18 @@ struct cbcmn__exec {
 	 * payment come while the actor still waits in our slot, it notifies
 	 * again (one more idle executor woken, on a runtime with two idle). */
 	_Atomic uint32_t owe;
+	/* The actor that debt is for, while it is open: kept here, not in
+	 * the slot, as the sender's block typically switches straight to it
+	 * (sched.c, held_take()).  Only we store a task here (into NULL);
+	 * only we take it with a plain load and store, with the wheel's
+	 * gate closed; every other take is an exchange: ours while a run
+	 * holds the gate open (the debt paid: into the slot), the stall
+	 * monitor's with the gate taken (RESCUE: to the inject queue,
+	 * cbcmn__notify_owed_rescue()), a dead thread's successor's
+	 * (forward_runnable()).  Not stealable: a thief's steal waits for the
+	 * debt's payment, as a notification does.  NULL beside a non-empty
+	 * slot, and after every pick of the loop. */
+	_Atomic(struct cbcmn_task *) held;
 	/* Runs begun by a direct switch, without the loop (sched.c,
 	 * switch_direct()), wrapping: how many hops took the fast path
 	 * (tests/test_actor_direct.c). */
@@ -761,11 +773,13 @@ uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x);
  * many (actor_sched.c). */
 uint32_t cbcmn__actor_wheel_forward(struct cbcmn__exec *e);
 
-/* Tasks queued on e: its deque and its next-task slot (a racy count). */
+/* Tasks queued on e: its deque, its next-task slot and the actor it
+ * holds for its owed notification (a racy count). */
 static inline uint64_t cbcmn__exec_queue_depth(const struct cbcmn__exec *e)
 {
 	return (uint64_t)cbcmn__deque_len((struct cbcmn__deque *)&e->dq) +
-	       (atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL);
+	       (atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL) +
+	       (atomic_load_explicit(&e->held, memory_order_relaxed) != NULL);
 }
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e);
@@ -1270,12 +1284,20 @@ bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbc
 bool cbcmn__actor_follows(const struct cbcmn_task *t);
 /* sched.c: executor o is out of work (parked, or searching for some). */
 bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o);
-/* Pay e's owed notification (sched.c, owe_notify()): an idle executor
- * is notified if the actor it was owed for still waits in e's slot.  The
- * notification alone (the stall monitor's payment: monitor.c, which
- * cannot close e's debt): cbcmn__notify_owed_actor(). */
+/* Pay e's owed notification (sched.c, owe_notify()), on e's thread: the
+ * actor it was owed for, still held (exec.held), goes into e's slot, and
+ * an idle executor is notified if one waits there.  The notification
+ * alone: cbcmn__notify_owed_actor(). */
 void cbcmn__notify_owed_pay(struct cbcmn__exec *e);
 void cbcmn__notify_owed_actor(struct cbcmn__exec *e);
+/* The stall monitor's payment of x's debt: the actor x holds for it
+ * (exec.held), with another executor to run it, goes elsewhere
+ * (cbcmn__held_rescue()); then as cbcmn__notify_owed_actor(). */
+void cbcmn__notify_owed_rescue(struct cbcmn__exec *x);
+/* The actor x holds (exec.held), if the gate lets the monitor take it
+ * while x's run holds it open: to the inject queue, an idle executor
+ * notified.  True if it moved. */
+bool cbcmn__held_rescue(struct cbcmn__exec *x);
 static inline bool cbcmn__owe_open(const struct cbcmn__exec *e)
 {
 	return atomic_load_explicit(&e->owe, memory_order_relaxed) & 1;

@@ -175,13 +175,20 @@ static struct cbcmn_task *yq_pop(struct cbcmn__exec *e)
 	return t;
 }
 
+/* A woken task waits to run next on e: in its slot, or held for the
+ * owed notification (exec.held).  Owner: only it fills either. */
+static inline bool slot_busy(const struct cbcmn__exec *e)
+{
+	return atomic_load_explicit(&e->slot, memory_order_relaxed) ||
+	       atomic_load_explicit(&e->held, memory_order_relaxed);
+}
+
 /* Other local work e would take turns with: its yield list, pinned
  * queue, deque, slot, or actors on its wheel (they are as much its alone:
  * actor_sched.c asks the same for a yielding actor). */
 static bool local_company(struct cbcmn__exec *e)
 {
-	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 ||
-	       atomic_load_explicit(&e->slot, memory_order_relaxed) ||
+	return e->yq_head || e->pq_head || cbcmn__deque_len(&e->dq) > 0 || slot_busy(e) ||
 	       (e->wheel && cbcmn__actor_wheel_busy(e));
 }
 
@@ -357,17 +364,36 @@ static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *
  * for a sender that waits for t by other means than the runtime's (a
  * spin on a flag t sets): t would never run, so the notification is not
  * owed there (test_actor_notify's unwatched spinner). */
-static inline bool owe_notify(struct cbcmn__exec *e, const struct cbcmn_task *t)
+static inline bool owe_notify(const struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
-	if (!e->rt->watched || !e->wake_here || !e->current ||
-	    !cbcmn__is_actor_task(e->current) || !cbcmn__is_actor_task(t))
-		return false;
+	return e->rt->watched && e->wake_here && e->current && cbcmn__is_actor_task(e->current) &&
+	       cbcmn__is_actor_task(t);
+}
+
+/* t, woken into e's empty slot, runs next here and its notification is
+ * owed (owe_notify()): t is held off the slot (exec.held), where neither
+ * this put nor the direct switch's take is a locked exchange (each
+ * waited for the stores before it: the hop's message, the receiver's
+ * cold record; docs/ACTORS.md, "The held actor").  Nobody else stores
+ * there, and held is empty: a store.  Only while the run holds the
+ * wheel's gate open, under which the monitor may take it: a run begun
+ * without a wheel (an actor run inline by a plain task's await, the
+ * wheel made then) puts t in the slot, as before held.  Then the debt,
+ * whose payment publishes t: after the store, which the monitor's
+ * acquire of the debt's number orders before its look at held. */
+static void owe_hold(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	if (__builtin_expect(atomic_load_explicit(&e->wheel_gate, memory_order_relaxed) !=
+				     CBCMN__GATE_OWNER,
+			     1))
+		atomic_store_explicit(&e->held, t, memory_order_release);
+	else /* empty, and thieves only take: prev is NULL */
+		atomic_store_explicit(&e->slot, t, memory_order_seq_cst);
 	/* A new odd number: the monitor tells this debt from the one it
 	 * saw open at its last look (odd numbers, wrapping, never 0). */
 	uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
-	atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
+	atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_release);
 	cbcmn__monitor_owe_poke(e->rt); /* it may sleep past owe_ns */
-	return true;
 }
 
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
@@ -398,8 +424,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
-	    !(e->wake_here && home_searching(owner) && pulled(e, t) &&
-	      !atomic_load_explicit(&e->slot, memory_order_relaxed)) &&
+	    !(e->wake_here && home_searching(owner) && pulled(e, t) && !slot_busy(e)) &&
 	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
 		CBCMN__COUNT(e, handoffs, 1);
 		return;
@@ -413,11 +438,16 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	 * publication a parker's re-check pairs with, so the notification
 	 * below needs no fence of its own (on x86 it is one xchg). */
 	prefetch_resume(t);
+	if (!slot_busy(e) && owe_notify(e, t)) {
+		owe_hold(e, t);
+		return;
+	}
 	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
+	/* A held one is displaced too (the monitor may have taken it). */
+	if (!prev && atomic_load_explicit(&e->held, memory_order_relaxed))
+		prev = atomic_exchange_explicit(&e->held, NULL, memory_order_acquire);
 	if (prev)
 		deque_push_or_inject(e, prev);
-	else if (owe_notify(e, t))
-		return;
 	cbcmn__owe_close(e); /* paid by this one (a store only if it was open) */
 	cbcmn__notify_one_sc(rt);
 }
@@ -431,10 +461,59 @@ void cbcmn__notify_owed_actor(struct cbcmn__exec *e)
 		cbcmn__notify_one(e->rt);
 }
 
+/* The actor held for e's debt, into e's slot (e's thread, a run holding
+ * the gate open or not: an exchange, as the monitor's may race it). */
+static void held_publish(struct cbcmn__exec *e)
+{
+	if (!atomic_load_explicit(&e->held, memory_order_relaxed))
+		return;
+	struct cbcmn_task *t = atomic_exchange_explicit(&e->held, NULL, memory_order_acquire);
+	if (!t)
+		return; /* the monitor took it */
+	/* The slot is empty beside a held actor (cbcmn__schedule()). */
+	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
+	if (prev)
+		deque_push_or_inject(e, prev);
+}
+
 void cbcmn__notify_owed_pay(struct cbcmn__exec *e)
 {
 	cbcmn__owe_close(e);
+	held_publish(e);
 	cbcmn__notify_owed_actor(e);
+}
+
+bool cbcmn__held_rescue(struct cbcmn__exec *x)
+{
+	/* Only with the gate ours: x's owner takes held with a plain load
+	 * and store once it has closed the gate (held_take()).  Refused
+	 * (OWNER): x is between runs, and its next pick takes the held
+	 * actor or publishes it (cbcmn__exec_main()). */
+	uint32_t s = CBCMN__GATE_OUT;
+	if (!atomic_load_explicit(&x->held, memory_order_acquire) ||
+	    !atomic_compare_exchange_strong_explicit(&x->wheel_gate, &s, CBCMN__GATE_RESCUE,
+						     memory_order_acquire, memory_order_relaxed))
+		return false;
+	struct cbcmn_task *t = atomic_exchange_explicit(&x->held, NULL, memory_order_acquire);
+	/* release: pairs with cbcmn__wheel_gate_close()'s acquire: the owner
+	 * sees held emptied. */
+	atomic_store_explicit(&x->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
+	if (!t)
+		return false;
+	/* Where a thief would have taken it from the slot: any executor,
+	 * an idle one notified. */
+	inject_push(x->rt, t);
+	cbcmn__notify_one(x->rt);
+	return true;
+}
+
+void cbcmn__notify_owed_rescue(struct cbcmn__exec *x)
+{
+	/* Alone, x is the one to run it: at its run's end, as before from
+	 * its slot (a stall's rescue moves it: monitor.c). */
+	if (cbcmn__nworkers(x->rt) > 1)
+		(void)cbcmn__held_rescue(x);
+	cbcmn__notify_owed_actor(x);
 }
 
 void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
@@ -1041,6 +1120,24 @@ static struct cbcmn_task *slot_take(struct cbcmn__exec *e, bool actor)
 	return n;
 }
 
+/* The actor held for e's debt (exec.held), to run next without the
+ * loop.  The gate is ours (closed after the monitor's last RESCUE, whose
+ * exchange we see): nobody else takes from held meanwhile, and only we
+ * store into it: a plain load and store, no locked exchange.  Counted as
+ * slot_take() counts it. */
+static struct cbcmn_task *held_take(struct cbcmn__exec *e)
+{
+	struct cbcmn_task *n = atomic_load_explicit(&e->held, memory_order_relaxed);
+	if (!n)
+		return NULL; /* the monitor took it before we closed the gate */
+	atomic_store_explicit(&e->held, NULL, memory_order_relaxed);
+	e->slot_runs++;
+	e->tick++;
+	e->busy_tasks++;
+	CBCMN__COUNT(e, local_hits, 1);
+	return n;
+}
+
 static struct cbcmn_task *slot_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
 	if (!atomic_load_explicit(&e->slot, memory_order_relaxed) || e->slot_runs >= SLOT_RUNS_MAX ||
@@ -1097,21 +1194,33 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 	if (!e->wheel || cbcmn__actor_wheel_busy(e) || !loop_idle(e))
 		return NULL;
 	struct cbcmn_task *n;
-	if (!atomic_load_explicit(&e->slot, memory_order_relaxed))
-		n = queued_actor(e);
-	else if (e->slot_runs < SLOT_RUNS_MAX)
-		n = slot_take(e, true);
-	else if (!e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) == 0 &&
-		 !fair_look_finds(e) && (n = slot_take(e, true)))
-		/* Capped, with nothing else here: the loop would put it on
-		 * the yield list (slot_capped()) and pop it straight back, a
-		 * pick from a queue.  slot_take() counted the pick (once:
-		 * counted again, a fifth of a ring's hops showed twice in
-		 * local_hits and the load window): its runs in a row restart. */
+	bool held = atomic_load_explicit(&e->held, memory_order_relaxed);
+	bool slot = atomic_load_explicit(&e->slot, memory_order_relaxed);
+	bool capped = (held || slot) && e->slot_runs >= SLOT_RUNS_MAX;
+	/* Capped, with nothing else here: the loop would put it on the yield
+	 * list (slot_capped()) and pop it straight back, a pick from a
+	 * queue.  The take counts the pick (once: counted again, a fifth of
+	 * a ring's hops showed twice in local_hits and the load window): its
+	 * runs in a row restart. */
+	if (capped && (e->pq_head || e->yq_head || cbcmn__deque_len(&e->dq) != 0 ||
+		       fair_look_finds(e)))
+		return NULL;
+	n = held ? NULL : slot ? slot_take(e, true) : queued_actor(e);
+	if (!held && !n)
+		return NULL;
+	/* The gate: the wheel's (t parks, n enters: cbcmn__actor_direct()),
+	 * and the held actor's (held_take()).  Open for t's run unless the
+	 * wheel was made during it (run_task()): as it was if t goes on. */
+	bool open = atomic_load_explicit(&e->wheel_gate, memory_order_relaxed) != CBCMN__GATE_OWNER;
+	cbcmn__wheel_gate_close(e);
+	if (held)
+		n = held_take(e);
+	if (n && capped)
 		e->slot_runs = 0;
-	else
-		n = NULL;
-	if (!n || !cbcmn__actor_direct(e, t, n))
+	bool ok = n && cbcmn__actor_direct(e, t, n);
+	if (ok || open)
+		cbcmn__wheel_gate_open(e); /* free again, for n's run or t's */
+	if (!ok)
 		return NULL;
 	/* The slot's actor runs next here, or the slot was empty (a thief
 	 * took it, and ran it): nobody is owed a notification for it. */
@@ -1466,7 +1575,7 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 	 * every 2 ms (issue 15 item 4).  The look comes at most
 	 * SLOT_RUNS_MAX picks later. */
 	if (__builtin_expect(e->tick >= FAIRNESS_INTERVAL - 1, 0) &&
-	    (e->slot_runs >= SLOT_RUNS_MAX || !atomic_load_explicit(&e->slot, memory_order_relaxed))) {
+	    (e->slot_runs >= SLOT_RUNS_MAX || !slot_busy(e))) {
 		if ((t = inject_pop(rt))) {
 			CBCMN__COUNT(e, inject_hits, 1);
 			e->tick = 0;
@@ -1479,9 +1588,12 @@ static struct cbcmn_task *find_local(struct cbcmn__exec *e)
 		if (t != CBCMN__DEQUE_EMPTY && t != CBCMN__DEQUE_ABORT)
 			goto fair;
 	}
-	if (atomic_load_explicit(&e->slot, memory_order_relaxed)) {
-		/* acquire: pairs with the exchange in cbcmn__schedule(). */
-		t = atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
+	if (slot_busy(e)) {
+		/* acquire: pairs with the exchange in cbcmn__schedule() (the
+		 * held actor: with the monitor's, whose gate may be open). */
+		t = atomic_load_explicit(&e->held, memory_order_relaxed)
+			    ? atomic_exchange_explicit(&e->held, NULL, memory_order_acquire)
+			    : atomic_exchange_explicit(&e->slot, NULL, memory_order_acquire);
 		if (t) {
 			if (e->slot_runs < SLOT_RUNS_MAX) {
 				e->slot_runs++;
@@ -1800,9 +1912,8 @@ static bool ring_may_defer(struct cbcmn__exec *e)
  * clock (ring_may_defer()). */
 static inline bool nothing_queued(struct cbcmn__exec *e)
 {
-	return !atomic_load_explicit(&e->slot, memory_order_relaxed) && !e->pq_head &&
-	       !e->yq_head && cbcmn__deque_len(&e->dq) <= 0 && !io_uring_cq_ready(&e->ring.u) &&
-	       !cbcmn__has_mail(e) && !e->wheel && !e->rt->lab;
+	return !slot_busy(e) && !e->pq_head && !e->yq_head && cbcmn__deque_len(&e->dq) <= 0 &&
+	       !io_uring_cq_ready(&e->ring.u) && !cbcmn__has_mail(e) && !e->wheel && !e->rt->lab;
 }
 
 /* Between tasks: submit the SQEs the tasks queued once enough have waited
@@ -1941,8 +2052,14 @@ static bool forward_runnable(struct cbcmn__exec *j)
 	struct cbcmn_runtime *rt = j->rt;
 	bool moved = false;
 	struct cbcmn_task *t;
-	/* acquire: pairs with the exchange in cbcmn__schedule(). */
+	/* acquire: pairs with the exchange in cbcmn__schedule().  The held
+	 * actor: an exchange too, as the monitor's may race it (j's thread
+	 * may have died in a run, its gate open). */
 	if ((t = atomic_exchange_explicit(&j->slot, NULL, memory_order_acquire))) {
+		inject_push(rt, t);
+		moved = true;
+	}
+	if ((t = atomic_exchange_explicit(&j->held, NULL, memory_order_acquire))) {
 		inject_push(rt, t);
 		moved = true;
 	}
@@ -2108,6 +2225,7 @@ static bool exec_empty(struct cbcmn__exec *e)
 	       !atomic_load_explicit(&e->remote, memory_order_acquire) &&
 	       cbcmn__deque_len(&e->dq) == 0 && !cbcmn__actor_wheel_ready(e) &&
 	       !atomic_load_explicit(&e->slot, memory_order_acquire) &&
+	       !atomic_load_explicit(&e->held, memory_order_acquire) &&
 	       atomic_load_explicit(&e->ss->ctr.xmsgs_sent, memory_order_relaxed) ==
 		       atomic_load_explicit(&e->ss->ctr.xmsgs_acked, memory_order_relaxed);
 }

@@ -20,6 +20,8 @@
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 #include "../lib/monitor.h" /* cbcmn__monitor_owe_paid(), _wakeups() */
+#include "../lib/runtime.h" /* exec.held, exec.slot */
+#include <pthread.h>
 
 /* owe_ns 0: the default. */
 static cbcmn_runtime *quiet_runtime(bool watched, uint64_t owe_ns)
@@ -310,6 +312,149 @@ static void test_a_sender_that_computes_on_has_its_debt_paid_once(void **state)
 {
 	(void)state;
 	assert_int_equal(runs_on(A_COMPUTES, true)->paid, 1);
+}
+
+/* ---- the held actor (sched.c, owe_hold()) ---- */
+
+/* What A saw of its executor right after its send: B held off the slot. */
+static _Atomic int held_seen, slot_seen, owe_seen;
+static _Atomic int b_runs; /* B's returns from its first receive */
+
+static void note_held(void)
+{
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	atomic_store(&held_seen, atomic_load_explicit(&e->held, memory_order_relaxed) != NULL);
+	atomic_store(&slot_seen, atomic_load_explicit(&e->slot, memory_order_relaxed) != NULL);
+	/* Open, and A's run gated (begun with a wheel here: A run inline
+	 * by the root's await on an executor that had none holds nothing). */
+	atomic_store(&owe_seen, cbcmn__owe_open(e) && atomic_load(&e->wheel_gate) != CBCMN__GATE_OWNER);
+}
+
+/* A sends, notes where B waits, then checkpoints on until B has run. */
+static int64_t held_checkpoints_a(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	pair_a_sends(cx, &o->p);
+	note_held();
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&o->p.b_ran) && t_now_ns() - t0 < 10000000000ull;)
+		CBCMN_CHECKPOINT(cx);
+	atomic_store(&o->p.a_running, 0);
+	return 0;
+}
+
+/* The woken actor waits off the slot, where no thief sees it, while its
+ * sender runs on; the sender's checkpoint pays the debt: B goes into the
+ * slot and the idle executor, notified, steals it and runs it beside A.
+ * Once: a second run of B would receive nothing and hang its nursery.
+ * The send's own budget charge may end a countdown window and pay at
+ * once (B in the slot, the debt closed), and A run inline by the root's
+ * await on an executor with no wheel yet puts B in the slot: up to five
+ * runs, until one whose debt was open after a gated send. */
+static void test_a_held_actor_is_published_and_stolen_when_its_sender_runs_on(void **state)
+{
+	(void)state;
+	atomic_store(&owe_seen, 0);
+	for (int run = 0; run < 5 && !atomic_load(&owe_seen); run++) {
+		atomic_store(&held_seen, 0);
+		atomic_store(&slot_seen, 1);
+		assert_int_equal(runs_on_by(held_checkpoints_a, A_CHECKPOINTS, true)->paid, 0);
+	}
+	assert_int_equal(atomic_load(&owe_seen), 1);
+	assert_int_equal(atomic_load(&held_seen), 1);
+	assert_int_equal(atomic_load(&slot_seen), 0);
+}
+
+/* B: its message, then its stop (-ESHUTDOWN), counted. */
+static int64_t stopped_b(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	pair_b_receives(cx, &o->p);
+	atomic_fetch_add(&b_runs, 1);
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == -ESHUTDOWN);
+	return 0;
+}
+
+/* A sends, stops B while B is held, then computes with no runtime call
+ * until B has run: only the monitor can hand B over. */
+static int64_t stops_held_a(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	pair_a_sends(cx, &o->p);
+	note_held();
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, o->p.b, 7) == 0);
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&o->p.b_ran) && t_now_ns() - t0 < 10000000000ull;)
+		;
+	atomic_store(&o->p.a_running, 0);
+	return 0;
+}
+
+/* A stop of the held actor, its sender computing on: the monitor's
+ * payment takes B from held (the gate taken) to the inject queue, the
+ * other executor runs it once: its message, then its stop. */
+static void test_a_held_actor_stopped_while_its_sender_computes_runs_once(void **state)
+{
+	(void)state;
+	static struct runs_on o;
+	memset(&o, 0, sizeof(o));
+	atomic_store(&b_runs, 0);
+	atomic_store(&held_seen, 0);
+	o.p = (struct pair){.a_fn = stops_held_a, .b_fn = stopped_b};
+	o.after = A_COMPUTES;
+	cbcmn_runtime *rt = quiet_runtime(true, 0);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&o.p.b_ran), 1);
+	assert_int_equal(atomic_load(&o.p.b_beside_a), 1);
+	assert_int_equal(atomic_load(&b_runs), 1);
+	assert_int_equal(atomic_load(&held_seen), 1);
+	assert_int_equal(cbcmn__monitor_owe_paid(rt), 1);
+	t_destroy(rt);
+}
+
+/* B: its message, counted. */
+static int64_t once_b(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	pair_b_receives(cx, &o->p);
+	atomic_fetch_add(&b_runs, 1);
+	return 0;
+}
+
+/* A sends, then ends its executor's thread under it, B held there. */
+static int64_t dies_held_a(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	pair_a_sends(cx, &o->p);
+	note_held();
+	atomic_store(&o->p.a_running, 0);
+	pthread_exit(NULL);
+	return 0;
+}
+
+/* The executor's thread dies with B held: its successor (or the
+ * monitor) moves B on; B runs once. */
+static void test_a_held_actor_survives_its_executors_thread_dying(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("sanitizer runtimes do not follow a thread unwinding off a fiber stack");
+		return;
+	}
+	static struct runs_on o;
+	memset(&o, 0, sizeof(o));
+	atomic_store(&b_runs, 0);
+	atomic_store(&held_seen, 0);
+	o.p = (struct pair){.a_fn = dies_held_a, .b_fn = once_b};
+	cbcmn_runtime *rt = quiet_runtime(true, 0);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&o.p.b_ran), 1);
+	assert_int_equal(atomic_load(&b_runs), 1);
+	assert_int_equal(atomic_load(&held_seen), 1);
+	t_destroy(rt);
 }
 
 /* ---- a debt cleared by the direct switch ---- */
@@ -615,6 +760,9 @@ int main(void)
 		cmocka_unit_test(test_a_sender_that_sends_again_hands_the_woken_actor_over),
 		cmocka_unit_test(test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over),
 		cmocka_unit_test(test_a_sender_that_computes_on_has_its_debt_paid_once),
+		cmocka_unit_test(test_a_held_actor_is_published_and_stolen_when_its_sender_runs_on),
+		cmocka_unit_test(test_a_held_actor_stopped_while_its_sender_computes_runs_once),
+		cmocka_unit_test(test_a_held_actor_survives_its_executors_thread_dying),
 		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
 		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
