@@ -949,28 +949,32 @@ static inline bool lane_pending(struct cbcmn_task *self, int h)
 	return h < 0 || src != self->exec->id || self->lane_h != (uint32_t)h; /* else in order */
 }
 
-/* lane_order() would wait. */
-static inline bool lane_unordered(struct cbcmn_task *self, int h)
-{
-	return lane_pending(self, h) &&
-	       !lane_reached(self->rt, self->lane_e1 - 1u, self->lane_h, self->lane_seq);
-}
+/* lane_order()'s answers. */
+enum { LANE_IN_ORDER, LANE_WAITED, LANE_WOULD_WAIT };
 
-static bool lane_order(struct cbcmn_task *self, int h)
+/* Self's next send goes on lane h (-1: the lock path): if its last one
+ * over a lane may still be there, wait until it has landed.  LANE_WAITED
+ * if it yielded meanwhile (it may have moved); nowait (on the system
+ * stack, where it must not): LANE_WOULD_WAIT instead, nothing changed. */
+static int lane_order(struct cbcmn_task *self, int h, bool nowait)
 {
 	if (!lane_pending(self, h))
-		return false;
+		return LANE_IN_ORDER;
 	uint32_t src = self->lane_e1 - 1;
-	bool waited = !lane_reached(self->rt, src, self->lane_h, self->lane_seq);
-	if (waited)
+	int rc = LANE_IN_ORDER;
+	if (!lane_reached(self->rt, src, self->lane_h, self->lane_seq)) {
+		if (nowait)
+			return LANE_WOULD_WAIT;
 		lane_wait(self, src, self->lane_h, self->lane_seq);
+		rc = LANE_WAITED;
+	}
 	self->lane_e1 = 0;
-	return waited;
+	return rc;
 }
 
 void cbcmn__actor_lanes_flush(struct cbcmn_task *t)
 {
-	lane_order(t, -1);
+	lane_order(t, -1, false);
 }
 
 void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
@@ -980,7 +984,7 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 	if (cbcmn__is_actor_task(t) && !((struct cbcmn__actor *)t->arg)->halt_begun)
 		cbcmn__mb_lanes_settle(t, t->arg); /* begun: ended in its halt's drop or fini */
 	if (t->lane_e1)
-		lane_order(t, -1);
+		lane_order(t, -1, false);
 }
 
 /* A send from me (NULL: not an actor) to a, before its first locked
@@ -1145,12 +1149,13 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	for (;;) {
 		struct cbcmn__actor *la = NULL;
 		int h = lane_route(self, rt, to, mode, &la);
-		if (nowait && lane_unordered(self, h))
-			return SEND_AGAIN;
-		if (lane_order(self, h)) /* it may run elsewhere now */
-			h = lane_route(self, rt, to, mode, &la);
 		if (h < 0)
 			break;
+		int order = lane_order(self, h, nowait);
+		if (order == LANE_WOULD_WAIT)
+			goto would_wait;
+		if (order == LANE_WAITED && (h = lane_route(self, rt, to, mode, &la)) < 0)
+			break; /* it may run elsewhere now */
 		int sent = lane_send(self, la, (uint32_t)h, to, &copy, held);
 		if (sent == 0) {
 			if (lane_waited)
@@ -1164,7 +1169,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			break; /* the lock path's answer: -EAGAIN, -ETIMEDOUT... */
 		/* No place: wait for one, then over the lanes again. */
 		if (nowait)
-			return SEND_AGAIN;
+			goto would_wait;
 		int rc = room_wait(self, rt, to, deadline);
 		if (rc == 1)
 			break;
@@ -1176,9 +1181,9 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			return rc;
 		}
 	}
-	if (nowait && lane_unordered(self, -1))
-		return SEND_AGAIN;
-	lane_order(self, -1); /* the lock path then, behind our lane's */
+	/* The lock path then, behind our lane's. */
+	if (lane_order(self, -1, nowait) == LANE_WOULD_WAIT)
+		goto would_wait;
 	if (held) {
 		/* Not over the lanes after all (the receiver moved here, its
 		 * executor stalled, no memory): put it in its place
@@ -1212,7 +1217,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			rc = -ETIMEDOUT;
 		} else if (nowait) {
 			cbcmn__flock_unlock(&a->lock);
-			return SEND_AGAIN;
+			goto would_wait;
 		} else {
 			struct cbcmn__mb_wait w;
 			wait_init(&w, self);
@@ -1244,6 +1249,12 @@ out:
 	/* After the unlock: a halt may have moved a on; to names it still. */
 	CBCMN_PROBE5(actor_send, to, copy.from, rc, waited, rt->seg.rt_id);
 	return rc;
+would_wait:
+	/* On the system stack (MB_NOWAIT), where it must not wait, the send
+	 * would: for its last message to land (lane_order()), for a place
+	 * (room_wait()) or in a full mailbox (mb_block()).  Nothing is done
+	 * yet that the send again from the task's stack would do twice. */
+	return SEND_AGAIN;
 }
 
 /* Checks common to the sends: the runtime (rt, or cx's when rt is NULL),
@@ -1274,23 +1285,17 @@ static int send_check(struct cbcmn_runtime **rtp, struct cbcmn_task *self, cbcmn
 	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
 }
 
-struct sys_send {
-	struct cbcmn_task *self;
-	struct cbcmn_runtime *rt;
-	cbcmn_actor_ref to;
-	const cbcmn_actor_msg *m;
-	int mode;
-	uint64_t timeout_ns;
-};
-
 /* A task's send on its executor's system stack (sched.c): the frames of
  * the send's path (mb_send(), its copy of the message, lane_route(), the
- * wake) stay off the task's stack, whose lines a cold hop misses. */
-static void *send_sys(void *arg)
+ * wake) stay off the task's stack, whose lines a cold hop misses.  Its
+ * arguments come in registers (cbcmn__sys_call()); self's runtime is the
+ * send's (send_check()). */
+static uint64_t send_sys(uint64_t self, uint64_t to, uint64_t m, uint64_t mode,
+			 uint64_t timeout_ns)
 {
-	struct sys_send *ss = arg;
-	return (void *)(intptr_t)mb_send(ss->self, ss->rt, ss->to, ss->m, ss->mode, ss->timeout_ns,
-					 false, MB_CHARGED | MB_NOWAIT);
+	struct cbcmn_task *t = (struct cbcmn_task *)(uintptr_t)self;
+	return (uint64_t)(int64_t)mb_send(t, t->rt, to, (const cbcmn_actor_msg *)(uintptr_t)m,
+					  (int)mode, timeout_ns, false, MB_CHARGED | MB_NOWAIT);
 }
 
 static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
@@ -1325,8 +1330,9 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		 * own looked at after. */
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 		if (__builtin_expect(self->exec->sys_top != NULL, 1)) {
-			struct sys_send ss = {self, rt, to, m, mode, timeout_ns};
-			rc = (int)(intptr_t)cbcmn__sys_run(self, send_sys, &ss);
+			rc = (int)(int64_t)cbcmn__sys_run(self, send_sys, (uint64_t)(uintptr_t)self, to,
+							  (uint64_t)(uintptr_t)m, (uint64_t)mode,
+							  timeout_ns);
 			if (rc != SEND_AGAIN)
 				return rc;
 		}

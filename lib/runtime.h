@@ -774,14 +774,17 @@ void cbcmn__suspend(struct cbcmn_task *t);
  * a plain task's send that waits for ever (mb_park(), actor_mbox.c).
  * False if begin ended it at once (t did not suspend). */
 bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg);
-/* fn(arg) for running task t on its executor's system stack (e->sys_top
- * set), back on t's when it returns; fn must not switch (sched.c). */
+/* fn(a, b, c, d, e) for running task t on its executor's system stack
+ * (e->sys_top set), back on t's when it returns; fn must not switch
+ * (sched.c). */
 #ifdef __SANITIZE_ADDRESS__
-void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg);
+uint64_t cbcmn__sys_run(struct cbcmn_task *t, cbcmn__sys_fn *fn, uint64_t a, uint64_t b,
+			uint64_t c, uint64_t d, uint64_t e);
 #else
-static inline void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
+static inline uint64_t cbcmn__sys_run(struct cbcmn_task *t, cbcmn__sys_fn *fn, uint64_t a,
+				      uint64_t b, uint64_t c, uint64_t d, uint64_t e)
 {
-	return cbcmn__sys_call(t->exec->sys_top, fn, arg);
+	return cbcmn__sys_call(t->exec->sys_top, fn, a, b, c, d, e);
 }
 #endif
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker);

@@ -1262,29 +1262,33 @@ bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
 }
 
 #ifdef __SANITIZE_ADDRESS__
+/* Under ASan only, the arguments in a struct: the switch's enter and
+ * leave around fn, on the system stack, need two more. */
 struct sys_run {
-	void *(*fn)(void *);
-	void *arg;
+	cbcmn__sys_fn *fn;
+	uint64_t a, b, c, d, x;
 	struct cbcmn__stack *s;
 	struct cbcmn__exec *e;
 };
 
-static void *run_sys(void *arg)
+static uint64_t run_sys(uint64_t arg, uint64_t u1, uint64_t u2, uint64_t u3, uint64_t u4)
 {
-	struct sys_run *r = arg;
+	(void)u1, (void)u2, (void)u3, (void)u4;
+	struct sys_run *r = (struct sys_run *)arg;
 	sys_enter(r->e);
-	void *rv = r->fn(r->arg);
+	uint64_t rv = r->fn(r->a, r->b, r->c, r->d, r->x);
 	sys_leave(r->e, r->s->lo, r->s->size);
 	return rv;
 }
 
-void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
+uint64_t cbcmn__sys_run(struct cbcmn_task *t, cbcmn__sys_fn *fn, uint64_t a, uint64_t b,
+			uint64_t c, uint64_t d, uint64_t x)
 {
 	struct cbcmn__exec *e = t->exec;
-	struct sys_run r = {fn, arg, t->stack, e};
+	struct sys_run r = {fn, a, b, c, d, x, t->stack, e};
 	void *fake;
 	__sanitizer_start_switch_fiber(&fake, sys_stack_lo(e), SYS_STACK_SIZE);
-	void *rv = cbcmn__sys_call(e->sys_top, run_sys, &r);
+	uint64_t rv = cbcmn__sys_call(e->sys_top, run_sys, (uint64_t)(uintptr_t)&r, 0, 0, 0, 0);
 	__sanitizer_finish_switch_fiber(fake, NULL, NULL);
 	return rv;
 }
