@@ -435,7 +435,7 @@ static inline __attribute__((always_inline)) int mb_park(struct cbcmn__actor *a,
 {
 	cbcmn__flock_unlock(&a->lock);
 	/* For ever: on the system stack (cbcmn__sys_park()). */
-	uint32_t how = tm ? cbcmn__iwait_block(&w->qw.iw) : cbcmn__iwait_park(&w->qw.iw);
+	uint32_t how = tm ? cbcmn__iwait_block(&w->qw.iw) : cbcmn__sys_park(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
 	if (how == CBCMN__IW_WOKEN)

@@ -467,18 +467,14 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 
-static bool park_begin(void *arg)
+bool cbcmn__iwait_begin(struct cbcmn__iwait *iw)
 {
-	struct cbcmn__iwait *iw = arg;
 	return block_begin(iw->w.task, iw);
 }
 
-uint32_t cbcmn__iwait_park(struct cbcmn__iwait *iw)
+uint32_t cbcmn__iwait_end(struct cbcmn__iwait *iw)
 {
-	struct cbcmn_task *self = iw->w.task;
-	if (!cbcmn__sys_park(self, park_begin, iw))
-		return CBCMN__IW_CANCELLED;
-	reg_leave(self, iw);
+	reg_leave(iw->w.task, iw);
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 

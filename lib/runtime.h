@@ -769,11 +769,12 @@ void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct 
 void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e,
 			uint32_t shard);
 void cbcmn__suspend(struct cbcmn_task *t);
-/* The same for task t, its block begun by begin(arg) and its suspend run
- * on the executor's system stack (sched.c): an actor's wait for ever, or
- * a plain task's send that waits for ever (mb_park(), actor_mbox.c).
- * False if begin ended it at once (t did not suspend). */
-bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg);
+/* cbcmn__iwait_block() for a task's wait iw, the runtime's part of it
+ * (the wait's begin, the pick of what runs next, the suspend) on its
+ * executor's system stack (sched.c): an actor's wait for ever, or a
+ * plain task's send that waits for ever (mb_park(), actor_mbox.c). */
+struct cbcmn__iwait;
+uint32_t cbcmn__sys_park(struct cbcmn__iwait *iw);
 /* fn(a, b, c, d, e) for running task t on its executor's system stack
  * (e->sys_top set), back on t's when it returns; fn must not switch
  * (sched.c). */

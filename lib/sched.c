@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "cpuquota.h"
+#include "iwait.h"
 #include "monitor.h"
 #include "overflow.h"
 #include "probes.h"
@@ -1176,14 +1177,8 @@ static void sys_stack_teardown(struct cbcmn__exec *e)
 #define SYS_PARK 1
 #endif
 
-struct sys_park {
-	struct cbcmn_task *t;
-	bool (*begin)(void *);
-	void *arg;
-};
-
 /* On t's executor's system stack, t suspended (its context saved): its
- * block as begin(arg) begins it (false: it ended at once, t continues),
+ * wait iw begun (false: it ended at once, t continues),
  * then what cbcmn__suspend() does, its run's end (run_post()) done here,
  * now that t is off its stack, not by the task resumed. */
 /* ASan follows the stack the thread runs on (its reports, its fake
@@ -1215,11 +1210,11 @@ static inline void sys_leave(struct cbcmn__exec *e, const void *lo, size_t size)
 
 static struct cbcmn__sys_to park_sys(void *arg)
 {
-	struct sys_park *sp = arg;
-	struct cbcmn_task *t = sp->t;
+	struct cbcmn__iwait *iw = arg;
+	struct cbcmn_task *t = iw->w.task;
 	struct cbcmn__exec *e = t->exec;
 	sys_enter(e);
-	if (!sp->begin(sp->arg)) {
+	if (!cbcmn__iwait_begin(iw)) {
 		sys_leave(e, t->stack->lo, t->stack->size);
 		return (struct cbcmn__sys_to){t->sp, NULL};
 	}
@@ -1235,30 +1230,29 @@ static struct cbcmn__sys_to park_sys(void *arg)
 	return (struct cbcmn__sys_to){n->sp, n};
 }
 
-bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
+/* The wait's halves (iwait.c) around the switch: no layer between the
+ * receive's park and the switch, nor an indirect call to the begin
+ * through a record (those cost the warm hop about 30 instructions:
+ * docs/BENCHMARKS.md, "Twenty-first session, the warm hop"). */
+uint32_t cbcmn__sys_park(struct cbcmn__iwait *iw)
 {
+	struct cbcmn_task *t = iw->w.task;
 	struct cbcmn__exec *e = t->exec;
+	if (!SYS_PARK || __builtin_expect(e->sys_top == NULL, 0))
+		return cbcmn__iwait_block(iw);
 	struct cbcmn__stack *s = t->stack;
-	if (SYS_PARK && __builtin_expect(e->sys_top != NULL, 1)) {
-		struct sys_park sp = {t, begin, arg};
 #ifdef __SANITIZE_ADDRESS__
-		__sanitizer_start_switch_fiber(&s->asan_fake, sys_stack_lo(e), SYS_STACK_SIZE);
+	__sanitizer_start_switch_fiber(&s->asan_fake, sys_stack_lo(e), SYS_STACK_SIZE);
 #endif
-		struct cbcmn_task *me = cbcmn__sys_switch(&t->sp, e->sys_top, park_sys, &sp);
-		if (me) {
-			resumed(me, s);
-			return true;
-		}
+	struct cbcmn_task *me = cbcmn__sys_switch(&t->sp, e->sys_top, park_sys, iw);
+	if (__builtin_expect(!me, 0)) {
 #ifdef __SANITIZE_ADDRESS__
 		__sanitizer_finish_switch_fiber(s->asan_fake, NULL, NULL);
 #endif
-		return false;
+		return CBCMN__IW_CANCELLED; /* the begin ended it: not suspended */
 	}
-	(void)s;
-	if (!begin(arg))
-		return false;
-	cbcmn__suspend(t);
-	return true;
+	resumed(me, s);
+	return cbcmn__iwait_end(iw);
 }
 
 #ifdef __SANITIZE_ADDRESS__
