@@ -1440,7 +1440,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		/* Stopped, or halting (a drop callback that receives: nothing
 		 * will ever come).  Before a cancellation: the more specific. */
 		rc = -ESHUTDOWN;
-	} else if (cbcmn__task_cancelled(self)) {
+	} else if (cbcmn__actor_cancelled(self, a)) {
 		rc = CBCMN_ECANCELED; /* a blocking call is where it notices */
 	} else if (down_due(a)) {
 		down = a->sys_head;

@@ -844,7 +844,17 @@ bool cbcmn__task_cancelled(const struct cbcmn_task *t);
 /* The same, but for the halt: what CBCMN_CHECKPOINT() ends a task for (a
  * checkpoint in a hosted handler actor's drop would end its whole host). */
 bool cbcmn__task_interrupted(const struct cbcmn_task *t);
-bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n);
+bool cbcmn__nursery_chain_walk(const struct cbcmn_nursery *n);
+/* Is n or a nursery enclosing it cancelled?  Inline, the look that finds
+ * none: every blocking call of every task makes it. */
+static inline bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
+{
+	/* While no nursery of this runtime is cancelled nothing can be: one
+	 * load instead of a walk up a deep fork-join tree. */
+	if (__builtin_expect(atomic_load_explicit(&n->rt->cancels, memory_order_relaxed) == 0, 1))
+		return false;
+	return cbcmn__nursery_chain_walk(n);
+}
 void cbcmn__task_free_cache(struct cbcmn__exec *e);
 /* Send e's part-filled batch of freed records home now (e's thread). */
 void cbcmn__task_outbox_flush(struct cbcmn__exec *e);
