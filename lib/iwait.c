@@ -165,7 +165,8 @@ static struct cbcmn_nursery *scope_bare(struct cbcmn_nursery *n)
  * returns (overflow.c), which must not leave the lock held (s19-rvcold1).
  * Under the lock it is linked, or freed if another task linked one for
  * that nursery meanwhile. */
-static struct cbcmn__scope *scope_make(struct cbcmn_runtime *rt, struct cbcmn_nursery *n)
+static __attribute__((noinline)) struct cbcmn__scope *scope_make(struct cbcmn_runtime *rt,
+								   struct cbcmn_nursery *n)
 {
 	struct cbcmn_nursery *x;
 	while ((x = scope_bare(n))) {
@@ -201,7 +202,9 @@ static struct cbcmn__scope *scope_make(struct cbcmn_runtime *rt, struct cbcmn_nu
 }
 
 /* The scope task t's waits go to. */
-static struct cbcmn__scope *scope_of(struct cbcmn_task *t)
+/* Inline: every wait's begin asks it (out of line, its frame cost the
+ * warm hop 24 instructions); its first wait's scope_make() stays out. */
+static inline __attribute__((always_inline)) struct cbcmn__scope *scope_of(struct cbcmn_task *t)
 {
 	struct cbcmn_nursery *n = t->nursery;
 	struct cbcmn_runtime *rt = t->rt;
