@@ -410,6 +410,13 @@ static inline bool cbcmn__actor_cancelled(const struct cbcmn_task *t, const stru
 	       cbcmn__nursery_chain_cancelled(t->nursery);
 }
 
+/* cbcmn__task_cancelled(), inline for a fiber actor's task (a send's
+ * check: its sender is mostly one). */
+static inline bool cbcmn__task_cancelled_here(const struct cbcmn_task *t)
+{
+	return cbcmn__is_actor_task(t) ? cbcmn__actor_cancelled(t, t->arg) : cbcmn__task_cancelled(t);
+}
+
 static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)
 {
 	/* Running first: another thread's task (a cx handed to a plain

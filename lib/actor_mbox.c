@@ -1293,7 +1293,7 @@ static int send_check(struct cbcmn_runtime **rtp, struct cbcmn_task *self, cbcmn
 		return cbcmn__on_executor(rt) ? -EDEADLK : 0;
 	}
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */
-	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
+	return cbcmn__task_cancelled_here(self) ? CBCMN_ECANCELED : 0;
 }
 
 static __attribute__((noinline)) int mb_send_here(struct cbcmn_task *self,
