@@ -352,7 +352,7 @@ static void node_link(struct cbcmn__exec *e, struct cbcmn__wcell *c, struct cbcm
 }
 
 /* Publish iw in its task's node, listed in cell c first if it is not.
- * Inline always: each block's (cbcmn__iwait_block(), cbcmn__iwait_park()). */
+ * Inline always: each block's (cbcmn__iwait_block(), cbcmn__iwait_begin()). */
 static inline __attribute__((always_inline)) void
 node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
 {
