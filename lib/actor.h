@@ -414,7 +414,8 @@ static inline bool cbcmn__actor_cancelled(const struct cbcmn_task *t, const stru
  * check: its sender is mostly one). */
 static inline bool cbcmn__task_cancelled_here(const struct cbcmn_task *t)
 {
-	return cbcmn__is_actor_task(t) ? cbcmn__actor_cancelled(t, t->arg) : cbcmn__task_cancelled(t);
+	return cbcmn__is_actor_task(t) ? cbcmn__actor_cancelled(t, t->arg)
+				       : cbcmn__task_cancelled(t);
 }
 
 static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)

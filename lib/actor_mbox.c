@@ -1349,9 +1349,9 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		 * own looked at after. */
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 		if (__builtin_expect(self->exec->sys_top != NULL, 1)) {
-			rc = (int)(int64_t)cbcmn__sys_run(self, send_sys, (uint64_t)(uintptr_t)self, to,
-							  (uint64_t)(uintptr_t)m, (uint64_t)mode,
-							  timeout_ns);
+			rc = (int)(int64_t)cbcmn__sys_run(self, send_sys, (uint64_t)(uintptr_t)self,
+							  to, (uint64_t)(uintptr_t)m,
+							  (uint64_t)mode, timeout_ns);
 			if (rc != SEND_AGAIN)
 				return rc;
 		}
