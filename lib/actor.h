@@ -397,6 +397,27 @@ static inline bool cbcmn__sends_locked(const struct cbcmn_task *t)
 }
 /* The calling actor (or handler actor): self must be one, and running;
  * else NULL and *err is -EPERM, or CBCMN_EFORKED in a forked child. */
+/* cbcmn__task_cancelled() for t, the task of fiber actor a: a stopped
+ * (cbcmn__actor_stopped()), in its halt (cbcmn__task_halting()), or its
+ * nursery chain cancelled.  Inline: the receive and every wait's begin
+ * ask it each hop, and the calls out of line, three deep, cost about 30
+ * instructions each (docs/BENCHMARKS.md, "Twenty-first session, the warm
+ * hop"). */
+static inline bool cbcmn__actor_cancelled(const struct cbcmn_task *t, const struct cbcmn__actor *a)
+{
+	/* acquire: pairs with the seq_cst store in stop_locked(). */
+	return atomic_load_explicit(&a->interrupted, memory_order_acquire) || a->halt_begun ||
+	       cbcmn__nursery_chain_cancelled(t->nursery);
+}
+
+/* cbcmn__task_cancelled(), inline for a fiber actor's task (a send's
+ * check: its sender is mostly one). */
+static inline bool cbcmn__task_cancelled_here(const struct cbcmn_task *t)
+{
+	return cbcmn__is_actor_task(t) ? cbcmn__actor_cancelled(t, t->arg)
+				       : cbcmn__task_cancelled(t);
+}
+
 static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)
 {
 	/* Running first: another thread's task (a cx handed to a plain

@@ -435,7 +435,7 @@ static inline __attribute__((always_inline)) int mb_park(struct cbcmn__actor *a,
 {
 	cbcmn__flock_unlock(&a->lock);
 	/* For ever: on the system stack (cbcmn__sys_park()). */
-	uint32_t how = tm ? cbcmn__iwait_block(&w->qw.iw) : cbcmn__iwait_park(&w->qw.iw);
+	uint32_t how = tm ? cbcmn__iwait_block(&w->qw.iw) : cbcmn__sys_park(&w->qw.iw);
 	if (tm)
 		cbcmn__timer_disarm(tm);
 	if (how == CBCMN__IW_WOKEN)
@@ -949,28 +949,38 @@ static inline bool lane_pending(struct cbcmn_task *self, int h)
 	return h < 0 || src != self->exec->id || self->lane_h != (uint32_t)h; /* else in order */
 }
 
-/* lane_order() would wait. */
-static inline bool lane_unordered(struct cbcmn_task *self, int h)
+/* lane_order()'s answers. */
+enum { LANE_IN_ORDER, LANE_WAITED, LANE_WOULD_WAIT };
+
+/* Self's next send goes on lane h (-1: the lock path) and its last one
+ * over a lane may still be there (lane_order()): wait until it has
+ * landed.  LANE_WAITED if it yielded meanwhile (it may have moved);
+ * nowait (on the system stack, where it must not): LANE_WOULD_WAIT
+ * instead, nothing changed. */
+static int lane_order_wait(struct cbcmn_task *self, bool nowait)
 {
-	return lane_pending(self, h) &&
-	       !lane_reached(self->rt, self->lane_e1 - 1u, self->lane_h, self->lane_seq);
+	uint32_t src = self->lane_e1 - 1;
+	int rc = LANE_IN_ORDER;
+	if (!lane_reached(self->rt, src, self->lane_h, self->lane_seq)) {
+		if (nowait)
+			return LANE_WOULD_WAIT;
+		lane_wait(self, src, self->lane_h, self->lane_seq);
+		rc = LANE_WAITED;
+	}
+	self->lane_e1 = 0;
+	return rc;
 }
 
-static bool lane_order(struct cbcmn_task *self, int h)
+/* Inline, the look: a send's path makes it once or twice, mostly to find
+ * nothing pending (the out-of-line call was 22 instructions a hop). */
+static inline int lane_order(struct cbcmn_task *self, int h, bool nowait)
 {
-	if (!lane_pending(self, h))
-		return false;
-	uint32_t src = self->lane_e1 - 1;
-	bool waited = !lane_reached(self->rt, src, self->lane_h, self->lane_seq);
-	if (waited)
-		lane_wait(self, src, self->lane_h, self->lane_seq);
-	self->lane_e1 = 0;
-	return waited;
+	return lane_pending(self, h) ? lane_order_wait(self, nowait) : LANE_IN_ORDER;
 }
 
 void cbcmn__actor_lanes_flush(struct cbcmn_task *t)
 {
-	lane_order(t, -1);
+	lane_order(t, -1, false);
 }
 
 void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
@@ -980,7 +990,7 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 	if (cbcmn__is_actor_task(t) && !((struct cbcmn__actor *)t->arg)->halt_begun)
 		cbcmn__mb_lanes_settle(t, t->arg); /* begun: ended in its halt's drop or fini */
 	if (t->lane_e1)
-		lane_order(t, -1);
+		lane_order(t, -1, false);
 }
 
 /* A send from me (NULL: not an actor) to a, before its first locked
@@ -1118,8 +1128,13 @@ static int room_wait(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_ac
 enum { MB_CHARGED = 1, MB_NOWAIT = 2 };
 #define SEND_AGAIN 1
 
-static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
-		   const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns, bool off, int flags)
+/* Inline: in send_sys() with its flags known (on the system stack, no
+ * waits, charged, on its fiber), which leaves out what they rule out
+ * (about 50 instructions a hop, the call's frame and the checks); the
+ * other sends call it out of line (mb_send_here()). */
+static inline __attribute__((always_inline)) int
+mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
+	const cbcmn_actor_msg *m, int mode, uint64_t timeout_ns, bool off, int flags)
 {
 	bool nowait = flags & MB_NOWAIT;
 	/* Off its fiber, a host's current handler is its host's to read. */
@@ -1145,12 +1160,13 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 	for (;;) {
 		struct cbcmn__actor *la = NULL;
 		int h = lane_route(self, rt, to, mode, &la);
-		if (nowait && lane_unordered(self, h))
-			return SEND_AGAIN;
-		if (lane_order(self, h)) /* it may run elsewhere now */
-			h = lane_route(self, rt, to, mode, &la);
 		if (h < 0)
 			break;
+		int order = lane_order(self, h, nowait);
+		if (order == LANE_WOULD_WAIT)
+			goto would_wait;
+		if (order == LANE_WAITED && (h = lane_route(self, rt, to, mode, &la)) < 0)
+			break; /* it may run elsewhere now */
 		int sent = lane_send(self, la, (uint32_t)h, to, &copy, held);
 		if (sent == 0) {
 			if (lane_waited)
@@ -1164,7 +1180,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			break; /* the lock path's answer: -EAGAIN, -ETIMEDOUT... */
 		/* No place: wait for one, then over the lanes again. */
 		if (nowait)
-			return SEND_AGAIN;
+			goto would_wait;
 		int rc = room_wait(self, rt, to, deadline);
 		if (rc == 1)
 			break;
@@ -1176,9 +1192,9 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			return rc;
 		}
 	}
-	if (nowait && lane_unordered(self, -1))
-		return SEND_AGAIN;
-	lane_order(self, -1); /* the lock path then, behind our lane's */
+	/* The lock path then, behind our lane's. */
+	if (lane_order(self, -1, nowait) == LANE_WOULD_WAIT)
+		goto would_wait;
 	if (held) {
 		/* Not over the lanes after all (the receiver moved here, its
 		 * executor stalled, no memory): put it in its place
@@ -1212,7 +1228,7 @@ static int mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_acto
 			rc = -ETIMEDOUT;
 		} else if (nowait) {
 			cbcmn__flock_unlock(&a->lock);
-			return SEND_AGAIN;
+			goto would_wait;
 		} else {
 			struct cbcmn__mb_wait w;
 			wait_init(&w, self);
@@ -1244,6 +1260,12 @@ out:
 	/* After the unlock: a halt may have moved a on; to names it still. */
 	CBCMN_PROBE5(actor_send, to, copy.from, rc, waited, rt->seg.rt_id);
 	return rc;
+would_wait:
+	/* On the system stack (MB_NOWAIT), where it must not wait, the send
+	 * would: for its last message to land (lane_order()), for a place
+	 * (room_wait()) or in a full mailbox (mb_block()).  Nothing is done
+	 * yet that the send again from the task's stack would do twice. */
+	return SEND_AGAIN;
 }
 
 /* Checks common to the sends: the runtime (rt, or cx's when rt is NULL),
@@ -1271,26 +1293,28 @@ static int send_check(struct cbcmn_runtime **rtp, struct cbcmn_task *self, cbcmn
 		return cbcmn__on_executor(rt) ? -EDEADLK : 0;
 	}
 	/* A blocking call is where a cancelled task notices (cbcmn.h). */
-	return cbcmn__task_cancelled(self) ? CBCMN_ECANCELED : 0;
+	return cbcmn__task_cancelled_here(self) ? CBCMN_ECANCELED : 0;
 }
 
-struct sys_send {
-	struct cbcmn_task *self;
-	struct cbcmn_runtime *rt;
-	cbcmn_actor_ref to;
-	const cbcmn_actor_msg *m;
-	int mode;
-	uint64_t timeout_ns;
-};
+static __attribute__((noinline)) int mb_send_here(struct cbcmn_task *self,
+						 struct cbcmn_runtime *rt, cbcmn_actor_ref to,
+						 const cbcmn_actor_msg *m, int mode,
+						 uint64_t timeout_ns, bool off, int flags)
+{
+	return mb_send(self, rt, to, m, mode, timeout_ns, off, flags);
+}
 
 /* A task's send on its executor's system stack (sched.c): the frames of
  * the send's path (mb_send(), its copy of the message, lane_route(), the
- * wake) stay off the task's stack, whose lines a cold hop misses. */
-static void *send_sys(void *arg)
+ * wake) stay off the task's stack, whose lines a cold hop misses.  Its
+ * arguments come in registers (cbcmn__sys_call()); self's runtime is the
+ * send's (send_check()). */
+static uint64_t send_sys(uint64_t self, uint64_t to, uint64_t m, uint64_t mode,
+			 uint64_t timeout_ns)
 {
-	struct sys_send *ss = arg;
-	return (void *)(intptr_t)mb_send(ss->self, ss->rt, ss->to, ss->m, ss->mode, ss->timeout_ns,
-					 false, MB_CHARGED | MB_NOWAIT);
+	struct cbcmn_task *t = (struct cbcmn_task *)(uintptr_t)self;
+	return (uint64_t)(int64_t)mb_send(t, t->rt, to, (const cbcmn_actor_msg *)(uintptr_t)m,
+					  (int)mode, timeout_ns, false, MB_CHARGED | MB_NOWAIT);
 }
 
 static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
@@ -1325,15 +1349,16 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		 * own looked at after. */
 		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
 		if (__builtin_expect(self->exec->sys_top != NULL, 1)) {
-			struct sys_send ss = {self, rt, to, m, mode, timeout_ns};
-			rc = (int)(intptr_t)cbcmn__sys_run(self, send_sys, &ss);
+			rc = (int)(int64_t)cbcmn__sys_run(self, send_sys, (uint64_t)(uintptr_t)self,
+							  to, (uint64_t)(uintptr_t)m,
+							  (uint64_t)mode, timeout_ns);
 			if (rc != SEND_AGAIN)
 				return rc;
 		}
 		/* It would wait: from here, where it may. */
-		return mb_send(self, rt, to, m, mode, timeout_ns, false, MB_CHARGED);
+		return mb_send_here(self, rt, to, m, mode, timeout_ns, false, MB_CHARGED);
 	}
-	return mb_send(self, rt, to, m, mode, timeout_ns, off, 0);
+	return mb_send_here(self, rt, to, m, mode, timeout_ns, off, 0);
 }
 
 int cbcmn_actor_send(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref a, const cbcmn_actor_msg *m)
@@ -1428,7 +1453,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 		/* Stopped, or halting (a drop callback that receives: nothing
 		 * will ever come).  Before a cancellation: the more specific. */
 		rc = -ESHUTDOWN;
-	} else if (cbcmn__task_cancelled(self)) {
+	} else if (cbcmn__actor_cancelled(self, a)) {
 		rc = CBCMN_ECANCELED; /* a blocking call is where it notices */
 	} else if (down_due(a)) {
 		down = a->sys_head;

@@ -85,9 +85,12 @@ struct cbcmn__sys_to {
  * stack below sys_top, continue the context it returns (see the .S). */
 void *cbcmn__sys_switch(void **save_sp, void *sys_top, struct cbcmn__sys_to (*fn)(void *),
 			void *arg);
-/* fn(arg) on the stack below sys_top, then back on ours; fn must not
- * switch contexts. */
-void *cbcmn__sys_call(void *sys_top, void *(*fn)(void *), void *arg);
+/* A function run by cbcmn__sys_call(): five arguments in registers. */
+typedef uint64_t cbcmn__sys_fn(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e);
+/* fn(a, b, c, d, e) on the stack below sys_top, then back on ours; fn
+ * must not switch contexts. */
+uint64_t cbcmn__sys_call(void *sys_top, cbcmn__sys_fn *fn, uint64_t a, uint64_t b, uint64_t c,
+			 uint64_t d, uint64_t e);
 /* Not called: a return address.  A function that returns to it ends the
  * task running on this thread (cbcmn__overflow_unwind, overflow.c). */
 void cbcmn__ctx_overflow_return(void);

@@ -165,7 +165,8 @@ static struct cbcmn_nursery *scope_bare(struct cbcmn_nursery *n)
  * returns (overflow.c), which must not leave the lock held (s19-rvcold1).
  * Under the lock it is linked, or freed if another task linked one for
  * that nursery meanwhile. */
-static struct cbcmn__scope *scope_make(struct cbcmn_runtime *rt, struct cbcmn_nursery *n)
+static __attribute__((noinline)) struct cbcmn__scope *scope_make(struct cbcmn_runtime *rt,
+								   struct cbcmn_nursery *n)
 {
 	struct cbcmn_nursery *x;
 	while ((x = scope_bare(n))) {
@@ -201,7 +202,9 @@ static struct cbcmn__scope *scope_make(struct cbcmn_runtime *rt, struct cbcmn_nu
 }
 
 /* The scope task t's waits go to. */
-static struct cbcmn__scope *scope_of(struct cbcmn_task *t)
+/* Inline: every wait's begin asks it (out of line, its frame cost the
+ * warm hop 24 instructions); its first wait's scope_make() stays out. */
+static inline __attribute__((always_inline)) struct cbcmn__scope *scope_of(struct cbcmn_task *t)
 {
 	struct cbcmn_nursery *n = t->nursery;
 	struct cbcmn_runtime *rt = t->rt;
@@ -349,7 +352,7 @@ static void node_link(struct cbcmn__exec *e, struct cbcmn__wcell *c, struct cbcm
 }
 
 /* Publish iw in its task's node, listed in cell c first if it is not.
- * Inline always: each block's (cbcmn__iwait_block(), cbcmn__iwait_park()). */
+ * Inline always: each block's (cbcmn__iwait_block(), cbcmn__iwait_begin()). */
 static inline __attribute__((always_inline)) void
 node_publish(struct cbcmn_task *self, struct cbcmn__wcell *c, struct cbcmn__iwait *iw)
 {
@@ -467,18 +470,14 @@ uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw)
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 
-static bool park_begin(void *arg)
+bool cbcmn__iwait_begin(struct cbcmn__iwait *iw)
 {
-	struct cbcmn__iwait *iw = arg;
 	return block_begin(iw->w.task, iw);
 }
 
-uint32_t cbcmn__iwait_park(struct cbcmn__iwait *iw)
+uint32_t cbcmn__iwait_end(struct cbcmn__iwait *iw)
 {
-	struct cbcmn_task *self = iw->w.task;
-	if (!cbcmn__sys_park(self, park_begin, iw))
-		return CBCMN__IW_CANCELLED;
-	reg_leave(self, iw);
+	reg_leave(iw->w.task, iw);
 	return atomic_load_explicit(&iw->state, memory_order_acquire);
 }
 

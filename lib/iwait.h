@@ -296,10 +296,12 @@ void cbcmn__iwait_init(struct cbcmn__iwait *iw, struct cbcmn_task *self);
 /* Block until claimed.  Returns CBCMN__IW_WOKEN, CBCMN__IW_CANCELLED or
  * CBCMN__IW_TIMEDOUT (a timer, timer.h). */
 uint32_t cbcmn__iwait_block(struct cbcmn__iwait *iw);
-/* The same for a task (iw->w.task set), the runtime's part of it on its
- * executor's system stack (cbcmn__sys_park(), sched.c): an actor's wait
- * for ever, and a plain task's send that waits for ever (mb_park()). */
-uint32_t cbcmn__iwait_park(struct cbcmn__iwait *iw);
+/* The two halves of a task's cbcmn__iwait_block() (iw->w.task set), for
+ * the park on the system stack (cbcmn__sys_park(), sched.c), which
+ * suspends between them.  begin: false if the wait ended at once (it was
+ * cancelled: do not suspend); end: once resumed, the wait's state. */
+bool cbcmn__iwait_begin(struct cbcmn__iwait *iw);
+uint32_t cbcmn__iwait_end(struct cbcmn__iwait *iw);
 
 /* Event side: claim the wait.  False if cancellation claimed it first. */
 static inline bool cbcmn__iwait_claim(struct cbcmn__iwait *iw)

@@ -786,11 +786,12 @@ void cbcmn__schedule_new(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct 
 void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e,
 			uint32_t shard);
 void cbcmn__suspend(struct cbcmn_task *t);
-/* The same for task t, its block begun by begin(arg) and its suspend run
- * on the executor's system stack (sched.c): an actor's wait for ever, or
- * a plain task's send that waits for ever (mb_park(), actor_mbox.c).
- * False if begin ended it at once (t did not suspend). */
-bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg);
+/* cbcmn__iwait_block() for a task's wait iw, the runtime's part of it
+ * (the wait's begin, the pick of what runs next, the suspend) on its
+ * executor's system stack (sched.c): an actor's wait for ever, or a
+ * plain task's send that waits for ever (mb_park(), actor_mbox.c). */
+struct cbcmn__iwait;
+uint32_t cbcmn__sys_park(struct cbcmn__iwait *iw);
 /* The park's switch saves the parked task's frame in the word at the top
  * of the system stack below sys_top, where the switch's unwind info finds
  * it (asm/: *r14), and the park copies it to the task.  Once the park
@@ -803,14 +804,17 @@ static inline void **cbcmn__sys_save(void *sys_top)
 	return (void **)sys_top - 2; /* a 16-byte slot: the stack stays aligned */
 }
 extern const uintptr_t cbcmn__sys_end_frame[8];
-/* fn(arg) for running task t on its executor's system stack (e->sys_top
- * set), back on t's when it returns; fn must not switch (sched.c). */
+/* fn(a, b, c, d, e) for running task t on its executor's system stack
+ * (e->sys_top set), back on t's when it returns; fn must not switch
+ * (sched.c). */
 #ifdef __SANITIZE_ADDRESS__
-void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg);
+uint64_t cbcmn__sys_run(struct cbcmn_task *t, cbcmn__sys_fn *fn, uint64_t a, uint64_t b,
+			uint64_t c, uint64_t d, uint64_t e);
 #else
-static inline void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
+static inline uint64_t cbcmn__sys_run(struct cbcmn_task *t, cbcmn__sys_fn *fn, uint64_t a,
+				      uint64_t b, uint64_t c, uint64_t d, uint64_t e)
 {
-	return cbcmn__sys_call(t->exec->sys_top, fn, arg);
+	return cbcmn__sys_call(t->exec->sys_top, fn, a, b, c, d, e);
 }
 #endif
 void cbcmn__wake_task(struct cbcmn_task *t, struct cbcmn__exec *waker);
@@ -869,7 +873,17 @@ bool cbcmn__task_cancelled(const struct cbcmn_task *t);
 /* The same, but for the halt: what CBCMN_CHECKPOINT() ends a task for (a
  * checkpoint in a hosted handler actor's drop would end its whole host). */
 bool cbcmn__task_interrupted(const struct cbcmn_task *t);
-bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n);
+bool cbcmn__nursery_chain_walk(const struct cbcmn_nursery *n);
+/* Is n or a nursery enclosing it cancelled?  Inline, the look that finds
+ * none: every blocking call of every task makes it. */
+static inline bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
+{
+	/* While no nursery of this runtime is cancelled nothing can be: one
+	 * load instead of a walk up a deep fork-join tree. */
+	if (__builtin_expect(atomic_load_explicit(&n->rt->cancels, memory_order_relaxed) == 0, 1))
+		return false;
+	return cbcmn__nursery_chain_walk(n);
+}
 void cbcmn__task_free_cache(struct cbcmn__exec *e);
 /* Send e's part-filled batch of freed records home now (e's thread). */
 void cbcmn__task_outbox_flush(struct cbcmn__exec *e);

@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "cpuquota.h"
+#include "iwait.h"
 #include "monitor.h"
 #include "overflow.h"
 #include "probes.h"
@@ -1309,18 +1310,12 @@ static void sys_stack_teardown(struct cbcmn__exec *e)
 #define SYS_PARK 1
 #endif
 
-struct sys_park {
-	struct cbcmn_task *t;
-	bool (*begin)(void *);
-	void *arg;
-};
-
 /* The frame a walk from the system stack ends at once its parked task is
  * published (cbcmn__sys_save()): all zero, the return address too. */
 const uintptr_t cbcmn__sys_end_frame[8];
 
 /* On t's executor's system stack, t suspended (its context saved): its
- * block as begin(arg) begins it (false: it ended at once, t continues),
+ * wait iw begun (false: it ended at once, t continues),
  * then what cbcmn__suspend() does, its run's end (run_post()) done here,
  * now that t is off its stack, not by the task resumed. */
 /* ASan follows the stack the thread runs on (its reports, its fake
@@ -1352,13 +1347,13 @@ static inline void sys_leave(struct cbcmn__exec *e, const void *lo, size_t size)
 
 static struct cbcmn__sys_to park_sys(void *arg)
 {
-	struct sys_park *sp = arg;
-	struct cbcmn_task *t = sp->t;
+	struct cbcmn__iwait *iw = arg;
+	struct cbcmn_task *t = iw->w.task;
 	struct cbcmn__exec *e = t->exec;
 	void **save = cbcmn__sys_save(e->sys_top);
 	sys_enter(e);
 	t->sp = *save;
-	if (!sp->begin(sp->arg)) {
+	if (!cbcmn__iwait_begin(iw)) {
 		sys_leave(e, t->stack->lo, t->stack->size);
 		return (struct cbcmn__sys_to){t->sp, NULL};
 	}
@@ -1376,57 +1371,60 @@ static struct cbcmn__sys_to park_sys(void *arg)
 	return (struct cbcmn__sys_to){n->sp, n};
 }
 
-bool cbcmn__sys_park(struct cbcmn_task *t, bool (*begin)(void *), void *arg)
+/* The wait's halves (iwait.c) around the switch: no layer between the
+ * receive's park and the switch, nor an indirect call to the begin
+ * through a record (those cost the warm hop about 30 instructions:
+ * docs/BENCHMARKS.md, "Twenty-first session, the warm hop"). */
+uint32_t cbcmn__sys_park(struct cbcmn__iwait *iw)
 {
+	struct cbcmn_task *t = iw->w.task;
 	struct cbcmn__exec *e = t->exec;
+	if (!SYS_PARK || __builtin_expect(e->sys_top == NULL, 0))
+		return cbcmn__iwait_block(iw);
 	struct cbcmn__stack *s = t->stack;
-	if (SYS_PARK && __builtin_expect(e->sys_top != NULL, 1)) {
-		struct sys_park sp = {t, begin, arg};
 #ifdef __SANITIZE_ADDRESS__
-		__sanitizer_start_switch_fiber(&s->asan_fake, sys_stack_lo(e), SYS_STACK_SIZE);
+	__sanitizer_start_switch_fiber(&s->asan_fake, sys_stack_lo(e), SYS_STACK_SIZE);
 #endif
-		struct cbcmn_task *me = cbcmn__sys_switch(cbcmn__sys_save(e->sys_top),
-							  cbcmn__sys_save(e->sys_top), park_sys, &sp);
-		if (me) {
-			resumed(me, s);
-			return true;
-		}
+	struct cbcmn_task *me = cbcmn__sys_switch(cbcmn__sys_save(e->sys_top),
+						  cbcmn__sys_save(e->sys_top), park_sys, iw);
+	if (__builtin_expect(!me, 0)) {
 #ifdef __SANITIZE_ADDRESS__
 		__sanitizer_finish_switch_fiber(s->asan_fake, NULL, NULL);
 #endif
-		return false;
+		return CBCMN__IW_CANCELLED; /* the begin ended it: not suspended */
 	}
-	(void)s;
-	if (!begin(arg))
-		return false;
-	cbcmn__suspend(t);
-	return true;
+	resumed(me, s);
+	return cbcmn__iwait_end(iw);
 }
 
 #ifdef __SANITIZE_ADDRESS__
+/* Under ASan only, the arguments in a struct: the switch's enter and
+ * leave around fn, on the system stack, need two more. */
 struct sys_run {
-	void *(*fn)(void *);
-	void *arg;
+	cbcmn__sys_fn *fn;
+	uint64_t a, b, c, d, x;
 	struct cbcmn__stack *s;
 	struct cbcmn__exec *e;
 };
 
-static void *run_sys(void *arg)
+static uint64_t run_sys(uint64_t arg, uint64_t u1, uint64_t u2, uint64_t u3, uint64_t u4)
 {
-	struct sys_run *r = arg;
+	(void)u1, (void)u2, (void)u3, (void)u4;
+	struct sys_run *r = (struct sys_run *)arg;
 	sys_enter(r->e);
-	void *rv = r->fn(r->arg);
+	uint64_t rv = r->fn(r->a, r->b, r->c, r->d, r->x);
 	sys_leave(r->e, r->s->lo, r->s->size);
 	return rv;
 }
 
-void *cbcmn__sys_run(struct cbcmn_task *t, void *(*fn)(void *), void *arg)
+uint64_t cbcmn__sys_run(struct cbcmn_task *t, cbcmn__sys_fn *fn, uint64_t a, uint64_t b,
+			uint64_t c, uint64_t d, uint64_t x)
 {
 	struct cbcmn__exec *e = t->exec;
-	struct sys_run r = {fn, arg, t->stack, e};
+	struct sys_run r = {fn, a, b, c, d, x, t->stack, e};
 	void *fake;
 	__sanitizer_start_switch_fiber(&fake, sys_stack_lo(e), SYS_STACK_SIZE);
-	void *rv = cbcmn__sys_call(e->sys_top, run_sys, &r);
+	uint64_t rv = cbcmn__sys_call(e->sys_top, run_sys, (uint64_t)(uintptr_t)&r, 0, 0, 0, 0);
 	__sanitizer_finish_switch_fiber(fake, NULL, NULL);
 	return rv;
 }

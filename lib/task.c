@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actor.h"
 #include "probes.h"
 #include "runtime.h"
 
@@ -320,12 +321,8 @@ void cbcmn__task_unref(struct cbcmn_task *t, struct cbcmn__exec *e)
 	}
 }
 
-bool cbcmn__nursery_chain_cancelled(const struct cbcmn_nursery *n)
+bool cbcmn__nursery_chain_walk(const struct cbcmn_nursery *n)
 {
-	/* While no nursery of this runtime is cancelled nothing can be: one
-	 * load instead of a walk up a deep fork-join tree. */
-	if (__builtin_expect(atomic_load_explicit(&n->rt->cancels, memory_order_relaxed) == 0, 1))
-		return false;
 	/* The chain of enclosing nurseries stays alive while anything inside
 	 * it does (each is awaited before its opener ends).  A late
 	 * observation only delays the stop to the next check; acquire pairs
@@ -350,7 +347,9 @@ bool cbcmn__task_cancelled(const struct cbcmn_task *t)
 	 * it parks, and returns at once for one (issue 16).  Read by a
 	 * cancellation's scan only for a task with a wait listed, which a
 	 * task in a halt lists only to claim it at once, under the lock the
-	 * scan takes (iwait.c). */
+	 * scan takes (iwait.c).  A fiber actor's, the same, inline. */
+	if (cbcmn__is_actor_task(t))
+		return cbcmn__actor_cancelled(t, t->arg);
 	return cbcmn__task_interrupted(t) || cbcmn__task_in_halt(t);
 }
 

@@ -2829,6 +2829,74 @@ static void test_stop_interrupts_sleep_chan_io_join_and_send(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a cancellation two nurseries up -------------------------------------
+ *
+ * A fiber actor's cancellation check is inline (actor.h's
+ * cbcmn__actor_cancelled(): its stop, its halt, its nursery chain): an
+ * actor in a nursery whose enclosing one is cancelled sees it in its
+ * blocked receive's wait, at its next receive's check and at a send's,
+ * which would otherwise wait for ever in a full mailbox. */
+struct upc {
+	_Atomic int blocked;
+	int rc_recv, rc_next, rc_send;
+	cbcmn_actor_ref full;
+};
+
+static int64_t upc_actor(cbcmn_cx *cx, void *arg)
+{
+	struct upc *u = arg;
+	cbcmn_actor_msg m;
+	atomic_store(&u->blocked, 1);
+	u->rc_recv = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	u->rc_next = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+	m = msg(M_DATA, 0, 0);
+	u->rc_send = cbcmn_actor_send(NULL, cx, u->full, &m);
+	return 0;
+}
+
+static int64_t upc_middle(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, upc_actor, arg, NULL, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t upc_main(cbcmn_cx *cx, void *arg)
+{
+	struct upc *u = arg;
+	_Atomic int release = 0;
+	cbcmn_nursery *nf, *up;
+	cbcmn_actor_opts one = {.mailbox_cap = 1};
+	TASK_CHECK(open_n(cx, &nf) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nf, holds_full, &release, &one, &u->full) == 0);
+	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, u->full, &m) == 0);
+	TASK_CHECK(open_n(cx, &up) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, up, upc_middle, u, NULL) == 0);
+	while (!atomic_load(&u->blocked))
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_sleep(cx, 20000000); /* most likely blocked by now */
+	TASK_CHECK(cbcmn_nursery_cancel(up) == 0);
+	int64_t rc = cbcmn_nursery_await_all(cx, up);
+	atomic_store(&release, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, nf) == 0);
+	return rc;
+}
+
+static void test_a_cancellation_two_nurseries_up_ends_an_actors_waits(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct upc u = {.rc_recv = 1, .rc_next = 1, .rc_send = 1};
+	t_run(rt, upc_main, &u, CBCMN_ECANCELED);
+	assert_int_equal(u.rc_recv, CBCMN_ECANCELED);
+	assert_int_equal(u.rc_next, CBCMN_ECANCELED);
+	assert_int_equal(u.rc_send, CBCMN_ECANCELED);
+	t_destroy(rt);
+}
+
 /* A read that completed is never reported cancelled: every byte a thread
  * writes is read by the actor (counted) or still in the pipe afterwards,
  * whenever the stop lands. */
@@ -3092,6 +3160,7 @@ int main(int argc, char **argv)
 		T(test_trap_exit_turns_linked_halts_into_exit_messages),
 		T(test_link_cycle_with_a_trapper_ends_once),
 		T(test_stop_interrupts_sleep_chan_io_join_and_send),
+		T(test_a_cancellation_two_nurseries_up_ends_an_actors_waits),
 		T(test_stop_during_reads_loses_no_byte),
 		T(test_stop_at_any_point_always_ends_the_actor),
 		T(test_bad_input),

@@ -236,11 +236,17 @@ cbcmn__sys_switch:
 	.cfi_endproc
 	.size	cbcmn__sys_switch,.-cbcmn__sys_switch
 
-/* void *cbcmn__sys_call(void *sys_top, void *(*fn)(void *arg), void *arg);
+/* uint64_t cbcmn__sys_call(void *sys_top, cbcmn__sys_fn *fn,
+ *                          uint64_t a, uint64_t b, uint64_t c, uint64_t d,
+ *                          uint64_t e);
  *
- * fn(arg) on the system stack, back on ours when it returns, its result
- * returned (Go's systemstack).  fn must not switch contexts: the system
- * stack is the executor's, and the next block would run over its frames.
+ * fn(a, b, c, d, e) on the system stack, back on ours when it returns,
+ * its result returned (Go's systemstack).  The arguments go in registers,
+ * shifted down two (e, the caller's first stack argument, read before
+ * the switch): a caller packing them in a struct for fn to read back
+ * paid a dozen instructions a send (docs/ACTORS.md, "The system stack").
+ * fn must not switch contexts: the system stack is the executor's, and
+ * the next block would run over its frames.
  */
 	.globl	cbcmn__sys_call
 	.hidden	cbcmn__sys_call
@@ -253,9 +259,14 @@ cbcmn__sys_call:
 	.cfi_rel_offset rbp, 0
 	movq	%rsp, %rbp
 	.cfi_def_cfa_register rbp
+	movq	%rsi, %rax		/* fn */
 	movq	%rdi, %rsp		/* onto the system stack */
-	movq	%rdx, %rdi
-	call	*%rsi
+	movq	%rdx, %rdi		/* a */
+	movq	%rcx, %rsi		/* b */
+	movq	%r8, %rdx		/* c */
+	movq	%r9, %rcx		/* d */
+	movq	0x10(%rbp), %r8		/* e, above our return address */
+	call	*%rax
 	movq	%rbp, %rsp		/* back */
 	.cfi_def_cfa_register rsp
 	popq	%rbp
