@@ -456,10 +456,10 @@ static void test_a_walk_after_the_park_published_ends_at_the_switch(void **state
  * system stack, as a task's overflow names its stack (overflow.c).  In a
  * child: a task runs a deep recursion on its executor's system stack. */
 
-static void *sys_deep(void *arg)
+static uint64_t sys_deep(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e)
 {
-	(void)arg;
-	return (void *)(intptr_t)t_recurse(NULL, 0);
+	(void)a, (void)b, (void)c, (void)d, (void)e;
+	return (uint64_t)t_recurse(NULL, 0);
 }
 
 static int64_t overflow_sys(cbcmn_cx *cx, void *arg)
@@ -469,7 +469,7 @@ static int64_t overflow_sys(cbcmn_cx *cx, void *arg)
 	struct cbcmn__exec *e = cbcmn__tls_exec;
 	if (!e->sys_top)
 		return 77; /* no system stack mapped (no memory) */
-	return (int64_t)(intptr_t)cbcmn__sys_run(e->current, sys_deep, NULL);
+	return (int64_t)cbcmn__sys_run(e->current, sys_deep, 0, 0, 0, 0, 0);
 }
 
 static void test_an_overflow_of_the_system_stack_names_it(void **state)
