@@ -389,14 +389,15 @@ static void efd_arm(struct cbcmn__exec *e)
 }
 
 /* A ring's number, once published in fd for doorbells, is never closed
- * while another executor may send to it: a sender reads it, then sends
+ * while another thread may send to it (an executor, or any thread to an
+ * SQPOLL executor: doorbell_sync()): a sender reads it, then sends
  * its MSG_RING, and a number closed in between may name another io_uring
  * of the process by then (another runtime's, a library's), which would
  * get our doorbell's CQE.  When the ring goes, dup3() puts the eventfd
  * under the number in the same step as it drops the ring's file: a
  * MSG_RING to it fails and its sender rings the eventfd instead.  The
  * number is held until the executor's next ring takes it (a restart after
- * a retire, a takeover) or destroy closes it, when no executor sends.
+ * a retire, a takeover) or destroy closes it, when nobody sends.
  * dup3() onto an open number takes no new descriptor, so a full table
  * does not fail it; an RLIMIT_NOFILE lowered below the number does
  * (-EBADF): then the number is closed and -1 published, as before. */

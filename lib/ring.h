@@ -53,7 +53,7 @@ struct cbcmn__ring_caps {
  * closed before destroy (ring_fd_drop()). */
 struct cbcmn__ring {
 	struct io_uring u;
-	_Atomic int fd;       /* for other executors' MSG_RING */
+	_Atomic int fd;       /* for other threads' MSG_RING */
 	int efd;              /* eventfd doorbell, always armed on the ring */
 	bool up;              /* io_uring_queue_init succeeded */
 	bool enabled;         /* enabled on the owner thread */
