@@ -109,6 +109,33 @@ static bool pool_idle(cbcmn_cx *cx)
 	return st.out == 0 && st.chunks == 0;
 }
 
+static int two_open(cbcmn_cx *cx, struct flow *a, int ka, cbcmn_stream **sa, struct flow *b,
+		    cbcmn_stream **sb)
+{
+	int rc = flow_open(cx, a, ka, sa);
+	return rc ? rc : flow_open(cx, b, ka + 1, sb);
+}
+
+/* Both closed, and then the pool holds nothing. */
+static void two_close(cbcmn_cx *cx, cbcmn_stream *sa, cbcmn_stream *sb, struct flow *a,
+		      struct flow *b)
+{
+	TASK_CHECK(cbcmn_stream_close(cx, sa) == 0);
+	TASK_CHECK(cbcmn_stream_close(cx, sb) == 0);
+	TASK_CHECK(pool_idle(cx));
+	flow_close(a);
+	flow_close(b);
+}
+
+/* fn run on rt's executor 0, its checks checked, rt destroyed. */
+static void run_on(cbcmn_runtime *rt, cbcmn_task_fn fn)
+{
+	t_skip_without_streams(rt);
+	assert_int_equal(t_run_pinned(rt, 0, fn, NULL), 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+}
+
 /* ---- packing -------------------------------------------------------------------- */
 
 static int64_t packs(cbcmn_cx *cx, void *arg)
@@ -145,11 +172,7 @@ static int64_t packs(cbcmn_cx *cx, void *arg)
 static void test_small_receives_pack_in_a_buffer(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	t_skip_without_streams(rt);
-	assert_int_equal(t_run_pinned(rt, 0, packs, NULL), 0);
-	ASSERT_TASK_CHECKS();
-	t_destroy(rt);
+	run_on(t_runtime(1), packs);
 }
 
 /* ---- many streams in one buffer, consumed out of order ---------------------------- */
@@ -215,11 +238,7 @@ static int64_t shared(cbcmn_cx *cx, void *arg)
 static void test_streams_share_a_buffer_out_of_order(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	t_skip_without_streams(rt);
-	assert_int_equal(t_run_pinned(rt, 0, shared, NULL), 0);
-	ASSERT_TASK_CHECKS();
-	t_destroy(rt);
+	run_on(t_runtime(1), shared);
 }
 
 /* ---- buffers come round ------------------------------------------------------------- */
@@ -233,8 +252,8 @@ static int64_t rounds(cbcmn_cx *cx, void *arg)
 	(void)arg;
 	struct flow a, b;
 	cbcmn_stream *sa, *sb;
-	int rc = flow_open(cx, &a, 1, &sa);
-	if (rc || (rc = flow_open(cx, &b, 2, &sb)) != 0)
+	int rc = two_open(cx, &a, 1, &sa, &b, &sb);
+	if (rc)
 		return rc;
 	const void *hb = NULL;
 	int64_t hb_n = 0;
@@ -254,11 +273,7 @@ static int64_t rounds(cbcmn_cx *cx, void *arg)
 		}
 	}
 	TASK_CHECK(bytes_are(hb, (size_t)hb_n, 2, hb_at));
-	TASK_CHECK(cbcmn_stream_close(cx, sa) == 0);
-	TASK_CHECK(cbcmn_stream_close(cx, sb) == 0);
-	TASK_CHECK(pool_idle(cx));
-	flow_close(&a);
-	flow_close(&b);
+	two_close(cx, sa, sb, &a, &b);
 	return 0;
 }
 
@@ -270,11 +285,7 @@ static void test_buffers_come_round(void **state)
 	cfg.workers = 1;
 	cfg.stream_buf_share = 4;
 	cfg.stream_bufs_max = 8;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	t_skip_without_streams(rt);
-	assert_int_equal(t_run_pinned(rt, 0, rounds, NULL), 0);
-	ASSERT_TASK_CHECKS();
-	t_destroy(rt);
+	run_on(t_runtime_cfg(&cfg), rounds);
 }
 
 /* ---- cancellation --------------------------------------------------------------------- */
@@ -342,11 +353,7 @@ static int64_t cancel_main(cbcmn_cx *cx, void *arg)
 static void test_cancelled_reader_gives_its_chunks_back(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	t_skip_without_streams(rt);
-	assert_int_equal(t_run_pinned(rt, 0, cancel_main, NULL), 0);
-	ASSERT_TASK_CHECKS();
-	t_destroy(rt);
+	run_on(t_runtime(1), cancel_main);
 }
 
 /* ---- sends from a shared buffer --------------------------------------------------------- */
@@ -375,8 +382,8 @@ static int64_t echoes(cbcmn_cx *cx, void *arg)
 	(void)arg;
 	struct flow a, b;
 	cbcmn_stream *sa, *sb;
-	int rc = flow_open(cx, &a, 5, &sa);
-	if (rc || (rc = flow_open(cx, &b, 6, &sb)) != 0)
+	int rc = two_open(cx, &a, 5, &sa, &b, &sb);
+	if (rc)
 		return rc;
 	for (int r = 0; r < 200; r++) {
 		TASK_CHECK(put(cx, &a, 40) == 0);
@@ -393,22 +400,14 @@ static int64_t echoes(cbcmn_cx *cx, void *arg)
 		TASK_CHECK(get_back(cx, a.sv[1], back, 40) == 0 && bytes_are(back, 40, 5, at_a));
 		TASK_CHECK(get_back(cx, b.sv[1], back, 20) == 0 && bytes_are(back, 20, 6, at_b + 4));
 	}
-	TASK_CHECK(cbcmn_stream_close(cx, sa) == 0);
-	TASK_CHECK(cbcmn_stream_close(cx, sb) == 0);
-	TASK_CHECK(pool_idle(cx));
-	flow_close(&a);
-	flow_close(&b);
+	two_close(cx, sa, sb, &a, &b);
 	return 0;
 }
 
 static void test_sends_of_chunks_that_share_a_buffer(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	t_skip_without_streams(rt);
-	assert_int_equal(t_run_pinned(rt, 0, echoes, NULL), 0);
-	ASSERT_TASK_CHECKS();
-	t_destroy(rt);
+	run_on(t_runtime(1), echoes);
 }
 
 int main(void)
