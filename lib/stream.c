@@ -264,8 +264,8 @@ static bool pool_want_inc(const struct cbcmn__exec *e)
 
 /* Register p's buffer ring with r: entries for up to p->max buffers, or as
  * many as fit in locked memory, incremental if the kernel takes the flag
- * (before 6.12 it says -EINVAL: asked again without).  For a user without CAP_IPC_LOCK the
- * kernel counts the ring's pages against RLIMIT_MEMLOCK (as it counts the
+ * (before 6.12 it says -EINVAL: asked again without).  For a user
+ * without CAP_IPC_LOCK the kernel counts the ring's pages against RLIMIT_MEMLOCK (as it counts the
  * rings', docs/IO.md "Rings"), and says -ENOMEM when they do not fit: then
  * half as many entries, down to one page's worth, and the pool's limit
  * with them.  0, or the error (CBCMN_EMEMLOCK when even a page does not
