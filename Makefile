@@ -114,13 +114,13 @@ BPF_USERS   := $(BUILD)/bin/cbcmn-stat $(BUILD)/bin/cbcmn-bench $(BUILD)/bin/cbc
                $(BUILD)/tests/test_top $(BUILD)/tests/test_bpfns $(BUILD)/tests/test_bpfscale \
                $(BUILD)/tests/test_bpfsched $(BUILD)/tests/test_bpfactor
 # Suites that exercise threads racing each other: these also run under TSan.
-TSAN_TESTS := test_deque test_wake test_sched test_sched_spin test_nursery test_cancel test_lockorder test_budget test_budget_defaults test_budget_refund test_budget_limited test_janus test_janus_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_stream_fixed test_grow test_watch test_run test_faults test_errtail test_backend test_bpfscale test_snapshot test_obligation test_poll test_trace test_actor test_actor_sup test_stall test_cancelscope test_actor_sched test_metrics test_actor_stats test_actor_handler test_actor_lanes test_chan_handoff test_recstack test_trace_actor test_taskcache test_actor_handler_timeout test_liveness test_actor_table test_actor_direct test_actor_budget test_clock test_budget_nohandle test_actor_room test_actor_drop test_actor_prefetch test_actor_notify test_cpuquota test_stack test_sysstack
+TSAN_TESTS := test_deque test_wake test_sched test_sched_spin test_nursery test_cancel test_lockorder test_budget test_budget_defaults test_budget_refund test_budget_limited test_janus test_janus_budget test_chan test_profile test_timer test_lab test_blocking test_shard test_io test_iocancel test_stream test_stream_fixed test_stream_inc test_grow test_watch test_run test_faults test_errtail test_backend test_bpfscale test_snapshot test_obligation test_poll test_trace test_actor test_actor_sup test_stall test_cancelscope test_actor_sched test_metrics test_actor_stats test_actor_handler test_actor_lanes test_chan_handoff test_recstack test_trace_actor test_taskcache test_actor_handler_timeout test_liveness test_actor_table test_actor_direct test_actor_budget test_clock test_budget_nohandle test_actor_room test_actor_drop test_actor_prefetch test_actor_notify test_cpuquota test_stack test_sysstack
 
 # Suites that do fiber I/O or park executors: `make test` runs them a second
 # time on the epoll backend (CBCMN_BACKEND=epoll, docs/IO.md "Backends");
 # those of them that test io_uring itself skip there, saying so.  Under ASan
 # the shorter EPOLL_ASAN_TESTS, for the time budget.
-EPOLL_TESTS := test_io test_iocancel test_stream test_stream_fixed test_echo test_timer test_worker test_blocking test_lab test_takeover test_grow test_fork test_wake test_sched_spin test_limits test_ring test_poll
+EPOLL_TESTS := test_io test_iocancel test_stream test_stream_fixed test_stream_inc test_echo test_timer test_worker test_blocking test_lab test_takeover test_grow test_fork test_wake test_sched_spin test_limits test_ring test_poll
 EPOLL_ASAN_TESTS := test_io test_iocancel test_stream test_timer test_echo test_blocking test_poll
 
 all: $(STATIC) $(SHARED) $(TOOLS) examples

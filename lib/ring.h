@@ -94,6 +94,16 @@ struct cbcmn__bufpool;
 #define CBCMN__STREAM_BUFS_MAX 8192u
 #define CBCMN__STREAM_BUFS_LIMIT 32768u
 
+/* What e's pool holds, for tests (stream.c): incremental or whole
+ * buffers, buffers provided, out of the ring (the kernel done with them,
+ * not given back), chunks of incremental buffers not given back.  All 0
+ * before e's first stream.  On e. */
+struct cbcmn__pool_state {
+	bool inc;
+	uint32_t bufs, out, chunks;
+};
+void cbcmn__bufpool_state(const struct cbcmn__exec *e, struct cbcmn__pool_state *st);
+
 /* SQEs queued but not yet handed to the kernel.  (io_uring_sq_ready() counts
  * those the kernel has not consumed yet: with SQPOLL that includes SQEs
  * already handed over, which must not be submitted again.) */

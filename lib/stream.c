@@ -63,12 +63,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "epoll.h"
 #include "iwait.h"
 #include "probes.h"
 #include "runtime.h"
 
 #define BUFPOOL_BGID 0
+/* Incremental consumption of the pool's buffers (Linux 6.12): the uapi's
+ * IOU_PBUF_RING_INC and IORING_CQE_F_BUF_MORE, which older headers lack
+ * (and newer ones declare in an enum, which #ifndef cannot see). */
+#define POOL_RING_INC 2u
+#define POOL_CQE_BUF_MORE (1u << 4)
 #define BUFPOOL_CHUNK_BYTES (1u << 20) /* a pool grows a mapping of this size at a time */
 #define MS_QUEUE_MIN 16u
 #define BACKOFF_MIN_NS 1000000ull   /* the first pause after a failed accept or growth */
@@ -89,6 +95,7 @@ enum { MS_STREAM, MS_ACCEPT };
 struct ms_item {
 	uint32_t val; /* buffer id, or descriptor */
 	uint32_t len;
+	uint32_t off; /* where the chunk begins in its buffer (0 unless the pool is incremental) */
 };
 
 struct cbcmn__mshot {
@@ -119,6 +126,7 @@ struct cbcmn__mshot {
 	struct cbcmn__bufpool *pool; /* stream: where its buffers come from */
 	int32_t held;          /* stream: buffer id the user holds, -1 none */
 	uint32_t held_len;     /* ... and the length of the chunk in it */
+	uint32_t held_off;     /* ... and where it begins */
 	/* A stream's send (cbcmn_stream_send()): one at a time, so that bytes
 	 * go out in order.  Its buffer is the stream's until the kernel has
 	 * taken [send_off, send_end) of it. */
@@ -147,7 +155,23 @@ struct cbcmn_acceptor {
 
 /* One buffer ring, registered with the executor's ring as group
  * BUFPOOL_BGID and sized for the most buffers the pool may have; the
- * buffers themselves are mapped a chunk at a time as the pool grows. */
+ * buffers themselves are mapped a chunk at a time as the pool grows.
+ *
+ * Incremental (IOU_PBUF_RING_INC, where the kernel has it): a receive
+ * takes only the bytes it needs of the buffer at the ring's head, and the
+ * next receive, of any stream, goes on from there; the buffer leaves the
+ * ring when it is full (its last CQE lacks IORING_CQE_F_BUF_MORE).  Small
+ * receives then share pages instead of touching one each (docs/IO.md,
+ * "Buffers").  The kernel says no offset: the CQEs of the group come in
+ * the order the kernel filled the buffer, so each buffer's fill counts
+ * where the next chunk begins.  A buffer goes back to the ring once the
+ * kernel is done with it and every chunk in it was given back. */
+struct pbuf_use {
+	uint32_t fill;  /* bytes the kernel has put in it since it was provided */
+	uint32_t refs;  /* its chunks queued, held or being sent */
+	bool full;      /* the kernel is done with it */
+};
+
 struct cbcmn__bufpool {
 	struct io_uring_buf_ring *br;
 	size_t br_bytes;
@@ -155,7 +179,10 @@ struct cbcmn__bufpool {
 	uint32_t size, share, max; /* cbcmn_config.stream_buf_size, _share, stream_bufs_max */
 	uint32_t chunk_shift;  /* log2 of buffers per chunk */
 	uint32_t n;            /* buffers provided so far: chunks [0, n >> chunk_shift] */
-	uint32_t out;          /* taken by the kernel (CQE reaped), not given back yet */
+	uint32_t out;          /* taken by the kernel (CQE reaped; incremental: its last),
+				* not given back yet */
+	bool inc;              /* incremental: chunks packed in the buffers */
+	struct pbuf_use *use;  /* incremental: per buffer id */
 	uint32_t streams;      /* streams drawing from it */
 	uint32_t promised;     /* starved streams woken for a buffer, not re-armed yet */
 	char **chunk;
@@ -213,13 +240,32 @@ static void pool_free_mem(struct cbcmn__bufpool *p)
 		munmap(p->chunk[c], (size_t)k * p->size);
 	}
 	munmap(p->br, p->br_bytes);
+	free(p->use);
 	free(p->chunk);
 	free(p);
 }
 
+/* The registration's flags: the u16 after bgid, "pad" in older headers
+ * (which the kernel before 6.12 checks is 0), "flags" in newer. */
+static void buf_reg_flags(struct io_uring_buf_reg *reg, uint16_t flags)
+{
+	_Static_assert(sizeof(*reg) == 40 && offsetof(struct io_uring_buf_reg, bgid) == 12,
+		       "struct io_uring_buf_reg: the uapi layout");
+	memcpy((char *)reg + 14, &flags, sizeof(flags));
+}
+
+/* Incremental buffers wanted: on a ring (the epoll backend hands whole
+ * buffers out), unless CBCMN_PBUF_INC=0 says not (a comparison, a test). */
+static bool pool_want_inc(const struct cbcmn__exec *e)
+{
+	const char *v = cbcmn__env("CBCMN_PBUF_INC");
+	return !e->ep && !(v && v[0] == '0');
+}
+
 /* Register p's buffer ring with r: entries for up to p->max buffers, or as
- * many as fit in locked memory.  For a user without CAP_IPC_LOCK the
- * kernel counts the ring's pages against RLIMIT_MEMLOCK (as it counts the
+ * many as fit in locked memory, incremental if the kernel takes the flag
+ * (before 6.12 it says -EINVAL: asked again without).  For a user
+ * without CAP_IPC_LOCK the kernel counts the ring's pages against RLIMIT_MEMLOCK (as it counts the
  * rings', docs/IO.md "Rings"), and says -ENOMEM when they do not fit: then
  * half as many entries, down to one page's worth, and the pool's limit
  * with them.  0, or the error (CBCMN_EMEMLOCK when even a page does not
@@ -231,6 +277,7 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 	uint32_t entries = 1;
 	while (entries < p->max)
 		entries <<= 1;
+	p->inc = p->use != NULL; /* pool_get(): pool_want_inc() */
 	for (;;) {
 		p->br_bytes = (size_t)entries * sizeof(struct io_uring_buf);
 		p->br = cbcmn__mmap(NULL, p->br_bytes, PROT_READ | PROT_WRITE,
@@ -241,6 +288,8 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 		struct io_uring_buf_reg reg = {.ring_addr = (uint64_t)(uintptr_t)p->br,
 					       .ring_entries = entries,
 					       .bgid = BUFPOOL_BGID};
+		if (p->inc)
+			buf_reg_flags(&reg, POOL_RING_INC);
 		/* No ring: the epoll backend takes buffers from it as the
 		 * kernel would (epoll_sq.c). */
 		int rc = 0;
@@ -252,6 +301,10 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 			break;
 		munmap(p->br, p->br_bytes);
 		p->br = MAP_FAILED;
+		if (rc == -EINVAL && p->inc) {
+			p->inc = false;
+			continue;
+		}
 		if (rc != -ENOMEM || entries <= page_entries)
 			return rc == -EINVAL ? -EOPNOTSUPP : cbcmn__ring_error(rc);
 		entries /= 2;
@@ -387,8 +440,12 @@ static int pool_get(struct cbcmn__exec *e)
 	while (per > 1 && (1u << (p->chunk_shift + 1)) <= per)
 		p->chunk_shift++;
 	p->chunk = cbcmn__calloc((p->max >> p->chunk_shift) + 1, sizeof(char *));
+	/* Without memory for the counts a pool is whole buffers. */
+	if (p->chunk && pool_want_inc(e))
+		p->use = cbcmn__calloc(p->max, sizeof(*p->use));
 	int rc = p->chunk ? pool_register(e, p) : -ENOMEM;
 	if (rc) {
+		free(p->use);
 		free(p->chunk);
 		free(p);
 		return rc;
@@ -448,6 +505,59 @@ static void buf_return(struct cbcmn__exec *e, struct cbcmn__bufpool *p, uint32_t
 	pool_wake(e, p);
 }
 
+/* A chunk of res bytes the kernel put in buffer bid (a CQE's, flags): where
+ * it begins in the buffer.  The buffer counts as out of the ring when the
+ * kernel is done with it: at once for a whole-buffer pool, at its last
+ * chunk for an incremental one. */
+static uint32_t chunk_take(struct cbcmn__bufpool *p, uint32_t bid, int32_t res, uint32_t flags)
+{
+	if (!p->inc) {
+		p->out++;
+		return 0;
+	}
+	struct pbuf_use *u = &p->use[bid];
+	uint32_t off = u->fill;
+	u->fill += (uint32_t)res;
+	u->refs++;
+	if (!(flags & POOL_CQE_BUF_MORE)) {
+		u->full = true;
+		p->out++;
+	}
+	return off;
+}
+
+/* A chunk of buffer bid given back (read, sent, or dropped): the buffer
+ * goes back to the ring when it holds no other and the kernel is done
+ * with it. */
+static void chunk_put(struct cbcmn__exec *e, struct cbcmn__bufpool *p, uint32_t bid)
+{
+	if (p->inc) {
+		struct pbuf_use *u = &p->use[bid];
+		if (--u->refs || !u->full)
+			return;
+		*u = (struct pbuf_use){0};
+	}
+	buf_return(e, p, bid);
+}
+
+static char *chunk_addr(const struct cbcmn__bufpool *p, uint32_t bid, uint32_t off)
+{
+	return buf_addr(p, bid) + off;
+}
+
+void cbcmn__bufpool_state(const struct cbcmn__exec *e, struct cbcmn__pool_state *st)
+{
+	const struct cbcmn__bufpool *p = e->ring.pool;
+	*st = (struct cbcmn__pool_state){0};
+	if (!p)
+		return;
+	st->inc = p->inc;
+	st->bufs = p->n;
+	st->out = p->out;
+	for (uint32_t i = 0; p->inc && i < p->n; i++)
+		st->chunks += p->use[i].refs;
+}
+
 /* No stream is open on e any more: unmap its buffers, and those of rings
  * its dead threads left (cbcmn__bufring_retire()). */
 void cbcmn__bufring_fini(struct cbcmn__exec *e)
@@ -484,7 +594,7 @@ void cbcmn__bufring_retire(struct cbcmn__exec *e)
 
 /* ---- the shared core ----------------------------------------------------------- */
 
-static int ms_push(struct cbcmn__mshot *m, uint32_t val, uint32_t len)
+static int ms_push(struct cbcmn__mshot *m, uint32_t val, uint32_t len, uint32_t off)
 {
 	if (m->qlen == m->qcap) {
 		uint32_t cap = m->qcap ? m->qcap * 2 : MS_QUEUE_MIN;
@@ -498,7 +608,7 @@ static int ms_push(struct cbcmn__mshot *m, uint32_t val, uint32_t len)
 		m->qhead = 0;
 		m->qcap = cap;
 	}
-	m->q[(m->qhead + m->qlen) % m->qcap] = (struct ms_item){val, len};
+	m->q[(m->qhead + m->qlen) % m->qcap] = (struct ms_item){val, len, off};
 	m->qlen++;
 	return 0;
 }
@@ -645,7 +755,7 @@ static bool send_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res,
 	}
 	if (rest && !m->send_err)
 		m->send_err = send_failure(m, res, alive);
-	buf_return(e, m->pool, (uint32_t)m->send_bid);
+	chunk_put(e, m->pool, (uint32_t)m->send_bid);
 	m->send_bid = -1;
 	return m->send_err || m->send_waiting || m->send_cancel_sent; /* (a closer) */
 }
@@ -654,10 +764,13 @@ static bool send_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res,
 static void stream_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t res, uint32_t flags)
 {
 	struct cbcmn__bufpool *p = m->pool;
-	if (flags & IORING_CQE_F_BUFFER) {
+	/* (A receive that got nothing gives its buffer back to the ring
+	 * untouched, and its CQE names none: the check is for a kernel
+	 * that would, whose incremental buffer would not have moved.) */
+	if ((flags & IORING_CQE_F_BUFFER) && (res > 0 || !p->inc)) {
 		uint32_t bid = flags >> IORING_CQE_BUFFER_SHIFT;
-		p->out++;
-		if (res > 0 && !m->done && ms_push(m, bid, (uint32_t)res) == 0) {
+		uint32_t off = chunk_take(p, bid, res, flags);
+		if (res > 0 && !m->done && ms_push(m, bid, (uint32_t)res, off) == 0) {
 			/* Over its share: stop receiving until the task has
 			 * emptied its queue (ms_next() re-arms), and leave the
 			 * rest of the pool to the other streams. */
@@ -665,7 +778,7 @@ static void stream_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 				ms_cancel(m);
 			return;
 		}
-		buf_return(e, p, bid);
+		chunk_put(e, p, bid);
 		if (res > 0 && !m->done) {
 			m->done = true;
 			m->err = -ENOMEM;
@@ -716,7 +829,7 @@ static void accept_cqe(struct cbcmn__exec *e, struct cbcmn__mshot *m, int32_t re
 {
 	if (res >= 0) {
 		m->backoff_ns = 0;
-		if (ms_push(m, (uint32_t)res, 0) != 0)
+		if (ms_push(m, (uint32_t)res, 0, 0) != 0)
 			close(res); /* no room to queue it: refuse it, never leak */
 		/* Its task is not taking them: leave the rest in the listen
 		 * backlog (the kernel's back-pressure) rather than turn them
@@ -1179,11 +1292,11 @@ static void ms_free(struct cbcmn__mshot *m)
 {
 	struct cbcmn__exec *e = m->e;
 	if (m->held >= 0)
-		buf_return(e, m->pool, (uint32_t)m->held);
+		chunk_put(e, m->pool, (uint32_t)m->held);
 	while (m->qlen) {
 		struct ms_item it = ms_pop(m);
 		if (m->kind == MS_STREAM)
-			buf_return(e, m->pool, it.val);
+			chunk_put(e, m->pool, it.val);
 		else
 			close((int)it.val);
 	}
@@ -1370,7 +1483,7 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	if (m->busy)
 		return -EBUSY; /* before the buffer another task's call handed out */
 	if (m->held >= 0) {
-		buf_return(m->e, m->pool, (uint32_t)m->held);
+		chunk_put(m->e, m->pool, (uint32_t)m->held);
 		m->held = -1;
 	}
 	struct ms_item it;
@@ -1381,7 +1494,8 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 		return rc;
 	m->held = (int32_t)it.val;
 	m->held_len = it.len;
-	*data = buf_addr(m->pool, it.val);
+	m->held_off = it.off;
+	*data = chunk_addr(m->pool, it.val, it.off);
 	return it.len;
 }
 
@@ -1418,7 +1532,7 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 		return send_err_take(m);
 	if (!a->len)
 		return 0;
-	const char *base = m->held >= 0 ? buf_addr(m->pool, (uint32_t)m->held) : NULL;
+	const char *base = m->held >= 0 ? chunk_addr(m->pool, (uint32_t)m->held, m->held_off) : NULL;
 	if (!base || a->p < base || a->p > base + m->held_len ||
 	    a->len > (size_t)(base + m->held_len - a->p))
 		return -EINVAL;
@@ -1443,12 +1557,12 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 		if (t->exec != m->e)
 			return rc < 0 ? rc : 0;
 		m->held = -1;
-		buf_return(m->e, m->pool, (uint32_t)bid);
+		chunk_put(m->e, m->pool, (uint32_t)bid);
 		return rc < 0 ? rc : 0;
 	}
 	m->held = -1; /* the send's now */
 	m->send_bid = bid;
-	m->send_off = (uint32_t)(a->p - base);
+	m->send_off = (uint32_t)(a->p - buf_addr(m->pool, (uint32_t)bid)); /* from the buffer's start */
 	m->send_end = m->send_off + (uint32_t)a->len;
 	m->send_flags = a->flags;
 	send_arm(m);

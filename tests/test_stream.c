@@ -651,6 +651,10 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 	cfg.stream_buf_size = 64 << 10; /* 16 buffers a 1 MiB chunk: the pool grows by 16 */
 	cfg.stream_buf_share = 16;
 	cfg.stream_bufs_max = 64;
+	/* Whole buffers: the hog's share of chunks is then the whole pool
+	 * (incremental, its chunks would share buffers and leave some free;
+	 * test_stream_inc.c covers that pool). */
+	setenv("CBCMN_PBUF_INC", "0", 1);
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	t_skip_without_streams(rt);
 	struct hog h = {0};
@@ -690,6 +694,7 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 		close(h.vsv[i]);
 	}
 	t_destroy(rt);
+	unsetenv("CBCMN_PBUF_INC");
 }
 
 /* More streams on one executor than the epoll backend's SQ (64 entries)
