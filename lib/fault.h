@@ -92,6 +92,9 @@ enum cbcmn__pause_point {
 	CBCMN__P_LIVE_COUNTS,      /* a count of live tasks between its reads of the
 	                            * completions and of the spawns (watch.c);
 	                            * the hook gets the seg */
+	CBCMN__P_WAKE_SLOT,        /* a waker just after its exchange into its
+	                            * executor's slot (sched.c); the hook gets
+	                            * the woken task, a thief's from then on */
 	CBCMN__P_NPOINTS
 };
 

@@ -356,18 +356,24 @@ static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *
  * a monitor (cfg.stall_ns CBCMN_STALL_OFF, lab mode) nothing would pay
  * for a sender that waits for t by other means than the runtime's (a
  * spin on a flag t sets): t would never run, so the notification is not
- * owed there (test_actor_notify's unwatched spinner). */
-static inline bool owe_notify(struct cbcmn__exec *e, const struct cbcmn_task *t)
+ * owed there (test_actor_notify's unwatched spinner).
+ * Asked before t goes in the slot: from there a thief may take t, run it
+ * to its end and free its record, which a spawn elsewhere then rewrites
+ * (TSan caught this read of t racing the record's next spawn). */
+static inline bool owe_notify(const struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
-	if (!e->rt->watched || !e->wake_here || !e->current ||
-	    !cbcmn__is_actor_task(e->current) || !cbcmn__is_actor_task(t))
-		return false;
+	return e->rt->watched && e->wake_here && e->current && cbcmn__is_actor_task(e->current) &&
+	       cbcmn__is_actor_task(t);
+}
+
+/* Open the debt owe_notify() allowed. */
+static inline void owe_open(struct cbcmn__exec *e)
+{
 	/* A new odd number: the monitor tells this debt from the one it
 	 * saw open at its last look (odd numbers, wrapping, never 0). */
 	uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
 	atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
 	cbcmn__monitor_owe_poke(e->rt); /* it may sleep past owe_ns */
-	return true;
 }
 
 void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcmn__exec *e)
@@ -413,11 +419,15 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 	 * publication a parker's re-check pairs with, so the notification
 	 * below needs no fence of its own (on x86 it is one xchg). */
 	prefetch_resume(t);
+	bool owe = owe_notify(e, t); /* t is a thief's once in the slot */
 	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
-	if (prev)
+	CBCMN__PAUSE(CBCMN__P_WAKE_SLOT, t);
+	if (prev) {
 		deque_push_or_inject(e, prev);
-	else if (owe_notify(e, t))
+	} else if (owe) {
+		owe_open(e);
 		return;
+	}
 	cbcmn__owe_close(e); /* paid by this one (a store only if it was open) */
 	cbcmn__notify_one_sc(rt);
 }
