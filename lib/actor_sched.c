@@ -457,21 +457,18 @@ void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)
  * read for the three, where the loop read it for each (the clock was 9 %
  * of the fiber ring's samples: docs/BENCHMARKS.md).  t's park is done
  * here, while t is still on its stack: only its own fields, which its
- * waker reads once run_post() has published it blocked.  The gate is ours
- * meanwhile, as in the loop (a stall's rescue waits). */
+ * waker reads once run_post() has published it blocked.  The caller holds
+ * the gate, as the loop does (sched.c, actor_direct()). */
 bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n)
 {
 	struct cbcmn__awheel *aw = e->wheel;
 	struct cbcmn__actor *a = t->arg;
-	cbcmn__wheel_gate_close(e);
 	uint64_t now = clock_ns();
 	park(e, aw, a, t, now);
 	aw->parked = a;
 	admit(e, aw, n, now);
 	/* n alone on the wheel, unless a migration handed it over. */
-	bool ok = cbcmn__wheel_ready(&aw->w) && take(e, aw, now) == n;
-	cbcmn__wheel_gate_open(e);
-	return ok;
+	return cbcmn__wheel_ready(&aw->w) && take(e, aw, now) == n;
 }
 
 /* ---- a stalled executor's wheel (monitor.c) ------------------------------------ */
@@ -550,6 +547,7 @@ uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x)
 		return 0; /* the owner holds it: the run has just ended */
 	struct cbcmn__awheel *aw = x->wheel;
 	struct cbcmn__wheel_node *l = aw ? cbcmn__wheel_take_if(&aw->w, rescuable) : NULL;
+	CBCMN__PAUSE(CBCMN__P_WHEEL_RESCUE, x);
 	/* release: pairs with cbcmn__wheel_gate_close()'s acquire.  The
 	 * nodes taken are no longer on the wheel: the owner never looks at
 	 * them again. */

@@ -1071,16 +1071,10 @@ static struct cbcmn_task *queued_actor(struct cbcmn__exec *e)
 }
 
 
-/* Actor task t blocks: the actor task the loop would run next, switched
- * to straight as slot_direct() does for plain tasks (a token passed round
- * actors on one executor is one such switch a hop).  That is one woken
- * into e's slot (a message handed to it by t, typically), or, the slot
- * empty, queued_actor(), with nothing on e's wheel: the loop's pick then
- * admits it to the wheel and takes it straight back, which
- * cbcmn__actor_direct() does with one clock read.  Else NULL. */
-static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+/* actor_direct() under the wheel's gate. */
+static struct cbcmn_task *actor_direct_take(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
-	if (!e->wheel || cbcmn__actor_wheel_busy(e) || !loop_idle(e))
+	if (cbcmn__actor_wheel_busy(e))
 		return NULL;
 	struct cbcmn_task *n;
 	if (!atomic_load_explicit(&e->slot, memory_order_relaxed))
@@ -1102,6 +1096,28 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 	/* The slot's actor runs next here, or the slot was empty (a thief
 	 * took it, and ran it): nobody is owed a notification for it. */
 	cbcmn__owe_close(e);
+	return n;
+}
+
+/* Actor task t blocks: the actor task the loop would run next, switched
+ * to straight as slot_direct() does for plain tasks (a token passed round
+ * actors on one executor is one such switch a hop).  That is one woken
+ * into e's slot (a message handed to it by t, typically), or, the slot
+ * empty, queued_actor(), with nothing on e's wheel: the loop's pick then
+ * admits it to the wheel and takes it straight back, which
+ * cbcmn__actor_direct() does with one clock read.  Else NULL. */
+static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	if (!e->wheel || !loop_idle(e))
+		return NULL;
+	/* The wheel is ours only with its gate closed: t's run opened it,
+	 * and a stall's rescue may be taking the wheel's actors meanwhile
+	 * (the monitor's thread; a read of it here raced the rescue's
+	 * writes).  Closed from the look to the pick, one compare-and-swap
+	 * as before (cbcmn__actor_direct() took it for its part alone). */
+	cbcmn__wheel_gate_close(e);
+	struct cbcmn_task *n = actor_direct_take(e, t);
+	cbcmn__wheel_gate_open(e);
 	return n;
 }
 
