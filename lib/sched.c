@@ -1108,7 +1108,10 @@ static struct cbcmn_task *actor_direct_take(struct cbcmn__exec *e, struct cbcmn_
  * cbcmn__actor_direct() does with one clock read.  Else NULL. */
 static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
-	if (!e->wheel || !loop_idle(e))
+	/* Nothing to switch to (an empty slot, no queued actor): the loop,
+	 * without the gate's compare-and-swap. */
+	if (!e->wheel || !loop_idle(e) ||
+	    (!atomic_load_explicit(&e->slot, memory_order_relaxed) && !e->pq_head))
 		return NULL;
 	/* The wheel is ours only with its gate closed: t's run opened it,
 	 * and a stall's rescue may be taking the wheel's actors meanwhile

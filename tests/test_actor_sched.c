@@ -1123,12 +1123,13 @@ static void test_actor_on_a_stalled_executors_wheel_runs_elsewhere(void **state)
  * the actor S, pinned on executor 1 with two yielders on its wheel,
  * stalls (asleep in libc) until the monitor, held at the
  * pause point just after its take (CBCMN__P_WHEEL_RESCUE), says so; then
- * it blocks (a sleep) while the monitor still holds the wheel, a while.
+ * it wakes P (an actor pinned there, queued so: something to switch to)
+ * and blocks (a sleep) while the monitor still holds the wheel, a while.
  * The hold is seen through relaxed flags only (no happens-before for
  * TSan): a look at the wheel without the gate races the take.  Release
  * builds have no pause points and skip. */
 struct held_wheel {
-	_Atomic int runs1, stop;
+	_Atomic int runs1, stop, p_waits, p_got;
 	_Atomic int armed, held, blocking, slept;
 };
 
@@ -1160,18 +1161,31 @@ static int64_t held_wheel_yielder(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+static int64_t held_wheel_p(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	atomic_store(&hw.p_waits, 1);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	atomic_store(&hw.p_got, 1);
+	return 0;
+}
+
 static int64_t held_wheel_s(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	cbcmn_nursery *n;
 	TASK_CHECK(open_n(cx, &n) == 0);
-	cbcmn_actor_ref r;
+	cbcmn_actor_ref r, p;
 	for (int k = 0; k < 2; k++)
 		TASK_CHECK(cbcmn_actor_spawn(cx, n, held_wheel_yielder, NULL, NULL, &r) == 0);
-	/* Until they have run here a few times: on this executor's wheel. */
-	for (int i = 0; i < 200000 && atomic_load(&hw.runs1) < 4; i++)
+	cbcmn_actor_opts po = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, held_wheel_p, NULL, &po, &p) == 0);
+	/* Until they have run here a few times (the yielders on this
+	 * executor's wheel, P in its receive). */
+	for (int i = 0; i < 200000 && (atomic_load(&hw.runs1) < 8 || !atomic_load(&hw.p_waits)); i++)
 		cbcmn_yield(cx);
-	TASK_CHECK(atomic_load(&hw.runs1) >= 4);
+	TASK_CHECK(atomic_load(&hw.runs1) >= 8 && atomic_load(&hw.p_waits));
 	atomic_store_explicit(&hw.armed, 1, memory_order_relaxed);
 	/* A stall: asleep outside the runtime (a spin would be a loop, whose
 	 * run ends by itself: no rescue, monitor.c). */
@@ -1179,6 +1193,8 @@ static int64_t held_wheel_s(cbcmn_cx *cx, void *arg)
 				       t_now_ns() - t0 < T_STALL_NS;)
 		usleep(1000);
 	atomic_store_explicit(&hw.blocking, 1, memory_order_relaxed);
+	cbcmn_actor_msg m = {.type = 1};
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p, &m) == 0);
 	cbcmn_sleep(cx, 1000000);
 	atomic_store(&hw.slept, 1);
 	atomic_store(&hw.stop, 1);
@@ -1221,6 +1237,7 @@ static void test_actor_blocking_while_the_monitor_holds_its_wheel(void **state)
 	ASSERT_TASK_CHECKS();
 	assert_true(atomic_load(&hw.held)); /* the rescue was held */
 	assert_true(atomic_load(&hw.slept));
+	assert_true(atomic_load(&hw.p_got));
 	t_destroy(rt);
 }
 
