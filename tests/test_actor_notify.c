@@ -567,8 +567,9 @@ static void reuse_pause(enum cbcmn__pause_point p, void *t)
 	ru_sending = false; /* the send's one wake */
 	atomic_store_explicit(&ru.woken, t, memory_order_relaxed);
 	atomic_fetch_add_explicit(&ru.held, 1, memory_order_relaxed);
-	for (uint64_t t0 = t_now_ns();
-	     !atomic_load_explicit(&ru.reused, memory_order_relaxed) && t_now_ns() - t0 < REUSE_HOLD_NS;)
+	uint64_t t0 = t_now_ns();
+	while (!atomic_load_explicit(&ru.reused, memory_order_relaxed) &&
+	       t_now_ns() - t0 < REUSE_HOLD_NS)
 		usleep(100);
 	atomic_store_explicit(&ru.woken, NULL, memory_order_relaxed);
 }
@@ -623,12 +624,13 @@ static int64_t reuse_a(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	for (int round = 0; round < 200 && !atomic_load_explicit(&ru.reused, memory_order_relaxed) &&
-			    t_now_ns() < end;
-	     round++) {
+	for (int round = 0; round < 200 && t_now_ns() < end; round++) {
+		if (atomic_load_explicit(&ru.reused, memory_order_relaxed))
+			break;
 		cbcmn_actor_ref b;
-		while (!(b = atomic_load(&ru.b)))
+		while (!(b = atomic_load(&ru.b)) && t_now_ns() < end)
 			cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(b != 0);
 		cbcmn_stats s = {0};
 		while (!s.total.actors_receiving && t_now_ns() < end) {
 			cbcmn_sleep(cx, 1000000);
@@ -639,8 +641,9 @@ static int64_t reuse_a(cbcmn_cx *cx, void *arg)
 		ru_sending = true;
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, b, &m) == 0);
 		ru_sending = false;
-		while (!atomic_load(&ru.b_ended))
+		while (!atomic_load(&ru.b_ended) && t_now_ns() < end)
 			cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(atomic_load(&ru.b_ended));
 		atomic_store(&ru.b_ended, 0);
 		atomic_store(&ru.b, 0); /* the ticker spawns the next one */
 	}

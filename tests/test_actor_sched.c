@@ -1183,7 +1183,8 @@ static int64_t held_wheel_s(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, held_wheel_p, NULL, &po, &p) == 0);
 	/* Until they have run here a few times (the yielders on this
 	 * executor's wheel, P in its receive). */
-	for (int i = 0; i < 200000 && (atomic_load(&hw.runs1) < 8 || !atomic_load(&hw.p_waits)); i++)
+	for (int i = 0; i < 200000 && (atomic_load(&hw.runs1) < 8 || !atomic_load(&hw.p_waits));
+	     i++)
 		cbcmn_yield(cx);
 	TASK_CHECK(atomic_load(&hw.runs1) >= 8 && atomic_load(&hw.p_waits));
 	atomic_store_explicit(&hw.armed, 1, memory_order_relaxed);
