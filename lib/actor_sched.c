@@ -548,6 +548,7 @@ uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x)
 		return 0; /* the owner holds it: the run has just ended */
 	struct cbcmn__awheel *aw = x->wheel;
 	struct cbcmn__wheel_node *l = aw ? cbcmn__wheel_take_if(&aw->w, rescuable) : NULL;
+	CBCMN__PAUSE(CBCMN__P_WHEEL_RESCUE, x);
 	/* release: pairs with cbcmn__wheel_gate_close()'s acquire.  The
 	 * nodes taken are no longer on the wheel: the owner never looks at
 	 * them again. */

@@ -99,6 +99,12 @@ enum cbcmn__pause_point {
 	CBCMN__P_PARK_POSTED,      /* a park on the system stack that has just
 	                            * published its task and begun the next
 	                            * (sched.c, park_sys()) */
+	CBCMN__P_WAKE_SLOT,        /* a waker just after its exchange into its
+	                            * executor's slot (sched.c); the hook gets
+	                            * the woken task, a thief's from then on */
+	CBCMN__P_WHEEL_RESCUE,     /* the stall monitor holding a stalled
+	                            * executor's wheel, its actors just taken
+	                            * (actor_sched.c); the hook gets the executor */
 	CBCMN__P_NPOINTS
 };
 

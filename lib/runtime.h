@@ -1290,8 +1290,9 @@ void cbcmn__mb_room_pay(struct cbcmn__actor *a, struct cbcmn__exec *e);
 void cbcmn__mb_room_rescue(struct cbcmn__exec *x);
 /* actor_sched.c: actor task t blocks and actor task n, ready on e with
  * e's wheel empty, runs next without the loop (sched.c, actor_direct()):
- * the wheel's part of both (t parks, n enters and is picked).  False: n
- * went elsewhere (a migration), t goes to the loop. */
+ * the wheel's part of both (t parks, n enters and is picked), the caller
+ * holding the wheel's gate.  False: n went elsewhere (a migration), t
+ * goes to the loop. */
 bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbcmn_task *n);
 /* actor.c: actor task t may be pulled to the executor of a task that
  * wakes it (not pinned, no posse, no handler actor). */
@@ -1328,7 +1329,8 @@ static inline void cbcmn__notify_owed_check(struct cbcmn__exec *e)
 	if (__builtin_expect(e && cbcmn__owe_open(e), 0))
 		cbcmn__notify_owed_pay(e);
 }
-/* actor_sched.c: e's wheel holds a ready actor (e->wheel set). */
+/* actor_sched.c: e's wheel holds a ready actor (e->wheel set; the caller
+ * holds its gate: a stall's rescue writes the wheel while it is out). */
 bool cbcmn__actor_wheel_busy(const struct cbcmn__exec *e);
 /* sched.c: yielding task t, with company on e (its queues, its wheel)
  * while an executor idles, goes to the inject queue, not back to e's yield

@@ -364,7 +364,11 @@ static inline bool pulled(const struct cbcmn__exec *e, const struct cbcmn_task *
  * a monitor (cfg.stall_ns CBCMN_STALL_OFF, lab mode) nothing would pay
  * for a sender that waits for t by other means than the runtime's (a
  * spin on a flag t sets): t would never run, so the notification is not
- * owed there (test_actor_notify's unwatched spinner). */
+ * owed there (test_actor_notify's unwatched spinner).
+ * Asked before t is published (held or in the slot): from there a thief
+ * or the monitor may take t, run it to its end and free its record,
+ * which a spawn elsewhere then rewrites (TSan caught a read of t after
+ * the slot's exchange racing the record's next spawn). */
 static inline bool owe_notify(const struct cbcmn__exec *e, const struct cbcmn_task *t)
 {
 	return e->rt->watched && e->wake_here && e->current && cbcmn__is_actor_task(e->current) &&
@@ -444,6 +448,7 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		return;
 	}
 	struct cbcmn_task *prev = atomic_exchange_explicit(&e->slot, t, memory_order_seq_cst);
+	CBCMN__PAUSE(CBCMN__P_WAKE_SLOT, t); /* t is a thief's: not read again */
 	/* A held one is displaced too (the monitor may have taken it). */
 	if (!prev && atomic_load_explicit(&e->held, memory_order_relaxed))
 		prev = atomic_exchange_explicit(&e->held, NULL, memory_order_acquire);
@@ -1183,18 +1188,13 @@ static struct cbcmn_task *queued_actor(struct cbcmn__exec *e)
 }
 
 
-/* Actor task t blocks: the actor task the loop would run next, switched
- * to straight as slot_direct() does for plain tasks (a token passed round
- * actors on one executor is one such switch a hop).  That is one woken
- * into e's slot (a message handed to it by t, typically), or, the slot
- * empty, queued_actor(), with nothing on e's wheel: the loop's pick then
- * admits it to the wheel and takes it straight back, which
- * cbcmn__actor_direct() does with one clock read.  Else NULL. */
-static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+/* actor_direct()'s pick, under the wheel's gate: the wheel's look, the
+ * held actor's take (held_take()) and the wheel's steps (t parks, n
+ * enters: cbcmn__actor_direct()). */
+static struct cbcmn_task *actor_direct_take(struct cbcmn__exec *e, struct cbcmn_task *t)
 {
-	if (!e->wheel || cbcmn__actor_wheel_busy(e) || !loop_idle(e))
+	if (cbcmn__actor_wheel_busy(e))
 		return NULL;
-	struct cbcmn_task *n;
 	bool held = atomic_load_explicit(&e->held, memory_order_relaxed);
 	bool slot = atomic_load_explicit(&e->slot, memory_order_relaxed);
 	bool capped = (held || slot) && e->slot_runs >= SLOT_RUNS_MAX;
@@ -1206,26 +1206,46 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 	if (capped && (e->pq_head || e->yq_head || cbcmn__deque_len(&e->dq) != 0 ||
 		       fair_look_finds(e)))
 		return NULL;
-	n = held ? NULL : slot ? slot_take(e, true) : queued_actor(e);
-	if (!held && !n)
+	struct cbcmn_task *n = held ? held_take(e) : slot ? slot_take(e, true) : queued_actor(e);
+	if (!n)
 		return NULL;
-	/* The gate: the wheel's (t parks, n enters: cbcmn__actor_direct()),
-	 * and the held actor's (held_take()).  Open for t's run unless the
-	 * wheel was made during it (run_task()): as it was if t goes on. */
-	bool open = atomic_load_explicit(&e->wheel_gate, memory_order_relaxed) != CBCMN__GATE_OWNER;
-	cbcmn__wheel_gate_close(e);
-	if (held)
-		n = held_take(e);
-	if (n && capped)
+	if (capped)
 		e->slot_runs = 0;
-	bool ok = n && cbcmn__actor_direct(e, t, n);
-	if (ok || open)
-		cbcmn__wheel_gate_open(e); /* free again, for n's run or t's */
-	if (!ok)
+	if (!cbcmn__actor_direct(e, t, n))
 		return NULL;
 	/* The slot's actor runs next here, or the slot was empty (a thief
 	 * took it, and ran it): nobody is owed a notification for it. */
 	cbcmn__owe_close(e);
+	return n;
+}
+
+/* Actor task t blocks: the actor task the loop would run next, switched
+ * to straight as slot_direct() does for plain tasks (a token passed round
+ * actors on one executor is one such switch a hop).  That is one woken
+ * into e's slot (a message handed to it by t, typically), or, the slot
+ * empty, queued_actor(), with nothing on e's wheel: the loop's pick then
+ * admits it to the wheel and takes it straight back, which
+ * cbcmn__actor_direct() does with one clock read.  Else NULL. */
+static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	/* Nothing to switch to (an empty slot, none held, no queued actor):
+	 * the loop, without the gate's compare-and-swap. */
+	if (!e->wheel || !loop_idle(e) ||
+	    (!atomic_load_explicit(&e->slot, memory_order_relaxed) &&
+	     !atomic_load_explicit(&e->held, memory_order_relaxed) && !e->pq_head))
+		return NULL;
+	/* The wheel is ours only with its gate closed: t's run opened it,
+	 * and a stall's rescue may be taking the wheel's actors meanwhile
+	 * (the monitor's thread; a read of it here raced the rescue's
+	 * writes), or the held actor (the monitor's payment).  Closed from
+	 * the look to the pick, one compare-and-swap.  Open for t's run
+	 * unless the wheel was made during it (run_task()): as it was if t
+	 * goes on. */
+	bool open = atomic_load_explicit(&e->wheel_gate, memory_order_relaxed) != CBCMN__GATE_OWNER;
+	cbcmn__wheel_gate_close(e);
+	struct cbcmn_task *n = actor_direct_take(e, t);
+	if (n || open)
+		cbcmn__wheel_gate_open(e); /* free again, for n's run or t's */
 	return n;
 }
 

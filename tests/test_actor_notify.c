@@ -15,10 +15,12 @@
 
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "actor_test.h"
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
+#include "../lib/fault.h"   /* cbcmn__pause_set() */
 #include "../lib/monitor.h" /* cbcmn__monitor_owe_paid(), _wakeups() */
 #include "../lib/runtime.h" /* exec.held, exec.slot */
 #include <pthread.h>
@@ -725,6 +727,164 @@ static void test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep(v
 	t_destroy(rt);
 }
 
+/* ---- a woken actor's record, reused while its waker looks at it ---- */
+
+/* Once the woken actor is in its waker's slot, it is a thief's: it may
+ * run to its end there and its record go to a spawn, before the waker
+ * has done.  The waker decided whether to owe the notification by
+ * reading the woken task's record after the exchange (sched.c,
+ * owe_notify()): TSan caught that read racing the record's next spawn
+ * (CI, test_run's actor workloads, 2026-11-28).  Here the window is held
+ * open: the sender A (pinned on executor 0) is held at the pause point
+ * just after the exchange (CBCMN__P_WAKE_SLOT) until a spawn on executor
+ * 1 has taken the woken actor's record, B having been stolen from the
+ * slot, run to its end and freed there (B's record is executor 1's: the
+ * ticker, pinned there, spawns it).  The hold and the spawns are seen
+ * through relaxed flags only, no happens-before for TSan: any read of
+ * the record by the held waker after the pause races the spawn's writes.
+ * TSan is the judge (a report fails the suite); release builds have no
+ * pause points and skip.  The runtime is unwatched: a watched one's owed
+ * wake is held off the slot (owe_hold(), "The held actor"), never a
+ * thief's before its waker is done; the slot's exchange, and whatever
+ * follows it, is the path every other wake takes. */
+struct reuse {
+	_Atomic cbcmn_actor_ref b; /* the round's receiver, once spawned */
+	_Atomic int b_ended;       /* ... has taken its message and ends */
+	_Atomic(void *) woken;     /* the task the held waker put in its slot */
+	_Atomic int held;          /* waits held at the pause point */
+	_Atomic int reused;        /* spawns that took a held waker's woken record */
+	_Atomic int stop;
+};
+
+static struct reuse ru;
+static _Thread_local bool ru_sending; /* A's send, on A's thread */
+
+#define REUSE_HOLD_NS 2000000000ull /* a hang guard: the spawn comes in ms */
+
+static void reuse_pause(enum cbcmn__pause_point p, void *t)
+{
+	if (p != CBCMN__P_WAKE_SLOT || !ru_sending)
+		return;
+	ru_sending = false; /* the send's one wake */
+	atomic_store_explicit(&ru.woken, t, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ru.held, 1, memory_order_relaxed);
+	uint64_t t0 = t_now_ns();
+	while (!atomic_load_explicit(&ru.reused, memory_order_relaxed) &&
+	       t_now_ns() - t0 < REUSE_HOLD_NS)
+		usleep(100);
+	atomic_store_explicit(&ru.woken, NULL, memory_order_relaxed);
+}
+
+static int64_t reuse_b(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	atomic_store(&ru.b_ended, 1);
+	return 0;
+}
+
+static int64_t reuse_nop(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
+/* On executor 1: spawns each round's B, and every millisecond a plain
+ * task, whose record is the one B left if B has ended here since. */
+static int64_t reuse_ticker(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_LOCAL};
+	while (!atomic_load(&ru.stop)) {
+		if (!atomic_load(&ru.b)) {
+			cbcmn_actor_ref b;
+			TASK_CHECK(cbcmn_actor_spawn(cx, n, reuse_b, NULL, &ao, &b) == 0);
+			atomic_store(&ru.b, b);
+		}
+		cbcmn_sleep(cx, 1000000);
+		cbcmn_task *h;
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, reuse_nop, NULL, &h) == 0);
+		void *w = atomic_load_explicit(&ru.woken, memory_order_relaxed);
+		if (w && w == (void *)h)
+			atomic_store_explicit(&ru.reused, 1, memory_order_relaxed);
+		int64_t r;
+		TASK_CHECK(cbcmn_task_join(cx, h, &r) == 0);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* Pinned on executor 0: each round, once B waits in its receive and
+ * executor 1 is parked (so that the wake goes into A's slot),
+ * sends to B; until a spawn took a held wake's record, or the rounds run
+ * out. */
+static int64_t reuse_a(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	for (int round = 0; round < 200 && t_now_ns() < end; round++) {
+		if (atomic_load_explicit(&ru.reused, memory_order_relaxed))
+			break;
+		cbcmn_actor_ref b;
+		while (!(b = atomic_load(&ru.b)) && t_now_ns() < end)
+			cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(b != 0);
+		cbcmn_stats s = {0};
+		while (!s.total.actors_receiving && t_now_ns() < end) {
+			cbcmn_sleep(cx, 1000000);
+			TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &s, NULL, 0) == 0);
+		}
+		others_parked(cx);
+		cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+		ru_sending = true;
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, b, &m) == 0);
+		ru_sending = false;
+		while (!atomic_load(&ru.b_ended) && t_now_ns() < end)
+			cbcmn_sleep(cx, 1000000);
+		TASK_CHECK(atomic_load(&ru.b_ended));
+		atomic_store(&ru.b_ended, 0);
+		atomic_store(&ru.b, 0); /* the ticker spawns the next one */
+	}
+	atomic_store(&ru.stop, 1);
+	return 0;
+}
+
+static int64_t reuse_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, reuse_ticker, NULL, NULL) == 0);
+	cbcmn_actor_opts ao = {.mailbox_cap = 2, .placement = CBCMN_PLACE_PINNED, .shard = 0};
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, reuse_a, NULL, &ao, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_a_woken_actors_record_reused_before_its_waker_is_done(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = quiet_runtime(false, 0);
+	if (!cbcmn__pause_set(NULL)) {
+		t_destroy(rt);
+		skip(); /* no pause points in this build */
+	}
+	memset(&ru, 0, sizeof(ru));
+	cbcmn__pause_set(reuse_pause);
+	int64_t res;
+	int rc = cbcmn_runtime_run(rt, reuse_root, NULL, &res);
+	cbcmn__pause_set(NULL);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	assert_true(atomic_load(&ru.held) >= 1);   /* a wake into A's slot was held */
+	assert_int_equal(atomic_load(&ru.reused), 1); /* and its record respawned meanwhile */
+	t_destroy(rt);
+}
+
 /* owe_ns: 0 is the default; outside its bounds the runtime is refused. */
 static void test_owe_ns_out_of_bounds_is_refused(void **state)
 {
@@ -766,6 +926,7 @@ int main(void)
 		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
 		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
+		cmocka_unit_test(test_a_woken_actors_record_reused_before_its_waker_is_done),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

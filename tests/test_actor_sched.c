@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cbcmn_actor.h"
+#include "../lib/fault.h" /* cbcmn__pause_set() */
 
 #define HOGS 8
 #define PLAIN_ITERS 200
@@ -1113,6 +1114,134 @@ static void test_actor_on_a_stalled_executors_wheel_runs_elsewhere(void **state)
 	assert_int_not_equal(atomic_load(&s.ran_on), 1);
 }
 
+/* An actor that blocks while the stall monitor holds its executor's
+ * wheel: its block looks at the wheel (sched.c, actor_direct(): is
+ * anything ready there before it switches straight to the next actor?),
+ * and that look is the owner's only under the wheel's gate, which a
+ * run leaves open for the rescue.  It looked with the gate open: TSan
+ * caught the look racing the rescue's take (CI, test_run's ring).  Here
+ * the actor S, pinned on executor 1 with two yielders on its wheel,
+ * stalls (asleep in libc) until the monitor, held at the
+ * pause point just after its take (CBCMN__P_WHEEL_RESCUE), says so; then
+ * it wakes P (an actor pinned there, queued so: something to switch to)
+ * and blocks (a sleep) while the monitor still holds the wheel, a while.
+ * The hold is seen through relaxed flags only (no happens-before for
+ * TSan): a look at the wheel without the gate races the take.  Release
+ * builds have no pause points and skip. */
+struct held_wheel {
+	_Atomic int runs1, stop, p_waits, p_got;
+	_Atomic int armed, held, blocking, slept;
+};
+
+static struct held_wheel hw;
+
+#define HELD_WHEEL_NS 2000000000ull /* hang guards: the steps come in ms */
+
+static void held_wheel_pause(enum cbcmn__pause_point p, void *x)
+{
+	(void)x;
+	if (p != CBCMN__P_WHEEL_RESCUE || !atomic_load_explicit(&hw.armed, memory_order_relaxed))
+		return;
+	atomic_store_explicit(&hw.armed, 0, memory_order_relaxed); /* the first rescue only */
+	atomic_store_explicit(&hw.held, 1, memory_order_relaxed);
+	for (uint64_t t0 = t_now_ns(); !atomic_load_explicit(&hw.blocking, memory_order_relaxed) &&
+				       t_now_ns() - t0 < HELD_WHEEL_NS;)
+		usleep(100);
+	usleep(20000); /* S's block, under way meanwhile */
+}
+
+static int64_t held_wheel_yielder(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&hw.stop)) {
+		if (cbcmn_cx_executor(cx) == 1)
+			atomic_fetch_add(&hw.runs1, 1);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t held_wheel_p(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	atomic_store(&hw.p_waits, 1);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	atomic_store(&hw.p_got, 1);
+	return 0;
+}
+
+static int64_t held_wheel_s(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref r, p;
+	for (int k = 0; k < 2; k++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, held_wheel_yielder, NULL, NULL, &r) == 0);
+	cbcmn_actor_opts po = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, held_wheel_p, NULL, &po, &p) == 0);
+	/* Until they have run here a few times (the yielders on this
+	 * executor's wheel, P in its receive). */
+	for (int i = 0; i < 200000 && (atomic_load(&hw.runs1) < 8 || !atomic_load(&hw.p_waits));
+	     i++)
+		cbcmn_yield(cx);
+	TASK_CHECK(atomic_load(&hw.runs1) >= 8 && atomic_load(&hw.p_waits));
+	atomic_store_explicit(&hw.armed, 1, memory_order_relaxed);
+	/* A stall: asleep outside the runtime (a spin would be a loop, whose
+	 * run ends by itself: no rescue, monitor.c). */
+	for (uint64_t t0 = t_now_ns(); !atomic_load_explicit(&hw.held, memory_order_relaxed) &&
+				       t_now_ns() - t0 < T_STALL_NS;)
+		usleep(1000);
+	atomic_store_explicit(&hw.blocking, 1, memory_order_relaxed);
+	cbcmn_actor_msg m = {.type = 1};
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, p, &m) == 0);
+	cbcmn_sleep(cx, 1000000);
+	atomic_store(&hw.slept, 1);
+	atomic_store(&hw.stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t held_wheel_hog(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (!atomic_load_explicit(&hw.stop, memory_order_relaxed))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t held_wheel_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, held_wheel_hog, NULL, NULL) == 0);
+	cbcmn_actor_opts ao = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	cbcmn_actor_ref s;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, held_wheel_s, NULL, &ao, &s) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_actor_blocking_while_the_monitor_holds_its_wheel(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2); /* static: stall monitor and spare */
+	if (!cbcmn__pause_set(NULL)) {
+		t_destroy(rt);
+		skip(); /* no pause points in this build */
+	}
+	memset(&hw, 0, sizeof(hw));
+	cbcmn__pause_set(held_wheel_pause);
+	int64_t rc = t_run_pinned(rt, 0, held_wheel_main, NULL);
+	cbcmn__pause_set(NULL);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(atomic_load(&hw.held)); /* the rescue was held */
+	assert_true(atomic_load(&hw.slept));
+	assert_true(atomic_load(&hw.p_got));
+	t_destroy(rt);
+}
+
 /* Executor 1 stalls in a blocking call with two computing actors on its
  * wheel, and executor 0 in a loop (it takes nothing): the monitor moves
  * the actors to the inject queue and the spare executor takes them.  Once
@@ -1238,6 +1367,7 @@ int main(int argc, char **argv)
 		T(test_regression_computing_actors_on_one_executor_spread_to_an_idle_one),
 		T(test_actor_on_a_stalled_executors_wheel_runs_elsewhere),
 		T(test_off_duty_spare_keeps_no_rescued_actor),
+		T(test_actor_blocking_while_the_monitor_holds_its_wheel),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]); /* one test by name */
