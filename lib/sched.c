@@ -1161,7 +1161,7 @@ static void sys_stack_setup(struct cbcmn__exec *e)
 {
 	if (e->sys_stack)
 		return; /* a replaced thread's: the executor's */
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t pg = e->rt->page; /* the guard cbcmn__overflow_sys() looks for */
 	size_t len = pg + SYS_STACK_SIZE;
 	char *p = cbcmn__mmap(NULL, len, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
