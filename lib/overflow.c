@@ -448,7 +448,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
  * a line that says which stack ran out rather than a bare SIGSEGV. */
 bool cbcmn__overflow_sys(const struct cbcmn__exec *e, const void *addr)
 {
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t pg = e->rt->page; /* not sysconf(): not async-signal-safe by POSIX */
 	if (!e->sys_stack || (const char *)addr < e->sys_stack ||
 	    (const char *)addr >= e->sys_stack + pg)
 		return false;

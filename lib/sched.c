@@ -970,12 +970,15 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
  * waiting shutdown_ns; a poll of a flag a sleeper sets) kept it still for
  * ever.  When the yielder just off its stack is all that can run, the
  * clock jumps to the next deadline, as if its spin had lasted that long
- * (docs/LAB.md).  Two yielders, or work of another kind (mail, a ring's
- * I/O, which runs in real time), keep it still. */
+ * (docs/LAB.md).  Two yielders, or work of another kind (mail, a task's
+ * I/O in flight, which runs in real time), keep it still. */
 static void lab_yield_alone(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	if (!e->ntimers || e->yq_head || e->pq_head ||
+	/* ring.inflight: a task's I/O request waiting for its completion
+	 * (cbcmn__ring_busy() says only that one is there to reap or
+	 * submit: a read in flight let the clock jump past it). */
+	if (!e->ntimers || e->yq_head || e->pq_head || e->ring.inflight ||
 	    atomic_load_explicit(&e->slot, memory_order_relaxed) || cbcmn__deque_len(&e->dq) ||
 	    atomic_load_explicit(&rt->inj_len, memory_order_acquire) ||
 	    cbcmn__actor_wheel_ready(e) || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e))
@@ -1288,7 +1291,7 @@ static void sys_stack_setup(struct cbcmn__exec *e)
 {
 	if (e->sys_stack)
 		return; /* a replaced thread's: the executor's */
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t pg = e->rt->page; /* the guard cbcmn__overflow_sys() looks for */
 	size_t len = pg + SYS_STACK_SIZE;
 	char *p = cbcmn__mmap(NULL, len, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);

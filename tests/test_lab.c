@@ -7,6 +7,7 @@
 
 #include <cbcmn_actor.h>
 #include <cbcmn_chan.h>
+#include <cbcmn_io.h>
 
 #define S 1000000000ull
 
@@ -424,6 +425,121 @@ static void test_actor_sends_same_seed_same_order(void **state)
 	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
 }
 
+/* ---- a yielder and the clock (lab_yield_alone(), sched.c) ---- */
+
+/* docs/LAB.md: a yielder alone runnable moves the clock to the next
+ * deadline; two tasks yielding to each other keep it where it is, and so
+ * does a task's I/O in flight, which runs in real time.  A sleeper of one
+ * virtual second beside them. */
+#define YIELDS 2000
+
+static struct {
+	int pfd[2];
+	_Atomic long yields;
+	_Atomic int seq, read_at, slept_at, done;
+	_Atomic uint64_t moved; /* a yield that saw the clock move */
+	bool bounded;           /* the yielders yield YIELDS times */
+} yl;
+
+static int64_t yl_sleeper(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(cbcmn_sleep(cx, S) == 0);
+	yl.slept_at = ++yl.seq;
+	yl.done++;
+	return 0;
+}
+
+/* Yields YIELDS times (bounded), or until the reader and the sleeper are
+ * done. */
+static int64_t yl_yielder(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	for (long i = 0; yl.bounded ? i < YIELDS : yl.done < 2; i++) {
+		atomic_fetch_add(&yl.yields, 1);
+		cbcmn_yield(cx);
+		if (yl.bounded && cbcmn_now(rt) != 0)
+			atomic_fetch_add(&yl.moved, 1);
+	}
+	return 0;
+}
+
+static int64_t yl_reader(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	char c;
+	TASK_CHECK(cbcmn_read(cx, yl.pfd[0], &c, 1) == 1);
+	yl.read_at = ++yl.seq;
+	yl.done++;
+	return 0;
+}
+
+/* A thread outside the runtime: the byte the read waits for, once the
+ * yielder has yielded YIELDS times (an event, not a time). */
+static void *yl_writer(void *arg)
+{
+	(void)arg;
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (atomic_load(&yl.yields) < YIELDS && t_now_ns() < end)
+		usleep(1000);
+	TASK_CHECK(write(yl.pfd[1], "x", 1) == 1);
+	return NULL;
+}
+
+static int64_t yl_spawn(cbcmn_cx *cx, void *arg)
+{
+	int64_t (**fns)(cbcmn_cx *, void *) = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	for (int i = 0; fns[i]; i++)
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, fns[i], NULL, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void yl_run(int64_t (**fns)(cbcmn_cx *, void *))
+{
+	cbcmn_runtime *rt = t_runtime_lab(3);
+	t_run(rt, yl_spawn, fns, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(cbcmn_now(rt), S); /* the sleep ended at its deadline */
+	t_destroy(rt);
+}
+
+/* Two tasks yielding to each other: neither is alone, the clock stays at
+ * 0 through every yield; the sleep ends once both have ended. */
+static void test_two_yielders_keep_the_clock_still(void **state)
+{
+	(void)state;
+	memset(&yl, 0, sizeof(yl));
+	yl.bounded = true;
+	int64_t (*fns[])(cbcmn_cx *, void *) = {yl_yielder, yl_yielder, yl_sleeper, NULL};
+	yl_run(fns);
+	assert_int_equal(atomic_load(&yl.yields), 2 * YIELDS);
+	assert_int_equal(atomic_load(&yl.moved), 0);
+}
+
+/* Regression: a read in flight (its byte written by a thread once the
+ * yielder has yielded YIELDS times) did not keep the clock still: the
+ * yield saw no completion to reap (cbcmn__ring_busy()) and jumped the
+ * clock a second on, the sleep ended before the read. */
+static void test_io_in_flight_keeps_a_yielders_clock_still(void **state)
+{
+	(void)state;
+	memset(&yl, 0, sizeof(yl));
+	assert_int_equal(pipe2(yl.pfd, O_CLOEXEC), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, yl_writer, NULL), 0);
+	int64_t (*fns[])(cbcmn_cx *, void *) = {yl_reader, yl_sleeper, yl_yielder, NULL};
+	yl_run(fns);
+	pthread_join(th, NULL);
+	close(yl.pfd[0]);
+	close(yl.pfd[1]);
+	assert_true(atomic_load(&yl.yields) >= YIELDS);
+	assert_int_equal(yl.read_at, 1); /* then the sleep, the clock moved */
+	assert_int_equal(yl.slept_at, 2);
+}
+
 static void test_lab_needs_one_executor(void **state)
 {
 	(void)state;
@@ -447,6 +563,8 @@ int main(void)
 		T_WATCHED_TEST(test_bad_seed_variable_refused),
 		T_WATCHED_TEST(test_lab_needs_one_executor),
 		T_WATCHED_TEST(test_actor_sends_same_seed_same_order),
+		T_WATCHED_TEST(test_two_yielders_keep_the_clock_still),
+		T_WATCHED_TEST(test_io_in_flight_keeps_a_yielders_clock_still),
 	};
 	return cmocka_run_group_tests_name("lab", tests, NULL, NULL);
 }
