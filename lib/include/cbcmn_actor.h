@@ -296,8 +296,7 @@ CBCMN_API int cbcmn_actor_send_timeout(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_ac
  * it halted.  Returns 0, -ETIMEDOUT (nothing came; *m untouched),
  * -ESHUTDOWN (the actor was stopped: it should return; *m untouched),
  * CBCMN_ECANCELED (its nursery was cancelled), -EPERM (cx is not an
- * actor), -EINVAL.  A message is 64 bytes: *m aligned to 64
- * (`_Alignas(64) cbcmn_actor_msg m;`) is one cache line, not two. */
+ * actor), -EINVAL. */
 CBCMN_API int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns);
 
 /* The calling actor's own reference; CBCMN_ACTOR_NONE when cx is not an

@@ -24,10 +24,7 @@ static int64_t wring_actor(cbcmn_cx *cx, void *arg)
 	struct wl_ring *r = me->r;
 	uint64_t skip = r->sabotage && me->i == 1 && r->n > 2 ? 2 : 1;
 	cbcmn_actor_ref next = CBCMN_ACTOR_NONE;
-	/* In one line of the frame: the receive writes it and the send
-	 * reads it every hop, and unaligned it straddled two, a cold hop's
-	 * line more (docs/ACTORS.md, "The message buffer's line"). */
-	_Alignas(64) cbcmn_actor_msg m;
+	cbcmn_actor_msg m;
 	int rc;
 	while ((rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER)) == 0) {
 		/* Every reference was written before the token was sent, and
