@@ -215,19 +215,12 @@ struct cbcmn__actor {
 	 * nor free at its halt.  Cold to a ring's hop (a mailbox of one
 	 * that is handed its message never touches it). */
 	cbcmn_actor_msg one_msg;
-	/* The prediction's second part (docs/ACTORS.md "Prefetch: the next
-	 * actor, one hop early"): pf_to's hints (hint_task, hint_sp) as its
-	 * last send read them, for its pick to prefetch that task's line 0
-	 * and the registers saved at sp.  Out of the hop lines (they are
-	 * full): the pick before its own prefetches this line with pf_to's
-	 * (cbcmn__actor_predict()).  Hints only, like pf_to. */
-	const void *pf_task, *pf_sp;
 	/* A stride of an odd number of lines (9), not 512 bytes: a power of
 	 * two put every slot's hop lines in three eighths of the cache's sets
 	 * (address bits 6-8 always zero), and a cache shared with other work
 	 * then slowed the handler rings 1.2x (docs/ACTORS.md, "The 512-byte
 	 * stride and the cache's sets"). */
-	uint8_t stride_pad[48];
+	uint8_t stride_pad[64];
 } __attribute__((aligned(64)));
 
 /* The hop's lines (docs/ACTORS.md, "The slot's hop lines"): every field a
@@ -264,9 +257,6 @@ _Static_assert(offsetof(struct cbcmn__actor, ring) >= CBCMN__ACTOR_RING_LINE * 6
 		       CBCMN__ACTOR_ENDS_BY(lanes, (CBCMN__ACTOR_RING_LINE + 1) * 64u) &&
 		       CBCMN__ACTOR_ENDS_BY(sendq.head, (CBCMN__ACTOR_RING_LINE + 1) * 64u),
 	       "what a message put in the ring adds is one line, the next");
-_Static_assert(offsetof(struct cbcmn__actor, pf_task) / 64 ==
-		       (offsetof(struct cbcmn__actor, pf_sp) + sizeof(void *) - 1) / 64,
-	       "the prediction's hints are one line");
 _Static_assert(_Alignof(struct cbcmn__actor) == 64, "a slot begins a line");
 _Static_assert(sizeof(struct cbcmn__actor) % 64 == 0 && (sizeof(struct cbcmn__actor) / 64) % 2 == 1,
 	       "a slot is an odd number of lines: its hop lines spread over every set");
@@ -294,19 +284,9 @@ static inline void cbcmn__actor_predict(const struct cbcmn__actor *x)
 	if (!y)
 		return;
 	CBCMN__PREFETCH_RANGE(y, (const char *)y + CBCMN__ACTOR_HOP_LINES * 64u, 1);
-	/* y's own prediction's hints, which y's pick reads. */
-	__builtin_prefetch(&y->pf_task, 0);
 	const struct cbcmn__mb_wait *w = x->pf_wait;
 	if (w)
 		CBCMN__PREFETCH_RANGE(w, w + 1, 1);
-	/* y's task's line 0 (the wake's and the run's first) and the
-	 * registers its switch restores: a run ahead of the send to y,
-	 * which fetched them only as y was woken. */
-	const char *t = x->pf_task, *sp = x->pf_sp;
-	if (t)
-		__builtin_prefetch(t, 1);
-	if (sp)
-		CBCMN__PREFETCH_RANGE(sp, sp + CBCMN__CTX_SAVED, 1);
 }
 
 /* The largest mailbox ring a free slot keeps for its next actor (16 KiB

@@ -996,22 +996,17 @@ void cbcmn__actor_lanes_landed(struct cbcmn_task *t)
 static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 {
 	struct cbcmn__mb_wait *w = atomic_load_explicit(&a->receiver, memory_order_relaxed);
-	/* No receive waiting: a is running, or has messages queued, or is
-	 * about to block: its task and stack are its executor's, in use,
-	 * and a prefetch for writing would pull them away from it. */
-	const char *t = NULL, *sp = NULL;
-	if (w) {
-		t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
-		sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
-	}
 	if (me) {
 		me->pf_to = a;
 		me->pf_wait = w;
-		me->pf_task = t;
-		me->pf_sp = sp;
 	}
+	/* No receive waiting: a is running, or has messages queued, or is
+	 * about to block: its task and stack are its executor's, in use,
+	 * and a prefetch for writing would pull them away from it. */
 	if (!w)
 		return;
+	const char *t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
+	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
 	if (t) /* lines 0-2: what running a task touches (runtime.h) */
 		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
 	/* The wait is in its task's node (iwait.h), at the top of its

@@ -60,9 +60,6 @@ static inline void cbcmn__fpcw_write(uint64_t fpcw)
 
 /* Where a frame's return address is, from its canonical frame address. */
 #define CBCMN__RA_SLOT(cfa) ((uintptr_t *)((cfa) - 8))
-/* What a suspended context holds at its saved stack pointer: the frame
- * cbcmn__ctx_jump() saves (0x38 bytes) and the return address above it. */
-#define CBCMN__CTX_SAVED 0x40u
 #else
 #error "cbcmn: no context switch for this architecture (add asm/<arch>/ and a branch here)"
 #endif
