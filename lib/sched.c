@@ -843,7 +843,7 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			s->san_fiber = NULL;
 		}
 #endif
-		t->sp = cbcmn__ctx_make(cbcmn__stack_start(s), ending ? fiber_end_entry : fiber_entry);
+		t->sp = cbcmn__ctx_make(cbcmn__stack_top(s), ending ? fiber_end_entry : fiber_entry);
 		if (!ending)
 			CBCMN__COUNT(e, tasks_run, 1);
 	}

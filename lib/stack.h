@@ -106,26 +106,6 @@ static inline void *cbcmn__stack_top(struct cbcmn__stack *s)
 	return s->holds_task ? (void *)((char *)s - CBCMN__STACK_RECORD_SPAN) : (void *)s;
 }
 
-/* Where a fiber's frames begin on s: its top, less 0 to 15 lines, a
- * colour hashed from the stack's page (stacks of 32 KiB or more: a
- * smaller one, configured so, keeps its every byte).  Stacks are whole
- * pages apart, so without it the same frame of every fiber is at one page
- * offset (address bits 6-11) and all of them share 1/64 of a cache's
- * sets: the 10 000 actors of a ring, each waiting in the same receive,
- * had their resume's stack lines competing for 8 192 places of a 32 MiB
- * L3 (512 sets of 16 ways), and missed them all, a lap's order defeating
- * LRU (docs/ACTORS.md, "The stacks' colours").  Costs a fiber up to 960
- * bytes of its stack. */
-#define CBCMN__STACK_COLOUR_BITS 4u
-#define CBCMN__STACK_COLOUR_MIN (32u * 1024)
-static inline void *cbcmn__stack_start(struct cbcmn__stack *s)
-{
-	uint32_t page = (uint32_t)((uintptr_t)s >> 12);
-	if (s->size < CBCMN__STACK_COLOUR_MIN)
-		return cbcmn__stack_top(s);
-	return (char *)cbcmn__stack_top(s) - (page * 2654435761u >> (32u - CBCMN__STACK_COLOUR_BITS)) * 64u;
-}
-
 struct cbcmn__stack_slab;
 
 struct cbcmn__stack_pool {

@@ -1348,60 +1348,10 @@ static void test_slab_array_growth_fails(void **state)
 	drain_fini(&p, &c);
 }
 
-/* Fibers begin at different offsets in their pages (cbcmn__stack_start()):
- * stacks are whole pages apart, and fibers that all begin at the top put
- * the same frame of each at one page offset, where they share 1/64 of a
- * cache's sets (a ring of 10 000 actors missed every resume line in a
- * 32 MiB cache).  64 fibers alive at once, each on its own stack: the
- * page offsets of their first frames take several values. */
-enum { COLOUR_FIBERS = 64 };
-static uintptr_t colour_at[COLOUR_FIBERS];
-
-static int64_t colour_fiber(cbcmn_cx *cx, void *arg)
-{
-	volatile char here;
-	colour_at[(uintptr_t)arg] = (uintptr_t)&here;
-	/* Stay alive (blocked) until all have started: each on its own stack. */
-	return cbcmn_sleep(cx, 20 * 1000 * 1000);
-}
-
-static int64_t colour_root(cbcmn_cx *cx, void *arg)
-{
-	(void)arg;
-	cbcmn_nursery *n;
-	int rc = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n);
-	if (rc)
-		return rc;
-	for (uintptr_t k = 0; k < COLOUR_FIBERS && !rc; k++)
-		rc = cbcmn_nursery_spawn(cx, n, colour_fiber, (void *)k, NULL);
-	int64_t a = cbcmn_nursery_await_all(cx, n);
-	return rc ? rc : a;
-}
-
-static void test_fibers_begin_at_coloured_offsets(void **state)
-{
-	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	t_run(rt, colour_root, NULL, 0);
-	t_destroy(rt);
-	bool seen[64] = {false};
-	int distinct = 0;
-	for (int k = 0; k < COLOUR_FIBERS; k++) {
-		assert_true(colour_at[k] != 0);
-		uint32_t line = (uint32_t)(colour_at[k] & 4095) / 64;
-		distinct += !seen[line];
-		seen[line] = true;
-	}
-	/* 16 colours hashed from 64 stacks' pages: all 16 nearly always;
-	 * the same offset for all (main) is 1. */
-	assert_true(distinct >= 8);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_unmapped_stacks_leave_no_asan_poison),
-		cmocka_unit_test(test_fibers_begin_at_coloured_offsets),
 		cmocka_unit_test(test_guard_budget),
 		cmocka_unit_test(test_guard_max_clamped_to_budget),
 		cmocka_unit_test(test_second_pool_gets_guards_while_the_first_lives),
