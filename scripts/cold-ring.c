@@ -50,7 +50,12 @@ static int64_t ring_actor(cbcmn_cx *cx, void *arg)
 {
 	uint64_t i = (uintptr_t)arg;
 	cbcmn_actor_ref next = 0;
+#ifdef COLD_RING_MSG_ALIGN
+	/* cold-ring.sh --align: the message in one line of the frame. */
+	_Alignas(COLD_RING_MSG_ALIGN) cbcmn_actor_msg m;
+#else
 	cbcmn_actor_msg m;
+#endif
 	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0) {
 		if (!next)
 			next = refs[(i + 1) % n_actors];
