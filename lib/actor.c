@@ -669,7 +669,7 @@ int64_t cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
 		cbcmn__halt_pad = jb;
 		if (__builtin_setjmp(jb) != 0) {
 			on = von;
-			cbcmn__overflow_landed_frame(on, jb, fpcw);
+			cbcmn__overflow_landed_frame(on, fpcw);
 		}
 	}
 	int64_t reason = end(t, result);
