@@ -557,7 +557,7 @@ static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
  * awaited, and
  * whoever called us (the fiber entry, or a parent running it inline) goes
  * on.  __builtin_setjmp saves three words; it costs a few ns per task. */
-int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
+CBCMN__LANDING_PAD int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 {
 	void *jb[5];
 	struct cbcmn__iwnode iwn; /* its registry waits' (iwait.h), for this run */
