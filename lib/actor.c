@@ -655,8 +655,9 @@ int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t 
  * instead, t's halt left half done.  A task ended under its thread (the
  * reaper, sched.c) comes back here with the halt begun: it goes on
  * likewise.  Not on a task's stack (the scheduler's), no pad. */
-int64_t cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
-				 int64_t (*end)(struct cbcmn_task *t, int64_t result))
+CBCMN__LANDING_PAD int64_t
+cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
+			 int64_t (*end)(struct cbcmn_task *t, int64_t result))
 {
 	void *jb[5];
 	struct cbcmn_task *on = cbcmn__tls_exec ? cbcmn__tls_exec->current : NULL;
@@ -669,7 +670,7 @@ int64_t cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
 		cbcmn__halt_pad = jb;
 		if (__builtin_setjmp(jb) != 0) {
 			on = von;
-			cbcmn__overflow_landed_frame(on, jb, fpcw);
+			cbcmn__overflow_landed_frame(on, fpcw);
 		}
 	}
 	int64_t reason = end(t, result);

@@ -395,8 +395,7 @@ static inline bool cbcmn__sends_locked(const struct cbcmn_task *t)
 	struct cbcmn__actor *a = cbcmn__actor_of(t);
 	return a ? a->halt_begun : cbcmn__hnd_calling(t);
 }
-/* The calling actor (or handler actor): self must be one, and running;
- * else NULL and *err is -EPERM, or CBCMN_EFORKED in a forked child. */
+
 /* cbcmn__task_cancelled() for t, the task of fiber actor a: a stopped
  * (cbcmn__actor_stopped()), in its halt (cbcmn__task_halting()), or its
  * nursery chain cancelled.  Inline: the receive and every wait's begin
@@ -418,6 +417,8 @@ static inline bool cbcmn__task_cancelled_here(const struct cbcmn_task *t)
 				       : cbcmn__task_cancelled(t);
 }
 
+/* The calling actor (or handler actor): self must be one, and running;
+ * else NULL and *err is -EPERM, or CBCMN_EFORKED in a forked child. */
 static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, int *err)
 {
 	/* Running first: another thread's task (a cx handed to a plain

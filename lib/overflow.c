@@ -490,7 +490,8 @@ void cbcmn__stack_exhausted(struct cbcmn_task *t)
 	land(t);
 }
 
-void cbcmn__overflow_landed_frame(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw)
+/* Not inline: its frame is the bound below (the pad's caller's next). */
+__attribute__((noinline)) void cbcmn__overflow_landed_frame(struct cbcmn_task *t, uint64_t fpcw)
 {
 	if (unsaid) { /* t: the jump from there came here */
 		unsaid = false;
@@ -499,11 +500,14 @@ void cbcmn__overflow_landed_frame(struct cbcmn_task *t, void *landing_frame, uin
 	}
 #ifdef __SANITIZE_ADDRESS__
 	/* The abandoned frames below the landing pad keep their poisoned
-	 * redzones in ASan's shadow; clear them for the frames to come. */
+	 * redzones in ASan's shadow; clear them for the frames to come:
+	 * all below this call's frame, which lies under the pad's (with
+	 * cbcmn__overflow_landed()'s between, or none).
+	 * Not below the pad's jump buffer: with detect_stack_use_after_return
+	 * that is on a fake stack, no address of t's (an ASan CHECK failed
+	 * on the range from guard_lo to it: test_sysstack_uar). */
 	char *lo = t->stack->guard_lo;
-	__asan_unpoison_memory_region(lo, (size_t)((char *)landing_frame - lo));
-#else
-	(void)landing_frame;
+	__asan_unpoison_memory_region(lo, (size_t)((char *)__builtin_frame_address(0) - lo));
 #endif
 	/* Nothing runs below the landing pad any more. */
 	cbcmn__stack_yellow_close(t->stack);
@@ -514,9 +518,9 @@ void cbcmn__overflow_landed_frame(struct cbcmn_task *t, void *landing_frame, uin
 	cbcmn__fpcw_write(fpcw);
 }
 
-void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw)
+void cbcmn__overflow_landed(struct cbcmn_task *t, uint64_t fpcw)
 {
-	cbcmn__overflow_landed_frame(t, landing_frame, fpcw);
+	cbcmn__overflow_landed_frame(t, fpcw);
 	/* The nurseries it left open are cancelled and awaited here (they
 	 * cannot outlive it; their children that never started do not run).
 	 * The task passed a stack check when it opened them, a few frames

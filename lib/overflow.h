@@ -31,18 +31,17 @@ bool cbcmn__overflow_sys(const struct cbcmn__exec *e, const void *addr);
  * walks frames for cbcmn__overflow ends the walk (jumps back into it). */
 void cbcmn__overflow_walk_fault(void);
 
-/* At t's landing pad (landing_frame: its jmp buffer): guard the stack
- * again, give the executor its signal mask back, load fpcw (the FP control
+/* At t's landing pad, called from its frame: guard the stack again, give the executor its signal mask back, load fpcw (the FP control
  * state t started with), then cancel and await the nurseries t left open.
  * Runs on t's fiber: may block. */
-void cbcmn__overflow_landed(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
+void cbcmn__overflow_landed(struct cbcmn_task *t, uint64_t fpcw);
 /* The landing pad of the actor halt this thread runs (actor.c,
  * cbcmn__actor_end_guarded()), or NULL: an overflow landing there ends
  * a drop or fini, not the task whose stack it runs on (say()'s line). */
 extern __thread void **cbcmn__halt_pad;
 /* The same but for the nurseries: at a pad below which a callback ran
  * on t's stack (actor.c: a halt's drop or fini) and t goes on. */
-void cbcmn__overflow_landed_frame(struct cbcmn_task *t, void *landing_frame, uint64_t fpcw);
+void cbcmn__overflow_landed_frame(struct cbcmn_task *t, uint64_t fpcw);
 /* cbcmn__ctx_overflow_return (asm/) comes here: ends the task running on
  * this thread, whose library call that overflowed has returned (or been
  * unwound through). */

@@ -828,6 +828,13 @@ struct cbcmn_task *cbcmn__take_local_task(struct cbcmn__exec *e, struct cbcmn_ta
 void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child);
 int64_t cbcmn__task_call(struct cbcmn_task *t);
 int64_t cbcmn__task_call_guarded(struct cbcmn_task *t);
+/* On a function whose frame holds a landing pad (t->landing, a jump
+ * buffer): ASan leaves its locals where they are.  With
+ * detect_stack_use_after_return it moves them to a fake stack, no
+ * address of the task's, and the overflow handler, which walks from the
+ * fault up to the pad, read on past the stack's top (overflow.c's
+ * unwinder_on_stack(): a fault it did not claim, the process gone). */
+#define CBCMN__LANDING_PAD __attribute__((no_sanitize_address))
 __attribute__((noreturn)) void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s);
 /* Searchers allowed to spin at once for workers executors on cpus CPUs
  * under a cgroup limit (0: none): half the usable CPUs, at least 1. */

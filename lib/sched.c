@@ -641,7 +641,7 @@ static int64_t close_leaked_nurseries(struct cbcmn_task *t, int64_t r)
  * awaited, and
  * whoever called us (the fiber entry, or a parent running it inline) goes
  * on.  __builtin_setjmp saves three words; it costs a few ns per task. */
-int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
+CBCMN__LANDING_PAD int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 {
 	void *jb[5];
 	struct cbcmn__iwnode iwn; /* its registry waits' (iwait.h), for this run */
@@ -655,7 +655,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 		/* Landed: a stack overflow (CBCMN_EPANIC) or a budget the
 		 * nursery gave up on (CBCMN_EBUDGET), in t->unwind_result. */
 		t = vt;
-		cbcmn__overflow_landed(t, jb, fpcw);
+		cbcmn__overflow_landed(t, fpcw);
 		cbcmn__mshot_unwound(t); /* what it opened and could not close */
 		if (t->obligations)
 			cbcmn__obligations_drop(t);
@@ -667,7 +667,7 @@ int64_t cbcmn__task_call_guarded(struct cbcmn_task *t)
 	/* It overflowed inside a library, which jumped back past the return
 	 * that was to end it (overflow.c): it ends now. */
 	if (__builtin_expect(t->stack->yellow_open, 0)) {
-		cbcmn__overflow_landed(t, jb, fpcw);
+		cbcmn__overflow_landed(t, fpcw);
 		r = CBCMN_EPANIC;
 	}
 	if (__builtin_expect(t->open != NULL, 0))

@@ -1194,7 +1194,8 @@ static void ms_there(struct cbcmn_task *t, struct cbcmn__mshot *m,
  * busy for good, and every later call and its close answer -EBUSY. */
 typedef int64_t (*ms_busy_fn)(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg);
 
-static int64_t ms_call(struct cbcmn_task *t, struct cbcmn__mshot *m, ms_busy_fn fn, void *arg)
+static CBCMN__LANDING_PAD int64_t ms_call(struct cbcmn_task *t, struct cbcmn__mshot *m,
+					  ms_busy_fn fn, void *arg)
 {
 	if (m->busy)
 		return -EBUSY; /* one task at a time */
