@@ -895,6 +895,58 @@ static void test_stat_target_exits(void **state)
 	assert_true(last_s < 2.0); /* cut short, not a whole interval */
 }
 
+/* A report nobody can read (stdout a full disk) fails the run: cbcmn-stat
+ * printed into /dev/full, said nothing and exited 0. */
+static void test_stat_unwritable_output_fails(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	if (access("/dev/full", W_OK))
+		T_SKIP("needs /dev/full");
+	char stat_bin[PATH_MAX];
+	built(stat_bin, "bin/cbcmn-stat", X_OK);
+	int stop[2];
+	assert_int_equal(pipe2(stop, O_CLOEXEC), 0);
+	assert_int_equal(fcntl(stop[0], F_SETFD, 0), 0);
+	char in_fd[16];
+	snprintf(in_fd, sizeof(in_fd), "%d", stop[0]);
+	pid_t target = spawn_self("--run", in_fd, stop[0], -1);
+	close(stop[0]);
+	int err[2];
+	assert_int_equal(pipe(err), 0);
+	pid_t st = fork();
+	assert_true(st >= 0);
+	if (st == 0) {
+		char p[16];
+		snprintf(p, sizeof(p), "%d", (int)target);
+		int full = open("/dev/full", O_WRONLY);
+		dup2(full, 1);
+		dup2(err[1], 2);
+		close(err[0]);
+		close(stop[1]);
+		execl(stat_bin, stat_bin, "-p", p, "-i", "0.2", "-c", "3", (char *)NULL);
+		_exit(127);
+	}
+	close(err[1]);
+	static char text[1 << 14];
+	size_t n = 0;
+	ssize_t k;
+	while (n < sizeof(text) - 1 && (k = read(err[0], text + n, sizeof(text) - 1 - n)) > 0)
+		n += (size_t)k;
+	text[n] = 0;
+	close(err[0]);
+	int status, tstatus;
+	assert_int_equal(waitpid(st, &status, 0), st);
+	assert_int_equal(write(stop[1], "q", 1), 1);
+	close(stop[1]);
+	assert_int_equal(waitpid(target, &tstatus, 0), target);
+	printf("cbcmn-stat > /dev/full: status %d, stderr:\n%s", WEXITSTATUS(status), text);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	assert_non_null(strstr(text, "cbcmn-stat: writing the output failed\n"));
+}
+
 /* Role --so LIB IN OUT: a process using libcbcmn.so (dlopen: this binary's
  * own static copy stays unused).  It creates a runtime, says 'r', waits for
  * a byte, runs a parked ping-pong between executors 0 and 1, waits for the
@@ -1306,6 +1358,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_attach_after_start_reports_tid_cpu),
 		cmocka_unit_test(test_pin_and_stale_doorbell_state),
 		cmocka_unit_test(test_stat_target_exits),
+		cmocka_unit_test(test_stat_unwritable_output_fails),
 		cmocka_unit_test(test_steal_fails_follow_the_runtime_across_exec),
 		cmocka_unit_test(test_attach_shared_library),
 		cmocka_unit_test(test_shared_library_replaced_on_disk_after_start),
