@@ -671,7 +671,8 @@ static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
 /* Output that could not be written is a failure: cbcmn-run said so on
  * stderr and exited 0; cbcmn-bench, cbcmn-demo (and cbcmn-loadtest, too
  * slow to run here) said nothing and exited 0 (a script reading their
- * figures through a full disk took the silence for a run). */
+ * figures through a full disk took the silence for a run).  --help too:
+ * every tool exited 0 with its usage lost. */
 static void test_unwritable_output_fails(void **state)
 {
 	(void)state;
@@ -684,6 +685,13 @@ static void test_unwritable_output_fails(void **state)
 		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
 		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
 		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
+		{"cbcmn-run", L("cbcmn-run", "--help")},
+		{"cbcmn-bench", L("cbcmn-bench", "--help")},
+		{"cbcmn-demo", L("cbcmn-demo", "-h")},
+		{"cbcmn-affinity", L("cbcmn-affinity", "--help")},
+		{"cbcmn-loadtest", L("cbcmn-loadtest", "--help")},
+		{"cbcmn-top", L("cbcmn-top", "--help")},
+		{"cbcmn-stat", L("cbcmn-stat", "--help")},
 	};
 	tool_stdout = "/dev/full";
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {

@@ -633,7 +633,7 @@ int main(int argc, char **argv)
 		bad_input("%s", perr);
 	if (a.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed(PROG) ? 0 : 1;
 	}
 	struct wl_opts o = {.workers = a.workers,
 			    .policy = CBCMN_PIN_AUTO,

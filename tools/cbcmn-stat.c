@@ -527,7 +527,7 @@ int main(int argc, char **argv)
 	}
 	if (o.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed("cbcmn-stat") ? 0 : 1;
 	}
 	if (o.prometheus)
 		return prometheus_main(&o);

@@ -20,6 +20,7 @@
 #include "util/clock.h"
 #include "util/errtail.h"
 #include "cli/opts.h"
+#include "cli/cli.h"
 #include "top/top_model.h"
 #include "top/top_out.h"
 #include "top/top_record.h"
@@ -412,7 +413,7 @@ int main(int argc, char **argv)
 	}
 	if (o.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed("cbcmn-top") ? 0 : 1;
 	}
 	long pid = o.pid, iterations = o.iterations;
 	double delay = o.delay, wait_s = o.wait_s;
