@@ -456,6 +456,41 @@ static void test_stealmx_endless_line_is_refused_early(void **state)
 	assert_null(m.v);
 }
 
+/* An endless stream of well-formed lines ('yes 0 1 0' as the file): each
+ * became an entry, and the array grew until memory ran out (60 MB a
+ * second through cbcmn-affinity).  As a cookie that counts what was read
+ * and ends after 64 MiB. */
+static ssize_t pairs_read(void *cookie, char *buf, size_t len)
+{
+	size_t *given = cookie;
+	static const char line[] = "0 1 0\n";
+	if (*given >= (64u << 20))
+		return 0;
+	len -= len % (sizeof(line) - 1);
+	for (size_t i = 0; i < len; i += sizeof(line) - 1)
+		memcpy(buf + i, line, sizeof(line) - 1);
+	*given += len;
+	return (ssize_t)len;
+}
+
+static void test_stealmx_endless_pairs_are_refused(void **state)
+{
+	(void)state;
+	size_t given = 0;
+	FILE *f = fopencookie(&given, "r", (cookie_io_functions_t){.read = pairs_read});
+	assert_non_null(f);
+	struct stealmx m = {0};
+	char err[256], want[128];
+	assert_int_equal(stealmx_read(f, "y", &m, err, sizeof(err)), -1);
+	fclose(f);
+	snprintf(want, sizeof(want), "y:%u: more than %u thief-victim lines", STEALMX_MAX_PAIRS + 1,
+		 STEALMX_MAX_PAIRS);
+	if (!strstr(err, want))
+		fail_msg("want '%s...', got '%s'", want, err);
+	assert_true(given < (32u << 20)); /* stopped at the bound, not the stream's end */
+	assert_null(m.v);
+}
+
 /* ---- the tools themselves ---------------------------------------------------------- */
 
 static char bindir[PATH_MAX];   /* build[/SAN]/bin beside this suite, or $CBCMN_TOOLS_BIN */
@@ -722,6 +757,7 @@ int main(void)
 		T_WATCHED_TEST(test_stealmx_sum_overflow_is_refused),
 		T_WATCHED_TEST(test_stealmx_nul_byte_is_refused),
 		T_WATCHED_TEST(test_stealmx_endless_line_is_refused_early),
+		T_WATCHED_TEST(test_stealmx_endless_pairs_are_refused),
 		T_WATCHED_TEST(test_stat_pid_above_pid_t_is_refused),
 		T_WATCHED_TEST(test_count_overflow_is_refused),
 		T_WATCHED_TEST(test_bench_negative_spin_is_refused),
