@@ -427,16 +427,35 @@ static void test_stealmx_nul_byte_is_refused(void **state)
 	assert_non_null(strstr(err, "m:1: a NUL byte"));
 }
 
-/* An endless stream without a newline (/dev/zero, a binary), as a cookie
- * that counts what was read and ends after 64 MiB. */
-static ssize_t zeros_read(void *cookie, char *buf, size_t len)
+/* An endless stream, unit repeated (a NUL: /dev/zero, a binary; a line:
+ * 'yes 0 1 0'), as a FILE whose reads are counted in given and that ends
+ * after 64 MiB. */
+struct endless {
+	const char *unit;
+	size_t len, given;
+};
+
+static ssize_t endless_read(void *cookie, char *buf, size_t len)
 {
-	size_t *given = cookie;
-	if (*given >= (64u << 20))
+	struct endless *e = cookie;
+	if (e->given >= (64u << 20))
 		return 0;
-	memset(buf, 0, len);
-	*given += len;
+	len -= len % e->len;
+	for (size_t i = 0; i < len; i += e->len)
+		memcpy(buf + i, e->unit, e->len);
+	e->given += len;
 	return (ssize_t)len;
+}
+
+/* stealmx_read() of e, refused: *m left empty, the line in err. */
+static void endless_refused(struct endless *e, char *err, size_t errlen)
+{
+	FILE *f = fopencookie(e, "r", (cookie_io_functions_t){.read = endless_read});
+	assert_non_null(f);
+	struct stealmx m = {0};
+	assert_int_equal(stealmx_read(f, "z", &m, err, errlen), -1);
+	fclose(f);
+	assert_null(m.v);
 }
 
 /* getline() grew its line until memory ran out (64 MiB here, all of it on
@@ -444,51 +463,27 @@ static ssize_t zeros_read(void *cookie, char *buf, size_t len)
 static void test_stealmx_endless_line_is_refused_early(void **state)
 {
 	(void)state;
-	size_t given = 0;
-	FILE *f = fopencookie(&given, "r", (cookie_io_functions_t){.read = zeros_read});
-	assert_non_null(f);
-	struct stealmx m = {0};
+	struct endless e = {"", 1, 0};
 	char err[256];
-	assert_int_equal(stealmx_read(f, "z", &m, err, sizeof(err)), -1);
-	fclose(f);
+	endless_refused(&e, err, sizeof(err));
 	assert_non_null(strstr(err, "z:1: a line longer than 4096 bytes"));
-	assert_true(given <= (1u << 20)); /* a stdio buffer or so, not the stream */
-	assert_null(m.v);
+	assert_true(e.given <= (1u << 20)); /* a stdio buffer or so, not the stream */
 }
 
-/* An endless stream of well-formed lines ('yes 0 1 0' as the file): each
- * became an entry, and the array grew until memory ran out (60 MB a
- * second through cbcmn-affinity).  As a cookie that counts what was read
- * and ends after 64 MiB. */
-static ssize_t pairs_read(void *cookie, char *buf, size_t len)
-{
-	size_t *given = cookie;
-	static const char line[] = "0 1 0\n";
-	if (*given >= (64u << 20))
-		return 0;
-	len -= len % (sizeof(line) - 1);
-	for (size_t i = 0; i < len; i += sizeof(line) - 1)
-		memcpy(buf + i, line, sizeof(line) - 1);
-	*given += len;
-	return (ssize_t)len;
-}
-
+/* An endless stream of well-formed lines: each became an entry, and the
+ * array grew until memory ran out (60 MB a second through
+ * cbcmn-affinity): at most STEALMX_MAX_PAIRS. */
 static void test_stealmx_endless_pairs_are_refused(void **state)
 {
 	(void)state;
-	size_t given = 0;
-	FILE *f = fopencookie(&given, "r", (cookie_io_functions_t){.read = pairs_read});
-	assert_non_null(f);
-	struct stealmx m = {0};
+	struct endless e = {"0 1 0\n", 6, 0};
 	char err[256], want[128];
-	assert_int_equal(stealmx_read(f, "y", &m, err, sizeof(err)), -1);
-	fclose(f);
-	snprintf(want, sizeof(want), "y:%u: more than %u thief-victim lines", STEALMX_MAX_PAIRS + 1,
+	endless_refused(&e, err, sizeof(err));
+	snprintf(want, sizeof(want), "z:%u: more than %u thief-victim lines", STEALMX_MAX_PAIRS + 1,
 		 STEALMX_MAX_PAIRS);
 	if (!strstr(err, want))
 		fail_msg("want '%s...', got '%s'", want, err);
-	assert_true(given < (32u << 20)); /* stopped at the bound, not the stream's end */
-	assert_null(m.v);
+	assert_true(e.given < (32u << 20)); /* stopped at the bound, not the stream's end */
 }
 
 /* ---- the tools themselves ---------------------------------------------------------- */
