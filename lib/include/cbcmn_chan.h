@@ -149,10 +149,9 @@ CBCMN_API int cbcmn_chan_commit(cbcmn_cx *cx, cbcmn_chan_permit *p, const void *
  * -EPERM as cbcmn_chan_commit().
  *
  * Exactly one of two racing resolutions (commit or abort) of a thread's
- * permit succeeds, the other is -EINVAL, each racer holding its own copy
- * of the permit, as for obligations (cbcmn_obligation_commit()): a
- * resolution clears the permit it was given, so two calls given one
- * permit object race on that memory. */
+ * permit succeeds, the other is -EINVAL, whether the racers share one
+ * permit object or each hold a copy, as for obligations
+ * (cbcmn_obligation_commit()). */
 CBCMN_API int cbcmn_chan_abort(cbcmn_cx *cx, cbcmn_chan_permit *p);
 
 #ifdef __cplusplus
