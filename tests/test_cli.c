@@ -699,8 +699,8 @@ static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
 }
 
 /* Output that could not be written is a failure: cbcmn-run said so on
- * stderr and exited 0; cbcmn-bench, cbcmn-demo (and cbcmn-loadtest, too
- * slow to run here) said nothing and exited 0 (a script reading their
+ * stderr and exited 0; cbcmn-bench, cbcmn-demo and cbcmn-loadtest said
+ * nothing and exited 0 (a script reading their
  * figures through a full disk took the silence for a run).  --help too:
  * every tool exited 0 with its usage lost. */
 static void test_unwritable_output_fails(void **state)
@@ -715,6 +715,8 @@ static void test_unwritable_output_fails(void **state)
 		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
 		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
 		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
+		{"cbcmn-loadtest", L("cbcmn-loadtest", "-d", "0.1", "-c", "2", "-n", "0", "-i", "10",
+				     "--no-http")},
 		{"cbcmn-run", L("cbcmn-run", "--help")},
 		{"cbcmn-bench", L("cbcmn-bench", "--help")},
 		{"cbcmn-demo", L("cbcmn-demo", "-h")},
@@ -723,19 +725,17 @@ static void test_unwritable_output_fails(void **state)
 		{"cbcmn-top", L("cbcmn-top", "--help")},
 		{"cbcmn-stat", L("cbcmn-stat", "--help")},
 	};
-	tool_stdout = "/dev/full";
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		struct outcome o;
+		tool_stdout = "/dev/full"; /* for this run only: no later test gets it */
 		run_tool(runs[i].tool, runs[i].argv, NULL, 0, 60, &o);
+		tool_stdout = NULL;
 		size_t len = strlen(o.err);
 		bool one_line = len && o.err[len - 1] == '\n' && strchr(o.err, '\n') == o.err + len - 1;
-		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed")) {
-			tool_stdout = NULL;
+		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed"))
 			fail_msg("%s %s: status %d (want 1), stderr '%s' (want one line saying so)",
 				 runs[i].tool, runs[i].argv[1], o.status, o.err);
-		}
 	}
-	tool_stdout = NULL;
 }
 
 int main(void)
