@@ -637,7 +637,7 @@ int main(int argc, char **argv)
 		else
 			print_text(n, d, &d[CBCMN_BPF_OUTSIDE], &tot, r == 0);
 		/* Each report as it is made; one nobody can read (a full
-		 * disk, a closed pipe) fails the run rather than pass for one. */
+		 * disk) fails the run rather than pass for one. */
 		if ((lost = !cli_stdout_flushed("cbcmn-stat")))
 			break;
 		struct bpfmon_shard *t = prev;
