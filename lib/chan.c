@@ -456,9 +456,17 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 }
 
 /* Commit (elem) or abort (NULL) the reservation p names. */
-static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const void *elem)
+/* The record *p holds, or NULL: one relaxed load.  Two threads may
+ * resolve one shared permit at once: each sees the record or NULL (a
+ * second read could see the winner's NULL after a first saw the record). */
+static struct chan_rec *permit_rec(const cbcmn_chan_permit *p)
 {
-	struct chan_rec *r = p->_rec;
+	return p ? __atomic_load_n(&p->_rec, __ATOMIC_RELAXED) : NULL;
+}
+
+static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, struct chan_rec *r,
+			const void *elem)
+{
 	struct cbcmn_chan *c = r->chan; /* fixed while the channel lives */
 	struct cbcmn__wakes wl = {0};
 	int rc = 0;
@@ -482,7 +490,7 @@ static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, const voi
 	}
 	slot_freed(c, &wl);
 	chan_unlock(c);
-	p->_rec = NULL;
+	__atomic_store_n(&p->_rec, NULL, __ATOMIC_RELAXED); /* permit_rec() */
 	cbcmn__wakes_run_here(&wl, cbcmn__waker_of(self));
 	return rc;
 }
@@ -687,18 +695,20 @@ int cbcmn_chan_try_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_permit *p)
 
 int cbcmn_chan_commit(cbcmn_cx *cx, cbcmn_chan_permit *p, const void *elem)
 {
-	if (!p || !p->_rec || !elem)
+	struct chan_rec *r = permit_rec(p);
+	if (!r || !elem)
 		return -EINVAL;
 	cbcmn__stack_check((struct cbcmn_task *)cx);
-	return chan_resolve((struct cbcmn_task *)cx, p, elem);
+	return chan_resolve((struct cbcmn_task *)cx, p, r, elem);
 }
 
 int cbcmn_chan_abort(cbcmn_cx *cx, cbcmn_chan_permit *p)
 {
-	if (!p || !p->_rec)
+	struct chan_rec *r = permit_rec(p);
+	if (!r)
 		return -EINVAL;
 	cbcmn__stack_check((struct cbcmn_task *)cx);
-	return chan_resolve((struct cbcmn_task *)cx, p, NULL);
+	return chan_resolve((struct cbcmn_task *)cx, p, r, NULL);
 }
 
 int cbcmn_chan_close(cbcmn_cx *cx, cbcmn_chan *c)

@@ -188,9 +188,12 @@ int cbcmn_obligation_reserve(cbcmn_runtime *rt, cbcmn_cx *cx, const char *what,
 static int resolve(cbcmn_cx *cx, cbcmn_obligation *o)
 {
 	struct cbcmn_task *self = (struct cbcmn_task *)cx;
-	if (!o || !o->_rec || !(o->_gen & 1))
+	/* One relaxed load: two threads may resolve one shared handle at
+	 * once, each sees the record or the winner's NULL (a second read
+	 * could see NULL after a first saw the record). */
+	struct cbcmn__gen_oblig *r = o ? __atomic_load_n(&o->_rec, __ATOMIC_RELAXED) : NULL;
+	if (!r || !(o->_gen & 1))
 		return -EINVAL;
-	struct cbcmn__gen_oblig *r = o->_rec;
 	if (cbcmn__forked(r->rt))
 		return CBCMN_EFORKED;
 	if (self && self->rt != r->rt)
@@ -208,7 +211,7 @@ static int resolve(cbcmn_cx *cx, cbcmn_obligation *o)
 		return -EINVAL; /* another thread resolved it first */
 	cbcmn__oblig_untrack(r->rt, &r->ob, cbcmn__waker_of(self));
 	rec_put(r);
-	o->_rec = NULL;
+	__atomic_store_n(&o->_rec, NULL, __ATOMIC_RELAXED);
 	return 0;
 }
 

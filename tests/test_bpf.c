@@ -828,6 +828,39 @@ static void test_steal_fails_follow_the_runtime_across_exec(void **state)
 	end_child(child, down[1], up[0]);
 }
 
+/* A target for cbcmn-stat: this binary's --run role, which ends on a byte
+ * written to stop[1] (ours alone; stop[0] is closed on return). */
+static pid_t stat_target_start(int stop[2])
+{
+	assert_int_equal(pipe2(stop, O_CLOEXEC), 0);
+	assert_int_equal(fcntl(stop[0], F_SETFD, 0), 0); /* the target's */
+	char in_fd[16];
+	snprintf(in_fd, sizeof(in_fd), "%d", stop[0]);
+	pid_t target = spawn_self("--run", in_fd, stop[0], -1);
+	close(stop[0]);
+	return target;
+}
+
+/* cbcmn-stat -p target -i secs -c count [extra], its stdout and stderr
+ * out and err (descriptors of ours, closed on exec: the child has only
+ * its copies). */
+static pid_t stat_start(pid_t target, int out, int err, const char *secs, const char *count,
+			const char *extra)
+{
+	char stat_bin[PATH_MAX], p[16];
+	built(stat_bin, "bin/cbcmn-stat", X_OK);
+	snprintf(p, sizeof(p), "%d", (int)target);
+	pid_t st = fork();
+	assert_true(st >= 0);
+	if (st == 0) {
+		if (dup2(out, 1) < 0 || dup2(err, 2) < 0)
+			_exit(127);
+		execl(stat_bin, stat_bin, "-p", p, "-i", secs, "-c", count, extra, (char *)NULL);
+		_exit(127);
+	}
+	return st;
+}
+
 /* cbcmn-stat -p PID -i 2 --json against a process that exits after its
  * second report: the reports up to its exit, the last one cut short at the
  * exit and marked "exited":true, then exit status 2.  (The process is told
@@ -838,28 +871,11 @@ static void test_stat_target_exits(void **state)
 	(void)state;
 	if (!mon)
 		T_SKIP("%s", why);
-	char stat_bin[PATH_MAX];
-	built(stat_bin, "bin/cbcmn-stat", X_OK);
 	int stop[2];
-	assert_int_equal(pipe2(stop, O_CLOEXEC), 0);
-	assert_int_equal(fcntl(stop[0], F_SETFD, 0), 0); /* the target's; the write end is ours alone */
-	char in_fd[16];
-	snprintf(in_fd, sizeof(in_fd), "%d", stop[0]);
-	pid_t target = spawn_self("--run", in_fd, stop[0], -1);
-	close(stop[0]);
+	pid_t target = stat_target_start(stop);
 	int out[2];
-	assert_int_equal(pipe(out), 0);
-	pid_t st = fork();
-	assert_true(st >= 0);
-	if (st == 0) {
-		char p[16];
-		snprintf(p, sizeof(p), "%d", (int)target);
-		dup2(out[1], 1);
-		close(out[0]);
-		close(stop[1]);
-		execl(stat_bin, stat_bin, "-p", p, "-i", "2", "-c", "10", "--json", (char *)NULL);
-		_exit(127);
-	}
+	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	pid_t st = stat_start(target, out[1], 2, "2", "10", "--json");
 	close(out[1]);
 	FILE *f = fdopen(out[0], "r");
 	assert_non_null(f);
@@ -893,6 +909,41 @@ static void test_stat_target_exits(void **state)
 	assert_true(reports >= 3 && reports < 10);
 	assert_int_equal(exited_at, reports); /* the last one, and only it */
 	assert_true(last_s < 2.0); /* cut short, not a whole interval */
+}
+
+/* A report nobody can read (stdout a full disk) fails the run: cbcmn-stat
+ * printed into /dev/full, said nothing and exited 0. */
+static void test_stat_unwritable_output_fails(void **state)
+{
+	(void)state;
+	if (!mon)
+		T_SKIP("%s", why);
+	if (access("/dev/full", W_OK))
+		T_SKIP("needs /dev/full");
+	int stop[2];
+	pid_t target = stat_target_start(stop);
+	int err[2], full = open("/dev/full", O_WRONLY | O_CLOEXEC);
+	assert_true(full >= 0);
+	assert_int_equal(pipe2(err, O_CLOEXEC), 0);
+	pid_t st = stat_start(target, full, err[1], "0.2", "3", NULL);
+	close(full);
+	close(err[1]);
+	static char text[1 << 14];
+	size_t n = 0;
+	ssize_t k;
+	while (n < sizeof(text) - 1 && (k = read(err[0], text + n, sizeof(text) - 1 - n)) > 0)
+		n += (size_t)k;
+	text[n] = 0;
+	close(err[0]);
+	int status, tstatus;
+	assert_int_equal(waitpid(st, &status, 0), st);
+	assert_int_equal(write(stop[1], "q", 1), 1);
+	close(stop[1]);
+	assert_int_equal(waitpid(target, &tstatus, 0), target);
+	printf("cbcmn-stat > /dev/full: status %d, stderr:\n%s", WEXITSTATUS(status), text);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	assert_non_null(strstr(text, "cbcmn-stat: writing the output failed\n"));
 }
 
 /* Role --so LIB IN OUT: a process using libcbcmn.so (dlopen: this binary's
@@ -1306,6 +1357,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_attach_after_start_reports_tid_cpu),
 		cmocka_unit_test(test_pin_and_stale_doorbell_state),
 		cmocka_unit_test(test_stat_target_exits),
+		cmocka_unit_test(test_stat_unwritable_output_fails),
 		cmocka_unit_test(test_steal_fails_follow_the_runtime_across_exec),
 		cmocka_unit_test(test_attach_shared_library),
 		cmocka_unit_test(test_shared_library_replaced_on_disk_after_start),

@@ -427,16 +427,35 @@ static void test_stealmx_nul_byte_is_refused(void **state)
 	assert_non_null(strstr(err, "m:1: a NUL byte"));
 }
 
-/* An endless stream without a newline (/dev/zero, a binary), as a cookie
- * that counts what was read and ends after 64 MiB. */
-static ssize_t zeros_read(void *cookie, char *buf, size_t len)
+/* An endless stream, unit repeated (a NUL: /dev/zero, a binary; a line:
+ * 'yes 0 1 0'), as a FILE whose reads are counted in given and that ends
+ * after 64 MiB. */
+struct endless {
+	const char *unit;
+	size_t len, given;
+};
+
+static ssize_t endless_read(void *cookie, char *buf, size_t len)
 {
-	size_t *given = cookie;
-	if (*given >= (64u << 20))
+	struct endless *e = cookie;
+	if (e->given >= (64u << 20))
 		return 0;
-	memset(buf, 0, len);
-	*given += len;
+	len -= len % e->len;
+	for (size_t i = 0; i < len; i += e->len)
+		memcpy(buf + i, e->unit, e->len);
+	e->given += len;
 	return (ssize_t)len;
+}
+
+/* stealmx_read() of e, refused: *m left empty, the line in err. */
+static void endless_refused(struct endless *e, char *err, size_t errlen)
+{
+	FILE *f = fopencookie(e, "r", (cookie_io_functions_t){.read = endless_read});
+	assert_non_null(f);
+	struct stealmx m = {0};
+	assert_int_equal(stealmx_read(f, "z", &m, err, errlen), -1);
+	fclose(f);
+	assert_null(m.v);
 }
 
 /* getline() grew its line until memory ran out (64 MiB here, all of it on
@@ -444,16 +463,27 @@ static ssize_t zeros_read(void *cookie, char *buf, size_t len)
 static void test_stealmx_endless_line_is_refused_early(void **state)
 {
 	(void)state;
-	size_t given = 0;
-	FILE *f = fopencookie(&given, "r", (cookie_io_functions_t){.read = zeros_read});
-	assert_non_null(f);
-	struct stealmx m = {0};
+	struct endless e = {"", 1, 0};
 	char err[256];
-	assert_int_equal(stealmx_read(f, "z", &m, err, sizeof(err)), -1);
-	fclose(f);
+	endless_refused(&e, err, sizeof(err));
 	assert_non_null(strstr(err, "z:1: a line longer than 4096 bytes"));
-	assert_true(given <= (1u << 20)); /* a stdio buffer or so, not the stream */
-	assert_null(m.v);
+	assert_true(e.given <= (1u << 20)); /* a stdio buffer or so, not the stream */
+}
+
+/* An endless stream of well-formed lines: each became an entry, and the
+ * array grew until memory ran out (60 MB a second through
+ * cbcmn-affinity): at most STEALMX_MAX_PAIRS. */
+static void test_stealmx_endless_pairs_are_refused(void **state)
+{
+	(void)state;
+	struct endless e = {"0 1 0\n", 6, 0};
+	char err[256], want[128];
+	endless_refused(&e, err, sizeof(err));
+	snprintf(want, sizeof(want), "z:%u: more than %u thief-victim lines", STEALMX_MAX_PAIRS + 1,
+		 STEALMX_MAX_PAIRS);
+	if (!strstr(err, want))
+		fail_msg("want '%s...', got '%s'", want, err);
+	assert_true(e.given < (32u << 20)); /* stopped at the bound, not the stream's end */
 }
 
 /* ---- the tools themselves ---------------------------------------------------------- */
@@ -669,9 +699,10 @@ static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
 }
 
 /* Output that could not be written is a failure: cbcmn-run said so on
- * stderr and exited 0; cbcmn-bench, cbcmn-demo (and cbcmn-loadtest, too
- * slow to run here) said nothing and exited 0 (a script reading their
- * figures through a full disk took the silence for a run). */
+ * stderr and exited 0; cbcmn-bench, cbcmn-demo and cbcmn-loadtest said
+ * nothing and exited 0 (a script reading their
+ * figures through a full disk took the silence for a run).  --help too:
+ * every tool exited 0 with its usage lost. */
 static void test_unwritable_output_fails(void **state)
 {
 	(void)state;
@@ -684,20 +715,27 @@ static void test_unwritable_output_fails(void **state)
 		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
 		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
 		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
+		{"cbcmn-loadtest", L("cbcmn-loadtest", "-d", "0.1", "-c", "2", "-n", "0", "-i", "10",
+				     "--no-http")},
+		{"cbcmn-run", L("cbcmn-run", "--help")},
+		{"cbcmn-bench", L("cbcmn-bench", "--help")},
+		{"cbcmn-demo", L("cbcmn-demo", "-h")},
+		{"cbcmn-affinity", L("cbcmn-affinity", "--help")},
+		{"cbcmn-loadtest", L("cbcmn-loadtest", "--help")},
+		{"cbcmn-top", L("cbcmn-top", "--help")},
+		{"cbcmn-stat", L("cbcmn-stat", "--help")},
 	};
-	tool_stdout = "/dev/full";
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		struct outcome o;
+		tool_stdout = "/dev/full"; /* for this run only: no later test gets it */
 		run_tool(runs[i].tool, runs[i].argv, NULL, 0, 60, &o);
+		tool_stdout = NULL;
 		size_t len = strlen(o.err);
 		bool one_line = len && o.err[len - 1] == '\n' && strchr(o.err, '\n') == o.err + len - 1;
-		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed")) {
-			tool_stdout = NULL;
+		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed"))
 			fail_msg("%s %s: status %d (want 1), stderr '%s' (want one line saying so)",
 				 runs[i].tool, runs[i].argv[1], o.status, o.err);
-		}
 	}
-	tool_stdout = NULL;
 }
 
 int main(void)
@@ -714,6 +752,7 @@ int main(void)
 		T_WATCHED_TEST(test_stealmx_sum_overflow_is_refused),
 		T_WATCHED_TEST(test_stealmx_nul_byte_is_refused),
 		T_WATCHED_TEST(test_stealmx_endless_line_is_refused_early),
+		T_WATCHED_TEST(test_stealmx_endless_pairs_are_refused),
 		T_WATCHED_TEST(test_stat_pid_above_pid_t_is_refused),
 		T_WATCHED_TEST(test_count_overflow_is_refused),
 		T_WATCHED_TEST(test_bench_negative_spin_is_refused),

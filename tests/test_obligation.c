@@ -187,10 +187,14 @@ static void test_thread_cannot_resolve_a_tasks(void **state)
 	t_destroy(rt);
 }
 
-/* Two threads resolve one thread-owned obligation at once: exactly one
- * wins (TSan: the records' fields are only touched by the winner). */
+/* Two threads resolve one thread-owned obligation at once, each with its
+ * own copy or both given one handle object: exactly one wins (TSan: the
+ * records' fields are only touched by the winner).  Shared, the loser read
+ * the handle twice and could take the winner's NULL for the record (TSan:
+ * a race on the handle). */
 struct race {
 	cbcmn_obligation o;
+	bool shared;
 	pthread_barrier_t go;
 	_Atomic int wins, einval;
 };
@@ -198,9 +202,13 @@ struct race {
 static void *racer(void *p)
 {
 	struct race *r = p;
-	cbcmn_obligation mine = r->o;
+	cbcmn_obligation mine, *o = &r->o;
+	if (!r->shared) {
+		mine = r->o;
+		o = &mine;
+	}
 	pthread_barrier_wait(&r->go);
-	int rc = cbcmn_obligation_commit(NULL, &mine);
+	int rc = cbcmn_obligation_commit(NULL, o);
 	if (rc == 0)
 		atomic_fetch_add(&r->wins, 1);
 	else if (rc == -EINVAL)
@@ -212,8 +220,8 @@ static void test_racing_resolutions_one_wins(void **state)
 {
 	(void)state;
 	cbcmn_runtime *rt = rt_policy(CBCMN_LEAK_LOG);
-	for (int round = 0; round < T_SCALE(200); round++) {
-		struct race r = {0};
+	for (int round = 0; round < T_SCALE(400); round++) {
+		struct race r = {.shared = round & 1};
 		assert_int_equal(cbcmn_obligation_reserve(rt, NULL, NULL, &r.o), 0);
 		pthread_barrier_init(&r.go, NULL, 2);
 		pthread_t a, b;

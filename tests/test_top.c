@@ -1663,6 +1663,35 @@ static void test_regression_command_stderr_when_it_dies_early(void **state)
 	assert_true(took < 4.5); /* not held until the sleep ends */
 }
 
+/* The bug: with its stdout unwritable (a full disk), cbcmn-top -b --
+ * COMMAND said "writing stdout: ..." and then, as at a normal end, the
+ * command's exit status and its last lines: two lines or more for one
+ * failure.  Now the write error is the one line; the command is ended
+ * quietly.  One command ends on its own before the first snapshot (die),
+ * one is still running and has lines to show (chatty). */
+static void test_regression_unwritable_stdout_is_one_line(void **state)
+{
+	(void)state;
+	if (access("/dev/full", W_OK)) {
+		T_SKIP("needs /dev/full");
+		return;
+	}
+	char out[4096], err[16384];
+	const char *cases[][2] = {{"die", "2"}, {"chatty", "0.5"}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[] = {"/bin/sh", "-c", "exec \"$@\" > /dev/full", "sh", top, "-b",
+				"--no-bpf", "-d", (char *)cases[i][1], "--", self, "--workload",
+				(char *)cases[i][0], NULL};
+		int st = run(argv, out, sizeof(out), err, sizeof(err), 30);
+		printf("%s: %s", cases[i][0], err);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+		if (strncmp(err, "cbcmn-top: writing stdout: ", 27) ||
+		    strchr(err, '\n') - err + 1 != (long)strlen(err))
+			fail_msg("%s: want one line, 'cbcmn-top: writing stdout: ...', got: %s",
+				 cases[i][0], err);
+	}
+}
+
 /* The bug: a started command that ignores SIGTERM (a trap, a slow
  * graceful shutdown) held cbcmn-top as it exited, for as long as the
  * command lived or until a signal interrupted the viewer (a batch run in
@@ -2009,6 +2038,7 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_command_ends),
 		T_WATCHED_TEST(test_regression_command_ending_during_attach_is_reported_as_ended),
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_early),
+		T_WATCHED_TEST(test_regression_unwritable_stdout_is_one_line),
 		T_WATCHED_TEST(test_regression_command_stderr_when_it_dies_later),
 		T_WATCHED_TEST(test_regression_command_ignoring_sigterm_does_not_hold_the_viewer),
 		T_WATCHED_TEST(test_regression_command_gets_default_sigpipe),

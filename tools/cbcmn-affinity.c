@@ -549,7 +549,7 @@ int main(int argc, char **argv)
 		die("%s (try --help)", err);
 	if (o.help) {
 		fputs(usage_text, stdout);
-		return 0;
+		return cli_stdout_flushed(PROG) ? 0 : 1;
 	}
 	const char *root = o.root, *policy = o.policy, *matrix_path = o.matrix;
 	long long n = o.n, first_cpu = o.first_cpu;

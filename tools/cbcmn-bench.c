@@ -2347,7 +2347,7 @@ int main(int argc, char **argv)
 	}
 	if (o.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed("cbcmn-bench") ? 0 : 1;
 	}
 	workers = o.workers;
 	conns = o.conns;

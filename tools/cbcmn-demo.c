@@ -31,7 +31,7 @@ int main(int argc, char **argv)
 	}
 	if (o.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed("cbcmn-demo") ? 0 : 1;
 	}
 	int n = o.n;
 	uint32_t workers = o.workers;

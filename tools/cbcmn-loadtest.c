@@ -342,7 +342,7 @@ int main(int argc, char **argv)
 	}
 	if (o.help) {
 		fputs(usage_text, stdout);
-		return 0;
+		return cli_stdout_flushed("cbcmn-loadtest") ? 0 : 1;
 	}
 	struct lg_config cfg = o.cfg;
 	int server_cpu = o.server_cpu;

@@ -471,8 +471,8 @@ struct run {
 };
 
 /* print_json(), print_text(): false when the output could not be written
- * (said on stderr; the run then fails: a full disk or a closed pipe must
- * not pass for a result). */
+ * (said on stderr; the run then fails: a full disk must not pass for a
+ * result; a closed pipe ends us by SIGPIPE first). */
 static bool print_json(const struct run *u)
 {
 	const struct wl_result *r = u->r;
@@ -633,7 +633,7 @@ int main(int argc, char **argv)
 		bad_input("%s", perr);
 	if (a.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed(PROG) ? 0 : 1;
 	}
 	struct wl_opts o = {.workers = a.workers,
 			    .policy = CBCMN_PIN_AUTO,

@@ -18,6 +18,7 @@
 #include "bpf/bpfmon.h"
 #include "export/openmetrics.h"
 #include "util/uring_ops.h"
+#include "cli/cli.h"
 #include "cli/opts.h"
 #include "cbcmn.h"
 
@@ -302,7 +303,6 @@ static void print_text(int n, const struct bpfmon_shard *d, const struct bpfmon_
 		ops_summary(s, ops, sizeof(ops), 0);
 		printf(" %s\n", ops);
 	}
-	fflush(stdout);
 }
 
 static void json_fields(const struct bpfmon_shard *s, int mbox)
@@ -346,7 +346,6 @@ static void print_json(pid_t pid, double secs, bool exited, int n, const struct 
 	printf("],\"total\":{\"shards\":%d", n);
 	json_fields(tot, CBCMN_BPF_NSLOTS);
 	printf("}\n");
-	fflush(stdout);
 }
 
 /* Sleep one interval, or less: returns true as soon as the process exits
@@ -528,7 +527,7 @@ int main(int argc, char **argv)
 	}
 	if (o.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed("cbcmn-stat") ? 0 : 1;
 	}
 	if (o.prometheus)
 		return prometheus_main(&o);
@@ -617,7 +616,7 @@ int main(int argc, char **argv)
 	/* A pidfd turns readable when the process exits (a zombie too): a
 	 * report is cut short at the exit, not a whole interval later. */
 	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-	bool exited = false;
+	bool exited = false, lost = false;
 	double secs = 0;
 	if ((rc = read_now(m, prev)) < 0)
 		goto read_failed;
@@ -637,12 +636,18 @@ int main(int argc, char **argv)
 			print_json((pid_t)pid, secs, exited, n, d, &d[CBCMN_BPF_OUTSIDE], &tot);
 		else
 			print_text(n, d, &d[CBCMN_BPF_OUTSIDE], &tot, r == 0);
+		/* Each report as it is made; one nobody can read (a full
+		 * disk) fails the run rather than pass for one. */
+		if ((lost = !cli_stdout_flushed("cbcmn-stat")))
+			break;
 		struct bpfmon_shard *t = prev;
 		prev = now;
 		now = t;
 	}
 	if (pidfd >= 0)
 		close(pidfd);
+	if (lost) /* said; ret is 1 */
+		goto cleanup;
 	if (exited) {
 		fprintf(stderr, "cbcmn-stat: process %ld exited; the last report covers %.3f s up to its exit\n",
 			pid, secs);

@@ -20,6 +20,7 @@
 #include "util/clock.h"
 #include "util/errtail.h"
 #include "cli/opts.h"
+#include "cli/cli.h"
 #include "top/top_model.h"
 #include "top/top_out.h"
 #include "top/top_record.h"
@@ -310,8 +311,9 @@ static void child_end(void)
 /* A command we started goes with us.  If it ended on its own (given a
  * moment when its runtime has ended: its exit follows), its status and
  * the rest of its stderr; if it got our SIGTERM, the rest of its stderr
- * only, if any. */
-static void reap_command(bool ended)
+ * only, if any.  Quiet: neither (our failure was said in one line, and
+ * the command's end is not news beside it). */
+static void reap_command(bool ended, bool quiet)
 {
 	int status;
 	double until = mono_s() + (ended ? EXIT_WAIT_S : 0);
@@ -319,7 +321,10 @@ static void reap_command(bool ended)
 	while ((r = waitpid(child.pid, &status, WNOHANG)) == 0 && mono_s() < until)
 		usleep(10000);
 	char head[PATH_MAX + 160];
-	if (r == child.pid) {
+	if (quiet) {
+		if (r != child.pid)
+			end_command(&status);
+	} else if (r == child.pid) {
 		char how[64];
 		describe_status(status, how, sizeof(how));
 		snprintf(head, sizeof(head), "cbcmn-top: %s (pid %d) %s", child.name, (int)child.pid,
@@ -334,8 +339,9 @@ static void reap_command(bool ended)
 	child_end();
 }
 
-/* Batch: a snapshot every delay_s; n of them (0: until stopped). */
-static int run_batch(struct top_model *m, double delay_s, long n, bool json)
+/* Batch: a snapshot every delay_s; n of them (0: until stopped).  1 with
+ * a line on failure; *lost then says whether it was stdout's. */
+static int run_batch(struct top_model *m, double delay_s, long n, bool json, bool *lost)
 {
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
@@ -356,6 +362,7 @@ static int run_batch(struct top_model *m, double delay_s, long n, bool json)
 		rc = json ? top_print_json(stdout, m) : top_print_text(stdout, m);
 		if (rc) {
 			fprintf(stderr, "cbcmn-top: writing stdout: %s\n", strerror(errno ? errno : EIO));
+			*lost = true;
 			return 1;
 		}
 		/* What a started command said meanwhile: no screen to spoil. */
@@ -406,7 +413,7 @@ int main(int argc, char **argv)
 	}
 	if (o.help) {
 		usage(stdout);
-		return 0;
+		return cli_stdout_flushed("cbcmn-top") ? 0 : 1;
 	}
 	long pid = o.pid, iterations = o.iterations;
 	double delay = o.delay, wait_s = o.wait_s;
@@ -497,14 +504,14 @@ int main(int argc, char **argv)
 
 	struct top_model *m;
 	char err[320];
-	bool ended = false;
+	bool ended = false, lost = false;
 	int rc = top_model_open(&m, (pid_t)pid, &mo, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "cbcmn-top: %s\n", err);
 		goto reap;
 	}
 	if (batch) {
-		ret = run_batch(m, delay, iterations, json);
+		ret = run_batch(m, delay, iterations, json, &lost);
 	} else {
 		struct top_ui_opts uo = {.delay_s = delay, .color = color};
 		rc = top_ui_run(m, &uo, &stop);
@@ -523,7 +530,7 @@ int main(int argc, char **argv)
 	top_model_close(m);
 reap:
 	if (child.pid > 0)
-		reap_command(ended);
+		reap_command(ended, lost);
 record:
 	return record_end(&rec, NULL, ret);
 }

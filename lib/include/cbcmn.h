@@ -892,10 +892,10 @@ CBCMN_API int cbcmn_obligation_reserve(cbcmn_runtime *rt, cbcmn_cx *cx, const ch
  * outstanding obligation (zeroed, already committed or aborted, or aborted
  * by the runtime when its owner leaked it); -EPERM if cx is not its owner
  * (see above); CBCMN_EWRONGRT; CBCMN_EFORKED.  Exactly one of two racing
- * resolutions of a thread's obligation succeeds, each racer holding its
- * own copy of the handle: a resolution clears the handle it was given, so
- * two calls given one handle object race on that memory (TSan reports
- * it). */
+ * resolutions of a thread's obligation (or channel permit,
+ * cbcmn_chan_commit()) succeeds, the other is -EINVAL, whether the racers
+ * share one handle object or each hold a copy (a resolution clears the
+ * handle it was given, atomically). */
 CBCMN_API int cbcmn_obligation_commit(cbcmn_cx *cx, cbcmn_obligation *o);
 CBCMN_API int cbcmn_obligation_abort(cbcmn_cx *cx, cbcmn_obligation *o);
 

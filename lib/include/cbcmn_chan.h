@@ -146,7 +146,12 @@ CBCMN_API int cbcmn_chan_try_reserve(cbcmn_cx *cx, cbcmn_chan *c, cbcmn_chan_per
 CBCMN_API int cbcmn_chan_commit(cbcmn_cx *cx, cbcmn_chan_permit *p, const void *elem);
 
 /* Give the slot *p reserved back and resolve *p.  Returns 0, -EINVAL or
- * -EPERM as cbcmn_chan_commit(). */
+ * -EPERM as cbcmn_chan_commit().
+ *
+ * Exactly one of two racing resolutions (commit or abort) of a thread's
+ * permit succeeds, the other is -EINVAL, whether the racers share one
+ * permit object or each hold a copy, as for obligations
+ * (cbcmn_obligation_commit()). */
 CBCMN_API int cbcmn_chan_abort(cbcmn_cx *cx, cbcmn_chan_permit *p);
 
 #ifdef __cplusplus

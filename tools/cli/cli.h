@@ -42,9 +42,10 @@ char *cli_one_line(char *s);
 int cli_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Flushes stdout.  False, with "prog: writing the output failed" on
- * stderr, when what was printed could not be written (a full disk, a
- * closed pipe): the tool then fails, so that lost output never passes for
- * a result. */
+ * stderr, when what was printed could not be written (a full disk; a
+ * closed pipe too where SIGPIPE is ignored, else that signal ends the tool
+ * first, as any filter): the tool then fails, so that lost output never
+ * passes for a result. */
 bool cli_stdout_flushed(const char *prog);
 
 /* Says in err what getopt_long refused, given what it returned (c, '?' or

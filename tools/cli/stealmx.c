@@ -99,6 +99,9 @@ int stealmx_read(FILE *f, const char *path, struct stealmx *m, char *err, size_t
 		if (x[2] > STEALMX_MAX_TOTAL - m->steals || tasks > STEALMX_MAX_TOTAL - m->tasks)
 			FAIL("%s:%lu: the counts add up past %" PRIu64, path, lineno,
 			     (uint64_t)STEALMX_MAX_TOTAL);
+		if (m->n == STEALMX_MAX_PAIRS)
+			FAIL("%s:%lu: more than %u thief-victim lines: not a steal matrix", path,
+			     lineno, STEALMX_MAX_PAIRS);
 		if (m->n == m->cap) {
 			size_t cap = m->cap ? 2 * m->cap : 64;
 			struct stealmx_pair *v = realloc(m->v, cap * sizeof(*v));

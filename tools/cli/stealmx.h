@@ -7,7 +7,7 @@
  * The reader refuses, with one line naming the file and line: junk or a
  * field too many or too few, an index of STEALMX_MAX_EXECUTORS or more, an
  * executor stealing from itself, a NUL byte (not text), a line longer than
- * STEALMX_MAX_LINE bytes, and counts whose
+ * STEALMX_MAX_LINE bytes, more than STEALMX_MAX_PAIRS entries, and counts whose
  * sum, weighted by a node distance (at most 255), would not fit in 64
  * bits.  Pure apart from the FILE it reads: any thread may call it.
  */
@@ -25,6 +25,11 @@
 /* The longest line, its newline included: four 20-digit numbers and a
  * comment fit many times over; a longer one is not a matrix (a binary). */
 #define STEALMX_MAX_LINE 4096u
+/* The most entries (lines with figures): a full matrix of 1024 executors
+ * (CBCMN_MAX_EXECUTORS) has about 2^20 pairs, two such fit.  More is an
+ * endless stream ('yes 0 1 0'), refused before memory runs out (48 MiB of
+ * entries at most). */
+#define STEALMX_MAX_PAIRS (1u << 21)
 /* The largest sum of steals (and of tasks): times a distance of up to 255
  * it still fits in a uint64_t. */
 #define STEALMX_MAX_TOTAL (UINT64_MAX / 256)
