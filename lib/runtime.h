@@ -391,11 +391,10 @@ struct cbcmn__exec {
 	 * only we take it with a plain load and store, with the wheel's
 	 * gate closed; every other take is an exchange: ours while a run
 	 * holds the gate open (the debt paid: into the slot), the stall
-	 * monitor's with the gate taken (RESCUE: to the inject queue,
-	 * cbcmn__notify_owed_rescue()), a dead thread's successor's
-	 * (forward_runnable()).  Not stealable: a thief's steal waits for the
-	 * debt's payment, as a notification does.  NULL beside a non-empty
-	 * slot, and after every pick of the loop. */
+	 * monitor's and a thief's with the gate taken (RESCUE: sched.c,
+	 * held_grab(); the thief's once our run has gone on for
+	 * SLOT_STEAL_NS, as for the slot), forward_runnable()'s.  NULL
+	 * beside a non-empty slot, and after every pick of the loop. */
 	_Atomic(struct cbcmn_task *) held;
 	/* Runs begun by a direct switch, without the loop (sched.c,
 	 * switch_direct()), wrapping: how many hops took the fast path

@@ -489,21 +489,29 @@ void cbcmn__notify_owed_pay(struct cbcmn__exec *e)
 	cbcmn__notify_owed_actor(e);
 }
 
-bool cbcmn__held_rescue(struct cbcmn__exec *x)
+/* The actor x holds (exec.held), taken from under x's run: only with the
+ * gate ours (OUT -> RESCUE), as x's owner takes held with a plain load
+ * and store once it has closed the gate (held_take()).  Refused (OWNER):
+ * x is between runs, and its next pick takes the held actor or publishes
+ * it (cbcmn__exec_main()); or another taker has the gate.  The stall
+ * monitor's (cbcmn__held_rescue()) and a thief's (steal_from()). */
+static struct cbcmn_task *held_grab(struct cbcmn__exec *x)
 {
-	/* Only with the gate ours: x's owner takes held with a plain load
-	 * and store once it has closed the gate (held_take()).  Refused
-	 * (OWNER): x is between runs, and its next pick takes the held
-	 * actor or publishes it (cbcmn__exec_main()). */
 	uint32_t s = CBCMN__GATE_OUT;
 	if (!atomic_load_explicit(&x->held, memory_order_acquire) ||
 	    !atomic_compare_exchange_strong_explicit(&x->wheel_gate, &s, CBCMN__GATE_RESCUE,
 						     memory_order_acquire, memory_order_relaxed))
-		return false;
+		return NULL;
 	struct cbcmn_task *t = atomic_exchange_explicit(&x->held, NULL, memory_order_acquire);
 	/* release: pairs with cbcmn__wheel_gate_close()'s acquire: the owner
 	 * sees held emptied. */
 	atomic_store_explicit(&x->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
+	return t;
+}
+
+bool cbcmn__held_rescue(struct cbcmn__exec *x)
+{
+	struct cbcmn_task *t = held_grab(x);
 	if (!t)
 		return false;
 	/* Where a thief would have taken it from the slot: any executor,
@@ -1785,7 +1793,7 @@ bool cbcmn__stealable_work(struct cbcmn__exec *e)
 		if (v == e)
 			continue;
 		int64_t len = cbcmn__deque_len(&v->dq);
-		bool slot = atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL;
+		bool slot = slot_busy(v);
 		if (len + slot > 0 && steal_gate(e, v, len + slot, false)) {
 			/* A slot alone waits its delay, as in steal_from():
 			 * meanwhile park as for gated work, a while only. */
@@ -1806,7 +1814,7 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 {
 	struct cbcmn_task *first = NULL;
 	int64_t len = cbcmn__deque_len(&v->dq);
-	bool slot = atomic_load_explicit(&v->slot, memory_order_relaxed) != NULL;
+	bool slot = slot_busy(v);
 	*taken = 0;
 	if (len + slot == 0 || !steal_gate(e, v, len + slot, true))
 		return NULL;
@@ -1839,6 +1847,14 @@ static struct cbcmn_task *steal_from(struct cbcmn__exec *e, struct cbcmn__exec *
 	    pick_stuck(v, SLOT_STEAL_NS)) {
 		/* acquire: pairs with the owner's exchange in cbcmn__schedule(). */
 		first = atomic_exchange_explicit(&v->slot, NULL, memory_order_acquire);
+		n = first != NULL;
+	}
+	/* The actor v holds for its debt (exec.held) likewise: its sender
+	 * runs on past SLOT_STEAL_NS (held or in the slot, it was taken
+	 * then; held and left to the debt's payment, it waited owe_ns). */
+	if (!first && atomic_load_explicit(&v->held, memory_order_relaxed) &&
+	    pick_stuck(v, SLOT_STEAL_NS)) {
+		first = held_grab(v);
 		n = first != NULL;
 	}
 	*taken = n;

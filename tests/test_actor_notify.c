@@ -459,6 +459,49 @@ static void test_a_held_actor_survives_its_executors_thread_dying(void **state)
 	t_destroy(rt);
 }
 
+/* A sends while the other executor searches for work (it spins), then
+ * computes on, no runtime call, for at most 500 ms. */
+static int64_t searched_a(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	atomic_store(&o->p.a_running, 1);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
+	note_held();
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&o->p.b_ran) && t_now_ns() - t0 < 500000000ull;)
+		;
+	atomic_store(&o->p.a_running, 0);
+	return 0;
+}
+
+/* A searching executor takes the woken actor from a sender that computes
+ * on after SLOT_STEAL_NS, as it took it from the slot: held, it waited
+ * for the debt's payment (owe_ns, a second here), B ran after A.  Up to
+ * five runs, until one whose wake was held. */
+static void test_a_held_actor_is_taken_by_a_searching_executor(void **state)
+{
+	(void)state;
+	static struct runs_on o;
+	atomic_store(&held_seen, 0);
+	for (int run = 0; run < 5 && !atomic_load(&held_seen); run++) {
+		memset(&o, 0, sizeof(o));
+		o.p = (struct pair){.a_fn = searched_a, .b_fn = runs_on_b};
+		cbcmn_config cfg;
+		quiet_config(&cfg, true);
+		cfg.owe_ns = CBCMN_OWE_MAX_NS; /* the monitor pays nothing here */
+		cfg.spin_ns = 30000000000ull;  /* the idle executor searches on */
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		int64_t res;
+		assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&o.p.b_ran), 1);
+		assert_int_equal(atomic_load(&o.p.b_beside_a), 1);
+		assert_int_equal(cbcmn__monitor_owe_paid(rt), 0);
+		t_destroy(rt);
+	}
+	assert_int_equal(atomic_load(&held_seen), 1);
+}
+
 /* ---- a debt cleared by the direct switch ---- */
 
 struct cleared {
@@ -923,6 +966,7 @@ int main(void)
 		cmocka_unit_test(test_a_held_actor_is_published_and_stolen_when_its_sender_runs_on),
 		cmocka_unit_test(test_a_held_actor_stopped_while_its_sender_computes_runs_once),
 		cmocka_unit_test(test_a_held_actor_survives_its_executors_thread_dying),
+		cmocka_unit_test(test_a_held_actor_is_taken_by_a_searching_executor),
 		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
 		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
