@@ -1241,9 +1241,7 @@ static struct cbcmn_task *actor_direct(struct cbcmn__exec *e, struct cbcmn_task 
 {
 	/* Nothing to switch to (an empty slot, none held, no queued actor):
 	 * the loop, without the gate's compare-and-swap. */
-	if (!e->wheel || !loop_idle(e) ||
-	    (!atomic_load_explicit(&e->slot, memory_order_relaxed) &&
-	     !atomic_load_explicit(&e->held, memory_order_relaxed) && !e->pq_head))
+	if (!e->wheel || !loop_idle(e) || (!slot_busy(e) && !e->pq_head))
 		return NULL;
 	/* The wheel is ours only with its gate closed: t's run opened it,
 	 * and a stall's rescue may be taking the wheel's actors meanwhile
