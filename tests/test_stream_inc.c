@@ -241,6 +241,44 @@ static void test_streams_share_a_buffer_out_of_order(void **state)
 	run_on(t_runtime(1), shared);
 }
 
+/* ---- a stream's end in the middle of a buffer ------------------------------------------ */
+
+/* One stream's end (EOF) comes while its chunks are the only ones in
+ * the buffer at the ring's head, and they are given back: its end took
+ * no bytes, so the kernel is not done with that buffer, and the next
+ * stream's bytes land after the chunks, and are read from there (a pool
+ * that took the end for the buffer's would put it back in the ring
+ * while the kernel goes on filling it). */
+static int64_t eof_mid(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct flow a, b;
+	cbcmn_stream *sa, *sb;
+	int rc = two_open(cx, &a, 7, &sa, &b, &sb);
+	if (rc)
+		return rc;
+	const void *d;
+	for (int r = 0; r < 3; r++) {
+		TASK_CHECK(put(cx, &a, 100) == 0);
+		TASK_CHECK(take(cx, sa, &a, &d) == 100);
+	}
+	shutdown(a.sv[1], SHUT_WR);
+	TASK_CHECK(cbcmn_sleep(cx, 50000) == 0); /* its end received */
+	TASK_CHECK(take(cx, sa, &a, &d) == 0); /* gives the last chunk back */
+	for (int r = 0; r < 3; r++) {
+		TASK_CHECK(put(cx, &b, 50) == 0);
+		TASK_CHECK(take(cx, sb, &b, &d) == 50);
+	}
+	two_close(cx, sa, sb, &a, &b);
+	return 0;
+}
+
+static void test_end_of_a_stream_mid_buffer(void **state)
+{
+	(void)state;
+	run_on(t_runtime(1), eof_mid);
+}
+
 /* ---- buffers come round ------------------------------------------------------------- */
 
 /* A pool of 8 buffers goes round many times under odd-sized receives of
@@ -415,6 +453,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_small_receives_pack_in_a_buffer),
 		T_WATCHED_TEST(test_streams_share_a_buffer_out_of_order),
+		T_WATCHED_TEST(test_end_of_a_stream_mid_buffer),
 		T_WATCHED_TEST(test_buffers_come_round),
 		T_WATCHED_TEST(test_cancelled_reader_gives_its_chunks_back),
 		T_WATCHED_TEST(test_sends_of_chunks_that_share_a_buffer),
