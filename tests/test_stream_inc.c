@@ -7,6 +7,7 @@
  * buffers, as on the epoll backend and before 6.12): the same behaviour. */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 
@@ -27,7 +28,7 @@ static struct cbcmn__pool_state pool_state(cbcmn_cx *cx)
 static bool inc_expected(cbcmn_cx *cx)
 {
 	const char *v = getenv("CBCMN_PBUF_INC");
-	if (((struct cbcmn_task *)cx)->exec->ep || (v && v[0] == '0'))
+	if (((struct cbcmn_task *)cx)->exec->ep || (v && strcmp(v, "0") == 0))
 		return false;
 	struct utsname u;
 	int maj = 0, min = 0;
@@ -448,6 +449,40 @@ static void test_sends_of_chunks_that_share_a_buffer(void **state)
 	run_on(t_runtime(1), echoes);
 }
 
+/* ---- CBCMN_PBUF_INC ------------------------------------------------------------------- */
+
+/* A value CBCMN_PBUF_INC does not know ("off" once kept incremental
+ * buffers on, "0junk" turned them off) fails the runtime's creation, as
+ * CBCMN_BACKEND's do; 1 and empty are the default. */
+static void test_a_bad_CBCMN_PBUF_INC_is_refused(void **state)
+{
+	(void)state;
+	const char *was = getenv("CBCMN_PBUF_INC");
+	char *saved = was ? strdup(was) : NULL;
+	static const struct {
+		const char *v;
+		int rc;
+	} cases[] = {{"off", -EINVAL}, {"0junk", -EINVAL}, {" 0", -EINVAL}, {"no", -EINVAL},
+		     {"1", 0},        {"", 0},             {"0", 0}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		setenv("CBCMN_PBUF_INC", cases[i].v, 1);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cbcmn_runtime *rt = NULL;
+		int rc = cbcmn_runtime_create(&cfg, &rt);
+		if (rc == 0)
+			cbcmn_runtime_destroy(rt);
+		if (rc != cases[i].rc)
+			fail_msg("CBCMN_PBUF_INC=\"%s\": %d, not %d", cases[i].v, rc, cases[i].rc);
+	}
+	if (saved)
+		setenv("CBCMN_PBUF_INC", saved, 1);
+	else
+		unsetenv("CBCMN_PBUF_INC");
+	free(saved);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -457,6 +492,7 @@ int main(void)
 		T_WATCHED_TEST(test_buffers_come_round),
 		T_WATCHED_TEST(test_cancelled_reader_gives_its_chunks_back),
 		T_WATCHED_TEST(test_sends_of_chunks_that_share_a_buffer),
+		T_WATCHED_TEST(test_a_bad_CBCMN_PBUF_INC_is_refused),
 	};
 	int rc = cmocka_run_group_tests_name("as chosen", tests, NULL, NULL);
 	setenv("CBCMN_PBUF_INC", "0", 1); /* whole buffers */
