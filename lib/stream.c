@@ -311,6 +311,8 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 		int rc = 0;
 		if (e->ep)
 			cbcmn__ep_buf_ring(e, p->br, entries);
+		else if (p->inc && CBCMN__FAULT(CBCMN__F_PBUF_INC))
+			rc = -EINVAL; /* tests: the fallback, as before 6.12 */
 		else
 			rc = io_uring_register_buf_ring(&r->u, &reg, 0);
 		if (rc == 0)

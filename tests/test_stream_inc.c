@@ -12,6 +12,7 @@
 #include <sys/utsname.h>
 
 #include "helpers.h"
+#include "../lib/fault.h"
 #include "../lib/runtime.h"
 
 #define BUF 4096u /* the pool's buffers (the default stream_buf_size) */
@@ -449,6 +450,60 @@ static void test_sends_of_chunks_that_share_a_buffer(void **state)
 	run_on(t_runtime(1), echoes);
 }
 
+/* ---- the kernel refuses the flag ---------------------------------------------------------- */
+
+/* The pool's registration with IOU_PBUF_RING_INC refused, as a kernel
+ * before 6.12 refuses it (the pbuf_inc fault site): the pool is
+ * registered again with whole buffers, under the same group (a ring left
+ * half registered would make that say -EEXIST, and the stream fail), and
+ * serves: each chunk in a buffer of its own, every byte as sent, nothing
+ * held after the close. */
+static int64_t refused(cbcmn_cx *cx, void *arg)
+{
+	bool *inc_wanted = arg;
+	*inc_wanted = inc_expected(cx);
+	struct flow f;
+	cbcmn_stream *s;
+	int rc = flow_open(cx, &f, 9, &s);
+	if (rc)
+		return rc;
+	TASK_CHECK(!pool_state(cx).inc);
+	const void *d, *prev = NULL;
+	for (int r = 0; r < 20; r++) {
+		TASK_CHECK(put(cx, &f, 64) == 0);
+		TASK_CHECK(take(cx, s, &f, &d) == 64);
+		TASK_CHECK((const char *)d != (const char *)prev + 64);
+		prev = d;
+	}
+	TASK_CHECK(cbcmn_stream_close(cx, s) == 0);
+	TASK_CHECK(pool_idle(cx));
+	flow_close(&f);
+	return 0;
+}
+
+static void test_a_refused_flag_falls_back_to_whole_buffers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	t_destroy(rt); /* its probe made the pool: a new runtime */
+	const struct cbcmn__fault_plan once = {.nth = 1, .err = -EINVAL};
+	if (!cbcmn__fault_arm(CBCMN__F_PBUF_INC, &once)) {
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+		return;
+	}
+	bool inc_wanted = false;
+	rt = t_runtime(1);
+	int64_t rc = t_run_pinned(rt, 0, refused, &inc_wanted);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_PBUF_INC);
+	cbcmn__fault_disarm_all();
+	t_destroy(rt);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	/* Asked for, refused once; not asked for, never tried. */
+	assert_int_equal(fails, inc_wanted ? 1 : 0);
+}
+
 /* ---- CBCMN_PBUF_INC ------------------------------------------------------------------- */
 
 /* A value CBCMN_PBUF_INC does not know ("off" once kept incremental
@@ -492,6 +547,7 @@ int main(void)
 		T_WATCHED_TEST(test_buffers_come_round),
 		T_WATCHED_TEST(test_cancelled_reader_gives_its_chunks_back),
 		T_WATCHED_TEST(test_sends_of_chunks_that_share_a_buffer),
+		T_WATCHED_TEST(test_a_refused_flag_falls_back_to_whole_buffers),
 		T_WATCHED_TEST(test_a_bad_CBCMN_PBUF_INC_is_refused),
 	};
 	int rc = cmocka_run_group_tests_name("as chosen", tests, NULL, NULL);
