@@ -281,6 +281,44 @@ static void test_end_of_a_stream_mid_buffer(void **state)
 	run_on(t_runtime(1), eof_mid);
 }
 
+/* The same with an error for the end: stream a's peer closed with bytes
+ * of a's unread (AF_UNIX: -ECONNRESET) while a holds a chunk at the head
+ * buffer's start.  The chunk stays intact while b's bytes land after it,
+ * a's next call says -ECONNRESET and gives it back, and b's next bytes
+ * go on after b's. */
+static int64_t reset_mid(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct flow a, b;
+	cbcmn_stream *sa, *sb;
+	int rc = two_open(cx, &a, 11, &sa, &b, &sb);
+	if (rc)
+		return rc;
+	const void *d, *ha;
+	TASK_CHECK(put(cx, &a, 100) == 0);
+	TASK_CHECK(take(cx, sa, &a, &ha) == 100);
+	TASK_CHECK(write(a.sv[0], "x", 1) == 1); /* unread by the peer */
+	close(a.sv[1]);
+	a.sv[1] = -1;
+	TASK_CHECK(cbcmn_sleep(cx, 50000) == 0); /* the error received */
+	TASK_CHECK(put(cx, &b, 50) == 0);
+	TASK_CHECK(take(cx, sb, &b, &d) == 50);
+	TASK_CHECK(bytes_are(ha, 100, 11, 0));
+	TASK_CHECK(cbcmn_stream_recv(cx, sa, &d) == -ECONNRESET);
+	for (int r = 0; r < 3; r++) {
+		TASK_CHECK(put(cx, &b, 50) == 0);
+		TASK_CHECK(take(cx, sb, &b, &d) == 50);
+	}
+	two_close(cx, sa, sb, &a, &b);
+	return 0;
+}
+
+static void test_reset_of_a_stream_mid_buffer(void **state)
+{
+	(void)state;
+	run_on(t_runtime(1), reset_mid);
+}
+
 /* ---- buffers come round ------------------------------------------------------------- */
 
 /* A pool of 8 buffers goes round many times under odd-sized receives of
@@ -544,6 +582,7 @@ int main(void)
 		T_WATCHED_TEST(test_small_receives_pack_in_a_buffer),
 		T_WATCHED_TEST(test_streams_share_a_buffer_out_of_order),
 		T_WATCHED_TEST(test_end_of_a_stream_mid_buffer),
+		T_WATCHED_TEST(test_reset_of_a_stream_mid_buffer),
 		T_WATCHED_TEST(test_buffers_come_round),
 		T_WATCHED_TEST(test_cancelled_reader_gives_its_chunks_back),
 		T_WATCHED_TEST(test_sends_of_chunks_that_share_a_buffer),
