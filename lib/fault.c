@@ -11,7 +11,7 @@ static const char *const names[CBCMN__F_NSITES] = {
 	[CBCMN__F_IO] = "io",           [CBCMN__F_IO_SHORT] = "io_short",
 	[CBCMN__F_SUBMIT] = "submit",   [CBCMN__F_MSG_RING] = "msg_ring",
 	[CBCMN__F_CQE_DROP] = "cqe_drop", [CBCMN__F_FIXED] = "fixed",
-	[CBCMN__F_DUP] = "dup",
+	[CBCMN__F_DUP] = "dup",         [CBCMN__F_PBUF_INC] = "pbuf_inc",
 };
 
 const char *cbcmn__fault_name(enum cbcmn__fault_site site)

@@ -35,6 +35,8 @@ enum cbcmn__fault_site {
 	                     * filled or emptied (io_uring_register) */
 	CBCMN__F_DUP,       /* an executor's held ring number: the dup3() that puts the
 	                     * eventfd under it, or the next ring (ring.c) */
+	CBCMN__F_PBUF_INC,  /* a stream pool's registration with IOU_PBUF_RING_INC: refused
+	                     * (-EINVAL) as a kernel before 6.12 refuses it */
 	CBCMN__F_NSITES
 };
 

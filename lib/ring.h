@@ -104,6 +104,10 @@ struct cbcmn__pool_state {
 };
 void cbcmn__bufpool_state(const struct cbcmn__exec *e, struct cbcmn__pool_state *st);
 
+/* CBCMN_PBUF_INC, read once as rt is made (stream.c): 0, or -EINVAL for
+ * a value it does not know, saying so on stderr. */
+int cbcmn__pbuf_env(struct cbcmn_runtime *rt);
+
 /* SQEs queued but not yet handed to the kernel.  (io_uring_sq_ready() counts
  * those the kernel has not consumed yet: with SQPOLL that includes SQEs
  * already handed over, which must not be submitted again.) */

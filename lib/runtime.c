@@ -565,9 +565,9 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 		runtime_free(rt);
 		return -ENOMEM;
 	}
-	if (c.workers && (rc = cbcmn__backend_choose(rt)) != 0) {
+	if (c.workers && ((rc = cbcmn__pbuf_env(rt)) != 0 || (rc = cbcmn__backend_choose(rt)) != 0)) {
 		runtime_free(rt);
-		return rc; /* io_uring asked for and refused, a bad CBCMN_BACKEND, ... */
+		return rc; /* io_uring asked for and refused, a bad CBCMN_BACKEND or CBCMN_PBUF_INC, ... */
 	}
 	int32_t *cpu = cbcmn__calloc(nx ? nx : 1, sizeof(*cpu));
 	int32_t *node = cbcmn__calloc(nx ? nx : 1, sizeof(*node));

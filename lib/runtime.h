@@ -612,6 +612,7 @@ struct cbcmn_runtime {
 	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
 	struct cbcmn__ring_caps ring_caps;
 	bool ep_backend;                  /* executors wait with epoll, not io_uring (epoll.c) */
+	bool pbuf_whole;                  /* CBCMN_PBUF_INC=0: streams' pools of whole buffers (stream.c) */
 	struct cbcmn__ep_closes *ep_closes; /* epoll: cbcmn_close()s seen by every set (epoll.c) */
 	int32_t policy;                   /* applied: cbcmn_policy or CBCMN_PIN_NONE */
 	bool oversubscribed;

@@ -56,6 +56,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -254,12 +255,27 @@ static void buf_reg_flags(struct io_uring_buf_reg *reg, uint16_t flags)
 	memcpy((char *)reg + 14, &flags, sizeof(flags));
 }
 
-/* Incremental buffers wanted: on a ring (the epoll backend hands whole
- * buffers out), unless CBCMN_PBUF_INC=0 says not (a comparison, a test). */
-static bool pool_want_inc(const struct cbcmn__exec *e)
+/* CBCMN_PBUF_INC: unset, empty or 1, incremental buffers where the
+ * kernel has them; 0, whole buffers (a comparison, a test).  Anything else
+ * is refused, as CBCMN_BACKEND's and CBCMN_CLOCK's unknown values are,
+ * rather than taken for one or the other.  Read here, once, not by the
+ * executor that opens its first stream, whose getenv could race the
+ * program's setenv. */
+int cbcmn__pbuf_env(struct cbcmn_runtime *rt)
 {
 	const char *v = cbcmn__env("CBCMN_PBUF_INC");
-	return !e->ep && !(v && v[0] == '0');
+	rt->pbuf_whole = v && strcmp(v, "0") == 0;
+	if (!v || !*v || rt->pbuf_whole || strcmp(v, "1") == 0)
+		return 0;
+	fprintf(stderr, "cbcmn: CBCMN_PBUF_INC=%.40s: not 0 or 1\n", v);
+	return -EINVAL;
+}
+
+/* Incremental buffers wanted: on a ring (the epoll backend hands whole
+ * buffers out), unless CBCMN_PBUF_INC=0 says not. */
+static bool pool_want_inc(const struct cbcmn__exec *e)
+{
+	return !e->ep && !e->rt->pbuf_whole;
 }
 
 /* Register p's buffer ring with r: entries for up to p->max buffers, or as
@@ -295,6 +311,8 @@ static int pool_register(struct cbcmn__exec *e, struct cbcmn__bufpool *p)
 		int rc = 0;
 		if (e->ep)
 			cbcmn__ep_buf_ring(e, p->br, entries);
+		else if (p->inc && CBCMN__FAULT(CBCMN__F_PBUF_INC))
+			rc = -EINVAL; /* tests: the fallback, as before 6.12 */
 		else
 			rc = io_uring_register_buf_ring(&r->u, &reg, 0);
 		if (rc == 0)

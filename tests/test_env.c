@@ -74,6 +74,7 @@ static const struct {
 	const char *what, *name, *value;
 } bad_env[] = {
 	{"runtime", "CBCMN_BACKEND", "not-a-backend"},
+	{"runtime", "CBCMN_PBUF_INC", "off"},
 	{"runtime", "CBCMN_TRACE_EVENTS", "not-a-count"},
 	{"sysfs", "CBCMN_SYSFS_ROOT", "/nonexistent/cbcmn-sysfs"},
 };

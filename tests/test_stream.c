@@ -653,9 +653,12 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 	cfg.stream_bufs_max = 64;
 	/* Whole buffers: the hog's share of chunks is then the whole pool
 	 * (incremental, its chunks would share buffers and leave some free;
-	 * test_stream_inc.c covers that pool). */
+	 * test_stream_inc.c covers that pool).  Read as the runtime is
+	 * made: unset at once, so that no skip or failure below leaves it
+	 * set for the suite's other tests. */
 	setenv("CBCMN_PBUF_INC", "0", 1);
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	unsetenv("CBCMN_PBUF_INC");
 	t_skip_without_streams(rt);
 	struct hog h = {0};
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, h.hsv), 0);
@@ -694,7 +697,6 @@ static void test_starved_stream_retries_a_failed_growth(void **state)
 		close(h.vsv[i]);
 	}
 	t_destroy(rt);
-	unsetenv("CBCMN_PBUF_INC");
 }
 
 /* More streams on one executor than the epoll backend's SQ (64 entries)

@@ -7,10 +7,12 @@
  * buffers, as on the epoll backend and before 6.12): the same behaviour. */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 
 #include "helpers.h"
+#include "../lib/fault.h"
 #include "../lib/runtime.h"
 
 #define BUF 4096u /* the pool's buffers (the default stream_buf_size) */
@@ -22,12 +24,19 @@ static struct cbcmn__pool_state pool_state(cbcmn_cx *cx)
 	return st;
 }
 
-/* Incremental buffers are what this run expects: a ring, a kernel of 6.12
- * or later, CBCMN_PBUF_INC not 0. */
-static bool inc_expected(cbcmn_cx *cx)
+/* Incremental buffers are what the pool asks the kernel for: on a ring,
+ * CBCMN_PBUF_INC not 0. */
+static bool inc_asked(cbcmn_cx *cx)
 {
 	const char *v = getenv("CBCMN_PBUF_INC");
-	if (((struct cbcmn_task *)cx)->exec->ep || (v && v[0] == '0'))
+	return !((struct cbcmn_task *)cx)->exec->ep && !(v && strcmp(v, "0") == 0);
+}
+
+/* Incremental buffers are what this run expects: asked for, and a kernel
+ * of 6.12 or later. */
+static bool inc_expected(cbcmn_cx *cx)
+{
+	if (!inc_asked(cx))
 		return false;
 	struct utsname u;
 	int maj = 0, min = 0;
@@ -241,6 +250,82 @@ static void test_streams_share_a_buffer_out_of_order(void **state)
 	run_on(t_runtime(1), shared);
 }
 
+/* ---- a stream's end in the middle of a buffer ------------------------------------------ */
+
+/* One stream's end (EOF) comes while its chunks are the only ones in
+ * the buffer at the ring's head, and they are given back: its end took
+ * no bytes, so the kernel is not done with that buffer, and the next
+ * stream's bytes land after the chunks, and are read from there (a pool
+ * that took the end for the buffer's would put it back in the ring
+ * while the kernel goes on filling it). */
+static int64_t eof_mid(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct flow a, b;
+	cbcmn_stream *sa, *sb;
+	int rc = two_open(cx, &a, 7, &sa, &b, &sb);
+	if (rc)
+		return rc;
+	const void *d;
+	for (int r = 0; r < 3; r++) {
+		TASK_CHECK(put(cx, &a, 100) == 0);
+		TASK_CHECK(take(cx, sa, &a, &d) == 100);
+	}
+	shutdown(a.sv[1], SHUT_WR);
+	TASK_CHECK(cbcmn_sleep(cx, 50000) == 0); /* its end received */
+	TASK_CHECK(take(cx, sa, &a, &d) == 0); /* gives the last chunk back */
+	for (int r = 0; r < 3; r++) {
+		TASK_CHECK(put(cx, &b, 50) == 0);
+		TASK_CHECK(take(cx, sb, &b, &d) == 50);
+	}
+	two_close(cx, sa, sb, &a, &b);
+	return 0;
+}
+
+static void test_end_of_a_stream_mid_buffer(void **state)
+{
+	(void)state;
+	run_on(t_runtime(1), eof_mid);
+}
+
+/* The same with an error for the end: stream a's peer closed with bytes
+ * of a's unread (AF_UNIX: -ECONNRESET) while a holds a chunk at the head
+ * buffer's start.  The chunk stays intact while b's bytes land after it,
+ * a's next call says -ECONNRESET and gives it back, and b's next bytes
+ * go on after b's. */
+static int64_t reset_mid(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct flow a, b;
+	cbcmn_stream *sa, *sb;
+	int rc = two_open(cx, &a, 11, &sa, &b, &sb);
+	if (rc)
+		return rc;
+	const void *d, *ha;
+	TASK_CHECK(put(cx, &a, 100) == 0);
+	TASK_CHECK(take(cx, sa, &a, &ha) == 100);
+	TASK_CHECK(write(a.sv[0], "x", 1) == 1); /* unread by the peer */
+	close(a.sv[1]);
+	a.sv[1] = -1;
+	TASK_CHECK(cbcmn_sleep(cx, 50000) == 0); /* the error received */
+	TASK_CHECK(put(cx, &b, 50) == 0);
+	TASK_CHECK(take(cx, sb, &b, &d) == 50);
+	TASK_CHECK(bytes_are(ha, 100, 11, 0));
+	TASK_CHECK(cbcmn_stream_recv(cx, sa, &d) == -ECONNRESET);
+	for (int r = 0; r < 3; r++) {
+		TASK_CHECK(put(cx, &b, 50) == 0);
+		TASK_CHECK(take(cx, sb, &b, &d) == 50);
+	}
+	two_close(cx, sa, sb, &a, &b);
+	return 0;
+}
+
+static void test_reset_of_a_stream_mid_buffer(void **state)
+{
+	(void)state;
+	run_on(t_runtime(1), reset_mid);
+}
+
 /* ---- buffers come round ------------------------------------------------------------- */
 
 /* A pool of 8 buffers goes round many times under odd-sized receives of
@@ -410,14 +495,106 @@ static void test_sends_of_chunks_that_share_a_buffer(void **state)
 	run_on(t_runtime(1), echoes);
 }
 
+/* ---- the kernel refuses the flag ---------------------------------------------------------- */
+
+/* The pool's registration with IOU_PBUF_RING_INC refused, as a kernel
+ * before 6.12 refuses it (the pbuf_inc fault site): the pool is
+ * registered again with whole buffers, under the same group (a ring left
+ * half registered would make that say -EEXIST, and the stream fail), and
+ * serves: each chunk in a buffer of its own, every byte as sent, nothing
+ * held after the close. */
+static int64_t refused(cbcmn_cx *cx, void *arg)
+{
+	bool *inc_wanted = arg;
+	*inc_wanted = inc_asked(cx); /* (before 6.12 the fault answers first) */
+	struct flow f;
+	cbcmn_stream *s;
+	int rc = flow_open(cx, &f, 9, &s);
+	if (rc)
+		return rc;
+	TASK_CHECK(!pool_state(cx).inc);
+	const void *d, *prev = NULL;
+	for (int r = 0; r < 20; r++) {
+		TASK_CHECK(put(cx, &f, 64) == 0);
+		TASK_CHECK(take(cx, s, &f, &d) == 64);
+		TASK_CHECK((const char *)d != (const char *)prev + 64);
+		prev = d;
+	}
+	TASK_CHECK(cbcmn_stream_close(cx, s) == 0);
+	TASK_CHECK(pool_idle(cx));
+	flow_close(&f);
+	return 0;
+}
+
+static void test_a_refused_flag_falls_back_to_whole_buffers(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_skip_without_streams(rt);
+	t_destroy(rt); /* its probe made the pool: a new runtime */
+	const struct cbcmn__fault_plan once = {.nth = 1, .err = -EINVAL};
+	if (!cbcmn__fault_arm(CBCMN__F_PBUF_INC, &once)) {
+		T_SKIP("no fault injection in this build (make SAN=asan)");
+		return;
+	}
+	bool inc_wanted = false;
+	rt = t_runtime(1);
+	int64_t rc = t_run_pinned(rt, 0, refused, &inc_wanted);
+	uint64_t fails = cbcmn__fault_fails(CBCMN__F_PBUF_INC);
+	cbcmn__fault_disarm_all();
+	t_destroy(rt);
+	assert_int_equal(rc, 0);
+	ASSERT_TASK_CHECKS();
+	/* Asked for, refused once; not asked for, never tried. */
+	assert_int_equal(fails, inc_wanted ? 1 : 0);
+}
+
+/* ---- CBCMN_PBUF_INC ------------------------------------------------------------------- */
+
+/* A value CBCMN_PBUF_INC does not know ("off" once kept incremental
+ * buffers on, "0junk" turned them off) fails the runtime's creation, as
+ * CBCMN_BACKEND's do; 1 and empty are the default. */
+static void test_a_bad_CBCMN_PBUF_INC_is_refused(void **state)
+{
+	(void)state;
+	const char *was = getenv("CBCMN_PBUF_INC");
+	char *saved = was ? strdup(was) : NULL;
+	static const struct {
+		const char *v;
+		int rc;
+	} cases[] = {{"off", -EINVAL}, {"0junk", -EINVAL}, {" 0", -EINVAL}, {"no", -EINVAL},
+		     {"1", 0},        {"", 0},             {"0", 0}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		setenv("CBCMN_PBUF_INC", cases[i].v, 1);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cbcmn_runtime *rt = NULL;
+		int rc = cbcmn_runtime_create(&cfg, &rt);
+		if (rc == 0)
+			cbcmn_runtime_destroy(rt);
+		if (rc != cases[i].rc)
+			fail_msg("CBCMN_PBUF_INC=\"%s\": %d, not %d", cases[i].v, rc, cases[i].rc);
+	}
+	if (saved)
+		setenv("CBCMN_PBUF_INC", saved, 1);
+	else
+		unsetenv("CBCMN_PBUF_INC");
+	free(saved);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_small_receives_pack_in_a_buffer),
 		T_WATCHED_TEST(test_streams_share_a_buffer_out_of_order),
+		T_WATCHED_TEST(test_end_of_a_stream_mid_buffer),
+		T_WATCHED_TEST(test_reset_of_a_stream_mid_buffer),
 		T_WATCHED_TEST(test_buffers_come_round),
 		T_WATCHED_TEST(test_cancelled_reader_gives_its_chunks_back),
 		T_WATCHED_TEST(test_sends_of_chunks_that_share_a_buffer),
+		T_WATCHED_TEST(test_a_refused_flag_falls_back_to_whole_buffers),
+		T_WATCHED_TEST(test_a_bad_CBCMN_PBUF_INC_is_refused),
 	};
 	int rc = cmocka_run_group_tests_name("as chosen", tests, NULL, NULL);
 	setenv("CBCMN_PBUF_INC", "0", 1); /* whole buffers */
