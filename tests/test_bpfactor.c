@@ -381,7 +381,10 @@ static void test_stat_shows_the_mailbox_depth_p99(void **state)
 
 /* cbcmn-stat started before the process made its runtime looked for the
  * runtime's segment once, at start: every interval after showed mbox_p99
- * null, while the BPF columns counted the new runtime. */
+ * null, while the BPF columns counted the new runtime.  Any interval's
+ * total will do, not the last: on a loaded host the process may not run
+ * at all for one of cbcmn-stat's half seconds (CI saw a last interval
+ * with every column 0). */
 static void test_stat_mbox_p99_of_a_runtime_made_after_it_started(void **state)
 {
 	(void)state;
@@ -390,8 +393,14 @@ static void test_stat_mbox_p99_of_a_runtime_made_after_it_started(void **state)
 	struct cycles c = {0};
 	char *json = NULL;
 	const char *tot = stat_over(&c, "3", true, &json);
-	if (tot && !strstr(tot, "\"mbox_p99\":127"))
-		fail_msg("the last total's mbox_p99 is not 127: %.200s", strstr(tot, "mbox_p99"));
+	bool seen = false;
+	for (const char *at = json; tot && !seen && (at = strstr(at, "\"total\":{")); at++) {
+		const char *p99 = strstr(at, "\"mbox_p99\":");
+		const char *next = strstr(at + 1, "\"total\":{");
+		seen = p99 && (!next || p99 < next) && !strncmp(p99, "\"mbox_p99\":127", 14);
+	}
+	if (tot && !seen)
+		fail_msg("no total's mbox_p99 is 127; the last: %.200s", strstr(tot, "mbox_p99"));
 	free(json);
 }
 
