@@ -1481,6 +1481,36 @@ static void test_a_receive_low_on_stack_never_lands_in_the_runtime(void **state)
 	t_destroy(rt);
 }
 
+/* Regression (the stack check's bound kept in the task record,
+ * stack_room): after an overflow in a library opened the yellow zone,
+ * the task's next runtime call ends it, even though its earlier calls
+ * had passed the check from the record alone. */
+static atomic_bool yellow_call_returned;
+
+static int64_t yellow_then_yield(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	TASK_CHECK(cbcmn_yield(cx) == 0);
+	TASK_CHECK(cbcmn__task_yellow_open(t) == 0);
+	cbcmn_yield(cx);
+	/* Not here: the return would end it too (sched.c), too late. */
+	atomic_store(&yellow_call_returned, true);
+	return 7;
+}
+
+static void test_a_runtime_call_after_the_yellow_zone_opened_ends_the_task(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t r = 0;
+	assert_int_equal(cbcmn_runtime_run(rt, yellow_then_yield, NULL, &r), 0);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_false(atomic_load(&yellow_call_returned));
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1507,6 +1537,7 @@ int main(void)
 		T_WATCHED_TEST(test_overflow_above_unreadable_frames_says_a_lock_may_stay_held),
 		T_WATCHED_TEST(test_yellow_zone_closes_in_a_locked_process),
 		T_WATCHED_TEST(test_a_receive_low_on_stack_never_lands_in_the_runtime),
+		T_WATCHED_TEST(test_a_runtime_call_after_the_yellow_zone_opened_ends_the_task),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
