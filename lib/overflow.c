@@ -365,6 +365,34 @@ __attribute__((noreturn)) static void land(struct cbcmn_task *t)
 	__builtin_longjmp(t->landing, 1);
 }
 
+int cbcmn__task_yellow_open(struct cbcmn_task *t)
+{
+	int rc = cbcmn__stack_yellow_open(t->stack);
+	if (rc != 0)
+		return rc;
+	/* Its bound is now the top: no stack_room of t's, nor of the tasks
+	 * t runs inline under, which share the stack and resume on it. */
+	for (struct cbcmn_task *x = t; x; x = x->inline_parent)
+		cbcmn__stack_room_clear(x);
+	return 0;
+}
+
+__attribute__((noinline)) void cbcmn__stack_room_refresh(struct cbcmn_task *t)
+{
+	struct cbcmn__stack *s = t->stack;
+	const char *f = __builtin_frame_address(0); /* on the caller's stack */
+	/* Only from a frame on t's own stack, so on its own thread (where
+	 * the SIGSEGV handler clears it); a task on a borrowed stack (run
+	 * inline) keeps asking the descriptor. */
+	if (t->inline_parent || f < s->guard_lo || f >= (const char *)s)
+		return;
+	t->stack_room = cbcmn__stack_room_of(s);
+	/* The handler may have opened the yellow zone after the read. */
+	atomic_signal_fence(memory_order_seq_cst);
+	if (s->yellow_open)
+		cbcmn__stack_room_clear(t);
+}
+
 void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 {
 	struct cbcmn__stack *s = t->stack;
@@ -378,7 +406,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	 * would need the walk. */
 	if (unwinder_on_stack(s, (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], w.landing)) {
 		if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) &&
-		    cbcmn__stack_yellow_open(s) == 0) {
+		    cbcmn__task_yellow_open(t) == 0) {
 			say(t, OVERFLOWED, "under ", "libgcc_s (the unwinder)",
 			    "; it goes on in the stack's reserve and ends with "
 			    "CBCMN_EPANIC at its next runtime call or when its function returns");
@@ -429,7 +457,7 @@ void cbcmn__overflow(struct cbcmn_task *t, const void *addr, ucontext_t *uc)
 	 * holder's frame and really is where the slot points. */
 	if (!s->yellow_open && !cbcmn__stack_in_red(s, addr) && w.slot &&
 	    w.slot_sp >= w.outer_sp && *w.slot == w.slot_ra &&
-	    cbcmn__stack_yellow_open(s) == 0) {
+	    cbcmn__task_yellow_open(t) == 0) {
 		*w.slot = (uintptr_t)cbcmn__ctx_overflow_return;
 		say(t, OVERFLOWED, "inside ", w.outer_lib,
 		    "; the call finishes in the stack's reserve, then it ends with "
@@ -529,4 +557,5 @@ void cbcmn__overflow_landed(struct cbcmn_task *t, uint64_t fpcw)
 	cbcmn__stack_check_relax(t->stack);
 	cbcmn__nursery_close_all(t);
 	cbcmn__stack_check_reset(t->stack);
+	cbcmn__stack_room_clear(t); /* the bound went up again */
 }

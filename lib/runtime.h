@@ -122,7 +122,14 @@ struct cbcmn_task {
 	void **landing;                   /* overflow landing pad (a jmp buffer) */
 	_Atomic uint32_t state;
 	_Atomic uint32_t refs;            /* runtime's reference + join handle */
-	uint32_t flags;                   /* CBCMN__TF_*, fixed at spawn */
+	uint16_t flags;                   /* CBCMN__TF_*, fixed at spawn */
+	/* cbcmn__stack_check()'s bound, kept here where every run reads, so
+	 * that a runtime call does not touch the stack's descriptor (a line
+	 * of its own at the stack's top): the room from stack down to the
+	 * bound, in CBCMN__ROOM_UNIT bytes, rounded down (a frame in it is
+	 * safe); 0: ask the descriptor (a borrowed or unguarded stack, an
+	 * open yellow zone: cbcmn__stack_room_of()). */
+	uint16_t stack_room;
 	uint32_t home;                    /* executor whose cache it returns to */
 	/* Line 2. */
 	int64_t result;
@@ -994,20 +1001,59 @@ void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge);
  * first. */
 __attribute__((noreturn)) void cbcmn__stack_exhausted(struct cbcmn_task *t);
 
+#define CBCMN__ROOM_UNIT 64u
+/* t->stack_room for t's stack as it is now: 0 while the yellow zone is
+ * open (check_lo above the stack), and always for an unguarded stack
+ * (the switch reads its canary, through the descriptor, at each park:
+ * sched.c, check_canary()); at most what a uint16_t holds. */
+static inline uint16_t cbcmn__stack_room_of(const struct cbcmn__stack *s)
+{
+	const char *top = (const char *)s;
+	if (!s->guarded || s->check_lo >= top)
+		return 0;
+	size_t units = (size_t)(top - s->check_lo) / CBCMN__ROOM_UNIT;
+	return units < UINT16_MAX ? (uint16_t)units : UINT16_MAX;
+}
+
+/* Ask the descriptor: t's stack bound went up (the yellow zone opened,
+ * a relaxed bound was reset), or t runs on a stack it borrowed. */
+static inline void cbcmn__stack_room_clear(struct cbcmn_task *t)
+{
+	t->stack_room = 0;
+}
+
+/* Open the yellow zone of t's stack (cbcmn__stack_yellow_open()), from
+ * the SIGSEGV handler on t's thread, and clear the stack_room the raised
+ * bound makes wrong (overflow.c).  0 or -errno. */
+int cbcmn__task_yellow_open(struct cbcmn_task *t);
+
+/* After a check that asked the descriptor and passed: stack_room again,
+ * if its caller's frame is on t's stack (overflow.c). */
+void cbcmn__stack_room_refresh(struct cbcmn_task *t);
+
 static inline void cbcmn__stack_check(struct cbcmn_task *t)
 {
 	if (!t)
+		return;
+	/* A frame in (stack - room, stack] is on t's stack above its bound
+	 * (stack_room can only understate the room; no frame is at the
+	 * descriptor itself): the descriptor's line is not touched. */
+	const char *f = __builtin_frame_address(0);
+	if (__builtin_expect((uintptr_t)((const char *)t->stack - f) <
+				     (uintptr_t)t->stack_room * CBCMN__ROOM_UNIT, 1))
 		return;
 	/* check_lo: lo + the reserve, or the top while the yellow zone is
 	 * open (stack.h).  A frame below it on another thread is not on t's
 	 * stack at all: a cbcmn_blocking() function handed t's context, whose
 	 * stack may lie anywhere.  On t's fiber a frame below the guard is
 	 * still t's: one big frame (an array not touched yet) can step over
-	 * the guard.  The other tests are made only when the first fails. */
-	const char *f = __builtin_frame_address(0);
+	 * the guard.  The other tests are made only when the first fails.
+	 * Inline here, as the call to cbcmn__stack_exhausted(): the fewer
+	 * bytes a frame below the guard writes, the better (overflow.c). */
 	if (__builtin_expect(f < t->stack->check_lo, 0) &&
 	    (f >= t->stack->guard_lo || cbcmn__is_running(t)))
 		cbcmn__stack_exhausted(t);
+	cbcmn__stack_room_refresh(t);
 }
 
 /* The same for a public call that gets no task context: the task running

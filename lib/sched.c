@@ -723,6 +723,7 @@ void cbcmn__run_inline(struct cbcmn__exec *e, struct cbcmn_task *child)
 	 * (its nursery counts it so, cbcmn__nursery_child_done()). */
 	child->inline_parent = parent;
 	child->stack = parent->stack; /* borrowed: parent's fiber owns it */
+	cbcmn__stack_room_clear(child);
 	/* Ended here, never started, as it would end after a run: the task
 	 * this thread runs, on parent's stack.  An actor's halt calls its
 	 * drop and fini, and one that overflows that stack or ends the
@@ -807,6 +808,10 @@ void cbcmn__fiber_exit(struct cbcmn__exec *e, struct cbcmn__stack *s)
 
 static void check_canary(struct cbcmn_task *t, struct cbcmn__stack *s)
 {
+	/* A stack_room: the stack is guarded (cbcmn__stack_room_of()), no
+	 * canary to read, nor the descriptor's line to ask. */
+	if (t && __builtin_expect(t->stack_room != 0, 1))
+		return;
 	if (__builtin_expect(cbcmn__stack_canary_ok(s), 1))
 		return;
 	/* Without a guard page the overflow has already written over the
@@ -921,6 +926,7 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 			return;
 		}
 		t->stack = s;
+		t->stack_room = cbcmn__stack_room_of(s);
 #ifdef __SANITIZE_ADDRESS__
 		/* The last fiber on this stack never returned from its frames:
 		 * their redzones are still poisoned in ASan's shadow. */

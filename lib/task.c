@@ -165,6 +165,7 @@ struct cbcmn_task *cbcmn__task_new(struct cbcmn_runtime *rt, struct cbcmn__exec 
 	 * set by the caller (budget.c). */
 	t->sp = NULL;
 	t->stack = NULL;
+	t->stack_room = 0;
 	t->exec = NULL;
 	t->rt = rt;
 	t->arg = NULL;

@@ -1481,6 +1481,108 @@ static void test_a_receive_low_on_stack_never_lands_in_the_runtime(void **state)
 	t_destroy(rt);
 }
 
+/* Regression (the stack check's bound kept in the task record,
+ * stack_room): after an overflow in a library opened the yellow zone,
+ * the task's next runtime call ends it, even though its earlier calls
+ * had passed the check from the record alone. */
+static atomic_bool yellow_call_returned;
+
+static int64_t yellow_then_yield(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	TASK_CHECK(cbcmn_yield(cx) == 0);
+	TASK_CHECK(cbcmn__task_yellow_open(t) == 0);
+	cbcmn_yield(cx);
+	/* Not here: the return would end it too (sched.c), too late. */
+	atomic_store(&yellow_call_returned, true);
+	return 7;
+}
+
+static void test_a_runtime_call_after_the_yellow_zone_opened_ends_the_task(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t r = 0;
+	assert_int_equal(cbcmn_runtime_run(rt, yellow_then_yield, NULL, &r), 0);
+	assert_int_equal(r, CBCMN_EPANIC);
+	assert_false(atomic_load(&yellow_call_returned));
+	t_destroy(rt);
+}
+
+/* The stack check's bound kept in the task record (stack_room): a runtime
+ * call at every level of a recursion refreshes it on the way down, and
+ * the first call below the bound still ends the task; on two executors
+ * (a yield may move it), as a root and as an inline child (then its
+ * parent on the same stack), with records in stacks or not. */
+static atomic_int dive_calls_below_bound;
+static atomic_bool dive_ran_inline;
+
+static int64_t dive_each(cbcmn_cx *cx, int depth)
+{
+	volatile char pad[96];
+	pad[0] = (char)depth;
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (cbcmn_yield(cx) != 0)
+		return -1;
+	/* Returned from a call below the bound: the check let it through. */
+	if ((char *)__builtin_frame_address(0) < t->stack->check_lo)
+		atomic_fetch_add(&dive_calls_below_bound, 1);
+	return dive_each(cx, depth + 1) + pad[0];
+}
+
+static int64_t dive_each_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	if (((struct cbcmn_task *)cx)->inline_parent)
+		atomic_store(&dive_ran_inline, true);
+	return dive_each(cx, 0);
+}
+
+static int64_t dive_each_parent(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n))
+		return -100;
+	cbcmn_task *h;
+	if (cbcmn_nursery_spawn(cx, n, dive_each_root, NULL, &h))
+		return -101;
+	int64_t r = 0;
+	if (cbcmn_task_join(cx, h, &r))
+		return -102;
+	cbcmn_nursery_await_all(cx, n);
+	/* The parent goes on, deeper itself, after its inline child ended. */
+	int64_t me = dive_each(cx, 0);
+	return r == CBCMN_EPANIC ? me : -103;
+}
+
+static void test_a_call_at_every_level_ends_the_task_at_the_bound(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	for (int flags = 0; flags < 2; flags++) {
+		for (int inl = 0; inl < 2; inl++) {
+			cbcmn_config cfg;
+			cbcmn_config_init(&cfg);
+			cfg.workers = 2;
+			cfg.flags = flags ? CBCMN_CONFIG_RECORD_IN_STACK : 0;
+			cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+			char msg[4096];
+			atomic_store(&dive_calls_below_bound, 0);
+			atomic_store(&dive_ran_inline, false);
+			int64_t r = run_quiet(rt, inl ? dive_each_parent : dive_each_root, NULL, msg,
+					     sizeof(msg));
+			assert_int_equal(r, CBCMN_EPANIC);
+			assert_int_equal(atomic_load(&dive_calls_below_bound), 0);
+			assert_non_null(strstr(msg, "is about to overflow"));
+			assert_int_equal(atomic_load(&dive_ran_inline), inl);
+			t_destroy(rt);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1507,6 +1609,8 @@ int main(void)
 		T_WATCHED_TEST(test_overflow_above_unreadable_frames_says_a_lock_may_stay_held),
 		T_WATCHED_TEST(test_yellow_zone_closes_in_a_locked_process),
 		T_WATCHED_TEST(test_a_receive_low_on_stack_never_lands_in_the_runtime),
+		T_WATCHED_TEST(test_a_runtime_call_after_the_yellow_zone_opened_ends_the_task),
+		T_WATCHED_TEST(test_a_call_at_every_level_ends_the_task_at_the_bound),
 	};
 	return cmocka_run_group_tests_name("overflow", tests, NULL, NULL);
 }
