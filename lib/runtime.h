@@ -75,7 +75,10 @@ enum cbcmn__task_flags {
 	 * is not its nursery's (no fail-fast: one that could not start, no
 	 * stack, must not cancel its siblings; its spawner looks after it). */
 	CBCMN__TF_RUNTIME = 1u << 5,
+	CBCMN__TF_LAST = CBCMN__TF_RUNTIME,
 };
+/* cbcmn_task.flags is 16 bits (its line's room: the stack check's bound). */
+_Static_assert(CBCMN__TF_LAST < (1u << 16), "every CBCMN__TF_* fits cbcmn_task.flags");
 
 #define CBCMN__JOIN_DONE ((struct cbcmn__waiter *)1)
 
