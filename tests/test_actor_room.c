@@ -612,6 +612,8 @@ static void test_held_places_under_timeouts_cancels_halts_and_stops(void **state
 
 int main(void)
 {
+	if (getenv("T_FILTER")) /* run only the tests whose names match */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_one_free_place_wakes_a_waiting_lane_sender),
 		T_WATCHED_TEST(test_senders_on_both_executors_against_a_pausing_receiver),

@@ -767,6 +767,8 @@ static void test_takeover_fits_in_the_dead_rings_locked_memory(void **state)
 
 int main(void)
 {
+	if (getenv("T_FILTER")) /* run only the tests whose names match */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_memlock_exhausted_is_reported_as_memlock),
 		T_WATCHED_TEST(test_janus_create_memlock_error_keeps_its_detail),
