@@ -318,7 +318,13 @@ static void test_a_sender_that_computes_on_has_its_debt_paid_once(void **state)
 
 /* ---- the held actor (sched.c, owe_hold()) ---- */
 
-/* What A saw of its executor right after its send: B held off the slot. */
+/* What A saw of its executor right after its send: B held off the slot.
+ * Not always: A preempted between its send and its look (a loaded host)
+ * may find B already taken by a searching executor (held_grab(), after
+ * 3 us) or the monitor; the held tests run again then, HELD_RUNS times at
+ * most, until one saw B held, and every run must end right. */
+#define HELD_RUNS 5
+
 static _Atomic int held_seen, slot_seen, owe_seen;
 static _Atomic int b_runs; /* B's returns from its first receive */
 
@@ -398,21 +404,24 @@ static void test_a_held_actor_stopped_while_its_sender_computes_runs_once(void *
 {
 	(void)state;
 	static struct runs_on o;
-	memset(&o, 0, sizeof(o));
-	atomic_store(&b_runs, 0);
 	atomic_store(&held_seen, 0);
-	o.p = (struct pair){.a_fn = stops_held_a, .b_fn = stopped_b};
-	o.after = A_COMPUTES;
-	cbcmn_runtime *rt = quiet_runtime(true, 0);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(atomic_load(&o.p.b_ran), 1);
-	assert_int_equal(atomic_load(&o.p.b_beside_a), 1);
-	assert_int_equal(atomic_load(&b_runs), 1);
+	for (int run = 0; run < HELD_RUNS && !atomic_load(&held_seen); run++) {
+		memset(&o, 0, sizeof(o));
+		atomic_store(&b_runs, 0);
+		o.p = (struct pair){.a_fn = stops_held_a, .b_fn = stopped_b};
+		o.after = A_COMPUTES;
+		cbcmn_runtime *rt = quiet_runtime(true, 0);
+		int64_t res;
+		assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&o.p.b_ran), 1);
+		assert_int_equal(atomic_load(&o.p.b_beside_a), 1);
+		assert_int_equal(atomic_load(&b_runs), 1);
+		if (atomic_load(&held_seen))
+			assert_int_equal(cbcmn__monitor_owe_paid(rt), 1);
+		t_destroy(rt);
+	}
 	assert_int_equal(atomic_load(&held_seen), 1);
-	assert_int_equal(cbcmn__monitor_owe_paid(rt), 1);
-	t_destroy(rt);
 }
 
 /* B: its message, counted. */
@@ -445,18 +454,20 @@ static void test_a_held_actor_survives_its_executors_thread_dying(void **state)
 		return;
 	}
 	static struct runs_on o;
-	memset(&o, 0, sizeof(o));
-	atomic_store(&b_runs, 0);
 	atomic_store(&held_seen, 0);
-	o.p = (struct pair){.a_fn = dies_held_a, .b_fn = once_b};
-	cbcmn_runtime *rt = quiet_runtime(true, 0);
-	int64_t res;
-	assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
-	ASSERT_TASK_CHECKS();
-	assert_int_equal(atomic_load(&o.p.b_ran), 1);
-	assert_int_equal(atomic_load(&b_runs), 1);
+	for (int run = 0; run < HELD_RUNS && !atomic_load(&held_seen); run++) {
+		memset(&o, 0, sizeof(o));
+		atomic_store(&b_runs, 0);
+		o.p = (struct pair){.a_fn = dies_held_a, .b_fn = once_b};
+		cbcmn_runtime *rt = quiet_runtime(true, 0);
+		int64_t res;
+		assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&o.p.b_ran), 1);
+		assert_int_equal(atomic_load(&b_runs), 1);
+		t_destroy(rt);
+	}
 	assert_int_equal(atomic_load(&held_seen), 1);
-	t_destroy(rt);
 }
 
 /* A sends while the other executor searches for work (it spins), then
