@@ -455,7 +455,6 @@ static int chan_reserve(struct cbcmn_task *self, struct cbcmn_chan *c, cbcmn_cha
 	return rc;
 }
 
-/* Commit (elem) or abort (NULL) the reservation p names. */
 /* The record *p holds, or NULL: one relaxed load.  Two threads may
  * resolve one shared permit at once: each sees the record or NULL (a
  * second read could see the winner's NULL after a first saw the record). */
@@ -464,6 +463,8 @@ static struct chan_rec *permit_rec(const cbcmn_chan_permit *p)
 	return p ? __atomic_load_n(&p->_rec, __ATOMIC_RELAXED) : NULL;
 }
 
+/* Commit (elem) or abort (NULL) the reservation p names, whose record
+ * permit_rec() read as r. */
 static int chan_resolve(struct cbcmn_task *self, cbcmn_chan_permit *p, struct chan_rec *r,
 			const void *elem)
 {
