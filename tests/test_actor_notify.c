@@ -471,7 +471,9 @@ static void test_a_held_actor_survives_its_executors_thread_dying(void **state)
 }
 
 /* A sends while the other executor searches for work (it spins), then
- * computes on, no runtime call, for at most 500 ms. */
+ * computes on, no runtime call, until B has run (a hang bound: on a
+ * loaded host the searcher may wait long for a CPU; 500 ms was a speed
+ * bound in disguise, failed once under ASan beside the hog). */
 static int64_t searched_a(cbcmn_cx *cx, void *arg)
 {
 	struct runs_on *o = arg;
@@ -479,7 +481,7 @@ static int64_t searched_a(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
 	note_held();
-	for (uint64_t t0 = t_now_ns(); !atomic_load(&o->p.b_ran) && t_now_ns() - t0 < 500000000ull;)
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&o->p.b_ran) && t_now_ns() - t0 < T_STALL_NS;)
 		;
 	atomic_store(&o->p.a_running, 0);
 	return 0;
