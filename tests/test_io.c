@@ -1781,8 +1781,10 @@ static int64_t spend_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	cbcmn_budget ask = {.syscalls = SPEND_N};
 	cbcmn_spawn_opts o = {.budget = &ask};
-	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, spender, s, &o, NULL) == 0);
+	/* The sibling first: the spender, stolen at once, can exhaust its
+	 * budget and so cancel the nursery before a later spawn. */
 	TASK_CHECK(cbcmn_nursery_spawn(cx, n, sibling, NULL, &sib) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, spender, s, &o, NULL) == 0);
 	s->await_rc = cbcmn_nursery_await_all(cx, n);
 	TASK_CHECK(cbcmn_task_join(cx, sib, &s->sibling_rc) == 0);
 	return 0;
