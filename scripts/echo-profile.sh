@@ -15,6 +15,11 @@
 # Then the servers' kernel self time symbol by symbol, the largest
 # differences first; ECHO_PROFILE_SYMS="fget fput ..." prints those
 # symbols' ns a request for both servers ("Nineteenth session").
+# Samples under eBPF programs or syscall tracing hooks are another
+# process's tracing (a test_bpf or cbcmn-top running beside: the io_uring
+# tracepoints cost the ring server only, the syscall hooks mostly the epoll
+# server): counted apart, per server, to be discounted ("Twenty-second
+# session, echo").
 set -e
 bench=${1:-build/bin/cbcmn-bench}
 dur=${2:-3}
@@ -70,6 +75,14 @@ def part(st):
             return name
     return 'other kernel (entry, enter, wakes)'
 
+# Frames that are someone's tracing, not the server's work.
+TRACING = ('syscall_trace_enter', 'syscall_exit_work', 'perf_syscall_enter',
+           'perf_syscall_exit', 'bpf_trace_run1', 'bpf_trace_run2', 'bpf_trace_run3',
+           'bpf_trace_run4', 'trace_call_bpf')
+
+def traced(st):
+    return any(s.startswith('bpf_prog') or s in TRACING for s, _ in st)
+
 kleaf = {}  # server -> kernel leaf symbol -> ns a request
 for label, comm, key in (('cbcmn', 'cbcmn-exec-0', 'echo'), ('epoll', 'epoll-server', 'echo-epoll')):
     lo, hi = span(comm)
@@ -83,6 +96,10 @@ for label, comm, key in (('cbcmn', 'cbcmn-exec-0', 'echo'), ('epoll', 'epoll-ser
         cnt = collections.Counter(part(st) for st in sel)
         busy = len(sel) * 125e-6 / (hi - lo)
         print(f'{label} {role}: {len(sel) * per:.0f} ns a request, {busy:.2f} CPU busy')
+        nt = sum(1 for st in sel if traced(st))
+        if nt:
+            print(f'  ({nt * per:.0f} of it under eBPF programs or syscall tracing: '
+                  'another process\'s tracing, discount it)')
         for name, _ in PARTS:
             if cnt[name]:
                 print(f'  {cnt[name] * per:6.0f}  {name}')
