@@ -515,6 +515,58 @@ static void test_a_held_actor_is_taken_by_a_searching_executor(void **state)
 	assert_int_equal(atomic_load(&held_seen), 1);
 }
 
+/* Whether the executors' last re-check (cbcmn__any_work(): a searcher
+ * that stops, a notifier that found no bit to claim, a retiring
+ * executor) saw B while it was held: checked only while B was held
+ * before and after the look (A sends nothing else: held, once emptied,
+ * stays empty), so the answer is the look's at a held B. */
+static _Atomic int held_work_looked, held_work_seen;
+
+static int64_t held_looked_a(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	atomic_store(&o->p.a_running, 1);
+	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	note_held();
+	bool work = cbcmn__any_work(e->rt);
+	if (atomic_load(&held_seen) && atomic_load_explicit(&e->held, memory_order_relaxed)) {
+		atomic_store(&held_work_seen, work);
+		atomic_store(&held_work_looked, 1);
+	}
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&o->p.b_ran) && t_now_ns() - t0 < T_STALL_NS;)
+		;
+	atomic_store(&o->p.a_running, 0);
+	return 0;
+}
+
+/* A held actor is work for the last re-check before an executor sleeps:
+ * it looked at the slot only, so a last searcher that stopped beside a
+ * held B notified nobody, and B waited for the debt's payment or a
+ * thief.  Up to five runs, until one whose look came while B was held. */
+static void test_a_held_actor_is_work_to_an_executor_about_to_sleep(void **state)
+{
+	(void)state;
+	static struct runs_on o;
+	atomic_store(&held_work_looked, 0);
+	for (int run = 0; run < HELD_RUNS && !atomic_load(&held_work_looked); run++) {
+		memset(&o, 0, sizeof(o));
+		o.p = (struct pair){.a_fn = held_looked_a, .b_fn = runs_on_b};
+		cbcmn_config cfg;
+		quiet_config(&cfg, true);
+		cfg.owe_ns = CBCMN_OWE_MAX_NS; /* the monitor pays nothing here */
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		int64_t res;
+		assert_int_equal(cbcmn_runtime_run(rt, pair_root, &o, &res), 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(atomic_load(&o.p.b_ran), 1);
+		t_destroy(rt);
+	}
+	assert_int_equal(atomic_load(&held_work_looked), 1);
+	assert_int_equal(atomic_load(&held_work_seen), 1);
+}
+
 /* ---- a debt cleared by the direct switch ---- */
 
 struct cleared {
@@ -980,6 +1032,7 @@ int main(void)
 		cmocka_unit_test(test_a_held_actor_stopped_while_its_sender_computes_runs_once),
 		cmocka_unit_test(test_a_held_actor_survives_its_executors_thread_dying),
 		cmocka_unit_test(test_a_held_actor_is_taken_by_a_searching_executor),
+		cmocka_unit_test(test_a_held_actor_is_work_to_an_executor_about_to_sleep),
 		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
 		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
