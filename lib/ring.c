@@ -852,6 +852,23 @@ static void doorbell_sent(struct cbcmn__exec *me, struct cbcmn__exec *target, in
 	CBCMN_PROBE4(doorbell, (int)me->id, target->id, how, target->rt->seg.rt_id);
 }
 
+/* This thread's MSG_RINGs without a ring were refused for good: its
+ * doorbells ring the eventfd, not a failed system call each first.  Per
+ * thread: a seccomp filter is a thread's (a program's thread may have one
+ * the executors have not), and a kernel that refuses refuses each thread
+ * once.  Kept for the thread's life, whatever runtime it rings. */
+static _Thread_local bool sync_msg_refused;
+
+/* Refusals that never change for a thread: a seccomp filter's (EPERM,
+ * or the errno it chose: ENOSYS, EOPNOTSUPP are common ones), a kernel
+ * without the call or the opcode (EINVAL, before 6.13).  The others say
+ * the target's state (EBADF, EBADFD: its ring gone; EOVERFLOW: its CQ
+ * full): the next may pass. */
+static bool refused_for_good(int rc)
+{
+	return rc == -EPERM || rc == -EINVAL || rc == -ENOSYS || rc == -EOPNOTSUPP;
+}
+
 /* A doorbell to an SQPOLL executor, from src (an executor's id, or
  * rt->nexec: a thread outside the runtime): a MSG_RING sent by the
  * calling thread itself (sync_msg()), which posts target's CQE and wakes
@@ -864,12 +881,18 @@ static void doorbell_sent(struct cbcmn__exec *me, struct cbcmn__exec *target, in
  * channel send or a task's wake from it.  Its fd is the eventfd's peer
  * in lifetime: the number stays ours while anyone may ring it
  * (ring_fd_drop()).  0, or it failed (no such call, no SQPOLL rings, the
- * target's ring gone or its CQ full): the eventfd serves. */
+ * target's ring gone or its CQ full, refused for good on this thread
+ * before): the eventfd serves. */
 static int doorbell_sync(struct cbcmn__exec *target, uint32_t src)
 {
-	if (!doorbell_sync_on(target->rt))
+	if (!doorbell_sync_on(target->rt) || sync_msg_refused)
 		return -EOPNOTSUPP;
-	return sync_msg(doorbell_fd(target), CBCMN__UD_DOORBELL | ((uint64_t)src << 3));
+	int rc = sync_msg(doorbell_fd(target), CBCMN__UD_DOORBELL | ((uint64_t)src << 3));
+	if (__builtin_expect(rc, 0) && refused_for_good(rc)) {
+		sync_msg_refused = true;
+		atomic_fetch_add_explicit(&target->rt->sync_msg_refused, 1, memory_order_relaxed);
+	}
+	return rc;
 }
 
 /* A doorbell rung by a thread outside rt: counted (how: 0 a MSG_RING, 1
