@@ -104,7 +104,18 @@ static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const
  * longer (RING_GIVEBACK_NS after its close), but only while the ring
  * asked for fits beside the rings we still hold: then the wait ends when
  * the kernel gives the share back.  Otherwise (another process of the
- * user holds the rest, or nothing of ours was closed) RING_RETRY_NS. */
+ * user holds the rest, or nothing of ours was closed) RING_RETRY_NS.
+ *
+ * Why the probe's ring is not kept as executor 0's, which would leave no
+ * closed ring to wait for: executor 0 makes its ring on its own thread,
+ * and SINGLE_ISSUER / DEFER_TASKRUN bind a ring to the thread that made
+ * it unless it is made disabled (IORING_SETUP_R_DISABLED) and enabled by
+ * its user; a disabled ring refuses a MSG_RING (-EBADFD), which the probe
+ * sends to it (sync_msg_ring, SQPOLL rings); and the probe's ring has
+ * RING_MIN_ENTRIES, where executor 0's size is planned from the locked
+ * memory left (ring_entries_planned()) only once the flags are known.
+ * Each is a change to the ring's set-up of its own (twenty-second
+ * session: not done). */
 
 #define RING_MIN_ENTRIES 8u
 /* The smallest ring is retried this long, in doubling sleeps. */
