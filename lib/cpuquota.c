@@ -340,11 +340,6 @@ double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 	return low;
 }
 
-double cbcmn__cgq_limit(const struct cbcmn__cgq *q, const char *root)
-{
-	return q->short_of ? cbcmn__cgroup_cpu_limit(root) : cbcmn__cgq_read(q);
-}
-
 void cbcmn__cgq_close(struct cbcmn__cgq *q)
 {
 	for (uint32_t i = 0; i < q->n; i++)

@@ -37,9 +37,6 @@ struct cbcmn__cgq {
 void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root);
 /* The lowest limit they say now, in CPUs (0: none). */
 double cbcmn__cgq_read(const struct cbcmn__cgq *q);
-/* The same just after cbcmn__cgq_open(q, root), for a runtime's create:
- * short of descriptors, a one-off read (two at a time) in its stead. */
-double cbcmn__cgq_limit(const struct cbcmn__cgq *q, const char *root);
 void cbcmn__cgq_close(struct cbcmn__cgq *q);
 /* The limit for a runtime's create, in one walk of the live tree, read
  * with two descriptors at a time; q holds no file, but (hold: for the
