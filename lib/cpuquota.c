@@ -244,8 +244,13 @@ static bool cgq_push(struct cbcmn__cgq *q, int fd, int pfd)
  * needs two descriptors at a time, not two per level.  Short of
  * descriptors, q holds nothing: a level missed may be the limiting one,
  * and the limit found at create stays (monitor.c reads only a q with
- * files).  False if there is no such hierarchy. */
-static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, double *once)
+ * files).  keep, with once: where the files are, into q, to be held
+ * later (cbcmn__cgq_hold()).  False if there is no such hierarchy. */
+static void levels_open(struct cbcmn__cgq *q, const char *root, char *dir, size_t floor,
+			bool v2, double *once);
+
+static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, double *once,
+			   bool keep)
 {
 	char cg[PATH_MAX], point[PATH_MAX], mroot[PATH_MAX], dir[PATH_MAX];
 	if (!own_cgroup(root, v2, cg, sizeof(cg)) ||
@@ -264,6 +269,23 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, doub
 	if (n < 0 || (size_t)n >= sizeof(dir))
 		return true;
 	size_t floor = strlen(point);
+	if (keep && once) {
+		/* Held later (cbcmn__cgq_hold()); none without memory, as a
+		 * q short of it. */
+		q->dir = strdup(dir);
+		q->floor = (uint32_t)floor;
+		q->short_of = !q->dir;
+	}
+	levels_open(q, root, dir, floor, v2, once);
+	return true;
+}
+
+/* hierarchy_open()'s levels: dir (modified) and each ancestor down to its
+ * first floor characters. */
+static void levels_open(struct cbcmn__cgq *q, const char *root, char *dir, size_t floor,
+			bool v2, double *once)
+{
+	q->v2 = v2;
 	for (;;) {
 		int fd = open_held(root, dir, v2 ? "cpu.max" : "cpu.cfs_quota_us");
 		int pfd = fd >= 0 && !v2 ? open_held(root, dir, "cpu.cfs_period_us") : -1;
@@ -276,29 +298,38 @@ static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, doub
 			cbcmn__cgq_close(q);
 			q->v2 = v2;
 			q->short_of = true;
-			return true;
+			return;
 		}
 		char *slash = strrchr(dir, '/');
 		if (strlen(dir) <= floor || !slash || (size_t)(slash - dir) < floor)
 			break;
 		*slash = '\0';
 	}
-	return true;
 }
 
 /* v1's cpu hierarchy if there is one, else v2's (hybrid hosts). */
-static void cgq_walk(struct cbcmn__cgq *q, const char *root, double *once)
+static void cgq_walk(struct cbcmn__cgq *q, const char *root, double *once, bool keep)
 {
 	*q = (struct cbcmn__cgq){.lv = NULL};
 	if (!root)
 		root = "";
-	if (!hierarchy_open(q, root, false, once))
-		hierarchy_open(q, root, true, once);
+	if (!hierarchy_open(q, root, false, once, keep))
+		hierarchy_open(q, root, true, once, keep);
 }
 
 void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root)
 {
-	cgq_walk(q, root, NULL);
+	cgq_walk(q, root, NULL, false);
+}
+
+void cbcmn__cgq_hold(struct cbcmn__cgq *q)
+{
+	if (!q->dir)
+		return; /* nothing found, or held already */
+	char *dir = q->dir;
+	q->dir = NULL;
+	levels_open(q, "", dir, q->floor, q->v2, NULL);
+	free(dir);
 }
 
 double cbcmn__cgq_read(const struct cbcmn__cgq *q)
@@ -309,34 +340,27 @@ double cbcmn__cgq_read(const struct cbcmn__cgq *q)
 	return low;
 }
 
-double cbcmn__cgq_limit(const struct cbcmn__cgq *q, const char *root)
-{
-	return q->short_of ? cbcmn__cgroup_cpu_limit(root) : cbcmn__cgq_read(q);
-}
-
 void cbcmn__cgq_close(struct cbcmn__cgq *q)
 {
 	for (uint32_t i = 0; i < q->n; i++)
 		close_level(q->lv[i].fd, q->lv[i].pfd);
 	free(q->lv);
+	free(q->dir);
 	*q = (struct cbcmn__cgq){.lv = NULL};
 }
 
 double cbcmn__cgq_start(struct cbcmn__cgq *q, bool hold)
 {
-	if (!hold) {
-		*q = (struct cbcmn__cgq){.lv = NULL};
-		return cbcmn__cgroup_cpu_limit(NULL);
-	}
-	cbcmn__cgq_open(q, NULL);
-	return cbcmn__cgq_limit(q, NULL);
+	double low = 0;
+	cgq_walk(q, NULL, &low, hold);
+	return low;
 }
 
 double cbcmn__cgroup_cpu_limit(const char *root)
 {
 	struct cbcmn__cgq q;
 	double low = 0;
-	cgq_walk(&q, root, &low);
+	cgq_walk(&q, root, &low, false);
 	return low;
 }
 

@@ -27,18 +27,24 @@ struct cbcmn__cgq {
 	/* None held for want of descriptors or memory (a level missed may
 	 * be the limiting one), not for want of files. */
 	bool short_of;
+	/* Where the files are, found by cbcmn__cgq_start() and opened by
+	 * cbcmn__cgq_hold() (no walk): the process's level (malloc'd), and
+	 * the length of the mount's path, above which no level is read. */
+	char *dir;
+	uint32_t floor;
 };
 /* Open them (root as above); none (n 0) where nothing can be read. */
 void cbcmn__cgq_open(struct cbcmn__cgq *q, const char *root);
 /* The lowest limit they say now, in CPUs (0: none). */
 double cbcmn__cgq_read(const struct cbcmn__cgq *q);
-/* The same just after cbcmn__cgq_open(q, root), for a runtime's create:
- * short of descriptors, a one-off read (two at a time) in its stead. */
-double cbcmn__cgq_limit(const struct cbcmn__cgq *q, const char *root);
 void cbcmn__cgq_close(struct cbcmn__cgq *q);
-/* The limit for a runtime's create, in one walk of the live tree: q
- * holds the files (hold: for the monitor's reads) or nothing. */
+/* The limit for a runtime's create, in one walk of the live tree, read
+ * with two descriptors at a time; q holds no file, but (hold: for the
+ * monitor's reads) where they are, for cbcmn__cgq_hold(). */
 double cbcmn__cgq_start(struct cbcmn__cgq *q, bool hold);
+/* Open the files cbcmn__cgq_start(q, true) found, without a walk: once
+ * every descriptor the runtime needs is made (runtime.c). */
+void cbcmn__cgq_hold(struct cbcmn__cgq *q);
 
 /* Executors for cpus CPUs under a limit (0: none): the limit rounded up,
  * at least 1, at most cpus. */

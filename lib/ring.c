@@ -104,7 +104,18 @@ static int ring_init(struct io_uring *u, uint32_t entries, uint32_t flags, const
  * longer (RING_GIVEBACK_NS after its close), but only while the ring
  * asked for fits beside the rings we still hold: then the wait ends when
  * the kernel gives the share back.  Otherwise (another process of the
- * user holds the rest, or nothing of ours was closed) RING_RETRY_NS. */
+ * user holds the rest, or nothing of ours was closed) RING_RETRY_NS.
+ *
+ * Why the probe's ring is not kept as executor 0's, which would leave no
+ * closed ring to wait for: executor 0 makes its ring on its own thread,
+ * and SINGLE_ISSUER / DEFER_TASKRUN bind a ring to the thread that made
+ * it unless it is made disabled (IORING_SETUP_R_DISABLED) and enabled by
+ * its user; a disabled ring refuses a MSG_RING (-EBADFD), which the probe
+ * sends to it (sync_msg_ring, SQPOLL rings); and the probe's ring has
+ * RING_MIN_ENTRIES, where executor 0's size is planned from the locked
+ * memory left (ring_entries_planned()) only once the flags are known.
+ * Each is a change to the ring's set-up of its own (twenty-second
+ * session: not done). */
 
 #define RING_MIN_ENTRIES 8u
 /* The smallest ring is retried this long, in doubling sleeps. */
@@ -852,6 +863,23 @@ static void doorbell_sent(struct cbcmn__exec *me, struct cbcmn__exec *target, in
 	CBCMN_PROBE4(doorbell, (int)me->id, target->id, how, target->rt->seg.rt_id);
 }
 
+/* This thread's MSG_RINGs without a ring were refused for good: its
+ * doorbells ring the eventfd, not a failed system call each first.  Per
+ * thread: a seccomp filter is a thread's (a program's thread may have one
+ * the executors have not), and a kernel that refuses refuses each thread
+ * once.  Kept for the thread's life, whatever runtime it rings. */
+static _Thread_local bool sync_msg_refused;
+
+/* Refusals that never change for a thread: a seccomp filter's (EPERM,
+ * or the errno it chose: ENOSYS, EOPNOTSUPP are common ones), a kernel
+ * without the call or the opcode (EINVAL, before 6.13).  The others say
+ * the target's state (EBADF, EBADFD: its ring gone; EOVERFLOW: its CQ
+ * full): the next may pass. */
+static bool refused_for_good(int rc)
+{
+	return rc == -EPERM || rc == -EINVAL || rc == -ENOSYS || rc == -EOPNOTSUPP;
+}
+
 /* A doorbell to an SQPOLL executor, from src (an executor's id, or
  * rt->nexec: a thread outside the runtime): a MSG_RING sent by the
  * calling thread itself (sync_msg()), which posts target's CQE and wakes
@@ -864,12 +892,18 @@ static void doorbell_sent(struct cbcmn__exec *me, struct cbcmn__exec *target, in
  * channel send or a task's wake from it.  Its fd is the eventfd's peer
  * in lifetime: the number stays ours while anyone may ring it
  * (ring_fd_drop()).  0, or it failed (no such call, no SQPOLL rings, the
- * target's ring gone or its CQ full): the eventfd serves. */
+ * target's ring gone or its CQ full, refused for good on this thread
+ * before): the eventfd serves. */
 static int doorbell_sync(struct cbcmn__exec *target, uint32_t src)
 {
-	if (!doorbell_sync_on(target->rt))
+	if (!doorbell_sync_on(target->rt) || sync_msg_refused)
 		return -EOPNOTSUPP;
-	return sync_msg(doorbell_fd(target), CBCMN__UD_DOORBELL | ((uint64_t)src << 3));
+	int rc = sync_msg(doorbell_fd(target), CBCMN__UD_DOORBELL | ((uint64_t)src << 3));
+	if (__builtin_expect(rc, 0) && refused_for_good(rc)) {
+		sync_msg_refused = true;
+		atomic_fetch_add_explicit(&target->rt->sync_msg_refused, 1, memory_order_relaxed);
+	}
+	return rc;
 }
 
 /* A doorbell rung by a thread outside rt: counted (how: 0 a MSG_RING, 1

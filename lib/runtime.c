@@ -196,9 +196,9 @@ static int lab_seed_parse(const char *s, uint64_t *out)
 }
 
 /* Validate and fill in defaults.  Bad values are errors, not clamped.
- * CBCMN_WORKERS_AUTO reads the cgroup limit: *limit (-1: not read), from
- * the files it leaves open in cgq for the runtime's monitor (create's one
- * walk of the tree: create closes them if no monitor wants them). */
+ * CBCMN_WORKERS_AUTO reads the cgroup limit: *limit (-1: not read), and
+ * where its files are, left in cgq for the runtime's monitor (create's one
+ * walk of the tree: create forgets them if no monitor wants them). */
 static int config_check(const cbcmn_config *in, cbcmn_config *out, size_t page,
 			struct cbcmn__cgq *cgq, double *limit)
 {
@@ -639,8 +639,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	rt->min_live = c.min_workers;
 	/* The default spin leaves a cgroup's quota to the busy executors
 	 * (sched.c, spin_room()), a limit set later too (a pod resized in
-	 * place: the monitor reads the files opened here again, closed by
-	 * runtime_free()); a spin_ns the program chose is its own.  One walk
+	 * place: the monitor reads the files found here again, held from
+	 * the end of create, closed by runtime_free()); a spin_ns the program chose is its own.  One walk
 	 * of the cgroup tree: here, or config_resolve()'s for
 	 * CBCMN_WORKERS_AUTO, whose files are kept only for a monitor. */
 	bool default_spin = !cfg || cfg->spin_ns == 0;
@@ -694,6 +694,14 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 			return err;
 		}
 	}
+	/* The files the walk found, opened once every descriptor create
+	 * needs is made (the rings, their eventfds, the stats segment): held
+	 * at the walk, they took the last descriptors under a low
+	 * RLIMIT_NOFILE, and create failed with -EMFILE at a limit one above
+	 * one at which it passed (the files failing to open there; attack21).
+	 * Short of descriptors now, none is held (cpuquota.c): create's
+	 * answer grows with the limit. */
+	cbcmn__cgq_hold(&rt->cgq);
 	if ((rc = cbcmn__monitor_start(rt)) != 0) {
 		stop_executors(rt, rt->nexec);
 		runtime_free(rt);

@@ -617,10 +617,16 @@ struct cbcmn_runtime {
 	 * executors started and retired. */
 	struct cbcmn__seg seg;
 	/* Of seg's ext_doorbells, those rung by a MSG_RING without a ring
-	 * (SQPOLL rings, ring.c), not the eventfd (tests). */
-	_Atomic uint64_t ext_msg_doorbells;
+	 * (SQPOLL rings, ring.c), not the eventfd (tests): written by every
+	 * outside doorbell, on a line of its own, away from ring_caps, which
+	 * every doorbell reads. */
+	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t ext_msg_doorbells;
+	/* Threads whose MSG_RING without a ring was refused for good (a
+	 * seccomp filter's EPERM, an old kernel's EINVAL: ring.c,
+	 * doorbell_sync()), each ringing the eventfd from then on. */
+	_Atomic uint32_t sync_msg_refused;
+	_Alignas(CBCMN__CACHELINE) struct cbcmn__ring_caps ring_caps;
 	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
-	struct cbcmn__ring_caps ring_caps;
 	bool ep_backend;                  /* executors wait with epoll, not io_uring (epoll.c) */
 	bool pbuf_whole;                  /* CBCMN_PBUF_INC=0: streams' pools of whole buffers (stream.c) */
 	struct cbcmn__ep_closes *ep_closes; /* epoll: cbcmn_close()s seen by every set (epoll.c) */

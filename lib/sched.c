@@ -962,12 +962,17 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 		trace_t0 = cbcmn__trace_now();
 	}
 	/* The wheel is free while the task runs: a stall's rescue may take
-	 * its actors (actor_sched.c).  Made before a run, never during one. */
-	bool gated = e->wheel != NULL;
-	if (__builtin_expect(gated, 0))
+	 * its actors (actor_sched.c).  Closed on what is true after the run:
+	 * a run begun without a wheel that made one and switched straight to
+	 * an actor (actor_direct() opens the gate for it) left it open while
+	 * the loop picked from the wheel, had a run ever made one (none does:
+	 * the wheel is made by the loop's pick and by run_post() after an
+	 * actor's run, and an actor's direct switch needs the wheel first).
+	 * Closing a closed gate is one failed compare-and-swap. */
+	if (__builtin_expect(e->wheel != NULL, 0))
 		cbcmn__wheel_gate_open(e);
 	switch_to_task(e, t);
-	if (__builtin_expect(gated, 0))
+	if (__builtin_expect(e->wheel != NULL, 0))
 		cbcmn__wheel_gate_close(e);
 	CBCMN__TRACE(e, CBCMN_TRACE_TASK, trace_t0, cbcmn__trace_now() - trace_t0, trace_id, 0);
 	run_seq_end(e);

@@ -39,15 +39,20 @@ void cbcmn__futex_wake_one(_Atomic uint32_t *word) { cbcmn__futex_wake(word, 1);
 
 void cbcmn__futex_wait_zero(_Atomic uint32_t *word) { cbcmn__futex_wait(word, 0, NULL); }
 
-/* Work some executor can take: the inject queue, deques and slots. */
+/* Work some executor can take: the inject queue, deques, slots and held
+ * actors. */
 bool cbcmn__any_work(struct cbcmn_runtime *rt)
 {
 	if (atomic_load_explicit(&rt->inj_len, memory_order_relaxed))
 		return true;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		struct cbcmn__exec *x = rt->exec[i];
+		/* held: the actor an owed notification is for (sched.c,
+		 * owe_hold()), as much work as the slot's: missed, a last
+		 * searcher stopped and left it to the debt's payment. */
 		if (cbcmn__deque_len(&x->dq) > 0 ||
-		    atomic_load_explicit(&x->slot, memory_order_relaxed) != NULL)
+		    atomic_load_explicit(&x->slot, memory_order_relaxed) != NULL ||
+		    atomic_load_explicit(&x->held, memory_order_relaxed) != NULL)
 			return true;
 	}
 	return false;

@@ -474,6 +474,23 @@ static void test_a_held_actor_survives_its_executors_thread_dying(void **state)
  * computes on, no runtime call, until B has run (a hang bound: on a
  * loaded host the searcher may wait long for a CPU; 500 ms was a speed
  * bound in disguise, failed once under ASan beside the hog). */
+/* Whether the executors' last re-check before they sleep
+ * (cbcmn__any_work(): a searcher that stops, a notifier that found no
+ * bit to claim, a retiring executor) saw B held: looked at by A only
+ * while B was held before and after the look (A sends nothing else:
+ * held, once emptied, stays empty). */
+static _Atomic int held_work_looked, held_work_seen;
+
+static void look_at_held_work(void)
+{
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	bool work = cbcmn__any_work(e->rt);
+	if (atomic_load(&held_seen) && atomic_load_explicit(&e->held, memory_order_relaxed)) {
+		atomic_store(&held_work_seen, work);
+		atomic_store(&held_work_looked, 1);
+	}
+}
+
 static int64_t searched_a(cbcmn_cx *cx, void *arg)
 {
 	struct runs_on *o = arg;
@@ -481,6 +498,7 @@ static int64_t searched_a(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_msg m = msg(M_DATA, 1, 0);
 	TASK_CHECK(cbcmn_actor_send(NULL, cx, o->p.b, &m) == 0);
 	note_held();
+	look_at_held_work();
 	for (uint64_t t0 = t_now_ns(); !atomic_load(&o->p.b_ran) && t_now_ns() - t0 < T_STALL_NS;)
 		;
 	atomic_store(&o->p.a_running, 0);
@@ -489,14 +507,18 @@ static int64_t searched_a(cbcmn_cx *cx, void *arg)
 
 /* A searching executor takes the woken actor from a sender that computes
  * on after SLOT_STEAL_NS, as it took it from the slot: held, it waited
- * for the debt's payment (owe_ns, a second here), B ran after A.  Up to
- * five runs, until one whose wake was held. */
+ * for the debt's payment (owe_ns, a second here), B ran after A.  And the
+ * last re-check before an executor sleeps counts B held as work: it
+ * looked at the slot only, so a last searcher that stopped beside a held
+ * B notified nobody, and B waited for the payment or a thief.  Up to
+ * five runs, until one whose wake was held across A's look. */
 static void test_a_held_actor_is_taken_by_a_searching_executor(void **state)
 {
 	(void)state;
 	static struct runs_on o;
 	atomic_store(&held_seen, 0);
-	for (int run = 0; run < 5 && !atomic_load(&held_seen); run++) {
+	atomic_store(&held_work_looked, 0);
+	for (int run = 0; run < 5 && !atomic_load(&held_work_looked); run++) {
 		memset(&o, 0, sizeof(o));
 		o.p = (struct pair){.a_fn = searched_a, .b_fn = runs_on_b};
 		cbcmn_config cfg;
@@ -513,6 +535,8 @@ static void test_a_held_actor_is_taken_by_a_searching_executor(void **state)
 		t_destroy(rt);
 	}
 	assert_int_equal(atomic_load(&held_seen), 1);
+	assert_int_equal(atomic_load(&held_work_looked), 1);
+	assert_int_equal(atomic_load(&held_work_seen), 1);
 }
 
 /* ---- a debt cleared by the direct switch ---- */

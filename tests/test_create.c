@@ -261,11 +261,70 @@ static void test_failed_create_under_fd_limit_leaks_no_fd(void **state)
 	assert_true(came_up);
 }
 
+/* Create under a range of RLIMIT_NOFILE limits, on the default backend:
+ * once it passes at a limit it passes at every higher one, and each
+ * refusal is -EMFILE, with no runtime and no descriptor left.  Before,
+ * the cgroup files the monitor reads again were opened before the rings:
+ * at the limit where they fitted, a ring did not, and create failed one
+ * or two descriptors above a limit where it had passed (the files then
+ * failing to open; attack21: 9-11 passed, 12-13 failed, on one host). */
+static void create_fds_monotonic(const cbcmn_config *cfg, const char *what)
+{
+	std_fds_open();
+	struct rlimit saved;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	struct fdset before;
+	fds_now(&before);
+	/* From the lowest free number: descriptors the test's parent left
+	 * open higher up (a harness's pipe) leave holes create may use. */
+	int low = 0;
+	while (low < 1024 && (before.bits[low / 64] & (1ull << (low % 64))))
+		low++;
+	int first_up = -1;
+	for (int extra = 0; extra < 48; extra++) {
+		struct rlimit rl = {(rlim_t)(low + extra), saved.rlim_max};
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+		cbcmn_runtime *rt = NULL;
+		int rc = cbcmn_runtime_create(cfg, &rt);
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+		if (rc == 0) {
+			use_and_destroy(rt);
+			if (first_up < 0)
+				first_up = extra;
+		} else {
+			if (first_up >= 0)
+				printf("  %s: created at the lowest free number + %d, refused (%d) at + %d\n",
+				       what, first_up, rc, extra);
+			assert_true(first_up < 0);
+			assert_int_equal(rc, -EMFILE);
+			assert_null(rt);
+		}
+		fds_assert_same(&before, "descriptors free below the limit:", (uint64_t)extra);
+	}
+	assert_true(first_up >= 0);
+	printf("  %s: created from the lowest free number + %d\n", what, first_up);
+}
+
+static void test_create_under_a_rising_fd_limit_fails_then_passes_for_good(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	create_fds_monotonic(&cfg, "1 worker");
+	cfg = two_workers();
+	create_fds_monotonic(&cfg, "2 workers");
+	cbcmn_config_init(&cfg);
+	cfg.workers = CBCMN_WORKERS_AUTO;
+	create_fds_monotonic(&cfg, "workers auto");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_failed_create_closes_no_fd_of_the_caller),
 		T_WATCHED_TEST(test_failed_create_under_fd_limit_leaks_no_fd),
+		T_WATCHED_TEST(test_create_under_a_rising_fd_limit_fails_then_passes_for_good),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

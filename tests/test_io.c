@@ -8,6 +8,8 @@
 #include "../lib/runtime.h"
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +20,8 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -2532,7 +2536,25 @@ struct outdb {
 	cbcmn_runtime *rt;
 	cbcmn_chan *ch;
 	_Atomic long got; /* the values the task received */
+	bool deny;        /* the thread refuses itself io_uring_register (EPERM) */
+	bool denied;      /* its filter is in */
 };
+
+/* A seccomp filter on the calling thread alone (no TSYNC): its
+ * io_uring_register fails with EPERM, as a container's profile may make
+ * it, the executors' threads unfiltered.  False where it cannot be put. */
+static bool deny_register_here(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_register, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+	       prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
 
 static int64_t outdb_task(cbcmn_cx *cx, void *arg)
 {
@@ -2553,6 +2575,8 @@ static void *outdb_thread(void *arg)
 {
 	struct outdb *o = arg;
 	struct cbcmn__exec *x = ((struct cbcmn_runtime *)o->rt)->exec[0];
+	if (o->deny)
+		o->denied = deny_register_here();
 	for (long v = 0; v < OUTDB_ROUNDS; v++) {
 		uint64_t t0 = t_now_ns();
 		while (!(atomic_load(&x->park) == CBCMN__PARK_SLEEPING && atomic_load(&o->got) == v) &&
@@ -2575,10 +2599,13 @@ static void outdb_hold(enum cbcmn__pause_point p, void *exec)
 		usleep(1000);
 }
 
-/* Outside doorbells rung, and of them MSG_RINGs, while o's rounds ran on rt. */
-static void outdb_run(cbcmn_runtime *rt, uint64_t *ext, uint64_t *msg)
+/* Outside doorbells rung, and of them MSG_RINGs, while o's rounds ran on
+ * rt, from a thread that denies itself io_uring_register if deny (false
+ * returned where it could not). */
+static bool outdb_run_by(cbcmn_runtime *rt, bool deny, uint64_t *ext, uint64_t *msg,
+			 uint32_t *refused)
 {
-	struct outdb o = {.rt = rt, .got = 0};
+	struct outdb o = {.rt = rt, .got = 0, .deny = deny};
 	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &o.ch), 0);
 	cbcmn_stats s0, s1;
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s0, NULL, 0), 0);
@@ -2593,8 +2620,16 @@ static void outdb_run(cbcmn_runtime *rt, uint64_t *ext, uint64_t *msg)
 	assert_int_equal(cbcmn_stats_snapshot(rt, &s1, NULL, 0), 0);
 	*ext = s1.ext_doorbells - s0.ext_doorbells;
 	*msg = atomic_load(&((struct cbcmn_runtime *)rt)->ext_msg_doorbells) - m0;
+	if (refused)
+		*refused = atomic_load(&((struct cbcmn_runtime *)rt)->sync_msg_refused);
 	cbcmn_chan_destroy(o.ch);
 	t_destroy(rt);
+	return o.denied == deny;
+}
+
+static void outdb_run(cbcmn_runtime *rt, uint64_t *ext, uint64_t *msg)
+{
+	outdb_run_by(rt, false, ext, msg, NULL);
 }
 
 /* A runtime of one parked executor, on backend, with SQPOLL rings if sq;
@@ -2653,6 +2688,34 @@ static void test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd(vo
 		assert_true(fails > 0);
 		assert_int_equal(msg + fails, ext);
 	}
+}
+
+/* The thread's MSG_RINGs refused for good (a seccomp filter's EPERM on
+ * io_uring_register, the executors' threads unfiltered): its first
+ * doorbell's refusal turns it to the eventfd for good, counted once;
+ * before, each doorbell of the thread failed a system call first (50
+ * refusals counted in 50 rounds). */
+static void test_a_thread_whose_msg_ring_is_refused_for_good_rings_the_eventfd(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("test_a_thread_whose_msg_ring_is_refused_for_good_rings_the_eventfd");
+	cbcmn_runtime *rt = outdb_runtime(CBCMN_BACKEND_IO_URING, true);
+	if (!rt)
+		return;
+	struct cbcmn_runtime *r = (struct cbcmn_runtime *)rt;
+	if (!r->ring_caps.sync_msg_ring) {
+		t_destroy(rt);
+		skip();
+	}
+	uint32_t refused = 0;
+	uint64_t ext, msg;
+	bool denied = outdb_run_by(rt, true, &ext, &msg, &refused); /* every round delivered */
+	if (!denied)
+		skip(); /* no seccomp filter here */
+	/* The spawn from this thread, unfiltered, may ring one by MSG_RING. */
+	assert_true(ext >= OUTDB_ROUNDS);
+	assert_true(msg <= 1);
+	assert_int_equal(refused, 1);
 }
 
 /* A send to a full socket waits in the ring until the reader drains it.
@@ -2775,6 +2838,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_sqpoll_doorbell_waits_for_no_poller),
 		T_WATCHED_TEST(test_a_thread_outside_rings_an_sqpoll_executor_by_msg_ring),
 		T_WATCHED_TEST(test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd),
+		T_WATCHED_TEST(test_a_thread_whose_msg_ring_is_refused_for_good_rings_the_eventfd),
 		T_WATCHED_TEST(test_regression_sqpoll_sqes_counted_once),
 		T_WATCHED_TEST(test_regression_notify_recursion_with_io_pending),
 		T_WATCHED_TEST(test_regression_iowq_cap_starves_a_ready_blocking_read),
