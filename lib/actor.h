@@ -272,21 +272,21 @@ _Static_assert(sizeof(struct cbcmn__actor) % 64 == 0 && (sizeof(struct cbcmn__ac
  * buffer, up to the record at the stack's top (about 10 of 16 lines in a
  * ring's actors), are not touched by a receive loop's hop: the
  * prefetch of the whole range paid them for nothing (docs/ACTORS.md,
- * "The send's prefetch, the resume's lines only").  A buffer that is
- * not on the stack between sp and the record, or further than
- * CBCMN__RESUME_LINES_MAX lines: the frames only. */
+ * "Prefetch: the next actor, one hop early", the resume's lines).  A buffer that is
+ * not within CBCMN__RESUME_LINES_MAX lines above sp's (in the heap, in
+ * a frame far up): the frames only. */
 #define CBCMN__RESUME_LINES_MAX 16u
 #define CBCMN__RESUME_LINES_FRAMES 4u
 static inline void *cbcmn__actor_resume_hint(const struct cbcmn__actor *a, const void *sp)
 {
 	const struct cbcmn__mb_wait *w = atomic_load_explicit(&a->receiver, memory_order_relaxed);
-	uintptr_t s0 = (uintptr_t)sp & ~(uintptr_t)63, n = CBCMN__RESUME_LINES_FRAMES;
-	if (w && (uintptr_t)w->dst > (uintptr_t)sp && (uintptr_t)w->dst < (uintptr_t)w) {
-		uintptr_t last = ((uintptr_t)(w->dst + 1) - 1) >> 6;
-		if (last - (s0 >> 6) < CBCMN__RESUME_LINES_MAX)
-			n = last - (s0 >> 6) + 1;
+	uintptr_t first = (uintptr_t)sp >> 6, n = CBCMN__RESUME_LINES_FRAMES;
+	if (w) { /* unsigned: a buffer below sp is past the bound too */
+		uintptr_t d = (((uintptr_t)w->dst + sizeof(*w->dst) - 1) >> 6) - first;
+		if (d < CBCMN__RESUME_LINES_MAX)
+			n = d + 1;
 	}
-	return (void *)(s0 | n);
+	return (void *)(first << 6 | n);
 }
 
 /* Prefetch the lines of [p, end), at most 16, for writing (rw 1) or
