@@ -125,23 +125,37 @@ static void test_random_destinations_in_recycled_slots_unpinned(void **state)
 /* The resume hint (actor.h, cbcmn__actor_resume_hint()): an actor parked
  * in a receive leaves its saved pointer's line and, in the low 6 bits,
  * the count of lines from there to its buffer's end, which is all a
- * sender prefetches of its stack.  A buffer off the stack (the heap)
- * gives the frames' count.  The hint is checked from the buffer's side
- * (the saved pointer is the parked task's, not this thread's to read). */
+ * sender prefetches of its stack.  A buffer off the stack (the heap) or
+ * far above the receive gives the frames' count.  The hint is checked
+ * from the buffer's side (the saved pointer is the parked task's, not
+ * this thread's to read). */
+enum { BUF_STACK, BUF_HEAP, BUF_FAR };
 struct hinted {
-	bool heap;
+	int where;
 	_Atomic(cbcmn_actor_msg *) buf;
 };
+
+/* The receive 2 KiB of frame below its buffer (the caller's); pad read
+ * after it, so that the call is not a tail call in the caller's frame. */
+static __attribute__((noinline)) int receive_far(cbcmn_cx *cx, cbcmn_actor_msg *buf)
+{
+	volatile char pad[2048];
+	pad[0] = 0;
+	pad[sizeof(pad) - 1] = 0;
+	int rc = cbcmn_actor_receive(cx, buf, CBCMN_ACTOR_FOREVER);
+	return rc + pad[0] + pad[sizeof(pad) - 1];
+}
 
 static int64_t hinted_actor(cbcmn_cx *cx, void *arg)
 {
 	struct hinted *h = arg;
-	cbcmn_actor_msg m, *buf = h->heap ? malloc(sizeof(*buf)) : &m;
+	cbcmn_actor_msg m, *buf = h->where == BUF_HEAP ? malloc(sizeof(*buf)) : &m;
 	TASK_CHECK(buf != NULL);
 	atomic_store(&h->buf, buf);
-	int rc = cbcmn_actor_receive(cx, buf, CBCMN_ACTOR_FOREVER);
+	int rc = h->where == BUF_FAR ? receive_far(cx, buf)
+				     : cbcmn_actor_receive(cx, buf, CBCMN_ACTOR_FOREVER);
 	TASK_CHECK(rc == 0 && buf->type == M_QUIT);
-	if (h->heap)
+	if (h->where == BUF_HEAP)
 		free(buf);
 	return rc;
 }
@@ -163,7 +177,7 @@ static int64_t hint_root(cbcmn_cx *cx, void *arg)
 	}
 	uintptr_t buf = (uintptr_t)atomic_load(&h->buf), lines = hint & 63, s0 = hint & ~(uintptr_t)63;
 	TASK_CHECK(hint != 0 && buf != 0);
-	if (h->heap) {
+	if (h->where != BUF_STACK) {
 		TASK_CHECK(lines == CBCMN__RESUME_LINES_FRAMES);
 	} else {
 		/* From below the buffer (the receive's frames and the saved
@@ -177,10 +191,10 @@ static int64_t hint_root(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
-static void hint_run(bool heap)
+static void hint_run(int where)
 {
 	static struct hinted h;
-	h.heap = heap;
+	h.where = where;
 	atomic_store(&h.buf, NULL);
 	cbcmn_runtime *rt = t_runtime(1);
 	int64_t res;
@@ -193,13 +207,21 @@ static void hint_run(bool heap)
 static void test_a_parked_receivers_hint_counts_its_lines_to_its_buffer(void **state)
 {
 	(void)state;
-	hint_run(false);
+	hint_run(BUF_STACK);
 }
 
 static void test_a_buffer_off_the_stack_hints_the_frames_only(void **state)
 {
 	(void)state;
-	hint_run(true);
+	hint_run(BUF_HEAP);
+}
+
+/* 2 KiB of frames between the receive and its buffer: past the bound,
+ * the frames only (a count of 33 lines would not fit the prefetch's). */
+static void test_a_buffer_far_above_the_receive_hints_the_frames_only(void **state)
+{
+	(void)state;
+	hint_run(BUF_FAR);
 }
 
 int main(void)
@@ -209,6 +231,7 @@ int main(void)
 		cmocka_unit_test(test_random_destinations_in_recycled_slots_unpinned),
 		cmocka_unit_test(test_a_parked_receivers_hint_counts_its_lines_to_its_buffer),
 		cmocka_unit_test(test_a_buffer_off_the_stack_hints_the_frames_only),
+		cmocka_unit_test(test_a_buffer_far_above_the_receive_hints_the_frames_only),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
