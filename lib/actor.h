@@ -86,8 +86,10 @@ struct cbcmn__actor {
 	 * prefetch the wait it will claim (actor_mbox.c, sending()). */
 	_Atomic(struct cbcmn__mb_wait *) receiver;
 	/* Where its task resumes, as of its last block (actor_sched.c,
-	 * park()): the task and its saved stack pointer, for a sender to
-	 * prefetch (actor_mbox.c, sending()).  Beside receiver, whose line the
+	 * park()): the task, and its saved stack pointer's line with, in
+	 * the low 6 bits, how many lines from there its resume touches
+	 * (cbcmn__actor_resume_hint()), for a sender to prefetch
+	 * (actor_mbox.c, sending()).  Beside receiver, whose line the
 	 * sender reads anyway.  Hints: relaxed, possibly stale (a stale
 	 * pointer only costs a useless prefetch, never a read). */
 	_Atomic(void *) hint_task, hint_sp;
@@ -260,6 +262,32 @@ _Static_assert(offsetof(struct cbcmn__actor, ring) >= CBCMN__ACTOR_RING_LINE * 6
 _Static_assert(_Alignof(struct cbcmn__actor) == 64, "a slot begins a line");
 _Static_assert(sizeof(struct cbcmn__actor) % 64 == 0 && (sizeof(struct cbcmn__actor) / 64) % 2 == 1,
 	       "a slot is an odd number of lines: its hop lines spread over every set");
+
+/* The resume hint of actor a, parking with its context saved at sp
+ * (hint_sp): sp's line, and in the low 6 bits the lines from there to the
+ * end of the message buffer its receive waits to be written (the saved
+ * registers, the runtime's frames it returns through, the buffer: what
+ * its resume touches on its stack besides its receive record, which the
+ * sender prefetches from the record itself).  The frames above the
+ * buffer, up to the record at the stack's top (about 10 of 16 lines in a
+ * ring's actors), are not touched by a receive loop's hop: the
+ * prefetch of the whole range paid them for nothing (docs/ACTORS.md,
+ * "Prefetch: the next actor, one hop early", the resume's lines).  A buffer that is
+ * not within CBCMN__RESUME_LINES_MAX lines above sp's (in the heap, in
+ * a frame far up): the frames only. */
+#define CBCMN__RESUME_LINES_MAX 16u
+#define CBCMN__RESUME_LINES_FRAMES 4u
+static inline void *cbcmn__actor_resume_hint(const struct cbcmn__actor *a, const void *sp)
+{
+	const struct cbcmn__mb_wait *w = atomic_load_explicit(&a->receiver, memory_order_relaxed);
+	uintptr_t first = (uintptr_t)sp >> 6, n = CBCMN__RESUME_LINES_FRAMES;
+	if (w) { /* unsigned: a buffer below sp is past the bound too */
+		uintptr_t d = (((uintptr_t)w->dst + sizeof(*w->dst) - 1) >> 6) - first;
+		if (d < CBCMN__RESUME_LINES_MAX)
+			n = d + 1;
+	}
+	return (void *)(first << 6 | n);
+}
 
 /* Prefetch the lines of [p, end), at most 16, for writing (rw 1) or
  * reading (0): docs/ACTORS.md "Prefetch: the next actor, one hop early". */

@@ -1016,25 +1016,18 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	if (!w)
 		return;
 	const char *t = atomic_load_explicit(&a->hint_task, memory_order_relaxed);
-	const char *sp = atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
+	uintptr_t h = (uintptr_t)atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
 	if (t) /* lines 0-2: what running a task touches (runtime.h) */
 		CBCMN__PREFETCH_RANGE(t, t + 192, 1);
-	/* The wait is in its task's node (iwait.h), at the top of its
-	 * stack, above the registers saved at sp: the frames between are
-	 * those its resume returns through, and hold the receive's buffer
-	 * (about 17 lines in the ring's actors).  Counted in lines, in two ranges
-	 * (CBCMN__PREFETCH_RANGE() stops at 16): the wait's lines, which
-	 * the claim writes, are never the ones dropped. */
-	const char *end = (const char *)(w + 1);
-	uintptr_t s0 = (uintptr_t)sp & ~(uintptr_t)63;
-	if (sp && (const char *)w > sp && (((uintptr_t)end - 1) >> 6) - (s0 >> 6) < 32) {
-		CBCMN__PREFETCH_RANGE(s0, end, 1);
-		CBCMN__PREFETCH_RANGE(s0 + 16 * 64, end, 1);
-	} else {
-		CBCMN__PREFETCH_RANGE(w, end, 1);
-		if (sp)
-			CBCMN__PREFETCH_RANGE(sp, sp + 192, 1);
-	}
+	/* Its resume's lines on its stack (cbcmn__actor_resume_hint()),
+	 * counted: the saved registers, the frames between, the buffer. */
+	const char *s0 = (const char *)(h & ~(uintptr_t)63);
+	for (uintptr_t i = 0, n = s0 ? h & 63 : 0; i < n; i++)
+		__builtin_prefetch(s0 + i * 64, 1);
+	/* The record's hop fields, from the waiter to its end, and the
+	 * node's line after it, in an actor's node (iwait.h, struct
+	 * cbcmn__iwkeep): what the claim and the withdrawal write. */
+	CBCMN__PREFETCH_RANGE(&w->qw.iw.w, (const char *)(w + 1) + 8, 1);
 }
 
 /* The receiver's slot and home if a send from task self may go over the

@@ -430,10 +430,12 @@ static void park(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__
 	a->park_exec = e->id + 1;
 	/* Where it resumes, for its next sender to prefetch (actor_mbox.c,
 	 * sending()): its saved stack pointer is its last block's until the
-	 * switch (cbcmn__actor_direct() parks it before), the same frame
-	 * when it blocks where it blocked before (a receive loop). */
+	 * switch (cbcmn__actor_direct() parks it before; the system stack's
+	 * park has saved it), the same frame when it blocks where it blocked
+	 * before (a receive loop). */
 	atomic_store_explicit(&a->hint_task, (void *)t, memory_order_relaxed);
-	atomic_store_explicit(&a->hint_sp, t->sp, memory_order_relaxed);
+	atomic_store_explicit(&a->hint_sp, cbcmn__actor_resume_hint(a, t->sp),
+			      memory_order_relaxed);
 }
 
 void cbcmn__actor_parks(struct cbcmn__exec *e, struct cbcmn_task *t)

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "actor.h" /* internals: the slot's resume hint */
 #include "actor_test.h"
 
 #define MEMBERS 32
@@ -121,11 +122,116 @@ static void test_random_destinations_in_recycled_slots_unpinned(void **state)
 	game_run(false);
 }
 
+/* The resume hint (actor.h, cbcmn__actor_resume_hint()): an actor parked
+ * in a receive leaves its saved pointer's line and, in the low 6 bits,
+ * the count of lines from there to its buffer's end, which is all a
+ * sender prefetches of its stack.  A buffer off the stack (the heap) or
+ * far above the receive gives the frames' count.  The hint is checked
+ * from the buffer's side (the saved pointer is the parked task's, not
+ * this thread's to read). */
+enum { BUF_STACK, BUF_HEAP, BUF_FAR };
+struct hinted {
+	int where;
+	_Atomic(cbcmn_actor_msg *) buf;
+};
+
+/* The receive 2 KiB of frame below its buffer (the caller's); pad read
+ * after it, so that the call is not a tail call in the caller's frame. */
+static __attribute__((noinline)) int receive_far(cbcmn_cx *cx, cbcmn_actor_msg *buf)
+{
+	volatile char pad[2048];
+	pad[0] = 0;
+	pad[sizeof(pad) - 1] = 0;
+	int rc = cbcmn_actor_receive(cx, buf, CBCMN_ACTOR_FOREVER);
+	return rc + pad[0] + pad[sizeof(pad) - 1];
+}
+
+static int64_t hinted_actor(cbcmn_cx *cx, void *arg)
+{
+	struct hinted *h = arg;
+	cbcmn_actor_msg m, *buf = h->where == BUF_HEAP ? malloc(sizeof(*buf)) : &m;
+	TASK_CHECK(buf != NULL);
+	atomic_store(&h->buf, buf);
+	int rc = h->where == BUF_FAR ? receive_far(cx, buf)
+				     : cbcmn_actor_receive(cx, buf, CBCMN_ACTOR_FOREVER);
+	TASK_CHECK(rc == 0 && buf->type == M_QUIT);
+	if (h->where == BUF_HEAP)
+		free(buf);
+	return rc;
+}
+
+static int64_t hint_root(cbcmn_cx *cx, void *arg)
+{
+	struct hinted *h = arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref ref;
+	cbcmn_actor_opts ao = {.placement = CBCMN_PLACE_PINNED};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, hinted_actor, h, &ao, &ref) == 0);
+	struct cbcmn__actor *a = cbcmn__actor_slot(cbcmn_cx_runtime(cx), ref);
+	TASK_CHECK(a != NULL);
+	uintptr_t hint = 0;
+	for (uint64_t end = t_now_ns() + T_STALL_NS; !hint && t_now_ns() < end;) {
+		cbcmn_sleep(cx, 1000000);
+		hint = (uintptr_t)atomic_load_explicit(&a->hint_sp, memory_order_relaxed);
+	}
+	uintptr_t buf = (uintptr_t)atomic_load(&h->buf), lines = hint & 63, s0 = hint & ~(uintptr_t)63;
+	TASK_CHECK(hint != 0 && buf != 0);
+	if (h->where != BUF_STACK) {
+		TASK_CHECK(lines == CBCMN__RESUME_LINES_FRAMES);
+	} else {
+		/* From below the buffer (the receive's frames and the saved
+		 * registers) to the buffer's last line, no further. */
+		TASK_CHECK(s0 < buf && buf - s0 < CBCMN__RESUME_LINES_MAX * 64);
+		TASK_CHECK(lines == ((buf + sizeof(cbcmn_actor_msg) - 1) >> 6) - (s0 >> 6) + 1);
+	}
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, ref, &q) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void hint_run(int where)
+{
+	static struct hinted h;
+	h.where = where;
+	atomic_store(&h.buf, NULL);
+	cbcmn_runtime *rt = t_runtime(1);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, hint_root, &h, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(res, 0);
+	t_destroy(rt);
+}
+
+static void test_a_parked_receivers_hint_counts_its_lines_to_its_buffer(void **state)
+{
+	(void)state;
+	hint_run(BUF_STACK);
+}
+
+static void test_a_buffer_off_the_stack_hints_the_frames_only(void **state)
+{
+	(void)state;
+	hint_run(BUF_HEAP);
+}
+
+/* 2 KiB of frames between the receive and its buffer: past the bound,
+ * the frames only (a count of 33 lines would not fit the prefetch's). */
+static void test_a_buffer_far_above_the_receive_hints_the_frames_only(void **state)
+{
+	(void)state;
+	hint_run(BUF_FAR);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_destinations_in_recycled_slots_pinned),
 		cmocka_unit_test(test_random_destinations_in_recycled_slots_unpinned),
+		cmocka_unit_test(test_a_parked_receivers_hint_counts_its_lines_to_its_buffer),
+		cmocka_unit_test(test_a_buffer_off_the_stack_hints_the_frames_only),
+		cmocka_unit_test(test_a_buffer_far_above_the_receive_hints_the_frames_only),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
