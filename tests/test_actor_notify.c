@@ -21,6 +21,7 @@
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 #include "../lib/fault.h"   /* cbcmn__pause_set() */
+#include "../lib/futex.h"   /* cbcmn__futex_wake() */
 #include "../lib/monitor.h" /* cbcmn__monitor_owe_paid(), _wakeups() */
 #include "../lib/runtime.h" /* exec.held, exec.slot */
 #include <pthread.h>
@@ -55,7 +56,23 @@ struct ring {
 	uint64_t m0, t0;        /* the monitor's wakes, and the time, likewise */
 	uint64_t mwakes, ns;    /* ... during the hops */
 	cbcmn_chan *ch;         /* set: tasks' cx used off their fibers meanwhile */
+	/* Set: the member that sends the token with this count left computes
+	 * on, no runtime call, until its receiver has it (stall_got). */
+	uint64_t stall_at;
+	_Atomic int stall_got;
+	uint64_t calm_before;   /* the monitor's calm sleeps by then */
 };
+
+/* The ring's member that sends hop r->stall_at: compute on with its debt
+ * open until the receiver has run (a hang guard's while): only the
+ * monitor pays it (no spinning searcher here). */
+static void ring_compute_on(cbcmn_cx *cx, struct ring *r)
+{
+	r->calm_before = cbcmn__monitor_calm_sleeps(cbcmn_cx_runtime(cx));
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&r->stall_got) && t_now_ns() - t0 < T_STALL_NS;)
+		;
+	TASK_CHECK(atomic_load(&r->stall_got));
+}
 
 static int64_t ring_member(cbcmn_cx *cx, void *arg)
 {
@@ -81,9 +98,13 @@ static int64_t ring_member(cbcmn_cx *cx, void *arg)
 					TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[k], &q) == 0);
 			return 0;
 		}
+		if (r->stall_at && m.body.u64[0] == r->stall_at - 1)
+			atomic_store(&r->stall_got, 1);
 		m.body.u64[0]--;
 		m.body.u64[1]++;
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[(me->i + 1) % RING], &m) == 0);
+		if (r->stall_at && m.body.u64[0] == r->stall_at - 1)
+			ring_compute_on(cx, r);
 	}
 	return rc;
 }
@@ -136,11 +157,12 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 
 /* The token round the ring, STRESS(100 000) hops, owe_ns as given:
  * every hop taken, on one executor or the other. */
-static const struct ring *ring_run(uint64_t owe_ns)
+static const struct ring *ring_run_at(uint64_t owe_ns, uint64_t stall_at)
 {
 	static struct ring r;
 	memset(&r, 0, sizeof(r));
 	r.hops = STRESS(100000);
+	r.stall_at = stall_at;
 	cbcmn_runtime *rt = quiet_runtime(true, owe_ns);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
@@ -150,6 +172,11 @@ static const struct ring *ring_run(uint64_t owe_ns)
 	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
 	t_destroy(rt);
 	return &r;
+}
+
+static const struct ring *ring_run(uint64_t owe_ns)
+{
+	return ring_run_at(owe_ns, 0);
 }
 
 /* Before the rule, every hop's wake into the sender's slot rang the
@@ -184,6 +211,30 @@ static void test_a_chain_does_not_wake_the_monitor_at_each_hop(void **state)
 	(void)state;
 	const struct ring *r = ring_run(CBCMN_OWE_MIN_NS);
 	assert_true(r->mwakes <= 2 * (r->ns / CBCMN_OWE_MIN_NS + 1) + 4);
+}
+
+/* While a chain's debts come and go and each is paid by its executor
+ * before the monitor's next look, the looks back off to MON_CALM_OWES
+ * owe_ns (monitor.c, owe_look(): the calm back-off); a debt then left
+ * open is still paid by the monitor.  Half way round, a member sends and
+ * computes on until its receiver has run: with no spinning searcher, only
+ * the monitor's payment lets the receiver run (a hang guard otherwise).
+ * A loaded host may keep a hop's thread off its CPU with its debt open
+ * across a look, which brings the looks back to owe_ns: the ring runs
+ * again, HELD_RUNS times at most, until the back-off was at its longest
+ * before the stall; every run must pay. */
+#define CALM_RUNS 5
+
+static void test_a_debt_left_open_after_the_calm_back_off_is_paid(void **state)
+{
+	(void)state;
+	bool calm = false;
+	for (int k = 0; k < CALM_RUNS && !calm; k++) {
+		const struct ring *r = ring_run_at(CBCMN_OWE_MIN_NS, STRESS(100000) / 2);
+		assert_true(atomic_load(&r->stall_got));
+		calm = r->calm_before != 0;
+	}
+	assert_true(calm);
 }
 
 /* A channel call made with a task's cx off its fiber (a cbcmn_blocking()
@@ -783,6 +834,51 @@ static void test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep(v
 	t_destroy(rt);
 }
 
+/* A futex wake that finds the monitor in a long sleep with its word
+ * unchanged (a waker's late wake, meant for the sleep before, after it had
+ * moved the word; a spurious wake) ended the sleep's first owe_ns early,
+ * and the window's look came at once, before the debt it waits for: the
+ * monitor then slept the rest of the sleep and paid it there.  Now the
+ * first sleep goes on to owe_ns (monitor.c, mon_sleep_full()).  Here a
+ * stray wake comes as a long sleep begins, and an unpoked debt opens
+ * owe_ns / 10 later: the look owe_ns in must find it (owe_late).  Order
+ * only, over eight long sleeps as above. */
+static int64_t stray_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	struct cbcmn__exec *e = cbcmn__tls_exec;
+	for (int k = 0; k < 8 && cbcmn__monitor_owe_late(rt) == 0; k++) {
+		uint64_t l = cbcmn__monitor_long_sleeps(rt), paid = cbcmn__monitor_owe_paid(rt);
+		uint64_t t0 = t_now_ns();
+		while (cbcmn__monitor_long_sleeps(rt) == l && t_now_ns() - t0 < T_STALL_NS)
+			;
+		TASK_CHECK(cbcmn__monitor_long_sleeps(rt) != l);
+		cbcmn__futex_wake(&rt->mon_word, 1);
+		for (t0 = t_now_ns(); t_now_ns() - t0 < UNPOKED_OWE_NS / 10;)
+			;
+		uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
+		atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
+		for (t0 = t_now_ns();
+		     cbcmn__monitor_owe_paid(rt) == paid && t_now_ns() - t0 < T_STALL_NS;)
+			;
+		TASK_CHECK(cbcmn__monitor_owe_paid(rt) != paid);
+		cbcmn__owe_close(e);
+	}
+	return (int64_t)cbcmn__monitor_owe_late(rt);
+}
+
+static void test_a_stray_wake_does_not_bring_the_windows_look_early(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = quiet_runtime(true, UNPOKED_OWE_NS);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, stray_root, NULL, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(res >= 1);
+	t_destroy(rt);
+}
+
 /* ---- a woken actor's record, reused while its waker looks at it ---- */
 
 /* Once the woken actor is in its waker's slot, it is a thief's: it may
@@ -983,6 +1079,8 @@ int main(void)
 		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
 		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
+		cmocka_unit_test(test_a_debt_left_open_after_the_calm_back_off_is_paid),
+		cmocka_unit_test(test_a_stray_wake_does_not_bring_the_windows_look_early),
 		cmocka_unit_test(test_a_woken_actors_record_reused_before_its_waker_is_done),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
