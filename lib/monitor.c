@@ -51,9 +51,10 @@
  * m->tick_ns (MON_TICK_NS, 1 ms, or stall_ns / 2 if less) doubling while
  * no stall begins or ends, up to stall_ns / 2 (5 ms by default: about 200
  * looks a second on a busy runtime, a stall seen by 1.5 stall_ns), waking
- * earlier when the oldest run it saw becomes a stall, and every
- * cfg.owe_ns (1 ms by default) while actors' owed notifications come and
- * go or one waits to be paid (owe_look()); a sleep longer than owe_ns is
+ * earlier when the oldest run it saw becomes a stall, every cfg.owe_ns
+ * (1 ms by default) while an actor's owed notification waits to be paid,
+ * and every owe_ns to 4 owe_ns while they come and go, each paid by its
+ * executor before the next look (owe_look(), the calm back-off); a sleep longer than owe_ns is
  * cut short by the next debt opened, and one longer than 8 owe_ns
  * looks at the debts once more owe_ns into it (mon_sleep_long()).  While every
  * executor is parked it sleeps without a timeout and an executor leaving

@@ -56,11 +56,12 @@ struct ring {
 	uint64_t m0, t0;        /* the monitor's wakes, and the time, likewise */
 	uint64_t mwakes, ns;    /* ... during the hops */
 	cbcmn_chan *ch;         /* set: tasks' cx used off their fibers meanwhile */
-	/* Set: the member that sends the token with this count left computes
-	 * on, no runtime call, until its receiver has it (stall_got). */
-	uint64_t stall_at;
+	/* Set: the first member to send the token once the monitor's calm
+	 * back-off has been at its longest (calm_sleeps) computes on, no
+	 * runtime call, until its receiver has the token (stall_got). */
+	bool stall;
+	uint64_t stall_at; /* the count that member sent */
 	_Atomic int stall_got;
-	uint64_t calm_before;   /* the monitor's calm sleeps by then */
 };
 
 /* The ring's member that sends hop r->stall_at: compute on with its debt
@@ -68,7 +69,6 @@ struct ring {
  * monitor pays it (no spinning searcher here). */
 static void ring_compute_on(cbcmn_cx *cx, struct ring *r)
 {
-	r->calm_before = cbcmn__monitor_calm_sleeps(cbcmn_cx_runtime(cx));
 	for (uint64_t t0 = t_now_ns(); !atomic_load(&r->stall_got) && t_now_ns() - t0 < T_STALL_NS;)
 		;
 	TASK_CHECK(atomic_load(&r->stall_got));
@@ -98,12 +98,17 @@ static int64_t ring_member(cbcmn_cx *cx, void *arg)
 					TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[k], &q) == 0);
 			return 0;
 		}
-		if (r->stall_at && m.body.u64[0] == r->stall_at - 1)
+		if (r->stall_at && m.body.u64[0] == r->stall_at)
 			atomic_store(&r->stall_got, 1);
 		m.body.u64[0]--;
 		m.body.u64[1]++;
+		/* The token is ours alone: plain fields, its hops ordered. */
+		bool stall = r->stall && !r->stall_at && m.body.u64[0] > 0 &&
+			     cbcmn__monitor_calm_sleeps(cbcmn_cx_runtime(cx)) != 0;
+		if (stall)
+			r->stall_at = m.body.u64[0];
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[(me->i + 1) % RING], &m) == 0);
-		if (r->stall_at && m.body.u64[0] == r->stall_at - 1)
+		if (stall)
 			ring_compute_on(cx, r);
 	}
 	return rc;
@@ -157,12 +162,12 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 
 /* The token round the ring, STRESS(100 000) hops, owe_ns as given:
  * every hop taken, on one executor or the other. */
-static const struct ring *ring_run_at(uint64_t owe_ns, uint64_t stall_at)
+static const struct ring *ring_run_at(uint64_t owe_ns, bool stall)
 {
 	static struct ring r;
 	memset(&r, 0, sizeof(r));
 	r.hops = STRESS(100000);
-	r.stall_at = stall_at;
+	r.stall = stall;
 	cbcmn_runtime *rt = quiet_runtime(true, owe_ns);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
@@ -176,7 +181,7 @@ static const struct ring *ring_run_at(uint64_t owe_ns, uint64_t stall_at)
 
 static const struct ring *ring_run(uint64_t owe_ns)
 {
-	return ring_run_at(owe_ns, 0);
+	return ring_run_at(owe_ns, false);
 }
 
 /* Before the rule, every hop's wake into the sender's slot rang the
@@ -216,25 +221,26 @@ static void test_a_chain_does_not_wake_the_monitor_at_each_hop(void **state)
 /* While a chain's debts come and go and each is paid by its executor
  * before the monitor's next look, the looks back off to MON_CALM_OWES
  * owe_ns (monitor.c, owe_look(): the calm back-off); a debt then left
- * open is still paid by the monitor.  Half way round, a member sends and
- * computes on until its receiver has run: with no spinning searcher, only
- * the monitor's payment lets the receiver run (a hang guard otherwise).
- * A loaded host may keep a hop's thread off its CPU with its debt open
- * across a look, which brings the looks back to owe_ns: the ring runs
- * again, HELD_RUNS times at most, until the back-off was at its longest
- * before the stall; every run must pay. */
-#define CALM_RUNS 5
+ * open is still paid by the monitor.  The first member to send once the
+ * back-off has slept at its longest computes on until its receiver has
+ * the token: with no spinning searcher, only the monitor's payment lets
+ * the receiver run (a hang guard otherwise).  A loaded host may keep a
+ * hop's thread off its CPU with its debt open across a look, which brings
+ * the looks back to owe_ns, again and again: the ring runs again,
+ * CALM_RUNS times at most, until the back-off reached its longest; every
+ * stall must be paid. */
+#define CALM_RUNS 8
 
 static void test_a_debt_left_open_after_the_calm_back_off_is_paid(void **state)
 {
 	(void)state;
-	bool calm = false;
-	for (int k = 0; k < CALM_RUNS && !calm; k++) {
-		const struct ring *r = ring_run_at(CBCMN_OWE_MIN_NS, STRESS(100000) / 2);
-		assert_true(atomic_load(&r->stall_got));
-		calm = r->calm_before != 0;
+	bool stalled = false;
+	for (int k = 0; k < CALM_RUNS && !stalled; k++) {
+		const struct ring *r = ring_run_at(CBCMN_OWE_MIN_NS, true);
+		stalled = r->stall_at != 0;
+		assert_int_equal(atomic_load(&r->stall_got), stalled);
 	}
-	assert_true(calm);
+	assert_true(stalled);
 }
 
 /* A channel call made with a task's cx off its fiber (a cbcmn_blocking()
@@ -800,9 +806,12 @@ static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off
  * debt, and we try again, over eight long sleeps. */
 #define UNPOKED_OWE_NS 100000000ull
 
-static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
+/* Over eight long sleeps at most, until one's look owe_ns in found a
+ * debt: wait for a long sleep to begin, then (stray) wake the monitor's
+ * futex with its word unchanged and wait owe_ns / 10, then open a debt
+ * on our executor without the poke, and wait for its payment. */
+static int64_t unpoked_debts(cbcmn_cx *cx, bool stray)
 {
-	(void)arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	struct cbcmn__exec *e = cbcmn__tls_exec;
 	for (int k = 0; k < 8 && cbcmn__monitor_owe_late(rt) == 0; k++) {
@@ -811,6 +820,11 @@ static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
 		while (cbcmn__monitor_long_sleeps(rt) == l && t_now_ns() - t0 < T_STALL_NS)
 			;
 		TASK_CHECK(cbcmn__monitor_long_sleeps(rt) != l);
+		if (stray) {
+			cbcmn__futex_wake(&rt->mon_word, 1);
+			for (t0 = t_now_ns(); t_now_ns() - t0 < UNPOKED_OWE_NS / 10;)
+				;
+		}
 		uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
 		atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
 		for (t0 = t_now_ns();
@@ -820,6 +834,12 @@ static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
 		cbcmn__owe_close(e);
 	}
 	return (int64_t)cbcmn__monitor_owe_late(rt);
+}
+
+static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return unpoked_debts(cx, false);
 }
 
 static void test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep(void **state)
@@ -846,26 +866,7 @@ static void test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep(v
 static int64_t stray_root(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
-	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	struct cbcmn__exec *e = cbcmn__tls_exec;
-	for (int k = 0; k < 8 && cbcmn__monitor_owe_late(rt) == 0; k++) {
-		uint64_t l = cbcmn__monitor_long_sleeps(rt), paid = cbcmn__monitor_owe_paid(rt);
-		uint64_t t0 = t_now_ns();
-		while (cbcmn__monitor_long_sleeps(rt) == l && t_now_ns() - t0 < T_STALL_NS)
-			;
-		TASK_CHECK(cbcmn__monitor_long_sleeps(rt) != l);
-		cbcmn__futex_wake(&rt->mon_word, 1);
-		for (t0 = t_now_ns(); t_now_ns() - t0 < UNPOKED_OWE_NS / 10;)
-			;
-		uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
-		atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
-		for (t0 = t_now_ns();
-		     cbcmn__monitor_owe_paid(rt) == paid && t_now_ns() - t0 < T_STALL_NS;)
-			;
-		TASK_CHECK(cbcmn__monitor_owe_paid(rt) != paid);
-		cbcmn__owe_close(e);
-	}
-	return (int64_t)cbcmn__monitor_owe_late(rt);
+	return unpoked_debts(cx, true);
 }
 
 static void test_a_stray_wake_does_not_bring_the_windows_look_early(void **state)
