@@ -103,6 +103,10 @@
  * the calm back-off): a debt is then paid within 2 such sleeps of its
  * opening, within the window's bound (MON_WINDOW_OWES + 1 owe_ns). */
 #define MON_CALM_OWES 4u
+/* ... while each look finds at least this many debts opened and closed
+ * since the one before (a chain); a debt open after fewer (a lone sender
+ * that may compute on) is looked at again owe_ns later. */
+#define MON_CALM_DEBTS 16u
 
 /* rt->mon_word: what the monitor does (a futex word). */
 enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2, MON_LONG = CBCMN__MON_LONG };
@@ -306,7 +310,7 @@ struct mon_seen {
 	bool changed; /* a stall began or ended: look again soon */
 	bool quiet;   /* every live executor is parked: nothing to watch */
 	bool owing;   /* owed notifications come and go, or one waits: look in m->calm_ns */
-	bool waits;   /* a debt seen open at our last look is still open: look in owe_ns */
+	bool waits;   /* a debt waits (open at two looks, or a lone one): look in owe_ns */
 	uint64_t due; /* when the oldest run seen so far becomes a stall (0: none) */
 };
 
@@ -332,7 +336,11 @@ struct mon_seen {
  * most, and paid at the one after (it is then calm_ns >= owe_ns old):
  * within 2 MON_CALM_OWES owe_ns of its opening, inside the window's bound
  * (mon_sleep_long()).  One seen open at two looks (r->waits: its executor
- * is slow to pay, or we are early) brings the looks back to owe_ns.  One
+ * is slow to pay, or we are early) brings the looks back to owe_ns, and
+ * so does one open after fewer than MON_CALM_DEBTS debts since our last
+ * look: a lone sender's (not a chain's) is paid within 2 owe_ns, as
+ * before, ahead of a woken executor's take of the held actor
+ * (test_a_sender_that_computes_on_has_its_debt_paid_once).  One
  * load a look; the executors write nothing for us but the word they keep
  * anyway. */
 static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct mon_seen *r)
@@ -343,6 +351,9 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 	 * this debt is there for the rescue's exchange. */
 	uint32_t w = atomic_load_explicit(&x->owe, memory_order_acquire);
 	if (w != o->word) {
+		/* Each debt moves the word by 2 (opened odd, closed even). */
+		if ((w & 1) && w - o->word < 2 * MON_CALM_DEBTS)
+			r->waits = true;
 		*o = (struct mon_owe){.since = now, .word = w, .paid = false};
 		r->owing = true;
 		return;
