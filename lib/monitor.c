@@ -51,9 +51,10 @@
  * m->tick_ns (MON_TICK_NS, 1 ms, or stall_ns / 2 if less) doubling while
  * no stall begins or ends, up to stall_ns / 2 (5 ms by default: about 200
  * looks a second on a busy runtime, a stall seen by 1.5 stall_ns), waking
- * earlier when the oldest run it saw becomes a stall, and every
- * cfg.owe_ns (1 ms by default) while actors' owed notifications come and
- * go or one waits to be paid (owe_look()); a sleep longer than owe_ns is
+ * earlier when the oldest run it saw becomes a stall, every cfg.owe_ns
+ * (1 ms by default) while an actor's owed notification waits to be paid,
+ * and every owe_ns to 4 owe_ns while they come and go, each paid by its
+ * executor before the next look (owe_look(), the calm back-off); a sleep longer than owe_ns is
  * cut short by the next debt opened, and one longer than 8 owe_ns
  * looks at the debts once more owe_ns into it (mon_sleep_long()).  While every
  * executor is parked it sleeps without a timeout and an executor leaving
@@ -97,6 +98,15 @@
 /* A sleep longer than this many cfg.owe_ns, nothing owed, looks at the
  * debts again owe_ns in (mon_sleep_long(), the window). */
 #define MON_WINDOW_OWES 8u
+/* While debts come and go and each is paid by its executor before our
+ * next look, the looks back off from owe_ns to this many owe_ns (owe_look(),
+ * the calm back-off): a debt is then paid within 2 such sleeps of its
+ * opening, within the window's bound (MON_WINDOW_OWES + 1 owe_ns). */
+#define MON_CALM_OWES 4u
+/* ... while each look finds at least this many debts opened and closed
+ * since the one before (a chain); a debt open after fewer (a lone sender
+ * that may compute on) is looked at again owe_ns later. */
+#define MON_CALM_DEBTS 16u
 
 /* rt->mon_word: what the monitor does (a futex word). */
 enum { MON_TICKING = 0, MON_IDLE = 1, MON_STOP = 2, MON_LONG = CBCMN__MON_LONG };
@@ -113,6 +123,8 @@ struct cbcmn__monitor {
 	/* ... and those cut short by our look after their first owe_ns: a
 	 * debt opened as we said MON_LONG, whose poke missed us. */
 	_Atomic uint64_t owe_late;
+	/* ... and sleeps of the calm back-off at its longest (owe_sleep()). */
+	_Atomic uint64_t calm_sleeps;
 	/* Per executor, the monitor's own: the run it saw last, its tasks
 	 * started by then, and since when it saw neither move. */
 	uint64_t *seen_seq, *seen_runs, *seen_ns;
@@ -130,6 +142,10 @@ struct cbcmn__monitor {
 		uint32_t word;
 		bool paid;
 	} *owe;
+	/* The calm back-off's sleep while debts come and go (owe_look()):
+	 * owe_ns, doubled at each look that found every debt it saw before
+	 * paid, up to MON_CALM_OWES owe_ns. */
+	uint64_t calm_ns;
 	uint64_t spin_max_at; /* when cbcmn__spin_max_update() ran last */
 	/* The host's load (host_load()): /proc/loadavg, open for the
 	 * runtime's life (-1: none), the runnable threads besides us
@@ -293,7 +309,8 @@ static void spare_steer(struct cbcmn__monitor *m, bool wanted)
 struct mon_seen {
 	bool changed; /* a stall began or ended: look again soon */
 	bool quiet;   /* every live executor is parked: nothing to watch */
-	bool owing;   /* owed notifications come and go, or one waits: look in owe_ns */
+	bool owing;   /* owed notifications come and go, or one waits: look in m->calm_ns */
+	bool waits;   /* a debt waits (open at two looks, or a lone one): look in owe_ns */
 	uint64_t due; /* when the oldest run seen so far becomes a stall (0: none) */
 };
 
@@ -311,9 +328,21 @@ struct mon_seen {
  * A chain whose senders block clears each debt at its hop (the direct
  * switch), long before, and its debts' numbers move between two looks:
  * none is paid, no idle executor is woken (test_actor_notify).  While the
- * numbers move, or a debt waits, we look every owe_ns: the next debt is
- * then paid owe_ns to 2 owe_ns after it opened.  One load a look; the
- * executors write nothing for us but the word they keep anyway. */
+ * numbers move we look every m->calm_ns (r->owing): owe_ns, doubled while
+ * every debt we saw open was closed by its executor before our next look,
+ * up to MON_CALM_OWES owe_ns (the calm back-off: a chain of 6 million hops
+ * a second cost the monitor a wake every owe_ns, 7-10 ns of its CPU a
+ * hop).  A debt opened after a look is seen at the next, calm_ns later at
+ * most, and paid at the one after (it is then calm_ns >= owe_ns old):
+ * within 2 MON_CALM_OWES owe_ns of its opening, inside the window's bound
+ * (mon_sleep_long()).  One seen open at two looks (r->waits: its executor
+ * is slow to pay, or we are early) brings the looks back to owe_ns, and
+ * so does one open after fewer than MON_CALM_DEBTS debts since our last
+ * look: a lone sender's (not a chain's) is paid within 2 owe_ns, as
+ * before, ahead of a woken executor's take of the held actor
+ * (test_a_sender_that_computes_on_has_its_debt_paid_once).  One
+ * load a look; the executors write nothing for us but the word they keep
+ * anyway. */
 static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct mon_seen *r)
 {
 	struct cbcmn__exec *x = m->rt->exec[i];
@@ -322,26 +351,51 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 	 * this debt is there for the rescue's exchange. */
 	uint32_t w = atomic_load_explicit(&x->owe, memory_order_acquire);
 	if (w != o->word) {
+		/* Each debt moves the word by 2 (opened odd, closed even). */
+		if ((w & 1) && w - o->word < 2 * MON_CALM_DEBTS)
+			r->waits = true;
 		*o = (struct mon_owe){.since = now, .word = w, .paid = false};
 		r->owing = true;
 		return;
 	}
 	if (!(w & 1) || o->paid)
 		return;
-	if (now - o->since < m->rt->cfg.owe_ns) {
-		r->owing = true;
+	r->waits = true;
+	if (now - o->since < m->rt->cfg.owe_ns)
 		return;
-	}
 	o->paid = true;
 	atomic_fetch_add_explicit(&m->owe_paid, 1, memory_order_relaxed);
 	cbcmn__notify_owed_rescue(x);
+}
+
+/* The sleep that owe_look()'s findings r allow (at most sleep): owe_ns
+ * while a debt waits, m->calm_ns while debts move (then doubled, the
+ * calm back-off), sleep when nothing is owed (calm_ns back to owe_ns:
+ * the first debt after a quiet spell is paid within 2 owe_ns). */
+static uint64_t owe_sleep(struct cbcmn__monitor *m, const struct mon_seen *r, uint64_t sleep)
+{
+	uint64_t owe_ns = m->rt->cfg.owe_ns;
+	uint64_t want = sleep;
+	if (r->waits || !r->owing) {
+		if (r->waits)
+			want = owe_ns;
+		m->calm_ns = owe_ns;
+	} else {
+		want = m->calm_ns;
+		if (m->calm_ns < MON_CALM_OWES * owe_ns)
+			m->calm_ns *= 2;
+		else
+			atomic_fetch_add_explicit(&m->calm_sleeps, 1, memory_order_relaxed);
+	}
+	return want < sleep ? want : sleep;
 }
 
 /* One look at every executor. */
 static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 {
 	struct cbcmn_runtime *rt = m->rt;
-	struct mon_seen r = {.changed = false, .quiet = true, .owing = false, .due = 0};
+	struct mon_seen r = {
+		.changed = false, .quiet = true, .owing = false, .waits = false, .due = 0};
 	bool wanted = false;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		struct cbcmn__exec *x = rt->exec[i];
@@ -443,6 +497,25 @@ static bool mon_sleep(struct cbcmn__monitor *m, uint32_t expect, uint64_t ns)
 	return atomic_load_explicit(&rt->mon_word, memory_order_relaxed) != MON_STOP;
 }
 
+/* Sleep in state (MON_LONG) for all of ns, unless a waker moves the word
+ * off it: a futex wait may return early with the word unchanged (a
+ * waker's late wake, meant for a sleep before, after it moved the word
+ * and we put it back; a spurious wake), and the window's look
+ * (mon_sleep_long()) must come owe_ns into the sleep, not before: an
+ * early look could miss the debt whose store the window waits for.
+ * False if told to stop. */
+static bool mon_sleep_full(struct cbcmn__monitor *m, uint32_t state, uint64_t ns)
+{
+	uint64_t t0 = mon_now(), slept = 0;
+	do {
+		if (!mon_sleep(m, state, ns - slept))
+			return false;
+		slept = mon_now() - t0;
+	} while (slept < ns &&
+		 atomic_load_explicit(&m->rt->mon_word, memory_order_relaxed) == state);
+	return true;
+}
+
 /* Has a debt opened, or closed, on a live executor since our last look
  * (owe_look())? */
 static bool owe_moved(const struct cbcmn__monitor *m)
@@ -534,7 +607,7 @@ static bool mon_sleep_long(struct cbcmn__monitor *m, uint64_t *ns)
 	if (!moved)
 		atomic_fetch_add_explicit(&m->long_sleeps, 1, memory_order_relaxed);
 	uint64_t first = moved || *ns > MON_WINDOW_OWES * owe_ns ? owe_ns : *ns;
-	mon_sleep(m, MON_LONG, first);
+	mon_sleep_full(m, MON_LONG, first);
 	if (first < *ns && !moved &&
 	    atomic_load_explicit(&rt->mon_word, memory_order_relaxed) == MON_LONG) {
 		/* Nobody woke us: the window's look. */
@@ -542,7 +615,7 @@ static bool mon_sleep_long(struct cbcmn__monitor *m, uint64_t *ns)
 		if (moved)
 			atomic_fetch_add_explicit(&m->owe_late, 1, memory_order_relaxed);
 		else
-			mon_sleep(m, MON_LONG, *ns - owe_ns);
+			mon_sleep_full(m, MON_LONG, *ns - owe_ns);
 	}
 	if (moved)
 		*ns = owe_ns;
@@ -682,10 +755,12 @@ static void *mon_main(void *arg)
 		uint64_t sleep = backoff;
 		if (r.due > now && r.due - now < sleep)
 			sleep = r.due > now + m->tick_ns / 4 ? r.due - now : m->tick_ns / 4;
-		if (r.owing && sleep > rt->cfg.owe_ns)
-			sleep = rt->cfg.owe_ns; /* owe_look() */
-		if (!(sleep > rt->cfg.owe_ns ? mon_sleep_long(m, &sleep)
-					     : mon_sleep(m, MON_TICKING, sleep)))
+		sleep = owe_sleep(m, &r, sleep);
+		/* Never MON_LONG while debts move or wait: each hop of a
+		 * chain would poke us (test_actor_notify). */
+		bool owed = r.owing || r.waits;
+		if (!(!owed && sleep > rt->cfg.owe_ns ? mon_sleep_long(m, &sleep)
+						      : mon_sleep(m, MON_TICKING, sleep)))
 			break;
 		/* Woken far later than asked: the process was frozen (its
 		 * cgroup's CPU quota spent) or we were kept off the CPU.  The
@@ -728,6 +803,7 @@ int cbcmn__monitor_start(struct cbcmn_runtime *rt)
 	m->asleep_seq = calloc(2 * (size_t)rt->nexec, sizeof(*m->asleep_seq));
 	m->wheel_seq = m->asleep_seq ? m->asleep_seq + rt->nexec : NULL;
 	m->owe = calloc(rt->nexec, sizeof(*m->owe));
+	m->calm_ns = rt->cfg.owe_ns;
 	/* Opened here, by the creating thread: the monitor opens nothing
 	 * while the program may count its descriptors. */
 	m->loadavg_fd = rt->spin_host_gate ? open("/proc/loadavg", O_RDONLY | O_CLOEXEC) : -1;
@@ -805,4 +881,9 @@ uint64_t cbcmn__monitor_owe_pokes(const struct cbcmn_runtime *rt)
 uint64_t cbcmn__monitor_owe_late(const struct cbcmn_runtime *rt)
 {
 	return rt->mon ? atomic_load_explicit(&rt->mon->owe_late, memory_order_relaxed) : 0;
+}
+
+uint64_t cbcmn__monitor_calm_sleeps(const struct cbcmn_runtime *rt)
+{
+	return rt->mon ? atomic_load_explicit(&rt->mon->calm_sleeps, memory_order_relaxed) : 0;
 }

@@ -103,5 +103,9 @@ uint64_t cbcmn__monitor_owe_pokes(const struct cbcmn_runtime *rt);
  * as the monitor said MON_LONG and did not poke it (the window,
  * mon_sleep_long()).  0 without a monitor. */
 uint64_t cbcmn__monitor_owe_late(const struct cbcmn_runtime *rt);
+/* Sleeps of the calm back-off at its longest (MON_CALM_OWES owe_ns, while
+ * debts come and go and each is paid before the monitor's next look:
+ * monitor.c, owe_look()).  0 without a monitor. */
+uint64_t cbcmn__monitor_calm_sleeps(const struct cbcmn_runtime *rt);
 
 #endif

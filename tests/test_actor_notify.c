@@ -21,6 +21,7 @@
 #include "cbcmn_chan.h"
 #include "cbcmn_io.h"
 #include "../lib/fault.h"   /* cbcmn__pause_set() */
+#include "../lib/futex.h"   /* cbcmn__futex_wake() */
 #include "../lib/monitor.h" /* cbcmn__monitor_owe_paid(), _wakeups() */
 #include "../lib/runtime.h" /* exec.held, exec.slot */
 #include <pthread.h>
@@ -55,7 +56,23 @@ struct ring {
 	uint64_t m0, t0;        /* the monitor's wakes, and the time, likewise */
 	uint64_t mwakes, ns;    /* ... during the hops */
 	cbcmn_chan *ch;         /* set: tasks' cx used off their fibers meanwhile */
+	/* Set: the first member to send the token once the monitor's calm
+	 * back-off has been at its longest (calm_sleeps) computes on, no
+	 * runtime call, until its receiver has the token (stall_got). */
+	bool stall;
+	uint64_t stall_at; /* the count that member sent */
+	_Atomic int stall_got;
 };
+
+/* The ring's member that sends hop r->stall_at: compute on with its debt
+ * open until the receiver has run (a hang guard's while): only the
+ * monitor pays it (no spinning searcher here). */
+static void ring_compute_on(cbcmn_cx *cx, struct ring *r)
+{
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&r->stall_got) && t_now_ns() - t0 < T_STALL_NS;)
+		;
+	TASK_CHECK(atomic_load(&r->stall_got));
+}
 
 static int64_t ring_member(cbcmn_cx *cx, void *arg)
 {
@@ -81,9 +98,18 @@ static int64_t ring_member(cbcmn_cx *cx, void *arg)
 					TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[k], &q) == 0);
 			return 0;
 		}
+		if (r->stall_at && m.body.u64[0] == r->stall_at)
+			atomic_store(&r->stall_got, 1);
 		m.body.u64[0]--;
 		m.body.u64[1]++;
+		/* The token is ours alone: plain fields, its hops ordered. */
+		bool stall = r->stall && !r->stall_at && m.body.u64[0] > 0 &&
+			     cbcmn__monitor_calm_sleeps(cbcmn_cx_runtime(cx)) != 0;
+		if (stall)
+			r->stall_at = m.body.u64[0];
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->refs[(me->i + 1) % RING], &m) == 0);
+		if (stall)
+			ring_compute_on(cx, r);
 	}
 	return rc;
 }
@@ -136,11 +162,12 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 
 /* The token round the ring, STRESS(100 000) hops, owe_ns as given:
  * every hop taken, on one executor or the other. */
-static const struct ring *ring_run(uint64_t owe_ns)
+static const struct ring *ring_run_at(uint64_t owe_ns, bool stall)
 {
 	static struct ring r;
 	memset(&r, 0, sizeof(r));
 	r.hops = STRESS(100000);
+	r.stall = stall;
 	cbcmn_runtime *rt = quiet_runtime(true, owe_ns);
 	int64_t res;
 	assert_int_equal(cbcmn_runtime_run(rt, ring_root, &r, &res), 0);
@@ -150,6 +177,11 @@ static const struct ring *ring_run(uint64_t owe_ns)
 	assert_int_equal(atomic_load(&r.on[0]) + atomic_load(&r.on[1]), r.hops + 1);
 	t_destroy(rt);
 	return &r;
+}
+
+static const struct ring *ring_run(uint64_t owe_ns)
+{
+	return ring_run_at(owe_ns, false);
 }
 
 /* Before the rule, every hop's wake into the sender's slot rang the
@@ -184,6 +216,31 @@ static void test_a_chain_does_not_wake_the_monitor_at_each_hop(void **state)
 	(void)state;
 	const struct ring *r = ring_run(CBCMN_OWE_MIN_NS);
 	assert_true(r->mwakes <= 2 * (r->ns / CBCMN_OWE_MIN_NS + 1) + 4);
+}
+
+/* While a chain's debts come and go and each is paid by its executor
+ * before the monitor's next look, the looks back off to MON_CALM_OWES
+ * owe_ns (monitor.c, owe_look(): the calm back-off); a debt then left
+ * open is still paid by the monitor.  The first member to send once the
+ * back-off has slept at its longest computes on until its receiver has
+ * the token: with no spinning searcher, only the monitor's payment lets
+ * the receiver run (a hang guard otherwise).  A loaded host may keep a
+ * hop's thread off its CPU with its debt open across a look, which brings
+ * the looks back to owe_ns, again and again: the ring runs again,
+ * CALM_RUNS times at most, until the back-off reached its longest; every
+ * stall must be paid. */
+#define CALM_RUNS 8
+
+static void test_a_debt_left_open_after_the_calm_back_off_is_paid(void **state)
+{
+	(void)state;
+	bool stalled = false;
+	for (int k = 0; k < CALM_RUNS && !stalled; k++) {
+		const struct ring *r = ring_run_at(CBCMN_OWE_MIN_NS, true);
+		stalled = r->stall_at != 0;
+		assert_int_equal(atomic_load(&r->stall_got), stalled);
+	}
+	assert_true(stalled);
 }
 
 /* A channel call made with a task's cx off its fiber (a cbcmn_blocking()
@@ -773,9 +830,12 @@ static void test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off
  * debt, and we try again, over eight long sleeps. */
 #define UNPOKED_OWE_NS 100000000ull
 
-static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
+/* Over eight long sleeps at most, until one's look owe_ns in found a
+ * debt: wait for a long sleep to begin, then (stray) wake the monitor's
+ * futex with its word unchanged and wait owe_ns / 10, then open a debt
+ * on our executor without the poke, and wait for its payment. */
+static int64_t unpoked_debts(cbcmn_cx *cx, bool stray)
 {
-	(void)arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	struct cbcmn__exec *e = cbcmn__tls_exec;
 	for (int k = 0; k < 8 && cbcmn__monitor_owe_late(rt) == 0; k++) {
@@ -784,6 +844,11 @@ static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
 		while (cbcmn__monitor_long_sleeps(rt) == l && t_now_ns() - t0 < T_STALL_NS)
 			;
 		TASK_CHECK(cbcmn__monitor_long_sleeps(rt) != l);
+		if (stray) {
+			cbcmn__futex_wake(&rt->mon_word, 1);
+			for (t0 = t_now_ns(); t_now_ns() - t0 < UNPOKED_OWE_NS / 10;)
+				;
+		}
 		uint32_t w = atomic_load_explicit(&e->owe, memory_order_relaxed);
 		atomic_store_explicit(&e->owe, (w | 1) + 2, memory_order_relaxed);
 		for (t0 = t_now_ns();
@@ -795,6 +860,12 @@ static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
 	return (int64_t)cbcmn__monitor_owe_late(rt);
 }
 
+static int64_t unpoked_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return unpoked_debts(cx, false);
+}
+
 static void test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep(void **state)
 {
 	(void)state;
@@ -804,6 +875,32 @@ static void test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep(v
 	ASSERT_TASK_CHECKS();
 	assert_true(res >= 1);
 	assert_int_equal(cbcmn__monitor_owe_pokes(rt), 0);
+	t_destroy(rt);
+}
+
+/* A futex wake that finds the monitor in a long sleep with its word
+ * unchanged (a waker's late wake, meant for the sleep before, after it had
+ * moved the word; a spurious wake) ended the sleep's first owe_ns early,
+ * and the window's look came at once, before the debt it waits for: the
+ * monitor then slept the rest of the sleep and paid it there.  Now the
+ * first sleep goes on to owe_ns (monitor.c, mon_sleep_full()).  Here a
+ * stray wake comes as a long sleep begins, and an unpoked debt opens
+ * owe_ns / 10 later: the look owe_ns in must find it (owe_late).  Order
+ * only, over eight long sleeps as above. */
+static int64_t stray_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	return unpoked_debts(cx, true);
+}
+
+static void test_a_stray_wake_does_not_bring_the_windows_look_early(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = quiet_runtime(true, UNPOKED_OWE_NS);
+	int64_t res;
+	assert_int_equal(cbcmn_runtime_run(rt, stray_root, NULL, &res), 0);
+	ASSERT_TASK_CHECKS();
+	assert_true(res >= 1);
 	t_destroy(rt);
 }
 
@@ -1007,6 +1104,8 @@ int main(void)
 		cmocka_unit_test(test_the_first_debt_after_a_quiet_spell_is_paid_without_the_back_off),
 		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
+		cmocka_unit_test(test_a_debt_left_open_after_the_calm_back_off_is_paid),
+		cmocka_unit_test(test_a_stray_wake_does_not_bring_the_windows_look_early),
 		cmocka_unit_test(test_a_woken_actors_record_reused_before_its_waker_is_done),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
