@@ -2714,8 +2714,14 @@ static void reap_entry(void *xfer)
 		if (t->obligations)
 			cbcmn__obligations_drop(t); /* the runtime ended it: no leak */
 		cbcmn__task_complete(t, CBCMN_EPANIC);
-		if (!parent)
+		if (!parent) {
+			/* A landing that closed the nurseries here relaxed the
+			 * bound (overflow.c) and never returned to set it back:
+			 * the stack goes to the pool, and the next task on it
+			 * gets half the reserve (test_overflow). */
+			cbcmn__stack_check_reset(s);
 			cbcmn__fiber_exit(e, s);
+		}
 		parent->exec = e;
 		e->current = parent;
 		t = parent;
