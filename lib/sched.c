@@ -2719,10 +2719,13 @@ static void reap_entry(void *xfer)
 		cbcmn__task_complete(t, CBCMN_EPANIC);
 		if (!parent) {
 			/* A landing that closed the nurseries here relaxed the
-			 * bound (overflow.c) and never returned to set it back:
-			 * the stack goes to the pool, and the next task on it
-			 * gets half the reserve (test_overflow). */
-			cbcmn__stack_check_reset(s);
+			 * bound (overflow.c) and never returned to set it back
+			 * (nor a thread that ended with the yellow zone open
+			 * closed it): the stack goes to the pool, and the next
+			 * task on it got half the reserve (test_overflow).
+			 * Nothing runs below lo: the reaper's frames are at the
+			 * top. */
+			cbcmn__stack_yellow_close(s);
 			cbcmn__fiber_exit(e, s);
 		}
 		parent->exec = e;

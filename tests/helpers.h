@@ -66,6 +66,16 @@ static inline uint32_t t_backend(void)
 #else
 #define T_ASAN 0
 #endif
+/* ASan's fake stacks (ASAN_OPTIONS=detect_stack_use_after_return=1, or a
+ * suite that sets the switch, test_sysstack_uar): locals whose address is
+ * taken live in libasan's fake frames, not on the stack.  A test whose
+ * premise is a real stack frame skips, saying so. */
+#if defined(__SANITIZE_ADDRESS__)
+extern int __asan_option_detect_stack_use_after_return;
+#define T_FAKE_STACKS (__asan_option_detect_stack_use_after_return != 0)
+#else
+#define T_FAKE_STACKS 0
+#endif
 #if defined(__SANITIZE_THREAD__)
 #define T_TSAN 1
 #else
