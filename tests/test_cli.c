@@ -723,18 +723,28 @@ static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
  * nothing and exited 0 (a script reading their
  * figures through a full disk took the silence for a run).  --help too:
  * every tool exited 0 with its usage lost. */
+struct tool_run {
+	const char *tool;
+	const char *const *argv;
+};
+
+/* Short runs of the tools that print results. */
+static const char *const run_text[] = {"cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", NULL},
+			 *const run_json[] = {"cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05",
+					      "--json", NULL},
+			 *const bench_run[] = {"cbcmn-bench", "checkpoint", "--reps", "1", NULL},
+			 *const demo_run[] = {"cbcmn-demo", "-w", "1", NULL},
+			 *const affinity_run[] = {"cbcmn-affinity", "-n", "1", NULL};
+static const struct tool_run result_runs[] = {
+	{"cbcmn-run", run_text},     {"cbcmn-run", run_json},	       {"cbcmn-bench", bench_run},
+	{"cbcmn-demo", demo_run},    {"cbcmn-affinity", affinity_run},
+};
+#define NRESULT_RUNS (sizeof(result_runs) / sizeof(result_runs[0]))
+
 static void test_unwritable_output_fails(void **state)
 {
 	(void)state;
-	const struct {
-		const char *tool;
-		const char *const *argv;
-	} runs[] = {
-		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05")},
-		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", "--json")},
-		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
-		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
-		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
+	const struct tool_run more[] = {
 		{"cbcmn-loadtest", L("cbcmn-loadtest", "-d", "0.1", "-c", "2", "-n", "0", "-i", "10",
 				     "--no-http")},
 		{"cbcmn-run", L("cbcmn-run", "--help")},
@@ -745,16 +755,18 @@ static void test_unwritable_output_fails(void **state)
 		{"cbcmn-top", L("cbcmn-top", "--help")},
 		{"cbcmn-stat", L("cbcmn-stat", "--help")},
 	};
-	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+	size_t nmore = sizeof(more) / sizeof(more[0]);
+	for (size_t i = 0; i < NRESULT_RUNS + nmore; i++) {
+		const struct tool_run *r = i < NRESULT_RUNS ? &result_runs[i] : &more[i - NRESULT_RUNS];
 		struct outcome o;
 		tool_stdout = "/dev/full"; /* for this run only: no later test gets it */
-		run_tool(runs[i].tool, runs[i].argv, NULL, 0, 60, &o);
+		run_tool(r->tool, r->argv, NULL, 0, 60, &o);
 		tool_stdout = NULL;
 		size_t len = strlen(o.err);
 		bool one_line = len && o.err[len - 1] == '\n' && strchr(o.err, '\n') == o.err + len - 1;
 		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed"))
 			fail_msg("%s %s: status %d (want 1), stderr '%s' (want one line saying so)",
-				 runs[i].tool, runs[i].argv[1], o.status, o.err);
+				 r->tool, r->argv[1], o.status, o.err);
 	}
 }
 
@@ -792,30 +804,21 @@ static void test_a_failed_run_into_a_full_disk_says_one_line(void **state)
 static void test_a_closed_pipe_ends_the_tools_quietly(void **state)
 {
 	(void)state;
-	const struct {
-		const char *tool;
-		const char *const *argv;
-	} runs[] = {
-		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05")},
-		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", "--json")},
-		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
-		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
-		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
-	};
 	int p[2];
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	close(p[0]); /* the reader is gone before the tool writes */
 	for (int ignored = 0; ignored < 2; ignored++) {
 		void (*was)(int) = signal(SIGPIPE, ignored ? SIG_IGN : SIG_DFL); /* inherited */
-		for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		for (size_t i = 0; i < NRESULT_RUNS; i++) {
+			const struct tool_run *r = &result_runs[i];
 			struct outcome o;
 			tool_stdout_fd = p[1];
-			run_tool(runs[i].tool, runs[i].argv, NULL, 0, 60, &o);
+			run_tool(r->tool, r->argv, NULL, 0, 60, &o);
 			tool_stdout_fd = -1;
 			if ((o.status != 141 && o.status != 0) || o.err[0])
 				fail_msg("%s %s (SIGPIPE %s): status %d (want 141 or 0), stderr '%s' "
 					 "(want none)",
-					 runs[i].tool, runs[i].argv[1], ignored ? "ignored" : "default",
+					 r->tool, r->argv[1], ignored ? "ignored" : "default",
 					 o.status, o.err);
 		}
 		signal(SIGPIPE, was);
