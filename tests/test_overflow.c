@@ -1417,6 +1417,15 @@ static void test_overflow_above_unreadable_frames_says_a_lock_may_stay_held(void
 {
 	(void)state;
 	SKIP_UNDER_TSAN();
+	if (T_FAKE_STACKS) {
+		/* Its premise is the recursion's frames on the task's stack
+		 * above noinfo_call's; with fake stacks t_recurse's pads live
+		 * in libasan's fake frames, and the guard is hit in libasan's
+		 * fake-frame allocator, whose frames the walk reads. */
+		T_SKIP("ASan's fake stacks: the overflow lands in libasan's fake-frame "
+		       "allocator, not above the frame the unwinder cannot read");
+		return;
+	}
 	overflow_lands(cookie_writer, "over frames the unwinder could not read; it ends with "
 				      "CBCMN_EPANIC, and a lock a library held there may stay held");
 }
