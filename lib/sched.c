@@ -983,21 +983,24 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
 	run_post(e);
 }
 
-/* Lab mode: time passes only when nothing can run (search() jumps the
+/* Lab mode: time passes only when no task can run now (search() jumps the
  * clock to the next deadline).  A task that yields in a loop while every
  * other waits for a deadline (a child ignoring its stop, its supervisor
  * waiting shutdown_ns; a poll of a flag a sleeper sets) kept it still for
  * ever.  When the yielder just off its stack is all that can run, the
  * clock jumps to the next deadline, as if its spin had lasted that long
- * (docs/LAB.md).  Two yielders, or work of another kind (mail, a task's
- * I/O in flight, which runs in real time), keep it still. */
+ * (docs/LAB.md).  Two yielders, or work that can run (queued, woken,
+ * mail, a completion to reap), keep it still.  Work outside the clock (a
+ * task's I/O in flight, a cbcmn_blocking() call, a stream's multishot, a
+ * metrics server's accept) does not, as in search(): what it waits for
+ * may come from a task that sleeps on the clock (a read whose writer
+ * sleeps spun for ever; an accept of a server never ends). */
 static void lab_yield_alone(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
-	/* ring.inflight: a task's I/O request waiting for its completion
-	 * (cbcmn__ring_busy() says only that one is there to reap or
-	 * submit: a read in flight let the clock jump past it). */
-	if (!e->ntimers || e->yq_head || e->pq_head || e->ring.inflight ||
+	/* cbcmn__ring_busy(): a completion to reap (its task can run) or a
+	 * request to submit, not a request in flight. */
+	if (!e->ntimers || e->yq_head || e->pq_head ||
 	    atomic_load_explicit(&e->slot, memory_order_relaxed) || cbcmn__deque_len(&e->dq) ||
 	    atomic_load_explicit(&rt->inj_len, memory_order_acquire) ||
 	    cbcmn__actor_wheel_ready(e) || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e))
@@ -2719,8 +2722,17 @@ static void reap_entry(void *xfer)
 		if (t->obligations)
 			cbcmn__obligations_drop(t); /* the runtime ended it: no leak */
 		cbcmn__task_complete(t, CBCMN_EPANIC);
-		if (!parent)
+		if (!parent) {
+			/* A landing that closed the nurseries here relaxed the
+			 * bound (overflow.c) and never returned to set it back
+			 * (nor a thread that ended with the yellow zone open
+			 * closed it): the stack goes to the pool, and the next
+			 * task on it got half the reserve (test_overflow).
+			 * Nothing runs below lo: the reaper's frames are at the
+			 * top. */
+			cbcmn__stack_yellow_close(s);
 			cbcmn__fiber_exit(e, s);
+		}
 		parent->exec = e;
 		e->current = parent;
 		t = parent;

@@ -198,8 +198,8 @@ static inline bool cbcmn__stack_in_red(const struct cbcmn__stack *s, const void 
  * next runtime call end the task.  Async-signal-safe; 0 or -errno (the
  * commit charge under vm.overcommit_memory=2, a kernel that refuses). */
 int cbcmn__stack_yellow_open(struct cbcmn__stack *s);
-/* Guard it again, once nothing runs below lo, and set check_lo back; a
- * no-op if it is closed. */
+/* Guard it again, once nothing runs below lo, and set check_lo back (the
+ * bound also when the zone is closed: a relaxed one's reset). */
 void cbcmn__stack_yellow_close(struct cbcmn__stack *s);
 /* The landing pad's own runtime calls get half the reserve more (overflow.c);
  * _reset sets the usual line back. */

@@ -66,6 +66,16 @@ static inline uint32_t t_backend(void)
 #else
 #define T_ASAN 0
 #endif
+/* ASan's fake stacks (ASAN_OPTIONS=detect_stack_use_after_return=1, or a
+ * suite that sets the switch, test_sysstack_uar): locals whose address is
+ * taken live in libasan's fake frames, not on the stack.  A test whose
+ * premise is a real stack frame skips, saying so. */
+#if defined(__SANITIZE_ADDRESS__)
+extern int __asan_option_detect_stack_use_after_return;
+#define T_FAKE_STACKS (__asan_option_detect_stack_use_after_return != 0)
+#else
+#define T_FAKE_STACKS 0
+#endif
 #if defined(__SANITIZE_THREAD__)
 #define T_TSAN 1
 #else
@@ -816,6 +826,56 @@ static inline int64_t t_thread_quitter(cbcmn_cx *cx, void *arg)
 	(void)arg;
 	pthread_exit(NULL);
 	return 0;
+}
+
+/* Two threads resolve one handle at once (test_chan's permits,
+ * test_obligation's obligations): after a barrier, thread i calls
+ * resolve(i, h), h the handle itself (shared: both given one object) or
+ * a copy of its own (size bytes); rc[i] is what it returned. */
+struct t_race2 {
+	void *handle;
+	size_t size;
+	bool shared;
+	int (*resolve)(int i, void *h);
+	pthread_barrier_t go;
+	int rc[2];
+};
+
+struct t_race2_side {
+	struct t_race2 *r;
+	int i;
+};
+
+static inline void *t_race2_side(void *arg)
+{
+	struct t_race2_side *s = arg;
+	struct t_race2 *r = s->r;
+	_Alignas(max_align_t) unsigned char mine[128];
+	void *h = r->handle;
+	if (!r->shared) {
+		memcpy(mine, r->handle, r->size);
+		h = mine;
+	}
+	pthread_barrier_wait(&r->go);
+	r->rc[s->i] = r->resolve(s->i, h);
+	return NULL;
+}
+
+__attribute__((unused)) static void t_race2(void *handle, size_t size, bool shared,
+					    int (*resolve)(int i, void *h), int rc[2])
+{
+	assert_true(size <= 128);
+	struct t_race2 r = {.handle = handle, .size = size, .shared = shared, .resolve = resolve};
+	struct t_race2_side sides[2] = {{&r, 0}, {&r, 1}};
+	pthread_barrier_init(&r.go, NULL, 2);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, t_race2_side, &sides[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&r.go);
+	rc[0] = r.rc[0];
+	rc[1] = r.rc[1];
 }
 
 #endif

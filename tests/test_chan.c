@@ -1056,36 +1056,11 @@ static void test_reserve_commit_abort(void **state)
  * message only if the commit won.  Shared, the loser read the permit
  * twice, saw the record, then the winner's NULL, and dereferenced it
  * (SIGSEGV in chan_resolve() within some 100 000 rounds; TSan: a race on
- * the permit at once). */
-struct permit_race {
-	cbcmn_chan_permit p;
-	bool shared;
-	pthread_barrier_t go;
-	int rc[2];
-};
-
-static void *permit_racer(void *arg, int i)
+ * the permit at once).  Thread 0 commits, thread 1 aborts (t_race2()). */
+static int permit_resolve(int i, void *h)
 {
-	struct permit_race *r = arg;
-	cbcmn_chan_permit mine, *p = &r->p;
-	if (!r->shared) {
-		mine = r->p;
-		p = &mine;
-	}
 	int v = 7;
-	pthread_barrier_wait(&r->go);
-	r->rc[i] = i ? cbcmn_chan_abort(NULL, p) : cbcmn_chan_commit(NULL, p, &v);
-	return NULL;
-}
-
-static void *permit_committer(void *arg)
-{
-	return permit_racer(arg, 0);
-}
-
-static void *permit_aborter(void *arg)
-{
-	return permit_racer(arg, 1);
+	return i ? cbcmn_chan_abort(NULL, h) : cbcmn_chan_commit(NULL, h, &v);
 }
 
 static void test_racing_permit_resolutions_one_wins(void **state)
@@ -1094,18 +1069,13 @@ static void test_racing_permit_resolutions_one_wins(void **state)
 	cbcmn_runtime *rt = t_runtime(1);
 	cbcmn_chan *c = mkchan(rt, 1, sizeof(int));
 	for (int round = 0; round < T_SCALE(400); round++) {
-		struct permit_race r = {.shared = round & 1};
-		assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &r.p), 0);
-		pthread_barrier_init(&r.go, NULL, 2);
-		pthread_t a, b;
-		assert_int_equal(pthread_create(&a, NULL, permit_committer, &r), 0);
-		assert_int_equal(pthread_create(&b, NULL, permit_aborter, &r), 0);
-		pthread_join(a, NULL);
-		pthread_join(b, NULL);
-		pthread_barrier_destroy(&r.go);
-		bool committed = r.rc[0] == 0;
-		assert_int_equal(r.rc[committed ? 1 : 0], -EINVAL);
-		assert_int_equal(r.rc[committed ? 0 : 1], 0);
+		cbcmn_chan_permit p;
+		assert_int_equal(cbcmn_chan_try_reserve(NULL, c, &p), 0);
+		int rc[2];
+		t_race2(&p, sizeof(p), round & 1, permit_resolve, rc);
+		bool committed = rc[0] == 0;
+		assert_int_equal(rc[committed ? 1 : 0], -EINVAL);
+		assert_int_equal(rc[committed ? 0 : 1], 0);
 		int v = 0;
 		assert_int_equal(cbcmn_chan_try_recv(NULL, c, &v), committed ? 0 : -EAGAIN);
 		assert_int_equal(v, committed ? 7 : 0);

@@ -525,8 +525,13 @@ struct outcome {
 };
 
 /* Where run_tool() sends the tool's stdout instead of a file it measures
- * (a test that fills it: /dev/full), or NULL. */
+ * (a test that fills it: /dev/full), or NULL; or a descriptor (a pipe
+ * nobody reads), or -1. */
 static const char *tool_stdout;
+static int tool_stdout_fd = -1;
+/* RLIMIT_NOFILE (soft and hard) of the tool, 0: the test's own; set by a
+ * shell's ulimit, before the exec (the tools raise the soft limit). */
+static unsigned tool_nofile;
 
 /* Runs bindir/tool with argv (argv[0] is the tool's name), stdin from
  * in (NULL: /dev/null), killed after secs. */
@@ -549,10 +554,25 @@ static void run_tool(const char *tool, const char *const *argv, const char *in, 
 	if (tool_stdout)
 		posix_spawn_file_actions_addopen(&fa, 1, tool_stdout, O_WRONLY, 0);
 	else
-		posix_spawn_file_actions_adddup2(&fa, ofd, 1);
+		posix_spawn_file_actions_adddup2(&fa, tool_stdout_fd >= 0 ? tool_stdout_fd : ofd, 1);
 	posix_spawn_file_actions_adddup2(&fa, efd, 2);
 	pid_t pid;
-	assert_int_equal(posix_spawn(&pid, path, &fa, NULL, (char *const *)argv, environ), 0);
+	const char *sh[32];
+	char script[64];
+	if (tool_nofile) {
+		snprintf(script, sizeof(script), "ulimit -n %u && exec \"$0\" \"$@\"", tool_nofile);
+		size_t k = 0;
+		sh[k++] = "sh";
+		sh[k++] = "-c";
+		sh[k++] = script;
+		sh[k++] = path;
+		for (size_t i = 1; argv[i] && k < 31; i++)
+			sh[k++] = argv[i];
+		sh[k] = NULL;
+	}
+	assert_int_equal(posix_spawn(&pid, tool_nofile ? "/bin/sh" : path, &fa, NULL,
+				     (char *const *)(tool_nofile ? sh : argv), environ),
+			 0);
 	posix_spawn_file_actions_destroy(&fa);
 	int st = 0;
 	uint64_t end = t_now_ns() + (uint64_t)secs * 1000000000ull;
@@ -703,18 +723,28 @@ static void test_affinity_cpus_refusal_names_the_policy_once(void **state)
  * nothing and exited 0 (a script reading their
  * figures through a full disk took the silence for a run).  --help too:
  * every tool exited 0 with its usage lost. */
+struct tool_run {
+	const char *tool;
+	const char *const *argv;
+};
+
+/* Short runs of the tools that print results. */
+static const char *const run_text[] = {"cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", NULL},
+			 *const run_json[] = {"cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05",
+					      "--json", NULL},
+			 *const bench_run[] = {"cbcmn-bench", "checkpoint", "--reps", "1", NULL},
+			 *const demo_run[] = {"cbcmn-demo", "-w", "1", NULL},
+			 *const affinity_run[] = {"cbcmn-affinity", "-n", "1", NULL};
+static const struct tool_run result_runs[] = {
+	{"cbcmn-run", run_text},     {"cbcmn-run", run_json},	       {"cbcmn-bench", bench_run},
+	{"cbcmn-demo", demo_run},    {"cbcmn-affinity", affinity_run},
+};
+#define NRESULT_RUNS (sizeof(result_runs) / sizeof(result_runs[0]))
+
 static void test_unwritable_output_fails(void **state)
 {
 	(void)state;
-	const struct {
-		const char *tool;
-		const char *const *argv;
-	} runs[] = {
-		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05")},
-		{"cbcmn-run", L("cbcmn-run", "fib", "-n", "5", "-w", "1", "-d", "0.05", "--json")},
-		{"cbcmn-bench", L("cbcmn-bench", "checkpoint", "--reps", "1")},
-		{"cbcmn-demo", L("cbcmn-demo", "-w", "1")},
-		{"cbcmn-affinity", L("cbcmn-affinity", "-n", "1")},
+	const struct tool_run more[] = {
 		{"cbcmn-loadtest", L("cbcmn-loadtest", "-d", "0.1", "-c", "2", "-n", "0", "-i", "10",
 				     "--no-http")},
 		{"cbcmn-run", L("cbcmn-run", "--help")},
@@ -725,17 +755,75 @@ static void test_unwritable_output_fails(void **state)
 		{"cbcmn-top", L("cbcmn-top", "--help")},
 		{"cbcmn-stat", L("cbcmn-stat", "--help")},
 	};
-	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+	size_t nmore = sizeof(more) / sizeof(more[0]);
+	for (size_t i = 0; i < NRESULT_RUNS + nmore; i++) {
+		const struct tool_run *r = i < NRESULT_RUNS ? &result_runs[i] : &more[i - NRESULT_RUNS];
 		struct outcome o;
 		tool_stdout = "/dev/full"; /* for this run only: no later test gets it */
-		run_tool(runs[i].tool, runs[i].argv, NULL, 0, 60, &o);
+		run_tool(r->tool, r->argv, NULL, 0, 60, &o);
 		tool_stdout = NULL;
 		size_t len = strlen(o.err);
 		bool one_line = len && o.err[len - 1] == '\n' && strchr(o.err, '\n') == o.err + len - 1;
 		if (o.status != 1 || !one_line || !strstr(o.err, "writing the output failed"))
 			fail_msg("%s %s: status %d (want 1), stderr '%s' (want one line saying so)",
-				 runs[i].tool, runs[i].argv[1], o.status, o.err);
+				 r->tool, r->argv[1], o.status, o.err);
 	}
+}
+
+/* A failed workload whose JSON went to a full disk said so in two lines,
+ * its failure and "writing the output failed": one line says what was
+ * wrong (the workload), exit 1.  The runtime cannot start with 12
+ * descriptors (docs/RUN.md's example of a failure). */
+static void test_a_failed_run_into_a_full_disk_says_one_line(void **state)
+{
+	(void)state;
+	const char *const *argvs[] = {
+		L("cbcmn-run", "fib", "-n", "5", "-w", "4", "-d", "0.05", "--json"),
+		L("cbcmn-run", "fib", "-n", "5", "-w", "4", "-d", "0.05"),
+	};
+	for (size_t i = 0; i < sizeof(argvs) / sizeof(argvs[0]); i++) {
+		struct outcome o;
+		tool_stdout = "/dev/full"; /* for this run only */
+		tool_nofile = 12;
+		run_tool("cbcmn-run", argvs[i], NULL, 0, 60, &o);
+		tool_stdout = NULL;
+		tool_nofile = 0;
+		size_t len = strlen(o.err);
+		bool one_line = len && o.err[len - 1] == '\n' && strchr(o.err, '\n') == o.err + len - 1;
+		if (o.status != 1 || !one_line || !strstr(o.err, "fib: cannot start the runtime"))
+			fail_msg("run %zu: status %d (want 1), stderr '%s' (want one line, the "
+				 "workload's failure)",
+				 i, o.status, o.err);
+	}
+}
+
+/* A reader that stops early (`| head -1`) ends the tools quietly: status
+ * 141 (SIGPIPE) or 0 (all written before the close), nothing on stderr;
+ * also where the parent left SIGPIPE ignored (before: "writing the output
+ * failed", status 1). */
+static void test_a_closed_pipe_ends_the_tools_quietly(void **state)
+{
+	(void)state;
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	close(p[0]); /* the reader is gone before the tool writes */
+	for (int ignored = 0; ignored < 2; ignored++) {
+		void (*was)(int) = signal(SIGPIPE, ignored ? SIG_IGN : SIG_DFL); /* inherited */
+		for (size_t i = 0; i < NRESULT_RUNS; i++) {
+			const struct tool_run *r = &result_runs[i];
+			struct outcome o;
+			tool_stdout_fd = p[1];
+			run_tool(r->tool, r->argv, NULL, 0, 60, &o);
+			tool_stdout_fd = -1;
+			if ((o.status != 141 && o.status != 0) || o.err[0])
+				fail_msg("%s %s (SIGPIPE %s): status %d (want 141 or 0), stderr '%s' "
+					 "(want none)",
+					 r->tool, r->argv[1], ignored ? "ignored" : "default",
+					 o.status, o.err);
+		}
+		signal(SIGPIPE, was);
+	}
+	close(p[1]);
 }
 
 int main(void)
@@ -762,6 +850,8 @@ int main(void)
 		T_WATCHED_TEST(test_affinity_steal_sum_overflow_is_refused),
 		T_WATCHED_TEST(test_affinity_cpus_refusal_names_the_policy_once),
 		T_WATCHED_TEST(test_unwritable_output_fails),
+		T_WATCHED_TEST(test_a_failed_run_into_a_full_disk_says_one_line),
+		T_WATCHED_TEST(test_a_closed_pipe_ends_the_tools_quietly),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }

@@ -1,13 +1,17 @@
 /* test_lab: lab mode (SPEC-021 §9): the same seed gives the same order,
  * another seed another one; virtual time; the replay line. */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
 #include <cbcmn_actor.h>
 #include <cbcmn_chan.h>
 #include <cbcmn_io.h>
+#include <cbcmn_metrics.h>
 
 #define S 1000000000ull
 
@@ -427,36 +431,57 @@ static void test_actor_sends_same_seed_same_order(void **state)
 
 /* ---- a yielder and the clock (lab_yield_alone(), sched.c) ---- */
 
-/* docs/LAB.md: a yielder alone runnable moves the clock to the next
- * deadline; two tasks yielding to each other keep it where it is, and so
- * does a task's I/O in flight, which runs in real time.  A sleeper of one
- * virtual second beside them. */
+/* docs/LAB.md: the clock moves when no task can run now, and a yielder
+ * alone runnable counts as one spinning until the next deadline.  Work
+ * outside the clock (a task's I/O in flight, a cbcmn_blocking() call, a
+ * stream's multishot receive, a metrics server's accept) never holds it:
+ * a yield beside it moves the clock as search() does.  Two tasks yielding
+ * to each other keep it where it is.  A sleeper of one virtual second
+ * beside a yielder and a waiter whose wait the sleeper ends (a byte, a
+ * flag) once it woke. */
 #define YIELDS 2000
 
+enum { YL_SLEPT = 1, YL_WAITED };
+
 static struct {
-	int pfd[2];
+	int fd[2];
 	_Atomic long yields;
-	_Atomic int seq, read_at, slept_at, done;
+	_Atomic int done, flag;
 	_Atomic uint64_t moved; /* a yield that saw the clock move */
 	bool bounded;           /* the yielders yield YIELDS times */
+	int waiters;            /* tasks the yielder waits for (the sleeper's included) */
+	uint64_t ev[8][2];      /* what happened, and when on the clock */
+	int nev;
 } yl;
 
+static void yl_note(cbcmn_cx *cx, int what)
+{
+	if (yl.nev < 8) {
+		yl.ev[yl.nev][0] = (uint64_t)what;
+		yl.ev[yl.nev++][1] = cbcmn_now(cbcmn_cx_runtime(cx));
+	}
+	yl.done++;
+}
+
+/* Sleeps a second, then ends the waiter's wait: a byte on fd[1] (a plain
+ * write: no request of the runtime's) and the flag. */
 static int64_t yl_sleeper(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	TASK_CHECK(cbcmn_sleep(cx, S) == 0);
-	yl.slept_at = ++yl.seq;
-	yl.done++;
+	yl_note(cx, YL_SLEPT);
+	if (yl.fd[1] > 0)
+		TASK_CHECK(write(yl.fd[1], "x", 1) == 1);
+	atomic_store(&yl.flag, 1);
 	return 0;
 }
 
-/* Yields YIELDS times (bounded), or until the reader and the sleeper are
- * done. */
+/* Yields YIELDS times (bounded), or until the others are done. */
 static int64_t yl_yielder(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
-	for (long i = 0; yl.bounded ? i < YIELDS : yl.done < 2; i++) {
+	for (long i = 0; yl.bounded ? i < YIELDS : yl.done < yl.waiters; i++) {
 		atomic_fetch_add(&yl.yields, 1);
 		cbcmn_yield(cx);
 		if (yl.bounded && cbcmn_now(rt) != 0)
@@ -465,26 +490,47 @@ static int64_t yl_yielder(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* A read in flight. */
 static int64_t yl_reader(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
 	char c;
-	TASK_CHECK(cbcmn_read(cx, yl.pfd[0], &c, 1) == 1);
-	yl.read_at = ++yl.seq;
-	yl.done++;
+	TASK_CHECK(cbcmn_read(cx, yl.fd[0], &c, 1) == 1);
+	yl_note(cx, YL_WAITED);
 	return 0;
 }
 
-/* A thread outside the runtime: the byte the read waits for, once the
- * yielder has yielded YIELDS times (an event, not a time). */
-static void *yl_writer(void *arg)
+/* A stream's multishot receive armed. */
+static int64_t yl_streamer(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_stream *st;
+	TASK_CHECK(cbcmn_stream_open(cx, yl.fd[0], &st) == 0);
+	const void *data;
+	TASK_CHECK(cbcmn_stream_recv(cx, st, &data) == 1);
+	yl_note(cx, YL_WAITED);
+	TASK_CHECK(cbcmn_stream_close(cx, st) == 0);
+	return 0;
+}
+
+/* A pool thread's wait for the flag (real time, bounded). */
+static int64_t yl_wait_flag(void *arg)
 {
 	(void)arg;
 	uint64_t end = t_now_ns() + T_STALL_NS;
-	while (atomic_load(&yl.yields) < YIELDS && t_now_ns() < end)
+	while (!atomic_load(&yl.flag) && t_now_ns() < end)
 		usleep(1000);
-	TASK_CHECK(write(yl.pfd[1], "x", 1) == 1);
-	return NULL;
+	return atomic_load(&yl.flag);
+}
+
+static int64_t yl_blocker(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int64_t r = 0;
+	TASK_CHECK(cbcmn_blocking(cx, yl_wait_flag, NULL, &r) == 0);
+	TASK_CHECK(r == 1);
+	yl_note(cx, YL_WAITED);
+	return 0;
 }
 
 static int64_t yl_spawn(cbcmn_cx *cx, void *arg)
@@ -497,11 +543,18 @@ static int64_t yl_spawn(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
+static bool yl_serving; /* yl_run() with a metrics server (its accept in flight) */
+
 static void yl_run(int64_t (**fns)(cbcmn_cx *, void *))
 {
 	cbcmn_runtime *rt = t_runtime_lab(3);
+	cbcmn_metrics_server *ms = NULL;
+	if (yl_serving)
+		assert_int_equal(cbcmn_metrics_serve(rt, "127.0.0.1", 0, &ms), 0);
 	t_run(rt, yl_spawn, fns, 0);
 	ASSERT_TASK_CHECKS();
+	if (ms)
+		assert_int_equal(cbcmn_metrics_stop(ms), 0);
 	assert_int_equal(cbcmn_now(rt), S); /* the sleep ended at its deadline */
 	t_destroy(rt);
 }
@@ -519,25 +572,72 @@ static void test_two_yielders_keep_the_clock_still(void **state)
 	assert_int_equal(atomic_load(&yl.moved), 0);
 }
 
-/* Regression: a read in flight (its byte written by a thread once the
- * yielder has yielded YIELDS times) did not keep the clock still: the
- * yield saw no completion to reap (cbcmn__ring_busy()) and jumped the
- * clock a second on, the sleep ended before the read. */
-static void test_io_in_flight_keeps_a_yielders_clock_still(void **state)
+/* A yielder, the sleeper and waiter (if any), twice with the
+ * same seed: the same events at the same times, the sleep's at its
+ * deadline (nothing early), the wait's after it. */
+static void yl_outside(int64_t (*waiter)(cbcmn_cx *, void *), bool pipe)
+{
+	uint64_t first[8][2];
+	for (int run = 0; run < 2; run++) {
+		memset(&yl, 0, sizeof(yl));
+		yl.waiters = waiter ? 2 : 1;
+		if (pipe)
+			assert_int_equal(pipe2(yl.fd, O_CLOEXEC), 0);
+		else if (waiter)
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, yl.fd), 0);
+		int64_t (*fns[])(cbcmn_cx *, void *) = {yl_sleeper, yl_yielder, waiter, NULL};
+		if (!waiter)
+			fns[2] = NULL;
+		yl_run(fns);
+		if (yl.fd[1] > 0) {
+			close(yl.fd[0]);
+			close(yl.fd[1]);
+		}
+		assert_int_equal(yl.nev, yl.waiters);
+		assert_int_equal(yl.ev[0][0], YL_SLEPT);
+		assert_int_equal(yl.ev[0][1], S);
+		if (waiter) {
+			assert_int_equal(yl.ev[1][0], YL_WAITED);
+			assert_int_equal(yl.ev[1][1], S);
+		}
+		if (run == 1)
+			assert_memory_equal(first, yl.ev, sizeof(first));
+		memcpy(first, yl.ev, sizeof(first));
+	}
+}
+
+/* Regression: a read in flight kept a yielder's clock still, and the byte
+ * it waited for came from a task sleeping on that clock: the yielder
+ * spun for ever (the read was no work of the clock's: search() jumps over
+ * it, as over any I/O). */
+static void test_io_in_flight_leaves_a_yielders_clock_free(void **state)
 {
 	(void)state;
-	memset(&yl, 0, sizeof(yl));
-	assert_int_equal(pipe2(yl.pfd, O_CLOEXEC), 0);
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, yl_writer, NULL), 0);
-	int64_t (*fns[])(cbcmn_cx *, void *) = {yl_reader, yl_sleeper, yl_yielder, NULL};
-	yl_run(fns);
-	pthread_join(th, NULL);
-	close(yl.pfd[0]);
-	close(yl.pfd[1]);
-	assert_true(atomic_load(&yl.yields) >= YIELDS);
-	assert_int_equal(yl.read_at, 1); /* then the sleep, the clock moved */
-	assert_int_equal(yl.slept_at, 2);
+	yl_outside(yl_reader, true);
+}
+
+/* A stream's multishot receive, and a task in cbcmn_blocking(): neither
+ * holds the clock, as an idle executor's search() does not. */
+static void test_a_stream_receive_leaves_a_yielders_clock_free(void **state)
+{
+	(void)state;
+	yl_outside(yl_streamer, false);
+}
+
+static void test_a_blocking_call_leaves_a_yielders_clock_free(void **state)
+{
+	(void)state;
+	yl_outside(yl_blocker, false);
+}
+
+/* Regression: a metrics server's accept is in flight for as long as it
+ * serves, and kept every yielder's clock still: the sleep never ended. */
+static void test_a_metrics_server_leaves_a_yielders_clock_free(void **state)
+{
+	(void)state;
+	yl_serving = true;
+	yl_outside(NULL, false);
+	yl_serving = false;
 }
 
 static void test_lab_needs_one_executor(void **state)
@@ -564,7 +664,10 @@ int main(void)
 		T_WATCHED_TEST(test_lab_needs_one_executor),
 		T_WATCHED_TEST(test_actor_sends_same_seed_same_order),
 		T_WATCHED_TEST(test_two_yielders_keep_the_clock_still),
-		T_WATCHED_TEST(test_io_in_flight_keeps_a_yielders_clock_still),
+		T_WATCHED_TEST(test_io_in_flight_leaves_a_yielders_clock_free),
+		T_WATCHED_TEST(test_a_stream_receive_leaves_a_yielders_clock_free),
+		T_WATCHED_TEST(test_a_blocking_call_leaves_a_yielders_clock_free),
+		T_WATCHED_TEST(test_a_metrics_server_leaves_a_yielders_clock_free),
 	};
 	return cmocka_run_group_tests_name("lab", tests, NULL, NULL);
 }

@@ -868,6 +868,30 @@ static void sockets_under_a_low_limit(int c[2], struct rlimit *old, struct rlimi
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, low), 0);
 }
 
+/* A server on a runtime of one executor, under a low descriptor limit
+ * (sockets_under_a_low_limit(): c, old, low), listening on port. */
+struct low_limit {
+	cbcmn_runtime *rt;
+	cbcmn_metrics_server *ms;
+	int port, c[2];
+	struct rlimit old, low;
+};
+
+static void serve_under_a_low_limit(struct low_limit *l)
+{
+	l->rt = t_runtime(1);
+	sockets_under_a_low_limit(l->c, &l->old, &l->low);
+	l->ms = serve(l->rt, NULL);
+	l->port = cbcmn_metrics_port(l->ms);
+}
+
+/* dup()s of fd into fill[*n] and on until the table (or fill) is full. */
+static void fill_the_table(int fd, int *fill, int *n)
+{
+	while (*n < 4096 && (fill[*n] = dup(fd)) >= 0)
+		(*n)++;
+}
+
 /* Out of descriptors, the server keeps its reserve while no connection
  * waits: a program filling the table again (or any thread's open) must
  * not find it let go.  It was given up for each 100 ms accept of an idle
@@ -876,41 +900,36 @@ static void sockets_under_a_low_limit(int c[2], struct rlimit *old, struct rlimi
 static void test_out_of_descriptors_keeps_the_reserve(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = t_runtime(1);
-	int c[2];
-	struct rlimit old, low;
-	sockets_under_a_low_limit(c, &old, &low);
-	cbcmn_metrics_server *ms = serve(rt, NULL);
-	int port = cbcmn_metrics_port(ms);
+	struct low_limit l;
+	serve_under_a_low_limit(&l);
 	static int fill[4096];
 	int nfill = 0;
-	while (nfill < 4096 && (fill[nfill] = dup(c[0])) >= 0)
-		nfill++;
+	fill_the_table(l.c[0], fill, &nfill);
 	char buf[256];
-	ssize_t n0 = scrape_on(c[0], port, buf, sizeof(buf)); /* the server now sheds */
+	ssize_t n0 = scrape_on(l.c[0], l.port, buf, sizeof(buf)); /* the server now sheds */
 	bool shed = n0 > 0 && strstr(buf, "HTTP/1.1 503") != NULL;
 	/* Fill again for 300 ms, while the server waits for connections. */
 	int stolen = 0;
 	for (int i = 0; i < 300 && nfill < 4096; i++) {
-		if ((fill[nfill] = dup(c[0])) >= 0) {
+		if ((fill[nfill] = dup(l.c[0])) >= 0) {
 			nfill++;
 			stolen++;
 		}
 		usleep(1000);
 	}
-	ssize_t n1 = scrape_on(c[1], port, buf, sizeof(buf));
+	ssize_t n1 = scrape_on(l.c[1], l.port, buf, sizeof(buf));
 	for (int i = 0; i < nfill; i++)
 		close(fill[i]);
-	close(c[0]);
-	close(c[1]);
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	close(l.c[0]);
+	close(l.c[1]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &l.old), 0);
 	if (!shed) /* buf holds the second scrape's answer now */
 		fail_msg("the first scrape was not refused with a 503 (recv %zd)", n0);
 	assert_int_equal(stolen, 0);
 	if (n1 <= 0)
 		fail_msg("the second scrape was not answered (recv %zd)", n1);
-	expect(port, "/metrics", "", 200);
-	stop_and_destroy(ms, rt);
+	expect(l.port, "/metrics", "", 200);
+	stop_and_destroy(l.ms, l.rt);
 }
 
 /* A reserve lost: another thread takes its number in the instant between
@@ -956,26 +975,21 @@ static void test_a_lost_reserve_is_taken_again_once_descriptors_are_free(void **
 	if (T_TSAN)
 		T_SKIP("TSan's account of descriptors sees no order between the hook's dup on "
 		       "the server's thread and ours: ASan runs it");
-	cbcmn_runtime *rt = t_runtime(1);
-	int c[2];
-	struct rlimit old, low;
-	sockets_under_a_low_limit(c, &old, &low);
-	cbcmn_metrics_server *ms = serve(rt, NULL);
-	int port = cbcmn_metrics_port(ms);
-	reserve_thief_fd = c[0];
+	struct low_limit l;
+	serve_under_a_low_limit(&l);
+	reserve_thief_fd = l.c[0];
 	atomic_store(&reserve_stolen, -1);
 	cbcmn__pause_set(steal_the_reserve);
 	static int fill[4096];
 	int nfill = 0;
-	while (nfill < 4096 && (fill[nfill] = dup(c[0])) >= 0)
-		nfill++;
+	fill_the_table(l.c[0], fill, &nfill);
 	/* A scrape while full: the server lets its reserve go, which is
 	 * stolen; its accept fails; it backs off. */
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)l.port)};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(c[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(connect(l.c[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
 	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
-	assert_int_equal(send(c[0], req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
+	assert_int_equal(send(l.c[0], req, sizeof(req) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(req) - 1);
 	uint64_t end = t_now_ns() + T_STALL_NS;
 	while (atomic_load(&reserve_stolen) < 0 && t_now_ns() < end)
 		usleep(1000);
@@ -992,32 +1006,31 @@ static void test_a_lost_reserve_is_taken_again_once_descriptors_are_free(void **
 		close(fill[--nfill]);
 	}
 	char buf[256];
-	struct pollfd pf = {.fd = c[0], .events = POLLIN};
+	struct pollfd pf = {.fd = l.c[0], .events = POLLIN};
 	ssize_t n0 = -1;
 	if (poll(&pf, 1, (int)(T_STALL_NS / 1000000)) == 1)
-		n0 = recv(c[0], buf, sizeof(buf) - 1, 0);
+		n0 = recv(l.c[0], buf, sizeof(buf) - 1, 0);
 	buf[n0 > 0 ? n0 : 0] = 0;
 	bool served = n0 > 0 && strstr(buf, "HTTP/1.1 200") != NULL;
 	/* Its connection's end: the server's side closed (a descriptor
 	 * free, which an accept would take), then the table filled again. */
-	int side = peer_fd(c[0], (int)low.rlim_cur); /* before the FINs: still connected */
-	while (recv(c[0], buf, sizeof(buf), 0) > 0)
+	int side = peer_fd(l.c[0], (int)l.low.rlim_cur); /* before the FINs: still connected */
+	while (recv(l.c[0], buf, sizeof(buf), 0) > 0)
 		;
-	shutdown(c[0], SHUT_WR);
+	shutdown(l.c[0], SHUT_WR);
 	end = t_now_ns() + T_STALL_NS;
 	while (side >= 0 && fcntl(side, F_GETFD) >= 0 && t_now_ns() < end)
 		usleep(1000);
-	while (nfill < 4096 && (fill[nfill] = dup(c[0])) >= 0)
-		nfill++;
-	ssize_t n1 = scrape_on(c[1], port, buf, sizeof(buf));
+	fill_the_table(l.c[0], fill, &nfill);
+	ssize_t n1 = scrape_on(l.c[1], l.port, buf, sizeof(buf));
 	bool shed = n1 > 0 && strstr(buf, "HTTP/1.1 503") != NULL;
 	for (int i = 0; i < nfill; i++)
 		close(fill[i]);
 	if (stolen >= 0)
 		close(stolen);
-	close(c[0]);
-	close(c[1]);
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	close(l.c[0]);
+	close(l.c[1]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &l.old), 0);
 	if (stolen < 0)
 		fail_msg("the reserve was not let go (no shed)");
 	if (side < 0)
@@ -1028,8 +1041,8 @@ static void test_a_lost_reserve_is_taken_again_once_descriptors_are_free(void **
 	if (!shed)
 		fail_msg("full again, the scrape was not refused with a 503 (recv %zd): no reserve",
 			 n1);
-	expect(port, "/metrics", "", 200);
-	stop_and_destroy(ms, rt);
+	expect(l.port, "/metrics", "", 200);
+	stop_and_destroy(l.ms, l.rt);
 }
 
 /* Start and stop at once, over and over: the acceptor may not have run

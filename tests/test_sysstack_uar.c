@@ -1,6 +1,7 @@
 /* test_sysstack_uar: fiber actors parking on the system stack under
  * ASan's fake stacks (detect_stack_use_after_return, turned on in main()
- * for this binary only; the other suites run with it off).  ASan is told
+ * whatever ASAN_OPTIONS says; make test's ASan phase runs every suite
+ * with them since the twenty-second session).  ASan is told
  * of every change of stack (lib/sched.c): a fiber's end switches away
  * with no fake stack kept, which unmaps it, so its last context must not
  * be saved into a local (switch_to_sched()'s `dead`: a crash at the first

@@ -544,6 +544,7 @@ int main(int argc, char **argv)
 	struct affinity_opts o = {.first_cpu = -1};
 	struct matrix m = {0};
 	char err[256];
+	cli_sigpipe_default();
 
 	if (affinity_opts_parse(argc, argv, &o, err, sizeof(err)))
 		die("%s (try --help)", err);

@@ -2341,6 +2341,7 @@ int main(int argc, char **argv)
 		.duration_s = duration_s, .multishot = multishot, .server_spin_ns = server_spin_ns,
 	};
 	char err[256];
+	cli_sigpipe_default();
 	if (bench_opts_parse(argc, argv, &o, err, sizeof(err))) {
 		fprintf(stderr, "cbcmn-bench: %s (try --help)\n", err);
 		return 2;

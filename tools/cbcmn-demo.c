@@ -25,6 +25,7 @@ int main(int argc, char **argv)
 {
 	struct demo_opts o = {.n = 27};
 	char err[256];
+	cli_sigpipe_default();
 	if (demo_opts_parse(argc, argv, &o, err, sizeof(err))) {
 		fprintf(stderr, "cbcmn-demo: %s (try -h)\n", err);
 		return 2;

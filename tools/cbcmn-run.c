@@ -471,8 +471,8 @@ struct run {
 };
 
 /* print_json(), print_text(): false when the output could not be written
- * (said on stderr; the run then fails: a full disk must not pass for a
- * result; a closed pipe ends us by SIGPIPE first). */
+ * (main() says so; the run then fails: a full disk must not pass for a
+ * result; a closed pipe ends us by SIGPIPE first: cli_sigpipe_default()). */
 static bool print_json(const struct run *u)
 {
 	const struct wl_result *r = u->r;
@@ -555,11 +555,7 @@ static bool print_json(const struct run *u)
 		jw_close(&j);
 	}
 	jw_close(&j);
-	if (jw_end(&j)) {
-		fprintf(stderr, PROG ": writing the output failed\n");
-		return false;
-	}
-	return true;
+	return jw_end(&j) == 0;
 }
 
 static bool print_text(const struct run *u)
@@ -622,13 +618,14 @@ static bool print_text(const struct run *u)
 			       (unsigned long long)b->pairs[i][0], (unsigned long long)b->pairs[i][2],
 			       (unsigned long long)b->pairs[i][3], (unsigned long long)b->pairs[i][1]);
 	}
-	return cli_stdout_flushed(PROG);
+	return !fflush(stdout) && !ferror(stdout);
 }
 
 int main(int argc, char **argv)
 {
 	struct run_opts a = {.workers = CBCMN_WORKERS_AUTO, .duration_s = DEFAULT_DURATION_S};
 	char perr[256];
+	cli_sigpipe_default();
 	if (run_opts_parse(argc, argv, &a, perr, sizeof(perr)))
 		bad_input("%s", perr);
 	if (a.help) {
@@ -725,9 +722,14 @@ int main(int argc, char **argv)
 		bpfmon_close(mon);
 	}
 	struct run u = {w, policy, o.seed, &r, mon && !brc ? &view : NULL};
+	bool written = json ? print_json(&u) : rc || print_text(&u);
+	/* One line says what went wrong: the workload's failure (its JSON
+	 * lost on a full disk too adds no second line), else the output's,
+	 * unless --bpf's or --trace's said already. */
 	if (rc)
 		fprintf(stderr, PROG ": %s: %s\n", w->name, r.error);
-	bool written = json ? print_json(&u) : rc || print_text(&u);
+	else if (!written && !brc && !trc)
+		fprintf(stderr, PROG ": writing the output failed\n");
 	free(view.pairs);
 	wl_result_free(&r);
 	free(cpus);

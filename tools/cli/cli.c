@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <locale.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,11 @@ bool cli_stdout_flushed(const char *prog)
 		return true;
 	fprintf(stderr, "%s: writing the output failed\n", prog);
 	return false;
+}
+
+void cli_sigpipe_default(void)
+{
+	signal(SIGPIPE, SIG_DFL);
 }
 
 char *cli_one_line(char *s)

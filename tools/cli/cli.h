@@ -48,6 +48,14 @@ int cli_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((forma
  * passes for a result. */
 bool cli_stdout_flushed(const char *prog);
 
+/* SIGPIPE back to its default: a reader that stops early (`| head -1`)
+ * ends the tool quietly, status 141, as any filter, also where the parent
+ * left SIGPIPE ignored (then each write failed with EPIPE and the tool
+ * said "writing the output failed", status 1).  For the tools that print
+ * results (run, bench, affinity, demo); cbcmn-top ignores SIGPIPE and
+ * says so (docs/TOP.md). */
+void cli_sigpipe_default(void);
+
 /* Says in err what getopt_long refused, given what it returned (c, '?' or
  * ':'), with opterr = 0 and an optstring whose first option character is
  * preceded by ':' (so that ':' means a missing argument): an unknown
