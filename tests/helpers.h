@@ -233,15 +233,24 @@ static inline size_t t_hang_cat(char *out, size_t cap, const char *dir, const ch
 	return len;
 }
 
-/* Every thread of the process as the watchdog fires: id, name, state,
- * where it sleeps in the kernel, and its kernel stack where readable
- * (root): the executors, the pool, and io_uring's io-wq workers
- * ("iou-wrk-N"), which show what a hung call waits on (a guest run of a
- * hang decides from this one line per thread, docs/STATUS.md). */
-static inline void t_hang_threads(void)
+/* Appends the decimal digits of v to out (async-signal-safe). */
+static inline size_t t_hang_num(char *out, long v)
 {
-	int dfd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/task",
-			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char d[24];
+	size_t n = 0, w = 0;
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) && n < sizeof(d));
+	while (n)
+		out[w++] = d[--n];
+	return w;
+}
+
+/* fn(name, arg) for each entry of directory path whose name begins with a
+ * digit (a process or thread id), for the watchdog: system calls only. */
+static inline void t_hang_each(const char *path, void (*fn)(const char *name, void *arg), void *arg)
+{
+	int dfd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return;
 	char ents[4096];
@@ -251,31 +260,104 @@ static inline void t_hang_threads(void)
 			/* struct linux_dirent64: ino, off, reclen, type, name */
 			unsigned short reclen;
 			memcpy(&reclen, ents + off + 16, sizeof(reclen));
-			const char *tid = ents + off + 19;
+			const char *name = ents + off + 19;
 			off += reclen;
-			if (tid[0] < '0' || tid[0] > '9')
-				continue;
-			char dir[48] = "/proc/self/task/", line[1024];
-			size_t d = strlen(dir), w = 0;
-			for (const char *p = tid; *p && d < sizeof(dir) - 2; p++)
-				dir[d++] = *p;
-			dir[d++] = '/';
-			dir[d] = 0;
-			static const char *const what[] = {"comm", "wchan", "stack"};
-			memcpy(line, "  thread ", 9);
-			w = 9;
-			for (const char *p = tid; *p && w < 32; p++)
-				line[w++] = *p;
-			for (size_t k = 0; k < 3; k++) {
-				line[w++] = ' ';
-				w += t_hang_cat(line + w, sizeof(line) - w - 2, dir, what[k]);
-			}
-			line[w++] = '\n';
-			ssize_t rc = write(2, line, w);
-			(void)rc;
+			if (name[0] >= '0' && name[0] <= '9')
+				fn(name, arg);
 		}
 	}
 	close(dfd);
+}
+
+/* A thread's line, of process *pid (self when 0). */
+static inline void t_hang_thread(const char *tid, void *arg)
+{
+	long pid = *(const long *)arg;
+	char dir[72] = "/proc/", line[1024];
+	size_t d = 6, w = 0;
+	if (pid) {
+		d += t_hang_num(dir + d, pid);
+		memcpy(dir + d, "/task/", 6);
+		d += 6;
+	} else {
+		memcpy(dir + d, "self/task/", 10);
+		d += 10;
+	}
+	for (const char *p = tid; *p && d < sizeof(dir) - 2; p++)
+		dir[d++] = *p;
+	dir[d++] = '/';
+	dir[d] = 0;
+	static const char *const what[] = {"comm", "wchan", "stack"};
+	memcpy(line, pid ? "  child " : "  thread ", pid ? 8 : 9);
+	w = pid ? 8 : 9;
+	if (pid) {
+		w += t_hang_num(line + w, pid);
+		line[w++] = ' ';
+	}
+	for (const char *p = tid; *p && w < 48; p++)
+		line[w++] = *p;
+	for (size_t k = 0; k < 3; k++) {
+		line[w++] = ' ';
+		w += t_hang_cat(line + w, sizeof(line) - w - 2, dir, what[k]);
+	}
+	line[w++] = '\n';
+	ssize_t rc = write(2, line, w);
+	(void)rc;
+}
+
+/* One line per thread of process pid (self when 0) as the watchdog fires:
+ * id, name, state, where it sleeps in the kernel, and its kernel stack
+ * where readable (root): the executors, the pool, and io_uring's io-wq
+ * workers ("iou-wrk-N"), which show what a hung call waits on (a guest
+ * run of a hang decides from this one line per thread, docs/STATUS.md). */
+static inline void t_hang_proc(long pid)
+{
+	char path[40] = "/proc/";
+	size_t b = 6;
+	if (pid) {
+		b += t_hang_num(path + b, pid);
+		memcpy(path + b, "/task", 6);
+	} else {
+		memcpy(path + b, "self/task", 10);
+	}
+	t_hang_each(path, t_hang_thread, &pid);
+}
+
+/* The threads of parent's children, and of theirs (a test's target, the
+ * tools it runs): the test may hang waiting for one of them (waitpid),
+ * which its own threads cannot show.  Found by their parent in
+ * /proc/PID/stat ("children" needs CONFIG_PROC_CHILDREN).  arg: the
+ * parent's id and the depth, at most 3. */
+static inline void t_hang_child(const char *name, void *arg)
+{
+	const long *pd = arg;
+	long pid = 0;
+	for (const char *p = name; *p >= '0' && *p <= '9'; p++)
+		pid = pid * 10 + (*p - '0');
+	char dir[32] = "/proc/", st[512];
+	size_t d = 6 + t_hang_num(dir + 6, pid);
+	memcpy(dir + d, "/", 2);
+	size_t len = t_hang_cat(st, sizeof(st) - 1, dir, "stat");
+	/* "pid (comm) S ppid ...": the comm may hold ") " */
+	size_t i = len;
+	while (i && st[i - 1] != ')')
+		i--;
+	long ppid = 0;
+	for (i += 3; i < len && st[i] >= '0' && st[i] <= '9'; i++)
+		ppid = ppid * 10 + (st[i] - '0');
+	if (ppid != pd[0] || !len)
+		return;
+	t_hang_proc(pid);
+	long next[2] = {pid, pd[1] + 1};
+	if (next[1] <= 3)
+		t_hang_each("/proc", t_hang_child, next);
+}
+
+static inline void t_hang_threads(void)
+{
+	long self[2] = {getpid(), 0};
+	t_hang_proc(0);
+	t_hang_each("/proc", t_hang_child, self);
 }
 
 static void t_watchdog_fire(int sig)

@@ -92,6 +92,15 @@ static uint32_t backend_of(cbcmn_runtime *rt)
 
 /* ---- a workload: fork-join, pipes, sockets, a stream, an acceptor --------- */
 
+/* Sleeps 10 ms at a time until *flag is set, T_STALL_NS at most: a hang
+ * guard (the unfixed waits never end), not a speed bound (300 sleeps,
+ * 3 s, were one: a loaded host may keep an executor off its CPU longer). */
+static void sleep_until_set(cbcmn_cx *cx, _Atomic int *flag)
+{
+	for (uint64_t end = t_now_ns() + T_STALL_NS; !atomic_load(flag) && t_now_ns() < end;)
+		cbcmn_sleep(cx, 10 * MS);
+}
+
 static int64_t fib(cbcmn_cx *cx, void *arg)
 {
 	int64_t n = (int64_t)(intptr_t)arg;
@@ -1289,8 +1298,7 @@ static int64_t rearm_main(cbcmn_cx *cx, void *arg)
 	cbcmn_sleep(cx, 20 * MS); /* the stream is watched (EPOLL_CTL_ADD) */
 	for (int i = 0; i < REARM_BURST; i++)
 		CHILD_CHECK(send(r->sv[1], &"abcdefghijkl"[i], 1, 0) == 1);
-	for (int i = 0; i < 300 && !atomic_load(&r->done); i++)
-		cbcmn_sleep(cx, 10 * MS);
+	sleep_until_set(cx, &r->done);
 	if (!atomic_load(&r->done))
 		cbcmn_nursery_cancel(n); /* unfixed: the stream waits for ever */
 	cbcmn_nursery_await_all(cx, n); /* a cancelled child: CBCMN_ECANCELED */
@@ -1440,8 +1448,7 @@ static int64_t duo_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_spawn(cx, n, duo_sender, d, NULL) == 0);
 	cbcmn_sleep(cx, 20 * MS); /* both wait */
 	duo_drain(d->sv[1]);
-	for (int i = 0; i < 300 && !atomic_load(&d->sent); i++)
-		cbcmn_sleep(cx, 10 * MS);
+	sleep_until_set(cx, &d->sent);
 	TASK_CHECK(d->src == 1);
 	duo_drain(d->sv[1]);
 	cbcmn_sleep(cx, 20 * MS); /* the set looked with the receiver alone */
@@ -1492,13 +1499,31 @@ static void test_epoll_recv_and_send_waits_on_one_socket_both_end(void **state)
 struct orphan {
 	int sv[2];
 	_Atomic int writing, written;
-	uint64_t enters;
+	uint64_t enters; /* the epoll sets' looks while the bytes came ... */
+	uint64_t sleeps; /* ... and the sleeps meanwhile: a look each */
 };
 
 static uint64_t ep_enters(cbcmn_runtime *rt)
 {
 	cbcmn_stats s;
 	return cbcmn_stats_snapshot(rt, &s, NULL, 0) == 0 ? s.total.ring_enters : 0;
+}
+
+/* Sleeps until o's writer is done, T_STALL_NS at most, counting the
+ * looks at the sets meanwhile: each sleep's timer is one (its park), so
+ * only the looks beyond them are the orphan's.  Counted whole, they
+ * measured the writer's speed: a loaded host that kept it 25 ms at each
+ * of its 40 usleep(3 ms) took 20 sleeps of 50 ms, 20 looks, a failure
+ * with nothing armed. */
+static void orphan_wait(cbcmn_cx *cx, struct orphan *o)
+{
+	uint64_t before = ep_enters(cbcmn_cx_runtime(cx));
+	atomic_store(&o->writing, 1);
+	for (uint64_t end = t_now_ns() + T_STALL_NS;
+	     atomic_load(&o->written) < ORPHAN_WRITES && t_now_ns() < end; o->sleeps++)
+		cbcmn_sleep(cx, 50 * MS); /* parked: only its timer wakes it */
+	o->enters = ep_enters(cbcmn_cx_runtime(cx)) - before;
+	TASK_CHECK(atomic_load(&o->written) == ORPHAN_WRITES);
 }
 
 static void *orphan_writer(void *arg)
@@ -1529,12 +1554,7 @@ static int64_t orphan_main(cbcmn_cx *cx, void *arg)
 	int copy = dup(o->sv[0]);
 	TASK_CHECK(copy >= 0);
 	close(o->sv[0]); /* behind the runtime's back; the file lives on */
-	uint64_t before = ep_enters(cbcmn_cx_runtime(cx));
-	atomic_store(&o->writing, 1);
-	for (int i = 0; i < 100 && atomic_load(&o->written) < ORPHAN_WRITES; i++)
-		cbcmn_sleep(cx, 50 * MS); /* parked: only its timer wakes it */
-	o->enters = ep_enters(cbcmn_cx_runtime(cx)) - before;
-	TASK_CHECK(atomic_load(&o->written) == ORPHAN_WRITES);
+	orphan_wait(cx, o);
 	close(copy);
 	return 0;
 }
@@ -1552,11 +1572,11 @@ static void test_epoll_closed_stream_leaves_no_registration_armed(void **state)
 	atomic_store(&o.writing, 1);
 	pthread_join(th, NULL);
 	ASSERT_TASK_CHECKS();
-	/* The sleeps' timers wake it a few times; the orphan, once a byte. */
-	if (o.enters >= ORPHAN_WRITES / 2)
-		fail_msg("the executor looked at its set %llu times while %d bytes came "
-			 "to a file it no longer watches", (unsigned long long)o.enters,
-			 ORPHAN_WRITES);
+	/* The sleeps' timers wake it once each; the orphan, once a byte. */
+	if (o.enters >= o.sleeps + ORPHAN_WRITES / 2)
+		fail_msg("the executor looked at its set %llu times in %llu sleeps while %d bytes "
+			 "came to a file it no longer watches", (unsigned long long)o.enters,
+			 (unsigned long long)o.sleeps, ORPHAN_WRITES);
 	close(o.sv[1]);
 	t_destroy(rt);
 }
@@ -1594,8 +1614,7 @@ static cbcmn_nursery *xclose_start(cbcmn_cx *cx, struct xclose *x)
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, xclose_reader, x, NULL) == 0);
-	for (int i = 0; i < 300 && !atomic_load(&x->watching); i++)
-		cbcmn_sleep(cx, MS);
+	sleep_until_set(cx, &x->watching);
 	cbcmn_sleep(cx, 20 * MS); /* its request watches */
 	return n;
 }
@@ -1609,12 +1628,7 @@ static int64_t xclose_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_close(cx, x->o.sv[0]) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
 	cbcmn_sleep(cx, 10 * MS);
-	uint64_t before = ep_enters(cbcmn_cx_runtime(cx));
-	atomic_store(&x->o.writing, 1);
-	for (int i = 0; i < 100 && atomic_load(&x->o.written) < ORPHAN_WRITES; i++)
-		cbcmn_sleep(cx, 50 * MS);
-	x->o.enters = ep_enters(cbcmn_cx_runtime(cx)) - before;
-	TASK_CHECK(atomic_load(&x->o.written) == ORPHAN_WRITES);
+	orphan_wait(cx, &x->o);
 	close(copy);
 	return 0;
 }
@@ -1649,9 +1663,10 @@ static void test_epoll_close_elsewhere_leaves_no_stream_registration_armed(void 
 	pthread_join(th, NULL);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(x.last, -EBADF);
-	if (x.o.enters >= ORPHAN_WRITES / 2)
-		fail_msg("the sets were looked at %llu times while %d bytes came to a file "
-			 "closed with cbcmn_close()", (unsigned long long)x.o.enters, ORPHAN_WRITES);
+	if (x.o.enters >= x.o.sleeps + ORPHAN_WRITES / 2)
+		fail_msg("the sets were looked at %llu times in %llu sleeps while %d bytes came to "
+			 "a file closed with cbcmn_close()", (unsigned long long)x.o.enters,
+			 (unsigned long long)x.o.sleeps, ORPHAN_WRITES);
 	close(x.o.sv[1]);
 	t_destroy(rt);
 }
@@ -2071,8 +2086,7 @@ static int64_t closed_closer(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(write(c->q[1], "n", 1) == 1);
 	if (copy >= 0)
 		TASK_CHECK(write(c->p[1], "o", 1) == 1); /* the old file is ready */
-	for (int i = 0; i < 300 && !atomic_load(&c->done); i++)
-		cbcmn_sleep(cx, 10 * MS);
+	sleep_until_set(cx, &c->done);
 	if (copy >= 0)
 		close(copy);
 	return 0;
@@ -2094,8 +2108,7 @@ static int64_t closed_main(cbcmn_cx *cx, void *arg)
 			TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 			TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, closed_reader, c, NULL) == 0);
 			TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, other, closed_closer, c, NULL) == 0);
-			for (int i = 0; i < 300 && !atomic_load(&c->done); i++)
-				cbcmn_sleep(cx, 10 * MS);
+			sleep_until_set(cx, &c->done);
 			if (!atomic_load(&c->done))
 				cbcmn_nursery_cancel(n); /* unfixed: it waits for ever */
 			cbcmn_nursery_await_all(cx, n);

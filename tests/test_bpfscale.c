@@ -939,6 +939,8 @@ int main(int argc, char **argv)
 		return child_rings(atoi(argv[2]));
 	if (find_self())
 		return 1;
+	if (getenv("T_FILTER")) /* run only the tests whose names match */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_executors_past_256_have_their_shards),
 		T_WATCHED_TEST(test_shard_values_own_their_lines),

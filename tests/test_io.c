@@ -729,9 +729,21 @@ static int64_t timeout_main(cbcmn_cx *cx, void *arg)
 	uint64_t t0 = t_now_ns();
 	TASK_CHECK(cbcmn_recv(cx, sv[0], b, sizeof(b), 0) == -ETIMEDOUT);
 	TASK_CHECK(t_now_ns() - t0 >= 40 * MS);
+	/* The rescuer guards the calls that must time out, and ends with
+	 * them: the calls below complete, each within its own hang bound,
+	 * and on a loaded host (an SQPOLL ring's thread off the CPU, 100 ms
+	 * and more a call) their 400 outlasted T_STALL_NS: its bytes came
+	 * in the middle of them. */
+	cbcmn_nursery_cancel(nr);
+	cbcmn_nursery_await_all(cx, nr);
+	TASK_CHECK(!atomic_load(&res.fired));
 
 	/* Calls that complete in time are unaffected, and the cancelled
-	 * timeouts' completions do not disturb the calls after them. */
+	 * timeouts' completions do not disturb the calls after them.  In
+	 * time: within a hang bound, not within 50 ms (a ready read on a
+	 * loaded host, its SQPOLL thread off the CPU, took longer: it timed
+	 * out, and the next read got two bytes). */
+	TASK_CHECK(cbcmn_io_set_timeout(cx, T_STALL_NS) == (int64_t)(50 * MS));
 	for (int i = 0; i < 200; i++) {
 		char c = (char)i;
 		TASK_CHECK(write(p[1], &c, 1) == 1);
@@ -740,6 +752,7 @@ static int64_t timeout_main(cbcmn_cx *cx, void *arg)
 		TASK_CHECK(cbcmn_send(cx, sv[1], &c, 1, 0) == 1);
 		TASK_CHECK(cbcmn_recv(cx, sv[0], b, sizeof(b), 0) == 1);
 	}
+	TASK_CHECK(cbcmn_io_set_timeout(cx, 50 * MS) == (int64_t)T_STALL_NS);
 
 	cbcmn_nursery *n;
 	cbcmn_task *h;
@@ -754,6 +767,9 @@ static int64_t timeout_main(cbcmn_cx *cx, void *arg)
 	 * the old timeout. */
 	TASK_CHECK(cbcmn_io_set_timeout(cx, 0) == (int64_t)(50 * MS));
 	struct late_writer w = {p[1], 150 * MS};
+	res = (struct rescue){.fd = {p[1], -1}}; /* should the read wait for ever */
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nr) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, nr, rescuer, &res, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn(cx, n, late_write, &w, NULL) == 0);
 	t0 = t_now_ns();
@@ -2601,9 +2617,12 @@ static void outdb_hold(enum cbcmn__pause_point p, void *exec)
 
 /* Outside doorbells rung, and of them MSG_RINGs, while o's rounds ran on
  * rt, from a thread that denies itself io_uring_register if deny (false
- * returned where it could not). */
+ * returned where it could not); and, if fails, the MSG_RINGs an injected
+ * fault refused by then (read with the counts: the destroy's own
+ * doorbell, rung after them, may be refused too, which read after it
+ * made one refusal more than the counts had: ASan beside the hog). */
 static bool outdb_run_by(cbcmn_runtime *rt, bool deny, uint64_t *ext, uint64_t *msg,
-			 uint32_t *refused)
+			 uint32_t *refused, uint64_t *fails)
 {
 	struct outdb o = {.rt = rt, .got = 0, .deny = deny};
 	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &o.ch), 0);
@@ -2622,14 +2641,16 @@ static bool outdb_run_by(cbcmn_runtime *rt, bool deny, uint64_t *ext, uint64_t *
 	*msg = atomic_load(&((struct cbcmn_runtime *)rt)->ext_msg_doorbells) - m0;
 	if (refused)
 		*refused = atomic_load(&((struct cbcmn_runtime *)rt)->sync_msg_refused);
+	if (fails)
+		*fails = cbcmn__fault_fails(CBCMN__F_MSG_RING);
 	cbcmn_chan_destroy(o.ch);
 	t_destroy(rt);
 	return o.denied == deny;
 }
 
-static void outdb_run(cbcmn_runtime *rt, uint64_t *ext, uint64_t *msg)
+static void outdb_run(cbcmn_runtime *rt, uint64_t *ext, uint64_t *msg, uint64_t *fails)
 {
-	outdb_run_by(rt, false, ext, msg, NULL);
+	outdb_run_by(rt, false, ext, msg, NULL, fails);
 }
 
 /* A runtime of one parked executor, on backend, with SQPOLL rings if sq;
@@ -2655,8 +2676,8 @@ static void test_a_thread_outside_rings_an_sqpoll_executor_by_msg_ring(void **st
 			if (!rt)
 				return;
 			bool sync = ((struct cbcmn_runtime *)rt)->ring_caps.sync_msg_ring;
-			uint64_t ext, msg;
-			outdb_run(rt, &ext, &msg);
+			uint64_t ext, msg, fails;
+			outdb_run(rt, &ext, &msg, &fails);
 			/* The spawn from this thread may ring one too. */
 			assert_true(ext >= OUTDB_ROUNDS);
 			if (sq && k == 0 && sync)
@@ -2680,9 +2701,8 @@ static void test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd(vo
 	bool sync = ((struct cbcmn_runtime *)rt)->ring_caps.sync_msg_ring;
 	struct cbcmn__fault_plan plan = {.nth = 1, .every = 3, .err = -ENOMEM};
 	bool armed = cbcmn__fault_arm(CBCMN__F_MSG_RING, &plan);
-	uint64_t ext, msg;
-	outdb_run(rt, &ext, &msg); /* every round delivered */
-	uint64_t fails = cbcmn__fault_fails(CBCMN__F_MSG_RING);
+	uint64_t ext, msg, fails;
+	outdb_run(rt, &ext, &msg, &fails); /* every round delivered */
 	cbcmn__fault_disarm_all();
 	if (sync && armed) {
 		assert_true(fails > 0);
@@ -2709,7 +2729,7 @@ static void test_a_thread_whose_msg_ring_is_refused_for_good_rings_the_eventfd(v
 	}
 	uint32_t refused = 0;
 	uint64_t ext, msg;
-	bool denied = outdb_run_by(rt, true, &ext, &msg, &refused); /* every round delivered */
+	bool denied = outdb_run_by(rt, true, &ext, &msg, &refused, NULL); /* every round delivered */
 	if (!denied)
 		skip(); /* no seccomp filter here */
 	/* The spawn from this thread, unfiltered, may ring one by MSG_RING. */
@@ -2797,6 +2817,8 @@ int main(void)
 {
 	/* A send on a closed connection must fail, not kill the suite. */
 	signal(SIGPIPE, SIG_IGN);
+	if (getenv("T_FILTER")) /* run only the tests whose names match */
+		cmocka_set_test_filter(getenv("T_FILTER"));
 	const struct CMUnitTest tests[] = {
 		T_WATCHED_TEST(test_file_roundtrip),
 		T_WATCHED_TEST(test_file_errors),

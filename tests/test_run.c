@@ -121,6 +121,26 @@ static void test_sabotage_caught(void **state)
 	}
 }
 
+/* A sabotaged pipeline whose deadline has passed by its first send (a
+ * loaded host under TSan: 0.1 s went by) still sends two messages, so
+ * that its gap shows as order.  Before, "at least two" counted the
+ * sequence numbers, which the skipped message 1 moved to 2 after one
+ * send: "2 messages sent, 1 arrived", not where. */
+static void test_regression_sabotaged_pipeline_past_its_deadline_shows_the_order(void **state)
+{
+	(void)state;
+	const struct wl_desc *w = wl_find("pipeline");
+	assert_non_null(w);
+	struct wl_opts o = {.workers = 2, .policy = CBCMN_PIN_AUTO, .seed = 5,
+			    .duration_s = 1e-9, .size = small_size(w), .sabotage = true};
+	struct wl_result r;
+	int rc = wl_run(w, &o, &r);
+	printf("pipeline, sabotaged, 1 ns: %d, %s\n", rc, r.error);
+	assert_int_equal(rc, -EPROTO);
+	assert_non_null(strstr(r.error, "where"));
+	wl_result_free(&r);
+}
+
 /* Oversubscribed (64 executors on this machine's CPUs), placed at random:
  * every workload still right, every executor reported. */
 static void test_oversubscribed_random(void **state)
@@ -690,6 +710,7 @@ int main(void)
 		T_WATCHED_TEST(test_supervise),
 		T_WATCHED_TEST(test_skynet),
 		T_WATCHED_TEST(test_sabotage_caught),
+		T_WATCHED_TEST(test_regression_sabotaged_pipeline_past_its_deadline_shows_the_order),
 		T_WATCHED_TEST(test_oversubscribed_random),
 		T_WATCHED_TEST(test_regression_echo_http_default_workers),
 		T_WATCHED_TEST(test_loopback_liars_caught),

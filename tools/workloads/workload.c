@@ -331,16 +331,19 @@ static uint64_t pipe_step(uint64_t v, uint32_t k)
 /* Sends until the deadline, at least two messages: a sabotaged run skips
  * message 1, which only a second message shows as out of order (one
  * message, then the deadline, on a loaded machine was caught as a count
- * instead, and test_sabotage_caught asks for the order). */
+ * instead, and test_sabotage_caught asks for the order).  Two sent, not
+ * two numbered: the skip numbers the first one's successor 2. */
 static int64_t pipe_source(cbcmn_cx *cx, struct pipeline *p)
 {
 	int rc = 0;
-	uint64_t seq = 0, t;
+	uint64_t seq = 0, n = 0, t;
 	do {
 		struct pmsg m = {seq, t = cbcmn_now(p->rt), seq};
-		if ((rc = cbcmn_chan_send(cx, p->ch[0], &m)) == 0)
+		if ((rc = cbcmn_chan_send(cx, p->ch[0], &m)) == 0) {
 			seq += 1 + (seq == 0 && p->e->o->sabotage); /* message 1 "lost" */
-	} while (rc == 0 && (t < p->e->deadline || seq < 2));
+			n++;
+		}
+	} while (rc == 0 && (t < p->e->deadline || n < 2));
 	p->sent = seq;
 	cbcmn_chan_close(cx, p->ch[0]);
 	return rc;
