@@ -995,16 +995,32 @@ static void run_task(struct cbcmn__exec *e, struct cbcmn_task *t)
  * metrics server's accept) does not, as in search(): what it waits for
  * may come from a task that sleeps on the clock (a read whose writer
  * sleeps spun for ever; an accept of a server never ends). */
-static void lab_yield_alone(struct cbcmn__exec *e)
+static void ring_poll(struct cbcmn__exec *e, bool idle);
+
+/* Work that can run now, besides the yielder (lab_yield_alone()). */
+static bool lab_work_now(struct cbcmn__exec *e)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	/* cbcmn__ring_busy(): a completion to reap (its task can run) or a
 	 * request to submit, not a request in flight. */
-	if (!e->ntimers || e->yq_head || e->pq_head ||
-	    atomic_load_explicit(&e->slot, memory_order_relaxed) || cbcmn__deque_len(&e->dq) ||
-	    atomic_load_explicit(&rt->inj_len, memory_order_acquire) ||
-	    cbcmn__actor_wheel_ready(e) || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e))
+	return e->yq_head || e->pq_head || atomic_load_explicit(&e->slot, memory_order_relaxed) ||
+	       cbcmn__deque_len(&e->dq) || atomic_load_explicit(&rt->inj_len, memory_order_acquire) ||
+	       cbcmn__actor_wheel_ready(e) || cbcmn__has_mail(e) || e->nbacklog || cbcmn__ring_busy(e);
+}
+
+static void lab_yield_alone(struct cbcmn__exec *e)
+{
+	struct cbcmn_runtime *rt = e->rt;
+	if (!e->ntimers || lab_work_now(e))
 		return;
+	/* The epoll backend knows a ready wait only by looking at its set
+	 * (a read whose byte a task has just written can run now): look, as
+	 * search() does before its jump. */
+	if (e->ep) {
+		ring_poll(e, true);
+		if (lab_work_now(e))
+			return;
+	}
 	uint64_t next = cbcmn__timers_next(e);
 	if (next != UINT64_MAX && next > cbcmn__now(rt))
 		/* release: pairs with the acquire in cbcmn__now(). */

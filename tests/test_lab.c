@@ -640,6 +640,58 @@ static void test_a_metrics_server_leaves_a_yielders_clock_free(void **state)
 	yl_serving = false;
 }
 
+/* Regression: on the epoll backend a ready wait is known only by looking
+ * at the set, and a yield beside a read whose byte a sleeper had just
+ * written jumped the clock to the next deadline (a second sleeper's, 2 s):
+ * the reader, which could run at 1 s, read at 2 s (search() looks before
+ * its jump).  Both backends, a pipe's read and a stream's receive: at
+ * 1 s, the clock's rule (no move while a task can run now). */
+static int64_t yl_late_sleeper(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	TASK_CHECK(cbcmn_sleep(cx, 2 * S) == 0);
+	yl.done++;
+	return 0;
+}
+
+static void test_a_ready_read_runs_before_the_clock_moves(void **state)
+{
+	(void)state;
+	static const uint32_t backends[] = {CBCMN_BACKEND_IO_URING, CBCMN_BACKEND_EPOLL};
+	for (size_t k = 0; k < 4; k++) {
+		size_t b = k & 1;
+		bool stream = k >= 2; /* a stream's receive, on a socket */
+		memset(&yl, 0, sizeof(yl));
+		yl.waiters = 3;
+		if (stream)
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, yl.fd), 0);
+		else
+			assert_int_equal(pipe2(yl.fd, O_CLOEXEC), 0);
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.flags = CBCMN_CONFIG_LAB;
+		cfg.seed = 3;
+		cfg.backend = backends[b];
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		int64_t (*fns[])(cbcmn_cx *, void *) = {yl_sleeper, yl_late_sleeper,
+							stream ? yl_streamer : yl_reader,
+							yl_yielder, NULL};
+		t_run(rt, yl_spawn, fns, 0);
+		ASSERT_TASK_CHECKS();
+		t_destroy(rt);
+		close(yl.fd[0]);
+		close(yl.fd[1]);
+		assert_int_equal(yl.nev, 2);
+		assert_int_equal(yl.ev[1][0], YL_WAITED);
+		if (yl.ev[1][1] != S)
+			fail_msg("%s, %s: the read at %llu ns, want %llu (its byte came at 1 s)",
+				 cbcmn_backend_name(backends[b]), stream ? "stream" : "pipe",
+				 (unsigned long long)yl.ev[1][1],
+				 (unsigned long long)S);
+	}
+}
+
 static void test_lab_needs_one_executor(void **state)
 {
 	(void)state;
@@ -668,6 +720,7 @@ int main(void)
 		T_WATCHED_TEST(test_a_stream_receive_leaves_a_yielders_clock_free),
 		T_WATCHED_TEST(test_a_blocking_call_leaves_a_yielders_clock_free),
 		T_WATCHED_TEST(test_a_metrics_server_leaves_a_yielders_clock_free),
+		T_WATCHED_TEST(test_a_ready_read_runs_before_the_clock_moves),
 	};
 	return cmocka_run_group_tests_name("lab", tests, NULL, NULL);
 }

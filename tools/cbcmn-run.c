@@ -472,7 +472,7 @@ struct run {
 
 /* print_json(), print_text(): false when the output could not be written
  * (main() says so; the run then fails: a full disk must not pass for a
- * result; a closed pipe ends us by SIGPIPE first: cli_sigpipe_default()). */
+ * result; a closed pipe ends us by SIGPIPE: cli_stdout_gone()). */
 static bool print_json(const struct run *u)
 {
 	const struct wl_result *r = u->r;
@@ -625,11 +625,16 @@ int main(int argc, char **argv)
 {
 	struct run_opts a = {.workers = CBCMN_WORKERS_AUTO, .duration_s = DEFAULT_DURATION_S};
 	char perr[256];
-	cli_sigpipe_default();
+	/* Ignored: a --trace file that is a pipe whose reader left is the
+	 * trace's failure, said; stdout's reader that left ends us as a
+	 * filter (cli_stdout_gone()). */
+	cli_sigpipe_ignore();
 	if (run_opts_parse(argc, argv, &a, perr, sizeof(perr)))
 		bad_input("%s", perr);
 	if (a.help) {
 		usage(stdout);
+		if (fflush(stdout))
+			cli_stdout_gone(errno);
 		return cli_stdout_flushed(PROG) ? 0 : 1;
 	}
 	struct wl_opts o = {.workers = a.workers,
@@ -723,6 +728,8 @@ int main(int argc, char **argv)
 	}
 	struct run u = {w, policy, o.seed, &r, mon && !brc ? &view : NULL};
 	bool written = json ? print_json(&u) : rc || print_text(&u);
+	if (!written)
+		cli_stdout_gone(errno); /* its reader left: quietly, status 141 */
 	/* One line says what went wrong: the workload's failure (its JSON
 	 * lost on a full disk too adds no second line), else the output's,
 	 * unless --bpf's or --trace's said already. */

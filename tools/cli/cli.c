@@ -153,6 +153,20 @@ void cli_sigpipe_default(void)
 	signal(SIGPIPE, SIG_DFL);
 }
 
+void cli_sigpipe_ignore(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+}
+
+void cli_stdout_gone(int err)
+{
+	if (err != EPIPE)
+		return;
+	fflush(stderr);
+	cli_sigpipe_default();
+	raise(SIGPIPE);
+}
+
 char *cli_one_line(char *s)
 {
 	for (char *p = s; *p; p++)

@@ -52,9 +52,21 @@ bool cli_stdout_flushed(const char *prog);
  * ends the tool quietly, status 141, as any filter, also where the parent
  * left SIGPIPE ignored (then each write failed with EPIPE and the tool
  * said "writing the output failed", status 1).  For the tools that print
- * results (run, bench, affinity, demo); cbcmn-top ignores SIGPIPE and
- * says so (docs/TOP.md). */
+ * results and write no file of their own (bench, affinity, demo);
+ * cbcmn-top ignores SIGPIPE and says so (docs/TOP.md). */
 void cli_sigpipe_default(void);
+
+/* For a tool that also writes a file of its own (cbcmn-run's --trace,
+ * which may be a pipe: `--trace >(gzip >t.gz)`): SIGPIPE ignored, so that
+ * a file whose reader left fails its write with EPIPE, said, status 1,
+ * and does not end the tool mid-run by the signal; its stdout then ends
+ * it as a filter through cli_stdout_gone(). */
+void cli_sigpipe_ignore(void);
+
+/* After a write to stdout failed with err (an errno): a reader that left
+ * (EPIPE) ends the tool as SIGPIPE's default action would, quietly, status
+ * 141; any other error returns (the caller says it). */
+void cli_stdout_gone(int err);
 
 /* Says in err what getopt_long refused, given what it returned (c, '?' or
  * ':'), with opterr = 0 and an optstring whose first option character is
