@@ -1178,6 +1178,39 @@ static void test_supervisor_cancelled_in_its_startup_ends_its_started_children(v
 	assert_int_equal(w.await_rc, CBCMN_ECANCELED);
 }
 
+/* Stopped with a reason before it first ran (one executor: the spawner
+ * keeps it): that reason is its halt reason, which its nursery sees, and
+ * its report says the same, not the CBCMN_ECANCELED of a supervisor that
+ * never ran (the report took what its behaviour returned, not the halt's
+ * reason: attack22). */
+static int64_t stop_before_run_main(cbcmn_cx *cx, void *arg)
+{
+	struct world *w = arg;
+	cbcmn_nursery *n = sup_started(cx, w, NULL);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, w->sup, -77) == 0);
+	w->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static void test_supervisor_stopped_before_it_ran_reports_the_stops_reason(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 1);
+	cbcmn_sup_child c;
+	child(&c, &w, 0);
+	w.spec.children = &c;
+	w.spec.report = &w.report;
+	w.report.reason = 12345;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, stop_before_run_main, &w, 0);
+	t_destroy(rt);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&w.kid[0].starts), 0);
+	assert_int_equal(w.await_rc, -77);
+	assert_int_equal(w.report.reason, -77);
+}
+
 /* ---- a runtime destroyed while a storm goes on: refused, then cancelled ---- */
 
 static void test_destroy_during_restarts_is_ebusy_then_cancel_ends_all(void **state)
@@ -1556,6 +1589,7 @@ int main(int argc, char **argv)
 		T(test_stop_while_a_restart_waits_starts_nothing_more),
 		T(test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor),
 		T(test_supervisor_cancelled_in_its_startup_ends_its_started_children),
+		T(test_supervisor_stopped_before_it_ran_reports_the_stops_reason),
 		T(test_destroy_during_restarts_is_ebusy_then_cancel_ends_all),
 		T(test_cluster_supervisor_recharges_an_exhausted_child),
 		T(test_sup_given_only_a_spawn_count_keeps_budget_for_itself),
