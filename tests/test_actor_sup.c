@@ -830,6 +830,54 @@ static void test_intensity_exceeded_escalates_to_the_parent(void **state)
 	assert_int_equal(w.report.restarts, 5);
 }
 
+/* A nested supervisor ended by a budget unwind (its restart's spawn cannot
+ * be paid: its parent ends it with CBCMN_EBUDGET) leaves sup_main() by its
+ * landing pad, not its way out: its restarts were added to its parent's
+ * only there, so the top report lost them (review of attack22). */
+static int64_t wait_inner_down(cbcmn_cx *cx, struct world *w)
+{
+	cbcmn_actor_ref inner = ref_other_than(cx, w, 1, CBCMN_ACTOR_NONE);
+	uint64_t mon;
+	TASK_CHECK(cbcmn_actor_monitor(cx, inner, &mon) == 0);
+	cbcmn_actor_msg m;
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	TASK_CHECK(m.type == CBCMN_ACTOR_DOWN);
+	return 0;
+}
+
+static void test_nested_supervisor_ended_by_its_budget_keeps_its_restarts_in_the_report(void **state)
+{
+	(void)state;
+	struct world w;
+	world_init(&w, 2);
+	cbcmn_sup_report inner_rep;
+	cbcmn_sup_child ic[1];
+	child(&ic[0], &w, 0);
+	w.kid[0].crash_at_start = -5;
+	cbcmn_sup_spec inner = {.children = ic, .nchildren = 1, .max_restarts = 100,
+				.period_ns = 60ull * 1000000000ull, .report = &inner_rep};
+	/* Spawns for a few restarts, and no CapBudget to recharge itself. */
+	cbcmn_budget ib = {.spawn_count = 3};
+	cbcmn_caps spawn_only = {.flags = CBCMN_CAP_SPAWN};
+	cbcmn_sup_child oc[2];
+	child(&oc[0], &w, 1);
+	memset(&oc[1], 0, sizeof(oc[1]));
+	oc[1].sup = &inner;
+	oc[1].node = -1;
+	oc[1].restart = CBCMN_SUP_TEMPORARY;
+	oc[1].budget = &ib;
+	oc[1].caps = &spawn_only;
+	w.spec.children = oc;
+	w.spec.report = &w.report;
+	w.scenario = wait_inner_down;
+	run_world(2, CBCMN_PROFILE_NATIVE, &w);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(w.await_rc, 0);
+	assert_int_equal(inner_rep.reason, CBCMN_EBUDGET);
+	assert_true(inner_rep.restarts >= 1);
+	assert_int_equal(w.report.restarts, inner_rep.restarts);
+}
+
 /* A child crashing as it starts, 300 times: exactly max_restarts restarts,
  * then the supervisor gives up; no hang, nothing leaks. */
 static void test_restart_storm_stops_at_the_intensity(void **state)
@@ -1580,6 +1628,7 @@ int main(int argc, char **argv)
 		T(test_strategy_all_restarts_every_child),
 		T(test_sup_shutdown_ns_max_does_not_wrap_into_an_instant_cancel),
 		T(test_intensity_exceeded_escalates_to_the_parent),
+		T(test_nested_supervisor_ended_by_its_budget_keeps_its_restarts_in_the_report),
 		T(test_restart_storm_stops_at_the_intensity),
 		T(test_intensity_window_allows_a_restart_exactly_a_period_after),
 		T(test_shutdown_reports_undelivered_messages),
