@@ -196,6 +196,15 @@ static void child(cbcmn_sup_child *c, struct world *w, int i)
 	c->node = -1;
 }
 
+/* w with two children, 0 and 1, both workers: c. */
+static void pair_world(struct world *w, cbcmn_sup_child c[2])
+{
+	world_init(w, 2);
+	child(&c[0], w, 0);
+	child(&c[1], w, 1);
+	w->spec.children = c;
+}
+
 static void deps(cbcmn_sup_child *c, struct world *w, int i, const uint32_t *d, uint32_t nd)
 {
 	c->deps = w->kid[i].deps = d;
@@ -631,17 +640,14 @@ static int64_t crash_one(cbcmn_cx *cx, struct world *w)
 static void crash_case(uint32_t type, uint64_t v, int64_t want)
 {
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
+	pair_world(&w, c);
 	cbcmn_budget b = {.channel_ops = 4};
 	cbcmn_caps none = {0}; /* no CapBudget: no recharging itself */
 	if (type == M_SPEND) {
 		c[0].budget = &b;
 		c[0].caps = &none;
 	}
-	w.spec.children = c;
 	w.spec.report = &w.report;
 	w.scenario = crash_one;
 	w.cause = (struct cause){type, v, want};
@@ -792,6 +798,28 @@ static void test_sup_shutdown_ns_max_does_not_wrap_into_an_instant_cancel(void *
 
 /* ---- intensity and escalation ------------------------------------------------ */
 
+/* w's supervisor over [child 1, inner]: inner a supervisor of child 0,
+ * allowed inner_max restarts a minute, reporting into t->rep. */
+struct nest {
+	cbcmn_sup_report rep;
+	cbcmn_sup_child ic[1], oc[2];
+	cbcmn_sup_spec spec;
+};
+
+static void nested_world(struct world *w, struct nest *t, uint32_t inner_max)
+{
+	world_init(w, 2);
+	child(&t->ic[0], w, 0);
+	t->spec = (cbcmn_sup_spec){.children = t->ic, .nchildren = 1, .max_restarts = inner_max,
+				   .period_ns = 60ull * 1000000000ull, .report = &t->rep};
+	child(&t->oc[0], w, 1);
+	memset(&t->oc[1], 0, sizeof(t->oc[1]));
+	t->oc[1].sup = &t->spec;
+	t->oc[1].node = -1;
+	w->spec.children = t->oc;
+	w->spec.report = &w->report;
+}
+
 /* Outer (max 1 restart) supervises [inner, quiet]; inner (max 2) supervises
  * a child that crashes as it starts.  Inner gives up after 3 crashes, outer
  * restarts it once, inner gives up again, outer gives up: the tree's
@@ -800,26 +828,15 @@ static void test_intensity_exceeded_escalates_to_the_parent(void **state)
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
-	cbcmn_sup_report inner_rep;
-	cbcmn_sup_child ic[1];
-	child(&ic[0], &w, 0);
+	struct nest t;
+	nested_world(&w, &t, 2);
 	w.kid[0].crash_at_start = -3;
-	cbcmn_sup_spec inner = {.children = ic, .nchildren = 1, .max_restarts = 2,
-				.period_ns = 60ull * 1000000000ull, .report = &inner_rep};
-	cbcmn_sup_child oc[2];
-	child(&oc[0], &w, 1);
-	memset(&oc[1], 0, sizeof(oc[1]));
-	oc[1].sup = &inner;
-	oc[1].node = -1;
-	w.spec.children = oc;
 	w.spec.max_restarts = 1;
-	w.spec.report = &w.report;
 	w.no_stop = true; /* it halts on its own */
 	run_world(2, CBCMN_PROFILE_NATIVE, &w);
 	assert_int_equal(w.await_rc, CBCMN_ESUPERVISOR);
 	assert_int_equal(w.report.reason, CBCMN_ESUPERVISOR);
-	assert_int_equal(inner_rep.reason, CBCMN_ESUPERVISOR);
+	assert_int_equal(t.rep.reason, CBCMN_ESUPERVISOR);
 	assert_int_equal(atomic_load(&w.kid[0].starts), 6); /* 3 per inner run */
 	/* Never restarted (the restarts below are all inner's and inner's
 	 * own): spawned once, and run at most once, since a child stopped
@@ -849,33 +866,22 @@ static void test_nested_supervisor_ended_by_its_budget_keeps_its_restarts_in_the
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
-	cbcmn_sup_report inner_rep;
-	cbcmn_sup_child ic[1];
-	child(&ic[0], &w, 0);
+	struct nest t;
+	nested_world(&w, &t, 100);
 	w.kid[0].crash_at_start = -5;
-	cbcmn_sup_spec inner = {.children = ic, .nchildren = 1, .max_restarts = 100,
-				.period_ns = 60ull * 1000000000ull, .report = &inner_rep};
 	/* Spawns for a few restarts, and no CapBudget to recharge itself. */
 	cbcmn_budget ib = {.spawn_count = 3};
 	cbcmn_caps spawn_only = {.flags = CBCMN_CAP_SPAWN};
-	cbcmn_sup_child oc[2];
-	child(&oc[0], &w, 1);
-	memset(&oc[1], 0, sizeof(oc[1]));
-	oc[1].sup = &inner;
-	oc[1].node = -1;
-	oc[1].restart = CBCMN_SUP_TEMPORARY;
-	oc[1].budget = &ib;
-	oc[1].caps = &spawn_only;
-	w.spec.children = oc;
-	w.spec.report = &w.report;
+	t.oc[1].restart = CBCMN_SUP_TEMPORARY;
+	t.oc[1].budget = &ib;
+	t.oc[1].caps = &spawn_only;
 	w.scenario = wait_inner_down;
 	run_world(2, CBCMN_PROFILE_NATIVE, &w);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(w.await_rc, 0);
-	assert_int_equal(inner_rep.reason, CBCMN_EBUDGET);
-	assert_true(inner_rep.restarts >= 1);
-	assert_int_equal(w.report.restarts, inner_rep.restarts);
+	assert_int_equal(t.rep.reason, CBCMN_EBUDGET);
+	assert_true(t.rep.restarts >= 1);
+	assert_int_equal(w.report.restarts, t.rep.restarts);
 }
 
 /* A child crashing as it starts, 300 times: exactly max_restarts restarts,
@@ -884,14 +890,11 @@ static void test_restart_storm_stops_at_the_intensity(void **state)
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
+	pair_world(&w, c);
 	w.kid[0].crash_at_start = -1;
 	static const uint32_t d1[] = {0};
 	deps(&c[1], &w, 1, d1, 1);
-	w.spec.children = c;
 	w.spec.strategy = CBCMN_SUP_DOWNSTREAM;
 	w.spec.max_restarts = 300;
 	w.spec.report = &w.report;
@@ -1028,10 +1031,7 @@ static void test_shutdown_reports_undelivered_messages(void **state)
  * a shutdown_ns of 20 ms, the scenario waiting for both to start. */
 static void ignoring_world(struct world *w, cbcmn_sup_child c[2])
 {
-	world_init(w, 2);
-	child(&c[0], w, 0);
-	child(&c[1], w, 1);
-	w->spec.children = c;
+	pair_world(w, c);
 	w->spec.shutdown_ns = 20 * 1000000ull;
 	w->spec.report = &w->report;
 	w->scenario = wait_all_started;
@@ -1086,12 +1086,9 @@ static void test_stop_during_restarts_ends_the_tree(void **state)
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
+	pair_world(&w, c);
 	w.kid[0].crash_at_start = -1;
-	w.spec.children = c;
 	w.spec.strategy = CBCMN_SUP_ALL;
 	w.spec.max_restarts = CBCMN_SUP_UNLIMITED;
 	w.spec.report = &w.report;
@@ -1122,11 +1119,8 @@ static void test_stop_while_a_restart_waits_starts_nothing_more(void **state)
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
-	w.spec.children = c;
+	pair_world(&w, c);
 	w.spec.strategy = CBCMN_SUP_ALL;
 	w.spec.report = &w.report;
 	w.scenario = stop_mid_restart;
@@ -1164,11 +1158,8 @@ static void test_cancel_while_a_restart_waits_halts_ecanceled_not_esupervisor(vo
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
-	w.spec.children = c;
+	pair_world(&w, c);
 	w.spec.strategy = CBCMN_SUP_ALL;
 	w.spec.report = &w.report;
 	cbcmn_runtime *rt = t_runtime(2);
@@ -1205,13 +1196,10 @@ static void test_supervisor_cancelled_in_its_startup_ends_its_started_children(v
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
+	pair_world(&w, c);
 	cbcmn_budget kb = {.spawn_count = 1};
 	c[0].budget = &kb;
-	w.spec.children = c;
 	w.spec.report = &w.report;
 	cbcmn_budget sb = {.ops = 1ull << 24, .memory = 1ull << 26, .spawn_count = 2,
 			   .channel_ops = 1ull << 16};
@@ -1287,11 +1275,8 @@ static void test_supervisor_stopped_while_it_gives_up_reports_the_stops_reason(v
 {
 	(void)state;
 	struct world w;
-	world_init(&w, 2);
 	cbcmn_sup_child c[2];
-	child(&c[0], &w, 0);
-	child(&c[1], &w, 1);
-	w.spec.children = c;
+	pair_world(&w, c);
 	w.spec.max_restarts = 0; /* the first crash: it gives up */
 	w.spec.report = &w.report;
 	w.scenario = give_up_then_stop;
@@ -1393,13 +1378,10 @@ static void test_sup_given_only_a_spawn_count_keeps_budget_for_itself(void **sta
 	cbcmn_profile profiles[2] = {CBCMN_PROFILE_SERVICE, CBCMN_PROFILE_CLUSTER};
 	for (int p = 0; p < 2; p++) {
 		struct world w;
-		world_init(&w, 2);
 		cbcmn_sup_child c[2];
-		child(&c[0], &w, 0);
-		child(&c[1], &w, 1);
+		pair_world(&w, c);
 		w.kid[0].crash_at_start = -5; /* its first start only */
 		atomic_store(&w.kid[0].last_crash_starts, 2);
-		w.spec.children = c;
 		w.spec.report = &w.report;
 		w.scenario = both_started_one_restarted;
 		cbcmn_budget sb = {.spawn_count = 16};
