@@ -472,6 +472,61 @@ static void test_sup_drop_gets_the_programs_state_not_the_supervisors(void **sta
 	assert_int_equal(atomic_load(&sup_drops_bad), 0);
 }
 
+/* What cbcmn_sup_start.3 and the header say of a running supervisor: the
+ * program's messages it takes are thrown away (opts.drop gets only those
+ * left at its halt), and cbcmn_sup_child_ref() leaves CBCMN_ACTOR_NONE
+ * in *out whenever it fails. */
+static int64_t sup_discard_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_sup_child c = {.fn = noop, .node = -1, .restart = CBCMN_SUP_TEMPORARY};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_actor_opts o = {.drop = sup_drop};
+	cbcmn_actor_ref r, x = 7;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &o, &r) == 0);
+	cbcmn_actor_msg m = {.type = 7};
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
+	/* One executor: the supervisor runs while we sleep, until its
+	 * mailbox (and its finished child's) is empty. */
+	uint64_t depth = 1;
+	for (int i = 0; i < 20000 && depth; i++) {
+		cbcmn_sleep(cx, 100000);
+		cbcmn_stats st;
+		cbcmn_executor_stats per[4];
+		TASK_CHECK(cbcmn_stats_snapshot(cbcmn_cx_runtime(cx), &st, per, 4) == 0);
+		depth = 0;
+		for (uint32_t e = 0; e < st.executors && e < 4; e++)
+			depth += per[e].mailbox_depth;
+	}
+	TASK_CHECK(depth == 0);
+	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, r, 0, &x) == -EAGAIN); /* finished */
+	TASK_CHECK(x == CBCMN_ACTOR_NONE);
+	x = 7;
+	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, r, 1, &x) == -EINVAL);
+	TASK_CHECK(x == CBCMN_ACTOR_NONE);
+	TASK_CHECK(cbcmn_actor_stop(NULL, cx, r, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	x = 7;
+	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, r, 0, &x) == -ESRCH);
+	TASK_CHECK(x == CBCMN_ACTOR_NONE);
+	return 0;
+}
+
+static void test_running_supervisor_discards_the_programs_messages(void **state)
+{
+	(void)state;
+	atomic_store(&sup_drops, 0);
+	atomic_store(&sup_drops_bad, 0);
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, sup_discard_main, NULL, 0);
+	t_destroy(rt);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&sup_drops), 0);
+}
+
 /* A cancelled supervisor (its nursery cancelled, not stopped) waited for
  * its children's DOWNs by polling: every wait of a cancelled task returns
  * at once, so it yielded (and slept no time) round and round on its
@@ -1644,6 +1699,7 @@ int main(int argc, char **argv)
 		T(test_dense_startup_graph_starts_and_its_cycle_is_einval),
 		T(test_cancelled_supervisor_waits_for_its_children_without_polling),
 		T(test_sup_drop_gets_the_programs_state_not_the_supervisors),
+		T(test_running_supervisor_discards_the_programs_messages),
 		T(test_child_returning_an_error_is_restarted_alone),
 		T(test_child_stack_overflow_is_restarted),
 		T(test_child_out_of_budget_is_ended_and_restarted),
