@@ -653,13 +653,21 @@ static int64_t refused_start(cbcmn_cx *cx, void *arg)
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	cbcmn_sup_child c = {.fn = noop, .node = -1};
-	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1};
+	cbcmn_sup_report rep = {.reason = 1};
+	cbcmn_sup_spec sp = {.children = &c, .nchildren = 1, .report = &rep};
 	cbcmn_actor_opts big = {.mailbox_cap = CBCMN_ACTOR_MAILBOX_MAX + 1};
 	cbcmn_actor_ref r;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &big, &r) == -EINVAL);
+	TASK_CHECK(rep.reason == -EINVAL); /* the report says why */
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	/* Refused by the nursery (after the actor existed): the same. */
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == CBCMN_ECANCELED);
+	TASK_CHECK(rep.reason == CBCMN_ECANCELED);
+	/* The spec refused: no supervisor, no report. */
+	rep.reason = 1;
+	sp.strategy = 9;
+	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, NULL, &r) == -EINVAL);
+	TASK_CHECK(rep.reason == 1);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == CBCMN_ECANCELED);
 	return 0;
 }

@@ -617,11 +617,14 @@ typedef struct cbcmn_sup_child {
 } cbcmn_sup_child;
 
 /* Written when the supervisor halts (before its nursery's await_all can
- * return). */
+ * return), also when cbcmn_sup_start()'s spawn is refused (reason: what
+ * it returns); left alone when the spec is refused. */
 typedef struct cbcmn_sup_report {
 	int64_t reason;        /* its halt reason, as its DOWN says (a stop's wins over its
 				* own): 0, CBCMN_ESUPERVISOR, a stop's reason, ... */
-	uint64_t restarts;     /* restarts done, nested supervisors' included */
+	uint64_t restarts;     /* restarts decided, one per crash, nested supervisors'
+				* included (also one a stop, a cancellation or a spawn
+				* that failed cut short: sup_restart, actor_restarts) */
 	uint64_t undelivered;  /* messages left in children's mailboxes at their halts, subtree included */
 	uint64_t exhausted;    /* children found exhausted: ended (CBCMN_EBUDGET) or recharged */
 } cbcmn_sup_report;
