@@ -490,9 +490,11 @@ static int64_t sup_discard_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
 	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, r, &m) == 0);
 	/* One executor: the supervisor runs while we sleep, until its
-	 * mailbox (and its finished child's) is empty. */
+	 * mailbox is empty (it serves: its child started) and its child is
+	 * finished (its DOWN taken). */
 	uint64_t depth = 1;
-	for (int i = 0; i < 20000 && depth; i++) {
+	int rc = 0;
+	for (int i = 0; i < 20000 && (depth || rc != -EAGAIN); i++) {
 		cbcmn_sleep(cx, 100000);
 		cbcmn_stats st;
 		cbcmn_executor_stats per[4];
@@ -500,9 +502,10 @@ static int64_t sup_discard_main(cbcmn_cx *cx, void *arg)
 		depth = 0;
 		for (uint32_t e = 0; e < st.executors && e < 4; e++)
 			depth += per[e].mailbox_depth;
+		x = 7;
+		rc = cbcmn_sup_child_ref(NULL, cx, r, 0, &x);
 	}
-	TASK_CHECK(depth == 0);
-	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, r, 0, &x) == -EAGAIN); /* finished */
+	TASK_CHECK(depth == 0 && rc == -EAGAIN);
 	TASK_CHECK(x == CBCMN_ACTOR_NONE);
 	x = 7;
 	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, r, 1, &x) == -EINVAL);
