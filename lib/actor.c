@@ -586,10 +586,10 @@ static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
 	}
 	a->ring = NULL;
 	a->head = a->cap = a->ring_room = 0;
-	void (*fini)(void *) = a->fini;
+	void (*fini)(void *, int64_t) = a->fini;
 	a->fini = NULL;
 	if (fini)
-		fini(a->user);
+		fini(a->user, reason);
 	halt_downs(a, reason, e);
 	halt_links(a, old, reason, e);
 	CBCMN_PROBE4(actor_halt, old, reason, a->halt_dropped, a->rt->seg.rt_id);
@@ -738,7 +738,7 @@ int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void
 	int rc = spawn(cx, n, fn, state, opts, x, out, &halted);
 	/* Refused before there was an actor to halt: its fini all the same. */
 	if (rc && !halted && x && x->fini)
-		x->fini(state);
+		x->fini(state, rc);
 	return rc;
 }
 

@@ -188,7 +188,7 @@ struct cbcmn__actor {
 	cbcmn_actor_fn fn;
 	void *user;               /* the behaviour's state */
 	void (*drop)(void *state, const cbcmn_actor_msg *m);
-	void (*fini)(void *state);        /* run at halt, after drop */
+	void (*fini)(void *state, int64_t reason); /* run at halt, after drop */
 	/* A halt under way (actor.c, halt_begin() to halt_finish()): the
 	 * messages still for drop, from head (count is 0 then), how many it
 	 * had for drop, and what its DOWNs say was undelivered. */
@@ -467,13 +467,15 @@ struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref
 /* A spawn with what supervisors need (actor_sup.c).  contained: the halt
  * reason reaches the monitors only (the nursery sees 0, so a crash cancels
  * no sibling); mon: the calling actor monitors the new one from before it
- * can run (its id stored there), so no halt reason is missed; fini(state)
- * runs at its halt after the drop callbacks, also when it never ran (and
- * when the spawn fails: then before this returns). */
+ * can run (its id stored there), so no halt reason is missed; fini(state,
+ * reason) runs at its halt after the drop callbacks, with the halt reason
+ * (a stop's wins over what the behaviour returned), also when it never
+ * ran (and when the spawn fails: then before this returns, with the
+ * spawn's error). */
 struct cbcmn__spawn_x {
 	bool contained;
 	uint64_t *mon;
-	void (*fini)(void *state);
+	void (*fini)(void *state, int64_t reason);
 	cbcmn_actor_handler handler; /* a handler actor (fn unused), or NULL */
 };
 int cbcmn__actor_spawn_x(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,

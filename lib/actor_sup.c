@@ -77,10 +77,9 @@ struct sup {
 	void *drop_state;
 	bool cancelled;              /* we cancelled n: no child can start any more */
 	bool joined;                 /* n's await_all is over: n is freed */
-	int64_t result;
-	/* Added to by nested supervisors as they end (relaxed: read by this
-	 * supervisor only after their DOWN, which their halt delivers later
-	 * under a lock). */
+	/* Added to by nested supervisors at their halt, in sup_fini()
+	 * (relaxed: read by this supervisor only after their DOWN, which
+	 * their halt delivers later under a lock). */
 	_Atomic uint64_t restarts, undelivered, exhausted;
 };
 
@@ -321,7 +320,6 @@ static struct sup *sup_new(const struct tmpl *tm, struct sup *parent)
 		return NULL;
 	s->tm = tm;
 	s->parent = parent;
-	s->result = CBCMN_ECANCELED; /* until it runs: it may never */
 	s->ch = calloc(tm->spec.nchildren, sizeof(*s->ch));
 	s->in = calloc(tm->spec.nchildren, sizeof(*s->in));
 	uint32_t nstamps = tm->spec.max_restarts == CBCMN_SUP_UNLIMITED ? 0 : tm->spec.max_restarts;
@@ -336,18 +334,31 @@ static struct sup *sup_new(const struct tmpl *tm, struct sup *parent)
 	return s;
 }
 
-/* The actor's fini (actor.c): at its halt, whether or not it ran. */
-static void sup_fini(void *arg)
+/* The actor's fini (actor.c): at its halt, whether or not it ran.  The
+ * report's reason is the halt's, which the nursery and the monitors see:
+ * a stop's reason wins over what sup_main() returned, also
+ * when the stop came before it ran or while it gave up. */
+static void sup_fini(void *arg, int64_t reason)
 {
 	struct sup *s = arg;
-	cbcmn_sup_report *r = s->tm->spec.report;
-	if (r)
-		*r = (cbcmn_sup_report){
-			.reason = s->result,
-			.restarts = atomic_load_explicit(&s->restarts, memory_order_relaxed),
-			.undelivered = atomic_load_explicit(&s->undelivered, memory_order_relaxed),
-			.exhausted = atomic_load_explicit(&s->exhausted, memory_order_relaxed),
-		};
+	cbcmn_sup_report rep = {
+		.reason = reason,
+		.restarts = atomic_load_explicit(&s->restarts, memory_order_relaxed),
+		.undelivered = atomic_load_explicit(&s->undelivered, memory_order_relaxed),
+		.exhausted = atomic_load_explicit(&s->exhausted, memory_order_relaxed),
+	};
+	if (s->tm->spec.report)
+		*s->tm->spec.report = rep;
+	/* Into the parent's here, not on sup_main()'s way out: a supervisor
+	 * ended by an unwind (its budget given up, a stack overflow) never
+	 * takes it, and its subtree's counts were lost.  The parent is alive:
+	 * it waits for our DOWN, which comes after this. */
+	if (s->parent) {
+		struct sup *p = s->parent;
+		atomic_fetch_add_explicit(&p->restarts, rep.restarts, memory_order_relaxed);
+		atomic_fetch_add_explicit(&p->undelivered, rep.undelivered, memory_order_relaxed);
+		atomic_fetch_add_explicit(&p->exhausted, rep.exhausted, memory_order_relaxed);
+	}
 	free(s->ch);
 	free(s->in);
 	free(s->stamps);
@@ -719,7 +730,7 @@ static int64_t sup_main(cbcmn_cx *cx, void *arg)
 	s->self = cbcmn_actor_self(cx);
 	int64_t result = cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &s->n);
 	if (result)
-		goto out;
+		return result;
 	for (uint32_t k = 0; k < t->spec.nchildren && !result; k++)
 		result = start_child(cx, s, t->order[k]);
 	if (!result)
@@ -729,15 +740,6 @@ static int64_t sup_main(cbcmn_cx *cx, void *arg)
 	 * cancellation, already in result. */
 	if (!s->joined)
 		cbcmn_nursery_await_all(cx, s->n);
-out:
-	s->result = result;
-	if (s->parent) {
-		struct sup *p = s->parent;
-		atomic_fetch_add_explicit(&p->restarts, atomic_load(&s->restarts), memory_order_relaxed);
-		atomic_fetch_add_explicit(&p->undelivered, atomic_load(&s->undelivered),
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&p->exhausted, atomic_load(&s->exhausted), memory_order_relaxed);
-	}
 	return result;
 }
 

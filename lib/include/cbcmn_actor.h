@@ -617,10 +617,14 @@ typedef struct cbcmn_sup_child {
 } cbcmn_sup_child;
 
 /* Written when the supervisor halts (before its nursery's await_all can
- * return). */
+ * return), also when cbcmn_sup_start()'s spawn is refused (reason: what
+ * it returns); left alone when the spec is refused. */
 typedef struct cbcmn_sup_report {
-	int64_t reason;        /* the supervisor's result: 0, CBCMN_ESUPERVISOR, a stop's reason, ... */
-	uint64_t restarts;     /* restarts done, nested supervisors' included */
+	int64_t reason;        /* its halt reason, as its DOWN says (a stop's wins over its
+				* own): 0, CBCMN_ESUPERVISOR, a stop's reason, ... */
+	uint64_t restarts;     /* restarts decided, one per crash, nested supervisors'
+				* included (also one a stop, a cancellation or a spawn
+				* that failed cut short: sup_restart, actor_restarts) */
 	uint64_t undelivered;  /* messages left in children's mailboxes at their halts, subtree included */
 	uint64_t exhausted;    /* children found exhausted: ended (CBCMN_EBUDGET) or recharged */
 } cbcmn_sup_report;
@@ -651,7 +655,9 @@ typedef struct cbcmn_sup_spec {
  * a tree of more than CBCMN_SUP_MAX_TREE children.
  * opts->drop gets the messages left in the supervisor's mailbox at its
  * halt (those the program sent it) with a NULL state: a supervisor has no
- * state of the program's.  A nested supervisor's drop (its
+ * state of the program's.  One the program sends it while it runs is
+ * taken and discarded: it reads only its children's DOWNs (send to a
+ * child, cbcmn_sup_child_ref()).  A nested supervisor's drop (its
  * cbcmn_sup_child.drop) gets that child's state.
  * Returns 0, -EINVAL, -ENOMEM, or what cbcmn_actor_spawn() returns.  A
  * child that cannot be spawned when the supervisor starts it halts the
@@ -662,7 +668,8 @@ CBCMN_API int cbcmn_sup_start(cbcmn_cx *cx, cbcmn_nursery *n, const cbcmn_sup_sp
 /* The reference of the running incarnation of child index of supervisor
  * sup.  Returns 0, -EAGAIN (not running at this instant: not started yet,
  * restarting, or not to be restarted), -ESRCH (sup is not a live
- * supervisor), -EINVAL.  rt and cx as for cbcmn_actor_send(). */
+ * supervisor), -EINVAL.  *out is CBCMN_ACTOR_NONE whenever it does not
+ * return 0.  rt and cx as for cbcmn_actor_send(). */
 CBCMN_API int cbcmn_sup_child_ref(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref sup,
 				  uint32_t index, cbcmn_actor_ref *out);
 
