@@ -309,11 +309,20 @@ static void test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over(vo
  * computes.  Owed, the notification waited for the monitor to see a
  * stall (a minute here; 1.5 stall_ns, 12-25 ms, by default), and B for
  * A's run to end.  The debt is paid once, however many looks find it
- * open. */
+ * open.  Or not by the monitor: the send's own budget charge may end a
+ * countdown window and pay at once, or the other executor, woken late
+ * (a loaded host), take B from held as a thief (held_grab()): B beside
+ * A, paid 0 (once under TSan at a load of 55).  Never twice; up to five
+ * runs until one whose debt the monitor paid. */
 static void test_a_sender_that_computes_on_has_its_debt_paid_once(void **state)
 {
 	(void)state;
-	assert_int_equal(runs_on(A_COMPUTES, true)->paid, 1);
+	uint64_t paid = 0;
+	for (int run = 0; run < 5 && paid == 0; run++) {
+		paid = runs_on(A_COMPUTES, true)->paid;
+		assert_true(paid <= 1);
+	}
+	assert_int_equal(paid, 1);
 }
 
 /* ---- the held actor (sched.c, owe_hold()) ---- */
