@@ -12,7 +12,8 @@
  * hint_sp: a receiver rewrites them at every park, so a sender finds a
  * halted actor's only between its successor's first receive and park,
  * and those tasks and stacks sit in the executors' caches, mapped
- * (checked by mutation, s17-rvaring6). */
+ * (checked by mutation, s17-rvaring6): so a test puts them in a page
+ * with no access, where a read faults, in release too. */
 #include "helpers.h"
 
 #include <stdatomic.h>
