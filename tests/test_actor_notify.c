@@ -13,6 +13,7 @@
  * a chain's debts, each cleared at its hop, are never paid. */
 #include "helpers.h"
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -366,11 +367,20 @@ static void test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over(vo
  * computes.  Owed, the notification waited for the monitor to see a
  * stall (a minute here; 1.5 stall_ns, 12-25 ms, by default), and B for
  * A's run to end.  The debt is paid once, however many looks find it
- * open. */
+ * open.  Or not by the monitor: the send's own budget charge may end a
+ * countdown window and pay at once, or the other executor, woken late
+ * (a loaded host), take B from held as a thief (held_grab()): B beside
+ * A, paid 0 (once under TSan at a load of 55).  Never twice; up to five
+ * runs until one whose debt the monitor paid. */
 static void test_a_sender_that_computes_on_has_its_debt_paid_once(void **state)
 {
 	(void)state;
-	assert_int_equal(runs_on(A_COMPUTES, true)->paid, 1);
+	uint64_t paid = 0;
+	for (int run = 0; run < 5 && paid == 0; run++) {
+		paid = runs_on(A_COMPUTES, true)->paid;
+		assert_true(paid <= 1);
+	}
+	assert_int_equal(paid, 1);
 }
 
 /* ---- the held actor (sched.c, owe_hold()) ---- */
@@ -430,6 +440,66 @@ static void test_a_held_actor_is_published_and_stolen_when_its_sender_runs_on(vo
 	assert_int_equal(atomic_load(&owe_seen), 1);
 	assert_int_equal(atomic_load(&held_seen), 1);
 	assert_int_equal(atomic_load(&slot_seen), 0);
+}
+
+/* The other executor's own wake: a read of a pipe, blocked there until A
+ * writes to it after its send (write(2), no runtime call: nothing of
+ * A's pays its debt).  The read's completion wakes that executor, as a
+ * thread the host ran late would wake, and it searches. */
+struct woken {
+	struct runs_on *o;
+	int fd[2];
+};
+
+static int64_t other_reads(cbcmn_cx *cx, void *arg)
+{
+	struct woken *k = arg;
+	char c;
+	TASK_CHECK(cbcmn_read(cx, k->fd[0], &c, 1) == 1);
+	return 0;
+}
+
+/* A computes on after its send, as runs_on_a(), and wakes the other
+ * executor meanwhile: its search finds B held. */
+static int64_t computes_beside_a_wake_a(cbcmn_cx *cx, void *arg)
+{
+	struct woken k = {.o = arg};
+	cbcmn_nursery *n;
+	TASK_CHECK(pipe2(k.fd, O_CLOEXEC) == 0);
+	TASK_CHECK(open_n(cx, &n) == 0);
+	uint32_t other = cbcmn__tls_exec->id ^ 1;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, other, other_reads, &k, NULL) == 0);
+	pair_a_sends(cx, &k.o->p);
+	note_held();
+	TASK_CHECK(write(k.fd[1], "w", 1) == 1);
+	for (uint64_t t0 = t_now_ns(); !atomic_load(&k.o->p.b_ran) && t_now_ns() - t0 < 10000000000ull;)
+		;
+	atomic_store(&k.o->p.a_running, 0);
+	int rc = cbcmn_nursery_await_all(cx, n);
+	close(k.fd[0]);
+	close(k.fd[1]);
+	return rc;
+}
+
+/* The debt of a computing sender taken by a thief (held_grab()), the
+ * other executor awake for its own reasons: B beside A, mostly nothing
+ * for the monitor to pay (paid 0 in 8 of 9 runs here that saw B held,
+ * release, ASan and TSan; T_PAID=1 prints them), which
+ * test_a_sender_that_computes_on_has_its_debt_paid_once asserted, and
+ * saw fail once under TSan at a load of 55 (the other executor's
+ * thread run late).  Never paid twice. */
+static void test_a_computing_senders_debt_a_woken_thief_takes_is_paid_at_most_once(void **state)
+{
+	(void)state;
+	atomic_store(&held_seen, 0);
+	for (int run = 0; run < HELD_RUNS && !atomic_load(&held_seen); run++) {
+		uint64_t paid = runs_on_by(computes_beside_a_wake_a, A_COMPUTES, true)->paid;
+		if (getenv("T_PAID"))
+			fprintf(stderr, "run %d held %d paid %lu\n", run, atomic_load(&held_seen),
+				(unsigned long)paid);
+		assert_true(paid <= 1); /* B beside A: asserted by runs_on_by() */
+	}
+	assert_int_equal(atomic_load(&held_seen), 1);
 }
 
 /* B: its message, then its stop (-ESHUTDOWN), counted. */
@@ -1109,6 +1179,7 @@ int main(void)
 		cmocka_unit_test(test_a_sender_that_sends_again_hands_the_woken_actor_over),
 		cmocka_unit_test(test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over),
 		cmocka_unit_test(test_a_sender_that_computes_on_has_its_debt_paid_once),
+		cmocka_unit_test(test_a_computing_senders_debt_a_woken_thief_takes_is_paid_at_most_once),
 		cmocka_unit_test(test_a_held_actor_is_published_and_stolen_when_its_sender_runs_on),
 		cmocka_unit_test(test_a_held_actor_stopped_while_its_sender_computes_runs_once),
 		cmocka_unit_test(test_a_held_actor_survives_its_executors_thread_dying),
