@@ -2700,6 +2700,9 @@ static void test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd(vo
 		assert_true(n.ext > n.msg);
 		assert_true(n.ext - n.msg <= n.fails);
 		assert_true(n.fails <= n.ext - n.msg + n.exec);
+		/* The target's state (-EBADF here) turns no thread away. */
+		assert_true(n.msg > 1);
+		assert_int_equal(n.refused, 0);
 	}
 }
 
