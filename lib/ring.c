@@ -835,6 +835,14 @@ bool cbcmn__doorbell_msg_ring(const struct cbcmn_runtime *rt)
 	       !(rt->cfg.ring_flags & (CBCMN_RING_NO_MSG_RING | CBCMN_RING_SQPOLL));
 }
 
+/* ring_caps, read by every doorbell, shares its line with no counter
+ * other threads write (ext_msg_doorbells, place_rr: runtime.h). */
+_Static_assert(offsetof(struct cbcmn_runtime, ring_caps) / CBCMN__CACHELINE !=
+			       offsetof(struct cbcmn_runtime, ext_msg_doorbells) / CBCMN__CACHELINE &&
+		       offsetof(struct cbcmn_runtime, ring_caps) / CBCMN__CACHELINE !=
+			       offsetof(struct cbcmn_runtime, place_rr) / CBCMN__CACHELINE,
+	       "ring_caps on a line no counter writes");
+
 /* Do SQPOLL executors ring with doorbell_sync()? */
 static bool doorbell_sync_on(const struct cbcmn_runtime *rt)
 {

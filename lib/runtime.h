@@ -623,10 +623,14 @@ struct cbcmn_runtime {
 	_Alignas(CBCMN__CACHELINE) _Atomic uint64_t ext_msg_doorbells;
 	/* Threads whose MSG_RING without a ring was refused for good (a
 	 * seccomp filter's EPERM, an old kernel's EINVAL: ring.c,
-	 * doorbell_sync()), each ringing the eventfd from then on. */
+	 * doorbell_sync()) at a doorbell of this runtime, each ringing the
+	 * eventfd from then on.  The latch is the thread's: one refused at
+	 * another runtime's doorbell rings this one's eventfd uncounted. */
 	_Atomic uint32_t sync_msg_refused;
+	/* CBCMN_PLACE_STEALABLE's cursor: a fetch-and-add at each such
+	 * spawn, off ring_caps' line as well (ring.c's assert). */
+	_Atomic uint32_t place_rr;
 	_Alignas(CBCMN__CACHELINE) struct cbcmn__ring_caps ring_caps;
-	_Atomic uint32_t place_rr;        /* CBCMN_PLACE_STEALABLE's cursor */
 	bool ep_backend;                  /* executors wait with epoll, not io_uring (epoll.c) */
 	bool pbuf_whole;                  /* CBCMN_PBUF_INC=0: streams' pools of whole buffers (stream.c) */
 	struct cbcmn__ep_closes *ep_closes; /* epoll: cbcmn_close()s seen by every set (epoll.c) */

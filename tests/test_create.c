@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -261,7 +262,7 @@ static void test_failed_create_under_fd_limit_leaks_no_fd(void **state)
 	assert_true(came_up);
 }
 
-/* Create under a range of RLIMIT_NOFILE limits, on the default backend:
+/* Create under rising RLIMIT_NOFILE limits, on the default backend:
  * once it passes at a limit it passes at every higher one, and each
  * refusal is -EMFILE, with no runtime and no descriptor left.  Before,
  * the cgroup files the monitor reads again were opened before the rings:
@@ -280,8 +281,17 @@ static void create_fds_monotonic(const cbcmn_config *cfg, const char *what)
 	int low = 0;
 	while (low < 1024 && (before.bits[low / 64] & (1ull << (low % 64))))
 		low++;
+	/* Up to the first limit create passes at, then 24 above it.  Create
+	 * needs two or three descriptors an executor (20 executors passed at
+	 * + 44 here): at most four an executor asked for, or for each CPU
+	 * CBCMN_WORKERS_AUTO may take.  A fixed 48 failed the test under
+	 * AUTO on a host of some 22 CPUs or more (24 workers: the same). */
+	cpu_set_t set;
+	assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+	int n = cfg->workers == CBCMN_WORKERS_AUTO ? CPU_COUNT(&set) : (int)cfg->workers;
+	const int bound = 24 + 4 * n;
 	int first_up = -1;
-	for (int extra = 0; extra < 48; extra++) {
+	for (int extra = 0; first_up < 0 ? extra < bound : extra < first_up + 24; extra++) {
 		struct rlimit rl = {(rlim_t)(low + extra), saved.rlim_max};
 		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 		cbcmn_runtime *rt = NULL;
@@ -317,6 +327,9 @@ static void test_create_under_a_rising_fd_limit_fails_then_passes_for_good(void 
 	cbcmn_config_init(&cfg);
 	cfg.workers = CBCMN_WORKERS_AUTO;
 	create_fds_monotonic(&cfg, "workers auto");
+	cbcmn_config_init(&cfg);
+	cfg.workers = 24; /* AUTO's count on a host of 24 CPUs */
+	create_fds_monotonic(&cfg, "24 workers");
 }
 
 int main(void)

@@ -59,6 +59,10 @@ static int run_child(void (*body)(void), rlim_t memlock, unsigned secs)
 			dprintf(pfd[1], "%s: %s", why, strerror(errno));
 			_exit(CHILD_SKIP);
 		}
+		/* Its stderr (CHILD_CHECK's line, a sanitizer's report) to
+		 * the parent, which shows it if the child fails: a harness
+		 * that keeps only the test's own output lost it. */
+		dup2(pfd[1], STDERR_FILENO);
 		/* Dumpable again, for the sanitizers' leak check. */
 		prctl(PR_SET_DUMPABLE, 1);
 		struct rlimit rl = {memlock, memlock};
@@ -68,14 +72,24 @@ static int run_child(void (*body)(void), rlim_t memlock, unsigned secs)
 		exit(0);
 	}
 	close(pfd[1]);
+	/* Read to the end before the wait (a long report fills the pipe);
+	 * the first 4 KiB kept. */
+	char why[4096], rest[512];
+	size_t len = 0;
+	for (ssize_t n; (n = read(pfd[0], len + 1 < sizeof(why) ? why + len : rest,
+				 len + 1 < sizeof(why) ? sizeof(why) - 1 - len : sizeof(rest))) != 0;)
+		if (n > 0 && len + 1 < sizeof(why))
+			len += (size_t)n;
+		else if (n < 0 && errno != EINTR)
+			break;
+	why[len] = 0;
+	close(pfd[0]);
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
-	char why[200] = "";
-	ssize_t n = read(pfd[0], why, sizeof(why) - 1);
-	why[n > 0 ? n : 0] = 0;
-	close(pfd[0]);
 	if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_SKIP)
 		T_SKIP("cannot drop root (%s)", why);
+	if (len && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		print_message("the child's stderr:\n%s\n", why);
 	if (WIFSIGNALED(st))
 		fail_msg("the child was killed by signal %d%s", WTERMSIG(st),
 			 WTERMSIG(st) == SIGALRM ? " (it hung)" : "");
