@@ -366,11 +366,17 @@ static void test_an_unwatched_sender_that_spins_on_hands_the_woken_actor_over(vo
  * computes.  Owed, the notification waited for the monitor to see a
  * stall (a minute here; 1.5 stall_ns, 12-25 ms, by default), and B for
  * A's run to end.  The debt is paid once, however many looks find it
- * open. */
+ * open: at most once, for the other executor, woken for anything else
+ * (a loaded host's late wake, a spurious one) once A has sent, takes B
+ * from held at once (sched.c, steal_from(): A's run is older than
+ * SLOT_STEAL_NS, pair_a_sends()'s 5 ms); B runs, A sees it and ends its
+ * run, closing the debt before the monitor's second look: paid 0, seen
+ * under TSan at load 55.  What must hold: B ran beside A (runs_on_by()),
+ * and no debt paid twice. */
 static void test_a_sender_that_computes_on_has_its_debt_paid_once(void **state)
 {
 	(void)state;
-	assert_int_equal(runs_on(A_COMPUTES, true)->paid, 1);
+	assert_true(runs_on(A_COMPUTES, true)->paid <= 1);
 }
 
 /* ---- the held actor (sched.c, owe_hold()) ---- */
@@ -474,8 +480,8 @@ static void test_a_held_actor_stopped_while_its_sender_computes_runs_once(void *
 		assert_int_equal(atomic_load(&o.p.b_ran), 1);
 		assert_int_equal(atomic_load(&o.p.b_beside_a), 1);
 		assert_int_equal(atomic_load(&b_runs), 1);
-		if (atomic_load(&held_seen))
-			assert_int_equal(cbcmn__monitor_owe_paid(rt), 1);
+		/* At most once: a woken searcher may take B first (above). */
+		assert_true(cbcmn__monitor_owe_paid(rt) <= 1);
 		t_destroy(rt);
 	}
 	assert_int_equal(atomic_load(&held_seen), 1);
