@@ -338,8 +338,10 @@ struct mon_seen {
  * (mon_sleep_long()).  One seen open at two looks (r->waits: its executor
  * is slow to pay, or we are early) brings the looks back to owe_ns, and
  * so does one open after fewer than MON_CALM_DEBTS debts since our last
- * look: a lone sender's (not a chain's) is paid within 2 owe_ns, as
- * before, ahead of a woken executor's take of the held actor
+ * look: a lone sender's (not a chain's) is paid owe_ns after the look
+ * that finds it (within 2 owe_ns, as before, unless it opened during a
+ * backed-off sleep: then within calm_ns + owe_ns, 5 owe_ns), mostly
+ * ahead of a woken executor's take of the held actor
  * (test_a_sender_that_computes_on_has_its_debt_paid_once).  One
  * load a look; the executors write nothing for us but the word they keep
  * anyway. */

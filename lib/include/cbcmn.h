@@ -441,10 +441,12 @@ typedef struct cbcmn_config {
 	 * runs the woken one itself.  A sender that computes on instead,
 	 * without a runtime call, owes that notification, and the stall
 	 * monitor pays it: the woken actor starts on an idle executor owe_ns
-	 * to 2 owe_ns after the wake, rarely up to 9 owe_ns (docs/SCHEDULER.md,
-	 * "The monitor's sleeps"); a sender that blocks first runs it itself.
-	 * A smaller owe_ns hands over sooner; its cost is the monitor's
-	 * looks, every owe_ns while chains of actors run.
+	 * to 2 owe_ns after the wake, up to 8 owe_ns while chains of actors
+	 * run (the monitor's calm back-off), rarely up to 9 owe_ns
+	 * (docs/SCHEDULER.md, "The monitor's sleeps"); a sender that blocks
+	 * first runs it itself.  A smaller owe_ns hands over sooner; its cost
+	 * is the monitor's looks, every owe_ns to 4 owe_ns while chains of
+	 * actors run.
 	 * 0: 1 ms; else CBCMN_OWE_MIN_NS to CBCMN_OWE_MAX_NS (-EINVAL
 	 * outside).  Without a monitor (stall_ns CBCMN_STALL_OFF, lab mode)
 	 * nothing is owed: every such wake notifies at once. */
