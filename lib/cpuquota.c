@@ -238,6 +238,9 @@ static bool cgq_push(struct cbcmn__cgq *q, int fd, int pfd)
 	return true;
 }
 
+static void levels_open(struct cbcmn__cgq *q, const char *root, char *dir, size_t floor,
+			bool v2, double *once);
+
 /* Open q's files on one hierarchy, the process's cgroup first, then each
  * ancestor up to the mount's root; or, with once, read each level as it
  * is opened into *once (the lowest) and hold nothing: a one-off read
@@ -246,9 +249,6 @@ static bool cgq_push(struct cbcmn__cgq *q, int fd, int pfd)
  * and the limit found at create stays (monitor.c reads only a q with
  * files).  keep, with once: where the files are, into q, to be held
  * later (cbcmn__cgq_hold()).  False if there is no such hierarchy. */
-static void levels_open(struct cbcmn__cgq *q, const char *root, char *dir, size_t floor,
-			bool v2, double *once);
-
 static bool hierarchy_open(struct cbcmn__cgq *q, const char *root, bool v2, double *once,
 			   bool keep)
 {

@@ -54,8 +54,9 @@
  * earlier when the oldest run it saw becomes a stall, every cfg.owe_ns
  * (1 ms by default) while an actor's owed notification waits to be paid,
  * and every owe_ns to 4 owe_ns while they come and go, each paid by its
- * executor before the next look (owe_look(), the calm back-off); a sleep longer than owe_ns is
- * cut short by the next debt opened, and one longer than 8 owe_ns
+ * executor before the next look (owe_look(), the calm back-off); a
+ * sleep longer than owe_ns is cut short by the next debt opened, and
+ * one longer than 8 owe_ns
  * looks at the debts once more owe_ns into it (mon_sleep_long()).  While every
  * executor is parked it sleeps without a timeout and an executor leaving
  * its park wakes it (cbcmn__monitor_poke()): a quiet process never sees

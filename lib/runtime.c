@@ -640,7 +640,8 @@ int cbcmn_runtime_create(const cbcmn_config *cfg, cbcmn_runtime **out)
 	/* The default spin leaves a cgroup's quota to the busy executors
 	 * (sched.c, spin_room()), a limit set later too (a pod resized in
 	 * place: the monitor reads the files found here again, held from
-	 * the end of create, closed by runtime_free()); a spin_ns the program chose is its own.  One walk
+	 * the end of create, closed by runtime_free()); a spin_ns the
+	 * program chose is its own.  One walk
 	 * of the cgroup tree: here, or config_resolve()'s for
 	 * CBCMN_WORKERS_AUTO, whose files are kept only for a monitor. */
 	bool default_spin = !cfg || cfg->spin_ns == 0;
