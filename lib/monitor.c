@@ -105,8 +105,9 @@
  * opening, within the window's bound (MON_WINDOW_OWES + 1 owe_ns). */
 #define MON_CALM_OWES 4u
 /* ... while each look finds at least this many debts opened and closed
- * since the one before (a chain); a debt open after fewer (a lone sender
- * that may compute on) is looked at again owe_ns later. */
+ * since the one before on every word that moved (a chain); a word moved
+ * by fewer (lone senders; one open may compute on) is looked at again
+ * owe_ns later, the back-off back to owe_ns. */
 #define MON_CALM_DEBTS 16u
 
 /* rt->mon_word: what the monitor does (a futex word). */
@@ -144,8 +145,8 @@ struct cbcmn__monitor {
 		bool paid;
 	} *owe;
 	/* The calm back-off's sleep while debts come and go (owe_look()):
-	 * owe_ns, doubled at each look that found every debt it saw before
-	 * paid, up to MON_CALM_OWES owe_ns. */
+	 * owe_ns, doubled at each look that found a chain's debts paid, up to
+	 * MON_CALM_OWES owe_ns. */
 	uint64_t calm_ns;
 	uint64_t spin_max_at; /* when cbcmn__spin_max_update() ran last */
 	/* The host's load (host_load()): /proc/loadavg, open for the
@@ -312,6 +313,7 @@ struct mon_seen {
 	bool quiet;   /* every live executor is parked: nothing to watch */
 	bool owing;   /* owed notifications come and go, or one waits: look in m->calm_ns */
 	bool waits;   /* a debt waits (open at two looks, or a lone one): look in owe_ns */
+	bool few;     /* a word moved by fewer debts than a chain's: no back-off */
 	uint64_t due; /* when the oldest run seen so far becomes a stall (0: none) */
 };
 
@@ -330,20 +332,26 @@ struct mon_seen {
  * switch), long before, and its debts' numbers move between two looks:
  * none is paid, no idle executor is woken (test_actor_notify).  While the
  * numbers move we look every m->calm_ns (r->owing): owe_ns, doubled while
- * every debt we saw open was closed by its executor before our next look,
- * up to MON_CALM_OWES owe_ns (the calm back-off: a chain of 6 million hops
+ * each look finds a chain's debts (MON_CALM_DEBTS or more on every word
+ * that moved) closed by their executors, up to MON_CALM_OWES owe_ns (the calm back-off: a chain of 6 million hops
  * a second cost the monitor a wake every owe_ns, 7-10 ns of its CPU a
  * hop).  A debt opened after a look is seen at the next, calm_ns later at
  * most, and paid at the one after (it is then calm_ns >= owe_ns old):
  * within 2 MON_CALM_OWES owe_ns of its opening, inside the window's bound
  * (mon_sleep_long()).  One seen open at two looks (r->waits: its executor
  * is slow to pay, or we are early) brings the looks back to owe_ns, and
- * so does one open after fewer than MON_CALM_DEBTS debts since our last
- * look: a lone sender's (not a chain's) is paid owe_ns after the look
- * that finds it (within 2 owe_ns, as before, unless it opened during a
- * backed-off sleep: then within calm_ns + owe_ns, 5 owe_ns), mostly
- * ahead of a woken executor's take of the held actor
- * (test_a_sender_that_computes_on_has_its_debt_paid_once).  One
+ * so does a word moved by fewer than MON_CALM_DEBTS debts since our last
+ * look (r->few: lone debts, not a chain's; one open is r->waits too).  So
+ * the looks back off only while a chain runs, and a lone sender's debt
+ * is paid owe_ns after the look that finds it, within 2 owe_ns of its
+ * opening (unless it opened during a chain's backed-off sleep: then
+ * within calm_ns + owe_ns, 5 owe_ns), mostly ahead of a woken
+ * executor's take of the held actor
+ * (test_a_sender_that_computes_on_has_its_debt_paid_once).  The looks
+ * used to back off at any that found a word moved, one closed debt
+ * enough: a trickle of lone debts, one a look, backed them off, and the
+ * next lone debt waited up to 5 owe_ns
+ * (test_a_trickle_of_lone_debts_does_not_back_the_looks_off).  One
  * load a look; the executors write nothing for us but the word they keep
  * anyway. */
 static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct mon_seen *r)
@@ -355,8 +363,11 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 	uint32_t w = atomic_load_explicit(&x->owe, memory_order_acquire);
 	if (w != o->word) {
 		/* Each debt moves the word by 2 (opened odd, closed even). */
-		if ((w & 1) && w - o->word < 2 * MON_CALM_DEBTS)
-			r->waits = true;
+		if (w - o->word < 2 * MON_CALM_DEBTS) {
+			if (w & 1)
+				r->waits = true;
+			r->few = true;
+		}
 		*o = (struct mon_owe){.since = now, .word = w, .paid = false};
 		r->owing = true;
 		return;
@@ -372,8 +383,8 @@ static void owe_look(struct cbcmn__monitor *m, uint32_t i, uint64_t now, struct 
 }
 
 /* The sleep that owe_look()'s findings r allow (at most sleep): owe_ns
- * while a debt waits, m->calm_ns while debts move (then doubled, the
- * calm back-off), sleep when nothing is owed (calm_ns back to owe_ns:
+ * while a debt waits or lone debts move, m->calm_ns while a chain's move
+ * (then doubled, the calm back-off), sleep when nothing is owed (calm_ns back to owe_ns:
  * the first debt after a quiet spell is paid within 2 owe_ns). */
 static uint64_t owe_sleep(struct cbcmn__monitor *m, const struct mon_seen *r, uint64_t sleep)
 {
@@ -383,6 +394,8 @@ static uint64_t owe_sleep(struct cbcmn__monitor *m, const struct mon_seen *r, ui
 		if (r->waits)
 			want = owe_ns;
 		m->calm_ns = owe_ns;
+	} else if (r->few) {
+		want = m->calm_ns = owe_ns;
 	} else {
 		want = m->calm_ns;
 		if (m->calm_ns < MON_CALM_OWES * owe_ns)
@@ -398,7 +411,7 @@ static struct mon_seen mon_look(struct cbcmn__monitor *m, uint64_t now)
 {
 	struct cbcmn_runtime *rt = m->rt;
 	struct mon_seen r = {
-		.changed = false, .quiet = true, .owing = false, .waits = false, .due = 0};
+		.changed = false, .quiet = true, .owing = false, .waits = false, .few = false, .due = 0};
 	bool wanted = false;
 	for (uint32_t i = 0; i < rt->nexec; i++) {
 		struct cbcmn__exec *x = rt->exec[i];

@@ -259,6 +259,99 @@ static void test_a_debt_left_open_after_the_calm_back_off_is_paid(void **state)
 	assert_true(stalled);
 }
 
+/* ---- a trickle of lone debts never backs the looks off ---- */
+
+/* Fewer debts in all than a chain's look finds (monitor.c,
+ * MON_CALM_DEBTS): no look can take them for a chain. */
+#define TRICKLE 12
+
+struct trickle {
+	cbcmn_actor_ref b;
+	_Atomic long got;
+	uint32_t owe0; /* the executors' debt words' sum as the trickle starts */
+	uint32_t debts; /* ... debts opened and closed meanwhile */
+	uint64_t calm; /* the calm back-off's longest sleeps meanwhile */
+};
+
+static uint32_t owe_words(cbcmn_cx *cx)
+{
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	uint32_t sum = 0;
+	for (uint32_t i = 0; i < rt->nexec; i++)
+		sum += atomic_load(&rt->exec[i]->owe);
+	return sum;
+}
+
+static int64_t trickle_b(cbcmn_cx *cx, void *arg)
+{
+	struct trickle *t = arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0) {
+		if (m.type == M_QUIT)
+			return 0;
+		atomic_fetch_add(&t->got, 1);
+	}
+	return -1;
+}
+
+/* Sends one message, which wakes B into our slot (a debt), yields (our
+ * switch closes it: B runs), then computes about an owe_ns with no
+ * runtime call (no debt open, the executor busy: the monitor ticks). */
+static int64_t trickle_a(cbcmn_cx *cx, void *arg)
+{
+	struct trickle *t = arg;
+	uint64_t c0 = cbcmn__monitor_calm_sleeps(cbcmn_cx_runtime(cx));
+	t->owe0 = owe_words(cx);
+	for (long k = 0; k < TRICKLE; k++) {
+		cbcmn_actor_msg m = msg(M_DATA, 0, (uint64_t)k);
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, t->b, &m) == 0);
+		cbcmn_yield(cx);
+		for (uint64_t t0 = t_now_ns(); t_now_ns() - t0 < 1000000;)
+			;
+	}
+	t->debts = (owe_words(cx) - t->owe0) / 2;
+	t->calm = cbcmn__monitor_calm_sleeps(cbcmn_cx_runtime(cx)) - c0;
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	TASK_CHECK(cbcmn_actor_send(NULL, cx, t->b, &q) == 0);
+	return 0;
+}
+
+static int64_t trickle_main(cbcmn_cx *cx, void *arg)
+{
+	struct trickle *t = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 0};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, trickle_b, t, &o, &t->b) == 0);
+	cbcmn_sleep(cx, 2000000); /* B waiting in its receive */
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, trickle_a, t, &o, &a) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+/* The calm back-off grows only while each look finds a chain's debts
+ * (MON_CALM_DEBTS or more on a word) paid: a look that finds a few lone
+ * debts closed looks again in owe_ns, so that a lone debt left open next
+ * is paid within 2 owe_ns.  It used to grow at any look that found a
+ * word moved, one debt closed enough: a trickle of lone debts, one an
+ * owe_ns, backed the looks off to MON_CALM_OWES owe_ns, and the next lone
+ * debt left open waited up to 5 owe_ns for its payment. */
+static void test_a_trickle_of_lone_debts_does_not_back_the_looks_off(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = quiet_runtime(true, 0);
+	struct trickle t = {0};
+	t_run_pinned(rt, 0, trickle_main, &t);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&t.got), TRICKLE);
+	if (t.calm)
+		print_message("%u lone debts, %llu sleeps at the back-off's longest\n", t.debts,
+			      (unsigned long long)t.calm);
+	assert_true(t.debts > 0 && t.debts <= TRICKLE); /* the debts came */
+	assert_int_equal(t.calm, 0);
+	t_destroy(rt);
+}
+
 /* A channel call made with a task's cx off its fiber (a cbcmn_blocking()
  * function) paid, and cleared, the owed notification of that task's
  * executor from the pool thread while the executor's chain set it (a
@@ -1226,6 +1319,7 @@ int main(void)
 		cmocka_unit_test(test_a_debt_that_missed_the_monitor_is_found_owe_ns_into_its_sleep),
 		cmocka_unit_test(test_owe_ns_out_of_bounds_is_refused),
 		cmocka_unit_test(test_a_debt_left_open_after_the_calm_back_off_is_paid),
+		cmocka_unit_test(test_a_trickle_of_lone_debts_does_not_back_the_looks_off),
 		cmocka_unit_test(test_a_stray_wake_does_not_bring_the_windows_look_early),
 		cmocka_unit_test(test_a_woken_actors_record_reused_before_its_waker_is_done),
 	};
