@@ -856,7 +856,7 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	 * (test_spawn_ended_by_the_spawners_budget_leaves_no_live_actor).  A
 	 * join pays at its end, once its host's end would halt it. */
 	struct cbcmn__spawn_paid paid = {0};
-	int rc = join ? 0 : cbcmn__spawn_pay(self, n, &so, &paid);
+	int rc = join ? 0 : cbcmn__spawn_pay(self, n, &so, ask, &paid);
 	if (rc)
 		return rc;
 	struct cbcmn__actors *t = table_get(rt);

@@ -1020,6 +1020,34 @@ void cbcmn_free(void *p)
 	free(p);
 }
 
+/* Has t, a spawner, what ask asks for, component by component, after the
+ * spawn's own costs (its op, its spawn, the child's stack)?  Folds in what
+ * it is owed, and recharges from its CapBudget, first; never waits (a
+ * request larger than anything still to come back would wait for ever).
+ * 0 and CBCMN_UNLIMITED ask for no amount: the config's default, and "all
+ * the spawner has" (docs/BUDGETS.md, "Where budgets come from"). */
+bool cbcmn__budget_ask_fits(struct cbcmn_task *t, const cbcmn_budget *ask)
+{
+	const uint64_t a[CBCMN__B_N] = {ask->ops, ask->memory, ask->spawn_count, ask->channel_ops,
+					ask->syscalls};
+	fold_refunds(t);
+	for (int c = 0; c < CBCMN__B_N; c++) {
+		if (a[c] == 0 || a[c] == U)
+			continue;
+		uint64_t *f = field(t, c);
+		/* Ops in the countdown window are the spawner's too (the draw
+		 * folds them back). */
+		uint64_t window = c == CBCMN__B_OPS && *f != U && t->countdown > 0
+					  ? (uint64_t)t->countdown
+					  : 0;
+		if (*f != U && sat_add(*f, window) < a[c])
+			self_recharge(t, c);
+		if (*f != U && sat_add(*f, window) < a[c])
+			return false;
+	}
+	return true;
+}
+
 /* ---- for the janus ABI (janus_rt.c), which must not wait ------------------ */
 
 /* Could t pay one op and amount of comp now, without waiting?  Folds in what

@@ -929,7 +929,7 @@ struct cbcmn__spawn_paid {
 	uint64_t stack_charge; /* the memory charged for the stack */
 };
 int cbcmn__spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_opts *opts,
-		     struct cbcmn__spawn_paid *paid);
+		     const cbcmn_budget *ask, struct cbcmn__spawn_paid *paid);
 int cbcmn__spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, void *fn, void *arg,
 		      const cbcmn_spawn_opts *opts, const struct cbcmn__spawn_paid *paid);
 void cbcmn__spawn_unpay(struct cbcmn_task *self, const struct cbcmn__spawn_paid *paid);
@@ -985,6 +985,7 @@ void cbcmn__charge_off(struct cbcmn_task *t, int comp, uint64_t amount);
 void cbcmn__charge_ops(struct cbcmn_task *t, uint64_t n);
 /* For the janus ABI: pay-or-fail and subtract-only (budget.c). */
 bool cbcmn__budget_can_pay(struct cbcmn_task *t, int comp, uint64_t amount);
+bool cbcmn__budget_ask_fits(struct cbcmn_task *t, const cbcmn_budget *ask);
 void cbcmn__budget_take_ops(struct cbcmn_task *t, uint64_t n);
 void cbcmn__budget_kill_exhausted(struct cbcmn_nursery *n);
 /* A joiner of t has registered (cbcmn_task_join()): if t waits counted as

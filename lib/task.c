@@ -400,7 +400,7 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
  * apart for actor spawns (cbcmn__spawn_pay()). */
 static inline __attribute__((always_inline)) int
 spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_opts *opts,
-	  struct cbcmn__spawn_paid *paid)
+	  const cbcmn_budget *ask, struct cbcmn__spawn_paid *paid)
 {
 	struct cbcmn_runtime *rt = n->rt;
 	uint32_t flags = 0;
@@ -461,6 +461,16 @@ spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_op
 		if (late) {
 			cbcmn__budget_uncharge_spawn(self, stack_charge);
 			return late;
+		}
+		/* A budget the program asked for the child that the spawner
+		 * has not got (after the spawn's costs): refused, the spawn
+		 * and the stack given back.  Clamped, as it used to be, the
+		 * child took all the spawner had, and the spawner's next
+		 * spawn waited for a refund only the child's end brings
+		 * (docs/BUDGETS.md, "Where budgets come from"). */
+		if (ask && self->limited && !cbcmn__budget_ask_fits(self, ask)) {
+			cbcmn__budget_uncharge_spawn(self, stack_charge);
+			return CBCMN_EBUDGET;
 		}
 	}
 	paid->flags = flags;
@@ -575,14 +585,14 @@ int cbcmn__spawn(struct cbcmn_task *self, struct cbcmn_nursery *n, uint32_t flag
 		 void *arg, const cbcmn_spawn_opts *opts, cbcmn_task **handle)
 {
 	struct cbcmn__spawn_paid paid;
-	int rc = spawn_pay(self, n, opts, &paid);
+	int rc = spawn_pay(self, n, opts, opts ? opts->budget : NULL, &paid);
 	return rc ? rc : spawn_made(self, n, flags, fn, arg, opts, &paid, handle);
 }
 
 int cbcmn__spawn_pay(struct cbcmn_task *self, struct cbcmn_nursery *n, const cbcmn_spawn_opts *opts,
-		     struct cbcmn__spawn_paid *paid)
+		     const cbcmn_budget *ask, struct cbcmn__spawn_paid *paid)
 {
-	return spawn_pay(self, n, opts, paid);
+	return spawn_pay(self, n, opts, ask, paid);
 }
 
 int cbcmn__spawn_made(struct cbcmn_task *self, struct cbcmn_nursery *n, void *fn, void *arg,

@@ -443,6 +443,77 @@ static void test_a_send_that_waits_for_room_pays_once(void **state)
 	t_destroy(rt);
 }
 
+/* ---- a spawn asking more than its spawner has ---- */
+
+/* An actor spawn asking more channel_ops than its spawner has is refused
+ * with CBCMN_EBUDGET, nothing taken, as a task's (docs/BUDGETS.md); an
+ * actor or a handler actor asking what is there is spawned.  What it
+ * leaves unasked is still the default's share (not checked: a share). */
+static int64_t quits(cbcmn_cx *cx, void *state)
+{
+	(void)state;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0)
+		if (m.type == M_QUIT)
+			return 0;
+	return -1;
+}
+
+static int64_t quits_h(cbcmn_cx *cx, void *state, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)state;
+	return m->type == M_QUIT ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+struct over {
+	int rc[4];
+	cbcmn_budget before, after;
+};
+
+static int64_t over_main(cbcmn_cx *cx, void *arg)
+{
+	struct over *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &o->before) == 0);
+	cbcmn_budget over = {.channel_ops = 5000}, fit = {.channel_ops = 100};
+	cbcmn_actor_opts ao = {.budget = &over};
+	cbcmn_actor_ref a[4];
+	o->rc[0] = cbcmn_actor_spawn(cx, n, quits, NULL, &ao, &a[0]);
+	o->rc[1] = cbcmn_actor_spawn_handler(cx, n, quits_h, NULL, &ao, &a[1]);
+	TASK_CHECK(cbcmn_budget_get(cx, &o->after) == 0);
+	ao.budget = &fit;
+	o->rc[2] = cbcmn_actor_spawn(cx, n, quits, NULL, &ao, &a[2]);
+	o->rc[3] = cbcmn_actor_spawn_handler(cx, n, quits_h, NULL, &ao, &a[3]);
+	cbcmn_actor_msg q = msg(M_QUIT, 0, 0);
+	for (int i = 0; i < 4; i++)
+		if (o->rc[i] == 0 && (o->rc[0] || o->rc[1]))
+			TASK_CHECK(cbcmn_actor_send(NULL, cx, a[i], &q) == 0);
+		else if (o->rc[i] == 0) /* clamped: we have nothing left to send with */
+			cbcmn_actor_stop(cbcmn_cx_runtime(cx), cx, a[i], 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_spawn_asking_more_than_its_spawner_has_is_refused(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.budget.channel_ops = 1000;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct over o = {0};
+	t_run(rt, over_main, &o, 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(o.rc[0], CBCMN_EBUDGET);
+	assert_int_equal(o.rc[1], CBCMN_EBUDGET);
+	assert_true(o.after.channel_ops == o.before.channel_ops); /* nothing taken */
+	assert_int_equal(o.rc[2], 0);
+	assert_int_equal(o.rc[3], 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -454,6 +525,7 @@ int main(void)
 		cmocka_unit_test(test_handler_drop_out_of_budget_ends_the_drop_not_the_host),
 		cmocka_unit_test(test_a_budgeted_sender_s_window_pays_the_woken_actor_s_notification),
 		cmocka_unit_test(test_a_send_that_waits_for_room_pays_once),
+		cmocka_unit_test(test_spawn_asking_more_than_its_spawner_has_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -648,9 +648,11 @@ static void test_native_is_the_default_and_enforces_what_is_set(void **state)
 
 /* ---- hostile numbers ---- */
 
-/* Asking for more than exists, or for everything, saturates instead of
- * wrapping: the child gets what the spawner has, the spawner keeps
- * nothing of it, and all of it comes back. */
+/* Asking for more than exists is refused (CBCMN_EBUDGET), nothing taken
+ * but the spawn's op; asking for everything (CBCMN_UNLIMITED) saturates
+ * instead of wrapping: the child gets what the spawner has, the spawner
+ * keeps nothing of it, and all of it comes back.  (The more than exists
+ * used to be clamped to everything, as CBCMN_UNLIMITED is.) */
 static int64_t greedy(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
@@ -663,6 +665,13 @@ static int64_t greedy(cbcmn_cx *cx, void *arg)
 	cbcmn_spawn_opts o = {.budget = &huge};
 	cbcmn_task *t;
 	struct seen sink;
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, report_child, &sink, &o, &t) == CBCMN_EBUDGET);
+	TASK_CHECK(cbcmn_budget_get(cx, &during) == 0);
+	TASK_CHECK(during.memory == before.memory && during.channel_ops == before.channel_ops &&
+		   during.syscalls == before.syscalls && during.spawn_count == before.spawn_count);
+	const cbcmn_budget all = {CBCMN_UNLIMITED, CBCMN_UNLIMITED, CBCMN_UNLIMITED,
+				  CBCMN_UNLIMITED, CBCMN_UNLIMITED};
+	o.budget = &all;
 	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, n, report_child, &sink, &o, &t) == 0);
 	TASK_CHECK(cbcmn_budget_get(cx, &during) == 0);
 	TASK_CHECK(during.memory == 0 && during.channel_ops == 0 && during.syscalls == 0);

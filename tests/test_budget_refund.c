@@ -679,6 +679,102 @@ static void test_spawn_that_waited_for_budget_into_an_awaited_nursery_is_closed(
 	t_destroy(rt);
 }
 
+/* ---- a spawn asking more than its spawner has ---- */
+
+/* Asks a child budget of more memory than the root has left: refused with
+ * CBCMN_EBUDGET, nothing taken (the spawn and the stack come back; the op
+ * stays spent).  A child asking what is there is spawned, lives on, and
+ * the root's next spawns are paid from what it kept.  Clamped, as it used
+ * to be, the first child took all the root had, and the next spawn
+ * waited for its refund, which only its end (the flag) brings. */
+struct over_ask {
+	_Atomic int flag;
+	int rc_over, rc_fit, rc_next;
+	cbcmn_budget before, after;
+};
+
+static int64_t over_ask_root(cbcmn_cx *cx, void *arg)
+{
+	struct over_ask *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &o->before) == 0);
+	cbcmn_budget over = {.memory = 1000 * S}, fit = {.memory = 4 * S};
+	cbcmn_spawn_opts so = {.budget = &over};
+	o->rc_over = cbcmn_nursery_spawn_ex(cx, n, wait_flag, &o->flag, &so, NULL);
+	if (o->rc_over == 0)
+		atomic_store(&o->flag, 1); /* clamped: its end alone gives back */
+	TASK_CHECK(cbcmn_budget_get(cx, &o->after) == 0);
+	so.budget = &fit;
+	o->rc_fit = cbcmn_nursery_spawn_ex(cx, n, wait_flag, &o->flag, &so, NULL);
+	o->rc_next = 0;
+	for (int i = 0; i < 4 && !o->rc_next; i++)
+		o->rc_next = cbcmn_nursery_spawn(cx, n, quick, NULL, NULL);
+	atomic_store(&o->flag, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_spawn_asking_more_than_its_spawner_has_is_refused(void **state)
+{
+	(void)state;
+	cbcmn_budget root = {.memory = 64 * S};
+	cbcmn_runtime *rt = rt_native(2, &root, NULL);
+	struct over_ask o = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, over_ask_root, &o, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(o.rc_over, CBCMN_EBUDGET);
+	assert_true(o.after.memory == o.before.memory); /* nothing taken */
+	assert_true(o.after.spawn_count == o.before.spawn_count);
+	assert_int_equal(o.rc_fit, 0);
+	assert_int_equal(o.rc_next, 0);
+	t_destroy(rt);
+}
+
+/* Asking exactly what is left after the spawn's stack is no trap: the
+ * program asked for it.  Asking CBCMN_UNLIMITED is "all the spawner has"
+ * as before; one more byte than there is is refused. */
+struct exact_ask {
+	_Atomic int flag;
+	int rc_more, rc_exact;
+	uint64_t left;
+};
+
+static int64_t exact_ask_root(cbcmn_cx *cx, void *arg)
+{
+	struct exact_ask *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	cbcmn_budget have;
+	TASK_CHECK(cbcmn_budget_get(cx, &have) == 0);
+	cbcmn_budget more = {.memory = have.memory - S + 1}, exact = {.memory = have.memory - S};
+	cbcmn_spawn_opts so = {.budget = &more};
+	o->rc_more = cbcmn_nursery_spawn_ex(cx, n, quick, NULL, &so, NULL);
+	so.budget = &exact;
+	o->rc_exact = cbcmn_nursery_spawn_ex(cx, n, wait_flag, &o->flag, &so, NULL);
+	TASK_CHECK(cbcmn_budget_get(cx, &have) == 0);
+	o->left = have.memory; /* the child lives: nothing came back yet */
+	atomic_store(&o->flag, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_spawn_asking_exactly_what_is_left_gets_it(void **state)
+{
+	(void)state;
+	cbcmn_budget root = {.memory = 8 * S};
+	cbcmn_runtime *rt = rt_native(2, &root, NULL);
+	struct exact_ask o = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, exact_ask_root, &o, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_int_equal(o.rc_more, CBCMN_EBUDGET);
+	assert_int_equal(o.rc_exact, 0);
+	assert_true(o.left == 0);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -694,6 +790,8 @@ int main(void)
 		T_WATCHED_TEST(test_spawner_out_of_spawns_whose_children_wait_for_it_is_ended_not_hung),
 		T_WATCHED_TEST(test_cancel_while_waiting_for_refunds_ends_the_spawner),
 		T_WATCHED_TEST(test_spawn_that_waited_for_budget_into_an_awaited_nursery_is_closed),
+		T_WATCHED_TEST(test_spawn_asking_more_than_its_spawner_has_is_refused),
+		T_WATCHED_TEST(test_spawn_asking_exactly_what_is_left_gets_it),
 	};
 	return cmocka_run_group_tests_name("budget_refund", tests, NULL, NULL);
 }

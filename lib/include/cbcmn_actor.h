@@ -207,7 +207,9 @@ typedef struct cbcmn_actor_opts {
 	 * config's child_budget.  Drawn from the spawner's, as for a task,
 	 * except that what is not asked here (the child_budget, the
 	 * profile's default) is at most half of what the spawner has: a
-	 * spawner keeps budget to receive with (docs/ACTORS.md "Budgets"). */
+	 * spawner keeps budget to receive with (docs/ACTORS.md "Budgets").
+	 * What is asked here and the spawner has not got is refused, as a
+	 * task's: CBCMN_EBUDGET, nothing spawned. */
 	const cbcmn_budget *budget;
 	/* Its capabilities, intersected with the spawner's; NULL: all the
 	 * spawner holds (as in cbcmn_spawn_opts; the CapBudget the native
