@@ -203,20 +203,30 @@ static bool look(struct cbcmn__exec *e)
 
 /* Should actor task t, ready on e, go to a less loaded executor (seed 003
  * "Actor migration")?  That executor, or NULL.  Pinned actors and posse
- * members never move; the lab's runs must repeat. */
+ * members never move; the lab's runs must repeat.  Our own load first,
+ * the actor's fields after it: a->posse and a->moved_ns lie on a line of
+ * the actor's slot that a hop does not touch otherwise, and admit() asks
+ * here for one woken actor in MIGRATE_EVERY; read before the load (which
+ * a token passed round a ring of 10 000 actors keeps near 0), that line
+ * was a cold miss every 8th hop of a ring with a second executor, the
+ * hop's largest cost the one-executor ring did not pay (it stops at
+ * nlive; pinned actors at the task's flags, on its hot line): docs/
+ * BENCHMARKS.md, "Twenty-third session, the second executor's cost". */
 static struct cbcmn__exec *move_to(struct cbcmn__exec *e, struct cbcmn__awheel *aw,
 				   const struct cbcmn__actor *a, const struct cbcmn_task *t,
 				   uint64_t now)
 {
 	struct cbcmn_runtime *rt = e->rt;
 	uint32_t nlive = cbcmn__nlive(rt);
-	if (nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED) || a->posse)
+	if (nlive < 2 || rt->lab || (t->flags & CBCMN__TF_PINNED))
 		return NULL;
 	uint64_t self = aw->w.load_milli, nominal = (uint64_t)CBCMN__WHEEL_SEGS * aw->w.quantum_ns;
 	if (self <= MIGRATE_MIN_LOAD) {
 		aw->over_turn = 0; /* not overloaded: a later move starts over */
 		return NULL;
 	}
+	if (a->posse)
+		return NULL;
 	if (aw->w.turns < aw->busy_turn + MIGRATE_WARM_TURNS ||
 	    (aw->moved_turn && aw->w.turns + 1 < aw->moved_turn + MIGRATE_GAP_TURNS) ||
 	    (a->moved_ns && cbcmn__ns_since(now, a->moved_ns) < MIGRATE_REST * nominal))
