@@ -461,8 +461,38 @@ static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, 
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
 /* The slot a names, alive or not (unlocked), or NULL: a slot outlives its
- * actors, so its atomic fields may be read through a stale reference. */
-struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
+ * actors, so its atomic fields may be read through a stale reference.
+ * Inline: a send looks it up every hop (lane_route()). */
+static inline struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref a)
+{
+	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	if (!t || cbcmn__ref_gen(a) == 0 || cbcmn__ref_tag(a) != t->tag)
+		return NULL;
+	uint32_t idx = cbcmn__ref_index(a);
+	/* acquire: pairs with the release of nslots in slot_alloc(): the
+	 * chunk pointer and its initialised slots are seen. */
+	if (idx >= atomic_load_explicit(&t->nslots, memory_order_acquire))
+		return NULL;
+	struct cbcmn__actor *c = atomic_load_explicit(&t->chunk[idx >> CBCMN__ACTOR_CHUNK_SHIFT],
+						      memory_order_relaxed);
+	return &c[idx & (CBCMN__ACTOR_CHUNK - 1)];
+}
+/* cbcmn__actor_lock_ref() for slot s, the one ref names (from
+ * cbcmn__actor_slot(rt, ref), at any time before: slots outlive their
+ * actors): s locked if ref is its live actor's, else NULL.  A send that
+ * looked the slot up already (lane_route()) does not look again. */
+static inline struct cbcmn__actor *cbcmn__actor_lock_slot(struct cbcmn__actor *s,
+							  cbcmn_actor_ref ref)
+{
+	cbcmn__flock_lock(&s->lock);
+	/* ref is the live actor's, whose generation, tag and index it
+	 * holds, and NONE from its halt on (halt_begin(), with gen's bump):
+	 * the generation check from a hop's line, gen's own being cold. */
+	if (s->state == CBCMN__A_LIVE && s->ref == ref)
+		return s;
+	cbcmn__flock_unlock(&s->lock);
+	return NULL;
+}
 
 /* A spawn with what supervisors need (actor_sup.c).  contained: the halt
  * reason reaches the monitors only (the nursery sees 0, so a crash cancels

@@ -1030,9 +1030,10 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	CBCMN__PREFETCH_RANGE(&w->qw.iw.w, (const char *)(w + 1) + 8, 1);
 }
 
-/* The receiver's slot and home if a send from task self may go over the
- * lanes: another executor than self's, not stalled (the message would
- * wait out the stall).  Else -1.  A handler's sends take the lock path:
+/* The receiver's home if a send from task self may go over the lanes:
+ * another executor than self's, not stalled (the message would wait out
+ * the stall).  Else -1.  *ap: to's slot once looked up (the lock path's
+ * then: cbcmn__actor_lock_slot()), else as it was.  A handler's sends take the lock path:
  * it runs on its host's stack and must not yield in lane_order(); so do
  * a halt's drop and fini, ahead of the DOWNs (cbcmn__sends_locked()). */
 static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
@@ -1041,7 +1042,10 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 	if (!self || mode == SEND_HND || cbcmn__sends_locked(self))
 		return -1;
 	struct cbcmn__actor *a = cbcmn__actor_slot(rt, to), *me = cbcmn__actor_or_handler(self);
-	if (!a || a == me)
+	if (!a)
+		return -1;
+	*ap = a;
+	if (a == me)
 		return -1; /* to itself: its own full mailbox is -EDEADLK */
 	sending(me, a);
 	uint32_t h = cbcmn__actor_home(a);
@@ -1056,7 +1060,6 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 	if (!atomic_load_explicit(&a->stays, memory_order_relaxed) &&
 	    cbcmn__exec_out_of_work(rt->exec[h]))
 		return -1;
-	*ap = a;
 	return (int)h;
 }
 
@@ -1150,8 +1153,8 @@ mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 	uint64_t deadline = mode == SEND_WAIT ? deadline_in(rt, timeout_ns) : UINT64_MAX;
 	bool lane_waited = false;
 	bool held = false; /* a place reserved for us (room_wait()) */
+	struct cbcmn__actor *la = NULL; /* to's slot, once lane_route() looked */
 	for (;;) {
-		struct cbcmn__actor *la = NULL;
 		int h = lane_route(self, rt, to, mode, &la);
 		if (h < 0)
 			break;
@@ -1197,7 +1200,7 @@ mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 		CBCMN_PROBE5(actor_send, to, copy.from, 0, 1, rt->seg.rt_id);
 		return 0;
 	}
-	struct cbcmn__actor *a = cbcmn__actor_lock_ref(rt, to);
+	struct cbcmn__actor *a = la ? cbcmn__actor_lock_slot(la, to) : cbcmn__actor_lock_ref(rt, to);
 	if (!a) {
 		CBCMN_PROBE5(actor_send, to, copy.from, -ESRCH, 0, rt->seg.rt_id);
 		return -ESRCH;

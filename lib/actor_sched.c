@@ -151,7 +151,12 @@ static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t n
 		return;
 	cbcmn__wheel_idle(&aw->w, now ? now : clock_ns());
 	aw->busy_turn = aw->w.turns;
-	publish(e, aw, false);
+	/* Published as take() publishes: at a turn's change, or the idle
+	 * stamp to clear.  Not at every entry into the empty wheel (an
+	 * actor's direct switch: every hop of a ring), whose only news then
+	 * was the quantum's time, which take() leaves to the turn too. */
+	if (aw->idle_published || aw->w.turns != aw->turns_published)
+		publish(e, aw, false);
 }
 
 /* The wheel's next actor task, or NULL when it is empty.  now: the
@@ -194,11 +199,23 @@ bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e)
  * yields its actors in a fixed cycle, so that the same few were always
  * the ones looked at (with 32 actors, 4 of them: found when those were
  * all posse members and nothing ever moved). */
+_Static_assert(MIGRATE_EVERY == 8u, "look() draws 3 bits a look");
 static bool look(struct cbcmn__exec *e)
 {
 	/* Never in the lab (nothing moves there), whose runs repeat only
 	 * if its random draws do. */
-	return !e->rt->lab && cbcmn__rng_below(&e->rng, MIGRATE_EVERY) == 0;
+	if (e->rt->lab)
+		return false;
+	/* One in 8: three fresh bits of a draw all zero, 21 looks a draw
+	 * (a stop bit above the bits left): each look as likely and as
+	 * independent as a draw of its own, which cost every wake admitted
+	 * about 20 instructions (docs/BENCHMARKS.md, "Twenty-third session,
+	 * the hop's instructions"). */
+	uint64_t b = e->look_bits;
+	if (b < 8)
+		b = cbcmn__rng_next(&e->rng) | (uint64_t)1 << 63;
+	e->look_bits = b >> 3;
+	return (b & 7) == 0;
 }
 
 /* Should actor task t, ready on e, go to a less loaded executor (seed 003

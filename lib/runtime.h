@@ -458,6 +458,9 @@ struct cbcmn__exec {
 	uint64_t busy_since, busy_tasks;  /* for avg_task_ns */
 	uint64_t window_start, idle_ns;   /* for busy_pct */
 	struct cbcmn__rng rng;
+	/* look()'s draws (actor_sched.c): what is left of one of rng's
+	 * words, 3 bits a look, above a stop bit; below 8, a new word. */
+	uint64_t look_bits;
 	uint32_t rr_next;
 	struct cbcmn__stack_cache stacks;
 	/* A stack kept for a task started only to end (its end calls the
@@ -744,6 +747,26 @@ static inline bool cbcmn__is_running(const struct cbcmn_task *t)
 static inline struct cbcmn__exec *cbcmn__waker_here(struct cbcmn__exec *e)
 {
 	return e == cbcmn__tls_exec ? e : NULL;
+}
+/* cbcmn__gauge_up() and cbcmn__gauge_down() (diag.h) with their common
+ * case inline, e the calling thread's own executor (and for the end, the
+ * begin's home): the owner's single-writer bump.  A task's block and its
+ * wake count one each, every hop of an actor ring (about 20 instructions
+ * of calls and checks a hop out of line). */
+static inline void cbcmn__gauge_up_here(struct cbcmn_runtime *rt, struct cbcmn__exec *e, int g)
+{
+	if (e && e == cbcmn__tls_exec)
+		cbcmn__diag_bump(&e->diag.up[g], memory_order_relaxed);
+	else
+		(void)cbcmn__gauge_up(rt, e, g);
+}
+static inline void cbcmn__gauge_down_here(struct cbcmn_runtime *rt, struct cbcmn__exec *e,
+					  uint32_t home, int g)
+{
+	if (e && e == cbcmn__tls_exec && home == e->id && e->rt == rt)
+		cbcmn__diag_bump(&e->diag.down[g], memory_order_release);
+	else
+		cbcmn__gauge_down(rt, e, home, g);
 }
 /* The waker a call by task self names (NULL: a thread outside): its own
  * executor, where a woken task lands in the next-task slot and runs as

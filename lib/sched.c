@@ -1041,7 +1041,7 @@ static void run_post(struct cbcmn__exec *e)
 		uint32_t s = CBCMN__T_PARKING;
 		/* Counted blocked before the CAS publishes it to the waker,
 		 * whose uncount (below) the CAS orders after ours (diag.h). */
-		cbcmn__gauge_up(e->rt, e, p->wait_kind);
+		cbcmn__gauge_up_here(e->rt, e, p->wait_kind);
 		bool actor_p = cbcmn__is_actor_task(p);
 		struct cbcmn__actor *a = NULL;
 		if (__builtin_expect(actor_p, 0)) {
@@ -1502,7 +1502,7 @@ static void wake_ready(struct cbcmn_task *t, struct cbcmn__exec *waker)
 		     rt->seg.rt_id);
 	/* It blocked on t->exec, which counted it (run_task); stable until
 	 * we schedule it. */
-	cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
+	cbcmn__gauge_down_here(rt, waker, t->exec->id, t->wait_kind);
 	if (__builtin_expect(cbcmn__is_actor_task(t), 0))
 		cbcmn__actor_waits(t->exec, -1);
 	cbcmn__schedule(rt, t, waker);
