@@ -682,17 +682,11 @@ static void home_move(struct cbcmn__actor *a, uint32_t to)
 	atomic_store_explicit(&a->home, to, memory_order_relaxed);
 }
 
-void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
+void cbcmn__actor_home_here(struct cbcmn__actor *a, struct cbcmn__exec *e)
 {
-	struct cbcmn__actor *a = t->arg;
-	/* Only the executor that runs a moves it: no lock unless it moved. */
-	if (cbcmn__actor_home(a) != e->id) {
-		cbcmn__flock_lock(&a->lock);
-		home_move(a, e->id);
-		cbcmn__flock_unlock(&a->lock);
-	}
-	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
-	cbcmn__actor_run_begin(e, a, t);
+	cbcmn__flock_lock(&a->lock);
+	home_move(a, e->id);
+	cbcmn__flock_unlock(&a->lock);
 }
 
 /* ---- public calls ------------------------------------------------------- */

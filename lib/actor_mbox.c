@@ -172,10 +172,20 @@ static void trace_send_rec(struct cbcmn__exec *e, uint64_t ts, cbcmn_actor_ref f
  * which has no ring).  Under a's lock: the clock is
  * read before the receive can take it, so the receive comes after.  Off,
  * a load and a branch. */
-static void trace_send(struct cbcmn__exec *e, const struct cbcmn__actor *a, cbcmn_actor_ref from)
+static __attribute__((noinline)) void trace_send_on(struct cbcmn__exec *e,
+						   const struct cbcmn__actor *a,
+						   cbcmn_actor_ref from)
+{
+	trace_send_rec(e, cbcmn__trace_now(), from, a->ref, put_total(a) - 1);
+}
+
+/* Inline, the record out of line: the look every send makes with the
+ * trace off, without a call's frame (about 15 instructions a hop). */
+static inline void trace_send(struct cbcmn__exec *e, const struct cbcmn__actor *a,
+			      cbcmn_actor_ref from)
 {
 	if (e && cbcmn__trace_on(e)) /* the clock and the count only then */
-		trace_send_rec(e, cbcmn__trace_now(), from, a->ref, put_total(a) - 1);
+		trace_send_on(e, a, from);
 }
 
 /* This thread's executor, if it is one of rt's; else NULL. */
@@ -187,8 +197,9 @@ static struct cbcmn__exec *exec_here(const struct cbcmn_runtime *rt)
 /* A new message: to the waiting receiver (it waits only when nothing is
  * deliverable), else into the ring.  False: full.  reserved: a message
  * from a lane, whose place was reserved as it was sent. */
-static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__wakes *wl,
-		    bool reserved)
+static inline __attribute__((always_inline)) bool
+put_msg_in(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__wakes *wl,
+	   bool reserved)
 {
 	struct cbcmn__mb_wait *r;
 	if (a->count == 0 && (r = recv_claim(a))) {
@@ -207,6 +218,13 @@ static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbc
 		return true;
 	}
 	return false;
+}
+
+/* Out of line but in mb_send() (put_msg_in(), a hop's every send). */
+static bool put_msg(struct cbcmn__actor *a, const cbcmn_actor_msg *m, struct cbcmn__wakes *wl,
+		    bool reserved)
+{
+	return put_msg_in(a, m, wl, reserved);
 }
 
 /* A wake owed to a's lane senders, by a take on e (NULL: the stall
@@ -1022,8 +1040,8 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	/* Its resume's lines on its stack (cbcmn__actor_resume_hint()),
 	 * counted: the saved registers, the frames between, the buffer. */
 	const char *s0 = (const char *)(h & ~(uintptr_t)63);
-	for (uintptr_t i = 0, n = s0 ? h & 63 : 0; i < n; i++)
-		__builtin_prefetch(s0 + i * 64, 1);
+	if (s0) /* at most CBCMN__RESUME_LINES_MAX lines, 16 */
+		CBCMN__PREFETCH_RANGE(s0, s0 + (h & 63) * 64, 1);
 	/* The record's hop fields, from the waiter to its end, and the
 	 * node's line after it, in an actor's node (iwait.h, struct
 	 * cbcmn__iwkeep): what the claim and the withdrawal write. */
@@ -1212,7 +1230,7 @@ mb_send(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_actor_ref to,
 	struct cbcmn__exec *e = self ? self->exec : exec_here(rt);
 	if (a->stopping) {
 		rc = -ESRCH; /* its mailbox is closed */
-	} else if (put_msg(a, &copy, &wl, false)) {
+	} else if (put_msg_in(a, &copy, &wl, false)) {
 		trace_send(e, a, copy.from);
 	} else {
 		full = true;

@@ -807,8 +807,28 @@ static inline bool cbcmn__is_spare(const struct cbcmn__exec *e)
 enum { CBCMN__GATE_OWNER = 0, CBCMN__GATE_OUT, CBCMN__GATE_RESCUE };
 /* Around a task run of an executor with a wheel: the owner lets go of it,
  * then takes it back, waiting out a rescue (actor_sched.c). */
-void cbcmn__wheel_gate_open(struct cbcmn__exec *e);
-void cbcmn__wheel_gate_close(struct cbcmn__exec *e);
+static inline void cbcmn__wheel_gate_open(struct cbcmn__exec *e)
+{
+	/* release: pairs with the rescuer's acquire: what the owner did to
+	 * the wheel is the rescuer's to see. */
+	atomic_store_explicit(&e->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
+}
+/* cbcmn__wheel_gate_close()'s wait for a rescue under way. */
+void cbcmn__wheel_gate_wait(struct cbcmn__exec *e);
+/* Inline: an actor's direct switch closes it every hop (sched.c,
+ * actor_direct()); a rescue's wait out of line. */
+static inline void cbcmn__wheel_gate_close(struct cbcmn__exec *e)
+{
+	uint32_t s = CBCMN__GATE_OUT;
+	/* acquire: pairs with the rescuer's release of the gate (what it
+	 * took off the wheel is ours to see).  OWNER already: a new thread
+	 * taking over, whose predecessor closed it. */
+	if (atomic_compare_exchange_weak_explicit(&e->wheel_gate, &s, CBCMN__GATE_OWNER,
+						  memory_order_acquire, memory_order_relaxed) ||
+	    s == CBCMN__GATE_OWNER)
+		return;
+	cbcmn__wheel_gate_wait(e);
+}
 /* The stall monitor: move the movable actors off stalled x's wheel to the
  * other executors; how many. */
 uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x);

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "actor.h" /* prefetch_resume(): the sender's prefetch */
 #include "arch.h"
 #include "backend.h"
 #include "clock.h"
@@ -255,6 +256,16 @@ static inline void prefetch_run(const struct cbcmn_task *t)
 
 static inline void prefetch_resume(const struct cbcmn_task *t)
 {
+	/* Fetched already: by the send that wakes it, from the running
+	 * actor, which found t's actor waiting (actor_mbox.c, sending():
+	 * its resume's lines, counted, where these ten are a guess), an
+	 * actor ring's every hop (about 30 instructions). */
+	const struct cbcmn_task *c = cbcmn__tls_exec ? cbcmn__tls_exec->current : NULL;
+	if (c && cbcmn__is_actor_task(c) && cbcmn__is_actor_task(t)) {
+		const struct cbcmn__actor *me = c->arg;
+		if (me->pf_to == t->arg && me->pf_wait)
+			return;
+	}
 	const char *sp = t->sp;
 	for (int i = 0; i < RESUME_LINES; i++)
 		__builtin_prefetch(sp + i * CBCMN__CACHELINE, 1);
