@@ -207,14 +207,14 @@ static inline __attribute__((always_inline)) bool look(struct cbcmn__exec *e)
 	 * if its random draws do. */
 	if (e->rt->lab)
 		return false;
-	/* One in 8: three fresh bits of a draw all zero, 21 looks a draw
-	 * (a stop bit above the bits left): each look as likely and as
-	 * independent as a draw of its own, which cost every wake admitted
-	 * about 20 instructions (docs/BENCHMARKS.md, "Twenty-third session,
-	 * the hop's instructions"). */
-	uint64_t b = e->look_bits;
+	/* One in 8: three fresh bits of a draw all zero, 10 looks a draw
+	 * (its high 31 bits, a stop bit above those left): each look as
+	 * likely and as independent as a draw of its own, which cost every
+	 * wake admitted about 20 instructions (docs/BENCHMARKS.md,
+	 * "Twenty-third session, the hop's instructions"). */
+	uint32_t b = e->look_bits;
 	if (b < 8)
-		b = cbcmn__rng_next(&e->rng) | (uint64_t)1 << 63;
+		b = (uint32_t)(cbcmn__rng_next(&e->rng) >> 33) | (uint32_t)1 << 31;
 	e->look_bits = b >> 3;
 	return (b & 7) == 0;
 }

@@ -458,10 +458,11 @@ struct cbcmn__exec {
 	uint64_t busy_since, busy_tasks;  /* for avg_task_ns */
 	uint64_t window_start, idle_ns;   /* for busy_pct */
 	struct cbcmn__rng rng;
-	/* look()'s draws (actor_sched.c): what is left of one of rng's
-	 * words, 3 bits a look, above a stop bit; below 8, a new word. */
-	uint64_t look_bits;
 	uint32_t rr_next;
+	/* look()'s draws (actor_sched.c): what is left of half a word of
+	 * rng's, 3 bits a look, below a stop bit; below 8, a new word.  In
+	 * rr_next's padding: the fields after it keep their places. */
+	uint32_t look_bits;
 	struct cbcmn__stack_cache stacks;
 	/* A stack kept for a task started only to end (its end calls the
 	 * program back) when no other is left, or NULL; busy while one ends
