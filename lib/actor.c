@@ -246,33 +246,10 @@ void cbcmn__actor_free_cache(struct cbcmn__exec *e)
 	e->nfree_slots = 0;
 }
 
-/* The slot ref names (alive or not: slots outlive their actors), or NULL. */
-static struct cbcmn__actor *slot_of_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
-{
-	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
-	if (!t || cbcmn__ref_gen(ref) == 0 || cbcmn__ref_tag(ref) != t->tag)
-		return NULL;
-	return slot_at(t, cbcmn__ref_index(ref));
-}
-
-struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
-{
-	return slot_of_ref(rt, ref);
-}
-
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref ref)
 {
-	struct cbcmn__actor *a = slot_of_ref(rt, ref);
-	if (!a)
-		return NULL;
-	cbcmn__flock_lock(&a->lock);
-	/* ref is the live actor's, whose generation, tag and index it
-	 * holds, and NONE from its halt on (halt_begin(), with gen's bump):
-	 * the generation check from a hop's line, gen's own being cold. */
-	if (a->state == CBCMN__A_LIVE && a->ref == ref)
-		return a;
-	cbcmn__flock_unlock(&a->lock);
-	return NULL;
+	struct cbcmn__actor *a = cbcmn__actor_slot(rt, ref);
+	return a ? cbcmn__actor_lock_slot(a, ref) : NULL;
 }
 
 /* A link's record naming peer, with the EXIT message it may become. */
@@ -705,17 +682,11 @@ static void home_move(struct cbcmn__actor *a, uint32_t to)
 	atomic_store_explicit(&a->home, to, memory_order_relaxed);
 }
 
-void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
+void cbcmn__actor_home_here(struct cbcmn__actor *a, struct cbcmn__exec *e)
 {
-	struct cbcmn__actor *a = t->arg;
-	/* Only the executor that runs a moves it: no lock unless it moved. */
-	if (cbcmn__actor_home(a) != e->id) {
-		cbcmn__flock_lock(&a->lock);
-		home_move(a, e->id);
-		cbcmn__flock_unlock(&a->lock);
-	}
-	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
-	cbcmn__actor_run_begin(e, a, t);
+	cbcmn__flock_lock(&a->lock);
+	home_move(a, e->id);
+	cbcmn__flock_unlock(&a->lock);
 }
 
 /* ---- public calls ------------------------------------------------------- */

@@ -277,6 +277,7 @@ _Static_assert(sizeof(struct cbcmn__actor) % 64 == 0 && (sizeof(struct cbcmn__ac
  * a frame far up): the frames only. */
 #define CBCMN__RESUME_LINES_MAX 16u
 #define CBCMN__RESUME_LINES_FRAMES 4u
+_Static_assert(CBCMN__RESUME_LINES_MAX <= 16, "sending() prefetches at most 16 lines");
 static inline void *cbcmn__actor_resume_hint(const struct cbcmn__actor *a, const void *sp)
 {
 	const struct cbcmn__mb_wait *w = atomic_load_explicit(&a->receiver, memory_order_relaxed);
@@ -290,13 +291,29 @@ static inline void *cbcmn__actor_resume_hint(const struct cbcmn__actor *a, const
 }
 
 /* Prefetch the lines of [p, end), at most 16, for writing (rw 1) or
- * reading (0): docs/ACTORS.md "Prefetch: the next actor, one hop early". */
-#define CBCMN__PREFETCH_RANGE(p, end, rw)                                         \
-	do {                                                                      \
-		uintptr_t pf_ = (uintptr_t)(p) & ~(uintptr_t)63;                  \
-		uintptr_t pe_ = (uintptr_t)(end);                                 \
-		for (int pk_ = 0; pf_ < pe_ && pk_ < 16; pf_ += 64, pk_++)        \
-			__builtin_prefetch((const void *)pf_, rw);                \
+ * reading (0): docs/ACTORS.md "Prefetch: the next actor, one hop early".
+ * The first four unrolled: every use on a hop spans three or four (the
+ * loop cost about 9 instructions a line, 8 of the hop's lines: docs/
+ * BENCHMARKS.md, "Twenty-third session, the hop's instructions"). */
+#define CBCMN__PREFETCH_RANGE(p, end, rw)                                               \
+	do {                                                                            \
+		uintptr_t pf_ = (uintptr_t)(p) & ~(uintptr_t)63;                        \
+		uintptr_t pe_ = (uintptr_t)(end);                                       \
+		if (pf_ >= pe_)                                                         \
+			break;                                                          \
+		__builtin_prefetch((const void *)pf_, rw);                              \
+		if (pf_ + 64 >= pe_)                                                    \
+			break;                                                          \
+		__builtin_prefetch((const void *)(pf_ + 64), rw);                       \
+		if (pf_ + 128 >= pe_)                                                   \
+			break;                                                          \
+		__builtin_prefetch((const void *)(pf_ + 128), rw);                      \
+		if (pf_ + 192 >= pe_)                                                   \
+			break;                                                          \
+		__builtin_prefetch((const void *)(pf_ + 192), rw);                      \
+		pf_ += 192; /* lines 4 to 15 */                                         \
+		for (int pk_ = 4; (pf_ += 64) < pe_ && pk_ < 16; pk_++)                 \
+			__builtin_prefetch((const void *)pf_, rw);                      \
 	} while (0)
 
 /* Actor x was picked to run: the hop lines of the actor it will likely
@@ -461,8 +478,38 @@ static inline struct cbcmn__actor *cbcmn__actor_caller(struct cbcmn_task *self, 
 /* The slot a names, locked, if a is alive; else NULL (-ESRCH). */
 struct cbcmn__actor *cbcmn__actor_lock_ref(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
 /* The slot a names, alive or not (unlocked), or NULL: a slot outlives its
- * actors, so its atomic fields may be read through a stale reference. */
-struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref a);
+ * actors, so its atomic fields may be read through a stale reference.
+ * Inline: a send looks it up every hop (lane_route()). */
+static inline struct cbcmn__actor *cbcmn__actor_slot(struct cbcmn_runtime *rt, cbcmn_actor_ref a)
+{
+	struct cbcmn__actors *t = atomic_load_explicit(&rt->actors, memory_order_acquire);
+	if (!t || cbcmn__ref_gen(a) == 0 || cbcmn__ref_tag(a) != t->tag)
+		return NULL;
+	uint32_t idx = cbcmn__ref_index(a);
+	/* acquire: pairs with the release of nslots in slot_alloc(): the
+	 * chunk pointer and its initialised slots are seen. */
+	if (idx >= atomic_load_explicit(&t->nslots, memory_order_acquire))
+		return NULL;
+	struct cbcmn__actor *c = atomic_load_explicit(&t->chunk[idx >> CBCMN__ACTOR_CHUNK_SHIFT],
+						      memory_order_relaxed);
+	return &c[idx & (CBCMN__ACTOR_CHUNK - 1)];
+}
+/* cbcmn__actor_lock_ref() for slot s, the one ref names (from
+ * cbcmn__actor_slot(rt, ref), at any time before: slots outlive their
+ * actors): s locked if ref is its live actor's, else NULL.  A send that
+ * looked the slot up already (lane_route()) does not look again. */
+static inline struct cbcmn__actor *cbcmn__actor_lock_slot(struct cbcmn__actor *s,
+							  cbcmn_actor_ref ref)
+{
+	cbcmn__flock_lock(&s->lock);
+	/* ref is the live actor's, whose generation, tag and index it
+	 * holds, and NONE from its halt on (halt_begin(), with gen's bump):
+	 * the generation check from a hop's line, gen's own being cold. */
+	if (s->state == CBCMN__A_LIVE && s->ref == ref)
+		return s;
+	cbcmn__flock_unlock(&s->lock);
+	return NULL;
+}
 
 /* A spawn with what supervisors need (actor_sup.c).  contained: the halt
  * reason reaches the monitors only (the nursery sees 0, so a crash cancels
@@ -525,9 +572,9 @@ int cbcmn__hnd_start(cbcmn_cx *cx, cbcmn_nursery *n, struct cbcmn__actor *a, cbc
  * host run it once the lock is dropped (cbcmn__wakes_run()). */
 void cbcmn__hnd_note(struct cbcmn__actor *a, struct cbcmn__wakes *wl);
 
-/* actor_sched.c: actor task t begins a run (its quantum left, the clock). */
-void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
-			    const struct cbcmn_task *t);
+/* actor.c: a, about to run on e, another executor than its home: its
+ * home and gauges move there (cbcmn__actor_run(), actor_sched.c). */
+void cbcmn__actor_home_here(struct cbcmn__actor *a, struct cbcmn__exec *e);
 
 /* actor_mbox.c: sends over the lanes.  Set a's lanes word at spawn (its
  * generation and ring set; locked); open it as its task starts (not

@@ -145,13 +145,19 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 
 /* A node is about to enter aw's wheel (now: the clock, 0 if not read yet):
  * an empty wheel first counts the time it stood empty as idle turns. */
-static void entering(struct cbcmn__exec *e, struct cbcmn__awheel *aw, uint64_t now)
+static inline __attribute__((always_inline)) void entering(struct cbcmn__exec *e,
+							    struct cbcmn__awheel *aw, uint64_t now)
 {
 	if (cbcmn__wheel_ready(&aw->w))
 		return;
 	cbcmn__wheel_idle(&aw->w, now ? now : clock_ns());
 	aw->busy_turn = aw->w.turns;
-	publish(e, aw, false);
+	/* Published as take() publishes: at a turn's change, or the idle
+	 * stamp to clear.  Not at every entry into the empty wheel (an
+	 * actor's direct switch: every hop of a ring), whose only news then
+	 * was the quantum's time, which take() leaves to the turn too. */
+	if (aw->idle_published || aw->w.turns != aw->turns_published)
+		publish(e, aw, false);
 }
 
 /* The wheel's next actor task, or NULL when it is empty.  now: the
@@ -194,11 +200,23 @@ bool cbcmn__actor_wheel_ready(const struct cbcmn__exec *e)
  * yields its actors in a fixed cycle, so that the same few were always
  * the ones looked at (with 32 actors, 4 of them: found when those were
  * all posse members and nothing ever moved). */
-static bool look(struct cbcmn__exec *e)
+_Static_assert(MIGRATE_EVERY == 8u, "look() draws 3 bits a look");
+static inline __attribute__((always_inline)) bool look(struct cbcmn__exec *e)
 {
 	/* Never in the lab (nothing moves there), whose runs repeat only
 	 * if its random draws do. */
-	return !e->rt->lab && cbcmn__rng_below(&e->rng, MIGRATE_EVERY) == 0;
+	if (e->rt->lab)
+		return false;
+	/* One in 8: three fresh bits of a draw all zero, 10 looks a draw
+	 * (its high 31 bits, a stop bit above those left): each look as
+	 * likely and as independent as a draw of its own, which cost every
+	 * wake admitted about 20 instructions (docs/BENCHMARKS.md,
+	 * "Twenty-third session, the hop's instructions"). */
+	uint32_t b = e->look_bits;
+	if (b < 8)
+		b = (uint32_t)(cbcmn__rng_next(&e->rng) >> 33) | (uint32_t)1 << 31;
+	e->look_bits = b >> 3;
+	return (b & 7) == 0;
 }
 
 /* Should actor task t, ready on e, go to a less loaded executor (seed 003
@@ -311,21 +329,33 @@ static bool migrate(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcm
 	return o && hand_over(e, aw, a, t, o, now, 1);
 }
 
-/* cbcmn__actor_admit() on aw; now: the clock, 0 if not read yet. */
-static void admit(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn_task *t,
-		  uint64_t now)
+/* admit()'s look at migration for t's actor a, woken after a wait (the
+ * seed's third case: an idle actor that just became runnable, cold
+ * anyway): it may go where the load is lower instead, looked at as a
+ * yield is (look()).  True: handed over, on its way there.  *now: the
+ * clock, read here if 0 and needed. */
+static __attribute__((noinline)) bool admit_move(struct cbcmn__exec *e, struct cbcmn__awheel *aw,
+						 struct cbcmn__actor *a, struct cbcmn_task *t,
+						 uint64_t *now)
 {
-	struct cbcmn__actor *a = t->arg;
-	/* Woken after a wait (the seed's third case: an idle actor that
-	 * just became runnable, cold anyway): it may go where the load is
-	 * lower instead, looked at as a yield is (look()). */
-	if (a->park_exec && !a->migrated && look(e)) {
-		if (!now)
-			now = clock_ns();
-		struct cbcmn__exec *o = move_to(e, aw, a, t, now);
-		if (o && hand_over(e, aw, a, t, o, now, 3))
-			return; /* taken care of: on its way there */
-	}
+	if (!*now)
+		*now = clock_ns();
+	struct cbcmn__exec *o = move_to(e, aw, a, t, *now);
+	return o && hand_over(e, aw, a, t, o, *now, 3);
+}
+
+static inline __attribute__((always_inline)) bool admit_moved(struct cbcmn__exec *e,
+							      struct cbcmn__awheel *aw,
+							      struct cbcmn__actor *a,
+							      struct cbcmn_task *t, uint64_t *now)
+{
+	return a->park_exec && !a->migrated && look(e) && admit_move(e, aw, a, t, now);
+}
+
+/* admit()'s entry into aw's wheel, after the look. */
+static void admit_rest(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn__actor *a,
+		       struct cbcmn_task *t, uint64_t now)
+{
 	entering(e, aw, now);
 	a->task = t;
 	if (a->migrated)
@@ -336,6 +366,16 @@ static void admit(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn_
 		cbcmn__wheel_ran(&aw->w, &a->wn, 0); /* new, or from elsewhere: next segment */
 	a->park_exec = 0;
 	a->migrated = false;
+}
+
+/* cbcmn__actor_admit() on aw; now: the clock, 0 if not read yet. */
+static void admit(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct cbcmn_task *t,
+		  uint64_t now)
+{
+	struct cbcmn__actor *a = t->arg;
+	if (admit_moved(e, aw, a, t, &now))
+		return; /* taken care of: on its way there */
+	admit_rest(e, aw, a, t, now);
 }
 
 bool cbcmn__actor_admit(struct cbcmn__exec *e, struct cbcmn_task *t)
@@ -357,8 +397,8 @@ struct cbcmn_task *cbcmn__actor_after(struct cbcmn__exec *e, struct cbcmn_task *
 	return take(e, aw, 0);
 }
 
-void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
-			    const struct cbcmn_task *t)
+static inline void run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
+			     const struct cbcmn_task *t)
 {
 	struct cbcmn__awheel *aw = e->wheel;
 	a->run_left = quantum_left(t);
@@ -368,6 +408,19 @@ void cbcmn__actor_run_begin(struct cbcmn__exec *e, struct cbcmn__actor *a,
 	} else {
 		a->run_t0 = clock_ns();
 	}
+}
+
+/* Actor task t begins a run on e: its home moves here if it was
+ * elsewhere (only the executor that runs it moves it: no lock unless it
+ * moved), then its quantum left and the clock (run_begin()).  Here, not
+ * in actor.c: one call a run, not two. */
+void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
+{
+	struct cbcmn__actor *a = t->arg;
+	if (__builtin_expect(cbcmn__actor_home(a) != e->id, 0))
+		cbcmn__actor_home_here(a, e);
+	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
+	run_begin(e, a, t);
 }
 
 /* What a's run that ends now used of its quantum, and how long it took
@@ -479,6 +532,30 @@ bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbc
 	uint64_t now = clock_ns();
 	park(e, aw, a, t, now);
 	aw->parked = a;
+	struct cbcmn__actor *b = n->arg;
+	/* Woken after a wait here, not migrated, the wheel empty: admit()
+	 * and take() in one, the wheel's steps without its lists
+	 * (cbcmn__wheel_woken_pick()), the rest as they do it. */
+	if (b->park_exec == e->id + 1 && !b->migrated && !cbcmn__wheel_ready(&aw->w)) {
+		if (admit_moved(e, aw, b, n, &now))
+			return false; /* on its way there */
+		if (b->park_exec != e->id + 1) { /* a hand-over refused: next segment */
+			admit_rest(e, aw, b, n, now);
+			return cbcmn__wheel_ready(&aw->w) && take(e, aw, now) == n;
+		}
+		entering(e, aw, now);
+		b->task = n;
+		uint32_t q;
+		cbcmn__wheel_woken_pick(&aw->w, &b->wn, b->park_due, b->park_left, now, &q);
+		b->park_exec = 0;
+		if (aw->w.turns != aw->turns_published)
+			publish(e, aw, false);
+		aw->wheel_next = false;
+		aw->picked = b;
+		aw->picked_ns = now;
+		cbcmn__actor_predict(b);
+		return true;
+	}
 	admit(e, aw, n, now);
 	/* n alone on the wheel, unless a migration handed it over. */
 	return cbcmn__wheel_ready(&aw->w) && take(e, aw, now) == n;
@@ -494,14 +571,7 @@ bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbc
  * task, back after it), and the stall monitor may take it meanwhile (OUT ->
  * RESCUE -> OUT) to move the actors elsewhere.  Cost: a store and a
  * compare-and-swap per run, on executors with a wheel only. */
-void cbcmn__wheel_gate_open(struct cbcmn__exec *e)
-{
-	/* release: pairs with the rescuer's acquire: what the owner did to
-	 * the wheel is the rescuer's to see. */
-	atomic_store_explicit(&e->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
-}
-
-void cbcmn__wheel_gate_close(struct cbcmn__exec *e)
+void cbcmn__wheel_gate_wait(struct cbcmn__exec *e)
 {
 	for (;;) {
 		uint32_t s = CBCMN__GATE_OUT;

@@ -107,11 +107,8 @@ static void load_sample(struct cbcmn__wheel *w, uint64_t turn_ns)
 /* The wheel is empty: the time since the last turn ended counts as idle
  * turns of nominal length, each a sample of 0 (seed: load falls as the
  * executor idles, with no timer to say so). */
-void cbcmn__wheel_idle(struct cbcmn__wheel *w, uint64_t now)
+void cbcmn__wheel_idle_turns(struct cbcmn__wheel *w, uint64_t now, uint64_t nominal)
 {
-	uint64_t nominal = nominal_turn(w);
-	if (!nominal || now < w->turn_start || now - w->turn_start < nominal)
-		return;
 	uint64_t k = (now - w->turn_start) / nominal;
 	w->turn_start += k * nominal;
 	w->turn_used = w->turn_run_ns = 0; /* a turn's runs, not an idle spell's */
@@ -131,16 +128,6 @@ void cbcmn__wheel_init(struct cbcmn__wheel *w, uint32_t quantum, uint64_t now)
 	memset(w, 0, sizeof(*w));
 	w->quantum = quantum ? quantum : 1;
 	w->turn_start = now;
-}
-
-uint32_t cbcmn__wheel_forward(const struct cbcmn__wheel *w, uint32_t used)
-{
-	if (used >= w->quantum)
-		return CBCMN__WHEEL_FORWARD;
-	uint32_t f = (uint32_t)((uint64_t)CBCMN__WHEEL_FORWARD * used / w->quantum);
-	/* At least one: the current segment is being served, a node put
-	 * there would wait a whole turn. */
-	return f ? f : 1;
 }
 
 void cbcmn__wheel_timed(struct cbcmn__wheel *w, uint32_t used, uint64_t ns)
@@ -168,11 +155,6 @@ void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint3
 {
 	n->left = w->quantum;
 	seg_put(w, n, (w->cur + cbcmn__wheel_forward(w, used)) % SEGS, CBCMN__WN_RUN);
-}
-
-uint64_t cbcmn__wheel_parked(const struct cbcmn__wheel *w, uint32_t used)
-{
-	return w->pos + cbcmn__wheel_forward(w, used);
 }
 
 void cbcmn__wheel_woken(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint64_t due,
@@ -278,4 +260,34 @@ struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now
 		w->pos += d;
 		turn_to(w, (w->cur + d) % SEGS);
 	}
+}
+
+struct cbcmn__wheel_node *cbcmn__wheel_woken_pick(struct cbcmn__wheel *w,
+						  struct cbcmn__wheel_node *n, uint64_t due,
+						  uint32_t left, uint64_t now, uint32_t *quantum)
+{
+	if (__builtin_expect(w->busy || w->first.head, 0)) {
+		cbcmn__wheel_woken(w, n, due, left);
+		return cbcmn__wheel_pick(w, now, quantum);
+	}
+	n->left = left && left <= w->quantum ? left : w->quantum;
+	if (due > w->pos && due - w->pos < SEGS) {
+		/* Into segment s's idle set, the only busy one: the pick turns
+		 * d segments on, to s (cur itself would be a whole turn), its
+		 * idle node first, and takes it; s is empty again. */
+		uint32_t s = (uint32_t)(due % SEGS);
+		uint32_t d = (s + SEGS - (w->cur + 1) % SEGS) % SEGS + 1;
+		if (w->cur + d >= SEGS) {
+			load_sample(w, cbcmn__ns_since(now, w->turn_start));
+			w->turn_start = now;
+		}
+		w->pos += d;
+		w->cur = s;
+		n->seg = s;
+	}
+	/* Else first, the pick's at once. */
+	n->where = CBCMN__WN_NONE;
+	n->prev = n->next = NULL;
+	*quantum = n->left;
+	return n;
 }

@@ -86,7 +86,15 @@ struct cbcmn__wheel_node *cbcmn__wheel_take_if(struct cbcmn__wheel *w,
 
 /* Segments forward for a node that used `used` checkpoints of its quantum:
  * N if it used it all, else max(1, N * used / quantum). */
-uint32_t cbcmn__wheel_forward(const struct cbcmn__wheel *w, uint32_t used);
+static inline uint32_t cbcmn__wheel_forward(const struct cbcmn__wheel *w, uint32_t used)
+{
+	if (used >= w->quantum)
+		return CBCMN__WHEEL_FORWARD;
+	uint32_t f = (uint32_t)((uint64_t)CBCMN__WHEEL_FORWARD * used / w->quantum);
+	/* At least one: the current segment is being served, a node put
+	 * there would wait a whole turn. */
+	return f ? f : 1;
+}
 
 /* A run took ns of the clock for used checkpoints: the quantum time's
  * average (the load's nominal turn) learns from it. */
@@ -99,13 +107,25 @@ void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint3
 
 /* A node blocked after using `used` checkpoints: the position it is due
  * at, pos + cbcmn__wheel_forward(used) (for cbcmn__wheel_woken()). */
-uint64_t cbcmn__wheel_parked(const struct cbcmn__wheel *w, uint32_t used);
+static inline uint64_t cbcmn__wheel_parked(const struct cbcmn__wheel *w, uint32_t used)
+{
+	return w->pos + cbcmn__wheel_forward(w, used);
+}
 
 /* A node that blocked on this wheel, due at position due, was woken with
  * `left` checkpoints of its quantum kept: into the idle set of its
  * segment if that is still ahead, else first. */
 void cbcmn__wheel_woken(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint64_t due,
 			uint32_t left);
+
+/* cbcmn__wheel_woken(w, n, due, left), then cbcmn__wheel_pick(w, now,
+ * quantum), which takes n, on a wheel that held nothing: the same steps
+ * (the turn to n's segment, the load's sample if a turn completes), not
+ * through the lists (an actor's direct switch, every hop of a ring).  On
+ * a wheel that holds a node, the two calls. */
+struct cbcmn__wheel_node *cbcmn__wheel_woken_pick(struct cbcmn__wheel *w,
+						  struct cbcmn__wheel_node *n, uint64_t due,
+						  uint32_t left, uint64_t now, uint32_t *quantum);
 
 /* Does the wheel hold a node? */
 static inline bool cbcmn__wheel_ready(const struct cbcmn__wheel *w)
@@ -117,7 +137,16 @@ static inline bool cbcmn__wheel_ready(const struct cbcmn__wheel *w)
  * turns (each decays the load), as cbcmn__wheel_pick() does when it finds
  * nothing.  Call it before a node enters an empty wheel, so that a long
  * idle spell is not measured as one long turn. */
-void cbcmn__wheel_idle(struct cbcmn__wheel *w, uint64_t now);
+void cbcmn__wheel_idle_turns(struct cbcmn__wheel *w, uint64_t now, uint64_t nominal);
+/* Inline the look (an actor's direct switch enters the empty wheel every
+ * hop, mostly within a turn): the turns out of line. */
+static inline void cbcmn__wheel_idle(struct cbcmn__wheel *w, uint64_t now)
+{
+	uint64_t nominal = (uint64_t)CBCMN__WHEEL_SEGS * w->quantum_ns; /* a nominal turn */
+	if (!nominal || now < w->turn_start || now - w->turn_start < nominal)
+		return;
+	cbcmn__wheel_idle_turns(w, now, nominal);
+}
 
 /* The next node to run and its quantum (*quantum), or NULL when the wheel
  * holds nothing runnable; now: the clock, for the load. */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "actor.h" /* cbcmn__task_cancelled_here() */
 #include "iwait.h"
 
 void cbcmn__iwait_reg_init(struct cbcmn__iwait_reg *r)
@@ -434,7 +435,7 @@ static inline __attribute__((always_inline)) bool block_begin(struct cbcmn_task 
 	 * taken, or before its fence that pairs with our cell_use() (a local
 	 * wait: before it pushed our cell, which our executor looks at only
 	 * after running us): we see it here and claim the wait ourselves. */
-	if (cbcmn__task_cancelled(self)) {
+	if (cbcmn__task_cancelled_here(self)) { /* a fiber actor's inline */
 		uint32_t s = CBCMN__IW_WAITING;
 		if (atomic_compare_exchange_strong_explicit(&iw->state, &s, CBCMN__IW_CANCELLED,
 							    memory_order_acq_rel,

@@ -459,6 +459,10 @@ struct cbcmn__exec {
 	uint64_t window_start, idle_ns;   /* for busy_pct */
 	struct cbcmn__rng rng;
 	uint32_t rr_next;
+	/* look()'s draws (actor_sched.c): what is left of half a word of
+	 * rng's, 3 bits a look, below a stop bit; below 8, a new word.  In
+	 * rr_next's padding: the fields after it keep their places. */
+	uint32_t look_bits;
 	struct cbcmn__stack_cache stacks;
 	/* A stack kept for a task started only to end (its end calls the
 	 * program back) when no other is left, or NULL; busy while one ends
@@ -745,6 +749,26 @@ static inline struct cbcmn__exec *cbcmn__waker_here(struct cbcmn__exec *e)
 {
 	return e == cbcmn__tls_exec ? e : NULL;
 }
+/* cbcmn__gauge_up() and cbcmn__gauge_down() (diag.h) with their common
+ * case inline, e the calling thread's own executor (and for the end, the
+ * begin's home): the owner's single-writer bump.  A task's block and its
+ * wake count one each, every hop of an actor ring (about 20 instructions
+ * of calls and checks a hop out of line). */
+static inline void cbcmn__gauge_up_here(struct cbcmn_runtime *rt, struct cbcmn__exec *e, int g)
+{
+	if (e && e == cbcmn__tls_exec)
+		cbcmn__diag_bump(&e->diag.up[g], memory_order_relaxed);
+	else
+		(void)cbcmn__gauge_up(rt, e, g);
+}
+static inline void cbcmn__gauge_down_here(struct cbcmn_runtime *rt, struct cbcmn__exec *e,
+					  uint32_t home, int g)
+{
+	if (e && e == cbcmn__tls_exec && home == e->id && e->rt == rt)
+		cbcmn__diag_bump(&e->diag.down[g], memory_order_release);
+	else
+		cbcmn__gauge_down(rt, e, home, g);
+}
 /* The waker a call by task self names (NULL: a thread outside): its own
  * executor, where a woken task lands in the next-task slot and runs as
  * soon as self blocks or yields; cbcmn__waker_here() decides, where the
@@ -784,8 +808,28 @@ static inline bool cbcmn__is_spare(const struct cbcmn__exec *e)
 enum { CBCMN__GATE_OWNER = 0, CBCMN__GATE_OUT, CBCMN__GATE_RESCUE };
 /* Around a task run of an executor with a wheel: the owner lets go of it,
  * then takes it back, waiting out a rescue (actor_sched.c). */
-void cbcmn__wheel_gate_open(struct cbcmn__exec *e);
-void cbcmn__wheel_gate_close(struct cbcmn__exec *e);
+static inline void cbcmn__wheel_gate_open(struct cbcmn__exec *e)
+{
+	/* release: pairs with the rescuer's acquire: what the owner did to
+	 * the wheel is the rescuer's to see. */
+	atomic_store_explicit(&e->wheel_gate, CBCMN__GATE_OUT, memory_order_release);
+}
+/* cbcmn__wheel_gate_close()'s wait for a rescue under way. */
+void cbcmn__wheel_gate_wait(struct cbcmn__exec *e);
+/* Inline: an actor's direct switch closes it every hop (sched.c,
+ * actor_direct()); a rescue's wait out of line. */
+static inline void cbcmn__wheel_gate_close(struct cbcmn__exec *e)
+{
+	uint32_t s = CBCMN__GATE_OUT;
+	/* acquire: pairs with the rescuer's release of the gate (what it
+	 * took off the wheel is ours to see).  OWNER already: a new thread
+	 * taking over, whose predecessor closed it. */
+	if (atomic_compare_exchange_weak_explicit(&e->wheel_gate, &s, CBCMN__GATE_OWNER,
+						  memory_order_acquire, memory_order_relaxed) ||
+	    s == CBCMN__GATE_OWNER)
+		return;
+	cbcmn__wheel_gate_wait(e);
+}
 /* The stall monitor: move the movable actors off stalled x's wheel to the
  * other executors; how many. */
 uint32_t cbcmn__actor_wheel_rescue(struct cbcmn__exec *x);

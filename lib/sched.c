@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "actor.h" /* prefetch_resume(): the sender's prefetch */
 #include "arch.h"
 #include "backend.h"
 #include "clock.h"
@@ -255,6 +256,16 @@ static inline void prefetch_run(const struct cbcmn_task *t)
 
 static inline void prefetch_resume(const struct cbcmn_task *t)
 {
+	/* Fetched already: by the send that wakes it, from the running
+	 * actor, which found t's actor waiting (actor_mbox.c, sending():
+	 * its resume's lines, counted, where these ten are a guess), an
+	 * actor ring's every hop (about 30 instructions). */
+	const struct cbcmn_task *c = cbcmn__tls_exec ? cbcmn__tls_exec->current : NULL;
+	if (c && cbcmn__is_actor_task(c) && cbcmn__is_actor_task(t)) {
+		const struct cbcmn__actor *me = c->arg;
+		if (me->pf_to == t->arg && me->pf_wait)
+			return;
+	}
 	const char *sp = t->sp;
 	for (int i = 0; i < RESUME_LINES; i++)
 		__builtin_prefetch(sp + i * CBCMN__CACHELINE, 1);
@@ -1041,7 +1052,7 @@ static void run_post(struct cbcmn__exec *e)
 		uint32_t s = CBCMN__T_PARKING;
 		/* Counted blocked before the CAS publishes it to the waker,
 		 * whose uncount (below) the CAS orders after ours (diag.h). */
-		cbcmn__gauge_up(e->rt, e, p->wait_kind);
+		cbcmn__gauge_up_here(e->rt, e, p->wait_kind);
 		bool actor_p = cbcmn__is_actor_task(p);
 		struct cbcmn__actor *a = NULL;
 		if (__builtin_expect(actor_p, 0)) {
@@ -1502,7 +1513,7 @@ static void wake_ready(struct cbcmn_task *t, struct cbcmn__exec *waker)
 		     rt->seg.rt_id);
 	/* It blocked on t->exec, which counted it (run_task); stable until
 	 * we schedule it. */
-	cbcmn__gauge_down(rt, waker, t->exec->id, t->wait_kind);
+	cbcmn__gauge_down_here(rt, waker, t->exec->id, t->wait_kind);
 	if (__builtin_expect(cbcmn__is_actor_task(t), 0))
 		cbcmn__actor_waits(t->exec, -1);
 	cbcmn__schedule(rt, t, waker);

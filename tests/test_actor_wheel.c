@@ -172,6 +172,82 @@ static void test_load_is_turn_length_over_nominal(void **state)
 	assert_true(w.load_milli < 10);
 }
 
+/* An actor's direct switch admits its woken node to the empty wheel and
+ * picks it at once: cbcmn__wheel_woken_pick() does that without the
+ * lists, and must leave the wheel as cbcmn__wheel_woken() and then
+ * cbcmn__wheel_pick() leave it (the turn, the position, the load and its
+ * samples, the node's quantum), every hop, whether the due position is
+ * ahead (its segment) or past (first), across completed turns. */
+static void test_woken_pick_on_the_empty_wheel_is_woken_then_pick(void **state)
+{
+	(void)state;
+	struct cbcmn__wheel a, b;
+	struct cbcmn__wheel_node na = {0}, nb = {0};
+	cbcmn__wheel_init(&a, Q, 1000);
+	cbcmn__wheel_init(&b, Q, 1000);
+	uint64_t now = 1000, x = 88172645463325252ull;
+	uint32_t ahead = 0, past = 0, turned = 0;
+	for (int i = 0; i < 20000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		uint32_t used = (uint32_t)(x % (2 * Q)); /* over the quantum at times */
+		uint64_t ns = 1 + (x >> 20) % (4 * QNS);
+		cbcmn__wheel_timed(&a, used, ns);
+		cbcmn__wheel_timed(&b, used, ns);
+		uint64_t due = cbcmn__wheel_parked(&a, used);
+		assert_int_equal(due, cbcmn__wheel_parked(&b, used));
+		if ((x >> 40) % 7 == 0) /* woken late: its position passed */
+			due = a.pos > 3 ? a.pos - (x >> 44) % 4 : 0;
+		uint32_t left = used < Q ? Q - used : 0;
+		now += ns + (x >> 50) % (QNS * 70); /* now and then a whole turn idle */
+		cbcmn__wheel_idle(&a, now);
+		cbcmn__wheel_idle(&b, now);
+		uint64_t turns = a.turns;
+		bool in_seg = due > a.pos && due - a.pos < CBCMN__WHEEL_SEGS;
+		ahead += in_seg;
+		past += !in_seg;
+		uint32_t qa = 0, qb = 0;
+		assert_ptr_equal(cbcmn__wheel_woken_pick(&a, &na, due, left, now, &qa), &na);
+		cbcmn__wheel_woken(&b, &nb, due, left);
+		assert_ptr_equal(cbcmn__wheel_pick(&b, now, &qb), &nb);
+		turned += a.turns != turns;
+		assert_int_equal(qa, qb);
+		assert_int_equal(a.cur, b.cur);
+		assert_int_equal(a.pos, b.pos);
+		assert_int_equal(a.busy, 0);
+		assert_int_equal(b.busy, 0);
+		assert_null(a.first.head);
+		assert_null(b.first.head);
+		assert_int_equal(a.turn_start, b.turn_start);
+		assert_int_equal(a.quantum_ns, b.quantum_ns);
+		assert_int_equal(a.load_milli, b.load_milli);
+		assert_int_equal(a.turns, b.turns);
+		assert_int_equal(a.turn_used, b.turn_used);
+		assert_int_equal(a.turn_run_ns, b.turn_run_ns);
+		assert_int_equal(a.prev_sample[0], b.prev_sample[0]);
+		assert_int_equal(a.prev_sample[1], b.prev_sample[1]);
+		assert_int_equal(a.nsample, b.nsample);
+		assert_int_equal(na.where, nb.where);
+		assert_int_equal(na.where, CBCMN__WN_NONE);
+		assert_int_equal(na.left, nb.left);
+		assert_null(na.prev);
+		assert_null(na.next);
+		if (in_seg)
+			assert_int_equal(na.seg, nb.seg);
+	}
+	/* Both cases and the turns' ends were taken. */
+	assert_true(ahead > 1000 && past > 1000 && turned > 100);
+
+	/* A wheel that holds a node: the two calls, in order (the held node
+	 * first, then the woken one's turn). */
+	struct cbcmn__wheel_node other = {0};
+	cbcmn__wheel_ran(&a, &other, 0);
+	uint32_t q;
+	assert_ptr_equal(cbcmn__wheel_woken_pick(&a, &na, a.pos + 2, Q / 2, now, &q), &other);
+	assert_int_equal(na.where, CBCMN__WN_IDLE);
+	assert_ptr_equal(cbcmn__wheel_pick(&a, now, &q), &na);
+	assert_int_equal(q, Q / 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -180,6 +256,7 @@ int main(void)
 		cmocka_unit_test(test_idle_woken_before_its_segment_runs_there_with_what_it_kept),
 		cmocka_unit_test(test_idle_past_its_segment_runs_first),
 		cmocka_unit_test(test_load_is_turn_length_over_nominal),
+		cmocka_unit_test(test_woken_pick_on_the_empty_wheel_is_woken_then_pick),
 	};
 	return cmocka_run_group_tests_name("actor_wheel", tests, NULL, NULL);
 }
