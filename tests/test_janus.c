@@ -315,6 +315,46 @@ static void test_isolated_scheduler(void **state)
 	janus_scheduler_shutdown(NULL); /* harmless */
 }
 
+/* A scheduler handle is a plain pointer: a second shutdown, a nursery on
+ * a scheduler shut down, and a pointer that never was one are refused
+ * (nothing done, NULL), never used (they read freed memory, and a zeroed
+ * block crashed in the shutdown, before: attack23). */
+static int64_t seven(void *arg)
+{
+	(void)arg;
+	return 7;
+}
+
+static void test_stale_and_bogus_scheduler_handles_are_refused(void **state)
+{
+	(void)state;
+	static _Alignas(64) unsigned char junk[16384]; /* zeroed: no scheduler */
+	assert_null(janus_scheduler_nursery_create(junk));
+	janus_scheduler_shutdown(junk);
+	void *s = janus_scheduler_create((SchedulerConfig){.worker_count = 2});
+	assert_non_null(s);
+	assert_non_null(janus_scheduler_nursery_create(s));
+	assert_int_equal(janus_nursery_spawn(seven, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	janus_scheduler_shutdown(s);
+	janus_scheduler_shutdown(s); /* again: nothing */
+	assert_null(janus_scheduler_nursery_create(s));
+	assert_int_equal(janus_nursery_spawn(seven, NULL), -1); /* no nursery */
+	/* A live one is still found among others. */
+	void *a = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	void *b = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	assert_non_null(a);
+	assert_non_null(b);
+	janus_scheduler_shutdown(a);
+	assert_null(janus_scheduler_nursery_create(a));
+	assert_non_null(janus_scheduler_nursery_create(b));
+	assert_int_equal(janus_nursery_spawn(seven, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	janus_scheduler_shutdown(b);
+	janus_scheduler_shutdown(a);
+	janus_scheduler_shutdown(b);
+}
+
 /* -3: a child that runs out of budget nobody recharges. */
 static int64_t endless_checks(void *arg)
 {
@@ -602,6 +642,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nested_per_task_stacks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_yield_outside_a_task, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_isolated_scheduler, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stale_and_bogus_scheduler_handles_are_refused, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_budget_exceeded_is_minus_3, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_get_and_recharge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auto_init, setup, teardown),
