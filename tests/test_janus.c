@@ -59,6 +59,47 @@ static int teardown(void **state)
 	return janus_rt_get() == NULL ? 0 : -1;
 }
 
+/* Isolated schedulers made on four threads at once, the process's first
+ * runtimes (this test runs first, without setup): before, their creates
+ * raced on stack.c's lazily set page size, a plain static (TSan: a data
+ * race, the suite fails; attack23). */
+static pthread_barrier_t first_barrier;
+
+static int64_t first_child(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static void *first_maker(void *arg)
+{
+	(void)arg;
+	pthread_barrier_wait(&first_barrier);
+	void *s = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	long r = -100;
+	if (s && janus_scheduler_nursery_create(s)) {
+		janus_nursery_spawn(first_child, NULL);
+		r = janus_nursery_await_all();
+	}
+	janus_scheduler_shutdown(s);
+	return (void *)r;
+}
+
+static void test_first_schedulers_made_on_threads_at_once(void **state)
+{
+	(void)state;
+	pthread_t th[4];
+	assert_int_equal(pthread_barrier_init(&first_barrier, NULL, 4), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, first_maker, NULL), 0);
+	for (int i = 0; i < 4; i++) {
+		void *r;
+		pthread_join(th[i], &r);
+		assert_int_equal((long)r, JANUS_OK);
+	}
+	pthread_barrier_destroy(&first_barrier);
+}
+
 /* SPEC-021 §2.7.1, through the C exports. */
 static void test_isolated_style_usage(void **state)
 {
@@ -629,6 +670,7 @@ static void test_spec021_program_with_defaults(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_first_schedulers_made_on_threads_at_once), /* first */
 		cmocka_unit_test_setup_teardown(test_isolated_style_usage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_child_failure_code, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_panic_is_minus_2, setup, teardown),
