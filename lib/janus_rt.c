@@ -324,12 +324,56 @@ void *janus_nursery_create(void)
 	return rn;
 }
 
+/* The isolated runtimes janus_scheduler_create(_ex) made and no shutdown
+ * has taken yet, under global_lock: a handle is a plain pointer, so a
+ * second shutdown, a nursery on a runtime shut down, or a pointer that
+ * was never a scheduler is found out here (nothing done, NULL) instead of
+ * used freed. */
+typedef struct SchedEntry {
+	struct cbcmn_runtime *rt;
+	struct SchedEntry *next;
+} SchedEntry;
+static SchedEntry *scheds;
+
+/* Under global_lock: rt's entry's link, or NULL. */
+static SchedEntry **sched_find(const void *rt)
+{
+	for (SchedEntry **pp = &scheds; *pp; pp = &(*pp)->next)
+		if ((*pp)->rt == rt)
+			return pp;
+	return NULL;
+}
+
+/* A new isolated runtime, listed; destroyed (-ENOMEM) if no entry fits. */
+static int sched_add(struct cbcmn_runtime *rt)
+{
+	SchedEntry *se = malloc(sizeof(*se));
+	if (!se) {
+		cbcmn_runtime_destroy(rt);
+		return -ENOMEM;
+	}
+	se->rt = rt;
+	cbcmn__mutex_lock(&global_lock);
+	se->next = scheds;
+	scheds = se;
+	cbcmn__mutex_unlock(&global_lock);
+	return 0;
+}
+
 void *janus_scheduler_nursery_create(void *scheduler)
 {
 	/* A task uses janus_nursery_create(): its own runtime, its own stack. */
 	if (!scheduler || current_task())
 		return NULL;
-	return nursery_push(scheduler, NULL);
+	/* Opened under global_lock, which a shutdown takes the runtime out
+	 * under: the shutdown then waits for this nursery, or came first and
+	 * the handle is refused. */
+	cbcmn__mutex_lock(&global_lock);
+	bool live = scheduler == (void *)atomic_load_explicit(&GLOBAL_RT, memory_order_relaxed) ||
+		    sched_find(scheduler);
+	void *rn = live ? nursery_push(scheduler, NULL) : NULL;
+	cbcmn__mutex_unlock(&global_lock);
+	return rn;
 }
 
 /* Spawn into the current nursery; form is CBCMN__TF_ABI and the bits
@@ -441,6 +485,8 @@ void *janus_scheduler_create(SchedulerConfig config)
 {
 	struct cbcmn_runtime *rt;
 	int rc = rt_create_rc(&config, &rt);
+	if (rc == 0)
+		rc = sched_add(rt);
 	return rc ? create_failed(rc) : rt;
 }
 
@@ -451,6 +497,8 @@ void *janus_scheduler_create_ex(const SchedulerConfigEx *config)
 	int rc = config_from_ex(config, &cfg);
 	if (rc == 0)
 		rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc == 0)
+		rc = sched_add(rt);
 	return rc ? create_failed(rc) : rt;
 }
 
@@ -464,10 +512,28 @@ void janus_scheduler_shutdown(void *scheduler)
 	/* The global runtime (janus_rt_get()) is shut down as janus_rt_shutdown
 	 * does: destroyed behind GLOBAL_RT, the next janus call would use it
 	 * freed. */
-	if (scheduler && scheduler == (void *)atomic_load_explicit(&GLOBAL_RT, memory_order_acquire))
+	if (scheduler && scheduler == (void *)atomic_load_explicit(&GLOBAL_RT, memory_order_acquire)) {
 		scheduler = global_take(scheduler);
-	if (scheduler && !cbcmn__on_runtime_thread(scheduler))
+		if (scheduler)
+			rt_destroy_wait(scheduler);
+		return;
+	}
+	/* An isolated one is taken off the list first: a second shutdown, or
+	 * a pointer that is no scheduler, finds nothing and does nothing.
+	 * One of its own tasks (or its pool) leaves it listed. */
+	if (!scheduler)
+		return;
+	cbcmn__mutex_lock(&global_lock);
+	SchedEntry **pp = sched_find(scheduler), *se = NULL;
+	if (pp && !cbcmn__on_runtime_thread(scheduler)) {
+		se = *pp;
+		*pp = se->next;
+	}
+	cbcmn__mutex_unlock(&global_lock);
+	if (se) {
+		free(se);
 		rt_destroy_wait(scheduler);
+	}
 }
 
 int janus_scheduler_spawn(void *func, void *arg)

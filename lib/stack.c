@@ -69,12 +69,17 @@ void cbcmn__stack_fork_lock(bool lock)
 		cbcmn__mutex_unlock(&budget_lock);
 }
 
+/* Relaxed atomic: runtimes created on two threads at once both store it
+ * (the same value; a plain static was a data race, TSan: attack23). */
 static size_t page_size(void)
 {
-	static size_t pg;
-	if (!pg)
-		pg = (size_t)sysconf(_SC_PAGESIZE);
-	return pg;
+	static _Atomic size_t pg;
+	size_t v = atomic_load_explicit(&pg, memory_order_relaxed);
+	if (!v) {
+		v = (size_t)sysconf(_SC_PAGESIZE);
+		atomic_store_explicit(&pg, v, memory_order_relaxed);
+	}
+	return v;
 }
 
 static long read_long(const char *path, long dflt)

@@ -1562,13 +1562,29 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 		 * (cancelled in a budget wait, a stack overflow), and a held
 		 * chunk is what the stream's next call or close gives back. */
 		int64_t rc = 0;
-		for (size_t off = 0; off < a->len; off += (size_t)rc) {
+		size_t off = 0;
+		for (; off < a->len; off += (size_t)rc) {
 			rc = cbcmn_send((cbcmn_cx *)t, m->fd, a->p + off, a->len - off, a->flags);
 			if (rc <= 0) {
 				rc = rc ? rc : -EIO; /* as send_cqe() */
 				break;
 			}
 		}
+		/* Ended after part of it went (cancelled, timed out, a
+		 * failure): the ring's send, once taken, is 0 and its failure
+		 * (-ECANCELED for one a close cut short) is the next call's:
+		 * the same here.  Said now, a cancellation or a timeout read
+		 * as "nothing went", and a caller sent those bytes again. */
+		if (rc < 0 && off) {
+			m->send_err = (int32_t)rc;
+			rc = 0;
+		}
+		/* Cancelled before a byte went: it did not happen, and the
+		 * chunk stays held, the caller's to send again (by a task not
+		 * cancelled), as a ring's send cancelled in its wait for the
+		 * send before.  Given back, the bytes were lost. */
+		if (rc == CBCMN_ECANCELED)
+			return rc;
 		/* A wait above may have moved the task (unpinned): the bytes
 		 * went all the same, so their result, not -EXDEV (a caller
 		 * would send them again).  The chunk stays held: m's to give

@@ -59,6 +59,47 @@ static int teardown(void **state)
 	return janus_rt_get() == NULL ? 0 : -1;
 }
 
+/* Isolated schedulers made on four threads at once, the process's first
+ * runtimes (this test runs first, without setup): before, their creates
+ * raced on stack.c's lazily set page size, a plain static (TSan: a data
+ * race, the suite fails; attack23). */
+static pthread_barrier_t first_barrier;
+
+static int64_t first_child(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static void *first_maker(void *arg)
+{
+	(void)arg;
+	pthread_barrier_wait(&first_barrier);
+	void *s = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	long r = -100;
+	if (s && janus_scheduler_nursery_create(s)) {
+		janus_nursery_spawn(first_child, NULL);
+		r = janus_nursery_await_all();
+	}
+	janus_scheduler_shutdown(s);
+	return (void *)r;
+}
+
+static void test_first_schedulers_made_on_threads_at_once(void **state)
+{
+	(void)state;
+	pthread_t th[4];
+	assert_int_equal(pthread_barrier_init(&first_barrier, NULL, 4), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, first_maker, NULL), 0);
+	for (int i = 0; i < 4; i++) {
+		void *r;
+		pthread_join(th[i], &r);
+		assert_int_equal((long)r, JANUS_OK);
+	}
+	pthread_barrier_destroy(&first_barrier);
+}
+
 /* SPEC-021 §2.7.1, through the C exports. */
 static void test_isolated_style_usage(void **state)
 {
@@ -313,6 +354,46 @@ static void test_isolated_scheduler(void **state)
 	assert_int_equal(cbcmn_runtime_workers(s), 2);
 	janus_scheduler_shutdown(s);
 	janus_scheduler_shutdown(NULL); /* harmless */
+}
+
+/* A scheduler handle is a plain pointer: a second shutdown, a nursery on
+ * a scheduler shut down, and a pointer that never was one are refused
+ * (nothing done, NULL), never used (they read freed memory, and a zeroed
+ * block crashed in the shutdown, before: attack23). */
+static int64_t seven(void *arg)
+{
+	(void)arg;
+	return 7;
+}
+
+static void test_stale_and_bogus_scheduler_handles_are_refused(void **state)
+{
+	(void)state;
+	static _Alignas(64) unsigned char junk[16384]; /* zeroed: no scheduler */
+	assert_null(janus_scheduler_nursery_create(junk));
+	janus_scheduler_shutdown(junk);
+	void *s = janus_scheduler_create((SchedulerConfig){.worker_count = 2});
+	assert_non_null(s);
+	assert_non_null(janus_scheduler_nursery_create(s));
+	assert_int_equal(janus_nursery_spawn(seven, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	janus_scheduler_shutdown(s);
+	janus_scheduler_shutdown(s); /* again: nothing */
+	assert_null(janus_scheduler_nursery_create(s));
+	assert_int_equal(janus_nursery_spawn(seven, NULL), -1); /* no nursery */
+	/* A live one is still found among others. */
+	void *a = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	void *b = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	assert_non_null(a);
+	assert_non_null(b);
+	janus_scheduler_shutdown(a);
+	assert_null(janus_scheduler_nursery_create(a));
+	assert_non_null(janus_scheduler_nursery_create(b));
+	assert_int_equal(janus_nursery_spawn(seven, NULL), 0);
+	assert_int_equal(janus_nursery_await_all(), JANUS_OK);
+	janus_scheduler_shutdown(b);
+	janus_scheduler_shutdown(a);
+	janus_scheduler_shutdown(b);
 }
 
 /* -3: a child that runs out of budget nobody recharges. */
@@ -589,6 +670,7 @@ static void test_spec021_program_with_defaults(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_first_schedulers_made_on_threads_at_once), /* first */
 		cmocka_unit_test_setup_teardown(test_isolated_style_usage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_child_failure_code, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_panic_is_minus_2, setup, teardown),
@@ -602,6 +684,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nested_per_task_stacks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_yield_outside_a_task, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_isolated_scheduler, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stale_and_bogus_scheduler_handles_are_refused, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_budget_exceeded_is_minus_3, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_get_and_recharge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auto_init, setup, teardown),

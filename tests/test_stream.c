@@ -3142,6 +3142,196 @@ static void test_epoll_sender_moved_mid_send_reports_what_was_sent(void **state)
 		T_SKIP("the sender was never moved (the wake stayed on its executor)");
 }
 
+/* An epoll sender cancelled after part of its chunk went (the socket took
+ * some, then the wait for room was cancelled) returns 0, as the ring's
+ * send that was taken: those bytes went, and the rest not sent is said
+ * once by the stream's next call (-ECANCELED, as a close that cuts a
+ * ring's send short).  Before, CBCMN_ECANCELED: a send reported as not
+ * having happened whose bytes had reached the peer (attack23). */
+struct sendpart {
+	int sv[2];
+	cbcmn_nursery *n;
+	cbcmn_stream *s;
+	_Atomic int stage; /* 1: the sender is in its send */
+	int64_t len, sent, next;
+	size_t filled; /* of the filler, in the socket when the send began */
+};
+
+static int64_t part_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sendpart *p = arg;
+	const void *d;
+	p->len = cbcmn_stream_recv(cx, p->s, &d);
+	/* Fill the socket in small pieces, then let the peer take one: room
+	 * for part of the chunk only. */
+	char junk[512] = {0};
+	ssize_t k;
+	while ((k = send(p->sv[0], junk, sizeof(junk), MSG_DONTWAIT)) > 0)
+		p->filled += (size_t)k;
+	k = recv(p->sv[1], junk, sizeof(junk), MSG_DONTWAIT);
+	p->filled -= k > 0 ? (size_t)k : 0;
+	atomic_store(&p->stage, 1);
+	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	return 0;
+}
+
+static int64_t part_canceller(cbcmn_cx *cx, void *arg)
+{
+	struct sendpart *p = arg;
+	while (!atomic_load(&p->stage))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20 * 1000000ull); /* the sender waits for room */
+	cbcmn_nursery_cancel(p->n);
+	return 0;
+}
+
+static int64_t send_part_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendpart *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &p->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, part_sender, p, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, part_canceller, p, NULL) == 0);
+	cbcmn_nursery_await_all(cx, p->n);
+	p->next = cbcmn_stream_close(cx, p->s);
+	return 0;
+}
+
+static void test_epoll_send_cancelled_part_way_reports_what_went(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
+	t_skip_without_streams(rt);
+	struct sendpart p = {0};
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.sv), 0);
+	static char chunk[4096];
+	memset(chunk, 'c', sizeof(chunk));
+	assert_int_equal(write(p.sv[1], chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	/* The kernel's floor: a 4 KiB chunk goes as two pieces, the second
+	 * only once the peer reads. */
+	int small = 2048;
+	assert_int_equal(setsockopt(p.sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	assert_int_equal(run_on_0(rt, send_part_main, &p), 0);
+	ASSERT_TASK_CHECKS();
+	size_t got = 0;
+	char buf[8192];
+	ssize_t n;
+	while ((n = recv(p.sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		got += (size_t)n;
+	got = got > p.filled ? got - p.filled : 0; /* of the chunk */
+	printf("    chunk %lld, send %lld, close %lld, the peer got %zu bytes of it\n", (long long)p.len,
+	       (long long)p.sent, (long long)p.next, got);
+	pair_done(p.sv, rt);
+	assert_true(p.len > 0);
+	if (got == 0) {
+		/* Nothing went: the send did not happen. */
+		assert_int_equal(p.sent, CBCMN_ECANCELED);
+		assert_int_equal(p.next, 0);
+		T_SKIP("nothing of the chunk went (%lld bytes)", (long long)p.len);
+	} else if (got < (size_t)p.len) {
+		assert_int_equal(p.sent, 0);          /* part went: not "cancelled" */
+		assert_int_equal(p.next, -ECANCELED); /* the rest's loss, said once */
+	} else {
+		assert_int_equal(p.sent, 0);
+		assert_int_equal(p.next, 0);
+		T_SKIP("all of the chunk went (%lld bytes)", (long long)p.len);
+	}
+}
+
+/* An epoll sender cancelled before a byte of its chunk went (the socket
+ * full) returns CBCMN_ECANCELED and keeps the chunk held: a task not
+ * cancelled sends it afterwards, as after a ring's send cancelled in its
+ * wait for the send before.  Before, the chunk went back to the pool with
+ * the cancel: the re-send was -EINVAL and the bytes, taken from the
+ * socket, were lost (attack23). */
+struct resend {
+	int sv[2];
+	cbcmn_nursery *n;
+	cbcmn_stream *s;
+	const void *d;
+	_Atomic int stage; /* 1: the sender is in its send */
+	int64_t len, sent, resent, close;
+	size_t filled;
+};
+
+static int64_t resend_sender(cbcmn_cx *cx, void *arg)
+{
+	struct resend *p = arg;
+	p->len = cbcmn_stream_recv(cx, p->s, &p->d);
+	char junk[512] = {0};
+	ssize_t k;
+	while ((k = send(p->sv[0], junk, sizeof(junk), MSG_DONTWAIT)) > 0)
+		p->filled += (size_t)k;
+	atomic_store(&p->stage, 1);
+	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	return 0;
+}
+
+static int64_t resend_canceller(cbcmn_cx *cx, void *arg)
+{
+	struct resend *p = arg;
+	while (!atomic_load(&p->stage))
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20 * 1000000ull); /* the sender waits for room */
+	cbcmn_nursery_cancel(p->n);
+	return 0;
+}
+
+/* A thread drains the filler meanwhile: room for the re-send. */
+static void *resend_drain(void *arg)
+{
+	struct resend *p = arg;
+	char buf[4096];
+	size_t left = p->filled;
+	while (left) {
+		ssize_t n = recv(p->sv[1], buf, left < sizeof(buf) ? left : sizeof(buf), 0);
+		if (n <= 0)
+			break;
+		left -= (size_t)n;
+	}
+	return NULL;
+}
+
+static int64_t resend_main(cbcmn_cx *cx, void *arg)
+{
+	struct resend *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &p->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, resend_sender, p, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, resend_canceller, p, NULL) == 0);
+	cbcmn_nursery_await_all(cx, p->n);
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, resend_drain, p) == 0);
+	p->resent = p->sent == CBCMN_ECANCELED
+			    ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL)
+			    : -1000;
+	pthread_join(th, NULL);
+	p->close = cbcmn_stream_close(cx, p->s);
+	return 0;
+}
+
+static void test_epoll_send_cancelled_before_a_byte_keeps_its_chunk(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
+	t_skip_without_streams(rt);
+	struct resend p = {0};
+	pair_open(p.sv, "hello");
+	assert_int_equal(run_on_0(rt, resend_main, &p), 0);
+	ASSERT_TASK_CHECKS();
+	char buf[16] = {0};
+	ssize_t got = recv(p.sv[1], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	printf("    send %lld, re-send %lld, close %lld, the peer got %zd bytes after the filler\n",
+	       (long long)p.sent, (long long)p.resent, (long long)p.close, got);
+	pair_done(p.sv, rt);
+	assert_int_equal(p.len, 5);
+	assert_int_equal(p.sent, CBCMN_ECANCELED);
+	assert_int_equal(p.resent, 0);
+	assert_int_equal(p.close, 0);
+	assert_int_equal(got, 5);
+	assert_string_equal(buf, "hello");
+}
+
 /* cbcmn_stream_send() costs one unit of the syscalls budget, on either
  * backend (before: the epoll backend's charged its own unit and then
  * cbcmn_send()'s, two a send). */
@@ -3250,6 +3440,8 @@ int main(void)
 		T_WATCHED_TEST(test_more_sends_than_the_sq_holds),
 		T_WATCHED_TEST(test_epoll_sender_unwound_gives_its_chunk_back),
 		T_WATCHED_TEST(test_epoll_sender_moved_mid_send_reports_what_was_sent),
+		T_WATCHED_TEST(test_epoll_send_cancelled_part_way_reports_what_went),
+		T_WATCHED_TEST(test_epoll_send_cancelled_before_a_byte_keeps_its_chunk),
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */

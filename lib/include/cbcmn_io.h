@@ -182,11 +182,14 @@ CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **
  * untaken bytes are dropped).  flags as send(2) (MSG_NOSIGNAL...).  The
  * echo path of a server: one SQE and no wake-up per send (docs/IO.md,
  * "Sends on a stream").  Costs one unit of the syscalls budget.  On the epoll
- * backend the bytes are sent before it returns (a unit per send(2) made),
- * and a sender moved to another executor meanwhile (unpinned, woken
- * elsewhere after a wait) gets the send's result, not -EXDEV: they went.
+ * backend the bytes are sent before it returns (a unit per send(2) made;
+ * one ended after part of them went, cancelled included, returns 0 and
+ * leaves its failure to the next call, as on the ring), and a sender
+ * moved to another executor meanwhile (unpinned, woken elsewhere after a
+ * wait) gets the send's result, not -EXDEV: they went.
  * Returns 0, -EINVAL (data not in the chunk held), -EXDEV, -EBUSY,
- * CBCMN_ECANCELED, or a send's error. */
+ * CBCMN_ECANCELED (nothing of it went; the chunk stays held, for a task
+ * not cancelled to send), or a send's error. */
 CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *data, size_t len,
 				    int flags);
 /* Stop receiving, give the buffers back and free s; waits until the kernel

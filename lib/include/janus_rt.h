@@ -220,14 +220,16 @@ JANUS_API int janus_scheduler_create_error(void);
  * thread's current nursery: janus_nursery_spawn() and
  * janus_nursery_await_all() then work on it as on the global runtime's.
  * Inside a task, janus_nursery_create() opens on the task's own runtime.
- * NULL on failure (NULL scheduler, one of its tasks calling: use
- * janus_nursery_create(), the core profile). */
+ * NULL on failure (NULL scheduler, one already shut down or never made by
+ * janus_scheduler_create(_ex) nor janus_rt_get(), one of its tasks
+ * calling: use janus_nursery_create(), the core profile). */
 JANUS_API void *janus_scheduler_nursery_create(void *scheduler);
 /* Wait for its tasks to end, then destroy it; the calling thread's open
  * nurseries on it as janus_rt_shutdown().  The global runtime
  * (janus_rt_get()) is shut down as by janus_rt_shutdown(); one of the
  * scheduler's own tasks (or its blocking pool) calling does nothing, as
- * there. */
+ * there, and so does a scheduler already shut down (a second shutdown) or
+ * a pointer that is none. */
 JANUS_API void janus_scheduler_shutdown(void *scheduler);
 /* Spawn func(arg) (a TaskFn) into the current nursery: 0 or -1. */
 JANUS_API int janus_scheduler_spawn(void *func, void *arg);
