@@ -4,6 +4,7 @@
  * tasks, the syscalls budget, and the same calls under each ring set-up
  * (plain, SQPOLL, eventfd doorbells). */
 #include "helpers.h"
+#include "toolrun.h"
 #include "../lib/fault.h"
 #include "../lib/runtime.h"
 
@@ -2100,6 +2101,45 @@ static int64_t sqpoll_count_main(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* cbcmn-bench sqpoll (docs/IO.md, "SQPOLL on a busy host"): its figures,
+ * each "sqpoll METRIC VALUE", the calls' percentiles positive, the share
+ * of the poller's wait a percentage; a skip where SQPOLL rings are
+ * refused (the bench says so on stderr). */
+static void test_bench_sqpoll_prints_its_figures(void **state)
+{
+	(void)state;
+	T_SKIP_UNLESS_IO_URING("test_bench_sqpoll_prints_its_figures");
+	struct toolrun r;
+	const char *const argv[] = {"cbcmn-bench", "sqpoll", "--reps", "1", NULL};
+	toolrun(&r, argv, 2 * T_STALL_S);
+	if (r.status == 0 && r.out_len == 0 && strstr(r.err, "SQPOLL rings refused")) {
+		free(r.out);
+		T_SKIP("%s", r.err);
+		return;
+	}
+	if (r.status != 0)
+		fail_msg("cbcmn-bench sqpoll: status %d, stderr %s", r.status, r.err);
+	static const char *const want[] = {"read_p50_ns", "read_p99_ns", "sqpoll_read_p50_ns",
+					   "sqpoll_read_p99_ns", "sqpoll_vs_plain_p50_ratio"};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char key[64];
+		snprintf(key, sizeof(key), "\nsqpoll %s ", want[i]);
+		const char *at = i == 0 && strncmp(r.out, key + 1, strlen(key + 1)) == 0 ? r.out - 1 : strstr(r.out, key);
+		if (!at)
+			fail_msg("no '%s' line in:\n%s", key + 1, r.out);
+		double v = strtod(at + strlen(key), NULL);
+		if (!(v > 0))
+			fail_msg("'%s' is %g, not positive:\n%s", key + 1, v, r.out);
+	}
+	const char *pct = strstr(r.out, "\nsqpoll poller_wait_pct ");
+	if (pct) {
+		double v = strtod(pct + strlen("\nsqpoll poller_wait_pct "), NULL);
+		if (!(v >= 0 && v <= 100))
+			fail_msg("poller_wait_pct %g is not a percentage", v);
+	}
+	free(r.out);
+}
+
 static void test_regression_sqpoll_sqes_counted_once(void **state)
 {
 	(void)state;
@@ -2877,6 +2917,7 @@ int main(void)
 		T_WATCHED_TEST(test_a_thread_outsides_refused_msg_ring_falls_back_on_the_eventfd),
 		T_WATCHED_TEST(test_a_thread_whose_msg_ring_is_refused_for_good_rings_the_eventfd),
 		T_WATCHED_TEST(test_regression_sqpoll_sqes_counted_once),
+		T_WATCHED_TEST_LONG(test_bench_sqpoll_prints_its_figures),
 		T_WATCHED_TEST(test_regression_notify_recursion_with_io_pending),
 		T_WATCHED_TEST(test_regression_iowq_cap_starves_a_ready_blocking_read),
 	};
