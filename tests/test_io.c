@@ -2149,7 +2149,8 @@ static void test_bench_sqpoll_prints_its_figures(void **state)
  * call here, a slice: at least 0.75 ms anywhere) and took 6.6 ms; now
  * the executor parks at once (4 us of CPU a call, 12.6 us a call).  The
  * assertion is on the executor thread's CPU time (what spinning burns,
- * not what load stretches): under 25 ms for the 100 calls. */
+ * not what load stretches): under 25 ms for the 100 calls (ASan 60,
+ * TSan 100: 23 ms there, against 313 ms before). */
 struct sq_spin {
 	int p[2];
 	uint64_t cpu_ns;
@@ -2237,7 +2238,7 @@ static void test_regression_sqpoll_executor_does_not_spin_for_its_poller(void **
 		return;
 	}
 	printf("  executor CPU for 100 SQPOLL reads: %.2f ms\n", (double)s.cpu_ns / 1e6);
-	assert_true(s.cpu_ns < ((T_ASAN || T_TSAN) ? 60 : 25) * MS);
+	assert_true(s.cpu_ns < (T_TSAN ? 100 : T_ASAN ? 60 : 25) * MS);
 }
 
 static void test_regression_sqpoll_sqes_counted_once(void **state)
