@@ -1,6 +1,8 @@
 /* backend.c: which I/O backend a runtime runs on (backend.h; docs/IO.md,
- * "Backends"): io_uring, or epoll where the kernel refuses io_uring. */
+ * "Backends"): io_uring, or epoll where the kernel refuses io_uring or the
+ * program runs under valgrind. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,21 @@ static bool refused(int rc)
 	return rc == -EPERM || rc == -EACCES || rc == -ENOSYS || rc == -EOPNOTSUPP;
 }
 
+/* Under valgrind (any tool): valgrind runs one thread at a time, under a
+ * lock it lets go of only around the system calls it knows may block, and
+ * 3.19 does not count io_uring_enter among them: an executor parked in its
+ * ring held every other thread, and the doorbell or the write that would
+ * have woken it never came (the program hung, and not even SIGTERM ended
+ * it: valgrind keeps signals blocked in such a call).  Valgrind preloads
+ * its vgpreload_core library into the programs it runs, and takes it out
+ * of LD_PRELOAD again for the children it does not follow (a child run
+ * natively is not mistaken for one under valgrind). */
+static bool under_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+	return p && strstr(p, "/vgpreload_core-") != NULL;
+}
+
 int cbcmn__backend_choose(struct cbcmn_runtime *rt)
 {
 	uint32_t want = rt->cfg.backend;
@@ -32,6 +49,19 @@ int cbcmn__backend_choose(struct cbcmn_runtime *rt)
 		} else if (strcmp(env, "auto") != 0) {
 			fprintf(stderr, "cbcmn: CBCMN_BACKEND=%.40s: not auto, io_uring or epoll\n", env);
 			return -EINVAL;
+		}
+	}
+	if (under_valgrind()) {
+		/* Said once per process: a program may make many runtimes. */
+		static atomic_bool said;
+		if (want == CBCMN_BACKEND_AUTO) {
+			want = CBCMN_BACKEND_EPOLL;
+			if (!atomic_exchange(&said, true))
+				fprintf(stderr, "cbcmn: under valgrind: the epoll backend (valgrind "
+						"runs no other thread while io_uring_enter waits)\n");
+		} else if (want == CBCMN_BACKEND_IO_URING && !atomic_exchange(&said, true)) {
+			fprintf(stderr, "cbcmn: the io_uring backend under valgrind: a wait in "
+					"io_uring_enter stops every thread, and may hang\n");
 		}
 	}
 	if (want != CBCMN_BACKEND_EPOLL) {

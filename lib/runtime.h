@@ -1219,6 +1219,15 @@ static inline bool cbcmn__ring_busy(const struct cbcmn__exec *e)
 	       (IO_URING_READ_ONCE(*u->sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
 }
 
+/* SQEs of an SQPOLL ring that its kernel poller thread has not taken yet
+ * (the executor's own thread only): a searching executor's spin cannot
+ * bring their completions nearer, and where the poller shares its CPU
+ * delays them (docs/IO.md, "SQPOLL on a busy host"). */
+static inline bool cbcmn__ring_sq_unpolled(const struct cbcmn__exec *e)
+{
+	return !e->ep && (e->ring.u.flags & IORING_SETUP_SQPOLL) && io_uring_sq_ready(&e->ring.u) != 0;
+}
+
 /* xmsg.c */
 int cbcmn__xmsg_init(struct cbcmn__exec *e, uint32_t nexec);
 void cbcmn__xmsg_fini(struct cbcmn__exec *e);

@@ -2654,10 +2654,14 @@ static struct cbcmn_task *search_turns(struct cbcmn__exec *e, bool *spinning)
 		 * (rt->host_busy) only those turns: the spin the gate saves is
 		 * the long one that ends in a park anyway, while without the
 		 * turns every hand-over waits for a parked thread to get a CPU
-		 * behind the host's others (cbcmn-bench steal, docs/BENCHMARKS.md). */
+		 * behind the host's others (cbcmn-bench steal, docs/BENCHMARKS.md).
+		 * Only those turns too while an SQPOLL ring's poller has yet to
+		 * take our SQEs: their completions wait for that thread, and
+		 * the spin kept it off a CPU it shares with us (paired rounds
+		 * on a loaded host: docs/BENCHMARKS.md, twenty-third session). */
 		if (spin_ns != CBCMN_SPIN_NONE && now - start < spin_ns &&
 		    (wait == 0 || pause < wait) &&
-		    (atomic_load_explicit(&rt->host_busy, memory_order_relaxed)
+		    (atomic_load_explicit(&rt->host_busy, memory_order_relaxed) || cbcmn__ring_sq_unpolled(e)
 			     ? pause < SPIN_PAUSE_MAX_NS
 			     : (spin_room(rt) && (*spinning || (*spinning = spin_claim(rt)))) ||
 				       pause < SPIN_PAUSE_MAX_NS)) {

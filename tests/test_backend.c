@@ -366,6 +366,171 @@ static void test_bad_config_value_is_einval(void **state)
 	assert_string_equal(cbcmn_backend_name(9), "?");
 }
 
+/* ---- (d) under valgrind: the epoll backend ------------------------------- */
+
+/* Valgrind (3.19) runs one thread at a time and lets go of its lock only
+ * around the system calls it knows may block, not io_uring_enter: an
+ * executor parked in its ring held the others, and the program hung (not
+ * even SIGTERM ended it).  Under valgrind a runtime left to choose runs on
+ * epoll; valgrind is recognised by its vgpreload_core library in
+ * LD_PRELOAD.  Here the marker alone, in the process's environment: */
+static void valgrind_marker_body(void)
+{
+	setenv("LD_PRELOAD", "/usr/libexec/valgrind/vgpreload_core-amd64-linux.so", 1);
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 2;
+	cbcmn_runtime *rt;
+	CHILD_CHECK(cbcmn_runtime_create(&c, &rt) == 0);
+	CHILD_CHECK(backend_of(rt) == CBCMN_BACKEND_EPOLL);
+	run_workload(rt);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+	/* An explicit choice stays the program's (a line on stderr warns). */
+	c.backend = CBCMN_BACKEND_IO_URING;
+	int rc = cbcmn_runtime_create(&c, &rt);
+	if (rc == -EPERM || rc == -ENOSYS)
+		_exit(0); /* no io_uring here at all */
+	CHILD_CHECK(rc == 0);
+	CHILD_CHECK(backend_of(rt) == CBCMN_BACKEND_IO_URING);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+	/* Another library preloaded is not valgrind. */
+	setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", 1);
+	c.backend = CBCMN_BACKEND_AUTO;
+	CHILD_CHECK(cbcmn_runtime_create(&c, &rt) == 0);
+	CHILD_CHECK(backend_of(rt) == CBCMN_BACKEND_IO_URING);
+	CHILD_CHECK(cbcmn_runtime_destroy(rt) == 0);
+}
+
+static void test_valgrind_marker_picks_epoll_unless_the_config_does(void **state)
+{
+	(void)state;
+	if (t_backend() == CBCMN_BACKEND_EPOLL) {
+		T_SKIP("the runtimes run on epoll here already");
+		return;
+	}
+	in_child(valgrind_marker_body, NULL, 0);
+}
+
+/* The program valgrind runs (this suite with --under-valgrind): two
+ * executors, a sleep, a pipe read on executor 1 that a write from
+ * executor 0 ends, joins across them; prints what it saw. */
+static int vg_pipe[2];
+
+static int64_t vg_reader(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	char b[8] = {0};
+	if (cbcmn_sleep(cx, 20 * MS) != 0)
+		return -1;
+	return cbcmn_read(cx, vg_pipe[0], b, sizeof(b)) == 5 && memcmp(b, "hello", 5) == 0 ? 42 : -2;
+}
+
+static int64_t vg_writer(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_sleep(cx, 50 * MS); /* the reader waits in its read by now */
+	return cbcmn_write(cx, vg_pipe[1], "hello", 5);
+}
+
+static int64_t vg_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_task *r, *w;
+	int64_t rv = 0, wv = 0;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0 ||
+	    cbcmn_nursery_spawn_pinned(cx, n, 1, vg_reader, NULL, &r) != 0 ||
+	    cbcmn_nursery_spawn_pinned(cx, n, 0, vg_writer, NULL, &w) != 0)
+		return -1;
+	cbcmn_nursery_await_all(cx, n);
+	cbcmn_task_join(cx, r, &rv);
+	cbcmn_task_join(cx, w, &wv);
+	return rv * 1000 + wv;
+}
+
+static int vg_program(void)
+{
+	cbcmn_config c;
+	cbcmn_config_init(&c);
+	c.workers = 2;
+	cbcmn_runtime *rt;
+	cbcmn_stats st;
+	int64_t res = 0;
+	if (pipe(vg_pipe) != 0 || cbcmn_runtime_create(&c, &rt) != 0 ||
+	    cbcmn_stats_snapshot(rt, &st, NULL, 0) != 0)
+		return 1;
+	int rc = cbcmn_runtime_run(rt, vg_root, NULL, &res);
+	cbcmn_runtime_destroy(rt);
+	printf("backend %s rc %d result %lld\n", cbcmn_backend_name(st.backend), rc, (long long)res);
+	return rc != 0;
+}
+
+/* Run the program under valgrind's tool; a hang is killed (SIGKILL: the
+ * hung valgrind kept SIGTERM blocked) after T_STALL_S. */
+static void run_under_valgrind(const char *tool)
+{
+	char self[4096], toolarg[32], of[] = "/tmp/cbcmn-vg-out-XXXXXX", ef[] = "/tmp/cbcmn-vg-err-XXXXXX";
+	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	assert_true(sl > 0);
+	self[sl] = 0;
+	snprintf(toolarg, sizeof(toolarg), "--tool=%s", tool);
+	int ofd = mkstemp(of), efd = mkstemp(ef);
+	assert_true(ofd >= 0 && efd >= 0);
+	unlink(of);
+	unlink(ef);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(ofd, 1);
+		dup2(efd, 2);
+		unsetenv("CBCMN_BACKEND"); /* the runtime chooses */
+		execlp("valgrind", "valgrind", "-q", toolarg, self, "--under-valgrind", (char *)NULL);
+		_exit(127);
+	}
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	int st = 0;
+	bool hung = false;
+	while (waitpid(pid, &st, WNOHANG) != pid) {
+		if (t_now_ns() > end) {
+			kill(pid, SIGKILL);
+			assert_int_equal(waitpid(pid, &st, 0), pid);
+			hung = true;
+			break;
+		}
+		usleep(10000);
+	}
+	char out[256] = {0}, err[1024] = {0};
+	ssize_t n = pread(ofd, out, sizeof(out) - 1, 0);
+	(void)n;
+	n = pread(efd, err, sizeof(err) - 1, 0);
+	(void)n;
+	close(ofd);
+	close(efd);
+	if (hung)
+		fail_msg("valgrind %s: still running after %u s (out: %s; err: %.400s)", toolarg,
+			 T_STALL_S, out, err);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("valgrind %s: status %d (out: %s; err: %.400s)", toolarg, st, out, err);
+	assert_string_equal(out, "backend epoll rc 0 result 42005\n");
+	assert_non_null(strstr(err, "cbcmn: under valgrind: the epoll backend"));
+}
+
+static void test_a_program_under_valgrind_runs_to_its_end(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN) {
+		T_SKIP("valgrind does not run a sanitizer's build");
+		return;
+	}
+	if (system("valgrind --version >/dev/null 2>&1") != 0) {
+		T_SKIP("valgrind is not installed");
+		return;
+	}
+	run_under_valgrind("none");
+	run_under_valgrind("memcheck");
+}
+
 /* ---- the epoll backend under attack (cbcmn_config.backend = epoll) ------- */
 
 static cbcmn_runtime *rt_epoll(uint32_t workers)
@@ -2565,6 +2730,8 @@ static void test_regression_epoll_idle_executor_with_long_picks_parks(void **sta
 
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "--under-valgrind") == 0)
+		return vg_program();
 	signal(SIGPIPE, SIG_IGN);
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]);
@@ -2576,6 +2743,8 @@ int main(int argc, char **argv)
 		T_WATCHED_TEST(test_bad_env_value_is_einval),
 		T_WATCHED_TEST(test_env_picks_epoll_unless_the_config_does),
 		T_WATCHED_TEST(test_bad_config_value_is_einval),
+		T_WATCHED_TEST(test_valgrind_marker_picks_epoll_unless_the_config_does),
+		T_WATCHED_TEST_LONG(test_a_program_under_valgrind_runs_to_its_end),
 		T_WATCHED_TEST(test_epoll_peer_hangup_ends_a_waiting_send),
 		T_WATCHED_TEST(test_epoll_reused_descriptor_number_is_watched_anew),
 		T_WATCHED_TEST(test_epoll_many_readers_of_one_pipe_each_get_one_byte),

@@ -4,7 +4,9 @@
  * else there; medians over repetitions, so a noisy shared machine moves
  * them less.  docs/BENCHMARKS.md keeps the latest numbers.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1712,6 +1714,140 @@ static void bench_iolat(void)
 	}
 }
 
+/* ---- sqpoll: a ready read's cost on an SQPOLL ring vs a plain one ---------- */
+
+/* Each call on an SQPOLL ring waits for the kernel's poller thread
+ * (iou-sqp-PID) to pick its SQE up: on a host whose CPUs are all busy that
+ * thread waits for a CPU like any other (docs/IO.md, "SQPOLL").  Its time
+ * waiting to run, from /proc/self/task/TID/schedstat (ns on the CPU, ns
+ * waiting on a run queue, times run); false without schedstat. */
+static bool sqpoll_wait_ns(uint64_t *wait_ns)
+{
+	char path[96], comm[32];
+	bool any = false;
+	*wait_ns = 0;
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return false;
+	for (struct dirent *de; (de = readdir(d)) != NULL;) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%.20s/comm", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		bool sq = fgets(comm, sizeof(comm), f) && strncmp(comm, "iou-sqp", 7) == 0;
+		fclose(f);
+		snprintf(path, sizeof(path), "/proc/self/task/%.20s/schedstat", de->d_name);
+		unsigned long long run_ns, wait, slices;
+		if (sq && (f = fopen(path, "r")) != NULL) {
+			if (fscanf(f, "%llu %llu %llu", &run_ns, &wait, &slices) == 3) {
+				*wait_ns += wait;
+				any = true;
+			}
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return any;
+}
+
+#define SQ_CALLS 2000
+
+struct sq_run {
+	int p[2];
+	bool sqpoll;
+	double ns[SQ_CALLS];
+	uint64_t wall_ns, poller_wait_ns;
+	bool seen; /* the poller's schedstat was read */
+};
+
+/* SQ_CALLS 1-byte reads of a pipe that already holds the byte: the call's
+ * own cost, no waiting for data. */
+static int64_t sq_root(cbcmn_cx *cx, void *arg)
+{
+	struct sq_run *s = arg;
+	uint64_t w0 = 0, w1 = 0;
+	bool seen = s->sqpoll && sqpoll_wait_ns(&w0);
+	uint64_t t0 = mono_ns();
+	for (int i = 0; i < SQ_CALLS; i++) {
+		char c = 'x';
+		if (write(s->p[1], &c, 1) != 1)
+			return -errno;
+		uint64_t t = mono_ns();
+		int64_t rc = cbcmn_read(cx, s->p[0], &c, 1);
+		if (rc != 1)
+			return rc < 0 ? rc : -EIO;
+		s->ns[i] = (double)(mono_ns() - t);
+	}
+	s->wall_ns = mono_ns() - t0;
+	s->seen = seen && sqpoll_wait_ns(&w1);
+	s->poller_wait_ns = s->seen ? w1 - w0 : 0;
+	return 0;
+}
+
+/* One round of one mode: its p50 and p99 (ns), and the share (%) of the
+ * calls' time the poller spent waiting for a CPU; false where SQPOLL rings
+ * are refused (refused: why). */
+static bool sq_round(bool sqpoll, double *p50, double *p99, double *wait_pct, int *refused)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.ring_flags = sqpoll ? CBCMN_RING_SQPOLL : 0;
+	cbcmn_runtime *rt;
+	int rc = cbcmn_runtime_create(&cfg, &rt);
+	if (rc && sqpoll) {
+		*refused = rc;
+		return false;
+	}
+	if (rc)
+		die("runtime_create", rc);
+	struct sq_run *s = calloc(1, sizeof(*s));
+	if (!s)
+		die("calloc", -ENOMEM);
+	if (pipe2(s->p, O_CLOEXEC))
+		die("pipe", -errno);
+	s->sqpoll = sqpoll;
+	run(rt, sq_root, s);
+	cbcmn_runtime_destroy(rt);
+	close(s->p[0]);
+	close(s->p[1]);
+	*p50 = percentile(s->ns, SQ_CALLS, 0.50);
+	*p99 = percentile(s->ns, SQ_CALLS, 0.99);
+	*wait_pct = s->seen ? 100.0 * (double)s->poller_wait_ns / (double)s->wall_ns : NAN;
+	free(s);
+	return true;
+}
+
+/* p50/p99 of a ready 1-byte read on a 1-executor runtime, plain ring and
+ * SQPOLL ring alternated round by round (medians over the rounds), and the
+ * share of the SQPOLL calls' time its poller thread waited for a CPU:
+ * near 0 on an idle host; near 100 where the host has no CPU to spare,
+ * and each call then waits for the poller to be scheduled. */
+static void bench_sqpoll(void)
+{
+	double p50[2][16], p99[2][16], pct[16];
+	int n = reps < 16 ? reps : 16, refused = 0;
+	for (int r = 0; r < n; r++) {
+		double unused;
+		sq_round(false, &p50[0][r], &p99[0][r], &unused, &refused);
+		if (!sq_round(true, &p50[1][r], &p99[1][r], &pct[r], &refused)) {
+			fprintf(stderr, "cbcmn-bench: sqpoll: SQPOLL rings refused here (%s), its figures skipped\n",
+				cbcmn_strerror(refused));
+			return;
+		}
+	}
+	double a50 = median(p50[0], n), b50 = median(p50[1], n);
+	printf("sqpoll read_p50_ns %.0f\n", a50);
+	printf("sqpoll read_p99_ns %.0f\n", median(p99[0], n));
+	printf("sqpoll sqpoll_read_p50_ns %.0f\n", b50);
+	printf("sqpoll sqpoll_read_p99_ns %.0f\n", median(p99[1], n));
+	printf("sqpoll sqpoll_vs_plain_p50_ratio %.2f\n", b50 / a50);
+	if (!isnan(pct[0]))
+		printf("sqpoll poller_wait_pct %.1f\n", median(pct, n));
+}
+
 /* ---- scaling: 1 -> 2 executors, and 64 on this machine (issue 15) -------- */
 
 /* Three workloads, each timed in wall and process CPU time:
@@ -2316,6 +2452,8 @@ static const struct bench {
 	{"cancel", bench_cancel, "ns per cancel of a one-task nursery beside 0 and 8 000 fibers blocked in another"},
 	{"scaling", bench_scaling, "fib(27), spawn-join chains and 64 1-ms tickers on 1, 2 and 64 executors: speed-up 1 -> 2, CPU ms, timer lateness p99"},
 	{"iolat", bench_iolat, "1-byte write p50/p99 us, wall and CPU time, beside 16 tasks computing 2 ms each, with and without the time bound"},
+	{"sqpoll", bench_sqpoll,
+	 "ready 1-byte read p50/p99 ns, plain vs SQPOLL ring, and % of the SQPOLL calls' time its poller waited for a CPU"},
 	{"bpf-overhead", bench_bpf_overhead,
 	 "fib(30) and echo with the eBPF programs attached vs not, alternated, slowdown %; then host_switch_ns; root, not in all"},
 	{"bpf-host-switch", bench_bpf_host_switch,
