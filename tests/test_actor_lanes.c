@@ -1359,7 +1359,11 @@ static int64_t st_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(open_n(cx, &n) == 0);
 	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_STEALABLE_ON, .shard = 1};
 	TASK_CHECK(cbcmn_actor_spawn(cx, n, st_actor, s, &o, &s->r) == 0);
-	TASK_CHECK(wait_for(cx, &s->started, 1));
+	/* Executor 0 kept busy (a blocking wait, as rl_main()'s): idle, it
+	 * could take the stealable actor first, and the send below would go
+	 * to a local actor, no lane, no rescue (a round that proves
+	 * nothing). */
+	TASK_CHECK(wait_for(NULL, &s->started, 1));
 	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, st_hog, s, NULL) == 0);
 	TASK_CHECK(wait_for(cx, &s->hog_running, 1));
