@@ -1717,7 +1717,8 @@ static void test_epoll_pool_keeps_off_a_signal_the_program_blocks(void **state)
 	 * in it yet: where wchan said nothing). */
 	int wfd;
 	for (end = t_now_ns() + T_STALL_NS;
-	     (wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0 && errno == ENXIO && t_now_ns() < end;)
+	     (wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0 && errno == ENXIO &&
+	     t_now_ns() < end;)
 		nanosleep(&ms1, NULL);
 	cbcmn_nursery_await_all(NULL, n);
 	if (wfd >= 0)
