@@ -880,8 +880,16 @@ static int64_t pw_main(cbcmn_cx *cx, void *arg)
 	atomic_store(&w->t.go, 1);
 	TASK_CHECK(rx_spawn(cx, n[0], &w->t, CBCMN_PLACE_PINNED, 3, 64) == 0);
 	TASK_CHECK(wait_for(cx, &w->t.started, 1));
-	cbcmn_sleep(cx, 2000000); /* the sender's end is over its yields: parked */
+	/* The sender's end is over its yields, parked: executor 0's picks
+	 * stand still for 2 ms (a fixed 2 ms sleep counted a yield or more
+	 * of a waiter kept off its CPU that long by a loaded host; one that
+	 * never parks never stands still, and fails below). */
 	uint64_t h0 = exec_stats(rt, 0).local_hits;
+	for (uint64_t end = t_now_ns() + T_STALL_NS, h; t_now_ns() < end; h0 = h) {
+		cbcmn_sleep(cx, 2000000);
+		if ((h = exec_stats(rt, 0).local_hits) == h0)
+			break;
+	}
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n[2], 1, pw_traffic, w, NULL) == 0);
 	TASK_CHECK(wait_for(cx, &w->t.got, PW_MSGS));
 	w->p.picks = exec_stats(rt, 0).local_hits - h0;

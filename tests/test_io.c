@@ -2014,8 +2014,12 @@ static int ring_mode_teardown(void **state)
 	return t_watchdog_teardown(state);
 }
 
+/* A ring mode runs ten tests, each of which has the usual watchdog on
+ * its own: three times that for them all.  (SQPOLL's battery took 31 to
+ * 53 s beside a stress loop at a load of 35 to 85, its SQ threads short
+ * of CPU; once it passed the 55 s, "HANG".) */
 #define T_RING_MODE_TEST(f)                                                    \
-	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup, ring_mode_teardown, \
+	cmocka_unit_test_prestate_setup_teardown(f, t_watchdog_setup_long, ring_mode_teardown, \
 						 (void *)#f)
 
 /* ---- regressions ---------------------------------------------------------------- */

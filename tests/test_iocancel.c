@@ -13,6 +13,7 @@
 #include "helpers.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -1652,6 +1653,28 @@ static void test_epoll_pool_interrupt_after_sigdfl_reset_kills_nobody(void **sta
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Is a thread of ours asleep in a FIFO's open, waiting for the other end
+ * (its wchan)?  False where the kernel does not say. */
+static bool fifo_open_waiting(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	bool yes = false;
+	while (d && !yes && (de = readdir(d))) {
+		char p[300], w[64] = "";
+		snprintf(p, sizeof(p), "/proc/self/task/%s/wchan", de->d_name);
+		int fd = open(p, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t n = read(fd, w, sizeof(w) - 1);
+		close(fd);
+		yes = n > 0 && strncmp(w, "wait_for_partner", 16) == 0;
+	}
+	if (d)
+		closedir(d);
+	return yes;
+}
+
 /* A program that blocks SIGRTMAX-3 everywhere to take it with sigwait
  * (its own use of a signal it never set a handler for): a pool thread
  * unblocked it around its call, so the program's process-directed signal
@@ -1680,13 +1703,23 @@ static void test_epoll_pool_keeps_off_a_signal_the_program_blocks(void **state)
 	uint64_t end = t_now_ns() + 5000 * MS;
 	while (!atomic_load(&c.entered) && t_now_ns() < end)
 		sched_yield();
-	struct timespec ms50 = {0, 50 * 1000000l};
-	nanosleep(&ms50, NULL); /* in the pool, waiting for a writer */
+	/* In the pool, waiting for a writer: seen in its wchan (a fixed
+	 * 50 ms was too short beside a hog, then the writer's open below
+	 * found no reader, ENXIO, and the reader's open waited for ever). */
+	struct timespec ms1 = {0, 1000000l};
+	bool waiting = false;
+	for (end = t_now_ns() + 5000 * MS; !(waiting = fifo_open_waiting()) && t_now_ns() < end;)
+		nanosleep(&ms1, NULL);
 	assert_int_equal(kill(getpid(), sig), 0);
 	struct timespec s1 = {1, 0};
 	int got = sigtimedwait(&set, NULL, &s1);
-	/* The writer ends the reader's open. */
-	int wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	/* The writer ends the reader's open (ENXIO while the reader is not
+	 * in it yet: where wchan said nothing). */
+	int wfd;
+	for (end = t_now_ns() + T_STALL_NS;
+	     (wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0 && errno == ENXIO &&
+	     t_now_ns() < end;)
+		nanosleep(&ms1, NULL);
 	cbcmn_nursery_await_all(NULL, n);
 	if (wfd >= 0)
 		close(wfd);
@@ -1695,8 +1728,10 @@ static void test_epoll_pool_keeps_off_a_signal_the_program_blocks(void **state)
 	t_destroy(rt);
 	unlink(path);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	printf("  sigtimedwait: %d (the signal %d)\n", got, sig);
+	printf("  sigtimedwait: %d (the signal %d)%s\n", got, sig,
+	       waiting ? "" : "; the pool's open was not seen waiting");
 	assert_int_equal(got, sig);
+	assert_true(wfd >= 0);
 }
 
 /* ---- 7. a close is never undone ---------------------------------------- *

@@ -750,10 +750,24 @@ static void test_stall_is_reported_with_its_task_until_the_run_ends(void **state
 
 /* ---- what is not a stall ---------------------------------------------------- */
 
+/* The starts of one fork-join round: the longest gap between two of them
+ * (the parent's and its children's, one after another on the one
+ * executor).  Only the executor's thread writes them. */
+static uint64_t fj_last_ns, fj_gap_ns;
+
+static void fj_mark(void)
+{
+	uint64_t now = t_now_ns();
+	if (now - fj_last_ns > fj_gap_ns)
+		fj_gap_ns = now - fj_last_ns;
+	fj_last_ns = now;
+}
+
 static int64_t nap_child(cbcmn_cx *cx, void *arg)
 {
 	(void)cx;
 	(void)arg;
+	fj_mark();
 	usleep(1000);
 	return 0;
 }
@@ -761,36 +775,58 @@ static int64_t nap_child(cbcmn_cx *cx, void *arg)
 static int64_t fork_join_parent(cbcmn_cx *cx, void *arg)
 {
 	(void)arg;
+	fj_last_ns = t_now_ns();
+	fj_gap_ns = 0;
 	cbcmn_nursery *n;
 	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
 	for (int i = 0; i < 400; i++)
 		TASK_CHECK(cbcmn_nursery_spawn(cx, n, nap_child, NULL, NULL) == 0);
 	/* One executor: every child runs here, on our stack, in our run. */
-	return cbcmn_nursery_await_all(cx, n);
+	int64_t rc = cbcmn_nursery_await_all(cx, n);
+	fj_mark();
+	return rc;
 }
 
 /* The bug: a task awaiting its nursery runs the children on its own
  * stack, all in its one run: 400 children of 1 ms were one run of 0.4 s,
  * reported a stall (and its executor routed around) while it started a
  * child every millisecond.  A stall is a run in which no task starts.
- * (stall_ns 250 ms: a child is far shorter, whatever the load.) */
+ * (stall_ns 250 ms: a child is far shorter.)  The monitor reports a stall
+ * only after more than stall_ns without a start, so a round whose starts
+ * were all less than stall_ns / 2 apart must report none; a loaded host
+ * that kept the executor's thread off its CPU longer (an ASan run beside
+ * a hog, at a load of 35: one report) makes a real stall, and the round
+ * is run again. */
 static void test_regression_fork_join_subtree_run_inline_is_not_a_stall(void **state)
 {
 	(void)state;
-	cbcmn_config cfg;
-	cbcmn_config_init(&cfg);
-	cfg.workers = 1;
-	cfg.stall_ns = 250000000ull;
-	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	int64_t res = -1;
-	assert_int_equal(cbcmn_runtime_run(rt, fork_join_parent, NULL, &res), 0);
-	assert_int_equal(atomic_load(&task_bad_line), 0);
-	assert_int_equal(res, 0);
-	cbcmn_stats st;
-	assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
-	assert_true(st.total.inline_runs >= 1);
-	assert_int_equal(st.total.stalls, 0);
-	t_destroy(rt);
+	const uint64_t stall_ns = 250000000ull;
+	uint64_t stalls = 0, gap = 0;
+	for (int round = 0; round < 5; round++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.stall_ns = stall_ns;
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		int64_t res = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, fork_join_parent, NULL, &res), 0);
+		assert_int_equal(atomic_load(&task_bad_line), 0);
+		assert_int_equal(res, 0);
+		cbcmn_stats st;
+		assert_int_equal(cbcmn_stats_snapshot(rt, &st, NULL, 0), 0);
+		assert_true(st.total.inline_runs >= 1);
+		t_destroy(rt);
+		stalls = st.total.stalls;
+		gap = fj_gap_ns;
+		if (stalls == 0 || gap <= stall_ns / 2)
+			break;
+		print_message("round %d: %llu stall(s), the starts up to %.1f ms apart (the host): again\n",
+			      round, (unsigned long long)stalls, gap / 1e6);
+	}
+	print_message("the starts at most %.1f ms apart\n", gap / 1e6);
+	if (stalls)
+		fail_msg("%llu stall(s) reported; the starts were at most %.1f ms apart (stall_ns %.0f ms)",
+			 (unsigned long long)stalls, gap / 1e6, stall_ns / 1e6);
 }
 
 /* ---- the monitor's own cost ------------------------------------------------ */
