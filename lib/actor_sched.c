@@ -222,11 +222,11 @@ static inline __attribute__((always_inline)) bool look(struct cbcmn__exec *e)
 /* Should actor task t, ready on e, go to a less loaded executor (seed 003
  * "Actor migration")?  That executor, or NULL.  Pinned actors and posse
  * members never move; the lab's runs must repeat.  Our own load first,
- * the actor's fields after it: a->posse and a->moved_ns lie on a line of
- * the actor's slot that a hop does not touch otherwise, and admit() asks
- * here for one woken actor in MIGRATE_EVERY; read before the load (which
- * a token passed round a ring of 10 000 actors keeps near 0), that line
- * was a cold miss every 8th hop of a ring with a second executor, the
+ * the actor's fields after it: a->posse and a->moved_ns lie on lines of
+ * the actor's slot (two: 0x10c, 0x198) that a hop does not touch
+ * otherwise, and admit() asks here for one woken actor in
+ * MIGRATE_EVERY; read before the load (which a token passed round a ring
+ * of 10 000 actors keeps near 0), a->posse's line was a cold miss every 8th hop of a ring with a second executor, the
  * hop's largest cost the one-executor ring did not pay (it stops at
  * nlive; pinned actors at the task's flags, on its hot line): docs/
  * BENCHMARKS.md, "Twenty-third session, the second executor's cost". */

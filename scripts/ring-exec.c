@@ -12,13 +12,12 @@
  * Per round: wall and process CPU ns a hop, each thread's CPU ns a hop
  * (schedstat), each executor's counter deltas (cbcmn_stats_snapshot()),
  * the monitor's wakes and owed notifications paid, and which executor
- * ran the ring.  Not built by make:
- *   gcc -O2 -Ilib/include scripts/ring-exec.c build/lib/libcbcmn.a \
- *       -luring -lnuma -lpthread -o /tmp/ring-exec
- *   /tmp/ring-exec 10000 1000000 2 dpq */
+ * ran the ring.  Built by `make scripts`:
+ *   build/scripts/ring-exec 10000 1000000 2 dpq */
 #include <cbcmn.h>
 #include <cbcmn_actor.h>
 #include <dirent.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +38,7 @@ static uint64_t n_actors, hops;
 static char mode;
 static cbcmn_actor_ref *refs;
 static uint64_t t0, t1, c0, c1, count;
-static volatile int ring_done;
+static _Atomic int ring_done; /* the sleeper's end (mode z) */
 
 static uint64_t clock_of(clockid_t c)
 {
@@ -103,6 +102,9 @@ static int64_t ring_root(cbcmn_cx *cx, void *arg)
 	if (rc)
 		cbcmn_nursery_cancel(n);
 	int64_t a = cbcmn_nursery_await_all(cx, n);
+	/* A ring that failed ends the sleeper too (mode z): it never sees
+	 * the token's last hop, and nanosleep() is no checkpoint. */
+	ring_done = 1;
 	return rc ? rc : a;
 }
 

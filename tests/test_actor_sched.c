@@ -914,6 +914,100 @@ static void test_overloaded_executor_sheds_actors_to_a_busy_less_loaded_one(void
 	t_destroy(rt);
 }
 
+/* ---- the load rule leaves posse members where they are ---- */
+
+/* The posse rule of case 1 itself (move_to()): as above, executor 1 is
+ * never idle (8 pinned hogs; no spreading to an idle executor, which
+ * leaves members alone on its own path), executor 0 holds 40 hogs, 36 of
+ * them posse members, and sheds.  Until POSSE_MOVES actors have left it
+ * (members among them if they could move: 9 in 10 of the candidates at
+ * each move, all POSSE_MOVES miss them 1 time in 10^4), then all stop
+ * through a flag, each noting where it ran last.  A member never runs
+ * anywhere but where it first ran; the 4 others moved (the moves
+ * happened: not a vacuous pass). */
+
+#define POSSE_HEAVY 40
+#define POSSE_MOVES 4 /* the non-members: POSSE_HEAVY / 10 */
+
+struct pmember {
+	struct busy2 *b;
+	bool member;
+	_Atomic uint32_t home;  /* 1 + its executor at its first run; 0: none yet */
+	_Atomic int strayed;    /* ran on an executor other than home */
+};
+
+static int64_t pmember_hog(cbcmn_cx *cx, void *arg)
+{
+	struct pmember *m = arg;
+	atomic_store(&m->home, cbcmn_cx_executor(cx) + 1);
+	atomic_fetch_add(&m->b->w.started, 1);
+	for (;;) {
+		/* After the loop's last checkpoint too: a member moved before
+		 * the stop runs there once more, and says so. */
+		if (cbcmn_cx_executor(cx) + 1 != atomic_load_explicit(&m->home, memory_order_relaxed))
+			atomic_store_explicit(&m->strayed, 1, memory_order_relaxed);
+		if (atomic_load_explicit(&m->b->w.stop, memory_order_relaxed))
+			return 0;
+		CBCMN_CHECKPOINT(cx);
+	}
+}
+
+struct posse2 {
+	struct busy2 b;
+	struct pmember m[POSSE_HEAVY];
+};
+
+static int64_t posse2_boss(cbcmn_cx *cx, void *arg)
+{
+	struct posse2 *p = arg;
+	struct busy2 *b = &p->b;
+	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_ref r;
+	cbcmn_actor_opts pin1 = {.placement = CBCMN_PLACE_PINNED, .shard = 1};
+	for (int i = 0; i < BUSY_LIGHT; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, wake3_hog, &b->w, &pin1, &r) == 0);
+	while (atomic_load(&b->w.started) < BUSY_LIGHT)
+		cbcmn_sleep(cx, 1000000);
+	cbcmn_actor_opts member = {.posse = 7};
+	for (int i = 0; i < POSSE_HEAVY; i++) {
+		p->m[i].b = b;
+		p->m[i].member = i % 10 != 0;
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, pmember_hog, &p->m[i],
+					     p->m[i].member ? &member : NULL, &r) == 0);
+	}
+	/* Only the 4 non-members may leave (a hang: the watchdog). */
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (migrations(rt, 0) < POSSE_MOVES && t_now_ns() < end)
+		cbcmn_sleep(cx, 1000000);
+	TASK_CHECK(migrations(rt, 0) >= POSSE_MOVES);
+	atomic_store(&b->w.stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_posse_members_stay_on_an_overloaded_executor(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct posse2 *p = calloc(1, sizeof(*p));
+	assert_non_null(p);
+	assert_int_equal(t_run_pinned(rt, 0, posse2_boss, p), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&p->b.w.started), BUSY_LIGHT + POSSE_HEAVY);
+	int strayed = 0, moved = 0;
+	for (int i = 0; i < POSSE_HEAVY; i++) {
+		if (p->m[i].member)
+			strayed += atomic_load(&p->m[i].strayed);
+		else
+			moved += atomic_load(&p->m[i].strayed);
+	}
+	printf("posse: %d members strayed, %d of %d others moved\n", strayed, moved, POSSE_MOVES);
+	assert_int_equal(strayed, 0);
+	free(p);
+	t_destroy(rt);
+}
+
 /* ---- two computing actors on one executor spread to an idle one ---- */
 
 struct spread {
@@ -1002,6 +1096,110 @@ static void test_regression_computing_actors_on_one_executor_spread_to_an_idle_o
 	assert_int_equal(atomic_load(&sp.started), 2);
 	assert_int_equal(atomic_load(&sp.held), 2);
 	assert_int_equal(atomic_load(&sp.apart), 1);
+	t_destroy(rt);
+}
+
+/* ---- posse members stay while an executor idles ---- */
+
+/* The posse rule of the spreading to an idle executor (case 4,
+ * cbcmn__actor_yielded()): PIDLE_ACTORS actors compute in 50 us slices
+ * ended by a yield on executor 0 (short runs: far below what case 1
+ * moves) while executor 1 idles; PIDLE_OTHERS of them are no members,
+ * and each ends once it has run elsewhere (executor 1 idles again).
+ * Until all of those did, or a member ran anywhere but where it first
+ * ran.  Without the rule each spreading would take a member 5 times in
+ * 6: all three miss them about 1 time in 700. */
+
+#define PIDLE_ACTORS 18
+#define PIDLE_OTHERS 3 /* index % 6 == 0 */
+
+struct pidle {
+	_Atomic int started, held, stop, others_out, strayed;
+	uint64_t deadline;
+};
+
+struct pidler {
+	struct pidle *pi;
+	bool member;
+};
+
+static int64_t pidle_actor(cbcmn_cx *cx, void *arg)
+{
+	struct pidler *me = arg;
+	struct pidle *pi = me->pi;
+	uint32_t home = cbcmn_cx_executor(cx);
+	atomic_fetch_add(&pi->started, 1);
+	while (!atomic_load(&pi->stop) && t_now_ns() < pi->deadline) {
+		uint64_t until = t_now_ns() + 50000;
+		while (t_now_ns() < until)
+			;
+		if (cbcmn_cx_executor(cx) != home) {
+			if (me->member) {
+				atomic_store(&pi->strayed, 1);
+				atomic_store(&pi->stop, 1);
+			} else {
+				atomic_fetch_add(&pi->others_out, 1);
+				return 0;
+			}
+		}
+		TASK_CHECK(cbcmn_yield(cx) == 0);
+	}
+	return 0;
+}
+
+/* Holds executor 1's thread (asleep: it steals nothing) until every
+ * actor runs on executor 0's wheel. */
+static int64_t pidle_hold_exec1(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	struct pidle *pi = arg;
+	atomic_store(&pi->held, 1);
+	while (atomic_load(&pi->started) < PIDLE_ACTORS && t_now_ns() < pi->deadline)
+		usleep(1000);
+	atomic_store(&pi->held, 2); /* from now on, executor 1 idles */
+	return 0;
+}
+
+static int64_t pidle_boss(cbcmn_cx *cx, void *arg)
+{
+	struct pidle *pi = arg;
+	struct pidler w[PIDLE_ACTORS];
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, pidle_hold_exec1, pi, NULL) == 0);
+	while (!atomic_load(&pi->held))
+		cbcmn_yield(cx);
+	cbcmn_actor_ref r;
+	cbcmn_actor_opts member = {.posse = 7};
+	for (int i = 0; i < PIDLE_ACTORS; i++) {
+		w[i] = (struct pidler){pi, i % 6 != 0};
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, pidle_actor, &w[i], w[i].member ? &member : NULL,
+					     &r) == 0);
+	}
+	while (atomic_load(&pi->others_out) < PIDLE_OTHERS && !atomic_load(&pi->stop) &&
+	       t_now_ns() < pi->deadline)
+		cbcmn_sleep(cx, 1000000);
+	atomic_store(&pi->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_posse_members_stay_while_an_executor_idles(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct pidle pi = {.deadline = t_now_ns() + T_STALL_NS};
+	assert_int_equal(t_run_pinned(rt, 0, pidle_boss, &pi), 0);
+	ASSERT_TASK_CHECKS();
+	printf("posse, idle executor: %d of %d others out, member strayed %d\n",
+	       atomic_load(&pi.others_out), PIDLE_OTHERS, atomic_load(&pi.strayed));
+	assert_int_equal(atomic_load(&pi.started), PIDLE_ACTORS);
+	assert_int_equal(atomic_load(&pi.held), 2);
+	assert_int_equal(atomic_load(&pi.strayed), 0);
+	assert_int_equal(atomic_load(&pi.others_out), PIDLE_OTHERS);
 	t_destroy(rt);
 }
 
@@ -1364,7 +1562,9 @@ int main(int argc, char **argv)
 		T(test_balanced_runtime_migrates_nothing),
 		T(test_overloaded_executor_sheds_actors_to_a_busy_less_loaded_one),
 		T(test_posse_members_stay_and_stops_end_migrating_actors),
+		T(test_posse_members_stay_on_an_overloaded_executor),
 		T(test_regression_computing_actors_on_one_executor_spread_to_an_idle_one),
+		T(test_posse_members_stay_while_an_executor_idles),
 		T(test_actor_on_a_stalled_executors_wheel_runs_elsewhere),
 		T(test_off_duty_spare_keeps_no_rescued_actor),
 		T(test_actor_blocking_while_the_monitor_holds_its_wheel),
