@@ -534,7 +534,7 @@ static void halt_links(struct cbcmn__actor *a, cbcmn_actor_ref old, int64_t reas
 /* The second half (above): out of the lock, nobody else can reach what
  * the slot holds any more but the halting task itself, whose calls see
  * a slot that is not LIVE. */
-static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
+static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e, struct cbcmn_task *own)
 {
 	int64_t reason = a->stop_reason;
 	uint32_t home = cbcmn__actor_home(a);
@@ -567,6 +567,17 @@ static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
 	a->fini = NULL;
 	if (fini)
 		fini(a->user, reason);
+	/* What its own task leaves of its budget goes back to its payer
+	 * before anyone hears of the halt (cbcmn__task_complete() would, after
+	 * our DOWNs): a supervisor restarting it on its DOWN, a watcher
+	 * spawning again, asks the same budget, and the ask is refused when
+	 * the spawner has not got it back (docs/BUDGETS.md; a supervisor
+	 * ended CBCMN_EBUDGET at a restart, 1 run in 2 on two executors:
+	 * test_restart_finds_the_crashed_childs_budget_given_back).  Nothing
+	 * of the task's is charged after fini; once only (a reaped task comes
+	 * back here: closed already). */
+	if (own && !own->budget_closed)
+		cbcmn__budget_leftover(own);
 	halt_downs(a, reason, e);
 	halt_links(a, old, reason, e);
 	CBCMN_PROBE4(actor_halt, old, reason, a->halt_dropped, a->rt->seg.rt_id);
@@ -589,16 +600,16 @@ static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e)
 /* Begun already: its task ended inside drop or fini, and this is that
  * task's end again (or its handler host's): go on with it. */
 static int64_t halt_x(struct cbcmn__actor *a, int64_t reason, uint32_t held,
-		      struct cbcmn__exec *e)
+		      struct cbcmn__exec *e, struct cbcmn_task *own)
 {
 	if (!a->halt_begun)
 		halt_begin(a, reason, held, e);
-	return halt_finish(a, e);
+	return halt_finish(a, e, own);
 }
 
 static int64_t halt(struct cbcmn__actor *a, int64_t reason, struct cbcmn__exec *e)
 {
-	return halt_x(a, reason, 0, e);
+	return halt_x(a, reason, 0, e, NULL);
 }
 
 int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
@@ -615,9 +626,9 @@ int64_t cbcmn__actor_main(cbcmn_cx *cx, void *arg)
 }
 
 int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
-			       struct cbcmn__exec *e)
+			       struct cbcmn__exec *e, struct cbcmn_task *own)
 {
-	return halt_x(a, reason, held, e);
+	return halt_x(a, reason, held, e, own);
 }
 
 /* The end of task t's actor (or of its handler host: its handler actors'
@@ -660,7 +671,7 @@ cbcmn__actor_end_guarded(struct cbcmn_task *t, int64_t result,
 
 static int64_t halt_task(struct cbcmn_task *t, int64_t result)
 {
-	return halt(t->arg, result, t->exec);
+	return halt_x(t->arg, result, 0, t->exec, t);
 }
 
 int64_t cbcmn__actor_halt(struct cbcmn_task *t, int64_t result)

@@ -539,10 +539,12 @@ int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_
 
 /* actor.c, for actor_handler.c: end handler actor a (no task) with
  * reason, as a task's end would; held: messages its host dropped already
- * (a RETRY's), counted undelivered in its DOWNs.  Returns the halt reason
- * (a stop's wins). */
+ * (a RETRY's), counted undelivered in its DOWNs.  own: its host task
+ * when a is the host's last (the host ends next): the host's budget goes
+ * back to its payer before the DOWNs, as an actor task's does; else NULL.
+ * Returns the halt reason (a stop's wins). */
 int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
-			       struct cbcmn__exec *e);
+			       struct cbcmn__exec *e, struct cbcmn_task *own);
 /* actor.c, for actor_handler.c: end(t, result) for task t's end under a
  * landing pad of its own; a landing inside (a drop or fini overflowed)
  * calls end again, which goes on from where it was. */

@@ -634,7 +634,10 @@ static int64_t halt_one(struct cbcmn_task *t, int64_t reason)
 {
 	struct host *host = t->arg;
 	struct cbcmn__hnd *h = host->halt_one;
-	return cbcmn__actor_halt_slot(h->a, reason, h->held_dropped, t->exec);
+	/* The last: the host ends next, nothing charged on the way (no join
+	 * can come: only a handler of the host spawns one, and none runs). */
+	return cbcmn__actor_halt_slot(h->a, reason, h->held_dropped, t->exec,
+				      host->count == 1 ? t : NULL);
 }
 
 static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
@@ -788,7 +791,7 @@ int64_t cbcmn__hnd_host_main(cbcmn_cx *cx, void *arg)
 			continue;
 		}
 		used += run_one(host, h, self, BATCH);
-		if (used >= quantum) {
+		if (used >= quantum && host->count) { /* the last halted: its budget given back */
 			/* Fairness: tasks and actors of this executor run too.
 			 * A cancelled yield is seen at the top of the loop. */
 			used = 0;
@@ -828,7 +831,8 @@ static int64_t host_end(struct cbcmn_task *t, int64_t result)
 			bool contained = h->a->contained;
 			if (!begun)
 				CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
-			int64_t r = cbcmn__actor_halt_slot(h->a, result, h->held_dropped, t->exec);
+			int64_t r = cbcmn__actor_halt_slot(h->a, result, h->held_dropped, t->exec,
+							   NULL);
 			h->ended = true;
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))

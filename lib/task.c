@@ -369,7 +369,8 @@ void cbcmn__task_complete(struct cbcmn_task *t, int64_t result)
 	t->result = result;
 	if (__builtin_expect(t->abi_slot != NULL, 0))
 		cbcmn__abi_slot_release(t);
-	cbcmn__budget_leftover(t);
+	if (!t->budget_closed) /* an actor's halt gave it back (actor.c) */
+		cbcmn__budget_leftover(t);
 	atomic_store_explicit(&t->state, CBCMN__T_DONE, memory_order_relaxed);
 	bool own = t->flags & CBCMN__TF_RUNTIME;
 	if (own)
