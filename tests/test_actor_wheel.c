@@ -246,6 +246,21 @@ static void test_woken_pick_on_the_empty_wheel_is_woken_then_pick(void **state)
 	assert_int_equal(na.where, CBCMN__WN_IDLE);
 	assert_ptr_equal(cbcmn__wheel_pick(&a, now, &q), &na);
 	assert_int_equal(q, Q / 2);
+
+	/* One that holds a node in its first list only (woken late, no
+	 * segment busy): the two calls too, the held node first. */
+	assert_false(cbcmn__wheel_ready(&a));
+	cbcmn__wheel_woken(&a, &other, a.pos, Q);
+	assert_int_equal(other.where, CBCMN__WN_FIRST);
+	assert_int_equal(a.busy, 0);
+	assert_ptr_equal(cbcmn__wheel_woken_pick(&a, &na, a.pos + 2, Q / 2, now, &q), &other);
+	assert_int_equal(na.where, CBCMN__WN_IDLE);
+	assert_ptr_equal(cbcmn__wheel_pick(&a, now, &q), &na);
+	assert_int_equal(q, Q / 2);
+	assert_false(cbcmn__wheel_ready(&a));
+	/* More than a quantum kept: a new quantum, as cbcmn__wheel_woken(). */
+	assert_ptr_equal(cbcmn__wheel_woken_pick(&a, &na, a.pos + 1, Q + 5, now, &q), &na);
+	assert_int_equal(q, Q);
 }
 
 int main(void)
