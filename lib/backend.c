@@ -28,10 +28,12 @@ static bool refused(int rc)
  * it: valgrind keeps signals blocked in such a call).  Valgrind preloads
  * its vgpreload_core library into the programs it runs, and takes it out
  * of LD_PRELOAD again for the children it does not follow (a child run
- * natively is not mistaken for one under valgrind). */
+ * natively is not mistaken for one under valgrind).  Read as the CBCMN_*
+ * variables are (cbcmn__env(): nothing in a set-uid program, which
+ * valgrind does not run as such; test_env's imports check). */
 static bool under_valgrind(void)
 {
-	const char *p = getenv("LD_PRELOAD");
+	const char *p = cbcmn__env("LD_PRELOAD");
 	return p && strstr(p, "/vgpreload_core-") != NULL;
 }
 
