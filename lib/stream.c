@@ -1579,11 +1579,12 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 			m->send_err = (int32_t)rc;
 			rc = 0;
 		}
-		/* Cancelled before a byte went: it did not happen, and the
-		 * chunk stays held, the caller's to send again (by a task not
-		 * cancelled), as a ring's send cancelled in its wait for the
-		 * send before.  Given back, the bytes were lost. */
-		if (rc == CBCMN_ECANCELED)
+		/* Cancelled or timed out before a byte went: it did not
+		 * happen, and the chunk stays held, the caller's to send again
+		 * (by a task not cancelled), as a ring's send cancelled in its
+		 * wait for the send before.  Given back, the bytes were lost
+		 * (a timeout's too: rvattack23). */
+		if (rc == CBCMN_ECANCELED || rc == -ETIMEDOUT)
 			return rc;
 		/* A wait above may have moved the task (unpinned): the bytes
 		 * went all the same, so their result, not -EXDEV (a caller

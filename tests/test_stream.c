@@ -3332,6 +3332,57 @@ static void test_epoll_send_cancelled_before_a_byte_keeps_its_chunk(void **state
 	assert_string_equal(buf, "hello");
 }
 
+/* An epoll sender whose send timed out before a byte of its chunk went
+ * (cbcmn_io_set_timeout(), the socket full) gets -ETIMEDOUT and keeps the
+ * chunk held, as one cancelled there: the send did not happen, and the
+ * same task sends the chunk again once there is room.  Before, the chunk
+ * went back to the pool with the timeout: the re-send was -EINVAL and the
+ * bytes, taken from the socket, were lost (rvattack23).  (The ring's
+ * stream send has no timeout: it is queued at once.) */
+static int64_t timeout_resend_main(cbcmn_cx *cx, void *arg)
+{
+	struct resend *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	p->len = cbcmn_stream_recv(cx, p->s, &p->d);
+	char junk[512] = {0};
+	ssize_t k;
+	while ((k = send(p->sv[0], junk, sizeof(junk), MSG_DONTWAIT)) > 0)
+		p->filled += (size_t)k;
+	cbcmn_io_set_timeout(cx, 20 * 1000000ull);
+	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	cbcmn_io_set_timeout(cx, 0);
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, resend_drain, p) == 0);
+	p->resent = p->sent == -ETIMEDOUT
+			    ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL)
+			    : -1000;
+	pthread_join(th, NULL);
+	p->close = cbcmn_stream_close(cx, p->s);
+	return 0;
+}
+
+static void test_epoll_send_timed_out_before_a_byte_keeps_its_chunk(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
+	t_skip_without_streams(rt);
+	struct resend p = {0};
+	pair_open(p.sv, "hello");
+	assert_int_equal(run_on_0(rt, timeout_resend_main, &p), 0);
+	ASSERT_TASK_CHECKS();
+	char buf[16] = {0};
+	ssize_t got = recv(p.sv[1], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	printf("    send %lld, re-send %lld, close %lld, the peer got %zd bytes after the filler\n",
+	       (long long)p.sent, (long long)p.resent, (long long)p.close, got);
+	pair_done(p.sv, rt);
+	assert_int_equal(p.len, 5);
+	assert_int_equal(p.sent, -ETIMEDOUT);
+	assert_int_equal(p.resent, 0);
+	assert_int_equal(p.close, 0);
+	assert_int_equal(got, 5);
+	assert_string_equal(buf, "hello");
+}
+
 /* cbcmn_stream_send() costs one unit of the syscalls budget, on either
  * backend (before: the epoll backend's charged its own unit and then
  * cbcmn_send()'s, two a send). */
@@ -3442,6 +3493,7 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_sender_moved_mid_send_reports_what_was_sent),
 		T_WATCHED_TEST(test_epoll_send_cancelled_part_way_reports_what_went),
 		T_WATCHED_TEST(test_epoll_send_cancelled_before_a_byte_keeps_its_chunk),
+		T_WATCHED_TEST(test_epoll_send_timed_out_before_a_byte_keeps_its_chunk),
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */

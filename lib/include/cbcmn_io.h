@@ -188,8 +188,9 @@ CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **
  * moved to another executor meanwhile (unpinned, woken elsewhere after a
  * wait) gets the send's result, not -EXDEV: they went.
  * Returns 0, -EINVAL (data not in the chunk held), -EXDEV, -EBUSY,
- * CBCMN_ECANCELED (nothing of it went; the chunk stays held, for a task
- * not cancelled to send), or a send's error. */
+ * CBCMN_ECANCELED or, on the epoll backend with cbcmn_io_set_timeout(),
+ * -ETIMEDOUT (nothing of it went; the chunk stays held, for a task not
+ * cancelled to send), or a send's error. */
 CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *data, size_t len,
 				    int flags);
 /* Stop receiving, give the buffers back and free s; waits until the kernel
