@@ -31,6 +31,17 @@ static struct cbcmn__mutex global_lock = {
 	.m = PTHREAD_MUTEX_INITIALIZER, .name = "janus_rt", .rank = CBCMN__LOCK_RUNTIME_JANUS};
 static __thread RtNursery *thread_top;
 
+/* Held across a fork() (runtime.c's atfork handler, first of the
+ * library's process-wide locks: the lowest rank), so that a child never
+ * inherits it locked by a thread it does not have. */
+void cbcmn__janus_fork_lock(bool lock)
+{
+	if (lock)
+		cbcmn__mutex_lock(&global_lock);
+	else
+		cbcmn__mutex_unlock(&global_lock);
+}
+
 /* The task calling us, if the caller runs on one of rt's executors. */
 static struct cbcmn_task *current_task(void)
 {

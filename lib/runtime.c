@@ -40,10 +40,14 @@ _Atomic uint32_t cbcmn__fork_gen;
  * cbcmn_runtime_create() would wait for it forever.  (A runtime's own
  * locks are the parent's business: the child never takes them, every call
  * on that runtime stops at CBCMN_EFORKED first.)  Taken in the order a
- * create takes them: the signal handler's, then the guard-page budget's;
- * last the fast clock's writer (clock.c), which takes no lock. */
+ * create takes them: the janus ABI's (janus_rt_init() creates under it;
+ * a nursery open and a scheduler's create and shutdown take it: a child's
+ * janus_scheduler_shutdown() hung, rvattack23), the signal handler's,
+ * then the guard-page budget's; last the fast clock's writer (clock.c),
+ * which takes no lock. */
 static void fork_prepare(void)
 {
+	cbcmn__janus_fork_lock(true);
 	cbcmn__signal_fork_lock(true);
 	cbcmn__stack_fork_lock(true);
 	cbcmn__clock_fork_lock(true);
@@ -54,6 +58,7 @@ static void fork_parent(void)
 	cbcmn__clock_fork_lock(false);
 	cbcmn__stack_fork_lock(false);
 	cbcmn__signal_fork_lock(false);
+	cbcmn__janus_fork_lock(false);
 }
 
 static void forked_child(void)

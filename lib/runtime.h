@@ -1309,6 +1309,8 @@ int cbcmn__wait_until(struct cbcmn_task *self, struct cbcmn__iwait *iw, uint64_t
 
 /* janus_rt.c */
 void cbcmn__abi_slot_release(struct cbcmn_task *t);
+/* janus_rt.c: its lock held across a fork (runtime.c's atfork handler). */
+void cbcmn__janus_fork_lock(bool lock);
 /* Run a CBCMN__TF_ABI task: its result as the native layer must see it. */
 int64_t cbcmn__abi_call(struct cbcmn_task *t);
 

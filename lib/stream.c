@@ -1564,7 +1564,14 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 		int64_t rc = 0;
 		size_t off = 0;
 		for (; off < a->len; off += (size_t)rc) {
+			/* Part went: a call that never returns (the task
+			 * unwound in its budget wait) leaves the rest's loss
+			 * to the next call or the close, as one ended below
+			 * does (before, a close said 0 of a truncated send:
+			 * rvattack23).  m->send_err was 0: taken above. */
+			m->send_err = off ? -ECANCELED : 0;
 			rc = cbcmn_send((cbcmn_cx *)t, m->fd, a->p + off, a->len - off, a->flags);
+			m->send_err = 0;
 			if (rc <= 0) {
 				rc = rc ? rc : -EIO; /* as send_cqe() */
 				break;
@@ -1579,11 +1586,12 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 			m->send_err = (int32_t)rc;
 			rc = 0;
 		}
-		/* Cancelled before a byte went: it did not happen, and the
-		 * chunk stays held, the caller's to send again (by a task not
-		 * cancelled), as a ring's send cancelled in its wait for the
-		 * send before.  Given back, the bytes were lost. */
-		if (rc == CBCMN_ECANCELED)
+		/* Cancelled or timed out before a byte went: it did not
+		 * happen, and the chunk stays held, the caller's to send again
+		 * (by a task not cancelled), as a ring's send cancelled in its
+		 * wait for the send before.  Given back, the bytes were lost
+		 * (a timeout's too: rvattack23). */
+		if (rc == CBCMN_ECANCELED || rc == -ETIMEDOUT)
 			return rc;
 		/* A wait above may have moved the task (unpinned): the bytes
 		 * went all the same, so their result, not -EXDEV (a caller

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "helpers.h"
 #include "cbcmn_io.h"
@@ -396,6 +398,50 @@ static void test_stale_and_bogus_scheduler_handles_are_refused(void **state)
 	janus_scheduler_shutdown(b);
 }
 
+/* A fork() while another thread holds the janus lock (opening a nursery on
+ * an isolated scheduler, making or shutting one down) must not leave the
+ * child with it held: a child's janus_scheduler_shutdown() of the parent's
+ * handle (or its first janus_scheduler_create()) waited for ever.  The
+ * atfork handler takes it with the library's other process-wide locks
+ * (rvattack23). */
+static _Atomic int fork_stop;
+
+static void *fork_opener(void *arg)
+{
+	void *s = arg;
+	while (!atomic_load(&fork_stop))
+		if (janus_scheduler_nursery_create(s))
+			janus_nursery_await_all();
+	return NULL;
+}
+
+static void test_fork_while_the_janus_lock_is_held(void **state)
+{
+	(void)state;
+	void *s = janus_scheduler_create((SchedulerConfig){.worker_count = 1});
+	assert_non_null(s);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, fork_opener, s), 0);
+	int hung = 0, forks = 0;
+	for (; forks < 100 && !hung; forks++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			alarm(10); /* a hang is a failure, not a stuck suite */
+			janus_scheduler_shutdown(s); /* the parent's: nothing to do */
+			_exit(0);
+		}
+		assert_true(pid > 0);
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		hung = !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+	}
+	atomic_store(&fork_stop, 1);
+	pthread_join(th, NULL);
+	janus_scheduler_shutdown(s);
+	printf("    %d forks, the last child %s\n", forks, hung ? "hung" : "exited");
+	assert_false(hung);
+}
+
 /* -3: a child that runs out of budget nobody recharges. */
 static int64_t endless_checks(void *arg)
 {
@@ -686,6 +732,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_isolated_scheduler, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_and_bogus_scheduler_handles_are_refused, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_fork_while_the_janus_lock_is_held, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_exceeded_is_minus_3, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_get_and_recharge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_auto_init, setup, teardown),

@@ -3332,6 +3332,133 @@ static void test_epoll_send_cancelled_before_a_byte_keeps_its_chunk(void **state
 	assert_string_equal(buf, "hello");
 }
 
+/* An epoll sender unwound after part of its chunk went (its next send(2)
+ * waits for budget, and it is cancelled there: the wait does not return,
+ * its landing pad does) leaves the rest's loss to the stream's close
+ * (-ECANCELED), as a send cut short.  Before, the close said 0: the peer
+ * had a truncated message and nobody was told (rvattack23). */
+static int64_t unwind_part_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sendpart *p = arg;
+	const void *d;
+	p->len = cbcmn_stream_recv(cx, p->s, &d); /* the first of its two syscalls */
+	char junk[512] = {0};
+	ssize_t k;
+	while ((k = send(p->sv[0], junk, sizeof(junk), MSG_DONTWAIT)) > 0)
+		p->filled += (size_t)k;
+	k = recv(p->sv[1], junk, sizeof(junk), MSG_DONTWAIT);
+	p->filled -= k > 0 ? (size_t)k : 0;
+	atomic_store(&p->stage, 1);
+	/* The second pays for the first send(2), which sends part; the next
+	 * one waits for budget. */
+	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	return 0;
+}
+
+static int64_t unwind_part_main(cbcmn_cx *cx, void *arg)
+{
+	struct sendpart *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &p->n) == 0);
+	cbcmn_budget ask = {.syscalls = 2};
+	cbcmn_caps none = {.flags = 0};
+	cbcmn_spawn_opts o = {.budget = &ask, .caps = &none, .placement = CBCMN_PLACE_PINNED,
+			      .shard = cbcmn_cx_executor(cx)};
+	cbcmn_task *child;
+	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, p->n, unwind_part_sender, p, &o, &child) == 0);
+	while (!atomic_load(&p->stage))
+		cbcmn_yield(cx);
+	for (int i = 0; i < 20; i++)
+		cbcmn_yield(cx); /* the sender now waits for budget in cbcmn_send() */
+	TASK_CHECK(cbcmn_nursery_cancel(p->n) == 0);
+	cbcmn_nursery_await_all(cx, p->n);
+	TASK_CHECK(cbcmn_task_join(cx, child, NULL) == 0);
+	p->next = cbcmn_stream_close(cx, p->s);
+	return 0;
+}
+
+static void test_epoll_sender_unwound_part_way_says_so_at_close(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
+	t_skip_without_streams(rt);
+	struct sendpart p = {0};
+	p.sent = -1000;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.sv), 0);
+	static char chunk[4096];
+	memset(chunk, 'u', sizeof(chunk));
+	assert_int_equal(write(p.sv[1], chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	int small = 2048;
+	assert_int_equal(setsockopt(p.sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	assert_int_equal(run_on_0(rt, unwind_part_main, &p), 0);
+	ASSERT_TASK_CHECKS();
+	size_t got = 0;
+	char buf[8192];
+	ssize_t n;
+	while ((n = recv(p.sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		got += (size_t)n;
+	got = got > p.filled ? got - p.filled : 0;
+	printf("    chunk %lld, send %lld (-1000: unwound), close %lld, the peer got %zu bytes of it\n",
+	       (long long)p.len, (long long)p.sent, (long long)p.next, got);
+	pair_done(p.sv, rt);
+	assert_true(p.len > 0);
+	if (got == 0 || got >= (size_t)p.len)
+		T_SKIP("the send was not cut part-way (%zu of %lld bytes went)", got, (long long)p.len);
+	assert_int_equal(p.sent, -1000); /* unwound: the call never returned */
+	assert_int_equal(p.next, -ECANCELED);
+}
+
+/* An epoll sender whose send timed out before a byte of its chunk went
+ * (cbcmn_io_set_timeout(), the socket full) gets -ETIMEDOUT and keeps the
+ * chunk held, as one cancelled there: the send did not happen, and the
+ * same task sends the chunk again once there is room.  Before, the chunk
+ * went back to the pool with the timeout: the re-send was -EINVAL and the
+ * bytes, taken from the socket, were lost (rvattack23).  (The ring's
+ * stream send has no timeout: it is queued at once.) */
+static int64_t timeout_resend_main(cbcmn_cx *cx, void *arg)
+{
+	struct resend *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	p->len = cbcmn_stream_recv(cx, p->s, &p->d);
+	char junk[512] = {0};
+	ssize_t k;
+	while ((k = send(p->sv[0], junk, sizeof(junk), MSG_DONTWAIT)) > 0)
+		p->filled += (size_t)k;
+	cbcmn_io_set_timeout(cx, 20 * 1000000ull);
+	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	cbcmn_io_set_timeout(cx, 0);
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, resend_drain, p) == 0);
+	p->resent = p->sent == -ETIMEDOUT
+			    ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL)
+			    : -1000;
+	pthread_join(th, NULL);
+	p->close = cbcmn_stream_close(cx, p->s);
+	return 0;
+}
+
+static void test_epoll_send_timed_out_before_a_byte_keeps_its_chunk(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
+	t_skip_without_streams(rt);
+	struct resend p = {0};
+	pair_open(p.sv, "hello");
+	assert_int_equal(run_on_0(rt, timeout_resend_main, &p), 0);
+	ASSERT_TASK_CHECKS();
+	char buf[16] = {0};
+	ssize_t got = recv(p.sv[1], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	printf("    send %lld, re-send %lld, close %lld, the peer got %zd bytes after the filler\n",
+	       (long long)p.sent, (long long)p.resent, (long long)p.close, got);
+	pair_done(p.sv, rt);
+	assert_int_equal(p.len, 5);
+	assert_int_equal(p.sent, -ETIMEDOUT);
+	assert_int_equal(p.resent, 0);
+	assert_int_equal(p.close, 0);
+	assert_int_equal(got, 5);
+	assert_string_equal(buf, "hello");
+}
+
 /* cbcmn_stream_send() costs one unit of the syscalls budget, on either
  * backend (before: the epoll backend's charged its own unit and then
  * cbcmn_send()'s, two a send). */
@@ -3442,6 +3569,8 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_sender_moved_mid_send_reports_what_was_sent),
 		T_WATCHED_TEST(test_epoll_send_cancelled_part_way_reports_what_went),
 		T_WATCHED_TEST(test_epoll_send_cancelled_before_a_byte_keeps_its_chunk),
+		T_WATCHED_TEST(test_epoll_send_timed_out_before_a_byte_keeps_its_chunk),
+		T_WATCHED_TEST(test_epoll_sender_unwound_part_way_says_so_at_close),
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */

@@ -184,12 +184,14 @@ CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **
  * "Sends on a stream").  Costs one unit of the syscalls budget.  On the epoll
  * backend the bytes are sent before it returns (a unit per send(2) made;
  * one ended after part of them went, cancelled included, returns 0 and
- * leaves its failure to the next call, as on the ring), and a sender
+ * leaves its failure to the next call, as on the ring, and one whose task
+ * is unwound meanwhile leaves -ECANCELED there), and a sender
  * moved to another executor meanwhile (unpinned, woken elsewhere after a
  * wait) gets the send's result, not -EXDEV: they went.
  * Returns 0, -EINVAL (data not in the chunk held), -EXDEV, -EBUSY,
- * CBCMN_ECANCELED (nothing of it went; the chunk stays held, for a task
- * not cancelled to send), or a send's error. */
+ * CBCMN_ECANCELED or, on the epoll backend with cbcmn_io_set_timeout(),
+ * -ETIMEDOUT (nothing of it went; the chunk stays held, for a task not
+ * cancelled to send), or a send's error. */
 CBCMN_API int64_t cbcmn_stream_send(cbcmn_cx *cx, cbcmn_stream *s, const void *data, size_t len,
 				    int flags);
 /* Stop receiving, give the buffers back and free s; waits until the kernel

@@ -229,7 +229,9 @@ JANUS_API void *janus_scheduler_nursery_create(void *scheduler);
  * (janus_rt_get()) is shut down as by janus_rt_shutdown(); one of the
  * scheduler's own tasks (or its blocking pool) calling does nothing, as
  * there, and so does a scheduler already shut down (a second shutdown) or
- * a pointer that is none. */
+ * a pointer that is none.  A handle is its scheduler's address: once it
+ * is shut down a later create may return the same address, and the old
+ * handle then names the new scheduler (drop a handle at its shutdown). */
 JANUS_API void janus_scheduler_shutdown(void *scheduler);
 /* Spawn func(arg) (a TaskFn) into the current nursery: 0 or -1. */
 JANUS_API int janus_scheduler_spawn(void *func, void *arg);
