@@ -1830,7 +1830,9 @@ static bool sq_round(bool sqpoll, double *p50, double *p99, double *wait_pct, in
 	close(s->p[1]);
 	*p50 = percentile(s->ns, SQ_CALLS, 0.50);
 	*p99 = percentile(s->ns, SQ_CALLS, 0.99);
-	*wait_pct = s->seen ? 100.0 * (double)s->poller_wait_ns / (double)s->wall_ns : NAN;
+	/* At most 100: a wait under way at the start is counted whole when
+	 * it ends (schedstat adds it then), its part before the window too. */
+	*wait_pct = s->seen ? fmin(100.0, 100.0 * (double)s->poller_wait_ns / (double)s->wall_ns) : NAN;
 	free(s);
 	return true;
 }
