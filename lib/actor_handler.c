@@ -634,10 +634,16 @@ static int64_t halt_one(struct cbcmn_task *t, int64_t reason)
 {
 	struct host *host = t->arg;
 	struct cbcmn__hnd *h = host->halt_one;
-	/* The last: the host ends next, nothing charged on the way (no join
-	 * can come: only a handler of the host spawns one, and none runs). */
-	return cbcmn__actor_halt_slot(h->a, reason, h->held_dropped, t->exec,
-				      host->count == 1 ? t : NULL);
+	/* The host's budget goes back at this halt if h is the last: asked
+	 * there (cbcmn__hnd_last()), after its drops and fini, which may
+	 * join another to the host with its cx (it then runs on, charged). */
+	return cbcmn__actor_halt_slot(h->a, reason, h->held_dropped, t->exec, t);
+}
+
+bool cbcmn__hnd_last(const struct cbcmn_task *t)
+{
+	const struct host *host = host_of(t);
+	return !host || host->count == 1;
 }
 
 static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
