@@ -575,8 +575,12 @@ static int64_t halt_finish(struct cbcmn__actor *a, struct cbcmn__exec *e, struct
 	 * ended CBCMN_EBUDGET at a restart, 1 run in 2 on two executors:
 	 * test_restart_finds_the_crashed_childs_budget_given_back).  Nothing
 	 * of the task's is charged after fini; once only (a reaped task comes
-	 * back here: closed already). */
-	if (own && !own->budget_closed)
+	 * back here: closed already).  A host's only at its last handler
+	 * actor's halt, asked now: a drop or fini above may have joined
+	 * another to it, which runs on and is charged to it (before, the
+	 * payer got that budget back and the joined actor spent it too:
+	 * test_handler_joined_from_the_last_one_s_drop_is_charged_to_the_host). */
+	if (own && !own->budget_closed && cbcmn__hnd_last(own))
 		cbcmn__budget_leftover(own);
 	halt_downs(a, reason, e);
 	halt_links(a, old, reason, e);

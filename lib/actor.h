@@ -537,11 +537,14 @@ bool cbcmn__mb_take_down(struct cbcmn__actor *a, cbcmn_actor_msg *m);
 int cbcmn__mb_try_put(struct cbcmn_runtime *rt, cbcmn_actor_ref to, const cbcmn_actor_msg *m,
 		      struct cbcmn__exec *e);
 
+/* actor_handler.c, for actor.c: whether t is no handler host, or one
+ * with a single handler actor left (the one halting). */
+bool cbcmn__hnd_last(const struct cbcmn_task *t);
 /* actor.c, for actor_handler.c: end handler actor a (no task) with
  * reason, as a task's end would; held: messages its host dropped already
- * (a RETRY's), counted undelivered in its DOWNs.  own: its host task
- * when a is the host's last (the host ends next): the host's budget goes
- * back to its payer before the DOWNs, as an actor task's does; else NULL.
+ * (a RETRY's), counted undelivered in its DOWNs.  own: its host task,
+ * whose budget goes back to its payer before the DOWNs, as an actor
+ * task's does, if a is then the host's last (cbcmn__hnd_last()); else NULL.
  * Returns the halt reason (a stop's wins). */
 int64_t cbcmn__actor_halt_slot(struct cbcmn__actor *a, int64_t reason, uint32_t held,
 			       struct cbcmn__exec *e, struct cbcmn_task *own);

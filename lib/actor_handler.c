@@ -113,6 +113,7 @@ struct host {
 	 * take the lock path (cbcmn__sends_locked()). */
 	bool halting;
 	struct cbcmn__hnd *halt_one;          /* the one hnd_halt() halts, from its held drop on */
+	bool end_last;                        /* host_end() halts the last not ended */
 	struct tmo *tmo;                      /* receive deadlines: a min-heap */
 	uint32_t ntmo, tmo_cap;
 	uint32_t narmed, nstale;              /* its live and stale entries */
@@ -634,10 +635,16 @@ static int64_t halt_one(struct cbcmn_task *t, int64_t reason)
 {
 	struct host *host = t->arg;
 	struct cbcmn__hnd *h = host->halt_one;
-	/* The last: the host ends next, nothing charged on the way (no join
-	 * can come: only a handler of the host spawns one, and none runs). */
-	return cbcmn__actor_halt_slot(h->a, reason, h->held_dropped, t->exec,
-				      host->count == 1 ? t : NULL);
+	/* The host's budget goes back at this halt if h is the last: asked
+	 * there (cbcmn__hnd_last()), after its drops and fini, which may
+	 * join another to the host with its cx (it then runs on, charged). */
+	return cbcmn__actor_halt_slot(h->a, reason, h->held_dropped, t->exec, t);
+}
+
+bool cbcmn__hnd_last(const struct cbcmn_task *t)
+{
+	const struct host *host = host_of(t);
+	return !host || host->count == 1 || host->end_last;
 }
 
 static void hnd_halt(struct host *host, struct cbcmn__hnd *h, int64_t reason,
@@ -818,9 +825,19 @@ static int64_t host_end(struct cbcmn_task *t, int64_t result)
 		host->cur = NULL;
 		host->halting = true; /* till its end: it halts them all */
 		host->cancelled = true; /* no more joins: the task is gone */
+		uint64_t left = 0;
+		for (struct cbcmn__hnd *h = host->all; h; h = h->next)
+			left += !h->ended;
 		for (struct cbcmn__hnd *h = host->all; h; h = h->next) {
 			if (h->ended)
 				continue;
+			/* The last gives the host's budget back before its DOWNs,
+			 * as hnd_halt()'s last does (no join can come: cancelled):
+			 * else a supervisor restarting it on its DOWN raced the
+			 * refund at the task's end (a handler child whose call
+			 * overflowed: the supervisor ended CBCMN_EBUDGET,
+			 * test_restart_finds_an_overflowed_handler_childs_budget_given_back). */
+			host->end_last = --left == 0;
 			/* Its halt under way (hnd_halt()), and the task ended
 			 * in its drop or fini: that halt goes on (actor.c,
 			 * halt_x()), its held message and gauge done already. */
@@ -832,7 +849,7 @@ static int64_t host_end(struct cbcmn_task *t, int64_t result)
 			if (!begun)
 				CBCMN__AGAUGE(h->a->rt, cbcmn__actor_home(h->a), waiting, -1);
 			int64_t r = cbcmn__actor_halt_slot(h->a, result, h->held_dropped, t->exec,
-							   NULL);
+							   host->end_last ? t : NULL);
 			h->ended = true;
 			if (!contained && r < 0 &&
 			    (host->first_error == 0 || host->first_error == CBCMN_ECANCELED))

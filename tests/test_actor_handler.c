@@ -2160,6 +2160,93 @@ static void test_downs_to_watchers_on_a_host_ended_at_the_same_time(void **state
 	t_destroy(rt);
 }
 
+/* ---- a handler actor joined from the drop of its host's last one ---- */
+
+/* The host's last handler actor halts with a message left; its drop
+ * (documented: it may call with its host's cx) spawns a handler actor
+ * that joins the host, which then runs on.  The host's budget must not
+ * go back to its payer at that halt (b9a71ec decided "the last" before
+ * the drops ran): the joined actor's calls and sends were then charged to
+ * a budget given back already, and the payer got them back too. */
+struct lj {
+	cbcmn_cx *host;
+	cbcmn_nursery *n;
+	cbcmn_actor_ref j;
+	int sends, got, rc;
+	bool joined;
+};
+
+static int64_t lj_joined(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	struct lj *d = arg;
+	if (m->type == CBCMN_ACTOR_START) {
+		cbcmn_actor_msg s = {.type = 1};
+		for (int i = 0; i < d->sends; i++)
+			TASK_CHECK(cbcmn_actor_try_send(NULL, cx, d->j, &s) == 0);
+		return d->sends ? CBCMN_ACTOR_CONTINUE : CBCMN_ACTOR_HALT;
+	}
+	return ++d->got == d->sends ? CBCMN_ACTOR_HALT : CBCMN_ACTOR_CONTINUE;
+}
+
+static int64_t lj_first(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	((struct lj *)arg)->host = cx;
+	return CBCMN_ACTOR_HALT; /* the second message goes to its drop */
+}
+
+static void lj_drop(void *state, const cbcmn_actor_msg *m)
+{
+	(void)m;
+	struct lj *d = state;
+	if (d->joined)
+		return;
+	d->joined = true;
+	cbcmn_actor_opts o = {.start = true};
+	d->rc = cbcmn_actor_spawn_handler(d->host, d->n, lj_joined, d, &o, &d->j);
+}
+
+static int64_t lj_main(cbcmn_cx *cx, void *arg)
+{
+	struct lj *d = arg;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &d->n) == 0);
+	cbcmn_budget ask = {.channel_ops = 10000};
+	cbcmn_actor_opts o = {.budget = &ask, .drop = lj_drop};
+	cbcmn_actor_ref a;
+	TASK_CHECK(cbcmn_actor_spawn_handler(cx, d->n, lj_first, d, &o, &a) == 0);
+	cbcmn_actor_msg m = {.type = 1};
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
+	TASK_CHECK(cbcmn_actor_try_send(NULL, cx, a, &m) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, d->n) == 0);
+	cbcmn_budget left;
+	TASK_CHECK(cbcmn_budget_get(cx, &left) == 0);
+	return (int64_t)left.channel_ops;
+}
+
+static void test_handler_joined_from_the_last_one_s_drop_is_charged_to_the_host(void **state)
+{
+	(void)state;
+	int64_t left[2];
+	for (int k = 0; k < 2; k++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.budget = (cbcmn_budget){.channel_ops = 1000000};
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		struct lj d = {.sends = k ? 20 : 0};
+		assert_int_equal(cbcmn_runtime_run(rt, lj_main, &d, &left[k]), 0);
+		ASSERT_TASK_CHECKS();
+		assert_int_equal(d.rc, 0);
+		assert_int_equal(d.got, d.sends);
+		t_destroy(rt);
+	}
+	/* The joined actor's 20 sends and 20 calls came out of the host's
+	 * budget, and so out of what its payer got back. */
+	print_message("left %lld (no sends) %lld (20 sends)\n", (long long)left[0],
+		      (long long)left[1]);
+	assert_int_equal(left[0] - left[1], 40);
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -2199,6 +2286,7 @@ int main(int argc, char **argv)
 		T(test_handler_drop_s_sends_come_before_the_down),
 		T(test_host_end_overflowing_in_a_later_drop_halts_each_once),
 		T(test_downs_to_watchers_on_a_host_ended_at_the_same_time),
+		T(test_handler_joined_from_the_last_one_s_drop_is_charged_to_the_host),
 	};
 #undef T
 	if (argc > 1)

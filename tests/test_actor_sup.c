@@ -1736,7 +1736,17 @@ static int64_t rb_handler(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
 	return atomic_fetch_add(&b->starts, 1) < b->crashes ? -1 : CBCMN_ACTOR_HALT;
 }
 
-static bool rb_handler_kind;
+/* The handler child's host ends under it (a stack overflow in the call)
+ * instead of the call returning an error. */
+static int64_t rb_handler_overflow(cbcmn_cx *cx, void *arg, const cbcmn_actor_msg *m)
+{
+	(void)cx;
+	(void)m;
+	struct rb *b = arg;
+	return atomic_fetch_add(&b->starts, 1) < b->crashes ? t_recurse(NULL, 0) : CBCMN_ACTOR_HALT;
+}
+
+static bool rb_handler_kind, rb_overflow;
 
 static int64_t rb_main(cbcmn_cx *cx, void *arg)
 {
@@ -1749,7 +1759,9 @@ static int64_t rb_main(cbcmn_cx *cx, void *arg)
 	cbcmn_budget kb = {.channel_ops = sup_ops / 2 + 10}, sb = {.channel_ops = sup_ops};
 	cbcmn_caps none = {0}; /* nobody recharges itself */
 	cbcmn_sup_child c = {.fn = rb_handler_kind ? NULL : rb_fiber,
-			     .handler = rb_handler_kind ? rb_handler : NULL,
+			     .handler = !rb_handler_kind ? NULL
+					: rb_overflow	   ? rb_handler_overflow
+							   : rb_handler,
 			     .start = rb_handler_kind,
 			     .state = b,
 			     .restart = CBCMN_SUP_TRANSIENT,
@@ -1807,6 +1819,40 @@ static void test_restart_finds_the_crashed_childs_budget_given_back(void **state
 	}
 }
 
+/* The same for a handler child whose host ends under it (a stack
+ * overflow in its call: the host's end halts it, cbcmn__hnd_host_end()):
+ * the host's budget went back only at the task's end, after the DOWN, and
+ * the restart raced it as before. */
+static void test_restart_finds_an_overflowed_handler_childs_budget_given_back(void **state)
+{
+	(void)state;
+	if (T_TSAN) {
+		T_SKIP("TSan cannot follow a jump out of a signal handler");
+		return;
+	}
+	rb_handler_kind = true;
+	rb_overflow = true;
+	for (int run = 0; run < 3; run++) {
+		struct rb b = {.crashes = T_SCALE(2000)};
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		cfg.budget = (cbcmn_budget){.channel_ops = 1ull << 40};
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		int64_t res = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, rb_main, &b, &res), 0);
+		ASSERT_TASK_CHECKS();
+		if (b.report.reason)
+			print_message("the supervisor ended %lld at start %d\n",
+				      (long long)b.report.reason, atomic_load(&b.starts));
+		assert_int_equal(b.report.reason, 0);
+		assert_int_equal(res, 0);
+		assert_int_equal(atomic_load(&b.starts), b.crashes + 1);
+		t_destroy(rt);
+	}
+	rb_overflow = false;
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1846,6 +1892,7 @@ int main(int argc, char **argv)
 		T(test_sup_given_only_a_spawn_count_keeps_budget_for_itself),
 		T(test_sup_recharge_without_the_spent_component_ends_the_child_not_a_spin),
 		T(test_restart_finds_the_crashed_childs_budget_given_back),
+		T(test_restart_finds_an_overflowed_handler_childs_budget_given_back),
 		T(test_children_on_a_node_are_pinned_in_turn),
 		T(test_sup_child_pinned_to_the_spare_executors_shard_is_einval),
 		T(test_big_and_little_children_are_pinned_to_their_kind_in_turn),
