@@ -1783,6 +1783,32 @@ static int64_t rb_main(cbcmn_cx *cx, void *arg)
 	return cbcmn_nursery_await_all(cx, n);
 }
 
+/* Three runs of rb_main() with `crashes` crashes on 2 executors: the
+ * supervisor restarts every one (reason 0, crashes + 1 starts). */
+static void rb_runs(int crashes, const char *who, bool count_restarts)
+{
+	for (int run = 0; run < 3; run++) {
+		struct rb b = {.crashes = crashes};
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 2;
+		cfg.budget = (cbcmn_budget){.channel_ops = 1ull << 40};
+		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+		int64_t res = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, rb_main, &b, &res), 0);
+		ASSERT_TASK_CHECKS();
+		if (b.report.reason)
+			print_message("%s child: the supervisor ended %lld at start %d\n", who,
+				      (long long)b.report.reason, atomic_load(&b.starts));
+		assert_int_equal(b.report.reason, 0);
+		assert_int_equal(res, 0);
+		assert_int_equal(atomic_load(&b.starts), b.crashes + 1);
+		if (count_restarts)
+			assert_int_equal(b.report.restarts, (uint64_t)b.crashes);
+		t_destroy(rt);
+	}
+}
+
 /* A supervisor restarting a crashed child that asks more than half of
  * its budget (docs/BUDGETS.md: an ask the spawner has not got is refused)
  * must find the crashed incarnation's budget given back: its DOWN came
@@ -1794,28 +1820,10 @@ static int64_t rb_main(cbcmn_cx *cx, void *arg)
 static void test_restart_finds_the_crashed_childs_budget_given_back(void **state)
 {
 	(void)state;
+	rb_overflow = false;
 	for (int kind = 0; kind < 2; kind++) {
 		rb_handler_kind = kind;
-		for (int run = 0; run < 3; run++) {
-			struct rb b = {.crashes = T_SCALE(20000)};
-			cbcmn_config cfg;
-			cbcmn_config_init(&cfg);
-			cfg.workers = 2;
-			cfg.budget = (cbcmn_budget){.channel_ops = 1ull << 40};
-			cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-			int64_t res = -1;
-			assert_int_equal(cbcmn_runtime_run(rt, rb_main, &b, &res), 0);
-			ASSERT_TASK_CHECKS();
-			if (b.report.reason)
-				print_message("%s child: the supervisor ended %lld at start %d\n",
-					      kind ? "a handler" : "a fiber",
-					      (long long)b.report.reason, atomic_load(&b.starts));
-			assert_int_equal(b.report.reason, 0);
-			assert_int_equal(res, 0);
-			assert_int_equal(atomic_load(&b.starts), b.crashes + 1);
-			assert_int_equal(b.report.restarts, (uint64_t)b.crashes);
-			t_destroy(rt);
-		}
+		rb_runs(T_SCALE(20000), kind ? "a handler" : "a fiber", true);
 	}
 }
 
@@ -1832,24 +1840,7 @@ static void test_restart_finds_an_overflowed_handler_childs_budget_given_back(vo
 	}
 	rb_handler_kind = true;
 	rb_overflow = true;
-	for (int run = 0; run < 3; run++) {
-		struct rb b = {.crashes = T_SCALE(2000)};
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = 2;
-		cfg.budget = (cbcmn_budget){.channel_ops = 1ull << 40};
-		cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-		int64_t res = -1;
-		assert_int_equal(cbcmn_runtime_run(rt, rb_main, &b, &res), 0);
-		ASSERT_TASK_CHECKS();
-		if (b.report.reason)
-			print_message("the supervisor ended %lld at start %d\n",
-				      (long long)b.report.reason, atomic_load(&b.starts));
-		assert_int_equal(b.report.reason, 0);
-		assert_int_equal(res, 0);
-		assert_int_equal(atomic_load(&b.starts), b.crashes + 1);
-		t_destroy(rt);
-	}
+	rb_runs(T_SCALE(2000), "an overflowing handler", false);
 	rb_overflow = false;
 }
 

@@ -3292,6 +3292,18 @@ static void *resend_drain(void *arg)
 	return NULL;
 }
 
+/* The same task sends its held chunk again once a thread drains the
+ * socket, if its first send failed with want (else -1000), and closes. */
+static void resend_and_close(cbcmn_cx *cx, struct resend *p, int64_t want)
+{
+	pthread_t th;
+	TASK_CHECK(pthread_create(&th, NULL, resend_drain, p) == 0);
+	p->resent = p->sent == want ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL)
+				    : -1000;
+	pthread_join(th, NULL);
+	p->close = cbcmn_stream_close(cx, p->s);
+}
+
 static int64_t resend_main(cbcmn_cx *cx, void *arg)
 {
 	struct resend *p = arg;
@@ -3300,24 +3312,20 @@ static int64_t resend_main(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, resend_sender, p, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, resend_canceller, p, NULL) == 0);
 	cbcmn_nursery_await_all(cx, p->n);
-	pthread_t th;
-	TASK_CHECK(pthread_create(&th, NULL, resend_drain, p) == 0);
-	p->resent = p->sent == CBCMN_ECANCELED
-			    ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL)
-			    : -1000;
-	pthread_join(th, NULL);
-	p->close = cbcmn_stream_close(cx, p->s);
+	resend_and_close(cx, p, CBCMN_ECANCELED);
 	return 0;
 }
 
-static void test_epoll_send_cancelled_before_a_byte_keeps_its_chunk(void **state)
+/* Runs fn (resend_main() or timeout_resend_main()) on an epoll
+ * runtime: its first send fails with want, the chunk stays held, the
+ * re-send delivers "hello" and the close says 0. */
+static void resend_check(int64_t (*fn)(cbcmn_cx *, void *), int64_t want)
 {
-	(void)state;
 	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
 	t_skip_without_streams(rt);
 	struct resend p = {0};
 	pair_open(p.sv, "hello");
-	assert_int_equal(run_on_0(rt, resend_main, &p), 0);
+	assert_int_equal(run_on_0(rt, fn, &p), 0);
 	ASSERT_TASK_CHECKS();
 	char buf[16] = {0};
 	ssize_t got = recv(p.sv[1], buf, sizeof(buf) - 1, MSG_DONTWAIT);
@@ -3325,11 +3333,17 @@ static void test_epoll_send_cancelled_before_a_byte_keeps_its_chunk(void **state
 	       (long long)p.sent, (long long)p.resent, (long long)p.close, got);
 	pair_done(p.sv, rt);
 	assert_int_equal(p.len, 5);
-	assert_int_equal(p.sent, CBCMN_ECANCELED);
+	assert_int_equal(p.sent, want);
 	assert_int_equal(p.resent, 0);
 	assert_int_equal(p.close, 0);
 	assert_int_equal(got, 5);
 	assert_string_equal(buf, "hello");
+}
+
+static void test_epoll_send_cancelled_before_a_byte_keeps_its_chunk(void **state)
+{
+	(void)state;
+	resend_check(resend_main, CBCMN_ECANCELED);
 }
 
 /* An epoll sender unwound after part of its chunk went (its next send(2)
@@ -3427,36 +3441,14 @@ static int64_t timeout_resend_main(cbcmn_cx *cx, void *arg)
 	cbcmn_io_set_timeout(cx, 20 * 1000000ull);
 	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
 	cbcmn_io_set_timeout(cx, 0);
-	pthread_t th;
-	TASK_CHECK(pthread_create(&th, NULL, resend_drain, p) == 0);
-	p->resent = p->sent == -ETIMEDOUT
-			    ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL)
-			    : -1000;
-	pthread_join(th, NULL);
-	p->close = cbcmn_stream_close(cx, p->s);
+	resend_and_close(cx, p, -ETIMEDOUT);
 	return 0;
 }
 
 static void test_epoll_send_timed_out_before_a_byte_keeps_its_chunk(void **state)
 {
 	(void)state;
-	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
-	t_skip_without_streams(rt);
-	struct resend p = {0};
-	pair_open(p.sv, "hello");
-	assert_int_equal(run_on_0(rt, timeout_resend_main, &p), 0);
-	ASSERT_TASK_CHECKS();
-	char buf[16] = {0};
-	ssize_t got = recv(p.sv[1], buf, sizeof(buf) - 1, MSG_DONTWAIT);
-	printf("    send %lld, re-send %lld, close %lld, the peer got %zd bytes after the filler\n",
-	       (long long)p.sent, (long long)p.resent, (long long)p.close, got);
-	pair_done(p.sv, rt);
-	assert_int_equal(p.len, 5);
-	assert_int_equal(p.sent, -ETIMEDOUT);
-	assert_int_equal(p.resent, 0);
-	assert_int_equal(p.close, 0);
-	assert_int_equal(got, 5);
-	assert_string_equal(buf, "hello");
+	resend_check(timeout_resend_main, -ETIMEDOUT);
 }
 
 /* cbcmn_stream_send() costs one unit of the syscalls budget, on either
