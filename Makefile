@@ -7,7 +7,7 @@
 #                        concurrency suites under TSan; the I/O suites also on
 #                        the epoll backend (EPOLL_TESTS)
 #   make test-unprivileged  every release suite as nobody with Debian's default limits
-#   make bench           build cbcmn-bench (release) and its baselines (oneTBB, Go)
+#   make bench           build cbcmn-bench (release) and its baselines (oneTBB, Go, Erlang)
 #   make scripts         the measuring programs scripts/*.c, in build/scripts (make test
 #                        builds them, so that none rots)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
@@ -239,9 +239,10 @@ tools: $(TOOLS)
 examples: $(EXAMPLES)
 scripts: $(SCRIPTS)
 # make bench: cbcmn-bench and the baselines it compares with in one run
-# (tools/baseline/: oneTBB's task_group, Go's channels), after installing
-# libtbb-dev and golang-go (scripts/install-deps.sh --bench; not needed by
-# make test).  A second make, so that the checks below see them installed.
+# (tools/baseline/: oneTBB's task_group, Go's channels and goroutines,
+# Erlang/OTP's processes), after installing libtbb-dev, golang-go and
+# erlang-base (scripts/install-deps.sh --bench; not needed by make test).
+# A second make, so that the checks below see them installed.
 bench:
 	$(Q)scripts/install-deps.sh --bench
 	$(Q)$(MAKE) --no-print-directory bench-build
@@ -253,6 +254,9 @@ endif
 ifneq ($(shell command -v go 2>/dev/null),)
 BASELINES += $(BUILD)/bin/cbcmn-baseline-go
 endif
+ifneq ($(shell command -v erlc 2>/dev/null),)
+BASELINES += $(BUILD)/bin/cbcmn-baseline-erlang
+endif
 bench-build: $(BUILD)/bin/cbcmn-bench $(BASELINES)
 
 $(BUILD)/bin/cbcmn-baseline-tbb: tools/baseline/tbb.cpp
@@ -260,9 +264,18 @@ $(BUILD)/bin/cbcmn-baseline-tbb: tools/baseline/tbb.cpp
 	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror $< -o $@ -ltbb
 
 # GOCACHE under build/: the build neither needs nor writes $$HOME.
-$(BUILD)/bin/cbcmn-baseline-go: tools/baseline/chan.go
+$(BUILD)/bin/cbcmn-baseline-go: tools/baseline/chan.go tools/baseline/actors.go
 	@mkdir -p $(@D)
-	$(Q)GOCACHE=$(abspath $(BUILD))/gocache GO111MODULE=off go build -o $@ $<
+	$(Q)GOCACHE=$(abspath $(BUILD))/gocache GO111MODULE=off go build -o $@ $^
+
+# The module in build/erl/, the script that starts erl beside it in bin/.
+$(BUILD)/bin/cbcmn-baseline-erlang: tools/baseline/erlang.sh $(BUILD)/erl/cbcmn_baseline.beam
+	@mkdir -p $(@D)
+	$(Q)install -m 755 $< $@
+
+$(BUILD)/erl/cbcmn_baseline.beam: tools/baseline/cbcmn_baseline.erl
+	@mkdir -p $(@D)
+	$(Q)erlc -Werror -o $(@D) $<
 
 deps:
 	@scripts/install-deps.sh

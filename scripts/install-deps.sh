@@ -5,7 +5,7 @@
 #   scripts/install-deps.sh          install what is missing
 #   scripts/install-deps.sh --check  exit 1 if something is missing, install nothing
 #   scripts/install-deps.sh --bench  also what `make bench` compares with
-#                                    (oneTBB, Go); make test does not need them
+#                                    (oneTBB, Go, Erlang/OTP); make test does not need them
 set -euo pipefail
 
 PKGS=(
@@ -28,7 +28,7 @@ PKGS=(
 	groff-base        # test_man formats every page and wants no warning
 	util-linux
 )
-[ "${1:-}" = "--bench" ] && PKGS+=(libtbb-dev golang-go)
+[ "${1:-}" = "--bench" ] && PKGS+=(libtbb-dev golang-go erlang-base)
 
 missing=()
 for p in "${PKGS[@]}"; do

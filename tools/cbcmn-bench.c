@@ -148,14 +148,15 @@ static void run(cbcmn_runtime *rt, cbcmn_task_fn fn, void *arg)
 /* ---- baselines: the library a user would pick instead --------------------- */
 
 /* The value of the one "BENCH METRIC VALUE" line that `PROG BENCH --reps 1
- * --workers N` prints, PROG beside this program (`make bench` builds them
- * from tools/baseline/ when oneTBB and Go are installed).  Run between our
- * own repetitions, so that a ratio compares runs made under the same load.
- * Returns -1 when PROG is missing or fails, said once on stderr: the ratio
- * is then left out, our own figures are not. */
-static double baseline_once(const char *prog, const char *bench)
+ * --workers N [OPT VALUE]...` prints (opt: NULL, or option and value pairs
+ * ended by a NULL), PROG beside this program (`make bench` builds them
+ * from tools/baseline/ when oneTBB, Go and Erlang/OTP are installed).  Run
+ * between our own repetitions, so that a ratio compares runs made under
+ * the same load.  Returns -1 when PROG is missing or fails, said once on
+ * stderr: the ratio is then left out, our own figures are not. */
+static double baseline_once(const char *prog, const char *bench, const char *const *opt)
 {
-	static char said[2][32];
+	static char said[4][32];
 	char dir[4096], path[4200], nw[16];
 	ssize_t len = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
 	if (len <= 0)
@@ -179,17 +180,24 @@ static double baseline_once(const char *prog, const char *bench)
 			dup2(fd[1], 1);
 			close(fd[0]);
 			close(fd[1]);
-			execl(path, prog, bench, "--reps", "1", "--workers", nw, (char *)NULL);
+			const char *argv[16] = {prog, bench, "--reps", "1", "--workers", nw};
+			for (size_t a = 6; opt && *opt && a < 15; a++)
+				argv[a] = *opt++;
+			execv(path, (char *const *)argv);
 			_exit(127);
 		}
 		close(fd[1]);
-		char out[256];
+		/* To the end: a child that says more than out holds (Erlang's
+		 * reports of a failed process go to stdout) must not block on
+		 * a full pipe while we wait for it; the rest is dropped. */
+		char out[256], rest[4096];
 		size_t got = 0;
 		ssize_t k;
-		while (pid > 0 && got < sizeof(out) - 1 &&
-		       ((k = read(fd[0], out + got, sizeof(out) - 1 - got)) > 0 ||
-			(k < 0 && errno == EINTR)))
-			got += k > 0 ? (size_t)k : 0;
+		while (pid > 0 && ((k = got < sizeof(out) - 1
+						? read(fd[0], out + got, sizeof(out) - 1 - got)
+						: read(fd[0], rest, sizeof(rest))) > 0 ||
+				   (k < 0 && errno == EINTR)))
+			got += k > 0 && got < sizeof(out) - 1 ? (size_t)k : 0;
 		out[got] = '\0';
 		close(fd[0]);
 		int st = 0;
@@ -201,7 +209,7 @@ static double baseline_once(const char *prog, const char *bench)
 			v = -1;
 		}
 	}
-	for (size_t i = 0; why && i < 2; i++) {
+	for (size_t i = 0; why && i < 4; i++) {
 		if (!strcmp(said[i], prog))
 			break;
 		if (!said[i][0]) {
@@ -327,7 +335,7 @@ static void bench_spawn(void)
 			v[r] = (double)n * 1e9 / (double)(mono_ns() - t0);
 			cpu[r] = (double)(process_cpu_ns() - c0) / 1e6;
 			if (m == 0) /* oneTBB's task_group, the same million */
-				base[r] = baseline_once("cbcmn-baseline-tbb", "spawn");
+				base[r] = baseline_once("cbcmn-baseline-tbb", "spawn", NULL);
 		}
 		if (m == 0) { /* speedup: our tasks/s over TBB's (issue 15: >= 1.5) */
 			print_baseline("spawn", "tbb_tasks_per_s", "speedup_vs_tbb", v, base, reps);
@@ -355,7 +363,7 @@ static void bench_fib(void)
 		cpu[r] = (double)(process_cpu_ns() - c0) / 1e6;
 		if (f.out != 832040)
 			die("fib(30) gave a wrong answer", -EPROTO);
-		base[r] = baseline_once("cbcmn-baseline-tbb", "fib");
+		base[r] = baseline_once("cbcmn-baseline-tbb", "fib", NULL);
 	}
 	/* time_vs_tbb: our time over TBB's (issue 15: <= 0.9) */
 	print_baseline("fib", "tbb_ms", "time_vs_tbb", v, base, reps);
@@ -768,7 +776,7 @@ static void bench_chan(void)
 			cbcmn_chan_destroy(p.ab);
 			cbcmn_chan_destroy(p.ba);
 			if (spin == 0) /* Go's unbuffered channels, GOMAXPROCS = workers */
-				base[r] = baseline_once("cbcmn-baseline-go", "chan");
+				base[r] = baseline_once("cbcmn-baseline-go", "chan", NULL);
 		}
 		if (spin == 0) /* our round trip over Go's (issue 15: <= 1) */
 			print_baseline("chan", "go_rtt_ns", "rtt_one_exec_vs_go", v, base, reps);
@@ -2330,7 +2338,18 @@ static void bench_actors(void)
 	static const char *const ring_name[RING_MODES] = {"", "_one_exec", "_handler",
 							  "_handler_idle"};
 	double rv[RING_MODES][16], rc_[RING_MODES][16];
-	for (int i = 0; i < reps; i++)
+	/* Go's and Erlang/OTP's rings of the same shape (tools/baseline/;
+	 * issue 16 quoted them "for scale" from another day), each run after
+	 * our four in every round: their ratios compare runs made minutes
+	 * apart at most. */
+	char nring[24], nhops[24], nleaves[24];
+	snprintf(nring, sizeof(nring), "%llu", (unsigned long long)ring_n);
+	snprintf(nhops, sizeof(nhops), "%llu", (unsigned long long)act_hops);
+	snprintf(nleaves, sizeof(nleaves), "%llu", (unsigned long long)leaves);
+	const char *const ring_opt[] = {"--ring", nring, "--hops", nhops, NULL};
+	const char *const sky_opt[] = {"--leaves", nleaves, NULL};
+	double go_ring[16], erl_ring[16], go_sky[16], erl_sky[16];
+	for (int i = 0; i < reps; i++) {
 		for (int mode = 0; mode < RING_MODES; mode++) {
 			struct wl_ring r = {.refs = refs, .n = ring_n, .hops = act_hops,
 					    .one_exec = mode == 1, .handler = mode >= 2,
@@ -2351,10 +2370,16 @@ static void bench_actors(void)
 				fprintf(stderr, "actors ring%s round %d cpu_ns_per_hop %.0f\n",
 					ring_name[mode], i, rc_[mode][i]);
 		}
+		go_ring[i] = baseline_once("cbcmn-baseline-go", "ring", ring_opt);
+		erl_ring[i] = baseline_once("cbcmn-baseline-erlang", "ring", ring_opt);
+	}
 	for (int mode = 0; mode < RING_MODES; mode++) {
 		printf("actors ring%s_ns_per_hop %.0f\n", ring_name[mode], median(rv[mode], reps));
 		printf("actors ring%s_cpu_ns_per_hop %.0f\n", ring_name[mode], median(rc_[mode], reps));
 	}
+	/* ours: the fiber ring, default placement (ring_ns_per_hop) */
+	print_baseline("actors", "go_ring_ns_per_hop", "ring_vs_go", rv[0], go_ring, reps);
+	print_baseline("actors", "erlang_ring_ns_per_hop", "ring_vs_erlang", rv[0], erl_ring, reps);
 	fflush(stdout);
 	free(refs);
 
@@ -2368,7 +2393,7 @@ static void bench_actors(void)
 	static const char *const sky_name[2] = {"", "_handler"};
 	long peak[2] = {0, 0};
 	double sv[2][16], sc[2][16];
-	for (int i = 0; i < reps; i++)
+	for (int i = 0; i < reps; i++) {
 		for (int mode = 0; mode < 2; mode++) {
 			uint64_t sum = 0, got = 0;
 			struct wl_sky root = {0, leaves, CBCMN_ACTOR_NONE, &sum, &got, false, mode == 1};
@@ -2387,6 +2412,10 @@ static void bench_actors(void)
 			long hwm = status_kib("VmHWM:");
 			peak[mode] = hwm > peak[mode] ? hwm : peak[mode];
 		}
+		/* Go's and Erlang/OTP's trees, after ours in every round */
+		go_sky[i] = baseline_once("cbcmn-baseline-go", "skynet", sky_opt);
+		erl_sky[i] = baseline_once("cbcmn-baseline-erlang", "skynet", sky_opt);
+	}
 	for (int mode = 0; mode < 2; mode++) {
 		printf("actors skynet%s_ms %.0f\n", sky_name[mode], median(sv[mode], reps));
 		printf("actors skynet%s_cpu_ms %.0f\n", sky_name[mode], median(sc[mode], reps));
@@ -2396,6 +2425,9 @@ static void bench_actors(void)
 		printf("actors skynet%s_peak_rss_mib %.0f\n", sky_name[mode],
 		       (double)(peak[mode] - rss0) / 1024);
 	}
+	/* ours: the tree of fiber actors (skynet_ms) */
+	print_baseline("actors", "go_skynet_ms", "skynet_vs_go", sv[0], go_sky, reps);
+	print_baseline("actors", "erlang_skynet_ms", "skynet_vs_erlang", sv[0], erl_sky, reps);
 	fflush(stdout);
 
 	/* Receivers on the other executor (the issue's figure), then on the
