@@ -3157,13 +3157,34 @@ struct sendpart {
 	size_t filled; /* of the filler, in the socket when the send began */
 };
 
-static int64_t part_sender(cbcmn_cx *cx, void *arg)
+/* Runs fn on rt with a 4 KiB chunk for its stream to receive (fill
+ * bytes) and a 2 KiB send buffer, then drains the peer: the bytes of the
+ * chunk that reached it (after the filler fn wrote first, p->filled). */
+static size_t sendpart_run(cbcmn_runtime *rt, struct sendpart *p, char fill,
+			   int64_t (*fn)(cbcmn_cx *, void *))
 {
-	struct sendpart *p = arg;
-	const void *d;
-	p->len = cbcmn_stream_recv(cx, p->s, &d);
-	/* Fill the socket in small pieces, then let the peer take one: room
-	 * for part of the chunk only. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p->sv), 0);
+	static char chunk[4096];
+	memset(chunk, fill, sizeof(chunk));
+	assert_int_equal(write(p->sv[1], chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+	/* The kernel's floor: a 4 KiB chunk goes as two pieces, the second
+	 * only once the peer reads. */
+	int small = 2048;
+	assert_int_equal(setsockopt(p->sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	assert_int_equal(run_on_0(rt, fn, p), 0);
+	ASSERT_TASK_CHECKS();
+	size_t got = 0;
+	char buf[8192];
+	ssize_t n;
+	while ((n = recv(p->sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		got += (size_t)n;
+	return got > p->filled ? got - p->filled : 0; /* of the chunk */
+}
+
+/* Fills the stream's socket in small pieces, then lets the peer take
+ * one: room for part of the chunk only.  Then stage 1: the send next. */
+static void sendpart_fill(struct sendpart *p)
+{
 	char junk[512] = {0};
 	ssize_t k;
 	while ((k = send(p->sv[0], junk, sizeof(junk), MSG_DONTWAIT)) > 0)
@@ -3171,6 +3192,14 @@ static int64_t part_sender(cbcmn_cx *cx, void *arg)
 	k = recv(p->sv[1], junk, sizeof(junk), MSG_DONTWAIT);
 	p->filled -= k > 0 ? (size_t)k : 0;
 	atomic_store(&p->stage, 1);
+}
+
+static int64_t part_sender(cbcmn_cx *cx, void *arg)
+{
+	struct sendpart *p = arg;
+	const void *d;
+	p->len = cbcmn_stream_recv(cx, p->s, &d);
+	sendpart_fill(p);
 	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
 	return 0;
 }
@@ -3203,22 +3232,7 @@ static void test_epoll_send_cancelled_part_way_reports_what_went(void **state)
 	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
 	t_skip_without_streams(rt);
 	struct sendpart p = {0};
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.sv), 0);
-	static char chunk[4096];
-	memset(chunk, 'c', sizeof(chunk));
-	assert_int_equal(write(p.sv[1], chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
-	/* The kernel's floor: a 4 KiB chunk goes as two pieces, the second
-	 * only once the peer reads. */
-	int small = 2048;
-	assert_int_equal(setsockopt(p.sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
-	assert_int_equal(run_on_0(rt, send_part_main, &p), 0);
-	ASSERT_TASK_CHECKS();
-	size_t got = 0;
-	char buf[8192];
-	ssize_t n;
-	while ((n = recv(p.sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
-		got += (size_t)n;
-	got = got > p.filled ? got - p.filled : 0; /* of the chunk */
+	size_t got = sendpart_run(rt, &p, 'c', send_part_main);
 	printf("    chunk %lld, send %lld, close %lld, the peer got %zu bytes of it\n", (long long)p.len,
 	       (long long)p.sent, (long long)p.next, got);
 	pair_done(p.sv, rt);
@@ -3356,13 +3370,7 @@ static int64_t unwind_part_sender(cbcmn_cx *cx, void *arg)
 	struct sendpart *p = arg;
 	const void *d;
 	p->len = cbcmn_stream_recv(cx, p->s, &d); /* the first of its two syscalls */
-	char junk[512] = {0};
-	ssize_t k;
-	while ((k = send(p->sv[0], junk, sizeof(junk), MSG_DONTWAIT)) > 0)
-		p->filled += (size_t)k;
-	k = recv(p->sv[1], junk, sizeof(junk), MSG_DONTWAIT);
-	p->filled -= k > 0 ? (size_t)k : 0;
-	atomic_store(&p->stage, 1);
+	sendpart_fill(p);
 	/* The second pays for the first send(2), which sends part; the next
 	 * one waits for budget. */
 	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
@@ -3396,22 +3404,8 @@ static void test_epoll_sender_unwound_part_way_says_so_at_close(void **state)
 	(void)state;
 	cbcmn_runtime *rt = epoll_runtime(1, 0, 0);
 	t_skip_without_streams(rt);
-	struct sendpart p = {0};
-	p.sent = -1000;
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p.sv), 0);
-	static char chunk[4096];
-	memset(chunk, 'u', sizeof(chunk));
-	assert_int_equal(write(p.sv[1], chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
-	int small = 2048;
-	assert_int_equal(setsockopt(p.sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
-	assert_int_equal(run_on_0(rt, unwind_part_main, &p), 0);
-	ASSERT_TASK_CHECKS();
-	size_t got = 0;
-	char buf[8192];
-	ssize_t n;
-	while ((n = recv(p.sv[1], buf, sizeof(buf), MSG_DONTWAIT)) > 0)
-		got += (size_t)n;
-	got = got > p.filled ? got - p.filled : 0;
+	struct sendpart p = {.sent = -1000};
+	size_t got = sendpart_run(rt, &p, 'u', unwind_part_main);
 	printf("    chunk %lld, send %lld (-1000: unwound), close %lld, the peer got %zu bytes of it\n",
 	       (long long)p.len, (long long)p.sent, (long long)p.next, got);
 	pair_done(p.sv, rt);
