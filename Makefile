@@ -12,6 +12,7 @@
 #                        builds them, so that none rots)
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
+#   make LTO=0           the release library file by file, without link-time optimisation
 #   make install         headers, libraries, tools, man pages, cbcmn.pc under PREFIX
 #                        (/usr/local); DESTDIR, LIBDIR, ... : docs/INSTALL.md
 #   make uninstall       removes what make install put there (same variables)
@@ -34,6 +35,7 @@ ifeq ($(SAN),)
 BUILD      ?= build
 MODE_CFLAGS = -O2
 MODE_LDFLAGS =
+LTO        ?= 1
 else ifeq ($(SAN),asan)
 BUILD      ?= build/asan
 MODE_CFLAGS = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
@@ -60,6 +62,9 @@ CPPFLAGS := -D_GNU_SOURCE -Ilib/include -Ilib -Itools -I$(BUILD)/gen
 CFLAGS   := -std=gnu11 -g -fPIC -fvisibility=hidden $(WARN) $(MODE_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS   := -luring -lnuma -lpthread
 LDFLAGS  := $(MODE_LDFLAGS)
+# The library's own objects: executors' TLS (below) and, in release, LTO.
+LIB_LTO  := $(if $(filter 1,$(LTO)),-flto=auto)
+LIB_CFLAGS := -ftls-model=initial-exec $(LIB_LTO)
 
 LIB_SRCS := $(wildcard lib/*.c)
 ASM_SRCS := $(wildcard asm/$(ARCH)/*.S)
@@ -140,12 +145,26 @@ $(BUILD)/obj/%.o: %.S
 # every wake and spawn); the SIGSEGV handler reads them too, and the call
 # is not async-signal-safe.  Costs a few hundred bytes of glibc's static TLS
 # surplus when the library is dlopen()ed (tests/test_tls.c).
-$(LIB_OBJS): CFLAGS += -ftls-model=initial-exec
+$(LIB_OBJS): CFLAGS += $(LIB_CFLAGS)
 
+# The release library is optimised as one unit (link-time optimisation):
+# an actor's hop crosses eight of lib/'s files, and calls between them cost
+# the fiber ring a quarter of its time (docs/BENCHMARKS.md, "Twenty-fourth
+# session, the library as one unit").  The static archive holds one object,
+# lib/'s files linked into one with GCC's LTO (-r, nolto-rel: plain machine
+# code), so that a program links it with any toolchain, LTO or not; the
+# shared library is linked with LTO.  LTO=0 builds and archives the files
+# one by one (a compiler without GCC's LTO plugin).
 $(STATIC): $(LIB_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(@D)
+ifeq ($(LTO),1)
+	$(Q)$(CC) $(CFLAGS) $(LIB_CFLAGS) -r -nostdlib -flinker-output=nolto-rel \
+		-o $(BUILD)/obj/libcbcmn-lto.o $^
+	$(Q)rm -f $@ && ar rcs $@ $(BUILD)/obj/libcbcmn-lto.o
+else
 	$(Q)rm -f $@ && ar rcs $@ $^
+endif
 
 # -z nodelete: dlclose() leaves the library mapped.  Its thread-exit hook
 # (janus's pthread key), signal handlers and executor code may outlive a
@@ -154,7 +173,8 @@ $(SHARED): $(LIB_OBJS) lib/libcbcmn.map
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) -shared -Wl,--version-script=lib/libcbcmn.map -Wl,-soname,$(SONAME) \
-		-Wl,-z,noexecstack -Wl,-z,nodelete $(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
+		-Wl,-z,noexecstack -Wl,-z,nodelete $(if $(LIB_LTO),$(CFLAGS) $(LIB_CFLAGS)) \
+		$(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.c $(STATIC)
 	$(call msg,CCLD,$@)

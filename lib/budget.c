@@ -769,19 +769,26 @@ void cbcmn__checkpoint_slow(cbcmn_cx *cx)
 	pay_window(t);
 }
 
-int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out)
+/* What t has left now, its pending refunds folded in; ops count the
+ * countdown window's rest. */
+static cbcmn_budget budget_now(struct cbcmn_task *t)
 {
-	struct cbcmn_task *t = (struct cbcmn_task *)cx;
-	if (!t || !out)
-		return -EINVAL;
 	fold_refunds(t);
-	*out = (cbcmn_budget){
+	return (cbcmn_budget){
 		.ops = t->ops == U ? U : t->ops + (t->countdown > 0 ? (uint64_t)t->countdown : 0),
 		.memory = t->memory,
 		.spawn_count = t->spawn_count,
 		.channel_ops = t->channel_ops,
 		.syscalls = t->syscalls,
 	};
+}
+
+int cbcmn_budget_get(cbcmn_cx *cx, cbcmn_budget *out)
+{
+	struct cbcmn_task *t = (struct cbcmn_task *)cx;
+	if (!t || !out)
+		return -EINVAL;
+	*out = budget_now(t);
 	return 0;
 }
 
@@ -850,9 +857,7 @@ static int recharge_locked(struct cbcmn_task *self, struct cbcmn_task *t, const 
 	/* All or nothing: check first, and before asking whether t has
 	 * ended, so that the answer to "more than you have" does not depend
 	 * on how fast t ran. */
-	fold_refunds(self);
-	cbcmn_budget have;
-	cbcmn_budget_get((cbcmn_cx *)self, &have);
+	const cbcmn_budget have = budget_now(self);
 	const uint64_t has[CBCMN__B_N] = {have.ops, have.memory, have.spawn_count,
 					  have.channel_ops, have.syscalls};
 	for (int c = 0; c < CBCMN__B_N; c++)
