@@ -203,6 +203,15 @@ static struct cbcmn__actor *slot_alloc(struct cbcmn_runtime *rt, struct cbcmn__a
 	struct cbcmn__actor *a = e->free_slots;
 	e->free_slots = a->free_next;
 	e->nfree_slots--;
+	/* The next spawn's slot, for writing, while this spawn goes on:
+	 * spawns come in runs (a parent's children), and a slot freed
+	 * thousands of halts ago is cold: reading its free_next and the
+	 * spawn's stores to its lines were a miss each (skynet: the pop
+	 * alone was half of spawn's samples).  Every line the spawn writes,
+	 * up to the one message's (docs/BENCHMARKS.md, "Twenty-fourth
+	 * session, skynet's spawns"). */
+	if (e->free_slots)
+		CBCMN__PREFETCH_RANGE(e->free_slots, &e->free_slots->one_msg, 1);
 	return a;
 }
 
