@@ -216,16 +216,32 @@ static void deps(cbcmn_sup_child *c, struct world *w, int i, const uint32_t *d, 
 	c->ndeps = w->kid[i].ndeps = nd;
 }
 
-/* The running incarnation of child i other than old (waits for a restart). */
-static cbcmn_actor_ref ref_other_than(cbcmn_cx *cx, struct world *w, uint32_t i,
-				      cbcmn_actor_ref old)
+/* The running incarnation of child i other than old (waits for a
+ * restart).  None by T_STALL_NS, or the supervisor gone (-ESRCH: nothing
+ * will start again): CBCMN_ACTOR_NONE, said, and the caller's line failed
+ * as by TASK_CHECK().  A child gone for good (temporary, ended before it
+ * was asked for) is never there: 20 000 sleeps of 100 us, as it used to
+ * wait, outlast the watchdog beside a hog, a hang and no message
+ * (flake23's hang, the same way). */
+#define ref_other_than(cx, w, i, old) ref_other_than_at(cx, w, i, old, __LINE__)
+static cbcmn_actor_ref ref_other_than_at(cbcmn_cx *cx, struct world *w, uint32_t i,
+					 cbcmn_actor_ref old, int line)
 {
-	for (int tries = 0; tries < 20000; tries++) {
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	int rc;
+	for (;;) {
 		cbcmn_actor_ref r;
-		if (cbcmn_sup_child_ref(NULL, cx, w->sup, i, &r) == 0 && r != old)
+		rc = cbcmn_sup_child_ref(NULL, cx, w->sup, i, &r);
+		if (rc == 0 && r != old)
 			return r;
+		if (rc == -ESRCH || t_now_ns() > end)
+			break;
 		cbcmn_sleep(cx, 100000);
 	}
+	printf("    line %d: no%s reference of child %u: %s\n", line, old ? " new" : "", i,
+	       rc == -ESRCH ? "its supervisor is gone" : "none in T_STALL_NS");
+	int z = 0;
+	atomic_compare_exchange_strong(&task_bad_line, &z, line);
 	return CBCMN_ACTOR_NONE;
 }
 
