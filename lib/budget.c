@@ -285,10 +285,17 @@ void cbcmn__budget_payer(struct cbcmn_task *spawner, struct cbcmn_task *child,
 		hold_payer(child);
 }
 
-/* A spawn paid for and then refused (closed or cancelled meanwhile, no
- * memory for the record): the spawn and the stack come back, the op not. */
+/* A spawn paid for and then refused (closed or cancelled meanwhile, an ask
+ * the spawner has not got, no memory for the record): nothing taken, the
+ * op, the spawn and the stack come back.  The op goes back to the budget
+ * (ops), not to the countdown window, whose fairness count keeps it: a
+ * loop retrying a refused spawn still yields every yield_interval calls
+ * (the yield costs nothing, SPEC-021 §4.2.2).  Below U - 1: a finite
+ * budget never becomes unlimited. */
 void cbcmn__budget_uncharge_spawn(struct cbcmn_task *t, uint64_t stack_charge)
 {
+	if (t->ops < U - 1)
+		t->ops++;
 	if (t->spawn_count != U)
 		t->spawn_count++;
 	cbcmn__refund_memory(t, stack_charge);

@@ -1528,6 +1528,13 @@ struct send_args {
 static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg)
 {
 	const struct send_args *a = arg;
+	/* A task already cancelled: nothing done, nothing charged, the chunk
+	 * still held, as every I/O call (io.c's io_check(); docs/IO.md, the
+	 * cancellation rule).  Before, the ring's send went out when there
+	 * was no send before to wait for, while epoll's cbcmn_send() said
+	 * CBCMN_ECANCELED and kept the chunk. */
+	if (cbcmn__task_cancelled(t))
+		return CBCMN_ECANCELED;
 	/* The epoll backend's cbcmn_send() pays for itself. */
 	if (!m->e->ep && !(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS)) {
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1); /* may move the task */
@@ -1535,10 +1542,14 @@ static int64_t send_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg
 			return -EXDEV;
 	}
 	/* One send at a time: in order, and back-pressure for a sender
-	 * faster than its peer. */
-	while (m->send_bid >= 0) {
+	 * faster than its peer.  Cancelled meanwhile (in the charge's
+	 * fairness yield, or in this wait, woken by the send's end): not
+	 * sent either. */
+	for (;;) {
 		if (cbcmn__task_cancelled(t))
 			return CBCMN_ECANCELED;
+		if (m->send_bid < 0)
+			break;
 		m->send_waiting = true;
 		uint32_t how = ms_wait(t, m);
 		if (t->exec != m->e)

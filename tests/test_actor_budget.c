@@ -502,6 +502,7 @@ static void test_spawn_asking_more_than_its_spawner_has_is_refused(void **state)
 	cbcmn_config_init(&cfg);
 	cfg.workers = 2;
 	cfg.budget.channel_ops = 1000;
+	cfg.budget.ops = 1000000;
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
 	struct over o = {0};
 	t_run(rt, over_main, &o, 0);
@@ -509,6 +510,7 @@ static void test_spawn_asking_more_than_its_spawner_has_is_refused(void **state)
 	assert_int_equal(o.rc[0], CBCMN_EBUDGET);
 	assert_int_equal(o.rc[1], CBCMN_EBUDGET);
 	assert_true(o.after.channel_ops == o.before.channel_ops); /* nothing taken */
+	assert_true(o.after.ops == o.before.ops);
 	assert_int_equal(o.rc[2], 0);
 	assert_int_equal(o.rc[3], 0);
 	t_destroy(rt);

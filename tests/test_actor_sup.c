@@ -216,18 +216,41 @@ static void deps(cbcmn_sup_child *c, struct world *w, int i, const uint32_t *d, 
 	c->ndeps = w->kid[i].ndeps = nd;
 }
 
-/* The running incarnation of child i other than old (waits for a restart). */
-static cbcmn_actor_ref ref_other_than(cbcmn_cx *cx, struct world *w, uint32_t i,
-				      cbcmn_actor_ref old)
+/* The running incarnation of child i other than old (waits for a
+ * restart).  None by T_STALL_NS, or the supervisor gone (-ESRCH: nothing
+ * will start again): CBCMN_ACTOR_NONE, said, and the caller's line failed
+ * as by TASK_CHECK().  A child gone for good (temporary, ended before it
+ * was asked for) is never there: 20 000 sleeps of 100 us, as it used to
+ * wait, outlast the watchdog beside a hog, a hang and no message
+ * (flake23's hang, the same way). */
+#define ref_other_than(cx, w, i, old) ref_other_than_at(cx, w, i, old, __LINE__)
+static cbcmn_actor_ref ref_other_than_at(cbcmn_cx *cx, struct world *w, uint32_t i,
+					 cbcmn_actor_ref old, int line)
 {
-	for (int tries = 0; tries < 20000; tries++) {
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	int rc;
+	for (;;) {
 		cbcmn_actor_ref r;
-		if (cbcmn_sup_child_ref(NULL, cx, w->sup, i, &r) == 0 && r != old)
+		rc = cbcmn_sup_child_ref(NULL, cx, w->sup, i, &r);
+		if (rc == 0 && r != old)
 			return r;
+		if (rc == -ESRCH || t_now_ns() > end)
+			break;
 		cbcmn_sleep(cx, 100000);
 	}
+	printf("    line %d: no%s reference of child %u: %s\n", line, old ? " new" : "", i,
+	       rc == -ESRCH ? "its supervisor is gone" : "none in T_STALL_NS");
+	int z = 0;
+	atomic_compare_exchange_strong(&task_bad_line, &z, line);
 	return CBCMN_ACTOR_NONE;
 }
+
+/* Sleep 100 us at a time while cond holds, at most T_STALL_NS; the
+ * caller's check then says what did not come.  A count of sleeps is no
+ * bound: beside a hog 20 000 of them outlast the watchdog. */
+#define WAIT_WHILE(cx, cond)                                                            \
+	for (uint64_t end_ = t_now_ns() + T_STALL_NS; (cond) && t_now_ns() < end_;) \
+	cbcmn_sleep(cx, 100000)
 
 static int64_t send_to(cbcmn_cx *cx, cbcmn_actor_ref a, uint32_t type, uint64_t v)
 {
@@ -260,9 +283,7 @@ static int64_t wait_all_started(cbcmn_cx *cx, struct world *w)
 {
 	for (uint32_t i = 0; i < w->spec.nchildren; i++) {
 		TASK_CHECK(ref_other_than(cx, w, i, CBCMN_ACTOR_NONE) != CBCMN_ACTOR_NONE);
-		int tries = 0;
-		while (atomic_load(&w->kid[i].starts) == 0 && tries++ < 20000)
-			cbcmn_sleep(cx, 100000);
+		WAIT_WHILE(cx, atomic_load(&w->kid[i].starts) == 0);
 		TASK_CHECK(atomic_load(&w->kid[i].starts) > 0);
 	}
 	return 0;
@@ -506,7 +527,7 @@ static int64_t sup_discard_main(cbcmn_cx *cx, void *arg)
 	 * finished (its DOWN taken). */
 	uint64_t depth = 1;
 	int rc = 0;
-	for (int i = 0; i < 20000 && (depth || rc != -EAGAIN); i++) {
+	for (uint64_t end = t_now_ns() + T_STALL_NS; (depth || rc != -EAGAIN) && t_now_ns() < end;) {
 		cbcmn_sleep(cx, 100000);
 		cbcmn_stats st;
 		cbcmn_executor_stats per[4];
@@ -584,8 +605,7 @@ static int64_t cancelled_sup_main(cbcmn_cx *cx, void *arg)
 	cbcmn_actor_opts o = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
 	cbcmn_actor_ref r;
 	TASK_CHECK(cbcmn_sup_start(cx, n, &sp, &o, &r) == 0);
-	for (int i = 0; i < 20000 && !atomic_load(&spin_started); i++)
-		cbcmn_sleep(cx, 100000);
+	WAIT_WHILE(cx, !atomic_load(&spin_started));
 	TASK_CHECK(atomic_load(&spin_started));
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
 	/* Let the supervisor see it and begin its wait, then time it. */
@@ -701,8 +721,8 @@ static int64_t crash_one(cbcmn_cx *cx, struct world *w)
 	 * before its first run never runs (its reference is there from the
 	 * spawn), and the stop came first 1 run in 3 once sends over the
 	 * lanes returned at their post. */
-	for (int tries = 0; tries < 20000 && atomic_load(&w->kid[0].starts) < 2; tries++)
-		cbcmn_sleep(cx, 100000);
+	WAIT_WHILE(cx, atomic_load(&w->kid[0].starts) < 2);
+	TASK_CHECK(atomic_load(&w->kid[0].starts) >= 2);
 	/* The sibling still answers. */
 	cbcmn_actor_ref s1 = ref_other_than(cx, w, 1, CBCMN_ACTOR_NONE);
 	TASK_CHECK(send_to(cx, s1, M_PING, 0) == 0);
@@ -772,17 +792,20 @@ static int64_t crash_1(cbcmn_cx *cx, struct world *w)
 	 * after child 1 crashed would find 1 restarting (-EAGAIN), which is
 	 * right, and count it dead (seen under TSan). */
 	for (uint32_t i = 0; i < w->spec.nchildren; i++)
-		for (int tries = 0; tries < 20000 && !atomic_load(&w->kid[i].checked); tries++)
-			cbcmn_sleep(cx, 100000);
+		WAIT_WHILE(cx, !atomic_load(&w->kid[i].checked));
 	TASK_CHECK(crash_and_see(cx, w, 1, M_CRASH, (uint64_t)-5) == -5);
 	/* Whatever restarted with it has run again before we stop (a
 	 * reference is live from the spawn, before the child runs). */
-	for (int tries = 0; tries < 20000; tries++) {
+	for (uint64_t end = t_now_ns() + T_STALL_NS;;) {
 		int sum = 0;
 		for (int i = 0; i < NK; i++)
 			sum += atomic_load(&w->kid[i].starts);
 		if (sum >= w->want_starts)
 			break;
+		if (t_now_ns() > end) {
+			TASK_CHECK(sum >= w->want_starts);
+			break;
+		}
 		cbcmn_sleep(cx, 100000);
 	}
 	return 0;
@@ -1057,13 +1080,11 @@ static int64_t hold_then_stop(cbcmn_cx *cx, struct world *w)
 {
 	cbcmn_actor_ref inner = ref_other_than(cx, w, 0, CBCMN_ACTOR_NONE);
 	cbcmn_actor_ref a = CBCMN_ACTOR_NONE;
-	for (int i = 0; i < 20000 && !a; i++)
-		if (cbcmn_sup_child_ref(NULL, cx, inner, 0, &a) != 0)
-			cbcmn_sleep(cx, 100000);
+	WAIT_WHILE(cx, cbcmn_sup_child_ref(NULL, cx, inner, 0, &a) != 0);
 	TASK_CHECK(a != CBCMN_ACTOR_NONE);
 	TASK_CHECK(send_to(cx, a, M_HOLD, 0) == 0);
-	while (!atomic_load(&w->holding))
-		cbcmn_sleep(cx, 100000);
+	WAIT_WHILE(cx, !atomic_load(&w->holding));
+	TASK_CHECK(atomic_load(&w->holding));
 	for (int i = 0; i < 5; i++)
 		TASK_CHECK(send_to(cx, a, M_PING, 0) == 0);
 	TASK_CHECK(cbcmn_actor_stop(NULL, cx, w->sup, 0) == 0);
@@ -1260,8 +1281,7 @@ static int64_t cancel_in_startup_main(cbcmn_cx *cx, void *arg)
 {
 	struct world *w = arg;
 	cbcmn_nursery *n = sup_started(cx, w, w->sup_opts);
-	for (int i = 0; i < 20000 && !atomic_load(&w->kid[0].starts); i++)
-		cbcmn_sleep(cx, 100000);
+	WAIT_WHILE(cx, !atomic_load(&w->kid[0].starts));
 	TASK_CHECK(atomic_load(&w->kid[0].starts) == 1);
 	cbcmn_sleep(cx, 10 * 1000000ull); /* the second spawn waits for budget */
 	TASK_CHECK(cbcmn_nursery_cancel(n) == 0);
@@ -1340,8 +1360,7 @@ static int64_t give_up_then_stop(cbcmn_cx *cx, struct world *w)
 	/* Its DOWN taken (on_down() cleared the reference): it gives up, and
 	 * waits for child 0, which holds until released. */
 	cbcmn_actor_ref r;
-	for (int i = 0; i < 20000 && cbcmn_sup_child_ref(NULL, cx, w->sup, 1, &r) == 0; i++)
-		cbcmn_sleep(cx, 100000);
+	WAIT_WHILE(cx, cbcmn_sup_child_ref(NULL, cx, w->sup, 1, &r) == 0);
 	TASK_CHECK(cbcmn_sup_child_ref(NULL, cx, w->sup, 1, &r) == -EAGAIN);
 	TASK_CHECK(cbcmn_actor_stop(NULL, cx, w->sup, -77) == 0);
 	atomic_store(&w->release, 1);
@@ -1532,12 +1551,10 @@ static int64_t where(cbcmn_cx *cx, void *arg)
  * child stopped before its first run never runs, and would count nowhere. */
 static int64_t wait_all_ran(cbcmn_cx *cx, struct world *w)
 {
-	for (int tries = 0; tries < 20000; tries++) {
-		if (atomic_load(&on_exec[0]) + atomic_load(&on_exec[1]) == (int)w->spec.nchildren)
-			return 0;
-		cbcmn_sleep(cx, 100000);
-	}
-	return -ETIMEDOUT;
+	WAIT_WHILE(cx, atomic_load(&on_exec[0]) + atomic_load(&on_exec[1]) != (int)w->spec.nchildren);
+	return atomic_load(&on_exec[0]) + atomic_load(&on_exec[1]) == (int)w->spec.nchildren
+		       ? 0
+		       : -ETIMEDOUT;
 }
 
 static void test_children_on_a_node_are_pinned_in_turn(void **state)

@@ -625,14 +625,18 @@ static void test_cancel_while_waiting_for_refunds_ends_the_spawner(void **state)
 
 struct late {
 	cbcmn_nursery *target; /* held: valid after its await_all */
+	bool cancel; /* cancel the target instead of awaiting it */
 	int spawn_rc;
+	cbcmn_budget before, after;
 };
 
 static int64_t late_spawner(cbcmn_cx *cx, void *arg)
 {
 	struct late *l = arg;
 	/* Has 1 byte: waits for its child's stack until recharged. */
+	TASK_CHECK(cbcmn_budget_get(cx, &l->before) == 0);
 	l->spawn_rc = cbcmn_nursery_spawn(cx, l->target, quick, NULL, NULL);
+	TASK_CHECK(cbcmn_budget_get(cx, &l->after) == 0);
 	return 0;
 }
 
@@ -645,45 +649,68 @@ static int64_t await_while_a_spawn_waits(cbcmn_cx *cx, void *arg)
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &a) == 0);
 	TASK_CHECK(cbcmn_nursery_open(rt, cx, &l->target) == 0);
 	TASK_CHECK(cbcmn_nursery_hold(l->target) == 0);
-	cbcmn_budget one = {.memory = 1};
+	cbcmn_budget one = {.memory = 1, .ops = 1000, .spawn_count = 10};
 	cbcmn_spawn_opts o = {.budget = &one};
 	TASK_CHECK(cbcmn_nursery_spawn_ex(cx, a, late_spawner, l, &o, &s) == 0);
 	TASK_CHECK(wait_until_waiting_for_budget(cx, s));
-	/* The target's await_all begins (and ends: it is empty) while the
-	 * spawn into it waits; then the spawner gets what it waited for. */
-	TASK_CHECK(cbcmn_nursery_await_all(cx, l->target) == 0);
+	/* The target's await_all begins (and ends: it is empty), or it is
+	 * cancelled, while the spawn into it waits; then the spawner gets
+	 * what it waited for. */
+	if (l->cancel)
+		TASK_CHECK(cbcmn_nursery_cancel(l->target) == 0);
+	else
+		TASK_CHECK(cbcmn_nursery_await_all(cx, l->target) == 0);
 	cbcmn_budget stack = {.memory = S};
 	TASK_CHECK(cbcmn_budget_recharge(cx, s, &stack) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, a) == 0);
 	TASK_CHECK(cbcmn_task_join(cx, s, NULL) == 0);
+	if (l->cancel)
+		TASK_CHECK(cbcmn_nursery_await_all(cx, l->target) == CBCMN_ECANCELED);
 	cbcmn_nursery_release(l->target);
 	return 0;
 }
 
 /* The closed check came before the charge, where the spawner may wait: it
- * then spawned into a nursery whose await_all had begun (and returned). */
-static void test_spawn_that_waited_for_budget_into_an_awaited_nursery_is_closed(void **state)
+ * then spawned into a nursery whose await_all had begun (and returned).
+ * Refused, the spawn takes nothing: its op, its spawn and its stack come
+ * back (the op used to stay spent), and the recharge is the spawner's. */
+static void late_run(bool cancel, int want)
 {
-	(void)state;
 	cbcmn_config cfg;
 	cbcmn_config_init(&cfg);
 	cfg.workers = 1;
 	cfg.caps.flags = CBCMN_CAP_SPAWN | CBCMN_CAPS_EXPLICIT; /* no self-recharge */
 	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
-	struct late l = {0};
+	struct late l = {.cancel = cancel};
 	int64_t r = -1;
 	assert_int_equal(cbcmn_runtime_run(rt, await_while_a_spawn_waits, &l, &r), 0);
 	ASSERT_TASK_CHECKS();
 	assert_int_equal(r, 0);
-	assert_int_equal(l.spawn_rc, CBCMN_ECLOSED);
+	assert_int_equal(l.spawn_rc, want);
+	assert_true(l.after.ops == l.before.ops);
+	assert_true(l.after.spawn_count == l.before.spawn_count);
+	assert_true(l.after.memory == l.before.memory + S);
 	t_destroy(rt);
+}
+
+static void test_spawn_that_waited_for_budget_into_an_awaited_nursery_is_closed(void **state)
+{
+	(void)state;
+	late_run(false, CBCMN_ECLOSED);
+}
+
+/* The same for a nursery cancelled while the spawn waited. */
+static void test_spawn_that_waited_for_budget_into_a_cancelled_nursery_takes_nothing(void **state)
+{
+	(void)state;
+	late_run(true, CBCMN_ECANCELED);
 }
 
 /* ---- a spawn asking more than its spawner has ---- */
 
 /* Asks a child budget of more memory than the root has left: refused with
- * CBCMN_EBUDGET, nothing taken (the spawn and the stack come back; the op
- * stays spent).  A child asking what is there is spawned, lives on, and
+ * CBCMN_EBUDGET, nothing taken (the op, the spawn and the stack come back;
+ * the op used to stay spent).  A child asking what is there is spawned, lives on, and
  * the root's next spawns are paid from what it kept.  Clamped, as it used
  * to be, the first child took all the root had, and the next spawn
  * waited for its refund, which only its end (the flag) brings. */
@@ -717,7 +744,7 @@ static int64_t over_ask_root(cbcmn_cx *cx, void *arg)
 static void test_spawn_asking_more_than_its_spawner_has_is_refused(void **state)
 {
 	(void)state;
-	cbcmn_budget root = {.memory = 64 * S};
+	cbcmn_budget root = {.memory = 64 * S, .ops = 1000000};
 	cbcmn_runtime *rt = rt_native(2, &root, NULL);
 	struct over_ask o = {0};
 	int64_t r = -1;
@@ -727,8 +754,54 @@ static void test_spawn_asking_more_than_its_spawner_has_is_refused(void **state)
 	assert_int_equal(o.rc_over, CBCMN_EBUDGET);
 	assert_true(o.after.memory == o.before.memory); /* nothing taken */
 	assert_true(o.after.spawn_count == o.before.spawn_count);
+	assert_true(o.after.ops == o.before.ops);
 	assert_int_equal(o.rc_fit, 0);
 	assert_int_equal(o.rc_next, 0);
+	t_destroy(rt);
+}
+
+/* The op of a refused spawn goes back to the budget, not to the fairness
+ * window: a loop retrying the spawn still yields every yield_interval
+ * calls.  Given back to the window, the loop never yielded, and on one
+ * executor the sibling it waits for never ran. */
+struct retry {
+	_Atomic int flag;
+	int refused, rounds;
+};
+
+static int64_t retry_root(cbcmn_cx *cx, void *arg)
+{
+	struct retry *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, set_flag, &o->flag, NULL) == 0);
+	cbcmn_budget over = {.memory = 1000 * S};
+	cbcmn_spawn_opts so = {.budget = &over};
+	/* 64 rounds of the interval: one is enough to yield. */
+	while (!atomic_load(&o->flag) && o->rounds < 64 * 64) {
+		o->refused += cbcmn_nursery_spawn_ex(cx, n, quick, NULL, &so, NULL) == CBCMN_EBUDGET;
+		o->rounds++;
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_refused_spawns_in_a_loop_still_yield(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.yield_interval = 64;
+	cfg.budget = (cbcmn_budget){.memory = 64 * S, .ops = 1000000};
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct retry o = {0};
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, retry_root, &o, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	assert_true(atomic_load(&o.flag));
+	assert_true(o.rounds > 0 && o.rounds < 64 * 64);
+	assert_int_equal(o.refused, o.rounds);
 	t_destroy(rt);
 }
 
@@ -790,8 +863,10 @@ int main(void)
 		T_WATCHED_TEST(test_spawner_out_of_spawns_whose_children_wait_for_it_is_ended_not_hung),
 		T_WATCHED_TEST(test_cancel_while_waiting_for_refunds_ends_the_spawner),
 		T_WATCHED_TEST(test_spawn_that_waited_for_budget_into_an_awaited_nursery_is_closed),
+		T_WATCHED_TEST(test_spawn_that_waited_for_budget_into_a_cancelled_nursery_takes_nothing),
 		T_WATCHED_TEST(test_spawn_asking_more_than_its_spawner_has_is_refused),
 		T_WATCHED_TEST(test_spawn_asking_exactly_what_is_left_gets_it),
+		T_WATCHED_TEST(test_refused_spawns_in_a_loop_still_yield),
 	};
 	return cmocka_run_group_tests_name("budget_refund", tests, NULL, NULL);
 }

@@ -3507,6 +3507,94 @@ static void test_send_costs_one_syscall_unit(void **state)
 	}
 }
 
+/* A task already cancelled sends (no send before to wait for):
+ * CBCMN_ECANCELED, nothing sent, nothing charged, the chunk still held, on
+ * either backend, as any I/O call of a cancelled task (docs/IO.md, the
+ * cancellation rule); its flush too.  A task not cancelled then sends the
+ * chunk: the peer gets it once.  Before, the ring sent it (0; the re-send
+ * -EINVAL) where epoll said CBCMN_ECANCELED and kept it (attack23). */
+struct cxsend {
+	int sv[2];
+	cbcmn_nursery *n;
+	cbcmn_stream *s;
+	const void *d;
+	int64_t len, sent, flush, resent, flush2, close;
+	uint64_t before, after;
+};
+
+static int64_t cxsend_task(cbcmn_cx *cx, void *arg)
+{
+	struct cxsend *p = arg;
+	p->len = cbcmn_stream_recv(cx, p->s, &p->d);
+	TASK_CHECK(cbcmn_nursery_cancel(p->n) == 0); /* its own: cancelled now */
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	p->before = b.syscalls;
+	p->sent = p->len > 0 ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	p->flush = cbcmn_stream_send(cx, p->s, NULL, 0, 0);
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	p->after = b.syscalls;
+	return 0;
+}
+
+static int64_t cxsend_main(cbcmn_cx *cx, void *arg)
+{
+	struct cxsend *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &p->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, cxsend_task, p, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, p->n) == CBCMN_ECANCELED);
+	p->resent = p->len > 0 ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	p->flush2 = cbcmn_stream_send(cx, p->s, NULL, 0, 0); /* the ring's: gone before the close */
+	p->close = cbcmn_stream_close(cx, p->s);
+	return 0;
+}
+
+static void test_send_by_a_cancelled_task_does_nothing_on_either_backend(void **state)
+{
+	(void)state;
+	int ran = 0;
+	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.budget.syscalls = 1000000; /* finite: a charge shows */
+		cfg.backend = b;
+		cbcmn_runtime *rt = NULL;
+		if (cbcmn_runtime_create(&cfg, &rt) != 0)
+			continue; /* no io_uring here */
+		if (!t_have_streams(rt)) {
+			t_destroy(rt);
+			continue;
+		}
+		ran++;
+		struct cxsend p = {0};
+		pair_open(p.sv, "hello");
+		assert_int_equal(run_on_0(rt, cxsend_main, &p), 0);
+		ASSERT_TASK_CHECKS();
+		char buf[16] = {0};
+		ssize_t got = recv(p.sv[1], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		printf("    %s: cancelled send %lld, flush %lld, syscalls %llu -> %llu; "
+		       "re-send %lld, close %lld, the peer got %zd bytes\n",
+		       cbcmn_backend_name(b), (long long)p.sent, (long long)p.flush,
+		       (unsigned long long)p.before, (unsigned long long)p.after,
+		       (long long)p.resent, (long long)p.close, got);
+		pair_done(p.sv, rt);
+		assert_int_equal(p.len, 5);
+		assert_int_equal(p.sent, CBCMN_ECANCELED);
+		assert_int_equal(p.flush, CBCMN_ECANCELED);
+		assert_true(p.before != CBCMN_UNLIMITED);
+		assert_true(p.after == p.before);
+		assert_int_equal(p.resent, 0);
+		assert_int_equal(p.flush2, 0);
+		assert_int_equal(p.close, 0);
+		assert_int_equal(got, 5);
+		assert_string_equal(buf, "hello");
+	}
+	if (!ran)
+		T_SKIP("no backend here has streams");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3558,6 +3646,7 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_send_timed_out_before_a_byte_keeps_its_chunk),
 		T_WATCHED_TEST(test_epoll_sender_unwound_part_way_says_so_at_close),
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
+		T_WATCHED_TEST(test_send_by_a_cancelled_task_does_nothing_on_either_backend),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
 		cmocka_set_test_filter(getenv("T_FILTER"));

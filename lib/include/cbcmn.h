@@ -734,8 +734,8 @@ typedef struct cbcmn_spawn_opts {
 	 * child_budget.  Under service this is how a child is granted
 	 * spawns (spawn_count).  A component asked for that the spawner has
 	 * not got after the spawn's costs is refused: the spawn returns
-	 * CBCMN_EBUDGET, nothing taken but its op (never clamped: the child
-	 * would take all, and the spawner wait for its end). */
+	 * CBCMN_EBUDGET, nothing taken, its op included (never clamped: the
+	 * child would take all, and the spawner wait for its end). */
 	const cbcmn_budget *budget;
 	/* What it is granted: intersected with the spawner's own (flags
 	 * and each limit).  NULL: everything the spawner holds. */

@@ -148,9 +148,23 @@ bool cli_stdout_flushed(const char *prog)
 	return false;
 }
 
+/* A signal mask is inherited across exec: a parent that blocked SIGPIPE
+ * (for its own sake) left each write to a closed pipe failing with EPIPE,
+ * the signal pending, and the tool said "writing the output failed",
+ * status 1, where a filter ends quietly.  The calling thread's (the main
+ * thread's, before any other: the runtime's threads inherit it). */
+static void sigpipe_unblock(void)
+{
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGPIPE);
+	pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+}
+
 void cli_sigpipe_default(void)
 {
 	signal(SIGPIPE, SIG_DFL);
+	sigpipe_unblock();
 }
 
 void cli_sigpipe_ignore(void)

@@ -48,10 +48,11 @@ int cli_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((forma
  * passes for a result. */
 bool cli_stdout_flushed(const char *prog);
 
-/* SIGPIPE back to its default: a reader that stops early (`| head -1`)
- * ends the tool quietly, status 141, as any filter, also where the parent
- * left SIGPIPE ignored (then each write failed with EPIPE and the tool
- * said "writing the output failed", status 1).  For the tools that print
+/* SIGPIPE back to its default, and unblocked in the calling thread: a
+ * reader that stops early (`| head -1`) ends the tool quietly, status 141,
+ * as any filter, also where the parent left SIGPIPE ignored or blocked
+ * (then each write failed with EPIPE and the tool said "writing the
+ * output failed", status 1).  Call it before any thread starts.  For the tools that print
  * results and write no file of their own (bench, affinity, demo);
  * cbcmn-top ignores SIGPIPE and says so (docs/TOP.md). */
 void cli_sigpipe_default(void);
@@ -65,7 +66,8 @@ void cli_sigpipe_ignore(void);
 
 /* After a write to stdout failed with err (an errno): a reader that left
  * (EPIPE) ends the tool as SIGPIPE's default action would, quietly, status
- * 141; any other error returns (the caller says it). */
+ * 141, SIGPIPE blocked or not; any other error returns (the caller says
+ * it). */
 void cli_stdout_gone(int err);
 
 /* Says in err what getopt_long refused, given what it returned (c, '?' or
