@@ -155,12 +155,23 @@ $(LIB_OBJS): CFLAGS += $(LIB_CFLAGS)
 # code), so that a program links it with any toolchain, LTO or not; the
 # shared library is linked with LTO.  LTO=0 builds and archives the files
 # one by one (a compiler without GCC's LTO plugin).
+#
+# objcopy: the -r link leaves global (hidden) the names LTO made for
+# lib/'s static functions and data shared between its partitions
+# (take.lto_priv.0, seterr.lto_priv.0, ...) and for their debug info
+# (actor.c.f45d6153).  A program linked with GCC's LTO names its own
+# statics so: one with a static take() in two files failed to link
+# against libcbcmn.a ("multiple definition of `take.lto_priv.0'").  No C
+# name holds a dot: each such name goes local (test_install), but sdt.h's
+# _.stapsdt.base, weak on purpose (one per program, in a COMDAT group).
 $(STATIC): $(LIB_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(@D)
 ifeq ($(LTO),1)
 	$(Q)$(CC) $(CFLAGS) $(LIB_CFLAGS) -r -nostdlib -flinker-output=nolto-rel \
 		-o $(BUILD)/obj/libcbcmn-lto.o $^
+	$(Q)objcopy --wildcard --localize-symbol='!_.stapsdt.base' --localize-symbol='*.*' \
+		$(BUILD)/obj/libcbcmn-lto.o
 	$(Q)rm -f $@ && ar rcs $@ $(BUILD)/obj/libcbcmn-lto.o
 else
 	$(Q)rm -f $@ && ar rcs $@ $^
