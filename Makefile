@@ -64,6 +64,14 @@ LDLIBS   := -luring -lnuma -lpthread
 LDFLAGS  := $(MODE_LDFLAGS)
 # The library's own objects: executors' TLS (below) and, in release, LTO.
 LIB_LTO  := $(if $(filter 1,$(LTO)),-flto=auto)
+# GCC's alone: the static archive's one object is linked with GCC's
+# -flinker-output=nolto-rel.  clang failed there, after every file was
+# compiled ("unknown argument").
+ifneq ($(LIB_LTO),)
+ifneq ($(shell $(CC) -dM -E -x c /dev/null 2>/dev/null | grep -c __clang__),0)
+$(error CC=$(CC) is clang: the release build's LTO needs GCC; build with LTO=0 (docs/INSTALL.md))
+endif
+endif
 LIB_CFLAGS := -ftls-model=initial-exec $(LIB_LTO)
 
 LIB_SRCS := $(wildcard lib/*.c)
@@ -146,6 +154,18 @@ $(BUILD)/obj/%.o: %.S
 # is not async-signal-safe.  Costs a few hundred bytes of glibc's static TLS
 # surplus when the library is dlopen()ed (tests/test_tls.c).
 $(LIB_OBJS): CFLAGS += $(LIB_CFLAGS)
+
+# The library's objects are built again when LIB_CFLAGS change: make LTO=0
+# after an LTO build archived the LTO objects, GCC's IR alone (a program
+# linked by clang found none of the library's symbols, one linked by GCC
+# was optimised at its link), and LTO=1 after LTO=0 linked without LTO.
+# The file changes only when the flags do.
+LIB_FLAGS := $(BUILD)/obj/lib/flags
+$(LIB_FLAGS): FORCE
+	@mkdir -p $(@D)
+	@echo '$(LIB_CFLAGS)' | cmp -s - $@ || echo '$(LIB_CFLAGS)' > $@
+$(LIB_OBJS): $(LIB_FLAGS)
+FORCE:
 
 # The release library is optimised as one unit (link-time optimisation):
 # an actor's hop crosses eight of lib/'s files, and calls between them cost
@@ -511,6 +531,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools examples scripts bench bench-build deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
+.PHONY: FORCE all tests tools examples scripts bench bench-build deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(BUILD)/examples $(BUILD)/scripts $(FUZZ_OUT) -name '*.d' 2>/dev/null)
