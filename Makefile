@@ -48,6 +48,11 @@ MODE_LDFLAGS = -fsanitize=thread
 else
 $(error SAN must be empty, asan or tsan)
 endif
+# A sanitizer build is never LTO, whatever LTO says (the command line's or
+# the environment's LTO=1 made one).
+ifneq ($(SAN),)
+override LTO := 0
+endif
 
 ifeq ($(V),1)
 Q =
