@@ -48,6 +48,11 @@ MODE_LDFLAGS = -fsanitize=thread
 else
 $(error SAN must be empty, asan or tsan)
 endif
+# A sanitizer build is never LTO, whatever LTO says (the command line's or
+# the environment's LTO=1 made one).
+ifneq ($(SAN),)
+override LTO := 0
+endif
 
 ifeq ($(V),1)
 Q =
@@ -64,6 +69,14 @@ LDLIBS   := -luring -lnuma -lpthread
 LDFLAGS  := $(MODE_LDFLAGS)
 # The library's own objects: executors' TLS (below) and, in release, LTO.
 LIB_LTO  := $(if $(filter 1,$(LTO)),-flto=auto)
+# GCC's alone: the static archive's one object is linked with GCC's
+# -flinker-output=nolto-rel.  clang failed there, after every file was
+# compiled ("unknown argument").
+ifneq ($(LIB_LTO),)
+ifneq ($(shell $(CC) -dM -E -x c /dev/null 2>/dev/null | grep -c __clang__),0)
+$(error CC=$(CC) is clang: the release build's LTO needs GCC; build with LTO=0 (docs/INSTALL.md))
+endif
+endif
 LIB_CFLAGS := -ftls-model=initial-exec $(LIB_LTO)
 
 LIB_SRCS := $(wildcard lib/*.c)
@@ -147,6 +160,18 @@ $(BUILD)/obj/%.o: %.S
 # surplus when the library is dlopen()ed (tests/test_tls.c).
 $(LIB_OBJS): CFLAGS += $(LIB_CFLAGS)
 
+# The library's objects are built again when LIB_CFLAGS change: make LTO=0
+# after an LTO build archived the LTO objects, GCC's IR alone (a program
+# linked by clang found none of the library's symbols, one linked by GCC
+# was optimised at its link), and LTO=1 after LTO=0 linked without LTO.
+# The file changes only when the flags do.
+LIB_FLAGS := $(BUILD)/obj/lib/flags
+$(LIB_FLAGS): FORCE
+	@mkdir -p $(@D)
+	@echo '$(LIB_CFLAGS)' | cmp -s - $@ || echo '$(LIB_CFLAGS)' > $@
+$(LIB_OBJS): $(LIB_FLAGS)
+FORCE:
+
 # The release library is optimised as one unit (link-time optimisation):
 # an actor's hop crosses eight of lib/'s files, and calls between them cost
 # the fiber ring a quarter of its time (docs/BENCHMARKS.md, "Twenty-fourth
@@ -155,12 +180,23 @@ $(LIB_OBJS): CFLAGS += $(LIB_CFLAGS)
 # code), so that a program links it with any toolchain, LTO or not; the
 # shared library is linked with LTO.  LTO=0 builds and archives the files
 # one by one (a compiler without GCC's LTO plugin).
+#
+# objcopy: the -r link leaves global (hidden) the names LTO made for
+# lib/'s static functions and data shared between its partitions
+# (take.lto_priv.0, seterr.lto_priv.0, ...) and for their debug info
+# (actor.c.f45d6153).  A program linked with GCC's LTO names its own
+# statics so: one with a static take() in two files failed to link
+# against libcbcmn.a ("multiple definition of `take.lto_priv.0'").  No C
+# name holds a dot: each such name goes local (test_install), but sdt.h's
+# _.stapsdt.base, weak on purpose (one per program, in a COMDAT group).
 $(STATIC): $(LIB_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(@D)
 ifeq ($(LTO),1)
 	$(Q)$(CC) $(CFLAGS) $(LIB_CFLAGS) -r -nostdlib -flinker-output=nolto-rel \
 		-o $(BUILD)/obj/libcbcmn-lto.o $^
+	$(Q)objcopy --wildcard --localize-symbol='!_.stapsdt.base' --localize-symbol='*.*' \
+		$(BUILD)/obj/libcbcmn-lto.o
 	$(Q)rm -f $@ && ar rcs $@ $(BUILD)/obj/libcbcmn-lto.o
 else
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -500,6 +536,6 @@ run: deps all
 clean:
 	rm -rf build
 
-.PHONY: all tests tools examples scripts bench bench-build deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
+.PHONY: FORCE all tests tools examples scripts bench bench-build deps test test-unprivileged run clean install uninstall bpf fuzz fuzz-smoke test-kernels test-kernels-short
 
 -include $(shell find $(BUILD)/obj $(BUILD)/bin $(BUILD)/tests $(BUILD)/examples $(BUILD)/scripts $(FUZZ_OUT) -name '*.d' 2>/dev/null)

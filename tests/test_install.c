@@ -703,6 +703,37 @@ static void test_shared_library_has_the_soname_and_exports_the_map_alone(void **
 	inst_free(in);
 }
 
+/* libcbcmn.a defines, outside its objects, only names C gives: none with
+ * a dot.  The release archive is one object linked by GCC's LTO (-r), which
+ * left global the names it made for lib/'s statics shared between its
+ * partitions (take.lto_priv.0) and their debug info (actor.c.f45d6153):
+ * a program built with GCC's LTO names its own statics so, and one with a
+ * static take() in two files failed to link against the archive
+ * ("multiple definition of `take.lto_priv.0'").  The Makefile makes them
+ * local. */
+static void test_static_library_defines_no_compiler_made_global_name(void **state)
+{
+	(void)state;
+	char *objs = malloc(1 << 22);
+	assert_non_null(objs);
+	sh_ok(objs, 1 << 22, "readelf -sW '%s/lib/libcbcmn.a'", builddir);
+	size_t globals = 0, bad = 0;
+	for (char *l = strtok(objs, "\n"); l; l = strtok(NULL, "\n")) {
+		char bind[16], ndx[16], name[256];
+		if (sscanf(l, " %*d: %*s %*s %*s %15s %*s %15s %255s", bind, ndx, name) != 3 ||
+		    !strcmp(ndx, "UND") || !strcmp(bind, "LOCAL"))
+			continue;
+		globals++;
+		/* sys/sdt.h's probe base is weak on purpose, one per program. */
+		if (strchr(name, '.') && strcmp(name, "_.stapsdt.base") && bad++ < 5)
+			printf("%s %s\n", bind, name);
+	}
+	free(objs);
+	assert_true(globals > 100);
+	if (bad)
+		fail_msg("%zu compiler-made names are global in libcbcmn.a", bad);
+}
+
 /* The version calls agree with the header's macros (this binary links the
  * static library). */
 static void test_version_calls_say_the_header_version(void **state)
@@ -948,6 +979,7 @@ int main(void)
 		INSTALL_TEST(test_install_where_it_may_not_write_is_one_line),
 		INSTALL_TEST(test_multiarch_libdir_is_where_the_pc_file_points),
 		INSTALL_TEST(test_shared_library_has_the_soname_and_exports_the_map_alone),
+		T_WATCHED_TEST(test_static_library_defines_no_compiler_made_global_name),
 		cmocka_unit_test(test_dlclose_then_a_janus_thread_ends_does_not_crash),
 		INSTALL_TEST(test_readme_example_builds_with_pkg_config_and_runs),
 		INSTALL_TEST(test_each_header_compiles_alone),

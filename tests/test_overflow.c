@@ -641,6 +641,159 @@ static void test_actor_send_and_receive_check_the_stack_first(void **state)
 	t_destroy(rt);
 }
 
+/* The other side of the line: a runtime call that passes its check has
+ * the reserve below its frame (stack.c's reserve_of(): 2 KiB of an 8 KiB
+ * stack) for its whole path, parks and wakes included.  Each call here is
+ * made by an actor on the smallest stack, with 0 to 2 KiB of room above
+ * the line in 64-byte steps: the call's check ends the task ("is about to
+ * overflow") or the call returns what it returns; it never overflows into
+ * the guard.  A path that outgrew the reserve (frames grown by inlining,
+ * as in the release library's LTO build, which the sanitizer builds do
+ * not cover) would.  Every call returns from the highest room. */
+enum { RC_YIELD, RC_SLEEP, RC_SPAWN, RC_AWAIT, RC_CHAN_RECV, RC_CHAN_SEND, RC_READ, RC_WRITE,
+       RC_ACTOR_SPAWN, RC_ACTOR_SEND, RC_ACTOR_RECEIVE, RC_BUDGET, RC_N };
+static const char *const rc_name[RC_N] = {
+	"cbcmn_yield", "cbcmn_sleep", "cbcmn_nursery_spawn", "cbcmn_nursery_await_all",
+	"cbcmn_chan_recv (parks)", "cbcmn_chan_send", "cbcmn_read (parks)", "cbcmn_write",
+	"cbcmn_actor_spawn", "cbcmn_actor_send", "cbcmn_actor_receive (times out)",
+	"cbcmn_budget_get",
+};
+
+struct roomcall {
+	int which;
+	cbcmn_nursery *n;
+	cbcmn_chan *ch;
+	int sv[2];
+	int rc, depth;
+	size_t room; /* above the line, at the call */
+	bool called;
+};
+
+static int64_t rc_child(cbcmn_cx *cx, void *arg)
+{
+	struct roomcall *l = arg;
+	cbcmn_sleep(cx, 2000000); /* the call parks first */
+	int v = 5;
+	if (l->which == RC_CHAN_RECV)
+		return cbcmn_chan_send(cx, l->ch, &v);
+	if (l->which == RC_READ)
+		return cbcmn_write(cx, l->sv[1], "r", 1) == 1 ? 0 : -1;
+	return 0;
+}
+
+static int64_t rc_actor_idle(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_msg m;
+	(void)cbcmn_actor_receive(cx, &m, 50000000);
+	return 0;
+}
+
+static int room_call(cbcmn_cx *cx, void *arg)
+{
+	struct roomcall *l = arg;
+	int v = 7;
+	char c;
+	cbcmn_budget b;
+	cbcmn_actor_ref a;
+	cbcmn_actor_msg m = {.type = 1};
+	l->called = true;
+	switch (l->which) {
+	case RC_YIELD: return cbcmn_yield(cx);
+	case RC_SLEEP: return cbcmn_sleep(cx, 1000);
+	case RC_SPAWN: return cbcmn_nursery_spawn(cx, l->n, rc_child, l, NULL);
+	case RC_AWAIT: return (int)cbcmn_nursery_await_all(cx, l->n);
+	case RC_CHAN_RECV: return cbcmn_chan_recv(cx, l->ch, &v) == 0 && v == 5 ? 0 : -1;
+	case RC_CHAN_SEND: return cbcmn_chan_send(cx, l->ch, &v);
+	case RC_READ: return cbcmn_read(cx, l->sv[0], &c, 1) == 1 && c == 'r' ? 0 : -1;
+	case RC_WRITE: return cbcmn_write(cx, l->sv[1], "w", 1) == 1 ? 0 : -1;
+	case RC_ACTOR_SPAWN: return cbcmn_actor_spawn(cx, l->n, rc_actor_idle, NULL, NULL, &a);
+	case RC_ACTOR_SEND: return cbcmn_actor_send(NULL, cx, cbcmn_actor_self(cx), &m);
+	case RC_ACTOR_RECEIVE: return cbcmn_actor_receive(cx, &m, 1000000) == -ETIMEDOUT ? 0 : -1;
+	case RC_BUDGET: return cbcmn_budget_get(cx, &b);
+	}
+	return -1;
+}
+
+/* Down until this frame is l->room above the line, then the call. */
+static int room_low(cbcmn_cx *cx, struct roomcall *l, int depth)
+{
+	volatile char pad[32];
+	pad[0] = (char)depth;
+	if ((char *)__builtin_frame_address(0) > stack_of(cx)->check_lo + l->room + 64 &&
+	    depth < 100000)
+		return room_low(cx, l, depth + 1) + pad[0] - (char)depth;
+	l->depth = depth;
+	return room_call(cx, l);
+}
+
+static int64_t room_actor(cbcmn_cx *cx, void *arg)
+{
+	struct roomcall *l = arg;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &l->n))
+		return -100;
+	if (l->which == RC_CHAN_RECV || l->which == RC_READ || l->which == RC_AWAIT)
+		if (cbcmn_nursery_spawn(cx, l->n, rc_child, l, NULL))
+			return -101;
+	l->rc = room_low(cx, l, 0);
+	return l->which == RC_AWAIT ? 0 : cbcmn_nursery_await_all(cx, l->n); /* awaited once */
+}
+
+static int64_t room_task(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref a;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) ||
+	    cbcmn_actor_spawn(cx, n, room_actor, arg, NULL, &a))
+		return -102;
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_calls_above_the_line_finish_in_the_reserve(void **state)
+{
+	(void)state;
+	SKIP_UNDER_TSAN();
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	cfg.stack_size = CBCMN_STACK_MIN;
+	cfg.flags = CBCMN_CONFIG_NO_INLINE; /* the await's child on its own stack */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	for (int which = 0; which < RC_N; which++) {
+		int ended = 0, returned = 0;
+		for (size_t room = 0; room <= 2048; room += 64) {
+			struct roomcall l = {.which = which, .rc = 12345, .room = room};
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, l.sv), 0);
+			assert_int_equal(cbcmn_chan_create(rt, 4, sizeof(int), &l.ch), 0);
+			char msg[4096];
+			int64_t r = run_quiet(rt, room_task, &l, msg, sizeof(msg));
+			if (strstr(msg, " overflowed its "))
+				fail_msg("%s with %zu bytes above the line of an %u-byte stack "
+					 "overflowed in the runtime: %s",
+					 rc_name[which], room, CBCMN_STACK_MIN, msg);
+			if (r == 0 && l.rc == 0) {
+				returned++;
+			} else if (r == CBCMN_EPANIC && l.rc == 12345 &&
+				   strstr(msg, "is about to overflow its 8192-byte stack")) {
+				ended++; /* its check ended it: the call never returned */
+			} else {
+				fail_msg("%s with %zu bytes above the line: the task %lld, the call "
+					 "%d; %s",
+					 rc_name[which], room, (long long)r, l.rc, msg);
+			}
+			assert_true(l.depth > 0);
+			assert_int_equal(cbcmn_chan_destroy(l.ch), 0);
+			close(l.sv[0]);
+			close(l.sv[1]);
+			if (room == 2048 && r != 0)
+				fail_msg("%s with 2 KiB above the line was refused", rc_name[which]);
+		}
+		print_message("%-32s returned %2d, ended by its check %2d\n", rc_name[which],
+			      returned, ended);
+	}
+	t_destroy(rt);
+}
+
 /* Regression (s16-misc16): the check ignored a frame below the guard region,
  * taking it for another thread's (a cbcmn_blocking() function handed the
  * task's cx).  A task's own frame gets there in one step too: a big array
@@ -1666,6 +1819,7 @@ int main(void)
 		T_WATCHED_TEST(test_kept_end_stacks_leave_the_budget_to_tasks),
 		T_WATCHED_TEST(test_locking_calls_check_the_stack_first),
 		T_WATCHED_TEST(test_actor_send_and_receive_check_the_stack_first),
+		T_WATCHED_TEST(test_calls_above_the_line_finish_in_the_reserve),
 		T_WATCHED_TEST(test_a_frame_past_the_guard_still_ends_the_task),
 		T_WATCHED_TEST(test_a_call_on_another_stack_is_not_an_overflow),
 		T_WATCHED_TEST(test_landing_restores_the_signal_mask),
