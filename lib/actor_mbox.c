@@ -1362,8 +1362,9 @@ static int send_entry(cbcmn_runtime *rt, cbcmn_cx *cx, cbcmn_actor_ref to,
 		/* Paid here: a wait for budget, or the fairness yield, is a
 		 * switch, after which self may run on another executor, one
 		 * whose system stack may be missing (sys_stack_setup()): its
-		 * own looked at after. */
-		cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+		 * own looked at after.  Running (not off), its stack
+		 * checked in send_check(). */
+		cbcmn__charge_here(self, CBCMN__B_CHANNEL, 1);
 		if (__builtin_expect(self->exec->sys_top != NULL, 1)) {
 			rc = (int)(int64_t)cbcmn__sys_run(self, send_sys, (uint64_t)(uintptr_t)self,
 							  to, (uint64_t)(uintptr_t)m,
@@ -1459,7 +1460,7 @@ int cbcmn_actor_receive(cbcmn_cx *cx, cbcmn_actor_msg *m, uint64_t timeout_ns)
 	 * (send_check()): not left to the charge below, whose check is the
 	 * budget's and may move. */
 	cbcmn__stack_check(self);
-	cbcmn__charge(self, CBCMN__B_CHANNEL, 1);
+	cbcmn__charge_here(self, CBCMN__B_CHANNEL, 1); /* running: cbcmn__actor_caller() */
 	uint64_t deadline = deadline_in(self->rt, timeout_ns);
 	struct cbcmn__wakes wl = {0};
 	struct cbcmn__monitor *down = NULL;

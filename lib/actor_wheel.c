@@ -136,8 +136,11 @@ void cbcmn__wheel_timed(struct cbcmn__wheel *w, uint32_t used, uint64_t ns)
 		return;
 	w->turn_used += used;
 	w->turn_run_ns += ns;
-	/* What a whole quantum takes, from this run's pace. */
-	uint64_t est = ns / used * w->quantum + ns % used * w->quantum / used;
+	/* What a whole quantum takes, from this run's pace:
+	 * floor(ns x quantum / used), one division while the product fits
+	 * (a run under 4.2 s: every hop), else two that do not overflow. */
+	uint64_t est = ns <= UINT32_MAX ? ns * w->quantum / used
+					: ns / used * w->quantum + ns % used * w->quantum / used;
 	w->quantum_ns = w->quantum_ns ? w->quantum_ns - w->quantum_ns / 8 + est / 8 : est;
 }
 

@@ -90,10 +90,14 @@ static inline uint32_t cbcmn__wheel_forward(const struct cbcmn__wheel *w, uint32
 {
 	if (used >= w->quantum)
 		return CBCMN__WHEEL_FORWARD;
-	uint32_t f = (uint32_t)((uint64_t)CBCMN__WHEEL_FORWARD * used / w->quantum);
 	/* At least one: the current segment is being served, a node put
-	 * there would wait a whole turn. */
-	return f ? f : 1;
+	 * there would wait a whole turn.  The quotient is 0 exactly when
+	 * N x used < quantum: a run that blocks after a few checkpoints (a
+	 * hop of a ring: its receive's and its send's) needs no division. */
+	uint64_t p = (uint64_t)CBCMN__WHEEL_FORWARD * used;
+	if (p < w->quantum)
+		return 1;
+	return (uint32_t)(p / w->quantum);
 }
 
 /* A run took ns of the clock for used checkpoints: the quantum time's

@@ -1149,19 +1149,12 @@ static inline bool cbcmn__budget_consistent(const struct cbcmn_task *t)
 	       (t->ops & t->memory & t->spawn_count & t->channel_ops & t->syscalls) == CBCMN_UNLIMITED;
 }
 
-/* Charge t one op and amount of component comp (CBCMN__B_*).  The fast
- * path is inline: a countdown and a compare; the rest is budget.c's. */
-static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
+/* cbcmn__charge() for task t running on its executor (cbcmn__tls_exec
+ * set: cbcmn__is_running()) whose stack its caller has just checked, in
+ * this frame or one below it (cbcmn__stack_check()): the charge without
+ * those two looks again (the actor's send and receive, every hop). */
+static inline void cbcmn__charge_here(struct cbcmn_task *t, int comp, uint64_t amount)
 {
-	/* Not on an executor: a cbcmn_blocking() function's cost with t's
-	 * context, made while t parks, which its executor may still be
-	 * finishing (an actor's park reads its countdown): touch nothing
-	 * of t's there. */
-	if (__builtin_expect(!cbcmn__tls_exec, 0)) {
-		cbcmn__charge_off(t, comp, amount);
-		return;
-	}
-	cbcmn__stack_check(t);
 	if (__builtin_expect(--t->countdown <= 0, 0))
 		cbcmn__charge_window(t);
 	/* Not limited: every component unlimited (cbcmn__budget_consistent()),
@@ -1181,6 +1174,22 @@ static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount
 		*f -= amount;
 	else
 		cbcmn__charge_slow(t, comp, amount);
+}
+
+/* Charge t one op and amount of component comp (CBCMN__B_*).  The fast
+ * path is inline: a countdown and a compare; the rest is budget.c's. */
+static inline void cbcmn__charge(struct cbcmn_task *t, int comp, uint64_t amount)
+{
+	/* Not on an executor: a cbcmn_blocking() function's cost with t's
+	 * context, made while t parks, which its executor may still be
+	 * finishing (an actor's park reads its countdown): touch nothing
+	 * of t's there. */
+	if (__builtin_expect(!cbcmn__tls_exec, 0)) {
+		cbcmn__charge_off(t, comp, amount);
+		return;
+	}
+	cbcmn__stack_check(t);
+	cbcmn__charge_here(t, comp, amount);
 }
 
 /* ring.c */
