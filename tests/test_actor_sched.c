@@ -1752,6 +1752,74 @@ static void test_spawn_chain_does_not_starve_a_nursery_task(void **state)
 	nx_chain(true);
 }
 
+/* ---- a spawner that spawns 1000, stopping every third at once ---- */
+
+#define NX_MANY 1000
+
+struct nx_many {
+	_Atomic int ran, stopped_ran;
+	int spawned, stop_rc;
+	int64_t await_rc;
+};
+
+static int64_t nx_many_child(cbcmn_cx *cx, void *arg)
+{
+	struct nx_many *m = arg;
+	/* A stopped one may still start: its first call sees the stop. */
+	if (cbcmn_cx_cancelled(cx))
+		atomic_fetch_add(&m->stopped_ran, 1);
+	else
+		atomic_fetch_add(&m->ran, 1);
+	return 0;
+}
+
+static int64_t nx_many_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct nx_many *m = arg;
+	cbcmn_nursery *n;
+	if (open_n(cx, &n) != 0)
+		return -1;
+	for (int i = 0; i < NX_MANY; i++) {
+		cbcmn_actor_ref c;
+		if (cbcmn_actor_spawn(cx, n, nx_many_child, m, NULL, &c) != 0)
+			break;
+		m->spawned++;
+		/* Stopped while in the queue or the next place, not yet run. */
+		if (i % 3 == 0 && cbcmn_actor_stop(NULL, cx, c, 0) != 0)
+			m->stop_rc++;
+	}
+	m->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static int64_t nx_many_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, nx_many_spawner, arg, NULL, &r) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_spawner_of_many_with_stops_loses_none(void **state)
+{
+	(void)state;
+	for (uint32_t w = 1; w <= 2; w++) {
+		cbcmn_runtime *rt = t_runtime(w);
+		struct nx_many m = {0};
+		t_run(rt, nx_many_main, &m, 0);
+		ASSERT_TASK_CHECKS();
+		t_destroy(rt);
+		assert_int_equal(m.spawned, NX_MANY);
+		assert_int_equal(m.stop_rc, 0);
+		/* Every one not stopped ran; no child ran twice or was lost. */
+		int stopped = (NX_MANY + 2) / 3;
+		assert_int_equal(atomic_load(&m.ran), NX_MANY - stopped);
+		assert_true(atomic_load(&m.stopped_ran) <= stopped);
+	}
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1777,6 +1845,7 @@ int main(int argc, char **argv)
 		T(test_spawned_actor_runs_before_the_wheels_older_actors),
 		T(test_spawn_chain_does_not_starve_another_actor),
 		T(test_spawn_chain_does_not_starve_a_nursery_task),
+		T(test_spawner_of_many_with_stops_loses_none),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]); /* one test by name */
