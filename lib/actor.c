@@ -893,6 +893,9 @@ static int spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_actor_fn fn, void *state,
 	a->wn.where = CBCMN__WN_NONE;
 	a->park_exec = 0; /* a new actor enters a wheel as new */
 	a->migrated = false;
+	/* Spawned by a task on its executor for that executor (local, or
+	 * pinned there): the wheel's next place when that executor admits it. */
+	a->fresh = self && self->exec && home == self->exec->id;
 	a->moved_ns = 0;
 	a->hnd = NULL; /* a handler's: set by cbcmn__hnd_start() */
 	a->ref = cbcmn__ref_make(a->gen, t->tag, a->index);

@@ -156,6 +156,12 @@ struct cbcmn__actor {
 	 * lock; read without it where the receiver's run ends
 	 * (cbcmn__mb_room_pay()). */
 	_Atomic bool room_owed;
+	/* Spawned by a task running on its home executor and not yet
+	 * admitted to a wheel: admitted there, it takes the wheel's next
+	 * place (actor_sched.c, admit_rest(); docs/ACTORS.md "The next
+	 * place").  Written at spawn and by the executor that admits or
+	 * runs it, as the fields above. */
+	bool fresh;
 	/* ---- line 3: the ring's, for a message that waits in it */
 	/* The mailbox: a ring of cap messages, with room for ring_room (a
 	 * spare ring bigger than asked serves: actor.c, ring_get()); a

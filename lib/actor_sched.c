@@ -362,10 +362,13 @@ static void admit_rest(struct cbcmn__exec *e, struct cbcmn__awheel *aw, struct c
 		cbcmn__wheel_ran(&aw->w, &a->wn, aw->w.quantum); /* seed: N forward */
 	else if (a->park_exec == e->id + 1)
 		cbcmn__wheel_woken(&aw->w, &a->wn, a->park_due, a->park_left);
+	else if (a->fresh && cbcmn__actor_home(a) == e->id)
+		cbcmn__wheel_next(&aw->w, &a->wn); /* spawned here: the next place */
 	else
 		cbcmn__wheel_ran(&aw->w, &a->wn, 0); /* new, or from elsewhere: next segment */
 	a->park_exec = 0;
 	a->migrated = false;
+	a->fresh = false;
 }
 
 /* cbcmn__actor_admit() on aw; now: the clock, 0 if not read yet. */
@@ -420,6 +423,7 @@ void cbcmn__actor_run(struct cbcmn__exec *e, struct cbcmn_task *t)
 	if (__builtin_expect(cbcmn__actor_home(a) != e->id, 0))
 		cbcmn__actor_home_here(a, e);
 	atomic_store_explicit(&e->ss->act.running, 1, memory_order_relaxed);
+	a->fresh = false; /* ran unadmitted (no wheel): new no longer */
 	run_begin(e, a, t);
 }
 

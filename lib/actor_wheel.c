@@ -160,6 +160,17 @@ void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint3
 	seg_put(w, n, (w->cur + cbcmn__wheel_forward(w, used)) % SEGS, CBCMN__WN_RUN);
 }
 
+void cbcmn__wheel_next(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n)
+{
+	struct cbcmn__wheel_node *old = w->next;
+	n->left = w->quantum;
+	n->prev = n->next = NULL;
+	n->where = CBCMN__WN_NEXT;
+	w->next = n;
+	if (old)
+		cbcmn__wheel_ran(w, old, 0); /* admitted the normal way */
+}
+
 void cbcmn__wheel_woken(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint64_t due,
 			uint32_t left)
 {
@@ -188,6 +199,9 @@ void cbcmn__wheel_remove(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n)
 	case CBCMN__WN_FIRST:
 		l_del(&w->first, n);
 		break;
+	case CBCMN__WN_NEXT:
+		w->next = NULL;
+		break;
 	}
 	n->where = CBCMN__WN_NONE;
 }
@@ -209,7 +223,13 @@ static void take_from(struct cbcmn__wheel_list *l, bool (*movable)(struct cbcmn_
 struct cbcmn__wheel_node *cbcmn__wheel_take_if(struct cbcmn__wheel *w,
 					       bool (*movable)(struct cbcmn__wheel_node *))
 {
-	struct cbcmn__wheel_node *out = NULL;
+	struct cbcmn__wheel_node *out = NULL, *x = w->next;
+	if (x && movable(x)) {
+		w->next = NULL;
+		x->where = CBCMN__WN_NONE;
+		x->next = out;
+		out = x;
+	}
 	take_from(&w->first, movable, &out);
 	for (uint32_t s = 0; s < SEGS; s++) {
 		if (!(w->busy >> s & 1))
@@ -233,9 +253,35 @@ static void turn_to(struct cbcmn__wheel *w, uint32_t s)
 	}
 	seg_settle(w, s);
 }
+/* The next place's occupant, picked (its series one pick longer). */
+static struct cbcmn__wheel_node *take_next(struct cbcmn__wheel *w, uint64_t now,
+					   uint32_t *quantum)
+{
+	struct cbcmn__wheel_node *n = w->next;
+	if (!w->next_runs++)
+		w->next_t0 = now;
+	w->next = NULL;
+	n->where = CBCMN__WN_NONE;
+	*quantum = n->left;
+	return n;
+}
+
+/* May the next place's occupant be picked now, ahead of the wheel's
+ * order?  Not once its series has had CBCMN__WHEEL_NEXT_RUNS picks, or a
+ * quantum's time (once the wheel has timed one): the series shares one
+ * quantum, as a goroutine run from Go's runnext inherits its time slice
+ * (docs/ACTORS.md "The next place"). */
+static bool next_due(const struct cbcmn__wheel *w, uint64_t now)
+{
+	return w->next_runs < CBCMN__WHEEL_NEXT_RUNS &&
+	       (!w->next_runs || !w->quantum_ns || cbcmn__ns_since(now, w->next_t0) < w->quantum_ns);
+}
+
 struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now,
 					    uint32_t *quantum)
 {
+	if (__builtin_expect(w->next != NULL, 0) && next_due(w, now))
+		return take_next(w, now, quantum);
 	for (;;) {
 		struct cbcmn__wheel_node *n = l_pop(&w->first);
 		if (!n && (n = l_pop(&w->seg[w->cur].run)))
@@ -243,9 +289,14 @@ struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now
 		if (n) {
 			n->where = CBCMN__WN_NONE;
 			*quantum = n->left;
+			w->next_runs = 0; /* the wheel's order honoured: a new series */
 			return n;
 		}
 		if (!w->busy) {
+			if (w->next) { /* nothing else to serve: a new series */
+				w->next_runs = 0;
+				return take_next(w, now, quantum);
+			}
 			cbcmn__wheel_idle(w, now);
 			return NULL;
 		}
@@ -269,7 +320,7 @@ struct cbcmn__wheel_node *cbcmn__wheel_woken_pick(struct cbcmn__wheel *w,
 						  struct cbcmn__wheel_node *n, uint64_t due,
 						  uint32_t left, uint64_t now, uint32_t *quantum)
 {
-	if (__builtin_expect(w->busy || w->first.head, 0)) {
+	if (__builtin_expect(w->busy || w->first.head || w->next, 0)) {
 		cbcmn__wheel_woken(w, n, due, left);
 		return cbcmn__wheel_pick(w, now, quantum);
 	}
@@ -289,6 +340,7 @@ struct cbcmn__wheel_node *cbcmn__wheel_woken_pick(struct cbcmn__wheel *w,
 		n->seg = s;
 	}
 	/* Else first, the pick's at once. */
+	w->next_runs = 0; /* the wheel's order: a new series */
 	n->where = CBCMN__WN_NONE;
 	n->prev = n->next = NULL;
 	*quantum = n->left;

@@ -41,7 +41,14 @@ enum {
 	CBCMN__WN_RUN,      /* a segment's runnable queue */
 	CBCMN__WN_IDLE,     /* a segment's idle set: woken, runs when the segment comes */
 	CBCMN__WN_FIRST,    /* runs before any segment */
+	CBCMN__WN_NEXT,     /* the next place: runs at the next pick (cbcmn__wheel_next()) */
 };
+
+/* Consecutive picks from the next place before one pick in the wheel's
+ * own order (docs/ACTORS.md "The next place"): with the time bound (one
+ * quantum's time for the series, as Go's runnext inherits the time
+ * slice), what keeps a chain of spawns from starving the wheel. */
+#define CBCMN__WHEEL_NEXT_RUNS 16u
 
 struct cbcmn__wheel_node {
 	struct cbcmn__wheel_node *prev, *next;
@@ -65,6 +72,13 @@ struct cbcmn__wheel {
 	uint32_t quantum;  /* checkpoints of a full quantum (the yield interval) */
 	struct cbcmn__wheel_seg seg[CBCMN__WHEEL_SEGS];
 	struct cbcmn__wheel_list first; /* runs before any segment, FIFO */
+	/* The next place (Go's runnext): an actor spawned here by the run
+	 * under way, picked ahead of first and the segments while the
+	 * series of such picks is within its bound: next_runs picks since
+	 * next_t0 (the clock at the series' first). */
+	struct cbcmn__wheel_node *next;
+	uint32_t next_runs;
+	uint64_t next_t0;
 	/* Load (all ns of the caller's clock). */
 	uint64_t turn_start;  /* when the current turn began */
 	uint64_t quantum_ns;  /* EWMA of the time a full quantum takes */
@@ -108,6 +122,10 @@ void cbcmn__wheel_timed(struct cbcmn__wheel *w, uint32_t used, uint64_t ns);
  * the quantum; a new node: 0): into the runnable queue of the segment
  * cbcmn__wheel_forward(used) forward, with a whole quantum next. */
 void cbcmn__wheel_ran(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n, uint32_t used);
+/* n, new, spawned here by the run under way: into the next place, with a
+ * full quantum; its previous occupant, if any, enters the next segment as
+ * any new node (cbcmn__wheel_ran(), used 0). */
+void cbcmn__wheel_next(struct cbcmn__wheel *w, struct cbcmn__wheel_node *n);
 
 /* A node blocked after using `used` checkpoints: the position it is due
  * at, pos + cbcmn__wheel_forward(used) (for cbcmn__wheel_woken()). */
@@ -134,7 +152,7 @@ struct cbcmn__wheel_node *cbcmn__wheel_woken_pick(struct cbcmn__wheel *w,
 /* Does the wheel hold a node? */
 static inline bool cbcmn__wheel_ready(const struct cbcmn__wheel *w)
 {
-	return w->busy || w->first.head;
+	return w->busy || w->first.head || w->next;
 }
 
 /* The wheel is empty at now: count the time since its turn began as idle

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1546,6 +1547,279 @@ static void test_off_duty_spare_keeps_no_rescued_actor(void **state)
 	assert_false(atomic_load(&o.spare_late));
 }
 
+/* ---- the next place: a spawned actor runs at the next pick, bounded ---- */
+
+#define NX_OLD 8        /* older runnable actors on the wheel */
+#define NX_ROUNDS 40    /* the spawner's spawns */
+#define NX_LOG 4096
+#define NX_CHAIN 2000   /* links of a spawn chain */
+/* Chain links in a row that the other runnable may see pass without
+ * running.  An actor: the wheel's bound is 16 picks from the next place
+ * (CBCMN__WHEEL_NEXT_RUNS), then one in its order (measured: 15).  A
+ * nursery task: the queues' fairness look (every 61st pick, sched.c),
+ * shared here with the test's main task, both yielding (measured: 119,
+ * main's figure before the next place too).  The rest is slack. */
+#define NX_GAP_MAX 64
+#define NX_GAP_MAX_TASK 256
+
+struct nx {
+	cbcmn_nursery *n, *rn;
+	cbcmn_actor_ref root, other;
+	_Atomic int stop, started, log_n, spawned_ok;
+	char log[NX_LOG];
+	_Atomic long other_runs;
+	long seen, gap, max_gap;
+	_Atomic int links;
+};
+
+static void nx_log(struct nx *x, char c)
+{
+	int i = atomic_fetch_add(&x->log_n, 1);
+	if (i < NX_LOG)
+		x->log[i] = c;
+}
+
+static int64_t nx_old(cbcmn_cx *cx, void *arg)
+{
+	struct nx *x = arg;
+	atomic_fetch_add(&x->started, 1);
+	while (!atomic_load(&x->stop)) {
+		nx_log(x, 'H');
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t nx_child(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	nx_log(arg, 'C');
+	return 0;
+}
+
+/* Spawns a child, then yields (N forward, as the older actors do), each
+ * round: the child must run before any older actor runs again. */
+static int64_t nx_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct nx *x = arg;
+	cbcmn_nursery *n;
+	if (open_n(cx, &n) != 0)
+		return -1;
+	while (atomic_load(&x->started) < NX_OLD)
+		cbcmn_yield(cx);
+	for (int r = 0; r < NX_ROUNDS; r++) {
+		cbcmn_actor_ref c;
+		nx_log(x, 'S');
+		if (cbcmn_actor_spawn(cx, n, nx_child, x, NULL, &c) == 0)
+			atomic_fetch_add(&x->spawned_ok, 1);
+		cbcmn_yield(cx);
+	}
+	atomic_store(&x->stop, 1);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t nx_order_main(cbcmn_cx *cx, void *arg)
+{
+	struct nx *x = arg;
+	cbcmn_actor_ref r;
+	TASK_CHECK(open_n(cx, &x->n) == 0);
+	for (int i = 0; i < NX_OLD; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, x->n, nx_old, x, NULL, &r) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, x->n, nx_spawner, x, NULL, &r) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, x->n) == 0);
+	return 0;
+}
+
+static void test_spawned_actor_runs_before_the_wheels_older_actors(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	struct nx *x = calloc(1, sizeof(*x));
+	assert_non_null(x);
+	t_run(rt, nx_order_main, x, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&x->spawned_ok), NX_ROUNDS);
+	int n = atomic_load(&x->log_n), s = 0, c = 0;
+	assert_true(n <= NX_LOG);
+	/* Each spawn's child is what runs next: no 'H' between S and C. */
+	for (int i = 0; i < n; i++) {
+		if (x->log[i] != 'S')
+			continue;
+		s++;
+		assert_true(i + 1 < n);
+		assert_int_equal(x->log[i + 1], 'C');
+		c++;
+	}
+	assert_int_equal(s, NX_ROUNDS);
+	assert_int_equal(c, NX_ROUNDS);
+	free(x);
+}
+
+/* One link: notes whether the other ran since the link before, spawns
+ * the next link (into the root's nursery), ends; the last tells the
+ * root. */
+static int64_t nx_link(cbcmn_cx *cx, void *arg)
+{
+	struct nx *x = arg;
+	long o = atomic_load(&x->other_runs);
+	if (o == x->seen) {
+		if (++x->gap > x->max_gap)
+			x->max_gap = x->gap;
+	} else {
+		x->seen = o;
+		x->gap = 0;
+	}
+	if (atomic_fetch_add(&x->links, 1) + 1 >= NX_CHAIN) {
+		atomic_store(&x->stop, 1);
+		cbcmn_actor_msg m = {.type = M_QUIT};
+		return cbcmn_actor_send(NULL, cx, x->root, &m);
+	}
+	cbcmn_actor_ref c;
+	TASK_CHECK(cbcmn_actor_spawn(cx, x->rn, nx_link, x, NULL, &c) == 0);
+	return 0;
+}
+
+/* The chain's root: its nursery stays open for the links while it waits
+ * for the last (blocked: no runnable here but the chain and the other). */
+static int64_t nx_root(cbcmn_cx *cx, void *arg)
+{
+	struct nx *x = arg;
+	cbcmn_actor_ref c;
+	cbcmn_actor_msg m;
+	TASK_CHECK(open_n(cx, &x->rn) == 0);
+	while (atomic_load(&x->other_runs) < 4)
+		cbcmn_yield(cx);
+	x->seen = atomic_load(&x->other_runs);
+	TASK_CHECK(cbcmn_actor_spawn(cx, x->rn, nx_link, x, NULL, &c) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	return cbcmn_nursery_await_all(cx, x->rn);
+}
+
+/* The other runnable: yields each time round until the chain ends. */
+static int64_t nx_other(cbcmn_cx *cx, void *arg)
+{
+	struct nx *x = arg;
+	while (!atomic_load(&x->stop)) {
+		atomic_fetch_add(&x->other_runs, 1);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t nx_other_task(cbcmn_cx *cx, void *arg)
+{
+	return nx_other(cx, arg);
+}
+
+static int64_t nx_chain_main(cbcmn_cx *cx, void *arg)
+{
+	struct nx *x = arg;
+	TASK_CHECK(open_n(cx, &x->n) == 0);
+	if (x->spawned_ok) /* here: the other is a nursery task */
+		TASK_CHECK(cbcmn_nursery_spawn(cx, x->n, nx_other_task, x, NULL) == 0);
+	else
+		TASK_CHECK(cbcmn_actor_spawn(cx, x->n, nx_other, x, NULL, &x->other) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, x->n, nx_root, x, NULL, &x->root) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, x->n) == 0);
+	return 0;
+}
+
+static void nx_chain(bool task)
+{
+	cbcmn_runtime *rt = t_runtime(1);
+	struct nx *x = calloc(1, sizeof(*x));
+	assert_non_null(x);
+	x->spawned_ok = task;
+	t_run(rt, nx_chain_main, x, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&x->links), NX_CHAIN);
+	/* The other ran at least once every NX_GAP_MAX links. */
+	assert_true(x->max_gap <= (task ? NX_GAP_MAX_TASK : NX_GAP_MAX));
+	free(x);
+}
+
+static void test_spawn_chain_does_not_starve_another_actor(void **state)
+{
+	(void)state;
+	nx_chain(false);
+}
+
+static void test_spawn_chain_does_not_starve_a_nursery_task(void **state)
+{
+	(void)state;
+	nx_chain(true);
+}
+
+/* ---- a spawner that spawns 1000, stopping every third at once ---- */
+
+#define NX_MANY 1000
+
+struct nx_many {
+	_Atomic int ran, stopped_ran;
+	int spawned, stop_rc;
+	int64_t await_rc;
+};
+
+static int64_t nx_many_child(cbcmn_cx *cx, void *arg)
+{
+	struct nx_many *m = arg;
+	/* A stopped one may still start: its first call sees the stop. */
+	if (cbcmn_cx_cancelled(cx))
+		atomic_fetch_add(&m->stopped_ran, 1);
+	else
+		atomic_fetch_add(&m->ran, 1);
+	return 0;
+}
+
+static int64_t nx_many_spawner(cbcmn_cx *cx, void *arg)
+{
+	struct nx_many *m = arg;
+	cbcmn_nursery *n;
+	if (open_n(cx, &n) != 0)
+		return -1;
+	for (int i = 0; i < NX_MANY; i++) {
+		cbcmn_actor_ref c;
+		if (cbcmn_actor_spawn(cx, n, nx_many_child, m, NULL, &c) != 0)
+			break;
+		m->spawned++;
+		/* Stopped while in the queue or the next place, not yet run. */
+		if (i % 3 == 0 && cbcmn_actor_stop(NULL, cx, c, 0) != 0)
+			m->stop_rc++;
+	}
+	m->await_rc = cbcmn_nursery_await_all(cx, n);
+	return 0;
+}
+
+static int64_t nx_many_main(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	cbcmn_actor_ref r;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, nx_many_spawner, arg, NULL, &r) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_spawner_of_many_with_stops_loses_none(void **state)
+{
+	(void)state;
+	for (uint32_t w = 1; w <= 2; w++) {
+		cbcmn_runtime *rt = t_runtime(w);
+		struct nx_many m = {0};
+		t_run(rt, nx_many_main, &m, 0);
+		ASSERT_TASK_CHECKS();
+		t_destroy(rt);
+		assert_int_equal(m.spawned, NX_MANY);
+		assert_int_equal(m.stop_rc, 0);
+		/* Every one not stopped ran; no child ran twice or was lost. */
+		int stopped = (NX_MANY + 2) / 3;
+		assert_int_equal(atomic_load(&m.ran), NX_MANY - stopped);
+		assert_true(atomic_load(&m.stopped_ran) <= stopped);
+	}
+}
+
 int main(int argc, char **argv)
 {
 #define T(f) T_WATCHED_TEST(f)
@@ -1568,6 +1842,10 @@ int main(int argc, char **argv)
 		T(test_actor_on_a_stalled_executors_wheel_runs_elsewhere),
 		T(test_off_duty_spare_keeps_no_rescued_actor),
 		T(test_actor_blocking_while_the_monitor_holds_its_wheel),
+		T(test_spawned_actor_runs_before_the_wheels_older_actors),
+		T(test_spawn_chain_does_not_starve_another_actor),
+		T(test_spawn_chain_does_not_starve_a_nursery_task),
+		T(test_spawner_of_many_with_stops_loses_none),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]); /* one test by name */
