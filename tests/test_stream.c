@@ -3595,6 +3595,142 @@ static void test_send_by_a_cancelled_task_does_nothing_on_either_backend(void **
 		T_SKIP("no backend here has streams");
 }
 
+/* A send cancelled while it waits (on the ring for the send before it,
+ * still in flight to a full socket; on epoll for room in the socket) says
+ * CBCMN_ECANCELED with nothing of it sent and its chunk still held; the
+ * opener, not cancelled, sends that chunk after: the peer gets every byte
+ * once and in order (the filler, then "AAAA", then on the ring "BBBB"). */
+#define CXW_BUF (8u << 20)
+struct cxwait {
+	int sv[2];
+	uint32_t backend;
+	cbcmn_nursery *n;
+	cbcmn_stream *s;
+	const void *d1, *d2;
+	int64_t len1, len2, sent1, sent2, resent, flush, close;
+	size_t filled;
+	_Atomic int stage, drain;
+	char *got;
+	size_t ngot;
+};
+
+static void *cxwait_reader(void *arg)
+{
+	struct cxwait *p = arg;
+	while (!atomic_load(&p->drain))
+		usleep(1000);
+	for (;;) {
+		ssize_t k = read(p->sv[1], p->got + p->ngot, CXW_BUF - p->ngot);
+		if (k <= 0)
+			break;
+		p->ngot += (size_t)k;
+	}
+	return NULL;
+}
+
+static int64_t cxwait_task(cbcmn_cx *cx, void *arg)
+{
+	struct cxwait *p = arg;
+	p->len1 = cbcmn_stream_recv(cx, p->s, &p->d1);
+	static char filler[4096];
+	memset(filler, 'F', sizeof(filler));
+	ssize_t k;
+	while ((k = send(p->sv[0], filler, sizeof(filler), MSG_DONTWAIT | MSG_NOSIGNAL)) > 0)
+		p->filled += (size_t)k;
+	if (p->backend == CBCMN_BACKEND_EPOLL) {
+		atomic_store(&p->stage, 2);
+		p->sent1 = cbcmn_stream_send(cx, p->s, p->d1, (size_t)p->len1, MSG_NOSIGNAL);
+		return 0;
+	}
+	p->sent1 = cbcmn_stream_send(cx, p->s, p->d1, (size_t)p->len1, MSG_NOSIGNAL);
+	TASK_CHECK(write(p->sv[1], "BBBB", 4) == 4);
+	p->len2 = cbcmn_stream_recv(cx, p->s, &p->d2);
+	atomic_store(&p->stage, 2);
+	p->sent2 = cbcmn_stream_send(cx, p->s, p->d2, (size_t)p->len2, MSG_NOSIGNAL);
+	return 0;
+}
+
+static int64_t cxwait_main(cbcmn_cx *cx, void *arg)
+{
+	struct cxwait *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &p->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, cxwait_task, p, NULL) == 0);
+	while (atomic_load(&p->stage) < 2)
+		cbcmn_yield(cx);
+	cbcmn_sleep(cx, 20000000); /* it waits in its send */
+	TASK_CHECK(cbcmn_nursery_cancel(p->n) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, p->n) == CBCMN_ECANCELED);
+	atomic_store(&p->drain, 1);
+	const void *d = p->backend == CBCMN_BACKEND_EPOLL ? p->d1 : p->d2;
+	int64_t len = p->backend == CBCMN_BACKEND_EPOLL ? p->len1 : p->len2;
+	p->resent = cbcmn_stream_send(cx, p->s, d, (size_t)len, MSG_NOSIGNAL);
+	p->flush = cbcmn_stream_send(cx, p->s, NULL, 0, 0);
+	p->close = cbcmn_stream_close(cx, p->s);
+	shutdown(p->sv[0], SHUT_WR);
+	return 0;
+}
+
+static void test_send_cancelled_in_its_wait_keeps_its_chunk_for_a_later_send(void **state)
+{
+	(void)state;
+	int ran = 0;
+	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
+		cbcmn_config cfg;
+		cbcmn_config_init(&cfg);
+		cfg.workers = 1;
+		cfg.backend = b;
+		cbcmn_runtime *rt = NULL;
+		if (cbcmn_runtime_create(&cfg, &rt) != 0)
+			continue; /* no io_uring here */
+		if (!t_have_streams(rt)) {
+			t_destroy(rt);
+			continue;
+		}
+		ran++;
+		struct cxwait *p = calloc(1, sizeof(*p));
+		assert_non_null(p);
+		p->backend = b;
+		p->got = malloc(CXW_BUF);
+		assert_non_null(p->got);
+		pair_open(p->sv, "AAAA");
+		pthread_t rd;
+		assert_int_equal(pthread_create(&rd, NULL, cxwait_reader, p), 0);
+		int64_t rc = run_on_0(rt, cxwait_main, p);
+		atomic_store(&p->drain, 1);
+		pthread_join(rd, NULL);
+		printf("    %s: filled %zu; send1 %lld send2 %lld; re-send %lld flush %lld close %lld; "
+		       "peer got %zu\n",
+		       cbcmn_backend_name(b), p->filled, (long long)p->sent1, (long long)p->sent2,
+		       (long long)p->resent, (long long)p->flush, (long long)p->close, p->ngot);
+		assert_int_equal(rc, 0);
+		ASSERT_TASK_CHECKS();
+		const char *tail = b == CBCMN_BACKEND_EPOLL ? "AAAA" : "AAAABBBB";
+		size_t nt = strlen(tail);
+		assert_int_equal(p->len1, 4);
+		if (b == CBCMN_BACKEND_EPOLL) {
+			assert_int_equal(p->sent1, CBCMN_ECANCELED);
+		} else {
+			assert_int_equal(p->sent1, 0);
+			assert_int_equal(p->len2, 4);
+			assert_int_equal(p->sent2, CBCMN_ECANCELED);
+		}
+		assert_int_equal(p->resent, 0);
+		assert_int_equal(p->flush, 0);
+		assert_int_equal(p->close, 0);
+		assert_int_equal(p->ngot, p->filled + nt);
+		for (size_t i = 0; i < p->filled; i++)
+			if (p->got[i] != 'F')
+				fail_msg("byte %zu: %c", i, p->got[i]);
+		assert_memory_equal(p->got + p->filled, tail, nt);
+		pair_done(p->sv, rt);
+		free(p->got);
+		free(p);
+	}
+	if (!ran)
+		T_SKIP("no backend here has streams");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3647,6 +3783,7 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_sender_unwound_part_way_says_so_at_close),
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 		T_WATCHED_TEST(test_send_by_a_cancelled_task_does_nothing_on_either_backend),
+		T_WATCHED_TEST(test_send_cancelled_in_its_wait_keeps_its_chunk_for_a_later_send),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
 		cmocka_set_test_filter(getenv("T_FILTER"));

@@ -189,7 +189,8 @@ CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **
  * moved to another executor meanwhile (unpinned, woken elsewhere after a
  * wait) gets the send's result, not -EXDEV: they went.
  * A task already cancelled sends nothing (either backend, a flush too):
- * CBCMN_ECANCELED at no cost, the chunk still held.
+ * CBCMN_ECANCELED at no cost, the chunk still held; so does one in an
+ * actor's halt (a drop or fini callback), as every I/O call there.
  * Returns 0, -EINVAL (data not in the chunk held), -EXDEV, -EBUSY,
  * CBCMN_ECANCELED or, on the epoll backend with cbcmn_io_set_timeout(),
  * -ETIMEDOUT (nothing of it went; the chunk stays held, for a task not

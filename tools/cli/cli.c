@@ -163,6 +163,12 @@ static void sigpipe_unblock(void)
 
 void cli_sigpipe_default(void)
 {
+	/* A SIGPIPE pending (a parent that blocked it got one, then exec'd
+	 * us: a pending signal survives execve(2)) is not ours: unblocked
+	 * with it, the tool ended at once, status 141, nothing printed.
+	 * Setting SIG_IGN discards a pending one (POSIX, sigaction(2)); a
+	 * caller about to raise its own (cli_stdout_gone()) raises it after. */
+	signal(SIGPIPE, SIG_IGN);
 	signal(SIGPIPE, SIG_DFL);
 	sigpipe_unblock();
 }
