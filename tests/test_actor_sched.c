@@ -1843,6 +1843,66 @@ static void test_next_place_occupant_moved_off_a_stalled_executor(void **state)
 	assert_true(atomic_load(&nxs.during) > 0);
 }
 
+/* ---- a spawn chain's nursery cancelled while a link sits in the next place ---- */
+
+/* A chain on one executor beside a yielding actor: its nursery is
+ * cancelled mid-chain (the link that sees the mark cancels it, its child
+ * already spawned: that child takes the next place, cancelled before it
+ * runs).  The await returns (the cancelled occupant's halt is counted),
+ * every link that started ended, and nothing leaks (ASan). */
+static struct {
+	cbcmn_nursery *rn;
+	_Atomic int links, ended, stop;
+} nxc;
+
+static int64_t nxc_other(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&nxc.stop) && cbcmn_yield(cx) == 0)
+		;
+	return 0;
+}
+
+static int64_t nxc_link(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int l = atomic_fetch_add(&nxc.links, 1);
+	cbcmn_actor_ref c;
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxc.rn, nxc_link, NULL, NULL, &c) == 0);
+	if (l == 100)
+		cbcmn_nursery_cancel(nxc.rn); /* its child is spawned: in the next place */
+	atomic_fetch_add(&nxc.ended, 1);
+	return 0;
+}
+
+static int64_t nxc_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_ref r;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, nxc_other, NULL, NULL, &r) == 0);
+	TASK_CHECK(open_n(cx, &nxc.rn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxc.rn, nxc_link, NULL, NULL, &r) == 0);
+	while (atomic_load(&nxc.ended) <= 100) /* open for the links (an await closes it) */
+		cbcmn_yield(cx);
+	(void)cbcmn_nursery_await_all(cx, nxc.rn); /* cancelled: its error */
+	atomic_store(&nxc.stop, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_next_place_chain_cancelled_mid_chain(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, nxc_main, NULL, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	assert_true(atomic_load(&nxc.links) >= 101);
+	assert_int_equal(atomic_load(&nxc.links), atomic_load(&nxc.ended));
+}
+
 /* ---- a spawner that spawns 1000, stopping every third at once ---- */
 
 #define NX_MANY 1000
@@ -1938,6 +1998,7 @@ int main(int argc, char **argv)
 		T(test_spawn_chain_does_not_starve_a_nursery_task),
 		T(test_spawner_of_many_with_stops_loses_none),
 		T(test_next_place_occupant_moved_off_a_stalled_executor),
+		T(test_next_place_chain_cancelled_mid_chain),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]); /* one test by name */
