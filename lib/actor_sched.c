@@ -130,6 +130,7 @@ static struct cbcmn__awheel *wheel_get(struct cbcmn__exec *e)
 		return NULL;
 	uint32_t q = e->rt->cfg.yield_interval;
 	cbcmn__wheel_init(&aw->w, q, clock_ns());
+	aw->w.next_untimed = e->rt->lab; /* the lab's order: the seed's alone */
 	aw->wheel_next = false;
 	aw->idle_published = true;
 	aw->turns_published = 0;

@@ -268,13 +268,15 @@ static struct cbcmn__wheel_node *take_next(struct cbcmn__wheel *w, uint64_t now,
 
 /* May the next place's occupant be picked now, ahead of the wheel's
  * order?  Not once its series has had CBCMN__WHEEL_NEXT_RUNS picks, or a
- * quantum's time (once the wheel has timed one): the series shares one
+ * quantum's time (once the wheel has timed one; never in the lab, whose
+ * order must not follow the real clock): the series shares one
  * quantum, as a goroutine run from Go's runnext inherits its time slice
  * (docs/ACTORS.md "The next place"). */
 static bool next_due(const struct cbcmn__wheel *w, uint64_t now)
 {
 	return w->next_runs < CBCMN__WHEEL_NEXT_RUNS &&
-	       (!w->next_runs || !w->quantum_ns || cbcmn__ns_since(now, w->next_t0) < w->quantum_ns);
+	       (!w->next_runs || w->next_untimed || !w->quantum_ns ||
+		cbcmn__ns_since(now, w->next_t0) < w->quantum_ns);
 }
 
 struct cbcmn__wheel_node *cbcmn__wheel_pick(struct cbcmn__wheel *w, uint64_t now,

@@ -79,6 +79,9 @@ struct cbcmn__wheel {
 	struct cbcmn__wheel_node *next;
 	uint32_t next_runs;
 	uint64_t next_t0;
+	/* The series' bound in picks only, not in time: a lab runtime's
+	 * (its order is the seed's, never the real clock's: docs/LAB.md). */
+	bool next_untimed;
 	/* Load (all ns of the caller's clock). */
 	uint64_t turn_start;  /* when the current turn began */
 	uint64_t quantum_ns;  /* EWMA of the time a full quantum takes */

@@ -1752,6 +1752,157 @@ static void test_spawn_chain_does_not_starve_a_nursery_task(void **state)
 	nx_chain(true);
 }
 
+/* ---- the next place's occupant on a stalled executor ---- */
+
+/* docs/ACTORS.md "The next place": the stall rescue moves an occupant
+ * as any actor on the wheel.  A chain of links (each spawns the next and
+ * ends) on executor 0 beside X, pinned there: after 16 links the wheel's
+ * order picks X, which blocks its thread 300 ms (a stall) while the next
+ * link sits in the next place.  The rescue must move it: links run
+ * during X's stall (on executor 1). */
+#define NXS_SLEEP_US 300000
+
+static struct {
+	cbcmn_nursery *rn;
+	cbcmn_actor_ref root;
+	_Atomic int links, sleeping, slept, during, stop;
+} nxs;
+
+static int64_t nxs_x(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&nxs.stop)) {
+		if (atomic_load(&nxs.links) >= 4 && !atomic_load(&nxs.slept)) {
+			atomic_store(&nxs.sleeping, 1);
+			usleep(NXS_SLEEP_US); /* the thread, not the fiber: a stall */
+			atomic_store(&nxs.sleeping, 0);
+			atomic_store(&nxs.slept, 1);
+		}
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t nxs_link(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&nxs.links, 1);
+	if (atomic_load(&nxs.sleeping))
+		atomic_fetch_add(&nxs.during, 1);
+	if (atomic_load(&nxs.slept) || atomic_load(&nxs.during) >= 100 ||
+	    atomic_load(&nxs.links) > 200000) {
+		atomic_store(&nxs.stop, 1);
+		cbcmn_actor_msg m = {.type = M_QUIT};
+		return cbcmn_actor_send(NULL, cx, nxs.root, &m);
+	}
+	cbcmn_actor_ref c;
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxs.rn, nxs_link, NULL, NULL, &c) == 0);
+	return 0;
+}
+
+static int64_t nxs_root(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_ref c;
+	cbcmn_actor_msg m;
+	cbcmn_actor_opts pin0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(open_n(cx, &nxs.rn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxs.rn, nxs_x, NULL, &pin0, &c) == 0);
+	cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxs.rn, nxs_link, NULL, NULL, &c) == 0);
+	TASK_CHECK(cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0);
+	return cbcmn_nursery_await_all(cx, nxs.rn);
+}
+
+static int64_t nxs_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_nursery *n;
+	cbcmn_actor_opts pin0 = {.placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, nxs_root, NULL, &pin0, &nxs.root) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_next_place_occupant_moved_off_a_stalled_executor(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.policy = CBCMN_PIN_NONE;
+	cfg.stall_ns = 2000000ull;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	t_run(rt, nxs_main, NULL, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	assert_int_equal(atomic_load(&nxs.slept), 1);
+	if (getenv("NXS_SHOW"))
+		fprintf(stderr, "links %d during %d\n", atomic_load(&nxs.links), atomic_load(&nxs.during));
+	assert_true(atomic_load(&nxs.during) > 0);
+}
+
+/* ---- a spawn chain's nursery cancelled while a link sits in the next place ---- */
+
+/* A chain on one executor beside a yielding actor: its nursery is
+ * cancelled mid-chain (the link that sees the mark cancels it, its child
+ * already spawned: that child takes the next place, cancelled before it
+ * runs).  The await returns (the cancelled occupant's halt is counted),
+ * every link that started ended, and nothing leaks (ASan). */
+static struct {
+	cbcmn_nursery *rn;
+	_Atomic int links, ended, stop;
+} nxc;
+
+static int64_t nxc_other(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&nxc.stop) && cbcmn_yield(cx) == 0)
+		;
+	return 0;
+}
+
+static int64_t nxc_link(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int l = atomic_fetch_add(&nxc.links, 1);
+	cbcmn_actor_ref c;
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxc.rn, nxc_link, NULL, NULL, &c) == 0);
+	if (l == 100)
+		cbcmn_nursery_cancel(nxc.rn); /* its child is spawned: in the next place */
+	atomic_fetch_add(&nxc.ended, 1);
+	return 0;
+}
+
+static int64_t nxc_main(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_ref r;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, nxc_other, NULL, NULL, &r) == 0);
+	TASK_CHECK(open_n(cx, &nxc.rn) == 0);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxc.rn, nxc_link, NULL, NULL, &r) == 0);
+	while (atomic_load(&nxc.ended) <= 100) /* open for the links (an await closes it) */
+		cbcmn_yield(cx);
+	(void)cbcmn_nursery_await_all(cx, nxc.rn); /* cancelled: its error */
+	atomic_store(&nxc.stop, 1);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, n) == 0);
+	return 0;
+}
+
+static void test_next_place_chain_cancelled_mid_chain(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(1);
+	t_run(rt, nxc_main, NULL, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	assert_true(atomic_load(&nxc.links) >= 101);
+	assert_int_equal(atomic_load(&nxc.links), atomic_load(&nxc.ended));
+}
+
 /* ---- a spawner that spawns 1000, stopping every third at once ---- */
 
 #define NX_MANY 1000
@@ -1846,6 +1997,8 @@ int main(int argc, char **argv)
 		T(test_spawn_chain_does_not_starve_another_actor),
 		T(test_spawn_chain_does_not_starve_a_nursery_task),
 		T(test_spawner_of_many_with_stops_loses_none),
+		T(test_next_place_occupant_moved_off_a_stalled_executor),
+		T(test_next_place_chain_cancelled_mid_chain),
 	};
 	if (argc > 1)
 		cmocka_set_test_filter(argv[1]); /* one test by name */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -429,6 +430,111 @@ static void test_actor_sends_same_seed_same_order(void **state)
 	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
 }
 
+/* ---- actors: the next place keeps the seed's order ---- */
+
+/* docs/ACTORS.md "The next place": a spawned actor's series of picks
+ * ahead of the wheel's order ends after 16 picks or a quantum's time.
+ * The time half read the real clock, so in the lab how long a link's run
+ * took (the machine's load, a sanitizer) changed which actor ran next:
+ * the same seed gave another order.  Links that each spin 3 ms of real
+ * time (no checkpoint) must give the order links that do not spin give. */
+#define NXL_OTHERS 2
+#define NXL_LINKS 24
+
+static struct {
+	cbcmn_nursery *n;
+	_Atomic int links, stop;
+	bool spin;
+} nxl;
+
+static int64_t nxl_other(cbcmn_cx *cx, void *arg)
+{
+	while (!atomic_load(&nxl.stop)) {
+		int i = atomic_fetch_add(&ntrace, 1);
+		if (i < 4096)
+			trace[i] = 100 + (uint64_t)(intptr_t)arg;
+		for (int k = 0; k < 4; k++)
+			CBCMN_CHECKPOINT(cx);
+		cbcmn_yield(cx);
+	}
+	return 0;
+}
+
+static int64_t nxl_link(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	int l = atomic_fetch_add(&nxl.links, 1);
+	int i = atomic_fetch_add(&ntrace, 1);
+	if (i < 4096)
+		trace[i] = (uint64_t)l;
+	if (nxl.spin) {
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		do
+			clock_gettime(CLOCK_MONOTONIC, &b);
+		while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 3000000L);
+	}
+	if (l + 1 >= NXL_LINKS) {
+		atomic_store(&nxl.stop, 1);
+		return 0;
+	}
+	cbcmn_actor_ref c;
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxl.n, nxl_link, NULL, NULL, &c) == 0);
+	return 0;
+}
+
+static int64_t nxl_program(cbcmn_cx *cx, void *arg)
+{
+	(void)arg;
+	cbcmn_actor_ref r;
+	atomic_store(&nxl.links, 0);
+	atomic_store(&nxl.stop, 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &nxl.n) == 0);
+	for (int i = 0; i < NXL_OTHERS; i++)
+		TASK_CHECK(cbcmn_actor_spawn(cx, nxl.n, nxl_other, (void *)(intptr_t)i, NULL, &r) == 0);
+	/* The others run a few times first: the wheel times its quantum. */
+	for (int i = 0; i < 8; i++)
+		cbcmn_yield(cx);
+	TASK_CHECK(cbcmn_actor_spawn(cx, nxl.n, nxl_link, NULL, NULL, &r) == 0);
+	/* Open for the links until the last (an await closes it). */
+	while (!atomic_load(&nxl.stop))
+		cbcmn_yield(cx);
+	return cbcmn_nursery_await_all(cx, nxl.n);
+}
+
+static int nxl_record(bool spin, uint64_t *out)
+{
+	nxl.spin = spin;
+	cbcmn_runtime *rt = t_runtime_lab(42);
+	atomic_store(&ntrace, 0);
+	int64_t r = -1;
+	assert_int_equal(cbcmn_runtime_run(rt, nxl_program, NULL, &r), 0);
+	assert_int_equal(r, 0);
+	ASSERT_TASK_CHECKS();
+	t_destroy(rt);
+	int n = atomic_load(&ntrace);
+	assert_true(n >= NXL_LINKS && n <= 4096);
+	memcpy(out, trace, (size_t)n * sizeof(*out));
+	return n;
+}
+
+static void test_next_place_order_ignores_real_time(void **state)
+{
+	(void)state;
+	int a = nxl_record(false, run_a);
+	int b = nxl_record(true, run_b);
+	if (getenv("NXL_SHOW")) {
+		for (int i = 0; i < a; i++)
+			fprintf(stderr, "%d ", (int)run_a[i]);
+		fprintf(stderr, "\n");
+		for (int i = 0; i < b; i++)
+			fprintf(stderr, "%d ", (int)run_b[i]);
+		fprintf(stderr, "\n");
+	}
+	assert_int_equal(a, b);
+	assert_memory_equal(run_a, run_b, (size_t)a * sizeof(uint64_t));
+}
+
 /* ---- a yielder and the clock (lab_yield_alone(), sched.c) ---- */
 
 /* docs/LAB.md: the clock moves when no task can run now, and a yielder
@@ -715,6 +821,7 @@ int main(void)
 		T_WATCHED_TEST(test_bad_seed_variable_refused),
 		T_WATCHED_TEST(test_lab_needs_one_executor),
 		T_WATCHED_TEST(test_actor_sends_same_seed_same_order),
+		T_WATCHED_TEST(test_next_place_order_ignores_real_time),
 		T_WATCHED_TEST(test_two_yielders_keep_the_clock_still),
 		T_WATCHED_TEST(test_io_in_flight_leaves_a_yielders_clock_free),
 		T_WATCHED_TEST(test_a_stream_receive_leaves_a_yielders_clock_free),
