@@ -174,7 +174,7 @@ FORCE:
 
 # The release library is optimised as one unit (link-time optimisation):
 # an actor's hop crosses eight of lib/'s files, and calls between them cost
-# the fiber ring a quarter of its time (docs/BENCHMARKS.md, "Twenty-fourth
+# the fiber ring 7-9 % of its time (docs/BENCHMARKS.md, "Twenty-fourth
 # session, the library as one unit").  The static archive holds one object,
 # lib/'s files linked into one with GCC's LTO (-r, nolto-rel: plain machine
 # code), so that a program links it with any toolchain, LTO or not; the
