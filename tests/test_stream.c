@@ -3507,6 +3507,27 @@ static void test_send_costs_one_syscall_unit(void **state)
 	}
 }
 
+/* A one-executor runtime on backend b whose streams work, with syscalls
+ * units of budget (0: the config's own), or NULL where b or its streams
+ * are missing here (the two-backend tests below run on what there is). */
+static cbcmn_runtime *backend_stream_rt(uint32_t b, uint64_t syscalls)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 1;
+	if (syscalls)
+		cfg.budget.syscalls = syscalls;
+	cfg.backend = b;
+	cbcmn_runtime *rt = NULL;
+	if (cbcmn_runtime_create(&cfg, &rt) != 0)
+		return NULL; /* no io_uring here */
+	if (!t_have_streams(rt)) {
+		t_destroy(rt);
+		return NULL;
+	}
+	return rt;
+}
+
 /* A task already cancelled sends (no send before to wait for):
  * CBCMN_ECANCELED, nothing sent, nothing charged, the chunk still held, on
  * either backend, as any I/O call of a cancelled task (docs/IO.md, the
@@ -3555,18 +3576,9 @@ static void test_send_by_a_cancelled_task_does_nothing_on_either_backend(void **
 	(void)state;
 	int ran = 0;
 	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = 1;
-		cfg.budget.syscalls = 1000000; /* finite: a charge shows */
-		cfg.backend = b;
-		cbcmn_runtime *rt = NULL;
-		if (cbcmn_runtime_create(&cfg, &rt) != 0)
-			continue; /* no io_uring here */
-		if (!t_have_streams(rt)) {
-			t_destroy(rt);
+		cbcmn_runtime *rt = backend_stream_rt(b, 1000000); /* finite: a charge shows */
+		if (!rt)
 			continue;
-		}
 		ran++;
 		struct cxsend p = {0};
 		pair_open(p.sv, "hello");
@@ -3676,17 +3688,9 @@ static void test_send_cancelled_in_its_wait_keeps_its_chunk_for_a_later_send(voi
 	(void)state;
 	int ran = 0;
 	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
-		cbcmn_config cfg;
-		cbcmn_config_init(&cfg);
-		cfg.workers = 1;
-		cfg.backend = b;
-		cbcmn_runtime *rt = NULL;
-		if (cbcmn_runtime_create(&cfg, &rt) != 0)
-			continue; /* no io_uring here */
-		if (!t_have_streams(rt)) {
-			t_destroy(rt);
+		cbcmn_runtime *rt = backend_stream_rt(b, 0);
+		if (!rt)
 			continue;
-		}
 		ran++;
 		struct cxwait *p = calloc(1, sizeof(*p));
 		assert_non_null(p);
