@@ -98,6 +98,10 @@ enum cbcmn__pause_point {
 	                            * close of its reserve and its accept
 	                            * (metrics_server.c, shed_one()); the hook
 	                            * gets the runtime */
+	CBCMN__P_ACCEPTED,         /* the metrics server's acceptor between an
+	                            * accept that succeeded and its connection's
+	                            * spawn (metrics_server.c); the hook gets the
+	                            * acceptor's cx */
 	CBCMN__P_PARK_POSTED,      /* a park on the system stack that has just
 	                            * published its task and begun the next
 	                            * (sched.c, park_sys()) */

@@ -451,7 +451,14 @@ static void start_conn(cbcmn_cx *cx, struct cbcmn_metrics_server *ms, int fd)
 		}
 	}
 	if (!c) {
-		refuse(cx, fd);
+		/* The server is stopping (its nursery cancelled: an accept
+		 * done just before the stop): closed unanswered, as stop
+		 * closes every connection; a 503 would tell the client to
+		 * come back to a server that is going away. */
+		if (cbcmn_cx_cancelled(cx))
+			cbcmn_close(cx, fd);
+		else
+			refuse(cx, fd);
 		return;
 	}
 	c->next = ms->conns;
@@ -526,6 +533,7 @@ static int64_t acceptor_main(cbcmn_cx *cx, void *arg)
 		cbcmn_io_set_timeout(cx, pending ? SWEEP_NS : 0);
 		int64_t fd = cbcmn_accept(cx, ms->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd >= 0) {
+			CBCMN__PAUSE(CBCMN__P_ACCEPTED, cx);
 			backoff = 0;
 			reserve_again(ms);
 			start_conn(cx, ms, (int)fd);

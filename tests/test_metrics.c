@@ -689,6 +689,50 @@ static void test_destroy_with_the_server_running(void **state)
 	}
 }
 
+/* A connection accepted in the instant before a stop: its spawn is
+ * refused (the server's nursery is cancelled), and it is closed
+ * unanswered like every other connection at the stop.  It was refused
+ * as a connection over the limit, a 503 telling the client to come back
+ * in a second (CI, under TSan: the accept of test_destroy_with_the_
+ * server_running's client came late).  The hook holds the acceptor
+ * between its accept and the spawn until the stop has cancelled it. */
+static _Atomic int accepted_held;
+
+static void hold_accepted_until_cancelled(enum cbcmn__pause_point p, void *cx)
+{
+	if (p != CBCMN__P_ACCEPTED)
+		return;
+	atomic_store(&accepted_held, 1);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!cbcmn_cx_cancelled(cx) && t_now_ns() < end)
+		usleep(1000);
+}
+
+static void test_stop_closes_a_connection_accepted_as_it_began(void **state)
+{
+	(void)state;
+	if (!cbcmn__pause_set(NULL))
+		T_SKIP("built without CBCMN_FAULTS: runs in the ASan build");
+	for (uint32_t backend = CBCMN_BACKEND_AUTO; backend <= CBCMN_BACKEND_EPOLL; backend += 2) {
+		cbcmn_runtime *rt = runtime_on(2, backend);
+		cbcmn_metrics_server *ms = serve(rt, NULL);
+		atomic_store(&accepted_held, 0);
+		cbcmn__pause_set(hold_accepted_until_cancelled);
+		int fd = dial(cbcmn_metrics_port(ms));
+		uint64_t end = t_now_ns() + T_STALL_NS;
+		while (!atomic_load(&accepted_held) && t_now_ns() < end)
+			usleep(1000);
+		assert_true(atomic_load(&accepted_held)); /* else: never accepted */
+		assert_int_equal(cbcmn_metrics_stop(ms), 0);
+		cbcmn__pause_set(NULL);
+		char *s = read_all(fd, NULL);
+		assert_string_equal(s, "");
+		free(s);
+		close(fd);
+		t_destroy(rt);
+	}
+}
+
 /* Destroy refused (-EBUSY: a task of the program's is live, or a nursery a
  * thread opened is not awaited) leaves the runtime as it was, its scrape
  * endpoints too: they were stopped before the refusal, so the runtime
@@ -1553,6 +1597,7 @@ int main(void)
 		T_WATCHED_TEST(test_concurrent_scrapers),
 		T_WATCHED_TEST(test_stop_while_a_client_is_connected),
 		T_WATCHED_TEST(test_destroy_with_the_server_running),
+		T_WATCHED_TEST(test_stop_closes_a_connection_accepted_as_it_began),
 		T_WATCHED_TEST(test_busy_destroy_keeps_the_server),
 		T_WATCHED_TEST(test_destroy_look_ignores_a_scrape_inside_it),
 		T_WATCHED_TEST(test_out_of_descriptors_answers_503_then_serves),
