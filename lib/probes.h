@@ -11,6 +11,16 @@
 #include <stdint.h>
 
 #define _SDT_HAS_SEMAPHORES 1
+/* Each argument in a register or an immediate, never in memory: sys/sdt.h's
+ * default, "nor", let GCC name a memory operand with an index register
+ * (actor_restart's 4th argument read "8@(%rdx,%r13)", LTO or not), which
+ * libbpf before 1.4 cannot parse (Debian 12 ships 1.1.2): attaching that
+ * probe failed there, for our tools and any libbpf or bpftrace user.  A
+ * register or an immediate every USDT tool reads (test_probes checks each
+ * argument of the built library).  The loads this adds are inside the
+ * probe's branch, taken only while a tool is attached: a detached probe
+ * costs what it did. */
+#define STAP_SDT_ARG_CONSTRAINT nr
 #include <sys/sdt.h>
 
 /* name, number of arguments.  The last argument of every probe but

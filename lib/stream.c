@@ -1076,6 +1076,21 @@ static int64_t send_err_take(struct cbcmn__mshot *m)
 static int64_t ms_next_busy(struct cbcmn_task *t, struct cbcmn__mshot *m, void *arg)
 {
 	struct ms_item *it = arg;
+	/* A task already cancelled: nothing done, nothing charged, as every
+	 * I/O call (docs/IO.md, the cancellation rule) and the stream's send.
+	 * The chunk the last call returned stays held (its bytes the caller's
+	 * still, to send by a task not cancelled, or for the close to give
+	 * back), and what is queued stays queued for the stream's next call.
+	 * Before, the chunk went back to the pool and a unit was charged
+	 * first (session 24). */
+	if (cbcmn__task_cancelled(t))
+		return CBCMN_ECANCELED;
+	/* The chunk the last call returned goes back before any wait: a
+	 * stream that waits for a buffer must not hold one. */
+	if (m->held >= 0) {
+		chunk_put(m->e, m->pool, (uint32_t)m->held);
+		m->held = -1;
+	}
 	if (!(t->rt->cfg.flags & CBCMN_CONFIG_NO_BUDGETS))
 		cbcmn__charge(t, CBCMN__B_SYSCALLS, 1);
 	for (;;) {
@@ -1499,14 +1514,8 @@ int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data)
 	struct cbcmn_task *t = ms_self(cx, m, &err);
 	if (!t)
 		return err;
-	if (m->busy)
-		return -EBUSY; /* before the buffer another task's call handed out */
-	if (m->held >= 0) {
-		chunk_put(m->e, m->pool, (uint32_t)m->held);
-		m->held = -1;
-	}
 	struct ms_item it;
-	int64_t rc = ms_next(t, m, &it);
+	int64_t rc = ms_next(t, m, &it); /* -EBUSY before the chunk another task's call holds */
 	if (rc == 0)
 		return m->err;
 	if (rc < 0)

@@ -3607,6 +3607,98 @@ static void test_send_by_a_cancelled_task_does_nothing_on_either_backend(void **
 		T_SKIP("no backend here has streams");
 }
 
+/* A task already cancelled receives: CBCMN_ECANCELED, nothing charged,
+ * and nothing lost, on either backend, as its send (above) and any I/O
+ * call of a cancelled task (docs/IO.md, the cancellation rule): the chunk
+ * the last call returned stays held (its bytes still there, and a task
+ * not cancelled sends them after: the peer gets them), and the bytes that
+ * came after it wait for the stream's next call, which returns them.
+ * Before, the call charged a unit and gave the held chunk back to the pool
+ * before it looked (session 24): the send after said -EINVAL, and the
+ * chunk's bytes were gone (the pool's to reuse). */
+struct cxrecv {
+	int sv[2];
+	cbcmn_nursery *n;
+	cbcmn_stream *s;
+	const void *d, *d2, *d3;
+	int64_t len, again, resent, flush, len2, close;
+	uint64_t before, after;
+	char held[8];
+};
+
+static int64_t cxrecv_task(cbcmn_cx *cx, void *arg)
+{
+	struct cxrecv *p = arg;
+	p->len = cbcmn_stream_recv(cx, p->s, &p->d);
+	/* More bytes, in the stream's queue (or its socket) when it is
+	 * called next. */
+	TASK_CHECK(write(p->sv[1], "world", 5) == 5);
+	cbcmn_sleep(cx, 2000000);
+	TASK_CHECK(cbcmn_nursery_cancel(p->n) == 0); /* its own: cancelled now */
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	p->before = b.syscalls;
+	p->again = cbcmn_stream_recv(cx, p->s, &p->d2);
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	p->after = b.syscalls;
+	if (p->len > 0 && p->len < (int64_t)sizeof(p->held))
+		memcpy(p->held, p->d, (size_t)p->len);
+	return 0;
+}
+
+static int64_t cxrecv_main(cbcmn_cx *cx, void *arg)
+{
+	struct cxrecv *p = arg;
+	TASK_CHECK(cbcmn_stream_open(cx, p->sv[0], &p->s) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &p->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, cxrecv_task, p, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, p->n) == CBCMN_ECANCELED);
+	p->resent = p->len > 0 ? cbcmn_stream_send(cx, p->s, p->d, (size_t)p->len, MSG_NOSIGNAL) : -1000;
+	p->flush = cbcmn_stream_send(cx, p->s, NULL, 0, 0);
+	p->len2 = cbcmn_stream_recv(cx, p->s, &p->d3);
+	if (p->len2 == 5)
+		TASK_CHECK(memcmp(p->d3, "world", 5) == 0);
+	p->close = cbcmn_stream_close(cx, p->s);
+	return 0;
+}
+
+static void test_recv_by_a_cancelled_task_does_nothing_on_either_backend(void **state)
+{
+	(void)state;
+	int ran = 0;
+	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
+		cbcmn_runtime *rt = backend_stream_rt(b, 1000000); /* finite: a charge shows */
+		if (!rt)
+			continue;
+		ran++;
+		struct cxrecv p = {0};
+		pair_open(p.sv, "hello");
+		assert_int_equal(run_on_0(rt, cxrecv_main, &p), 0);
+		ASSERT_TASK_CHECKS();
+		char buf[16] = {0};
+		ssize_t got = recv(p.sv[1], buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		printf("    %s: cancelled recv %lld, syscalls %llu -> %llu; the chunk held \"%s\", "
+		       "sent after %lld (flush %lld); next recv %lld, close %lld; the peer got %zd bytes\n",
+		       cbcmn_backend_name(b), (long long)p.again, (unsigned long long)p.before,
+		       (unsigned long long)p.after, p.held, (long long)p.resent, (long long)p.flush,
+		       (long long)p.len2, (long long)p.close, got);
+		pair_done(p.sv, rt);
+		assert_int_equal(p.len, 5);
+		assert_int_equal(p.again, CBCMN_ECANCELED);
+		assert_true(p.before != CBCMN_UNLIMITED);
+		assert_true(p.after == p.before);
+		assert_string_equal(p.held, "hello");
+		assert_int_equal(p.resent, 0);
+		assert_int_equal(p.flush, 0);
+		assert_int_equal(p.len2, 5); /* "world": nothing lost */
+		assert_int_equal(p.close, 0);
+		assert_int_equal(got, 5);
+		assert_string_equal(buf, "hello");
+	}
+	if (!ran)
+		T_SKIP("no backend here has streams");
+}
+
 /* A send cancelled while it waits (on the ring for the send before it,
  * still in flight to a full socket; on epoll for room in the socket) says
  * CBCMN_ECANCELED with nothing of it sent and its chunk still held; the
@@ -3787,6 +3879,7 @@ int main(void)
 		T_WATCHED_TEST(test_epoll_sender_unwound_part_way_says_so_at_close),
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 		T_WATCHED_TEST(test_send_by_a_cancelled_task_does_nothing_on_either_backend),
+		T_WATCHED_TEST(test_recv_by_a_cancelled_task_does_nothing_on_either_backend),
 		T_WATCHED_TEST(test_send_cancelled_in_its_wait_keeps_its_chunk_for_a_later_send),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */
