@@ -1944,7 +1944,7 @@ static void test_next_place_chain_cancelled_mid_chain(void **state)
 
 struct nx_many {
 	_Atomic int ran, stopped_ran;
-	int spawned, stop_rc;
+	int spawned, stop_rc, stops, late;
 	int64_t await_rc;
 };
 
@@ -1970,9 +1970,18 @@ static int64_t nx_many_spawner(cbcmn_cx *cx, void *arg)
 		if (cbcmn_actor_spawn(cx, n, nx_many_child, m, NULL, &c) != 0)
 			break;
 		m->spawned++;
-		/* Stopped while in the queue or the next place, not yet run. */
-		if (i % 3 == 0 && cbcmn_actor_stop(NULL, cx, c, 0) != 0)
-			m->stop_rc++;
+		/* Stopped while in the queue or the next place, not yet run;
+		 * with two executors the other may have taken it and run it
+		 * to its end already (-ESRCH, once in a TSan run). */
+		if (i % 3 == 0) {
+			int rc = cbcmn_actor_stop(NULL, cx, c, 0);
+			if (rc == 0)
+				m->stops++;
+			else if (rc == -ESRCH)
+				m->late++;
+			else
+				m->stop_rc++;
+		}
 	}
 	m->await_rc = cbcmn_nursery_await_all(cx, n);
 	return 0;
@@ -1999,10 +2008,20 @@ static void test_spawner_of_many_with_stops_loses_none(void **state)
 		t_destroy(rt);
 		assert_int_equal(m.spawned, NX_MANY);
 		assert_int_equal(m.stop_rc, 0);
-		/* Every one not stopped ran; no child ran twice or was lost. */
-		int stopped = (NX_MANY + 2) / 3;
-		assert_int_equal(atomic_load(&m.ran), NX_MANY - stopped);
-		assert_true(atomic_load(&m.stopped_ran) <= stopped);
+		assert_int_equal(m.stops + m.late, (NX_MANY + 2) / 3);
+		/* Every one not stopped ran; no child ran twice or was lost.
+		 * One executor: a child whose stop was taken (0) had not begun
+		 * (its body does not park), so it sees the stop if it runs.
+		 * Two: a child the other executor took may have ended before
+		 * its stop (late), or have looked before the stop came. */
+		int ran = atomic_load(&m.ran), stopped_ran = atomic_load(&m.stopped_ran);
+		if (w == 1) {
+			assert_int_equal(ran, NX_MANY - m.stops);
+		} else {
+			assert_in_range(ran, NX_MANY - m.stops, NX_MANY);
+		}
+		assert_true(stopped_ran <= m.stops);
+		assert_true(ran + stopped_ran <= NX_MANY);
 	}
 }
 
