@@ -229,6 +229,8 @@ FORCE:
 # TOOLS_LTO, and LTO_ARCHIVE=fat installs it as libcbcmn.a, its objects
 # fat (machine code beside the IR).
 ifeq ($(LTO),1)
+# GCC's ar with its LTO plugin (CC=gcc-13: GCC_AR=gcc-ar-13).
+GCC_AR  ?= gcc-ar
 LIB_ONE := $(BUILD)/obj/libcbcmn-one.a
 LIB_IR  := $(BUILD)/obj/libcbcmn-ir.a
 LINK_LIB := $(LIB_ONE)
@@ -244,7 +246,7 @@ $(LIB_ONE): $(LIB_OBJS)
 
 $(LIB_IR): $(LIB_OBJS)
 	$(call msg,AR,$@)
-	$(Q)rm -f $@ && gcc-ar rcs $@ $^
+	$(Q)rm -f $@ && $(GCC_AR) rcs $@ $^
 
 $(STATIC): $(if $(filter fat,$(LTO_ARCHIVE)),$(LIB_IR),$(LIB_ONE))
 	$(call msg,AR,$@)
@@ -291,7 +293,7 @@ $(BUILD)/tests/test_examples: | $(EXAMPLES)
 $(TOOLCOMMON): $(TOOLCOMMON_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(@D)
-	$(Q)rm -f $@ && $(if $(filter 1,$(TOOLS_LTO)),gcc-ar,ar) rcs $@ $^
+	$(Q)rm -f $@ && $(if $(filter 1,$(TOOLS_LTO)),$(GCC_AR),ar) rcs $@ $^
 
 # A tool with TOOLS_LTO: its file, the shared code and the library
 # optimised as one program at its link.
