@@ -13,6 +13,8 @@
 #   make SAN=asan|tsan   a sanitizer build in build/asan or build/tsan
 #   make V=1             show the commands
 #   make LTO=0           the release library file by file, without link-time optimisation
+#   make LTO_ARCHIVE=fat libcbcmn.a of fat LTO objects: a user's -flto link optimises across
+#   make TOOLS_LTO=0     the tools linked against the one-object archive (default: whole program)
 #   make install         headers, libraries, tools, man pages, cbcmn.pc under PREFIX
 #                        (/usr/local); DESTDIR, LIBDIR, ... : docs/INSTALL.md
 #   make uninstall       removes what make install put there (same variables)
@@ -48,10 +50,31 @@ MODE_LDFLAGS = -fsanitize=thread
 else
 $(error SAN must be empty, asan or tsan)
 endif
+# What libcbcmn.a holds in an LTO build (docs/INSTALL.md): one, lib/'s
+# files linked into one object of machine code; fat, each file's object
+# with GCC's IR beside its machine code (-ffat-lto-objects), so that a
+# program linked with -flto is optimised with the library.
+LTO_ARCHIVE ?= one
+# Our tools (cbcmn-bench, cbcmn-run, ...) linked with the library's IR and
+# their own: the whole program optimised at its link.
+TOOLS_LTO   ?= 1
 # A sanitizer build is never LTO, whatever LTO says (the command line's or
 # the environment's LTO=1 made one).
 ifneq ($(SAN),)
 override LTO := 0
+override LTO_ARCHIVE := one
+endif
+ifneq ($(LTO),1)
+override TOOLS_LTO := 0
+endif
+ifeq ($(filter one fat,$(LTO_ARCHIVE)),)
+$(error LTO_ARCHIVE must be one or fat, not '$(LTO_ARCHIVE)')
+endif
+ifeq ($(LTO)$(LTO_ARCHIVE),0fat)
+$(error LTO_ARCHIVE=fat archives GCC's IR: it needs LTO=1)
+endif
+ifeq ($(filter 0 1,$(TOOLS_LTO)),)
+$(error TOOLS_LTO must be 0 or 1, not '$(TOOLS_LTO)')
 endif
 
 ifeq ($(V),1)
@@ -77,7 +100,10 @@ ifneq ($(shell $(CC) -dM -E -x c /dev/null 2>/dev/null | grep -c __clang__),0)
 $(error CC=$(CC) is clang: the release build's LTO needs GCC; build with LTO=0 (docs/INSTALL.md))
 endif
 endif
-LIB_CFLAGS := -ftls-model=initial-exec $(LIB_LTO)
+LIB_CFLAGS := -ftls-model=initial-exec $(LIB_LTO) $(if $(filter fat,$(LTO_ARCHIVE)),-ffat-lto-objects)
+# The tools' shared code, for TOOLS_LTO: fat, so that the suites, which
+# link it too, link its machine code (-fno-lto) without an LTO link each.
+TOOL_CFLAGS := $(if $(filter 1,$(TOOLS_LTO)),-flto=auto -ffat-lto-objects)
 
 LIB_SRCS := $(wildcard lib/*.c)
 ASM_SRCS := $(wildcard asm/$(ARCH)/*.S)
@@ -170,6 +196,13 @@ $(LIB_FLAGS): FORCE
 	@mkdir -p $(@D)
 	@echo '$(LIB_CFLAGS)' | cmp -s - $@ || echo '$(LIB_CFLAGS)' > $@
 $(LIB_OBJS): $(LIB_FLAGS)
+# The same for the tools' shared code and TOOLS_LTO.
+TOOL_FLAGS := $(BUILD)/obj/tools/flags
+$(TOOL_FLAGS): FORCE
+	@mkdir -p $(@D)
+	@echo '$(TOOL_CFLAGS)' | cmp -s - $@ || echo '$(TOOL_CFLAGS)' > $@
+$(TOOLCOMMON_OBJS): $(TOOL_FLAGS)
+$(TOOLCOMMON_OBJS): CFLAGS += $(TOOL_CFLAGS)
 FORCE:
 
 # The release library is optimised as one unit (link-time optimisation):
@@ -189,18 +222,48 @@ FORCE:
 # against libcbcmn.a ("multiple definition of `take.lto_priv.0'").  No C
 # name holds a dot: each such name goes local (test_install), but sdt.h's
 # _.stapsdt.base, weak on purpose (one per program, in a COMDAT group).
-$(STATIC): $(LIB_OBJS)
-	$(call msg,AR,$@)
-	@mkdir -p $(@D)
+#
+# LIB_ONE is that archive; the suites, examples/ and scripts/ link it in
+# every LTO build.  LIB_IR archives lib/'s objects as they are, GCC's IR
+# (gcc-ar: its index names the IR's symbols): the tools link it with
+# TOOLS_LTO, and LTO_ARCHIVE=fat installs it as libcbcmn.a, its objects
+# fat (machine code beside the IR).
 ifeq ($(LTO),1)
+# GCC's ar with its LTO plugin (CC=gcc-13: GCC_AR=gcc-ar-13).
+GCC_AR  ?= gcc-ar
+LIB_ONE := $(BUILD)/obj/libcbcmn-one.a
+LIB_IR  := $(BUILD)/obj/libcbcmn-ir.a
+LINK_LIB := $(LIB_ONE)
+TOOL_LIB := $(if $(filter 1,$(TOOLS_LTO)),$(LIB_IR),$(LIB_ONE))
+
+$(LIB_ONE): $(LIB_OBJS)
+	$(call msg,LD,$@)
 	$(Q)$(CC) $(CFLAGS) $(LIB_CFLAGS) -r -nostdlib -flinker-output=nolto-rel \
 		-o $(BUILD)/obj/libcbcmn-lto.o $^
 	$(Q)objcopy --wildcard --localize-symbol='!_.stapsdt.base' --localize-symbol='*.*' \
 		$(BUILD)/obj/libcbcmn-lto.o
 	$(Q)rm -f $@ && ar rcs $@ $(BUILD)/obj/libcbcmn-lto.o
+
+$(LIB_IR): $(LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && $(GCC_AR) rcs $@ $^
+
+$(STATIC): $(if $(filter fat,$(LTO_ARCHIVE)),$(LIB_IR),$(LIB_ONE))
+	$(call msg,AR,$@)
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
 else
+LINK_LIB := $(STATIC)
+TOOL_LIB := $(STATIC)
+
+$(STATIC): $(LIB_OBJS)
+	$(call msg,AR,$@)
+	@mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
 endif
+# The suites link the tools' shared code; with TOOLS_LTO its objects are
+# fat and -fno-lto links their machine code, not an LTO link per suite.
+NOLTO_LINK := $(if $(filter 1,$(TOOLS_LTO)),-fno-lto)
 
 # -z nodelete: dlclose() leaves the library mapped.  Its thread-exit hook
 # (janus's pthread key), signal handlers and executor code may outlive a
@@ -212,15 +275,15 @@ $(SHARED): $(LIB_OBJS) lib/libcbcmn.map
 		-Wl,-z,noexecstack -Wl,-z,nodelete $(if $(LIB_LTO),$(CFLAGS) $(LIB_CFLAGS)) \
 		$(LDFLAGS) -o $@ $(LIB_OBJS) $(LDLIBS)
 
-$(BUILD)/examples/%: examples/%.c $(STATIC)
+$(BUILD)/examples/%: examples/%.c $(LINK_LIB)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) -D_GNU_SOURCE -Ilib/include $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS)
+	$(Q)$(CC) -D_GNU_SOURCE -Ilib/include $(CFLAGS) -MMD -MP -o $@ $< $(LINK_LIB) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS)
 
-$(BUILD)/scripts/%: scripts/%.c $(STATIC)
+$(BUILD)/scripts/%: scripts/%.c $(LINK_LIB)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) -D_GNU_SOURCE -Ilib/include $(CFLAGS) -MMD -MP -o $@ $< $(STATIC) $(LDFLAGS) $(LDLIBS)
+	$(Q)$(CC) -D_GNU_SOURCE -Ilib/include $(CFLAGS) -MMD -MP -o $@ $< $(LINK_LIB) $(LDFLAGS) $(LDLIBS)
 
 # The TLS echo server uses OpenSSL (libssl-dev); test_examples is its client.
 $(BUILD)/examples/tls_echo $(BUILD)/tests/test_examples: EXTRA_LDLIBS := -lssl -lcrypto
@@ -230,17 +293,19 @@ $(BUILD)/tests/test_examples: | $(EXAMPLES)
 $(TOOLCOMMON): $(TOOLCOMMON_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(@D)
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && $(if $(filter 1,$(TOOLS_LTO)),$(GCC_AR),ar) rcs $@ $^
 
-$(BUILD)/bin/%: tools/%.c $(TOOLCOMMON) $(STATIC)
+# A tool with TOOLS_LTO: its file, the shared code and the library
+# optimised as one program at its link.
+$(BUILD)/bin/%: tools/%.c $(TOOLCOMMON) $(TOOL_LIB) $(TOOL_FLAGS)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS) -lm
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(TOOL_CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(TOOL_LIB) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS) -lm
 
-$(BUILD)/tests/%: tests/%.c tests/helpers.h $(TOOLCOMMON) $(STATIC) $(SHARED)
+$(BUILD)/tests/%: tests/%.c tests/helpers.h $(TOOLCOMMON) $(LINK_LIB) $(STATIC) $(SHARED)
 	$(call msg,CCLD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -o $@ $< $(TOOLCOMMON) $(STATIC) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS) -lcmocka -lm -ldl
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(NOLTO_LINK) -MMD -MP -o $@ $< $(TOOLCOMMON) $(LINK_LIB) $(LDFLAGS) $(LDLIBS) $(EXTRA_LDLIBS) -lcmocka -lm -ldl
 
 # ---- BPF pipeline ----
 $(BPF_OUT)/gen/vmlinux.h:

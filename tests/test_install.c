@@ -703,6 +703,27 @@ static void test_shared_library_has_the_soname_and_exports_the_map_alone(void **
 	inst_free(in);
 }
 
+/* This build's libcbcmn.a holds GCC's IR (LTO_ARCHIVE=fat): its objects
+ * have .gnu.lto_ sections. */
+static bool archive_is_fat(void)
+{
+	char out[256];
+	return sh(out, sizeof(out), "readelf -SW '%s/lib/libcbcmn.a' | grep -q '[.]gnu[.]lto_'",
+		  builddir) == 0;
+}
+
+/* GCC's name for an LTO object's early debug info: FILE.c.HEX. */
+static bool early_debug_name(const char *name)
+{
+	const char *c = strstr(name, ".c.");
+	if (!c || c == name || !c[3])
+		return false;
+	for (c += 3; *c; c++)
+		if (!strchr("0123456789abcdef", *c))
+			return false;
+	return true;
+}
+
 /* libcbcmn.a defines, outside its objects, only names C gives: none with
  * a dot.  The release archive is one object linked by GCC's LTO (-r), which
  * left global the names it made for lib/'s statics shared between its
@@ -718,6 +739,7 @@ static void test_static_library_defines_no_compiler_made_global_name(void **stat
 	 * dot on purpose (its ODR indicators, __odr_asan.<name>). */
 	if (T_ASAN || T_TSAN)
 		T_SKIP("the release build's archive, the one LTO links");
+	bool fat = archive_is_fat();
 	char *objs = malloc(1 << 22);
 	assert_non_null(objs);
 	sh_ok(objs, 1 << 22, "readelf -sW '%s/lib/libcbcmn.a'", builddir);
@@ -728,7 +750,12 @@ static void test_static_library_defines_no_compiler_made_global_name(void **stat
 		    !strcmp(ndx, "UND") || !strcmp(bind, "LOCAL"))
 			continue;
 		globals++;
-		/* sys/sdt.h's probe base is weak on purpose, one per program. */
+		/* sys/sdt.h's probe base is weak on purpose, one per program.
+		 * A fat LTO object (LTO_ARCHIVE=fat) names its early debug
+		 * info FILE.c.HASH, weak: every GCC -flto -g object does, and
+		 * a weak name never clashes. */
+		if (fat && !strcmp(bind, "WEAK") && early_debug_name(name))
+			continue;
 		if (strchr(name, '.') && strcmp(name, "_.stapsdt.base") && bad++ < 5)
 			printf("%s %s\n", bind, name);
 	}
@@ -972,6 +999,79 @@ static void test_readme_example_reports_a_failed_spawn(void **state)
 	assert_non_null(strstr(out, "cbcmn: "));
 }
 
+/* A program linked against this build's libcbcmn.a by GCC with -flto and
+ * with -fno-lto: both run.  The program wraps cbcmn_nursery_spawn(), which
+ * cbcmn_runtime_run() (another of lib/'s files) calls.  An archive of fat
+ * LTO objects (make LTO_ARCHIVE=fat, docs/INSTALL.md) is lib/'s files one
+ * by one: the -flto link optimises the program with the library (its IR is
+ * in the link's resolution file), and the wrap reaches the library's own
+ * call in both links.  The default archive is one object: no IR, and
+ * lib/'s call stays inside it (said, not asserted); LTO=0's objects have
+ * no IR either. */
+static const char lto_prog[] =
+	"#include <stdio.h>\n#include <cbcmn.h>\n"
+	"int __real_cbcmn_nursery_spawn(cbcmn_cx *, cbcmn_nursery *, cbcmn_task_fn, void *,"
+	" cbcmn_task **);\n"
+	"static _Atomic int calls;\n"
+	"int __wrap_cbcmn_nursery_spawn(cbcmn_cx *cx, cbcmn_nursery *n, cbcmn_task_fn fn,"
+	" void *arg, cbcmn_task **t)\n"
+	"{\n\tcalls++;\n\treturn __real_cbcmn_nursery_spawn(cx, n, fn, arg, t);\n}\n"
+	"static int64_t body(cbcmn_cx *cx, void *arg)\n{\n\t(void)cx;\n\treturn *(int *)arg + 1;\n}\n"
+	"int main(void)\n{\n\tcbcmn_config c;\n\tcbcmn_runtime *rt;\n\tint64_t r = 0;\n"
+	"\tint v = 41;\n\tcbcmn_config_init(&c);\n\tc.workers = 1;\n"
+	"\tif (cbcmn_runtime_create(&c, &rt))\n\t\treturn 1;\n"
+	"\tint rc = cbcmn_runtime_run(rt, body, &v, &r);\n\tcbcmn_runtime_destroy(rt);\n"
+	"\tprintf(\"rc %d result %lld wrapped %d\\n\", rc, (long long)r, (int)calls);\n"
+	"\treturn rc != 0;\n}\n";
+
+static void test_program_links_the_archive_with_and_without_lto(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN || !srcdir[0])
+		T_SKIP("the release build's library, from a checkout");
+	char dir[] = "/tmp/cbcmn-lto-XXXXXX", src[64], out[8192];
+	assert_non_null(mkdtemp(dir));
+	snprintf(src, sizeof(src), "%s/prog.c", dir);
+	FILE *w = fopen(src, "w");
+	assert_non_null(w);
+	fputs(lto_prog, w);
+	assert_int_equal(fclose(w), 0);
+	bool fat = archive_is_fat();
+	static const char *const modes[] = {"-flto=auto", "-fno-lto"};
+	int wrapped[2] = {-1, -1};
+	for (int m = 0; m < 2; m++) {
+		/* -save-temps: the -flto link keeps its resolution file
+		 * (prog.res), which names each object whose IR it took. */
+		sh_ok(out, sizeof(out),
+		      "cd '%s' && gcc -std=gnu11 -O2 -Wall -Wextra -Werror %s -save-temps "
+		      "-I'%s/lib/include' -Wl,--wrap=cbcmn_nursery_spawn -o prog prog.c "
+		      "'%s/lib/libcbcmn.a' -luring -lnuma -lpthread",
+		      dir, modes[m], srcdir, builddir);
+		sh_ok(out, sizeof(out), "'%s/prog'", dir);
+		long long r;
+		int rc;
+		if (sscanf(out, "rc %d result %lld wrapped %d", &rc, &r, &wrapped[m]) != 3)
+			fail_msg("%s: '%s'", modes[m], out);
+		assert_int_equal(rc, 0);
+		assert_int_equal(r, 42);
+		if (m == 0) {
+			int ir = sh(out, sizeof(out), "grep -c 'libcbcmn[.]a@' '%s/prog.res'", dir) == 0;
+			if (fat && !ir)
+				fail_msg("-flto linked none of the fat archive's IR");
+			if (!fat && ir)
+				fail_msg("an archive without IR gave the -flto link IR");
+		}
+	}
+	sh(NULL, 0, "rm -rf '%s'", dir);
+	if (fat) {
+		assert_int_equal(wrapped[0], 1);
+		assert_int_equal(wrapped[1], 1);
+	} else {
+		printf("libcbcmn.a holds no IR: --wrap saw %d and %d of lib/'s own calls\n",
+		       wrapped[0], wrapped[1]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -988,6 +1088,7 @@ int main(void)
 		INSTALL_TEST(test_readme_example_builds_with_pkg_config_and_runs),
 		INSTALL_TEST(test_each_header_compiles_alone),
 		cmocka_unit_test(test_readme_example_reports_a_failed_spawn),
+		T_WATCHED_TEST_LONG(test_program_links_the_archive_with_and_without_lto),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }

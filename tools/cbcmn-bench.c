@@ -1055,7 +1055,7 @@ static struct fs_server *server_start(enum fs_proto fp)
 	fc.cpu = mask_cpu(0);
 	fc.multishot = multishot;
 	fc.spin_ns = server_spin_ns;
-	struct fs_server *fs;
+	struct fs_server *fs = NULL;
 	int rc = fs_start(&fs, &fc);
 	if (rc)
 		die("fiber server", rc);
@@ -1087,7 +1087,7 @@ static void bench_loopback(const char *name, enum fs_proto fp)
 		if (rc)
 			die("epoll server", rc);
 		load(lp, ee_port(es), &res);
-		struct ee_stats est;
+		struct ee_stats est = {0};
 		ee_stop(es, &est);
 		base[r] = (struct io_fig){res.req_per_s, res.p50_us, res.p99_us,
 					  est.requests ? (double)est.cpu_us / (double)est.requests : 0};

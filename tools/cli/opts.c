@@ -400,7 +400,7 @@ int loadtest_opts_parse(int argc, char **argv, struct loadtest_opts *o, char *er
 	};
 	char name[3] = "-?";
 	uint64_t u = 0;
-	int64_t i;
+	int64_t i = 0;
 	int c;
 
 	getopt_reset();

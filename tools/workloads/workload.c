@@ -670,7 +670,7 @@ static int wl_loopback(struct wl_env *e, enum fs_proto proto)
 	fc.workers = e->cfg->workers;
 	fc.multishot = true;
 	fc.rt_cfg = e->cfg;
-	struct fs_server *fs;
+	struct fs_server *fs = NULL;
 	int rc = fs_start(&fs, &fc);
 	if (rc)
 		return fail_rc(e, rc, "server");
