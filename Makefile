@@ -14,7 +14,7 @@
 #   make V=1             show the commands
 #   make LTO=0           the release library file by file, without link-time optimisation
 #   make LTO_ARCHIVE=fat libcbcmn.a of fat LTO objects: a user's -flto link optimises across
-#   make TOOLS_LTO=0     the tools linked against the one-object archive (default: whole program)
+#   make TOOLS_LTO=1     the tools linked whole-program with lib/'s IR (default: the archive)
 #   make install         headers, libraries, tools, man pages, cbcmn.pc under PREFIX
 #                        (/usr/local); DESTDIR, LIBDIR, ... : docs/INSTALL.md
 #   make uninstall       removes what make install put there (same variables)
@@ -56,8 +56,10 @@ endif
 # program linked with -flto is optimised with the library.
 LTO_ARCHIVE ?= one
 # Our tools (cbcmn-bench, cbcmn-run, ...) linked with the library's IR and
-# their own: the whole program optimised at its link.
-TOOLS_LTO   ?= 1
+# their own: the whole program optimised at its link.  Off by default: the
+# tools, the bench's figures included, link the library as it is
+# installed (docs/INSTALL.md, docs/BENCHMARKS.md).
+TOOLS_LTO   ?= 0
 # A sanitizer build is never LTO, whatever LTO says (the command line's or
 # the environment's LTO=1 made one).
 ifneq ($(SAN),)
