@@ -605,6 +605,18 @@ void cbcmn__schedule_on(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct c
 static struct cbcmn_task *take_local(struct cbcmn__exec *e, struct cbcmn_nursery *n,
 				     struct cbcmn_task *want)
 {
+	/* Only while more than half of the caller's stack is left: children
+	 * run inline nest on one stack, ~700 bytes of frames a level before
+	 * the program's own, and a fork-join or actor chain 90 deep ended
+	 * with CBCMN_EPANIC on a 64 KiB stack where CBCMN_CONFIG_NO_INLINE
+	 * ran it (test_nursery, test_deep_chain_of_awaits_does_not_overflow).
+	 * Below that, the child gets a stack of its own, with the whole size
+	 * to nest in again.  The descriptor's line is the stack's top, where
+	 * the caller's first frames lie. */
+	const struct cbcmn__stack *s = e->current->stack;
+	const char *f = __builtin_frame_address(0);
+	if (s && f >= s->lo && f < (const char *)s && (size_t)(f - s->lo) < s->size / 2)
+		return NULL;
 	struct cbcmn_task *t = deque_pop_ahead(e);
 	if (!t)
 		return NULL;

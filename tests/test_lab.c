@@ -6,6 +6,9 @@
 #include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <liburing.h>
 
 #include "helpers.h"
 
@@ -760,6 +763,50 @@ static int64_t yl_late_sleeper(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Does io_uring finish a pipe read, once its poll fired, in an io-wq
+ * worker?  Debian 12's 6.1 does (pipes lack NOWAIT there: the poll's
+ * wake queues the read to io-wq, traced in the 6.1 guest:
+ * io_uring_poll_arm, io_uring_task_add, io_uring_queue_async_work, then
+ * io_uring_complete on iou-wrk): the read then ends on that thread in
+ * real time, after the lab's clock jumped, outside work for the clock
+ * (docs/LAB.md).  Known by the iou-wrk thread the read leaves (idle
+ * workers linger for seconds).  A ring of our own, one read. */
+static bool pipe_read_goes_to_iowq(void)
+{
+	struct io_uring u;
+	int p[2];
+	bool wrk = false;
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return false;
+	if (io_uring_queue_init(4, &u, 0) == 0) {
+		char c;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&u);
+		io_uring_prep_read(sqe, p[0], &c, 1, 0);
+		struct io_uring_cqe *cqe;
+		if (io_uring_submit(&u) == 1 && write(p[1], "x", 1) == 1 &&
+		    io_uring_wait_cqe(&u, &cqe) == 0) {
+			io_uring_cqe_seen(&u, cqe);
+			DIR *d = opendir("/proc/self/task");
+			struct dirent *de;
+			while (d && !wrk && (de = readdir(d))) {
+				char path[300], comm[32] = "";
+				snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+				FILE *f = fopen(path, "r");
+				if (f) {
+					wrk = fgets(comm, sizeof(comm), f) && !strncmp(comm, "iou-wrk", 7);
+					fclose(f);
+				}
+			}
+			if (d)
+				closedir(d);
+		}
+		io_uring_queue_exit(&u);
+	}
+	close(p[0]);
+	close(p[1]);
+	return wrk;
+}
+
 static void test_a_ready_read_runs_before_the_clock_moves(void **state)
 {
 	(void)state;
@@ -767,6 +814,11 @@ static void test_a_ready_read_runs_before_the_clock_moves(void **state)
 	for (size_t k = 0; k < 4; k++) {
 		size_t b = k & 1;
 		bool stream = k >= 2; /* a stream's receive, on a socket */
+		if (k == 0 && pipe_read_goes_to_iowq()) {
+			printf("[  SKIP    ] io_uring, pipe: this kernel ends a pipe read in an io-wq "
+			       "worker (6.1: no NOWAIT for pipes), outside work for the clock\n");
+			continue;
+		}
 		memset(&yl, 0, sizeof(yl));
 		yl.waiters = 3;
 		if (stream)

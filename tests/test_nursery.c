@@ -892,6 +892,62 @@ static void test_fork_join_inline_runs(void **state)
 		}
 }
 
+/* A chain: each link spawns the next into a nursery of its own (or with a
+ * handle it joins) and awaits it; depth links, on 64 KiB stacks.  Run
+ * inline, every link nested on the first one's stack, ~700 bytes a level:
+ * the 93rd or so ended with CBCMN_EPANIC (stack overflow) where
+ * CBCMN_CONFIG_NO_INLINE ran the whole chain.  An optimisation must not
+ * change the result: a child is run inline only while half the stack is
+ * left (sched.c, take_local()). */
+struct chain {
+	uint32_t depth;
+	bool join;
+	_Atomic uint32_t *links;
+};
+
+static int64_t chain_link(cbcmn_cx *cx, void *arg)
+{
+	struct chain *me = arg;
+	atomic_fetch_add(me->links, 1);
+	if (me->depth == 0)
+		return 0;
+	struct chain kid = {.depth = me->depth - 1, .join = !me->join, .links = me->links};
+	cbcmn_nursery *n;
+	if (cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) != 0)
+		return -1;
+	cbcmn_task *h = NULL;
+	TASK_CHECK(cbcmn_nursery_spawn(cx, n, chain_link, &kid, me->join ? &h : NULL) == 0);
+	int64_t r = 0;
+	if (h)
+		TASK_CHECK(cbcmn_task_join(cx, h, &r) == 0);
+	int64_t a = cbcmn_nursery_await_all(cx, n);
+	return r ? r : a;
+}
+
+static void test_deep_chain_of_awaits_does_not_overflow(void **state)
+{
+	uint32_t fl = flags_of(state);
+	for (uint32_t w = 1; w <= 2; w++) {
+		cbcmn_runtime *rt = mk_rt(w, fl);
+		_Atomic uint32_t links = 0;
+		struct chain root = {.depth = 400, .links = &links};
+		int64_t r = -1;
+		assert_int_equal(cbcmn_runtime_run(rt, chain_link, &root, &r), 0);
+		if (r != 0)
+			fail_msg("the chain ended %lld (%s) after %u of 401 links on %u executor(s)",
+				 (long long)r, cbcmn_strerror(r), atomic_load(&links), w);
+		assert_int_equal(atomic_load(&links), 401);
+		cbcmn_stats s;
+		assert_int_equal(cbcmn_stats_snapshot(rt, &s, NULL, 0), 0);
+		/* One executor: inline still runs most of them (not turned
+		 * off by the bound). */
+		if (w == 1 && !(fl & CBCMN_CONFIG_NO_INLINE) && s.total.inline_runs < 200)
+			fail_msg("only %llu of 400 links ran inline on one executor",
+				 (unsigned long long)s.total.inline_runs);
+		finish(rt, fl);
+	}
+}
+
 /* ---- counting ended children (nursery.c, cbcmn__nursery_child_done()) ------ */
 
 /* A child ending inline under the opener counts on the opener's side, and
@@ -1129,6 +1185,8 @@ int main(void)
 		NTEST(test_await_by_non_opener_is_eperm, NO_INLINE),
 		NTEST(test_fork_join_inline_runs, INLINE),
 		NTEST(test_fork_join_inline_runs, NO_INLINE),
+		NTEST(test_deep_chain_of_awaits_does_not_overflow, INLINE),
+		NTEST(test_deep_chain_of_awaits_does_not_overflow, NO_INLINE),
 		NTEST(test_child_spawned_by_a_child_counts_wherever_it_ends, INLINE),
 		NTEST(test_child_spawned_by_a_child_counts_wherever_it_ends, NO_INLINE),
 		NTEST(test_ended_children_counted_before_other_work, INLINE),
