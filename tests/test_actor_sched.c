@@ -1516,10 +1516,10 @@ static int64_t offd_blocker(cbcmn_cx *cx, void *arg)
 	atomic_store(&o->end_stall, 1);
 	/* The stall is over: the spare goes off duty.  Then, a while later,
 	 * does it still run one?  Asked in a window no stall touched: on a
-	 * loaded host an executor whose thread is not run for stall_ns (10
-	 * ms) is stalled (CPU starvation), and the spare, not yet retired,
-	 * is on duty again and may rightly take a hog (the flake of session
-	 * 24, TSan at load 30).  Such a window says nothing: another, until
+	 * loaded host an executor whose thread is not run for stall_ns (200
+	 * ms here, 10 by default) is stalled (CPU starvation), and the spare,
+	 * not yet retired, is on duty again and may rightly take a hog (the
+	 * flake of session 24, TSan at load 30).  Such a window says nothing: another, until
 	 * the deadline.  A window starts 100 ms after the look that saw no
 	 * stall, for the monitor to take the spare off duty after one that
 	 * had just ended. */

@@ -3699,6 +3699,103 @@ static void test_recv_by_a_cancelled_task_does_nothing_on_either_backend(void **
 		T_SKIP("no backend here has streams");
 }
 
+/* A task already cancelled asks its acceptor for the next connection:
+ * CBCMN_ECANCELED, nothing charged, and the connection accepted meanwhile
+ * stays queued: a task not cancelled gets it at the acceptor's next call
+ * (commit e4cf23b moved the check before the charge for both, but tested
+ * the stream only).  Before, a unit was charged first. */
+struct cxacc {
+	int lfd, cfd[2];
+	uint16_t port;
+	cbcmn_nursery *n;
+	cbcmn_acceptor *ac;
+	int64_t first, again, next, close;
+	uint64_t before, after;
+};
+
+static int cxacc_connect(struct cxacc *p, int i)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(p->port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	p->cfd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	return p->cfd[i] < 0 ? -1 : connect(p->cfd[i], (struct sockaddr *)&sa, sizeof(sa));
+}
+
+static int64_t cxacc_task(cbcmn_cx *cx, void *arg)
+{
+	struct cxacc *p = arg;
+	p->first = cbcmn_acceptor_next(cx, p->ac); /* armed from now on */
+	TASK_CHECK(cxacc_connect(p, 1) == 0);      /* the loopback's backlog: done at once */
+	/* Taken by the multishot accept meanwhile, or left in the backlog:
+	 * either way the next call's. */
+	cbcmn_sleep(cx, 2000000);
+	TASK_CHECK(cbcmn_nursery_cancel(p->n) == 0); /* its own: cancelled now */
+	cbcmn_budget b;
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	p->before = b.syscalls;
+	p->again = cbcmn_acceptor_next(cx, p->ac);
+	TASK_CHECK(cbcmn_budget_get(cx, &b) == 0);
+	p->after = b.syscalls;
+	return 0;
+}
+
+static int64_t cxacc_main(cbcmn_cx *cx, void *arg)
+{
+	struct cxacc *p = arg;
+	int rc = cbcmn_acceptor_open(cx, p->lfd, SOCK_CLOEXEC, &p->ac);
+	if (rc)
+		return rc;
+	TASK_CHECK(cxacc_connect(p, 0) == 0);
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &p->n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, p->n, 0, cxacc_task, p, NULL) == 0);
+	TASK_CHECK(cbcmn_nursery_await_all(cx, p->n) == CBCMN_ECANCELED);
+	p->next = cbcmn_acceptor_next(cx, p->ac);
+	p->close = cbcmn_acceptor_close(cx, p->ac);
+	return 0;
+}
+
+static void test_acceptor_next_by_a_cancelled_task_does_nothing(void **state)
+{
+	(void)state;
+	int ran = 0;
+	for (uint32_t b = CBCMN_BACKEND_IO_URING; b <= CBCMN_BACKEND_EPOLL; b++) {
+		cbcmn_runtime *rt = backend_stream_rt(b, 1000000); /* finite: a charge shows */
+		if (!rt)
+			continue;
+		struct cxacc p = {.cfd = {-1, -1}};
+		p.lfd = listener(&p.port);
+		assert_true(p.lfd >= 0);
+		int64_t r = run_on_0(rt, cxacc_main, &p);
+		ASSERT_TASK_CHECKS();
+		printf("    %s: first %lld; cancelled next %lld, syscalls %llu -> %llu; next after %lld, "
+		       "close %lld\n",
+		       cbcmn_backend_name(b), (long long)p.first, (long long)p.again,
+		       (unsigned long long)p.before, (unsigned long long)p.after, (long long)p.next,
+		       (long long)p.close);
+		for (int i = 0; i < 2; i++)
+			if (p.cfd[i] >= 0)
+				close(p.cfd[i]);
+		if (p.first >= 0)
+			close((int)p.first);
+		if (p.next >= 0)
+			close((int)p.next);
+		close(p.lfd);
+		t_destroy(rt);
+		if (r == -EOPNOTSUPP)
+			continue; /* no multishot accept on this backend (5.19) */
+		ran++;
+		assert_int_equal(r, 0);
+		assert_true(p.first >= 0);
+		assert_int_equal(p.again, CBCMN_ECANCELED);
+		assert_true(p.before != CBCMN_UNLIMITED);
+		assert_true(p.after == p.before);
+		assert_true(p.next >= 0); /* the second connection: not lost */
+		assert_int_equal(p.close, 0);
+	}
+	if (!ran)
+		T_SKIP("no backend here has acceptors");
+}
+
 /* A send cancelled while it waits (on the ring for the send before it,
  * still in flight to a full socket; on epoll for room in the socket) says
  * CBCMN_ECANCELED with nothing of it sent and its chunk still held; the
@@ -3880,6 +3977,7 @@ int main(void)
 		T_WATCHED_TEST(test_send_costs_one_syscall_unit),
 		T_WATCHED_TEST(test_send_by_a_cancelled_task_does_nothing_on_either_backend),
 		T_WATCHED_TEST(test_recv_by_a_cancelled_task_does_nothing_on_either_backend),
+		T_WATCHED_TEST(test_acceptor_next_by_a_cancelled_task_does_nothing),
 		T_WATCHED_TEST(test_send_cancelled_in_its_wait_keeps_its_chunk_for_a_later_send),
 	};
 	if (getenv("T_FILTER")) /* run the tests whose names match, e.g. T_FILTER='*starved*' */

@@ -168,7 +168,10 @@ CBCMN_API int cbcmn_stream_open(cbcmn_cx *cx, int fd, cbcmn_stream **out);
  * errno (a recv(2) error, -ENOMEM, -EXDEV, -EBUSY, CBCMN_ECANCELED).  When
  * the pool is empty and at its limit, waits (without polling) for a buffer
  * to come back; buffers go to the streams waiting for one in the order they
- * began to wait.  Costs one unit of the syscalls budget. */
+ * began to wait.  Costs one unit of the syscalls budget.  A task already
+ * cancelled (or in an actor's halt) receives nothing: CBCMN_ECANCELED at no
+ * cost, the chunk the last call returned still held and valid (a task not
+ * cancelled may send it), and what came since left for the next call. */
 CBCMN_API int64_t cbcmn_stream_recv(cbcmn_cx *cx, cbcmn_stream *s, const void **data);
 /* Send len bytes at data, which lie in the chunk the last
  * cbcmn_stream_recv() on s returned, to s's socket, without waiting for
@@ -221,7 +224,9 @@ CBCMN_API int cbcmn_acceptor_open(cbcmn_cx *cx, int fd, int flags, cbcmn_accepto
  * the accept_error probe.  An acceptor holds at most 64 connections not
  * yet taken (more by one pass of the kernel's): then it stops accepting
  * until they are taken, and the listen backlog holds the rest.  Costs one
- * unit of the syscalls budget. */
+ * unit of the syscalls budget; a task already cancelled gets
+ * CBCMN_ECANCELED at no cost, the connections queued left for the next
+ * call. */
 CBCMN_API int64_t cbcmn_acceptor_next(cbcmn_cx *cx, cbcmn_acceptor *a);
 /* Stop accepting and free a; connections accepted but not taken are
  * closed.  From an actor's halt (a drop callback) it does not wait, as
