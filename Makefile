@@ -102,7 +102,10 @@ ifneq ($(shell $(CC) -dM -E -x c /dev/null 2>/dev/null | grep -c __clang__),0)
 $(error CC=$(CC) is clang: the release build's LTO needs GCC; build with LTO=0 (docs/INSTALL.md))
 endif
 endif
-LIB_CFLAGS := -ftls-model=initial-exec $(LIB_LTO) $(if $(filter fat,$(LTO_ARCHIVE)),-ffat-lto-objects)
+# strip: the flags file (below) reads as main's did before LTO_ARCHIVE,
+# '-ftls-model=initial-exec -flto=auto', not with a space after, which
+# rebuilt lib/ once in each build directory the change reached.
+LIB_CFLAGS := $(strip -ftls-model=initial-exec $(LIB_LTO) $(if $(filter fat,$(LTO_ARCHIVE)),-ffat-lto-objects))
 # The tools' shared code, for TOOLS_LTO: fat, so that the suites, which
 # link it too, link its machine code (-fno-lto) without an LTO link each.
 TOOL_CFLAGS := $(if $(filter 1,$(TOOLS_LTO)),-flto=auto -ffat-lto-objects)
