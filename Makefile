@@ -352,8 +352,12 @@ $(BUILD)/tests/test_export: | $(BUILD)/bin/cbcmn-stat
 $(BUILD)/tests/test_trace: | $(BUILD)/bin/cbcmn-run
 # test_toprecord runs cbcmn-top --record over cbcmn-run.
 $(BUILD)/tests/test_toprecord: | $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
-# test_install installs this build (tools included) into a scratch DESTDIR.
+# test_install installs this build (tools included) into a scratch DESTDIR,
+# and checks that libcbcmn.a is the LTO_ARCHIVE asked for (an archive
+# without IR had passed as the default one).  private: not passed on to
+# the library's objects, which it may build first.
 $(BUILD)/tests/test_install: | $(TOOLS)
+$(BUILD)/tests/test_install: private CPPFLAGS += -DT_LTO_ARCHIVE_FAT=$(if $(filter fat,$(LTO_ARCHIVE)),1,0)
 
 # The objects stay: bpftool reads them and they are worth keeping to inspect.
 .SECONDARY: $(BPF_OBJS)
