@@ -234,8 +234,19 @@ FORCE:
 # TOOLS_LTO, and LTO_ARCHIVE=fat installs it as libcbcmn.a, its objects
 # fat (machine code beside the IR).
 ifeq ($(LTO),1)
-# GCC's ar with its LTO plugin (CC=gcc-13: GCC_AR=gcc-ar-13).
-GCC_AR  ?= gcc-ar
+# GCC's ar with its LTO plugin, of CC's version: gcc-ar for gcc or cc,
+# gcc-ar-13 for gcc-13, x86_64-linux-gnu-gcc-ar-12 for
+# x86_64-linux-gnu-gcc-12 (another version's plugin may misread the IR).
+# Needed by LTO_ARCHIVE=fat and TOOLS_LTO=1 alone, and looked for before
+# anything is built (it failed at the archive, after every file compiled,
+# in sh's "gcc-ar-13: not found" and make's line).
+CC_WORD := $(firstword $(CC))
+GCC_AR  ?= $(if $(findstring gcc,$(notdir $(CC_WORD))),$(if $(findstring /,$(CC_WORD)),$(dir $(CC_WORD)))$(subst gcc,gcc-ar,$(notdir $(CC_WORD))),gcc-ar)
+ifneq ($(LTO_ARCHIVE)$(TOOLS_LTO),one0)
+ifeq ($(shell command -v $(firstword $(GCC_AR)) 2>/dev/null),)
+$(error GCC_AR=$(GCC_AR) is not found: LTO_ARCHIVE=fat and TOOLS_LTO=1 archive GCC's IR with the ar of CC=$(CC)'s GCC; give its name in GCC_AR (docs/INSTALL.md))
+endif
+endif
 LIB_ONE := $(BUILD)/obj/libcbcmn-one.a
 LIB_IR  := $(BUILD)/obj/libcbcmn-ir.a
 LINK_LIB := $(LIB_ONE)

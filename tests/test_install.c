@@ -1084,6 +1084,43 @@ static void test_program_links_the_archive_with_and_without_lto(void **state)
 	}
 }
 
+/* make LTO_ARCHIVE=fat (and TOOLS_LTO=1) archive GCC's IR with GCC's ar
+ * of CC's version: gcc-ar-99 for CC=gcc-99.  One not found is one line
+ * that names it, before anything is built; it was sh's "gcc-ar-13: not
+ * found" and make's error, after all of lib/ had compiled (make -n, here,
+ * printed the whole build). */
+static void test_fat_archive_without_gcc_ar_is_one_line(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN || !srcdir[0])
+		T_SKIP("the release build's Makefile, from a checkout");
+	static const char *const cases[][2] = {
+		{"LTO_ARCHIVE=fat GCC_AR=/nonexistent/gcc-ar", "GCC_AR=/nonexistent/gcc-ar is not found"},
+		{"LTO_ARCHIVE=fat CC=gcc-99", "GCC_AR=gcc-ar-99 is not found"},
+		{"TOOLS_LTO=1 CC=/nonexistent/x86_64-linux-gnu-gcc-99",
+		 "GCC_AR=/nonexistent/x86_64-linux-gnu-gcc-ar-99 is not found"},
+	};
+	char dir[] = "/tmp/cbcmn-gccar-XXXXXX", out[8192];
+	assert_non_null(mkdtemp(dir));
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int rc = sh(out, sizeof(out),
+			    "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -n -C '%s' SAN= "
+			    "BUILD='%s/build' %s all",
+			    srcdir, dir, cases[k][0]);
+		const char *nl = strchr(out, '\n');
+		if (rc == 0 || !strstr(out, cases[k][1]) || (nl && nl[1]))
+			fail_msg("make %s: exit %d, %s", cases[k][0], rc, out);
+	}
+	/* The default build needs no GCC_AR. */
+	sh_ok(out, sizeof(out),
+	      "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -n -C '%s' SAN= BUILD='%s/build' "
+	      "GCC_AR=/nonexistent/gcc-ar all >/dev/null",
+	      srcdir, dir);
+	sh_ok(out, sizeof(out), "ls -A '%s'", dir);
+	assert_string_equal(out, "");
+	sh(NULL, 0, "rm -rf '%s'", dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1101,6 +1138,7 @@ int main(void)
 		INSTALL_TEST(test_each_header_compiles_alone),
 		cmocka_unit_test(test_readme_example_reports_a_failed_spawn),
 		T_WATCHED_TEST_LONG(test_program_links_the_archive_with_and_without_lto),
+		cmocka_unit_test(test_fat_archive_without_gcc_ar_is_one_line),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }
