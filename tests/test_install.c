@@ -1029,13 +1029,6 @@ static void test_program_links_the_archive_with_and_without_lto(void **state)
 	(void)state;
 	if (T_ASAN || T_TSAN || !srcdir[0])
 		T_SKIP("the release build's library, from a checkout");
-	char dir[] = "/tmp/cbcmn-lto-XXXXXX", src[64], out[8192];
-	assert_non_null(mkdtemp(dir));
-	snprintf(src, sizeof(src), "%s/prog.c", dir);
-	FILE *w = fopen(src, "w");
-	assert_non_null(w);
-	fputs(lto_prog, w);
-	assert_int_equal(fclose(w), 0);
 	/* The archive the build was asked for (the Makefile says), not the
 	 * one it holds: a LTO_ARCHIVE=fat that installed the one-object
 	 * archive passed as the default build. */
@@ -1043,6 +1036,13 @@ static void test_program_links_the_archive_with_and_without_lto(void **state)
 	if (archive_is_fat() != fat)
 		fail_msg("make LTO_ARCHIVE=%s built a libcbcmn.a %s GCC's IR", fat ? "fat" : "one",
 			 fat ? "without" : "with");
+	char dir[] = "/tmp/cbcmn-lto-XXXXXX", src[64], out[8192];
+	assert_non_null(mkdtemp(dir));
+	snprintf(src, sizeof(src), "%s/prog.c", dir);
+	FILE *w = fopen(src, "w");
+	assert_non_null(w);
+	fputs(lto_prog, w);
+	assert_int_equal(fclose(w), 0);
 	/* GCC of the build's version: another's -flto link refuses its IR
 	 * (docs/INSTALL.md); CC=gcc-13 wants gcc-13 here, not gcc. */
 	char gcc[32];
