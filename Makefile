@@ -102,7 +102,10 @@ ifneq ($(shell $(CC) -dM -E -x c /dev/null 2>/dev/null | grep -c __clang__),0)
 $(error CC=$(CC) is clang: the release build's LTO needs GCC; build with LTO=0 (docs/INSTALL.md))
 endif
 endif
-LIB_CFLAGS := -ftls-model=initial-exec $(LIB_LTO) $(if $(filter fat,$(LTO_ARCHIVE)),-ffat-lto-objects)
+# strip: the flags file (below) reads as main's did before LTO_ARCHIVE,
+# '-ftls-model=initial-exec -flto=auto', not with a space after, which
+# rebuilt lib/ once in each build directory the change reached.
+LIB_CFLAGS := $(strip -ftls-model=initial-exec $(LIB_LTO) $(if $(filter fat,$(LTO_ARCHIVE)),-ffat-lto-objects))
 # The tools' shared code, for TOOLS_LTO: fat, so that the suites, which
 # link it too, link its machine code (-fno-lto) without an LTO link each.
 TOOL_CFLAGS := $(if $(filter 1,$(TOOLS_LTO)),-flto=auto -ffat-lto-objects)
@@ -231,8 +234,19 @@ FORCE:
 # TOOLS_LTO, and LTO_ARCHIVE=fat installs it as libcbcmn.a, its objects
 # fat (machine code beside the IR).
 ifeq ($(LTO),1)
-# GCC's ar with its LTO plugin (CC=gcc-13: GCC_AR=gcc-ar-13).
-GCC_AR  ?= gcc-ar
+# GCC's ar with its LTO plugin, of CC's version: gcc-ar for gcc or cc,
+# gcc-ar-13 for gcc-13, x86_64-linux-gnu-gcc-ar-12 for
+# x86_64-linux-gnu-gcc-12 (another version's plugin may misread the IR).
+# Needed by LTO_ARCHIVE=fat and TOOLS_LTO=1 alone, and looked for before
+# anything is built (it failed at the archive, after every file compiled,
+# in sh's "gcc-ar-13: not found" and make's line).
+CC_WORD := $(firstword $(CC))
+GCC_AR  ?= $(if $(findstring gcc,$(notdir $(CC_WORD))),$(if $(findstring /,$(CC_WORD)),$(dir $(CC_WORD)))$(subst gcc,gcc-ar,$(notdir $(CC_WORD))),gcc-ar)
+ifneq ($(LTO_ARCHIVE)$(TOOLS_LTO),one0)
+ifeq ($(shell command -v $(firstword $(GCC_AR)) 2>/dev/null),)
+$(error GCC_AR=$(GCC_AR) is not found: LTO_ARCHIVE=fat and TOOLS_LTO=1 archive GCC's IR with the ar of CC=$(CC)'s GCC; give its name in GCC_AR (docs/INSTALL.md))
+endif
+endif
 LIB_ONE := $(BUILD)/obj/libcbcmn-one.a
 LIB_IR  := $(BUILD)/obj/libcbcmn-ir.a
 LINK_LIB := $(LIB_ONE)
@@ -349,8 +363,12 @@ $(BUILD)/tests/test_export: | $(BUILD)/bin/cbcmn-stat
 $(BUILD)/tests/test_trace: | $(BUILD)/bin/cbcmn-run
 # test_toprecord runs cbcmn-top --record over cbcmn-run.
 $(BUILD)/tests/test_toprecord: | $(BUILD)/bin/cbcmn-top $(BUILD)/bin/cbcmn-run
-# test_install installs this build (tools included) into a scratch DESTDIR.
+# test_install installs this build (tools included) into a scratch DESTDIR,
+# and checks that libcbcmn.a is the LTO_ARCHIVE asked for (an archive
+# without IR had passed as the default one).  private: not passed on to
+# the library's objects, which it may build first.
 $(BUILD)/tests/test_install: | $(TOOLS)
+$(BUILD)/tests/test_install: private CPPFLAGS += -DT_LTO_ARCHIVE_FAT=$(if $(filter fat,$(LTO_ARCHIVE)),1,0)
 
 # The objects stay: bpftool reads them and they are worth keeping to inspect.
 .SECONDARY: $(BPF_OBJS)

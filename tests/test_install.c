@@ -1029,6 +1029,13 @@ static void test_program_links_the_archive_with_and_without_lto(void **state)
 	(void)state;
 	if (T_ASAN || T_TSAN || !srcdir[0])
 		T_SKIP("the release build's library, from a checkout");
+	/* The archive the build was asked for (the Makefile says), not the
+	 * one it holds: a LTO_ARCHIVE=fat that installed the one-object
+	 * archive passed as the default build. */
+	bool fat = T_LTO_ARCHIVE_FAT; /* the Makefile's -D: 1 for LTO_ARCHIVE=fat */
+	if (archive_is_fat() != fat)
+		fail_msg("make LTO_ARCHIVE=%s built a libcbcmn.a %s GCC's IR", fat ? "fat" : "one",
+			 fat ? "without" : "with");
 	char dir[] = "/tmp/cbcmn-lto-XXXXXX", src[64], out[8192];
 	assert_non_null(mkdtemp(dir));
 	snprintf(src, sizeof(src), "%s/prog.c", dir);
@@ -1036,17 +1043,22 @@ static void test_program_links_the_archive_with_and_without_lto(void **state)
 	assert_non_null(w);
 	fputs(lto_prog, w);
 	assert_int_equal(fclose(w), 0);
-	bool fat = archive_is_fat();
+	/* GCC of the build's version: another's -flto link refuses its IR
+	 * (docs/INSTALL.md); CC=gcc-13 wants gcc-13 here, not gcc. */
+	char gcc[32];
+	snprintf(gcc, sizeof(gcc), "gcc-%d", __GNUC__);
+	if (sh(NULL, 0, "command -v %s >/dev/null", gcc))
+		snprintf(gcc, sizeof(gcc), "gcc");
 	static const char *const modes[] = {"-flto=auto", "-fno-lto"};
 	int wrapped[2] = {-1, -1};
 	for (int m = 0; m < 2; m++) {
 		/* -save-temps: the -flto link keeps its resolution file
 		 * (prog.res), which names each object whose IR it took. */
 		sh_ok(out, sizeof(out),
-		      "cd '%s' && gcc -std=gnu11 -O2 -Wall -Wextra -Werror %s -save-temps "
+		      "cd '%s' && %s -std=gnu11 -O2 -Wall -Wextra -Werror %s -save-temps "
 		      "-I'%s/lib/include' -Wl,--wrap=cbcmn_nursery_spawn -o prog prog.c "
 		      "'%s/lib/libcbcmn.a' -luring -lnuma -lpthread",
-		      dir, modes[m], srcdir, builddir);
+		      dir, gcc, modes[m], srcdir, builddir);
 		sh_ok(out, sizeof(out), "'%s/prog'", dir);
 		long long r;
 		int rc;
@@ -1072,6 +1084,43 @@ static void test_program_links_the_archive_with_and_without_lto(void **state)
 	}
 }
 
+/* make LTO_ARCHIVE=fat (and TOOLS_LTO=1) archive GCC's IR with GCC's ar
+ * of CC's version: gcc-ar-99 for CC=gcc-99.  One not found is one line
+ * that names it, before anything is built; it was sh's "gcc-ar-13: not
+ * found" and make's error, after all of lib/ had compiled (make -n, here,
+ * printed the whole build). */
+static void test_fat_archive_without_gcc_ar_is_one_line(void **state)
+{
+	(void)state;
+	if (T_ASAN || T_TSAN || !srcdir[0])
+		T_SKIP("the release build's Makefile, from a checkout");
+	static const char *const cases[][2] = {
+		{"LTO_ARCHIVE=fat GCC_AR=/nonexistent/gcc-ar", "GCC_AR=/nonexistent/gcc-ar is not found"},
+		{"LTO_ARCHIVE=fat CC=gcc-99", "GCC_AR=gcc-ar-99 is not found"},
+		{"TOOLS_LTO=1 CC=/nonexistent/x86_64-linux-gnu-gcc-99",
+		 "GCC_AR=/nonexistent/x86_64-linux-gnu-gcc-ar-99 is not found"},
+	};
+	char dir[] = "/tmp/cbcmn-gccar-XXXXXX", out[8192];
+	assert_non_null(mkdtemp(dir));
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int rc = sh(out, sizeof(out),
+			    "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -n -C '%s' SAN= "
+			    "BUILD='%s/build' %s all",
+			    srcdir, dir, cases[k][0]);
+		const char *nl = strchr(out, '\n');
+		if (rc == 0 || !strstr(out, cases[k][1]) || (nl && nl[1]))
+			fail_msg("make %s: exit %d, %s", cases[k][0], rc, out);
+	}
+	/* The default build needs no GCC_AR. */
+	sh_ok(out, sizeof(out),
+	      "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -n -C '%s' SAN= BUILD='%s/build' "
+	      "GCC_AR=/nonexistent/gcc-ar all >/dev/null",
+	      srcdir, dir);
+	sh_ok(out, sizeof(out), "ls -A '%s'", dir);
+	assert_string_equal(out, "");
+	sh(NULL, 0, "rm -rf '%s'", dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1089,6 +1138,7 @@ int main(void)
 		INSTALL_TEST(test_each_header_compiles_alone),
 		cmocka_unit_test(test_readme_example_reports_a_failed_spawn),
 		T_WATCHED_TEST_LONG(test_program_links_the_archive_with_and_without_lto),
+		cmocka_unit_test(test_fat_archive_without_gcc_ar_is_one_line),
 	};
 	return cmocka_run_group_tests(tests, find_dirs, NULL);
 }
