@@ -1077,7 +1077,11 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 	 * had just gone looking for work (docs/ACTORS.md, "The hop's fast
 	 * path"). */
 	if (!atomic_load_explicit(&a->stays, memory_order_relaxed) &&
-	    cbcmn__exec_out_of_work(rt->exec[h]))
+	    (cbcmn__exec_out_of_work(rt->exec[h]) ||
+	     /* Or it waits and we have nothing else to run (a pair beside a
+	      * hog at its home: sched.c, cbcmn__exec_alone()). */
+	     (atomic_load_explicit(&a->receiver, memory_order_relaxed) &&
+	      cbcmn__exec_alone(self->exec))))
 		return -1;
 	return (int)h;
 }
