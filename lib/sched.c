@@ -458,12 +458,29 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		cbcmn__notify_one(rt);
 		return;
 	}
-	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
-	    !(e->wake_here && pulled(e, t) && !slot_busy(e) &&
-	      (home_searching(owner) || !local_company(e))) &&
-	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
-		CBCMN__COUNT(e, handoffs, 1);
-		return;
+	if (owner != e && home_takes(rt, owner) && !exec_idle(owner)) {
+		bool pull = e->wake_here && pulled(e, t) && !slot_busy(e);
+		if (pull && !home_searching(owner)) {
+			if (local_company(e))
+				pull = false;
+			else {
+				/* e alone, home busy (cbcmn__exec_alone()):
+				 * the inject queue, not our slot.  The waker
+				 * typically blocks next and we take t there;
+				 * one that runs on without a runtime call (a
+				 * spin, a raw system call) would strand t in
+				 * our slot, which a busy home never looks at,
+				 * while it looks at the inject queue at its
+				 * turns (test_liveness's sender that runs on). */
+				inject_push(rt, t);
+				cbcmn__notify_one(rt);
+				return;
+			}
+		}
+		if (!pull && cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
+			CBCMN__COUNT(e, handoffs, 1);
+			return;
+		}
 	}
 	/* A woken task runs next: it goes in the slot, where its data is
 	 * still hot (typically the parent its last child just finished);

@@ -643,6 +643,92 @@ static void test_regression_actor_pair_beside_a_pinned_hog_moves_to_the_idle_exe
 	hog_pair_run(true);
 }
 
+/* ---- a task woken by a sender that then runs on, its home busy ----------
+ * Executor 1 runs W, which waits in a receive (its home: 1), and a hog
+ * pinned there that checkpoints until the test ends.  Executor 0 runs
+ * only S, pinned, which sends W its message, then waits for W to have
+ * run by a spin with no runtime call (a computation, a raw system call,
+ * a wait on something the runtime does not see), bounded.  No stall
+ * monitor (as test_actor_notify's unwatched spinner: a sender waiting by
+ * other means than the runtime's must not strand what it woke).  W went
+ * home, where the hog's checkpoints let it run; pulled into executor 0's
+ * slot because S had nothing else to run there (sched.c,
+ * cbcmn__exec_alone()), it sat behind S, which nobody preempts, while
+ * its busy home never looked for work: S spun to its bound. */
+struct runs_on {
+	cbcmn_chan *c;
+	_Atomic int ready, hog_on, ran, stop, in_time;
+};
+
+static int64_t ro_waiter(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	long v;
+	atomic_store(&o->ready, 1);
+	TASK_CHECK(cbcmn_chan_recv(cx, o->c, &v) == 0);
+	atomic_store(&o->ran, 1);
+	return 0;
+}
+
+static int64_t ro_hog(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	atomic_store(&o->hog_on, 1);
+	while (!atomic_load(&o->stop))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t ro_sender(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	long v = 1;
+	for (int i = 0; i < 1000; i++)
+		TASK_CHECK(cbcmn_yield(cx) == 0); /* let the waiter block */
+	TASK_CHECK(cbcmn_chan_send(cx, o->c, &v) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&o->ran) && t_now_ns() < end)
+		; /* no runtime call */
+	atomic_store(&o->in_time, atomic_load(&o->ran));
+	atomic_store(&o->stop, 1);
+	return 0;
+}
+
+static int64_t ro_root(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	/* Executor 0 held until the waiter runs: it starts on 1. */
+	TASK_CHECK(cbcmn_nursery_spawn_stealable_on(cx, n, 1, ro_waiter, o, NULL) == 0);
+	while (!atomic_load(&o->ready))
+		;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, ro_hog, o, NULL) == 0);
+	while (!atomic_load(&o->hog_on))
+		;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, ro_sender, o, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_task_woken_by_a_sender_that_runs_on_runs_at_its_busy_home(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* nothing preempts the sender */
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct runs_on o = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &o.c), 0);
+	assert_int_equal(t_run_pinned(rt, 0, ro_root, &o), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&o.ran), 1);
+	assert_int_equal(atomic_load(&o.in_time), 1); /* ran while the sender spun */
+	cbcmn_chan_destroy(o.c);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -652,6 +738,7 @@ int main(void)
 		T_WATCHED_TEST(test_regression_spawn_into_a_deque_emptied_meanwhile_is_announced),
 		T_WATCHED_TEST(test_regression_task_pair_beside_a_pinned_hog_moves_to_the_idle_executor),
 		T_WATCHED_TEST(test_regression_actor_pair_beside_a_pinned_hog_moves_to_the_idle_executor),
+		T_WATCHED_TEST(test_regression_task_woken_by_a_sender_that_runs_on_runs_at_its_busy_home),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
