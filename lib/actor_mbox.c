@@ -1049,6 +1049,19 @@ static inline void sending(struct cbcmn__actor *me, struct cbcmn__actor *a)
 	CBCMN__PREFETCH_RANGE(&w->qw.iw.w, (const char *)(w + 1) + 8, 1);
 }
 
+/* Does a send from e to a (which may follow its messages) take the lock
+ * path, whose wake brings a here?  When a's home is out of work, or a
+ * waits and e has nothing else to run (a pair beside a hog at its home:
+ * sched.c, cbcmn__exec_alone()).  Out of line: inlined, its registers
+ * cost every send lane_route()'s three saves and restores (cachegrind,
+ * a pinned ring: 6 instructions a hop). */
+static __attribute__((noinline)) bool lane_pulls(struct cbcmn__exec *e, struct cbcmn__actor *a,
+						 struct cbcmn__exec *home)
+{
+	return cbcmn__exec_out_of_work(home) ||
+	       (atomic_load_explicit(&a->receiver, memory_order_relaxed) && cbcmn__exec_alone(e));
+}
+
 /* The receiver's home if a send from task self may go over the lanes:
  * another executor than self's, not stalled (the message would wait out
  * the stall).  Else -1.  *ap: to's slot once looked up (the lock path's
@@ -1077,7 +1090,7 @@ static int lane_route(struct cbcmn_task *self, struct cbcmn_runtime *rt, cbcmn_a
 	 * had just gone looking for work (docs/ACTORS.md, "The hop's fast
 	 * path"). */
 	if (!atomic_load_explicit(&a->stays, memory_order_relaxed) &&
-	    cbcmn__exec_out_of_work(rt->exec[h]))
+	    lane_pulls(self->exec, a, rt->exec[h]))
 		return -1;
 	return (int)h;
 }

@@ -1430,6 +1430,9 @@ bool cbcmn__actor_direct(struct cbcmn__exec *e, struct cbcmn_task *t, struct cbc
 bool cbcmn__actor_follows(const struct cbcmn_task *t);
 /* sched.c: executor o is out of work (parked, or searching for some). */
 bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o);
+/* sched.c: e, on its own thread, has nothing to run but its current task:
+ * a task that one wakes comes here although its home runs others. */
+bool cbcmn__exec_alone(struct cbcmn__exec *e);
 /* Pay e's owed notification (sched.c, owe_notify()), on e's thread: the
  * actor it was owed for, still held (exec.held), goes into e's slot, and
  * an idle executor is notified if one waits there.  The notification

@@ -337,6 +337,25 @@ bool cbcmn__exec_out_of_work(const struct cbcmn__exec *o)
 	return exec_idle(o) || home_searching(o);
 }
 
+/* A home that runs other tasks keeps its own only while the waker's
+ * executor e has work of its own: with nothing here but the waker, the
+ * woken task would wait there behind another task's run (the waker's
+ * partner is blocked, so the home runs something else) while e goes
+ * looking for work as soon as the waker blocks.  It runs here instead.
+ * Without this, a ping-pong pair beside a task that never leaves its
+ * executor (a pinned computation) was pulled back there at every
+ * attempt to spread it: the balancing (an actor's migration, a capped
+ * slot's inject, a steal) moved one side to the idle executor, whose
+ * wake sent the other home to the busy one, whose wake then pulled the
+ * first back as its new executor searched (home_searching()): the pair
+ * stayed beside the hog in half the runs while the other executor
+ * idled (issue 15, liveness; test_liveness).  Home, not e, is the
+ * attractor only when both have work. */
+bool cbcmn__exec_alone(struct cbcmn__exec *e)
+{
+	return !local_company(e);
+}
+
 /* t was woken by e (or by a thread outside, e NULL); make it runnable.
  * A task woken from another shard goes home (seed 001/003): its owner is
  * the executor that ran it last, where its data is, and the one whose ring
@@ -439,11 +458,29 @@ void cbcmn__schedule(struct cbcmn_runtime *rt, struct cbcmn_task *t, struct cbcm
 		cbcmn__notify_one(rt);
 		return;
 	}
-	if (owner != e && home_takes(rt, owner) && !exec_idle(owner) &&
-	    !(e->wake_here && home_searching(owner) && pulled(e, t) && !slot_busy(e)) &&
-	    cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
-		CBCMN__COUNT(e, handoffs, 1);
-		return;
+	if (owner != e && home_takes(rt, owner) && !exec_idle(owner)) {
+		bool pull = e->wake_here && pulled(e, t) && !slot_busy(e);
+		if (pull && !home_searching(owner)) {
+			if (local_company(e))
+				pull = false;
+			else {
+				/* e alone, home busy (cbcmn__exec_alone()):
+				 * the inject queue, not our slot.  The waker
+				 * typically blocks next and we take t there;
+				 * one that runs on without a runtime call (a
+				 * spin, a raw system call) would strand t in
+				 * our slot, which a busy home never looks at,
+				 * while it looks at the inject queue at its
+				 * turns (test_liveness's sender that runs on). */
+				inject_push(rt, t);
+				cbcmn__notify_one(rt);
+				return;
+			}
+		}
+		if (!pull && cbcmn__xmsg_send(e, owner->id, CBCMN__XM_WAKE, t, NULL, NULL) == 0) {
+			CBCMN__COUNT(e, handoffs, 1);
+			return;
+		}
 	}
 	/* A woken task runs next: it goes in the slot, where its data is
 	 * still hot (typically the parent its last child just finished);

@@ -1372,6 +1372,19 @@ static int64_t st_hog(cbcmn_cx *cx, void *arg)
 	return 0;
 }
 
+/* Keeps executor 0 company (a task pinned there that yields) until the
+ * actor frees executor 1: a sender alone on its executor brings a
+ * waiting receiver whose home runs another task to itself (the lock
+ * path: lane_route(), sched.c's cbcmn__exec_alone()), and its message
+ * would go over no lane. */
+static int64_t st_company(cbcmn_cx *cx, void *arg)
+{
+	struct st *s = arg;
+	while (!atomic_load(&s->released))
+		TASK_CHECK(cbcmn_yield(cx) == 0);
+	return 0;
+}
+
 static int64_t st_main(cbcmn_cx *cx, void *arg)
 {
 	struct st *s = arg;
@@ -1387,6 +1400,7 @@ static int64_t st_main(cbcmn_cx *cx, void *arg)
 	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, st_hog, s, NULL) == 0);
 	TASK_CHECK(wait_for(cx, &s->hog_running, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, st_company, s, NULL) == 0);
 	cbcmn_runtime *rt = cbcmn_cx_runtime(cx);
 	cbcmn_actor_msg m = msg(M_DATA, 0, 0);
 	s->x0 = lane_posts(rt, 0, 1);
@@ -1507,6 +1521,7 @@ static int64_t rl_main(cbcmn_cx *cx, void *arg)
 	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, st_hog, &r->s, NULL) == 0);
 	TASK_CHECK(wait_for(cx, &r->s.hog_running, 1));
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, st_company, &r->s, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, ns, 0, rl_sender, r, NULL) == 0);
 	TASK_CHECK(cbcmn_nursery_await_all(cx, ns) == 0); /* its end: after the landings */
 	cbcmn_actor_msg m = msg(M_DATA, 0, RL_MSGS);

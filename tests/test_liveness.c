@@ -9,6 +9,7 @@
 
 #include "../lib/runtime.h"
 
+#include <cbcmn_actor.h>
 #include <cbcmn_chan.h>
 #include <stdatomic.h>
 
@@ -469,6 +470,265 @@ static void test_regression_spawn_into_a_deque_emptied_meanwhile_is_announced(vo
 	t_destroy(g.rt);
 }
 
+/* ---- a ping-pong pair beside a pinned hog moves to the idle executor -----
+ * Two executors: a task pinned on 0 that computes (yielding at its
+ * checkpoints) for as long as the test runs, and beside it, on 0 too, a
+ * pair of unpinned tasks (channels) or actors (mailboxes) that ping-pong;
+ * executor 1 runs a pinned hog of its own for the pair's first
+ * HOG_WARM round trips (so that no thief takes the pair as it starts),
+ * then nothing.  The balancing (a capped slot's inject, a migration)
+ * moved one side to executor 1 time and again, but its wake sent the
+ * other side home to executor 0, which ran the hog, and that side's
+ * wake then pulled the first back as executor 1 searched: the pair
+ * stayed on executor 0 for good, each hop waiting behind the hog's
+ * quanta, while executor 1 idled (about half the runs of a pair beside
+ * a pinned hog; with this test's start, executor 1 busy while the pair
+ * begins, 10 of 10 runs failed before the fix, 16 of 20 beside other
+ * suites).  Asserted: the pair's hops run on executor 1 for HOG_STREAK
+ * round trips in a row within HOG_TRIPS_MAX round trips (or
+ * T_STALL_NS): where, not how fast.  No
+ * stall monitor: an executor thread the host preempts for long is
+ * another way out (the monitor's rescue; a slot stolen meanwhile), which
+ * let the pair escape now and then before the fix on a loaded machine;
+ * the pair needs neither now. */
+#define HOG_WARM 100
+#define HOG_STREAK 1000
+#define HOG_TRIPS_MAX 4000000 /* the fix moved it within 182 000 beside other suites */
+enum { HOG_GO = 1, HOG_STOP = 2 };
+
+struct hog_pair {
+	bool actors;
+	cbcmn_chan *ping, *pong;       /* the tasks' */
+	cbcmn_actor_ref a, b;          /* the actors' */
+	_Atomic int hog1_started, done;
+	_Atomic long trips;            /* round trips (side 0's hops) */
+	_Atomic long streak;           /* hops in a row on executor 1 */
+	_Atomic long hops[2];          /* by executor */
+	uint64_t deadline;
+};
+
+/* One hop by a side; true: stop (moved for HOG_STREAK round trips, or
+ * out of time). */
+static bool hog_hop(cbcmn_cx *cx, struct hog_pair *p, int side)
+{
+	uint32_t x = cbcmn_cx_executor(cx);
+	atomic_fetch_add(&p->hops[x & 1], 1);
+	if (side == 0)
+		atomic_fetch_add(&p->trips, 1);
+	if (x != 1 || atomic_load(&p->trips) <= HOG_WARM)
+		atomic_store(&p->streak, 0);
+	else if (atomic_fetch_add(&p->streak, 1) + 1 >= 2 * HOG_STREAK)
+		atomic_store(&p->done, 1);
+	if (atomic_load(&p->trips) >= HOG_TRIPS_MAX || t_now_ns() > p->deadline)
+		atomic_store(&p->done, 1);
+	return atomic_load(&p->done);
+}
+
+static int64_t hog_spin(cbcmn_cx *cx, void *arg)
+{
+	struct hog_pair *p = arg;
+	if (cbcmn_cx_executor(cx) == 1) {
+		atomic_store(&p->hog1_started, 1);
+		while (atomic_load(&p->trips) < HOG_WARM && !atomic_load(&p->done))
+			CBCMN_CHECKPOINT(cx);
+		return 0;
+	}
+	while (!atomic_load(&p->done))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+/* A task of the pair: side 0 sends first; a stop is the channel closed. */
+static int64_t hog_task(cbcmn_cx *cx, void *arg, int side)
+{
+	struct hog_pair *p = arg;
+	cbcmn_chan *in = side ? p->ping : p->pong, *out = side ? p->pong : p->ping;
+	long v = 0;
+	if (side == 0)
+		TASK_CHECK(cbcmn_chan_send(cx, out, &v) == 0);
+	while (cbcmn_chan_recv(cx, in, &v) == 0) {
+		if (hog_hop(cx, p, side))
+			break;
+		TASK_CHECK(cbcmn_chan_send(cx, out, &v) == 0);
+	}
+	cbcmn_chan_close(cx, out);
+	return 0;
+}
+
+static int64_t hog_task0(cbcmn_cx *cx, void *arg) { return hog_task(cx, arg, 0); }
+static int64_t hog_task1(cbcmn_cx *cx, void *arg) { return hog_task(cx, arg, 1); }
+
+/* An actor of the pair: HOG_GO hops, HOG_STOP ends both. */
+static int64_t hog_actor(cbcmn_cx *cx, void *arg, int side)
+{
+	struct hog_pair *p = arg;
+	cbcmn_actor_msg m;
+	while (cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER) == 0 && m.type == HOG_GO) {
+		cbcmn_actor_msg o = {.type = hog_hop(cx, p, side) ? HOG_STOP : HOG_GO};
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, side ? p->a : p->b, &o) == 0);
+		if (o.type == HOG_STOP)
+			break;
+	}
+	return 0;
+}
+
+static int64_t hog_actor0(cbcmn_cx *cx, void *arg) { return hog_actor(cx, arg, 0); }
+static int64_t hog_actor1(cbcmn_cx *cx, void *arg) { return hog_actor(cx, arg, 1); }
+
+/* Pinned on executor 0: the hogs, then the pair, unpinned, here. */
+static int64_t hog_boss(cbcmn_cx *cx, void *arg)
+{
+	struct hog_pair *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, hog_spin, p, NULL) == 0);
+	while (!atomic_load(&p->hog1_started))
+		TASK_CHECK(cbcmn_sleep(cx, 100000) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, hog_spin, p, NULL) == 0);
+	if (p->actors) {
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, hog_actor0, p, NULL, &p->a) == 0);
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, hog_actor1, p, NULL, &p->b) == 0);
+		cbcmn_actor_msg m = {.type = HOG_GO};
+		TASK_CHECK(cbcmn_actor_send(NULL, cx, p->a, &m) == 0);
+	} else {
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, hog_task1, p, NULL) == 0);
+		TASK_CHECK(cbcmn_nursery_spawn(cx, n, hog_task0, p, NULL) == 0);
+	}
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static int64_t hog_root(cbcmn_cx *cx, void *arg)
+{
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, hog_boss, arg, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void hog_pair_run(bool actors)
+{
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* see above */
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct hog_pair p = {.actors = actors, .deadline = t_now_ns() + T_STALL_NS};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &p.ping), 0);
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &p.pong), 0);
+	int64_t r = -1;
+	uint64_t t0 = t_now_ns();
+	assert_int_equal(cbcmn_runtime_run(rt, hog_root, &p, &r), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(r, 0);
+	long streak = atomic_load(&p.streak);
+	printf("      %s: %ld round trips in %.3f s, hops on 0 %ld on 1 %ld, %ld in a row on 1\n",
+	       actors ? "actors" : "tasks", atomic_load(&p.trips), (double)(t_now_ns() - t0) / 1e9,
+	       atomic_load(&p.hops[0]), atomic_load(&p.hops[1]), streak);
+	/* The pair ran on the idle executor, not beside the hog. */
+	assert_true(streak >= 2 * HOG_STREAK);
+	cbcmn_chan_destroy(p.ping);
+	cbcmn_chan_destroy(p.pong);
+	t_destroy(rt);
+}
+
+static void test_regression_task_pair_beside_a_pinned_hog_moves_to_the_idle_executor(void **state)
+{
+	(void)state;
+	hog_pair_run(false);
+}
+
+static void test_regression_actor_pair_beside_a_pinned_hog_moves_to_the_idle_executor(void **state)
+{
+	(void)state;
+	hog_pair_run(true);
+}
+
+/* ---- a task woken by a sender that then runs on, its home busy ----------
+ * Executor 1 runs W, which waits in a receive (its home: 1), and a hog
+ * pinned there that checkpoints until the test ends.  Executor 0 runs
+ * only S, pinned, which sends W its message, then waits for W to have
+ * run by a spin with no runtime call (a computation, a raw system call,
+ * a wait on something the runtime does not see), bounded.  No stall
+ * monitor (as test_actor_notify's unwatched spinner: a sender waiting by
+ * other means than the runtime's must not strand what it woke).  W went
+ * home, where the hog's checkpoints let it run; pulled into executor 0's
+ * slot because S had nothing else to run there (sched.c,
+ * cbcmn__exec_alone()), it sat behind S, which nobody preempts, while
+ * its busy home never looked for work: S spun to its bound. */
+struct runs_on {
+	cbcmn_chan *c;
+	_Atomic int ready, hog_on, ran, stop, in_time;
+};
+
+static int64_t ro_waiter(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	long v;
+	atomic_store(&o->ready, 1);
+	TASK_CHECK(cbcmn_chan_recv(cx, o->c, &v) == 0);
+	atomic_store(&o->ran, 1);
+	return 0;
+}
+
+static int64_t ro_hog(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	atomic_store(&o->hog_on, 1);
+	while (!atomic_load(&o->stop))
+		CBCMN_CHECKPOINT(cx);
+	return 0;
+}
+
+static int64_t ro_sender(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	long v = 1;
+	for (int i = 0; i < 1000; i++)
+		TASK_CHECK(cbcmn_yield(cx) == 0); /* let the waiter block */
+	TASK_CHECK(cbcmn_chan_send(cx, o->c, &v) == 0);
+	uint64_t end = t_now_ns() + T_STALL_NS;
+	while (!atomic_load(&o->ran) && t_now_ns() < end)
+		; /* no runtime call */
+	atomic_store(&o->in_time, atomic_load(&o->ran));
+	atomic_store(&o->stop, 1);
+	return 0;
+}
+
+static int64_t ro_root(cbcmn_cx *cx, void *arg)
+{
+	struct runs_on *o = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(cbcmn_nursery_open(cbcmn_cx_runtime(cx), cx, &n) == 0);
+	/* Executor 0 held until the waiter runs: it starts on 1. */
+	TASK_CHECK(cbcmn_nursery_spawn_stealable_on(cx, n, 1, ro_waiter, o, NULL) == 0);
+	while (!atomic_load(&o->ready))
+		;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, ro_hog, o, NULL) == 0);
+	while (!atomic_load(&o->hog_on))
+		;
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, ro_sender, o, NULL) == 0);
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_regression_task_woken_by_a_sender_that_runs_on_runs_at_its_busy_home(void **state)
+{
+	(void)state;
+	cbcmn_config cfg;
+	cbcmn_config_init(&cfg);
+	cfg.workers = 2;
+	cfg.stall_ns = CBCMN_STALL_OFF; /* nothing preempts the sender */
+	cfg.flags |= CBCMN_CONFIG_NO_INLINE;
+	cbcmn_runtime *rt = t_runtime_cfg(&cfg);
+	struct runs_on o = {0};
+	assert_int_equal(cbcmn_chan_create(rt, 1, sizeof(long), &o.c), 0);
+	assert_int_equal(t_run_pinned(rt, 0, ro_root, &o), 0);
+	ASSERT_TASK_CHECKS();
+	assert_int_equal(atomic_load(&o.ran), 1);
+	assert_int_equal(atomic_load(&o.in_time), 1); /* ran while the sender spun */
+	cbcmn_chan_destroy(o.c);
+	t_destroy(rt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -476,6 +736,9 @@ int main(void)
 		T_WATCHED_TEST(test_regression_capped_slot_task_runs_beside_an_idle_executor),
 		T_WATCHED_TEST(test_regression_capped_slot_task_keeps_its_turn_beside_a_yielder),
 		T_WATCHED_TEST(test_regression_spawn_into_a_deque_emptied_meanwhile_is_announced),
+		T_WATCHED_TEST(test_regression_task_pair_beside_a_pinned_hog_moves_to_the_idle_executor),
+		T_WATCHED_TEST(test_regression_actor_pair_beside_a_pinned_hog_moves_to_the_idle_executor),
+		T_WATCHED_TEST(test_regression_task_woken_by_a_sender_that_runs_on_runs_at_its_busy_home),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -454,6 +454,7 @@ struct home {
 	_Atomic uint32_t woke_on;
 	_Atomic uint32_t ready;
 	_Atomic uint32_t busy;
+	_Atomic uint32_t company; /* executor 0 has other work too */
 };
 
 static int64_t home_busy(cbcmn_cx *cx, void *arg)
@@ -462,6 +463,19 @@ static int64_t home_busy(cbcmn_cx *cx, void *arg)
 	atomic_store(&h->busy, 1);
 	while (!atomic_load(&h->stop))
 		cbcmn_yield(cx); /* keeps executor 1 awake */
+	return 0;
+}
+
+/* Executor 0's other work: a sender alone on its executor brings the
+ * task it wakes there, whatever its home runs (sched.c,
+ * cbcmn__exec_alone(); test_liveness's pair beside a hog).  Home is
+ * where a task goes while both executors have work. */
+static int64_t home_company(cbcmn_cx *cx, void *arg)
+{
+	struct home *h = arg;
+	atomic_store(&h->company, 1);
+	while (!atomic_load(&h->stop))
+		cbcmn_yield(cx);
 	return 0;
 }
 
@@ -479,7 +493,7 @@ static int64_t home_sender(cbcmn_cx *cx, void *arg)
 {
 	struct home *h = arg;
 	long v = 1;
-	while (!atomic_load(&h->ready) || !atomic_load(&h->busy))
+	while (!atomic_load(&h->ready) || !atomic_load(&h->busy) || !atomic_load(&h->company))
 		cbcmn_yield(cx);
 	for (int i = 0; i < 1000; i++)
 		cbcmn_yield(cx); /* let the waiter block */
@@ -502,11 +516,13 @@ static int64_t home_main(cbcmn_cx *cx, void *arg)
 	while (!atomic_load(&h->ready))
 		;
 	cbcmn_nursery_spawn_pinned(cx, n, 1, home_busy, h, NULL);
+	cbcmn_nursery_spawn_pinned(cx, n, 0, home_company, h, NULL);
 	cbcmn_nursery_spawn_pinned(cx, n, 0, home_sender, h, NULL);
 	return cbcmn_nursery_await_all(cx, n);
 }
 
-/* A task on executor 1, woken by a send from executor 0, resumes on 1. */
+/* A task on executor 1, woken by a send from executor 0 (both running
+ * other tasks), resumes on 1. */
 static void test_woken_task_goes_home(void **state)
 {
 	(void)state;

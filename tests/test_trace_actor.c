@@ -387,6 +387,18 @@ static void rs_wait(cbcmn_cx *cx, _Atomic int *flag)
 		cbcmn_sleep(cx, 100000);
 }
 
+/* Queued on executor 0 while the sends are made, run after them (no
+ * yields to fill the trace ring): a sender alone on its executor brings
+ * a waiting receiver whose home runs another task to itself (the lock
+ * path: sched.c, cbcmn__exec_alone()), and nothing would be posted over
+ * the lane. */
+static int64_t rs_company(cbcmn_cx *cx, void *arg)
+{
+	(void)cx;
+	(void)arg;
+	return 0;
+}
+
 static int64_t rs_main(cbcmn_cx *cx, void *arg)
 {
 	struct rs *r = arg;
@@ -403,7 +415,8 @@ static int64_t rs_main(cbcmn_cx *cx, void *arg)
 	cbcmn_sleep(cx, 5000000); /* waiting in its receive */
 	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 1, rs_hog, r, NULL) == 0);
 	rs_wait(cx, &r->hog_running);
-	r->x0 = xmsgs_sent0(r->rt);
+	TASK_CHECK(cbcmn_nursery_spawn_pinned(cx, n, 0, rs_company, r, NULL) == 0);
+	r->x0 = xmsgs_sent0(r->rt); /* no yield from here to the sends */
 	cbcmn_actor_msg m = {.type = 7};
 	for (int i = 0; i < RS_MSGS; i++)
 		TASK_CHECK(cbcmn_actor_send(NULL, cx, r->r, &m) == 0);
