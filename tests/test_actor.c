@@ -378,6 +378,124 @@ static void test_stop_ends_receive_and_fails_senders(void **state)
 
 /* ---- monitors: DOWN with the reason, after the watched actor's messages ---- */
 
+/* ---- every path a send puts a message by: from set, _reserved zeroed ---- */
+
+/* The send copies the caller's message once, to where it goes (the
+ * waiting receiver's buffer, the ring, a lane message, a blocked sender's
+ * record): each must carry the body whole, from written as the sender
+ * (CBCMN_ACTOR_NONE for a plain task) and _reserved zeroed, whatever the
+ * caller left in them.  Three senders: an actor on the receiver's
+ * executor (the lock path), one on the other (the lanes), and the plain
+ * main task; a mailbox of two and a receiver that starts late, so that
+ * messages wait in the ring, senders wait for room, and later ones are
+ * handed to the receiver as it waits. */
+enum { MP_SENDERS = 3, MP_EACH = 300 };
+
+struct mp {
+	cbcmn_actor_ref rcv, snd[MP_SENDERS];
+	_Atomic int spawned;
+	uint64_t next[MP_SENDERS];
+	long got, bad_reserved, bad_from, bad_body, bad_order;
+};
+
+static uint64_t mp_word(uint64_t who, uint64_t i, int k)
+{
+	return (who << 40) ^ (i * 0x9e3779b97f4a7c15ull) ^ (uint64_t)k;
+}
+
+static void mp_send_all(cbcmn_cx *cx, struct mp *p, uint64_t who)
+{
+	for (uint64_t i = 0; i < MP_EACH; i++) {
+		cbcmn_actor_msg m = {.type = M_DATA, ._reserved = 0xdeadbeefu, .from = 12345};
+		m.body.u64[0] = who;
+		m.body.u64[1] = i;
+		for (int k = 2; k < 6; k++)
+			m.body.u64[k] = mp_word(who, i, k);
+		int rc;
+		/* Every third a try_send, again after a yield while full. */
+		while (i % 3 == 2 && (rc = cbcmn_actor_try_send(NULL, cx, p->rcv, &m)) == -EAGAIN)
+			cbcmn_yield(cx);
+		if (i % 3 != 2)
+			rc = cbcmn_actor_send(NULL, cx, p->rcv, &m);
+		TASK_CHECK(rc == 0);
+		if (rc)
+			return;
+	}
+}
+
+static int64_t mp_receiver(cbcmn_cx *cx, void *arg)
+{
+	struct mp *p = arg;
+	cbcmn_sleep(cx, 20 * 1000 * 1000); /* the senders fill the mailbox, then wait */
+	for (long n = 0; n < (long)MP_SENDERS * MP_EACH; n++) {
+		cbcmn_actor_msg m;
+		int rc = cbcmn_actor_receive(cx, &m, CBCMN_ACTOR_FOREVER);
+		if (rc)
+			return rc;
+		p->got++;
+		uint64_t who = m.body.u64[0], i = m.body.u64[1];
+		if (m._reserved != 0)
+			p->bad_reserved++;
+		if (who >= MP_SENDERS) {
+			p->bad_body++;
+			continue;
+		}
+		cbcmn_actor_ref want = who == MP_SENDERS - 1 ? CBCMN_ACTOR_NONE : p->snd[who];
+		if (m.from != want)
+			p->bad_from++;
+		if (i != p->next[who]++)
+			p->bad_order++;
+		for (int k = 2; k < 6; k++)
+			if (m.body.u64[k] != mp_word(who, i, k))
+				p->bad_body++;
+		if (m.type != M_DATA)
+			p->bad_body++;
+	}
+	return 0;
+}
+
+static int64_t mp_sender(cbcmn_cx *cx, void *arg)
+{
+	struct mp *p = arg;
+	while (atomic_load(&p->spawned) == 0)
+		cbcmn_yield(cx); /* snd[] written */
+	cbcmn_actor_ref me = cbcmn_actor_self(cx);
+	mp_send_all(cx, p, me == p->snd[0] ? 0 : 1);
+	return 0;
+}
+
+static int64_t mp_main(cbcmn_cx *cx, void *arg)
+{
+	struct mp *p = arg;
+	cbcmn_nursery *n;
+	TASK_CHECK(open_n(cx, &n) == 0);
+	cbcmn_actor_opts ro = {.mailbox_cap = 2, .placement = CBCMN_PLACE_PINNED, .shard = 0};
+	TASK_CHECK(cbcmn_actor_spawn(cx, n, mp_receiver, p, &ro, &p->rcv) == 0);
+	for (uint32_t s = 0; s < 2; s++) {
+		cbcmn_actor_opts so = {.placement = CBCMN_PLACE_PINNED, .shard = s};
+		TASK_CHECK(cbcmn_actor_spawn(cx, n, mp_sender, p, &so, &p->snd[s]) == 0);
+	}
+	atomic_store(&p->spawned, 1);
+	mp_send_all(cx, p, MP_SENDERS - 1); /* a plain task's: from NONE */
+	return cbcmn_nursery_await_all(cx, n);
+}
+
+static void test_send_sets_from_and_zeroes_reserved_on_every_path(void **state)
+{
+	(void)state;
+	cbcmn_runtime *rt = t_runtime(2);
+	struct mp p = {0};
+	t_run(rt, mp_main, &p, 0);
+	assert_int_equal(p.got, (long)MP_SENDERS * MP_EACH);
+	assert_int_equal(p.bad_reserved, 0);
+	assert_int_equal(p.bad_from, 0);
+	assert_int_equal(p.bad_body, 0);
+	assert_int_equal(p.bad_order, 0);
+	for (int s = 0; s < MP_SENDERS; s++)
+		assert_int_equal(p.next[s], MP_EACH);
+	t_destroy(rt);
+}
+
 struct mon {
 	cbcmn_actor_ref watcher, worker;
 	uint64_t mon_id, dead_id;
@@ -3120,6 +3238,7 @@ int main(int argc, char **argv)
 		T(test_send_blocks_while_mailbox_full),
 		T(test_receive_timeout_fires_and_not_early),
 		T(test_stop_ends_receive_and_fails_senders),
+		T(test_send_sets_from_and_zeroes_reserved_on_every_path),
 		T(test_monitor_down_after_messages_with_reason),
 		T(test_downs_follow_every_message_handed_over_or_queued),
 		T(test_demonitor_stops_and_flushes_down),
