@@ -648,12 +648,20 @@ static struct cbcmn_task *take_local(struct cbcmn__exec *e, struct cbcmn_nursery
 	 * with CBCMN_EPANIC on a 64 KiB stack where CBCMN_CONFIG_NO_INLINE
 	 * ran it (test_nursery, test_deep_chain_of_awaits_does_not_overflow).
 	 * Below that, the child gets a stack of its own, with the whole size
-	 * to nest in again.  The descriptor's line is the stack's top, where
-	 * the caller's first frames lie. */
-	const struct cbcmn__stack *s = e->current->stack;
-	const char *f = __builtin_frame_address(0);
-	if (s && f >= s->lo && f < (const char *)s && (size_t)(f - s->lo) < s->size / 2)
-		return NULL;
+	 * to nest in again.  The bound is the task record's stack_room (the
+	 * line every run reads), half of it; with no stack_room (an open
+	 * yellow zone, an unguarded stack) the descriptor's size.  A frame
+	 * off the stack (a borrowed one) runs no child inline; a task with
+	 * no stack of its own is not bounded here. */
+	const struct cbcmn_task *cur = e->current;
+	if (cur->stack) {
+		const char *f = __builtin_frame_address(0);
+		uintptr_t used = (uintptr_t)((const char *)cur->stack - f);
+		uintptr_t half = cur->stack_room ? (uintptr_t)cur->stack_room * (CBCMN__ROOM_UNIT / 2)
+						 : cur->stack->size / 2;
+		if (__builtin_expect(used > half, 0))
+			return NULL;
+	}
 	struct cbcmn_task *t = deque_pop_ahead(e);
 	if (!t)
 		return NULL;
